@@ -1,0 +1,2 @@
+# Empty compiler generated dependencies file for tessera_obj.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,156 @@
+/* Tessera graph IR and builder API.
+ *
+ * Builders only record: nothing runs when an op is added. Shapes and dtypes are inferred at
+ * once; an invalid op records a sticky error on the graph (the first one wins), returns
+ * TS_NONE, and every later builder fed TS_NONE returns TS_NONE too, so a model can be built
+ * without checking each call and checked once with ts_graph_status():
+ *
+ *   ts_graph *g; ts_graph_create(&g);
+ *   ts_val x = ts_input(g, "x", TS_F32, ts_shape2(64, 784));
+ *   ts_val h = ts_relu(g, ts_dense(g, x, w1, b1));
+ *   if (ts_graph_status(g)) fprintf(stderr, "%s\n", ts_graph_error(g));
+ *
+ * Values are small integers (ts_val) owned by their graph; passing a value from another graph
+ * is detected (values carry the graph's id in their high bits). */
+#ifndef TESSERA_GRAPH_H
+#define TESSERA_GRAPH_H
+
+#include "tessera/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int32_t ts_val;
+#define TS_NONE ((ts_val)-1)
+
+typedef struct ts_graph ts_graph;
+
+typedef enum {
+#define X(e, name, fam) TS_OP_##e,
+#include "../../src/graph/ops.def"
+#undef X
+  TS_OP_COUNT
+} ts_op;
+
+/* Kinds of values. */
+typedef enum {
+  TS_VAL_TEMP = 0,  /* produced by a node */
+  TS_VAL_INPUT = 1, /* fed per step (batch, labels) */
+  TS_VAL_PARAM = 2, /* trainable parameter, bound to a ts_params store */
+  TS_VAL_STATE = 3, /* non-trainable persistent buffer (BatchNorm running stats) */
+} ts_val_kind;
+
+typedef enum {
+  TS_ELT_RELU = 0, TS_ELT_GELU_TANH, TS_ELT_GELU_ERF, TS_ELT_SIGMOID, TS_ELT_TANH,
+  TS_ELT_EXP, TS_ELT_LOG, TS_ELT_SQRT, TS_ELT_SQUARE, TS_ELT_ABS, TS_ELT_NEG,
+  TS_ELT_COUNT
+} ts_eltwise_alg;
+typedef enum { TS_BIN_ADD = 0, TS_BIN_SUB, TS_BIN_MUL, TS_BIN_DIV, TS_BIN_COUNT } ts_binary_alg;
+typedef enum { TS_RED_SUM = 0, TS_RED_MEAN, TS_RED_MAX, TS_RED_COUNT } ts_reduce_alg;
+
+/* ---- graph lifetime and inspection ---- */
+int ts_graph_create(ts_graph **out);
+void ts_graph_free(ts_graph *g);
+/* First error recorded while building (TS_OK if none) and its message. */
+int ts_graph_status(const ts_graph *g);
+const char *ts_graph_error(const ts_graph *g);
+/* Training mode affects dropout and batch-norm (default 1). */
+void ts_graph_set_training(ts_graph *g, int training);
+int ts_graph_num_nodes(const ts_graph *g);
+int ts_graph_num_values(const ts_graph *g);
+ts_shape ts_val_shape(const ts_graph *g, ts_val v);
+ts_dtype ts_val_dtype(const ts_graph *g, ts_val v);
+const char *ts_val_name(const ts_graph *g, ts_val v);
+ts_val_kind ts_val_kind_of(const ts_graph *g, ts_val v);
+/* Name scope prefixed to node names ("layer1/conv"); push/pop like a stack. */
+void ts_graph_push_scope(ts_graph *g, const char *scope);
+void ts_graph_pop_scope(ts_graph *g);
+/* Writes a readable listing of the graph (one node per line) to buf; returns bytes needed. */
+size_t ts_graph_dump(const ts_graph *g, char *buf, size_t cap);
+
+/* ---- leaves ---- */
+ts_val ts_input(ts_graph *g, const char *name, ts_dtype dt, ts_shape shape);
+/* A trainable parameter / persistent state value. `param_id` refers to a ts_params entry
+ * (see nn.h); the executor binds it to the store's memory. */
+ts_val ts_param_value(ts_graph *g, const char *name, ts_dtype dt, ts_shape shape, int param_id);
+ts_val ts_state_value(ts_graph *g, const char *name, ts_dtype dt, ts_shape shape, int param_id);
+int ts_val_param_id(const ts_graph *g, ts_val v);
+ts_val ts_const(ts_graph *g, ts_dtype dt, ts_shape shape, float value);
+
+/* ---- ops ---- */
+ts_val ts_cast(ts_graph *g, ts_val x, ts_dtype dt);
+ts_val ts_copy(ts_graph *g, ts_val x);
+/* a (...,M,K) @ b (...,K,N); trans_* transpose the last two dims; batch dims must match, or
+ * one side is 2-D and shared by every batch. */
+ts_val ts_matmul(ts_graph *g, ts_val a, ts_val b, int trans_a, int trans_b);
+/* x (...,in) -> (...,out) with w (out,in) and optional b (out) (TS_NONE for none). */
+ts_val ts_dense(ts_graph *g, ts_val x, ts_val w, ts_val b);
+/* x (N,C,H,W), w (O,C/groups,KH,KW), b (O) or TS_NONE -> (N,O,OH,OW). */
+ts_val ts_conv2d(ts_graph *g, ts_val x, ts_val w, ts_val b, int stride_h, int stride_w,
+                 int pad_h, int pad_w, int dil_h, int dil_w, int groups);
+ts_val ts_maxpool2d(ts_graph *g, ts_val x, int kh, int kw, int sh, int sw, int ph, int pw);
+/* Average pooling; padded elements are excluded from the divisor (count_include_pad=false). */
+ts_val ts_avgpool2d(ts_graph *g, ts_val x, int kh, int kw, int sh, int sw, int ph, int pw);
+/* (N,C,H,W) -> (N,C,1,1). */
+ts_val ts_global_avgpool(ts_graph *g, ts_val x);
+/* x (N,C,...) with gamma,beta (C) and running stats rmean,rvar (C, state values). Training:
+ * batch statistics, running = (1-momentum)*running + momentum*batch (unbiased var). */
+ts_val ts_batchnorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, ts_val rmean, ts_val rvar,
+                    float momentum, float eps);
+/* Normalises over the last dim; gamma,beta (D). */
+ts_val ts_layernorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, float eps);
+ts_val ts_eltwise(ts_graph *g, ts_val x, ts_eltwise_alg alg);
+ts_val ts_relu(ts_graph *g, ts_val x);
+ts_val ts_gelu(ts_graph *g, ts_val x, int tanh_approx);
+ts_val ts_sigmoid(ts_graph *g, ts_val x);
+ts_val ts_tanh(ts_graph *g, ts_val x);
+ts_val ts_softmax(ts_graph *g, ts_val x, int axis);
+ts_val ts_log_softmax(ts_graph *g, ts_val x, int axis);
+/* Mean sparse softmax cross-entropy: logits (N,C), labels (N) i32/i64 -> scalar. Labels equal
+ * to -100 are ignored (as in PyTorch). */
+ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing);
+ts_val ts_binary(ts_graph *g, ts_val a, ts_val b, ts_binary_alg alg);
+ts_val ts_add(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_sub(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_mul(ts_graph *g, ts_val a, ts_val b);
+ts_val ts_div(ts_graph *g, ts_val a, ts_val b);
+/* y = alpha * x + beta. */
+ts_val ts_scale(ts_graph *g, ts_val x, float alpha, float beta);
+ts_val ts_sum_to(ts_graph *g, ts_val x, ts_shape shape);
+ts_val ts_broadcast_to(ts_graph *g, ts_val x, ts_shape shape);
+/* Reduces over the axes set in `axes_mask` (bit i = axis i). */
+ts_val ts_reduce(ts_graph *g, ts_val x, ts_reduce_alg alg, uint32_t axes_mask, int keepdim);
+ts_val ts_sum(ts_graph *g, ts_val x, uint32_t axes_mask, int keepdim);
+ts_val ts_mean(ts_graph *g, ts_val x, uint32_t axes_mask, int keepdim);
+ts_val ts_max(ts_graph *g, ts_val x, uint32_t axes_mask, int keepdim);
+/* Reshape; one dim may be -1. Same element count. */
+ts_val ts_reshape(ts_graph *g, ts_val x, ts_shape shape);
+/* Flattens dims [start_dim, end] into one: (N,C,H,W) -> (N,C*H*W) for start_dim 1. */
+ts_val ts_flatten(ts_graph *g, ts_val x, int start_dim);
+ts_val ts_permute(ts_graph *g, ts_val x, const int *perm);
+ts_val ts_transpose(ts_graph *g, ts_val x, int dim0, int dim1);
+ts_val ts_concat(ts_graph *g, const ts_val *xs, int n, int axis);
+/* Splits x along axis into n parts of the given sizes; writes n values to outs. */
+int ts_split(ts_graph *g, ts_val x, int axis, const int64_t *sizes, int n, ts_val *outs);
+ts_val ts_slice(ts_graph *g, ts_val x, int axis, int64_t start, int64_t end);
+/* table (V,D), ids i32/i64 of any shape S -> (S...,D). */
+ts_val ts_embedding(ts_graph *g, ts_val table, ts_val ids);
+/* Inverted dropout with drop probability p; the mask comes from Philox(seed, step, index). */
+ts_val ts_dropout(ts_graph *g, ts_val x, float p, uint64_t seed);
+/* Causal scaled-dot-product attention: q,k,v (B,H,T,D) -> (B,H,T,D); scale 1/sqrt(D) if 0. */
+ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale);
+
+/* ---- autodiff ----
+ * Appends the backward of scalar `loss` to the graph: d loss/d v for every float value v that
+ * `loss` depends on through float ops. Gradients of values used several times are summed.
+ * Integer values get none. Afterwards ts_graph_grad() returns the gradient of a value (TS_NONE
+ * if it has none). `dloss` scales the seed gradient (1 for plain training; the loss scale for
+ * mixed precision). */
+int ts_graph_backward(ts_graph *g, ts_val loss, float dloss);
+ts_val ts_graph_grad(const ts_graph *g, ts_val v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* Tessera runtime: memory planning and execution of a graph on one process.
+ *
+ *   ts_plan *p;
+ *   ts_val outs[] = {loss};
+ *   ts_plan_create(g, outs, 1, &p);      // plans buffers by liveness
+ *   ts_plan_bind(p, x, batch_ptr);        // inputs, params, states: caller-owned memory
+ *   ts_plan_run(p);                       // runs every node in order
+ *   float l = *(float *)ts_plan_data(p, loss);
+ */
+#ifndef TESSERA_RUNTIME_H
+#define TESSERA_RUNTIME_H
+
+#include "tessera/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TS_BACKEND_FAST = 0, /* oneDNN where it has the op, reference kernels elsewhere */
+  TS_BACKEND_REF = 1,  /* plain-C reference kernels only */
+} ts_backend;
+
+/* Selects the kernel backend for plans run afterwards on this process. */
+void ts_backend_set(ts_backend b);
+ts_backend ts_backend_get(void);
+
+typedef struct ts_plan ts_plan;
+
+/* Called before (phase 0) and after (phase 1) each node runs; for timing and profiling. */
+typedef void (*ts_node_hook)(const ts_graph *g, int node, const char *op_name,
+                             const char *node_name, int phase, void *user);
+
+/* Plans execution of every node of g. Values listed in `keep` (e.g. the loss, metrics, and
+ * parameter gradients) stay readable after ts_plan_run; other temporaries share buffers by
+ * liveness. The graph must outlive the plan and must not change after planning. */
+int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out);
+void ts_plan_free(ts_plan *p);
+/* Binds caller-owned memory to a value (input, param, state, or a kept value such as a gradient,
+ * which is then written in place). Must be bound before run for inputs/params/states. */
+int ts_plan_bind(ts_plan *p, ts_val v, void *data);
+/* Runs all nodes. `step` feeds dropout's random stream. */
+int ts_plan_run(ts_plan *p, uint64_t step);
+/* Memory of a value after a run (bound or planned); NULL if the value was not kept. */
+void *ts_plan_data(ts_plan *p, ts_val v);
+/* Planned arena size for temporaries (the peak of live temporary bytes, after reuse) and the
+ * sum of all temporaries' sizes without reuse. */
+size_t ts_plan_peak_bytes(const ts_plan *p);
+size_t ts_plan_naive_bytes(const ts_plan *p);
+void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,9 @@
+/* Tessera: deep-learning training in C, on one process or many.
+ * Umbrella header; see each header for its contract. */
+#ifndef TESSERA_H
+#define TESSERA_H
+#include "tessera/base.h"
+#include "tessera/tensor.h"
+#include "tessera/graph.h"
+#include "tessera/runtime.h"
+#endif

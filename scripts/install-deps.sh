@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs, through apt-get, what Tessera needs and is missing. Idempotent; fast when nothing is
+# missing (dpkg-query only). Usage: scripts/install-deps.sh [--fixtures]
+#   --fixtures  also install python3-torch and python3-torchvision (only needed to regenerate the
+#               PyTorch fixtures under tests/fixtures and to run the PyTorch side of bench/).
+set -eu
+pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
+      libcjson-dev zlib1g-dev libpng-dev libjpeg-dev dataset-fashion-mnist"
+for a in "$@"; do
+  case "$a" in
+    --fixtures) pkgs="$pkgs python3-torch python3-torchvision python3-numpy" ;;
+    *) echo "install-deps.sh: unknown option '$a'" >&2; exit 2 ;;
+  esac
+done
+missing=""
+for p in $pkgs; do
+  st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$st" = "installed" ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps.sh: installing:$missing" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

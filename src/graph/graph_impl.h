@@ -1,0 +1,103 @@
+/* Internal view of the graph IR, shared by graph/, runtime/ and (later) parallel/. */
+#ifndef TS_GRAPH_IMPL_H
+#define TS_GRAPH_IMPL_H
+
+#include "tessera/graph.h"
+
+#define TS_MAX_IO 16
+#define TS_MAX_IATTR 16
+#define TS_MAX_FATTR 4
+
+typedef struct {
+  int64_t i[TS_MAX_IATTR];
+  float f[TS_MAX_FATTR];
+} ts__attrs;
+
+typedef struct {
+  ts_dtype dtype;
+  ts_shape shape;        /* per-rank (local) shape: what kernels see */
+  ts_shape global_shape; /* logical shape before sharding (== shape until the parallel pass) */
+  int8_t tensor_map[TS_MAX_DIMS]; /* device-matrix axis splitting each dim, -1 = none */
+  ts_val_kind kind;
+  int producer; /* node index, -1 for leaves */
+  int out_index;
+  int param_id; /* for PARAM/STATE values, index in the ts_params store; else -1 */
+  int alias_of; /* value index this one is a view of (RESHAPE), else -1 */
+  int no_grad;  /* 1 if no gradient flows through (integers, stop-gradient) */
+  char *name;
+} ts__value;
+
+typedef struct {
+  ts_op op;
+  int nin, nout;
+  int in[TS_MAX_IO];  /* value indices (local, not tagged) */
+  int out[TS_MAX_IO];
+  ts__attrs a;
+  char *name;
+  int is_backward; /* emitted by autodiff */
+} ts__node;
+
+struct ts_graph {
+  uint32_t id; /* tag in the high bits of ts_val handles */
+  ts__value *vals;
+  int nvals, cap_vals;
+  ts__node *nodes;
+  int nnodes, cap_nodes;
+  int status;
+  char errmsg[512];
+  int training;
+  char scope[256];
+  int *grad; /* value index -> gradient value index, -1 none (after backward) */
+  int grad_len;
+  int64_t dev_mat[TS_MAX_DIMS]; /* device matrix (parallel pass); dev_ndim 0 = none */
+  int dev_ndim;
+};
+
+/* Value handles: (graph id << 20) | index. */
+#define TS__VAL_BITS 20
+static inline ts_val ts__handle(const ts_graph *g, int idx) {
+  return (ts_val)(((int32_t)(g->id & 0x3ff) << TS__VAL_BITS) | idx);
+}
+/* Returns the value index of handle v in g, or -1 (and records an error naming `op`). */
+int ts__vidx(ts_graph *g, ts_val v, const char *op);
+static inline ts__value *ts__val(const ts_graph *g, int idx) { return &g->vals[idx]; }
+
+/* Shape inference for a node about to be added: given inputs and attrs, fills the output
+ * dtypes/shapes. Returns TS_OK or an error via ts__graph_fail. */
+typedef int (*ts__infer_fn)(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh);
+/* Gradient rule: given node n and the gradients of its outputs (dy[k] value index or -1),
+ * emits ops and writes the gradient of each input to dx[k] (or -1). */
+typedef int (*ts__grad_fn)(ts_graph *g, int node, const int *dy, int *dx);
+
+typedef struct {
+  const char *name;
+  ts__infer_fn infer;
+  ts__grad_fn grad; /* NULL: not differentiable (gradient stops) */
+  int view;         /* 1: output 0 aliases input 0 (no copy; e.g. RESHAPE) */
+} ts__opdef;
+
+extern ts__opdef ts__ops[TS_OP_COUNT];
+/* Each family file fills its ops' entries: void ts__register_<family>(ts__opdef *tab). */
+void ts__ops_init(void);
+
+/* Records the sticky error (first wins); returns code. Message gets the node name prefix. */
+int ts__graph_fail(ts_graph *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Adds a node: runs the op's shape inference, creates outputs, returns the index of the node
+ * or -1 on error (sticky error set). `ins` are value indices. */
+int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts__attrs *a);
+/* Convenience: add node and return handle of output k (TS_NONE on failure). */
+ts_val ts__add1(ts_graph *g, ts_op op, const int *ins, int nin, const ts__attrs *a);
+/* Like ts__add_node for single-output ops but returns the output VALUE INDEX (-1 on error);
+ * used inside gradient rules, which work with indices. */
+int ts__emit(ts_graph *g, ts_op op, const int *ins, int nin, const ts__attrs *a);
+/* The node index that produced value index v (or -1). */
+static inline int ts__producer(const ts_graph *g, int v) { return g->vals[v].producer; }
+/* Emits a CONST/SCALE/etc. helpers used by gradient rules (value indices). */
+int ts__emit_sum_to(ts_graph *g, int x, const ts_shape *shape);
+int ts__emit_reshape(ts_graph *g, int x, const ts_shape *shape);
+int ts__emit_add(ts_graph *g, int a, int b);
+/* Short printable form of a value for messages: "x(64,784):f32". */
+const char *ts__vstr(const ts_graph *g, int v, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,41 @@
+/* Shared oneDNN state for the fast kernels: one CPU engine and stream per process, and a cache
+ * of primitives keyed by the bytes of their description (op kind, shapes, attributes), so each
+ * primitive is created once per shape and reused. Not thread-safe: kernels are launched from one
+ * thread (oneDNN parallelises inside). */
+#ifndef TS_DNNL_CTX_H
+#define TS_DNNL_CTX_H
+
+#include <dnnl.h>
+#include "tessera/base.h"
+
+dnnl_engine_t ts__dnnl_engine(void);
+dnnl_stream_t ts__dnnl_stream(void);
+
+typedef struct {
+  dnnl_primitive_desc_t pd;
+  dnnl_primitive_t prim;
+  void *aux;      /* kernel-specific extra data (freed with free()) */
+} ts__dnnl_prim;
+
+/* Looks up the primitive for `key` (any bytes, compared exactly). Returns NULL if absent. */
+ts__dnnl_prim *ts__dnnl_cache_get(const void *key, size_t keylen);
+/* Inserts: takes ownership of pd/prim/aux. Returns the cached entry (never NULL unless OOM). */
+ts__dnnl_prim *ts__dnnl_cache_put(const void *key, size_t keylen, dnnl_primitive_desc_t pd,
+                                  dnnl_primitive_t prim, void *aux);
+/* Creates a primitive from pd and inserts it (pd ownership passes to the cache). */
+ts__dnnl_prim *ts__dnnl_cache_put_pd(const void *key, size_t keylen, dnnl_primitive_desc_t pd);
+/* Releases all cached primitives (e.g. at exit or in tests). */
+void ts__dnnl_cache_clear(void);
+size_t ts__dnnl_cache_size(void);
+
+/* Wraps a plain user buffer as a oneDNN memory for descriptor md (no copy). */
+dnnl_memory_t ts__dnnl_mem(const dnnl_memory_desc_t *md, void *data);
+/* Plain row-major f32 (or given type) memory descriptor for dims. */
+int ts__dnnl_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, dnnl_data_type_t dt);
+/* Executes prim with args on the stream and waits; then destroys the memories in args.
+ * Returns TS_OK or TS_EBACKEND with a message naming `what`. */
+int ts__dnnl_run(ts__dnnl_prim *p, int nargs, dnnl_exec_arg_t *args, const char *what);
+/* Turns a dnnl status into TS_OK / TS_EBACKEND with a message naming `what`. */
+int ts__dnnl_check(dnnl_status_t st, const char *what);
+
+#endif

@@ -1,0 +1,22 @@
+/* Internal executor interface: one adapter per op kind turns a node and its bound tensors into
+ * kernel calls. Adapters live in src/runtime/run_<family>.c. */
+#ifndef TS_RUN_IMPL_H
+#define TS_RUN_IMPL_H
+
+#include "tessera/runtime.h"
+#include "../graph/graph_impl.h"
+
+typedef struct {
+  const ts_graph *g;
+  uint64_t step;     /* current step (dropout stream) */
+  ts_backend backend;
+} ts__runctx;
+
+/* in[k]/out[k] are views of the node's input/output values (dtype, local shape, data). */
+typedef int (*ts__run_fn)(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out);
+
+extern ts__run_fn ts__run[TS_OP_COUNT];
+/* Each family file fills its entries: void ts__register_run_<family>(ts__run_fn *tab). */
+void ts__run_init(void);
+
+#endif

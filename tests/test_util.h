@@ -1,0 +1,68 @@
+/* Minimal test harness: CHECK macros that count failures and report file:line, helpers for
+ * random data and tolerant comparison. A test's main() returns ts_test_finish(). */
+#ifndef TS_TEST_UTIL_H
+#define TS_TEST_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <math.h>
+#include "tessera/base.h"
+#include "tessera/tensor.h"
+
+extern int ts_test_failures;
+extern int ts_test_checks;
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    ts_test_checks++;                                                                \
+    if (!(cond)) {                                                                   \
+      ts_test_failures++;                                                            \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);       \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_MSG(cond, ...)                                                         \
+  do {                                                                               \
+    ts_test_checks++;                                                                \
+    if (!(cond)) {                                                                   \
+      ts_test_failures++;                                                            \
+      fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);       \
+      fprintf(stderr, __VA_ARGS__);                                                  \
+      fputc('\n', stderr);                                                           \
+    }                                                                                \
+  } while (0)
+
+/* Checks a status is TS_OK, printing ts_last_error() otherwise. */
+#define CHECK_OK(expr)                                                               \
+  do {                                                                               \
+    int rc_ = (expr);                                                                \
+    ts_test_checks++;                                                                \
+    if (rc_ != TS_OK) {                                                              \
+      ts_test_failures++;                                                            \
+      fprintf(stderr, "%s:%d: %s returned %d (%s): %s\n", __FILE__, __LINE__, #expr, \
+              rc_, ts_strerror(rc_), ts_last_error());                               \
+    }                                                                                \
+  } while (0)
+
+/* Deterministic fill with uniform values in [lo, hi) from (seed, index). */
+void ts_test_fill(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* Max |a-b| / (atol + rtol*|b|) over n: <= 1 means within tolerance. Reports worst index. */
+double ts_test_close(const float *a, const float *b, size_t n, double atol, double rtol,
+                     size_t *worst);
+/* CHECK that two arrays are close; prints the worst element on failure. */
+#define CHECK_CLOSE(a, b, n, atol, rtol, what)                                            \
+  do {                                                                                    \
+    size_t w_ = 0;                                                                        \
+    double r_ = ts_test_close((a), (b), (n), (atol), (rtol), &w_);                        \
+    ts_test_checks++;                                                                     \
+    if (!(r_ <= 1.0)) {                                                                   \
+      ts_test_failures++;                                                                 \
+      fprintf(stderr, "%s:%d: %s: not close at [%zu]: %.8g vs %.8g (ratio %.3g)\n",      \
+              __FILE__, __LINE__, (what), w_, (double)(a)[w_], (double)(b)[w_], r_);      \
+    }                                                                                     \
+  } while (0)
+
+/* Prints "name: N checks, F failures" and returns the exit code. */
+int ts_test_finish(const char *name);
+
+#endif
