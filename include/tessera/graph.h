@@ -149,6 +149,9 @@ ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale);
  * mixed precision). */
 int ts_graph_backward(ts_graph *g, ts_val loss, float dloss);
 ts_val ts_graph_grad(const ts_graph *g, ts_val v);
+/* Float inputs and params get gradients by default; turn that off for data inputs (saves the
+ * backward-data work of the first layer) or frozen parameters. Call before ts_graph_backward. */
+void ts_val_set_requires_grad(ts_graph *g, ts_val v, int requires);
 
 #ifdef __cplusplus
 }

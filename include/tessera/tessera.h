@@ -6,4 +6,5 @@
 #include "tessera/tensor.h"
 #include "tessera/graph.h"
 #include "tessera/runtime.h"
+#include "tessera/nn.h"
 #endif

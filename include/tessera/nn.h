@@ -1,0 +1,111 @@
+/* Tessera nn: parameter store (flat buffers with named views), initialisers, and layers.
+ *
+ * All trainable parameters live in ONE flat f32 buffer and their gradients in a second one with
+ * the same offsets (as in llm.c), so that gradient buckets and optimizer shards are offsets.
+ * Non-trainable persistent state (BatchNorm running statistics) lives in a third flat buffer.
+ * Every parameter is initialised from a counter-based RNG keyed by (seed, name) and indexed by
+ * the element's global position, so any slice can be produced alone and every layout starts
+ * from the same weights.
+ *
+ *   ts_params *ps; ts_params_create(&ps);
+ *   ts_nn nn = {g, ps};
+ *   ts_val h = ts_relu(g, ts_nn_dense(&nn, "fc1", x, 128, 1));
+ *   ...build loss...; ts_graph_backward(g, loss, 1);
+ *   ts_params_alloc(ps, seed);            // allocate + initialise
+ *   ts_params_attach_grads(ps, g);        // makes every gradient a bindable buffer
+ *   ts_plan_create(g, ...); ts_params_bind(ps, g, plan);
+ */
+#ifndef TESSERA_NN_H
+#define TESSERA_NN_H
+
+#include "tessera/graph.h"
+#include "tessera/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TS_INIT_ZEROS = 0,
+  TS_INIT_ONES,
+  TS_INIT_CONST,           /* a */
+  TS_INIT_UNIFORM,         /* U(a, b) */
+  TS_INIT_NORMAL,          /* N(mean a, std b) */
+  TS_INIT_XAVIER_UNIFORM,  /* gain a (0 -> 1) */
+  TS_INIT_XAVIER_NORMAL,   /* gain a (0 -> 1) */
+  TS_INIT_KAIMING_UNIFORM, /* negative slope a; fan_in mode, leaky_relu gain (PyTorch) */
+  TS_INIT_KAIMING_NORMAL,  /* negative slope a; fan_in mode */
+  TS_INIT_TORCH_DEFAULT,   /* PyTorch's Linear/Conv default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+} ts_init_kind;
+
+typedef struct {
+  ts_init_kind kind;
+  float a, b;
+  int64_t fan_in; /* for TORCH_DEFAULT on a bias: the layer's fan_in (0 = from the shape) */
+} ts_init;
+
+/* PyTorch's fan_in/fan_out for a weight shape (out, in, k...): in*prod(k), out*prod(k). */
+void ts_init_fans(ts_shape shape, int64_t *fan_in, int64_t *fan_out);
+/* Fills dst with elements [begin, begin+count) (row-major global positions) of the parameter of
+ * `global` shape drawn with `key` (see ts_hash_name). */
+int ts_init_fill(const ts_init *init, ts_shape global, uint64_t key, float *dst, int64_t begin,
+                 int64_t count);
+
+enum { TS_PARAM_NO_DECAY = 1, TS_PARAM_STATE = 2 };
+
+typedef struct ts_params ts_params;
+
+int ts_params_create(ts_params **out);
+void ts_params_free(ts_params *p);
+/* Registers a parameter (or, with TS_PARAM_STATE, a persistent buffer); returns its id (>= 0) or
+ * a negative status (duplicate name, bad shape, or after alloc). */
+int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, int flags);
+/* Allocates the flat buffers and initialises every entry with `seed`. */
+int ts_params_alloc(ts_params *p, uint64_t seed);
+int ts_params_count(const ts_params *p);
+int ts_params_find(const ts_params *p, const char *name); /* id or -1 */
+const char *ts_params_name(const ts_params *p, int id);
+ts_shape ts_params_shape(const ts_params *p, int id);
+int ts_params_flags(const ts_params *p, int id);
+/* Offset (elements) of an entry in its flat buffer (params or states). */
+size_t ts_params_offset(const ts_params *p, int id);
+/* The entry's data (in the param or state buffer) and, for trainable ones, its gradient. */
+float *ts_params_ptr(ts_params *p, int id);
+float *ts_params_grad_ptr(ts_params *p, int id);
+/* Flat buffers. */
+float *ts_params_data(ts_params *p);
+float *ts_params_grads(ts_params *p);
+float *ts_params_states(ts_params *p);
+size_t ts_params_numel(const ts_params *p);       /* trainable elements */
+size_t ts_params_state_numel(const ts_params *p); /* state elements */
+/* After ts_graph_backward: makes each parameter's gradient its own materialised value (emitting
+ * a COPY where the gradient is a view or shared) and records it; parameters that get no gradient
+ * keep a zero gradient. Returns the gradient values in `keep` (up to cap) for ts_plan_create. */
+int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep);
+/* Binds every param/state value of g, and every attached gradient, to the flat buffers. */
+int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan);
+
+/* ---- layers: create named parameters in the store and emit ops ---- */
+typedef struct {
+  ts_graph *g;
+  ts_params *p;
+} ts_nn;
+
+/* A parameter value named `name` (registered in the store if new; reused if it exists). */
+ts_val ts_nn_param(ts_nn *nn, const char *name, ts_shape shape, ts_init init, int flags);
+/* Dense: x (...,in) -> (...,out); params <name>.weight (out,in), <name>.bias (out). */
+ts_val ts_nn_dense(ts_nn *nn, const char *name, ts_val x, int64_t out, int bias);
+/* Conv2d: x (N,C,H,W) -> (N,out,OH,OW); square kernel k; params <name>.weight, <name>.bias. */
+ts_val ts_nn_conv2d(ts_nn *nn, const char *name, ts_val x, int64_t out, int k, int stride, int pad,
+                    int dilation, int groups, int bias);
+/* BatchNorm over channel dim 1: <name>.weight, .bias, .running_mean, .running_var (states). */
+ts_val ts_nn_batchnorm(ts_nn *nn, const char *name, ts_val x, float momentum, float eps);
+/* LayerNorm over the last dim: <name>.weight, <name>.bias. */
+ts_val ts_nn_layernorm(ts_nn *nn, const char *name, ts_val x, float eps);
+/* Embedding: ids -> (...,dim); <name>.weight (vocab,dim) ~ N(0,1) like PyTorch. */
+ts_val ts_nn_embedding(ts_nn *nn, const char *name, ts_val ids, int64_t vocab, int64_t dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+/* 2-D convolution kernels: forward, backward-data, backward-weights (+ bias gradient).
+ * f32, activations NCHW, weights OIHW (O, C/groups, KH, KW), contiguous. Padding is symmetric
+ * (ph rows above and below, pw columns left and right); dilation 1 means none (PyTorch's
+ * convention; the oneDNN kernels convert to oneDNN's d-1).
+ * OH = (H + 2 ph - dh (KH - 1) - 1) / sh + 1, likewise OW. */
+#ifndef TS_KERNELS_CONV_H
+#define TS_KERNELS_CONV_H
+
+#include <stdint.h>
+
+typedef struct {
+  int64_t N, C, H, W; /* input */
+  int64_t O, KH, KW;  /* weights (O, C/groups, KH, KW) */
+  int64_t OH, OW;     /* output */
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+} ts__conv_desc;
+
+/* Output size along one axis, or <= 0 if the kernel does not fit. */
+int64_t ts__conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d);
+/* Validates a descriptor (sizes positive, groups divide C and O, OH/OW consistent). */
+int ts__conv_check(const ts__conv_desc *d, const char *what);
+
+// x (N,C,H,W), w (O,C/g,KH,KW), b (O) or NULL -> y (N,O,OH,OW)
+int ts__conv2d_fwd_ref(const ts__conv_desc *d, const float *x, const float *w, const float *b,
+                       float *y);
+// dy (N,O,OH,OW), w (O,C/g,KH,KW) -> dx (N,C,H,W)
+int ts__conv2d_bwd_data_ref(const ts__conv_desc *d, const float *dy, const float *w, float *dx);
+// x (N,C,H,W), dy (N,O,OH,OW) -> dw (O,C/g,KH,KW), db (O) if not NULL
+int ts__conv2d_bwd_weight_ref(const ts__conv_desc *d, const float *x, const float *dy, float *dw,
+                              float *db);
+
+int ts__conv2d_fwd_dnnl(const ts__conv_desc *d, const float *x, const float *w, const float *b,
+                        float *y);
+int ts__conv2d_bwd_data_dnnl(const ts__conv_desc *d, const float *dy, const float *w, float *dx);
+int ts__conv2d_bwd_weight_dnnl(const ts__conv_desc *d, const float *x, const float *dy,
+                               float *dw, float *db);
+
+/* Memory layout the oneDNN kernels use inside each direction: TS_CONV_FMT_PLAIN runs the
+ * primitive directly on the caller's NCHW/OIHW buffers; TS_CONV_FMT_ANY lets oneDNN choose
+ * (blocked) layouts and reorders to/from plain around the primitive. The defaults were picked
+ * by bench/bench_kernels.c; the setter exists for that benchmark. dir: 0 fwd, 1 bwd_data,
+ * 2 bwd_weight. */
+enum { TS_CONV_FMT_PLAIN = 0, TS_CONV_FMT_ANY = 1 };
+void ts__conv_dnnl_set_format(int dir, int fmt);
+int ts__conv_dnnl_get_format(int dir);
+/* oneDNN's implementation name for the primitive of a direction ("" if unavailable). */
+const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir);
+
+#endif

@@ -1,0 +1,20 @@
+/* Embedding-family kernels: row gather and its deterministic scatter-add backward. */
+#ifndef TS_KERNELS_EMBEDDING_H
+#define TS_KERNELS_EMBEDDING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/tensor.h"
+
+/* table (V,D) rows of `esize`-byte elements, ids (N) i32/i64 -> y (N,D): y[n] = table[ids[n]].
+ * An id outside [0,V) gives TS_ERANGE naming the position and the id (y is then undefined). */
+int ts__embedding_fwd_ref(const void *table, size_t esize, int64_t V, int64_t D, const void *ids,
+                          ts_dtype idt, int64_t N, void *y);
+/* dy (N,D) f32, ids (N) -> dtable (V,D) f32 = sum over n with ids[n]==v of dy[n] (overwritten,
+ * rows never hit are zero). Deterministic and independent of the thread count: threads own
+ * column ranges and each element is summed in token order. */
+int ts__embedding_bwd_ref(const float *dy, const void *ids, ts_dtype idt, int64_t N, int64_t V,
+                          int64_t D, float *dtable);
+
+#endif

@@ -1,0 +1,194 @@
+/* The parameter store: flat buffers with named views. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../graph/graph_impl.h"
+#include "tessera/nn.h"
+
+typedef struct {
+  char *name;
+  ts_shape shape;
+  ts_init init;
+  int flags;
+  size_t offset; /* in data (trainable) or states */
+  int grad_val;  /* gradient value index in the attached graph, -1 none */
+} entry;
+
+struct ts_params {
+  entry *e;
+  int n, cap;
+  size_t numel, state_numel;
+  float *data, *grads, *states;
+  int allocated;
+};
+
+int ts_params_create(ts_params **out) {
+  ts_params *p = calloc(1, sizeof *p);
+  if (!p) return ts_error_set(TS_ENOMEM, "ts_params_create: out of memory");
+  *out = p;
+  return TS_OK;
+}
+
+void ts_params_free(ts_params *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n; i++) free(p->e[i].name);
+  free(p->e);
+  ts_free(p->data);
+  ts_free(p->grads);
+  ts_free(p->states);
+  free(p);
+}
+
+int ts_params_find(const ts_params *p, const char *name) {
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->e[i].name, name)) return i;
+  return -1;
+}
+
+int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, int flags) {
+  if (!name || !*name) return ts_error_set(TS_EINVAL, "ts_params_add: empty parameter name");
+  if (p->allocated)
+    return ts_error_set(TS_EINVAL, "ts_params_add: '%s' added after ts_params_alloc", name);
+  if (ts_params_find(p, name) >= 0)
+    return ts_error_set(TS_EINVAL, "ts_params_add: duplicate parameter name '%s'", name);
+  for (int i = 0; i < shape.ndim; i++)
+    if (shape.dims[i] <= 0) {
+      char s[128];
+      return ts_error_set(TS_ESHAPE, "ts_params_add: '%s' has a non-positive dimension in %s", name,
+                          ts_shape_str(&shape, s, sizeof s));
+    }
+  if (p->n == p->cap) {
+    int nc = p->cap ? 2 * p->cap : 32;
+    entry *q = realloc(p->e, sizeof(entry) * (size_t)nc);
+    if (!q) return ts_error_set(TS_ENOMEM, "ts_params_add: out of memory");
+    p->e = q;
+    p->cap = nc;
+  }
+  entry *e = &p->e[p->n];
+  memset(e, 0, sizeof *e);
+  e->name = strdup(name);
+  if (!e->name) return ts_error_set(TS_ENOMEM, "ts_params_add: out of memory");
+  e->shape = shape;
+  e->init = init;
+  e->flags = flags;
+  e->grad_val = -1;
+  size_t n = (size_t)ts_shape_numel(&shape);
+  if (flags & TS_PARAM_STATE) {
+    e->offset = p->state_numel;
+    p->state_numel += n;
+  } else {
+    e->offset = p->numel;
+    p->numel += n;
+  }
+  return p->n++;
+}
+
+int ts_params_alloc(ts_params *p, uint64_t seed) {
+  if (!p->allocated) {
+    p->data = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
+    p->grads = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
+    p->states = ts_calloc((p->state_numel ? p->state_numel : 1) * sizeof(float));
+    if (!p->data || !p->grads || !p->states)
+      return ts_error_set(TS_ENOMEM, "ts_params_alloc: cannot allocate %zu parameters",
+                          p->numel + p->state_numel);
+    p->allocated = 1;
+  }
+  for (int i = 0; i < p->n; i++) {
+    entry *e = &p->e[i];
+    int rc = ts_init_fill(&e->init, e->shape, ts_hash_name(e->name, seed), ts_params_ptr(p, i), 0,
+                          ts_shape_numel(&e->shape));
+    if (rc) return ts_error_wrap(rc, "initialising '%s'", e->name);
+  }
+  return TS_OK;
+}
+
+int ts_params_count(const ts_params *p) { return p->n; }
+const char *ts_params_name(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].name : NULL; }
+ts_shape ts_params_shape(const ts_params *p, int id) {
+  ts_shape z = {0, {0}};
+  return id >= 0 && id < p->n ? p->e[id].shape : z;
+}
+int ts_params_flags(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].flags : 0; }
+size_t ts_params_offset(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].offset : 0; }
+float *ts_params_ptr(ts_params *p, int id) {
+  if (id < 0 || id >= p->n || !p->allocated) return NULL;
+  return (p->e[id].flags & TS_PARAM_STATE ? p->states : p->data) + p->e[id].offset;
+}
+float *ts_params_grad_ptr(ts_params *p, int id) {
+  if (id < 0 || id >= p->n || !p->allocated || (p->e[id].flags & TS_PARAM_STATE)) return NULL;
+  return p->grads + p->e[id].offset;
+}
+float *ts_params_data(ts_params *p) { return p->data; }
+float *ts_params_grads(ts_params *p) { return p->grads; }
+float *ts_params_states(ts_params *p) { return p->states; }
+size_t ts_params_numel(const ts_params *p) { return p->numel; }
+size_t ts_params_state_numel(const ts_params *p) { return p->state_numel; }
+
+int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep) {
+  int nk = 0;
+  for (int i = 0; i < p->n; i++) p->e[i].grad_val = -1;
+  char *owned = calloc((size_t)g->nvals + 1, 1);
+  if (!owned) return ts_error_set(TS_ENOMEM, "ts_params_attach_grads: out of memory");
+  int rc = TS_OK;
+  int nvals0 = g->nvals;
+  for (int v = 0; v < nvals0 && rc == TS_OK; v++) {
+    const ts__value *x = &g->vals[v];
+    if (x->kind != TS_VAL_PARAM || x->param_id < 0) continue;
+    if (x->param_id >= p->n) {
+      rc = ts_error_set(TS_EINVAL, "ts_params_attach_grads: value '%s' refers to parameter %d of %d",
+                        x->name ? x->name : "?", x->param_id, p->n);
+      break;
+    }
+    ts_val gv = ts_graph_grad(g, ts__handle(g, v));
+    if (gv == TS_NONE) continue;
+    int gi = gv & ((1 << TS__VAL_BITS) - 1);
+    const ts__value *gx = &g->vals[gi];
+    int needs_copy = gx->producer < 0 || gx->alias_of >= 0 || owned[gi];
+    if (needs_copy) {
+      ts_val c = ts_copy(g, gv);
+      if (c == TS_NONE) {
+        rc = g->status ? g->status : TS_EGRAPH;
+        break;
+      }
+      gi = c & ((1 << TS__VAL_BITS) - 1);
+      g->nodes[g->nnodes - 1].is_backward = 1;
+    }
+    owned[gi] = 1;
+    p->e[x->param_id].grad_val = gi;
+    if (keep && nk < cap) keep[nk] = ts__handle(g, gi);
+    nk++;
+  }
+  free(owned);
+  if (nkeep) *nkeep = nk;
+  if (rc == TS_OK && keep && nk > cap)
+    rc = ts_error_set(TS_ERANGE, "ts_params_attach_grads: %d gradients, room for %d", nk, cap);
+  return rc;
+}
+
+int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan) {
+  if (!p->allocated) return ts_error_set(TS_EINVAL, "ts_params_bind: call ts_params_alloc first");
+  for (int v = 0; v < g->nvals; v++) {
+    const ts__value *x = &g->vals[v];
+    if ((x->kind != TS_VAL_PARAM && x->kind != TS_VAL_STATE) || x->param_id < 0) continue;
+    int id = x->param_id;
+    if (id >= p->n)
+      return ts_error_set(TS_EINVAL, "ts_params_bind: value '%s' refers to parameter %d of %d",
+                          x->name ? x->name : "?", id, p->n);
+    if ((int64_t)ts_shape_numel(&x->shape) != ts_shape_numel(&p->e[id].shape)) {
+      char a[128], b[128];
+      return ts_error_set(TS_ESHAPE, "ts_params_bind: value '%s' %s does not match parameter '%s' %s",
+                          x->name ? x->name : "?", ts_shape_str(&x->shape, a, sizeof a),
+                          p->e[id].name, ts_shape_str(&p->e[id].shape, b, sizeof b));
+    }
+    int rc = ts_plan_bind(plan, ts__handle(g, v), ts_params_ptr(p, id));
+    if (rc) return rc;
+  }
+  for (int i = 0; i < p->n; i++) {
+    if (p->e[i].grad_val < 0) continue;
+    if (p->e[i].grad_val >= g->nvals)
+      return ts_error_set(TS_EINVAL, "ts_params_bind: gradients attached to another graph");
+    int rc = ts_plan_bind(plan, ts__handle(g, p->e[i].grad_val), ts_params_grad_ptr(p, i));
+    if (rc) return rc;
+  }
+  return TS_OK;
+}

@@ -1,0 +1,322 @@
+/* Executor and memory planner.
+ *
+ * Temporaries are placed in one arena by liveness: a value's bytes are claimed when its producer
+ * runs and released after its last consumer (views such as RESHAPE share their source's bytes
+ * and extend its life). Placement is best-fit over a free list of arena ranges, so buffers are
+ * reused once dead; the arena's high-water mark is the planned peak. Kept values (loss, metrics,
+ * unbound gradients) are never released. Bound values (inputs, params, states, gradients bound
+ * to a flat buffer) live in caller memory and take no arena space. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run_impl.h"
+
+ts__run_fn ts__run[TS_OP_COUNT];
+
+#define X(e, name, fam) void ts__register_run_##fam(ts__run_fn *tab) __attribute__((weak));
+#include "../graph/ops.def"
+#undef X
+
+static void run_init_once(void) {
+#define X(e, name, fam) \
+  if (ts__register_run_##fam) ts__register_run_##fam(ts__run);
+#include "../graph/ops.def"
+#undef X
+}
+
+void ts__run_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, run_init_once);
+}
+
+static ts_backend g_backend = TS_BACKEND_FAST;
+void ts_backend_set(ts_backend b) { g_backend = b; }
+ts_backend ts_backend_get(void) { return g_backend; }
+
+struct ts_plan {
+  ts_graph *g;
+  int nvals, nnodes;
+  void **bound;    /* caller memory per value, or NULL */
+  char *keep;      /* value must stay readable after run */
+  int64_t *offset; /* arena offset of temporaries (-1: none) */
+  size_t *bytes;
+  int planned;
+  size_t peak, naive;
+  char *arena;
+  size_t arena_cap;
+  ts_node_hook hook;
+  void *hook_user;
+};
+
+static size_t val_bytes(const ts__value *v) {
+  return (size_t)ts_shape_numel(&v->shape) * ts_dtype_size(v->dtype);
+}
+
+static int vindex(ts_plan *p, ts_val v, const char *what) {
+  int i = v & ((1 << TS__VAL_BITS) - 1);
+  if (v < 0 || i >= p->nvals || ts__handle(p->g, i) != v)
+    return ts_error_set(TS_EINVAL, "%s: value %d is not a value of the planned graph", what, (int)v) ,
+           -1;
+  return i;
+}
+
+int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  if (!g) return ts_error_set(TS_EINVAL, "ts_plan_create: null graph");
+  if (g->status) return ts_error_set(g->status, "ts_plan_create: graph has an error: %s", g->errmsg);
+  ts__run_init();
+  for (int i = 0; i < g->nnodes; i++)
+    if (!ts__run[g->nodes[i].op])
+      return ts_error_set(TS_EUNSUPPORTED, "ts_plan_create: op %s (node %s) has no executor",
+                          ts__ops[g->nodes[i].op].name, g->nodes[i].name);
+  ts_plan *p = calloc(1, sizeof *p);
+  if (!p) return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
+  p->g = g;
+  p->nvals = g->nvals;
+  p->nnodes = g->nnodes;
+  p->bound = calloc((size_t)p->nvals, sizeof(void *));
+  p->keep = calloc((size_t)p->nvals, 1);
+  p->offset = malloc(sizeof(int64_t) * (size_t)p->nvals);
+  p->bytes = malloc(sizeof(size_t) * (size_t)p->nvals);
+  if (!p->bound || !p->keep || !p->offset || !p->bytes) {
+    ts_plan_free(p);
+    return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
+  }
+  for (int k = 0; k < nkeep; k++) {
+    int i = vindex(p, keep[k], "ts_plan_create");
+    if (i < 0) {
+      ts_plan_free(p);
+      return TS_EINVAL;
+    }
+    p->keep[i] = 1;
+  }
+  for (int i = 0; i < p->nvals; i++) p->bytes[i] = val_bytes(&g->vals[i]);
+  *out = p;
+  return TS_OK;
+}
+
+void ts_plan_free(ts_plan *p) {
+  if (!p) return;
+  free(p->bound);
+  free(p->keep);
+  free(p->offset);
+  free(p->bytes);
+  ts_free(p->arena);
+  free(p);
+}
+
+int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
+  int i = vindex(p, v, "ts_plan_bind");
+  if (i < 0) return TS_EINVAL;
+  if (p->g->vals[i].producer >= 0 && (p->bound[i] == NULL) != (data == NULL)) p->planned = 0;
+  p->bound[i] = data;
+  return TS_OK;
+}
+
+void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user) {
+  p->hook = hook;
+  p->hook_user = user;
+}
+
+/* A value is a live view of its source when it aliases and is neither bound nor kept. */
+static int root_of(const ts_plan *p, int v) {
+  while (p->g->vals[v].alias_of >= 0 && !p->bound[v] && !p->keep[v]) v = p->g->vals[v].alias_of;
+  return v;
+}
+
+/* ---- best-fit free list over the arena ---- */
+typedef struct { size_t off, len; } range;
+typedef struct { range *r; int n, cap; size_t top; } freelist;
+
+static size_t fl_alloc(freelist *f, size_t len) {
+  int best = -1;
+  for (int k = 0; k < f->n; k++)
+    if (f->r[k].len >= len && (best < 0 || f->r[k].len < f->r[best].len)) best = k;
+  if (best >= 0) {
+    size_t off = f->r[best].off;
+    f->r[best].off += len;
+    f->r[best].len -= len;
+    if (f->r[best].len == 0) f->r[best] = f->r[--f->n];
+    return off;
+  }
+  /* grow the top, reusing a free range that ends at the top */
+  for (int k = 0; k < f->n; k++)
+    if (f->r[k].off + f->r[k].len == f->top) {
+      size_t off = f->r[k].off;
+      f->top = off + len;
+      f->r[k] = f->r[--f->n];
+      return off;
+    }
+  size_t off = f->top;
+  f->top += len;
+  return off;
+}
+
+static int fl_free(freelist *f, size_t off, size_t len) {
+  /* merge with neighbours */
+  for (int k = 0; k < f->n; k++) {
+    if (f->r[k].off + f->r[k].len == off) {
+      off = f->r[k].off;
+      len += f->r[k].len;
+      f->r[k--] = f->r[--f->n];
+    } else if (off + len == f->r[k].off) {
+      len += f->r[k].len;
+      f->r[k--] = f->r[--f->n];
+    }
+  }
+  if (f->n == f->cap) {
+    int nc = f->cap ? f->cap * 2 : 64;
+    range *q = realloc(f->r, sizeof(range) * (size_t)nc);
+    if (!q) return -1;
+    f->r = q;
+    f->cap = nc;
+  }
+  f->r[f->n].off = off;
+  f->r[f->n].len = len;
+  f->n++;
+  return 0;
+}
+
+static int plan_memory(ts_plan *p) {
+  ts_graph *g = p->g;
+  int nv = p->nvals, nn = p->nnodes;
+  int *last = malloc(sizeof(int) * (size_t)nv);
+  int **dying = NULL;
+  int *ndying = calloc((size_t)nn, sizeof(int));
+  freelist f = {0};
+  int rc = TS_OK;
+  if (!last || !ndying) goto oom;
+  for (int v = 0; v < nv; v++) {
+    last[v] = g->vals[v].producer;
+    p->offset[v] = -1;
+  }
+  for (int i = 0; i < nn; i++) {
+    const ts__node *n = &g->nodes[i];
+    for (int k = 0; k < n->nin; k++) {
+      int r = root_of(p, n->in[k]);
+      if (i > last[r]) last[r] = i;
+    }
+    for (int k = 0; k < n->nout; k++) { /* a view extends its root's life to its own uses */
+      int r = root_of(p, n->out[k]);
+      if (i > last[r]) last[r] = i;
+    }
+  }
+  /* list of values whose life ends at each node */
+  dying = calloc((size_t)nn, sizeof(int *));
+  if (!dying) goto oom;
+  for (int v = 0; v < nv; v++) {
+    const ts__value *x = &g->vals[v];
+    if (x->producer < 0 || p->bound[v] || p->keep[v] || root_of(p, v) != v) continue;
+    ndying[last[v]]++;
+  }
+  for (int i = 0; i < nn; i++) {
+    dying[i] = malloc(sizeof(int) * (size_t)(ndying[i] + 1));
+    if (!dying[i]) goto oom;
+    ndying[i] = 0;
+  }
+  for (int v = 0; v < nv; v++) {
+    const ts__value *x = &g->vals[v];
+    if (x->producer < 0 || p->bound[v] || p->keep[v] || root_of(p, v) != v) continue;
+    dying[last[v]][ndying[last[v]]++] = v;
+  }
+  p->naive = 0;
+  for (int i = 0; i < nn; i++) {
+    const ts__node *n = &g->nodes[i];
+    for (int k = 0; k < n->nout; k++) {
+      int v = n->out[k];
+      if (p->bound[v] || root_of(p, v) != v) continue;
+      size_t len = (p->bytes[v] + 63) & ~(size_t)63;
+      if (len == 0) len = 64;
+      p->offset[v] = (int64_t)fl_alloc(&f, len);
+      p->naive += len;
+    }
+    for (int k = 0; k < ndying[i]; k++) {
+      int v = dying[i][k];
+      size_t len = (p->bytes[v] + 63) & ~(size_t)63;
+      if (len == 0) len = 64;
+      if (fl_free(&f, (size_t)p->offset[v], len)) goto oom;
+    }
+  }
+  p->peak = f.top;
+  if (p->peak > p->arena_cap) {
+    ts_free(p->arena);
+    p->arena = ts_alloc(p->peak);
+    if (!p->arena) {
+      p->arena_cap = 0;
+      goto oom;
+    }
+    p->arena_cap = p->peak;
+  }
+  p->planned = 1;
+  goto done;
+oom:
+  rc = ts_error_set(TS_ENOMEM, "memory plan: out of memory");
+done:
+  if (dying)
+    for (int i = 0; i < nn; i++) free(dying[i]);
+  free(dying);
+  free(ndying);
+  free(last);
+  free(f.r);
+  return rc;
+}
+
+size_t ts_plan_peak_bytes(const ts_plan *p) {
+  if (!p->planned) plan_memory((ts_plan *)p);
+  return p->peak;
+}
+size_t ts_plan_naive_bytes(const ts_plan *p) {
+  if (!p->planned) plan_memory((ts_plan *)p);
+  return p->naive;
+}
+
+static void *data_of(ts_plan *p, int v) {
+  if (p->bound[v]) return p->bound[v];
+  int r = root_of(p, v);
+  if (r != v) return data_of(p, r);
+  if (p->offset[v] >= 0) return p->arena + p->offset[v];
+  return NULL;
+}
+
+void *ts_plan_data(ts_plan *p, ts_val v) {
+  int i = v & ((1 << TS__VAL_BITS) - 1);
+  if (v < 0 || i >= p->nvals) return NULL;
+  if (!p->bound[i] && !p->keep[i] && p->g->vals[i].producer >= 0) return NULL;
+  return p->planned ? data_of(p, i) : p->bound[i];
+}
+
+int ts_plan_run(ts_plan *p, uint64_t step) {
+  ts_graph *g = p->g;
+  if (g->nvals != p->nvals || g->nnodes != p->nnodes)
+    return ts_error_set(TS_EGRAPH, "ts_plan_run: the graph changed after planning (%d nodes, planned %d)",
+                        g->nnodes, p->nnodes);
+  for (int v = 0; v < p->nvals; v++)
+    if (g->vals[v].producer < 0 && !p->bound[v]) {
+      char s[160];
+      return ts_error_set(TS_EINVAL, "ts_plan_run: %s %s is not bound to memory",
+                          g->vals[v].kind == TS_VAL_INPUT ? "input" : g->vals[v].kind == TS_VAL_PARAM ? "parameter" : "state",
+                          ts__vstr(g, v, s, sizeof s));
+    }
+  if (!p->planned) {
+    int rc = plan_memory(p);
+    if (rc) return rc;
+  }
+  ts__runctx ctx = {g, step, g_backend};
+  ts_tensor in[TS_MAX_IO], out[TS_MAX_IO];
+  for (int i = 0; i < p->nnodes; i++) {
+    const ts__node *n = &g->nodes[i];
+    for (int k = 0; k < n->nin; k++) {
+      const ts__value *x = &g->vals[n->in[k]];
+      ts_tensor_view(&in[k], x->dtype, x->shape, data_of(p, n->in[k]));
+    }
+    for (int k = 0; k < n->nout; k++) {
+      const ts__value *x = &g->vals[n->out[k]];
+      ts_tensor_view(&out[k], x->dtype, x->shape, data_of(p, n->out[k]));
+    }
+    if (p->hook) p->hook(g, i, ts__ops[n->op].name, n->name, 0, p->hook_user);
+    int rc = ts__run[n->op](&ctx, n, in, out);
+    if (p->hook) p->hook(g, i, ts__ops[n->op].name, n->name, 1, p->hook_user);
+    if (rc != TS_OK) return ts_error_wrap(rc, "node %s (%s)", n->name, ts__ops[n->op].name);
+  }
+  return TS_OK;
+}
