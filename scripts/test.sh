@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test with ctest.
+# Usage: scripts/test.sh [--asan]   (--asan: AddressSanitizer + UBSan build in build-asan/)
+set -eu
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+type=Release; dir=build
+if [ "${1:-}" = "--asan" ]; then type=Asan; dir=build-asan; fi
+scripts/build.sh "$type"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# ASan: oneDNN's JIT and OpenMP runtime are not instrumented; leaks in them are not ours.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp}
+cd "$dir" && ctest --output-on-failure -j 2

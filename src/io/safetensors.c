@@ -1,0 +1,823 @@
+/* safetensors reader and atomic writer; see include/tessera/io.h for the contract. */
+#define _GNU_SOURCE /* qsort_r */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <zlib.h>
+
+#include "tessera/io.h"
+
+#define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
+#define ST_MAX_INT 9007199254740992.0 /* 2^53: largest integer a JSON double holds exactly */
+
+/* ------------------------------------------------------------------ dtypes */
+
+static const struct {
+  const char *name;
+  ts_dtype dt;
+} k_st_dtypes[] = {{"F32", TS_F32}, {"BF16", TS_BF16}, {"F16", TS_F16},
+                   {"I32", TS_I32}, {"I64", TS_I64},   {"U8", TS_U8}};
+#define ST_NDTYPES ((int)(sizeof k_st_dtypes / sizeof k_st_dtypes[0]))
+
+const char *ts_st_dtype_name(ts_dtype dt) {
+  for (int i = 0; i < ST_NDTYPES; i++)
+    if (k_st_dtypes[i].dt == dt) return k_st_dtypes[i].name;
+  return "?";
+}
+
+int ts_st_dtype_parse(const char *name, ts_dtype *out) {
+  for (int i = 0; i < ST_NDTYPES; i++)
+    if (name && strcmp(k_st_dtypes[i].name, name) == 0) {
+      *out = k_st_dtypes[i].dt;
+      return TS_OK;
+    }
+  return ts_error_set(TS_EDTYPE, "unsupported safetensors dtype '%s' (supported: F32, BF16, F16, "
+                      "I32, I64, U8)", name ? name : "(null)");
+}
+
+static uint32_t st_crc32(const unsigned char *p, uint64_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+    c = crc32(c, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return (uint32_t)c;
+}
+
+static char *st_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct {
+  char *name;
+  ts_dtype dt;
+  ts_shape shape;
+  uint64_t begin, end;
+  void *ptr;  /* where the data is: inside f->data, or `copy` if that was misaligned */
+  void *copy;
+} st_entry;
+
+struct ts_st_file {
+  char *path;
+  int n;
+  st_entry *e;
+  int *by_name; /* indices sorted by name, for bsearch */
+  int nmeta;
+  char **mkey, **mval;
+  unsigned char *data; /* 64-byte aligned copy of the data section */
+  uint64_t data_size;
+};
+
+void ts_st_close(ts_st_file *f) {
+  if (!f) return;
+  for (int i = 0; i < f->n; i++) {
+    free(f->e[i].name);
+    ts_free(f->e[i].copy);
+  }
+  for (int i = 0; i < f->nmeta; i++) {
+    free(f->mkey[i]);
+    free(f->mval[i]);
+  }
+  free(f->e);
+  free(f->by_name);
+  free(f->mkey);
+  free(f->mval);
+  ts_free(f->data);
+  free(f->path);
+  free(f);
+}
+
+const char *ts_st_path(const ts_st_file *f) { return f ? f->path : ""; }
+int ts_st_count(const ts_st_file *f) { return f ? f->n : 0; }
+const char *ts_st_name(const ts_st_file *f, int i) {
+  return (f && i >= 0 && i < f->n) ? f->e[i].name : NULL;
+}
+int ts_st_meta_count(const ts_st_file *f) { return f ? f->nmeta : 0; }
+const char *ts_st_meta_key(const ts_st_file *f, int i) {
+  return (f && i >= 0 && i < f->nmeta) ? f->mkey[i] : NULL;
+}
+const char *ts_st_meta(const ts_st_file *f, const char *key) {
+  if (!f || !key) return NULL;
+  for (int i = 0; i < f->nmeta; i++)
+    if (strcmp(f->mkey[i], key) == 0) return f->mval[i];
+  return NULL;
+}
+
+static int cmp_by_name_r(const void *a, const void *b, void *ctx) {
+  const st_entry *e = ctx;
+  return strcmp(e[*(const int *)a].name, e[*(const int *)b].name);
+}
+static int cmp_by_offset_r(const void *a, const void *b, void *ctx) {
+  const st_entry *e = ctx;
+  const st_entry *x = &e[*(const int *)a], *y = &e[*(const int *)b];
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return 0;
+}
+
+int ts_st_index(const ts_st_file *f, const char *name) {
+  if (!f || !name) return -1;
+  int lo = 0, hi = f->n - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    int c = strcmp(f->e[f->by_name[mid]].name, name);
+    if (c == 0) return f->by_name[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+int ts_st_get(const ts_st_file *f, int i, ts_tensor *view) {
+  if (!f || !view) return ts_error_set(TS_EINVAL, "ts_st_get: NULL argument");
+  if (i < 0 || i >= f->n)
+    return ts_error_set(TS_ENOTFOUND, "%s: tensor index %d out of range (file has %d)", f->path,
+                        i, f->n);
+  ts_tensor_view(view, f->e[i].dt, f->e[i].shape, f->e[i].ptr);
+  return TS_OK;
+}
+
+int ts_st_find(const ts_st_file *f, const char *name, ts_tensor *view) {
+  if (!f || !name || !view) return ts_error_set(TS_EINVAL, "ts_st_find: NULL argument");
+  int i = ts_st_index(f, name);
+  if (i < 0) return ts_error_set(TS_ENOTFOUND, "%s: no tensor named '%s'", f->path, name);
+  return ts_st_get(f, i, view);
+}
+
+int ts_st_read(const ts_st_file *f, const char *name, ts_dtype dt, const ts_shape *expect,
+               void *dst) {
+  ts_tensor t;
+  int rc = ts_st_find(f, name, &t);
+  if (rc) return rc;
+  if (expect && !ts_shape_equal(expect, &t.shape)) {
+    char a[128], b[128];
+    return ts_error_set(TS_ESHAPE, "%s: tensor '%s' has shape %s, expected %s", f->path, name,
+                        ts_shape_str(&t.shape, a, sizeof a), ts_shape_str(expect, b, sizeof b));
+  }
+  if (!ts_dtype_size(dt)) return ts_error_set(TS_EDTYPE, "ts_st_read: invalid dtype %d", (int)dt);
+  rc = ts_convert(t.data, t.dtype, dst, dt, (size_t)ts_tensor_numel(&t));
+  if (rc) return ts_error_wrap(rc, "%s: tensor '%s'", f->path, name);
+  return TS_OK;
+}
+
+/* A JSON number that is a non-negative integer below 2^53. */
+static int st_json_uint(const cJSON *j, uint64_t *out) {
+  if (!cJSON_IsNumber(j)) return 0;
+  double v = j->valuedouble;
+  if (!(v >= 0 && v <= ST_MAX_INT) || v != (double)(uint64_t)v) return 0;
+  *out = (uint64_t)v;
+  return 1;
+}
+
+static int st_parse_entry(ts_st_file *f, const cJSON *j, st_entry *e) {
+  const char *P = f->path, *N = e->name;
+  if (!cJSON_IsObject(j))
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': header entry is not a JSON object", P, N);
+  const cJSON *jd = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(j, "shape");
+  const cJSON *jo = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+  if (!cJSON_IsString(jd))
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': missing or non-string \"dtype\"", P, N);
+  if (ts_st_dtype_parse(jd->valuestring, &e->dt))
+    return ts_error_set(TS_EDTYPE, "%s: tensor '%s': unsupported dtype '%s' (supported: F32, "
+                        "BF16, F16, I32, I64, U8)", P, N, jd->valuestring);
+  if (!cJSON_IsArray(js))
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': missing or non-array \"shape\"", P, N);
+  int nd = cJSON_GetArraySize(js);
+  if (nd > TS_MAX_DIMS)
+    return ts_error_set(TS_EUNSUPPORTED, "%s: tensor '%s': %d dimensions (at most %d supported)",
+                        P, N, nd, TS_MAX_DIMS);
+  e->shape.ndim = nd;
+  uint64_t numel = 1;
+  for (int d = 0; d < nd; d++) {
+    uint64_t v;
+    if (!st_json_uint(cJSON_GetArrayItem(js, d), &v))
+      return ts_error_set(TS_EFORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer",
+                          P, N, d);
+    e->shape.dims[d] = (int64_t)v;
+    if (__builtin_mul_overflow(numel, v, &numel) || numel > (uint64_t)ST_MAX_INT)
+      return ts_error_set(TS_EFORMAT, "%s: tensor '%s': element count overflows", P, N);
+  }
+  if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
+      !st_json_uint(cJSON_GetArrayItem(jo, 0), &e->begin) ||
+      !st_json_uint(cJSON_GetArrayItem(jo, 1), &e->end))
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': \"data_offsets\" must be [begin, end] with "
+                        "non-negative integers", P, N);
+  if (e->begin > e->end)
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they "
+                        "begin", P, N, (unsigned long long)e->begin, (unsigned long long)e->end);
+  if (e->end > f->data_size)
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] run past the end "
+                        "of the data section (%llu bytes; file truncated?)", P, N,
+                        (unsigned long long)e->begin, (unsigned long long)e->end,
+                        (unsigned long long)f->data_size);
+  uint64_t want = numel * ts_dtype_size(e->dt);
+  if (e->end - e->begin != want) {
+    char s[128];
+    return ts_error_set(TS_EFORMAT, "%s: tensor '%s': shape %s x %s needs %llu bytes but "
+                        "data_offsets [%llu, %llu] span %llu", P, N,
+                        ts_shape_str(&e->shape, s, sizeof s), jd->valuestring,
+                        (unsigned long long)want, (unsigned long long)e->begin,
+                        (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
+  }
+  return TS_OK;
+}
+
+static int st_parse_meta(ts_st_file *f, const cJSON *j) {
+  if (!cJSON_IsObject(j))
+    return ts_error_set(TS_EFORMAT, "%s: \"__metadata__\" is not a JSON object", f->path);
+  int n = cJSON_GetArraySize(j);
+  f->mkey = calloc((size_t)n + 1, sizeof *f->mkey);
+  f->mval = calloc((size_t)n + 1, sizeof *f->mval);
+  if (!f->mkey || !f->mval) return ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+  for (const cJSON *m = j->child; m; m = m->next) {
+    if (!cJSON_IsString(m))
+      return ts_error_set(TS_EFORMAT, "%s: metadata value of '%s' is not a string", f->path,
+                          m->string);
+    for (int k = 0; k < f->nmeta; k++)
+      if (strcmp(f->mkey[k], m->string) == 0)
+        return ts_error_set(TS_EFORMAT, "%s: duplicate metadata key '%s'", f->path, m->string);
+    f->mkey[f->nmeta] = st_strdup(m->string);
+    f->mval[f->nmeta] = st_strdup(m->valuestring);
+    if (!f->mkey[f->nmeta] || !f->mval[f->nmeta]) {
+      free(f->mkey[f->nmeta]);
+      free(f->mval[f->nmeta]);
+      return ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+    }
+    f->nmeta++;
+  }
+  return TS_OK;
+}
+
+/* Parses and validates the header; f->data/data_size must already be set. */
+static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
+  const char *end = NULL;
+  if (hlen == 0 || hdr[0] != '{')
+    return ts_error_set(TS_EFORMAT, "%s: header does not start with '{' (not a safetensors file?)",
+                        f->path);
+  cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
+  if (!root) {
+    size_t pos = end ? (size_t)(end - hdr) : 0;
+    return ts_error_set(TS_EFORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)",
+                        f->path, pos, hlen);
+  }
+  int rc = TS_OK;
+  for (const char *p = end; p && p < hdr + hlen; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+      rc = ts_error_set(TS_EFORMAT, "%s: trailing garbage after the header JSON at byte %zu",
+                        f->path, (size_t)(p - hdr));
+      goto done;
+    }
+  if (!cJSON_IsObject(root)) {
+    rc = ts_error_set(TS_EFORMAT, "%s: header is not a JSON object", f->path);
+    goto done;
+  }
+  int total = cJSON_GetArraySize(root);
+  f->e = calloc((size_t)total + 1, sizeof *f->e);
+  f->by_name = calloc((size_t)total + 1, sizeof *f->by_name);
+  if (!f->e || !f->by_name) {
+    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+    goto done;
+  }
+  int have_meta = 0;
+  for (const cJSON *j = root->child; j; j = j->next) {
+    if (strcmp(j->string, "__metadata__") == 0) {
+      if (have_meta++) {
+        rc = ts_error_set(TS_EFORMAT, "%s: duplicate \"__metadata__\"", f->path);
+        goto done;
+      }
+      if ((rc = st_parse_meta(f, j))) goto done;
+      continue;
+    }
+    st_entry *e = &f->e[f->n];
+    if (!(e->name = st_strdup(j->string))) {
+      rc = ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+      goto done;
+    }
+    f->n++;
+    if ((rc = st_parse_entry(f, j, e))) goto done;
+  }
+  /* duplicate names */
+  for (int i = 0; i < f->n; i++) f->by_name[i] = i;
+  qsort_r(f->by_name, (size_t)f->n, sizeof(int), cmp_by_name_r, f->e);
+  for (int i = 1; i < f->n; i++)
+    if (strcmp(f->e[f->by_name[i - 1]].name, f->e[f->by_name[i]].name) == 0) {
+      rc = ts_error_set(TS_EFORMAT, "%s: tensor '%s' appears twice in the header", f->path,
+                        f->e[f->by_name[i]].name);
+      goto done;
+    }
+  /* overlaps and holes: sorted by offset, each tensor must start where the previous ended */
+  int *ord = malloc(((size_t)f->n + 1) * sizeof *ord);
+  if (!ord) {
+    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+    goto done;
+  }
+  for (int i = 0; i < f->n; i++) ord[i] = i;
+  qsort_r(ord, (size_t)f->n, sizeof(int), cmp_by_offset_r, f->e);
+  uint64_t pos = 0;
+  for (int k = 0; k < f->n && !rc; k++) {
+    const st_entry *e = &f->e[ord[k]];
+    if (e->begin < pos) {
+      const st_entry *p = &f->e[ord[k - 1]];
+      rc = ts_error_set(TS_EFORMAT, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap",
+                        f->path, p->name, (unsigned long long)p->begin,
+                        (unsigned long long)p->end, e->name, (unsigned long long)e->begin,
+                        (unsigned long long)e->end);
+    } else if (e->begin > pos) {
+      rc = ts_error_set(TS_EFORMAT, "%s: tensor '%s' starts at data offset %llu, leaving a hole "
+                        "at [%llu, %llu) that no tensor covers", f->path, e->name,
+                        (unsigned long long)e->begin, (unsigned long long)pos,
+                        (unsigned long long)e->begin);
+    }
+    pos = e->end;
+  }
+  free(ord);
+  if (rc) goto done;
+  if (pos != f->data_size) {
+    rc = ts_error_set(TS_EFORMAT, "%s: data section is %llu bytes but the tensors cover %llu "
+                      "(trailing bytes or truncated header)", f->path,
+                      (unsigned long long)f->data_size, (unsigned long long)pos);
+    goto done;
+  }
+  /* views; copy the rare tensor whose offset is not a multiple of its element size */
+  for (int i = 0; i < f->n; i++) {
+    st_entry *e = &f->e[i];
+    size_t es = ts_dtype_size(e->dt);
+    e->ptr = f->data + e->begin;
+    if (e->begin % es) {
+      size_t nb = (size_t)(e->end - e->begin);
+      if (!(e->copy = ts_alloc(nb ? nb : 1))) {
+        rc = ts_error_set(TS_ENOMEM, "%s: tensor '%s': out of memory", f->path, e->name);
+        goto done;
+      }
+      memcpy(e->copy, e->ptr, nb);
+      e->ptr = e->copy;
+    }
+  }
+  /* checksum */
+  const char *crc = ts_st_meta(f, TS_ST_CRC_KEY);
+  if (crc) {
+    char *ep = NULL;
+    unsigned long want = strtoul(crc, &ep, 16);
+    if (strlen(crc) != 8 || !ep || *ep) {
+      rc = ts_error_set(TS_EFORMAT, "%s: metadata \"%s\" = \"%s\" is not 8 hex digits", f->path,
+                        TS_ST_CRC_KEY, crc);
+      goto done;
+    }
+    uint32_t got = st_crc32(f->data, f->data_size);
+    if (got != (uint32_t)want) {
+      rc = ts_error_set(TS_EFORMAT, "%s: CRC-32 mismatch: header records %08lx, data section has "
+                        "%08x (file corrupted)", f->path, want, (unsigned)got);
+      goto done;
+    }
+  }
+done:
+  cJSON_Delete(root);
+  return rc;
+}
+
+static ts_st_file *st_new(const char *label) {
+  ts_st_file *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  if (!(f->path = st_strdup(label ? label : "(memory)"))) {
+    free(f);
+    return NULL;
+  }
+  return f;
+}
+
+static uint64_t st_le64(const unsigned char *b) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | b[i];
+  return v;
+}
+
+/* Checks the 8-byte length prefix against the total size; returns the header length. */
+static int st_check_len(const char *label, const unsigned char *prefix, uint64_t size,
+                        uint64_t *hlen) {
+  if (size < 8)
+    return ts_error_set(TS_EFORMAT, "%s: file is %llu bytes, too short for a safetensors header "
+                        "(truncated or empty)", label, (unsigned long long)size);
+  *hlen = st_le64(prefix);
+  if (*hlen > size - 8)
+    return ts_error_set(TS_EFORMAT, "%s: header length %llu exceeds the %llu bytes after the "
+                        "length prefix (truncated, or not a safetensors file)", label,
+                        (unsigned long long)*hlen, (unsigned long long)(size - 8));
+  if (*hlen > ST_MAX_HEADER)
+    return ts_error_set(TS_EFORMAT, "%s: header length %llu exceeds the %u-byte limit", label,
+                        (unsigned long long)*hlen, ST_MAX_HEADER);
+  return TS_OK;
+}
+
+int ts_st_open_memory(const void *bytes, size_t size, const char *label, ts_st_file **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_st_open_memory: NULL out");
+  *out = NULL;
+  if (!bytes && size) return ts_error_set(TS_EINVAL, "ts_st_open_memory: NULL bytes");
+  ts_st_file *f = st_new(label);
+  if (!f) return ts_error_set(TS_ENOMEM, "ts_st_open_memory: out of memory");
+  const unsigned char *b = bytes;
+  uint64_t hlen;
+  int rc = st_check_len(f->path, b, size, &hlen);
+  if (rc) goto fail;
+  f->data_size = size - 8 - hlen;
+  if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
+    rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate %llu bytes", f->path,
+                      (unsigned long long)f->data_size);
+    goto fail;
+  }
+  memcpy(f->data, b + 8 + hlen, f->data_size);
+  if ((rc = st_parse_header(f, (const char *)b + 8, hlen))) goto fail;
+  *out = f;
+  return TS_OK;
+fail:
+  ts_st_close(f);
+  return rc;
+}
+
+static int st_read_full(int fd, void *buf, size_t n) {
+  unsigned char *p = buf;
+  while (n > 0) {
+    ssize_t r = read(fd, p, n > (1u << 30) ? (1u << 30) : n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return r == 0 ? -2 : -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+int ts_st_open(const char *path, ts_st_file **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_st_open: NULL out");
+  *out = NULL;
+  if (!path) return ts_error_set(TS_EINVAL, "ts_st_open: NULL path");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ts_error_set(TS_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return ts_error_set(TS_EIO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return ts_error_set(TS_EIO, "%s: not a regular file", path);
+  }
+  ts_st_file *f = st_new(path);
+  char *hdr = NULL;
+  int rc = TS_OK, r;
+  if (!f) {
+    close(fd);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  }
+  uint64_t size = (uint64_t)st.st_size, hlen = 0;
+  unsigned char prefix[8] = {0};
+  if (size >= 8 && (r = st_read_full(fd, prefix, 8))) goto read_err;
+  if ((rc = st_check_len(path, prefix, size, &hlen))) goto fail;
+  if (!(hdr = malloc(hlen + 1))) {
+    rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate the %llu-byte header", path,
+                      (unsigned long long)hlen);
+    goto fail;
+  }
+  if ((r = st_read_full(fd, hdr, hlen))) goto read_err;
+  hdr[hlen] = 0;
+  f->data_size = size - 8 - hlen;
+  if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
+    rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate %llu bytes for the data", path,
+                      (unsigned long long)f->data_size);
+    goto fail;
+  }
+  if ((r = st_read_full(fd, f->data, f->data_size))) goto read_err;
+  close(fd);
+  fd = -1;
+  if ((rc = st_parse_header(f, hdr, hlen))) goto fail;
+  free(hdr);
+  *out = f;
+  return TS_OK;
+read_err:
+  rc = r == -2 ? ts_error_set(TS_EIO, "%s: file shrank while being read", path)
+               : ts_error_set(TS_EIO, "%s: read failed: %s", path, strerror(errno));
+fail:
+  if (fd >= 0) close(fd);
+  free(hdr);
+  ts_st_close(f);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ writer */
+
+typedef struct {
+  char *name;
+  ts_dtype dt;
+  ts_shape shape;
+  const void *data;
+  void *owned;
+  size_t nbytes;
+} st_wentry;
+
+struct ts_st_writer {
+  st_wentry *e;
+  int n, cap;
+  char **mkey, **mval;
+  int nmeta, mcap;
+};
+
+int ts_st_writer_create(ts_st_writer **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_st_writer_create: NULL out");
+  *out = calloc(1, sizeof **out);
+  return *out ? TS_OK : ts_error_set(TS_ENOMEM, "ts_st_writer_create: out of memory");
+}
+
+void ts_st_writer_free(ts_st_writer *w) {
+  if (!w) return;
+  for (int i = 0; i < w->n; i++) {
+    free(w->e[i].name);
+    ts_free(w->e[i].owned);
+  }
+  for (int i = 0; i < w->nmeta; i++) {
+    free(w->mkey[i]);
+    free(w->mval[i]);
+  }
+  free(w->e);
+  free(w->mkey);
+  free(w->mval);
+  free(w);
+}
+
+static int st_writer_add(ts_st_writer *w, const char *name, ts_dtype dt, ts_shape shape,
+                         const void *data, int copy) {
+  if (!w || !name) return ts_error_set(TS_EINVAL, "ts_st_writer_add: NULL argument");
+  if (!name[0] || strcmp(name, "__metadata__") == 0)
+    return ts_error_set(TS_EINVAL, "ts_st_writer_add: invalid tensor name '%s'", name);
+  if (strcmp(ts_st_dtype_name(dt), "?") == 0)
+    return ts_error_set(TS_EDTYPE, "ts_st_writer_add: tensor '%s': invalid dtype %d", name,
+                        (int)dt);
+  if (shape.ndim < 0 || shape.ndim > TS_MAX_DIMS)
+    return ts_error_set(TS_ESHAPE, "ts_st_writer_add: tensor '%s': bad ndim %d", name, shape.ndim);
+  uint64_t numel = 1;
+  for (int d = 0; d < shape.ndim; d++)
+    if (shape.dims[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape.dims[d], &numel) ||
+        numel > (uint64_t)ST_MAX_INT)
+      return ts_error_set(TS_ESHAPE, "ts_st_writer_add: tensor '%s': bad dimension %lld", name,
+                          (long long)shape.dims[d]);
+  size_t nb = (size_t)numel * ts_dtype_size(dt);
+  if (nb && !data)
+    return ts_error_set(TS_EINVAL, "ts_st_writer_add: tensor '%s': NULL data", name);
+  for (int i = 0; i < w->n; i++)
+    if (strcmp(w->e[i].name, name) == 0)
+      return ts_error_set(TS_EINVAL, "ts_st_writer_add: tensor '%s' added twice", name);
+  if (w->n == w->cap) {
+    int nc = w->cap ? 2 * w->cap : 16;
+    st_wentry *ne = realloc(w->e, (size_t)nc * sizeof *ne);
+    if (!ne) return ts_error_set(TS_ENOMEM, "ts_st_writer_add: out of memory");
+    w->e = ne;
+    w->cap = nc;
+  }
+  st_wentry *e = &w->e[w->n];
+  memset(e, 0, sizeof *e);
+  if (!(e->name = st_strdup(name))) return ts_error_set(TS_ENOMEM, "ts_st_writer_add: out of memory");
+  e->dt = dt;
+  e->shape = shape;
+  e->nbytes = nb;
+  e->data = data;
+  if (copy && nb) {
+    if (!(e->owned = ts_alloc(nb))) {
+      free(e->name);
+      return ts_error_set(TS_ENOMEM, "ts_st_writer_add: tensor '%s': out of memory", name);
+    }
+    memcpy(e->owned, data, nb);
+    e->data = e->owned;
+  }
+  w->n++;
+  return TS_OK;
+}
+
+int ts_st_writer_add(ts_st_writer *w, const char *name, ts_dtype dt, ts_shape shape,
+                     const void *data) {
+  return st_writer_add(w, name, dt, shape, data, 0);
+}
+int ts_st_writer_add_copy(ts_st_writer *w, const char *name, ts_dtype dt, ts_shape shape,
+                          const void *data) {
+  return st_writer_add(w, name, dt, shape, data, 1);
+}
+int ts_st_writer_add_tensor(ts_st_writer *w, const char *name, const ts_tensor *t) {
+  if (!t) return ts_error_set(TS_EINVAL, "ts_st_writer_add_tensor: NULL tensor");
+  return st_writer_add(w, name, t->dtype, t->shape, t->data, 0);
+}
+
+static int st_set_meta(ts_st_writer *w, const char *key, const char *value) {
+  for (int i = 0; i < w->nmeta; i++)
+    if (strcmp(w->mkey[i], key) == 0) {
+      char *v = st_strdup(value);
+      if (!v) return ts_error_set(TS_ENOMEM, "ts_st_writer_set_meta: out of memory");
+      free(w->mval[i]);
+      w->mval[i] = v;
+      return TS_OK;
+    }
+  if (w->nmeta == w->mcap) {
+    int nc = w->mcap ? 2 * w->mcap : 8;
+    char **k = realloc(w->mkey, (size_t)nc * sizeof *k);
+    if (!k) return ts_error_set(TS_ENOMEM, "ts_st_writer_set_meta: out of memory");
+    w->mkey = k;
+    char **v = realloc(w->mval, (size_t)nc * sizeof *v);
+    if (!v) return ts_error_set(TS_ENOMEM, "ts_st_writer_set_meta: out of memory");
+    w->mval = v;
+    w->mcap = nc;
+  }
+  char *k = st_strdup(key), *v = st_strdup(value);
+  if (!k || !v) {
+    free(k);
+    free(v);
+    return ts_error_set(TS_ENOMEM, "ts_st_writer_set_meta: out of memory");
+  }
+  w->mkey[w->nmeta] = k;
+  w->mval[w->nmeta] = v;
+  w->nmeta++;
+  return TS_OK;
+}
+
+int ts_st_writer_set_meta(ts_st_writer *w, const char *key, const char *value) {
+  if (!w || !key || !value) return ts_error_set(TS_EINVAL, "ts_st_writer_set_meta: NULL argument");
+  if (strcmp(key, TS_ST_CRC_KEY) == 0)
+    return ts_error_set(TS_EINVAL, "ts_st_writer_set_meta: key '%s' is reserved", key);
+  return st_set_meta(w, key, value);
+}
+
+static int st_write_full(int fd, const void *buf, size_t n) {
+  const unsigned char *p = buf;
+  while (n > 0) {
+    ssize_t r = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static int cmp_layout_r(const void *a, const void *b, void *ctx) {
+  const st_wentry *e = ctx;
+  int x = *(const int *)a, y = *(const int *)b;
+  size_t sx = ts_dtype_size(e[x].dt), sy = ts_dtype_size(e[y].dt);
+  if (sx != sy) return sx > sy ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+/* Builds the padded header text (8-byte length prefix included) for the given layout. */
+static int st_build_header(ts_st_writer *w, const int *ord, uint32_t crc, char **out,
+                           size_t *out_len) {
+  uint64_t *off = calloc((size_t)w->n + 1, sizeof *off);
+  cJSON *root = cJSON_CreateObject(), *meta = cJSON_CreateObject();
+  int rc = TS_OK;
+  char num[32], crcs[16];
+  if (!off || !root || !meta) goto oom;
+  uint64_t pos = 0;
+  for (int k = 0; k < w->n; k++) {
+    off[ord[k]] = pos;
+    pos += w->e[ord[k]].nbytes;
+  }
+  cJSON_AddItemToObject(root, "__metadata__", meta);
+  for (int i = 0; i < w->nmeta; i++)
+    if (!cJSON_AddStringToObject(meta, w->mkey[i], w->mval[i])) goto oom_nometa;
+  snprintf(crcs, sizeof crcs, "%08x", (unsigned)crc);
+  if (!cJSON_AddStringToObject(meta, TS_ST_CRC_KEY, crcs)) goto oom_nometa;
+  for (int i = 0; i < w->n; i++) {
+    const st_wentry *e = &w->e[i];
+    cJSON *t = cJSON_CreateObject(), *sh = cJSON_CreateArray(), *of = cJSON_CreateArray();
+    if (!t || !sh || !of) {
+      cJSON_Delete(t);
+      cJSON_Delete(sh);
+      cJSON_Delete(of);
+      goto oom_nometa;
+    }
+    cJSON_AddItemToObject(root, e->name, t);
+    cJSON_AddStringToObject(t, "dtype", ts_st_dtype_name(e->dt));
+    cJSON_AddItemToObject(t, "shape", sh);
+    cJSON_AddItemToObject(t, "data_offsets", of);
+    for (int d = 0; d < e->shape.ndim; d++) {
+      snprintf(num, sizeof num, "%lld", (long long)e->shape.dims[d]);
+      cJSON_AddItemToArray(sh, cJSON_CreateRaw(num));
+    }
+    snprintf(num, sizeof num, "%llu", (unsigned long long)off[i]);
+    cJSON_AddItemToArray(of, cJSON_CreateRaw(num));
+    snprintf(num, sizeof num, "%llu", (unsigned long long)(off[i] + e->nbytes));
+    cJSON_AddItemToArray(of, cJSON_CreateRaw(num));
+    if (cJSON_GetArraySize(sh) != e->shape.ndim || cJSON_GetArraySize(of) != 2) goto oom_nometa;
+  }
+  char *txt = cJSON_PrintUnformatted(root);
+  if (!txt) goto oom_nometa;
+  size_t len = strlen(txt), padded = (len + 7) & ~(size_t)7;
+  char *buf = malloc(8 + padded);
+  if (!buf) {
+    cJSON_free(txt);
+    goto oom_nometa;
+  }
+  for (int i = 0; i < 8; i++) buf[i] = (char)((uint64_t)padded >> (8 * i));
+  memcpy(buf + 8, txt, len);
+  memset(buf + 8 + len, ' ', padded - len);
+  cJSON_free(txt);
+  *out = buf;
+  *out_len = 8 + padded;
+  goto done;
+oom:
+  cJSON_Delete(meta);
+oom_nometa:
+  rc = ts_error_set(TS_ENOMEM, "ts_st_write: out of memory building the header");
+done:
+  cJSON_Delete(root);
+  free(off);
+  return rc;
+}
+
+int ts_st_write(ts_st_writer *w, const char *path) {
+  if (!w || !path) return ts_error_set(TS_EINVAL, "ts_st_write: NULL argument");
+  static atomic_uint counter;
+  int *ord = malloc(((size_t)w->n + 1) * sizeof *ord);
+  char *hdr = NULL, *tmp = NULL;
+  size_t hlen = 0;
+  int rc = TS_OK, fd = -1;
+  if (!ord) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  for (int i = 0; i < w->n; i++) ord[i] = i;
+  qsort_r(ord, (size_t)w->n, sizeof(int), cmp_layout_r, w->e);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int k = 0; k < w->n; k++) {
+    const st_wentry *e = &w->e[ord[k]];
+    const unsigned char *p = e->data;
+    size_t n = e->nbytes;
+    while (n) {
+      uInt c = n > (1u << 30) ? (1u << 30) : (uInt)n;
+      crc = crc32(crc, p, c);
+      p += c;
+      n -= c;
+    }
+  }
+  if ((rc = st_build_header(w, ord, (uint32_t)crc, &hdr, &hlen))) {
+    ts_error_wrap(rc, "%s", path);
+    goto out;
+  }
+  size_t tl = strlen(path) + 48;
+  if (!(tmp = malloc(tl))) {
+    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    rc = ts_error_set(TS_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
+                      strerror(errno));
+    goto out;
+  }
+  if (st_write_full(fd, hdr, hlen)) goto io_err;
+  for (int k = 0; k < w->n; k++)
+    if (st_write_full(fd, w->e[ord[k]].data, w->e[ord[k]].nbytes)) goto io_err;
+  if (fsync(fd) != 0) goto io_err;
+  if (close(fd) != 0) {
+    fd = -1;
+    goto io_err;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) goto io_err;
+  { /* make the rename durable; failure here does not undo a complete write */
+    char *dir = st_strdup(path);
+    if (dir) {
+      char *slash = strrchr(dir, '/');
+      const char *d = ".";
+      if (slash) {
+        slash[slash == dir ? 1 : 0] = 0;
+        d = dir;
+      }
+      int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+      }
+      free(dir);
+    }
+  }
+  goto out;
+io_err:
+  rc = ts_error_set(TS_EIO, "%s: write failed: %s", path, strerror(errno));
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+out:
+  free(tmp);
+  free(hdr);
+  free(ord);
+  return rc;
+}

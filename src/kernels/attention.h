@@ -1,0 +1,39 @@
+/* Causal scaled-dot-product attention kernels (f32).
+ *
+ * Layouts: q, k, v, o, do, dq, dk, dv are (B,H,T,D) for layout TS_ATTN_BHTD, or (B,T,H,D) for
+ * TS_ATTN_BTHD (the layout a (B,T,H*D) projection has before any permute, which saves the
+ * permutes around the op). lse is always (B,H,T).
+ *
+ *   s_ij = scale * q_i . k_j,  j <= i
+ *   o_i  = sum_j softmax_j(s_i.) v_j,     lse_i = log sum_{j<=i} exp(s_ij)
+ *
+ * Backward (recomputes the probabilities from q, k and lse; nothing T x T is stored):
+ *   p_ij = exp(s_ij - lse_i),  D_i = do_i . o_i,  ds_ij = p_ij (do_i . v_j - D_i)
+ *   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij do_i
+ *
+ * `_ref` kernels are naive loops accumulating in double (for tests and the reference backend);
+ * `_dnnl` kernels are fused and blocked: per (b,h) and block of 64 queries the scores against the
+ * causally visible keys are computed with dnnl_sgemm, softmax'd in place and multiplied by v, so
+ * fully-masked key blocks are never touched. Work is spread over OpenMP threads by (b,h,block)
+ * (forward) or (b,h) (backward); dnnl_sgemm runs single-threaded inside those regions. */
+#ifndef TS_KERNELS_ATTENTION_H
+#define TS_KERNELS_ATTENTION_H
+
+#include <stdint.h>
+
+enum { TS_ATTN_BHTD = 0, TS_ATTN_BTHD = 1 };
+
+/* q,k,v -> o, lse. */
+int ts__attention_fwd_ref(const float *q, const float *k, const float *v, float *o, float *lse,
+                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout);
+int ts__attention_fwd_dnnl(const float *q, const float *k, const float *v, float *o, float *lse,
+                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout);
+/* (do,q,k,v,o,lse) -> dq,dk,dv (overwritten). */
+int ts__attention_bwd_ref(const float *dout, const float *q, const float *k, const float *v,
+                          const float *o, const float *lse, float *dq, float *dk, float *dv,
+                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout);
+int ts__attention_bwd_dnnl(const float *dout, const float *q, const float *k, const float *v,
+                           const float *o, const float *lse, float *dq, float *dk, float *dv,
+                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout);
+
+#endif

@@ -1,0 +1,271 @@
+/* oneDNN 2.6 convolution kernels (see conv.h).
+ *
+ * Each direction's primitive is created once per (shape, attributes, layout mode) and cached.
+ * In TS_CONV_FMT_ANY mode the primitive is created with format_tag_any and oneDNN picks its
+ * preferred (blocked) layouts; the kernel then reorders the caller's plain NCHW/OIHW inputs
+ * into scratch buffers, runs the primitive, and reorders outputs back. Nothing is kept between
+ * calls (weights change every step). Reorder primitives are cached next to their convolution.
+ * Scratch buffers are process-wide and grow to the largest size seen (kernels are launched from
+ * one thread at a time; see dnnl_ctx.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv.h"
+#include "dnnl_ctx.h"
+#include "tessera/base.h"
+#include "tessera/tensor.h"
+
+/* Layout defaults per direction, chosen from bench/bench_kernels.c measurements on this
+ * machine's ResNet-18 shapes (see the comment in that file for the numbers). */
+static int g_fmt[3] = {TS_CONV_FMT_ANY, TS_CONV_FMT_ANY, TS_CONV_FMT_ANY};
+
+void ts__conv_dnnl_set_format(int dir, int fmt) {
+  if (dir >= 0 && dir < 3 && (fmt == TS_CONV_FMT_PLAIN || fmt == TS_CONV_FMT_ANY))
+    g_fmt[dir] = fmt;
+}
+int ts__conv_dnnl_get_format(int dir) { return dir >= 0 && dir < 3 ? g_fmt[dir] : -1; }
+
+enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_WEIGHT = 2 };
+/* Tensor slots of a primitive: fwd (SRC, WEIGHTS, BIAS, DST); bwd_data (DIFF_DST, WEIGHTS, -,
+ * DIFF_SRC); bwd_weight (SRC, DIFF_DST, DIFF_BIAS, DIFF_WEIGHTS). Slot 3 is the main output,
+ * slot 2 the bias (always plain). */
+#define NSLOT 4
+
+typedef struct {
+  char tag[8];
+  int32_t dir, fmt, with_bias, pad_;
+  int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
+} conv_key;
+
+typedef struct {
+  char tag[8];
+  conv_key conv;
+  int32_t slot, pad_;
+} reorder_key;
+
+typedef struct {
+  int arg[NSLOT];                  /* DNNL_ARG_* per slot (0 = unused) */
+  int is_out[NSLOT];
+  dnnl_memory_desc_t user[NSLOT];  /* plain layouts of the caller's buffers */
+  dnnl_memory_desc_t prim[NSLOT];  /* layouts the primitive wants */
+  int reorder[NSLOT];              /* 1 if prim != user */
+  char impl[64];
+} conv_aux;
+
+static void *g_buf[NSLOT];
+static size_t g_cap[NSLOT];
+
+static void *scratch(int slot, size_t bytes) {
+  if (bytes > g_cap[slot]) {
+    ts_free(g_buf[slot]);
+    g_buf[slot] = ts_alloc(bytes);
+    g_cap[slot] = g_buf[slot] ? bytes : 0;
+  }
+  return g_buf[slot];
+}
+
+static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int with_bias) {
+  memset(k, 0, sizeof *k);
+  memcpy(k->tag, "conv2d", 7);
+  k->dir = dir, k->fmt = fmt, k->with_bias = with_bias;
+  k->N = d->N, k->C = d->C, k->H = d->H, k->W = d->W, k->O = d->O, k->KH = d->KH, k->KW = d->KW;
+  k->OH = d->OH, k->OW = d->OW, k->sh = d->sh, k->sw = d->sw, k->ph = d->ph, k->pw = d->pw;
+  k->dh = d->dh, k->dw = d->dw, k->groups = d->groups;
+}
+
+/* Plain descriptors of x, w, b, y. Weights are 5-D goihw when grouped (same memory as OIHW). */
+static int plain_mds(const ts__conv_desc *d, dnnl_memory_desc_t *x, dnnl_memory_desc_t *w,
+                     dnnl_memory_desc_t *b, dnnl_memory_desc_t *y) {
+  int64_t xd[4] = {d->N, d->C, d->H, d->W}, yd[4] = {d->N, d->O, d->OH, d->OW};
+  int64_t g = d->groups, bd[1] = {d->O};
+  int64_t wd4[4] = {d->O, d->C / g, d->KH, d->KW};
+  int64_t wd5[5] = {g, d->O / g, d->C / g, d->KH, d->KW};
+  int rc;
+  if ((rc = ts__dnnl_md_plain(x, 4, xd, dnnl_f32)) || (rc = ts__dnnl_md_plain(y, 4, yd, dnnl_f32)) ||
+      (rc = ts__dnnl_md_plain(b, 1, bd, dnnl_f32)))
+    return rc;
+  return g > 1 ? ts__dnnl_md_plain(w, 5, wd5, dnnl_f32) : ts__dnnl_md_plain(w, 4, wd4, dnnl_f32);
+}
+
+static int any_md(dnnl_memory_desc_t *out, const dnnl_memory_desc_t *plain) {
+  return ts__dnnl_check(
+      dnnl_memory_desc_init_by_tag(out, plain->ndims, plain->dims, dnnl_f32, dnnl_format_tag_any),
+      "conv2d memory descriptor");
+}
+
+/* Fills a convolution op descriptor for `dir` from the given memory descriptors. */
+static int conv_desc(dnnl_convolution_desc_t *cd, int dir, const ts__conv_desc *d,
+                     const dnnl_memory_desc_t *x, const dnnl_memory_desc_t *w,
+                     const dnnl_memory_desc_t *b, const dnnl_memory_desc_t *y) {
+  dnnl_dims_t strides = {d->sh, d->sw}, dil = {d->dh - 1, d->dw - 1}, pad = {d->ph, d->pw};
+  dnnl_status_t st;
+  if (dir == DIR_FWD)
+    st = dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training,
+                                                    dnnl_convolution_direct, x, w, b, y, strides,
+                                                    dil, pad, pad);
+  else if (dir == DIR_BWD_DATA)
+    st = dnnl_dilated_convolution_backward_data_desc_init(cd, dnnl_convolution_direct, x, w, y,
+                                                          strides, dil, pad, pad);
+  else
+    st = dnnl_dilated_convolution_backward_weights_desc_init(cd, dnnl_convolution_direct, x, w, b,
+                                                             y, strides, dil, pad, pad);
+  return ts__dnnl_check(st, "conv2d descriptor");
+}
+
+static ts__dnnl_prim *get_prim(const ts__conv_desc *d, int dir, int with_bias, conv_key *key) {
+  const int fmt = g_fmt[dir];
+  make_key(key, d, dir, fmt, with_bias);
+  ts__dnnl_prim *p = ts__dnnl_cache_get(key, sizeof *key);
+  if (p) return p;
+
+  dnnl_memory_desc_t px, pw, pb, py, ax, aw, ay;
+  if (plain_mds(d, &px, &pw, &pb, &py)) return NULL;
+  const dnnl_memory_desc_t *ux = &px, *uw = &pw, *uy = &py;
+  if (fmt == TS_CONV_FMT_ANY) {
+    if (any_md(&ax, &px) || any_md(&aw, &pw) || any_md(&ay, &py)) return NULL;
+    ux = &ax, uw = &aw, uy = &ay;
+  }
+  const dnnl_memory_desc_t *bias = with_bias ? &pb : NULL;
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL, hint = NULL;
+  if (conv_desc(&cd, dir, d, ux, uw, dir == DIR_BWD_DATA ? NULL : bias, uy)) return NULL;
+  if (dir != DIR_FWD) { /* backward primitives need the forward primitive as a hint */
+    dnnl_convolution_desc_t fd;
+    if (conv_desc(&fd, DIR_FWD, d, ux, uw, bias, uy)) return NULL;
+    if (ts__dnnl_check(dnnl_primitive_desc_create(&hint, &fd, NULL, ts__dnnl_engine(), NULL),
+                       "conv2d forward primitive descriptor (hint)"))
+      return NULL;
+  }
+  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &cd, NULL, ts__dnnl_engine(), hint);
+  if (hint) dnnl_primitive_desc_destroy(hint);
+  if (ts__dnnl_check(st, "conv2d primitive descriptor")) return NULL;
+
+  conv_aux *aux = calloc(1, sizeof *aux);
+  if (!aux) {
+    dnnl_primitive_desc_destroy(pd);
+    ts_error_set(TS_ENOMEM, "conv2d: out of memory");
+    return NULL;
+  }
+  static const dnnl_query_t q[3][NSLOT] = {
+      {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_weights_md, dnnl_query_dst_md},
+      {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_undef, dnnl_query_diff_src_md},
+      {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md,
+       dnnl_query_diff_weights_md}};
+  static const int qi[3][NSLOT] = {{0, 0, 1, 0}, {0, 0, 0, 0}, {0, 0, 1, 0}};
+  static const int args[3][NSLOT] = {
+      {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST},
+      {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, 0, DNNL_ARG_DIFF_SRC},
+      {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_BIAS, DNNL_ARG_DIFF_WEIGHTS}};
+  const dnnl_memory_desc_t *user[3][NSLOT] = {
+      {&px, &pw, &pb, &py}, {&py, &pw, NULL, &px}, {&px, &py, &pb, &pw}};
+  for (int s = 0; s < NSLOT; s++) {
+    if (!args[dir][s] || (s == 2 && !with_bias)) continue;
+    aux->arg[s] = args[dir][s];
+    aux->is_out[s] = s == 3 || (dir == DIR_BWD_WEIGHT && s == 2);
+    aux->user[s] = *user[dir][s];
+    const dnnl_memory_desc_t *m = dnnl_primitive_desc_query_md(pd, q[dir][s], qi[dir][s]);
+    aux->prim[s] = m ? *m : *user[dir][s];
+    aux->reorder[s] = !dnnl_memory_desc_equal(&aux->prim[s], &aux->user[s]);
+  }
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+    strncpy(aux->impl, impl, sizeof aux->impl - 1);
+
+  dnnl_primitive_t prim = NULL;
+  if (ts__dnnl_check(dnnl_primitive_create(&prim, pd), "conv2d primitive creation")) {
+    dnnl_primitive_desc_destroy(pd);
+    free(aux);
+    return NULL;
+  }
+  p = ts__dnnl_cache_put(key, sizeof *key, pd, prim, aux);
+  if (!p) ts_error_set(TS_ENOMEM, "conv2d: primitive cache out of memory");
+  return p;
+}
+
+static ts__dnnl_prim *get_reorder(const conv_key *ck, int slot, const dnnl_memory_desc_t *src,
+                                  const dnnl_memory_desc_t *dst) {
+  reorder_key k;
+  memset(&k, 0, sizeof k);
+  memcpy(k.tag, "reorder", 8);
+  k.conv = *ck;
+  k.slot = slot;
+  ts__dnnl_prim *p = ts__dnnl_cache_get(&k, sizeof k);
+  if (p) return p;
+  dnnl_primitive_desc_t pd = NULL;
+  if (ts__dnnl_check(dnnl_reorder_primitive_desc_create(&pd, src, ts__dnnl_engine(), dst,
+                                                        ts__dnnl_engine(), NULL),
+                     "conv2d reorder primitive descriptor"))
+    return NULL;
+  return ts__dnnl_cache_put_pd(&k, sizeof k, pd);
+}
+
+static int reorder(const conv_key *ck, int slot, const dnnl_memory_desc_t *smd, const void *src,
+                   const dnnl_memory_desc_t *dmd, void *dst) {
+  ts__dnnl_prim *r = get_reorder(ck, slot, smd, dmd);
+  if (!r) return TS_EBACKEND;
+  dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, ts__dnnl_mem(smd, (void *)src)},
+                          {DNNL_ARG_TO, ts__dnnl_mem(dmd, dst)}};
+  return ts__dnnl_run(r, 2, a, "conv2d reorder");
+}
+
+/* Runs direction `dir` with user buffers per slot (NULL for an absent bias). */
+static int run_conv(const ts__conv_desc *d, int dir, void *const bufs[NSLOT], const char *what) {
+  int rc = ts__conv_check(d, what);
+  if (rc) return rc;
+  for (int s = 0; s < NSLOT; s++)
+    if (s != 2 && !bufs[s])
+      return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  const int with_bias = dir != DIR_BWD_DATA && bufs[2] != NULL;
+  conv_key key;
+  ts__dnnl_prim *p = get_prim(d, dir, with_bias, &key);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "%s", what);
+  const conv_aux *aux = p->aux;
+  void *pb[NSLOT] = {0};
+  for (int s = 0; s < NSLOT; s++) {
+    if (!aux->arg[s]) continue;
+    pb[s] = bufs[s];
+    if (!aux->reorder[s]) continue;
+    pb[s] = scratch(s, dnnl_memory_desc_get_size(&aux->prim[s]));
+    if (!pb[s]) return ts_error_set(TS_ENOMEM, "%s: out of memory for layout buffers", what);
+    if (!aux->is_out[s] && (rc = reorder(&key, s, &aux->user[s], bufs[s], &aux->prim[s], pb[s])))
+      return rc;
+  }
+  dnnl_exec_arg_t args[NSLOT];
+  int na = 0;
+  for (int s = 0; s < NSLOT; s++)
+    if (aux->arg[s]) {
+      args[na].arg = aux->arg[s];
+      args[na].memory = ts__dnnl_mem(&aux->prim[s], pb[s]);
+      na++;
+    }
+  if ((rc = ts__dnnl_run(p, na, args, what))) return rc;
+  for (int s = 0; s < NSLOT; s++)
+    if (aux->arg[s] && aux->reorder[s] && aux->is_out[s] &&
+        (rc = reorder(&key, NSLOT + s, &aux->prim[s], pb[s], &aux->user[s], bufs[s])))
+      return rc;
+  return TS_OK;
+}
+
+int ts__conv2d_fwd_dnnl(const ts__conv_desc *d, const float *x, const float *w, const float *b,
+                        float *y) {
+  void *bufs[NSLOT] = {(void *)x, (void *)w, (void *)b, y};
+  return run_conv(d, DIR_FWD, bufs, "conv2d (oneDNN)");
+}
+
+int ts__conv2d_bwd_data_dnnl(const ts__conv_desc *d, const float *dy, const float *w, float *dx) {
+  void *bufs[NSLOT] = {(void *)dy, (void *)w, NULL, dx};
+  return run_conv(d, DIR_BWD_DATA, bufs, "conv2d_bwd_data (oneDNN)");
+}
+
+int ts__conv2d_bwd_weight_dnnl(const ts__conv_desc *d, const float *x, const float *dy,
+                               float *dw, float *db) {
+  void *bufs[NSLOT] = {(void *)x, (void *)dy, db, dw};
+  return run_conv(d, DIR_BWD_WEIGHT, bufs, "conv2d_bwd_weight (oneDNN)");
+}
+
+const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir) {
+  if (dir < 0 || dir > 2 || ts__conv_check(d, "conv2d")) return "";
+  conv_key key;
+  ts__dnnl_prim *p = get_prim(d, dir, 0, &key);
+  return p && p->aux ? ((const conv_aux *)p->aux)->impl : "";
+}

@@ -1,0 +1,216 @@
+/* Element-wise activations: plain-C reference kernels and oneDNN eltwise primitives. */
+#include "eltwise.h"
+
+#include <math.h>
+
+#include "dnnl_ctx.h"
+
+#define PAR_MIN 32768 /* below this many elements, stay on one thread */
+
+int ts__eltwise_bwd_uses_dst(int alg) {
+  switch (alg) {
+    case TS_ELT_RELU: case TS_ELT_SIGMOID: case TS_ELT_TANH: case TS_ELT_EXP: case TS_ELT_SQRT:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static int bad_alg(const char *what, int alg) {
+  return ts_error_set(TS_EINVAL, "%s: unknown eltwise algorithm %d", what, alg);
+}
+
+#define SQRT_2_OVER_PI 0.79788456080286535588f
+#define GELU_C 0.044715f
+#define INV_SQRT2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+
+static inline float sigmoidf(float x) {
+  if (x >= 0) return 1.0f / (1.0f + expf(-x));
+  float e = expf(x);
+  return e / (1.0f + e);
+}
+
+/* Loop body over i in [0,n) with one expression, parallel and vectorisable where libm allows. */
+#define ELT_LOOP(expr)                                                    \
+  do {                                                                    \
+    _Pragma("omp parallel for simd schedule(static) if (n > PAR_MIN)")    \
+    for (int64_t i = 0; i < n; i++) {                                     \
+      float v = x[i];                                                     \
+      y[i] = (expr);                                                      \
+    }                                                                     \
+  } while (0)
+
+// x (n) -> y (n)
+int ts__eltwise_fwd_ref(int alg, float alpha, float beta, const float *x, float *y, int64_t n) {
+  (void)beta;
+  switch (alg) {
+    case TS_ELT_RELU: ELT_LOOP(v > 0 ? v : alpha * v); break;
+    case TS_ELT_GELU_TANH:
+      ELT_LOOP(0.5f * v * (1.0f + tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v))));
+      break;
+    case TS_ELT_GELU_ERF: ELT_LOOP(0.5f * v * (1.0f + erff(v * INV_SQRT2))); break;
+    case TS_ELT_SIGMOID: ELT_LOOP(sigmoidf(v)); break;
+    case TS_ELT_TANH: ELT_LOOP(tanhf(v)); break;
+    case TS_ELT_EXP: ELT_LOOP(expf(v)); break;
+    case TS_ELT_LOG: ELT_LOOP(logf(v)); break;
+    case TS_ELT_SQRT: ELT_LOOP(sqrtf(v)); break;
+    case TS_ELT_SQUARE: ELT_LOOP(v * v); break;
+    case TS_ELT_ABS: ELT_LOOP(fabsf(v)); break;
+    case TS_ELT_NEG: ELT_LOOP(-v); break;
+    default: return bad_alg("eltwise", alg);
+  }
+  return TS_OK;
+}
+
+#define BWD_LOOP(expr)                                                    \
+  do {                                                                    \
+    _Pragma("omp parallel for simd schedule(static) if (n > PAR_MIN)")    \
+    for (int64_t i = 0; i < n; i++) {                                     \
+      float g = dy[i], s = src[i];                                        \
+      dx[i] = (expr);                                                     \
+    }                                                                     \
+  } while (0)
+
+static inline float gelu_tanh_grad(float v) {
+  float u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
+}
+
+static inline float gelu_erf_grad(float v) {
+  return 0.5f * (1.0f + erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * expf(-0.5f * v * v);
+}
+
+// dy (n), src = x or y (n) -> dx (n)
+int ts__eltwise_bwd_ref(int alg, float alpha, float beta, int use_dst, const float *dy,
+                        const float *src, float *dx, int64_t n) {
+  (void)beta;
+  if (use_dst && !ts__eltwise_bwd_uses_dst(alg))
+    return ts_error_set(TS_EINVAL, "eltwise_bwd: algorithm %d has no backward from the output", alg);
+  switch (alg) {
+    case TS_ELT_RELU: BWD_LOOP(s > 0 ? g : alpha * g); break; /* y > 0 iff x > 0 (alpha >= 0) */
+    case TS_ELT_GELU_TANH: BWD_LOOP(g * gelu_tanh_grad(s)); break;
+    case TS_ELT_GELU_ERF: BWD_LOOP(g * gelu_erf_grad(s)); break;
+    case TS_ELT_SIGMOID:
+      if (use_dst) BWD_LOOP(g * s * (1.0f - s));
+      else BWD_LOOP(g * sigmoidf(s) * (1.0f - sigmoidf(s)));
+      break;
+    case TS_ELT_TANH:
+      if (use_dst) BWD_LOOP(g * (1.0f - s * s));
+      else BWD_LOOP(g * (1.0f - tanhf(s) * tanhf(s)));
+      break;
+    case TS_ELT_EXP:
+      if (use_dst) BWD_LOOP(g * s);
+      else BWD_LOOP(g * expf(s));
+      break;
+    case TS_ELT_LOG: BWD_LOOP(g / s); break;
+    case TS_ELT_SQRT:
+      if (use_dst) BWD_LOOP(g / (2.0f * s));
+      else BWD_LOOP(g / (2.0f * sqrtf(s)));
+      break;
+    case TS_ELT_SQUARE: BWD_LOOP(2.0f * s * g); break;
+    case TS_ELT_ABS: BWD_LOOP(s > 0 ? g : (s < 0 ? -g : 0.0f)); break;
+    case TS_ELT_NEG: BWD_LOOP(-g); break;
+    default: return bad_alg("eltwise_bwd", alg);
+  }
+  return TS_OK;
+}
+
+/* ---------------- oneDNN ---------------- */
+
+typedef struct {
+  int kind; /* 0 forward, 1 backward */
+  int alg, use_dst;
+  float alpha, beta;
+  int64_t n;
+} elt_key;
+
+/* Maps a ts_eltwise_alg to a oneDNN algorithm (and its alpha/beta). */
+static int dnnl_alg_of(int alg, int use_dst, float *alpha, float *beta, dnnl_alg_kind_t *out) {
+  switch (alg) {
+    case TS_ELT_RELU: *out = use_dst ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu; break;
+    case TS_ELT_GELU_TANH: *out = dnnl_eltwise_gelu_tanh; break;
+    case TS_ELT_GELU_ERF: *out = dnnl_eltwise_gelu_erf; break;
+    case TS_ELT_SIGMOID:
+      *out = use_dst ? dnnl_eltwise_logistic_use_dst_for_bwd : dnnl_eltwise_logistic;
+      break;
+    case TS_ELT_TANH: *out = use_dst ? dnnl_eltwise_tanh_use_dst_for_bwd : dnnl_eltwise_tanh; break;
+    case TS_ELT_EXP: *out = use_dst ? dnnl_eltwise_exp_use_dst_for_bwd : dnnl_eltwise_exp; break;
+    case TS_ELT_LOG: *out = dnnl_eltwise_log; break;
+    case TS_ELT_SQRT: *out = use_dst ? dnnl_eltwise_sqrt_use_dst_for_bwd : dnnl_eltwise_sqrt; break;
+    case TS_ELT_SQUARE: *out = dnnl_eltwise_square; break;
+    case TS_ELT_ABS: *out = dnnl_eltwise_abs; break;
+    case TS_ELT_NEG:
+      *out = dnnl_eltwise_linear;
+      *alpha = -1.0f;
+      *beta = 0.0f;
+      break;
+    default: return bad_alg("eltwise (oneDNN)", alg);
+  }
+  if (alg != TS_ELT_RELU && alg != TS_ELT_NEG) *alpha = *beta = 0.0f;
+  if (alg == TS_ELT_RELU) *beta = 0.0f;
+  return TS_OK;
+}
+
+static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int use_dst, int64_t n) {
+  elt_key key;
+  memset(&key, 0, sizeof key);
+  key.kind = kind;
+  key.alg = alg;
+  key.use_dst = use_dst;
+  key.alpha = alpha;
+  key.beta = beta;
+  key.n = n;
+  ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
+  if (p) return p;
+  dnnl_alg_kind_t da;
+  float a = alpha, b = beta;
+  if (dnnl_alg_of(alg, use_dst, &a, &b, &da)) return NULL;
+  dnnl_memory_desc_t md;
+  int64_t dims[1] = {n};
+  if (ts__dnnl_md_plain(&md, 1, dims, dnnl_f32)) return NULL;
+  dnnl_eltwise_desc_t fd;
+  dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+  if (ts__dnnl_check(dnnl_eltwise_forward_desc_init(&fd, dnnl_forward_training, da, &md, a, b),
+                     "eltwise forward descriptor") ||
+      ts__dnnl_check(dnnl_primitive_desc_create(&fpd, &fd, NULL, ts__dnnl_engine(), NULL),
+                     "eltwise forward primitive descriptor"))
+    return NULL;
+  if (kind == 0) return ts__dnnl_cache_put_pd(&key, sizeof key, fpd);
+  dnnl_eltwise_desc_t bd;
+  int rc = ts__dnnl_check(dnnl_eltwise_backward_desc_init(&bd, da, &md, &md, a, b),
+                          "eltwise backward descriptor");
+  if (!rc)
+    rc = ts__dnnl_check(dnnl_primitive_desc_create(&pd, &bd, NULL, ts__dnnl_engine(), fpd),
+                        "eltwise backward primitive descriptor");
+  dnnl_primitive_desc_destroy(fpd);
+  if (rc) return NULL;
+  return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
+}
+
+// x (n) -> y (n)
+int ts__eltwise_fwd_dnnl(int alg, float alpha, float beta, const float *x, float *y, int64_t n) {
+  if (n == 0) return TS_OK;
+  ts__dnnl_prim *p = elt_prim(0, alg, alpha, beta, 0, n);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "eltwise forward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DST, ts__dnnl_mem(md, y)}};
+  return ts__dnnl_run(p, 2, args, "eltwise forward");
+}
+
+// dy (n), src = x or y (n) -> dx (n)
+int ts__eltwise_bwd_dnnl(int alg, float alpha, float beta, int use_dst, const float *dy,
+                         const float *src, float *dx, int64_t n) {
+  if (n == 0) return TS_OK;
+  if (use_dst && !ts__eltwise_bwd_uses_dst(alg))
+    return ts_error_set(TS_EINVAL, "eltwise_bwd: algorithm %d has no backward from the output", alg);
+  ts__dnnl_prim *p = elt_prim(1, alg, alpha, beta, use_dst, n);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "eltwise backward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_diff_src_md, 0);
+  dnnl_exec_arg_t args[3] = {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)src)},
+                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
+                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)}};
+  return ts__dnnl_run(p, 3, args, "eltwise backward");
+}
