@@ -54,5 +54,11 @@ set(CMAKE_DEPEND_INFO_FILES
   "CMakeFiles/tessera_static.dir/DependInfo.cmake"
   "CMakeFiles/tessera_shared.dir/DependInfo.cmake"
   "CMakeFiles/tessera.dir/DependInfo.cmake"
+  "CMakeFiles/test_base.dir/DependInfo.cmake"
+  "CMakeFiles/test_graph_core.dir/DependInfo.cmake"
+  "CMakeFiles/test_conv.dir/DependInfo.cmake"
+  "CMakeFiles/test_matmul.dir/DependInfo.cmake"
+  "CMakeFiles/test_params.dir/DependInfo.cmake"
+  "CMakeFiles/test_tensor.dir/DependInfo.cmake"
   "CMakeFiles/test_util.dir/DependInfo.cmake"
   )

@@ -29,7 +29,26 @@ set(OLD_GLOB
   "/work/main/src/base/status.c"
   "/work/main/src/base/sys.c"
   "/work/main/src/cli/main.c"
+  "/work/main/src/data/idx.c"
+  "/work/main/src/graph/grad.c"
+  "/work/main/src/graph/graph.c"
+  "/work/main/src/io/safetensors.c"
+  "/work/main/src/kernels/attention.c"
+  "/work/main/src/kernels/conv.c"
+  "/work/main/src/kernels/conv_dnnl.c"
   "/work/main/src/kernels/dnnl_ctx.c"
+  "/work/main/src/kernels/dropout.c"
+  "/work/main/src/kernels/eltwise.c"
+  "/work/main/src/kernels/embedding.c"
+  "/work/main/src/kernels/matmul.c"
+  "/work/main/src/kernels/misc.c"
+  "/work/main/src/kernels/pool.c"
+  "/work/main/src/kernels/shape.c"
+  "/work/main/src/kernels/softmax.c"
+  "/work/main/src/nn/init.c"
+  "/work/main/src/nn/layers.c"
+  "/work/main/src/nn/params.c"
+  "/work/main/src/runtime/exec.c"
   "/work/main/src/tensor/dtype.c"
   "/work/main/src/tensor/tensor.c"
   )
@@ -41,6 +60,12 @@ endif()
 # TS_TEST_SOURCES at CMakeLists.txt:75 (file)
 file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/tests/test_*.c")
 set(OLD_GLOB
+  "/work/main/tests/base/test_base.c"
+  "/work/main/tests/graph/test_graph_core.c"
+  "/work/main/tests/kernels/test_conv.c"
+  "/work/main/tests/kernels/test_matmul.c"
+  "/work/main/tests/nn/test_params.c"
+  "/work/main/tests/tensor/test_tensor.c"
   "/work/main/tests/test_util.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")

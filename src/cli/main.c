@@ -1,26 +1,38 @@
-/* The `tessera` command. */
+/* The `tessera` command. Exit status: 0 success, 2 usage/configuration errors, 1 runtime errors. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "tessera/tessera.h"
+
+int ts_cli_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("tessera: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return code;
+}
 
 static int usage(FILE *f) {
   fprintf(f,
           "usage: tessera <command> [options]\n"
           "commands:\n"
-          "  train   train a model (see `tessera train --help`)\n"
-          "  bench   run the kernel and training-step benchmarks\n"
-          "  --version\n");
+          "  train   train a model on MNIST-format data (tessera train --help)\n"
+          "  --version, --help\n");
   return f == stderr ? 2 : 0;
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
-  if (!strcmp(argv[1], "--version")) {
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version")) {
     printf("tessera %s\n", ts_version());
     return 0;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
-  fprintf(stderr, "tessera: unknown command '%s'\n", argv[1]);
-  return 2;
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return usage(stdout);
+  if (!strcmp(cmd, "train")) return ts_cli_train(argc - 2, argv + 2);
+  return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
 }

@@ -125,10 +125,108 @@ CMakeFiles/tessera_obj.dir/src/base/sys.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/base/sys.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/base/sys.c -o CMakeFiles/tessera_obj.dir/src/base/sys.c.s
 
+CMakeFiles/tessera_obj.dir/src/data/idx.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/data/idx.c.o: /work/main/src/data/idx.c
+CMakeFiles/tessera_obj.dir/src/data/idx.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/tessera_obj.dir/src/data/idx.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/data/idx.c.o -MF CMakeFiles/tessera_obj.dir/src/data/idx.c.o.d -o CMakeFiles/tessera_obj.dir/src/data/idx.c.o -c /work/main/src/data/idx.c
+
+CMakeFiles/tessera_obj.dir/src/data/idx.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/data/idx.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/data/idx.c > CMakeFiles/tessera_obj.dir/src/data/idx.c.i
+
+CMakeFiles/tessera_obj.dir/src/data/idx.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/data/idx.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/data/idx.c -o CMakeFiles/tessera_obj.dir/src/data/idx.c.s
+
+CMakeFiles/tessera_obj.dir/src/graph/grad.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/graph/grad.c.o: /work/main/src/graph/grad.c
+CMakeFiles/tessera_obj.dir/src/graph/grad.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/tessera_obj.dir/src/graph/grad.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/graph/grad.c.o -MF CMakeFiles/tessera_obj.dir/src/graph/grad.c.o.d -o CMakeFiles/tessera_obj.dir/src/graph/grad.c.o -c /work/main/src/graph/grad.c
+
+CMakeFiles/tessera_obj.dir/src/graph/grad.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/graph/grad.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/graph/grad.c > CMakeFiles/tessera_obj.dir/src/graph/grad.c.i
+
+CMakeFiles/tessera_obj.dir/src/graph/grad.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/graph/grad.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/graph/grad.c -o CMakeFiles/tessera_obj.dir/src/graph/grad.c.s
+
+CMakeFiles/tessera_obj.dir/src/graph/graph.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/graph/graph.c.o: /work/main/src/graph/graph.c
+CMakeFiles/tessera_obj.dir/src/graph/graph.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/tessera_obj.dir/src/graph/graph.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/graph/graph.c.o -MF CMakeFiles/tessera_obj.dir/src/graph/graph.c.o.d -o CMakeFiles/tessera_obj.dir/src/graph/graph.c.o -c /work/main/src/graph/graph.c
+
+CMakeFiles/tessera_obj.dir/src/graph/graph.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/graph/graph.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/graph/graph.c > CMakeFiles/tessera_obj.dir/src/graph/graph.c.i
+
+CMakeFiles/tessera_obj.dir/src/graph/graph.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/graph/graph.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/graph/graph.c -o CMakeFiles/tessera_obj.dir/src/graph/graph.c.s
+
+CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o: /work/main/src/io/safetensors.c
+CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o -MF CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o.d -o CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o -c /work/main/src/io/safetensors.c
+
+CMakeFiles/tessera_obj.dir/src/io/safetensors.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/io/safetensors.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/io/safetensors.c > CMakeFiles/tessera_obj.dir/src/io/safetensors.c.i
+
+CMakeFiles/tessera_obj.dir/src/io/safetensors.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/io/safetensors.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/io/safetensors.c -o CMakeFiles/tessera_obj.dir/src/io/safetensors.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o: /work/main/src/kernels/attention.c
+CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o -c /work/main/src/kernels/attention.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/attention.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/attention.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/attention.c > CMakeFiles/tessera_obj.dir/src/kernels/attention.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/attention.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/attention.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/attention.c -o CMakeFiles/tessera_obj.dir/src/kernels/attention.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o: /work/main/src/kernels/conv.c
+CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o -c /work/main/src/kernels/conv.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/conv.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/conv.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/conv.c > CMakeFiles/tessera_obj.dir/src/kernels/conv.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/conv.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/conv.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/conv.c -o CMakeFiles/tessera_obj.dir/src/kernels/conv.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o: /work/main/src/kernels/conv_dnnl.c
+CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o -c /work/main/src/kernels/conv_dnnl.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/conv_dnnl.c > CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/conv_dnnl.c -o CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.s
+
 CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o: CMakeFiles/tessera_obj.dir/flags.make
 CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o: /work/main/src/kernels/dnnl_ctx.c
 CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o -c /work/main/src/kernels/dnnl_ctx.c
 
 CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.i: cmake_force
@@ -139,10 +237,178 @@ CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/dnnl_ctx.c -o CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.s
 
+CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o: /work/main/src/kernels/dropout.c
+CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o -c /work/main/src/kernels/dropout.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/dropout.c > CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/dropout.c -o CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o: /work/main/src/kernels/eltwise.c
+CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o -c /work/main/src/kernels/eltwise.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/eltwise.c > CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/eltwise.c -o CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o: /work/main/src/kernels/embedding.c
+CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o -c /work/main/src/kernels/embedding.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/embedding.c > CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/embedding.c -o CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o: /work/main/src/kernels/matmul.c
+CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o -c /work/main/src/kernels/matmul.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/matmul.c > CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/matmul.c -o CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o: /work/main/src/kernels/misc.c
+CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o -c /work/main/src/kernels/misc.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/misc.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/misc.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/misc.c > CMakeFiles/tessera_obj.dir/src/kernels/misc.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/misc.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/misc.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/misc.c -o CMakeFiles/tessera_obj.dir/src/kernels/misc.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o: /work/main/src/kernels/pool.c
+CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o -c /work/main/src/kernels/pool.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/pool.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/pool.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/pool.c > CMakeFiles/tessera_obj.dir/src/kernels/pool.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/pool.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/pool.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/pool.c -o CMakeFiles/tessera_obj.dir/src/kernels/pool.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o: /work/main/src/kernels/shape.c
+CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o -c /work/main/src/kernels/shape.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/shape.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/shape.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/shape.c > CMakeFiles/tessera_obj.dir/src/kernels/shape.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/shape.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/shape.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/shape.c -o CMakeFiles/tessera_obj.dir/src/kernels/shape.c.s
+
+CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o: /work/main/src/kernels/softmax.c
+CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o -MF CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o.d -o CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o -c /work/main/src/kernels/softmax.c
+
+CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/kernels/softmax.c > CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.i
+
+CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/kernels/softmax.c -o CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.s
+
+CMakeFiles/tessera_obj.dir/src/nn/init.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/nn/init.c.o: /work/main/src/nn/init.c
+CMakeFiles/tessera_obj.dir/src/nn/init.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/tessera_obj.dir/src/nn/init.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/nn/init.c.o -MF CMakeFiles/tessera_obj.dir/src/nn/init.c.o.d -o CMakeFiles/tessera_obj.dir/src/nn/init.c.o -c /work/main/src/nn/init.c
+
+CMakeFiles/tessera_obj.dir/src/nn/init.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/nn/init.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/nn/init.c > CMakeFiles/tessera_obj.dir/src/nn/init.c.i
+
+CMakeFiles/tessera_obj.dir/src/nn/init.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/nn/init.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/nn/init.c -o CMakeFiles/tessera_obj.dir/src/nn/init.c.s
+
+CMakeFiles/tessera_obj.dir/src/nn/layers.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/nn/layers.c.o: /work/main/src/nn/layers.c
+CMakeFiles/tessera_obj.dir/src/nn/layers.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/tessera_obj.dir/src/nn/layers.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/nn/layers.c.o -MF CMakeFiles/tessera_obj.dir/src/nn/layers.c.o.d -o CMakeFiles/tessera_obj.dir/src/nn/layers.c.o -c /work/main/src/nn/layers.c
+
+CMakeFiles/tessera_obj.dir/src/nn/layers.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/nn/layers.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/nn/layers.c > CMakeFiles/tessera_obj.dir/src/nn/layers.c.i
+
+CMakeFiles/tessera_obj.dir/src/nn/layers.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/nn/layers.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/nn/layers.c -o CMakeFiles/tessera_obj.dir/src/nn/layers.c.s
+
+CMakeFiles/tessera_obj.dir/src/nn/params.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/nn/params.c.o: /work/main/src/nn/params.c
+CMakeFiles/tessera_obj.dir/src/nn/params.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/tessera_obj.dir/src/nn/params.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/nn/params.c.o -MF CMakeFiles/tessera_obj.dir/src/nn/params.c.o.d -o CMakeFiles/tessera_obj.dir/src/nn/params.c.o -c /work/main/src/nn/params.c
+
+CMakeFiles/tessera_obj.dir/src/nn/params.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/nn/params.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/nn/params.c > CMakeFiles/tessera_obj.dir/src/nn/params.c.i
+
+CMakeFiles/tessera_obj.dir/src/nn/params.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/nn/params.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/nn/params.c -o CMakeFiles/tessera_obj.dir/src/nn/params.c.s
+
+CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o: CMakeFiles/tessera_obj.dir/flags.make
+CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o: /work/main/src/runtime/exec.c
+CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o -MF CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o.d -o CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o -c /work/main/src/runtime/exec.c
+
+CMakeFiles/tessera_obj.dir/src/runtime/exec.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/tessera_obj.dir/src/runtime/exec.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/runtime/exec.c > CMakeFiles/tessera_obj.dir/src/runtime/exec.c.i
+
+CMakeFiles/tessera_obj.dir/src/runtime/exec.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/tessera_obj.dir/src/runtime/exec.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/runtime/exec.c -o CMakeFiles/tessera_obj.dir/src/runtime/exec.c.s
+
 CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o: CMakeFiles/tessera_obj.dir/flags.make
 CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o: /work/main/src/tensor/dtype.c
 CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o -MF CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o.d -o CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o -c /work/main/src/tensor/dtype.c
 
 CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.i: cmake_force
@@ -156,7 +422,7 @@ CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.s: cmake_force
 CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o: CMakeFiles/tessera_obj.dir/flags.make
 CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o: /work/main/src/tensor/tensor.c
 CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o: CMakeFiles/tessera_obj.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Building C object CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o -MF CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o.d -o CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o -c /work/main/src/tensor/tensor.c
 
 CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.i: cmake_force
@@ -171,7 +437,26 @@ tessera_obj: CMakeFiles/tessera_obj.dir/src/base/log.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/src/base/rng.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/src/base/status.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/src/base/sys.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/data/idx.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/graph/grad.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/graph/graph.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/io/safetensors.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/attention.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/conv.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/conv_dnnl.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/dnnl_ctx.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/dropout.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/eltwise.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/embedding.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/matmul.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/misc.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/pool.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/shape.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/kernels/softmax.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/nn/init.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/nn/layers.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/nn/params.c.o
+tessera_obj: CMakeFiles/tessera_obj.dir/src/runtime/exec.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/src/tensor/dtype.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/src/tensor/tensor.c.o
 tessera_obj: CMakeFiles/tessera_obj.dir/build.make

@@ -1,0 +1,8 @@
+/* Internal declarations of the `tessera` command. */
+#ifndef TS_CLI_H
+#define TS_CLI_H
+#include <math.h>
+/* Prints "tessera: <message>" to stderr and returns `code` (the process exit status). */
+int ts_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ts_cli_train(int argc, char **argv);
+#endif

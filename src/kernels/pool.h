@@ -1,0 +1,42 @@
+/* 2-D pooling kernels, f32 NCHW. Symmetric padding (ph/pw on both sides), floor output size
+ * OH = (H + 2 ph - kh) / sh + 1; padding may be at most half the window (2 ph <= kh), so every
+ * window holds at least one real element.
+ *
+ * Max pooling writes a u8 workspace of the output's shape used by its backward. The reference
+ * kernels store the index of the (first) maximum inside the window, i*kw + j; the oneDNN kernels
+ * store oneDNN's own workspace. The encodings are not interchangeable: the backward of a backend
+ * must consume the workspace of the same backend's forward. Padded positions never win (they are
+ * -inf); a NaN in the window wins (propagates), like PyTorch.
+ *
+ * Average pooling excludes padded positions from the divisor (PyTorch's count_include_pad=False,
+ * oneDNN's pooling_avg_exclude_padding). */
+#ifndef TS_KERNELS_POOL_H
+#define TS_KERNELS_POOL_H
+
+#include <stdint.h>
+
+typedef struct {
+  int64_t N, C, H, W, OH, OW;
+  int64_t kh, kw, sh, sw, ph, pw;
+} ts__pool_desc;
+
+/* Output size along one axis, or <= 0 if the window does not fit. */
+int64_t ts__pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p);
+/* Validates sizes, 2p <= k, kh*kw <= 256 (the workspace holds a u8 index), OH/OW consistent. */
+int ts__pool_check(const ts__pool_desc *d, const char *what);
+
+// x (N,C,H,W) -> y (N,C,OH,OW), ws (N,C,OH,OW) u8
+int ts__maxpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y, uint8_t *ws);
+// dy (N,C,OH,OW), ws (N,C,OH,OW) u8 -> dx (N,C,H,W)
+int ts__maxpool2d_bwd_ref(const ts__pool_desc *d, const float *dy, const uint8_t *ws, float *dx);
+// x (N,C,H,W) -> y (N,C,OH,OW)
+int ts__avgpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y);
+// dy (N,C,OH,OW) -> dx (N,C,H,W)
+int ts__avgpool2d_bwd_ref(const ts__pool_desc *d, const float *dy, float *dx);
+
+int ts__maxpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y, uint8_t *ws);
+int ts__maxpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, const uint8_t *ws, float *dx);
+int ts__avgpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y);
+int ts__avgpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, float *dx);
+
+#endif

@@ -1,0 +1,378 @@
+/* Softmax / log-softmax (reference and oneDNN softmax_v2) and fused sparse cross-entropy. */
+#include "softmax.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_ctx.h"
+#include "eltwise.h" /* ts__expf */
+
+#define PAR_MIN 16384 /* elements below which kernels stay on one thread */
+#define CHUNK 2048    /* float partial sums are flushed to double every CHUNK elements */
+#define ICH 256       /* inner-axis chunk for softmax over a non-last axis */
+
+/* ---- row helpers (contiguous rows) ---- */
+
+static inline float row_max(const float *x, int64_t n) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+/* sum_j exp(x_j - m); also stores the exponentials to e if e != NULL. */
+static inline double row_sum_exp(const float *x, float m, float *e, int64_t n) {
+  double total = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+    int64_t j1 = j0 + CHUNK < n ? j0 + CHUNK : n;
+    float s = 0;
+    if (e) {
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = j0; j < j1; j++) {
+        float v = ts__expf(x[j] - m);
+        e[j] = v;
+        s += v;
+      }
+    } else {
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = j0; j < j1; j++) s += ts__expf(x[j] - m);
+    }
+    total += s;
+  }
+  return total;
+}
+
+static inline double row_sum(const float *x, int64_t n) {
+  double total = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+    int64_t j1 = j0 + CHUNK < n ? j0 + CHUNK : n;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = j0; j < j1; j++) s += x[j];
+    total += s;
+  }
+  return total;
+}
+
+static inline double row_dot(const float *a, const float *b, int64_t n) {
+  double total = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+    int64_t j1 = j0 + CHUNK < n ? j0 + CHUNK : n;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = j0; j < j1; j++) s += a[j] * b[j];
+    total += s;
+  }
+  return total;
+}
+
+static int check_dims(const char *what, int64_t outer, int64_t len, int64_t inner) {
+  if (outer < 0 || len < 1 || inner < 0)
+    return ts_error_set(TS_ESHAPE, "%s: bad dims outer=%lld len=%lld inner=%lld", what,
+                        (long long)outer, (long long)len, (long long)inner);
+  return TS_OK;
+}
+
+// x (outer,len,inner) -> y (outer,len,inner)
+int ts__softmax_fwd_ref(const float *x, float *y, int64_t outer, int64_t len, int64_t inner,
+                        int log) {
+  int rc = check_dims("softmax", outer, len, inner);
+  if (rc) return rc;
+  int64_t total = outer * len * inner;
+  if (inner == 1) {
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < outer; r++) {
+      const float *xr = x + r * len;
+      float *yr = y + r * len;
+      float m = row_max(xr, len);
+      if (log) {
+        float ls = m + logf((float)row_sum_exp(xr, m, NULL, len));
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) yr[j] = xr[j] - ls;
+      } else {
+        float inv = (float)(1.0 / row_sum_exp(xr, m, yr, len));
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) yr[j] *= inv;
+      }
+    }
+    return TS_OK;
+  }
+  /* Softmax over a middle axis: vectorise across the inner dimension. */
+  int64_t nch = (inner + ICH - 1) / ICH;
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+  for (int64_t t = 0; t < outer * nch; t++) {
+    int64_t o = t / nch, c0 = (t % nch) * ICH;
+    int64_t cn = inner - c0 < ICH ? inner - c0 : ICH;
+    const float *xb = x + o * len * inner + c0;
+    float *yb = y + o * len * inner + c0;
+    float m[ICH], s[ICH];
+    for (int64_t c = 0; c < cn; c++) {
+      m[c] = -INFINITY;
+      s[c] = 0;
+    }
+    for (int64_t j = 0; j < len; j++) {
+      const float *xj = xb + j * inner;
+#pragma omp simd
+      for (int64_t c = 0; c < cn; c++) m[c] = xj[c] > m[c] ? xj[c] : m[c];
+    }
+    for (int64_t j = 0; j < len; j++) {
+      const float *xj = xb + j * inner;
+      float *yj = yb + j * inner;
+      if (log) {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) s[c] += ts__expf(xj[c] - m[c]);
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) {
+          float e = ts__expf(xj[c] - m[c]);
+          yj[c] = e;
+          s[c] += e;
+        }
+      }
+    }
+    for (int64_t c = 0; c < cn; c++) s[c] = log ? m[c] + logf(s[c]) : 1.0f / s[c];
+    for (int64_t j = 0; j < len; j++) {
+      const float *xj = xb + j * inner;
+      float *yj = yb + j * inner;
+      if (log) {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) yj[c] = xj[c] - s[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) yj[c] *= s[c];
+      }
+    }
+  }
+  return TS_OK;
+}
+
+// dy, y (outer,len,inner) -> dx (outer,len,inner)
+int ts__softmax_bwd_ref(const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+                        int64_t inner, int log) {
+  int rc = check_dims("softmax_bwd", outer, len, inner);
+  if (rc) return rc;
+  int64_t total = outer * len * inner;
+  if (inner == 1) {
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < outer; r++) {
+      const float *g = dy + r * len, *yr = y + r * len;
+      float *d = dx + r * len;
+      if (log) {
+        float s = (float)row_sum(g, len);
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) d[j] = g[j] - ts__expf(yr[j]) * s;
+      } else {
+        float s = (float)row_dot(g, yr, len);
+#pragma omp simd
+        for (int64_t j = 0; j < len; j++) d[j] = yr[j] * (g[j] - s);
+      }
+    }
+    return TS_OK;
+  }
+  int64_t nch = (inner + ICH - 1) / ICH;
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+  for (int64_t t = 0; t < outer * nch; t++) {
+    int64_t o = t / nch, c0 = (t % nch) * ICH;
+    int64_t cn = inner - c0 < ICH ? inner - c0 : ICH;
+    int64_t base = o * len * inner + c0;
+    float s[ICH];
+    for (int64_t c = 0; c < cn; c++) s[c] = 0;
+    for (int64_t j = 0; j < len; j++) {
+      const float *g = dy + base + j * inner, *yj = y + base + j * inner;
+      if (log) {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) s[c] += g[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) s[c] += g[c] * yj[c];
+      }
+    }
+    for (int64_t j = 0; j < len; j++) {
+      const float *g = dy + base + j * inner, *yj = y + base + j * inner;
+      float *d = dx + base + j * inner;
+      if (log) {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) d[c] = g[c] - ts__expf(yj[c]) * s[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) d[c] = yj[c] * (g[c] - s[c]);
+      }
+    }
+  }
+  return TS_OK;
+}
+
+/* ---------------- fused sparse cross-entropy ---------------- */
+
+static inline int64_t label_at(const void *labels, int i64, int64_t i) {
+  return i64 ? ((const int64_t *)labels)[i] : (int64_t)((const int32_t *)labels)[i];
+}
+
+/* Counts non-ignored labels and validates the others; returns TS_OK or TS_ERANGE. */
+static int ce_count(const void *labels, int i64, int64_t N, int64_t C, int64_t ignore,
+                    int64_t *count, const char *what) {
+  int64_t cnt = 0, bad = -1;
+  for (int64_t i = 0; i < N; i++) {
+    int64_t l = label_at(labels, i64, i);
+    if (l == ignore) continue;
+    if (l < 0 || l >= C) {
+      if (bad < 0) bad = i;
+      continue;
+    }
+    cnt++;
+  }
+  if (bad >= 0)
+    return ts_error_set(TS_ERANGE, "%s: label %lld at row %lld is outside [0,%lld) (and not the ignore index %lld)",
+                        what, (long long)label_at(labels, i64, bad), (long long)bad, (long long)C,
+                        (long long)ignore);
+  *count = cnt;
+  return TS_OK;
+}
+
+#define MAX_THREADS 256
+
+// logits (N,C), labels (N) -> loss (), lse (N)
+int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
+                           int64_t C, float smoothing, int64_t ignore_index, float *loss,
+                           float *lse) {
+  if (N < 0 || C < 1)
+    return ts_error_set(TS_ESHAPE, "softmax_ce: bad dims N=%lld C=%lld", (long long)N, (long long)C);
+  int64_t count = 0;
+  int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, "softmax_ce");
+  if (rc) return rc;
+  double part[MAX_THREADS];
+  int nt = 1;
+  const double s = smoothing;
+#pragma omp parallel if (N * C > PAR_MIN)
+  {
+    int t = omp_get_thread_num();
+#pragma omp single
+    nt = omp_get_num_threads() < MAX_THREADS ? omp_get_num_threads() : MAX_THREADS;
+    double acc = 0;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      int64_t l = label_at(labels, labels_i64, i);
+      if (l == ignore_index) {
+        if (lse) lse[i] = 0;
+        continue;
+      }
+      const float *x = logits + i * C;
+      float m = row_max(x, C);
+      double ls = (double)m + log(row_sum_exp(x, m, NULL, C));
+      if (lse) lse[i] = (float)ls;
+      double li = (1.0 - s) * (ls - x[l]);
+      if (s != 0) li += s * (ls - row_sum(x, C) / (double)C);
+      acc += li;
+    }
+    if (t < MAX_THREADS) part[t] = acc;
+  }
+  double total = 0;
+  for (int t = 0; t < nt; t++) total += part[t];
+  *loss = count ? (float)(total / (double)count) : 0.0f;
+  return TS_OK;
+}
+
+// dloss (), logits (N,C), labels (N), lse (N) or NULL -> dlogits (N,C)
+int ts__softmax_ce_bwd_ref(float dloss, const float *logits, const void *labels, int labels_i64,
+                           const float *lse, int64_t N, int64_t C, float smoothing,
+                           int64_t ignore_index, float *dlogits) {
+  if (N < 0 || C < 1)
+    return ts_error_set(TS_ESHAPE, "softmax_ce_bwd: bad dims N=%lld C=%lld", (long long)N,
+                        (long long)C);
+  int64_t count = 0;
+  int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, "softmax_ce_bwd");
+  if (rc) return rc;
+  const float g = count ? dloss / (float)count : 0.0f;
+  const float gs = g * smoothing / (float)C, gt = g * (1.0f - smoothing);
+#pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
+  for (int64_t i = 0; i < N; i++) {
+    int64_t l = label_at(labels, labels_i64, i);
+    float *d = dlogits + i * C;
+    if (l == ignore_index || g == 0.0f) {
+      memset(d, 0, sizeof(float) * (size_t)C);
+      continue;
+    }
+    const float *x = logits + i * C;
+    float ls;
+    if (lse) {
+      ls = lse[i];
+    } else {
+      float m = row_max(x, C);
+      ls = (float)((double)m + log(row_sum_exp(x, m, NULL, C)));
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < C; j++) d[j] = g * ts__expf(x[j] - ls) - gs;
+    d[l] -= gt;
+  }
+  return TS_OK;
+}
+
+/* ---------------- oneDNN softmax_v2 ---------------- */
+
+typedef struct {
+  int kind, log;
+  int64_t outer, len, inner;
+} sm_key;
+
+static ts__dnnl_prim *sm_prim(int kind, int log, int64_t outer, int64_t len, int64_t inner) {
+  sm_key key;
+  memset(&key, 0, sizeof key);
+  key.kind = kind;
+  key.log = log;
+  key.outer = outer;
+  key.len = len;
+  key.inner = inner;
+  ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
+  if (p) return p;
+  dnnl_memory_desc_t md;
+  int64_t dims[3] = {outer, len, inner};
+  if (ts__dnnl_md_plain(&md, 3, dims, dnnl_f32)) return NULL;
+  dnnl_alg_kind_t alg = log ? dnnl_softmax_log : dnnl_softmax_accurate;
+  dnnl_softmax_v2_desc_t fd, bd;
+  dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+  if (ts__dnnl_check(dnnl_softmax_v2_forward_desc_init(&fd, dnnl_forward_training, alg, &md, &md, 1),
+                     "softmax forward descriptor") ||
+      ts__dnnl_check(dnnl_primitive_desc_create(&fpd, &fd, NULL, ts__dnnl_engine(), NULL),
+                     "softmax forward primitive descriptor"))
+    return NULL;
+  if (kind == 0) return ts__dnnl_cache_put_pd(&key, sizeof key, fpd);
+  int rc = ts__dnnl_check(dnnl_softmax_v2_backward_desc_init(&bd, alg, &md, &md, &md, 1),
+                          "softmax backward descriptor");
+  if (!rc)
+    rc = ts__dnnl_check(dnnl_primitive_desc_create(&pd, &bd, NULL, ts__dnnl_engine(), fpd),
+                        "softmax backward primitive descriptor");
+  dnnl_primitive_desc_destroy(fpd);
+  if (rc) return NULL;
+  return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
+}
+
+// x (outer,len,inner) -> y (outer,len,inner)
+int ts__softmax_fwd_dnnl(const float *x, float *y, int64_t outer, int64_t len, int64_t inner,
+                         int log) {
+  int rc = check_dims("softmax", outer, len, inner);
+  if (rc) return rc;
+  if (outer == 0 || inner == 0) return TS_OK;
+  ts__dnnl_prim *p = sm_prim(0, log, outer, len, inner);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "softmax forward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DST, ts__dnnl_mem(md, y)}};
+  return ts__dnnl_run(p, 2, args, "softmax forward");
+}
+
+// dy, y (outer,len,inner) -> dx (outer,len,inner)
+int ts__softmax_bwd_dnnl(const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+                         int64_t inner, int log) {
+  int rc = check_dims("softmax_bwd", outer, len, inner);
+  if (rc) return rc;
+  if (outer == 0 || inner == 0) return TS_OK;
+  ts__dnnl_prim *p = sm_prim(1, log, outer, len, inner);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "softmax backward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_diff_src_md, 0);
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_DST, ts__dnnl_mem(md, (void *)y)},
+                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
+                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)}};
+  return ts__dnnl_run(p, 3, args, "softmax backward");
+}
