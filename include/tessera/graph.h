@@ -140,6 +140,9 @@ ts_val ts_embedding(ts_graph *g, ts_val table, ts_val ids);
 ts_val ts_dropout(ts_graph *g, ts_val x, float p, uint64_t seed);
 /* Causal scaled-dot-product attention: q,k,v (B,H,T,D) -> (B,H,T,D); scale 1/sqrt(D) if 0. */
 ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale);
+/* The same with q,k,v laid out (B,T,H,D) (a (B,T,H*D) projection reshaped, no permutes needed)
+ * -> (B,T,H,D). */
+ts_val ts_attention_bthd(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale);
 
 /* ---- autodiff ----
  * Appends the backward of scalar `loss` to the graph: d loss/d v for every float value v that

@@ -10,7 +10,9 @@
 #include "tessera/base.h"
 #include "tessera/tensor.h"
 
+#ifndef BQ
 #define BQ 64 /* query rows per block */
+#endif
 
 /* Offset of the (b,h) matrix and its row stride, in floats. */
 static inline void bh_base(int layout, int64_t H, int64_t T, int64_t D, int64_t bh, int64_t *off,
@@ -150,23 +152,109 @@ int ts__attention_bwd_ref(const float *dout, const float *q, const float *k, con
 
 /* ------------------------------------------------------------------------- fused */
 
-/* exp(x) for x <= ~88, relative error ~1e-7 (Cephes polynomial); 0 below -87.3.
- * Written without libm calls so `omp simd` loops vectorise it. */
-static inline float fast_exp(float x) {
-  float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-  float r = xc - n * 0.693359375f;
+/* Row helpers on 8-float vectors (GCC/Clang vector extensions, lowered to AVX/AVX-512 or SSE
+ * by the compiler; several accumulators hide the latency of the reductions). */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+#define VL 8
+
+static inline v8f vload(const float *p) {
+  v8f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void vstore(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+static inline v8f vsplat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+static inline v8f vsel(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); }
+static inline v8f vmax(v8f a, v8f b) { return vsel(a > b, a, b); }
+
+/* exp(x) for x <= 88: Cephes polynomial, relative error ~1e-7 for x >= -87; 0 below -87.3. */
+static inline v8f vexp(v8f x) {
+  v8i under = x < vsplat(-87.3f);
+  v8f xc = vmax(x, vsplat(-87.0f));
+  v8f n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+  v8f r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
+  v8f p = r * 1.9875691500E-4f + 1.3981999507E-3f;
   p = p * r + 8.3334519073E-3f;
   p = p * r + 4.1665795894E-2f;
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   p = p * r * r + r + 1.0f;
-  union { int32_t i; float f; } u;
-  u.i = ((int32_t)n + 127) << 23;
-  return x < -87.3f ? 0.0f : p * u.f;
+  v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+  v8f y = p * (v8f)e;
+  return (v8f)((v8i)y & ~under);
+}
+
+/* max of row[0..len) */
+static float row_max(const float *row, int64_t len) {
+  v8f m0 = vsplat(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+  int64_t j = 0;
+  for (; j + 4 * VL <= len; j += 4 * VL) {
+    m0 = vmax(m0, vload(row + j));
+    m1 = vmax(m1, vload(row + j + VL));
+    m2 = vmax(m2, vload(row + j + 2 * VL));
+    m3 = vmax(m3, vload(row + j + 3 * VL));
+  }
+  for (; j + VL <= len; j += VL) m0 = vmax(m0, vload(row + j));
+  m0 = vmax(vmax(m0, m1), vmax(m2, m3));
+  float mx = m0[0];
+  for (int t = 1; t < VL; t++) mx = m0[t] > mx ? m0[t] : mx;
+  for (; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+  return mx;
+}
+
+/* row[j] = exp(row[j] - sub) for j < len; returns their sum. */
+static float row_exp_sum(float *row, int64_t len, float sub) {
+  v8f s0 = vsplat(0.0f), s1 = s0, vs = vsplat(sub);
+  int64_t j = 0;
+  for (; j + 2 * VL <= len; j += 2 * VL) {
+    v8f a = vexp(vload(row + j) - vs), b = vexp(vload(row + j + VL) - vs);
+    vstore(row + j, a);
+    vstore(row + j + VL, b);
+    s0 += a;
+    s1 += b;
+  }
+  if (j + VL <= len) {
+    v8f a = vexp(vload(row + j) - vs);
+    vstore(row + j, a);
+    s0 += a;
+    j += VL;
+  }
+  s0 += s1;
+  float sum = 0.0f;
+  for (int t = 0; t < VL; t++) sum += s0[t];
+  if (j < len) {
+    float tmp[VL] = {0};
+    memcpy(tmp, row + j, sizeof(float) * (size_t)(len - j));
+    v8f a = vexp(vload(tmp) - vs);
+    for (int64_t t = 0; t < len - j; t++) {
+      row[j + t] = a[t];
+      sum += a[t];
+    }
+  }
+  return sum;
+}
+
+/* p = exp(prow - l); drow = p * (drow - di); prow = p, for j < len. */
+static void row_bwd(float *prow, float *drow, int64_t len, float l, float di) {
+  v8f vl = vsplat(l), vd = vsplat(di);
+  int64_t j = 0;
+  for (; j + VL <= len; j += VL) {
+    v8f p = vexp(vload(prow + j) - vl);
+    vstore(prow + j, p);
+    vstore(drow + j, p * (vload(drow + j) - vd));
+  }
+  if (j < len) {
+    float tp[VL] = {0}, td[VL] = {0};
+    size_t nb = sizeof(float) * (size_t)(len - j);
+    memcpy(tp, prow + j, nb);
+    memcpy(td, drow + j, nb);
+    v8f p = vexp(vload(tp) - vl);
+    v8f d = p * (vload(td) - vd);
+    memcpy(prow + j, &p, nb);
+    memcpy(drow + j, &d, nb);
+  }
 }
 
 static inline int sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -184,17 +272,9 @@ static int fwd_block(const float *q, const float *k, const float *v, float *o, f
   for (int64_t i = 0; i < m; i++) {
     float *row = S + i * kend;
     int64_t len = r0 + i + 1;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < len; j++) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < len; j++) {
-      float e = fast_exp(row[j] - mx);
-      row[j] = e;
-      sum += e;
-    }
-    for (int64_t j = len; j < kend; j++) row[j] = 0.0f;
+    float mx = row_max(row, len);
+    float sum = row_exp_sum(row, len, mx);
+    if (len < kend) memset(row + len, 0, sizeof(float) * (size_t)(kend - len));
     lse[r0 + i] = mx + logf(sum);
     rinv[i] = 1.0f / sum;
   }
@@ -252,13 +332,12 @@ int ts__attention_fwd_dnnl(const float *q, const float *k, const float *v, float
 static int bwd_head(const float *dout, const float *q, const float *k, const float *v,
                     const float *o, const float *lse, float *dq, float *dk, float *dv, int64_t ld,
                     int64_t T, int64_t D, float scale, float *P, float *dP, float *Dv) {
-  for (int64_t j = 0; j < T; j++) {
-    memset(dk + j * ld, 0, sizeof(float) * (size_t)D);
-    memset(dv + j * ld, 0, sizeof(float) * (size_t)D);
-  }
+  /* Query blocks from last to first: the last one sees every key, so it initialises dk and dv
+   * (beta 0) and the others accumulate into their visible prefix. */
   int64_t nqb = (T + BQ - 1) / BQ;
-  for (int64_t qb = 0; qb < nqb; qb++) {
+  for (int64_t qb = nqb - 1; qb >= 0; qb--) {
     int64_t r0 = qb * BQ, r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, kend = r1;
+    float beta = qb == nqb - 1 ? 0.0f : 1.0f;
     const float *qb_ = q + r0 * ld, *dob = dout + r0 * ld;
     if (sgemm('N', 'T', m, kend, D, scale, qb_, ld, k, ld, 0.0f, P, kend)) return 1;
     if (sgemm('N', 'T', m, kend, D, 1.0f, dob, ld, v, ld, 0.0f, dP, kend)) return 1;
@@ -272,22 +351,16 @@ static int bwd_head(const float *dout, const float *q, const float *k, const flo
     for (int64_t i = 0; i < m; i++) {
       float *prow = P + i * kend, *drow = dP + i * kend;
       int64_t len = r0 + i + 1;
-      float l = lse[r0 + i], di = Dv[i];
-#pragma omp simd
-      for (int64_t j = 0; j < len; j++) {
-        float p = fast_exp(prow[j] - l);
-        prow[j] = p;
-        drow[j] = p * (drow[j] - di);
-      }
-      for (int64_t j = len; j < kend; j++) {
-        prow[j] = 0.0f;
-        drow[j] = 0.0f;
+      row_bwd(prow, drow, len, lse[r0 + i], Dv[i]);
+      if (len < kend) {
+        memset(prow + len, 0, sizeof(float) * (size_t)(kend - len));
+        memset(drow + len, 0, sizeof(float) * (size_t)(kend - len));
       }
     }
     /* dv[0:kend] += P^T do_blk; dq_blk = scale dS k; dk[0:kend] += scale dS^T q_blk */
-    if (sgemm('T', 'N', kend, D, m, 1.0f, P, kend, dob, ld, 1.0f, dv, ld)) return 1;
+    if (sgemm('T', 'N', kend, D, m, 1.0f, P, kend, dob, ld, beta, dv, ld)) return 1;
     if (sgemm('N', 'N', m, D, kend, scale, dP, kend, k, ld, 0.0f, dq + r0 * ld, ld)) return 1;
-    if (sgemm('T', 'N', kend, D, m, scale, dP, kend, qb_, ld, 1.0f, dk, ld)) return 1;
+    if (sgemm('T', 'N', kend, D, m, scale, dP, kend, qb_, ld, beta, dk, ld)) return 1;
   }
   return 0;
 }

@@ -25,6 +25,12 @@ void ts__conv_dnnl_set_format(int dir, int fmt) {
 }
 int ts__conv_dnnl_get_format(int dir) { return dir >= 0 && dir < 3 ? g_fmt[dir] : -1; }
 
+static int g_alg[3] = {TS_CONV_ALG_DEFAULT, TS_CONV_ALG_DEFAULT, TS_CONV_ALG_DEFAULT};
+void ts__conv_dnnl_set_algo(int dir, int alg) {
+  if (dir >= 0 && dir < 3 && alg >= TS_CONV_ALG_DEFAULT && alg <= TS_CONV_ALG_AUTO) g_alg[dir] = alg;
+}
+int ts__conv_dnnl_get_algo(int dir) { return dir >= 0 && dir < 3 ? g_alg[dir] : -1; }
+
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_WEIGHT = 2 };
 /* Tensor slots of a primitive: fwd (SRC, WEIGHTS, BIAS, DST); bwd_data (DIFF_DST, WEIGHTS, -,
  * DIFF_SRC); bwd_weight (SRC, DIFF_DST, DIFF_BIAS, DIFF_WEIGHTS). Slot 3 is the main output,
@@ -33,7 +39,7 @@ enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_WEIGHT = 2 };
 
 typedef struct {
   char tag[8];
-  int32_t dir, fmt, with_bias, pad_;
+  int32_t dir, fmt, with_bias, alg;
   int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
 } conv_key;
 
@@ -67,7 +73,12 @@ static void *scratch(int slot, size_t bytes) {
 static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int with_bias) {
   memset(k, 0, sizeof *k);
   memcpy(k->tag, "conv2d", 7);
-  k->dir = dir, k->fmt = fmt, k->with_bias = with_bias;
+  k->dir = dir, k->fmt = fmt, k->with_bias = with_bias, k->alg = g_alg[dir];
+  if (k->alg == TS_CONV_ALG_DEFAULT)
+    k->alg = d->KH == 3 && d->KW == 3 && d->sh == 1 && d->sw == 1 && d->dh == 1 && d->dw == 1 &&
+                     d->groups == 1 && d->C >= 32 && d->O >= 32
+                 ? TS_CONV_ALG_WINOGRAD
+                 : TS_CONV_ALG_DIRECT;
   k->N = d->N, k->C = d->C, k->H = d->H, k->W = d->W, k->O = d->O, k->KH = d->KH, k->KW = d->KW;
   k->OH = d->OH, k->OW = d->OW, k->sh = d->sh, k->sw = d->sw, k->ph = d->ph, k->pw = d->pw;
   k->dh = d->dh, k->dw = d->dw, k->groups = d->groups;
@@ -94,20 +105,20 @@ static int any_md(dnnl_memory_desc_t *out, const dnnl_memory_desc_t *plain) {
 }
 
 /* Fills a convolution op descriptor for `dir` from the given memory descriptors. */
-static int conv_desc(dnnl_convolution_desc_t *cd, int dir, const ts__conv_desc *d,
+static int conv_desc(dnnl_convolution_desc_t *cd, int dir, dnnl_alg_kind_t alg, const ts__conv_desc *d,
                      const dnnl_memory_desc_t *x, const dnnl_memory_desc_t *w,
                      const dnnl_memory_desc_t *b, const dnnl_memory_desc_t *y) {
   dnnl_dims_t strides = {d->sh, d->sw}, dil = {d->dh - 1, d->dw - 1}, pad = {d->ph, d->pw};
   dnnl_status_t st;
   if (dir == DIR_FWD)
     st = dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training,
-                                                    dnnl_convolution_direct, x, w, b, y, strides,
+                                                    alg, x, w, b, y, strides,
                                                     dil, pad, pad);
   else if (dir == DIR_BWD_DATA)
-    st = dnnl_dilated_convolution_backward_data_desc_init(cd, dnnl_convolution_direct, x, w, y,
+    st = dnnl_dilated_convolution_backward_data_desc_init(cd, alg, x, w, y,
                                                           strides, dil, pad, pad);
   else
-    st = dnnl_dilated_convolution_backward_weights_desc_init(cd, dnnl_convolution_direct, x, w, b,
+    st = dnnl_dilated_convolution_backward_weights_desc_init(cd, alg, x, w, b,
                                                              y, strides, dil, pad, pad);
   return ts__dnnl_check(st, "conv2d descriptor");
 }
@@ -126,19 +137,33 @@ static ts__dnnl_prim *get_prim(const ts__conv_desc *d, int dir, int with_bias, c
     ux = &ax, uw = &aw, uy = &ay;
   }
   const dnnl_memory_desc_t *bias = with_bias ? &pb : NULL;
-  dnnl_convolution_desc_t cd;
-  dnnl_primitive_desc_t pd = NULL, hint = NULL;
-  if (conv_desc(&cd, dir, d, ux, uw, dir == DIR_BWD_DATA ? NULL : bias, uy)) return NULL;
-  if (dir != DIR_FWD) { /* backward primitives need the forward primitive as a hint */
-    dnnl_convolution_desc_t fd;
-    if (conv_desc(&fd, DIR_FWD, d, ux, uw, bias, uy)) return NULL;
-    if (ts__dnnl_check(dnnl_primitive_desc_create(&hint, &fd, NULL, ts__dnnl_engine(), NULL),
-                       "conv2d forward primitive descriptor (hint)"))
-      return NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  /* Winograd (when asked for) exists only for some shapes: fall back to direct. */
+  const dnnl_alg_kind_t algs[2] = {key->alg == TS_CONV_ALG_WINOGRAD ? dnnl_convolution_winograd
+                                   : key->alg == TS_CONV_ALG_AUTO   ? dnnl_convolution_auto
+                                                                    : dnnl_convolution_direct,
+                                   dnnl_convolution_direct};
+  dnnl_status_t st = dnnl_unimplemented;
+  for (int ai = 0; ai < 2 && !pd; ai++) {
+    if (ai == 1 && algs[0] == dnnl_convolution_direct) break;
+    dnnl_convolution_desc_t cd, fd;
+    dnnl_primitive_desc_t hint = NULL;
+    st = dnnl_invalid_arguments;
+    if (conv_desc(&cd, dir, algs[ai], d, ux, uw, dir == DIR_BWD_DATA ? NULL : bias, uy)) continue;
+    /* backward primitives need the forward primitive as a hint */
+    if (dir != DIR_FWD && (conv_desc(&fd, DIR_FWD, algs[ai], d, ux, uw, bias, uy) ||
+                           dnnl_primitive_desc_create(&hint, &fd, NULL, ts__dnnl_engine(),
+                                                      NULL) != dnnl_success))
+      continue;
+    st = dnnl_primitive_desc_create(&pd, &cd, NULL, ts__dnnl_engine(), hint);
+    if (hint) dnnl_primitive_desc_destroy(hint);
+    if (st != dnnl_success) pd = NULL;
   }
-  dnnl_status_t st = dnnl_primitive_desc_create(&pd, &cd, NULL, ts__dnnl_engine(), hint);
-  if (hint) dnnl_primitive_desc_destroy(hint);
-  if (ts__dnnl_check(st, "conv2d primitive descriptor")) return NULL;
+  if (!pd) {
+    if (st == dnnl_success) st = dnnl_runtime_error;
+    ts__dnnl_check(st, "conv2d primitive descriptor");
+    return NULL;
+  }
 
   conv_aux *aux = calloc(1, sizeof *aux);
   if (!aux) {

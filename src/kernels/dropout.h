@@ -1,6 +1,8 @@
 /* Dropout kernel: inverted dropout whose mask is regenerated, never stored.
- * Element i is kept iff ts_u32_to_unit(w) >= p, where w = ts_philox4x32(seed, step, i / 4)
- * .v[i % 4]; kept elements are scaled by 1/(1-p). The mask is a pure function of
+ * Element i is kept iff ts_u32_to_unit(w) >= p, where
+ *   w = ts_philox4x32(seed, step, (i / 64) * 16 + i % 16).v[(i / 16) % 4]
+ * (blocks of 64 elements take the 4 words of 16 consecutive counters, which vectorises); kept
+ * elements are scaled by 1/(1-p). The mask is a pure function of
  * (seed, step, i): the backward (dropout of dy with the same seed and step) reproduces it, and
  * any slice of a tensor can be processed independently given its element offset. */
 #ifndef TS_KERNELS_DROPOUT_H

@@ -68,6 +68,7 @@ int ts__eltwise_fwd_ref(int alg, float alpha, float beta, const float *x, float 
     _Pragma("omp parallel for simd schedule(static) if (n > PAR_MIN)")    \
     for (int64_t i = 0; i < n; i++) {                                     \
       float g = dy[i], s = src[i];                                        \
+      (void)s;                                                            \
       dx[i] = (expr);                                                     \
     }                                                                     \
   } while (0)
@@ -164,7 +165,7 @@ static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int u
   key.n = n;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
   if (p) return p;
-  dnnl_alg_kind_t da;
+  dnnl_alg_kind_t da = dnnl_eltwise_relu;
   float a = alpha, b = beta;
   if (dnnl_alg_of(alg, use_dst, &a, &b, &da)) return NULL;
   dnnl_memory_desc_t md;

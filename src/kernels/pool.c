@@ -14,7 +14,7 @@ int64_t ts__pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p) {
   return num < 0 ? 0 : num / s + 1;
 }
 
-int ts__pool_check(const ts__pool_desc *d, const char *what) {
+int ts__pool_check(const ts__pool_desc *d, int is_max, const char *what) {
   if (!d) return ts_error_set(TS_EINVAL, "%s: NULL descriptor", what);
   if (d->N < 1 || d->C < 1 || d->H < 1 || d->W < 1 || d->kh < 1 || d->kw < 1 || d->sh < 1 ||
       d->sw < 1 || d->ph < 0 || d->pw < 0)
@@ -23,7 +23,7 @@ int ts__pool_check(const ts__pool_desc *d, const char *what) {
     return ts_error_set(TS_EINVAL, "%s: padding %lldx%lld exceeds half the window %lldx%lld",
                         what, (long long)d->ph, (long long)d->pw, (long long)d->kh,
                         (long long)d->kw);
-  if (d->kh * d->kw > 256)
+  if (is_max && d->kh * d->kw > 256)
     return ts_error_set(TS_EINVAL, "%s: window %lldx%lld has more than 256 elements", what,
                         (long long)d->kh, (long long)d->kw);
   if (d->OH != ts__pool_out_size(d->H, d->kh, d->sh, d->ph) ||
@@ -41,7 +41,7 @@ int ts__pool_check(const ts__pool_desc *d, const char *what) {
   int64_t w1 = ws_ + (d)->kw > (d)->W ? (d)->W : ws_ + (d)->kw
 
 int ts__maxpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y, uint8_t *ws) {
-  int rc = ts__pool_check(d, "maxpool2d (ref)");
+  int rc = ts__pool_check(d, 1, "maxpool2d (ref)");
   if (rc) return rc;
   if (!x || !y || !ws) return ts_error_set(TS_EINVAL, "maxpool2d (ref): NULL buffer");
   const int64_t H = d->H, W = d->W, OH = d->OH, OW = d->OW;
@@ -69,7 +69,7 @@ int ts__maxpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y, uint
 }
 
 int ts__maxpool2d_bwd_ref(const ts__pool_desc *d, const float *dy, const uint8_t *ws, float *dx) {
-  int rc = ts__pool_check(d, "maxpool2d_bwd (ref)");
+  int rc = ts__pool_check(d, 1, "maxpool2d_bwd (ref)");
   if (rc) return rc;
   if (!dy || !ws || !dx) return ts_error_set(TS_EINVAL, "maxpool2d_bwd (ref): NULL buffer");
   const int64_t H = d->H, W = d->W, OH = d->OH, OW = d->OW;
@@ -89,7 +89,7 @@ int ts__maxpool2d_bwd_ref(const ts__pool_desc *d, const float *dy, const uint8_t
 }
 
 int ts__avgpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y) {
-  int rc = ts__pool_check(d, "avgpool2d (ref)");
+  int rc = ts__pool_check(d, 0, "avgpool2d (ref)");
   if (rc) return rc;
   if (!x || !y) return ts_error_set(TS_EINVAL, "avgpool2d (ref): NULL buffer");
   const int64_t H = d->H, W = d->W, OH = d->OH, OW = d->OW;
@@ -109,7 +109,7 @@ int ts__avgpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y) {
 }
 
 int ts__avgpool2d_bwd_ref(const ts__pool_desc *d, const float *dy, float *dx) {
-  int rc = ts__pool_check(d, "avgpool2d_bwd (ref)");
+  int rc = ts__pool_check(d, 0, "avgpool2d_bwd (ref)");
   if (rc) return rc;
   if (!dy || !dx) return ts_error_set(TS_EINVAL, "avgpool2d_bwd (ref): NULL buffer");
   const int64_t H = d->H, W = d->W, OH = d->OH, OW = d->OW;
@@ -184,21 +184,26 @@ static ts__dnnl_prim *pool_prim(const ts__pool_desc *d, int kind, dnnl_memory_de
     if (!w || w->data_type != dnnl_u8 ||
         dnnl_memory_desc_get_size(w) != (size_t)(d->N * d->C * d->OH * d->OW)) {
       dnnl_primitive_desc_destroy(pd);
-      ts_error_set(TS_EUNSUPPORTED, "maxpool2d (oneDNN): unexpected workspace layout");
+      ts_error_set(TS_EUNSUPPORTED, "unexpected workspace layout");
       return NULL;
     }
   }
   return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
 }
 
+/* oneDNN keeps a u8 workspace only for windows under 256 elements (s32 above); a 256-element
+ * window runs the reference kernels in both directions, so fwd and bwd still agree. */
+static int dnnl_max_ok(const ts__pool_desc *d) { return d->kh * d->kw < 256; }
+
 static const dnnl_memory_desc_t *ws_md(ts__dnnl_prim *p) {
   return dnnl_primitive_desc_query_md(p->pd, dnnl_query_workspace_md, 0);
 }
 
 int ts__maxpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y, uint8_t *ws) {
-  int rc = ts__pool_check(d, "maxpool2d (oneDNN)");
+  int rc = ts__pool_check(d, 1, "maxpool2d (oneDNN)");
   if (rc) return rc;
   if (!x || !y || !ws) return ts_error_set(TS_EINVAL, "maxpool2d (oneDNN): NULL buffer");
+  if (!dnnl_max_ok(d)) return ts__maxpool2d_fwd_ref(d, x, y, ws);
   dnnl_memory_desc_t xm, ym;
   ts__dnnl_prim *p = pool_prim(d, P_MAX_FWD, &xm, &ym);
   if (!p) return ts_error_wrap(TS_EBACKEND, "maxpool2d (oneDNN)");
@@ -209,9 +214,10 @@ int ts__maxpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y, uin
 }
 
 int ts__maxpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, const uint8_t *ws, float *dx) {
-  int rc = ts__pool_check(d, "maxpool2d_bwd (oneDNN)");
+  int rc = ts__pool_check(d, 1, "maxpool2d_bwd (oneDNN)");
   if (rc) return rc;
   if (!dy || !ws || !dx) return ts_error_set(TS_EINVAL, "maxpool2d_bwd (oneDNN): NULL buffer");
+  if (!dnnl_max_ok(d)) return ts__maxpool2d_bwd_ref(d, dy, ws, dx);
   dnnl_memory_desc_t xm, ym;
   ts__dnnl_prim *p = pool_prim(d, P_MAX_BWD, &xm, &ym);
   if (!p) return ts_error_wrap(TS_EBACKEND, "maxpool2d_bwd (oneDNN)");
@@ -222,7 +228,7 @@ int ts__maxpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, const uint8_
 }
 
 int ts__avgpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y) {
-  int rc = ts__pool_check(d, "avgpool2d (oneDNN)");
+  int rc = ts__pool_check(d, 0, "avgpool2d (oneDNN)");
   if (rc) return rc;
   if (!x || !y) return ts_error_set(TS_EINVAL, "avgpool2d (oneDNN): NULL buffer");
   dnnl_memory_desc_t xm, ym;
@@ -234,7 +240,7 @@ int ts__avgpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y) {
 }
 
 int ts__avgpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, float *dx) {
-  int rc = ts__pool_check(d, "avgpool2d_bwd (oneDNN)");
+  int rc = ts__pool_check(d, 0, "avgpool2d_bwd (oneDNN)");
   if (rc) return rc;
   if (!dy || !dx) return ts_error_set(TS_EINVAL, "avgpool2d_bwd (oneDNN): NULL buffer");
   dnnl_memory_desc_t xm, ym;

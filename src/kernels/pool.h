@@ -22,8 +22,9 @@ typedef struct {
 
 /* Output size along one axis, or <= 0 if the window does not fit. */
 int64_t ts__pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p);
-/* Validates sizes, 2p <= k, kh*kw <= 256 (the workspace holds a u8 index), OH/OW consistent. */
-int ts__pool_check(const ts__pool_desc *d, const char *what);
+/* Validates sizes, 2p <= k, OH/OW consistent, and for max pooling (is_max) kh*kw <= 256 (the
+ * workspace holds a u8 index). */
+int ts__pool_check(const ts__pool_desc *d, int is_max, const char *what);
 
 // x (N,C,H,W) -> y (N,C,OH,OW), ws (N,C,OH,OW) u8
 int ts__maxpool2d_fwd_ref(const ts__pool_desc *d, const float *x, float *y, uint8_t *ws);

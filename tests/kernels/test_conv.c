@@ -1,7 +1,8 @@
 /* Conv2d kernels: reference (fwd, bwd_data, bwd_weight + bias) vs a naive double-precision
  * implementation written straight from the definition, and oneDNN vs the same in both layout
  * modes (plain NCHW and format_any + reorders). Shapes cover odd sizes, batch 1, groups
- * (including depthwise), dilation, stride 2/3, asymmetric padding per axis, 1x1 downsample.
+ * (including depthwise), dilation, stride 2/3, asymmetric padding per axis, 1x1 downsample,
+ * and Winograd forced on (it falls back to direct where oneDNN lacks it).
  * Tolerance: |a-b| <= 1e-4 (1 + sqrt(terms summed)) + 1e-4 |b| with inputs in [-1,1). */
 #include <math.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ static void naive_bwd_weight(const ts__conv_desc *d, const float *x, const float
   }
 }
 
-static int nshapes;
+static int nshapes, nwino;
 
 static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
                        int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
@@ -96,10 +97,13 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
            (long long)KW, (long long)sh, (long long)sw, (long long)ph, (long long)pw,
            (long long)dh, (long long)dw, (long long)g);
   char what[300];
-  for (int impl = 0; impl < 3; impl++) { /* 0 ref, 1 dnnl plain, 2 dnnl any */
-    const char *iname = impl == 0 ? "ref" : impl == 1 ? "dnnl-plain" : "dnnl-any";
-    for (int dir = 0; dir < 3; dir++)
+  for (int impl = 0; impl < 4; impl++) { /* 0 ref, 1 dnnl plain, 2 dnnl any, 3 any+winograd */
+    const char *iname = impl == 0 ? "ref" : impl == 1 ? "dnnl-plain" : impl == 2 ? "dnnl-any" : "dnnl-wino";
+    for (int dir = 0; dir < 3; dir++) {
       ts__conv_dnnl_set_format(dir, impl == 1 ? TS_CONV_FMT_PLAIN : TS_CONV_FMT_ANY);
+      ts__conv_dnnl_set_algo(dir, impl == 3 ? TS_CONV_ALG_WINOGRAD : TS_CONV_ALG_DIRECT);
+    }
+    if (impl == 3 && strstr(ts__conv_dnnl_impl(d, 0), "wino")) nwino++;
     for (int with_bias = 0; with_bias < 2; with_bias++) {
       memset(y1, 0xff, ny * 4);
       CHECK_OK(impl ? ts__conv2d_fwd_dnnl(d, x, w, with_bias ? b : NULL, y1)
@@ -129,8 +133,9 @@ static void check_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, in
 }
 
 int main(void) {
-  int saved[3];
+  int saved[3], saved_alg[3];
   for (int i = 0; i < 3; i++) saved[i] = ts__conv_dnnl_get_format(i);
+  for (int i = 0; i < 3; i++) saved_alg[i] = ts__conv_dnnl_get_algo(i);
   /*         N   C   H   W   O  KH KW sh sw ph pw dh dw g */
   check_conv(2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1);    /* basic 3x3 same */
   check_conv(1, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 2, 1, 2);    /* groups, dilation, stride, pads */
@@ -142,9 +147,12 @@ int main(void) {
   check_conv(2, 32, 8, 8, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1);  /* strided 3x3 */
   check_conv(1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1);    /* 1x1x1x1 */
   check_conv(2, 12, 6, 7, 8, 3, 3, 1, 2, 0, 1, 1, 1, 4);   /* groups 4, no h padding */
-  printf("conv2d: %d shapes x {ref, oneDNN plain, oneDNN any} x {fwd +/- bias, bwd_data, "
-         "bwd_weight +/- bias} vs double-precision naive\n", nshapes);
+  printf("conv2d: %d shapes x {ref, oneDNN plain, oneDNN any, oneDNN any+Winograd (%d shapes "
+         "have it)} x {fwd +/- bias, bwd_data, bwd_weight +/- bias} vs double-precision naive\n",
+         nshapes, nwino);
+  CHECK(nwino >= 2);
   for (int i = 0; i < 3; i++) ts__conv_dnnl_set_format(i, saved[i]);
+  for (int i = 0; i < 3; i++) ts__conv_dnnl_set_algo(i, saved_alg[i]);
 
   /* bad descriptors: an error status naming the op, never a crash */
   ts__conv_desc bad = {1, 3, 4, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1};

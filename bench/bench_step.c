@@ -1,0 +1,463 @@
+/* bench_step: Tessera performance numbers as JSON lines (one object per line on stdout).
+ *
+ *   {"name":"sgemm_1024","gflops":..,"tessera_gflops":..,"onednn_gflops":..,"ratio":..}
+ *   {"name":"sgemm_4096x768x768",...}            ts_matmul graph vs raw dnnl_sgemm (M x K x N)
+ *   {"name":"resnet18_cifar_b64_step","threads":N,"tessera_ms":..,"torch_ms":..,"ratio":..}
+ *   {"name":"gpt_6l_384d_step",...}              one full training step (forward, backward,
+ *                                                optimizer update); ratio = torch_ms/tessera_ms
+ *   {"name":"profile","model":..,"op":..,"ms":..,"share":..}   with --profile
+ *
+ * Steps: --warmup steps, then the median of --steps individually timed steps. The PyTorch side
+ * (bench/torch_step.py under /usr/bin/python3) runs in the same invocation with the same thread
+ * count, OMP_WAIT_POLICY=passive, large-malloc glibc tunables, and OPENBLAS_CORETYPE both as set
+ * in the environment and unset (the faster counts). Diagnostics go to stderr. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl.h"
+#include "tessera/optim.h"
+#include "tessera/tessera.h"
+#include "tessera/zoo.h"
+
+#define TORCH_PY "/usr/bin/python3"
+#define GLIBC_TUNE "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
+
+typedef struct {
+  int threads, warmup, steps, gemm_reps;
+  int torch; /* -1 auto, 0 off, 1 on */
+  int profile;
+  int do_sgemm, do_resnet, do_gpt;
+  int resnet_batch, gpt_batch, gpt_seq;
+  const char *torch_script;
+} options;
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_step: %s: %s\n", what, ts_last_error());
+  exit(1);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill_uniform(float *x, size_t n, uint64_t seed) {
+  uint64_t key = ts_hash_name("bench", seed);
+  for (size_t i = 0; i < n; i++) x[i] = 2.0f * ts_rng_uniform_at(key, i) - 1.0f;
+}
+
+/* ---------------------------------------------------------------- sgemm */
+
+static double time_tessera_gemm(int64_t M, int64_t K, int64_t N, int reps) {
+  ts_graph *g;
+  if (ts_graph_create(&g)) die("graph");
+  ts_val a = ts_input(g, "a", TS_F32, ts_shape2(M, K));
+  ts_val b = ts_input(g, "b", TS_F32, ts_shape2(K, N));
+  ts_val y = ts_matmul(g, a, b, 0, 0);
+  if (ts_graph_status(g)) die("building the matmul graph");
+  ts_plan *p;
+  if (ts_plan_create(g, &y, 1, &p)) die("planning the matmul graph");
+  float *A = ts_alloc(sizeof(float) * (size_t)(M * K)), *B = ts_alloc(sizeof(float) * (size_t)(K * N));
+  if (!A || !B) die("allocating gemm operands");
+  fill_uniform(A, (size_t)(M * K), 1);
+  fill_uniform(B, (size_t)(K * N), 2);
+  if (ts_plan_bind(p, a, A) || ts_plan_bind(p, b, B)) die("binding gemm operands");
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  for (int i = 0; i < 2; i++)
+    if (ts_plan_run(p, 0)) die("running ts_matmul");
+  for (int i = 0; i < reps; i++) {
+    double t0 = ts_time_now();
+    if (ts_plan_run(p, 0)) die("running ts_matmul");
+    t[i] = ts_time_now() - t0;
+  }
+  double s = median(t, reps);
+  free(t);
+  ts_free(A);
+  ts_free(B);
+  ts_plan_free(p);
+  ts_graph_free(g);
+  return 2.0 * (double)M * (double)N * (double)K / s * 1e-9;
+}
+
+static double time_onednn_gemm(int64_t M, int64_t K, int64_t N, int reps) {
+  float *A = ts_alloc(sizeof(float) * (size_t)(M * K)), *B = ts_alloc(sizeof(float) * (size_t)(K * N));
+  float *C = ts_alloc(sizeof(float) * (size_t)(M * N));
+  if (!A || !B || !C) die("allocating gemm operands");
+  fill_uniform(A, (size_t)(M * K), 1);
+  fill_uniform(B, (size_t)(K * N), 2);
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  for (int i = -2; i < reps; i++) {
+    double t0 = ts_time_now();
+    if (dnnl_sgemm('N', 'N', M, N, K, 1.0f, A, K, B, N, 0.0f, C, N) != dnnl_success) {
+      fprintf(stderr, "bench_step: dnnl_sgemm failed\n");
+      exit(1);
+    }
+    if (i >= 0) t[i] = ts_time_now() - t0;
+  }
+  double s = median(t, reps);
+  free(t);
+  ts_free(A);
+  ts_free(B);
+  ts_free(C);
+  return 2.0 * (double)M * (double)N * (double)K / s * 1e-9;
+}
+
+static void bench_gemm(const char *name, int64_t M, int64_t K, int64_t N, int reps) {
+  double tg = time_tessera_gemm(M, K, N, reps);
+  double og = time_onednn_gemm(M, K, N, reps);
+  printf("{\"name\":\"%s\",\"M\":%lld,\"K\":%lld,\"N\":%lld,\"gflops\":%.2f,\"tessera_gflops\":%.2f,"
+         "\"onednn_gflops\":%.2f,\"ratio\":%.4f}\n",
+         name, (long long)M, (long long)K, (long long)N, tg, tg, og, tg / og);
+  fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- training steps */
+
+#define MAX_PROF 96
+typedef struct {
+  const char *op[MAX_PROF];
+  double sec[MAX_PROF];
+  int n;
+  double t0;
+} profile;
+
+static void prof_add(profile *pr, const char *op, double dt) {
+  int i = 0;
+  while (i < pr->n && strcmp(pr->op[i], op)) i++;
+  if (i == pr->n) {
+    if (pr->n == MAX_PROF) return;
+    pr->op[pr->n++] = op;
+  }
+  pr->sec[i] += dt;
+}
+
+/* ts_plan_set_hook callback: time of each node, summed per op name. */
+static void prof_hook(const ts_graph *g, int node, const char *op_name, const char *node_name,
+                      int phase, void *user) {
+  (void)g, (void)node, (void)node_name;
+  profile *pr = user;
+  if (phase == 0)
+    pr->t0 = ts_time_now();
+  else
+    prof_add(pr, op_name, ts_time_now() - pr->t0);
+}
+
+typedef struct {
+  ts_graph *g;
+  ts_params *ps;
+  ts_plan *plan;
+  ts_optim *opt;
+  float lr;
+  ts_val loss;
+  void *inputs[2];
+} trainer;
+
+/* After the forward graph with loss is built: backward, parameter store, plan, optimizer. */
+static void trainer_setup(trainer *t, const ts_optim_config *oc, float lr) {
+  if (ts_graph_backward(t->g, t->loss, 1.0f)) die("backward");
+  int cap = ts_params_count(t->ps) + 1, nk = 0;
+  ts_val *keep = malloc(sizeof(ts_val) * (size_t)cap);
+  keep[0] = t->loss;
+  if (ts_params_attach_grads(t->ps, t->g, keep + 1, cap - 1, &nk)) die("attaching gradients");
+  if (ts_params_alloc(t->ps, 1234)) die("allocating parameters");
+  if (ts_plan_create(t->g, keep, nk + 1, &t->plan)) die("planning the training step");
+  free(keep);
+  if (ts_params_bind(t->ps, t->g, t->plan)) die("binding parameters");
+  int np = ts_params_count(t->ps), ns = 0;
+  ts_optim_segment *segs = malloc(sizeof *segs * (size_t)np);
+  for (int i = 0; i < np; i++) {
+    int fl = ts_params_flags(t->ps, i);
+    if (fl & TS_PARAM_STATE) continue;
+    ts_shape sh = ts_params_shape(t->ps, i);
+    segs[ns].name = ts_params_name(t->ps, i);
+    segs[ns].offset = ts_params_offset(t->ps, i);
+    segs[ns].numel = (size_t)ts_shape_numel(&sh);
+    segs[ns].flags = (fl & TS_PARAM_NO_DECAY) ? TS_SEG_NO_DECAY : 0;
+    ns++;
+  }
+  if (ts_optim_create(&t->opt, oc, segs, ns)) die("creating the optimizer");
+  free(segs);
+  t->lr = lr;
+}
+
+static void trainer_free(trainer *t) {
+  ts_optim_free(t->opt);
+  ts_plan_free(t->plan);
+  ts_params_free(t->ps);
+  ts_graph_free(t->g);
+  for (int i = 0; i < 2; i++) ts_free(t->inputs[i]);
+}
+
+/* One training step: forward + backward (gradients land in the store), then the update. */
+static void train_step(trainer *t, uint64_t step, profile *pr) {
+  if (ts_plan_run(t->plan, step)) die("running the training step");
+  double t0 = pr ? ts_time_now() : 0;
+  if (ts_optim_step(t->opt, ts_params_data(t->ps), ts_params_grads(t->ps), t->lr))
+    die("optimizer step");
+  if (pr) prof_add(pr, "optimizer_step", ts_time_now() - t0);
+}
+
+/* Warm-up, then the median of `steps` timed steps (ms); the last loss in *loss. With `model`
+ * set, also a profiled pass of the same number of steps (hook installed only then). */
+static double time_training(trainer *t, const options *o, const char *model, float *loss) {
+  uint64_t s = 0;
+  for (int i = 0; i < o->warmup; i++) train_step(t, s++, NULL);
+  double *ms = malloc(sizeof(double) * (size_t)o->steps);
+  for (int i = 0; i < o->steps; i++) {
+    double t0 = ts_time_now();
+    train_step(t, s++, NULL);
+    ms[i] = (ts_time_now() - t0) * 1e3;
+  }
+  double med = median(ms, o->steps);
+  free(ms);
+  *loss = *(float *)ts_plan_data(t->plan, t->loss);
+  if (o->profile) {
+    profile pr;
+    memset(&pr, 0, sizeof pr);
+    ts_plan_set_hook(t->plan, prof_hook, &pr);
+    for (int i = 0; i < o->steps; i++) train_step(t, s++, &pr);
+    ts_plan_set_hook(t->plan, NULL, NULL);
+    double total = 0;
+    for (int i = 0; i < pr.n; i++) total += pr.sec[i];
+    for (int i = 0; i < pr.n; i++) /* sort by time, descending */
+      for (int j = i + 1; j < pr.n; j++)
+        if (pr.sec[j] > pr.sec[i]) {
+          double ts_ = pr.sec[i]; pr.sec[i] = pr.sec[j]; pr.sec[j] = ts_;
+          const char *to = pr.op[i]; pr.op[i] = pr.op[j]; pr.op[j] = to;
+        }
+    for (int i = 0; i < pr.n; i++)
+      printf("{\"name\":\"profile\",\"model\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,\"share\":%.4f}\n",
+             model, pr.op[i], pr.sec[i] * 1e3 / o->steps, total > 0 ? pr.sec[i] / total : 0.0);
+    fflush(stdout);
+  }
+  return med;
+}
+
+typedef struct {
+  char name[64];
+  double tessera_ms, torch_ms, torch_ms_env, torch_ms_unset;
+  float loss;
+  int64_t params;
+  int batch, seq;
+} result;
+
+static void bench_resnet(const options *o, result *r) {
+  int B = o->resnet_batch;
+  trainer t;
+  memset(&t, 0, sizeof t);
+  if (ts_graph_create(&t.g) || ts_params_create(&t.ps)) die("creating the graph");
+  ts_nn nn = {t.g, t.ps};
+  ts_val x = ts_input(t.g, "x", TS_F32, ts_shape4(B, 3, 32, 32));
+  ts_val y = ts_input(t.g, "labels", TS_I32, ts_shape1(B));
+  ts_val_set_requires_grad(t.g, x, 0);
+  ts_resnet_config cfg = {.depth = 18, .num_classes = 10, .cifar = 1};
+  if (ts_zoo_resnet(&nn, &cfg, x, y, NULL, &t.loss)) die("building ResNet-18");
+  /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=5e-4) */
+  ts_optim_config oc = ts_optim_config_default(TS_OPTIM_MOMENTUM);
+  oc.momentum = 0.9;
+  oc.weight_decay = 5e-4;
+  trainer_setup(&t, &oc, 0.1f);
+  float *xd = ts_alloc(sizeof(float) * (size_t)B * 3 * 32 * 32);
+  int32_t *yd = ts_alloc(sizeof(int32_t) * (size_t)B);
+  fill_uniform(xd, (size_t)B * 3 * 32 * 32, 3);
+  for (int i = 0; i < B; i++) yd[i] = i % 10;
+  t.inputs[0] = xd;
+  t.inputs[1] = yd;
+  if (ts_plan_bind(t.plan, x, xd) || ts_plan_bind(t.plan, y, yd)) die("binding the batch");
+  snprintf(r->name, sizeof r->name, "resnet18_cifar_b%d_step", B);
+  r->params = (int64_t)ts_params_numel(t.ps);
+  r->batch = B;
+  r->seq = 0;
+  r->tessera_ms = time_training(&t, o, "resnet18_cifar", &r->loss);
+  trainer_free(&t);
+}
+
+static void bench_gpt(const options *o, result *r) {
+  int B = o->gpt_batch, T = o->gpt_seq, V = 8192;
+  trainer t;
+  memset(&t, 0, sizeof t);
+  if (ts_graph_create(&t.g) || ts_params_create(&t.ps)) die("creating the graph");
+  ts_nn nn = {t.g, t.ps};
+  ts_val ids = ts_input(t.g, "ids", TS_I32, ts_shape2(B, T));
+  ts_val tgt = ts_input(t.g, "targets", TS_I32, ts_shape2(B, T));
+  ts_gpt_config cfg = {.vocab_size = V, .block_size = T, .n_layer = 6, .n_head = 6, .n_embd = 384};
+  if (ts_zoo_gpt(&nn, &cfg, ids, tgt, NULL, &t.loss)) die("building the GPT");
+  /* torch.optim.AdamW(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1) */
+  ts_optim_config oc = ts_optim_config_default(TS_OPTIM_ADAMW);
+  oc.beta1 = 0.9;
+  oc.beta2 = 0.95;
+  oc.weight_decay = 0.1;
+  trainer_setup(&t, &oc, 6e-4f);
+  int32_t *id = ts_alloc(sizeof(int32_t) * (size_t)B * T), *td = ts_alloc(sizeof(int32_t) * (size_t)B * T);
+  uint64_t key = ts_hash_name("gpt-batch", 7);
+  for (int64_t i = 0; i < (int64_t)B * T; i++) {
+    id[i] = (int32_t)(ts_rng_uniform_at(key, (uint64_t)(2 * i)) * V) % V;
+    td[i] = (int32_t)(ts_rng_uniform_at(key, (uint64_t)(2 * i + 1)) * V) % V;
+  }
+  t.inputs[0] = id;
+  t.inputs[1] = td;
+  if (ts_plan_bind(t.plan, ids, id) || ts_plan_bind(t.plan, tgt, td)) die("binding the batch");
+  snprintf(r->name, sizeof r->name, "gpt_6l_384d_step");
+  r->params = (int64_t)ts_params_numel(t.ps);
+  r->batch = B;
+  r->seq = T;
+  r->tessera_ms = time_training(&t, o, "gpt_6l_384d", &r->loss);
+  trainer_free(&t);
+}
+
+/* ---------------------------------------------------------------- PyTorch */
+
+static int torch_available(void) {
+  return system(TORCH_PY " -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+/* Runs torch_step.py once; fills ms[k] for results whose name it prints (-1 otherwise). */
+static int run_torch(const options *o, int unset_coretype, result *res, int nres, double *ms) {
+  char only[32] = "";
+  if (o->do_resnet) strcat(only, "resnet,");
+  if (o->do_gpt) strcat(only, "gpt");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "env %s OMP_NUM_THREADS=%d OMP_WAIT_POLICY=passive GLIBC_TUNABLES=%s " TORCH_PY
+           " '%s' --threads %d --warmup %d --steps %d --only %s --resnet-batch %d --gpt-batch %d"
+           " --gpt-seq %d",
+           unset_coretype ? "-u OPENBLAS_CORETYPE" : "", o->threads, GLIBC_TUNE, o->torch_script,
+           o->threads, o->warmup, o->steps, only, o->resnet_batch, o->gpt_batch, o->gpt_seq);
+  for (int i = 0; i < nres; i++) ms[i] = -1;
+  FILE *f = popen(cmd, "r");
+  if (!f) {
+    fprintf(stderr, "bench_step: cannot run %s\n", cmd);
+    return -1;
+  }
+  char line[4096];
+  while (fgets(line, sizeof line, f)) {
+    const char *n = strstr(line, "\"name\": \""), *m = strstr(line, "\"ms\": ");
+    if (!n || !m) continue;
+    n += 9;
+    for (int i = 0; i < nres; i++) {
+      size_t len = strlen(res[i].name);
+      if (!strncmp(n, res[i].name, len) && n[len] == '"') ms[i] = atof(m + 6);
+    }
+  }
+  int rc = pclose(f);
+  if (rc) fprintf(stderr, "bench_step: %s exited with status %d\n", o->torch_script, rc);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: bench_step [--threads N] [--warmup N] [--steps N] [--gemm-reps N] [--profile]\n"
+          "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
+          "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n");
+}
+
+static int parse_int(const char *opt, const char *s, int lo) {
+  char *end;
+  long v = s ? strtol(s, &end, 10) : 0;
+  if (!s || *end || v < lo || v > 1 << 20) {
+    fprintf(stderr, "bench_step: %s needs an integer >= %d (got '%s')\n", opt, lo, s ? s : "");
+    exit(2);
+  }
+  return (int)v;
+}
+
+int main(int argc, char **argv) {
+  options o = {0};
+  const char *env = getenv("OMP_NUM_THREADS");
+  o.threads = env && atoi(env) > 0 ? atoi(env) : 1;
+  o.warmup = 3;
+  o.steps = 10;
+  o.gemm_reps = 10;
+  o.torch = -1;
+  o.do_sgemm = o.do_resnet = o.do_gpt = 1;
+  o.resnet_batch = 64;
+  o.gpt_batch = 8;
+  o.gpt_seq = 256;
+  static char script[4096];
+  const char *src = __FILE__, *slash = strrchr(src, '/');
+  snprintf(script, sizeof script, "%.*storch_step.py", slash ? (int)(slash - src + 1) : 0, src);
+  o.torch_script = getenv("TS_TORCH_STEP") ? getenv("TS_TORCH_STEP") : script;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--threads")) o.threads = parse_int(a, v, 1), i++;
+    else if (!strcmp(a, "--warmup")) o.warmup = parse_int(a, v, 0), i++;
+    else if (!strcmp(a, "--steps")) o.steps = parse_int(a, v, 1), i++;
+    else if (!strcmp(a, "--gemm-reps")) o.gemm_reps = parse_int(a, v, 1), i++;
+    else if (!strcmp(a, "--resnet-batch")) o.resnet_batch = parse_int(a, v, 1), i++;
+    else if (!strcmp(a, "--gpt-batch")) o.gpt_batch = parse_int(a, v, 1), i++;
+    else if (!strcmp(a, "--gpt-seq")) o.gpt_seq = parse_int(a, v, 1), i++;
+    else if (!strcmp(a, "--profile")) o.profile = 1;
+    else if (!strcmp(a, "--torch")) o.torch = 1;
+    else if (!strcmp(a, "--no-torch")) o.torch = 0;
+    else if (!strcmp(a, "--torch-script") && v) o.torch_script = v, i++;
+    else if (!strcmp(a, "--only") && v) {
+      o.do_sgemm = strstr(v, "sgemm") != NULL;
+      o.do_resnet = strstr(v, "resnet") != NULL;
+      o.do_gpt = strstr(v, "gpt") != NULL;
+      i++;
+    } else {
+      usage();
+      return strcmp(a, "--help") && strcmp(a, "-h") ? 2 : 0;
+    }
+  }
+  ts_threads_set(o.threads);
+
+  if (o.do_sgemm) {
+    bench_gemm("sgemm_1024", 1024, 1024, 1024, o.gemm_reps);
+    bench_gemm("sgemm_4096x768x768", 4096, 768, 768, o.gemm_reps);
+  }
+
+  result res[2];
+  int nres = 0;
+  if (o.do_resnet) bench_resnet(&o, &res[nres++]);
+  if (o.do_gpt) bench_gpt(&o, &res[nres++]);
+  if (!nres) return 0;
+
+  int use_torch = o.torch;
+  if (use_torch < 0) use_torch = torch_available();
+  else if (use_torch && !torch_available()) {
+    fprintf(stderr, "bench_step: --torch given but '%s -c \"import torch\"' fails\n", TORCH_PY);
+    return 1;
+  }
+  for (int i = 0; i < nres; i++) res[i].torch_ms = res[i].torch_ms_env = res[i].torch_ms_unset = -1;
+  if (use_torch) {
+    double ms[2];
+    /* OPENBLAS_CORETYPE as set in the environment (if it is), and unset; the faster counts. */
+    if (getenv("OPENBLAS_CORETYPE")) {
+      run_torch(&o, 0, res, nres, ms);
+      for (int i = 0; i < nres; i++) res[i].torch_ms_env = ms[i];
+    }
+    run_torch(&o, 1, res, nres, ms);
+    for (int i = 0; i < nres; i++) {
+      res[i].torch_ms_unset = ms[i];
+      double a = res[i].torch_ms_env, b = res[i].torch_ms_unset;
+      res[i].torch_ms = a > 0 && (b <= 0 || a < b) ? a : b;
+    }
+  }
+  for (int i = 0; i < nres; i++) {
+    result *r = &res[i];
+    printf("{\"name\":\"%s\",\"threads\":%d,\"batch\":%d,", r->name, o.threads, r->batch);
+    if (r->seq) printf("\"seq\":%d,", r->seq);
+    printf("\"params\":%lld,\"warmup\":%d,\"steps\":%d,\"tessera_ms\":%.3f,",
+           (long long)r->params, o.warmup, o.steps, r->tessera_ms);
+    if (isfinite(r->loss))
+      printf("\"tessera_loss\":%.6g", (double)r->loss);
+    else
+      printf("\"tessera_loss\":null");
+    if (r->torch_ms > 0) {
+      printf(",\"torch_ms\":%.3f,\"ratio\":%.4f", r->torch_ms, r->torch_ms / r->tessera_ms);
+      if (r->torch_ms_env > 0) printf(",\"torch_ms_coretype_env\":%.3f", r->torch_ms_env);
+      if (r->torch_ms_unset > 0) printf(",\"torch_ms_coretype_unset\":%.3f", r->torch_ms_unset);
+    }
+    printf("}\n");
+  }
+  return 0;
+}

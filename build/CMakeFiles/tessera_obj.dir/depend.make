@@ -1,2 +1,0 @@
-# Empty dependencies file for tessera_obj.
-# This may be replaced when dependencies are built.

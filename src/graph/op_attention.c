@@ -1,0 +1,130 @@
+/* Attention family: ATTENTION, ATTENTION_BWD (causal scaled-dot-product attention).
+ *
+ * Attribute layouts (ts__attrs), shared by both ops:
+ *   f[0] = scale (resolved: 1/sqrt(D) when the builder got 0)
+ *   i[0] = layout: 0 = (B,H,T,D) (ts_attention), 1 = (B,T,H,D) (ts_attention_bthd)
+ *   ATTENTION     (q,k,v) -> o (same shape as q), lse (B,H,T) f32 (log-sum-exp of each score row)
+ *   ATTENTION_BWD (do,q,k,v,o,lse) -> dq, dk, dv
+ *
+ * Gradient: one ATTENTION_BWD node, which recomputes the probabilities from q, k and lse (no
+ * T x T tensor is ever stored). lse is an auxiliary output; a gradient flowing into it is
+ * rejected. */
+#include <math.h>
+#include <string.h>
+
+#include "graph_impl.h"
+
+#define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)
+
+/* Checks that inputs ins[0..n-1] are f32 4-D tensors of the same shape; returns the shape. */
+static int same_qkv(ts_graph *g, const char *op, const int *ins, const char *const *names, int n) {
+  char b[160], c[160];
+  const ts__value *q = ts__val(g, ins[0]);
+  for (int k = 0; k < n; k++) {
+    const ts__value *x = ts__val(g, ins[k]);
+    if (x->dtype != TS_F32)
+      return ts__graph_fail(g, TS_EDTYPE, "%s: %s %s must be f32", op, names[k], VS(ins[k], b));
+    if (x->shape.ndim != 4)
+      return ts__graph_fail(g, TS_ESHAPE, "%s: %s %s must be 4-D", op, names[k], VS(ins[k], b));
+    if (!ts_shape_equal(&x->shape, &q->shape))
+      return ts__graph_fail(g, TS_ESHAPE, "%s: %s %s does not have the shape of %s %s", op,
+                            names[k], VS(ins[k], b), names[0], VS(ins[0], c));
+  }
+  return TS_OK;
+}
+
+static ts_shape lse_shape(const ts_shape *q, int64_t layout) {
+  /* (B,H,T,D) -> (B,H,T);  (B,T,H,D) -> (B,H,T) */
+  return layout == 1 ? ts_shape3(q->dims[0], q->dims[2], q->dims[1])
+                     : ts_shape3(q->dims[0], q->dims[1], q->dims[2]);
+}
+
+static int check_attrs(ts_graph *g, const char *op, const ts__node *n) {
+  if (n->a.i[0] != 0 && n->a.i[0] != 1)
+    return ts__graph_fail(g, TS_EINVAL, "%s: unknown layout %lld (0 = BHTD, 1 = BTHD)", op,
+                          (long long)n->a.i[0]);
+  if (!(isfinite(n->a.f[0]) && n->a.f[0] > 0.0f))
+    return ts__graph_fail(g, TS_EINVAL, "%s: scale %g must be positive and finite", op, (double)n->a.f[0]);
+  return TS_OK;
+}
+
+static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  static const char *const names[] = {"q", "k", "v"};
+  if (n->nin != 3 || n->nout != 2)
+    return ts__graph_fail(g, TS_EINVAL, "attention: expects 3 inputs (q,k,v) and 2 outputs, got %d/%d",
+                          n->nin, n->nout);
+  if (check_attrs(g, "attention", n) || same_qkv(g, "attention", n->in, names, 3)) return g->status;
+  const ts_shape *q = &ts__val(g, n->in[0])->shape;
+  odt[0] = TS_F32;
+  osh[0] = *q;
+  odt[1] = TS_F32;
+  osh[1] = lse_shape(q, n->a.i[0]);
+  return TS_OK;
+}
+
+static ts_val attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale, int layout) {
+  if (!g) return TS_NONE;
+  int in[3];
+  ts_val h[3] = {q, k, v};
+  for (int j = 0; j < 3; j++) {
+    in[j] = ts__vidx(g, h[j], "attention");
+    if (in[j] < 0) return TS_NONE;
+  }
+  if (g->status) return TS_NONE;
+  const ts__value *qv = ts__val(g, in[0]);
+  if (scale == 0.0f && qv->shape.ndim == 4 && qv->shape.dims[3] > 0)
+    scale = (float)(1.0 / sqrt((double)qv->shape.dims[3]));
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.f[0] = scale;
+  a.i[0] = layout;
+  int nd = ts__add_node(g, TS_OP_ATTENTION, in, 3, 2, &a);
+  return nd < 0 ? TS_NONE : ts__handle(g, g->nodes[nd].out[0]);
+}
+
+ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale) {
+  return attention(g, q, k, v, scale, 0);
+}
+
+ts_val ts_attention_bthd(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale) {
+  return attention(g, q, k, v, scale, 1);
+}
+
+static int grad_attention(ts_graph *g, int node, const int *dy, int *dx) {
+  ts__node n = g->nodes[node];
+  if (dy[1] >= 0)
+    return ts__graph_fail(g, TS_EUNSUPPORTED,
+                          "attention: gradient through the lse output of %s is not supported", n.name);
+  if (dy[0] < 0) return TS_OK;
+  int in[6] = {dy[0], n.in[0], n.in[1], n.in[2], n.out[0], n.out[1]};
+  int nb = ts__add_node(g, TS_OP_ATTENTION_BWD, in, 6, 3, &n.a);
+  if (nb < 0) return g->status;
+  for (int k = 0; k < 3; k++) dx[k] = g->nodes[nb].out[k];
+  return TS_OK;
+}
+
+static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  static const char *const names[] = {"do", "q", "k", "v", "o"};
+  char b[160];
+  if (n->nin != 6 || n->nout != 3)
+    return ts__graph_fail(g, TS_EINVAL,
+                          "attention_bwd: expects 6 inputs (do,q,k,v,o,lse) and 3 outputs, got %d/%d",
+                          n->nin, n->nout);
+  if (check_attrs(g, "attention_bwd", n) || same_qkv(g, "attention_bwd", n->in, names, 5))
+    return g->status;
+  const ts_shape *q = &ts__val(g, n->in[1])->shape;
+  ts_shape ls = lse_shape(q, n->a.i[0]);
+  const ts__value *lse = ts__val(g, n->in[5]);
+  if (lse->dtype != TS_F32 || !ts_shape_equal(&lse->shape, &ls))
+    return ts__graph_fail(g, TS_ESHAPE, "attention_bwd: lse %s must be f32 (B,H,T)", VS(n->in[5], b));
+  for (int k = 0; k < 3; k++) {
+    odt[k] = TS_F32;
+    osh[k] = *q;
+  }
+  return TS_OK;
+}
+
+void ts__register_attention(ts__opdef *tab) {
+  tab[TS_OP_ATTENTION] = (ts__opdef){"attention", infer_attention, grad_attention, 0};
+  tab[TS_OP_ATTENTION_BWD] = (ts__opdef){"attention_bwd", infer_attention_bwd, NULL, 0};
+}

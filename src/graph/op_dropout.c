@@ -1,0 +1,63 @@
+/* Dropout family: DROPOUT.
+ *
+ * Attribute layout (ts__attrs):
+ *   DROPOUT (x f32) -> y     f[0] = p (drop probability, 0 <= p <= 1), i[0] = seed (the uint64
+ *                            bit pattern), i[1] = element offset of this tensor in the global
+ *                            numbering of the mask (0; for sharded tensors)
+ *
+ * The mask is regenerated from Philox(seed, step, element index) by the kernel (see
+ * kernels/dropout.h), so the gradient is another DROPOUT node with the same attributes applied to
+ * dy: it reproduces the identical mask in the same step. Graphs built with training off
+ * (ts_graph_set_training(g, 0)) get no node at all: dropout is the identity. Distinct dropout
+ * layers must use distinct seeds, or they drop the same positions. */
+#include <string.h>
+
+#include "graph_impl.h"
+
+static int infer_dropout(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b[160];
+  if (n->nin != 1 || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "dropout: expects 1 input and 1 output, got %d/%d", n->nin,
+                          n->nout);
+  const ts__value *x = ts__val(g, n->in[0]);
+  if (x->dtype != TS_F32)
+    return ts__graph_fail(g, TS_EDTYPE, "dropout: %s must be f32", ts__vstr(g, n->in[0], b, sizeof b));
+  float p = n->a.f[0];
+  if (!(p >= 0.0f && p <= 1.0f))
+    return ts__graph_fail(g, TS_EINVAL, "dropout: probability %g for %s is outside [0,1]", (double)p,
+                          ts__vstr(g, n->in[0], b, sizeof b));
+  if (n->a.i[1] < 0)
+    return ts__graph_fail(g, TS_EINVAL, "dropout: negative element offset %lld", (long long)n->a.i[1]);
+  odt[0] = x->dtype;
+  osh[0] = x->shape;
+  return TS_OK;
+}
+
+ts_val ts_dropout(ts_graph *g, ts_val x, float p, uint64_t seed) {
+  if (!g) return TS_NONE;
+  int xi = ts__vidx(g, x, "dropout");
+  if (xi < 0 || g->status) return TS_NONE;
+  if (!(p >= 0.0f && p <= 1.0f)) {
+    char b[160];
+    ts__graph_fail(g, TS_EINVAL, "dropout: probability %g for %s is outside [0,1]", (double)p,
+                   ts__vstr(g, xi, b, sizeof b));
+    return TS_NONE;
+  }
+  if (!g->training || p == 0.0f) return x;
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.f[0] = p;
+  a.i[0] = (int64_t)seed;
+  return ts__add1(g, TS_OP_DROPOUT, &xi, 1, &a);
+}
+
+static int grad_dropout(ts_graph *g, int node, const int *dy, int *dx) {
+  ts__attrs a = g->nodes[node].a;
+  int in = dy[0];
+  dx[0] = ts__emit(g, TS_OP_DROPOUT, &in, 1, &a);
+  return dx[0] < 0 ? g->status : TS_OK;
+}
+
+void ts__register_dropout(ts__opdef *tab) {
+  tab[TS_OP_DROPOUT] = (ts__opdef){"dropout", infer_dropout, grad_dropout, 0};
+}

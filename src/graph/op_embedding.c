@@ -1,0 +1,89 @@
+/* Embedding family: EMBEDDING, EMBEDDING_BWD.
+ *
+ * Attribute layouts (ts__attrs):
+ *   EMBEDDING     (table (V,D) float, ids i32/i64 of shape S) -> y (S...,D)     no attrs
+ *   EMBEDDING_BWD (dy (S...,D) f32, ids S) -> dtable (V,D) f32                  i[0] = V
+ *
+ * Gradients: table gets EMBEDDING_BWD (a deterministic scatter-add), ids get none. Ids outside
+ * [0,V) are caught when the kernel runs (TS_ERANGE naming the position and id). */
+#include <string.h>
+
+#include "graph_impl.h"
+
+#define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)
+
+static int check_ids(ts_graph *g, const char *op, int ids, int table_or_dy, int ids_max_ndim) {
+  char b[160], c[160];
+  const ts__value *iv = ts__val(g, ids);
+  if (iv->dtype != TS_I32 && iv->dtype != TS_I64)
+    return ts__graph_fail(g, TS_EDTYPE, "%s: ids %s must be i32 or i64 (table %s)", op,
+                          VS(ids, b), VS(table_or_dy, c));
+  if (iv->shape.ndim > ids_max_ndim)
+    return ts__graph_fail(g, TS_ESHAPE, "%s: ids %s have more than %d dims", op, VS(ids, b),
+                          ids_max_ndim);
+  return TS_OK;
+}
+
+static int infer_embedding(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b[160], c[160];
+  if (n->nin != 2 || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "embedding: expects 2 inputs (table, ids) and 1 output, got %d/%d",
+                          n->nin, n->nout);
+  const ts__value *t = ts__val(g, n->in[0]), *ids = ts__val(g, n->in[1]);
+  if (t->shape.ndim != 2 || !ts_dtype_is_float(t->dtype))
+    return ts__graph_fail(g, TS_ESHAPE, "embedding: table %s must be a 2-D float (V,D) tensor (ids %s)",
+                          VS(n->in[0], b), VS(n->in[1], c));
+  if (check_ids(g, "embedding", n->in[1], n->in[0], TS_MAX_DIMS - 1)) return g->status;
+  odt[0] = t->dtype;
+  osh[0] = ids->shape;
+  osh[0].dims[osh[0].ndim++] = t->shape.dims[1];
+  return TS_OK;
+}
+
+ts_val ts_embedding(ts_graph *g, ts_val table, ts_val ids) {
+  if (!g) return TS_NONE;
+  int in[2];
+  in[0] = ts__vidx(g, table, "embedding");
+  if (in[0] < 0) return TS_NONE;
+  in[1] = ts__vidx(g, ids, "embedding");
+  if (in[1] < 0) return TS_NONE;
+  return ts__add1(g, TS_OP_EMBEDDING, in, 2, NULL);
+}
+
+static int grad_embedding(ts_graph *g, int node, const int *dy, int *dx) {
+  ts__node n = g->nodes[node];
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.i[0] = g->vals[n.in[0]].shape.dims[0];
+  int in[2] = {dy[0], n.in[1]};
+  dx[0] = ts__emit(g, TS_OP_EMBEDDING_BWD, in, 2, &a);
+  dx[1] = -1;
+  return dx[0] < 0 ? g->status : TS_OK;
+}
+
+static int infer_embedding_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b[160], c[160];
+  if (n->nin != 2 || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "embedding_bwd: expects 2 inputs (dy, ids) and 1 output, got %d/%d",
+                          n->nin, n->nout);
+  const ts__value *dy = ts__val(g, n->in[0]), *ids = ts__val(g, n->in[1]);
+  if (check_ids(g, "embedding_bwd", n->in[1], n->in[0], TS_MAX_DIMS - 1)) return g->status;
+  if (dy->dtype != TS_F32)
+    return ts__graph_fail(g, TS_EDTYPE, "embedding_bwd: dy %s must be f32", VS(n->in[0], b));
+  int ok = dy->shape.ndim == ids->shape.ndim + 1;
+  for (int d = 0; ok && d < ids->shape.ndim; d++) ok = dy->shape.dims[d] == ids->shape.dims[d];
+  if (!ok)
+    return ts__graph_fail(g, TS_ESHAPE, "embedding_bwd: dy %s must have the ids' shape %s plus one dim",
+                          VS(n->in[0], b), VS(n->in[1], c));
+  if (n->a.i[0] <= 0)
+    return ts__graph_fail(g, TS_ESHAPE, "embedding_bwd: vocabulary size %lld must be positive",
+                          (long long)n->a.i[0]);
+  odt[0] = TS_F32;
+  osh[0] = ts_shape2(n->a.i[0], dy->shape.dims[dy->shape.ndim - 1]);
+  return TS_OK;
+}
+
+void ts__register_embedding(ts__opdef *tab) {
+  tab[TS_OP_EMBEDDING] = (ts__opdef){"embedding", infer_embedding, grad_embedding, 0};
+  tab[TS_OP_EMBEDDING_BWD] = (ts__opdef){"embedding_bwd", infer_embedding_bwd, NULL, 0};
+}

@@ -1,0 +1,516 @@
+/* Batch-norm and layer-norm: reference kernels and oneDNN primitives. */
+#include "norm.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dnnl_ctx.h"
+
+#define PAR_MIN 16384 /* elements below which kernels stay on one thread */
+#define CHUNK 2048    /* float partial sums are flushed to double every CHUNK elements */
+#define CCH 256       /* channel chunk for the (N,C) batch-norm path */
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int bn_check(const char *what, int64_t N, int64_t C, int64_t S, int training) {
+  if (N < 1 || C < 1 || S < 1)
+    return ts_error_set(TS_ESHAPE, "%s: bad dims N=%lld C=%lld S=%lld", what, (long long)N,
+                        (long long)C, (long long)S);
+  if (training && N * S < 2)
+    return ts_error_set(TS_ESHAPE,
+                        "%s: training needs more than 1 value per channel (N*spatial = %lld)",
+                        what, (long long)(N * S));
+  return TS_OK;
+}
+
+/* Running-stats update with the unbiased batch variance, as torch.nn.BatchNorm. */
+static void bn_update_running(float *rmean, float *rvar, const float *mean, const float *var,
+                              int64_t C, int64_t M, float momentum) {
+  const float unb = (float)M / (float)(M - 1);
+  for (int64_t c = 0; c < C; c++) {
+    rmean[c] = (1.0f - momentum) * rmean[c] + momentum * mean[c];
+    rvar[c] = (1.0f - momentum) * rvar[c] + momentum * var[c] * unb;
+  }
+}
+
+/* y = x*a[c] + b[c] over (N,C,S). */
+static void bn_apply(const float *x, float *y, const float *a, const float *b, int64_t N, int64_t C,
+                     int64_t S) {
+  if (S == 1) {
+#pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+      const float *p = x + n * C;
+      float *q = y + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; c++) q[c] = p[c] * a[c] + b[c];
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
+  for (int64_t nc = 0; nc < N * C; nc++) {
+    const float ac = a[nc % C], bc = b[nc % C];
+    const float *p = x + nc * S;
+    float *q = y + nc * S;
+#pragma omp simd
+    for (int64_t j = 0; j < S; j++) q[j] = p[j] * ac + bc;
+  }
+}
+
+/* Per-channel mean and biased variance, shifted by the channel's first value (one pass). */
+static void bn_stats(const float *x, int64_t N, int64_t C, int64_t S, float *mean, float *var) {
+  const double M = (double)(N * S);
+  if (S == 1) {
+#pragma omp parallel for schedule(static) if (N * C > PAR_MIN && C > CCH)
+    for (int64_t c0 = 0; c0 < C; c0 += CCH) {
+      int64_t cn = min64(CCH, C - c0);
+      double s1[CCH], s2[CCH];
+      const float *K = x + c0;
+      for (int64_t c = 0; c < cn; c++) s1[c] = s2[c] = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *p = x + n * C + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) {
+          double d = (double)p[c] - (double)K[c];
+          s1[c] += d;
+          s2[c] += d * d;
+        }
+      }
+      for (int64_t c = 0; c < cn; c++) {
+        double dm = s1[c] / M, v = s2[c] / M - dm * dm;
+        mean[c0 + c] = (float)(K[c] + dm);
+        var[c0 + c] = (float)(v > 0 ? v : 0);
+      }
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
+  for (int64_t c = 0; c < C; c++) {
+    const float K = x[c * S];
+    double s1 = 0, s2 = 0;
+    for (int64_t n = 0; n < N; n++) {
+      const float *p = x + (n * C + c) * S;
+      for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
+        int64_t j1 = min64(S, j0 + CHUNK);
+        float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t j = j0; j < j1; j++) {
+          float d = p[j] - K;
+          a += d;
+          b += d * d;
+        }
+        s1 += a;
+        s2 += b;
+      }
+    }
+    double dm = s1 / M, v = s2 / M - dm * dm;
+    mean[c] = (float)(K + dm);
+    var[c] = (float)(v > 0 ? v : 0);
+  }
+}
+
+// x (N,C,S), gamma, beta (C), rmean, rvar (C) -> y (N,C,S), mean, var (C)
+int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *rmean,
+                          float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
+                          int64_t S, float momentum, float eps, int training) {
+  int rc = bn_check("batchnorm", N, C, S, training);
+  if (rc) return rc;
+  float *ab = malloc(sizeof(float) * (size_t)(2 * C));
+  if (!ab) return ts_error_set(TS_ENOMEM, "batchnorm: out of memory");
+  if (training) {
+    bn_stats(x, N, C, S, mean, var);
+  } else {
+    if (mean != rmean) memcpy(mean, rmean, sizeof(float) * (size_t)C);
+    if (var != rvar) memcpy(var, rvar, sizeof(float) * (size_t)C);
+  }
+  for (int64_t c = 0; c < C; c++) {
+    float a = gamma[c] / sqrtf(var[c] + eps);
+    ab[c] = a;
+    ab[C + c] = beta[c] - mean[c] * a;
+  }
+  bn_apply(x, y, ab, ab + C, N, C, S);
+  free(ab);
+  if (training) bn_update_running(rmean, rvar, mean, var, C, N * S, momentum);
+  return TS_OK;
+}
+
+// dy, x (N,C,S), gamma, mean, var (C) -> dx (N,C,S), dgamma, dbeta (C)
+int ts__batchnorm_bwd_ref(const float *dy, const float *x, const float *gamma, const float *mean,
+                          const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
+                          int64_t C, int64_t S, float eps, int training) {
+  int rc = bn_check("batchnorm_bwd", N, C, S, training);
+  if (rc) return rc;
+  /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean). */
+  double *sums = malloc(sizeof(double) * (size_t)(2 * C));
+  float *abk = malloc(sizeof(float) * (size_t)(3 * C));
+  if (!sums || !abk) {
+    free(sums);
+    free(abk);
+    return ts_error_set(TS_ENOMEM, "batchnorm_bwd: out of memory");
+  }
+  if (S == 1) {
+#pragma omp parallel for schedule(static) if (N * C > PAR_MIN && C > CCH)
+    for (int64_t c0 = 0; c0 < C; c0 += CCH) {
+      int64_t cn = min64(CCH, C - c0);
+      double s1[CCH], s2[CCH];
+      for (int64_t c = 0; c < cn; c++) s1[c] = s2[c] = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *g = dy + n * C + c0, *p = x + n * C + c0, *m = mean + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < cn; c++) {
+          s1[c] += g[c];
+          s2[c] += (double)g[c] * (double)(p[c] - m[c]);
+        }
+      }
+      for (int64_t c = 0; c < cn; c++) {
+        sums[c0 + c] = s1[c];
+        sums[C + c0 + c] = s2[c];
+      }
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
+    for (int64_t c = 0; c < C; c++) {
+      const float m = mean[c];
+      double s1 = 0, s2 = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *g = dy + (n * C + c) * S, *p = x + (n * C + c) * S;
+        for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
+          int64_t j1 = min64(S, j0 + CHUNK);
+          float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+          for (int64_t j = j0; j < j1; j++) {
+            a += g[j];
+            b += g[j] * (p[j] - m);
+          }
+          s1 += a;
+          s2 += b;
+        }
+      }
+      sums[c] = s1;
+      sums[C + c] = s2;
+    }
+  }
+  /* dx = A*dy + B*x + K per channel. */
+  const double M = (double)(N * S);
+  for (int64_t c = 0; c < C; c++) {
+    double rstd = 1.0 / sqrt((double)var[c] + (double)eps);
+    double sdy = sums[c], sdx = sums[C + c];
+    dbeta[c] = (float)sdy;
+    dgamma[c] = (float)(sdx * rstd);
+    double A = gamma[c] * rstd, B = 0, K = 0;
+    if (training) {
+      B = -gamma[c] * rstd * rstd * rstd * sdx / M;
+      K = -A * sdy / M - B * mean[c];
+    }
+    abk[c] = (float)A;
+    abk[C + c] = (float)B;
+    abk[2 * C + c] = (float)K;
+  }
+  const float *A = abk, *B = abk + C, *K = abk + 2 * C;
+  if (S == 1) {
+#pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+      const float *g = dy + n * C, *p = x + n * C;
+      float *q = dx + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; c++) q[c] = A[c] * g[c] + B[c] * p[c] + K[c];
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+      const int64_t c = nc % C;
+      const float a = A[c], b = B[c], k = K[c];
+      const float *g = dy + nc * S, *p = x + nc * S;
+      float *q = dx + nc * S;
+#pragma omp simd
+      for (int64_t j = 0; j < S; j++) q[j] = a * g[j] + b * p[j] + k;
+    }
+  }
+  free(sums);
+  free(abk);
+  return TS_OK;
+}
+
+/* ---------------- layer norm (reference) ---------------- */
+
+static inline double row_sum(const float *x, int64_t n) {
+  double total = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+    int64_t j1 = min64(n, j0 + CHUNK);
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = j0; j < j1; j++) s += x[j];
+    total += s;
+  }
+  return total;
+}
+
+static inline double row_sqdev(const float *x, float m, int64_t n) {
+  double total = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+    int64_t j1 = min64(n, j0 + CHUNK);
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = j0; j < j1; j++) s += (x[j] - m) * (x[j] - m);
+    total += s;
+  }
+  return total;
+}
+
+static int ln_check(const char *what, int64_t R, int64_t D) {
+  if (R < 0 || D < 1)
+    return ts_error_set(TS_ESHAPE, "%s: bad dims R=%lld D=%lld", what, (long long)R, (long long)D);
+  return TS_OK;
+}
+
+// x (R,D), gamma, beta (D) -> y (R,D), mean, var (R)
+int ts__layernorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *y,
+                          float *mean, float *var, int64_t R, int64_t D, float eps) {
+  int rc = ln_check("layernorm", R, D);
+  if (rc) return rc;
+#pragma omp parallel for schedule(static) if (R * D > PAR_MIN)
+  for (int64_t r = 0; r < R; r++) {
+    const float *p = x + r * D;
+    float *q = y + r * D;
+    float m = (float)(row_sum(p, D) / (double)D);
+    float v = (float)(row_sqdev(p, m, D) / (double)D);
+    float rs = 1.0f / sqrtf(v + eps);
+#pragma omp simd
+    for (int64_t j = 0; j < D; j++) q[j] = (p[j] - m) * rs * gamma[j] + beta[j];
+    mean[r] = m;
+    var[r] = v;
+  }
+  return TS_OK;
+}
+
+// dy, x (R,D), gamma (D), mean, var (R) -> dx (R,D), dgamma, dbeta (D)
+int ts__layernorm_bwd_ref(const float *dy, const float *x, const float *gamma, const float *mean,
+                          const float *var, float *dx, float *dgamma, float *dbeta, int64_t R,
+                          int64_t D, float eps) {
+  int rc = ln_check("layernorm_bwd", R, D);
+  if (rc) return rc;
+  int T = R * D > PAR_MIN ? omp_get_max_threads() : 1;
+  if (T > R) T = R > 0 ? (int)R : 1;
+  /* per-thread partial dgamma/dbeta, combined in thread order (deterministic) */
+  double *part = calloc((size_t)T * 2 * (size_t)D, sizeof(double));
+  if (!part) return ts_error_set(TS_ENOMEM, "layernorm_bwd: out of memory");
+  int nt_used = 1;
+#pragma omp parallel num_threads(T) if (T > 1)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (t == 0) nt_used = nt;
+    double *dg = part + (size_t)t * 2 * (size_t)D, *db = dg + D;
+    int64_t r0 = R * t / nt, r1 = R * (t + 1) / nt;
+    for (int64_t r = r0; r < r1; r++) {
+      const float *g = dy + r * D, *p = x + r * D;
+      float *q = dx + r * D;
+      const float m = mean[r], rs = 1.0f / sqrtf(var[r] + eps);
+      double sg = 0, sgx = 0;
+      for (int64_t j0 = 0; j0 < D; j0 += CHUNK) {
+        int64_t j1 = min64(D, j0 + CHUNK);
+        float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t j = j0; j < j1; j++) {
+          float gg = g[j] * gamma[j];
+          a += gg;
+          b += gg * (p[j] - m);
+        }
+        sg += a;
+        sgx += b;
+      }
+      const float mg = (float)(sg / (double)D), mgx = (float)(sgx * rs / (double)D);
+#pragma omp simd
+      for (int64_t j = 0; j < D; j++) {
+        float xh = (p[j] - m) * rs;
+        q[j] = rs * (g[j] * gamma[j] - mg - xh * mgx);
+        dg[j] += (double)(g[j] * xh);
+        db[j] += (double)g[j];
+      }
+    }
+  }
+  for (int64_t j = 0; j < D; j++) {
+    double a = 0, b = 0;
+    for (int t = 0; t < nt_used; t++) {
+      a += part[(size_t)t * 2 * (size_t)D + (size_t)j];
+      b += part[(size_t)t * 2 * (size_t)D + (size_t)D + (size_t)j];
+    }
+    dgamma[j] = (float)a;
+    dbeta[j] = (float)b;
+  }
+  free(part);
+  return TS_OK;
+}
+
+/* ---------------- oneDNN ---------------- */
+
+typedef struct {
+  int op;   /* 0 bn fwd, 1 bn bwd, 2 ln fwd, 3 ln bwd */
+  int mode; /* bn: training */
+  int64_t a, b, c;
+  float eps;
+} norm_key;
+
+static ts__dnnl_prim *bn_prim(int bwd, int training, int64_t N, int64_t C, int64_t S, float eps) {
+  norm_key key;
+  memset(&key, 0, sizeof key);
+  key.op = bwd;
+  key.mode = training;
+  key.a = N, key.b = C, key.c = S;
+  key.eps = eps;
+  ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
+  if (p) return p;
+  /* (N,C) or (N,C,S,1): oneDNN 2.6 has its fast ncsp kernel for 2-D and 4-D data only. */
+  dnnl_memory_desc_t md;
+  int64_t dims[4] = {N, C, S, 1};
+  if (ts__dnnl_md_plain(&md, S == 1 ? 2 : 4, dims, dnnl_f32)) return NULL;
+  unsigned flags = dnnl_use_scale | dnnl_use_shift | (training ? 0u : (unsigned)dnnl_use_global_stats);
+  dnnl_batch_normalization_desc_t fd, bd;
+  dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+  dnnl_prop_kind_t prop = (training || bwd) ? dnnl_forward_training : dnnl_forward_inference;
+  if (ts__dnnl_check(dnnl_batch_normalization_forward_desc_init(&fd, prop, &md, eps, flags),
+                     "batchnorm forward descriptor") ||
+      ts__dnnl_check(dnnl_primitive_desc_create(&fpd, &fd, NULL, ts__dnnl_engine(), NULL),
+                     "batchnorm forward primitive descriptor"))
+    return NULL;
+  if (!bwd) return ts__dnnl_cache_put_pd(&key, sizeof key, fpd);
+  int rc = ts__dnnl_check(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &md, &md,
+                                                                      eps, flags),
+                          "batchnorm backward descriptor");
+  if (!rc)
+    rc = ts__dnnl_check(dnnl_primitive_desc_create(&pd, &bd, NULL, ts__dnnl_engine(), fpd),
+                        "batchnorm backward primitive descriptor");
+  dnnl_primitive_desc_destroy(fpd);
+  if (rc) return NULL;
+  return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
+}
+
+static dnnl_memory_t vec_mem(int64_t n, const float *data) {
+  dnnl_memory_desc_t md;
+  if (ts__dnnl_md_plain(&md, 1, &n, dnnl_f32)) return NULL;
+  return ts__dnnl_mem(&md, (void *)data);
+}
+
+// x (N,C,S), gamma, beta (C), rmean, rvar (C) -> y (N,C,S), mean, var (C)
+int ts__batchnorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *rmean,
+                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
+                           int64_t S, float momentum, float eps, int training) {
+  int rc = bn_check("batchnorm", N, C, S, training);
+  if (rc) return rc;
+  ts__dnnl_prim *p = bn_prim(0, training, N, C, S, eps);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "batchnorm forward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DST, ts__dnnl_mem(md, y)},
+                             {DNNL_ARG_SCALE, vec_mem(C, gamma)},
+                             {DNNL_ARG_SHIFT, vec_mem(C, beta)},
+                             {DNNL_ARG_MEAN, vec_mem(C, training ? mean : rmean)},
+                             {DNNL_ARG_VARIANCE, vec_mem(C, training ? var : rvar)}};
+  rc = ts__dnnl_run(p, 6, args, "batchnorm forward");
+  if (rc) return rc;
+  if (training) {
+    bn_update_running(rmean, rvar, mean, var, C, N * S, momentum);
+  } else {
+    if (mean != rmean) memcpy(mean, rmean, sizeof(float) * (size_t)C);
+    if (var != rvar) memcpy(var, rvar, sizeof(float) * (size_t)C);
+  }
+  return TS_OK;
+}
+
+// dy, x (N,C,S), gamma, mean, var (C) -> dx (N,C,S), dgamma, dbeta (C)
+int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
+                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
+                           int64_t C, int64_t S, float eps, int training) {
+  int rc = bn_check("batchnorm_bwd", N, C, S, training);
+  if (rc) return rc;
+  ts__dnnl_prim *p = bn_prim(1, training, N, C, S, eps);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "batchnorm backward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  /* oneDNN 2.6 insists on a shift argument in backward too (unused): pass gamma. */
+  dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
+                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)},
+                             {DNNL_ARG_MEAN, vec_mem(C, mean)},
+                             {DNNL_ARG_VARIANCE, vec_mem(C, var)},
+                             {DNNL_ARG_SCALE, vec_mem(C, gamma)},
+                             {DNNL_ARG_SHIFT, vec_mem(C, gamma)},
+                             {DNNL_ARG_DIFF_SCALE, vec_mem(C, dgamma)},
+                             {DNNL_ARG_DIFF_SHIFT, vec_mem(C, dbeta)}};
+  return ts__dnnl_run(p, 9, args, "batchnorm backward");
+}
+
+static ts__dnnl_prim *ln_prim(int bwd, int64_t R, int64_t D, float eps) {
+  norm_key key;
+  memset(&key, 0, sizeof key);
+  key.op = 2 + bwd;
+  key.a = R, key.b = D;
+  key.eps = eps;
+  ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
+  if (p) return p;
+  dnnl_memory_desc_t md;
+  int64_t dims[2] = {R, D};
+  if (ts__dnnl_md_plain(&md, 2, dims, dnnl_f32)) return NULL;
+  unsigned flags = dnnl_use_scale | dnnl_use_shift;
+  dnnl_layer_normalization_desc_t fd, bd;
+  dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+  if (ts__dnnl_check(dnnl_layer_normalization_forward_desc_init(&fd, dnnl_forward_training, &md,
+                                                                NULL, eps, flags),
+                     "layernorm forward descriptor") ||
+      ts__dnnl_check(dnnl_primitive_desc_create(&fpd, &fd, NULL, ts__dnnl_engine(), NULL),
+                     "layernorm forward primitive descriptor"))
+    return NULL;
+  if (!bwd) return ts__dnnl_cache_put_pd(&key, sizeof key, fpd);
+  int rc = ts__dnnl_check(dnnl_layer_normalization_backward_desc_init(&bd, dnnl_backward, &md, &md,
+                                                                      NULL, eps, flags),
+                          "layernorm backward descriptor");
+  if (!rc)
+    rc = ts__dnnl_check(dnnl_primitive_desc_create(&pd, &bd, NULL, ts__dnnl_engine(), fpd),
+                        "layernorm backward primitive descriptor");
+  dnnl_primitive_desc_destroy(fpd);
+  if (rc) return NULL;
+  return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
+}
+
+// x (R,D), gamma, beta (D) -> y (R,D), mean, var (R)
+int ts__layernorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *y,
+                           float *mean, float *var, int64_t R, int64_t D, float eps) {
+  int rc = ln_check("layernorm", R, D);
+  if (rc) return rc;
+  if (R == 0) return TS_OK;
+  ts__dnnl_prim *p = ln_prim(0, R, D, eps);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm forward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DST, ts__dnnl_mem(md, y)},
+                             {DNNL_ARG_SCALE, vec_mem(D, gamma)},
+                             {DNNL_ARG_SHIFT, vec_mem(D, beta)},
+                             {DNNL_ARG_MEAN, vec_mem(R, mean)},
+                             {DNNL_ARG_VARIANCE, vec_mem(R, var)}};
+  return ts__dnnl_run(p, 6, args, "layernorm forward");
+}
+
+// dy, x (R,D), gamma (D), mean, var (R) -> dx (R,D), dgamma, dbeta (D)
+int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
+                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t R,
+                           int64_t D, float eps) {
+  int rc = ln_check("layernorm_bwd", R, D);
+  if (rc) return rc;
+  if (R == 0) {
+    memset(dgamma, 0, sizeof(float) * (size_t)D);
+    memset(dbeta, 0, sizeof(float) * (size_t)D);
+    return TS_OK;
+  }
+  ts__dnnl_prim *p = ln_prim(1, R, D, eps);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm backward");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
+                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)},
+                             {DNNL_ARG_MEAN, vec_mem(R, mean)},
+                             {DNNL_ARG_VARIANCE, vec_mem(R, var)},
+                             {DNNL_ARG_SCALE, vec_mem(D, gamma)},
+                             {DNNL_ARG_SHIFT, vec_mem(D, gamma)}, /* required, unused */
+                             {DNNL_ARG_DIFF_SCALE, vec_mem(D, dgamma)},
+                             {DNNL_ARG_DIFF_SHIFT, vec_mem(D, dbeta)}};
+  return ts__dnnl_run(p, 9, args, "layernorm backward");
+}

@@ -1,0 +1,44 @@
+/* Executor adapters for the conv family: build a ts__conv_desc from the node's attributes and
+ * the bound tensors' shapes, then call the oneDNN (TS_BACKEND_FAST) or reference kernel. */
+#include "run_impl.h"
+#include "../kernels/conv.h"
+
+/* x (N,C,H,W), w (O,C/g,KH,KW), y (N,O,OH,OW): attrs as documented in op_conv.c. */
+static ts__conv_desc desc(const ts__node *n, const ts_shape *x, const ts_shape *w, const ts_shape *y) {
+  ts__conv_desc d;
+  d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
+  d.O = w->dims[0], d.KH = w->dims[2], d.KW = w->dims[3];
+  d.OH = y->dims[2], d.OW = y->dims[3];
+  d.sh = n->a.i[0], d.sw = n->a.i[1], d.ph = n->a.i[2], d.pw = n->a.i[3];
+  d.dh = n->a.i[4], d.dw = n->a.i[5], d.groups = n->a.i[6];
+  return d;
+}
+
+static int run_conv2d(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts__conv_desc d = desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
+  const float *b = n->nin == 3 ? in[2].data : NULL;
+  if (ctx->backend == TS_BACKEND_REF) return ts__conv2d_fwd_ref(&d, in[0].data, in[1].data, b, out[0].data);
+  return ts__conv2d_fwd_dnnl(&d, in[0].data, in[1].data, b, out[0].data);
+}
+
+/* (dy, w) -> dx */
+static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts__conv_desc d = desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
+  if (ctx->backend == TS_BACKEND_REF) return ts__conv2d_bwd_data_ref(&d, in[0].data, in[1].data, out[0].data);
+  return ts__conv2d_bwd_data_dnnl(&d, in[0].data, in[1].data, out[0].data);
+}
+
+/* (x, dy) -> dw[, db] */
+static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts__conv_desc d = desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
+  float *db = n->nout == 2 ? out[1].data : NULL;
+  if (ctx->backend == TS_BACKEND_REF)
+    return ts__conv2d_bwd_weight_ref(&d, in[0].data, in[1].data, out[0].data, db);
+  return ts__conv2d_bwd_weight_dnnl(&d, in[0].data, in[1].data, out[0].data, db);
+}
+
+void ts__register_run_conv(ts__run_fn *tab) {
+  tab[TS_OP_CONV2D] = run_conv2d;
+  tab[TS_OP_CONV2D_BWD_DATA] = run_conv2d_bwd_data;
+  tab[TS_OP_CONV2D_BWD_WEIGHT] = run_conv2d_bwd_weight;
+}

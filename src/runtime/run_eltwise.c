@@ -1,0 +1,28 @@
+/* Executor adapters for the eltwise family (ELTWISE, ELTWISE_BWD). TS_BACKEND_FAST uses
+ * oneDNN's eltwise primitives (JIT, several times faster than libm for gelu/tanh/sigmoid), except
+ * neg which is a plain loop either way. */
+#include "run_impl.h"
+#include "../kernels/eltwise.h"
+
+static int run_eltwise(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  const int alg = (int)n->a.i[0];
+  const int64_t len = ts_tensor_numel(&in[0]);
+  if (ctx->backend == TS_BACKEND_REF || alg == TS_ELT_NEG)
+    return ts__eltwise_fwd_ref(alg, n->a.f[0], n->a.f[1], in[0].data, out[0].data, len);
+  return ts__eltwise_fwd_dnnl(alg, n->a.f[0], n->a.f[1], in[0].data, out[0].data, len);
+}
+
+static int run_eltwise_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  const int alg = (int)n->a.i[0], use_dst = (int)n->a.i[1];
+  const int64_t len = ts_tensor_numel(&in[0]);
+  if (ctx->backend == TS_BACKEND_REF || alg == TS_ELT_NEG)
+    return ts__eltwise_bwd_ref(alg, n->a.f[0], n->a.f[1], use_dst, in[0].data, in[1].data,
+                               out[0].data, len);
+  return ts__eltwise_bwd_dnnl(alg, n->a.f[0], n->a.f[1], use_dst, in[0].data, in[1].data,
+                              out[0].data, len);
+}
+
+void ts__register_run_eltwise(ts__run_fn *tab) {
+  tab[TS_OP_ELTWISE] = run_eltwise;
+  tab[TS_OP_ELTWISE_BWD] = run_eltwise_bwd;
+}

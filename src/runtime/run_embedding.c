@@ -1,0 +1,19 @@
+/* Executor adapters for the embedding family. */
+#include "run_impl.h"
+#include "../kernels/embedding.h"
+
+static int run_embedding(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__embedding_fwd_ref(in[0].data, ts_dtype_size(in[0].dtype), in[0].shape.dims[0],
+                               in[0].shape.dims[1], in[1].data, in[1].dtype,
+                               ts_tensor_numel(&in[1]), out[0].data);
+}
+
+static int run_embedding_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__embedding_bwd_ref(in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
+                               out[0].shape.dims[0], out[0].shape.dims[1], out[0].data);
+}
+
+void ts__register_run_embedding(ts__run_fn *tab) {
+  tab[TS_OP_EMBEDDING] = run_embedding;
+  tab[TS_OP_EMBEDDING_BWD] = run_embedding_bwd;
+}

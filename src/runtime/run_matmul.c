@@ -1,0 +1,32 @@
+/* Executor adapters for the matmul family (MATMUL, DENSE): derive GEMM sizes from the bound
+ * tensors' shapes and call the oneDNN (TS_BACKEND_FAST) or reference kernel. */
+#include "run_impl.h"
+#include "../kernels/matmul.h"
+
+static int run_matmul(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  const ts_shape *as = &in[0].shape, *bs = &in[1].shape, *ys = &out[0].shape;
+  ts__mm_desc d;
+  d.trans_a = (int)n->a.i[0];
+  d.trans_b = (int)n->a.i[1];
+  d.M = ys->dims[ys->ndim - 2];
+  d.N = ys->dims[ys->ndim - 1];
+  d.K = as->dims[as->ndim - (d.trans_a ? 2 : 1)];
+  d.batch = ts_shape_numel(ys) / (d.M * d.N);
+  d.a_batched = as->ndim > 2;
+  d.b_batched = bs->ndim > 2;
+  if (ctx->backend == TS_BACKEND_REF) return ts__matmul_ref(&d, in[0].data, in[1].data, out[0].data);
+  return ts__matmul_dnnl(&d, in[0].data, in[1].data, out[0].data);
+}
+
+static int run_dense(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  const int64_t K = in[1].shape.dims[1], N = in[1].shape.dims[0];
+  const int64_t M = ts_tensor_numel(&in[0]) / K;
+  const float *b = n->nin == 3 ? in[2].data : NULL;
+  if (ctx->backend == TS_BACKEND_REF) return ts__dense_ref(M, N, K, in[0].data, in[1].data, b, out[0].data);
+  return ts__dense_dnnl(M, N, K, in[0].data, in[1].data, b, out[0].data);
+}
+
+void ts__register_run_matmul(ts__run_fn *tab) {
+  tab[TS_OP_MATMUL] = run_matmul;
+  tab[TS_OP_DENSE] = run_dense;
+}
