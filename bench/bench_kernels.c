@@ -6,7 +6,8 @@
  *                 [--alg default|direct|wino|auto]
  *
  * `resnet` sums the best times of every conv of a ResNet-18 (CIFAR variant) training step in
- * each layout mode, which is how the defaults in src/kernels/conv_dnnl.c were chosen. */
+ * each layout mode, which is how the defaults in src/kernels/conv_dnnl.c were chosen (numbers
+ * there). GFLOP/s counts 2*MACs of a direct convolution, also for Winograd. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

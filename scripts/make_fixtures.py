@@ -3,7 +3,7 @@
 
 Run with Debian's python3-torch (1.13):   /usr/bin/python3 scripts/make_fixtures.py [part ...]
 Parts: st (safetensors interop), optim (optimizers, LR schedules, clipping), ops (per-op
-forward/backward). Default: all. The format of every file is described in docs/fixtures.md.
+forward/backward), train (5 training steps of a small MLP and CNN). Default: all. The format of every file is described in docs/fixtures.md.
 Files are written by hand (json + struct, no safetensors package) and atomically.
 """
 import json
@@ -616,7 +616,98 @@ def part_ops():
     _ops_cast()
 
 
-PARTS = {"st": part_st, "optim": part_optim, "ops": part_ops}
+# ----------------------------------------------------------------------------- part: train
+
+TRAIN_STEPS = 5
+TRAIN_OPTIMS = {
+    # name: (Tessera ts_optim_config fields, torch constructor); weight decay on every param
+    "momentum": ({"kind": "momentum", "lr": 0.1, "momentum": 0.9, "dampening": 0.0,
+                  "nesterov": 0, "weight_decay": 5e-4},
+                 lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=5e-4)),
+    "adamw": ({"kind": "adamw", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+               "weight_decay": 0.01},
+              lambda ps: torch.optim.AdamW(ps, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                           weight_decay=0.01)),
+}
+
+
+class TrainMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(20, 32)
+        self.fc2 = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class TrainCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 8, 3, padding=1, bias=True)
+        self.bn1 = torch.nn.BatchNorm2d(8, eps=1e-5, momentum=0.1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(16, eps=1e-5, momentum=0.1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        h = F.relu(self.bn2(self.conv2(h)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+
+
+TRAIN_MODELS = {
+    # name: (module class, x shape per batch, seed)
+    "mlp": (TrainMLP, (16, 20), 7001),
+    "cnn": (TrainCNN, (8, 1, 12, 12), 7002),
+}
+
+
+def _train_state(model):
+    """Parameters and BatchNorm running stats by name (num_batches_tracked is not used: the
+    momentum is fixed)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()
+            if not k.endswith("num_batches_tracked")}
+
+
+def _train_case(mname, oname):
+    cls, xshape, seed = TRAIN_MODELS[mname]
+    cfg, make_opt = TRAIN_OPTIMS[oname]
+    torch.manual_seed(seed)  # same seed for both optimizers: same init and batches
+    model = cls().float().train()
+    batches = [(torch.randn(xshape), torch.randint(0, 10, (xshape[0],), dtype=torch.int64))
+               for _ in range(TRAIN_STEPS)]
+    t = {}
+    for k, v in _train_state(model).items():
+        t["init." + k] = v
+    opt = make_opt(list(model.parameters()))
+    losses = []
+    for k, (x, y) in enumerate(batches):
+        t["x.%d" % k], t["y.%d" % k] = x, y
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        losses.append(loss.item())
+        loss.backward()
+        opt.step()
+    t["loss"] = torch.tensor(losses, dtype=torch.float32)
+    for k, v in _train_state(model).items():
+        t["final." + k] = v
+    params = [n for n, _ in model.named_parameters()]
+    states = [n for n in _train_state(model) if n not in params]
+    save("train_%s_%s.safetensors" % (mname, oname), t, {
+        "model": mname, "optimizer": jdump(cfg), "steps": str(TRAIN_STEPS),
+        "params": jdump(params), "states": jdump(states),
+        "source": "torch %s, float32, %s, %s, train mode, seed %d" % (
+            torch.__version__, type(opt).__name__, cls.__name__, seed)})
+
+
+def part_train():
+    for m in TRAIN_MODELS:
+        for o in TRAIN_OPTIMS:
+            _train_case(m, o)
+
+
+PARTS = {"st": part_st, "optim": part_optim, "ops": part_ops, "train": part_train}
 
 
 def main(argv):

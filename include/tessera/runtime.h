@@ -47,6 +47,8 @@ void *ts_plan_data(ts_plan *p, ts_val v);
  * sum of all temporaries' sizes without reuse. */
 size_t ts_plan_peak_bytes(const ts_plan *p);
 size_t ts_plan_naive_bytes(const ts_plan *p);
+/* Nodes that actually run: the others only compute values nobody keeps or binds. */
+int ts_plan_num_live_nodes(const ts_plan *p);
 void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user);
 
 #ifdef __cplusplus

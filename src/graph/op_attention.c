@@ -53,7 +53,7 @@ static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
   if (n->nin != 3 || n->nout != 2)
     return ts__graph_fail(g, TS_EINVAL, "attention: expects 3 inputs (q,k,v) and 2 outputs, got %d/%d",
                           n->nin, n->nout);
-  if (check_attrs(g, "attention", n) || same_qkv(g, "attention", n->in, names, 3)) return g->status;
+  if (same_qkv(g, "attention", n->in, names, 3) || check_attrs(g, "attention", n)) return g->status;
   const ts_shape *q = &ts__val(g, n->in[0])->shape;
   odt[0] = TS_F32;
   osh[0] = *q;
@@ -110,7 +110,7 @@ static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
     return ts__graph_fail(g, TS_EINVAL,
                           "attention_bwd: expects 6 inputs (do,q,k,v,o,lse) and 3 outputs, got %d/%d",
                           n->nin, n->nout);
-  if (check_attrs(g, "attention_bwd", n) || same_qkv(g, "attention_bwd", n->in, names, 5))
+  if (same_qkv(g, "attention_bwd", n->in, names, 5) || check_attrs(g, "attention_bwd", n))
     return g->status;
   const ts_shape *q = &ts__val(g, n->in[1])->shape;
   ts_shape ls = lse_shape(q, n->a.i[0]);

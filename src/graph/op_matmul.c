@@ -97,11 +97,11 @@ static int grad_matmul(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
   const int a = n.in[0], b = n.in[1], dc = dy[0];
   const int ta = (int)n.a.i[0], tb = (int)n.a.i[1];
+  dx[0] = dx[1] = -1;
+  if (dc < 0) return TS_OK;
   const ts_shape as = g->vals[a].shape, bs = g->vals[b].shape;
   const int a_shared = as.ndim == 2 && g->vals[dc].shape.ndim > 2;
   const int b_shared = bs.ndim == 2 && g->vals[dc].shape.ndim > 2;
-  dx[0] = dx[1] = -1;
-  if (dc < 0) return TS_OK;
   if (!g->vals[a].no_grad) {
     dx[0] = ta ? emit_mm(g, b, dc, tb, 1) : emit_mm(g, dc, b, 0, !tb);
     if (a_shared) dx[0] = ts__emit_sum_to(g, dx[0], &as);

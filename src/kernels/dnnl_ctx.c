@@ -22,7 +22,7 @@ typedef struct {
   unsigned char *key;
   size_t keylen;
   uint64_t hash;
-  ts__dnnl_prim p;
+  ts__dnnl_prim *p; /* heap-allocated so pointers handed out stay valid when the table grows */
 } entry;
 
 static entry *g_tab;
@@ -48,7 +48,7 @@ static entry *find_slot(entry *tab, size_t cap, const void *key, size_t keylen, 
 ts__dnnl_prim *ts__dnnl_cache_get(const void *key, size_t keylen) {
   if (!g_tab) return NULL;
   entry *e = find_slot(g_tab, g_cap, key, keylen, hash_bytes(key, keylen));
-  return e->hash ? &e->p : NULL;
+  return e->hash ? e->p : NULL;
 }
 
 static int grow(void) {
@@ -68,22 +68,29 @@ ts__dnnl_prim *ts__dnnl_cache_put(const void *key, size_t keylen, dnnl_primitive
   if ((g_n + 1) * 2 > g_cap && grow() != 0) return NULL;
   uint64_t h = hash_bytes(key, keylen);
   entry *e = find_slot(g_tab, g_cap, key, keylen, h);
-  if (e->hash) { /* replace */
-    if (e->p.prim) dnnl_primitive_destroy(e->p.prim);
-    if (e->p.pd) dnnl_primitive_desc_destroy(e->p.pd);
-    free(e->p.aux);
+  if (e->hash) { /* replace in place: the entry pointer stays the same */
+    if (e->p->prim) dnnl_primitive_destroy(e->p->prim);
+    if (e->p->pd) dnnl_primitive_desc_destroy(e->p->pd);
+    free(e->p->aux);
   } else {
     e->key = malloc(keylen ? keylen : 1);
-    if (!e->key) return NULL;
+    e->p = calloc(1, sizeof *e->p);
+    if (!e->key || !e->p) {
+      free(e->key);
+      free(e->p);
+      e->key = NULL;
+      e->p = NULL;
+      return NULL;
+    }
     memcpy(e->key, key, keylen);
     e->keylen = keylen;
     e->hash = h;
     g_n++;
   }
-  e->p.pd = pd;
-  e->p.prim = prim;
-  e->p.aux = aux;
-  return &e->p;
+  e->p->pd = pd;
+  e->p->prim = prim;
+  e->p->aux = aux;
+  return e->p;
 }
 
 ts__dnnl_prim *ts__dnnl_cache_put_pd(const void *key, size_t keylen, dnnl_primitive_desc_t pd) {
@@ -102,9 +109,10 @@ void ts__dnnl_cache_clear(void) {
   for (size_t i = 0; i < g_cap; i++) {
     entry *e = &g_tab[i];
     if (!e->hash) continue;
-    if (e->p.prim) dnnl_primitive_destroy(e->p.prim);
-    if (e->p.pd) dnnl_primitive_desc_destroy(e->p.pd);
-    free(e->p.aux);
+    if (e->p->prim) dnnl_primitive_destroy(e->p->prim);
+    if (e->p->pd) dnnl_primitive_desc_destroy(e->p->pd);
+    free(e->p->aux);
+    free(e->p);
     free(e->key);
   }
   free(g_tab);

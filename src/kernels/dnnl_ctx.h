@@ -17,7 +17,8 @@ typedef struct {
   void *aux;      /* kernel-specific extra data (freed with free()) */
 } ts__dnnl_prim;
 
-/* Looks up the primitive for `key` (any bytes, compared exactly). Returns NULL if absent. */
+/* Entries never move: a pointer from get/put stays valid until ts__dnnl_cache_clear().
+ * Looks up the primitive for `key` (any bytes, compared exactly). Returns NULL if absent. */
 ts__dnnl_prim *ts__dnnl_cache_get(const void *key, size_t keylen);
 /* Inserts: takes ownership of pd/prim/aux. Returns the cached entry (never NULL unless OOM). */
 ts__dnnl_prim *ts__dnnl_cache_put(const void *key, size_t keylen, dnnl_primitive_desc_t pd,

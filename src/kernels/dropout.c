@@ -103,7 +103,7 @@ static inline void philox_lanes(uint64_t key, uint64_t hi, uint64_t lo0, uint32_
 #endif
 
 /* Elements [e0, e1) of the global numbering, e0 a multiple of BLOCK_ELEMS; x/y point at e0. */
-static void dropout_span(const float *x, float *y, uint64_t e0, uint64_t e1, uint32_t thr,
+static void dropout_span(const float *x, float *y, uint64_t e0, uint64_t e1, int32_t thr,
                          float scale, uint64_t seed, uint64_t step) {
   uint32_t w[4][LANES];
   const uint32_t *wf = &w[0][0]; /* element e of the block <-> wf[e] */
@@ -114,10 +114,16 @@ static void dropout_span(const float *x, float *y, uint64_t e0, uint64_t e1, uin
     float *ys = y + (b - e0);
     if (m == BLOCK_ELEMS) {
 #pragma omp simd
-      for (int e = 0; e < BLOCK_ELEMS; e++)
-        ys[e] = (wf[e] >> 8) >= thr ? xs[e] * scale : 0.0f;
+      for (int e = 0; e < BLOCK_ELEMS; e++) {
+        /* select by masking the bits: vectorises without masked loads */
+        float v = xs[e] * scale;
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        b &= 0u - (uint32_t)((int32_t)(wf[e] >> 8) >= thr);
+        memcpy(&ys[e], &b, 4);
+      }
     } else {
-      for (size_t e = 0; e < m; e++) ys[e] = (wf[e] >> 8) >= thr ? xs[e] * scale : 0.0f;
+      for (size_t e = 0; e < m; e++) ys[e] = (int32_t)(wf[e] >> 8) >= thr ? xs[e] * scale : 0.0f;
     }
   }
 }
@@ -135,14 +141,14 @@ int ts__dropout_ref(const float *x, float *y, size_t n, float p, uint64_t seed, 
     memset(y, 0, n * sizeof(float));
     return TS_OK;
   }
-  uint32_t thr = keep_threshold(p);
+  int32_t thr = (int32_t)keep_threshold(p); /* <= 2^24: signed compares are exact */
   float scale = 1.0f / (1.0f - p);
   /* Head: elements before the first block boundary, handled element by element. */
   uint64_t first = (offset + BLOCK_ELEMS - 1) / BLOCK_ELEMS * BLOCK_ELEMS;
   size_t head = (size_t)(first - offset) < n ? (size_t)(first - offset) : n;
   for (size_t e = 0; e < head; e++) {
     ts_philox_out o = ts_philox4x32(seed, step, ctr_of(offset + e));
-    y[e] = (o.v[word_of(offset + e)] >> 8) >= thr ? x[e] * scale : 0.0f;
+    y[e] = (int32_t)(o.v[word_of(offset + e)] >> 8) >= thr ? x[e] * scale : 0.0f;
   }
   if (head == n) return TS_OK;
   const float *xb = x + head;

@@ -42,6 +42,8 @@ struct ts_plan {
   int64_t *offset; /* arena offset of temporaries (-1: none) */
   size_t *bytes;
   int planned;
+  char *live;      /* per node: its result is needed (kept, bound, or feeds a live node) */
+  int nlive;
   size_t peak, naive;
   char *arena;
   size_t arena_cap;
@@ -78,7 +80,8 @@ int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   p->keep = calloc((size_t)p->nvals, 1);
   p->offset = malloc(sizeof(int64_t) * (size_t)p->nvals);
   p->bytes = malloc(sizeof(size_t) * (size_t)p->nvals);
-  if (!p->bound || !p->keep || !p->offset || !p->bytes) {
+  p->live = calloc((size_t)p->nnodes + 1, 1);
+  if (!p->live || !p->bound || !p->keep || !p->offset || !p->bytes) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -99,6 +102,7 @@ void ts_plan_free(ts_plan *p) {
   if (!p) return;
   free(p->bound);
   free(p->keep);
+  free(p->live);
   free(p->offset);
   free(p->bytes);
   ts_free(p->arena);
@@ -186,12 +190,33 @@ static int plan_memory(ts_plan *p) {
   freelist f = {0};
   int rc = TS_OK;
   if (!last || !ndying) goto oom;
+  /* Dead-node elimination: a node runs only if one of its outputs is kept or bound, feeds a live
+   * node, or it updates persistent state (BatchNorm running statistics). Gradients nobody asked
+   * for (e.g. of the data input) are never computed. */
+  {
+    char *need = calloc((size_t)nv, 1);
+    if (!need) goto oom;
+    for (int v = 0; v < nv; v++) need[v] = p->keep[v] || p->bound[v];
+    p->nlive = 0;
+    for (int i = nn - 1; i >= 0; i--) {
+      const ts__node *n = &g->nodes[i];
+      int l = 0;
+      for (int k = 0; k < n->nout; k++) l |= need[n->out[k]];
+      for (int k = 0; k < n->nin; k++) l |= g->vals[n->in[k]].kind == TS_VAL_STATE;
+      p->live[i] = (char)l;
+      p->nlive += l;
+      if (l)
+        for (int k = 0; k < n->nin; k++) need[n->in[k]] = 1;
+    }
+    free(need);
+  }
   for (int v = 0; v < nv; v++) {
     last[v] = g->vals[v].producer;
     p->offset[v] = -1;
   }
   for (int i = 0; i < nn; i++) {
     const ts__node *n = &g->nodes[i];
+    if (!p->live[i]) continue;
     for (int k = 0; k < n->nin; k++) {
       int r = root_of(p, n->in[k]);
       if (i > last[r]) last[r] = i;
@@ -207,6 +232,7 @@ static int plan_memory(ts_plan *p) {
   for (int v = 0; v < nv; v++) {
     const ts__value *x = &g->vals[v];
     if (x->producer < 0 || p->bound[v] || p->keep[v] || root_of(p, v) != v) continue;
+    if (!p->live[x->producer]) continue;
     ndying[last[v]]++;
   }
   for (int i = 0; i < nn; i++) {
@@ -217,11 +243,13 @@ static int plan_memory(ts_plan *p) {
   for (int v = 0; v < nv; v++) {
     const ts__value *x = &g->vals[v];
     if (x->producer < 0 || p->bound[v] || p->keep[v] || root_of(p, v) != v) continue;
+    if (!p->live[x->producer]) continue;
     dying[last[v]][ndying[last[v]]++] = v;
   }
   p->naive = 0;
   for (int i = 0; i < nn; i++) {
     const ts__node *n = &g->nodes[i];
+    if (!p->live[i]) continue;
     for (int k = 0; k < n->nout; k++) {
       int v = n->out[k];
       if (p->bound[v] || root_of(p, v) != v) continue;
@@ -265,6 +293,10 @@ size_t ts_plan_peak_bytes(const ts_plan *p) {
   if (!p->planned) plan_memory((ts_plan *)p);
   return p->peak;
 }
+int ts_plan_num_live_nodes(const ts_plan *p) {
+  if (!p->planned) plan_memory((ts_plan *)p);
+  return p->nlive;
+}
 size_t ts_plan_naive_bytes(const ts_plan *p) {
   if (!p->planned) plan_memory((ts_plan *)p);
   return p->naive;
@@ -305,6 +337,7 @@ int ts_plan_run(ts_plan *p, uint64_t step) {
   ts_tensor in[TS_MAX_IO], out[TS_MAX_IO];
   for (int i = 0; i < p->nnodes; i++) {
     const ts__node *n = &g->nodes[i];
+    if (!p->live[i]) continue;
     for (int k = 0; k < n->nin; k++) {
       const ts__value *x = &g->vals[n->in[k]];
       ts_tensor_view(&in[k], x->dtype, x->shape, data_of(p, n->in[k]));

@@ -95,8 +95,8 @@ int main(void) {
     CHECK(ts__binary_dnnl(0, a, &s1, a, &s2, y, &s3) == TS_ESHAPE);
     CHECK(ts__binary_ref(9, a, &s1, a, &s1, y, &s1) == TS_EINVAL);
   }
-  /* timing, informational: ResNet-like residual add and per-channel bias */
-  {
+  /* timing, informational, with TS_TEST_TIMING=1: ResNet-like residual add and per-channel bias */
+  if (getenv("TS_TEST_TIMING")) {
     ts_shape s = ts_shape4(32, 64, 56, 56), c = ts_shape3(64, 1, 1);
     int64_t n = ts_shape_numel(&s);
     float *a = malloc(4 * n), *b = malloc(4 * n), *y = malloc(4 * n);

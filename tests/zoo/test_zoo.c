@@ -71,6 +71,7 @@ static float run_once(model *m, ts_val loss, const ts_val *ins, void *const *dat
   CHECK_MSG(rc == TS_OK, "%s: forward+backward failed (%s): %s", what, ts_strerror(rc), ts_last_error());
   if (!rc) {
     out = *(float *)ts_plan_data(plan, loss);
+    fprintf(stderr, "%s: loss at init %.4f\n", what, (double)out);
     const float *gr = ts_params_grads(m->ps);
     size_t n = ts_params_numel(m->ps), bad = 0, nonzero = 0;
     for (size_t i = 0; i < n; i++) {

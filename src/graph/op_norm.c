@@ -1,0 +1,212 @@
+/* Norm family: BATCHNORM, BATCHNORM_BWD, LAYERNORM, LAYERNORM_BWD.
+ *
+ * Attribute layouts (ts__attrs):
+ *   BATCHNORM (x, gamma, beta, rmean, rvar) -> y, mean, var
+ *       i[0] = training (copied from the graph's training flag when the op is built)
+ *       f[0] = momentum, f[1] = eps
+ *       x (N,C,...) f32; gamma, beta, rmean, rvar (C) f32 -> y like x; mean, var (C).
+ *       Training: normalises with the batch mean and biased variance, which become outputs
+ *       mean/var, and UPDATES rmean/rvar IN PLACE (running = (1-momentum)*running +
+ *       momentum*batch, unbiased variance, as PyTorch); rmean/rvar must therefore be leaf values
+ *       (state values from ts_state_value, or inputs). Inference: normalises with rmean/rvar,
+ *       which are copied to mean/var.
+ *   BATCHNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta
+ *       i[0] = training (1: full derivative through the batch statistics; 0: the statistics
+ *       are constants and dx = dy*gamma/sqrt(var+eps), the per-channel scale of eval mode),
+ *       f[1] = eps.
+ *   LAYERNORM (x, gamma, beta) -> y, mean, var       f[0] = eps
+ *       x (...,D) f32, gamma, beta (D) -> y like x; mean, var (...) (x's shape without the last
+ *       dim): mean and biased variance of each row.
+ *   LAYERNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta     f[0] = eps
+ *
+ * Gradients: BATCHNORM -> BATCHNORM_BWD with the forward's training flag (running stats and the
+ * saved mean/var get none); LAYERNORM -> LAYERNORM_BWD. The _BWD ops are not differentiable. */
+#include <math.h>
+#include <string.h>
+
+#include "graph_impl.h"
+
+#define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)
+
+static int is_vec(const ts__value *v, int64_t n) {
+  return v->dtype == TS_F32 && v->shape.ndim == 1 && v->shape.dims[0] == n;
+}
+
+static int infer_batchnorm(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b1[160], b2[160];
+  static const char *names[5] = {"x", "gamma", "beta", "running_mean", "running_var"};
+  if (n->nin != 5 || n->nout != 3)
+    return ts__graph_fail(g, TS_EINVAL, "batchnorm: expects inputs (x, gamma, beta, rmean, rvar) and outputs (y, mean, var), got %d/%d",
+                          n->nin, n->nout);
+  const int xi = n->in[0];
+  const ts__value *x = ts__val(g, xi);
+  if (x->dtype != TS_F32 || x->shape.ndim < 2)
+    return ts__graph_fail(g, TS_ESHAPE, "batchnorm: x %s must be f32 with at least 2 dims (N,C,...)",
+                          VS(xi, b1));
+  const int64_t C = x->shape.dims[1], M = ts_shape_numel(&x->shape) / C;
+  for (int k = 1; k < 5; k++)
+    if (!is_vec(ts__val(g, n->in[k]), C))
+      return ts__graph_fail(g, TS_ESHAPE, "batchnorm: x %s has %lld channels but %s %s is not f32 (%lld)",
+                            VS(xi, b1), (long long)C, names[k], VS(n->in[k], b2), (long long)C);
+  const float mom = n->a.f[0], eps = n->a.f[1];
+  if (!(mom >= 0.0f && mom <= 1.0f) || !(eps >= 0.0f) || !isfinite(eps))
+    return ts__graph_fail(g, TS_EINVAL, "batchnorm: x %s: momentum %g must be in [0,1] and eps %g >= 0",
+                          VS(xi, b1), mom, eps);
+  if (n->a.i[0]) {
+    if (M < 2)
+      return ts__graph_fail(g, TS_ESHAPE,
+                            "batchnorm: x %s: training needs more than 1 value per channel (got %lld)",
+                            VS(xi, b1), (long long)M);
+    for (int k = 3; k < 5; k++)
+      if (ts__val(g, n->in[k])->producer >= 0)
+        return ts__graph_fail(g, TS_EGRAPH,
+                              "batchnorm: x %s: %s %s is updated in place in training mode and must "
+                              "be a state value (ts_state_value), not computed by another op",
+                              VS(xi, b1), names[k], VS(n->in[k], b2));
+  }
+  odt[0] = odt[1] = odt[2] = TS_F32;
+  osh[0] = x->shape;
+  osh[1] = osh[2] = ts_shape1(C);
+  return TS_OK;
+}
+
+static int infer_batchnorm_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b1[160], b2[160];
+  if (n->nin != 5 || n->nout != 3)
+    return ts__graph_fail(g, TS_EINVAL, "batchnorm_bwd: expects inputs (dy, x, gamma, mean, var) and outputs (dx, dgamma, dbeta), got %d/%d",
+                          n->nin, n->nout);
+  const ts__value *dy = ts__val(g, n->in[0]), *x = ts__val(g, n->in[1]);
+  if (x->dtype != TS_F32 || x->shape.ndim < 2 || dy->dtype != TS_F32 ||
+      !ts_shape_equal(&dy->shape, &x->shape))
+    return ts__graph_fail(g, TS_ESHAPE, "batchnorm_bwd: dy %s and x %s must be f32 of the same shape (N,C,...)",
+                          VS(n->in[0], b1), VS(n->in[1], b2));
+  const int64_t C = x->shape.dims[1];
+  for (int k = 2; k < 5; k++)
+    if (!is_vec(ts__val(g, n->in[k]), C))
+      return ts__graph_fail(g, TS_ESHAPE, "batchnorm_bwd: x %s: input %d %s must be f32 (%lld)",
+                            VS(n->in[1], b1), k, VS(n->in[k], b2), (long long)C);
+  if (n->a.i[0] && ts_shape_numel(&x->shape) / C < 2)
+    return ts__graph_fail(g, TS_ESHAPE, "batchnorm_bwd: x %s: training needs more than 1 value per channel",
+                          VS(n->in[1], b1));
+  odt[0] = odt[1] = odt[2] = TS_F32;
+  osh[0] = x->shape;
+  osh[1] = osh[2] = ts_shape1(C);
+  return TS_OK;
+}
+
+static int infer_layernorm(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b1[160], b2[160];
+  if (n->nin != 3 || n->nout != 3)
+    return ts__graph_fail(g, TS_EINVAL, "layernorm: expects inputs (x, gamma, beta) and outputs (y, mean, var), got %d/%d",
+                          n->nin, n->nout);
+  const int xi = n->in[0];
+  const ts__value *x = ts__val(g, xi);
+  if (x->dtype != TS_F32 || x->shape.ndim < 1)
+    return ts__graph_fail(g, TS_ESHAPE, "layernorm: x %s must be f32 with at least 1 dim", VS(xi, b1));
+  const int64_t D = x->shape.dims[x->shape.ndim - 1];
+  for (int k = 1; k < 3; k++)
+    if (!is_vec(ts__val(g, n->in[k]), D))
+      return ts__graph_fail(g, TS_ESHAPE, "layernorm: x %s normalises over its last dim (%lld) but %s %s is not f32 (%lld)",
+                            VS(xi, b1), (long long)D, k == 1 ? "gamma" : "beta", VS(n->in[k], b2),
+                            (long long)D);
+  if (!(n->a.f[0] >= 0.0f) || !isfinite(n->a.f[0]))
+    return ts__graph_fail(g, TS_EINVAL, "layernorm: x %s: eps %g must be >= 0", VS(xi, b1), n->a.f[0]);
+  ts_shape st = x->shape;
+  st.dims[--st.ndim] = 0;
+  odt[0] = odt[1] = odt[2] = TS_F32;
+  osh[0] = x->shape;
+  osh[1] = osh[2] = st;
+  return TS_OK;
+}
+
+static int infer_layernorm_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b1[160], b2[160];
+  if (n->nin != 5 || n->nout != 3)
+    return ts__graph_fail(g, TS_EINVAL, "layernorm_bwd: expects inputs (dy, x, gamma, mean, var) and outputs (dx, dgamma, dbeta), got %d/%d",
+                          n->nin, n->nout);
+  const ts__value *dy = ts__val(g, n->in[0]), *x = ts__val(g, n->in[1]);
+  if (x->dtype != TS_F32 || x->shape.ndim < 1 || dy->dtype != TS_F32 ||
+      !ts_shape_equal(&dy->shape, &x->shape))
+    return ts__graph_fail(g, TS_ESHAPE, "layernorm_bwd: dy %s and x %s must be f32 of the same shape",
+                          VS(n->in[0], b1), VS(n->in[1], b2));
+  const int64_t D = x->shape.dims[x->shape.ndim - 1];
+  ts_shape st = x->shape;
+  st.dims[--st.ndim] = 0;
+  const ts__value *gm = ts__val(g, n->in[2]), *m = ts__val(g, n->in[3]), *v = ts__val(g, n->in[4]);
+  if (!is_vec(gm, D) || m->dtype != TS_F32 || v->dtype != TS_F32 || !ts_shape_equal(&m->shape, &st) ||
+      !ts_shape_equal(&v->shape, &st))
+    return ts__graph_fail(g, TS_ESHAPE, "layernorm_bwd: x %s: gamma must be (D), mean/var x's shape without the last dim",
+                          VS(n->in[1], b1));
+  odt[0] = odt[1] = odt[2] = TS_F32;
+  osh[0] = x->shape;
+  osh[1] = osh[2] = ts_shape1(D);
+  return TS_OK;
+}
+
+/* Emits a 3-output backward node and hands out the gradients wanted by x, gamma, beta. */
+static int emit_bwd3(ts_graph *g, ts_op op, const int *in, const ts__attrs *a, const int *fwd_in, int *dx) {
+  int nd = ts__add_node(g, op, in, 5, 3, a);
+  if (nd < 0) return g->status ? g->status : TS_EGRAPH;
+  for (int k = 0; k < 3; k++) dx[k] = g->vals[fwd_in[k]].no_grad ? -1 : g->nodes[nd].out[k];
+  return TS_OK;
+}
+
+static int grad_batchnorm(ts_graph *g, int node, const int *dy, int *dx) {
+  const ts__node n = g->nodes[node];
+  for (int k = 0; k < 5; k++) dx[k] = -1;
+  if (dy[0] < 0) return TS_OK;
+  if (g->vals[n.in[0]].no_grad && g->vals[n.in[1]].no_grad && g->vals[n.in[2]].no_grad) return TS_OK;
+  int in[5] = {dy[0], n.in[0], n.in[1], n.out[1], n.out[2]};
+  return emit_bwd3(g, TS_OP_BATCHNORM_BWD, in, &n.a, n.in, dx);
+}
+
+static int grad_layernorm(ts_graph *g, int node, const int *dy, int *dx) {
+  const ts__node n = g->nodes[node];
+  for (int k = 0; k < 3; k++) dx[k] = -1;
+  if (dy[0] < 0) return TS_OK;
+  if (g->vals[n.in[0]].no_grad && g->vals[n.in[1]].no_grad && g->vals[n.in[2]].no_grad) return TS_OK;
+  int in[5] = {dy[0], n.in[0], n.in[1], n.out[1], n.out[2]};
+  return emit_bwd3(g, TS_OP_LAYERNORM_BWD, in, &n.a, n.in, dx);
+}
+
+ts_val ts_batchnorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, ts_val rmean, ts_val rvar,
+                    float momentum, float eps) {
+  if (!g) return TS_NONE;
+  ts_val h[5] = {x, gamma, beta, rmean, rvar};
+  int in[5];
+  for (int k = 0; k < 5; k++)
+    if ((in[k] = ts__vidx(g, h[k], "batchnorm")) < 0) return TS_NONE;
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.i[0] = g->training ? 1 : 0;
+  a.f[0] = momentum;
+  a.f[1] = eps;
+  int nd = ts__add_node(g, TS_OP_BATCHNORM, in, 5, 3, &a);
+  if (nd < 0) return TS_NONE;
+  g->vals[g->nodes[nd].out[1]].no_grad = 1; /* saved statistics: for the backward only */
+  g->vals[g->nodes[nd].out[2]].no_grad = 1;
+  return ts__handle(g, g->nodes[nd].out[0]);
+}
+
+ts_val ts_layernorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, float eps) {
+  if (!g) return TS_NONE;
+  ts_val h[3] = {x, gamma, beta};
+  int in[3];
+  for (int k = 0; k < 3; k++)
+    if ((in[k] = ts__vidx(g, h[k], "layernorm")) < 0) return TS_NONE;
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.f[0] = eps;
+  int nd = ts__add_node(g, TS_OP_LAYERNORM, in, 3, 3, &a);
+  if (nd < 0) return TS_NONE;
+  g->vals[g->nodes[nd].out[1]].no_grad = 1;
+  g->vals[g->nodes[nd].out[2]].no_grad = 1;
+  return ts__handle(g, g->nodes[nd].out[0]);
+}
+
+void ts__register_norm(ts__opdef *tab) {
+  tab[TS_OP_BATCHNORM] = (ts__opdef){"batchnorm", infer_batchnorm, grad_batchnorm, 0};
+  tab[TS_OP_BATCHNORM_BWD] = (ts__opdef){"batchnorm_bwd", infer_batchnorm_bwd, NULL, 0};
+  tab[TS_OP_LAYERNORM] = (ts__opdef){"layernorm", infer_layernorm, grad_layernorm, 0};
+  tab[TS_OP_LAYERNORM_BWD] = (ts__opdef){"layernorm_bwd", infer_layernorm_bwd, NULL, 0};
+}

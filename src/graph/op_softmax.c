@@ -1,0 +1,179 @@
+/* Softmax family: SOFTMAX, SOFTMAX_BWD, SOFTMAX_CE, SOFTMAX_CE_BWD.
+ *
+ * Attribute layouts (ts__attrs):
+ *   SOFTMAX (x) -> y               i[0] = axis (normalised to 0..ndim-1 by shape inference),
+ *                                  i[1] = log (1: log-softmax)
+ *   SOFTMAX_BWD (dy, y) -> dx      same attrs; y is the forward output
+ *   SOFTMAX_CE (logits, labels) -> loss, lse
+ *                                  f[0] = label smoothing in [0,1], i[0] = ignore index (-100)
+ *       logits (N,C) f32, labels (N) i32/i64 -> loss () f32: mean over non-ignored rows of
+ *       torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=f[0]); 0 if every row is
+ *       ignored. Second output lse (N) f32 = logsumexp of each row, saved for the backward
+ *       (no gradient flows through it).
+ *   SOFTMAX_CE_BWD (dloss, logits, labels[, lse]) -> dlogits (N,C)   same attrs as SOFTMAX_CE;
+ *       without lse the row statistics are recomputed.
+ *
+ * Gradients: SOFTMAX -> SOFTMAX_BWD(dy, y); SOFTMAX_CE -> SOFTMAX_CE_BWD(dloss, logits, labels,
+ * lse), labels get none. The _BWD ops are not differentiable. */
+#include <string.h>
+
+#include "graph_impl.h"
+
+#define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)
+
+static int infer_softmax_common(ts_graph *g, ts__node *n, const char *op, int xi) {
+  char b1[160];
+  const ts__value *x = ts__val(g, xi);
+  const int nd = x->shape.ndim;
+  if (x->dtype != TS_F32)
+    return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", op, VS(xi, b1));
+  if (nd < 1)
+    return ts__graph_fail(g, TS_ESHAPE, "%s: x %s: needs at least 1 dim", op, VS(xi, b1));
+  int64_t ax = n->a.i[0];
+  if (ax < -nd || ax >= nd)
+    return ts__graph_fail(g, TS_EINVAL, "%s: x %s: axis %lld out of range [%d,%d)", op, VS(xi, b1),
+                          (long long)ax, -nd, nd);
+  if (n->a.i[1] != 0 && n->a.i[1] != 1)
+    return ts__graph_fail(g, TS_EINVAL, "%s: x %s: log flag must be 0 or 1", op, VS(xi, b1));
+  n->a.i[0] = ax < 0 ? ax + nd : ax;
+  return TS_OK;
+}
+
+static int infer_softmax(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  const char *op = n->a.i[1] ? "log_softmax" : "softmax";
+  if (n->nin != 1 || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "%s: expects 1 input and 1 output, got %d/%d", op, n->nin,
+                          n->nout);
+  int rc = infer_softmax_common(g, n, op, n->in[0]);
+  if (rc) return rc;
+  odt[0] = TS_F32;
+  osh[0] = ts__val(g, n->in[0])->shape;
+  return TS_OK;
+}
+
+static int infer_softmax_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b1[160], b2[160];
+  if (n->nin != 2 || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "softmax_bwd: expects inputs (dy, y) and 1 output, got %d/%d",
+                          n->nin, n->nout);
+  int rc = infer_softmax_common(g, n, "softmax_bwd", n->in[1]);
+  if (rc) return rc;
+  const ts__value *dy = ts__val(g, n->in[0]), *y = ts__val(g, n->in[1]);
+  if (dy->dtype != TS_F32 || !ts_shape_equal(&dy->shape, &y->shape))
+    return ts__graph_fail(g, TS_ESHAPE, "softmax_bwd: dy %s and y %s must be f32 of the same shape",
+                          VS(n->in[0], b1), VS(n->in[1], b2));
+  odt[0] = TS_F32;
+  osh[0] = y->shape;
+  return TS_OK;
+}
+
+static int grad_softmax(ts_graph *g, int node, const int *dy, int *dx) {
+  const ts__node n = g->nodes[node];
+  dx[0] = -1;
+  if (dy[0] < 0 || g->vals[n.in[0]].no_grad) return TS_OK;
+  int in[2] = {dy[0], n.out[0]};
+  dx[0] = ts__emit(g, TS_OP_SOFTMAX_BWD, in, 2, &n.a);
+  return dx[0] < 0 ? (g->status ? g->status : TS_EGRAPH) : TS_OK;
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+static int check_ce(ts_graph *g, const ts__node *n, int li, int yi) {
+  char b1[160], b2[160];
+  const ts__value *l = ts__val(g, li), *y = ts__val(g, yi);
+  const char *op = "softmax_cross_entropy";
+  if (l->dtype != TS_F32 || l->shape.ndim != 2)
+    return ts__graph_fail(g, TS_ESHAPE, "%s: logits %s must be f32 of shape (N,C)", op, VS(li, b1));
+  if (y->dtype != TS_I32 && y->dtype != TS_I64)
+    return ts__graph_fail(g, TS_EDTYPE, "%s: labels %s must be i32 or i64 (class indices), logits %s",
+                          op, VS(yi, b2), VS(li, b1));
+  if (y->shape.ndim != 1 || y->shape.dims[0] != l->shape.dims[0])
+    return ts__graph_fail(g, TS_ESHAPE, "%s: labels %s must have shape (N) = (%lld) to match logits %s",
+                          op, VS(yi, b2), (long long)l->shape.dims[0], VS(li, b1));
+  if (!(n->a.f[0] >= 0.0f && n->a.f[0] <= 1.0f))
+    return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: label smoothing %g must be in [0,1]", op,
+                          VS(li, b1), n->a.f[0]);
+  return TS_OK;
+}
+
+static int infer_ce(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  if (n->nin != 2 || n->nout != 2)
+    return ts__graph_fail(g, TS_EINVAL, "softmax_cross_entropy: expects inputs (logits, labels) and outputs (loss, lse), got %d/%d",
+                          n->nin, n->nout);
+  int rc = check_ce(g, n, n->in[0], n->in[1]);
+  if (rc) return rc;
+  odt[0] = TS_F32;
+  memset(&osh[0], 0, sizeof osh[0]); /* scalar */
+  odt[1] = TS_F32;
+  osh[1] = ts_shape1(ts__val(g, n->in[0])->shape.dims[0]);
+  return TS_OK;
+}
+
+static int infer_ce_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b1[160], b2[160];
+  if ((n->nin != 3 && n->nin != 4) || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "softmax_ce_bwd: expects inputs (dloss, logits, labels[, lse]) and 1 output, got %d/%d",
+                          n->nin, n->nout);
+  int rc = check_ce(g, n, n->in[1], n->in[2]);
+  if (rc) return rc;
+  const ts__value *d = ts__val(g, n->in[0]), *l = ts__val(g, n->in[1]);
+  if (d->dtype != TS_F32 || ts_shape_numel(&d->shape) != 1)
+    return ts__graph_fail(g, TS_ESHAPE, "softmax_ce_bwd: dloss %s must be an f32 scalar", VS(n->in[0], b1));
+  if (n->nin == 4) {
+    const ts__value *s = ts__val(g, n->in[3]);
+    if (s->dtype != TS_F32 || s->shape.ndim != 1 || s->shape.dims[0] != l->shape.dims[0])
+      return ts__graph_fail(g, TS_ESHAPE, "softmax_ce_bwd: lse %s must be f32 (N) for logits %s",
+                            VS(n->in[3], b1), VS(n->in[1], b2));
+  }
+  odt[0] = TS_F32;
+  osh[0] = l->shape;
+  return TS_OK;
+}
+
+static int grad_ce(ts_graph *g, int node, const int *dy, int *dx) {
+  const ts__node n = g->nodes[node];
+  dx[0] = dx[1] = -1;
+  if (dy[0] < 0 || g->vals[n.in[0]].no_grad) return TS_OK;
+  int in[4] = {dy[0], n.in[0], n.in[1], n.out[1]};
+  dx[0] = ts__emit(g, TS_OP_SOFTMAX_CE_BWD, in, 4, &n.a);
+  return dx[0] < 0 ? (g->status ? g->status : TS_EGRAPH) : TS_OK;
+}
+
+/* ---------------------------------------------------------------- builders */
+
+static ts_val softmax(ts_graph *g, ts_val x, int axis, int log) {
+  if (!g) return TS_NONE;
+  int xi = ts__vidx(g, x, log ? "log_softmax" : "softmax");
+  if (xi < 0) return TS_NONE;
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.i[0] = axis;
+  a.i[1] = log;
+  return ts__add1(g, TS_OP_SOFTMAX, &xi, 1, &a);
+}
+
+ts_val ts_softmax(ts_graph *g, ts_val x, int axis) { return softmax(g, x, axis, 0); }
+ts_val ts_log_softmax(ts_graph *g, ts_val x, int axis) { return softmax(g, x, axis, 1); }
+
+ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing) {
+  if (!g) return TS_NONE;
+  int in[2];
+  if ((in[0] = ts__vidx(g, logits, "softmax_cross_entropy")) < 0 ||
+      (in[1] = ts__vidx(g, labels, "softmax_cross_entropy")) < 0)
+    return TS_NONE;
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.f[0] = label_smoothing;
+  a.i[0] = -100;
+  int nd = ts__add_node(g, TS_OP_SOFTMAX_CE, in, 2, 2, &a);
+  if (nd < 0) return TS_NONE;
+  g->vals[g->nodes[nd].out[1]].no_grad = 1; /* lse: saved for the backward only */
+  return ts__handle(g, g->nodes[nd].out[0]);
+}
+
+void ts__register_softmax(ts__opdef *tab) {
+  tab[TS_OP_SOFTMAX] = (ts__opdef){"softmax", infer_softmax, grad_softmax, 0};
+  tab[TS_OP_SOFTMAX_BWD] = (ts__opdef){"softmax_bwd", infer_softmax_bwd, NULL, 0};
+  tab[TS_OP_SOFTMAX_CE] = (ts__opdef){"softmax_ce", infer_ce, grad_ce, 0};
+  tab[TS_OP_SOFTMAX_CE_BWD] = (ts__opdef){"softmax_ce_bwd", infer_ce_bwd, NULL, 0};
+}

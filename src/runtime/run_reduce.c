@@ -1,0 +1,45 @@
+/* Executor adapters for the reduce family (SUM_TO, BROADCAST_TO, REDUCE, REDUCE_MAX_BWD).
+ *
+ * Both backends use the reference kernels: oneDNN 2.6's reduction primitive only has its
+ * reference implementation for these plain layouts and measured 20-70x slower (sum of
+ * (32,64,56,56) to (64,1,1): 0.7 vs 46 ms; (8,1024,768) to (768): 1.2 vs 70 ms, 2 threads).
+ * ts__reduce_dnnl stays available and tested (tests/kernels/test_reduce.c). */
+#include "run_impl.h"
+#include "../kernels/reduce.h"
+
+/* keepdim shape of a REDUCE node's output (same memory layout as the node's output) */
+static ts_shape keep_shape(const ts_shape *xs, uint32_t mask) {
+  ts_shape k = *xs;
+  for (int d = 0; d < xs->ndim; d++)
+    if (mask >> d & 1) k.dims[d] = 1;
+  return k;
+}
+
+static int run_sum_to(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)ctx, (void)n;
+  return ts__reduce_ref(0, in[0].data, &in[0].shape, out[0].data, &out[0].shape);
+}
+
+static int run_broadcast_to(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)ctx, (void)n;
+  return ts__broadcast_ref(in[0].data, &in[0].shape, out[0].data, &out[0].shape);
+}
+
+static int run_reduce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)ctx;
+  ts_shape ks = keep_shape(&in[0].shape, (uint32_t)n->a.i[1]);
+  return ts__reduce_ref((int)n->a.i[0], in[0].data, &in[0].shape, out[0].data, &ks);
+}
+
+static int run_reduce_max_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)ctx;
+  ts_shape ks = keep_shape(&in[1].shape, (uint32_t)n->a.i[1]);
+  return ts__reduce_max_bwd_ref(in[0].data, in[1].data, &in[1].shape, in[2].data, &ks, out[0].data);
+}
+
+void ts__register_run_reduce(ts__run_fn *tab) {
+  tab[TS_OP_SUM_TO] = run_sum_to;
+  tab[TS_OP_BROADCAST_TO] = run_broadcast_to;
+  tab[TS_OP_REDUCE] = run_reduce;
+  tab[TS_OP_REDUCE_MAX_BWD] = run_reduce_max_bwd;
+}
