@@ -94,22 +94,28 @@ ts_val ts_maxpool2d(ts_graph *g, ts_val x, int kh, int kw, int sh, int sw, int p
 ts_val ts_avgpool2d(ts_graph *g, ts_val x, int kh, int kw, int sh, int sw, int ph, int pw);
 /* (N,C,H,W) -> (N,C,1,1). */
 ts_val ts_global_avgpool(ts_graph *g, ts_val x);
-/* x (N,C,...) with gamma,beta (C) and running stats rmean,rvar (C, state values). Training:
- * batch statistics, running = (1-momentum)*running + momentum*batch (unbiased var). */
+/* x (N,C,...) with gamma,beta (C) and running stats rmean,rvar (C, state values). The graph's
+ * training flag at build time decides the mode. Training: batch statistics, and rmean/rvar are
+ * updated in place when the node runs: running = (1-momentum)*running + momentum*batch
+ * (unbiased var), as torch.nn.BatchNorm (needs more than 1 value per channel). Eval: rmean/rvar. */
 ts_val ts_batchnorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, ts_val rmean, ts_val rvar,
                     float momentum, float eps);
-/* Normalises over the last dim; gamma,beta (D). */
+/* Normalises over the last dim (biased variance, like torch.nn.LayerNorm); gamma,beta (D). */
 ts_val ts_layernorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, float eps);
 ts_val ts_eltwise(ts_graph *g, ts_val x, ts_eltwise_alg alg);
 ts_val ts_relu(ts_graph *g, ts_val x);
 ts_val ts_gelu(ts_graph *g, ts_val x, int tanh_approx);
 ts_val ts_sigmoid(ts_graph *g, ts_val x);
 ts_val ts_tanh(ts_graph *g, ts_val x);
+/* Softmax / log-softmax along `axis` (negative counts from the end). */
 ts_val ts_softmax(ts_graph *g, ts_val x, int axis);
 ts_val ts_log_softmax(ts_graph *g, ts_val x, int axis);
-/* Mean sparse softmax cross-entropy: logits (N,C), labels (N) i32/i64 -> scalar. Labels equal
- * to -100 are ignored (as in PyTorch). */
+/* Mean sparse softmax cross-entropy: logits (N,C), labels (N) i32/i64 -> scalar, as
+ * torch.nn.CrossEntropyLoss(label_smoothing=s): labels equal to -100 are ignored and the mean is
+ * over the other rows (0, not NaN, if every row is ignored). Other labels outside [0,C) make the
+ * run fail with TS_ERANGE. */
 ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing);
+/* Element-wise a (op) b with NumPy broadcasting (either operand may broadcast). */
 ts_val ts_binary(ts_graph *g, ts_val a, ts_val b, ts_binary_alg alg);
 ts_val ts_add(ts_graph *g, ts_val a, ts_val b);
 ts_val ts_sub(ts_graph *g, ts_val a, ts_val b);
@@ -117,9 +123,14 @@ ts_val ts_mul(ts_graph *g, ts_val a, ts_val b);
 ts_val ts_div(ts_graph *g, ts_val a, ts_val b);
 /* y = alpha * x + beta. */
 ts_val ts_scale(ts_graph *g, ts_val x, float alpha, float beta);
+/* Sums x down to `shape`, which must broadcast to x (NumPy rules): the inverse of broadcasting,
+ * e.g. (N,C,H,W) -> (C,1,1) or (B,T,D) -> (D). */
 ts_val ts_sum_to(ts_graph *g, ts_val x, ts_shape shape);
+/* Broadcasts x up to `shape` (NumPy rules). */
 ts_val ts_broadcast_to(ts_graph *g, ts_val x, ts_shape shape);
-/* Reduces over the axes set in `axes_mask` (bit i = axis i). */
+/* Reduces over the axes set in `axes_mask` (bit i = axis i; at least one axis unless x is a
+ * scalar). keepdim keeps reduced axes as size 1. Max's gradient is shared equally between tied
+ * maxima (like torch.amax). */
 ts_val ts_reduce(ts_graph *g, ts_val x, ts_reduce_alg alg, uint32_t axes_mask, int keepdim);
 ts_val ts_sum(ts_graph *g, ts_val x, uint32_t axes_mask, int keepdim);
 ts_val ts_mean(ts_graph *g, ts_val x, uint32_t axes_mask, int keepdim);
@@ -143,6 +154,10 @@ ts_val ts_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale);
 /* The same with q,k,v laid out (B,T,H,D) (a (B,T,H*D) projection reshaped, no permutes needed)
  * -> (B,T,H,D). */
 ts_val ts_attention_bthd(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale);
+/* The same on the packed output of one q|k|v projection: qkv (B,T,3*C), C = n_head * D, q, k, v
+ * its three C-column blocks (head h = columns h*D..h*D+D-1 of each, as nanoGPT's split + view)
+ * -> (B,T,C). No split, reshape or permute copies, forward or backward. */
+ts_val ts_attention_qkv(ts_graph *g, ts_val qkv, int n_head, float scale);
 
 /* ---- autodiff ----
  * Appends the backward of scalar `loss` to the graph: d loss/d v for every float value v that

@@ -9,8 +9,9 @@
 
 ts__opdef ts__ops[TS_OP_COUNT];
 
-/* Family registrars (src/graph/op_<family>.c). Weak while families are being written. */
-#define X(e, name, fam) void ts__register_##fam(ts__opdef *tab) __attribute__((weak));
+/* Family registrars (src/graph/op_<family>.c). Strong references: they also make a static link
+ * pull in every family's object file. */
+#define X(e, name, fam) void ts__register_##fam(ts__opdef *tab);
 #include "ops.def"
 #undef X
 
@@ -28,7 +29,7 @@ static void ops_init_once(void) {
   {                                                                \
     int dup = 0;                                                   \
     for (int k = 0; k < nseen; k++) dup |= seen[k] == ts__register_##fam; \
-    if (!dup && ts__register_##fam) {                              \
+    if (!dup) {                                                    \
       seen[nseen++] = ts__register_##fam;                          \
       ts__register_##fam(ts__ops);                                 \
     }                                                              \

@@ -14,26 +14,34 @@
 #define BQ 64 /* query rows per block */
 #endif
 
-/* Offset of the (b,h) matrix and its row stride, in floats. */
-static inline void bh_base(int layout, int64_t H, int64_t T, int64_t D, int64_t bh, int64_t *off,
-                           int64_t *ld) {
+/* Offsets of the (b,h) matrices and their row strides, in floats: `in` for q,k,v (dq,dk,dv),
+ * `out` for o (do). */
+typedef struct { int64_t ioff, ild, ooff, old; } bh_view;
+static inline bh_view bh_base(int layout, int64_t H, int64_t T, int64_t D, int64_t bh) {
   int64_t b = bh / H, h = bh % H;
+  bh_view w;
   if (layout == TS_ATTN_BTHD) {
-    *off = b * T * H * D + h * D;
-    *ld = H * D;
+    w.ioff = w.ooff = b * T * H * D + h * D;
+    w.ild = w.old = H * D;
+  } else if (layout == TS_ATTN_QKV) {
+    w.ioff = b * T * 3 * H * D + h * D;
+    w.ild = 3 * H * D;
+    w.ooff = b * T * H * D + h * D;
+    w.old = H * D;
   } else {
-    *off = bh * T * D;
-    *ld = D;
+    w.ioff = w.ooff = bh * T * D;
+    w.ild = w.old = D;
   }
+  return w;
 }
 
 static int check_args(const char *op, int64_t B, int64_t H, int64_t T, int64_t D, int layout) {
   if (B < 0 || H < 0 || T < 0 || D < 0)
     return ts_error_set(TS_EINVAL, "%s: negative size (B=%lld H=%lld T=%lld D=%lld)", op,
                         (long long)B, (long long)H, (long long)T, (long long)D);
-  if (layout != TS_ATTN_BHTD && layout != TS_ATTN_BTHD)
+  if (layout != TS_ATTN_BHTD && layout != TS_ATTN_BTHD && layout != TS_ATTN_QKV)
     return ts_error_set(TS_EINVAL, "%s: unknown layout %d", op, layout);
-  if (T > INT32_MAX || D > INT32_MAX || (int64_t)H * D > INT32_MAX)
+  if (T > INT32_MAX || D > INT32_MAX || 3 * H * D > INT32_MAX)
     return ts_error_set(TS_EINVAL, "%s: sizes too large for sgemm (T=%lld D=%lld)", op,
                         (long long)T, (long long)D);
   return TS_OK;
@@ -58,8 +66,8 @@ int ts__attention_fwd_ref(const float *q, const float *k, const float *v, float 
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
       if (!s || !acc) continue;
-      int64_t off, ld;
-      bh_base(layout, H, T, D, bh, &off, &ld);
+      bh_view w = bh_base(layout, H, T, D, bh);
+      int64_t off = w.ioff, ld = w.ild;
       for (int64_t i = 0; i < T; i++) {
         const float *qi = q + off + i * ld;
         double m = -INFINITY;
@@ -79,7 +87,7 @@ int ts__attention_fwd_ref(const float *q, const float *k, const float *v, float 
           const float *vj = v + off + j * ld;
           for (int64_t c = 0; c < D; c++) acc[c] += p * vj[c];
         }
-        for (int64_t c = 0; c < D; c++) o[off + i * ld + c] = (float)acc[c];
+        for (int64_t c = 0; c < D; c++) o[w.ooff + i * w.old + c] = (float)acc[c];
         lse[bh * T + i] = (float)l;
       }
     }
@@ -109,13 +117,14 @@ int ts__attention_bwd_ref(const float *dout, const float *q, const float *k, con
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < BH; bh++) {
       if (!gq || !gk || !gv) continue;
-      int64_t off, ld;
-      bh_base(layout, H, T, D, bh, &off, &ld);
+      bh_view w = bh_base(layout, H, T, D, bh);
+      int64_t off = w.ioff, ld = w.ild;
       memset(gq, 0, sizeof(double) * n);
       memset(gk, 0, sizeof(double) * n);
       memset(gv, 0, sizeof(double) * n);
       for (int64_t i = 0; i < T; i++) {
-        const float *qi = q + off + i * ld, *doi = dout + off + i * ld, *oi = o + off + i * ld;
+        const float *qi = q + off + i * ld, *doi = dout + w.ooff + i * w.old,
+                    *oi = o + w.ooff + i * w.old;
         double Di = 0;
         for (int64_t c = 0; c < D; c++) Di += (double)doi[c] * oi[c];
         double l = lse[bh * T + i];
@@ -265,8 +274,8 @@ static inline int sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float
 
 /* One block of queries [r0, r1) of one (b,h): o rows and lse. S is scratch (BQ x T). */
 static int fwd_block(const float *q, const float *k, const float *v, float *o, float *lse,
-                     int64_t ld, int64_t D, int64_t r0, int64_t r1, float scale, float *S,
-                     float *rinv) {
+                     int64_t ld, int64_t old, int64_t D, int64_t r0, int64_t r1, float scale,
+                     float *S, float *rinv) {
   int64_t m = r1 - r0, kend = r1;
   if (sgemm('N', 'T', m, kend, D, scale, q + r0 * ld, ld, k, ld, 0.0f, S, kend)) return 1;
   for (int64_t i = 0; i < m; i++) {
@@ -278,9 +287,9 @@ static int fwd_block(const float *q, const float *k, const float *v, float *o, f
     lse[r0 + i] = mx + logf(sum);
     rinv[i] = 1.0f / sum;
   }
-  if (sgemm('N', 'N', m, D, kend, 1.0f, S, kend, v, ld, 0.0f, o + r0 * ld, ld)) return 1;
+  if (sgemm('N', 'N', m, D, kend, 1.0f, S, kend, v, ld, 0.0f, o + r0 * old, old)) return 1;
   for (int64_t i = 0; i < m; i++) {
-    float *orow = o + (r0 + i) * ld, ri = rinv[i];
+    float *orow = o + (r0 + i) * old, ri = rinv[i];
 #pragma omp simd
     for (int64_t c = 0; c < D; c++) orow[c] *= ri;
   }
@@ -312,11 +321,10 @@ int ts__attention_fwd_dnnl(const float *q, const float *k, const float *v, float
     for (int64_t it = 0; it < items; it++) {
       if (!S) continue;
       int64_t bh = it % BH, qb = nqb - 1 - it / BH;
-      int64_t off, ld;
-      bh_base(layout, H, T, D, bh, &off, &ld);
+      bh_view w = bh_base(layout, H, T, D, bh);
       int64_t r0 = qb * BQ, r1 = r0 + BQ < T ? r0 + BQ : T;
-      if (fwd_block(q + off, k + off, v + off, o + off, lse + bh * T, ld, D, r0, r1, scale, S,
-                    S + BQ * T)) {
+      if (fwd_block(q + w.ioff, k + w.ioff, v + w.ioff, o + w.ooff, lse + bh * T, w.ild, w.old, D,
+                    r0, r1, scale, S, S + BQ * T)) {
 #pragma omp atomic write
         err = 1;
       }
@@ -331,18 +339,18 @@ int ts__attention_fwd_dnnl(const float *q, const float *k, const float *v, float
 /* Backward of one (b,h). P, dP: scratch (BQ x T); Dv: BQ. */
 static int bwd_head(const float *dout, const float *q, const float *k, const float *v,
                     const float *o, const float *lse, float *dq, float *dk, float *dv, int64_t ld,
-                    int64_t T, int64_t D, float scale, float *P, float *dP, float *Dv) {
+                    int64_t old, int64_t T, int64_t D, float scale, float *P, float *dP, float *Dv) {
   /* Query blocks from last to first: the last one sees every key, so it initialises dk and dv
    * (beta 0) and the others accumulate into their visible prefix. */
   int64_t nqb = (T + BQ - 1) / BQ;
   for (int64_t qb = nqb - 1; qb >= 0; qb--) {
     int64_t r0 = qb * BQ, r1 = r0 + BQ < T ? r0 + BQ : T, m = r1 - r0, kend = r1;
     float beta = qb == nqb - 1 ? 0.0f : 1.0f;
-    const float *qb_ = q + r0 * ld, *dob = dout + r0 * ld;
+    const float *qb_ = q + r0 * ld, *dob = dout + r0 * old;
     if (sgemm('N', 'T', m, kend, D, scale, qb_, ld, k, ld, 0.0f, P, kend)) return 1;
-    if (sgemm('N', 'T', m, kend, D, 1.0f, dob, ld, v, ld, 0.0f, dP, kend)) return 1;
+    if (sgemm('N', 'T', m, kend, D, 1.0f, dob, old, v, ld, 0.0f, dP, kend)) return 1;
     for (int64_t i = 0; i < m; i++) {
-      const float *doi = dob + i * ld, *oi = o + (r0 + i) * ld;
+      const float *doi = dob + i * old, *oi = o + (r0 + i) * old;
       float di = 0.0f;
 #pragma omp simd reduction(+ : di)
       for (int64_t c = 0; c < D; c++) di += doi[c] * oi[c];
@@ -358,7 +366,7 @@ static int bwd_head(const float *dout, const float *q, const float *k, const flo
       }
     }
     /* dv[0:kend] += P^T do_blk; dq_blk = scale dS k; dk[0:kend] += scale dS^T q_blk */
-    if (sgemm('T', 'N', kend, D, m, 1.0f, P, kend, dob, ld, beta, dv, ld)) return 1;
+    if (sgemm('T', 'N', kend, D, m, 1.0f, P, kend, dob, old, beta, dv, ld)) return 1;
     if (sgemm('N', 'N', m, D, kend, scale, dP, kend, k, ld, 0.0f, dq + r0 * ld, ld)) return 1;
     if (sgemm('T', 'N', kend, D, m, scale, dP, kend, qb_, ld, beta, dk, ld)) return 1;
   }
@@ -385,10 +393,10 @@ int ts__attention_bwd_dnnl(const float *dout, const float *q, const float *k, co
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < BH; bh++) {
       if (!P) continue;
-      int64_t off, ld;
-      bh_base(layout, H, T, D, bh, &off, &ld);
-      if (bwd_head(dout + off, q + off, k + off, v + off, o + off, lse + bh * T, dq + off,
-                   dk + off, dv + off, ld, T, D, scale, P, P + BQ * T, P + 2 * BQ * T)) {
+      bh_view w = bh_base(layout, H, T, D, bh);
+      int64_t off = w.ioff;
+      if (bwd_head(dout + w.ooff, q + off, k + off, v + off, o + w.ooff, lse + bh * T, dq + off,
+                   dk + off, dv + off, w.ild, w.old, T, D, scale, P, P + BQ * T, P + 2 * BQ * T)) {
 #pragma omp atomic write
         err = 1;
       }

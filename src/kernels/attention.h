@@ -2,7 +2,10 @@
  *
  * Layouts: q, k, v, o, do, dq, dk, dv are (B,H,T,D) for layout TS_ATTN_BHTD, or (B,T,H,D) for
  * TS_ATTN_BTHD (the layout a (B,T,H*D) projection has before any permute, which saves the
- * permutes around the op). lse is always (B,H,T).
+ * permutes around the op). TS_ATTN_QKV: q, k, v are the three column blocks of one packed
+ * (B,T,3*H*D) tensor (q = qkv, k = qkv + H*D, v = qkv + 2*H*D, row stride 3*H*D: the output of
+ * a fused q|k|v projection, no split needed), likewise dq, dk, dv inside one (B,T,3*H*D)
+ * gradient; o and do are (B,T,H*D). lse is always (B,H,T).
  *
  *   s_ij = scale * q_i . k_j,  j <= i
  *   o_i  = sum_j softmax_j(s_i.) v_j,     lse_i = log sum_{j<=i} exp(s_ij)
@@ -21,7 +24,7 @@
 
 #include <stdint.h>
 
-enum { TS_ATTN_BHTD = 0, TS_ATTN_BTHD = 1 };
+enum { TS_ATTN_BHTD = 0, TS_ATTN_BTHD = 1, TS_ATTN_QKV = 2 };
 
 /* q,k,v -> o, lse. */
 int ts__attention_fwd_ref(const float *q, const float *k, const float *v, float *o, float *lse,

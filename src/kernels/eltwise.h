@@ -34,6 +34,7 @@ static inline float ts__expf(float x) {
   const float lo = -87.3365447504f, hi = 88.0f;
   float xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
+  xc = xc == xc ? xc : 0.0f; /* NaN: computed on 0, returned as NaN below */
   float t = xc * 1.44269504088896341f;
   float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest */
   float r = xc - n * 0.693359375f;
@@ -45,8 +46,8 @@ static inline float ts__expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  union { int32_t i; float f; } u;
-  u.i = ((int32_t)n + 127) << 23;
+  union { uint32_t i; float f; } u;
+  u.i = (uint32_t)((int32_t)n + 127) << 23;
   float res = p * u.f;
   res = x < lo ? 0.0f : res;
   return x != x ? x : res;

@@ -14,13 +14,13 @@
 
 ts__run_fn ts__run[TS_OP_COUNT];
 
-#define X(e, name, fam) void ts__register_run_##fam(ts__run_fn *tab) __attribute__((weak));
+#define X(e, name, fam) void ts__register_run_##fam(ts__run_fn *tab);
 #include "../graph/ops.def"
 #undef X
 
 static void run_init_once(void) {
-#define X(e, name, fam) \
-  if (ts__register_run_##fam) ts__register_run_##fam(ts__run);
+  /* ops.def lists a family once per op; registering twice is harmless (same entries) */
+#define X(e, name, fam) ts__register_run_##fam(ts__run);
 #include "../graph/ops.def"
 #undef X
 }

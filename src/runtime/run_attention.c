@@ -1,4 +1,5 @@
-/* Executor adapters for causal attention: fused blocked kernels (FAST) or naive loops (REF). */
+/* Executor adapters for causal attention: fused blocked kernels (FAST) or naive loops (REF).
+ * Attribute layouts: src/graph/op_attention.c. */
 #include "run_impl.h"
 #include "../kernels/attention.h"
 
@@ -18,6 +19,19 @@ static void dims_of(const ts_shape *s, int layout, int64_t *B, int64_t *H, int64
 static int run_attention(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
   int layout = (int)n->a.i[0];
   int64_t B, H, T, D;
+  if (layout == TS_ATTN_QKV) {
+    const float *qkv = in[0].data;
+    B = in[0].shape.dims[0];
+    T = in[0].shape.dims[1];
+    H = n->a.i[1];
+    int64_t C = in[0].shape.dims[2] / 3;
+    D = C / H;
+    if (ctx->backend == TS_BACKEND_REF)
+      return ts__attention_fwd_ref(qkv, qkv + C, qkv + 2 * C, out[0].data, out[1].data, B, H, T, D,
+                                   n->a.f[0], layout);
+    return ts__attention_fwd_dnnl(qkv, qkv + C, qkv + 2 * C, out[0].data, out[1].data, B, H, T, D,
+                                  n->a.f[0], layout);
+  }
   dims_of(&in[0].shape, layout, &B, &H, &T, &D);
   if (ctx->backend == TS_BACKEND_REF)
     return ts__attention_fwd_ref(in[0].data, in[1].data, in[2].data, out[0].data, out[1].data, B,
@@ -29,6 +43,20 @@ static int run_attention(ts__runctx *ctx, const ts__node *n, const ts_tensor *in
 static int run_attention_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
   int layout = (int)n->a.i[0];
   int64_t B, H, T, D;
+  if (layout == TS_ATTN_QKV) { /* (do, qkv, o, lse) -> dqkv */
+    const float *qkv = in[1].data;
+    float *d = out[0].data;
+    B = in[1].shape.dims[0];
+    T = in[1].shape.dims[1];
+    H = n->a.i[1];
+    int64_t C = in[1].shape.dims[2] / 3;
+    D = C / H;
+    if (ctx->backend == TS_BACKEND_REF)
+      return ts__attention_bwd_ref(in[0].data, qkv, qkv + C, qkv + 2 * C, in[2].data, in[3].data, d,
+                                   d + C, d + 2 * C, B, H, T, D, n->a.f[0], layout);
+    return ts__attention_bwd_dnnl(in[0].data, qkv, qkv + C, qkv + 2 * C, in[2].data, in[3].data, d,
+                                  d + C, d + 2 * C, B, H, T, D, n->a.f[0], layout);
+  }
   dims_of(&in[1].shape, layout, &B, &H, &T, &D);
   if (ctx->backend == TS_BACKEND_REF)
     return ts__attention_bwd_ref(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,

@@ -1,13 +1,16 @@
 /* Executor adapters for the eltwise family (ELTWISE, ELTWISE_BWD). TS_BACKEND_FAST uses
- * oneDNN's eltwise primitives (JIT, several times faster than libm for gelu/tanh/sigmoid), except
- * neg which is a plain loop either way. */
+ * oneDNN's eltwise primitives (JIT, ~10x faster than libm for gelu/tanh/sigmoid), except:
+ *   neg  a plain loop either way;
+ *   log  oneDNN 2.6's log has ~1.5e-6 absolute error, i.e. large relative error near x = 1
+ *        (log(1.0197) off by 7e-5 relative), so the forward uses libm's logf (the backward,
+ *        dy/x, is exact either way). */
 #include "run_impl.h"
 #include "../kernels/eltwise.h"
 
 static int run_eltwise(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
   const int alg = (int)n->a.i[0];
   const int64_t len = ts_tensor_numel(&in[0]);
-  if (ctx->backend == TS_BACKEND_REF || alg == TS_ELT_NEG)
+  if (ctx->backend == TS_BACKEND_REF || alg == TS_ELT_NEG || alg == TS_ELT_LOG)
     return ts__eltwise_fwd_ref(alg, n->a.f[0], n->a.f[1], in[0].data, out[0].data, len);
   return ts__eltwise_fwd_dnnl(alg, n->a.f[0], n->a.f[1], in[0].data, out[0].data, len);
 }

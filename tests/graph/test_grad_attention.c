@@ -1,8 +1,8 @@
 /* Causal attention through the graph, autodiff and executor, on both backends (REF: naive
  * kernels, FAST: fused blocked kernels), against central finite differences of a double-precision
  * attention written here: (B,H,T,D) and (B,T,H,D) layouts, T not a multiple of the 64-row block,
- * T = 1, default and explicit scale, and a GPT-style chain x -> split q,k,v -> reshape ->
- * attention_bthd -> reshape. Bad shapes, dtypes and scales give a status naming the op.
+ * T = 1, default and explicit scale, a GPT-style chain x -> split q,k,v -> reshape ->
+ * attention_bthd -> reshape, and the packed op attention_qkv on x directly. Bad shapes, dtypes and scales give a status naming the op.
  * Tolerance: 1e-4 abs + rel. */
 #include <math.h>
 #include <stdlib.h>
@@ -225,6 +225,24 @@ static void case_gpt_chain(int64_t B, int64_t T, int64_t H, int64_t D) {
   ts_graph_free(g);
 }
 
+/* the same chain with the packed op: x (B,T,3C) -> attention_qkv -> (B,T,C) */
+static void case_packed(int64_t B, int64_t T, int64_t H, int64_t D, float scale) {
+  ts_graph *g;
+  CHECK_OK(ts_graph_create(&g));
+  int64_t C = H * D;
+  ts_val x = ts_input(g, "x", TS_F32, ts_shape3(B, T, 3 * C));
+  ts_val y = ts_attention_qkv(g, x, (int)H, scale);
+  ts_shape ys = ts_val_shape(g, y);
+  CHECK(ys.ndim == 3 && ys.dims[2] == C);
+  attn_ctx c = {B, H, T, D, scale > 0 ? scale : 1.0 / sqrt((double)D), 1, 1};
+  int want[1] = {1};
+  char what[96];
+  snprintf(what, sizeof what, "attention_qkv (%lld,%lld,3*%lld) heads %lld", (long long)B,
+           (long long)T, (long long)C, (long long)H);
+  check_case(what, g, 1, &x, want, NULL, y, fwd_attention, &c, 1e-4, 1e-4);
+  ts_graph_free(g);
+}
+
 static void bad_inputs(void) {
   ts_graph *g;
   ts_val q, k, v;
@@ -254,7 +272,16 @@ static void bad_inputs(void) {
   q = ts_input(g, "q", TS_F32, ts_shape4(1, 1, 4, 4));
   expect_fail(g, ts_attention(g, q, TS_NONE, q, 0.0f), TS_EINVAL, "attention", NULL);
   ts_graph_free(g);
-  printf("bad input: k shape, 3-D q, bf16 v, negative scale, TS_NONE\n");
+  CHECK_OK(ts_graph_create(&g));
+  q = ts_input(g, "qkv", TS_F32, ts_shape3(2, 5, 20));
+  expect_fail(g, ts_attention_qkv(g, q, 3, 0.0f), TS_ESHAPE, "attention", "n_head (3)");
+  ts_graph_free(g);
+
+  CHECK_OK(ts_graph_create(&g));
+  q = ts_input(g, "qkv", TS_F32, ts_shape4(2, 5, 3, 8));
+  expect_fail(g, ts_attention_qkv(g, q, 1, 0.0f), TS_ESHAPE, "attention", "3-D");
+  ts_graph_free(g);
+  printf("bad input: k shape, 3-D q, bf16 v, negative scale, TS_NONE, packed qkv width/rank\n");
 }
 
 int main(void) {
@@ -263,6 +290,8 @@ int main(void) {
   case_attention(2, 1, 1, 4, 0, 0.5f);   /* T = 1 */
   case_attention(1, 2, 9, 5, 1, 0.9f);
   case_gpt_chain(2, 11, 2, 4);
+  case_packed(2, 11, 2, 4, 0.0f);
+  case_packed(1, 67, 3, 5, 0.3f); /* two query blocks */
   printf("attention: %d graphs ref+fast vs FD in double\n", ncases);
   bad_inputs();
   return ts_test_finish("test_grad_attention");

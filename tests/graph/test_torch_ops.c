@@ -10,7 +10,8 @@
  * (aux.running_mean / aux.running_var; unchanged in eval mode), and the ops' documented auxiliary
  * outputs (batchnorm mean / biased var = aux.batch_mean / aux.batch_var, layernorm mean and
  * 1/sqrt(var+eps) = aux.mean / aux.rstd, attention lse = aux.lse). The attention fixtures are
- * also run through ts_attention_bthd (inputs permuted to (B,T,H,D), output permuted back).
+ * also run through ts_attention_bthd (inputs permuted to (B,T,H,D), output permuted back) and
+ * ts_attention_qkv (q, k, v as (B,T,H*D) concatenated into one packed (B,T,3C) input).
  *
  * Fixture values are float64 results rounded to f32; Tessera computes in f32. Tolerances
  * (|got - want| <= atol + rtol |want|, per op kind, see tol_for()):
@@ -350,6 +351,16 @@ static int build_op(kase *kc, const char *op, const cJSON *at, int variant) {
                                    ts_permute(g, x[2], p), scale);
       a = y;
       kc->vout[0] = ts_permute(g, y, p);
+    } else if (variant == 2) { /* packed: qkv (B,T,3C) = concat of the (B,T,H*D) views */
+      static const int p[4] = {0, 2, 1, 3};
+      ts_shape qs = ts_val_shape(g, x[0]);
+      const int64_t B = qs.dims[0], H = qs.dims[1], T = qs.dims[2], D = qs.dims[3];
+      ts_val parts[3];
+      for (int i = 0; i < 3; i++)
+        parts[i] = ts_reshape(g, ts_permute(g, x[i], p), ts_shape3(B, T, H * D));
+      ts_val y = ts_attention_qkv(g, ts_concat(g, parts, 3, 2), (int)H, scale);
+      a = y;
+      kc->vout[0] = ts_permute(g, ts_reshape(g, y, ts_shape4(B, T, H, D)), p);
     } else {
       kc->vout[0] = a = ts_attention(g, x[0], x[1], x[2], scale);
     }
@@ -368,7 +379,7 @@ static int build_op(kase *kc, const char *op, const cJSON *at, int variant) {
 static void run_fixture(const char *path, const char *fname, int variant) {
   char label[160];
   snprintf(label, sizeof label, "%.*s%s", (int)(strlen(fname) - strlen(".safetensors")), fname,
-           variant == 1 ? "(bthd)" : "");
+           variant == 1 ? "(bthd)" : variant == 2 ? "(qkv)" : "");
   ts_st_file *f = NULL;
   int rc = ts_st_open(path, &f);
   CHECK_MSG(rc == TS_OK, "%s: %s", fname, ts_last_error());
@@ -571,10 +582,11 @@ static void run_fixture(const char *path, const char *fname, int variant) {
         nxfail_cases++;
       else
         ts_test_failures++, nfail_cases++;
-      printf("%s %-32s [%-4s] %s%s fwd maxerr %.3g (ratio %.3g%s%s) grad maxerr %.3g (ratio %.3g%s%s)\n",
-             xf ? "XFAIL" : "FAIL ", label, bname, err, err[0] ? ";" : "", cf.maxerr, cf.ratio,
-             cf.ok ? "" : ", worst ", cf.ok ? "" : cf.what, cg.maxerr, cg.ratio,
-             cg.ok ? "" : ", worst ", cg.ok ? "" : cg.what);
+      printf("%s %-32s [%-4s] %s%sfwd maxerr %.3g (%.3g of tol %g+%g%s%s)  grad maxerr %.3g "
+             "(%.3g of tol %g+%g%s%s)\n",
+             xf ? "XFAIL" : "FAIL ", label, bname, err, err[0] ? "; " : "", cf.maxerr, cf.ratio,
+             tf.atol, tf.rtol, cf.ok ? "" : ", worst ", cf.ok ? "" : cf.what, cg.maxerr, cg.ratio,
+             tg.atol, tg.rtol, cg.ok ? "" : ", worst ", cg.ok ? "" : cg.what);
     }
     for (int k = 0; k < MAXT; k++) free(state[k]);
     ts_plan_free(p);
@@ -624,7 +636,10 @@ int main(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", TS_FIXTURE_DIR, names[i]);
     run_fixture(path, names[i], 0);
-    if (!strncmp(names[i], "op_attention", 12)) run_fixture(path, names[i], 1);
+    if (!strncmp(names[i], "op_attention", 12)) {
+      run_fixture(path, names[i], 1);
+      run_fixture(path, names[i], 2);
+    }
     free(names[i]);
   }
   printf("test_torch_ops: %d fixtures, %d case x backend runs passed, %d failed, %d expected failures\n",

@@ -1,6 +1,6 @@
 /* Causal attention kernels: fused blocked (dnnl_sgemm) forward and backward against the naive
  * double-accumulating reference, for both layouts, with T not a multiple of the 64-row block,
- * T = 1, and one (b,h) with more threads than heads; the reference itself against a direct
+ * T = 1, and one (b,h) with more threads than heads; the packed q|k|v layout; the reference itself against a direct
  * softmax computed here; and the reference backward against central differences in double. */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +42,56 @@ static void compare_case(int64_t B, int64_t H, int64_t T, int64_t D, int layout)
     free(g1[j]);
     free(g2[j]);
   }
+}
+
+/* Packed q|k|v (B,T,3C) layout, both kernels, against the (B,H,T,D) reference on unpacked
+ * copies (an independent check of the strides). */
+static void compare_packed(int64_t B, int64_t H, int64_t T, int64_t D) {
+  int64_t C = H * D;
+  size_t n = (size_t)(B * T * C), nl = (size_t)(B * H * T);
+  float scale = 1.0f / sqrtf((float)D);
+  float *qkv = randn(3 * n, 31, -2, 2), *dout = randn(n, 32, -1, 1);
+  float *x[3], *g[3], *ob = malloc(n * 4), *lb = malloc(nl * 4), *dob = malloc(n * 4);
+  for (int j = 0; j < 3; j++) x[j] = malloc(n * 4), g[j] = malloc(n * 4);
+  /* unpack: x[j][b,h,t,d] = qkv[b,t, j*C + h*D + d]; do likewise */
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t d = 0; d < D; d++) {
+          size_t u = (size_t)(((b * H + h) * T + t) * D + d);
+          for (int j = 0; j < 3; j++) x[j][u] = qkv[(b * T + t) * 3 * C + j * C + h * D + d];
+          dob[u] = dout[(b * T + t) * C + h * D + d];
+        }
+  CHECK_OK(ts__attention_fwd_ref(x[0], x[1], x[2], ob, lb, B, H, T, D, scale, TS_ATTN_BHTD));
+  CHECK_OK(ts__attention_bwd_ref(dob, x[0], x[1], x[2], ob, lb, g[0], g[1], g[2], B, H, T, D, scale, TS_ATTN_BHTD));
+  for (int fused = 0; fused < 2; fused++) {
+    float *o = malloc(n * 4), *l = malloc(nl * 4), *dqkv = malloc(3 * n * 4);
+    memset(dqkv, 0xff, 3 * n * 4);
+    int (*fwd)(const float *, const float *, const float *, float *, float *, int64_t, int64_t,
+               int64_t, int64_t, float, int) = fused ? ts__attention_fwd_dnnl : ts__attention_fwd_ref;
+    int (*bwd)(const float *, const float *, const float *, const float *, const float *,
+               const float *, float *, float *, float *, int64_t, int64_t, int64_t, int64_t, float,
+               int) = fused ? ts__attention_bwd_dnnl : ts__attention_bwd_ref;
+    CHECK_OK(fwd(qkv, qkv + C, qkv + 2 * C, o, l, B, H, T, D, scale, TS_ATTN_QKV));
+    CHECK_OK(bwd(dout, qkv, qkv + C, qkv + 2 * C, o, l, dqkv, dqkv + C, dqkv + 2 * C, B, H, T, D,
+                 scale, TS_ATTN_QKV));
+    /* repack the reference results */
+    float *oref = malloc(n * 4), *gref = malloc(3 * n * 4);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t t = 0; t < T; t++)
+          for (int64_t d = 0; d < D; d++) {
+            size_t u = (size_t)(((b * H + h) * T + t) * D + d);
+            oref[(b * T + t) * C + h * D + d] = ob[u];
+            for (int j = 0; j < 3; j++) gref[(b * T + t) * 3 * C + j * C + h * D + d] = g[j][u];
+          }
+    CHECK_CLOSE(o, oref, n, 1e-5, 1e-4, fused ? "packed o (fused)" : "packed o (ref)");
+    CHECK_CLOSE(l, lb, nl, 1e-5, 1e-5, "packed lse");
+    CHECK_CLOSE(dqkv, gref, 3 * n, 2e-5, 1e-3, fused ? "packed dqkv (fused)" : "packed dqkv (ref)");
+    free(o); free(l); free(dqkv); free(oref); free(gref);
+  }
+  for (int j = 0; j < 3; j++) free(x[j]), free(g[j]);
+  free(qkv); free(dout); free(ob); free(lb); free(dob);
 }
 
 /* the reference against an independent softmax for one row */
@@ -131,6 +181,9 @@ int main(void) {
   compare_case(1, 1, 200, 32, TS_ATTN_BHTD); /* one head: backward runs sgemm multi-threaded */
   compare_case(3, 1, 1, 8, TS_ATTN_BHTD);    /* T = 1 */
   printf("attention fused vs naive: o, lse, dq, dk, dv for 6 shapes (both layouts)\n");
+  compare_packed(2, 3, 37, 16);
+  compare_packed(1, 2, 100, 8);
+  printf("packed q|k|v layout (fused and naive) vs unpacked naive: 2 shapes\n");
   test_fd();
   /* bad arguments give a status, not a crash */
   float z[4];
