@@ -5,4 +5,4 @@ set -eu
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh Release
-exec build/tessera train --epochs 3 "$@"
+exec build/tessera train --epochs 10 "$@"

@@ -20,7 +20,7 @@ static void full_name(ts_nn *nn, const char *name, char *buf, size_t cap) {
 ts_val ts_nn_param(ts_nn *nn, const char *name, ts_shape shape, ts_init init, int flags) {
   ts_graph *g = nn->g;
   if (!g || g->status) return TS_NONE;
-  char full[256];
+  char full[600];
   full_name(nn, name, full, sizeof full);
   int id = ts_params_find(nn->p, full);
   if (id >= 0) {

@@ -20,6 +20,7 @@ struct ts_params {
   size_t numel, state_numel;
   float *data, *grads, *states;
   int allocated;
+  const ts_graph *grad_graph; /* graph whose gradients are attached */
 };
 
 int ts_params_create(ts_params **out) {
@@ -159,6 +160,7 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
     nk++;
   }
   free(owned);
+  p->grad_graph = g;
   if (nkeep) *nkeep = nk;
   if (rc == TS_OK && keep && nk > cap)
     rc = ts_error_set(TS_ERANGE, "ts_params_attach_grads: %d gradients, room for %d", nk, cap);
@@ -183,10 +185,9 @@ int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan) {
     int rc = ts_plan_bind(plan, ts__handle(g, v), ts_params_ptr(p, id));
     if (rc) return rc;
   }
+  if (g != p->grad_graph) return TS_OK; /* e.g. an inference graph: no gradients to bind */
   for (int i = 0; i < p->n; i++) {
     if (p->e[i].grad_val < 0) continue;
-    if (p->e[i].grad_val >= g->nvals)
-      return ts_error_set(TS_EINVAL, "ts_params_bind: gradients attached to another graph");
     int rc = ts_plan_bind(plan, ts__handle(g, p->e[i].grad_val), ts_params_grad_ptr(p, i));
     if (rc) return rc;
   }
