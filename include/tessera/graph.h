@@ -28,7 +28,7 @@ typedef struct ts_graph ts_graph;
 
 typedef enum {
 #define X(e, name, fam) TS_OP_##e,
-#include "../../src/graph/ops.def"
+#include "tessera/ops.def"
 #undef X
   TS_OP_COUNT
 } ts_op;

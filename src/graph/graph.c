@@ -12,13 +12,13 @@ ts__opdef ts__ops[TS_OP_COUNT];
 /* Family registrars (src/graph/op_<family>.c). Strong references: they also make a static link
  * pull in every family's object file. */
 #define X(e, name, fam) void ts__register_##fam(ts__opdef *tab);
-#include "ops.def"
+#include "tessera/ops.def"
 #undef X
 
 static void ops_init_once(void) {
   static const char *names[] = {
 #define X(e, name, fam) name,
-#include "ops.def"
+#include "tessera/ops.def"
 #undef X
   };
   for (int i = 0; i < TS_OP_COUNT; i++) ts__ops[i].name = names[i];
@@ -34,7 +34,7 @@ static void ops_init_once(void) {
       ts__register_##fam(ts__ops);                                 \
     }                                                              \
   }
-#include "ops.def"
+#include "tessera/ops.def"
 #undef X
 }
 

@@ -15,13 +15,13 @@
 ts__run_fn ts__run[TS_OP_COUNT];
 
 #define X(e, name, fam) void ts__register_run_##fam(ts__run_fn *tab);
-#include "../graph/ops.def"
+#include "tessera/ops.def"
 #undef X
 
 static void run_init_once(void) {
   /* ops.def lists a family once per op; registering twice is harmless (same entries) */
 #define X(e, name, fam) ts__register_run_##fam(ts__run);
-#include "../graph/ops.def"
+#include "tessera/ops.def"
 #undef X
 }
 

@@ -55,29 +55,6 @@ static int is_xfail(const char *fixture, const char *backend) {
   return 0;
 }
 
-/* ------------------------------------------------------------------ LINK WORKAROUND
- * src/graph/graph.c and src/runtime/exec.c reference the family registrars (ts__register_<fam>,
- * ts__register_run_<fam>) WEAKLY. A weak undefined reference does not pull an object file out of
- * a static archive, so a program linked against libtessera.a gets no executor adapters at all
- * (nothing else references run_*.o) and no graph registrar for a family whose builders it never
- * calls (e.g. misc: the CONST that seeds every backward), and fails with "op ... has no
- * executor". Reported to the lead; until the library fixes it (strong references, or linking the
- * object library), this test references every registrar strongly. */
-#define X(e, name, fam) \
-  void ts__register_##fam(ts__opdef *tab); void ts__register_run_##fam(ts__run_fn *tab);
-#include "graph/ops.def"
-#undef X
-__attribute__((used)) static void (*const link_anchors_graph[])(ts__opdef *) = {
-#define X(e, name, fam) ts__register_##fam,
-#include "graph/ops.def"
-#undef X
-};
-__attribute__((used)) static void (*const link_anchors_run[])(ts__run_fn *) = {
-#define X(e, name, fam) ts__register_run_##fam,
-#include "graph/ops.def"
-#undef X
-};
-
 /* ------------------------------------------------------------------ fixture access */
 
 #define MAXT 8
@@ -613,8 +590,6 @@ int main(void) {
   int nx = 0;
   for (int i = 0; XFAIL[i]; i++, nx++) printf("\n  %s", XFAIL[i]);
   printf("%s\n", nx ? "" : " none");
-  (void)link_anchors_graph;
-  (void)link_anchors_run;
 
   DIR *d = opendir(TS_FIXTURE_DIR);
   CHECK_MSG(d != NULL, "cannot open %s", TS_FIXTURE_DIR);

@@ -51,26 +51,6 @@
 #include "runtime/run_impl.h"
 #include "test_util.h"
 
-/* ------------------------------------------------------------------ LINK WORKAROUND
- * src/graph/graph.c and src/runtime/exec.c reference the family registrars WEAKLY, and a weak
- * reference does not pull an object out of a static archive: without these strong references a
- * program linked against libtessera.a has no executor adapters ("op ... has no executor") and
- * no CONST (the backward's seed). Reported; remove once the library references them itself. */
-#define X(e, name, fam) \
-  void ts__register_##fam(ts__opdef *tab); void ts__register_run_##fam(ts__run_fn *tab);
-#include "graph/ops.def"
-#undef X
-__attribute__((used)) static void (*const link_anchors_graph[])(ts__opdef *) = {
-#define X(e, name, fam) ts__register_##fam,
-#include "graph/ops.def"
-#undef X
-};
-__attribute__((used)) static void (*const link_anchors_run[])(ts__run_fn *) = {
-#define X(e, name, fam) ts__register_run_##fam,
-#include "graph/ops.def"
-#undef X
-};
-
 #define STEPS 5
 static const double LOSS_RTOL = 1e-6;
 static const double P_ATOL = 2e-6, P_RTOL = 2e-5;
@@ -325,8 +305,6 @@ done:
 }
 
 int main(void) {
-  (void)link_anchors_graph;
-  (void)link_anchors_run;
   static const char *const models[] = {"mlp", "cnn"}, *const optims[] = {"momentum", "adamw"};
   for (int mi = 0; mi < 2; mi++)
     for (int oi = 0; oi < 2; oi++) {
