@@ -1,6 +1,9 @@
 /* Binary ops and scale through graph + executor: gradients (with broadcasting on either side)
  * vs finite differences, PyTorch fixtures, bad input. */
-#include "grad_check.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad_harness.h"
 
 static const char *names[4] = {"add", "sub", "mul", "div"};
 static int g_alg;
@@ -24,11 +27,11 @@ static void fd_case(int alg, ts_shape as, ts_shape bs) {
   float *ad = malloc(4 * na), *bd = malloc(4 * nb);
   ts_test_fill(ad, na, 1, -2, 2);
   ts_test_fill(bd, nb, 2, 0.5f, 2); /* positive: away from 0 for div */
-  gc_leaf leaves[] = {{a, ad, 1}, {b, bd, 1}};
   char what[128], s1[48], s2[48];
   snprintf(what, sizeof what, "%s %s %s", names[alg], ts_shape_str(&as, s1, sizeof s1),
            ts_shape_str(&bs, s2, sizeof s2));
-  gc_check(g, y, leaves, 2, 1e-3, 2e-3, 2e-3, what);
+  gh_check(what, g, y, 2, (ts_val[]){a, b},
+           &(gh_opts){.data = (const void *[]){ad, bd}, .grad_atol = 2e-3, .grad_rtol = 2e-3});
   ts_graph_free(g);
   free(ad), free(bd);
 }
@@ -53,8 +56,8 @@ int main(void) {
     ts_val y = ts_scale(g, ts_div(g, ts_mul(g, x, x), ts_add(g, x, ts_scale(g, x, 0, 3))), -2, 1);
     float xd[20];
     ts_test_fill(xd, 20, 5, 0.2f, 2);
-    gc_leaf leaves[] = {{x, xd, 1}};
-    gc_check(g, y, leaves, 1, 1e-3, 2e-3, 2e-3, "scale(x*x / (x + 3)) with x used 3 times");
+    gh_check("scale(x*x / (x + 3)) with x used 3 times", g, y, 1, &x,
+             &(gh_opts){.data = (const void *[]){xd}, .grad_atol = 2e-3, .grad_rtol = 2e-3});
     ts_graph_free(g);
   }
 
@@ -65,10 +68,10 @@ int main(void) {
       char name[64];
       snprintf(name, sizeof name, "%s%s", names[alg], sfx[k]);
       g_alg = alg;
-      fx_check(name, 2, build_bin, 1, 1e-6, 1e-5, 0);
+      gh_fixture(name, 2, build_bin, 1, 1e-6, 1e-5, 0);
       nfx++;
     }
-  fx_check("scale", 1, build_scale, 1, 1e-6, 1e-5, 0);
+  gh_fixture("scale", 1, build_scale, 1, 1e-6, 1e-5, 0);
   printf("binary: %d PyTorch fixtures, forward and both input gradients (1e-6 + 1e-5 rel)\n", nfx + 1);
 
   /* bad input */
@@ -76,22 +79,22 @@ int main(void) {
     ts_graph *g;
     ts_graph_create(&g);
     ts_val a = ts_input(g, "a", TS_F32, ts_shape2(3, 4)), b = ts_input(g, "b", TS_F32, ts_shape2(2, 4));
-    expect_error(g, ts_add(g, a, b), TS_ESHAPE, "add: a a(3,4):f32 and b b(2,4):f32", "broadcast",
-                 "incompatible broadcast");
+    CHECK_GRAPH_ERROR(g, ts_add(g, a, b), TS_ESHAPE, "add: a a(3,4):f32 and b b(2,4):f32",
+                      "broadcast", "incompatible broadcast");
     ts_graph_free(g);
     ts_graph_create(&g);
     a = ts_input(g, "a", TS_F32, ts_shape1(4));
     ts_val l = ts_input(g, "l", TS_I64, ts_shape1(4));
-    expect_error(g, ts_div(g, a, l), TS_EDTYPE, "div", "l(4):i64", "div by i64");
+    CHECK_GRAPH_ERROR(g, ts_div(g, a, l), TS_EDTYPE, "div", "l(4):i64", "div by i64");
     ts_graph_free(g);
     ts_graph_create(&g);
     l = ts_input(g, "l", TS_I32, ts_shape1(4));
-    expect_error(g, ts_scale(g, l, 2, 0), TS_EDTYPE, "scale", "l(4):i32", "scale of i32");
+    CHECK_GRAPH_ERROR(g, ts_scale(g, l, 2, 0), TS_EDTYPE, "scale", "l(4):i32", "scale of i32");
     ts_graph_free(g);
     ts_graph_create(&g);
     a = ts_input(g, "a", TS_F32, ts_shape1(4));
-    expect_error(g, ts_binary(g, a, a, (ts_binary_alg)7), TS_EINVAL, "unknown algorithm", NULL,
-                 "unknown binary algorithm");
+    CHECK_GRAPH_ERROR(g, ts_binary(g, a, a, (ts_binary_alg)7), TS_EINVAL, "unknown algorithm", NULL,
+                      "unknown binary algorithm");
     ts_graph_free(g);
   }
   printf("binary: bad input (incompatible broadcast, integer operands, unknown alg) gives a "

@@ -13,121 +13,7 @@
 #include <string.h>
 
 #include "tessera/tessera.h"
-#include "test_util.h"
-
-/* ------------------------------------------------------------ gradient-check harness */
-
-#define MAXIN 4
-typedef void (*fwd_fn)(double *const *x, double *y, const void *ctx);
-
-static int ncases;
-
-/* x[k] are the graph inputs (shapes from the graph), y the output; fills inputs with random
- * values in [-1,1) (distinct: a permutation of evenly spaced values, so no two are closer than
- * 2/n and finite differences never flip an arg-max), checks forward and gradients of inputs
- * with want[k] on REF and FAST. Inputs over 256 elements are checked on 256 spread samples. */
-static void check_case(const char *what, ts_graph *g, int nin, const ts_val *x, const int *want,
-                       ts_val y, fwd_fn fwd, const void *ctx, int distinct) {
-  CHECK_MSG(ts_graph_status(g) == TS_OK, "%s: %s", what, ts_graph_error(g));
-  if (ts_graph_status(g) != TS_OK) return;
-  ncases++;
-  const ts_shape ys = ts_val_shape(g, y);
-  const size_t ny = (size_t)ts_shape_numel(&ys);
-  ts_val r = ts_input(g, "r", TS_F32, ts_shape2(1, (int64_t)ny));
-  ts_val_set_requires_grad(g, r, 0);
-  for (int k = 0; k < nin; k++)
-    if (!want[k]) ts_val_set_requires_grad(g, x[k], 0);
-  ts_val loss = ts_dense(g, ts_reshape(g, y, ts_shape2(1, (int64_t)ny)), r, TS_NONE);
-  CHECK_OK(ts_graph_backward(g, loss, 1.0f));
-  if (ts_graph_status(g)) {
-    fprintf(stderr, "%s: %s\n", what, ts_graph_error(g));
-    return;
-  }
-  ts_val gx[MAXIN];
-  float *xv[MAXIN];
-  double *xd[MAXIN];
-  size_t nx[MAXIN];
-  float *rv = malloc(ny * sizeof(float));
-  double *yd = malloc(ny * sizeof(double));
-  ts_test_fill(rv, ny, 999, -1, 1);
-  for (int k = 0; k < nin; k++) {
-    ts_shape s = ts_val_shape(g, x[k]);
-    nx[k] = (size_t)ts_shape_numel(&s);
-    xv[k] = malloc(nx[k] * sizeof(float));
-    xd[k] = malloc(nx[k] * sizeof(double));
-    ts_test_fill(xv[k], nx[k], 1000 + 17 * (uint64_t)ncases + (uint64_t)k, -1, 1);
-    if (distinct) /* 7919 is prime and larger than any n here, so j -> j*7919 mod n permutes */
-      for (size_t j = 0; j < nx[k]; j++)
-        xv[k][j] = -1.f + 2.f * (float)((j * 7919 + (size_t)k) % nx[k]) / (float)nx[k];
-    for (size_t j = 0; j < nx[k]; j++) xd[k][j] = xv[k][j];
-    gx[k] = ts_graph_grad(g, x[k]);
-    CHECK_MSG((gx[k] != TS_NONE) == (want[k] != 0), "%s: input %d gradient presence", what, k);
-  }
-  /* central differences in double (the forward is linear or piecewise linear here) */
-  const double eps = 1e-3;
-  float *fd[MAXIN];
-  size_t *idx[MAXIN], ns[MAXIN];
-  for (int k = 0; k < nin; k++) {
-    ns[k] = nx[k] > 256 ? 256 : nx[k];
-    idx[k] = malloc(ns[k] * sizeof(size_t));
-    for (size_t i = 0; i < ns[k]; i++) idx[k][i] = i * nx[k] / ns[k];
-    fd[k] = malloc(ns[k] * sizeof(float));
-    for (size_t i = 0; i < ns[k] && want[k]; i++) {
-      const size_t j = idx[k][i];
-      double s = xd[k][j], lp = 0, lm = 0;
-      xd[k][j] = s + eps;
-      fwd(xd, yd, ctx);
-      for (size_t i = 0; i < ny; i++) lp += yd[i] * rv[i];
-      xd[k][j] = s - eps;
-      fwd(xd, yd, ctx);
-      for (size_t i = 0; i < ny; i++) lm += yd[i] * rv[i];
-      xd[k][j] = s;
-      fd[k][i] = (float)((lp - lm) / (2 * eps));
-    }
-  }
-  fwd(xd, yd, ctx);
-  float *yref = malloc(ny * sizeof(float));
-  double lref = 0;
-  for (size_t i = 0; i < ny; i++) yref[i] = (float)yd[i], lref += yd[i] * rv[i];
-  for (int be = 0; be < 2; be++) {
-    ts_backend_set(be ? TS_BACKEND_FAST : TS_BACKEND_REF);
-    ts_val keep[MAXIN + 2];
-    int nk = 0;
-    keep[nk++] = loss;
-    keep[nk++] = y;
-    for (int k = 0; k < nin; k++)
-      if (gx[k] != TS_NONE) keep[nk++] = gx[k];
-    ts_plan *p = NULL;
-    CHECK_OK(ts_plan_create(g, keep, nk, &p));
-    if (!p) continue;
-    for (int k = 0; k < nin; k++) CHECK_OK(ts_plan_bind(p, x[k], xv[k]));
-    CHECK_OK(ts_plan_bind(p, r, rv));
-    int rc = ts_plan_run(p, 0);
-    CHECK_MSG(rc == TS_OK, "%s: run: %s", what, ts_last_error());
-    if (rc == TS_OK) {
-      char w[256];
-      snprintf(w, sizeof w, "%s [%s] forward", what, be ? "fast" : "ref");
-      CHECK_CLOSE((const float *)ts_plan_data(p, y), yref, ny, 1e-4, 1e-4, w);
-      float lr = (float)lref;
-      snprintf(w, sizeof w, "%s [%s] loss", what, be ? "fast" : "ref");
-      CHECK_CLOSE((const float *)ts_plan_data(p, loss), &lr, 1, 1e-4, 1e-4, w);
-      for (int k = 0; k < nin; k++) {
-        if (gx[k] == TS_NONE) continue;
-        snprintf(w, sizeof w, "%s [%s] d input %d vs finite differences", what,
-                 be ? "fast" : "ref", k);
-        const float *gd = ts_plan_data(p, gx[k]);
-        float *gs = malloc(ns[k] * sizeof(float));
-        for (size_t i = 0; i < ns[k]; i++) gs[i] = gd[idx[k][i]];
-        CHECK_CLOSE(gs, fd[k], ns[k], 2e-4, 2e-4, w);
-        free(gs);
-      }
-    }
-    ts_plan_free(p);
-  }
-  ts_backend_set(TS_BACKEND_FAST);
-  for (int k = 0; k < nin; k++) free(xv[k]), free(xd[k]), free(fd[k]), free(idx[k]);
-  free(rv), free(yd), free(yref);
-}
+#include "grad_harness.h"
 
 /* ------------------------------------------------------------ conv2d */
 
@@ -180,7 +66,9 @@ static void case_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int
            (long long)ph, (long long)pw, (long long)dh, (long long)dw, (long long)g,
            bias ? " +bias" : "", want_x ? "" : " (x no-grad)");
   int want[3] = {want_x, 1, 1};
-  check_case(what, gr, bias ? 3 : 2, x, want, y, conv_fwd, &c, 0);
+  gh_check(what, gr, y, bias ? 3 : 2, x,
+           &(gh_opts){.fwd = conv_fwd, .ctx = &c, .want = want, .tol = 1e-4, .loss_tol = 1e-4,
+                      .grad_atol = 2e-4});
   if (!want_x) { /* no CONV2D_BWD_DATA node may have been emitted */
     char *dump = malloc(1 << 16);
     ts_graph_dump(gr, dump, 1 << 16);
@@ -193,14 +81,6 @@ static void case_conv(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int
 
 /* ------------------------------------------------------------ bad input */
 
-static void expect_fail(ts_graph *g, ts_val v, int code, const char *needle1, const char *needle2) {
-  CHECK(v == TS_NONE);
-  CHECK_MSG(ts_graph_status(g) == code, "status %d (%s), wanted %d", ts_graph_status(g),
-            ts_graph_error(g), code);
-  const char *m = ts_graph_error(g);
-  CHECK_MSG(strstr(m, needle1) && (!needle2 || strstr(m, needle2)), "message: %s", m);
-}
-
 static void bad_inputs(void) {
   ts_graph *g;
   ts_val x, w, b;
@@ -209,37 +89,47 @@ static void bad_inputs(void) {
   x = ts_input(g, "x", TS_F32, xs);                    \
   w = ts_input(g, "w", TS_F32, ws)
   SETUP(ts_shape4(2, 3, 8, 8), ts_shape4(4, 2, 3, 3)); /* C/groups 2 != 3 */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_ESHAPE, "conv2d", "(2,3,8,8)");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_ESHAPE, "conv2d",
+                    "(2,3,8,8)", NULL);
   ts_graph_free(g);
   SETUP(ts_shape4(2, 6, 8, 8), ts_shape4(4, 2, 3, 3)); /* groups 4 does not divide 6 */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 4), TS_ESHAPE, "conv2d", "groups 4");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 4), TS_ESHAPE, "conv2d",
+                    "groups 4", NULL);
   ts_graph_free(g);
   SETUP(ts_shape3(3, 8, 8), ts_shape4(4, 3, 3, 3)); /* x not 4-D */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_ESHAPE, "conv2d", "4-D");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_ESHAPE, "conv2d", "4-D",
+                    NULL);
   ts_graph_free(g);
   SETUP(ts_shape4(1, 3, 4, 4), ts_shape4(4, 3, 5, 5)); /* kernel does not fit */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 0, 0, 1, 1, 1), TS_ESHAPE, "conv2d", "does not fit");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 0, 0, 1, 1, 1), TS_ESHAPE, "conv2d",
+                    "does not fit", NULL);
   ts_graph_free(g);
   SETUP(ts_shape4(1, 3, 8, 8), ts_shape4(4, 3, 3, 3)); /* stride 0 */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 0, 1, 1, 1, 1, 1, 1), TS_EINVAL, "conv2d", "stride 0x1");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 0, 1, 1, 1, 1, 1, 1), TS_EINVAL, "conv2d",
+                    "stride 0x1", NULL);
   ts_graph_free(g);
   SETUP(ts_shape4(1, 3, 8, 8), ts_shape4(4, 3, 3, 3)); /* negative padding */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, -1, 1, 1, 1, 1), TS_EINVAL, "conv2d", "padding");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, -1, 1, 1, 1, 1), TS_EINVAL, "conv2d",
+                    "padding", NULL);
   ts_graph_free(g);
   SETUP(ts_shape4(1, 3, 8, 8), ts_shape4(4, 3, 3, 3)); /* dilation 0 */
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 0, 1, 1), TS_EINVAL, "conv2d", "dilation");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 0, 1, 1), TS_EINVAL, "conv2d",
+                    "dilation", NULL);
   ts_graph_free(g);
   SETUP(ts_shape4(1, 3, 8, 8), ts_shape4(4, 3, 3, 3)); /* bias size */
   b = ts_input(g, "b", TS_F32, ts_shape1(3));
-  expect_fail(g, ts_conv2d(g, x, w, b, 1, 1, 1, 1, 1, 1, 1), TS_ESHAPE, "conv2d", "bias");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, b, 1, 1, 1, 1, 1, 1, 1), TS_ESHAPE, "conv2d", "bias",
+                    NULL);
   ts_graph_free(g);
   ts_graph_create(&g); /* dtype */
   x = ts_input(g, "x", TS_I32, ts_shape4(1, 3, 8, 8));
   w = ts_input(g, "w", TS_F32, ts_shape4(4, 3, 3, 3));
-  expect_fail(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_EDTYPE, "conv2d", "f32");
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, x, w, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_EDTYPE, "conv2d", "f32",
+                    NULL);
   ts_graph_free(g);
   ts_graph_create(&g);
-  expect_fail(g, ts_conv2d(g, TS_NONE, TS_NONE, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_EINVAL, "conv2d", NULL);
+  CHECK_GRAPH_ERROR(g, ts_conv2d(g, TS_NONE, TS_NONE, TS_NONE, 1, 1, 1, 1, 1, 1, 1), TS_EINVAL,
+                    "conv2d", NULL, NULL);
   ts_graph_free(g);
 #undef SETUP
   printf("bad input: channels/groups mismatch, rank, kernel too big, stride/padding/dilation, "
@@ -255,7 +145,7 @@ int main(void) {
   case_conv(1, 2, 6, 7, 2, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1);  /* odd sizes, stride 3x2 */
   case_conv(2, 3, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 0);  /* x no-grad (first layer) */
   case_conv(1, 32, 4, 4, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1); /* Winograd on the fast backend */
-  printf("conv2d: %d graphs ref+fast vs finite differences (x, w, b)\n", ncases);
+  printf("conv2d: %d graphs ref+fast vs finite differences (x, w, b)\n", gh_cases());
   bad_inputs();
   return ts_test_finish("test_grad_conv");
 }

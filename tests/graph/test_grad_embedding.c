@@ -8,133 +8,7 @@
 #include <string.h>
 
 #include "tessera/tessera.h"
-#include "test_util.h"
-
-/* ------------------------------------------------------------ gradient-check harness
- * y = graph output; loss = dense(reshape(y, (1,ny)), r) = sum(y * r) with a fixed random r (no
- * gradient). Float inputs get random values in [-1,1) unless fixed[k] gives them; integer
- * inputs take fixed[k] (i32/i64 data). The forward `fwd` in double sees every input as doubles.
- * Checks y and every wanted input gradient (up to 256 spread samples per input) against central
- * differences of the double forward, on the REF and FAST backends. */
-#define MAXIN 6
-typedef void (*fwd_fn)(double *const *x, double *y, const void *ctx);
-
-static int ncases;
-static uint64_t run_step = 0; /* step given to ts_plan_run (dropout stream) */
-
-static void check_case(const char *what, ts_graph *g, int nin, const ts_val *x, const int *want,
-                       const void *const *fixed, ts_val y, fwd_fn fwd, const void *ctx,
-                       double eps, double tol) {
-  CHECK_MSG(ts_graph_status(g) == TS_OK, "%s: %s", what, ts_graph_error(g));
-  if (ts_graph_status(g) != TS_OK) return;
-  ncases++;
-  const ts_shape ys = ts_val_shape(g, y);
-  const size_t ny = (size_t)ts_shape_numel(&ys);
-  ts_val r = ts_input(g, "r", TS_F32, ts_shape2(1, (int64_t)ny));
-  ts_val_set_requires_grad(g, r, 0);
-  for (int k = 0; k < nin; k++)
-    if (!want[k]) ts_val_set_requires_grad(g, x[k], 0);
-  ts_val loss = ts_dense(g, ts_reshape(g, y, ts_shape2(1, (int64_t)ny)), r, TS_NONE);
-  CHECK_OK(ts_graph_backward(g, loss, 1.0f));
-  if (ts_graph_status(g)) {
-    fprintf(stderr, "%s: %s\n", what, ts_graph_error(g));
-    return;
-  }
-  ts_val gx[MAXIN];
-  void *xv[MAXIN];
-  double *xd[MAXIN];
-  size_t nx[MAXIN];
-  float *rv = malloc(ny * sizeof(float));
-  double *yd = malloc(ny * sizeof(double));
-  ts_test_fill(rv, ny, 999 + (uint64_t)ncases, -1, 1);
-  for (int k = 0; k < nin; k++) {
-    ts_shape s = ts_val_shape(g, x[k]);
-    ts_dtype dt = ts_val_dtype(g, x[k]);
-    nx[k] = (size_t)ts_shape_numel(&s);
-    xv[k] = malloc(nx[k] * ts_dtype_size(dt));
-    xd[k] = malloc(nx[k] * sizeof(double));
-    if (dt == TS_F32) {
-      float *f = xv[k];
-      if (fixed && fixed[k])
-        memcpy(f, fixed[k], nx[k] * sizeof(float));
-      else
-        ts_test_fill(f, nx[k], 1000 + 17 * (uint64_t)ncases + (uint64_t)k, -1, 1);
-      for (size_t j = 0; j < nx[k]; j++) xd[k][j] = f[j];
-    } else {
-      memcpy(xv[k], fixed[k], nx[k] * ts_dtype_size(dt));
-      for (size_t j = 0; j < nx[k]; j++)
-        xd[k][j] = dt == TS_I32 ? (double)((int32_t *)xv[k])[j] : (double)((int64_t *)xv[k])[j];
-    }
-    gx[k] = ts_graph_grad(g, x[k]);
-    CHECK_MSG((gx[k] != TS_NONE) == (want[k] != 0), "%s: input %d gradient presence", what, k);
-  }
-  float *fd[MAXIN];
-  size_t *idx[MAXIN], ns[MAXIN];
-  for (int k = 0; k < nin; k++) {
-    ns[k] = nx[k] > 256 ? 256 : nx[k];
-    idx[k] = malloc(ns[k] * sizeof(size_t));
-    for (size_t i = 0; i < ns[k]; i++) idx[k][i] = i * nx[k] / ns[k];
-    fd[k] = malloc(ns[k] * sizeof(float));
-    for (size_t i = 0; i < ns[k] && want[k]; i++) {
-      const size_t j = idx[k][i];
-      double s = xd[k][j], lp = 0, lm = 0;
-      xd[k][j] = s + eps;
-      fwd(xd, yd, ctx);
-      for (size_t t = 0; t < ny; t++) lp += yd[t] * rv[t];
-      xd[k][j] = s - eps;
-      fwd(xd, yd, ctx);
-      for (size_t t = 0; t < ny; t++) lm += yd[t] * rv[t];
-      xd[k][j] = s;
-      fd[k][i] = (float)((lp - lm) / (2 * eps));
-    }
-  }
-  fwd(xd, yd, ctx);
-  float *yref = malloc(ny * sizeof(float));
-  for (size_t i = 0; i < ny; i++) yref[i] = (float)yd[i];
-  for (int be = 0; be < 2; be++) {
-    ts_backend_set(be ? TS_BACKEND_FAST : TS_BACKEND_REF);
-    ts_val keep[MAXIN + 2];
-    int nk = 0;
-    keep[nk++] = loss;
-    keep[nk++] = y;
-    for (int k = 0; k < nin; k++)
-      if (gx[k] != TS_NONE) keep[nk++] = gx[k];
-    ts_plan *p = NULL;
-    CHECK_OK(ts_plan_create(g, keep, nk, &p));
-    if (!p) continue;
-    for (int k = 0; k < nin; k++) CHECK_OK(ts_plan_bind(p, x[k], xv[k]));
-    CHECK_OK(ts_plan_bind(p, r, rv));
-    int rc = ts_plan_run(p, run_step);
-    CHECK_MSG(rc == TS_OK, "%s: run: %s", what, ts_last_error());
-    if (rc == TS_OK) {
-      char w[256];
-      snprintf(w, sizeof w, "%s [%s] forward", what, be ? "fast" : "ref");
-      CHECK_CLOSE((const float *)ts_plan_data(p, y), yref, ny, tol, tol, w);
-      for (int k = 0; k < nin; k++) {
-        if (gx[k] == TS_NONE) continue;
-        snprintf(w, sizeof w, "%s [%s] d input %d vs finite differences", what,
-                 be ? "fast" : "ref", k);
-        const float *gd = ts_plan_data(p, gx[k]);
-        float *gs = malloc(ns[k] * sizeof(float));
-        for (size_t i = 0; i < ns[k]; i++) gs[i] = gd[idx[k][i]];
-        CHECK_CLOSE(gs, fd[k], ns[k], tol, tol, w);
-        free(gs);
-      }
-    }
-    ts_plan_free(p);
-  }
-  ts_backend_set(TS_BACKEND_FAST);
-  for (int k = 0; k < nin; k++) free(xv[k]), free(xd[k]), free(fd[k]), free(idx[k]);
-  free(rv), free(yd), free(yref);
-}
-
-static void expect_fail(ts_graph *g, ts_val v, int code, const char *needle1, const char *needle2) {
-  CHECK(v == TS_NONE);
-  CHECK_MSG(ts_graph_status(g) == code, "status %d (%s), wanted %d", ts_graph_status(g),
-            ts_graph_error(g), code);
-  const char *m = ts_graph_error(g);
-  CHECK_MSG(strstr(m, needle1) && (!needle2 || strstr(m, needle2)), "message: %s", m);
-}
+#include "grad_harness.h"
 
 typedef struct {
   int64_t D, nlook; /* rows looked up per ids input */
@@ -164,11 +38,11 @@ static void case_embedding(ts_dtype idt, ts_shape ids_shape, const int64_t *ids,
   for (int64_t i = 0; i < n; i++) i32[i] = (int32_t)ids[i];
   const void *fixed[2] = {NULL, idt == TS_I32 ? (const void *)i32 : (const void *)ids};
   emb_ctx c = {D, n, 1, {n, 0}};
-  int want[2] = {1, 0};
   char what[128], s[64];
   snprintf(what, sizeof what, "embedding table (%lld,%lld) ids %s %s", (long long)V, (long long)D,
            ts_shape_str(&ids_shape, s, sizeof s), ts_dtype_name(idt));
-  check_case(what, g, 2, x, want, fixed, y, fwd_embedding, &c, 1e-3, 1e-5);
+  gh_check(what, g, y, 2, x,
+           &(gh_opts){.fwd = fwd_embedding, .ctx = &c, .data = fixed, .tol = 1e-5});
   ts_graph_free(g);
 }
 
@@ -185,9 +59,8 @@ static void case_shared_table(void) {
   int64_t a[4] = {5, 1, 5, 0}, b[3] = {1, 1, 4};
   const void *fixed[3] = {NULL, a, b};
   emb_ctx c = {3, 0, 2, {4, 3}};
-  int want[3] = {1, 0, 0};
-  check_case("embedding: one table, two lookups (gradients summed)", g, 3, x, want, fixed, y,
-             fwd_embedding, &c, 1e-3, 1e-5);
+  gh_check("embedding: one table, two lookups (gradients summed)", g, y, 3, x,
+           &(gh_opts){.fwd = fwd_embedding, .ctx = &c, .data = fixed, .tol = 1e-5});
   ts_graph_free(g);
 }
 
@@ -196,26 +69,26 @@ static void bad_inputs(void) {
   CHECK_OK(ts_graph_create(&g));
   ts_val t = ts_input(g, "table", TS_F32, ts_shape2(10, 4));
   ts_val fid = ts_input(g, "ids", TS_F32, ts_shape1(3));
-  expect_fail(g, ts_embedding(g, t, fid), TS_EDTYPE, "embedding", "i32 or i64");
+  CHECK_GRAPH_ERROR(g, ts_embedding(g, t, fid), TS_EDTYPE, "embedding", "i32 or i64", NULL);
   ts_graph_free(g);
 
   CHECK_OK(ts_graph_create(&g));
   t = ts_input(g, "table", TS_F32, ts_shape1(10));
   ts_val ids = ts_input(g, "ids", TS_I32, ts_shape1(3));
-  expect_fail(g, ts_embedding(g, t, ids), TS_ESHAPE, "embedding", "2-D");
+  CHECK_GRAPH_ERROR(g, ts_embedding(g, t, ids), TS_ESHAPE, "embedding", "2-D", NULL);
   ts_graph_free(g);
 
   CHECK_OK(ts_graph_create(&g));
   t = ts_input(g, "table", TS_I32, ts_shape2(10, 4));
   ids = ts_input(g, "ids", TS_I32, ts_shape1(3));
-  expect_fail(g, ts_embedding(g, t, ids), TS_ESHAPE, "embedding", "float");
+  CHECK_GRAPH_ERROR(g, ts_embedding(g, t, ids), TS_ESHAPE, "embedding", "float", NULL);
   ts_graph_free(g);
 
   CHECK_OK(ts_graph_create(&g));
   t = ts_input(g, "table", TS_F32, ts_shape2(10, 4));
   int64_t d8[8] = {1, 1, 1, 1, 1, 1, 1, 2};
   ids = ts_input(g, "ids", TS_I32, ts_shape_make(8, d8));
-  expect_fail(g, ts_embedding(g, t, ids), TS_ESHAPE, "embedding", "more than 7 dims");
+  CHECK_GRAPH_ERROR(g, ts_embedding(g, t, ids), TS_ESHAPE, "embedding", "more than 7 dims", NULL);
   ts_graph_free(g);
 
   /* out-of-range ids are found when the kernel runs */
@@ -254,7 +127,8 @@ int main(void) {
   for (int i = 0; i < 24; i++) ids24[i] = (i * 7) % 9;
   case_embedding(TS_I32, ts_shape3(2, 3, 4), ids24, 9, 40);
   case_shared_table();
-  printf("embedding: %d graphs (i32/i64, 0-3 dim ids, repeats, shared table) ref+fast vs FD\n", ncases);
+  printf("embedding: %d graphs (i32/i64, 0-3 dim ids, repeats, shared table) ref+fast vs FD\n",
+         gh_cases());
   bad_inputs();
   return ts_test_finish("test_grad_embedding");
 }

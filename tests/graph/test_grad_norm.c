@@ -1,6 +1,9 @@
 /* Batch-norm (training and eval) and layer-norm through graph + executor: gradients of x, gamma
  * and beta vs finite differences, running statistics, PyTorch fixtures, bad input. */
-#include "grad_check.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad_harness.h"
 
 static ts_val build_bn(ts_graph *g, const ts_val *in, int nin) {
   (void)nin;
@@ -29,11 +32,12 @@ static void bn_case(ts_shape xs, int training) {
   ts_test_fill(bd, C, 5, -0.5f, 0.5f);
   ts_test_fill(rmd, C, 6, -0.5f, 0.5f);
   ts_test_fill(rvd, C, 7, 0.5f, 1.5f);
-  gc_leaf leaves[] = {{x, xd, 1}, {gm, gd, 1}, {bt, bd, 1}, {rm, rmd, 0}, {rv, rvd, 0}};
   char what[96], s[48];
   snprintf(what, sizeof what, "batchnorm %s %s", training ? "train" : "eval",
            ts_shape_str(&xs, s, sizeof s));
-  gc_check(g, y, leaves, 5, 1e-3, 2e-3, 5e-3, what);
+  gh_check(what, g, y, 5, (ts_val[]){x, gm, bt, rm, rv},
+           &(gh_opts){.data = (const void *[]){xd, gd, bd, rmd, rvd},
+                      .want = (int[]){1, 1, 1, 0, 0}, .grad_atol = 2e-3, .grad_rtol = 5e-3});
   ts_graph_free(g);
   free(xd), free(gd), free(bd), free(rmd), free(rvd);
 }
@@ -50,10 +54,10 @@ static void ln_case(ts_shape xs) {
   ts_test_fill(xd, n, 8 + n, -2, 2);
   ts_test_fill(gd, D, 9, 0.5f, 1.5f);
   ts_test_fill(bd, D, 10, -0.5f, 0.5f);
-  gc_leaf leaves[] = {{x, xd, 1}, {gm, gd, 1}, {bt, bd, 1}};
   char what[96], s[48];
   snprintf(what, sizeof what, "layernorm %s", ts_shape_str(&xs, s, sizeof s));
-  gc_check(g, y, leaves, 3, 1e-3, 2e-3, 5e-3, what);
+  gh_check(what, g, y, 3, (ts_val[]){x, gm, bt},
+           &(gh_opts){.data = (const void *[]){xd, gd, bd}, .grad_atol = 2e-3, .grad_rtol = 5e-3});
   ts_graph_free(g);
   free(xd), free(gd), free(bd);
 }
@@ -109,10 +113,10 @@ int main(void) {
   }
   printf("batchnorm: running stats after 2 steps (momentum 0.25, unbiased variance)\n");
 
-  fx_check("batchnorm_train", 5, build_bn, 1, 1e-5, 1e-4, 1);
-  fx_check("batchnorm_train_2d", 5, build_bn, 1, 1e-5, 1e-4, 1);
-  fx_check("batchnorm_eval", 5, build_bn, 0, 1e-5, 1e-4, 0);
-  fx_check("layernorm", 3, build_ln, 1, 1e-5, 1e-4, 0);
+  gh_fixture("batchnorm_train", 5, build_bn, 1, 1e-5, 1e-4, 1);
+  gh_fixture("batchnorm_train_2d", 5, build_bn, 1, 1e-5, 1e-4, 1);
+  gh_fixture("batchnorm_eval", 5, build_bn, 0, 1e-5, 1e-4, 0);
+  gh_fixture("layernorm", 3, build_ln, 1, 1e-5, 1e-4, 0);
   printf("norm: 4 PyTorch fixtures (batchnorm train 4-D and 2-D with running stats, eval; "
          "layernorm), forward and gradients (1e-5 + 1e-4 rel)\n");
 
@@ -122,39 +126,40 @@ int main(void) {
     ts_graph_create(&g);
     ts_val x = ts_input(g, "x", TS_F32, ts_shape4(2, 3, 4, 4));
     ts_val g4 = ts_input(g, "gamma", TS_F32, ts_shape1(4)), c3 = ts_input(g, "c", TS_F32, ts_shape1(3));
-    expect_error(g, ts_batchnorm(g, x, g4, c3, c3, c3, 0.1f, 1e-5f), TS_ESHAPE,
-                 "batchnorm: x x(2,3,4,4):f32 has 3 channels", "gamma(4)", "gamma of the wrong length");
+    CHECK_GRAPH_ERROR(g, ts_batchnorm(g, x, g4, c3, c3, c3, 0.1f, 1e-5f), TS_ESHAPE,
+                      "batchnorm: x x(2,3,4,4):f32 has 3 channels", "gamma(4)",
+                      "gamma of the wrong length");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape2(1, 3));
     c3 = ts_input(g, "c", TS_F32, ts_shape1(3));
-    expect_error(g, ts_batchnorm(g, x, c3, c3, c3, c3, 0.1f, 1e-5f), TS_ESHAPE,
-                 "more than 1 value per channel", "x(1,3)", "training on a batch of 1");
+    CHECK_GRAPH_ERROR(g, ts_batchnorm(g, x, c3, c3, c3, c3, 0.1f, 1e-5f), TS_ESHAPE,
+                      "more than 1 value per channel", "x(1,3)", "training on a batch of 1");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape2(4, 3));
     c3 = ts_input(g, "c", TS_F32, ts_shape1(3));
     ts_val tmp = ts_scale(g, c3, 1, 0);
-    expect_error(g, ts_batchnorm(g, x, c3, c3, tmp, c3, 0.1f, 1e-5f), TS_EGRAPH, "running_mean",
-                 "state value", "computed running stats in training");
+    CHECK_GRAPH_ERROR(g, ts_batchnorm(g, x, c3, c3, tmp, c3, 0.1f, 1e-5f), TS_EGRAPH,
+                      "running_mean", "state value", "computed running stats in training");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape2(4, 3));
     c3 = ts_input(g, "c", TS_F32, ts_shape1(3));
-    expect_error(g, ts_batchnorm(g, x, c3, c3, c3, c3, 1.5f, 1e-5f), TS_EINVAL, "momentum", NULL,
-                 "momentum > 1");
+    CHECK_GRAPH_ERROR(g, ts_batchnorm(g, x, c3, c3, c3, c3, 1.5f, 1e-5f), TS_EINVAL, "momentum",
+                      NULL, "momentum > 1");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape2(4, 6));
     g4 = ts_input(g, "gamma", TS_F32, ts_shape1(4));
-    expect_error(g, ts_layernorm(g, x, g4, g4, 1e-5f), TS_ESHAPE, "layernorm: x x(4,6):f32",
-                 "gamma(4)", "layernorm gamma of the wrong length");
+    CHECK_GRAPH_ERROR(g, ts_layernorm(g, x, g4, g4, 1e-5f), TS_ESHAPE, "layernorm: x x(4,6):f32",
+                      "gamma(4)", "layernorm gamma of the wrong length");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_I32, ts_shape2(4, 6));
     g4 = ts_input(g, "gamma", TS_F32, ts_shape1(6));
-    expect_error(g, ts_layernorm(g, x, g4, g4, 1e-5f), TS_ESHAPE, "layernorm", "x(4,6):i32",
-                 "layernorm of i32");
+    CHECK_GRAPH_ERROR(g, ts_layernorm(g, x, g4, g4, 1e-5f), TS_ESHAPE, "layernorm", "x(4,6):i32",
+                      "layernorm of i32");
     ts_graph_free(g);
   }
   printf("norm: bad input (channel mismatch, batch of 1 in training, computed running stats, "

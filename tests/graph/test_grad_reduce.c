@@ -1,6 +1,9 @@
 /* Reductions, sum_to and broadcast_to through graph + executor: gradients vs finite
  * differences, max ties, PyTorch fixtures, bad input (axis out of range, incompatible shapes). */
-#include "grad_check.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad_harness.h"
 
 static int g_alg, g_keep;
 static uint32_t g_mask;
@@ -32,10 +35,10 @@ int main(void) {
                                                                        : ts_max(g, x, masks[m], keep);
         float xd[60];
         ts_test_fill(xd, 60, 9 + m, -2, 2); /* distinct values: no ties for max */
-        gc_leaf leaves[] = {{x, xd, 1}};
         char what[96];
         snprintf(what, sizeof what, "%s (3,4,5) mask 0x%x keepdim %d", names[alg], masks[m], keep);
-        gc_check(g, y, leaves, 1, 1e-3, 2e-3, 2e-3, what);
+        gh_check(what, g, y, 1, &x,
+                 &(gh_opts){.data = (const void *[]){xd}, .grad_atol = 2e-3, .grad_rtol = 2e-3});
         ts_graph_free(g);
         ncase++;
       }
@@ -46,8 +49,8 @@ int main(void) {
     ts_val y = ts_broadcast_to(g, ts_sum_to(g, x, ts_shape2(3, 1)), ts_shape4(2, 2, 3, 5));
     float xd[24];
     ts_test_fill(xd, 24, 3, -1, 1);
-    gc_leaf leaves[] = {{x, xd, 1}};
-    gc_check(g, y, leaves, 1, 1e-3, 2e-3, 2e-3, "broadcast_to(sum_to(x,(3,1)),(2,2,3,5))");
+    gh_check("broadcast_to(sum_to(x,(3,1)),(2,2,3,5))", g, y, 1, &x,
+             &(gh_opts){.data = (const void *[]){xd}, .grad_atol = 2e-3, .grad_rtol = 2e-3});
     ts_graph_free(g);
     ncase++;
   }
@@ -91,10 +94,10 @@ int main(void) {
       char name[64];
       snprintf(name, sizeof name, "%s%s", names[alg], sfx[k]);
       g_alg = alg, g_mask = fmask[k], g_keep = fkeep[k];
-      fx_check(name, 1, build_reduce, 1, 1e-6, 1e-5, 0);
+      gh_fixture(name, 1, build_reduce, 1, 1e-6, 1e-5, 0);
     }
-  fx_check("sum_to", 1, build_sum_to, 1, 1e-6, 1e-5, 0);
-  fx_check("broadcast_to", 1, build_bcast, 1, 1e-6, 1e-5, 0);
+  gh_fixture("sum_to", 1, build_sum_to, 1, 1e-6, 1e-5, 0);
+  gh_fixture("broadcast_to", 1, build_bcast, 1, 1e-6, 1e-5, 0);
   printf("reduce: 11 PyTorch fixtures (sum/mean/max x 3 axis sets, sum_to, broadcast_to)\n");
 
   /* bad input */
@@ -102,26 +105,26 @@ int main(void) {
     ts_graph *g;
     ts_graph_create(&g);
     ts_val x = ts_input(g, "x", TS_F32, ts_shape3(2, 3, 4));
-    expect_error(g, ts_sum(g, x, 0x21, 0), TS_EINVAL, "sum: x x(2,3,4):f32", "axis 5",
-                 "reduce axis out of range");
+    CHECK_GRAPH_ERROR(g, ts_sum(g, x, 0x21, 0), TS_EINVAL, "sum: x x(2,3,4):f32", "axis 5",
+                      "reduce axis out of range");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape3(2, 3, 4));
-    expect_error(g, ts_mean(g, x, 0, 1), TS_EINVAL, "mean", "empty axes mask", "empty mask");
+    CHECK_GRAPH_ERROR(g, ts_mean(g, x, 0, 1), TS_EINVAL, "mean", "empty axes mask", "empty mask");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape3(2, 3, 4));
-    expect_error(g, ts_sum_to(g, x, ts_shape2(2, 4)), TS_ESHAPE, "sum_to: x x(2,3,4):f32", "(2,4)",
-                 "sum_to incompatible");
+    CHECK_GRAPH_ERROR(g, ts_sum_to(g, x, ts_shape2(2, 4)), TS_ESHAPE, "sum_to: x x(2,3,4):f32",
+                      "(2,4)", "sum_to incompatible");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_F32, ts_shape2(3, 2));
-    expect_error(g, ts_broadcast_to(g, x, ts_shape2(3, 4)), TS_ESHAPE, "broadcast_to", "(3,4)",
-                 "broadcast_to incompatible");
+    CHECK_GRAPH_ERROR(g, ts_broadcast_to(g, x, ts_shape2(3, 4)), TS_ESHAPE, "broadcast_to", "(3,4)",
+                      "broadcast_to incompatible");
     ts_graph_free(g);
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_I32, ts_shape2(3, 2));
-    expect_error(g, ts_max(g, x, 1, 0), TS_EDTYPE, "max", "x(3,2):i32", "max of i32");
+    CHECK_GRAPH_ERROR(g, ts_max(g, x, 1, 0), TS_EDTYPE, "max", "x(3,2):i32", "max of i32");
     ts_graph_free(g);
   }
   printf("reduce: bad input (axis out of range, empty mask, incompatible sum_to/broadcast_to, "

@@ -1,6 +1,9 @@
 /* Softmax, log-softmax and softmax cross-entropy through graph + executor: gradients vs finite
  * differences, PyTorch fixtures, bad input (label dtype/shape, axis, out-of-range labels). */
-#include "grad_check.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad_harness.h"
 
 static int g_axis, g_log;
 static float g_smooth;
@@ -27,11 +30,12 @@ static void ce_case(int64_t N, int64_t C, float smooth, ts_dtype ldt) {
     lab64[i] = i % 4 == 1 ? -100 : (int64_t)(ts_rng_uniform_at(5, i) * C);
     lab32[i] = (int32_t)lab64[i];
   }
-  gc_leaf leaves[] = {{z, zd, 1}, {l, ldt == TS_I64 ? (void *)lab64 : (void *)lab32, 0}};
   char what[128];
   snprintf(what, sizeof what, "cross-entropy (%lld,%lld) smoothing %g labels %s", (long long)N,
            (long long)C, smooth, ts_dtype_name(ldt));
-  gc_check(g, loss, leaves, 2, 1e-2, 1e-4, 2e-3, what);
+  gh_check(what, g, loss, 2, (ts_val[]){z, l},
+           &(gh_opts){.data = (const void *[]){zd, ldt == TS_I64 ? (void *)lab64 : (void *)lab32},
+                      .eps = 1e-2, .grad_atol = 1e-4, .grad_rtol = 2e-3});
   ts_graph_free(g);
   free(zd);
 }
@@ -46,10 +50,10 @@ int main(void) {
       ts_val y = lg ? ts_log_softmax(g, x, ax) : ts_softmax(g, x, ax);
       float xd[60];
       ts_test_fill(xd, 60, 31 + ax, -3, 3);
-      gc_leaf leaves[] = {{x, xd, 1}};
       char what[64];
       snprintf(what, sizeof what, "%s (3,4,5) axis %d", lg ? "log_softmax" : "softmax", ax);
-      gc_check(g, y, leaves, 1, 1e-3, 1e-3, 2e-3, what);
+      gh_check(what, g, y, 1, &x,
+               &(gh_opts){.data = (const void *[]){xd}, .grad_atol = 1e-3, .grad_rtol = 2e-3});
       ts_graph_free(g);
       ncase++;
     }
@@ -71,21 +75,21 @@ int main(void) {
     float xd[24], td[24];
     ts_test_fill(xd, 24, 1, -2, 2);
     ts_test_fill(td, 24, 2, 0, 1);
-    gc_leaf leaves[] = {{x, xd, 1}, {t, td, 1}};
-    gc_check(g, y, leaves, 2, 1e-3, 1e-4, 2e-3, "mean(log_softmax(x) * t)");
+    gh_check("mean(log_softmax(x) * t)", g, y, 2, (ts_val[]){x, t},
+             &(gh_opts){.data = (const void *[]){xd, td}, .grad_atol = 1e-4, .grad_rtol = 2e-3});
     ts_graph_free(g);
   }
 
   const char *smn[4] = {"softmax", "softmax_axis1", "log_softmax", "log_softmax_axis1"};
   for (int k = 0; k < 4; k++) {
     g_log = k >= 2, g_axis = k % 2 ? 1 : -1;
-    fx_check(smn[k], 1, build_sm, 1, 1e-6, 1e-5, 0);
+    gh_fixture(smn[k], 1, build_sm, 1, 1e-6, 1e-5, 0);
   }
   const char *cen[4] = {"cross_entropy", "cross_entropy_smooth", "cross_entropy_ignore",
                         "cross_entropy_smooth_ignore"};
   for (int k = 0; k < 4; k++) {
     g_smooth = k % 2 ? 0.1f : 0.0f;
-    fx_check(cen[k], 2, build_ce, 1, 1e-6, 1e-5, 0);
+    gh_fixture(cen[k], 2, build_ce, 1, 1e-6, 1e-5, 0);
   }
   printf("softmax: 8 PyTorch fixtures (softmax/log_softmax on 2 axes, cross-entropy with "
          "smoothing and ignore index), forward and gradients (1e-6 + 1e-5 rel)\n");
@@ -96,31 +100,31 @@ int main(void) {
     ts_graph_create(&g);
     ts_val z = ts_input(g, "z", TS_F32, ts_shape2(4, 3));
     ts_val lf = ts_input(g, "y", TS_F32, ts_shape1(4));
-    expect_error(g, ts_softmax_cross_entropy(g, z, lf, 0), TS_EDTYPE, "softmax_cross_entropy",
-                 "must be i32 or i64", "float labels");
+    CHECK_GRAPH_ERROR(g, ts_softmax_cross_entropy(g, z, lf, 0), TS_EDTYPE, "softmax_cross_entropy",
+                      "must be i32 or i64", "float labels");
     ts_graph_free(g);
     ts_graph_create(&g);
     z = ts_input(g, "z", TS_F32, ts_shape2(4, 3));
     ts_val l5 = ts_input(g, "y", TS_I64, ts_shape1(5));
-    expect_error(g, ts_softmax_cross_entropy(g, z, l5, 0), TS_ESHAPE, "y(5):i64", "z(4,3):f32",
-                 "labels of the wrong length");
+    CHECK_GRAPH_ERROR(g, ts_softmax_cross_entropy(g, z, l5, 0), TS_ESHAPE, "y(5):i64", "z(4,3):f32",
+                      "labels of the wrong length");
     ts_graph_free(g);
     ts_graph_create(&g);
     ts_val z3 = ts_input(g, "z", TS_F32, ts_shape3(2, 4, 3));
     ts_val l2 = ts_input(g, "y", TS_I64, ts_shape1(2));
-    expect_error(g, ts_softmax_cross_entropy(g, z3, l2, 0), TS_ESHAPE, "(N,C)", "z(2,4,3)",
-                 "3-D logits");
+    CHECK_GRAPH_ERROR(g, ts_softmax_cross_entropy(g, z3, l2, 0), TS_ESHAPE, "(N,C)", "z(2,4,3)",
+                      "3-D logits");
     ts_graph_free(g);
     ts_graph_create(&g);
     z = ts_input(g, "z", TS_F32, ts_shape2(4, 3));
     ts_val l4 = ts_input(g, "y", TS_I64, ts_shape1(4));
-    expect_error(g, ts_softmax_cross_entropy(g, z, l4, 1.5f), TS_EINVAL, "label smoothing", NULL,
-                 "smoothing > 1");
+    CHECK_GRAPH_ERROR(g, ts_softmax_cross_entropy(g, z, l4, 1.5f), TS_EINVAL, "label smoothing",
+                      NULL, "smoothing > 1");
     ts_graph_free(g);
     ts_graph_create(&g);
     z = ts_input(g, "z", TS_F32, ts_shape2(4, 3));
-    expect_error(g, ts_softmax(g, z, 2), TS_EINVAL, "softmax: x z(4,3):f32", "axis 2 out of range",
-                 "softmax axis out of range");
+    CHECK_GRAPH_ERROR(g, ts_softmax(g, z, 2), TS_EINVAL, "softmax: x z(4,3):f32",
+                      "axis 2 out of range", "softmax axis out of range");
     ts_graph_free(g);
     /* a label out of range is only known at run time: status + message, no crash */
     ts_graph_create(&g);
