@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs, through apt-get, what Tessera needs and is missing. Idempotent; fast when nothing is
-# missing (dpkg-query only). Usage: scripts/install-deps.sh [--fixtures]
+# missing (dpkg-query only). Usage: scripts/install-deps.sh [--fixtures] [--fuzz]
 #   --fixtures, --bench  also install python3-torch, python3-torchvision and OpenBLAS (only needed
 #               to regenerate the PyTorch fixtures under tests/fixtures and for the PyTorch side of
 #               bench/: without OpenBLAS, Debian's torch falls back to the reference BLAS, ~25x
 #               slower, which would make every comparison meaningless).
+#   --fuzz      also install clang and its libFuzzer runtime (tests/fuzz/run.sh).
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
       libcjson-dev zlib1g-dev libpng-dev libjpeg-dev dataset-fashion-mnist"
 for a in "$@"; do
   case "$a" in
     --fixtures|--bench) pkgs="$pkgs python3-torch python3-torchvision python3-numpy libopenblas0-openmp" ;;
+    --fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;;
     *) echo "install-deps.sh: unknown option '$a'" >&2; exit 2 ;;
   esac
 done

@@ -3,7 +3,9 @@
 
 Run with Debian's python3-torch (1.13):   /usr/bin/python3 scripts/make_fixtures.py [part ...]
 Parts: st (safetensors interop), optim (optimizers, LR schedules, clipping), ops (per-op
-forward/backward), train (5 training steps of a small MLP and CNN). Default: all. The format of every file is described in docs/fixtures.md.
+forward/backward), train (5 training steps of a small MLP and CNN), vision (torchvision
+references for the data transforms: tf_*.safetensors, described in docs/data-pipeline.md).
+Default: all. The format of every file is described in docs/fixtures.md.
 Files are written by hand (json + struct, no safetensors package) and atomically.
 """
 import json
@@ -707,7 +709,88 @@ def part_train():
             _train_case(m, o)
 
 
-PARTS = {"st": part_st, "optim": part_optim, "ops": part_ops, "train": part_train}
+# ----------------------------------------------------------------------------- part: vision
+
+def _hwc(t):
+    """(C,H,W) -> (H,W,C), contiguous."""
+    return t.permute(1, 2, 0).contiguous()
+
+
+def part_vision():
+    """torchvision (functional, on tensors) references for the data transforms
+    (tests/data/test_transform.c; docs/data-pipeline.md). Images are stored HWC as Tessera's
+    sources decode them; torchvision is called on contiguous CHW copies. The random transforms are
+    covered through their deterministic functional op at every parameter the C code can draw
+    (crops) or at fixed parameters (erase)."""
+    import torchvision
+    import torchvision.transforms.functional as TF
+    src = "torch %s, torchvision %s" % (torch.__version__, torchvision.__version__)
+    g = torch.Generator().manual_seed(9001)
+    img = torch.randint(0, 256, (10, 12, 3), generator=g, dtype=torch.uint8)  # HWC
+    chw = img.permute(2, 0, 1).contiguous()
+    img32 = torch.randint(0, 256, (32, 32, 3), generator=g, dtype=torch.uint8)
+    imgf = (torch.randn(9, 11, 2, generator=g) * 2.0).float()
+
+    # random crop: F.crop(F.pad(img, pad), top, left, h, w) for every (top, left)
+    t = {"img": img}
+    crops = {"crop_pad2": (2, 8, 9), "crop_pad0": (0, 6, 7), "crop_pad4_full": (4, 10, 12)}
+    for name, (pad, h, w) in crops.items():
+        padded = TF.pad(chw, [pad, pad, pad, pad], fill=0) if pad else chw
+        H, W = padded.shape[1], padded.shape[2]
+        out = torch.empty(H - h + 1, W - w + 1, h, w, 3, dtype=torch.uint8)
+        for top in range(H - h + 1):
+            for left in range(W - w + 1):
+                out[top, left] = _hwc(TF.crop(padded, top, left, h, w))
+        t[name] = out
+    save("tf_crop.safetensors", t, {
+        "cases": jdump({k: {"pad": v[0], "h": v[1], "w": v[2]} for k, v in crops.items()}),
+        "layout": "out[top][left] = HWC crop of F.pad(img, pad) at (top, left)", "source": src})
+
+    # center crop (zero padding when larger; round((H-h)/2) is Python's half-to-even round)
+    t = {"img": img}
+    sizes = [(5, 7), (4, 4), (7, 9), (13, 15), (12, 9), (8, 14), (10, 12), (1, 1)]
+    for h, w in sizes:
+        t["out_%dx%d" % (h, w)] = _hwc(TF.center_crop(chw, [h, w]))
+    save("tf_center_crop.safetensors", t, {"sizes": jdump(sizes), "source": src})
+
+    # resize: bilinear, antialias False (u8: computed in f32, torch.round, cast)
+    t = {"img": img, "img32": img32, "imgf": imgf}
+    cases = {"u8_5x6": ("img", 5, 6), "u8_17x23": ("img", 17, 23), "u8_10x7": ("img", 10, 7),
+             "u8_4x12": ("img", 4, 12), "u8_1x1": ("img", 1, 1), "u8big_24x24": ("img32", 24, 24),
+             "u8big_48x40": ("img32", 48, 40), "u8big_7x33": ("img32", 7, 33),
+             "f32_7x9": ("imgf", 7, 9), "f32_15x4": ("imgf", 15, 4), "f32_20x22": ("imgf", 20, 22)}
+    for name, (inp, h, w) in cases.items():
+        # contiguous CHW, as decoded images are (a channels-last view takes another torch kernel
+        # whose f32 results differ in the last bit)
+        x = t[inp].permute(2, 0, 1).contiguous()
+        y = TF.resize(x, [h, w], interpolation=TF.InterpolationMode.BILINEAR, antialias=False)
+        t[name] = _hwc(y)
+    save("tf_resize.safetensors", t, {"cases": jdump({k: list(v) for k, v in cases.items()}),
+                                      "source": src})
+
+    # flips
+    save("tf_flip.safetensors", {"img": img, "hflip": _hwc(TF.hflip(chw)), "vflip": _hwc(TF.vflip(chw))},
+         {"source": src})
+
+    # to_float (ConvertImageDtype: x / 255) and normalize (sub_(mean).div_(std)), CHW output
+    mean, std = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
+    xf = TF.convert_image_dtype(chw, torch.float32)
+    save("tf_normalize.safetensors", {
+        "img": img, "to_float": _hwc(xf),
+        "normalized_chw": TF.normalize(xf, mean, std).contiguous(),
+        "mean": torch.tensor(mean, dtype=torch.float32), "std": torch.tensor(std, dtype=torch.float32)},
+        {"source": src})
+
+    # erase with value 0 at fixed (i, j, h, w) on a CHW f32 image
+    xe = (torch.rand(3, 10, 12, generator=g) + 0.5).float()
+    t = {"img": xe}
+    boxes = [(2, 3, 4, 5), (0, 0, 9, 11), (5, 7, 5, 5), (3, 0, 1, 12)]
+    for i, j, h, w in boxes:
+        t["erase_%d_%d_%d_%d" % (i, j, h, w)] = TF.erase(xe, i, j, h, w, torch.tensor([0.0])[:, None, None])
+    save("tf_erase.safetensors", t, {"boxes": jdump(boxes), "source": src})
+
+
+PARTS = {"st": part_st, "optim": part_optim, "ops": part_ops, "train": part_train, "vision": part_vision}
 
 
 def main(argv):

@@ -75,7 +75,10 @@ int ts_source_cifar(const char *dir, int cifar100, int train, ts_source **out);
 /* An image folder: root/<class>/<file>.{png,jpg,jpeg}; classes are the sub-folders in sorted
  * order. Samples u8 (H,W,C) decoded with libpng / libjpeg-turbo. */
 int ts_source_image_folder(const char *root, ts_source **out);
-/* Tessera record shards (see ts_records_write): paths of the shard files. */
+/* Tessera record shards (see ts_records_write): the paths of every shard file of one set, in any
+ * order. Sample i is record i / S of shard i % S, i.e. the order of the source that was written.
+ * The files are memory-mapped; headers and indexes are verified here, each record's CRC32 when it
+ * is read. Errors name the file and the record number. */
 int ts_source_records(const char *const *paths, int npaths, ts_source **out);
 /* Text for language models: the bytes of a file cut into sequences of seq_len tokens (byte ids
  * 0..255, i32), starting every `stride` bytes (stride = seq_len if 0); target = the next bytes. */
@@ -87,6 +90,20 @@ int ts_source_text(const char *path, int seq_len, int stride, ts_source **out);
  * index; written atomically. The names of the written files go to paths_out if not NULL (caller
  * frees each and the array). */
 int ts_records_write(ts_source *src, const char *prefix, int num_shards, char ***paths_out);
+/* What the header of one shard file says (verified: magic, version, header CRC, size, index CRC). */
+typedef struct {
+  int version;
+  int shard, num_shards; /* this file is shard `shard` of a set of `num_shards` */
+  int64_t count;         /* records in this file */
+  int64_t total;         /* records in the whole set */
+  int num_classes;       /* of the source it was written from (0 if unknown) */
+  char kind[17];         /* kind of the source it was written from ("cifar10", ...) */
+  int64_t file_size;
+} ts_records_info;
+int ts_records_info_read(const char *path, ts_records_info *out);
+/* One shard file on its own (for inspection): its records in file order, i.e. the samples
+ * shard, shard + num_shards, ... of the original source. */
+int ts_source_records_shard(const char *path, ts_source **out);
 
 /* ---- samplers: which sample indices a shard sees in an epoch ---- */
 typedef enum {

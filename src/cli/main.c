@@ -21,6 +21,8 @@ static int usage(FILE *f) {
           "usage: tessera <command> [options]\n"
           "commands:\n"
           "  train   train a model on MNIST-format data (tessera train --help)\n"
+          "  ckpt    inspect a checkpoint or export its parameters (tessera ckpt --help)\n"
+          "  data    convert data sets to record shards, inspect shards (tessera data --help)\n"
           "  --version, --help\n");
   return f == stderr ? 2 : 0;
 }
@@ -34,5 +36,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return usage(stdout);
   if (!strcmp(cmd, "train")) return ts_cli_train(argc - 2, argv + 2);
+  if (!strcmp(cmd, "ckpt")) return ts_cli_ckpt(argc - 2, argv + 2);
+  if (!strcmp(cmd, "data")) return ts_cli_data(argc - 2, argv + 2);
   return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
 }

@@ -1,6 +1,8 @@
 /* IDX reader (the MNIST file format): magic 0x0000 | type | ndim, then ndim big-endian u32 sizes,
- * then the data. Read through zlib's gz* API, which also reads uncompressed files. */
+ * then the data. Read through zlib's gz* API, which also reads uncompressed files.
+ * ts_source_mnist wraps a loaded split as a source. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <zlib.h>
@@ -67,6 +69,20 @@ int ts_idx_load(const char *path, ts_tensor *out) {
     sh.dims[i] = d;
     total *= d;
   }
+  /* Never allocate more than the file can hold (a lying header must not exhaust memory): a plain
+   * file has to contain the data; deflate expands at most ~1032:1. */
+  if (gzdirect(f)) {
+    int64_t have = (int64_t)st.st_size - 4 - 4 * (int64_t)ndim;
+    if (total > have) {
+      rc = ts_error_set(TS_EFORMAT, "%s: truncated: data needs %lld bytes, file ends after %lld", path,
+                        (long long)total, (long long)(have > 0 ? have : 0));
+      goto fail;
+    }
+  } else if (total > (int64_t)st.st_size * 1032 + 4096) {
+    rc = ts_error_set(TS_EFORMAT, "%s: truncated: data needs %lld bytes, more than a %lld-byte gzip file holds",
+                      path, (long long)total, (long long)st.st_size);
+    goto fail;
+  }
   rc = ts_tensor_init(out, TS_U8, sh);
   if (rc) goto fail;
   rc = read_full(f, out->data, (size_t)total, path, "data");
@@ -116,5 +132,53 @@ int ts_mnist_load(const char *dir, const char *split, ts_tensor *images, ts_tens
     ts_tensor_free(images);
     ts_tensor_free(labels);
   }
+  return rc;
+}
+
+/* ---- the MNIST source: samples u8 (H,W,1) from the loaded (N,H,W) images ---- */
+
+typedef struct {
+  ts_tensor images, labels;
+  int64_t n, h, w;
+} mnist_src;
+
+static int64_t mnist_len(void *self) { return ((mnist_src *)self)->n; }
+
+static int mnist_get(void *self, int64_t i, ts_sample *out) {
+  mnist_src *m = self;
+  int rc = ts_tensor_init(&out->data, TS_U8, ts_shape3(m->h, m->w, 1));
+  if (rc) return rc;
+  memcpy(out->data.data, (const uint8_t *)m->images.data + i * m->h * m->w, (size_t)(m->h * m->w));
+  out->label = ((const uint8_t *)m->labels.data)[i];
+  return TS_OK;
+}
+
+static int64_t mnist_label(void *self, int64_t i) { return ((const uint8_t *)((mnist_src *)self)->labels.data)[i]; }
+static int mnist_classes(void *self) { return 10; }
+
+static void mnist_destroy(void *self) {
+  mnist_src *m = self;
+  ts_tensor_free(&m->images);
+  ts_tensor_free(&m->labels);
+  free(m);
+}
+
+int ts_source_mnist(const char *dir, const char *split, ts_source **out) {
+  *out = NULL;
+  if (!dir) dir = TS_FASHION_MNIST_DIR;
+  if (!split || !strcmp(split, "test")) split = split ? "t10k" : "train";
+  mnist_src *m = calloc(1, sizeof *m);
+  if (!m) return ts_error_set(TS_ENOMEM, "ts_source_mnist: out of memory");
+  int rc = ts_mnist_load(dir, split, &m->images, &m->labels);
+  if (rc) {
+    free(m);
+    return rc;
+  }
+  m->n = m->images.shape.dims[0];
+  m->h = m->images.shape.dims[1];
+  m->w = m->images.shape.dims[2];
+  static const ts_source_vtable vt = {"mnist", mnist_len, mnist_get, mnist_label, mnist_classes, mnist_destroy};
+  rc = ts_source_create(&vt, m, out);
+  if (rc) mnist_destroy(m);
   return rc;
 }

@@ -1,0 +1,269 @@
+/* Tessera configuration: a typed C struct loaded from YAML (libyaml), with defaults for every
+ * key, command-line overrides and validation. Every key is documented in docs/config.md.
+ *
+ *   ts_config cfg;
+ *   const char *sets[] = {"optimizer.lr=0.1", "optimizer.schedule.milestones=[10,20]"};
+ *   if (ts_config_load("examples/mlp_fashion.yaml", sets, 2, &cfg))
+ *     fprintf(stderr, "%s\n", ts_last_error());   // one line naming file, key and reason
+ *   ts_config_dump_yaml(&cfg, stdout);            // the effective config
+ *
+ * Loading = defaults, then the file, then each override in order, then ts_config_validate.
+ * Overrides are "key.path=value" strings (tessera train --set); the value is parsed as YAML, so
+ * lists are flow sequences ("optimizer.betas=[0.9,0.95]") and a whole section can be given as a
+ * flow mapping ("optimizer.schedule={name: cosine, warmup_steps: 100}").
+ *
+ * Every error is TS_ECONFIG (TS_ENOMEM aside) with a message of the form
+ *   "cfg.yaml:12:5: train.epochs: expected an integer, got 'ten'"
+ *   "cfg.yaml:7:3: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)"
+ *   "cfg.yaml:2:7: model.name: unknown value 'resnt' (did you mean 'resnet'?; expected one of:
+ *    mlp, lenet5, convnet, resnet, gpt)"
+ *   "cfg.yaml:4:1: malformed YAML: could not find expected ':' (while scanning a simple key)"
+ *   "--set train.epochs=ten: train.epochs: expected an integer, got 'ten'"
+ *   "cfg.yaml: train.batch_size (100) must be divisible by train.micro_batch_size (32)"
+ * (line:column are 1-based). Library code never prints. */
+#ifndef TESSERA_CONFIG_H
+#define TESSERA_CONFIG_H
+
+#include <stdio.h>
+
+#include "tessera/data.h"
+#include "tessera/optim.h"
+#include "tessera/zoo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_CFG_MAX_LIST 16       /* elements of a list-valued key */
+#define TS_CFG_MAX_TRANSFORMS 16 /* transforms per list */
+#define TS_CFG_PATH_MAX 1024     /* bytes of a path-valued key, NUL included */
+#define TS_CFG_NAME_MAX 64       /* bytes of a short string key, NUL included */
+
+typedef enum {
+  TS_MODEL_MLP = 0,
+  TS_MODEL_LENET5,
+  TS_MODEL_CONVNET,
+  TS_MODEL_RESNET,
+  TS_MODEL_GPT,
+  TS_MODEL_COUNT
+} ts_model_kind;
+
+typedef enum {
+  TS_DATA_FASHION_MNIST = 0,
+  TS_DATA_MNIST,
+  TS_DATA_CIFAR10,
+  TS_DATA_CIFAR100,
+  TS_DATA_IMAGE_FOLDER,
+  TS_DATA_RECORDS,
+  TS_DATA_TEXT,
+  TS_DATA_COUNT
+} ts_data_kind;
+
+/* MindSpore's parallel modes; only STAND_ALONE is run by the trainer so far, all five parse. */
+typedef enum {
+  TS_PARALLEL_STAND_ALONE = 0,
+  TS_PARALLEL_DATA,      /* data_parallel */
+  TS_PARALLEL_SEMI_AUTO, /* semi_auto_parallel */
+  TS_PARALLEL_AUTO,      /* auto_parallel */
+  TS_PARALLEL_HYBRID,    /* hybrid_parallel */
+  TS_PARALLEL_COUNT
+} ts_parallel_mode;
+
+typedef enum {
+  TS_PROGRESS_AUTO = 0, /* a bar on a terminal, periodic lines otherwise */
+  TS_PROGRESS_BAR,
+  TS_PROGRESS_LINES,
+  TS_PROGRESS_OFF,
+  TS_PROGRESS_COUNT
+} ts_progress_mode;
+
+/* Unit of optimizer.schedule.step_size and .milestones. */
+typedef enum { TS_SCHED_UNIT_STEPS = 0, TS_SCHED_UNIT_EPOCHS, TS_SCHED_UNIT_COUNT } ts_sched_unit;
+
+/* Names as written in YAML ("fashion_mnist", "semi_auto_parallel", ...); "?" if out of range. */
+const char *ts_model_kind_name(ts_model_kind k);
+const char *ts_data_kind_name(ts_data_kind k);
+const char *ts_parallel_mode_name(ts_parallel_mode m);
+const char *ts_progress_mode_name(ts_progress_mode m);
+const char *ts_sched_unit_name(ts_sched_unit u);
+
+typedef struct {
+  int n;
+  int v[TS_CFG_MAX_LIST];
+} ts_cfg_ints;
+
+typedef struct {
+  int n;
+  double v[TS_CFG_MAX_LIST];
+} ts_cfg_floats;
+
+/* A transform list. Elements are made by the ts_tf_* constructors of data.h, with `chw` = 1
+ * exactly when an hwc_to_chw precedes them in the list. n == -1 (test_transforms
+ * only) means "auto": the training list without its random transforms (random_crop, hflip,
+ * vflip, random_erasing); see ts_config_transforms. */
+typedef struct {
+  int n;
+  ts_transform v[TS_CFG_MAX_TRANSFORMS];
+} ts_cfg_transforms;
+
+typedef struct {
+  struct {
+    ts_model_kind name;
+    int num_classes;        /* 0 = from the data set (resolved by validation where known) */
+    ts_cfg_ints hidden;     /* mlp: hidden layer sizes */
+    int depth;              /* resnet */
+    int cifar_stem;         /* resnet 18..152: 3x3 stem without max-pool */
+    int zero_init_residual; /* resnet */
+    ts_cfg_ints channels;   /* convnet: c1, c2 */
+    double bn_momentum, bn_eps;
+    double label_smoothing;
+    int n_layer, n_head, n_embd; /* gpt */
+    int block_size;         /* gpt: position table rows; 0 = data.seq_len (resolved) */
+    int vocab_size;         /* gpt */
+    int mlp_ratio;          /* gpt */
+    int bias;               /* gpt: Linear/LayerNorm biases */
+    int tie_weights;        /* gpt */
+    double dropout;         /* gpt */
+  } model;
+  struct {
+    ts_data_kind name;
+    char path[TS_CFG_PATH_MAX]; /* resolved to TS_FASHION_MNIST_DIR for fashion_mnist if empty */
+    char train_split[TS_CFG_NAME_MAX], test_split[TS_CFG_NAME_MAX]; /* "" = source default */
+    int64_t train_limit, test_limit; /* use only the first N samples (0 = all) */
+    double val_fraction;             /* text: tail of the file held out for evaluation */
+    int seq_len, stride;             /* text */
+    ts_cfg_transforms transforms;      /* training samples */
+    ts_cfg_transforms test_transforms; /* evaluation samples (n == -1: auto) */
+    int num_workers;
+    int shuffle;
+    int shuffle_buffer;
+    int prefetch;
+    int drop_last;
+  } data;
+  struct {
+    int epochs;
+    int64_t steps; /* > 0: train for this many optimizer steps (epochs ignored) */
+    int batch_size;       /* GLOBAL batch (all devices, all micro-batches) */
+    int micro_batch_size; /* divides batch_size; resolved to batch_size if 0 */
+    int eval_batch_size;  /* resolved to batch_size if 0 */
+    uint64_t seed;
+    int64_t eval_every; /* steps; 0 = at the end of every epoch; -1 = only at the end */
+    int64_t log_every;  /* steps */
+    int threads;        /* 0 = OMP_NUM_THREADS or the core count */
+  } train;
+  struct {
+    ts_optim_kind name;
+    double lr, momentum, dampening;
+    int nesterov;
+    double weight_decay;
+    ts_cfg_floats betas; /* exactly 2 */
+    double eps;
+    int exclude_bias_and_norm; /* no weight decay on biases and norm parameters */
+    int lamb_always_adapt;
+    double clip_grad_norm; /* 0 = off */
+    struct {
+      ts_lr_kind name;
+      int64_t warmup_steps;
+      double warmup_epochs; /* > 0: warm-up length in epochs (instead of warmup_steps) */
+      ts_sched_unit unit;   /* of step_size and milestones */
+      int64_t step_size;
+      double gamma;
+      ts_cfg_ints milestones;
+      double min_lr;
+    } schedule;
+  } optimizer;
+  struct {
+    ts_parallel_mode mode;
+  } parallel;
+  struct {
+    char dir[TS_CFG_PATH_MAX]; /* "" = no checkpoints */
+    char prefix[TS_CFG_NAME_MAX];
+    int64_t save_steps; /* > 0: every N steps */
+    int save_epochs;    /* > 0: every N epochs (when save_steps is 0) */
+    int save_last;      /* also at the end of training */
+    int keep_max;       /* 0 = keep all */
+    char resume[TS_CFG_PATH_MAX]; /* "" (fresh start), "auto" (latest in dir, if any), or a path */
+    int strict;
+  } checkpoint;
+  struct {
+    char metrics[TS_CFG_PATH_MAX]; /* JSON-lines file, "" = none */
+    ts_progress_mode progress;
+    char plot[TS_CFG_PATH_MAX]; /* PNG of the curves at the end, "" = none */
+    ts_log_level level;
+  } log;
+  char source[TS_CFG_PATH_MAX]; /* the file the config was loaded from ("" if none); not a key */
+} ts_config;
+
+/* Every key at its default (see docs/config.md). The struct is zeroed first, so two configs
+ * with equal keys compare equal with memcmp. */
+void ts_config_defaults(ts_config *cfg);
+
+/* Defaults, then `path` (may be NULL: defaults only), then overrides[0..n), then validation.
+ * On error *cfg holds what was loaded so far and the status is TS_ECONFIG (or TS_ENOMEM). */
+int ts_config_load(const char *path, const char *const *overrides, int n, ts_config *cfg);
+/* Same from YAML text in memory; `label` names it in messages (e.g. a file name). */
+int ts_config_load_string(const char *yaml, const char *label, const char *const *overrides,
+                          int n, ts_config *cfg);
+
+/* Sets one key (or a whole section, given a flow mapping) from YAML value text. Type and range
+ * of the key are checked; cross-key constraints only by ts_config_validate. */
+int ts_config_set(ts_config *cfg, const char *key, const char *value);
+/* Applies one "key.path=value" override (the --set syntax). */
+int ts_config_override(ts_config *cfg, const char *assignment);
+/* Formats a key's value as YAML (flow style: "[10, 20]", "\"path\"", "0.05") into buf (always
+ * NUL-terminated). TS_ECONFIG for an unknown key, TS_ERANGE if buf is too small. */
+int ts_config_get(const ts_config *cfg, const char *key, char *buf, size_t cap);
+
+/* Cross-key checks (batch_size divisible by micro_batch_size, schedule consistency, model vs
+ * data, transform order, ...) and resolution of derived defaults (micro/eval batch size,
+ * num_classes for known data sets, block_size, the Fashion-MNIST path). Idempotent. */
+int ts_config_validate(ts_config *cfg);
+
+/* Stable 64-bit hash (FNV-1a) of the training-relevant keys (model.*, optimizer.*, train.epochs
+ * / steps / batch_size / seed, data.name / transforms / limits / shuffling; not paths, logging,
+ * checkpointing, parallel mode, micro-batching, workers), over the keys that differ from their
+ * defaults, so that adding a key later leaves existing hashes unchanged. */
+uint64_t ts_config_hash(const ts_config *cfg);
+
+/* The effective config as YAML (block style, every key, in docs order), loadable again. */
+int ts_config_dump_yaml(const ts_config *cfg, FILE *f);
+/* Same into a malloc'd string (*out; caller frees). */
+int ts_config_dump_string(const ts_config *cfg, char **out);
+
+/* ---- the key table (for docs, help and tests) ---- */
+typedef struct {
+  const char *path;   /* "optimizer.schedule.milestones" */
+  const char *type;   /* "int", "float", "bool", "string", "enum", "int list", "float list",
+                         "transforms" */
+  const char *def;    /* default, as YAML text */
+  const char *values; /* enums: "mlp|lenet5|..."; else NULL */
+  const char *doc;    /* one-line meaning */
+  int hashed;         /* part of ts_config_hash */
+} ts_config_key;
+
+int ts_config_key_count(void);
+/* TS_ERANGE if i is out of range. */
+int ts_config_key_info(int i, ts_config_key *out);
+
+/* ---- conversions for the trainer ---- */
+/* The optimizer config: kind, weight decay, momentum, betas, eps, ... */
+int ts_config_optim(const ts_config *cfg, ts_optim_config *out);
+/* Optimizer steps of the whole run: train.steps, or train.epochs * steps_per_epoch. */
+int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch);
+/* The learning-rate schedule in optimizer steps (epoch units converted with steps_per_epoch;
+ * cosine's total_steps = ts_config_total_steps). Checked with ts_lr_check. */
+int ts_config_lr_schedule(const ts_config *cfg, int64_t steps_per_epoch, ts_lr_schedule *out);
+/* The transforms for training (train = 1) or evaluation (train = 0, "auto" resolved) into
+ * out[0..cap); returns the count (>= 0) or a negative status. */
+int ts_config_transforms(const ts_config *cfg, int train, ts_transform *out, int cap);
+/* Model configs for the zoo builders (mlp's hidden pointer points into cfg). */
+void ts_config_mlp(const ts_config *cfg, ts_mlp_config *out);
+void ts_config_lenet5(const ts_config *cfg, ts_lenet5_config *out);
+void ts_config_convnet(const ts_config *cfg, ts_convnet_config *out);
+void ts_config_resnet(const ts_config *cfg, ts_resnet_config *out);
+void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,122 @@
+/* The source object: a table of functions over a random-access collection of samples. Every
+ * built-in source (IDX, CIFAR, image folder, records, text) is created through ts_source_create
+ * with its own vtable, exactly like a user's callback source. */
+#include <stdlib.h>
+
+#include "source_internal.h"
+
+struct ts_source {
+  ts_source_vtable vt;
+  void *self;
+};
+
+void ts_sample_free(ts_sample *s) {
+  if (!s) return;
+  ts_tensor_free(&s->data);
+  ts_tensor_free(&s->target);
+  memset(s, 0, sizeof *s);
+  s->label = -1;
+}
+
+int ts_source_create(const ts_source_vtable *vt, void *self, ts_source **out) {
+  if (out) *out = NULL;
+  if (!vt || !out) return ts_error_set(TS_EINVAL, "ts_source_create: NULL vtable or output");
+  if (!vt->len || !vt->get)
+    return ts_error_set(TS_EINVAL, "ts_source_create: source '%s' lacks a %s function",
+                        vt->kind ? vt->kind : "callback", vt->len ? "get" : "len");
+  ts_source *s = calloc(1, sizeof *s);
+  if (!s) return ts_error_set(TS_ENOMEM, "ts_source_create: out of memory");
+  s->vt = *vt;
+  if (!s->vt.kind) s->vt.kind = "callback";
+  s->self = self;
+  *out = s;
+  return TS_OK;
+}
+
+void ts_source_free(ts_source *s) {
+  if (!s) return;
+  if (s->vt.destroy) s->vt.destroy(s->self);
+  free(s);
+}
+
+int64_t ts_source_len(const ts_source *s) { return s ? s->vt.len(s->self) : 0; }
+
+const char *ts_source_kind(const ts_source *s) { return s ? s->vt.kind : "?"; }
+
+int ts_source_get(ts_source *s, int64_t index, ts_sample *out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_source_get: NULL output");
+  memset(out, 0, sizeof *out);
+  out->label = -1;
+  if (!s) return ts_error_set(TS_EINVAL, "ts_source_get: NULL source");
+  int64_t n = s->vt.len(s->self);
+  if (index < 0 || index >= n)
+    return ts_error_set(TS_ERANGE, "%s source: sample index %lld out of range 0..%lld", s->vt.kind,
+                        (long long)index, (long long)n - 1);
+  int rc = s->vt.get(s->self, index, out);
+  if (rc == TS_OK && !out->data.data)
+    rc = ts_error_set(TS_EFORMAT, "%s source: sample %lld has no data tensor", s->vt.kind, (long long)index);
+  if (rc != TS_OK) {
+    ts_sample_free(out);
+    if (rc > 0) rc = TS_EIO; /* a user callback returned a positive code */
+  }
+  return rc;
+}
+
+int64_t ts_source_label(ts_source *s, int64_t index) {
+  if (!s) return ts_error_set(TS_EINVAL, "ts_source_label: NULL source");
+  int64_t n = s->vt.len(s->self);
+  if (index < 0 || index >= n)
+    return ts_error_set(TS_ERANGE, "%s source: sample index %lld out of range 0..%lld", s->vt.kind,
+                        (long long)index, (long long)n - 1);
+  if (s->vt.label) return s->vt.label(s->self, index);
+  ts_sample smp;
+  int rc = ts_source_get(s, index, &smp);
+  if (rc) return rc;
+  int64_t l = smp.label;
+  ts_sample_free(&smp);
+  return l;
+}
+
+int ts_source_num_classes(ts_source *s) {
+  if (!s || !s->vt.num_classes) return 0;
+  return s->vt.num_classes(s->self);
+}
+
+/* ---- helpers shared by the built-in sources ---- */
+
+int ts__map_file(const char *path, ts__mapped *m) {
+  memset(m, 0, sizeof *m);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return ts_error_set(e == ENOENT ? TS_ENOTFOUND : TS_EIO, "%s: %s", path,
+                        e == ENOENT ? "no such file" : strerror(e));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return ts_error_set(TS_EIO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return ts_error_set(TS_EIO, "%s: not a regular file", path);
+  }
+  m->size = (size_t)st.st_size;
+  if (m->size > 0) {
+    void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      close(fd);
+      return ts_error_set(TS_EIO, "%s: cannot map %zu bytes: %s", path, m->size, strerror(e));
+    }
+    m->data = p;
+  }
+  close(fd);
+  return TS_OK;
+}
+
+void ts__unmap_file(ts__mapped *m) {
+  if (m->data && m->size) munmap((void *)m->data, m->size);
+  memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,631 @@
+/* Checkpoints: training state <-> one safetensors file (see checkpoint.h). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tessera/checkpoint.h"
+
+#define P_PARAM "param."
+#define P_STATE "state."
+#define P_OPTIM "optim."
+#define META(k) "tessera." k
+
+/* ------------------------------------------------------------------ helpers */
+static int starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+static char *join(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  char *s = malloc(la + lb + 1);
+  if (!s) return NULL;
+  memcpy(s, a, la);
+  memcpy(s + la, b, lb + 1);
+  return s;
+}
+
+/* mkdir -p of the directory part of path. */
+static int make_parent_dirs(const char *path) {
+  char *d = strdup(path);
+  if (!d) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  char *slash = strrchr(d, '/');
+  if (!slash || slash == d) {
+    free(d);
+    return TS_OK;
+  }
+  *slash = 0;
+  for (char *p = d + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      if (mkdir(d, 0777) != 0 && errno != EEXIST) {
+        int e = errno;
+        int rc = ts_error_set(TS_EIO, "%s: cannot create directory %s: %s", path, d, strerror(e));
+        free(d);
+        return rc;
+      }
+      *p = c;
+      if (!c) break;
+    }
+  }
+  free(d);
+  return TS_OK;
+}
+
+/* ------------------------------------------------------------------ save */
+int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
+  if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_save: NULL argument");
+  ts_params *ps = st->params;
+  if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
+    return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)",
+                        path);
+  ts_st_writer *w;
+  int rc = ts_st_writer_create(&w);
+  if (rc) return rc;
+  char **names = NULL;
+  int nnames = 0;
+  int np = ps ? ts_params_count(ps) : 0, nv = st->optim ? ts_optim_state_count(st->optim) : 0;
+  names = calloc((size_t)(np + nv) + 1, sizeof *names);
+  if (!names) {
+    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  for (int i = 0; i < np && !rc; i++) {
+    const char *pre = ts_params_flags(ps, i) & TS_PARAM_STATE ? P_STATE : P_PARAM;
+    if (!(names[nnames] = join(pre, ts_params_name(ps, i)))) {
+      rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+      break;
+    }
+    rc = ts_st_writer_add(w, names[nnames], TS_F32, ts_params_shape(ps, i), ts_params_ptr(ps, i));
+    nnames++;
+  }
+  for (int i = 0; i < nv && !rc; i++) {
+    ts_tensor v;
+    if ((rc = ts_optim_state_view(st->optim, i, &v))) break;
+    if (!(names[nnames] = join(P_OPTIM, ts_optim_state_name(st->optim, i)))) {
+      rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+      break;
+    }
+    rc = ts_st_writer_add(w, names[nnames], v.dtype, v.shape, v.data);
+    nnames++;
+  }
+  if (rc) {
+    ts_error_wrap(rc, "%s", path);
+    goto out;
+  }
+  char num[64];
+#define SETM(key, val)                                               \
+  do {                                                               \
+    if (!rc) rc = ts_st_writer_set_meta(w, META(key), (val));        \
+  } while (0)
+  SETM("format", TS_CKPT_FORMAT);
+  SETM("version", ts_version());
+  if (st->model) SETM("model", st->model);
+  snprintf(num, sizeof num, "%016" PRIx64, st->config_hash);
+  SETM("config_hash", num);
+  if (st->config_yaml) SETM("config", st->config_yaml);
+  snprintf(num, sizeof num, "%" PRId64, st->step);
+  SETM("step", num);
+  snprintf(num, sizeof num, "%" PRId64, st->epoch);
+  SETM("epoch", num);
+  snprintf(num, sizeof num, "%" PRId64, st->batch_index);
+  SETM("batch_index", num);
+  snprintf(num, sizeof num, "%" PRIu64, st->seed);
+  SETM("seed", num);
+  snprintf(num, sizeof num, "%" PRIu64, st->rng_counter);
+  SETM("rng_counter", num);
+  snprintf(num, sizeof num, "%.17g", st->loss_scale);
+  SETM("loss_scale", num);
+  snprintf(num, sizeof num, "%" PRId64, st->loss_scale_growth_tracker);
+  SETM("loss_scale_growth_tracker", num);
+#undef SETM
+  if (rc) {
+    ts_error_wrap(rc, "%s", path);
+    goto out;
+  }
+  if ((rc = make_parent_dirs(path))) goto out;
+  rc = ts_st_write(w, path);
+out:
+  ts_st_writer_free(w);
+  for (int i = 0; i < nnames; i++) free(names[i]);
+  free(names);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ info */
+static int meta_i64(const ts_st_file *f, const char *key, int64_t *out) {
+  const char *v = ts_st_meta(f, key);
+  if (!v) return TS_OK;
+  char *e;
+  errno = 0;
+  long long x = strtoll(v, &e, 10);
+  if (!*v || *e || errno)
+    return ts_error_set(TS_EFORMAT, "%s: metadata %s = '%.40s' is not an integer", ts_st_path(f),
+                        key, v);
+  *out = x;
+  return TS_OK;
+}
+
+static int meta_u64(const ts_st_file *f, const char *key, int base, uint64_t *out) {
+  const char *v = ts_st_meta(f, key);
+  if (!v) return TS_OK;
+  char *e;
+  errno = 0;
+  unsigned long long x = strtoull(v, &e, base);
+  if (!*v || *e || errno || *v == '-')
+    return ts_error_set(TS_EFORMAT, "%s: metadata %s = '%.40s' is not an unsigned integer",
+                        ts_st_path(f), key, v);
+  *out = x;
+  return TS_OK;
+}
+
+static int meta_f64(const ts_st_file *f, const char *key, double *out) {
+  const char *v = ts_st_meta(f, key);
+  if (!v) return TS_OK;
+  char *e;
+  errno = 0;
+  double x = strtod(v, &e);
+  if (!*v || *e)
+    return ts_error_set(TS_EFORMAT, "%s: metadata %s = '%.40s' is not a number", ts_st_path(f),
+                        key, v);
+  *out = x;
+  return TS_OK;
+}
+
+int ts_ckpt_info_get(const ts_st_file *f, ts_ckpt_info *info) {
+  if (!f || !info) return ts_error_set(TS_EINVAL, "ts_ckpt_info_get: NULL argument");
+  memset(info, 0, sizeof *info);
+  const char *fmt = ts_st_meta(f, META("format"));
+  info->is_tessera = fmt != NULL;
+  snprintf(info->format, sizeof info->format, "%s", fmt ? fmt : "");
+  const char *s = ts_st_meta(f, META("version"));
+  snprintf(info->version, sizeof info->version, "%s", s ? s : "");
+  s = ts_st_meta(f, META("model"));
+  snprintf(info->model, sizeof info->model, "%s", s ? s : "");
+  int rc;
+  info->has_config_hash = ts_st_meta(f, META("config_hash")) != NULL;
+  if ((rc = meta_u64(f, META("config_hash"), 16, &info->config_hash)) ||
+      (rc = meta_i64(f, META("step"), &info->step)) ||
+      (rc = meta_i64(f, META("epoch"), &info->epoch)) ||
+      (rc = meta_i64(f, META("batch_index"), &info->batch_index)) ||
+      (rc = meta_u64(f, META("seed"), 10, &info->seed)) ||
+      (rc = meta_u64(f, META("rng_counter"), 10, &info->rng_counter)) ||
+      (rc = meta_f64(f, META("loss_scale"), &info->loss_scale)) ||
+      (rc = meta_i64(f, META("loss_scale_growth_tracker"), &info->loss_scale_growth_tracker)))
+    return rc;
+  s = ts_st_meta(f, META("config"));
+  if (s && !(info->config_yaml = strdup(s)))
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", ts_st_path(f));
+  info->ntensors = ts_st_count(f);
+  for (int i = 0; i < info->ntensors; i++) {
+    ts_tensor v;
+    if (ts_st_get(f, i, &v)) continue;
+    const char *n = ts_st_name(f, i);
+    int64_t ne = ts_tensor_numel(&v);
+    info->data_bytes += ts_tensor_nbytes(&v);
+    if (!info->is_tessera || starts(n, P_PARAM))
+      info->param_numel += ne;
+    else if (starts(n, P_STATE))
+      info->state_numel += ne;
+    else if (starts(n, P_OPTIM))
+      info->optim_numel += ne;
+  }
+  return TS_OK;
+}
+
+int ts_ckpt_read_info(const char *path, ts_ckpt_info *info) {
+  if (!path || !info) return ts_error_set(TS_EINVAL, "ts_ckpt_read_info: NULL argument");
+  memset(info, 0, sizeof *info);
+  ts_st_file *f;
+  int rc = ts_st_open(path, &f);
+  if (rc) return rc;
+  rc = ts_ckpt_info_get(f, info);
+  ts_st_close(f);
+  return rc;
+}
+
+void ts_ckpt_info_free(ts_ckpt_info *info) {
+  if (!info) return;
+  free(info->config_yaml);
+  info->config_yaml = NULL;
+}
+
+/* ------------------------------------------------------------------ load */
+typedef struct {
+  char *name;      /* full checkpoint name ("param.fc1.weight") */
+  const char *key; /* name looked up in the file (without prefix for plain files) */
+  ts_dtype dtype;
+  ts_shape shape;
+  void *dst;
+  int file_idx;    /* -1 if missing */
+} want_t;
+
+/* A list of difference descriptions, kept for the message and the log. */
+typedef struct {
+  char **s;
+  int n, cap;
+} strlist;
+
+static int sl_add(strlist *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sl_add(strlist *l, const char *fmt, ...) {
+  if (l->n == l->cap) {
+    int nc = l->cap ? 2 * l->cap : 16;
+    char **q = realloc(l->s, (size_t)nc * sizeof *q);
+    if (!q) return TS_ENOMEM;
+    l->s = q;
+    l->cap = nc;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vasprintf(&l->s[l->n], fmt, ap);
+  va_end(ap);
+  if (r < 0) return TS_ENOMEM;
+  l->n++;
+  return TS_OK;
+}
+
+static void sl_free(strlist *l) {
+  for (int i = 0; i < l->n; i++) free(l->s[i]);
+  free(l->s);
+}
+
+/* Appends "<count> <what> (a, b, c, ... and N more)" to buf. */
+static void summarize(char *buf, size_t cap, const strlist *l, const char *what, int *first) {
+  if (!l->n) return;
+  size_t len = strlen(buf);
+  len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d %s (", *first ? "" : "; ",
+                          l->n, what);
+  int shown = 0;
+  for (int i = 0; i < l->n && len < cap; i++) {
+    if (len + strlen(l->s[i]) + 24 > cap || shown == 4) break;
+    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", l->s[i]);
+    shown++;
+  }
+  if (len < cap && shown < l->n)
+    len += (size_t)snprintf(buf + len, cap - len, "%s... and %d more", shown ? ", " : "",
+                            l->n - shown);
+  if (len < cap) snprintf(buf + len, cap - len, ")");
+  *first = 0;
+}
+
+int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
+  if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_load: NULL argument");
+  st->nloaded = st->nmissing = st->nunexpected = st->nmismatched = 0;
+  ts_params *ps = st->params;
+  if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
+    return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)",
+                        path);
+  ts_st_file *f;
+  int rc = ts_st_open(path, &f);
+  if (rc) return rc;
+  ts_ckpt_info info;
+  want_t *want = NULL;
+  int nwant = 0;
+  char *used = NULL;
+  strlist missing = {0}, unexpected = {0}, mism = {0};
+  if ((rc = ts_ckpt_info_get(f, &info))) goto out;
+  if (info.is_tessera && strcmp(info.format, TS_CKPT_FORMAT)) {
+    rc = ts_error_set(TS_EFORMAT, "%s: checkpoint format '%s' is not supported (this build "
+                      "reads %s)", path, info.format, TS_CKPT_FORMAT);
+    goto out;
+  }
+  /* identity */
+  if (info.is_tessera && st->model && *st->model && info.model[0] &&
+      strcmp(st->model, info.model)) {
+    if (strict) {
+      rc = ts_error_set(TS_ECONFIG, "%s: a checkpoint of model '%s', not of '%s'", path,
+                        info.model, st->model);
+      goto out;
+    }
+    ts_log(TS_LOG_WARN, "%s: a checkpoint of model '%s', loading it into '%s'", path, info.model,
+           st->model);
+  }
+  if (info.is_tessera && st->config_hash && info.has_config_hash &&
+      st->config_hash != info.config_hash) {
+    if (strict) {
+      rc = ts_error_set(TS_ECONFIG,
+                        "%s: written by another configuration (config hash %016" PRIx64
+                        ", this run %016" PRIx64 "): its training-relevant keys differ (see "
+                        "tessera ckpt inspect --config)",
+                        path, info.config_hash, st->config_hash);
+      goto out;
+    }
+    ts_log(TS_LOG_WARN, "%s: written by another configuration (config hash %016" PRIx64
+           ", this run %016" PRIx64 ")", path, info.config_hash, st->config_hash);
+  }
+  /* the expected tensors */
+  int np = ps ? ts_params_count(ps) : 0, nv = st->optim ? ts_optim_state_count(st->optim) : 0;
+  want = calloc((size_t)(np + nv) + 1, sizeof *want);
+  used = calloc((size_t)ts_st_count(f) + 1, 1);
+  if (!want || !used) goto oom;
+  for (int i = 0; i < np; i++) {
+    want_t *w = &want[nwant];
+    const char *pre = ts_params_flags(ps, i) & TS_PARAM_STATE ? P_STATE : P_PARAM;
+    if (!(w->name = join(pre, ts_params_name(ps, i)))) goto oom;
+    nwant++;
+    w->key = info.is_tessera ? w->name : ts_params_name(ps, i);
+    w->dtype = TS_F32;
+    w->shape = ts_params_shape(ps, i);
+    w->dst = ts_params_ptr(ps, i);
+  }
+  if (info.is_tessera)
+    for (int i = 0; i < nv; i++) {
+      want_t *w = &want[nwant];
+      ts_tensor v;
+      if ((rc = ts_optim_state_view(st->optim, i, &v))) goto out;
+      if (!(w->name = join(P_OPTIM, ts_optim_state_name(st->optim, i)))) goto oom;
+      nwant++;
+      w->key = w->name;
+      w->dtype = v.dtype;
+      w->shape = v.shape;
+      w->dst = v.data;
+    }
+  else if (nv) /* a parameters-only file has no optimizer state */
+    for (int i = 0; i < nv; i++)
+      if (sl_add(&missing, "optim.%s", ts_optim_state_name(st->optim, i))) goto oom;
+  /* compare */
+  for (int i = 0; i < nwant; i++) {
+    want_t *w = &want[i];
+    w->file_idx = ts_st_index(f, w->key);
+    if (w->file_idx < 0) {
+      if (sl_add(&missing, "%s", w->name)) goto oom;
+      continue;
+    }
+    used[w->file_idx] = 1;
+    ts_tensor v;
+    if ((rc = ts_st_get(f, w->file_idx, &v))) goto out;
+    char a[128], b[128];
+    if (!ts_shape_equal(&v.shape, &w->shape)) {
+      if (sl_add(&mism, "%s: shape %s in the file vs %s in the model", w->name,
+                 ts_shape_str(&v.shape, a, sizeof a), ts_shape_str(&w->shape, b, sizeof b)))
+        goto oom;
+      w->file_idx = -2;
+    } else if (v.dtype != w->dtype) {
+      if (sl_add(&mism, "%s: dtype %s in the file vs %s in the model", w->name,
+                 ts_dtype_name(v.dtype), ts_dtype_name(w->dtype)))
+        goto oom;
+      if (strict) w->file_idx = -2; /* non-strict: converted */
+    }
+  }
+  for (int i = 0; i < ts_st_count(f); i++) {
+    if (used[i]) continue;
+    const char *n = ts_st_name(f, i);
+    if (info.is_tessera) {
+      if (starts(n, P_PARAM) || starts(n, P_STATE)) {
+        if (!ps) continue; /* not asked for */
+      } else if (starts(n, P_OPTIM)) {
+        if (!st->optim) continue;
+      }
+    } else if (!ps) {
+      continue;
+    }
+    if (sl_add(&unexpected, "%s", n)) goto oom;
+  }
+  st->nmissing = missing.n;
+  st->nunexpected = unexpected.n;
+  st->nmismatched = mism.n;
+  if (strict && (missing.n || unexpected.n || mism.n)) {
+    char msg[900] = "";
+    int first = 1;
+    summarize(msg, sizeof msg, &missing, "missing", &first);
+    summarize(msg, sizeof msg, &unexpected, "unexpected", &first);
+    summarize(msg, sizeof msg, &mism, mism.n == 1 ? "mismatch" : "mismatches", &first);
+    for (int i = 0; i < missing.n; i++) ts_log(TS_LOG_INFO, "%s: missing %s", path, missing.s[i]);
+    for (int i = 0; i < unexpected.n; i++)
+      ts_log(TS_LOG_INFO, "%s: unexpected %s", path, unexpected.s[i]);
+    for (int i = 0; i < mism.n; i++) ts_log(TS_LOG_INFO, "%s: %s", path, mism.s[i]);
+    rc = ts_error_set(TS_ECONFIG, "%s: does not match the model: %s", path, msg);
+    goto out;
+  }
+  for (int i = 0; i < missing.n; i++)
+    ts_log(TS_LOG_WARN, "%s: missing %s (left as it is)", path, missing.s[i]);
+  for (int i = 0; i < unexpected.n; i++)
+    ts_log(TS_LOG_WARN, "%s: unexpected %s (ignored)", path, unexpected.s[i]);
+  for (int i = 0; i < mism.n; i++)
+    ts_log(TS_LOG_WARN, "%s: %s (%s)", path, mism.s[i],
+           strstr(mism.s[i], ": shape ") ? "not loaded" : "converted");
+  /* copy */
+  for (int i = 0; i < nwant; i++) {
+    want_t *w = &want[i];
+    if (w->file_idx < 0) continue;
+    ts_tensor v;
+    if ((rc = ts_st_get(f, w->file_idx, &v))) goto out;
+    if (v.dtype == w->dtype)
+      memcpy(w->dst, v.data, ts_tensor_nbytes(&v));
+    else if ((rc = ts_convert(v.data, v.dtype, w->dst, w->dtype, (size_t)ts_tensor_numel(&v)))) {
+      ts_error_wrap(rc, "%s: %s", path, w->name);
+      goto out;
+    }
+    st->nloaded++;
+  }
+  if (info.is_tessera) {
+    st->step = info.step;
+    st->epoch = info.epoch;
+    st->batch_index = info.batch_index;
+    st->seed = info.seed;
+    st->rng_counter = info.rng_counter;
+    st->loss_scale = info.loss_scale;
+    st->loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+  }
+  if (!strict && (missing.n || unexpected.n || mism.n))
+    ts_log(TS_LOG_WARN, "%s: loaded %d of %d tensors (%d missing, %d unexpected, %d mismatched)",
+           path, st->nloaded, nwant, missing.n, unexpected.n, mism.n);
+  goto out;
+oom:
+  rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+out:
+  for (int i = 0; i < nwant; i++) free(want[i].name);
+  free(want);
+  free(used);
+  sl_free(&missing);
+  sl_free(&unexpected);
+  sl_free(&mism);
+  ts_ckpt_info_free(&info);
+  ts_st_close(f);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ export */
+int ts_ckpt_export_params(const char *in, const char *out) {
+  if (!in || !out) return ts_error_set(TS_EINVAL, "ts_ckpt_export_params: NULL argument");
+  ts_st_file *f;
+  int rc = ts_st_open(in, &f);
+  if (rc) return rc;
+  const char *fmt = ts_st_meta(f, META("format"));
+  if (!fmt) {
+    ts_st_close(f);
+    return ts_error_set(TS_EFORMAT, "%s: not a tessera checkpoint (no %s metadata)", in,
+                        META("format"));
+  }
+  ts_st_writer *w;
+  if ((rc = ts_st_writer_create(&w))) {
+    ts_st_close(f);
+    return rc;
+  }
+  int n = 0;
+  for (int i = 0; i < ts_st_count(f) && !rc; i++) {
+    const char *name = ts_st_name(f, i);
+    const char *plain = starts(name, P_PARAM)   ? name + strlen(P_PARAM)
+                        : starts(name, P_STATE) ? name + strlen(P_STATE)
+                                                : NULL;
+    if (!plain) continue;
+    ts_tensor v;
+    if (!(rc = ts_st_get(f, i, &v))) rc = ts_st_writer_add(w, plain, v.dtype, v.shape, v.data);
+    n++;
+  }
+  if (!rc && n == 0)
+    rc = ts_error_set(TS_EFORMAT, "%s: the checkpoint holds no parameters", in);
+  if (!rc) rc = ts_st_writer_set_meta(w, "format", "pt");
+  const char *model = ts_st_meta(f, META("model")), *step = ts_st_meta(f, META("step"));
+  if (!rc && model) rc = ts_st_writer_set_meta(w, META("model"), model);
+  if (!rc && step) rc = ts_st_writer_set_meta(w, META("step"), step);
+  if (rc)
+    ts_error_wrap(rc, "exporting %s", in);
+  else if (!(rc = make_parent_dirs(out)))
+    rc = ts_st_write(w, out);
+  ts_st_writer_free(w);
+  ts_st_close(f);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ files in a directory */
+int ts_ckpt_path(char *buf, size_t cap, const char *dir, const char *prefix, int64_t step) {
+  if (!buf || !cap || !prefix) return ts_error_set(TS_EINVAL, "ts_ckpt_path: NULL argument");
+  int n = dir && *dir ? snprintf(buf, cap, "%s/%s-%08" PRId64 ".safetensors", dir, prefix, step)
+                      : snprintf(buf, cap, "%s-%08" PRId64 ".safetensors", prefix, step);
+  if (n < 0 || (size_t)n >= cap)
+    return ts_error_set(TS_ERANGE, "ts_ckpt_path: the path does not fit in %zu bytes", cap);
+  return TS_OK;
+}
+
+typedef struct {
+  int64_t step;
+  char *name;
+} ck_entry;
+
+static int cmp_step(const void *a, const void *b) {
+  const ck_entry *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Checkpoints "<prefix>-<digits>.safetensors" in dir, sorted by step (oldest first). */
+static int list_ckpts(const char *dir, const char *prefix, ck_entry **out, int *count) {
+  *out = NULL;
+  *count = 0;
+  const char *d = dir && *dir ? dir : ".";
+  DIR *dh = opendir(d);
+  if (!dh) {
+    if (errno == ENOENT) return TS_OK;
+    return ts_error_set(TS_EIO, "%s: cannot list the directory: %s", d, strerror(errno));
+  }
+  size_t pl = strlen(prefix);
+  const char *ext = ".safetensors";
+  size_t el = strlen(ext);
+  ck_entry *v = NULL;
+  int n = 0, cap = 0, rc = TS_OK;
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    const char *s = e->d_name;
+    size_t l = strlen(s);
+    if (l <= pl + 1 + el || strncmp(s, prefix, pl) || s[pl] != '-' || strcmp(s + l - el, ext))
+      continue;
+    const char *digits = s + pl + 1;
+    size_t nd = l - el - pl - 1;
+    int ok = nd > 0 && nd <= 18;
+    for (size_t i = 0; i < nd && ok; i++) ok = digits[i] >= '0' && digits[i] <= '9';
+    if (!ok) continue;
+    if (n == cap) {
+      int nc = cap ? 2 * cap : 16;
+      ck_entry *q = realloc(v, (size_t)nc * sizeof *q);
+      if (!q) {
+        rc = ts_error_set(TS_ENOMEM, "%s: out of memory", d);
+        break;
+      }
+      v = q;
+      cap = nc;
+    }
+    v[n].step = strtoll(digits, NULL, 10);
+    if (!(v[n].name = strdup(s))) {
+      rc = ts_error_set(TS_ENOMEM, "%s: out of memory", d);
+      break;
+    }
+    n++;
+  }
+  closedir(dh);
+  if (rc) {
+    for (int i = 0; i < n; i++) free(v[i].name);
+    free(v);
+    return rc;
+  }
+  if (n) qsort(v, (size_t)n, sizeof *v, cmp_step);
+  *out = v;
+  *count = n;
+  return TS_OK;
+}
+
+int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max) {
+  if (!prefix || !*prefix) return ts_error_set(TS_EINVAL, "ts_ckpt_rotate: empty prefix");
+  ck_entry *v;
+  int n, rc = list_ckpts(dir, prefix, &v, &n);
+  if (rc) return rc;
+  int deleted = 0;
+  for (int i = 0; keep_max > 0 && i < n - keep_max; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ".", v[i].name);
+    if (unlink(path) != 0 && errno != ENOENT) {
+      rc = ts_error_set(TS_EIO, "%s: cannot delete an old checkpoint: %s", path, strerror(errno));
+      break;
+    }
+    deleted++;
+  }
+  for (int i = 0; i < n; i++) free(v[i].name);
+  free(v);
+  return rc ? rc : deleted;
+}
+
+int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap) {
+  if (!prefix || !*prefix || !buf || !cap)
+    return ts_error_set(TS_EINVAL, "ts_ckpt_latest: NULL argument");
+  buf[0] = 0;
+  ck_entry *v;
+  int n, rc = list_ckpts(dir, prefix, &v, &n);
+  if (rc) return rc;
+  if (!n)
+    rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors in %s", prefix,
+                      dir && *dir ? dir : ".");
+  else {
+    int w = dir && *dir ? snprintf(buf, cap, "%s/%s", dir, v[n - 1].name)
+                        : snprintf(buf, cap, "%s", v[n - 1].name);
+    if (w < 0 || (size_t)w >= cap)
+      rc = ts_error_set(TS_ERANGE, "ts_ckpt_latest: the path does not fit in %zu bytes", cap);
+  }
+  for (int i = 0; i < n; i++) free(v[i].name);
+  free(v);
+  return rc;
+}

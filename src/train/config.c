@@ -1,0 +1,1535 @@
+/* Configuration: YAML (libyaml) -> ts_config, overrides, validation, dump and hash.
+ * The key table lives in config_schema.c; this file is the machinery around it. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#include "config_impl.h"
+
+_Static_assert(sizeof(ts_model_kind) == sizeof(int) && sizeof(ts_optim_kind) == sizeof(int) &&
+                   sizeof(ts_lr_kind) == sizeof(int) && sizeof(ts_log_level) == sizeof(int),
+               "enum-typed config fields are stored as int");
+
+/* ------------------------------------------------------------------ string builder */
+typedef struct {
+  char *p;
+  size_t n, cap;
+  int oom;
+} sb;
+
+static void sb_putn(sb *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t nc = b->cap ? b->cap : 256;
+    while (nc < b->n + n + 1) nc *= 2;
+    char *q = realloc(b->p, nc);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+static void sb_puts(sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
+static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof tmp) {
+    sb_putn(b, tmp, (size_t)n);
+    return;
+  }
+  char *big = malloc((size_t)n + 1);
+  if (!big) {
+    b->oom = 1;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  sb_putn(b, big, (size_t)n);
+  free(big);
+}
+
+/* ------------------------------------------------------------------ names */
+static int enum_count(const char *const *names) {
+  int n = 0;
+  while (names[n]) n++;
+  return n;
+}
+static const char *enum_name(const char *const *names, int v) {
+  return v >= 0 && v < enum_count(names) ? names[v] : "?";
+}
+const char *ts_model_kind_name(ts_model_kind k) { return enum_name(ts__cfg_model_names, (int)k); }
+const char *ts_data_kind_name(ts_data_kind k) { return enum_name(ts__cfg_data_names, (int)k); }
+const char *ts_parallel_mode_name(ts_parallel_mode m) {
+  return enum_name(ts__cfg_parallel_names, (int)m);
+}
+const char *ts_progress_mode_name(ts_progress_mode m) {
+  return enum_name(ts__cfg_progress_names, (int)m);
+}
+const char *ts_sched_unit_name(ts_sched_unit u) { return enum_name(ts__cfg_unit_names, (int)u); }
+
+/* ------------------------------------------------------------------ key lookup */
+static const ts__cfg_key *find_key(const char *path) {
+  for (int i = 0; i < ts__cfg_nkeys; i++)
+    if (!strcmp(ts__cfg_keys[i].path, path)) return &ts__cfg_keys[i];
+  return NULL;
+}
+
+static int is_section(const char *path) {
+  size_t n = strlen(path);
+  if (!n) return 1;
+  for (int i = 0; i < ts__cfg_nkeys; i++)
+    if (!strncmp(ts__cfg_keys[i].path, path, n) && ts__cfg_keys[i].path[n] == '.') return 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ edit distance */
+static int lev(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  if (na > 127) na = 127;
+  if (nb > 127) nb = 127;
+  int row[128];
+  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= na; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= nb; j++) {
+      int up = row[j];
+      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      int v = diag + cost;
+      if (up + 1 < v) v = up + 1;
+      if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
+      row[j] = v;
+      diag = up;
+    }
+  }
+  return row[nb];
+}
+
+static int close_enough(const char *typed, const char *cand, int d) {
+  int lt = (int)strlen(typed), lc = (int)strlen(cand);
+  int lim = (lt + 1) / 3 > 1 ? (lt + 1) / 3 : 1;
+  return d <= lim && d < (lt > lc ? lt : lc);
+}
+
+/* Closest of names[0..n) to typed, or NULL. */
+static const char *closest(const char *typed, const char *const *names, int n) {
+  const char *best = NULL;
+  int bd = INT_MAX;
+  for (int i = 0; i < n; i++) {
+    int d = lev(typed, names[i]);
+    if (d < bd) {
+      bd = d;
+      best = names[i];
+    }
+  }
+  return best && close_enough(typed, best, bd) ? best : NULL;
+}
+
+/* " (did you mean 'x.y'?)" or " (valid keys in 'x': ...)" for an unknown full key path. */
+static void suggest_key(const char *full, char *out, size_t cap) {
+  out[0] = 0;
+  const char *dot = strrchr(full, '.');
+  size_t plen = dot ? (size_t)(dot - full) : 0;
+  const char *leaf = dot ? dot + 1 : full;
+  /* the children of the parent section (keys or sub-sections), deduplicated */
+  const char *kids[128] = {0};
+  char kbuf[128][64];
+  int nk = 0;
+  for (int i = 0; i < ts__cfg_nkeys; i++) {
+    const char *p = ts__cfg_keys[i].path;
+    if (plen && (strncmp(p, full, plen) || p[plen] != '.')) continue;
+    const char *c = plen ? p + plen + 1 : p;
+    size_t cl = strcspn(c, ".");
+    if (cl >= sizeof kbuf[0]) continue;
+    int dup = 0;
+    for (int j = 0; j < nk; j++)
+      if (strlen(kids[j]) == cl && !strncmp(kids[j], c, cl)) dup = 1;
+    if (dup || nk == 128) continue;
+    memcpy(kbuf[nk], c, cl);
+    kbuf[nk][cl] = 0;
+    kids[nk] = kbuf[nk];
+    nk++;
+  }
+  const char *best = closest(leaf, kids, nk);
+  if (!best) /* a sibling that contains what was typed ("warmup" -> "warmup_steps") */
+    for (int j = 0; j < nk && !best && strlen(leaf) >= 3; j++)
+      if (strcasestr(kids[j], leaf)) best = kids[j];
+  if (best) {
+    snprintf(out, cap, " (did you mean '%.*s%s%s'?)", (int)plen, full, plen ? "." : "", best);
+    return;
+  }
+  /* the same name in another section ("train.lr" -> "optimizer.lr") */
+  for (int i = 0; i < ts__cfg_nkeys; i++) {
+    const char *p = ts__cfg_keys[i].path, *l = strrchr(p, '.');
+    if (l && !strcasecmp(l + 1, leaf)) {
+      snprintf(out, cap, " (did you mean '%s'?)", p);
+      return;
+    }
+  }
+  sb b = {0};
+  sb_printf(&b, plen ? " (valid keys in '%.*s': " : " (valid sections: ", (int)plen, full);
+  for (int j = 0; j < nk; j++) sb_printf(&b, "%s%s", j ? ", " : "", kids[j]);
+  sb_puts(&b, ")");
+  if (!b.oom && b.p) snprintf(out, cap, "%s", b.p);
+  free(b.p);
+}
+
+static void list_names(char *out, size_t cap, const char *const *names, int n) {
+  size_t len = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && len + 1 < cap; i++) {
+    int w = snprintf(out + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+}
+
+/* ------------------------------------------------------------------ parse context, errors */
+typedef struct {
+  const char *label; /* file name, or "--set k=v" */
+  int marks;         /* prefix errors with line:column */
+  yaml_document_t *doc;
+} pctx;
+
+static int perr(const pctx *c, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int perr(const pctx *c, const yaml_node_t *n, const char *fmt, ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->marks && n)
+    return ts_error_set(TS_ECONFIG, "%s:%zu:%zu: %s", c->label, n->start_mark.line + 1,
+                        n->start_mark.column + 1, msg);
+  return ts_error_set(TS_ECONFIG, "%s: %s", c->label, msg);
+}
+
+static const char *sval(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+static int is_null(const yaml_node_t *n) {
+  if (!n) return 1;
+  if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+  const char *s = sval(n);
+  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+         !strcmp(s, "NULL");
+}
+
+static const char *describe(const yaml_node_t *n, char *buf, size_t cap) {
+  if (is_null(n)) return "nothing (null)";
+  if (n->type == YAML_SEQUENCE_NODE) return "a list";
+  if (n->type == YAML_MAPPING_NODE) return "a mapping";
+  size_t len = n->data.scalar.length;
+  if (len > 60)
+    snprintf(buf, cap, "'%.57s...'", sval(n));
+  else
+    snprintf(buf, cap, "'%s'", sval(n));
+  return buf;
+}
+
+static yaml_node_t *node_at(const pctx *c, int idx) { return yaml_document_get_node(c->doc, idx); }
+
+/* ------------------------------------------------------------------ scalars */
+static int plain_scalar(const yaml_node_t *n) {
+  return n && n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+         !is_null(n);
+}
+
+static int str_i64(const char *s, int64_t *out) {
+  if (!*s || isspace((unsigned char)*s)) return -1;
+  char *e;
+  errno = 0;
+  long long v = strtoll(s, &e, 10);
+  if (*e || errno) return -1;
+  *out = v;
+  return 0;
+}
+
+static int str_u64(const char *s, uint64_t *out) {
+  if (!*s || isspace((unsigned char)*s) || *s == '-') return -1;
+  char *e;
+  errno = 0;
+  unsigned long long v = strtoull(s, &e, 10);
+  if (*e || errno) return -1;
+  *out = v;
+  return 0;
+}
+
+static int str_f64(const char *s, double *out) {
+  if (!*s || isspace((unsigned char)*s)) return -1;
+  char *e;
+  errno = 0;
+  double v = strtod(s, &e);
+  if (*e || !isfinite(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+static void fmt_range(char *buf, size_t cap, double lo, double hi, unsigned flags, int integer) {
+  const char *lop = flags & CF_LO_OPEN ? "<" : "<=", *hip = flags & CF_HI_OPEN ? "<" : "<=";
+  if (hi >= 1e17)
+    snprintf(buf, cap, integer ? "an integer %s %.0f" : "a number %s %g",
+             flags & CF_LO_OPEN ? ">" : ">=", lo);
+  else if (integer)
+    snprintf(buf, cap, "%.0f %s value %s %.0f", lo, lop, hip, hi);
+  else
+    snprintf(buf, cap, "%g %s value %s %g", lo, lop, hip, hi);
+}
+
+static int in_range(double v, double lo, double hi, unsigned flags) {
+  if (flags & CF_LO_OPEN ? !(v > lo) : !(v >= lo)) return 0;
+  if (flags & CF_HI_OPEN ? !(v < hi) : !(v <= hi)) return 0;
+  return 1;
+}
+
+static int node_i64(const pctx *c, const yaml_node_t *n, const char *what, double lo, double hi,
+                    unsigned flags, int64_t *out) {
+  char d[96], r[96];
+  int64_t v;
+  if (!plain_scalar(n) || str_i64(sval(n), &v))
+    return perr(c, n, "%s: expected an integer, got %s", what, describe(n, d, sizeof d));
+  if (!in_range((double)v, lo, hi, flags)) {
+    fmt_range(r, sizeof r, lo, hi, flags, 1);
+    return perr(c, n, "%s: %lld is out of range (expected %s)", what, (long long)v, r);
+  }
+  *out = v;
+  return TS_OK;
+}
+
+static int node_f64(const pctx *c, const yaml_node_t *n, const char *what, double lo, double hi,
+                    unsigned flags, double *out) {
+  char d[96], r[96];
+  double v;
+  if (!plain_scalar(n) || str_f64(sval(n), &v))
+    return perr(c, n, "%s: expected a number, got %s", what, describe(n, d, sizeof d));
+  if (!in_range(v, lo, hi, flags)) {
+    fmt_range(r, sizeof r, lo, hi, flags, 0);
+    return perr(c, n, "%s: %g is out of range (expected %s)", what, v, r);
+  }
+  *out = v;
+  return TS_OK;
+}
+
+static int node_bool(const pctx *c, const yaml_node_t *n, const char *what, int *out) {
+  char d[96];
+  if (plain_scalar(n)) {
+    const char *s = sval(n);
+    static const char *const t[] = {"true", "yes", "on"}, *const f[] = {"false", "no", "off"};
+    for (int i = 0; i < 3; i++) {
+      if (!strcasecmp(s, t[i])) return *out = 1, TS_OK;
+      if (!strcasecmp(s, f[i])) return *out = 0, TS_OK;
+    }
+  }
+  return perr(c, n, "%s: expected true or false, got %s", what, describe(n, d, sizeof d));
+}
+
+static int node_enum(const pctx *c, const yaml_node_t *n, const char *what,
+                     const char *const *names, int *out) {
+  char d[96], list[512];
+  int cnt = enum_count(names);
+  if (n && n->type == YAML_SCALAR_NODE && !is_null(n)) {
+    for (int i = 0; i < cnt; i++)
+      if (!strcasecmp(sval(n), names[i])) return *out = i, TS_OK;
+  }
+  list_names(list, sizeof list, names, cnt);
+  const char *best = n && n->type == YAML_SCALAR_NODE ? closest(sval(n), names, cnt) : NULL;
+  if (n && n->type == YAML_SCALAR_NODE && !is_null(n)) {
+    if (best)
+      return perr(c, n, "%s: unknown value %s (did you mean '%s'? expected one of: %s)", what,
+                  describe(n, d, sizeof d), best, list);
+    return perr(c, n, "%s: unknown value %s (expected one of: %s)", what,
+                describe(n, d, sizeof d), list);
+  }
+  return perr(c, n, "%s: expected one of: %s; got %s", what, list, describe(n, d, sizeof d));
+}
+
+/* Items of a list node (a single non-null scalar counts as a list of one). */
+static int list_items(const pctx *c, const yaml_node_t *n, const char *what, const char *kind,
+                      int minn, int maxn, const yaml_node_t **items, int *count) {
+  char d[96];
+  int cnt = 0;
+  if (is_null(n)) {
+    cnt = 0;
+  } else if (n->type == YAML_SCALAR_NODE) {
+    items[0] = n;
+    cnt = 1;
+  } else if (n->type == YAML_SEQUENCE_NODE) {
+    cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    for (int i = 0; i < cnt && i < maxn; i++)
+      items[i] = node_at(c, n->data.sequence.items.start[i]);
+  } else {
+    return perr(c, n, "%s: expected a list of %s, got %s", what, kind, describe(n, d, sizeof d));
+  }
+  if (cnt < minn || cnt > maxn) {
+    if (minn == maxn) return perr(c, n, "%s: expected %d values, got %d", what, minn, cnt);
+    if (cnt < minn) return perr(c, n, "%s: expected at least %d values, got %d", what, minn, cnt);
+    return perr(c, n, "%s: at most %d values allowed, got %d", what, maxn, cnt);
+  }
+  *count = cnt;
+  return TS_OK;
+}
+
+static int node_f64_list(const pctx *c, const yaml_node_t *n, const char *what, double lo,
+                         double hi, unsigned flags, int minn, int maxn, double *v, int *count) {
+  const yaml_node_t *items[TS_CFG_MAX_LIST + 1];
+  int cnt, rc;
+  if (maxn > TS_CFG_MAX_LIST) maxn = TS_CFG_MAX_LIST;
+  if ((rc = list_items(c, n, what, "numbers", minn, maxn, items, &cnt))) return rc;
+  for (int i = 0; i < cnt; i++) {
+    char w[160];
+    snprintf(w, sizeof w, "%s[%d]", what, i);
+    if ((rc = node_f64(c, items[i], w, lo, hi, flags, &v[i]))) return rc;
+  }
+  *count = cnt;
+  return TS_OK;
+}
+
+static int node_int_list(const pctx *c, const yaml_node_t *n, const char *what, double lo,
+                         double hi, unsigned flags, int minn, int maxn, int *v, int *count) {
+  const yaml_node_t *items[TS_CFG_MAX_LIST + 1];
+  int cnt, rc;
+  if (maxn > TS_CFG_MAX_LIST) maxn = TS_CFG_MAX_LIST;
+  if ((rc = list_items(c, n, what, "integers", minn, maxn, items, &cnt))) return rc;
+  for (int i = 0; i < cnt; i++) {
+    char w[160];
+    int64_t x;
+    snprintf(w, sizeof w, "%s[%d]", what, i);
+    if ((rc = node_i64(c, items[i], w, lo, hi, flags, &x))) return rc;
+    v[i] = (int)x;
+  }
+  *count = cnt;
+  return TS_OK;
+}
+
+/* ------------------------------------------------------------------ transforms */
+typedef struct {
+  const char *name;
+  ts_transform_kind kind;
+  const char *params[4]; /* NULL-terminated */
+  const char *required;  /* comma-free list of required params, space-separated */
+  int random;
+} tfdef;
+
+static const tfdef tfdefs[] = {
+    {"random_crop", TS_TF_RANDOM_CROP, {"size", "padding", NULL}, "size", 1},
+    {"center_crop", TS_TF_CENTER_CROP, {"size", NULL}, "size", 0},
+    {"resize", TS_TF_RESIZE, {"size", NULL}, "size", 0},
+    {"hflip", TS_TF_HFLIP, {"p", NULL}, "", 1},
+    {"vflip", TS_TF_VFLIP, {"p", NULL}, "", 1},
+    {"to_float", TS_TF_TO_FLOAT, {"scale", "shift", NULL}, "", 0},
+    {"normalize", TS_TF_NORMALIZE, {"mean", "std", NULL}, "mean std", 0},
+    {"hwc_to_chw", TS_TF_HWC_TO_CHW, {NULL}, "", 0},
+    {"cast", TS_TF_CAST, {"dtype", NULL}, "dtype", 0},
+    {"random_erasing", TS_TF_RANDOM_ERASING, {"p", "scale", "ratio", NULL}, "", 1},
+};
+#define NTF ((int)(sizeof tfdefs / sizeof tfdefs[0]))
+
+static const tfdef *tf_by_kind(ts_transform_kind k) {
+  for (int i = 0; i < NTF; i++)
+    if (tfdefs[i].kind == k) return &tfdefs[i];
+  return NULL;
+}
+
+/* A transform from its data.h constructor with default parameters. */
+static ts_transform tf_default(const tfdef *d) {
+  switch (d->kind) {
+    case TS_TF_RANDOM_CROP: return ts_tf_random_crop(0, 0, 0);
+    case TS_TF_CENTER_CROP: return ts_tf_center_crop(0, 0);
+    case TS_TF_RESIZE: return ts_tf_resize(0, 0);
+    case TS_TF_HFLIP: return ts_tf_hflip(0.5f);
+    case TS_TF_VFLIP: return ts_tf_vflip(0.5f);
+    case TS_TF_TO_FLOAT: return ts_tf_to_float(1.0f / 255.0f);
+    case TS_TF_NORMALIZE: return ts_tf_normalize(0, NULL, NULL);
+    case TS_TF_HWC_TO_CHW: return ts_tf_hwc_to_chw();
+    case TS_TF_CAST: return ts_tf_cast(TS_F32);
+    case TS_TF_RANDOM_ERASING: return ts_tf_random_erasing(0.5f);
+  }
+  return ts_tf_hwc_to_chw(); /* not reached */
+}
+
+static int parse_tf(const pctx *c, const yaml_node_t *item, const char *what, ts_transform *out,
+                    int *chw) {
+  char d[96], list[512];
+  const yaml_node_t *name_node = NULL;
+  if (item && item->type == YAML_SCALAR_NODE && !is_null(item)) {
+    name_node = item;
+  } else if (item && item->type == YAML_MAPPING_NODE) {
+    for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
+         p++) {
+      const yaml_node_t *k = node_at(c, p->key);
+      if (k->type == YAML_SCALAR_NODE && !strcmp(sval(k), "name")) name_node = node_at(c, p->value);
+    }
+  } else {
+    return perr(c, item, "%s: expected a transform ({name: ..., parameters}), got %s", what,
+                describe(item, d, sizeof d));
+  }
+  const char *names[NTF + 1];
+  for (int i = 0; i < NTF; i++) names[i] = tfdefs[i].name;
+  names[NTF] = NULL;
+  if (!name_node) {
+    list_names(list, sizeof list, names, NTF);
+    return perr(c, item, "%s: missing 'name' (one of: %s)", what, list);
+  }
+  int ki;
+  char w[200];
+  snprintf(w, sizeof w, "%s.name", what);
+  int rc = node_enum(c, name_node, w, names, &ki);
+  if (rc) return rc;
+  const tfdef *def = &tfdefs[ki];
+  ts_transform t = tf_default(def);
+  int have_size = 0, nmean = 0, nstd = 0, have_dtype = 0;
+  double mean[TS_CFG_MAX_LIST], stdv[TS_CFG_MAX_LIST];
+  if (item->type == YAML_MAPPING_NODE) {
+    for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
+         p++) {
+      const yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+      if (k->type != YAML_SCALAR_NODE)
+        return perr(c, k, "%s: parameter names must be plain words", what);
+      const char *pn = sval(k);
+      for (yaml_node_pair_t *q = item->data.mapping.pairs.start; q < p; q++)
+        if (!strcmp(sval(node_at(c, q->key)), pn))
+          return perr(c, k, "%s: duplicate parameter '%s'", what, pn);
+      if (!strcmp(pn, "name")) continue;
+      int known = 0;
+      for (int i = 0; def->params[i]; i++) known |= !strcmp(def->params[i], pn);
+      if (!known) {
+        int np = 0;
+        while (def->params[np]) np++;
+        const char *best = closest(pn, def->params, np);
+        if (best)
+          return perr(c, k, "%s (%s): unknown parameter '%s' (did you mean '%s'?)", what,
+                      def->name, pn, best);
+        if (!np)
+          return perr(c, k, "%s (%s): unknown parameter '%s' (%s takes none)", what, def->name,
+                      pn, def->name);
+        list_names(list, sizeof list, def->params, np);
+        return perr(c, k, "%s (%s): unknown parameter '%s' (valid: %s)", what, def->name, pn,
+                    list);
+      }
+      snprintf(w, sizeof w, "%s.%s", what, pn);
+      if (!strcmp(pn, "size")) {
+        int hw[2], cnt;
+        if ((rc = node_int_list(c, v, w, 1, 1 << 20, 0, 1, 2, hw, &cnt))) return rc;
+        t.h = hw[0];
+        t.w = cnt == 2 ? hw[1] : hw[0];
+        have_size = 1;
+      } else if (!strcmp(pn, "padding")) {
+        int64_t x;
+        if ((rc = node_i64(c, v, w, 0, 1 << 20, 0, &x))) return rc;
+        t.pad = (int)x;
+      } else if (!strcmp(pn, "p")) {
+        double x;
+        if ((rc = node_f64(c, v, w, 0, 1, 0, &x))) return rc;
+        t.p = (float)x;
+      } else if (!strcmp(pn, "scale") && def->kind == TS_TF_TO_FLOAT) {
+        double x;
+        if ((rc = node_f64(c, v, w, -1e30, 1e30, 0, &x))) return rc;
+        t.scale = (float)x;
+      } else if (!strcmp(pn, "shift")) {
+        double x;
+        if ((rc = node_f64(c, v, w, -1e30, 1e30, 0, &x))) return rc;
+        t.shift = (float)x;
+      } else if (!strcmp(pn, "scale") || !strcmp(pn, "ratio")) { /* random_erasing ranges */
+        double r[2];
+        int cnt;
+        int is_scale = pn[0] == 's';
+        if ((rc = node_f64_list(c, v, w, 0, is_scale ? 1 : 1e6, CF_LO_OPEN, 2, 2, r, &cnt)))
+          return rc;
+        if (r[0] > r[1])
+          return perr(c, v, "%s: expected [low, high] with low <= high, got [%g, %g]", w, r[0],
+                      r[1]);
+        float *dst = is_scale ? t.erase_scale : t.erase_ratio;
+        dst[0] = (float)r[0], dst[1] = (float)r[1];
+      } else if (!strcmp(pn, "mean")) {
+        if ((rc = node_f64_list(c, v, w, -1e30, 1e30, 0, 1, 8, mean, &nmean))) return rc;
+      } else if (!strcmp(pn, "std")) {
+        if ((rc = node_f64_list(c, v, w, 0, 1e30, CF_LO_OPEN, 1, 8, stdv, &nstd))) return rc;
+      } else if (!strcmp(pn, "dtype")) {
+        ts_dtype dt;
+        if (v->type != YAML_SCALAR_NODE || is_null(v) || ts_dtype_parse(sval(v), &dt))
+          return perr(c, v, "%s: unknown dtype %s (expected one of: f32, bf16, f16, i32, i64, u8)",
+                      w, describe(v, d, sizeof d));
+        t.dtype = dt;
+        have_dtype = 1;
+      }
+    }
+  }
+  if (strstr(def->required, "size") && !have_size)
+    return perr(c, item, "%s (%s): missing parameter 'size'", what, def->name);
+  if (def->kind == TS_TF_CAST && !have_dtype)
+    return perr(c, item, "%s (cast): missing parameter 'dtype'", what);
+  if (def->kind == TS_TF_NORMALIZE) {
+    if (!nmean || !nstd)
+      return perr(c, item, "%s (normalize): missing parameter '%s'", what, nmean ? "std" : "mean");
+    if (nmean != nstd)
+      return perr(c, item, "%s (normalize): mean has %d values but std has %d", what, nmean,
+                  nstd);
+    t.nch = nmean;
+    for (int i = 0; i < nmean; i++) t.mean[i] = (float)mean[i], t.std[i] = (float)stdv[i];
+  }
+  /* the layout the samples have at this point of the list */
+  if (def->kind == TS_TF_HWC_TO_CHW)
+    *chw = 1;
+  else
+    t.chw = *chw;
+  *out = t;
+  return TS_OK;
+}
+
+static int parse_transforms(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n,
+                            ts_cfg_transforms *out) {
+  char d[96];
+  memset(out, 0, sizeof *out);
+  if (is_null(n)) return TS_OK;
+  if (n->type == YAML_SCALAR_NODE) {
+    if ((k->flags & CF_AUTO) && !strcasecmp(sval(n), "auto")) {
+      out->n = -1;
+      return TS_OK;
+    }
+    return perr(c, n, "%s: expected a list of transforms%s, got %s", k->path,
+                k->flags & CF_AUTO ? " or auto" : "", describe(n, d, sizeof d));
+  }
+  if (n->type != YAML_SEQUENCE_NODE)
+    return perr(c, n, "%s: expected a list of transforms%s, got %s", k->path,
+                k->flags & CF_AUTO ? " or auto" : "", describe(n, d, sizeof d));
+  int chw = 0, i = 0;
+  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+       it++, i++) {
+    if (i == TS_CFG_MAX_TRANSFORMS)
+      return perr(c, n, "%s: at most %d transforms allowed", k->path, TS_CFG_MAX_TRANSFORMS);
+    char w[128];
+    snprintf(w, sizeof w, "%s[%d]", k->path, i);
+    int rc = parse_tf(c, node_at(c, *it), w, &out->v[i], &chw);
+    if (rc) return rc;
+  }
+  out->n = i;
+  return TS_OK;
+}
+
+/* ------------------------------------------------------------------ applying nodes */
+static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_config *cfg) {
+  char *p = (char *)cfg + k->off;
+  char d[96];
+  int rc = TS_OK;
+  switch (k->type) {
+    case CT_INT: {
+      int64_t v;
+      if (!(rc = node_i64(c, n, k->path, k->lo, k->hi, k->flags, &v))) *(int *)p = (int)v;
+      break;
+    }
+    case CT_I64: {
+      int64_t v;
+      if (!(rc = node_i64(c, n, k->path, k->lo, k->hi, k->flags, &v))) memcpy(p, &v, sizeof v);
+      break;
+    }
+    case CT_U64: {
+      uint64_t v;
+      if (!plain_scalar(n) || str_u64(sval(n), &v))
+        return perr(c, n, "%s: expected a non-negative integer, got %s", k->path,
+                    describe(n, d, sizeof d));
+      memcpy(p, &v, sizeof v);
+      break;
+    }
+    case CT_FLOAT: {
+      double v;
+      if (!(rc = node_f64(c, n, k->path, k->lo, k->hi, k->flags, &v))) memcpy(p, &v, sizeof v);
+      break;
+    }
+    case CT_BOOL: {
+      int v = 0;
+      if (!(rc = node_bool(c, n, k->path, &v))) *(int *)p = v;
+      break;
+    }
+    case CT_STR: {
+      if (is_null(n)) {
+        memset(p, 0, k->size);
+        break;
+      }
+      if (n->type != YAML_SCALAR_NODE)
+        return perr(c, n, "%s: expected a string, got %s", k->path, describe(n, d, sizeof d));
+      size_t len = n->data.scalar.length;
+      if (strlen(sval(n)) != len) return perr(c, n, "%s: the string contains a NUL byte", k->path);
+      if (len >= k->size)
+        return perr(c, n, "%s: too long (%zu bytes, at most %zu)", k->path, len, k->size - 1);
+      memset(p, 0, k->size);
+      memcpy(p, sval(n), len);
+      break;
+    }
+    case CT_ENUM: {
+      int v;
+      if (!(rc = node_enum(c, n, k->path, k->names, &v))) *(int *)p = v;
+      break;
+    }
+    case CT_INTS: {
+      ts_cfg_ints v;
+      memset(&v, 0, sizeof v);
+      if (!(rc = node_int_list(c, n, k->path, k->lo, k->hi, k->flags, k->minn, k->maxn, v.v, &v.n)))
+        memcpy(p, &v, sizeof v);
+      break;
+    }
+    case CT_FLOATS: {
+      ts_cfg_floats v;
+      memset(&v, 0, sizeof v);
+      if (!(rc = node_f64_list(c, n, k->path, k->lo, k->hi, k->flags, k->minn, k->maxn, v.v,
+                               &v.n)))
+        memcpy(p, &v, sizeof v);
+      break;
+    }
+    case CT_TFS: {
+      ts_cfg_transforms *v = malloc(sizeof *v);
+      if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
+      if (!(rc = parse_transforms(c, k, n, v))) memcpy(p, v, sizeof *v);
+      free(v);
+      break;
+    }
+  }
+  return rc;
+}
+
+static int apply_mapping(const pctx *c, const char *prefix, const yaml_node_t *n, ts_config *cfg) {
+  char d[96];
+  if (is_null(n)) return TS_OK;
+  if (n->type != YAML_MAPPING_NODE) {
+    if (*prefix)
+      return perr(c, n, "%s: expected a mapping of keys (a section), got %s", prefix,
+                  describe(n, d, sizeof d));
+    return perr(c, n, "expected a mapping of sections (model:, data:, train:, ...), got %s",
+                describe(n, d, sizeof d));
+  }
+  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+    const yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+    if (k->type != YAML_SCALAR_NODE || is_null(k))
+      return perr(c, k, "%s%skeys must be names, got %s", prefix, *prefix ? ": " : "",
+                  describe(k, d, sizeof d));
+    const char *name = sval(k);
+    char full[256];
+    snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", name);
+    for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
+      const yaml_node_t *kq = node_at(c, q->key);
+      if (kq->type == YAML_SCALAR_NODE && !strcmp(sval(kq), name))
+        return perr(c, k, "duplicate key '%s' (first at line %zu)", full,
+                    kq->start_mark.line + 1);
+    }
+    const ts__cfg_key *key = find_key(full);
+    int rc;
+    if (key)
+      rc = apply_key(c, key, v, cfg);
+    else if (is_section(full))
+      rc = apply_mapping(c, full, v, cfg);
+    else {
+      char sug[600];
+      suggest_key(full, sug, sizeof sug);
+      rc = perr(c, k, "unknown key '%s'%s", full, sug);
+    }
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+/* ------------------------------------------------------------------ YAML documents */
+static int yaml_fail(const char *label, const yaml_parser_t *y, int marks) {
+  if (y->error == YAML_MEMORY_ERROR) return ts_error_set(TS_ENOMEM, "%s: out of memory", label);
+  char ctx[200] = "";
+  if (y->context)
+    snprintf(ctx, sizeof ctx, " (%s at line %zu, column %zu)", y->context,
+             y->context_mark.line + 1, y->context_mark.column + 1);
+  if (marks)
+    return ts_error_set(TS_ECONFIG, "%s:%zu:%zu: malformed YAML: %s%s", label,
+                        y->problem_mark.line + 1, y->problem_mark.column + 1,
+                        y->problem ? y->problem : "parse error", ctx);
+  return ts_error_set(TS_ECONFIG, "%s: malformed value: %s", label,
+                      y->problem ? y->problem : "parse error");
+}
+
+/* Parses one YAML document from text; *root is NULL for an empty document. On success the
+ * caller deletes doc. */
+static int parse_doc(const char *text, size_t len, const char *label, int marks,
+                     yaml_document_t *doc, yaml_node_t **root) {
+  yaml_parser_t y;
+  if (!yaml_parser_initialize(&y)) return ts_error_set(TS_ENOMEM, "%s: out of memory", label);
+  yaml_parser_set_input_string(&y, (const unsigned char *)text, len);
+  if (!yaml_parser_load(&y, doc)) {
+    int rc = yaml_fail(label, &y, marks);
+    yaml_parser_delete(&y);
+    return rc;
+  }
+  *root = yaml_document_get_root_node(doc);
+  if (*root) {
+    yaml_document_t d2;
+    if (!yaml_parser_load(&y, &d2)) {
+      int rc = yaml_fail(label, &y, marks);
+      yaml_parser_delete(&y);
+      yaml_document_delete(doc);
+      return rc;
+    }
+    yaml_node_t *r2 = yaml_document_get_root_node(&d2);
+    if (r2) {
+      size_t line = r2->start_mark.line + 1;
+      yaml_document_delete(&d2);
+      yaml_document_delete(doc);
+      yaml_parser_delete(&y);
+      return ts_error_set(TS_ECONFIG, "%s:%zu: a second YAML document; a config is one document",
+                          label, line);
+    }
+    yaml_document_delete(&d2);
+  }
+  yaml_parser_delete(&y);
+  return TS_OK;
+}
+
+/* Sets key (a key or a section) from YAML value text; label names the source in messages. */
+static int set_text(ts_config *cfg, const char *key, const char *value, const char *label) {
+  const ts__cfg_key *k = find_key(key);
+  pctx c = {label, 0, NULL};
+  if (!k && (!*key || !is_section(key))) {
+    char sug[600];
+    suggest_key(key, sug, sizeof sug);
+    return ts_error_set(TS_ECONFIG, "%s: unknown key '%s'%s", label, key, sug);
+  }
+  if (k && k->type == CT_STR && value[0] != '"' && value[0] != '\'') {
+    /* strings (paths) are taken verbatim unless quoted */
+    size_t len = strlen(value);
+    if (len >= k->size)
+      return ts_error_set(TS_ECONFIG, "%s: %s: too long (%zu bytes, at most %zu)", label, key, len,
+                          k->size - 1);
+    char *p = (char *)cfg + k->off;
+    memset(p, 0, k->size);
+    memcpy(p, value, len);
+    return TS_OK;
+  }
+  yaml_document_t doc;
+  yaml_node_t *root;
+  int rc = parse_doc(value, strlen(value), label, 0, &doc, &root);
+  if (rc) return rc;
+  c.doc = &doc;
+  yaml_node_t null_node; /* an empty value: a plain empty scalar */
+  memset(&null_node, 0, sizeof null_node);
+  if (!root) {
+    null_node.type = YAML_SCALAR_NODE;
+    null_node.data.scalar.value = (yaml_char_t *)"";
+    null_node.data.scalar.length = 0;
+    null_node.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
+    root = &null_node;
+  }
+  rc = k ? apply_key(&c, k, root, cfg) : apply_mapping(&c, key, root, cfg);
+  yaml_document_delete(&doc);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ formatting */
+static void fmt_double(sb *b, double v) {
+  char buf[40];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  /* "1e-05" -> "1.0e-05" so YAML 1.1 readers (PyYAML) see a float too */
+  char *e = strchr(buf, 'e');
+  if (e && !strchr(buf, '.')) {
+    char tail[40];
+    snprintf(tail, sizeof tail, "%s", e);
+    snprintf(e, sizeof buf - (size_t)(e - buf), ".0%s", tail);
+  }
+  sb_puts(b, buf);
+}
+
+static void fmt_float(sb *b, float v) {
+  char buf[40];
+  for (int prec = 1; prec <= 9; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+    if ((float)strtod(buf, NULL) == v) break;
+  }
+  char *e = strchr(buf, 'e');
+  if (e && !strchr(buf, '.')) {
+    char tail[40];
+    snprintf(tail, sizeof tail, "%s", e);
+    snprintf(e, sizeof buf - (size_t)(e - buf), ".0%s", tail);
+  }
+  sb_puts(b, buf);
+}
+
+static void fmt_string(sb *b, const char *s) {
+  sb_puts(b, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      sb_printf(b, "\\%c", *p);
+    else if (*p == '\n')
+      sb_puts(b, "\\n");
+    else if (*p == '\t')
+      sb_puts(b, "\\t");
+    else if (*p < 0x20 || *p == 0x7f)
+      sb_printf(b, "\\x%02x", *p);
+    else
+      sb_putn(b, (const char *)p, 1);
+  }
+  sb_puts(b, "\"");
+}
+
+static void fmt_tf(sb *b, const ts_transform *t) {
+  const tfdef *d = tf_by_kind(t->kind);
+  sb_printf(b, "{name: %s", d ? d->name : "?");
+  switch (t->kind) {
+    case TS_TF_RANDOM_CROP:
+    case TS_TF_CENTER_CROP:
+    case TS_TF_RESIZE:
+      if (t->h == t->w)
+        sb_printf(b, ", size: %d", t->h);
+      else
+        sb_printf(b, ", size: [%d, %d]", t->h, t->w);
+      if (t->kind == TS_TF_RANDOM_CROP) sb_printf(b, ", padding: %d", t->pad);
+      break;
+    case TS_TF_HFLIP:
+    case TS_TF_VFLIP:
+      sb_puts(b, ", p: ");
+      fmt_float(b, t->p);
+      break;
+    case TS_TF_TO_FLOAT:
+      sb_puts(b, ", scale: ");
+      fmt_float(b, t->scale);
+      sb_puts(b, ", shift: ");
+      fmt_float(b, t->shift);
+      break;
+    case TS_TF_NORMALIZE:
+      sb_puts(b, ", mean: [");
+      for (int i = 0; i < t->nch && i < 8; i++) {
+        if (i) sb_puts(b, ", ");
+        fmt_float(b, t->mean[i]);
+      }
+      sb_puts(b, "], std: [");
+      for (int i = 0; i < t->nch && i < 8; i++) {
+        if (i) sb_puts(b, ", ");
+        fmt_float(b, t->std[i]);
+      }
+      sb_puts(b, "]");
+      break;
+    case TS_TF_CAST: sb_printf(b, ", dtype: %s", ts_dtype_name(t->dtype)); break;
+    case TS_TF_RANDOM_ERASING:
+      sb_puts(b, ", p: ");
+      fmt_float(b, t->p);
+      sb_puts(b, ", scale: [");
+      fmt_float(b, t->erase_scale[0]);
+      sb_puts(b, ", ");
+      fmt_float(b, t->erase_scale[1]);
+      sb_puts(b, "], ratio: [");
+      fmt_float(b, t->erase_ratio[0]);
+      sb_puts(b, ", ");
+      fmt_float(b, t->erase_ratio[1]);
+      sb_puts(b, "]");
+      break;
+    default: break;
+  }
+  sb_puts(b, "}");
+}
+
+/* A key's value in flow style. */
+static void fmt_value(sb *b, const ts__cfg_key *k, const ts_config *cfg) {
+  const char *p = (const char *)cfg + k->off;
+  switch (k->type) {
+    case CT_INT: sb_printf(b, "%d", *(const int *)p); break;
+    case CT_I64: {
+      int64_t v;
+      memcpy(&v, p, sizeof v);
+      sb_printf(b, "%lld", (long long)v);
+      break;
+    }
+    case CT_U64: {
+      uint64_t v;
+      memcpy(&v, p, sizeof v);
+      sb_printf(b, "%llu", (unsigned long long)v);
+      break;
+    }
+    case CT_FLOAT: {
+      double v;
+      memcpy(&v, p, sizeof v);
+      fmt_double(b, v);
+      break;
+    }
+    case CT_BOOL: sb_puts(b, *(const int *)p ? "true" : "false"); break;
+    case CT_STR: fmt_string(b, p); break;
+    case CT_ENUM: sb_puts(b, enum_name(k->names, *(const int *)p)); break;
+    case CT_INTS: {
+      const ts_cfg_ints *v = (const ts_cfg_ints *)p;
+      sb_puts(b, "[");
+      for (int i = 0; i < v->n; i++) sb_printf(b, "%s%d", i ? ", " : "", v->v[i]);
+      sb_puts(b, "]");
+      break;
+    }
+    case CT_FLOATS: {
+      const ts_cfg_floats *v = (const ts_cfg_floats *)p;
+      sb_puts(b, "[");
+      for (int i = 0; i < v->n; i++) {
+        if (i) sb_puts(b, ", ");
+        fmt_double(b, v->v[i]);
+      }
+      sb_puts(b, "]");
+      break;
+    }
+    case CT_TFS: {
+      const ts_cfg_transforms *v = (const ts_cfg_transforms *)p;
+      if (v->n < 0) {
+        sb_puts(b, "auto");
+        break;
+      }
+      sb_puts(b, "[");
+      for (int i = 0; i < v->n; i++) {
+        if (i) sb_puts(b, ", ");
+        fmt_tf(b, &v->v[i]);
+      }
+      sb_puts(b, "]");
+      break;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ public API */
+void ts_config_defaults(ts_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  for (int i = 0; i < ts__cfg_nkeys; i++) {
+    const ts__cfg_key *k = &ts__cfg_keys[i];
+    char label[300];
+    snprintf(label, sizeof label, "default of %s", k->path);
+    (void)set_text(cfg, k->path, k->def, label); /* cannot fail: the defaults are tested */
+  }
+}
+
+static int apply_overrides(ts_config *cfg, const char *const *ov, int n) {
+  for (int i = 0; i < n; i++) {
+    int rc = ts_config_override(cfg, ov[i]);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+static int load_text(const char *text, size_t len, const char *label, const char *const *ov,
+                     int n, ts_config *cfg) {
+  ts_config_defaults(cfg);
+  snprintf(cfg->source, sizeof cfg->source, "%s", label);
+  yaml_document_t doc;
+  yaml_node_t *root;
+  int rc = parse_doc(text, len, label, 1, &doc, &root);
+  if (rc) return rc;
+  pctx c = {label, 1, &doc};
+  if (root) rc = apply_mapping(&c, "", root, cfg);
+  yaml_document_delete(&doc);
+  if (rc) return rc;
+  if ((rc = apply_overrides(cfg, ov, n))) return rc;
+  return ts_config_validate(cfg);
+}
+
+int ts_config_load_string(const char *yaml, const char *label, const char *const *overrides,
+                          int n, ts_config *cfg) {
+  if (!cfg || !yaml) return ts_error_set(TS_EINVAL, "ts_config_load_string: NULL argument");
+  return load_text(yaml, strlen(yaml), label ? label : "<string>", overrides, n, cfg);
+}
+
+int ts_config_load(const char *path, const char *const *overrides, int n, ts_config *cfg) {
+  if (!cfg) return ts_error_set(TS_EINVAL, "ts_config_load: NULL config");
+  if (!path) {
+    ts_config_defaults(cfg);
+    int rc = apply_overrides(cfg, overrides, n);
+    return rc ? rc : ts_config_validate(cfg);
+  }
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    ts_config_defaults(cfg);
+    return ts_error_set(TS_ECONFIG, "%s: cannot read the config: %s", path, strerror(errno));
+  }
+  sb b = {0};
+  char buf[65536];
+  size_t r;
+  while ((r = fread(buf, 1, sizeof buf, f)) > 0) sb_putn(&b, buf, r);
+  int err = ferror(f);
+  fclose(f);
+  if (b.oom) {
+    free(b.p);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  }
+  if (err) {
+    free(b.p);
+    ts_config_defaults(cfg);
+    return ts_error_set(TS_ECONFIG, "%s: cannot read the config", path);
+  }
+  int rc = load_text(b.p ? b.p : "", b.n, path, overrides, n, cfg);
+  free(b.p);
+  return rc;
+}
+
+int ts_config_set(ts_config *cfg, const char *key, const char *value) {
+  if (!cfg || !key || !value) return ts_error_set(TS_EINVAL, "ts_config_set: NULL argument");
+  char label[400];
+  snprintf(label, sizeof label, "--set %s=%.200s", key, value);
+  return set_text(cfg, key, value, label);
+}
+
+int ts_config_override(ts_config *cfg, const char *assignment) {
+  if (!cfg || !assignment) return ts_error_set(TS_EINVAL, "ts_config_override: NULL argument");
+  const char *eq = strchr(assignment, '=');
+  if (!eq || eq == assignment)
+    return ts_error_set(TS_ECONFIG, "--set %s: expected key.path=value", assignment);
+  char key[256];
+  size_t kl = (size_t)(eq - assignment);
+  if (kl >= sizeof key) return ts_error_set(TS_ECONFIG, "--set %.60s...: key too long", assignment);
+  memcpy(key, assignment, kl);
+  key[kl] = 0;
+  /* trim spaces around the key ("a.b = 1" from a shell is unusual but harmless) */
+  while (kl && key[kl - 1] == ' ') key[--kl] = 0;
+  const char *kp = key;
+  while (*kp == ' ') kp++;
+  char label[400];
+  snprintf(label, sizeof label, "--set %.300s", assignment);
+  return set_text(cfg, kp, eq + 1, label);
+}
+
+int ts_config_get(const ts_config *cfg, const char *key, char *buf, size_t cap) {
+  if (!cfg || !key || !buf || !cap) return ts_error_set(TS_EINVAL, "ts_config_get: NULL argument");
+  const ts__cfg_key *k = find_key(key);
+  if (!k) {
+    char sug[600];
+    suggest_key(key, sug, sizeof sug);
+    buf[0] = 0;
+    return ts_error_set(TS_ECONFIG, "unknown key '%s'%s", key, sug);
+  }
+  sb b = {0};
+  fmt_value(&b, k, cfg);
+  if (b.oom) {
+    free(b.p);
+    return ts_error_set(TS_ENOMEM, "ts_config_get: out of memory");
+  }
+  int rc = TS_OK;
+  if (b.n >= cap) {
+    rc = ts_error_set(TS_ERANGE, "ts_config_get: %s needs %zu bytes, buffer has %zu", key, b.n + 1,
+                      cap);
+    memcpy(buf, b.p, cap - 1);
+    buf[cap - 1] = 0;
+  } else {
+    memcpy(buf, b.p, b.n + 1);
+  }
+  free(b.p);
+  return rc;
+}
+
+static void dump(sb *b, const ts_config *cfg) {
+  const char *prev = "";
+  for (int i = 0; i < ts__cfg_nkeys; i++) {
+    const ts__cfg_key *k = &ts__cfg_keys[i];
+    /* components of this path and of the previous one */
+    const char *comp[8], *pc[8];
+    size_t cl[8], pcl[8];
+    int nc = 0, np = 0;
+    for (const char *s = k->path; nc < 8;) {
+      comp[nc] = s;
+      cl[nc] = strcspn(s, ".");
+      s += cl[nc++];
+      if (!*s) break;
+      s++;
+    }
+    for (const char *s = prev; *s && np < 8;) {
+      pc[np] = s;
+      pcl[np] = strcspn(s, ".");
+      s += pcl[np++];
+      if (!*s) break;
+      s++;
+    }
+    int common = 0; /* shared leading sections */
+    while (common < nc - 1 && common < np - 1 && cl[common] == pcl[common] &&
+           !strncmp(comp[common], pc[common], cl[common]))
+      common++;
+    for (int l = common; l < nc - 1; l++)
+      sb_printf(b, "%*s%.*s:\n", 2 * l, "", (int)cl[l], comp[l]);
+    int ind = 2 * (nc - 1);
+    sb_printf(b, "%*s%.*s:", ind, "", (int)cl[nc - 1], comp[nc - 1]);
+    const ts_cfg_transforms *tf = (const ts_cfg_transforms *)((const char *)cfg + k->off);
+    if (k->type == CT_TFS && tf->n > 0) {
+      sb_puts(b, "\n");
+      for (int j = 0; j < tf->n; j++) {
+        sb_printf(b, "%*s- ", ind + 2, "");
+        fmt_tf(b, &tf->v[j]);
+        sb_puts(b, "\n");
+      }
+    } else {
+      sb_puts(b, " ");
+      fmt_value(b, k, cfg);
+      sb_puts(b, "\n");
+    }
+    prev = k->path;
+  }
+}
+
+int ts_config_dump_string(const ts_config *cfg, char **out) {
+  if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_dump_string: NULL argument");
+  sb b = {0};
+  dump(&b, cfg);
+  if (b.oom || !b.p) {
+    free(b.p);
+    *out = NULL;
+    return ts_error_set(TS_ENOMEM, "ts_config_dump_string: out of memory");
+  }
+  *out = b.p;
+  return TS_OK;
+}
+
+int ts_config_dump_yaml(const ts_config *cfg, FILE *f) {
+  if (!f) return ts_error_set(TS_EINVAL, "ts_config_dump_yaml: NULL file");
+  char *s;
+  int rc = ts_config_dump_string(cfg, &s);
+  if (rc) return rc;
+  size_t n = strlen(s);
+  rc = fwrite(s, 1, n, f) == n ? TS_OK : ts_error_set(TS_EIO, "writing the config: %s",
+                                                      strerror(errno));
+  free(s);
+  return rc;
+}
+
+uint64_t ts_config_hash(const ts_config *cfg) {
+  uint64_t h = 1469598103934665603ULL;
+  const char *tag = "tessera-config-hash-v1\n";
+  for (const char *s = tag; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  ts_config *def = malloc(sizeof *def);
+  if (!def) return 0;
+  ts_config_defaults(def);
+  (void)ts_config_validate(def); /* resolved like a loaded config */
+  for (int i = 0; i < ts__cfg_nkeys; i++) {
+    const ts__cfg_key *k = &ts__cfg_keys[i];
+    if (!(k->flags & CF_HASH)) continue;
+    sb a = {0}, d = {0};
+    fmt_value(&a, k, cfg);
+    fmt_value(&d, k, def);
+    if (a.p && d.p && strcmp(a.p, d.p)) {
+      for (const char *s = k->path; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+      h = (h ^ '=') * 1099511628211ULL;
+      for (const char *s = a.p; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+      h = (h ^ '\n') * 1099511628211ULL;
+    }
+    free(a.p);
+    free(d.p);
+  }
+  free(def);
+  return h;
+}
+
+int ts_config_key_count(void) { return ts__cfg_nkeys; }
+
+int ts_config_key_info(int i, ts_config_key *out) {
+  if (i < 0 || i >= ts__cfg_nkeys || !out)
+    return ts_error_set(TS_ERANGE, "ts_config_key_info: index %d out of range (%d keys)", i,
+                        ts__cfg_nkeys);
+  static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
+                                   "string", "enum", "int list", "float list", "transforms"};
+  static _Thread_local char values[512];
+  const ts__cfg_key *k = &ts__cfg_keys[i];
+  out->path = k->path;
+  out->type = tn[k->type];
+  out->def = k->def;
+  out->values = NULL;
+  if (k->names) {
+    size_t len = 0;
+    values[0] = 0;
+    for (int j = 0; k->names[j] && len + 1 < sizeof values; j++) {
+      int w = snprintf(values + len, sizeof values - len, "%s%s", j ? "|" : "", k->names[j]);
+      if (w < 0) break;
+      len += (size_t)w;
+    }
+    out->values = values;
+  }
+  out->doc = k->doc;
+  out->hashed = (k->flags & CF_HASH) != 0;
+  return TS_OK;
+}
+
+/* ------------------------------------------------------------------ validation */
+static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int vfail(const ts_config *cfg, const char *fmt, ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return ts_error_set(TS_ECONFIG, "%s: %s", cfg->source[0] ? cfg->source : "config", msg);
+}
+
+static int data_channels(ts_data_kind k) {
+  switch (k) {
+    case TS_DATA_FASHION_MNIST:
+    case TS_DATA_MNIST: return 1;
+    case TS_DATA_CIFAR10:
+    case TS_DATA_CIFAR100: return 3;
+    default: return 0;
+  }
+}
+
+static int check_transforms(const ts_config *cfg, const char *key, const ts_cfg_transforms *t) {
+  int is_float = 0, is_chw = 0, nch = data_channels(cfg->data.name);
+  for (int i = 0; i < t->n; i++) {
+    const ts_transform *x = &t->v[i];
+    const tfdef *d = tf_by_kind(x->kind);
+    const char *name = d ? d->name : "?";
+    switch (x->kind) {
+      case TS_TF_TO_FLOAT: is_float = 1; break;
+      case TS_TF_CAST: is_float = ts_dtype_is_float(x->dtype); break;
+      case TS_TF_HWC_TO_CHW:
+        if (is_chw) return vfail(cfg, "%s[%d] (hwc_to_chw): the samples are already CHW", key, i);
+        is_chw = 1;
+        break;
+      case TS_TF_NORMALIZE:
+        if (!is_float)
+          return vfail(cfg, "%s[%d] (normalize): needs float samples: put to_float before it",
+                       key, i);
+        if (nch && x->nch != nch)
+          return vfail(cfg,
+                       "%s[%d] (normalize): %d mean/std values but data.name '%s' has %d "
+                       "channel%s",
+                       key, i, x->nch, ts_data_kind_name(cfg->data.name), nch, nch > 1 ? "s" : "");
+        break;
+      default:
+        (void)name;
+        break;
+    }
+  }
+  return TS_OK;
+}
+
+int ts_config_validate(ts_config *cfg) {
+  if (!cfg) return ts_error_set(TS_EINVAL, "ts_config_validate: NULL config");
+  /* enums in range (a program may have set fields directly) */
+  for (int i = 0; i < ts__cfg_nkeys; i++) {
+    const ts__cfg_key *k = &ts__cfg_keys[i];
+    if (k->type != CT_ENUM) continue;
+    int v = *(const int *)((const char *)cfg + k->off);
+    if (v < 0 || v >= enum_count(k->names)) return vfail(cfg, "%s: invalid value %d", k->path, v);
+  }
+  /* ---- train ---- */
+  if (cfg->train.epochs <= 0 && cfg->train.steps <= 0)
+    return vfail(cfg, "train.epochs and train.steps are both 0: set one of them");
+  if (cfg->train.batch_size <= 0)
+    return vfail(cfg, "train.batch_size (%d) must be positive", cfg->train.batch_size);
+  if (cfg->train.micro_batch_size == 0) cfg->train.micro_batch_size = cfg->train.batch_size;
+  if (cfg->train.micro_batch_size > cfg->train.batch_size)
+    return vfail(cfg, "train.micro_batch_size (%d) is larger than train.batch_size (%d)",
+                 cfg->train.micro_batch_size, cfg->train.batch_size);
+  if (cfg->train.batch_size % cfg->train.micro_batch_size)
+    return vfail(cfg, "train.batch_size (%d) must be divisible by train.micro_batch_size (%d)",
+                 cfg->train.batch_size, cfg->train.micro_batch_size);
+  if (cfg->train.eval_batch_size == 0) cfg->train.eval_batch_size = cfg->train.batch_size;
+  /* ---- optimizer ---- */
+  const typeof(cfg->optimizer) *o = &cfg->optimizer;
+  if (o->nesterov) {
+    if (o->name != TS_OPTIM_MOMENTUM)
+      return vfail(cfg, "optimizer.nesterov: only for optimizer.name 'momentum' (not '%s')",
+                   ts_optim_kind_name(o->name));
+    if (!(o->momentum > 0) || o->dampening != 0)
+      return vfail(cfg, "optimizer.nesterov needs optimizer.momentum > 0 and "
+                   "optimizer.dampening = 0 (got %g and %g)", o->momentum, o->dampening);
+  }
+  if (o->betas.n != 2) return vfail(cfg, "optimizer.betas: expected 2 values, got %d", o->betas.n);
+  const typeof(o->schedule) *s = &o->schedule;
+  if (s->min_lr > o->lr)
+    return vfail(cfg, "optimizer.schedule.min_lr (%g) is larger than optimizer.lr (%g)", s->min_lr,
+                 o->lr);
+  if (s->warmup_steps > 0 && s->warmup_epochs > 0)
+    return vfail(cfg, "optimizer.schedule: set warmup_steps or warmup_epochs, not both");
+  if (s->name == TS_LR_STEP && s->step_size <= 0)
+    return vfail(cfg, "optimizer.schedule.step_size: must be > 0 for schedule 'step'");
+  if (s->name == TS_LR_MULTISTEP) {
+    if (s->milestones.n == 0)
+      return vfail(cfg, "optimizer.schedule.milestones: needed (non-empty) for schedule "
+                   "'multistep'");
+    for (int i = 1; i < s->milestones.n; i++)
+      if (s->milestones.v[i] <= s->milestones.v[i - 1])
+        return vfail(cfg, "optimizer.schedule.milestones: must increase ([%d] = %d after %d)", i,
+                     s->milestones.v[i], s->milestones.v[i - 1]);
+  }
+  if (s->name == TS_LR_COSINE && cfg->train.steps > 0 && s->warmup_steps > cfg->train.steps)
+    return vfail(cfg, "optimizer.schedule.warmup_steps (%lld) exceeds train.steps (%lld)",
+                 (long long)s->warmup_steps, (long long)cfg->train.steps);
+  /* ---- model vs data ---- */
+  typeof(cfg->model) *m = &cfg->model;
+  typeof(cfg->data) *d = &cfg->data;
+  const char *mn = ts_model_kind_name(m->name), *dn = ts_data_kind_name(d->name);
+  if ((m->name == TS_MODEL_GPT) != (d->name == TS_DATA_TEXT)) {
+    if (m->name == TS_MODEL_GPT)
+      return vfail(cfg, "model.name 'gpt' needs data.name 'text' (got '%s')", dn);
+    return vfail(cfg, "data.name 'text' needs model.name 'gpt' (got '%s')", mn);
+  }
+  switch (m->name) {
+    case TS_MODEL_RESNET: {
+      int dp = m->depth;
+      if (!(dp == 18 || dp == 34 || dp == 50 || dp == 101 || dp == 152 ||
+            (dp >= 8 && (dp - 2) % 6 == 0)))
+        return vfail(cfg, "model.depth: %d is not a ResNet depth (18, 34, 50, 101, 152, or 6n+2 "
+                     "such as 20, 32, 44, 56, 110)", dp);
+      break;
+    }
+    case TS_MODEL_GPT:
+      if (m->n_embd % m->n_head)
+        return vfail(cfg, "model.n_embd (%d) must be divisible by model.n_head (%d)", m->n_embd,
+                     m->n_head);
+      if (m->vocab_size < 256)
+        return vfail(cfg, "model.vocab_size (%d): the text source yields byte ids 0..255, so at "
+                     "least 256", m->vocab_size);
+      if (m->block_size == 0) m->block_size = d->seq_len;
+      if (m->block_size < d->seq_len)
+        return vfail(cfg, "model.block_size (%d) is smaller than data.seq_len (%d)", m->block_size,
+                     d->seq_len);
+      break;
+    default: break;
+  }
+  if (m->name != TS_MODEL_GPT) {
+    int known = d->name == TS_DATA_CIFAR100 ? 100 : data_channels(d->name) ? 10 : 0;
+    if (m->num_classes == 0) m->num_classes = known;
+    if (known && m->num_classes != known)
+      return vfail(cfg, "model.num_classes (%d) does not match data.name '%s' (%d classes)",
+                   m->num_classes, dn, known);
+  }
+  /* ---- data ---- */
+  if (!d->path[0]) {
+    if (d->name == TS_DATA_FASHION_MNIST)
+      snprintf(d->path, sizeof d->path, "%s", TS_FASHION_MNIST_DIR);
+    else
+      return vfail(cfg, "data.path: required for data.name '%s'", dn);
+  }
+  int rc;
+  if ((rc = check_transforms(cfg, "data.transforms", &d->transforms))) return rc;
+  if (d->test_transforms.n >= 0 &&
+      (rc = check_transforms(cfg, "data.test_transforms", &d->test_transforms)))
+    return rc;
+  /* ---- checkpoint ---- */
+  if (!cfg->checkpoint.prefix[0] || strchr(cfg->checkpoint.prefix, '/'))
+    return vfail(cfg, "checkpoint.prefix: must be a non-empty file-name prefix without '/' "
+                 "(got \"%s\")", cfg->checkpoint.prefix);
+  if (!strcmp(cfg->checkpoint.resume, "auto") && !cfg->checkpoint.dir[0])
+    return vfail(cfg, "checkpoint.resume: 'auto' needs checkpoint.dir");
+  return TS_OK;
+}
+
+/* ------------------------------------------------------------------ conversions */
+int ts_config_optim(const ts_config *cfg, ts_optim_config *out) {
+  if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_optim: NULL argument");
+  const typeof(cfg->optimizer) *o = &cfg->optimizer;
+  if ((unsigned)o->name >= TS_OPTIM_COUNT)
+    return ts_error_set(TS_ECONFIG, "optimizer.name: invalid value %d", (int)o->name);
+  *out = ts_optim_config_default(o->name);
+  out->weight_decay = o->weight_decay;
+  out->momentum = o->momentum;
+  out->dampening = o->dampening;
+  out->nesterov = o->nesterov;
+  out->beta1 = o->betas.n > 0 ? o->betas.v[0] : out->beta1;
+  out->beta2 = o->betas.n > 1 ? o->betas.v[1] : out->beta2;
+  out->eps = o->eps;
+  out->lamb_always_adapt = o->lamb_always_adapt;
+  return TS_OK;
+}
+
+int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch) {
+  if (cfg->train.steps > 0) return cfg->train.steps;
+  return (int64_t)cfg->train.epochs * (steps_per_epoch > 0 ? steps_per_epoch : 0);
+}
+
+int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out) {
+  if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_lr_schedule: NULL argument");
+  const typeof(cfg->optimizer.schedule) *s = &cfg->optimizer.schedule;
+  int64_t unit = s->unit == TS_SCHED_UNIT_EPOCHS ? spe : 1;
+  if (unit <= 0 || ((s->warmup_epochs > 0) && spe <= 0))
+    return ts_error_set(TS_ECONFIG, "optimizer.schedule: epoch units need a positive number of "
+                        "steps per epoch (got %lld)", (long long)spe);
+  memset(out, 0, sizeof *out);
+  out->kind = s->name;
+  out->base_lr = cfg->optimizer.lr;
+  out->warmup_steps =
+      s->warmup_epochs > 0 ? (int64_t)llround(s->warmup_epochs * (double)spe) : s->warmup_steps;
+  out->step_size = s->step_size * unit;
+  out->gamma = s->gamma;
+  out->nmilestones = s->milestones.n;
+  for (int i = 0; i < s->milestones.n && i < TS_LR_MAX_MILESTONES; i++)
+    out->milestones[i] = (int64_t)s->milestones.v[i] * unit;
+  out->total_steps = ts_config_total_steps(cfg, spe);
+  out->min_lr = s->min_lr;
+  int rc = ts_lr_check(out);
+  if (rc) return ts_error_wrap(TS_ECONFIG, "optimizer.schedule");
+  return TS_OK;
+}
+
+int ts_config_transforms(const ts_config *cfg, int train, ts_transform *out, int cap) {
+  if (!cfg || (!out && cap)) return ts_error_set(TS_EINVAL, "ts_config_transforms: NULL argument");
+  const ts_cfg_transforms *src = train ? &cfg->data.transforms : &cfg->data.test_transforms;
+  const ts_cfg_transforms *all = &cfg->data.transforms;
+  int n = 0;
+  if (!train && src->n < 0) {
+    for (int i = 0; i < all->n; i++) {
+      const tfdef *d = tf_by_kind(all->v[i].kind);
+      if (d && d->random) continue;
+      if (n >= cap) return ts_error_set(TS_ERANGE, "ts_config_transforms: room for %d", cap);
+      out[n++] = all->v[i];
+    }
+    return n;
+  }
+  for (int i = 0; i < src->n; i++) {
+    if (n >= cap) return ts_error_set(TS_ERANGE, "ts_config_transforms: room for %d", cap);
+    out[n++] = src->v[i];
+  }
+  return n;
+}
+
+void ts_config_mlp(const ts_config *cfg, ts_mlp_config *out) {
+  memset(out, 0, sizeof *out);
+  out->num_classes = cfg->model.num_classes;
+  out->hidden = cfg->model.hidden.v;
+  out->nhidden = cfg->model.hidden.n;
+  out->label_smoothing = (float)cfg->model.label_smoothing;
+}
+
+void ts_config_lenet5(const ts_config *cfg, ts_lenet5_config *out) {
+  memset(out, 0, sizeof *out);
+  out->num_classes = cfg->model.num_classes;
+}
+
+void ts_config_convnet(const ts_config *cfg, ts_convnet_config *out) {
+  memset(out, 0, sizeof *out);
+  out->num_classes = cfg->model.num_classes;
+  out->c1 = cfg->model.channels.n > 0 ? cfg->model.channels.v[0] : 0;
+  out->c2 = cfg->model.channels.n > 1 ? cfg->model.channels.v[1] : 0;
+  out->bn_momentum = (float)cfg->model.bn_momentum;
+  out->bn_eps = (float)cfg->model.bn_eps;
+}
+
+void ts_config_resnet(const ts_config *cfg, ts_resnet_config *out) {
+  memset(out, 0, sizeof *out);
+  out->depth = cfg->model.depth;
+  out->num_classes = cfg->model.num_classes;
+  out->cifar = cfg->model.cifar_stem;
+  out->zero_init_residual = cfg->model.zero_init_residual;
+  out->bn_momentum = (float)cfg->model.bn_momentum;
+  out->bn_eps = (float)cfg->model.bn_eps;
+  out->label_smoothing = (float)cfg->model.label_smoothing;
+}
+
+void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out) {
+  memset(out, 0, sizeof *out);
+  out->vocab_size = cfg->model.vocab_size;
+  out->block_size = cfg->model.block_size;
+  out->n_layer = cfg->model.n_layer;
+  out->n_head = cfg->model.n_head;
+  out->n_embd = cfg->model.n_embd;
+  out->mlp_ratio = cfg->model.mlp_ratio;
+  out->no_bias = !cfg->model.bias;
+  out->tie_weights = cfg->model.tie_weights;
+  out->dropout = (float)cfg->model.dropout;
+  out->dropout_seed = cfg->train.seed;
+}

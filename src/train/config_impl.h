@@ -1,0 +1,47 @@
+/* Internal: the configuration key table shared by config.c and config_schema.c. */
+#ifndef TS_CONFIG_IMPL_H
+#define TS_CONFIG_IMPL_H
+
+#include <stddef.h>
+
+#include "tessera/config.h"
+
+enum {
+  CT_INT,    /* int */
+  CT_I64,    /* int64_t */
+  CT_U64,    /* uint64_t */
+  CT_FLOAT,  /* double */
+  CT_BOOL,   /* int 0/1 */
+  CT_STR,    /* char[size] */
+  CT_ENUM,   /* int-sized enum, names[] */
+  CT_INTS,   /* ts_cfg_ints */
+  CT_FLOATS, /* ts_cfg_floats */
+  CT_TFS,    /* ts_cfg_transforms */
+};
+
+enum {
+  CF_HASH = 1,    /* part of ts_config_hash */
+  CF_LO_OPEN = 2, /* value > lo (else >= lo) */
+  CF_HI_OPEN = 4, /* value < hi (else <= hi) */
+  CF_AUTO = 8,    /* transforms: "auto" allowed (n = -1) */
+};
+
+typedef struct {
+  const char *path;
+  int type;
+  size_t off, size;
+  const char *def;
+  const char *const *names; /* enums, NULL-terminated */
+  double lo, hi;            /* numbers and list elements (not for U64) */
+  int minn, maxn;           /* list lengths */
+  unsigned flags;
+  const char *doc;
+} ts__cfg_key;
+
+extern const ts__cfg_key ts__cfg_keys[];
+extern const int ts__cfg_nkeys;
+extern const char *const *ts__cfg_model_names, *const *ts__cfg_data_names,
+    *const *ts__cfg_parallel_names, *const *ts__cfg_progress_names, *const *ts__cfg_unit_names,
+    *const *ts__cfg_optim_names, *const *ts__cfg_lr_names;
+
+#endif

@@ -1,0 +1,205 @@
+/* The configuration key table: every key's path, type, storage, default, bounds and meaning.
+ * Order = docs order = dump order; keys of one section must be contiguous. */
+#include <float.h>
+#include <stddef.h>
+
+#include "config_impl.h"
+
+static const char *const model_names[] = {"mlp", "lenet5", "convnet", "resnet", "gpt", NULL};
+static const char *const data_names[] = {"fashion_mnist", "mnist", "cifar10", "cifar100",
+                                         "image_folder", "records", "text", NULL};
+static const char *const optim_names[] = {"sgd", "momentum", "adam", "adamw", "lamb", NULL};
+static const char *const lr_names[] = {"constant", "step", "multistep", "cosine", NULL};
+static const char *const unit_names[] = {"steps", "epochs", NULL};
+static const char *const parallel_names[] = {"stand_alone", "data_parallel", "semi_auto_parallel",
+                                             "auto_parallel", "hybrid_parallel", NULL};
+static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
+static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
+
+const char *const *ts__cfg_model_names = model_names;
+const char *const *ts__cfg_data_names = data_names;
+const char *const *ts__cfg_parallel_names = parallel_names;
+const char *const *ts__cfg_progress_names = progress_names;
+const char *const *ts__cfg_unit_names = unit_names;
+const char *const *ts__cfg_optim_names = optim_names;
+const char *const *ts__cfg_lr_names = lr_names;
+
+#define FLD(f) offsetof(ts_config, f), sizeof(((ts_config *)0)->f)
+#define BIG 1e18
+#define I31 2147483647.0
+
+/* path, type, field, default, enum names, lo, hi, min count, max count, flags, doc */
+const ts__cfg_key ts__cfg_keys[] = {
+    /* ---- model ---- */
+    {"model.name", CT_ENUM, FLD(model.name), "mlp", model_names, 0, 0, 0, 0, CF_HASH,
+     "model architecture"},
+    {"model.num_classes", CT_INT, FLD(model.num_classes), "0", NULL, 0, 1e7, 0, 0, CF_HASH,
+     "number of classes; 0 = from the data set (10 for mnist/fashion_mnist/cifar10, 100 for "
+     "cifar100, the source's count for image_folder/records)"},
+    {"model.hidden", CT_INTS, FLD(model.hidden), "[512, 256]", NULL, 1, I31, 0, TS_CFG_MAX_LIST,
+     CF_HASH, "mlp: hidden layer sizes (each followed by ReLU)"},
+    {"model.depth", CT_INT, FLD(model.depth), "20", NULL, 1, 10000, 0, 0, CF_HASH,
+     "resnet: 18, 34, 50, 101, 152 (torchvision) or 6n+2 (20, 32, 44, 56, 110: CIFAR ResNet)"},
+    {"model.cifar_stem", CT_BOOL, FLD(model.cifar_stem), "true", NULL, 0, 0, 0, 0, CF_HASH,
+     "resnet 18..152: 3x3 stride-1 stem without max-pool (false: the ImageNet 7x7/2 stem)"},
+    {"model.zero_init_residual", CT_BOOL, FLD(model.zero_init_residual), "false", NULL, 0, 0, 0,
+     0, CF_HASH, "resnet: the last BatchNorm of each block starts at weight 0"},
+    {"model.channels", CT_INTS, FLD(model.channels), "[32, 64]", NULL, 1, I31, 2, 2, CF_HASH,
+     "convnet: output channels of conv1 and conv2"},
+    {"model.bn_momentum", CT_FLOAT, FLD(model.bn_momentum), "0.1", NULL, 0, 1, 0, 0, CF_HASH,
+     "BatchNorm running-statistics momentum (PyTorch convention)"},
+    {"model.bn_eps", CT_FLOAT, FLD(model.bn_eps), "1e-5", NULL, 0, 1, 0, 0, CF_HASH | CF_LO_OPEN,
+     "BatchNorm epsilon"},
+    {"model.label_smoothing", CT_FLOAT, FLD(model.label_smoothing), "0", NULL, 0, 1, 0, 0,
+     CF_HASH | CF_HI_OPEN, "label smoothing of the cross-entropy loss (classifiers)"},
+    {"model.n_layer", CT_INT, FLD(model.n_layer), "4", NULL, 1, 10000, 0, 0, CF_HASH,
+     "gpt: transformer blocks"},
+    {"model.n_head", CT_INT, FLD(model.n_head), "4", NULL, 1, 10000, 0, 0, CF_HASH,
+     "gpt: attention heads (must divide n_embd)"},
+    {"model.n_embd", CT_INT, FLD(model.n_embd), "128", NULL, 1, 1 << 20, 0, 0, CF_HASH,
+     "gpt: model width (d_model)"},
+    {"model.block_size", CT_INT, FLD(model.block_size), "0", NULL, 0, 1 << 24, 0, 0, CF_HASH,
+     "gpt: maximum sequence length (position table rows); 0 = data.seq_len"},
+    {"model.vocab_size", CT_INT, FLD(model.vocab_size), "256", NULL, 1, 1 << 24, 0, 0, CF_HASH,
+     "gpt: vocabulary size (the text source yields byte ids, so at least 256)"},
+    {"model.mlp_ratio", CT_INT, FLD(model.mlp_ratio), "4", NULL, 1, 64, 0, 0, CF_HASH,
+     "gpt: MLP hidden width / n_embd"},
+    {"model.bias", CT_BOOL, FLD(model.bias), "true", NULL, 0, 0, 0, 0, CF_HASH,
+     "gpt: Linear and LayerNorm layers have biases"},
+    {"model.tie_weights", CT_BOOL, FLD(model.tie_weights), "false", NULL, 0, 0, 0, 0, CF_HASH,
+     "gpt: lm_head shares transformer.wte.weight"},
+    {"model.dropout", CT_FLOAT, FLD(model.dropout), "0", NULL, 0, 1, 0, 0, CF_HASH | CF_HI_OPEN,
+     "gpt: dropout on the embeddings and residual branches"},
+    /* ---- data ---- */
+    {"data.name", CT_ENUM, FLD(data.name), "fashion_mnist", data_names, 0, 0, 0, 0, CF_HASH,
+     "data source"},
+    {"data.path", CT_STR, FLD(data.path), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "directory (mnist, fashion_mnist, cifar*, image_folder, records) or file (text); empty for "
+     "fashion_mnist = " TS_FASHION_MNIST_DIR},
+    {"data.train_split", CT_STR, FLD(data.train_split), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "training split; empty = the source's default (\"train\"; image_folder/records: the "
+     "sub-folder / shard prefix \"train\")"},
+    {"data.test_split", CT_STR, FLD(data.test_split), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "evaluation split; empty = the source's default (mnist: \"t10k\", cifar: the test batch, "
+     "image_folder/records: \"test\")"},
+    {"data.train_limit", CT_I64, FLD(data.train_limit), "0", NULL, 0, BIG, 0, 0, CF_HASH,
+     "use only the first N training samples (0 = all)"},
+    {"data.test_limit", CT_I64, FLD(data.test_limit), "0", NULL, 0, BIG, 0, 0, 0,
+     "use only the first N evaluation samples (0 = all)"},
+    {"data.val_fraction", CT_FLOAT, FLD(data.val_fraction), "0.1", NULL, 0, 1, 0, 0,
+     CF_HASH | CF_HI_OPEN, "text: fraction at the end of the file held out for evaluation"},
+    {"data.seq_len", CT_INT, FLD(data.seq_len), "128", NULL, 1, 1 << 24, 0, 0, CF_HASH,
+     "text: tokens per training sequence"},
+    {"data.stride", CT_INT, FLD(data.stride), "0", NULL, 0, 1 << 24, 0, 0, CF_HASH,
+     "text: distance between sequence starts (0 = seq_len)"},
+    {"data.transforms", CT_TFS, FLD(data.transforms),
+     "[{name: to_float, scale: 0.00392156862745098}, {name: hwc_to_chw}]", NULL, 0, 0, 0,
+     TS_CFG_MAX_TRANSFORMS, CF_HASH,
+     "transforms of training samples, in order (see Transforms)"},
+    {"data.test_transforms", CT_TFS, FLD(data.test_transforms), "auto", NULL, 0, 0, 0,
+     TS_CFG_MAX_TRANSFORMS, CF_AUTO,
+     "transforms of evaluation samples; auto = data.transforms without the random ones"},
+    {"data.num_workers", CT_INT, FLD(data.num_workers), "2", NULL, 0, 1024, 0, 0, 0,
+     "decoding/augmentation threads (0 = in the training thread); never changes results"},
+    {"data.shuffle", CT_BOOL, FLD(data.shuffle), "true", NULL, 0, 0, 0, 0, CF_HASH,
+     "a new random order of the training samples every epoch"},
+    {"data.shuffle_buffer", CT_INT, FLD(data.shuffle_buffer), "0", NULL, 0, 1 << 28, 0, 0,
+     CF_HASH, "extra seeded reservoir shuffle of this many samples (0 = off)"},
+    {"data.prefetch", CT_INT, FLD(data.prefetch), "2", NULL, 0, 1024, 0, 0, 0,
+     "batches prepared ahead"},
+    {"data.drop_last", CT_BOOL, FLD(data.drop_last), "true", NULL, 0, 0, 0, 0, CF_HASH,
+     "drop the last incomplete training batch of each epoch"},
+    /* ---- train ---- */
+    {"train.epochs", CT_INT, FLD(train.epochs), "5", NULL, 0, 1e9, 0, 0, CF_HASH,
+     "passes over the training data (ignored when train.steps > 0)"},
+    {"train.steps", CT_I64, FLD(train.steps), "0", NULL, 0, BIG, 0, 0, CF_HASH,
+     "> 0: train for exactly this many optimizer steps instead of epochs"},
+    {"train.batch_size", CT_INT, FLD(train.batch_size), "128", NULL, 1, 1 << 30, 0, 0, CF_HASH,
+     "GLOBAL batch: samples per optimizer step over all devices and micro-batches"},
+    {"train.micro_batch_size", CT_INT, FLD(train.micro_batch_size), "0", NULL, 0, 1 << 30, 0, 0,
+     0, "samples per forward/backward (gradient accumulation); must divide batch_size; 0 = "
+        "batch_size"},
+    {"train.eval_batch_size", CT_INT, FLD(train.eval_batch_size), "0", NULL, 0, 1 << 30, 0, 0, 0,
+     "evaluation batch size; 0 = batch_size"},
+    {"train.seed", CT_U64, FLD(train.seed), "1", NULL, 0, 0, 0, 0, CF_HASH,
+     "seed of parameter initialisation, data order, augmentation and dropout"},
+    {"train.eval_every", CT_I64, FLD(train.eval_every), "0", NULL, -1, BIG, 0, 0, 0,
+     "evaluate every N steps; 0 = at the end of every epoch; -1 = only at the end"},
+    {"train.log_every", CT_I64, FLD(train.log_every), "50", NULL, 1, BIG, 0, 0, 0,
+     "steps between progress lines and metrics records"},
+    {"train.threads", CT_INT, FLD(train.threads), "0", NULL, 0, 4096, 0, 0, 0,
+     "compute threads; 0 = OMP_NUM_THREADS or the number of cores"},
+    /* ---- optimizer ---- */
+    {"optimizer.name", CT_ENUM, FLD(optimizer.name), "momentum", optim_names, 0, 0, 0, 0, CF_HASH,
+     "update rule (PyTorch semantics; lamb as apex FusedLAMB)"},
+    {"optimizer.lr", CT_FLOAT, FLD(optimizer.lr), "0.05", NULL, 0, 1e6, 0, 0, CF_HASH,
+     "base learning rate (the schedule's peak)"},
+    {"optimizer.momentum", CT_FLOAT, FLD(optimizer.momentum), "0.9", NULL, 0, 1, 0, 0,
+     CF_HASH | CF_HI_OPEN, "momentum: momentum factor"},
+    {"optimizer.dampening", CT_FLOAT, FLD(optimizer.dampening), "0", NULL, 0, 1, 0, 0, CF_HASH,
+     "momentum: PyTorch's dampening"},
+    {"optimizer.nesterov", CT_BOOL, FLD(optimizer.nesterov), "false", NULL, 0, 0, 0, 0, CF_HASH,
+     "momentum: Nesterov momentum"},
+    {"optimizer.weight_decay", CT_FLOAT, FLD(optimizer.weight_decay), "0", NULL, 0, 1e6, 0, 0,
+     CF_HASH, "L2 penalty (sgd, momentum, adam) or decoupled decay (adamw, lamb)"},
+    {"optimizer.betas", CT_FLOATS, FLD(optimizer.betas), "[0.9, 0.999]", NULL, 0, 1, 2, 2,
+     CF_HASH | CF_HI_OPEN, "adam, adamw, lamb: moment decay rates (beta1, beta2)"},
+    {"optimizer.eps", CT_FLOAT, FLD(optimizer.eps), "1e-8", NULL, 0, 1, 0, 0,
+     CF_HASH | CF_LO_OPEN, "adam, adamw, lamb: denominator epsilon (apex's LAMB default is 1e-6)"},
+    {"optimizer.exclude_bias_and_norm", CT_BOOL, FLD(optimizer.exclude_bias_and_norm), "true",
+     NULL, 0, 0, 0, 0, CF_HASH, "no weight decay for biases and normalisation parameters"},
+    {"optimizer.lamb_always_adapt", CT_BOOL, FLD(optimizer.lamb_always_adapt), "false", NULL, 0,
+     0, 0, 0, CF_HASH, "lamb: trust ratio also for parameters without weight decay (NVLAMB)"},
+    {"optimizer.clip_grad_norm", CT_FLOAT, FLD(optimizer.clip_grad_norm), "0", NULL, 0, 1e12, 0,
+     0, CF_HASH, "clip the global L2 norm of the gradients to this value (0 = off)"},
+    {"optimizer.schedule.name", CT_ENUM, FLD(optimizer.schedule.name), "constant", lr_names, 0,
+     0, 0, 0, CF_HASH, "learning-rate schedule"},
+    {"optimizer.schedule.warmup_steps", CT_I64, FLD(optimizer.schedule.warmup_steps), "0", NULL,
+     0, BIG, 0, 0, CF_HASH, "linear warm-up from 0 over this many steps"},
+    {"optimizer.schedule.warmup_epochs", CT_FLOAT, FLD(optimizer.schedule.warmup_epochs), "0",
+     NULL, 0, 1e9, 0, 0, CF_HASH,
+     "warm-up length in epochs (rounded to steps) instead of warmup_steps"},
+    {"optimizer.schedule.unit", CT_ENUM, FLD(optimizer.schedule.unit), "steps", unit_names, 0, 0,
+     0, 0, CF_HASH, "unit of step_size and milestones"},
+    {"optimizer.schedule.step_size", CT_I64, FLD(optimizer.schedule.step_size), "0", NULL, 0, BIG,
+     0, 0, CF_HASH, "step: multiply the rate by gamma every step_size units"},
+    {"optimizer.schedule.gamma", CT_FLOAT, FLD(optimizer.schedule.gamma), "0.1", NULL, 0, 1e6, 0,
+     0, CF_HASH, "step, multistep: decay factor"},
+    {"optimizer.schedule.milestones", CT_INTS, FLD(optimizer.schedule.milestones), "[]", NULL, 1,
+     I31, 0, TS_LR_MAX_MILESTONES, CF_HASH,
+     "multistep: increasing points (in units) where the rate is multiplied by gamma"},
+    {"optimizer.schedule.min_lr", CT_FLOAT, FLD(optimizer.schedule.min_lr), "0", NULL, 0, 1e6, 0,
+     0, CF_HASH, "cosine: final learning rate"},
+    /* ---- parallel ---- */
+    {"parallel.mode", CT_ENUM, FLD(parallel.mode), "stand_alone", parallel_names, 0, 0, 0, 0, 0,
+     "how work is split across devices (MindSpore's names); the trainer runs stand_alone so far"},
+    /* ---- checkpoint ---- */
+    {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "directory of the checkpoints (created if missing); empty = no checkpoints"},
+    {"checkpoint.prefix", CT_STR, FLD(checkpoint.prefix), "ckpt", NULL, 0, 0, 0, 0, 0,
+     "file names are <dir>/<prefix>-<step, 8 digits>.safetensors"},
+    {"checkpoint.save_steps", CT_I64, FLD(checkpoint.save_steps), "0", NULL, 0, BIG, 0, 0, 0,
+     "> 0: save every N optimizer steps"},
+    {"checkpoint.save_epochs", CT_INT, FLD(checkpoint.save_epochs), "1", NULL, 0, 1e9, 0, 0, 0,
+     "> 0: save every N epochs (when save_steps is 0)"},
+    {"checkpoint.save_last", CT_BOOL, FLD(checkpoint.save_last), "true", NULL, 0, 0, 0, 0, 0,
+     "also save at the end of training"},
+    {"checkpoint.keep_max", CT_INT, FLD(checkpoint.keep_max), "5", NULL, 0, 1e9, 0, 0, 0,
+     "keep only the newest N checkpoints in dir (0 = keep all)"},
+    {"checkpoint.resume", CT_STR, FLD(checkpoint.resume), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "empty = start fresh; auto = the newest checkpoint in dir if any; else a checkpoint path"},
+    {"checkpoint.strict", CT_BOOL, FLD(checkpoint.strict), "true", NULL, 0, 0, 0, 0, 0,
+     "resume only from a checkpoint of the same model and config hash with identical tensors"},
+    /* ---- log ---- */
+    {"log.metrics", CT_STR, FLD(log.metrics), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "JSON-lines metrics file (one record per logged step and eval, then an end record); empty "
+     "= none"},
+    {"log.progress", CT_ENUM, FLD(log.progress), "auto", progress_names, 0, 0, 0, 0, 0,
+     "progress display: auto = a bar on a terminal, lines otherwise"},
+    {"log.plot", CT_STR, FLD(log.plot), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "PNG of the loss and accuracy curves written at the end; empty = none"},
+    {"log.level", CT_ENUM, FLD(log.level), "info", level_names, 0, 0, 0, 0, 0,
+     "least severe library log message shown"},
+};
+
+const int ts__cfg_nkeys = (int)(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0]);

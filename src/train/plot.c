@@ -1,0 +1,231 @@
+/* A small raster plotter: two panels (loss, accuracy), axes with ticks, a 5x7 bitmap font for
+ * labels, lines drawn with Bresenham; encoded with libpng. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <png.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/base.h"
+#include "tessera/plot.h"
+
+#define W 1000
+#define H 420
+
+typedef struct { unsigned char r, g, b; } rgb;
+typedef struct { unsigned char *px; } canvas;
+
+static void put(canvas *c, int x, int y, rgb col) {
+  if (x < 0 || y < 0 || x >= W || y >= H) return;
+  unsigned char *p = c->px + 3 * ((size_t)y * W + x);
+  p[0] = col.r; p[1] = col.g; p[2] = col.b;
+}
+
+static void line(canvas *c, int x0, int y0, int x1, int y1, rgb col, int thick) {
+  int dx = abs(x1 - x0), sx = x0 < x1 ? 1 : -1, dy = -abs(y1 - y0), sy = y0 < y1 ? 1 : -1;
+  int err = dx + dy;
+  for (;;) {
+    for (int t = 0; t < thick; t++) { put(c, x0, y0 + t, col); put(c, x0 + t, y0, col); }
+    if (x0 == x1 && y0 == y1) break;
+    int e2 = 2 * err;
+    if (e2 >= dy) { err += dy; x0 += sx; }
+    if (e2 <= dx) { err += dx; y0 += sy; }
+  }
+}
+
+/* 5x7 glyphs, one byte per row, bit 4 = leftmost column. */
+static const struct { char ch; unsigned char rows[7]; } k_font[] = {
+    {'0', {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}}, {'1', {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'2', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}}, {'3', {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E}},
+    {'4', {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}}, {'5', {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E}},
+    {'6', {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}}, {'7', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}},
+    {'8', {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}}, {'9', {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C}},
+    {'.', {0, 0, 0, 0, 0, 0x0C, 0x0C}},                {'-', {0, 0, 0, 0x1F, 0, 0, 0}},
+    {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03}}, {':', {0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0}},
+    {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}}, {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
+    {'a', {0, 0, 0x0E, 0x01, 0x0F, 0x11, 0x0F}},       {'b', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E}},
+    {'c', {0, 0, 0x0E, 0x10, 0x10, 0x11, 0x0E}},       {'d', {0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F}},
+    {'e', {0, 0, 0x0E, 0x11, 0x1F, 0x10, 0x0E}},       {'f', {0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08}},
+    {'g', {0, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E}},    {'h', {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11}},
+    {'i', {0x04, 0, 0x0C, 0x04, 0x04, 0x04, 0x0E}},    {'k', {0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12}},
+    {'l', {0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}}, {'m', {0, 0, 0x1A, 0x15, 0x15, 0x11, 0x11}},
+    {'n', {0, 0, 0x16, 0x19, 0x11, 0x11, 0x11}},       {'o', {0, 0, 0x0E, 0x11, 0x11, 0x11, 0x0E}},
+    {'p', {0, 0, 0x1E, 0x11, 0x1E, 0x10, 0x10}},       {'r', {0, 0, 0x16, 0x19, 0x10, 0x10, 0x10}},
+    {'s', {0, 0, 0x0E, 0x10, 0x0E, 0x01, 0x1E}},       {'t', {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06}},
+    {'u', {0, 0, 0x11, 0x11, 0x11, 0x13, 0x0D}},       {'v', {0, 0, 0x11, 0x11, 0x11, 0x0A, 0x04}},
+    {'w', {0, 0, 0x11, 0x11, 0x15, 0x15, 0x0A}},       {'x', {0, 0, 0x11, 0x0A, 0x04, 0x0A, 0x11}},
+    {'y', {0, 0, 0x11, 0x11, 0x0F, 0x01, 0x0E}},
+};
+
+static void text(canvas *c, int x, int y, const char *s, rgb col, int scale) {
+  for (; *s; s++, x += 6 * scale) {
+    for (size_t k = 0; k < sizeof k_font / sizeof k_font[0]; k++) {
+      if (k_font[k].ch != *s) continue;
+      for (int r = 0; r < 7; r++)
+        for (int b = 0; b < 5; b++)
+          if (k_font[k].rows[r] & (0x10 >> b))
+            for (int dy = 0; dy < scale; dy++)
+              for (int dx = 0; dx < scale; dx++) put(c, x + b * scale + dx, y + r * scale + dy, col);
+      break;
+    }
+  }
+}
+
+typedef struct { double *x, *y; int n, cap; } series;
+
+static int push(series *s, double x, double y) {
+  if (s->n == s->cap) {
+    int nc = s->cap ? 2 * s->cap : 256;
+    double *nx = realloc(s->x, sizeof(double) * (size_t)nc), *ny;
+    if (!nx) return -1;
+    s->x = nx;
+    ny = realloc(s->y, sizeof(double) * (size_t)nc);
+    if (!ny) return -1;
+    s->y = ny;
+    s->cap = nc;
+  }
+  s->x[s->n] = x;
+  s->y[s->n] = y;
+  s->n++;
+  return 0;
+}
+
+static void fmt_tick(char *buf, size_t cap, double v, double span) {
+  if (span >= 100 || fabs(v) >= 1000)
+    snprintf(buf, cap, "%.0f", v);
+  else if (span >= 1)
+    snprintf(buf, cap, "%.1f", v);
+  else
+    snprintf(buf, cap, "%.3f", v);
+}
+
+/* Draws one panel at (px,py) of size (pw,ph) with up to 2 series. */
+static void panel(canvas *c, int px, int py, int pw, int ph, const char *title, series *a, rgb ca,
+                  series *b, rgb cb, int percent) {
+  const rgb axis = {40, 40, 40}, grid = {225, 225, 225};
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  series *ss[2] = {a, b};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; ss[k] && i < ss[k]->n; i++) {
+      if (!isfinite(ss[k]->y[i])) continue;
+      x0 = fmin(x0, ss[k]->x[i]); x1 = fmax(x1, ss[k]->x[i]);
+      y0 = fmin(y0, ss[k]->y[i]); y1 = fmax(y1, ss[k]->y[i]);
+    }
+  text(c, px + pw / 2 - (int)strlen(title) * 6, py - 24, title, axis, 2);
+  if (!(x0 <= x1)) { x0 = 0; x1 = 1; y0 = 0; y1 = 1; }
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) { y1 += 0.5; y0 -= 0.5; }
+  double pad = 0.05 * (y1 - y0);
+  y0 -= pad; y1 += pad;
+  for (int t = 0; t <= 4; t++) {
+    int gy = py + ph - t * ph / 4, gx = px + t * pw / 4;
+    line(c, px, gy, px + pw, gy, grid, 1);
+    line(c, gx, py, gx, py + ph, grid, 1);
+    char lb[32];
+    double v = y0 + (y1 - y0) * t / 4;
+    fmt_tick(lb, sizeof lb, percent ? 100 * v : v, percent ? 100 * (y1 - y0) : y1 - y0);
+    if (percent) strncat(lb, "%", sizeof lb - strlen(lb) - 1);
+    text(c, px - 6 * (int)strlen(lb) - 6, gy - 3, lb, axis, 1);
+    fmt_tick(lb, sizeof lb, x0 + (x1 - x0) * t / 4, 1000);
+    text(c, gx - 3 * (int)strlen(lb), py + ph + 8, lb, axis, 1);
+  }
+  text(c, px + pw / 2 - 12, py + ph + 22, "step", axis, 1);
+  line(c, px, py + ph, px + pw, py + ph, axis, 1);
+  line(c, px, py, px, py + ph, axis, 1);
+  for (int k = 0; k < 2; k++) {
+    if (!ss[k]) continue;
+    rgb col = k ? cb : ca;
+    int lx = 0, ly = 0, have = 0;
+    for (int i = 0; i < ss[k]->n; i++) {
+      if (!isfinite(ss[k]->y[i])) continue;
+      int X = px + (int)lround((ss[k]->x[i] - x0) / (x1 - x0) * pw);
+      int Y = py + ph - (int)lround((ss[k]->y[i] - y0) / (y1 - y0) * ph);
+      if (have) line(c, lx, ly, X, Y, col, 2);
+      if (ss[k]->n < 200) line(c, X - 2, Y, X + 2, Y, col, 3);
+      lx = X; ly = Y; have = 1;
+    }
+  }
+}
+
+static int write_png(const char *path, const canvas *c) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return ts_error_set(TS_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+  png_infop info = png ? png_create_info_struct(png) : NULL;
+  if (!png || !info || setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    fclose(f);
+    unlink(tmp);
+    return ts_error_set(TS_EIO, "%s: PNG encoding failed", path);
+  }
+  png_init_io(png, f);
+  png_set_IHDR(png, info, W, H, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int y = 0; y < H; y++) png_write_row(png, c->px + 3 * (size_t)y * W);
+  png_write_end(png, NULL);
+  png_destroy_write_struct(&png, &info);
+  int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return ts_error_set(TS_EIO, "%s: cannot write: %s", path, strerror(errno));
+  }
+  return TS_OK;
+}
+
+int ts_plot_metrics(const char *metrics_path, const char *png_path) {
+  FILE *f = fopen(metrics_path, "r");
+  if (!f) return ts_error_set(TS_ENOTFOUND, "%s: cannot open: %s", metrics_path, strerror(errno));
+  series tl = {0}, el = {0}, ea = {0};
+  char *buf = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  int lineno = 0, rc = TS_OK;
+  while (rc == TS_OK && (n = getline(&buf, &cap, f)) > 0) {
+    lineno++;
+    if (n <= 1) continue;
+    cJSON *j = cJSON_Parse(buf);
+    if (!j) {
+      rc = ts_error_set(TS_EFORMAT, "%s:%d: not a JSON object", metrics_path, lineno);
+      break;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, "loss");
+    const cJSON *top1 = cJSON_GetObjectItemCaseSensitive(j, "top1");
+    if (cJSON_IsString(type) && cJSON_IsNumber(step)) {
+      int is_eval = !strcmp(type->valuestring, "eval");
+      if (cJSON_IsNumber(loss) && push(is_eval ? &el : &tl, step->valuedouble, loss->valuedouble)) rc = TS_ENOMEM;
+      if (is_eval && cJSON_IsNumber(top1) && push(&ea, step->valuedouble, top1->valuedouble)) rc = TS_ENOMEM;
+    }
+    cJSON_Delete(j);
+  }
+  free(buf);
+  fclose(f);
+  if (rc == TS_OK && tl.n == 0 && el.n == 0)
+    rc = ts_error_set(TS_EFORMAT, "%s: no step or eval records with a loss", metrics_path);
+  if (rc == TS_ENOMEM) ts_error_set(rc, "plot: out of memory");
+  if (rc == TS_OK) {
+    canvas c = {malloc(3 * (size_t)W * H)};
+    if (!c.px) {
+      rc = ts_error_set(TS_ENOMEM, "plot: out of memory");
+    } else {
+      memset(c.px, 255, 3 * (size_t)W * H);
+      const rgb blue = {31, 119, 180}, orange = {255, 127, 14}, green = {44, 160, 44};
+      panel(&c, 80, 50, 380, 300, "loss", &tl, blue, &el, orange, 0);
+      panel(&c, 580, 50, 380, 300, "accuracy (top1)", &ea, green, NULL, green, 1);
+      text(&c, 90, 395, "train", blue, 1);
+      text(&c, 130, 395, "eval", orange, 1);
+      rc = write_png(png_path, &c);
+      free(c.px);
+    }
+  }
+  free(tl.x); free(tl.y); free(el.x); free(el.y); free(ea.x); free(ea.y);
+  return rc;
+}

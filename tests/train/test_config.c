@@ -1,0 +1,672 @@
+/* Configuration: defaults, every key round-tripping through YAML and --set, each class of error
+ * with its message, the hash, conversions, the examples and the docs. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/config.h"
+#include "test_util.h"
+
+#ifndef TS_FIXTURE_DIR
+#define TS_FIXTURE_DIR "tests/fixtures"
+#endif
+#define REPO_DIR TS_FIXTURE_DIR "/../.."
+
+static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+
+/* memcmp equality of two configs ignoring `source`. */
+static int cfg_equal(const ts_config *a, const ts_config *b) {
+  return memcmp(a, b, offsetof(ts_config, source)) == 0;
+}
+
+/* A non-default value for every key. */
+static const struct {
+  const char *key, *value;
+} k_all[] = {
+    {"model.name", "resnet"},
+    {"model.num_classes", "100"},
+    {"model.hidden", "[300, 200, 100]"},
+    {"model.depth", "32"},
+    {"model.cifar_stem", "false"},
+    {"model.zero_init_residual", "true"},
+    {"model.channels", "[16, 48]"},
+    {"model.bn_momentum", "0.01"},
+    {"model.bn_eps", "0.001"},
+    {"model.label_smoothing", "0.1"},
+    {"model.n_layer", "2"},
+    {"model.n_head", "2"},
+    {"model.n_embd", "64"},
+    {"model.block_size", "64"},
+    {"model.vocab_size", "512"},
+    {"model.mlp_ratio", "2"},
+    {"model.bias", "false"},
+    {"model.tie_weights", "true"},
+    {"model.dropout", "0.2"},
+    {"data.name", "cifar100"},
+    {"data.path", "/data/cifar 100 \"quoted\""},
+    {"data.train_split", "train"},
+    {"data.test_split", "test"},
+    {"data.train_limit", "1000"},
+    {"data.test_limit", "500"},
+    {"data.val_fraction", "0.25"},
+    {"data.seq_len", "64"},
+    {"data.stride", "32"},
+    {"data.transforms",
+     "[{name: random_crop, size: 32, padding: 4}, {name: hflip}, {name: vflip, p: 0.25}, "
+     "{name: resize, size: [36, 40]}, {name: center_crop, size: 32}, to_float, "
+     "{name: normalize, mean: [0.5, 0.4, 0.3], std: [0.25, 0.2, 0.125]}, hwc_to_chw, "
+     "{name: random_erasing, p: 0.3, scale: [0.05, 0.2], ratio: [0.5, 2]}, "
+     "{name: cast, dtype: bf16}]"},
+    {"data.test_transforms", "[{name: to_float, scale: 0.5, shift: -1}, {name: hwc_to_chw}]"},
+    {"data.num_workers", "4"},
+    {"data.shuffle", "false"},
+    {"data.shuffle_buffer", "1024"},
+    {"data.prefetch", "3"},
+    {"data.drop_last", "false"},
+    {"train.epochs", "15"},
+    {"train.steps", "1000"},
+    {"train.batch_size", "256"},
+    {"train.micro_batch_size", "64"},
+    {"train.eval_batch_size", "1000"},
+    {"train.seed", "18446744073709551615"},
+    {"train.eval_every", "200"},
+    {"train.log_every", "10"},
+    {"train.threads", "2"},
+    {"optimizer.name", "adamw"},
+    {"optimizer.lr", "0.003"},
+    {"optimizer.momentum", "0.8"},
+    {"optimizer.dampening", "0.1"},
+    {"optimizer.nesterov", "false"}, /* the default; set to true separately below */
+    {"optimizer.weight_decay", "0.05"},
+    {"optimizer.betas", "[0.9, 0.95]"},
+    {"optimizer.eps", "1e-6"},
+    {"optimizer.exclude_bias_and_norm", "false"},
+    {"optimizer.lamb_always_adapt", "true"},
+    {"optimizer.clip_grad_norm", "1.5"},
+    {"optimizer.schedule.name", "multistep"},
+    {"optimizer.schedule.warmup_steps", "0"}, /* default; warmup_epochs is set instead */
+    {"optimizer.schedule.warmup_epochs", "0.5"},
+    {"optimizer.schedule.unit", "epochs"},
+    {"optimizer.schedule.step_size", "7"},
+    {"optimizer.schedule.gamma", "0.2"},
+    {"optimizer.schedule.milestones", "[10, 20]"},
+    {"optimizer.schedule.min_lr", "0.0001"},
+    {"parallel.mode", "semi_auto_parallel"},
+    {"checkpoint.dir", "runs/x"},
+    {"checkpoint.prefix", "resnet"},
+    {"checkpoint.save_steps", "500"},
+    {"checkpoint.save_epochs", "2"},
+    {"checkpoint.save_last", "false"},
+    {"checkpoint.keep_max", "3"},
+    {"checkpoint.resume", "auto"},
+    {"checkpoint.strict", "false"},
+    {"log.metrics", "runs/x/metrics.jsonl"},
+    {"log.progress", "lines"},
+    {"log.plot", "runs/x/curves.png"},
+    {"log.level", "debug"},
+};
+#define NALL ((int)(sizeof k_all / sizeof k_all[0]))
+
+static void test_defaults(void) {
+  ts_config c;
+  CHECK_OK(ts_config_load(NULL, NULL, 0, &c));
+  CHECK(c.model.name == TS_MODEL_MLP);
+  CHECK(c.model.num_classes == 10); /* resolved from fashion_mnist */
+  CHECK(c.model.hidden.n == 2 && c.model.hidden.v[0] == 512 && c.model.hidden.v[1] == 256);
+  CHECK(c.data.name == TS_DATA_FASHION_MNIST);
+  CHECK(!strcmp(c.data.path, TS_FASHION_MNIST_DIR));
+  CHECK(c.data.transforms.n == 2 && c.data.transforms.v[0].kind == TS_TF_TO_FLOAT &&
+        c.data.transforms.v[0].scale == 1.0f / 255.0f &&
+        c.data.transforms.v[1].kind == TS_TF_HWC_TO_CHW);
+  CHECK(c.data.test_transforms.n == -1);
+  CHECK(c.train.epochs == 5 && c.train.steps == 0 && c.train.batch_size == 128);
+  CHECK(c.train.micro_batch_size == 128 && c.train.eval_batch_size == 128);
+  CHECK(c.train.seed == 1);
+  CHECK(c.optimizer.name == TS_OPTIM_MOMENTUM && c.optimizer.lr == 0.05);
+  CHECK(c.optimizer.betas.n == 2 && c.optimizer.betas.v[1] == 0.999);
+  CHECK(c.optimizer.schedule.name == TS_LR_CONSTANT);
+  CHECK(c.parallel.mode == TS_PARALLEL_STAND_ALONE);
+  CHECK(!strcmp(c.checkpoint.prefix, "ckpt") && c.checkpoint.keep_max == 5);
+  CHECK(c.log.progress == TS_PROGRESS_AUTO && c.log.level == TS_LOG_INFO);
+  /* every default parses on its own through the --set path */
+  for (int i = 0; i < ts_config_key_count(); i++) {
+    ts_config_key k;
+    CHECK_OK(ts_config_key_info(i, &k));
+    CHECK_MSG(ts_config_set(&c, k.path, k.def) == TS_OK, "%s: %s", k.path, ts_last_error());
+    CHECK_MSG(k.doc && *k.doc, "%s has no doc", k.path);
+  }
+  CHECK(ts_config_key_info(-1, &(ts_config_key){0}) == TS_ERANGE);
+  /* enum names agree with optim.h's */
+  for (int k = 0; k < TS_OPTIM_COUNT; k++) {
+    char v[64];
+    c.optimizer.name = (ts_optim_kind)k;
+    CHECK_OK(ts_config_get(&c, "optimizer.name", v, sizeof v));
+    CHECK(!strcmp(v, ts_optim_kind_name((ts_optim_kind)k)));
+  }
+  for (int k = 0; k < TS_LR_COUNT; k++) {
+    char v[64];
+    c.optimizer.schedule.name = (ts_lr_kind)k;
+    CHECK_OK(ts_config_get(&c, "optimizer.schedule.name", v, sizeof v));
+    CHECK(!strcmp(v, ts_lr_kind_name((ts_lr_kind)k)));
+  }
+  CHECK(!strcmp(ts_model_kind_name(TS_MODEL_GPT), "gpt"));
+  CHECK(!strcmp(ts_data_kind_name(TS_DATA_IMAGE_FOLDER), "image_folder"));
+  CHECK(!strcmp(ts_parallel_mode_name(TS_PARALLEL_HYBRID), "hybrid_parallel"));
+  CHECK(!strcmp(ts_progress_mode_name(TS_PROGRESS_OFF), "off"));
+  CHECK(!strcmp(ts_sched_unit_name(TS_SCHED_UNIT_EPOCHS), "epochs"));
+  CHECK(!strcmp(ts_model_kind_name((ts_model_kind)99), "?"));
+}
+
+/* Applies k_all (without validation: model resnet + data cifar100 + ... are consistent). */
+static void set_all(ts_config *c) {
+  ts_config_defaults(c);
+  for (int i = 0; i < NALL; i++)
+    CHECK_MSG(ts_config_set(c, k_all[i].key, k_all[i].value) == TS_OK, "%s=%s: %s", k_all[i].key,
+              k_all[i].value, ts_last_error());
+  CHECK_OK(ts_config_set(c, "optimizer.name", "momentum"));
+  CHECK_OK(ts_config_set(c, "optimizer.dampening", "0"));
+  CHECK_OK(ts_config_set(c, "optimizer.nesterov", "yes"));
+}
+
+static void test_every_key_round_trips(void) {
+  /* the table covers every key, and every value differs from the default */
+  ts_config def, c;
+  ts_config_defaults(&def);
+  for (int i = 0; i < ts_config_key_count(); i++) {
+    ts_config_key k;
+    ts_config_key_info(i, &k);
+    int found = 0;
+    for (int j = 0; j < NALL; j++) found |= !strcmp(k_all[j].key, k.path);
+    CHECK_MSG(found, "key %s is not covered by the round-trip test", k.path);
+  }
+  set_all(&c);
+  CHECK(c.optimizer.nesterov == 1);
+  for (int i = 0; i < ts_config_key_count(); i++) {
+    ts_config_key k;
+    ts_config_key_info(i, &k);
+    char a[2048], b[2048];
+    CHECK_OK(ts_config_get(&c, k.path, a, sizeof a));
+    CHECK_OK(ts_config_get(&def, k.path, b, sizeof b));
+    /* exclusive with warmup_epochs; nesterov needs momentum without dampening */
+    if (!strcmp(k.path, "optimizer.schedule.warmup_steps") || !strcmp(k.path, "optimizer.name") ||
+        !strcmp(k.path, "optimizer.dampening"))
+      continue;
+    CHECK_MSG(strcmp(a, b) != 0, "%s stays at its default %s", k.path, b);
+  }
+  CHECK(!strcmp(c.data.path, "/data/cifar 100 \"quoted\""));
+  CHECK(c.data.transforms.n == 10);
+  CHECK(c.data.transforms.v[0].kind == TS_TF_RANDOM_CROP && c.data.transforms.v[0].h == 32 &&
+        c.data.transforms.v[0].pad == 4);
+  CHECK(c.data.transforms.v[1].kind == TS_TF_HFLIP && c.data.transforms.v[1].p == 0.5f);
+  CHECK(c.data.transforms.v[3].h == 36 && c.data.transforms.v[3].w == 40);
+  CHECK(c.data.transforms.v[5].kind == TS_TF_TO_FLOAT);
+  CHECK(c.data.transforms.v[6].nch == 3 && c.data.transforms.v[6].chw == 0 &&
+        c.data.transforms.v[6].std[2] == 0.125f);
+  CHECK(c.data.transforms.v[8].erase_scale[1] == 0.2f && c.data.transforms.v[8].erase_ratio[0] == 0.5f);
+  CHECK(c.data.transforms.v[9].dtype == TS_BF16);
+  CHECK(c.train.seed == UINT64_MAX);
+
+  /* YAML: dump -> load gives the same struct */
+  char *y;
+  CHECK_OK(ts_config_dump_string(&c, &y));
+  ts_config r;
+  int rc = ts_config_load_string(y, "dump.yaml", NULL, 0, &r);
+  CHECK_MSG(rc == TS_OK, "%s\n%s", ts_last_error(), y);
+  CHECK_MSG(cfg_equal(&c, &r), "YAML round trip differs:\n%s", y);
+  CHECK(!strcmp(r.source, "dump.yaml"));
+  char *y2;
+  CHECK_OK(ts_config_dump_string(&r, &y2));
+  CHECK(!strcmp(y, y2));
+  free(y2);
+  /* ...and through a file and ts_config_dump_yaml */
+  char path[] = "/tmp/ts_cfg_XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fdopen(fd, "w");
+  CHECK_OK(ts_config_dump_yaml(&c, f));
+  fclose(f);
+  CHECK_OK(ts_config_load(path, NULL, 0, &r));
+  CHECK(cfg_equal(&c, &r));
+  unlink(path);
+  free(y);
+
+  /* --set: get(key) from c, set on a default config, key by key */
+  ts_config s;
+  ts_config_defaults(&s);
+  for (int i = 0; i < ts_config_key_count(); i++) {
+    ts_config_key k;
+    ts_config_key_info(i, &k);
+    char v[2048], a[2100];
+    CHECK_OK(ts_config_get(&c, k.path, v, sizeof v));
+    snprintf(a, sizeof a, "%s=%s", k.path, v);
+    CHECK_MSG(ts_config_override(&s, a) == TS_OK, "%s: %s", a, ts_last_error());
+  }
+  CHECK(cfg_equal(&c, &s));
+  /* and the overrides through ts_config_load */
+  const char *ov[NALL + 3];
+  char buf[NALL][2100];
+  for (int i = 0; i < NALL; i++) {
+    snprintf(buf[i], sizeof buf[i], "%s=%s", k_all[i].key, k_all[i].value);
+    ov[i] = buf[i];
+  }
+  ov[NALL] = "optimizer.name=momentum";
+  ov[NALL + 1] = "optimizer.dampening=0";
+  ov[NALL + 2] = "optimizer.nesterov=true";
+  CHECK_OK(ts_config_load(NULL, ov, NALL + 3, &s));
+  CHECK(cfg_equal(&c, &s));
+
+  /* the default config round-trips too */
+  ts_config d2;
+  CHECK_OK(ts_config_load(NULL, NULL, 0, &def));
+  CHECK_OK(ts_config_dump_string(&def, &y));
+  CHECK_OK(ts_config_load_string(y, "d", NULL, 0, &d2));
+  CHECK(cfg_equal(&def, &d2));
+  CHECK(has(y, "model:\n  name: mlp\n"));
+  CHECK(has(y, "optimizer:\n  name: momentum\n"));
+  CHECK(has(y, "  schedule:\n    name: constant\n"));
+  CHECK(has(y, "test_transforms: auto\n"));
+  CHECK(has(y, "    - {name: to_float, scale: 0.003921569, shift: 0}\n"));
+  CHECK(has(y, "  bn_eps: 1.0e-05\n"));
+  free(y);
+}
+
+static void test_yaml_features(void) {
+  ts_config c;
+  /* sections, a dotted key, a block list, a flow section via --set, a whole-section override */
+  const char *y =
+      "# comment\n"
+      "model:\n"
+      "  name: convnet\n"
+      "  channels:\n"
+      "    - 8\n"
+      "    - 16\n"
+      "optimizer.lr: 0.5\n"
+      "train: {epochs: 2, batch_size: 64}\n"
+      "data:\n"
+      "  transforms:\n"
+      "    - to_float\n"
+      "    - {name: normalize, mean: [0.2860], std: [0.3530]}\n"
+      "    - hwc_to_chw\n"
+      "    - {name: random_erasing, p: 0.25}\n"
+      "checkpoint:\n"
+      "  resume:\n";
+  const char *ov[] = {"optimizer.schedule={name: cosine, warmup_steps: 10}", "model.hidden=64",
+                      "data.path=/tmp/x y"};
+  CHECK_OK(ts_config_load_string(y, "f.yaml", ov, 3, &c));
+  CHECK(c.model.name == TS_MODEL_CONVNET && c.model.channels.v[1] == 16);
+  CHECK(c.optimizer.lr == 0.5 && c.train.epochs == 2 && c.train.batch_size == 64);
+  CHECK(c.optimizer.schedule.name == TS_LR_COSINE && c.optimizer.schedule.warmup_steps == 10);
+  CHECK(c.model.hidden.n == 1 && c.model.hidden.v[0] == 64);
+  CHECK(!strcmp(c.data.path, "/tmp/x y"));
+  CHECK(c.data.transforms.n == 4 && c.data.transforms.v[1].chw == 0);
+  CHECK(c.checkpoint.resume[0] == 0);
+  /* empty file / empty document = defaults */
+  ts_config d;
+  CHECK_OK(ts_config_load_string("", "empty.yaml", NULL, 0, &c));
+  CHECK_OK(ts_config_load(NULL, NULL, 0, &d));
+  CHECK(cfg_equal(&c, &d));
+  CHECK_OK(ts_config_load_string("---\n# nothing\n", "e2.yaml", NULL, 0, &c));
+  /* normalize after hwc_to_chw is marked CHW */
+  CHECK_OK(ts_config_load_string("data: {transforms: [to_float, hwc_to_chw, {name: normalize, "
+                                 "mean: [0.5], std: [0.5]}]}", "n.yaml", NULL, 0, &c));
+  CHECK(c.data.transforms.v[2].chw == 1);
+  /* every transform after hwc_to_chw works on CHW, before it on HWC */
+  CHECK_OK(ts_config_load_string("data: {transforms: [random_erasing, hflip, hwc_to_chw, "
+                                 "{name: random_crop, size: 28}, random_erasing, to_float]}",
+                                 "n.yaml", NULL, 0, &c));
+  CHECK(c.data.transforms.v[0].chw == 0 && c.data.transforms.v[1].chw == 0 &&
+        c.data.transforms.v[3].chw == 1 && c.data.transforms.v[4].chw == 1);
+  /* transforms are what the data.h constructors make */
+  {
+    ts_transform a = ts_tf_random_erasing(0.5f), h = ts_tf_hflip(0.5f);
+    a.chw = 0;
+    CHECK(!memcmp(&c.data.transforms.v[0], &a, sizeof a));
+    CHECK(!memcmp(&c.data.transforms.v[1], &h, sizeof h));
+    ts_transform r = ts_tf_random_crop(28, 28, 0);
+    r.chw = 1;
+    CHECK(!memcmp(&c.data.transforms.v[3], &r, sizeof r));
+    ts_transform f = ts_tf_to_float(1.0f / 255.0f);
+    f.chw = 1;
+    CHECK(!memcmp(&c.data.transforms.v[5], &f, sizeof f));
+  }
+  /* quoted strings, yes/no booleans, anchors */
+  CHECK_OK(ts_config_load_string("log: {metrics: 'm.jsonl', plot: \"a\\tb.png\"}\n"
+                                 "data: {shuffle: no, drop_last: Off}\n"
+                                 "model: {hidden: &h [32, 32]}\n",
+                                 "q.yaml", NULL, 0, &c));
+  CHECK(!strcmp(c.log.metrics, "m.jsonl") && !strcmp(c.log.plot, "a\tb.png"));
+  CHECK(c.data.shuffle == 0 && c.data.drop_last == 0 && c.model.hidden.n == 2);
+  /* ts_config_set with a quoted string is unquoted; empty value clears */
+  CHECK_OK(ts_config_set(&c, "log.metrics", "\"x y.jsonl\""));
+  CHECK(!strcmp(c.log.metrics, "x y.jsonl"));
+  CHECK_OK(ts_config_set(&c, "log.metrics", ""));
+  CHECK(c.log.metrics[0] == 0);
+  CHECK_OK(ts_config_set(&c, "model.hidden", "[]"));
+  CHECK(c.model.hidden.n == 0);
+  CHECK_OK(ts_config_set(&c, "data.test_transforms", "auto"));
+  CHECK(c.data.test_transforms.n == -1);
+  /* enum values are case-insensitive */
+  CHECK_OK(ts_config_set(&c, "optimizer.name", "AdamW"));
+  CHECK(c.optimizer.name == TS_OPTIM_ADAMW);
+}
+
+/* Loads yaml expecting TS_ECONFIG with every needle in the message. */
+static void expect_err(const char *yaml, const char *const *ov, int n, const char *n1,
+                       const char *n2, const char *n3) {
+  ts_config c;
+  int rc = ts_config_load_string(yaml, "bad.yaml", ov, n, &c);
+  const char *m = ts_last_error();
+  CHECK_MSG(rc == TS_ECONFIG, "expected TS_ECONFIG for <<%s>>, got %d (%s)", yaml, rc, m);
+  CHECK_MSG(!n1 || has(m, n1), "message '%s' lacks '%s'", m, n1);
+  CHECK_MSG(!n2 || has(m, n2), "message '%s' lacks '%s'", m, n2);
+  CHECK_MSG(!n3 || has(m, n3), "message '%s' lacks '%s'", m, n3);
+  CHECK_MSG(!strchr(m, '\n'), "message '%s' is not one line", m);
+}
+
+static void test_errors(void) {
+  /* unknown keys, with the closest valid name */
+  expect_err("optimizer:\n  lrr: 0.1\n", NULL, 0, "bad.yaml:2:3:",
+             "unknown key 'optimizer.lrr'", "(did you mean 'optimizer.lr'?)");
+  expect_err("optimiser:\n  lr: 0.1\n", NULL, 0, "bad.yaml:1:1:", "unknown key 'optimiser'",
+             "did you mean 'optimizer'?");
+  expect_err("train:\n  lr: 0.1\n", NULL, 0, "unknown key 'train.lr'", "did you mean 'optimizer.lr'?",
+             NULL);
+  expect_err("optimizer:\n  schedule:\n    warmup: 5\n", NULL, 0, "bad.yaml:3:5:",
+             "did you mean 'optimizer.schedule.warmup_steps'?", NULL);
+  expect_err("model:\n  zzzz: 1\n", NULL, 0, "unknown key 'model.zzzz'",
+             "valid keys in 'model': name, num_classes", NULL);
+  expect_err("train:\n  epochs: 3\n  epochs: 4\n", NULL, 0, "bad.yaml:3:3:",
+             "duplicate key 'train.epochs' (first at line 2)", NULL);
+  /* wrong types */
+  expect_err("train:\n  epochs: ten\n", NULL, 0, "bad.yaml:2:11:",
+             "train.epochs: expected an integer, got 'ten'", NULL);
+  expect_err("train:\n  epochs: 1.5\n", NULL, 0, "train.epochs: expected an integer, got '1.5'",
+             NULL, NULL);
+  expect_err("optimizer:\n  lr: fast\n", NULL, 0, "optimizer.lr: expected a number, got 'fast'",
+             NULL, NULL);
+  expect_err("optimizer:\n  lr: '0.1'\n", NULL, 0, "optimizer.lr: expected a number, got '0.1'",
+             NULL, NULL);
+  expect_err("data:\n  shuffle: maybe\n", NULL, 0, "data.shuffle: expected true or false", NULL,
+             NULL);
+  expect_err("train: 5\n", NULL, 0, "train: expected a mapping of keys (a section), got '5'",
+             NULL, NULL);
+  expect_err("model:\n  hidden: {a: 1}\n", NULL, 0, "model.hidden: expected a list of integers",
+             NULL, NULL);
+  expect_err("model:\n  hidden: [512, x]\n", NULL, 0, "model.hidden[1]: expected an integer, got 'x'",
+             NULL, NULL);
+  expect_err("data:\n  path: [a]\n", NULL, 0, "data.path: expected a string, got a list", NULL,
+             NULL);
+  expect_err("train:\n  seed: -1\n", NULL, 0, "train.seed: expected a non-negative integer", NULL,
+             NULL);
+  expect_err("[1, 2]\n", NULL, 0, "expected a mapping of sections", NULL, NULL);
+  /* out of range */
+  expect_err("train:\n  batch_size: 0\n", NULL, 0, "train.batch_size: 0 is out of range", NULL,
+             NULL);
+  expect_err("optimizer:\n  momentum: 1.0\n", NULL, 0, "optimizer.momentum: 1 is out of range",
+             "0 <= value < 1", NULL);
+  expect_err("optimizer:\n  betas: [0.9]\n", NULL, 0, "optimizer.betas: expected 2 values, got 1",
+             NULL, NULL);
+  expect_err("model:\n  channels: [1, 2, 3]\n", NULL, 0, "model.channels: expected 2 values",
+             NULL, NULL);
+  /* bad enum values, listing the valid ones */
+  expect_err("model:\n  name: resnt\n", NULL, 0, "bad.yaml:2:9: model.name: unknown value 'resnt'",
+             "did you mean 'resnet'?", "expected one of: mlp, lenet5, convnet, resnet, gpt");
+  expect_err("parallel:\n  mode: pipeline\n", NULL, 0, "parallel.mode: unknown value 'pipeline'",
+             "stand_alone, data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel",
+             NULL);
+  expect_err("optimizer:\n  name: rmsprop\n", NULL, 0, "sgd, momentum, adam, adamw, lamb", NULL,
+             NULL);
+  /* malformed YAML, with line and column and the parser's problem */
+  expect_err("model:\n  name: mlp\n  hidden: [1, 2\ntrain:\n", NULL, 0, "bad.yaml:4:",
+             "malformed YAML", NULL);
+  expect_err("model:\n\tname: mlp\n", NULL, 0, "bad.yaml:2:", "malformed YAML",
+             "found character that cannot start any token");
+  expect_err("model:\n  name: mlp\n---\ntrain: {}\n", NULL, 0, "bad.yaml:4:",
+             "a second YAML document", NULL);
+  /* transforms */
+  expect_err("data:\n  transforms: [{name: rotate}]\n", NULL, 0,
+             "data.transforms[0].name: unknown value 'rotate'", "random_crop, center_crop", NULL);
+  expect_err("data:\n  transforms: [{name: random_crop, size: 28, paddin: 2}]\n", NULL, 0,
+             "data.transforms[0] (random_crop): unknown parameter 'paddin'",
+             "did you mean 'padding'?", NULL);
+  expect_err("data:\n  transforms: [{name: hwc_to_chw, p: 1}]\n", NULL, 0,
+             "(hwc_to_chw takes none)", NULL, NULL);
+  expect_err("data:\n  transforms: [{name: center_crop}]\n", NULL, 0,
+             "data.transforms[0] (center_crop): missing parameter 'size'", NULL, NULL);
+  expect_err("data:\n  transforms: [{size: 3}]\n", NULL, 0, "data.transforms[0]: missing 'name'",
+             NULL, NULL);
+  expect_err("data:\n  transforms: [to_float, {name: normalize, mean: [0.5, 0.5], std: [1]}]\n",
+             NULL, 0, "mean has 2 values but std has 1", NULL, NULL);
+  expect_err("data:\n  transforms: [{name: normalize, mean: [0.5], std: [0.5]}]\n", NULL, 0,
+             "bad.yaml: data.transforms[0] (normalize): needs float samples", NULL, NULL);
+  expect_err("data:\n  transforms: [to_float, {name: normalize, mean: [0.5, 0.5, 0.5], std: [1, "
+             "1, 1]}]\n",
+             NULL, 0, "data.name 'fashion_mnist' has 1 channel", NULL, NULL);
+  expect_err("data:\n  transforms: [{name: hflip, p: 2}]\n", NULL, 0,
+             "data.transforms[0].p: 2 is out of range", NULL, NULL);
+  expect_err("data:\n  transforms: auto\n", NULL, 0,
+             "data.transforms: expected a list of transforms, got 'auto'", NULL, NULL);
+  expect_err("data:\n  transforms: [{name: cast, dtype: f8}]\n", NULL, 0, "unknown dtype 'f8'",
+             NULL, NULL);
+  /* cross-key checks */
+  expect_err("train:\n  batch_size: 100\n  micro_batch_size: 32\n", NULL, 0,
+             "bad.yaml: train.batch_size (100) must be divisible by train.micro_batch_size (32)",
+             NULL, NULL);
+  expect_err("train: {batch_size: 16, micro_batch_size: 32}\n", NULL, 0,
+             "train.micro_batch_size (32) is larger than train.batch_size (16)", NULL, NULL);
+  expect_err("train: {epochs: 0}\n", NULL, 0, "train.epochs and train.steps are both 0", NULL,
+             NULL);
+  expect_err("optimizer: {name: adam, nesterov: true}\n", NULL, 0,
+             "optimizer.nesterov: only for optimizer.name 'momentum'", NULL, NULL);
+  expect_err("optimizer: {schedule: {name: step}}\n", NULL, 0,
+             "optimizer.schedule.step_size: must be > 0", NULL, NULL);
+  expect_err("optimizer: {schedule: {name: multistep, milestones: [20, 10]}}\n", NULL, 0,
+             "milestones: must increase", NULL, NULL);
+  expect_err("optimizer: {schedule: {warmup_steps: 5, warmup_epochs: 1}}\n", NULL, 0,
+             "set warmup_steps or warmup_epochs, not both", NULL, NULL);
+  expect_err("optimizer: {lr: 0.1, schedule: {min_lr: 0.2}}\n", NULL, 0,
+             "min_lr (0.2) is larger than optimizer.lr (0.1)", NULL, NULL);
+  expect_err("model: {name: gpt}\n", NULL, 0, "model.name 'gpt' needs data.name 'text'", NULL,
+             NULL);
+  expect_err("data: {name: text, path: t.txt}\n", NULL, 0, "data.name 'text' needs model.name 'gpt'",
+             NULL, NULL);
+  expect_err("model: {name: gpt, n_embd: 100, n_head: 3}\ndata: {name: text, path: t.txt}\n",
+             NULL, 0, "model.n_embd (100) must be divisible by model.n_head (3)", NULL, NULL);
+  expect_err("model: {name: gpt, block_size: 64}\ndata: {name: text, path: t, seq_len: 128}\n",
+             NULL, 0, "model.block_size (64) is smaller than data.seq_len (128)", NULL, NULL);
+  expect_err("model: {name: resnet, depth: 21}\n", NULL, 0, "model.depth: 21 is not a ResNet depth",
+             NULL, NULL);
+  expect_err("model: {num_classes: 100}\n", NULL, 0,
+             "model.num_classes (100) does not match data.name 'fashion_mnist' (10 classes)", NULL,
+             NULL);
+  expect_err("data: {name: cifar10}\n", NULL, 0, "data.path: required for data.name 'cifar10'",
+             NULL, NULL);
+  expect_err("checkpoint: {resume: auto}\n", NULL, 0, "checkpoint.resume: 'auto' needs checkpoint.dir",
+             NULL, NULL);
+  expect_err("checkpoint: {prefix: a/b}\n", NULL, 0, "checkpoint.prefix", NULL, NULL);
+  /* --set errors name the override */
+  const char *o1[] = {"train.epochs=ten"};
+  expect_err("", o1, 1, "--set train.epochs=ten: train.epochs: expected an integer, got 'ten'",
+             NULL, NULL);
+  const char *o2[] = {"optimizer.lrr=0.1"};
+  expect_err("", o2, 1, "--set optimizer.lrr=0.1: unknown key 'optimizer.lrr'",
+             "did you mean 'optimizer.lr'?", NULL);
+  const char *o3[] = {"optimizer.lr"};
+  expect_err("", o3, 1, "--set optimizer.lr: expected key.path=value", NULL, NULL);
+  const char *o4[] = {"optimizer.betas=[0.9"};
+  expect_err("", o4, 1, "--set optimizer.betas=[0.9: malformed value", NULL, NULL);
+  const char *o5[] = {"model.name=vit"};
+  expect_err("", o5, 1, "model.name: unknown value 'vit'", "expected one of:", NULL);
+  const char *o6[] = {"model={name: mlp, hiden: [3]}"};
+  expect_err("", o6, 1, "unknown key 'model.hiden'", "did you mean 'model.hidden'?", NULL);
+  /* missing file */
+  ts_config c;
+  CHECK(ts_config_load("/nonexistent/x.yaml", NULL, 0, &c) == TS_ECONFIG);
+  CHECK(has(ts_last_error(), "/nonexistent/x.yaml: cannot read the config"));
+  /* ts_config_get errors */
+  char buf[8];
+  CHECK(ts_config_get(&c, "optimizer.lrr", buf, sizeof buf) == TS_ECONFIG);
+  CHECK(has(ts_last_error(), "did you mean 'optimizer.lr'?"));
+  CHECK(ts_config_get(&c, "data.transforms", buf, sizeof buf) == TS_ERANGE);
+  /* too-long string */
+  char longv[2000];
+  memset(longv, 'a', sizeof longv - 1);
+  longv[sizeof longv - 1] = 0;
+  CHECK(ts_config_set(&c, "data.path", longv) == TS_ECONFIG);
+  CHECK(has(ts_last_error(), "data.path: too long"));
+}
+
+static void test_hash(void) {
+  ts_config a, b;
+  CHECK_OK(ts_config_load(NULL, NULL, 0, &a));
+  uint64_t h0 = ts_config_hash(&a);
+  CHECK(h0 == ts_config_hash(&a));
+  /* a file spelling out the defaults hashes the same as no file */
+  char *y;
+  CHECK_OK(ts_config_dump_string(&a, &y));
+  CHECK_OK(ts_config_load_string(y, "x.yaml", NULL, 0, &b));
+  CHECK(ts_config_hash(&b) == h0);
+  free(y);
+  /* not training-relevant: unchanged */
+  const char *same[] = {"log.metrics=m.jsonl", "data.num_workers=7", "checkpoint.dir=ck",
+                        "train.micro_batch_size=32", "parallel.mode=data_parallel",
+                        "train.eval_every=100", "data.path=/elsewhere", "log.progress=off",
+                        "train.threads=1", "checkpoint.keep_max=1"};
+  for (int i = 0; i < (int)(sizeof same / sizeof same[0]); i++) {
+    CHECK_OK(ts_config_load(NULL, &same[i], 1, &b));
+    CHECK_MSG(ts_config_hash(&b) == h0, "%s changed the hash", same[i]);
+  }
+  /* training-relevant: changed, and each differently */
+  const char *diff[] = {"optimizer.lr=0.1", "model.hidden=[512, 128]", "train.seed=2",
+                        "train.batch_size=64", "train.epochs=6", "optimizer.name=adamw",
+                        "data.transforms=[to_float]", "optimizer.schedule.name=cosine",
+                        "model.name=lenet5", "data.shuffle=false"};
+  uint64_t hs[16];
+  int nd = (int)(sizeof diff / sizeof diff[0]);
+  for (int i = 0; i < nd; i++) {
+    CHECK_OK(ts_config_load(NULL, &diff[i], 1, &b));
+    hs[i] = ts_config_hash(&b);
+    CHECK_MSG(hs[i] != h0, "%s did not change the hash", diff[i]);
+    for (int j = 0; j < i; j++) CHECK(hs[i] != hs[j]);
+  }
+  /* stable across runs and builds: a fixed value for a fixed config */
+  const char *pin[] = {"optimizer.lr=0.1"};
+  CHECK_OK(ts_config_load(NULL, pin, 1, &b));
+  uint64_t expect = 1469598103934665603ULL;
+  const char *txt = "tessera-config-hash-v1\noptimizer.lr=0.1\n";
+  for (const char *s = txt; *s; s++) expect = (expect ^ (unsigned char)*s) * 1099511628211ULL;
+  CHECK(ts_config_hash(&b) == expect);
+}
+
+static void test_conversions(void) {
+  ts_config c;
+  const char *ov[] = {"optimizer.name=adamw", "optimizer.weight_decay=0.05",
+                      "optimizer.betas=[0.8, 0.95]", "optimizer.eps=1e-7",
+                      "optimizer.schedule={name: multistep, unit: epochs, milestones: [2, 4], "
+                      "gamma: 0.5, warmup_epochs: 0.5}",
+                      "train.epochs=6"};
+  CHECK_OK(ts_config_load(NULL, ov, 6, &c));
+  ts_optim_config oc;
+  CHECK_OK(ts_config_optim(&c, &oc));
+  CHECK(oc.kind == TS_OPTIM_ADAMW && oc.weight_decay == 0.05 && oc.beta1 == 0.8 &&
+        oc.beta2 == 0.95 && oc.eps == 1e-7);
+  ts_lr_schedule s;
+  CHECK_OK(ts_config_lr_schedule(&c, 100, &s));
+  CHECK(s.kind == TS_LR_MULTISTEP && s.nmilestones == 2 && s.milestones[0] == 200 &&
+        s.milestones[1] == 400 && s.warmup_steps == 50 && s.total_steps == 600 && s.gamma == 0.5);
+  CHECK(ts_lr_at(&s, 25) == 0.5f * 0.05f);
+  CHECK(ts_lr_at(&s, 300) == (float)(0.05 * 0.5));
+  CHECK(ts_config_total_steps(&c, 100) == 600);
+  CHECK_OK(ts_config_set(&c, "train.steps", "77"));
+  CHECK(ts_config_total_steps(&c, 100) == 77);
+  CHECK(ts_config_lr_schedule(&c, 0, &s) == TS_ECONFIG);
+  /* cosine with warmup larger than the run is caught by ts_lr_check */
+  const char *ov2[] = {"optimizer.schedule={name: cosine, warmup_steps: 1000}", "train.epochs=1"};
+  CHECK_OK(ts_config_load(NULL, ov2, 2, &c));
+  CHECK(ts_config_lr_schedule(&c, 10, &s) == TS_ECONFIG);
+  CHECK(has(ts_last_error(), "optimizer.schedule: lr schedule (cosine)"));
+
+  /* transforms: training list as given, evaluation list "auto" without the random ones */
+  const char *ov3[] = {"data.transforms=[{name: random_crop, size: 28, padding: 2}, hflip, "
+                       "to_float, {name: normalize, mean: [0.5], std: [0.5]}, hwc_to_chw, "
+                       "random_erasing]"};
+  CHECK_OK(ts_config_load(NULL, ov3, 1, &c));
+  ts_transform t[16];
+  CHECK(ts_config_transforms(&c, 1, t, 16) == 6);
+  int n = ts_config_transforms(&c, 0, t, 16);
+  CHECK(n == 3 && t[0].kind == TS_TF_TO_FLOAT && t[1].kind == TS_TF_NORMALIZE &&
+        t[2].kind == TS_TF_HWC_TO_CHW);
+  CHECK(ts_config_transforms(&c, 1, t, 2) == TS_ERANGE);
+  CHECK_OK(ts_config_set(&c, "data.test_transforms", "[to_float]"));
+  CHECK(ts_config_transforms(&c, 0, t, 16) == 1);
+
+  /* model configs */
+  const char *ov4[] = {"model={name: resnet, depth: 18, cifar_stem: false, zero_init_residual: "
+                       "true}", "data={name: cifar100, path: /d}"};
+  CHECK_OK(ts_config_load(NULL, ov4, 2, &c));
+  ts_resnet_config rc;
+  ts_config_resnet(&c, &rc);
+  CHECK(rc.depth == 18 && rc.num_classes == 100 && rc.cifar == 0 && rc.zero_init_residual == 1 &&
+        rc.bn_momentum == 0.1f && rc.bn_eps == 1e-5f);
+  ts_mlp_config mc;
+  ts_config_mlp(&c, &mc);
+  CHECK(mc.nhidden == 2 && mc.hidden[0] == 512 && mc.num_classes == 100);
+  ts_convnet_config cc;
+  ts_config_convnet(&c, &cc);
+  CHECK(cc.c1 == 32 && cc.c2 == 64);
+  ts_lenet5_config lc;
+  ts_config_lenet5(&c, &lc);
+  CHECK(lc.num_classes == 100);
+  const char *ov5[] = {"model={name: gpt, n_layer: 2, n_head: 2, n_embd: 32, bias: false}",
+                       "data={name: text, path: /t.txt, seq_len: 64}", "train.seed=9"};
+  CHECK_OK(ts_config_load(NULL, ov5, 3, &c));
+  ts_gpt_config gc;
+  ts_config_gpt(&c, &gc);
+  CHECK(gc.n_layer == 2 && gc.n_embd == 32 && gc.block_size == 64 && gc.vocab_size == 256 &&
+        gc.no_bias == 1 && gc.dropout_seed == 9);
+}
+
+/* Every example loads and validates; every key is documented. */
+static void test_examples_and_docs(void) {
+  DIR *d = opendir(REPO_DIR "/examples");
+  CHECK(d != NULL);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    size_t l = strlen(e->d_name);
+    if (l < 6 || strcmp(e->d_name + l - 5, ".yaml")) continue;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/examples/%s", REPO_DIR, e->d_name);
+    ts_config c;
+    CHECK_MSG(ts_config_load(p, NULL, 0, &c) == TS_OK, "%s", ts_last_error());
+    n++;
+  }
+  if (d) closedir(d);
+  CHECK(n >= 6);
+  FILE *f = fopen(REPO_DIR "/docs/config.md", "rb");
+  CHECK(f != NULL);
+  if (!f) return;
+  static char doc[1 << 18];
+  size_t len = fread(doc, 1, sizeof doc - 1, f);
+  doc[len] = 0;
+  fclose(f);
+  for (int i = 0; i < ts_config_key_count(); i++) {
+    ts_config_key k;
+    ts_config_key_info(i, &k);
+    char want[300];
+    snprintf(want, sizeof want, "`%s`", k.path);
+    CHECK_MSG(has(doc, want), "docs/config.md does not document %s", k.path);
+  }
+}
+
+int main(void) {
+  test_defaults();
+  test_every_key_round_trips();
+  test_yaml_features();
+  test_errors();
+  test_hash();
+  test_conversions();
+  test_examples_and_docs();
+  return ts_test_finish("test_config");
+}
