@@ -13,6 +13,7 @@
 
 static char g_dir[128], g_one[160], g_img[160], g_lab[160];
 
+/* Removes the files after every input: libFuzzer may end the process without atexit handlers. */
 static void cleanup(void) {
   unlink(g_one);
   unlink(g_img);
@@ -32,13 +33,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_dir[0]) {
     snprintf(g_dir, sizeof g_dir, "%s/ts_fuzz_idx_%d", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp",
              (int)getpid());
-    mkdir(g_dir, 0700);
     snprintf(g_one, sizeof g_one, "%s/one", g_dir);
     snprintf(g_img, sizeof g_img, "%s/x-images-idx3-ubyte", g_dir);
     snprintf(g_lab, sizeof g_lab, "%s/x-labels-idx1-ubyte", g_dir);
-    atexit(cleanup);
   }
   if (size < 1) return 0;
+  mkdir(g_dir, 0700);
   if (put(g_one, data + 1, size - 1) == 0) {
     ts_tensor t;
     if (ts_idx_load(g_one, &t) == TS_OK) ts_tensor_free(&t);
@@ -57,5 +57,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       ts_source_free(s);
     }
   }
+  cleanup();
   return 0;
 }

@@ -1,0 +1,81 @@
+/* Tessera trainer: turns a ts_config into a training run (data pipeline, model, optimizer,
+ * schedule, gradient accumulation, evaluation, metrics, progress, checkpoints, exact resume).
+ *
+ *   ts_config cfg;  ts_config_load("examples/mlp_fashion.yaml", NULL, 0, &cfg);
+ *   ts_trainer *t;  if (ts_trainer_create(&cfg, &t)) ...ts_last_error()...
+ *   ts_trainer_fit(t);                 // trains; evaluates; writes metrics and checkpoints
+ *   ts_trainer_free(t);
+ *
+ * The trainer holds no assumption about world size: batch sizes in the config are global. */
+#ifndef TESSERA_TRAIN_H
+#define TESSERA_TRAIN_H
+
+#include "tessera/config.h"
+#include "tessera/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_trainer ts_trainer;
+
+typedef struct {
+  int64_t step;  /* optimizer steps done (1 after the first update) */
+  int64_t epoch; /* 0-based epoch of this step */
+  int64_t batch; /* batch index within the epoch */
+  double loss;   /* mean training loss of the step (over its micro-batches) */
+  double lr;
+  double grad_norm;     /* before clipping; 0 when clipping is off */
+  double step_ms;       /* wall time of the step (data wait included) */
+  double samples_per_s; /* global batch / step time */
+} ts_step_info;
+
+typedef struct {
+  int64_t step, epoch;
+  int64_t samples;
+  double loss, top1, top5; /* top-k as fractions in [0,1] */
+  double seconds;
+} ts_eval_info;
+
+/* Callbacks: each hook may be NULL. A non-zero return stops training with that status (the
+ * message should be set with ts_error_set). ts_trainer_request_stop ends training cleanly. */
+typedef struct {
+  const char *name;
+  int (*on_step_end)(ts_trainer *t, const ts_step_info *s, void *user);
+  int (*on_eval_end)(ts_trainer *t, const ts_eval_info *e, void *user);
+  int (*on_epoch_end)(ts_trainer *t, int64_t epoch, void *user);
+  int (*on_train_end)(ts_trainer *t, void *user);
+  void *user;
+} ts_callback;
+
+/* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
+ * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */
+int ts_trainer_create(const ts_config *cfg, ts_trainer **out);
+void ts_trainer_free(ts_trainer *t);
+/* Adds a callback (copied); called in the order added, after the built-in ones. */
+int ts_trainer_add_callback(ts_trainer *t, const ts_callback *cb);
+/* Trains to the configured number of steps/epochs. */
+int ts_trainer_fit(ts_trainer *t);
+/* Evaluates the current parameters on the test split. TS_ENOTFOUND if there is no test data. */
+int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out);
+/* Loads parameters (and, if optim is set, optimizer state and position) from a checkpoint. */
+int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer);
+/* Saves a full checkpoint (parameters, optimizer, position) to path. */
+int ts_trainer_save(ts_trainer *t, const char *path);
+void ts_trainer_request_stop(ts_trainer *t);
+ts_params *ts_trainer_params(ts_trainer *t);
+int64_t ts_trainer_step(const ts_trainer *t);
+int64_t ts_trainer_steps_per_epoch(const ts_trainer *t);
+
+/* Built-in callbacks (the CLI uses them too). */
+/* Stops with TS_EDIVERGED when the loss is not finite. */
+ts_callback ts_callback_loss_monitor(void);
+/* Early stop: stops when eval top-1 has not improved by min_delta for `patience` evaluations.
+ * `state` must outlive the trainer (zero it first). */
+typedef struct { int patience; double min_delta; double best; int bad; } ts_early_stop_state;
+ts_callback ts_callback_early_stop(ts_early_stop_state *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,126 @@
+/* Sources for the trainer: which files a config's data section means. */
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_impl.h"
+
+typedef struct {
+  ts_source *base;
+  int64_t off, n;
+} subset;
+
+static int64_t sub_len(void *s) { return ((subset *)s)->n; }
+static int sub_get(void *s, int64_t i, ts_sample *out) {
+  subset *u = s;
+  return ts_source_get(u->base, u->off + i, out);
+}
+static int64_t sub_label(void *s, int64_t i) {
+  subset *u = s;
+  return ts_source_label(u->base, u->off + i);
+}
+static int sub_classes(void *s) { return ts_source_num_classes(((subset *)s)->base); }
+static void sub_destroy(void *s) {
+  ts_source_free(((subset *)s)->base);
+  free(s);
+}
+
+int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out) {
+  int64_t len = ts_source_len(base);
+  if (off < 0 || n < 0 || off + n > len)
+    return ts_error_set(TS_ERANGE, "subset [%lld,%lld) of a source of %lld samples", (long long)off,
+                        (long long)(off + n), (long long)len);
+  subset *u = malloc(sizeof *u);
+  if (!u) return ts_error_set(TS_ENOMEM, "subset: out of memory");
+  u->base = base;
+  u->off = off;
+  u->n = n;
+  static const ts_source_vtable vt = {"subset", sub_len, sub_get, sub_label, sub_classes, sub_destroy};
+  int rc = ts_source_create(&vt, u, out);
+  if (rc) free(u);
+  return rc;
+}
+
+static int records(const char *dir, const char *split, ts_source **out) {
+  char pat[2200];
+  snprintf(pat, sizeof pat, "%s/%s-*.tsr", dir, split);
+  glob_t gl;
+  int g = glob(pat, 0, NULL, &gl);
+  if (g != 0) {
+    if (g != GLOB_NOMATCH) globfree(&gl);
+    return ts_error_set(TS_ENOTFOUND, "data.path: no record shards match %s", pat);
+  }
+  int rc = ts_source_records((const char *const *)gl.gl_pathv, (int)gl.gl_pathc, out);
+  globfree(&gl);
+  return rc;
+}
+
+static int limit(ts_source **s, int64_t lim) {
+  if (!*s || lim <= 0 || lim >= ts_source_len(*s)) return TS_OK;
+  ts_source *sub;
+  int rc = ts__source_subset(*s, 0, lim, &sub);
+  if (rc) return rc;
+  *s = sub;
+  return TS_OK;
+}
+
+int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
+  *train = *test = NULL;
+  const char *path = cfg->data.path;
+  const char *trs = cfg->data.train_split[0] ? cfg->data.train_split : NULL;
+  const char *tes = cfg->data.test_split[0] ? cfg->data.test_split : NULL;
+  char sub[2200];
+  int rc = TS_OK;
+  switch (cfg->data.name) {
+    case TS_DATA_FASHION_MNIST:
+    case TS_DATA_MNIST:
+      rc = ts_source_mnist(path, trs ? trs : "train", train);
+      if (!rc) rc = ts_source_mnist(path, tes ? tes : "t10k", test);
+      break;
+    case TS_DATA_CIFAR10:
+    case TS_DATA_CIFAR100: {
+      int c100 = cfg->data.name == TS_DATA_CIFAR100;
+      rc = ts_source_cifar(path, c100, 1, train);
+      if (!rc) rc = ts_source_cifar(path, c100, 0, test);
+      break;
+    }
+    case TS_DATA_IMAGE_FOLDER:
+      snprintf(sub, sizeof sub, "%s/%s", path, trs ? trs : "train");
+      rc = ts_source_image_folder(sub, train);
+      snprintf(sub, sizeof sub, "%s/%s", path, tes ? tes : "test");
+      if (!rc && ts_source_image_folder(sub, test) != TS_OK) *test = NULL; /* optional */
+      break;
+    case TS_DATA_RECORDS:
+      rc = records(path, trs ? trs : "train", train);
+      if (!rc && records(path, tes ? tes : "test", test) != TS_OK) *test = NULL;
+      break;
+    case TS_DATA_TEXT: {
+      ts_source *all;
+      rc = ts_source_text(path, cfg->data.seq_len, cfg->data.stride, &all);
+      if (rc) break;
+      int64_t n = ts_source_len(all), nv = (int64_t)(cfg->data.val_fraction * (double)n);
+      if (nv <= 0) {
+        *train = all;
+        break;
+      }
+      /* two views of one source: the second holds its own handle */
+      ts_source *again;
+      rc = ts_source_text(path, cfg->data.seq_len, cfg->data.stride, &again);
+      if (!rc) rc = ts__source_subset(all, 0, n - nv, train);
+      if (!rc) rc = ts__source_subset(again, n - nv, nv, test);
+      break;
+    }
+    default:
+      rc = ts_error_set(TS_ECONFIG, "data.name: unsupported data set %d", (int)cfg->data.name);
+  }
+  if (!rc) rc = limit(train, cfg->data.train_limit);
+  if (!rc) rc = limit(test, cfg->data.test_limit);
+  if (rc) {
+    ts_source_free(*train);
+    ts_source_free(*test);
+    *train = *test = NULL;
+    return ts_error_wrap(rc, "%s: data", cfg->source[0] ? cfg->source : "config");
+  }
+  return TS_OK;
+}
