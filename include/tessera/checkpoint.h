@@ -51,7 +51,8 @@ typedef struct {
   int64_t loss_scale_growth_tracker;
   /* Identity. Save: written (NULL = not stored). Load: the expected values; a checkpoint of
    * another model (model name) or another configuration (config hash) is refused in strict mode
-   * and warned about otherwise. NULL / "" / 0 = not checked. */
+   * and warned about otherwise. NULL / "" / 0 (here or in the file) = not checked; a hash of 0
+   * is not stored. */
   const char *model;
   uint64_t config_hash;
   const char *config_yaml; /* save only */

@@ -6,5 +6,7 @@
 int ts_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int ts_cli_train(int argc, char **argv);
 int ts_cli_ckpt(int argc, char **argv);
+int ts_cli_eval(int argc, char **argv);
+int ts_cli_plot(int argc, char **argv);
 int ts_cli_data(int argc, char **argv);
 #endif

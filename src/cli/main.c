@@ -20,7 +20,9 @@ static int usage(FILE *f) {
   fprintf(f,
           "usage: tessera <command> [options]\n"
           "commands:\n"
-          "  train   train a model on MNIST-format data (tessera train --help)\n"
+          "  train   train a model from a YAML config (tessera train --help)\n"
+          "  eval    evaluate a checkpoint on the test data (tessera eval --help)\n"
+          "  plot    draw loss/accuracy curves from a metrics file (tessera plot --help)\n"
           "  ckpt    inspect a checkpoint or export its parameters (tessera ckpt --help)\n"
           "  data    convert data sets to record shards, inspect shards (tessera data --help)\n"
           "  --version, --help\n");
@@ -37,6 +39,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return usage(stdout);
   if (!strcmp(cmd, "train")) return ts_cli_train(argc - 2, argv + 2);
   if (!strcmp(cmd, "ckpt")) return ts_cli_ckpt(argc - 2, argv + 2);
+  if (!strcmp(cmd, "eval")) return ts_cli_eval(argc - 2, argv + 2);
+  if (!strcmp(cmd, "plot")) return ts_cli_plot(argc - 2, argv + 2);
   if (!strcmp(cmd, "data")) return ts_cli_data(argc - 2, argv + 2);
   return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
 }

@@ -106,8 +106,10 @@ int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
   SETM("format", TS_CKPT_FORMAT);
   SETM("version", ts_version());
   if (st->model) SETM("model", st->model);
-  snprintf(num, sizeof num, "%016" PRIx64, st->config_hash);
-  SETM("config_hash", num);
+  if (st->config_hash) {
+    snprintf(num, sizeof num, "%016" PRIx64, st->config_hash);
+    SETM("config_hash", num);
+  }
   if (st->config_yaml) SETM("config", st->config_yaml);
   snprintf(num, sizeof num, "%" PRId64, st->step);
   SETM("step", num);
@@ -325,7 +327,7 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
     ts_log(TS_LOG_WARN, "%s: a checkpoint of model '%s', loading it into '%s'", path, info.model,
            st->model);
   }
-  if (info.is_tessera && st->config_hash && info.has_config_hash &&
+  if (info.is_tessera && st->config_hash && info.has_config_hash && info.config_hash &&
       st->config_hash != info.config_hash) {
     if (strict) {
       rc = ts_error_set(TS_ECONFIG,

@@ -273,6 +273,14 @@ static void test_mismatch(void) {
                                  "this run 0000000000002222)"), "%s", ts_last_error());
   lh.config_hash = 0x1111;
   CHECK_OK(ts_ckpt_load(path, &lh, 1));
+  /* a checkpoint saved without a hash is not refused for want of one */
+  ts_ckpt_state nh = {.params = a, .model = "mlp"};
+  CHECK_OK(ts_ckpt_save(tpath("nohash.safetensors"), &nh));
+  ts_ckpt_info ni;
+  CHECK_OK(ts_ckpt_read_info(tpath("nohash.safetensors"), &ni));
+  CHECK(!ni.has_config_hash);
+  ts_ckpt_info_free(&ni);
+  CHECK_OK(ts_ckpt_load(tpath("nohash.safetensors"), &lh, 1));
 
   /* a dtype difference: strict refuses, non-strict converts */
   {

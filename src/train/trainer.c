@@ -1,0 +1,538 @@
+/* The training loop: model graphs from the zoo, flat parameters, optimizer and schedule,
+ * gradient accumulation over micro-batches, evaluation, callbacks, checkpoints, exact resume. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/checkpoint.h"
+#include "tessera/plot.h"
+#include "tessera/tessera.h"
+#include "tessera/zoo.h"
+#include "train_impl.h"
+
+#define MAX_CB 16
+
+struct ts_trainer {
+  ts_config cfg;
+  ts_source *train_src, *test_src;
+  ts_transform tf_train[TS_CFG_MAX_TRANSFORMS], tf_test[TS_CFG_MAX_TRANSFORMS];
+  int ntf_train, ntf_test;
+  ts_pipeline *train_pipe;
+  ts_params *params;
+  /* training graph (micro-batch) and evaluation graph (eval batch) */
+  ts_graph *g, *ge;
+  ts_plan *plan, *plan_e;
+  ts_val x, y, loss, xe, logits_e;
+  int64_t mb, eb, accum;       /* micro-batch, eval batch, micro-steps per step */
+  ts_shape sample_shape;       /* of one transformed sample */
+  ts_dtype sample_dtype;
+  int text;                    /* samples carry targets (language model) */
+  float *acc;                  /* gradient accumulator (accum > 1) */
+  ts_optim *opt;
+  ts_optim_segment *segs;
+  int nseg;
+  ts_lr_schedule sched;
+  int64_t step, epoch, batch, steps_per_epoch, total_steps;
+  int stop;
+  double last_loss;
+  ts_eval_info last_eval;
+  int have_eval;
+  ts_callback cb[MAX_CB];
+  int ncb;
+  ts__progress prog;
+  char *cfg_yaml;
+};
+
+ts_params *ts_trainer_params(ts_trainer *t) { return t->params; }
+int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
+int64_t ts_trainer_steps_per_epoch(const ts_trainer *t) { return t->steps_per_epoch; }
+void ts_trainer_request_stop(ts_trainer *t) { t->stop = 1; }
+
+int ts_trainer_add_callback(ts_trainer *t, const ts_callback *cb) {
+  if (t->ncb >= MAX_CB) return ts_error_set(TS_ERANGE, "trainer: at most %d callbacks", MAX_CB);
+  t->cb[t->ncb++] = *cb;
+  return TS_OK;
+}
+
+/* ---- model ---- */
+static int build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss) {
+  const ts_config *c = &t->cfg;
+  switch (c->model.name) {
+    case TS_MODEL_MLP: {
+      ts_mlp_config m;
+      ts_config_mlp(c, &m);
+      return ts_zoo_mlp(nn, &m, x, y, logits, loss);
+    }
+    case TS_MODEL_LENET5: {
+      ts_lenet5_config m;
+      ts_config_lenet5(c, &m);
+      return ts_zoo_lenet5(nn, &m, x, y, logits, loss);
+    }
+    case TS_MODEL_CONVNET: {
+      ts_convnet_config m;
+      ts_config_convnet(c, &m);
+      return ts_zoo_convnet(nn, &m, x, y, logits, loss);
+    }
+    case TS_MODEL_RESNET: {
+      ts_resnet_config m;
+      ts_config_resnet(c, &m);
+      return ts_zoo_resnet(nn, &m, x, y, logits, loss);
+    }
+    case TS_MODEL_GPT: {
+      ts_gpt_config m;
+      ts_config_gpt(c, &m);
+      return ts_zoo_gpt(nn, &m, x, y, logits, loss);
+    }
+    default:
+      return ts_error_set(TS_ECONFIG, "model.name: unknown model %d", (int)c->model.name);
+  }
+}
+
+static ts_shape batch_shape(int64_t b, const ts_shape *s) {
+  ts_shape r;
+  memset(&r, 0, sizeof r);
+  r.ndim = s->ndim + 1;
+  r.dims[0] = b;
+  for (int i = 0; i < s->ndim; i++) r.dims[i + 1] = s->dims[i];
+  return r;
+}
+
+static int graph_fail(ts_graph *g, const char *what) {
+  int rc = ts_graph_status(g) ? ts_graph_status(g) : TS_EGRAPH;
+  return ts_error_set(rc, "%s: %s", what, ts_graph_error(g));
+}
+
+static int build_graphs(ts_trainer *t) {
+  int rc;
+  ts_val logits;
+  if ((rc = ts_params_create(&t->params)) || (rc = ts_graph_create(&t->g)) || (rc = ts_graph_create(&t->ge)))
+    return rc;
+  ts_graph_set_training(t->ge, 0);
+  /* training graph */
+  ts_nn nn = {t->g, t->params};
+  t->x = ts_input(t->g, "x", t->sample_dtype, batch_shape(t->mb, &t->sample_shape));
+  t->y = t->text ? ts_input(t->g, "y", TS_I32, batch_shape(t->mb, &t->sample_shape))
+                 : ts_input(t->g, "y", TS_I32, ts_shape1(t->mb));
+  ts_val_set_requires_grad(t->g, t->x, 0);
+  rc = build_model(t, &nn, t->x, t->y, &logits, &t->loss);
+  if (rc || ts_graph_status(t->g)) return rc && !ts_graph_status(t->g) ? rc : graph_fail(t->g, "model");
+  if (ts_graph_backward(t->g, t->loss, 1.0f / (float)t->accum)) return graph_fail(t->g, "backward");
+  /* evaluation graph: same parameters (by name), inference mode */
+  ts_nn nne = {t->ge, t->params};
+  t->xe = ts_input(t->ge, "x", t->sample_dtype, batch_shape(t->eb, &t->sample_shape));
+  ts_val none = TS_NONE;
+  rc = build_model(t, &nne, t->xe, none, &t->logits_e, &none);
+  if (rc || ts_graph_status(t->ge)) return rc && !ts_graph_status(t->ge) ? rc : graph_fail(t->ge, "eval model");
+  if ((rc = ts_params_alloc(t->params, t->cfg.train.seed))) return rc;
+  ts_val keep[1024];
+  int nk = 0;
+  if ((rc = ts_params_attach_grads(t->params, t->g, keep, 1023, &nk))) return rc;
+  keep[nk++] = t->loss;
+  if ((rc = ts_plan_create(t->g, keep, nk, &t->plan)) || (rc = ts_params_bind(t->params, t->g, t->plan)))
+    return rc;
+  if ((rc = ts_plan_create(t->ge, &t->logits_e, 1, &t->plan_e)) ||
+      (rc = ts_params_bind(t->params, t->ge, t->plan_e)))
+    return rc;
+  return TS_OK;
+}
+
+static int build_optimizer(ts_trainer *t) {
+  int np = ts_params_count(t->params);
+  t->segs = calloc((size_t)np + 1, sizeof *t->segs);
+  if (!t->segs) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
+  for (int i = 0; i < np; i++) {
+    int fl = ts_params_flags(t->params, i);
+    if (fl & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(t->params, i);
+    uint32_t sf = (t->cfg.optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ? TS_SEG_NO_DECAY : 0;
+    t->segs[t->nseg++] = (ts_optim_segment){ts_params_name(t->params, i), ts_params_offset(t->params, i),
+                                            (size_t)ts_shape_numel(&s), sf};
+  }
+  ts_optim_config oc;
+  int rc = ts_config_optim(&t->cfg, &oc);
+  if (!rc) rc = ts_optim_create(&t->opt, &oc, t->segs, t->nseg);
+  if (!rc) rc = ts_config_lr_schedule(&t->cfg, t->steps_per_epoch, &t->sched);
+  return rc;
+}
+
+/* ---- data ---- */
+static int probe_sample(ts_trainer *t) {
+  ts_sample s;
+  memset(&s, 0, sizeof s);
+  int rc = ts_source_get(t->train_src, 0, &s);
+  if (!rc) rc = ts_transforms_apply(t->tf_test, t->ntf_test, &s, 0);
+  if (rc) return ts_error_wrap(rc, "reading the first training sample");
+  t->sample_shape = s.data.shape;
+  t->sample_dtype = s.data.dtype;
+  t->text = s.target.data != NULL;
+  ts_sample_free(&s);
+  int is_image_model = t->cfg.model.name != TS_MODEL_GPT;
+  if (is_image_model && t->sample_dtype != TS_F32)
+    return ts_error_set(TS_ECONFIG,
+                        "data.transforms: model %s needs f32 samples but they are %s (add to_float, "
+                        "normalize and hwc_to_chw transforms)",
+                        ts_model_kind_name(t->cfg.model.name), ts_dtype_name(t->sample_dtype));
+  if (!is_image_model && !t->text)
+    return ts_error_set(TS_ECONFIG, "model.name: gpt needs a text data set (data.name: text)");
+  if (is_image_model && t->text)
+    return ts_error_set(TS_ECONFIG, "model.name: %s cannot train on text data", ts_model_kind_name(t->cfg.model.name));
+  return TS_OK;
+}
+
+static int make_train_pipe(ts_trainer *t) {
+  ts_pipeline_config pc = ts_pipeline_config_default();
+  pc.source = t->train_src;
+  pc.sampler.kind = t->cfg.data.shuffle ? TS_SAMPLER_RANDOM : TS_SAMPLER_SEQUENTIAL;
+  pc.sampler.num_shards = 1;
+  pc.sampler.shard_id = 0;
+  pc.sampler.drop_last = t->cfg.data.drop_last;
+  pc.transforms = t->tf_train;
+  pc.ntransforms = t->ntf_train;
+  pc.num_workers = t->cfg.data.num_workers;
+  pc.batch_size = t->cfg.train.batch_size;
+  pc.drop_remainder = 1; /* fixed graph shapes; a partial batch would change the math */
+  pc.shuffle_buffer = t->cfg.data.shuffle_buffer;
+  pc.prefetch = t->cfg.data.prefetch;
+  pc.epochs = -1;
+  pc.seed = t->cfg.train.seed;
+  int rc = ts_pipeline_create(&pc, &t->train_pipe);
+  if (rc) return rc;
+  t->steps_per_epoch = ts_pipeline_batches_per_epoch(t->train_pipe);
+  if (t->steps_per_epoch <= 0)
+    return ts_error_set(TS_ECONFIG, "train.batch_size %d is larger than the %lld training samples",
+                        t->cfg.train.batch_size, (long long)ts_source_len(t->train_src));
+  t->total_steps = ts_config_total_steps(&t->cfg, t->steps_per_epoch);
+  return TS_OK;
+}
+
+/* ---- checkpoints ---- */
+static void ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
+  memset(st, 0, sizeof *st);
+  st->params = t->params;
+  st->optim = t->opt;
+  st->step = t->step;
+  st->epoch = t->epoch;
+  st->batch_index = t->batch;
+  st->seed = t->cfg.train.seed;
+  st->rng_counter = (uint64_t)t->step;
+  st->loss_scale = 1.0;
+  st->model = ts_model_kind_name(t->cfg.model.name);
+  st->config_hash = ts_config_hash(&t->cfg);
+  st->config_yaml = t->cfg_yaml;
+}
+
+int ts_trainer_save(ts_trainer *t, const char *path) {
+  ts_ckpt_state st;
+  ckpt_state(t, &st);
+  return ts_ckpt_save(path, &st);
+}
+
+int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer) {
+  ts_ckpt_state st;
+  ckpt_state(t, &st);
+  if (!with_optimizer) {
+    st.optim = NULL;
+    st.config_hash = 0; /* evaluating with another config (batch size, epochs) is fine */
+  }
+  int rc = ts_ckpt_load(path, &st, strict);
+  if (rc) return rc;
+  if (with_optimizer) {
+    t->step = st.step;
+    t->epoch = st.epoch;
+    t->batch = st.batch_index;
+    if (t->train_pipe) rc = ts_pipeline_seek(t->train_pipe, t->epoch, t->batch);
+  }
+  return rc;
+}
+
+static int save_checkpoint(ts_trainer *t) {
+  const ts_config *c = &t->cfg;
+  char path[2200];
+  int rc = ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
+  if (!rc) rc = ts_trainer_save(t, path);
+  if (!rc && c->checkpoint.keep_max > 0) {
+    int r = ts_ckpt_rotate(c->checkpoint.dir, c->checkpoint.prefix, c->checkpoint.keep_max);
+    if (r < 0) rc = r;
+  }
+  if (!rc) ts__progress_message(&t->prog, "checkpoint %s", path);
+  return rc;
+}
+
+/* ---- lifetime ---- */
+int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
+  *out = NULL;
+  ts_trainer *t = calloc(1, sizeof *t);
+  if (!t) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
+  t->cfg = *cfg_in;
+  int rc = ts_config_validate(&t->cfg);
+  if (rc) goto fail;
+  if (t->cfg.parallel.mode != TS_PARALLEL_STAND_ALONE) {
+    rc = ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s is not available yet (use stand_alone)",
+                      ts_parallel_mode_name(t->cfg.parallel.mode));
+    goto fail;
+  }
+  if (t->cfg.train.threads > 0) ts_threads_set(t->cfg.train.threads);
+  ts_callback lm = ts_callback_loss_monitor();
+  ts_trainer_add_callback(t, &lm);
+  if ((rc = ts_config_dump_string(&t->cfg, &t->cfg_yaml))) goto fail;
+  t->mb = t->cfg.train.micro_batch_size;
+  t->eb = t->cfg.train.eval_batch_size;
+  t->accum = t->cfg.train.batch_size / t->mb;
+  if ((rc = ts__train_sources(&t->cfg, &t->train_src, &t->test_src))) goto fail;
+  rc = ts_config_transforms(&t->cfg, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
+  if (rc < 0) goto fail;
+  t->ntf_train = rc;
+  rc = ts_config_transforms(&t->cfg, 0, t->tf_test, TS_CFG_MAX_TRANSFORMS);
+  if (rc < 0) goto fail;
+  t->ntf_test = rc;
+  if ((rc = probe_sample(t)) || (rc = make_train_pipe(t)) || (rc = build_graphs(t)) || (rc = build_optimizer(t)))
+    goto fail;
+  if (t->accum > 1) {
+    t->acc = ts_alloc(sizeof(float) * (ts_params_numel(t->params) ? ts_params_numel(t->params) : 1));
+    if (!t->acc) {
+      rc = ts_error_set(TS_ENOMEM, "trainer: cannot allocate the gradient accumulator");
+      goto fail;
+    }
+  }
+  /* resume */
+  const char *res = t->cfg.checkpoint.resume;
+  int resumed = 0;
+  if (res[0]) {
+    char path[2200];
+    if (!strcmp(res, "auto")) {
+      if (ts_ckpt_latest(t->cfg.checkpoint.dir, t->cfg.checkpoint.prefix, path, sizeof path) == TS_OK) res = path;
+      else res = NULL;
+    }
+    if (res) {
+      if ((rc = ts_trainer_load(t, res, t->cfg.checkpoint.strict, 1))) goto fail;
+      resumed = 1;
+    }
+  }
+  if ((rc = ts__progress_open(&t->prog, &t->cfg, t->total_steps, t->steps_per_epoch, resumed))) goto fail;
+  if (resumed) ts__progress_message(&t->prog, "resumed from %s at step %lld (epoch %lld, batch %lld)", res,
+                                    (long long)t->step, (long long)t->epoch + 1, (long long)t->batch);
+  *out = t;
+  return TS_OK;
+fail:
+  ts_trainer_free(t);
+  return rc;
+}
+
+void ts_trainer_free(ts_trainer *t) {
+  if (!t) return;
+  ts__progress_close(&t->prog);
+  ts_pipeline_free(t->train_pipe);
+  ts_plan_free(t->plan);
+  ts_plan_free(t->plan_e);
+  ts_graph_free(t->g);
+  ts_graph_free(t->ge);
+  ts_optim_free(t->opt);
+  ts_params_free(t->params);
+  ts_source_free(t->train_src);
+  ts_source_free(t->test_src);
+  ts_free(t->acc);
+  free(t->segs);
+  free(t->cfg_yaml);
+  free(t);
+}
+
+/* ---- evaluation ---- */
+int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
+  memset(out, 0, sizeof *out);
+  if (!t->test_src) return ts_error_set(TS_ENOTFOUND, "evaluate: the data set has no test split");
+  double t0 = ts_time_now();
+  ts_pipeline_config pc = ts_pipeline_config_default();
+  pc.source = t->test_src;
+  pc.transforms = t->tf_test;
+  pc.ntransforms = t->ntf_test;
+  pc.num_workers = t->cfg.data.num_workers;
+  pc.batch_size = (int)t->eb;
+  pc.drop_remainder = 0;
+  pc.epochs = 1;
+  pc.seed = t->cfg.train.seed;
+  ts_pipeline *p;
+  int rc = ts_pipeline_create(&pc, &p);
+  if (rc) return rc;
+  size_t xbytes = (size_t)ts_shape_numel(&t->sample_shape) * ts_dtype_size(t->sample_dtype);
+  char *xbuf = ts_calloc(xbytes * (size_t)t->eb);
+  ts_shape ls = ts_val_shape(t->ge, t->logits_e);
+  int64_t C = ls.dims[ls.ndim - 1];
+  int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
+  double loss = 0;
+  int64_t n = 0, c1 = 0, c5 = 0;
+  ts_plan_bind(t->plan_e, t->xe, xbuf);
+  ts_batch b;
+  while (rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
+    memcpy(xbuf, b.data.data, xbytes * (size_t)b.size);
+    if (b.size < t->eb) memset(xbuf + xbytes * (size_t)b.size, 0, xbytes * (size_t)(t->eb - b.size));
+    if ((rc = ts_plan_run(t->plan_e, 0))) break;
+    const float *lg = ts_plan_data(t->plan_e, t->logits_e);
+    for (int64_t r = 0; r < (int64_t)b.size * rows_per_sample; r++) {
+      int64_t lab = t->text ? ((const int32_t *)b.target.data)[r] : ((const int32_t *)b.labels.data)[r];
+      if (lab < 0 || lab >= C) continue;
+      const float *z = lg + r * C;
+      double m = z[0];
+      for (int64_t k = 1; k < C; k++) m = z[k] > m ? z[k] : m;
+      double s = 0;
+      int64_t above = 0;
+      for (int64_t k = 0; k < C; k++) {
+        s += exp((double)z[k] - m);
+        above += z[k] > z[lab];
+      }
+      loss += m + log(s) - z[lab];
+      c1 += above < 1;
+      c5 += above < 5;
+      n++;
+    }
+  }
+  ts_pipeline_free(p);
+  ts_free(xbuf);
+  if (rc) return ts_error_wrap(rc, "evaluation");
+  out->step = t->step;
+  out->epoch = t->epoch > 0 && t->batch == 0 ? t->epoch - 1 : t->epoch;
+  out->samples = n;
+  out->loss = n ? loss / (double)n : NAN;
+  out->top1 = n ? (double)c1 / (double)n : 0;
+  out->top5 = n ? (double)c5 / (double)n : 0;
+  out->seconds = ts_time_now() - t0;
+  return TS_OK;
+}
+
+static int run_eval(ts_trainer *t) {
+  if (!t->test_src) return TS_OK;
+  int rc = ts_trainer_evaluate(t, &t->last_eval);
+  if (rc) return rc;
+  t->have_eval = 1;
+  ts__progress_eval(&t->prog, &t->last_eval);
+  for (int i = 0; i < t->ncb; i++)
+    if (t->cb[i].on_eval_end && (rc = t->cb[i].on_eval_end(t, &t->last_eval, t->cb[i].user))) return rc;
+  return TS_OK;
+}
+
+/* ---- one optimizer step over `accum` micro-batches of one batch ---- */
+static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
+  size_t xs = (size_t)ts_shape_numel(&t->sample_shape) * ts_dtype_size(t->sample_dtype);
+  size_t ys = t->text ? (size_t)ts_shape_numel(&t->sample_shape) * sizeof(int32_t) : sizeof(int32_t);
+  const char *lab = t->text ? b->target.data : b->labels.data;
+  size_t n = ts_params_numel(t->params);
+  float *grads = ts_params_grads(t->params);
+  double loss = 0;
+  for (int64_t k = 0; k < t->accum; k++) {
+    int rc = ts_plan_bind(t->plan, t->x, (char *)b->data.data + (size_t)(k * t->mb) * xs);
+    if (!rc) rc = ts_plan_bind(t->plan, t->y, (char *)lab + (size_t)(k * t->mb) * ys);
+    if (!rc) rc = ts_plan_run(t->plan, (uint64_t)(t->step * t->accum + k));
+    if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
+    loss += *(const float *)ts_plan_data(t->plan, t->loss);
+    if (t->accum > 1) {
+      if (k == 0)
+        memcpy(t->acc, grads, n * sizeof(float));
+      else
+#pragma omp parallel for if (n > 65536)
+        for (size_t i = 0; i < n; i++) t->acc[i] += grads[i];
+    }
+  }
+  float *g = t->accum > 1 ? t->acc : grads;
+  float norm = 0;
+  if (t->cfg.optimizer.clip_grad_norm > 0) ts_clip_grad_norm(g, n, (float)t->cfg.optimizer.clip_grad_norm, &norm);
+  float lr = ts_lr_at(&t->sched, t->step);
+  int rc = ts_optim_step(t->opt, ts_params_data(t->params), g, lr);
+  if (rc) return rc;
+  info->loss = loss / (double)t->accum;
+  info->lr = lr;
+  info->grad_norm = norm;
+  return TS_OK;
+}
+
+int ts_trainer_fit(ts_trainer *t) {
+  int rc = TS_OK;
+  const ts_config *c = &t->cfg;
+  ts_batch b;
+  double t_prev = ts_time_now();
+  while (t->step < t->total_steps && !t->stop) {
+    if ((rc = ts_pipeline_next(t->train_pipe, &b))) break;
+    if (b.size != c->train.batch_size) {
+      rc = ts_error_set(TS_EINVAL, "trainer: pipeline gave a batch of %d, expected %d", b.size, c->train.batch_size);
+      break;
+    }
+    ts_step_info info;
+    memset(&info, 0, sizeof info);
+    info.epoch = t->epoch;
+    info.batch = t->batch;
+    if ((rc = train_step(t, &b, &info))) break;
+    t->step++;
+    t->batch++;
+    double now = ts_time_now();
+    info.step = t->step;
+    info.step_ms = 1e3 * (now - t_prev);
+    info.samples_per_s = (double)c->train.batch_size / (now - t_prev);
+    t_prev = now;
+    t->last_loss = info.loss;
+    ts__progress_step(&t->prog, &info);
+    for (int i = 0; i < t->ncb && rc == TS_OK; i++)
+      if (t->cb[i].on_step_end) rc = t->cb[i].on_step_end(t, &info, t->cb[i].user);
+    if (rc) break;
+    int epoch_end = t->batch == t->steps_per_epoch;
+    if (epoch_end) {
+      t->epoch++;
+      t->batch = 0;
+    }
+    int last = t->step == t->total_steps;
+    int do_eval = (c->train.eval_every > 0 && t->step % c->train.eval_every == 0) ||
+                  (c->train.eval_every == 0 && epoch_end) || (last && c->train.eval_every >= -1);
+    if (do_eval && (rc = run_eval(t))) break;
+    if (epoch_end)
+      for (int i = 0; i < t->ncb && rc == TS_OK; i++)
+        if (t->cb[i].on_epoch_end) rc = t->cb[i].on_epoch_end(t, t->epoch - 1, t->cb[i].user);
+    if (rc) break;
+    if (c->checkpoint.dir[0]) {
+      int save = (c->checkpoint.save_steps > 0 && t->step % c->checkpoint.save_steps == 0) ||
+                 (c->checkpoint.save_steps <= 0 && c->checkpoint.save_epochs > 0 && epoch_end &&
+                  t->epoch % c->checkpoint.save_epochs == 0) ||
+                 (last && c->checkpoint.save_last);
+      if (save && (rc = save_checkpoint(t))) break;
+    }
+    t_prev = ts_time_now(); /* evaluation and checkpoints are not step time */
+  }
+  if (rc == TS_OK && t->stop && c->checkpoint.dir[0] && c->checkpoint.save_last) rc = save_checkpoint(t);
+  for (int i = 0; i < t->ncb && rc == TS_OK; i++)
+    if (t->cb[i].on_train_end) rc = t->cb[i].on_train_end(t, t->cb[i].user);
+  ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval);
+  if (rc == TS_OK && c->log.plot[0] && c->log.metrics[0]) {
+    if (t->prog.metrics) fflush(t->prog.metrics);
+    rc = ts_plot_metrics(c->log.metrics, c->log.plot);
+    if (!rc) ts__progress_message(&t->prog, "curves: %s", c->log.plot);
+  }
+  return rc;
+}
+
+/* ---- built-in callbacks ---- */
+static int loss_monitor(ts_trainer *t, const ts_step_info *s, void *u) {
+  (void)t;
+  (void)u;
+  if (!isfinite(s->loss))
+    return ts_error_set(TS_EDIVERGED, "training diverged: loss is %g at step %lld (lr %g)", s->loss,
+                        (long long)s->step, s->lr);
+  return TS_OK;
+}
+
+ts_callback ts_callback_loss_monitor(void) {
+  ts_callback cb = {"loss_monitor", loss_monitor, NULL, NULL, NULL, NULL};
+  return cb;
+}
+
+static int early_stop(ts_trainer *t, const ts_eval_info *e, void *u) {
+  ts_early_stop_state *s = u;
+  if (e->top1 > s->best + s->min_delta) {
+    s->best = e->top1;
+    s->bad = 0;
+  } else if (++s->bad >= s->patience) {
+    ts_trainer_request_stop(t);
+  }
+  return TS_OK;
+}
+
+ts_callback ts_callback_early_stop(ts_early_stop_state *state) {
+  ts_callback cb = {"early_stop", NULL, early_stop, NULL, NULL, state};
+  return cb;
+}
