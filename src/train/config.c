@@ -1049,8 +1049,9 @@ int ts_config_load(const char *path, const char *const *overrides, int n, ts_con
   }
   FILE *f = fopen(path, "rb");
   if (!f) {
+    int e = errno; /* ts_config_defaults may change errno */
     ts_config_defaults(cfg);
-    return ts_error_set(TS_ECONFIG, "%s: cannot read the config: %s", path, strerror(errno));
+    return ts_error_set(TS_ECONFIG, "%s: cannot read the config: %s", path, strerror(e));
   }
   sb b = {0};
   char buf[65536];

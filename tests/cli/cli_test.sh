@@ -18,11 +18,49 @@ expect 0 "tessera [0-9]+\.[0-9]+\.[0-9]+" -- --version
 expect 0 "usage" -- --help
 expect 0 "example" -- train --help
 expect 2 "unknown command 'frobnicate'" -- frobnicate
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect 2 "missing CONFIG" -- train
 expect 2 "unknown option '--bogus'" -- train --bogus
-expect 2 "needs a value" -- train --epochs
-expect 2 "optimizer" -- train --optimizer rmsprop
-expect 1 "/nonexistent.*no such file" -- train --data /nonexistent
+expect 2 "needs key=value" -- train x.yaml --set
+printf 'model: {name: mlp\n' > "$tmp/bad.yaml"
+expect 2 "bad.yaml:[0-9]+:[0-9]+: malformed YAML" -- train "$tmp/bad.yaml"
+printf 'model: {name: resnt}\n' > "$tmp/model.yaml"
+expect 2 "model.name: unknown value 'resnt' \(did you mean 'resnet'" -- train "$tmp/model.yaml"
+printf 'train: {epochs: ten}\n' > "$tmp/type.yaml"
+expect 2 "train.epochs: expected an integer, got 'ten'" -- train "$tmp/type.yaml"
+printf 'optimizer: {lrr: 0.1}\n' > "$tmp/key.yaml"
+expect 2 "unknown key 'optimizer.lrr' \(did you mean 'optimizer.lr'" -- train "$tmp/key.yaml"
+expect 2 "none.yaml: cannot read the config: No such file" -- train "$tmp/none.yaml"
+printf 'model: {name: mlp, hidden: [16]}\ndata: {name: fashion_mnist, path: /nonexistent/fm}\n' > "$tmp/nodata.yaml"
+expect 1 "/nonexistent/fm" -- train "$tmp/nodata.yaml"
+expect 2 "usage" -- plot
+expect 1 "cannot open" -- plot "$tmp/none.jsonl" -o "$tmp/x.png"
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  expect 0 "final test accuracy" -- train --epochs 1 --limit 2048 --batch-size 64
+  cat > "$tmp/mlp.yaml" <<YAML
+model: {name: mlp, hidden: [32]}
+data:
+  name: fashion_mnist
+  train_limit: 1024
+  test_limit: 500
+  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
+train: {epochs: 2, batch_size: 64, log_every: 4}
+optimizer: {name: momentum, lr: 0.05}
+checkpoint: {dir: $tmp/ck, save_epochs: 1}
+log: {metrics: $tmp/m.jsonl, plot: $tmp/curves.png, progress: lines}
+YAML
+  expect 0 "test accuracy" -- train "$tmp/mlp.yaml"
+  [ -s "$tmp/curves.png" ] && head -c 8 "$tmp/curves.png" | grep -q PNG || { echo "FAIL: no PNG written"; fail=1; }
+  grep -q '"type":"end"' "$tmp/m.jsonl" && grep -q '"test_accuracy"' "$tmp/m.jsonl" || { echo "FAIL: metrics end record"; fail=1; }
+  ck=$(ls "$tmp"/ck/*.safetensors | tail -1)
+  expect 0 "top1" -- eval "$tmp/mlp.yaml" --checkpoint "$ck"
+  expect 0 "wrote" -- plot "$tmp/m.jsonl" -o "$tmp/c2.png"
+  expect 0 "config hash" -- ckpt inspect "$ck"
+  expect 2 "checkpoint FILE is required" -- eval "$tmp/mlp.yaml"
+  head -c 1000 "$ck" > "$tmp/trunc.safetensors"
+  expect 1 "trunc.safetensors" -- eval "$tmp/mlp.yaml" --checkpoint "$tmp/trunc.safetensors"
+  sed 's/hidden: \[32\]/hidden: [48]/' "$tmp/mlp.yaml" > "$tmp/other.yaml"
+  expect 2 "fc1.weight" -- eval "$tmp/other.yaml" --checkpoint "$ck"
+  expect 0 "resumed from" -- train "$tmp/mlp.yaml" --set train.epochs=3 --set checkpoint.resume=auto --set checkpoint.strict=false
 fi
 exit $fail
