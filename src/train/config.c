@@ -67,13 +67,13 @@ static void sb_printf(sb *b, const char *fmt, ...) {
 }
 
 /* ------------------------------------------------------------------ names */
-static int enum_count(const char *const *names) {
+int ts__cfg_enum_count(const char *const *names) {
   int n = 0;
   while (names[n]) n++;
   return n;
 }
 static const char *enum_name(const char *const *names, int v) {
-  return v >= 0 && v < enum_count(names) ? names[v] : "?";
+  return v >= 0 && v < ts__cfg_enum_count(names) ? names[v] : "?";
 }
 const char *ts_model_kind_name(ts_model_kind k) { return enum_name(ts__cfg_model_names, (int)k); }
 const char *ts_data_kind_name(ts_data_kind k) { return enum_name(ts__cfg_data_names, (int)k); }
@@ -344,7 +344,7 @@ static int node_bool(const pctx *c, const yaml_node_t *n, const char *what, int 
 static int node_enum(const pctx *c, const yaml_node_t *n, const char *what,
                      const char *const *names, int *out) {
   char d[96], list[512];
-  int cnt = enum_count(names);
+  int cnt = ts__cfg_enum_count(names);
   if (n && n->type == YAML_SCALAR_NODE && !is_null(n)) {
     for (int i = 0; i < cnt; i++)
       if (!strcasecmp(sval(n), names[i])) return *out = i, TS_OK;
@@ -420,13 +420,6 @@ static int node_int_list(const pctx *c, const yaml_node_t *n, const char *what, 
 }
 
 /* ------------------------------------------------------------------ transforms */
-typedef struct {
-  const char *name;
-  ts_transform_kind kind;
-  const char *params[4]; /* NULL-terminated */
-  const char *required;  /* comma-free list of required params, space-separated */
-  int random;
-} tfdef;
 
 static const tfdef tfdefs[] = {
     {"random_crop", TS_TF_RANDOM_CROP, {"size", "padding", NULL}, "size", 1},
@@ -442,7 +435,7 @@ static const tfdef tfdefs[] = {
 };
 #define NTF ((int)(sizeof tfdefs / sizeof tfdefs[0]))
 
-static const tfdef *tf_by_kind(ts_transform_kind k) {
+const tfdef *ts__cfg_tf_by_kind(ts_transform_kind k) {
   for (int i = 0; i < NTF; i++)
     if (tfdefs[i].kind == k) return &tfdefs[i];
   return NULL;
@@ -884,7 +877,7 @@ static void fmt_string(sb *b, const char *s) {
 }
 
 static void fmt_tf(sb *b, const ts_transform *t) {
-  const tfdef *d = tf_by_kind(t->kind);
+  const tfdef *d = ts__cfg_tf_by_kind(t->kind);
   sb_printf(b, "{name: %s", d ? d->name : "?");
   switch (t->kind) {
     case TS_TF_RANDOM_CROP:
@@ -1255,282 +1248,3 @@ int ts_config_key_info(int i, ts_config_key *out) {
   return TS_OK;
 }
 
-/* ------------------------------------------------------------------ validation */
-static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int vfail(const ts_config *cfg, const char *fmt, ...) {
-  char msg[900];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return ts_error_set(TS_ECONFIG, "%s: %s", cfg->source[0] ? cfg->source : "config", msg);
-}
-
-static int data_channels(ts_data_kind k) {
-  switch (k) {
-    case TS_DATA_FASHION_MNIST:
-    case TS_DATA_MNIST: return 1;
-    case TS_DATA_CIFAR10:
-    case TS_DATA_CIFAR100: return 3;
-    default: return 0;
-  }
-}
-
-static int check_transforms(const ts_config *cfg, const char *key, const ts_cfg_transforms *t) {
-  int is_float = 0, is_chw = 0, nch = data_channels(cfg->data.name);
-  for (int i = 0; i < t->n; i++) {
-    const ts_transform *x = &t->v[i];
-    const tfdef *d = tf_by_kind(x->kind);
-    const char *name = d ? d->name : "?";
-    switch (x->kind) {
-      case TS_TF_TO_FLOAT: is_float = 1; break;
-      case TS_TF_CAST: is_float = ts_dtype_is_float(x->dtype); break;
-      case TS_TF_HWC_TO_CHW:
-        if (is_chw) return vfail(cfg, "%s[%d] (hwc_to_chw): the samples are already CHW", key, i);
-        is_chw = 1;
-        break;
-      case TS_TF_NORMALIZE:
-        if (!is_float)
-          return vfail(cfg, "%s[%d] (normalize): needs float samples: put to_float before it",
-                       key, i);
-        if (nch && x->nch != nch)
-          return vfail(cfg,
-                       "%s[%d] (normalize): %d mean/std values but data.name '%s' has %d "
-                       "channel%s",
-                       key, i, x->nch, ts_data_kind_name(cfg->data.name), nch, nch > 1 ? "s" : "");
-        break;
-      default:
-        (void)name;
-        break;
-    }
-  }
-  return TS_OK;
-}
-
-int ts_config_validate(ts_config *cfg) {
-  if (!cfg) return ts_error_set(TS_EINVAL, "ts_config_validate: NULL config");
-  /* enums in range (a program may have set fields directly) */
-  for (int i = 0; i < ts__cfg_nkeys; i++) {
-    const ts__cfg_key *k = &ts__cfg_keys[i];
-    if (k->type != CT_ENUM) continue;
-    int v = *(const int *)((const char *)cfg + k->off);
-    if (v < 0 || v >= enum_count(k->names)) return vfail(cfg, "%s: invalid value %d", k->path, v);
-  }
-  /* ---- train ---- */
-  if (cfg->train.epochs <= 0 && cfg->train.steps <= 0)
-    return vfail(cfg, "train.epochs and train.steps are both 0: set one of them");
-  if (cfg->train.batch_size <= 0)
-    return vfail(cfg, "train.batch_size (%d) must be positive", cfg->train.batch_size);
-  if (cfg->train.micro_batch_size == 0) cfg->train.micro_batch_size = cfg->train.batch_size;
-  if (cfg->train.micro_batch_size > cfg->train.batch_size)
-    return vfail(cfg, "train.micro_batch_size (%d) is larger than train.batch_size (%d)",
-                 cfg->train.micro_batch_size, cfg->train.batch_size);
-  if (cfg->train.batch_size % cfg->train.micro_batch_size)
-    return vfail(cfg, "train.batch_size (%d) must be divisible by train.micro_batch_size (%d)",
-                 cfg->train.batch_size, cfg->train.micro_batch_size);
-  if (cfg->train.eval_batch_size == 0) cfg->train.eval_batch_size = cfg->train.batch_size;
-  /* ---- optimizer ---- */
-  const typeof(cfg->optimizer) *o = &cfg->optimizer;
-  if (o->nesterov) {
-    if (o->name != TS_OPTIM_MOMENTUM)
-      return vfail(cfg, "optimizer.nesterov: only for optimizer.name 'momentum' (not '%s')",
-                   ts_optim_kind_name(o->name));
-    if (!(o->momentum > 0) || o->dampening != 0)
-      return vfail(cfg, "optimizer.nesterov needs optimizer.momentum > 0 and "
-                   "optimizer.dampening = 0 (got %g and %g)", o->momentum, o->dampening);
-  }
-  if (o->betas.n != 2) return vfail(cfg, "optimizer.betas: expected 2 values, got %d", o->betas.n);
-  const typeof(o->schedule) *s = &o->schedule;
-  if (s->min_lr > o->lr)
-    return vfail(cfg, "optimizer.schedule.min_lr (%g) is larger than optimizer.lr (%g)", s->min_lr,
-                 o->lr);
-  if (s->warmup_steps > 0 && s->warmup_epochs > 0)
-    return vfail(cfg, "optimizer.schedule: set warmup_steps or warmup_epochs, not both");
-  if (s->name == TS_LR_STEP && s->step_size <= 0)
-    return vfail(cfg, "optimizer.schedule.step_size: must be > 0 for schedule 'step'");
-  if (s->name == TS_LR_MULTISTEP) {
-    if (s->milestones.n == 0)
-      return vfail(cfg, "optimizer.schedule.milestones: needed (non-empty) for schedule "
-                   "'multistep'");
-    for (int i = 1; i < s->milestones.n; i++)
-      if (s->milestones.v[i] <= s->milestones.v[i - 1])
-        return vfail(cfg, "optimizer.schedule.milestones: must increase ([%d] = %d after %d)", i,
-                     s->milestones.v[i], s->milestones.v[i - 1]);
-  }
-  if (s->name == TS_LR_COSINE && cfg->train.steps > 0 && s->warmup_steps > cfg->train.steps)
-    return vfail(cfg, "optimizer.schedule.warmup_steps (%lld) exceeds train.steps (%lld)",
-                 (long long)s->warmup_steps, (long long)cfg->train.steps);
-  /* ---- model vs data ---- */
-  typeof(cfg->model) *m = &cfg->model;
-  typeof(cfg->data) *d = &cfg->data;
-  const char *mn = ts_model_kind_name(m->name), *dn = ts_data_kind_name(d->name);
-  if ((m->name == TS_MODEL_GPT) != (d->name == TS_DATA_TEXT)) {
-    if (m->name == TS_MODEL_GPT)
-      return vfail(cfg, "model.name 'gpt' needs data.name 'text' (got '%s')", dn);
-    return vfail(cfg, "data.name 'text' needs model.name 'gpt' (got '%s')", mn);
-  }
-  switch (m->name) {
-    case TS_MODEL_RESNET: {
-      int dp = m->depth;
-      if (!(dp == 18 || dp == 34 || dp == 50 || dp == 101 || dp == 152 ||
-            (dp >= 8 && (dp - 2) % 6 == 0)))
-        return vfail(cfg, "model.depth: %d is not a ResNet depth (18, 34, 50, 101, 152, or 6n+2 "
-                     "such as 20, 32, 44, 56, 110)", dp);
-      break;
-    }
-    case TS_MODEL_GPT:
-      if (m->n_embd % m->n_head)
-        return vfail(cfg, "model.n_embd (%d) must be divisible by model.n_head (%d)", m->n_embd,
-                     m->n_head);
-      if (m->vocab_size < 256)
-        return vfail(cfg, "model.vocab_size (%d): the text source yields byte ids 0..255, so at "
-                     "least 256", m->vocab_size);
-      if (m->block_size == 0) m->block_size = d->seq_len;
-      if (m->block_size < d->seq_len)
-        return vfail(cfg, "model.block_size (%d) is smaller than data.seq_len (%d)", m->block_size,
-                     d->seq_len);
-      break;
-    default: break;
-  }
-  if (m->name != TS_MODEL_GPT) {
-    int known = d->name == TS_DATA_CIFAR100 ? 100 : data_channels(d->name) ? 10 : 0;
-    if (m->num_classes == 0) m->num_classes = known;
-    if (known && m->num_classes != known)
-      return vfail(cfg, "model.num_classes (%d) does not match data.name '%s' (%d classes)",
-                   m->num_classes, dn, known);
-  }
-  /* ---- data ---- */
-  if (!d->path[0]) {
-    if (d->name == TS_DATA_FASHION_MNIST)
-      snprintf(d->path, sizeof d->path, "%s", TS_FASHION_MNIST_DIR);
-    else
-      return vfail(cfg, "data.path: required for data.name '%s'", dn);
-  }
-  int rc;
-  if ((rc = check_transforms(cfg, "data.transforms", &d->transforms))) return rc;
-  if (d->test_transforms.n >= 0 &&
-      (rc = check_transforms(cfg, "data.test_transforms", &d->test_transforms)))
-    return rc;
-  /* ---- checkpoint ---- */
-  if (!cfg->checkpoint.prefix[0] || strchr(cfg->checkpoint.prefix, '/'))
-    return vfail(cfg, "checkpoint.prefix: must be a non-empty file-name prefix without '/' "
-                 "(got \"%s\")", cfg->checkpoint.prefix);
-  if (!strcmp(cfg->checkpoint.resume, "auto") && !cfg->checkpoint.dir[0])
-    return vfail(cfg, "checkpoint.resume: 'auto' needs checkpoint.dir");
-  return TS_OK;
-}
-
-/* ------------------------------------------------------------------ conversions */
-int ts_config_optim(const ts_config *cfg, ts_optim_config *out) {
-  if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_optim: NULL argument");
-  const typeof(cfg->optimizer) *o = &cfg->optimizer;
-  if ((unsigned)o->name >= TS_OPTIM_COUNT)
-    return ts_error_set(TS_ECONFIG, "optimizer.name: invalid value %d", (int)o->name);
-  *out = ts_optim_config_default(o->name);
-  out->weight_decay = o->weight_decay;
-  out->momentum = o->momentum;
-  out->dampening = o->dampening;
-  out->nesterov = o->nesterov;
-  out->beta1 = o->betas.n > 0 ? o->betas.v[0] : out->beta1;
-  out->beta2 = o->betas.n > 1 ? o->betas.v[1] : out->beta2;
-  out->eps = o->eps;
-  out->lamb_always_adapt = o->lamb_always_adapt;
-  return TS_OK;
-}
-
-int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch) {
-  if (cfg->train.steps > 0) return cfg->train.steps;
-  return (int64_t)cfg->train.epochs * (steps_per_epoch > 0 ? steps_per_epoch : 0);
-}
-
-int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out) {
-  if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_lr_schedule: NULL argument");
-  const typeof(cfg->optimizer.schedule) *s = &cfg->optimizer.schedule;
-  int64_t unit = s->unit == TS_SCHED_UNIT_EPOCHS ? spe : 1;
-  if (unit <= 0 || ((s->warmup_epochs > 0) && spe <= 0))
-    return ts_error_set(TS_ECONFIG, "optimizer.schedule: epoch units need a positive number of "
-                        "steps per epoch (got %lld)", (long long)spe);
-  memset(out, 0, sizeof *out);
-  out->kind = s->name;
-  out->base_lr = cfg->optimizer.lr;
-  out->warmup_steps =
-      s->warmup_epochs > 0 ? (int64_t)llround(s->warmup_epochs * (double)spe) : s->warmup_steps;
-  out->step_size = s->step_size * unit;
-  out->gamma = s->gamma;
-  out->nmilestones = s->milestones.n;
-  for (int i = 0; i < s->milestones.n && i < TS_LR_MAX_MILESTONES; i++)
-    out->milestones[i] = (int64_t)s->milestones.v[i] * unit;
-  out->total_steps = ts_config_total_steps(cfg, spe);
-  out->min_lr = s->min_lr;
-  int rc = ts_lr_check(out);
-  if (rc) return ts_error_wrap(TS_ECONFIG, "optimizer.schedule");
-  return TS_OK;
-}
-
-int ts_config_transforms(const ts_config *cfg, int train, ts_transform *out, int cap) {
-  if (!cfg || (!out && cap)) return ts_error_set(TS_EINVAL, "ts_config_transforms: NULL argument");
-  const ts_cfg_transforms *src = train ? &cfg->data.transforms : &cfg->data.test_transforms;
-  const ts_cfg_transforms *all = &cfg->data.transforms;
-  int n = 0;
-  if (!train && src->n < 0) {
-    for (int i = 0; i < all->n; i++) {
-      const tfdef *d = tf_by_kind(all->v[i].kind);
-      if (d && d->random) continue;
-      if (n >= cap) return ts_error_set(TS_ERANGE, "ts_config_transforms: room for %d", cap);
-      out[n++] = all->v[i];
-    }
-    return n;
-  }
-  for (int i = 0; i < src->n; i++) {
-    if (n >= cap) return ts_error_set(TS_ERANGE, "ts_config_transforms: room for %d", cap);
-    out[n++] = src->v[i];
-  }
-  return n;
-}
-
-void ts_config_mlp(const ts_config *cfg, ts_mlp_config *out) {
-  memset(out, 0, sizeof *out);
-  out->num_classes = cfg->model.num_classes;
-  out->hidden = cfg->model.hidden.v;
-  out->nhidden = cfg->model.hidden.n;
-  out->label_smoothing = (float)cfg->model.label_smoothing;
-}
-
-void ts_config_lenet5(const ts_config *cfg, ts_lenet5_config *out) {
-  memset(out, 0, sizeof *out);
-  out->num_classes = cfg->model.num_classes;
-}
-
-void ts_config_convnet(const ts_config *cfg, ts_convnet_config *out) {
-  memset(out, 0, sizeof *out);
-  out->num_classes = cfg->model.num_classes;
-  out->c1 = cfg->model.channels.n > 0 ? cfg->model.channels.v[0] : 0;
-  out->c2 = cfg->model.channels.n > 1 ? cfg->model.channels.v[1] : 0;
-  out->bn_momentum = (float)cfg->model.bn_momentum;
-  out->bn_eps = (float)cfg->model.bn_eps;
-}
-
-void ts_config_resnet(const ts_config *cfg, ts_resnet_config *out) {
-  memset(out, 0, sizeof *out);
-  out->depth = cfg->model.depth;
-  out->num_classes = cfg->model.num_classes;
-  out->cifar = cfg->model.cifar_stem;
-  out->zero_init_residual = cfg->model.zero_init_residual;
-  out->bn_momentum = (float)cfg->model.bn_momentum;
-  out->bn_eps = (float)cfg->model.bn_eps;
-  out->label_smoothing = (float)cfg->model.label_smoothing;
-}
-
-void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out) {
-  memset(out, 0, sizeof *out);
-  out->vocab_size = cfg->model.vocab_size;
-  out->block_size = cfg->model.block_size;
-  out->n_layer = cfg->model.n_layer;
-  out->n_head = cfg->model.n_head;
-  out->n_embd = cfg->model.n_embd;
-  out->mlp_ratio = cfg->model.mlp_ratio;
-  out->no_bias = !cfg->model.bias;
-  out->tie_weights = cfg->model.tie_weights;
-  out->dropout = (float)cfg->model.dropout;
-  out->dropout_seed = cfg->train.seed;
-}

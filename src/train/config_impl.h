@@ -44,4 +44,15 @@ extern const char *const *ts__cfg_model_names, *const *ts__cfg_data_names,
     *const *ts__cfg_parallel_names, *const *ts__cfg_progress_names, *const *ts__cfg_unit_names,
     *const *ts__cfg_optim_names, *const *ts__cfg_lr_names;
 
+/* A transform kind's YAML name and parameters (config.c). */
+typedef struct {
+  const char *name;
+  ts_transform_kind kind;
+  const char *params[4]; /* NULL-terminated */
+  const char *required;  /* comma-free list of required params, space-separated */
+  int random;
+} tfdef;
+const tfdef *ts__cfg_tf_by_kind(ts_transform_kind k);
+int ts__cfg_enum_count(const char *const *names);
+
 #endif
