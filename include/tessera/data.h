@@ -166,13 +166,14 @@ ts_transform ts_tf_hwc_to_chw(void);
 ts_transform ts_tf_cast(ts_dtype dt);
 ts_transform ts_tf_random_erasing(float p);
 /* Applies transforms[0..n) to s in place; `key` seeds this sample's random draws (the pipeline
- * uses ts_hash of (seed, epoch, index)). Errors name the transform and the sample shape. */
+ * derives it with Philox from (seed, epoch, dataset index), so a sample's augmentation does not
+ * depend on the shard count or the worker count). Errors name the transform and the sample shape. */
 int ts_transforms_apply(const ts_transform *t, int n, ts_sample *s, uint64_t key);
 
 /* ---- pipeline: sample -> map (N worker threads) -> shuffle buffer -> batch -> repeat/prefetch ---- */
 typedef struct {
   ts_source *source;
-  ts_sampler_config sampler;
+  ts_sampler_config sampler; /* its seed is replaced by the pipeline's `seed` */
   const ts_transform *transforms;
   int ntransforms;
   int num_workers;    /* map threads (0 = in the calling thread) */
