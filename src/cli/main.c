@@ -23,6 +23,7 @@ static int usage(FILE *f) {
           "  train   train a model from a YAML config (tessera train --help)\n"
           "  eval    evaluate a checkpoint on the test data (tessera eval --help)\n"
           "  plot    draw loss/accuracy curves from a metrics file (tessera plot --help)\n"
+          "  launch  run a command on N ranks through mpirun (tessera launch --help)\n"
           "  ckpt    inspect a checkpoint or export its parameters (tessera ckpt --help)\n"
           "  data    convert data sets to record shards, inspect shards (tessera data --help)\n"
           "  --version, --help\n");
@@ -41,6 +42,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "ckpt")) return ts_cli_ckpt(argc - 2, argv + 2);
   if (!strcmp(cmd, "eval")) return ts_cli_eval(argc - 2, argv + 2);
   if (!strcmp(cmd, "plot")) return ts_cli_plot(argc - 2, argv + 2);
+  if (!strcmp(cmd, "launch")) return ts_cli_launch(argc - 2, argv + 2);
   if (!strcmp(cmd, "data")) return ts_cli_data(argc - 2, argv + 2);
   return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
 }

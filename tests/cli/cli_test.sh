@@ -35,6 +35,14 @@ expect 2 "none.yaml: cannot read the config: No such file" -- train "$tmp/none.y
 printf 'model: {name: mlp, hidden: [16]}\ndata: {name: fashion_mnist, path: /nonexistent/fm}\n' > "$tmp/nodata.yaml"
 expect 1 "/nonexistent/fm" -- train "$tmp/nodata.yaml"
 expect 2 "usage" -- plot
+# launcher: mpirun command line, MindSpore rank table, errors
+here=$(cd "$(dirname "$0")" && pwd)
+expect 0 "mpirun .*-n 2 .*train x.yaml" -- launch -n 2 --dry-run -- train x.yaml
+expect 0 "-n 4 --hostfile" -- launch --rank-table "$here/../fixtures/cli/rank_table_4.json" --dry-run -- train x.yaml
+expect 2 "-n 3 but the rank table has 4 ranks" -- launch -n 3 --rank-table "$here/../fixtures/cli/rank_table_4.json" -- train x.yaml
+expect 2 "missing '-- COMMAND'" -- launch -n 2
+expect 2 "-n N" -- launch -- train x.yaml
+if command -v mpirun >/dev/null; then expect 0 "tessera [0-9.]+" -- launch -n 2 -- --version; fi
 expect 1 "cannot open" -- plot "$tmp/none.jsonl" -o "$tmp/x.png"
 if [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   cat > "$tmp/mlp.yaml" <<YAML
