@@ -63,6 +63,8 @@ ts_shape ts_val_shape(const ts_graph *g, ts_val v);
 ts_dtype ts_val_dtype(const ts_graph *g, ts_val v);
 const char *ts_val_name(const ts_graph *g, ts_val v);
 ts_val_kind ts_val_kind_of(const ts_graph *g, ts_val v);
+/* Index of the node that produces v (-1 for leaves and invalid values). */
+int ts_graph_producer(const ts_graph *g, ts_val v);
 /* Name scope prefixed to node names ("layer1/conv"); push/pop like a stack. */
 void ts_graph_push_scope(ts_graph *g, const char *scope);
 void ts_graph_pop_scope(ts_graph *g);

@@ -82,6 +82,8 @@ size_t ts_params_state_numel(const ts_params *p); /* state elements */
  * a COPY where the gradient is a view or shared) and records it; parameters that get no gradient
  * keep a zero gradient. Returns the gradient values in `keep` (up to cap) for ts_plan_create. */
 int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep);
+/* The gradient value attached for parameter `id` (TS_NONE if it gets no gradient). */
+ts_val ts_params_grad_value(const ts_params *p, int id);
 /* Binds every param/state value of g to the flat buffers, and, if g is the graph passed to
  * ts_params_attach_grads, every attached gradient to the gradient buffer. */
 int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan);

@@ -217,6 +217,7 @@ ts_shape ts_val_shape(const ts_graph *g, ts_val v) {
   VGET(g, v, shape, z);
 }
 ts_dtype ts_val_dtype(const ts_graph *g, ts_val v) { VGET(g, v, dtype, TS_F32); }
+int ts_graph_producer(const ts_graph *g, ts_val v) { VGET(g, v, producer, -1); }
 const char *ts_val_name(const ts_graph *g, ts_val v) { VGET(g, v, name, NULL); }
 ts_val_kind ts_val_kind_of(const ts_graph *g, ts_val v) { VGET(g, v, kind, TS_VAL_TEMP); }
 

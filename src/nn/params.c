@@ -167,6 +167,11 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
   return rc;
 }
 
+ts_val ts_params_grad_value(const ts_params *p, int id) {
+  if (id < 0 || id >= p->n || p->e[id].grad_val < 0 || !p->grad_graph) return TS_NONE;
+  return ts__handle(p->grad_graph, p->e[id].grad_val);
+}
+
 int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan) {
   if (!p->allocated) return ts_error_set(TS_EINVAL, "ts_params_bind: call ts_params_alloc first");
   for (int v = 0; v < g->nvals; v++) {

@@ -13,6 +13,7 @@ static const char *const lr_names[] = {"constant", "step", "multistep", "cosine"
 static const char *const unit_names[] = {"steps", "epochs", NULL};
 static const char *const parallel_names[] = {"stand_alone", "data_parallel", "semi_auto_parallel",
                                              "auto_parallel", "hybrid_parallel", NULL};
+static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -172,7 +173,25 @@ const ts__cfg_key ts__cfg_keys[] = {
      0, CF_HASH, "cosine: final learning rate"},
     /* ---- parallel ---- */
     {"parallel.mode", CT_ENUM, FLD(parallel.mode), "stand_alone", parallel_names, 0, 0, 0, 0, 0,
-     "how work is split across devices (MindSpore's names); the trainer runs stand_alone so far"},
+     "how work is split across devices (MindSpore's names); the trainer runs stand_alone and "
+     "data_parallel so far"},
+    {"parallel.gradients_mean", CT_BOOL, FLD(parallel.gradients_mean), "true", NULL, 0, 0, 0, 0, 0,
+     "data_parallel: average gradients over ranks (false: sum)"},
+    {"parallel.bucket_size_mb", CT_FLOAT, FLD(parallel.bucket_size_mb), "4", NULL, 0, 1024, 0, 0,
+     CF_LO_OPEN, "data_parallel: gradient bucket size in MiB (MindSpore's comm_fusion)"},
+    {"parallel.comm_dtype", CT_ENUM, FLD(parallel.comm_dtype), "f32", comm_dtype_names, 0, 0, 0, 0,
+     0, "data_parallel: dtype gradients travel in (bf16/f16 compress; sums accumulate in f32)"},
+    {"parallel.overlap", CT_BOOL, FLD(parallel.overlap), "true", NULL, 0, 0, 0, 0, 0,
+     "data_parallel: all-reduce each bucket as soon as its gradients are ready, during backward"},
+    {"parallel.parameter_broadcast", CT_BOOL, FLD(parallel.parameter_broadcast), "false", NULL, 0, 0,
+     0, 0, 0, "broadcast parameters from rank 0 at start (for weights loaded on one rank)"},
+    {"parallel.sync_batchnorm", CT_BOOL, FLD(parallel.sync_batchnorm), "false", NULL, 0, 0, 0, 0, 0,
+     "BatchNorm statistics over all ranks (not available yet: rejected when true)"},
+    {"parallel.comm_timeout", CT_FLOAT, FLD(parallel.comm_timeout), "300", NULL, 0, 1e7, 0, 0, 0,
+     "seconds a collective may wait before the job fails naming the rank and collective; 0 = no "
+     "limit"},
+    {"parallel.debug_check", CT_BOOL, FLD(parallel.debug_check), "false", NULL, 0, 0, 0, 0, 0,
+     "check that all ranks issue the same collectives in the same order (slower)"},
     /* ---- checkpoint ---- */
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},

@@ -9,6 +9,7 @@
 typedef struct {
   ts_source *base;
   int64_t off, n;
+  int own;
 } subset;
 
 static int64_t sub_len(void *s) { return ((subset *)s)->n; }
@@ -22,11 +23,11 @@ static int64_t sub_label(void *s, int64_t i) {
 }
 static int sub_classes(void *s) { return ts_source_num_classes(((subset *)s)->base); }
 static void sub_destroy(void *s) {
-  ts_source_free(((subset *)s)->base);
+  if (((subset *)s)->own) ts_source_free(((subset *)s)->base);
   free(s);
 }
 
-int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out) {
+static int make_subset(ts_source *base, int64_t off, int64_t n, int own, ts_source **out) {
   int64_t len = ts_source_len(base);
   if (off < 0 || n < 0 || off + n > len)
     return ts_error_set(TS_ERANGE, "subset [%lld,%lld) of a source of %lld samples", (long long)off,
@@ -36,10 +37,19 @@ int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out) 
   u->base = base;
   u->off = off;
   u->n = n;
+  u->own = own;
   static const ts_source_vtable vt = {"subset", sub_len, sub_get, sub_label, sub_classes, sub_destroy};
   int rc = ts_source_create(&vt, u, out);
   if (rc) free(u);
   return rc;
+}
+
+int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out) {
+  return make_subset(base, off, n, 1, out);
+}
+
+int ts__source_view(ts_source *base, int64_t off, int64_t n, ts_source **out) {
+  return make_subset(base, off, n, 0, out);
 }
 
 static int records(const char *dir, const char *split, ts_source **out) {

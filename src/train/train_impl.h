@@ -11,6 +11,8 @@
 int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test);
 /* A view of samples [off, off+n) of base (which it then owns). */
 int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out);
+/* The same without ownership: base must outlive the view. */
+int ts__source_view(ts_source *base, int64_t off, int64_t n, ts_source **out);
 
 /* Progress display and metrics file. */
 typedef struct {

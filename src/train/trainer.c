@@ -9,6 +9,7 @@
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
+#include "dp.h"
 #include "train_impl.h"
 
 #define MAX_CB 16
@@ -42,6 +43,11 @@ struct ts_trainer {
   int ncb;
   ts__progress prog;
   char *cfg_yaml;
+  /* data parallel */
+  ts_comm *comm; /* NULL in stand-alone mode */
+  int rank, size;
+  ts__dp *dp;
+  int overlap;
 };
 
 ts_params *ts_trainer_params(ts_trainer *t) { return t->params; }
@@ -183,14 +189,16 @@ static int probe_sample(ts_trainer *t) {
 static int make_train_pipe(ts_trainer *t) {
   ts_pipeline_config pc = ts_pipeline_config_default();
   pc.source = t->train_src;
-  pc.sampler.kind = t->cfg.data.shuffle ? TS_SAMPLER_RANDOM : TS_SAMPLER_SEQUENTIAL;
-  pc.sampler.num_shards = 1;
-  pc.sampler.shard_id = 0;
+  /* the same global order on any number of ranks: rank r takes positions r, r+S, ... */
+  pc.sampler.kind = TS_SAMPLER_DISTRIBUTED;
+  pc.sampler.shuffle = t->cfg.data.shuffle;
+  pc.sampler.num_shards = t->size;
+  pc.sampler.shard_id = t->rank;
   pc.sampler.drop_last = t->cfg.data.drop_last;
   pc.transforms = t->tf_train;
   pc.ntransforms = t->ntf_train;
   pc.num_workers = t->cfg.data.num_workers;
-  pc.batch_size = t->cfg.train.batch_size;
+  pc.batch_size = t->cfg.train.batch_size / t->size;
   pc.drop_remainder = 1; /* fixed graph shapes; a partial batch would change the math */
   pc.shuffle_buffer = t->cfg.data.shuffle_buffer;
   pc.prefetch = t->cfg.data.prefetch;
@@ -248,6 +256,7 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
 
 static int save_checkpoint(ts_trainer *t) {
   const ts_config *c = &t->cfg;
+  if (t->rank != 0) return TS_OK; /* parameters are identical on every rank */
   char path[2200];
   int rc = ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
   if (!rc) rc = ts_trainer_save(t, path);
@@ -259,6 +268,50 @@ static int save_checkpoint(ts_trainer *t) {
   return rc;
 }
 
+/* ---- data parallel ---- */
+static int setup_data_parallel(ts_trainer *t) {
+  ts_config *c = &t->cfg;
+  int rc = ts_comm_init(NULL, NULL);
+  if (!rc) rc = ts_comm_world(&t->comm);
+  if (rc) return rc;
+  t->rank = ts_comm_rank(t->comm);
+  t->size = ts_comm_size(t->comm);
+  ts_comm_set_timeout(c->parallel.comm_timeout);
+  if (c->parallel.debug_check) ts_comm_set_debug_check(1);
+  if (c->parallel.sync_batchnorm)
+    return ts_error_set(TS_EUNSUPPORTED, "parallel.sync_batchnorm: not available yet (BatchNorm uses "
+                                         "each rank's batch statistics)");
+  if (c->train.batch_size % t->size || c->train.micro_batch_size % t->size)
+    return ts_error_set(TS_ECONFIG,
+                        "train.batch_size %d (micro_batch_size %d) is the global batch and must divide "
+                        "by the %d ranks",
+                        c->train.batch_size, c->train.micro_batch_size, t->size);
+  if (t->rank != 0) { /* only rank 0 talks and writes */
+    c->log.progress = TS_PROGRESS_OFF;
+    c->log.metrics[0] = 0;
+    c->log.plot[0] = 0;
+  }
+  return TS_OK;
+}
+
+static int setup_reduction(ts_trainer *t) {
+  const ts_config *c = &t->cfg;
+  int rc = TS_OK;
+  if (c->parallel.parameter_broadcast) {
+    rc = ts_comm_broadcast(t->comm, ts_params_data(t->params), ts_params_numel(t->params), TS_F32, 0);
+    if (!rc && ts_params_state_numel(t->params))
+      rc = ts_comm_broadcast(t->comm, ts_params_states(t->params), ts_params_state_numel(t->params), TS_F32, 0);
+    if (rc) return rc;
+  }
+  static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
+  rc = ts__dp_create(t->comm, t->params, t->g, c->parallel.bucket_size_mb, c->parallel.gradients_mean,
+                     wire[c->parallel.comm_dtype], &t->dp);
+  if (rc) return rc;
+  t->overlap = c->parallel.overlap && t->accum == 1; /* accumulation reduces once, after the last micro-step */
+  if (t->overlap) ts_plan_set_hook(t->plan, ts__dp_hook, t->dp);
+  return TS_OK;
+}
+
 /* ---- lifetime ---- */
 int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
   *out = NULL;
@@ -267,8 +320,11 @@ int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
   t->cfg = *cfg_in;
   int rc = ts_config_validate(&t->cfg);
   if (rc) goto fail;
-  if (t->cfg.parallel.mode != TS_PARALLEL_STAND_ALONE) {
-    rc = ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s is not available yet (use stand_alone)",
+  t->size = 1;
+  if (t->cfg.parallel.mode == TS_PARALLEL_DATA) {
+    if ((rc = setup_data_parallel(t))) goto fail;
+  } else if (t->cfg.parallel.mode != TS_PARALLEL_STAND_ALONE) {
+    rc = ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s is not available yet (use stand_alone or data_parallel)",
                       ts_parallel_mode_name(t->cfg.parallel.mode));
     goto fail;
   }
@@ -276,9 +332,9 @@ int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
   ts_callback lm = ts_callback_loss_monitor();
   ts_trainer_add_callback(t, &lm);
   if ((rc = ts_config_dump_string(&t->cfg, &t->cfg_yaml))) goto fail;
-  t->mb = t->cfg.train.micro_batch_size;
+  t->mb = t->cfg.train.micro_batch_size / t->size;
   t->eb = t->cfg.train.eval_batch_size;
-  t->accum = t->cfg.train.batch_size / t->mb;
+  t->accum = t->cfg.train.batch_size / t->cfg.train.micro_batch_size;
   if ((rc = ts__train_sources(&t->cfg, &t->train_src, &t->test_src))) goto fail;
   rc = ts_config_transforms(&t->cfg, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) goto fail;
@@ -288,6 +344,7 @@ int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
   t->ntf_test = rc;
   if ((rc = probe_sample(t)) || (rc = make_train_pipe(t)) || (rc = build_graphs(t)) || (rc = build_optimizer(t)))
     goto fail;
+  if (t->comm && (rc = setup_reduction(t))) goto fail;
   if (t->accum > 1) {
     t->acc = ts_alloc(sizeof(float) * (ts_params_numel(t->params) ? ts_params_numel(t->params) : 1));
     if (!t->acc) {
@@ -298,8 +355,8 @@ int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
   /* resume */
   const char *res = t->cfg.checkpoint.resume;
   int resumed = 0;
+  char path[2200]; /* outlives the block: res may point here when the progress line is printed */
   if (res[0]) {
-    char path[2200];
     if (!strcmp(res, "auto")) {
       if (ts_ckpt_latest(t->cfg.checkpoint.dir, t->cfg.checkpoint.prefix, path, sizeof path) == TS_OK) res = path;
       else res = NULL;
@@ -321,6 +378,8 @@ fail:
 
 void ts_trainer_free(ts_trainer *t) {
   if (!t) return;
+  ts__dp_free(t->dp);
+  ts_comm_free(t->comm);
   ts__progress_close(&t->prog);
   ts_pipeline_free(t->train_pipe);
   ts_plan_free(t->plan);
@@ -342,8 +401,14 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   memset(out, 0, sizeof *out);
   if (!t->test_src) return ts_error_set(TS_ENOTFOUND, "evaluate: the data set has no test split");
   double t0 = ts_time_now();
+  ts_source *view = NULL; /* with several ranks, each evaluates one contiguous part */
+  if (t->size > 1) {
+    int64_t n = ts_source_len(t->test_src), lo = n * t->rank / t->size, hi = n * (t->rank + 1) / t->size;
+    int r = ts__source_view(t->test_src, lo, hi - lo, &view);
+    if (r) return r;
+  }
   ts_pipeline_config pc = ts_pipeline_config_default();
-  pc.source = t->test_src;
+  pc.source = view ? view : t->test_src;
   pc.transforms = t->tf_test;
   pc.ntransforms = t->ntf_test;
   pc.num_workers = t->cfg.data.num_workers;
@@ -351,9 +416,12 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   pc.drop_remainder = 0;
   pc.epochs = 1;
   pc.seed = t->cfg.train.seed;
-  ts_pipeline *p;
-  int rc = ts_pipeline_create(&pc, &p);
-  if (rc) return rc;
+  ts_pipeline *p = NULL;
+  int rc = ts_source_len(pc.source) > 0 ? ts_pipeline_create(&pc, &p) : TS_OK;
+  if (rc) {
+    ts_source_free(view);
+    return rc;
+  }
   size_t xbytes = (size_t)ts_shape_numel(&t->sample_shape) * ts_dtype_size(t->sample_dtype);
   char *xbuf = ts_calloc(xbytes * (size_t)t->eb);
   ts_shape ls = ts_val_shape(t->ge, t->logits_e);
@@ -363,7 +431,7 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   int64_t n = 0, c1 = 0, c5 = 0;
   ts_plan_bind(t->plan_e, t->xe, xbuf);
   ts_batch b;
-  while (rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
+  while (p && rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
     memcpy(xbuf, b.data.data, xbytes * (size_t)b.size);
     if (b.size < t->eb) memset(xbuf + xbytes * (size_t)b.size, 0, xbytes * (size_t)(t->eb - b.size));
     if ((rc = ts_plan_run(t->plan_e, 0))) break;
@@ -387,8 +455,20 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
     }
   }
   ts_pipeline_free(p);
+  ts_source_free(view);
   ts_free(xbuf);
   if (rc) return ts_error_wrap(rc, "evaluation");
+  if (t->comm) { /* sum the counts and losses of every rank's part */
+    int64_t cnt[3] = {n, c1, c5};
+    float ls = (float)loss;
+    rc = ts_comm_allreduce(t->comm, cnt, cnt, 3, TS_I64, TS_REDUCE_SUM);
+    if (!rc) rc = ts_comm_allreduce(t->comm, &ls, &ls, 1, TS_F32, TS_REDUCE_SUM);
+    if (rc) return ts_error_wrap(rc, "evaluation: reducing metrics");
+    n = cnt[0];
+    c1 = cnt[1];
+    c5 = cnt[2];
+    loss = ls;
+  }
   out->step = t->step;
   out->epoch = t->epoch > 0 && t->batch == 0 ? t->epoch - 1 : t->epoch;
   out->samples = n;
@@ -418,6 +498,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   size_t n = ts_params_numel(t->params);
   float *grads = ts_params_grads(t->params);
   double loss = 0;
+  if (t->dp && t->overlap) ts__dp_begin(t->dp, grads);
   for (int64_t k = 0; k < t->accum; k++) {
     int rc = ts_plan_bind(t->plan, t->x, (char *)b->data.data + (size_t)(k * t->mb) * xs);
     if (!rc) rc = ts_plan_bind(t->plan, t->y, (char *)lab + (size_t)(k * t->mb) * ys);
@@ -433,6 +514,14 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     }
   }
   float *g = t->accum > 1 ? t->acc : grads;
+  if (t->dp) {
+    if (!t->overlap) ts__dp_begin(t->dp, g);
+    int rc = ts__dp_finish(t->dp);
+    float l = (float)(loss / (double)t->accum);
+    if (!rc) rc = ts_comm_allreduce(t->comm, &l, &l, 1, TS_F32, TS_REDUCE_MEAN);
+    if (rc) return ts_error_wrap(rc, "step %lld: gradient all-reduce", (long long)t->step + 1);
+    loss = (double)l * (double)t->accum;
+  }
   float norm = 0;
   if (t->cfg.optimizer.clip_grad_norm > 0) ts_clip_grad_norm(g, n, (float)t->cfg.optimizer.clip_grad_norm, &norm);
   float lr = ts_lr_at(&t->sched, t->step);
@@ -451,8 +540,9 @@ int ts_trainer_fit(ts_trainer *t) {
   double t_prev = ts_time_now();
   while (t->step < t->total_steps && !t->stop) {
     if ((rc = ts_pipeline_next(t->train_pipe, &b))) break;
-    if (b.size != c->train.batch_size) {
-      rc = ts_error_set(TS_EINVAL, "trainer: pipeline gave a batch of %d, expected %d", b.size, c->train.batch_size);
+    if (b.size != c->train.batch_size / t->size) {
+      rc = ts_error_set(TS_EINVAL, "trainer: pipeline gave a batch of %d, expected %d", b.size,
+                        c->train.batch_size / t->size);
       break;
     }
     ts_step_info info;

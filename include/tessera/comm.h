@@ -1,0 +1,208 @@
+/* Tessera communication layer: communicators and collectives over MPI.
+ *
+ * One process works with or without mpirun (MPI singleton). Every call returns a ts_err status;
+ * MPI errors, timeouts and mismatched collectives come back as TS_ECOMM with a message (see
+ * ts_last_error()) naming the collective, its sequence number, the rank, the dtype and count.
+ * Nothing here prints or exits, except ts_comm_abort, which ends the whole job on request.
+ *
+ * Rules shared by every collective (as in MPI):
+ *  - all ranks of a communicator call the same collectives in the same order, with matching
+ *    dtype, op, root and counts (ts_comm_set_debug_check verifies this at run time);
+ *  - counts are in elements of `dtype` and must fit in an int (TS_ERANGE otherwise);
+ *  - calls on one communicator must not run concurrently from several threads (MPI is
+ *    initialised with MPI_THREAD_SERIALIZED when available).
+ *
+ * Accumulation: f32, i32, i64 reductions use MPI's built-in operations. bf16 and f16 reductions
+ * move 16-bit data on the wire but accumulate in f32: the buffer is cut into one block per rank,
+ * an all-to-all brings every rank's copy of block r to rank r, which sums (or max/min) them in
+ * f32 in rank order 0..n-1 and rounds once to the 16-bit type (round to nearest even, the
+ * ts_f32_to_bf16 / ts_f32_to_f16 conversions); an allgather then spreads the blocks. The result
+ * is bitwise the serial f32 reduction in rank order, identical on every rank, and sends the same
+ * volume as a ring reduce-scatter + allgather. MEAN is SUM divided by the communicator size
+ * (float: one division after the sum; integers: C division, truncating toward zero).
+ * u8 is accepted by data-movement collectives (broadcast, allgather(v), alltoall(v), send/recv)
+ * but not by reductions (TS_EDTYPE).
+ *
+ * Progress of non-blocking collectives: MPI progresses them only inside MPI calls, so a
+ * request issued with ts_comm_i* advances when the caller polls it with ts_comm_test (or any
+ * other ts_comm_* call). To overlap communication with computation, call ts_comm_test on the
+ * outstanding requests between kernels; ts_comm_wait finishes them. bf16/f16 reductions are two
+ * MPI stages; ts_comm_test performs the local f32 sum and issues the second stage.
+ *
+ * Timeouts (the watchdog): every blocking call (collectives, send/recv, ts_comm_wait) waits for
+ * at most the timeout (default 300 s; ts_comm_set_timeout or env TESSERA_COMM_TIMEOUT; 0 means
+ * wait forever), polling MPI_Test with a short spin, then yields and short sleeps. On expiry it
+ * returns TS_ECOMM ("rank 1: allreduce #12 (f32 x 1000) did not complete within 300 s (a peer
+ * may have died)"). A communicator whose collective timed out is marked failed: later calls on
+ * it fail fast with TS_ECOMM. The MPI operation cannot be cancelled, so the buffers of the timed
+ * out call may still be written if the peer arrives late: keep them alive, and end the job with
+ * ts_comm_abort (the normal reaction), or free that communicator and carry on with others. */
+#ifndef TESSERA_COMM_H
+#define TESSERA_COMM_H
+
+#include "tessera/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_comm ts_comm;
+typedef struct ts_comm_req ts_comm_req;
+
+typedef enum {
+  TS_REDUCE_SUM = 0,
+  TS_REDUCE_MEAN = 1,
+  TS_REDUCE_MAX = 2,
+  TS_REDUCE_MIN = 3,
+  TS_REDUCE_COUNT
+} ts_reduce_op;
+
+/* "sum", "mean", "max", "min" ("?" if invalid). */
+const char *ts_reduce_op_name(ts_reduce_op op);
+
+/* ---- process-wide setup ---- */
+
+/* Initialises MPI (MPI_Init_thread requesting MPI_THREAD_SERIALIZED) unless it already is,
+ * and creates the world communicator (a duplicate of MPI_COMM_WORLD, so library traffic never
+ * mixes with the application's). Works without mpirun as a 1-rank singleton. argc/argv may be
+ * NULL. Idempotent. Reads TESSERA_COMM_TIMEOUT (seconds) and TESSERA_COMM_CHECK (0/1) (a
+ * malformed value is TS_ECONFIG); ts_comm_set_* calls made after it take precedence. */
+int ts_comm_init(int *argc, char ***argv);
+/* 1 between ts_comm_init and ts_comm_finalize. */
+int ts_comm_initialized(void);
+/* Frees the world communicator and finalises MPI if ts_comm_init initialised it. Communicators
+ * made by the caller should be freed first. Idempotent; MPI cannot be initialised again after. */
+int ts_comm_finalize(void);
+/* Ends every process of the job (MPI_Abort on c, or on MPI_COMM_WORLD if c is NULL) with `code`.
+ * Does not return when MPI is initialised; TS_EINVAL otherwise. */
+int ts_comm_abort(ts_comm *c, int code);
+
+/* Timeout in seconds of every blocking call (0 = none). Process-wide; default 300. */
+void ts_comm_set_timeout(double seconds);
+double ts_comm_get_timeout(void);
+/* Debug consistency check: when on, each collective first allgathers (sequence number, op,
+ * reduce op, dtype, count, root) over the communicator and compares; the first mismatch is
+ * TS_ECOMM on every rank ("collective #12: rank 0 issued allreduce(sum) f32 x 1000, rank 1
+ * issued allgather f32 x 500"). Costs one small allgather per collective. Process-wide; all ranks
+ * must agree on it. Default off (env TESSERA_COMM_CHECK=1 turns it on at init). */
+void ts_comm_set_debug_check(int on);
+int ts_comm_get_debug_check(void);
+
+/* ---- communicators ----
+ * Creating a communicator is collective over its parent: every rank of the parent must call
+ * it (with the same arguments, where stated), guarded by the timeout. */
+
+/* The world communicator (owned by the library: ts_comm_free on it does nothing). */
+int ts_comm_world(ts_comm **out);
+int ts_comm_rank(const ts_comm *c);
+int ts_comm_size(const ts_comm *c);
+/* Rank of this process in the world communicator. */
+int ts_comm_world_rank(const ts_comm *c);
+/* Sequence number of the next collective on c (starts at 0; counts collectives issued on c). */
+uint64_t ts_comm_seq(const ts_comm *c);
+/* 1 once a collective on c timed out or failed in MPI (every later call on c fails fast). */
+int ts_comm_failed(const ts_comm *c);
+/* Writes what c was last asked to do, for a message when a job is being ended (e.g. from a
+ * signal or a watchdog in the caller): "rank 1: 12 collectives issued, last allreduce(sum) #11
+ * (f32 x 1000), waiting for it" (or "done"). Returns buf. */
+char *ts_comm_describe(const ts_comm *c, char *buf, size_t cap);
+
+/* A new communicator with the same ranks (its own sequence numbers and failure state). */
+int ts_comm_dup(ts_comm *c, ts_comm **out);
+/* Ranks with the same color form one communicator, ordered by key (then by rank in c). A
+ * negative color gives *out = NULL (that rank joins none). Like MPI_Comm_split. */
+int ts_comm_split(ts_comm *c, int color, int key, ts_comm **out);
+/* A communicator of ranks[0..n-1] of c (rank i of it is ranks[i]); every rank of c calls it with
+ * the same list; ranks not in the list get *out = NULL. TS_EINVAL for out-of-range or repeated
+ * ranks, TS_ECOMM if ranks passed different lists. */
+int ts_comm_group(ts_comm *c, const int *ranks, int n, ts_comm **out);
+/* The ranks of c arranged as a row-major grid dims[0] x ... x dims[ndim-1] (the product must be
+ * the size of c; rank r has coordinates with the last axis fastest, like MindSpore's device
+ * matrix): the communicator of the ranks whose coordinates differ from this rank's only along
+ * `axis`, ordered by their coordinate on that axis (so its rank is this rank's coordinate).
+ * E.g. dims (2,2): axis 1 gives the rows {0,1},{2,3}; axis 0 the columns {0,2},{1,3}. */
+int ts_comm_grid_axis(ts_comm *c, int ndim, const int *dims, int axis, ts_comm **out);
+/* This rank's coordinates in that grid (coords has ndim entries). */
+int ts_comm_grid_coords(int rank, int ndim, const int *dims, int *coords);
+/* Frees a communicator (NULL and the world communicator are ignored). */
+void ts_comm_free(ts_comm *c);
+
+/* Splits `total` elements into n blocks as evenly as possible, the first total % n blocks one
+ * larger (the layout of the blocked reduce-scatter and of the bf16/f16 reductions). */
+void ts_comm_block_counts(size_t total, int n, size_t *counts);
+
+/* ---- blocking collectives ----
+ * Buffers are raw arrays of `dtype`; send and recv must not overlap unless stated. */
+
+/* recv[i] = op over ranks of send[i], i < count. In place when send == recv. */
+int ts_comm_allreduce(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype,
+                      ts_reduce_op op);
+/* recv (size*count) = the send blocks (count each) of ranks 0..size-1 in rank order. In place
+ * when send == recv + rank*count (the rank's block already sits in recv). */
+int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype);
+/* Uneven allgather: rank r contributes counts[r] elements (send holds counts[rank]); recv holds
+ * them at offsets displs[r] (displs NULL: packed, the prefix sums of counts). In place when send
+ * == recv + displs[rank]. */
+int ts_comm_allgatherv(ts_comm *c, const void *send, void *recv, const size_t *counts,
+                       const size_t *displs, ts_dtype dtype);
+/* send holds sum(counts) elements; rank r receives block r (counts[r] elements, at the prefix
+ * sum of counts) reduced over ranks. Counts may be uneven and zero. */
+int ts_comm_reduce_scatter(ts_comm *c, const void *send, void *recv, const size_t *counts,
+                           ts_dtype dtype, ts_reduce_op op);
+/* Equal blocks: send holds size*count elements, recv count. */
+int ts_comm_reduce_scatter_block(ts_comm *c, const void *send, void *recv, size_t count,
+                                 ts_dtype dtype, ts_reduce_op op);
+/* buf (count elements) of `root` is copied to every rank. */
+int ts_comm_broadcast(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int root);
+/* Block j (count elements) of send goes to rank j; block i of recv comes from rank i. */
+int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype);
+/* Uneven all-to-all: sendcounts[j] elements at sdispls[j] go to rank j; recvcounts[i] elements
+ * from rank i land at rdispls[i]. NULL displacements mean packed (prefix sums of the counts). */
+int ts_comm_alltoallv(ts_comm *c, const void *send, const size_t *sendcounts,
+                      const size_t *sdispls, void *recv, const size_t *recvcounts,
+                      const size_t *rdispls, ts_dtype dtype);
+int ts_comm_barrier(ts_comm *c);
+
+/* Point to point (tag >= 0). Not collective: no sequence number and no debug check. */
+int ts_comm_send(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int dest, int tag);
+/* Receives exactly count elements (a longer message is TS_ECOMM). A timed-out receive is
+ * cancelled and leaves c usable. */
+int ts_comm_recv(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int src, int tag);
+
+/* ---- non-blocking collectives ----
+ * Same arguments and rules as the blocking forms; *req receives a handle. The buffers (and the
+ * counts/displs arrays, which are copied) belong to the operation until it completes. Requests
+ * progress only while some ts_comm_* call runs: poll with ts_comm_test between pieces of work. */
+int ts_comm_iallreduce(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype,
+                       ts_reduce_op op, ts_comm_req **req);
+int ts_comm_iallgather(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype,
+                       ts_comm_req **req);
+int ts_comm_iallgatherv(ts_comm *c, const void *send, void *recv, const size_t *counts,
+                        const size_t *displs, ts_dtype dtype, ts_comm_req **req);
+int ts_comm_ireduce_scatter(ts_comm *c, const void *send, void *recv, const size_t *counts,
+                            ts_dtype dtype, ts_reduce_op op, ts_comm_req **req);
+int ts_comm_ireduce_scatter_block(ts_comm *c, const void *send, void *recv, size_t count,
+                                  ts_dtype dtype, ts_reduce_op op, ts_comm_req **req);
+int ts_comm_ibroadcast(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int root,
+                       ts_comm_req **req);
+int ts_comm_isend(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int dest, int tag,
+                  ts_comm_req **req);
+int ts_comm_irecv(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int src, int tag,
+                  ts_comm_req **req);
+
+/* Advances req without blocking; *done = 1 once it has completed (results in place; a MEAN's
+ * division and a bf16/f16 stage are done inside this call). Cheap: call it between kernels. */
+int ts_comm_test(ts_comm_req *req, int *done);
+/* Blocks until req completes, or the timeout (counted from this call) expires: TS_ECOMM, req
+ * still valid and in flight (the caller may wait again or abort). */
+int ts_comm_wait(ts_comm_req *req);
+/* Waits for every request (NULL entries skipped); the first failure is returned. */
+int ts_comm_wait_all(ts_comm_req **reqs, int n);
+/* Releases a request. A request still in flight is handed to the library (its buffers must stay
+ * valid until ts_comm_finalize) and its communicator is marked failed. NULL is ignored. */
+void ts_comm_req_free(ts_comm_req *req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,754 @@
+/* Communicators over MPI, requests and their progress, the timeout watchdog and the debug
+ * consistency check. The collectives themselves are in coll.c. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_impl.h"
+
+/* ---- process-wide state (set up from the main thread) ---- */
+static int g_init;           /* ts_comm_init succeeded and ts_comm_finalize not yet called */
+static int g_finalized;
+static int g_owns_mpi;       /* MPI_Init was ours: finalize it */
+static ts_comm *g_world;
+static double g_timeout = 300.0;
+static int g_check;
+static ts_comm_req *g_orphans; /* requests that could not complete; freed after MPI_Finalize */
+
+const char *ts_reduce_op_name(ts_reduce_op op) {
+  switch (op) {
+    case TS_REDUCE_SUM: return "sum";
+    case TS_REDUCE_MEAN: return "mean";
+    case TS_REDUCE_MAX: return "max";
+    case TS_REDUCE_MIN: return "min";
+    default: return "?";
+  }
+}
+
+const char *ts__coll_name(int kind) {
+  static const char *const names[TS_COLL_KIND_COUNT] = {
+      [TS_COLL_ALLREDUCE] = "allreduce",
+      [TS_COLL_ALLGATHER] = "allgather",
+      [TS_COLL_ALLGATHERV] = "allgatherv",
+      [TS_COLL_REDUCE_SCATTER] = "reduce_scatter",
+      [TS_COLL_REDUCE_SCATTER_BLOCK] = "reduce_scatter_block",
+      [TS_COLL_BROADCAST] = "broadcast",
+      [TS_COLL_ALLTOALL] = "alltoall",
+      [TS_COLL_ALLTOALLV] = "alltoallv",
+      [TS_COLL_BARRIER] = "barrier",
+      [TS_COLL_SEND] = "send",
+      [TS_COLL_RECV] = "recv",
+      [TS_COLL_DUP] = "comm_dup",
+      [TS_COLL_SPLIT] = "comm_split",
+      [TS_COLL_GROUP] = "comm_group",
+      [TS_COLL_GRID_AXIS] = "comm_grid_axis",
+  };
+  return kind >= 0 && kind < TS_COLL_KIND_COUNT ? names[kind] : "?";
+}
+
+void ts__sig_str(const ts_coll_sig *s, char *buf, size_t cap) {
+  char opb[16] = "", rootb[32] = "", cnt[64] = "";
+  if (s->op >= 0) snprintf(opb, sizeof opb, "(%s)", ts_reduce_op_name((ts_reduce_op)s->op));
+  if (s->root >= 0)
+    snprintf(rootb, sizeof rootb, ", %s %d",
+             s->kind == TS_COLL_BROADCAST ? "root" : s->kind == TS_COLL_SEND ? "to" : "from",
+             (int)s->root);
+  if (s->dtype >= 0)
+    snprintf(cnt, sizeof cnt, " (%s x %lld%s)", ts_dtype_name((ts_dtype)s->dtype),
+             (long long)s->shown, rootb);
+  if (s->kind == TS_COLL_SEND || s->kind == TS_COLL_RECV)
+    snprintf(buf, cap, "%s%s", ts__coll_name(s->kind), cnt);
+  else
+    snprintf(buf, cap, "%s%s #%llu%s", ts__coll_name(s->kind), opb, (unsigned long long)s->seq,
+             cnt);
+}
+
+/* Short form used by the debug check: "allreduce(sum) f32 x 1000". */
+static void sig_short(const ts_coll_sig *s, char *buf, size_t cap) {
+  char opb[16] = "", rootb[32] = "";
+  if (s->op >= 0) snprintf(opb, sizeof opb, "(%s)", ts_reduce_op_name((ts_reduce_op)s->op));
+  if (s->kind == TS_COLL_BROADCAST) snprintf(rootb, sizeof rootb, " root %d", (int)s->root);
+  if (s->dtype >= 0)
+    snprintf(buf, cap, "%s%s %s x %lld%s", ts__coll_name(s->kind), opb,
+             ts_dtype_name((ts_dtype)s->dtype), (long long)s->shown, rootb);
+  else
+    snprintf(buf, cap, "%s%s", ts__coll_name(s->kind), opb);
+}
+
+void ts__who(const ts_comm *c, char *buf, size_t cap) {
+  if (!c) {
+    snprintf(buf, cap, "rank ?");
+  } else if (c->world_like) {
+    snprintf(buf, cap, "rank %d", c->world_rank);
+  } else {
+    snprintf(buf, cap, "rank %d (%d of %d in its group)", c->world_rank, c->rank, c->size);
+  }
+}
+
+int ts__mpi_fail(ts_comm *c, const ts_coll_sig *s, int mpirc, const char *fn) {
+  char who[96], what[160], es[MPI_MAX_ERROR_STRING + 1] = "";
+  int len = 0;
+  if (MPI_Error_string(mpirc, es, &len) != MPI_SUCCESS) snprintf(es, sizeof es, "error %d", mpirc);
+  ts__who(c, who, sizeof who);
+  ts__sig_str(s, what, sizeof what);
+  ts_error_set(TS_ECOMM, "%s: %s: %s failed: %s", who, what, fn, es);
+  if (c && !c->failed && s->kind != TS_COLL_RECV) {
+    c->failed = 1;
+    snprintf(c->failmsg, sizeof c->failmsg, "%s: %s failed", what, fn);
+  }
+  return TS_ECOMM;
+}
+
+int ts__arg_fail(ts_comm *c, int code, const ts_coll_sig *s, const char *what) {
+  char who[96], sg[160];
+  ts__who(c, who, sizeof who);
+  ts__sig_str(s, sg, sizeof sg);
+  return ts_error_set(code, "%s: %s: %s", who, sg, what);
+}
+
+MPI_Datatype ts__mpi_dtype(ts_dtype dt) {
+  switch (dt) {
+    case TS_F32: return MPI_FLOAT;
+    case TS_BF16:
+    case TS_F16: return MPI_UINT16_T;
+    case TS_I32: return MPI_INT32_T;
+    case TS_I64: return MPI_INT64_T;
+    case TS_U8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+/* ---- settings ---- */
+void ts_comm_set_timeout(double seconds) { g_timeout = (seconds > 0 && isfinite(seconds)) ? seconds : 0; }
+double ts_comm_get_timeout(void) { return g_timeout; }
+void ts_comm_set_debug_check(int on) { g_check = on != 0; }
+int ts_comm_get_debug_check(void) { return g_check; }
+
+/* ---- init / finalize ---- */
+static ts_comm *comm_wrap(MPI_Comm mc, int is_world) {
+  ts_comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->mc = mc;
+  MPI_Comm_rank(mc, &c->rank);
+  MPI_Comm_size(mc, &c->size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &c->world_size);
+  c->is_world = is_world;
+  /* messages then say just "rank R" (this rank's world and group ranks are the same number) */
+  c->world_like = is_world || (c->size == c->world_size && c->rank == c->world_rank);
+  c->refs = 1;
+  c->last.kind = -1;
+  c->mc2 = MPI_COMM_NULL;
+  return c;
+}
+
+static void comm_unref(ts_comm *c) {
+  if (c && --c->refs == 0) free(c);
+}
+
+static int read_env(void) {
+  const char *e = getenv("TESSERA_COMM_TIMEOUT");
+  if (e && *e) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(e, &end);
+    while (end && (*end == ' ' || *end == '\t')) end++;
+    if (errno || end == e || *end || !isfinite(v) || v < 0)
+      return ts_error_set(TS_ECONFIG,
+                          "TESSERA_COMM_TIMEOUT='%s': expected a number of seconds >= 0 "
+                          "(0 = no timeout)", e);
+    ts_comm_set_timeout(v);
+  }
+  e = getenv("TESSERA_COMM_CHECK");
+  if (e && *e) {
+    if (!strcmp(e, "1") || !strcmp(e, "on") || !strcmp(e, "true"))
+      g_check = 1;
+    else if (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false"))
+      g_check = 0;
+    else
+      return ts_error_set(TS_ECONFIG, "TESSERA_COMM_CHECK='%s': expected 0 or 1", e);
+  }
+  return TS_OK;
+}
+
+int ts_comm_init(int *argc, char ***argv) {
+  if (g_init) return TS_OK;
+  if (g_finalized) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI was already finalized");
+  int rc = read_env();
+  if (rc) return rc;
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (fin) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI was already finalized");
+  if (!inited) {
+    int provided = 0;
+    int mrc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (mrc != MPI_SUCCESS) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Init_thread failed (%d)", mrc);
+    g_owns_mpi = 1;
+    /* OpenMPI reports some failures of non-blocking collectives (e.g. a message that does not
+     * fit, from collectives issued out of order) on MPI_COMM_WORLD: make them statuses too. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  }
+  MPI_Comm dup = MPI_COMM_NULL;
+  int mrc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  if (mrc != MPI_SUCCESS) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Comm_dup failed (%d)", mrc);
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  g_world = comm_wrap(dup, 1);
+  if (!g_world) {
+    MPI_Comm_free(&dup);
+    return ts_error_set(TS_ENOMEM, "ts_comm_init: out of memory");
+  }
+  g_init = 1;
+  return TS_OK;
+}
+
+int ts_comm_initialized(void) { return g_init; }
+
+int ts_comm_finalize(void) {
+  if (!g_init) return TS_OK;
+  if (g_world->mc2 != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc2);
+  if (g_world->mc != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc);
+  int rc = TS_OK;
+  if (g_owns_mpi) {
+    int mrc = MPI_Finalize();
+    if (mrc != MPI_SUCCESS) rc = ts_error_set(TS_ECOMM, "ts_comm_finalize: MPI_Finalize failed (%d)", mrc);
+  }
+  /* MPI no longer touches the orphans' buffers. */
+  while (g_orphans) {
+    ts_comm_req *r = g_orphans;
+    g_orphans = r->next;
+    ts__req_release(r);
+  }
+  comm_unref(g_world);
+  g_world = NULL;
+  g_init = 0;
+  g_finalized = 1;
+  return rc;
+}
+
+int ts_comm_abort(ts_comm *c, int code) {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (!inited || fin) return ts_error_set(TS_EINVAL, "ts_comm_abort: MPI is not initialised");
+  MPI_Abort(c && c->mc != MPI_COMM_NULL ? c->mc : MPI_COMM_WORLD, code);
+  return TS_ECOMM; /* not reached */
+}
+
+/* ---- accessors ---- */
+int ts_comm_world(ts_comm **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_comm_world: out is NULL");
+  *out = NULL;
+  if (!g_init) return ts_error_set(TS_EINVAL, "ts_comm_world: ts_comm_init has not been called");
+  *out = g_world;
+  return TS_OK;
+}
+
+int ts_comm_rank(const ts_comm *c) { return c ? c->rank : -1; }
+int ts_comm_size(const ts_comm *c) { return c ? c->size : 0; }
+int ts_comm_world_rank(const ts_comm *c) { return c ? c->world_rank : -1; }
+uint64_t ts_comm_seq(const ts_comm *c) { return c ? c->seq : 0; }
+int ts_comm_failed(const ts_comm *c) { return c ? c->failed : 0; }
+
+char *ts_comm_describe(const ts_comm *c, char *buf, size_t cap) {
+  if (!buf || !cap) return buf;
+  if (!c) {
+    snprintf(buf, cap, "no communicator");
+    return buf;
+  }
+  char who[96], sg[160];
+  ts__who(c, who, sizeof who);
+  if (c->last.kind < 0) {
+    snprintf(buf, cap, "%s: no collective issued yet", who);
+    return buf;
+  }
+  ts__sig_str(&c->last, sg, sizeof sg);
+  snprintf(buf, cap, "%s: %llu collectives issued, last %s, %s%s%s", who,
+           (unsigned long long)c->seq, sg, c->waiting ? "waiting for it" : "done",
+           c->failed ? "; failed: " : "", c->failed ? c->failmsg : "");
+  return buf;
+}
+
+void ts_comm_block_counts(size_t total, int n, size_t *counts) {
+  if (n <= 0) return;
+  size_t q = total / (size_t)n, r = total % (size_t)n;
+  for (int i = 0; i < n; i++) counts[i] = q + ((size_t)i < r ? 1 : 0);
+}
+
+int ts__comm_usable(ts_comm *c, const ts_coll_sig *s) {
+  if (!c) return ts_error_set(TS_EINVAL, "%s: communicator is NULL", ts__coll_name(s->kind));
+  if (!g_init || c->mc == MPI_COMM_NULL)
+    return ts_error_set(TS_EINVAL, "%s: communicator was freed (or MPI finalized)",
+                        ts__coll_name(s->kind));
+  if (c->failed) {
+    char who[96], sg[160];
+    ts__who(c, who, sizeof who);
+    ts__sig_str(s, sg, sizeof sg);
+    return ts_error_set(TS_ECOMM, "%s: %s: communicator unusable after an earlier failure (%s)",
+                        who, sg, c->failmsg);
+  }
+  return TS_OK;
+}
+
+/* ---- requests and progress ---- */
+ts_comm_req *ts__req_new(ts_comm *c, const ts_coll_sig *s) {
+  ts_comm_req *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->c = c;
+  c->refs++;
+  r->sig = *s;
+  r->mr = MPI_REQUEST_NULL;
+  return r;
+}
+
+static void dequeue(ts_comm_req *r) {
+  if (!r->queued) return;
+  ts_comm *c = r->c;
+  ts_comm_req **pp = &c->q_head, *prev = NULL;
+  while (*pp && *pp != r) {
+    prev = *pp;
+    pp = &(*pp)->qnext;
+  }
+  if (*pp) *pp = r->qnext;
+  if (c->q_tail == r) c->q_tail = prev;
+  r->qnext = NULL;
+  r->queued = 0;
+}
+
+int ts__comm_stage2_ready(ts_comm *c, const ts_coll_sig *s) {
+  if (c->mc2 != MPI_COMM_NULL) return TS_OK;
+  int mrc = MPI_Comm_dup(c->mc, &c->mc2);
+  if (mrc == MPI_SUCCESS) return TS_OK;
+  c->mc2 = MPI_COMM_NULL;
+  return ts__mpi_fail(c, s, mrc, "MPI_Comm_dup (stage-2 communicator)");
+}
+
+void ts__req_enqueue_stage2(ts_comm_req *r) {
+  ts_comm *c = r->c;
+  r->queued = 1;
+  r->s1_done = 0;
+  r->qnext = NULL;
+  if (c->q_tail) c->q_tail->qnext = r;
+  else c->q_head = r;
+  c->q_tail = r;
+}
+
+/* Tests the stage 1 of every queued request, then issues stage 2 of those at the head whose
+ * stage 1 is complete, in queue order (the same order on every rank). */
+static void queue_progress(ts_comm *c) {
+  for (ts_comm_req *q = c->q_head; q; q = q->qnext) {
+    if (q->s1_done || q->err) continue;
+    int flag = 0;
+    int mrc = MPI_Test(&q->mr, &flag, &q->st);
+    if (mrc != MPI_SUCCESS) {
+      if (mrc == MPI_ERR_IN_STATUS) mrc = q->st.MPI_ERROR;
+      q->err = ts__mpi_fail(c, &q->sig, mrc, "MPI_Test");
+      continue;
+    }
+    if (flag) q->s1_done = 1;
+  }
+  while (c->q_head && (c->q_head->s1_done || c->q_head->err)) {
+    ts_comm_req *q = c->q_head;
+    dequeue(q);
+    if (q->err) continue;
+    q->stage++;
+    int rc = q->on_stage(q); /* the local reduction, then stage 2 on mc2 */
+    if (rc) q->err = rc;
+  }
+}
+
+void ts__req_release(ts_comm_req *r) {
+  if (!r) return;
+  dequeue(r);
+  free(r->tmp);
+  free(r->iarr);
+  comm_unref(r->c);
+  free(r);
+}
+
+static void orphan(ts_comm_req *r) {
+  r->next = g_orphans;
+  g_orphans = r;
+}
+
+/* One non-blocking step: tests the current stage and runs the stage hooks. */
+static int req_progress(ts_comm_req *r, int *done) {
+  *done = 0;
+  if (r->err) {
+    char sg[160];
+    ts__sig_str(&r->sig, sg, sizeof sg);
+    return ts_error_set(r->err, "%s: request failed earlier", sg);
+  }
+  if (r->c->q_head) {
+    queue_progress(r->c);
+    if (r->err) {
+      char sg[160];
+      ts__sig_str(&r->sig, sg, sizeof sg);
+      return ts_error_set(r->err, "%s: %s", sg, ts_last_error());
+    }
+    if (r->queued) return TS_OK; /* stage 2 waits for an earlier request's stage 1 */
+  }
+  while (!r->done) {
+    int flag = 0;
+    int mrc = MPI_Test(&r->mr, &flag, &r->st);
+    if (mrc != MPI_SUCCESS) {
+      if (mrc == MPI_ERR_IN_STATUS) mrc = r->st.MPI_ERROR;
+      r->err = ts__mpi_fail(r->c, &r->sig, mrc, "MPI_Test");
+      return r->err;
+    }
+    if (!flag) return TS_OK;
+    r->stage++;
+    if (r->on_stage) {
+      int rc = r->on_stage(r);
+      if (rc) {
+        r->err = rc;
+        return rc;
+      }
+    } else {
+      r->done = 1;
+    }
+  }
+  *done = 1;
+  return TS_OK;
+}
+
+static void pause_for(double waited) {
+  if (waited < 100e-6) return; /* spin: the peer is usually about to arrive */
+  if (waited < 5e-3) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, waited < 1.0 ? 50000L : 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Polls until done or the timeout: returns TS_OK, an error, or 1 on timeout (no message). */
+static int req_wait_deadline(ts_comm_req *r, double timeout) {
+  double t0 = ts_time_now();
+  for (;;) {
+    int done = 0;
+    int rc = req_progress(r, &done);
+    if (rc) return rc;
+    if (done) return TS_OK;
+    double waited = ts_time_now() - t0;
+    if (timeout > 0 && waited >= timeout) return 1;
+    pause_for(waited);
+  }
+}
+
+static int timeout_msg(ts_comm_req *r, const char *during) {
+  char who[96], sg[160];
+  ts__who(r->c, who, sizeof who);
+  ts__sig_str(&r->sig, sg, sizeof sg);
+  return ts_error_set(TS_ECOMM, "%s: %s did not complete within %g s%s (a peer may have died "
+                      "or not have issued it)", who, sg, g_timeout, during);
+}
+
+static void mark_failed(ts_comm *c, const ts_coll_sig *s, const char *why) {
+  if (c->failed) return;
+  char sg[160];
+  ts__sig_str(s, sg, sizeof sg);
+  c->failed = 1;
+  snprintf(c->failmsg, sizeof c->failmsg, "%s %s", sg, why);
+}
+
+int ts__req_finish_blocking(ts_comm_req *r) {
+  r->c->waiting = 1;
+  int rc = req_wait_deadline(r, g_timeout);
+  r->c->waiting = 0;
+  if (rc == TS_OK || rc < 0) {
+    if (rc < 0 && !r->done && r->mr != MPI_REQUEST_NULL) {
+      orphan(r); /* still in flight after an error: MPI may use its buffers */
+      return rc;
+    }
+    ts__req_release(r);
+    return rc;
+  }
+  /* timeout */
+  if (r->sig.kind == TS_COLL_RECV) {
+    /* A receive can be cancelled; then the communicator stays usable. */
+    MPI_Cancel(&r->mr);
+    MPI_Wait(&r->mr, &r->st);
+    int cancelled = 0;
+    MPI_Test_cancelled(&r->st, &cancelled);
+    if (!cancelled) { /* the message arrived meanwhile */
+      r->stage++;
+      rc = r->on_stage ? r->on_stage(r) : TS_OK;
+      ts__req_release(r);
+      return rc;
+    }
+    rc = timeout_msg(r, "");
+    ts__req_release(r);
+    return rc;
+  }
+  rc = timeout_msg(r, "");
+  mark_failed(r->c, &r->sig, "timed out");
+  orphan(r);
+  return rc;
+}
+
+int ts_comm_test(ts_comm_req *req, int *done) {
+  if (!req || !done) return ts_error_set(TS_EINVAL, "ts_comm_test: NULL argument");
+  return req_progress(req, done);
+}
+
+int ts_comm_wait(ts_comm_req *req) {
+  if (!req) return ts_error_set(TS_EINVAL, "ts_comm_wait: request is NULL");
+  int rc = req_wait_deadline(req, g_timeout);
+  if (rc == 1) return timeout_msg(req, " (ts_comm_wait; the request is still in flight)");
+  return rc;
+}
+
+int ts_comm_wait_all(ts_comm_req **reqs, int n) {
+  int first = TS_OK;
+  char msg[1024] = "";
+  for (int i = 0; i < n; i++) {
+    if (!reqs || !reqs[i]) continue;
+    int rc = ts_comm_wait(reqs[i]);
+    if (rc && !first) {
+      first = rc;
+      snprintf(msg, sizeof msg, "%s", ts_last_error());
+    }
+  }
+  if (first) ts_error_set(first, "%s", msg);
+  return first;
+}
+
+void ts_comm_req_free(ts_comm_req *req) {
+  if (!req) return;
+  if (!req->done && req->mr != MPI_REQUEST_NULL) {
+    mark_failed(req->c, &req->sig, "was freed while in flight");
+    orphan(req);
+    return;
+  }
+  ts__req_release(req);
+}
+
+/* ---- debug consistency check ---- */
+static int sig_match(const ts_coll_sig *a, const ts_coll_sig *b) {
+  if (a->kind != b->kind || a->op != b->op || a->dtype != b->dtype || a->root != b->root ||
+      a->seq != b->seq)
+    return 0;
+  if (a->count >= 0 && b->count >= 0 && a->count != b->count) return 0;
+  return 1;
+}
+
+/* Allgathers s over c (guarded by the timeout) and compares; TS_ECOMM naming the first rank that
+ * differs from rank 0. Used for every collective when the debug check is on, and always for
+ * communicator creation. */
+static int check_sig(ts_comm *c, const ts_coll_sig *s) {
+  ts_comm_req *r = ts__req_new(c, s);
+  if (!r) return ts_error_set(TS_ENOMEM, "debug check: out of memory");
+  ts_coll_sig *all = calloc((size_t)c->size, sizeof *all);
+  if (!all) {
+    ts__req_release(r);
+    return ts_error_set(TS_ENOMEM, "debug check: out of memory");
+  }
+  r->tmp = all;
+  r->sig.wrank = c->world_rank;
+  /* send from the request's own copy: it outlives this call if the request is orphaned */
+  int mrc = MPI_Iallgather(&r->sig, (int)sizeof *s, MPI_BYTE, all, (int)sizeof *s, MPI_BYTE, c->mc,
+                           &r->mr);
+  if (mrc != MPI_SUCCESS) {
+    ts__req_release(r);
+    return ts__mpi_fail(c, s, mrc, "MPI_Iallgather (consistency check)");
+  }
+  int rc = req_wait_deadline(r, g_timeout);
+  if (rc == 1) {
+    rc = timeout_msg(r, " (in the consistency check before it)");
+    mark_failed(c, s, "timed out in the consistency check");
+    orphan(r);
+    return rc;
+  }
+  if (rc) {
+    if (!r->done) orphan(r);
+    else ts__req_release(r);
+    return rc;
+  }
+  for (int i = 1; i < c->size; i++) {
+    if (sig_match(&all[0], &all[i])) continue;
+    char a[128], b[128];
+    sig_short(&all[0], a, sizeof a);
+    sig_short(&all[i], b, sizeof b);
+    /* ranks named by their world rank */
+    if (all[0].seq == all[i].seq)
+      rc = ts_error_set(TS_ECOMM, "collective #%llu: rank %d issued %s, rank %d issued %s",
+                        (unsigned long long)all[0].seq, (int)all[0].wrank, a, (int)all[i].wrank, b);
+    else
+      rc = ts_error_set(TS_ECOMM,
+                        "collectives out of step: rank %d issued #%llu %s, rank %d issued #%llu %s",
+                        (int)all[0].wrank, (unsigned long long)all[0].seq, a, (int)all[i].wrank,
+                        (unsigned long long)all[i].seq, b);
+    break;
+  }
+  ts__req_release(r);
+  return rc;
+}
+
+int ts__coll_begin(ts_comm *c, ts_coll_sig *s) {
+  int rc = ts__comm_usable(c, s);
+  if (rc) return rc;
+  s->seq = c->seq;
+  c->last = *s;
+  if (g_check) {
+    rc = check_sig(c, s);
+    c->seq++;
+    return rc;
+  }
+  c->seq++;
+  return TS_OK;
+}
+
+/* ---- communicator creation ---- */
+static uint64_t hash_ints(uint64_t h, const int *v, int n) {
+  for (int i = 0; i < n; i++) {
+    h ^= (uint64_t)(uint32_t)v[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+/* Guard (all ranks arrive, with the same arguments where `args` >= 0), then MPI_Comm_split. */
+static int create(ts_comm *c, int kind, int64_t args, int color, int key, ts_comm **out) {
+  ts_coll_sig s;
+  memset(&s, 0, sizeof s);
+  s.kind = kind;
+  s.count = args;
+  s.shown = -1;
+  s.op = s.dtype = s.root = -1;
+  int rc = ts__comm_usable(c, &s);
+  if (rc) return rc;
+  s.seq = c->seq++;
+  c->last = s;
+  rc = check_sig(c, &s);
+  if (rc) {
+    if (!c->failed) {
+      char who[96];
+      ts__who(c, who, sizeof who);
+      ts_error_wrap(rc, "%s: %s: ranks passed different arguments", who, ts__coll_name(kind));
+    }
+    return rc;
+  }
+  MPI_Comm nc = MPI_COMM_NULL;
+  int mrc = MPI_Comm_split(c->mc, color < 0 ? MPI_UNDEFINED : color, key, &nc);
+  if (mrc != MPI_SUCCESS) return ts__mpi_fail(c, &s, mrc, "MPI_Comm_split");
+  if (nc == MPI_COMM_NULL) return TS_OK;
+  MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+  ts_comm *w = comm_wrap(nc, 0);
+  if (!w) {
+    MPI_Comm_free(&nc);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", ts__coll_name(kind));
+  }
+  *out = w;
+  return TS_OK;
+}
+
+int ts_comm_dup(ts_comm *c, ts_comm **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "comm_dup: out is NULL");
+  *out = NULL;
+  if (!c) return ts_error_set(TS_EINVAL, "comm_dup: communicator is NULL");
+  return create(c, TS_COLL_DUP, 0, 0, c->rank, out);
+}
+
+int ts_comm_split(ts_comm *c, int color, int key, ts_comm **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "comm_split: out is NULL");
+  *out = NULL;
+  if (!c) return ts_error_set(TS_EINVAL, "comm_split: communicator is NULL");
+  return create(c, TS_COLL_SPLIT, -1, color, key, out);
+}
+
+int ts_comm_group(ts_comm *c, const int *ranks, int n, ts_comm **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "comm_group: out is NULL");
+  *out = NULL;
+  if (!c) return ts_error_set(TS_EINVAL, "comm_group: communicator is NULL");
+  if (n <= 0 || !ranks)
+    return ts_error_set(TS_EINVAL, "comm_group: empty rank list (n = %d)", n);
+  int pos = -1;
+  for (int i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= c->size)
+      return ts_error_set(TS_EINVAL, "comm_group: ranks[%d] = %d is not a rank of a communicator of %d",
+                          i, ranks[i], c->size);
+    for (int j = 0; j < i; j++)
+      if (ranks[j] == ranks[i])
+        return ts_error_set(TS_EINVAL, "comm_group: rank %d is listed twice (ranks[%d] and ranks[%d])",
+                            ranks[i], j, i);
+    if (ranks[i] == c->rank) pos = i;
+  }
+  uint64_t h = hash_ints(1469598103934665603ULL, &n, 1);
+  h = hash_ints(h, ranks, n);
+  return create(c, TS_COLL_GROUP, (int64_t)(h >> 1), pos >= 0 ? 0 : -1, pos, out);
+}
+
+int ts_comm_grid_coords(int rank, int ndim, const int *dims, int *coords) {
+  if (ndim <= 0 || ndim > TS_MAX_DIMS || !dims || !coords)
+    return ts_error_set(TS_EINVAL, "grid: ndim = %d (expected 1..%d)", ndim, TS_MAX_DIMS);
+  int64_t total = 1;
+  for (int k = 0; k < ndim; k++) {
+    if (dims[k] <= 0) return ts_error_set(TS_EINVAL, "grid: dims[%d] = %d must be positive", k, dims[k]);
+    total *= dims[k];
+    if (total > INT_MAX) return ts_error_set(TS_ERANGE, "grid: too many devices");
+  }
+  if (rank < 0 || rank >= total)
+    return ts_error_set(TS_EINVAL, "grid: rank %d outside a grid of %lld devices", rank, (long long)total);
+  for (int k = ndim - 1; k >= 0; k--) {
+    coords[k] = rank % dims[k];
+    rank /= dims[k];
+  }
+  return TS_OK;
+}
+
+int ts_comm_grid_axis(ts_comm *c, int ndim, const int *dims, int axis, ts_comm **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "comm_grid_axis: out is NULL");
+  *out = NULL;
+  if (!c) return ts_error_set(TS_EINVAL, "comm_grid_axis: communicator is NULL");
+  if (ndim <= 0 || ndim > TS_MAX_DIMS || !dims)
+    return ts_error_set(TS_EINVAL, "comm_grid_axis: ndim = %d (expected 1..%d)", ndim, TS_MAX_DIMS);
+  int64_t total = 1;
+  char shape[128];
+  size_t len = 0;
+  shape[0] = 0;
+  for (int k = 0; k < ndim; k++) {
+    if (dims[k] <= 0)
+      return ts_error_set(TS_EINVAL, "comm_grid_axis: dims[%d] = %d must be positive", k, dims[k]);
+    total *= dims[k];
+    if (total > INT_MAX) return ts_error_set(TS_ERANGE, "comm_grid_axis: grid too large");
+    if (len < sizeof shape)
+      len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%d", k ? "x" : "", dims[k]);
+  }
+  if (total != c->size)
+    return ts_error_set(TS_EINVAL, "comm_grid_axis: grid %s has %lld devices but the communicator has %d ranks",
+                        shape, (long long)total, c->size);
+  if (axis < 0 || axis >= ndim)
+    return ts_error_set(TS_EINVAL, "comm_grid_axis: axis %d outside grid %s", axis, shape);
+  int coords[TS_MAX_DIMS];
+  int rc = ts_comm_grid_coords(c->rank, ndim, dims, coords);
+  if (rc) return rc;
+  int stride = 1;
+  for (int k = ndim - 1; k > axis; k--) stride *= dims[k];
+  int color = c->rank - coords[axis] * stride; /* the rank with coordinate 0 on axis */
+  uint64_t h = hash_ints(1469598103934665603ULL, &ndim, 1);
+  h = hash_ints(h, dims, ndim);
+  h = hash_ints(h, &axis, 1);
+  return create(c, TS_COLL_GRID_AXIS, (int64_t)(h >> 1), color, coords[axis], out);
+}
+
+void ts_comm_free(ts_comm *c) {
+  if (!c || c->is_world) return;
+  if (c->mc != MPI_COMM_NULL) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) {
+      if (c->mc2 != MPI_COMM_NULL) MPI_Comm_free(&c->mc2);
+      MPI_Comm_free(&c->mc);
+    }
+    c->mc = MPI_COMM_NULL;
+    c->mc2 = MPI_COMM_NULL;
+  }
+  comm_unref(c);
+}

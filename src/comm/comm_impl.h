@@ -1,0 +1,122 @@
+/* Internals shared by comm.c (communicators, requests, progress, watchdog, debug check) and
+ * coll.c (the collectives). */
+#ifndef TS_COMM_IMPL_H
+#define TS_COMM_IMPL_H
+
+#include <mpi.h>
+
+#include "tessera/comm.h"
+
+typedef enum {
+  TS_COLL_ALLREDUCE = 0,
+  TS_COLL_ALLGATHER,
+  TS_COLL_ALLGATHERV,
+  TS_COLL_REDUCE_SCATTER,
+  TS_COLL_REDUCE_SCATTER_BLOCK,
+  TS_COLL_BROADCAST,
+  TS_COLL_ALLTOALL,
+  TS_COLL_ALLTOALLV,
+  TS_COLL_BARRIER,
+  TS_COLL_SEND,
+  TS_COLL_RECV,
+  TS_COLL_DUP,
+  TS_COLL_SPLIT,
+  TS_COLL_GROUP,
+  TS_COLL_GRID_AXIS,
+  TS_COLL_KIND_COUNT
+} ts_coll_kind;
+
+/* What one collective call is: exchanged byte-for-byte by the debug check, so fixed-size fields
+ * and no padding. count < 0: not compared across ranks (alltoallv, split). */
+typedef struct {
+  uint64_t seq;
+  int64_t count; /* elements shown in messages and compared (see ts__sig) */
+  int64_t shown; /* elements shown in messages when count is not compared */
+  int32_t kind;
+  int32_t op;    /* ts_reduce_op, or -1 */
+  int32_t dtype; /* ts_dtype, or -1 */
+  int32_t root;  /* broadcast root / peer of send/recv, or -1 */
+  int32_t wrank; /* world rank of the issuer (not compared) */
+  int32_t pad_;
+} ts_coll_sig;
+
+struct ts_comm {
+  MPI_Comm mc;       /* MPI_COMM_NULL once freed */
+  int rank, size, world_rank, world_size;
+  int is_world;
+  int world_like;    /* same ranks in the same order as the world (the world or a dup) */
+  int refs;          /* the user's handle + outstanding requests */
+  int failed;
+  uint64_t seq;      /* sequence number of the next collective */
+  ts_coll_sig last;  /* the last collective issued (for messages) */
+  int waiting;       /* a blocking call on c is waiting for `last` */
+  char failmsg[256];
+  /* Two-stage requests (bf16/f16 allreduce): stage 2 is issued when stage 1 completes, which
+   * happens at different moments on different ranks. MPI needs collectives issued in the same
+   * order everywhere, so stage 2 goes on its own communicator (mc2, a dup made at the first
+   * such request) and in issue order: the queue holds the requests whose stage 2 is not yet
+   * issued, oldest first; progress on any request first advances the queue from its head. */
+  MPI_Comm mc2;
+  struct ts_comm_req *q_head, *q_tail;
+};
+
+struct ts_comm_req;
+/* Called when the MPI request of the current stage has completed: finishes the stage's local
+ * work and either issues the next stage (setting r->mr) or sets r->done. */
+typedef int (*ts_req_stage_fn)(struct ts_comm_req *r);
+
+struct ts_comm_req {
+  ts_comm *c;
+  ts_coll_sig sig;
+  MPI_Request mr;
+  MPI_Status st;
+  int stage;
+  int done;
+  int err;                /* sticky failure status */
+  ts_req_stage_fn on_stage; /* NULL: one stage, nothing to do */
+  /* operation data */
+  ts_dtype dtype;
+  ts_reduce_op op;
+  const void *send;
+  void *recv;
+  size_t n_local;         /* elements of recv this rank owns after the reduction */
+  size_t off_local;       /* their offset in recv (bf16/f16 allreduce) */
+  void *tmp;              /* library-owned staging buffer */
+  int *iarr;              /* counts/displacements passed to MPI (must outlive the request) */
+  struct ts_comm_req *next; /* orphan list */
+  struct ts_comm_req *qnext; /* c's stage-2 queue */
+  int queued;               /* in c's stage-2 queue (stage 1 issued, stage 2 not yet) */
+  int s1_done;              /* queued and its stage-1 MPI request has completed */
+};
+
+/* Message helpers: "allreduce(sum) #12 (f32 x 1000)". */
+const char *ts__coll_name(int kind);
+void ts__sig_str(const ts_coll_sig *s, char *buf, size_t cap);
+/* "rank 3" or "rank 3 (1 of 2 in its group)". */
+void ts__who(const ts_comm *c, char *buf, size_t cap);
+/* Sets a TS_ECOMM message for an MPI failure of call `fn` in collective s; returns TS_ECOMM. */
+int ts__mpi_fail(ts_comm *c, const ts_coll_sig *s, int mpirc, const char *fn);
+/* TS_EINVAL with the collective named. */
+int ts__arg_fail(ts_comm *c, int code, const ts_coll_sig *s, const char *what);
+
+/* Checks c is usable (not NULL, not freed, not failed); TS_ECOMM/TS_EINVAL otherwise. */
+int ts__comm_usable(ts_comm *c, const ts_coll_sig *s);
+/* Debug consistency check (if on) and sequence numbering: call before issuing a collective. */
+int ts__coll_begin(ts_comm *c, ts_coll_sig *s);
+
+/* Requests. */
+ts_comm_req *ts__req_new(ts_comm *c, const ts_coll_sig *s);
+void ts__req_release(ts_comm_req *r); /* frees memory of a request that is not in flight */
+/* Blocking completion of a request issued by a blocking call; frees it in every case (a timed
+ * out request is handed to the orphan list and c marked failed). */
+int ts__req_finish_blocking(ts_comm_req *r);
+
+/* Makes c->mc2 if needed (collective over c: call at the same point of the collective sequence
+ * on every rank, before issuing the request's stage 1). */
+int ts__comm_stage2_ready(ts_comm *c, const ts_coll_sig *s);
+/* Appends r, whose stage 1 has just been issued, to its communicator's stage-2 queue. */
+void ts__req_enqueue_stage2(ts_comm_req *r);
+
+MPI_Datatype ts__mpi_dtype(ts_dtype dt);
+
+#endif

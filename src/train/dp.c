@@ -1,0 +1,209 @@
+/* Data-parallel gradient reduction: gradients grouped into buckets (contiguous ranges of the flat
+ * gradient buffer, in reverse parameter order, i.e. roughly the order backward produces them),
+ * each all-reduced as soon as the last of its gradients has been written, while the rest of
+ * backward runs. MPI progresses non-blocking collectives only inside MPI calls, so the executor
+ * hook polls every bucket in flight after each node. */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dp.h"
+
+typedef struct {
+  size_t off, len; /* elements of the flat gradient buffer */
+  int nparams, nready, pre_ready;
+  ts_comm_req *req;
+  int started, done;
+  uint16_t *wire; /* bf16/f16 copy when compressing */
+} bucket;
+
+struct ts__dp {
+  ts_comm *comm;
+  int size;
+  ts_dtype wire;
+  ts_reduce_op op;
+  float *grads;
+  bucket *b;
+  int nb;
+  int *node_start, *node_bucket; /* CSR: node -> buckets whose parameters it completes */
+  int nnodes;
+  int err;
+  char errmsg[512];
+  double t_comm_wait, t_start;
+};
+
+static int start_bucket(ts__dp *d, bucket *b) {
+  b->started = 1;
+  float *g = d->grads + b->off;
+  int rc;
+  if (d->wire == TS_F32) {
+    rc = ts_comm_iallreduce(d->comm, g, g, b->len, TS_F32, d->op, &b->req);
+  } else {
+    if (d->wire == TS_BF16)
+      for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_bf16(g[i]);
+    else
+      for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_f16(g[i]);
+    rc = ts_comm_iallreduce(d->comm, b->wire, b->wire, b->len, d->wire, d->op, &b->req);
+  }
+  return rc;
+}
+
+static void finish_bucket(ts__dp *d, bucket *b) {
+  b->done = 1;
+  ts_comm_req_free(b->req);
+  b->req = NULL;
+  if (d->wire == TS_F32) return;
+  float *g = d->grads + b->off;
+  if (d->wire == TS_BF16)
+    for (size_t i = 0; i < b->len; i++) g[i] = ts_bf16_to_f32(b->wire[i]);
+  else
+    for (size_t i = 0; i < b->len; i++) g[i] = ts_f16_to_f32(b->wire[i]);
+}
+
+int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
+                  ts_dtype wire, ts__dp **out) {
+  ts__dp *d = calloc(1, sizeof *d);
+  if (!d) return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
+  d->comm = comm;
+  d->size = ts_comm_size(comm);
+  d->wire = wire;
+  d->op = mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
+  size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
+  if (cap < 1) cap = 1;
+  int np = ts_params_count(p);
+  int *pb = malloc(sizeof(int) * (size_t)(np + 1));
+  d->b = calloc((size_t)np + 1, sizeof(bucket));
+  d->nnodes = ts_graph_num_nodes(g);
+  d->node_start = calloc((size_t)d->nnodes + 2, sizeof(int));
+  d->node_bucket = malloc(sizeof(int) * (size_t)(np + 1));
+  if (!pb || !d->b || !d->node_start || !d->node_bucket) {
+    free(pb);
+    ts__dp_free(d);
+    return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
+  }
+  /* buckets over trainable parameters in reverse registration order; offsets are ascending in
+   * registration order, so each bucket is one contiguous range */
+  bucket *cur = NULL;
+  for (int i = np - 1; i >= 0; i--) {
+    pb[i] = -1;
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(p, i);
+    size_t n = (size_t)ts_shape_numel(&s), off = ts_params_offset(p, i);
+    if (!cur || cur->len + n > cap) {
+      cur = &d->b[d->nb++];
+      cur->off = off;
+      cur->len = 0;
+    }
+    cur->off = off; /* walking down: the bucket starts at the lowest offset */
+    cur->len += n;
+    cur->nparams++;
+    pb[i] = (int)(cur - d->b);
+  }
+  /* node -> buckets completed there (a parameter without gradient is ready from the start) */
+  int *cnt = calloc((size_t)d->nnodes + 1, sizeof(int));
+  int *node_of = malloc(sizeof(int) * (size_t)(np + 1));
+  for (int i = 0; i < np; i++) {
+    node_of[i] = -1;
+    if (pb[i] < 0) continue;
+    ts_val gv = ts_params_grad_value(p, i);
+    int nd = gv == TS_NONE ? -1 : ts_graph_producer(g, gv);
+    if (nd < 0 || nd >= d->nnodes) {
+      d->b[pb[i]].pre_ready++;
+      continue;
+    }
+    node_of[i] = nd;
+    cnt[nd]++;
+  }
+  for (int k = 0; k < d->nnodes; k++) d->node_start[k + 1] = d->node_start[k] + cnt[k];
+  memset(cnt, 0, sizeof(int) * (size_t)d->nnodes);
+  for (int i = 0; i < np; i++)
+    if (node_of[i] >= 0) d->node_bucket[d->node_start[node_of[i]] + cnt[node_of[i]]++] = pb[i];
+  free(cnt);
+  free(node_of);
+  free(pb);
+  if (wire != TS_F32)
+    for (int k = 0; k < d->nb; k++) {
+      d->b[k].wire = malloc(sizeof(uint16_t) * (d->b[k].len ? d->b[k].len : 1));
+      if (!d->b[k].wire) {
+        ts__dp_free(d);
+        return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
+      }
+    }
+  *out = d;
+  return TS_OK;
+}
+
+void ts__dp_free(ts__dp *d) {
+  if (!d) return;
+  for (int k = 0; k < d->nb; k++) {
+    if (d->b[k].req) ts_comm_req_free(d->b[k].req);
+    free(d->b[k].wire);
+  }
+  free(d->b);
+  free(d->node_start);
+  free(d->node_bucket);
+  free(d);
+}
+
+int ts__dp_num_buckets(const ts__dp *d) { return d->nb; }
+
+void ts__dp_begin(ts__dp *d, float *grads) {
+  d->grads = grads;
+  d->err = 0;
+  d->t_comm_wait = 0;
+  for (int k = 0; k < d->nb; k++) {
+    d->b[k].nready = d->b[k].pre_ready;
+    d->b[k].started = d->b[k].done = 0;
+  }
+}
+
+static void poll(ts__dp *d) {
+  for (int k = 0; k < d->nb && !d->err; k++) {
+    bucket *b = &d->b[k];
+    if (!b->started || b->done) continue;
+    int done = 0;
+    if (ts_comm_test(b->req, &done)) {
+      d->err = TS_ECOMM;
+      snprintf(d->errmsg, sizeof d->errmsg, "%s", ts_last_error());
+      return;
+    }
+    if (done) finish_bucket(d, b);
+  }
+}
+
+void ts__dp_hook(const ts_graph *g, int node, const char *op, const char *name, int phase, void *user) {
+  (void)g;
+  (void)op;
+  (void)name;
+  ts__dp *d = user;
+  if (phase != 1 || d->err || node < 0 || node >= d->nnodes) return;
+  for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
+    bucket *b = &d->b[d->node_bucket[j]];
+    if (++b->nready == b->nparams && !b->started && start_bucket(d, b)) {
+      d->err = TS_ECOMM;
+      snprintf(d->errmsg, sizeof d->errmsg, "%s", ts_last_error());
+      return;
+    }
+  }
+  poll(d);
+}
+
+int ts__dp_finish(ts__dp *d) {
+  double t0 = ts_time_now();
+  int rc = d->err;
+  if (rc) return ts_error_set(rc, "%s", d->errmsg);
+  /* buckets never started (gradients not produced this run, or overlap off): start them now, in
+   * bucket order, which is the same on every rank */
+  for (int k = 0; k < d->nb && !rc; k++)
+    if (!d->b[k].started) rc = start_bucket(d, &d->b[k]);
+  for (int k = 0; k < d->nb && !rc; k++) {
+    bucket *b = &d->b[k];
+    if (b->done) continue;
+    rc = ts_comm_wait(b->req);
+    if (!rc) finish_bucket(d, b);
+  }
+  d->t_comm_wait = ts_time_now() - t0;
+  return rc;
+}
+
+double ts__dp_wait_seconds(const ts__dp *d) { return d->t_comm_wait; }
