@@ -179,7 +179,7 @@ typedef struct {
     int comm_dtype;          /* 0 f32, 1 bf16, 2 f16: dtype of gradient reduction (compression) */
     int overlap;             /* start each bucket's all-reduce as soon as its gradients are ready */
     int parameter_broadcast; /* broadcast parameters from rank 0 at start (loaded weights) */
-    int sync_batchnorm;      /* BatchNorm statistics over all ranks (not implemented yet) */
+    int sync_batchnorm;      /* BatchNorm training statistics over all ranks (SyncBatchNorm) */
     double comm_timeout;     /* seconds a collective may take before the job fails; 0 = forever */
     int debug_check;         /* verify all ranks issue the same collectives in the same order */
   } parallel;

@@ -57,6 +57,12 @@ int ts_graph_status(const ts_graph *g);
 const char *ts_graph_error(const ts_graph *g);
 /* Training mode affects dropout and batch-norm (default 1). */
 void ts_graph_set_training(ts_graph *g, int training);
+/* Communicator slots a plan can hold (ts_plan_set_comm) for ops that communicate. */
+#define TS_PLAN_MAX_COMMS 8
+/* Batch-norm ops built from now on compute their training statistics over the ranks of the
+ * communicator the plan holds in `slot` (SyncBatchNorm); -1 (the default): each process's own
+ * batch. Without a communicator in that slot at run time they use local statistics. */
+void ts_graph_set_batchnorm_sync(ts_graph *g, int slot);
 int ts_graph_num_nodes(const ts_graph *g);
 int ts_graph_num_values(const ts_graph *g);
 ts_shape ts_val_shape(const ts_graph *g, ts_val v);

@@ -10,6 +10,7 @@
 #ifndef TESSERA_RUNTIME_H
 #define TESSERA_RUNTIME_H
 
+#include "tessera/comm.h"
 #include "tessera/graph.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,9 @@ size_t ts_plan_naive_bytes(const ts_plan *p);
 /* Nodes that actually run: the others only compute values nobody keeps or binds. */
 int ts_plan_num_live_nodes(const ts_plan *p);
 void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user);
+/* Puts communicator c (NULL to clear; not owned) in slot 0..TS_PLAN_MAX_COMMS-1, for the ops
+ * that communicate (synchronised batch-norm). TS_EINVAL for a bad slot. */
+int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c);
 
 #ifdef __cplusplus
 }

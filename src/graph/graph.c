@@ -69,6 +69,9 @@ void ts_graph_free(ts_graph *g) {
 int ts_graph_status(const ts_graph *g) { return g ? g->status : TS_EINVAL; }
 const char *ts_graph_error(const ts_graph *g) { return g ? g->errmsg : "null graph"; }
 void ts_graph_set_training(ts_graph *g, int training) { g->training = training; }
+void ts_graph_set_batchnorm_sync(ts_graph *g, int slot) {
+  if (g) g->bn_sync = slot >= 0 && slot < TS_PLAN_MAX_COMMS ? slot + 1 : 0;
+}
 int ts_graph_num_nodes(const ts_graph *g) { return g->nnodes; }
 int ts_graph_num_values(const ts_graph *g) { return g->nvals; }
 

@@ -46,6 +46,7 @@ struct ts_graph {
   int status;
   char errmsg[512];
   int training;
+  int bn_sync; /* communicator slot + 1 recorded in batch-norm ops built now (0: local statistics) */
   char scope[256];
   int *grad; /* value index -> gradient value index, -1 none (after backward) */
   int grad_len;

@@ -3,6 +3,8 @@
  * Attribute layouts (ts__attrs):
  *   BATCHNORM (x, gamma, beta, rmean, rvar) -> y, mean, var
  *       i[0] = training (copied from the graph's training flag when the op is built)
+ *       i[1] = 0, or 1 + the plan's communicator slot whose ranks share the training statistics
+ *              (ts_graph_set_batchnorm_sync; the backward reduces its sums over them too)
  *       f[0] = momentum, f[1] = eps
  *       x (N,C,...) f32; gamma, beta, rmean, rvar (C) f32 -> y like x; mean, var (C).
  *       Training: normalises with the batch mean and biased variance, which become outputs
@@ -13,7 +15,7 @@
  *   BATCHNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta
  *       i[0] = training (1: full derivative through the batch statistics; 0: the statistics
  *       are constants and dx = dy*gamma/sqrt(var+eps), the per-channel scale of eval mode),
- *       f[1] = eps.
+ *       i[1] = the forward's synchronisation slot, f[1] = eps.
  *   LAYERNORM (x, gamma, beta) -> y, mean, var       f[0] = eps
  *       x (...,D) f32, gamma, beta (D) -> y like x; mean, var (...) (x's shape without the last
  *       dim): mean and biased variance of each row.
@@ -179,6 +181,7 @@ ts_val ts_batchnorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, ts_val rme
   ts__attrs a;
   memset(&a, 0, sizeof a);
   a.i[0] = g->training ? 1 : 0;
+  a.i[1] = g->bn_sync;
   a.f[0] = momentum;
   a.f[1] = eps;
   int nd = ts__add_node(g, TS_OP_BATCHNORM, in, 5, 3, &a);

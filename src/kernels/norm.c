@@ -58,37 +58,36 @@ static void bn_apply(const float *x, float *y, const float *a, const float *b, i
   }
 }
 
-/* Per-channel mean and biased variance, shifted by the channel's first value (one pass). */
-static void bn_stats(const float *x, int64_t N, int64_t C, int64_t S, float *mean, float *var) {
-  const double M = (double)(N * S);
+/* Per-channel sums of d = x - K[c] and of d^2 (double), one pass. */
+static void bn_sums(const float *x, int64_t N, int64_t C, int64_t S, const float *K, double *s1,
+                    double *s2) {
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN && C > CCH)
     for (int64_t c0 = 0; c0 < C; c0 += CCH) {
       int64_t cn = min64(CCH, C - c0);
-      double s1[CCH], s2[CCH];
-      const float *K = x + c0;
-      for (int64_t c = 0; c < cn; c++) s1[c] = s2[c] = 0;
+      double a1[CCH], a2[CCH];
+      const float *k = K + c0;
+      for (int64_t c = 0; c < cn; c++) a1[c] = a2[c] = 0;
       for (int64_t n = 0; n < N; n++) {
         const float *p = x + n * C + c0;
 #pragma omp simd
         for (int64_t c = 0; c < cn; c++) {
-          double d = (double)p[c] - (double)K[c];
-          s1[c] += d;
-          s2[c] += d * d;
+          double d = (double)p[c] - (double)k[c];
+          a1[c] += d;
+          a2[c] += d * d;
         }
       }
       for (int64_t c = 0; c < cn; c++) {
-        double dm = s1[c] / M, v = s2[c] / M - dm * dm;
-        mean[c0 + c] = (float)(K[c] + dm);
-        var[c0 + c] = (float)(v > 0 ? v : 0);
+        s1[c0 + c] = a1[c];
+        s2[c0 + c] = a2[c];
       }
     }
     return;
   }
 #pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
   for (int64_t c = 0; c < C; c++) {
-    const float K = x[c * S];
-    double s1 = 0, s2 = 0;
+    const float k = K[c];
+    double t1 = 0, t2 = 0;
     for (int64_t n = 0; n < N; n++) {
       const float *p = x + (n * C + c) * S;
       for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
@@ -96,42 +95,85 @@ static void bn_stats(const float *x, int64_t N, int64_t C, int64_t S, float *mea
         float a = 0, b = 0;
 #pragma omp simd reduction(+ : a, b)
         for (int64_t j = j0; j < j1; j++) {
-          float d = p[j] - K;
+          float d = p[j] - k;
           a += d;
           b += d * d;
         }
-        s1 += a;
-        s2 += b;
+        t1 += a;
+        t2 += b;
       }
     }
-    double dm = s1 / M, v = s2 / M - dm * dm;
-    mean[c] = (float)(K + dm);
+    s1[c] = t1;
+    s2[c] = t2;
+  }
+}
+
+/* mean = K + s1/M, biased var = s2/M - (s1/M)^2 (clamped at 0). */
+static void bn_finish_stats(const float *K, const double *s1, const double *s2, double M, int64_t C,
+                            float *mean, float *var) {
+  for (int64_t c = 0; c < C; c++) {
+    double dm = s1[c] / M, v = s2[c] / M - dm * dm;
+    mean[c] = (float)(K[c] + dm);
     var[c] = (float)(v > 0 ? v : 0);
   }
 }
 
-// x (N,C,S), gamma, beta (C), rmean, rvar (C) -> y (N,C,S), mean, var (C)
-int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *rmean,
-                          float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
-                          int64_t S, float momentum, float eps, int training) {
-  int rc = bn_check("batchnorm", N, C, S, training);
-  if (rc) return rc;
-  float *ab = malloc(sizeof(float) * (size_t)(2 * C));
-  if (!ab) return ts_error_set(TS_ENOMEM, "batchnorm: out of memory");
-  if (training) {
-    bn_stats(x, N, C, S, mean, var);
-  } else {
-    if (mean != rmean) memcpy(mean, rmean, sizeof(float) * (size_t)C);
-    if (var != rvar) memcpy(var, rvar, sizeof(float) * (size_t)C);
-  }
+/* Normalise with (mean, var), then update the running stats counting M values per channel. */
+static void bn_normalise(const float *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+                         float *y, const float *mean, const float *var, int64_t N, int64_t C, int64_t S,
+                         float momentum, float eps, int training, int64_t M, float *ab) {
   for (int64_t c = 0; c < C; c++) {
     float a = gamma[c] / sqrtf(var[c] + eps);
     ab[c] = a;
     ab[C + c] = beta[c] - mean[c] * a;
   }
   bn_apply(x, y, ab, ab + C, N, C, S);
+  if (training) bn_update_running(rmean, rvar, mean, var, C, M, momentum);
+}
+
+// x (N,C,S), gamma, beta (C), rmean, rvar (C) -> y (N,C,S), mean, var (C)
+int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *rmean,
+                          float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
+                          int64_t S, float momentum, float eps, int training) {
+  return ts__batchnorm_fwd_sync(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps,
+                                training, NULL);
+}
+
+int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta, float *rmean,
+                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
+                           int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red) {
+  int rc = bn_check("batchnorm", N, C, S, training);
+  if (rc) return rc;
+  /* ab: 2C floats (scale, shift); K: C shifts; sums: s1, s2 (C each) and the count */
+  float *ab = malloc(sizeof(float) * (size_t)(3 * C));
+  double *sums = malloc(sizeof(double) * (size_t)(2 * C + 1));
+  if (!ab || !sums) {
+    free(ab);
+    free(sums);
+    return ts_error_set(TS_ENOMEM, "batchnorm: out of memory");
+  }
+  int64_t M = N * S;
+  if (training) {
+    /* The shift: locally the channel's first value (close to the mean, so the one-pass variance
+     * keeps its digits); across ranks it must be the same everywhere: the running mean. */
+    float *K = ab + 2 * C;
+    for (int64_t c = 0; c < C; c++) K[c] = red ? rmean[c] : x[S == 1 ? c : c * S];
+    bn_sums(x, N, C, S, K, sums, sums + C);
+    sums[2 * C] = (double)M;
+    if (red && (rc = red->sum(sums, 2 * C + 1, red->user))) {
+      free(ab);
+      free(sums);
+      return rc;
+    }
+    M = (int64_t)sums[2 * C];
+    bn_finish_stats(K, sums, sums + C, (double)M, C, mean, var);
+  } else {
+    if (mean != rmean) memcpy(mean, rmean, sizeof(float) * (size_t)C);
+    if (var != rvar) memcpy(var, rvar, sizeof(float) * (size_t)C);
+  }
+  bn_normalise(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, M, ab);
   free(ab);
-  if (training) bn_update_running(rmean, rvar, mean, var, C, N * S, momentum);
+  free(sums);
   return TS_OK;
 }
 
@@ -139,10 +181,16 @@ int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta,
 int ts__batchnorm_bwd_ref(const float *dy, const float *x, const float *gamma, const float *mean,
                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                           int64_t C, int64_t S, float eps, int training) {
+  return ts__batchnorm_bwd_sync(dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, NULL);
+}
+
+int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, const float *mean,
+                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
+                           int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red) {
   int rc = bn_check("batchnorm_bwd", N, C, S, training);
   if (rc) return rc;
-  /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean). */
-  double *sums = malloc(sizeof(double) * (size_t)(2 * C));
+  /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean); then the count; then the reduced copy. */
+  double *sums = malloc(sizeof(double) * (size_t)(4 * C + 2));
   float *abk = malloc(sizeof(float) * (size_t)(3 * C));
   if (!sums || !abk) {
     free(sums);
@@ -191,13 +239,27 @@ int ts__batchnorm_bwd_ref(const float *dy, const float *x, const float *gamma, c
       sums[C + c] = s2;
     }
   }
+  /* dgamma, dbeta: this rank's sums (data-parallel gradient averaging combines them); dx: the
+   * sums over every rank when synchronised (the statistics were computed over all of them). */
+  double *gs = sums;
+  double M = (double)(N * S);
+  if (training && red) {
+    gs = sums + 2 * C + 1;
+    memcpy(gs, sums, sizeof(double) * (size_t)(2 * C));
+    gs[2 * C] = M;
+    if ((rc = red->sum(gs, 2 * C + 1, red->user))) {
+      free(sums);
+      free(abk);
+      return rc;
+    }
+    M = gs[2 * C];
+  }
   /* dx = A*dy + B*x + K per channel. */
-  const double M = (double)(N * S);
   for (int64_t c = 0; c < C; c++) {
     double rstd = 1.0 / sqrt((double)var[c] + (double)eps);
-    double sdy = sums[c], sdx = sums[C + c];
-    dbeta[c] = (float)sdy;
-    dgamma[c] = (float)(sdx * rstd);
+    double sdy = gs[c], sdx = gs[C + c];
+    dbeta[c] = (float)sums[c];
+    dgamma[c] = (float)(sums[C + c] * rstd);
     double A = gamma[c] * rstd, B = 0, K = 0;
     if (training) {
       B = -gamma[c] * rstd * rstd * rstd * sdx / M;

@@ -21,12 +21,31 @@ int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta,
 int ts__batchnorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *rmean,
                            float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
                            int64_t S, float momentum, float eps, int training);
+/* Synchronised batch-norm (statistics over several ranks): `sum` replaces v[0..n) by its
+ * element-wise sum over every participant, identically everywhere (TS_OK or an error status). */
+typedef struct {
+  int (*sum)(double *v, int64_t n, void *user);
+  void *user;
+} ts__bn_reducer;
+/* As ts__batchnorm_fwd_ref, with the training statistics over every participant of `red` (NULL:
+ * this call's data only): per-channel sums around the running mean and the count are reduced,
+ * so every rank normalises with the statistics of the union of their batches, and M in the
+ * running-variance correction is the total count. */
+int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta, float *rmean,
+                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
+                           int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red);
 /* training = 1: full derivative through the batch statistics; 0: statistics are constants
  *   (dx = dy * gamma / sqrt(var + eps)). dgamma = sum dy*xhat, dbeta = sum dy either way. */
 // dy, x (N,C,S), gamma, mean, var (C) -> dx (N,C,S), dgamma, dbeta (C)
 int ts__batchnorm_bwd_ref(const float *dy, const float *x, const float *gamma, const float *mean,
                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                           int64_t C, int64_t S, float eps, int training);
+/* As ts__batchnorm_bwd_ref after ts__batchnorm_fwd_sync: dx uses sum dy and sum dy*(x-mean)
+ * reduced over every participant (the derivative of the union's statistics); dgamma, dbeta are
+ * this call's own sums. */
+int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, const float *mean,
+                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
+                           int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red);
 int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                            int64_t C, int64_t S, float eps, int training);

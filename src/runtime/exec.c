@@ -49,6 +49,7 @@ struct ts_plan {
   size_t arena_cap;
   ts_node_hook hook;
   void *hook_user;
+  ts_comm *comms[TS_PLAN_MAX_COMMS];
 };
 
 static size_t val_bytes(const ts__value *v) {
@@ -120,6 +121,13 @@ int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
 void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user) {
   p->hook = hook;
   p->hook_user = user;
+}
+
+int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
+  if (!p || slot < 0 || slot >= TS_PLAN_MAX_COMMS)
+    return ts_error_set(TS_EINVAL, "ts_plan_set_comm: slot %d outside 0..%d", slot, TS_PLAN_MAX_COMMS - 1);
+  p->comms[slot] = c;
+  return TS_OK;
 }
 
 /* A value is a live view of its source when it aliases and is neither bound nor kept. */
@@ -333,7 +341,7 @@ int ts_plan_run(ts_plan *p, uint64_t step) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend};
+  ts__runctx ctx = {g, step, g_backend, p->comms};
   ts_tensor in[TS_MAX_IO], out[TS_MAX_IO];
   for (int i = 0; i < p->nnodes; i++) {
     const ts__node *n = &g->nodes[i];

@@ -10,6 +10,7 @@ typedef struct {
   const ts_graph *g;
   uint64_t step;     /* current step (dropout stream) */
   ts_backend backend;
+  ts_comm *const *comms; /* TS_PLAN_MAX_COMMS slots (ts_plan_set_comm), entries may be NULL */
 } ts__runctx;
 
 /* in[k]/out[k] are views of the node's input/output values (dtype, local shape, data). */

@@ -186,7 +186,7 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.parameter_broadcast", CT_BOOL, FLD(parallel.parameter_broadcast), "false", NULL, 0, 0,
      0, 0, 0, "broadcast parameters from rank 0 at start (for weights loaded on one rank)"},
     {"parallel.sync_batchnorm", CT_BOOL, FLD(parallel.sync_batchnorm), "false", NULL, 0, 0, 0, 0, 0,
-     "BatchNorm statistics over all ranks (not available yet: rejected when true)"},
+     "BatchNorm training statistics over the global batch of all ranks (SyncBatchNorm)"},
     {"parallel.comm_timeout", CT_FLOAT, FLD(parallel.comm_timeout), "300", NULL, 0, 1e7, 0, 0, 0,
      "seconds a collective may wait before the job fails naming the rank and collective; 0 = no "
      "limit"},

@@ -121,6 +121,7 @@ static int build_graphs(ts_trainer *t) {
   t->y = t->text ? ts_input(t->g, "y", TS_I32, batch_shape(t->mb, &t->sample_shape))
                  : ts_input(t->g, "y", TS_I32, ts_shape1(t->mb));
   ts_val_set_requires_grad(t->g, t->x, 0);
+  if (t->comm && t->cfg.parallel.sync_batchnorm) ts_graph_set_batchnorm_sync(t->g, 0);
   rc = build_model(t, &nn, t->x, t->y, &logits, &t->loss);
   if (rc || ts_graph_status(t->g)) return rc && !ts_graph_status(t->g) ? rc : graph_fail(t->g, "model");
   if (ts_graph_backward(t->g, t->loss, 1.0f / (float)t->accum)) return graph_fail(t->g, "backward");
@@ -137,6 +138,7 @@ static int build_graphs(ts_trainer *t) {
   keep[nk++] = t->loss;
   if ((rc = ts_plan_create(t->g, keep, nk, &t->plan)) || (rc = ts_params_bind(t->params, t->g, t->plan)))
     return rc;
+  if (t->comm && (rc = ts_plan_set_comm(t->plan, 0, t->comm))) return rc;
   if ((rc = ts_plan_create(t->ge, &t->logits_e, 1, &t->plan_e)) ||
       (rc = ts_params_bind(t->params, t->ge, t->plan_e)))
     return rc;
@@ -254,8 +256,20 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
   return rc;
 }
 
+/* Without sync_batchnorm each rank's running statistics follow its own batches; before they are
+ * used (evaluation) or saved, every rank takes their mean over the ranks, as one set. */
+static int sync_states(ts_trainer *t) {
+  if (!t->comm || t->size < 2 || t->cfg.parallel.sync_batchnorm || !ts_params_state_numel(t->params))
+    return TS_OK;
+  int rc = ts_comm_allreduce(t->comm, ts_params_states(t->params), ts_params_states(t->params),
+                             ts_params_state_numel(t->params), TS_F32, TS_REDUCE_MEAN);
+  return rc ? ts_error_wrap(rc, "averaging BatchNorm running statistics over the ranks") : TS_OK;
+}
+
 static int save_checkpoint(ts_trainer *t) {
   const ts_config *c = &t->cfg;
+  int src = sync_states(t);
+  if (src) return src;
   if (t->rank != 0) return TS_OK; /* parameters are identical on every rank */
   char path[2200];
   int rc = ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
@@ -278,9 +292,6 @@ static int setup_data_parallel(ts_trainer *t) {
   t->size = ts_comm_size(t->comm);
   ts_comm_set_timeout(c->parallel.comm_timeout);
   if (c->parallel.debug_check) ts_comm_set_debug_check(1);
-  if (c->parallel.sync_batchnorm)
-    return ts_error_set(TS_EUNSUPPORTED, "parallel.sync_batchnorm: not available yet (BatchNorm uses "
-                                         "each rank's batch statistics)");
   if (c->train.batch_size % t->size || c->train.micro_batch_size % t->size)
     return ts_error_set(TS_ECONFIG,
                         "train.batch_size %d (micro_batch_size %d) is the global batch and must divide "
@@ -401,6 +412,8 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   memset(out, 0, sizeof *out);
   if (!t->test_src) return ts_error_set(TS_ENOTFOUND, "evaluate: the data set has no test split");
   double t0 = ts_time_now();
+  int src = sync_states(t);
+  if (src) return src;
   ts_source *view = NULL; /* with several ranks, each evaluates one contiguous part */
   if (t->size > 1) {
     int64_t n = ts_source_len(t->test_src), lo = n * t->rank / t->size, hi = n * (t->rank + 1) / t->size;

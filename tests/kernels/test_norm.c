@@ -1,5 +1,6 @@
 /* Batch-norm and layer-norm kernels: reference vs double formulas, oneDNN vs reference, running
  * statistics (unbiased variance, momentum), backward vs finite differences in double. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +215,96 @@ static void test_ln(int64_t R, int64_t D) {
       free(dx), free(dx2), free(dg), free(db), free(dg2), free(db2), free(yd);
 }
 
+/* ---- synchronised batch-norm: R shards of the batch, one thread each, with a reducer that
+ * sums over the threads (a barrier and a shared table, summed in shard order), must give every
+ * shard the rows of the unsplit batch: y, mean, var, running stats, dx; and dgamma/dbeta that
+ * add up to the unsplit ones. ---- */
+enum { SR = 3 };
+typedef struct {
+  pthread_barrier_t bar;
+  double tab[SR][1024];
+} sync_tab;
+typedef struct {
+  sync_tab *t;
+  int r;
+  const float *x, *dy, *g, *b;
+  float *rm, *rv, *y, *m, *v, *dx, *dg, *db;
+  int64_t N, C, S;
+  int rc;
+} shard;
+static int tab_sum(double *v, int64_t n, void *user) {
+  shard *s = user;
+  if (n > 1024) return TS_ERANGE;
+  memcpy(s->t->tab[s->r], v, sizeof(double) * (size_t)n);
+  pthread_barrier_wait(&s->t->bar);
+  for (int64_t i = 0; i < n; i++) {
+    double a = 0;
+    for (int r = 0; r < SR; r++) a += s->t->tab[r][i];
+    v[i] = a;
+  }
+  pthread_barrier_wait(&s->t->bar); /* the table is reused by the next call */
+  return TS_OK;
+}
+static void *shard_run(void *arg) {
+  shard *s = arg;
+  ts__bn_reducer red = {tab_sum, s};
+  s->rc = ts__batchnorm_fwd_sync(s->x, s->g, s->b, s->rm, s->rv, s->y, s->m, s->v, s->N, s->C, s->S, 0.1f,
+                                 1e-5f, 1, &red);
+  if (!s->rc)
+    s->rc = ts__batchnorm_bwd_sync(s->dy, s->x, s->g, s->m, s->v, s->dx, s->dg, s->db, s->N, s->C, s->S,
+                                   1e-5f, 1, &red);
+  return NULL;
+}
+
+static void test_bn_sync(int64_t N, int64_t C, int64_t S) {
+  const int64_t n = N * C * S, per = N / SR * C * S;
+  float *x = malloc(4 * n), *dy = malloc(4 * n), *y = malloc(4 * n), *dx = malloc(4 * n);
+  float *ys = malloc(4 * n), *dxs = malloc(4 * n);
+  float *g = malloc(4 * C), *b = malloc(4 * C), *rm = malloc(4 * C), *rv = malloc(4 * C), *m = malloc(4 * C),
+        *v = malloc(4 * C), *dg = malloc(4 * C), *db = malloc(4 * C);
+  float *rms = malloc(4 * C * SR), *rvs = malloc(4 * C * SR), *ms = malloc(4 * C * SR), *vs = malloc(4 * C * SR),
+        *dgs = malloc(4 * C * SR), *dbs = malloc(4 * C * SR);
+  for (int64_t i = 0; i < n; i++) x[i] = 3.0f + (float)((i * 37 % 101) - 50) / 25.0f, dy[i] = (float)((i * 53 % 89) - 44) / 30.0f;
+  for (int64_t c = 0; c < C; c++) g[c] = 1.0f + 0.1f * (float)c, b[c] = 0.05f * (float)c, rm[c] = 0.5f, rv[c] = 2.0f;
+  for (int r = 0; r < SR; r++) memcpy(rms + r * C, rm, 4 * C), memcpy(rvs + r * C, rv, 4 * C);
+  /* the unsplit batch (N/SR per shard; the split is along N) */
+  CHECK_OK(ts__batchnorm_fwd_ref(x, g, b, rm, rv, y, m, v, N, C, S, 0.1f, 1e-5f, 1));
+  CHECK_OK(ts__batchnorm_bwd_ref(dy, x, g, m, v, dx, dg, db, N, C, S, 1e-5f, 1));
+  sync_tab t;
+  pthread_barrier_init(&t.bar, NULL, SR);
+  shard sh[SR];
+  pthread_t th[SR];
+  for (int r = 0; r < SR; r++) {
+    sh[r] = (shard){&t, r, x + r * per, dy + r * per, g, b, rms + r * C, rvs + r * C, ys + r * per, ms + r * C,
+                    vs + r * C, dxs + r * per, dgs + r * C, dbs + r * C, N / SR, C, S, 0};
+    pthread_create(&th[r], NULL, shard_run, &sh[r]);
+  }
+  for (int r = 0; r < SR; r++) pthread_join(th[r], NULL);
+  pthread_barrier_destroy(&t.bar);
+  for (int r = 0; r < SR; r++) {
+    CHECK_OK(sh[r].rc);
+    CHECK_CLOSE(ms + r * C, m, C, 1e-5, 1e-5, "sync batchnorm mean");
+    CHECK_CLOSE(vs + r * C, v, C, 1e-5, 1e-4, "sync batchnorm var");
+    CHECK_CLOSE(rms + r * C, rm, C, 1e-5, 1e-5, "sync batchnorm running mean");
+    CHECK_CLOSE(rvs + r * C, rv, C, 1e-5, 1e-4, "sync batchnorm running var (unbiased over the union)");
+  }
+  CHECK_CLOSE(ys, y, n, 1e-5, 1e-4, "sync batchnorm y");
+  CHECK_CLOSE(dxs, dx, n, 1e-5, 1e-4, "sync batchnorm dx");
+  for (int64_t c = 0; c < C; c++) {
+    for (int r = 1; r < SR; r++) dgs[c] += dgs[r * C + c], dbs[c] += dbs[r * C + c];
+  }
+  CHECK_CLOSE(dgs, dg, C, 1e-4, 1e-4, "sync batchnorm dgamma (sum of shards)");
+  CHECK_CLOSE(dbs, db, C, 1e-4, 1e-4, "sync batchnorm dbeta (sum of shards)");
+  /* local statistics differ: the test can tell */
+  float *yl = malloc(4 * per), *ml = malloc(4 * C), *vl = malloc(4 * C), *rml = malloc(4 * C), *rvl = malloc(4 * C);
+  for (int64_t c = 0; c < C; c++) rml[c] = 0.5f, rvl[c] = 2.0f;
+  CHECK_OK(ts__batchnorm_fwd_sync(x, g, b, rml, rvl, yl, ml, vl, N / SR, C, S, 0.1f, 1e-5f, 1, NULL));
+  CHECK(ts_test_close(yl, y, (size_t)per, 1e-5, 1e-4, NULL) > 1);
+  free(yl), free(ml), free(vl), free(rml), free(rvl);
+  free(x), free(dy), free(y), free(dx), free(ys), free(dxs), free(g), free(b), free(rm), free(rv), free(m),
+      free(v), free(dg), free(db), free(rms), free(rvs), free(ms), free(vs), free(dgs), free(dbs);
+}
+
 int main(void) {
   for (int tr = 1; tr >= 0; tr--) {
     test_bn(4, 3, 5, tr);
@@ -221,6 +312,9 @@ int main(void) {
     test_bn(3, 300, 1, tr); /* (N,C), more channels than one chunk */
     test_bn(2, 8, 49, tr);
   }
+  test_bn_sync(6, 4, 7);
+  test_bn_sync(9, 5, 1);
+  printf("sync batchnorm: %d shards vs the unsplit batch (y, stats, running stats, dx; dgamma/dbeta sum)\n", SR);
   printf("batchnorm: train/eval, (N,C,S) and (N,C), ref vs double (1e-4), oneDNN vs ref, running "
          "stats (unbiased var, momentum 0.1), dx/dgamma/dbeta vs finite differences (2e-3)\n");
   test_ln(5, 7);
