@@ -4,12 +4,16 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tessera/comm.h"
 #include "tessera/tessera.h"
 
 int ts_cli_fail(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("tessera: ", stderr);
+  ts_comm *w = NULL;
+  if (ts_comm_initialized() && ts_comm_world(&w) == TS_OK && ts_comm_size(w) > 1)
+    fprintf(stderr, "[rank %d of %d] ", ts_comm_rank(w), ts_comm_size(w));
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
@@ -38,11 +42,24 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return usage(stdout);
-  if (!strcmp(cmd, "train")) return ts_cli_train(argc - 2, argv + 2);
-  if (!strcmp(cmd, "ckpt")) return ts_cli_ckpt(argc - 2, argv + 2);
-  if (!strcmp(cmd, "eval")) return ts_cli_eval(argc - 2, argv + 2);
-  if (!strcmp(cmd, "plot")) return ts_cli_plot(argc - 2, argv + 2);
-  if (!strcmp(cmd, "launch")) return ts_cli_launch(argc - 2, argv + 2);
-  if (!strcmp(cmd, "data")) return ts_cli_data(argc - 2, argv + 2);
-  return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
+  int rc;
+  if (!strcmp(cmd, "train")) rc = ts_cli_train(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "ckpt")) rc = ts_cli_ckpt(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "eval")) rc = ts_cli_eval(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "plot")) rc = ts_cli_plot(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "launch")) rc = ts_cli_launch(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "data")) rc = ts_cli_data(argc - 2, argv + 2);
+  else return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
+  if (ts_comm_initialized()) {
+    ts_comm *w = NULL;
+    /* A rank that failed ends the whole job now (its peers would otherwise wait in their next
+     * collective until the timeout): MPI_Abort, whose code mpirun returns. */
+    if (rc && ts_comm_world(&w) == TS_OK && ts_comm_size(w) > 1) {
+      fflush(stdout);
+      fflush(stderr);
+      ts_comm_abort(w, rc);
+    }
+    ts_comm_finalize();
+  }
+  return rc;
 }

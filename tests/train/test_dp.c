@@ -65,8 +65,8 @@ static float *train(const char *model, const char *mode, const char *extra1, con
 static void compare(const char *what, const char *model, const char *e1, const char *e2, double ltol,
                     double patol, double prtol, int rank) {
   rec rs, rd;
-    memset(&rs, 0, sizeof rs);
-    memset(&rd, 0, sizeof rd);
+  memset(&rs, 0, sizeof rs);
+  memset(&rd, 0, sizeof rd);
   size_t ns = 0, nd = 0;
   float *ps = rank == 0 ? train(model, "stand_alone", e1, e2, &rs, &ns) : NULL;
   float *pd = train(model, "data_parallel", e1, e2, &rd, &nd);

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Failure handling of a data-parallel job (2 ranks under mpirun): never a silent hang.
+#  1. a rank killed mid-training: the job exits non-zero within a bounded time;
+#  2. a rank stopped (alive but silent): the others' watchdog (parallel.comm_timeout) reports the
+#     rank and the collective it was waiting in, and the job exits non-zero;
+#  3. a configuration error seen by every rank: exit 2 at once.
+# Usage: dp_fail_test.sh path/to/tessera
+set -u
+bin=$1
+fail=0
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 0; }
+[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 0; }
+mpi=(mpirun --oversubscribe -n 2)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+cat > "$tmp/long.yaml" <<'YAML'
+model: {name: mlp, hidden: [32]}
+data: {name: fashion_mnist, train_limit: 2048, test_limit: 256, num_workers: 1}
+train: {steps: 1000000, batch_size: 32, eval_every: -1, log_every: 20}
+parallel: {mode: data_parallel}
+log: {progress: lines}
+YAML
+
+# pid of the tessera process of world rank $1 (OpenMPI puts the rank in each process's environment)
+rank_pid() {
+  for p in $(pgrep -f "tessera train $tmp/long.yaml"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then echo "$p"; return; fi
+  done
+}
+# waits until rank $1 exists and has trained for a while (the job's log shows steps)
+wait_running() {
+  for _ in $(seq 1 300); do
+    if [ -n "$(rank_pid "$1")" ] && grep -q "loss" "$2" 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# 1. kill -9 one rank
+t0=$(date +%s)
+"${mpi[@]}" "$bin" train "$tmp/long.yaml" > "$tmp/kill.log" 2>&1 &
+job=$!
+if wait_running 1 "$tmp/kill.log"; then
+  kill -9 "$(rank_pid 1)"
+  ( sleep 120; kill -9 $job 2>/dev/null ) & guard=$!
+  wait $job; rc=$?
+  kill $guard 2>/dev/null
+  dt=$(( $(date +%s) - t0 ))
+  if [ "$rc" != 0 ] && [ "$dt" -lt 120 ]; then echo "ok: killed rank -> job exit $rc after ${dt} s"
+  else echo "FAIL: killed rank -> exit $rc after ${dt} s"; cat "$tmp/kill.log"; fail=1; fi
+else
+  echo "FAIL: the job did not start"; cat "$tmp/kill.log"; fail=1
+fi
+
+# 2. SIGSTOP one rank: rank 0's watchdog names the rank and the collective
+"${mpi[@]}" "$bin" train "$tmp/long.yaml" --set parallel.comm_timeout=3 > "$tmp/stop.log" 2>&1 &
+job=$!
+if wait_running 1 "$tmp/stop.log"; then
+  p1=$(rank_pid 1)
+  kill -STOP "$p1"
+  t0=$(date +%s)
+  ( sleep 120; kill -9 $job 2>/dev/null ) & guard=$!
+  wait $job; rc=$?
+  kill $guard 2>/dev/null
+  kill -9 "$p1" 2>/dev/null
+  dt=$(( $(date +%s) - t0 ))
+  if [ "$rc" != 0 ] && [ "$dt" -lt 60 ] &&
+     grep -qE "rank 0.*(allreduce|allgather).*#[0-9]+.*did not complete within 3 s" "$tmp/stop.log"; then
+    echo "ok: stopped rank -> exit $rc after ${dt} s: $(grep -m1 'did not complete' "$tmp/stop.log")"
+  else echo "FAIL: stopped rank -> exit $rc after ${dt} s"; cat "$tmp/stop.log"; fail=1; fi
+else
+  echo "FAIL: the job did not start"; cat "$tmp/stop.log"; fail=1
+fi
+
+# 3. a configuration error seen by every rank: exit 2, one line per rank, no hang
+out=$(timeout 120 "${mpi[@]}" "$bin" train "$tmp/long.yaml" --set train.batch_size=33 2>&1); rc=$?
+if [ "$rc" = 2 ] && grep -q "must divide by the 2 ranks" <<<"$out"; then echo "ok: indivisible batch -> exit 2"
+else echo "FAIL: indivisible batch -> exit $rc: $out"; fail=1; fi
+exit $fail
