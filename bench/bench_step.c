@@ -17,9 +17,7 @@
 #include <string.h>
 
 #include "dnnl.h"
-#include "tessera/optim.h"
-#include "tessera/tessera.h"
-#include "tessera/zoo.h"
+#include "bench_common.h"
 
 #define TORCH_PY "/usr/bin/python3"
 #define GLIBC_TUNE "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
@@ -33,24 +31,6 @@ typedef struct {
   const char *torch_script;
 } options;
 
-static void die(const char *what) {
-  fprintf(stderr, "bench_step: %s: %s\n", what, ts_last_error());
-  exit(1);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void fill_uniform(float *x, size_t n, uint64_t seed) {
-  uint64_t key = ts_hash_name("bench", seed);
-  for (size_t i = 0; i < n; i++) x[i] = 2.0f * ts_rng_uniform_at(key, i) - 1.0f;
-}
 
 /* ---------------------------------------------------------------- sgemm */
 
@@ -148,51 +128,6 @@ static void prof_hook(const ts_graph *g, int node, const char *op_name, const ch
     prof_add(pr, op_name, ts_time_now() - pr->t0);
 }
 
-typedef struct {
-  ts_graph *g;
-  ts_params *ps;
-  ts_plan *plan;
-  ts_optim *opt;
-  float lr;
-  ts_val loss;
-  void *inputs[2];
-} trainer;
-
-/* After the forward graph with loss is built: backward, parameter store, plan, optimizer. */
-static void trainer_setup(trainer *t, const ts_optim_config *oc, float lr) {
-  if (ts_graph_backward(t->g, t->loss, 1.0f)) die("backward");
-  int cap = ts_params_count(t->ps) + 1, nk = 0;
-  ts_val *keep = malloc(sizeof(ts_val) * (size_t)cap);
-  keep[0] = t->loss;
-  if (ts_params_attach_grads(t->ps, t->g, keep + 1, cap - 1, &nk)) die("attaching gradients");
-  if (ts_params_alloc(t->ps, 1234)) die("allocating parameters");
-  if (ts_plan_create(t->g, keep, nk + 1, &t->plan)) die("planning the training step");
-  free(keep);
-  if (ts_params_bind(t->ps, t->g, t->plan)) die("binding parameters");
-  int np = ts_params_count(t->ps), ns = 0;
-  ts_optim_segment *segs = malloc(sizeof *segs * (size_t)np);
-  for (int i = 0; i < np; i++) {
-    int fl = ts_params_flags(t->ps, i);
-    if (fl & TS_PARAM_STATE) continue;
-    ts_shape sh = ts_params_shape(t->ps, i);
-    segs[ns].name = ts_params_name(t->ps, i);
-    segs[ns].offset = ts_params_offset(t->ps, i);
-    segs[ns].numel = (size_t)ts_shape_numel(&sh);
-    segs[ns].flags = (fl & TS_PARAM_NO_DECAY) ? TS_SEG_NO_DECAY : 0;
-    ns++;
-  }
-  if (ts_optim_create(&t->opt, oc, segs, ns)) die("creating the optimizer");
-  free(segs);
-  t->lr = lr;
-}
-
-static void trainer_free(trainer *t) {
-  ts_optim_free(t->opt);
-  ts_plan_free(t->plan);
-  ts_params_free(t->ps);
-  ts_graph_free(t->g);
-  for (int i = 0; i < 2; i++) ts_free(t->inputs[i]);
-}
 
 /* One training step: forward + backward (gradients land in the store), then the update. */
 static void train_step(trainer *t, uint64_t step, profile *pr) {
@@ -248,65 +183,25 @@ typedef struct {
 } result;
 
 static void bench_resnet(const options *o, result *r) {
-  int B = o->resnet_batch;
   trainer t;
-  memset(&t, 0, sizeof t);
-  if (ts_graph_create(&t.g) || ts_params_create(&t.ps)) die("creating the graph");
-  ts_nn nn = {t.g, t.ps};
-  ts_val x = ts_input(t.g, "x", TS_F32, ts_shape4(B, 3, 32, 32));
-  ts_val y = ts_input(t.g, "labels", TS_I32, ts_shape1(B));
-  ts_val_set_requires_grad(t.g, x, 0);
-  ts_resnet_config cfg = {.depth = 18, .num_classes = 10, .cifar = 1};
-  if (ts_zoo_resnet(&nn, &cfg, x, y, NULL, &t.loss)) die("building ResNet-18");
-  /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=5e-4) */
-  ts_optim_config oc = ts_optim_config_default(TS_OPTIM_MOMENTUM);
-  oc.momentum = 0.9;
-  oc.weight_decay = 5e-4;
-  trainer_setup(&t, &oc, 0.1f);
-  float *xd = ts_alloc(sizeof(float) * (size_t)B * 3 * 32 * 32);
-  int32_t *yd = ts_alloc(sizeof(int32_t) * (size_t)B);
-  fill_uniform(xd, (size_t)B * 3 * 32 * 32, 3);
-  for (int i = 0; i < B; i++) yd[i] = i % 10;
-  t.inputs[0] = xd;
-  t.inputs[1] = yd;
-  if (ts_plan_bind(t.plan, x, xd) || ts_plan_bind(t.plan, y, yd)) die("binding the batch");
-  snprintf(r->name, sizeof r->name, "resnet18_cifar_b%d_step", B);
+  bench_model_opts mo = {o->resnet_batch, 0, 0};
+  bench_model_build(&t, "resnet18", &mo);
+  snprintf(r->name, sizeof r->name, "resnet18_cifar_b%d_step", o->resnet_batch);
   r->params = (int64_t)ts_params_numel(t.ps);
-  r->batch = B;
+  r->batch = o->resnet_batch;
   r->seq = 0;
   r->tessera_ms = time_training(&t, o, "resnet18_cifar", &r->loss);
   trainer_free(&t);
 }
 
 static void bench_gpt(const options *o, result *r) {
-  int B = o->gpt_batch, T = o->gpt_seq, V = 8192;
   trainer t;
-  memset(&t, 0, sizeof t);
-  if (ts_graph_create(&t.g) || ts_params_create(&t.ps)) die("creating the graph");
-  ts_nn nn = {t.g, t.ps};
-  ts_val ids = ts_input(t.g, "ids", TS_I32, ts_shape2(B, T));
-  ts_val tgt = ts_input(t.g, "targets", TS_I32, ts_shape2(B, T));
-  ts_gpt_config cfg = {.vocab_size = V, .block_size = T, .n_layer = 6, .n_head = 6, .n_embd = 384};
-  if (ts_zoo_gpt(&nn, &cfg, ids, tgt, NULL, &t.loss)) die("building the GPT");
-  /* torch.optim.AdamW(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1) */
-  ts_optim_config oc = ts_optim_config_default(TS_OPTIM_ADAMW);
-  oc.beta1 = 0.9;
-  oc.beta2 = 0.95;
-  oc.weight_decay = 0.1;
-  trainer_setup(&t, &oc, 6e-4f);
-  int32_t *id = ts_alloc(sizeof(int32_t) * (size_t)B * T), *td = ts_alloc(sizeof(int32_t) * (size_t)B * T);
-  uint64_t key = ts_hash_name("gpt-batch", 7);
-  for (int64_t i = 0; i < (int64_t)B * T; i++) {
-    id[i] = (int32_t)(ts_rng_uniform_at(key, (uint64_t)(2 * i)) * V) % V;
-    td[i] = (int32_t)(ts_rng_uniform_at(key, (uint64_t)(2 * i + 1)) * V) % V;
-  }
-  t.inputs[0] = id;
-  t.inputs[1] = td;
-  if (ts_plan_bind(t.plan, ids, id) || ts_plan_bind(t.plan, tgt, td)) die("binding the batch");
+  bench_model_opts mo = {o->gpt_batch, o->gpt_seq, 0};
+  bench_model_build(&t, "gpt", &mo);
   snprintf(r->name, sizeof r->name, "gpt_6l_384d_step");
   r->params = (int64_t)ts_params_numel(t.ps);
-  r->batch = B;
-  r->seq = T;
+  r->batch = o->gpt_batch;
+  r->seq = o->gpt_seq;
   r->tessera_ms = time_training(&t, o, "gpt_6l_384d", &r->loss);
   trainer_free(&t);
 }
@@ -370,6 +265,7 @@ static int parse_int(const char *opt, const char *s, int lo) {
 }
 
 int main(int argc, char **argv) {
+  bench_prog = "bench_step";
   options o = {0};
   const char *env = getenv("OMP_NUM_THREADS");
   o.threads = env && atoi(env) > 0 ? atoi(env) : 1;

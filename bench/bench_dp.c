@@ -1,0 +1,229 @@
+/* bench_dp: data-parallel scaling of Tessera, with PyTorch DDP (gloo) measured in the same
+ * invocation. JSON lines on stdout; diagnostics on stderr.
+ *
+ *   build/bench_dp [--models resnet18,gpt,mlp] [--warmup N] [--steps N] [--ranks N]
+ *                  [--resnet-batch B] [--gpt-batch B] [--gpt-seq T] [--mlp-batch B]
+ *                  [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]
+ *
+ * For each model, with B samples PER RANK and one thread per rank (weak scaling, as the issue's
+ * reference figures):
+ *   1 x 1   the stand-alone step (no communication), under mpirun -n 1;
+ *   N x 1   data parallel, buckets all-reduced while backward runs (overlap);
+ *   N x 1   the same with overlap off: every bucket is reduced after backward, so the wait is
+ *           the whole communication time, `comm_ms`.
+ * and prints per model
+ *   {"name":"dp_scaling","model":..,"ranks":N,"batch_per_rank":B,
+ *    "tessera_1x1_sps":..,"tessera_sps":..,"tessera_efficiency":..,   sps = samples/s
+ *    "comm_ms":..,"comm_share":..,     communication time and its share of the no-overlap step
+ *    "exposed_ms":..,"hidden":..,      wait left with overlap, and the fraction of comm hidden
+ *    "torch_1x1_sps":..,"torch_sps":..,"torch_efficiency":..,"efficiency_vs_torch":..}
+ * efficiency = N-rank samples/s / (N x 1-rank samples/s). The workers are this program run with
+ * --worker under mpirun; the PyTorch side is bench/torch_ddp.py (same models and recipes).
+ * Step time per step = the slowest rank's (ranks start each step together, after a barrier);
+ * figures are medians over --steps steps after --warmup. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "tessera/comm.h"
+#include "train/dp.h"
+
+#define TORCH_PY "/usr/bin/python3"
+
+typedef struct {
+  int warmup, steps, ranks;
+  int resnet_batch, gpt_batch, gpt_seq, mlp_batch;
+  double bucket_mb, torch_bucket_mb;
+  int torch;
+  const char *models;
+  /* worker */
+  const char *model;
+  int overlap;
+} options;
+
+static int batch_of(const options *o, const char *model) {
+  return !strcmp(model, "resnet18") ? o->resnet_batch : !strcmp(model, "gpt") ? o->gpt_batch : o->mlp_batch;
+}
+
+/* ---------------------------------------------------------------- worker (under mpirun) */
+static int worker(const options *o, int *argc, char ***argv) {
+  if (ts_comm_init(argc, argv)) die("MPI init");
+  ts_comm *w;
+  if (ts_comm_world(&w)) die("world communicator");
+  int rank = ts_comm_rank(w), size = ts_comm_size(w);
+  trainer t;
+  bench_model_opts mo = {batch_of(o, o->model), o->gpt_seq, (uint64_t)rank};
+  bench_model_build(&t, o->model, &mo);
+  ts__dp *dp = NULL;
+  if (size > 1) {
+    if (ts__dp_create(w, t.ps, t.g, o->bucket_mb, 1, TS_F32, &dp)) die("data-parallel reducer");
+    if (o->overlap) ts_plan_set_hook(t.plan, ts__dp_hook, dp);
+  }
+  float *grads = ts_params_grads(t.ps);
+  int n = o->warmup + o->steps;
+  double *ms = calloc((size_t)n, sizeof(double)), *wait = calloc((size_t)n, sizeof(double));
+  for (int s = 0; s < n; s++) {
+    if (size > 1 && ts_comm_barrier(w)) die("barrier");
+    double t0 = ts_time_now();
+    if (dp) ts__dp_begin(dp, grads);
+    if (ts_plan_run(t.plan, (uint64_t)s)) die("training step");
+    if (dp && ts__dp_finish(dp)) die("gradient all-reduce");
+    if (ts_optim_step(t.opt, ts_params_data(t.ps), grads, t.lr)) die("optimizer step");
+    ms[s] = (ts_time_now() - t0) * 1e3;
+    wait[s] = dp ? ts__dp_wait_seconds(dp) * 1e3 : 0;
+  }
+  /* the slowest rank's time of each step; the waits of rank 0 */
+  float *msf = malloc(sizeof(float) * (size_t)n);
+  for (int s = 0; s < n; s++) msf[s] = (float)ms[s];
+  if (size > 1 && ts_comm_allreduce(w, msf, msf, (size_t)n, TS_F32, TS_REDUCE_MAX)) die("reducing step times");
+  for (int s = 0; s < n; s++) ms[s] = msf[s];
+  double step = median(ms + o->warmup, o->steps), exposed = median(wait + o->warmup, o->steps);
+  if (rank == 0) {
+    printf("{\"name\":\"dp_run\",\"framework\":\"tessera\",\"model\":\"%s\",\"world\":%d,\"overlap\":%d,"
+           "\"batch_per_rank\":%d,\"step_ms\":%.3f,\"wait_ms\":%.3f,\"samples_per_s\":%.2f,\"params\":%zu,"
+           "\"buckets\":%d,\"bucket_mb\":%g}\n",
+           o->model, size, o->overlap, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
+           ts_params_numel(t.ps), dp ? ts__dp_num_buckets(dp) : 0, o->bucket_mb);
+    fflush(stdout);
+  }
+  free(msf);
+  free(ms);
+  free(wait);
+  ts__dp_free(dp);
+  trainer_free(&t);
+  ts_comm_finalize();
+  return 0;
+}
+
+/* ---------------------------------------------------------------- driver */
+/* Runs `cmd`, echoes its JSON lines, and reads the numbers under keys k1 (and k2) from the first
+ * line that has them (NAN if none); non-zero if the command failed or k1 was not found. */
+static int run_json(const char *cmd, const char *k1, double *v1, const char *k2, double *v2) {
+  fprintf(stderr, "bench_dp: %s\n", cmd);
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  char line[4096];
+  *v1 = NAN;
+  if (v2) *v2 = NAN;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] != '{') {
+      fputs(line, stderr);
+      continue;
+    }
+    fputs(line, stdout);
+    fflush(stdout);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", k1);
+    const char *p = strstr(line, pat);
+    if (p && isnan(*v1)) *v1 = atof(p + strlen(pat));
+    if (v2) {
+      snprintf(pat, sizeof pat, "\"%s\":", k2);
+      p = strstr(line, pat);
+      if (p && isnan(*v2)) *v2 = atof(p + strlen(pat));
+    }
+  }
+  int rc = pclose(f);
+  return rc == 0 && !isnan(*v1) ? 0 : -1;
+}
+
+static void self_path(char *buf, size_t cap) {
+  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+  if (n < 0) n = 0;
+  buf[n] = 0;
+}
+
+static void bench_model(const options *o, const char *model, const char *self, const char *torch_script) {
+  int B = batch_of(o, model);
+  const char *mpirun = "mpirun --oversubscribe --allow-run-as-root";
+  const char *env = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive";
+  char common[512], cmd[2048];
+  snprintf(common, sizeof common,
+           "--worker --model %s --warmup %d --steps %d --resnet-batch %d --gpt-batch %d --gpt-seq %d "
+           "--mlp-batch %d --bucket-mb %g",
+           model, o->warmup, o->steps, o->resnet_batch, o->gpt_batch, o->gpt_seq, o->mlp_batch, o->bucket_mb);
+  double sps1, spsn, wait_ov, step_nov, wait_nov;
+  snprintf(cmd, sizeof cmd, "%s %s -n 1 -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 1", env, mpirun, self, common);
+  if (run_json(cmd, "samples_per_s", &sps1, NULL, NULL)) die("the 1-rank run failed");
+  snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 1", env, mpirun,
+           o->ranks, self, common);
+  if (run_json(cmd, "samples_per_s", &spsn, "wait_ms", &wait_ov)) die("the data-parallel run failed");
+  snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 0", env, mpirun,
+           o->ranks, self, common);
+  if (run_json(cmd, "step_ms", &step_nov, "wait_ms", &wait_nov)) die("the no-overlap run failed");
+  double tsps1 = NAN, tspsn = NAN;
+  if (o->torch) {
+    char targs[256];
+    snprintf(targs, sizeof targs, "--model %s --batch %d --seq %d --warmup %d --steps %d --threads 1 --bucket-mb %g",
+             model, B, o->gpt_seq, o->warmup, o->steps, o->torch_bucket_mb);
+    snprintf(cmd, sizeof cmd, "%s %s %s %s --world 1", env, TORCH_PY, torch_script, targs);
+    if (run_json(cmd, "samples_per_s", &tsps1, NULL, NULL)) fprintf(stderr, "bench_dp: PyTorch 1-process run failed\n");
+    snprintf(cmd, sizeof cmd, "%s %s %s %s --world %d", env, TORCH_PY, torch_script, targs, o->ranks);
+    if (run_json(cmd, "samples_per_s", &tspsn, NULL, NULL)) fprintf(stderr, "bench_dp: PyTorch DDP run failed\n");
+  }
+  double eff = spsn / (o->ranks * sps1), teff = tspsn / (o->ranks * tsps1);
+  double hidden = wait_nov > 0 ? 1.0 - wait_ov / wait_nov : NAN;
+  printf("{\"name\":\"dp_scaling\",\"model\":\"%s\",\"ranks\":%d,\"batch_per_rank\":%d,\"tessera_1x1_sps\":%.2f,"
+         "\"tessera_sps\":%.2f,\"tessera_efficiency\":%.4f,\"comm_ms\":%.3f,\"comm_share\":%.4f,\"exposed_ms\":%.3f,"
+         "\"hidden\":%.4f,\"torch_1x1_sps\":%.2f,\"torch_sps\":%.2f,\"torch_efficiency\":%.4f,"
+         "\"efficiency_vs_torch\":%.4f}\n",
+         model, o->ranks, B, sps1, spsn, eff, wait_nov, step_nov > 0 ? wait_nov / step_nov : NAN, wait_ov, hidden,
+         tsps1, tspsn, teff, eff / teff);
+  fflush(stdout);
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: bench_dp [--models resnet18,gpt,mlp] [--warmup N] [--steps N] [--ranks N]\n"
+          "                [--resnet-batch B] [--gpt-batch B] [--gpt-seq T] [--mlp-batch B]\n"
+          "                [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]\n");
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  bench_prog = "bench_dp";
+  options o = {.warmup = 2, .steps = 8, .ranks = 2, .resnet_batch = 64, .gpt_batch = 8, .gpt_seq = 256,
+               .mlp_batch = 128, .bucket_mb = 4, .torch_bucket_mb = 25, .torch = 1,
+               .models = "resnet18,gpt,mlp", .model = "mlp", .overlap = 1};
+  int is_worker = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define ARG(name) (!strcmp(a, name) && v && ++i)
+    if (!strcmp(a, "--worker")) is_worker = 1;
+    else if (!strcmp(a, "--no-torch")) o.torch = 0;
+    else if (ARG("--models")) o.models = v;
+    else if (ARG("--model")) o.model = v;
+    else if (ARG("--overlap")) o.overlap = atoi(v);
+    else if (ARG("--warmup")) o.warmup = atoi(v);
+    else if (ARG("--steps")) o.steps = atoi(v);
+    else if (ARG("--ranks")) o.ranks = atoi(v);
+    else if (ARG("--resnet-batch")) o.resnet_batch = atoi(v);
+    else if (ARG("--gpt-batch")) o.gpt_batch = atoi(v);
+    else if (ARG("--gpt-seq")) o.gpt_seq = atoi(v);
+    else if (ARG("--mlp-batch")) o.mlp_batch = atoi(v);
+    else if (ARG("--bucket-mb")) o.bucket_mb = atof(v);
+    else if (ARG("--torch-bucket-mb")) o.torch_bucket_mb = atof(v);
+    else usage();
+#undef ARG
+  }
+  if (o.steps < 1 || o.warmup < 0 || o.ranks < 2) usage();
+  if (is_worker) return worker(&o, &argc, &argv);
+  char self[1024], script[1200];
+  self_path(self, sizeof self);
+  /* bench/torch_ddp.py next to the sources: build/bench_dp -> ../bench/torch_ddp.py */
+  snprintf(script, sizeof script, "%s", self);
+  char *slash = strrchr(script, '/');
+  if (slash) *slash = 0;
+  strncat(script, "/../bench/torch_ddp.py", sizeof script - strlen(script) - 1);
+  if (o.torch && (access(TORCH_PY, X_OK) || access(script, R_OK) ||
+                  system(TORCH_PY " -c 'import torch' 2>/dev/null") != 0)) {
+    fprintf(stderr, "bench_dp: PyTorch not available (%s, %s): Tessera only\n", TORCH_PY, script);
+    o.torch = 0;
+  }
+  char models[256];
+  snprintf(models, sizeof models, "%s", o.models);
+  for (char *m = strtok(models, ","); m; m = strtok(NULL, ",")) bench_model(&o, m, self, script);
+  return 0;
+}
