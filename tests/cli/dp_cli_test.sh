@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Failure handling of a data-parallel job (2 ranks under mpirun): never a silent hang.
+# Data-parallel jobs from the command line (2 ranks under mpirun).
+#  0. `tessera launch -n 2 -- train` with data_parallel: one progress stream (rank 0), a
+#     checkpoint whose single-process evaluation gives the accuracy the job reported, and resume;
+# Failure handling: never a silent hang.
 #  1. a rank killed mid-training: the job exits non-zero within a bounded time;
 #  2. a rank stopped (alive but silent): the others' watchdog (parallel.comm_timeout) reports the
 #     rank and the collective it was waiting in, and the job exits non-zero;
@@ -22,6 +25,38 @@ train: {steps: 1000000, batch_size: 32, eval_every: -1, log_every: 20}
 parallel: {mode: data_parallel}
 log: {progress: lines}
 YAML
+
+# 0. a short data-parallel run through the launcher, then the same checkpoint evaluated alone
+cat > "$tmp/dp.yaml" <<YAML
+model: {name: mlp, hidden: [32]}
+data:
+  name: fashion_mnist
+  train_limit: 1024
+  test_limit: 500
+  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
+train: {epochs: 2, batch_size: 64, log_every: 8}
+optimizer: {name: momentum, lr: 0.05}
+parallel: {mode: data_parallel}
+checkpoint: {dir: $tmp/ck, save_epochs: 1}
+log: {metrics: $tmp/m.jsonl, progress: lines}
+YAML
+out=$(timeout 300 "$bin" launch -n 2 -- train "$tmp/dp.yaml" 2>&1); rc=$?
+ck=$(ls "$tmp"/ck/*.safetensors 2>/dev/null | tail -1)
+acc=$(grep -o 'test accuracy [0-9.]*%' <<<"$out" | head -1)
+if [ "$rc" = 0 ] && [ "$(grep -c 'test accuracy' <<<"$out")" = 1 ] && [ -n "$ck" ] && grep -q '"type":"end"' "$tmp/m.jsonl"; then
+  echo "ok: launch -n 2 data_parallel -> $acc, $(basename "$ck")"
+else echo "FAIL: launch -n 2 data_parallel -> exit $rc: $out"; fail=1; fi
+if [ -n "$ck" ]; then
+  ev=$(OMP_NUM_THREADS=2 "$bin" eval "$tmp/dp.yaml" --set parallel.mode=stand_alone --checkpoint "$ck" 2>&1)
+  top1=$(sed -n 's/.*top1 \([0-9.]*\)%.*/\1/p' <<<"$ev" | head -1)
+  want=$(sed -n 's/.*accuracy \([0-9.]*\)%.*/\1/p' <<<"$acc")
+  if [ -n "$top1" ] && [ "$top1" = "$want" ]; then echo "ok: the checkpoint evaluated alone: top1 $top1% (the job said $want%)"
+  else echo "FAIL: eval alone top1 '$top1' vs the job's '$want': $ev"; fail=1; fi
+  out=$(timeout 300 "$bin" launch -n 2 -- train "$tmp/dp.yaml" --set train.epochs=3 --set checkpoint.resume=auto \
+        --set checkpoint.strict=false 2>&1); rc=$?
+  if [ "$rc" = 0 ] && grep -q "resumed from" <<<"$out"; then echo "ok: data-parallel resume"
+  else echo "FAIL: data-parallel resume -> exit $rc: $out"; fail=1; fi
+fi
 
 # pid of the tessera process of world rank $1 (OpenMPI puts the rank in each process's environment)
 rank_pid() {
