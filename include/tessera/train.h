@@ -28,6 +28,8 @@ typedef struct {
   double grad_norm;     /* before clipping; 0 when clipping is off */
   double step_ms;       /* wall time of the step (data wait included) */
   double samples_per_s; /* global batch / step time */
+  double comm_wait_ms;  /* data parallel: time the step waited for gradient all-reduces after
+                           backward (communication not hidden behind it); 0 alone */
 } ts_step_info;
 
 typedef struct {

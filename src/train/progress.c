@@ -64,9 +64,10 @@ void ts__progress_step(ts__progress *p, const ts_step_info *s) {
   if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1))
     fprintf(p->metrics,
             "{\"type\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,"
-            "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"samples_per_s\":%.1f,\"time_s\":%.3f}\n",
+            "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,\"samples_per_s\":%.1f,"
+            "\"time_s\":%.3f}\n",
             (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, s->step_ms,
-            s->samples_per_s, ts_time_now() - p->t_start);
+            s->comm_wait_ms, s->samples_per_s, ts_time_now() - p->t_start);
   if (p->mode == TS_PROGRESS_OFF) return;
   double now = ts_time_now(), el = now - p->t_start;
   if (p->mode == TS_PROGRESS_BAR) {

@@ -530,6 +530,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   if (t->dp) {
     if (!t->overlap) ts__dp_begin(t->dp, g);
     int rc = ts__dp_finish(t->dp);
+    info->comm_wait_ms = 1e3 * ts__dp_wait_seconds(t->dp);
     float l = (float)(loss / (double)t->accum);
     if (!rc) rc = ts_comm_allreduce(t->comm, &l, &l, 1, TS_F32, TS_REDUCE_MEAN);
     if (rc) return ts_error_wrap(rc, "step %lld: gradient all-reduce", (long long)t->step + 1);
