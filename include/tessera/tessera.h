@@ -7,4 +7,6 @@
 #include "tessera/graph.h"
 #include "tessera/runtime.h"
 #include "tessera/nn.h"
+#include "tessera/comm.h"
+#include "tessera/layout.h"
 #endif
