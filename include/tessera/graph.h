@@ -167,6 +167,50 @@ ts_val ts_attention_bthd(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale)
  * -> (B,T,C). No split, reshape or permute copies, forward or backward. */
 ts_val ts_attention_qkv(ts_graph *g, ts_val qkv, int n_head, float scale);
 
+/* ---- collectives (operator-level parallelism; docs/layout.md "Collective ops in the graph") ----
+ * Ordinary differentiable ops that communicate when the plan runs. The graph holds no MPI
+ * object: an op records a communicator SLOT of the plan (0..TS_PLAN_MAX_COMMS-1, filled with
+ * ts_plan_set_comm) and the GROUP SIZE it infers shapes for. At run time the communicator in the
+ * slot must have exactly group_size ranks, else the run fails (TS_EINVAL naming the op, the slot
+ * and both sizes); an empty slot is an error too, except that group_size 1 runs without one, as
+ * a copy. Every rank of a group must run the same collectives in the same order (as they do when
+ * every rank builds the same graph).
+ * Shapes are this rank's local shapes. "Rank r" is the rank within the group (the communicator's
+ * ts_comm_rank; for ts_comm_grid_axis groups, the coordinate on that axis); block r of a dim of
+ * length n is [r*n/g, (r+1)*n/g). Negative dims count from the end.
+ * Gradients are the exact adjoints over the group: each rank's x is its own variable and the
+ * objective is the SUM of every rank's loss. (So ALLREDUCE(sum)'s gradient is ALLREDUCE(sum), not
+ * the identity of Megatron's convention where one replicated loss is counted once; and a value
+ * replicated on the ranks, such as a weight sliced with ts_rank_slice, gets on each rank its part
+ * of the gradient: the full gradient is the sum over the ranks, as data-parallel reduction makes.)
+ * `op` of the reductions is a ts_reduce_op value of tessera/comm.h: TS_REDUCE_SUM 0,
+ * TS_REDUCE_MEAN 1, TS_REDUCE_MAX 2, TS_REDUCE_MIN 3. Reductions take f32, bf16, f16 (16-bit types
+ * accumulate in f32), i32, i64; the other ops any dtype. */
+
+/* Before: rank r holds x_r. After: every rank holds y = op over r of x_r (same shape).
+ * Gradient: sum -> ALLREDUCE(sum) of dy; mean -> ALLREDUCE(mean) of dy (dx_s = (1/g) sum_r dy_r);
+ * max and min have none (ts_graph_backward fails with TS_EUNSUPPORTED naming the op). */
+ts_val ts_allreduce(ts_graph *g, ts_val x, int slot, int group_size, int op);
+/* Before: rank r holds x_r. After: every rank holds y = concat(x_0, ..., x_{g-1}) along dim
+ * (y.shape[dim] = g * x.shape[dim]). Gradient: REDUCE_SCATTER(dim, sum) of dy (dx_r = block r
+ * of sum over ranks of dy). */
+ts_val ts_allgather(ts_graph *g, ts_val x, int slot, int group_size, int dim);
+/* Before: rank r holds x_r (x.shape[dim] divisible by g, else TS_ESHAPE). After: rank r holds
+ * block r along dim of op over s of x_s (y.shape[dim] = x.shape[dim] / g). Gradient: sum ->
+ * ALLGATHER(dim) of dy; mean -> ALLGATHER(dim) of dy scaled by 1/g; max, min: none. */
+ts_val ts_reduce_scatter(ts_graph *g, ts_val x, int slot, int group_size, int dim, int op);
+/* Before: rank r holds x_r, cut along split_dim into g blocks (x.shape[split_dim] divisible by
+ * g). After: rank r holds concat over s = 0..g-1 of (block r of x_s along split_dim), along
+ * concat_dim: y.shape[split_dim] = x.shape[split_dim] / g, y.shape[concat_dim] =
+ * g * x.shape[concat_dim]. The dims must differ (TS_EINVAL). Gradient: ALLTOALL(split concat_dim,
+ * concat split_dim) of dy. */
+ts_val ts_alltoall(ts_graph *g, ts_val x, int slot, int group_size, int split_dim, int concat_dim);
+/* Before: rank r holds x_r (typically the same on every rank; x.shape[dim] divisible by g).
+ * After: rank r holds block r of x_r along dim. Local, no communication (the rank comes from the
+ * slot's communicator at run time). Gradient: dy placed at block r of zeros of x's shape (op
+ * rank_slice_bwd, itself differentiable). */
+ts_val ts_rank_slice(ts_graph *g, ts_val x, int slot, int group_size, int dim);
+
 /* ---- autodiff ----
  * Appends the backward of scalar `loss` to the graph: d loss/d v for every float value v that
  * `loss` depends on through float ops. Gradients of values used several times are summed.

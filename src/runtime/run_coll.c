@@ -1,0 +1,189 @@
+/* Executor adapters for the collective family (attribute layouts: src/graph/op_coll.c).
+ *
+ * Each op takes the communicator of its slot (ctx->comms[i[0]]), which must have exactly the
+ * group size i[1] the op was built for; g == 1 runs without one, as a copy. comm/ works on whole
+ * buffers (blocks along dim 0), so ops along another dim go through a staging buffer: a tensor
+ * viewed as (outer, len, inner) around dim d is moved with one swap of its first two axes
+ * (rows of len/g*inner elements stay contiguous):
+ *   ALLGATHER d:      gather (g, outer, L*inner) into staging, swap into y (outer, g*L, inner)
+ *   REDUCE_SCATTER d: swap x (outer, g, B*inner) into staging (g, outer, B*inner), reduce-scatter
+ *   ALLTOALL (s, c):  swap x (outer_s, g, rest) into (g, outer_s, rest), all-to-all, swap the
+ *                     received (g, outer_c, C*inner_c) into y (outer_c, g*C, inner_c)
+ * with no staging when outer == 1 (dim 0, or leading dims of size 1). */
+#include <stdlib.h>
+
+#include "run_impl.h"
+#include "../kernels/shape.h"
+
+_Static_assert(TS_REDUCE_SUM == 0 && TS_REDUCE_MEAN == 1 && TS_REDUCE_MAX == 2 && TS_REDUCE_MIN == 3,
+               "op_coll.c records ts_reduce_op values as 0 sum, 1 mean, 2 max, 3 min");
+
+static const char *opname(const ts__node *n) { return ts__ops[n->op].name; }
+
+/* The node's communicator: *out = NULL (run as a copy) when g == 1 and the slot is empty. */
+static int get_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
+  const int slot = (int)n->a.i[0], gs = (int)n->a.i[1];
+  ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
+  *out = NULL;
+  if (!c) {
+    if (gs == 1) return TS_OK;
+    return ts_error_set(TS_EINVAL,
+                        "plan slot %d holds no communicator, and this %s is over a group of %d "
+                        "ranks (ts_plan_set_comm)",
+                        slot, opname(n), gs);
+  }
+  if (ts_comm_size(c) != gs)
+    return ts_error_set(TS_EINVAL,
+                        "the communicator in plan slot %d has %d rank(s), but this %s was built "
+                        "for a group of %d",
+                        slot, ts_comm_size(c), opname(n), gs);
+  *out = c;
+  return TS_OK;
+}
+
+/* outer = prod dims[0..d), inner = prod dims(d..ndim). */
+static void outer_inner(const ts_shape *s, int d, int64_t *outer, int64_t *inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int k = 0; k < d; k++) *outer *= s->dims[k];
+  for (int k = d + 1; k < s->ndim; k++) *inner *= s->dims[k];
+}
+
+/* src (a, b, c) -> dst (b, a, c), elements of esize bytes. */
+static int swap01(const void *src, void *dst, size_t esize, int64_t a, int64_t b, int64_t c) {
+  const int64_t dims[3] = {a, b, c};
+  const int perm[3] = {1, 0, 2};
+  return ts__permute_ref(src, dst, esize, 3, dims, perm);
+}
+
+static void *staging(const ts__node *n, size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) ts_error_set(TS_ENOMEM, "%s: out of memory for a %zu-byte staging buffer", opname(n), bytes);
+  return p;
+}
+
+static int copy_through(const ts_tensor *in, ts_tensor *out) {
+  return ts__copy_ref(in[0].data, out[0].data, ts_tensor_nbytes(&in[0]));
+}
+
+static int run_allreduce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  if (n->a.i[1] == 1) return copy_through(in, out);
+  return ts_comm_allreduce(c, in[0].data, out[0].data, (size_t)ts_tensor_numel(&in[0]), in[0].dtype,
+                           (ts_reduce_op)n->a.i[2]);
+}
+
+static int run_allgather(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  const int64_t gs = n->a.i[1];
+  if (gs == 1) return copy_through(in, out);
+  int64_t outer, inner;
+  outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
+  const size_t cnt = (size_t)ts_tensor_numel(&in[0]), es = ts_dtype_size(in[0].dtype);
+  if (outer == 1) return ts_comm_allgather(c, in[0].data, out[0].data, cnt, in[0].dtype);
+  void *st = staging(n, cnt * (size_t)gs * es);
+  if (!st) return TS_ENOMEM;
+  rc = ts_comm_allgather(c, in[0].data, st, cnt, in[0].dtype);
+  if (!rc) rc = swap01(st, out[0].data, es, gs, outer, (int64_t)cnt / outer);
+  free(st);
+  return rc;
+}
+
+static int run_reduce_scatter(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  const int64_t gs = n->a.i[1];
+  if (gs == 1) return copy_through(in, out);
+  int64_t outer, inner;
+  outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
+  const size_t cnt = (size_t)ts_tensor_numel(&out[0]), es = ts_dtype_size(in[0].dtype);
+  const ts_reduce_op op = (ts_reduce_op)n->a.i[3];
+  if (outer == 1) return ts_comm_reduce_scatter_block(c, in[0].data, out[0].data, cnt, in[0].dtype, op);
+  void *st = staging(n, cnt * (size_t)gs * es);
+  if (!st) return TS_ENOMEM;
+  rc = swap01(in[0].data, st, es, outer, gs, (int64_t)cnt / outer);
+  if (!rc) rc = ts_comm_reduce_scatter_block(c, st, out[0].data, cnt, in[0].dtype, op);
+  free(st);
+  return rc;
+}
+
+static int run_alltoall(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  const int64_t gs = n->a.i[1];
+  if (gs == 1) return copy_through(in, out);
+  const int s = (int)n->a.i[2], cd = (int)n->a.i[3];
+  const size_t total = (size_t)ts_tensor_numel(&in[0]), es = ts_dtype_size(in[0].dtype);
+  const size_t blk = total / (size_t)gs; /* elements sent to each rank */
+  int64_t outer_s, inner_s, outer_c, inner_c;
+  outer_inner(&in[0].shape, s, &outer_s, &inner_s);
+  /* the received blocks have x's shape with dim s divided by g; y concatenates them along c */
+  ts_shape bs = in[0].shape;
+  bs.dims[s] /= gs;
+  outer_inner(&bs, cd, &outer_c, &inner_c);
+  const int stage_send = outer_s != 1, stage_recv = outer_c != 1;
+  char *st = NULL;
+  if (stage_send || stage_recv) {
+    st = staging(n, total * es * (size_t)(stage_send + stage_recv));
+    if (!st) return TS_ENOMEM;
+  }
+  const void *send = in[0].data;
+  void *recv = out[0].data;
+  if (stage_send) {
+    rc = swap01(in[0].data, st, es, outer_s, gs, (int64_t)blk / outer_s);
+    send = st;
+  }
+  if (stage_recv) recv = st + (stage_send ? total * es : 0);
+  if (!rc) rc = ts_comm_alltoall(c, send, recv, blk, in[0].dtype);
+  if (!rc && stage_recv) rc = swap01(recv, out[0].data, es, gs, outer_c, (int64_t)blk / outer_c);
+  free(st);
+  return rc;
+}
+
+/* This rank's block along dim d: [rank*B, (rank+1)*B) of a length g*B. */
+static int rank_block(ts__runctx *ctx, const ts__node *n, const ts_shape *full, int64_t *outer,
+                      int64_t *inner, int64_t *len, int64_t *start, int64_t *end) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  const int d = (int)n->a.i[2];
+  outer_inner(full, d, outer, inner);
+  *len = full->dims[d];
+  const int64_t B = *len / n->a.i[1];
+  const int r = c ? ts_comm_rank(c) : 0;
+  *start = r * B;
+  *end = *start + B;
+  return TS_OK;
+}
+
+static int run_rank_slice(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  int64_t outer, inner, len, st, en;
+  int rc = rank_block(ctx, n, &in[0].shape, &outer, &inner, &len, &st, &en);
+  if (rc) return rc;
+  if (n->a.i[1] == 1) return copy_through(in, out);
+  return ts__slice_ref(in[0].data, out[0].data, ts_dtype_size(in[0].dtype), outer, len, inner, st, en);
+}
+
+static int run_rank_slice_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+  int64_t outer, inner, len, st, en;
+  int rc = rank_block(ctx, n, &out[0].shape, &outer, &inner, &len, &st, &en);
+  if (rc) return rc;
+  if (n->a.i[1] == 1) return copy_through(in, out);
+  return ts__slice_bwd_ref(in[0].data, out[0].data, ts_dtype_size(out[0].dtype), outer, len, inner,
+                           st, en);
+}
+
+void ts__register_run_coll(ts__run_fn *tab) {
+  tab[TS_OP_ALLREDUCE] = run_allreduce;
+  tab[TS_OP_ALLGATHER] = run_allgather;
+  tab[TS_OP_REDUCE_SCATTER] = run_reduce_scatter;
+  tab[TS_OP_ALLTOALL] = run_alltoall;
+  tab[TS_OP_RANK_SLICE] = run_rank_slice;
+  tab[TS_OP_RANK_SLICE_BWD] = run_rank_slice_bwd;
+}
