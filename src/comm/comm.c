@@ -188,7 +188,7 @@ int ts_comm_init(int *argc, char ***argv) {
   if (fin) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI was already finalized");
   if (!inited) {
     int provided = 0;
-    int mrc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    int mrc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     if (mrc != MPI_SUCCESS) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Init_thread failed (%d)", mrc);
     g_owns_mpi = 1;
     /* OpenMPI reports some failures of non-blocking collectives (e.g. a message that does not

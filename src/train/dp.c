@@ -48,6 +48,28 @@ static int start_bucket(ts__dp *d, bucket *b) {
   return rc;
 }
 
+static void finish_bucket(ts__dp *d, bucket *b);
+
+/* A bucket reduced with a blocking all-reduce (after backward, nothing left to overlap with:
+ * MPI's blocking algorithms are faster than its non-blocking ones, e.g. 0.40 vs 0.64 ms for
+ * 2 MiB on 2 ranks here). */
+static int reduce_now(ts__dp *d, bucket *b) {
+  b->started = 1;
+  float *g = d->grads + b->off;
+  if (d->wire == TS_F32) {
+    int rc = ts_comm_allreduce(d->comm, g, g, b->len, TS_F32, d->op);
+    b->done = !rc;
+    return rc;
+  }
+  if (d->wire == TS_BF16)
+    for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_bf16(g[i]);
+  else
+    for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_f16(g[i]);
+  int rc = ts_comm_allreduce(d->comm, b->wire, b->wire, b->len, d->wire, d->op);
+  if (!rc) finish_bucket(d, b);
+  return rc;
+}
+
 static void finish_bucket(ts__dp *d, bucket *b) {
   b->done = 1;
   ts_comm_req_free(b->req);
@@ -192,16 +214,16 @@ int ts__dp_finish(ts__dp *d) {
   double t0 = ts_time_now();
   int rc = d->err;
   if (rc) return ts_error_set(rc, "%s", d->errmsg);
-  /* buckets never started (gradients not produced this run, or overlap off): start them now, in
-   * bucket order, which is the same on every rank */
-  for (int k = 0; k < d->nb && !rc; k++)
-    if (!d->b[k].started) rc = start_bucket(d, &d->b[k]);
+  /* first the buckets in flight, then those never started (gradients not produced this run, or
+   * overlap off), blocking, in bucket order, which is the same on every rank */
   for (int k = 0; k < d->nb && !rc; k++) {
     bucket *b = &d->b[k];
-    if (b->done) continue;
+    if (!b->started || b->done) continue;
     rc = ts_comm_wait(b->req);
     if (!rc) finish_bucket(d, b);
   }
+  for (int k = 0; k < d->nb && !rc; k++)
+    if (!d->b[k].started) rc = reduce_now(d, &d->b[k]);
   d->t_comm_wait = ts_time_now() - t0;
   return rc;
 }
