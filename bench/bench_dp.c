@@ -10,7 +10,9 @@
  *   1 x 1   the stand-alone step (no communication), under mpirun -n 1;
  *   N x 1   data parallel, buckets all-reduced while backward runs (overlap);
  *   N x 1   the same with overlap off: every bucket is reduced after backward, so the wait is
- *           the whole communication time, `comm_ms`.
+ *           the whole communication time, `comm_ms`;
+ *   N x 1   every rank training alone, no communication: what N processes sharing the machine
+ *           (memory bandwidth, caches, clocks) cost by themselves.
  * and prints per model
  *   {"name":"dp_scaling","model":..,"ranks":N,"batch_per_rank":B,
  *    "tessera_1x1_sps":..,"tessera_sps":..,"tessera_efficiency":..,   sps = samples/s
@@ -45,6 +47,7 @@ typedef struct {
   /* worker */
   const char *model;
   int overlap;
+  int alone; /* N ranks each training alone, no communication (the machine's contention) */
 } options;
 
 static int batch_of(const options *o, const char *model) {
@@ -61,7 +64,7 @@ static int worker(const options *o, int *argc, char ***argv) {
   bench_model_opts mo = {batch_of(o, o->model), o->gpt_seq, (uint64_t)rank};
   bench_model_build(&t, o->model, &mo);
   ts__dp *dp = NULL;
-  if (size > 1) {
+  if (size > 1 && !o->alone) {
     if (ts__dp_create(w, t.ps, t.g, o->bucket_mb, 1, TS_F32, &dp)) die("data-parallel reducer");
     if (o->overlap) ts_plan_set_hook(t.plan, ts__dp_hook, dp);
   }
@@ -90,10 +93,10 @@ static int worker(const options *o, int *argc, char ***argv) {
   for (int s = 0; s < n; s++) ms[s] = msf[s];
   double step = median(ms + o->warmup, o->steps), exposed = median(wait + o->warmup, o->steps);
   if (rank == 0) {
-    printf("{\"name\":\"dp_run\",\"framework\":\"tessera\",\"model\":\"%s\",\"world\":%d,\"overlap\":%d,"
+    printf("{\"name\":\"dp_run\",\"framework\":\"tessera\",\"model\":\"%s\",\"world\":%d,\"overlap\":%d,\"alone\":%d,"
            "\"batch_per_rank\":%d,\"step_ms\":%.3f,\"wait_ms\":%.3f,\"samples_per_s\":%.2f,\"params\":%zu,"
            "\"buckets\":%d,\"bucket_mb\":%g}\n",
-           o->model, size, o->overlap, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
+           o->model, size, o->overlap, o->alone, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
            ts_params_numel(t.ps), dp ? ts__dp_num_buckets(dp) : 0, o->bucket_mb);
     fflush(stdout);
   }
@@ -161,6 +164,10 @@ static void bench_model(const options *o, const char *model, const char *self, c
   snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 0", env, mpirun,
            o->ranks, self, common);
   if (run_json(cmd, "step_ms", &step_nov, "wait_ms", &wait_nov)) die("the no-overlap run failed");
+  double step_alone;
+  snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --alone 1", env, mpirun,
+           o->ranks, self, common);
+  if (run_json(cmd, "step_ms", &step_alone, NULL, NULL)) die("the independent-ranks run failed");
   double sps1 = 1e3 * B / step1, spsn = 1e3 * B * o->ranks / stepn;
   double tsps1 = NAN, tspsn = NAN;
   if (o->torch) {
@@ -179,10 +186,10 @@ static void bench_model(const options *o, const char *model, const char *self, c
   double hidden = wait_nov > 0 ? 1.0 - (stepn - step1) / wait_nov : NAN;
   if (hidden < 0) hidden = 0;
   printf("{\"name\":\"dp_scaling\",\"model\":\"%s\",\"ranks\":%d,\"batch_per_rank\":%d,\"tessera_1x1_sps\":%.2f,"
-         "\"tessera_sps\":%.2f,\"tessera_efficiency\":%.4f,\"comm_ms\":%.3f,\"comm_share\":%.4f,\"exposed_ms\":%.3f,"
+         "\"tessera_sps\":%.2f,\"tessera_efficiency\":%.4f,\"alone_efficiency\":%.4f,\"dp_vs_alone\":%.4f,\"comm_ms\":%.3f,\"comm_share\":%.4f,\"exposed_ms\":%.3f,"
          "\"hidden\":%.4f,\"torch_1x1_sps\":%.2f,\"torch_sps\":%.2f,\"torch_efficiency\":%.4f,"
          "\"efficiency_vs_torch\":%.4f}\n",
-         model, o->ranks, B, sps1, spsn, eff, wait_nov, step_nov > 0 ? wait_nov / step_nov : NAN, wait_ov, hidden,
+         model, o->ranks, B, sps1, spsn, eff, step1 / step_alone, step_alone / stepn, wait_nov, step_nov > 0 ? wait_nov / step_nov : NAN, wait_ov, hidden,
          tsps1, tspsn, teff, eff / teff);
   fflush(stdout);
 }
@@ -209,6 +216,7 @@ int main(int argc, char **argv) {
     else if (ARG("--models")) o.models = v;
     else if (ARG("--model")) o.model = v;
     else if (ARG("--overlap")) o.overlap = atoi(v);
+    else if (ARG("--alone")) o.alone = atoi(v);
     else if (ARG("--warmup")) o.warmup = atoi(v);
     else if (ARG("--steps")) o.steps = atoi(v);
     else if (ARG("--ranks")) o.ranks = atoi(v);
