@@ -79,9 +79,9 @@ t0=$(date +%s)
 job=$!
 if wait_running 1 "$tmp/kill.log"; then
   kill -9 "$(rank_pid 1)"
-  ( sleep 120; kill -9 $job 2>/dev/null ) & guard=$!
+  ( sleep 120; kill -9 $job ) >/dev/null 2>&1 & guard=$!  # no pipe of ctest held open
   wait $job; rc=$?
-  kill $guard 2>/dev/null
+  pkill -P $guard sleep 2>/dev/null; kill $guard 2>/dev/null
   dt=$(( $(date +%s) - t0 ))
   if [ "$rc" != 0 ] && [ "$dt" -lt 120 ]; then echo "ok: killed rank -> job exit $rc after ${dt} s"
   else echo "FAIL: killed rank -> exit $rc after ${dt} s"; cat "$tmp/kill.log"; fail=1; fi
@@ -96,9 +96,9 @@ if wait_running 1 "$tmp/stop.log"; then
   p1=$(rank_pid 1)
   kill -STOP "$p1"
   t0=$(date +%s)
-  ( sleep 120; kill -9 $job 2>/dev/null ) & guard=$!
+  ( sleep 120; kill -9 $job ) >/dev/null 2>&1 & guard=$!  # no pipe of ctest held open
   wait $job; rc=$?
-  kill $guard 2>/dev/null
+  pkill -P $guard sleep 2>/dev/null; kill $guard 2>/dev/null
   kill -9 "$p1" 2>/dev/null
   dt=$(( $(date +%s) - t0 ))
   if [ "$rc" != 0 ] && [ "$dt" -lt 60 ] &&
