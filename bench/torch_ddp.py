@@ -106,6 +106,7 @@ def worker(rank, args, port):
             "step_ms": ms, "samples_per_s": args.world * args.batch * 1000.0 / ms,
             "params": sum(p.numel() for p in model.parameters())}), flush=True)
     if ddp:
+        dist.barrier()  # no rank tears gloo down while another is still in a collective (seen hanging)
         dist.destroy_process_group()
 
 
