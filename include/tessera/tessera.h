@@ -9,4 +9,6 @@
 #include "tessera/nn.h"
 #include "tessera/comm.h"
 #include "tessera/layout.h"
+#include "tessera/strategy.h"
+#include "tessera/sharding.h"
 #endif

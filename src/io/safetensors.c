@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "tessera/io.h"
+#include "../base/afile.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: largest integer a JSON double holds exactly */
@@ -656,17 +657,6 @@ int ts_st_writer_set_meta(ts_st_writer *w, const char *key, const char *value) {
   return st_set_meta(w, key, value);
 }
 
-static int st_write_full(int fd, const void *buf, size_t n) {
-  const unsigned char *p = buf;
-  while (n > 0) {
-    ssize_t r = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    p += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
 
 static int cmp_layout_r(const void *a, const void *b, void *ctx) {
   const st_wentry *e = ctx;
@@ -744,11 +734,10 @@ done:
 
 int ts_st_write(ts_st_writer *w, const char *path) {
   if (!w || !path) return ts_error_set(TS_EINVAL, "ts_st_write: NULL argument");
-  static atomic_uint counter;
   int *ord = malloc(((size_t)w->n + 1) * sizeof *ord);
-  char *hdr = NULL, *tmp = NULL;
+  char *hdr = NULL;
   size_t hlen = 0;
-  int rc = TS_OK, fd = -1;
+  int rc = TS_OK;
   if (!ord) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   for (int i = 0; i < w->n; i++) ord[i] = i;
   qsort_r(ord, (size_t)w->n, sizeof(int), cmp_layout_r, w->e);
@@ -768,55 +757,13 @@ int ts_st_write(ts_st_writer *w, const char *path) {
     ts_error_wrap(rc, "%s", path);
     goto out;
   }
-  size_t tl = strlen(path) + 48;
-  if (!(tmp = malloc(tl))) {
-    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-    goto out;
-  }
-  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    rc = ts_error_set(TS_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
-                      strerror(errno));
-    goto out;
-  }
-  if (st_write_full(fd, hdr, hlen)) goto io_err;
-  for (int k = 0; k < w->n; k++)
-    if (st_write_full(fd, w->e[ord[k]].data, w->e[ord[k]].nbytes)) goto io_err;
-  if (fsync(fd) != 0) goto io_err;
-  if (close(fd) != 0) {
-    fd = -1;
-    goto io_err;
-  }
-  fd = -1;
-  if (rename(tmp, path) != 0) goto io_err;
-  { /* make the rename durable; failure here does not undo a complete write */
-    char *dir = st_strdup(path);
-    if (dir) {
-      char *slash = strrchr(dir, '/');
-      const char *d = ".";
-      if (slash) {
-        slash[slash == dir ? 1 : 0] = 0;
-        d = dir;
-      }
-      int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-      }
-      free(dir);
-    }
-  }
-  goto out;
-io_err:
-  rc = ts_error_set(TS_EIO, "%s: write failed: %s", path, strerror(errno));
-  if (fd >= 0) close(fd);
-  unlink(tmp);
+  ts__afile *af = NULL;
+  if ((rc = ts__afile_open(path, &af))) goto out;
+  rc = ts__afile_write(af, hdr, hlen);
+  for (int k = 0; k < w->n && !rc; k++) rc = ts__afile_write(af, w->e[ord[k]].data, w->e[ord[k]].nbytes);
+  if (rc) ts__afile_abort(af);
+  else rc = ts__afile_commit(af);
 out:
-  free(tmp);
   free(hdr);
   free(ord);
   return rc;

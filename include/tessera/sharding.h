@@ -1,0 +1,72 @@
+/* Tessera operator sharding rules: from an operator's strategy (include/tessera/strategy.h) and
+ * the device count, the device matrix and the layouts of its inputs and of its output, derived as
+ * MindSpore's operator-level parallelism does (docs/layout.md, "Sharding rules").
+ *
+ * The construction, for every op:
+ *  - the op has LOOP AXES, one per independent dimension of its computation (matmul: m, k, n);
+ *    the strategy gives each one's cut, and inputs sharing a loop axis must cut it equally;
+ *  - the device matrix is the loop axes' cuts in the op's order, preceded by a REPEAT axis of
+ *    ndevices / (product of the cuts) when that is > 1 (the devices computing the same piece,
+ *    data-parallel copies; MindSpore places it first). Axes of cut 1 stay in the matrix, as in
+ *    MindSpore, so a loop axis keeps its position whatever the strategy;
+ *  - each tensor's map names the loop axis of each dimension (-1 for a dimension of size 1 that
+ *    broadcasts, or one that no loop axis may cut, e.g. conv's input channels);
+ *  - the output's map follows from the loop axes it keeps; a loop axis of cut > 1 that the op
+ *    sums over (matmul's k, a reduced axis, embedding's vocabulary) makes the output PARTIAL
+ *    over it. Such an output needs an ALLREDUCE or REDUCE_SCATTER (ts_redist_plan_make) before
+ *    it is used as a full value.
+ *
+ * Everything is pure computation: nothing allocated, nothing printed. Errors are refused before
+ * anything runs, with a message (ts_last_error()) naming the op, the input, the dimension and
+ * the sizes at fault. */
+#ifndef TESSERA_SHARDING_H
+#define TESSERA_SHARDING_H
+
+#include "tessera/strategy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TS_SHARD_MATMUL = 0,  /* a (M,K) x b (K,N) -> (M,N); strategy ((m,k),(k,n)); attrs unused */
+  TS_SHARD_DENSE,       /* x (...,IN), w (OUT,IN) -> (...,OUT), y = x w^T;
+                           strategy ((b...,k),(o,k)); attrs unused */
+  TS_SHARD_ELEMENTWISE, /* unary x -> same shape; strategy of x; attrs unused */
+  TS_SHARD_BINARY,      /* a, b with numpy broadcasting -> broadcast shape; attrs unused */
+  TS_SHARD_REDUCE,      /* x -> x reduced over axes; attrs {axes bit mask, keepdims, kind}
+                           (kind 0 sum, 1 mean, 2 max/min); attrs NULL = all axes, no keepdims,
+                           sum */
+  TS_SHARD_SOFTMAX,     /* x -> same shape; attrs {axis} (negative from the end; NULL = -1) */
+  TS_SHARD_LAYERNORM,   /* x [, gamma, beta] (shape x.shape[begin:]) -> x's shape;
+                           attrs {begin_norm_axis} (negative from the end; NULL = -1) */
+  TS_SHARD_EMBEDDING,   /* ids (...), table (V,D) -> (...,D); strategy ((b...),(v,d)) */
+  TS_SHARD_CONV2D,      /* x (N,C,H,W), w (O,C,KH,KW) -> (N,O,OH,OW);
+                           attrs {stride_h, stride_w, pad_h, pad_w} (NULL = 1,1,0,0) */
+  TS_SHARD_BATCHNORM,   /* x (N,C,...) [, gamma, beta, mean, var (C)] -> x's shape; attrs unused */
+  TS_SHARD_OP_COUNT
+} ts_shard_op;
+
+/* Lower-case name of op ("matmul", "dense", ...), "?" if invalid. */
+const char *ts_shard_op_name(ts_shard_op op);
+
+/* The sharding rule of `op`. Inputs: the strategy s (s->ninputs == nin, s->ndim[i] ==
+ * in_shapes[i].ndim), the device count ndevices >= 1, the nin global input shapes and the op's
+ * attributes (see ts_shard_op; may be NULL). Outputs: in_layouts[0..nin-1], *out_layout and, if
+ * out_shape is not NULL, the output's global shape; all on the same device matrix (see the top
+ * of this file). Every layout fits its shape (ts_layout_check_shape).
+ * Refused (outputs untouched): TS_EINVAL for a bad op, a NULL argument, a wrong number of inputs
+ * or of strategy dimensions, a cut < 1, attributes out of range, or cuts whose product does not
+ * divide ndevices; TS_ESHAPE for shapes the op does not accept (matmul's K differs, ...) or a cut
+ * that does not divide its dimension; TS_EUNSUPPORTED for cuts the op forbids (a normalised axis,
+ * conv's channels or spatial dims, a broadcast dimension of size 1, a max over a cut axis) or
+ * shared dimensions cut differently (matmul's k); TS_ERANGE if the device matrix would need more
+ * than TS_LAYOUT_MAX_AXES axes. */
+int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const ts_shape *in_shapes,
+                  int nin, const int *attrs, ts_layout *in_layouts, ts_layout *out_layout,
+                  ts_shape *out_shape);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
