@@ -19,6 +19,7 @@
 #define TESSERA_NN_H
 
 #include "tessera/graph.h"
+#include "tessera/layout.h"
 #include "tessera/runtime.h"
 
 #ifdef __cplusplus
@@ -60,6 +61,20 @@ void ts_params_free(ts_params *p);
 /* Registers a parameter (or, with TS_PARAM_STATE, a persistent buffer); returns its id (>= 0) or
  * a negative status (duplicate name, bad shape, or after alloc). */
 int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, int flags);
+/* Registers a SHARDED parameter (or, with TS_PARAM_STATE, persistent buffer): the store holds
+ * only `rank`'s slice of a tensor of shape `global_shape` cut by `layout` (see layout.h). The
+ * entry's shape (ts_params_shape, the flat-buffer size, graph binding, by-name reuse in
+ * ts_nn_param) is the LOCAL shape (ts_layout_local_shape); the global shape, a copy of the layout
+ * and the rank are remembered. ts_params_alloc fills the slice with exactly the values the
+ * unsharded parameter of the same name, init and seed has at the slice's global positions, so
+ * initialisation does not depend on the layout. Returns the id (>= 0) or a negative status whose
+ * message names the parameter, the layout and the global shape: TS_EINVAL for an empty/duplicate
+ * name, a call after alloc, a NULL or invalid layout, a layout with a partial mask (a parameter
+ * is never a partial sum) or a rank outside the device matrix; TS_ESHAPE for a non-positive
+ * dimension, a layout whose number of dims differs from the shape's or a cut dimension that is
+ * not divisible by its cut. */
+int ts_params_add_sharded(ts_params *p, const char *name, ts_shape global_shape,
+                          const ts_layout *layout, int rank, ts_init init, int flags);
 /* Allocates the flat buffers and initialises every entry with `seed`. */
 int ts_params_alloc(ts_params *p, uint64_t seed);
 int ts_params_count(const ts_params *p);
@@ -67,6 +82,16 @@ int ts_params_find(const ts_params *p, const char *name); /* id or -1 */
 const char *ts_params_name(const ts_params *p, int id);
 ts_shape ts_params_shape(const ts_params *p, int id);
 int ts_params_flags(const ts_params *p, int id);
+/* The full tensor's shape: the global shape given to ts_params_add_sharded, or the entry's shape
+ * for an unsharded entry (zero-dim shape for an invalid id). */
+ts_shape ts_params_global_shape(const ts_params *p, int id);
+/* 1 if the entry was registered with ts_params_add_sharded, else 0 (also for an invalid id). */
+int ts_params_is_sharded(const ts_params *p, int id);
+/* The layout of a sharded entry (the store's copy, valid while p lives); NULL for unsharded
+ * entries and invalid ids. */
+const ts_layout *ts_params_layout(const ts_params *p, int id);
+/* The rank whose slice a sharded entry holds; -1 for unsharded entries and invalid ids. */
+int ts_params_shard_rank(const ts_params *p, int id);
 /* Offset (elements) of an entry in its flat buffer (params or states). */
 size_t ts_params_offset(const ts_params *p, int id);
 /* The entry's data (in the param or state buffer) and, for trainable ones, its gradient. */

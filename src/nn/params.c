@@ -12,6 +12,11 @@ typedef struct {
   int flags;
   size_t offset; /* in data (trainable) or states */
   int grad_val;  /* gradient value index in the attached graph, -1 none */
+  /* sharded entries (ts_params_add_sharded): `shape` is the local shape of rank `rank`'s slice */
+  int sharded;
+  ts_shape global; /* == shape when unsharded */
+  ts_layout layout;
+  int rank;
 } entry;
 
 struct ts_params {
@@ -46,30 +51,23 @@ int ts_params_find(const ts_params *p, const char *name) {
   return -1;
 }
 
-int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, int flags) {
-  if (!name || !*name) return ts_error_set(TS_EINVAL, "ts_params_add: empty parameter name");
-  if (p->allocated)
-    return ts_error_set(TS_EINVAL, "ts_params_add: '%s' added after ts_params_alloc", name);
-  if (ts_params_find(p, name) >= 0)
-    return ts_error_set(TS_EINVAL, "ts_params_add: duplicate parameter name '%s'", name);
-  for (int i = 0; i < shape.ndim; i++)
-    if (shape.dims[i] <= 0) {
-      char s[128];
-      return ts_error_set(TS_ESHAPE, "ts_params_add: '%s' has a non-positive dimension in %s", name,
-                          ts_shape_str(&shape, s, sizeof s));
-    }
+/* Appends an entry of (local) `shape`; `fn` names the caller in messages. */
+static int add_entry(ts_params *p, const char *fn, const char *name, ts_shape shape, ts_init init,
+                     int flags) {
   if (p->n == p->cap) {
     int nc = p->cap ? 2 * p->cap : 32;
     entry *q = realloc(p->e, sizeof(entry) * (size_t)nc);
-    if (!q) return ts_error_set(TS_ENOMEM, "ts_params_add: out of memory");
+    if (!q) return ts_error_set(TS_ENOMEM, "%s: out of memory", fn);
     p->e = q;
     p->cap = nc;
   }
   entry *e = &p->e[p->n];
   memset(e, 0, sizeof *e);
   e->name = strdup(name);
-  if (!e->name) return ts_error_set(TS_ENOMEM, "ts_params_add: out of memory");
+  if (!e->name) return ts_error_set(TS_ENOMEM, "%s: out of memory", fn);
   e->shape = shape;
+  e->global = shape;
+  e->rank = -1;
   e->init = init;
   e->flags = flags;
   e->grad_val = -1;
@@ -84,6 +82,96 @@ int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, 
   return p->n++;
 }
 
+/* The checks shared by ts_params_add and ts_params_add_sharded (name, timing, dims > 0);
+ * check_ndim (sharded only, keeping ts_params_add's behaviour as it was) also bounds ndim. */
+static int check_new(ts_params *p, const char *fn, const char *name, ts_shape shape,
+                     int check_ndim) {
+  if (!name || !*name) return ts_error_set(TS_EINVAL, "%s: empty parameter name", fn);
+  if (p->allocated)
+    return ts_error_set(TS_EINVAL, "%s: '%s' added after ts_params_alloc", fn, name);
+  if (ts_params_find(p, name) >= 0)
+    return ts_error_set(TS_EINVAL, "%s: duplicate parameter name '%s'", fn, name);
+  if (check_ndim && (shape.ndim < 0 || shape.ndim > TS_MAX_DIMS))
+    return ts_error_set(TS_ESHAPE, "%s: '%s' has %d dimensions (expected 0..%d)", fn, name,
+                        shape.ndim, TS_MAX_DIMS);
+  for (int i = 0; i < shape.ndim; i++)
+    if (shape.dims[i] <= 0) {
+      char s[128];
+      return ts_error_set(TS_ESHAPE, "%s: '%s' has a non-positive dimension in %s", fn, name,
+                          ts_shape_str(&shape, s, sizeof s));
+    }
+  return TS_OK;
+}
+
+int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, int flags) {
+  int rc = check_new(p, "ts_params_add", name, shape, 0);
+  if (rc) return rc;
+  return add_entry(p, "ts_params_add", name, shape, init, flags);
+}
+
+int ts_params_add_sharded(ts_params *p, const char *name, ts_shape global_shape,
+                          const ts_layout *layout, int rank, ts_init init, int flags) {
+  static const char fn[] = "ts_params_add_sharded";
+  int rc = check_new(p, fn, name, global_shape, 1);
+  if (rc) return rc;
+  char sh[128], ls[160];
+  ts_shape_str(&global_shape, sh, sizeof sh);
+  if (!layout) return ts_error_set(TS_EINVAL, "%s: '%s' %s: layout is NULL", fn, name, sh);
+  ts_shape local;
+  rc = ts_layout_local_shape(layout, &global_shape, &local); /* validates + checks the shape */
+  if (rc) return ts_error_wrap(rc, "%s: '%s' %s", fn, name, sh);
+  if (layout->partial)
+    return ts_error_set(TS_EINVAL,
+                        "%s: '%s' %s: layout %s has a partial mask; a parameter cannot hold "
+                        "partial sums",
+                        fn, name, sh, ts_layout_str(layout, ls, sizeof ls));
+  int coords[TS_LAYOUT_MAX_AXES];
+  rc = ts_layout_rank_coords(layout, rank, coords);
+  if (rc) return ts_error_wrap(rc, "%s: '%s' %s", fn, name, sh);
+  int id = add_entry(p, fn, name, local, init, flags);
+  if (id < 0) return id;
+  entry *e = &p->e[id];
+  e->sharded = 1;
+  e->global = global_shape;
+  e->layout = *layout;
+  e->rank = rank;
+  return id;
+}
+
+/* Fills a sharded entry's slice: one ts_init_fill per contiguous run of the global row-major
+ * order. The dims after the innermost cut dim j are whole, so each run is the local block of
+ * dims j..ndim-1; the runs are enumerated over the local indices of dims 0..j-1. */
+static int fill_sharded(const entry *e, uint64_t key, float *dst) {
+  int64_t off[TS_MAX_DIMS];
+  int rc = ts_layout_offsets(&e->layout, &e->global, e->rank, off);
+  if (rc) return rc;
+  int nd = e->global.ndim;
+  int j = nd - 1;
+  while (j >= 0 && e->shape.dims[j] == e->global.dims[j]) j--;
+  if (j < 0) return ts_init_fill(&e->init, e->global, key, dst, 0, ts_shape_numel(&e->global));
+  int64_t gstride[TS_MAX_DIMS];
+  int64_t st = 1;
+  for (int i = nd - 1; i >= 0; i--) {
+    gstride[i] = st;
+    st *= e->global.dims[i];
+  }
+  int64_t run = 1;
+  for (int i = j; i < nd; i++) run *= e->shape.dims[i];
+  int64_t nruns = ts_shape_numel(&e->shape) / run;
+  int64_t idx[TS_MAX_DIMS] = {0};
+  for (int64_t r = 0; r < nruns; r++) {
+    int64_t begin = off[j] * gstride[j];
+    for (int i = 0; i < j; i++) begin += (off[i] + idx[i]) * gstride[i];
+    rc = ts_init_fill(&e->init, e->global, key, dst + r * run, begin, run);
+    if (rc) return rc;
+    for (int i = j - 1; i >= 0; i--) { /* odometer over the local outer dims */
+      if (++idx[i] < e->shape.dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  return TS_OK;
+}
+
 int ts_params_alloc(ts_params *p, uint64_t seed) {
   if (!p->allocated) {
     p->data = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
@@ -96,8 +184,12 @@ int ts_params_alloc(ts_params *p, uint64_t seed) {
   }
   for (int i = 0; i < p->n; i++) {
     entry *e = &p->e[i];
-    int rc = ts_init_fill(&e->init, e->shape, ts_hash_name(e->name, seed), ts_params_ptr(p, i), 0,
-                          ts_shape_numel(&e->shape));
+    int rc;
+    if (e->sharded)
+      rc = fill_sharded(e, ts_hash_name(e->name, seed), ts_params_ptr(p, i));
+    else
+      rc = ts_init_fill(&e->init, e->shape, ts_hash_name(e->name, seed), ts_params_ptr(p, i), 0,
+                        ts_shape_numel(&e->shape));
     if (rc) return ts_error_wrap(rc, "initialising '%s'", e->name);
   }
   return TS_OK;
@@ -110,6 +202,17 @@ ts_shape ts_params_shape(const ts_params *p, int id) {
   return id >= 0 && id < p->n ? p->e[id].shape : z;
 }
 int ts_params_flags(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].flags : 0; }
+ts_shape ts_params_global_shape(const ts_params *p, int id) {
+  ts_shape z = {0, {0}};
+  return id >= 0 && id < p->n ? p->e[id].global : z;
+}
+int ts_params_is_sharded(const ts_params *p, int id) { return id >= 0 && id < p->n && p->e[id].sharded; }
+const ts_layout *ts_params_layout(const ts_params *p, int id) {
+  return id >= 0 && id < p->n && p->e[id].sharded ? &p->e[id].layout : NULL;
+}
+int ts_params_shard_rank(const ts_params *p, int id) {
+  return id >= 0 && id < p->n && p->e[id].sharded ? p->e[id].rank : -1;
+}
 size_t ts_params_offset(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].offset : 0; }
 float *ts_params_ptr(ts_params *p, int id) {
   if (id < 0 || id >= p->n || !p->allocated) return NULL;
