@@ -1,3 +1,4 @@
+#include <string.h>
 #include "test_util.h"
 
 int ts_test_failures = 0;
@@ -22,6 +23,23 @@ double ts_test_close(const float *a, const float *b, size_t n, double atol, doub
   }
   if (worst) *worst = wi;
   return wr;
+}
+
+void ts_test_expect_err(const char *file, int line, int rc, int code, const char *const *subs) {
+  ts_test_checks++;
+  if (rc != code) {
+    ts_test_failures++;
+    fprintf(stderr, "%s:%d: expected status %d (%s), got %d (%s): %s\n", file, line, code,
+            ts_strerror(code), rc, ts_strerror(rc), ts_last_error());
+    return;
+  }
+  for (int k = 0; subs[k]; k++) {
+    ts_test_checks++;
+    if (!strstr(ts_last_error(), subs[k])) {
+      ts_test_failures++;
+      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", file, line, ts_last_error(), subs[k]);
+    }
+  }
 }
 
 int ts_test_finish(const char *name) {

@@ -62,6 +62,12 @@ double ts_test_close(const float *a, const float *b, size_t n, double atol, doub
     }                                                                                     \
   } while (0)
 
+/* CHECK that rc is `code` and that the last error message contains every following string:
+ * EXPECT_ERR(ts_layout_check_shape(&l, &g), TS_ESHAPE, "dim 1", "size 6"). */
+void ts_test_expect_err(const char *file, int line, int rc, int code, const char *const *subs);
+#define EXPECT_ERR(rc, code, ...) \
+  ts_test_expect_err(__FILE__, __LINE__, (rc), (code), (const char *const[]){__VA_ARGS__, NULL})
+
 /* Prints "name: N checks, F failures" and returns the exit code. */
 int ts_test_finish(const char *name);
 

@@ -9,26 +9,6 @@
 
 #define NOPART 0u
 
-/* rc must be `code` and the message must contain every string of the NULL-terminated list. */
-static void expect_err(int line, int rc, int code, const char *const *subs) {
-  ts_test_checks++;
-  if (rc != code) {
-    ts_test_failures++;
-    fprintf(stderr, "%s:%d: expected status %d (%s), got %d (%s): %s\n", __FILE__, line, code,
-            ts_strerror(code), rc, ts_strerror(rc), ts_last_error());
-    return;
-  }
-  for (int k = 0; subs[k]; k++) {
-    ts_test_checks++;
-    if (!strstr(ts_last_error(), subs[k])) {
-      ts_test_failures++;
-      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, line, ts_last_error(),
-              subs[k]);
-    }
-  }
-}
-#define EXPECT_ERR(rc, code, ...) \
-  expect_err(__LINE__, (rc), (code), (const char *const[]){__VA_ARGS__, NULL})
 
 /* ---- local shapes and offsets, by hand ---- */
 static void test_hand_slices(void) {

@@ -18,24 +18,6 @@
 
 #define FIX TS_FIXTURE_DIR "/strategy/"
 
-/* rc must be `code` and the message must contain every string of the NULL-terminated list. */
-static void expect_err(int line, int rc, int code, const char *const *subs) {
-  ts_test_checks++;
-  if (rc != code) {
-    ts_test_failures++;
-    fprintf(stderr, "%s:%d: expected status %d (%s), got %d (%s): %s\n", __FILE__, line, code,
-            ts_strerror(code), rc, ts_strerror(rc), ts_last_error());
-    return;
-  }
-  for (int k = 0; subs[k]; k++) {
-    ts_test_checks++;
-    if (!strstr(ts_last_error(), subs[k])) {
-      ts_test_failures++;
-      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, line, ts_last_error(), subs[k]);
-    }
-  }
-}
-#define EXPECT_ERR(rc, code, ...) expect_err(__LINE__, (rc), (code), (const char *const[]){__VA_ARGS__, NULL})
 
 static ts_op_strategy parse_ok(const char *t) {
   ts_op_strategy st;
@@ -393,7 +375,7 @@ static void test_bad_files(const char *dir) {
     snprintf(p, sizeof p, FIX "%s", cases[k].file);
     ts_strategy_set *s = (ts_strategy_set *)&cases; /* must be reset to NULL */
     int rc = ts_strategy_set_load(p, 8, &s);
-    expect_err(__LINE__, rc, cases[k].code, (const char *const[]){cases[k].m1, cases[k].m2, cases[k].m3, NULL});
+    ts_test_expect_err(__FILE__, __LINE__, rc, cases[k].code, (const char *const[]){cases[k].m1, cases[k].m2, cases[k].m3, NULL});
     CHECK_MSG(s == NULL, "%s: out not NULL on failure", cases[k].file);
     if (rc == cases[k].code) printf("  %-28s -> %s\n", cases[k].file, ts_last_error());
   }
