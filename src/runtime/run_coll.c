@@ -41,14 +41,6 @@ static int get_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
   return TS_OK;
 }
 
-/* outer = prod dims[0..d), inner = prod dims(d..ndim). */
-static void outer_inner(const ts_shape *s, int d, int64_t *outer, int64_t *inner) {
-  *outer = 1;
-  *inner = 1;
-  for (int k = 0; k < d; k++) *outer *= s->dims[k];
-  for (int k = d + 1; k < s->ndim; k++) *inner *= s->dims[k];
-}
-
 /* src (a, b, c) -> dst (b, a, c), elements of esize bytes. */
 static int swap01(const void *src, void *dst, size_t esize, int64_t a, int64_t b, int64_t c) {
   const int64_t dims[3] = {a, b, c};
@@ -82,7 +74,7 @@ static int run_allgather(ts__runctx *ctx, const ts__node *n, const ts_tensor *in
   const int64_t gs = n->a.i[1];
   if (gs == 1) return copy_through(in, out);
   int64_t outer, inner;
-  outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
+  ts__outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
   const size_t cnt = (size_t)ts_tensor_numel(&in[0]), es = ts_dtype_size(in[0].dtype);
   if (outer == 1) return ts_comm_allgather(c, in[0].data, out[0].data, cnt, in[0].dtype);
   void *st = staging(n, cnt * (size_t)gs * es);
@@ -100,7 +92,7 @@ static int run_reduce_scatter(ts__runctx *ctx, const ts__node *n, const ts_tenso
   const int64_t gs = n->a.i[1];
   if (gs == 1) return copy_through(in, out);
   int64_t outer, inner;
-  outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
+  ts__outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
   const size_t cnt = (size_t)ts_tensor_numel(&out[0]), es = ts_dtype_size(in[0].dtype);
   const ts_reduce_op op = (ts_reduce_op)n->a.i[3];
   if (outer == 1) return ts_comm_reduce_scatter_block(c, in[0].data, out[0].data, cnt, in[0].dtype, op);
@@ -122,11 +114,11 @@ static int run_alltoall(ts__runctx *ctx, const ts__node *n, const ts_tensor *in,
   const size_t total = (size_t)ts_tensor_numel(&in[0]), es = ts_dtype_size(in[0].dtype);
   const size_t blk = total / (size_t)gs; /* elements sent to each rank */
   int64_t outer_s, inner_s, outer_c, inner_c;
-  outer_inner(&in[0].shape, s, &outer_s, &inner_s);
+  ts__outer_inner(&in[0].shape, s, &outer_s, &inner_s);
   /* the received blocks have x's shape with dim s divided by g; y concatenates them along c */
   ts_shape bs = in[0].shape;
   bs.dims[s] /= gs;
-  outer_inner(&bs, cd, &outer_c, &inner_c);
+  ts__outer_inner(&bs, cd, &outer_c, &inner_c);
   const int stage_send = outer_s != 1, stage_recv = outer_c != 1;
   char *st = NULL;
   if (stage_send || stage_recv) {
@@ -153,7 +145,7 @@ static int rank_block(ts__runctx *ctx, const ts__node *n, const ts_shape *full, 
   int rc = get_comm(ctx, n, &c);
   if (rc) return rc;
   const int d = (int)n->a.i[2];
-  outer_inner(full, d, outer, inner);
+  ts__outer_inner(full, d, outer, inner);
   *len = full->dims[d];
   const int64_t B = *len / n->a.i[1];
   const int r = c ? ts_comm_rank(c) : 0;

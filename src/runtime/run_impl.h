@@ -16,6 +16,15 @@ typedef struct {
 /* in[k]/out[k] are views of the node's input/output values (dtype, local shape, data). */
 typedef int (*ts__run_fn)(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out);
 
+/* Products of s's dims before `axis` (outer) and after it (inner): an op along one axis sees the
+ * tensor as (outer, dims[axis], inner). */
+static inline void ts__outer_inner(const ts_shape *s, int axis, int64_t *outer, int64_t *inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int d = 0; d < axis; d++) *outer *= s->dims[d];
+  for (int d = axis + 1; d < s->ndim; d++) *inner *= s->dims[d];
+}
+
 extern ts__run_fn ts__run[TS_OP_COUNT];
 /* Each family file fills its entries: void ts__register_run_<family>(ts__run_fn *tab). */
 void ts__run_init(void);

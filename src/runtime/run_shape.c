@@ -5,13 +5,6 @@
 #include "../kernels/shape.h"
 
 /* outer = prod dims[0..axis), inner = prod dims(axis..ndim). */
-static void outer_inner(const ts_shape *s, int axis, int64_t *outer, int64_t *inner) {
-  *outer = 1;
-  *inner = 1;
-  for (int d = 0; d < axis; d++) *outer *= s->dims[d];
-  for (int d = axis + 1; d < s->ndim; d++) *inner *= s->dims[d];
-}
-
 static int run_reshape(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
   /* a view: the planner normally aliases out to in; copy when it could not */
   if (out[0].data == in[0].data) return TS_OK;
@@ -29,7 +22,7 @@ static int run_concat(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, t
   int axis = (int)n->a.i[0];
   int64_t outer, inner, lens[TS_MAX_IO];
   const void *xs[TS_MAX_IO];
-  outer_inner(&out[0].shape, axis, &outer, &inner);
+  ts__outer_inner(&out[0].shape, axis, &outer, &inner);
   for (int k = 0; k < n->nin; k++) {
     xs[k] = in[k].data;
     lens[k] = in[k].shape.dims[axis];
@@ -41,7 +34,7 @@ static int run_split(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts
   int axis = (int)n->a.i[0];
   int64_t outer, inner, lens[TS_MAX_IO];
   void *ys[TS_MAX_IO];
-  outer_inner(&in[0].shape, axis, &outer, &inner);
+  ts__outer_inner(&in[0].shape, axis, &outer, &inner);
   for (int k = 0; k < n->nout; k++) {
     ys[k] = out[k].data;
     lens[k] = out[k].shape.dims[axis];
@@ -52,7 +45,7 @@ static int run_split(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts
 static int run_slice(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
   int axis = (int)n->a.i[0];
   int64_t outer, inner;
-  outer_inner(&in[0].shape, axis, &outer, &inner);
+  ts__outer_inner(&in[0].shape, axis, &outer, &inner);
   return ts__slice_ref(in[0].data, out[0].data, ts_dtype_size(in[0].dtype), outer,
                        in[0].shape.dims[axis], inner, n->a.i[1], n->a.i[2]);
 }
@@ -60,7 +53,7 @@ static int run_slice(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts
 static int run_slice_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
   int axis = (int)n->a.i[0];
   int64_t outer, inner;
-  outer_inner(&out[0].shape, axis, &outer, &inner);
+  ts__outer_inner(&out[0].shape, axis, &outer, &inner);
   return ts__slice_bwd_ref(in[0].data, out[0].data, ts_dtype_size(out[0].dtype), outer,
                            out[0].shape.dims[axis], inner, n->a.i[1], n->a.i[2]);
 }

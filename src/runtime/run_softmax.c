@@ -8,10 +8,8 @@
 #include "../kernels/softmax.h"
 
 static void split_axis(const ts_shape *s, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
-  *outer = *inner = 1;
-  for (int d = 0; d < axis; d++) *outer *= s->dims[d];
+  ts__outer_inner(s, axis, outer, inner);
   *len = s->dims[axis];
-  for (int d = axis + 1; d < s->ndim; d++) *inner *= s->dims[d];
 }
 
 static int run_softmax(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
