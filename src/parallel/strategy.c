@@ -570,6 +570,19 @@ static int check_keys(const char *file, const char *where, const cJSON *obj,
   return TS_OK;
 }
 
+static int load_ints(const char *file, const char *key, const cJSON *j, int maxn, int64_t lo,
+                     int64_t hi, const char *what, int *n, int64_t *v) {
+  int rc = get_array(file, key, j, maxn, n);
+  if (rc) return rc;
+  int i = 0;
+  char k2[600];
+  for (const cJSON *c = j->child; c; c = c->next, i++) {
+    snprintf(k2, sizeof k2, "%s[%d]", key, i);
+    if ((rc = get_int(file, k2, c, lo, hi, what, &v[i]))) return rc;
+  }
+  return TS_OK;
+}
+
 static int load_strategy(const char *file, ts_strategy_set *s, const cJSON *o) {
   char key[512], g[96];
   const char *op = o->string;
@@ -589,28 +602,11 @@ static int load_strategy(const char *file, ts_strategy_set *s, const cJSON *o) {
   int i = 0;
   for (const cJSON *a = in->child; a; a = a->next, i++) {
     snprintf(key, sizeof key, "strategies.%s.inputs[%d]", op, i);
-    if ((rc = get_array(file, key, a, TS_MAX_DIMS, &st.ndim[i]))) return rc;
-    int d = 0;
-    for (const cJSON *c = a->child; c; c = c->next, d++) {
-      snprintf(key, sizeof key, "strategies.%s.inputs[%d][%d]", op, i, d);
-      if ((rc = get_int(file, key, c, 1, INT_MAX, "a positive integer", &st.cuts[i][d]))) return rc;
-    }
+    if ((rc = load_ints(file, key, a, TS_MAX_DIMS, 1, INT_MAX, "a positive integer", &st.ndim[i], st.cuts[i])))
+      return rc;
   }
   rc = ts_strategy_set_put(s, op, &st);
   return rc ? ts_error_wrap(rc, "%s: strategies.%s", file, op) : TS_OK;
-}
-
-static int load_ints(const char *file, const char *key, const cJSON *j, int maxn, int64_t lo,
-                     int64_t hi, const char *what, int *n, int64_t *v) {
-  int rc = get_array(file, key, j, maxn, n);
-  if (rc) return rc;
-  int i = 0;
-  char k2[600];
-  for (const cJSON *c = j->child; c; c = c->next, i++) {
-    snprintf(k2, sizeof k2, "%s[%d]", key, i);
-    if ((rc = get_int(file, k2, c, lo, hi, what, &v[i]))) return rc;
-  }
-  return TS_OK;
 }
 
 static int load_layout(const char *file, ts_strategy_set *s, const cJSON *o) {
