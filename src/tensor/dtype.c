@@ -96,6 +96,28 @@ int ts_convert(const void *src, ts_dtype sdt, void *dst, ts_dtype ddt, size_t n)
     memmove(dst, src, n * ts_dtype_size(sdt));
     return TS_OK;
   }
+  /* the float <-> 16-bit pairs (gradient compression, mixed precision) without the per-element
+   * dispatch of the general loop below; same results */
+  const float *fs = src;
+  const uint16_t *hs = src;
+  float *fd = dst;
+  uint16_t *hd = dst;
+  if (sdt == TS_F32 && ddt == TS_BF16) {
+    for (size_t i = 0; i < n; i++) hd[i] = ts_f32_to_bf16(fs[i]);
+    return TS_OK;
+  }
+  if (sdt == TS_F32 && ddt == TS_F16) {
+    for (size_t i = 0; i < n; i++) hd[i] = ts_f32_to_f16(fs[i]);
+    return TS_OK;
+  }
+  if (sdt == TS_BF16 && ddt == TS_F32) {
+    for (size_t i = 0; i < n; i++) fd[i] = ts_bf16_to_f32(hs[i]);
+    return TS_OK;
+  }
+  if (sdt == TS_F16 && ddt == TS_F32) {
+    for (size_t i = 0; i < n; i++) fd[i] = ts_f16_to_f32(hs[i]);
+    return TS_OK;
+  }
   for (size_t i = 0; i < n; i++) {
     double v = load(src, sdt, i);
     switch (ddt) {

@@ -19,7 +19,6 @@ typedef struct {
 
 struct ts__dp {
   ts_comm *comm;
-  int size;
   ts_dtype wire;
   ts_reduce_op op;
   float *grads;
@@ -29,26 +28,29 @@ struct ts__dp {
   int nnodes;
   int err;
   char errmsg[512];
-  double t_comm_wait, t_start;
+  double t_comm_wait;
 };
+
+/* The bucket's data as it travels: the gradients themselves, or their 16-bit copy. */
+static void *payload(ts__dp *d, bucket *b) {
+  float *g = d->grads + b->off;
+  if (d->wire == TS_F32) return g;
+  ts_convert(g, TS_F32, b->wire, d->wire, b->len);
+  return b->wire;
+}
+
+static void finish_bucket(ts__dp *d, bucket *b) {
+  b->done = 1;
+  ts_comm_req_free(b->req);
+  b->req = NULL;
+  if (d->wire != TS_F32) ts_convert(b->wire, d->wire, d->grads + b->off, TS_F32, b->len);
+}
 
 static int start_bucket(ts__dp *d, bucket *b) {
   b->started = 1;
-  float *g = d->grads + b->off;
-  int rc;
-  if (d->wire == TS_F32) {
-    rc = ts_comm_iallreduce(d->comm, g, g, b->len, TS_F32, d->op, &b->req);
-  } else {
-    if (d->wire == TS_BF16)
-      for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_bf16(g[i]);
-    else
-      for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_f16(g[i]);
-    rc = ts_comm_iallreduce(d->comm, b->wire, b->wire, b->len, d->wire, d->op, &b->req);
-  }
-  return rc;
+  void *p = payload(d, b);
+  return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
 }
-
-static void finish_bucket(ts__dp *d, bucket *b);
 
 /* A bucket reduced with a blocking all-reduce (after backward, nothing is left to overlap with).
  * ts_comm's blocking calls run on MPI's non-blocking ones under the watchdog; a native blocking
@@ -56,31 +58,10 @@ static void finish_bucket(ts__dp *d, bucket *b);
  * 0.55 ms) and would come through this one function. */
 static int reduce_now(ts__dp *d, bucket *b) {
   b->started = 1;
-  float *g = d->grads + b->off;
-  if (d->wire == TS_F32) {
-    int rc = ts_comm_allreduce(d->comm, g, g, b->len, TS_F32, d->op);
-    b->done = !rc;
-    return rc;
-  }
-  if (d->wire == TS_BF16)
-    for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_bf16(g[i]);
-  else
-    for (size_t i = 0; i < b->len; i++) b->wire[i] = ts_f32_to_f16(g[i]);
-  int rc = ts_comm_allreduce(d->comm, b->wire, b->wire, b->len, d->wire, d->op);
+  void *p = payload(d, b);
+  int rc = ts_comm_allreduce(d->comm, p, p, b->len, d->wire, d->op);
   if (!rc) finish_bucket(d, b);
   return rc;
-}
-
-static void finish_bucket(ts__dp *d, bucket *b) {
-  b->done = 1;
-  ts_comm_req_free(b->req);
-  b->req = NULL;
-  if (d->wire == TS_F32) return;
-  float *g = d->grads + b->off;
-  if (d->wire == TS_BF16)
-    for (size_t i = 0; i < b->len; i++) g[i] = ts_bf16_to_f32(b->wire[i]);
-  else
-    for (size_t i = 0; i < b->len; i++) g[i] = ts_f16_to_f32(b->wire[i]);
 }
 
 int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
@@ -88,7 +69,6 @@ int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_
   ts__dp *d = calloc(1, sizeof *d);
   if (!d) return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
   d->comm = comm;
-  d->size = ts_comm_size(comm);
   d->wire = wire;
   d->op = mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
   size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
