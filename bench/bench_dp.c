@@ -25,7 +25,8 @@
  * efficiency = N-rank samples/s / (N x 1-rank samples/s). The workers are this program run with
  * --worker under mpirun; the PyTorch side is bench/torch_ddp.py (same models and recipes).
  * Step time per step = the slowest rank's (ranks start each step together, after a barrier);
- * figures are medians over --steps steps after --warmup. */
+ * figures are medians over --steps steps after --warmup. BENCH_DP_TRACE=1 in the environment
+ * makes every worker print each step's forward+backward, reduction and optimizer times (stderr). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
