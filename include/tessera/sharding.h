@@ -12,9 +12,10 @@
  *  - each tensor's map names the loop axis of each dimension (-1 for a dimension of size 1 that
  *    broadcasts, or one that no loop axis may cut, e.g. conv's input channels);
  *  - the output's map follows from the loop axes it keeps; a loop axis of cut > 1 that the op
- *    sums over (matmul's k, a reduced axis, embedding's vocabulary) makes the output PARTIAL
- *    over it. Such an output needs an ALLREDUCE or REDUCE_SCATTER (ts_redist_plan_make) before
- *    it is used as a full value.
+ *    sums over (matmul's k, a reduced axis, embedding's vocabulary, cross-entropy's rows) makes
+ *    the output PARTIAL over it. Such an output needs an ALLREDUCE or REDUCE_SCATTER
+ *    (ts_redist_plan_make) before it is used as a full value. (Cross-entropy's class axis is the
+ *    exception: the op settles it with its own collectives, so the loss is replicated over it.)
  *
  * Everything is pure computation: nothing allocated, nothing printed. Errors are refused before
  * anything runs, with a message (ts_last_error()) naming the op, the input, the dimension and
@@ -29,9 +30,14 @@ extern "C" {
 #endif
 
 typedef enum {
-  TS_SHARD_MATMUL = 0,  /* a (M,K) x b (K,N) -> (M,N); strategy ((m,k),(k,n)); attrs unused */
-  TS_SHARD_DENSE,       /* x (...,IN), w (OUT,IN) -> (...,OUT), y = x w^T;
-                           strategy ((b...,k),(o,k)); attrs unused */
+  TS_SHARD_MATMUL = 0,  /* a (M,K) x b (K,N) -> (M,N); strategy ((m,k),(k,n)); loop axes (m, k, n);
+                           output map(m,n), partial over k; attrs unused */
+  TS_SHARD_DENSE,       /* x (...,IN), w (OUT,IN) [, b (OUT)] -> (...,OUT), y = x w^T [+ b];
+                           strategy ((b...,k),(o,k)[,(o)]); loop axes (x's leading dims..., k, o);
+                           output map(lead..., o), partial over k. The bias is cut like w's OUT
+                           (o). When k > 1 the bias must be added AFTER the partial sums are
+                           reduced (the parallel pass does; adding it on every rank would count
+                           it k times). attrs unused */
   TS_SHARD_ELEMENTWISE, /* unary x -> same shape; strategy of x; attrs unused */
   TS_SHARD_BINARY,      /* a, b with numpy broadcasting -> broadcast shape; attrs unused */
   TS_SHARD_REDUCE,      /* x -> x reduced over axes; attrs {axes bit mask, keepdims, kind}
@@ -43,7 +49,27 @@ typedef enum {
   TS_SHARD_EMBEDDING,   /* ids (...), table (V,D) -> (...,D); strategy ((b...),(v,d)) */
   TS_SHARD_CONV2D,      /* x (N,C,H,W), w (O,C,KH,KW) -> (N,O,OH,OW);
                            attrs {stride_h, stride_w, pad_h, pad_w} (NULL = 1,1,0,0) */
-  TS_SHARD_BATCHNORM,   /* x (N,C,...) [, gamma, beta, mean, var (C)] -> x's shape; attrs unused */
+  TS_SHARD_BATCHNORM,   /* x (N,C,...) [, gamma, beta, mean, var (C)] -> x's shape;
+                           strategy ((n,c,1,...)[,(c),(c),(c),(c)]); loop axes (n, c); output
+                           x's map(n,c,-1,...). Spatial dims are not cut. Statistics are per
+                           channel, so a channel cut needs no communication; when n > 1 the pass
+                           synchronises the statistics over the n axis (SyncBatchNorm: allreduce
+                           of the per-channel sums). attrs unused */
+  TS_SHARD_ATTENTION,   /* q, k, v (B,H,T,D), the same shape -> o (B,H,T,D) (causal attention,
+                           whole heads); strategy ((b,h,1,1),(b,h,1,1),(b,h,1,1)); loop axes
+                           (b, h), cut alike by all three; T and D are not cut. Output
+                           map(b,h,-1,-1); no communication. attrs unused */
+  TS_SHARD_SOFTMAX_CE,  /* logits (N,C), labels (N) -> the mean loss, a 0-dim scalar;
+                           strategy ((n,c),(n)); loop axes (n, c). Output PARTIAL over n when
+                           n > 1 (each rank's value is the mean over its rows divided by n, so
+                           the sum over the n group is the global mean), and replicated over c:
+                           a class cut is settled inside the op by collectives over the c axis
+                           (Megatron's vocabulary-parallel cross-entropy: allreduce max, sum of
+                           exps and target logit). attrs unused */
+  TS_SHARD_POOL,        /* x (N,C,H,W) -> (N,C,OH,OW), max/avg/global-average pooling;
+                           strategy ((n,c,1,1),); loop axes (n, c); H, W not cut (halo exchange
+                           is not supported). Output map(n,c,-1,-1). attrs {OH, OW} (the
+                           output's spatial size; NULL = 1,1, global pooling) */
   TS_SHARD_OP_COUNT
 } ts_shard_op;
 
@@ -59,9 +85,10 @@ const char *ts_shard_op_name(ts_shard_op op);
  * or of strategy dimensions, a cut < 1, attributes out of range, or cuts whose product does not
  * divide ndevices; TS_ESHAPE for shapes the op does not accept (matmul's K differs, ...) or a cut
  * that does not divide its dimension; TS_EUNSUPPORTED for cuts the op forbids (a normalised axis,
- * conv's channels or spatial dims, a broadcast dimension of size 1, a max over a cut axis) or
- * shared dimensions cut differently (matmul's k); TS_ERANGE if the device matrix would need more
- * than TS_LAYOUT_MAX_AXES axes. */
+ * conv's channels or spatial dims, attention's T and D, a broadcast dimension of size 1, a max
+ * over a cut axis) or shared dimensions cut differently (matmul's k, attention's B and H across
+ * q, k, v, labels' N against logits', a bias or batchnorm parameter against its channel axis);
+ * TS_ERANGE if the device matrix would need more than TS_LAYOUT_MAX_AXES axes. */
 int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const ts_shape *in_shapes,
                   int nin, const int *attrs, ts_layout *in_layouts, ts_layout *out_layout,
                   ts_shape *out_shape);

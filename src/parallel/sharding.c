@@ -28,14 +28,17 @@ typedef struct {
 
 static const char *const OP_NAMES[TS_SHARD_OP_COUNT] = {
     "matmul", "dense", "elementwise", "binary", "reduce",
-    "softmax", "layernorm", "embedding", "conv2d", "batchnorm"};
+    "softmax", "layernorm", "embedding", "conv2d", "batchnorm",
+    "attention", "softmax_ce", "pool"};
 
 static const char *const IN_MATMUL[] = {"a", "b"};
-static const char *const IN_DENSE[] = {"x", "w"};
+static const char *const IN_DENSE[] = {"x", "w", "b"};
 static const char *const IN_X[] = {"x"};
 static const char *const IN_LN[] = {"x", "gamma", "beta"};
 static const char *const IN_EMB[] = {"ids", "table"};
 static const char *const IN_BN[] = {"x", "gamma", "beta", "mean", "var"};
+static const char *const IN_ATTN[] = {"q", "k", "v"};
+static const char *const IN_CE[] = {"logits", "labels"};
 
 const char *ts_shard_op_name(ts_shard_op op) {
   return (int)op >= 0 && op < TS_SHARD_OP_COUNT ? OP_NAMES[op] : "?";
@@ -176,7 +179,7 @@ static int rule_matmul(rule *R) {
 }
 
 static int rule_dense(rule *R) {
-  int rc = check_inputs(R, 2, 2);
+  int rc = check_inputs(R, 2, 3);
   if (rc) return rc;
   const ts_shape *x = &R->in[0], *w = &R->in[1];
   if (x->ndim < 1 || w->ndim != 2)
@@ -187,11 +190,14 @@ static int rule_dense(rule *R) {
     return ts_error_set(TS_ESHAPE,
                         "%s: x's last dim (%lld) differs from w's dim 1 (%lld): w is (out,in)",
                         R->name, (long long)x->dims[nx - 1], (long long)w->dims[1]);
+  if (R->nin == 3 && (R->in[2].ndim != 1 || R->in[2].dims[0] != w->dims[0]))
+    return ts_error_set(TS_ESHAPE, "%s: input 2 (b) must be (OUT) = (%lld), like w's dim 0",
+                        R->name, (long long)w->dims[0]);
   for (int d = 0; d < nx - 1; d++)
     if ((rc = loop_bind(R, loop_new(R, "batch"), 0, d))) return rc;
   int k = loop_new(R, "IN"), o = loop_new(R, "OUT");
   if ((rc = loop_bind(R, k, 0, nx - 1)) || (rc = loop_bind(R, k, 1, 1)) ||
-      (rc = loop_bind(R, o, 1, 0)))
+      (rc = loop_bind(R, o, 1, 0)) || (R->nin == 3 && (rc = loop_bind(R, o, 2, 0))))
     return rc;
   R->out = *x;
   R->out.dims[nx - 1] = w->dims[0];
@@ -411,19 +417,104 @@ static int rule_batchnorm(rule *R) {
   const ts_shape *x = &R->in[0];
   if (x->ndim < 2)
     return ts_error_set(TS_ESHAPE, "%s: x must be (N,C,...), got %d-d", R->name, x->ndim);
-  for (int i = 1; i < R->nin; i++) {
+  for (int i = 1; i < R->nin; i++)
     if (R->in[i].ndim != 1 || R->in[i].dims[0] != x->dims[1])
       return ts_error_set(TS_ESHAPE, "%s: input %d (%s) must be (C) = (%lld)", R->name, i,
                           R->inames[i], (long long)x->dims[1]);
-    if ((rc = forbid(R, i, 0, "batchnorm parameters are replicated"))) return rc;
-  }
-  for (int d = 1; d < x->ndim; d++)
-    if ((rc = forbid(R, 0, d, "batchnorm cuts x by batch (dim 0) only")))
+  int n = loop_new(R, "N"), c = loop_new(R, "C");
+  if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1))) return rc;
+  for (int d = 2; d < x->ndim; d++)
+    if ((rc = forbid(R, 0, d,
+                     "batchnorm cuts x by batch (dim 0) and channels (dim 1) only: cutting a "
+                     "spatial dim is not supported")))
       return rc;
-  int n = loop_new(R, "N");
-  if ((rc = loop_bind(R, n, 0, 0))) return rc;
+  for (int i = 1; i < R->nin; i++)
+    if ((rc = loop_bind(R, c, i, 0))) return rc;
   for (int d = 0; d < x->ndim; d++) R->map[R->nin][d] = R->map[0][d];
   R->out = *x;
+  return TS_OK;
+}
+
+static int rule_attention(rule *R) {
+  int rc = check_inputs(R, 3, 3);
+  if (rc) return rc;
+  const ts_shape *q = &R->in[0];
+  for (int i = 0; i < 3; i++)
+    if (R->in[i].ndim != 4)
+      return ts_error_set(TS_ESHAPE, "%s: input %d (%s) must be 4-d (B,H,T,D), got %d-d",
+                          R->name, i, R->inames[i], R->in[i].ndim);
+  for (int i = 1; i < 3; i++)
+    if (!ts_shape_equal(&R->in[i], q))
+      return ts_error_set(TS_ESHAPE,
+                          "%s: input %d (%s) is (%lld,%lld,%lld,%lld) but q is "
+                          "(%lld,%lld,%lld,%lld): q, k and v must have the same shape (B,H,T,D)",
+                          R->name, i, R->inames[i], (long long)R->in[i].dims[0],
+                          (long long)R->in[i].dims[1], (long long)R->in[i].dims[2],
+                          (long long)R->in[i].dims[3], (long long)q->dims[0],
+                          (long long)q->dims[1], (long long)q->dims[2], (long long)q->dims[3]);
+  int b = loop_new(R, "B"), h = loop_new(R, "H");
+  for (int i = 0; i < 3; i++) {
+    if ((rc = loop_bind(R, b, i, 0)) || (rc = loop_bind(R, h, i, 1))) return rc;
+    for (int d = 2; d < 4; d++) {
+      R->map[i][d] = -1;
+      if (cutof(R, i, d) != 1)
+        return ts_error_set(
+            TS_EUNSUPPORTED,
+            "%s: input %d (%s) dim %d (%s) is cut %lld: attention cuts q, k and v by batch "
+            "(dim 0) and heads (dim 1) only; %s (size %lld) %s",
+            R->name, i, R->inames[i], d, d == 2 ? "T" : "D", (long long)cutof(R, i, d),
+            d == 2 ? "the sequence" : "the head dim", (long long)R->in[i].dims[d],
+            d == 2 ? "is attended whole (sequence-parallel attention is not supported)"
+                   : "is contracted whole in every score (a cut would make the scores partial "
+                     "sums before the softmax)");
+    }
+  }
+  int *om = R->map[R->nin];
+  om[0] = b, om[1] = h, om[2] = -1, om[3] = -1;
+  R->out = *q;
+  return TS_OK;
+}
+
+static int rule_softmax_ce(rule *R) {
+  int rc = check_inputs(R, 2, 2);
+  if (rc) return rc;
+  const ts_shape *lg = &R->in[0], *lb = &R->in[1];
+  if (lg->ndim != 2 || lb->ndim != 1)
+    return ts_error_set(TS_ESHAPE, "%s: logits must be 2-d (N,C) and labels 1-d (N), got %d-d and "
+                        "%d-d", R->name, lg->ndim, lb->ndim);
+  if (lb->dims[0] != lg->dims[0])
+    return ts_error_set(TS_ESHAPE, "%s: %lld labels for %lld rows of logits", R->name,
+                        (long long)lb->dims[0], (long long)lg->dims[0]);
+  int n = loop_new(R, "N"), c = loop_new(R, "C");
+  if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1)) || (rc = loop_bind(R, n, 1, 0)))
+    return rc;
+  R->out.ndim = 0; /* the scalar mean loss: partial over n, replicated over c */
+  R->partial = 1u << n;
+  return TS_OK;
+}
+
+static int rule_pool(rule *R, const int *attrs) {
+  int rc = check_inputs(R, 1, 1);
+  if (rc) return rc;
+  const ts_shape *x = &R->in[0];
+  if (x->ndim != 4)
+    return ts_error_set(TS_ESHAPE, "%s: x must be 4-d (N,C,H,W), got %d-d", R->name, x->ndim);
+  int oh = attrs ? attrs[0] : 1, ow = attrs ? attrs[1] : 1;
+  if (oh < 1 || ow < 1)
+    return ts_error_set(TS_EINVAL, "%s: output size (%d,%d) must be >= 1 (attrs {OH, OW})",
+                        R->name, oh, ow);
+  int n = loop_new(R, "N"), c = loop_new(R, "C");
+  if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1))) return rc;
+  for (int d = 2; d < 4; d++)
+    if ((rc = forbid(R, 0, d,
+                     "pool cuts x by batch (dim 0) and channels (dim 1) only: cutting a spatial "
+                     "dim needs halo exchange (not supported)")))
+      return rc;
+  R->out = *x;
+  R->out.dims[2] = oh;
+  R->out.dims[3] = ow;
+  int *om = R->map[R->nin];
+  om[0] = n, om[1] = c, om[2] = -1, om[3] = -1;
   return TS_OK;
 }
 
@@ -440,7 +531,8 @@ int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const t
   if (ndevices < 1)
     return ts_error_set(TS_EINVAL, "%s: %d devices (must be >= 1)", name, ndevices);
   static const char *const *const INAMES[TS_SHARD_OP_COUNT] = {
-      IN_MATMUL, IN_DENSE, IN_X, IN_MATMUL, IN_X, IN_X, IN_LN, IN_EMB, IN_DENSE, IN_BN};
+      IN_MATMUL, IN_DENSE, IN_X, IN_MATMUL, IN_X, IN_X, IN_LN, IN_EMB, IN_DENSE, IN_BN,
+      IN_ATTN, IN_CE, IN_X};
   rule R;
   memset(&R, 0, sizeof R);
   R.op = op;
@@ -462,7 +554,10 @@ int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const t
     case TS_SHARD_LAYERNORM: rc = rule_layernorm(&R, attrs); break;
     case TS_SHARD_EMBEDDING: rc = rule_embedding(&R); break;
     case TS_SHARD_CONV2D: rc = rule_conv2d(&R, attrs); break;
-    default: rc = rule_batchnorm(&R); break;
+    case TS_SHARD_BATCHNORM: rc = rule_batchnorm(&R); break;
+    case TS_SHARD_ATTENTION: rc = rule_attention(&R); break;
+    case TS_SHARD_SOFTMAX_CE: rc = rule_softmax_ce(&R); break;
+    default: rc = rule_pool(&R, attrs); break;
   }
   if (rc) return rc;
 

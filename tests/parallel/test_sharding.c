@@ -10,8 +10,14 @@
  * the library's slicing), computes the op locally with a tiny kernel of this file, the local
  * output must have the shape the output layout gives, and redistributing it to replicated with
  * ts_redist_plan_make run on the simulated ranks (partial sums settled by its allreduces) must
- * give every rank exactly the op applied to the full inputs (softmax and layernorm compute each
- * row whole, in the same order on a rank as on the full tensor, so they too compare exactly). */
+ * give every rank exactly the op applied to the full inputs, with the same bits on every rank
+ * (softmax, layernorm, attention compute each row or head whole, in the same order on a rank as
+ * on the full tensor, so they too compare exactly; batchnorm's synchronised statistics are sums
+ * of integers). Where an op communicates inside (batchnorm's SyncBatchNorm over the batch axis,
+ * cross-entropy's vocabulary-parallel collectives over the class axis), the kernel simulates
+ * those collectives from each group member's own slice. Dense's bias is added after the partial
+ * sums are settled. Cross-entropy alone is compared within a tolerance (sums of exps and the sum
+ * over the row blocks round differently). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,11 +92,46 @@ static int64_t block_off(const ts_layout *l, int rank, int d, int64_t nlocal) {
   return l->tmap[d] >= 0 ? c[l->tmap[d]] * nlocal : 0;
 }
 
+/* After the output's partial sums are settled (same map, no partial axis), a rank's local
+ * output `out` (local shape osh) gets a further local step with its input slices `in`
+ * (the dense bias, added after the reduction as the parallel pass does). */
+typedef void (*post_fn)(const void *ctx, const ts_shape *lsh, float *const *in,
+                        const ts_shape *osh, float *out);
+
+typedef struct {
+  double tol;   /* 0: bitwise equal to the full op; else |got - want| <= tol * (1 + |want|) */
+  post_fn post; /* NULL: none */
+} sim_opts;
+
+/* Runs the plan from -> to (same device matrix) on the simulated ranks' buffers, swapping
+ * *cur and *nxt per op. Returns 1 if it made and applied. */
+static int run_plan(const char *what, const ts_layout *from, const ts_layout *to,
+                    const ts_shape *shape, float ***cur, float ***nxt) {
+  static ts_redist_plan plan;
+  int rc = ts_redist_plan_make(shape, sizeof(float), from, to, &plan);
+  CHECK_MSG(rc == TS_OK, "%s: plan: %s", what, ts_last_error());
+  if (rc != TS_OK || !ts_shape_equal(&plan.shape, shape)) return 0;
+  ts_layout before = plan.from;
+  ts_shape ls = sim_local(from, shape);
+  for (int k = 0; k < plan.nops; k++) {
+    int ok = sim_apply(&before, &ls, &plan.ops[k], *cur, *nxt) == 0;
+    CHECK_MSG(ok, "%s: plan op %d does not apply", what, k);
+    if (!ok) return 0;
+    float **t = *cur;
+    *cur = *nxt, *nxt = t;
+    ls = sim_out_shape(&plan.ops[k], ls);
+    before = plan.ops[k].after;
+  }
+  return 1;
+}
+
 /* Runs the op sharded on simulated ranks and compares with the op on the full inputs.
- * Returns 1 if every rank ends with the full output. */
-static int simulate(const char *what, const ts_layout *lin, const ts_shape *shapes, int nin,
-                    float *const *full, const ts_layout *lout, const ts_shape *oshape,
-                    local_fn fn, const void *ctx) {
+ * Returns 1 if every rank ends with the full output, and all ranks with the same bits. */
+static int simulate_ex(const char *what, const ts_layout *lin, const ts_shape *shapes, int nin,
+                       float *const *full, const ts_layout *lout, const ts_shape *oshape,
+                       local_fn fn, const void *ctx, const sim_opts *opt) {
+  static const sim_opts none = {0, NULL};
+  if (!opt) opt = &none;
   int P = sim_ndev(lout), ok = 1;
   int64_t no = numel(oshape);
   float *want = malloc((size_t)(no ? no : 1) * sizeof(float));
@@ -102,6 +143,7 @@ static int simulate(const char *what, const ts_layout *lin, const ts_shape *shap
   ts_layout one[TS_STRATEGY_MAX_INPUTS];
   for (int i = 0; i < nin; i++) ts_layout_replicated(&one[i], 1, (int[]){1}, shapes[i].ndim);
   fn(ctx, 0, one, shapes, full, &osh, want);
+  if (opt->post) opt->post(ctx, shapes, full, &osh, want);
   CHECK_MSG(ts_shape_equal(&osh, oshape), "%s: the rule's output shape differs from the op's",
             what);
   for (int i = 0; i < nin; i++) {
@@ -123,31 +165,34 @@ static int simulate(const char *what, const ts_layout *lin, const ts_shape *shap
       ok = 0;
     }
   }
-  if (ok) {
-    ts_layout rep;
-    static ts_redist_plan plan;
-    ts_layout_replicated(&rep, lout->ndev, lout->dev, oshape->ndim);
-    int rc = ts_redist_plan_make(oshape, sizeof(float), lout, &rep, &plan);
-    CHECK_MSG(rc == TS_OK, "%s: plan to replicated: %s", what, ts_last_error());
-    ok = rc == TS_OK && ts_shape_equal(&plan.shape, oshape);
-    ts_layout before = plan.from;
-    ts_shape ls = lo;
-    for (int k = 0; ok && k < plan.nops; k++) {
-      ok = sim_apply(&before, &ls, &plan.ops[k], cur, nxt) == 0;
-      CHECK_MSG(ok, "%s: plan op %d does not apply", what, k);
-      float **t = cur;
-      cur = nxt, nxt = t;
-      ls = sim_out_shape(&plan.ops[k], ls);
-      before = plan.ops[k].after;
+  ts_layout from = *lout, rep;
+  if (ok && opt->post) { /* settle the partial sums, then the local step on every rank */
+    ts_layout settled = *lout;
+    settled.partial = 0;
+    ok = run_plan(what, lout, &settled, oshape, &cur, &nxt);
+    for (int r = 0; ok && r < P; r++) {
+      for (int i = 0; i < nin; i++) {
+        lsh[i] = sim_local(&lin[i], &shapes[i]);
+        sim_slice(&lin[i], &shapes[i], full[i], r, loc[i]);
+      }
+      opt->post(ctx, lsh, loc, &lo, cur[r]);
     }
+    from = settled;
+  }
+  if (ok) {
+    ts_layout_replicated(&rep, lout->ndev, lout->dev, oshape->ndim);
+    ok = run_plan(what, &from, &rep, oshape, &cur, &nxt);
     for (int r = 0; ok && r < P; r++)
-      for (int64_t e = 0; e < no; e++)
-        if (cur[r][e] != want[e]) {
-          CHECK_MSG(0, "%s: rank %d element %lld = %g, full op gives %g", what, r, (long long)e,
-                    cur[r][e], want[e]);
+      for (int64_t e = 0; e < no; e++) {
+        float g = cur[r][e], w = want[e];
+        int bad = opt->tol ? !(fabs((double)g - w) <= opt->tol * (1 + fabs((double)w))) : g != w;
+        if (bad || memcmp(&cur[r][e], &cur[0][e], sizeof(float))) {
+          CHECK_MSG(0, "%s: rank %d element %lld = %.9g (rank 0 %.9g), full op gives %.9g", what,
+                    r, (long long)e, g, cur[0][e], w);
           ok = 0;
           break;
         }
+      }
     if (ok) ts_test_checks++;
     n_sims++;
     if (lout->partial) n_partial_sims++;
@@ -156,6 +201,12 @@ static int simulate(const char *what, const ts_layout *lin, const ts_shape *shap
   for (int i = 0; i < nin; i++) free(loc[i]);
   free(cur), free(nxt), free(want);
   return ok;
+}
+
+static int simulate(const char *what, const ts_layout *lin, const ts_shape *shapes, int nin,
+                    float *const *full, const ts_layout *lout, const ts_shape *oshape,
+                    local_fn fn, const void *ctx) {
+  return simulate_ex(what, lin, shapes, nin, full, lout, oshape, fn, ctx, NULL);
 }
 
 /* Calls the rule; when the oracle expects refusal (want_rc != 0), checks code and message. */
@@ -367,6 +418,177 @@ static void k_norm(const void *ctx, int rank, const ts_layout *lin, const ts_sha
     }
 }
 
+/* dense's bias (input 2), added once the partial sums over IN are settled */
+static void post_dense_bias(const void *ctx, const ts_shape *lsh, float *const *in,
+                            const ts_shape *osh, float *out) {
+  (void)ctx;
+  int64_t O = osh->dims[osh->ndim - 1], R = numel(osh) / (O ? O : 1);
+  if (lsh[2].dims[0] != O) abort(); /* the bias slice must match the output's OUT block */
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t o = 0; o < O; o++) out[r * O + o] += in[2][o];
+}
+
+/* The members of `rank`'s group on the axis cutting dim d of l (just `rank` when no axis cuts
+ * it); returns the group size. */
+static int group_on_dim(const ts_layout *l, int rank, int d, int *members) {
+  int a = l->tmap[d];
+  if (a < 0) {
+    members[0] = rank;
+    return 1;
+  }
+  sim_group(l, rank, a, members);
+  return l->dev[a];
+}
+
+/* Member m's slice of `full` (shape gs) under l: `own` (the rank's slice) if m is the rank,
+ * else a fresh slice in buf. */
+static const float *member_slice(const ts_layout *l, const ts_shape *gs, const float *full,
+                                 int rank, int m, const float *own, float *buf) {
+  if (m == rank) return own;
+  sim_slice(l, gs, full, m, buf);
+  return buf;
+}
+
+/* batchnorm over (N, spatial) per channel: training mode computes the statistics from sums and
+ * sums of squares of the batch, allreduced over the rank's group on the N axis (SyncBatchNorm;
+ * integer-valued data, so the sums are exact in any order); inference mode uses the running
+ * mean and var (inputs 3, 4). */
+typedef struct {
+  const float *x;
+  ts_shape xs;
+  int nin, infer;
+} bn_ctx;
+
+static void k_batchnorm(const void *ctx, int rank, const ts_layout *lin, const ts_shape *sh,
+                        float *const *in, ts_shape *osh, float *out) {
+  const bn_ctx *c = ctx;
+  int64_t N = sh[0].dims[0], C = sh[0].dims[1], S = numel(&sh[0]) / (N * C), n = numel(&sh[0]);
+  double s1[16] = {0}, s2[16] = {0};
+  int members[64], g = group_on_dim(&lin[0], rank, 0, members);
+  float *buf = malloc((size_t)n * sizeof(float));
+  if (!buf || C > 16) abort();
+  for (int k = 0; k < g && !c->infer; k++) {
+    const float *xm = member_slice(&lin[0], &c->xs, c->x, rank, members[k], in[0], buf);
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t ch = 0; ch < C; ch++)
+        for (int64_t e = 0; e < S; e++) {
+          float v = xm[(b * C + ch) * S + e];
+          s1[ch] += v, s2[ch] += v * v;
+        }
+  }
+  *osh = sh[0];
+  for (int64_t ch = 0; ch < C; ch++) {
+    float mean, var, cnt = (float)(N * g * S);
+    if (c->infer) mean = in[3][ch], var = in[4][ch];
+    else mean = (float)s1[ch] / cnt, var = fmaxf((float)s2[ch] / cnt - mean * mean, 0);
+    float inv = 1.0f / sqrtf(var + 1e-5f), gm = c->nin > 1 ? in[1][ch] : 1,
+          bt = c->nin > 1 ? in[2][ch] : 0;
+    for (int64_t b = 0; b < N; b++)
+      for (int64_t e = 0; e < S; e++) {
+        int64_t i = (b * C + ch) * S + e;
+        out[i] = (in[0][i] - mean) * inv * gm + bt;
+      }
+  }
+  free(buf);
+}
+
+/* causal attention per (batch, head): o_i = sum_{j<=i} softmax_j(q_i . k_j / sqrt(D)) v_j */
+static void k_attention(const void *ctx, int rank, const ts_layout *lin, const ts_shape *sh,
+                        float *const *in, ts_shape *osh, float *out) {
+  (void)ctx, (void)rank, (void)lin;
+  int64_t BH = sh[0].dims[0] * sh[0].dims[1], T = sh[0].dims[2], D = sh[0].dims[3];
+  float sc[64], scale = 1.0f / sqrtf((float)D);
+  if (T > 64) abort();
+  *osh = sh[0];
+  for (int64_t p = 0; p < BH; p++) {
+    const float *q = in[0] + p * T * D, *k = in[1] + p * T * D, *v = in[2] + p * T * D;
+    float *o = out + p * T * D;
+    for (int64_t i = 0; i < T; i++) {
+      float mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j <= i; j++) {
+        float a = 0;
+        for (int64_t d = 0; d < D; d++) a += q[i * D + d] * k[j * D + d];
+        sc[j] = a * scale;
+        mx = sc[j] > mx ? sc[j] : mx;
+      }
+      for (int64_t j = 0; j <= i; j++) sum += sc[j] = expf(sc[j] - mx);
+      for (int64_t d = 0; d < D; d++) {
+        float a = 0;
+        for (int64_t j = 0; j <= i; j++) a += sc[j] / sum * v[j * D + d];
+        o[i * D + d] = a;
+      }
+    }
+  }
+}
+
+/* softmax cross-entropy, the mean over rows: each rank's value is the mean over its rows divided
+ * by the number of row blocks (partial over N). A class cut runs Megatron's vocabulary-parallel
+ * form, its collectives over the rank's group on the class axis simulated here from each
+ * member's own slice: allreduce max of the row maxima, allreduce sum of the sums of exps, and
+ * allreduce sum of the target logit (held by one member, 0 on the others). */
+typedef struct {
+  const float *logits;
+  ts_shape ls;
+  int64_t N;
+} ce_ctx;
+
+static void k_softmax_ce(const void *ctx, int rank, const ts_layout *lin, const ts_shape *sh,
+                         float *const *in, ts_shape *osh, float *out) {
+  const ce_ctx *c = ctx;
+  int64_t Nl = sh[0].dims[0], Cl = sh[0].dims[1];
+  int members[64], g = group_on_dim(&lin[0], rank, 1, members);
+  float *buf = malloc((size_t)(g * Nl * Cl) * sizeof(float));
+  const float *sl[64];
+  if (!buf || sh[1].dims[0] != Nl) abort();
+  for (int k = 0; k < g; k++)
+    sl[k] = member_slice(&lin[0], &c->ls, c->logits, rank, members[k], in[0], buf + k * Nl * Cl);
+  float total = 0;
+  for (int64_t i = 0; i < Nl; i++) {
+    float mx = -INFINITY, se = 0, tgt = 0;
+    int64_t lab = (int64_t)in[1][i];
+    for (int k = 0; k < g; k++) /* allreduce max */
+      for (int64_t j = 0; j < Cl; j++) mx = sl[k][i * Cl + j] > mx ? sl[k][i * Cl + j] : mx;
+    for (int k = 0; k < g; k++) { /* allreduce sum of the members' sums */
+      float part = 0;
+      for (int64_t j = 0; j < Cl; j++) part += expf(sl[k][i * Cl + j] - mx);
+      se += part;
+    }
+    for (int k = 0; k < g; k++) { /* the member holding the label's column contributes it */
+      int64_t j = lab - k * Cl;
+      tgt += j >= 0 && j < Cl ? sl[k][i * Cl + j] : 0;
+    }
+    total += logf(se) + mx - tgt;
+  }
+  osh->ndim = 0;
+  out[0] = total / (float)Nl / (float)(c->N / Nl);
+  free(buf);
+}
+
+/* pooling to (OH, OW) with non-overlapping windows of (H/OH, W/OW): max or average */
+typedef struct {
+  int oh, ow, avg;
+} pool_ctx;
+
+static void k_pool(const void *ctx, int rank, const ts_layout *lin, const ts_shape *sh,
+                   float *const *in, ts_shape *osh, float *out) {
+  (void)rank, (void)lin;
+  const pool_ctx *c = ctx;
+  int64_t NC = sh[0].dims[0] * sh[0].dims[1], H = sh[0].dims[2], W = sh[0].dims[3];
+  int64_t kh = H / c->oh, kw = W / c->ow;
+  *osh = shp(4, (int64_t[]){sh[0].dims[0], sh[0].dims[1], c->oh, c->ow});
+  for (int64_t p = 0; p < NC; p++)
+    for (int64_t y = 0; y < c->oh; y++)
+      for (int64_t x = 0; x < c->ow; x++) {
+        float acc = c->avg ? 0 : -INFINITY;
+        for (int64_t i = 0; i < kh; i++)
+          for (int64_t j = 0; j < kw; j++) {
+            float v = in[0][(p * H + y * kh + i) * W + x * kw + j];
+            acc = c->avg ? acc + v : (v > acc ? v : acc);
+          }
+        out[(p * c->oh + y) * c->ow + x] = c->avg ? acc / (float)(kh * kw) : acc;
+      }
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static const int64_t CUTS[] = {1, 2, 4, 8};
@@ -433,43 +655,358 @@ static void test_matmul(void) {
          n_sims - before, n_refused - bref);
 }
 
+/* dense without and with the bias b (4), whose cut must be w's OUT cut; with k > 1 the bias is
+ * added after the partial sums are settled (post_dense_bias), as the parallel pass does */
 static void test_dense(void) {
-  int before = n_sims, bref = n_refused;
-  ts_shape shapes[2] = {shp(3, (int64_t[]){2, 4, 8}), shp(2, (int64_t[]){4, 8})};
-  float *full[2] = {malloc(64 * sizeof(float)), malloc(32 * sizeof(float))};
+  int before = n_sims, bref = n_refused, npart = n_partial_sims;
+  ts_shape shapes[3] = {shp(3, (int64_t[]){2, 4, 8}), shp(2, (int64_t[]){4, 8}),
+                        shp(1, (int64_t[]){4})};
+  float *full[3] = {malloc(64 * sizeof(float)), malloc(32 * sizeof(float)),
+                    malloc(4 * sizeof(float))};
   fill_int(full[0], 64, 21, -3, 3);
   fill_int(full[1], 32, 22, -3, 3);
-  for (int ndev = 2; ndev <= 8; ndev *= 2)
-    for (int code = 0; code < 4 * 4 * 4 * 4 * 2; code++) {
+  fill_int(full[2], 4, 23, -9, 9);
+  for (int ndev = 1; ndev <= 8; ndev *= 2)
+    for (int code = 0; code < 4 * 4 * 4 * 4 * 2 * 5; code++) {
       int c = code;
       int64_t b0 = CUTS[c % 4], b1 = CUTS[(c / 4) % 4], k = CUTS[(c / 16) % 4],
               o = CUTS[(c / 64) % 4];
-      int64_t kw = (c / 256) ? (k == 8 ? 1 : k * 2) : k; /* second half: w's k differs */
-      ts_op_strategy s = strat(2, (int[]){3, 2}, (int64_t[]){b0, b1, k, o, kw});
+      int64_t kw = (c / 256) % 2 ? (k == 8 ? 1 : k * 2) : k; /* odd half: w's k differs */
+      int bias = c / 512;                                     /* 0: none, else b's cut */
+      int64_t bc = bias ? CUTS[bias - 1] : 1;
+      int nin = bias ? 3 : 2;
+      ts_op_strategy s = strat(nin, (int[]){3, 2, 1}, (int64_t[]){b0, b1, k, o, kw, bc});
       char what[128];
-      snprintf(what, sizeof what, "dense x(2,4,8) w(4,8) ((%lld,%lld,%lld),(%lld,%lld)) on %d",
-               (long long)b0, (long long)b1, (long long)k, (long long)o, (long long)kw, ndev);
+      snprintf(what, sizeof what, "dense x(2,4,8) w(4,8)%s ((%lld,%lld,%lld),(%lld,%lld)%s%lld%s) on %d",
+               bias ? " b(4)" : "", (long long)b0, (long long)b1, (long long)k, (long long)o,
+               (long long)kw, bias ? ",(" : "", (long long)(bias ? bc : 0), bias ? ",)" : "", ndev);
       int64_t loop[4] = {b0, b1, k, o};
       int want = 0;
       const char *subs[4] = {0};
+      char m1[80], m2[80];
       if (2 % b0 || 4 % b1) want = TS_ESHAPE, subs[0] = "input 0 (x)", subs[1] = "does not divide";
       else if (4 % o) want = TS_ESHAPE, subs[0] = "input 1 (w) dim 0 of size 4", subs[1] = "does not divide";
+      else if (bias && 4 % bc) want = TS_ESHAPE, subs[0] = "input 2 (b) dim 0 of size 4", subs[1] = "does not divide";
       else if (k != kw) want = TS_EUNSUPPORTED, subs[0] = "input 1 (w) dim 1 (size 8)", subs[1] = "dimension IN";
-      else if (!divides_dev(ndev, 4, loop)) want = TS_EINVAL, subs[0] = "devices";
-      ts_layout lin[2], lout;
+      else if (bias && bc != o) {
+        want = TS_EUNSUPPORTED;
+        snprintf(m1, sizeof m1, "dense: input 2 (b) dim 0 (size 4) is cut %lld", (long long)bc);
+        snprintf(m2, sizeof m2, "input 1 (w) dim 0, the same dimension OUT, is cut %lld", (long long)o);
+        subs[0] = m1, subs[1] = m2;
+      } else if (!divides_dev(ndev, 4, loop)) want = TS_EINVAL, subs[0] = "devices";
+      ts_layout lin[3], lout;
       ts_shape osh;
-      if (!call_rule(what, TS_SHARD_DENSE, &s, ndev, shapes, 2, NULL, want, subs, lin, &lout, &osh))
+      if (!call_rule(what, TS_SHARD_DENSE, &s, ndev, shapes, nin, NULL, want, subs, lin, &lout, &osh))
         continue;
       int dev[8], nd, f = exp_dev(ndev, 4, loop, &nd, dev);
       CHECK_MSG(layout_is(&lin[0], nd, dev, 3, (int[]){f, f + 1, f + 2}, 0) &&
                     layout_is(&lin[1], nd, dev, 2, (int[]){f + 3, f + 2}, 0) &&
+                    (!bias || layout_is(&lin[2], nd, dev, 1, (int[]){f + 3}, 0)) &&
                     layout_is(&lout, nd, dev, 3, (int[]){f, f + 1, f + 3}, k > 1 ? 1u << (f + 2) : 0),
                 "%s: layouts are not MindSpore's", what);
-      simulate(what, lin, shapes, 2, full, &lout, &osh, k_dense, NULL);
+      sim_opts so = {0, post_dense_bias};
+      simulate_ex(what, lin, shapes, nin, full, &lout, &osh, k_dense, NULL, bias ? &so : NULL);
     }
+  /* the bias must be (OUT) */
+  ts_layout lin[3], lout;
+  ts_shape bad[3] = {shapes[0], shapes[1], shp(1, (int64_t[]){8})};
+  ts_op_strategy s = strat(3, (int[]){3, 2, 1}, (int64_t[]){1, 1, 1, 1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_DENSE, &s, 2, bad, 3, NULL, lin, &lout, NULL), TS_ESHAPE,
+             "dense: input 2 (b) must be (OUT) = (4)");
+  free(full[0]), free(full[1]), free(full[2]);
+  printf("dense: x(2,4,8) w(4,8), without and with b(4), cuts {1,2,4,8}^4 (+ mismatched IN cuts, "
+         "every bias cut) on 1/2/4/8 devices: %d simulated exactly (%d with a partial output, the "
+         "bias added after settling it), %d refused\n",
+         n_sims - before, n_partial_sims - npart, n_refused - bref);
+}
+
+/* batchnorm x (4,4,3,3), without and with gamma, beta, mean, var (4): x cut by batch and
+ * channels (spatial cuts of 3 refused), the parameters like the channels (one of them
+ * mismatched in some strategies); training mode (statistics synchronised over the batch axis)
+ * and inference mode (running statistics) simulated */
+static void test_batchnorm(void) {
+  int before = n_sims, bref = n_refused;
+  static const char *const PN[5] = {"x", "gamma", "beta", "mean", "var"};
+  ts_shape shapes[5] = {shp(4, (int64_t[]){4, 4, 3, 3})};
+  float *full[5];
+  full[0] = malloc(144 * sizeof(float));
+  fill_int(full[0], 144, 91, -4, 4);
+  for (int i = 1; i < 5; i++) {
+    shapes[i] = shp(1, (int64_t[]){4});
+    full[i] = malloc(4 * sizeof(float));
+    fill_int(full[i], 4, 91 + i, i == 4 ? 1 : -3, i == 4 ? 4 : 3); /* var > 0 */
+  }
+  for (int ndev = 1; ndev <= 8; ndev *= 2)
+    for (int code = 0; code < 64 * 21; code++) {
+      int64_t n = CUTS[code % 4], cc = CUTS[(code / 4) % 4], h = code / 16 % 2 ? 3 : 1,
+              w = code / 32 % 2 ? 3 : 1;
+      int pv = code / 64, nin = pv ? 5 : 1;  /* 0: x alone; else params' cut and the odd one */
+      int64_t p = pv ? CUTS[(pv - 1) % 4] : 1;
+      int odd = pv ? (pv - 1) / 4 : 0;       /* 0: none, else input `odd` is cut differently */
+      int64_t c[8] = {n, cc, h, w, p, p, p, p};
+      if (odd) c[3 + odd] = p == 1 ? 2 : 1;
+      ts_op_strategy s = strat(nin, (int[]){4, 1, 1, 1, 1}, c);
+      char what[160];
+      snprintf(what, sizeof what, "batchnorm x(4,4,3,3)%s ((%lld,%lld,%lld,%lld)%s) params %lld,%lld,%lld,%lld on %d",
+               nin > 1 ? " + 4 params" : "", (long long)n, (long long)cc, (long long)h,
+               (long long)w, nin > 1 ? ",..." : "", (long long)c[4], (long long)c[5],
+               (long long)c[6], (long long)c[7], ndev);
+      int64_t loop[2] = {n, cc};
+      int want = 0;
+      const char *subs[4] = {0};
+      char m1[96], m2[96];
+      if (4 % n || 4 % cc) want = TS_ESHAPE, subs[0] = "input 0 (x) dim", subs[1] = "does not divide";
+      for (int i = 1; i < nin && !want; i++)
+        if (4 % c[3 + i]) {
+          want = TS_ESHAPE;
+          snprintf(m1, sizeof m1, "input %d (%s) dim 0 of size 4 is cut %lld", i, PN[i], (long long)c[3 + i]);
+          subs[0] = m1;
+        }
+      for (int d = 2; d < 4 && !want; d++)
+        if (c[d] > 1) {
+          want = TS_EUNSUPPORTED;
+          snprintf(m1, sizeof m1, "batchnorm: input 0 (x) dim %d (size 3) is cut 3", d);
+          subs[0] = m1, subs[1] = "spatial";
+        }
+      for (int i = 1; i < nin && !want; i++)
+        if (c[3 + i] != cc) {
+          want = TS_EUNSUPPORTED;
+          snprintf(m1, sizeof m1, "batchnorm: input %d (%s) dim 0 (size 4) is cut %lld", i, PN[i],
+                   (long long)c[3 + i]);
+          snprintf(m2, sizeof m2, "input 0 (x) dim 1, the same dimension C, is cut %lld", (long long)cc);
+          subs[0] = m1, subs[1] = m2;
+        }
+      if (!want && !divides_dev(ndev, 2, loop)) want = TS_EINVAL, subs[0] = "devices";
+      ts_layout lin[5], lout;
+      ts_shape osh;
+      if (!call_rule(what, TS_SHARD_BATCHNORM, &s, ndev, shapes, nin, NULL, want, subs, lin, &lout,
+                     &osh))
+        continue;
+      int dev[8], nd, f = exp_dev(ndev, 2, loop, &nd, dev), okp = 1;
+      for (int i = 1; i < nin; i++) okp &= layout_is(&lin[i], nd, dev, 1, (int[]){f + 1}, 0);
+      CHECK_MSG(okp && layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+                    ts_layout_equal(&lin[0], &lout),
+                "%s: layouts are not MindSpore's", what);
+      for (int infer = 0; infer < (nin > 1 ? 2 : 1); infer++) {
+        bn_ctx bc = {full[0], shapes[0], nin, infer};
+        simulate(what, lin, shapes, nin, full, &lout, &osh, k_batchnorm, &bc);
+      }
+    }
+  for (int i = 0; i < 5; i++) free(full[i]);
+  printf("batchnorm: x(4,4,3,3) alone and with gamma/beta/mean/var (4), batch x channel cuts, "
+         "spatial and mismatched parameter cuts, on 1/2/4/8 devices: %d simulated exactly "
+         "(training with statistics synchronised over the batch axis, and inference), %d refused\n",
+         n_sims - before, n_refused - bref);
+}
+
+/* causal attention q, k, v (2,4,3,2): q cut (b,h,t,d) with b in {1,2,4}, h in {1,2,4,8},
+ * t in {1,3}, d in {1,2}; k, v cut (b,h,1,1) or one of their cuts changed */
+static void test_attention(void) {
+  int before = n_sims, bref = n_refused;
+  static const char *const QN[3] = {"q", "k", "v"};
+  static const char *const DN[4] = {"B", "H", "T", "D"};
+  const int64_t dims[4] = {2, 4, 3, 2};
+  ts_shape shapes[3];
+  float *full[3];
+  for (int i = 0; i < 3; i++) {
+    shapes[i] = shp(4, dims);
+    full[i] = malloc(48 * sizeof(float));
+    fill_int(full[i], 48, 101 + i, -2, 2);
+  }
+  static const int64_t BC[3] = {1, 2, 4}, TC[2] = {1, 3}, DC[2] = {1, 2};
+  for (int ndev = 1; ndev <= 8; ndev *= 2)
+    for (int code = 0; code < 3 * 4 * 2 * 2 * 7; code++) {
+      int64_t b = BC[code % 3], h = CUTS[code / 3 % 4], t = TC[code / 12 % 2], d = DC[code / 24 % 2];
+      int var = code / 48;
+      int64_t c[12] = {b, h, t, d, b, h, 1, 1, b, h, 1, 1};
+      switch (var) {
+        case 1: c[4] = b == 1 ? 2 : 1; break; /* k's B */
+        case 2: c[5] = h == 1 ? 2 : 1; break; /* k's H */
+        case 3: c[8] = b == 1 ? 2 : 1; break; /* v's B */
+        case 4: c[9] = h == 1 ? 2 : 1; break; /* v's H */
+        case 5: c[6] = 3; break;              /* k's T */
+        case 6: c[11] = 2; break;             /* v's D */
+        default: break;
+      }
+      ts_op_strategy s = strat(3, (int[]){4, 4, 4}, c);
+      char what[160];
+      snprintf(what, sizeof what, "attention (2,4,3,2) ((%lld,%lld,%lld,%lld),(%lld,%lld,%lld,%lld),(%lld,%lld,%lld,%lld)) on %d",
+               (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], (long long)c[4],
+               (long long)c[5], (long long)c[6], (long long)c[7], (long long)c[8], (long long)c[9],
+               (long long)c[10], (long long)c[11], ndev);
+      int want = 0;
+      const char *subs[4] = {0};
+      char m1[96], m2[96];
+      for (int i = 0; i < 3 && !want; i++)
+        for (int e = 0; e < 4 && !want; e++)
+          if (dims[e] % c[i * 4 + e]) {
+            want = TS_ESHAPE;
+            snprintf(m1, sizeof m1, "attention: input %d (%s) dim %d of size %lld is cut %lld", i,
+                     QN[i], e, (long long)dims[e], (long long)c[i * 4 + e]);
+            subs[0] = m1, subs[1] = "does not divide";
+          }
+      for (int i = 0; i < 3 && !want; i++)
+        for (int e = 0; e < 4 && !want; e++) {
+          int64_t x = c[i * 4 + e];
+          if (e < 2 && x != c[e]) {
+            want = TS_EUNSUPPORTED;
+            snprintf(m1, sizeof m1, "attention: input %d (%s) dim %d (size %lld) is cut %lld", i,
+                     QN[i], e, (long long)dims[e], (long long)x);
+            snprintf(m2, sizeof m2, "input 0 (q) dim %d, the same dimension %s, is cut %lld", e,
+                     DN[e], (long long)c[e]);
+            subs[0] = m1, subs[1] = m2;
+          } else if (e >= 2 && x > 1) {
+            want = TS_EUNSUPPORTED;
+            snprintf(m1, sizeof m1, "attention: input %d (%s) dim %d (%s) is cut %lld: ", i, QN[i],
+                     e, DN[e], (long long)x);
+            subs[0] = m1, subs[1] = "batch (dim 0) and heads (dim 1) only";
+          }
+        }
+      int64_t loop[2] = {b, h};
+      if (!want && !divides_dev(ndev, 2, loop)) want = TS_EINVAL, subs[0] = "devices";
+      ts_layout lin[3], lout;
+      ts_shape osh;
+      if (!call_rule(what, TS_SHARD_ATTENTION, &s, ndev, shapes, 3, NULL, want, subs, lin, &lout,
+                     &osh))
+        continue;
+      int dev[8], nd, f = exp_dev(ndev, 2, loop, &nd, dev), ok = 1;
+      for (int i = 0; i < 3; i++) ok &= layout_is(&lin[i], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0);
+      CHECK_MSG(ok && ts_layout_equal(&lin[0], &lout) && ts_shape_equal(&osh, &shapes[0]),
+                "%s: layouts are not MindSpore's", what);
+      simulate(what, lin, shapes, 3, full, &lout, &osh, k_attention, NULL);
+    }
+  /* shapes: 4-d, all alike */
+  ts_layout lin[3], lout;
+  ts_shape bad[3] = {shapes[0], shp(4, (int64_t[]){2, 4, 6, 2}), shapes[0]};
+  ts_op_strategy s = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 3, NULL, lin, &lout, NULL), TS_ESHAPE,
+             "attention: input 1 (k) is (2,4,6,2) but q is (2,4,3,2)");
+  bad[1] = shp(3, (int64_t[]){2, 4, 3});
+  s.ndim[1] = 3;
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 3, NULL, lin, &lout, NULL), TS_ESHAPE,
+             "attention: input 1 (k) must be 4-d");
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 2, NULL, lin, &lout, NULL), TS_EINVAL,
+             "attention: takes 3 tensor input(s), got 2");
+  for (int i = 0; i < 3; i++) free(full[i]);
+  printf("attention (causal): q,k,v (2,4,3,2), batch x head cuts, T/D cuts and mismatched k/v "
+         "cuts, on 1/2/4/8 devices: %d simulated exactly, %d refused\n",
+         n_sims - before, n_refused - bref);
+}
+
+/* softmax cross-entropy: logits (4,8), labels (4), cuts {1,2,4,8}^3 */
+static void test_softmax_ce(void) {
+  int before = n_sims, bref = n_refused, npart = n_partial_sims;
+  ts_shape shapes[2] = {shp(2, (int64_t[]){4, 8}), shp(1, (int64_t[]){4})};
+  float *full[2] = {malloc(32 * sizeof(float)), malloc(4 * sizeof(float))};
+  fill_int(full[0], 32, 111, -4, 4);
+  fill_int(full[1], 4, 112, 0, 7);
+  ce_ctx cx = {full[0], shapes[0], 4};
+  for (int ndev = 1; ndev <= 8; ndev *= 2)
+    for (int code = 0; code < 64; code++) {
+      int64_t n = CUTS[code % 4], c = CUTS[code / 4 % 4], l = CUTS[code / 16];
+      ts_op_strategy s = strat(2, (int[]){2, 1}, (int64_t[]){n, c, l});
+      char what[128];
+      snprintf(what, sizeof what, "softmax_ce logits(4,8) labels(4) ((%lld,%lld),(%lld,)) on %d",
+               (long long)n, (long long)c, (long long)l, ndev);
+      int64_t loop[2] = {n, c};
+      int want = 0;
+      const char *subs[4] = {0};
+      char m1[96], m2[96];
+      if (4 % n || 8 % c) want = TS_ESHAPE, subs[0] = "softmax_ce: input 0 (logits)", subs[1] = "does not divide";
+      else if (4 % l) want = TS_ESHAPE, subs[0] = "softmax_ce: input 1 (labels)", subs[1] = "does not divide";
+      else if (l != n) {
+        want = TS_EUNSUPPORTED;
+        snprintf(m1, sizeof m1, "softmax_ce: input 1 (labels) dim 0 (size 4) is cut %lld", (long long)l);
+        snprintf(m2, sizeof m2, "input 0 (logits) dim 0, the same dimension N, is cut %lld", (long long)n);
+        subs[0] = m1, subs[1] = m2;
+      } else if (!divides_dev(ndev, 2, loop)) want = TS_EINVAL, subs[0] = "devices";
+      ts_layout lin[2], lout;
+      ts_shape osh;
+      if (!call_rule(what, TS_SHARD_SOFTMAX_CE, &s, ndev, shapes, 2, NULL, want, subs, lin, &lout,
+                     &osh))
+        continue;
+      int dev[8], nd, f = exp_dev(ndev, 2, loop, &nd, dev);
+      CHECK_MSG(layout_is(&lin[0], nd, dev, 2, (int[]){f, f + 1}, 0) &&
+                    layout_is(&lin[1], nd, dev, 1, (int[]){f}, 0) &&
+                    layout_is(&lout, nd, dev, 0, NULL, n > 1 ? 1u << f : 0) && osh.ndim == 0,
+                "%s: layouts are not MindSpore's", what);
+      /* the class-group sums of exps and the partial-over-N sum differ from the one-device
+       * order by rounding: compared within 1e-5 relative, and bitwise identical on all ranks */
+      sim_opts so = {1e-5, NULL};
+      simulate_ex(what, lin, shapes, 2, full, &lout, &osh, k_softmax_ce, &cx, &so);
+    }
+  ts_layout lin[2], lout;
+  ts_shape bad[2] = {shapes[0], shp(1, (int64_t[]){8})};
+  ts_op_strategy s = strat(2, (int[]){2, 1}, (int64_t[]){1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_SOFTMAX_CE, &s, 2, bad, 2, NULL, lin, &lout, NULL), TS_ESHAPE,
+             "softmax_ce: 8 labels for 4 rows of logits");
+  bad[1] = shp(2, (int64_t[]){4, 1});
+  s = strat(2, (int[]){2, 2}, (int64_t[]){1, 1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_SOFTMAX_CE, &s, 2, bad, 2, NULL, lin, &lout, NULL), TS_ESHAPE,
+             "softmax_ce: logits must be 2-d (N,C) and labels 1-d (N)");
   free(full[0]), free(full[1]);
-  printf("dense: x(2,4,8) w(4,8), cuts {1,2,4,8}^4 (+ mismatched IN cuts) on 2/4/8 devices: %d "
-         "simulated exactly, %d refused\n",
+  printf("softmax cross-entropy: logits(4,8) labels(4), cuts {1,2,4,8}^3 on 1/2/4/8 devices: %d "
+         "simulated within 1e-5 (%d partial over N; class cuts through simulated vocabulary-"
+         "parallel collectives), %d refused\n",
+         n_sims - before, n_partial_sims - npart, n_refused - bref);
+}
+
+/* pooling x (4,4,4,4): 2x2 max, 2x2 average, global average (attrs NULL); cuts {1,2,4,8}^4 */
+static void test_pool(void) {
+  int before = n_sims, bref = n_refused;
+  ts_shape x = shp(4, (int64_t[]){4, 4, 4, 4});
+  float *full[1] = {malloc(256 * sizeof(float))};
+  fill_int(full[0], 256, 121, -9, 9);
+  static const pool_ctx PC[3] = {{2, 2, 0}, {2, 2, 1}, {1, 1, 1}};
+  for (int pi = 0; pi < 3; pi++)
+    for (int ndev = 1; ndev <= 8; ndev *= 2)
+      for (int code = 0; code < 256; code++) {
+        int64_t c[4] = {CUTS[code % 4], CUTS[code / 4 % 4], CUTS[code / 16 % 4], CUTS[code / 64]};
+        ts_op_strategy s = strat(1, (int[]){4}, c);
+        int attrs[2] = {PC[pi].oh, PC[pi].ow};
+        char what[128];
+        snprintf(what, sizeof what, "pool %d x(4,4,4,4) ((%lld,%lld,%lld,%lld),) on %d", pi,
+                 (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], ndev);
+        int want = 0;
+        const char *subs[4] = {0};
+        char m1[96];
+        for (int d = 0; d < 4 && !want; d++)
+          if (4 % c[d]) {
+            want = TS_ESHAPE;
+            snprintf(m1, sizeof m1, "pool: input 0 (x) dim %d of size 4 is cut 8", d);
+            subs[0] = m1;
+          }
+        for (int d = 2; d < 4 && !want; d++)
+          if (c[d] > 1) {
+            want = TS_EUNSUPPORTED;
+            snprintf(m1, sizeof m1, "pool: input 0 (x) dim %d (size 4) is cut %lld", d, (long long)c[d]);
+            subs[0] = m1, subs[1] = "halo exchange";
+          }
+        if (!want && !divides_dev(ndev, 2, c)) want = TS_EINVAL, subs[0] = "devices";
+        ts_layout lin[1], lout;
+        ts_shape osh;
+        if (!call_rule(what, TS_SHARD_POOL, &s, ndev, &x, 1, pi == 2 ? NULL : attrs, want, subs,
+                       lin, &lout, &osh))
+          continue;
+        int dev[8], nd, f = exp_dev(ndev, 2, c, &nd, dev);
+        ts_shape eo = shp(4, (int64_t[]){4, 4, PC[pi].oh, PC[pi].ow});
+        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+                      ts_shape_equal(&osh, &eo),
+                  "%s: layouts are not MindSpore's", what);
+        simulate(what, lin, &x, 1, full, &lout, &osh, k_pool, &PC[pi]);
+      }
+  ts_layout lin[1], lout;
+  ts_op_strategy s = strat(1, (int[]){4}, (int64_t[]){1, 1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_POOL, &s, 2, &x, 1, (int[]){0, 2}, lin, &lout, NULL),
+             TS_EINVAL, "pool: output size (0,2) must be >= 1");
+  ts_shape x3 = shp(3, (int64_t[]){4, 4, 4});
+  s = strat(1, (int[]){3}, (int64_t[]){1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_POOL, &s, 2, &x3, 1, NULL, lin, &lout, NULL), TS_ESHAPE,
+             "pool: x must be 4-d (N,C,H,W)");
+  free(full[0]);
+  printf("pool: x(4,4,4,4), 2x2 max, 2x2 average and global average, cuts {1,2,4,8}^4 on 1/2/4/8 "
+         "devices: %d simulated exactly, %d refused\n",
          n_sims - before, n_refused - bref);
 }
 
@@ -796,19 +1333,24 @@ static void test_normalisations(void) {
   sl = strat(3, (int[]){3, 2, 1}, (int64_t[]){1, 1, 1, 1, 1, 1});
   CHECK(ts_shard_rule(TS_SHARD_LAYERNORM, &sl, 8, ln, 3, (int[]){1}, lin, &lout, &osh) ==
             TS_ESHAPE && strstr(ts_last_error(), "input 2 (beta)"));
-  /* batchnorm: batch only */
+  /* batchnorm: batch and channels; parameters cut like the channels; spatial dims refused */
   ts_shape bn[5] = {shp(4, (int64_t[]){8, 4, 2, 2}), shp(1, (int64_t[]){4}), shp(1, (int64_t[]){4}),
                     shp(1, (int64_t[]){4}), shp(1, (int64_t[]){4})};
   ts_op_strategy sb = strat(5, (int[]){4, 1, 1, 1, 1}, (int64_t[]){4, 1, 1, 1, 1, 1, 1, 1});
   CHECK_OK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh));
-  CHECK(layout_is(&lin[0], 2, (int[]){2, 4}, 4, (int[]){1, -1, -1, -1}, 0) &&
-        layout_is(&lin[4], 2, (int[]){2, 4}, 1, (int[]){-1}, 0) && ts_layout_equal(&lin[0], &lout));
-  sb.cuts[0][1] = 2;
-  CHECK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh) ==
-            TS_EUNSUPPORTED && strstr(ts_last_error(), "batchnorm: input 0 (x) dim 1 (size 4) is cut 2"));
-  sb.cuts[0][1] = 1, sb.cuts[3][0] = 2;
-  CHECK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh) ==
-            TS_EUNSUPPORTED && strstr(ts_last_error(), "input 3 (mean) dim 0"));
+  CHECK(layout_is(&lin[0], 3, (int[]){2, 4, 1}, 4, (int[]){1, 2, -1, -1}, 0) &&
+        layout_is(&lin[4], 3, (int[]){2, 4, 1}, 1, (int[]){2}, 0) && ts_layout_equal(&lin[0], &lout));
+  sb = strat(5, (int[]){4, 1, 1, 1, 1}, (int64_t[]){2, 2, 1, 1, 2, 2, 2, 2});
+  CHECK_OK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh));
+  CHECK(layout_is(&lin[0], 3, (int[]){2, 2, 2}, 4, (int[]){1, 2, -1, -1}, 0) &&
+        layout_is(&lin[1], 3, (int[]){2, 2, 2}, 1, (int[]){2}, 0) && ts_layout_equal(&lin[0], &lout));
+  sb.cuts[3][0] = 1;
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh),
+             TS_EUNSUPPORTED, "batchnorm: input 3 (mean) dim 0 (size 4) is cut 1",
+             "input 0 (x) dim 1, the same dimension C, is cut 2");
+  sb.cuts[3][0] = 2, sb.cuts[0][2] = 2;
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh),
+             TS_EUNSUPPORTED, "batchnorm: input 0 (x) dim 2 (size 2) is cut 2", "spatial");
   CHECK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 3, NULL, lin, &lout, &osh) == TS_EINVAL &&
         strstr(ts_last_error(), "batchnorm"));
   /* elementwise: the strategy itself, repeat axis first */
@@ -883,6 +1425,10 @@ int main(void) {
   test_embedding();
   test_conv2d();
   test_norm_sim();
+  test_batchnorm();
+  test_attention();
+  test_softmax_ce();
+  test_pool();
   test_normalisations();
   printf("total: %d strategies accepted, %d refused as expected, %d simulations (%d with partial "
          "outputs), %.2f s\n",
