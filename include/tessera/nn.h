@@ -75,6 +75,15 @@ int ts_params_add(ts_params *p, const char *name, ts_shape shape, ts_init init, 
  * not divisible by its cut. */
 int ts_params_add_sharded(ts_params *p, const char *name, ts_shape global_shape,
                           const ts_layout *layout, int rank, ts_init init, int flags);
+/* The initialiser an entry was registered with. */
+ts_init ts_params_init_of(const ts_params *p, int id);
+/* A sharded entry whose global shape is a reshaped form of the parameter's own shape (the
+ * parallel pass holds GPT's fused (3C,C) q|k|v weight as (3,C,C) to cut it by heads): `shape`
+ * (same element count) is the parameter's own shape, the one its initialiser's fans and
+ * checkpoints use. TS_EINVAL for an unsharded entry, TS_ESHAPE for another element count. */
+int ts_params_set_init_shape(ts_params *p, int id, ts_shape shape);
+/* The parameter's own shape (ts_params_set_init_shape; else its global shape). */
+ts_shape ts_params_init_shape(const ts_params *p, int id);
 /* Allocates the flat buffers and initialises every entry with `seed`. */
 int ts_params_alloc(ts_params *p, uint64_t seed);
 int ts_params_count(const ts_params *p);

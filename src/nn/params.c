@@ -17,6 +17,7 @@ typedef struct {
   ts_shape global; /* == shape when unsharded */
   ts_layout layout;
   int rank;
+  ts_shape init_shape; /* the shape the initialiser's fans come from (== global unless set) */
 } entry;
 
 struct ts_params {
@@ -67,6 +68,7 @@ static int add_entry(ts_params *p, const char *fn, const char *name, ts_shape sh
   if (!e->name) return ts_error_set(TS_ENOMEM, "%s: out of memory", fn);
   e->shape = shape;
   e->global = shape;
+  e->init_shape = shape;
   e->rank = -1;
   e->init = init;
   e->flags = flags;
@@ -133,6 +135,7 @@ int ts_params_add_sharded(ts_params *p, const char *name, ts_shape global_shape,
   entry *e = &p->e[id];
   e->sharded = 1;
   e->global = global_shape;
+  e->init_shape = global_shape;
   e->layout = *layout;
   e->rank = rank;
   return id;
@@ -148,7 +151,7 @@ static int fill_sharded(const entry *e, uint64_t key, float *dst) {
   int nd = e->global.ndim;
   int j = nd - 1;
   while (j >= 0 && e->shape.dims[j] == e->global.dims[j]) j--;
-  if (j < 0) return ts_init_fill(&e->init, e->global, key, dst, 0, ts_shape_numel(&e->global));
+  if (j < 0) return ts_init_fill(&e->init, e->init_shape, key, dst, 0, ts_shape_numel(&e->global));
   int64_t gstride[TS_MAX_DIMS];
   int64_t st = 1;
   for (int i = nd - 1; i >= 0; i--) {
@@ -162,7 +165,7 @@ static int fill_sharded(const entry *e, uint64_t key, float *dst) {
   for (int64_t r = 0; r < nruns; r++) {
     int64_t begin = off[j] * gstride[j];
     for (int i = 0; i < j; i++) begin += (off[i] + idx[i]) * gstride[i];
-    rc = ts_init_fill(&e->init, e->global, key, dst + r * run, begin, run);
+    rc = ts_init_fill(&e->init, e->init_shape, key, dst + r * run, begin, run);
     if (rc) return rc;
     for (int i = j - 1; i >= 0; i--) { /* odometer over the local outer dims */
       if (++idx[i] < e->shape.dims[i]) break;
@@ -196,6 +199,30 @@ int ts_params_alloc(ts_params *p, uint64_t seed) {
 }
 
 int ts_params_count(const ts_params *p) { return p->n; }
+
+ts_init ts_params_init_of(const ts_params *p, int id) {
+  ts_init z = {TS_INIT_ZEROS, 0, 0, 0};
+  return id >= 0 && id < p->n ? p->e[id].init : z;
+}
+
+int ts_params_set_init_shape(ts_params *p, int id, ts_shape shape) {
+  if (id < 0 || id >= p->n || !p->e[id].sharded)
+    return ts_error_set(TS_EINVAL, "ts_params_set_init_shape: %d is not a sharded entry", id);
+  entry *e = &p->e[id];
+  if (ts_shape_numel(&shape) != ts_shape_numel(&e->global)) {
+    char a[128], b[128];
+    return ts_error_set(TS_ESHAPE, "ts_params_set_init_shape: '%s': %s has not the %lld elements of %s",
+                        e->name, ts_shape_str(&shape, a, sizeof a), (long long)ts_shape_numel(&e->global),
+                        ts_shape_str(&e->global, b, sizeof b));
+  }
+  e->init_shape = shape;
+  return TS_OK;
+}
+
+ts_shape ts_params_init_shape(const ts_params *p, int id) {
+  ts_shape z = {0, {0}};
+  return id >= 0 && id < p->n ? p->e[id].init_shape : z;
+}
 const char *ts_params_name(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].name : NULL; }
 ts_shape ts_params_shape(const ts_params *p, int id) {
   ts_shape z = {0, {0}};

@@ -34,6 +34,31 @@ static ts_val linear(gpt_ctx *c, const char *name, ts_val x, int64_t out, float 
   return y;
 }
 
+/* nanoGPT's fused c_attn, weight (3C,C) and bias (3C), as three projections reading the q, k and
+ * v blocks of the same parameters (a reshape to (3,C,C) and a split: views, no copies), so that a
+ * strategy can cut each projection's output by heads without any communication (the parallel
+ * pass then holds the weight as (3,C,C) cut on dim 1). Same values as one (3C,C) dense. */
+static void qkv_proj(gpt_ctx *c, ts_val x, ts_val *qkv) {
+  ts_graph *g = c->nn->g;
+  qkv[0] = qkv[1] = qkv[2] = TS_NONE;
+  if (x == TS_NONE || ts_graph_status(g)) return;
+  int64_t d = c->cfg->n_embd;
+  ts_init wi = {TS_INIT_NORMAL, 0.0f, c->std, 0}, zero = {TS_INIT_ZEROS, 0, 0, 0};
+  ts_graph_push_scope(g, "c_attn");
+  ts_val w = ts_nn_param(c->nn, "weight", ts_shape2(3 * d, d), wi, 0);
+  ts_val b = c->bias ? ts_nn_param(c->nn, "bias", ts_shape1(3 * d), zero, TS_PARAM_NO_DECAY) : TS_NONE;
+  ts_val ws[3], bs[3] = {TS_NONE, TS_NONE, TS_NONE};
+  const int64_t ones[3] = {1, 1, 1};
+  ts_split(g, ts_reshape(g, w, ts_shape3(3, d, d)), 0, ones, 3, ws);
+  if (b != TS_NONE) ts_split(g, ts_reshape(g, b, ts_shape2(3, d)), 0, ones, 3, bs);
+  for (int k = 0; k < 3; k++) {
+    ts_val wk = ts_reshape(g, ws[k], ts_shape2(d, d));
+    ts_val bk = b != TS_NONE ? ts_reshape(g, bs[k], ts_shape1(d)) : TS_NONE;
+    qkv[k] = ts_dense(g, x, wk, bk);
+  }
+  ts_graph_pop_scope(g);
+}
+
 /* LayerNorm over the last dim (weight 1, bias 0; without bias when cfg->no_bias). */
 static ts_val layernorm(gpt_ctx *c, const char *name, ts_val x) {
   ts_graph *g = c->nn->g;
@@ -65,10 +90,8 @@ static ts_val block(gpt_ctx *c, ts_val h, int64_t B, int64_t T) {
 
   ts_val a = layernorm(c, "ln_1", h);
   ts_graph_push_scope(g, "attn");
-  ts_val qkv = linear(c, "c_attn", a, 3 * d, c->std);
-  ts_val parts[3] = {TS_NONE, TS_NONE, TS_NONE};
-  const int64_t sizes[3] = {d, d, d};
-  if (qkv != TS_NONE) ts_split(g, qkv, 2, sizes, 3, parts);
+  ts_val parts[3];
+  qkv_proj(c, a, parts);
   for (int k = 0; k < 3; k++)
     parts[k] = ts_permute(g, ts_reshape(g, parts[k], ts_shape4(B, T, H, Dh)), to_heads);
   ts_val y = ts_attention(g, parts[0], parts[1], parts[2], 0.0f);

@@ -1,0 +1,664 @@
+/* The parallel pass, phase 1 and the public API: decides every value's layout and every
+ * operator's strategy on the global graph (pass_rules.c per op), records the redistributions
+ * with their cost, then has pass_emit.c build the rank's graph. See include/tessera/parallel.h
+ * and docs/parallel-pass.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass_impl.h"
+
+/* ---- small layout helpers ---- */
+
+void ts__layout_repl(ts_layout *l, int N, int ndim) {
+  int dev[1] = {N};
+  ts_layout_replicated(l, 1, dev, ndim);
+}
+
+void ts__layout_canon(ts_layout *l) {
+  for (int d = 0; d < l->ndim; d++)
+    if (l->tmap[d] >= 0 && l->dev[l->tmap[d]] == 1) l->tmap[d] = -1;
+  for (int a = 0; a < l->ndev; a++)
+    if (l->dev[a] == 1) l->partial &= ~(1u << a);
+}
+
+void ts__layout_cuts(const ts_layout *l, int64_t *cuts) {
+  for (int d = 0; d < l->ndim; d++) cuts[d] = l->tmap[d] >= 0 ? l->dev[l->tmap[d]] : 1;
+}
+
+/* ---- operator keys ---- */
+
+static void raw_key(const ts_graph *g, int node, char *buf, size_t cap) {
+  const char *nm = g->nodes[node].name ? g->nodes[node].name : "";
+  size_t n = strlen(nm);
+  const char *us = strrchr(nm, '_'); /* drop the "_<index>" ts__add_node appends */
+  if (us && us > strrchr(nm, '/') + 0 && us[1] >= '0' && us[1] <= '9') n = (size_t)(us - nm);
+  if (n >= cap) n = cap - 1;
+  for (size_t i = 0; i < n; i++) buf[i] = nm[i] == '/' ? '.' : nm[i];
+  buf[n] = 0;
+}
+
+char *ts_parallel_op_key(const ts_graph *g, int node, char *buf, size_t cap) {
+  if (!buf || !cap) return buf;
+  buf[0] = 0;
+  if (!g || node < 0 || node >= g->nnodes) return buf;
+  raw_key(g, node, buf, cap);
+  int k = 0;
+  char other[512];
+  for (int j = 0; j < node; j++) {
+    if (g->nodes[j].is_backward) continue;
+    raw_key(g, j, other, sizeof other);
+    if (!strcmp(other, buf)) k++;
+  }
+  if (k) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "_%d", k);
+  }
+  return buf;
+}
+
+/* ---- communicator slots ---- */
+
+int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
+  int N = p->N, g = l->dev[axis];
+  if (g <= 1) return -1;
+  int *part = malloc(sizeof(int) * (size_t)N);
+  int *first = malloc(sizeof(int) * (size_t)N);
+  if (!part || !first) {
+    free(part);
+    free(first);
+    return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  }
+  /* part[r] = index of the group of rank r (groups numbered by first appearance) */
+  int ngr = 0;
+  for (int r = 0; r < N; r++) {
+    int coords[TS_LAYOUT_MAX_AXES];
+    ts_layout_rank_coords(l, r, coords);
+    coords[axis] = 0;
+    /* the group's lowest rank: coordinate 0 on the axis */
+    int lo = 0;
+    for (int a = 0; a < l->ndev; a++) lo = lo * l->dev[a] + coords[a];
+    int k;
+    for (k = 0; k < ngr; k++)
+      if (first[k] == lo) break;
+    if (k == ngr) first[ngr++] = lo;
+    part[r] = k;
+  }
+  free(first);
+  for (int s = 0; s < p->nslots; s++) {
+    if (p->slots[s].group != g) continue;
+    if (!memcmp(p->slots[s].part, part, sizeof(int) * (size_t)N)) {
+      free(part);
+      return s;
+    }
+  }
+  if (p->nslots >= TS_PLAN_MAX_COMMS) {
+    free(part);
+    return ts_error_set(TS_ERANGE,
+                        "parallel pass: the strategies need more than %d communicator groups",
+                        TS_PLAN_MAX_COMMS);
+  }
+  ts__slot *ns = realloc(p->slots, sizeof(ts__slot) * (size_t)(p->nslots + 1));
+  if (!ns) {
+    free(part);
+    return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  }
+  p->slots = ns;
+  ts__slot *s = &p->slots[p->nslots];
+  s->ndev = l->ndev;
+  memcpy(s->dev, l->dev, sizeof s->dev);
+  s->axis = axis;
+  s->group = g;
+  s->part = part;
+  return p->nslots++;
+}
+
+/* ---- redistribution bookkeeping (phase 1) ---- */
+
+static int same_layout(const ts_parallel *p, const ts_shape *gs, const ts_layout *a,
+                       const ts_layout *b, int *equiv) {
+  (void)p;
+  *equiv = 0;
+  if (ts_layout_equal(a, b)) {
+    *equiv = 1;
+    return TS_OK;
+  }
+  ts_redist_plan pl;
+  int rc = ts_redist_plan_make(gs, 4, a, b, &pl);
+  if (rc) return rc;
+  *equiv = pl.nops == 0;
+  return TS_OK;
+}
+
+int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int input) {
+  ts__vst *v = &p->v[vi];
+  int eq;
+  int rc = same_layout(p, &v->gs, &v->L, to, &eq);
+  if (rc) goto fail;
+  if (eq) return TS_OK;
+  for (int k = 0; k < v->nreach; k++) {
+    rc = same_layout(p, &v->gs, &v->reach[k], to, &eq);
+    if (rc) goto fail;
+    if (eq) return TS_OK;
+  }
+  if (v->nreach >= TS__MAX_REACH)
+    return ts_error_set(TS_EUNSUPPORTED, "parallel pass: value '%s' is needed in more than %d layouts",
+                        p->g->vals[vi].name ? p->g->vals[vi].name : "?", TS__MAX_REACH);
+  ts_redist_plan pl;
+  size_t es = ts_dtype_size(p->g->vals[vi].dtype);
+  rc = ts_redist_plan_make(&v->gs, es ? es : 4, &v->L, to, &pl);
+  if (rc) goto fail;
+  v->reach[v->nreach] = *to;
+  v->reach_lv[v->nreach] = -1;
+  v->nreach++;
+  for (int k = 0; k < pl.nops; k++) {
+    const ts_redist_op *op = &pl.ops[k];
+    int ax = op->kind == TS_REDIST_SLICE ? op->slice_axis : op->axis;
+    if (op->group > 1 && (rc = ts__slot_for(p, &pl.from, ax)) < 0) return rc;
+  }
+  if (p->nrd == p->caprd) {
+    int nc = p->caprd ? 2 * p->caprd : 32;
+    ts__redist_rec *q = realloc(p->rd, sizeof *q * (size_t)nc);
+    if (!q) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+    p->rd = q;
+    p->caprd = nc;
+  }
+  ts__redist_rec *r = &p->rd[p->nrd++];
+  memset(r, 0, sizeof *r);
+  r->node = node;
+  r->input = input;
+  r->value = vi;
+  r->gs = v->gs;
+  r->from = v->L;
+  r->to = *to;
+  r->nops = pl.nops;
+  r->cost = pl.total_cost;
+  char buf[4096];
+  buf[0] = 0;
+  size_t n = 0;
+  for (int k = 0; k < pl.nops && n < sizeof buf - 200; k++) {
+    char ob[256];
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "      %s\n", ts_redist_op_str(&pl.ops[k], ob, sizeof ob));
+  }
+  r->text = strdup(buf);
+  p->stats.nredist++;
+  p->stats.fwd_comm_bytes += (int64_t)pl.total_cost;
+  for (int k = 0; k < pl.nops; k++)
+    if (pl.ops[k].kind != TS_REDIST_SLICE && pl.ops[k].group > 1) p->stats.ncollectives++;
+  return TS_OK;
+fail: {
+  char a[160], b[160], s[96];
+  const char *nm = p->g->vals[vi].name ? p->g->vals[vi].name : "value";
+  return ts_error_wrap(rc, "parallel pass: converting %s%s from %s to %s for operator '%s'", nm,
+                       ts_shape_str(&v->gs, s, sizeof s), ts_layout_str(&v->L, a, sizeof a),
+                       ts_layout_str(to, b, sizeof b), node >= 0 ? p->n[node].key : "output");
+}
+}
+
+/* ---- pending parameters ---- */
+
+/* Lays out every deferred shape op hanging off parameter `root`, in node order. */
+static int flush_deferred(ts_parallel *p, int root) {
+  for (int j = 0; j < p->nfwd; j++) {
+    ts__nst *ns = &p->n[j];
+    if (!ns->deferred) continue;
+    const ts__node *nd = &p->g->nodes[j];
+    if (p->v[nd->in[0]].from_param != root) continue;
+    if (p->v[nd->in[0]].pending) continue; /* a sibling branch still waits */
+    ns->deferred = 0;
+    int rc = ts__pass_node(p, j);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+static int make_known(ts_parallel *p, int vi, const ts_layout *L, int node) {
+  ts__vst *v = &p->v[vi];
+  v->L = *L;
+  v->known = 1;
+  v->pending = 0;
+  if (node >= 0 && p->n[node].how == TS__HOW_USER) v->user_node = node;
+  return TS_OK;
+}
+
+int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
+  const ts_graph *g = p->g;
+  ts__vst *v = &p->v[vi];
+  if (!v->pending) return TS_OK;
+  int root = v->from_param;
+  int pn = g->vals[vi].producer;
+  if (pn < 0) { /* the parameter itself */
+    make_known(p, vi, to, node);
+    return flush_deferred(p, vi);
+  }
+  const ts__node *nd = &g->nodes[pn];
+  int u = nd->in[0];
+  ts_layout lu;
+  int ok = 1;
+  switch (nd->op) {
+    case TS_OP_RESHAPE: {
+      int bad;
+      if (ts__reshape_layout(&v->gs, to, &p->v[u].gs, &lu, &bad)) {
+        ok = 0;
+        if (u == root && p->v[u].pending) {
+          /* hold the parameter in this reshaped form: same memory, a layout that says it */
+          p->v[u].gs = v->gs;
+          make_known(p, u, to, node);
+          return flush_deferred(p, root);
+        }
+      }
+      break;
+    }
+    case TS_OP_PERMUTE:
+      lu = *to;
+      for (int k = 0; k < to->ndim; k++) lu.tmap[nd->a.i[k]] = to->tmap[k];
+      break;
+    case TS_OP_SPLIT:
+    case TS_OP_SLICE:
+      lu = *to;
+      if (to->tmap[nd->a.i[0]] >= 0 && to->dev[to->tmap[nd->a.i[0]]] > 1) ok = 0;
+      break;
+    default:
+      ok = 0;
+  }
+  if (!ok) { /* cannot carry the cut back: the parameter stays whole */
+    ts_layout r;
+    ts__layout_repl(&r, p->N, p->v[root].gs.ndim);
+    make_known(p, root, &r, -1);
+    return flush_deferred(p, root);
+  }
+  return ts__pass_resolve(p, u, &lu, node);
+}
+
+/* ---- phase 1 driver ---- */
+
+/* dataset_cut 0: the cut the user's strategy of the first operator reading an input gives its
+ * dim 0 (so the batch arrives where that operator wants it), else N (data parallel). */
+static int auto_dataset_cut(ts_parallel *p) {
+  const ts_graph *g = p->g;
+  if (!p->cfg.strategies) return p->N;
+  for (int i = 0; i < g->nvals; i++) {
+    if (g->vals[i].kind != TS_VAL_INPUT || g->vals[i].producer >= 0 || g->vals[i].shape.ndim == 0) continue;
+    for (int j = 0; j < g->nnodes; j++) {
+      const ts__node *nd = &g->nodes[j];
+      int k;
+      for (k = 0; k < nd->nin; k++)
+        if (nd->in[k] == i) break;
+      if (k == nd->nin) continue;
+      ts_op_strategy st;
+      if (ts_strategy_set_get(p->cfg.strategies, p->n[j].key, &st)) break;
+      /* the strategy input describing graph input k (embedding lists ids first) */
+      int si = nd->op == TS_OP_EMBEDDING ? 1 - k : k;
+      if (si < 0 || si >= st.ninputs || st.ndim[si] < 1) break;
+      int64_t c = st.cuts[si][0];
+      if (c >= 1 && p->N % c == 0) return (int)c;
+      break;
+    }
+  }
+  ts_error_set(TS_OK, "%s", "");
+  return p->N;
+}
+
+static int input_layout(ts_parallel *p, int vi) {
+  const ts__value *x = &p->g->vals[vi];
+  int N = p->N, dp = p->cfg.dataset_cut;
+  ts_layout L;
+  if (dp <= 0) dp = p->cfg.dataset_cut = auto_dataset_cut(p);
+  if (dp < 1 || N % dp) {
+    return ts_error_set(TS_ECONFIG, "parallel: the dataset cut %d does not divide the %d devices", dp, N);
+  }
+  if (dp == 1 || x->shape.ndim == 0) {
+    ts__layout_repl(&L, N, x->shape.ndim);
+  } else {
+    char s[96];
+    if (x->shape.dims[0] % dp)
+      return ts_error_set(TS_ECONFIG,
+                          "parallel: input '%s'%s: its batch dim 0 (%lld) is not divisible by the "
+                          "dataset cut %d (the global batch must divide by the data-parallel degree)",
+                          x->name ? x->name : "?", ts_shape_str(&x->shape, s, sizeof s),
+                          (long long)x->shape.dims[0], dp);
+    int dev[2] = {dp, N / dp}, tmap[TS_MAX_DIMS];
+    for (int d = 0; d < x->shape.ndim; d++) tmap[d] = -1;
+    tmap[0] = 0;
+    ts_layout_init(&L, N / dp > 1 ? 2 : 1, dev, x->shape.ndim, tmap, 0);
+  }
+  return make_known(p, vi, &L, -1);
+}
+
+static int check_user_keys(ts_parallel *p) {
+  const ts_strategy_set *s = p->cfg.strategies;
+  if (!s) return TS_OK;
+  int n = ts_strategy_set_count(s);
+  for (int i = 0; i < n; i++) {
+    const char *name = ts_strategy_set_name(s, i);
+    int hit = 0;
+    for (int j = 0; j < p->nfwd && !hit; j++) {
+      if (!p->n[j].key) continue;
+      ts_strategy_set *one;
+      int rc = ts_strategy_set_create(ts_strategy_set_device_num(s), 0, &one);
+      if (rc) return rc;
+      ts_op_strategy st;
+      rc = ts_strategy_set_put(one, name, ts_strategy_set_at(s, i));
+      if (!rc) rc = ts_strategy_set_get(one, p->n[j].key, &st);
+      ts_strategy_set_free(one);
+      hit = rc == TS_OK;
+    }
+    if (!hit)
+      return ts_error_set(TS_ECONFIG,
+                          "parallel: strategy for '%s' matches no operator of the model (operator "
+                          "names are scopes joined by '.' and the op, e.g. '%s'; `tessera plan` lists them)",
+                          name, p->nfwd && p->n[p->nfwd - 1].key ? p->n[p->nfwd - 1].key : "fc.dense");
+  }
+  return TS_OK;
+}
+
+static int phase1(ts_parallel *p) {
+  const ts_graph *g = p->g;
+  int rc;
+  for (int j = 0; j < p->nfwd; j++) {
+    char key[512];
+    ts_parallel_op_key(g, j, key, sizeof key);
+    p->n[j].key = strdup(key);
+    p->n[j].sop = -1;
+    if (!p->n[j].key) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  }
+  if ((rc = check_user_keys(p))) return rc;
+  for (int i = 0; i < g->nvals; i++) {
+    p->v[i].lv = -1;
+    p->v[i].user_node = -1;
+    p->v[i].from_param = -1;
+    p->v[i].gs = g->vals[i].shape;
+    if (g->vals[i].producer >= 0) continue;
+    if (g->vals[i].kind == TS_VAL_INPUT) {
+      if ((rc = input_layout(p, i))) return rc;
+    } else if (g->vals[i].kind == TS_VAL_PARAM || g->vals[i].kind == TS_VAL_STATE) {
+      p->v[i].pending = 1;
+      p->v[i].from_param = i;
+    }
+  }
+  for (int j = 0; j < p->nfwd; j++) {
+    if (p->n[j].visited) continue;
+    if ((rc = ts__pass_node(p, j))) return rc;
+  }
+  /* parameters no operator used: whole */
+  for (int i = 0; i < g->nvals; i++)
+    if (p->v[i].pending && g->vals[i].producer < 0) {
+      ts_layout r;
+      ts__layout_repl(&r, p->N, p->v[i].gs.ndim);
+      make_known(p, i, &r, -1);
+      if ((rc = flush_deferred(p, i))) return rc;
+    }
+  /* outputs */
+  for (int k = 0; k < p->nouts; k++) {
+    int vi = p->outs[k];
+    if (!p->v[vi].known)
+      return ts_error_set(TS_EGRAPH, "parallel pass: output %d (%s) was not laid out", k,
+                          g->vals[vi].name ? g->vals[vi].name : "?");
+    p->out_L[k] = p->v[vi].L;
+    if (p->replicate && p->replicate[k]) {
+      ts__layout_repl(&p->out_L[k], p->N, p->v[vi].gs.ndim);
+      if ((rc = ts__pass_need(p, vi, &p->out_L[k], -1, k))) return rc;
+    }
+  }
+  return TS_OK;
+}
+
+/* ---- public API ---- */
+
+void ts_parallel_free(ts_parallel *p) {
+  if (!p) return;
+  if (p->n)
+    for (int j = 0; j < p->nfwd; j++) free(p->n[j].key);
+  for (int i = 0; i < p->nrd; i++) free(p->rd[i].text);
+  for (int s = 0; s < p->nslots; s++) free(p->slots[s].part);
+  for (int k = 0; k < p->ngroups; k++) free(p->group_part[k]);
+  free(p->group_part);
+  free(p->param_group);
+  free(p->slots);
+  free(p->rd);
+  free(p->v);
+  free(p->n);
+  free(p->outs);
+  free(p->replicate);
+  free(p->out_lv);
+  free(p->out_L);
+  free(p->param_lp);
+  ts_graph_free(p->lg);
+  ts_params_free(p->lp);
+  ts_strategy_set_free(p->inforce);
+  free(p);
+}
+
+int ts_parallel_run(const ts_graph *g, const ts_params *gp, const ts_val *outs, int nout,
+                    const int *replicate, const ts_parallel_config *cfg, ts_parallel **out) {
+  if (out) *out = NULL;
+  if (!g || !gp || !cfg || !out || (nout > 0 && !outs) || nout < 0)
+    return ts_error_set(TS_EINVAL, "ts_parallel_run: null argument");
+  if (ts_graph_status(g))
+    return ts_error_set(TS_EGRAPH, "ts_parallel_run: the graph has an error: %s", ts_graph_error(g));
+  if (cfg->ndevices < 1 || cfg->rank < 0 || cfg->rank >= cfg->ndevices)
+    return ts_error_set(TS_EINVAL, "ts_parallel_run: rank %d of %d devices", cfg->rank, cfg->ndevices);
+  if (cfg->strategies && ts_strategy_set_device_num(cfg->strategies) != cfg->ndevices)
+    return ts_error_set(TS_ECONFIG, "parallel: the strategies are for %d devices, the job has %d",
+                        ts_strategy_set_device_num(cfg->strategies), cfg->ndevices);
+  for (int j = 0; j < g->nnodes; j++)
+    if (g->nodes[j].is_backward)
+      return ts_error_set(TS_EINVAL,
+                          "ts_parallel_run: the graph already has a backward (node %s); run the pass "
+                          "on the forward graph and differentiate its result",
+                          g->nodes[j].name);
+  ts_parallel *p = calloc(1, sizeof *p);
+  if (!p) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  p->g = g;
+  p->gp = gp;
+  p->cfg = *cfg;
+  p->N = cfg->ndevices;
+  p->rank = cfg->rank;
+  p->nfwd = g->nnodes;
+  p->nouts = nout;
+  p->v = calloc((size_t)g->nvals + 1, sizeof *p->v);
+  p->n = calloc((size_t)g->nnodes + 1, sizeof *p->n);
+  p->outs = calloc((size_t)nout + 1, sizeof(int));
+  p->replicate = calloc((size_t)nout + 1, sizeof(int));
+  p->out_lv = calloc((size_t)nout + 1, sizeof(int));
+  p->out_L = calloc((size_t)nout + 1, sizeof(ts_layout));
+  int rc = TS_OK;
+  if (!p->v || !p->n || !p->outs || !p->replicate || !p->out_lv || !p->out_L) {
+    rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+    goto fail;
+  }
+  for (int k = 0; k < nout; k++) {
+    int i = outs[k] & ((1 << TS__VAL_BITS) - 1);
+    if (outs[k] < 0 || i >= g->nvals || (uint32_t)(outs[k] >> TS__VAL_BITS) != (g->id & 0x3ff)) {
+      rc = ts_error_set(TS_EINVAL, "ts_parallel_run: output %d is not a value of the graph", k);
+      goto fail;
+    }
+    p->outs[k] = i;
+    p->replicate[k] = replicate ? replicate[k] : 0;
+  }
+  if ((rc = phase1(p))) goto fail;
+  if ((rc = ts__pass_emit(p))) goto fail;
+  *out = p;
+  return TS_OK;
+fail:
+  ts_parallel_free(p);
+  return rc;
+}
+
+ts_graph *ts_parallel_graph(ts_parallel *p) { return p ? p->lg : NULL; }
+ts_params *ts_parallel_params(ts_parallel *p) { return p ? p->lp : NULL; }
+
+static int gidx(const ts_parallel *p, ts_val v) {
+  if (!p || v < 0) return -1;
+  int i = v & ((1 << TS__VAL_BITS) - 1);
+  return i < p->g->nvals ? i : -1;
+}
+
+ts_val ts_parallel_value(const ts_parallel *p, ts_val v) {
+  int i = gidx(p, v);
+  if (i < 0) return TS_NONE;
+  for (int k = 0; k < p->nouts; k++)
+    if (p->outs[k] == i && p->out_lv[k] >= 0) return ts__handle(p->lg, p->out_lv[k]);
+  return p->v[i].lv >= 0 ? ts__handle(p->lg, p->v[i].lv) : TS_NONE;
+}
+
+const ts_layout *ts_parallel_layout(const ts_parallel *p, ts_val v, ts_shape *gshape) {
+  int i = gidx(p, v);
+  if (i < 0 || !p->v[i].known) return NULL;
+  if (gshape) *gshape = p->v[i].gs;
+  for (int k = 0; k < p->nouts; k++)
+    if (p->outs[k] == i) return &p->out_L[k];
+  return &p->v[i].L;
+}
+
+int ts_parallel_input_piece(const ts_parallel *p, ts_val v, int *parts, int *index) {
+  int i = gidx(p, v);
+  if (i < 0 || p->g->vals[i].kind != TS_VAL_INPUT)
+    return ts_error_set(TS_EINVAL, "ts_parallel_input_piece: not an input of the graph");
+  const ts_layout *L = &p->v[i].L;
+  *parts = 1;
+  *index = 0;
+  if (L->ndim > 0 && L->tmap[0] >= 0) {
+    int coords[TS_LAYOUT_MAX_AXES];
+    ts_layout_rank_coords(L, p->rank, coords);
+    *parts = L->dev[L->tmap[0]];
+    *index = coords[L->tmap[0]];
+  }
+  return TS_OK;
+}
+
+float ts_parallel_loss_seed(const ts_parallel *p, ts_val v) {
+  const ts_layout *L = ts_parallel_layout(p, v, NULL);
+  if (!L) return 1.0f;
+  int parts = 1;
+  for (int a = 0; a < L->ndev; a++)
+    if (L->partial & (1u << a)) parts *= L->dev[a];
+  for (int d = 0; d < L->ndim; d++)
+    if (L->tmap[d] >= 0) parts *= L->dev[L->tmap[d]];
+  return (float)parts / (float)p->N;
+}
+
+int ts_parallel_num_slots(const ts_parallel *p) { return p ? p->nslots : 0; }
+
+int ts_parallel_slot(const ts_parallel *p, int s, int *ndev, int *dev, int *axis) {
+  if (!p || s < 0 || s >= p->nslots)
+    return ts_error_set(TS_EINVAL, "ts_parallel_slot: slot %d outside 0..%d", s, p ? p->nslots - 1 : -1);
+  *ndev = p->slots[s].ndev;
+  memcpy(dev, p->slots[s].dev, sizeof(int) * (size_t)p->slots[s].ndev);
+  *axis = p->slots[s].axis;
+  return TS_OK;
+}
+
+int ts_parallel_make_comms(const ts_parallel *p, ts_comm *world, ts_comm **comms) {
+  if (ts_comm_size(world) != p->N)
+    return ts_error_set(TS_EINVAL, "parallel: the communicator has %d ranks, the plan is for %d",
+                        ts_comm_size(world), p->N);
+  for (int s = 0; s < p->nslots; s++) comms[s] = NULL;
+  for (int s = 0; s < p->nslots; s++) {
+    const ts__slot *sl = &p->slots[s];
+    int rc = ts_comm_split(world, sl->part[p->rank], p->rank, &comms[s]);
+    if (rc) {
+      for (int k = 0; k < s; k++) ts_comm_free(comms[k]);
+      return ts_error_wrap(rc, "parallel: creating the group of communicator slot %d", s);
+    }
+  }
+  return TS_OK;
+}
+
+int ts_parallel_set_comms(const ts_parallel *p, ts_plan *plan, ts_comm *const *comms) {
+  for (int s = 0; s < p->nslots; s++) {
+    int rc = ts_plan_set_comm(plan, s, comms[s]);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+int ts_parallel_grad_groups(const ts_parallel *p) { return p ? p->ngroups : 0; }
+
+int ts_parallel_grad_group(const ts_parallel *p, int k, int *member, int *color, int *size) {
+  if (!p || k < 0 || k >= p->ngroups)
+    return ts_error_set(TS_EINVAL, "ts_parallel_grad_group: group %d outside 0..%d", k, p ? p->ngroups - 1 : -1);
+  int np = ts_params_count(p->lp);
+  for (int i = 0; i < np; i++) member[i] = p->param_group[i] == k;
+  const int *part = p->group_part[k];
+  *color = part[p->rank];
+  int n = 0;
+  for (int r = 0; r < p->N; r++) n += part[r] == part[p->rank];
+  *size = n;
+  return TS_OK;
+}
+
+const ts_strategy_set *ts_parallel_strategies(const ts_parallel *p) { return p ? p->inforce : NULL; }
+
+void ts_parallel_get_stats(const ts_parallel *p, ts_parallel_stats *st) {
+  memset(st, 0, sizeof *st);
+  if (p) *st = p->stats;
+}
+
+static const char *how_name(ts__how h) {
+  static const char *const n[] = {"-", "user", "follow", "data parallel", "replicated", "view", "no rule (replicated)"};
+  return (unsigned)h < sizeof n / sizeof n[0] ? n[h] : "?";
+}
+
+#define OUT(...)                                                              \
+  do {                                                                        \
+    int w_ = snprintf(buf ? buf + (n < cap ? n : cap) : NULL,                 \
+                      n < cap ? cap - n : 0, __VA_ARGS__);                    \
+    if (w_ > 0) n += (size_t)w_;                                              \
+  } while (0)
+
+size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
+  size_t n = 0;
+  if (buf && cap) buf[0] = 0;
+  if (!p) return 0;
+  const ts_graph *g = p->g;
+  OUT("operators (%d devices; strategy source: user, follow = keeps its input's cuts, data parallel, "
+      "replicated):\n", p->N);
+  for (int j = 0; j < p->nfwd; j++) {
+    const ts__nst *ns = &p->n[j];
+    const ts__node *nd = &g->nodes[j];
+    char st[256] = "", l[256];
+    if (ns->sop >= 0) ts_op_strategy_str(&ns->st, st, sizeof st);
+    OUT("  %-44s %-14s %-14s %s", ns->key, ts__ops[nd->op].name, how_name(ns->how), st);
+    if (nd->nout > 0 && p->v[nd->out[0]].known) {
+      char s[96];
+      OUT("  -> %s %s%s", ts_shape_str(&p->v[nd->out[0]].gs, s, sizeof s),
+          ts_layout_str(&p->v[nd->out[0]].L, l, sizeof l), ns->bias_after ? " (bias added after the reduction)" : "");
+    }
+    OUT("\n");
+  }
+  OUT("parameters (global shape, layout, bytes on this rank / whole):\n");
+  for (int i = 0; i < g->nvals; i++) {
+    if (g->vals[i].producer >= 0 || (g->vals[i].kind != TS_VAL_PARAM && g->vals[i].kind != TS_VAL_STATE)) continue;
+    const ts__vst *v = &p->v[i];
+    char s[96], l[256];
+    ts_shape loc;
+    ts_layout_local_shape(&v->L, &v->gs, &loc);
+    OUT("  %-44s %-16s %-34s %lld / %lld\n", g->vals[i].name, ts_shape_str(&v->gs, s, sizeof s),
+        ts_layout_str(&v->L, l, sizeof l), (long long)ts_shape_numel(&loc) * 4,
+        (long long)ts_shape_numel(&v->gs) * 4);
+  }
+  OUT("redistributions inserted (forward; the backward runs their adjoints):\n");
+  for (int i = 0; i < p->nrd; i++) {
+    const ts__redist_rec *r = &p->rd[i];
+    char s[96], a[256], b[256];
+    const char *vn = g->vals[r->value].name;
+    char pn[64] = "";
+    if (!vn && g->vals[r->value].producer >= 0) {
+      snprintf(pn, sizeof pn, "output of");
+      vn = p->n[g->vals[r->value].producer].key;
+    }
+    OUT("  %s %s%s for %s: %s -> %s, %d op(s), %.0f bytes per rank\n%s", pn, vn ? vn : "?",
+        ts_shape_str(&r->gs, s, sizeof s), r->node >= 0 ? p->n[r->node].key : "the output",
+        ts_layout_str(&r->from, a, sizeof a), ts_layout_str(&r->to, b, sizeof b), r->nops, r->cost,
+        r->text ? r->text : "");
+  }
+  OUT("communicator groups: %d\n", p->nslots);
+  for (int s = 0; s < p->nslots; s++) {
+    const ts__slot *sl = &p->slots[s];
+    OUT("  slot %d: dev(", s);
+    for (int a = 0; a < sl->ndev; a++) OUT("%s%d", a ? "," : "", sl->dev[a]);
+    OUT(") axis %d, groups of %d\n", sl->axis, sl->group);
+  }
+  return n;
+}

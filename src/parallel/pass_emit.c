@@ -1,0 +1,382 @@
+/* The parallel pass, phase 2: builds the rank's graph from phase 1's decisions. Parameters are
+ * registered as the rank's slices, every operator is emitted on local shapes (attributes that
+ * hold shapes or offsets rewritten), and each input is converted into the layout its operator
+ * needs by the redistribution plan's collectives. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass_impl.h"
+
+#define VMASK ((1 << TS__VAL_BITS) - 1)
+
+static int vid(ts_val h) { return h < 0 ? -1 : (int)(h & VMASK); }
+
+static int lg_fail(ts_parallel *p, const char *what) {
+  int rc = ts_graph_status(p->lg) ? ts_graph_status(p->lg) : TS_EGRAPH;
+  return ts_error_set(rc, "parallel pass: emitting %s: %s", what, ts_graph_error(p->lg));
+}
+
+static void set_scope(ts_parallel *p, int ni) {
+  ts_graph *lg = p->lg;
+  lg->scope[0] = 0;
+  if (ni < 0) return;
+  const char *nm = p->g->nodes[ni].name;
+  const char *sl = nm ? strrchr(nm, '/') : NULL;
+  if (!sl) return;
+  size_t n = (size_t)(sl - nm);
+  if (n >= sizeof lg->scope) n = sizeof lg->scope - 1;
+  memcpy(lg->scope, nm, n);
+  lg->scope[n] = 0;
+}
+
+/* ---- leaves ---- */
+
+static int local_shape(const ts_layout *L, const ts_shape *gs, ts_shape *ls) {
+  return ts_layout_local_shape(L, gs, ls);
+}
+
+static int emit_leaf(ts_parallel *p, int vi) {
+  const ts__value *x = &p->g->vals[vi];
+  ts__vst *v = &p->v[vi];
+  ts_shape ls;
+  int rc = local_shape(&v->L, &v->gs, &ls);
+  if (rc) return ts_error_wrap(rc, "parallel pass: value '%s'", x->name ? x->name : "?");
+  char saved[sizeof p->lg->scope];
+  memcpy(saved, p->lg->scope, sizeof saved);
+  p->lg->scope[0] = 0;
+  ts_val h;
+  if (x->kind == TS_VAL_INPUT) {
+    h = ts_input(p->lg, x->name, x->dtype, ls);
+    if (h != TS_NONE && x->no_grad) p->lg->vals[vid(h)].no_grad = 1;
+  } else {
+    int lid = p->param_lp[x->param_id];
+    h = x->kind == TS_VAL_STATE ? ts_state_value(p->lg, x->name, x->dtype, ls, lid)
+                                : ts_param_value(p->lg, x->name, x->dtype, ls, lid);
+    if (h != TS_NONE && x->no_grad) p->lg->vals[vid(h)].no_grad = 1;
+  }
+  memcpy(p->lg->scope, saved, sizeof saved);
+  if (h == TS_NONE) return lg_fail(p, x->name ? x->name : "a leaf");
+  v->lv = vid(h);
+  return TS_OK;
+}
+
+/* ---- redistribution ---- */
+
+/* Emits the collectives taking local value `cur` (global shape gs) from layout `from` to `to`;
+ * *res gets the new value index. */
+static int emit_redist(ts_parallel *p, int cur, ts_dtype dt, const ts_shape *gs, const ts_layout *from,
+                       const ts_layout *to, int *res) {
+  *res = cur;
+  if (ts_layout_equal(from, to)) return TS_OK;
+  ts_redist_plan pl;
+  size_t es = ts_dtype_size(dt);
+  int rc = ts_redist_plan_make(gs, es ? es : 4, from, to, &pl);
+  if (rc) return rc;
+  if (pl.nops == 0) return TS_OK;
+  ts_graph *lg = p->lg;
+  ts_val h = ts__handle(lg, cur);
+  int refined = !ts_shape_equal(&pl.shape, gs);
+  if (refined) {
+    ts_shape ls;
+    if ((rc = local_shape(&pl.from, &pl.shape, &ls))) return rc;
+    h = ts_reshape(lg, h, ls);
+  }
+  for (int k = 0; k < pl.nops; k++) {
+    const ts_redist_op *op = &pl.ops[k];
+    if (op->group <= 1) continue;
+    int ax = op->kind == TS_REDIST_SLICE ? op->slice_axis : op->axis;
+    int slot = ts__slot_for(p, &pl.from, ax);
+    if (slot < 0) return slot;
+    switch (op->kind) {
+      case TS_REDIST_SLICE: h = ts_rank_slice(lg, h, slot, op->group, op->dim); break;
+      case TS_REDIST_REDUCE_SCATTER: h = ts_reduce_scatter(lg, h, slot, op->group, op->dim, TS_REDUCE_SUM); break;
+      case TS_REDIST_ALLREDUCE: h = ts_allreduce(lg, h, slot, op->group, TS_REDUCE_SUM); break;
+      case TS_REDIST_ALLTOALL: h = ts_alltoall(lg, h, slot, op->group, op->dim, op->dim2); break;
+      case TS_REDIST_ALLGATHER: h = ts_allgather(lg, h, slot, op->group, op->dim); break;
+      default: return ts_error_set(TS_EINVAL, "parallel pass: unknown redistribution op %d", (int)op->kind);
+    }
+  }
+  if (refined) {
+    ts_shape ls;
+    if ((rc = local_shape(&pl.to, &pl.shape, &ls)) || (rc = local_shape(to, gs, &ls))) return rc;
+    h = ts_reshape(lg, h, ls);
+  }
+  if (h == TS_NONE) return lg_fail(p, "a redistribution");
+  *res = vid(h);
+  return TS_OK;
+}
+
+/* The rank's value of global value vi in layout `to`. */
+static int convert(ts_parallel *p, int vi, const ts_layout *to, int *res) {
+  ts__vst *v = &p->v[vi];
+  int rc;
+  if (v->lv < 0 && (rc = emit_leaf(p, vi))) return rc;
+  if (ts_layout_equal(&v->L, to)) {
+    *res = v->lv;
+    return TS_OK;
+  }
+  for (int k = 0; k < v->nreach; k++)
+    if (v->reach_lv[k] >= 0 && ts_layout_equal(&v->reach[k], to)) {
+      *res = v->reach_lv[k];
+      return TS_OK;
+    }
+  if ((rc = emit_redist(p, v->lv, p->g->vals[vi].dtype, &v->gs, &v->L, to, res))) {
+    const char *nm = p->g->vals[vi].name;
+    return ts_error_wrap(rc, "parallel pass: converting '%s'", nm ? nm : "value");
+  }
+  int k;
+  for (k = 0; k < v->nreach; k++)
+    if (ts_layout_equal(&v->reach[k], to)) break;
+  if (k == v->nreach && v->nreach < TS__MAX_REACH) {
+    v->reach[k] = *to;
+    v->nreach++;
+  }
+  if (k < TS__MAX_REACH) v->reach_lv[k] = *res;
+  return TS_OK;
+}
+
+/* ---- parameters ---- */
+
+static int register_params(ts_parallel *p) {
+  const ts_graph *g = p->g;
+  int np = ts_params_count(p->gp);
+  p->param_lp = malloc(sizeof(int) * (size_t)(np + 1));
+  if (!p->param_lp) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  int *val_of = malloc(sizeof(int) * (size_t)(np + 1));
+  if (!val_of) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  for (int i = 0; i < np; i++) val_of[i] = -1;
+  for (int i = 0; i < g->nvals; i++)
+    if (g->vals[i].producer < 0 && g->vals[i].param_id >= 0 && g->vals[i].param_id < np &&
+        (g->vals[i].kind == TS_VAL_PARAM || g->vals[i].kind == TS_VAL_STATE))
+      val_of[g->vals[i].param_id] = i;
+  int rc = TS_OK;
+  for (int i = 0; i < np && !rc; i++) {
+    const char *name = ts_params_name(p->gp, i);
+    ts_shape full = ts_params_shape(p->gp, i);
+    ts_init init = ts_params_init_of(p->gp, i);
+    int flags = ts_params_flags(p->gp, i);
+    int vi = val_of[i], id;
+    const ts_layout *L = vi >= 0 ? &p->v[vi].L : NULL;
+    int cut = 0;
+    if (L)
+      for (int d = 0; d < L->ndim; d++) cut |= L->tmap[d] >= 0 && L->dev[L->tmap[d]] > 1;
+    if (!cut && (!L || ts_shape_equal(&p->v[vi].gs, &full))) {
+      id = ts_params_add(p->lp, name, full, init, flags);
+    } else {
+      id = ts_params_add_sharded(p->lp, name, p->v[vi].gs, L, p->rank, init, flags);
+      if (id >= 0 && !ts_shape_equal(&p->v[vi].gs, &full)) rc = ts_params_set_init_shape(p->lp, id, full);
+    }
+    if (id < 0) rc = id;
+    p->param_lp[i] = id;
+    if (vi >= 0 && id >= 0) {
+      ts_shape ls = ts_params_shape(p->lp, id);
+      p->stats.param_bytes += (flags & TS_PARAM_STATE) ? 0 : ts_shape_numel(&ls) * 4;
+    }
+    if (!(flags & TS_PARAM_STATE)) p->stats.param_full_bytes += ts_shape_numel(&full) * 4;
+  }
+  free(val_of);
+  return rc;
+}
+
+/* ---- operators ---- */
+
+static int scale_value(ts_parallel *p, int v, float s) {
+  ts_val h = ts_scale(p->lg, ts__handle(p->lg, v), s, 0.0f);
+  return h == TS_NONE ? -1 : vid(h);
+}
+
+static int emit_node(ts_parallel *p, int ni) {
+  const ts_graph *g = p->g;
+  const ts__node *nd = &g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  ts_graph *lg = p->lg;
+  int li[TS_MAX_IO], rc;
+  for (int k = 0; k < nd->nin; k++)
+    if ((rc = convert(p, nd->in[k], &ns->req[k], &li[k]))) return ts_error_wrap(rc, "operator '%s'", ns->key);
+  set_scope(p, ni);
+  ts__attrs a = nd->a;
+  int nin = nd->nin, lout[TS_MAX_IO];
+  int64_t off[TS_MAX_DIMS];
+  switch (nd->op) {
+    case TS_OP_RESHAPE: {
+      ts_shape ls;
+      if ((rc = local_shape(&ns->out[0], &p->v[nd->out[0]].gs, &ls))) return rc;
+      a.i[0] = ls.ndim;
+      for (int d = 0; d < ls.ndim; d++) a.i[1 + d] = ls.dims[d];
+      break;
+    }
+    case TS_OP_EMBEDDING: {
+      const ts_layout *t = &ns->req[0];
+      if (t->tmap[0] >= 0 && t->dev[t->tmap[0]] > 1) {
+        ts_layout_offsets(t, &p->v[nd->in[0]].gs, p->rank, off);
+        a.i[0] = off[0];
+        a.i[1] = 1;
+      }
+      break;
+    }
+    case TS_OP_SOFTMAX_CE: {
+      const ts_layout *l = &ns->req[0];
+      if (l->tmap[1] >= 0 && l->dev[l->tmap[1]] > 1) {
+        ts_layout_offsets(l, &p->v[nd->in[0]].gs, p->rank, off);
+        a.i[1] = ts__slot_for(p, l, l->tmap[1]) + 1;
+        a.i[2] = l->dev[l->tmap[1]];
+        a.i[3] = off[1];
+        a.i[4] = p->v[nd->in[0]].gs.dims[1];
+      }
+      break;
+    }
+    case TS_OP_BATCHNORM: {
+      const ts_layout *l = &ns->req[0];
+      a.i[1] = 0;
+      if (g->training && l->tmap[0] >= 0 && l->dev[l->tmap[0]] > 1) a.i[1] = ts__slot_for(p, l, l->tmap[0]) + 1;
+      break;
+    }
+    case TS_OP_DROPOUT: {
+      /* exact when only dim 0 is cut (the slice is one run of the global numbering) */
+      const ts_layout *l = &ns->req[0];
+      const ts_shape *gs = &p->v[nd->in[0]].gs;
+      ts_layout_offsets(l, gs, p->rank, off);
+      int64_t st = 1, o = 0;
+      for (int d = gs->ndim - 1; d >= 0; d--) {
+        o += off[d] * st;
+        st *= gs->dims[d];
+      }
+      a.i[1] = nd->a.i[1] + o;
+      break;
+    }
+    default:
+      break;
+  }
+  if (ns->bias_after) nin = 2; /* dense/conv without its bias: added after the reduction */
+  int node = ts__add_node(lg, nd->op, li, nin, nd->nout, &a);
+  if (node < 0) return lg_fail(p, ns->key);
+  for (int k = 0; k < nd->nout; k++) lout[k] = lg->nodes[node].out[k];
+  if (ns->bias_after) {
+    int y;
+    if ((rc = emit_redist(p, lout[0], nd->op == TS_OP_DENSE ? TS_F32 : TS_F32, &p->v[nd->out[0]].gs,
+                          &ns->pre_bias, &ns->out[0], &y)))
+      return ts_error_wrap(rc, "operator '%s': reducing the partial sums", ns->key);
+    ts_val b = ts__handle(lg, li[2]);
+    if (nd->op == TS_OP_CONV2D) {
+      ts_shape bs = lg->vals[li[2]].shape;
+      b = ts_reshape(lg, b, ts_shape3(bs.dims[0], 1, 1));
+    }
+    ts_val h = ts_add(lg, ts__handle(lg, y), b);
+    if (h == TS_NONE) return lg_fail(p, ns->key);
+    lout[0] = vid(h);
+  }
+  /* means over cut rows: each rank's part divided by the cut, so the parts sum to the mean */
+  if (nd->op == TS_OP_SOFTMAX_CE) {
+    const ts_layout *l = &ns->req[0];
+    int c = l->tmap[0] >= 0 ? l->dev[l->tmap[0]] : 1;
+    if (c > 1 && (lout[0] = scale_value(p, lout[0], 1.0f / (float)c)) < 0) return lg_fail(p, ns->key);
+  }
+  if (nd->op == TS_OP_REDUCE && nd->a.i[0] == TS_RED_MEAN) {
+    const ts_layout *l = &ns->req[0];
+    int c = 1;
+    for (int d = 0; d < l->ndim; d++)
+      if (((nd->a.i[1] >> d) & 1) && l->tmap[d] >= 0) c *= l->dev[l->tmap[d]];
+    if (c > 1 && (lout[0] = scale_value(p, lout[0], 1.0f / (float)c)) < 0) return lg_fail(p, ns->key);
+  }
+  for (int k = 0; k < nd->nout; k++) p->v[nd->out[k]].lv = lout[k];
+  return TS_OK;
+}
+
+/* ---- gradient groups: parameters by the partition of ranks holding the same slice ---- */
+
+static int grad_groups(ts_parallel *p) {
+  int np = ts_params_count(p->lp), N = p->N;
+  p->param_group = malloc(sizeof(int) * (size_t)(np + 1));
+  int *part = malloc(sizeof(int) * (size_t)N);
+  int64_t *keys = malloc(sizeof(int64_t) * (size_t)N);
+  if (!p->param_group || !part || !keys) {
+    free(part);
+    free(keys);
+    return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  }
+  int rc = TS_OK;
+  for (int i = 0; i < np && !rc; i++) {
+    p->param_group[i] = -1;
+    if (ts_params_flags(p->lp, i) & TS_PARAM_STATE) continue;
+    const ts_layout *L = ts_params_layout(p->lp, i);
+    int nparts = 0;
+    for (int r = 0; r < N; r++) {
+      int64_t key = 0;
+      if (L) {
+        int coords[TS_LAYOUT_MAX_AXES];
+        ts_layout_rank_coords(L, r, coords);
+        for (int d = 0; d < L->ndim; d++)
+          if (L->tmap[d] >= 0) key = key * L->dev[L->tmap[d]] + coords[L->tmap[d]];
+      }
+      keys[r] = key;
+      int k;
+      for (k = 0; k < r; k++)
+        if (keys[k] == key) break;
+      if (k == r) {
+        part[r] = nparts++;
+      } else {
+        part[r] = part[k];
+      }
+    }
+    if (nparts == N) continue; /* no two ranks hold the same slice */
+    int k;
+    for (k = 0; k < p->ngroups; k++)
+      if (!memcmp(p->group_part[k], part, sizeof(int) * (size_t)N)) break;
+    if (k == p->ngroups) {
+      int **q = realloc(p->group_part, sizeof(int *) * (size_t)(p->ngroups + 1));
+      if (!q) {
+        rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+        break;
+      }
+      p->group_part = q;
+      q[k] = malloc(sizeof(int) * (size_t)N);
+      if (!q[k]) {
+        rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+        break;
+      }
+      memcpy(q[k], part, sizeof(int) * (size_t)N);
+      p->ngroups++;
+    }
+    p->param_group[i] = k;
+  }
+  free(part);
+  free(keys);
+  return rc;
+}
+
+/* ---- the strategies in force ---- */
+
+static int record_inforce(ts_parallel *p) {
+  int rc = ts_strategy_set_create(p->N, 0, &p->inforce);
+  if (rc) return rc;
+  for (int j = 0; j < p->nfwd && !rc; j++)
+    if (p->n[j].sop >= 0) rc = ts_strategy_set_put(p->inforce, p->n[j].key, &p->n[j].st);
+  const ts_graph *g = p->g;
+  for (int i = 0; i < g->nvals && !rc; i++) {
+    if (g->vals[i].producer >= 0 || (g->vals[i].kind != TS_VAL_PARAM && g->vals[i].kind != TS_VAL_STATE))
+      continue;
+    ts_layout L = p->v[i].L;
+    L.partial = 0;
+    rc = ts_strategy_set_put_layout(p->inforce, g->vals[i].name, &L, &p->v[i].gs);
+  }
+  return rc;
+}
+
+int ts__pass_emit(ts_parallel *p) {
+  int rc;
+  if ((rc = ts_graph_create(&p->lg)) || (rc = ts_params_create(&p->lp))) return rc;
+  ts_graph_set_training(p->lg, p->g->training);
+  if ((rc = register_params(p))) return rc;
+  for (int j = 0; j < p->nfwd; j++)
+    if ((rc = emit_node(p, j))) return rc;
+  set_scope(p, -1);
+  /* inputs nobody reads still exist on the rank (the caller binds them) */
+  for (int i = 0; i < p->g->nvals; i++)
+    if (p->g->vals[i].kind == TS_VAL_INPUT && p->v[i].lv < 0 && (rc = emit_leaf(p, i))) return rc;
+  for (int k = 0; k < p->nouts; k++)
+    if ((rc = convert(p, p->outs[k], &p->out_L[k], &p->out_lv[k]))) return rc;
+  if (ts_graph_status(p->lg)) return lg_fail(p, "the graph");
+  if ((rc = grad_groups(p))) return rc;
+  return record_inforce(p);
+}

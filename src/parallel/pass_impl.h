@@ -1,0 +1,127 @@
+/* Internal: the parallel pass (include/tessera/parallel.h). Phase 1 (pass.c, pass_rules.c)
+ * decides every value's layout and every operator's strategy on the global graph without
+ * building anything; phase 2 (pass_emit.c) emits the rank's graph from those decisions. */
+#ifndef TS_PASS_IMPL_H
+#define TS_PASS_IMPL_H
+
+#include "../graph/graph_impl.h"
+#include "tessera/parallel.h"
+#include "tessera/sharding.h"
+
+/* How an operator's strategy was chosen. */
+typedef enum {
+  TS__HOW_NONE = 0,   /* leaves, nodes not visited */
+  TS__HOW_USER,       /* the user's strategy */
+  TS__HOW_FOLLOW,     /* the cuts its input already had */
+  TS__HOW_DP,         /* data parallel default */
+  TS__HOW_REPLICATED, /* everything whole */
+  TS__HOW_VIEW,       /* shape op: layout carried through */
+  TS__HOW_NORULE,     /* no sharding rule: inputs gathered, run replicated */
+} ts__how;
+
+#define TS__MAX_REACH 6 /* layouts one value is converted into */
+
+typedef struct {
+  int known;       /* layout decided */
+  ts_layout L;     /* layout as produced */
+  ts_shape gs;     /* global shape it stands for (a parameter may be held in a reshaped form) */
+  int pending;     /* parameter (or a view of one) whose layout waits for its first consumer */
+  int user_node;   /* parameters: node whose user strategy fixed the layout (-1 none) */
+  int from_param;  /* pending views: the parameter value index at the root */
+  /* layouts this value is converted into (phase 1: costs; phase 2: emitted values) */
+  int nreach;
+  ts_layout reach[TS__MAX_REACH];
+  int reach_lv[TS__MAX_REACH];
+  int lv;          /* phase 2: the rank's value index (-1: not emitted) */
+} ts__vst;
+
+typedef struct {
+  ts__how how;
+  int visited;
+  int deferred;              /* shape op on a pending parameter (laid out later) */
+  int sop;                   /* ts_shard_op used, -1 none */
+  ts_op_strategy st;         /* the strategy in force (how USER/FOLLOW/DP/REPLICATED) */
+  int nin;
+  ts_layout req[TS_MAX_IO];  /* layout each input must have */
+  int nout;
+  ts_layout out[TS_MAX_IO];  /* layout of each output */
+  int bias_after;            /* dense/conv: partial output, bias added after the reduction */
+  ts_layout pre_bias;        /* the partial layout before the bias is added */
+  char *key;
+} ts__nst;
+
+/* One redistribution, for the report. */
+typedef struct {
+  int node, input;  /* consumer (-1: an output of the pass) */
+  int value;        /* global value index */
+  ts_shape gs;
+  ts_layout from, to;
+  int nops;
+  double cost;
+  char *text;       /* the plan's ops, one per line */
+} ts__redist_rec;
+
+typedef struct {
+  int ndev;
+  int dev[TS_LAYOUT_MAX_AXES];
+  int axis;
+  int group;        /* dev[axis] */
+  int *part;        /* part[r]: index of rank r's group (first-appearance numbering) */
+} ts__slot;
+
+struct ts_parallel {
+  const ts_graph *g;
+  const ts_params *gp;
+  ts_parallel_config cfg;
+  int N, rank;
+  ts__vst *v;       /* per global value */
+  ts__nst *n;       /* per global node */
+  int nfwd;         /* forward nodes (all nodes of g) */
+  ts__redist_rec *rd;
+  int nrd, caprd;
+  ts__slot *slots;
+  int nslots;
+  int nouts;
+  int *outs;        /* global value indices */
+  int *replicate;
+  int *out_lv;      /* phase 2: rank value of each output */
+  ts_layout *out_L; /* final layout of each output */
+  /* phase 2 */
+  ts_graph *lg;
+  ts_params *lp;
+  int *param_lp;    /* global param id -> local id */
+  ts_strategy_set *inforce;
+  ts_parallel_stats stats;
+  /* gradient groups */
+  int ngroups;
+  int **group_part;  /* per group: part[r] for every rank */
+  int *param_group;  /* local param id -> group (-1: every rank holds its own slice) */
+};
+
+/* pass_rules.c: decides node `ni`'s strategy and layouts (fills p->n[ni]); inputs' states known
+ * or pending. */
+int ts__pass_node(ts_parallel *p, int ni);
+/* The layout an op's rule gives for strategy st (repeat axis moved last); TS_OK or refusal. */
+int ts__pass_apply_rule(ts_parallel *p, int ni, int sop, const ts_op_strategy *st,
+                        const ts_shape *shapes, int nin, const int *attrs, ts_layout *req,
+                        ts_layout *out, int report);
+/* Forward layout of a reshape: maps the cuts of `in` (on shape a) to shape b. Returns 0 and
+ * fills *outl, or -1 if a cut dim cannot be carried (its index in *bad). */
+int ts__reshape_layout(const ts_shape *a, const ts_layout *in, const ts_shape *b, ts_layout *outl,
+                       int *bad);
+
+/* pass.c helpers */
+void ts__layout_repl(ts_layout *l, int N, int ndim);
+/* Axes of size 1 cut nothing: their map entries and partial bits are dropped. */
+void ts__layout_canon(ts_layout *l);
+void ts__layout_cuts(const ts_layout *l, int64_t *cuts); /* per dim */
+/* Records (phase 1) that value vi must also exist in layout `to` (cost bookkeeping). */
+int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int input);
+/* Fixes pending value vi to layout `to` (walking back to its parameter). */
+int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node);
+int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis);
+
+/* pass_emit.c */
+int ts__pass_emit(ts_parallel *p);
+
+#endif

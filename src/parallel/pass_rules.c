@@ -1,0 +1,564 @@
+/* The parallel pass, per operator: which sharding rule applies to a graph op, which strategy it
+ * runs with (the user's, else follow its input, else data parallel, else replicated), and the
+ * layouts of its inputs and outputs. Shape ops carry their input's layout through. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass_impl.h"
+
+/* ---- reshape: carrying cuts between shapes of the same row-major data ----
+ * A cut of dim i of `a` in c blocks is the same set of elements as a cut of dim j of `b` in c
+ * blocks when the dims before them have the same product (the same outer index) and both sizes
+ * divide by c: block k then covers offsets [k*S/c, (k+1)*S/c) of the inner S elements in both. */
+int ts__reshape_layout(const ts_shape *a, const ts_layout *in, const ts_shape *b, ts_layout *outl,
+                       int *bad) {
+  int tmap[TS_MAX_DIMS];
+  for (int j = 0; j < b->ndim; j++) tmap[j] = -1;
+  int64_t pa = 1;
+  for (int i = 0; i < a->ndim; i++) {
+    int ax = in->tmap[i];
+    if (ax >= 0 && in->dev[ax] > 1) {
+      int64_t c = in->dev[ax], pb = 1;
+      int found = -1;
+      for (int j = 0; j < b->ndim; j++) {
+        if (pb == pa && b->dims[j] % c == 0 && b->dims[j] > 1 && tmap[j] < 0) {
+          found = j;
+          break;
+        }
+        pb *= b->dims[j];
+        if (pb > pa) break;
+      }
+      if (found < 0) {
+        if (bad) *bad = i;
+        return -1;
+      }
+      tmap[found] = ax;
+    }
+    pa *= a->dims[i];
+  }
+  ts_layout_init(outl, in->ndev, in->dev, b->ndim, tmap, in->partial);
+  return 0;
+}
+
+/* ---- helpers ---- */
+
+static const char *vname(const ts_parallel *p, int vi) {
+  const ts__value *v = &p->g->vals[vi];
+  if (v->name) return v->name;
+  return v->producer >= 0 ? p->n[v->producer].key : "?";
+}
+
+static int is_activation(const ts_parallel *p, int vi) {
+  const ts__vst *v = &p->v[vi];
+  return v->known && !v->pending;
+}
+
+/* Moves a pure repeat axis (axis 0: cuts nothing, not partial, size > 1) to the end of the device
+ * matrix, so the data-parallel dim stays the outermost axis and model-parallel groups are
+ * neighbouring ranks (Megatron's arrangement); MindSpore puts it first. */
+static void repeat_last(ts_layout *ls, int n) {
+  if (n <= 0 || ls[0].ndev < 2 || ls[0].dev[0] <= 1) return;
+  for (int k = 0; k < n; k++) {
+    if (ls[k].partial & 1u) return;
+    for (int d = 0; d < ls[k].ndim; d++)
+      if (ls[k].tmap[d] == 0) return;
+  }
+  for (int k = 0; k < n; k++) {
+    ts_layout *l = &ls[k];
+    int nd = l->ndev, dev[TS_LAYOUT_MAX_AXES], tmap[TS_MAX_DIMS];
+    for (int a = 0; a < nd - 1; a++) dev[a] = l->dev[a + 1];
+    dev[nd - 1] = l->dev[0];
+    for (int d = 0; d < l->ndim; d++) tmap[d] = l->tmap[d] > 0 ? l->tmap[d] - 1 : l->tmap[d];
+    unsigned part = l->partial >> 1;
+    ts_layout_init(l, nd, dev, l->ndim, tmap, part);
+  }
+}
+
+int ts__pass_apply_rule(ts_parallel *p, int ni, int sop, const ts_op_strategy *st,
+                        const ts_shape *shapes, int nin, const int *attrs, ts_layout *req,
+                        ts_layout *out, int report) {
+  ts_layout all[TS_STRATEGY_MAX_INPUTS + 1];
+  int rc = ts_shard_rule((ts_shard_op)sop, st, p->N, shapes, nin, attrs, all, &all[nin], NULL);
+  if (rc) {
+    if (!report) return rc;
+    return ts_error_wrap(rc, "operator '%s'", p->n[ni].key);
+  }
+  repeat_last(all, nin + 1);
+  for (int k = 0; k <= nin; k++) ts__layout_canon(&all[k]);
+  for (int k = 0; k < nin; k++) req[k] = all[k];
+  *out = all[nin];
+  return TS_OK;
+}
+
+/* ---- which rule, which inputs ---- */
+
+typedef struct {
+  int sop;                          /* ts_shard_op, -1: none */
+  int nin;                          /* rule inputs */
+  int gin[TS_STRATEGY_MAX_INPUTS];  /* graph input of rule input k */
+  int attrs[8];
+  int has_attrs;
+  int primary;                      /* rule input that carries the batch (follow/data parallel) */
+} opmap;
+
+static int map_op(const ts_parallel *p, const ts__node *nd, opmap *m) {
+  memset(m, 0, sizeof *m);
+  m->sop = -1;
+  const ts_graph *g = p->g;
+  switch (nd->op) {
+    case TS_OP_MATMUL:
+      if (nd->a.i[0] || nd->a.i[1] || g->vals[nd->in[0]].shape.ndim != 2 || g->vals[nd->in[1]].shape.ndim != 2)
+        return 0;
+      m->sop = TS_SHARD_MATMUL, m->nin = 2, m->gin[0] = 0, m->gin[1] = 1;
+      return 1;
+    case TS_OP_DENSE:
+      m->sop = TS_SHARD_DENSE, m->nin = 2, m->gin[0] = 0, m->gin[1] = 1;
+      return 1;
+    case TS_OP_ELTWISE:
+      m->sop = TS_SHARD_ELEMENTWISE, m->nin = 1;
+      return 1;
+    case TS_OP_BINARY:
+      m->sop = TS_SHARD_BINARY, m->nin = 2, m->gin[1] = 1;
+      return 1;
+    case TS_OP_REDUCE:
+      m->sop = TS_SHARD_REDUCE, m->nin = 1, m->has_attrs = 1;
+      m->attrs[0] = (int)nd->a.i[1];
+      m->attrs[1] = (int)nd->a.i[2];
+      m->attrs[2] = (int)nd->a.i[0];
+      return 1;
+    case TS_OP_SOFTMAX:
+      m->sop = TS_SHARD_SOFTMAX, m->nin = 1, m->has_attrs = 1;
+      m->attrs[0] = (int)nd->a.i[0];
+      return 1;
+    case TS_OP_LAYERNORM:
+      m->sop = TS_SHARD_LAYERNORM, m->nin = 3, m->gin[1] = 1, m->gin[2] = 2, m->has_attrs = 1;
+      m->attrs[0] = -1;
+      return 1;
+    case TS_OP_EMBEDDING:
+      m->sop = TS_SHARD_EMBEDDING, m->nin = 2, m->gin[0] = 1, m->gin[1] = 0;
+      return 1;
+    case TS_OP_CONV2D:
+      if (nd->a.i[4] != 1 || nd->a.i[5] != 1 || nd->a.i[6] != 1) return 0; /* dilation, groups */
+      m->sop = TS_SHARD_CONV2D, m->nin = 2, m->gin[1] = 1, m->has_attrs = 1;
+      for (int k = 0; k < 4; k++) m->attrs[k] = (int)nd->a.i[k];
+      return 1;
+    case TS_OP_BATCHNORM:
+      m->sop = TS_SHARD_BATCHNORM, m->nin = 5;
+      for (int k = 0; k < 5; k++) m->gin[k] = k;
+      return 1;
+    case TS_OP_ATTENTION:
+      if (nd->a.i[0] != 0) return 0; /* (B,H,T,D) only */
+      m->sop = TS_SHARD_ATTENTION, m->nin = 3, m->gin[1] = 1, m->gin[2] = 2;
+      return 1;
+    case TS_OP_SOFTMAX_CE:
+      m->sop = TS_SHARD_SOFTMAX_CE, m->nin = 2, m->gin[1] = 1;
+      return 1;
+    case TS_OP_MAXPOOL2D:
+    case TS_OP_AVGPOOL2D: {
+      const ts_shape *os = &g->vals[nd->out[0]].shape;
+      m->sop = TS_SHARD_POOL, m->nin = 1, m->has_attrs = 1;
+      m->attrs[0] = (int)os->dims[2];
+      m->attrs[1] = (int)os->dims[3];
+      return 1;
+    }
+    default:
+      return 0;
+  }
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+static void strat_ones(ts_op_strategy *st, const ts_shape *shapes, int nin) {
+  memset(st, 0, sizeof *st);
+  st->ninputs = nin;
+  for (int k = 0; k < nin; k++) {
+    st->ndim[k] = shapes[k].ndim;
+    for (int d = 0; d < shapes[k].ndim; d++) st->cuts[k][d] = 1;
+  }
+}
+
+/* Follow: the cuts the primary input already has, the others made consistent with them. */
+static int strat_follow(const ts_parallel *p, const ts__node *nd, const opmap *m,
+                        const ts_shape *shapes, ts_op_strategy *st) {
+  strat_ones(st, shapes, m->nin);
+  int pv = nd->in[m->gin[m->primary]];
+  if (!is_activation(p, pv)) return -1;
+  int64_t c[TS_MAX_DIMS];
+  ts__layout_cuts(&p->v[pv].L, c);
+  const ts_shape *x = &shapes[m->primary];
+  for (int d = 0; d < x->ndim; d++) st->cuts[m->primary][d] = c[d];
+  int nd0 = x->ndim;
+  switch (m->sop) {
+    case TS_SHARD_MATMUL: st->cuts[1][0] = c[1]; break;
+    case TS_SHARD_DENSE: st->cuts[1][1] = c[nd0 - 1]; break;
+    case TS_SHARD_BATCHNORM:
+      for (int k = 1; k < 5; k++) st->cuts[k][0] = nd0 > 1 ? c[1] : 1;
+      break;
+    case TS_SHARD_ATTENTION:
+    case TS_SHARD_SOFTMAX_CE:
+      for (int k = 1; k < m->nin; k++)
+        for (int d = 0; d < shapes[k].ndim; d++) st->cuts[k][d] = c[d];
+      break;
+    case TS_SHARD_BINARY: {
+      /* output dims aligned from the right; the other operand takes the cut where it is not
+       * broadcast, and gives its own where the primary broadcasts */
+      int o = 1 - m->primary;
+      int ov = nd->in[m->gin[o]];
+      int64_t oc[TS_MAX_DIMS];
+      for (int d = 0; d < TS_MAX_DIMS; d++) oc[d] = 1;
+      if (is_activation(p, ov)) ts__layout_cuts(&p->v[ov].L, oc);
+      const ts_shape *y = &shapes[o];
+      for (int d = 0; d < y->ndim; d++) {
+        int dx = d + x->ndim - y->ndim;
+        if (y->dims[d] == 1) continue;
+        if (dx >= 0 && x->dims[dx] == y->dims[d])
+          st->cuts[o][d] = c[dx];
+        else
+          st->cuts[o][d] = oc[d];
+      }
+      break;
+    }
+    default: break;
+  }
+  return 0;
+}
+
+/* Data parallel: dim 0 of the primary input cut by the largest divisor of N that divides it. */
+static int strat_dp(const ts_parallel *p, const ts__node *nd, const opmap *m, const ts_shape *shapes,
+                    ts_op_strategy *st) {
+  (void)nd;
+  strat_ones(st, shapes, m->nin);
+  const ts_shape *x = &shapes[m->primary];
+  if (x->ndim == 0) return -1;
+  int64_t c = gcd64(x->dims[0], p->N);
+  if (c <= 1) return -1;
+  st->cuts[m->primary][0] = c;
+  switch (m->sop) {
+    case TS_SHARD_ATTENTION:
+    case TS_SHARD_SOFTMAX_CE:
+      for (int k = 1; k < m->nin; k++) st->cuts[k][0] = c;
+      break;
+    case TS_SHARD_BINARY: {
+      int o = 1 - m->primary;
+      const ts_shape *y = &shapes[o];
+      int d = 0, dx = d + x->ndim - y->ndim;
+      if (y->ndim == x->ndim && dx == 0 && y->dims[0] == x->dims[0]) st->cuts[o][0] = c;
+      break;
+    }
+    default: break;
+  }
+  return 0;
+}
+
+/* ---- per node ---- */
+
+static int out_replicated(ts_parallel *p, int ni) {
+  const ts__node *nd = &p->g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  ns->nout = nd->nout;
+  for (int k = 0; k < nd->nout; k++) ts__layout_repl(&ns->out[k], p->N, p->g->vals[nd->out[k]].shape.ndim);
+  return TS_OK;
+}
+
+/* Inputs of a node without rule: whole on every rank. */
+static int all_replicated(ts_parallel *p, int ni) {
+  const ts__node *nd = &p->g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  ns->nin = nd->nin;
+  for (int k = 0; k < nd->nin; k++) ts__layout_repl(&ns->req[k], p->N, p->v[nd->in[k]].gs.ndim);
+  return out_replicated(p, ni);
+}
+
+static ts_layout no_partial(const ts_layout *l) {
+  ts_layout r = *l;
+  r.partial = 0;
+  return r;
+}
+
+static void uncut(ts_layout *l, int dim) {
+  if (dim >= 0 && dim < l->ndim) l->tmap[dim] = -1;
+}
+
+/* Layouts for shape ops (input 0 known). */
+static int view_node(ts_parallel *p, int ni) {
+  const ts_graph *g = p->g;
+  const ts__node *nd = &g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  const ts__vst *x = &p->v[nd->in[0]];
+  ns->how = TS__HOW_VIEW;
+  ns->nin = nd->nin;
+  ns->nout = nd->nout;
+  ts_layout L = no_partial(&x->L);
+  switch (nd->op) {
+    case TS_OP_RESHAPE: {
+      const ts_shape *os = &g->vals[nd->out[0]].shape;
+      int bad;
+      while (ts__reshape_layout(&x->gs, &L, os, &ns->out[0], &bad)) uncut(&L, bad);
+      ns->req[0] = L;
+      return TS_OK;
+    }
+    case TS_OP_PERMUTE:
+      ns->req[0] = L;
+      ns->out[0] = L;
+      for (int k = 0; k < L.ndim; k++) ns->out[0].tmap[k] = L.tmap[nd->a.i[k]];
+      return TS_OK;
+    case TS_OP_SPLIT:
+    case TS_OP_SLICE:
+      uncut(&L, (int)nd->a.i[0]);
+      ns->req[0] = L;
+      for (int k = 0; k < nd->nout; k++) ns->out[k] = L;
+      return TS_OK;
+    case TS_OP_CONCAT:
+      uncut(&L, (int)nd->a.i[0]);
+      for (int k = 0; k < nd->nin; k++) ns->req[k] = L;
+      ns->out[0] = L;
+      return TS_OK;
+    default: /* CAST, COPY, SCALE, DROPOUT: elementwise on one input */
+      ns->req[0] = L;
+      ns->out[0] = L;
+      return TS_OK;
+  }
+}
+
+static int is_view_op(ts_op op) {
+  return op == TS_OP_RESHAPE || op == TS_OP_PERMUTE || op == TS_OP_SPLIT || op == TS_OP_SLICE;
+}
+
+static int is_follow_op(ts_op op) {
+  return is_view_op(op) || op == TS_OP_CONCAT || op == TS_OP_CAST || op == TS_OP_COPY ||
+         op == TS_OP_SCALE || op == TS_OP_DROPOUT;
+}
+
+/* Settles the node's inputs: pending parameters take their required layout, the others record
+ * the redistribution (phase 1 costs). */
+static int settle_inputs(ts_parallel *p, int ni) {
+  const ts__node *nd = &p->g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  for (int k = 0; k < nd->nin; k++) {
+    int vi = nd->in[k];
+    ts__vst *v = &p->v[vi];
+    ts__layout_canon(&ns->req[k]);
+    if (v->pending) {
+      int rc = ts__pass_resolve(p, vi, &ns->req[k], ni);
+      if (rc) return rc;
+    } else if (ns->how == TS__HOW_USER && v->user_node >= 0 && v->user_node != ni &&
+               p->g->vals[vi].producer < 0) {
+      /* a parameter two user strategies cut differently */
+      char a[256], b[256];
+      ts_redist_plan pl;
+      int same = ts_layout_equal(&v->L, &ns->req[k]) ||
+                 (!ts_redist_plan_make(&v->gs, 4, &v->L, &ns->req[k], &pl) && pl.nops == 0);
+      if (!same)
+        return ts_error_set(TS_EINVAL,
+                            "parallel: parameter '%s' is cut as %s by operator '%s' and as %s by "
+                            "operator '%s': a parameter shared by two operators needs the same "
+                            "strategy for it in both",
+                            vname(p, vi), ts_layout_str(&v->L, a, sizeof a), p->n[v->user_node].key,
+                            ts_layout_str(&ns->req[k], b, sizeof b), ns->key);
+    }
+    if (!v->known)
+      return ts_error_set(TS_EGRAPH, "parallel pass: input %d (%s) of '%s' has no layout", k,
+                          vname(p, vi), ns->key);
+    if (nd->op != TS_OP_RESHAPE && !ts_shape_equal(&v->gs, &p->g->vals[vi].shape)) {
+      char s1[96], s2[96];
+      if (!ts_shape_equal(&v->gs, &p->g->vals[vi].shape))
+        return ts_error_set(TS_EUNSUPPORTED,
+                            "parallel: parameter '%s' is held reshaped as %s for one operator and used "
+                            "as %s by operator '%s'",
+                            vname(p, vi), ts_shape_str(&v->gs, s1, sizeof s1),
+                            ts_shape_str(&p->g->vals[vi].shape, s2, sizeof s2), ns->key);
+    }
+    int rc = ts__pass_need(p, vi, &ns->req[k], ni, k);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+static int set_outputs(ts_parallel *p, int ni) {
+  const ts__node *nd = &p->g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  for (int k = 0; k < nd->nout; k++) {
+    ts__vst *o = &p->v[nd->out[k]];
+    ts__layout_canon(&ns->out[k]);
+    o->L = ns->out[k];
+    o->known = 1;
+    o->pending = 0;
+  }
+  return TS_OK;
+}
+
+/* The extra outputs of rule ops, from the main output's or the inputs' layouts. */
+static void rule_extras(ts_parallel *p, int ni, const opmap *m) {
+  const ts__node *nd = &p->g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  const ts_layout *x = &ns->req[0];
+  int tm[TS_MAX_DIMS];
+  ns->nout = nd->nout;
+  switch (m->sop) {
+    case TS_SHARD_LAYERNORM: /* mean, var: the leading dims */
+      for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, x->ndim - 1, x->tmap, 0);
+      break;
+    case TS_SHARD_BATCHNORM: /* mean, var (C) */
+      tm[0] = x->tmap[1];
+      for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 1, tm, 0);
+      break;
+    case TS_SHARD_SOFTMAX_CE: /* lse (N) */
+      tm[0] = x->tmap[0];
+      for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 1, tm, 0);
+      break;
+    case TS_SHARD_ATTENTION: /* lse (B,H,T) */
+      tm[0] = x->tmap[0], tm[1] = x->tmap[1], tm[2] = -1;
+      for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 3, tm, 0);
+      break;
+    default: /* maxpool's workspace: like y */
+      for (int k = 1; k < nd->nout; k++) ns->out[k] = ns->out[0];
+  }
+}
+
+static int rule_node(ts_parallel *p, int ni, opmap *m) {
+  const ts_graph *g = p->g;
+  const ts__node *nd = &g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  ts_shape shapes[TS_STRATEGY_MAX_INPUTS];
+  for (int k = 0; k < m->nin; k++) shapes[k] = g->vals[nd->in[m->gin[k]]].shape;
+  if (m->sop == TS_SHARD_EMBEDDING) m->primary = 0; /* ids */
+  const int *attrs = m->has_attrs ? m->attrs : NULL;
+  ts_layout req[TS_STRATEGY_MAX_INPUTS], out;
+  int rc;
+  ts_op_strategy st;
+  if (p->cfg.strategies && ts_strategy_set_get(p->cfg.strategies, ns->key, &st) == TS_OK) {
+    ns->how = TS__HOW_USER;
+    if (st.ninputs == 3 && m->nin == 2 && (nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D)) {
+      /* the bias's cut given too: it must be the output channels' */
+      int64_t o = st.cuts[1][0];
+      if (nd->nin < 3 || st.ndim[2] != 1 || st.cuts[2][0] != o)
+        return ts_error_set(TS_EINVAL,
+                            "parallel: operator '%s': strategy input 2 (bias) must be (%lld,), the "
+                            "cut of the weight's output dim", ns->key, (long long)o);
+      st.ninputs = 2;
+    }
+    if (nd->op == TS_OP_CONV2D && nd->a.i[6] != 1 && st.cuts[1][0] > 1)
+      return ts_error_set(TS_EUNSUPPORTED, "parallel: operator '%s': a grouped convolution's output "
+                          "channels cannot be cut", ns->key);
+    if ((rc = ts__pass_apply_rule(p, ni, m->sop, &st, shapes, m->nin, attrs, req, &out, 1))) return rc;
+  } else {
+    int done = 0;
+    if (!strat_follow(p, nd, m, shapes, &st) &&
+        !ts__pass_apply_rule(p, ni, m->sop, &st, shapes, m->nin, attrs, req, &out, 0)) {
+      ns->how = TS__HOW_FOLLOW;
+      done = 1;
+    }
+    if (!done && !strat_dp(p, nd, m, shapes, &st) &&
+        !ts__pass_apply_rule(p, ni, m->sop, &st, shapes, m->nin, attrs, req, &out, 0)) {
+      ns->how = TS__HOW_DP;
+      done = 1;
+    }
+    if (!done) {
+      strat_ones(&st, shapes, m->nin);
+      if ((rc = ts__pass_apply_rule(p, ni, m->sop, &st, shapes, m->nin, attrs, req, &out, 1))) return rc;
+      ns->how = TS__HOW_REPLICATED;
+    }
+    ts_error_set(TS_OK, "%s", ""); /* the refusals tried above are not errors */
+  }
+  ns->sop = m->sop;
+  ns->st = st;
+  ns->nin = nd->nin;
+  for (int k = 0; k < m->nin; k++) ns->req[m->gin[k]] = req[k];
+  /* inputs outside the rule: dense/conv bias follows the weight's output channels */
+  if ((nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D) && nd->nin > 2) {
+    int tm[1] = {req[1].tmap[0]};
+    ts_layout_init(&ns->req[2], req[1].ndev, req[1].dev, 1, tm, 0);
+  }
+  ns->out[0] = out;
+  if ((nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D) && nd->nin > 2 && out.partial) {
+    ns->bias_after = 1;
+    ns->pre_bias = out;
+    ns->out[0] = no_partial(&out);
+  }
+  rule_extras(p, ni, m);
+  if ((rc = settle_inputs(p, ni))) return rc;
+  if (ns->bias_after) { /* the partial sum is reduced inside the node, before the bias */
+    ts__vst tmp;
+    (void)tmp;
+    ts_redist_plan pl;
+    int oc = nd->out[0];
+    if (!ts_redist_plan_make(&g->vals[oc].shape, 4, &ns->pre_bias, &ns->out[0], &pl)) {
+      p->stats.fwd_comm_bytes += (int64_t)pl.total_cost;
+      p->stats.nredist++;
+      for (int k = 0; k < pl.nops; k++) {
+        int ax = pl.ops[k].kind == TS_REDIST_SLICE ? pl.ops[k].slice_axis : pl.ops[k].axis;
+        if (pl.ops[k].group > 1 && (rc = ts__slot_for(p, &pl.from, ax)) < 0) return rc;
+        if (pl.ops[k].kind != TS_REDIST_SLICE && pl.ops[k].group > 1) p->stats.ncollectives++;
+      }
+    }
+  }
+  /* communicators the op itself uses */
+  if (m->sop == TS_SHARD_SOFTMAX_CE && ns->req[0].tmap[1] >= 0 && ns->req[0].dev[ns->req[0].tmap[1]] > 1)
+    if ((rc = ts__slot_for(p, &ns->req[0], ns->req[0].tmap[1])) < 0) return rc;
+  if (m->sop == TS_SHARD_BATCHNORM && g->training && ns->req[0].tmap[0] >= 0 &&
+      ns->req[0].dev[ns->req[0].tmap[0]] > 1)
+    if ((rc = ts__slot_for(p, &ns->req[0], ns->req[0].tmap[0])) < 0) return rc;
+  return set_outputs(p, ni);
+}
+
+int ts__pass_node(ts_parallel *p, int ni) {
+  const ts_graph *g = p->g;
+  const ts__node *nd = &g->nodes[ni];
+  ts__nst *ns = &p->n[ni];
+  ns->visited = 1;
+  if (nd->op >= TS_OP_ALLREDUCE && nd->op <= TS_OP_RANK_SLICE_BWD)
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "parallel: operator '%s' is a collective; semi_auto_parallel inserts the "
+                        "collectives itself (place them by hand in hybrid_parallel mode)",
+                        ns->key);
+  if (nd->op == TS_OP_CONST) {
+    ns->how = TS__HOW_REPLICATED;
+    out_replicated(p, ni);
+    return set_outputs(p, ni);
+  }
+  /* shape ops on a parameter whose layout is not known yet wait for the parameter's consumer */
+  if (is_view_op(nd->op) && p->v[nd->in[0]].pending) {
+    ns->deferred = 1;
+    ns->how = TS__HOW_VIEW;
+    for (int k = 0; k < nd->nout; k++) {
+      ts__vst *o = &p->v[nd->out[k]];
+      o->pending = 1;
+      o->from_param = p->v[nd->in[0]].from_param;
+    }
+    return TS_OK;
+  }
+  opmap m;
+  ts_op_strategy dummy;
+  int has_user = p->cfg.strategies && ts_strategy_set_get(p->cfg.strategies, ns->key, &dummy) == TS_OK;
+  if (!has_user) ts_error_set(TS_OK, "%s", "");
+  if (map_op(p, nd, &m)) return rule_node(p, ni, &m);
+  if (has_user)
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "parallel: operator '%s' (%s) has a strategy but no sharding rule; it runs "
+                        "replicated (remove its strategy)",
+                        ns->key, ts__ops[nd->op].name);
+  int rc;
+  if (is_follow_op(nd->op)) {
+    /* a pending input here is a parameter used whole */
+    for (int k = 0; k < nd->nin; k++)
+      if (p->v[nd->in[k]].pending) {
+        ts_layout r;
+        ts__layout_repl(&r, p->N, p->v[nd->in[k]].gs.ndim);
+        if ((rc = ts__pass_resolve(p, nd->in[k], &r, ni))) return rc;
+      }
+    if ((rc = view_node(p, ni))) return rc;
+  } else {
+    ns->how = TS__HOW_NORULE;
+    if ((rc = all_replicated(p, ni))) return rc;
+  }
+  if ((rc = settle_inputs(p, ni))) return rc;
+  return set_outputs(p, ni);
+}
