@@ -123,6 +123,19 @@ ts_val ts_log_softmax(ts_graph *g, ts_val x, int axis);
  * over the other rows (0, not NaN, if every row is ignored). Other labels outside [0,C) make the
  * run fail with TS_ERANGE. */
 ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing);
+/* The same loss with the classes sharded over a group (Megatron's vocabulary-parallel loss;
+ * docs/layout.md "Class-sharded cross-entropy"): logits (N, C/g) are this rank's block of columns
+ * [class_offset, class_offset + C/g) of the global (N,C) logits (C = num_classes, divisible by
+ * g = group_size, else TS_ESHAPE; slot 0..TS_PLAN_MAX_COMMS-1 as for the collectives below),
+ * labels (N) are global class ids on every rank. The run communicates through the plan's
+ * communicator in `slot` (exactly group_size ranks; group_size 1 runs without one): every rank
+ * gets the loss of the full logits. Gradient: the collectives' convention (the objective is the
+ * SUM of every rank's loss), so dloss is summed over the group and each rank gets its block of
+ * the full dlogits for that total; weigh each rank's loss by 1/g for the single-process
+ * objective. */
+ts_val ts_softmax_cross_entropy_sharded(ts_graph *g, ts_val logits, ts_val labels,
+                                        float label_smoothing, int slot, int group_size,
+                                        int64_t class_offset, int64_t num_classes);
 /* Element-wise a (op) b with NumPy broadcasting (either operand may broadcast). */
 ts_val ts_binary(ts_graph *g, ts_val a, ts_val b, ts_binary_alg alg);
 ts_val ts_add(ts_graph *g, ts_val a, ts_val b);
@@ -155,6 +168,13 @@ int ts_split(ts_graph *g, ts_val x, int axis, const int64_t *sizes, int n, ts_va
 ts_val ts_slice(ts_graph *g, ts_val x, int axis, int64_t start, int64_t end);
 /* table (V,D), ids i32/i64 of any shape S -> (S...,D). */
 ts_val ts_embedding(ts_graph *g, ts_val table, ts_val ids);
+/* Vocabulary-sharded lookup (Megatron's vocab-parallel embedding): table (Vl,D) holds rows
+ * [row_offset, row_offset + Vl) of the full table; an id in that range gives its row, any other
+ * id >= 0 a row of zeros, so the sum of the lookups over the ranks holding the blocks (e.g.
+ * ts_allreduce sum) is the full lookup. Negative ids make the run fail with TS_ERANGE;
+ * row_offset < 0 is TS_EINVAL. Gradient: the scatter-add of the ids in range (at id - row_offset)
+ * into a (Vl,D) table, the others ignored. No communication. */
+ts_val ts_embedding_sharded(ts_graph *g, ts_val table, ts_val ids, int64_t row_offset);
 /* Inverted dropout with drop probability p; the mask comes from Philox(seed, step, index). */
 ts_val ts_dropout(ts_graph *g, ts_val x, float p, uint64_t seed);
 /* Causal scaled-dot-product attention: q,k,v (B,H,T,D) -> (B,H,T,D); scale 1/sqrt(D) if 0. */

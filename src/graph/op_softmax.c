@@ -12,6 +12,15 @@
  *       (no gradient flows through it).
  *   SOFTMAX_CE_BWD (dloss, logits, labels[, lse]) -> dlogits (N,C)   same attrs as SOFTMAX_CE;
  *       without lse the row statistics are recomputed.
+ *   Class-sharded mode of both (Megatron's vocabulary-parallel loss; all zero: unsharded):
+ *       i[1] = communicator slot + 1 (0: not sharded), i[2] = group size g >= 1,
+ *       i[3] = class offset of this rank's block, i[4] = global class count C, with C % g == 0,
+ *       logits (N, C/g) = columns [i[3], i[3]+C/g) of the global logits, labels global class ids.
+ *       SOFTMAX_CE: loss () = the loss of the full logits (the same on every rank of the group),
+ *       lse (N) = the global lse (src/runtime/run_softmax.c: allreduce MAX of the row maxima, one
+ *       allreduce SUM of the (N,3) row statistics). SOFTMAX_CE_BWD (lse required): dloss is
+ *       first summed over the group (the objective is the sum of every rank's loss, op_coll.c's
+ *       convention), then dlogits = this rank's block of the full gradient for that dloss.
  *
  * Gradients: SOFTMAX -> SOFTMAX_BWD(dy, y); SOFTMAX_CE -> SOFTMAX_CE_BWD(dloss, logits, labels,
  * lse), labels get none. The _BWD ops are not differentiable. */
@@ -78,6 +87,48 @@ static int grad_softmax(ts_graph *g, int node, const int *dy, int *dx) {
 
 /* ---------------------------------------------------------------- cross-entropy */
 
+/* Largest group size accepted (as op_coll.c). */
+#define MAX_GROUP (1 << 24)
+
+/* The class-sharding attributes i[1..4] against logits li (N, C/g). */
+static int check_shard(ts_graph *g, const ts__node *n, int li) {
+  char b1[160];
+  const char *op = "softmax_cross_entropy_sharded";
+  const int64_t slot1 = n->a.i[1], gs = n->a.i[2], off = n->a.i[3], C = n->a.i[4];
+  if (slot1 == 0) {
+    if (gs || off || C)
+      return ts__graph_fail(g, TS_EINVAL,
+                            "softmax_cross_entropy: logits %s: class-sharding attributes (group size "
+                            "%lld, offset %lld, %lld classes) without a communicator slot",
+                            VS(li, b1), (long long)gs, (long long)off, (long long)C);
+    return TS_OK;
+  }
+  if (slot1 < 1 || slot1 > TS_PLAN_MAX_COMMS)
+    return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: communicator slot %lld is outside 0..%d", op,
+                          VS(li, b1), (long long)(slot1 - 1), TS_PLAN_MAX_COMMS - 1);
+  if (gs < 1 || gs > MAX_GROUP)
+    return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: group size %lld must be in 1..%d", op,
+                          VS(li, b1), (long long)gs, MAX_GROUP);
+  if (C < 1 || C % gs != 0)
+    return ts__graph_fail(g, TS_ESHAPE,
+                          "%s: logits %s: %lld classes are not divisible into %lld equal blocks "
+                          "(group size)",
+                          op, VS(li, b1), (long long)C, (long long)gs);
+  const int64_t Cl = C / gs, cols = ts__val(g, li)->shape.dims[1];
+  if (cols != Cl)
+    return ts__graph_fail(g, TS_ESHAPE,
+                          "%s: logits %s have %lld columns, but a block of %lld classes over a group "
+                          "of %lld has %lld",
+                          op, VS(li, b1), (long long)cols, (long long)C, (long long)gs, (long long)Cl);
+  if (off < 0 || off > C - Cl)
+    return ts__graph_fail(g, TS_ESHAPE,
+                          "%s: logits %s: class offset %lld puts the block [%lld,%lld) outside the "
+                          "%lld classes",
+                          op, VS(li, b1), (long long)off, (long long)off, (long long)(off + Cl),
+                          (long long)C);
+  return TS_OK;
+}
+
 static int check_ce(ts_graph *g, const ts__node *n, int li, int yi) {
   char b1[160], b2[160];
   const ts__value *l = ts__val(g, li), *y = ts__val(g, yi);
@@ -93,7 +144,7 @@ static int check_ce(ts_graph *g, const ts__node *n, int li, int yi) {
   if (!(n->a.f[0] >= 0.0f && n->a.f[0] <= 1.0f))
     return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: label smoothing %g must be in [0,1]", op,
                           VS(li, b1), n->a.f[0]);
-  return TS_OK;
+  return check_shard(g, n, li);
 }
 
 static int infer_ce(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
@@ -119,6 +170,11 @@ static int infer_ce_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   const ts__value *d = ts__val(g, n->in[0]), *l = ts__val(g, n->in[1]);
   if (d->dtype != TS_F32 || ts_shape_numel(&d->shape) != 1)
     return ts__graph_fail(g, TS_ESHAPE, "softmax_ce_bwd: dloss %s must be an f32 scalar", VS(n->in[0], b1));
+  if (n->a.i[1] != 0 && n->nin != 4)
+    return ts__graph_fail(g, TS_EINVAL,
+                          "softmax_ce_bwd: logits %s: the class-sharded backward needs the forward's "
+                          "global lse as input 3",
+                          VS(n->in[1], b1));
   if (n->nin == 4) {
     const ts__value *s = ts__val(g, n->in[3]);
     if (s->dtype != TS_F32 || s->shape.ndim != 1 || s->shape.dims[0] != l->shape.dims[0])
@@ -155,20 +211,48 @@ static ts_val softmax(ts_graph *g, ts_val x, int axis, int log) {
 ts_val ts_softmax(ts_graph *g, ts_val x, int axis) { return softmax(g, x, axis, 0); }
 ts_val ts_log_softmax(ts_graph *g, ts_val x, int axis) { return softmax(g, x, axis, 1); }
 
-ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing) {
+static ts_val cross_entropy(ts_graph *g, ts_val logits, ts_val labels, const ts__attrs *a,
+                            const char *op) {
   if (!g) return TS_NONE;
   int in[2];
-  if ((in[0] = ts__vidx(g, logits, "softmax_cross_entropy")) < 0 ||
-      (in[1] = ts__vidx(g, labels, "softmax_cross_entropy")) < 0)
+  if ((in[0] = ts__vidx(g, logits, op)) < 0 || (in[1] = ts__vidx(g, labels, op)) < 0)
     return TS_NONE;
+  int nd = ts__add_node(g, TS_OP_SOFTMAX_CE, in, 2, 2, a);
+  if (nd < 0) return TS_NONE;
+  g->vals[g->nodes[nd].out[1]].no_grad = 1; /* lse: saved for the backward only */
+  return ts__handle(g, g->nodes[nd].out[0]);
+}
+
+ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing) {
   ts__attrs a;
   memset(&a, 0, sizeof a);
   a.f[0] = label_smoothing;
   a.i[0] = -100;
-  int nd = ts__add_node(g, TS_OP_SOFTMAX_CE, in, 2, 2, &a);
-  if (nd < 0) return TS_NONE;
-  g->vals[g->nodes[nd].out[1]].no_grad = 1; /* lse: saved for the backward only */
-  return ts__handle(g, g->nodes[nd].out[0]);
+  return cross_entropy(g, logits, labels, &a, "softmax_cross_entropy");
+}
+
+ts_val ts_softmax_cross_entropy_sharded(ts_graph *g, ts_val logits, ts_val labels,
+                                        float label_smoothing, int slot, int group_size,
+                                        int64_t class_offset, int64_t num_classes) {
+  const char *op = "softmax_cross_entropy_sharded";
+  if (!g) return TS_NONE;
+  if (slot < 0 || slot >= TS_PLAN_MAX_COMMS) { /* i[1] = slot + 1 must not read as "unsharded" */
+    char b1[160];
+    int li = ts__vidx(g, logits, op);
+    if (li < 0) return TS_NONE;
+    ts__graph_fail(g, TS_EINVAL, "%s: logits %s: communicator slot %d is outside 0..%d", op,
+                   VS(li, b1), slot, TS_PLAN_MAX_COMMS - 1);
+    return TS_NONE;
+  }
+  ts__attrs a;
+  memset(&a, 0, sizeof a);
+  a.f[0] = label_smoothing;
+  a.i[0] = -100;
+  a.i[1] = slot + 1;
+  a.i[2] = group_size;
+  a.i[3] = class_offset;
+  a.i[4] = num_classes;
+  return cross_entropy(g, logits, labels, &a, op);
 }
 
 void ts__register_softmax(ts__opdef *tab) {

@@ -17,4 +17,14 @@ int ts__embedding_fwd_ref(const void *table, size_t esize, int64_t V, int64_t D,
 int ts__embedding_bwd_ref(const float *dy, const void *ids, ts_dtype idt, int64_t N, int64_t V,
                           int64_t D, float *dtable);
 
+/* Vocabulary-sharded versions: the table (Vl,D) holds rows [offset, offset+Vl) of the full table.
+ * table (Vl,D), ids (N) -> y (N,D): y[n] = table[ids[n] - offset] for ids in range, zeros (all
+ * bits 0) for other ids >= 0; a negative id gives TS_ERANGE naming the position and the id. */
+int ts__embedding_shard_fwd_ref(const void *table, size_t esize, int64_t Vl, int64_t D,
+                                int64_t offset, const void *ids, ts_dtype idt, int64_t N, void *y);
+/* dy (N,D) f32, ids (N) -> dtable (Vl,D) f32: the scatter-add of the ids in range (at id - offset),
+ * others ignored; negative ids TS_ERANGE. Deterministic as ts__embedding_bwd_ref. */
+int ts__embedding_shard_bwd_ref(const float *dy, const void *ids, ts_dtype idt, int64_t N,
+                                int64_t Vl, int64_t D, int64_t offset, float *dtable);
+
 #endif

@@ -274,39 +274,125 @@ int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i
   return TS_OK;
 }
 
-// dloss (), logits (N,C), labels (N), lse (N) or NULL -> dlogits (N,C)
-int ts__softmax_ce_bwd_ref(float dloss, const float *logits, const void *labels, int labels_i64,
-                           const float *lse, int64_t N, int64_t C, float smoothing,
-                           int64_t ignore_index, float *dlogits) {
-  if (N < 0 || C < 1)
-    return ts_error_set(TS_ESHAPE, "softmax_ce_bwd: bad dims N=%lld C=%lld", (long long)N,
-                        (long long)C);
+/* The backward on columns [offset, offset+Cl) of (N,C) logits (Cl == C, offset 0: unsharded). */
+static int ce_bwd(float dloss, const float *logits, const void *labels, int labels_i64,
+                  const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t offset,
+                  float smoothing, int64_t ignore_index, float *dlogits, const char *what) {
+  if (N < 0 || C < 1 || Cl < 1 || offset < 0 || offset + Cl > C)
+    return ts_error_set(TS_ESHAPE, "%s: bad dims N=%lld C=%lld (block of %lld at %lld)", what,
+                        (long long)N, (long long)C, (long long)Cl, (long long)offset);
   int64_t count = 0;
-  int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, "softmax_ce_bwd");
+  int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, what);
   if (rc) return rc;
   const float g = count ? dloss / (float)count : 0.0f;
   const float gs = g * smoothing / (float)C, gt = g * (1.0f - smoothing);
-#pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * Cl > PAR_MIN)
   for (int64_t i = 0; i < N; i++) {
     int64_t l = label_at(labels, labels_i64, i);
-    float *d = dlogits + i * C;
+    float *d = dlogits + i * Cl;
     if (l == ignore_index || g == 0.0f) {
-      memset(d, 0, sizeof(float) * (size_t)C);
+      memset(d, 0, sizeof(float) * (size_t)Cl);
       continue;
     }
-    const float *x = logits + i * C;
+    const float *x = logits + i * Cl;
     float ls;
     if (lse) {
       ls = lse[i];
     } else {
-      float m = row_max(x, C);
-      ls = (float)((double)m + log(row_sum_exp(x, m, NULL, C)));
+      float m = row_max(x, Cl);
+      ls = (float)((double)m + log(row_sum_exp(x, m, NULL, Cl)));
     }
 #pragma omp simd
-    for (int64_t j = 0; j < C; j++) d[j] = g * ts__expf(x[j] - ls) - gs;
-    d[l] -= gt;
+    for (int64_t j = 0; j < Cl; j++) d[j] = g * ts__expf(x[j] - ls) - gs;
+    if (l >= offset && l < offset + Cl) d[l - offset] -= gt;
   }
   return TS_OK;
+}
+
+// dloss (), logits (N,C), labels (N), lse (N) or NULL -> dlogits (N,C)
+int ts__softmax_ce_bwd_ref(float dloss, const float *logits, const void *labels, int labels_i64,
+                           const float *lse, int64_t N, int64_t C, float smoothing,
+                           int64_t ignore_index, float *dlogits) {
+  return ce_bwd(dloss, logits, labels, labels_i64, lse, N, C, C, 0, smoothing, ignore_index,
+                dlogits, "softmax_ce_bwd");
+}
+
+/* ---------------- class-sharded cross-entropy (the caller reduces between the steps) ---------------- */
+
+// logits (N,Cl), labels (N) -> rowmax (N)
+int ts__softmax_ce_shard_max_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
+                                 int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax) {
+  if (N < 0 || Cl < 1 || C < Cl)
+    return ts_error_set(TS_ESHAPE, "softmax_ce (sharded): bad dims N=%lld C=%lld block %lld",
+                        (long long)N, (long long)C, (long long)Cl);
+  int64_t count = 0;
+  int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, "softmax_ce");
+  if (rc) return rc;
+#pragma omp parallel for schedule(static) if (N * Cl > PAR_MIN)
+  for (int64_t i = 0; i < N; i++)
+    rowmax[i] = label_at(labels, labels_i64, i) == ignore_index ? 0.0f : row_max(logits + i * Cl, Cl);
+  return TS_OK;
+}
+
+// logits (N,Cl), labels (N), M (N) -> stats (N,3)
+int ts__softmax_ce_shard_stats_ref(const float *logits, const void *labels, int labels_i64,
+                                   int64_t N, int64_t Cl, int64_t offset, int64_t ignore_index,
+                                   const float *M, float *stats) {
+  if (N < 0 || Cl < 1 || offset < 0)
+    return ts_error_set(TS_ESHAPE, "softmax_ce (sharded): bad dims N=%lld block %lld at %lld",
+                        (long long)N, (long long)Cl, (long long)offset);
+#pragma omp parallel for schedule(static) if (N * Cl > PAR_MIN)
+  for (int64_t i = 0; i < N; i++) {
+    const int64_t l = label_at(labels, labels_i64, i);
+    float *st = stats + 3 * i;
+    if (l == ignore_index) {
+      st[0] = st[1] = st[2] = 0.0f;
+      continue;
+    }
+    const float *x = logits + i * Cl;
+    st[0] = (float)row_sum_exp(x, M[i], NULL, Cl);
+    st[1] = l >= offset && l < offset + Cl ? x[l - offset] : 0.0f;
+    st[2] = (float)row_sum(x, Cl);
+  }
+  return TS_OK;
+}
+
+// labels (N), M (N), stats (N,3) -> loss (), lse (N)
+int ts__softmax_ce_shard_loss_ref(const void *labels, int labels_i64, int64_t N, int64_t C,
+                                  float smoothing, int64_t ignore_index, const float *M,
+                                  const float *stats, float *loss, float *lse) {
+  if (N < 0 || C < 1)
+    return ts_error_set(TS_ESHAPE, "softmax_ce (sharded): bad dims N=%lld C=%lld", (long long)N,
+                        (long long)C);
+  const double s = smoothing;
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; i++) { /* sequential: the same loss on every rank */
+    const float *st = stats + 3 * i;
+    if (label_at(labels, labels_i64, i) == ignore_index) {
+      lse[i] = 0;
+      continue;
+    }
+    const double ls = (double)M[i] + log((double)st[0]);
+    lse[i] = (float)ls;
+    double li = (1.0 - s) * (ls - st[1]);
+    if (s != 0) li += s * (ls - (double)st[2] / (double)C);
+    total += li;
+    count++;
+  }
+  *loss = count ? (float)(total / (double)count) : 0.0f;
+  return TS_OK;
+}
+
+// dloss (), logits (N,Cl), labels (N), lse (N) -> dlogits (N,Cl)
+int ts__softmax_ce_shard_bwd_ref(float dloss, const float *logits, const void *labels,
+                                 int labels_i64, const float *lse, int64_t N, int64_t Cl, int64_t C,
+                                 int64_t offset, float smoothing, int64_t ignore_index,
+                                 float *dlogits) {
+  if (!lse)
+    return ts_error_set(TS_EINVAL, "softmax_ce_bwd (sharded): needs the forward's global lse");
+  return ce_bwd(dloss, logits, labels, labels_i64, lse, N, Cl, C, offset, smoothing, ignore_index,
+                dlogits, "softmax_ce_bwd");
 }
 
 /* ---------------- oneDNN softmax_v2 ---------------- */

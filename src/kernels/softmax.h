@@ -36,4 +36,37 @@ int ts__softmax_ce_bwd_ref(float dloss, const float *logits, const void *labels,
                            const float *lse, int64_t N, int64_t C, float smoothing,
                            int64_t ignore_index, float *dlogits);
 
+/* Class-sharded cross-entropy (Megatron's vocabulary-parallel loss). This rank holds the columns
+ * [offset, offset+Cl) of the global (N,C) logits; labels are global class ids in [0,C) or
+ * ignore_index (others: TS_ERANGE, checked by step 1 before the caller communicates). The loss is
+ * the one of ts__softmax_ce_fwd_ref over the full logits, assembled from three local steps around
+ * the caller's two allreduces over the group of ranks holding the blocks:
+ *   1. rowmax_i = max_j x_ij over the local block           caller: allreduce MAX -> M (N)
+ *   2. stats_i = (sum_j exp(x_ij - M_i), x_{i,label_i} if this rank holds that column else 0,
+ *      sum_j x_ij)                                           caller: allreduce SUM -> stats (N,3)
+ *   3. lse_i = M_i + log(S_i), loss = mean over non-ignored rows of
+ *      (1-s)(lse_i - z_i) + s(lse_i - sum_i/C)  (0 if every row is ignored)
+ * Ignored rows get rowmax 0, stats 0 and lse 0. Step 3 runs in a fixed order, so ranks holding the
+ * same reduced values compute the same loss bit for bit. */
+// logits (N,Cl), labels (N) -> rowmax (N)
+int ts__softmax_ce_shard_max_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
+                                 int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax);
+// logits (N,Cl), labels (N), M (N) -> stats (N,3)
+int ts__softmax_ce_shard_stats_ref(const float *logits, const void *labels, int labels_i64,
+                                   int64_t N, int64_t Cl, int64_t offset, int64_t ignore_index,
+                                   const float *M, float *stats);
+// labels (N), M (N), stats (N,3) -> loss (), lse (N) (lse may be M itself)
+int ts__softmax_ce_shard_loss_ref(const void *labels, int labels_i64, int64_t N, int64_t C,
+                                  float smoothing, int64_t ignore_index, const float *M,
+                                  const float *stats, float *loss, float *lse);
+/* Backward on this rank's block: dlogits = (exp(x - lse) - (1-s)*onehot(label - offset) - s/C)
+ * * dloss / count, count = non-ignored rows (of the global labels), ignored rows 0. dloss is the
+ * total over the group (the caller reduces it), lse the global one from the forward. With Cl == C
+ * and offset 0 it is ts__softmax_ce_bwd_ref, bit for bit. */
+// dloss (), logits (N,Cl), labels (N), lse (N) -> dlogits (N,Cl)
+int ts__softmax_ce_shard_bwd_ref(float dloss, const float *logits, const void *labels,
+                                 int labels_i64, const float *lse, int64_t N, int64_t Cl, int64_t C,
+                                 int64_t offset, float smoothing, int64_t ignore_index,
+                                 float *dlogits);
+
 #endif

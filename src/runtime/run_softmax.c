@@ -3,7 +3,17 @@
  * TS_BACKEND_FAST: oneDNN softmax_v2 for a softmax over the last (contiguous) axis; over a
  * middle axis oneDNN 2.6 falls back to its reference implementation, so the vectorised
  * reference kernel is used there. Cross-entropy has no oneDNN primitive: the fused reference
- * kernel serves both backends. */
+ * kernel serves both backends.
+ *
+ * Class-sharded cross-entropy (attrs i[1] = slot + 1, i[2] = group size g, i[3] = class offset,
+ * i[4] = C; src/graph/op_softmax.c) communicates through the plan's communicator in the slot,
+ * which must have exactly g ranks (g == 1 runs the unsharded kernels, without one). Forward: the
+ * local row maxima are reduced (MAX) in place in the lse output, then one SUM of the (N,3) row
+ * statistics (sum of exp, label logit, sum of logits), then every rank computes the same loss
+ * and global lse. Backward: the scalar dloss is summed over the group first (the objective is
+ * the sum of every rank's loss, op_coll.c's convention), then each rank writes its block. */
+#include <stdlib.h>
+
 #include "run_impl.h"
 #include "../kernels/softmax.h"
 
@@ -28,20 +38,76 @@ static int run_softmax_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *
   return ts__softmax_bwd_ref(in[0].data, in[1].data, out[0].data, o, l, i, (int)n->a.i[1]);
 }
 
+/* The communicator of a class-sharded cross-entropy node (*out = NULL when g == 1 and the slot
+ * is empty), checked as run_coll.c checks the collectives'. */
+static int ce_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
+  const int slot = (int)n->a.i[1] - 1, gs = (int)n->a.i[2];
+  const char *op = ts__ops[n->op].name;
+  ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
+  *out = NULL;
+  if (!c) {
+    if (gs == 1) return TS_OK;
+    return ts_error_set(TS_EINVAL,
+                        "plan slot %d holds no communicator, and this class-sharded %s is over a "
+                        "group of %d ranks (ts_plan_set_comm)",
+                        slot, op, gs);
+  }
+  if (ts_comm_size(c) != gs)
+    return ts_error_set(TS_EINVAL,
+                        "the communicator in plan slot %d has %d rank(s), but this class-sharded "
+                        "%s was built for a group of %d",
+                        slot, ts_comm_size(c), op, gs);
+  *out = c;
+  return TS_OK;
+}
+
 static int run_ce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  (void)ctx;
-  const int64_t N = in[0].shape.dims[0], C = in[0].shape.dims[1];
-  return ts__softmax_ce_fwd_ref(in[0].data, in[1].data, in[1].dtype == TS_I64, N, C, n->a.f[0],
-                                n->a.i[0], out[0].data, n->nout > 1 ? out[1].data : NULL);
+  const int64_t N = in[0].shape.dims[0], Cl = in[0].shape.dims[1];
+  const int i64 = in[1].dtype == TS_I64;
+  const float s = n->a.f[0];
+  const int64_t ignore = n->a.i[0];
+  float *lse = n->nout > 1 ? out[1].data : NULL;
+  ts_comm *c = NULL;
+  if (n->a.i[1] != 0) {
+    int rc = ce_comm(ctx, n, &c);
+    if (rc) return rc;
+  }
+  if (n->a.i[1] == 0 || n->a.i[2] == 1) /* unsharded, or a group of one: the whole row is here */
+    return ts__softmax_ce_fwd_ref(in[0].data, in[1].data, i64, N, Cl, s, ignore, out[0].data, lse);
+  const int64_t C = n->a.i[4], offset = n->a.i[3];
+  float *buf = malloc(sizeof(float) * (size_t)(4 * N + 1));
+  if (!buf)
+    return ts_error_set(TS_ENOMEM, "softmax_ce: out of memory for %lld rows of statistics",
+                        (long long)N);
+  float *M = lse ? lse : buf + 3 * N, *st = buf;
+  int rc = ts__softmax_ce_shard_max_ref(in[0].data, in[1].data, i64, N, Cl, C, ignore, M);
+  if (!rc) rc = ts_comm_allreduce(c, M, M, (size_t)N, TS_F32, TS_REDUCE_MAX);
+  if (!rc)
+    rc = ts__softmax_ce_shard_stats_ref(in[0].data, in[1].data, i64, N, Cl, offset, ignore, M, st);
+  if (!rc) rc = ts_comm_allreduce(c, st, st, (size_t)(3 * N), TS_F32, TS_REDUCE_SUM);
+  if (!rc) rc = ts__softmax_ce_shard_loss_ref(in[1].data, i64, N, C, s, ignore, M, st, out[0].data, M);
+  free(buf);
+  return rc;
 }
 
 static int run_ce_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  (void)ctx;
-  const int64_t N = in[1].shape.dims[0], C = in[1].shape.dims[1];
-  const float dloss = *(const float *)in[0].data;
-  return ts__softmax_ce_bwd_ref(dloss, in[1].data, in[2].data, in[2].dtype == TS_I64,
-                                n->nin > 3 ? in[3].data : NULL, N, C, n->a.f[0], n->a.i[0],
-                                out[0].data);
+  const int64_t N = in[1].shape.dims[0], Cl = in[1].shape.dims[1];
+  const int i64 = in[2].dtype == TS_I64;
+  const float *lse = n->nin > 3 ? in[3].data : NULL;
+  float dloss = *(const float *)in[0].data;
+  if (n->a.i[1] == 0)
+    return ts__softmax_ce_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, n->a.f[0],
+                                  n->a.i[0], out[0].data);
+  ts_comm *c = NULL;
+  int rc = ce_comm(ctx, n, &c);
+  if (rc) return rc;
+  if (n->a.i[2] > 1) { /* d(sum over ranks of the replicated loss) */
+    const float mine = dloss;
+    rc = ts_comm_allreduce(c, &mine, &dloss, 1, TS_F32, TS_REDUCE_SUM);
+    if (rc) return rc;
+  }
+  return ts__softmax_ce_shard_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, n->a.i[4],
+                                      n->a.i[3], n->a.f[0], n->a.i[0], out[0].data);
 }
 
 void ts__register_run_softmax(ts__run_fn *tab) {

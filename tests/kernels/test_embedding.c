@@ -1,6 +1,7 @@
 /* Embedding kernels: gather against direct indexing (i32 and i64 ids, f32 and 2-byte tables);
  * scatter-add backward against a double-precision sum, bitwise identical for 1 and N threads;
- * out-of-range ids and non-integer id dtypes give a status naming the op. */
+ * out-of-range ids and non-integer id dtypes give a status naming the op; the vocabulary-sharded
+ * kernels against the whole-table ones. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +81,56 @@ static void test_backward(void) {
          (long long)N, (long long)V, (long long)D);
 }
 
+/* Vocabulary-sharded kernels: 3 shards of a (V,D) table at offsets 0, V/3, 2V/3 against the
+ * whole-table kernels (sum of the gathers, rows of the scatter-add), bitwise, in parallel. */
+static void test_sharded(void) {
+  int64_t V = 600, D = 64, N = 4096, Vl = V / 3;
+  float *tab = malloc((size_t)(V * D) * 4), *y = malloc((size_t)(N * D) * 4),
+        *ys = malloc((size_t)(N * D) * 4), *sum = calloc((size_t)(N * D), 4),
+        *dy = malloc((size_t)(N * D) * 4), *g = malloc((size_t)(V * D) * 4),
+        *gs = malloc((size_t)(Vl * D) * 4);
+  int32_t *ids = malloc((size_t)N * 4);
+  ts_test_fill(tab, (size_t)(V * D), 3, -1, 1);
+  ts_test_fill(dy, (size_t)(N * D), 4, -1, 1);
+  for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)(ts_rng_uniform_at(11, (uint64_t)i) * V);
+  CHECK_OK(ts__embedding_fwd_ref(tab, 4, V, D, ids, TS_I32, N, y));
+  CHECK_OK(ts__embedding_bwd_ref(dy, ids, TS_I32, N, V, D, g));
+  int rows_ok = 1, grad_ok = 1;
+  for (int q = 0; q < 3; q++) {
+    const int64_t off = q * Vl;
+    memset(ys, 0xff, (size_t)(N * D) * 4);
+    CHECK_OK(ts__embedding_shard_fwd_ref(tab + off * D, 4, Vl, D, off, ids, TS_I32, N, ys));
+    for (int64_t i = 0; i < N; i++) {
+      const int in = ids[i] >= off && ids[i] < off + Vl;
+      for (int64_t c = 0; c < D; c++) {
+        rows_ok &= ys[i * D + c] == (in ? y[i * D + c] : 0.0f);
+        sum[i * D + c] += ys[i * D + c];
+      }
+    }
+    CHECK_OK(ts__embedding_shard_bwd_ref(dy, ids, TS_I32, N, Vl, D, off, gs));
+    grad_ok &= memcmp(gs, g + off * D, (size_t)(Vl * D) * 4) == 0;
+  }
+  CHECK_MSG(rows_ok, "sharded gather: the table's rows in range, zeros elsewhere");
+  CHECK_MSG(memcmp(sum, y, (size_t)(N * D) * 4) == 0, "the sum of the shards is not the full gather");
+  CHECK_MSG(grad_ok, "sharded scatter-add: not the rows of the full one");
+  /* no upper bound, negative ids and offsets rejected */
+  int64_t big[3] = {5, 1000000, 2};
+  CHECK_OK(ts__embedding_shard_fwd_ref(tab, 4, 4, D, 2, big, TS_I64, 3, ys));
+  CHECK(ys[0] == tab[3 * D] && ys[D] == 0.0f && ys[2 * D] == tab[0]);
+  big[1] = -7;
+  CHECK(ts__embedding_shard_fwd_ref(tab, 4, 4, D, 2, big, TS_I64, 3, ys) == TS_ERANGE);
+  CHECK_MSG(strstr(ts_last_error(), "id -7 at position 1") != NULL, "%s", ts_last_error());
+  CHECK(ts__embedding_shard_bwd_ref(dy, big, TS_I64, 3, 4, D, 2, gs) == TS_ERANGE);
+  CHECK_MSG(strstr(ts_last_error(), "embedding_bwd") != NULL, "%s", ts_last_error());
+  CHECK(ts__embedding_shard_fwd_ref(tab, 4, 4, D, -1, ids, TS_I32, 3, ys) == TS_EINVAL);
+  free(tab); free(y); free(ys); free(sum); free(dy); free(g); free(gs); free(ids);
+  printf("embedding sharded: 3 shards of (%lld x %lld), %lld ids, against the whole-table kernels\n",
+         (long long)V, (long long)D, (long long)N);
+}
+
 int main(void) {
   test_forward();
   test_backward();
+  test_sharded();
   return ts_test_finish("test_embedding");
 }
