@@ -35,7 +35,7 @@
 
 #include "bench_common.h"
 #include "tessera/comm.h"
-#include "train/dp.h"
+#include "parallel/dp.h"
 
 #define TORCH_PY "/usr/bin/python3"
 
@@ -66,7 +66,7 @@ static int worker(const options *o, int *argc, char ***argv) {
   bench_model_build(&t, o->model, &mo);
   ts__dp *dp = NULL;
   if (size > 1 && !o->alone) {
-    if (ts__dp_create(w, t.ps, t.g, o->bucket_mb, 1, TS_F32, &dp)) die("data-parallel reducer");
+    if (ts__dp_create(w, t.ps, t.g, o->bucket_mb, 1, TS_F32, NULL, &dp)) die("data-parallel reducer");
     if (o->overlap) ts_plan_set_hook(t.plan, ts__dp_hook, dp);
   }
   float *grads = ts_params_grads(t.ps);

@@ -26,7 +26,7 @@
  * Gradients: collectives differentiate as exact adjoints with the objective = the SUM of every
  * rank's loss. A scalar loss that is partial over some device axes and replicated over the rest
  * is therefore seeded with ts_parallel_loss_seed (1 / number of replicas), and the gradient of a
- * parameter is the SUM over the ranks holding the same slice (ts_parallel_grad_groups). */
+ * parameter is the SUM over the ranks holding the same slice (ts_grad_reducer with mean = 0). */
 #ifndef TESSERA_PARALLEL_H
 #define TESSERA_PARALLEL_H
 
@@ -91,14 +91,37 @@ int ts_parallel_slot(const ts_parallel *p, int s, int *ndev, int *dev, int *axis
 int ts_parallel_make_comms(const ts_parallel *p, ts_comm *world, ts_comm **comms);
 int ts_parallel_set_comms(const ts_parallel *p, ts_plan *plan, ts_comm *const *comms);
 
-/* ---- gradient reduction ----
- * Parameters are grouped by the set of ranks that hold the same slice; group k's gradients are
- * summed over the ranks of its partition. ts_parallel_grad_groups returns the number of groups;
- * ts_parallel_grad_group fills member[i] = 1 for the parameters (ids of ts_parallel_params) of
- * group k and *color with this rank's part of the partition (ts_comm_split color), *size with
- * its number of ranks. */
-int ts_parallel_grad_groups(const ts_parallel *p);
-int ts_parallel_grad_group(const ts_parallel *p, int k, int *member, int *color, int *size);
+/* ---- gradient reduction for any store (semi_auto_parallel and hybrid_parallel) ----
+ * A parameter registered whole (ts_params_add) is replicated on every rank; one registered with
+ * ts_params_add_sharded (MindSpore's layer-wise parallel parameter) is held by the ranks its
+ * layout says. The reducer groups the trainable parameters by the partition of the ranks into
+ * those holding the same slice and reduces each group's gradients over its part (sum, or mean);
+ * parameters every rank holds a different slice of are left alone. Bucketed, and overlapped with
+ * backward when attached to the plan (as data parallel). */
+/* part[r] for r < nranks: the piece of the partition rank r is in (ranks holding the same slice
+ * of parameter id share it); returns the number of pieces or a negative status. */
+int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part);
+
+typedef struct {
+  double bucket_mb; /* bucket size in MiB (<= 0: 25) */
+  int mean;         /* 1: average over the ranks of a group, 0: sum */
+  ts_dtype wire;    /* TS_F32, TS_BF16 or TS_F16: dtype on the wire */
+} ts_grad_reducer_config;
+
+typedef struct ts_grad_reducer ts_grad_reducer;
+/* Collective over world: every rank calls it with a store of the same entries. g is the graph
+ * whose gradients are attached (ts_params_attach_grads). */
+int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
+                           const ts_grad_reducer_config *cfg, ts_grad_reducer **out);
+void ts_grad_reducer_free(ts_grad_reducer *r);
+int ts_grad_reducer_num_groups(const ts_grad_reducer *r);
+/* Starts each bucket's reduction as soon as backward has written its gradients (plan hook). */
+void ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan);
+/* Before the run whose gradients (flat buffer `grads`) are to be reduced. */
+void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads);
+/* Waits for (or runs) every bucket: gradients are then reduced in place. */
+int ts_grad_reducer_finish(ts_grad_reducer *r);
+double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r);
 
 /* ---- what the pass decided ---- */
 /* The strategies in force (each operator with a sharding rule, by key) and every parameter's

@@ -411,9 +411,6 @@ void ts_parallel_free(ts_parallel *p) {
     for (int j = 0; j < p->nfwd; j++) free(p->n[j].key);
   for (int i = 0; i < p->nrd; i++) free(p->rd[i].text);
   for (int s = 0; s < p->nslots; s++) free(p->slots[s].part);
-  for (int k = 0; k < p->ngroups; k++) free(p->group_part[k]);
-  free(p->group_part);
-  free(p->param_group);
   free(p->slots);
   free(p->rd);
   free(p->v);
@@ -570,21 +567,6 @@ int ts_parallel_set_comms(const ts_parallel *p, ts_plan *plan, ts_comm *const *c
     int rc = ts_plan_set_comm(plan, s, comms[s]);
     if (rc) return rc;
   }
-  return TS_OK;
-}
-
-int ts_parallel_grad_groups(const ts_parallel *p) { return p ? p->ngroups : 0; }
-
-int ts_parallel_grad_group(const ts_parallel *p, int k, int *member, int *color, int *size) {
-  if (!p || k < 0 || k >= p->ngroups)
-    return ts_error_set(TS_EINVAL, "ts_parallel_grad_group: group %d outside 0..%d", k, p ? p->ngroups - 1 : -1);
-  int np = ts_params_count(p->lp);
-  for (int i = 0; i < np; i++) member[i] = p->param_group[i] == k;
-  const int *part = p->group_part[k];
-  *color = part[p->rank];
-  int n = 0;
-  for (int r = 0; r < p->N; r++) n += part[r] == part[p->rank];
-  *size = n;
   return TS_OK;
 }
 

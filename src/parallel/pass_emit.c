@@ -283,68 +283,6 @@ static int emit_node(ts_parallel *p, int ni) {
   return TS_OK;
 }
 
-/* ---- gradient groups: parameters by the partition of ranks holding the same slice ---- */
-
-static int grad_groups(ts_parallel *p) {
-  int np = ts_params_count(p->lp), N = p->N;
-  p->param_group = malloc(sizeof(int) * (size_t)(np + 1));
-  int *part = malloc(sizeof(int) * (size_t)N);
-  int64_t *keys = malloc(sizeof(int64_t) * (size_t)N);
-  if (!p->param_group || !part || !keys) {
-    free(part);
-    free(keys);
-    return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
-  }
-  int rc = TS_OK;
-  for (int i = 0; i < np && !rc; i++) {
-    p->param_group[i] = -1;
-    if (ts_params_flags(p->lp, i) & TS_PARAM_STATE) continue;
-    const ts_layout *L = ts_params_layout(p->lp, i);
-    int nparts = 0;
-    for (int r = 0; r < N; r++) {
-      int64_t key = 0;
-      if (L) {
-        int coords[TS_LAYOUT_MAX_AXES];
-        ts_layout_rank_coords(L, r, coords);
-        for (int d = 0; d < L->ndim; d++)
-          if (L->tmap[d] >= 0) key = key * L->dev[L->tmap[d]] + coords[L->tmap[d]];
-      }
-      keys[r] = key;
-      int k;
-      for (k = 0; k < r; k++)
-        if (keys[k] == key) break;
-      if (k == r) {
-        part[r] = nparts++;
-      } else {
-        part[r] = part[k];
-      }
-    }
-    if (nparts == N) continue; /* no two ranks hold the same slice */
-    int k;
-    for (k = 0; k < p->ngroups; k++)
-      if (!memcmp(p->group_part[k], part, sizeof(int) * (size_t)N)) break;
-    if (k == p->ngroups) {
-      int **q = realloc(p->group_part, sizeof(int *) * (size_t)(p->ngroups + 1));
-      if (!q) {
-        rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
-        break;
-      }
-      p->group_part = q;
-      q[k] = malloc(sizeof(int) * (size_t)N);
-      if (!q[k]) {
-        rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
-        break;
-      }
-      memcpy(q[k], part, sizeof(int) * (size_t)N);
-      p->ngroups++;
-    }
-    p->param_group[i] = k;
-  }
-  free(part);
-  free(keys);
-  return rc;
-}
-
 /* ---- the strategies in force ---- */
 
 static int record_inforce(ts_parallel *p) {
@@ -377,6 +315,5 @@ int ts__pass_emit(ts_parallel *p) {
   for (int k = 0; k < p->nouts; k++)
     if ((rc = convert(p, p->outs[k], &p->out_L[k], &p->out_lv[k]))) return rc;
   if (ts_graph_status(p->lg)) return lg_fail(p, "the graph");
-  if ((rc = grad_groups(p))) return rc;
   return record_inforce(p);
 }

@@ -92,10 +92,6 @@ struct ts_parallel {
   int *param_lp;    /* global param id -> local id */
   ts_strategy_set *inforce;
   ts_parallel_stats stats;
-  /* gradient groups */
-  int ngroups;
-  int **group_part;  /* per group: part[r] for every rank */
-  int *param_group;  /* local param id -> group (-1: every rank holds its own slice) */
 };
 
 /* pass_rules.c: decides node `ni`'s strategy and layouts (fills p->n[ni]); inputs' states known

@@ -9,7 +9,7 @@
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
-#include "dp.h"
+#include "../parallel/dp.h"
 #include "train_impl.h"
 
 #define MAX_CB 16
@@ -316,7 +316,7 @@ static int setup_reduction(ts_trainer *t) {
   }
   static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
   rc = ts__dp_create(t->comm, t->params, t->g, c->parallel.bucket_size_mb, c->parallel.gradients_mean,
-                     wire[c->parallel.comm_dtype], &t->dp);
+                     wire[c->parallel.comm_dtype], NULL, &t->dp);
   if (rc) return rc;
   t->overlap = c->parallel.overlap && t->accum == 1; /* accumulation reduces once, after the last micro-step */
   if (t->overlap) ts_plan_set_hook(t->plan, ts__dp_hook, t->dp);

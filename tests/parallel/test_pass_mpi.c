@@ -157,17 +157,13 @@ static int64_t run_parallel(const char *what, kind k, const char *const *strat, 
   int ns = ts_parallel_num_slots(pp);
   CHECK_OK(ts_parallel_make_comms(pp, world, comms));
   CHECK_OK(ts_parallel_set_comms(pp, plan, comms));
-  /* gradient groups */
-  int ng = ts_parallel_grad_groups(pp), np = ts_params_count(lp);
-  int *member = malloc(sizeof(int) * (size_t)(np * (ng ? ng : 1) + 1));
-  ts_comm *gcomm[16];
-  CHECK(ng <= 16);
-  for (int gi = 0; gi < ng; gi++) {
-    int color, size;
-    CHECK_OK(ts_parallel_grad_group(pp, gi, member + gi * np, &color, &size));
-    CHECK_OK(ts_comm_split(world, color, R, &gcomm[gi]));
-    CHECK(ts_comm_size(gcomm[gi]) == size);
-  }
+  /* gradients summed over the ranks holding the same slice, bucketed (small buckets: several
+   * per group) and overlapped with backward */
+  ts_grad_reducer_config rcfg = {.bucket_mb = 0.004, .mean = 0, .wire = TS_F32};
+  ts_grad_reducer *red;
+  CHECK_OK(ts_grad_reducer_create(world, lp, lg, &rcfg, &red));
+  ts_grad_reducer_attach(red, plan);
+  int np = ts_params_count(lp);
   int parts, index, parts_y, index_y;
   CHECK_OK(ts_parallel_input_piece(pp, m.x, &parts, &index));
   CHECK_OK(ts_parallel_input_piece(pp, m.y, &parts_y, &index_y));
@@ -180,14 +176,9 @@ static int64_t run_parallel(const char *what, kind k, const char *const *strat, 
     batch(k, s, xb, yb);
     CHECK_OK(ts_plan_bind(plan, lx, xb + (size_t)(index * rows) * xrow));
     CHECK_OK(ts_plan_bind(plan, ly, (char *)yb + (size_t)(index * rows) * yrow));
+    ts_grad_reducer_begin(red, ts_params_grads(lp));
     CHECK_OK(ts_plan_run(plan, (uint64_t)s));
-    for (int gi = 0; gi < ng; gi++)
-      for (int i = 0; i < np; i++)
-        if (member[gi * np + i]) {
-          ts_shape sh = ts_params_shape(lp, i);
-          float *gr = ts_params_grad_ptr(lp, i);
-          CHECK_OK(ts_comm_allreduce(gcomm[gi], gr, gr, (size_t)ts_shape_numel(&sh), TS_F32, TS_REDUCE_SUM));
-        }
+    CHECK_OK(ts_grad_reducer_finish(red));
     float l = *(float *)ts_plan_data(plan, lloss) * seed;
     CHECK_OK(ts_comm_allreduce(world, &l, &l, 1, TS_F32, TS_REDUCE_SUM));
     CHECK_MSG(fabs(l - ref_losses[s]) <= 2e-5 * fmax(1.0, fabs(ref_losses[s])),
@@ -201,14 +192,13 @@ static int64_t run_parallel(const char *what, kind k, const char *const *strat, 
     ts_parallel_stats st;
     ts_parallel_get_stats(pp, &st);
     printf("%-34s N=%d: %d steps match; parameters per rank %lld of %lld bytes (%.3f), %d slots, "
-           "%d forward redistributions (%lld bytes per rank)\n",
+           "%d forward redistributions (%lld bytes per rank), %d gradient groups\n",
            what, N, K_STEPS, (long long)bytes, (long long)ts_params_numel(ref_params) * 4,
            (double)bytes / (double)(ts_params_numel(ref_params) * 4), ns, st.nredist,
-           (long long)st.fwd_comm_bytes);
+           (long long)st.fwd_comm_bytes, ts_grad_reducer_num_groups(red));
   }
-  for (int gi = 0; gi < ng; gi++) ts_comm_free(gcomm[gi]);
+  ts_grad_reducer_free(red);
   for (int s = 0; s < ns; s++) ts_comm_free(comms[s]);
-  free(member);
   ts_plan_free(plan);
   ts_parallel_free(pp);
   ts_strategy_set_free(set);

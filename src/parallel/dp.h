@@ -9,9 +9,11 @@
 typedef struct ts__dp ts__dp;
 
 /* Buckets of about bucket_mb MiB over the trainable parameters of p whose gradients g produces
- * (ts_params_attach_grads done); reduction MEAN (mean) or SUM; wire dtype f32, bf16 or f16. */
+ * (ts_params_attach_grads done), or only those with member[id] != 0 when member is not NULL
+ * (a bucket never spans a parameter left out); reduction MEAN (mean) or SUM; wire dtype f32,
+ * bf16 or f16. */
 int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
-                  ts_dtype wire, ts__dp **out);
+                  ts_dtype wire, const int *member, ts__dp **out);
 void ts__dp_free(ts__dp *d);
 int ts__dp_num_buckets(const ts__dp *d);
 /* Before a run whose gradients (into `grads`, the flat buffer) are to be reduced. */

@@ -65,7 +65,7 @@ static int reduce_now(ts__dp *d, bucket *b) {
 }
 
 int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
-                  ts_dtype wire, ts__dp **out) {
+                  ts_dtype wire, const int *member, ts__dp **out) {
   ts__dp *d = calloc(1, sizeof *d);
   if (!d) return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
   d->comm = comm;
@@ -90,6 +90,10 @@ int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_
   for (int i = np - 1; i >= 0; i--) {
     pb[i] = -1;
     if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    if (member && !member[i]) {
+      cur = NULL; /* buckets are contiguous ranges: none spans a parameter left out */
+      continue;
+    }
     ts_shape s = ts_params_shape(p, i);
     size_t n = (size_t)ts_shape_numel(&s), off = ts_params_offset(p, i);
     if (!cur || cur->len + n > cap) {

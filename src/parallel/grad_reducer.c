@@ -1,0 +1,137 @@
+/* Gradient reduction over the ranks that hold the same parameter slice (include/tessera/parallel.h,
+ * "gradient reduction"): one bucketed data-parallel reducer (dp.c) per group of parameters that
+ * share a partition of the ranks, each on its own communicator. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp.h"
+#include "tessera/parallel.h"
+
+#define MAXG 32
+
+struct ts_grad_reducer {
+  int ngroups;
+  ts__dp *dp[MAXG];
+  ts_comm *comm[MAXG];
+  int size[MAXG];
+  double wait;
+};
+
+int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part) {
+  if (id < 0 || id >= ts_params_count(p) || nranks < 1)
+    return ts_error_set(TS_EINVAL, "ts_params_rank_partition: parameter %d, %d ranks", id, nranks);
+  const ts_layout *L = ts_params_layout(p, id);
+  if (L && ts_layout_ndevices(L) != nranks)
+    return ts_error_set(TS_EINVAL, "parameter '%s' is laid out on %d devices, the job has %d ranks",
+                        ts_params_name(p, id), ts_layout_ndevices(L), nranks);
+  int64_t *keys = malloc(sizeof(int64_t) * (size_t)nranks);
+  if (!keys) return ts_error_set(TS_ENOMEM, "ts_params_rank_partition: out of memory");
+  int nparts = 0;
+  for (int r = 0; r < nranks; r++) {
+    int64_t key = 0;
+    if (L) {
+      int coords[TS_LAYOUT_MAX_AXES];
+      ts_layout_rank_coords(L, r, coords);
+      for (int d = 0; d < L->ndim; d++)
+        if (L->tmap[d] >= 0) key = key * L->dev[L->tmap[d]] + coords[L->tmap[d]];
+    }
+    keys[r] = key;
+    int k;
+    for (k = 0; k < r; k++)
+      if (keys[k] == key) break;
+    part[r] = k == r ? nparts++ : part[k];
+  }
+  free(keys);
+  return nparts;
+}
+
+void ts_grad_reducer_free(ts_grad_reducer *r) {
+  if (!r) return;
+  for (int k = 0; k < r->ngroups; k++) {
+    ts__dp_free(r->dp[k]);
+    ts_comm_free(r->comm[k]);
+  }
+  free(r);
+}
+
+int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
+                           const ts_grad_reducer_config *cfg, ts_grad_reducer **out) {
+  *out = NULL;
+  int N = ts_comm_size(world), R = ts_comm_rank(world), np = ts_params_count(p);
+  ts_grad_reducer *r = calloc(1, sizeof *r);
+  int *part = malloc(sizeof(int) * (size_t)N), *group = malloc(sizeof(int) * (size_t)(np + 1));
+  int *parts = malloc(sizeof(int) * (size_t)N * MAXG), *member = malloc(sizeof(int) * (size_t)(np + 1));
+  int rc = TS_OK;
+  if (!r || !part || !group || !parts || !member) {
+    rc = ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < np && !rc; i++) {
+    group[i] = -1;
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    int n = ts_params_rank_partition(p, i, N, part);
+    if (n < 0) {
+      rc = n;
+      break;
+    }
+    if (n == N) continue; /* every rank holds its own slice: nothing to reduce */
+    int k;
+    for (k = 0; k < r->ngroups; k++)
+      if (!memcmp(parts + k * N, part, sizeof(int) * (size_t)N)) break;
+    if (k == r->ngroups) {
+      if (k == MAXG) {
+        rc = ts_error_set(TS_ERANGE, "gradient reducer: more than %d distinct parameter groupings", MAXG);
+        break;
+      }
+      memcpy(parts + k * N, part, sizeof(int) * (size_t)N);
+      r->ngroups++;
+    }
+    group[i] = k;
+  }
+  /* groups in the same order on every rank: each split is collective over world */
+  for (int k = 0; k < r->ngroups && !rc; k++) {
+    rc = ts_comm_split(world, parts[k * N + R], R, &r->comm[k]);
+    if (rc) break;
+    r->size[k] = ts_comm_size(r->comm[k]);
+    for (int i = 0; i < np; i++) member[i] = group[i] == k;
+    rc = ts__dp_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : 25.0, cfg->mean, cfg->wire,
+                       member, &r->dp[k]);
+  }
+done:
+  free(part);
+  free(group);
+  free(parts);
+  free(member);
+  if (rc) {
+    ts_grad_reducer_free(r);
+    return rc;
+  }
+  *out = r;
+  return TS_OK;
+}
+
+int ts_grad_reducer_num_groups(const ts_grad_reducer *r) { return r ? r->ngroups : 0; }
+
+static void hook(const ts_graph *g, int node, const char *op, const char *name, int phase, void *user) {
+  ts_grad_reducer *r = user;
+  for (int k = 0; k < r->ngroups; k++) ts__dp_hook(g, node, op, name, phase, r->dp[k]);
+}
+
+void ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan) { ts_plan_set_hook(plan, hook, r); }
+
+void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads) {
+  for (int k = 0; k < r->ngroups; k++) ts__dp_begin(r->dp[k], grads);
+}
+
+int ts_grad_reducer_finish(ts_grad_reducer *r) {
+  r->wait = 0;
+  int rc = TS_OK;
+  for (int k = 0; k < r->ngroups; k++) {
+    int e = ts__dp_finish(r->dp[k]);
+    r->wait += ts__dp_wait_seconds(r->dp[k]);
+    if (e && !rc) rc = ts_error_wrap(e, "gradient reduction over a group of %d ranks", r->size[k]);
+  }
+  return rc;
+}
+
+double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r) { return r ? r->wait : 0; }
