@@ -58,7 +58,7 @@ const char *ts_graph_error(const ts_graph *g);
 /* Training mode affects dropout and batch-norm (default 1). */
 void ts_graph_set_training(ts_graph *g, int training);
 /* Communicator slots a plan can hold (ts_plan_set_comm) for ops that communicate. */
-#define TS_PLAN_MAX_COMMS 8
+#define TS_PLAN_MAX_COMMS 32
 /* Batch-norm ops built from now on compute their training statistics over the ranks of the
  * communicator the plan holds in `slot` (SyncBatchNorm); -1 (the default): each process's own
  * batch. Without a communicator in that slot at run time they use local statistics. */
