@@ -36,6 +36,7 @@ extern "C" {
 
 #define TS_CFG_MAX_LIST 16       /* elements of a list-valued key */
 #define TS_CFG_MAX_TRANSFORMS 16 /* transforms per list */
+#define TS_CFG_MAX_STRATEGIES 64 /* operator strategies in parallel.strategies */
 #define TS_CFG_PATH_MAX 1024     /* bytes of a path-valued key, NUL included */
 #define TS_CFG_NAME_MAX 64       /* bytes of a short string key, NUL included */
 
@@ -105,6 +106,15 @@ typedef struct {
   int n;
   ts_transform v[TS_CFG_MAX_TRANSFORMS];
 } ts_cfg_transforms;
+
+/* parallel.strategies: operator name (or '*' rule) -> MindSpore shard tuple text. */
+typedef struct {
+  int n;
+  struct {
+    char op[160];
+    char text[96];
+  } v[TS_CFG_MAX_STRATEGIES];
+} ts_cfg_strategies;
 
 typedef struct {
   struct {
@@ -182,6 +192,10 @@ typedef struct {
     int sync_batchnorm;      /* BatchNorm training statistics over all ranks (SyncBatchNorm) */
     double comm_timeout;     /* seconds a collective may take before the job fails; 0 = forever */
     int debug_check;         /* verify all ranks issue the same collectives in the same order */
+    ts_cfg_strategies strategies;             /* semi_auto_parallel: per-operator shard strategies */
+    char strategy_ckpt_load_file[TS_CFG_PATH_MAX]; /* strategies (JSON) to use ("" none) */
+    char strategy_ckpt_save_file[TS_CFG_PATH_MAX]; /* where to save the strategies in force */
+    int full_batch;          /* every rank reads the whole global batch (MindSpore's full_batch) */
   } parallel;
   struct {
     char dir[TS_CFG_PATH_MAX]; /* "" = no checkpoints */

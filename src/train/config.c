@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "config_impl.h"
+#include "tessera/strategy.h"
 
 _Static_assert(sizeof(ts_model_kind) == sizeof(int) && sizeof(ts_optim_kind) == sizeof(int) &&
                    sizeof(ts_lr_kind) == sizeof(int) && sizeof(ts_log_level) == sizeof(int),
@@ -617,6 +618,41 @@ static int parse_transforms(const pctx *c, const ts__cfg_key *k, const yaml_node
   return TS_OK;
 }
 
+/* ------------------------------------------------------------------ strategies */
+static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n,
+                            ts_cfg_strategies *out) {
+  char d[96];
+  out->n = 0;
+  if (is_null(n)) return TS_OK;
+  if (n->type != YAML_MAPPING_NODE)
+    return perr(c, n, "%s: expected a mapping of operator name to strategy, got %s", k->path,
+                describe(n, d, sizeof d));
+  for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+    const yaml_node_t *kn = node_at(c, p->key), *vn = node_at(c, p->value);
+    if (kn->type != YAML_SCALAR_NODE || is_null(kn) || !*sval(kn))
+      return perr(c, kn, "%s: operator names must be strings, got %s", k->path, describe(kn, d, sizeof d));
+    const char *op = sval(kn);
+    if (out->n == TS_CFG_MAX_STRATEGIES)
+      return perr(c, kn, "%s: at most %d strategies", k->path, TS_CFG_MAX_STRATEGIES);
+    if (strlen(op) >= sizeof out->v[0].op)
+      return perr(c, kn, "%s: operator name '%.40s...' is too long", k->path, op);
+    for (int i = 0; i < out->n; i++)
+      if (!strcmp(out->v[i].op, op)) return perr(c, kn, "%s: duplicate operator '%s'", k->path, op);
+    if (vn->type != YAML_SCALAR_NODE || is_null(vn))
+      return perr(c, vn, "%s.%s: expected a strategy such as \"((2,1),(1,4))\", got %s", k->path, op,
+                  describe(vn, d, sizeof d));
+    ts_op_strategy st;
+    if (ts_op_strategy_parse(sval(vn), &st))
+      return perr(c, vn, "%s.%s: %s", k->path, op, ts_last_error());
+    if (strlen(sval(vn)) >= sizeof out->v[0].text)
+      return perr(c, vn, "%s.%s: strategy text too long", k->path, op);
+    snprintf(out->v[out->n].op, sizeof out->v[0].op, "%s", op);
+    snprintf(out->v[out->n].text, sizeof out->v[0].text, "%s", sval(vn));
+    out->n++;
+  }
+  return TS_OK;
+}
+
 /* ------------------------------------------------------------------ applying nodes */
 static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_config *cfg) {
   char *p = (char *)cfg + k->off;
@@ -690,6 +726,13 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       ts_cfg_transforms *v = malloc(sizeof *v);
       if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
       if (!(rc = parse_transforms(c, k, n, v))) memcpy(p, v, sizeof *v);
+      free(v);
+      break;
+    }
+    case CT_STRATS: {
+      ts_cfg_strategies *v = calloc(1, sizeof *v); /* zeroed: configs compare with memcmp */
+      if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
+      if (!(rc = parse_strategies(c, k, n, v))) memcpy(p, v, sizeof *v);
       free(v);
       break;
     }
@@ -975,6 +1018,18 @@ static void fmt_value(sb *b, const ts__cfg_key *k, const ts_config *cfg) {
       sb_puts(b, "]");
       break;
     }
+    case CT_STRATS: {
+      const ts_cfg_strategies *v = (const ts_cfg_strategies *)p;
+      sb_puts(b, "{");
+      for (int i = 0; i < v->n; i++) {
+        if (i) sb_puts(b, ", ");
+        fmt_string(b, v->v[i].op);
+        sb_puts(b, ": ");
+        fmt_string(b, v->v[i].text);
+      }
+      sb_puts(b, "}");
+      break;
+    }
     case CT_TFS: {
       const ts_cfg_transforms *v = (const ts_cfg_transforms *)p;
       if (v->n < 0) {
@@ -1226,7 +1281,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
     return ts_error_set(TS_ERANGE, "ts_config_key_info: index %d out of range (%d keys)", i,
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
-                                   "string", "enum", "int list", "float list", "transforms"};
+                                   "string", "enum", "int list", "float list", "transforms", "strategies"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

@@ -17,6 +17,7 @@ enum {
   CT_INTS,   /* ts_cfg_ints */
   CT_FLOATS, /* ts_cfg_floats */
   CT_TFS,    /* ts_cfg_transforms */
+  CT_STRATS, /* ts_cfg_strategies */
 };
 
 enum {

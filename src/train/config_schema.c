@@ -174,7 +174,7 @@ const ts__cfg_key ts__cfg_keys[] = {
     /* ---- parallel ---- */
     {"parallel.mode", CT_ENUM, FLD(parallel.mode), "stand_alone", parallel_names, 0, 0, 0, 0, 0,
      "how work is split across devices (MindSpore's names); the trainer runs stand_alone and "
-     "data_parallel so far"},
+     "data_parallel, semi_auto_parallel and hybrid_parallel (C API models)"},
     {"parallel.gradients_mean", CT_BOOL, FLD(parallel.gradients_mean), "true", NULL, 0, 0, 0, 0, 0,
      "data_parallel: average gradients over ranks (false: sum)"},
     {"parallel.bucket_size_mb", CT_FLOAT, FLD(parallel.bucket_size_mb), "4", NULL, 0, 1024, 0, 0,
@@ -192,6 +192,21 @@ const ts__cfg_key ts__cfg_keys[] = {
      "limit"},
     {"parallel.debug_check", CT_BOOL, FLD(parallel.debug_check), "false", NULL, 0, 0, 0, 0, 0,
      "check that all ranks issue the same collectives in the same order (slower)"},
+    {"parallel.strategies", CT_STRATS, FLD(parallel.strategies), "{}", NULL, 0, 0, 0,
+     TS_CFG_MAX_STRATEGIES, 0,
+     "semi_auto_parallel: operator name (scopes joined by '.', then the op: "
+     "\"transformer.h.0.mlp.c_fc.dense\"; '*' matches one name part; `tessera plan` lists them) -> "
+     "its shard strategy as MindSpore writes it, \"((1,1,1),(4,1))\"; operators without one follow "
+     "their input's cuts or run data parallel"},
+    {"parallel.strategy_ckpt_load_file", CT_STR, FLD(parallel.strategy_ckpt_load_file), "", NULL,
+     0, 0, 0, 0, 0,
+     "semi_auto_parallel: strategy file (JSON, as saved) whose strategies are used; entries of "
+     "parallel.strategies override it"},
+    {"parallel.strategy_ckpt_save_file", CT_STR, FLD(parallel.strategy_ckpt_save_file), "", NULL,
+     0, 0, 0, 0, 0, "semi_auto_parallel: save the strategies and parameter layouts in force here"},
+    {"parallel.full_batch", CT_BOOL, FLD(parallel.full_batch), "false", NULL, 0, 0, 0, 0, 0,
+     "semi_auto_parallel/hybrid_parallel: every rank reads the whole global batch (false: the "
+     "batch is cut as the first operator's strategy cuts it, else over all ranks)"},
     /* ---- checkpoint ---- */
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},
