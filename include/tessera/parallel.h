@@ -49,6 +49,9 @@ typedef struct {
                                          every rank gets the full batch (full_batch), 0 = auto:
                                          the cut the user's strategy of the first operator
                                          reading an input gives its dim 0, else N */
+  int allow_unmatched;                /* 1: strategies that match no operator are fine (a
+                                         training set reused for the evaluation graph);
+                                         0: refused (a typo would be silently ignored) */
 } ts_parallel_config;
 
 typedef struct ts_parallel ts_parallel;

@@ -66,12 +66,21 @@ int ts_cli_train(int argc, char **argv) {
   ts_trainer *t;
   int rc = ts_trainer_create(&cfg, &t);
   if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
-  printf("tessera %s: %s on %s, %zu parameters, %lld steps (%lld per epoch), batch %d, %s, %d threads\n",
-         ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name),
-         ts_params_numel(ts_trainer_params(t)), (long long)ts_config_total_steps(&cfg, ts_trainer_steps_per_epoch(t)),
-         (long long)ts_trainer_steps_per_epoch(t), cfg.train.batch_size, ts_optim_kind_name(cfg.optimizer.name),
-         ts_threads_get());
-  fflush(stdout);
+  if (ts_trainer_rank(t) == 0) {
+    char where[160] = "";
+    int64_t all = ts_trainer_num_params(t), mine = (int64_t)ts_params_numel(ts_trainer_params(t));
+    if (ts_trainer_world_size(t) > 1)
+      snprintf(where, sizeof where, ", %s on %d ranks", ts_parallel_mode_name(cfg.parallel.mode),
+               ts_trainer_world_size(t));
+    char per[96] = "";
+    if (mine != all) snprintf(per, sizeof per, " (%lld on rank 0)", (long long)mine);
+    printf("tessera %s: %s on %s, %lld parameters%s, %lld steps (%lld per epoch), batch %d, %s, %d threads%s\n",
+           ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name), (long long)all, per,
+           (long long)ts_config_total_steps(&cfg, ts_trainer_steps_per_epoch(t)),
+           (long long)ts_trainer_steps_per_epoch(t), cfg.train.batch_size, ts_optim_kind_name(cfg.optimizer.name),
+           ts_threads_get(), where);
+    fflush(stdout);
+  }
   rc = ts_trainer_fit(t);
   ts_trainer_free(t);
   if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());

@@ -327,7 +327,7 @@ static int input_layout(ts_parallel *p, int vi) {
 
 static int check_user_keys(ts_parallel *p) {
   const ts_strategy_set *s = p->cfg.strategies;
-  if (!s) return TS_OK;
+  if (!s || p->cfg.allow_unmatched) return TS_OK;
   int n = ts_strategy_set_count(s);
   for (int i = 0; i < n; i++) {
     const char *name = ts_strategy_set_name(s, i);

@@ -12,46 +12,20 @@
 #include "../parallel/dp.h"
 #include "train_impl.h"
 
-#define MAX_CB 16
-
-struct ts_trainer {
-  ts_config cfg;
-  ts_source *train_src, *test_src;
-  ts_transform tf_train[TS_CFG_MAX_TRANSFORMS], tf_test[TS_CFG_MAX_TRANSFORMS];
-  int ntf_train, ntf_test;
-  ts_pipeline *train_pipe;
-  ts_params *params;
-  /* training graph (micro-batch) and evaluation graph (eval batch) */
-  ts_graph *g, *ge;
-  ts_plan *plan, *plan_e;
-  ts_val x, y, loss, xe, logits_e;
-  int64_t mb, eb, accum;       /* micro-batch, eval batch, micro-steps per step */
-  ts_shape sample_shape;       /* of one transformed sample */
-  ts_dtype sample_dtype;
-  int text;                    /* samples carry targets (language model) */
-  float *acc;                  /* gradient accumulator (accum > 1) */
-  ts_optim *opt;
-  ts_optim_segment *segs;
-  int nseg;
-  ts_lr_schedule sched;
-  int64_t step, epoch, batch, steps_per_epoch, total_steps;
-  int stop;
-  double last_loss;
-  ts_eval_info last_eval;
-  int have_eval;
-  ts_callback cb[MAX_CB];
-  int ncb;
-  ts__progress prog;
-  char *cfg_yaml;
-  /* data parallel */
-  ts_comm *comm; /* NULL in stand-alone mode */
-  int rank, size;
-  ts__dp *dp;
-  int overlap;
-};
-
 ts_params *ts_trainer_params(ts_trainer *t) { return t->params; }
 int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
+int ts_trainer_rank(const ts_trainer *t) { return t->rank; }
+int ts_trainer_world_size(const ts_trainer *t) { return t->size; }
+int64_t ts_trainer_num_params(const ts_trainer *t) {
+  if (!t->pp) return (int64_t)ts_params_numel(t->params);
+  int64_t n = 0;
+  for (int i = 0; i < ts_params_count(t->gp); i++)
+    if (!(ts_params_flags(t->gp, i) & TS_PARAM_STATE)) {
+      ts_shape s = ts_params_shape(t->gp, i);
+      n += ts_shape_numel(&s);
+    }
+  return n;
+}
 int64_t ts_trainer_steps_per_epoch(const ts_trainer *t) { return t->steps_per_epoch; }
 void ts_trainer_request_stop(ts_trainer *t) { t->stop = 1; }
 
@@ -62,8 +36,40 @@ int ts_trainer_add_callback(ts_trainer *t, const ts_callback *cb) {
 }
 
 /* ---- model ---- */
-static int build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss) {
+int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis) {
+  ts_trainer *t = info ? info->priv : NULL;
+  if (!t || ndev < 1 || ndev > TS_LAYOUT_MAX_AXES || axis < 0 || axis >= ndev)
+    return ts_error_set(TS_EINVAL, "ts_model_group: bad device matrix or axis");
+  int prod = 1;
+  for (int a = 0; a < ndev; a++) prod *= dev[a] > 0 ? dev[a] : 0;
+  if (prod != info->size)
+    return ts_error_set(TS_EINVAL, "ts_model_group: the device matrix has %d devices, the job %d ranks", prod,
+                        info->size);
+  for (int k = 0; k < t->nhybrid; k++)
+    if (t->hybrid_req[k].ndev == ndev && t->hybrid_req[k].axis == axis &&
+        !memcmp(t->hybrid_req[k].dev, dev, sizeof(int) * (size_t)ndev))
+      return k + 1;
+  if (t->nhybrid + 1 >= TS_PLAN_MAX_COMMS)
+    return ts_error_set(TS_ERANGE, "ts_model_group: at most %d groups", TS_PLAN_MAX_COMMS - 1);
+  int k = t->nhybrid++;
+  t->hybrid_req[k].ndev = ndev;
+  memcpy(t->hybrid_req[k].dev, dev, sizeof(int) * (size_t)ndev);
+  t->hybrid_req[k].axis = axis;
+  return k + 1;
+}
+
+int ts__train_build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss) {
   const ts_config *c = &t->cfg;
+  if (t->model_fn) {
+    ts_model_info info = {t->rank, t->size, y != TS_NONE, t};
+    ts_val lg = TS_NONE, ls = TS_NONE;
+    int rc = t->model_fn(nn, x, y, &info, &lg, &ls, t->model_user);
+    if (logits) *logits = lg;
+    if (loss) *loss = ls;
+    if (!rc && (lg == TS_NONE || (y != TS_NONE && ls == TS_NONE)) && !ts_graph_status(nn->g))
+      rc = ts_error_set(TS_EINVAL, "custom model: the builder returned no %s", lg == TS_NONE ? "logits" : "loss");
+    return rc;
+  }
   switch (c->model.name) {
     case TS_MODEL_MLP: {
       ts_mlp_config m;
@@ -95,7 +101,7 @@ static int build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *log
   }
 }
 
-static ts_shape batch_shape(int64_t b, const ts_shape *s) {
+ts_shape ts__batch_shape(int64_t b, const ts_shape *s) {
   ts_shape r;
   memset(&r, 0, sizeof r);
   r.ndim = s->ndim + 1;
@@ -104,7 +110,7 @@ static ts_shape batch_shape(int64_t b, const ts_shape *s) {
   return r;
 }
 
-static int graph_fail(ts_graph *g, const char *what) {
+int ts__graph_fail_msg(ts_graph *g, const char *what) {
   int rc = ts_graph_status(g) ? ts_graph_status(g) : TS_EGRAPH;
   return ts_error_set(rc, "%s: %s", what, ts_graph_error(g));
 }
@@ -112,25 +118,26 @@ static int graph_fail(ts_graph *g, const char *what) {
 static int build_graphs(ts_trainer *t) {
   int rc;
   ts_val logits;
+  if (t->cfg.parallel.mode == TS_PARALLEL_SEMI_AUTO) return ts__semi_build(t, &t->logits_e);
   if ((rc = ts_params_create(&t->params)) || (rc = ts_graph_create(&t->g)) || (rc = ts_graph_create(&t->ge)))
     return rc;
   ts_graph_set_training(t->ge, 0);
   /* training graph */
   ts_nn nn = {t->g, t->params};
-  t->x = ts_input(t->g, "x", t->sample_dtype, batch_shape(t->mb, &t->sample_shape));
-  t->y = t->text ? ts_input(t->g, "y", TS_I32, batch_shape(t->mb, &t->sample_shape))
+  t->x = ts_input(t->g, "x", t->sample_dtype, ts__batch_shape(t->mb, &t->sample_shape));
+  t->y = t->text ? ts_input(t->g, "y", TS_I32, ts__batch_shape(t->mb, &t->sample_shape))
                  : ts_input(t->g, "y", TS_I32, ts_shape1(t->mb));
   ts_val_set_requires_grad(t->g, t->x, 0);
   if (t->comm && t->cfg.parallel.sync_batchnorm) ts_graph_set_batchnorm_sync(t->g, 0);
-  rc = build_model(t, &nn, t->x, t->y, &logits, &t->loss);
-  if (rc || ts_graph_status(t->g)) return rc && !ts_graph_status(t->g) ? rc : graph_fail(t->g, "model");
-  if (ts_graph_backward(t->g, t->loss, 1.0f / (float)t->accum)) return graph_fail(t->g, "backward");
+  rc = ts__train_build_model(t, &nn, t->x, t->y, &logits, &t->loss);
+  if (rc || ts_graph_status(t->g)) return rc && !ts_graph_status(t->g) ? rc : ts__graph_fail_msg(t->g, "model");
+  if (ts_graph_backward(t->g, t->loss, 1.0f / (float)t->accum)) return ts__graph_fail_msg(t->g, "backward");
   /* evaluation graph: same parameters (by name), inference mode */
   ts_nn nne = {t->ge, t->params};
-  t->xe = ts_input(t->ge, "x", t->sample_dtype, batch_shape(t->eb, &t->sample_shape));
+  t->xe = ts_input(t->ge, "x", t->sample_dtype, ts__batch_shape(t->eb, &t->sample_shape));
   ts_val none = TS_NONE;
-  rc = build_model(t, &nne, t->xe, none, &t->logits_e, &none);
-  if (rc || ts_graph_status(t->ge)) return rc && !ts_graph_status(t->ge) ? rc : graph_fail(t->ge, "eval model");
+  rc = ts__train_build_model(t, &nne, t->xe, none, &t->logits_e, &none);
+  if (rc || ts_graph_status(t->ge)) return rc && !ts_graph_status(t->ge) ? rc : ts__graph_fail_msg(t->ge, "eval model");
   if ((rc = ts_params_alloc(t->params, t->cfg.train.seed))) return rc;
   ts_val keep[1024];
   int nk = 0;
@@ -139,10 +146,18 @@ static int build_graphs(ts_trainer *t) {
   if ((rc = ts_plan_create(t->g, keep, nk, &t->plan)) || (rc = ts_params_bind(t->params, t->g, t->plan)))
     return rc;
   if (t->comm && (rc = ts_plan_set_comm(t->plan, 0, t->comm))) return rc;
+  for (int k = 0; k < t->nhybrid; k++) { /* groups a hybrid model asked for */
+    rc = ts_comm_grid_axis(t->comm, t->hybrid_req[k].ndev, t->hybrid_req[k].dev, t->hybrid_req[k].axis,
+                           &t->hybrid_slots[k]);
+    if (rc) return rc;
+    if ((rc = ts_plan_set_comm(t->plan, k + 1, t->hybrid_slots[k]))) return rc;
+  }
   if ((rc = ts_plan_create(t->ge, &t->logits_e, 1, &t->plan_e)) ||
       (rc = ts_params_bind(t->params, t->ge, t->plan_e)))
     return rc;
-  return TS_OK;
+  if (t->comm && (rc = ts_plan_set_comm(t->plan_e, 0, t->comm))) return rc;
+  for (int k = 0; k < t->nhybrid && !rc; k++) rc = ts_plan_set_comm(t->plan_e, k + 1, t->hybrid_slots[k]);
+  return rc;
 }
 
 static int build_optimizer(ts_trainer *t) {
@@ -194,13 +209,13 @@ static int make_train_pipe(ts_trainer *t) {
   /* the same global order on any number of ranks: rank r takes positions r, r+S, ... */
   pc.sampler.kind = TS_SAMPLER_DISTRIBUTED;
   pc.sampler.shuffle = t->cfg.data.shuffle;
-  pc.sampler.num_shards = t->size;
-  pc.sampler.shard_id = t->rank;
+  pc.sampler.num_shards = t->dshards;
+  pc.sampler.shard_id = t->dshard;
   pc.sampler.drop_last = t->cfg.data.drop_last;
   pc.transforms = t->tf_train;
   pc.ntransforms = t->ntf_train;
   pc.num_workers = t->cfg.data.num_workers;
-  pc.batch_size = t->cfg.train.batch_size / t->size;
+  pc.batch_size = t->cfg.train.batch_size / t->dshards;
   pc.drop_remainder = 1; /* fixed graph shapes; a partial batch would change the math */
   pc.shuffle_buffer = t->cfg.data.shuffle_buffer;
   pc.prefetch = t->cfg.data.prefetch;
@@ -217,7 +232,7 @@ static int make_train_pipe(ts_trainer *t) {
 }
 
 /* ---- checkpoints ---- */
-static void ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
+void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
   memset(st, 0, sizeof *st);
   st->params = t->params;
   st->optim = t->opt;
@@ -233,14 +248,16 @@ static void ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
 }
 
 int ts_trainer_save(ts_trainer *t, const char *path) {
+  if (t->pp) return ts__semi_save(t, path, t->rank == 0);
   ts_ckpt_state st;
-  ckpt_state(t, &st);
+  ts__trainer_ckpt_state(t, &st);
   return ts_ckpt_save(path, &st);
 }
 
 int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer) {
+  if (t->pp) return ts__semi_load(t, path, strict, with_optimizer);
   ts_ckpt_state st;
-  ckpt_state(t, &st);
+  ts__trainer_ckpt_state(t, &st);
   if (!with_optimizer) {
     st.optim = NULL;
     st.config_hash = 0; /* evaluating with another config (batch size, epochs) is fine */
@@ -259,7 +276,8 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
 /* Without sync_batchnorm each rank's running statistics follow its own batches; before they are
  * used (evaluation) or saved, every rank takes their mean over the ranks, as one set. */
 static int sync_states(ts_trainer *t) {
-  if (!t->comm || t->size < 2 || t->cfg.parallel.sync_batchnorm || !ts_params_state_numel(t->params))
+  if (!t->comm || t->size < 2 || t->cfg.parallel.sync_batchnorm || !ts_params_state_numel(t->params) ||
+      t->cfg.parallel.mode != TS_PARALLEL_DATA)
     return TS_OK;
   int rc = ts_comm_allreduce(t->comm, ts_params_states(t->params), ts_params_states(t->params),
                              ts_params_state_numel(t->params), TS_F32, TS_REDUCE_MEAN);
@@ -270,10 +288,16 @@ static int save_checkpoint(ts_trainer *t) {
   const ts_config *c = &t->cfg;
   int src = sync_states(t);
   if (src) return src;
-  if (t->rank != 0) return TS_OK; /* parameters are identical on every rank */
   char path[2200];
   int rc = ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
-  if (!rc) rc = ts_trainer_save(t, path);
+  if (rc) return rc;
+  if (t->pp) { /* every rank sends its slices; rank 0 writes the whole model */
+    rc = ts__semi_save(t, path, t->rank == 0);
+    if (rc || t->rank != 0) return rc;
+  } else {
+    if (t->rank != 0) return TS_OK; /* parameters are identical on every rank */
+    rc = ts_trainer_save(t, path);
+  }
   if (!rc && c->checkpoint.keep_max > 0) {
     int r = ts_ckpt_rotate(c->checkpoint.dir, c->checkpoint.prefix, c->checkpoint.keep_max);
     if (r < 0) rc = r;
@@ -292,7 +316,11 @@ static int setup_data_parallel(ts_trainer *t) {
   t->size = ts_comm_size(t->comm);
   ts_comm_set_timeout(c->parallel.comm_timeout);
   if (c->parallel.debug_check) ts_comm_set_debug_check(1);
-  if (c->train.batch_size % t->size || c->train.micro_batch_size % t->size)
+  int cut = c->parallel.mode == TS_PARALLEL_DATA ||
+            (c->parallel.mode == TS_PARALLEL_HYBRID && !c->parallel.full_batch);
+  t->dshards = cut ? t->size : 1;
+  t->dshard = cut ? t->rank : 0;
+  if (cut && (c->train.batch_size % t->size || c->train.micro_batch_size % t->size))
     return ts_error_set(TS_ECONFIG,
                         "train.batch_size %d (micro_batch_size %d) is the global batch and must divide "
                         "by the %d ranks",
@@ -308,6 +336,7 @@ static int setup_data_parallel(ts_trainer *t) {
 static int setup_reduction(ts_trainer *t) {
   const ts_config *c = &t->cfg;
   int rc = TS_OK;
+  if (c->parallel.mode == TS_PARALLEL_SEMI_AUTO) return ts__semi_setup_reduction(t);
   if (c->parallel.parameter_broadcast) {
     rc = ts_comm_broadcast(t->comm, ts_params_data(t->params), ts_params_numel(t->params), TS_F32, 0);
     if (!rc && ts_params_state_numel(t->params))
@@ -315,6 +344,13 @@ static int setup_reduction(ts_trainer *t) {
     if (rc) return rc;
   }
   static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
+  t->overlap = c->parallel.overlap && t->accum == 1;
+  if (c->parallel.mode == TS_PARALLEL_HYBRID) { /* parameters several ranks hold, by layout */
+    ts_grad_reducer_config rc_ = {c->parallel.bucket_size_mb, c->parallel.gradients_mean, wire[c->parallel.comm_dtype]};
+    if ((rc = ts_grad_reducer_create(t->comm, t->params, t->g, &rc_, &t->red))) return rc;
+    if (t->overlap) ts_grad_reducer_attach(t->red, t->plan);
+    return TS_OK;
+  }
   rc = ts__dp_create(t->comm, t->params, t->g, c->parallel.bucket_size_mb, c->parallel.gradients_mean,
                      wire[c->parallel.comm_dtype], NULL, &t->dp);
   if (rc) return rc;
@@ -324,26 +360,39 @@ static int setup_reduction(ts_trainer *t) {
 }
 
 /* ---- lifetime ---- */
-int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
+static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, ts_trainer **out) {
   *out = NULL;
   ts_trainer *t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
+  t->model_fn = fn;
+  t->model_user = user;
   t->cfg = *cfg_in;
   int rc = ts_config_validate(&t->cfg);
   if (rc) goto fail;
   t->size = 1;
-  if (t->cfg.parallel.mode == TS_PARALLEL_DATA) {
-    if ((rc = setup_data_parallel(t))) goto fail;
-  } else if (t->cfg.parallel.mode != TS_PARALLEL_STAND_ALONE) {
-    rc = ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s is not available yet (use stand_alone or data_parallel)",
-                      ts_parallel_mode_name(t->cfg.parallel.mode));
+  t->dshards = 1;
+  ts_parallel_mode mode = t->cfg.parallel.mode;
+  if (mode == TS_PARALLEL_AUTO) {
+    rc = ts_error_set(TS_EUNSUPPORTED, "parallel.mode: auto_parallel (the strategy search) is not available yet "
+                      "(use semi_auto_parallel with parallel.strategies, data_parallel or hybrid_parallel)");
     goto fail;
   }
+  if (mode == TS_PARALLEL_HYBRID && !t->model_fn) {
+    rc = ts_error_set(TS_ECONFIG, "parallel.mode: hybrid_parallel runs models written with the C API for one rank "
+                      "(ts_trainer_create_custom, examples/hybrid_mlp.c); for zoo models use semi_auto_parallel");
+    goto fail;
+  }
+  if (mode == TS_PARALLEL_SEMI_AUTO && t->cfg.optimizer.name == TS_OPTIM_LAMB) {
+    rc = ts_error_set(TS_EUNSUPPORTED, "optimizer.name: lamb under semi_auto_parallel needs per-parameter norms "
+                      "over the slices of the ranks; not available yet (use adamw)");
+    goto fail;
+  }
+  if (mode != TS_PARALLEL_STAND_ALONE && (rc = setup_data_parallel(t))) goto fail;
   if (t->cfg.train.threads > 0) ts_threads_set(t->cfg.train.threads);
   ts_callback lm = ts_callback_loss_monitor();
   ts_trainer_add_callback(t, &lm);
   if ((rc = ts_config_dump_string(&t->cfg, &t->cfg_yaml))) goto fail;
-  t->mb = t->cfg.train.micro_batch_size / t->size;
+  t->mb = t->cfg.train.micro_batch_size / t->dshards; /* semi_auto_parallel: set by the pass */
   t->eb = t->cfg.train.eval_batch_size;
   t->accum = t->cfg.train.batch_size / t->cfg.train.micro_batch_size;
   if ((rc = ts__train_sources(&t->cfg, &t->train_src, &t->test_src))) goto fail;
@@ -353,7 +402,7 @@ int ts_trainer_create(const ts_config *cfg_in, ts_trainer **out) {
   rc = ts_config_transforms(&t->cfg, 0, t->tf_test, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) goto fail;
   t->ntf_test = rc;
-  if ((rc = probe_sample(t)) || (rc = make_train_pipe(t)) || (rc = build_graphs(t)) || (rc = build_optimizer(t)))
+  if ((rc = probe_sample(t)) || (rc = build_graphs(t)) || (rc = make_train_pipe(t)) || (rc = build_optimizer(t)))
     goto fail;
   if (t->comm && (rc = setup_reduction(t))) goto fail;
   if (t->accum > 1) {
@@ -387,18 +436,33 @@ fail:
   return rc;
 }
 
+int ts_trainer_create(const ts_config *cfg, ts_trainer **out) { return trainer_create(cfg, NULL, NULL, out); }
+
+int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user, ts_trainer **out) {
+  if (!model) {
+    *out = NULL;
+    return ts_error_set(TS_EINVAL, "ts_trainer_create_custom: no model builder");
+  }
+  return trainer_create(cfg, model, user, out);
+}
+
 void ts_trainer_free(ts_trainer *t) {
   if (!t) return;
   ts__dp_free(t->dp);
+  ts_grad_reducer_free(t->red);
+  for (int k = 0; k < t->nhybrid; k++) ts_comm_free(t->hybrid_slots[k]);
   ts_comm_free(t->comm);
   ts__progress_close(&t->prog);
   ts_pipeline_free(t->train_pipe);
   ts_plan_free(t->plan);
   ts_plan_free(t->plan_e);
-  ts_graph_free(t->g);
-  ts_graph_free(t->ge);
+  if (!t->pp) { /* under semi_auto_parallel the pass owns the rank's graphs and store */
+    ts_graph_free(t->g);
+    ts_graph_free(t->ge);
+    ts_params_free(t->params);
+  }
   ts_optim_free(t->opt);
-  ts_params_free(t->params);
+  ts__semi_free(t);
   ts_source_free(t->train_src);
   ts_source_free(t->test_src);
   ts_free(t->acc);
@@ -415,7 +479,8 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   int src = sync_states(t);
   if (src) return src;
   ts_source *view = NULL; /* with several ranks, each evaluates one contiguous part */
-  if (t->size > 1) {
+  int split = t->size > 1 && t->dshards > 1 && !t->pp; /* else every rank evaluates everything */
+  if (split) {
     int64_t n = ts_source_len(t->test_src), lo = n * t->rank / t->size, hi = n * (t->rank + 1) / t->size;
     int r = ts__source_view(t->test_src, lo, hi - lo, &view);
     if (r) return r;
@@ -442,7 +507,8 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
   double loss = 0;
   int64_t n = 0, c1 = 0, c5 = 0;
-  ts_plan_bind(t->plan_e, t->xe, xbuf);
+  /* semi_auto_parallel: the rank feeds its piece of each batch; the logits come back whole */
+  ts_plan_bind(t->plan_e, t->xe, xbuf + (t->pe ? xbytes * (size_t)(t->eb / t->eparts * t->eindex) : 0));
   ts_batch b;
   while (p && rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
     memcpy(xbuf, b.data.data, xbytes * (size_t)b.size);
@@ -471,7 +537,7 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   ts_source_free(view);
   ts_free(xbuf);
   if (rc) return ts_error_wrap(rc, "evaluation");
-  if (t->comm) { /* sum the counts and losses of every rank's part */
+  if (split) { /* sum the counts and losses of every rank's part */
     int64_t cnt[3] = {n, c1, c5};
     float ls = (float)loss;
     rc = ts_comm_allreduce(t->comm, cnt, cnt, 3, TS_I64, TS_REDUCE_SUM);
@@ -512,6 +578,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   float *grads = ts_params_grads(t->params);
   double loss = 0;
   if (t->dp && t->overlap) ts__dp_begin(t->dp, grads);
+  if (t->red && t->overlap) ts_grad_reducer_begin(t->red, grads);
   for (int64_t k = 0; k < t->accum; k++) {
     int rc = ts_plan_bind(t->plan, t->x, (char *)b->data.data + (size_t)(k * t->mb) * xs);
     if (!rc) rc = ts_plan_bind(t->plan, t->y, (char *)lab + (size_t)(k * t->mb) * ys);
@@ -527,7 +594,17 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     }
   }
   float *g = t->accum > 1 ? t->acc : grads;
-  if (t->dp) {
+  if (t->red) {
+    if (!t->overlap) ts_grad_reducer_begin(t->red, g);
+    int rc = ts_grad_reducer_finish(t->red);
+    info->comm_wait_ms = 1e3 * ts_grad_reducer_wait_seconds(t->red);
+    /* the step's loss: semi_auto_parallel sums each rank's part (seeded copies counted once);
+     * hybrid_parallel averages the ranks' losses, as data parallel */
+    float l = (float)(loss / (double)t->accum) * (t->pp ? t->seed : 1.0f);
+    if (!rc) rc = ts_comm_allreduce(t->comm, &l, &l, 1, TS_F32, t->pp ? TS_REDUCE_SUM : TS_REDUCE_MEAN);
+    if (rc) return ts_error_wrap(rc, "step %lld: gradient reduction", (long long)t->step + 1);
+    loss = (double)l * (double)t->accum;
+  } else if (t->dp) {
     if (!t->overlap) ts__dp_begin(t->dp, g);
     int rc = ts__dp_finish(t->dp);
     info->comm_wait_ms = 1e3 * ts__dp_wait_seconds(t->dp);
@@ -537,7 +614,12 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     loss = (double)l * (double)t->accum;
   }
   float norm = 0;
-  if (t->cfg.optimizer.clip_grad_norm > 0) ts_clip_grad_norm(g, n, (float)t->cfg.optimizer.clip_grad_norm, &norm);
+  if (t->pp) {
+    int rc = ts__semi_clip(t, g, (float)t->cfg.optimizer.clip_grad_norm, &norm);
+    if (rc) return rc;
+  } else if (t->cfg.optimizer.clip_grad_norm > 0) {
+    ts_clip_grad_norm(g, n, (float)t->cfg.optimizer.clip_grad_norm, &norm);
+  }
   float lr = ts_lr_at(&t->sched, t->step);
   int rc = ts_optim_step(t->opt, ts_params_data(t->params), g, lr);
   if (rc) return rc;
@@ -554,9 +636,9 @@ int ts_trainer_fit(ts_trainer *t) {
   double t_prev = ts_time_now();
   while (t->step < t->total_steps && !t->stop) {
     if ((rc = ts_pipeline_next(t->train_pipe, &b))) break;
-    if (b.size != c->train.batch_size / t->size) {
+    if (b.size != c->train.batch_size / t->dshards) {
       rc = ts_error_set(TS_EINVAL, "trainer: pipeline gave a batch of %d, expected %d", b.size,
-                        c->train.batch_size / t->size);
+                        c->train.batch_size / t->dshards);
       break;
     }
     ts_step_info info;
