@@ -135,6 +135,12 @@ const ts_strategy_set *ts_parallel_strategies(const ts_parallel *p);
  * appended ("..attn.reshape_1"). Writes at most cap bytes; returns buf. */
 char *ts_parallel_op_key(const ts_graph *g, int node, char *buf, size_t cap);
 
+/* Bytes one rank sends per run of g through its collective ops (ring formulas of
+ * docs/layout.md with each op's group size): which = 0 forward ops only, 1 backward ops only
+ * (those autodiff emitted), 2 all. Class-sharded cross-entropy and synchronised batch-norm
+ * statistics (a few floats per row or channel) are not counted. */
+int64_t ts_parallel_comm_bytes(const ts_graph *g, int which);
+
 typedef struct {
   int64_t param_bytes;      /* this rank's parameter slices (f32) */
   int64_t param_full_bytes; /* the same parameters unsharded */

@@ -84,6 +84,14 @@ int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis
  * keys other than num_classes are then ignored). */
 int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user, ts_trainer **out);
 
+/* What semi_auto_parallel makes of cfg on `ndevices` devices, without MPI and without training
+ * (plans for clusters you do not have): every operator's strategy and layouts, the collectives
+ * inserted with bytes per step, and rank `rank`'s memory for parameters, gradients, optimizer
+ * state and activations (the planned arena of the training step), beside one process's. Reads
+ * the first training sample for its shape. model: NULL for cfg's zoo model. *text is malloc'ed. */
+int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
+                    char **text);
+
 /* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
  * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */
 int ts_trainer_create(const ts_config *cfg, ts_trainer **out);

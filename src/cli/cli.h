@@ -5,6 +5,7 @@
 /* Prints "tessera: <message>" to stderr and returns `code` (the process exit status). */
 int ts_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int ts_cli_train(int argc, char **argv);
+int ts_cli_plan(int argc, char **argv);
 int ts_cli_ckpt(int argc, char **argv);
 int ts_cli_eval(int argc, char **argv);
 int ts_cli_plot(int argc, char **argv);

@@ -142,3 +142,50 @@ int ts_cli_plot(int argc, char **argv) {
   printf("wrote %s\n", out);
   return 0;
 }
+
+/* `tessera plan CONFIG -n N [--rank R] [--set k=v ...]` */
+int ts_cli_plan(int argc, char **argv) {
+  int n = 0, rank = 0;
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  int nrest = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      free(rest);
+      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--set key=value ...]\n"
+             "Prints what semi_auto_parallel does with the config on N devices, without MPI and\n"
+             "without training: every operator's strategy and layouts, the collectives inserted with\n"
+             "bytes per step, and per-rank memory for parameters, gradients, optimizer state and\n"
+             "activations next to one process's (for rank R, default 0).\n"
+             "example: tessera plan examples/gpt_tp.yaml -n 4\n");
+      return 0;
+    }
+    if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--rank")) && i + 1 < argc) {
+      char *end;
+      long v = strtol(argv[i + 1], &end, 10);
+      if (*end || v < 0 || v > 1 << 20) {
+        free(rest);
+        return ts_cli_fail(2, "plan: %s needs a number, got '%s'", argv[i], argv[i + 1]);
+      }
+      if (argv[i][1] == 'n') n = (int)v;
+      else rank = (int)v;
+      i++;
+      continue;
+    }
+    rest[nrest++] = argv[i];
+  }
+  if (n < 1) {
+    free(rest);
+    return ts_cli_fail(2, "plan: give the device count with -n N (see tessera plan --help)");
+  }
+  ts_config cfg;
+  int e = load_config("plan", nrest, rest, &cfg, NULL, NULL);
+  free(rest);
+  if (e) return e;
+  if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
+  char *text;
+  int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
+  if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
+  fputs(text, stdout);
+  free(text);
+  return 0;
+}

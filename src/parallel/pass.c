@@ -130,6 +130,46 @@ static int same_layout(const ts_parallel *p, const ts_shape *gs, const ts_layout
   return TS_OK;
 }
 
+int ts__pass_record(ts_parallel *p, int node, int input, int vi, const ts_redist_plan *plp) {
+  const ts_redist_plan pl = *plp;
+  int rc;
+  for (int k = 0; k < pl.nops; k++) {
+    const ts_redist_op *op = &pl.ops[k];
+    int ax = op->kind == TS_REDIST_SLICE ? op->slice_axis : op->axis;
+    if (op->group > 1 && (rc = ts__slot_for(p, &pl.from, ax)) < 0) return rc;
+  }
+  if (p->nrd == p->caprd) {
+    int nc = p->caprd ? 2 * p->caprd : 32;
+    ts__redist_rec *q = realloc(p->rd, sizeof *q * (size_t)nc);
+    if (!q) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+    p->rd = q;
+    p->caprd = nc;
+  }
+  ts__redist_rec *r = &p->rd[p->nrd++];
+  memset(r, 0, sizeof *r);
+  r->node = node;
+  r->input = input;
+  r->value = vi;
+  r->gs = pl.orig_shape;
+  r->from = pl.from;
+  r->to = pl.to;
+  r->nops = pl.nops;
+  r->cost = pl.total_cost;
+  char buf[4096];
+  buf[0] = 0;
+  size_t n = 0;
+  for (int k = 0; k < pl.nops && n < sizeof buf - 200; k++) {
+    char ob[256];
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "      %s\n", ts_redist_op_str(&pl.ops[k], ob, sizeof ob));
+  }
+  r->text = strdup(buf);
+  p->stats.nredist++;
+  p->stats.fwd_comm_bytes += (int64_t)pl.total_cost;
+  for (int k = 0; k < pl.nops; k++)
+    if (pl.ops[k].kind != TS_REDIST_SLICE && pl.ops[k].group > 1) p->stats.ncollectives++;
+  return TS_OK;
+}
+
 int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int input) {
   ts__vst *v = &p->v[vi];
   int eq;
@@ -151,40 +191,7 @@ int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int inp
   v->reach[v->nreach] = *to;
   v->reach_lv[v->nreach] = -1;
   v->nreach++;
-  for (int k = 0; k < pl.nops; k++) {
-    const ts_redist_op *op = &pl.ops[k];
-    int ax = op->kind == TS_REDIST_SLICE ? op->slice_axis : op->axis;
-    if (op->group > 1 && (rc = ts__slot_for(p, &pl.from, ax)) < 0) return rc;
-  }
-  if (p->nrd == p->caprd) {
-    int nc = p->caprd ? 2 * p->caprd : 32;
-    ts__redist_rec *q = realloc(p->rd, sizeof *q * (size_t)nc);
-    if (!q) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
-    p->rd = q;
-    p->caprd = nc;
-  }
-  ts__redist_rec *r = &p->rd[p->nrd++];
-  memset(r, 0, sizeof *r);
-  r->node = node;
-  r->input = input;
-  r->value = vi;
-  r->gs = v->gs;
-  r->from = v->L;
-  r->to = *to;
-  r->nops = pl.nops;
-  r->cost = pl.total_cost;
-  char buf[4096];
-  buf[0] = 0;
-  size_t n = 0;
-  for (int k = 0; k < pl.nops && n < sizeof buf - 200; k++) {
-    char ob[256];
-    n += (size_t)snprintf(buf + n, sizeof buf - n, "      %s\n", ts_redist_op_str(&pl.ops[k], ob, sizeof ob));
-  }
-  r->text = strdup(buf);
-  p->stats.nredist++;
-  p->stats.fwd_comm_bytes += (int64_t)pl.total_cost;
-  for (int k = 0; k < pl.nops; k++)
-    if (pl.ops[k].kind != TS_REDIST_SLICE && pl.ops[k].group > 1) p->stats.ncollectives++;
+  if ((rc = ts__pass_record(p, node, input, vi, &pl))) return rc;
   return TS_OK;
 fail: {
   char a[160], b[160], s[96];
@@ -401,6 +408,26 @@ static int phase1(ts_parallel *p) {
     }
   }
   return TS_OK;
+}
+
+int64_t ts_parallel_comm_bytes(const ts_graph *g, int which) {
+  if (!g) return 0;
+  double total = 0;
+  for (int j = 0; j < g->nnodes; j++) {
+    const ts__node *nd = &g->nodes[j];
+    if (nd->op < TS_OP_ALLREDUCE || nd->op > TS_OP_ALLTOALL) continue;
+    if ((which == 0 && nd->is_backward) || (which == 1 && !nd->is_backward)) continue;
+    const ts__value *x = &g->vals[nd->in[0]];
+    double s = (double)ts_shape_numel(&x->shape) * (double)ts_dtype_size(x->dtype);
+    double gs = (double)nd->a.i[1];
+    if (gs <= 1) continue;
+    switch (nd->op) {
+      case TS_OP_ALLREDUCE: total += 2 * (gs - 1) / gs * s; break;
+      case TS_OP_ALLGATHER: total += (gs - 1) * s; break;
+      default: total += (gs - 1) / gs * s; break; /* reduce-scatter, all-to-all */
+    }
+  }
+  return (int64_t)total;
 }
 
 /* ---- public API ---- */
@@ -630,8 +657,13 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
       snprintf(pn, sizeof pn, "output of");
       vn = p->n[g->vals[r->value].producer].key;
     }
+    if (r->input == -2) { /* inside the node: partial sums reduced before its bias */
+      snprintf(pn, sizeof pn, "partial sums of");
+      vn = p->n[r->node].key;
+    }
     OUT("  %s %s%s for %s: %s -> %s, %d op(s), %.0f bytes per rank\n%s", pn, vn ? vn : "?",
-        ts_shape_str(&r->gs, s, sizeof s), r->node >= 0 ? p->n[r->node].key : "the output",
+        ts_shape_str(&r->gs, s, sizeof s),
+        r->input == -2 ? "its bias" : r->node >= 0 ? p->n[r->node].key : "the output",
         ts_layout_str(&r->from, a, sizeof a), ts_layout_str(&r->to, b, sizeof b), r->nops, r->cost,
         r->text ? r->text : "");
   }

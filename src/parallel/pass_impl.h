@@ -114,6 +114,8 @@ void ts__layout_cuts(const ts_layout *l, int64_t *cuts); /* per dim */
 /* Records (phase 1) that value vi must also exist in layout `to` (cost bookkeeping). */
 int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int input);
 /* Fixes pending value vi to layout `to` (walking back to its parameter). */
+/* Records a redistribution for the report and the statistics, and its communicator slots. */
+int ts__pass_record(ts_parallel *p, int node, int input, int vi, const ts_redist_plan *pl);
 int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node);
 int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis);
 

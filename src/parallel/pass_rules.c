@@ -486,19 +486,11 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
   rule_extras(p, ni, m);
   if ((rc = settle_inputs(p, ni))) return rc;
   if (ns->bias_after) { /* the partial sum is reduced inside the node, before the bias */
-    ts__vst tmp;
-    (void)tmp;
     ts_redist_plan pl;
     int oc = nd->out[0];
-    if (!ts_redist_plan_make(&g->vals[oc].shape, 4, &ns->pre_bias, &ns->out[0], &pl)) {
-      p->stats.fwd_comm_bytes += (int64_t)pl.total_cost;
-      p->stats.nredist++;
-      for (int k = 0; k < pl.nops; k++) {
-        int ax = pl.ops[k].kind == TS_REDIST_SLICE ? pl.ops[k].slice_axis : pl.ops[k].axis;
-        if (pl.ops[k].group > 1 && (rc = ts__slot_for(p, &pl.from, ax)) < 0) return rc;
-        if (pl.ops[k].kind != TS_REDIST_SLICE && pl.ops[k].group > 1) p->stats.ncollectives++;
-      }
-    }
+    if ((rc = ts_redist_plan_make(&g->vals[oc].shape, 4, &ns->pre_bias, &ns->out[0], &pl)) ||
+        (rc = ts__pass_record(p, ni, -2, oc, &pl)))
+      return ts_error_wrap(rc, "operator '%s': reducing its partial sums", ns->key);
   }
   /* communicators the op itself uses */
   if (m->sop == TS_SHARD_SOFTMAX_CE && ns->req[0].tmap[1] >= 0 && ns->req[0].dev[ns->req[0].tmap[1]] > 1)

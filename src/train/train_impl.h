@@ -109,6 +109,8 @@ void ts__semi_free(ts_trainer *t);
 /* trainer.c pieces trainer_semi.c uses */
 int ts__train_build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);
 ts_shape ts__batch_shape(int64_t b, const ts_shape *s);
+/* Reads the first training sample: sample shape, dtype, text or not (t->train_src, t->tf_test). */
+int ts__train_probe(ts_trainer *t);
 int ts__graph_fail_msg(ts_graph *g, const char *what);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);
 

@@ -180,7 +180,7 @@ static int build_optimizer(ts_trainer *t) {
 }
 
 /* ---- data ---- */
-static int probe_sample(ts_trainer *t) {
+int ts__train_probe(ts_trainer *t) {
   ts_sample s;
   memset(&s, 0, sizeof s);
   int rc = ts_source_get(t->train_src, 0, &s);
@@ -402,7 +402,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   rc = ts_config_transforms(&t->cfg, 0, t->tf_test, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) goto fail;
   t->ntf_test = rc;
-  if ((rc = probe_sample(t)) || (rc = build_graphs(t)) || (rc = make_train_pipe(t)) || (rc = build_optimizer(t)))
+  if ((rc = ts__train_probe(t)) || (rc = build_graphs(t)) || (rc = make_train_pipe(t)) || (rc = build_optimizer(t)))
     goto fail;
   if (t->comm && (rc = setup_reduction(t))) goto fail;
   if (t->accum > 1) {
