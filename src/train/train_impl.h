@@ -106,6 +106,11 @@ int ts__semi_clip(ts_trainer *t, float *grads, float max_norm, float *norm);
 int ts__semi_save(ts_trainer *t, const char *path, int write);
 int ts__semi_load(ts_trainer *t, const char *path, int strict, int with_optimizer);
 void ts__semi_free(ts_trainer *t);
+/* Strategy and layout refusals (TS_EINVAL, TS_ESHAPE, TS_EUNSUPPORTED) are configuration errors
+ * of the job: returns TS_ECONFIG with the same message for those, rc otherwise. */
+int ts__semi_config_error(int rc);
+/* The strategy set of the config (strategy_ckpt_load_file, then parallel.strategies). */
+int ts__semi_strategies(const ts_config *c, int ndevices, ts_strategy_set **out);
 /* trainer.c pieces trainer_semi.c uses */
 int ts__train_build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);
 ts_shape ts__batch_shape(int64_t b, const ts_shape *s);

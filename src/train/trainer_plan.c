@@ -94,16 +94,7 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
     }
   }
   if (!rc) rc = ts__train_probe(t);
-  /* strategies as the trainer reads them */
-  if (!rc) {
-    if (cfg->parallel.strategy_ckpt_load_file[0])
-      rc = ts_strategy_set_load(cfg->parallel.strategy_ckpt_load_file, ndevices, &set);
-    else
-      rc = ts_strategy_set_create(ndevices, 0, &set);
-    for (int i = 0; !rc && i < cfg->parallel.strategies.n; i++)
-      if ((rc = ts_strategy_set_put_text(set, cfg->parallel.strategies.v[i].op, cfg->parallel.strategies.v[i].text)))
-        rc = ts_error_wrap(rc, "parallel.strategies.%s", cfg->parallel.strategies.v[i].op);
-  }
+  if (!rc) rc = ts__semi_strategies(cfg, ndevices, &set);
   int64_t mb = cfg->train.micro_batch_size;
   ts_val x[2], y[2], loss[2], logits;
   for (int k = 0; k < 2 && !rc; k++) { /* k 0: the whole model to cut; 1: one process, for comparison */
@@ -119,7 +110,7 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
     if (!rc && ts_graph_status(*gg)) rc = ts__graph_fail_msg(*gg, "model");
   }
   ts_parallel_config pc = {ndevices, rank, set, cfg->parallel.full_batch ? 1 : 0, 0};
-  if (!rc) rc = ts_parallel_run(g, gp, &loss[0], 1, NULL, &pc, &pp);
+  if (!rc && (rc = ts_parallel_run(g, gp, &loss[0], 1, NULL, &pc, &pp))) rc = ts__semi_config_error(rc);
   if (!rc) {
     char h1[32], h2[32], h3[32];
     int parts, index;

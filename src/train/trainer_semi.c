@@ -9,21 +9,27 @@
 
 #include "train_impl.h"
 
-static int strategies(ts_trainer *t, ts_strategy_set **out) {
-  const ts_config *c = &t->cfg;
+int ts__semi_config_error(int rc) {
+  if (rc != TS_EINVAL && rc != TS_ESHAPE && rc != TS_EUNSUPPORTED) return rc;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ts_last_error());
+  return ts_error_set(TS_ECONFIG, "%s", msg);
+}
+
+int ts__semi_strategies(const ts_config *c, int ndevices, ts_strategy_set **out) {
   int rc;
   *out = NULL;
   if (c->parallel.strategy_ckpt_load_file[0])
-    rc = ts_strategy_set_load(c->parallel.strategy_ckpt_load_file, t->size, out);
+    rc = ts_strategy_set_load(c->parallel.strategy_ckpt_load_file, ndevices, out);
   else
-    rc = ts_strategy_set_create(t->size, 0, out);
-  if (rc) return ts_error_wrap(rc, "parallel.strategy_ckpt_load_file");
+    rc = ts_strategy_set_create(ndevices, 0, out);
+  if (rc) return ts__semi_config_error(ts_error_wrap(rc, "parallel.strategy_ckpt_load_file"));
   for (int i = 0; i < c->parallel.strategies.n; i++) {
     rc = ts_strategy_set_put_text(*out, c->parallel.strategies.v[i].op, c->parallel.strategies.v[i].text);
     if (rc) {
       ts_strategy_set_free(*out);
       *out = NULL;
-      return ts_error_wrap(rc, "parallel.strategies.%s", c->parallel.strategies.v[i].op);
+      return ts__semi_config_error(ts_error_wrap(rc, "parallel.strategies.%s", c->parallel.strategies.v[i].op));
     }
   }
   return TS_OK;
@@ -56,7 +62,7 @@ static int same_params(ts_params *a, ts_params *b) {
 int ts__semi_build(ts_trainer *t, ts_val *logits_out) {
   const ts_config *c = &t->cfg;
   ts_strategy_set *set = NULL;
-  int rc = strategies(t, &set);
+  int rc = ts__semi_strategies(c, t->size, &set);
   if (rc) return rc;
   ts_val x, y, loss, logits, xe, le;
   if ((rc = ts_params_create(&t->gp)) || (rc = ts_graph_create(&t->gg)) || (rc = ts_graph_create(&t->gge)))
@@ -83,7 +89,10 @@ int ts__semi_build(ts_trainer *t, ts_val *logits_out) {
   }
   /* the pass: training graph by the user's strategies, evaluation graph by the ones in force */
   ts_parallel_config pc = {t->size, t->rank, set, c->parallel.full_batch ? 1 : 0, 0};
-  if ((rc = ts_parallel_run(t->gg, t->gp, &loss, 1, NULL, &pc, &t->pp))) goto done;
+  if ((rc = ts_parallel_run(t->gg, t->gp, &loss, 1, NULL, &pc, &t->pp))) {
+    rc = ts__semi_config_error(rc);
+    goto done;
+  }
   int parts, index;
   ts_parallel_input_piece(t->pp, x, &parts, &index);
   if (mb % parts || eb % parts) {
