@@ -131,7 +131,12 @@ static int build_graphs(ts_trainer *t) {
   if (t->comm && t->cfg.parallel.sync_batchnorm) ts_graph_set_batchnorm_sync(t->g, 0);
   rc = ts__train_build_model(t, &nn, t->x, t->y, &logits, &t->loss);
   if (rc || ts_graph_status(t->g)) return rc && !ts_graph_status(t->g) ? rc : ts__graph_fail_msg(t->g, "model");
-  if (ts_graph_backward(t->g, t->loss, 1.0f / (float)t->accum)) return ts__graph_fail_msg(t->g, "backward");
+  /* hybrid_parallel: every rank's loss is its own variable of the objective (the collectives'
+   * adjoints sum over ranks), so seed 1/N and SUM the gradients of the parameters several ranks
+   * hold: data- and model-parallel copies both come out right (docs/parallel-pass.md) */
+  float seed = 1.0f / (float)t->accum;
+  if (t->cfg.parallel.mode == TS_PARALLEL_HYBRID && t->cfg.parallel.gradients_mean) seed /= (float)t->size;
+  if (ts_graph_backward(t->g, t->loss, seed)) return ts__graph_fail_msg(t->g, "backward");
   /* evaluation graph: same parameters (by name), inference mode */
   ts_nn nne = {t->ge, t->params};
   t->xe = ts_input(t->ge, "x", t->sample_dtype, ts__batch_shape(t->eb, &t->sample_shape));
@@ -346,7 +351,7 @@ static int setup_reduction(ts_trainer *t) {
   static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
   t->overlap = c->parallel.overlap && t->accum == 1;
   if (c->parallel.mode == TS_PARALLEL_HYBRID) { /* parameters several ranks hold, by layout */
-    ts_grad_reducer_config rc_ = {c->parallel.bucket_size_mb, c->parallel.gradients_mean, wire[c->parallel.comm_dtype]};
+    ts_grad_reducer_config rc_ = {c->parallel.bucket_size_mb, 0, wire[c->parallel.comm_dtype]}; /* seeded 1/N */
     if ((rc = ts_grad_reducer_create(t->comm, t->params, t->g, &rc_, &t->red))) return rc;
     if (t->overlap) ts_grad_reducer_attach(t->red, t->plan);
     return TS_OK;
