@@ -24,13 +24,11 @@
  * slice, exactly as that block of the whole tensor.
  *
  * The loss (docs/parallel-pass.md "Hybrid parallel"): collectives differentiate with the
- * objective = the SUM of every rank's loss, and the trainer reduces the gradients of parameters
- * several ranks hold (fc2.bias: all N; with D > 1 every slice: its D holders). Each rank weighs
- * its loss (the mean over its rows) by 1/N, so the sum of the N ranks' losses is the single-process
- * loss and every gradient is exact, with parallel.gradients_mean: false (sum). The training loss
- * the trainer logs is the mean over the ranks of these weighted losses: the model's loss / N
- * (the line printed at the end multiplies it back). Evaluation computes its loss from the logits:
- * not scaled.
+ * objective = the SUM of every rank's loss, so the trainer (parallel.gradients_mean: true) seeds
+ * each rank's loss with 1/N and sums the gradients of parameters several ranks hold (fc2.bias:
+ * all N; with D > 1 every slice: its D holders): the N ranks' seeded losses sum to the
+ * single-process loss and every gradient is exact. The builder returns its plain loss (the mean
+ * over its rows); the trainer logs the mean over the ranks, the model's loss.
  *
  * Every rank reads the whole batch (parallel.full_batch: true): model-parallel ranks must see the
  * same samples. With --dp D each data-parallel group keeps its block of rows of it
@@ -47,7 +45,7 @@
 
 typedef struct {
   int hidden, dp;
-  double last_loss; /* the last logged training loss (weighted, see above) */
+  double last_loss; /* the last logged training loss */
 } hybrid_mlp;
 
 /* The rank's slice of a parameter cut by `layout` (registered on the first call, the training
@@ -116,8 +114,7 @@ static int build(ts_nn *nn, ts_val x, ts_val labels, const ts_model_info *info, 
   ts_val h = ts_relu(g, ts_dense(g, x, w1, b1));                         /* (rows, H/M) */
   ts_val z = ts_allreduce(g, ts_dense(g, h, w2, TS_NONE), mp_slot, M, TS_REDUCE_SUM);
   *logits = ts_add(g, z, b2);                                            /* (rows, 10) */
-  if (labels != TS_NONE) /* weighted 1/N: the N ranks' losses sum to the model's loss */
-    *loss = ts_scale(g, ts_softmax_cross_entropy(g, *logits, labels, 0.0f), 1.0f / (float)N, 0.0f);
+  if (labels != TS_NONE) *loss = ts_softmax_cross_entropy(g, *logits, labels, 0.0f);
   return ts_graph_status(g);
 }
 
@@ -168,8 +165,8 @@ int main(int argc, char **argv) {
   ts_eval_info ev;
   if (!rc) rc = ts_trainer_evaluate(t, &ev);
   if (!rc && R == 0)
-    printf("hybrid_mlp: last training loss %.4f (logged %.4f = loss/%d); test loss %.4f, top-1 %.2f%%\n",
-           u.last_loss * N, u.last_loss, N, ev.loss, 100 * ev.top1);
+    printf("hybrid_mlp: last training loss %.4f; test loss %.4f, top-1 %.2f%%\n", u.last_loss, ev.loss,
+           100 * ev.top1);
   if (rc) fprintf(stderr, "hybrid_mlp: [rank %d] %s\n", R, ts_last_error());
   ts_trainer_free(t);
   if (ts_comm_initialized()) {

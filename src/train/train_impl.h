@@ -88,6 +88,8 @@ struct ts_trainer {
   ts_comm *slots[TS_PLAN_MAX_COMMS], *eslots[TS_PLAN_MAX_COMMS];
   int nslots, neslots;
   ts_grad_reducer *red;
+  int sliced;                 /* some parameter is held as slices: checkpoints gather/re-cut them,
+                                 clipping sums the slices' norms */
   float seed;                 /* loss seed (1 / replicas of the loss) */
   int eparts, eindex;         /* evaluation batch pieces */
   ts_comm *hybrid_slots[TS_PLAN_MAX_COMMS]; /* groups a custom model asked for */

@@ -17,11 +17,11 @@ int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
 int ts_trainer_rank(const ts_trainer *t) { return t->rank; }
 int ts_trainer_world_size(const ts_trainer *t) { return t->size; }
 int64_t ts_trainer_num_params(const ts_trainer *t) {
-  if (!t->pp) return (int64_t)ts_params_numel(t->params);
+  const ts_params *p = t->pp ? t->gp : t->params;
   int64_t n = 0;
-  for (int i = 0; i < ts_params_count(t->gp); i++)
-    if (!(ts_params_flags(t->gp, i) & TS_PARAM_STATE)) {
-      ts_shape s = ts_params_shape(t->gp, i);
+  for (int i = 0; i < ts_params_count(p); i++)
+    if (!(ts_params_flags(p, i) & TS_PARAM_STATE)) {
+      ts_shape s = t->pp ? ts_params_shape(p, i) : ts_params_init_shape(p, i);
       n += ts_shape_numel(&s);
     }
   return n;
@@ -253,14 +253,14 @@ void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
 }
 
 int ts_trainer_save(ts_trainer *t, const char *path) {
-  if (t->pp) return ts__semi_save(t, path, t->rank == 0);
+  if (t->sliced) return ts__semi_save(t, path, t->rank == 0);
   ts_ckpt_state st;
   ts__trainer_ckpt_state(t, &st);
   return ts_ckpt_save(path, &st);
 }
 
 int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer) {
-  if (t->pp) return ts__semi_load(t, path, strict, with_optimizer);
+  if (t->sliced) return ts__semi_load(t, path, strict, with_optimizer);
   ts_ckpt_state st;
   ts__trainer_ckpt_state(t, &st);
   if (!with_optimizer) {
@@ -296,7 +296,7 @@ static int save_checkpoint(ts_trainer *t) {
   char path[2200];
   int rc = ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
   if (rc) return rc;
-  if (t->pp) { /* every rank sends its slices; rank 0 writes the whole model */
+  if (t->sliced) { /* every rank sends its slices; rank 0 writes the whole model */
     rc = ts__semi_save(t, path, t->rank == 0);
     if (rc || t->rank != 0) return rc;
   } else {
@@ -341,6 +341,10 @@ static int setup_data_parallel(ts_trainer *t) {
 static int setup_reduction(ts_trainer *t) {
   const ts_config *c = &t->cfg;
   int rc = TS_OK;
+
+  if (c->parallel.parameter_broadcast && t->sliced)
+    return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
+                        "initialises its own from the counter-based RNG, identical to the whole model's)");
   if (c->parallel.mode == TS_PARALLEL_SEMI_AUTO) return ts__semi_setup_reduction(t);
   if (c->parallel.parameter_broadcast) {
     rc = ts_comm_broadcast(t->comm, ts_params_data(t->params), ts_params_numel(t->params), TS_F32, 0);
@@ -407,8 +411,10 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   rc = ts_config_transforms(&t->cfg, 0, t->tf_test, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) goto fail;
   t->ntf_test = rc;
-  if ((rc = ts__train_probe(t)) || (rc = build_graphs(t)) || (rc = make_train_pipe(t)) || (rc = build_optimizer(t)))
-    goto fail;
+  if ((rc = ts__train_probe(t)) || (rc = build_graphs(t))) goto fail;
+  t->sliced = t->pp != NULL;
+  for (int i = 0; i < ts_params_count(t->params); i++) t->sliced |= ts_params_is_sharded(t->params, i);
+  if ((rc = make_train_pipe(t)) || (rc = build_optimizer(t))) goto fail;
   if (t->comm && (rc = setup_reduction(t))) goto fail;
   if (t->accum > 1) {
     t->acc = ts_alloc(sizeof(float) * (ts_params_numel(t->params) ? ts_params_numel(t->params) : 1));
@@ -619,7 +625,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     loss = (double)l * (double)t->accum;
   }
   float norm = 0;
-  if (t->pp) {
+  if (t->sliced) {
     int rc = ts__semi_clip(t, g, (float)t->cfg.optimizer.clip_grad_norm, &norm);
     if (rc) return rc;
   } else if (t->cfg.optimizer.clip_grad_norm > 0) {

@@ -201,12 +201,14 @@ int ts__semi_clip(ts_trainer *t, float *grads, float max_norm, float *norm) {
 
 /* ---- whole-model checkpoints from slices ---- */
 
-/* A store of the whole parameters (names, shapes, initialisers of the global graph's store). */
+/* A store of the whole parameters (names, shapes, initialisers: of the global graph's store under
+ * semi_auto_parallel; of the slices' own shapes under hybrid_parallel). */
 static int full_store(ts_trainer *t, ts_params **out) {
   int rc = ts_params_create(out);
-  for (int i = 0; i < ts_params_count(t->gp) && !rc; i++) {
-    int id = ts_params_add(*out, ts_params_name(t->gp, i), ts_params_shape(t->gp, i),
-                           ts_params_init_of(t->gp, i), ts_params_flags(t->gp, i));
+  ts_params *src = t->gp ? t->gp : t->params;
+  for (int i = 0; i < ts_params_count(src) && !rc; i++) {
+    ts_shape sh = t->gp ? ts_params_shape(src, i) : ts_params_init_shape(src, i);
+    int id = ts_params_add(*out, ts_params_name(src, i), sh, ts_params_init_of(src, i), ts_params_flags(src, i));
     if (id < 0) rc = id;
   }
   if (!rc) rc = ts_params_alloc(*out, t->cfg.train.seed);
