@@ -258,7 +258,8 @@ size_t ts_params_state_numel(const ts_params *p) { return p->state_numel; }
 int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep) {
   int nk = 0;
   for (int i = 0; i < p->n; i++) p->e[i].grad_val = -1;
-  char *owned = calloc((size_t)g->nvals + 1, 1);
+  /* room for the copies emitted below too (one value per parameter at most) */
+  char *owned = calloc((size_t)g->nvals + (size_t)p->n + 1, 1);
   if (!owned) return ts_error_set(TS_ENOMEM, "ts_params_attach_grads: out of memory");
   int rc = TS_OK;
   int nvals0 = g->nvals;
