@@ -20,25 +20,28 @@ _Static_assert(TS_REDUCE_SUM == 0 && TS_REDUCE_MEAN == 1 && TS_REDUCE_MAX == 2 &
 
 static const char *opname(const ts__node *n) { return ts__ops[n->op].name; }
 
-/* The node's communicator: *out = NULL (run as a copy) when g == 1 and the slot is empty. */
-static int get_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
-  const int slot = (int)n->a.i[0], gs = (int)n->a.i[1];
+int ts__run_comm(ts__runctx *ctx, const ts__node *n, int slot, int gs, const char *what, ts_comm **out) {
   ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
   *out = NULL;
   if (!c) {
     if (gs == 1) return TS_OK;
     return ts_error_set(TS_EINVAL,
-                        "plan slot %d holds no communicator, and this %s is over a group of %d "
+                        "plan slot %d holds no communicator, and this %s%s is over a group of %d "
                         "ranks (ts_plan_set_comm)",
-                        slot, opname(n), gs);
+                        slot, what, ts__ops[n->op].name, gs);
   }
   if (ts_comm_size(c) != gs)
     return ts_error_set(TS_EINVAL,
-                        "the communicator in plan slot %d has %d rank(s), but this %s was built "
+                        "the communicator in plan slot %d has %d rank(s), but this %s%s was built "
                         "for a group of %d",
-                        slot, ts_comm_size(c), opname(n), gs);
+                        slot, ts_comm_size(c), what, ts__ops[n->op].name, gs);
   *out = c;
   return TS_OK;
+}
+
+/* The node's communicator: *out = NULL (run as a copy) when g == 1 and the slot is empty. */
+static int get_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
+  return ts__run_comm(ctx, n, (int)n->a.i[0], (int)n->a.i[1], "", out);
 }
 
 /* src (a, b, c) -> dst (b, a, c), elements of esize bytes. */

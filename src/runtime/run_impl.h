@@ -29,4 +29,9 @@ extern ts__run_fn ts__run[TS_OP_COUNT];
 /* Each family file fills its entries: void ts__register_run_<family>(ts__run_fn *tab). */
 void ts__run_init(void);
 
+/* The communicator in plan slot `slot` for a node over a group of gs ranks (run_coll.c): *out =
+ * NULL when gs == 1 and the slot is empty (run without communicating); TS_EINVAL naming the slot,
+ * `what` + the op and both sizes when the slot is empty or holds another group size. */
+int ts__run_comm(ts__runctx *ctx, const ts__node *n, int slot, int gs, const char *what, ts_comm **out);
+
 #endif

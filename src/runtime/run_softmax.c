@@ -41,24 +41,7 @@ static int run_softmax_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *
 /* The communicator of a class-sharded cross-entropy node (*out = NULL when g == 1 and the slot
  * is empty), checked as run_coll.c checks the collectives'. */
 static int ce_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
-  const int slot = (int)n->a.i[1] - 1, gs = (int)n->a.i[2];
-  const char *op = ts__ops[n->op].name;
-  ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
-  *out = NULL;
-  if (!c) {
-    if (gs == 1) return TS_OK;
-    return ts_error_set(TS_EINVAL,
-                        "plan slot %d holds no communicator, and this class-sharded %s is over a "
-                        "group of %d ranks (ts_plan_set_comm)",
-                        slot, op, gs);
-  }
-  if (ts_comm_size(c) != gs)
-    return ts_error_set(TS_EINVAL,
-                        "the communicator in plan slot %d has %d rank(s), but this class-sharded "
-                        "%s was built for a group of %d",
-                        slot, ts_comm_size(c), op, gs);
-  *out = c;
-  return TS_OK;
+  return ts__run_comm(ctx, n, (int)n->a.i[1] - 1, (int)n->a.i[2], "class-sharded ", out);
 }
 
 static int run_ce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {

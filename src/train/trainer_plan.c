@@ -1,41 +1,10 @@
 /* `tessera plan`: the parallel pass run for one rank of a job that need not exist, and the
  * figures a user sizes a job by (include/tessera/train.h, ts_trainer_plan). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "train_impl.h"
-
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int need = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (need < 0 || b->oom) return;
-  if (b->n + (size_t)need + 1 > b->cap) {
-    size_t nc = b->cap ? 2 * b->cap : 4096;
-    while (nc < b->n + (size_t)need + 1) nc *= 2;
-    char *q = realloc(b->p, nc);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = nc;
-  }
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-  va_end(ap);
-  b->n += (size_t)need;
-}
 
 static const char *human(double bytes, char *buf, size_t cap) {
   const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -79,7 +48,13 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   t->model_user = user;
   t->rank = rank;
   t->size = ndevices;
-  sbuf b = {0};
+  char *mp = NULL;
+  size_t mn = 0;
+  FILE *b = open_memstream(&mp, &mn); /* the report */
+  if (!b) {
+    free(t);
+    return ts_error_set(TS_ENOMEM, "plan: out of memory");
+  }
   ts_strategy_set *set = NULL;
   ts_graph *g = NULL, *g1 = NULL;
   ts_params *gp = NULL, *gp1 = NULL;
@@ -117,7 +92,7 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
     ts_parallel_input_piece(pp, x[0], &parts, &index);
     char piece[96] = "every rank reads the whole batch";
     if (parts > 1) snprintf(piece, sizeof piece, "the batch cut in %d pieces; this rank reads piece %d", parts, index);
-    sb_add(&b, "plan: %s on %s, semi_auto_parallel on %d devices, rank %d shown; micro-batch %lld (%s)\n\n",
+    fprintf(b, "plan: %s on %s, semi_auto_parallel on %d devices, rank %d shown; micro-batch %lld (%s)\n\n",
            model ? "custom model" : ts_model_kind_name(cfg->model.name), ts_data_kind_name(cfg->data.name),
            ndevices, rank, (long long)mb, piece);
     size_t need = ts_parallel_report(pp, NULL, 0);
@@ -125,7 +100,7 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
     if (!rep) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
     else {
       ts_parallel_report(pp, rep, need + 1);
-      sb_add(&b, "%s", rep);
+      fprintf(b, "%s", rep);
       free(rep);
     }
     ts_graph *lg = ts_parallel_graph(pp);
@@ -151,23 +126,23 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
       free(part);
       double pb = (double)ts_params_numel(lp) * 4, pb1 = (double)ts_params_numel(gp1) * 4;
       int slots = optim_slots(cfg->optimizer.name);
-      sb_add(&b, "\nmemory per rank (rank %d) vs one process:\n", rank);
-      sb_add(&b, "  parameters           %12s  of %12s  (%.3f)\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2), pb / pb1);
-      sb_add(&b, "  gradients            %12s  of %12s\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2));
-      sb_add(&b, "  optimizer state      %12s  of %12s  (%s: %d slot%s)\n", human(pb * slots, h1, sizeof h1),
+      fprintf(b, "\nmemory per rank (rank %d) vs one process:\n", rank);
+      fprintf(b, "  parameters           %12s  of %12s  (%.3f)\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2), pb / pb1);
+      fprintf(b, "  gradients            %12s  of %12s\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2));
+      fprintf(b, "  optimizer state      %12s  of %12s  (%s: %d slot%s)\n", human(pb * slots, h1, sizeof h1),
              human(pb1 * slots, h2, sizeof h2), ts_optim_kind_name(cfg->optimizer.name), slots, slots == 1 ? "" : "s");
-      sb_add(&b, "  activations (step)   %12s  of %12s  (planned arena of forward + backward, micro-batch %lld)\n",
+      fprintf(b, "  activations (step)   %12s  of %12s  (planned arena of forward + backward, micro-batch %lld)\n",
              human((double)arena, h1, sizeof h1), human((double)arena1, h2, sizeof h2), (long long)mb);
-      sb_add(&b, "communication per step per rank (%lld micro-batch%s):\n", (long long)accum, accum == 1 ? "" : "es");
-      sb_add(&b, "  forward collectives  %12s\n", human((double)(fwd * accum), h1, sizeof h1));
-      sb_add(&b, "  backward collectives %12s  (their adjoints)\n", human((double)(bwd * accum), h1, sizeof h1));
-      sb_add(&b, "  gradient reduction   %12s  (parameters several ranks hold, summed over them)\n",
+      fprintf(b, "communication per step per rank (%lld micro-batch%s):\n", (long long)accum, accum == 1 ? "" : "es");
+      fprintf(b, "  forward collectives  %12s\n", human((double)(fwd * accum), h1, sizeof h1));
+      fprintf(b, "  backward collectives %12s  (their adjoints)\n", human((double)(bwd * accum), h1, sizeof h1));
+      fprintf(b, "  gradient reduction   %12s  (parameters several ranks hold, summed over them)\n",
              human(red, h3, sizeof h3));
     }
   }
-  if (!rc && b.oom) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
-  if (!rc) *text = b.p;
-  else free(b.p);
+  if (fclose(b) && !rc) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
+  if (!rc) *text = mp;
+  else free(mp);
   ts_parallel_free(pp);
   ts_graph_free(g);
   ts_graph_free(g1);
