@@ -48,7 +48,8 @@ typedef struct {
                                          parallel (MindSpore's default dataset strategy), 1 =
                                          every rank gets the full batch (full_batch), 0 = auto:
                                          the cut the user's strategy of the first operator
-                                         reading an input gives its dim 0, else N */
+                                         reading an input gives its dim 0, else the largest
+                                         divisor of N dividing the batch */
   int allow_unmatched;                /* 1: strategies that match no operator are fine (a
                                          training set reused for the evaluation graph);
                                          0: refused (a typo would be silently ignored) */

@@ -279,11 +279,25 @@ int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
 
 /* ---- phase 1 driver ---- */
 
+static int64_t gcd(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 /* dataset_cut 0: the cut the user's strategy of the first operator reading an input gives its
- * dim 0 (so the batch arrives where that operator wants it), else N (data parallel). */
+ * dim 0 (so the batch arrives where that operator wants it), else the largest divisor of N that
+ * divides every input's dim 0 (data parallel). */
 static int auto_dataset_cut(ts_parallel *p) {
   const ts_graph *g = p->g;
-  if (!p->cfg.strategies) return p->N;
+  int64_t dp = p->N;
+  for (int i = 0; i < g->nvals; i++)
+    if (g->vals[i].kind == TS_VAL_INPUT && g->vals[i].producer < 0 && g->vals[i].shape.ndim > 0)
+      dp = gcd(dp, g->vals[i].shape.dims[0]);
+  if (!p->cfg.strategies) return (int)dp;
   for (int i = 0; i < g->nvals; i++) {
     if (g->vals[i].kind != TS_VAL_INPUT || g->vals[i].producer >= 0 || g->vals[i].shape.ndim == 0) continue;
     for (int j = 0; j < g->nnodes; j++) {
@@ -303,7 +317,7 @@ static int auto_dataset_cut(ts_parallel *p) {
     }
   }
   ts_error_set(TS_OK, "%s", "");
-  return p->N;
+  return (int)dp;
 }
 
 static int input_layout(ts_parallel *p, int vi) {
