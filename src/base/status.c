@@ -34,7 +34,8 @@ int ts_error_wrap(int code, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, tl_msg, sizeof old);
-  snprintf(tl_msg, sizeof tl_msg, "%s: %s", prefix, old[0] ? old : ts_strerror(code));
+  /* bounded parts: a long chain of wraps keeps its head and the start of the original message */
+  snprintf(tl_msg, sizeof tl_msg, "%.500s: %.500s", prefix, old[0] ? old : ts_strerror(code));
   return code;
 }
 

@@ -434,7 +434,7 @@ static void test_all_fixtures(void) {
                   path, b);
       }
       for (int k = 0; k < 8; k++) { /* grad_in<k> has the shape of in<k> */
-        char a[16], b[16];
+        char a[24], b[24];
         snprintf(a, sizeof a, "in%d", k);
         snprintf(b, sizeof b, "grad_in%d", k);
         if (ts_st_find(f, a, &t) != TS_OK) break;
