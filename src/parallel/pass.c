@@ -279,15 +279,6 @@ int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
 
 /* ---- phase 1 driver ---- */
 
-static int64_t gcd(int64_t a, int64_t b) {
-  while (b) {
-    int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 /* dataset_cut 0: the cut the user's strategy of the first operator reading an input gives its
  * dim 0 (so the batch arrives where that operator wants it), else the largest divisor of N that
  * divides every input's dim 0 (data parallel). */
@@ -296,7 +287,7 @@ static int auto_dataset_cut(ts_parallel *p) {
   int64_t dp = p->N;
   for (int i = 0; i < g->nvals; i++)
     if (g->vals[i].kind == TS_VAL_INPUT && g->vals[i].producer < 0 && g->vals[i].shape.ndim > 0)
-      dp = gcd(dp, g->vals[i].shape.dims[0]);
+      dp = ts__gcd64(dp, g->vals[i].shape.dims[0]);
   if (!p->cfg.strategies) return (int)dp;
   for (int i = 0; i < g->nvals; i++) {
     if (g->vals[i].kind != TS_VAL_INPUT || g->vals[i].producer >= 0 || g->vals[i].shape.ndim == 0) continue;

@@ -106,6 +106,15 @@ int ts__pass_apply_rule(ts_parallel *p, int ni, int sop, const ts_op_strategy *s
 int ts__reshape_layout(const ts_shape *a, const ts_layout *in, const ts_shape *b, ts_layout *outl,
                        int *bad);
 
+static inline int64_t ts__gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 /* pass.c helpers */
 void ts__layout_repl(ts_layout *l, int N, int ndim);
 /* Axes of size 1 cut nothing: their map entries and partial bits are dropped. */

@@ -167,15 +167,6 @@ static int map_op(const ts_parallel *p, const ts__node *nd, opmap *m) {
   }
 }
 
-static int64_t gcd64(int64_t a, int64_t b) {
-  while (b) {
-    int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
 static void strat_ones(ts_op_strategy *st, const ts_shape *shapes, int nin) {
   memset(st, 0, sizeof *st);
   st->ninputs = nin;
@@ -238,7 +229,7 @@ static int strat_dp(const ts_parallel *p, const ts__node *nd, const opmap *m, co
   strat_ones(st, shapes, m->nin);
   const ts_shape *x = &shapes[m->primary];
   if (x->ndim == 0) return -1;
-  int64_t c = gcd64(x->dims[0], p->N);
+  int64_t c = ts__gcd64(x->dims[0], p->N);
   if (c <= 1) return -1;
   st->cuts[m->primary][0] = c;
   switch (m->sop) {

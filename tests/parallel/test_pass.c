@@ -12,6 +12,7 @@
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
+#include "megatron.h"
 
 typedef struct {
   ts_graph *g;
@@ -32,29 +33,6 @@ static void gpt(model *m, int tie) {
 static void model_free(model *m) {
   ts_graph_free(m->g);
   ts_params_free(m->p);
-}
-
-static ts_strategy_set *megatron(int d, int t) {
-  ts_strategy_set *s;
-  CHECK_OK(ts_strategy_set_create(d * t, 0, &s));
-  char b[10][64];
-  snprintf(b[0], 64, "((%d,1),(%d,1))", d, t);
-  snprintf(b[1], 64, "((%d,1,1),(1,),(1,))", d);
-  snprintf(b[2], 64, "((%d,1,1),(%d,1),(%d,))", d, t, t);
-  snprintf(b[3], 64, "((%d,%d,1,1),(%d,%d,1,1),(%d,%d,1,1))", d, t, d, t, d, t);
-  snprintf(b[4], 64, "((%d,1,%d),(1,%d))", d, t, t);
-  snprintf(b[5], 64, "((%d,1,1),(%d,1))", d, t);
-  snprintf(b[6], 64, "((%d,1,%d),(1,%d))", d, t, t);
-  snprintf(b[7], 64, "((%d,1,1),(1,),(1,))", d);
-  snprintf(b[8], 64, "((%d,1,1),(%d,1))", d, t);
-  snprintf(b[9], 64, "((%d,%d),(%d,))", d, t, d);
-  const char *names[] = {"transformer.embedding", "transformer.h.*.ln_*.layernorm",
-                         "transformer.h.*.attn.c_attn.dense*", "transformer.h.*.attn.attention",
-                         "transformer.h.*.attn.c_proj.dense", "transformer.h.*.mlp.c_fc.dense",
-                         "transformer.h.*.mlp.c_proj.dense", "transformer.ln_f.layernorm", "dense",
-                         "softmax_ce"};
-  for (int i = 0; i < 10; i++) CHECK_OK(ts_strategy_set_put_text(s, names[i], b[i]));
-  return s;
 }
 
 static void test_keys(void) {
@@ -80,7 +58,7 @@ static void test_keys(void) {
  * structure; each rank holds its slice. */
 static void test_megatron(int d, int t) {
   int N = d * t;
-  ts_strategy_set *s = megatron(d, t);
+  ts_strategy_set *s = ts_test_megatron(d, t);
   int nnodes0 = -1;
   for (int r = 0; r < N; r++) {
     model m;
@@ -205,7 +183,7 @@ static void test_refusals(void) {
   model_free(&m);
   /* a parameter shared by two operators with different strategies: tied embedding and head */
   gpt(&m, 1);
-  s = megatron(1, 4);
+  s = ts_test_megatron(1, 4);
   CHECK_OK(ts_strategy_set_put_text(s, "dense", "((1,1,1),(2,1))"));
   EXPECT_RUN_ERR(m, s, 4, TS_EINVAL, "transformer.wte.weight", "transformer.embedding", "'dense'",
                  "the same strategy");

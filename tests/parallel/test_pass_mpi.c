@@ -17,6 +17,7 @@
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
+#include "megatron.h"
 
 #define K_STEPS 3
 #define LR 0.1f
@@ -125,17 +126,12 @@ static void check_slice(const char *what, ts_params *lp, int id, ts_params *gp, 
             R, name, worst, tol);
 }
 
-/* Trains K steps through the pass with strategy texts strat[] (name, text pairs, NULL-ended)
- * and compares with the reference. Returns this rank's parameter bytes. */
-static int64_t run_parallel(const char *what, kind k, const char *const *strat, int dataset_cut,
+/* Trains K steps through the pass with the strategies `set` (NULL: none; freed here) and
+ * compares with the reference. Returns this rank's parameter bytes. */
+static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int dataset_cut,
                             const double *ref_losses, ts_params *ref_params) {
   model m;
   build(k, &m);
-  ts_strategy_set *set = NULL;
-  if (strat) {
-    CHECK_OK(ts_strategy_set_create(N, 0, &set));
-    for (int i = 0; strat[i]; i += 2) CHECK_OK(ts_strategy_set_put_text(set, strat[i], strat[i + 1]));
-  }
   ts_parallel_config pc = {.ndevices = N, .rank = R, .strategies = set, .dataset_cut = dataset_cut};
   ts_parallel *pp;
   CHECK_OK(ts_parallel_run(m.g, m.p, &m.loss, 1, NULL, &pc, &pp));
@@ -207,33 +203,6 @@ static int64_t run_parallel(const char *what, kind k, const char *const *strat, 
   return bytes;
 }
 
-/* Megatron-style strategies for tensor parallel t x data parallel d (t*d = N). */
-static char S[20][64];
-static const char *megatron[24];
-static void make_megatron(int d, int t) {
-  const char *names[] = {"transformer.embedding", "transformer.h.*.ln_*.layernorm",
-                         "transformer.h.*.attn.c_attn.dense*", "transformer.h.*.attn.attention",
-                         "transformer.h.*.attn.c_proj.dense", "transformer.h.*.mlp.c_fc.dense",
-                         "transformer.h.*.mlp.c_proj.dense", "transformer.ln_f.layernorm", "dense",
-                         "softmax_ce"};
-  snprintf(S[0], 64, "((%d,1),(%d,1))", d, t);
-  snprintf(S[1], 64, "((%d,1,1),(1,),(1,))", d);
-  snprintf(S[2], 64, "((%d,1,1),(%d,1),(%d,))", d, t, t);
-  snprintf(S[3], 64, "((%d,%d,1,1),(%d,%d,1,1),(%d,%d,1,1))", d, t, d, t, d, t);
-  snprintf(S[4], 64, "((%d,1,%d),(1,%d))", d, t, t);
-  snprintf(S[5], 64, "((%d,1,1),(%d,1))", d, t);
-  snprintf(S[6], 64, "((%d,1,%d),(1,%d))", d, t, t);
-  snprintf(S[7], 64, "((%d,1,1),(1,),(1,))", d);
-  snprintf(S[8], 64, "((%d,1,1),(%d,1))", d, t);
-  snprintf(S[9], 64, "((%d,%d),(%d,))", d, t, d);
-  int n = 0;
-  for (int i = 0; i < 10; i++) {
-    megatron[n++] = names[i];
-    megatron[n++] = S[i];
-  }
-  megatron[n] = NULL;
-}
-
 int main(int argc, char **argv) {
   CHECK_OK(ts_comm_init(&argc, &argv));
   CHECK_OK(ts_comm_world(&world));
@@ -248,8 +217,7 @@ int main(int argc, char **argv) {
   if (R == 0) printf("single process: gpt losses %.5f %.5f %.5f, convnet %.5f %.5f %.5f\n", gl[0], gl[1], gl[2], cl[0], cl[1], cl[2]);
 
   /* tensor parallel N */
-  make_megatron(1, N);
-  int64_t tp = run_parallel("gpt tensor-parallel", GPT, megatron, 0, gl, gref.p);
+  int64_t tp = run_parallel("gpt tensor-parallel", GPT, ts_test_megatron(1, N), 0, gl, gref.p);
   if (N > 1) {
     /* the matrices and the column-parallel biases are cut N ways (measured from the rank's store);
      the position table, the layer norms and the row-parallel biases stay whole, as in Megatron */
@@ -264,8 +232,7 @@ int main(int argc, char **argv) {
               (long long)tp, (long long)((full - whole) / N + whole));
   }
   if (N == 4) {
-    make_megatron(2, 2);
-    run_parallel("gpt tensor-parallel 2 x data 2", GPT, megatron, 0, gl, gref.p);
+    run_parallel("gpt tensor-parallel 2 x data 2", GPT, ts_test_megatron(2, 2), 0, gl, gref.p);
   }
   run_parallel("gpt data parallel (no strategy)", GPT, NULL, 0, gl, gref.p);
   run_parallel("gpt full batch, no strategy", GPT, NULL, 1, gl, gref.p);
@@ -273,7 +240,10 @@ int main(int argc, char **argv) {
   /* convnet: output-channel-split convolutions, channel-cut batch-norm, row-parallel classifier */
   char c1[64];
   snprintf(c1, sizeof c1, "((1,1,1,1),(%d,1,1,1))", N);
-  const char *conv_oc[] = {"conv1.conv2d", c1, "conv2.conv2d", c1, NULL};
+  ts_strategy_set *conv_oc;
+  CHECK_OK(ts_strategy_set_create(N, 0, &conv_oc));
+  CHECK_OK(ts_strategy_set_put_text(conv_oc, "conv1.conv2d", c1));
+  CHECK_OK(ts_strategy_set_put_text(conv_oc, "conv2.conv2d", c1));
   int64_t cb = run_parallel("convnet output-channel split", CONVNET, conv_oc, 0, cl, cref.p);
   (void)cb;
   run_parallel("convnet data parallel (SyncBN)", CONVNET, NULL, 0, cl, cref.p);
