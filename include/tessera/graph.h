@@ -231,6 +231,14 @@ ts_val ts_alltoall(ts_graph *g, ts_val x, int slot, int group_size, int split_di
  * rank_slice_bwd, itself differentiable). */
 ts_val ts_rank_slice(ts_graph *g, ts_val x, int slot, int group_size, int dim);
 
+/* ---- operator-level parallelism ----
+ * The shard strategy of the operator that produced v, as MindSpore's `op.shard(...)`:
+ *   ts_val h = ts_matmul(g, x, w, 0, 0);  ts_shard(g, h, "((1,1),(1,2))");
+ * Only recorded here; the parallel pass (tessera/parallel.h) reads it under semi_auto_parallel,
+ * in preference to a strategy set's entry for the same operator, and checks it then. TS_EINVAL
+ * if v is a leaf (input, parameter, constant) or not a value of g. */
+int ts_shard(ts_graph *g, ts_val v, const char *strategy);
+
 /* ---- autodiff ----
  * Appends the backward of scalar `loss` to the graph: d loss/d v for every float value v that
  * `loss` depends on through float ops. Gradients of values used several times are summed.

@@ -59,7 +59,10 @@ int ts_graph_create(ts_graph **out) {
 void ts_graph_free(ts_graph *g) {
   if (!g) return;
   for (int i = 0; i < g->nvals; i++) free(g->vals[i].name);
-  for (int i = 0; i < g->nnodes; i++) free(g->nodes[i].name);
+  for (int i = 0; i < g->nnodes; i++) {
+    free(g->nodes[i].name);
+    free(g->nodes[i].strategy);
+  }
   free(g->vals);
   free(g->nodes);
   free(g->grad);
@@ -223,6 +226,22 @@ ts_dtype ts_val_dtype(const ts_graph *g, ts_val v) { VGET(g, v, dtype, TS_F32); 
 int ts_graph_producer(const ts_graph *g, ts_val v) { VGET(g, v, producer, -1); }
 const char *ts_val_name(const ts_graph *g, ts_val v) { VGET(g, v, name, NULL); }
 ts_val_kind ts_val_kind_of(const ts_graph *g, ts_val v) { VGET(g, v, kind, TS_VAL_TEMP); }
+
+int ts_shard(ts_graph *g, ts_val v, const char *strategy) {
+  if (!g || !strategy) return ts_error_set(TS_EINVAL, "ts_shard: NULL argument");
+  int i = v & ((1 << TS__VAL_BITS) - 1);
+  if (v < 0 || i >= g->nvals || (uint32_t)(v >> TS__VAL_BITS) != (g->id & 0x3ff))
+    return ts_error_set(TS_EINVAL, "ts_shard: not a value of this graph");
+  int nd = g->vals[i].producer;
+  if (nd < 0)
+    return ts_error_set(TS_EINVAL, "ts_shard: '%s' is not an operator's output (inputs and parameters take "
+                        "the layout their consumers ask for)", g->vals[i].name ? g->vals[i].name : "value");
+  char *c = strdup(strategy);
+  if (!c) return ts_error_set(TS_ENOMEM, "ts_shard: out of memory");
+  free(g->nodes[nd].strategy);
+  g->nodes[nd].strategy = c;
+  return TS_OK;
+}
 
 void ts_graph_push_scope(ts_graph *g, const char *scope) {
   size_t n = strlen(g->scope);

@@ -35,6 +35,7 @@ typedef struct {
   ts__attrs a;
   char *name;
   int is_backward; /* emitted by autodiff */
+  char *strategy;  /* shard strategy text given with ts_shard (read by the parallel pass), or NULL */
 } ts__node;
 
 struct ts_graph {

@@ -288,7 +288,7 @@ static int auto_dataset_cut(ts_parallel *p) {
   for (int i = 0; i < g->nvals; i++)
     if (g->vals[i].kind == TS_VAL_INPUT && g->vals[i].producer < 0 && g->vals[i].shape.ndim > 0)
       dp = ts__gcd64(dp, g->vals[i].shape.dims[0]);
-  if (!p->cfg.strategies) return (int)dp;
+
   for (int i = 0; i < g->nvals; i++) {
     if (g->vals[i].kind != TS_VAL_INPUT || g->vals[i].producer >= 0 || g->vals[i].shape.ndim == 0) continue;
     for (int j = 0; j < g->nnodes; j++) {
@@ -298,7 +298,7 @@ static int auto_dataset_cut(ts_parallel *p) {
         if (nd->in[k] == i) break;
       if (k == nd->nin) continue;
       ts_op_strategy st;
-      if (ts_strategy_set_get(p->cfg.strategies, p->n[j].key, &st)) break;
+      if (ts__pass_user_strategy(p, j, &st) != 1) break;
       /* the strategy input describing graph input k (embedding lists ids first) */
       int si = nd->op == TS_OP_EMBEDDING ? 1 - k : k;
       if (si < 0 || si >= st.ninputs || st.ndim[si] < 1) break;

@@ -94,6 +94,9 @@ struct ts_parallel {
   ts_parallel_stats stats;
 };
 
+/* pass_rules.c: the user's strategy for node ni (its ts_shard text, else the set's entry for
+ * its key): 1 and *st, 0 if none, a negative status if the text does not parse. */
+int ts__pass_user_strategy(const ts_parallel *p, int ni, ts_op_strategy *st);
 /* pass_rules.c: decides node `ni`'s strategy and layouts (fills p->n[ni]); inputs' states known
  * or pending. */
 int ts__pass_node(ts_parallel *p, int ni);

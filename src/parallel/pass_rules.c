@@ -414,6 +414,20 @@ static void rule_extras(ts_parallel *p, int ni, const opmap *m) {
   }
 }
 
+/* The user's strategy for node ni: its own (ts_shard) or the set's entry for its name. 1 if there
+ * is one (in *st), 0 if none, a negative status for a text that does not parse. */
+int ts__pass_user_strategy(const ts_parallel *p, int ni, ts_op_strategy *st) {
+  const ts__node *nd = &p->g->nodes[ni];
+  if (nd->strategy) {
+    int rc = ts_op_strategy_parse(nd->strategy, st);
+    if (rc) return ts_error_wrap(rc, "operator '%s' (ts_shard)", p->n[ni].key);
+    return 1;
+  }
+  if (p->cfg.strategies && ts_strategy_set_get(p->cfg.strategies, p->n[ni].key, st) == TS_OK) return 1;
+  ts_error_set(TS_OK, "%s", "");
+  return 0;
+}
+
 static int rule_node(ts_parallel *p, int ni, opmap *m) {
   const ts_graph *g = p->g;
   const ts__node *nd = &g->nodes[ni];
@@ -425,8 +439,11 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
   ts_layout req[TS_STRATEGY_MAX_INPUTS], out;
   int rc;
   ts_op_strategy st;
-  if (p->cfg.strategies && ts_strategy_set_get(p->cfg.strategies, ns->key, &st) == TS_OK) {
+  int has = ts__pass_user_strategy(p, ni, &st);
+  if (has < 0) return has;
+  if (has) {
     ns->how = TS__HOW_USER;
+    if ((rc = ts_op_strategy_validate(ns->key, &st, p->N))) return rc;
     if (st.ninputs == 3 && m->nin == 2 && (nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D)) {
       /* the bias's cut given too: it must be the output channels' */
       int64_t o = st.cuts[1][0];
@@ -520,8 +537,8 @@ int ts__pass_node(ts_parallel *p, int ni) {
   }
   opmap m;
   ts_op_strategy dummy;
-  int has_user = p->cfg.strategies && ts_strategy_set_get(p->cfg.strategies, ns->key, &dummy) == TS_OK;
-  if (!has_user) ts_error_set(TS_OK, "%s", "");
+  int has_user = ts__pass_user_strategy(p, ni, &dummy);
+  if (has_user < 0) return has_user;
   if (map_op(p, nd, &m)) return rule_node(p, ni, &m);
   if (has_user)
     return ts_error_set(TS_EUNSUPPORTED,

@@ -210,7 +210,45 @@ static void test_refusals(void) {
          "parameter, backward present, collectives present\n");
 }
 
+/* MindSpore's MatMul.shard(((1,1),(1,2))) through ts_shard on the operator's output. */
+static void test_shard_api(void) {
+  model m;
+  CHECK_OK(ts_graph_create(&m.g));
+  CHECK_OK(ts_params_create(&m.p));
+  ts_nn nn = {m.g, m.p};
+  ts_val x = ts_input(m.g, "x", TS_F32, ts_shape2(8, 16));
+  ts_val w = ts_nn_param(&nn, "w", ts_shape2(16, 8), (ts_init){TS_INIT_NORMAL, 0, 1, 0}, 0);
+  ts_val h = ts_matmul(m.g, x, w, 0, 0);
+  CHECK_OK(ts_shard(m.g, h, "((1,1),(1,2))"));
+  m.loss = ts_sum(m.g, ts_relu(m.g, h), 3, 0);
+  EXPECT_ERR(ts_shard(m.g, x, "((2,1),)"), TS_EINVAL, "'x'", "not an operator's output");
+  for (int r = 0; r < 2; r++) {
+    ts_parallel_config pc = {.ndevices = 2, .rank = r};
+    ts_parallel *pp;
+    CHECK_OK(ts_parallel_run(m.g, m.p, &m.loss, 1, NULL, &pc, &pp));
+    if (!pp) continue;
+    ts_params *lp = ts_parallel_params(pp);
+    ts_shape ws = ts_params_shape(lp, ts_params_find(lp, "w"));
+    CHECK(ws.dims[0] == 16 && ws.dims[1] == 4); /* the columns cut in 2 */
+    char rep[8192];
+    ts_parallel_report(pp, rep, sizeof rep);
+    CHECK_MSG(strstr(rep, "matmul         user           ((1,1),(1,2))") != NULL, "%s", rep);
+    CHECK(ts_parallel_loss_seed(pp, m.loss) == 1.0f); /* the sum is partial over the column cut */
+    ts_parallel_free(pp);
+  }
+  CHECK_OK(ts_shard(m.g, h, "((1,1),(1,x))"));
+  ts_parallel_config pc = {.ndevices = 2, .rank = 0};
+  ts_parallel *pp;
+  EXPECT_ERR(ts_parallel_run(m.g, m.p, &m.loss, 1, NULL, &pc, &pp), TS_EINVAL, "operator 'matmul' (ts_shard)",
+             "column 11");
+  CHECK_OK(ts_shard(m.g, h, "((1,1),(1,3))"));
+  EXPECT_ERR(ts_parallel_run(m.g, m.p, &m.loss, 1, NULL, &pc, &pp), TS_EINVAL, "matmul", "does not divide");
+  model_free(&m);
+  printf("ts_shard: MindSpore's MatMul.shard(((1,1),(1,2))) on the operator; bad texts refused\n");
+}
+
 int main(void) {
+  test_shard_api();
   test_keys();
   test_reshape_rule();
   test_megatron(1, 4);
