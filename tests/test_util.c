@@ -1,5 +1,6 @@
 #include <string.h>
 #include "test_util.h"
+#include "tessera/nn.h"
 
 int ts_test_failures = 0;
 int ts_test_checks = 0;
@@ -45,4 +46,16 @@ void ts_test_expect_err(const char *file, int line, int rc, int code, const char
 int ts_test_finish(const char *name) {
   printf("%s: %d checks, %d failures\n", name, ts_test_checks, ts_test_failures);
   return ts_test_failures ? 1 : 0;
+}
+
+ts_plan *ts_test_train_plan(ts_graph *g, ts_params *p, ts_val loss, uint64_t seed) {
+  ts_val keep[1024];
+  int nk = 0;
+  ts_plan *plan = NULL;
+  CHECK_OK(ts_params_alloc(p, seed));
+  CHECK_OK(ts_params_attach_grads(p, g, keep, 1023, &nk));
+  keep[nk++] = loss;
+  CHECK_OK(ts_plan_create(g, keep, nk, &plan));
+  if (plan) CHECK_OK(ts_params_bind(p, g, plan));
+  return plan;
 }

@@ -68,6 +68,13 @@ void ts_test_expect_err(const char *file, int line, int rc, int code, const char
 #define EXPECT_ERR(rc, code, ...) \
   ts_test_expect_err(__FILE__, __LINE__, (rc), (code), (const char *const[]){__VA_ARGS__, NULL})
 
+/* A training step's plan for a graph whose backward is appended: allocates p (seed), attaches
+ * the gradients, plans keeping them and `loss`, binds p. NULL (with a CHECK failure) on error. */
+struct ts_graph;
+struct ts_params;
+struct ts_plan;
+struct ts_plan *ts_test_train_plan(struct ts_graph *g, struct ts_params *p, int32_t loss, uint64_t seed);
+
 /* Prints "name: N checks, F failures" and returns the exit code. */
 int ts_test_finish(const char *name);
 

@@ -99,7 +99,7 @@ static int emit_redist(ts_parallel *p, int cur, ts_dtype dt, const ts_shape *gs,
   }
   if (refined) {
     ts_shape ls;
-    if ((rc = local_shape(&pl.to, &pl.shape, &ls)) || (rc = local_shape(to, gs, &ls))) return rc;
+    if ((rc = local_shape(to, gs, &ls))) return rc;
     h = ts_reshape(lg, h, ls);
   }
   if (h == TS_NONE) return lg_fail(p, "a redistribution");
@@ -254,7 +254,7 @@ static int emit_node(ts_parallel *p, int ni) {
   for (int k = 0; k < nd->nout; k++) lout[k] = lg->nodes[node].out[k];
   if (ns->bias_after) {
     int y;
-    if ((rc = emit_redist(p, lout[0], nd->op == TS_OP_DENSE ? TS_F32 : TS_F32, &p->v[nd->out[0]].gs,
+    if ((rc = emit_redist(p, lout[0], lg->vals[lout[0]].dtype, &p->v[nd->out[0]].gs,
                           &ns->pre_bias, &ns->out[0], &y)))
       return ts_error_wrap(rc, "operator '%s': reducing the partial sums", ns->key);
     ts_val b = ts__handle(lg, li[2]);

@@ -99,7 +99,7 @@ struct ts_trainer {
 
 
 /* trainer_semi.c */
-int ts__semi_build(ts_trainer *t, ts_val *logits_out);
+int ts__semi_build(ts_trainer *t); /* also sets t->logits_e */
 int ts__semi_setup_reduction(ts_trainer *t);
 /* Global gradient norm of the rank's flat gradient buffer (each slice counted once) and the
  * clipping of it to max_norm (0: no clipping), collective. */
@@ -114,6 +114,12 @@ int ts__semi_config_error(int rc);
 /* The strategy set of the config (strategy_ckpt_load_file, then parallel.strategies). */
 int ts__semi_strategies(const ts_config *c, int ndevices, ts_strategy_set **out);
 /* trainer.c pieces trainer_semi.c uses */
+/* Allocates t->params, attaches the gradients of t->g and plans t->g (keeping t->loss) and t->ge
+ * (keeping t->logits_e), both bound to the store. */
+int ts__train_plans(ts_trainer *t);
+/* The optimizer over every trainable entry of p (config's optimizer; no decay where flagged);
+ * *segs (malloc'ed, outlives *opt) gets the *nseg segments. */
+int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim_segment **segs, int *nseg);
 int ts__train_build_model(ts_trainer *t, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);
 ts_shape ts__batch_shape(int64_t b, const ts_shape *s);
 /* Reads the first training sample: sample shape, dtype, text or not (t->train_src, t->tf_test). */

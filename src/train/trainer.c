@@ -115,10 +115,23 @@ int ts__graph_fail_msg(ts_graph *g, const char *what) {
   return ts_error_set(rc, "%s: %s", what, ts_graph_error(g));
 }
 
+int ts__train_plans(ts_trainer *t) {
+  int rc = ts_params_alloc(t->params, t->cfg.train.seed);
+  if (rc) return rc;
+  ts_val keep[1024];
+  int nk = 0;
+  if ((rc = ts_params_attach_grads(t->params, t->g, keep, 1023, &nk))) return rc;
+  keep[nk++] = t->loss;
+  if ((rc = ts_plan_create(t->g, keep, nk, &t->plan)) || (rc = ts_params_bind(t->params, t->g, t->plan)) ||
+      (rc = ts_plan_create(t->ge, &t->logits_e, 1, &t->plan_e)) || (rc = ts_params_bind(t->params, t->ge, t->plan_e)))
+    return rc;
+  return TS_OK;
+}
+
 static int build_graphs(ts_trainer *t) {
   int rc;
   ts_val logits;
-  if (t->cfg.parallel.mode == TS_PARALLEL_SEMI_AUTO) return ts__semi_build(t, &t->logits_e);
+  if (t->cfg.parallel.mode == TS_PARALLEL_SEMI_AUTO) return ts__semi_build(t);
   if ((rc = ts_params_create(&t->params)) || (rc = ts_graph_create(&t->g)) || (rc = ts_graph_create(&t->ge)))
     return rc;
   ts_graph_set_training(t->ge, 0);
@@ -143,13 +156,7 @@ static int build_graphs(ts_trainer *t) {
   ts_val none = TS_NONE;
   rc = ts__train_build_model(t, &nne, t->xe, none, &t->logits_e, &none);
   if (rc || ts_graph_status(t->ge)) return rc && !ts_graph_status(t->ge) ? rc : ts__graph_fail_msg(t->ge, "eval model");
-  if ((rc = ts_params_alloc(t->params, t->cfg.train.seed))) return rc;
-  ts_val keep[1024];
-  int nk = 0;
-  if ((rc = ts_params_attach_grads(t->params, t->g, keep, 1023, &nk))) return rc;
-  keep[nk++] = t->loss;
-  if ((rc = ts_plan_create(t->g, keep, nk, &t->plan)) || (rc = ts_params_bind(t->params, t->g, t->plan)))
-    return rc;
+  if ((rc = ts__train_plans(t))) return rc;
   if (t->comm && (rc = ts_plan_set_comm(t->plan, 0, t->comm))) return rc;
   for (int k = 0; k < t->nhybrid; k++) { /* groups a hybrid model asked for */
     rc = ts_comm_grid_axis(t->comm, t->hybrid_req[k].ndev, t->hybrid_req[k].dev, t->hybrid_req[k].axis,
@@ -157,29 +164,31 @@ static int build_graphs(ts_trainer *t) {
     if (rc) return rc;
     if ((rc = ts_plan_set_comm(t->plan, k + 1, t->hybrid_slots[k]))) return rc;
   }
-  if ((rc = ts_plan_create(t->ge, &t->logits_e, 1, &t->plan_e)) ||
-      (rc = ts_params_bind(t->params, t->ge, t->plan_e)))
-    return rc;
   if (t->comm && (rc = ts_plan_set_comm(t->plan_e, 0, t->comm))) return rc;
   for (int k = 0; k < t->nhybrid && !rc; k++) rc = ts_plan_set_comm(t->plan_e, k + 1, t->hybrid_slots[k]);
   return rc;
 }
 
-static int build_optimizer(ts_trainer *t) {
-  int np = ts_params_count(t->params);
-  t->segs = calloc((size_t)np + 1, sizeof *t->segs);
-  if (!t->segs) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
+int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim_segment **segs, int *nseg) {
+  int np = ts_params_count(p);
+  *nseg = 0;
+  *segs = calloc((size_t)np + 1, sizeof **segs);
+  if (!*segs) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
   for (int i = 0; i < np; i++) {
-    int fl = ts_params_flags(t->params, i);
+    int fl = ts_params_flags(p, i);
     if (fl & TS_PARAM_STATE) continue;
-    ts_shape s = ts_params_shape(t->params, i);
-    uint32_t sf = (t->cfg.optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ? TS_SEG_NO_DECAY : 0;
-    t->segs[t->nseg++] = (ts_optim_segment){ts_params_name(t->params, i), ts_params_offset(t->params, i),
-                                            (size_t)ts_shape_numel(&s), sf};
+    ts_shape s = ts_params_shape(p, i);
+    uint32_t sf = (cfg->optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ? TS_SEG_NO_DECAY : 0;
+    (*segs)[(*nseg)++] = (ts_optim_segment){ts_params_name(p, i), ts_params_offset(p, i), (size_t)ts_shape_numel(&s), sf};
   }
   ts_optim_config oc;
-  int rc = ts_config_optim(&t->cfg, &oc);
-  if (!rc) rc = ts_optim_create(&t->opt, &oc, t->segs, t->nseg);
+  int rc = ts_config_optim(cfg, &oc);
+  if (!rc) rc = ts_optim_create(opt, &oc, *segs, *nseg);
+  return rc;
+}
+
+static int build_optimizer(ts_trainer *t) {
+  int rc = ts__train_optim(&t->cfg, t->params, &t->opt, &t->segs, &t->nseg);
   if (!rc) rc = ts_config_lr_schedule(&t->cfg, t->steps_per_epoch, &t->sched);
   return rc;
 }

@@ -59,7 +59,7 @@ static int same_params(ts_params *a, ts_params *b) {
   return TS_OK;
 }
 
-int ts__semi_build(ts_trainer *t, ts_val *logits_out) {
+int ts__semi_build(ts_trainer *t) {
   const ts_config *c = &t->cfg;
   ts_strategy_set *set = NULL;
   int rc = ts__semi_strategies(c, t->size, &set);
@@ -116,7 +116,7 @@ int ts__semi_build(ts_trainer *t, ts_val *logits_out) {
   t->y = ts_parallel_value(t->pp, y);
   t->loss = ts_parallel_value(t->pp, loss);
   t->xe = ts_parallel_value(t->pe, xe);
-  *logits_out = ts_parallel_value(t->pe, le);
+  t->logits_e = ts_parallel_value(t->pe, le);
   t->dshards = parts;
   t->dshard = index;
   t->mb = mb / parts;
@@ -126,15 +126,7 @@ int ts__semi_build(ts_trainer *t, ts_val *logits_out) {
     rc = ts__graph_fail_msg(t->g, "backward");
     goto done;
   }
-  if ((rc = ts_params_alloc(t->params, c->train.seed))) goto done;
-  ts_val keep[1024];
-  int nk = 0;
-  if ((rc = ts_params_attach_grads(t->params, t->g, keep, 1023, &nk))) goto done;
-  keep[nk++] = t->loss;
-  if ((rc = ts_plan_create(t->g, keep, nk, &t->plan)) || (rc = ts_params_bind(t->params, t->g, t->plan)))
-    goto done;
-  if ((rc = ts_plan_create(t->ge, logits_out, 1, &t->plan_e)) || (rc = ts_params_bind(t->params, t->ge, t->plan_e)))
-    goto done;
+  if ((rc = ts__train_plans(t))) goto done;
   t->nslots = ts_parallel_num_slots(t->pp);
   t->neslots = ts_parallel_num_slots(t->pe);
   if ((rc = ts_parallel_make_comms(t->pp, t->comm, t->slots))) {
@@ -266,24 +258,6 @@ static int move_flat(ts_trainer *t, ts_params *full, float *loc, float *whole, i
   return rc;
 }
 
-/* The whole optimizer over the full store (its slots line up with the full parameters). */
-static int full_optim(ts_trainer *t, ts_params *full, ts_optim **out, ts_optim_segment **segs) {
-  int np = ts_params_count(full), n = 0;
-  *segs = calloc((size_t)np + 1, sizeof **segs);
-  if (!*segs) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
-  for (int i = 0; i < np; i++) {
-    int fl = ts_params_flags(full, i);
-    if (fl & TS_PARAM_STATE) continue;
-    ts_shape s = ts_params_shape(full, i);
-    uint32_t sf = (t->cfg.optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ? TS_SEG_NO_DECAY : 0;
-    (*segs)[n++] = (ts_optim_segment){ts_params_name(full, i), ts_params_offset(full, i), (size_t)ts_shape_numel(&s), sf};
-  }
-  ts_optim_config oc;
-  int rc = ts_config_optim(&t->cfg, &oc);
-  if (!rc) rc = ts_optim_create(out, &oc, *segs, n);
-  return rc;
-}
-
 static int move_all(ts_trainer *t, ts_params *full, ts_optim *fopt, int gather) {
   int rc = move_flat(t, full, ts_params_data(t->params), ts_params_data(full), 0, gather);
   if (!rc && ts_params_state_numel(t->params))
@@ -297,8 +271,9 @@ int ts__semi_save(ts_trainer *t, const char *path, int write) {
   ts_params *full = NULL;
   ts_optim *fopt = NULL;
   ts_optim_segment *segs = NULL;
+  int nseg = 0;
   int rc = full_store(t, &full);
-  if (!rc && t->opt) rc = full_optim(t, full, &fopt, &segs);
+  if (!rc && t->opt) rc = ts__train_optim(&t->cfg, full, &fopt, &segs, &nseg); /* slots line up with full */
   if (!rc) rc = move_all(t, full, fopt, 1);
   if (!rc && write) {
     if (fopt) ts_optim_set_step(fopt, ts_optim_get_step(t->opt));
@@ -318,8 +293,9 @@ int ts__semi_load(ts_trainer *t, const char *path, int strict, int with_optimize
   ts_params *full = NULL;
   ts_optim *fopt = NULL;
   ts_optim_segment *segs = NULL;
+  int nseg = 0;
   int rc = full_store(t, &full);
-  if (!rc && with_optimizer && t->opt) rc = full_optim(t, full, &fopt, &segs);
+  if (!rc && with_optimizer && t->opt) rc = ts__train_optim(&t->cfg, full, &fopt, &segs, &nseg);
   ts_ckpt_state st;
   if (!rc) {
     ts__trainer_ckpt_state(t, &st);

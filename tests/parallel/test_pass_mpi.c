@@ -80,14 +80,7 @@ static void sgd(ts_params *p) {
 static void reference(kind k, model *m, double *losses) {
   build(k, m);
   CHECK_OK(ts_graph_backward(m->g, m->loss, 1.0f));
-  CHECK_OK(ts_params_alloc(m->p, 7));
-  ts_val keep[256];
-  int nk = 0;
-  CHECK_OK(ts_params_attach_grads(m->p, m->g, keep, 255, &nk));
-  keep[nk++] = m->loss;
-  ts_plan *plan;
-  CHECK_OK(ts_plan_create(m->g, keep, nk, &plan));
-  CHECK_OK(ts_params_bind(m->p, m->g, plan));
+  ts_plan *plan = ts_test_train_plan(m->g, m->p, m->loss, 7);
   char xb[8 * 64 * 4];
   int32_t yb[32];
   for (int s = 0; s < K_STEPS; s++) {
@@ -141,14 +134,7 @@ static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int 
   CHECK(lloss != TS_NONE && lx != TS_NONE && ly != TS_NONE);
   float seed = ts_parallel_loss_seed(pp, m.loss);
   CHECK_OK(ts_graph_backward(lg, lloss, seed));
-  CHECK_OK(ts_params_alloc(lp, 7));
-  ts_val keep[256];
-  int nk = 0;
-  CHECK_OK(ts_params_attach_grads(lp, lg, keep, 255, &nk));
-  keep[nk++] = lloss;
-  ts_plan *plan;
-  CHECK_OK(ts_plan_create(lg, keep, nk, &plan));
-  CHECK_OK(ts_params_bind(lp, lg, plan));
+  ts_plan *plan = ts_test_train_plan(lg, lp, lloss, 7);
   ts_comm *comms[TS_PLAN_MAX_COMMS];
   int ns = ts_parallel_num_slots(pp);
   CHECK_OK(ts_parallel_make_comms(pp, world, comms));
