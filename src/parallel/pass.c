@@ -115,9 +115,7 @@ int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
 
 /* ---- redistribution bookkeeping (phase 1) ---- */
 
-static int same_layout(const ts_parallel *p, const ts_shape *gs, const ts_layout *a,
-                       const ts_layout *b, int *equiv) {
-  (void)p;
+int ts__layout_same(const ts_shape *gs, const ts_layout *a, const ts_layout *b, int *equiv) {
   *equiv = 0;
   if (ts_layout_equal(a, b)) {
     *equiv = 1;
@@ -173,11 +171,11 @@ int ts__pass_record(ts_parallel *p, int node, int input, int vi, const ts_redist
 int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int input) {
   ts__vst *v = &p->v[vi];
   int eq;
-  int rc = same_layout(p, &v->gs, &v->L, to, &eq);
+  int rc = ts__layout_same(&v->gs, &v->L, to, &eq);
   if (rc) goto fail;
   if (eq) return TS_OK;
   for (int k = 0; k < v->nreach; k++) {
-    rc = same_layout(p, &v->gs, &v->reach[k], to, &eq);
+    rc = ts__layout_same(&v->gs, &v->reach[k], to, &eq);
     if (rc) goto fail;
     if (eq) return TS_OK;
   }

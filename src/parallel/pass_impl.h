@@ -123,6 +123,9 @@ void ts__layout_repl(ts_layout *l, int N, int ndim);
 /* Axes of size 1 cut nothing: their map entries and partial bits are dropped. */
 void ts__layout_canon(ts_layout *l);
 void ts__layout_cuts(const ts_layout *l, int64_t *cuts); /* per dim */
+/* *equiv = 1 if layouts a and b of a tensor of global shape gs put the same data on every rank
+ * (equal, or differing only in ways the redistribution planner needs no op for). */
+int ts__layout_same(const ts_shape *gs, const ts_layout *a, const ts_layout *b, int *equiv);
 /* Records (phase 1) that value vi must also exist in layout `to` (cost bookkeeping). */
 int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int input);
 /* Fixes pending value vi to layout `to` (walking back to its parameter). */

@@ -344,9 +344,8 @@ static int settle_inputs(ts_parallel *p, int ni) {
                p->g->vals[vi].producer < 0) {
       /* a parameter two user strategies cut differently */
       char a[256], b[256];
-      ts_redist_plan pl;
-      int same = ts_layout_equal(&v->L, &ns->req[k]) ||
-                 (!ts_redist_plan_make(&v->gs, 4, &v->L, &ns->req[k], &pl) && pl.nops == 0);
+      int same = 0;
+      if (ts__layout_same(&v->gs, &v->L, &ns->req[k], &same)) same = 0; /* not convertible: differ */
       if (!same)
         return ts_error_set(TS_EINVAL,
                             "parallel: parameter '%s' is cut as %s by operator '%s' and as %s by "
