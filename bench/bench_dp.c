@@ -67,7 +67,7 @@ static int worker(const options *o, int *argc, char ***argv) {
   ts__dp *dp = NULL;
   if (size > 1 && !o->alone) {
     if (ts__dp_create(w, t.ps, t.g, o->bucket_mb, 1, TS_F32, NULL, &dp)) die("data-parallel reducer");
-    if (o->overlap) ts_plan_set_hook(t.plan, ts__dp_hook, dp);
+    if (o->overlap && ts_plan_add_hook(t.plan, ts__dp_hook, dp)) die("overlap hook");
   }
   float *grads = ts_params_grads(t.ps);
   int n = o->warmup + o->steps;

@@ -125,15 +125,13 @@ static void prof_add(profile *pr, const char *op, double dt) {
   pr->sec[i] += dt;
 }
 
-/* ts_plan_set_hook callback: time of each node, summed per op name. */
-static void prof_hook(const ts_graph *g, int node, const char *op_name, const char *node_name,
-                      int phase, void *user) {
-  (void)g, (void)node, (void)node_name;
+/* Plan hook: time of each node, summed per op name. */
+static void prof_hook(const ts_hook_info *e, void *user) {
   profile *pr = user;
-  if (phase == 0)
+  if (e->event == TS_HOOK_NODE_BEGIN)
     pr->t0 = ts_time_now();
-  else
-    prof_add(pr, op_name, ts_time_now() - pr->t0);
+  else if (e->event == TS_HOOK_NODE_END)
+    prof_add(pr, e->op_name, ts_time_now() - pr->t0);
 }
 
 
@@ -163,9 +161,9 @@ static double time_training(trainer *t, const options *o, const char *model, flo
   if (o->profile) {
     profile pr;
     memset(&pr, 0, sizeof pr);
-    ts_plan_set_hook(t->plan, prof_hook, &pr);
+    if (ts_plan_add_hook(t->plan, prof_hook, &pr)) die("profiler hook");
     for (int i = 0; i < o->steps; i++) train_step(t, s++, &pr);
-    ts_plan_set_hook(t->plan, NULL, NULL);
+    ts_plan_remove_hook(t->plan, prof_hook, &pr);
     double total = 0;
     for (int i = 0; i < pr.n; i++) total += pr.sec[i];
     for (int i = 0; i < pr.n; i++) /* sort by time, descending */

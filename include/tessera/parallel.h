@@ -120,7 +120,7 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
 void ts_grad_reducer_free(ts_grad_reducer *r);
 int ts_grad_reducer_num_groups(const ts_grad_reducer *r);
 /* Starts each bucket's reduction as soon as backward has written its gradients (plan hook). */
-void ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan);
+int ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan);
 /* Before the run whose gradients (flat buffer `grads`) are to be reduced. */
 void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads);
 /* Waits for (or runs) every bucket: gradients are then reduced in place. */

@@ -28,9 +28,26 @@ ts_backend ts_backend_get(void);
 
 typedef struct ts_plan ts_plan;
 
-/* Called before (phase 0) and after (phase 1) each node runs; for timing and profiling. */
-typedef void (*ts_node_hook)(const ts_graph *g, int node, const char *op_name,
-                             const char *node_name, int phase, void *user);
+/* Plan events, delivered to every hook on the plan's list in the order they were added. */
+typedef enum {
+  TS_HOOK_NODE_BEGIN = 0, /* before a node runs */
+  TS_HOOK_NODE_END = 1,   /* after it ran (also when it failed) */
+  TS_HOOK_RUN_BEGIN = 2,  /* ts_plan_run starts (after validation, before the first node) */
+  TS_HOOK_RUN_END = 3,    /* ts_plan_run ends (also on failure) */
+} ts_hook_event;
+
+typedef struct {
+  ts_hook_event event;
+  const ts_graph *g;
+  int node;              /* node index; -1 for run events */
+  const char *op_name;   /* "dense"; NULL for run events */
+  const char *node_name; /* the node's scoped name; NULL for run events */
+  uint64_t step;         /* the step given to ts_plan_run */
+} ts_hook_info;
+
+/* A listener: profilers, the gradient overlap of data parallel, pipeline send/recv. */
+typedef void (*ts_plan_hook)(const ts_hook_info *e, void *user);
+#define TS_PLAN_MAX_HOOKS 8
 
 /* Plans execution of every node of g. Values listed in `keep` (e.g. the loss, metrics, and
  * parameter gradients) stay readable after ts_plan_run; other temporaries share buffers by
@@ -50,7 +67,11 @@ size_t ts_plan_peak_bytes(const ts_plan *p);
 size_t ts_plan_naive_bytes(const ts_plan *p);
 /* Nodes that actually run: the others only compute values nobody keeps or binds. */
 int ts_plan_num_live_nodes(const ts_plan *p);
-void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user);
+/* Adds hook (fn, user) to the plan's list (the same pair twice is one entry); TS_ERANGE beyond
+ * TS_PLAN_MAX_HOOKS, TS_EINVAL for a NULL fn. */
+int ts_plan_add_hook(ts_plan *p, ts_plan_hook fn, void *user);
+/* Removes (fn, user) from the list; absent pairs are ignored. */
+void ts_plan_remove_hook(ts_plan *p, ts_plan_hook fn, void *user);
 /* Puts communicator c (NULL to clear; not owned) in slot 0..TS_PLAN_MAX_COMMS-1, for the ops
  * that communicate (synchronised batch-norm). TS_EINVAL for a bad slot. */
 int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c);

@@ -178,12 +178,10 @@ static void poll(ts__dp *d) {
   }
 }
 
-void ts__dp_hook(const ts_graph *g, int node, const char *op, const char *name, int phase, void *user) {
-  (void)g;
-  (void)op;
-  (void)name;
+void ts__dp_hook(const ts_hook_info *e, void *user) {
   ts__dp *d = user;
-  if (phase != 1 || d->err || node < 0 || node >= d->nnodes) return;
+  int node = e->node;
+  if (e->event != TS_HOOK_NODE_END || d->err || node < 0 || node >= d->nnodes) return;
   for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
     bucket *b = &d->b[d->node_bucket[j]];
     if (++b->nready == b->nparams && !b->started && start_bucket(d, b)) {

@@ -19,7 +19,7 @@ int ts__dp_num_buckets(const ts__dp *d);
 /* Before a run whose gradients (into `grads`, the flat buffer) are to be reduced. */
 void ts__dp_begin(ts__dp *d, float *grads);
 /* The plan hook: after each node, starts the buckets it completed and polls those in flight. */
-void ts__dp_hook(const ts_graph *g, int node, const char *op, const char *name, int phase, void *user);
+void ts__dp_hook(const ts_hook_info *e, void *user);
 /* Starts what has not started and waits for every bucket; gradients are then reduced in place. */
 int ts__dp_finish(ts__dp *d);
 /* Seconds the last ts__dp_finish spent waiting (communication not hidden behind backward). */

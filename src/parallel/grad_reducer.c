@@ -112,12 +112,12 @@ done:
 
 int ts_grad_reducer_num_groups(const ts_grad_reducer *r) { return r ? r->ngroups : 0; }
 
-static void hook(const ts_graph *g, int node, const char *op, const char *name, int phase, void *user) {
+static void hook(const ts_hook_info *e, void *user) {
   ts_grad_reducer *r = user;
-  for (int k = 0; k < r->ngroups; k++) ts__dp_hook(g, node, op, name, phase, r->dp[k]);
+  for (int k = 0; k < r->ngroups; k++) ts__dp_hook(e, r->dp[k]);
 }
 
-void ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan) { ts_plan_set_hook(plan, hook, r); }
+int ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan) { return ts_plan_add_hook(plan, hook, r); }
 
 void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads) {
   for (int k = 0; k < r->ngroups; k++) ts__dp_begin(r->dp[k], grads);

@@ -47,8 +47,11 @@ struct ts_plan {
   size_t peak, naive;
   char *arena;
   size_t arena_cap;
-  ts_node_hook hook;
-  void *hook_user;
+  struct {
+    ts_plan_hook fn;
+    void *user;
+  } hooks[TS_PLAN_MAX_HOOKS];
+  int nhooks;
   ts_comm *comms[TS_PLAN_MAX_COMMS];
 };
 
@@ -118,9 +121,29 @@ int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
   return TS_OK;
 }
 
-void ts_plan_set_hook(ts_plan *p, ts_node_hook hook, void *user) {
-  p->hook = hook;
-  p->hook_user = user;
+int ts_plan_add_hook(ts_plan *p, ts_plan_hook fn, void *user) {
+  if (!p || !fn) return ts_error_set(TS_EINVAL, "ts_plan_add_hook: null plan or hook");
+  for (int k = 0; k < p->nhooks; k++)
+    if (p->hooks[k].fn == fn && p->hooks[k].user == user) return TS_OK;
+  if (p->nhooks == TS_PLAN_MAX_HOOKS)
+    return ts_error_set(TS_ERANGE, "ts_plan_add_hook: at most %d hooks on a plan", TS_PLAN_MAX_HOOKS);
+  p->hooks[p->nhooks].fn = fn;
+  p->hooks[p->nhooks++].user = user;
+  return TS_OK;
+}
+
+void ts_plan_remove_hook(ts_plan *p, ts_plan_hook fn, void *user) {
+  if (!p) return;
+  for (int k = 0; k < p->nhooks; k++)
+    if (p->hooks[k].fn == fn && p->hooks[k].user == user) {
+      memmove(&p->hooks[k], &p->hooks[k + 1], sizeof p->hooks[0] * (size_t)(p->nhooks - k - 1));
+      p->nhooks--;
+      return;
+    }
+}
+
+static void emit(const ts_plan *p, ts_hook_info *e) {
+  for (int k = 0; k < p->nhooks; k++) p->hooks[k].fn(e, p->hooks[k].user);
 }
 
 int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
@@ -343,6 +366,9 @@ int ts_plan_run(ts_plan *p, uint64_t step) {
   }
   ts__runctx ctx = {g, step, g_backend, p->comms};
   ts_tensor in[TS_MAX_IO], out[TS_MAX_IO];
+  ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
+  if (p->nhooks) emit(p, &ev);
+  int rc = TS_OK;
   for (int i = 0; i < p->nnodes; i++) {
     const ts__node *n = &g->nodes[i];
     if (!p->live[i]) continue;
@@ -354,10 +380,23 @@ int ts_plan_run(ts_plan *p, uint64_t step) {
       const ts__value *x = &g->vals[n->out[k]];
       ts_tensor_view(&out[k], x->dtype, x->shape, data_of(p, n->out[k]));
     }
-    if (p->hook) p->hook(g, i, ts__ops[n->op].name, n->name, 0, p->hook_user);
-    int rc = ts__run[n->op](&ctx, n, in, out);
-    if (p->hook) p->hook(g, i, ts__ops[n->op].name, n->name, 1, p->hook_user);
-    if (rc != TS_OK) return ts_error_wrap(rc, "node %s (%s)", n->name, ts__ops[n->op].name);
+    if (p->nhooks) {
+      ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, ts__ops[n->op].name, n->name, step};
+      emit(p, &ev);
+    }
+    rc = ts__run[n->op](&ctx, n, in, out);
+    if (p->nhooks) {
+      ev.event = TS_HOOK_NODE_END;
+      emit(p, &ev);
+    }
+    if (rc != TS_OK) {
+      rc = ts_error_wrap(rc, "node %s (%s)", n->name, ts__ops[n->op].name);
+      break;
+    }
   }
-  return TS_OK;
+  if (p->nhooks) {
+    ev = (ts_hook_info){TS_HOOK_RUN_END, g, -1, NULL, NULL, step};
+    emit(p, &ev);
+  }
+  return rc;
 }

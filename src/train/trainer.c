@@ -366,14 +366,14 @@ static int setup_reduction(ts_trainer *t) {
   if (c->parallel.mode == TS_PARALLEL_HYBRID) { /* parameters several ranks hold, by layout */
     ts_grad_reducer_config rc_ = {c->parallel.bucket_size_mb, 0, wire[c->parallel.comm_dtype]}; /* seeded 1/N */
     if ((rc = ts_grad_reducer_create(t->comm, t->params, t->g, &rc_, &t->red))) return rc;
-    if (t->overlap) ts_grad_reducer_attach(t->red, t->plan);
-    return TS_OK;
+    if (t->overlap) rc = ts_grad_reducer_attach(t->red, t->plan);
+    return rc;
   }
   rc = ts__dp_create(t->comm, t->params, t->g, c->parallel.bucket_size_mb, c->parallel.gradients_mean,
                      wire[c->parallel.comm_dtype], NULL, &t->dp);
   if (rc) return rc;
   t->overlap = c->parallel.overlap && t->accum == 1; /* accumulation reduces once, after the last micro-step */
-  if (t->overlap) ts_plan_set_hook(t->plan, ts__dp_hook, t->dp);
+  if (t->overlap && (rc = ts_plan_add_hook(t->plan, ts__dp_hook, t->dp))) return rc;
   return TS_OK;
 }
 

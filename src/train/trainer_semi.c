@@ -157,8 +157,8 @@ int ts__semi_setup_reduction(ts_trainer *t) {
   int rc = ts_grad_reducer_create(t->comm, t->params, t->g, &rc_, &t->red);
   if (rc) return rc;
   t->overlap = c->parallel.overlap && t->accum == 1;
-  if (t->overlap) ts_grad_reducer_attach(t->red, t->plan);
-  return TS_OK;
+  if (t->overlap) rc = ts_grad_reducer_attach(t->red, t->plan);
+  return rc;
 }
 
 int ts__semi_clip(ts_trainer *t, float *grads, float max_norm, float *norm) {

@@ -5,10 +5,21 @@
 #include "tessera/tessera.h"
 #include "test_util.h"
 
-static int hook_begin, hook_end;
-static void hook(const ts_graph *g, int node, const char *op, const char *name, int phase, void *u) {
-  (void)g; (void)node; (void)op; (void)name; (void)u;
-  if (phase == 0) hook_begin++; else hook_end++;
+static int hook_begin, hook_end, run_begin, run_end, second_calls, order_ok = 1;
+static void hook(const ts_hook_info *e, void *u) {
+  (void)u;
+  if (e->event == TS_HOOK_NODE_BEGIN) hook_begin++;
+  else if (e->event == TS_HOOK_NODE_END) hook_end++;
+  else if (e->event == TS_HOOK_RUN_BEGIN) run_begin++;
+  else run_end++;
+  if ((e->event >= TS_HOOK_RUN_BEGIN) != (e->node < 0 && !e->op_name)) order_ok = 0;
+}
+/* a second listener on the same plan: called after the first for every event */
+static void hook2(const ts_hook_info *e, void *u) {
+  (void)e;
+  second_calls++;
+  if (*(int *)u + 1 != hook_begin + hook_end + run_begin + run_end) order_ok = 0;
+  *(int *)u += 1;
 }
 
 static void test_errors(void) {
@@ -63,7 +74,11 @@ static void test_autodiff_and_plan(void) {
   ts_plan *p;
   ts_val keep[] = {loss, gx};
   CHECK_OK(ts_plan_create(g, keep, 2, &p));
-  ts_plan_set_hook(p, hook, NULL);
+  int seen = 0;
+  CHECK_OK(ts_plan_add_hook(p, hook, NULL));
+  CHECK_OK(ts_plan_add_hook(p, hook2, &seen));
+  CHECK_OK(ts_plan_add_hook(p, hook, NULL)); /* the same pair again: one entry */
+  CHECK(ts_plan_add_hook(p, NULL, NULL) == TS_EINVAL);
   CHECK(ts_plan_run(p, 0) == TS_EINVAL); /* x not bound */
   CHECK_MSG(strstr(ts_last_error(), "input") && strstr(ts_last_error(), "x"), "%s", ts_last_error());
   float xs[1000];
@@ -71,6 +86,11 @@ static void test_autodiff_and_plan(void) {
   CHECK_OK(ts_plan_bind(p, x, xs));
   CHECK_OK(ts_plan_run(p, 0));
   CHECK(hook_begin == ts_plan_num_live_nodes(p) && hook_end == hook_begin);
+  CHECK(run_begin == 1 && run_end == 1 && order_ok);
+  CHECK(second_calls == hook_begin + hook_end + 2);
+  ts_plan_remove_hook(p, hook2, &seen);
+  CHECK_OK(ts_plan_run(p, 1));
+  CHECK(second_calls == 2 * ts_plan_num_live_nodes(p) + 2 && run_begin == 2 && order_ok);
   const float *gd = ts_plan_data(p, gx);
   double expect_loss = 0;
   float ref[1000];

@@ -204,7 +204,7 @@ static hresult run_hybrid(const hcase *c, reference *ref) {
   CHECK_OK(ts_grad_reducer_create(world, m.p, m.g, &rcfg, &red));
   if (!red) return res;
   res.groups = ts_grad_reducer_num_groups(red);
-  ts_grad_reducer_attach(red, plan);
+  CHECK_OK(ts_grad_reducer_attach(red, plan));
   float xb[B * IN];
   int32_t yb[B];
   for (int s = 0; s < K_STEPS; s++) {

@@ -144,7 +144,7 @@ static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int 
   ts_grad_reducer_config rcfg = {.bucket_mb = 0.004, .mean = 0, .wire = TS_F32};
   ts_grad_reducer *red;
   CHECK_OK(ts_grad_reducer_create(world, lp, lg, &rcfg, &red));
-  ts_grad_reducer_attach(red, plan);
+  CHECK_OK(ts_grad_reducer_attach(red, plan));
   int np = ts_params_count(lp);
   int parts, index, parts_y, index_y;
   CHECK_OK(ts_parallel_input_piece(pp, m.x, &parts, &index));
