@@ -35,7 +35,7 @@
 
 #include "bench_common.h"
 #include "tessera/comm.h"
-#include "parallel/dp.h"
+#include "tessera/dist.h"
 
 #define TORCH_PY "/usr/bin/python3"
 
@@ -64,10 +64,11 @@ static int worker(const options *o, int *argc, char ***argv) {
   trainer t;
   bench_model_opts mo = {batch_of(o, o->model), o->gpt_seq, (uint64_t)rank};
   bench_model_build(&t, o->model, &mo);
-  ts__dp *dp = NULL;
+  ts_grad_reducer *dp = NULL;
   if (size > 1 && !o->alone) {
-    if (ts__dp_create(w, t.ps, t.g, o->bucket_mb, 1, TS_F32, NULL, &dp)) die("data-parallel reducer");
-    if (o->overlap && ts_plan_add_hook(t.plan, ts__dp_hook, dp)) die("overlap hook");
+    ts_grad_reducer_config rc = {o->bucket_mb, 1, TS_F32};
+    if (ts_grad_reducer_create(w, t.ps, t.g, &rc, &dp)) die("data-parallel reducer");
+    if (o->overlap && ts_grad_reducer_attach(dp, t.plan)) die("overlap hook");
   }
   float *grads = ts_params_grads(t.ps);
   int n = o->warmup + o->steps;
@@ -75,17 +76,17 @@ static int worker(const options *o, int *argc, char ***argv) {
   for (int s = 0; s < n; s++) {
     if (size > 1 && ts_comm_barrier(w)) die("barrier");
     double t0 = ts_time_now();
-    if (dp) ts__dp_begin(dp, grads);
+    if (dp) ts_grad_reducer_begin(dp, grads);
     if (ts_plan_run(t.plan, (uint64_t)s)) die("training step");
     double t1 = ts_time_now();
-    if (dp && ts__dp_finish(dp)) die("gradient all-reduce");
+    if (dp && ts_grad_reducer_finish(dp)) die("gradient all-reduce");
     double t2 = ts_time_now();
     if (ts_optim_step(t.opt, ts_params_data(t.ps), grads, t.lr)) die("optimizer step");
     ms[s] = (ts_time_now() - t0) * 1e3;
     if (getenv("BENCH_DP_TRACE") && s >= o->warmup)
       fprintf(stderr, "rank %d step %d: run %.3f finish %.3f optim %.3f ms\n", rank, s, (t1 - t0) * 1e3,
               (t2 - t1) * 1e3, (ts_time_now() - t2) * 1e3);
-    wait[s] = dp ? ts__dp_wait_seconds(dp) * 1e3 : 0;
+    wait[s] = dp ? ts_grad_reducer_wait_seconds(dp) * 1e3 : 0;
   }
   /* the slowest rank's time of each step; the waits of rank 0 */
   float *msf = malloc(sizeof(float) * (size_t)n);
@@ -98,13 +99,13 @@ static int worker(const options *o, int *argc, char ***argv) {
            "\"batch_per_rank\":%d,\"step_ms\":%.3f,\"wait_ms\":%.3f,\"samples_per_s\":%.2f,\"params\":%zu,"
            "\"buckets\":%d,\"bucket_mb\":%g}\n",
            o->model, size, o->overlap, o->alone, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
-           ts_params_numel(t.ps), dp ? ts__dp_num_buckets(dp) : 0, o->bucket_mb);
+           ts_params_numel(t.ps), dp ? ts_grad_reducer_num_buckets(dp) : 0, o->bucket_mb);
     fflush(stdout);
   }
   free(msf);
   free(ms);
   free(wait);
-  ts__dp_free(dp);
+  ts_grad_reducer_free(dp);
   trainer_free(&t);
   ts_comm_finalize();
   return 0;

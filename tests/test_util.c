@@ -1,6 +1,7 @@
 #include <string.h>
 #include "test_util.h"
 #include "tessera/nn.h"
+#include "tessera/runtime.h"
 
 int ts_test_failures = 0;
 int ts_test_checks = 0;

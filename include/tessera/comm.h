@@ -41,6 +41,7 @@
 #ifndef TESSERA_COMM_H
 #define TESSERA_COMM_H
 
+#include "tessera/ops.h"
 #include "tessera/tensor.h"
 
 #ifdef __cplusplus
@@ -50,13 +51,6 @@ extern "C" {
 typedef struct ts_comm ts_comm;
 typedef struct ts_comm_req ts_comm_req;
 
-typedef enum {
-  TS_REDUCE_SUM = 0,
-  TS_REDUCE_MEAN = 1,
-  TS_REDUCE_MAX = 2,
-  TS_REDUCE_MIN = 3,
-  TS_REDUCE_COUNT
-} ts_reduce_op;
 
 /* "sum", "mean", "max", "min" ("?" if invalid). */
 const char *ts_reduce_op_name(ts_reduce_op op);

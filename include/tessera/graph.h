@@ -15,6 +15,7 @@
 #ifndef TESSERA_GRAPH_H
 #define TESSERA_GRAPH_H
 
+#include "tessera/ops.h"
 #include "tessera/tensor.h"
 
 #ifdef __cplusplus
@@ -26,12 +27,6 @@ typedef int32_t ts_val;
 
 typedef struct ts_graph ts_graph;
 
-typedef enum {
-#define X(e, name, fam) TS_OP_##e,
-#include "tessera/ops.def"
-#undef X
-  TS_OP_COUNT
-} ts_op;
 
 /* Kinds of values. */
 typedef enum {
@@ -41,13 +36,6 @@ typedef enum {
   TS_VAL_STATE = 3, /* non-trainable persistent buffer (BatchNorm running stats) */
 } ts_val_kind;
 
-typedef enum {
-  TS_ELT_RELU = 0, TS_ELT_GELU_TANH, TS_ELT_GELU_ERF, TS_ELT_SIGMOID, TS_ELT_TANH,
-  TS_ELT_EXP, TS_ELT_LOG, TS_ELT_SQRT, TS_ELT_SQUARE, TS_ELT_ABS, TS_ELT_NEG,
-  TS_ELT_COUNT
-} ts_eltwise_alg;
-typedef enum { TS_BIN_ADD = 0, TS_BIN_SUB, TS_BIN_MUL, TS_BIN_DIV, TS_BIN_COUNT } ts_binary_alg;
-typedef enum { TS_RED_SUM = 0, TS_RED_MEAN, TS_RED_MAX, TS_RED_COUNT } ts_reduce_alg;
 
 /* ---- graph lifetime and inspection ---- */
 int ts_graph_create(ts_graph **out);

@@ -12,7 +12,7 @@
  *   ts_val lloss = ts_parallel_value(pp, loss);
  *   ts_graph_backward(lg, lloss, ts_parallel_loss_seed(pp, loss));
  *   ts_params *lp = ts_parallel_params(pp);        // this rank's slices; ts_params_alloc as usual
- *   ... ts_plan_create(lg, ...); ts_parallel_bind_comms(pp, world, plan, comms) ...
+ *   ... ts_plan_create(lg, ...); ts_dist_slot_comms(pp, world, comms) (dist.h) ...
  *
  * How each operator is cut: its user strategy (the set's entry for the operator's name, see
  * ts_parallel_op_key), else it FOLLOWS its input (keeps the cuts its first input already has, so
@@ -26,13 +26,12 @@
  * Gradients: collectives differentiate as exact adjoints with the objective = the SUM of every
  * rank's loss. A scalar loss that is partial over some device axes and replicated over the rest
  * is therefore seeded with ts_parallel_loss_seed (1 / number of replicas), and the gradient of a
- * parameter is the SUM over the ranks holding the same slice (ts_grad_reducer with mean = 0). */
+ * parameter is the SUM over the ranks holding the same slice (ts_grad_reducer in dist.h, mean = 0). */
 #ifndef TESSERA_PARALLEL_H
 #define TESSERA_PARALLEL_H
 
-#include "tessera/comm.h"
-#include "tessera/nn.h"
-#include "tessera/runtime.h"
+#include "tessera/graph.h"
+#include "tessera/params.h"
 #include "tessera/strategy.h"
 
 #ifdef __cplusplus
@@ -89,43 +88,11 @@ float ts_parallel_loss_seed(const ts_parallel *p, ts_val v);
 int ts_parallel_num_slots(const ts_parallel *p);
 /* Device matrix and axis of slot s (dev has room for TS_LAYOUT_MAX_AXES); TS_EINVAL outside. */
 int ts_parallel_slot(const ts_parallel *p, int s, int *ndev, int *dev, int *axis);
-/* Creates slot s's communicator for every slot (collective over `world`, which must have
- * ndevices ranks; comms[] gets ts_parallel_num_slots() entries, NULL for groups of one rank) and,
- * if plan is not NULL, puts them in the plan. Free them with ts_comm_free. */
-int ts_parallel_make_comms(const ts_parallel *p, ts_comm *world, ts_comm **comms);
-int ts_parallel_set_comms(const ts_parallel *p, ts_plan *plan, ts_comm *const *comms);
-
-/* ---- gradient reduction for any store (semi_auto_parallel and hybrid_parallel) ----
- * A parameter registered whole (ts_params_add) is replicated on every rank; one registered with
- * ts_params_add_sharded (MindSpore's layer-wise parallel parameter) is held by the ranks its
- * layout says. The reducer groups the trainable parameters by the partition of the ranks into
- * those holding the same slice and reduces each group's gradients over its part (sum, or mean);
- * parameters every rank holds a different slice of are left alone. Bucketed, and overlapped with
- * backward when attached to the plan (as data parallel). */
-/* part[r] for r < nranks: the piece of the partition rank r is in (ranks holding the same slice
- * of parameter id share it); returns the number of pieces or a negative status. */
-int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part);
-
-typedef struct {
-  double bucket_mb; /* bucket size in MiB (<= 0: 25) */
-  int mean;         /* 1: average over the ranks of a group, 0: sum */
-  ts_dtype wire;    /* TS_F32, TS_BF16 or TS_F16: dtype on the wire */
-} ts_grad_reducer_config;
-
-typedef struct ts_grad_reducer ts_grad_reducer;
-/* Collective over world: every rank calls it with a store of the same entries. g is the graph
- * whose gradients are attached (ts_params_attach_grads). */
-int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
-                           const ts_grad_reducer_config *cfg, ts_grad_reducer **out);
-void ts_grad_reducer_free(ts_grad_reducer *r);
-int ts_grad_reducer_num_groups(const ts_grad_reducer *r);
-/* Starts each bucket's reduction as soon as backward has written its gradients (plan hook). */
-int ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan);
-/* Before the run whose gradients (flat buffer `grads`) are to be reduced. */
-void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads);
-/* Waits for (or runs) every bucket: gradients are then reduced in place. */
-int ts_grad_reducer_finish(ts_grad_reducer *r);
-double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r);
+/* The colour of this rank in slot s's group split (ranks with the same colour form the group);
+ * TS_EINVAL outside. ts_dist_slot_comms (dist.h) creates the communicators from it. */
+int ts_parallel_slot_color(const ts_parallel *p, int s);
+int ts_parallel_ndevices(const ts_parallel *p);
+int ts_parallel_rank(const ts_parallel *p);
 
 /* ---- what the pass decided ---- */
 /* The strategies in force (each operator with a sharding rule, by key) and every parameter's

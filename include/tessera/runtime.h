@@ -12,6 +12,7 @@
 
 #include "tessera/comm.h"
 #include "tessera/graph.h"
+#include "tessera/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,6 +76,10 @@ void ts_plan_remove_hook(ts_plan *p, ts_plan_hook fn, void *user);
 /* Puts communicator c (NULL to clear; not owned) in slot 0..TS_PLAN_MAX_COMMS-1, for the ops
  * that communicate (synchronised batch-norm). TS_EINVAL for a bad slot. */
 int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c);
+
+/* Binds every param/state value of g to the store's flat buffers, and, if g is the graph passed to
+ * ts_params_attach_grads, every attached gradient to the gradient buffer (params.h). */
+int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,10 @@
 #include "tessera/graph.h"
 #include "tessera/runtime.h"
 #include "tessera/nn.h"
+#include "tessera/dist.h"
 #include "tessera/comm.h"
 #include "tessera/layout.h"
+#include "tessera/parallel.h"
 #include "tessera/strategy.h"
 #include "tessera/sharding.h"
 #endif

@@ -1,7 +1,7 @@
 /* Element-wise activation kernels (f32, contiguous) and small vectorisable math helpers shared by
  * the softmax / cross-entropy / norm kernels.
  *
- * Algorithms are the ts_eltwise_alg values of tessera/graph.h (the enum is only a list of
+ * Algorithms are the ts_eltwise_alg values of tessera/ops.h (the enum is only a list of
  * names; nothing here knows about graphs). `alpha` is the relu negative slope (0 = plain relu);
  * `beta` is unused by the current algorithms and reserved. */
 #ifndef TS_KERNELS_ELTWISE_H
@@ -9,7 +9,8 @@
 
 #include <stdint.h>
 #include <string.h>
-#include "tessera/graph.h"
+#include "tessera/ops.h"
+#include "tessera/tensor.h"
 
 /* 1 if the backward of `alg` is computed from the forward output y (relu, sigmoid, tanh, exp,
  * sqrt), 0 if from the input x (gelu, log, square, abs, neg). The graph rule feeds ELTWISE_BWD

@@ -576,29 +576,13 @@ int ts_parallel_slot(const ts_parallel *p, int s, int *ndev, int *dev, int *axis
   return TS_OK;
 }
 
-int ts_parallel_make_comms(const ts_parallel *p, ts_comm *world, ts_comm **comms) {
-  if (ts_comm_size(world) != p->N)
-    return ts_error_set(TS_EINVAL, "parallel: the communicator has %d ranks, the plan is for %d",
-                        ts_comm_size(world), p->N);
-  for (int s = 0; s < p->nslots; s++) comms[s] = NULL;
-  for (int s = 0; s < p->nslots; s++) {
-    const ts__slot *sl = &p->slots[s];
-    int rc = ts_comm_split(world, sl->part[p->rank], p->rank, &comms[s]);
-    if (rc) {
-      for (int k = 0; k < s; k++) ts_comm_free(comms[k]);
-      return ts_error_wrap(rc, "parallel: creating the group of communicator slot %d", s);
-    }
-  }
-  return TS_OK;
+int ts_parallel_slot_color(const ts_parallel *p, int s) {
+  if (!p || s < 0 || s >= p->nslots) return ts_error_set(TS_EINVAL, "parallel: no communicator slot %d", s);
+  return p->slots[s].part[p->rank];
 }
 
-int ts_parallel_set_comms(const ts_parallel *p, ts_plan *plan, ts_comm *const *comms) {
-  for (int s = 0; s < p->nslots; s++) {
-    int rc = ts_plan_set_comm(plan, s, comms[s]);
-    if (rc) return rc;
-  }
-  return TS_OK;
-}
+int ts_parallel_ndevices(const ts_parallel *p) { return p ? p->N : 0; }
+int ts_parallel_rank(const ts_parallel *p) { return p ? p->rank : -1; }
 
 const ts_strategy_set *ts_parallel_strategies(const ts_parallel *p) { return p ? p->inforce : NULL; }
 

@@ -7,7 +7,7 @@
 #include "tessera/checkpoint.h"
 #include "tessera/data.h"
 #include "tessera/optim.h"
-#include "tessera/parallel.h"
+#include "tessera/dist.h"
 #include "tessera/train.h"
 
 struct ts__dp;

@@ -9,7 +9,7 @@
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
-#include "../parallel/dp.h"
+#include "../dist/dp.h"
 #include "train_impl.h"
 
 ts_params *ts_trainer_params(ts_trainer *t) { return t->params; }

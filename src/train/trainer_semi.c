@@ -129,17 +129,14 @@ int ts__semi_build(ts_trainer *t) {
   if ((rc = ts__train_plans(t))) goto done;
   t->nslots = ts_parallel_num_slots(t->pp);
   t->neslots = ts_parallel_num_slots(t->pe);
-  if ((rc = ts_parallel_make_comms(t->pp, t->comm, t->slots))) {
+  if ((rc = ts_dist_slot_comms(t->pp, t->comm, t->plan, t->slots))) {
     t->nslots = 0;
     goto done;
   }
-  if ((rc = ts_parallel_make_comms(t->pe, t->comm, t->eslots))) {
+  if ((rc = ts_dist_slot_comms(t->pe, t->comm, t->plan_e, t->eslots))) {
     t->neslots = 0;
     goto done;
   }
-  if ((rc = ts_parallel_set_comms(t->pp, t->plan, t->slots)) ||
-      (rc = ts_parallel_set_comms(t->pe, t->plan_e, t->eslots)))
-    goto done;
   if (c->parallel.strategy_ckpt_save_file[0] && t->rank == 0) {
     rc = ts_strategy_set_save(ts_parallel_strategies(t->pp), c->parallel.strategy_ckpt_save_file);
     if (rc) rc = ts_error_wrap(rc, "parallel.strategy_ckpt_save_file");

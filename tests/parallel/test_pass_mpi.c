@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tessera/parallel.h"
+#include "tessera/dist.h"
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
@@ -137,8 +137,7 @@ static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int 
   ts_plan *plan = ts_test_train_plan(lg, lp, lloss, 7);
   ts_comm *comms[TS_PLAN_MAX_COMMS];
   int ns = ts_parallel_num_slots(pp);
-  CHECK_OK(ts_parallel_make_comms(pp, world, comms));
-  CHECK_OK(ts_parallel_set_comms(pp, plan, comms));
+  CHECK_OK(ts_dist_slot_comms(pp, world, plan, comms));
   /* gradients summed over the ranks holding the same slice, bucketed (small buckets: several
    * per group) and overlapped with backward */
   ts_grad_reducer_config rcfg = {.bucket_mb = 0.004, .mean = 0, .wire = TS_F32};

@@ -3,7 +3,7 @@
 #define TS_DP_H
 
 #include "tessera/comm.h"
-#include "tessera/nn.h"
+#include "tessera/params.h"
 #include "tessera/runtime.h"
 
 typedef struct ts__dp ts__dp;

@@ -5,16 +5,7 @@
 #include <string.h>
 
 #include "tessera/layout.h"
-#include "parallel_impl.h"
-
-void ts__app(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
-  if (*n >= cap - 1) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(buf + *n, cap - *n, fmt, ap);
-  va_end(ap);
-  if (k > 0) *n += (size_t)k;
-}
+#include "../base/text.h"
 
 char *ts_layout_str(const ts_layout *l, char *buf, size_t cap) {
   if (!buf || !cap) return buf;

@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../graph/graph_impl.h"
-#include "tessera/nn.h"
+#include "graph_impl.h"
+#include "tessera/params.h"
 
 typedef struct {
   char *name;
@@ -303,7 +303,7 @@ ts_val ts_params_grad_value(const ts_params *p, int id) {
   return ts__handle(p->grad_graph, p->e[id].grad_val);
 }
 
-int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan) {
+int ts_params_each_binding(ts_params *p, const ts_graph *g, ts_params_binding_fn fn, void *user) {
   if (!p->allocated) return ts_error_set(TS_EINVAL, "ts_params_bind: call ts_params_alloc first");
   for (int v = 0; v < g->nvals; v++) {
     const ts__value *x = &g->vals[v];
@@ -318,14 +318,42 @@ int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan) {
                           x->name ? x->name : "?", ts_shape_str(&x->shape, a, sizeof a),
                           p->e[id].name, ts_shape_str(&p->e[id].shape, b, sizeof b));
     }
-    int rc = ts_plan_bind(plan, ts__handle(g, v), ts_params_ptr(p, id));
+    int rc = fn(ts__handle(g, v), ts_params_ptr(p, id), user);
     if (rc) return rc;
   }
   if (g != p->grad_graph) return TS_OK; /* e.g. an inference graph: no gradients to bind */
   for (int i = 0; i < p->n; i++) {
     if (p->e[i].grad_val < 0) continue;
-    int rc = ts_plan_bind(plan, ts__handle(g, p->e[i].grad_val), ts_params_grad_ptr(p, i));
+    int rc = fn(ts__handle(g, p->e[i].grad_val), ts_params_grad_ptr(p, i), user);
     if (rc) return rc;
   }
   return TS_OK;
+}
+
+int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part) {
+  if (id < 0 || id >= ts_params_count(p) || nranks < 1)
+    return ts_error_set(TS_EINVAL, "ts_params_rank_partition: parameter %d, %d ranks", id, nranks);
+  const ts_layout *L = ts_params_layout(p, id);
+  if (L && ts_layout_ndevices(L) != nranks)
+    return ts_error_set(TS_EINVAL, "parameter '%s' is laid out on %d devices, the job has %d ranks",
+                        ts_params_name(p, id), ts_layout_ndevices(L), nranks);
+  int64_t *keys = malloc(sizeof(int64_t) * (size_t)nranks);
+  if (!keys) return ts_error_set(TS_ENOMEM, "ts_params_rank_partition: out of memory");
+  int nparts = 0;
+  for (int r = 0; r < nranks; r++) {
+    int64_t key = 0;
+    if (L) {
+      int coords[TS_LAYOUT_MAX_AXES];
+      ts_layout_rank_coords(L, r, coords);
+      for (int d = 0; d < L->ndim; d++)
+        if (L->tmap[d] >= 0) key = key * L->dev[L->tmap[d]] + coords[L->tmap[d]];
+    }
+    keys[r] = key;
+    int k;
+    for (k = 0; k < r; k++)
+      if (keys[k] == key) break;
+    part[r] = k == r ? nparts++ : part[k];
+  }
+  free(keys);
+  return nparts;
 }

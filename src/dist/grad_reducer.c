@@ -1,11 +1,11 @@
-/* Gradient reduction over the ranks that hold the same parameter slice (include/tessera/parallel.h,
- * "gradient reduction"): one bucketed data-parallel reducer (dp.c) per group of parameters that
- * share a partition of the ranks, each on its own communicator. */
+/* Gradient reduction over the ranks that hold the same parameter slice (include/tessera/dist.h):
+ * one bucketed reducer (dp.c) per group of parameters that share a partition of the ranks, each
+ * on its own communicator; and the communicators of a pass's slots. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp.h"
-#include "tessera/parallel.h"
+#include "tessera/dist.h"
 
 #define MAXG 32
 
@@ -16,34 +16,6 @@ struct ts_grad_reducer {
   int size[MAXG];
   double wait;
 };
-
-int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part) {
-  if (id < 0 || id >= ts_params_count(p) || nranks < 1)
-    return ts_error_set(TS_EINVAL, "ts_params_rank_partition: parameter %d, %d ranks", id, nranks);
-  const ts_layout *L = ts_params_layout(p, id);
-  if (L && ts_layout_ndevices(L) != nranks)
-    return ts_error_set(TS_EINVAL, "parameter '%s' is laid out on %d devices, the job has %d ranks",
-                        ts_params_name(p, id), ts_layout_ndevices(L), nranks);
-  int64_t *keys = malloc(sizeof(int64_t) * (size_t)nranks);
-  if (!keys) return ts_error_set(TS_ENOMEM, "ts_params_rank_partition: out of memory");
-  int nparts = 0;
-  for (int r = 0; r < nranks; r++) {
-    int64_t key = 0;
-    if (L) {
-      int coords[TS_LAYOUT_MAX_AXES];
-      ts_layout_rank_coords(L, r, coords);
-      for (int d = 0; d < L->ndim; d++)
-        if (L->tmap[d] >= 0) key = key * L->dev[L->tmap[d]] + coords[L->tmap[d]];
-    }
-    keys[r] = key;
-    int k;
-    for (k = 0; k < r; k++)
-      if (keys[k] == key) break;
-    part[r] = k == r ? nparts++ : part[k];
-  }
-  free(keys);
-  return nparts;
-}
 
 void ts_grad_reducer_free(ts_grad_reducer *r) {
   if (!r) return;
@@ -94,7 +66,7 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
     if (rc) break;
     r->size[k] = ts_comm_size(r->comm[k]);
     for (int i = 0; i < np; i++) member[i] = group[i] == k;
-    rc = ts__dp_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : 25.0, cfg->mean, cfg->wire,
+    rc = ts__dp_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean, cfg->wire,
                        member, &r->dp[k]);
   }
 done:
@@ -135,3 +107,30 @@ int ts_grad_reducer_finish(ts_grad_reducer *r) {
 }
 
 double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r) { return r ? r->wait : 0; }
+
+int ts_grad_reducer_num_buckets(const ts_grad_reducer *r) {
+  int n = 0;
+  for (int k = 0; r && k < r->ngroups; k++) n += ts__dp_num_buckets(r->dp[k]);
+  return n;
+}
+
+int ts_dist_slot_comms(const ts_parallel *p, ts_comm *world, ts_plan *plan, ts_comm **comms) {
+  int ns = ts_parallel_num_slots(p), rank = ts_parallel_rank(p);
+  if (ts_comm_size(world) != ts_parallel_ndevices(p))
+    return ts_error_set(TS_EINVAL, "parallel: the communicator has %d ranks, the plan is for %d",
+                        ts_comm_size(world), ts_parallel_ndevices(p));
+  for (int s = 0; s < ns; s++) comms[s] = NULL;
+  int rc = TS_OK;
+  for (int s = 0; s < ns && !rc; s++) {
+    int color = ts_parallel_slot_color(p, s);
+    rc = color < 0 ? color : ts_comm_split(world, color, rank, &comms[s]);
+    if (rc) rc = ts_error_wrap(rc, "parallel: creating the group of communicator slot %d", s);
+    if (!rc && plan) rc = ts_plan_set_comm(plan, s, comms[s]);
+  }
+  if (rc)
+    for (int k = 0; k < ns; k++) {
+      ts_comm_free(comms[k]);
+      comms[k] = NULL;
+    }
+  return rc;
+}

@@ -1,7 +1,7 @@
 /* Initialisers drawn from Philox by global element position (see DESIGN.md). */
 #include <math.h>
 
-#include "tessera/nn.h"
+#include "tessera/params.h"
 
 void ts_init_fans(ts_shape s, int64_t *fan_in, int64_t *fan_out) {
   int64_t rf = 1;
