@@ -28,7 +28,7 @@
 #define TESSERA_CHECKPOINT_H
 
 #include "tessera/io.h"
-#include "tessera/nn.h"
+#include "tessera/params.h"
 #include "tessera/optim.h"
 
 #ifdef __cplusplus
