@@ -5,11 +5,29 @@
  *   gradient reduction: ts_grad_reducer, bucketed and overlapped with backward through a plan
  *   hook, for any store (data parallel: every parameter over every rank; semi_auto / hybrid:
  *   each parameter over the ranks holding the same slice);
- *   communicator slots of a pass's rank graph: ts_dist_slot_comms. */
+ *   communicator slots of a pass's rank graph: ts_dist_slot_comms;
+ *   distribution objects: one per parallel layout (stand_alone, data_parallel,
+ *   semi_auto_parallel, hybrid_parallel) behind one interface, ts_dist: it builds this rank's
+ *   training and evaluation graphs from a model builder, says which piece of each batch the rank
+ *   reads, reduces gradients and the step's loss, clips by the global norm, moves parameters
+ *   between the rank's store and a whole-model store for checkpoints, and describes itself for
+ *   `tessera plan`. The trainer picks one by parallel.mode and never asks the mode again.
+ *
+ *   const ts_dist_vt *vt = ts_dist_find("data_parallel");
+ *   ts_dist *d;  ts_dist_create(vt, &cfg, &model, 0, 0, &d);  // a real job (MPI started)
+ *   ts_dist_build(d, &model);                             // graphs, store, plans, data cut
+ *   const ts_dist_run *r = ts_dist_get(d);                 // r->plan, r->x, r->loss, ...
+ *   ts_dist_start(d);                                     // broadcast, gradient reduction
+ *   per step: ts_dist_step_begin(d, grads); ...ts_plan_run(r->plan)...;
+ *             ts_dist_step_end(d, grads, &loss, &wait); ts_dist_clip(d, grads, 1.0, &norm); */
 #ifndef TESSERA_DIST_H
 #define TESSERA_DIST_H
 
+#include <stdio.h>
+
 #include "tessera/comm.h"
+#include "tessera/nn.h"
+#include "tessera/optim.h"
 #include "tessera/params.h"
 #include "tessera/parallel.h"
 #include "tessera/runtime.h"
@@ -58,6 +76,143 @@ double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r);
  * ts_parallel_ndevices(p) ranks; comms[] gets ts_parallel_num_slots(p) entries) and, if plan is
  * not NULL, puts them in the plan's slots. Free them with ts_comm_free. */
 int ts_dist_slot_comms(const ts_parallel *p, ts_comm *world, ts_plan *plan, ts_comm **comms);
+
+/* ---- models written with the C API ----
+ * A model builder emits the forward graph through nn (layers, ts_nn_param or ts_params_add_sharded
+ * parameters) from the batch x (rows, sample shape...) and the targets (rows) labels, or (rows,
+ * sample shape...) for text; targets is TS_NONE for the evaluation graph (inference mode: return
+ * only the logits). It sets *logits (rows, classes) or (rows, T, vocab) and, with targets, *loss
+ * (a scalar). It is called twice (training and evaluation graph) and must register the same
+ * parameters both times (ts_nn_param reuses them by name). Return TS_OK or a status with its
+ * message set.
+ *   stand_alone / data_parallel / semi_auto_parallel: the builder writes the single-process
+ *   model (global shapes; under semi_auto_parallel the parallel pass cuts it by
+ *   parallel.strategies).
+ *   hybrid_parallel (MindSpore's manual mode): the builder writes THIS RANK's graph: parameters
+ *   registered with ts_params_add_sharded (layer-wise parallel) hold only the rank's slice, and
+ *   the builder places the collectives (ts_allreduce, ts_allgather, ...) by hand on plan
+ *   communicator slots: slot 0 is every rank (info->size of them); ts_model_group() gives the
+ *   slot of a device-matrix axis. The trainer inserts nothing but the gradient reduction of
+ *   parameters several ranks hold (mean over them when parallel.gradients_mean, else sum; see
+ *   ts_grad_reducer). Rows are the global batch / size per rank, or the whole batch with
+ *   parallel.full_batch (model-parallel ranks must read the same samples). */
+typedef struct ts_model_info {
+  int rank, size;  /* this process and the job's ranks (1, 0 alone) */
+  int training;    /* 1: the training graph, 0: the evaluation graph */
+  void *priv;      /* the distribution object's */
+} ts_model_info;
+typedef int (*ts_model_fn)(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info,
+                           ts_val *logits, ts_val *loss, void *user);
+/* hybrid_parallel: the plan communicator slot (1..) of the groups along `axis` of the device
+ * matrix dev[0..ndev-1] (product = size; rank r's coordinates row-major, last axis fastest);
+ * asking twice for the same group gives the same slot. Negative status on error. */
+int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis);
+/* ---- distribution objects ---- */
+typedef struct ts_dist_vt ts_dist_vt; /* the interface one layout implements (src/dist/dist_impl.h) */
+typedef struct ts_dist ts_dist;
+
+/* The layout for a parallel.mode name ("stand_alone", "data_parallel", "semi_auto_parallel",
+ * "hybrid_parallel"), NULL for others. */
+const ts_dist_vt *ts_dist_find(const char *mode);
+const char *ts_dist_name(const ts_dist_vt *vt);
+
+typedef struct {
+  int64_t micro_batch;    /* global rows of one forward/backward (train.micro_batch_size) */
+  int64_t eval_batch;     /* global rows of one evaluation batch */
+  int64_t accum;          /* micro-steps per optimizer step (the loss seed is divided by it) */
+  uint64_t seed;          /* parameter initialisation */
+  int gradients_mean;     /* data/hybrid: average the gradients over the ranks (else sum) */
+  int overlap;            /* start bucket reductions during backward (when accum == 1) */
+  int sync_batchnorm;     /* batch-norm statistics over the ranks' rows */
+  int full_batch;         /* every rank reads the whole batch */
+  int parameter_broadcast;/* rank 0's initial parameters to every rank */
+  double bucket_mb;       /* gradient bucket size (<= 0: TS_BUCKET_MB_DEFAULT) */
+  ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
+  int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */
+} ts_dist_config;
+
+/* The model: a builder (called for the training graph with targets and for the evaluation graph
+ * without), and one sample's description. */
+typedef struct {
+  ts_model_fn fn;
+  void *user;
+  ts_dtype dtype;    /* of the input samples */
+  ts_shape sample;   /* one sample (no batch dim) */
+  int text;          /* targets are (rows, sample...) token ids, else (rows) labels */
+  int custom;        /* written with the C API by the user (hybrid_parallel needs one) */
+  const ts_strategy_set *strategies; /* shard strategies for its operators (semi_auto_parallel;
+                                        not owned, read during ts_dist_build; NULL: none) */
+} ts_dist_model;
+
+/* What the trainer runs: this rank's graphs, store and plans (owned by the object). */
+typedef struct {
+  ts_graph *g, *ge;          /* training (forward + backward) and evaluation graphs */
+  ts_params *params;         /* this rank's store (slices where the layout cuts parameters) */
+  ts_plan *plan, *plan_e;    /* planned, bound to the store; NULL in dry runs */
+  ts_val x, y, loss;         /* of g */
+  ts_val xe, logits;         /* of ge; logits come back whole */
+  int64_t micro_batch;       /* rows this rank feeds per micro-step */
+  int data_parts, data_index;/* the global batch is cut in data_parts pieces; this rank reads
+                                piece data_index (the sampler's shard) */
+  int eval_parts, eval_index;/* of each evaluation batch the rank feeds rows piece eval_index of
+                                eval_parts (it reads the whole batch) */
+  int eval_split;            /* 1: each rank evaluates its own part of the test set and the
+                                metrics are summed (ts_dist_sum); 0: every rank all of it */
+  int sliced;                /* some parameter is held as slices (checkpoints gather them) */
+  int rank, size;
+} ts_dist_run;
+
+/* Creates a distribution object for model m (its builder; the sample may be filled in later,
+ * before ts_dist_build). dry = 0: a real job: layouts that run over several processes start MPI
+ * (singleton without mpirun) and take the world communicator. dry = N >= 1: plan for N devices
+ * as rank `rank` without MPI (no communicators; the graphs, store and plans are built as the
+ * job would, so the memory figures are the job's). Refusals of the layout (TS_ECONFIG) come
+ * before anything starts. */
+int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dist_model *m, int dry, int rank,
+                   ts_dist **out);
+void ts_dist_free(ts_dist *d);
+/* The world communicator of a real job (NULL for stand_alone and dry runs). */
+ts_comm *ts_dist_world(ts_dist *d);
+/* Builds this rank's graphs with the model (parameters allocated and initialised from cfg.seed,
+ * plans created and bound, communicators in their slots), and decides the data cut. */
+int ts_dist_build(ts_dist *d, const ts_dist_model *m);
+const ts_dist_run *ts_dist_get(const ts_dist *d);
+/* After the optimizer exists: parameter broadcast and the gradient reduction (collective). */
+int ts_dist_start(ts_dist *d);
+/* Before the micro-steps of one step (grads: the store's gradient buffer): reductions that
+ * overlap backward are armed. */
+void ts_dist_step_begin(ts_dist *d, float *grads);
+/* After the micro-steps: reduces the gradients in g (the store's buffer, or the accumulator)
+ * over the ranks holding the same parameters, and *loss (this rank's mean over the micro-steps)
+ * into the step's loss of the whole model; *wait_ms: time spent waiting for communication. */
+int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms);
+/* Global-norm clipping of g to max_norm (<= 0: none, *norm 0), each parameter counted once
+ * over the ranks. */
+int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm);
+/* Before evaluation or a checkpoint: states every rank should agree on (BatchNorm running
+ * statistics under data parallel without sync_batchnorm) are averaged. */
+int ts_dist_sync_states(ts_dist *d);
+/* Sums n int64 counters and one double over the ranks (evaluation metrics under eval_split). */
+int ts_dist_sum(ts_dist *d, int64_t *cnt, int n, double *x);
+/* The whole model's store for checkpoints: the rank's own store when nothing is sliced, else a
+ * new store of the whole parameters (allocated; free it with ts_params_free); *owned says which. */
+int ts_dist_whole_store(ts_dist *d, ts_params **full, int *owned);
+/* Moves parameters, states and optimizer slots between the rank's store (opt: its optimizer,
+ * may be NULL) and the whole store `full` (fopt: an optimizer over full with the same slots, may
+ * be NULL): gather = 1 collects every rank's slices into full (collective), 0 cuts full into the
+ * rank's slices. No-op when full is the rank's own store. */
+int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
+/* Writes what the layout decided for `tessera plan`: the header line, per-operator strategies,
+ * collectives and layouts where there are any; and the bytes the gradient reduction moves per
+ * step per rank into *reduce_bytes. */
+int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes);
+/* Trainable parameters of the whole model (not only this rank's slices). */
+int64_t ts_dist_num_params(const ts_dist *d);
+/* The strategies in force (semi_auto_parallel; NULL for layouts without operator strategies). */
+const ts_strategy_set *ts_dist_strategies(const ts_dist *d);
+/* Bytes one rank sends per micro-step through the collectives of its training graph: forward ops
+ * and the backward ops autodiff emitted. */
+void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd);
 
 #ifdef __cplusplus
 }

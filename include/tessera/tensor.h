@@ -42,6 +42,8 @@ ts_shape ts_shape1(int64_t a);
 ts_shape ts_shape2(int64_t a, int64_t b);
 ts_shape ts_shape3(int64_t a, int64_t b, int64_t c);
 ts_shape ts_shape4(int64_t a, int64_t b, int64_t c, int64_t d);
+/* A batch of b samples of shape s: (b, s...). s->ndim must be below TS_MAX_DIMS. */
+ts_shape ts_shape_batch(int64_t b, const ts_shape *s);
 /* Number of elements (1 for a scalar of ndim 0). */
 int64_t ts_shape_numel(const ts_shape *s);
 int ts_shape_equal(const ts_shape *a, const ts_shape *b);

@@ -11,6 +11,7 @@
 #define TESSERA_TRAIN_H
 
 #include "tessera/config.h"
+#include "tessera/dist.h"
 #include "tessera/nn.h"
 
 #ifdef __cplusplus
@@ -50,36 +51,6 @@ typedef struct {
   void *user;
 } ts_callback;
 
-/* ---- models written with the C API ----
- * A model builder emits the forward graph through nn (layers, ts_nn_param or ts_params_add_sharded
- * parameters) from the batch x (rows, sample shape...) and the targets (rows) labels, or (rows,
- * sample shape...) for text; targets is TS_NONE for the evaluation graph (inference mode: return
- * only the logits). It sets *logits (rows, classes) or (rows, T, vocab) and, with targets, *loss
- * (a scalar). It is called twice (training and evaluation graph) and must register the same
- * parameters both times (ts_nn_param reuses them by name). Return TS_OK or a status with its
- * message set.
- *   stand_alone / data_parallel / semi_auto_parallel: the builder writes the single-process
- *   model (global shapes; under semi_auto_parallel the parallel pass cuts it by
- *   parallel.strategies).
- *   hybrid_parallel (MindSpore's manual mode): the builder writes THIS RANK's graph: parameters
- *   registered with ts_params_add_sharded (layer-wise parallel) hold only the rank's slice, and
- *   the builder places the collectives (ts_allreduce, ts_allgather, ...) by hand on plan
- *   communicator slots: slot 0 is every rank (info->size of them); ts_model_group() gives the
- *   slot of a device-matrix axis. The trainer inserts nothing but the gradient reduction of
- *   parameters several ranks hold (mean over them when parallel.gradients_mean, else sum; see
- *   ts_grad_reducer). Rows are the global batch / size per rank, or the whole batch with
- *   parallel.full_batch (model-parallel ranks must read the same samples). */
-typedef struct ts_model_info {
-  int rank, size;  /* this process and the job's ranks (1, 0 alone) */
-  int training;    /* 1: the training graph, 0: the evaluation graph */
-  void *priv;      /* the trainer's */
-} ts_model_info;
-typedef int (*ts_model_fn)(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info,
-                           ts_val *logits, ts_val *loss, void *user);
-/* hybrid_parallel: the plan communicator slot (1..) of the groups along `axis` of the device
- * matrix dev[0..ndev-1] (product = size; rank r's coordinates row-major, last axis fastest);
- * asking twice for the same group gives the same slot. Negative status on error. */
-int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis);
 /* ts_trainer_create with the model from `model` instead of model.name (the config's model.*
  * keys other than num_classes are then ignored). */
 int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user, ts_trainer **out);

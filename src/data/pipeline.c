@@ -218,15 +218,6 @@ static int ensure_tensor(ts_tensor *t, ts_dtype dt, ts_shape shp) {
   return ts_tensor_init(t, dt, shp);
 }
 
-static ts_shape batch_shape(int n, const ts_shape *s) {
-  ts_shape b;
-  memset(&b, 0, sizeof b);
-  b.ndim = s->ndim + 1;
-  b.dims[0] = n;
-  for (int d = 0; d < s->ndim; d++) b.dims[d + 1] = s->dims[d];
-  return b;
-}
-
 /* Stacks the samples of a finished slot (no lock held; the slot is not shared any more). */
 static void stack_slot(slot *s) {
   char msg[600];
@@ -260,9 +251,9 @@ static void stack_slot(slot *s) {
       goto done;
     }
   }
-  int rc = ensure_tensor(&s->data, d0->dtype, batch_shape(s->n, &d0->shape));
+  int rc = ensure_tensor(&s->data, d0->dtype, ts_shape_batch(s->n, &d0->shape));
   if (!rc) rc = ensure_tensor(&s->labels, TS_I32, ts_shape1(s->n));
-  if (!rc && t0->data) rc = ensure_tensor(&s->target, t0->dtype, batch_shape(s->n, &t0->shape));
+  if (!rc && t0->data) rc = ensure_tensor(&s->target, t0->dtype, ts_shape_batch(s->n, &t0->shape));
   if (!rc && !t0->data) ts_tensor_free(&s->target);
   if (rc) {
     snprintf(msg, sizeof msg, "batch %lld of epoch %lld: %s", (long long)s->index, (long long)s->epoch,

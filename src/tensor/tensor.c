@@ -20,6 +20,15 @@ ts_shape ts_shape4(int64_t a, int64_t b, int64_t c, int64_t d) {
   return ts_shape_make(4, (int64_t[]){a, b, c, d});
 }
 
+ts_shape ts_shape_batch(int64_t b, const ts_shape *s) {
+  ts_shape r;
+  memset(&r, 0, sizeof r);
+  r.ndim = s->ndim + 1;
+  r.dims[0] = b;
+  for (int i = 0; i < s->ndim; i++) r.dims[i + 1] = s->dims[i];
+  return r;
+}
+
 int64_t ts_shape_numel(const ts_shape *s) {
   int64_t n = 1;
   for (int i = 0; i < s->ndim; i++) n *= s->dims[i];

@@ -1,0 +1,344 @@
+/* Distribution objects (include/tessera/dist.h): the object every layout shares, and the layouts
+ * whose model is built per rank: stand_alone (one process), data_parallel (the batch cut over
+ * the ranks, every parameter replicated, gradients averaged) and hybrid_parallel (the model
+ * written per rank with hand-placed collectives; parameters several ranks hold are summed).
+ * semi_auto_parallel is in dist_semi.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_impl.h"
+
+/* ---- the model builder, with this object's rank and groups ---- */
+
+int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis) {
+  ts_dist *d = info ? info->priv : NULL;
+  if (!d || ndev < 1 || ndev > TS_LAYOUT_MAX_AXES || axis < 0 || axis >= ndev)
+    return ts_error_set(TS_EINVAL, "ts_model_group: bad device matrix or axis");
+  int prod = 1;
+  for (int a = 0; a < ndev; a++) prod *= dev[a] > 0 ? dev[a] : 0;
+  if (prod != info->size)
+    return ts_error_set(TS_EINVAL, "ts_model_group: the device matrix has %d devices, the job %d ranks", prod,
+                        info->size);
+  for (int k = 0; k < d->ngroups; k++)
+    if (d->group[k].ndev == ndev && d->group[k].axis == axis &&
+        !memcmp(d->group[k].dev, dev, sizeof(int) * (size_t)ndev))
+      return k + 1;
+  if (d->ngroups + 1 >= TS_PLAN_MAX_COMMS || d->ngroups == TS__DIST_MAX_GROUPS)
+    return ts_error_set(TS_ERANGE, "ts_model_group: at most %d groups", TS_PLAN_MAX_COMMS - 1);
+  int k = d->ngroups++;
+  d->group[k].ndev = ndev;
+  memcpy(d->group[k].dev, dev, sizeof(int) * (size_t)ndev);
+  d->group[k].axis = axis;
+  return k + 1;
+}
+
+int ts__dist_graph_fail(ts_graph *g, const char *what) {
+  int rc = ts_graph_status(g) ? ts_graph_status(g) : TS_EGRAPH;
+  return ts_error_set(rc, "%s: %s", what, ts_graph_error(g));
+}
+
+int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss) {
+  ts_model_info info = {d->r.rank, d->r.size, y != TS_NONE, d};
+  ts_val lg = TS_NONE, ls = TS_NONE;
+  int rc = d->model.fn(nn, x, y, &info, &lg, &ls, d->model.user);
+  if (logits) *logits = lg;
+  if (loss) *loss = ls;
+  if (!rc && (lg == TS_NONE || (y != TS_NONE && ls == TS_NONE)) && !ts_graph_status(nn->g))
+    rc = ts_error_set(TS_EINVAL, "model: the builder returned no %s", lg == TS_NONE ? "logits" : "loss");
+  if (rc || ts_graph_status(nn->g))
+    return rc && !ts_graph_status(nn->g) ? rc : ts__dist_graph_fail(nn->g, y != TS_NONE ? "model" : "eval model");
+  return TS_OK;
+}
+
+void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val *x, ts_val *y) {
+  const ts_dist_model *m = &d->model;
+  *x = ts_input(g, "x", m->dtype, ts_shape_batch(rows, &m->sample));
+  ts_val_set_requires_grad(g, *x, 0);
+  if (y)
+    *y = !targets ? TS_NONE
+         : m->text ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &m->sample))
+                   : ts_input(g, "y", TS_I32, ts_shape1(rows));
+}
+
+int ts__dist_plans(ts_dist *d) {
+  ts_dist_run *r = &d->r;
+  int rc = ts_params_alloc(r->params, d->cfg.seed);
+  if (rc) return rc;
+  ts_val keep[1024];
+  int nk = 0;
+  if ((rc = ts_params_attach_grads(r->params, r->g, keep, 1023, &nk))) return rc;
+  keep[nk++] = r->loss;
+  if ((rc = ts_plan_create(r->g, keep, nk, &r->plan)) || (rc = ts_params_bind(r->params, r->g, r->plan)) ||
+      (rc = ts_plan_create(r->ge, &r->logits, 1, &r->plan_e)) || (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
+    return rc;
+  for (int i = 0; i < ts_params_count(r->params); i++) r->sliced |= ts_params_is_sharded(r->params, i);
+  return TS_OK;
+}
+
+/* ---- models built per rank: stand_alone, data_parallel, hybrid_parallel ---- */
+
+/* cut: the batch is cut over the ranks; seed_mean: the loss seed is divided by the ranks */
+static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
+  const ts_dist_config *c = &d->cfg;
+  ts_dist_run *r = &d->r;
+  int rc;
+  if (cut && (c->micro_batch * c->accum % r->size || c->micro_batch % r->size))
+    return ts_error_set(TS_ECONFIG,
+                        "train.batch_size %lld (micro_batch_size %lld) is the global batch and must divide "
+                        "by the %d ranks",
+                        (long long)(c->micro_batch * c->accum), (long long)c->micro_batch, r->size);
+  r->data_parts = cut ? r->size : 1;
+  r->data_index = cut ? r->rank : 0;
+  r->eval_parts = 1;
+  r->eval_split = r->data_parts > 1;
+  r->micro_batch = c->micro_batch / r->data_parts;
+  if ((rc = ts_params_create(&r->params)) || (rc = ts_graph_create(&r->g)) || (rc = ts_graph_create(&r->ge)))
+    return rc;
+  ts_graph_set_training(r->ge, 0);
+  /* training graph */
+  ts_nn nn = {r->g, r->params};
+  ts_val logits;
+  ts__dist_inputs(d, r->g, r->micro_batch, 1, &r->x, &r->y);
+  if (d->vt->world && c->sync_batchnorm) ts_graph_set_batchnorm_sync(r->g, 0);
+  if ((rc = ts__dist_build_model(d, &nn, r->x, r->y, &logits, &r->loss))) return rc;
+  /* every rank's loss is its own variable of the objective (the collectives' adjoints sum over
+   * ranks): hybrid_parallel seeds 1/N and SUMs the gradients of parameters several ranks hold,
+   * so data- and model-parallel copies both come out right (docs/parallel-pass.md) */
+  d->seed = 1.0f / (float)c->accum;
+  if (seed_mean) d->seed /= (float)r->size;
+  if (ts_graph_backward(r->g, r->loss, d->seed)) return ts__dist_graph_fail(r->g, "backward");
+  /* evaluation graph: same parameters (by name), inference mode */
+  ts_nn nne = {r->ge, r->params};
+  ts__dist_inputs(d, r->ge, c->eval_batch, 0, &r->xe, NULL);
+  if ((rc = ts__dist_build_model(d, &nne, r->xe, TS_NONE, &r->logits, NULL))) return rc;
+  if ((rc = ts__dist_plans(d)) || !d->world) return rc;
+  /* communicators: slot 0 every rank, then the groups a hybrid model asked for */
+  for (int k = 0; k < d->ngroups && !rc; k++)
+    rc = ts_comm_grid_axis(d->world, d->group[k].ndev, d->group[k].dev, d->group[k].axis, &d->group_comm[k]);
+  ts_plan *plans[2] = {r->plan, r->plan_e};
+  for (int p = 0; p < 2 && !rc; p++) {
+    rc = ts_plan_set_comm(plans[p], 0, d->world);
+    for (int k = 0; k < d->ngroups && !rc; k++) rc = ts_plan_set_comm(plans[p], k + 1, d->group_comm[k]);
+  }
+  return rc;
+}
+
+static int build_stand_alone(ts_dist *d, const ts_dist_model *m) {
+  (void)m;
+  d->loss_op = TS_REDUCE_COUNT; /* one process: nothing to reduce */
+  return build_per_rank(d, 0, 0);
+}
+
+static int build_data(ts_dist *d, const ts_dist_model *m) {
+  (void)m;
+  d->loss_op = TS_REDUCE_MEAN;
+  d->loss_weight = 1;
+  d->reduce_mean = d->cfg.gradients_mean;
+  return build_per_rank(d, 1, 0);
+}
+
+static int build_hybrid(ts_dist *d, const ts_dist_model *m) {
+  (void)m;
+  d->loss_op = TS_REDUCE_MEAN; /* the ranks' losses averaged, as data parallel */
+  d->loss_weight = 1;
+  d->reduce_mean = 0;
+  return build_per_rank(d, !d->cfg.full_batch, d->cfg.gradients_mean);
+}
+
+static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
+  (void)c;
+  if (!m || !m->fn || !m->custom)
+    return ts_error_set(TS_ECONFIG, "parallel.mode: hybrid_parallel runs models written with the C API for one rank "
+                        "(ts_trainer_create_custom, examples/hybrid_mlp.c); for zoo models use semi_auto_parallel");
+  return TS_OK;
+}
+
+static void free_per_rank(ts_dist *d) {
+  for (int k = 0; k < d->ngroups; k++) ts_comm_free(d->group_comm[k]);
+  ts_graph_free(d->r.g);
+  ts_graph_free(d->r.ge);
+  ts_params_free(d->r.params);
+}
+
+int ts__dist_start_world(ts_dist *d) {
+  const ts_dist_config *c = &d->cfg;
+  ts_params *p = d->r.params;
+  int rc = TS_OK;
+  if (c->parameter_broadcast && d->r.sliced)
+    return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
+                        "initialises its own from the counter-based RNG, identical to the whole model's)");
+  if (c->parameter_broadcast) {
+    rc = ts_comm_broadcast(d->world, ts_params_data(p), ts_params_numel(p), TS_F32, 0);
+    if (!rc && ts_params_state_numel(p))
+      rc = ts_comm_broadcast(d->world, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
+    if (rc) return rc;
+  }
+  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
+  if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
+  /* accumulation reduces once, after the last micro-step */
+  d->overlap = c->overlap && c->accum == 1;
+  if (d->overlap) rc = ts_grad_reducer_attach(d->red, d->r.plan);
+  return rc;
+}
+
+/* Without sync_batchnorm each rank's running statistics follow its own batches; before they are
+ * used (evaluation) or saved, every rank takes their mean over the ranks, as one set. */
+static int sync_data(ts_dist *d) {
+  ts_params *p = d->r.params;
+  if (!d->world || d->r.size < 2 || d->cfg.sync_batchnorm || !ts_params_state_numel(p)) return TS_OK;
+  int rc = ts_comm_allreduce(d->world, ts_params_states(p), ts_params_states(p), ts_params_state_numel(p), TS_F32,
+                             TS_REDUCE_MEAN);
+  return rc ? ts_error_wrap(rc, "averaging BatchNorm running statistics over the ranks") : TS_OK;
+}
+
+static int describe_per_rank(ts_dist *d, FILE *out) {
+  const ts_dist_run *r = &d->r;
+  int sharded = 0;
+  for (int i = 0; i < ts_params_count(r->params); i++) sharded += ts_params_is_sharded(r->params, i);
+  fprintf(out, "every parameter %s; the batch %s; gradients of parameters several ranks hold %s over them\n",
+          sharded ? "as the model registers it (slices where it registers them sharded)" : "replicated",
+          r->data_parts > 1 ? "cut over the ranks" : "read whole by every rank",
+          d->reduce_mean ? "averaged" : "summed");
+  return TS_OK;
+}
+
+static const ts_dist_vt stand_alone = {"stand_alone", 0, NULL, build_stand_alone, NULL, NULL, describe_per_rank,
+                                       free_per_rank};
+static const ts_dist_vt data_parallel = {"data_parallel", 1, NULL, build_data, ts__dist_start_world, sync_data,
+                                         describe_per_rank, free_per_rank};
+static const ts_dist_vt hybrid_parallel = {"hybrid_parallel", 1, check_hybrid, build_hybrid, ts__dist_start_world, NULL,
+                                           describe_per_rank, free_per_rank};
+
+const ts_dist_vt *ts_dist_find(const char *mode) {
+  const ts_dist_vt *all[] = {&stand_alone, &data_parallel, &ts__dist_semi_auto, &hybrid_parallel};
+  for (size_t k = 0; mode && k < sizeof all / sizeof all[0]; k++)
+    if (!strcmp(all[k]->name, mode)) return all[k];
+  return NULL;
+}
+
+const char *ts_dist_name(const ts_dist_vt *vt) { return vt ? vt->name : "?"; }
+
+/* ---- the object ---- */
+
+int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dist_model *m, int dry, int rank,
+                   ts_dist **out) {
+  *out = NULL;
+  if (!vt || !cfg) return ts_error_set(TS_EINVAL, "ts_dist_create: no layout or configuration");
+  if (dry < 0 || (dry && (rank < 0 || rank >= dry)))
+    return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, dry);
+  if (cfg->micro_batch < 1 || cfg->eval_batch < 1 || cfg->accum < 1)
+    return ts_error_set(TS_EINVAL, "ts_dist_create: batch sizes must be positive");
+  if (dry > 1 && !vt->world)
+    return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
+                        "semi_auto_parallel) to plan for %d", vt->name, dry);
+  int rc = vt->check ? vt->check(cfg, m) : TS_OK;
+  if (rc) return rc;
+  ts_dist *d = calloc(1, sizeof *d);
+  if (!d) return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");
+  d->vt = vt;
+  d->cfg = *cfg;
+  d->dry = dry;
+  d->r.rank = dry ? rank : 0;
+  d->r.size = dry ? dry : 1;
+  if (vt->world && !dry) {
+    rc = ts_comm_init(NULL, NULL);
+    if (!rc) rc = ts_comm_world(&d->world);
+    if (rc) {
+      ts_dist_free(d);
+      return rc;
+    }
+    d->r.rank = ts_comm_rank(d->world);
+    d->r.size = ts_comm_size(d->world);
+  }
+  *out = d;
+  return TS_OK;
+}
+
+void ts_dist_free(ts_dist *d) {
+  if (!d) return;
+  ts_grad_reducer_free(d->red);
+  ts_plan_free(d->r.plan);
+  ts_plan_free(d->r.plan_e);
+  if (d->vt->free) d->vt->free(d);
+  ts_comm_free(d->world);
+  free(d);
+}
+
+ts_comm *ts_dist_world(ts_dist *d) { return d ? d->world : NULL; }
+const ts_dist_run *ts_dist_get(const ts_dist *d) { return &d->r; }
+
+int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
+  if (!m || !m->fn) return ts_error_set(TS_EINVAL, "ts_dist_build: no model builder");
+  if (d->r.g) return ts_error_set(TS_EINVAL, "ts_dist_build: already built");
+  d->model = *m;
+  int rc = d->vt->build(d, m);
+  d->model.strategies = NULL; /* read during the build only */
+  return rc;
+}
+
+int ts_dist_start(ts_dist *d) { return d->world && d->vt->start ? d->vt->start(d) : TS_OK; }
+
+void ts_dist_step_begin(ts_dist *d, float *grads) {
+  if (d->red && d->overlap) ts_grad_reducer_begin(d->red, grads);
+}
+
+int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
+  *wait_ms = 0;
+  if (!d->world) return TS_OK;
+  if (d->red) { /* its errors name the reduction and the group */
+    if (!d->overlap) ts_grad_reducer_begin(d->red, g);
+    int rc = ts_grad_reducer_finish(d->red);
+    *wait_ms = 1e3 * ts_grad_reducer_wait_seconds(d->red);
+    if (rc) return rc;
+  }
+  if (d->loss_op != TS_REDUCE_COUNT) {
+    float l = (float)*loss * d->loss_weight;
+    int rc = ts_comm_allreduce(d->world, &l, &l, 1, TS_F32, d->loss_op);
+    if (rc) return ts_error_wrap(rc, "the step's loss over the ranks");
+    *loss = l;
+  }
+  return TS_OK;
+}
+
+int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
+  *norm = 0;
+  if (d->r.sliced) return ts__dist_clip_sliced(d, g, max_norm, norm);
+  if (max_norm > 0) ts_clip_grad_norm(g, ts_params_numel(d->r.params), max_norm, norm);
+  return TS_OK;
+}
+
+int ts_dist_sync_states(ts_dist *d) { return d->vt->sync_states ? d->vt->sync_states(d) : TS_OK; }
+
+int ts_dist_sum(ts_dist *d, int64_t *cnt, int n, double *x) {
+  if (!d->world) return TS_OK;
+  float f = (float)*x;
+  int rc = ts_comm_allreduce(d->world, cnt, cnt, (size_t)n, TS_I64, TS_REDUCE_SUM);
+  if (!rc) rc = ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM);
+  *x = f;
+  return rc;
+}
+
+int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
+  const ts_dist_run *r = &d->r;
+  int rc = d->vt->describe ? d->vt->describe(d, out) : TS_OK;
+  /* gradient reduction: each parameter over the ranks holding its slice (ring all-reduce) */
+  double red = 0;
+  int *part = malloc(sizeof(int) * (size_t)r->size);
+  if (!part) return ts_error_set(TS_ENOMEM, "plan: out of memory");
+  for (int i = 0; !rc && i < ts_params_count(r->params); i++) {
+    if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
+    if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
+    int h = 0;
+    for (int k = 0; k < r->size; k++) h += part[k] == part[r->rank];
+    ts_shape s = ts_params_shape(r->params, i);
+    if (h > 1) red += 2.0 * (h - 1) / h * (double)ts_shape_numel(&s) * 4;
+  }
+  free(part);
+  *reduce_bytes = red;
+  return rc;
+}
+
+void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd) {
+  *fwd = ts_parallel_comm_bytes(d->r.g, 0);
+  *bwd = ts_parallel_comm_bytes(d->r.g, 1);
+}

@@ -1,0 +1,74 @@
+/* Internal: the interface a parallel layout implements, and the object's state
+ * (include/tessera/dist.h). One file per layout family: dist.c (the object, stand_alone,
+ * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
+ * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
+ * slices). */
+#ifndef TS_DIST_IMPL_H
+#define TS_DIST_IMPL_H
+
+#include "tessera/dist.h"
+
+/* A layout: each entry may be NULL where the layout has nothing to do. */
+struct ts_dist_vt {
+  const char *name;
+  int world; /* runs over several processes (MPI) */
+  /* refusals of the configuration, before anything starts */
+  int (*check)(const ts_dist_config *c, const ts_dist_model *m);
+  /* this rank's graphs, store and plans; sets the run's data cut, seed and loss reduction */
+  int (*build)(ts_dist *d, const ts_dist_model *m);
+  /* gradient reduction and parameter broadcast, after the optimizer exists */
+  int (*start)(ts_dist *d);
+  /* states every rank must agree on before evaluation or a checkpoint */
+  int (*sync_states)(ts_dist *d);
+  /* what the layout decided, for `tessera plan` */
+  int (*describe)(ts_dist *d, FILE *out);
+  /* the layout's own parts (graphs it owns, communicators) */
+  void (*free)(ts_dist *d);
+};
+
+#define TS__DIST_MAX_GROUPS 32
+
+struct ts_dist {
+  const ts_dist_vt *vt;
+  ts_dist_config cfg;
+  int dry;          /* devices planned for without MPI (0: a real job) */
+  ts_comm *world;   /* real jobs of layouts that run over MPI */
+  ts_dist_run r;
+  ts_dist_model model;
+  float seed;                  /* loss seed of one micro-step's backward */
+  ts_reduce_op loss_op;        /* the step's loss: loss_op over ranks of (mean loss * loss_weight) */
+  float loss_weight;
+  ts_grad_reducer *red;        /* NULL: nothing to reduce */
+  int reduce_mean;             /* the reducer averages (data parallel) or sums */
+  int overlap;
+  /* models built per rank: the groups a hybrid model asked for (ts_model_group) */
+  int ngroups;
+  struct {
+    int ndev, dev[TS_LAYOUT_MAX_AXES], axis;
+  } group[TS__DIST_MAX_GROUPS];
+  ts_comm *group_comm[TS__DIST_MAX_GROUPS];
+  /* semi_auto_parallel: the pass over the whole model's graphs */
+  ts_parallel *pp, *pe;
+  ts_graph *gg, *gge;
+  ts_params *gp;
+  ts_comm *slots[TS__DIST_MAX_GROUPS], *eslots[TS__DIST_MAX_GROUPS];
+  int nslots, neslots;
+};
+
+extern const ts_dist_vt ts__dist_semi_auto;
+
+/* The model builder with this object's rank, size and groups. */
+int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);
+/* The input values of a graph for `rows` rows of the model's samples (y TS_NONE when !targets). */
+void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val *x, ts_val *y);
+int ts__dist_graph_fail(ts_graph *g, const char *what);
+/* Allocates r.params, attaches the gradients of r.g and plans r.g (keeping r.loss) and r.ge
+ * (keeping r.logits), both bound to the store. */
+int ts__dist_plans(ts_dist *d);
+/* Parameter broadcast (refused when parameters are sliced), then the reduction of the gradients
+ * of parameters several ranks hold (sum, or mean by d->reduce_mean), attached for overlap. */
+int ts__dist_start_world(ts_dist *d);
+/* Global-norm clipping over slices: each parameter counted once over the ranks holding it. */
+int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm);
+
+#endif

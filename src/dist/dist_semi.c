@@ -1,0 +1,139 @@
+/* semi_auto_parallel as a distribution object (include/tessera/dist.h): the model is built
+ * whole (global shapes), the parallel pass (include/tessera/parallel.h) cuts it for this rank by
+ * the strategies, the batch piece the rank reads is the one the pass gives its inputs, gradients
+ * are summed over the ranks holding the same slice, and every communicator slot of the rank's
+ * graphs gets its group. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_impl.h"
+
+/* Strategy and layout refusals (TS_EINVAL, TS_ESHAPE, TS_EUNSUPPORTED) are configuration errors
+ * of the job: TS_ECONFIG with the same message for those, rc otherwise. */
+static int config_error(int rc) {
+  if (rc != TS_EINVAL && rc != TS_ESHAPE && rc != TS_EUNSUPPORTED) return rc;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ts_last_error());
+  return ts_error_set(TS_ECONFIG, "%s", msg);
+}
+
+static int check_semi(const ts_dist_config *c, const ts_dist_model *m) {
+  (void)m;
+  if (c->lamb)
+    return ts_error_set(TS_EUNSUPPORTED, "optimizer.name: lamb under semi_auto_parallel needs per-parameter norms "
+                        "over the slices of the ranks; not available yet (use adamw)");
+  return TS_OK;
+}
+
+/* The evaluation graph must hold every parameter exactly as training does: it runs on the
+ * training store's memory. */
+static int same_params(ts_params *a, ts_params *b) {
+  if (ts_params_count(a) != ts_params_count(b))
+    return ts_error_set(TS_EGRAPH, "semi_auto_parallel: the evaluation graph has %d parameters, training %d",
+                        ts_params_count(b), ts_params_count(a));
+  for (int i = 0; i < ts_params_count(a); i++) {
+    ts_shape sa = ts_params_shape(a, i), sb = ts_params_shape(b, i);
+    const ts_layout *la = ts_params_layout(a, i), *lb = ts_params_layout(b, i);
+    int same = !strcmp(ts_params_name(a, i), ts_params_name(b, i)) && ts_shape_equal(&sa, &sb) &&
+               (!la) == (!lb) && (!la || ts_layout_equal(la, lb));
+    if (!same) {
+      char x[160] = "whole", y[160] = "whole";
+      if (la) ts_layout_str(la, x, sizeof x);
+      if (lb) ts_layout_str(lb, y, sizeof y);
+      return ts_error_set(TS_EGRAPH,
+                          "semi_auto_parallel: parameter '%s' is cut as %s for training but as %s for "
+                          "evaluation (give its operators strategies that do not depend on the batch)",
+                          ts_params_name(a, i), x, y);
+    }
+  }
+  return TS_OK;
+}
+
+static int build_semi(ts_dist *d, const ts_dist_model *m) {
+  (void)m;
+  const ts_dist_config *c = &d->cfg;
+  ts_dist_run *r = &d->r;
+  int64_t mb = c->micro_batch, eb = c->eval_batch;
+  ts_val x, y, loss, logits, xe, le;
+  int rc;
+  if ((rc = ts_params_create(&d->gp)) || (rc = ts_graph_create(&d->gg)) || (rc = ts_graph_create(&d->gge)))
+    return rc;
+  ts_graph_set_training(d->gge, 0);
+  /* the whole model, global batch */
+  ts_nn nn = {d->gg, d->gp};
+  ts__dist_inputs(d, d->gg, mb, 1, &x, &y);
+  if ((rc = ts__dist_build_model(d, &nn, x, y, &logits, &loss))) return rc;
+  ts_nn nne = {d->gge, d->gp};
+  ts__dist_inputs(d, d->gge, eb, 0, &xe, NULL);
+  if ((rc = ts__dist_build_model(d, &nne, xe, TS_NONE, &le, NULL))) return rc;
+  /* the pass: training graph by the user's strategies, evaluation graph by the ones in force */
+  ts_parallel_config pc = {r->size, r->rank, d->model.strategies, c->full_batch ? 1 : 0, 0};
+  if ((rc = ts_parallel_run(d->gg, d->gp, &loss, 1, NULL, &pc, &d->pp))) return config_error(rc);
+  int parts, index;
+  ts_parallel_input_piece(d->pp, x, &parts, &index);
+  if (mb % parts || eb % parts)
+    return ts_error_set(TS_ECONFIG,
+                        "semi_auto_parallel: the batch is cut in %d pieces, which must divide "
+                        "train.micro_batch_size (%lld) and train.eval_batch_size (%lld)",
+                        parts, (long long)mb, (long long)eb);
+  int one = 1;
+  ts_parallel_config pce = {r->size, r->rank, ts_parallel_strategies(d->pp), parts, 1};
+  if ((rc = ts_parallel_run(d->gge, d->gp, &le, 1, &one, &pce, &d->pe)))
+    return ts_error_wrap(rc, "evaluation graph");
+  r->g = ts_parallel_graph(d->pp);
+  r->params = ts_parallel_params(d->pp);
+  r->ge = ts_parallel_graph(d->pe);
+  if ((rc = same_params(r->params, ts_parallel_params(d->pe)))) return rc;
+  r->x = ts_parallel_value(d->pp, x);
+  r->y = ts_parallel_value(d->pp, y);
+  r->loss = ts_parallel_value(d->pp, loss);
+  r->xe = ts_parallel_value(d->pe, xe);
+  r->logits = ts_parallel_value(d->pe, le);
+  r->data_parts = parts;
+  r->data_index = index;
+  r->micro_batch = mb / parts;
+  r->eval_split = 0; /* every rank reads every evaluation batch and feeds its piece */
+  ts_parallel_input_piece(d->pe, xe, &r->eval_parts, &r->eval_index);
+  r->sliced = 1;
+  /* the step's loss: each rank's part summed (seeded copies counted once); gradients summed */
+  float pseed = ts_parallel_loss_seed(d->pp, loss);
+  d->seed = pseed / (float)c->accum;
+  d->loss_op = TS_REDUCE_SUM;
+  d->loss_weight = pseed;
+  d->reduce_mean = 0;
+  if (ts_graph_backward(r->g, r->loss, d->seed)) return ts__dist_graph_fail(r->g, "backward");
+  if ((rc = ts__dist_plans(d)) || !d->world) return rc;
+  d->nslots = ts_parallel_num_slots(d->pp);
+  if ((rc = ts_dist_slot_comms(d->pp, d->world, r->plan, d->slots))) {
+    d->nslots = 0;
+    return rc;
+  }
+  d->neslots = ts_parallel_num_slots(d->pe);
+  if ((rc = ts_dist_slot_comms(d->pe, d->world, r->plan_e, d->eslots))) d->neslots = 0;
+  return rc;
+}
+
+static int describe_semi(ts_dist *d, FILE *out) {
+  size_t need = ts_parallel_report(d->pp, NULL, 0);
+  char *rep = malloc(need + 1);
+  if (!rep) return ts_error_set(TS_ENOMEM, "plan: out of memory");
+  ts_parallel_report(d->pp, rep, need + 1);
+  fputs(rep, out);
+  free(rep);
+  return TS_OK;
+}
+
+static void free_semi(ts_dist *d) {
+  for (int s = 0; s < d->nslots; s++) ts_comm_free(d->slots[s]);
+  for (int s = 0; s < d->neslots; s++) ts_comm_free(d->eslots[s]);
+  ts_parallel_free(d->pp); /* owns the rank's graphs and store */
+  ts_parallel_free(d->pe);
+  ts_graph_free(d->gg);
+  ts_graph_free(d->gge);
+  ts_params_free(d->gp);
+}
+
+const ts_dist_vt ts__dist_semi_auto = {"semi_auto_parallel", 1, check_semi, build_semi, ts__dist_start_world, NULL,
+                                       describe_semi, free_semi};
+
+const ts_strategy_set *ts_dist_strategies(const ts_dist *d) { return d->pp ? ts_parallel_strategies(d->pp) : NULL; }
