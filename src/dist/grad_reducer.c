@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dp.h"
+#include "buckets.h"
 #include "tessera/dist.h"
 
 #define MAXG 32
 
 struct ts_grad_reducer {
   int ngroups;
-  ts__dp *dp[MAXG];
+  ts__buckets *dp[MAXG];
   ts_comm *comm[MAXG];
   int size[MAXG];
   double wait;
@@ -20,7 +20,7 @@ struct ts_grad_reducer {
 void ts_grad_reducer_free(ts_grad_reducer *r) {
   if (!r) return;
   for (int k = 0; k < r->ngroups; k++) {
-    ts__dp_free(r->dp[k]);
+    ts__buckets_free(r->dp[k]);
     ts_comm_free(r->comm[k]);
   }
   free(r);
@@ -66,7 +66,7 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
     if (rc) break;
     r->size[k] = ts_comm_size(r->comm[k]);
     for (int i = 0; i < np; i++) member[i] = group[i] == k;
-    rc = ts__dp_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean, cfg->wire,
+    rc = ts__buckets_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean, cfg->wire,
                        member, &r->dp[k]);
   }
 done:
@@ -86,21 +86,21 @@ int ts_grad_reducer_num_groups(const ts_grad_reducer *r) { return r ? r->ngroups
 
 static void hook(const ts_hook_info *e, void *user) {
   ts_grad_reducer *r = user;
-  for (int k = 0; k < r->ngroups; k++) ts__dp_hook(e, r->dp[k]);
+  for (int k = 0; k < r->ngroups; k++) ts__buckets_hook(e, r->dp[k]);
 }
 
 int ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan) { return ts_plan_add_hook(plan, hook, r); }
 
 void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads) {
-  for (int k = 0; k < r->ngroups; k++) ts__dp_begin(r->dp[k], grads);
+  for (int k = 0; k < r->ngroups; k++) ts__buckets_begin(r->dp[k], grads);
 }
 
 int ts_grad_reducer_finish(ts_grad_reducer *r) {
   r->wait = 0;
   int rc = TS_OK;
   for (int k = 0; k < r->ngroups; k++) {
-    int e = ts__dp_finish(r->dp[k]);
-    r->wait += ts__dp_wait_seconds(r->dp[k]);
+    int e = ts__buckets_finish(r->dp[k]);
+    r->wait += ts__buckets_wait_seconds(r->dp[k]);
     if (e && !rc) rc = ts_error_wrap(e, "gradient reduction over a group of %d ranks", r->size[k]);
   }
   return rc;
@@ -110,7 +110,7 @@ double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r) { return r ? r->wa
 
 int ts_grad_reducer_num_buckets(const ts_grad_reducer *r) {
   int n = 0;
-  for (int k = 0; r && k < r->ngroups; k++) n += ts__dp_num_buckets(r->dp[k]);
+  for (int k = 0; r && k < r->ngroups; k++) n += ts__buckets_num_buckets(r->dp[k]);
   return n;
 }
 

@@ -1,4 +1,4 @@
-/* Data-parallel gradient reduction: gradients grouped into buckets (contiguous ranges of the flat
+/* Bucketed gradient reduction over one communicator (one group of ts_grad_reducer): gradients grouped into buckets (contiguous ranges of the flat
  * gradient buffer, in reverse parameter order, i.e. roughly the order backward produces them),
  * each all-reduced as soon as the last of its gradients has been written, while the rest of
  * backward runs. MPI progresses non-blocking collectives only inside MPI calls, so the executor
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dp.h"
+#include "buckets.h"
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
@@ -17,7 +17,7 @@ typedef struct {
   uint16_t *wire; /* bf16/f16 copy when compressing */
 } bucket;
 
-struct ts__dp {
+struct ts__buckets {
   ts_comm *comm;
   ts_dtype wire;
   ts_reduce_op op;
@@ -32,21 +32,21 @@ struct ts__dp {
 };
 
 /* The bucket's data as it travels: the gradients themselves, or their 16-bit copy. */
-static void *payload(ts__dp *d, bucket *b) {
+static void *payload(ts__buckets *d, bucket *b) {
   float *g = d->grads + b->off;
   if (d->wire == TS_F32) return g;
   ts_convert(g, TS_F32, b->wire, d->wire, b->len);
   return b->wire;
 }
 
-static void finish_bucket(ts__dp *d, bucket *b) {
+static void finish_bucket(ts__buckets *d, bucket *b) {
   b->done = 1;
   ts_comm_req_free(b->req);
   b->req = NULL;
   if (d->wire != TS_F32) ts_convert(b->wire, d->wire, d->grads + b->off, TS_F32, b->len);
 }
 
-static int start_bucket(ts__dp *d, bucket *b) {
+static int start_bucket(ts__buckets *d, bucket *b) {
   b->started = 1;
   void *p = payload(d, b);
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
@@ -56,7 +56,7 @@ static int start_bucket(ts__dp *d, bucket *b) {
  * ts_comm's blocking calls run on MPI's non-blocking ones under the watchdog; a native blocking
  * path would be faster here (OpenMPI 4.1, 2 MiB, 2 ranks: MPI_Allreduce 0.32 ms, MPI_Iallreduce
  * 0.55 ms) and would come through this one function. */
-static int reduce_now(ts__dp *d, bucket *b) {
+static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   void *p = payload(d, b);
   int rc = ts_comm_allreduce(d->comm, p, p, b->len, d->wire, d->op);
@@ -64,9 +64,9 @@ static int reduce_now(ts__dp *d, bucket *b) {
   return rc;
 }
 
-int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
-                  ts_dtype wire, const int *member, ts__dp **out) {
-  ts__dp *d = calloc(1, sizeof *d);
+int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
+                  ts_dtype wire, const int *member, ts__buckets **out) {
+  ts__buckets *d = calloc(1, sizeof *d);
   if (!d) return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
   d->comm = comm;
   d->wire = wire;
@@ -81,7 +81,7 @@ int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_
   d->node_bucket = malloc(sizeof(int) * (size_t)(np + 1));
   if (!pb || !d->b || !d->node_start || !d->node_bucket) {
     free(pb);
-    ts__dp_free(d);
+    ts__buckets_free(d);
     return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
   }
   /* buckets over trainable parameters in reverse registration order; offsets are ascending in
@@ -132,7 +132,7 @@ int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_
     for (int k = 0; k < d->nb; k++) {
       d->b[k].wire = malloc(sizeof(uint16_t) * (d->b[k].len ? d->b[k].len : 1));
       if (!d->b[k].wire) {
-        ts__dp_free(d);
+        ts__buckets_free(d);
         return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
       }
     }
@@ -140,7 +140,7 @@ int ts__dp_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_
   return TS_OK;
 }
 
-void ts__dp_free(ts__dp *d) {
+void ts__buckets_free(ts__buckets *d) {
   if (!d) return;
   for (int k = 0; k < d->nb; k++) {
     if (d->b[k].req) ts_comm_req_free(d->b[k].req);
@@ -152,9 +152,9 @@ void ts__dp_free(ts__dp *d) {
   free(d);
 }
 
-int ts__dp_num_buckets(const ts__dp *d) { return d->nb; }
+int ts__buckets_num_buckets(const ts__buckets *d) { return d->nb; }
 
-void ts__dp_begin(ts__dp *d, float *grads) {
+void ts__buckets_begin(ts__buckets *d, float *grads) {
   d->grads = grads;
   d->err = 0;
   d->t_comm_wait = 0;
@@ -164,7 +164,7 @@ void ts__dp_begin(ts__dp *d, float *grads) {
   }
 }
 
-static void poll(ts__dp *d) {
+static void poll(ts__buckets *d) {
   for (int k = 0; k < d->nb && !d->err; k++) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;
@@ -178,8 +178,8 @@ static void poll(ts__dp *d) {
   }
 }
 
-void ts__dp_hook(const ts_hook_info *e, void *user) {
-  ts__dp *d = user;
+void ts__buckets_hook(const ts_hook_info *e, void *user) {
+  ts__buckets *d = user;
   int node = e->node;
   if (e->event != TS_HOOK_NODE_END || d->err || node < 0 || node >= d->nnodes) return;
   for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
@@ -193,7 +193,7 @@ void ts__dp_hook(const ts_hook_info *e, void *user) {
   poll(d);
 }
 
-int ts__dp_finish(ts__dp *d) {
+int ts__buckets_finish(ts__buckets *d) {
   double t0 = ts_time_now();
   int rc = d->err;
   if (rc) return ts_error_set(rc, "%s", d->errmsg);
@@ -211,4 +211,4 @@ int ts__dp_finish(ts__dp *d) {
   return rc;
 }
 
-double ts__dp_wait_seconds(const ts__dp *d) { return d->t_comm_wait; }
+double ts__buckets_wait_seconds(const ts__buckets *d) { return d->t_comm_wait; }

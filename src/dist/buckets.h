@@ -1,0 +1,29 @@
+/* Internal: bucketed gradient all-reduce over one communicator, overlapped with backward (buckets.c;
+ * ts_grad_reducer runs one per group of ranks). */
+#ifndef TS_DIST_BUCKETS_H
+#define TS_DIST_BUCKETS_H
+
+#include "tessera/comm.h"
+#include "tessera/params.h"
+#include "tessera/runtime.h"
+
+typedef struct ts__buckets ts__buckets;
+
+/* Buckets of about bucket_mb MiB over the trainable parameters of p whose gradients g produces
+ * (ts_params_attach_grads done), or only those with member[id] != 0 when member is not NULL
+ * (a bucket never spans a parameter left out); reduction MEAN (mean) or SUM; wire dtype f32,
+ * bf16 or f16. */
+int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
+                  ts_dtype wire, const int *member, ts__buckets **out);
+void ts__buckets_free(ts__buckets *d);
+int ts__buckets_num_buckets(const ts__buckets *d);
+/* Before a run whose gradients (into `grads`, the flat buffer) are to be reduced. */
+void ts__buckets_begin(ts__buckets *d, float *grads);
+/* The plan hook: after each node, starts the buckets it completed and polls those in flight. */
+void ts__buckets_hook(const ts_hook_info *e, void *user);
+/* Starts what has not started and waits for every bucket; gradients are then reduced in place. */
+int ts__buckets_finish(ts__buckets *d);
+/* Seconds the last ts__buckets_finish spent waiting (communication not hidden behind backward). */
+double ts__buckets_wait_seconds(const ts__buckets *d);
+
+#endif
