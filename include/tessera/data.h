@@ -183,6 +183,12 @@ typedef struct {
   int prefetch;       /* batches prepared ahead (default 2) */
   int64_t epochs;     /* repeat count; -1 = forever */
   uint64_t seed;
+  /* optional: every transformed sample must have this data shape and dtype (what the consumer's
+   * graph was built for); a sample that does not fails its batch with a message naming `name`
+   * (e.g. "test split"), the dataset index and both shapes. expect_shape.ndim 0: no check. */
+  ts_shape expect_shape;
+  ts_dtype expect_dtype;
+  const char *name;
 } ts_pipeline_config;
 
 ts_pipeline_config ts_pipeline_config_default(void);

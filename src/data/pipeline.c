@@ -219,10 +219,24 @@ static int ensure_tensor(ts_tensor *t, ts_dtype dt, ts_shape shp) {
 }
 
 /* Stacks the samples of a finished slot (no lock held; the slot is not shared any more). */
-static void stack_slot(slot *s) {
+static void stack_slot(const ts_pipeline *p, slot *s) {
   char msg[600];
   if (s->err) goto done;
   const ts_tensor *d0 = &s->smp[0].data, *t0 = &s->smp[0].target;
+  const ts_shape *want = &p->cfg.expect_shape;
+  for (int i = 0; want->ndim > 0 && i < s->n; i++) { /* every sample, so the message names the one at fault */
+    const ts_tensor *d = &s->smp[i].data;
+    if (d->dtype == p->cfg.expect_dtype && ts_shape_equal(&d->shape, want)) continue;
+    char sa[96], sb[96];
+    snprintf(msg, sizeof msg,
+             "%s: sample %lld (batch %lld of epoch %lld) is %s %s after the transforms, but the model was built "
+             "for samples of %s %s (all samples of both splits must come out of their transforms alike)",
+             p->cfg.name ? p->cfg.name : "data", (long long)s->idx[i], (long long)s->index, (long long)s->epoch,
+             ts_shape_str(&d->shape, sa, sizeof sa), ts_dtype_name(d->dtype), ts_shape_str(want, sb, sizeof sb),
+             ts_dtype_name(p->cfg.expect_dtype));
+    slot_set_error(s, i, TS_ESHAPE, msg);
+    goto done;
+  }
   if (d0->shape.ndim >= TS_MAX_DIMS || (t0->data && t0->shape.ndim >= TS_MAX_DIMS)) {
     snprintf(msg, sizeof msg, "batch %lld of epoch %lld: sample %lld has %d dimensions (at most %d)",
              (long long)s->index, (long long)s->epoch, (long long)s->idx[0], d0->shape.ndim, TS_MAX_DIMS - 1);
@@ -300,7 +314,7 @@ static void finish_chunk(ts_pipeline *p, slot *s, int c, int err, int err_pos, c
   s->done += c;
   if (s->done == s->n) {
     pthread_mutex_unlock(&p->mu);
-    if (!atomic_load(&p->stop)) stack_slot(s);
+    if (!atomic_load(&p->stop)) stack_slot(p, s);
     pthread_mutex_lock(&p->mu);
     s->state = SLOT_READY;
     pthread_cond_broadcast(&p->ready_cv);
@@ -496,7 +510,7 @@ int ts_pipeline_next(ts_pipeline *p, ts_batch *out) {
       process_chunk(p, s, 0, s->n, &err, &err_pos, msg, sizeof msg);
       if (err) slot_set_error(s, err_pos, err, msg);
       s->done = s->next = s->n;
-      stack_slot(s);
+      stack_slot(p, s);
       s->state = SLOT_READY;
     }
     pthread_mutex_lock(&p->mu);

@@ -73,6 +73,10 @@ int ts_config_validate(ts_config *cfg) {
     int v = *(const int *)((const char *)cfg + k->off);
     if (v < 0 || v >= ts__cfg_enum_count(k->names)) return vfail(cfg, "%s: invalid value %d", k->path, v);
   }
+  /* ---- log ---- */
+  if (cfg->log.plot[0] && !cfg->log.metrics[0])
+    return vfail(cfg, "log.plot: the curves are drawn from the metrics file: set log.metrics too "
+                 "(e.g. log.metrics: runs/metrics.jsonl)");
   /* ---- train ---- */
   if (cfg->train.epochs <= 0 && cfg->train.steps <= 0)
     return vfail(cfg, "train.epochs and train.steps are both 0: set one of them");

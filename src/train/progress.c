@@ -1,10 +1,10 @@
 /* Progress display (a bar on a terminal, periodic lines otherwise) and the metrics file (JSON
  * lines: one record per logged step and per evaluation, and an `end` record). */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,7 +60,19 @@ static void clear_bar(ts__progress *p) {
   }
 }
 
-void ts__progress_step(ts__progress *p, const ts_step_info *s) {
+/* Every record written is checked: a metrics file cut short (full disk) is an error naming it.
+ * Records are flushed at evaluations and at the end; a failed flush in between sets the error flag. */
+static int metrics_check(ts__progress *p, int flush) {
+  if (!p->metrics) return TS_OK;
+  if ((flush && fflush(p->metrics)) || ferror(p->metrics)) {
+    int e = errno;
+    return ts_error_set(TS_EIO, "log.metrics: writing '%s' failed: %s", p->metrics_path,
+                        e ? strerror(e) : "write error");
+  }
+  return TS_OK;
+}
+
+int ts__progress_step(ts__progress *p, const ts_step_info *s) {
   if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1))
     fprintf(p->metrics,
             "{\"type\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,"
@@ -68,10 +80,11 @@ void ts__progress_step(ts__progress *p, const ts_step_info *s) {
             "\"time_s\":%.3f}\n",
             (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, s->step_ms,
             s->comm_wait_ms, s->samples_per_s, ts_time_now() - p->t_start);
-  if (p->mode == TS_PROGRESS_OFF) return;
+  int rc = metrics_check(p, 0);
+  if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   double now = ts_time_now(), el = now - p->t_start;
   if (p->mode == TS_PROGRESS_BAR) {
-    if (now - p->last_print < 0.1 && s->step != p->total_steps) return;
+    if (now - p->last_print < 0.1 && s->step != p->total_steps) return TS_OK;
     p->last_print = now;
     int64_t in_ep = p->steps_per_epoch ? (s->step - 1) % p->steps_per_epoch + 1 : s->step;
     double frac = p->steps_per_epoch ? (double)in_ep / (double)p->steps_per_epoch : 0;
@@ -93,22 +106,24 @@ void ts__progress_step(ts__progress *p, const ts_step_info *s) {
            s->samples_per_s, s->step_ms, t);
     fflush(stdout);
   }
+  return TS_OK;
 }
 
-void ts__progress_eval(ts__progress *p, const ts_eval_info *e) {
+int ts__progress_eval(ts__progress *p, const ts_eval_info *e) {
   if (p->metrics)
     fprintf(p->metrics,
             "{\"type\":\"eval\",\"step\":%lld,\"epoch\":%lld,\"samples\":%lld,\"loss\":%.6g,"
             "\"top1\":%.6f,\"top5\":%.6f,\"eval_s\":%.3f,\"time_s\":%.3f}\n",
             (long long)e->step, (long long)e->epoch, (long long)e->samples, e->loss, e->top1,
             e->top5, e->seconds, ts_time_now() - p->t_start);
-  if (p->metrics) fflush(p->metrics);
-  if (p->mode == TS_PROGRESS_OFF) return;
+  int rc = metrics_check(p, 1);
+  if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   clear_bar(p);
   printf("eval  step %lld  epoch %lld  loss %.4f  top1 %.2f%%  top5 %.2f%%  (%lld samples, %.1f s)\n",
          (long long)e->step, (long long)e->epoch + 1, e->loss, 100 * e->top1, 100 * e->top5,
          (long long)e->samples, e->seconds);
   fflush(stdout);
+  return TS_OK;
 }
 
 void ts__progress_message(ts__progress *p, const char *fmt, ...) {
@@ -122,15 +137,15 @@ void ts__progress_message(ts__progress *p, const char *fmt, ...) {
   fflush(stdout);
 }
 
-void ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc) {
+int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc) {
   double wall = ts_time_now() - p->t_start;
   if (p->metrics) {
     fprintf(p->metrics, "{\"type\":\"end\",\"steps\":%lld,\"final_loss\":%.6g,", (long long)steps, final_loss);
     if (have_acc) fprintf(p->metrics, "\"test_accuracy\":%.6f,", test_acc);
     fprintf(p->metrics, "\"wall_s\":%.3f}\n", wall);
-    fflush(p->metrics);
   }
-  if (p->mode == TS_PROGRESS_OFF) return;
+  int rc = metrics_check(p, 1);
+  if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   clear_bar(p);
   if (have_acc)
     printf("done: %lld steps in %.1f s, final loss %.4f, test accuracy %.2f%%\n", (long long)steps,
@@ -138,6 +153,7 @@ void ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double 
   else
     printf("done: %lld steps in %.1f s, final loss %.4f\n", (long long)steps, wall, final_loss);
   fflush(stdout);
+  return TS_OK;
 }
 
 void ts__progress_close(ts__progress *p) {

@@ -31,11 +31,11 @@ typedef struct {
 
 int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps,
                       int64_t steps_per_epoch, int resumed);
-void ts__progress_step(ts__progress *p, const ts_step_info *s);
-void ts__progress_eval(ts__progress *p, const ts_eval_info *e);
+int ts__progress_step(ts__progress *p, const ts_step_info *s);
+int ts__progress_eval(ts__progress *p, const ts_eval_info *e);
 void ts__progress_message(ts__progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
-                      int have_acc);
+int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
+                     int have_acc);
 void ts__progress_close(ts__progress *p);
 
 /* The trainer (trainer.c; `tessera plan` in trainer_plan.c). */

@@ -140,12 +140,13 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim
 }
 
 /* ---- data ---- */
-/* Reads the first training sample through the test transforms: sample shape, dtype, text or not. */
+/* Reads the first training sample through the training transforms: the sample shape and dtype
+ * the graphs are built for, text or not. Both splits are checked against it batch by batch. */
 static int probe(ts_trainer *t) {
   ts_sample s;
   memset(&s, 0, sizeof s);
   int rc = ts_source_get(t->train_src, 0, &s);
-  if (!rc) rc = ts_transforms_apply(t->tf_test, t->ntf_test, &s, 0);
+  if (!rc) rc = ts_transforms_apply(t->tf_train, t->ntf_train, &s, 0); /* what training consumes */
   if (rc) return ts_error_wrap(rc, "reading the first training sample");
   t->model.sample = s.data.shape;
   t->model.dtype = s.data.dtype;
@@ -167,6 +168,13 @@ static int probe(ts_trainer *t) {
 int ts__train_prepare(ts_trainer *t) {
   int rc;
   if ((rc = ts__train_sources(&t->cfg, &t->train_src, &t->test_src))) return rc;
+  ts_config *c = &t->cfg;
+  if (c->model.num_classes == 0 && c->model.name != TS_MODEL_GPT) { /* 0: the data's own count */
+    c->model.num_classes = ts_source_num_classes(t->train_src);
+    if (c->model.num_classes <= 0)
+      return ts_error_set(TS_ECONFIG, "model.num_classes: 0 means the data set's own count, but data.name %s "
+                          "does not tell it: set model.num_classes", ts_data_kind_name(c->data.name));
+  }
   rc = ts_config_transforms(&t->cfg, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) return rc;
   t->ntf_train = rc;
@@ -194,6 +202,9 @@ static int make_train_pipe(ts_trainer *t) {
   pc.prefetch = t->cfg.data.prefetch;
   pc.epochs = -1;
   pc.seed = t->cfg.train.seed;
+  pc.expect_shape = t->model.sample; /* what the graphs were built for */
+  pc.expect_dtype = t->model.dtype;
+  pc.name = "training split";
   int rc = ts_pipeline_create(&pc, &t->train_pipe);
   if (rc) return rc;
   t->steps_per_epoch = ts_pipeline_batches_per_epoch(t->train_pipe);
@@ -322,10 +333,10 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if (c->train.threads > 0) ts_threads_set(c->train.threads);
   ts_callback lm = ts_callback_loss_monitor();
   ts_trainer_add_callback(t, &lm);
-  if ((rc = ts_config_dump_string(c, &t->cfg_yaml))) goto fail;
   t->eb = c->train.eval_batch_size;
   t->accum = c->train.batch_size / c->train.micro_batch_size;
   if ((rc = ts__train_prepare(t)) || (rc = ts__train_strategies(c, t->run->size, &set))) goto fail;
+  if ((rc = ts_config_dump_string(c, &t->cfg_yaml))) goto fail; /* with what prepare resolved */
   t->model.strategies = set;
   rc = ts_dist_build(t->dist, &t->model);
   t->model.strategies = NULL;
@@ -421,6 +432,9 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   pc.drop_remainder = 0;
   pc.epochs = 1;
   pc.seed = t->cfg.train.seed;
+  pc.expect_shape = t->model.sample;
+  pc.expect_dtype = t->model.dtype;
+  pc.name = "test split";
   ts_pipeline *p = NULL;
   int rc = ts_source_len(pc.source) > 0 ? ts_pipeline_create(&pc, &p) : TS_OK;
   if (rc) {
@@ -429,11 +443,17 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   }
   size_t xbytes = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
   char *xbuf = ts_calloc(xbytes * (size_t)t->eb);
+  if (!xbuf) {
+    ts_pipeline_free(p);
+    ts_source_free(view);
+    return ts_error_set(TS_ENOMEM, "evaluation: out of memory");
+  }
   ts_shape ls = ts_val_shape(r->ge, r->logits);
   int64_t C = ls.dims[ls.ndim - 1];
   int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
+  int64_t first = split ? ts_source_len(t->test_src) * r->rank / r->size : 0; /* dataset index of the view's 0 */
   double loss = 0;
-  int64_t n = 0, c1 = 0, c5 = 0;
+  int64_t n = 0, c1 = 0, c5 = 0, bad = 0; /* bad: rows with non-finite logits, counted as wrong */
   /* the rank feeds its piece of each batch (all of it in most layouts); the logits come back whole */
   ts_plan_bind(r->plan_e, r->xe, xbuf + xbytes * (size_t)(t->eb / r->eval_parts * r->eval_index));
   ts_batch b;
@@ -444,8 +464,20 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
     const float *lg = ts_plan_data(r->plan_e, r->logits);
     for (int64_t r = 0; r < (int64_t)b.size * rows_per_sample; r++) {
       int64_t lab = t->model.text ? ((const int32_t *)b.target.data)[r] : ((const int32_t *)b.labels.data)[r];
-      if (lab < 0 || lab >= C) continue;
+      if (lab < 0 || lab >= C) {
+        rc = ts_error_set(TS_ERANGE, "test split (%s): sample %lld has %s %lld, outside the model's [0, %lld)",
+                          ts_source_kind(t->test_src), (long long)(first + b.index * t->eb + r / rows_per_sample),
+                          t->model.text ? "target token" : "label", (long long)lab, (long long)C);
+        break;
+      }
       const float *z = lg + r * C;
+      int finite = 1;
+      for (int64_t k = 0; k < C; k++) finite &= isfinite(z[k]) != 0;
+      n++;
+      if (!finite) { /* neither a prediction nor a loss: wrong, and said */
+        bad++;
+        continue;
+      }
       double m = z[0];
       for (int64_t k = 1; k < C; k++) m = z[k] > m ? z[k] : m;
       double s = 0;
@@ -457,7 +489,6 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
       loss += m + log(s) - z[lab];
       c1 += above < 1;
       c5 += above < 5;
-      n++;
     }
   }
   ts_pipeline_free(p);
@@ -465,11 +496,17 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   ts_free(xbuf);
   if (rc) return ts_error_wrap(rc, "evaluation");
   if (split) { /* sum the counts and losses of every rank's part */
-    int64_t cnt[3] = {n, c1, c5};
-    if ((rc = ts_dist_sum(t->dist, cnt, 3, &loss))) return ts_error_wrap(rc, "evaluation: reducing metrics");
+    int64_t cnt[4] = {n, c1, c5, bad};
+    if ((rc = ts_dist_sum(t->dist, cnt, 4, &loss))) return ts_error_wrap(rc, "evaluation: reducing metrics");
     n = cnt[0];
     c1 = cnt[1];
     c5 = cnt[2];
+    bad = cnt[3];
+  }
+  if (bad) {
+    ts_log(TS_LOG_WARN, "evaluation at step %lld: %lld of %lld rows have non-finite logits (NaN or Inf): counted "
+           "as wrong; the loss is NaN", (long long)t->step, (long long)bad, (long long)n);
+    loss = NAN;
   }
   out->step = t->step;
   out->epoch = t->epoch > 0 && t->batch == 0 ? t->epoch - 1 : t->epoch;
@@ -486,7 +523,7 @@ static int run_eval(ts_trainer *t) {
   int rc = ts_trainer_evaluate(t, &t->last_eval);
   if (rc) return rc;
   t->have_eval = 1;
-  ts__progress_eval(&t->prog, &t->last_eval);
+  if ((rc = ts__progress_eval(&t->prog, &t->last_eval))) return rc;
   for (int i = 0; i < t->ncb; i++)
     if (t->cb[i].on_eval_end && (rc = t->cb[i].on_eval_end(t, &t->last_eval, t->cb[i].user))) return rc;
   return TS_OK;
@@ -555,7 +592,7 @@ int ts_trainer_fit(ts_trainer *t) {
     info.samples_per_s = (double)c->train.batch_size / (now - t_prev);
     t_prev = now;
     t->last_loss = info.loss;
-    ts__progress_step(&t->prog, &info);
+    if ((rc = ts__progress_step(&t->prog, &info))) break;
     for (int i = 0; i < t->ncb && rc == TS_OK; i++)
       if (t->cb[i].on_step_end) rc = t->cb[i].on_step_end(t, &info, t->cb[i].user);
     if (rc) break;
@@ -584,7 +621,8 @@ int ts_trainer_fit(ts_trainer *t) {
   if (rc == TS_OK && t->stop && c->checkpoint.dir[0] && c->checkpoint.save_last) rc = save_checkpoint(t);
   for (int i = 0; i < t->ncb && rc == TS_OK; i++)
     if (t->cb[i].on_train_end) rc = t->cb[i].on_train_end(t, t->cb[i].user);
-  ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval);
+  if (rc == TS_OK) /* a failed run reports its error, not a summary */
+    rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval);
   if (rc == TS_OK && c->log.plot[0] && c->log.metrics[0]) {
     if (t->prog.metrics) fflush(t->prog.metrics);
     rc = ts_plot_metrics(c->log.metrics, c->log.plot);
