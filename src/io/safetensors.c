@@ -14,6 +14,7 @@
 
 #include "tessera/io.h"
 #include "../base/afile.h"
+#include "../base/rfile.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: largest integer a JSON double holds exactly */
@@ -449,51 +450,31 @@ fail:
   return rc;
 }
 
-static int st_read_full(int fd, void *buf, size_t n) {
-  unsigned char *p = buf;
-  while (n > 0) {
-    ssize_t r = read(fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return r == 0 ? -2 : -1;
-    p += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
 int ts_st_open(const char *path, ts_st_file **out) {
   if (!out) return ts_error_set(TS_EINVAL, "ts_st_open: NULL out");
   *out = NULL;
   if (!path) return ts_error_set(TS_EINVAL, "ts_st_open: NULL path");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ts_error_set(TS_EIO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return ts_error_set(TS_EIO, "%s: cannot stat: %s", path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return ts_error_set(TS_EIO, "%s: not a regular file", path);
-  }
+  int fd;
+  uint64_t size;
+  int rc = ts__file_open_read(path, "cannot open", &fd, &size);
+  if (rc) return rc == TS_ENOTFOUND ? TS_EIO : rc; /* a missing file is TS_EIO here (the message says which) */
   ts_st_file *f = st_new(path);
   char *hdr = NULL;
-  int rc = TS_OK, r;
+  int r;
   if (!f) {
     close(fd);
     return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   }
-  uint64_t size = (uint64_t)st.st_size, hlen = 0;
+  uint64_t hlen = 0;
   unsigned char prefix[8] = {0};
-  if (size >= 8 && (r = st_read_full(fd, prefix, 8))) goto read_err;
+  if (size >= 8 && (r = ts__read_full(fd, prefix, 8))) goto read_err;
   if ((rc = st_check_len(path, prefix, size, &hlen))) goto fail;
   if (!(hdr = malloc(hlen + 1))) {
     rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate the %llu-byte header", path,
                       (unsigned long long)hlen);
     goto fail;
   }
-  if ((r = st_read_full(fd, hdr, hlen))) goto read_err;
+  if ((r = ts__read_full(fd, hdr, hlen))) goto read_err;
   hdr[hlen] = 0;
   f->data_size = size - 8 - hlen;
   if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
@@ -501,7 +482,7 @@ int ts_st_open(const char *path, ts_st_file **out) {
                       (unsigned long long)f->data_size);
     goto fail;
   }
-  if ((r = st_read_full(fd, f->data, f->data_size))) goto read_err;
+  if ((r = ts__read_full(fd, f->data, f->data_size))) goto read_err;
   close(fd);
   fd = -1;
   if ((rc = st_parse_header(f, hdr, hlen))) goto fail;

@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "config_impl.h"
+#include "../base/rfile.h"
 #include "tessera/strategy.h"
 
 _Static_assert(sizeof(ts_model_kind) == sizeof(int) && sizeof(ts_optim_kind) == sizeof(int) &&
@@ -1095,29 +1096,17 @@ int ts_config_load(const char *path, const char *const *overrides, int n, ts_con
     int rc = apply_overrides(cfg, overrides, n);
     return rc ? rc : ts_config_validate(cfg);
   }
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno; /* ts_config_defaults may change errno */
+  char *text = NULL;
+  size_t len = 0;
+  int rc = ts__file_read_all(path, "cannot read the config", &text, &len);
+  if (rc) { /* a file that cannot be read is a configuration error (exit 2 in the CLI) */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ts_last_error());
     ts_config_defaults(cfg);
-    return ts_error_set(TS_ECONFIG, "%s: cannot read the config: %s", path, strerror(e));
+    return ts_error_set(rc == TS_ENOMEM ? TS_ENOMEM : TS_ECONFIG, "%s", msg);
   }
-  sb b = {0};
-  char buf[65536];
-  size_t r;
-  while ((r = fread(buf, 1, sizeof buf, f)) > 0) sb_putn(&b, buf, r);
-  int err = ferror(f);
-  fclose(f);
-  if (b.oom) {
-    free(b.p);
-    return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-  }
-  if (err) {
-    free(b.p);
-    ts_config_defaults(cfg);
-    return ts_error_set(TS_ECONFIG, "%s: cannot read the config", path);
-  }
-  int rc = load_text(b.p ? b.p : "", b.n, path, overrides, n, cfg);
-  free(b.p);
+  rc = load_text(text, len, path, overrides, n, cfg);
+  free(text);
   return rc;
 }
 

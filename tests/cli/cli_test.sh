@@ -37,6 +37,26 @@ expect 2 "none.yaml: cannot read the config: No such file" -- train "$tmp/none.y
 printf 'model: {name: mlp, hidden: [16]}\ndata: {name: fashion_mnist, path: /nonexistent/fm}\n' > "$tmp/nodata.yaml"
 expect 1 "/nonexistent/fm" -- train "$tmp/nodata.yaml"
 expect 2 "usage" -- plot
+# a FIFO or a folder given as a config or a checkpoint: one line naming it, exit 2, at once
+# (opening a FIFO used to block forever; `timeout` turns a regression into a failure, rc 124)
+expect_fast() { # expect_fast CODE PATTERN -- args...
+  local code=$1 pat=$2; shift 3
+  local out rc
+  out=$(timeout 10 "$bin" "$@" 2>&1); rc=$?
+  if [ "$rc" != "$code" ] || ! grep -qE -- "$pat" <<<"$out" || [ "$(wc -l <<<"$out")" != 1 ]; then
+    echo "FAIL: tessera $* -> exit $rc (want $code, one line, 124 = hung), output: $out"; fail=1
+  else
+    echo "ok: tessera $* -> exit $rc: $out"
+  fi
+}
+mkfifo "$tmp/fifo.yaml" "$tmp/fifo.safetensors"
+mkdir "$tmp/dir.yaml" "$tmp/dir.safetensors"
+expect_fast 2 "fifo.yaml: cannot read the config: is a FIFO" -- train "$tmp/fifo.yaml"
+expect_fast 2 "dir.yaml: cannot read the config: is a directory" -- train "$tmp/dir.yaml"
+expect_fast 2 "fifo.safetensors: cannot open the checkpoint: is a FIFO" -- eval "$tmp/nodata.yaml" --checkpoint "$tmp/fifo.safetensors"
+expect_fast 2 "dir.safetensors: cannot open the checkpoint: is a directory" -- eval "$tmp/nodata.yaml" --checkpoint "$tmp/dir.safetensors"
+expect_fast 2 "fifo.safetensors: cannot open the checkpoint: is a FIFO" -- ckpt inspect "$tmp/fifo.safetensors"
+expect_fast 2 "dir.safetensors: cannot open the checkpoint: is a directory" -- ckpt export "$tmp/dir.safetensors" -o "$tmp/x.safetensors"
 # launcher: mpirun command line, MindSpore rank table, errors
 here=$(cd "$(dirname "$0")" && pwd)
 expect 0 "mpirun .*-n 2 .*train x.yaml" -- launch -n 2 --dry-run -- train x.yaml
