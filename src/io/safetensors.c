@@ -55,13 +55,6 @@ static uint32_t st_crc32(const unsigned char *p, uint64_t n) {
   return (uint32_t)c;
 }
 
-static char *st_strdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 /* ------------------------------------------------------------------ reader */
 
 typedef struct {
@@ -253,8 +246,8 @@ static int st_parse_meta(ts_st_file *f, const cJSON *j) {
     for (int k = 0; k < f->nmeta; k++)
       if (strcmp(f->mkey[k], m->string) == 0)
         return ts_error_set(TS_EFORMAT, "%s: duplicate metadata key '%s'", f->path, m->string);
-    f->mkey[f->nmeta] = st_strdup(m->string);
-    f->mval[f->nmeta] = st_strdup(m->valuestring);
+    f->mkey[f->nmeta] = strdup(m->string);
+    f->mval[f->nmeta] = strdup(m->valuestring);
     if (!f->mkey[f->nmeta] || !f->mval[f->nmeta]) {
       free(f->mkey[f->nmeta]);
       free(f->mval[f->nmeta]);
@@ -306,7 +299,7 @@ static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
       continue;
     }
     st_entry *e = &f->e[f->n];
-    if (!(e->name = st_strdup(j->string))) {
+    if (!(e->name = strdup(j->string))) {
       rc = ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
       goto done;
     }
@@ -395,7 +388,7 @@ done:
 static ts_st_file *st_new(const char *label) {
   ts_st_file *f = calloc(1, sizeof *f);
   if (!f) return NULL;
-  if (!(f->path = st_strdup(label ? label : "(memory)"))) {
+  if (!(f->path = strdup(label ? label : "(memory)"))) {
     free(f);
     return NULL;
   }
@@ -570,7 +563,7 @@ static int st_writer_add(ts_st_writer *w, const char *name, ts_dtype dt, ts_shap
   }
   st_wentry *e = &w->e[w->n];
   memset(e, 0, sizeof *e);
-  if (!(e->name = st_strdup(name))) return ts_error_set(TS_ENOMEM, "ts_st_writer_add: out of memory");
+  if (!(e->name = strdup(name))) return ts_error_set(TS_ENOMEM, "ts_st_writer_add: out of memory");
   e->dt = dt;
   e->shape = shape;
   e->nbytes = nb;
@@ -603,7 +596,7 @@ int ts_st_writer_add_tensor(ts_st_writer *w, const char *name, const ts_tensor *
 static int st_set_meta(ts_st_writer *w, const char *key, const char *value) {
   for (int i = 0; i < w->nmeta; i++)
     if (strcmp(w->mkey[i], key) == 0) {
-      char *v = st_strdup(value);
+      char *v = strdup(value);
       if (!v) return ts_error_set(TS_ENOMEM, "ts_st_writer_set_meta: out of memory");
       free(w->mval[i]);
       w->mval[i] = v;
@@ -619,7 +612,7 @@ static int st_set_meta(ts_st_writer *w, const char *key, const char *value) {
     w->mval = v;
     w->mcap = nc;
   }
-  char *k = st_strdup(key), *v = st_strdup(value);
+  char *k = strdup(key), *v = strdup(value);
   if (!k || !v) {
     free(k);
     free(v);

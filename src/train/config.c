@@ -13,6 +13,7 @@
 
 #include "config_impl.h"
 #include "../base/rfile.h"
+#include "../base/text.h"
 #include "tessera/strategy.h"
 
 _Static_assert(sizeof(ts_model_kind) == sizeof(int) && sizeof(ts_optim_kind) == sizeof(int) &&
@@ -197,11 +198,7 @@ static void suggest_key(const char *full, char *out, size_t cap) {
 static void list_names(char *out, size_t cap, const char *const *names, int n) {
   size_t len = 0;
   out[0] = 0;
-  for (int i = 0; i < n && len + 1 < cap; i++) {
-    int w = snprintf(out + len, cap - len, "%s%s", i ? ", " : "", names[i]);
-    if (w < 0) break;
-    len += (size_t)w;
-  }
+  for (int i = 0; i < n; i++) ts__app(out, cap, &len, "%s%s", i ? ", " : "", names[i]);
 }
 
 /* ------------------------------------------------------------------ parse context, errors */
@@ -1280,11 +1277,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
   if (k->names) {
     size_t len = 0;
     values[0] = 0;
-    for (int j = 0; k->names[j] && len + 1 < sizeof values; j++) {
-      int w = snprintf(values + len, sizeof values - len, "%s%s", j ? "|" : "", k->names[j]);
-      if (w < 0) break;
-      len += (size_t)w;
-    }
+    for (int j = 0; k->names[j]; j++) ts__app(values, sizeof values, &len, "%s%s", j ? "|" : "", k->names[j]);
     out->values = values;
   }
   out->doc = k->doc;
