@@ -1,10 +1,39 @@
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "test_util.h"
+#include "tessera/data.h"
 #include "tessera/nn.h"
 #include "tessera/runtime.h"
 
 int ts_test_failures = 0;
 int ts_test_checks = 0;
+static int ts_test_skips = 0;
+
+void ts_test_skip(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("SKIP: ");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  ts_test_skips++;
+}
+
+const char *ts_test_fashion_mnist_dir(void) {
+  const char *d = getenv("TS_TEST_FASHION_MNIST");
+  return d && *d ? d : TS_FASHION_MNIST_DIR;
+}
+
+int ts_test_have_fashion_mnist(void) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", ts_test_fashion_mnist_dir());
+  if (access(p, R_OK) == 0) return 1;
+  ts_test_skip("Fashion-MNIST not installed in %s (scripts/install-deps.sh installs it)",
+               ts_test_fashion_mnist_dir());
+  return 0;
+}
 
 void ts_test_fill(float *x, size_t n, uint64_t seed, float lo, float hi) {
   for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * ts_rng_uniform_at(seed, i);
@@ -45,8 +74,10 @@ void ts_test_expect_err(const char *file, int line, int rc, int code, const char
 }
 
 int ts_test_finish(const char *name) {
-  printf("%s: %d checks, %d failures\n", name, ts_test_checks, ts_test_failures);
-  return ts_test_failures ? 1 : 0;
+  printf("%s: %d checks, %d failures", name, ts_test_checks, ts_test_failures);
+  if (ts_test_skips) printf(", %d part(s) skipped", ts_test_skips);
+  printf("\n");
+  return ts_test_failures ? 1 : ts_test_skips ? TS_TEST_SKIPPED : 0;
 }
 
 ts_plan *ts_test_train_plan(ts_graph *g, ts_params *p, ts_val loss, uint64_t seed) {

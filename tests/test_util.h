@@ -75,7 +75,18 @@ struct ts_params;
 struct ts_plan;
 struct ts_plan *ts_test_train_plan(struct ts_graph *g, struct ts_params *p, int32_t loss, uint64_t seed);
 
-/* Prints "name: N checks, F failures" and returns the exit code. */
+/* The exit code ctest reads as "skipped" (SKIP_RETURN_CODE in CMakeLists.txt). */
+#define TS_TEST_SKIPPED 77
+/* Records that a part of the test could not run and prints "SKIP: <reason>"; ts_test_finish
+ * then returns TS_TEST_SKIPPED unless a check failed (a failure always wins). */
+void ts_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Where the tests find Fashion-MNIST: $TS_TEST_FASHION_MNIST if set, else TS_FASHION_MNIST_DIR. */
+const char *ts_test_fashion_mnist_dir(void);
+/* 1 if the Fashion-MNIST files the tests read are there; else records a skip naming the folder. */
+int ts_test_have_fashion_mnist(void);
+
+/* Prints "name: N checks, F failures" (and the skips) and returns the exit code:
+ * 1 on a failure, TS_TEST_SKIPPED if something was skipped, else 0. */
 int ts_test_finish(const char *name);
 
 #endif

@@ -26,16 +26,15 @@ int ts__afile_open(const char *path, ts__afile **out) {
   static atomic_uint counter;
   *out = NULL;
   ts__afile *f = calloc(1, sizeof *f);
-  size_t pl = strlen(path), tl = pl + 48;
+  size_t tl = strlen(path) + 48;
   if (f) {
-    f->path = malloc(pl + 1);
+    f->path = strdup(path);
     f->tmp = malloc(tl);
   }
   if (!f || !f->path || !f->tmp) {
     if (f) afile_free(f);
     return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   }
-  memcpy(f->path, path, pl + 1);
   f->fd = -1;
   for (int attempt = 0; attempt < 100 && f->fd < 0; attempt++) {
     snprintf(f->tmp, tl, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));

@@ -4,6 +4,10 @@
 #include <math.h>
 /* Prints "tessera: <message>" to stderr and returns `code` (the process exit status). */
 int ts_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Checks a file named on the command line can be read (exists, is a regular file: a FIFO or a
+ * folder fails at once instead of hanging or failing later). 0, or ts_cli_fail(2, ...) with
+ * "<path>: <what>: <reason>". */
+int ts_cli_check_input(const char *path, const char *what);
 int ts_cli_train(int argc, char **argv);
 int ts_cli_plan(int argc, char **argv);
 int ts_cli_ckpt(int argc, char **argv);

@@ -154,6 +154,8 @@ static int cmd_inspect(int argc, char **argv) {
       path = a;
   }
   if (!path) return ts_cli_fail(2, "ckpt inspect: which checkpoint? (tessera ckpt inspect FILE)");
+  int e = ts_cli_check_input(path, "cannot open the checkpoint");
+  if (e) return e;
   ts_st_file *f;
   if (ts_st_open(path, &f)) return ts_cli_fail(1, "%s", ts_last_error());
   ts_ckpt_info in;
@@ -195,6 +197,8 @@ static int cmd_export(int argc, char **argv) {
   }
   if (!in || !out)
     return ts_cli_fail(2, "ckpt export: usage: tessera ckpt export FILE -o OUT");
+  int e = ts_cli_check_input(in, "cannot open the checkpoint");
+  if (e) return e;
   if (ts_ckpt_export_params(in, out)) return ts_cli_fail(1, "%s", ts_last_error());
   ts_ckpt_info info;
   if (ts_ckpt_read_info(out, &info) == TS_OK) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "../base/rfile.h"
 #include "tessera/base.h"
 
 static int usage(FILE *f) {
@@ -26,24 +27,14 @@ static int usage(FILE *f) {
 /* Parses a rank table into a host file "host slots=K" (servers ordered by their lowest rank).
  * Returns the number of ranks or a negative status. */
 int ts__rank_table_to_hostfile(const char *table, const char *hostfile) {
-  FILE *f = fopen(table, "rb");
-  if (!f) return ts_error_set(TS_ENOTFOUND, "%s: cannot open: %s", table, strerror(errno));
   char *buf = NULL;
-  size_t cap = 0, n = 0, r;
-  char chunk[4096];
-  while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (n + r + 1 > cap) {
-      cap = (n + r + 1) * 2;
-      char *nb = realloc(buf, cap);
-      if (!nb) { free(buf); fclose(f); return ts_error_set(TS_ENOMEM, "%s: out of memory", table); }
-      buf = nb;
-    }
-    memcpy(buf + n, chunk, r);
-    n += r;
+  size_t n = 0;
+  int rc0 = ts__file_read_all(table, "cannot open", &buf, &n);
+  if (rc0) return rc0;
+  if (n == 0) {
+    free(buf);
+    return ts_error_set(TS_EFORMAT, "%s: empty file", table);
   }
-  fclose(f);
-  if (!buf) return ts_error_set(TS_EFORMAT, "%s: empty file", table);
-  buf[n] = 0;
   cJSON *j = cJSON_Parse(buf);
   free(buf);
   if (!j) return ts_error_set(TS_EFORMAT, "%s: not valid JSON", table);

@@ -3,7 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "cli.h"
+#include "../base/rfile.h"
 #include "tessera/comm.h"
 #include "tessera/tessera.h"
 
@@ -18,6 +21,13 @@ int ts_cli_fail(int code, const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   return code;
+}
+
+int ts_cli_check_input(const char *path, const char *what) {
+  int fd;
+  if (ts__file_open_read(path, what, &fd, NULL)) return ts_cli_fail(2, "%s", ts_last_error());
+  close(fd);
+  return 0;
 }
 
 static int usage(FILE *f) {

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm/comm_impl.h"
+#include "../base/text.h"
 
 /* ---- process-wide state (set up from the main thread) ---- */
 static int g_init;           /* ts_comm_init succeeded and ts_comm_finalize not yet called */
@@ -718,8 +719,7 @@ int ts_comm_grid_axis(ts_comm *c, int ndim, const int *dims, int axis, ts_comm *
       return ts_error_set(TS_EINVAL, "comm_grid_axis: dims[%d] = %d must be positive", k, dims[k]);
     total *= dims[k];
     if (total > INT_MAX) return ts_error_set(TS_ERANGE, "comm_grid_axis: grid too large");
-    if (len < sizeof shape)
-      len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%d", k ? "x" : "", dims[k]);
+    ts__app(shape, sizeof shape, &len, "%s%d", k ? "x" : "", dims[k]);
   }
   if (total != c->size)
     return ts_error_set(TS_EINVAL, "comm_grid_axis: grid %s has %lld devices but the communicator has %d ranks",

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "tessera/data.h"
+#include "../base/rfile.h"
 
 static int read_full(gzFile f, void *buf, size_t n, const char *path, const char *what) {
   size_t got = 0;
@@ -29,12 +31,17 @@ static int read_full(gzFile f, void *buf, size_t n, const char *path, const char
 
 int ts_idx_load(const char *path, ts_tensor *out) {
   memset(out, 0, sizeof *out);
-  struct stat st;
-  if (stat(path, &st) != 0) return ts_error_set(TS_ENOTFOUND, "%s: no such file", path);
-  gzFile f = gzopen(path, "rb");
-  if (!f) return ts_error_set(TS_EIO, "%s: cannot open", path);
+  int fd;
+  uint64_t fsize;
+  int rc = ts__file_open_read(path, "cannot open", &fd, &fsize);
+  if (rc) return rc;
+  gzFile f = gzdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return ts_error_set(TS_ENOMEM, "%s: cannot open: out of memory", path);
+  }
   unsigned char hdr[4];
-  int rc = read_full(f, hdr, 4, path, "header");
+  rc = read_full(f, hdr, 4, path, "header");
   if (rc) goto fail;
   if (hdr[0] != 0 || hdr[1] != 0) {
     rc = ts_error_set(TS_EFORMAT, "%s: bad IDX magic %02x%02x%02x%02x (expected 0000 type ndim)", path,
@@ -72,15 +79,15 @@ int ts_idx_load(const char *path, ts_tensor *out) {
   /* Never allocate more than the file can hold (a lying header must not exhaust memory): a plain
    * file has to contain the data; deflate expands at most ~1032:1. */
   if (gzdirect(f)) {
-    int64_t have = (int64_t)st.st_size - 4 - 4 * (int64_t)ndim;
+    int64_t have = (int64_t)fsize - 4 - 4 * (int64_t)ndim;
     if (total > have) {
       rc = ts_error_set(TS_EFORMAT, "%s: truncated: data needs %lld bytes, file ends after %lld", path,
                         (long long)total, (long long)(have > 0 ? have : 0));
       goto fail;
     }
-  } else if (total > (int64_t)st.st_size * 1032 + 4096) {
+  } else if (total > (int64_t)fsize * 1032 + 4096) {
     rc = ts_error_set(TS_EFORMAT, "%s: truncated: data needs %lld bytes, more than a %lld-byte gzip file holds",
-                      path, (long long)total, (long long)st.st_size);
+                      path, (long long)total, (long long)fsize);
     goto fail;
   }
   rc = ts_tensor_init(out, TS_U8, sh);

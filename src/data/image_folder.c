@@ -40,43 +40,6 @@ typedef struct {
 
 /* ---- decoding ---- */
 
-static int read_whole(const char *path, uint8_t **buf, size_t *len) {
-  *buf = NULL;
-  *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    return ts_error_set(e == ENOENT ? TS_ENOTFOUND : TS_EIO, "%s: cannot open: %s", path, strerror(e));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return ts_error_set(TS_EIO, "%s: not a regular file", path);
-  }
-  size_t n = (size_t)st.st_size, got = 0;
-  uint8_t *b = malloc(n ? n : 1);
-  if (!b) {
-    close(fd);
-    return ts_error_set(TS_ENOMEM, "%s: cannot allocate %zu bytes", path, n);
-  }
-  while (got < n) {
-    ssize_t r = read(fd, b + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      int e = errno;
-      free(b);
-      close(fd);
-      return ts_error_set(TS_EIO, "%s: read error after %zu of %zu bytes: %s", path, got, n,
-                          r < 0 ? strerror(e) : "file shrank");
-    }
-    got += (size_t)r;
-  }
-  close(fd);
-  *buf = b;
-  *len = n;
-  return TS_OK;
-}
-
 typedef struct {
   const uint8_t *buf;
   size_t len, pos;
@@ -212,10 +175,11 @@ static int decode_jpeg(const char *path, const uint8_t *buf, size_t len, jpg_ctx
 /* Decodes a PNG or JPEG file (by content) into u8 (H,W,C), C = 1 or 3. */
 static int decode_image(const char *path, ts_tensor *out) {
   memset(out, 0, sizeof *out);
-  uint8_t *buf;
+  char *text;
   size_t len;
-  int rc = read_whole(path, &buf, &len);
+  int rc = ts__file_read_all(path, "cannot open", &text, &len);
   if (rc) return rc;
+  uint8_t *buf = (uint8_t *)text;
   static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (len >= 8 && !memcmp(buf, png_sig, 8)) {
     png_ctx *c = calloc(1, sizeof *c); /* on the heap: survives longjmp without volatile games */

@@ -86,23 +86,15 @@ int ts_source_num_classes(ts_source *s) {
 
 int ts__map_file(const char *path, ts__mapped *m) {
   memset(m, 0, sizeof *m);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    return ts_error_set(e == ENOENT ? TS_ENOTFOUND : TS_EIO, "%s: %s", path,
-                        e == ENOENT ? "no such file" : strerror(e));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
+  int fd;
+  uint64_t size;
+  int rc = ts__file_open_read(path, "cannot open", &fd, &size);
+  if (rc) return rc;
+  if (size > SIZE_MAX) {
     close(fd);
-    return ts_error_set(TS_EIO, "%s: cannot stat: %s", path, strerror(e));
+    return ts_error_set(TS_ENOMEM, "%s: %llu bytes do not fit in memory", path, (unsigned long long)size);
   }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return ts_error_set(TS_EIO, "%s: not a regular file", path);
-  }
-  m->size = (size_t)st.st_size;
+  m->size = (size_t)size;
   if (m->size > 0) {
     void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tessera/data.h"
+#include "../base/rfile.h"
 
 /* A whole file mapped read-only (data NULL for an empty file). */
 typedef struct {

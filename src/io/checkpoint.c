@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "tessera/checkpoint.h"
+#include "../base/text.h"
 
 #define P_PARAM "param."
 #define P_STATE "state."
@@ -285,18 +286,15 @@ static void sl_free(strlist *l) {
 static void summarize(char *buf, size_t cap, const strlist *l, const char *what, int *first) {
   if (!l->n) return;
   size_t len = strlen(buf);
-  len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d %s (", *first ? "" : "; ",
-                          l->n, what);
+  ts__app(buf, cap, &len, "%s%d %s (", *first ? "" : "; ", l->n, what);
   int shown = 0;
   for (int i = 0; i < l->n && len < cap; i++) {
     if (len + strlen(l->s[i]) + 24 > cap || shown == 4) break;
-    len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", l->s[i]);
+    ts__app(buf, cap, &len, "%s%s", i ? ", " : "", l->s[i]);
     shown++;
   }
-  if (len < cap && shown < l->n)
-    len += (size_t)snprintf(buf + len, cap - len, "%s... and %d more", shown ? ", " : "",
-                            l->n - shown);
-  if (len < cap) snprintf(buf + len, cap - len, ")");
+  if (shown < l->n) ts__app(buf, cap, &len, "%s... and %d more", shown ? ", " : "", l->n - shown);
+  ts__app(buf, cap, &len, ")");
   *first = 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "tessera/io.h"
 #include "../base/afile.h"
+#include "../base/rfile.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: largest integer a JSON double holds exactly */
@@ -52,13 +53,6 @@ static uint32_t st_crc32(const unsigned char *p, uint64_t n) {
     n -= chunk;
   }
   return (uint32_t)c;
-}
-
-static char *st_strdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
 }
 
 /* ------------------------------------------------------------------ reader */
@@ -252,8 +246,8 @@ static int st_parse_meta(ts_st_file *f, const cJSON *j) {
     for (int k = 0; k < f->nmeta; k++)
       if (strcmp(f->mkey[k], m->string) == 0)
         return ts_error_set(TS_EFORMAT, "%s: duplicate metadata key '%s'", f->path, m->string);
-    f->mkey[f->nmeta] = st_strdup(m->string);
-    f->mval[f->nmeta] = st_strdup(m->valuestring);
+    f->mkey[f->nmeta] = strdup(m->string);
+    f->mval[f->nmeta] = strdup(m->valuestring);
     if (!f->mkey[f->nmeta] || !f->mval[f->nmeta]) {
       free(f->mkey[f->nmeta]);
       free(f->mval[f->nmeta]);
@@ -305,7 +299,7 @@ static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
       continue;
     }
     st_entry *e = &f->e[f->n];
-    if (!(e->name = st_strdup(j->string))) {
+    if (!(e->name = strdup(j->string))) {
       rc = ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
       goto done;
     }
@@ -394,7 +388,7 @@ done:
 static ts_st_file *st_new(const char *label) {
   ts_st_file *f = calloc(1, sizeof *f);
   if (!f) return NULL;
-  if (!(f->path = st_strdup(label ? label : "(memory)"))) {
+  if (!(f->path = strdup(label ? label : "(memory)"))) {
     free(f);
     return NULL;
   }
@@ -449,51 +443,31 @@ fail:
   return rc;
 }
 
-static int st_read_full(int fd, void *buf, size_t n) {
-  unsigned char *p = buf;
-  while (n > 0) {
-    ssize_t r = read(fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return r == 0 ? -2 : -1;
-    p += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
 int ts_st_open(const char *path, ts_st_file **out) {
   if (!out) return ts_error_set(TS_EINVAL, "ts_st_open: NULL out");
   *out = NULL;
   if (!path) return ts_error_set(TS_EINVAL, "ts_st_open: NULL path");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ts_error_set(TS_EIO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return ts_error_set(TS_EIO, "%s: cannot stat: %s", path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return ts_error_set(TS_EIO, "%s: not a regular file", path);
-  }
+  int fd;
+  uint64_t size;
+  int rc = ts__file_open_read(path, "cannot open", &fd, &size);
+  if (rc) return rc == TS_ENOTFOUND ? TS_EIO : rc; /* a missing file is TS_EIO here (the message says which) */
   ts_st_file *f = st_new(path);
   char *hdr = NULL;
-  int rc = TS_OK, r;
+  int r;
   if (!f) {
     close(fd);
     return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   }
-  uint64_t size = (uint64_t)st.st_size, hlen = 0;
+  uint64_t hlen = 0;
   unsigned char prefix[8] = {0};
-  if (size >= 8 && (r = st_read_full(fd, prefix, 8))) goto read_err;
+  if (size >= 8 && (r = ts__read_full(fd, prefix, 8))) goto read_err;
   if ((rc = st_check_len(path, prefix, size, &hlen))) goto fail;
   if (!(hdr = malloc(hlen + 1))) {
     rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate the %llu-byte header", path,
                       (unsigned long long)hlen);
     goto fail;
   }
-  if ((r = st_read_full(fd, hdr, hlen))) goto read_err;
+  if ((r = ts__read_full(fd, hdr, hlen))) goto read_err;
   hdr[hlen] = 0;
   f->data_size = size - 8 - hlen;
   if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
@@ -501,7 +475,7 @@ int ts_st_open(const char *path, ts_st_file **out) {
                       (unsigned long long)f->data_size);
     goto fail;
   }
-  if ((r = st_read_full(fd, f->data, f->data_size))) goto read_err;
+  if ((r = ts__read_full(fd, f->data, f->data_size))) goto read_err;
   close(fd);
   fd = -1;
   if ((rc = st_parse_header(f, hdr, hlen))) goto fail;
@@ -589,7 +563,7 @@ static int st_writer_add(ts_st_writer *w, const char *name, ts_dtype dt, ts_shap
   }
   st_wentry *e = &w->e[w->n];
   memset(e, 0, sizeof *e);
-  if (!(e->name = st_strdup(name))) return ts_error_set(TS_ENOMEM, "ts_st_writer_add: out of memory");
+  if (!(e->name = strdup(name))) return ts_error_set(TS_ENOMEM, "ts_st_writer_add: out of memory");
   e->dt = dt;
   e->shape = shape;
   e->nbytes = nb;
@@ -622,7 +596,7 @@ int ts_st_writer_add_tensor(ts_st_writer *w, const char *name, const ts_tensor *
 static int st_set_meta(ts_st_writer *w, const char *key, const char *value) {
   for (int i = 0; i < w->nmeta; i++)
     if (strcmp(w->mkey[i], key) == 0) {
-      char *v = st_strdup(value);
+      char *v = strdup(value);
       if (!v) return ts_error_set(TS_ENOMEM, "ts_st_writer_set_meta: out of memory");
       free(w->mval[i]);
       w->mval[i] = v;
@@ -638,7 +612,7 @@ static int st_set_meta(ts_st_writer *w, const char *key, const char *value) {
     w->mval = v;
     w->mcap = nc;
   }
-  char *k = st_strdup(key), *v = st_strdup(value);
+  char *k = strdup(key), *v = strdup(value);
   if (!k || !v) {
     free(k);
     free(v);

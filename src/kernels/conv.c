@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tessera/base.h"
+#include "ksum.h"
 
 int64_t ts__conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   if (s < 1 || d < 1 || k < 1 || p < 0) return 0;
@@ -156,12 +157,7 @@ int ts__conv2d_bwd_weight_ref(const ts__conv_desc *d, const float *x, const floa
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < O; o++) {
       double acc = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *yp = dy + (n * O + o) * OH * OW;
-        float s = 0.f;
-        for (int64_t i = 0; i < OH * OW; i++) s += yp[i];
-        acc += s;
-      }
+      for (int64_t n = 0; n < N; n++) acc += ts__sum_run(dy + (n * O + o) * OH * OW, OH * OW);
       db[o] = (float)acc;
     }
   }

@@ -7,9 +7,10 @@
 #include <string.h>
 
 #include "dnnl_ctx.h"
+#include "ksum.h"
 
 #define PAR_MIN 16384 /* elements below which kernels stay on one thread */
-#define CHUNK 2048    /* float partial sums are flushed to double every CHUNK elements */
+#define CHUNK TS__SUM_CHUNK /* float partial sums are flushed to double every CHUNK elements */
 #define CCH 256       /* channel chunk for the (N,C) batch-norm path */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -296,18 +297,6 @@ int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, 
 
 /* ---------------- layer norm (reference) ---------------- */
 
-static inline double row_sum(const float *x, int64_t n) {
-  double total = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
-    int64_t j1 = min64(n, j0 + CHUNK);
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = j0; j < j1; j++) s += x[j];
-    total += s;
-  }
-  return total;
-}
-
 static inline double row_sqdev(const float *x, float m, int64_t n) {
   double total = 0;
   for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
@@ -335,7 +324,7 @@ int ts__layernorm_fwd_ref(const float *x, const float *gamma, const float *beta,
   for (int64_t r = 0; r < R; r++) {
     const float *p = x + r * D;
     float *q = y + r * D;
-    float m = (float)(row_sum(p, D) / (double)D);
+    float m = (float)(ts__sum_run(p, D) / (double)D);
     float v = (float)(row_sqdev(p, m, D) / (double)D);
     float rs = 1.0f / sqrtf(v + eps);
 #pragma omp simd

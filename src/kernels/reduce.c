@@ -15,9 +15,10 @@
 
 #include "binary.h"
 #include "dnnl_ctx.h"
+#include "ksum.h"
 
 #define PAR_MIN 32768 /* elements below which kernels stay on one thread */
-#define CHUNK 2048    /* float partial sums are flushed to double every CHUNK elements */
+#define CHUNK TS__SUM_CHUNK /* float partial sums are flushed to double every CHUNK elements */
 #define KCH 512       /* output vector chunk in the kept-inner case */
 #define SEG_MIN 8192  /* minimum elements per task when splitting the reduced space */
 
@@ -103,18 +104,6 @@ static inline int64_t odo_next(int n, const int64_t *d, const int64_t *s, int64_
   return off;
 }
 
-static inline double run_sum(const float *x, int64_t n) {
-  double total = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
-    int64_t j1 = j0 + CHUNK < n ? j0 + CHUNK : n;
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = j0; j < j1; j++) s += x[j];
-    total += s;
-  }
-  return total;
-}
-
 static inline float run_max(const float *x, int64_t n) {
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
@@ -136,7 +125,7 @@ static double seg_reduce_rinner(const rplan *p, const float *x, int64_t o, int64
       float m = run_max(x + base + off + j, n);
       acc = m > acc ? m : acc;
     } else {
-      acc += run_sum(x + base + off + j, n);
+      acc += ts__sum_run(x + base + off + j, n);
     }
     e += n;
     j = 0;

@@ -8,9 +8,10 @@
 
 #include "dnnl_ctx.h"
 #include "eltwise.h" /* ts__expf */
+#include "ksum.h"
 
 #define PAR_MIN 16384 /* elements below which kernels stay on one thread */
-#define CHUNK 2048    /* float partial sums are flushed to double every CHUNK elements */
+#define CHUNK TS__SUM_CHUNK /* float partial sums are flushed to double every CHUNK elements */
 #define ICH 256       /* inner-axis chunk for softmax over a non-last axis */
 
 /* ---- row helpers (contiguous rows) ---- */
@@ -39,18 +40,6 @@ static inline double row_sum_exp(const float *x, float m, float *e, int64_t n) {
 #pragma omp simd reduction(+ : s)
       for (int64_t j = j0; j < j1; j++) s += ts__expf(x[j] - m);
     }
-    total += s;
-  }
-  return total;
-}
-
-static inline double row_sum(const float *x, int64_t n) {
-  double total = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
-    int64_t j1 = j0 + CHUNK < n ? j0 + CHUNK : n;
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = j0; j < j1; j++) s += x[j];
     total += s;
   }
   return total;
@@ -160,7 +149,7 @@ int ts__softmax_bwd_ref(const float *dy, const float *y, float *dx, int64_t oute
       const float *g = dy + r * len, *yr = y + r * len;
       float *d = dx + r * len;
       if (log) {
-        float s = (float)row_sum(g, len);
+        float s = (float)ts__sum_run(g, len);
 #pragma omp simd
         for (int64_t j = 0; j < len; j++) d[j] = g[j] - ts__expf(yr[j]) * s;
       } else {
@@ -263,7 +252,7 @@ int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i
       double ls = (double)m + log(row_sum_exp(x, m, NULL, C));
       if (lse) lse[i] = (float)ls;
       double li = (1.0 - s) * (ls - x[l]);
-      if (s != 0) li += s * (ls - row_sum(x, C) / (double)C);
+      if (s != 0) li += s * (ls - ts__sum_run(x, C) / (double)C);
       acc += li;
     }
     if (t < MAX_THREADS) part[t] = acc;
@@ -352,7 +341,7 @@ int ts__softmax_ce_shard_stats_ref(const float *logits, const void *labels, int 
     const float *x = logits + i * Cl;
     st[0] = (float)row_sum_exp(x, M[i], NULL, Cl);
     st[1] = l >= offset && l < offset + Cl ? x[l - offset] : 0.0f;
-    st[2] = (float)row_sum(x, Cl);
+    st[2] = (float)ts__sum_run(x, Cl);
   }
   return TS_OK;
 }

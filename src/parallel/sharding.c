@@ -87,26 +87,6 @@ static int forbid(rule *R, int i, int d, const char *why) {
   return TS_OK;
 }
 
-static void strategy_str(const ts_op_strategy *s, char *buf, size_t cap) {
-  size_t n = 0;
-  buf[0] = 0;
-#define APP(...)                                                        \
-  do {                                                                  \
-    if (n < cap) {                                                      \
-      int k_ = snprintf(buf + n, cap - n, __VA_ARGS__);                 \
-      if (k_ > 0) n += (size_t)k_;                                      \
-    }                                                                   \
-  } while (0)
-  APP("(");
-  for (int i = 0; i < s->ninputs; i++) {
-    APP(i ? ",(" : "(");
-    for (int d = 0; d < s->ndim[i]; d++) APP(d ? ",%lld" : "%lld", (long long)s->cuts[i][d]);
-    APP(s->ndim[i] == 1 ? ",)" : ")");
-  }
-  APP(s->ninputs == 1 ? ",)" : ")"); /* Python tuple syntax, as strategy files write it */
-#undef APP
-}
-
 /* Checks common to every op: counts, dimensions, cuts >= 1 that divide their dimension. */
 static int check_inputs(rule *R, int nmin, int nmax) {
   if (R->nin < nmin || R->nin > nmax) {
@@ -570,7 +550,7 @@ int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const t
   }
   if (prod > ndevices || ndevices % prod) {
     char buf[256];
-    strategy_str(s, buf, sizeof buf);
+    ts_op_strategy_str(s, buf, sizeof buf);
     return ts_error_set(TS_EINVAL,
                         "%s: strategy %s cuts the computation into %s%lld pieces, which does not "
                         "divide %d devices",

@@ -13,6 +13,7 @@
 
 #include "tessera/strategy.h"
 #include "../base/afile.h"
+#include "../base/rfile.h"
 #include "parallel_impl.h"
 
 /* ---- text ---- */
@@ -753,30 +754,9 @@ out:
 int ts_strategy_set_load(const char *path, int device_num, ts_strategy_set **out) {
   if (!path || !out) return ts_error_set(TS_EINVAL, "ts_strategy_set_load: NULL argument");
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ts_error_set(TS_ENOTFOUND, "%s: cannot open: %s", path, strerror(errno));
   char *buf = NULL;
-  size_t n = 0, cap = 0;
-  int rc = TS_OK;
-  for (;;) {
-    if (n + 4096 > cap) {
-      size_t nc = cap ? 2 * cap : 65536;
-      char *nb = realloc(buf, nc);
-      if (!nb) {
-        rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-        break;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    size_t k = fread(buf + n, 1, cap - n, f);
-    n += k;
-    if (k == 0) {
-      if (ferror(f)) rc = ts_error_set(TS_EIO, "%s: read failed", path);
-      break;
-    }
-  }
-  fclose(f);
+  size_t n = 0;
+  int rc = ts__file_read_all(path, "cannot open", &buf, &n);
   if (!rc) rc = parse_doc(path, buf, n, device_num, out);
   free(buf);
   return rc;

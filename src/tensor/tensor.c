@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tessera/tensor.h"
+#include "../base/text.h"
 
 ts_shape ts_shape_make(int ndim, const int64_t *dims) {
   ts_shape s;
@@ -46,11 +47,9 @@ char *ts_shape_str(const ts_shape *s, char *buf, size_t cap) {
   size_t n = 0;
   if (!cap) return buf;
   buf[0] = 0;
-  n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "(");
-  for (int i = 0; i < s->ndim; i++)
-    n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, i ? ",%lld" : "%lld", (long long)s->dims[i]);
-  snprintf(buf + n, n < cap ? cap - n : 0, ")");
-  buf[cap - 1] = 0;
+  ts__app(buf, cap, &n, "(");
+  for (int i = 0; i < s->ndim; i++) ts__app(buf, cap, &n, i ? ",%lld" : "%lld", (long long)s->dims[i]);
+  ts__app(buf, cap, &n, ")");
   return buf;
 }
 

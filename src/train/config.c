@@ -12,6 +12,8 @@
 #include <yaml.h>
 
 #include "config_impl.h"
+#include "../base/rfile.h"
+#include "../base/text.h"
 #include "tessera/strategy.h"
 
 _Static_assert(sizeof(ts_model_kind) == sizeof(int) && sizeof(ts_optim_kind) == sizeof(int) &&
@@ -196,11 +198,7 @@ static void suggest_key(const char *full, char *out, size_t cap) {
 static void list_names(char *out, size_t cap, const char *const *names, int n) {
   size_t len = 0;
   out[0] = 0;
-  for (int i = 0; i < n && len + 1 < cap; i++) {
-    int w = snprintf(out + len, cap - len, "%s%s", i ? ", " : "", names[i]);
-    if (w < 0) break;
-    len += (size_t)w;
-  }
+  for (int i = 0; i < n; i++) ts__app(out, cap, &len, "%s%s", i ? ", " : "", names[i]);
 }
 
 /* ------------------------------------------------------------------ parse context, errors */
@@ -1095,29 +1093,17 @@ int ts_config_load(const char *path, const char *const *overrides, int n, ts_con
     int rc = apply_overrides(cfg, overrides, n);
     return rc ? rc : ts_config_validate(cfg);
   }
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno; /* ts_config_defaults may change errno */
+  char *text = NULL;
+  size_t len = 0;
+  int rc = ts__file_read_all(path, "cannot read the config", &text, &len);
+  if (rc) { /* a file that cannot be read is a configuration error (exit 2 in the CLI) */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ts_last_error());
     ts_config_defaults(cfg);
-    return ts_error_set(TS_ECONFIG, "%s: cannot read the config: %s", path, strerror(e));
+    return ts_error_set(rc == TS_ENOMEM ? TS_ENOMEM : TS_ECONFIG, "%s", msg);
   }
-  sb b = {0};
-  char buf[65536];
-  size_t r;
-  while ((r = fread(buf, 1, sizeof buf, f)) > 0) sb_putn(&b, buf, r);
-  int err = ferror(f);
-  fclose(f);
-  if (b.oom) {
-    free(b.p);
-    return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-  }
-  if (err) {
-    free(b.p);
-    ts_config_defaults(cfg);
-    return ts_error_set(TS_ECONFIG, "%s: cannot read the config", path);
-  }
-  int rc = load_text(b.p ? b.p : "", b.n, path, overrides, n, cfg);
-  free(b.p);
+  rc = load_text(text, len, path, overrides, n, cfg);
+  free(text);
   return rc;
 }
 
@@ -1291,11 +1277,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
   if (k->names) {
     size_t len = 0;
     values[0] = 0;
-    for (int j = 0; k->names[j] && len + 1 < sizeof values; j++) {
-      int w = snprintf(values + len, sizeof values - len, "%s%s", j ? "|" : "", k->names[j]);
-      if (w < 0) break;
-      len += (size_t)w;
-    }
+    for (int j = 0; k->names[j]; j++) ts__app(values, sizeof values, &len, "%s%s", j ? "|" : "", k->names[j]);
     out->values = values;
   }
   out->doc = k->doc;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tessera/base.h"
+#include "../base/rfile.h"
 #include "tessera/plot.h"
 
 #define W 1000
@@ -180,8 +181,9 @@ static int write_png(const char *path, const canvas *c) {
 }
 
 int ts_plot_metrics(const char *metrics_path, const char *png_path) {
-  FILE *f = fopen(metrics_path, "r");
-  if (!f) return ts_error_set(TS_ENOTFOUND, "%s: cannot open: %s", metrics_path, strerror(errno));
+  FILE *f;
+  int rc0 = ts__file_fopen_read(metrics_path, "cannot open", &f);
+  if (rc0) return rc0;
   series tl = {0}, el = {0}, ea = {0};
   char *buf = NULL;
   size_t cap = 0;

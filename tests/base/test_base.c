@@ -1,7 +1,65 @@
-/* Base layer: status strings, error messages, Philox known answers, RNG statistics, logging hook. */
+/* Base layer: status strings, error messages, Philox known answers, RNG statistics, logging hook,
+ * opening user-given files for reading (FIFOs and folders refused at once). */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/rfile.h"
+#include "tessera/config.h"
+#include "tessera/io.h"
+#include "tessera/strategy.h"
 #include "test_util.h"
+
+static int has(const char *s) { return strstr(ts_last_error(), s) != NULL; }
+
+/* A FIFO or a folder where a file is expected fails at once with a message naming it; alarm()
+ * turns a regression (open blocking on the FIFO) into a failure instead of a hang. */
+static void test_read_files(void) {
+  char dir[] = "/tmp/ts_rfile_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char fifo[300], sub[300], reg[300], none[300];
+  snprintf(fifo, sizeof fifo, "%s/fifo.yaml", dir);
+  snprintf(sub, sizeof sub, "%s/sub.safetensors", dir);
+  snprintf(reg, sizeof reg, "%s/reg.txt", dir);
+  snprintf(none, sizeof none, "%s/none.json", dir);
+  CHECK(mkfifo(fifo, 0600) == 0 && mkdir(sub, 0700) == 0);
+  FILE *w = fopen(reg, "wb");
+  CHECK(w && fputs("model: {name: mlp}\n", w) >= 0 && fclose(w) == 0);
+  alarm(20);
+  int fd = -1;
+  uint64_t size = 0;
+  CHECK(ts__file_open_read(fifo, "cannot read the config", &fd, NULL) == TS_EIO && fd == -1);
+  CHECK(has(fifo) && has("cannot read the config: is a FIFO"));
+  CHECK(ts__file_open_read(sub, NULL, &fd, NULL) == TS_EIO && has(sub) && has("cannot open: is a directory"));
+  CHECK(ts__file_open_read(none, NULL, &fd, NULL) == TS_ENOTFOUND && has(none) && has("No such file"));
+  CHECK_OK(ts__file_open_read(reg, NULL, &fd, &size));
+  CHECK(fd >= 0 && size == 19);
+  char b[32] = {0};
+  CHECK(fd >= 0 && ts__read_full(fd, b, 19) == 0 && !strcmp(b, "model: {name: mlp}\n"));
+  CHECK(fd >= 0 && ts__read_full(fd, b, 1) == -2);
+  if (fd >= 0) close(fd);
+  char *text = NULL;
+  size_t len = 0;
+  CHECK_OK(ts__file_read_all(reg, NULL, &text, &len));
+  CHECK(text && len == 19 && !strcmp(text, "model: {name: mlp}\n"));
+  free(text);
+  CHECK(ts__file_read_all(fifo, "x", &text, &len) == TS_EIO && text == NULL);
+  /* through the readers that use it */
+  ts_config cfg;
+  CHECK(ts_config_load(fifo, NULL, 0, &cfg) == TS_ECONFIG && has(fifo) && has("is a FIFO"));
+  CHECK(ts_config_load(sub, NULL, 0, &cfg) == TS_ECONFIG && has(sub) && has("is a directory"));
+  ts_st_file *st = NULL;
+  CHECK(ts_st_open(fifo, &st) == TS_EIO && st == NULL && has(fifo) && has("is a FIFO"));
+  CHECK(ts_st_open(sub, &st) == TS_EIO && st == NULL && has(sub) && has("is a directory"));
+  ts_strategy_set *ss = NULL;
+  CHECK(ts_strategy_set_load(fifo, 1, &ss) == TS_EIO && ss == NULL && has(fifo) && has("is a FIFO"));
+  alarm(0);
+  unlink(fifo);
+  rmdir(sub);
+  unlink(reg);
+  rmdir(dir);
+}
 
 static int hook_calls;
 static char hook_last[256];
@@ -57,6 +115,8 @@ int main(void) {
   CHECK(hook_calls == 1 && strcmp(hook_last, "kept 2") == 0);
   ts_log_set_hook(NULL, NULL);
   CHECK(ts_time_now() > 0);
-  printf("checked: error codes/messages, Philox KATs, RNG moments over %d draws, logging hook\n", N);
+  test_read_files();
+  printf("checked: error codes/messages, Philox KATs, RNG moments over %d draws, logging hook, "
+         "reading a FIFO/folder/missing/regular file\n", N);
   return ts_test_finish("test_base");
 }

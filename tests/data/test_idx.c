@@ -22,21 +22,19 @@ static void write_file(const char *path, const unsigned char *b, size_t n, int g
 
 int main(void) {
   ts_tensor im, lb;
-  if (access(TS_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) == 0) {
-    CHECK_OK(ts_mnist_load(TS_FASHION_MNIST_DIR, "train", &im, &lb));
+  if (ts_test_have_fashion_mnist()) {
+    CHECK_OK(ts_mnist_load(ts_test_fashion_mnist_dir(), "train", &im, &lb));
     CHECK(im.shape.ndim == 3 && im.shape.dims[0] == 60000 && im.shape.dims[1] == 28 && im.shape.dims[2] == 28);
     int hist[10] = {0};
     for (int i = 0; i < 60000; i++) hist[((uint8_t *)lb.data)[i]]++;
     for (int c = 0; c < 10; c++) CHECK_MSG(hist[c] == 6000, "class %d has %d", c, hist[c]);
     ts_tensor_free(&im);
     ts_tensor_free(&lb);
-    CHECK_OK(ts_mnist_load(TS_FASHION_MNIST_DIR, "t10k", &im, &lb));
+    CHECK_OK(ts_mnist_load(ts_test_fashion_mnist_dir(), "t10k", &im, &lb));
     CHECK(im.shape.dims[0] == 10000 && lb.shape.dims[0] == 10000);
     ts_tensor_free(&im);
     ts_tensor_free(&lb);
     printf("real Fashion-MNIST: 60000 train (6000 per class) + 10000 test\n");
-  } else {
-    printf("SKIP real data: %s not installed (scripts/install-deps.sh installs it)\n", TS_FASHION_MNIST_DIR);
   }
   char dir[] = "/tmp/ts_idx_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);

@@ -450,12 +450,9 @@ static void test_idx_lying_header(void) {
 }
 
 static void test_mnist(void) {
-  if (access(TS_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0) {
-    printf("SKIP real Fashion-MNIST: %s not installed (scripts/install-deps.sh installs it)\n", TS_FASHION_MNIST_DIR);
-    return;
-  }
+  if (!ts_test_have_fashion_mnist()) return;
   ts_source *s;
-  CHECK_OK(ts_source_mnist(TS_FASHION_MNIST_DIR, "train", &s));
+  CHECK_OK(ts_source_mnist(ts_test_fashion_mnist_dir(), "train", &s));
   CHECK(ts_source_len(s) == 60000 && ts_source_num_classes(s) == 10 && !strcmp(ts_source_kind(s), "mnist"));
   int64_t hist[10] = {0};
   for (int64_t i = 0; i < 60000; i++) {
@@ -465,7 +462,7 @@ static void test_mnist(void) {
   }
   for (int c = 0; c < 10; c++) CHECK_MSG(hist[c] == 6000, "class %d has %lld", c, (long long)hist[c]);
   ts_tensor im, lb;
-  CHECK_OK(ts_mnist_load(TS_FASHION_MNIST_DIR, "train", &im, &lb));
+  CHECK_OK(ts_mnist_load(ts_test_fashion_mnist_dir(), "train", &im, &lb));
   ts_sample smp;
   CHECK_OK(ts_source_get(s, 59999, &smp));
   CHECK(smp.data.dtype == TS_U8 && smp.data.shape.ndim == 3 && smp.data.shape.dims[0] == 28 &&
@@ -475,7 +472,7 @@ static void test_mnist(void) {
   ts_tensor_free(&im);
   ts_tensor_free(&lb);
   ts_source_free(s);
-  CHECK_OK(ts_source_mnist(TS_FASHION_MNIST_DIR, "test", &s));
+  CHECK_OK(ts_source_mnist(ts_test_fashion_mnist_dir(), "test", &s));
   CHECK(ts_source_len(s) == 10000);
   ts_source_free(s);
   printf("real Fashion-MNIST through ts_source_mnist: 60000 (6000 per class) + 10000\n");

@@ -39,9 +39,11 @@ static float *run(const char *dir, const char *resume, int64_t stop_at, size_t *
   char s1[300], s2[300];
   snprintf(s1, sizeof s1, "checkpoint.dir=%s", dir);
   snprintf(s2, sizeof s2, "checkpoint.resume=%s", resume ? resume : "");
-  const char *sets[] = {s1, s2, "checkpoint.save_last=true"};
+  char s3[4200];
+  snprintf(s3, sizeof s3, "data.path=%s", ts_test_fashion_mnist_dir());
+  const char *sets[] = {s1, s2, "checkpoint.save_last=true", s3};
   ts_config cfg;
-  CHECK_OK(ts_config_load_string(k_yaml, "resume-test.yaml", sets, 3, &cfg));
+  CHECK_OK(ts_config_load_string(k_yaml, "resume-test.yaml", sets, 4, &cfg));
   ts_trainer *t = NULL;
   CHECK_OK(ts_trainer_create(&cfg, &t));
   if (!t) return NULL;
@@ -61,10 +63,7 @@ static float *run(const char *dir, const char *resume, int64_t stop_at, size_t *
 }
 
 int main(void) {
-  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
-    printf("SKIP: Fashion-MNIST not installed (scripts/install-deps.sh installs it)\n");
-    return ts_test_finish("test_resume");
-  }
+  if (!ts_test_have_fashion_mnist()) return ts_test_finish("test_resume");
   char da[] = "/tmp/ts_resume_a_XXXXXX", db[] = "/tmp/ts_resume_b_XXXXXX", dc[] = "/tmp/ts_resume_c_XXXXXX";
   CHECK(mkdtemp(da) && mkdtemp(db) && mkdtemp(dc));
   size_t na = 0, nb = 0, nc = 0, nr = 0;
