@@ -202,8 +202,7 @@ int ts_ckpt_info_get(const ts_st_file *f, ts_ckpt_info *info) {
       (rc = meta_i64(f, META("loss_scale_growth_tracker"), &info->loss_scale_growth_tracker)))
     return rc;
   /* a position no run can reach is a damaged or forged header, not a place to resume from */
-  if (info->step < 0 || info->epoch < 0 || info->batch_index < 0 || info->epoch > info->step ||
-      info->batch_index > info->step)
+  if (info->step < 0 || info->epoch < 0 || info->batch_index < 0 || info->epoch > info->step)
     return ts_error_set(TS_EFORMAT, "%s: impossible position in the header: step %lld, epoch %lld, batch %lld",
                         ts_st_path(f), (long long)info->step, (long long)info->epoch, (long long)info->batch_index);
   s = ts_st_meta(f, META("config"));

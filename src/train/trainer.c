@@ -9,7 +9,6 @@
 
 #include "tessera/checkpoint.h"
 #include "tessera/plot.h"
-#include "tessera/tessera.h"
 #include "tessera/zoo.h"
 #include "train_impl.h"
 
