@@ -337,8 +337,11 @@ int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part) 
   if (L && ts_layout_ndevices(L) != nranks)
     return ts_error_set(TS_EINVAL, "parameter '%s' is laid out on %d devices, the job has %d ranks",
                         ts_params_name(p, id), ts_layout_ndevices(L), nranks);
-  int64_t *keys = malloc(sizeof(int64_t) * (size_t)nranks);
-  if (!keys) return ts_error_set(TS_ENOMEM, "ts_params_rank_partition: out of memory");
+  /* the key (the slice's coordinates on the axes the layout cuts, mixed radix) is below the
+   * product of those axes, so below nranks: pieces numbered by first appearance in one pass */
+  int *first = malloc(sizeof(int) * (size_t)nranks);
+  if (!first) return ts_error_set(TS_ENOMEM, "ts_params_rank_partition: out of memory");
+  for (int r = 0; r < nranks; r++) first[r] = -1;
   int nparts = 0;
   for (int r = 0; r < nranks; r++) {
     int64_t key = 0;
@@ -348,12 +351,14 @@ int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part) 
       for (int d = 0; d < L->ndim; d++)
         if (L->tmap[d] >= 0) key = key * L->dev[L->tmap[d]] + coords[L->tmap[d]];
     }
-    keys[r] = key;
-    int k;
-    for (k = 0; k < r; k++)
-      if (keys[k] == key) break;
-    part[r] = k == r ? nparts++ : part[k];
+    if (key < 0 || key >= nranks) { /* a layout the store validated cannot get here */
+      free(first);
+      return ts_error_set(TS_EINVAL, "parameter '%s': slice key %lld outside %d ranks", ts_params_name(p, id),
+                          (long long)key, nranks);
+    }
+    if (first[key] < 0) first[key] = nparts++;
+    part[r] = first[key];
   }
-  free(keys);
+  free(first);
   return nparts;
 }
