@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "tessera/data.h"
+#include "tessera/dist.h"
 #include "tessera/optim.h"
 #include "tessera/zoo.h"
 
@@ -284,6 +285,9 @@ void ts_config_lenet5(const ts_config *cfg, ts_lenet5_config *out);
 void ts_config_convnet(const ts_config *cfg, ts_convnet_config *out);
 void ts_config_resnet(const ts_config *cfg, ts_resnet_config *out);
 void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out);
+/* The distribution keys (train.* batch sizes and seed, parallel.*, the optimizer's needs) as a
+ * distribution object's configuration (include/tessera/dist.h). */
+void ts_config_dist(const ts_config *cfg, ts_dist_config *out);
 
 #ifdef __cplusplus
 }

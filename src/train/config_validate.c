@@ -295,3 +295,20 @@ void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out) {
   out->dropout = (float)cfg->model.dropout;
   out->dropout_seed = cfg->train.seed;
 }
+
+void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
+  static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
+  memset(out, 0, sizeof *out);
+  out->micro_batch = cfg->train.micro_batch_size;
+  out->eval_batch = cfg->train.eval_batch_size;
+  out->accum = cfg->train.batch_size / cfg->train.micro_batch_size;
+  out->seed = cfg->train.seed;
+  out->gradients_mean = cfg->parallel.gradients_mean;
+  out->overlap = cfg->parallel.overlap;
+  out->sync_batchnorm = cfg->parallel.sync_batchnorm;
+  out->full_batch = cfg->parallel.full_batch;
+  out->parameter_broadcast = cfg->parallel.parameter_broadcast;
+  out->bucket_mb = cfg->parallel.bucket_size_mb;
+  out->wire = wire[cfg->parallel.comm_dtype];
+  out->lamb = cfg->optimizer.name == TS_OPTIM_LAMB;
+}

@@ -72,20 +72,7 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
   if (!*vt)
     return ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s (the strategy search) is not available yet "
                         "(use semi_auto_parallel with parallel.strategies, data_parallel or hybrid_parallel)", mode);
-  static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
-  memset(dc, 0, sizeof *dc);
-  dc->micro_batch = c->train.micro_batch_size;
-  dc->eval_batch = c->train.eval_batch_size;
-  dc->accum = c->train.batch_size / c->train.micro_batch_size;
-  dc->seed = c->train.seed;
-  dc->gradients_mean = c->parallel.gradients_mean;
-  dc->overlap = c->parallel.overlap;
-  dc->sync_batchnorm = c->parallel.sync_batchnorm;
-  dc->full_batch = c->parallel.full_batch;
-  dc->parameter_broadcast = c->parallel.parameter_broadcast;
-  dc->bucket_mb = c->parallel.bucket_size_mb;
-  dc->wire = wire[c->parallel.comm_dtype];
-  dc->lamb = c->optimizer.name == TS_OPTIM_LAMB;
+  ts_config_dist(c, dc);
   memset(m, 0, sizeof *m);
   m->fn = fn ? fn : zoo_model;
   m->user = fn ? user : (void *)c;
