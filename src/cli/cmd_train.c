@@ -153,10 +153,12 @@ int ts_cli_plan(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       free(rest);
       printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--set key=value ...]\n"
-             "Prints what semi_auto_parallel does with the config on N devices, without MPI and\n"
-             "without training: every operator's strategy and layouts, the collectives inserted with\n"
-             "bytes per step, and per-rank memory for parameters, gradients, optimizer state and\n"
-             "activations next to one process's (for rank R, default 0).\n"
+             "Prints what the config's parallel.mode does on N devices, without MPI and without\n"
+             "training: the data cut, every operator's strategy and layouts (semi_auto_parallel),\n"
+             "the collectives inserted with bytes per step, and per-rank memory for parameters,\n"
+             "gradients, optimizer state and activations next to one process's (for rank R,\n"
+             "default 0). N is at most 1048576 (2^20); the time grows linearly with N (about\n"
+             "0.3 s per 100,000 devices for the GPT example).\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
       return 0;
     }
@@ -165,7 +167,7 @@ int ts_cli_plan(int argc, char **argv) {
       long v = strtol(argv[i + 1], &end, 10);
       if (*end || v < 0 || v > 1 << 20) {
         free(rest);
-        return ts_cli_fail(2, "plan: %s needs a number, got '%s'", argv[i], argv[i + 1]);
+        return ts_cli_fail(2, "plan: %s needs a number from 0 to 1048576, got '%s'", argv[i], argv[i + 1]);
       }
       if (argv[i][1] == 'n') n = (int)v;
       else rank = (int)v;

@@ -69,8 +69,10 @@ int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
     free(first);
     return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
   }
-  /* part[r] = index of the group of rank r (groups numbered by first appearance) */
+  /* part[r] = index of the group of rank r (groups numbered by first appearance); first[lo]: the
+   * group whose lowest rank is lo, so one pass over the ranks */
   int ngr = 0;
+  for (int r = 0; r < N; r++) first[r] = -1;
   for (int r = 0; r < N; r++) {
     int coords[TS_LAYOUT_MAX_AXES];
     ts_layout_rank_coords(l, r, coords);
@@ -78,11 +80,8 @@ int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
     /* the group's lowest rank: coordinate 0 on the axis */
     int lo = 0;
     for (int a = 0; a < l->ndev; a++) lo = lo * l->dev[a] + coords[a];
-    int k;
-    for (k = 0; k < ngr; k++)
-      if (first[k] == lo) break;
-    if (k == ngr) first[ngr++] = lo;
-    part[r] = k;
+    if (first[lo] < 0) first[lo] = ngr++;
+    part[r] = first[lo];
   }
   free(first);
   for (int s = 0; s < p->nslots; s++) {

@@ -55,16 +55,16 @@ int ts_layout_validate(const ts_layout *l) {
   if (l->ndim < 0 || l->ndim > TS_MAX_DIMS)
     return ts_error_set(TS_EINVAL, "layout: tensor has %d dims (expected 0..%d)", l->ndim,
                         TS_MAX_DIMS);
-  char s[160];
-  ts_layout_str(l, s, sizeof s);
+  char s[160]; /* the layout as text, formatted only for a message */
   int64_t total = 1;
   for (int a = 0; a < l->ndev; a++) {
     if (l->dev[a] < 1)
       return ts_error_set(TS_EINVAL, "layout %s: device matrix axis %d has size %d (must be >= 1)",
-                          s, a, l->dev[a]);
+                          ts_layout_str(l, s, sizeof s), a, l->dev[a]);
     total *= l->dev[a];
     if (total > INT_MAX)
-      return ts_error_set(TS_EINVAL, "layout %s: device matrix has more than %d devices", s,
+      return ts_error_set(TS_EINVAL, "layout %s: device matrix has more than %d devices",
+                          ts_layout_str(l, s, sizeof s),
                           INT_MAX);
   }
   int owner[TS_LAYOUT_MAX_AXES];
@@ -75,21 +75,22 @@ int ts_layout_validate(const ts_layout *l) {
       return ts_error_set(TS_EINVAL,
                           "layout %s: tensor map entry %d (dim %d) is %d, outside -1..%d (the "
                           "device matrix has %d axes)",
-                          s, i, i, a, l->ndev - 1, l->ndev);
+                          ts_layout_str(l, s, sizeof s), i, i, a, l->ndev - 1, l->ndev);
     if (a < 0) continue;
     if (owner[a] >= 0)
-      return ts_error_set(TS_EINVAL, "layout %s: device axis %d cuts both dim %d and dim %d", s,
+      return ts_error_set(TS_EINVAL, "layout %s: device axis %d cuts both dim %d and dim %d",
+                          ts_layout_str(l, s, sizeof s),
                           a, owner[a], i);
     owner[a] = i;
   }
   if (l->partial >> l->ndev)
     return ts_error_set(TS_EINVAL,
                         "layout %s: partial mask 0x%x names an axis beyond the device matrix's %d",
-                        s, l->partial, l->ndev);
+                        ts_layout_str(l, s, sizeof s), l->partial, l->ndev);
   for (int a = 0; a < l->ndev; a++)
     if ((l->partial & (1u << a)) && owner[a] >= 0)
       return ts_error_set(TS_EINVAL, "layout %s: device axis %d both cuts dim %d and is partial",
-                          s, a, owner[a]);
+                          ts_layout_str(l, s, sizeof s), a, owner[a]);
   return TS_OK;
 }
 
