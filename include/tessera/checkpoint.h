@@ -117,6 +117,12 @@ int ts_ckpt_path(char *buf, size_t cap, const char *dir, const char *prefix, int
  * the newest keep_max (keep_max <= 0: keeps all). Returns the number deleted, or a negative
  * status (TS_EIO naming the file). A missing dir deletes nothing. */
 int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max);
+/* Deletes the temporary files that killed saves of the series left in dir: only the atomic
+ * writer's own naming, "<prefix>-<digits>.safetensors.tmp.<pid>.<counter>", whose writing
+ * process no longer runs (or that have not changed for a day); never this process's. ts_ckpt_save
+ * does it for the series of the path it writes. Returns the number deleted, or a negative status
+ * (TS_EIO naming the file). A missing dir deletes nothing. */
+int ts_ckpt_clean_temps(const char *dir, const char *prefix);
 /* The path of the checkpoint with the largest step in dir; TS_ENOTFOUND if there is none (or no
  * dir). */
 int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap);

@@ -51,6 +51,10 @@ typedef struct {
   int64_t (*label)(void *self, int64_t index);              /* optional: label without decoding */
   int (*num_classes)(void *self);                           /* optional: 0 if unknown */
   void (*destroy)(void *self);                              /* optional */
+  /* optional: what sample `index` is for a person reading an error (the image's file, or
+   * "<file>, record <i>"), written to buf (NUL-terminated, cut to cap); returns TS_OK, or an
+   * error when it has no name. */
+  int (*sample_name)(void *self, int64_t index, char *buf, size_t cap);
 } ts_source_vtable;
 
 typedef struct ts_source ts_source;
@@ -64,6 +68,9 @@ int ts_source_get(ts_source *s, int64_t index, ts_sample *out);
 /* Label of sample `index` (decoding it if the source has no label function); < 0 on error. */
 int64_t ts_source_label(ts_source *s, int64_t index);
 int ts_source_num_classes(ts_source *s);
+/* Name of sample `index` for messages (see sample_name above): 1 if buf holds one, 0 if the
+ * source names none (buf = ""); never sets the error message. */
+int ts_source_sample_name(ts_source *s, int64_t index, char *buf, size_t cap);
 
 /* MNIST / Fashion-MNIST split ("train" or "t10k"): samples u8 (28,28,1). */
 int ts_source_mnist(const char *dir, const char *split, ts_source **out);
@@ -75,6 +82,15 @@ int ts_source_cifar(const char *dir, int cifar100, int train, ts_source **out);
 /* An image folder: root/<class>/<file>.{png,jpg,jpeg}; classes are the sub-folders in sorted
  * order. Samples u8 (H,W,C) decoded with libpng / libjpeg-turbo. */
 int ts_source_image_folder(const char *root, ts_source **out);
+/* The same with the classes given (another split of the same data: the training split's
+ * ts_source_class_names): a sub-folder's label is the position of its name in classes; a
+ * sub-folder whose name is not there is an error naming it and root; classes without a folder
+ * have no samples. num_classes is nclasses. */
+int ts_source_image_folder_classes(const char *root, const char *const *classes, int nclasses,
+                                   ts_source **out);
+/* The class names of an image-folder source (owned by it) and their count in *n; NULL (and *n 0)
+ * for any other source. */
+const char *const *ts_source_class_names(const ts_source *s, int *n);
 /* Tessera record shards (see ts_records_write): the paths of every shard file of one set, in any
  * order. Sample i is record i / S of shard i % S, i.e. the order of the source that was written.
  * The files are memory-mapped; headers and indexes are verified here, each record's CRC32 when it
@@ -153,6 +169,10 @@ typedef struct {
   float mean[8], std[8];
   float erase_scale[2], erase_ratio[2];
   ts_dtype dtype;
+  /* optional, for messages: the config list this transform comes from and its position there
+   * ("data.transforms", 2 -> "data.transforms[2] (resize): ..."); NULL: "transform <j>" */
+  const char *list;
+  int list_index;
 } ts_transform;
 
 ts_transform ts_tf_random_crop(int h, int w, int pad);

@@ -17,9 +17,19 @@ int ts_cli_fail(int code, const char *fmt, ...) {
   ts_comm *w = NULL;
   if (ts_comm_initialized() && ts_comm_world(&w) == TS_OK && ts_comm_size(w) > 1)
     fprintf(stderr, "[rank %d of %d] ", ts_comm_rank(w), ts_comm_size(w));
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  /* one line whatever the message holds: control characters (a newline in a --set value, a
+   * file name, a key) are written escaped */
+  char buf[4096];
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
+    if (*p == '\n') fputs("\\n", stderr);
+    else if (*p == '\t') fputs("\\t", stderr);
+    else if (*p == '\r') fputs("\\r", stderr);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
+    else fputc(*p, stderr);
+  }
+  fputc('\n', stderr);
   return code;
 }
 

@@ -20,6 +20,7 @@ typedef struct {
   int64_t first[6]; /* first global index of each file; first[nfiles] = total */
   int cifar100;
   size_t rec; /* record size */
+  char paths[5][4352]; /* the files, for messages */
 } cifar_src;
 
 static int64_t cifar_len(void *self) {
@@ -52,6 +53,14 @@ static int cifar_get(void *self, int64_t i, ts_sample *out) {
 static int64_t cifar_label(void *self, int64_t i) {
   cifar_src *c = self;
   return cifar_record(c, i)[c->cifar100 ? 1 : 0];
+}
+
+static int cifar_sample_name(void *self, int64_t i, char *buf, size_t cap) {
+  cifar_src *c = self;
+  int f = 0;
+  while (i >= c->first[f + 1]) f++;
+  snprintf(buf, cap, "%s, record %lld", c->paths[f], (long long)(i - c->first[f]));
+  return TS_OK;
 }
 
 static int cifar_classes(void *self) { return ((cifar_src *)self)->cifar100 ? 100 : 10; }
@@ -98,6 +107,7 @@ int ts_source_cifar(const char *dir, int cifar100, int train, ts_source **out) {
   int rc = TS_OK;
   for (int f = 0; f < n && rc == TS_OK; f++) {
     snprintf(path, sizeof path, "%s/%s", d, names[f]);
+    snprintf(c->paths[f], sizeof c->paths[f], "%s", path);
     rc = ts__map_file(path, &c->map[f]);
     if (rc) {
       if (rc == TS_ENOTFOUND)
@@ -129,8 +139,10 @@ int ts_source_cifar(const char *dir, int cifar100, int train, ts_source **out) {
     c->first[f + 1] = c->first[f] + nrec;
   }
   if (rc == TS_OK) {
-    static const ts_source_vtable vt10 = {"cifar10", cifar_len, cifar_get, cifar_label, cifar_classes, cifar_destroy};
-    static const ts_source_vtable vt100 = {"cifar100", cifar_len, cifar_get, cifar_label, cifar_classes, cifar_destroy};
+    static const ts_source_vtable vt10 = {"cifar10", cifar_len, cifar_get, cifar_label, cifar_classes, cifar_destroy,
+                                          cifar_sample_name};
+    static const ts_source_vtable vt100 = {"cifar100", cifar_len, cifar_get, cifar_label, cifar_classes, cifar_destroy,
+                                           cifar_sample_name};
     rc = ts_source_create(cifar100 ? &vt100 : &vt10, c, out);
   }
   if (rc) cifar_destroy(c);

@@ -147,6 +147,7 @@ int ts_mnist_load(const char *dir, const char *split, ts_tensor *images, ts_tens
 typedef struct {
   ts_tensor images, labels;
   int64_t n, h, w;
+  char path[1024]; /* the images file, for messages */
 } mnist_src;
 
 static int64_t mnist_len(void *self) { return ((mnist_src *)self)->n; }
@@ -162,6 +163,10 @@ static int mnist_get(void *self, int64_t i, ts_sample *out) {
 
 static int64_t mnist_label(void *self, int64_t i) { return ((const uint8_t *)((mnist_src *)self)->labels.data)[i]; }
 static int mnist_classes(void *self) { return 10; }
+static int mnist_sample_name(void *self, int64_t i, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s, image %lld", ((mnist_src *)self)->path, (long long)i);
+  return TS_OK;
+}
 
 static void mnist_destroy(void *self) {
   mnist_src *m = self;
@@ -184,7 +189,9 @@ int ts_source_mnist(const char *dir, const char *split, ts_source **out) {
   m->n = m->images.shape.dims[0];
   m->h = m->images.shape.dims[1];
   m->w = m->images.shape.dims[2];
-  static const ts_source_vtable vt = {"mnist", mnist_len, mnist_get, mnist_label, mnist_classes, mnist_destroy};
+  if (find_file(m->path, sizeof m->path, dir, split, "images-idx3-ubyte")) m->path[0] = 0;
+  static const ts_source_vtable vt = {"mnist",       mnist_len,     mnist_get,        mnist_label,
+                                      mnist_classes, mnist_destroy, mnist_sample_name};
   rc = ts_source_create(&vt, m, out);
   if (rc) mnist_destroy(m);
   return rc;

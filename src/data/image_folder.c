@@ -23,6 +23,7 @@
 #include <png.h>
 
 #include "source_internal.h"
+#include "../base/text.h"
 
 #define IMG_MAX_SIDE 32768
 
@@ -218,6 +219,10 @@ static int folder_get(void *self, int64_t i, ts_sample *out) {
 
 static int64_t folder_label(void *self, int64_t i) { return ((folder_src *)self)->files[i].label; }
 static int folder_classes(void *self) { return ((folder_src *)self)->nclasses; }
+static int folder_sample_name(void *self, int64_t i, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s", ((folder_src *)self)->files[i].path);
+  return TS_OK;
+}
 
 static void folder_destroy(void *self) {
   folder_src *f = self;
@@ -331,9 +336,16 @@ static int scan_class(folder_src *f, const char *dir, int32_t label, int depth) 
   return rc;
 }
 
-int ts_source_image_folder(const char *root, ts_source **out) {
+static const ts_source_vtable folder_vt = {"image-folder", folder_len,     folder_get,
+                                           folder_label,   folder_classes, folder_destroy,
+                                           folder_sample_name};
+
+/* given == NULL: the classes are root's sub-folders; else the class list is given (a copy is
+ * kept) and every sub-folder must be one of them. */
+static int open_folder(const char *root, const char *const *given, int ngiven, ts_source **out) {
   *out = NULL;
   if (!root) return ts_error_set(TS_EINVAL, "ts_source_image_folder: NULL root");
+  if (given && ngiven <= 0) return ts_error_set(TS_EINVAL, "ts_source_image_folder_classes: no classes");
   folder_src *f = calloc(1, sizeof *f);
   if (!f) return ts_error_set(TS_ENOMEM, "image folder: out of memory");
   char **names;
@@ -343,8 +355,13 @@ int ts_source_image_folder(const char *root, ts_source **out) {
     free(f);
     return rc;
   }
-  f->classes = calloc((size_t)(n ? n : 1), sizeof *f->classes);
+  f->classes = calloc((size_t)(given ? ngiven : n ? n : 1), sizeof *f->classes);
   if (!f->classes) rc = ts_error_set(TS_ENOMEM, "image folder: out of memory");
+  for (int c = 0; given && rc == TS_OK && c < ngiven; c++) {
+    if (!(f->classes[c] = strdup(given[c] ? given[c] : "")))
+      rc = ts_error_set(TS_ENOMEM, "image folder: out of memory");
+    f->nclasses = c + 1;
+  }
   for (int i = 0; rc == TS_OK && i < n; i++) {
     size_t len = strlen(root) + strlen(names[i]) + 2;
     char *p = malloc(len);
@@ -356,25 +373,63 @@ int ts_source_image_folder(const char *root, ts_source **out) {
     struct stat st;
     if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
       int64_t before = f->n;
-      f->classes[f->nclasses] = names[i];
-      names[i] = NULL;
-      rc = scan_class(f, p, f->nclasses, 0);
+      int label = f->nclasses;
+      if (given) { /* the class of this name in the given list */
+        for (label = 0; label < ngiven && strcmp(f->classes[label], names[i]); label++) {}
+        if (label == ngiven) {
+          char list[512];
+          size_t len = 0;
+          list[0] = 0;
+          for (int c = 0; c < ngiven; c++) ts__app(list, sizeof list, &len, "%s%s", c ? ", " : "", f->classes[c]);
+          rc = ts_error_set(TS_EFORMAT, "%s: class '%s' is not a class of the training split (%d: %s)", root,
+                            names[i], ngiven, list);
+          free(p);
+          break;
+        }
+      } else {
+        f->classes[f->nclasses++] = names[i];
+        names[i] = NULL;
+      }
+      rc = scan_class(f, p, label, 0);
       if (rc == TS_OK && f->n == before)
         rc = ts_error_set(TS_EFORMAT, "%s: class folder '%s' holds no image (.png, .jpg, .jpeg)", p,
-                          f->classes[f->nclasses]);
-      f->nclasses++;
+                          f->classes[label]);
     }
     free(p);
   }
   free_names(names, n);
-  if (rc == TS_OK && f->nclasses == 0)
+  if (rc == TS_OK && f->n == 0)
     rc = ts_error_set(TS_EFORMAT, "%s: image folder has no class sub-folders (expected %s/<class>/<image>)", root,
                       root);
-  if (rc == TS_OK) {
-    static const ts_source_vtable vt = {"image-folder", folder_len, folder_get, folder_label, folder_classes,
-                                        folder_destroy};
-    rc = ts_source_create(&vt, f, out);
+  if (rc == TS_OK && given) { /* samples class by class in the given order, like the training split */
+    for (int64_t i = 1; i < f->n; i++) {
+      img_file x = f->files[i];
+      int64_t j = i;
+      for (; j > 0 && f->files[j - 1].label > x.label; j--) f->files[j] = f->files[j - 1];
+      f->files[j] = x;
+    }
   }
+  if (rc == TS_OK) rc = ts_source_create(&folder_vt, f, out);
   if (rc) folder_destroy(f);
   return rc;
+}
+
+int ts_source_image_folder(const char *root, ts_source **out) { return open_folder(root, NULL, 0, out); }
+
+int ts_source_image_folder_classes(const char *root, const char *const *classes, int nclasses,
+                                   ts_source **out) {
+  if (!classes) {
+    if (out) *out = NULL;
+    return ts_error_set(TS_EINVAL, "ts_source_image_folder_classes: NULL classes");
+  }
+  return open_folder(root, classes, nclasses, out);
+}
+
+const char *const *ts_source_class_names(const ts_source *s, int *n) {
+  const ts_source_vtable *vt;
+  folder_src *f = ts__source_self(s, &vt);
+  if (n) *n = 0;
+  if (!f || vt->get != folder_get) return NULL;
+  if (n) *n = f->nclasses;
+  return (const char *const *)f->classes;
 }

@@ -191,6 +191,23 @@ static slot *claim_batch(ts_pipeline *p) {
   return s;
 }
 
+/* "sample 17 (/data/test/cat/img3.png)" or "sample 17" when the source names none; the name is
+ * left out when `reason` already holds it. */
+static const char *sample_desc(const ts_pipeline *p, int64_t idx, const char *reason, char *buf, size_t cap) {
+  char name[600];
+  if (ts_source_sample_name(p->cfg.source, idx, name, sizeof name) && !(reason && strstr(reason, name)))
+    snprintf(buf, cap, "sample %lld (%s)", (long long)idx, name);
+  else
+    snprintf(buf, cap, "sample %lld", (long long)idx);
+  return buf;
+}
+
+/* "test split: " (the pipeline's name) or "" */
+static const char *split_prefix(const ts_pipeline *p, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s%s", p->cfg.name ? p->cfg.name : "", p->cfg.name ? ": " : "");
+  return buf;
+}
+
 /* Decodes and transforms samples [k, k+c) of slot s (no lock held). */
 static void process_chunk(ts_pipeline *p, slot *s, int k, int c, int *err, int *err_pos, char *msg,
                           size_t cap) {
@@ -203,8 +220,10 @@ static void process_chunk(ts_pipeline *p, slot *s, int k, int c, int *err, int *
     if (rc == TS_OK)
       rc = ts_transforms_apply(p->tf, p->cfg.ntransforms, smp, ts__sample_key(p->cfg.seed, s->epoch, idx));
     if (rc) {
-      snprintf(msg, cap, "sample %lld (epoch %lld, batch %lld, position %d): %s", (long long)idx,
-               (long long)s->epoch, (long long)s->index, i, ts_last_error());
+      char why[1024], sd[700], pre[128];
+      snprintf(why, sizeof why, "%s", ts_last_error());
+      snprintf(msg, cap, "%s%s (epoch %lld, batch %lld, position %d): %s", split_prefix(p, pre, sizeof pre),
+               sample_desc(p, idx, why, sd, sizeof sd), (long long)s->epoch, (long long)s->index, i, why);
       *err = rc;
       *err_pos = i;
       ts_sample_free(smp);
@@ -220,18 +239,19 @@ static int ensure_tensor(ts_tensor *t, ts_dtype dt, ts_shape shp) {
 
 /* Stacks the samples of a finished slot (no lock held; the slot is not shared any more). */
 static void stack_slot(const ts_pipeline *p, slot *s) {
-  char msg[600];
+  char msg[2048];
   if (s->err) goto done;
   const ts_tensor *d0 = &s->smp[0].data, *t0 = &s->smp[0].target;
   const ts_shape *want = &p->cfg.expect_shape;
   for (int i = 0; want->ndim > 0 && i < s->n; i++) { /* every sample, so the message names the one at fault */
     const ts_tensor *d = &s->smp[i].data;
     if (d->dtype == p->cfg.expect_dtype && ts_shape_equal(&d->shape, want)) continue;
-    char sa[96], sb[96];
+    char sa[96], sb[96], sd[700];
     snprintf(msg, sizeof msg,
-             "%s: sample %lld (batch %lld of epoch %lld) is %s %s after the transforms, but the model was built "
+             "%s: %s (batch %lld of epoch %lld) is %s %s after the transforms, but the model was built "
              "for samples of %s %s (all samples of both splits must come out of their transforms alike)",
-             p->cfg.name ? p->cfg.name : "data", (long long)s->idx[i], (long long)s->index, (long long)s->epoch,
+             p->cfg.name ? p->cfg.name : "data", sample_desc(p, s->idx[i], NULL, sd, sizeof sd),
+             (long long)s->index, (long long)s->epoch,
              ts_shape_str(&d->shape, sa, sizeof sa), ts_dtype_name(d->dtype), ts_shape_str(want, sb, sizeof sb),
              ts_dtype_name(p->cfg.expect_dtype));
     slot_set_error(s, i, TS_ESHAPE, msg);
@@ -252,14 +272,15 @@ static void stack_slot(const ts_pipeline *p, slot *s) {
     else if (t->data && (t->dtype != t0->dtype || !ts_shape_equal(&t->shape, &t0->shape)))
       what = "target", a = t, b = t0;
     if (what) {
-      char sa[96] = "(none)", sb[96] = "(none)";
+      char sa[96] = "(none)", sb[96] = "(none)", da[700], db0[700], pre[128];
       if (a->data) ts_shape_str(&a->shape, sa, sizeof sa);
       if (b->data) ts_shape_str(&b->shape, sb, sizeof sb);
       snprintf(msg, sizeof msg,
-               "batch %lld of epoch %lld: cannot stack: sample %lld (position %d) has %s %s %s but sample "
-               "%lld (position 0) has %s %s (use resize or crop to a common size)",
-               (long long)s->index, (long long)s->epoch, (long long)s->idx[i], i, what, sa,
-               a->data ? ts_dtype_name(a->dtype) : "", (long long)s->idx[0], sb,
+               "%sbatch %lld of epoch %lld: cannot stack: %s (position %d) has %s %s %s but "
+               "%s (position 0) has %s %s (use resize or crop to a common size)",
+               split_prefix(p, pre, sizeof pre), (long long)s->index, (long long)s->epoch,
+               sample_desc(p, s->idx[i], NULL, da, sizeof da), i, what, sa,
+               a->data ? ts_dtype_name(a->dtype) : "", sample_desc(p, s->idx[0], NULL, db0, sizeof db0), sb,
                b->data ? ts_dtype_name(b->dtype) : "");
       slot_set_error(s, i, TS_ESHAPE, msg);
       goto done;
@@ -323,7 +344,7 @@ static void finish_chunk(ts_pipeline *p, slot *s, int c, int err, int err_pos, c
 
 static void *worker_main(void *arg) {
   ts_pipeline *p = arg;
-  char msg[700];
+  char msg[2048];
   pthread_mutex_lock(&p->mu);
   while (!atomic_load(&p->stop)) {
     int k, c;
@@ -505,7 +526,7 @@ int ts_pipeline_next(ts_pipeline *p, ts_batch *out) {
     s = claim_batch(p);
     pthread_mutex_unlock(&p->mu);
     if (s && s->state == SLOT_FILLING) {
-      char msg[700];
+      char msg[2048];
       int err = 0, err_pos = -1;
       process_chunk(p, s, 0, s->n, &err, &err_pos, msg, sizeof msg);
       if (err) slot_set_error(s, err_pos, err, msg);

@@ -267,6 +267,11 @@ static int64_t rec_label(void *self, int64_t i) {
 }
 
 static int rec_classes(void *self) { return ((rec_src *)self)->sh[0].info.num_classes; }
+static int rec_sample_name(void *self, int64_t i, char *buf, size_t cap) {
+  rec_src *rs = self;
+  snprintf(buf, cap, "%s, record %lld", rs->sh[i % rs->ns].path, (long long)(i / rs->ns));
+  return TS_OK;
+}
 
 static void rec_destroy(void *self) {
   rec_src *rs = self;
@@ -288,6 +293,10 @@ static int one_get(void *self, int64_t r, ts_sample *out) {
 }
 static int64_t one_label(void *self, int64_t r) { return ((one_src *)self)->sh.lab[r]; }
 static int one_classes(void *self) { return ((one_src *)self)->sh.info.num_classes; }
+static int one_sample_name(void *self, int64_t r, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s, record %lld", ((one_src *)self)->sh.path, (long long)r);
+  return TS_OK;
+}
 static void one_destroy(void *self) {
   one_src *o = self;
   shard_close(&o->sh);
@@ -315,7 +324,7 @@ int ts_source_records_shard(const char *path, ts_source **out) {
     free(o);
     return rc;
   }
-  static const ts_source_vtable vt = {"records", one_len, one_get, one_label, one_classes, one_destroy};
+  static const ts_source_vtable vt = {"records", one_len, one_get, one_label, one_classes, one_destroy, one_sample_name};
   rc = ts_source_create(&vt, o, out);
   if (rc) one_destroy(o);
   return rc;
@@ -374,7 +383,8 @@ int ts_source_records(const char *const *paths, int npaths, ts_source **out) {
   for (int i = 0; i < npaths; i++) shard_close(&tmp[i]);
   free(tmp);
   if (rc == TS_OK) {
-    static const ts_source_vtable vt = {"records", rec_len, rec_get, rec_label, rec_classes, rec_destroy};
+    static const ts_source_vtable vt = {"records",   rec_len,     rec_get,        rec_label,
+                                        rec_classes, rec_destroy, rec_sample_name};
     rc = ts_source_create(&vt, rs, out);
   }
   if (rc) rec_destroy(rs);

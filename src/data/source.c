@@ -1,6 +1,7 @@
 /* The source object: a table of functions over a random-access collection of samples. Every
  * built-in source (IDX, CIFAR, image folder, records, text) is created through ts_source_create
  * with its own vtable, exactly like a user's callback source. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "source_internal.h"
@@ -75,6 +76,23 @@ int64_t ts_source_label(ts_source *s, int64_t index) {
   int64_t l = smp.label;
   ts_sample_free(&smp);
   return l;
+}
+
+int ts_source_sample_name(ts_source *s, int64_t index, char *buf, size_t cap) {
+  if (!buf || !cap) return 0;
+  buf[0] = 0;
+  if (!s || !s->vt.sample_name || index < 0 || index >= s->vt.len(s->self)) return 0;
+  char saved[1024]; /* naming a sample must not replace the error being reported */
+  snprintf(saved, sizeof saved, "%s", ts_last_error());
+  int rc = s->vt.sample_name(s->self, index, buf, cap);
+  ts_error_set(TS_OK, "%s", saved);
+  if (rc != TS_OK) buf[0] = 0;
+  return buf[0] != 0;
+}
+
+void *ts__source_self(const ts_source *s, const ts_source_vtable **vt) {
+  if (vt) *vt = s ? &s->vt : NULL;
+  return s ? s->self : NULL;
 }
 
 int ts_source_num_classes(ts_source *s) {

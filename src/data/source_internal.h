@@ -23,6 +23,9 @@ typedef struct {
 /* Maps path read-only; errors name the file (TS_ENOTFOUND if missing). */
 int ts__map_file(const char *path, ts__mapped *m);
 void ts__unmap_file(ts__mapped *m);
+/* The object behind a source and its table (for a built-in source's own accessors, which check
+ * vt->get is theirs before touching self). */
+void *ts__source_self(const ts_source *s, const ts_source_vtable **vt);
 
 static inline uint32_t ts__rd32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

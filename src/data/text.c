@@ -56,7 +56,7 @@ int ts_source_text(const char *path, int seq_len, int stride, ts_source **out) {
                       t->map.size, seq_len);
   } else {
     t->n = ((int64_t)t->map.size - t->seq - 1) / t->stride + 1;
-    static const ts_source_vtable vt = {"text", text_len, text_get, text_label, NULL, text_destroy};
+    static const ts_source_vtable vt = {"text", text_len, text_get, text_label, NULL, text_destroy, NULL};
     rc = ts_source_create(&vt, t, out);
   }
   if (rc) text_destroy(t);

@@ -101,7 +101,7 @@ static const char *tf_name(ts_transform_kind k) {
   return "?";
 }
 
-/* "transform 2 (normalize) on a (32,32,4) u8 sample: <reason>" */
+/* "transform 2 (normalize) on a (32,32,4) u8 sample: <reason>", or "data.transforms[2] (normalize) ..." */
 __attribute__((format(printf, 5, 6))) static int tf_err(int code, const ts_transform *t, int j,
                                                         const ts_tensor *x, const char *fmt, ...) {
   char why[256], shp[96];
@@ -110,6 +110,9 @@ __attribute__((format(printf, 5, 6))) static int tf_err(int code, const ts_trans
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
   ts_shape_str(&x->shape, shp, sizeof shp);
+  if (t->list) /* where the user wrote it: "data.transforms[2] (resize)" */
+    return ts_error_set(code, "%s[%d] (%s) on a %s %s sample: %s", t->list, t->list_index, tf_name(t->kind),
+                        shp, ts_dtype_name(x->dtype), why);
   return ts_error_set(code, "transform %d (%s) on a %s %s sample: %s", j, tf_name(t->kind), shp,
                       ts_dtype_name(x->dtype), why);
 }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tessera/checkpoint.h"
@@ -58,9 +60,92 @@ static int make_parent_dirs(const char *path) {
   return TS_OK;
 }
 
+/* ------------------------------------------------------------------ temporary files */
+/* Length of the run of decimal digits at s (0 if none, or more than 19). */
+static size_t digit_run(const char *s) {
+  size_t n = 0;
+  while (s[n] >= '0' && s[n] <= '9') n++;
+  return n <= 19 ? n : 0;
+}
+
+/* A temporary file of the atomic writer (src/base/afile.c: "<path>.tmp.<pid>.<counter>") for a
+ * checkpoint of the series: "<prefix>-<digits>.safetensors.tmp.<pid>.<counter>". *pid_out = pid. */
+static int is_ckpt_temp(const char *name, const char *prefix, long *pid_out) {
+  size_t pl = strlen(prefix);
+  if (strncmp(name, prefix, pl) || name[pl] != '-') return 0;
+  const char *s = name + pl + 1;
+  size_t nd = digit_run(s);
+  if (!nd) return 0;
+  s += nd;
+  const char *mid = ".safetensors.tmp.";
+  if (strncmp(s, mid, strlen(mid))) return 0;
+  s += strlen(mid);
+  size_t np = digit_run(s);
+  if (!np || s[np] != '.') return 0;
+  *pid_out = strtol(s, NULL, 10);
+  s += np + 1;
+  size_t nc = digit_run(s);
+  return nc && !s[nc];
+}
+
+int ts_ckpt_clean_temps(const char *dir, const char *prefix) {
+  if (!prefix || !*prefix) return ts_error_set(TS_EINVAL, "ts_ckpt_clean_temps: empty prefix");
+  const char *d = dir && *dir ? dir : ".";
+  DIR *dh = opendir(d);
+  if (!dh) {
+    if (errno == ENOENT) return 0;
+    return ts_error_set(TS_EIO, "%s: cannot list the directory: %s", d, strerror(errno));
+  }
+  int removed = 0, rc = TS_OK;
+  long self = (long)getpid();
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    long pid;
+    if (!is_ckpt_temp(e->d_name, prefix, &pid) || pid == self) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", d, e->d_name);
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    /* stale: its writer is gone (a killed save), or it has not been written to for a day (the
+     * pid was reused since); a save in progress in another live process is left alone */
+    int gone = pid <= 0 || pid > INT32_MAX || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+    if (!gone && now - sb.st_mtime < 24 * 3600) continue;
+    if (unlink(path) != 0 && errno != ENOENT) {
+      rc = ts_error_set(TS_EIO, "%s: cannot delete a stale temporary file: %s", path, strerror(errno));
+      break;
+    }
+    removed++;
+  }
+  closedir(dh);
+  return rc ? rc : removed;
+}
+
+/* If path names a checkpoint of a series ("<dir>/<prefix>-<digits>.safetensors"), the stale
+ * temporary files of that series are removed before it is written (failures only logged). */
+static void clean_series_temps(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  const char *ext = ".safetensors", *dash = strrchr(base, '-');
+  if (!dash || dash == base) return;
+  size_t nd = digit_run(dash + 1);
+  if (!nd || strcmp(dash + 1 + nd, ext)) return;
+  char dir[4096], prefix[1024];
+  size_t dl = base > path ? (size_t)(base - path - 1) : 0, pl = (size_t)(dash - base);
+  if (dl >= sizeof dir || pl >= sizeof prefix) return;
+  memcpy(dir, path, dl);
+  dir[dl] = 0;
+  if (base > path && !dl) snprintf(dir, sizeof dir, "/");
+  memcpy(prefix, base, pl);
+  prefix[pl] = 0;
+  if (ts_ckpt_clean_temps(dir, prefix) < 0)
+    ts_log(TS_LOG_WARN, "%s", ts_last_error()); /* the save itself can still succeed */
+}
+
 /* ------------------------------------------------------------------ save */
 int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
   if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_save: NULL argument");
+  clean_series_temps(path);
   ts_params *ps = st->params;
   if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
     return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)",
@@ -352,12 +437,20 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
     const char *pre = ts_params_flags(ps, i) & TS_PARAM_STATE ? P_STATE : P_PARAM;
     if (!(w->name = join(pre, ts_params_name(ps, i)))) goto oom;
     nwant++;
-    w->key = info.is_tessera ? w->name : ts_params_name(ps, i);
+    /* a plain file: the plain name (a state_dict), else Tessera's own name (a checkpoint whose
+     * metadata was lost, re-saved by numpy or safetensors.torch) */
+    const char *plain = ts_params_name(ps, i);
+    w->key = info.is_tessera ? w->name
+             : ts_st_index(f, plain) >= 0 || ts_st_index(f, w->name) < 0 ? plain
+                                                                          : w->name;
     w->dtype = TS_F32;
     w->shape = ts_params_shape(ps, i);
     w->dst = ts_params_ptr(ps, i);
   }
-  if (info.is_tessera)
+  int plain_optim = 0; /* a plain file that holds Tessera's optimizer tensors all the same */
+  if (!info.is_tessera)
+    for (int i = 0; i < ts_st_count(f) && !plain_optim; i++) plain_optim = starts(ts_st_name(f, i), P_OPTIM);
+  if (info.is_tessera || plain_optim)
     for (int i = 0; i < nv; i++) {
       want_t *w = &want[nwant];
       ts_tensor v;
@@ -369,15 +462,14 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
       w->shape = v.shape;
       w->dst = v.data;
     }
-  else if (nv) /* a parameters-only file has no optimizer state */
-    for (int i = 0; i < nv; i++)
-      if (sl_add(&missing, "optim.%s", ts_optim_state_name(st->optim, i))) goto oom;
+  /* else: a parameters-only file has no optimizer state (said once below, not name by name) */
+  int no_optim = !info.is_tessera && !plain_optim && nv > 0;
   /* compare */
   for (int i = 0; i < nwant; i++) {
     want_t *w = &want[i];
     w->file_idx = ts_st_index(f, w->key);
-    if (w->file_idx < 0) {
-      if (sl_add(&missing, "%s", w->name)) goto oom;
+    if (w->file_idx < 0) { /* named as the file would name it, so never also "unexpected" */
+      if (sl_add(&missing, "%s", w->key)) goto oom;
       continue;
     }
     used[w->file_idx] = 1;
@@ -410,12 +502,16 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
     }
     if (sl_add(&unexpected, "%s", n)) goto oom;
   }
-  st->nmissing = missing.n;
+  st->nmissing = missing.n + (no_optim ? nv : 0);
   st->nunexpected = unexpected.n;
   st->nmismatched = mism.n;
-  if (strict && (missing.n || unexpected.n || mism.n)) {
+  if (strict && (missing.n || unexpected.n || mism.n || no_optim)) {
     char msg[900] = "";
     int first = 1;
+    if (no_optim) {
+      snprintf(msg, sizeof msg, "no optimizer state (%d tensors expected)", nv);
+      first = 0;
+    }
     summarize(msg, sizeof msg, &missing, "missing", &first);
     summarize(msg, sizeof msg, &unexpected, "unexpected", &first);
     summarize(msg, sizeof msg, &mism, mism.n == 1 ? "mismatch" : "mismatches", &first);
@@ -423,9 +519,17 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
     for (int i = 0; i < unexpected.n; i++)
       ts_log(TS_LOG_INFO, "%s: unexpected %s", path, unexpected.s[i]);
     for (int i = 0; i < mism.n; i++) ts_log(TS_LOG_INFO, "%s: %s", path, mism.s[i]);
-    rc = ts_error_set(TS_ECONFIG, "%s: does not match the model: %s", path, msg);
+    if (info.is_tessera)
+      rc = ts_error_set(TS_ECONFIG, "%s: does not match the model: %s", path, msg);
+    else
+      rc = ts_error_set(TS_ECONFIG, "%s: not a Tessera checkpoint (no tessera.format metadata; "
+                        "a plain safetensors file is matched to the model by tensor name) and "
+                        "it does not match the model: %s", path, msg);
     goto out;
   }
+  if (no_optim)
+    ts_log(TS_LOG_WARN, "%s: not a Tessera checkpoint: no optimizer state, no training position "
+           "(the optimizer starts afresh)", path);
   for (int i = 0; i < missing.n; i++)
     ts_log(TS_LOG_WARN, "%s: missing %s (left as it is)", path, missing.s[i]);
   for (int i = 0; i < unexpected.n; i++)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "config_impl.h"
@@ -206,16 +207,20 @@ typedef struct {
   const char *label; /* file name, or "--set k=v" */
   int marks;         /* prefix errors with line:column */
   yaml_document_t *doc;
+  int *seen; /* per key of ts__cfg_keys: the line (1-based) that set it in this document, 0 if
+                none yet; NULL: not tracked. A key may appear once however it is spelled. */
 } pctx;
 
+static void escape_text(const char *s, char *out, size_t cap);
 static int perr(const pctx *c, const yaml_node_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int perr(const pctx *c, const yaml_node_t *n, const char *fmt, ...) {
-  char msg[900];
+  char raw[900], msg[1200];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  escape_text(raw, msg, sizeof msg); /* a key or value with a newline must not break the line */
   if (c->marks && n)
     return ts_error_set(TS_ECONFIG, "%s:%zu:%zu: %s", c->label, n->start_mark.line + 1,
                         n->start_mark.column + 1, msg);
@@ -236,11 +241,9 @@ static const char *describe(const yaml_node_t *n, char *buf, size_t cap) {
   if (is_null(n)) return "nothing (null)";
   if (n->type == YAML_SEQUENCE_NODE) return "a list";
   if (n->type == YAML_MAPPING_NODE) return "a mapping";
-  size_t len = n->data.scalar.length;
-  if (len > 60)
-    snprintf(buf, cap, "'%.57s...'", sval(n));
-  else
-    snprintf(buf, cap, "'%s'", sval(n));
+  char esc[64]; /* control characters escaped: a message is one line */
+  escape_text(sval(n), esc, sizeof esc);
+  snprintf(buf, cap, "'%s'", esc);
   return buf;
 }
 
@@ -764,6 +767,12 @@ static int apply_mapping(const pctx *c, const char *prefix, const yaml_node_t *n
     }
     const ts__cfg_key *key = find_key(full);
     int rc;
+    if (key && c->seen) { /* nested, dotted or mixed spellings of one key */
+      int ki = (int)(key - ts__cfg_keys);
+      if (c->seen[ki])
+        return perr(c, k, "duplicate key '%s' (first at line %d)", full, c->seen[ki]);
+      c->seen[ki] = (int)k->start_mark.line + 1;
+    }
     if (key)
       rc = apply_key(c, key, v, cfg);
     else if (is_section(full))
@@ -793,10 +802,55 @@ static int yaml_fail(const char *label, const yaml_parser_t *y, int marks) {
                       y->problem ? y->problem : "parse error");
 }
 
+/* Limits on a config (a file or a --set value): libyaml's parser and loader take time
+ * quadratic in the nesting depth, so a hostile or broken document is refused before it is
+ * loaded. No real config comes near either. */
+#define CFG_MAX_DEPTH 64
+#define CFG_MAX_BYTES ((size_t)1 << 20)
+
+/* Walks the document's events counting the nesting of mappings and sequences, and stops at the
+ * first one deeper than CFG_MAX_DEPTH (so the cost is bounded by the limit, not by the input). */
+static int check_depth(const char *text, size_t len, const char *label, int marks) {
+  yaml_parser_t y;
+  if (!yaml_parser_initialize(&y)) return ts_error_set(TS_ENOMEM, "%s: out of memory", label);
+  yaml_parser_set_input_string(&y, (const unsigned char *)text, len);
+  int depth = 0, rc = TS_OK;
+  for (;;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&y, &ev)) {
+      rc = yaml_fail(label, &y, marks);
+      break;
+    }
+    yaml_event_type_t t = ev.type;
+    size_t line = ev.start_mark.line + 1;
+    yaml_event_delete(&ev);
+    if (t == YAML_STREAM_END_EVENT) break;
+    if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT) {
+      if (++depth > CFG_MAX_DEPTH) {
+        if (marks)
+          rc = ts_error_set(TS_ECONFIG, "%s:%zu: nested more than %d levels deep (a config has a few)",
+                            label, line, CFG_MAX_DEPTH);
+        else
+          rc = ts_error_set(TS_ECONFIG, "%s: nested more than %d levels deep", label, CFG_MAX_DEPTH);
+        break;
+      }
+    } else if (t == YAML_MAPPING_END_EVENT || t == YAML_SEQUENCE_END_EVENT) {
+      depth--;
+    }
+  }
+  yaml_parser_delete(&y);
+  return rc;
+}
+
 /* Parses one YAML document from text; *root is NULL for an empty document. On success the
  * caller deletes doc. */
 static int parse_doc(const char *text, size_t len, const char *label, int marks,
                      yaml_document_t *doc, yaml_node_t **root) {
+  if (len > CFG_MAX_BYTES)
+    return ts_error_set(TS_ECONFIG, "%s: %zu bytes, more than a config may have (%zu, 1 MiB)", label,
+                        len, CFG_MAX_BYTES);
+  int rc0 = check_depth(text, len, label, marks);
+  if (rc0) return rc0;
   yaml_parser_t y;
   if (!yaml_parser_initialize(&y)) return ts_error_set(TS_ENOMEM, "%s: out of memory", label);
   yaml_parser_set_input_string(&y, (const unsigned char *)text, len);
@@ -829,17 +883,44 @@ static int parse_doc(const char *text, size_t len, const char *label, int marks,
   return TS_OK;
 }
 
+/* s with control characters written as \n, \t, \xNN (so a message stays one line), cut to
+ * fit cap with "..." */
+static void escape_text(const char *s, char *out, size_t cap) {
+  size_t n = 0;
+  out[0] = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    char e[8];
+    if (*p == '\n') snprintf(e, sizeof e, "\\n");
+    else if (*p == '\t') snprintf(e, sizeof e, "\\t");
+    else if (*p == '\r') snprintf(e, sizeof e, "\\r");
+    else if (*p < 0x20 || *p == 0x7f) snprintf(e, sizeof e, "\\x%02x", *p);
+    else e[0] = (char)*p, e[1] = 0;
+    size_t el = strlen(e);
+    if (n + el + 4 > cap) {
+      if (cap >= 4) snprintf(out + (n + 3 < cap ? n : cap - 4), 4, "...");
+      return;
+    }
+    memcpy(out + n, e, el + 1);
+    n += el;
+  }
+}
+
 /* Sets key (a key or a section) from YAML value text; label names the source in messages. */
 static int set_text(ts_config *cfg, const char *key, const char *value, const char *label) {
   const ts__cfg_key *k = find_key(key);
-  pctx c = {label, 0, NULL};
+  pctx c = {label, 0, NULL, NULL};
   if (!k && (!*key || !is_section(key))) {
     char sug[600];
     suggest_key(key, sug, sizeof sug);
     return ts_error_set(TS_ECONFIG, "%s: unknown key '%s'%s", label, key, sug);
   }
   if (k && k->type == CT_STR && value[0] != '"' && value[0] != '\'') {
-    /* strings (paths) are taken verbatim unless quoted */
+    /* strings (paths) are taken verbatim unless quoted; a control character in one is a slip of
+     * the shell (a pasted newline), not a name anybody means */
+    for (const unsigned char *q = (const unsigned char *)value; *q; q++)
+      if (*q < 0x20 || *q == 0x7f)
+        return ts_error_set(TS_ECONFIG, "%s: %s: the value contains a control character (byte 0x%02x "
+                            "at offset %zu)", label, key, *q, (size_t)(q - (const unsigned char *)value));
     size_t len = strlen(value);
     if (len >= k->size)
       return ts_error_set(TS_ECONFIG, "%s: %s: too long (%zu bytes, at most %zu)", label, key, len,
@@ -1072,8 +1153,10 @@ static int load_text(const char *text, size_t len, const char *label, const char
   yaml_node_t *root;
   int rc = parse_doc(text, len, label, 1, &doc, &root);
   if (rc) return rc;
-  pctx c = {label, 1, &doc};
-  if (root) rc = apply_mapping(&c, "", root, cfg);
+  pctx c = {label, 1, &doc, calloc((size_t)ts__cfg_nkeys, sizeof(int))};
+  if (!c.seen) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", label);
+  else if (root) rc = apply_mapping(&c, "", root, cfg);
+  free(c.seen);
   yaml_document_delete(&doc);
   if (rc) return rc;
   if ((rc = apply_overrides(cfg, ov, n))) return rc;
@@ -1095,7 +1178,18 @@ int ts_config_load(const char *path, const char *const *overrides, int n, ts_con
   }
   char *text = NULL;
   size_t len = 0;
-  int rc = ts__file_read_all(path, "cannot read the config", &text, &len);
+  int fd;
+  uint64_t size = 0;
+  int rc = ts__file_open_read(path, "cannot read the config", &fd, &size);
+  if (!rc) {
+    close(fd);
+    if (size > CFG_MAX_BYTES) { /* not read at all */
+      ts_config_defaults(cfg);
+      return ts_error_set(TS_ECONFIG, "%s: %llu bytes, more than a config may have (%zu, 1 MiB)",
+                          path, (unsigned long long)size, CFG_MAX_BYTES);
+    }
+    rc = ts__file_read_all(path, "cannot read the config", &text, &len);
+  }
   if (rc) { /* a file that cannot be read is a configuration error (exit 2 in the CLI) */
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", ts_last_error());
@@ -1109,8 +1203,9 @@ int ts_config_load(const char *path, const char *const *overrides, int n, ts_con
 
 int ts_config_set(ts_config *cfg, const char *key, const char *value) {
   if (!cfg || !key || !value) return ts_error_set(TS_EINVAL, "ts_config_set: NULL argument");
-  char label[400];
-  snprintf(label, sizeof label, "--set %s=%.200s", key, value);
+  char label[400], esc[300];
+  escape_text(value, esc, sizeof esc);
+  snprintf(label, sizeof label, "--set %.80s=%s", key, esc);
   return set_text(cfg, key, value, label);
 }
 
@@ -1129,7 +1224,8 @@ int ts_config_override(ts_config *cfg, const char *assignment) {
   const char *kp = key;
   while (*kp == ' ') kp++;
   char label[400];
-  snprintf(label, sizeof label, "--set %.300s", assignment);
+  memcpy(label, "--set ", 6);
+  escape_text(assignment, label + 6, sizeof label - 6);
   return set_text(cfg, kp, eq + 1, label);
 }
 

@@ -238,13 +238,17 @@ int ts_config_transforms(const ts_config *cfg, int train, ts_transform *out, int
       const tfdef *d = ts__cfg_tf_by_kind(all->v[i].kind);
       if (d && d->random) continue;
       if (n >= cap) return ts_error_set(TS_ERANGE, "ts_config_transforms: room for %d", cap);
-      out[n++] = all->v[i];
+      out[n] = all->v[i];
+      out[n].list = "data.transforms"; /* messages name the transform where it was written */
+      out[n++].list_index = i;
     }
     return n;
   }
   for (int i = 0; i < src->n; i++) {
     if (n >= cap) return ts_error_set(TS_ERANGE, "ts_config_transforms: room for %d", cap);
-    out[n++] = src->v[i];
+    out[n] = src->v[i];
+    out[n].list = train ? "data.transforms" : "data.test_transforms";
+    out[n++].list_index = i;
   }
   return n;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "train_impl.h"
 
@@ -22,6 +23,10 @@ static int64_t sub_label(void *s, int64_t i) {
   return ts_source_label(u->base, u->off + i);
 }
 static int sub_classes(void *s) { return ts_source_num_classes(((subset *)s)->base); }
+static int sub_sample_name(void *s, int64_t i, char *buf, size_t cap) {
+  subset *u = s;
+  return ts_source_sample_name(u->base, u->off + i, buf, cap) ? TS_OK : TS_ENOTFOUND;
+}
 static void sub_destroy(void *s) {
   if (((subset *)s)->own) ts_source_free(((subset *)s)->base);
   free(s);
@@ -38,7 +43,8 @@ static int make_subset(ts_source *base, int64_t off, int64_t n, int own, ts_sour
   u->off = off;
   u->n = n;
   u->own = own;
-  static const ts_source_vtable vt = {"subset", sub_len, sub_get, sub_label, sub_classes, sub_destroy};
+  static const ts_source_vtable vt = {"subset",    sub_len,     sub_get,        sub_label,
+                                      sub_classes, sub_destroy, sub_sample_name};
   int rc = ts_source_create(&vt, u, out);
   if (rc) free(u);
   return rc;
@@ -75,13 +81,30 @@ static int limit(ts_source **s, int64_t lim) {
   return TS_OK;
 }
 
+/* data.path is a folder for every data set but text, which reads one file: the wrong kind is
+ * said as such, before a source looks for files under a file or opens a folder as a file. */
+static int check_path_kind(const ts_config *cfg) {
+  const char *path = cfg->data.path;
+  struct stat st;
+  if (!path[0] || stat(path, &st) != 0) return TS_OK; /* missing: the source names what it looked for */
+  int want_dir = cfg->data.name != TS_DATA_TEXT;
+  if (want_dir && !S_ISDIR(st.st_mode))
+    return ts_error_set(TS_ECONFIG, "%s: data.path: '%s' is a file, but data.name '%s' reads a folder",
+                        cfg->source[0] ? cfg->source : "config", path, ts_data_kind_name(cfg->data.name));
+  if (!want_dir && S_ISDIR(st.st_mode))
+    return ts_error_set(TS_ECONFIG, "%s: data.path: '%s' is a folder, but data.name '%s' reads one file",
+                        cfg->source[0] ? cfg->source : "config", path, ts_data_kind_name(cfg->data.name));
+  return TS_OK;
+}
+
 int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
   *train = *test = NULL;
   const char *path = cfg->data.path;
   const char *trs = cfg->data.train_split[0] ? cfg->data.train_split : NULL;
   const char *tes = cfg->data.test_split[0] ? cfg->data.test_split : NULL;
   char sub[2200];
-  int rc = TS_OK;
+  int rc = check_path_kind(cfg);
+  if (rc) return rc;
   switch (cfg->data.name) {
     case TS_DATA_FASHION_MNIST:
     case TS_DATA_MNIST:
@@ -95,12 +118,19 @@ int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test)
       if (!rc) rc = ts_source_cifar(path, c100, 0, test);
       break;
     }
-    case TS_DATA_IMAGE_FOLDER:
+    case TS_DATA_IMAGE_FOLDER: {
       snprintf(sub, sizeof sub, "%s/%s", path, trs ? trs : "train");
       rc = ts_source_image_folder(sub, train);
+      if (rc) break;
+      /* the test split is optional; if there, its classes are the training split's, by name */
       snprintf(sub, sizeof sub, "%s/%s", path, tes ? tes : "test");
-      if (!rc && ts_source_image_folder(sub, test) != TS_OK) *test = NULL; /* optional */
+      struct stat st;
+      if (stat(sub, &st) != 0) break;
+      int nc;
+      const char *const *names = ts_source_class_names(*train, &nc);
+      rc = ts_source_image_folder_classes(sub, names, nc, test);
       break;
+    }
     case TS_DATA_RECORDS:
       rc = records(path, trs ? trs : "train", train);
       if (!rc && records(path, tes ? tes : "test", test) != TS_OK) *test = NULL;

@@ -50,7 +50,7 @@ static int s_get(void *self, int64_t i, ts_sample *out) {
 }
 
 static ts_source *make_source(src_cfg *c) {
-  ts_source_vtable vt = {"test", s_len, s_get, s_label, s_ncls, NULL};
+  ts_source_vtable vt = {"test", s_len, s_get, s_label, s_ncls, NULL, NULL};
   ts_source *s = NULL;
   CHECK_OK(ts_source_create(&vt, c, &s));
   return s;

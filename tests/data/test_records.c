@@ -271,7 +271,7 @@ static void test_atomic(void) {
   snprintf(dir, sizeof dir, "%s/atomic", g_dir);
   mkdir(dir, 0755);
   snprintf(prefix, sizeof prefix, "%s/x", dir);
-  ts_source_vtable vt = {"flaky", fail_len, fail_get, NULL, NULL, NULL};
+  ts_source_vtable vt = {"flaky", fail_len, fail_get, NULL, NULL, NULL, NULL};
   ts_source *src;
   CHECK_OK(ts_source_create(&vt, NULL, &src));
   char **paths = (char **)1;
@@ -285,7 +285,7 @@ static void test_atomic(void) {
   CHECK(ts_records_write(src, prefix, 0, NULL) == TS_EINVAL);
   ts_source_free(src);
   /* an empty source gives valid empty shards */
-  ts_source_vtable ve = {"empty", empty_len, fail_get, NULL, NULL, NULL};
+  ts_source_vtable ve = {"empty", empty_len, fail_get, NULL, NULL, NULL, NULL};
   CHECK_OK(ts_source_create(&ve, NULL, &src));
   snprintf(prefix, sizeof prefix, "%s/empty", dir);
   CHECK_OK(ts_records_write(src, prefix, 2, &paths));
@@ -313,7 +313,7 @@ int main(void) {
   snprintf(p, sizeof p, "%s/text.txt", g_dir);
   write_bytes(p, "The quick brown fox jumps over the lazy dog. 0123456789", 55);
   CHECK_OK(ts_source_text(p, 8, 5, &src[2]));
-  ts_source_vtable vt = {"mixed", mix_len, mix_get, NULL, mix_classes, NULL};
+  ts_source_vtable vt = {"mixed", mix_len, mix_get, NULL, mix_classes, NULL, NULL};
   CHECK_OK(ts_source_create(&vt, NULL, &src[3]));
   for (int k = 0; k < 4; k++)
     for (int S = 1; S <= 4; S++)

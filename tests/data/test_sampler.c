@@ -32,7 +32,7 @@ static int64_t f_label(void *self, int64_t i) {
 static int f_ncls(void *self) { return ((fake *)self)->ncls; }
 
 static ts_source *make_source(fake *f) {
-  ts_source_vtable vt = {"fake", f_len, f_get, f_label, f_ncls, NULL};
+  ts_source_vtable vt = {"fake", f_len, f_get, f_label, f_ncls, NULL, NULL};
   ts_source *s = NULL;
   CHECK_OK(ts_source_create(&vt, f, &s));
   return s;

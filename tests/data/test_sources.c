@@ -408,7 +408,7 @@ static int u_nolabel(void *self, int64_t i, ts_sample *out) { return TS_OK; } /*
 
 static void test_callback(void) {
   user_data u = {5, 0};
-  ts_source_vtable vt = {NULL, u_len, u_get, NULL, NULL, u_destroy};
+  ts_source_vtable vt = {NULL, u_len, u_get, NULL, NULL, u_destroy, NULL};
   ts_source *s;
   CHECK_OK(ts_source_create(&vt, &u, &s));
   CHECK(!strcmp(ts_source_kind(s), "callback") && ts_source_len(s) == 5 && ts_source_num_classes(s) == 0);

@@ -500,7 +500,9 @@ static void test_export(void) {
   ts_optim *ob = make_optim(b, TS_OPTIM_ADAMW);
   ts_ckpt_state lo = {.params = b, .optim = ob};
   CHECK(ts_ckpt_load(out, &lo, 1) == TS_ECONFIG);
-  CHECK(has(ts_last_error(), "missing (optim.step"));
+  CHECK_MSG(has(ts_last_error(), "not a Tessera checkpoint") &&
+                has(ts_last_error(), "no optimizer state (9 tensors expected)"),
+            "%s", ts_last_error());
   /* exporting an export (not a tessera checkpoint) */
   CHECK(ts_ckpt_export_params(out, tpath("e2.safetensors")) == TS_EFORMAT);
   CHECK(has(ts_last_error(), "not a tessera checkpoint"));
@@ -528,6 +530,108 @@ static void rm_rf(const char *path) {
   }
 }
 
+/* A plain safetensors file (numpy / safetensors.torch save_file: no tessera.* metadata) loaded
+ * as a checkpoint: matched by plain name or by Tessera's own names, never the same name listed
+ * as both missing and unexpected, and the message says what the file is. */
+static void test_plain_file(void) {
+  ts_params *a = make_params(0, 1);
+  ts_optim *oa = make_optim(a, TS_OPTIM_ADAMW);
+  train(a, oa, 2, 3);
+  /* 1. Tessera's names without the metadata (a checkpoint re-saved by numpy): loads */
+  {
+    ts_st_writer *w;
+    ts_st_writer_create(&w);
+    for (int i = 0; i < ts_params_count(a); i++) {
+      char n[128];
+      snprintf(n, sizeof n, "%s%s", ts_params_flags(a, i) & TS_PARAM_STATE ? "state." : "param.",
+               ts_params_name(a, i));
+      ts_st_writer_add(w, n, TS_F32, ts_params_shape(a, i), ts_params_ptr(a, i));
+    }
+    CHECK_OK(ts_st_write(w, tpath("plain_prefixed.safetensors")));
+    ts_st_writer_free(w);
+    ts_params *b = make_params(0, 9);
+    ts_ckpt_state ld = {.params = b};
+    int rc = ts_ckpt_load(tpath("plain_prefixed.safetensors"), &ld, 1);
+    CHECK_MSG(rc == TS_OK, "%s", ts_last_error());
+    CHECK(!memcmp(ts_params_data(a), ts_params_data(b), ts_params_numel(a) * sizeof(float)));
+    /* with an optimizer: a plain file has no optimizer state, said once, not name by name */
+    ts_optim *ob = make_optim(b, TS_OPTIM_ADAMW);
+    ts_ckpt_state lo = {.params = b, .optim = ob};
+    rc = ts_ckpt_load(tpath("plain_prefixed.safetensors"), &lo, 1);
+    const char *m = ts_last_error();
+    CHECK(rc == TS_ECONFIG);
+    CHECK_MSG(has(m, "not a Tessera checkpoint"), "%s", m);
+    CHECK_MSG(has(m, "no optimizer state"), "%s", m);
+    CHECK_MSG(!has(m, "unexpected"), "%s", m);
+    ts_optim_free(ob);
+    ts_params_free(b);
+  }
+  /* 2. other names: the differences, each name once */
+  {
+    ts_st_writer *w;
+    ts_st_writer_create(&w);
+    ts_st_writer_add(w, "fc1.weight", TS_F32, ts_params_shape(a, 0), ts_params_ptr(a, 0));
+    ts_st_writer_add(w, "param.fc9.weight", TS_F32, ts_shape2(8, 4), ts_params_ptr(a, 0));
+    CHECK_OK(ts_st_write(w, tpath("plain_other.safetensors")));
+    ts_st_writer_free(w);
+    ts_params *b = make_params(0, 9);
+    ts_ckpt_state ld = {.params = b};
+    int rc = ts_ckpt_load(tpath("plain_other.safetensors"), &ld, 1);
+    const char *m = ts_last_error();
+    CHECK(rc == TS_ECONFIG);
+    CHECK_MSG(has(m, "plain_other.safetensors: not a Tessera checkpoint (no tessera.format metadata;"),
+              "%s", m);
+    CHECK_MSG(has(m, "missing (fc1.bias, bn.running_mean, fc2.weight, fc2.bias)"), "%s", m);
+    CHECK_MSG(has(m, "unexpected (param.fc9.weight)"), "%s", m);
+    CHECK(!strchr(m, '\n'));
+    ts_params_free(b);
+  }
+  ts_optim_free(oa);
+  ts_params_free(a);
+}
+
+/* Temporary files of killed saves ("<prefix>-<step>.safetensors.tmp.<pid>.<n>", the atomic
+ * writer's naming) are removed when the series is saved again or cleaned; nothing else is. */
+static void test_clean_temps(void) {
+  char dir[600], p[800];
+  snprintf(dir, sizeof dir, "%s/temps", g_dir);
+  mkdir(dir, 0777);
+  const char *stale[] = {"ckpt-00000003.safetensors.tmp.2147483646.0",
+                         "ckpt-00000010.safetensors.tmp.2147483645.17"};
+  const char *keep[] = {"ckpt-00000003.safetensors.tmp.1.0", /* pid 1 runs */
+                        "other-00000003.safetensors.tmp.2147483646.0", /* another prefix */
+                        "ckpt-abc.safetensors.tmp.2147483646.0", "ckpt-00000003.safetensors.tmp",
+                        "ckpt-00000003.safetensors.tmp.2147483646.0x", "ckpt-00000003.safetensors",
+                        "notes.txt"};
+  for (int i = 0; i < 2; i++) snprintf(p, sizeof p, "%s/%s", dir, stale[i]), spit(p, "x", 1);
+  for (int i = 0; i < 7; i++) snprintf(p, sizeof p, "%s/%s", dir, keep[i]), spit(p, "x", 1);
+  CHECK(ts_ckpt_clean_temps(dir, "ckpt") == 2);
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, stale[i]);
+    CHECK_MSG(!exists(p), "stale %s kept", stale[i]);
+  }
+  for (int i = 0; i < 7; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, keep[i]);
+    CHECK_MSG(exists(p), "%s was deleted", keep[i]);
+  }
+  CHECK(ts_ckpt_clean_temps(dir, "ckpt") == 0);
+  char missing[700];
+  snprintf(missing, sizeof missing, "%s/none", dir);
+  CHECK(ts_ckpt_clean_temps(missing, "ckpt") == 0);
+  /* a save of the series cleans too */
+  snprintf(p, sizeof p, "%s/%s", dir, stale[0]);
+  spit(p, "x", 1);
+  ts_params *a = make_params(0, 1);
+  ts_ckpt_state st = {.params = a, .step = 20};
+  char cp[700];
+  CHECK_OK(ts_ckpt_path(cp, sizeof cp, dir, "ckpt", 20));
+  CHECK_OK(ts_ckpt_save(cp, &st));
+  CHECK_MSG(!exists(p), "a save left the stale %s", stale[0]);
+  snprintf(p, sizeof p, "%s/%s", dir, keep[1]);
+  CHECK(exists(p));
+  ts_params_free(a);
+}
+
 int main(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/ts_ckpt_XXXXXX");
   if (!mkdtemp(g_dir)) return 1;
@@ -536,6 +640,8 @@ int main(void) {
   test_corrupt();
   test_rotate_latest();
   test_export();
+  test_plain_file();
+  test_clean_temps();
   rm_rf(g_dir);
   return ts_test_finish("test_checkpoint");
 }
