@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     memcpy(m.pix + i, &r, (size_t)(n * 3072 - i < 4 ? n * 3072 - i : 4));
   }
   for (int64_t i = 0; i < n; i++) m.lab[i] = (uint8_t)(i % 10);
-  ts_source_vtable vt = {"synthetic-cifar", m_len, m_get, m_label, m_ncls, NULL};
+  ts_source_vtable vt = {"synthetic-cifar", m_len, m_get, m_label, m_ncls, NULL, NULL};
   ts_source *mem;
   if (ts_source_create(&vt, &m, &mem)) return 1;
 

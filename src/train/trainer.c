@@ -316,6 +316,9 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     c->log.metrics[0] = 0;
     c->log.plot[0] = 0;
   }
+  /* temp files of saves a killed run left behind (only the atomic writer's own names) */
+  if (t->run->rank == 0 && c->checkpoint.dir[0] && ts_ckpt_clean_temps(c->checkpoint.dir, c->checkpoint.prefix) < 0)
+    ts_log(TS_LOG_WARN, "%s", ts_last_error());
   if (c->train.threads > 0) ts_threads_set(c->train.threads);
   ts_callback lm = ts_callback_loss_monitor();
   ts_trainer_add_callback(t, &lm);
