@@ -92,11 +92,11 @@ int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
       return s;
     }
   }
-  if (p->nslots >= TS_PLAN_MAX_COMMS) {
+  if (p->nslots >= TS_GRAPH_MAX_COMM_SLOTS) {
     free(part);
     return ts_error_set(TS_ERANGE,
                         "parallel pass: the strategies need more than %d communicator groups",
-                        TS_PLAN_MAX_COMMS);
+                        TS_GRAPH_MAX_COMM_SLOTS);
   }
   ts__slot *ns = realloc(p->slots, sizeof(ts__slot) * (size_t)(p->nslots + 1));
   if (!ns) {

@@ -191,12 +191,12 @@ static int emit_node(ts_parallel *p, int ni) {
   const ts__node *nd = &g->nodes[ni];
   ts__nst *ns = &p->n[ni];
   ts_graph *lg = p->lg;
-  int li[TS_MAX_IO], rc;
+  int li[TS_GRAPH_MAX_IO], rc;
   for (int k = 0; k < nd->nin; k++)
     if ((rc = convert(p, nd->in[k], &ns->req[k], &li[k]))) return ts_error_wrap(rc, "operator '%s'", ns->key);
   set_scope(p, ni);
-  ts__attrs a = nd->a;
-  int nin = nd->nin, lout[TS_MAX_IO];
+  ts_attrs a = nd->a;
+  int nin = nd->nin, lout[TS_GRAPH_MAX_IO];
   int64_t off[TS_MAX_DIMS];
   switch (nd->op) {
     case TS_OP_RESHAPE: {

@@ -42,9 +42,9 @@ typedef struct {
   int sop;                   /* ts_shard_op used, -1 none */
   ts_op_strategy st;         /* the strategy in force (how USER/FOLLOW/DP/REPLICATED) */
   int nin;
-  ts_layout req[TS_MAX_IO];  /* layout each input must have */
+  ts_layout req[TS_GRAPH_MAX_IO];  /* layout each input must have */
   int nout;
-  ts_layout out[TS_MAX_IO];  /* layout of each output */
+  ts_layout out[TS_GRAPH_MAX_IO];  /* layout of each output */
   int bias_after;            /* dense/conv: partial output, bias added after the reduction */
   ts_layout pre_bias;        /* the partial layout before the bias is added */
   char *key;
