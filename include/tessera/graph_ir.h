@@ -92,6 +92,8 @@ int ts_graph_value_producer(const ts_graph *g, int v);
 int ts_graph_value_param_id(const ts_graph *g, int v);
 int ts_graph_value_alias_of(const ts_graph *g, int v);
 const char *ts_graph_value_name(const ts_graph *g, int v);
+/* 0 if no gradient flows through value index v (integers, ts_val_set_requires_grad(.., 0)). */
+int ts_graph_value_requires_grad(const ts_graph *g, int v);
 /* The graph's training flag (ts_graph_set_training). */
 int ts_graph_training(const ts_graph *g);
 /* The name scope in force (ts_graph_push_scope), "" if none. */

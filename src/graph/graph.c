@@ -118,6 +118,7 @@ int ts_graph_value_producer(const ts_graph *g, int v) { return g->vals[v].produc
 int ts_graph_value_param_id(const ts_graph *g, int v) { return g->vals[v].param_id; }
 int ts_graph_value_alias_of(const ts_graph *g, int v) { return g->vals[v].alias_of; }
 const char *ts_graph_value_name(const ts_graph *g, int v) { return g->vals[v].name; }
+int ts_graph_value_requires_grad(const ts_graph *g, int v) { return !g->vals[v].no_grad; }
 int ts_graph_training(const ts_graph *g) { return g->training; }
 const char *ts_graph_scope(const ts_graph *g) { return g->scope; }
 void ts_graph_set_scope(ts_graph *g, const char *scope) {
