@@ -66,11 +66,15 @@ ts_val ts_graph_value(const ts_graph *g, int index);
 /* The index of value v of g, or -1 if v is not a value of g (no error recorded). */
 int ts_graph_value_index(const ts_graph *g, ts_val v);
 
-/* Node `node`'s op kind, inputs and outputs (value indices, k < the count). */
+/* Node `node`'s op kind. */
 ts_op ts_graph_node_op(const ts_graph *g, int node);
+/* How many inputs the node has (0..TS_GRAPH_MAX_IO). */
 int ts_graph_node_num_inputs(const ts_graph *g, int node);
+/* The value index of the node's input k (k < its input count). */
 int ts_graph_node_input(const ts_graph *g, int node, int k);
+/* How many outputs the node has (1..TS_GRAPH_MAX_IO). */
 int ts_graph_node_num_outputs(const ts_graph *g, int node);
+/* The value index of the node's output k (k < its output count). */
 int ts_graph_node_output(const ts_graph *g, int node, int k);
 /* The node's attributes (read them with the ts_attr_* accessors); valid until the graph grows. */
 const ts_attrs *ts_graph_node_attrs(const ts_graph *g, int node);
@@ -83,14 +87,19 @@ const char *ts_graph_node_strategy(const ts_graph *g, int node);
 /* The op kind's name ("matmul"). */
 const char *ts_op_name(ts_op op);
 
-/* Value index `v`'s kind, dtype, (local) shape, producing node (-1 for leaves), parameter-store
- * id (PARAM/STATE values, else -1), the value it is a view of (-1 if none), name (may be NULL). */
+/* Value index v's kind (input, parameter, state, or produced by a node). */
 ts_val_kind ts_graph_value_kind(const ts_graph *g, int v);
+/* Value index v's dtype. */
 ts_dtype ts_graph_value_dtype(const ts_graph *g, int v);
+/* Value index v's shape (this rank's local shape); valid until the graph grows. */
 const ts_shape *ts_graph_value_shape(const ts_graph *g, int v);
+/* The node that produces value index v, -1 for leaves. */
 int ts_graph_value_producer(const ts_graph *g, int v);
+/* The parameter-store id of a PARAM/STATE value index v, else -1. */
 int ts_graph_value_param_id(const ts_graph *g, int v);
+/* The value index v is a view of (output of a view op such as RESHAPE), else -1. */
 int ts_graph_value_alias_of(const ts_graph *g, int v);
+/* Value index v's name (leaves; scoped), or NULL; owned by the graph. */
 const char *ts_graph_value_name(const ts_graph *g, int v);
 /* 0 if no gradient flows through value index v (integers, ts_val_set_requires_grad(.., 0)). */
 int ts_graph_value_requires_grad(const ts_graph *g, int v);
@@ -98,7 +107,9 @@ int ts_graph_value_requires_grad(const ts_graph *g, int v);
 int ts_graph_training(const ts_graph *g);
 /* The name scope in force (ts_graph_push_scope), "" if none. */
 const char *ts_graph_scope(const ts_graph *g);
-/* Replaces the whole name scope ("" clears it); for code that saves and restores it. */
+/* Replaces the whole name scope ("" clears it; longer than TS_GRAPH_MAX_SCOPE-1 bytes is cut);
+ * for code that saves and restores it. */
+#define TS_GRAPH_MAX_SCOPE 256
 void ts_graph_set_scope(ts_graph *g, const char *scope);
 
 /* ---- building ----

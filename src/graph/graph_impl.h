@@ -38,7 +38,7 @@ struct ts_graph {
   char errmsg[512];
   int training;
   int bn_sync; /* communicator slot + 1 recorded in batch-norm ops built now (0: local statistics) */
-  char scope[256];
+  char scope[TS_GRAPH_MAX_SCOPE];
   int *grad; /* value index -> gradient value index, -1 none (after backward) */
   int grad_len;
 };

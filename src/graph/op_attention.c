@@ -1,10 +1,10 @@
 /* Attention family: ATTENTION, ATTENTION_BWD (causal scaled-dot-product attention).
  *
- * Attribute layouts (ts_attrs), shared by both ops:
- *   f[0] = scale (resolved: 1/sqrt(D) when the builder got 0)
- *   i[0] = layout: 0 = (B,H,T,D) (ts_attention), 1 = (B,T,H,D) (ts_attention_bthd),
+ * Attributes (ts_attr_* accessors; tessera/ops.def), shared by both ops:
+ *   scale (resolved: 1/sqrt(D) when the builder got 0)
+ *   layout: 0 = (B,H,T,D) (ts_attention), 1 = (B,T,H,D) (ts_attention_bthd),
  *          2 = packed (B,T,3*H*D) q|k|v (ts_attention_qkv)
- *   i[1] = H (layout 2 only)
+ *   heads = H (layout 2 only)
  *   layouts 0, 1:
  *   ATTENTION     (q,k,v) -> o (same shape as q), lse (B,H,T) f32 (log-sum-exp of each score row)
  *   ATTENTION_BWD (do,q,k,v,o,lse) -> dq, dk, dv
@@ -54,7 +54,7 @@ static int check_attrs(ts_graph *g, const char *op, const ts__node *n) {
   return TS_OK;
 }
 
-/* Packed layout: qkv (B,T,3*H*D) f32 with H = i[1]; returns C = H*D (or -1 after failing). */
+/* Packed layout: qkv (B,T,3*H*D) f32 with H = heads; returns C = H*D (or -1 after failing). */
 static int64_t check_packed(ts_graph *g, const char *op, const ts__node *n, int qkv) {
   char b[160];
   const ts__value *x = ts__val(g, qkv);

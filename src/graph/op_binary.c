@@ -1,9 +1,9 @@
 /* Binary family: BINARY (add/sub/mul/div with NumPy broadcasting), SCALE.
  *
- * Attribute layouts (ts_attrs):
- *   BINARY (a, b) -> y        i[0] = ts_binary_alg. a and b broadcast (NumPy rules: aligned on
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   BINARY (a, b) -> y        alg = ts_binary_alg. a and b broadcast (NumPy rules: aligned on
  *                             the last dim, each dim equal or 1) to y. f32 only.
- *   SCALE  (x) -> y           f[0] = alpha, f[1] = beta: y = alpha*x + beta. f32 only.
+ *   SCALE  (x) -> y           alpha, beta: y = alpha*x + beta. f32 only.
  *
  * Gradients (only graph ops; SUM_TO folds the broadcast dims back, skipped when shapes agree):
  *   add  da = SUM_TO(dy, a)            db = SUM_TO(dy, b)

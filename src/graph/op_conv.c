@@ -1,13 +1,13 @@
 /* Conv family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_WEIGHT. NCHW activations, OIHW weights,
  * f32. Padding is symmetric; dilation 1 means none (PyTorch's convention).
  *
- * Attribute layouts (ts_attrs), shared prefix:
- *   i[0] = stride_h  i[1] = stride_w  i[2] = pad_h  i[3] = pad_w  i[4] = dil_h  i[5] = dil_w
- *   i[6] = groups
+ * Attributes (ts_attr_* accessors; tessera/ops.def), shared prefix:
+ *   stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+ *   groups
  *   CONV2D            (x (N,C,H,W), w (O,C/groups,KH,KW)[, b (O)]) -> y (N,O,OH,OW)
- *   CONV2D_BWD_DATA   (dy (N,O,OH,OW), w) -> dx (N,C,H,W)           i[7] = H, i[8] = W
- *   CONV2D_BWD_WEIGHT (x, dy) -> dw (O,C/groups,KH,KW)[, db (O)]    i[7] = KH, i[8] = KW,
- *                                                                   i[9] = with_bias (= nout-1)
+ *   CONV2D_BWD_DATA   (dy (N,O,OH,OW), w) -> dx (N,C,H,W)           in_h = H, in_w = W
+ *   CONV2D_BWD_WEIGHT (x, dy) -> dw (O,C/groups,KH,KW)[, db (O)]    kh = KH, kw = KW,
+ *                                                                   has_bias (= nout-1)
  * with OH = (H + 2 pad_h - dil_h (KH-1) - 1) / stride_h + 1 (floor), likewise OW.
  *
  * Gradients: dx = CONV2D_BWD_DATA(dy, w) (skipped when x is marked no-grad, e.g. the image fed

@@ -1,8 +1,8 @@
 /* Dropout family: DROPOUT.
  *
  * Attribute layout (ts_attrs):
- *   DROPOUT (x f32) -> y     f[0] = p (drop probability, 0 <= p <= 1), i[0] = seed (the uint64
- *                            bit pattern), i[1] = element offset of this tensor in the global
+ *   DROPOUT (x f32) -> y     p (drop probability, 0 <= p <= 1), seed (the uint64
+ *                            bit pattern), offset = element offset of this tensor in the global
  *                            numbering of the mask (0; for sharded tensors)
  *
  * The mask is regenerated from Philox(seed, step, element index) by the kernel (see

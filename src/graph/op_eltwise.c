@@ -1,12 +1,12 @@
 /* Eltwise family: ELTWISE, ELTWISE_BWD.
  *
- * Attribute layouts (ts_attrs):
- *   ELTWISE (x) -> y                 i[0] = ts_eltwise_alg
- *                                    f[0] = alpha (relu: negative slope, 0 = plain relu)
- *                                    f[1] = beta (reserved, 0)
- *   ELTWISE_BWD (dy, src) -> dx      i[0] = ts_eltwise_alg, i[1] = use_dst (1: src is the
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   ELTWISE (x) -> y                 alg = ts_eltwise_alg
+ *                                    alpha (relu: negative slope, 0 = plain relu)
+ *                                    beta (reserved, 0)
+ *   ELTWISE_BWD (dy, src) -> dx      alg, use_dst (1: src is the
  *                                    forward output y; 0: src is the forward input x),
- *                                    f[0], f[1] as the forward.
+ *                                    alpha, beta as the forward.
  * All f32, same shape in and out.
  *
  * Gradients: relu, sigmoid, tanh, exp and sqrt are differentiated from their output y (so x can

@@ -1,10 +1,10 @@
 /* Embedding family: EMBEDDING, EMBEDDING_BWD.
  *
- * Attribute layouts (ts_attrs):
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
  *   EMBEDDING     (table (V,D) float, ids i32/i64 of shape S) -> y (S...,D)
- *                 i[0] = row offset, i[1] = 1 vocabulary-sharded (both 0: a whole table)
+ *                 offset = row offset, sharded = 1 vocabulary-sharded (both 0: a whole table)
  *   EMBEDDING_BWD (dy (S...,D) f32, ids S) -> dtable (V,D) f32
- *                 i[0] = V (local rows), i[1] = row offset, i[2] = 1 vocabulary-sharded
+ *                 rows = V (local rows), offset = row offset, sharded = 1 vocabulary-sharded
  * Sharded (Megatron's vocab-parallel embedding): the table holds rows [offset, offset+V) of the
  * full table; an id in that range gives row id - offset, any other id >= 0 a row of zeros (so
  * the sum over the shards is the full lookup), and the backward scatter-adds only those ids.

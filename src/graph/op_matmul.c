@@ -1,7 +1,7 @@
 /* Matmul family: MATMUL, DENSE.
  *
- * Attribute layouts (ts_attrs):
- *   MATMUL (a, b) -> y    i[0] = trans_a, i[1] = trans_b (transpose the last two dims)
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   MATMUL (a, b) -> y    trans_a, trans_b (transpose the last two dims)
  *       a (...,M,K) (or (...,K,M) if trans_a), b (...,K,N) (or (...,N,K) if trans_b) ->
  *       y (...,M,N). Batch dims (all but the last two) must be equal, or one operand is 2-D and
  *       shared by every batch entry. f32 only.

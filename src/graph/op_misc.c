@@ -1,9 +1,9 @@
 /* Misc family: CONST, CAST, COPY.
  *
- * Attribute layouts (ts_attrs):
- *   CONST  (no inputs) -> y    i[0] = ndim, i[1..8] = dims, i[9] = ts_dtype, f[0] = fill value
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   CONST  (no inputs) -> y    shape, dtype (ts_dtype), value = fill value
  *                               (the same layout autodiff uses for the loss seed)
- *   CAST   (x) -> y            i[0] = target ts_dtype
+ *   CAST   (x) -> y            dtype = target ts_dtype
  *   COPY   (x) -> y            none
  *
  * Gradients: CONST none; CAST casts dy back to x's dtype (float->float only; integer sides get

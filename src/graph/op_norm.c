@@ -1,11 +1,11 @@
 /* Norm family: BATCHNORM, BATCHNORM_BWD, LAYERNORM, LAYERNORM_BWD.
  *
- * Attribute layouts (ts_attrs):
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
  *   BATCHNORM (x, gamma, beta, rmean, rvar) -> y, mean, var
- *       i[0] = training (copied from the graph's training flag when the op is built)
- *       i[1] = 0, or 1 + the plan's communicator slot whose ranks share the training statistics
+ *       training (copied from the graph's training flag when the op is built)
+ *       sync = 0, or 1 + the plan's communicator slot whose ranks share the training statistics
  *              (ts_graph_set_batchnorm_sync; the backward reduces its sums over them too)
- *       f[0] = momentum, f[1] = eps
+ *       momentum, eps
  *       x (N,C,...) f32; gamma, beta, rmean, rvar (C) f32 -> y like x; mean, var (C).
  *       Training: normalises with the batch mean and biased variance, which become outputs
  *       mean/var, and UPDATES rmean/rvar IN PLACE (running = (1-momentum)*running +
@@ -13,13 +13,13 @@
  *       (state values from ts_state_value, or inputs). Inference: normalises with rmean/rvar,
  *       which are copied to mean/var.
  *   BATCHNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta
- *       i[0] = training (1: full derivative through the batch statistics; 0: the statistics
+ *       training (1: full derivative through the batch statistics; 0: the statistics
  *       are constants and dx = dy*gamma/sqrt(var+eps), the per-channel scale of eval mode),
- *       i[1] = the forward's synchronisation slot, f[1] = eps.
- *   LAYERNORM (x, gamma, beta) -> y, mean, var       f[0] = eps
+ *       sync = the forward's synchronisation slot, eps.
+ *   LAYERNORM (x, gamma, beta) -> y, mean, var       eps
  *       x (...,D) f32, gamma, beta (D) -> y like x; mean, var (...) (x's shape without the last
  *       dim): mean and biased variance of each row.
- *   LAYERNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta     f[0] = eps
+ *   LAYERNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta     eps
  *
  * Gradients: BATCHNORM -> BATCHNORM_BWD with the forward's training flag (running stats and the
  * saved mean/var get none); LAYERNORM -> LAYERNORM_BWD. The _BWD ops are not differentiable. */

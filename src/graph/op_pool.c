@@ -2,15 +2,15 @@
  * padding, floor output size OH = (H + 2 pad_h - kh) / stride_h + 1. Padding may be at most
  * half the window (as in PyTorch), so every window holds a real element.
  *
- * Attribute layouts (ts_attrs), shared prefix:
- *   i[0] = kh  i[1] = kw  i[2] = stride_h  i[3] = stride_w  i[4] = pad_h  i[5] = pad_w
+ * Attributes (ts_attr_* accessors; tessera/ops.def), shared prefix:
+ *   kh, kw, sh, sw (strides), ph, pw (paddings)
  *   MAXPOOL2D     (x (N,C,H,W)) -> y (N,C,OH,OW) f32, ws (N,C,OH,OW) u8 (the arg-max within
  *                 each window, in the encoding of the backend that ran the forward; the
  *                 executor runs forward and backward with the same backend). kh*kw <= 256.
- *   MAXPOOL2D_BWD (dy (N,C,OH,OW), ws) -> dx (N,C,H,W)     i[6] = H, i[7] = W
+ *   MAXPOOL2D_BWD (dy (N,C,OH,OW), ws) -> dx (N,C,H,W)     in_h = H, in_w = W
  *   AVGPOOL2D     (x) -> y (N,C,OH,OW)  padded positions are excluded from the divisor
  *                 (count_include_pad = False, PyTorch's nn.AvgPool2d(count_include_pad=False)).
- *   AVGPOOL2D_BWD (dy) -> dx (N,C,H,W)                     i[6] = H, i[7] = W
+ *   AVGPOOL2D_BWD (dy) -> dx (N,C,H,W)                     in_h = H, in_w = W
  *   ts_global_avgpool builds AVGPOOL2D with kernel = stride = (H, W), no padding.
  *
  * Gradients: MAXPOOL2D -> MAXPOOL2D_BWD(dy, ws); AVGPOOL2D -> AVGPOOL2D_BWD(dy). The

@@ -1,12 +1,12 @@
 /* Reduce family: SUM_TO, BROADCAST_TO, REDUCE (sum / mean / max over axes), REDUCE_MAX_BWD.
  *
- * Attribute layouts (ts_attrs):
- *   SUM_TO (x) -> y          i[0] = target ndim, i[1..ndim] = target dims. The target must
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   SUM_TO (x) -> y          shape = the target shape. The target must
  *                            broadcast to x (NumPy rules: aligned on the last dim, each target
  *                            dim equal to x's or 1; missing leading dims are summed away).
  *   BROADCAST_TO (x) -> y    same layout; x must broadcast to the target.
- *   REDUCE (x) -> y          i[0] = ts_reduce_alg, i[1] = axes bitmask (bit i = axis i),
- *                            i[2] = keepdim (1: reduced axes stay as size 1; 0: removed).
+ *   REDUCE (x) -> y          alg = ts_reduce_alg, axes = bitmask (bit i = axis i),
+ *                            keepdim (1: reduced axes stay as size 1; 0: removed).
  *   REDUCE_MAX_BWD (dy, x, y) -> dx      same attrs as the REDUCE it differentiates.
  * All f32. A reduction over no axis is rejected for ndim > 0 (say which axes to reduce).
  *

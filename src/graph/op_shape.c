@@ -1,14 +1,14 @@
 /* Shape family: RESHAPE, PERMUTE, CONCAT, SPLIT, SLICE, SLICE_BWD.
  *
- * Attribute layouts (ts_attrs):
- *   RESHAPE   (x) -> y           i[0] = ndim, i[1..8] = dims (resolved: no -1). A view (opdef
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   RESHAPE   (x) -> y           shape (resolved: no -1). A view (opdef
  *                                view=1): the executor aliases y to x.
- *   PERMUTE   (x) -> y           i[0..n-1] = perm, n = ndim of x; y.dims[k] = x.dims[perm[k]]
- *   CONCAT    (x1..xn) -> y      i[0] = axis (normalised, >= 0); n <= TS_GRAPH_MAX_IO inputs
- *   SPLIT     (x) -> y1..yn      i[0] = axis, i[1..n] = sizes along axis (n <= TS_ATTRS_MAX_I-1)
- *   SLICE     (x) -> y           i[0] = axis, i[1] = start, i[2] = end (0 <= start < end <= dim),
- *                                i[3] = x's length along axis
- *   SLICE_BWD (dy) -> dx         same attrs as SLICE; dx has length i[3] along axis, dy placed at
+ *   PERMUTE   (x) -> y           perm[0..n-1], n = ndim of x; y.dims[k] = x.dims[perm[k]]
+ *   CONCAT    (x1..xn) -> y      axis (normalised, >= 0); n <= TS_GRAPH_MAX_IO inputs
+ *   SPLIT     (x) -> y1..yn      axis, sizes[0..n-1] along axis (n <= TS_ATTRS_MAX_I-1)
+ *   SLICE     (x) -> y           axis, start, end (0 <= start < end <= dim),
+ *                                len = x's length along axis
+ *   SLICE_BWD (dy) -> dx         same attrs as SLICE; dx has length len along axis, dy placed at
  *                                [start,end), zeros elsewhere
  *
  * Gradients: reshape -> reshape back; permute -> inverse permute; concat -> one SLICE per input

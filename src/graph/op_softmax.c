@@ -1,21 +1,21 @@
 /* Softmax family: SOFTMAX, SOFTMAX_BWD, SOFTMAX_CE, SOFTMAX_CE_BWD.
  *
- * Attribute layouts (ts_attrs):
- *   SOFTMAX (x) -> y               i[0] = axis (normalised to 0..ndim-1 by shape inference),
- *                                  i[1] = log (1: log-softmax)
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   SOFTMAX (x) -> y               axis (normalised to 0..ndim-1 by shape inference),
+ *                                  log (1: log-softmax)
  *   SOFTMAX_BWD (dy, y) -> dx      same attrs; y is the forward output
  *   SOFTMAX_CE (logits, labels) -> loss, lse
- *                                  f[0] = label smoothing in [0,1], i[0] = ignore index (-100)
+ *                                  smoothing = label smoothing in [0,1], ignore = ignore index (-100)
  *       logits (N,C) f32, labels (N) i32/i64 -> loss () f32: mean over non-ignored rows of
- *       torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=f[0]); 0 if every row is
+ *       torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=smoothing); 0 if every row is
  *       ignored. Second output lse (N) f32 = logsumexp of each row, saved for the backward
  *       (no gradient flows through it).
  *   SOFTMAX_CE_BWD (dloss, logits, labels[, lse]) -> dlogits (N,C)   same attrs as SOFTMAX_CE;
  *       without lse the row statistics are recomputed.
  *   Class-sharded mode of both (Megatron's vocabulary-parallel loss; all zero: unsharded):
- *       i[1] = communicator slot + 1 (0: not sharded), i[2] = group size g >= 1,
- *       i[3] = class offset of this rank's block, i[4] = global class count C, with C % g == 0,
- *       logits (N, C/g) = columns [i[3], i[3]+C/g) of the global logits, labels global class ids.
+ *       sync = communicator slot + 1 (0: not sharded), group = group size g >= 1,
+ *       offset = class offset of this rank's block, classes = global class count C, with C % g == 0,
+ *       logits (N, C/g) = columns [offset, offset+C/g) of the global logits, labels global class ids.
  *       SOFTMAX_CE: loss () = the loss of the full logits (the same on every rank of the group),
  *       lse (N) = the global lse (src/runtime/run_softmax.c: allreduce MAX of the row maxima, one
  *       allreduce SUM of the (N,3) row statistics). SOFTMAX_CE_BWD (lse required): dloss is
@@ -90,7 +90,7 @@ static int grad_softmax(ts_graph *g, int node, const int *dy, int *dx) {
 /* Largest group size accepted (as op_coll.c). */
 #define MAX_GROUP (1 << 24)
 
-/* The class-sharding attributes i[1..4] against logits li (N, C/g). */
+/* The class-sharding attributes (sync, group, offset, classes) against logits li (N, C/g). */
 static int check_shard(ts_graph *g, const ts__node *n, int li) {
   char b1[160];
   const char *op = "softmax_cross_entropy_sharded";
@@ -236,7 +236,7 @@ ts_val ts_softmax_cross_entropy_sharded(ts_graph *g, ts_val logits, ts_val label
                                         int64_t class_offset, int64_t num_classes) {
   const char *op = "softmax_cross_entropy_sharded";
   if (!g) return TS_NONE;
-  if (slot < 0 || slot >= TS_GRAPH_MAX_COMM_SLOTS) { /* i[1] = slot + 1 must not read as "unsharded" */
+  if (slot < 0 || slot >= TS_GRAPH_MAX_COMM_SLOTS) { /* sync = slot + 1 must not read as "unsharded" */
     char b1[160];
     int li = ts__vidx(g, logits, op);
     if (li < 0) return TS_NONE;

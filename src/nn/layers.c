@@ -41,7 +41,7 @@ ts_val ts_nn_param(ts_nn *nn, const char *name, ts_shape shape, ts_init init, in
     }
   }
   /* the value's name is the full name; avoid double scoping */
-  char saved[256]; /* the graph's scope buffer is as long */
+  char saved[TS_GRAPH_MAX_SCOPE];
   snprintf(saved, sizeof saved, "%s", ts_graph_scope(g));
   ts_graph_set_scope(g, "");
   ts_val v = (flags & TS_PARAM_STATE) ? ts_state_value(g, full, TS_F32, shape, id)

@@ -17,7 +17,7 @@ static int lg_fail(ts_parallel *p, const char *what) {
 }
 
 static void set_scope(ts_parallel *p, int ni) {
-  char scope[256]; /* as long as the graph's scope buffer */
+  char scope[TS_GRAPH_MAX_SCOPE];
   scope[0] = 0;
   const char *nm = ni < 0 ? NULL : ts_graph_node_name(p->g, ni);
   const char *sl = nm ? strrchr(nm, '/') : NULL;
@@ -42,7 +42,7 @@ static int emit_leaf(ts_parallel *p, int vi) {
   ts_shape ls;
   int rc = local_shape(&v->L, &v->gs, &ls);
   if (rc) return ts_error_wrap(rc, "parallel pass: value '%s'", x->name ? x->name : "?");
-  char saved[256]; /* as long as the graph's scope buffer */
+  char saved[TS_GRAPH_MAX_SCOPE];
   snprintf(saved, sizeof saved, "%s", ts_graph_scope(p->lg));
   ts_graph_set_scope(p->lg, "");
   ts_val h;

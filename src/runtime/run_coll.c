@@ -1,7 +1,7 @@
 /* Executor adapters for the collective family (attribute layouts: src/graph/op_coll.c).
  *
- * Each op takes the communicator of its slot (ctx->comms[i[0]]), which must have exactly the
- * group size i[1] the op was built for; g == 1 runs without one, as a copy. comm/ works on whole
+ * Each op takes the communicator of its slot (ctx->comms[slot]), which must have exactly the
+ * group size the op was built for; g == 1 runs without one, as a copy. comm/ works on whole
  * buffers (blocks along dim 0), so ops along another dim go through a staging buffer: a tensor
  * viewed as (outer, len, inner) around dim d is moved with one swap of its first two axes
  * (rows of len/g*inner elements stay contiguous):

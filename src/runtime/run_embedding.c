@@ -3,7 +3,7 @@
 #include "../kernels/embedding.h"
 
 static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  if (ts_attr_embedding_sharded(&n->a)) /* vocabulary-sharded: rows [i[0], i[0]+Vl) */
+  if (ts_attr_embedding_sharded(&n->a)) /* vocabulary-sharded: rows [offset, offset+Vl) */
     return ts__embedding_shard_fwd_ref(in[0].data, ts_dtype_size(in[0].dtype), in[0].shape.dims[0],
                                        in[0].shape.dims[1], ts_attr_embedding_offset(&n->a), in[1].data, in[1].dtype,
                                        ts_tensor_numel(&in[1]), out[0].data);

@@ -5,8 +5,8 @@
  * reference kernel is used there. Cross-entropy has no oneDNN primitive: the fused reference
  * kernel serves both backends.
  *
- * Class-sharded cross-entropy (attrs i[1] = slot + 1, i[2] = group size g, i[3] = class offset,
- * i[4] = C; src/graph/op_softmax.c) communicates through the plan's communicator in the slot,
+ * Class-sharded cross-entropy (attrs sync = slot + 1, group = group size g, offset = class offset,
+ * classes = C; src/graph/op_softmax.c) communicates through the plan's communicator in the slot,
  * which must have exactly g ranks (g == 1 runs the unsharded kernels, without one). Forward: the
  * local row maxima are reduced (MAX) in place in the lse output, then one SUM of the (N,3) row
  * statistics (sum of exp, label logit, sum of logits), then every rank computes the same loss
