@@ -45,8 +45,6 @@ int ts_graph_status(const ts_graph *g);
 const char *ts_graph_error(const ts_graph *g);
 /* Training mode affects dropout and batch-norm (default 1). */
 void ts_graph_set_training(ts_graph *g, int training);
-/* Communicator slots a plan can hold (ts_plan_set_comm) for ops that communicate. */
-#define TS_PLAN_MAX_COMMS 32
 /* Batch-norm ops built from now on compute their training statistics over the ranks of the
  * communicator the plan holds in `slot` (SyncBatchNorm); -1 (the default): each process's own
  * batch. Without a communicator in that slot at run time they use local statistics. */
@@ -114,7 +112,7 @@ ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float
 /* The same loss with the classes sharded over a group (Megatron's vocabulary-parallel loss;
  * docs/layout.md "Class-sharded cross-entropy"): logits (N, C/g) are this rank's block of columns
  * [class_offset, class_offset + C/g) of the global (N,C) logits (C = num_classes, divisible by
- * g = group_size, else TS_ESHAPE; slot 0..TS_PLAN_MAX_COMMS-1 as for the collectives below),
+ * g = group_size, else TS_ESHAPE; slot 0..TS_GRAPH_MAX_COMM_SLOTS-1 as for the collectives below),
  * labels (N) are global class ids on every rank. The run communicates through the plan's
  * communicator in `slot` (exactly group_size ranks; group_size 1 runs without one): every rank
  * gets the loss of the full logits. Gradient: the collectives' convention (the objective is the
@@ -177,7 +175,7 @@ ts_val ts_attention_qkv(ts_graph *g, ts_val qkv, int n_head, float scale);
 
 /* ---- collectives (operator-level parallelism; docs/layout.md "Collective ops in the graph") ----
  * Ordinary differentiable ops that communicate when the plan runs. The graph holds no MPI
- * object: an op records a communicator SLOT of the plan (0..TS_PLAN_MAX_COMMS-1, filled with
+ * object: an op records a communicator SLOT of the plan (0..TS_GRAPH_MAX_COMM_SLOTS-1, filled with
  * ts_plan_set_comm) and the GROUP SIZE it infers shapes for. At run time the communicator in the
  * slot must have exactly group_size ranks, else the run fails (TS_EINVAL naming the op, the slot
  * and both sizes); an empty slot is an error too, except that group_size 1 runs without one, as
@@ -242,4 +240,6 @@ void ts_val_set_requires_grad(ts_graph *g, ts_val v, int requires);
 #ifdef __cplusplus
 }
 #endif
+
+#include "tessera/graph_ir.h" /* reading the IR, op attributes, ts_graph_add_node */
 #endif

@@ -29,6 +29,12 @@ ts_backend ts_backend_get(void);
 
 typedef struct ts_plan ts_plan;
 
+/* Communicator slots a plan holds (ts_plan_set_comm): one for every slot an op may record. */
+#define TS_PLAN_MAX_COMMS 32
+#ifndef __cplusplus
+_Static_assert(TS_PLAN_MAX_COMMS == TS_GRAPH_MAX_COMM_SLOTS, "a plan holds every graph comm slot");
+#endif
+
 /* Plan events, delivered to every hook on the plan's list in the order they were added. */
 typedef enum {
   TS_HOOK_NODE_BEGIN = 0, /* before a node runs */

@@ -55,12 +55,11 @@ int ts_graph_backward(ts_graph *g, ts_val loss, float dloss) {
                         ts__vstr(g, L, s, sizeof s));
     goto done;
   }
-  ts__attrs ca;
+  ts_attrs ca;
   memset(&ca, 0, sizeof ca);
-  ca.f[0] = dloss;
-  ca.i[0] = g->vals[L].shape.ndim;
-  for (int d = 0; d < g->vals[L].shape.ndim; d++) ca.i[1 + d] = g->vals[L].shape.dims[d];
-  ca.i[9] = g->vals[L].dtype;
+  ts_attr_set_const_value(&ca, dloss);
+  ts_attr_set_const_shape(&ca, &g->vals[L].shape);
+  ts_attr_set_const_dtype(&ca, g->vals[L].dtype);
   {
     int seed = ts__add_node(g, TS_OP_CONST, NULL, 0, 1, &ca);
     if (seed < 0) { rc = g->status; goto done; }
@@ -70,7 +69,7 @@ int ts_graph_backward(ts_graph *g, ts_val loss, float dloss) {
   for (int i = nfwd - 1; i >= 0 && rc == TS_OK; i--) {
     ts__node n = g->nodes[i]; /* copy: the node array may grow while rules emit */
     int any_dy = 0, any_dx = 0;
-    int dy[TS_MAX_IO], dx[TS_MAX_IO];
+    int dy[TS_GRAPH_MAX_IO], dx[TS_GRAPH_MAX_IO];
     for (int k = 0; k < n.nout; k++) {
       dy[k] = grad[n.out[k]];
       any_dy |= dy[k] >= 0;

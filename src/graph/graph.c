@@ -73,23 +73,86 @@ int ts_graph_status(const ts_graph *g) { return g ? g->status : TS_EINVAL; }
 const char *ts_graph_error(const ts_graph *g) { return g ? g->errmsg : "null graph"; }
 void ts_graph_set_training(ts_graph *g, int training) { g->training = training; }
 void ts_graph_set_batchnorm_sync(ts_graph *g, int slot) {
-  if (g) g->bn_sync = slot >= 0 && slot < TS_PLAN_MAX_COMMS ? slot + 1 : 0;
+  if (g) g->bn_sync = slot >= 0 && slot < TS_GRAPH_MAX_COMM_SLOTS ? slot + 1 : 0;
 }
 int ts_graph_num_nodes(const ts_graph *g) { return g->nnodes; }
 int ts_graph_num_values(const ts_graph *g) { return g->nvals; }
 
-int ts__graph_fail(ts_graph *g, int code, const char *fmt, ...) {
+/* Attribute slots declared in ops.def must fit in ts_attrs. */
+#define TS__ATTR_FITS_i(idx) ((idx) >= 0 && (idx) < TS_ATTRS_MAX_I)
+#define TS__ATTR_FITS_f(idx) ((idx) >= 0 && (idx) < TS_ATTRS_MAX_F)
+#define TS__ATTR_FITS_shape(idx) ((idx) >= 0 && (idx) + TS_MAX_DIMS < TS_ATTRS_MAX_I)
+#define TS__ATTR_FITS_ivec(idx) ((idx) >= 0 && (idx) < TS_ATTRS_MAX_I)
+#define A(grp, nm, kind, idx) \
+  _Static_assert(TS__ATTR_FITS_##kind(idx), "ops.def: attribute " #grp "." #nm " outside ts_attrs");
+#include "tessera/ops.def"
+#undef A
+
+/* ---- reading the IR (tessera/graph_ir.h) ---- */
+ts_val ts_graph_value(const ts_graph *g, int index) {
+  return g && index >= 0 && index < g->nvals ? ts__handle(g, index) : TS_NONE;
+}
+int ts_graph_value_index(const ts_graph *g, ts_val v) {
+  if (!g || v < 0) return -1;
+  int idx = v & ((1 << TS__VAL_BITS) - 1);
+  if ((((uint32_t)v >> TS__VAL_BITS) & 0x3ff) != (g->id & 0x3ff) || idx >= g->nvals) return -1;
+  return idx;
+}
+ts_op ts_graph_node_op(const ts_graph *g, int node) { return g->nodes[node].op; }
+int ts_graph_node_num_inputs(const ts_graph *g, int node) { return g->nodes[node].nin; }
+int ts_graph_node_input(const ts_graph *g, int node, int k) { return g->nodes[node].in[k]; }
+int ts_graph_node_num_outputs(const ts_graph *g, int node) { return g->nodes[node].nout; }
+int ts_graph_node_output(const ts_graph *g, int node, int k) { return g->nodes[node].out[k]; }
+const ts_attrs *ts_graph_node_attrs(const ts_graph *g, int node) { return &g->nodes[node].a; }
+const char *ts_graph_node_name(const ts_graph *g, int node) { return g->nodes[node].name; }
+int ts_graph_node_is_backward(const ts_graph *g, int node) { return g->nodes[node].is_backward; }
+const char *ts_graph_node_strategy(const ts_graph *g, int node) { return g->nodes[node].strategy; }
+const char *ts_op_name(ts_op op) {
+  ts__ops_init();
+  return (unsigned)op < TS_OP_COUNT ? ts__ops[op].name : "?";
+}
+ts_val_kind ts_graph_value_kind(const ts_graph *g, int v) { return g->vals[v].kind; }
+ts_dtype ts_graph_value_dtype(const ts_graph *g, int v) { return g->vals[v].dtype; }
+const ts_shape *ts_graph_value_shape(const ts_graph *g, int v) { return &g->vals[v].shape; }
+int ts_graph_value_producer(const ts_graph *g, int v) { return g->vals[v].producer; }
+int ts_graph_value_param_id(const ts_graph *g, int v) { return g->vals[v].param_id; }
+int ts_graph_value_alias_of(const ts_graph *g, int v) { return g->vals[v].alias_of; }
+const char *ts_graph_value_name(const ts_graph *g, int v) { return g->vals[v].name; }
+int ts_graph_value_requires_grad(const ts_graph *g, int v) { return !g->vals[v].no_grad; }
+int ts_graph_training(const ts_graph *g) { return g->training; }
+const char *ts_graph_scope(const ts_graph *g) { return g->scope; }
+void ts_graph_set_scope(ts_graph *g, const char *scope) {
+  snprintf(g->scope, sizeof g->scope, "%s", scope ? scope : "");
+}
+int ts_graph_add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts_attrs *a) {
+  return ts__add_node(g, op, ins, nin, nout, a);
+}
+
+static int graph_vfail(ts_graph *g, int code, const char *fmt, va_list ap) {
   char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   if (g && g->status == TS_OK) {
     g->status = code;
     snprintf(g->errmsg, sizeof g->errmsg, "%s", msg);
   }
   ts_error_set(code, "%s", msg);
   return code;
+}
+
+int ts__graph_fail(ts_graph *g, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = graph_vfail(g, code, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+int ts_graph_fail(ts_graph *g, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = graph_vfail(g, code, fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 int ts__vidx(ts_graph *g, ts_val v, const char *op) {
@@ -161,8 +224,6 @@ static int new_value(ts_graph *g, ts_dtype dt, ts_shape sh, ts_val_kind kind, co
   memset(v, 0, sizeof *v);
   v->dtype = dt;
   v->shape = sh;
-  v->global_shape = sh;
-  memset(v->tensor_map, -1, sizeof v->tensor_map);
   v->kind = kind;
   v->producer = -1;
   v->param_id = -1;
@@ -256,16 +317,16 @@ void ts_graph_pop_scope(ts_graph *g) {
     g->scope[0] = 0;
 }
 
-int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts__attrs *a) {
+int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts_attrs *a) {
   if (g->status) return -1;
   if ((unsigned)op >= TS_OP_COUNT || !ts__ops[op].infer) {
     ts__graph_fail(g, TS_EUNSUPPORTED, "op %d (%s) has no implementation registered", (int)op,
                    (unsigned)op < TS_OP_COUNT ? ts__ops[op].name : "?");
     return -1;
   }
-  if (nin > TS_MAX_IO || nout > TS_MAX_IO || nin < 0 || nout < 1) {
+  if (nin > TS_GRAPH_MAX_IO || nout > TS_GRAPH_MAX_IO || nin < 0 || nout < 1) {
     ts__graph_fail(g, TS_EINVAL, "%s: %d inputs / %d outputs out of range (max %d)",
-                   ts__ops[op].name, nin, nout, TS_MAX_IO);
+                   ts__ops[op].name, nin, nout, TS_GRAPH_MAX_IO);
     return -1;
   }
   for (int k = 0; k < nin; k++)
@@ -280,8 +341,8 @@ int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const
   n.nout = nout;
   for (int k = 0; k < nin; k++) n.in[k] = ins[k];
   if (a) n.a = *a;
-  ts_dtype odt[TS_MAX_IO];
-  ts_shape osh[TS_MAX_IO];
+  ts_dtype odt[TS_GRAPH_MAX_IO];
+  ts_shape osh[TS_GRAPH_MAX_IO];
   memset(osh, 0, sizeof osh);
   for (int k = 0; k < nout; k++) odt[k] = TS_F32;
   if (ts__ops[op].infer(g, &n, odt, osh) != TS_OK) {
@@ -312,12 +373,12 @@ int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const
   return ni;
 }
 
-ts_val ts__add1(ts_graph *g, ts_op op, const int *ins, int nin, const ts__attrs *a) {
+ts_val ts__add1(ts_graph *g, ts_op op, const int *ins, int nin, const ts_attrs *a) {
   int n = ts__add_node(g, op, ins, nin, 1, a);
   return n < 0 ? TS_NONE : ts__handle(g, g->nodes[n].out[0]);
 }
 
-int ts__emit(ts_graph *g, ts_op op, const int *ins, int nin, const ts__attrs *a) {
+int ts__emit(ts_graph *g, ts_op op, const int *ins, int nin, const ts_attrs *a) {
   int n = ts__add_node(g, op, ins, nin, 1, a);
   return n < 0 ? -1 : g->nodes[n].out[0];
 }

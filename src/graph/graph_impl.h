@@ -1,23 +1,13 @@
-/* Internal view of the graph IR, shared by graph/, runtime/ and (later) parallel/. */
+/* Internal view of the graph IR: for src/graph/ only. Everything else reads and builds graphs
+ * through tessera/graph.h and tessera/graph_ir.h. */
 #ifndef TS_GRAPH_IMPL_H
 #define TS_GRAPH_IMPL_H
 
 #include "tessera/graph.h"
 
-#define TS_MAX_IO 16
-#define TS_MAX_IATTR 16
-#define TS_MAX_FATTR 4
-
-typedef struct {
-  int64_t i[TS_MAX_IATTR];
-  float f[TS_MAX_FATTR];
-} ts__attrs;
-
 typedef struct {
   ts_dtype dtype;
-  ts_shape shape;        /* per-rank (local) shape: what kernels see */
-  ts_shape global_shape; /* logical shape before sharding (== shape until the parallel pass) */
-  int8_t tensor_map[TS_MAX_DIMS]; /* device-matrix axis splitting each dim, -1 = none */
+  ts_shape shape; /* per-rank (local) shape: what kernels see */
   ts_val_kind kind;
   int producer; /* node index, -1 for leaves */
   int out_index;
@@ -30,9 +20,9 @@ typedef struct {
 typedef struct {
   ts_op op;
   int nin, nout;
-  int in[TS_MAX_IO];  /* value indices (local, not tagged) */
-  int out[TS_MAX_IO];
-  ts__attrs a;
+  int in[TS_GRAPH_MAX_IO];  /* value indices (local, not tagged) */
+  int out[TS_GRAPH_MAX_IO];
+  ts_attrs a;
   char *name;
   int is_backward; /* emitted by autodiff */
   char *strategy;  /* shard strategy text given with ts_shard (read by the parallel pass), or NULL */
@@ -48,11 +38,9 @@ struct ts_graph {
   char errmsg[512];
   int training;
   int bn_sync; /* communicator slot + 1 recorded in batch-norm ops built now (0: local statistics) */
-  char scope[256];
+  char scope[TS_GRAPH_MAX_SCOPE];
   int *grad; /* value index -> gradient value index, -1 none (after backward) */
   int grad_len;
-  int64_t dev_mat[TS_MAX_DIMS]; /* device matrix (parallel pass); dev_ndim 0 = none */
-  int dev_ndim;
 };
 
 /* Value handles: (graph id << 20) | index. */
@@ -87,12 +75,12 @@ int ts__graph_fail(ts_graph *g, int code, const char *fmt, ...) __attribute__((f
 
 /* Adds a node: runs the op's shape inference, creates outputs, returns the index of the node
  * or -1 on error (sticky error set). `ins` are value indices. */
-int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts__attrs *a);
+int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts_attrs *a);
 /* Convenience: add node and return handle of output k (TS_NONE on failure). */
-ts_val ts__add1(ts_graph *g, ts_op op, const int *ins, int nin, const ts__attrs *a);
+ts_val ts__add1(ts_graph *g, ts_op op, const int *ins, int nin, const ts_attrs *a);
 /* Like ts__add_node for single-output ops but returns the output VALUE INDEX (-1 on error);
  * used inside gradient rules, which work with indices. */
-int ts__emit(ts_graph *g, ts_op op, const int *ins, int nin, const ts__attrs *a);
+int ts__emit(ts_graph *g, ts_op op, const int *ins, int nin, const ts_attrs *a);
 /* The node index that produced value index v (or -1). */
 static inline int ts__producer(const ts_graph *g, int v) { return g->vals[v].producer; }
 /* Emits a CONST/SCALE/etc. helpers used by gradient rules (value indices). */

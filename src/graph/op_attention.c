@@ -1,10 +1,10 @@
 /* Attention family: ATTENTION, ATTENTION_BWD (causal scaled-dot-product attention).
  *
- * Attribute layouts (ts__attrs), shared by both ops:
- *   f[0] = scale (resolved: 1/sqrt(D) when the builder got 0)
- *   i[0] = layout: 0 = (B,H,T,D) (ts_attention), 1 = (B,T,H,D) (ts_attention_bthd),
+ * Attributes (ts_attr_* accessors; tessera/ops.def), shared by both ops:
+ *   scale (resolved: 1/sqrt(D) when the builder got 0)
+ *   layout: 0 = (B,H,T,D) (ts_attention), 1 = (B,T,H,D) (ts_attention_bthd),
  *          2 = packed (B,T,3*H*D) q|k|v (ts_attention_qkv)
- *   i[1] = H (layout 2 only)
+ *   heads = H (layout 2 only)
  *   layouts 0, 1:
  *   ATTENTION     (q,k,v) -> o (same shape as q), lse (B,H,T) f32 (log-sum-exp of each score row)
  *   ATTENTION_BWD (do,q,k,v,o,lse) -> dq, dk, dv
@@ -46,19 +46,19 @@ static ts_shape lse_shape(const ts_shape *q, int64_t layout) {
 }
 
 static int check_attrs(ts_graph *g, const char *op, const ts__node *n) {
-  if (n->a.i[0] < 0 || n->a.i[0] > 2)
+  if (ts_attr_attention_layout(&n->a) < 0 || ts_attr_attention_layout(&n->a) > 2)
     return ts__graph_fail(g, TS_EINVAL, "%s: unknown layout %lld (0 = BHTD, 1 = BTHD, 2 = QKV)", op,
-                          (long long)n->a.i[0]);
-  if (!(isfinite(n->a.f[0]) && n->a.f[0] > 0.0f))
-    return ts__graph_fail(g, TS_EINVAL, "%s: scale %g must be positive and finite", op, (double)n->a.f[0]);
+                          (long long)ts_attr_attention_layout(&n->a));
+  if (!(isfinite(ts_attr_attention_scale(&n->a)) && ts_attr_attention_scale(&n->a) > 0.0f))
+    return ts__graph_fail(g, TS_EINVAL, "%s: scale %g must be positive and finite", op, (double)ts_attr_attention_scale(&n->a));
   return TS_OK;
 }
 
-/* Packed layout: qkv (B,T,3*H*D) f32 with H = i[1]; returns C = H*D (or -1 after failing). */
+/* Packed layout: qkv (B,T,3*H*D) f32 with H = heads; returns C = H*D (or -1 after failing). */
 static int64_t check_packed(ts_graph *g, const char *op, const ts__node *n, int qkv) {
   char b[160];
   const ts__value *x = ts__val(g, qkv);
-  int64_t H = n->a.i[1];
+  int64_t H = ts_attr_attention_heads(&n->a);
   if (x->dtype != TS_F32)
     return ts__graph_fail(g, TS_EDTYPE, "%s: qkv %s must be f32", op, VS(qkv, b)), -1;
   if (x->shape.ndim != 3)
@@ -72,7 +72,7 @@ static int64_t check_packed(ts_graph *g, const char *op, const ts__node *n, int 
 
 static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   static const char *const names[] = {"q", "k", "v"};
-  if (n->a.i[0] == 2) {
+  if (ts_attr_attention_layout(&n->a) == 2) {
     if (n->nin != 1 || n->nout != 2)
       return ts__graph_fail(g, TS_EINVAL, "attention: packed layout expects 1 input (qkv) and 2 outputs, got %d/%d",
                             n->nin, n->nout);
@@ -81,7 +81,7 @@ static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
     const ts_shape *x = &ts__val(g, n->in[0])->shape;
     odt[0] = odt[1] = TS_F32;
     osh[0] = ts_shape3(x->dims[0], x->dims[1], C);
-    osh[1] = ts_shape3(x->dims[0], n->a.i[1], x->dims[1]);
+    osh[1] = ts_shape3(x->dims[0], ts_attr_attention_heads(&n->a), x->dims[1]);
     return TS_OK;
   }
   if (n->nin != 3 || n->nout != 2)
@@ -92,7 +92,7 @@ static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
   odt[0] = TS_F32;
   osh[0] = *q;
   odt[1] = TS_F32;
-  osh[1] = lse_shape(q, n->a.i[0]);
+  osh[1] = lse_shape(q, ts_attr_attention_layout(&n->a));
   return TS_OK;
 }
 
@@ -108,10 +108,10 @@ static ts_val attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale, 
   const ts__value *qv = ts__val(g, in[0]);
   if (scale == 0.0f && qv->shape.ndim == 4 && qv->shape.dims[3] > 0)
     scale = (float)(1.0 / sqrt((double)qv->shape.dims[3]));
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.f[0] = scale;
-  a.i[0] = layout;
+  ts_attr_set_attention_scale(&a, scale);
+  ts_attr_set_attention_layout(&a, layout);
   int nd = ts__add_node(g, TS_OP_ATTENTION, in, 3, 2, &a);
   return nd < 0 ? TS_NONE : ts__handle(g, g->nodes[nd].out[0]);
 }
@@ -132,11 +132,11 @@ ts_val ts_attention_qkv(ts_graph *g, ts_val qkv, int n_head, float scale) {
   if (scale == 0.0f && n_head > 0 && x->shape.ndim == 3 && x->shape.dims[2] % (3 * n_head) == 0 &&
       x->shape.dims[2] > 0)
     scale = (float)(1.0 / sqrt((double)(x->shape.dims[2] / (3 * n_head))));
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.f[0] = scale;
-  a.i[0] = 2;
-  a.i[1] = n_head;
+  ts_attr_set_attention_scale(&a, scale);
+  ts_attr_set_attention_layout(&a, 2);
+  ts_attr_set_attention_heads(&a, n_head);
   int nd = ts__add_node(g, TS_OP_ATTENTION, &in, 1, 2, &a);
   return nd < 0 ? TS_NONE : ts__handle(g, g->nodes[nd].out[0]);
 }
@@ -147,7 +147,7 @@ static int grad_attention(ts_graph *g, int node, const int *dy, int *dx) {
     return ts__graph_fail(g, TS_EUNSUPPORTED,
                           "attention: gradient through the lse output of %s is not supported", n.name);
   if (dy[0] < 0) return TS_OK;
-  if (n.a.i[0] == 2) {
+  if (ts_attr_attention_layout(&n.a) == 2) {
     int in4[4] = {dy[0], n.in[0], n.out[0], n.out[1]};
     dx[0] = ts__emit(g, TS_OP_ATTENTION_BWD, in4, 4, &n.a);
     return dx[0] < 0 ? g->status : TS_OK;
@@ -162,7 +162,7 @@ static int grad_attention(ts_graph *g, int node, const int *dy, int *dx) {
 static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   static const char *const names[] = {"do", "q", "k", "v", "o"};
   char b[160];
-  if (n->a.i[0] == 2) {
+  if (ts_attr_attention_layout(&n->a) == 2) {
     if (n->nin != 4 || n->nout != 1)
       return ts__graph_fail(g, TS_EINVAL,
                             "attention_bwd: packed layout expects 4 inputs (do,qkv,o,lse) and 1 output, got %d/%d",
@@ -170,7 +170,7 @@ static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
     int64_t C = check_packed(g, "attention_bwd", n, n->in[1]);
     if (C < 0) return g->status;
     const ts_shape *x = &ts__val(g, n->in[1])->shape;
-    ts_shape os = ts_shape3(x->dims[0], x->dims[1], C), ls = ts_shape3(x->dims[0], n->a.i[1], x->dims[1]);
+    ts_shape os = ts_shape3(x->dims[0], x->dims[1], C), ls = ts_shape3(x->dims[0], ts_attr_attention_heads(&n->a), x->dims[1]);
     for (int k = 0; k < 3; k += 2) { /* do and o */
       const ts__value *v = ts__val(g, n->in[k]);
       if (v->dtype != TS_F32 || !ts_shape_equal(&v->shape, &os))
@@ -191,7 +191,7 @@ static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
   if (same_qkv(g, "attention_bwd", n->in, names, 5) || check_attrs(g, "attention_bwd", n))
     return g->status;
   const ts_shape *q = &ts__val(g, n->in[1])->shape;
-  ts_shape ls = lse_shape(q, n->a.i[0]);
+  ts_shape ls = lse_shape(q, ts_attr_attention_layout(&n->a));
   const ts__value *lse = ts__val(g, n->in[5]);
   if (lse->dtype != TS_F32 || !ts_shape_equal(&lse->shape, &ls))
     return ts__graph_fail(g, TS_ESHAPE, "attention_bwd: lse %s must be f32 (B,H,T)", VS(n->in[5], b));

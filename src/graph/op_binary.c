@@ -1,9 +1,9 @@
 /* Binary family: BINARY (add/sub/mul/div with NumPy broadcasting), SCALE.
  *
- * Attribute layouts (ts__attrs):
- *   BINARY (a, b) -> y        i[0] = ts_binary_alg. a and b broadcast (NumPy rules: aligned on
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   BINARY (a, b) -> y        alg = ts_binary_alg. a and b broadcast (NumPy rules: aligned on
  *                             the last dim, each dim equal or 1) to y. f32 only.
- *   SCALE  (x) -> y           f[0] = alpha, f[1] = beta: y = alpha*x + beta. f32 only.
+ *   SCALE  (x) -> y           alpha, beta: y = alpha*x + beta. f32 only.
  *
  * Gradients (only graph ops; SUM_TO folds the broadcast dims back, skipped when shapes agree):
  *   add  da = SUM_TO(dy, a)            db = SUM_TO(dy, b)
@@ -29,7 +29,7 @@ static int infer_binary(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   if (n->nin != 2 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "binary: expects inputs (a, b) and 1 output, got %d/%d",
                           n->nin, n->nout);
-  const int64_t alg = n->a.i[0];
+  const int64_t alg = ts_attr_binary_alg(&n->a);
   const int ai = n->in[0], bi = n->in[1];
   if (alg < 0 || alg >= TS_BIN_COUNT)
     return ts__graph_fail(g, TS_EINVAL, "binary: a %s, b %s: unknown algorithm %lld (valid 0..%d)",
@@ -72,19 +72,19 @@ static int infer_scale(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
 
 static int emit_bin(ts_graph *g, int a, int b, int alg) {
   if (a < 0 || b < 0) return -1;
-  ts__attrs at;
+  ts_attrs at;
   memset(&at, 0, sizeof at);
-  at.i[0] = alg;
+  ts_attr_set_binary_alg(&at, alg);
   int in[2] = {a, b};
   return ts__emit(g, TS_OP_BINARY, in, 2, &at);
 }
 
 static int emit_scale(ts_graph *g, int x, float alpha, float beta) {
   if (x < 0) return -1;
-  ts__attrs at;
+  ts_attrs at;
   memset(&at, 0, sizeof at);
-  at.f[0] = alpha;
-  at.f[1] = beta;
+  ts_attr_set_scale_alpha(&at, alpha);
+  ts_attr_set_scale_beta(&at, beta);
   return ts__emit(g, TS_OP_SCALE, &x, 1, &at);
 }
 
@@ -95,13 +95,13 @@ static int grad_binary(ts_graph *g, int node, const int *dy, int *dx) {
   const int need_a = !g->vals[a].no_grad, need_b = !g->vals[b].no_grad;
   dx[0] = dx[1] = -1;
   if (d < 0) return TS_OK;
-  switch ((int)n.a.i[0]) {
+  switch ((int)ts_attr_binary_alg(&n.a)) {
     case TS_BIN_ADD:
     case TS_BIN_SUB:
       if (need_a) dx[0] = ts__emit_sum_to(g, d, &as);
       if (need_b) {
         dx[1] = ts__emit_sum_to(g, d, &bs);
-        if (n.a.i[0] == TS_BIN_SUB) dx[1] = emit_scale(g, dx[1], -1.0f, 0.0f);
+        if (ts_attr_binary_alg(&n.a) == TS_BIN_SUB) dx[1] = emit_scale(g, dx[1], -1.0f, 0.0f);
       }
       break;
     case TS_BIN_MUL:
@@ -115,7 +115,7 @@ static int grad_binary(ts_graph *g, int node, const int *dy, int *dx) {
       break;
     }
     default:
-      return ts__graph_fail(g, TS_EINVAL, "binary: unknown algorithm %lld", (long long)n.a.i[0]);
+      return ts__graph_fail(g, TS_EINVAL, "binary: unknown algorithm %lld", (long long)ts_attr_binary_alg(&n.a));
   }
   if ((need_a && dx[0] < 0) || (need_b && dx[1] < 0)) return g->status ? g->status : TS_EGRAPH;
   return TS_OK;
@@ -125,7 +125,7 @@ static int grad_scale(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
   dx[0] = -1;
   if (dy[0] < 0 || g->vals[n.in[0]].no_grad) return TS_OK;
-  dx[0] = emit_scale(g, dy[0], n.a.f[0], 0.0f);
+  dx[0] = emit_scale(g, dy[0], ts_attr_scale_alpha(&n.a), 0.0f);
   return dx[0] < 0 ? (g->status ? g->status : TS_EGRAPH) : TS_OK;
 }
 
@@ -134,9 +134,9 @@ ts_val ts_binary(ts_graph *g, ts_val a, ts_val b, ts_binary_alg alg) {
   int in[2];
   const char *nm = bin_name(alg);
   if ((in[0] = ts__vidx(g, a, nm)) < 0 || (in[1] = ts__vidx(g, b, nm)) < 0) return TS_NONE;
-  ts__attrs at;
+  ts_attrs at;
   memset(&at, 0, sizeof at);
-  at.i[0] = alg;
+  ts_attr_set_binary_alg(&at, alg);
   return ts__add1(g, TS_OP_BINARY, in, 2, &at);
 }
 
@@ -149,10 +149,10 @@ ts_val ts_scale(ts_graph *g, ts_val x, float alpha, float beta) {
   if (!g) return TS_NONE;
   int xi = ts__vidx(g, x, "scale");
   if (xi < 0) return TS_NONE;
-  ts__attrs at;
+  ts_attrs at;
   memset(&at, 0, sizeof at);
-  at.f[0] = alpha;
-  at.f[1] = beta;
+  ts_attr_set_scale_alpha(&at, alpha);
+  ts_attr_set_scale_beta(&at, beta);
   return ts__add1(g, TS_OP_SCALE, &xi, 1, &at);
 }
 

@@ -6,19 +6,19 @@
  * executor (src/runtime/run_coll.c) checks that the slot holds a communicator of exactly g ranks.
  * Shapes are this rank's local shapes; "rank" below is the rank within the group.
  *
- * Attribute layouts (ts__attrs), shared by every op of the family:
- *   i[0] = communicator slot, 0..TS_PLAN_MAX_COMMS-1
- *   i[1] = group size g >= 1
- *   ALLREDUCE      (x) -> y                 i[2] = reduce op (ts_reduce_op: 0 sum, 1 mean, 2 max, 3 min)
+ * Attributes (tessera/ops.def; ts_attr_coll_* shared by every op of the family):
+ *   slot  = communicator slot, 0..TS_GRAPH_MAX_COMM_SLOTS-1
+ *   group = group size g >= 1
+ *   ALLREDUCE      (x) -> y                 op = reduce op (ts_reduce_op: 0 sum, 1 mean, 2 max, 3 min)
  *                  y like x
- *   ALLGATHER      (x) -> y                 i[2] = dim d; y.shape[d] = g * x.shape[d]
- *   REDUCE_SCATTER (x) -> y                 i[2] = dim d, i[3] = reduce op;
+ *   ALLGATHER      (x) -> y                 dim d; y.shape[d] = g * x.shape[d]
+ *   REDUCE_SCATTER (x) -> y                 dim d, op = reduce op;
  *                  x.shape[d] % g == 0, y.shape[d] = x.shape[d] / g
- *   ALLTOALL       (x) -> y                 i[2] = split dim s, i[3] = concat dim c (s != c);
+ *   ALLTOALL       (x) -> y                 split_dim s, concat_dim c (s != c);
  *                  x.shape[s] % g == 0, y.shape[s] = x.shape[s] / g, y.shape[c] = g * x.shape[c]
- *   RANK_SLICE     (x) -> y                 i[2] = dim d; x.shape[d] % g == 0,
+ *   RANK_SLICE     (x) -> y                 dim d; x.shape[d] % g == 0,
  *                  y.shape[d] = x.shape[d] / g (block `rank` of x along d; no communication)
- *   RANK_SLICE_BWD (dy) -> dx               i[2] = dim d; dx.shape[d] = g * dy.shape[d], dy placed
+ *   RANK_SLICE_BWD (dy) -> dx               dim d; dx.shape[d] = g * dy.shape[d], dy placed
  *                  at block `rank` along d, zeros elsewhere
  * Reductions take f32, bf16, f16 (accumulated in f32 by comm/), i32, i64; the other ops any dtype.
  *
@@ -51,17 +51,38 @@ static const char *red_name(int64_t op) {
 /* ---------------------------------------------------------------- checks */
 
 /* One input, one output, a valid slot and group size. */
+/* The attributes of collective `op`: slot, group size and its own arguments a2 (reduce op or
+ * dim; alltoall's split dim) and a3 (reduce_scatter's reduce op, alltoall's concat dim). */
+static void coll_attrs(ts_attrs *a, ts_op op, int64_t slot, int64_t group, int64_t a2, int64_t a3) {
+  memset(a, 0, sizeof *a);
+  ts_attr_set_coll_slot(a, slot);
+  ts_attr_set_coll_group(a, group);
+  switch (op) {
+    case TS_OP_ALLREDUCE: ts_attr_set_allreduce_op(a, a2); break;
+    case TS_OP_ALLGATHER: ts_attr_set_allgather_dim(a, a2); break;
+    case TS_OP_REDUCE_SCATTER:
+      ts_attr_set_reduce_scatter_dim(a, a2);
+      ts_attr_set_reduce_scatter_op(a, a3);
+      break;
+    case TS_OP_ALLTOALL:
+      ts_attr_set_alltoall_split_dim(a, a2);
+      ts_attr_set_alltoall_concat_dim(a, a3);
+      break;
+    default: ts_attr_set_rank_slice_dim(a, a2); break; /* RANK_SLICE, RANK_SLICE_BWD */
+  }
+}
+
 static int check_common(ts_graph *g, const ts__node *n, const char *op) {
   char b[160];
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: expects 1 input and 1 output, got %d/%d", op, n->nin,
                           n->nout);
-  if (n->a.i[0] < 0 || n->a.i[0] >= TS_PLAN_MAX_COMMS)
+  if (ts_attr_coll_slot(&n->a) < 0 || ts_attr_coll_slot(&n->a) >= TS_GRAPH_MAX_COMM_SLOTS)
     return ts__graph_fail(g, TS_EINVAL, "%s: communicator slot %lld of x %s is outside 0..%d", op,
-                          (long long)n->a.i[0], VS(n->in[0], b), TS_PLAN_MAX_COMMS - 1);
-  if (n->a.i[1] < 1 || n->a.i[1] > MAX_GROUP)
+                          (long long)ts_attr_coll_slot(&n->a), VS(n->in[0], b), TS_GRAPH_MAX_COMM_SLOTS - 1);
+  if (ts_attr_coll_group(&n->a) < 1 || ts_attr_coll_group(&n->a) > MAX_GROUP)
     return ts__graph_fail(g, TS_EINVAL, "%s: group size %lld of x %s must be in 1..%d", op,
-                          (long long)n->a.i[1], VS(n->in[0], b), MAX_GROUP);
+                          (long long)ts_attr_coll_group(&n->a), VS(n->in[0], b), MAX_GROUP);
   return TS_OK;
 }
 
@@ -108,7 +129,7 @@ static int check_reduce(ts_graph *g, const char *op, int64_t red, int x) {
 /* ---------------------------------------------------------------- shape inference */
 
 static int infer_allreduce(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  if (check_common(g, n, "allreduce") || check_reduce(g, "allreduce", n->a.i[2], n->in[0]))
+  if (check_common(g, n, "allreduce") || check_reduce(g, "allreduce", ts_attr_allreduce_op(&n->a), n->in[0]))
     return g->status;
   odt[0] = g->vals[n->in[0]].dtype;
   osh[0] = g->vals[n->in[0]].shape;
@@ -116,7 +137,7 @@ static int infer_allreduce(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
 }
 
 static int infer_allgather(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  const int64_t d = n->a.i[2], gs = n->a.i[1];
+  const int64_t d = ts_attr_allgather_dim(&n->a), gs = ts_attr_coll_group(&n->a);
   if (check_common(g, n, "allgather") || check_dim(g, "allgather", "dim", d, n->in[0]) ||
       check_multiply(g, "allgather", d, gs, n->in[0]))
     return g->status;
@@ -127,8 +148,8 @@ static int infer_allgather(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
 }
 
 static int infer_reduce_scatter(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  const int64_t d = n->a.i[2], gs = n->a.i[1];
-  if (check_common(g, n, "reduce_scatter") || check_reduce(g, "reduce_scatter", n->a.i[3], n->in[0]) ||
+  const int64_t d = ts_attr_reduce_scatter_dim(&n->a), gs = ts_attr_coll_group(&n->a);
+  if (check_common(g, n, "reduce_scatter") || check_reduce(g, "reduce_scatter", ts_attr_reduce_scatter_op(&n->a), n->in[0]) ||
       check_dim(g, "reduce_scatter", "dim", d, n->in[0]) ||
       check_divisible(g, "reduce_scatter", "dim", d, gs, n->in[0]))
     return g->status;
@@ -139,7 +160,7 @@ static int infer_reduce_scatter(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shap
 }
 
 static int infer_alltoall(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  const int64_t s = n->a.i[2], c = n->a.i[3], gs = n->a.i[1];
+  const int64_t s = ts_attr_alltoall_split_dim(&n->a), c = ts_attr_alltoall_concat_dim(&n->a), gs = ts_attr_coll_group(&n->a);
   char b[160];
   if (check_common(g, n, "alltoall") || check_dim(g, "alltoall", "split dim", s, n->in[0]) ||
       check_dim(g, "alltoall", "concat dim", c, n->in[0]))
@@ -159,7 +180,7 @@ static int infer_alltoall(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh
 }
 
 static int infer_rank_slice(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  const int64_t d = n->a.i[2], gs = n->a.i[1];
+  const int64_t d = ts_attr_rank_slice_dim(&n->a), gs = ts_attr_coll_group(&n->a);
   if (check_common(g, n, "rank_slice") || check_dim(g, "rank_slice", "dim", d, n->in[0]) ||
       check_divisible(g, "rank_slice", "dim", d, gs, n->in[0]))
     return g->status;
@@ -170,7 +191,7 @@ static int infer_rank_slice(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *o
 }
 
 static int infer_rank_slice_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  const int64_t d = n->a.i[2], gs = n->a.i[1];
+  const int64_t d = ts_attr_rank_slice_dim(&n->a), gs = ts_attr_coll_group(&n->a);
   if (check_common(g, n, "rank_slice_bwd") || check_dim(g, "rank_slice_bwd", "dim", d, n->in[0]) ||
       check_multiply(g, "rank_slice_bwd", d, gs, n->in[0]))
     return g->status;
@@ -182,14 +203,11 @@ static int infer_rank_slice_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shap
 
 /* ---------------------------------------------------------------- gradients */
 
-/* Emits collective `op` on value x with the slot and group size of node n and attrs i[2], i[3]. */
+/* Emits collective `op` on value x with the slot and group size of node n and op arguments a2, a3
+ * (see coll_attrs). */
 static int emit_coll(ts_graph *g, const ts__node *n, ts_op op, int x, int64_t a2, int64_t a3) {
-  ts__attrs a;
-  memset(&a, 0, sizeof a);
-  a.i[0] = n->a.i[0];
-  a.i[1] = n->a.i[1];
-  a.i[2] = a2;
-  a.i[3] = a3;
+  ts_attrs a;
+  coll_attrs(&a, op, ts_attr_coll_slot(&n->a), ts_attr_coll_group(&n->a), a2, a3);
   return ts__emit(g, op, &x, 1, &a);
 }
 
@@ -203,7 +221,7 @@ static int not_differentiable(ts_graph *g, const ts__node *n, const char *op, in
 
 static int grad_allreduce(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
-  const int64_t red = n.a.i[2];
+  const int64_t red = ts_attr_allreduce_op(&n.a);
   if (red != RED_SUM && red != RED_MEAN) return not_differentiable(g, &n, "allreduce", red);
   dx[0] = emit_coll(g, &n, TS_OP_ALLREDUCE, dy[0], red, 0);
   return dx[0] < 0 ? g->status : TS_OK;
@@ -211,53 +229,53 @@ static int grad_allreduce(ts_graph *g, int node, const int *dy, int *dx) {
 
 static int grad_allgather(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
-  dx[0] = emit_coll(g, &n, TS_OP_REDUCE_SCATTER, dy[0], n.a.i[2], RED_SUM);
+  dx[0] = emit_coll(g, &n, TS_OP_REDUCE_SCATTER, dy[0], ts_attr_allgather_dim(&n.a), RED_SUM);
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
 /* v * alpha in v's float dtype (SCALE is f32: other dtypes go through f32 and are rounded once). */
 static int emit_scale_any(ts_graph *g, int v, float alpha) {
   const ts_dtype dt = g->vals[v].dtype;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
   if (dt != TS_F32) {
-    a.i[0] = TS_F32;
+    ts_attr_set_cast_dtype(&a, TS_F32);
     v = ts__emit(g, TS_OP_CAST, &v, 1, &a);
     if (v < 0) return -1;
   }
   memset(&a, 0, sizeof a);
-  a.f[0] = alpha;
+  ts_attr_set_scale_alpha(&a, alpha);
   v = ts__emit(g, TS_OP_SCALE, &v, 1, &a);
   if (v < 0 || dt == TS_F32) return v;
   memset(&a, 0, sizeof a);
-  a.i[0] = dt;
+  ts_attr_set_cast_dtype(&a, dt);
   return ts__emit(g, TS_OP_CAST, &v, 1, &a);
 }
 
 static int grad_reduce_scatter(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
-  const int64_t red = n.a.i[3];
+  const int64_t red = ts_attr_reduce_scatter_op(&n.a);
   if (red != RED_SUM && red != RED_MEAN) return not_differentiable(g, &n, "reduce_scatter", red);
-  dx[0] = emit_coll(g, &n, TS_OP_ALLGATHER, dy[0], n.a.i[2], 0);
-  if (dx[0] >= 0 && red == RED_MEAN && n.a.i[1] > 1) dx[0] = emit_scale_any(g, dx[0], 1.0f / (float)n.a.i[1]);
+  dx[0] = emit_coll(g, &n, TS_OP_ALLGATHER, dy[0], ts_attr_reduce_scatter_dim(&n.a), 0);
+  if (dx[0] >= 0 && red == RED_MEAN && ts_attr_coll_group(&n.a) > 1) dx[0] = emit_scale_any(g, dx[0], 1.0f / (float)ts_attr_coll_group(&n.a));
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
 static int grad_alltoall(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
-  dx[0] = emit_coll(g, &n, TS_OP_ALLTOALL, dy[0], n.a.i[3], n.a.i[2]);
+  dx[0] = emit_coll(g, &n, TS_OP_ALLTOALL, dy[0], ts_attr_alltoall_concat_dim(&n.a), ts_attr_alltoall_split_dim(&n.a));
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
 static int grad_rank_slice(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
-  dx[0] = emit_coll(g, &n, TS_OP_RANK_SLICE_BWD, dy[0], n.a.i[2], 0);
+  dx[0] = emit_coll(g, &n, TS_OP_RANK_SLICE_BWD, dy[0], ts_attr_rank_slice_dim(&n.a), 0);
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
 static int grad_rank_slice_bwd(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
-  dx[0] = emit_coll(g, &n, TS_OP_RANK_SLICE, dy[0], n.a.i[2], 0);
+  dx[0] = emit_coll(g, &n, TS_OP_RANK_SLICE, dy[0], ts_attr_rank_slice_dim(&n.a), 0);
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
@@ -273,12 +291,8 @@ static ts_val build(ts_graph *g, ts_op op, const char *name, ts_val x, int slot,
   const int nd = g->vals[xi].shape.ndim;
   if (a2_is_dim && a2 < 0 && a2 >= -nd) a2 += nd;
   if (a3_is_dim && a3 < 0 && a3 >= -nd) a3 += nd;
-  ts__attrs a;
-  memset(&a, 0, sizeof a);
-  a.i[0] = slot;
-  a.i[1] = group_size;
-  a.i[2] = a2;
-  a.i[3] = a3;
+  ts_attrs a;
+  coll_attrs(&a, op, slot, group_size, a2, a3);
   return ts__add1(g, op, &xi, 1, &a);
 }
 

@@ -1,13 +1,13 @@
 /* Conv family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_WEIGHT. NCHW activations, OIHW weights,
  * f32. Padding is symmetric; dilation 1 means none (PyTorch's convention).
  *
- * Attribute layouts (ts__attrs), shared prefix:
- *   i[0] = stride_h  i[1] = stride_w  i[2] = pad_h  i[3] = pad_w  i[4] = dil_h  i[5] = dil_w
- *   i[6] = groups
+ * Attributes (ts_attr_* accessors; tessera/ops.def), shared prefix:
+ *   stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+ *   groups
  *   CONV2D            (x (N,C,H,W), w (O,C/groups,KH,KW)[, b (O)]) -> y (N,O,OH,OW)
- *   CONV2D_BWD_DATA   (dy (N,O,OH,OW), w) -> dx (N,C,H,W)           i[7] = H, i[8] = W
- *   CONV2D_BWD_WEIGHT (x, dy) -> dw (O,C/groups,KH,KW)[, db (O)]    i[7] = KH, i[8] = KW,
- *                                                                   i[9] = with_bias (= nout-1)
+ *   CONV2D_BWD_DATA   (dy (N,O,OH,OW), w) -> dx (N,C,H,W)           in_h = H, in_w = W
+ *   CONV2D_BWD_WEIGHT (x, dy) -> dw (O,C/groups,KH,KW)[, db (O)]    kh = KH, kw = KW,
+ *                                                                   has_bias (= nout-1)
  * with OH = (H + 2 pad_h - dil_h (KH-1) - 1) / stride_h + 1 (floor), likewise OW.
  *
  * Gradients: dx = CONV2D_BWD_DATA(dy, w) (skipped when x is marked no-grad, e.g. the image fed
@@ -19,18 +19,21 @@
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)
 
-static int check_attrs(ts_graph *g, const char *op, const ts__attrs *a, int x, int w) {
+static int check_attrs(ts_graph *g, const char *op, const ts_attrs *a, int x, int w) {
   char b1[160], b2[160];
+  const int64_t v7[7] = {ts_attr_conv2d_stride_h(a), ts_attr_conv2d_stride_w(a), ts_attr_conv2d_pad_h(a),
+                         ts_attr_conv2d_pad_w(a),    ts_attr_conv2d_dil_h(a),    ts_attr_conv2d_dil_w(a),
+                         ts_attr_conv2d_groups(a)};
   for (int k = 0; k < 7; k++) {
-    int64_t v = a->i[k], lo = (k == 2 || k == 3) ? 0 : 1;
+    int64_t v = v7[k], lo = (k == 2 || k == 3) ? 0 : 1;
     if (v < lo || v > (1 << 20))
       return ts__graph_fail(g, TS_EINVAL,
                             "%s: x %s, w %s: invalid attributes stride %lldx%lld, padding "
                             "%lldx%lld, dilation %lldx%lld, groups %lld (strides, dilations and "
                             "groups must be >= 1, paddings >= 0)",
-                            op, VS(x, b1), VS(w, b2), (long long)a->i[0], (long long)a->i[1],
-                            (long long)a->i[2], (long long)a->i[3], (long long)a->i[4],
-                            (long long)a->i[5], (long long)a->i[6]);
+                            op, VS(x, b1), VS(w, b2), (long long)ts_attr_conv2d_stride_h(a), (long long)ts_attr_conv2d_stride_w(a),
+                            (long long)ts_attr_conv2d_pad_h(a), (long long)ts_attr_conv2d_pad_w(a), (long long)ts_attr_conv2d_dil_h(a),
+                            (long long)ts_attr_conv2d_dil_w(a), (long long)ts_attr_conv2d_groups(a));
   }
   return TS_OK;
 }
@@ -56,28 +59,28 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) 
 }
 
 /* Output spatial size; fails naming the op if the (dilated) kernel does not fit. */
-static int out_hw(ts_graph *g, const char *op, const ts__attrs *a, int64_t H, int64_t W,
+static int out_hw(ts_graph *g, const char *op, const ts_attrs *a, int64_t H, int64_t W,
                   int64_t KH, int64_t KW, int x, int w, int64_t *OH, int64_t *OW) {
   char b1[160], b2[160];
-  *OH = conv_out(H, KH, a->i[0], a->i[2], a->i[4]);
-  *OW = conv_out(W, KW, a->i[1], a->i[3], a->i[5]);
+  *OH = conv_out(H, KH, ts_attr_conv2d_stride_h(a), ts_attr_conv2d_pad_h(a), ts_attr_conv2d_dil_h(a));
+  *OW = conv_out(W, KW, ts_attr_conv2d_stride_w(a), ts_attr_conv2d_pad_w(a), ts_attr_conv2d_dil_w(a));
   if (*OH < 1 || *OW < 1)
     return ts__graph_fail(g, TS_ESHAPE,
                           "%s: x %s, w %s: kernel %lldx%lld (dilation %lldx%lld) does not fit the "
                           "padded input %lldx%lld",
                           op, VS(x, b1), VS(w, b2), (long long)KH, (long long)KW,
-                          (long long)a->i[4], (long long)a->i[5], (long long)(H + 2 * a->i[2]),
-                          (long long)(W + 2 * a->i[3]));
+                          (long long)ts_attr_conv2d_dil_h(a), (long long)ts_attr_conv2d_dil_w(a), (long long)(H + 2 * ts_attr_conv2d_pad_h(a)),
+                          (long long)(W + 2 * ts_attr_conv2d_pad_w(a)));
   return TS_OK;
 }
 
 /* Checks channel/group consistency of activations with C channels, O output channels and
  * weights w. */
-static int check_channels(ts_graph *g, const char *op, const ts__attrs *a, int64_t C, int64_t O,
+static int check_channels(ts_graph *g, const char *op, const ts_attrs *a, int64_t C, int64_t O,
                           int x, int w) {
   char b1[160], b2[160];
   const ts_shape *ws = &ts__val(g, w)->shape;
-  const int64_t G = a->i[6];
+  const int64_t G = ts_attr_conv2d_groups(a);
   if (C % G || O % G)
     return ts__graph_fail(g, TS_ESHAPE, "%s: x %s, w %s: groups %lld must divide channels %lld and %lld",
                           op, VS(x, b1), VS(w, b2), (long long)G, (long long)C, (long long)O);
@@ -126,10 +129,10 @@ ts_val ts_conv2d(ts_graph *g, ts_val x, ts_val w, ts_val b, int stride_h, int st
   if ((in[0] = ts__vidx(g, x, "conv2d")) < 0 || (in[1] = ts__vidx(g, w, "conv2d")) < 0)
     return TS_NONE;
   if (nin == 3 && (in[2] = ts__vidx(g, b, "conv2d")) < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = stride_h, a.i[1] = stride_w, a.i[2] = pad_h, a.i[3] = pad_w;
-  a.i[4] = dil_h, a.i[5] = dil_w, a.i[6] = groups;
+  ts_attr_set_conv2d_stride_h(&a, stride_h), ts_attr_set_conv2d_stride_w(&a, stride_w), ts_attr_set_conv2d_pad_h(&a, pad_h), ts_attr_set_conv2d_pad_w(&a, pad_w);
+  ts_attr_set_conv2d_dil_h(&a, dil_h), ts_attr_set_conv2d_dil_w(&a, dil_w), ts_attr_set_conv2d_groups(&a, groups);
   return ts__add1(g, TS_OP_CONV2D, in, nin, &a);
 }
 
@@ -141,19 +144,19 @@ static int grad_conv2d(ts_graph *g, int node, const int *dy, int *dx) {
   if (dy[0] < 0) return TS_OK;
   const ts_shape xs = g->vals[x].shape, ws = g->vals[w].shape;
   if (!g->vals[x].no_grad) {
-    ts__attrs a = n.a;
-    a.i[7] = xs.dims[2];
-    a.i[8] = xs.dims[3];
+    ts_attrs a = n.a;
+    ts_attr_set_conv2d_bwd_data_in_h(&a, xs.dims[2]);
+    ts_attr_set_conv2d_bwd_data_in_w(&a, xs.dims[3]);
     int in[2] = {dy[0], w};
     dx[0] = ts__emit(g, TS_OP_CONV2D_BWD_DATA, in, 2, &a);
     if (dx[0] < 0) return g->status ? g->status : TS_EGRAPH;
   }
   const int need_w = !g->vals[w].no_grad, need_b = with_bias && !g->vals[n.in[2]].no_grad;
   if (need_w || need_b) {
-    ts__attrs a = n.a;
-    a.i[7] = ws.dims[2];
-    a.i[8] = ws.dims[3];
-    a.i[9] = need_b;
+    ts_attrs a = n.a;
+    ts_attr_set_conv2d_bwd_weight_kh(&a, ws.dims[2]);
+    ts_attr_set_conv2d_bwd_weight_kw(&a, ws.dims[3]);
+    ts_attr_set_conv2d_bwd_weight_has_bias(&a, need_b);
     int in[2] = {x, dy[0]};
     int nd = ts__add_node(g, TS_OP_CONV2D_BWD_WEIGHT, in, 2, 1 + need_b, &a);
     if (nd < 0) return g->status ? g->status : TS_EGRAPH;
@@ -176,7 +179,7 @@ static int infer_conv2d_bwd_data(ts_graph *g, ts__node *n, ts_dtype *odt, ts_sha
       check_attrs(g, op, &n->a, dy, w))
     return g->status;
   const ts_shape ys = ts__val(g, dy)->shape, ws = ts__val(g, w)->shape;
-  const int64_t H = n->a.i[7], W = n->a.i[8], C = ws.dims[1] * n->a.i[6];
+  const int64_t H = ts_attr_conv2d_bwd_data_in_h(&n->a), W = ts_attr_conv2d_bwd_data_in_w(&n->a), C = ws.dims[1] * ts_attr_conv2d_groups(&n->a);
   if (H < 1 || W < 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: dy %s, w %s: input size %lldx%lld must be positive",
                           op, VS(dy, b1), VS(w, b2), (long long)H, (long long)W);
@@ -197,16 +200,16 @@ static int infer_conv2d_bwd_data(ts_graph *g, ts__node *n, ts_dtype *odt, ts_sha
 static int infer_conv2d_bwd_weight(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   char b1[160], b2[160];
   const char *op = "conv2d_bwd_weight";
-  if (n->nin != 2 || n->nout < 1 || n->nout > 2 || n->a.i[9] != n->nout - 1)
+  if (n->nin != 2 || n->nout < 1 || n->nout > 2 || ts_attr_conv2d_bwd_weight_has_bias(&n->a) != n->nout - 1)
     return ts__graph_fail(g, TS_EINVAL,
                           "%s: expects inputs (x, dy) and outputs dw[, db] matching with_bias=%lld, got %d/%d",
-                          op, (long long)n->a.i[9], n->nin, n->nout);
+                          op, (long long)ts_attr_conv2d_bwd_weight_has_bias(&n->a), n->nin, n->nout);
   const int x = n->in[0], dy = n->in[1];
   if (check_f32_4d(g, op, "x", x, dy, "dy") || check_f32_4d(g, op, "dy", dy, x, "x") ||
       check_attrs(g, op, &n->a, x, dy))
     return g->status;
   const ts_shape xs = ts__val(g, x)->shape, ys = ts__val(g, dy)->shape;
-  const int64_t KH = n->a.i[7], KW = n->a.i[8], G = n->a.i[6], C = xs.dims[1], O = ys.dims[1];
+  const int64_t KH = ts_attr_conv2d_bwd_weight_kh(&n->a), KW = ts_attr_conv2d_bwd_weight_kw(&n->a), G = ts_attr_conv2d_groups(&n->a), C = xs.dims[1], O = ys.dims[1];
   if (KH < 1 || KW < 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: x %s, dy %s: kernel size %lldx%lld must be positive",
                           op, VS(x, b1), VS(dy, b2), (long long)KH, (long long)KW);

@@ -1,8 +1,8 @@
 /* Dropout family: DROPOUT.
  *
- * Attribute layout (ts__attrs):
- *   DROPOUT (x f32) -> y     f[0] = p (drop probability, 0 <= p <= 1), i[0] = seed (the uint64
- *                            bit pattern), i[1] = element offset of this tensor in the global
+ * Attribute layout (ts_attrs):
+ *   DROPOUT (x f32) -> y     p (drop probability, 0 <= p <= 1), seed (the uint64
+ *                            bit pattern), offset = element offset of this tensor in the global
  *                            numbering of the mask (0; for sharded tensors)
  *
  * The mask is regenerated from Philox(seed, step, element index) by the kernel (see
@@ -22,12 +22,12 @@ static int infer_dropout(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   const ts__value *x = ts__val(g, n->in[0]);
   if (x->dtype != TS_F32)
     return ts__graph_fail(g, TS_EDTYPE, "dropout: %s must be f32", ts__vstr(g, n->in[0], b, sizeof b));
-  float p = n->a.f[0];
+  float p = ts_attr_dropout_p(&n->a);
   if (!(p >= 0.0f && p <= 1.0f))
     return ts__graph_fail(g, TS_EINVAL, "dropout: probability %g for %s is outside [0,1]", (double)p,
                           ts__vstr(g, n->in[0], b, sizeof b));
-  if (n->a.i[1] < 0)
-    return ts__graph_fail(g, TS_EINVAL, "dropout: negative element offset %lld", (long long)n->a.i[1]);
+  if (ts_attr_dropout_offset(&n->a) < 0)
+    return ts__graph_fail(g, TS_EINVAL, "dropout: negative element offset %lld", (long long)ts_attr_dropout_offset(&n->a));
   odt[0] = x->dtype;
   osh[0] = x->shape;
   return TS_OK;
@@ -44,15 +44,15 @@ ts_val ts_dropout(ts_graph *g, ts_val x, float p, uint64_t seed) {
     return TS_NONE;
   }
   if (!g->training || p == 0.0f) return x;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.f[0] = p;
-  a.i[0] = (int64_t)seed;
+  ts_attr_set_dropout_p(&a, p);
+  ts_attr_set_dropout_seed(&a, (int64_t)seed);
   return ts__add1(g, TS_OP_DROPOUT, &xi, 1, &a);
 }
 
 static int grad_dropout(ts_graph *g, int node, const int *dy, int *dx) {
-  ts__attrs a = g->nodes[node].a;
+  ts_attrs a = g->nodes[node].a;
   int in = dy[0];
   dx[0] = ts__emit(g, TS_OP_DROPOUT, &in, 1, &a);
   return dx[0] < 0 ? g->status : TS_OK;

@@ -1,12 +1,12 @@
 /* Eltwise family: ELTWISE, ELTWISE_BWD.
  *
- * Attribute layouts (ts__attrs):
- *   ELTWISE (x) -> y                 i[0] = ts_eltwise_alg
- *                                    f[0] = alpha (relu: negative slope, 0 = plain relu)
- *                                    f[1] = beta (reserved, 0)
- *   ELTWISE_BWD (dy, src) -> dx      i[0] = ts_eltwise_alg, i[1] = use_dst (1: src is the
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   ELTWISE (x) -> y                 alg = ts_eltwise_alg
+ *                                    alpha (relu: negative slope, 0 = plain relu)
+ *                                    beta (reserved, 0)
+ *   ELTWISE_BWD (dy, src) -> dx      alg, use_dst (1: src is the
  *                                    forward output y; 0: src is the forward input x),
- *                                    f[0], f[1] as the forward.
+ *                                    alpha, beta as the forward.
  * All f32, same shape in and out.
  *
  * Gradients: relu, sigmoid, tanh, exp and sqrt are differentiated from their output y (so x can
@@ -36,7 +36,7 @@ static int infer_eltwise(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "eltwise: expects 1 input and 1 output, got %d/%d", n->nin,
                           n->nout);
-  const int64_t alg = n->a.i[0];
+  const int64_t alg = ts_attr_eltwise_alg(&n->a);
   if (alg < 0 || alg >= TS_ELT_COUNT)
     return ts__graph_fail(g, TS_EINVAL, "eltwise: x %s: unknown algorithm %lld (valid 0..%d)",
                           VS(n->in[0], b1), (long long)alg, TS_ELT_COUNT - 1);
@@ -44,9 +44,9 @@ static int infer_eltwise(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   if (x->dtype != TS_F32)
     return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", alg_name(alg),
                           VS(n->in[0], b1));
-  if (alg == TS_ELT_RELU && !(n->a.f[0] >= 0))
+  if (alg == TS_ELT_RELU && !(ts_attr_eltwise_alpha(&n->a) >= 0))
     return ts__graph_fail(g, TS_EINVAL, "relu: x %s: negative slope %g must be >= 0",
-                          VS(n->in[0], b1), n->a.f[0]);
+                          VS(n->in[0], b1), ts_attr_eltwise_alpha(&n->a));
   odt[0] = TS_F32;
   osh[0] = x->shape;
   return TS_OK;
@@ -57,10 +57,10 @@ static int infer_eltwise_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *
   if (n->nin != 2 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "eltwise_bwd: expects inputs (dy, src) and 1 output, got %d/%d",
                           n->nin, n->nout);
-  const int64_t alg = n->a.i[0];
-  if (alg < 0 || alg >= TS_ELT_COUNT || (n->a.i[1] && !bwd_uses_dst(alg)))
+  const int64_t alg = ts_attr_eltwise_alg(&n->a);
+  if (alg < 0 || alg >= TS_ELT_COUNT || (ts_attr_eltwise_use_dst(&n->a) && !bwd_uses_dst(alg)))
     return ts__graph_fail(g, TS_EINVAL, "eltwise_bwd: algorithm %lld (%s) with use_dst=%lld is not supported",
-                          (long long)alg, alg_name(alg), (long long)n->a.i[1]);
+                          (long long)alg, alg_name(alg), (long long)ts_attr_eltwise_use_dst(&n->a));
   const ts__value *dy = ts__val(g, n->in[0]), *s = ts__val(g, n->in[1]);
   if (dy->dtype != TS_F32 || s->dtype != TS_F32 || !ts_shape_equal(&dy->shape, &s->shape))
     return ts__graph_fail(g, TS_ESHAPE, "%s_bwd: dy %s and src %s must be f32 of the same shape",
@@ -74,13 +74,13 @@ static int grad_eltwise(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
   dx[0] = -1;
   if (dy[0] < 0 || g->vals[n.in[0]].no_grad) return TS_OK;
-  ts__attrs a = n.a;
-  const int64_t alg = n.a.i[0];
+  ts_attrs a = n.a;
+  const int64_t alg = ts_attr_eltwise_alg(&n.a);
   if (alg == TS_ELT_NEG) {
     dx[0] = ts__emit(g, TS_OP_ELTWISE, &dy[0], 1, &a);
   } else {
-    a.i[1] = bwd_uses_dst(alg);
-    int in[2] = {dy[0], a.i[1] ? n.out[0] : n.in[0]};
+    ts_attr_set_eltwise_use_dst(&a, bwd_uses_dst(alg));
+    int in[2] = {dy[0], ts_attr_eltwise_use_dst(&a) ? n.out[0] : n.in[0]};
     dx[0] = ts__emit(g, TS_OP_ELTWISE_BWD, in, 2, &a);
   }
   return dx[0] < 0 ? (g->status ? g->status : TS_EGRAPH) : TS_OK;
@@ -90,10 +90,10 @@ static ts_val eltwise(ts_graph *g, ts_val x, int alg, float alpha) {
   if (!g) return TS_NONE;
   int xi = ts__vidx(g, x, alg_name(alg));
   if (xi < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = alg;
-  a.f[0] = alpha;
+  ts_attr_set_eltwise_alg(&a, alg);
+  ts_attr_set_eltwise_alpha(&a, alpha);
   return ts__add1(g, TS_OP_ELTWISE, &xi, 1, &a);
 }
 

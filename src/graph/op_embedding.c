@@ -1,10 +1,10 @@
 /* Embedding family: EMBEDDING, EMBEDDING_BWD.
  *
- * Attribute layouts (ts__attrs):
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
  *   EMBEDDING     (table (V,D) float, ids i32/i64 of shape S) -> y (S...,D)
- *                 i[0] = row offset, i[1] = 1 vocabulary-sharded (both 0: a whole table)
+ *                 offset = row offset, sharded = 1 vocabulary-sharded (both 0: a whole table)
  *   EMBEDDING_BWD (dy (S...,D) f32, ids S) -> dtable (V,D) f32
- *                 i[0] = V (local rows), i[1] = row offset, i[2] = 1 vocabulary-sharded
+ *                 rows = V (local rows), offset = row offset, sharded = 1 vocabulary-sharded
  * Sharded (Megatron's vocab-parallel embedding): the table holds rows [offset, offset+V) of the
  * full table; an id in that range gives row id - offset, any other id >= 0 a row of zeros (so
  * the sum over the shards is the full lookup), and the backward scatter-adds only those ids.
@@ -40,13 +40,13 @@ static int infer_embedding(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
     return ts__graph_fail(g, TS_ESHAPE, "embedding: table %s must be a 2-D float (V,D) tensor (ids %s)",
                           VS(n->in[0], b), VS(n->in[1], c));
   if (check_ids(g, "embedding", n->in[1], n->in[0], TS_MAX_DIMS - 1)) return g->status;
-  if (n->a.i[1] != 0 && n->a.i[1] != 1)
+  if (ts_attr_embedding_sharded(&n->a) != 0 && ts_attr_embedding_sharded(&n->a) != 1)
     return ts__graph_fail(g, TS_EINVAL, "embedding: table %s: sharded flag %lld must be 0 or 1",
-                          VS(n->in[0], b), (long long)n->a.i[1]);
-  if (n->a.i[0] < 0 || (n->a.i[0] != 0 && !n->a.i[1]))
+                          VS(n->in[0], b), (long long)ts_attr_embedding_sharded(&n->a));
+  if (ts_attr_embedding_offset(&n->a) < 0 || (ts_attr_embedding_offset(&n->a) != 0 && !ts_attr_embedding_sharded(&n->a)))
     return ts__graph_fail(g, TS_EINVAL,
                           "embedding: table %s: row offset %lld must be >= 0, and 0 unless sharded",
-                          VS(n->in[0], b), (long long)n->a.i[0]);
+                          VS(n->in[0], b), (long long)ts_attr_embedding_offset(&n->a));
   odt[0] = t->dtype;
   osh[0] = ids->shape;
   osh[0].dims[osh[0].ndim++] = t->shape.dims[1];
@@ -70,20 +70,20 @@ ts_val ts_embedding_sharded(ts_graph *g, ts_val table, ts_val ids, int64_t row_o
   if (in[0] < 0) return TS_NONE;
   in[1] = ts__vidx(g, ids, "embedding_sharded");
   if (in[1] < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = row_offset;
-  a.i[1] = 1;
+  ts_attr_set_embedding_offset(&a, row_offset);
+  ts_attr_set_embedding_sharded(&a, 1);
   return ts__add1(g, TS_OP_EMBEDDING, in, 2, &a);
 }
 
 static int grad_embedding(ts_graph *g, int node, const int *dy, int *dx) {
   ts__node n = g->nodes[node];
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = g->vals[n.in[0]].shape.dims[0];
-  a.i[1] = n.a.i[0]; /* sharded: the forward's row offset */
-  a.i[2] = n.a.i[1];
+  ts_attr_set_embedding_bwd_rows(&a, g->vals[n.in[0]].shape.dims[0]);
+  ts_attr_set_embedding_bwd_offset(&a, ts_attr_embedding_offset(&n.a)); /* sharded: the forward's row offset */
+  ts_attr_set_embedding_bwd_sharded(&a, ts_attr_embedding_sharded(&n.a));
   int in[2] = {dy[0], n.in[1]};
   dx[0] = ts__emit(g, TS_OP_EMBEDDING_BWD, in, 2, &a);
   dx[1] = -1;
@@ -104,16 +104,16 @@ static int infer_embedding_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
   if (!ok)
     return ts__graph_fail(g, TS_ESHAPE, "embedding_bwd: dy %s must have the ids' shape %s plus one dim",
                           VS(n->in[0], b), VS(n->in[1], c));
-  if (n->a.i[0] <= 0)
+  if (ts_attr_embedding_bwd_rows(&n->a) <= 0)
     return ts__graph_fail(g, TS_ESHAPE, "embedding_bwd: vocabulary size %lld must be positive",
-                          (long long)n->a.i[0]);
-  if ((n->a.i[2] != 0 && n->a.i[2] != 1) || n->a.i[1] < 0 || (n->a.i[1] != 0 && !n->a.i[2]))
+                          (long long)ts_attr_embedding_bwd_rows(&n->a));
+  if ((ts_attr_embedding_bwd_sharded(&n->a) != 0 && ts_attr_embedding_bwd_sharded(&n->a) != 1) || ts_attr_embedding_bwd_offset(&n->a) < 0 || (ts_attr_embedding_bwd_offset(&n->a) != 0 && !ts_attr_embedding_bwd_sharded(&n->a)))
     return ts__graph_fail(g, TS_EINVAL,
                           "embedding_bwd: dy %s: sharded flag %lld must be 0 or 1 and row offset "
                           "%lld >= 0 (0 unless sharded)",
-                          VS(n->in[0], b), (long long)n->a.i[2], (long long)n->a.i[1]);
+                          VS(n->in[0], b), (long long)ts_attr_embedding_bwd_sharded(&n->a), (long long)ts_attr_embedding_bwd_offset(&n->a));
   odt[0] = TS_F32;
-  osh[0] = ts_shape2(n->a.i[0], dy->shape.dims[dy->shape.ndim - 1]);
+  osh[0] = ts_shape2(ts_attr_embedding_bwd_rows(&n->a), dy->shape.dims[dy->shape.ndim - 1]);
   return TS_OK;
 }
 

@@ -1,7 +1,7 @@
 /* Matmul family: MATMUL, DENSE.
  *
- * Attribute layouts (ts__attrs):
- *   MATMUL (a, b) -> y    i[0] = trans_a, i[1] = trans_b (transpose the last two dims)
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   MATMUL (a, b) -> y    trans_a, trans_b (transpose the last two dims)
  *       a (...,M,K) (or (...,K,M) if trans_a), b (...,K,N) (or (...,N,K) if trans_b) ->
  *       y (...,M,N). Batch dims (all but the last two) must be equal, or one operand is 2-D and
  *       shared by every batch entry. f32 only.
@@ -31,7 +31,7 @@ static int infer_matmul(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
                           n->nin, n->nout);
   const int ai = n->in[0], bi = n->in[1];
   const ts__value *a = ts__val(g, ai), *b = ts__val(g, bi);
-  const int64_t ta = n->a.i[0], tb = n->a.i[1];
+  const int64_t ta = ts_attr_matmul_trans_a(&n->a), tb = ts_attr_matmul_trans_b(&n->a);
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return ts__graph_fail(g, TS_EINVAL, "matmul: a %s and b %s: transpose flags must be 0 or 1 (got %lld, %lld)",
                           VS(ai, b1), VS(bi, b2), (long long)ta, (long long)tb);
@@ -70,19 +70,19 @@ ts_val ts_matmul(ts_graph *g, ts_val a, ts_val b, int trans_a, int trans_b) {
   int in[2];
   if ((in[0] = ts__vidx(g, a, "matmul")) < 0 || (in[1] = ts__vidx(g, b, "matmul")) < 0)
     return TS_NONE;
-  ts__attrs at;
+  ts_attrs at;
   memset(&at, 0, sizeof at);
-  at.i[0] = trans_a;
-  at.i[1] = trans_b;
+  ts_attr_set_matmul_trans_a(&at, trans_a);
+  ts_attr_set_matmul_trans_b(&at, trans_b);
   return ts__add1(g, TS_OP_MATMUL, in, 2, &at);
 }
 
 static int emit_mm(ts_graph *g, int a, int b, int ta, int tb) {
   if (a < 0 || b < 0) return -1;
-  ts__attrs at;
+  ts_attrs at;
   memset(&at, 0, sizeof at);
-  at.i[0] = ta;
-  at.i[1] = tb;
+  ts_attr_set_matmul_trans_a(&at, ta);
+  ts_attr_set_matmul_trans_b(&at, tb);
   int in[2] = {a, b};
   return ts__emit(g, TS_OP_MATMUL, in, 2, &at);
 }
@@ -96,7 +96,7 @@ static ts_shape flat2(const ts_shape *s) {
 static int grad_matmul(ts_graph *g, int node, const int *dy, int *dx) {
   const ts__node n = g->nodes[node];
   const int a = n.in[0], b = n.in[1], dc = dy[0];
-  const int ta = (int)n.a.i[0], tb = (int)n.a.i[1];
+  const int ta = (int)ts_attr_matmul_trans_a(&n.a), tb = (int)ts_attr_matmul_trans_b(&n.a);
   dx[0] = dx[1] = -1;
   if (dc < 0) return TS_OK;
   const ts_shape as = g->vals[a].shape, bs = g->vals[b].shape;

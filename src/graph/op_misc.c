@@ -1,9 +1,9 @@
 /* Misc family: CONST, CAST, COPY.
  *
- * Attribute layouts (ts__attrs):
- *   CONST  (no inputs) -> y    i[0] = ndim, i[1..8] = dims, i[9] = ts_dtype, f[0] = fill value
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   CONST  (no inputs) -> y    shape, dtype (ts_dtype), value = fill value
  *                               (the same layout autodiff uses for the loss seed)
- *   CAST   (x) -> y            i[0] = target ts_dtype
+ *   CAST   (x) -> y            dtype = target ts_dtype
  *   COPY   (x) -> y            none
  *
  * Gradients: CONST none; CAST casts dy back to x's dtype (float->float only; integer sides get
@@ -15,7 +15,8 @@
 /* ---------------------------------------------------------------- CONST */
 
 static int infer_const(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  int64_t nd = n->a.i[0], dt = n->a.i[9];
+  const ts_shape want = ts_attr_const_shape(&n->a);
+  int64_t nd = want.ndim, dt = ts_attr_const_dtype(&n->a);
   if (n->nin != 0 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "const: takes no inputs and has 1 output, got %d/%d", n->nin, n->nout);
   if (dt < 0 || dt >= TS_DTYPE_COUNT)
@@ -26,7 +27,7 @@ static int infer_const(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   memset(&s, 0, sizeof s);
   s.ndim = (int)nd;
   for (int d = 0; d < s.ndim; d++) {
-    s.dims[d] = n->a.i[1 + d];
+    s.dims[d] = want.dims[d];
     if (s.dims[d] <= 0) {
       char b[128];
       return ts__graph_fail(g, TS_ESHAPE, "const: dimension %d of %s must be positive", d,
@@ -44,19 +45,18 @@ ts_val ts_const(ts_graph *g, ts_dtype dt, ts_shape shape, float value) {
     ts__graph_fail(g, TS_ESHAPE, "const: ndim %d out of range 0..%d", shape.ndim, TS_MAX_DIMS);
     return TS_NONE;
   }
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = shape.ndim;
-  for (int d = 0; d < shape.ndim; d++) a.i[1 + d] = shape.dims[d];
-  a.i[9] = dt;
-  a.f[0] = value;
+  ts_attr_set_const_shape(&a, &shape);
+  ts_attr_set_const_dtype(&a, dt);
+  ts_attr_set_const_value(&a, value);
   return ts__add1(g, TS_OP_CONST, NULL, 0, &a);
 }
 
 /* ---------------------------------------------------------------- CAST */
 
 static int infer_cast(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  int64_t dt = n->a.i[0];
+  int64_t dt = ts_attr_cast_dtype(&n->a);
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "cast: expects 1 input and 1 output, got %d/%d", n->nin, n->nout);
   if (dt < 0 || dt >= TS_DTYPE_COUNT) {
@@ -74,9 +74,9 @@ ts_val ts_cast(ts_graph *g, ts_val x, ts_dtype dt) {
   int xi = ts__vidx(g, x, "cast");
   if (xi < 0) return TS_NONE;
   if (g->vals[xi].dtype == dt) return x;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = dt;
+  ts_attr_set_cast_dtype(&a, dt);
   return ts__add1(g, TS_OP_CAST, &xi, 1, &a);
 }
 
@@ -88,9 +88,9 @@ static int grad_cast(ts_graph *g, int node, const int *dy, int *dx) {
     dx[0] = dy[0];
     return TS_OK;
   }
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = xdt;
+  ts_attr_set_cast_dtype(&a, xdt);
   int in = dy[0];
   dx[0] = ts__emit(g, TS_OP_CAST, &in, 1, &a);
   return dx[0] < 0 ? g->status : TS_OK;

@@ -1,11 +1,11 @@
 /* Norm family: BATCHNORM, BATCHNORM_BWD, LAYERNORM, LAYERNORM_BWD.
  *
- * Attribute layouts (ts__attrs):
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
  *   BATCHNORM (x, gamma, beta, rmean, rvar) -> y, mean, var
- *       i[0] = training (copied from the graph's training flag when the op is built)
- *       i[1] = 0, or 1 + the plan's communicator slot whose ranks share the training statistics
+ *       training (copied from the graph's training flag when the op is built)
+ *       sync = 0, or 1 + the plan's communicator slot whose ranks share the training statistics
  *              (ts_graph_set_batchnorm_sync; the backward reduces its sums over them too)
- *       f[0] = momentum, f[1] = eps
+ *       momentum, eps
  *       x (N,C,...) f32; gamma, beta, rmean, rvar (C) f32 -> y like x; mean, var (C).
  *       Training: normalises with the batch mean and biased variance, which become outputs
  *       mean/var, and UPDATES rmean/rvar IN PLACE (running = (1-momentum)*running +
@@ -13,13 +13,13 @@
  *       (state values from ts_state_value, or inputs). Inference: normalises with rmean/rvar,
  *       which are copied to mean/var.
  *   BATCHNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta
- *       i[0] = training (1: full derivative through the batch statistics; 0: the statistics
+ *       training (1: full derivative through the batch statistics; 0: the statistics
  *       are constants and dx = dy*gamma/sqrt(var+eps), the per-channel scale of eval mode),
- *       i[1] = the forward's synchronisation slot, f[1] = eps.
- *   LAYERNORM (x, gamma, beta) -> y, mean, var       f[0] = eps
+ *       sync = the forward's synchronisation slot, eps.
+ *   LAYERNORM (x, gamma, beta) -> y, mean, var       eps
  *       x (...,D) f32, gamma, beta (D) -> y like x; mean, var (...) (x's shape without the last
  *       dim): mean and biased variance of each row.
- *   LAYERNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta     f[0] = eps
+ *   LAYERNORM_BWD (dy, x, gamma, mean, var) -> dx, dgamma, dbeta     eps
  *
  * Gradients: BATCHNORM -> BATCHNORM_BWD with the forward's training flag (running stats and the
  * saved mean/var get none); LAYERNORM -> LAYERNORM_BWD. The _BWD ops are not differentiable. */
@@ -50,11 +50,11 @@ static int infer_batchnorm(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
     if (!is_vec(ts__val(g, n->in[k]), C))
       return ts__graph_fail(g, TS_ESHAPE, "batchnorm: x %s has %lld channels but %s %s is not f32 (%lld)",
                             VS(xi, b1), (long long)C, names[k], VS(n->in[k], b2), (long long)C);
-  const float mom = n->a.f[0], eps = n->a.f[1];
+  const float mom = ts_attr_batchnorm_momentum(&n->a), eps = ts_attr_batchnorm_eps(&n->a);
   if (!(mom >= 0.0f && mom <= 1.0f) || !(eps >= 0.0f) || !isfinite(eps))
     return ts__graph_fail(g, TS_EINVAL, "batchnorm: x %s: momentum %g must be in [0,1] and eps %g >= 0",
                           VS(xi, b1), mom, eps);
-  if (n->a.i[0]) {
+  if (ts_attr_batchnorm_training(&n->a)) {
     if (M < 2)
       return ts__graph_fail(g, TS_ESHAPE,
                             "batchnorm: x %s: training needs more than 1 value per channel (got %lld)",
@@ -87,7 +87,7 @@ static int infer_batchnorm_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
     if (!is_vec(ts__val(g, n->in[k]), C))
       return ts__graph_fail(g, TS_ESHAPE, "batchnorm_bwd: x %s: input %d %s must be f32 (%lld)",
                             VS(n->in[1], b1), k, VS(n->in[k], b2), (long long)C);
-  if (n->a.i[0] && ts_shape_numel(&x->shape) / C < 2)
+  if (ts_attr_batchnorm_training(&n->a) && ts_shape_numel(&x->shape) / C < 2)
     return ts__graph_fail(g, TS_ESHAPE, "batchnorm_bwd: x %s: training needs more than 1 value per channel",
                           VS(n->in[1], b1));
   odt[0] = odt[1] = odt[2] = TS_F32;
@@ -111,8 +111,8 @@ static int infer_layernorm(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
       return ts__graph_fail(g, TS_ESHAPE, "layernorm: x %s normalises over its last dim (%lld) but %s %s is not f32 (%lld)",
                             VS(xi, b1), (long long)D, k == 1 ? "gamma" : "beta", VS(n->in[k], b2),
                             (long long)D);
-  if (!(n->a.f[0] >= 0.0f) || !isfinite(n->a.f[0]))
-    return ts__graph_fail(g, TS_EINVAL, "layernorm: x %s: eps %g must be >= 0", VS(xi, b1), n->a.f[0]);
+  if (!(ts_attr_layernorm_eps(&n->a) >= 0.0f) || !isfinite(ts_attr_layernorm_eps(&n->a)))
+    return ts__graph_fail(g, TS_EINVAL, "layernorm: x %s: eps %g must be >= 0", VS(xi, b1), ts_attr_layernorm_eps(&n->a));
   ts_shape st = x->shape;
   st.dims[--st.ndim] = 0;
   odt[0] = odt[1] = odt[2] = TS_F32;
@@ -146,7 +146,7 @@ static int infer_layernorm_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
 }
 
 /* Emits a 3-output backward node and hands out the gradients wanted by x, gamma, beta. */
-static int emit_bwd3(ts_graph *g, ts_op op, const int *in, const ts__attrs *a, const int *fwd_in, int *dx) {
+static int emit_bwd3(ts_graph *g, ts_op op, const int *in, const ts_attrs *a, const int *fwd_in, int *dx) {
   int nd = ts__add_node(g, op, in, 5, 3, a);
   if (nd < 0) return g->status ? g->status : TS_EGRAPH;
   for (int k = 0; k < 3; k++) dx[k] = g->vals[fwd_in[k]].no_grad ? -1 : g->nodes[nd].out[k];
@@ -178,12 +178,12 @@ ts_val ts_batchnorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, ts_val rme
   int in[5];
   for (int k = 0; k < 5; k++)
     if ((in[k] = ts__vidx(g, h[k], "batchnorm")) < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = g->training ? 1 : 0;
-  a.i[1] = g->bn_sync;
-  a.f[0] = momentum;
-  a.f[1] = eps;
+  ts_attr_set_batchnorm_training(&a, g->training ? 1 : 0);
+  ts_attr_set_batchnorm_sync(&a, g->bn_sync);
+  ts_attr_set_batchnorm_momentum(&a, momentum);
+  ts_attr_set_batchnorm_eps(&a, eps);
   int nd = ts__add_node(g, TS_OP_BATCHNORM, in, 5, 3, &a);
   if (nd < 0) return TS_NONE;
   g->vals[g->nodes[nd].out[1]].no_grad = 1; /* saved statistics: for the backward only */
@@ -197,9 +197,9 @@ ts_val ts_layernorm(ts_graph *g, ts_val x, ts_val gamma, ts_val beta, float eps)
   int in[3];
   for (int k = 0; k < 3; k++)
     if ((in[k] = ts__vidx(g, h[k], "layernorm")) < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.f[0] = eps;
+  ts_attr_set_layernorm_eps(&a, eps);
   int nd = ts__add_node(g, TS_OP_LAYERNORM, in, 3, 3, &a);
   if (nd < 0) return TS_NONE;
   g->vals[g->nodes[nd].out[1]].no_grad = 1;

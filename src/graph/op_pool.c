@@ -2,15 +2,15 @@
  * padding, floor output size OH = (H + 2 pad_h - kh) / stride_h + 1. Padding may be at most
  * half the window (as in PyTorch), so every window holds a real element.
  *
- * Attribute layouts (ts__attrs), shared prefix:
- *   i[0] = kh  i[1] = kw  i[2] = stride_h  i[3] = stride_w  i[4] = pad_h  i[5] = pad_w
+ * Attributes (ts_attr_* accessors; tessera/ops.def), shared prefix:
+ *   kh, kw, sh, sw (strides), ph, pw (paddings)
  *   MAXPOOL2D     (x (N,C,H,W)) -> y (N,C,OH,OW) f32, ws (N,C,OH,OW) u8 (the arg-max within
  *                 each window, in the encoding of the backend that ran the forward; the
  *                 executor runs forward and backward with the same backend). kh*kw <= 256.
- *   MAXPOOL2D_BWD (dy (N,C,OH,OW), ws) -> dx (N,C,H,W)     i[6] = H, i[7] = W
+ *   MAXPOOL2D_BWD (dy (N,C,OH,OW), ws) -> dx (N,C,H,W)     in_h = H, in_w = W
  *   AVGPOOL2D     (x) -> y (N,C,OH,OW)  padded positions are excluded from the divisor
  *                 (count_include_pad = False, PyTorch's nn.AvgPool2d(count_include_pad=False)).
- *   AVGPOOL2D_BWD (dy) -> dx (N,C,H,W)                     i[6] = H, i[7] = W
+ *   AVGPOOL2D_BWD (dy) -> dx (N,C,H,W)                     in_h = H, in_w = W
  *   ts_global_avgpool builds AVGPOOL2D with kernel = stride = (H, W), no padding.
  *
  * Gradients: MAXPOOL2D -> MAXPOOL2D_BWD(dy, ws); AVGPOOL2D -> AVGPOOL2D_BWD(dy). The
@@ -27,10 +27,10 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p) {
 }
 
 /* Validates x (f32 4-D) and the attributes against spatial size H x W; writes OH, OW. */
-static int check_pool(ts_graph *g, const char *op, const ts__attrs *a, int x, int64_t H, int64_t W,
+static int check_pool(ts_graph *g, const char *op, const ts_attrs *a, int x, int64_t H, int64_t W,
                       int is_max, int64_t *OH, int64_t *OW) {
   char b1[160];
-  const int64_t kh = a->i[0], kw = a->i[1], sh = a->i[2], sw = a->i[3], ph = a->i[4], pw = a->i[5];
+  const int64_t kh = ts_attr_pool2d_kh(a), kw = ts_attr_pool2d_kw(a), sh = ts_attr_pool2d_sh(a), sw = ts_attr_pool2d_sw(a), ph = ts_attr_pool2d_ph(a), pw = ts_attr_pool2d_pw(a);
   if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 || pw < 0 || kh > (1 << 20) ||
       kw > (1 << 20) || sh > (1 << 20) || sw > (1 << 20))
     return ts__graph_fail(g, TS_EINVAL,
@@ -98,9 +98,9 @@ static ts_val add_pool(ts_graph *g, ts_op op, ts_val x, int64_t kh, int64_t kw, 
   if (!g) return TS_NONE;
   int in = ts__vidx(g, x, ts__ops[op].name ? ts__ops[op].name : "pool");
   if (in < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = kh, a.i[1] = kw, a.i[2] = sh, a.i[3] = sw, a.i[4] = ph, a.i[5] = pw;
+  ts_attr_set_pool2d_kh(&a, kh), ts_attr_set_pool2d_kw(&a, kw), ts_attr_set_pool2d_sh(&a, sh), ts_attr_set_pool2d_sw(&a, sw), ts_attr_set_pool2d_ph(&a, ph), ts_attr_set_pool2d_pw(&a, pw);
   int nd = ts__add_node(g, op, &in, 1, op == TS_OP_MAXPOOL2D ? 2 : 1, &a);
   return nd < 0 ? TS_NONE : ts__handle(g, g->nodes[nd].out[0]);
 }
@@ -135,9 +135,9 @@ static int grad_pool(ts_graph *g, int node, const int *dy, int *dx) {
   dx[0] = -1;
   if (dy[0] < 0) return TS_OK;
   const ts_shape xs = g->vals[n.in[0]].shape;
-  ts__attrs a = n.a;
-  a.i[6] = xs.dims[2];
-  a.i[7] = xs.dims[3];
+  ts_attrs a = n.a;
+  ts_attr_set_pool2d_in_h(&a, xs.dims[2]);
+  ts_attr_set_pool2d_in_w(&a, xs.dims[3]);
   int in[2] = {dy[0], n.out[1]};
   dx[0] = ts__emit(g, is_max ? TS_OP_MAXPOOL2D_BWD : TS_OP_AVGPOOL2D_BWD, in, is_max ? 2 : 1, &a);
   return dx[0] < 0 ? (g->status ? g->status : TS_EGRAPH) : TS_OK;
@@ -153,7 +153,7 @@ static int infer_pool_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh
   const int dy = n->in[0];
   if (check_x(g, op, "dy", dy)) return g->status;
   const ts_shape ys = ts__val(g, dy)->shape;
-  const int64_t H = n->a.i[6], W = n->a.i[7];
+  const int64_t H = ts_attr_pool2d_in_h(&n->a), W = ts_attr_pool2d_in_w(&n->a);
   if (H < 1 || W < 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: dy %s: input size %lldx%lld must be positive", op,
                           VS(dy, b1), (long long)H, (long long)W);

@@ -1,12 +1,12 @@
 /* Reduce family: SUM_TO, BROADCAST_TO, REDUCE (sum / mean / max over axes), REDUCE_MAX_BWD.
  *
- * Attribute layouts (ts__attrs):
- *   SUM_TO (x) -> y          i[0] = target ndim, i[1..ndim] = target dims. The target must
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   SUM_TO (x) -> y          shape = the target shape. The target must
  *                            broadcast to x (NumPy rules: aligned on the last dim, each target
  *                            dim equal to x's or 1; missing leading dims are summed away).
  *   BROADCAST_TO (x) -> y    same layout; x must broadcast to the target.
- *   REDUCE (x) -> y          i[0] = ts_reduce_alg, i[1] = axes bitmask (bit i = axis i),
- *                            i[2] = keepdim (1: reduced axes stay as size 1; 0: removed).
+ *   REDUCE (x) -> y          alg = ts_reduce_alg, axes = bitmask (bit i = axis i),
+ *                            keepdim (1: reduced axes stay as size 1; 0: removed).
  *   REDUCE_MAX_BWD (dy, x, y) -> dx      same attrs as the REDUCE it differentiates.
  * All f32. A reduction over no axis is rejected for ndim > 0 (say which axes to reduce).
  *
@@ -29,23 +29,20 @@ static const char *red_name(int64_t alg) {
   return alg >= 0 && alg < TS_RED_COUNT ? red_names[alg] : "reduce";
 }
 
-static ts_shape attr_shape(const ts__attrs *a) {
-  ts_shape s;
-  memset(&s, 0, sizeof s);
-  s.ndim = (int)a->i[0];
-  for (int d = 0; d < s.ndim && d < TS_MAX_DIMS; d++) s.dims[d] = a->i[1 + d];
-  return s;
+/* The target shape of a SUM_TO or BROADCAST_TO node. */
+static ts_shape attr_shape(ts_op op, const ts_attrs *a) {
+  return op == TS_OP_SUM_TO ? ts_attr_sum_to_shape(a) : ts_attr_broadcast_to_shape(a);
 }
 
-static int check_target(ts_graph *g, const char *op, int xi, const ts__attrs *a) {
+static int check_target(ts_graph *g, const char *op, int xi, const ts_shape *t) {
   char b1[160];
-  if (a->i[0] < 0 || a->i[0] > TS_MAX_DIMS)
+  if (t->ndim < 0 || t->ndim > TS_MAX_DIMS)
     return ts__graph_fail(g, TS_ESHAPE, "%s: x %s: target ndim %lld out of range 0..%d", op,
-                          VS(xi, b1), (long long)a->i[0], TS_MAX_DIMS);
-  for (int d = 0; d < a->i[0]; d++)
-    if (a->i[1 + d] <= 0)
+                          VS(xi, b1), (long long)t->ndim, TS_MAX_DIMS);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->dims[d] <= 0)
       return ts__graph_fail(g, TS_ESHAPE, "%s: x %s: target dim %d is %lld (must be positive)", op,
-                            VS(xi, b1), d, (long long)a->i[1 + d]);
+                            VS(xi, b1), d, (long long)t->dims[d]);
   if (ts__val(g, xi)->dtype != TS_F32)
     return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", op, VS(xi, b1));
   return TS_OK;
@@ -72,9 +69,9 @@ static int infer_sum_to(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "sum_to: expects 1 input and 1 output, got %d/%d", n->nin,
                           n->nout);
-  int rc = check_target(g, "sum_to", n->in[0], &n->a);
+  ts_shape t = attr_shape(n->op, &n->a);
+  int rc = check_target(g, "sum_to", n->in[0], &t);
   if (rc) return rc;
-  ts_shape t = attr_shape(&n->a);
   const ts_shape *xs = &ts__val(g, n->in[0])->shape;
   int bad;
   if (!broadcasts_to(&t, xs, &bad))
@@ -92,9 +89,9 @@ static int infer_broadcast_to(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape 
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "broadcast_to: expects 1 input and 1 output, got %d/%d",
                           n->nin, n->nout);
-  int rc = check_target(g, "broadcast_to", n->in[0], &n->a);
+  ts_shape t = attr_shape(n->op, &n->a);
+  int rc = check_target(g, "broadcast_to", n->in[0], &t);
   if (rc) return rc;
-  ts_shape t = attr_shape(&n->a);
   const ts_shape *xs = &ts__val(g, n->in[0])->shape;
   int bad;
   if (!broadcasts_to(xs, &t, &bad))
@@ -107,17 +104,19 @@ static int infer_broadcast_to(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape 
   return TS_OK;
 }
 
-static void pack_shape(ts__attrs *a, const ts_shape *s) {
+static void pack_shape(ts_op op, ts_attrs *a, const ts_shape *s) {
   memset(a, 0, sizeof *a);
-  a->i[0] = s->ndim;
-  for (int d = 0; d < s->ndim; d++) a->i[1 + d] = s->dims[d];
+  if (op == TS_OP_SUM_TO)
+    ts_attr_set_sum_to_shape(a, s);
+  else
+    ts_attr_set_broadcast_to_shape(a, s);
 }
 
 static int emit_broadcast_to(ts_graph *g, int x, const ts_shape *s) {
   if (x < 0) return -1;
   if (ts_shape_equal(&g->vals[x].shape, s)) return x;
-  ts__attrs a;
-  pack_shape(&a, s);
+  ts_attrs a;
+  pack_shape(TS_OP_BROADCAST_TO, &a, s);
   return ts__emit(g, TS_OP_BROADCAST_TO, &x, 1, &a);
 }
 
@@ -163,10 +162,10 @@ static ts_shape out_shape(const ts_shape *xs, uint32_t mask, int keepdim) {
   return o;
 }
 
-static int check_reduce_attrs(ts_graph *g, const char *op, int xi, const ts__attrs *a) {
+static int check_reduce_attrs(ts_graph *g, const char *op, int xi, const ts_attrs *a) {
   char b1[160];
   const ts__value *x = ts__val(g, xi);
-  const int64_t alg = a->i[0], mask = a->i[1], keep = a->i[2];
+  const int64_t alg = ts_attr_reduce_alg(a), mask = ts_attr_reduce_axes(a), keep = ts_attr_reduce_keepdim(a);
   if (alg < 0 || alg >= TS_RED_COUNT)
     return ts__graph_fail(g, TS_EINVAL, "%s: x %s: unknown reduction %lld (valid 0..%d)", op,
                           VS(xi, b1), (long long)alg, TS_RED_COUNT - 1);
@@ -193,10 +192,10 @@ static int infer_reduce(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "reduce: expects 1 input and 1 output, got %d/%d", n->nin,
                           n->nout);
-  int rc = check_reduce_attrs(g, red_name(n->a.i[0]), n->in[0], &n->a);
+  int rc = check_reduce_attrs(g, red_name(ts_attr_reduce_alg(&n->a)), n->in[0], &n->a);
   if (rc) return rc;
   odt[0] = TS_F32;
-  osh[0] = out_shape(&ts__val(g, n->in[0])->shape, (uint32_t)n->a.i[1], (int)n->a.i[2]);
+  osh[0] = out_shape(&ts__val(g, n->in[0])->shape, (uint32_t)ts_attr_reduce_axes(&n->a), (int)ts_attr_reduce_keepdim(&n->a));
   return TS_OK;
 }
 
@@ -208,7 +207,7 @@ static int infer_reduce_max_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shap
   int rc = check_reduce_attrs(g, "reduce_max_bwd", n->in[1], &n->a);
   if (rc) return rc;
   const ts__value *dy = ts__val(g, n->in[0]), *x = ts__val(g, n->in[1]), *y = ts__val(g, n->in[2]);
-  ts_shape want = out_shape(&x->shape, (uint32_t)n->a.i[1], (int)n->a.i[2]);
+  ts_shape want = out_shape(&x->shape, (uint32_t)ts_attr_reduce_axes(&n->a), (int)ts_attr_reduce_keepdim(&n->a));
   if (dy->dtype != TS_F32 || y->dtype != TS_F32 || !ts_shape_equal(&dy->shape, &want) ||
       !ts_shape_equal(&y->shape, &want))
     return ts__graph_fail(g, TS_ESHAPE, "reduce_max_bwd: dy %s and y %s must be f32 shaped like the reduction of x %s",
@@ -224,17 +223,17 @@ static int grad_reduce(ts_graph *g, int node, const int *dy, int *dx) {
   dx[0] = -1;
   if (dy[0] < 0 || g->vals[x].no_grad) return TS_OK;
   const ts_shape xs = g->vals[x].shape;
-  if (n.a.i[0] == TS_RED_MAX) {
+  if (ts_attr_reduce_alg(&n.a) == TS_RED_MAX) {
     int in[3] = {dy[0], x, n.out[0]};
     dx[0] = ts__emit(g, TS_OP_REDUCE_MAX_BWD, in, 3, &n.a);
   } else {
     int64_t count;
-    ts_shape ks = keep_shape(&xs, (uint32_t)n.a.i[1], &count);
+    ts_shape ks = keep_shape(&xs, (uint32_t)ts_attr_reduce_axes(&n.a), &count);
     int d = ts__emit_reshape(g, dy[0], &ks);
-    if (n.a.i[0] == TS_RED_MEAN && d >= 0) {
-      ts__attrs a;
+    if (ts_attr_reduce_alg(&n.a) == TS_RED_MEAN && d >= 0) {
+      ts_attrs a;
       memset(&a, 0, sizeof a);
-      a.f[0] = (float)(1.0 / (double)count);
+      ts_attr_set_scale_alpha(&a, (float)(1.0 / (double)count));
       d = ts__emit(g, TS_OP_SCALE, &d, 1, &a);
     }
     dx[0] = emit_broadcast_to(g, d, &xs);
@@ -254,8 +253,8 @@ static ts_val shape_op(ts_graph *g, ts_val x, ts_shape shape, ts_op op, const ch
                    shape.ndim, TS_MAX_DIMS);
     return TS_NONE;
   }
-  ts__attrs a;
-  pack_shape(&a, &shape);
+  ts_attrs a;
+  pack_shape(op, &a, &shape);
   return ts__add1(g, op, &xi, 1, &a);
 }
 
@@ -270,11 +269,11 @@ ts_val ts_reduce(ts_graph *g, ts_val x, ts_reduce_alg alg, uint32_t axes_mask, i
   if (!g) return TS_NONE;
   int xi = ts__vidx(g, x, red_name(alg));
   if (xi < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = alg;
-  a.i[1] = axes_mask;
-  a.i[2] = keepdim ? 1 : 0;
+  ts_attr_set_reduce_alg(&a, alg);
+  ts_attr_set_reduce_axes(&a, axes_mask);
+  ts_attr_set_reduce_keepdim(&a, keepdim ? 1 : 0);
   return ts__add1(g, TS_OP_REDUCE, &xi, 1, &a);
 }
 ts_val ts_sum(ts_graph *g, ts_val x, uint32_t axes_mask, int keepdim) {

@@ -1,14 +1,14 @@
 /* Shape family: RESHAPE, PERMUTE, CONCAT, SPLIT, SLICE, SLICE_BWD.
  *
- * Attribute layouts (ts__attrs):
- *   RESHAPE   (x) -> y           i[0] = ndim, i[1..8] = dims (resolved: no -1). A view (opdef
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   RESHAPE   (x) -> y           shape (resolved: no -1). A view (opdef
  *                                view=1): the executor aliases y to x.
- *   PERMUTE   (x) -> y           i[0..n-1] = perm, n = ndim of x; y.dims[k] = x.dims[perm[k]]
- *   CONCAT    (x1..xn) -> y      i[0] = axis (normalised, >= 0); n <= TS_MAX_IO inputs
- *   SPLIT     (x) -> y1..yn      i[0] = axis, i[1..n] = sizes along axis (n <= TS_MAX_IATTR-1)
- *   SLICE     (x) -> y           i[0] = axis, i[1] = start, i[2] = end (0 <= start < end <= dim),
- *                                i[3] = x's length along axis
- *   SLICE_BWD (dy) -> dx         same attrs as SLICE; dx has length i[3] along axis, dy placed at
+ *   PERMUTE   (x) -> y           perm[0..n-1], n = ndim of x; y.dims[k] = x.dims[perm[k]]
+ *   CONCAT    (x1..xn) -> y      axis (normalised, >= 0); n <= TS_GRAPH_MAX_IO inputs
+ *   SPLIT     (x) -> y1..yn      axis, sizes[0..n-1] along axis (n <= TS_ATTRS_MAX_I-1)
+ *   SLICE     (x) -> y           axis, start, end (0 <= start < end <= dim),
+ *                                len = x's length along axis
+ *   SLICE_BWD (dy) -> dx         same attrs as SLICE; dx has length len along axis, dy placed at
  *                                [start,end), zeros elsewhere
  *
  * Gradients: reshape -> reshape back; permute -> inverse permute; concat -> one SLICE per input
@@ -46,11 +46,10 @@ static int infer_reshape(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   ts_shape s;
   memset(&s, 0, sizeof s);
   char b[160], c[128];
-  if (n->a.i[0] < 0 || n->a.i[0] > TS_MAX_DIMS)
+  s = ts_attr_reshape_shape(&n->a);
+  if (s.ndim < 0 || s.ndim > TS_MAX_DIMS)
     return ts__graph_fail(g, TS_ESHAPE, "reshape: target ndim %lld out of range 0..%d for %s",
-                          (long long)n->a.i[0], TS_MAX_DIMS, VS(n->in[0], b));
-  s.ndim = (int)n->a.i[0];
-  for (int d = 0; d < s.ndim; d++) s.dims[d] = n->a.i[1 + d];
+                          (long long)s.ndim, TS_MAX_DIMS, VS(n->in[0], b));
   for (int d = 0; d < s.ndim; d++)
     if (s.dims[d] <= 0)
       return ts__graph_fail(g, TS_ESHAPE, "reshape: target %s of %s has a non-positive dimension",
@@ -98,10 +97,9 @@ ts_val ts_reshape(ts_graph *g, ts_val x, ts_shape shape) {
     shape.dims[neg] = numel / known;
   }
   if (ts_shape_equal(&shape, &g->vals[xi].shape)) return x;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = shape.ndim;
-  for (int d = 0; d < shape.ndim; d++) a.i[1 + d] = shape.dims[d];
+  ts_attr_set_reshape_shape(&a, &shape);
   return ts__add1(g, TS_OP_RESHAPE, &xi, 1, &a);
 }
 
@@ -138,9 +136,9 @@ static int infer_permute(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   size_t pl = 0;
   p[0] = 0;
   for (int k = 0; k < nd && pl < sizeof p; k++)
-    pl += (size_t)snprintf(p + pl, sizeof p - pl, "%s%lld", k ? "," : "", (long long)n->a.i[k]);
+    pl += (size_t)snprintf(p + pl, sizeof p - pl, "%s%lld", k ? "," : "", (long long)ts_attr_permute_perm(&n->a, k));
   for (int k = 0; k < nd; k++) {
-    int64_t v = n->a.i[k];
+    int64_t v = ts_attr_permute_perm(&n->a, k);
     if (v < 0 || v >= nd || seen[v])
       return ts__graph_fail(g, TS_ESHAPE,
                             "permute: (%s) is not a permutation of 0..%d for %s", p, nd - 1,
@@ -149,7 +147,7 @@ static int infer_permute(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   }
   odt[0] = x->dtype;
   osh[0] = x->shape;
-  for (int k = 0; k < nd; k++) osh[0].dims[k] = x->shape.dims[n->a.i[k]];
+  for (int k = 0; k < nd; k++) osh[0].dims[k] = x->shape.dims[ts_attr_permute_perm(&n->a, k)];
   return TS_OK;
 }
 
@@ -162,12 +160,12 @@ ts_val ts_permute(ts_graph *g, ts_val x, const int *perm) {
     ts__graph_fail(g, TS_EINVAL, "permute: perm is NULL");
     return TS_NONE;
   }
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
   for (int k = 0; k < nd; k++) {
     /* negative entries count from the end, as in PyTorch */
-    a.i[k] = perm[k] < 0 && perm[k] >= -nd ? perm[k] + nd : perm[k];
-    ident &= a.i[k] == k;
+    ts_attr_set_permute_perm(&a, k, perm[k] < 0 && perm[k] >= -nd ? perm[k] + nd : perm[k]);
+    ident &= ts_attr_permute_perm(&a, k) == k;
   }
   if (ident) return x;
   return ts__add1(g, TS_OP_PERMUTE, &xi, 1, &a);
@@ -191,9 +189,9 @@ ts_val ts_transpose(ts_graph *g, ts_val x, int dim0, int dim1) {
 static int grad_permute(ts_graph *g, int node, const int *dy, int *dx) {
   ts__node n = g->nodes[node];
   int nd = g->vals[n.in[0]].shape.ndim;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  for (int k = 0; k < nd; k++) a.i[n.a.i[k]] = k;
+  for (int k = 0; k < nd; k++) ts_attr_set_permute_perm(&a, (int)ts_attr_permute_perm(&n.a, k), k);
   int in = dy[0];
   dx[0] = ts__emit(g, TS_OP_PERMUTE, &in, 1, &a);
   return dx[0] < 0 ? g->status : TS_OK;
@@ -207,7 +205,7 @@ static int infer_concat(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
     return ts__graph_fail(g, TS_EINVAL, "concat: needs at least 1 input and 1 output, got %d/%d",
                           n->nin, n->nout);
   const ts__value *x0 = ts__val(g, n->in[0]);
-  int64_t axis = n->a.i[0];
+  int64_t axis = ts_attr_concat_axis(&n->a);
   if (axis < 0 || axis >= x0->shape.ndim)
     return ts__graph_fail(g, TS_ESHAPE, "concat: axis %lld out of range for %s", (long long)axis,
                           VS(n->in[0], b));
@@ -233,11 +231,11 @@ static int infer_concat(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
 
 ts_val ts_concat(ts_graph *g, const ts_val *xs, int n, int axis) {
   if (!g || g->status) return TS_NONE;
-  if (n < 1 || n > TS_MAX_IO || !xs) {
-    ts__graph_fail(g, TS_EINVAL, "concat: %d inputs (need 1..%d)", n, TS_MAX_IO);
+  if (n < 1 || n > TS_GRAPH_MAX_IO || !xs) {
+    ts__graph_fail(g, TS_EINVAL, "concat: %d inputs (need 1..%d)", n, TS_GRAPH_MAX_IO);
     return TS_NONE;
   }
-  int ins[TS_MAX_IO];
+  int ins[TS_GRAPH_MAX_IO];
   for (int k = 0; k < n; k++) {
     ins[k] = ts__vidx(g, xs[k], "concat");
     if (ins[k] < 0) return TS_NONE;
@@ -245,25 +243,25 @@ ts_val ts_concat(ts_graph *g, const ts_val *xs, int n, int axis) {
   int ax = norm_axis(g, "concat", axis, g->vals[ins[0]].shape.ndim, ins[0]);
   if (ax < 0) return TS_NONE;
   if (n == 1) return xs[0];
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = ax;
+  ts_attr_set_concat_axis(&a, ax);
   return ts__add1(g, TS_OP_CONCAT, ins, n, &a);
 }
 
 static int emit_slice(ts_graph *g, ts_op op, int x, int axis, int64_t start, int64_t end, int64_t len) {
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = axis;
-  a.i[1] = start;
-  a.i[2] = end;
-  a.i[3] = len;
+  ts_attr_set_slice_axis(&a, axis);
+  ts_attr_set_slice_start(&a, start);
+  ts_attr_set_slice_end(&a, end);
+  ts_attr_set_slice_len(&a, len);
   return ts__emit(g, op, &x, 1, &a);
 }
 
 static int grad_concat(ts_graph *g, int node, const int *dy, int *dx) {
   ts__node n = g->nodes[node];
-  int axis = (int)n.a.i[0];
+  int axis = (int)ts_attr_concat_axis(&n.a);
   int64_t off = 0, tot = g->vals[n.out[0]].shape.dims[axis];
   for (int k = 0; k < n.nin; k++) {
     int64_t len = g->vals[n.in[k]].shape.dims[axis];
@@ -280,16 +278,16 @@ static int grad_concat(ts_graph *g, int node, const int *dy, int *dx) {
 
 static int infer_split(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   char b[160];
-  if (n->nin != 1 || n->nout < 1 || n->nout > TS_MAX_IATTR - 1)
+  if (n->nin != 1 || n->nout < 1 || n->nout > TS_ATTRS_MAX_I - 1)
     return ts__graph_fail(g, TS_EINVAL, "split: expects 1 input and 1..%d outputs, got %d/%d",
-                          TS_MAX_IATTR - 1, n->nin, n->nout);
+                          TS_ATTRS_MAX_I - 1, n->nin, n->nout);
   const ts__value *x = ts__val(g, n->in[0]);
-  int64_t axis = n->a.i[0], tot = 0;
+  int64_t axis = ts_attr_split_axis(&n->a), tot = 0;
   if (axis < 0 || axis >= x->shape.ndim)
     return ts__graph_fail(g, TS_ESHAPE, "split: axis %lld out of range for %s", (long long)axis,
                           VS(n->in[0], b));
   for (int k = 0; k < n->nout; k++) {
-    int64_t sz = n->a.i[1 + k];
+    int64_t sz = ts_attr_split_sizes(&n->a, k);
     if (sz <= 0)
       return ts__graph_fail(g, TS_ESHAPE, "split: part %d of %s has non-positive size %lld", k,
                             VS(n->in[0], b), (long long)sz);
@@ -307,18 +305,18 @@ static int infer_split(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
 
 int ts_split(ts_graph *g, ts_val x, int axis, const int64_t *sizes, int n, ts_val *outs) {
   if (!g) return TS_EINVAL;
-  for (int k = 0; outs && k < n && k < TS_MAX_IO; k++) outs[k] = TS_NONE;
+  for (int k = 0; outs && k < n && k < TS_GRAPH_MAX_IO; k++) outs[k] = TS_NONE;
   int xi = ts__vidx(g, x, "split");
   if (xi < 0 || g->status) return g->status ? g->status : TS_EINVAL;
-  if (n < 1 || n > TS_MAX_IATTR - 1 || !sizes || !outs)
+  if (n < 1 || n > TS_ATTRS_MAX_I - 1 || !sizes || !outs)
     return ts__graph_fail(g, TS_EINVAL, "split: %d parts (need 1..%d, with sizes and outs)", n,
-                          TS_MAX_IATTR - 1);
+                          TS_ATTRS_MAX_I - 1);
   int ax = norm_axis(g, "split", axis, g->vals[xi].shape.ndim, xi);
   if (ax < 0) return g->status;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = ax;
-  for (int k = 0; k < n; k++) a.i[1 + k] = sizes[k];
+  ts_attr_set_split_axis(&a, ax);
+  for (int k = 0; k < n; k++) ts_attr_set_split_sizes(&a, k, sizes[k]);
   int nd = ts__add_node(g, TS_OP_SPLIT, &xi, 1, n, &a);
   if (nd < 0) return g->status;
   for (int k = 0; k < n; k++) outs[k] = ts__handle(g, g->nodes[nd].out[k]);
@@ -327,16 +325,15 @@ int ts_split(ts_graph *g, ts_val x, int axis, const int64_t *sizes, int n, ts_va
 
 static int grad_split(ts_graph *g, int node, const int *dy, int *dx) {
   ts__node n = g->nodes[node];
-  int parts[TS_MAX_IO];
+  int parts[TS_GRAPH_MAX_IO];
   for (int k = 0; k < n.nout; k++) {
     parts[k] = dy[k];
     if (parts[k] < 0) {
       const ts__value *y = &g->vals[n.out[k]];
-      ts__attrs a;
+      ts_attrs a;
       memset(&a, 0, sizeof a);
-      a.i[0] = y->shape.ndim;
-      for (int d = 0; d < y->shape.ndim; d++) a.i[1 + d] = y->shape.dims[d];
-      a.i[9] = y->dtype;
+      ts_attr_set_const_shape(&a, &y->shape);
+      ts_attr_set_const_dtype(&a, y->dtype);
       parts[k] = ts__emit(g, TS_OP_CONST, NULL, 0, &a);
       if (parts[k] < 0) return g->status;
     }
@@ -345,9 +342,9 @@ static int grad_split(ts_graph *g, int node, const int *dy, int *dx) {
     dx[0] = parts[0];
     return TS_OK;
   }
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = n.a.i[0];
+  ts_attr_set_concat_axis(&a, ts_attr_split_axis(&n.a));
   dx[0] = ts__emit(g, TS_OP_CONCAT, parts, n.nout, &a);
   return dx[0] < 0 ? g->status : TS_OK;
 }
@@ -356,7 +353,7 @@ static int grad_split(ts_graph *g, int node, const int *dy, int *dx) {
 
 static int check_slice(ts_graph *g, const char *op, const ts__node *n, int64_t ndim, int x) {
   char b[160];
-  int64_t axis = n->a.i[0], st = n->a.i[1], en = n->a.i[2], len = n->a.i[3];
+  int64_t axis = ts_attr_slice_axis(&n->a), st = ts_attr_slice_start(&n->a), en = ts_attr_slice_end(&n->a), len = ts_attr_slice_len(&n->a);
   if (axis < 0 || axis >= ndim)
     return ts__graph_fail(g, TS_ESHAPE, "%s: axis %lld out of range for %s", op, (long long)axis,
                           VS(x, b));
@@ -371,13 +368,13 @@ static int infer_slice(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   if (need_io(g, n, "slice", 1, 1)) return g->status;
   const ts__value *x = ts__val(g, n->in[0]);
   char b[160];
-  if (n->a.i[0] >= 0 && n->a.i[0] < x->shape.ndim && n->a.i[3] != x->shape.dims[n->a.i[0]])
+  if (ts_attr_slice_axis(&n->a) >= 0 && ts_attr_slice_axis(&n->a) < x->shape.ndim && ts_attr_slice_len(&n->a) != x->shape.dims[ts_attr_slice_axis(&n->a)])
     return ts__graph_fail(g, TS_ESHAPE, "slice: attribute length %lld does not match %s",
-                          (long long)n->a.i[3], VS(n->in[0], b));
+                          (long long)ts_attr_slice_len(&n->a), VS(n->in[0], b));
   if (check_slice(g, "slice", n, x->shape.ndim, n->in[0])) return g->status;
   odt[0] = x->dtype;
   osh[0] = x->shape;
-  osh[0].dims[n->a.i[0]] = n->a.i[2] - n->a.i[1];
+  osh[0].dims[ts_attr_slice_axis(&n->a)] = ts_attr_slice_end(&n->a) - ts_attr_slice_start(&n->a);
   return TS_OK;
 }
 
@@ -389,18 +386,18 @@ ts_val ts_slice(ts_graph *g, ts_val x, int axis, int64_t start, int64_t end) {
   if (ax < 0) return TS_NONE;
   int64_t len = g->vals[xi].shape.dims[ax];
   if (start == 0 && end == len) return x;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = ax;
-  a.i[1] = start;
-  a.i[2] = end;
-  a.i[3] = len;
+  ts_attr_set_slice_axis(&a, ax);
+  ts_attr_set_slice_start(&a, start);
+  ts_attr_set_slice_end(&a, end);
+  ts_attr_set_slice_len(&a, len);
   return ts__add1(g, TS_OP_SLICE, &xi, 1, &a);
 }
 
 static int grad_slice(ts_graph *g, int node, const int *dy, int *dx) {
   ts__node n = g->nodes[node];
-  dx[0] = emit_slice(g, TS_OP_SLICE_BWD, dy[0], (int)n.a.i[0], n.a.i[1], n.a.i[2], n.a.i[3]);
+  dx[0] = emit_slice(g, TS_OP_SLICE_BWD, dy[0], (int)ts_attr_slice_axis(&n.a), ts_attr_slice_start(&n.a), ts_attr_slice_end(&n.a), ts_attr_slice_len(&n.a));
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
@@ -409,19 +406,19 @@ static int infer_slice_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
   const ts__value *dy = ts__val(g, n->in[0]);
   char b[160];
   if (check_slice(g, "slice_bwd", n, dy->shape.ndim, n->in[0])) return g->status;
-  if (dy->shape.dims[n->a.i[0]] != n->a.i[2] - n->a.i[1])
+  if (dy->shape.dims[ts_attr_slice_axis(&n->a)] != ts_attr_slice_end(&n->a) - ts_attr_slice_start(&n->a))
     return ts__graph_fail(g, TS_ESHAPE, "slice_bwd: %s has length %lld along axis %lld, expected %lld",
-                          VS(n->in[0], b), (long long)dy->shape.dims[n->a.i[0]],
-                          (long long)n->a.i[0], (long long)(n->a.i[2] - n->a.i[1]));
+                          VS(n->in[0], b), (long long)dy->shape.dims[ts_attr_slice_axis(&n->a)],
+                          (long long)ts_attr_slice_axis(&n->a), (long long)(ts_attr_slice_end(&n->a) - ts_attr_slice_start(&n->a)));
   odt[0] = dy->dtype;
   osh[0] = dy->shape;
-  osh[0].dims[n->a.i[0]] = n->a.i[3];
+  osh[0].dims[ts_attr_slice_axis(&n->a)] = ts_attr_slice_len(&n->a);
   return TS_OK;
 }
 
 static int grad_slice_bwd(ts_graph *g, int node, const int *dy, int *dx) {
   ts__node n = g->nodes[node];
-  dx[0] = emit_slice(g, TS_OP_SLICE, dy[0], (int)n.a.i[0], n.a.i[1], n.a.i[2], n.a.i[3]);
+  dx[0] = emit_slice(g, TS_OP_SLICE, dy[0], (int)ts_attr_slice_axis(&n.a), ts_attr_slice_start(&n.a), ts_attr_slice_end(&n.a), ts_attr_slice_len(&n.a));
   return dx[0] < 0 ? g->status : TS_OK;
 }
 

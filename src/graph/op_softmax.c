@@ -1,21 +1,21 @@
 /* Softmax family: SOFTMAX, SOFTMAX_BWD, SOFTMAX_CE, SOFTMAX_CE_BWD.
  *
- * Attribute layouts (ts__attrs):
- *   SOFTMAX (x) -> y               i[0] = axis (normalised to 0..ndim-1 by shape inference),
- *                                  i[1] = log (1: log-softmax)
+ * Attributes (ts_attr_* accessors; tessera/ops.def):
+ *   SOFTMAX (x) -> y               axis (normalised to 0..ndim-1 by shape inference),
+ *                                  log (1: log-softmax)
  *   SOFTMAX_BWD (dy, y) -> dx      same attrs; y is the forward output
  *   SOFTMAX_CE (logits, labels) -> loss, lse
- *                                  f[0] = label smoothing in [0,1], i[0] = ignore index (-100)
+ *                                  smoothing = label smoothing in [0,1], ignore = ignore index (-100)
  *       logits (N,C) f32, labels (N) i32/i64 -> loss () f32: mean over non-ignored rows of
- *       torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=f[0]); 0 if every row is
+ *       torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=smoothing); 0 if every row is
  *       ignored. Second output lse (N) f32 = logsumexp of each row, saved for the backward
  *       (no gradient flows through it).
  *   SOFTMAX_CE_BWD (dloss, logits, labels[, lse]) -> dlogits (N,C)   same attrs as SOFTMAX_CE;
  *       without lse the row statistics are recomputed.
  *   Class-sharded mode of both (Megatron's vocabulary-parallel loss; all zero: unsharded):
- *       i[1] = communicator slot + 1 (0: not sharded), i[2] = group size g >= 1,
- *       i[3] = class offset of this rank's block, i[4] = global class count C, with C % g == 0,
- *       logits (N, C/g) = columns [i[3], i[3]+C/g) of the global logits, labels global class ids.
+ *       sync = communicator slot + 1 (0: not sharded), group = group size g >= 1,
+ *       offset = class offset of this rank's block, classes = global class count C, with C % g == 0,
+ *       logits (N, C/g) = columns [offset, offset+C/g) of the global logits, labels global class ids.
  *       SOFTMAX_CE: loss () = the loss of the full logits (the same on every rank of the group),
  *       lse (N) = the global lse (src/runtime/run_softmax.c: allreduce MAX of the row maxima, one
  *       allreduce SUM of the (N,3) row statistics). SOFTMAX_CE_BWD (lse required): dloss is
@@ -38,18 +38,18 @@ static int infer_softmax_common(ts_graph *g, ts__node *n, const char *op, int xi
     return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", op, VS(xi, b1));
   if (nd < 1)
     return ts__graph_fail(g, TS_ESHAPE, "%s: x %s: needs at least 1 dim", op, VS(xi, b1));
-  int64_t ax = n->a.i[0];
+  int64_t ax = ts_attr_softmax_axis(&n->a);
   if (ax < -nd || ax >= nd)
     return ts__graph_fail(g, TS_EINVAL, "%s: x %s: axis %lld out of range [%d,%d)", op, VS(xi, b1),
                           (long long)ax, -nd, nd);
-  if (n->a.i[1] != 0 && n->a.i[1] != 1)
+  if (ts_attr_softmax_log(&n->a) != 0 && ts_attr_softmax_log(&n->a) != 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: x %s: log flag must be 0 or 1", op, VS(xi, b1));
-  n->a.i[0] = ax < 0 ? ax + nd : ax;
+  ts_attr_set_softmax_axis(&n->a, ax < 0 ? ax + nd : ax);
   return TS_OK;
 }
 
 static int infer_softmax(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
-  const char *op = n->a.i[1] ? "log_softmax" : "softmax";
+  const char *op = ts_attr_softmax_log(&n->a) ? "log_softmax" : "softmax";
   if (n->nin != 1 || n->nout != 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: expects 1 input and 1 output, got %d/%d", op, n->nin,
                           n->nout);
@@ -90,11 +90,11 @@ static int grad_softmax(ts_graph *g, int node, const int *dy, int *dx) {
 /* Largest group size accepted (as op_coll.c). */
 #define MAX_GROUP (1 << 24)
 
-/* The class-sharding attributes i[1..4] against logits li (N, C/g). */
+/* The class-sharding attributes (sync, group, offset, classes) against logits li (N, C/g). */
 static int check_shard(ts_graph *g, const ts__node *n, int li) {
   char b1[160];
   const char *op = "softmax_cross_entropy_sharded";
-  const int64_t slot1 = n->a.i[1], gs = n->a.i[2], off = n->a.i[3], C = n->a.i[4];
+  const int64_t slot1 = ts_attr_softmax_ce_sync(&n->a), gs = ts_attr_softmax_ce_group(&n->a), off = ts_attr_softmax_ce_offset(&n->a), C = ts_attr_softmax_ce_classes(&n->a);
   if (slot1 == 0) {
     if (gs || off || C)
       return ts__graph_fail(g, TS_EINVAL,
@@ -103,9 +103,9 @@ static int check_shard(ts_graph *g, const ts__node *n, int li) {
                             VS(li, b1), (long long)gs, (long long)off, (long long)C);
     return TS_OK;
   }
-  if (slot1 < 1 || slot1 > TS_PLAN_MAX_COMMS)
+  if (slot1 < 1 || slot1 > TS_GRAPH_MAX_COMM_SLOTS)
     return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: communicator slot %lld is outside 0..%d", op,
-                          VS(li, b1), (long long)(slot1 - 1), TS_PLAN_MAX_COMMS - 1);
+                          VS(li, b1), (long long)(slot1 - 1), TS_GRAPH_MAX_COMM_SLOTS - 1);
   if (gs < 1 || gs > MAX_GROUP)
     return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: group size %lld must be in 1..%d", op,
                           VS(li, b1), (long long)gs, MAX_GROUP);
@@ -141,9 +141,9 @@ static int check_ce(ts_graph *g, const ts__node *n, int li, int yi) {
   if (y->shape.ndim != 1 || y->shape.dims[0] != l->shape.dims[0])
     return ts__graph_fail(g, TS_ESHAPE, "%s: labels %s must have shape (N) = (%lld) to match logits %s",
                           op, VS(yi, b2), (long long)l->shape.dims[0], VS(li, b1));
-  if (!(n->a.f[0] >= 0.0f && n->a.f[0] <= 1.0f))
+  if (!(ts_attr_softmax_ce_smoothing(&n->a) >= 0.0f && ts_attr_softmax_ce_smoothing(&n->a) <= 1.0f))
     return ts__graph_fail(g, TS_EINVAL, "%s: logits %s: label smoothing %g must be in [0,1]", op,
-                          VS(li, b1), n->a.f[0]);
+                          VS(li, b1), ts_attr_softmax_ce_smoothing(&n->a));
   return check_shard(g, n, li);
 }
 
@@ -170,7 +170,7 @@ static int infer_ce_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   const ts__value *d = ts__val(g, n->in[0]), *l = ts__val(g, n->in[1]);
   if (d->dtype != TS_F32 || ts_shape_numel(&d->shape) != 1)
     return ts__graph_fail(g, TS_ESHAPE, "softmax_ce_bwd: dloss %s must be an f32 scalar", VS(n->in[0], b1));
-  if (n->a.i[1] != 0 && n->nin != 4)
+  if (ts_attr_softmax_ce_sync(&n->a) != 0 && n->nin != 4)
     return ts__graph_fail(g, TS_EINVAL,
                           "softmax_ce_bwd: logits %s: the class-sharded backward needs the forward's "
                           "global lse as input 3",
@@ -201,17 +201,17 @@ static ts_val softmax(ts_graph *g, ts_val x, int axis, int log) {
   if (!g) return TS_NONE;
   int xi = ts__vidx(g, x, log ? "log_softmax" : "softmax");
   if (xi < 0) return TS_NONE;
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.i[0] = axis;
-  a.i[1] = log;
+  ts_attr_set_softmax_axis(&a, axis);
+  ts_attr_set_softmax_log(&a, log);
   return ts__add1(g, TS_OP_SOFTMAX, &xi, 1, &a);
 }
 
 ts_val ts_softmax(ts_graph *g, ts_val x, int axis) { return softmax(g, x, axis, 0); }
 ts_val ts_log_softmax(ts_graph *g, ts_val x, int axis) { return softmax(g, x, axis, 1); }
 
-static ts_val cross_entropy(ts_graph *g, ts_val logits, ts_val labels, const ts__attrs *a,
+static ts_val cross_entropy(ts_graph *g, ts_val logits, ts_val labels, const ts_attrs *a,
                             const char *op) {
   if (!g) return TS_NONE;
   int in[2];
@@ -224,10 +224,10 @@ static ts_val cross_entropy(ts_graph *g, ts_val logits, ts_val labels, const ts_
 }
 
 ts_val ts_softmax_cross_entropy(ts_graph *g, ts_val logits, ts_val labels, float label_smoothing) {
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.f[0] = label_smoothing;
-  a.i[0] = -100;
+  ts_attr_set_softmax_ce_smoothing(&a, label_smoothing);
+  ts_attr_set_softmax_ce_ignore(&a, -100);
   return cross_entropy(g, logits, labels, &a, "softmax_cross_entropy");
 }
 
@@ -236,22 +236,22 @@ ts_val ts_softmax_cross_entropy_sharded(ts_graph *g, ts_val logits, ts_val label
                                         int64_t class_offset, int64_t num_classes) {
   const char *op = "softmax_cross_entropy_sharded";
   if (!g) return TS_NONE;
-  if (slot < 0 || slot >= TS_PLAN_MAX_COMMS) { /* i[1] = slot + 1 must not read as "unsharded" */
+  if (slot < 0 || slot >= TS_GRAPH_MAX_COMM_SLOTS) { /* sync = slot + 1 must not read as "unsharded" */
     char b1[160];
     int li = ts__vidx(g, logits, op);
     if (li < 0) return TS_NONE;
     ts__graph_fail(g, TS_EINVAL, "%s: logits %s: communicator slot %d is outside 0..%d", op,
-                   VS(li, b1), slot, TS_PLAN_MAX_COMMS - 1);
+                   VS(li, b1), slot, TS_GRAPH_MAX_COMM_SLOTS - 1);
     return TS_NONE;
   }
-  ts__attrs a;
+  ts_attrs a;
   memset(&a, 0, sizeof a);
-  a.f[0] = label_smoothing;
-  a.i[0] = -100;
-  a.i[1] = slot + 1;
-  a.i[2] = group_size;
-  a.i[3] = class_offset;
-  a.i[4] = num_classes;
+  ts_attr_set_softmax_ce_smoothing(&a, label_smoothing);
+  ts_attr_set_softmax_ce_ignore(&a, -100);
+  ts_attr_set_softmax_ce_sync(&a, slot + 1);
+  ts_attr_set_softmax_ce_group(&a, group_size);
+  ts_attr_set_softmax_ce_offset(&a, class_offset);
+  ts_attr_set_softmax_ce_classes(&a, num_classes);
   return cross_entropy(g, logits, labels, &a, op);
 }
 

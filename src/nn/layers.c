@@ -3,13 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../graph/graph_impl.h"
 #include "tessera/nn.h"
 
 static void full_name(ts_nn *nn, const char *name, char *buf, size_t cap) {
   /* graph scope uses '/', parameter names use '.' */
-  if (nn->g->scope[0]) {
-    snprintf(buf, cap, "%s.%s", nn->g->scope, name);
+  const char *scope = ts_graph_scope(nn->g);
+  if (scope[0]) {
+    snprintf(buf, cap, "%s.%s", scope, name);
     for (char *c = buf; *c; c++)
       if (*c == '/') *c = '.';
   } else {
@@ -19,7 +19,7 @@ static void full_name(ts_nn *nn, const char *name, char *buf, size_t cap) {
 
 ts_val ts_nn_param(ts_nn *nn, const char *name, ts_shape shape, ts_init init, int flags) {
   ts_graph *g = nn->g;
-  if (!g || g->status) return TS_NONE;
+  if (!g || ts_graph_status(g)) return TS_NONE;
   char full[600];
   full_name(nn, name, full, sizeof full);
   int id = ts_params_find(nn->p, full);
@@ -27,26 +27,26 @@ ts_val ts_nn_param(ts_nn *nn, const char *name, ts_shape shape, ts_init init, in
     ts_shape have = ts_params_shape(nn->p, id);
     if (!ts_shape_equal(&have, &shape)) {
       char a[128], b[128];
-      ts__graph_fail(g, TS_ESHAPE, "parameter '%s' reused with shape %s, registered as %s", full,
+      ts_graph_fail(g, TS_ESHAPE, "parameter '%s' reused with shape %s, registered as %s", full,
                      ts_shape_str(&shape, a, sizeof a), ts_shape_str(&have, b, sizeof b));
       return TS_NONE;
     }
-    for (int v = 0; v < g->nvals; v++)
-      if (g->vals[v].param_id == id && g->vals[v].producer < 0) return ts__handle(g, v);
+    for (int v = 0; v < ts_graph_num_values(g); v++)
+      if (ts_graph_value_param_id(g, v) == id && ts_graph_value_producer(g, v) < 0) return ts_graph_value(g, v);
   } else {
     id = ts_params_add(nn->p, full, shape, init, flags);
     if (id < 0) {
-      ts__graph_fail(g, id, "%s", ts_last_error());
+      ts_graph_fail(g, id, "%s", ts_last_error());
       return TS_NONE;
     }
   }
   /* the value's name is the full name; avoid double scoping */
-  char saved[sizeof g->scope];
-  memcpy(saved, g->scope, sizeof saved);
-  g->scope[0] = 0;
+  char saved[TS_GRAPH_MAX_SCOPE];
+  snprintf(saved, sizeof saved, "%s", ts_graph_scope(g));
+  ts_graph_set_scope(g, "");
   ts_val v = (flags & TS_PARAM_STATE) ? ts_state_value(g, full, TS_F32, shape, id)
                                       : ts_param_value(g, full, TS_F32, shape, id);
-  memcpy(g->scope, saved, sizeof saved);
+  ts_graph_set_scope(g, saved);
   return v;
 }
 
@@ -56,7 +56,7 @@ static int64_t last_dim(ts_nn *nn, ts_val x) {
 }
 
 ts_val ts_nn_dense(ts_nn *nn, const char *name, ts_val x, int64_t out, int bias) {
-  if (!nn->g || nn->g->status || x == TS_NONE) return TS_NONE;
+  if (!nn->g || ts_graph_status(nn->g) || x == TS_NONE) return TS_NONE;
   int64_t in = last_dim(nn, x);
   char n[256];
   ts_graph_push_scope(nn->g, name);
@@ -75,11 +75,11 @@ ts_val ts_nn_dense(ts_nn *nn, const char *name, ts_val x, int64_t out, int bias)
 
 ts_val ts_nn_conv2d(ts_nn *nn, const char *name, ts_val x, int64_t out, int k, int stride, int pad,
                     int dilation, int groups, int bias) {
-  if (!nn->g || nn->g->status || x == TS_NONE) return TS_NONE;
+  if (!nn->g || ts_graph_status(nn->g) || x == TS_NONE) return TS_NONE;
   ts_shape xs = ts_val_shape(nn->g, x);
   if (xs.ndim != 4 || groups <= 0 || xs.dims[1] % groups) {
     char s[128];
-    ts__graph_fail(nn->g, TS_ESHAPE, "conv2d layer '%s': input %s must be (N,C,H,W) with C divisible by groups %d",
+    ts_graph_fail(nn->g, TS_ESHAPE, "conv2d layer '%s': input %s must be (N,C,H,W) with C divisible by groups %d",
                    name, ts_shape_str(&xs, s, sizeof s), groups);
     return TS_NONE;
   }
@@ -98,10 +98,10 @@ ts_val ts_nn_conv2d(ts_nn *nn, const char *name, ts_val x, int64_t out, int k, i
 }
 
 ts_val ts_nn_batchnorm(ts_nn *nn, const char *name, ts_val x, float momentum, float eps) {
-  if (!nn->g || nn->g->status || x == TS_NONE) return TS_NONE;
+  if (!nn->g || ts_graph_status(nn->g) || x == TS_NONE) return TS_NONE;
   ts_shape xs = ts_val_shape(nn->g, x);
   if (xs.ndim < 2) {
-    ts__graph_fail(nn->g, TS_ESHAPE, "batchnorm layer '%s': input needs a channel dim 1", name);
+    ts_graph_fail(nn->g, TS_ESHAPE, "batchnorm layer '%s': input needs a channel dim 1", name);
     return TS_NONE;
   }
   int64_t c = xs.dims[1];
@@ -117,7 +117,7 @@ ts_val ts_nn_batchnorm(ts_nn *nn, const char *name, ts_val x, float momentum, fl
 }
 
 ts_val ts_nn_layernorm(ts_nn *nn, const char *name, ts_val x, float eps) {
-  if (!nn->g || nn->g->status || x == TS_NONE) return TS_NONE;
+  if (!nn->g || ts_graph_status(nn->g) || x == TS_NONE) return TS_NONE;
   int64_t d = last_dim(nn, x);
   ts_graph_push_scope(nn->g, name);
   ts_init one = {TS_INIT_ONES, 0, 0, 0}, zero = {TS_INIT_ZEROS, 0, 0, 0};
@@ -129,7 +129,7 @@ ts_val ts_nn_layernorm(ts_nn *nn, const char *name, ts_val x, float eps) {
 }
 
 ts_val ts_nn_embedding(ts_nn *nn, const char *name, ts_val ids, int64_t vocab, int64_t dim) {
-  if (!nn->g || nn->g->status || ids == TS_NONE) return TS_NONE;
+  if (!nn->g || ts_graph_status(nn->g) || ids == TS_NONE) return TS_NONE;
   ts_graph_push_scope(nn->g, name);
   ts_init ni = {TS_INIT_NORMAL, 0, 1, 0};
   ts_val w = ts_nn_param(nn, "weight", ts_shape2(vocab, dim), ni, 0);

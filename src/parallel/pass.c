@@ -29,7 +29,7 @@ void ts__layout_cuts(const ts_layout *l, int64_t *cuts) {
 /* ---- operator keys ---- */
 
 static void raw_key(const ts_graph *g, int node, char *buf, size_t cap) {
-  const char *nm = g->nodes[node].name ? g->nodes[node].name : "";
+  const char *nm = ts_graph_node_name(g, node) ? ts_graph_node_name(g, node) : "";
   size_t n = strlen(nm);
   const char *us = strrchr(nm, '_'); /* drop the "_<index>" ts__add_node appends */
   if (us && us > strrchr(nm, '/') + 0 && us[1] >= '0' && us[1] <= '9') n = (size_t)(us - nm);
@@ -41,12 +41,12 @@ static void raw_key(const ts_graph *g, int node, char *buf, size_t cap) {
 char *ts_parallel_op_key(const ts_graph *g, int node, char *buf, size_t cap) {
   if (!buf || !cap) return buf;
   buf[0] = 0;
-  if (!g || node < 0 || node >= g->nnodes) return buf;
+  if (!g || node < 0 || node >= ts_graph_num_nodes(g)) return buf;
   raw_key(g, node, buf, cap);
   int k = 0;
   char other[512];
   for (int j = 0; j < node; j++) {
-    if (g->nodes[j].is_backward) continue;
+    if (ts_graph_node_is_backward(g, j)) continue;
     raw_key(g, j, other, sizeof other);
     if (!strcmp(other, buf)) k++;
   }
@@ -91,11 +91,11 @@ int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
       return s;
     }
   }
-  if (p->nslots >= TS_PLAN_MAX_COMMS) {
+  if (p->nslots >= TS_GRAPH_MAX_COMM_SLOTS) {
     free(part);
     return ts_error_set(TS_ERANGE,
                         "parallel pass: the strategies need more than %d communicator groups",
-                        TS_PLAN_MAX_COMMS);
+                        TS_GRAPH_MAX_COMM_SLOTS);
   }
   ts__slot *ns = realloc(p->slots, sizeof(ts__slot) * (size_t)(p->nslots + 1));
   if (!ns) {
@@ -180,9 +180,9 @@ int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int inp
   }
   if (v->nreach >= TS__MAX_REACH)
     return ts_error_set(TS_EUNSUPPORTED, "parallel pass: value '%s' is needed in more than %d layouts",
-                        p->g->vals[vi].name ? p->g->vals[vi].name : "?", TS__MAX_REACH);
+                        ts_graph_value_name(p->g, vi) ? ts_graph_value_name(p->g, vi) : "?", TS__MAX_REACH);
   ts_redist_plan pl;
-  size_t es = ts_dtype_size(p->g->vals[vi].dtype);
+  size_t es = ts_dtype_size(ts_graph_value_dtype(p->g, vi));
   rc = ts_redist_plan_make(&v->gs, es ? es : 4, &v->L, to, &pl);
   if (rc) goto fail;
   v->reach[v->nreach] = *to;
@@ -192,7 +192,7 @@ int ts__pass_need(ts_parallel *p, int vi, const ts_layout *to, int node, int inp
   return TS_OK;
 fail: {
   char a[160], b[160], s[96];
-  const char *nm = p->g->vals[vi].name ? p->g->vals[vi].name : "value";
+  const char *nm = ts_graph_value_name(p->g, vi) ? ts_graph_value_name(p->g, vi) : "value";
   return ts_error_wrap(rc, "parallel pass: converting %s%s from %s to %s for operator '%s'", nm,
                        ts_shape_str(&v->gs, s, sizeof s), ts_layout_str(&v->L, a, sizeof a),
                        ts_layout_str(to, b, sizeof b), node >= 0 ? p->n[node].key : "output");
@@ -206,7 +206,7 @@ static int flush_deferred(ts_parallel *p, int root) {
   for (int j = 0; j < p->nfwd; j++) {
     ts__nst *ns = &p->n[j];
     if (!ns->deferred) continue;
-    const ts__node *nd = &p->g->nodes[j];
+    const ts__pnode nd_ = ts__pnode_get(p->g, j), *nd = &nd_;
     if (p->v[nd->in[0]].from_param != root) continue;
     if (p->v[nd->in[0]].pending) continue; /* a sibling branch still waits */
     ns->deferred = 0;
@@ -230,12 +230,12 @@ int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
   ts__vst *v = &p->v[vi];
   if (!v->pending) return TS_OK;
   int root = v->from_param;
-  int pn = g->vals[vi].producer;
+  int pn = ts_graph_value_producer(g, vi);
   if (pn < 0) { /* the parameter itself */
     make_known(p, vi, to, node);
     return flush_deferred(p, vi);
   }
-  const ts__node *nd = &g->nodes[pn];
+  const ts__pnode nd_ = ts__pnode_get(g, pn), *nd = &nd_;
   int u = nd->in[0];
   ts_layout lu;
   int ok = 1;
@@ -255,12 +255,13 @@ int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
     }
     case TS_OP_PERMUTE:
       lu = *to;
-      for (int k = 0; k < to->ndim; k++) lu.tmap[nd->a.i[k]] = to->tmap[k];
+      for (int k = 0; k < to->ndim; k++) lu.tmap[ts_attr_permute_perm(&nd->a, k)] = to->tmap[k];
       break;
     case TS_OP_SPLIT:
     case TS_OP_SLICE:
       lu = *to;
-      if (to->tmap[nd->a.i[0]] >= 0 && to->dev[to->tmap[nd->a.i[0]]] > 1) ok = 0;
+      const int64_t ax = nd->op == TS_OP_SPLIT ? ts_attr_split_axis(&nd->a) : ts_attr_slice_axis(&nd->a);
+      if (to->tmap[ax] >= 0 && to->dev[to->tmap[ax]] > 1) ok = 0;
       break;
     default:
       ok = 0;
@@ -282,14 +283,14 @@ int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
 static int auto_dataset_cut(ts_parallel *p) {
   const ts_graph *g = p->g;
   int64_t dp = p->N;
-  for (int i = 0; i < g->nvals; i++)
-    if (g->vals[i].kind == TS_VAL_INPUT && g->vals[i].producer < 0 && g->vals[i].shape.ndim > 0)
-      dp = ts__gcd64(dp, g->vals[i].shape.dims[0]);
+  for (int i = 0; i < ts_graph_num_values(g); i++)
+    if (ts_graph_value_kind(g, i) == TS_VAL_INPUT && ts_graph_value_producer(g, i) < 0 && (*ts_graph_value_shape(g, i)).ndim > 0)
+      dp = ts__gcd64(dp, (*ts_graph_value_shape(g, i)).dims[0]);
 
-  for (int i = 0; i < g->nvals; i++) {
-    if (g->vals[i].kind != TS_VAL_INPUT || g->vals[i].producer >= 0 || g->vals[i].shape.ndim == 0) continue;
-    for (int j = 0; j < g->nnodes; j++) {
-      const ts__node *nd = &g->nodes[j];
+  for (int i = 0; i < ts_graph_num_values(g); i++) {
+    if (ts_graph_value_kind(g, i) != TS_VAL_INPUT || ts_graph_value_producer(g, i) >= 0 || (*ts_graph_value_shape(g, i)).ndim == 0) continue;
+    for (int j = 0; j < ts_graph_num_nodes(g); j++) {
+      const ts__pnode nd_ = ts__pnode_get(g, j), *nd = &nd_;
       int k;
       for (k = 0; k < nd->nin; k++)
         if (nd->in[k] == i) break;
@@ -309,7 +310,7 @@ static int auto_dataset_cut(ts_parallel *p) {
 }
 
 static int input_layout(ts_parallel *p, int vi) {
-  const ts__value *x = &p->g->vals[vi];
+  const ts__pval x_ = ts__pval_get(p->g, vi), *x = &x_;
   int N = p->N, dp = p->cfg.dataset_cut;
   ts_layout L;
   if (dp <= 0) dp = p->cfg.dataset_cut = auto_dataset_cut(p);
@@ -372,15 +373,15 @@ static int phase1(ts_parallel *p) {
     if (!p->n[j].key) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
   }
   if ((rc = check_user_keys(p))) return rc;
-  for (int i = 0; i < g->nvals; i++) {
+  for (int i = 0; i < ts_graph_num_values(g); i++) {
     p->v[i].lv = -1;
     p->v[i].user_node = -1;
     p->v[i].from_param = -1;
-    p->v[i].gs = g->vals[i].shape;
-    if (g->vals[i].producer >= 0) continue;
-    if (g->vals[i].kind == TS_VAL_INPUT) {
+    p->v[i].gs = (*ts_graph_value_shape(g, i));
+    if (ts_graph_value_producer(g, i) >= 0) continue;
+    if (ts_graph_value_kind(g, i) == TS_VAL_INPUT) {
       if ((rc = input_layout(p, i))) return rc;
-    } else if (g->vals[i].kind == TS_VAL_PARAM || g->vals[i].kind == TS_VAL_STATE) {
+    } else if (ts_graph_value_kind(g, i) == TS_VAL_PARAM || ts_graph_value_kind(g, i) == TS_VAL_STATE) {
       p->v[i].pending = 1;
       p->v[i].from_param = i;
     }
@@ -390,8 +391,8 @@ static int phase1(ts_parallel *p) {
     if ((rc = ts__pass_node(p, j))) return rc;
   }
   /* parameters no operator used: whole */
-  for (int i = 0; i < g->nvals; i++)
-    if (p->v[i].pending && g->vals[i].producer < 0) {
+  for (int i = 0; i < ts_graph_num_values(g); i++)
+    if (p->v[i].pending && ts_graph_value_producer(g, i) < 0) {
       ts_layout r;
       ts__layout_repl(&r, p->N, p->v[i].gs.ndim);
       make_known(p, i, &r, -1);
@@ -402,7 +403,7 @@ static int phase1(ts_parallel *p) {
     int vi = p->outs[k];
     if (!p->v[vi].known)
       return ts_error_set(TS_EGRAPH, "parallel pass: output %d (%s) was not laid out", k,
-                          g->vals[vi].name ? g->vals[vi].name : "?");
+                          ts_graph_value_name(g, vi) ? ts_graph_value_name(g, vi) : "?");
     p->out_L[k] = p->v[vi].L;
     if (p->replicate && p->replicate[k]) {
       ts__layout_repl(&p->out_L[k], p->N, p->v[vi].gs.ndim);
@@ -415,13 +416,13 @@ static int phase1(ts_parallel *p) {
 int64_t ts_parallel_comm_bytes(const ts_graph *g, int which) {
   if (!g) return 0;
   double total = 0;
-  for (int j = 0; j < g->nnodes; j++) {
-    const ts__node *nd = &g->nodes[j];
+  for (int j = 0; j < ts_graph_num_nodes(g); j++) {
+    const ts__pnode nd_ = ts__pnode_get(g, j), *nd = &nd_;
     if (nd->op < TS_OP_ALLREDUCE || nd->op > TS_OP_ALLTOALL) continue;
     if ((which == 0 && nd->is_backward) || (which == 1 && !nd->is_backward)) continue;
-    const ts__value *x = &g->vals[nd->in[0]];
+    const ts__pval x_ = ts__pval_get(g, nd->in[0]), *x = &x_;
     double s = (double)ts_shape_numel(&x->shape) * (double)ts_dtype_size(x->dtype);
-    double gs = (double)nd->a.i[1];
+    double gs = (double)ts_attr_coll_group(&nd->a);
     if (gs <= 1) continue;
     switch (nd->op) {
       case TS_OP_ALLREDUCE: total += 2 * (gs - 1) / gs * s; break;
@@ -467,12 +468,12 @@ int ts_parallel_run(const ts_graph *g, const ts_params *gp, const ts_val *outs, 
   if (cfg->strategies && ts_strategy_set_device_num(cfg->strategies) != cfg->ndevices)
     return ts_error_set(TS_ECONFIG, "parallel: the strategies are for %d devices, the job has %d",
                         ts_strategy_set_device_num(cfg->strategies), cfg->ndevices);
-  for (int j = 0; j < g->nnodes; j++)
-    if (g->nodes[j].is_backward)
+  for (int j = 0; j < ts_graph_num_nodes(g); j++)
+    if (ts_graph_node_is_backward(g, j))
       return ts_error_set(TS_EINVAL,
                           "ts_parallel_run: the graph already has a backward (node %s); run the pass "
                           "on the forward graph and differentiate its result",
-                          g->nodes[j].name);
+                          ts_graph_node_name(g, j));
   ts_parallel *p = calloc(1, sizeof *p);
   if (!p) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
   p->g = g;
@@ -480,10 +481,10 @@ int ts_parallel_run(const ts_graph *g, const ts_params *gp, const ts_val *outs, 
   p->cfg = *cfg;
   p->N = cfg->ndevices;
   p->rank = cfg->rank;
-  p->nfwd = g->nnodes;
+  p->nfwd = ts_graph_num_nodes(g);
   p->nouts = nout;
-  p->v = calloc((size_t)g->nvals + 1, sizeof *p->v);
-  p->n = calloc((size_t)g->nnodes + 1, sizeof *p->n);
+  p->v = calloc((size_t)ts_graph_num_values(g) + 1, sizeof *p->v);
+  p->n = calloc((size_t)ts_graph_num_nodes(g) + 1, sizeof *p->n);
   p->outs = calloc((size_t)nout + 1, sizeof(int));
   p->replicate = calloc((size_t)nout + 1, sizeof(int));
   p->out_lv = calloc((size_t)nout + 1, sizeof(int));
@@ -494,8 +495,8 @@ int ts_parallel_run(const ts_graph *g, const ts_params *gp, const ts_val *outs, 
     goto fail;
   }
   for (int k = 0; k < nout; k++) {
-    int i = outs[k] & ((1 << TS__VAL_BITS) - 1);
-    if (outs[k] < 0 || i >= g->nvals || (uint32_t)(outs[k] >> TS__VAL_BITS) != (g->id & 0x3ff)) {
+    int i = ts_graph_value_index(g, outs[k]);
+    if (i < 0) {
       rc = ts_error_set(TS_EINVAL, "ts_parallel_run: output %d is not a value of the graph", k);
       goto fail;
     }
@@ -516,16 +517,15 @@ ts_params *ts_parallel_params(ts_parallel *p) { return p ? p->lp : NULL; }
 
 static int gidx(const ts_parallel *p, ts_val v) {
   if (!p || v < 0) return -1;
-  int i = v & ((1 << TS__VAL_BITS) - 1);
-  return i < p->g->nvals ? i : -1;
+  return ts_graph_value_index(p->g, v);
 }
 
 ts_val ts_parallel_value(const ts_parallel *p, ts_val v) {
   int i = gidx(p, v);
   if (i < 0) return TS_NONE;
   for (int k = 0; k < p->nouts; k++)
-    if (p->outs[k] == i && p->out_lv[k] >= 0) return ts__handle(p->lg, p->out_lv[k]);
-  return p->v[i].lv >= 0 ? ts__handle(p->lg, p->v[i].lv) : TS_NONE;
+    if (p->outs[k] == i && p->out_lv[k] >= 0) return ts_graph_value(p->lg, p->out_lv[k]);
+  return p->v[i].lv >= 0 ? ts_graph_value(p->lg, p->v[i].lv) : TS_NONE;
 }
 
 const ts_layout *ts_parallel_layout(const ts_parallel *p, ts_val v, ts_shape *gshape) {
@@ -539,7 +539,7 @@ const ts_layout *ts_parallel_layout(const ts_parallel *p, ts_val v, ts_shape *gs
 
 int ts_parallel_input_piece(const ts_parallel *p, ts_val v, int *parts, int *index) {
   int i = gidx(p, v);
-  if (i < 0 || p->g->vals[i].kind != TS_VAL_INPUT)
+  if (i < 0 || ts_graph_value_kind(p->g, i) != TS_VAL_INPUT)
     return ts_error_set(TS_EINVAL, "ts_parallel_input_piece: not an input of the graph");
   const ts_layout *L = &p->v[i].L;
   *parts = 1;
@@ -611,10 +611,10 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
       "replicated):\n", p->N);
   for (int j = 0; j < p->nfwd; j++) {
     const ts__nst *ns = &p->n[j];
-    const ts__node *nd = &g->nodes[j];
+    const ts__pnode nd_ = ts__pnode_get(g, j), *nd = &nd_;
     char st[256] = "", l[256];
     if (ns->sop >= 0) ts_op_strategy_str(&ns->st, st, sizeof st);
-    OUT("  %-44s %-14s %-14s %s", ns->key, ts__ops[nd->op].name, how_name(ns->how), st);
+    OUT("  %-44s %-14s %-14s %s", ns->key, ts_op_name(nd->op), how_name(ns->how), st);
     if (nd->nout > 0 && p->v[nd->out[0]].known) {
       char s[96];
       OUT("  -> %s %s%s", ts_shape_str(&p->v[nd->out[0]].gs, s, sizeof s),
@@ -623,13 +623,13 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
     OUT("\n");
   }
   OUT("parameters (global shape, layout, bytes on this rank / whole):\n");
-  for (int i = 0; i < g->nvals; i++) {
-    if (g->vals[i].producer >= 0 || (g->vals[i].kind != TS_VAL_PARAM && g->vals[i].kind != TS_VAL_STATE)) continue;
+  for (int i = 0; i < ts_graph_num_values(g); i++) {
+    if (ts_graph_value_producer(g, i) >= 0 || (ts_graph_value_kind(g, i) != TS_VAL_PARAM && ts_graph_value_kind(g, i) != TS_VAL_STATE)) continue;
     const ts__vst *v = &p->v[i];
     char s[96], l[256];
     ts_shape loc;
     ts_layout_local_shape(&v->L, &v->gs, &loc);
-    OUT("  %-44s %-16s %-34s %lld / %lld\n", g->vals[i].name, ts_shape_str(&v->gs, s, sizeof s),
+    OUT("  %-44s %-16s %-34s %lld / %lld\n", ts_graph_value_name(g, i), ts_shape_str(&v->gs, s, sizeof s),
         ts_layout_str(&v->L, l, sizeof l), (long long)ts_shape_numel(&loc) * 4,
         (long long)ts_shape_numel(&v->gs) * 4);
   }
@@ -637,11 +637,11 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
   for (int i = 0; i < p->nrd; i++) {
     const ts__redist_rec *r = &p->rd[i];
     char s[96], a[256], b[256];
-    const char *vn = g->vals[r->value].name;
+    const char *vn = ts_graph_value_name(g, r->value);
     char pn[64] = "";
-    if (!vn && g->vals[r->value].producer >= 0) {
+    if (!vn && ts_graph_value_producer(g, r->value) >= 0) {
       snprintf(pn, sizeof pn, "output of");
-      vn = p->n[g->vals[r->value].producer].key;
+      vn = p->n[ts_graph_value_producer(g, r->value)].key;
     }
     if (r->input == -2) { /* inside the node: partial sums reduced before its bias */
       snprintf(pn, sizeof pn, "partial sums of");

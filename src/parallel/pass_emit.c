@@ -8,9 +8,8 @@
 
 #include "pass_impl.h"
 
-#define VMASK ((1 << TS__VAL_BITS) - 1)
-
-static int vid(ts_val h) { return h < 0 ? -1 : (int)(h & VMASK); }
+/* The index of value h of the rank's graph (-1 for TS_NONE). */
+static int vid(const ts_parallel *p, ts_val h) { return ts_graph_value_index(p->lg, h); }
 
 static int lg_fail(ts_parallel *p, const char *what) {
   int rc = ts_graph_status(p->lg) ? ts_graph_status(p->lg) : TS_EGRAPH;
@@ -18,16 +17,17 @@ static int lg_fail(ts_parallel *p, const char *what) {
 }
 
 static void set_scope(ts_parallel *p, int ni) {
-  ts_graph *lg = p->lg;
-  lg->scope[0] = 0;
-  if (ni < 0) return;
-  const char *nm = p->g->nodes[ni].name;
+  char scope[TS_GRAPH_MAX_SCOPE];
+  scope[0] = 0;
+  const char *nm = ni < 0 ? NULL : ts_graph_node_name(p->g, ni);
   const char *sl = nm ? strrchr(nm, '/') : NULL;
-  if (!sl) return;
-  size_t n = (size_t)(sl - nm);
-  if (n >= sizeof lg->scope) n = sizeof lg->scope - 1;
-  memcpy(lg->scope, nm, n);
-  lg->scope[n] = 0;
+  if (sl) {
+    size_t n = (size_t)(sl - nm);
+    if (n >= sizeof scope) n = sizeof scope - 1;
+    memcpy(scope, nm, n);
+    scope[n] = 0;
+  }
+  ts_graph_set_scope(p->lg, scope);
 }
 
 /* ---- leaves ---- */
@@ -37,27 +37,27 @@ static int local_shape(const ts_layout *L, const ts_shape *gs, ts_shape *ls) {
 }
 
 static int emit_leaf(ts_parallel *p, int vi) {
-  const ts__value *x = &p->g->vals[vi];
+  const ts__pval x_ = ts__pval_get(p->g, vi), *x = &x_;
   ts__vst *v = &p->v[vi];
   ts_shape ls;
   int rc = local_shape(&v->L, &v->gs, &ls);
   if (rc) return ts_error_wrap(rc, "parallel pass: value '%s'", x->name ? x->name : "?");
-  char saved[sizeof p->lg->scope];
-  memcpy(saved, p->lg->scope, sizeof saved);
-  p->lg->scope[0] = 0;
+  char saved[TS_GRAPH_MAX_SCOPE];
+  snprintf(saved, sizeof saved, "%s", ts_graph_scope(p->lg));
+  ts_graph_set_scope(p->lg, "");
   ts_val h;
   if (x->kind == TS_VAL_INPUT) {
     h = ts_input(p->lg, x->name, x->dtype, ls);
-    if (h != TS_NONE && x->no_grad) p->lg->vals[vid(h)].no_grad = 1;
+    if (h != TS_NONE && x->no_grad) ts_val_set_requires_grad(p->lg, h, 0);
   } else {
     int lid = p->param_lp[x->param_id];
     h = x->kind == TS_VAL_STATE ? ts_state_value(p->lg, x->name, x->dtype, ls, lid)
                                 : ts_param_value(p->lg, x->name, x->dtype, ls, lid);
-    if (h != TS_NONE && x->no_grad) p->lg->vals[vid(h)].no_grad = 1;
+    if (h != TS_NONE && x->no_grad) ts_val_set_requires_grad(p->lg, h, 0);
   }
-  memcpy(p->lg->scope, saved, sizeof saved);
+  ts_graph_set_scope(p->lg, saved);
   if (h == TS_NONE) return lg_fail(p, x->name ? x->name : "a leaf");
-  v->lv = vid(h);
+  v->lv = vid(p, h);
   return TS_OK;
 }
 
@@ -75,7 +75,7 @@ static int emit_redist(ts_parallel *p, int cur, ts_dtype dt, const ts_shape *gs,
   if (rc) return rc;
   if (pl.nops == 0) return TS_OK;
   ts_graph *lg = p->lg;
-  ts_val h = ts__handle(lg, cur);
+  ts_val h = ts_graph_value(lg, cur);
   int refined = !ts_shape_equal(&pl.shape, gs);
   if (refined) {
     ts_shape ls;
@@ -103,7 +103,7 @@ static int emit_redist(ts_parallel *p, int cur, ts_dtype dt, const ts_shape *gs,
     h = ts_reshape(lg, h, ls);
   }
   if (h == TS_NONE) return lg_fail(p, "a redistribution");
-  *res = vid(h);
+  *res = vid(p, h);
   return TS_OK;
 }
 
@@ -121,8 +121,8 @@ static int convert(ts_parallel *p, int vi, const ts_layout *to, int *res) {
       *res = v->reach_lv[k];
       return TS_OK;
     }
-  if ((rc = emit_redist(p, v->lv, p->g->vals[vi].dtype, &v->gs, &v->L, to, res))) {
-    const char *nm = p->g->vals[vi].name;
+  if ((rc = emit_redist(p, v->lv, ts_graph_value_dtype(p->g, vi), &v->gs, &v->L, to, res))) {
+    const char *nm = ts_graph_value_name(p->g, vi);
     return ts_error_wrap(rc, "parallel pass: converting '%s'", nm ? nm : "value");
   }
   int k;
@@ -146,10 +146,10 @@ static int register_params(ts_parallel *p) {
   int *val_of = malloc(sizeof(int) * (size_t)(np + 1));
   if (!val_of) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
   for (int i = 0; i < np; i++) val_of[i] = -1;
-  for (int i = 0; i < g->nvals; i++)
-    if (g->vals[i].producer < 0 && g->vals[i].param_id >= 0 && g->vals[i].param_id < np &&
-        (g->vals[i].kind == TS_VAL_PARAM || g->vals[i].kind == TS_VAL_STATE))
-      val_of[g->vals[i].param_id] = i;
+  for (int i = 0; i < ts_graph_num_values(g); i++)
+    if (ts_graph_value_producer(g, i) < 0 && ts_graph_value_param_id(g, i) >= 0 && ts_graph_value_param_id(g, i) < np &&
+        (ts_graph_value_kind(g, i) == TS_VAL_PARAM || ts_graph_value_kind(g, i) == TS_VAL_STATE))
+      val_of[ts_graph_value_param_id(g, i)] = i;
   int rc = TS_OK;
   for (int i = 0; i < np && !rc; i++) {
     const char *name = ts_params_name(p->gp, i);
@@ -182,36 +182,35 @@ static int register_params(ts_parallel *p) {
 /* ---- operators ---- */
 
 static int scale_value(ts_parallel *p, int v, float s) {
-  ts_val h = ts_scale(p->lg, ts__handle(p->lg, v), s, 0.0f);
-  return h == TS_NONE ? -1 : vid(h);
+  ts_val h = ts_scale(p->lg, ts_graph_value(p->lg, v), s, 0.0f);
+  return h == TS_NONE ? -1 : vid(p, h);
 }
 
 static int emit_node(ts_parallel *p, int ni) {
   const ts_graph *g = p->g;
-  const ts__node *nd = &g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   ts_graph *lg = p->lg;
-  int li[TS_MAX_IO], rc;
+  int li[TS_GRAPH_MAX_IO], rc;
   for (int k = 0; k < nd->nin; k++)
     if ((rc = convert(p, nd->in[k], &ns->req[k], &li[k]))) return ts_error_wrap(rc, "operator '%s'", ns->key);
   set_scope(p, ni);
-  ts__attrs a = nd->a;
-  int nin = nd->nin, lout[TS_MAX_IO];
+  ts_attrs a = nd->a;
+  int nin = nd->nin, lout[TS_GRAPH_MAX_IO];
   int64_t off[TS_MAX_DIMS];
   switch (nd->op) {
     case TS_OP_RESHAPE: {
       ts_shape ls;
       if ((rc = local_shape(&ns->out[0], &p->v[nd->out[0]].gs, &ls))) return rc;
-      a.i[0] = ls.ndim;
-      for (int d = 0; d < ls.ndim; d++) a.i[1 + d] = ls.dims[d];
+      ts_attr_set_reshape_shape(&a, &ls);
       break;
     }
     case TS_OP_EMBEDDING: {
       const ts_layout *t = &ns->req[0];
       if (t->tmap[0] >= 0 && t->dev[t->tmap[0]] > 1) {
         ts_layout_offsets(t, &p->v[nd->in[0]].gs, p->rank, off);
-        a.i[0] = off[0];
-        a.i[1] = 1;
+        ts_attr_set_embedding_offset(&a, off[0]);
+        ts_attr_set_embedding_sharded(&a, 1);
       }
       break;
     }
@@ -219,17 +218,18 @@ static int emit_node(ts_parallel *p, int ni) {
       const ts_layout *l = &ns->req[0];
       if (l->tmap[1] >= 0 && l->dev[l->tmap[1]] > 1) {
         ts_layout_offsets(l, &p->v[nd->in[0]].gs, p->rank, off);
-        a.i[1] = ts__slot_for(p, l, l->tmap[1]) + 1;
-        a.i[2] = l->dev[l->tmap[1]];
-        a.i[3] = off[1];
-        a.i[4] = p->v[nd->in[0]].gs.dims[1];
+        ts_attr_set_softmax_ce_sync(&a, ts__slot_for(p, l, l->tmap[1]) + 1);
+        ts_attr_set_softmax_ce_group(&a, l->dev[l->tmap[1]]);
+        ts_attr_set_softmax_ce_offset(&a, off[1]);
+        ts_attr_set_softmax_ce_classes(&a, p->v[nd->in[0]].gs.dims[1]);
       }
       break;
     }
     case TS_OP_BATCHNORM: {
       const ts_layout *l = &ns->req[0];
-      a.i[1] = 0;
-      if (g->training && l->tmap[0] >= 0 && l->dev[l->tmap[0]] > 1) a.i[1] = ts__slot_for(p, l, l->tmap[0]) + 1;
+      ts_attr_set_batchnorm_sync(&a, 0);
+      if (ts_graph_training(g) && l->tmap[0] >= 0 && l->dev[l->tmap[0]] > 1)
+        ts_attr_set_batchnorm_sync(&a, ts__slot_for(p, l, l->tmap[0]) + 1);
       break;
     }
     case TS_OP_DROPOUT: {
@@ -242,29 +242,29 @@ static int emit_node(ts_parallel *p, int ni) {
         o += off[d] * st;
         st *= gs->dims[d];
       }
-      a.i[1] = nd->a.i[1] + o;
+      ts_attr_set_dropout_offset(&a, ts_attr_dropout_offset(&nd->a) + o);
       break;
     }
     default:
       break;
   }
   if (ns->bias_after) nin = 2; /* dense/conv without its bias: added after the reduction */
-  int node = ts__add_node(lg, nd->op, li, nin, nd->nout, &a);
+  int node = ts_graph_add_node(lg, nd->op, li, nin, nd->nout, &a);
   if (node < 0) return lg_fail(p, ns->key);
-  for (int k = 0; k < nd->nout; k++) lout[k] = lg->nodes[node].out[k];
+  for (int k = 0; k < nd->nout; k++) lout[k] = ts_graph_node_output(lg, node, k);
   if (ns->bias_after) {
     int y;
-    if ((rc = emit_redist(p, lout[0], lg->vals[lout[0]].dtype, &p->v[nd->out[0]].gs,
+    if ((rc = emit_redist(p, lout[0], ts_graph_value_dtype(lg, lout[0]), &p->v[nd->out[0]].gs,
                           &ns->pre_bias, &ns->out[0], &y)))
       return ts_error_wrap(rc, "operator '%s': reducing the partial sums", ns->key);
-    ts_val b = ts__handle(lg, li[2]);
+    ts_val b = ts_graph_value(lg, li[2]);
     if (nd->op == TS_OP_CONV2D) {
-      ts_shape bs = lg->vals[li[2]].shape;
+      ts_shape bs = (*ts_graph_value_shape(lg, li[2]));
       b = ts_reshape(lg, b, ts_shape3(bs.dims[0], 1, 1));
     }
-    ts_val h = ts_add(lg, ts__handle(lg, y), b);
+    ts_val h = ts_add(lg, ts_graph_value(lg, y), b);
     if (h == TS_NONE) return lg_fail(p, ns->key);
-    lout[0] = vid(h);
+    lout[0] = vid(p, h);
   }
   /* means over cut rows: each rank's part divided by the cut, so the parts sum to the mean */
   if (nd->op == TS_OP_SOFTMAX_CE) {
@@ -272,11 +272,11 @@ static int emit_node(ts_parallel *p, int ni) {
     int c = l->tmap[0] >= 0 ? l->dev[l->tmap[0]] : 1;
     if (c > 1 && (lout[0] = scale_value(p, lout[0], 1.0f / (float)c)) < 0) return lg_fail(p, ns->key);
   }
-  if (nd->op == TS_OP_REDUCE && nd->a.i[0] == TS_RED_MEAN) {
+  if (nd->op == TS_OP_REDUCE && ts_attr_reduce_alg(&nd->a) == TS_RED_MEAN) {
     const ts_layout *l = &ns->req[0];
     int c = 1;
     for (int d = 0; d < l->ndim; d++)
-      if (((nd->a.i[1] >> d) & 1) && l->tmap[d] >= 0) c *= l->dev[l->tmap[d]];
+      if (((ts_attr_reduce_axes(&nd->a) >> d) & 1) && l->tmap[d] >= 0) c *= l->dev[l->tmap[d]];
     if (c > 1 && (lout[0] = scale_value(p, lout[0], 1.0f / (float)c)) < 0) return lg_fail(p, ns->key);
   }
   for (int k = 0; k < nd->nout; k++) p->v[nd->out[k]].lv = lout[k];
@@ -291,12 +291,12 @@ static int record_inforce(ts_parallel *p) {
   for (int j = 0; j < p->nfwd && !rc; j++)
     if (p->n[j].sop >= 0) rc = ts_strategy_set_put(p->inforce, p->n[j].key, &p->n[j].st);
   const ts_graph *g = p->g;
-  for (int i = 0; i < g->nvals && !rc; i++) {
-    if (g->vals[i].producer >= 0 || (g->vals[i].kind != TS_VAL_PARAM && g->vals[i].kind != TS_VAL_STATE))
+  for (int i = 0; i < ts_graph_num_values(g) && !rc; i++) {
+    if (ts_graph_value_producer(g, i) >= 0 || (ts_graph_value_kind(g, i) != TS_VAL_PARAM && ts_graph_value_kind(g, i) != TS_VAL_STATE))
       continue;
     ts_layout L = p->v[i].L;
     L.partial = 0;
-    rc = ts_strategy_set_put_layout(p->inforce, g->vals[i].name, &L, &p->v[i].gs);
+    rc = ts_strategy_set_put_layout(p->inforce, ts_graph_value_name(g, i), &L, &p->v[i].gs);
   }
   return rc;
 }
@@ -304,14 +304,14 @@ static int record_inforce(ts_parallel *p) {
 int ts__pass_emit(ts_parallel *p) {
   int rc;
   if ((rc = ts_graph_create(&p->lg)) || (rc = ts_params_create(&p->lp))) return rc;
-  ts_graph_set_training(p->lg, p->g->training);
+  ts_graph_set_training(p->lg, ts_graph_training(p->g));
   if ((rc = register_params(p))) return rc;
   for (int j = 0; j < p->nfwd; j++)
     if ((rc = emit_node(p, j))) return rc;
   set_scope(p, -1);
   /* inputs nobody reads still exist on the rank (the caller binds them) */
-  for (int i = 0; i < p->g->nvals; i++)
-    if (p->g->vals[i].kind == TS_VAL_INPUT && p->v[i].lv < 0 && (rc = emit_leaf(p, i))) return rc;
+  for (int i = 0; i < ts_graph_num_values(p->g); i++)
+    if (ts_graph_value_kind(p->g, i) == TS_VAL_INPUT && p->v[i].lv < 0 && (rc = emit_leaf(p, i))) return rc;
   for (int k = 0; k < p->nouts; k++)
     if ((rc = convert(p, p->outs[k], &p->out_L[k], &p->out_lv[k]))) return rc;
   if (ts_graph_status(p->lg)) return lg_fail(p, "the graph");

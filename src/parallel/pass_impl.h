@@ -4,9 +4,55 @@
 #ifndef TS_PASS_IMPL_H
 #define TS_PASS_IMPL_H
 
-#include "../graph/graph_impl.h"
+#include "tessera/graph.h"
 #include "tessera/parallel.h"
 #include "tessera/sharding.h"
+
+/* A node of the global graph as the pass reads it (a copy, through the IR API). */
+typedef struct {
+  ts_op op;
+  int nin, nout;
+  int in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO]; /* value indices */
+  ts_attrs a;
+  const char *name;
+  const char *strategy; /* ts_shard text or NULL */
+  int is_backward;
+} ts__pnode;
+
+static inline ts__pnode ts__pnode_get(const ts_graph *g, int node) {
+  ts__pnode n;
+  n.op = ts_graph_node_op(g, node);
+  n.nin = ts_graph_node_num_inputs(g, node);
+  n.nout = ts_graph_node_num_outputs(g, node);
+  for (int k = 0; k < n.nin; k++) n.in[k] = ts_graph_node_input(g, node, k);
+  for (int k = 0; k < n.nout; k++) n.out[k] = ts_graph_node_output(g, node, k);
+  n.a = *ts_graph_node_attrs(g, node);
+  n.name = ts_graph_node_name(g, node);
+  n.strategy = ts_graph_node_strategy(g, node);
+  n.is_backward = ts_graph_node_is_backward(g, node);
+  return n;
+}
+
+/* A value of the global graph as the pass reads it. */
+typedef struct {
+  ts_dtype dtype;
+  ts_shape shape;
+  ts_val_kind kind;
+  int producer, param_id, no_grad;
+  const char *name;
+} ts__pval;
+
+static inline ts__pval ts__pval_get(const ts_graph *g, int v) {
+  ts__pval x;
+  x.dtype = ts_graph_value_dtype(g, v);
+  x.shape = *ts_graph_value_shape(g, v);
+  x.kind = ts_graph_value_kind(g, v);
+  x.producer = ts_graph_value_producer(g, v);
+  x.param_id = ts_graph_value_param_id(g, v);
+  x.no_grad = !ts_graph_value_requires_grad(g, v);
+  x.name = ts_graph_value_name(g, v);
+  return x;
+}
 
 /* How an operator's strategy was chosen. */
 typedef enum {
@@ -42,9 +88,9 @@ typedef struct {
   int sop;                   /* ts_shard_op used, -1 none */
   ts_op_strategy st;         /* the strategy in force (how USER/FOLLOW/DP/REPLICATED) */
   int nin;
-  ts_layout req[TS_MAX_IO];  /* layout each input must have */
+  ts_layout req[TS_GRAPH_MAX_IO];  /* layout each input must have */
   int nout;
-  ts_layout out[TS_MAX_IO];  /* layout of each output */
+  ts_layout out[TS_GRAPH_MAX_IO];  /* layout of each output */
   int bias_after;            /* dense/conv: partial output, bias added after the reduction */
   ts_layout pre_bias;        /* the partial layout before the bias is added */
   char *key;

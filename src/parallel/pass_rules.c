@@ -44,7 +44,7 @@ int ts__reshape_layout(const ts_shape *a, const ts_layout *in, const ts_shape *b
 /* ---- helpers ---- */
 
 static const char *vname(const ts_parallel *p, int vi) {
-  const ts__value *v = &p->g->vals[vi];
+  const ts__pval v_ = ts__pval_get(p->g, vi), *v = &v_;
   if (v->name) return v->name;
   return v->producer >= 0 ? p->n[v->producer].key : "?";
 }
@@ -102,13 +102,13 @@ typedef struct {
   int primary;                      /* rule input that carries the batch (follow/data parallel) */
 } opmap;
 
-static int map_op(const ts_parallel *p, const ts__node *nd, opmap *m) {
+static int map_op(const ts_parallel *p, const ts__pnode *nd, opmap *m) {
   memset(m, 0, sizeof *m);
   m->sop = -1;
   const ts_graph *g = p->g;
   switch (nd->op) {
     case TS_OP_MATMUL:
-      if (nd->a.i[0] || nd->a.i[1] || g->vals[nd->in[0]].shape.ndim != 2 || g->vals[nd->in[1]].shape.ndim != 2)
+      if (ts_attr_matmul_trans_a(&nd->a) || ts_attr_matmul_trans_b(&nd->a) || (*ts_graph_value_shape(g, nd->in[0])).ndim != 2 || (*ts_graph_value_shape(g, nd->in[1])).ndim != 2)
         return 0;
       m->sop = TS_SHARD_MATMUL, m->nin = 2, m->gin[0] = 0, m->gin[1] = 1;
       return 1;
@@ -123,13 +123,13 @@ static int map_op(const ts_parallel *p, const ts__node *nd, opmap *m) {
       return 1;
     case TS_OP_REDUCE:
       m->sop = TS_SHARD_REDUCE, m->nin = 1, m->has_attrs = 1;
-      m->attrs[0] = (int)nd->a.i[1];
-      m->attrs[1] = (int)nd->a.i[2];
-      m->attrs[2] = (int)nd->a.i[0];
+      m->attrs[0] = (int)ts_attr_reduce_axes(&nd->a);
+      m->attrs[1] = (int)ts_attr_reduce_keepdim(&nd->a);
+      m->attrs[2] = (int)ts_attr_reduce_alg(&nd->a);
       return 1;
     case TS_OP_SOFTMAX:
       m->sop = TS_SHARD_SOFTMAX, m->nin = 1, m->has_attrs = 1;
-      m->attrs[0] = (int)nd->a.i[0];
+      m->attrs[0] = (int)ts_attr_softmax_axis(&nd->a);
       return 1;
     case TS_OP_LAYERNORM:
       m->sop = TS_SHARD_LAYERNORM, m->nin = 3, m->gin[1] = 1, m->gin[2] = 2, m->has_attrs = 1;
@@ -139,16 +139,20 @@ static int map_op(const ts_parallel *p, const ts__node *nd, opmap *m) {
       m->sop = TS_SHARD_EMBEDDING, m->nin = 2, m->gin[0] = 1, m->gin[1] = 0;
       return 1;
     case TS_OP_CONV2D:
-      if (nd->a.i[4] != 1 || nd->a.i[5] != 1 || nd->a.i[6] != 1) return 0; /* dilation, groups */
+      if (ts_attr_conv2d_dil_h(&nd->a) != 1 || ts_attr_conv2d_dil_w(&nd->a) != 1 || ts_attr_conv2d_groups(&nd->a) != 1)
+        return 0; /* dilation, groups */
       m->sop = TS_SHARD_CONV2D, m->nin = 2, m->gin[1] = 1, m->has_attrs = 1;
-      for (int k = 0; k < 4; k++) m->attrs[k] = (int)nd->a.i[k];
+      m->attrs[0] = (int)ts_attr_conv2d_stride_h(&nd->a);
+      m->attrs[1] = (int)ts_attr_conv2d_stride_w(&nd->a);
+      m->attrs[2] = (int)ts_attr_conv2d_pad_h(&nd->a);
+      m->attrs[3] = (int)ts_attr_conv2d_pad_w(&nd->a);
       return 1;
     case TS_OP_BATCHNORM:
       m->sop = TS_SHARD_BATCHNORM, m->nin = 5;
       for (int k = 0; k < 5; k++) m->gin[k] = k;
       return 1;
     case TS_OP_ATTENTION:
-      if (nd->a.i[0] != 0) return 0; /* (B,H,T,D) only */
+      if (ts_attr_attention_layout(&nd->a) != 0) return 0; /* (B,H,T,D) only */
       m->sop = TS_SHARD_ATTENTION, m->nin = 3, m->gin[1] = 1, m->gin[2] = 2;
       return 1;
     case TS_OP_SOFTMAX_CE:
@@ -156,7 +160,7 @@ static int map_op(const ts_parallel *p, const ts__node *nd, opmap *m) {
       return 1;
     case TS_OP_MAXPOOL2D:
     case TS_OP_AVGPOOL2D: {
-      const ts_shape *os = &g->vals[nd->out[0]].shape;
+      const ts_shape *os = ts_graph_value_shape(g, nd->out[0]);
       m->sop = TS_SHARD_POOL, m->nin = 1, m->has_attrs = 1;
       m->attrs[0] = (int)os->dims[2];
       m->attrs[1] = (int)os->dims[3];
@@ -177,7 +181,7 @@ static void strat_ones(ts_op_strategy *st, const ts_shape *shapes, int nin) {
 }
 
 /* Follow: the cuts the primary input already has, the others made consistent with them. */
-static int strat_follow(const ts_parallel *p, const ts__node *nd, const opmap *m,
+static int strat_follow(const ts_parallel *p, const ts__pnode *nd, const opmap *m,
                         const ts_shape *shapes, ts_op_strategy *st) {
   strat_ones(st, shapes, m->nin);
   int pv = nd->in[m->gin[m->primary]];
@@ -223,7 +227,7 @@ static int strat_follow(const ts_parallel *p, const ts__node *nd, const opmap *m
 }
 
 /* Data parallel: dim 0 of the primary input cut by the largest divisor of N that divides it. */
-static int strat_dp(const ts_parallel *p, const ts__node *nd, const opmap *m, const ts_shape *shapes,
+static int strat_dp(const ts_parallel *p, const ts__pnode *nd, const opmap *m, const ts_shape *shapes,
                     ts_op_strategy *st) {
   (void)nd;
   strat_ones(st, shapes, m->nin);
@@ -252,16 +256,16 @@ static int strat_dp(const ts_parallel *p, const ts__node *nd, const opmap *m, co
 /* ---- per node ---- */
 
 static int out_replicated(ts_parallel *p, int ni) {
-  const ts__node *nd = &p->g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   ns->nout = nd->nout;
-  for (int k = 0; k < nd->nout; k++) ts__layout_repl(&ns->out[k], p->N, p->g->vals[nd->out[k]].shape.ndim);
+  for (int k = 0; k < nd->nout; k++) ts__layout_repl(&ns->out[k], p->N, (*ts_graph_value_shape(p->g, nd->out[k])).ndim);
   return TS_OK;
 }
 
 /* Inputs of a node without rule: whole on every rank. */
 static int all_replicated(ts_parallel *p, int ni) {
-  const ts__node *nd = &p->g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   ns->nin = nd->nin;
   for (int k = 0; k < nd->nin; k++) ts__layout_repl(&ns->req[k], p->N, p->v[nd->in[k]].gs.ndim);
@@ -281,7 +285,7 @@ static void uncut(ts_layout *l, int dim) {
 /* Layouts for shape ops (input 0 known). */
 static int view_node(ts_parallel *p, int ni) {
   const ts_graph *g = p->g;
-  const ts__node *nd = &g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   const ts__vst *x = &p->v[nd->in[0]];
   ns->how = TS__HOW_VIEW;
@@ -290,7 +294,7 @@ static int view_node(ts_parallel *p, int ni) {
   ts_layout L = no_partial(&x->L);
   switch (nd->op) {
     case TS_OP_RESHAPE: {
-      const ts_shape *os = &g->vals[nd->out[0]].shape;
+      const ts_shape *os = ts_graph_value_shape(g, nd->out[0]);
       int bad;
       while (ts__reshape_layout(&x->gs, &L, os, &ns->out[0], &bad)) uncut(&L, bad);
       ns->req[0] = L;
@@ -299,16 +303,16 @@ static int view_node(ts_parallel *p, int ni) {
     case TS_OP_PERMUTE:
       ns->req[0] = L;
       ns->out[0] = L;
-      for (int k = 0; k < L.ndim; k++) ns->out[0].tmap[k] = L.tmap[nd->a.i[k]];
+      for (int k = 0; k < L.ndim; k++) ns->out[0].tmap[k] = L.tmap[ts_attr_permute_perm(&nd->a, k)];
       return TS_OK;
     case TS_OP_SPLIT:
     case TS_OP_SLICE:
-      uncut(&L, (int)nd->a.i[0]);
+      uncut(&L, (int)(nd->op == TS_OP_SPLIT ? ts_attr_split_axis(&nd->a) : ts_attr_slice_axis(&nd->a)));
       ns->req[0] = L;
       for (int k = 0; k < nd->nout; k++) ns->out[k] = L;
       return TS_OK;
     case TS_OP_CONCAT:
-      uncut(&L, (int)nd->a.i[0]);
+      uncut(&L, (int)ts_attr_concat_axis(&nd->a));
       for (int k = 0; k < nd->nin; k++) ns->req[k] = L;
       ns->out[0] = L;
       return TS_OK;
@@ -331,7 +335,7 @@ static int is_follow_op(ts_op op) {
 /* Settles the node's inputs: pending parameters take their required layout, the others record
  * the redistribution (phase 1 costs). */
 static int settle_inputs(ts_parallel *p, int ni) {
-  const ts__node *nd = &p->g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   for (int k = 0; k < nd->nin; k++) {
     int vi = nd->in[k];
@@ -341,7 +345,7 @@ static int settle_inputs(ts_parallel *p, int ni) {
       int rc = ts__pass_resolve(p, vi, &ns->req[k], ni);
       if (rc) return rc;
     } else if (ns->how == TS__HOW_USER && v->user_node >= 0 && v->user_node != ni &&
-               p->g->vals[vi].producer < 0) {
+               ts_graph_value_producer(p->g, vi) < 0) {
       /* a parameter two user strategies cut differently */
       char a[256], b[256];
       int same = 0;
@@ -357,14 +361,14 @@ static int settle_inputs(ts_parallel *p, int ni) {
     if (!v->known)
       return ts_error_set(TS_EGRAPH, "parallel pass: input %d (%s) of '%s' has no layout", k,
                           vname(p, vi), ns->key);
-    if (nd->op != TS_OP_RESHAPE && !ts_shape_equal(&v->gs, &p->g->vals[vi].shape)) {
+    if (nd->op != TS_OP_RESHAPE && !ts_shape_equal(&v->gs, ts_graph_value_shape(p->g, vi))) {
       char s1[96], s2[96];
-      if (!ts_shape_equal(&v->gs, &p->g->vals[vi].shape))
+      if (!ts_shape_equal(&v->gs, ts_graph_value_shape(p->g, vi)))
         return ts_error_set(TS_EUNSUPPORTED,
                             "parallel: parameter '%s' is held reshaped as %s for one operator and used "
                             "as %s by operator '%s'",
                             vname(p, vi), ts_shape_str(&v->gs, s1, sizeof s1),
-                            ts_shape_str(&p->g->vals[vi].shape, s2, sizeof s2), ns->key);
+                            ts_shape_str(ts_graph_value_shape(p->g, vi), s2, sizeof s2), ns->key);
     }
     int rc = ts__pass_need(p, vi, &ns->req[k], ni, k);
     if (rc) return rc;
@@ -373,7 +377,7 @@ static int settle_inputs(ts_parallel *p, int ni) {
 }
 
 static int set_outputs(ts_parallel *p, int ni) {
-  const ts__node *nd = &p->g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   for (int k = 0; k < nd->nout; k++) {
     ts__vst *o = &p->v[nd->out[k]];
@@ -387,7 +391,7 @@ static int set_outputs(ts_parallel *p, int ni) {
 
 /* The extra outputs of rule ops, from the main output's or the inputs' layouts. */
 static void rule_extras(ts_parallel *p, int ni, const opmap *m) {
-  const ts__node *nd = &p->g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   const ts_layout *x = &ns->req[0];
   int tm[TS_MAX_DIMS];
@@ -416,7 +420,7 @@ static void rule_extras(ts_parallel *p, int ni, const opmap *m) {
 /* The user's strategy for node ni: its own (ts_shard) or the set's entry for its name. 1 if there
  * is one (in *st), 0 if none, a negative status for a text that does not parse. */
 int ts__pass_user_strategy(const ts_parallel *p, int ni, ts_op_strategy *st) {
-  const ts__node *nd = &p->g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   if (nd->strategy) {
     int rc = ts_op_strategy_parse(nd->strategy, st);
     if (rc) return ts_error_wrap(rc, "operator '%s' (ts_shard)", p->n[ni].key);
@@ -429,10 +433,10 @@ int ts__pass_user_strategy(const ts_parallel *p, int ni, ts_op_strategy *st) {
 
 static int rule_node(ts_parallel *p, int ni, opmap *m) {
   const ts_graph *g = p->g;
-  const ts__node *nd = &g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   ts_shape shapes[TS_STRATEGY_MAX_INPUTS];
-  for (int k = 0; k < m->nin; k++) shapes[k] = g->vals[nd->in[m->gin[k]]].shape;
+  for (int k = 0; k < m->nin; k++) shapes[k] = (*ts_graph_value_shape(g, nd->in[m->gin[k]]));
   if (m->sop == TS_SHARD_EMBEDDING) m->primary = 0; /* ids */
   const int *attrs = m->has_attrs ? m->attrs : NULL;
   ts_layout req[TS_STRATEGY_MAX_INPUTS], out;
@@ -452,7 +456,7 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
                             "cut of the weight's output dim", ns->key, (long long)o);
       st.ninputs = 2;
     }
-    if (nd->op == TS_OP_CONV2D && nd->a.i[6] != 1 && st.cuts[1][0] > 1)
+    if (nd->op == TS_OP_CONV2D && ts_attr_conv2d_groups(&nd->a) != 1 && st.cuts[1][0] > 1)
       return ts_error_set(TS_EUNSUPPORTED, "parallel: operator '%s': a grouped convolution's output "
                           "channels cannot be cut", ns->key);
     if ((rc = ts__pass_apply_rule(p, ni, m->sop, &st, shapes, m->nin, attrs, req, &out, 1))) return rc;
@@ -495,14 +499,14 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
   if (ns->bias_after) { /* the partial sum is reduced inside the node, before the bias */
     ts_redist_plan pl;
     int oc = nd->out[0];
-    if ((rc = ts_redist_plan_make(&g->vals[oc].shape, 4, &ns->pre_bias, &ns->out[0], &pl)) ||
+    if ((rc = ts_redist_plan_make(ts_graph_value_shape(g, oc), 4, &ns->pre_bias, &ns->out[0], &pl)) ||
         (rc = ts__pass_record(p, ni, -2, oc, &pl)))
       return ts_error_wrap(rc, "operator '%s': reducing its partial sums", ns->key);
   }
   /* communicators the op itself uses */
   if (m->sop == TS_SHARD_SOFTMAX_CE && ns->req[0].tmap[1] >= 0 && ns->req[0].dev[ns->req[0].tmap[1]] > 1)
     if ((rc = ts__slot_for(p, &ns->req[0], ns->req[0].tmap[1])) < 0) return rc;
-  if (m->sop == TS_SHARD_BATCHNORM && g->training && ns->req[0].tmap[0] >= 0 &&
+  if (m->sop == TS_SHARD_BATCHNORM && ts_graph_training(g) && ns->req[0].tmap[0] >= 0 &&
       ns->req[0].dev[ns->req[0].tmap[0]] > 1)
     if ((rc = ts__slot_for(p, &ns->req[0], ns->req[0].tmap[0])) < 0) return rc;
   return set_outputs(p, ni);
@@ -510,7 +514,7 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
 
 int ts__pass_node(ts_parallel *p, int ni) {
   const ts_graph *g = p->g;
-  const ts__node *nd = &g->nodes[ni];
+  const ts__pnode nd_ = ts__pnode_get(g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   ns->visited = 1;
   if (nd->op >= TS_OP_ALLREDUCE && nd->op <= TS_OP_RANK_SLICE_BWD)
@@ -543,7 +547,7 @@ int ts__pass_node(ts_parallel *p, int ni) {
     return ts_error_set(TS_EUNSUPPORTED,
                         "parallel: operator '%s' (%s) has a strategy but no sharding rule; it runs "
                         "replicated (remove its strategy)",
-                        ns->key, ts__ops[nd->op].name);
+                        ns->key, ts_op_name(nd->op));
   int rc;
   if (is_follow_op(nd->op)) {
     /* a pending input here is a parameter used whole */

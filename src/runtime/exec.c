@@ -7,6 +7,7 @@
  * unbound gradients) are never released. Bound values (inputs, params, states, gradients bound
  * to a flat buffer) live in caller memory and take no arena space. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,9 +35,23 @@ static ts_backend g_backend = TS_BACKEND_FAST;
 void ts_backend_set(ts_backend b) { g_backend = b; }
 ts_backend ts_backend_get(void) { return g_backend; }
 
+/* What the executor needs of a value, copied from the graph at ts_plan_create. */
+typedef struct {
+  ts_shape shape;
+  ts_dtype dtype;
+  ts_val_kind kind;
+  int producer; /* node index, -1 for leaves */
+  int alias_of; /* value index it is a view of, -1 none */
+} pval;
+
 struct ts_plan {
   ts_graph *g;
   int nvals, nnodes;
+  pval *vals;          /* per value */
+  ts__run_node *nodes; /* per node */
+  const char **opname; /* per node: its op's name (hook events, messages) */
+  int *io;             /* per node: nin input then nout output value indices, from io_off[i] */
+  int *io_off;
   void **bound;    /* caller memory per value, or NULL */
   char *keep;      /* value must stay readable after run */
   int64_t *offset; /* arena offset of temporaries (-1: none) */
@@ -55,13 +70,61 @@ struct ts_plan {
   ts_comm *comms[TS_PLAN_MAX_COMMS];
 };
 
-static size_t val_bytes(const ts__value *v) {
+static size_t val_bytes(const pval *v) {
   return (size_t)ts_shape_numel(&v->shape) * ts_dtype_size(v->dtype);
 }
 
+static inline const int *node_in(const ts_plan *p, int i) { return p->io + p->io_off[i]; }
+static inline const int *node_out(const ts_plan *p, int i) { return p->io + p->io_off[i] + p->nodes[i].nin; }
+
+/* Short printable form of value v for messages: "x(64,784):f32". */
+static const char *vstr(const ts_plan *p, int v, char *buf, size_t cap) {
+  char s[128];
+  const char *nm = ts_graph_value_name(p->g, v);
+  snprintf(buf, cap, "%s%s:%s", nm ? nm : "", ts_shape_str(&p->vals[v].shape, s, sizeof s),
+           ts_dtype_name(p->vals[v].dtype));
+  return buf;
+}
+
+/* Copies the graph's nodes and values into the plan's own arrays (p->nvals, p->nnodes set). */
+static int copy_graph(ts_plan *p) {
+  const ts_graph *g = p->g;
+  size_t nio = 0;
+  for (int i = 0; i < p->nnodes; i++)
+    nio += (size_t)(ts_graph_node_num_inputs(g, i) + ts_graph_node_num_outputs(g, i));
+  p->vals = malloc(sizeof *p->vals * ((size_t)p->nvals + 1));
+  p->nodes = malloc(sizeof *p->nodes * ((size_t)p->nnodes + 1));
+  p->opname = malloc(sizeof *p->opname * ((size_t)p->nnodes + 1));
+  p->io = malloc(sizeof *p->io * (nio + 1));
+  p->io_off = malloc(sizeof *p->io_off * ((size_t)p->nnodes + 1));
+  if (!p->vals || !p->nodes || !p->opname || !p->io || !p->io_off) return TS_ENOMEM;
+  for (int v = 0; v < p->nvals; v++) {
+    pval *x = &p->vals[v];
+    x->shape = *ts_graph_value_shape(g, v);
+    x->dtype = ts_graph_value_dtype(g, v);
+    x->kind = ts_graph_value_kind(g, v);
+    x->producer = ts_graph_value_producer(g, v);
+    x->alias_of = ts_graph_value_alias_of(g, v);
+  }
+  int off = 0;
+  for (int i = 0; i < p->nnodes; i++) {
+    ts__run_node *n = &p->nodes[i];
+    n->op = ts_graph_node_op(g, i);
+    n->nin = ts_graph_node_num_inputs(g, i);
+    n->nout = ts_graph_node_num_outputs(g, i);
+    n->name = ts_graph_node_name(g, i);
+    n->a = *ts_graph_node_attrs(g, i);
+    p->opname[i] = ts_op_name(n->op);
+    p->io_off[i] = off;
+    for (int k = 0; k < n->nin; k++) p->io[off++] = ts_graph_node_input(g, i, k);
+    for (int k = 0; k < n->nout; k++) p->io[off++] = ts_graph_node_output(g, i, k);
+  }
+  return TS_OK;
+}
+
 static int vindex(ts_plan *p, ts_val v, const char *what) {
-  int i = v & ((1 << TS__VAL_BITS) - 1);
-  if (v < 0 || i >= p->nvals || ts__handle(p->g, i) != v)
+  int i = ts_graph_value_index(p->g, v);
+  if (i < 0 || i >= p->nvals)
     return ts_error_set(TS_EINVAL, "%s: value %d is not a value of the planned graph", what, (int)v) ,
            -1;
   return i;
@@ -69,23 +132,25 @@ static int vindex(ts_plan *p, ts_val v, const char *what) {
 
 int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   if (!g) return ts_error_set(TS_EINVAL, "ts_plan_create: null graph");
-  if (g->status) return ts_error_set(g->status, "ts_plan_create: graph has an error: %s", g->errmsg);
+  if (ts_graph_status(g))
+    return ts_error_set(ts_graph_status(g), "ts_plan_create: graph has an error: %s", ts_graph_error(g));
   ts__run_init();
-  for (int i = 0; i < g->nnodes; i++)
-    if (!ts__run[g->nodes[i].op])
+  const int nnodes = ts_graph_num_nodes(g);
+  for (int i = 0; i < nnodes; i++)
+    if (!ts__run[ts_graph_node_op(g, i)])
       return ts_error_set(TS_EUNSUPPORTED, "ts_plan_create: op %s (node %s) has no executor",
-                          ts__ops[g->nodes[i].op].name, g->nodes[i].name);
+                          ts_op_name(ts_graph_node_op(g, i)), ts_graph_node_name(g, i));
   ts_plan *p = calloc(1, sizeof *p);
   if (!p) return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   p->g = g;
-  p->nvals = g->nvals;
-  p->nnodes = g->nnodes;
+  p->nvals = ts_graph_num_values(g);
+  p->nnodes = nnodes;
   p->bound = calloc((size_t)p->nvals, sizeof(void *));
   p->keep = calloc((size_t)p->nvals, 1);
   p->offset = malloc(sizeof(int64_t) * (size_t)p->nvals);
   p->bytes = malloc(sizeof(size_t) * (size_t)p->nvals);
   p->live = calloc((size_t)p->nnodes + 1, 1);
-  if (!p->live || !p->bound || !p->keep || !p->offset || !p->bytes) {
+  if (!p->live || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -97,7 +162,7 @@ int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
     }
     p->keep[i] = 1;
   }
-  for (int i = 0; i < p->nvals; i++) p->bytes[i] = val_bytes(&g->vals[i]);
+  for (int i = 0; i < p->nvals; i++) p->bytes[i] = val_bytes(&p->vals[i]);
   *out = p;
   return TS_OK;
 }
@@ -109,6 +174,11 @@ void ts_plan_free(ts_plan *p) {
   free(p->live);
   free(p->offset);
   free(p->bytes);
+  free(p->vals);
+  free(p->nodes);
+  free(p->opname);
+  free(p->io);
+  free(p->io_off);
   ts_free(p->arena);
   free(p);
 }
@@ -116,7 +186,7 @@ void ts_plan_free(ts_plan *p) {
 int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
   int i = vindex(p, v, "ts_plan_bind");
   if (i < 0) return TS_EINVAL;
-  if (p->g->vals[i].producer >= 0 && (p->bound[i] == NULL) != (data == NULL)) p->planned = 0;
+  if (p->vals[i].producer >= 0 && (p->bound[i] == NULL) != (data == NULL)) p->planned = 0;
   p->bound[i] = data;
   return TS_OK;
 }
@@ -155,7 +225,7 @@ int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
 
 /* A value is a live view of its source when it aliases and is neither bound nor kept. */
 static int root_of(const ts_plan *p, int v) {
-  while (p->g->vals[v].alias_of >= 0 && !p->bound[v] && !p->keep[v]) v = p->g->vals[v].alias_of;
+  while (p->vals[v].alias_of >= 0 && !p->bound[v] && !p->keep[v]) v = p->vals[v].alias_of;
   return v;
 }
 
@@ -213,7 +283,6 @@ static int fl_free(freelist *f, size_t off, size_t len) {
 }
 
 static int plan_memory(ts_plan *p) {
-  ts_graph *g = p->g;
   int nv = p->nvals, nn = p->nnodes;
   int *last = malloc(sizeof(int) * (size_t)nv);
   int **dying = NULL;
@@ -230,30 +299,32 @@ static int plan_memory(ts_plan *p) {
     for (int v = 0; v < nv; v++) need[v] = p->keep[v] || p->bound[v];
     p->nlive = 0;
     for (int i = nn - 1; i >= 0; i--) {
-      const ts__node *n = &g->nodes[i];
+      const ts__run_node *n = &p->nodes[i];
+      const int *in = node_in(p, i), *out = node_out(p, i);
       int l = 0;
-      for (int k = 0; k < n->nout; k++) l |= need[n->out[k]];
-      for (int k = 0; k < n->nin; k++) l |= g->vals[n->in[k]].kind == TS_VAL_STATE;
+      for (int k = 0; k < n->nout; k++) l |= need[out[k]];
+      for (int k = 0; k < n->nin; k++) l |= p->vals[in[k]].kind == TS_VAL_STATE;
       p->live[i] = (char)l;
       p->nlive += l;
       if (l)
-        for (int k = 0; k < n->nin; k++) need[n->in[k]] = 1;
+        for (int k = 0; k < n->nin; k++) need[in[k]] = 1;
     }
     free(need);
   }
   for (int v = 0; v < nv; v++) {
-    last[v] = g->vals[v].producer;
+    last[v] = p->vals[v].producer;
     p->offset[v] = -1;
   }
   for (int i = 0; i < nn; i++) {
-    const ts__node *n = &g->nodes[i];
+    const ts__run_node *n = &p->nodes[i];
+    const int *in = node_in(p, i), *out = node_out(p, i);
     if (!p->live[i]) continue;
     for (int k = 0; k < n->nin; k++) {
-      int r = root_of(p, n->in[k]);
+      int r = root_of(p, in[k]);
       if (i > last[r]) last[r] = i;
     }
     for (int k = 0; k < n->nout; k++) { /* a view extends its root's life to its own uses */
-      int r = root_of(p, n->out[k]);
+      int r = root_of(p, out[k]);
       if (i > last[r]) last[r] = i;
     }
   }
@@ -261,7 +332,7 @@ static int plan_memory(ts_plan *p) {
   dying = calloc((size_t)nn, sizeof(int *));
   if (!dying) goto oom;
   for (int v = 0; v < nv; v++) {
-    const ts__value *x = &g->vals[v];
+    const pval *x = &p->vals[v];
     if (x->producer < 0 || p->bound[v] || p->keep[v] || root_of(p, v) != v) continue;
     if (!p->live[x->producer]) continue;
     ndying[last[v]]++;
@@ -272,17 +343,18 @@ static int plan_memory(ts_plan *p) {
     ndying[i] = 0;
   }
   for (int v = 0; v < nv; v++) {
-    const ts__value *x = &g->vals[v];
+    const pval *x = &p->vals[v];
     if (x->producer < 0 || p->bound[v] || p->keep[v] || root_of(p, v) != v) continue;
     if (!p->live[x->producer]) continue;
     dying[last[v]][ndying[last[v]]++] = v;
   }
   p->naive = 0;
   for (int i = 0; i < nn; i++) {
-    const ts__node *n = &g->nodes[i];
+    const ts__run_node *n = &p->nodes[i];
+    const int *out = node_out(p, i);
     if (!p->live[i]) continue;
     for (int k = 0; k < n->nout; k++) {
-      int v = n->out[k];
+      int v = out[k];
       if (p->bound[v] || root_of(p, v) != v) continue;
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
@@ -342,46 +414,48 @@ static void *data_of(ts_plan *p, int v) {
 }
 
 void *ts_plan_data(ts_plan *p, ts_val v) {
-  int i = v & ((1 << TS__VAL_BITS) - 1);
-  if (v < 0 || i >= p->nvals) return NULL;
-  if (!p->bound[i] && !p->keep[i] && p->g->vals[i].producer >= 0) return NULL;
+  int i = ts_graph_value_index(p->g, v);
+  if (i < 0 || i >= p->nvals) return NULL;
+  if (!p->bound[i] && !p->keep[i] && p->vals[i].producer >= 0) return NULL;
   return p->planned ? data_of(p, i) : p->bound[i];
 }
 
 int ts_plan_run(ts_plan *p, uint64_t step) {
   ts_graph *g = p->g;
-  if (g->nvals != p->nvals || g->nnodes != p->nnodes)
+  if (ts_graph_num_values(g) != p->nvals || ts_graph_num_nodes(g) != p->nnodes)
     return ts_error_set(TS_EGRAPH, "ts_plan_run: the graph changed after planning (%d nodes, planned %d)",
-                        g->nnodes, p->nnodes);
+                        ts_graph_num_nodes(g), p->nnodes);
   for (int v = 0; v < p->nvals; v++)
-    if (g->vals[v].producer < 0 && !p->bound[v]) {
+    if (p->vals[v].producer < 0 && !p->bound[v]) {
       char s[160];
+      const ts_val_kind kind = p->vals[v].kind;
       return ts_error_set(TS_EINVAL, "ts_plan_run: %s %s is not bound to memory",
-                          g->vals[v].kind == TS_VAL_INPUT ? "input" : g->vals[v].kind == TS_VAL_PARAM ? "parameter" : "state",
-                          ts__vstr(g, v, s, sizeof s));
+                          kind == TS_VAL_INPUT ? "input" : kind == TS_VAL_PARAM ? "parameter" : "state",
+                          vstr(p, v, s, sizeof s));
     }
   if (!p->planned) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
   ts__runctx ctx = {g, step, g_backend, p->comms};
-  ts_tensor in[TS_MAX_IO], out[TS_MAX_IO];
+  ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
   ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
   if (p->nhooks) emit(p, &ev);
   int rc = TS_OK;
   for (int i = 0; i < p->nnodes; i++) {
-    const ts__node *n = &g->nodes[i];
+    const ts__run_node *n = &p->nodes[i];
     if (!p->live[i]) continue;
+    const int *vin = node_in(p, i), *vout = vin + n->nin;
     for (int k = 0; k < n->nin; k++) {
-      const ts__value *x = &g->vals[n->in[k]];
-      ts_tensor_view(&in[k], x->dtype, x->shape, data_of(p, n->in[k]));
+      const pval *x = &p->vals[vin[k]];
+      ts_tensor_view(&in[k], x->dtype, x->shape, data_of(p, vin[k]));
     }
     for (int k = 0; k < n->nout; k++) {
-      const ts__value *x = &g->vals[n->out[k]];
-      ts_tensor_view(&out[k], x->dtype, x->shape, data_of(p, n->out[k]));
+      const pval *x = &p->vals[vout[k]];
+      ts_tensor_view(&out[k], x->dtype, x->shape, data_of(p, vout[k]));
     }
     if (p->nhooks) {
-      ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, ts__ops[n->op].name, n->name, step};
+      ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, p->opname[i], n->name, step};
       emit(p, &ev);
     }
     rc = ts__run[n->op](&ctx, n, in, out);
@@ -390,7 +464,7 @@ int ts_plan_run(ts_plan *p, uint64_t step) {
       emit(p, &ev);
     }
     if (rc != TS_OK) {
-      rc = ts_error_wrap(rc, "node %s (%s)", n->name, ts__ops[n->op].name);
+      rc = ts_error_wrap(rc, "node %s (%s)", n->name, p->opname[i]);
       break;
     }
   }

@@ -10,8 +10,8 @@
 
 #define TS_BINARY_DNNL 0
 
-static int run_binary(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  const int alg = (int)n->a.i[0];
+static int run_binary(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int alg = (int)ts_attr_binary_alg(&n->a);
   if (TS_BINARY_DNNL && ctx->backend == TS_BACKEND_FAST)
     return ts__binary_dnnl(alg, in[0].data, &in[0].shape, in[1].data, &in[1].shape, out[0].data,
                            &out[0].shape);
@@ -19,9 +19,9 @@ static int run_binary(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, t
                         &out[0].shape);
 }
 
-static int run_scale(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_scale(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx;
-  return ts__scale_ref(in[0].data, out[0].data, ts_tensor_numel(&in[0]), n->a.f[0], n->a.f[1]);
+  return ts__scale_ref(in[0].data, out[0].data, ts_tensor_numel(&in[0]), ts_attr_scale_alpha(&n->a), ts_attr_scale_beta(&n->a));
 }
 
 void ts__register_run_binary(ts__run_fn *tab) {

@@ -1,7 +1,7 @@
 /* Executor adapters for the collective family (attribute layouts: src/graph/op_coll.c).
  *
- * Each op takes the communicator of its slot (ctx->comms[i[0]]), which must have exactly the
- * group size i[1] the op was built for; g == 1 runs without one, as a copy. comm/ works on whole
+ * Each op takes the communicator of its slot (ctx->comms[slot]), which must have exactly the
+ * group size the op was built for; g == 1 runs without one, as a copy. comm/ works on whole
  * buffers (blocks along dim 0), so ops along another dim go through a staging buffer: a tensor
  * viewed as (outer, len, inner) around dim d is moved with one swap of its first two axes
  * (rows of len/g*inner elements stay contiguous):
@@ -18,9 +18,9 @@
 _Static_assert(TS_REDUCE_SUM == 0 && TS_REDUCE_MEAN == 1 && TS_REDUCE_MAX == 2 && TS_REDUCE_MIN == 3,
                "op_coll.c records ts_reduce_op values as 0 sum, 1 mean, 2 max, 3 min");
 
-static const char *opname(const ts__node *n) { return ts__ops[n->op].name; }
+static const char *opname(const ts__run_node *n) { return ts_op_name(n->op); }
 
-int ts__run_comm(ts__runctx *ctx, const ts__node *n, int slot, int gs, const char *what, ts_comm **out) {
+int ts__run_comm(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, ts_comm **out) {
   ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
   *out = NULL;
   if (!c) {
@@ -28,20 +28,20 @@ int ts__run_comm(ts__runctx *ctx, const ts__node *n, int slot, int gs, const cha
     return ts_error_set(TS_EINVAL,
                         "plan slot %d holds no communicator, and this %s%s is over a group of %d "
                         "ranks (ts_plan_set_comm)",
-                        slot, what, ts__ops[n->op].name, gs);
+                        slot, what, ts_op_name(n->op), gs);
   }
   if (ts_comm_size(c) != gs)
     return ts_error_set(TS_EINVAL,
                         "the communicator in plan slot %d has %d rank(s), but this %s%s was built "
                         "for a group of %d",
-                        slot, ts_comm_size(c), what, ts__ops[n->op].name, gs);
+                        slot, ts_comm_size(c), what, ts_op_name(n->op), gs);
   *out = c;
   return TS_OK;
 }
 
 /* The node's communicator: *out = NULL (run as a copy) when g == 1 and the slot is empty. */
-static int get_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
-  return ts__run_comm(ctx, n, (int)n->a.i[0], (int)n->a.i[1], "", out);
+static int get_comm(ts__runctx *ctx, const ts__run_node *n, ts_comm **out) {
+  return ts__run_comm(ctx, n, (int)ts_attr_coll_slot(&n->a), (int)ts_attr_coll_group(&n->a), "", out);
 }
 
 /* src (a, b, c) -> dst (b, a, c), elements of esize bytes. */
@@ -51,7 +51,7 @@ static int swap01(const void *src, void *dst, size_t esize, int64_t a, int64_t b
   return ts__permute_ref(src, dst, esize, 3, dims, perm);
 }
 
-static void *staging(const ts__node *n, size_t bytes) {
+static void *staging(const ts__run_node *n, size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) ts_error_set(TS_ENOMEM, "%s: out of memory for a %zu-byte staging buffer", opname(n), bytes);
   return p;
@@ -61,23 +61,23 @@ static int copy_through(const ts_tensor *in, ts_tensor *out) {
   return ts__copy_ref(in[0].data, out[0].data, ts_tensor_nbytes(&in[0]));
 }
 
-static int run_allreduce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_allreduce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts_comm *c;
   int rc = get_comm(ctx, n, &c);
   if (rc) return rc;
-  if (n->a.i[1] == 1) return copy_through(in, out);
+  if (ts_attr_coll_group(&n->a) == 1) return copy_through(in, out);
   return ts_comm_allreduce(c, in[0].data, out[0].data, (size_t)ts_tensor_numel(&in[0]), in[0].dtype,
-                           (ts_reduce_op)n->a.i[2]);
+                           (ts_reduce_op)ts_attr_allreduce_op(&n->a));
 }
 
-static int run_allgather(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_allgather(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts_comm *c;
   int rc = get_comm(ctx, n, &c);
   if (rc) return rc;
-  const int64_t gs = n->a.i[1];
+  const int64_t gs = ts_attr_coll_group(&n->a);
   if (gs == 1) return copy_through(in, out);
   int64_t outer, inner;
-  ts__outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
+  ts__outer_inner(&in[0].shape, (int)ts_attr_allgather_dim(&n->a), &outer, &inner);
   const size_t cnt = (size_t)ts_tensor_numel(&in[0]), es = ts_dtype_size(in[0].dtype);
   if (outer == 1) return ts_comm_allgather(c, in[0].data, out[0].data, cnt, in[0].dtype);
   void *st = staging(n, cnt * (size_t)gs * es);
@@ -88,16 +88,16 @@ static int run_allgather(ts__runctx *ctx, const ts__node *n, const ts_tensor *in
   return rc;
 }
 
-static int run_reduce_scatter(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_reduce_scatter(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts_comm *c;
   int rc = get_comm(ctx, n, &c);
   if (rc) return rc;
-  const int64_t gs = n->a.i[1];
+  const int64_t gs = ts_attr_coll_group(&n->a);
   if (gs == 1) return copy_through(in, out);
   int64_t outer, inner;
-  ts__outer_inner(&in[0].shape, (int)n->a.i[2], &outer, &inner);
+  ts__outer_inner(&in[0].shape, (int)ts_attr_reduce_scatter_dim(&n->a), &outer, &inner);
   const size_t cnt = (size_t)ts_tensor_numel(&out[0]), es = ts_dtype_size(in[0].dtype);
-  const ts_reduce_op op = (ts_reduce_op)n->a.i[3];
+  const ts_reduce_op op = (ts_reduce_op)ts_attr_reduce_scatter_op(&n->a);
   if (outer == 1) return ts_comm_reduce_scatter_block(c, in[0].data, out[0].data, cnt, in[0].dtype, op);
   void *st = staging(n, cnt * (size_t)gs * es);
   if (!st) return TS_ENOMEM;
@@ -107,13 +107,13 @@ static int run_reduce_scatter(ts__runctx *ctx, const ts__node *n, const ts_tenso
   return rc;
 }
 
-static int run_alltoall(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_alltoall(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts_comm *c;
   int rc = get_comm(ctx, n, &c);
   if (rc) return rc;
-  const int64_t gs = n->a.i[1];
+  const int64_t gs = ts_attr_coll_group(&n->a);
   if (gs == 1) return copy_through(in, out);
-  const int s = (int)n->a.i[2], cd = (int)n->a.i[3];
+  const int s = (int)ts_attr_alltoall_split_dim(&n->a), cd = (int)ts_attr_alltoall_concat_dim(&n->a);
   const size_t total = (size_t)ts_tensor_numel(&in[0]), es = ts_dtype_size(in[0].dtype);
   const size_t blk = total / (size_t)gs; /* elements sent to each rank */
   int64_t outer_s, inner_s, outer_c, inner_c;
@@ -142,34 +142,34 @@ static int run_alltoall(ts__runctx *ctx, const ts__node *n, const ts_tensor *in,
 }
 
 /* This rank's block along dim d: [rank*B, (rank+1)*B) of a length g*B. */
-static int rank_block(ts__runctx *ctx, const ts__node *n, const ts_shape *full, int64_t *outer,
+static int rank_block(ts__runctx *ctx, const ts__run_node *n, const ts_shape *full, int64_t *outer,
                       int64_t *inner, int64_t *len, int64_t *start, int64_t *end) {
   ts_comm *c;
   int rc = get_comm(ctx, n, &c);
   if (rc) return rc;
-  const int d = (int)n->a.i[2];
+  const int d = (int)ts_attr_rank_slice_dim(&n->a);
   ts__outer_inner(full, d, outer, inner);
   *len = full->dims[d];
-  const int64_t B = *len / n->a.i[1];
+  const int64_t B = *len / ts_attr_coll_group(&n->a);
   const int r = c ? ts_comm_rank(c) : 0;
   *start = r * B;
   *end = *start + B;
   return TS_OK;
 }
 
-static int run_rank_slice(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_rank_slice(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t outer, inner, len, st, en;
   int rc = rank_block(ctx, n, &in[0].shape, &outer, &inner, &len, &st, &en);
   if (rc) return rc;
-  if (n->a.i[1] == 1) return copy_through(in, out);
+  if (ts_attr_coll_group(&n->a) == 1) return copy_through(in, out);
   return ts__slice_ref(in[0].data, out[0].data, ts_dtype_size(in[0].dtype), outer, len, inner, st, en);
 }
 
-static int run_rank_slice_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_rank_slice_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t outer, inner, len, st, en;
   int rc = rank_block(ctx, n, &out[0].shape, &outer, &inner, &len, &st, &en);
   if (rc) return rc;
-  if (n->a.i[1] == 1) return copy_through(in, out);
+  if (ts_attr_coll_group(&n->a) == 1) return copy_through(in, out);
   return ts__slice_bwd_ref(in[0].data, out[0].data, ts_dtype_size(out[0].dtype), outer, len, inner,
                            st, en);
 }

@@ -7,21 +7,21 @@
 #include "run_impl.h"
 #include "../kernels/eltwise.h"
 
-static int run_eltwise(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  const int alg = (int)n->a.i[0];
+static int run_eltwise(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int alg = (int)ts_attr_eltwise_alg(&n->a);
   const int64_t len = ts_tensor_numel(&in[0]);
   if (ctx->backend == TS_BACKEND_REF || alg == TS_ELT_NEG || alg == TS_ELT_LOG)
-    return ts__eltwise_fwd_ref(alg, n->a.f[0], n->a.f[1], in[0].data, out[0].data, len);
-  return ts__eltwise_fwd_dnnl(alg, n->a.f[0], n->a.f[1], in[0].data, out[0].data, len);
+    return ts__eltwise_fwd_ref(alg, ts_attr_eltwise_alpha(&n->a), ts_attr_eltwise_beta(&n->a), in[0].data, out[0].data, len);
+  return ts__eltwise_fwd_dnnl(alg, ts_attr_eltwise_alpha(&n->a), ts_attr_eltwise_beta(&n->a), in[0].data, out[0].data, len);
 }
 
-static int run_eltwise_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  const int alg = (int)n->a.i[0], use_dst = (int)n->a.i[1];
+static int run_eltwise_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int alg = (int)ts_attr_eltwise_alg(&n->a), use_dst = (int)ts_attr_eltwise_use_dst(&n->a);
   const int64_t len = ts_tensor_numel(&in[0]);
   if (ctx->backend == TS_BACKEND_REF || alg == TS_ELT_NEG)
-    return ts__eltwise_bwd_ref(alg, n->a.f[0], n->a.f[1], use_dst, in[0].data, in[1].data,
+    return ts__eltwise_bwd_ref(alg, ts_attr_eltwise_alpha(&n->a), ts_attr_eltwise_beta(&n->a), use_dst, in[0].data, in[1].data,
                                out[0].data, len);
-  return ts__eltwise_bwd_dnnl(alg, n->a.f[0], n->a.f[1], use_dst, in[0].data, in[1].data,
+  return ts__eltwise_bwd_dnnl(alg, ts_attr_eltwise_alpha(&n->a), ts_attr_eltwise_beta(&n->a), use_dst, in[0].data, in[1].data,
                               out[0].data, len);
 }
 

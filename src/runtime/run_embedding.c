@@ -2,20 +2,20 @@
 #include "run_impl.h"
 #include "../kernels/embedding.h"
 
-static int run_embedding(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  if (n->a.i[1]) /* vocabulary-sharded: rows [i[0], i[0]+Vl) */
+static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  if (ts_attr_embedding_sharded(&n->a)) /* vocabulary-sharded: rows [offset, offset+Vl) */
     return ts__embedding_shard_fwd_ref(in[0].data, ts_dtype_size(in[0].dtype), in[0].shape.dims[0],
-                                       in[0].shape.dims[1], n->a.i[0], in[1].data, in[1].dtype,
+                                       in[0].shape.dims[1], ts_attr_embedding_offset(&n->a), in[1].data, in[1].dtype,
                                        ts_tensor_numel(&in[1]), out[0].data);
   return ts__embedding_fwd_ref(in[0].data, ts_dtype_size(in[0].dtype), in[0].shape.dims[0],
                                in[0].shape.dims[1], in[1].data, in[1].dtype,
                                ts_tensor_numel(&in[1]), out[0].data);
 }
 
-static int run_embedding_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
-  if (n->a.i[2])
+static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  if (ts_attr_embedding_bwd_sharded(&n->a))
     return ts__embedding_shard_bwd_ref(in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
-                                       out[0].shape.dims[0], out[0].shape.dims[1], n->a.i[1],
+                                       out[0].shape.dims[0], out[0].shape.dims[1], ts_attr_embedding_bwd_offset(&n->a),
                                        out[0].data);
   return ts__embedding_bwd_ref(in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
                                out[0].shape.dims[0], out[0].shape.dims[1], out[0].data);

@@ -1,10 +1,10 @@
 /* Internal executor interface: one adapter per op kind turns a node and its bound tensors into
- * kernel calls. Adapters live in src/runtime/run_<family>.c. */
+ * kernel calls. Adapters live in src/runtime/run_<family>.c. The runtime reads graphs only through
+ * the public IR API (tessera/graph_ir.h); a plan copies what its nodes need at ts_plan_create. */
 #ifndef TS_RUN_IMPL_H
 #define TS_RUN_IMPL_H
 
 #include "tessera/runtime.h"
-#include "../graph/graph_impl.h"
 
 typedef struct {
   const ts_graph *g;
@@ -13,8 +13,16 @@ typedef struct {
   ts_comm *const *comms; /* TS_PLAN_MAX_COMMS slots (ts_plan_set_comm), entries may be NULL */
 } ts__runctx;
 
+/* What an adapter sees of a node: copied from the graph once per plan. */
+typedef struct {
+  ts_op op;
+  int nin, nout;
+  const char *name; /* the graph's node name */
+  ts_attrs a;       /* read with the ts_attr_* accessors */
+} ts__run_node;
+
 /* in[k]/out[k] are views of the node's input/output values (dtype, local shape, data). */
-typedef int (*ts__run_fn)(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out);
+typedef int (*ts__run_fn)(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out);
 
 /* Products of s's dims before `axis` (outer) and after it (inner): an op along one axis sees the
  * tensor as (outer, dims[axis], inner). */
@@ -32,6 +40,6 @@ void ts__run_init(void);
 /* The communicator in plan slot `slot` for a node over a group of gs ranks (run_coll.c): *out =
  * NULL when gs == 1 and the slot is empty (run without communicating); TS_EINVAL naming the slot,
  * `what` + the op and both sizes when the slot is empty or holds another group size. */
-int ts__run_comm(ts__runctx *ctx, const ts__node *n, int slot, int gs, const char *what, ts_comm **out);
+int ts__run_comm(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, ts_comm **out);
 
 #endif

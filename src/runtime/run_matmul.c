@@ -3,11 +3,11 @@
 #include "run_impl.h"
 #include "../kernels/matmul.h"
 
-static int run_matmul(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const ts_shape *as = &in[0].shape, *bs = &in[1].shape, *ys = &out[0].shape;
   ts__mm_desc d;
-  d.trans_a = (int)n->a.i[0];
-  d.trans_b = (int)n->a.i[1];
+  d.trans_a = (int)ts_attr_matmul_trans_a(&n->a);
+  d.trans_b = (int)ts_attr_matmul_trans_b(&n->a);
   d.M = ys->dims[ys->ndim - 2];
   d.N = ys->dims[ys->ndim - 1];
   d.K = as->dims[as->ndim - (d.trans_a ? 2 : 1)];
@@ -18,7 +18,7 @@ static int run_matmul(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, t
   return ts__matmul_dnnl(&d, in[0].data, in[1].data, out[0].data);
 }
 
-static int run_dense(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_dense(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t K = in[1].shape.dims[1], N = in[1].shape.dims[0];
   const int64_t M = ts_tensor_numel(&in[0]) / K;
   const float *b = n->nin == 3 ? in[2].data : NULL;

@@ -48,8 +48,8 @@ static int bn_sum(double *v, int64_t n, void *user) {
 }
 
 /* The reducer for a node synchronised over a communicator slot, or NULL (local statistics). */
-static const ts__bn_reducer *bn_reducer(ts__runctx *ctx, const ts__node *n, bn_sync *s, ts__bn_reducer *r) {
-  int slot = (int)n->a.i[1] - 1;
+static const ts__bn_reducer *bn_reducer(ts__runctx *ctx, const ts__run_node *n, bn_sync *s, ts__bn_reducer *r) {
+  int slot = (int)ts_attr_batchnorm_sync(&n->a) - 1;
   if (slot < 0 || slot >= TS_PLAN_MAX_COMMS || !ctx->comms || !ctx->comms[slot]) return NULL;
   s->c = ctx->comms[slot];
   s->name = n->name ? n->name : "";
@@ -58,7 +58,7 @@ static const ts__bn_reducer *bn_reducer(ts__runctx *ctx, const ts__node *n, bn_s
   return r;
 }
 
-static int run_batchnorm(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t N, C, S;
   bn_dims(&in[0].shape, &N, &C, &S);
   bn_sync bs;
@@ -66,19 +66,19 @@ static int run_batchnorm(ts__runctx *ctx, const ts__node *n, const ts_tensor *in
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
   if (red)
     return ts__batchnorm_fwd_sync(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                                  out[0].data, out[1].data, out[2].data, N, C, S, n->a.f[0], n->a.f[1],
-                                  (int)n->a.i[0], red);
+                                  out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
+                                  (int)ts_attr_batchnorm_training(&n->a), red);
   /* in[3], in[4] (running stats, bound state memory) are updated in place when training */
   if (TS_BATCHNORM_DNNL && ctx->backend == TS_BACKEND_FAST)
     return ts__batchnorm_fwd_dnnl(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                                  out[0].data, out[1].data, out[2].data, N, C, S, n->a.f[0],
-                                  n->a.f[1], (int)n->a.i[0]);
+                                  out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
+                                  ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a));
   return ts__batchnorm_fwd_ref(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                               out[0].data, out[1].data, out[2].data, N, C, S, n->a.f[0], n->a.f[1],
-                               (int)n->a.i[0]);
+                               out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
+                               (int)ts_attr_batchnorm_training(&n->a));
 }
 
-static int run_batchnorm_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t N, C, S;
   bn_dims(&in[1].shape, &N, &C, &S);
   bn_sync bs;
@@ -86,33 +86,33 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
   if (red)
     return ts__batchnorm_bwd_sync(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                                  out[0].data, out[1].data, out[2].data, N, C, S, n->a.f[1],
-                                  (int)n->a.i[0], red);
+                                  out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
+                                  (int)ts_attr_batchnorm_training(&n->a), red);
   if (TS_BATCHNORM_DNNL && ctx->backend == TS_BACKEND_FAST)
     return ts__batchnorm_bwd_dnnl(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                                  out[0].data, out[1].data, out[2].data, N, C, S, n->a.f[1],
-                                  (int)n->a.i[0]);
+                                  out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
+                                  (int)ts_attr_batchnorm_training(&n->a));
   return ts__batchnorm_bwd_ref(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                               out[0].data, out[1].data, out[2].data, N, C, S, n->a.f[1],
-                               (int)n->a.i[0]);
+                               out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
+                               (int)ts_attr_batchnorm_training(&n->a));
 }
 
-static int run_layernorm(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[0].shape.dims[in[0].shape.ndim - 1], R = ts_tensor_numel(&in[0]) / D;
   if (ctx->backend == TS_BACKEND_FAST)
     return ts__layernorm_fwd_dnnl(in[0].data, in[1].data, in[2].data, out[0].data, out[1].data,
-                                  out[2].data, R, D, n->a.f[0]);
+                                  out[2].data, R, D, ts_attr_layernorm_eps(&n->a));
   return ts__layernorm_fwd_ref(in[0].data, in[1].data, in[2].data, out[0].data, out[1].data,
-                               out[2].data, R, D, n->a.f[0]);
+                               out[2].data, R, D, ts_attr_layernorm_eps(&n->a));
 }
 
-static int run_layernorm_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_layernorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[1].shape.dims[in[1].shape.ndim - 1], R = ts_tensor_numel(&in[1]) / D;
   if (ctx->backend == TS_BACKEND_FAST)
     return ts__layernorm_bwd_dnnl(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                                  out[0].data, out[1].data, out[2].data, R, D, n->a.f[0]);
+                                  out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a));
   return ts__layernorm_bwd_ref(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                               out[0].data, out[1].data, out[2].data, R, D, n->a.f[0]);
+                               out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a));
 }
 
 void ts__register_run_norm(ts__run_fn *tab) {

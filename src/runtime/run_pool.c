@@ -4,36 +4,36 @@
 #include "../kernels/pool.h"
 
 /* x (N,C,H,W), y (N,C,OH,OW); attrs as documented in op_pool.c. */
-static ts__pool_desc desc(const ts__node *n, const ts_shape *x, const ts_shape *y) {
+static ts__pool_desc desc(const ts__run_node *n, const ts_shape *x, const ts_shape *y) {
   ts__pool_desc d;
   d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
   d.OH = y->dims[2], d.OW = y->dims[3];
-  d.kh = n->a.i[0], d.kw = n->a.i[1], d.sh = n->a.i[2], d.sw = n->a.i[3];
-  d.ph = n->a.i[4], d.pw = n->a.i[5];
+  d.kh = ts_attr_pool2d_kh(&n->a), d.kw = ts_attr_pool2d_kw(&n->a), d.sh = ts_attr_pool2d_sh(&n->a), d.sw = ts_attr_pool2d_sw(&n->a);
+  d.ph = ts_attr_pool2d_ph(&n->a), d.pw = ts_attr_pool2d_pw(&n->a);
   return d;
 }
 
-static int run_maxpool2d(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_maxpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &in[0].shape, &out[0].shape);
   if (ctx->backend == TS_BACKEND_REF) return ts__maxpool2d_fwd_ref(&d, in[0].data, out[0].data, out[1].data);
   return ts__maxpool2d_fwd_dnnl(&d, in[0].data, out[0].data, out[1].data);
 }
 
 /* (dy, ws) -> dx */
-static int run_maxpool2d_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_maxpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &out[0].shape, &in[0].shape);
   if (ctx->backend == TS_BACKEND_REF) return ts__maxpool2d_bwd_ref(&d, in[0].data, in[1].data, out[0].data);
   return ts__maxpool2d_bwd_dnnl(&d, in[0].data, in[1].data, out[0].data);
 }
 
-static int run_avgpool2d(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_avgpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &in[0].shape, &out[0].shape);
   if (ctx->backend == TS_BACKEND_REF) return ts__avgpool2d_fwd_ref(&d, in[0].data, out[0].data);
   return ts__avgpool2d_fwd_dnnl(&d, in[0].data, out[0].data);
 }
 
 /* (dy) -> dx */
-static int run_avgpool2d_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_avgpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &out[0].shape, &in[0].shape);
   if (ctx->backend == TS_BACKEND_REF) return ts__avgpool2d_bwd_ref(&d, in[0].data, out[0].data);
   return ts__avgpool2d_bwd_dnnl(&d, in[0].data, out[0].data);

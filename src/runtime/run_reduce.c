@@ -15,25 +15,25 @@ static ts_shape keep_shape(const ts_shape *xs, uint32_t mask) {
   return k;
 }
 
-static int run_sum_to(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_sum_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx, (void)n;
   return ts__reduce_ref(0, in[0].data, &in[0].shape, out[0].data, &out[0].shape);
 }
 
-static int run_broadcast_to(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_broadcast_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx, (void)n;
   return ts__broadcast_ref(in[0].data, &in[0].shape, out[0].data, &out[0].shape);
 }
 
-static int run_reduce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_reduce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx;
-  ts_shape ks = keep_shape(&in[0].shape, (uint32_t)n->a.i[1]);
-  return ts__reduce_ref((int)n->a.i[0], in[0].data, &in[0].shape, out[0].data, &ks);
+  ts_shape ks = keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  return ts__reduce_ref((int)ts_attr_reduce_alg(&n->a), in[0].data, &in[0].shape, out[0].data, &ks);
 }
 
-static int run_reduce_max_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_reduce_max_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx;
-  ts_shape ks = keep_shape(&in[1].shape, (uint32_t)n->a.i[1]);
+  ts_shape ks = keep_shape(&in[1].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
   return ts__reduce_max_bwd_ref(in[0].data, in[1].data, &in[1].shape, in[2].data, &ks, out[0].data);
 }
 

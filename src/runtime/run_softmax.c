@@ -5,8 +5,8 @@
  * reference kernel is used there. Cross-entropy has no oneDNN primitive: the fused reference
  * kernel serves both backends.
  *
- * Class-sharded cross-entropy (attrs i[1] = slot + 1, i[2] = group size g, i[3] = class offset,
- * i[4] = C; src/graph/op_softmax.c) communicates through the plan's communicator in the slot,
+ * Class-sharded cross-entropy (attrs sync = slot + 1, group = group size g, offset = class offset,
+ * classes = C; src/graph/op_softmax.c) communicates through the plan's communicator in the slot,
  * which must have exactly g ranks (g == 1 runs the unsharded kernels, without one). Forward: the
  * local row maxima are reduced (MAX) in place in the lse output, then one SUM of the (N,3) row
  * statistics (sum of exp, label logit, sum of logits), then every rank computes the same loss
@@ -22,42 +22,42 @@ static void split_axis(const ts_shape *s, int axis, int64_t *outer, int64_t *len
   *len = s->dims[axis];
 }
 
-static int run_softmax(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_softmax(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t o, l, i;
-  split_axis(&in[0].shape, (int)n->a.i[0], &o, &l, &i);
+  split_axis(&in[0].shape, (int)ts_attr_softmax_axis(&n->a), &o, &l, &i);
   if (ctx->backend == TS_BACKEND_FAST && i == 1)
-    return ts__softmax_fwd_dnnl(in[0].data, out[0].data, o, l, i, (int)n->a.i[1]);
-  return ts__softmax_fwd_ref(in[0].data, out[0].data, o, l, i, (int)n->a.i[1]);
+    return ts__softmax_fwd_dnnl(in[0].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
+  return ts__softmax_fwd_ref(in[0].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
 }
 
-static int run_softmax_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_softmax_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t o, l, i;
-  split_axis(&in[1].shape, (int)n->a.i[0], &o, &l, &i);
+  split_axis(&in[1].shape, (int)ts_attr_softmax_axis(&n->a), &o, &l, &i);
   if (ctx->backend == TS_BACKEND_FAST && i == 1)
-    return ts__softmax_bwd_dnnl(in[0].data, in[1].data, out[0].data, o, l, i, (int)n->a.i[1]);
-  return ts__softmax_bwd_ref(in[0].data, in[1].data, out[0].data, o, l, i, (int)n->a.i[1]);
+    return ts__softmax_bwd_dnnl(in[0].data, in[1].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
+  return ts__softmax_bwd_ref(in[0].data, in[1].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
 }
 
 /* The communicator of a class-sharded cross-entropy node (*out = NULL when g == 1 and the slot
  * is empty), checked as run_coll.c checks the collectives'. */
-static int ce_comm(ts__runctx *ctx, const ts__node *n, ts_comm **out) {
-  return ts__run_comm(ctx, n, (int)n->a.i[1] - 1, (int)n->a.i[2], "class-sharded ", out);
+static int ce_comm(ts__runctx *ctx, const ts__run_node *n, ts_comm **out) {
+  return ts__run_comm(ctx, n, (int)ts_attr_softmax_ce_sync(&n->a) - 1, (int)ts_attr_softmax_ce_group(&n->a), "class-sharded ", out);
 }
 
-static int run_ce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_ce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t N = in[0].shape.dims[0], Cl = in[0].shape.dims[1];
   const int i64 = in[1].dtype == TS_I64;
-  const float s = n->a.f[0];
-  const int64_t ignore = n->a.i[0];
+  const float s = ts_attr_softmax_ce_smoothing(&n->a);
+  const int64_t ignore = ts_attr_softmax_ce_ignore(&n->a);
   float *lse = n->nout > 1 ? out[1].data : NULL;
   ts_comm *c = NULL;
-  if (n->a.i[1] != 0) {
+  if (ts_attr_softmax_ce_sync(&n->a) != 0) {
     int rc = ce_comm(ctx, n, &c);
     if (rc) return rc;
   }
-  if (n->a.i[1] == 0 || n->a.i[2] == 1) /* unsharded, or a group of one: the whole row is here */
+  if (ts_attr_softmax_ce_sync(&n->a) == 0 || ts_attr_softmax_ce_group(&n->a) == 1) /* unsharded, or a group of one: the whole row is here */
     return ts__softmax_ce_fwd_ref(in[0].data, in[1].data, i64, N, Cl, s, ignore, out[0].data, lse);
-  const int64_t C = n->a.i[4], offset = n->a.i[3];
+  const int64_t C = ts_attr_softmax_ce_classes(&n->a), offset = ts_attr_softmax_ce_offset(&n->a);
   float *buf = malloc(sizeof(float) * (size_t)(4 * N + 1));
   if (!buf)
     return ts_error_set(TS_ENOMEM, "softmax_ce: out of memory for %lld rows of statistics",
@@ -73,24 +73,24 @@ static int run_ce(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_te
   return rc;
 }
 
-static int run_ce_bwd(ts__runctx *ctx, const ts__node *n, const ts_tensor *in, ts_tensor *out) {
+static int run_ce_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t N = in[1].shape.dims[0], Cl = in[1].shape.dims[1];
   const int i64 = in[2].dtype == TS_I64;
   const float *lse = n->nin > 3 ? in[3].data : NULL;
   float dloss = *(const float *)in[0].data;
-  if (n->a.i[1] == 0)
-    return ts__softmax_ce_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, n->a.f[0],
-                                  n->a.i[0], out[0].data);
+  if (ts_attr_softmax_ce_sync(&n->a) == 0)
+    return ts__softmax_ce_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, ts_attr_softmax_ce_smoothing(&n->a),
+                                  ts_attr_softmax_ce_ignore(&n->a), out[0].data);
   ts_comm *c = NULL;
   int rc = ce_comm(ctx, n, &c);
   if (rc) return rc;
-  if (n->a.i[2] > 1) { /* d(sum over ranks of the replicated loss) */
+  if (ts_attr_softmax_ce_group(&n->a) > 1) { /* d(sum over ranks of the replicated loss) */
     const float mine = dloss;
     rc = ts_comm_allreduce(c, &mine, &dloss, 1, TS_F32, TS_REDUCE_SUM);
     if (rc) return rc;
   }
-  return ts__softmax_ce_shard_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, n->a.i[4],
-                                      n->a.i[3], n->a.f[0], n->a.i[0], out[0].data);
+  return ts__softmax_ce_shard_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, ts_attr_softmax_ce_classes(&n->a),
+                                      ts_attr_softmax_ce_offset(&n->a), ts_attr_softmax_ce_smoothing(&n->a), ts_attr_softmax_ce_ignore(&n->a), out[0].data);
 }
 
 void ts__register_run_softmax(ts__run_fn *tab) {

@@ -37,7 +37,6 @@
 
 #include "tessera/tessera.h"
 #include "tessera/io.h"
-#include "graph/graph_impl.h"
 #include "runtime/run_impl.h"
 #include "test_util.h"
 
@@ -213,9 +212,8 @@ typedef struct {
 } kase;
 
 static ts_val node_out(ts_graph *g, ts_val y, int k) {
-  int vi = y & ((1 << TS__VAL_BITS) - 1);
-  int nd = g->vals[vi].producer;
-  return nd < 0 ? TS_NONE : ts__handle(g, g->nodes[nd].out[k]);
+  int nd = ts_graph_producer(g, y);
+  return nd < 0 ? TS_NONE : ts_graph_value(g, ts_graph_node_output(g, nd, k));
 }
 
 /* Builds the op of fixture `op` on kc->vin; fills kc->vout/nout. Returns 0 if op unknown. */

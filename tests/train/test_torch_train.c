@@ -47,7 +47,6 @@
 #include "tessera/io.h"
 #include "tessera/nn.h"
 #include "tessera/optim.h"
-#include "graph/graph_impl.h"
 #include "runtime/run_impl.h"
 #include "test_util.h"
 
