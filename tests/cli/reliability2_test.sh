@@ -13,40 +13,15 @@ bin=$1
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-run() { out=$("$bin" "$@" 2>&1); rc=$?; }
+. "$(dirname "$0")/lib.sh"
 one_line() { [ "$(grep -c '^tessera:' <<<"$out")" = 1 ] && [ "$(wc -l <<<"$out")" = 1 ]; }
 
-be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
-idx_split() { # dir split n h w: a deterministic IDX split (grey ramps, labels i % 10)
-  local d=$1 s=$2 n=$3 h=$4 w=$5 i
-  mkdir -p "$d"
-  { printf '\x00\x00\x08\x03'; be32 "$n"; be32 "$h"; be32 "$w"
-    for ((i = 0; i < n; i++)); do head -c $((h * w)) /dev/zero | tr '\000' "\\$(printf %03o $((i * 7 % 256)))"; done
-  } > "$d/$s-images-idx3-ubyte"
-  { printf '\x00\x00\x08\x01'; be32 "$n"; for ((i = 0; i < n; i++)); do printf "\\x0$((i % 10))"; done; } \
-    > "$d/$s-labels-idx1-ubyte"
-}
 idx_split "$tmp/same" train 64 28 28
 idx_split "$tmp/same" t10k 32 28 28
 idx_split "$tmp/small" train 64 28 28
 idx_split "$tmp/small" t10k 32 20 20
 
-cfg() { # file data_dir [extra yaml lines]
-  local f=$1 d=$2; shift 2
-  { cat <<YAML
-model: {name: mlp, hidden: [16]}
-data:
-  name: fashion_mnist
-  path: $d
-  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
-train: {steps: 2, batch_size: 16, eval_batch_size: 16, log_every: 1}
-optimizer: {name: sgd, lr: 0.01}
-log: {progress: lines}
-YAML
-    for l in "$@"; do echo "$l"; done; } > "$f"
-}
+cfg() { mlp_cfg "$1" "$2" 2 16 "${@:3}"; } # file data_dir [extra yaml lines]
 
 # 1. deeply nested YAML: 200k levels of flow sequences (400 KB)
 { printf 'model: '; head -c 200000 /dev/zero | tr '\000' '['; head -c 200000 /dev/zero | tr '\000' ']'; echo; } > "$tmp/deep.yaml"

@@ -1,0 +1,31 @@
+# Shared by the CLI test scripts (sourced): result lines, running the command, tiny data sets.
+#   bin: the tessera binary; tmp: a scratch folder; fail: 0, set to 1 by bad.
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+run() { out=$("$bin" "$@" 2>&1); rc=$?; }
+
+be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+idx_split() { # dir split n h w: a deterministic IDX split (grey ramps, labels i % 10), no Python
+  local d=$1 s=$2 n=$3 h=$4 w=$5 i
+  mkdir -p "$d"
+  { printf '\x00\x00\x08\x03'; be32 "$n"; be32 "$h"; be32 "$w"
+    for ((i = 0; i < n; i++)); do head -c $((h * w)) /dev/zero | tr '\000' "\\$(printf %03o $((i * 7 % 256)))"; done
+  } > "$d/$s-images-idx3-ubyte"
+  { printf '\x00\x00\x08\x01'; be32 "$n"; for ((i = 0; i < n; i++)); do printf "\\x0$((i % 10))"; done; } \
+    > "$d/$s-labels-idx1-ubyte"
+}
+
+mlp_cfg() { # file data_dir steps batch [extra yaml lines]: a small MLP on an IDX data set
+  local f=$1 d=$2 steps=$3 b=$4; shift 4
+  { cat <<YAML
+model: {name: mlp, hidden: [16]}
+data:
+  name: fashion_mnist
+  path: $d
+  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
+train: {steps: $steps, batch_size: $b, eval_batch_size: $b, log_every: 1}
+optimizer: {name: sgd, lr: 0.01}
+log: {progress: lines}
+YAML
+    for l in "$@"; do echo "$l"; done; } > "$f"
+}
