@@ -26,10 +26,10 @@ fi
 
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -Wall -Wextra -Wno-unused-parameter -I$root/include -I$root/src"
-lib="$root/src/base/status.c $root/src/tensor/tensor.c $root/src/tensor/dtype.c $root/src/data/source.c"
+lib="$root/src/base/status.c $root/src/base/text.c $root/src/base/rfile.c $root/src/tensor/tensor.c $root/src/tensor/dtype.c $root/src/data/source.c"
 declare -A extra=([records]="$root/src/data/records.c" [idx]="$root/src/data/idx.c"
                   [rank_table]="$root/src/cli/rank_table.c -lcjson"
-                  [metrics]="$root/src/train/plot.c $root/src/base/log.c $root/src/base/rfile.c -lcjson -lpng -lm")
+                  [metrics]="$root/src/train/plot.c $root/src/base/log.c -lcjson -lpng -lm")
 
 status=0
 for t in $targets; do
