@@ -55,6 +55,11 @@ void ts_log_set_hook(ts_log_fn fn, void *user);
 /* Messages below `level` are dropped before formatting. */
 void ts_log_set_level(ts_log_level level);
 void ts_log(ts_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* This process's rank and the job's size as the launcher put them in the environment (OpenMPI's
+ * mpirun, MPICH/Hydra, PMIx, Slurm's srun), without MPI: rank 0 of 1 outside a job. The default
+ * hook prefixes its lines with "[rank R of N] " when N > 1, and writes each with one write(2)
+ * so that the lines of several ranks sharing a stream do not interleave. */
+void ts_job_rank(int *rank, int *size);
 
 /* ---- counter-based RNG: Philox-4x32-10 ----
  * A pure function of (key, counter): any element of any random stream can be computed alone,

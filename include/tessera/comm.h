@@ -158,7 +158,8 @@ int ts_comm_alltoallv(ts_comm *c, const void *send, const size_t *sendcounts,
                       const size_t *rdispls, ts_dtype dtype);
 int ts_comm_barrier(ts_comm *c);
 
-/* Point to point (tag >= 0). Not collective: no sequence number and no debug check. */
+/* Point to point (0 <= tag < MPI_TAG_UB: the highest tag is the watchdog's). Not collective: no
+ * sequence number and no debug check. */
 int ts_comm_send(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int dest, int tag);
 /* Receives exactly count elements (a longer message is TS_ECOMM). A timed-out receive is
  * cancelled and leaves c usable. */

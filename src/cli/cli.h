@@ -14,6 +14,5 @@ int ts_cli_ckpt(int argc, char **argv);
 int ts_cli_eval(int argc, char **argv);
 int ts_cli_plot(int argc, char **argv);
 int ts_cli_launch(int argc, char **argv);
-int ts__rank_table_to_hostfile(const char *table, const char *hostfile);
 int ts_cli_data(int argc, char **argv);
 #endif

@@ -1,13 +1,17 @@
 /* `tessera launch`: runs a tessera command on N ranks through mpirun, the way users of mpirun
  * and Slurm expect; also accepts a MindSpore/HCCL rank table and turns it into a host file. */
-#include <cjson/cJSON.h>
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "rank_table.h"
 #include "../base/rfile.h"
 #include "tessera/base.h"
 
@@ -24,75 +28,117 @@ static int usage(FILE *f) {
   return f == stderr ? 2 : 0;
 }
 
-/* Parses a rank table into a host file "host slots=K" (servers ordered by their lowest rank).
- * Returns the number of ranks or a negative status. */
-int ts__rank_table_to_hostfile(const char *table, const char *hostfile) {
+/* Reads and validates the rank table `table` and writes its host file to a new private file
+ * <tmpdir>/tessera-hosts-<pid>-XXXXXX (path in hf). Returns the number of ranks, or a negative
+ * status (no file left behind). */
+static int rank_table_to_hostfile(const char *table, char *hf, size_t hfcap, char **text) {
   char *buf = NULL;
   size_t n = 0;
-  int rc0 = ts__file_read_all(table, "cannot open", &buf, &n);
-  if (rc0) return rc0;
-  if (n == 0) {
-    free(buf);
-    return ts_error_set(TS_EFORMAT, "%s: empty file", table);
-  }
-  cJSON *j = cJSON_Parse(buf);
+  int rc = ts__file_read_all(table, "cannot open", &buf, &n);
+  if (rc) return rc;
+  ts_rank_table t;
+  rc = ts__rank_table_parse(table, buf, n, &t);
   free(buf);
-  if (!j) return ts_error_set(TS_EFORMAT, "%s: not valid JSON", table);
-  int rc = 0, nranks = 0;
-  const cJSON *servers = cJSON_GetObjectItemCaseSensitive(j, "server_list");
-  int ns = cJSON_GetArraySize(servers);
-  if (!cJSON_IsArray(servers) || ns == 0) {
-    cJSON_Delete(j);
-    return ts_error_set(TS_EFORMAT, "%s: server_list: expected a non-empty array", table);
+  if (rc) return rc;
+  size_t len = ts__rank_table_hostfile(&t, NULL, 0);
+  *text = malloc(len + 1);
+  if (!*text) {
+    ts__rank_table_free(&t);
+    return ts_error_set(TS_ENOMEM, "launch: out of memory");
   }
-  enum { MAXR = 65536 };
-  static signed char seen[MAXR];
-  memset(seen, 0, sizeof seen);
-  typedef struct { const char *host; int slots, minrank; } srv;
-  srv *sv = calloc((size_t)ns, sizeof *sv);
-  for (int s = 0; s < ns && rc == 0; s++) {
-    const cJSON *e = cJSON_GetArrayItem(servers, s);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "server_id");
-    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(e, "device");
-    if (!cJSON_IsString(id) || !cJSON_IsArray(dev)) {
-      rc = ts_error_set(TS_EFORMAT, "%s: server_list[%d]: needs server_id (string) and device (array)", table, s);
-      break;
+  ts__rank_table_hostfile(&t, *text, len + 1);
+  int nranks = t.nranks;
+  ts__rank_table_free(&t);
+  const char *dir = getenv("TMPDIR");
+  if (!dir || !*dir) dir = "/tmp";
+  snprintf(hf, hfcap, "%s/tessera-hosts-%d-XXXXXX", dir, (int)getpid());
+  int fd = mkstemp(hf);
+  if (fd < 0) return ts_error_set(TS_EIO, "%s: cannot create the host file: %s", hf, strerror(errno));
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, *text + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(hf);
+      return ts_error_set(TS_EIO, "%s: cannot write the host file: %s", hf, strerror(e));
     }
-    sv[s].host = id->valuestring;
-    sv[s].minrank = MAXR;
-    const cJSON *d;
-    cJSON_ArrayForEach(d, dev) {
-      const cJSON *rk = cJSON_GetObjectItemCaseSensitive(d, "rank_id");
-      long v = cJSON_IsString(rk) ? strtol(rk->valuestring, NULL, 10) : cJSON_IsNumber(rk) ? (long)rk->valuedouble : -1;
-      if (v < 0 || v >= MAXR) {
-        rc = ts_error_set(TS_EFORMAT, "%s: server %s: device without a valid rank_id", table, sv[s].host);
-        break;
-      }
-      if (seen[v]) {
-        rc = ts_error_set(TS_EFORMAT, "%s: rank_id %ld appears twice", table, v);
-        break;
-      }
-      seen[v] = 1;
-      sv[s].slots++;
-      if (v < sv[s].minrank) sv[s].minrank = (int)v;
-      nranks++;
-    }
+    off += (size_t)w;
   }
-  for (int v = 0; rc == 0 && v < nranks; v++)
-    if (!seen[v]) rc = ts_error_set(TS_EFORMAT, "%s: rank_id %d is missing (ranks must be 0..%d)", table, v, nranks - 1);
-  if (rc == 0) {
-    /* servers in order of their lowest rank */
-    for (int a = 0; a < ns; a++)
-      for (int b = a + 1; b < ns; b++)
-        if (sv[b].minrank < sv[a].minrank) { srv t = sv[a]; sv[a] = sv[b]; sv[b] = t; }
-    FILE *o = fopen(hostfile, "w");
-    if (!o) rc = ts_error_set(TS_EIO, "%s: cannot write: %s", hostfile, strerror(errno));
-    for (int s = 0; rc == 0 && s < ns; s++) fprintf(o, "%s slots=%d\n", sv[s].host, sv[s].slots);
-    if (o && fclose(o) != 0 && rc == 0) rc = ts_error_set(TS_EIO, "%s: write failed", hostfile);
+  if (close(fd) != 0) {
+    int e = errno;
+    unlink(hf);
+    return ts_error_set(TS_EIO, "%s: cannot write the host file: %s", hf, strerror(e));
   }
-  free(sv);
-  cJSON_Delete(j);
-  return rc ? rc : nranks;
+  return nranks;
+}
+
+/* The child mpirun: SIGINT/SIGTERM/SIGHUP sent to the launcher by a process (kill) are passed on
+ * to it; those from the terminal (si_code SI_KERNEL) reach it directly, in the same process
+ * group, and are not sent twice (a second SIGINT makes mpirun kill the job without cleanup). */
+static volatile sig_atomic_t g_child;
+static void forward(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
+  if (g_child > 0 && !(si && si->si_code == SI_KERNEL)) kill((pid_t)g_child, sig);
+}
+
+/* Runs av (mpirun) as a child and waits for it; the exit status to return (128+N when the child
+ * was killed by signal N), or -1 with errno when it could not be started. */
+static int run_child(const char *const *av) {
+  int pfd[2]; /* reports a failed exec to the parent */
+  if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
+  struct sigaction sa, old_int, old_term, old_hup;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
+    close(pfd[0]);
+    execvp(av[0], (char *const *)av);
+    int e = errno;
+    ssize_t w = write(pfd[1], &e, sizeof e);
+    (void)w;
+    _exit(127);
+  }
+  int status = -1, e = 0;
+  if (pid < 0) {
+    e = errno;
+  } else {
+    g_child = pid;
+    close(pfd[1]);
+    pfd[1] = -1;
+    ssize_t r;
+    do r = read(pfd[0], &e, sizeof e);
+    while (r < 0 && errno == EINTR);
+    if (r != (ssize_t)sizeof e) e = 0;
+    int ws = 0;
+    pid_t w;
+    do w = waitpid(pid, &ws, 0);
+    while (w < 0 && errno == EINTR);
+    g_child = 0;
+    if (w == pid) status = WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
+    else if (!e) e = errno;
+  }
+  close(pfd[0]);
+  if (pfd[1] >= 0) close(pfd[1]);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGHUP, &old_hup, NULL);
+  if (e) {
+    errno = e;
+    return -1;
+  }
+  return status;
 }
 
 int ts_cli_launch(int argc, char **argv) {
@@ -104,7 +150,7 @@ int ts_cli_launch(int argc, char **argv) {
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
     if (!strcmp(a, "--dry-run")) { dry = 1; continue; }
     if (!v) return ts_cli_fail(2, "launch: option %s needs a value", a);
-    if (!strcmp(a, "-n") || !strcmp(a, "--np")) n = atoi(v);
+    if (!strcmp(a, "-n") || !strcmp(a, "--np")) n = atoi(v) > 0 ? atoi(v) : -1;
     else if (!strcmp(a, "--hostfile")) hostfile = v;
     else if (!strcmp(a, "--rank-table")) table = v;
     else if (!strcmp(a, "--mpirun")) mpirun = v;
@@ -115,19 +161,24 @@ int ts_cli_launch(int argc, char **argv) {
   if (cmd_at < 0 || cmd_at >= argc) return ts_cli_fail(2, "launch: missing '-- COMMAND' (e.g. -- train config.yaml)");
   if (hostfile && table) return ts_cli_fail(2, "launch: --hostfile and --rank-table exclude each other");
   if (threads <= 0) return ts_cli_fail(2, "launch: --threads must be positive");
-  static char hf[64];
-  if (table) {
-    snprintf(hf, sizeof hf, "/tmp/tessera-hosts-%d", (int)getpid());
-    int r = ts__rank_table_to_hostfile(table, hf);
-    if (r < 0) return ts_cli_fail(r == TS_EFORMAT ? 2 : 1, "launch: %s", ts_last_error());
-    if (n == 0) n = r;
-    if (n != r) return ts_cli_fail(2, "launch: -n %d but the rank table has %d ranks", n, r);
-    hostfile = hf;
-  }
-  if (n <= 0) return ts_cli_fail(2, "launch: -n N (number of ranks) is required");
+  if (n < 0) return ts_cli_fail(2, "launch: -n must be a positive number of ranks");
   char self[4096];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   if (sl <= 0) return ts_cli_fail(1, "launch: cannot find the tessera executable");
+  char hf[4096] = "";
+  char *hosts = NULL;
+  if (table) {
+    int r = rank_table_to_hostfile(table, hf, sizeof hf, &hosts);
+    if (r < 0) return ts_cli_fail(r == TS_EFORMAT || r == TS_EIO ? 2 : 1, "launch: %s", ts_last_error());
+    if (n == 0) n = r;
+    if (n != r) {
+      unlink(hf);
+      free(hosts);
+      return ts_cli_fail(2, "launch: -n %d but the rank table has %d ranks", n, r);
+    }
+    hostfile = hf;
+  }
+  if (n <= 0) return ts_cli_fail(2, "launch: -n N (number of ranks) is required");
   self[sl] = 0;
   char nbuf[16], tbuf[32];
   snprintf(nbuf, sizeof nbuf, "%d", n);
@@ -149,12 +200,23 @@ int ts_cli_launch(int argc, char **argv) {
   if (dry) {
     for (int i = 0; i < k; i++) printf("%s%s", i ? " " : "", av[i]);
     printf("\n");
+    /* the host file is removed again: show what it would hold */
+    for (char *l = hosts; l && *l;) {
+      char *nl = strchr(l, '\n');
+      printf("# %s: %.*s\n", hf, (int)(nl ? nl - l : (long)strlen(l)), l);
+      l = nl ? nl + 1 : l + strlen(l);
+    }
+    if (hf[0]) unlink(hf);
+    free(hosts);
     free(av);
     return 0;
   }
-  fflush(stdout);
-  execvp(mpirun, (char *const *)av);
+  /* mpirun runs as a child so that the host file can be removed when it ends */
+  int st = run_child(av);
   int e = errno;
+  if (hf[0]) unlink(hf);
+  free(hosts);
   free(av);
-  return ts_cli_fail(1, "launch: cannot run %s: %s (install openmpi-bin)", mpirun, strerror(e));
+  if (st < 0) return ts_cli_fail(1, "launch: cannot run %s: %s (install openmpi-bin)", mpirun, strerror(e));
+  return st;
 }

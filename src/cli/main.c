@@ -1,4 +1,5 @@
 /* The `tessera` command. Exit status: 0 success, 2 usage/configuration errors, 1 runtime errors. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,29 +8,51 @@
 
 #include "cli.h"
 #include "../base/rfile.h"
+#include "../base/text.h"
 #include "tessera/comm.h"
 #include "tessera/tessera.h"
 
 int ts_cli_fail(int code, const char *fmt, ...) {
+  /* The rank from MPI when it is up, else from the launcher's environment: a job's ranks are
+   * prefixed before MPI starts too (a config error seen by every rank). */
+  int r = 0, n = 1;
+  ts_comm *w = NULL;
+  if (ts_comm_initialized() && ts_comm_world(&w) == TS_OK) {
+    r = ts_comm_rank(w);
+    n = ts_comm_size(w);
+  } else {
+    ts_job_rank(&r, &n);
+  }
+  char line[4096];
+  size_t len = 0;
+  ts__app(line, sizeof line, &len, "tessera: ");
+  if (n > 1) ts__app(line, sizeof line, &len, "[rank %d of %d] ", r, n);
   va_list ap;
   va_start(ap, fmt);
-  fputs("tessera: ", stderr);
-  ts_comm *w = NULL;
-  if (ts_comm_initialized() && ts_comm_world(&w) == TS_OK && ts_comm_size(w) > 1)
-    fprintf(stderr, "[rank %d of %d] ", ts_comm_rank(w), ts_comm_size(w));
-  /* one line whatever the message holds: control characters (a newline in a --set value, a
-   * file name, a key) are written escaped */
-  char buf[4096];
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
-    if (*p == '\n') fputs("\\n", stderr);
-    else if (*p == '\t') fputs("\\t", stderr);
-    else if (*p == '\r') fputs("\\r", stderr);
-    else if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
-    else fputc(*p, stderr);
+  if (len < sizeof line) {
+    char buf[4096];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    /* one line whatever the message holds: control characters (a newline in a --set value, a
+     * file name, a key) are written escaped */
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
+      if (*p == '\n') ts__app(line, sizeof line, &len, "\\n");
+      else if (*p == '\t') ts__app(line, sizeof line, &len, "\\t");
+      else if (*p == '\r') ts__app(line, sizeof line, &len, "\\r");
+      else if (*p < 0x20 || *p == 0x7f) ts__app(line, sizeof line, &len, "\\x%02x", *p);
+      else ts__app(line, sizeof line, &len, "%c", *p);
+    }
   }
-  fputc('\n', stderr);
+  va_end(ap);
+  if (len > sizeof line - 2) len = sizeof line - 2;
+  line[len++] = '\n';
+  /* the whole line in one write: the lines of ranks sharing stderr do not interleave */
+  fflush(stderr);
+  for (size_t off = 0; off < len;) {
+    ssize_t k = write(2, line + off, len - off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    off += (size_t)k;
+  }
   return code;
 }
 

@@ -604,10 +604,7 @@ static int pt2pt(ts_comm *c, int kind, void *buf, size_t count, ts_dtype dt, int
   if (!rc) rc = check_buf(c, &s, buf, count, "data");
   if (rc) return rc;
   if (peer < 0 || peer >= c->size) return ts__arg_fail(c, TS_EINVAL, &s, "peer is not a rank of the communicator");
-  void *ubp = NULL;
-  int flag = 0, ub = 32767;
-  if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ubp, &flag) == MPI_SUCCESS && flag && ubp)
-    ub = *(int *)ubp;
+  int ub = ts__watch_tag() - 1; /* the highest tag is the watchdog's */
   if (tag < 0 || tag > ub) {
     char m[64];
     snprintf(m, sizeof m, "tag %d outside 0..%d", tag, ub);

@@ -22,6 +22,176 @@ static double g_timeout = 300.0;
 static int g_check;
 static ts_comm_req *g_orphans; /* requests that could not complete; freed after MPI_Finalize */
 
+/* ---- watchdog announcements (see struct ts_comm in comm_impl.h) ---- */
+/* The announcements use the highest tag MPI allows (user send/recv tags stop below it, coll.c),
+ * on c's own communicator: point-to-point messages never interfere with collectives. */
+static int g_watch_tag = -1;
+int ts__watch_tag(void) {
+  if (g_watch_tag < 0) {
+    void *ubp = NULL;
+    int flag = 0;
+    g_watch_tag = 32767;
+    if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ubp, &flag) == MPI_SUCCESS && flag && ubp)
+      g_watch_tag = *(int *)ubp;
+  }
+  return g_watch_tag;
+}
+#define WATCH_TAG ts__watch_tag()
+typedef struct { uint64_t seq; int32_t wrank, pad_; } watch_msg;
+struct ts_watch_buf {
+  watch_msg msg;
+  int nreq, posted;
+  struct ts_watch_buf *next; /* list of buffers still being sent when their communicator went */
+  MPI_Request req[];
+};
+static struct ts_watch_buf *g_watch_left; /* freed after MPI_Finalize */
+
+/* After how long a wait a rank announces itself, and how long a timed-out rank listens. */
+static double watch_after(void) { return g_timeout > 0 && g_timeout < 4.0 ? g_timeout / 4 : 1.0; }
+static double watch_grace(void) { return g_timeout > 0 && g_timeout < 4.0 ? g_timeout / 4 : 1.0; }
+
+static void watch_setup(ts_comm *c) {
+  c->mcw = MPI_COMM_NULL;
+  if (c->size < 2) return;
+  c->peer_seq = malloc(sizeof *c->peer_seq * (size_t)c->size);
+  c->peer_t = calloc((size_t)c->size, sizeof *c->peer_t);
+  c->wb = calloc(1, sizeof *c->wb + sizeof(MPI_Request) * (size_t)c->size);
+  if (!c->peer_seq || !c->peer_t || !c->wb) {
+    free(c->peer_seq); free(c->peer_t); free(c->wb);
+    c->peer_seq = NULL; c->peer_t = NULL; c->wb = NULL;
+    return;
+  }
+  c->mcw = c->mc; /* not a communicator of its own (see WATCH_TAG) */
+  for (int i = 0; i < c->size; i++) c->peer_seq[i] = -1;
+}
+
+static void watch_free(ts_comm *c) {
+  if (c->mcw == MPI_COMM_NULL) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) {
+    int all = 1;
+    if (c->wb->posted && MPI_Testall(c->wb->nreq, c->wb->req, &all, MPI_STATUSES_IGNORE) != MPI_SUCCESS) all = 0;
+    if (!all) { /* a send still in progress (a peer not receiving): its buffer outlives c */
+      for (int i = 0; i < c->wb->nreq; i++)
+        if (c->wb->req[i] != MPI_REQUEST_NULL) MPI_Request_free(&c->wb->req[i]);
+      c->wb->next = g_watch_left;
+      g_watch_left = c->wb;
+      c->wb = NULL;
+    }
+  }
+  c->mcw = MPI_COMM_NULL;
+  free(c->wb); free(c->peer_seq); free(c->peer_t);
+  c->wb = NULL; c->peer_seq = NULL; c->peer_t = NULL;
+}
+
+/* Receives the announcements that have arrived. */
+static void watch_drain(ts_comm *c) {
+  if (c->mcw == MPI_COMM_NULL) return;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, WATCH_TAG, c->mcw, &flag, &st) != MPI_SUCCESS || !flag) return;
+    watch_msg m;
+    if (MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, WATCH_TAG, c->mcw, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    int src = st.MPI_SOURCE;
+    if (src >= 0 && src < c->size) {
+      if ((int64_t)m.seq > c->peer_seq[src]) c->peer_seq[src] = (int64_t)m.seq;
+      c->peer_t[src] = ts_time_now();
+    }
+  }
+}
+
+/* Tells every other rank of c the last collective this rank issued on c (non-blocking). */
+static void watch_announce(ts_comm *c) {
+  if (c->mcw == MPI_COMM_NULL || c->seq == 0) return;
+  watch_drain(c);
+  struct ts_watch_buf *b = c->wb;
+  if (b->posted) {
+    int all = 0;
+    if (MPI_Testall(b->nreq, b->req, &all, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !all) return;
+    b->posted = 0;
+  }
+  b->msg.seq = c->seq - 1;
+  b->msg.wrank = c->world_rank;
+  b->nreq = 0;
+  for (int i = 0; i < c->size; i++) {
+    if (i == c->rank) continue;
+    if (MPI_Isend(&b->msg, (int)sizeof b->msg, MPI_BYTE, i, WATCH_TAG, c->mcw, &b->req[b->nreq]) != MPI_SUCCESS)
+      break;
+    b->nreq++;
+  }
+  b->posted = b->nreq > 0;
+}
+
+/* After a timeout of collective s on c (the wait began at t0): listens for a short grace, then
+ * writes into buf ": rank 1 of 2 never reached it (stalled or dead)" naming the ranks that did
+ * not announce s (or a later one); "" when it cannot tell (one rank, no side communicator). */
+static void watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (!c || c->mcw == MPI_COMM_NULL || s->kind == TS_COLL_SEND || s->kind == TS_COLL_RECV) return;
+  watch_announce(c);
+  double end = ts_time_now() + watch_grace();
+  int missing = 0;
+  for (;;) {
+    watch_drain(c);
+    missing = 0;
+    for (int i = 0; i < c->size; i++)
+      if (i != c->rank && c->peer_seq[i] < (int64_t)s->seq) missing++;
+    if (!missing || ts_time_now() >= end) break;
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (!missing) {
+    snprintf(buf, cap, ": all %d ranks reached it (the transfer itself did not finish)", c->size);
+    return;
+  }
+  /* world ranks of c's members, for sub-communicators */
+  int *wr = NULL;
+  if (!c->world_like) {
+    wr = malloc(sizeof *wr * 2 * (size_t)c->size);
+    MPI_Group g = MPI_GROUP_NULL, gw = MPI_GROUP_NULL;
+    if (wr && MPI_Comm_group(c->mc, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &gw) == MPI_SUCCESS) {
+      for (int i = 0; i < c->size; i++) wr[c->size + i] = i;
+      if (MPI_Group_translate_ranks(g, c->size, wr + c->size, gw, wr) != MPI_SUCCESS) {
+        free(wr);
+        wr = NULL;
+      }
+    } else {
+      free(wr);
+      wr = NULL;
+    }
+    if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+    if (gw != MPI_GROUP_NULL) MPI_Group_free(&gw);
+  }
+  size_t len = 0;
+  ts__app(buf, cap, &len, ": %s ", missing > 1 ? "ranks" : "rank");
+  int shown = 0, fresh = 0;
+  for (int i = 0; i < c->size; i++) {
+    if (i == c->rank || c->peer_seq[i] >= (int64_t)s->seq) continue;
+    if (shown == 8) {
+      ts__app(buf, cap, &len, ", ...");
+      break;
+    }
+    ts__app(buf, cap, &len, "%s", shown ? ", " : "");
+    if (c->world_like) ts__app(buf, cap, &len, "%d", i);
+    else if (wr) ts__app(buf, cap, &len, "%d (%d in the group)", wr[i], i);
+    else ts__app(buf, cap, &len, "%d in the group", i);
+    if (c->peer_seq[i] >= 0 && c->peer_t[i] >= t0) { /* heard from during this wait */
+      ts__app(buf, cap, &len, " (waiting in #%lld)", (long long)c->peer_seq[i]);
+      fresh++;
+    }
+    shown++;
+  }
+  if (c->world_like) ts__app(buf, cap, &len, " of %d", c->size);
+  else ts__app(buf, cap, &len, " of the group of %d", c->size);
+  ts__app(buf, cap, &len, " never reached it (%s)",
+          fresh == missing ? "waiting in an earlier collective" : fresh ? "stalled, dead or in an earlier collective"
+                                                                        : "stalled or dead");
+  free(wr);
+}
+
 const char *ts_reduce_op_name(ts_reduce_op op) {
   switch (op) {
     case TS_REDUCE_SUM: return "sum";
@@ -146,11 +316,15 @@ static ts_comm *comm_wrap(MPI_Comm mc, int is_world) {
   c->refs = 1;
   c->last.kind = -1;
   c->mc2 = MPI_COMM_NULL;
+  watch_setup(c);
   return c;
 }
 
 static void comm_unref(ts_comm *c) {
-  if (c && --c->refs == 0) free(c);
+  if (c && --c->refs == 0) {
+    watch_free(c);
+    free(c);
+  }
 }
 
 static int read_env(void) {
@@ -213,6 +387,7 @@ int ts_comm_initialized(void) { return g_init; }
 
 int ts_comm_finalize(void) {
   if (!g_init) return TS_OK;
+  watch_free(g_world); /* its sends use mc */
   if (g_world->mc2 != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc2);
   if (g_world->mc != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc);
   int rc = TS_OK;
@@ -221,6 +396,11 @@ int ts_comm_finalize(void) {
     if (mrc != MPI_SUCCESS) rc = ts_error_set(TS_ECOMM, "ts_comm_finalize: MPI_Finalize failed (%d)", mrc);
   }
   /* MPI no longer touches the orphans' buffers. */
+  while (g_watch_left) {
+    struct ts_watch_buf *b = g_watch_left;
+    g_watch_left = b->next;
+    free(b);
+  }
   while (g_orphans) {
     ts_comm_req *r = g_orphans;
     g_orphans = r->next;
@@ -429,9 +609,15 @@ static void pause_for(double waited) {
   nanosleep(&ts, NULL);
 }
 
-/* Polls until done or the timeout: returns TS_OK, an error, or 1 on timeout (no message). */
+/* Start of the last wait that timed out (for the watchdog's "heard during this wait"). */
+static double g_wait_t0;
+
+/* Polls until done or the timeout: returns TS_OK, an error, or 1 on timeout (no message). A wait
+ * that lasts watch_after() seconds announces this rank to the others once (the watchdog). */
 static int req_wait_deadline(ts_comm_req *r, double timeout) {
   double t0 = ts_time_now();
+  int announced = 0;
+  g_wait_t0 = t0;
   for (;;) {
     int done = 0;
     int rc = req_progress(r, &done);
@@ -439,14 +625,21 @@ static int req_wait_deadline(ts_comm_req *r, double timeout) {
     if (done) return TS_OK;
     double waited = ts_time_now() - t0;
     if (timeout > 0 && waited >= timeout) return 1;
+    if (!announced && waited >= watch_after()) {
+      watch_announce(r->c);
+      announced = 1;
+    }
     pause_for(waited);
   }
 }
 
 static int timeout_msg(ts_comm_req *r, const char *during) {
-  char who[96], sg[160];
+  char who[96], sg[160], why[512];
   ts__who(r->c, who, sizeof who);
   ts__sig_str(&r->sig, sg, sizeof sg);
+  watch_diagnose(r->c, &r->sig, g_wait_t0, why, sizeof why);
+  if (why[0])
+    return ts_error_set(TS_ECOMM, "%s: %s did not complete within %g s%s%s", who, sg, g_timeout, during, why);
   return ts_error_set(TS_ECOMM, "%s: %s did not complete within %g s%s (a peer may have died "
                       "or not have issued it)", who, sg, g_timeout, during);
 }
@@ -743,6 +936,7 @@ void ts_comm_free(ts_comm *c) {
   if (c->mc != MPI_COMM_NULL) {
     int fin = 0;
     MPI_Finalized(&fin);
+    watch_free(c); /* its sends use mc */
     if (!fin) {
       if (c->mc2 != MPI_COMM_NULL) MPI_Comm_free(&c->mc2);
       MPI_Comm_free(&c->mc);

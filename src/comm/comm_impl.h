@@ -58,6 +58,15 @@ struct ts_comm {
    * issued, oldest first; progress on any request first advances the queue from its head. */
   MPI_Comm mc2;
   struct ts_comm_req *q_head, *q_tail;
+  /* Watchdog (who never reached a collective that timed out): a rank whose wait has lasted a
+   * while tells the others, on mcw (= mc, tag ts__watch_tag()), the last collective it issued
+   * on c (non-blocking sends of 16 bytes; nothing is sent while collectives complete promptly);
+   * a rank that times out collects these for a short grace and names the ranks it did not hear
+   * from. peer_seq[i]: the highest sequence number rank i announced, -1 none; peer_t[i]: when. */
+  MPI_Comm mcw;
+  int64_t *peer_seq;
+  double *peer_t;
+  struct ts_watch_buf *wb; /* the announcement and its send requests */
 };
 
 struct ts_comm_req;
@@ -118,5 +127,7 @@ int ts__comm_stage2_ready(ts_comm *c, const ts_coll_sig *s);
 void ts__req_enqueue_stage2(ts_comm_req *r);
 
 MPI_Datatype ts__mpi_dtype(ts_dtype dt);
+/* The tag of the watchdog's messages: MPI's highest; user send/recv tags stay below it. */
+int ts__watch_tag(void);
 
 #endif

@@ -12,9 +12,10 @@
 #include "tessera/base.h"
 #include "../base/rfile.h"
 #include "tessera/plot.h"
+#include "plot_impl.h"
 
-#define W 1000
-#define H 420
+#define W TS_PLOT_W
+#define H TS_PLOT_H
 
 typedef struct { unsigned char r, g, b; } rgb;
 typedef struct { unsigned char *px; } canvas;
@@ -26,6 +27,9 @@ static void put(canvas *c, int x, int y, rgb col) {
 }
 
 static void line(canvas *c, int x0, int y0, int x1, int y1, rgb col, int thick) {
+  /* callers pass points near the canvas; clamp so that the walk stays short in any case */
+  x0 = x0 < -W ? -W : x0 > 2 * W ? 2 * W : x0; x1 = x1 < -W ? -W : x1 > 2 * W ? 2 * W : x1;
+  y0 = y0 < -H ? -H : y0 > 2 * H ? 2 * H : y0; y1 = y1 < -H ? -H : y1 > 2 * H ? 2 * H : y1;
   int dx = abs(x1 - x0), sx = x0 < x1 ? 1 : -1, dy = -abs(y1 - y0), sy = y0 < y1 ? 1 : -1;
   int err = dx + dy;
   for (;;) {
@@ -75,7 +79,7 @@ static void text(canvas *c, int x, int y, const char *s, rgb col, int scale) {
   }
 }
 
-typedef struct { double *x, *y; int n, cap; } series;
+typedef ts__plot_series series;
 
 static int push(series *s, double x, double y) {
   if (s->n == s->cap) {
@@ -180,54 +184,90 @@ static int write_png(const char *path, const canvas *c) {
   return TS_OK;
 }
 
+/* A plotted value: finite and not absurdly large (the axis span must stay finite), else a gap. */
+static double plot_value(const cJSON *v) {
+  double y = v->valuedouble;
+  return isfinite(y) && fabs(y) <= 1e30 ? y : NAN;
+}
+
+int ts__plot_line(const char *name, int lineno, const char *text, size_t len, int last, ts__plot_data *d) {
+  size_t k = 0;
+  while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r')) k++;
+  if (k == len) return TS_OK;
+  cJSON *j = cJSON_ParseWithLength(text, len);
+  if (!j || !cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    if (last) {
+      ts_log(TS_LOG_WARN, "%s:%d: incomplete last line skipped (the run may still be writing it)", name, lineno);
+      return TS_OK;
+    }
+    return ts_error_set(TS_EFORMAT, "%s:%d: not a JSON object", name, lineno);
+  }
+  int rc = TS_OK;
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+  const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+  const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, "loss");
+  const cJSON *top1 = cJSON_GetObjectItemCaseSensitive(j, "top1");
+  if (cJSON_IsString(type) && cJSON_IsNumber(step)) {
+    double x = step->valuedouble;
+    if (!isfinite(x) || x < 0 || x > 1e15) {
+      rc = ts_error_set(TS_EFORMAT, "%s:%d: step %g: expected a step number 0..1e15", name, lineno, x);
+    } else {
+      int is_eval = !strcmp(type->valuestring, "eval");
+      if (cJSON_IsNumber(loss) && push(is_eval ? &d->el : &d->tl, x, plot_value(loss))) rc = TS_ENOMEM;
+      if (!rc && is_eval && cJSON_IsNumber(top1) && push(&d->ea, x, plot_value(top1))) rc = TS_ENOMEM;
+      if (rc) ts_error_set(rc, "plot: out of memory");
+    }
+  }
+  cJSON_Delete(j);
+  return rc;
+}
+
+void ts__plot_draw(const ts__plot_data *d, unsigned char *px) {
+  canvas c = {px};
+  memset(c.px, 255, 3 * (size_t)W * H);
+  const rgb blue = {31, 119, 180}, orange = {255, 127, 14}, green = {44, 160, 44};
+  ts__plot_data m = *d; /* panel() takes non-const series; it does not change them */
+  panel(&c, 80, 50, 380, 300, "loss", &m.tl, blue, &m.el, orange, 0);
+  panel(&c, 580, 50, 380, 300, "accuracy (top1)", &m.ea, green, NULL, green, 1);
+  text(&c, 90, 395, "train", blue, 1);
+  text(&c, 130, 395, "eval", orange, 1);
+}
+
+void ts__plot_data_free(ts__plot_data *d) {
+  free(d->tl.x); free(d->tl.y); free(d->el.x); free(d->el.y); free(d->ea.x); free(d->ea.y);
+  memset(d, 0, sizeof *d);
+}
+
 int ts_plot_metrics(const char *metrics_path, const char *png_path) {
   FILE *f;
-  int rc0 = ts__file_fopen_read(metrics_path, "cannot open", &f);
-  if (rc0) return rc0;
-  series tl = {0}, el = {0}, ea = {0};
+  int rc = ts__file_fopen_read(metrics_path, "cannot open", &f);
+  if (rc) return rc;
+  ts__plot_data d = {0};
   char *buf = NULL;
   size_t cap = 0;
   ssize_t n;
-  int lineno = 0, rc = TS_OK;
+  int lineno = 0;
   while (rc == TS_OK && (n = getline(&buf, &cap, f)) > 0) {
     lineno++;
-    if (n <= 1) continue;
-    cJSON *j = cJSON_Parse(buf);
-    if (!j) {
-      rc = ts_error_set(TS_EFORMAT, "%s:%d: not a JSON object", metrics_path, lineno);
-      break;
-    }
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, "loss");
-    const cJSON *top1 = cJSON_GetObjectItemCaseSensitive(j, "top1");
-    if (cJSON_IsString(type) && cJSON_IsNumber(step)) {
-      int is_eval = !strcmp(type->valuestring, "eval");
-      if (cJSON_IsNumber(loss) && push(is_eval ? &el : &tl, step->valuedouble, loss->valuedouble)) rc = TS_ENOMEM;
-      if (is_eval && cJSON_IsNumber(top1) && push(&ea, step->valuedouble, top1->valuedouble)) rc = TS_ENOMEM;
-    }
-    cJSON_Delete(j);
+    int last = buf[n - 1] != '\n';
+    rc = ts__plot_line(metrics_path, lineno, buf, (size_t)n - !last, last, &d);
   }
+  if (rc == TS_OK && ferror(f)) rc = ts_error_set(TS_EIO, "%s: read error", metrics_path);
   free(buf);
   fclose(f);
-  if (rc == TS_OK && tl.n == 0 && el.n == 0)
+  if (rc == TS_OK && d.tl.n == 0 && d.el.n == 0)
     rc = ts_error_set(TS_EFORMAT, "%s: no step or eval records with a loss", metrics_path);
-  if (rc == TS_ENOMEM) ts_error_set(rc, "plot: out of memory");
   if (rc == TS_OK) {
     canvas c = {malloc(3 * (size_t)W * H)};
     if (!c.px) {
       rc = ts_error_set(TS_ENOMEM, "plot: out of memory");
     } else {
-      memset(c.px, 255, 3 * (size_t)W * H);
-      const rgb blue = {31, 119, 180}, orange = {255, 127, 14}, green = {44, 160, 44};
-      panel(&c, 80, 50, 380, 300, "loss", &tl, blue, &el, orange, 0);
-      panel(&c, 580, 50, 380, 300, "accuracy (top1)", &ea, green, NULL, green, 1);
-      text(&c, 90, 395, "train", blue, 1);
-      text(&c, 130, 395, "eval", orange, 1);
+      ts__plot_draw(&d, c.px);
       rc = write_png(png_path, &c);
       free(c.px);
     }
   }
-  free(tl.x); free(tl.y); free(el.x); free(el.y); free(ea.x); free(ea.y);
+  ts__plot_data_free(&d);
   return rc;
 }

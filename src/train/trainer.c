@@ -133,7 +133,10 @@ static int probe(ts_trainer *t) {
   memset(&s, 0, sizeof s);
   int rc = ts_source_get(t->train_src, 0, &s);
   if (!rc) rc = ts_transforms_apply(t->tf_train, t->ntf_train, &s, 0); /* what training consumes */
-  if (rc) return ts_error_wrap(rc, "reading the first training sample");
+  if (rc) {
+    ts_sample_free(&s);
+    return ts_error_wrap(rc, "reading the first training sample");
+  }
   t->model.sample = s.data.shape;
   t->model.dtype = s.data.dtype;
   t->model.text = s.target.data != NULL;

@@ -5,7 +5,7 @@
 # Failure handling: never a silent hang.
 #  1. a rank killed mid-training: the job exits non-zero within a bounded time;
 #  2. a rank stopped (alive but silent): the others' watchdog (parallel.comm_timeout) reports the
-#     rank and the collective it was waiting in, and the job exits non-zero;
+#     collective it was waiting in and names the stopped rank, and the job exits non-zero;
 #  3. a configuration error seen by every rank: exit 2 at once.
 # Usage: dp_fail_test.sh path/to/tessera
 set -u
@@ -105,7 +105,7 @@ if wait_running 1 "$tmp/stop.log"; then
   kill -9 "$p1" 2>/dev/null
   dt=$(( $(date +%s) - t0 ))
   if [ "$rc" != 0 ] && [ "$dt" -lt 60 ] &&
-     grep -qE "rank 0.*(allreduce|allgather).*#[0-9]+.*did not complete within 3 s" "$tmp/stop.log"; then
+     grep -qE "rank 0.*(allreduce|allgather).*#[0-9]+.*did not complete within 3 s.*: rank 1 of 2 never reached it \(stalled or dead\)" "$tmp/stop.log"; then
     echo "ok: stopped rank -> exit $rc after ${dt} s: $(grep -m1 'did not complete' "$tmp/stop.log")"
   else echo "FAIL: stopped rank -> exit $rc after ${dt} s"; cat "$tmp/stop.log"; fail=1; fi
 else

@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (clang -fsanitize=fuzzer,address,undefined) outside the normal
 # build, into build-fuzz/, and runs each for a while on a copy of the committed seed corpus.
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]      SECONDS per target (default 120);
-#                                                TARGET: records, idx (default both)
+#                                                TARGET: records, idx, rank_table, metrics
+#                                                (default all)
 #   FUZZ_MERGE=1 tests/fuzz/run.sh ...           afterwards, merge what was found into the
 #                                                committed corpus tests/fuzz/corpus/TARGET (minimised)
 # Installs clang and libclang-rt-14-dev through scripts/install-deps.sh --fuzz when missing.
@@ -12,7 +13,7 @@ set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 secs=${1:-120}
 shift || true
-targets=${*:-records idx}
+targets=${*:-records idx rank_table metrics}
 out=$root/build-fuzz
 mkdir -p "$out/artifacts"
 
@@ -25,12 +26,14 @@ fi
 
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -Wall -Wextra -Wno-unused-parameter -I$root/include -I$root/src"
-lib="$root/src/base/status.c $root/src/tensor/tensor.c $root/src/tensor/dtype.c $root/src/data/source.c"
-declare -A extra=([records]="$root/src/data/records.c" [idx]="$root/src/data/idx.c")
+lib="$root/src/base/status.c $root/src/base/text.c $root/src/base/rfile.c $root/src/tensor/tensor.c $root/src/tensor/dtype.c $root/src/data/source.c"
+declare -A extra=([records]="$root/src/data/records.c" [idx]="$root/src/data/idx.c"
+                  [rank_table]="$root/src/cli/rank_table.c -lcjson"
+                  [metrics]="$root/src/train/plot.c $root/src/base/log.c -lcjson -lpng -lm")
 
 status=0
 for t in $targets; do
-  [ -n "${extra[$t]:-}" ] || { echo "run.sh: unknown target '$t' (records, idx)" >&2; exit 2; }
+  [ -n "${extra[$t]:-}" ] || { echo "run.sh: unknown target '$t' (records, idx, rank_table, metrics)" >&2; exit 2; }
   # shellcheck disable=SC2086
   clang $flags "$root/tests/fuzz/fuzz_$t.c" ${extra[$t]} $lib -lz -o "$out/fuzz_$t"
   work=$out/corpus/$t

@@ -1,0 +1,41 @@
+/* MindSpore/HCCL rank tables (`tessera launch --rank-table`): parsed and validated from memory,
+ * so the parser can be fuzzed (tests/fuzz/fuzz_rank_table.c) and tested on a corpus of bad
+ * tables (tests/cli/test_rank_table.c). */
+#ifndef TS_CLI_RANK_TABLE_H
+#define TS_CLI_RANK_TABLE_H
+
+#include <stddef.h>
+
+typedef struct {
+  char *host;     /* server_id: an RFC 1123 host name or an IPv4 address */
+  int slots;      /* devices (ranks) on this server */
+  int first_rank; /* its ranks are first_rank .. first_rank + slots - 1 */
+} ts_rt_server;
+
+typedef struct {
+  ts_rt_server *servers; /* in rank order */
+  int nservers;
+  int nranks;
+} ts_rank_table;
+
+/* Parses the JSON text `text` (len bytes) of the rank table `name` (used in messages). Checks:
+ * server_list a non-empty array of objects; server_id a host name (letters, digits, hyphens,
+ * dots; labels 1-63 characters not starting or ending with a hyphen, at most 253 in all) or an
+ * IPv4 address, each server listed once; device a non-empty array of objects; rank_id a
+ * non-negative integer (an integral JSON number or a string of digits), unique, all of 0..N-1,
+ * consecutive within a server (mpirun places ranks on hosts in blocks); device_id, where given,
+ * a non-negative integer unique within its server; server_count, where given, the number of
+ * servers. TS_OK with *out filled (free with ts__rank_table_free), or TS_EFORMAT / TS_ENOMEM with
+ * a one-line message naming `name`, the server index or rank and the bad value (escaped). */
+int ts__rank_table_parse(const char *name, const char *text, size_t len, ts_rank_table *out);
+void ts__rank_table_free(ts_rank_table *t);
+
+/* Writes the host file text ("host slots=K\n" per server, in rank order) into buf[cap]; returns
+ * the length it needs (like snprintf). */
+size_t ts__rank_table_hostfile(const ts_rank_table *t, char *buf, size_t cap);
+
+/* Writes s (n bytes) into buf[cap] as printable ASCII in double quotes (\n, \t, \", \\, \xNN),
+ * cut with "..." past about 60 characters: a value from a user's file that stays on one line. */
+void ts__escape(const char *s, size_t n, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `tessera plot` on hostile metrics files (what tests/fuzz/fuzz_metrics.c found): huge losses
+# (an infinite axis span), steps out of range (a line walk of billions of pixels), a truncated
+# last line (a run still writing), missing fields, a very long line. `timeout` turns a hang into
+# a failure (rc 124).
+# Usage: plot_metrics_test.sh path/to/tessera
+set -u
+bin=$1
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect() { # expect CODE PATTERN FILE
+  local out rc
+  out=$(timeout 30 "$bin" plot "$3" -o "$tmp/out.png" 2>&1); rc=$?
+  if [ "$rc" = "$1" ] && grep -qE -- "$2" <<<"$out"; then echo "ok: plot $(basename "$3") -> exit $rc: $out"
+  else echo "FAIL: plot $(basename "$3") -> exit $rc (want $1, 124 = hung): $out"; fail=1; fi
+}
+printf '{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":2,"loss":1e308}\n{"type":"step","step":3,"loss":-1e308}\n{"type":"eval","step":3,"loss":1e999,"top1":0.5}\n' > "$tmp/huge.jsonl"
+expect 0 "wrote" "$tmp/huge.jsonl"
+printf '{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":1e300,"loss":1}\n' > "$tmp/farstep.jsonl"
+expect 1 "farstep.jsonl:2: step 1e\+300: expected a step number" "$tmp/farstep.jsonl"
+printf '{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":2,"loss":2.1}\n{"type":"step","step":3,"lo' > "$tmp/trunc.jsonl"
+expect 0 "trunc.jsonl:3: incomplete last line skipped" "$tmp/trunc.jsonl"
+printf '{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":2,"lo\n{"type":"step","step":3,"loss":2}\n' > "$tmp/mid.jsonl"
+expect 1 "mid.jsonl:2: not a JSON object" "$tmp/mid.jsonl"
+printf '{"type":"step"}\n{"step":2,"loss":1}\n{"type":"step","step":"3","loss":1}\n' > "$tmp/missing.jsonl"
+expect 1 "no step or eval records with a loss" "$tmp/missing.jsonl"
+{ printf '{"type":"step","step":1,"loss":2.3,"pad":"'; head -c 3000000 /dev/zero | tr '\0' x; printf '"}\n'; } > "$tmp/long.jsonl"
+expect 0 "wrote" "$tmp/long.jsonl"
+exit $fail
