@@ -271,6 +271,7 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
                         x->name ? x->name : "?", x->param_id, p->n);
       break;
     }
+    const int id = x->param_id; /* x points into g->vals, which ts_copy below may move */
     ts_val gv = ts_graph_grad(g, ts__handle(g, v));
     if (gv == TS_NONE) continue;
     int gi = gv & ((1 << TS__VAL_BITS) - 1);
@@ -286,7 +287,7 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
       g->nodes[g->nnodes - 1].is_backward = 1;
     }
     owned[gi] = 1;
-    p->e[x->param_id].grad_val = gi;
+    p->e[id].grad_val = gi;
     if (keep && nk < cap) keep[nk] = ts__handle(g, gi);
     nk++;
   }
