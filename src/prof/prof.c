@@ -406,7 +406,14 @@ static void ranks_report(const ts_prof_report_info *ri, ts__sb *b, cJSON *j) {
     if (sh > shw) waiter = r;
   }
   int slow = ts_prof_straggler(R, n);
-  double mt = median(tot, n), mc = median(cmp, n);
+  double mt = median(tot, n);
+  /* the slowest rank against the median of the others (of two ranks, the other one) */
+  double *oth = malloc(sizeof *oth * (size_t)n), mc = 0;
+  int no = 0;
+  for (int r = 0; oth && r < n; r++)
+    if (r != slow) oth[no++] = cmp[r];
+  mc = no ? median(oth, no) : cmp[slow];
+  free(oth);
   double lo = tot[0], hi = tot[0];
   for (int r = 1; r < n; r++) {
     lo = tot[r] < lo ? tot[r] : lo;
@@ -433,7 +440,7 @@ static void ranks_report(const ts_prof_report_info *ri, ts__sb *b, cJSON *j) {
   double above = mc > 0 ? 100.0 * (cmp[slow] / mc - 1) : 0;
   double wslow = R[slow].total_ms > 0 ? 100.0 * R[slow].comm_ms / R[slow].total_ms : 0;
   snprintf(line, sizeof line,
-           "slowest rank: rank %d: compute %.0f%% above the median (%.3f vs %.3f ms per step); %.0f%% of its step "
+           "slowest rank: rank %d: compute %.0f%% above the other ranks' median (%.3f vs %.3f ms per step); %.0f%% of its step "
            "waiting in gradient reduction", slow, above, cmp[slow], mc, wslow);
   ts__sb_printf(b, "  step spread %.3f..%.3f ms (median %.3f)\n  %s\n", lo, hi, mt, line);
   cJSON_AddNumberToObject(j, "straggler", slow);
