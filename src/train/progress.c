@@ -10,8 +10,7 @@
 
 #include "train_impl.h"
 
-/* mkdir -p of the directory part of `path`. */
-static void make_parent_dirs(const char *path) {
+void ts__make_parent_dirs(const char *path) {
   char buf[1024];
   snprintf(buf, sizeof buf, "%s", path);
   for (char *c = buf + 1; *c; c++)
@@ -35,7 +34,7 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
   p->log_every = cfg->train.log_every > 0 ? cfg->train.log_every : 50;
   if (cfg->log.metrics[0]) {
     snprintf(p->metrics_path, sizeof p->metrics_path, "%s", cfg->log.metrics);
-    make_parent_dirs(cfg->log.metrics);
+    ts__make_parent_dirs(cfg->log.metrics);
     p->metrics = fopen(cfg->log.metrics, resumed ? "a" : "w");
     if (!p->metrics)
       return ts_error_set(TS_EIO, "log.metrics: cannot open '%s' for writing: %s", cfg->log.metrics,

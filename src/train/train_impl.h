@@ -18,6 +18,9 @@ int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out);
 /* The same without ownership: base must outlive the view. */
 int ts__source_view(ts_source *base, int64_t off, int64_t n, ts_source **out);
 
+/* mkdir -p of the directory part of `path` (failures show when the file is opened). */
+void ts__make_parent_dirs(const char *path);
+
 /* Progress display and metrics file. */
 typedef struct {
   ts_progress_mode mode;
