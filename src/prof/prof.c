@@ -451,7 +451,7 @@ static void ranks_report(const ts_prof_report_info *ri, ts__sb *b, cJSON *j) {
                   wshare);
     cJSON_AddNumberToObject(j, "most_waiting", waiter);
   }
-  if (slow_tot != slow && mt > 0)
+  if (slow_tot != slow && mt > 0 && tot[slow_tot] > 1.02 * mt) /* only a real difference */
     ts__sb_printf(b, "  rank %d: step %.0f%% slower than the median; %.0f%% of its step waiting in gradient reduction\n",
                   slow_tot, 100.0 * (tot[slow_tot] / mt - 1),
                   R[slow_tot].total_ms > 0 ? 100.0 * R[slow_tot].comm_ms / R[slow_tot].total_ms : 0);

@@ -50,6 +50,9 @@ typedef struct ts__tprof ts__tprof;
  * aligned over the ranks (a barrier: collective), the plan hook. t->prof stays NULL when off. */
 int ts__tprof_create(ts_trainer *t);
 void ts__tprof_free(ts__tprof *tp);
+/* The hook alone on any training plan of graph g, recording into p (not owned; a benchmark's
+ * way to measure exactly what the trainer installs). Steps from 1 are recorded at once. */
+int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_size, ts__tprof **out);
 /* A trainer span (kind: ts_prof_kind) from t0 to t1; nothing when tp is NULL or not recording. */
 void ts__tprof_span(ts__tprof *tp, const char *name, int kind, double t0, double t1);
 /* Step `step` (1-based) starts at t (recording starts at log.profile_start). */

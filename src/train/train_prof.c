@@ -21,6 +21,7 @@ typedef struct {
 
 struct ts__tprof {
   ts_prof *p;
+  int owns_p;
   ts_plan *plan;
   const ts_graph *g;
   node_info *ni;
@@ -220,8 +221,35 @@ void ts__tprof_free(ts__tprof *tp) {
   if (tp->plan) ts_plan_remove_hook(tp->plan, hook, tp);
   for (int j = 0; tp->ni && j < tp->nnodes; j++) free(tp->ni[j].args);
   free(tp->ni);
-  ts_prof_free(tp->p);
+  if (tp->owns_p) ts_prof_free(tp->p);
   free(tp);
+}
+
+int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_size, ts__tprof **out) {
+  *out = NULL;
+  ts__tprof *tp = calloc(1, sizeof *tp);
+  if (!tp) return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+  tp->p = p;
+  tp->g = g;
+  tp->world_size = world_size;
+  tp->nnodes = ts_graph_num_nodes(g);
+  tp->ni = calloc((size_t)tp->nnodes + 1, sizeof *tp->ni);
+  int rc = tp->ni ? TS_OK : ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+  for (int j = 0; !rc && j < tp->nnodes; j++) {
+    node_info *n = &tp->ni[j];
+    n->phase = (uint8_t)(ts_graph_node_is_backward(g, j) != 0);
+    n->flops = node_flops(g, j);
+    node_comm(g, j, world_size, n);
+    if (ts_prof_get_mode(p) == TS_PROF_TRACE && !(n->args = node_args(g, j)))
+      rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+  }
+  if (!rc && (rc = ts_plan_add_hook(plan, hook, tp)) == TS_OK) tp->plan = plan;
+  if (rc) {
+    ts__tprof_free(tp);
+    return rc;
+  }
+  *out = tp;
+  return TS_OK;
 }
 
 int ts__tprof_create(ts_trainer *t) {
@@ -229,32 +257,21 @@ int ts__tprof_create(ts_trainer *t) {
   t->prof = NULL;
   if (c->log.profile == TS_PROF_OFF) return TS_OK;
   const ts_dist_run *r = t->run;
-  ts__tprof *tp = calloc(1, sizeof *tp);
-  if (!tp) return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
   ts_prof_config pc = ts_prof_config_default();
   pc.mode = (ts_prof_mode)c->log.profile;
-  int rc = ts_prof_create(&pc, r->rank, &tp->p);
-  if (rc) {
-    free(tp);
-    return ts_error_wrap(rc, "log.profile");
+  ts_prof *p;
+  int rc = ts_prof_create(&pc, r->rank, &p);
+  if (rc) return ts_error_wrap(rc, "log.profile");
+  ts__tprof *tp;
+  if ((rc = ts__tprof_attach(p, r->plan, r->g, r->size, &tp))) {
+    ts_prof_free(p);
+    return rc;
   }
-  tp->g = r->g;
-  tp->world_size = r->size;
+  tp->owns_p = 1;
   tp->start = c->log.profile_start;
-  tp->nnodes = ts_graph_num_nodes(r->g);
-  tp->ni = calloc((size_t)tp->nnodes + 1, sizeof *tp->ni);
-  if (!tp->ni) rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");
-  for (int j = 0; !rc && j < tp->nnodes; j++) {
-    node_info *n = &tp->ni[j];
-    n->phase = (uint8_t)(ts_graph_node_is_backward(r->g, j) != 0);
-    n->flops = node_flops(r->g, j);
-    node_comm(r->g, j, r->size, n);
-    if (c->log.profile == TS_PROF_TRACE && !(n->args = node_args(r->g, j)))
-      rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");
-  }
   /* the gradient reduction's bytes per step per rank: each parameter over its holders (ring) */
   ts_comm *world = ts_dist_world(t->dist);
-  if (!rc && world && r->size > 1) {
+  if (world && r->size > 1) {
     int *part = malloc(sizeof(int) * (size_t)r->size);
     double wire = c->parallel.comm_dtype == 0 ? 4 : 2;
     for (int i = 0; part && i < ts_params_count(r->params); i++) {
@@ -267,17 +284,13 @@ int ts__tprof_create(ts_trainer *t) {
     }
     free(part);
   }
-  if (!rc) {
-    tp->peak = ts__train_peak_gflops();
-    /* time 0 of the trace: every rank's clock read right after one barrier */
-    if (world && r->size > 1 && (rc = ts_comm_barrier(world))) rc = ts_error_wrap(rc, "log.profile: aligning clocks");
-    ts_prof_set_origin(tp->p, ts_time_now());
-  }
-  if (!rc && (rc = ts_plan_add_hook(r->plan, hook, tp)) == TS_OK) tp->plan = r->plan;
-  if (rc) {
+  tp->peak = ts__train_peak_gflops();
+  /* time 0 of the trace: every rank's clock read right after one barrier */
+  if (world && r->size > 1 && (rc = ts_comm_barrier(world))) {
     ts__tprof_free(tp);
-    return rc;
+    return ts_error_wrap(rc, "log.profile: aligning clocks");
   }
+  ts_prof_set_origin(p, ts_time_now());
   t->prof = tp;
   return TS_OK;
 }
