@@ -213,6 +213,9 @@ typedef struct {
     ts_progress_mode progress;
     char plot[TS_CFG_PATH_MAX]; /* PNG of the curves at the end, "" = none */
     ts_log_level level;
+    int profile;               /* ts_prof_mode: 0 off, 1 summary, 2 trace (tessera/prof.h) */
+    char trace[TS_CFG_PATH_MAX]; /* Chrome trace file (profile: trace); "" = <checkpoint.dir or .>/trace.json */
+    int64_t profile_start;     /* first profiled step (1-based) */
   } log;
   char source[TS_CFG_PATH_MAX]; /* the file the config was loaded from ("" if none); not a key */
 } ts_config;

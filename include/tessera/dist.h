@@ -186,8 +186,8 @@ void ts_dist_step_begin(ts_dist *d, float *grads);
  * over the ranks holding the same parameters, and *loss (this rank's mean over the micro-steps)
  * into the step's loss of the whole model; *wait_ms: time spent waiting for communication. */
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms);
-/* Global-norm clipping of g to max_norm (<= 0: none, *norm 0), each parameter counted once
- * over the ranks. */
+/* The global L2 norm of g into *norm (before clipping), each parameter counted once over the
+ * ranks (collective where parameters are sliced), and clipping of g to max_norm when > 0. */
 int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm);
 /* Before evaluation or a checkpoint: states every rank should agree on (BatchNorm running
  * statistics under data parallel without sync_batchnorm) are averaged. */

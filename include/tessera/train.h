@@ -26,11 +26,14 @@ typedef struct {
   int64_t batch; /* batch index within the epoch */
   double loss;   /* mean training loss of the step (over its micro-batches) */
   double lr;
-  double grad_norm;     /* before clipping; 0 when clipping is off */
+  double grad_norm;     /* global L2 norm of the step's gradients, before clipping */
   double step_ms;       /* wall time of the step (data wait included) */
   double samples_per_s; /* global batch / step time */
   double comm_wait_ms;  /* data parallel: time the step waited for gradient all-reduces after
                            backward (communication not hidden behind it); 0 alone */
+  /* log.profile on and the step recorded (profiled = 1): the step broken down, in ms */
+  int profiled;
+  double data_ms, forward_ms, backward_ms, optimizer_ms, comm_exposed_ms;
 } ts_step_info;
 
 typedef struct {
@@ -86,6 +89,9 @@ int ts_trainer_world_size(const ts_trainer *t);
  * this rank's slices under semi_auto_parallel). */
 int64_t ts_trainer_num_params(const ts_trainer *t);
 int64_t ts_trainer_step(const ts_trainer *t);
+/* The training plan (owned by the trainer), for a plan hook a tool or test adds after the
+ * trainer's own (ts_plan_add_hook; the profiler's hook, with log.profile on, comes first). */
+ts_plan *ts_trainer_plan_handle(ts_trainer *t);
 int64_t ts_trainer_steps_per_epoch(const ts_trainer *t);
 
 /* Built-in callbacks (the CLI uses them too). */

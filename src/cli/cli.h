@@ -2,13 +2,22 @@
 #ifndef TS_CLI_H
 #define TS_CLI_H
 #include <math.h>
+
+#include "tessera/config.h"
 /* Prints "tessera: <message>" to stderr and returns `code` (the process exit status). */
 int ts_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Checks a file named on the command line can be read (exists, is a regular file: a FIFO or a
  * folder fails at once instead of hanging or failing later). 0, or ts_cli_fail(2, ...) with
  * "<path>: <what>: <reason>". */
 int ts_cli_check_input(const char *path, const char *what);
+/* Parses CONFIG [--set k=v]... (and --checkpoint FILE when ckpt is not NULL) and loads the
+ * config; 0, or the exit status after printing the error. */
+int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
+                       const char **plot_out);
+/* Exit status for a library status: configuration problems are usage errors (2), others 1. */
+int ts_cli_exit_code(int rc);
 int ts_cli_train(int argc, char **argv);
+int ts_cli_profile(int argc, char **argv);
 int ts_cli_plan(int argc, char **argv);
 int ts_cli_ckpt(int argc, char **argv);
 int ts_cli_eval(int argc, char **argv);

@@ -9,10 +9,10 @@
 #include "tessera/train.h"
 
 /* Exit status for a library status: configuration problems are usage errors (2). */
-static int exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED ? 2 : 1; }
+int ts_cli_exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED ? 2 : 1; }
 
 /* Parses CONFIG [--set k=v]... [--KEY VALUE] leaving unknown options to `extra`. */
-static int load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
+int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
                        const char **plot_out) {
   const char *path = NULL;
   const char **sets = calloc((size_t)argc + 1, sizeof *sets);
@@ -46,7 +46,7 @@ static int load_config(const char *cmd, int argc, char **argv, ts_config *cfg, c
   }
   int rc = ts_config_load(path, sets, nsets, cfg);
   free(sets);
-  if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   return 0;
 }
 
@@ -61,11 +61,11 @@ int ts_cli_train(int argc, char **argv) {
       return 0;
     }
   ts_config cfg;
-  int e = load_config("train", argc, argv, &cfg, NULL, NULL);
+  int e = ts_cli_load_config("train", argc, argv, &cfg, NULL, NULL);
   if (e) return e;
   ts_trainer *t;
   int rc = ts_trainer_create(&cfg, &t);
-  if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   if (ts_trainer_rank(t) == 0) {
     char where[160] = "";
     int64_t all = ts_trainer_num_params(t), mine = (int64_t)ts_params_numel(ts_trainer_params(t));
@@ -83,7 +83,7 @@ int ts_cli_train(int argc, char **argv) {
   }
   rc = ts_trainer_fit(t);
   ts_trainer_free(t);
-  if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   return 0;
 }
 
@@ -97,7 +97,7 @@ int ts_cli_eval(int argc, char **argv) {
     }
   ts_config cfg;
   const char *ckpt = NULL;
-  int e = load_config("eval", argc, argv, &cfg, &ckpt, NULL);
+  int e = ts_cli_load_config("eval", argc, argv, &cfg, &ckpt, NULL);
   if (e) return e;
   if (!ckpt) return ts_cli_fail(2, "eval: --checkpoint FILE is required");
   if ((e = ts_cli_check_input(ckpt, "cannot open the checkpoint"))) return e;
@@ -111,7 +111,7 @@ int ts_cli_eval(int argc, char **argv) {
   ts_eval_info ev;
   if (!rc) rc = ts_trainer_evaluate(t, &ev);
   ts_trainer_free(t);
-  if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   printf("eval %s: %lld samples  loss %.4f  top1 %.2f%%  top5 %.2f%%  (%.1f s)\n", ckpt,
          (long long)ev.samples, ev.loss, 100 * ev.top1, 100 * ev.top5, ev.seconds);
   return 0;
@@ -181,13 +181,13 @@ int ts_cli_plan(int argc, char **argv) {
     return ts_cli_fail(2, "plan: give the device count with -n N (see tessera plan --help)");
   }
   ts_config cfg;
-  int e = load_config("plan", nrest, rest, &cfg, NULL, NULL);
+  int e = ts_cli_load_config("plan", nrest, rest, &cfg, NULL, NULL);
   free(rest);
   if (e) return e;
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
   char *text;
   int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
-  if (rc) return ts_cli_fail(exit_code(rc), "%s", ts_last_error());
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   fputs(text, stdout);
   free(text);
   return 0;

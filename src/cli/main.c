@@ -70,6 +70,8 @@ static int usage(FILE *f) {
           "  train   train a model from a YAML config (tessera train --help)\n"
           "  eval    evaluate a checkpoint on the test data (tessera eval --help)\n"
           "  plan    show how semi_auto_parallel cuts a model on N devices (tessera plan --help)\n"
+          "  profile train a few steps with the profiler: step breakdown, per-op table, trace\n"
+          "          (tessera profile --help)\n"
           "  plot    draw loss/accuracy curves from a metrics file (tessera plot --help)\n"
           "  launch  run a command on N ranks through mpirun (tessera launch --help)\n"
           "  ckpt    inspect a checkpoint or export its parameters (tessera ckpt --help)\n"
@@ -91,6 +93,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "plan")) rc = ts_cli_plan(argc - 2, argv + 2);
   else if (!strcmp(cmd, "ckpt")) rc = ts_cli_ckpt(argc - 2, argv + 2);
   else if (!strcmp(cmd, "eval")) rc = ts_cli_eval(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "profile")) rc = ts_cli_profile(argc - 2, argv + 2);
   else if (!strcmp(cmd, "plot")) rc = ts_cli_plot(argc - 2, argv + 2);
   else if (!strcmp(cmd, "launch")) rc = ts_cli_launch(argc - 2, argv + 2);
   else if (!strcmp(cmd, "data")) rc = ts_cli_data(argc - 2, argv + 2);

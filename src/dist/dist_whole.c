@@ -99,7 +99,6 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
 
 int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm) {
   *norm = 0;
-  if (!(max_norm > 0)) return TS_OK;
   ts_params *p = d->r.params;
   int N = d->r.size, np = ts_params_count(p);
   /* each slice counted once: a parameter n ranks hold weighs 1/n on each */
@@ -123,6 +122,7 @@ int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm) {
   int rc = d->world ? ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm");
   *norm = sqrtf(f);
+  if (!(max_norm > 0)) return TS_OK; /* the norm only */
   float c = ts_clip_coef(*norm, max_norm);
   if (c != 1.0f) ts_scale_f32(g, ts_params_numel(p), c);
   return TS_OK;

@@ -16,6 +16,7 @@ static const char *const parallel_names[] = {"stand_alone", "data_parallel", "se
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const profile_names[] = {"off", "summary", "trace", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
 const char *const *ts__cfg_data_names = data_names;
@@ -234,6 +235,14 @@ const ts__cfg_key ts__cfg_keys[] = {
      "PNG of the loss and accuracy curves written at the end; empty = none"},
     {"log.level", CT_ENUM, FLD(log.level), "info", level_names, 0, 0, 0, 0, 0,
      "least severe library log message shown"},
+    {"log.profile", CT_ENUM, FLD(log.profile), "off", profile_names, 0, 0, 0, 0, 0,
+     "profiler (docs/profiling.md): summary = step breakdown, per-op tables and ranks at the end "
+     "(printed and in log.metrics); trace = the same plus a Chrome/Perfetto trace in log.trace"},
+    {"log.trace", CT_STR, FLD(log.trace), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "trace file of log.profile: trace; empty = <checkpoint.dir>/trace.json, or ./trace.json "
+     "without checkpoint.dir"},
+    {"log.profile_start", CT_I64, FLD(log.profile_start), "1", NULL, 1, BIG, 0, 0, 0,
+     "first profiled step (earlier steps run unrecorded: warm-up)"},
 };
 
 const int ts__cfg_nkeys = (int)(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0]);

@@ -10,8 +10,7 @@
 
 #include "train_impl.h"
 
-/* mkdir -p of the directory part of `path`. */
-static void make_parent_dirs(const char *path) {
+void ts__make_parent_dirs(const char *path) {
   char buf[1024];
   snprintf(buf, sizeof buf, "%s", path);
   for (char *c = buf + 1; *c; c++)
@@ -35,7 +34,7 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
   p->log_every = cfg->train.log_every > 0 ? cfg->train.log_every : 50;
   if (cfg->log.metrics[0]) {
     snprintf(p->metrics_path, sizeof p->metrics_path, "%s", cfg->log.metrics);
-    make_parent_dirs(cfg->log.metrics);
+    ts__make_parent_dirs(cfg->log.metrics);
     p->metrics = fopen(cfg->log.metrics, resumed ? "a" : "w");
     if (!p->metrics)
       return ts_error_set(TS_EIO, "log.metrics: cannot open '%s' for writing: %s", cfg->log.metrics,
@@ -73,13 +72,19 @@ static int metrics_check(ts__progress *p, int flush) {
 }
 
 int ts__progress_step(ts__progress *p, const ts_step_info *s) {
-  if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1))
+  if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1)) {
     fprintf(p->metrics,
             "{\"type\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,"
-            "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,\"samples_per_s\":%.1f,"
-            "\"time_s\":%.3f}\n",
+            "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,\"samples_per_s\":%.1f,",
             (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, s->step_ms,
-            s->comm_wait_ms, s->samples_per_s, ts_time_now() - p->t_start);
+            s->comm_wait_ms, s->samples_per_s);
+    if (s->profiled) /* log.profile: the step broken down */
+      fprintf(p->metrics,
+              "\"data_ms\":%.3f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
+              "\"comm_exposed_ms\":%.3f,",
+              s->data_ms, s->forward_ms, s->backward_ms, s->optimizer_ms, s->comm_exposed_ms);
+    fprintf(p->metrics, "\"time_s\":%.3f}\n", ts_time_now() - p->t_start);
+  }
   int rc = metrics_check(p, 0);
   if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   double now = ts_time_now(), el = now - p->t_start;
@@ -135,6 +140,12 @@ void ts__progress_message(ts__progress *p, const char *fmt, ...) {
   va_end(ap);
   putchar('\n');
   fflush(stdout);
+}
+
+int ts__progress_record(ts__progress *p, const char *json) {
+  if (!p->metrics) return TS_OK;
+  fprintf(p->metrics, "%s\n", json);
+  return metrics_check(p, 1);
 }
 
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc) {

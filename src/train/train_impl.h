@@ -8,6 +8,7 @@
 #include "tessera/data.h"
 #include "tessera/optim.h"
 #include "tessera/dist.h"
+#include "tessera/prof.h"
 #include "tessera/train.h"
 
 /* Train and test sources for a config (test may come back NULL: no test data). */
@@ -16,6 +17,9 @@ int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test)
 int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out);
 /* The same without ownership: base must outlive the view. */
 int ts__source_view(ts_source *base, int64_t off, int64_t n, ts_source **out);
+
+/* mkdir -p of the directory part of `path` (failures show when the file is opened). */
+void ts__make_parent_dirs(const char *path);
 
 /* Progress display and metrics file. */
 typedef struct {
@@ -34,9 +38,31 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
 int ts__progress_step(ts__progress *p, const ts_step_info *s);
 int ts__progress_eval(ts__progress *p, const ts_eval_info *e);
 void ts__progress_message(ts__progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Writes one JSON line (a record such as {"type":"profile",...}) to the metrics file, if any. */
+int ts__progress_record(ts__progress *p, const char *json);
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
                      int have_acc);
 void ts__progress_close(ts__progress *p);
+
+/* The profiler's trainer side (train_prof.c): NULL when log.profile is off. */
+typedef struct ts__tprof ts__tprof;
+/* log.profile on: the profiler, the per-node table of the training graph, the peak, clocks
+ * aligned over the ranks (a barrier: collective), the plan hook. t->prof stays NULL when off. */
+int ts__tprof_create(ts_trainer *t);
+void ts__tprof_free(ts__tprof *tp);
+/* The hook alone on any training plan of graph g, recording into p (not owned; a benchmark's
+ * way to measure exactly what the trainer installs). Steps from 1 are recorded at once. */
+int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_size, ts__tprof **out);
+/* A trainer span (kind: ts_prof_kind) from t0 to t1; nothing when tp is NULL or not recording. */
+void ts__tprof_span(ts__tprof *tp, const char *name, int kind, double t0, double t1);
+/* Step `step` (1-based) starts at t (recording starts at log.profile_start). */
+void ts__tprof_step_begin(ts__tprof *tp, int64_t step, double t);
+/* The step ends at t: its breakdown goes into info (profiled = 1). */
+void ts__tprof_step_end(ts__tprof *tp, double t, ts_step_info *info);
+/* End of fit (collective): the report (rank 0 prints it and writes it to the metrics), the trace. */
+int ts__tprof_finish(ts_trainer *t);
+/* The machine's sgemm GFLOP/s (512^3 through the kernels), measured on the first call. */
+double ts__train_peak_gflops(void);
 
 /* The trainer (trainer.c; `tessera plan` in trainer_plan.c). */
 #define MAX_CB 16
@@ -65,6 +91,7 @@ struct ts_trainer {
   int ncb;
   ts__progress prog;
   char *cfg_yaml;
+  ts__tprof *prof; /* log.profile; NULL when off */
 };
 
 /* The layout for c's parallel.mode (the one place the mode is read), the distribution config

@@ -352,6 +352,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
       goto fail;
     }
   }
+  if ((rc = ts__tprof_create(t))) goto fail; /* log.profile (collective: clocks aligned) */
   /* resume */
   const char *res = c->checkpoint.resume;
   int resumed = 0;
@@ -389,6 +390,7 @@ int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user
 void ts_trainer_free(ts_trainer *t) {
   if (!t) return;
   ts__progress_close(&t->prog);
+  ts__tprof_free(t->prof); /* before the plan it hooks */
   ts_pipeline_free(t->train_pipe);
   ts_optim_free(t->opt);
   ts_dist_free(t->dist);
@@ -538,21 +540,29 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
     loss += *(const float *)ts_plan_data(r->plan, r->loss);
     if (t->accum > 1) {
+      double ta = ts_time_now();
       if (k == 0)
         memcpy(t->acc, grads, n * sizeof(float));
       else
 #pragma omp parallel for if (n > 65536)
         for (size_t i = 0; i < n; i++) t->acc[i] += grads[i];
+      ts__tprof_span(t->prof, "grad_accumulate", TS_PROF_OTHER, ta, ts_time_now());
     }
   }
   float *g = t->accum > 1 ? t->acc : grads;
   loss /= (double)t->accum;
+  double t0 = ts_time_now();
   int rc = ts_dist_step_end(t->dist, g, &loss, &info->comm_wait_ms);
   if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
+  double t1 = ts_time_now();
+  if (r->size > 1) ts__tprof_span(t->prof, "grad_reduce_wait", TS_PROF_COMM, t0, t1);
   float norm = 0;
   if ((rc = ts_dist_clip(t->dist, g, (float)t->cfg.optimizer.clip_grad_norm, &norm))) return rc;
+  double t2 = ts_time_now();
+  ts__tprof_span(t->prof, "grad_norm", TS_PROF_OPTIMIZER, t1, t2);
   float lr = ts_lr_at(&t->sched, t->step);
   if ((rc = ts_optim_step(t->opt, ts_params_data(r->params), g, lr))) return rc;
+  ts__tprof_span(t->prof, "optimizer", TS_PROF_OPTIMIZER, t2, ts_time_now());
   info->loss = loss;
   info->lr = lr;
   info->grad_norm = norm;
@@ -565,7 +575,10 @@ int ts_trainer_fit(ts_trainer *t) {
   ts_batch b;
   double t_prev = ts_time_now();
   while (t->step < t->total_steps && !t->stop) {
+    ts__tprof_step_begin(t->prof, t->step + 1, t_prev);
+    double td = ts_time_now();
     if ((rc = ts_pipeline_next(t->train_pipe, &b))) break;
+    ts__tprof_span(t->prof, "data", TS_PROF_DATA, td, ts_time_now());
     if (b.size != c->train.batch_size / t->run->data_parts) {
       rc = ts_error_set(TS_EINVAL, "trainer: pipeline gave a batch of %d, expected %d", b.size,
                         c->train.batch_size / t->run->data_parts);
@@ -579,6 +592,7 @@ int ts_trainer_fit(ts_trainer *t) {
     t->step++;
     t->batch++;
     double now = ts_time_now();
+    ts__tprof_step_end(t->prof, now, &info);
     info.step = t->step;
     info.step_ms = 1e3 * (now - t_prev);
     info.samples_per_s = (double)c->train.batch_size / (now - t_prev);
@@ -596,7 +610,9 @@ int ts_trainer_fit(ts_trainer *t) {
     int last = t->step == t->total_steps;
     int do_eval = (c->train.eval_every > 0 && t->step % c->train.eval_every == 0) ||
                   (c->train.eval_every == 0 && epoch_end) || (last && c->train.eval_every >= -1);
+    double te = ts_time_now();
     if (do_eval && (rc = run_eval(t))) break;
+    if (do_eval) ts__tprof_span(t->prof, "evaluation", TS_PROF_EVAL, te, ts_time_now());
     if (epoch_end)
       for (int i = 0; i < t->ncb && rc == TS_OK; i++)
         if (t->cb[i].on_epoch_end) rc = t->cb[i].on_epoch_end(t, t->epoch - 1, t->cb[i].user);
@@ -606,13 +622,16 @@ int ts_trainer_fit(ts_trainer *t) {
                  (c->checkpoint.save_steps <= 0 && c->checkpoint.save_epochs > 0 && epoch_end &&
                   t->epoch % c->checkpoint.save_epochs == 0) ||
                  (last && c->checkpoint.save_last);
+      double tc = ts_time_now();
       if (save && (rc = save_checkpoint(t))) break;
+      if (save) ts__tprof_span(t->prof, "checkpoint", TS_PROF_CKPT, tc, ts_time_now());
     }
     t_prev = ts_time_now(); /* evaluation and checkpoints are not step time */
   }
   if (rc == TS_OK && t->stop && c->checkpoint.dir[0] && c->checkpoint.save_last) rc = save_checkpoint(t);
   for (int i = 0; i < t->ncb && rc == TS_OK; i++)
     if (t->cb[i].on_train_end) rc = t->cb[i].on_train_end(t, t->cb[i].user);
+  if (rc == TS_OK) rc = ts__tprof_finish(t); /* collective; rank 0 reports */
   if (rc == TS_OK) /* a failed run reports its error, not a summary */
     rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval);
   if (rc == TS_OK && c->log.plot[0] && c->log.metrics[0]) {

@@ -118,6 +118,9 @@ static const struct {
     {"log.progress", "lines"},
     {"log.plot", "runs/x/curves.png"},
     {"log.level", "debug"},
+    {"log.profile", "trace"},
+    {"log.trace", "runs/x/trace.json"},
+    {"log.profile_start", "6"},
 };
 #define NALL ((int)(sizeof k_all / sizeof k_all[0]))
 

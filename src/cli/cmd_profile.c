@@ -1,0 +1,114 @@
+/* `tessera profile`: trains steps 1..B of a config with the profiler recording steps A..B
+ * (log.profile: trace), prints the summary and writes the trace; or reads a trace back. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tessera/prof.h"
+#include "tessera/tessera.h"
+#include "tessera/train.h"
+
+static int usage(void) {
+  printf("usage: tessera profile CONFIG.yaml [--steps A:B] [-o TRACE.json] [--set key=value ...]\n"
+         "       tessera profile --summary TRACE.json [--top N]\n"
+         "Trains steps 1..B of the config (train.steps = B) with the profiler on from step A (the\n"
+         "steps before are warm-up), then prints the step broken into data / forward / backward /\n"
+         "exposed communication / optimizer / other, the per-op-type and per-operator tables with\n"
+         "achieved GFLOP/s, communication per collective, memory and, on several ranks, the slowest\n"
+         "rank; and writes a Chrome trace (open it in https://ui.perfetto.dev). Default --steps 6:25;\n"
+         "-o defaults to log.trace (<checkpoint.dir or .>/trace.json). No checkpoint is written.\n"
+         "--summary reads a trace file back and prints its per-op tables (docs/profiling.md).\n"
+         "example: tessera profile examples/mlp_fashion.yaml --steps 3:12 -o mlp-trace.json\n");
+  return 0;
+}
+
+static int parse_steps(const char *s, long long *a, long long *b) {
+  char *end;
+  *a = strtoll(s, &end, 10);
+  if (end == s || *end != ':') return -1;
+  const char *t = end + 1;
+  *b = strtoll(t, &end, 10);
+  if (end == t || *end || *a < 1 || *b < *a) return -1;
+  return 0;
+}
+
+int ts_cli_profile(int argc, char **argv) {
+  const char *out = NULL, *summary = NULL, *steps = "6:25";
+  int top = 15;
+  char **rest = calloc((size_t)argc + 8, sizeof *rest);
+  if (!rest) return ts_cli_fail(1, "profile: out of memory");
+  int nrest = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      free(rest);
+      return usage();
+    }
+    if (!strcmp(a, "--steps") || !strcmp(a, "-o") || !strcmp(a, "--summary") || !strcmp(a, "--top")) {
+      if (i + 1 >= argc) {
+        free(rest);
+        return ts_cli_fail(2, "profile: %s needs a value (see tessera profile --help)", a);
+      }
+      const char *v = argv[++i];
+      if (a[1] == 'o') out = v;
+      else if (a[2] == 's' && a[3] == 't') steps = v;
+      else if (a[2] == 's') summary = v;
+      else if ((top = atoi(v)) < 1) {
+        free(rest);
+        return ts_cli_fail(2, "profile: --top needs a positive number, got '%s'", v);
+      }
+      continue;
+    }
+    rest[nrest++] = argv[i];
+  }
+  if (summary) {
+    free(rest);
+    int e = ts_cli_check_input(summary, "cannot read the trace");
+    if (e) return e;
+    char *text;
+    int rc = ts_prof_trace_summary(summary, top, &text);
+    if (rc) return ts_cli_fail(rc == TS_EFORMAT ? 2 : 1, "%s", ts_last_error());
+    fputs(text, stdout);
+    free(text);
+    return 0;
+  }
+  long long A, B;
+  if (parse_steps(steps, &A, &B)) {
+    free(rest);
+    return ts_cli_fail(2, "profile: --steps needs A:B with 1 <= A <= B (e.g. 6:25), got '%s'", steps);
+  }
+  /* the profile run: B steps, recording from A, a trace, no checkpoints */
+  char s_steps[64], s_start[64], s_trace[4200];
+  snprintf(s_steps, sizeof s_steps, "train.steps=%lld", B);
+  snprintf(s_start, sizeof s_start, "log.profile_start=%lld", A);
+  const char *extra[] = {"--set", s_steps, "--set", s_start, "--set", "log.profile=trace", "--set",
+                         "checkpoint.resume="};
+  for (int k = 0; k < 8; k++) rest[nrest++] = (char *)extra[k];
+  ts_config cfg;
+  int e = ts_cli_load_config("profile", nrest, rest, &cfg, NULL, NULL);
+  free(rest);
+  if (e) return e;
+  if (out) snprintf(cfg.log.trace, sizeof cfg.log.trace, "%s", out);
+  else if (!cfg.log.trace[0]) {
+    int k = snprintf(s_trace, sizeof s_trace, "%s/trace.json", cfg.checkpoint.dir[0] ? cfg.checkpoint.dir : ".");
+    if (k < 0 || (size_t)k >= sizeof cfg.log.trace)
+      return ts_cli_fail(2, "profile: checkpoint.dir is too long for a trace path: give -o TRACE.json");
+    memcpy(cfg.log.trace, s_trace, (size_t)k + 1);
+  }
+  cfg.checkpoint.dir[0] = 0; /* profiling writes no checkpoints */
+  if (cfg.log.progress == TS_PROGRESS_AUTO || cfg.log.progress == TS_PROGRESS_OFF) cfg.log.progress = TS_PROGRESS_LINES;
+  ts_trainer *t;
+  int rc = ts_trainer_create(&cfg, &t);
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  if (ts_trainer_rank(t) == 0) {
+    printf("tessera %s profile: %s on %s, steps %lld..%lld recorded of %lld, batch %d, %d threads, %d rank(s)\n",
+           ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name), A, B, B,
+           cfg.train.batch_size, ts_threads_get(), ts_trainer_world_size(t));
+    fflush(stdout);
+  }
+  rc = ts_trainer_fit(t);
+  ts_trainer_free(t);
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  return 0;
+}
