@@ -12,8 +12,9 @@
 static int usage(void) {
   printf("usage: tessera profile CONFIG.yaml [--steps A:B] [-o TRACE.json] [--set key=value ...]\n"
          "       tessera profile --summary TRACE.json [--top N]\n"
-         "Trains steps 1..B of the config (train.steps = B) with the profiler on from step A (the\n"
-         "steps before are warm-up), then prints the step broken into data / forward / backward /\n"
+         "Trains steps 1..B of the config, then stops (the LR schedule stays the whole run's), with\n"
+         "the profiler on from step A (the steps before are warm-up); prints the step broken into\n"
+         "data / forward / backward /\n"
          "exposed communication / optimizer / other, the per-op-type and per-operator tables with\n"
          "achieved GFLOP/s, communication per collective, memory and, on several ranks, the slowest\n"
          "rank; and writes a Chrome trace (open it in https://ui.perfetto.dev). Default --steps 6:25;\n"
@@ -21,6 +22,11 @@ static int usage(void) {
          "--summary reads a trace file back and prints its per-op tables (docs/profiling.md).\n"
          "example: tessera profile examples/mlp_fashion.yaml --steps 3:12 -o mlp-trace.json\n");
   return 0;
+}
+
+static int stop_after(ts_trainer *t, const ts_step_info *s, void *last) {
+  if (s->step >= *(const long long *)last) ts_trainer_request_stop(t);
+  return TS_OK;
 }
 
 static int parse_steps(const char *s, long long *a, long long *b) {
@@ -79,12 +85,10 @@ int ts_cli_profile(int argc, char **argv) {
     return ts_cli_fail(2, "profile: --steps needs A:B with 1 <= A <= B (e.g. 6:25), got '%s'", steps);
   }
   /* the profile run: B steps, recording from A, a trace, no checkpoints */
-  char s_steps[64], s_start[64], s_trace[4200];
-  snprintf(s_steps, sizeof s_steps, "train.steps=%lld", B);
+  char s_start[64], s_trace[4200];
   snprintf(s_start, sizeof s_start, "log.profile_start=%lld", A);
-  const char *extra[] = {"--set", s_steps, "--set", s_start, "--set", "log.profile=trace", "--set",
-                         "checkpoint.resume="};
-  for (int k = 0; k < 8; k++) rest[nrest++] = (char *)extra[k];
+  const char *extra[] = {"--set", s_start, "--set", "log.profile=trace", "--set", "checkpoint.resume="};
+  for (int k = 0; k < 6; k++) rest[nrest++] = (char *)extra[k];
   ts_config cfg;
   int e = ts_cli_load_config("profile", nrest, rest, &cfg, NULL, NULL);
   free(rest);
@@ -107,7 +111,9 @@ int ts_cli_profile(int argc, char **argv) {
            cfg.train.batch_size, ts_threads_get(), ts_trainer_world_size(t));
     fflush(stdout);
   }
-  rc = ts_trainer_fit(t);
+  /* the run stops after step B, its schedule (warm-up, decay) that of the whole config's run */
+  ts_callback stop = {"profile_window", stop_after, NULL, NULL, NULL, &B};
+  if (!(rc = ts_trainer_add_callback(t, &stop))) rc = ts_trainer_fit(t);
   ts_trainer_free(t);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   return 0;
