@@ -87,8 +87,10 @@ int ts_cli_profile(int argc, char **argv) {
   /* the profile run: B steps, recording from A, a trace, no checkpoints */
   char s_start[64], s_trace[4200];
   snprintf(s_start, sizeof s_start, "log.profile_start=%lld", A);
-  const char *extra[] = {"--set", s_start, "--set", "log.profile=trace", "--set", "checkpoint.resume="};
-  for (int k = 0; k < 6; k++) rest[nrest++] = (char *)extra[k];
+  /* every step of the window gets its metrics record (the per-phase times) */
+  const char *extra[] = {"--set", s_start, "--set", "log.profile=trace", "--set", "checkpoint.resume=",
+                         "--set", "train.log_every=1"};
+  for (int k = 0; k < 8; k++) rest[nrest++] = (char *)extra[k];
   ts_config cfg;
   int e = ts_cli_load_config("profile", nrest, rest, &cfg, NULL, NULL);
   free(rest);
