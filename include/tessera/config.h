@@ -117,6 +117,16 @@ typedef struct {
   } v[TS_CFG_MAX_STRATEGIES];
 } ts_cfg_strategies;
 
+/* A list of strings (model.recompute_layers). */
+#define TS_CFG_MAX_STRS 16
+typedef struct {
+  int n;
+  char v[TS_CFG_MAX_STRS][160];
+} ts_cfg_strs;
+
+/* model.recompute */
+typedef enum { TS_CFG_RECOMPUTE_NONE = 0, TS_CFG_RECOMPUTE_FULL = 1, TS_CFG_RECOMPUTE_SELECTIVE = 2 } ts_cfg_recompute;
+
 typedef struct {
   struct {
     ts_model_kind name;
@@ -135,6 +145,8 @@ typedef struct {
     int bias;               /* gpt: Linear/LayerNorm biases */
     int tie_weights;        /* gpt */
     double dropout;         /* gpt */
+    ts_cfg_recompute recompute;   /* activation recomputation (docs/memory.md) */
+    ts_cfg_strs recompute_layers; /* name patterns of the recomputed segments ([] = default) */
   } model;
   struct {
     ts_data_kind name;
@@ -260,7 +272,7 @@ int ts_config_dump_string(const ts_config *cfg, char **out);
 typedef struct {
   const char *path;   /* "optimizer.schedule.milestones" */
   const char *type;   /* "int", "float", "bool", "string", "enum", "int list", "float list",
-                         "transforms" */
+                         "transforms", "strategies", "string list" */
   const char *def;    /* default, as YAML text */
   const char *values; /* enums: "mlp|lenet5|..."; else NULL */
   const char *doc;    /* one-line meaning */

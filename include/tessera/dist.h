@@ -39,6 +39,8 @@ extern "C" {
 /* The gradient bucket size used when none is given (parallel.bucket_size_mb's default): 4 MiB
  * sits in MPI_Allreduce's best range measured here (128 KiB-4 MiB). */
 #define TS_BUCKET_MB_DEFAULT 4.0
+/* Recompute segment patterns a ts_dist_config holds. */
+#define TS_DIST_MAX_RECOMPUTE 16
 
 /* ---- gradient reduction for any store ----
  * A parameter registered whole (ts_params_add) is replicated on every rank; one registered with
@@ -129,6 +131,9 @@ typedef struct {
   double bucket_mb;       /* gradient bucket size (<= 0: TS_BUCKET_MB_DEFAULT) */
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
   int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */
+  int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
+  int n_recompute_layers; /* patterns of its segments (model.recompute_layers; 0: default) */
+  char recompute_layers[TS_DIST_MAX_RECOMPUTE][160];
 } ts_dist_config;
 
 /* The model: a builder (called for the training graph with targets and for the evaluation graph

@@ -237,6 +237,28 @@ ts_val ts_graph_grad(const ts_graph *g, ts_val v);
  * backward-data work of the first layer) or frozen parameters. Call before ts_graph_backward. */
 void ts_val_set_requires_grad(ts_graph *g, ts_val v, int requires);
 
+/* ---- recomputation (activation checkpointing; docs/memory.md) ---- */
+typedef enum {
+  TS_RECOMPUTE_NONE = 0,      /* keep every activation backward reads */
+  TS_RECOMPUTE_FULL = 1,      /* recompute every op of the segments (PyTorch checkpoint) */
+  TS_RECOMPUTE_SELECTIVE = 2, /* only cheap ops: elementwise, softmax, dropout, layernorm, views */
+} ts_recompute_mode;
+/* A pass run after ts_graph_backward and before planning: each backward node that reads an
+ * activation produced inside a recompute segment reads instead a copy re-emitted (same op and
+ * attributes, marked backward) just before the first backward node that needs it, from the
+ * segment's inputs, so the planner frees the forward original after its last forward use.
+ * Segments: patterns[0..npat-1] ("transformer.h.*": '*' matches one name part) match a node
+ * when they match the first parts of its op key (scopes joined by '.' and the op); the matched
+ * prefix is the node's segment. npat 0: every forward node, each in the segment named by its key
+ * up to the first all-digit part ("transformer.h.0"; the rest of the model is one segment).
+ * Values read by a forward node of another segment are checkpoints and stay. Never recomputed:
+ * batch-norm (running statistics are updated once), the loss, collectives and ops reading
+ * persistent state; dropout is (its mask is keyed by its attributes and the step). Copies run
+ * the same kernels on the same inputs, so results are bitwise those without the pass.
+ * TS_EINVAL for a bad mode or list, TS_EGRAPH before backward, TS_ENOTFOUND naming a pattern
+ * that matches no operator (recorded on the graph). TS_RECOMPUTE_NONE does nothing. */
+int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int mode);
+
 #ifdef __cplusplus
 }
 #endif

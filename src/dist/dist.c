@@ -61,6 +61,17 @@ void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val 
                    : ts_input(g, "y", TS_I32, ts_shape1(rows));
 }
 
+int ts__dist_backward(ts_dist *d) {
+  ts_dist_run *r = &d->r;
+  const ts_dist_config *c = &d->cfg;
+  if (ts_graph_backward(r->g, r->loss, d->seed)) return ts__dist_graph_fail(r->g, "backward");
+  const char *pat[TS_DIST_MAX_RECOMPUTE];
+  int n = c->n_recompute_layers < TS_DIST_MAX_RECOMPUTE ? c->n_recompute_layers : TS_DIST_MAX_RECOMPUTE;
+  for (int i = 0; i < n; i++) pat[i] = c->recompute_layers[i];
+  if (ts_graph_recompute(r->g, pat, n, c->recompute)) return ts__dist_graph_fail(r->g, "model.recompute_layers");
+  return TS_OK;
+}
+
 int ts__dist_plans(ts_dist *d) {
   ts_dist_run *r = &d->r;
   int rc = ts_params_alloc(r->params, d->cfg.seed);
@@ -107,7 +118,7 @@ static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
    * so data- and model-parallel copies both come out right (docs/parallel-pass.md) */
   d->seed = 1.0f / (float)c->accum;
   if (seed_mean) d->seed /= (float)r->size;
-  if (ts_graph_backward(r->g, r->loss, d->seed)) return ts__dist_graph_fail(r->g, "backward");
+  if ((rc = ts__dist_backward(d))) return rc;
   /* evaluation graph: same parameters (by name), inference mode */
   ts_nn nne = {r->ge, r->params};
   ts__dist_inputs(d, r->ge, c->eval_batch, 0, &r->xe, NULL);

@@ -64,6 +64,8 @@ void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val 
 int ts__dist_graph_fail(ts_graph *g, const char *what);
 /* Allocates r.params, attaches the gradients of r.g and plans r.g (keeping r.loss) and r.ge
  * (keeping r.logits), both bound to the store. */
+/* Backward of the training graph (seed d->seed), then the recompute pass of cfg.recompute. */
+int ts__dist_backward(ts_dist *d);
 int ts__dist_plans(ts_dist *d);
 /* Parameter broadcast (refused when parameters are sliced), then the reduction of the gradients
  * of parameters several ranks hold (sum, or mean by d->reduce_mean), attached for overlap. */

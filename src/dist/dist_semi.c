@@ -101,7 +101,7 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
   d->loss_op = TS_REDUCE_SUM;
   d->loss_weight = pseed;
   d->reduce_mean = 0;
-  if (ts_graph_backward(r->g, r->loss, d->seed)) return ts__dist_graph_fail(r->g, "backward");
+  if ((rc = ts__dist_backward(d))) return rc;
   if ((rc = ts__dist_plans(d)) || !d->world) return rc;
   d->nslots = ts_parallel_num_slots(d->pp);
   if ((rc = ts_dist_slot_comms(d->pp, d->world, r->plan, d->slots))) {

@@ -654,6 +654,26 @@ static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node
   return TS_OK;
 }
 
+/* ------------------------------------------------------------------ string lists */
+static int parse_strs(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_cfg_strs *out) {
+  char d[96];
+  out->n = 0;
+  if (is_null(n)) return TS_OK;
+  if (n->type != YAML_SEQUENCE_NODE)
+    return perr(c, n, "%s: expected a list of strings, got %s", k->path, describe(n, d, sizeof d));
+  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+    const yaml_node_t *e = node_at(c, *it);
+    if (e->type != YAML_SCALAR_NODE || is_null(e) || !*sval(e))
+      return perr(c, e, "%s[%d]: expected a non-empty string, got %s", k->path, out->n, describe(e, d, sizeof d));
+    if (out->n == k->maxn) return perr(c, e, "%s: at most %d entries", k->path, k->maxn);
+    if (strlen(sval(e)) != e->data.scalar.length || e->data.scalar.length >= sizeof out->v[0])
+      return perr(c, e, "%s[%d]: too long or contains a NUL byte (at most %zu bytes)", k->path, out->n,
+                  sizeof out->v[0] - 1);
+    snprintf(out->v[out->n++], sizeof out->v[0], "%s", sval(e));
+  }
+  return TS_OK;
+}
+
 /* ------------------------------------------------------------------ applying nodes */
 static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_config *cfg) {
   char *p = (char *)cfg + k->off;
@@ -734,6 +754,13 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       ts_cfg_strategies *v = calloc(1, sizeof *v); /* zeroed: configs compare with memcmp */
       if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
       if (!(rc = parse_strategies(c, k, n, v))) memcpy(p, v, sizeof *v);
+      free(v);
+      break;
+    }
+    case CT_STRS: {
+      ts_cfg_strs *v = calloc(1, sizeof *v); /* zeroed: configs compare with memcmp */
+      if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
+      if (!(rc = parse_strs(c, k, n, v))) memcpy(p, v, sizeof *v);
       free(v);
       break;
     }
@@ -1109,6 +1136,16 @@ static void fmt_value(sb *b, const ts__cfg_key *k, const ts_config *cfg) {
       sb_puts(b, "}");
       break;
     }
+    case CT_STRS: {
+      const ts_cfg_strs *v = (const ts_cfg_strs *)p;
+      sb_puts(b, "[");
+      for (int i = 0; i < v->n; i++) {
+        if (i) sb_puts(b, ", ");
+        fmt_string(b, v->v[i]);
+      }
+      sb_puts(b, "]");
+      break;
+    }
     case CT_TFS: {
       const ts_cfg_transforms *v = (const ts_cfg_transforms *)p;
       if (v->n < 0) {
@@ -1363,7 +1400,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
     return ts_error_set(TS_ERANGE, "ts_config_key_info: index %d out of range (%d keys)", i,
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
-                                   "string", "enum", "int list", "float list", "transforms", "strategies"};
+                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

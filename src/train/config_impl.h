@@ -18,6 +18,7 @@ enum {
   CT_FLOATS, /* ts_cfg_floats */
   CT_TFS,    /* ts_cfg_transforms */
   CT_STRATS, /* ts_cfg_strategies */
+  CT_STRS,   /* ts_cfg_strs */
 };
 
 enum {

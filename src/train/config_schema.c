@@ -17,6 +17,7 @@ static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
+static const char *const recompute_names[] = {"none", "full", "selective", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
 const char *const *ts__cfg_data_names = data_names;
@@ -72,6 +73,15 @@ const ts__cfg_key ts__cfg_keys[] = {
      "gpt: lm_head shares transformer.wte.weight"},
     {"model.dropout", CT_FLOAT, FLD(model.dropout), "0", NULL, 0, 1, 0, 0, CF_HASH | CF_HI_OPEN,
      "gpt: dropout on the embeddings and residual branches"},
+    {"model.recompute", CT_ENUM, FLD(model.recompute), "none", recompute_names, 0, 0, 0, 0, 0,
+     "activation recomputation (checkpointing): full re-runs the forward of each segment in "
+     "backward, selective only its cheap ops (elementwise, softmax, dropout, layernorm); results "
+     "are bitwise unchanged (docs/memory.md)"},
+    {"model.recompute_layers", CT_STRS, FLD(model.recompute_layers), "[]", NULL, 0, 0, 0,
+     TS_CFG_MAX_STRS, 0,
+     "name patterns of the recompute segments, as parallel.strategies' operator names "
+     "(transformer.h.*: one segment per block); [] = every block (names up to their first "
+     "number) and the rest of the model"},
     /* ---- data ---- */
     {"data.name", CT_ENUM, FLD(data.name), "fashion_mnist", data_names, 0, 0, 0, 0, CF_HASH,
      "data source"},

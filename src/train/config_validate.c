@@ -315,4 +315,8 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->bucket_mb = cfg->parallel.bucket_size_mb;
   out->wire = wire[cfg->parallel.comm_dtype];
   out->lamb = cfg->optimizer.name == TS_OPTIM_LAMB;
+  out->recompute = (int)cfg->model.recompute;
+  for (int i = 0; i < cfg->model.recompute_layers.n && i < TS_DIST_MAX_RECOMPUTE; i++)
+    snprintf(out->recompute_layers[out->n_recompute_layers++], sizeof out->recompute_layers[0], "%s",
+             cfg->model.recompute_layers.v[i]);
 }

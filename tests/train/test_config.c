@@ -44,6 +44,8 @@ static const struct {
     {"model.bias", "false"},
     {"model.tie_weights", "true"},
     {"model.dropout", "0.2"},
+    {"model.recompute", "selective"},
+    {"model.recompute_layers", "[\"transformer.h.*\", \"lm_head\"]"},
     {"data.name", "cifar100"},
     {"data.path", "/data/cifar 100 \"quoted\""},
     {"data.train_split", "train"},
