@@ -8,8 +8,8 @@
  * part); the matched prefix is the node's segment. Without patterns each node's segment is its
  * key up to its first all-digit part ("transformer.h.0"), or "" (the rest of the model). A value
  * is recomputed only if every forward consumer is in its producer's segment: values crossing a
- * segment boundary are the checkpoints that stay in memory, so a re-emitted chain never leaves
- * its segment. */
+ * segment boundary (and the loss's inputs) are the checkpoints that stay in memory, so a
+ * re-emitted chain never leaves its segment. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +210,8 @@ int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int m
     if (n->is_backward) continue;
     for (int k = 0; k < n->nin; k++) {
       int p = g->vals[n->in[k]].producer;
-      if (p >= 0 && (seg[p] < 0 || seg[p] != seg[i])) cross[n->in[k]] = 1;
+      /* the loss's inputs too: backward starts right after it, a copy would save nothing */
+      if (p >= 0 && (seg[p] < 0 || seg[p] != seg[i] || n->op == TS_OP_SOFTMAX_CE)) cross[n->in[k]] = 1;
     }
   }
   for (int i = 0; i < n0; i++) {
