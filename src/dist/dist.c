@@ -154,6 +154,22 @@ static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
   return TS_OK;
 }
 
+/* optimizer_shard: stage 1 with f32 gradients and element-wise optimizers only */
+static int check_data(const ts_dist_config *c, const ts_dist_model *m) {
+  (void)m;
+  if (!c->optimizer_shard) return TS_OK;
+  if (c->optimizer_shard > 1)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d (gradient sharding) is not implemented; use 1",
+                        c->optimizer_shard);
+  if (c->lamb)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: lamb needs whole-parameter norms and is not "
+                        "implemented with optimizer sharding (use adamw or momentum)");
+  if (c->wire != TS_F32)
+    return ts_error_set(TS_ECONFIG, "parallel.comm_dtype: gradient compression is not implemented with "
+                        "parallel.optimizer_shard (use f32)");
+  return TS_OK;
+}
+
 static void free_per_rank(ts_dist *d) {
   for (int k = 0; k < d->ngroups; k++) ts_comm_free(d->group_comm[k]);
   ts_graph_free(d->r.g);
@@ -174,6 +190,7 @@ int ts__dist_start_world(ts_dist *d) {
       rc = ts_comm_broadcast(d->world, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
+  if (c->optimizer_shard) return ts__zero_plan(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
   ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
   if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
   /* accumulation reduces once, after the last micro-step */
@@ -205,7 +222,7 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
 
 static const ts_dist_vt stand_alone = {"stand_alone", 0, NULL, build_stand_alone, NULL, NULL, describe_per_rank,
                                        free_per_rank};
-static const ts_dist_vt data_parallel = {"data_parallel", 1, NULL, build_data, ts__dist_start_world, sync_data,
+static const ts_dist_vt data_parallel = {"data_parallel", 1, check_data, build_data, ts__dist_start_world, sync_data,
                                          describe_per_rank, free_per_rank};
 static const ts_dist_vt hybrid_parallel = {"hybrid_parallel", 1, check_hybrid, build_hybrid, ts__dist_start_world, NULL,
                                            describe_per_rank, free_per_rank};
@@ -232,6 +249,9 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (dry > 1 && !vt->world)
     return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
                         "semi_auto_parallel) to plan for %d", vt->name, dry);
+  if (cfg->optimizer_shard && strcmp(vt->name, "data_parallel"))
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: implemented for parallel.mode data_parallel only "
+                        "(not %s)", vt->name);
   int rc = vt->check ? vt->check(cfg, m) : TS_OK;
   if (rc) return rc;
   ts_dist *d = calloc(1, sizeof *d);
@@ -258,6 +278,7 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
 void ts_dist_free(ts_dist *d) {
   if (!d) return;
   ts_grad_reducer_free(d->red);
+  ts__zero_free(d->zero);
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   if (d->vt->free) d->vt->free(d);
@@ -286,6 +307,12 @@ void ts_dist_step_begin(ts_dist *d, float *grads) {
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   *wait_ms = 0;
   if (!d->world) return TS_OK;
+  if (d->zero) {
+    double t0 = ts_time_now();
+    int rc = ts__zero_reduce(d, g);
+    *wait_ms = 1e3 * (ts_time_now() - t0);
+    if (rc) return rc;
+  }
   if (d->red) { /* its errors name the reduction and the group */
     if (!d->overlap) ts_grad_reducer_begin(d->red, g);
     int rc = ts_grad_reducer_finish(d->red);
@@ -303,6 +330,7 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
 
 int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
   *norm = 0;
+  if (d->zero && d->world) return ts__zero_clip(d, max_norm, norm);
   if (d->r.sliced) return ts__dist_clip_sliced(d, g, max_norm, norm);
   size_t n = ts_params_numel(d->r.params);
   if (max_norm > 0) return ts_clip_grad_norm(g, n, max_norm, norm);

@@ -315,4 +315,6 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->bucket_mb = cfg->parallel.bucket_size_mb;
   out->wire = wire[cfg->parallel.comm_dtype];
   out->lamb = cfg->optimizer.name == TS_OPTIM_LAMB;
+  out->optimizer_shard = cfg->parallel.optimizer_shard;
+  out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
 }

@@ -17,6 +17,9 @@ int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
 int ts_trainer_rank(const ts_trainer *t) { return t->run->rank; }
 int ts_trainer_world_size(const ts_trainer *t) { return t->run->size; }
 int64_t ts_trainer_num_params(const ts_trainer *t) { return ts_dist_num_params(t->dist); }
+int64_t ts_trainer_optim_state_numel(const ts_trainer *t) {
+  return t->opt ? (int64_t)ts_optim_num_slots(t->opt) * (int64_t)ts_optim_extent(t->opt) : 0;
+}
 int64_t ts_trainer_steps_per_epoch(const ts_trainer *t) { return t->steps_per_epoch; }
 void ts_trainer_request_stop(ts_trainer *t) { t->stop = 1; }
 
@@ -107,7 +110,8 @@ int ts__train_config_error(int rc) {
   return ts_error_set(TS_ECONFIG, "%s", msg);
 }
 
-int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim_segment **segs, int *nseg) {
+int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
+                    int *nseg) {
   int np = ts_params_count(p);
   *nseg = 0;
   *segs = calloc((size_t)np + 1, sizeof **segs);
@@ -121,7 +125,7 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim
   }
   ts_optim_config oc;
   int rc = ts_config_optim(cfg, &oc);
-  if (!rc) rc = ts_optim_create(opt, &oc, *segs, *nseg);
+  if (!rc) rc = d ? ts_dist_optim_create(d, &oc, *segs, *nseg, opt) : ts_optim_create(opt, &oc, *segs, *nseg);
   return rc;
 }
 
@@ -234,7 +238,7 @@ static int whole_open(ts_trainer *t, int with_optimizer, whole_model *w) {
   memset(w, 0, sizeof *w);
   int rc = ts_dist_whole_store(t->dist, &w->full, &w->owned);
   if (!rc && with_optimizer && t->opt)
-    rc = w->owned ? ts__train_optim(&t->cfg, w->full, &w->fopt, &w->segs, &w->nseg) : TS_OK;
+    rc = w->owned ? ts__train_optim(&t->cfg, w->full, NULL, &w->fopt, &w->segs, &w->nseg) : TS_OK;
   return rc;
 }
 
@@ -341,7 +345,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     goto fail;
   }
   if ((rc = make_train_pipe(t))) goto fail;
-  if ((rc = ts__train_optim(c, t->run->params, &t->opt, &t->segs, &t->nseg)) ||
+  if ((rc = ts__train_optim(c, t->run->params, t->dist, &t->opt, &t->segs, &t->nseg)) ||
       (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)) || (rc = ts_dist_start(t->dist)))
     goto fail;
   if (t->accum > 1) {
@@ -561,7 +565,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   double t2 = ts_time_now();
   ts__tprof_span(t->prof, "grad_norm", TS_PROF_OPTIMIZER, t1, t2);
   float lr = ts_lr_at(&t->sched, t->step);
-  if ((rc = ts_optim_step(t->opt, ts_params_data(r->params), g, lr))) return rc;
+  if ((rc = ts_dist_optim_step(t->dist, t->opt, ts_params_data(r->params), g, lr))) return rc;
   ts__tprof_span(t->prof, "optimizer", TS_PROF_OPTIMIZER, t2, ts_time_now());
   info->loss = loss;
   info->lr = lr;
