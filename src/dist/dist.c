@@ -135,7 +135,9 @@ static int build_data(ts_dist *d, const ts_dist_model *m) {
   d->loss_op = TS_REDUCE_MEAN;
   d->loss_weight = 1;
   d->reduce_mean = d->cfg.gradients_mean;
-  return build_per_rank(d, 1, 0);
+  int rc = build_per_rank(d, 1, 0);
+  if (!rc && d->cfg.optimizer_shard) rc = ts__zero_plan(d); /* the shard layout, for plans too */
+  return rc;
 }
 
 static int build_hybrid(ts_dist *d, const ts_dist_model *m) {
@@ -217,6 +219,11 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
           sharded ? "as the model registers it (slices where it registers them sharded)" : "replicated",
           r->data_parts > 1 ? "cut over the ranks" : "read whole by every rank",
           d->reduce_mean ? "averaged" : "summed");
+  size_t rep, sh;
+  if (ts_dist_optim_sharded(d, &rep, &sh))
+    fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard 1): %zu parameter elements "
+            "reduce-scattered and all-gathered in chunks of %zu, %zu (parameters under %g KiB) replicated\n",
+            r->size, sh, (sh + (size_t)r->size - 1) / (size_t)r->size, rep, d->cfg.shard_threshold_kb);
   return TS_OK;
 }
 

@@ -156,6 +156,7 @@ static void resume(ts_comm *w, const char *what, const char *opt, const char *sa
   float *pa = train("mlp", opt, ls, &ra, &na, &s, &rep, 64, NULL, NULL);
   rb.stop_at = HALF;
   float *pb = train("mlp", opt, ss, &rb, &nb, &s, &rep, 64, NULL, path);
+  ts_comm_barrier(w); /* rank 0 has written the file */
   float *pc = train("mlp", opt, ls, &rc, &nc, &s, &rep, 64, path, NULL);
   if (rank == 0 && pa && pc) {
     CHECK(na == nc);
