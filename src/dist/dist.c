@@ -192,7 +192,7 @@ int ts__dist_start_world(ts_dist *d) {
       rc = ts_comm_broadcast(d->world, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
-  if (c->optimizer_shard) return ts__zero_plan(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
+  if (c->optimizer_shard) return ts__zero_start(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
   ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
   if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
   /* accumulation reduces once, after the last micro-step */
@@ -222,7 +222,8 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
   size_t rep, sh;
   if (ts_dist_optim_sharded(d, &rep, &sh))
     fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard 1): %zu parameter elements "
-            "reduce-scattered and all-gathered in chunks of %zu, %zu (parameters under %g KiB) replicated\n",
+            "reduce-scattered and all-gathered by gradient bucket (about %zu per rank), %zu (parameters under %g "
+            "KiB) replicated\n",
             r->size, sh, (sh + (size_t)r->size - 1) / (size_t)r->size, rep, d->cfg.shard_threshold_kb);
   return TS_OK;
 }
@@ -308,6 +309,7 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
 int ts_dist_start(ts_dist *d) { return d->world && d->vt->start ? d->vt->start(d) : TS_OK; }
 
 void ts_dist_step_begin(ts_dist *d, float *grads) {
+  if (d->zero && d->overlap) ts__zero_begin(d, grads);
   if (d->red && d->overlap) ts_grad_reducer_begin(d->red, grads);
 }
 

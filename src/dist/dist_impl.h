@@ -77,8 +77,12 @@ int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm);
 /* The shard layout over the rank's store (idempotent; needs the built store). */
 int ts__zero_plan(ts_dist *d);
 void ts__zero_free(struct ts__zero *z);
-/* Reduce-scatters the sharded gradients of g and all-reduces the replicated ones into the
- * optimizer's work buffer. */
+/* The reduce-scatter buckets attached to the plan for overlap (start). */
+int ts__zero_start(ts_dist *d);
+/* Arms the overlapped reduce-scatter of a run writing its gradients into grads. */
+void ts__zero_begin(ts_dist *d, float *grads);
+/* Waits for (or runs) the reduce-scatter of the sharded gradients of g and all-reduces the
+ * replicated ones, into the optimizer's work buffer. */
 int ts__zero_reduce(ts_dist *d, const float *g);
 /* The global norm over the work buffer (shards summed over the ranks, replicated once), and
  * clipping of it. */

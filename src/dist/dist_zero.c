@@ -3,50 +3,116 @@
  *
  * Layout. The trainable parameters are split in two by size: those of at least
  * parallel.optimizer_shard_threshold_kb (f32 bytes) are SHARDED, the others REPLICATED. The
- * sharded parameters, in store order, are packed into one range of S elements, padded to N equal
- * chunks of `chunk` elements; rank r owns packed elements [r chunk, (r+1) chunk) (element ranges:
- * a parameter may straddle two ranks, each then holds a segment of it). The replicated parameters
- * are packed into R elements. The rank's optimizer sees a work buffer of R + chunk elements:
- * [replicated parameters][its chunk], with one segment per replicated parameter and one per
- * piece of a sharded parameter in its chunk, so its state is (R + S/N) per slot instead of R + S.
+ * sharded parameters are grouped into gradient buckets (buckets.c, parallel.bucket_size_mb:
+ * contiguous ranges of the flat buffer, never spanning a replicated parameter), and each bucket is
+ * cut into N parts of ceil(len / N) elements: rank r owns part r of every bucket (element ranges:
+ * a parameter may straddle two ranks, each then holds a segment of it). The replicated
+ * parameters are packed into R elements. The rank's optimizer sees a work buffer of R + P
+ * elements, [replicated parameters][its parts, bucket after bucket], with one segment per
+ * replicated parameter and one per piece of a sharded parameter in its parts, so its state is
+ * (R + S/N) per slot instead of R + S.
  *
- * A step. ts_dist_step_end packs the sharded gradients into the chunked range and
- * reduce-scatters it (each rank receives its reduced chunk), and all-reduces the packed
- * replicated gradients; ts_dist_clip sums the squares of the rank's chunk over the ranks and adds
- * the replicated ones once; ts_dist_optim_step copies the rank's parameters into the work buffer,
- * steps the optimizer there, copies the replicated parameters back and all-gathers the chunks
- * into every rank's whole parameters. Communication per step: one reduce-scatter + one
- * all-gather of S (the volume of the all-reduce it replaces) plus an all-reduce of R. */
+ * A step. Each bucket is reduce-scattered as soon as backward has written its gradients (the
+ * plan hook; after backward when overlap is off or with accumulation): the rank's reduced part
+ * lands in the work buffer; ts_dist_step_end waits for them and all-reduces the packed replicated
+ * gradients; ts_dist_clip sums the squares of the rank's parts over the ranks and adds the
+ * replicated ones once; ts_dist_optim_step copies the rank's parameters into the work buffer,
+ * steps the optimizer there, copies its parts and the replicated parameters back and all-gathers
+ * every bucket's parts in place. Communication per step: a reduce-scatter and an all-gather of S
+ * (the volume of the all-reduce they replace) plus an all-reduce of R. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buckets.h"
 #include "dist_impl.h"
 
 typedef struct {
   size_t flat;   /* offset in the store's flat buffers */
   size_t n;      /* elements */
-  size_t packed; /* offset in the packed sharded range (sharded) or in [0, R) (replicated) */
-  int param;     /* index in the store */
+  size_t packed; /* offset in [0, R) */
 } piece;
+
+/* This rank's part of one bucket */
+typedef struct {
+  size_t flat;          /* the bucket's offset in the flat buffers */
+  size_t len;           /* the bucket's elements */
+  const size_t *counts; /* the ranks' parts */
+  size_t lo, n;         /* this rank's part: flat + lo .. flat + lo + n */
+  size_t work;          /* its offset in the work buffer (R + out_off) */
+} part;
 
 struct ts__zero {
   int N, rank;
-  size_t S, chunk, R;
-  int nsh, nrep;
-  piece *sh, *rep;
-  float *gbuf;   /* N * chunk: packed sharded gradients, then the gathered parameters */
-  float *wp, *wg;/* R + chunk: the rank's parameters and reduced gradients, as its optimizer sees them */
+  size_t S, P, R; /* sharded elements, this rank's parts, replicated elements */
+  int nrep, nb;
+  piece *rep;
+  part *pt;
+  ts__buckets *bk; /* NULL in dry runs (no communicator) */
+  int attached;
+  size_t *displs;  /* N: scratch for the all-gathers */
+  float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
 };
 
 void ts__zero_free(struct ts__zero *z) {
   if (!z) return;
-  free(z->sh);
+  ts__buckets_free(z->bk);
   free(z->rep);
-  free(z->gbuf);
+  free(z->pt);
+  free(z->displs);
   free(z->wp);
   free(z->wg);
   free(z);
+}
+
+static int is_sharded(const ts_dist *d, ts_params *p, int i) {
+  ts_shape s = ts_params_shape(p, i);
+  double n = (double)ts_shape_numel(&s);
+  return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
+}
+
+/* Dry runs (no communicator): the parts as buckets.c would cut them, from the same buckets. */
+static int plan_parts(ts_dist *d, struct ts__zero *z, int *member) {
+  ts_params *p = d->r.params;
+  int np = ts_params_count(p);
+  int rc = TS_OK;
+  if (d->world) {
+    ts__buckets *b = NULL;
+    rc = ts__buckets_create(d->world, p, d->r.g, d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT,
+                            d->reduce_mean, TS_F32, member, &b);
+    if (!rc) rc = ts__buckets_scatter(b, &z->P);
+    if (rc) {
+      ts__buckets_free(b);
+      return rc;
+    }
+    z->bk = b;
+    z->nb = ts__buckets_num_buckets(b);
+    if (!(z->pt = calloc((size_t)z->nb + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
+    for (int k = 0; k < z->nb; k++) {
+      part *q = &z->pt[k];
+      size_t out_off;
+      ts__buckets_part(b, k, &q->flat, &q->len, &q->counts, &out_off);
+      for (int r = 0; r < z->rank; r++) q->lo += q->counts[r];
+      q->n = q->counts[z->rank];
+      q->work = z->R + out_off;
+    }
+    return TS_OK;
+  }
+  /* without MPI: one bucket per run of sharded parameters (the figures only need the sizes) */
+  if (!(z->pt = calloc((size_t)np + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
+  for (int i = 0; i < np; i++) {
+    if (!member[i]) continue;
+    ts_shape s = ts_params_shape(p, i);
+    size_t n = (size_t)ts_shape_numel(&s), N = (size_t)z->N, part_n = (n + N - 1) / N, lo = (size_t)z->rank * part_n;
+    part *q = &z->pt[z->nb++];
+    q->flat = ts_params_offset(p, i);
+    q->len = n;
+    q->lo = lo < n ? lo : n;
+    q->n = lo >= n ? 0 : n - lo < part_n ? n - lo : part_n;
+    q->work = z->R + z->P;
+    z->P += q->n;
+  }
+  return TS_OK;
 }
 
 int ts__zero_plan(ts_dist *d) {
@@ -55,42 +121,57 @@ int ts__zero_plan(ts_dist *d) {
   if (!p) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: the model is not built");
   struct ts__zero *z = calloc(1, sizeof *z);
   int np = ts_params_count(p);
-  if (!z || !(z->sh = calloc((size_t)np + 1, sizeof *z->sh)) || !(z->rep = calloc((size_t)np + 1, sizeof *z->rep))) {
+  int *member = calloc((size_t)np + 1, sizeof(int));
+  if (!z || !member || !(z->rep = calloc((size_t)np + 1, sizeof *z->rep)) ||
+      !(z->displs = calloc((size_t)d->r.size + 1, sizeof(size_t)))) {
+    free(member);
     ts__zero_free(z);
     return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   }
   z->N = d->r.size;
   z->rank = d->r.rank;
-  double thr = d->cfg.shard_threshold_kb * 1024.0;
   for (int i = 0; i < np; i++) {
     if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
     ts_shape s = ts_params_shape(p, i);
     size_t n = (size_t)ts_shape_numel(&s);
-    if (n > 0 && (double)n * sizeof(float) >= thr) {
-      z->sh[z->nsh++] = (piece){ts_params_offset(p, i), n, z->S, i};
+    if ((member[i] = is_sharded(d, p, i))) {
       z->S += n;
     } else {
-      z->rep[z->nrep++] = (piece){ts_params_offset(p, i), n, z->R, i};
+      z->rep[z->nrep++] = (piece){ts_params_offset(p, i), n, z->R};
       z->R += n;
     }
   }
-  z->chunk = (z->S + (size_t)z->N - 1) / (size_t)z->N;
-  z->gbuf = calloc((size_t)z->N * z->chunk + 1, sizeof(float));
-  z->wp = calloc(z->R + z->chunk + 1, sizeof(float));
-  z->wg = calloc(z->R + z->chunk + 1, sizeof(float));
-  if (!z->gbuf || !z->wp || !z->wg) {
+  int rc = plan_parts(d, z, member);
+  free(member);
+  if (!rc) {
+    z->wp = calloc(z->R + z->P + 1, sizeof(float));
+    z->wg = calloc(z->R + z->P + 1, sizeof(float));
+    if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  }
+  if (!rc && z->bk) ts__buckets_set_out(z->bk, z->wg + z->R); /* parts after the replicated */
+  if (rc) {
     ts__zero_free(z);
-    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory for %zu + %zu elements", z->S, z->R);
+    return rc;
   }
   d->zero = z;
   return TS_OK;
 }
 
-/* The part of sharded piece q in this rank's chunk: [*a, *b) in packed coordinates (empty: a >= b). */
-static void clip_piece(const struct ts__zero *z, const piece *q, size_t *a, size_t *b) {
-  size_t lo = (size_t)z->rank * z->chunk, hi = lo + z->chunk;
-  *a = q->packed > lo ? q->packed : lo;
-  *b = q->packed + q->n < hi ? q->packed + q->n : hi;
+static void zero_hook(const ts_hook_info *e, void *user) { ts__buckets_hook(e, ((struct ts__zero *)user)->bk); }
+
+int ts__zero_start(ts_dist *d) {
+  int rc = ts__zero_plan(d);
+  if (rc || !d->zero->bk) return rc;
+  d->overlap = d->cfg.overlap && d->cfg.accum == 1; /* accumulation reduces once, after the last micro-step */
+  if (d->overlap && !d->zero->attached) {
+    rc = ts_plan_add_hook(d->r.plan, zero_hook, d->zero);
+    d->zero->attached = !rc;
+  }
+  return rc;
+}
+
+void ts__zero_begin(ts_dist *d, float *grads) {
+  if (d->zero->bk) ts__buckets_begin(d->zero->bk, grads);
 }
 
 int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
@@ -105,19 +186,19 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   int nw = 0;
   for (int s = 0; s < nseg && !rc; s++) {
     int found = 0;
+    size_t so = segs[s].offset, se = so + segs[s].numel;
     for (int k = 0; k < z->nrep && !found; k++)
-      if (z->rep[k].flat == segs[s].offset && z->rep[k].n == segs[s].numel) {
+      if (z->rep[k].flat == so && z->rep[k].n == segs[s].numel) {
         found = 1;
         ws[nw++] = (ts_optim_segment){segs[s].name, z->rep[k].packed, segs[s].numel, segs[s].flags};
       }
-    for (int k = 0; k < z->nsh && !found; k++)
-      if (z->sh[k].flat == segs[s].offset && z->sh[k].n == segs[s].numel) {
-        found = 1;
-        size_t a, b;
-        clip_piece(z, &z->sh[k], &a, &b);
-        if (a < b)
-          ws[nw++] = (ts_optim_segment){segs[s].name, z->R + a - (size_t)z->rank * z->chunk, b - a, segs[s].flags};
-      }
+    for (int k = 0; k < z->nb && !found; k++) {
+      const part *q = &z->pt[k];
+      if (so < q->flat || se > q->flat + q->len) continue;
+      found = 1;
+      size_t lo = q->flat + q->lo, hi = lo + q->n, a = so > lo ? so : lo, b = se < hi ? se : hi;
+      if (a < b) ws[nw++] = (ts_optim_segment){segs[s].name, q->work + (a - lo), b - a, segs[s].flags};
+    }
     if (!found)
       rc = ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' is not one whole parameter",
                         segs[s].name);
@@ -130,10 +211,8 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
 int ts__zero_reduce(ts_dist *d, const float *g) {
   struct ts__zero *z = d->zero;
   ts_reduce_op op = d->reduce_mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
-  for (int k = 0; k < z->nsh; k++) memcpy(z->gbuf + z->sh[k].packed, g + z->sh[k].flat, z->sh[k].n * sizeof(float));
-  memset(z->gbuf + z->S, 0, ((size_t)z->N * z->chunk - z->S) * sizeof(float));
-  int rc = TS_OK;
-  if (z->chunk) rc = ts_comm_reduce_scatter_block(d->world, z->gbuf, z->wg + z->R, z->chunk, TS_F32, op);
+  if (!d->overlap) ts__buckets_begin(z->bk, (float *)g);
+  int rc = ts__buckets_finish(z->bk);
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
   for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
   if (z->R) rc = ts_comm_allreduce(d->world, z->wg, z->wg, z->R, TS_F32, op);
@@ -142,68 +221,67 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
 
 int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
   struct ts__zero *z = d->zero;
-  float sq = (float)ts_sum_squares(z->wg + z->R, z->chunk); /* padding is zero */
+  float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
   int rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
   *norm = sqrtf((float)((double)sq + ts_sum_squares(z->wg, z->R)));
   if (!(max_norm > 0)) return TS_OK;
   float c = ts_clip_coef(*norm, max_norm);
-  if (c != 1.0f) ts_scale_f32(z->wg, z->R + z->chunk, c);
+  if (c != 1.0f) ts_scale_f32(z->wg, z->R + z->P, c);
+  return TS_OK;
+}
+
+/* Every bucket's parts, each rank's from send (at its part of the bucket, or at the work offset
+ * when from_work), gathered into dst (at the bucket's flat offset). */
+static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst) {
+  struct ts__zero *z = d->zero;
+  for (int k = 0; k < z->nb; k++) {
+    const part *q = &z->pt[k];
+    size_t o = 0;
+    for (int r = 0; r < z->N; r++) {
+      z->displs[r] = o;
+      o += q->counts[r];
+    }
+    const float *sb = from_work ? send + q->work : send + q->flat + q->lo;
+    int rc = ts_comm_allgatherv(d->world, sb, dst + q->flat, q->counts, z->displs, TS_F32);
+    if (rc) return rc;
+  }
   return TS_OK;
 }
 
 int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
   struct ts__zero *z = d->zero;
   if (!z) return ts_optim_step(opt, params, grads, lr);
-  if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
-  size_t lo = (size_t)z->rank * z->chunk;
+  if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
   for (int k = 0; k < z->nrep; k++) memcpy(z->wp + z->rep[k].packed, params + z->rep[k].flat, z->rep[k].n * sizeof(float));
-  for (int k = 0; k < z->nsh; k++) {
-    size_t a, b;
-    clip_piece(z, &z->sh[k], &a, &b);
-    if (a < b) memcpy(z->wp + z->R + a - lo, params + z->sh[k].flat + (a - z->sh[k].packed), (b - a) * sizeof(float));
-  }
+  for (int k = 0; k < z->nb; k++)
+    memcpy(z->wp + z->pt[k].work, params + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
   int rc = ts_optim_step(opt, z->wp, z->wg, lr);
   if (rc) return rc;
   for (int k = 0; k < z->nrep; k++) memcpy(params + z->rep[k].flat, z->wp + z->rep[k].packed, z->rep[k].n * sizeof(float));
-  if (z->chunk && (rc = ts_comm_allgather(d->world, z->wp + z->R, z->gbuf, z->chunk, TS_F32)))
-    return ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters");
-  for (int k = 0; k < z->nsh; k++) memcpy(params + z->sh[k].flat, z->gbuf + z->sh[k].packed, z->sh[k].n * sizeof(float));
-  return TS_OK;
+  for (int k = 0; k < z->nb; k++)
+    memcpy(params + z->pt[k].flat + z->pt[k].lo, z->wp + z->pt[k].work, z->pt[k].n * sizeof(float));
+  rc = gather_parts(d, params, 0, params); /* in place: each rank's part already sits in params */
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
 }
 
 int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
   struct ts__zero *z = d->zero;
-  size_t lo = (size_t)z->rank * z->chunk;
+  ts_params *lp = d->r.params;
+  for (int i = 0; i < ts_params_count(lp); i++)
+    if (ts_params_offset(full, i) != ts_params_offset(lp, i))
+      return ts_error_set(TS_EINVAL, "checkpoint: the whole store's layout differs from the rank's at '%s'",
+                          ts_params_name(lp, i));
   if (gather) {
-    /* the rank's chunk of the slot (its optimizer's extent may end before the chunk does) */
-    memset(z->wp + z->R, 0, z->chunk * sizeof(float));
-    for (int k = 0; k < z->nsh; k++) {
-      size_t a, b;
-      clip_piece(z, &z->sh[k], &a, &b);
-      if (a < b) memcpy(z->wp + z->R + a - lo, loc + z->R + a - lo, (b - a) * sizeof(float));
-    }
-    int rc = TS_OK;
-    if (z->chunk) {
-      if (!d->world) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
-      rc = ts_comm_allgather(d->world, z->wp + z->R, z->gbuf, z->chunk, TS_F32);
-    }
+    if (!z->bk) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
+    int rc = gather_parts(d, loc, 1, whole);
     if (rc) return ts_error_wrap(rc, "checkpoint: gathering the optimizer state's shards");
-    for (int k = 0; k < z->nsh; k++)
-      memcpy(whole + ts_params_offset(full, z->sh[k].param), z->gbuf + z->sh[k].packed, z->sh[k].n * sizeof(float));
-    for (int k = 0; k < z->nrep; k++)
-      memcpy(whole + ts_params_offset(full, z->rep[k].param), loc + z->rep[k].packed, z->rep[k].n * sizeof(float));
+    for (int k = 0; k < z->nrep; k++) memcpy(whole + z->rep[k].flat, loc + z->rep[k].packed, z->rep[k].n * sizeof(float));
     return TS_OK;
   }
-  for (int k = 0; k < z->nsh; k++) {
-    size_t a, b;
-    clip_piece(z, &z->sh[k], &a, &b);
-    if (a < b)
-      memcpy(loc + z->R + a - lo, whole + ts_params_offset(full, z->sh[k].param) + (a - z->sh[k].packed),
-             (b - a) * sizeof(float));
-  }
-  for (int k = 0; k < z->nrep; k++)
-    memcpy(loc + z->rep[k].packed, whole + ts_params_offset(full, z->rep[k].param), z->rep[k].n * sizeof(float));
+  for (int k = 0; k < z->nb; k++)
+    memcpy(loc + z->pt[k].work, whole + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
+  for (int k = 0; k < z->nrep; k++) memcpy(loc + z->rep[k].packed, whole + z->rep[k].flat, z->rep[k].n * sizeof(float));
   return TS_OK;
 }
 

@@ -131,7 +131,8 @@ static void compare(ts_comm *w, const char *what, const char *model, const char 
     int64_t slots = sa / (int64_t)na, sh = (int64_t)na - rep;
     CHECK_MSG(total_b == slots * (sh + N * rep), "%s: optimizer state over the ranks %lld, expected %lld", what,
               (long long)total_b, (long long)(slots * (sh + N * rep)));
-    CHECK_MSG(sb <= slots * (rep + (sh + N - 1) / N), "%s: rank 0 holds %lld optimizer floats", what, (long long)sb);
+    /* each bucket's part is rounded up to a whole element: < 256 buckets here */
+    CHECK_MSG(sb <= slots * (rep + (sh + N - 1) / N + 256), "%s: rank 0 holds %lld optimizer floats", what, (long long)sb);
     printf("%-44s loss rel %.1e, params abs %.1e; optimizer floats rank 0: %lld of %lld (%.3f; %lld replicated)\n",
            what, worst, maxd, (long long)sb, (long long)sa, (double)sb / (double)sa, (long long)rep);
   }
