@@ -206,6 +206,15 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
  * ts_dist_step_end kept (grads is then not read) and the all-gather of the updated parameters
  * into params on every rank (collective). */
 int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr);
+/* Gradient accumulation over cfg.accum micro-steps: the floats of the accumulation buffer the
+ * caller must provide to ts_dist_accumulate (0 without accumulation, and under
+ * parallel.optimizer_shard 2 in a real job, where the rank's reduced shard is accumulated instead;
+ * call after ts_dist_start). */
+size_t ts_dist_accum_numel(const ts_dist *d);
+/* After micro-step k (0-based) wrote its gradients into grads: acc = grads (k = 0) or acc +=
+ * grads; under parallel.optimizer_shard 2 the gradients are reduce-scattered now and the rank's
+ * shard accumulated (collective; acc is not used). Then ts_dist_step_end(d, acc, ...). */
+int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k);
 /* Whether the optimizer state is sharded (1) or not (0); the trainable elements that stay
  * replicated and those sharded over the ranks (0 and 0 when not sharded). */
 int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded);

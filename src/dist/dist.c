@@ -156,13 +156,13 @@ static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
   return TS_OK;
 }
 
-/* optimizer_shard: stage 1 with f32 gradients and element-wise optimizers only */
+/* optimizer_shard: stages 1 and 2 with f32 gradients and element-wise optimizers only */
 static int check_data(const ts_dist_config *c, const ts_dist_model *m) {
   (void)m;
   if (!c->optimizer_shard) return TS_OK;
-  if (c->optimizer_shard > 1)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d (gradient sharding) is not implemented; use 1",
-                        c->optimizer_shard);
+  if (c->optimizer_shard > 2)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d (parameter sharding, stage 3) is not implemented; "
+                        "use 1 or 2", c->optimizer_shard);
   if (c->lamb)
     return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: lamb needs whole-parameter norms and is not "
                         "implemented with optimizer sharding (use adamw or momentum)");
@@ -334,6 +334,24 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
     if (rc) return ts_error_wrap(rc, "the step's loss over the ranks");
     *loss = l;
   }
+  return TS_OK;
+}
+
+size_t ts_dist_accum_numel(const ts_dist *d) {
+  if (d->cfg.accum < 2) return 0;
+  if (d->zero && d->world && d->cfg.optimizer_shard >= 2) return 0; /* the reduced shard accumulates */
+  return ts_params_numel(d->r.params);
+}
+
+int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k) {
+  if (d->zero && d->world && d->cfg.optimizer_shard >= 2) return ts__zero_accumulate(d, grads, k);
+  size_t n = ts_params_numel(d->r.params);
+  if (k == 0) {
+    memcpy(acc, grads, n * sizeof(float));
+    return TS_OK;
+  }
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) acc[i] += grads[i];
   return TS_OK;
 }
 

@@ -84,6 +84,8 @@ void ts__zero_begin(ts_dist *d, float *grads);
 /* Waits for (or runs) the reduce-scatter of the sharded gradients of g and all-reduces the
  * replicated ones, into the optimizer's work buffer. */
 int ts__zero_reduce(ts_dist *d, const float *g);
+/* Stage 2: micro-step k's gradients reduce-scattered and accumulated into the work buffer. */
+int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
 /* The global norm over the work buffer (shards summed over the ranks, replicated once), and
  * clipping of it. */
 int ts__zero_clip(ts_dist *d, float max_norm, float *norm);

@@ -19,7 +19,12 @@
  * replicated ones once; ts_dist_optim_step copies the rank's parameters into the work buffer,
  * steps the optimizer there, copies its parts and the replicated parameters back and all-gathers
  * every bucket's parts in place. Communication per step: a reduce-scatter and an all-gather of S
- * (the volume of the all-reduce they replace) plus an all-reduce of R. */
+ * (the volume of the all-reduce they replace) plus an all-reduce of R.
+ *
+ * Stage 2 (optimizer_shard = 2) differs with gradient accumulation only: each micro-step's
+ * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
+ * (ts_dist_accumulate), so no whole-model accumulation buffer exists (R + 2P floats instead of
+ * the model's); the reduce-scatter runs once per micro-step instead of once per step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +55,8 @@ struct ts__zero {
   part *pt;
   ts__buckets *bk; /* NULL in dry runs (no communicator) */
   int attached;
+  int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
+  float *tmp;      /* stage 2: P, a later micro-step's reduced parts */
   size_t *displs;  /* N: scratch for the all-gathers */
   float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
 };
@@ -60,6 +67,7 @@ void ts__zero_free(struct ts__zero *z) {
   free(z->rep);
   free(z->pt);
   free(z->displs);
+  free(z->tmp);
   free(z->wp);
   free(z->wg);
   free(z);
@@ -146,6 +154,8 @@ int ts__zero_plan(ts_dist *d) {
   if (!rc) {
     z->wp = calloc(z->R + z->P + 1, sizeof(float));
     z->wg = calloc(z->R + z->P + 1, sizeof(float));
+    if (d->cfg.optimizer_shard >= 2 && !(z->tmp = calloc(z->P + 1, sizeof(float))))
+      rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
     if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   }
   if (!rc && z->bk) ts__buckets_set_out(z->bk, z->wg + z->R); /* parts after the replicated */
@@ -208,13 +218,42 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   return rc;
 }
 
+/* Stage 2: micro-step k's gradients reduce-scattered now and added to the rank's parts; the
+ * replicated ones added up locally (all-reduced once, at the step's end). */
+int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
+  struct ts__zero *z = d->zero;
+  if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
+  float *parts = z->wg + z->R;
+  ts__buckets_set_out(z->bk, k == 0 ? parts : z->tmp);
+  ts__buckets_begin(z->bk, (float *)grads);
+  int rc = ts__buckets_finish(z->bk);
+  ts__buckets_set_out(z->bk, parts);
+  if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of micro-step %lld's gradients",
+                               (long long)k + 1);
+  if (k > 0)
+    for (size_t i = 0; i < z->P; i++) parts[i] += z->tmp[i];
+  for (int q = 0; q < z->nrep; q++) {
+    float *w = z->wg + z->rep[q].packed;
+    const float *g = grads + z->rep[q].flat;
+    if (k == 0) memcpy(w, g, z->rep[q].n * sizeof(float));
+    else
+      for (size_t i = 0; i < z->rep[q].n; i++) w[i] += g[i];
+  }
+  z->accumulated = 1;
+  return TS_OK;
+}
+
 int ts__zero_reduce(ts_dist *d, const float *g) {
   struct ts__zero *z = d->zero;
   ts_reduce_op op = d->reduce_mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
-  if (!d->overlap) ts__buckets_begin(z->bk, (float *)g);
-  int rc = ts__buckets_finish(z->bk);
-  if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
-  for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
+  int rc = TS_OK;
+  if (!z->accumulated) {
+    if (!d->overlap) ts__buckets_begin(z->bk, (float *)g);
+    rc = ts__buckets_finish(z->bk);
+    if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
+    for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
+  }
+  z->accumulated = 0;
   if (z->R) rc = ts_comm_allreduce(d->world, z->wg, z->wg, z->R, TS_F32, op);
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
 }

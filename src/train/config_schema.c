@@ -212,7 +212,8 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.optimizer_shard", CT_ENUM, FLD(parallel.optimizer_shard), "off", shard_names, 0, 0, 0, 0,
      0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
      "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "
-     "updates them, then the parameters are all-gathered; 2 (gradient sharding) is not implemented"},
+     "updates them, then the parameters are all-gathered; 2 = also, with gradient accumulation, each "
+     "micro-step's gradients reduce-scattered and only the rank's shard accumulated"},
     {"parallel.optimizer_shard_threshold_kb", CT_FLOAT, FLD(parallel.optimizer_shard_threshold_kb),
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "

@@ -17,6 +17,7 @@ int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
 int ts_trainer_rank(const ts_trainer *t) { return t->run->rank; }
 int ts_trainer_world_size(const ts_trainer *t) { return t->run->size; }
 int64_t ts_trainer_num_params(const ts_trainer *t) { return ts_dist_num_params(t->dist); }
+int64_t ts_trainer_accum_numel(const ts_trainer *t) { return t->accum > 1 ? (int64_t)ts_dist_accum_numel(t->dist) : 0; }
 int64_t ts_trainer_optim_state_numel(const ts_trainer *t) {
   return t->opt ? (int64_t)ts_optim_num_slots(t->opt) * (int64_t)ts_optim_extent(t->opt) : 0;
 }
@@ -349,7 +350,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
       (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)) || (rc = ts_dist_start(t->dist)))
     goto fail;
   if (t->accum > 1) {
-    size_t n = ts_params_numel(t->run->params);
+    size_t n = ts_dist_accum_numel(t->dist); /* 0: the dist accumulates the reduced shard itself */
     t->acc = ts_alloc(sizeof(float) * (n ? n : 1));
     if (!t->acc) {
       rc = ts_error_set(TS_ENOMEM, "trainer: cannot allocate the gradient accumulator");
@@ -533,7 +534,6 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   size_t xs = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
   size_t ys = t->model.text ? (size_t)ts_shape_numel(&t->model.sample) * sizeof(int32_t) : sizeof(int32_t);
   const char *lab = t->model.text ? b->target.data : b->labels.data;
-  size_t n = ts_params_numel(r->params);
   float *grads = ts_params_grads(r->params);
   double loss = 0;
   ts_dist_step_begin(t->dist, grads);
@@ -545,11 +545,8 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     loss += *(const float *)ts_plan_data(r->plan, r->loss);
     if (t->accum > 1) {
       double ta = ts_time_now();
-      if (k == 0)
-        memcpy(t->acc, grads, n * sizeof(float));
-      else
-#pragma omp parallel for if (n > 65536)
-        for (size_t i = 0; i < n; i++) t->acc[i] += grads[i];
+      rc = ts_dist_accumulate(t->dist, grads, t->acc, k); /* the dist may reduce it now (optimizer_shard 2) */
+      if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
       ts__tprof_span(t->prof, "grad_accumulate", TS_PROF_OTHER, ta, ts_time_now());
     }
   }

@@ -1,4 +1,5 @@
-/* Optimizer-state sharding (parallel.optimizer_shard: 1, ZeRO-1) under data_parallel against plain
+/* Optimizer-state sharding (parallel.optimizer_shard: 1, ZeRO-1; 2, ZeRO-2: with accumulation each
+ * micro-step's gradients reduce-scattered and the shard accumulated) under data_parallel against plain
  * data_parallel on this job's ranks (run under mpirun -n 1, 2, 4): 12 steps of the MLP and the
  * convnet with momentum and adamw, with accumulation and with clipping, with the default size
  * threshold (small parameters replicated) and with 0 (every parameter cut by element ranges): the
@@ -20,6 +21,7 @@
 #define HALF 6
 
 typedef struct {
+  int64_t acc; /* floats of the whole accumulation buffer */
   double loss[STEPS + 1];
   int stop_at; /* request a stop after this step (0: never) */
 } rec;
@@ -74,6 +76,7 @@ static float *train(const char *model, const char *opt, const char *const *sets,
   CHECK_OK(ts_trainer_fit(t));
   if (save) CHECK_OK(ts_trainer_save(t, save));
   *state = ts_trainer_optim_state_numel(t);
+  r->acc = ts_trainer_accum_numel(t);
   ts_params *p = ts_trainer_params(t);
   *rep = 0;
   for (int i = 0; i < ts_params_count(p); i++) {
@@ -111,8 +114,8 @@ static double check_close(const char *what, const rec *ra, const rec *rb, int lo
 }
 
 /* thr: "parallel.optimizer_shard_threshold_kb=X" or NULL (64) */
-static void compare(ts_comm *w, const char *what, const char *model, const char *opt, const char *e1,
-                    const char *e2, const char *thr) {
+static void compare_stage(ts_comm *w, const char *what, const char *model, const char *opt, const char *e1,
+                          const char *e2, const char *thr, const char *stage) {
   int rank = ts_comm_rank(w), N = ts_comm_size(w);
   double thr_kb = thr ? atof(strchr(thr, '=') + 1) : 64;
   rec ra, rb;
@@ -120,7 +123,7 @@ static void compare(ts_comm *w, const char *what, const char *model, const char 
   memset(&rb, 0, sizeof rb);
   size_t na = 0, nb = 0;
   int64_t sa = 0, sb = 0, rep = 0;
-  const char *plain[4] = {e1, e2, NULL, NULL}, *zero[4] = {e1, e2, "parallel.optimizer_shard=1", thr};
+  const char *plain[4] = {e1, e2, NULL, NULL}, *zero[4] = {e1, e2, stage, thr};
   float *pa = train(model, opt, plain, &ra, &na, &sa, &rep, thr_kb, NULL, NULL);
   float *pb = train(model, opt, zero, &rb, &nb, &sb, &rep, thr_kb, NULL, NULL);
   int64_t total_b = sum_ranks(w, sb);
@@ -133,11 +136,21 @@ static void compare(ts_comm *w, const char *what, const char *model, const char 
               (long long)total_b, (long long)(slots * (sh + N * rep)));
     /* each bucket's part is rounded up to a whole element: < 256 buckets here */
     CHECK_MSG(sb <= slots * (rep + (sh + N - 1) / N + 256), "%s: rank 0 holds %lld optimizer floats", what, (long long)sb);
-    printf("%-44s loss rel %.1e, params abs %.1e; optimizer floats rank 0: %lld of %lld (%.3f; %lld replicated)\n",
-           what, worst, maxd, (long long)sb, (long long)sa, (double)sb / (double)sa, (long long)rep);
+    /* stage 2 with accumulation: no whole-model accumulation buffer */
+    int acc = e1 && strstr(e1, "micro_batch_size"), st2 = !strcmp(stage, "parallel.optimizer_shard=2");
+    CHECK_MSG(ra.acc == (acc ? (int64_t)na : 0) && rb.acc == (acc && !st2 ? (int64_t)na : 0),
+              "%s: accumulation buffers %lld (plain) and %lld (sharded)", what, (long long)ra.acc, (long long)rb.acc);
+    printf("%-44s loss rel %.1e, params abs %.1e; optimizer floats rank 0: %lld of %lld (%.3f; %lld replicated)%s\n",
+           what, worst, maxd, (long long)sb, (long long)sa, (double)sb / (double)sa, (long long)rep,
+           acc ? (st2 ? "; no accumulation buffer" : "; accumulation buffer whole") : "");
   }
   free(pa);
   free(pb);
+}
+
+static void compare(ts_comm *w, const char *what, const char *model, const char *opt, const char *e1,
+                    const char *e2, const char *thr) {
+  compare_stage(w, what, model, opt, e1, e2, thr, "parallel.optimizer_shard=1");
 }
 
 /* A checkpoint written after HALF steps under `save_sets` resumes under `load_sets` and
@@ -196,11 +209,19 @@ int main(int argc, char **argv) {
           "optimizer.clip_grad_norm=0.5", t0);
   compare(w, "convnet momentum, threshold 4 KiB", "convnet", "momentum", NULL, NULL,
           "parallel.optimizer_shard_threshold_kb=4");
+  /* stage 2: each micro-step's gradients reduce-scattered, the shard accumulated */
+  const char *s2 = "parallel.optimizer_shard=2", *acc2 = "train.micro_batch_size=32";
+  compare_stage(w, "stage 2: mlp adamw, accumulation 2", "mlp", "adamw", acc2, NULL, NULL, s2);
+  compare_stage(w, "stage 2: mlp momentum, accum 4, all sharded", "mlp", "momentum", "train.micro_batch_size=16",
+                "optimizer.clip_grad_norm=0.5", t0, s2);
+  compare_stage(w, "stage 2: convnet adamw, accum 2, clip", "convnet", "adamw", acc2, "optimizer.clip_grad_norm=0.5",
+                "parallel.optimizer_shard_threshold_kb=4", s2);
+  compare_stage(w, "stage 2: mlp adamw, no accumulation", "mlp", "adamw", NULL, NULL, NULL, s2);
   resume(w, "adamw: saved sharded, resumed plain", "adamw", "parallel.optimizer_shard=1", NULL);
   resume(w, "momentum: saved plain, resumed sharded", "momentum", NULL, "parallel.optimizer_shard=1");
   refused("parallel.mode=semi_auto_parallel", "adamw", "parallel.optimizer_shard=1", "parallel.optimizer_shard");
   refused(NULL, "lamb", "parallel.optimizer_shard=1", "parallel.optimizer_shard");
-  refused(NULL, "adamw", "parallel.optimizer_shard=2", "parallel.optimizer_shard");
+  refused("parallel.mode=stand_alone", "adamw", "parallel.optimizer_shard=2", "parallel.optimizer_shard");
   ts_comm_free(w);
   int rc = ts_test_finish("test_zero");
   int all = rc;
