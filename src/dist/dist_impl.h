@@ -2,7 +2,7 @@
  * (include/tessera/dist.h). One file per layout family: dist.c (the object, stand_alone,
  * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
  * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
- * slices). */
+ * slices), dist_zero.c (data_parallel optimizer-state sharding, parallel.optimizer_shard). */
 #ifndef TS_DIST_IMPL_H
 #define TS_DIST_IMPL_H
 

@@ -24,7 +24,8 @@
  * Stage 2 (optimizer_shard = 2) differs with gradient accumulation only: each micro-step's
  * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
  * (ts_dist_accumulate), so no whole-model accumulation buffer exists (R + 2P floats instead of
- * the model's); the reduce-scatter runs once per micro-step instead of once per step. */
+ * the model's); the reduce-scatter runs once per micro-step instead of once per step, each
+ * overlapped with its micro-step's backward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,7 +173,9 @@ static void zero_hook(const ts_hook_info *e, void *user) { ts__buckets_hook(e, (
 int ts__zero_start(ts_dist *d) {
   int rc = ts__zero_plan(d);
   if (rc || !d->zero->bk) return rc;
-  d->overlap = d->cfg.overlap && d->cfg.accum == 1; /* accumulation reduces once, after the last micro-step */
+  /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
+   * micro-step, so it overlaps with accumulation too */
+  d->overlap = d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
   if (d->overlap && !d->zero->attached) {
     rc = ts_plan_add_hook(d->r.plan, zero_hook, d->zero);
     d->zero->attached = !rc;
@@ -181,7 +184,9 @@ int ts__zero_start(ts_dist *d) {
 }
 
 void ts__zero_begin(ts_dist *d, float *grads) {
-  if (d->zero->bk) ts__buckets_begin(d->zero->bk, grads);
+  if (!d->zero->bk) return;
+  ts__buckets_set_out(d->zero->bk, d->zero->wg + d->zero->R); /* micro-step 0 writes the parts */
+  ts__buckets_begin(d->zero->bk, grads);
 }
 
 int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
@@ -218,16 +223,18 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   return rc;
 }
 
-/* Stage 2: micro-step k's gradients reduce-scattered now and added to the rank's parts; the
- * replicated ones added up locally (all-reduced once, at the step's end). */
+/* Stage 2: micro-step k's gradients reduce-scattered (started during its backward with overlap,
+ * else now) and added to the rank's parts; the replicated ones added up locally (all-reduced once,
+ * at the step's end). With overlap, the next micro-step's reduce-scatter is armed here. */
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   struct ts__zero *z = d->zero;
   if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
   float *parts = z->wg + z->R;
-  ts__buckets_set_out(z->bk, k == 0 ? parts : z->tmp);
-  ts__buckets_begin(z->bk, (float *)grads);
+  if (!d->overlap) {
+    ts__buckets_set_out(z->bk, k == 0 ? parts : z->tmp);
+    ts__buckets_begin(z->bk, (float *)grads);
+  }
   int rc = ts__buckets_finish(z->bk);
-  ts__buckets_set_out(z->bk, parts);
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of micro-step %lld's gradients",
                                (long long)k + 1);
   if (k > 0)
@@ -239,6 +246,8 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
     else
       for (size_t i = 0; i < z->rep[q].n; i++) w[i] += g[i];
   }
+  ts__buckets_set_out(z->bk, d->overlap && k + 1 < d->cfg.accum ? z->tmp : parts);
+  if (d->overlap && k + 1 < d->cfg.accum) ts__buckets_begin(z->bk, (float *)grads); /* micro-step k + 1 */
   z->accumulated = 1;
   return TS_OK;
 }

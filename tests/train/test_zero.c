@@ -216,6 +216,7 @@ int main(int argc, char **argv) {
                 "optimizer.clip_grad_norm=0.5", t0, s2);
   compare_stage(w, "stage 2: convnet adamw, accum 2, clip", "convnet", "adamw", acc2, "optimizer.clip_grad_norm=0.5",
                 "parallel.optimizer_shard_threshold_kb=4", s2);
+  compare_stage(w, "stage 2: mlp adamw, accum 2, no overlap", "mlp", "adamw", acc2, "parallel.overlap=false", NULL, s2);
   compare_stage(w, "stage 2: mlp adamw, no accumulation", "mlp", "adamw", NULL, NULL, NULL, s2);
   resume(w, "adamw: saved sharded, resumed plain", "adamw", "parallel.optimizer_shard=1", NULL);
   resume(w, "momentum: saved plain, resumed sharded", "momentum", NULL, "parallel.optimizer_shard=1");
