@@ -17,9 +17,11 @@
  *   ts_dist *d;  ts_dist_create(vt, &cfg, &model, 0, 0, &d);  // a real job (MPI started)
  *   ts_dist_build(d, &model);                             // graphs, store, plans, data cut
  *   const ts_dist_run *r = ts_dist_get(d);                 // r->plan, r->x, r->loss, ...
+ *   ts_dist_optim_create(d, &ocfg, segs, nseg, &opt);     // the rank's optimizer (its shard)
  *   ts_dist_start(d);                                     // broadcast, gradient reduction
  *   per step: ts_dist_step_begin(d, grads); ...ts_plan_run(r->plan)...;
- *             ts_dist_step_end(d, grads, &loss, &wait); ts_dist_clip(d, grads, 1.0, &norm); */
+ *             ts_dist_step_end(d, grads, &loss, &wait); ts_dist_clip(d, grads, 1.0, &norm);
+ *             ts_dist_optim_step(d, opt, params, grads, lr); */
 #ifndef TESSERA_DIST_H
 #define TESSERA_DIST_H
 
@@ -134,6 +136,8 @@ typedef struct {
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
   int n_recompute_layers; /* patterns of its segments (model.recompute_layers; 0: default) */
   char recompute_layers[TS_DIST_MAX_RECOMPUTE][160];
+  int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1) */
+  double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
 } ts_dist_config;
 
 /* The model: a builder (called for the training graph with targets and for the evaluation graph
@@ -194,6 +198,31 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms);
 /* The global L2 norm of g into *norm (before clipping), each parameter counted once over the
  * ranks (collective where parameters are sliced), and clipping of g to max_norm when > 0. */
 int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm);
+/* The rank's optimizer over the trainable parameters described by segs (one segment per whole
+ * parameter at its offset in the rank's store, as for ts_optim_create). Without
+ * parallel.optimizer_shard it is ts_optim_create(segs). With it (data_parallel) the optimizer
+ * works on the rank's part only (src/dist/dist_zero.c): the replicated small parameters and its
+ * chunk of the sharded ones, so its state is about (replicated + sharded / ranks) per slot; use
+ * it only through ts_dist_optim_step and ts_dist_move. Call after ts_dist_build. */
+int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
+                         ts_optim **out);
+/* One optimizer step after ts_dist_step_end and ts_dist_clip: ts_optim_step(opt, params, grads,
+ * lr), or under parallel.optimizer_shard the update of the rank's part from the reduced gradients
+ * ts_dist_step_end kept (grads is then not read) and the all-gather of the updated parameters
+ * into params on every rank (collective). */
+int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr);
+/* Gradient accumulation over cfg.accum micro-steps: the floats of the accumulation buffer the
+ * caller must provide to ts_dist_accumulate (0 without accumulation, and under
+ * parallel.optimizer_shard 2 in a real job, where the rank's reduced shard is accumulated instead;
+ * call after ts_dist_start). */
+size_t ts_dist_accum_numel(const ts_dist *d);
+/* After micro-step k (0-based) wrote its gradients into grads: acc = grads (k = 0) or acc +=
+ * grads; under parallel.optimizer_shard 2 the gradients are reduce-scattered now and the rank's
+ * shard accumulated (collective; acc is not used). Then ts_dist_step_end(d, acc, ...). */
+int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k);
+/* Whether the optimizer state is sharded (1) or not (0); the trainable elements that stay
+ * replicated and those sharded over the ranks (0 and 0 when not sharded). */
+int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded);
 /* Before evaluation or a checkpoint: states every rank should agree on (BatchNorm running
  * statistics under data parallel without sync_batchnorm) are averaged. */
 int ts_dist_sync_states(ts_dist *d);

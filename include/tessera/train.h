@@ -89,6 +89,13 @@ int ts_trainer_world_size(const ts_trainer *t);
  * this rank's slices under semi_auto_parallel). */
 int64_t ts_trainer_num_params(const ts_trainer *t);
 int64_t ts_trainer_step(const ts_trainer *t);
+/* Floats of optimizer state this rank holds (slots x extent): the whole model's under plain data
+ * parallel, about 1/N of the sharded parameters' plus the replicated ones' under
+ * parallel.optimizer_shard. */
+int64_t ts_trainer_optim_state_numel(const ts_trainer *t);
+/* Floats of the whole-model gradient accumulation buffer (0 without accumulation, and under
+ * parallel.optimizer_shard 2, where each rank accumulates its reduced shard instead). */
+int64_t ts_trainer_accum_numel(const ts_trainer *t);
 /* The training plan (owned by the trainer), for a plan hook a tool or test adds after the
  * trainer's own (ts_plan_add_hook; the profiler's hook, with log.profile on, comes first). */
 ts_plan *ts_trainer_plan_handle(ts_trainer *t);

@@ -15,6 +15,8 @@ typedef struct {
   ts_comm_req *req;
   int started, done;
   uint16_t *wire; /* bf16/f16 copy when compressing */
+  size_t *counts; /* reduce-scatter mode: the ranks' parts (elements, in rank order) */
+  size_t out_off; /* reduce-scatter mode: where this rank's part goes in `out` */
 } bucket;
 
 struct ts__buckets {
@@ -29,6 +31,8 @@ struct ts__buckets {
   int err;
   char errmsg[512];
   double t_comm_wait;
+  int nranks, rank;
+  float *out; /* reduce-scatter mode (ts__buckets_scatter): the rank's parts, bucket after bucket */
 };
 
 /* The bucket's data as it travels: the gradients themselves, or their 16-bit copy. */
@@ -48,6 +52,8 @@ static void finish_bucket(ts__buckets *d, bucket *b) {
 
 static int start_bucket(ts__buckets *d, bucket *b) {
   b->started = 1;
+  if (d->out) return ts_comm_ireduce_scatter(d->comm, d->grads + b->off, d->out + b->out_off, b->counts, TS_F32, d->op,
+                                             &b->req);
   void *p = payload(d, b);
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
 }
@@ -58,6 +64,11 @@ static int start_bucket(ts__buckets *d, bucket *b) {
  * 0.55 ms) and would come through this one function. */
 static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
+  if (d->out) {
+    int rc = ts_comm_reduce_scatter(d->comm, d->grads + b->off, d->out + b->out_off, b->counts, TS_F32, d->op);
+    if (!rc) finish_bucket(d, b);
+    return rc;
+  }
   void *p = payload(d, b);
   int rc = ts_comm_allreduce(d->comm, p, p, b->len, d->wire, d->op);
   if (!rc) finish_bucket(d, b);
@@ -145,6 +156,7 @@ void ts__buckets_free(ts__buckets *d) {
   for (int k = 0; k < d->nb; k++) {
     if (d->b[k].req) ts_comm_req_free(d->b[k].req);
     free(d->b[k].wire);
+    free(d->b[k].counts);
   }
   free(d->b);
   free(d->node_start);
@@ -153,6 +165,38 @@ void ts__buckets_free(ts__buckets *d) {
 }
 
 int ts__buckets_num_buckets(const ts__buckets *d) { return d->nb; }
+
+int ts__buckets_scatter(ts__buckets *d, size_t *total) {
+  int N = ts_comm_size(d->comm), r = ts_comm_rank(d->comm);
+  if (d->wire != TS_F32) return ts_error_set(TS_EINVAL, "reduce-scatter buckets: f32 on the wire only");
+  d->nranks = N;
+  d->rank = r;
+  size_t t = 0;
+  for (int k = 0; k < d->nb; k++) {
+    bucket *b = &d->b[k];
+    if (!(b->counts = calloc((size_t)N, sizeof(size_t))))
+      return ts_error_set(TS_ENOMEM, "reduce-scatter buckets: out of memory");
+    size_t part = (b->len + (size_t)N - 1) / (size_t)N;
+    for (int q = 0; q < N; q++) {
+      size_t lo = (size_t)q * part;
+      b->counts[q] = lo >= b->len ? 0 : b->len - lo < part ? b->len - lo : part;
+    }
+    b->out_off = t;
+    t += b->counts[r];
+  }
+  *total = t;
+  return TS_OK;
+}
+
+void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, const size_t **counts, size_t *out_off) {
+  const bucket *b = &d->b[k];
+  *off = b->off;
+  *len = b->len;
+  *counts = b->counts;
+  *out_off = b->out_off;
+}
+
+void ts__buckets_set_out(ts__buckets *d, float *out) { d->out = out; }
 
 void ts__buckets_begin(ts__buckets *d, float *grads) {
   d->grads = grads;

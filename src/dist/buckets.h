@@ -17,6 +17,15 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
                   ts_dtype wire, const int *member, ts__buckets **out);
 void ts__buckets_free(ts__buckets *d);
 int ts__buckets_num_buckets(const ts__buckets *d);
+/* Reduce-scatter mode (optimizer sharding; f32 only): each bucket [off, off + len) is cut into
+ * the communicator's ranks' parts of ceil(len / N) elements (the last ones shorter or empty), and
+ * the reduced part of this rank goes to out + out_off (ts__buckets_set_out) instead of back into
+ * the gradients; *total gets the elements of this rank's parts over all buckets. */
+int ts__buckets_scatter(ts__buckets *d, size_t *total);
+void ts__buckets_set_out(ts__buckets *d, float *out);
+/* Bucket k: its flat range, its ranks' parts (reduce-scatter mode; NULL otherwise) and where this
+ * rank's part sits in out. Parts start at the prefix sums of counts. */
+void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, const size_t **counts, size_t *out_off);
 /* Before a run whose gradients (into `grads`, the flat buffer) are to be reduced. */
 void ts__buckets_begin(ts__buckets *d, float *grads);
 /* The plan hook: after each node, starts the buckets it completed and polls those in flight. */

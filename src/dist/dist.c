@@ -146,7 +146,9 @@ static int build_data(ts_dist *d, const ts_dist_model *m) {
   d->loss_op = TS_REDUCE_MEAN;
   d->loss_weight = 1;
   d->reduce_mean = d->cfg.gradients_mean;
-  return build_per_rank(d, 1, 0);
+  int rc = build_per_rank(d, 1, 0);
+  if (!rc && d->cfg.optimizer_shard) rc = ts__zero_plan(d); /* the shard layout, for plans too */
+  return rc;
 }
 
 static int build_hybrid(ts_dist *d, const ts_dist_model *m) {
@@ -162,6 +164,22 @@ static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
   if (!m || !m->fn || !m->custom)
     return ts_error_set(TS_ECONFIG, "parallel.mode: hybrid_parallel runs models written with the C API for one rank "
                         "(ts_trainer_create_custom, examples/hybrid_mlp.c); for zoo models use semi_auto_parallel");
+  return TS_OK;
+}
+
+/* optimizer_shard: stages 1 and 2 with f32 gradients and element-wise optimizers only */
+static int check_data(const ts_dist_config *c, const ts_dist_model *m) {
+  (void)m;
+  if (!c->optimizer_shard) return TS_OK;
+  if (c->optimizer_shard > 2)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d (parameter sharding, stage 3) is not implemented; "
+                        "use 1 or 2", c->optimizer_shard);
+  if (c->lamb)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: lamb needs whole-parameter norms and is not "
+                        "implemented with optimizer sharding (use adamw or momentum)");
+  if (c->wire != TS_F32)
+    return ts_error_set(TS_ECONFIG, "parallel.comm_dtype: gradient compression is not implemented with "
+                        "parallel.optimizer_shard (use f32)");
   return TS_OK;
 }
 
@@ -185,6 +203,7 @@ int ts__dist_start_world(ts_dist *d) {
       rc = ts_comm_broadcast(d->world, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
+  if (c->optimizer_shard) return ts__zero_start(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
   ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
   if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
   /* accumulation reduces once, after the last micro-step */
@@ -211,12 +230,18 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
           sharded ? "as the model registers it (slices where it registers them sharded)" : "replicated",
           r->data_parts > 1 ? "cut over the ranks" : "read whole by every rank",
           d->reduce_mean ? "averaged" : "summed");
+  size_t rep, sh;
+  if (ts_dist_optim_sharded(d, &rep, &sh))
+    fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard 1): %zu parameter elements "
+            "reduce-scattered and all-gathered by gradient bucket (about %zu per rank), %zu (parameters under %g "
+            "KiB) replicated\n",
+            r->size, sh, (sh + (size_t)r->size - 1) / (size_t)r->size, rep, d->cfg.shard_threshold_kb);
   return TS_OK;
 }
 
 static const ts_dist_vt stand_alone = {"stand_alone", 0, NULL, build_stand_alone, NULL, NULL, describe_per_rank,
                                        free_per_rank};
-static const ts_dist_vt data_parallel = {"data_parallel", 1, NULL, build_data, ts__dist_start_world, sync_data,
+static const ts_dist_vt data_parallel = {"data_parallel", 1, check_data, build_data, ts__dist_start_world, sync_data,
                                          describe_per_rank, free_per_rank};
 static const ts_dist_vt hybrid_parallel = {"hybrid_parallel", 1, check_hybrid, build_hybrid, ts__dist_start_world, NULL,
                                            describe_per_rank, free_per_rank};
@@ -243,6 +268,9 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (dry > 1 && !vt->world)
     return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
                         "semi_auto_parallel) to plan for %d", vt->name, dry);
+  if (cfg->optimizer_shard && strcmp(vt->name, "data_parallel"))
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: implemented for parallel.mode data_parallel only "
+                        "(not %s)", vt->name);
   int rc = vt->check ? vt->check(cfg, m) : TS_OK;
   if (rc) return rc;
   ts_dist *d = calloc(1, sizeof *d);
@@ -269,6 +297,7 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
 void ts_dist_free(ts_dist *d) {
   if (!d) return;
   ts_grad_reducer_free(d->red);
+  ts__zero_free(d->zero);
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   if (d->vt->free) d->vt->free(d);
@@ -291,12 +320,19 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
 int ts_dist_start(ts_dist *d) { return d->world && d->vt->start ? d->vt->start(d) : TS_OK; }
 
 void ts_dist_step_begin(ts_dist *d, float *grads) {
+  if (d->zero && d->overlap) ts__zero_begin(d, grads);
   if (d->red && d->overlap) ts_grad_reducer_begin(d->red, grads);
 }
 
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   *wait_ms = 0;
   if (!d->world) return TS_OK;
+  if (d->zero) {
+    double t0 = ts_time_now();
+    int rc = ts__zero_reduce(d, g);
+    *wait_ms = 1e3 * (ts_time_now() - t0);
+    if (rc) return rc;
+  }
   if (d->red) { /* its errors name the reduction and the group */
     if (!d->overlap) ts_grad_reducer_begin(d->red, g);
     int rc = ts_grad_reducer_finish(d->red);
@@ -312,8 +348,27 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   return TS_OK;
 }
 
+size_t ts_dist_accum_numel(const ts_dist *d) {
+  if (d->cfg.accum < 2) return 0;
+  if (d->zero && d->world && d->cfg.optimizer_shard >= 2) return 0; /* the reduced shard accumulates */
+  return ts_params_numel(d->r.params);
+}
+
+int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k) {
+  if (d->zero && d->world && d->cfg.optimizer_shard >= 2) return ts__zero_accumulate(d, grads, k);
+  size_t n = ts_params_numel(d->r.params);
+  if (k == 0) {
+    memcpy(acc, grads, n * sizeof(float));
+    return TS_OK;
+  }
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) acc[i] += grads[i];
+  return TS_OK;
+}
+
 int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
   *norm = 0;
+  if (d->zero && d->world) return ts__zero_clip(d, max_norm, norm);
   if (d->r.sliced) return ts__dist_clip_sliced(d, g, max_norm, norm);
   size_t n = ts_params_numel(d->r.params);
   if (max_norm > 0) return ts_clip_grad_norm(g, n, max_norm, norm);

@@ -2,7 +2,7 @@
  * (include/tessera/dist.h). One file per layout family: dist.c (the object, stand_alone,
  * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
  * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
- * slices). */
+ * slices), dist_zero.c (data_parallel optimizer-state sharding, parallel.optimizer_shard). */
 #ifndef TS_DIST_IMPL_H
 #define TS_DIST_IMPL_H
 
@@ -53,6 +53,8 @@ struct ts_dist {
   ts_params *gp;
   ts_comm *slots[TS__DIST_MAX_GROUPS], *eslots[TS__DIST_MAX_GROUPS];
   int nslots, neslots;
+  /* data_parallel with parallel.optimizer_shard (dist_zero.c); NULL: off */
+  struct ts__zero *zero;
 };
 
 extern const ts_dist_vt ts__dist_semi_auto;
@@ -72,5 +74,24 @@ int ts__dist_plans(ts_dist *d);
 int ts__dist_start_world(ts_dist *d);
 /* Global-norm clipping over slices: each parameter counted once over the ranks holding it. */
 int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm);
+
+/* ---- optimizer-state sharding (dist_zero.c) ---- */
+/* The shard layout over the rank's store (idempotent; needs the built store). */
+int ts__zero_plan(ts_dist *d);
+void ts__zero_free(struct ts__zero *z);
+/* The reduce-scatter buckets attached to the plan for overlap (start). */
+int ts__zero_start(ts_dist *d);
+/* Arms the overlapped reduce-scatter of a run writing its gradients into grads. */
+void ts__zero_begin(ts_dist *d, float *grads);
+/* Waits for (or runs) the reduce-scatter of the sharded gradients of g and all-reduces the
+ * replicated ones, into the optimizer's work buffer. */
+int ts__zero_reduce(ts_dist *d, const float *g);
+/* Stage 2: micro-step k's gradients reduce-scattered and accumulated into the work buffer. */
+int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
+/* The global norm over the work buffer (shards summed over the ranks, replicated once), and
+ * clipping of it. */
+int ts__zero_clip(ts_dist *d, float max_norm, float *norm);
+/* One slot of the rank's optimizer <-> the same slot of an optimizer over the whole store. */
+int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
 
 #endif

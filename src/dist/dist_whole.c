@@ -11,7 +11,7 @@ int ts_dist_whole_store(ts_dist *d, ts_params **full, int *owned) {
   *full = NULL;
   *owned = 0;
   ts_params *lp = d->r.params;
-  if (!d->r.sliced) {
+  if (!d->r.sliced && !d->zero) {
     *full = lp;
     return TS_OK;
   }
@@ -89,7 +89,8 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
   if (!rc && ts_params_state_numel(lp))
     rc = move_flat(d, full, ts_params_states(lp), ts_params_states(full), 1, gather);
   for (int k = 0; opt && fopt && !rc && k < ts_optim_num_slots(fopt); k++)
-    rc = move_flat(d, full, ts_optim_slot_data(opt, k), ts_optim_slot_data(fopt, k), 0, gather);
+    rc = d->zero ? ts__zero_move_slot(d, full, ts_optim_slot_data(opt, k), ts_optim_slot_data(fopt, k), gather)
+                 : move_flat(d, full, ts_optim_slot_data(opt, k), ts_optim_slot_data(fopt, k), 0, gather);
   if (!rc && opt && fopt) {
     if (gather) ts_optim_set_step(fopt, ts_optim_get_step(opt));
     else ts_optim_set_step(opt, ts_optim_get_step(fopt));

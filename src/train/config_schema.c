@@ -14,6 +14,7 @@ static const char *const unit_names[] = {"steps", "epochs", NULL};
 static const char *const parallel_names[] = {"stand_alone", "data_parallel", "semi_auto_parallel",
                                              "auto_parallel", "hybrid_parallel", NULL};
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
+static const char *const shard_names[] = {"off", "1", "2", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
@@ -218,6 +219,15 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.full_batch", CT_BOOL, FLD(parallel.full_batch), "false", NULL, 0, 0, 0, 0, 0,
      "semi_auto_parallel/hybrid_parallel: every rank reads the whole global batch (false: the "
      "batch is cut as the first operator's strategy cuts it, else over all ranks)"},
+    {"parallel.optimizer_shard", CT_ENUM, FLD(parallel.optimizer_shard), "off", shard_names, 0, 0, 0, 0,
+     0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
+     "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "
+     "updates them, then the parameters are all-gathered; 2 = also, with gradient accumulation, each "
+     "micro-step's gradients reduce-scattered and only the rank's shard accumulated"},
+    {"parallel.optimizer_shard_threshold_kb", CT_FLOAT, FLD(parallel.optimizer_shard_threshold_kb),
+     "64", NULL, 0, 1e12, 0, 0, 0,
+     "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "
+     "updated by every rank"},
     /* ---- checkpoint ---- */
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},

@@ -319,4 +319,6 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   for (int i = 0; i < cfg->model.recompute_layers.n && i < TS_DIST_MAX_RECOMPUTE; i++)
     snprintf(out->recompute_layers[out->n_recompute_layers++], sizeof out->recompute_layers[0], "%s",
              cfg->model.recompute_layers.v[i]);
+  out->optimizer_shard = cfg->parallel.optimizer_shard;
+  out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
 }

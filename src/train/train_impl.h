@@ -107,8 +107,10 @@ int ts__train_config_error(int rc);
 /* Sources, transforms and the first training sample's shape into t->model (t->cfg set). */
 int ts__train_prepare(ts_trainer *t);
 /* The optimizer over every trainable entry of p (config's optimizer; no decay where flagged);
- * *segs (malloc'ed, outlives *opt) gets the *nseg segments. */
-int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim_segment **segs, int *nseg);
+ * *segs (malloc'ed, outlives *opt) gets the *nseg segments. With d: the rank's part through the
+ * distribution object (ts_dist_optim_create); NULL: over the whole of p (checkpoints). */
+int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
+                    int *nseg);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);
 
 #endif

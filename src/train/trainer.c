@@ -17,6 +17,10 @@ int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
 int ts_trainer_rank(const ts_trainer *t) { return t->run->rank; }
 int ts_trainer_world_size(const ts_trainer *t) { return t->run->size; }
 int64_t ts_trainer_num_params(const ts_trainer *t) { return ts_dist_num_params(t->dist); }
+int64_t ts_trainer_accum_numel(const ts_trainer *t) { return t->accum > 1 ? (int64_t)ts_dist_accum_numel(t->dist) : 0; }
+int64_t ts_trainer_optim_state_numel(const ts_trainer *t) {
+  return t->opt ? (int64_t)ts_optim_num_slots(t->opt) * (int64_t)ts_optim_extent(t->opt) : 0;
+}
 int64_t ts_trainer_steps_per_epoch(const ts_trainer *t) { return t->steps_per_epoch; }
 void ts_trainer_request_stop(ts_trainer *t) { t->stop = 1; }
 
@@ -107,7 +111,8 @@ int ts__train_config_error(int rc) {
   return ts_error_set(TS_ECONFIG, "%s", msg);
 }
 
-int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim_segment **segs, int *nseg) {
+int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
+                    int *nseg) {
   int np = ts_params_count(p);
   *nseg = 0;
   *segs = calloc((size_t)np + 1, sizeof **segs);
@@ -121,7 +126,7 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_optim **opt, ts_optim
   }
   ts_optim_config oc;
   int rc = ts_config_optim(cfg, &oc);
-  if (!rc) rc = ts_optim_create(opt, &oc, *segs, *nseg);
+  if (!rc) rc = d ? ts_dist_optim_create(d, &oc, *segs, *nseg, opt) : ts_optim_create(opt, &oc, *segs, *nseg);
   return rc;
 }
 
@@ -234,7 +239,7 @@ static int whole_open(ts_trainer *t, int with_optimizer, whole_model *w) {
   memset(w, 0, sizeof *w);
   int rc = ts_dist_whole_store(t->dist, &w->full, &w->owned);
   if (!rc && with_optimizer && t->opt)
-    rc = w->owned ? ts__train_optim(&t->cfg, w->full, &w->fopt, &w->segs, &w->nseg) : TS_OK;
+    rc = w->owned ? ts__train_optim(&t->cfg, w->full, NULL, &w->fopt, &w->segs, &w->nseg) : TS_OK;
   return rc;
 }
 
@@ -341,11 +346,11 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     goto fail;
   }
   if ((rc = make_train_pipe(t))) goto fail;
-  if ((rc = ts__train_optim(c, t->run->params, &t->opt, &t->segs, &t->nseg)) ||
+  if ((rc = ts__train_optim(c, t->run->params, t->dist, &t->opt, &t->segs, &t->nseg)) ||
       (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)) || (rc = ts_dist_start(t->dist)))
     goto fail;
   if (t->accum > 1) {
-    size_t n = ts_params_numel(t->run->params);
+    size_t n = ts_dist_accum_numel(t->dist); /* 0: the dist accumulates the reduced shard itself */
     t->acc = ts_alloc(sizeof(float) * (n ? n : 1));
     if (!t->acc) {
       rc = ts_error_set(TS_ENOMEM, "trainer: cannot allocate the gradient accumulator");
@@ -529,7 +534,6 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   size_t xs = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
   size_t ys = t->model.text ? (size_t)ts_shape_numel(&t->model.sample) * sizeof(int32_t) : sizeof(int32_t);
   const char *lab = t->model.text ? b->target.data : b->labels.data;
-  size_t n = ts_params_numel(r->params);
   float *grads = ts_params_grads(r->params);
   double loss = 0;
   ts_dist_step_begin(t->dist, grads);
@@ -541,11 +545,8 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     loss += *(const float *)ts_plan_data(r->plan, r->loss);
     if (t->accum > 1) {
       double ta = ts_time_now();
-      if (k == 0)
-        memcpy(t->acc, grads, n * sizeof(float));
-      else
-#pragma omp parallel for if (n > 65536)
-        for (size_t i = 0; i < n; i++) t->acc[i] += grads[i];
+      rc = ts_dist_accumulate(t->dist, grads, t->acc, k); /* the dist may reduce it now (optimizer_shard 2) */
+      if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
       ts__tprof_span(t->prof, "grad_accumulate", TS_PROF_OTHER, ta, ts_time_now());
     }
   }
@@ -561,7 +562,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   double t2 = ts_time_now();
   ts__tprof_span(t->prof, "grad_norm", TS_PROF_OPTIMIZER, t1, t2);
   float lr = ts_lr_at(&t->sched, t->step);
-  if ((rc = ts_optim_step(t->opt, ts_params_data(r->params), g, lr))) return rc;
+  if ((rc = ts_dist_optim_step(t->dist, t->opt, ts_params_data(r->params), g, lr))) return rc;
   ts__tprof_span(t->prof, "optimizer", TS_PROF_OPTIMIZER, t2, ts_time_now());
   info->loss = loss;
   info->lr = lr;

@@ -56,7 +56,9 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   if (!rc) rc = ts_dist_create(vt, &dc, &t->model, ndevices, rank, &d);
   if (!rc && (rc = ts_dist_build(d, &t->model))) rc = ts__train_config_error(rc);
   t->model.strategies = NULL;
-  if (!rc) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc, &t->model, 1, 0, &d1);
+  ts_dist_config dc1 = dc;
+  dc1.optimizer_shard = 0; /* one process: nothing to shard over */
+  if (!rc) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &d1);
   if (!rc) rc = ts_dist_build(d1, &t->model);
   if (!rc) {
     const ts_dist_run *r = ts_dist_get(d);
@@ -78,11 +80,16 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
       figures(d, &pb, &arena);
       figures(d1, &pb1, &arena1);
       int slots = optim_slots(cfg->optimizer.name);
+      size_t rep, sh;
+      double ob = pb * slots; /* optimizer state: of the rank's parameters, or of its shard */
+      if (ts_dist_optim_sharded(d, &rep, &sh))
+        ob = 4.0 * slots * (double)(rep + (sh + (size_t)ndevices - 1) / (size_t)ndevices);
       fprintf(b, "\nmemory per rank (rank %d) vs one process:\n", rank);
       fprintf(b, "  parameters           %12s  of %12s  (%.3f)\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2), pb / pb1);
       fprintf(b, "  gradients            %12s  of %12s\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2));
-      fprintf(b, "  optimizer state      %12s  of %12s  (%s: %d slot%s)\n", human(pb * slots, h1, sizeof h1),
-              human(pb1 * slots, h2, sizeof h2), ts_optim_kind_name(cfg->optimizer.name), slots, slots == 1 ? "" : "s");
+      fprintf(b, "  optimizer state      %12s  of %12s  (%s: %d slot%s%s)\n", human(ob, h1, sizeof h1),
+              human(pb1 * slots, h2, sizeof h2), ts_optim_kind_name(cfg->optimizer.name), slots, slots == 1 ? "" : "s",
+              ob < pb * slots ? ", sharded" : "");
       fprintf(b, "  activations (step)   %12s  of %12s  (planned arena of forward + backward, micro-batch %lld)\n",
               human(arena, h1, sizeof h1), human(arena1, h2, sizeof h2), (long long)mb);
       fprintf(b, "communication per step per rank (%lld micro-batch%s):\n", (long long)accum, accum == 1 ? "" : "es");

@@ -108,6 +108,8 @@ static const struct {
     {"parallel.strategy_ckpt_load_file", "in/strategy.json"},
     {"parallel.strategy_ckpt_save_file", "out/strategy.json"},
     {"parallel.full_batch", "true"},
+    {"parallel.optimizer_shard", "1"},
+    {"parallel.optimizer_shard_threshold_kb", "16"},
     {"checkpoint.dir", "runs/x"},
     {"checkpoint.prefix", "resnet"},
     {"checkpoint.save_steps", "500"},

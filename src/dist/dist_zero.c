@@ -1,0 +1,341 @@
+/* Optimizer-state sharding under data_parallel (MindSpore's enable_parallel_optimizer, DeepSpeed
+ * ZeRO stage 1), parallel.optimizer_shard = 1; see docs/memory.md.
+ *
+ * Layout. The trainable parameters are split in two by size: those of at least
+ * parallel.optimizer_shard_threshold_kb (f32 bytes) are SHARDED, the others REPLICATED. The
+ * sharded parameters are grouped into gradient buckets (buckets.c, parallel.bucket_size_mb:
+ * contiguous ranges of the flat buffer, never spanning a replicated parameter), and each bucket is
+ * cut into N parts of ceil(len / N) elements: rank r owns part r of every bucket (element ranges:
+ * a parameter may straddle two ranks, each then holds a segment of it). The replicated
+ * parameters are packed into R elements. The rank's optimizer sees a work buffer of R + P
+ * elements, [replicated parameters][its parts, bucket after bucket], with one segment per
+ * replicated parameter and one per piece of a sharded parameter in its parts, so its state is
+ * (R + S/N) per slot instead of R + S.
+ *
+ * A step. Each bucket is reduce-scattered as soon as backward has written its gradients (the
+ * plan hook; after backward when overlap is off or with accumulation): the rank's reduced part
+ * lands in the work buffer; ts_dist_step_end waits for them and all-reduces the packed replicated
+ * gradients; ts_dist_clip sums the squares of the rank's parts over the ranks and adds the
+ * replicated ones once; ts_dist_optim_step copies the rank's parameters into the work buffer,
+ * steps the optimizer there, copies its parts and the replicated parameters back and all-gathers
+ * every bucket's parts in place. Communication per step: a reduce-scatter and an all-gather of S
+ * (the volume of the all-reduce they replace) plus an all-reduce of R.
+ *
+ * Stage 2 (optimizer_shard = 2) differs with gradient accumulation only: each micro-step's
+ * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
+ * (ts_dist_accumulate), so no whole-model accumulation buffer exists (R + 2P floats instead of
+ * the model's); the reduce-scatter runs once per micro-step instead of once per step, each
+ * overlapped with its micro-step's backward. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buckets.h"
+#include "dist_impl.h"
+
+typedef struct {
+  size_t flat;   /* offset in the store's flat buffers */
+  size_t n;      /* elements */
+  size_t packed; /* offset in [0, R) */
+} piece;
+
+/* This rank's part of one bucket */
+typedef struct {
+  size_t flat;          /* the bucket's offset in the flat buffers */
+  size_t len;           /* the bucket's elements */
+  const size_t *counts; /* the ranks' parts */
+  size_t lo, n;         /* this rank's part: flat + lo .. flat + lo + n */
+  size_t work;          /* its offset in the work buffer (R + out_off) */
+} part;
+
+struct ts__zero {
+  int N, rank;
+  size_t S, P, R; /* sharded elements, this rank's parts, replicated elements */
+  int nrep, nb;
+  piece *rep;
+  part *pt;
+  ts__buckets *bk; /* NULL in dry runs (no communicator) */
+  int attached;
+  int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
+  float *tmp;      /* stage 2: P, a later micro-step's reduced parts */
+  size_t *displs;  /* N: scratch for the all-gathers */
+  float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
+};
+
+void ts__zero_free(struct ts__zero *z) {
+  if (!z) return;
+  ts__buckets_free(z->bk);
+  free(z->rep);
+  free(z->pt);
+  free(z->displs);
+  free(z->tmp);
+  free(z->wp);
+  free(z->wg);
+  free(z);
+}
+
+static int is_sharded(const ts_dist *d, ts_params *p, int i) {
+  ts_shape s = ts_params_shape(p, i);
+  double n = (double)ts_shape_numel(&s);
+  return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
+}
+
+/* Dry runs (no communicator): the parts as buckets.c would cut them, from the same buckets. */
+static int plan_parts(ts_dist *d, struct ts__zero *z, int *member) {
+  ts_params *p = d->r.params;
+  int np = ts_params_count(p);
+  int rc = TS_OK;
+  if (d->world) {
+    ts__buckets *b = NULL;
+    rc = ts__buckets_create(d->world, p, d->r.g, d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT,
+                            d->reduce_mean, TS_F32, member, &b);
+    if (!rc) rc = ts__buckets_scatter(b, &z->P);
+    if (rc) {
+      ts__buckets_free(b);
+      return rc;
+    }
+    z->bk = b;
+    z->nb = ts__buckets_num_buckets(b);
+    if (!(z->pt = calloc((size_t)z->nb + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
+    for (int k = 0; k < z->nb; k++) {
+      part *q = &z->pt[k];
+      size_t out_off;
+      ts__buckets_part(b, k, &q->flat, &q->len, &q->counts, &out_off);
+      for (int r = 0; r < z->rank; r++) q->lo += q->counts[r];
+      q->n = q->counts[z->rank];
+      q->work = z->R + out_off;
+    }
+    return TS_OK;
+  }
+  /* without MPI: one bucket per run of sharded parameters (the figures only need the sizes) */
+  if (!(z->pt = calloc((size_t)np + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
+  for (int i = 0; i < np; i++) {
+    if (!member[i]) continue;
+    ts_shape s = ts_params_shape(p, i);
+    size_t n = (size_t)ts_shape_numel(&s), N = (size_t)z->N, part_n = (n + N - 1) / N, lo = (size_t)z->rank * part_n;
+    part *q = &z->pt[z->nb++];
+    q->flat = ts_params_offset(p, i);
+    q->len = n;
+    q->lo = lo < n ? lo : n;
+    q->n = lo >= n ? 0 : n - lo < part_n ? n - lo : part_n;
+    q->work = z->R + z->P;
+    z->P += q->n;
+  }
+  return TS_OK;
+}
+
+int ts__zero_plan(ts_dist *d) {
+  if (d->zero) return TS_OK;
+  ts_params *p = d->r.params;
+  if (!p) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: the model is not built");
+  struct ts__zero *z = calloc(1, sizeof *z);
+  int np = ts_params_count(p);
+  int *member = calloc((size_t)np + 1, sizeof(int));
+  if (!z || !member || !(z->rep = calloc((size_t)np + 1, sizeof *z->rep)) ||
+      !(z->displs = calloc((size_t)d->r.size + 1, sizeof(size_t)))) {
+    free(member);
+    ts__zero_free(z);
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  }
+  z->N = d->r.size;
+  z->rank = d->r.rank;
+  for (int i = 0; i < np; i++) {
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(p, i);
+    size_t n = (size_t)ts_shape_numel(&s);
+    if ((member[i] = is_sharded(d, p, i))) {
+      z->S += n;
+    } else {
+      z->rep[z->nrep++] = (piece){ts_params_offset(p, i), n, z->R};
+      z->R += n;
+    }
+  }
+  int rc = plan_parts(d, z, member);
+  free(member);
+  if (!rc) {
+    z->wp = calloc(z->R + z->P + 1, sizeof(float));
+    z->wg = calloc(z->R + z->P + 1, sizeof(float));
+    if (d->cfg.optimizer_shard >= 2 && !(z->tmp = calloc(z->P + 1, sizeof(float))))
+      rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+    if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  }
+  if (!rc && z->bk) ts__buckets_set_out(z->bk, z->wg + z->R); /* parts after the replicated */
+  if (rc) {
+    ts__zero_free(z);
+    return rc;
+  }
+  d->zero = z;
+  return TS_OK;
+}
+
+static void zero_hook(const ts_hook_info *e, void *user) { ts__buckets_hook(e, ((struct ts__zero *)user)->bk); }
+
+int ts__zero_start(ts_dist *d) {
+  int rc = ts__zero_plan(d);
+  if (rc || !d->zero->bk) return rc;
+  /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
+   * micro-step, so it overlaps with accumulation too */
+  d->overlap = d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
+  if (d->overlap && !d->zero->attached) {
+    rc = ts_plan_add_hook(d->r.plan, zero_hook, d->zero);
+    d->zero->attached = !rc;
+  }
+  return rc;
+}
+
+void ts__zero_begin(ts_dist *d, float *grads) {
+  if (!d->zero->bk) return;
+  ts__buckets_set_out(d->zero->bk, d->zero->wg + d->zero->R); /* micro-step 0 writes the parts */
+  ts__buckets_begin(d->zero->bk, grads);
+}
+
+int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
+                         ts_optim **out) {
+  *out = NULL;
+  if (!d->cfg.optimizer_shard) return ts_optim_create(out, cfg, segs, nseg);
+  int rc = ts__zero_plan(d);
+  if (rc) return rc;
+  struct ts__zero *z = d->zero;
+  ts_optim_segment *ws = calloc((size_t)nseg + 1, sizeof *ws);
+  if (!ws) return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  int nw = 0;
+  for (int s = 0; s < nseg && !rc; s++) {
+    int found = 0;
+    size_t so = segs[s].offset, se = so + segs[s].numel;
+    for (int k = 0; k < z->nrep && !found; k++)
+      if (z->rep[k].flat == so && z->rep[k].n == segs[s].numel) {
+        found = 1;
+        ws[nw++] = (ts_optim_segment){segs[s].name, z->rep[k].packed, segs[s].numel, segs[s].flags};
+      }
+    for (int k = 0; k < z->nb && !found; k++) {
+      const part *q = &z->pt[k];
+      if (so < q->flat || se > q->flat + q->len) continue;
+      found = 1;
+      size_t lo = q->flat + q->lo, hi = lo + q->n, a = so > lo ? so : lo, b = se < hi ? se : hi;
+      if (a < b) ws[nw++] = (ts_optim_segment){segs[s].name, q->work + (a - lo), b - a, segs[s].flags};
+    }
+    if (!found)
+      rc = ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' is not one whole parameter",
+                        segs[s].name);
+  }
+  if (!rc) rc = ts_optim_create(out, cfg, ws, nw);
+  free(ws);
+  return rc;
+}
+
+/* Stage 2: micro-step k's gradients reduce-scattered (started during its backward with overlap,
+ * else now) and added to the rank's parts; the replicated ones added up locally (all-reduced once,
+ * at the step's end). With overlap, the next micro-step's reduce-scatter is armed here. */
+int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
+  struct ts__zero *z = d->zero;
+  if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
+  float *parts = z->wg + z->R;
+  if (!d->overlap) {
+    ts__buckets_set_out(z->bk, k == 0 ? parts : z->tmp);
+    ts__buckets_begin(z->bk, (float *)grads);
+  }
+  int rc = ts__buckets_finish(z->bk);
+  if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of micro-step %lld's gradients",
+                               (long long)k + 1);
+  if (k > 0)
+    for (size_t i = 0; i < z->P; i++) parts[i] += z->tmp[i];
+  for (int q = 0; q < z->nrep; q++) {
+    float *w = z->wg + z->rep[q].packed;
+    const float *g = grads + z->rep[q].flat;
+    if (k == 0) memcpy(w, g, z->rep[q].n * sizeof(float));
+    else
+      for (size_t i = 0; i < z->rep[q].n; i++) w[i] += g[i];
+  }
+  ts__buckets_set_out(z->bk, d->overlap && k + 1 < d->cfg.accum ? z->tmp : parts);
+  if (d->overlap && k + 1 < d->cfg.accum) ts__buckets_begin(z->bk, (float *)grads); /* micro-step k + 1 */
+  z->accumulated = 1;
+  return TS_OK;
+}
+
+int ts__zero_reduce(ts_dist *d, const float *g) {
+  struct ts__zero *z = d->zero;
+  ts_reduce_op op = d->reduce_mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
+  int rc = TS_OK;
+  if (!z->accumulated) {
+    if (!d->overlap) ts__buckets_begin(z->bk, (float *)g);
+    rc = ts__buckets_finish(z->bk);
+    if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
+    for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
+  }
+  z->accumulated = 0;
+  if (z->R) rc = ts_comm_allreduce(d->world, z->wg, z->wg, z->R, TS_F32, op);
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
+}
+
+int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
+  struct ts__zero *z = d->zero;
+  float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
+  int rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
+  if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
+  *norm = sqrtf((float)((double)sq + ts_sum_squares(z->wg, z->R)));
+  if (!(max_norm > 0)) return TS_OK;
+  float c = ts_clip_coef(*norm, max_norm);
+  if (c != 1.0f) ts_scale_f32(z->wg, z->R + z->P, c);
+  return TS_OK;
+}
+
+/* Every bucket's parts, each rank's from send (at its part of the bucket, or at the work offset
+ * when from_work), gathered into dst (at the bucket's flat offset). */
+static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst) {
+  struct ts__zero *z = d->zero;
+  for (int k = 0; k < z->nb; k++) {
+    const part *q = &z->pt[k];
+    size_t o = 0;
+    for (int r = 0; r < z->N; r++) {
+      z->displs[r] = o;
+      o += q->counts[r];
+    }
+    const float *sb = from_work ? send + q->work : send + q->flat + q->lo;
+    int rc = ts_comm_allgatherv(d->world, sb, dst + q->flat, q->counts, z->displs, TS_F32);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
+  struct ts__zero *z = d->zero;
+  if (!z) return ts_optim_step(opt, params, grads, lr);
+  if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
+  for (int k = 0; k < z->nrep; k++) memcpy(z->wp + z->rep[k].packed, params + z->rep[k].flat, z->rep[k].n * sizeof(float));
+  for (int k = 0; k < z->nb; k++)
+    memcpy(z->wp + z->pt[k].work, params + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
+  int rc = ts_optim_step(opt, z->wp, z->wg, lr);
+  if (rc) return rc;
+  for (int k = 0; k < z->nrep; k++) memcpy(params + z->rep[k].flat, z->wp + z->rep[k].packed, z->rep[k].n * sizeof(float));
+  for (int k = 0; k < z->nb; k++)
+    memcpy(params + z->pt[k].flat + z->pt[k].lo, z->wp + z->pt[k].work, z->pt[k].n * sizeof(float));
+  rc = gather_parts(d, params, 0, params); /* in place: each rank's part already sits in params */
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
+}
+
+int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
+  struct ts__zero *z = d->zero;
+  ts_params *lp = d->r.params;
+  for (int i = 0; i < ts_params_count(lp); i++)
+    if (ts_params_offset(full, i) != ts_params_offset(lp, i))
+      return ts_error_set(TS_EINVAL, "checkpoint: the whole store's layout differs from the rank's at '%s'",
+                          ts_params_name(lp, i));
+  if (gather) {
+    if (!z->bk) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
+    int rc = gather_parts(d, loc, 1, whole);
+    if (rc) return ts_error_wrap(rc, "checkpoint: gathering the optimizer state's shards");
+    for (int k = 0; k < z->nrep; k++) memcpy(whole + z->rep[k].flat, loc + z->rep[k].packed, z->rep[k].n * sizeof(float));
+    return TS_OK;
+  }
+  for (int k = 0; k < z->nb; k++)
+    memcpy(loc + z->pt[k].work, whole + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
+  for (int k = 0; k < z->nrep; k++) memcpy(loc + z->rep[k].packed, whole + z->rep[k].flat, z->rep[k].n * sizeof(float));
+  return TS_OK;
+}
+
+int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
+  const struct ts__zero *z = d->zero;
+  if (replicated) *replicated = z ? z->R : 0;
+  if (sharded) *sharded = z ? z->S : 0;
+  return z != NULL;
+}

@@ -1,0 +1,236 @@
+/* Optimizer-state sharding (parallel.optimizer_shard: 1, ZeRO-1; 2, ZeRO-2: with accumulation each
+ * micro-step's gradients reduce-scattered and the shard accumulated) under data_parallel against plain
+ * data_parallel on this job's ranks (run under mpirun -n 1, 2, 4): 12 steps of the MLP and the
+ * convnet with momentum and adamw, with accumulation and with clipping, with the default size
+ * threshold (small parameters replicated) and with 0 (every parameter cut by element ranges): the
+ * losses at every step within 1e-5 relative and the final parameters within 1e-5; the optimizer
+ * state each rank holds is its chunk of the sharded parameters plus the replicated ones (summed
+ * over the ranks: the sharded ones once, the replicated ones on every rank). A checkpoint saved
+ * under optimizer_shard 1 after 6 steps resumes under plain data parallel (and one saved under
+ * plain data parallel resumes sharded) and continues as the uninterrupted run does. The layouts
+ * it does not implement are refused naming the key. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/comm.h"
+#include "tessera/train.h"
+#include "test_util.h"
+
+#define STEPS 12
+#define HALF 6
+
+typedef struct {
+  int64_t acc; /* floats of the whole accumulation buffer */
+  double loss[STEPS + 1];
+  int stop_at; /* request a stop after this step (0: never) */
+} rec;
+static int rec_cb(ts_trainer *t, const ts_step_info *s, void *u) {
+  rec *r = u;
+  if (s->step >= 1 && s->step <= STEPS) r->loss[s->step] = s->loss;
+  if (r->stop_at && s->step == r->stop_at) ts_trainer_request_stop(t);
+  return TS_OK;
+}
+
+/* sets: up to 4 "key=value" (NULL entries skipped) */
+static int make(const char *model, const char *opt, const char *const *sets4, ts_trainer **t) {
+  char y[2048];
+  snprintf(y, sizeof y,
+           "model: {name: %s%s}\n"
+           "data: {name: fashion_mnist, path: '%s', train_limit: 1536, test_limit: 256, num_workers: 1,\n"
+           "       transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]}\n"
+           "train: {steps: %d, batch_size: 64, seed: 3, eval_every: -1}\n"
+           "optimizer: {name: %s, lr: %s, weight_decay: 1.0e-4}\n"
+           "parallel: {mode: data_parallel, bucket_size_mb: 0.05, sync_batchnorm: true}\n"
+           "log: {progress: off}\n",
+           model, !strcmp(model, "mlp") ? ", hidden: [64]" : ", channels: [8, 16]", ts_test_fashion_mnist_dir(),
+           STEPS, opt, !strcmp(opt, "adamw") ? "0.002" : !strcmp(model, "convnet") ? "0.01" : "0.05");
+  const char *sets[4];
+  int ns = 0;
+  for (int k = 0; k < 4; k++)
+    if (sets4[k]) sets[ns++] = sets4[k];
+  ts_config cfg;
+  int rc = ts_config_load_string(y, "zero-test.yaml", sets, ns, &cfg);
+  if (!rc) rc = ts_trainer_create(&cfg, t);
+  return rc;
+}
+
+static float *params_copy(ts_trainer *t, size_t *n) {
+  ts_params *p = ts_trainer_params(t);
+  *n = ts_params_numel(p);
+  float *out = malloc(sizeof(float) * *n);
+  memcpy(out, ts_params_data(p), sizeof(float) * *n);
+  return out;
+}
+
+/* Trains (from checkpoint `from` if not NULL, saving to `save` after stop_at steps if not NULL);
+ * *state: optimizer floats this rank holds; *rep: trainable floats under thr_kb. */
+static float *train(const char *model, const char *opt, const char *const *sets, rec *r, size_t *n, int64_t *state,
+                    int64_t *rep, double thr_kb, const char *from, const char *save) {
+  ts_trainer *t = NULL;
+  CHECK_OK(make(model, opt, sets, &t));
+  if (!t) return NULL;
+  ts_callback cb = {"rec", rec_cb, NULL, NULL, NULL, r};
+  ts_trainer_add_callback(t, &cb);
+  if (from) CHECK_OK(ts_trainer_load(t, from, 1, 1));
+  CHECK_OK(ts_trainer_fit(t));
+  if (save) CHECK_OK(ts_trainer_save(t, save));
+  *state = ts_trainer_optim_state_numel(t);
+  r->acc = ts_trainer_accum_numel(t);
+  ts_params *p = ts_trainer_params(t);
+  *rep = 0;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(p, i);
+    if ((double)ts_shape_numel(&s) * 4 < thr_kb * 1024) *rep += ts_shape_numel(&s);
+  }
+  float *out = params_copy(t, n);
+  ts_trainer_free(t);
+  return out;
+}
+
+static int64_t sum_ranks(ts_comm *w, int64_t x) {
+  int64_t s = 0;
+  CHECK_OK(ts_comm_allreduce(w, &x, &s, 1, TS_I64, TS_REDUCE_SUM));
+  return s;
+}
+
+/* losses (steps lo..STEPS) and parameters of b against a */
+static double check_close(const char *what, const rec *ra, const rec *rb, int lo, const float *pa, const float *pb,
+                          size_t n, double *maxd) {
+  double worst = 0;
+  for (int k = lo; k <= STEPS; k++) {
+    CHECK_MSG(ra->loss[k] > 0 && rb->loss[k] > 0, "%s: no loss at step %d (%g, %g)", what, k, ra->loss[k], rb->loss[k]);
+    double r = fabs(ra->loss[k] - rb->loss[k]) / fabs(ra->loss[k]);
+    worst = r > worst ? r : worst;
+  }
+  CHECK_MSG(worst <= 1e-5, "%s: loss rel diff %.3g", what, worst);
+  size_t wi = 0;
+  double ratio = ts_test_close(pb, pa, n, 1e-5, 1e-5, &wi);
+  CHECK_MSG(ratio <= 1, "%s: params differ at %zu: %.8g vs %.8g", what, wi, pb[wi], pa[wi]);
+  *maxd = 0;
+  for (size_t i = 0; i < n; i++) *maxd = fmax(*maxd, fabs((double)pa[i] - pb[i]));
+  return worst;
+}
+
+/* thr: "parallel.optimizer_shard_threshold_kb=X" or NULL (64) */
+static void compare_stage(ts_comm *w, const char *what, const char *model, const char *opt, const char *e1,
+                          const char *e2, const char *thr, const char *stage) {
+  int rank = ts_comm_rank(w), N = ts_comm_size(w);
+  double thr_kb = thr ? atof(strchr(thr, '=') + 1) : 64;
+  rec ra, rb;
+  memset(&ra, 0, sizeof ra);
+  memset(&rb, 0, sizeof rb);
+  size_t na = 0, nb = 0;
+  int64_t sa = 0, sb = 0, rep = 0;
+  const char *plain[4] = {e1, e2, NULL, NULL}, *zero[4] = {e1, e2, stage, thr};
+  float *pa = train(model, opt, plain, &ra, &na, &sa, &rep, thr_kb, NULL, NULL);
+  float *pb = train(model, opt, zero, &rb, &nb, &sb, &rep, thr_kb, NULL, NULL);
+  int64_t total_b = sum_ranks(w, sb);
+  if (rank == 0 && pa && pb) {
+    CHECK(na == nb);
+    double maxd, worst = check_close(what, &ra, &rb, 1, pa, pb, na, &maxd);
+    /* slots x (sharded once + replicated on every rank) over the ranks */
+    int64_t slots = sa / (int64_t)na, sh = (int64_t)na - rep;
+    CHECK_MSG(total_b == slots * (sh + N * rep), "%s: optimizer state over the ranks %lld, expected %lld", what,
+              (long long)total_b, (long long)(slots * (sh + N * rep)));
+    /* each bucket's part is rounded up to a whole element: < 256 buckets here */
+    CHECK_MSG(sb <= slots * (rep + (sh + N - 1) / N + 256), "%s: rank 0 holds %lld optimizer floats", what, (long long)sb);
+    /* stage 2 with accumulation: no whole-model accumulation buffer */
+    int acc = e1 && strstr(e1, "micro_batch_size"), st2 = !strcmp(stage, "parallel.optimizer_shard=2");
+    CHECK_MSG(ra.acc == (acc ? (int64_t)na : 0) && rb.acc == (acc && !st2 ? (int64_t)na : 0),
+              "%s: accumulation buffers %lld (plain) and %lld (sharded)", what, (long long)ra.acc, (long long)rb.acc);
+    printf("%-44s loss rel %.1e, params abs %.1e; optimizer floats rank 0: %lld of %lld (%.3f; %lld replicated)%s\n",
+           what, worst, maxd, (long long)sb, (long long)sa, (double)sb / (double)sa, (long long)rep,
+           acc ? (st2 ? "; no accumulation buffer" : "; accumulation buffer whole") : "");
+  }
+  free(pa);
+  free(pb);
+}
+
+static void compare(ts_comm *w, const char *what, const char *model, const char *opt, const char *e1,
+                    const char *e2, const char *thr) {
+  compare_stage(w, what, model, opt, e1, e2, thr, "parallel.optimizer_shard=1");
+}
+
+/* A checkpoint written after HALF steps under `save_sets` resumes under `load_sets` and
+ * continues as the uninterrupted run under `load_sets` does. */
+static void resume(ts_comm *w, const char *what, const char *opt, const char *save_set, const char *load_set) {
+  int rank = ts_comm_rank(w);
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/ts_test_zero_%d_%s.safetensors", (int)getppid(), opt);
+  rec ra, rb, rc;
+  memset(&ra, 0, sizeof ra);
+  memset(&rb, 0, sizeof rb);
+  memset(&rc, 0, sizeof rc);
+  size_t na = 0, nb = 0, nc = 0;
+  int64_t s = 0, rep = 0;
+  const char *ls[4] = {load_set, "optimizer.clip_grad_norm=0.5", NULL, NULL};
+  const char *ss[4] = {save_set, "optimizer.clip_grad_norm=0.5", NULL, NULL};
+  float *pa = train("mlp", opt, ls, &ra, &na, &s, &rep, 64, NULL, NULL);
+  rb.stop_at = HALF;
+  float *pb = train("mlp", opt, ss, &rb, &nb, &s, &rep, 64, NULL, path);
+  ts_comm_barrier(w); /* rank 0 has written the file */
+  float *pc = train("mlp", opt, ls, &rc, &nc, &s, &rep, 64, path, NULL);
+  if (rank == 0 && pa && pc) {
+    CHECK(na == nc);
+    double maxd, worst = check_close(what, &ra, &rc, HALF + 1, pa, pc, na, &maxd);
+    printf("%-44s steps %d..%d loss rel %.1e, params abs %.1e\n", what, HALF + 1, STEPS, worst, maxd);
+  }
+  ts_comm_barrier(w);
+  if (rank == 0) unlink(path);
+  free(pa);
+  free(pb);
+  free(pc);
+}
+
+static void refused(const char *mode, const char *opt, const char *shard, const char *key) {
+  const char *sets[4] = {shard, mode, NULL, NULL};
+  ts_trainer *t = NULL;
+  int rc = make("mlp", opt, sets, &t);
+  CHECK_MSG(rc == TS_ECONFIG && strstr(ts_last_error(), key), "%s %s %s: rc %d '%s'", mode, opt, shard, rc,
+            ts_last_error());
+  ts_trainer_free(t);
+}
+
+int main(int argc, char **argv) {
+  if (!ts_test_have_fashion_mnist()) return ts_test_finish("test_zero");
+  CHECK_OK(ts_comm_init(&argc, &argv));
+  ts_comm *w;
+  CHECK_OK(ts_comm_world(&w));
+  int rank = ts_comm_rank(w), size = ts_comm_size(w);
+  if (rank == 0) printf("optimizer_shard 1 vs plain data parallel on %d rank(s), global batch 64\n", size);
+  const char *t0 = "parallel.optimizer_shard_threshold_kb=0";
+  compare(w, "mlp momentum", "mlp", "momentum", NULL, NULL, NULL);
+  compare(w, "mlp momentum, all sharded", "mlp", "momentum", NULL, NULL, t0);
+  compare(w, "mlp adamw, accumulation 2", "mlp", "adamw", "train.micro_batch_size=32", NULL, NULL);
+  compare(w, "mlp adamw, all sharded, clip 0.5", "mlp", "adamw", "optimizer.clip_grad_norm=0.5", NULL, t0);
+  compare(w, "convnet adamw, all sharded, accum 2, clip", "convnet", "adamw", "train.micro_batch_size=32",
+          "optimizer.clip_grad_norm=0.5", t0);
+  compare(w, "convnet momentum, threshold 4 KiB", "convnet", "momentum", NULL, NULL,
+          "parallel.optimizer_shard_threshold_kb=4");
+  /* stage 2: each micro-step's gradients reduce-scattered, the shard accumulated */
+  const char *s2 = "parallel.optimizer_shard=2", *acc2 = "train.micro_batch_size=32";
+  compare_stage(w, "stage 2: mlp adamw, accumulation 2", "mlp", "adamw", acc2, NULL, NULL, s2);
+  compare_stage(w, "stage 2: mlp momentum, accum 4, all sharded", "mlp", "momentum", "train.micro_batch_size=16",
+                "optimizer.clip_grad_norm=0.5", t0, s2);
+  compare_stage(w, "stage 2: convnet adamw, accum 2, clip", "convnet", "adamw", acc2, "optimizer.clip_grad_norm=0.5",
+                "parallel.optimizer_shard_threshold_kb=4", s2);
+  compare_stage(w, "stage 2: mlp adamw, accum 2, no overlap", "mlp", "adamw", acc2, "parallel.overlap=false", NULL, s2);
+  compare_stage(w, "stage 2: mlp adamw, no accumulation", "mlp", "adamw", NULL, NULL, NULL, s2);
+  resume(w, "adamw: saved sharded, resumed plain", "adamw", "parallel.optimizer_shard=1", NULL);
+  resume(w, "momentum: saved plain, resumed sharded", "momentum", NULL, "parallel.optimizer_shard=1");
+  refused("parallel.mode=semi_auto_parallel", "adamw", "parallel.optimizer_shard=1", "parallel.optimizer_shard");
+  refused(NULL, "lamb", "parallel.optimizer_shard=1", "parallel.optimizer_shard");
+  refused("parallel.mode=stand_alone", "adamw", "parallel.optimizer_shard=2", "parallel.optimizer_shard");
+  ts_comm_free(w);
+  int rc = ts_test_finish("test_zero");
+  int all = rc;
+  ts_comm *w2;
+  if (ts_comm_world(&w2) == TS_OK) {
+    ts_comm_allreduce(w2, &rc, &all, 1, TS_I32, TS_REDUCE_MAX);
+    ts_comm_free(w2);
+  }
+  ts_comm_finalize();
+  return all;
+}
