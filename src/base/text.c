@@ -12,3 +12,19 @@ void ts__app(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
   va_end(ap);
   if (k > 0) *n += (size_t)k;
 }
+
+int ts__name_match(const char *pat, const char *s) {
+  while (*pat) {
+    if (*pat == '*') {
+      pat++;
+      for (const char *t = s;; t++) {
+        if (ts__name_match(pat, t)) return 1;
+        if (!*t || *t == '.') return 0;
+      }
+    }
+    if (*pat != *s) return 0;
+    pat++;
+    s++;
+  }
+  return *s == 0;
+}

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "graph_impl.h"
 
 /* The op key of a node: its name with '/' as '.' and without the "_<index>" suffix. */
@@ -24,23 +25,6 @@ static void op_key(const char *nm, char *buf, size_t cap) {
   if (n >= cap) n = cap - 1;
   for (size_t i = 0; i < n; i++) buf[i] = nm[i] == '/' ? '.' : nm[i];
   buf[n] = 0;
-}
-
-/* '*' matches one name part (a run of characters other than '.'). */
-static int glob_match(const char *pat, const char *s) {
-  while (*pat) {
-    if (*pat == '*') {
-      pat++;
-      for (const char *t = s;; t++) {
-        if (glob_match(pat, t)) return 1;
-        if (!*t || *t == '.') return 0;
-      }
-    }
-    if (*pat != *s) return 0;
-    pat++;
-    s++;
-  }
-  return *s == 0;
 }
 
 static int num_parts(const char *s) {
@@ -184,7 +168,7 @@ int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int m
     for (int k = 0; k < npat && !found; k++) {
       char cut[160];
       memcpy(cut, key, sizeof cut);
-      if (patterns[k] && cut_parts(cut, num_parts(patterns[k])) && glob_match(patterns[k], cut)) {
+      if (patterns[k] && cut_parts(cut, num_parts(patterns[k])) && ts__name_match(patterns[k], cut)) {
         found = 1;
         hit[k] = 1;
         memcpy(key, cut, sizeof key);

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../base/text.h"
 #include "tessera/strategy.h"
 #include "../base/afile.h"
 #include "../base/rfile.h"
@@ -294,23 +295,6 @@ int ts_strategy_set_put_text(ts_strategy_set *s, const char *op, const char *tex
   return ts_strategy_set_put(s, op, &st);
 }
 
-/* '*' matches any run (possibly empty) of characters other than '.'. */
-static int glob_match(const char *pat, const char *s) {
-  while (*pat) {
-    if (*pat == '*') {
-      pat++;
-      for (const char *t = s;; t++) {
-        if (glob_match(pat, t)) return 1;
-        if (!*t || *t == '.') return 0;
-      }
-    }
-    if (*pat != *s) return 0;
-    pat++;
-    s++;
-  }
-  return *s == 0;
-}
-
 int ts_strategy_set_get(const ts_strategy_set *s, const char *op, ts_op_strategy *out) {
   if (!s || !op || !out) return ts_error_set(TS_EINVAL, "ts_strategy_set_get: NULL argument");
   int best = -1;
@@ -321,7 +305,7 @@ int ts_strategy_set_get(const ts_strategy_set *s, const char *op, ts_op_strategy
         best = i;
         break;
       }
-    } else if ((best < 0 || e->literal > s->e[best].literal) && glob_match(e->name, op)) {
+    } else if ((best < 0 || e->literal > s->e[best].literal) && ts__name_match(e->name, op)) {
       best = i;
     }
   }

@@ -312,13 +312,7 @@ int64_t ts_prof_dropped(const ts_prof *p) {
 }
 
 /* ---- the report ---- */
-typedef struct {
-  const char *name, *cat;
-  int64_t calls;
-  double total_s, flops, bytes;
-  int32_t group;
-  uint8_t kind, phase, coll;
-} row;
+typedef ts__prof_agg row; /* one table row: an aggregate by op type or by operator */
 
 static int by_total(const void *a, const void *b) {
   double x = ((const row *)a)->total_s, y = ((const row *)b)->total_s;
