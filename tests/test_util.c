@@ -5,6 +5,7 @@
 #include "test_util.h"
 #include "tessera/data.h"
 #include "tessera/nn.h"
+#include "tessera/comm.h"
 #include "tessera/runtime.h"
 
 int ts_test_failures = 0;
@@ -78,6 +79,17 @@ int ts_test_finish(const char *name) {
   if (ts_test_skips) printf(", %d part(s) skipped", ts_test_skips);
   printf("\n");
   return ts_test_failures ? 1 : ts_test_skips ? TS_TEST_SKIPPED : 0;
+}
+
+int ts_test_finish_job(const char *name) {
+  int rc = ts_test_finish(name), all = rc;
+  ts_comm *w = NULL;
+  if (ts_comm_initialized() && ts_comm_world(&w) == TS_OK) {
+    ts_comm_allreduce(w, &rc, &all, 1, TS_I32, TS_REDUCE_MAX);
+    ts_comm_free(w);
+  }
+  ts_comm_finalize();
+  return all;
 }
 
 ts_plan *ts_test_train_plan(ts_graph *g, ts_params *p, ts_val loss, uint64_t seed) {

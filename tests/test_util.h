@@ -88,5 +88,8 @@ int ts_test_have_fashion_mnist(void);
 /* Prints "name: N checks, F failures" (and the skips) and returns the exit code:
  * 1 on a failure, TS_TEST_SKIPPED if something was skipped, else 0. */
 int ts_test_finish(const char *name);
+/* ts_test_finish for a test run on every rank of an MPI job: the worst status over the ranks
+ * (failure over skip over success) on every rank, then MPI is finalized. */
+int ts_test_finish_job(const char *name);
 
 #endif
