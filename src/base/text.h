@@ -12,4 +12,18 @@ void ts__app(char *buf, size_t cap, size_t *n, const char *fmt, ...) __attribute
  * '*' matches any run (possibly empty) of characters other than '.', i.e. within one name part. */
 int ts__name_match(const char *pat, const char *s);
 
+/* A growing text buffer (not for hot paths); on allocation failure `failed` is set and later
+ * appends do nothing. Start from {0}; the text is b.s (NUL-terminated once anything was put),
+ * freed by the owner. */
+typedef struct {
+  char *s;
+  size_t n, cap;
+  int failed;
+} ts__sb;
+void ts__sb_put(ts__sb *b, const char *s, size_t n);
+void ts__sb_puts(ts__sb *b, const char *s);
+void ts__sb_printf(ts__sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s as a JSON string body (quotes not included), control characters escaped. */
+void ts__sb_json_str(ts__sb *b, const char *s);
+
 #endif

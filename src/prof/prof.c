@@ -10,60 +10,6 @@
 #include "prof_impl.h"
 
 /* ---- text buffer ---- */
-void ts__sb_put(ts__sb *b, const char *s, size_t n) {
-  if (b->failed) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *t = realloc(b->s, cap);
-    if (!t) {
-      b->failed = 1;
-      return;
-    }
-    b->s = t;
-    b->cap = cap;
-  }
-  memcpy(b->s + b->n, s, n);
-  b->n += n;
-  b->s[b->n] = 0;
-}
-
-void ts__sb_printf(ts__sb *b, const char *fmt, ...) {
-  char tmp[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (k < 0) return;
-  if ((size_t)k < sizeof tmp) {
-    ts__sb_put(b, tmp, (size_t)k);
-    return;
-  }
-  char *big = malloc((size_t)k + 1);
-  if (!big) {
-    b->failed = 1;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)k + 1, fmt, ap);
-  va_end(ap);
-  ts__sb_put(b, big, (size_t)k);
-  free(big);
-}
-
-void ts__sb_json_str(ts__sb *b, const char *s) {
-  if (!s) return;
-  const char *run = s;
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p >= 0x20 && *p != '"' && *p != '\\') continue;
-    ts__sb_put(b, run, (size_t)((const char *)p - run));
-    if (*p == '"' || *p == '\\') ts__sb_printf(b, "\\%c", *p);
-    else ts__sb_printf(b, "\\u%04x", *p);
-    run = (const char *)p + 1;
-  }
-  ts__sb_put(b, run, strlen(run));
-}
-
 /* ---- lifetime ---- */
 static _Atomic uint64_t g_gen = 1;
 

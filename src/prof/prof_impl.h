@@ -3,6 +3,7 @@
 #ifndef TS_PROF_IMPL_H
 #define TS_PROF_IMPL_H
 
+#include "../base/text.h"
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -47,16 +48,5 @@ struct ts_prof {
   int64_t lost_agg;              /* overwritten before aggregation */
 };
 
-/* A growing text buffer (not on the hot path); on allocation failure `failed` is set and later
- * appends do nothing. */
-typedef struct {
-  char *s;
-  size_t n, cap;
-  int failed;
-} ts__sb;
-void ts__sb_printf(ts__sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ts__sb_put(ts__sb *b, const char *s, size_t n);
-/* s as a JSON string body (quotes not included), control characters escaped. */
-void ts__sb_json_str(ts__sb *b, const char *s);
 
 #endif

@@ -21,55 +21,6 @@ _Static_assert(sizeof(ts_model_kind) == sizeof(int) && sizeof(ts_optim_kind) == 
                    sizeof(ts_lr_kind) == sizeof(int) && sizeof(ts_log_level) == sizeof(int),
                "enum-typed config fields are stored as int");
 
-/* ------------------------------------------------------------------ string builder */
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sb;
-
-static void sb_putn(sb *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *q = realloc(b->p, nc);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-static void sb_puts(sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
-static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *b, const char *fmt, ...) {
-  char tmp[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n < sizeof tmp) {
-    sb_putn(b, tmp, (size_t)n);
-    return;
-  }
-  char *big = malloc((size_t)n + 1);
-  if (!big) {
-    b->oom = 1;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  sb_putn(b, big, (size_t)n);
-  free(big);
-}
-
 /* ------------------------------------------------------------------ names */
 int ts__cfg_enum_count(const char *const *names) {
   int n = 0;
@@ -188,12 +139,12 @@ static void suggest_key(const char *full, char *out, size_t cap) {
       return;
     }
   }
-  sb b = {0};
-  sb_printf(&b, plen ? " (valid keys in '%.*s': " : " (valid sections: ", (int)plen, full);
-  for (int j = 0; j < nk; j++) sb_printf(&b, "%s%s", j ? ", " : "", kids[j]);
-  sb_puts(&b, ")");
-  if (!b.oom && b.p) snprintf(out, cap, "%s", b.p);
-  free(b.p);
+  ts__sb b = {0};
+  ts__sb_printf(&b, plen ? " (valid keys in '%.*s': " : " (valid sections: ", (int)plen, full);
+  for (int j = 0; j < nk; j++) ts__sb_printf(&b, "%s%s", j ? ", " : "", kids[j]);
+  ts__sb_puts(&b, ")");
+  if (!b.failed && b.s) snprintf(out, cap, "%s", b.s);
+  free(b.s);
 }
 
 static void list_names(char *out, size_t cap, const char *const *names, int n) {
@@ -977,7 +928,7 @@ static int set_text(ts_config *cfg, const char *key, const char *value, const ch
 }
 
 /* ------------------------------------------------------------------ formatting */
-static void fmt_double(sb *b, double v) {
+static void fmt_double(ts__sb *b, double v) {
   char buf[40];
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, sizeof buf, "%.*g", prec, v);
@@ -990,10 +941,10 @@ static void fmt_double(sb *b, double v) {
     snprintf(tail, sizeof tail, "%s", e);
     snprintf(e, sizeof buf - (size_t)(e - buf), ".0%s", tail);
   }
-  sb_puts(b, buf);
+  ts__sb_puts(b, buf);
 }
 
-static void fmt_float(sb *b, float v) {
+static void fmt_float(ts__sb *b, float v) {
   char buf[40];
   for (int prec = 1; prec <= 9; prec++) {
     snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
@@ -1005,97 +956,97 @@ static void fmt_float(sb *b, float v) {
     snprintf(tail, sizeof tail, "%s", e);
     snprintf(e, sizeof buf - (size_t)(e - buf), ".0%s", tail);
   }
-  sb_puts(b, buf);
+  ts__sb_puts(b, buf);
 }
 
-static void fmt_string(sb *b, const char *s) {
-  sb_puts(b, "\"");
+static void fmt_string(ts__sb *b, const char *s) {
+  ts__sb_puts(b, "\"");
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\')
-      sb_printf(b, "\\%c", *p);
+      ts__sb_printf(b, "\\%c", *p);
     else if (*p == '\n')
-      sb_puts(b, "\\n");
+      ts__sb_puts(b, "\\n");
     else if (*p == '\t')
-      sb_puts(b, "\\t");
+      ts__sb_puts(b, "\\t");
     else if (*p < 0x20 || *p == 0x7f)
-      sb_printf(b, "\\x%02x", *p);
+      ts__sb_printf(b, "\\x%02x", *p);
     else
-      sb_putn(b, (const char *)p, 1);
+      ts__sb_put(b, (const char *)p, 1);
   }
-  sb_puts(b, "\"");
+  ts__sb_puts(b, "\"");
 }
 
-static void fmt_tf(sb *b, const ts_transform *t) {
+static void fmt_tf(ts__sb *b, const ts_transform *t) {
   const tfdef *d = ts__cfg_tf_by_kind(t->kind);
-  sb_printf(b, "{name: %s", d ? d->name : "?");
+  ts__sb_printf(b, "{name: %s", d ? d->name : "?");
   switch (t->kind) {
     case TS_TF_RANDOM_CROP:
     case TS_TF_CENTER_CROP:
     case TS_TF_RESIZE:
       if (t->h == t->w)
-        sb_printf(b, ", size: %d", t->h);
+        ts__sb_printf(b, ", size: %d", t->h);
       else
-        sb_printf(b, ", size: [%d, %d]", t->h, t->w);
-      if (t->kind == TS_TF_RANDOM_CROP) sb_printf(b, ", padding: %d", t->pad);
+        ts__sb_printf(b, ", size: [%d, %d]", t->h, t->w);
+      if (t->kind == TS_TF_RANDOM_CROP) ts__sb_printf(b, ", padding: %d", t->pad);
       break;
     case TS_TF_HFLIP:
     case TS_TF_VFLIP:
-      sb_puts(b, ", p: ");
+      ts__sb_puts(b, ", p: ");
       fmt_float(b, t->p);
       break;
     case TS_TF_TO_FLOAT:
-      sb_puts(b, ", scale: ");
+      ts__sb_puts(b, ", scale: ");
       fmt_float(b, t->scale);
-      sb_puts(b, ", shift: ");
+      ts__sb_puts(b, ", shift: ");
       fmt_float(b, t->shift);
       break;
     case TS_TF_NORMALIZE:
-      sb_puts(b, ", mean: [");
+      ts__sb_puts(b, ", mean: [");
       for (int i = 0; i < t->nch && i < 8; i++) {
-        if (i) sb_puts(b, ", ");
+        if (i) ts__sb_puts(b, ", ");
         fmt_float(b, t->mean[i]);
       }
-      sb_puts(b, "], std: [");
+      ts__sb_puts(b, "], std: [");
       for (int i = 0; i < t->nch && i < 8; i++) {
-        if (i) sb_puts(b, ", ");
+        if (i) ts__sb_puts(b, ", ");
         fmt_float(b, t->std[i]);
       }
-      sb_puts(b, "]");
+      ts__sb_puts(b, "]");
       break;
-    case TS_TF_CAST: sb_printf(b, ", dtype: %s", ts_dtype_name(t->dtype)); break;
+    case TS_TF_CAST: ts__sb_printf(b, ", dtype: %s", ts_dtype_name(t->dtype)); break;
     case TS_TF_RANDOM_ERASING:
-      sb_puts(b, ", p: ");
+      ts__sb_puts(b, ", p: ");
       fmt_float(b, t->p);
-      sb_puts(b, ", scale: [");
+      ts__sb_puts(b, ", scale: [");
       fmt_float(b, t->erase_scale[0]);
-      sb_puts(b, ", ");
+      ts__sb_puts(b, ", ");
       fmt_float(b, t->erase_scale[1]);
-      sb_puts(b, "], ratio: [");
+      ts__sb_puts(b, "], ratio: [");
       fmt_float(b, t->erase_ratio[0]);
-      sb_puts(b, ", ");
+      ts__sb_puts(b, ", ");
       fmt_float(b, t->erase_ratio[1]);
-      sb_puts(b, "]");
+      ts__sb_puts(b, "]");
       break;
     default: break;
   }
-  sb_puts(b, "}");
+  ts__sb_puts(b, "}");
 }
 
 /* A key's value in flow style. */
-static void fmt_value(sb *b, const ts__cfg_key *k, const ts_config *cfg) {
+static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
   const char *p = (const char *)cfg + k->off;
   switch (k->type) {
-    case CT_INT: sb_printf(b, "%d", *(const int *)p); break;
+    case CT_INT: ts__sb_printf(b, "%d", *(const int *)p); break;
     case CT_I64: {
       int64_t v;
       memcpy(&v, p, sizeof v);
-      sb_printf(b, "%lld", (long long)v);
+      ts__sb_printf(b, "%lld", (long long)v);
       break;
     }
     case CT_U64: {
       uint64_t v;
       memcpy(&v, p, sizeof v);
-      sb_printf(b, "%llu", (unsigned long long)v);
+      ts__sb_printf(b, "%llu", (unsigned long long)v);
       break;
     }
     case CT_FLOAT: {
@@ -1104,60 +1055,60 @@ static void fmt_value(sb *b, const ts__cfg_key *k, const ts_config *cfg) {
       fmt_double(b, v);
       break;
     }
-    case CT_BOOL: sb_puts(b, *(const int *)p ? "true" : "false"); break;
+    case CT_BOOL: ts__sb_puts(b, *(const int *)p ? "true" : "false"); break;
     case CT_STR: fmt_string(b, p); break;
-    case CT_ENUM: sb_puts(b, enum_name(k->names, *(const int *)p)); break;
+    case CT_ENUM: ts__sb_puts(b, enum_name(k->names, *(const int *)p)); break;
     case CT_INTS: {
       const ts_cfg_ints *v = (const ts_cfg_ints *)p;
-      sb_puts(b, "[");
-      for (int i = 0; i < v->n; i++) sb_printf(b, "%s%d", i ? ", " : "", v->v[i]);
-      sb_puts(b, "]");
+      ts__sb_puts(b, "[");
+      for (int i = 0; i < v->n; i++) ts__sb_printf(b, "%s%d", i ? ", " : "", v->v[i]);
+      ts__sb_puts(b, "]");
       break;
     }
     case CT_FLOATS: {
       const ts_cfg_floats *v = (const ts_cfg_floats *)p;
-      sb_puts(b, "[");
+      ts__sb_puts(b, "[");
       for (int i = 0; i < v->n; i++) {
-        if (i) sb_puts(b, ", ");
+        if (i) ts__sb_puts(b, ", ");
         fmt_double(b, v->v[i]);
       }
-      sb_puts(b, "]");
+      ts__sb_puts(b, "]");
       break;
     }
     case CT_STRATS: {
       const ts_cfg_strategies *v = (const ts_cfg_strategies *)p;
-      sb_puts(b, "{");
+      ts__sb_puts(b, "{");
       for (int i = 0; i < v->n; i++) {
-        if (i) sb_puts(b, ", ");
+        if (i) ts__sb_puts(b, ", ");
         fmt_string(b, v->v[i].op);
-        sb_puts(b, ": ");
+        ts__sb_puts(b, ": ");
         fmt_string(b, v->v[i].text);
       }
-      sb_puts(b, "}");
+      ts__sb_puts(b, "}");
       break;
     }
     case CT_STRS: {
       const ts_cfg_strs *v = (const ts_cfg_strs *)p;
-      sb_puts(b, "[");
+      ts__sb_puts(b, "[");
       for (int i = 0; i < v->n; i++) {
-        if (i) sb_puts(b, ", ");
+        if (i) ts__sb_puts(b, ", ");
         fmt_string(b, v->v[i]);
       }
-      sb_puts(b, "]");
+      ts__sb_puts(b, "]");
       break;
     }
     case CT_TFS: {
       const ts_cfg_transforms *v = (const ts_cfg_transforms *)p;
       if (v->n < 0) {
-        sb_puts(b, "auto");
+        ts__sb_puts(b, "auto");
         break;
       }
-      sb_puts(b, "[");
+      ts__sb_puts(b, "[");
       for (int i = 0; i < v->n; i++) {
-        if (i) sb_puts(b, ", ");
+        if (i) ts__sb_puts(b, ", ");
         fmt_tf(b, &v->v[i]);
       }
-      sb_puts(b, "]");
+      ts__sb_puts(b, "]");
       break;
     }
   }
@@ -1275,26 +1226,26 @@ int ts_config_get(const ts_config *cfg, const char *key, char *buf, size_t cap) 
     buf[0] = 0;
     return ts_error_set(TS_ECONFIG, "unknown key '%s'%s", key, sug);
   }
-  sb b = {0};
+  ts__sb b = {0};
   fmt_value(&b, k, cfg);
-  if (b.oom) {
-    free(b.p);
+  if (b.failed) {
+    free(b.s);
     return ts_error_set(TS_ENOMEM, "ts_config_get: out of memory");
   }
   int rc = TS_OK;
   if (b.n >= cap) {
     rc = ts_error_set(TS_ERANGE, "ts_config_get: %s needs %zu bytes, buffer has %zu", key, b.n + 1,
                       cap);
-    memcpy(buf, b.p, cap - 1);
+    memcpy(buf, b.s, cap - 1);
     buf[cap - 1] = 0;
   } else {
-    memcpy(buf, b.p, b.n + 1);
+    memcpy(buf, b.s, b.n + 1);
   }
-  free(b.p);
+  free(b.s);
   return rc;
 }
 
-static void dump(sb *b, const ts_config *cfg) {
+static void dump(ts__sb *b, const ts_config *cfg) {
   const char *prev = "";
   for (int i = 0; i < ts__cfg_nkeys; i++) {
     const ts__cfg_key *k = &ts__cfg_keys[i];
@@ -1321,21 +1272,21 @@ static void dump(sb *b, const ts_config *cfg) {
            !strncmp(comp[common], pc[common], cl[common]))
       common++;
     for (int l = common; l < nc - 1; l++)
-      sb_printf(b, "%*s%.*s:\n", 2 * l, "", (int)cl[l], comp[l]);
+      ts__sb_printf(b, "%*s%.*s:\n", 2 * l, "", (int)cl[l], comp[l]);
     int ind = 2 * (nc - 1);
-    sb_printf(b, "%*s%.*s:", ind, "", (int)cl[nc - 1], comp[nc - 1]);
+    ts__sb_printf(b, "%*s%.*s:", ind, "", (int)cl[nc - 1], comp[nc - 1]);
     const ts_cfg_transforms *tf = (const ts_cfg_transforms *)((const char *)cfg + k->off);
     if (k->type == CT_TFS && tf->n > 0) {
-      sb_puts(b, "\n");
+      ts__sb_puts(b, "\n");
       for (int j = 0; j < tf->n; j++) {
-        sb_printf(b, "%*s- ", ind + 2, "");
+        ts__sb_printf(b, "%*s- ", ind + 2, "");
         fmt_tf(b, &tf->v[j]);
-        sb_puts(b, "\n");
+        ts__sb_puts(b, "\n");
       }
     } else {
-      sb_puts(b, " ");
+      ts__sb_puts(b, " ");
       fmt_value(b, k, cfg);
-      sb_puts(b, "\n");
+      ts__sb_puts(b, "\n");
     }
     prev = k->path;
   }
@@ -1343,14 +1294,14 @@ static void dump(sb *b, const ts_config *cfg) {
 
 int ts_config_dump_string(const ts_config *cfg, char **out) {
   if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_dump_string: NULL argument");
-  sb b = {0};
+  ts__sb b = {0};
   dump(&b, cfg);
-  if (b.oom || !b.p) {
-    free(b.p);
+  if (b.failed || !b.s) {
+    free(b.s);
     *out = NULL;
     return ts_error_set(TS_ENOMEM, "ts_config_dump_string: out of memory");
   }
-  *out = b.p;
+  *out = b.s;
   return TS_OK;
 }
 
@@ -1377,17 +1328,17 @@ uint64_t ts_config_hash(const ts_config *cfg) {
   for (int i = 0; i < ts__cfg_nkeys; i++) {
     const ts__cfg_key *k = &ts__cfg_keys[i];
     if (!(k->flags & CF_HASH)) continue;
-    sb a = {0}, d = {0};
+    ts__sb a = {0}, d = {0};
     fmt_value(&a, k, cfg);
     fmt_value(&d, k, def);
-    if (a.p && d.p && strcmp(a.p, d.p)) {
+    if (a.s && d.s && strcmp(a.s, d.s)) {
       for (const char *s = k->path; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
       h = (h ^ '=') * 1099511628211ULL;
-      for (const char *s = a.p; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+      for (const char *s = a.s; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
       h = (h ^ '\n') * 1099511628211ULL;
     }
-    free(a.p);
-    free(d.p);
+    free(a.s);
+    free(d.s);
   }
   free(def);
   return h;
