@@ -46,6 +46,9 @@ const char *ts_last_error(void);
 int ts_error_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current thread's message with context ("loading x.safetensors: ..."); returns code. */
 int ts_error_wrap(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Refusals of what a user wrote (TS_EINVAL, TS_ESHAPE, TS_EUNSUPPORTED: a strategy, a layout)
+ * as configuration errors of the job: returns TS_ECONFIG keeping the message; rc otherwise. */
+int ts_error_as_config(int rc);
 
 /* ---- logging ---- */
 typedef enum { TS_LOG_DEBUG = 0, TS_LOG_INFO = 1, TS_LOG_WARN = 2, TS_LOG_ERROR = 3 } ts_log_level;

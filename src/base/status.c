@@ -39,6 +39,13 @@ int ts_error_wrap(int code, const char *fmt, ...) {
   return code;
 }
 
+int ts_error_as_config(int rc) {
+  if (rc != TS_EINVAL && rc != TS_ESHAPE && rc != TS_EUNSUPPORTED) return rc;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ts_last_error());
+  return ts_error_set(TS_ECONFIG, "%s", msg);
+}
+
 const char *ts_version(void) {
 #ifdef TS_VERSION_STRING
   return TS_VERSION_STRING;

@@ -8,15 +8,6 @@
 
 #include "dist_impl.h"
 
-/* Strategy and layout refusals (TS_EINVAL, TS_ESHAPE, TS_EUNSUPPORTED) are configuration errors
- * of the job: TS_ECONFIG with the same message for those, rc otherwise. */
-static int config_error(int rc) {
-  if (rc != TS_EINVAL && rc != TS_ESHAPE && rc != TS_EUNSUPPORTED) return rc;
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", ts_last_error());
-  return ts_error_set(TS_ECONFIG, "%s", msg);
-}
-
 static int check_semi(const ts_dist_config *c, const ts_dist_model *m) {
   (void)m;
   if (c->lamb)
@@ -68,7 +59,7 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
   if ((rc = ts__dist_build_model(d, &nne, xe, TS_NONE, &le, NULL))) return rc;
   /* the pass: training graph by the user's strategies, evaluation graph by the ones in force */
   ts_parallel_config pc = {r->size, r->rank, d->model.strategies, c->full_batch ? 1 : 0, 0};
-  if ((rc = ts_parallel_run(d->gg, d->gp, &loss, 1, NULL, &pc, &d->pp))) return config_error(rc);
+  if ((rc = ts_parallel_run(d->gg, d->gp, &loss, 1, NULL, &pc, &d->pp))) return ts_error_as_config(rc);
   int parts, index;
   ts_parallel_input_piece(d->pp, x, &parts, &index);
   if (mb % parts || eb % parts)

@@ -101,9 +101,6 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
 /* The user's operator strategies (strategy_ckpt_load_file, then parallel.strategies) for
  * ndevices; *out NULL when the config gives none. */
 int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out);
-/* Strategy and layout refusals (TS_EINVAL, TS_ESHAPE, TS_EUNSUPPORTED) are configuration errors
- * of the job: returns TS_ECONFIG with the same message for those, rc otherwise. */
-int ts__train_config_error(int rc);
 /* Sources, transforms and the first training sample's shape into t->model (t->cfg set). */
 int ts__train_prepare(ts_trainer *t);
 /* The optimizer over every trainable entry of p (config's optimizer; no decay where flagged);

@@ -92,23 +92,16 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
     rc = ts_strategy_set_load(c->parallel.strategy_ckpt_load_file, ndevices, out);
   else
     rc = ts_strategy_set_create(ndevices, 0, out);
-  if (rc) return ts__train_config_error(ts_error_wrap(rc, "parallel.strategy_ckpt_load_file"));
+  if (rc) return ts_error_as_config(ts_error_wrap(rc, "parallel.strategy_ckpt_load_file"));
   for (int i = 0; i < c->parallel.strategies.n; i++) {
     rc = ts_strategy_set_put_text(*out, c->parallel.strategies.v[i].op, c->parallel.strategies.v[i].text);
     if (rc) {
       ts_strategy_set_free(*out);
       *out = NULL;
-      return ts__train_config_error(ts_error_wrap(rc, "parallel.strategies.%s", c->parallel.strategies.v[i].op));
+      return ts_error_as_config(ts_error_wrap(rc, "parallel.strategies.%s", c->parallel.strategies.v[i].op));
     }
   }
   return TS_OK;
-}
-
-int ts__train_config_error(int rc) {
-  if (rc != TS_EINVAL && rc != TS_ESHAPE && rc != TS_EUNSUPPORTED) return rc;
-  char msg[1024];
-  snprintf(msg, sizeof msg, "%s", ts_last_error());
-  return ts_error_set(TS_ECONFIG, "%s", msg);
 }
 
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,

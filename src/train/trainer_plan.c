@@ -54,7 +54,7 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &set);
   t->model.strategies = set;
   if (!rc) rc = ts_dist_create(vt, &dc, &t->model, ndevices, rank, &d);
-  if (!rc && (rc = ts_dist_build(d, &t->model))) rc = ts__train_config_error(rc);
+  if (!rc && (rc = ts_dist_build(d, &t->model))) rc = ts_error_as_config(rc);
   t->model.strategies = NULL;
   ts_dist_config dc1 = dc;
   dc1.optimizer_shard = 0; /* one process: nothing to shard over */
