@@ -164,6 +164,14 @@ int ts_comm_send(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int 
 /* Receives exactly count elements (a longer message is TS_ECOMM). A timed-out receive is
  * cancelled and leaves c usable. */
 int ts_comm_recv(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int src, int tag);
+/* Buffered send (pipeline stage cuts): buf is copied, the copy is sent without blocking and
+ * owned by c until it completes, so the caller may reuse buf at once and two ranks sending to
+ * each other never wait on one another. Finished sends are reaped on each call. */
+int ts_comm_send_copy(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int dest, int tag);
+/* Waits for every buffered send of c (within the timeout) and frees their copies. */
+int ts_comm_flush_sends(ts_comm *c);
+/* Buffered sends of c still in flight, and the bytes of their copies. */
+int ts_comm_pending_sends(const ts_comm *c, size_t *bytes);
 
 /* ---- non-blocking collectives ----
  * Same arguments and rules as the blocking forms; *req receives a handle. The buffers (and the

@@ -211,6 +211,11 @@ typedef struct {
     int full_batch;          /* every rank reads the whole global batch (MindSpore's full_batch) */
     int optimizer_shard;     /* 0 off, 1: optimizer state sharded over the ranks (ZeRO-1), 2 (refused) */
     double optimizer_shard_threshold_kb; /* parameters smaller than this stay replicated */
+    int pipeline_stages;     /* pipeline parallel: stages (1 = none) */
+    int micro_batches;       /* pipeline: micro-batches per step (0: batch_size / micro_batch_size) */
+    int pipeline_schedule;   /* 0 gpipe, 1 1f1b, 2 interleaved_1f1b (ts_sched_kind) */
+    int virtual_stages;      /* interleaved_1f1b: model pieces per rank */
+    ts_cfg_strategies stages; /* pipeline: operator name pattern -> stage number (text) */
   } parallel;
   struct {
     char dir[TS_CFG_PATH_MAX]; /* "" = no checkpoints */

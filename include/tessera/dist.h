@@ -43,6 +43,8 @@ extern "C" {
 #define TS_BUCKET_MB_DEFAULT 4.0
 /* Recompute segment patterns a ts_dist_config holds. */
 #define TS_DIST_MAX_RECOMPUTE 16
+/* Stage rules (parallel.stages) a ts_dist_config holds. */
+#define TS_DIST_MAX_STAGE_RULES 64
 
 /* ---- gradient reduction for any store ----
  * A parameter registered whole (ts_params_add) is replicated on every rank; one registered with
@@ -138,6 +140,16 @@ typedef struct {
   char recompute_layers[TS_DIST_MAX_RECOMPUTE][160];
   int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1) */
   double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
+  /* pipeline parallel (layout "pipeline", src/dist/dist_pipe.c): stages > 1; accum is then the
+   * number of micro-batches; data parallel over the ranks / stages replicas of each stage */
+  int pipeline_stages;
+  int pipeline_schedule;  /* ts_sched_kind */
+  int virtual_stages;
+  int n_stage_rules;      /* parallel.stages: pattern -> stage */
+  struct {
+    char pattern[160];
+    int stage;
+  } stage_rules[TS_DIST_MAX_STAGE_RULES];
 } ts_dist_config;
 
 /* The model: a builder (called for the training graph with targets and for the evaluation graph
@@ -169,6 +181,7 @@ typedef struct {
                                 metrics are summed (ts_dist_sum); 0: every rank all of it */
   int sliced;                /* some parameter is held as slices (checkpoints gather them) */
   int rank, size;
+  ts_shape logits_shape;     /* of one evaluation batch's logits (every rank, whichever computes them) */
 } ts_dist_run;
 
 /* Creates a distribution object for model m (its builder; the sample may be filled in later,
@@ -188,6 +201,23 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m);
 const ts_dist_run *ts_dist_get(const ts_dist *d);
 /* After the optimizer exists: parameter broadcast and the gradient reduction (collective). */
 int ts_dist_start(ts_dist *d);
+/* One step's forward and backward over cfg.accum micro-batches: x holds this rank's rows of the
+ * batch (data_parts piece: accum * micro_batch rows of the model's samples), y their targets.
+ * The layout runs its micro-steps (in order; a pipeline by its schedule), accumulating into acc
+ * (ts_dist_accum_numel floats, may be NULL when that is 0); *loss is this rank's mean loss over
+ * the micro-steps (0 on ranks that do not compute it) and *g the gradients to reduce (acc, or
+ * the store's buffer). `step` numbers the step for dropout's stream. Call between
+ * ts_dist_step_begin and ts_dist_step_end. */
+int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,
+                             float **g);
+/* Runs the evaluation graph on one batch x (eval_batch rows; the rank feeds its eval_index piece)
+ * and points *logits at the whole batch's logits (r->logits_shape), valid until the next call. */
+int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits);
+/* Time spans the layout reports (gradient accumulation, pipeline p2p waits): fn(name, comm, t0,
+ * t1, user) with comm = 1 for time spent waiting on other ranks. NULL to stop. */
+typedef void (*ts_dist_span_fn)(const char *name, int comm, double t0, double t1, void *user);
+void ts_dist_set_span(ts_dist *d, ts_dist_span_fn fn, void *user);
+
 /* Before the micro-steps of one step (grads: the store's gradient buffer): reductions that
  * overlap backward are armed. */
 void ts_dist_step_begin(ts_dist *d, float *grads);

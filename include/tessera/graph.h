@@ -216,6 +216,14 @@ ts_val ts_alltoall(ts_graph *g, ts_val x, int slot, int group_size, int split_di
  * slot's communicator at run time). Gradient: dy placed at block r of zeros of x's shape (op
  * rank_slice_bwd, itself differentiable). */
 ts_val ts_rank_slice(ts_graph *g, ts_val x, int slot, int group_size, int dim);
+/* Point to point, the cut edges of pipeline stages (src/parallel/stage.c builds them):
+ * ts_send: x goes to rank `peer` of the communicator in plan slot `slot` with message `tag` (a
+ * copy, sent without blocking); returns a token (scalar f32 0) for the stage's objective to sum,
+ * so autodiff reaches it; its gradient receives dx from the peer on tag + 1.
+ * ts_recv: y (dt, shape) from `peer` on `tag`, blocking; dep (TS_NONE or any value) only orders
+ * it after dep. Not differentiable by itself: the stage cut sends dy back on tag + 1. */
+ts_val ts_send(ts_graph *g, ts_val x, int slot, int peer, int tag);
+ts_val ts_recv(ts_graph *g, ts_val dep, int slot, int peer, int tag, ts_dtype dt, ts_shape shape);
 
 /* ---- operator-level parallelism ----
  * The shard strategy of the operator that produced v, as MindSpore's `op.shard(...)`:

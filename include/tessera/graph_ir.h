@@ -84,6 +84,11 @@ const char *ts_graph_node_name(const ts_graph *g, int node);
 int ts_graph_node_is_backward(const ts_graph *g, int node);
 /* The strategy text given with ts_shard for this node, or NULL. */
 const char *ts_graph_node_strategy(const ts_graph *g, int node);
+/* Floating-point operations node `node` performs (GEMM, convolution and attention families,
+ * forward and backward; 0 for ops not counted). */
+double ts_graph_node_flops(const ts_graph *g, int node);
+/* Renames node `node` (passes that copy nodes between graphs keep their names). */
+int ts_graph_set_node_name(ts_graph *g, int node, const char *name);
 /* The op kind's name ("matmul"). */
 const char *ts_op_name(ts_op op);
 

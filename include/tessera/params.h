@@ -112,7 +112,8 @@ size_t ts_params_numel(const ts_params *p);       /* trainable elements */
 size_t ts_params_state_numel(const ts_params *p); /* state elements */
 /* After ts_graph_backward: makes each parameter's gradient its own materialised value (emitting
  * a COPY where the gradient is a view or shared) and records it; parameters that get no gradient
- * keep a zero gradient. Returns the gradient values in `keep` (up to cap) for ts_plan_create. */
+ * keep a zero gradient. A store may serve several graphs reading disjoint parameters (a pipeline
+ * rank's pieces): attaching g redoes only the attachments made in g. Returns the gradient values in `keep` (up to cap) for ts_plan_create. */
 int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep);
 /* The gradient value attached for parameter `id` (TS_NONE if it gets no gradient). */
 ts_val ts_params_grad_value(const ts_params *p, int id);

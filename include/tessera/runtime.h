@@ -66,6 +66,10 @@ void ts_plan_free(ts_plan *p);
 int ts_plan_bind(ts_plan *p, ts_val v, void *data);
 /* Runs all nodes. `step` feeds dropout's random stream. */
 int ts_plan_run(ts_plan *p, uint64_t step);
+/* Runs nodes first..end-1 only (end < 0: to the last), e.g. a pipeline stage's forward now and
+ * its backward later; the arena keeps what the later part reads as long as nothing else runs
+ * this plan in between. */
+int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end);
 /* Memory of a value after a run (bound or planned); NULL if the value was not kept. */
 void *ts_plan_data(ts_plan *p, ts_val v);
 /* Planned arena size for temporaries (the peak of live temporary bytes, after reuse) and the

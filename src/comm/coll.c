@@ -635,6 +635,74 @@ int ts_comm_recv(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int src, i
   return finish(rc_, r);
 }
 
+/* ---- buffered sends ---- */
+static void bs_drop(ts_comm *c, int k) {
+  ts_comm_req_free(c->bs_req[k]);
+  free(c->bs_buf[k]);
+  c->bs_n--;
+  c->bs_req[k] = c->bs_req[c->bs_n];
+  c->bs_buf[k] = c->bs_buf[c->bs_n];
+  c->bs_bytes[k] = c->bs_bytes[c->bs_n];
+}
+
+/* Frees the sends that completed; the first failure is returned. */
+static int bs_reap(ts_comm *c) {
+  for (int k = 0; k < c->bs_n;) {
+    int done = 0, rc = ts_comm_test(c->bs_req[k], &done);
+    if (rc) return rc;
+    if (done) bs_drop(c, k);
+    else k++;
+  }
+  return TS_OK;
+}
+
+int ts_comm_send_copy(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int dest, int tag) {
+  if (!c) return ts_error_set(TS_EINVAL, "send: no communicator");
+  int rc = bs_reap(c);
+  if (rc) return rc;
+  if (c->bs_n == c->bs_cap) {
+    int cap = c->bs_cap ? 2 * c->bs_cap : 8;
+    ts_comm_req **r = realloc(c->bs_req, sizeof *r * (size_t)cap);
+    if (r) c->bs_req = r;
+    void **b = realloc(c->bs_buf, sizeof *b * (size_t)cap);
+    if (b) c->bs_buf = b;
+    size_t *n = realloc(c->bs_bytes, sizeof *n * (size_t)cap);
+    if (n) c->bs_bytes = n;
+    if (!r || !b || !n) return ts_error_set(TS_ENOMEM, "send: out of memory for the pending-send list");
+    c->bs_cap = cap;
+  }
+  size_t bytes = count * ts_dtype_size(dtype);
+  void *copy = malloc(bytes ? bytes : 1);
+  if (!copy) return ts_error_set(TS_ENOMEM, "send: out of memory for a %zu-byte copy to rank %d", bytes, dest);
+  if (bytes) memcpy(copy, buf, bytes);
+  ts_comm_req *r = NULL;
+  if ((rc = pt2pt(c, TS_COLL_SEND, copy, count, dtype, dest, tag, &r))) {
+    free(copy);
+    return rc;
+  }
+  c->bs_req[c->bs_n] = r;
+  c->bs_buf[c->bs_n] = copy;
+  c->bs_bytes[c->bs_n++] = bytes;
+  return TS_OK;
+}
+
+int ts_comm_flush_sends(ts_comm *c) {
+  if (!c) return TS_OK;
+  while (c->bs_n > 0) {
+    int rc = ts_comm_wait(c->bs_req[c->bs_n - 1]);
+    if (rc) return rc;
+    bs_drop(c, c->bs_n - 1);
+  }
+  return TS_OK;
+}
+
+int ts_comm_pending_sends(const ts_comm *c, size_t *bytes) {
+  size_t b = 0;
+  for (int k = 0; c && k < c->bs_n; k++) b += c->bs_bytes[k];
+  if (bytes) *bytes = b;
+  return c ? c->bs_n : 0;
+}
+
 /* ---- non-blocking forms ---- */
 static int need_req(ts_comm_req **req, const char *fn) {
   if (!req) return ts_error_set(TS_EINVAL, "%s: req is NULL", fn);

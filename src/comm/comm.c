@@ -933,6 +933,17 @@ int ts_comm_grid_axis(ts_comm *c, int ndim, const int *dims, int axis, ts_comm *
 
 void ts_comm_free(ts_comm *c) {
   if (!c || c->is_world) return;
+  /* buffered sends: completed ones are freed; copies still in flight stay with MPI (leaked) */
+  if (c->bs_n && c->mc != MPI_COMM_NULL && ts_comm_flush_sends(c) != TS_OK) {
+    for (int k = 0; k < c->bs_n; k++) ts_comm_req_free(c->bs_req[k]);
+    c->bs_n = 0;
+  }
+  free(c->bs_req);
+  free(c->bs_buf);
+  free(c->bs_bytes);
+  c->bs_req = NULL;
+  c->bs_buf = NULL;
+  c->bs_bytes = NULL;
   if (c->mc != MPI_COMM_NULL) {
     int fin = 0;
     MPI_Finalized(&fin);

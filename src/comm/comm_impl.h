@@ -67,6 +67,11 @@ struct ts_comm {
   int64_t *peer_seq;
   double *peer_t;
   struct ts_watch_buf *wb; /* the announcement and its send requests */
+  /* Buffered sends (ts_comm_send_copy): requests and the copies they own. */
+  struct ts_comm_req **bs_req;
+  void **bs_buf;
+  size_t *bs_bytes;
+  int bs_n, bs_cap;
 };
 
 struct ts_comm_req;

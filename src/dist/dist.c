@@ -84,6 +84,7 @@ int ts__dist_plans(ts_dist *d) {
       (rc = ts_plan_create(r->ge, &r->logits, 1, &r->plan_e)) || (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
     return rc;
   for (int i = 0; i < ts_params_count(r->params); i++) r->sliced |= ts_params_is_sharded(r->params, i);
+  r->logits_shape = ts_val_shape(r->ge, r->logits);
   return TS_OK;
 }
 
@@ -239,15 +240,17 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
   return TS_OK;
 }
 
-static const ts_dist_vt stand_alone = {"stand_alone", 0, NULL, build_stand_alone, NULL, NULL, describe_per_rank,
-                                       free_per_rank};
-static const ts_dist_vt data_parallel = {"data_parallel", 1, check_data, build_data, ts__dist_start_world, sync_data,
-                                         describe_per_rank, free_per_rank};
-static const ts_dist_vt hybrid_parallel = {"hybrid_parallel", 1, check_hybrid, build_hybrid, ts__dist_start_world, NULL,
-                                           describe_per_rank, free_per_rank};
+static const ts_dist_vt stand_alone = {.name = "stand_alone", .build = build_stand_alone,
+                                       .describe = describe_per_rank, .free = free_per_rank};
+static const ts_dist_vt data_parallel = {.name = "data_parallel", .world = 1, .check = check_data, .build = build_data,
+                                         .start = ts__dist_start_world, .sync_states = sync_data,
+                                         .describe = describe_per_rank, .free = free_per_rank};
+static const ts_dist_vt hybrid_parallel = {.name = "hybrid_parallel", .world = 1, .check = check_hybrid,
+                                           .build = build_hybrid, .start = ts__dist_start_world,
+                                           .describe = describe_per_rank, .free = free_per_rank};
 
 const ts_dist_vt *ts_dist_find(const char *mode) {
-  const ts_dist_vt *all[] = {&stand_alone, &data_parallel, &ts__dist_semi_auto, &hybrid_parallel};
+  const ts_dist_vt *all[] = {&stand_alone, &data_parallel, &ts__dist_semi_auto, &hybrid_parallel, &ts__dist_pipeline};
   for (size_t k = 0; mode && k < sizeof all / sizeof all[0]; k++)
     if (!strcmp(all[k]->name, mode)) return all[k];
   return NULL;
@@ -324,6 +327,57 @@ void ts_dist_step_begin(ts_dist *d, float *grads) {
   if (d->red && d->overlap) ts_grad_reducer_begin(d->red, grads);
 }
 
+void ts_dist_set_span(ts_dist *d, ts_dist_span_fn fn, void *user) {
+  d->span = fn;
+  d->span_user = user;
+}
+
+/* Bytes of one sample's data and of its targets. */
+static void row_bytes(const ts_dist *d, size_t *xs, size_t *ys) {
+  const ts_dist_model *m = &d->model;
+  *xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
+  *ys = m->text ? (size_t)ts_shape_numel(&m->sample) * sizeof(int32_t) : sizeof(int32_t);
+}
+
+int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,
+                             float **g) {
+  if (d->vt->forward_backward) return d->vt->forward_backward(d, x, y, step, acc, loss, g);
+  const ts_dist_run *r = &d->r;
+  size_t xs, ys;
+  row_bytes(d, &xs, &ys);
+  int64_t accum = d->cfg.accum;
+  float *grads = ts_params_grads(r->params);
+  double sum = 0;
+  for (int64_t k = 0; k < accum; k++) {
+    int rc = ts_plan_bind(r->plan, r->x, (char *)x + (size_t)(k * r->micro_batch) * xs);
+    if (!rc) rc = ts_plan_bind(r->plan, r->y, (char *)y + (size_t)(k * r->micro_batch) * ys);
+    if (!rc) rc = ts_plan_run(r->plan, (uint64_t)(step * accum + k));
+    if (rc) return rc;
+    sum += *(const float *)ts_plan_data(r->plan, r->loss);
+    if (accum > 1) {
+      double ta = ts_time_now();
+      rc = ts_dist_accumulate(d, grads, acc, k); /* may reduce it now (optimizer_shard 2) */
+      if (rc) return rc;
+      if (d->span) d->span("grad_accumulate", 0, ta, ts_time_now(), d->span_user);
+    }
+  }
+  *loss = sum / (double)accum;
+  *g = accum > 1 ? acc : grads;
+  return TS_OK;
+}
+
+int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
+  if (d->vt->eval_forward) return d->vt->eval_forward(d, x, logits);
+  const ts_dist_run *r = &d->r;
+  size_t xs, ys;
+  row_bytes(d, &xs, &ys);
+  /* the rank feeds its piece of the batch (all of it in most layouts); the logits come back whole */
+  int rc = ts_plan_bind(r->plan_e, r->xe, (char *)x + xs * (size_t)(d->cfg.eval_batch / r->eval_parts * r->eval_index));
+  if (!rc) rc = ts_plan_run(r->plan_e, 0);
+  *logits = rc ? NULL : ts_plan_data(r->plan_e, r->logits);
+  return rc;
+}
+
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   *wait_ms = 0;
   if (!d->world) return TS_OK;
@@ -337,6 +391,10 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
     if (!d->overlap) ts_grad_reducer_begin(d->red, g);
     int rc = ts_grad_reducer_finish(d->red);
     *wait_ms = 1e3 * ts_grad_reducer_wait_seconds(d->red);
+    if (rc) return rc;
+  }
+  if (d->vt->reduce) {
+    int rc = d->vt->reduce(d, g);
     if (rc) return rc;
   }
   if (d->loss_op != TS_REDUCE_COUNT) {
@@ -368,6 +426,7 @@ int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k) {
 
 int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
   *norm = 0;
+  if (d->vt->clip) return d->vt->clip(d, g, max_norm, norm);
   if (d->zero && d->world) return ts__zero_clip(d, max_norm, norm);
   if (d->r.sliced) return ts__dist_clip_sliced(d, g, max_norm, norm);
   size_t n = ts_params_numel(d->r.params);

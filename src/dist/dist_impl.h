@@ -24,6 +24,13 @@ struct ts_dist_vt {
   int (*describe)(ts_dist *d, FILE *out);
   /* the layout's own parts (graphs it owns, communicators) */
   void (*free)(ts_dist *d);
+  /* optional overrides of the shared behaviour (NULL: dist.c / dist_whole.c's) */
+  int (*forward_backward)(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,
+                          float **g);
+  int (*eval_forward)(ts_dist *d, const void *x, const float **logits);
+  int (*reduce)(ts_dist *d, float *g);                    /* after the gradient reducer */
+  int (*clip)(ts_dist *d, float *g, float max_norm, float *norm);
+  int (*move)(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
 };
 
 #define TS__DIST_MAX_GROUPS 32
@@ -55,9 +62,14 @@ struct ts_dist {
   int nslots, neslots;
   /* data_parallel with parallel.optimizer_shard (dist_zero.c); NULL: off */
   struct ts__zero *zero;
+  /* pipeline (dist_pipe.c) */
+  struct ts__pipe *pipe;
+  ts_dist_span_fn span;
+  void *span_user;
 };
 
 extern const ts_dist_vt ts__dist_semi_auto;
+extern const ts_dist_vt ts__dist_pipeline;
 
 /* The model builder with this object's rank, size and groups. */
 int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);

@@ -124,7 +124,8 @@ static void free_semi(ts_dist *d) {
   ts_params_free(d->gp);
 }
 
-const ts_dist_vt ts__dist_semi_auto = {"semi_auto_parallel", 1, check_semi, build_semi, ts__dist_start_world, NULL,
-                                       describe_semi, free_semi};
+const ts_dist_vt ts__dist_semi_auto = {.name = "semi_auto_parallel", .world = 1, .check = check_semi,
+                                       .build = build_semi, .start = ts__dist_start_world,
+                                       .describe = describe_semi, .free = free_semi};
 
 const ts_strategy_set *ts_dist_strategies(const ts_dist *d) { return d->pp ? ts_parallel_strategies(d->pp) : NULL; }

@@ -85,6 +85,7 @@ static int move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int 
 int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather) {
   ts_params *lp = d->r.params;
   if (full == lp) return TS_OK;
+  if (d->vt->move) return d->vt->move(d, full, opt, fopt, gather);
   int rc = move_flat(d, full, ts_params_data(lp), ts_params_data(full), 0, gather);
   if (!rc && ts_params_state_numel(lp))
     rc = move_flat(d, full, ts_params_states(lp), ts_params_states(full), 1, gather);

@@ -38,6 +38,8 @@ int ts_graph_backward(ts_graph *g, ts_val loss, float dloss) {
     int r = 0;
     if (ts__ops[n->op].grad)
       for (int k = 0; k < n->nin; k++) r |= reach[n->in[k]];
+    /* a received activation wants its gradient like a leaf (the producing stage waits for it) */
+    if (n->op == TS_OP_RECV) r = 1;
     for (int k = 0; k < n->nout; k++) reach[n->out[k]] = r && !g->vals[n->out[k]].no_grad;
   }
   /* live: the loss depends on the value. */

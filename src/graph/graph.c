@@ -124,6 +124,15 @@ const char *ts_graph_scope(const ts_graph *g) { return g->scope; }
 void ts_graph_set_scope(ts_graph *g, const char *scope) {
   snprintf(g->scope, sizeof g->scope, "%s", scope ? scope : "");
 }
+int ts_graph_set_node_name(ts_graph *g, int node, const char *name) {
+  if (!g || node < 0 || node >= g->nnodes || !name) return ts_error_set(TS_EINVAL, "ts_graph_set_node_name: bad node");
+  char *c = strdup(name);
+  if (!c) return ts_error_set(TS_ENOMEM, "ts_graph_set_node_name: out of memory");
+  free(g->nodes[node].name);
+  g->nodes[node].name = c;
+  return TS_OK;
+}
+
 int ts_graph_add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts_attrs *a) {
   return ts__add_node(g, op, ins, nin, nout, a);
 }

@@ -12,6 +12,7 @@ typedef struct {
   int flags;
   size_t offset; /* in data (trainable) or states */
   int grad_val;  /* gradient value index in the attached graph, -1 none */
+  const ts_graph *grad_g; /* the graph it is attached in (ts_params_attach_grads) */
   /* sharded entries (ts_params_add_sharded): `shape` is the local shape of rank `rank`'s slice */
   int sharded;
   ts_shape global; /* == shape when unsharded */
@@ -26,7 +27,6 @@ struct ts_params {
   size_t numel, state_numel;
   float *data, *grads, *states;
   int allocated;
-  const ts_graph *grad_graph; /* graph whose gradients are attached */
 };
 
 int ts_params_create(ts_params **out) {
@@ -257,7 +257,13 @@ size_t ts_params_state_numel(const ts_params *p) { return p->state_numel; }
 
 int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep) {
   int nk = 0;
-  for (int i = 0; i < p->n; i++) p->e[i].grad_val = -1;
+  /* a store may serve several graphs with disjoint parameters (a pipeline rank's pieces): only
+   * this graph's attachments are redone */
+  for (int i = 0; i < p->n; i++)
+    if (p->e[i].grad_g == g || !p->e[i].grad_g) {
+      p->e[i].grad_val = -1;
+      p->e[i].grad_g = NULL;
+    }
   /* room for the copies emitted below too (one value per parameter at most) */
   char *owned = calloc((size_t)g->nvals + (size_t)p->n + 1, 1);
   if (!owned) return ts_error_set(TS_ENOMEM, "ts_params_attach_grads: out of memory");
@@ -288,11 +294,11 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
     }
     owned[gi] = 1;
     p->e[id].grad_val = gi;
+    p->e[id].grad_g = g;
     if (keep && nk < cap) keep[nk] = ts__handle(g, gi);
     nk++;
   }
   free(owned);
-  p->grad_graph = g;
   if (nkeep) *nkeep = nk;
   if (rc == TS_OK && keep && nk > cap)
     rc = ts_error_set(TS_ERANGE, "ts_params_attach_grads: %d gradients, room for %d", nk, cap);
@@ -300,8 +306,8 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
 }
 
 ts_val ts_params_grad_value(const ts_params *p, int id) {
-  if (id < 0 || id >= p->n || p->e[id].grad_val < 0 || !p->grad_graph) return TS_NONE;
-  return ts__handle(p->grad_graph, p->e[id].grad_val);
+  if (id < 0 || id >= p->n || p->e[id].grad_val < 0 || !p->e[id].grad_g) return TS_NONE;
+  return ts__handle(p->e[id].grad_g, p->e[id].grad_val);
 }
 
 int ts_params_each_binding(ts_params *p, const ts_graph *g, ts_params_binding_fn fn, void *user) {
@@ -322,9 +328,8 @@ int ts_params_each_binding(ts_params *p, const ts_graph *g, ts_params_binding_fn
     int rc = fn(ts__handle(g, v), ts_params_ptr(p, id), user);
     if (rc) return rc;
   }
-  if (g != p->grad_graph) return TS_OK; /* e.g. an inference graph: no gradients to bind */
-  for (int i = 0; i < p->n; i++) {
-    if (p->e[i].grad_val < 0) continue;
+  for (int i = 0; i < p->n; i++) { /* an inference graph has none attached */
+    if (p->e[i].grad_val < 0 || p->e[i].grad_g != g) continue;
     int rc = fn(ts__handle(g, p->e[i].grad_val), ts_params_grad_ptr(p, i), user);
     if (rc) return rc;
   }

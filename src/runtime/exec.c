@@ -420,8 +420,12 @@ void *ts_plan_data(ts_plan *p, ts_val v) {
   return p->planned ? data_of(p, i) : p->bound[i];
 }
 
-int ts_plan_run(ts_plan *p, uint64_t step) {
+int ts_plan_run(ts_plan *p, uint64_t step) { return ts_plan_run_range(p, step, 0, -1); }
+
+int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   ts_graph *g = p->g;
+  if (end < 0 || end > p->nnodes) end = p->nnodes;
+  if (first < 0) first = 0;
   if (ts_graph_num_values(g) != p->nvals || ts_graph_num_nodes(g) != p->nnodes)
     return ts_error_set(TS_EGRAPH, "ts_plan_run: the graph changed after planning (%d nodes, planned %d)",
                         ts_graph_num_nodes(g), p->nnodes);
@@ -442,7 +446,7 @@ int ts_plan_run(ts_plan *p, uint64_t step) {
   ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
   if (p->nhooks) emit(p, &ev);
   int rc = TS_OK;
-  for (int i = 0; i < p->nnodes; i++) {
+  for (int i = first; i < end; i++) {
     const ts__run_node *n = &p->nodes[i];
     if (!p->live[i]) continue;
     const int *vin = node_in(p, i), *vout = vin + n->nin;

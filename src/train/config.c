@@ -573,6 +573,7 @@ static int parse_transforms(const pctx *c, const ts__cfg_key *k, const yaml_node
 /* ------------------------------------------------------------------ strategies */
 static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n,
                             ts_cfg_strategies *out) {
+  const int stages = k->type == CT_STAGES;
   char d[96];
   out->n = 0;
   if (is_null(n)) return TS_OK;
@@ -591,10 +592,17 @@ static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node
     for (int i = 0; i < out->n; i++)
       if (!strcmp(out->v[i].op, op)) return perr(c, kn, "%s: duplicate operator '%s'", k->path, op);
     if (vn->type != YAML_SCALAR_NODE || is_null(vn))
-      return perr(c, vn, "%s.%s: expected a strategy such as \"((2,1),(1,4))\", got %s", k->path, op,
-                  describe(vn, d, sizeof d));
+      return perr(c, vn, stages ? "%s.%s: expected a stage number, got %s"
+                                : "%s.%s: expected a strategy such as \"((2,1),(1,4))\", got %s",
+                  k->path, op, describe(vn, d, sizeof d));
+    if (stages) {
+      char *end = NULL;
+      long v = strtol(sval(vn), &end, 10);
+      if (end == sval(vn) || *end || v < 0 || v > 4095)
+        return perr(c, vn, "%s.%s: expected a stage number 0..4095, got '%s'", k->path, op, sval(vn));
+    }
     ts_op_strategy st;
-    if (ts_op_strategy_parse(sval(vn), &st))
+    if (!stages && ts_op_strategy_parse(sval(vn), &st))
       return perr(c, vn, "%s.%s: %s", k->path, op, ts_last_error());
     if (strlen(sval(vn)) >= sizeof out->v[0].text)
       return perr(c, vn, "%s.%s: strategy text too long", k->path, op);
@@ -701,6 +709,7 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       free(v);
       break;
     }
+    case CT_STAGES:
     case CT_STRATS: {
       ts_cfg_strategies *v = calloc(1, sizeof *v); /* zeroed: configs compare with memcmp */
       if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
@@ -1075,6 +1084,7 @@ static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
       ts__sb_puts(b, "]");
       break;
     }
+    case CT_STAGES:
     case CT_STRATS: {
       const ts_cfg_strategies *v = (const ts_cfg_strategies *)p;
       ts__sb_puts(b, "{");
@@ -1351,7 +1361,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
     return ts_error_set(TS_ERANGE, "ts_config_key_info: index %d out of range (%d keys)", i,
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
-                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list"};
+                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

@@ -19,6 +19,7 @@ enum {
   CT_TFS,    /* ts_cfg_transforms */
   CT_STRATS, /* ts_cfg_strategies */
   CT_STRS,   /* ts_cfg_strs */
+  CT_STAGES, /* ts_cfg_strategies holding stage numbers (parallel.stages) */
 };
 
 enum {

@@ -15,6 +15,7 @@ static const char *const parallel_names[] = {"stand_alone", "data_parallel", "se
                                              "auto_parallel", "hybrid_parallel", NULL};
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
 static const char *const shard_names[] = {"off", "1", "2", NULL};
+static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved_1f1b", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
@@ -228,6 +229,23 @@ const ts__cfg_key ts__cfg_keys[] = {
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "
      "updated by every rank"},
+    {"parallel.pipeline_stages", CT_INT, FLD(parallel.pipeline_stages), "1", NULL, 1, 4096, 0, 0, 0,
+     "pipeline parallel (MindSpore's pipeline_stages): the model is cut into this many stages, one "
+     "per group of ranks (ranks / stages of them, data parallel inside a stage); 1 = no pipeline"},
+    {"parallel.micro_batches", CT_INT, FLD(parallel.micro_batches), "0", NULL, 0, 1 << 20, 0, 0, 0,
+     "pipeline: micro-batches each step's batch is cut into (MindSpore's micro_size); 0 = "
+     "train.batch_size / train.micro_batch_size"},
+    {"parallel.pipeline_schedule", CT_ENUM, FLD(parallel.pipeline_schedule), "1f1b", schedule_names, 0, 0,
+     0, 0, 0,
+     "pipeline: gpipe (all forwards, then all backwards: M micro-batches of activations held), 1f1b "
+     "(one forward one backward after a warm-up: at most `stages` held), interleaved_1f1b (each rank "
+     "holds parallel.virtual_stages pieces; the bubble shrinks by that factor)"},
+    {"parallel.virtual_stages", CT_INT, FLD(parallel.virtual_stages), "1", NULL, 1, 64, 0, 0, 0,
+     "interleaved_1f1b: model pieces per rank (Megatron's virtual pipeline size)"},
+    {"parallel.stages", CT_STAGES, FLD(parallel.stages), "{}", NULL, 0, 0, 0, TS_CFG_MAX_STRATEGIES, 0,
+     "pipeline: operator name pattern (as parallel.strategies names operators: "
+     "\"transformer.h.0\" covers that block) -> stage number; unnamed operators follow their inputs. "
+     "{} = balanced automatically by cost, cut between blocks"},
     /* ---- checkpoint ---- */
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},

@@ -89,6 +89,23 @@ int ts_config_validate(ts_config *cfg) {
   if (cfg->train.batch_size % cfg->train.micro_batch_size)
     return vfail(cfg, "train.batch_size (%d) must be divisible by train.micro_batch_size (%d)",
                  cfg->train.batch_size, cfg->train.micro_batch_size);
+  if (cfg->parallel.micro_batches > 0) {
+    if (cfg->parallel.pipeline_stages < 2)
+      return vfail(cfg, "parallel.micro_batches: set for a pipeline (parallel.pipeline_stages > 1); use "
+                   "train.micro_batch_size for gradient accumulation");
+    if (cfg->train.batch_size % cfg->parallel.micro_batches)
+      return vfail(cfg, "parallel.micro_batches (%d) must divide train.batch_size (%d)", cfg->parallel.micro_batches,
+                   cfg->train.batch_size);
+    if (cfg->train.micro_batch_size != cfg->train.batch_size &&
+        cfg->train.micro_batch_size * cfg->parallel.micro_batches != cfg->train.batch_size)
+      return vfail(cfg, "parallel.micro_batches (%d) and train.micro_batch_size (%d) disagree for train.batch_size %d; "
+                   "give one of them", cfg->parallel.micro_batches, cfg->train.micro_batch_size, cfg->train.batch_size);
+  }
+  if (cfg->parallel.virtual_stages > 1 && cfg->parallel.pipeline_schedule != 2)
+    return vfail(cfg, "parallel.virtual_stages: %d pieces per rank need parallel.pipeline_schedule interleaved_1f1b",
+                 cfg->parallel.virtual_stages);
+  if (cfg->parallel.stages.n && cfg->parallel.pipeline_stages < 2)
+    return vfail(cfg, "parallel.stages: given, but parallel.pipeline_stages is %d", cfg->parallel.pipeline_stages);
   if (cfg->train.eval_batch_size == 0) cfg->train.eval_batch_size = cfg->train.batch_size;
   /* ---- optimizer ---- */
   const typeof(cfg->optimizer) *o = &cfg->optimizer;
@@ -321,4 +338,16 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
              cfg->model.recompute_layers.v[i]);
   out->optimizer_shard = cfg->parallel.optimizer_shard;
   out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
+  out->pipeline_stages = cfg->parallel.pipeline_stages;
+  out->pipeline_schedule = cfg->parallel.pipeline_schedule;
+  out->virtual_stages = cfg->parallel.virtual_stages;
+  if (cfg->parallel.pipeline_stages > 1 && cfg->parallel.micro_batches > 0) { /* M micro-batches per step */
+    out->accum = cfg->parallel.micro_batches;
+    out->micro_batch = cfg->train.batch_size / cfg->parallel.micro_batches;
+  }
+  for (int i = 0; i < cfg->parallel.stages.n && i < TS_DIST_MAX_STAGE_RULES; i++) {
+    snprintf(out->stage_rules[i].pattern, sizeof out->stage_rules[i].pattern, "%s", cfg->parallel.stages.v[i].op);
+    out->stage_rules[i].stage = atoi(cfg->parallel.stages.v[i].text);
+    out->n_stage_rules++;
+  }
 }

@@ -67,43 +67,6 @@ double ts__train_peak_gflops(void) {
 /* ---- per-node facts, computed once at install ---- */
 static int64_t numel_of(const ts_graph *g, int v) { return ts_shape_numel(ts_graph_value_shape(g, v)); }
 
-static double node_flops(const ts_graph *g, int j) {
-  ts_op op = ts_graph_node_op(g, j);
-  const ts_shape *s0 = ts_graph_node_num_inputs(g, j) > 0 ? ts_graph_value_shape(g, ts_graph_node_input(g, j, 0)) : NULL;
-  const ts_shape *s1 = ts_graph_node_num_inputs(g, j) > 1 ? ts_graph_value_shape(g, ts_graph_node_input(g, j, 1)) : NULL;
-  double y = (double)numel_of(g, ts_graph_node_output(g, j, 0));
-  switch (op) {
-    case TS_OP_MATMUL: {
-      if (!s0 || s0->ndim < 2) return 0;
-      int64_t K = ts_attr_matmul_trans_a(ts_graph_node_attrs(g, j)) ? s0->dims[s0->ndim - 2] : s0->dims[s0->ndim - 1];
-      return 2 * y * (double)K;
-    }
-    case TS_OP_DENSE: return s1 && s1->ndim == 2 ? 2 * y * (double)s1->dims[1] : 0;
-    case TS_OP_CONV2D: /* w (O, I/groups, kh, kw) */
-      return s1 && s1->ndim == 4 ? 2 * y * (double)(s1->dims[1] * s1->dims[2] * s1->dims[3]) : 0;
-    case TS_OP_CONV2D_BWD_DATA: /* (dy, w): the forward's count */
-      return s0 && s1 && s1->ndim == 4 ? 2 * (double)ts_shape_numel(s0) * (double)(s1->dims[1] * s1->dims[2] * s1->dims[3])
-                                       : 0;
-    case TS_OP_CONV2D_BWD_WEIGHT: { /* (x, dy) -> dw (O, I, kh, kw) */
-      const ts_shape *w = ts_graph_value_shape(g, ts_graph_node_output(g, j, 0));
-      return s1 && w->ndim == 4 && w->dims[0] > 0 ? 2 * (double)ts_shape_numel(s1) * (double)(ts_shape_numel(w) / w->dims[0])
-                                                  : 0;
-    }
-    case TS_OP_ATTENTION:
-    case TS_OP_ATTENTION_BWD: { /* causal: QK^T and PV over half the (T, T) scores; backward twice */
-      int lse = op == TS_OP_ATTENTION ? ts_graph_node_output(g, j, 1)
-                                      : (ts_graph_node_num_inputs(g, j) > 5 ? ts_graph_node_input(g, j, 5) : -1);
-      if (lse < 0 || !s0) return 0;
-      const ts_shape *l = ts_graph_value_shape(g, lse);
-      if (l->ndim != 3 || ts_shape_numel(l) <= 0) return 0;
-      double bht = (double)ts_shape_numel(l), T = (double)l->dims[2];
-      double D = (double)ts_shape_numel(s0) / bht, f = 2 * bht * T * D;
-      return op == TS_OP_ATTENTION ? f : 2 * f;
-    }
-    default: return 0;
-  }
-}
-
 /* Bytes a collective node moves per rank (ring algorithms), as the parallel pass counts them. */
 static void node_comm(const ts_graph *g, int j, int world, node_info *n) {
   ts_op op = ts_graph_node_op(g, j);
@@ -238,7 +201,7 @@ int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_siz
   for (int j = 0; !rc && j < tp->nnodes; j++) {
     node_info *n = &tp->ni[j];
     n->phase = (uint8_t)(ts_graph_node_is_backward(g, j) != 0);
-    n->flops = node_flops(g, j);
+    n->flops = ts_graph_node_flops(g, j);
     node_comm(g, j, world_size, n);
     if (ts_prof_get_mode(p) == TS_PROF_TRACE && !(n->args = node_args(g, j)))
       rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");

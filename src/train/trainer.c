@@ -68,10 +68,23 @@ static int zoo_model(ts_nn *nn, ts_val x, ts_val y, const ts_model_info *info, t
   }
 }
 
+/* Spans the distribution object reports, into the profiler. */
+static void dist_span(const char *name, int comm, double t0, double t1, void *user) {
+  ts_trainer *t = user;
+  ts__tprof_span(t->prof, name, comm ? TS_PROF_COMM : TS_PROF_OTHER, t0, t1);
+}
+
 int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_dist_vt **vt, ts_dist_config *dc,
                      ts_dist_model *m) {
   /* the one place the layout is chosen: everything after asks the distribution object */
   const char *mode = ts_parallel_mode_name(c->parallel.mode);
+  if (c->parallel.pipeline_stages > 1) { /* stages, data parallel inside each */
+    if (c->parallel.mode != TS_PARALLEL_DATA)
+      return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d stages run with parallel.mode data_parallel (data "
+                          "parallel inside each stage); %s with stages is not available yet",
+                          c->parallel.pipeline_stages, mode);
+    mode = "pipeline";
+  }
   *vt = ts_dist_find(mode);
   if (!*vt)
     return ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s (the strategy search) is not available yet "
@@ -324,10 +337,11 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_callback lm = ts_callback_loss_monitor();
   ts_trainer_add_callback(t, &lm);
   t->eb = c->train.eval_batch_size;
-  t->accum = c->train.batch_size / c->train.micro_batch_size;
+  t->accum = dc.accum; /* micro-steps per step (a pipeline's micro-batches) */
   if ((rc = ts__train_prepare(t)) || (rc = ts__train_strategies(c, t->run->size, &set))) goto fail;
   if ((rc = ts_config_dump_string(c, &t->cfg_yaml))) goto fail; /* with what prepare resolved */
   t->model.strategies = set;
+  ts_dist_set_span(t->dist, dist_span, t);
   rc = ts_dist_build(t->dist, &t->model);
   t->model.strategies = NULL;
   ts_strategy_set_free(set);
@@ -440,20 +454,18 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
     ts_source_free(view);
     return ts_error_set(TS_ENOMEM, "evaluation: out of memory");
   }
-  ts_shape ls = ts_val_shape(r->ge, r->logits);
+  ts_shape ls = r->logits_shape;
   int64_t C = ls.dims[ls.ndim - 1];
   int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
   int64_t first = split ? ts_source_len(t->test_src) * r->rank / r->size : 0; /* dataset index of the view's 0 */
   double loss = 0;
   int64_t n = 0, c1 = 0, c5 = 0, bad = 0; /* bad: rows with non-finite logits, counted as wrong */
-  /* the rank feeds its piece of each batch (all of it in most layouts); the logits come back whole */
-  ts_plan_bind(r->plan_e, r->xe, xbuf + xbytes * (size_t)(t->eb / r->eval_parts * r->eval_index));
   ts_batch b;
   while (p && rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
     memcpy(xbuf, b.data.data, xbytes * (size_t)b.size);
     if (b.size < t->eb) memset(xbuf + xbytes * (size_t)b.size, 0, xbytes * (size_t)(t->eb - b.size));
-    if ((rc = ts_plan_run(r->plan_e, 0))) break;
-    const float *lg = ts_plan_data(r->plan_e, r->logits);
+    const float *lg = NULL; /* the rank feeds its piece of the batch; the logits come back whole */
+    if ((rc = ts_dist_eval_forward(t->dist, xbuf, &lg))) break;
     for (int64_t r = 0; r < (int64_t)b.size * rows_per_sample; r++) {
       int64_t lab = t->model.text ? ((const int32_t *)b.target.data)[r] : ((const int32_t *)b.labels.data)[r];
       if (lab < 0 || lab >= C) {
@@ -524,29 +536,15 @@ static int run_eval(ts_trainer *t) {
 /* ---- one optimizer step over `accum` micro-batches of one batch ---- */
 static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   const ts_dist_run *r = t->run;
-  size_t xs = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
-  size_t ys = t->model.text ? (size_t)ts_shape_numel(&t->model.sample) * sizeof(int32_t) : sizeof(int32_t);
   const char *lab = t->model.text ? b->target.data : b->labels.data;
-  float *grads = ts_params_grads(r->params);
   double loss = 0;
-  ts_dist_step_begin(t->dist, grads);
-  for (int64_t k = 0; k < t->accum; k++) {
-    int rc = ts_plan_bind(r->plan, r->x, (char *)b->data.data + (size_t)(k * r->micro_batch) * xs);
-    if (!rc) rc = ts_plan_bind(r->plan, r->y, (char *)lab + (size_t)(k * r->micro_batch) * ys);
-    if (!rc) rc = ts_plan_run(r->plan, (uint64_t)(t->step * t->accum + k));
-    if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
-    loss += *(const float *)ts_plan_data(r->plan, r->loss);
-    if (t->accum > 1) {
-      double ta = ts_time_now();
-      rc = ts_dist_accumulate(t->dist, grads, t->acc, k); /* the dist may reduce it now (optimizer_shard 2) */
-      if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
-      ts__tprof_span(t->prof, "grad_accumulate", TS_PROF_OTHER, ta, ts_time_now());
-    }
-  }
-  float *g = t->accum > 1 ? t->acc : grads;
-  loss /= (double)t->accum;
+  float *g = NULL;
+  ts_dist_step_begin(t->dist, ts_params_grads(r->params));
+  /* the layout runs the micro-steps (in order, or by its pipeline schedule) */
+  int rc = ts_dist_forward_backward(t->dist, b->data.data, lab, t->step, t->acc, &loss, &g);
+  if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
   double t0 = ts_time_now();
-  int rc = ts_dist_step_end(t->dist, g, &loss, &info->comm_wait_ms);
+  rc = ts_dist_step_end(t->dist, g, &loss, &info->comm_wait_ms);
   if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
   double t1 = ts_time_now();
   if (r->size > 1) ts__tprof_span(t->prof, "grad_reduce_wait", TS_PROF_COMM, t0, t1);

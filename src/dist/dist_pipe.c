@@ -1,0 +1,580 @@
+/* Pipeline parallel as a distribution object (include/tessera/dist.h, layout "pipeline"):
+ * parallel.pipeline_stages P, the ranks arranged (dp, pp) with the stage fastest (rank =
+ * dp_index * P + stage), data parallel over the dp replicas of each stage.
+ *
+ * The model is built whole (one micro-batch of the rank's rows), cut into P*V pieces by
+ * ts_stage_assign (parallel.stages, or balanced), and the rank builds the graphs of its pieces
+ * (piece c*P + stage for its virtual stage c) with SEND/RECV on the cut edges, their backward by
+ * autodiff, and as many plans of each as the schedule keeps micro-batches in flight there
+ * (ts_schedule_max_inflight): a micro-batch's forward runs nodes [0, nfwd) of a free plan
+ * instance, its backward later runs the rest of the same instance, so each instance's arena holds
+ * that micro-batch's activations in between. Gradients accumulate over the micro-batches, are
+ * averaged over the stage's dp replicas at the step's end, and parameters two stages read (tied
+ * embeddings) are summed over the pipeline. Every rank runs only its schedule's list
+ * (ts_schedule_ops), which was checked for deadlock freedom before anything ran. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_impl.h"
+#include "tessera/schedule.h"
+#include "tessera/stage.h"
+
+#define PIPE_SLOT (TS_PLAN_MAX_COMMS - 1) /* the pipeline's p2p communicator */
+#define MAX_CHUNKS 64
+
+typedef struct {
+  ts_stage_graph sg, se;  /* training and evaluation graphs of the piece */
+  int K;                  /* plan instances */
+  ts_plan **plan;
+  ts_plan *plan_e;
+  int *free_inst, nfree;
+  int nbwd;               /* backwards run this step */
+  int *inst_of;           /* micro-batch -> instance running it, -1 */
+  size_t *roff, *rlen;    /* gradient ranges this piece writes */
+  int nr;
+} pchunk;
+
+struct ts__pipe {
+  int P, V, dp, stage, dpi, M;
+  ts_schedule *sched;
+  pchunk ch[MAX_CHUNKS];
+  int *piece, *piece_e;   /* of the whole training / evaluation graph's nodes */
+  int last_piece_e;       /* piece computing the logits */
+  ts_comm *pp, *p2p, *dpc;
+  int *owner;             /* per whole-store entry: the stage holding it first (checkpoints) */
+  int *tied;              /* per rank-store entry: 1 if other stages hold it too */
+  int *count_once;        /* per rank-store entry: 1 if this rank counts it in the norm */
+  float *logits;
+  size_t logits_n;
+  int64_t p2p_bytes;      /* per micro-batch, forward activations sent by the rank */
+  double wait_s;          /* p2p wait of the last step (blocking receives) */
+};
+
+static int pipe_fail(const char *what, int rc) { return ts_error_wrap(rc, "pipeline: %s", what); }
+
+static int check_pipe(const ts_dist_config *c, const ts_dist_model *m) {
+  if (c->pipeline_stages < 2)
+    return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: the pipeline layout needs 2 or more stages, got %d",
+                        c->pipeline_stages);
+  if (m && m->custom)
+    return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: models written per rank (hybrid_parallel) cannot be "
+                        "cut into stages; build the whole model");
+  if (c->full_batch)
+    return ts_error_set(TS_ECONFIG, "parallel.full_batch: not available with parallel.pipeline_stages");
+  if (c->optimizer_shard)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: not available with parallel.pipeline_stages yet");
+  if (c->virtual_stages > MAX_CHUNKS)
+    return ts_error_set(TS_ECONFIG, "parallel.virtual_stages: at most %d", MAX_CHUNKS);
+  return TS_OK;
+}
+
+/* ---- build ---- */
+
+/* The ranges of the store's gradient buffer that piece graph g writes. */
+static int grad_ranges(ts_params *p, const ts_graph *g, pchunk *c) {
+  int n = ts_params_count(p);
+  c->roff = malloc(sizeof(size_t) * (size_t)(n + 1));
+  c->rlen = malloc(sizeof(size_t) * (size_t)(n + 1));
+  if (!c->roff || !c->rlen) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  c->nr = 0;
+  for (int v = 0; v < ts_graph_num_values(g); v++) {
+    int id = ts_graph_value_param_id(g, v);
+    if (id < 0 || ts_graph_value_kind(g, v) != TS_VAL_PARAM) continue;
+    ts_shape s = ts_params_shape(p, id);
+    c->roff[c->nr] = ts_params_offset(p, id);
+    c->rlen[c->nr++] = (size_t)ts_shape_numel(&s);
+  }
+  return TS_OK;
+}
+
+static int build_chunk_plans(ts_dist *d, pchunk *c) {
+  ts_params *p = d->r.params;
+  ts_val keep[1024];
+  int nk = 0, rc;
+  if ((rc = ts_params_attach_grads(p, c->sg.g, keep, 1000 - 2 - c->sg.ntokens, &nk))) return rc;
+  if (c->sg.out != TS_NONE) keep[nk++] = c->sg.out;
+  keep[nk++] = c->sg.objective; /* the forward sends feed it */
+  for (int t = 0; t < c->sg.ntokens; t++) keep[nk++] = c->sg.tokens[t];
+  if ((rc = grad_ranges(p, c->sg.g, c))) return rc;
+  c->plan = calloc((size_t)c->K, sizeof *c->plan);
+  c->free_inst = malloc(sizeof(int) * (size_t)c->K);
+  c->inst_of = malloc(sizeof(int) * (size_t)d->pipe->M);
+  if (!c->plan || !c->free_inst || !c->inst_of) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  for (int k = 0; k < c->K; k++)
+    if ((rc = ts_plan_create(c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])))
+      return rc;
+  ts_val ke[TS_STAGE_MAX_EDGES * 2 + 1];
+  int nke = 0;
+  if (c->se.out != TS_NONE) ke[nke++] = c->se.out;
+  for (int t = 0; t < c->se.ntokens; t++) ke[nke++] = c->se.tokens[t];
+  if ((rc = ts_plan_create(c->se.g, ke, nke, &c->plan_e)) || (rc = ts_params_bind(p, c->se.g, c->plan_e))) return rc;
+  return TS_OK;
+}
+
+static int build_pipe(ts_dist *d, const ts_dist_model *m) {
+  (void)m;
+  const ts_dist_config *c = &d->cfg;
+  ts_dist_run *r = &d->r;
+  struct ts__pipe *pp = calloc(1, sizeof *pp);
+  if (!pp) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  d->pipe = pp;
+  int P = c->pipeline_stages, V = c->virtual_stages > 0 ? c->virtual_stages : 1, rc;
+  if (r->size % P)
+    return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d stages do not divide the %d ranks", P, r->size);
+  pp->P = P;
+  pp->V = V;
+  pp->M = (int)c->accum;
+  pp->dp = r->size / P;
+  pp->stage = r->rank % P;
+  pp->dpi = r->rank / P;
+  if ((rc = ts_schedule_create((ts_sched_kind)c->pipeline_schedule, P, pp->M, V, &pp->sched))) return rc;
+  if ((rc = ts_schedule_check(pp->sched))) return pipe_fail("the schedule", rc);
+  if (c->micro_batch % pp->dp)
+    return ts_error_set(TS_ECONFIG,
+                        "train.batch_size: each of the %d micro-batches (%lld rows) must divide by the %d data-parallel "
+                        "replicas of a stage",
+                        pp->M, (long long)c->micro_batch, pp->dp);
+  r->data_parts = pp->dp;
+  r->data_index = pp->dpi;
+  r->micro_batch = c->micro_batch / pp->dp;
+  r->eval_parts = 1;
+  r->eval_index = 0;
+  r->eval_split = 0;
+  r->sliced = 1; /* the rank holds a part of the model: checkpoints collect it */
+  d->loss_op = TS_REDUCE_SUM;
+  d->reduce_mean = c->gradients_mean;
+  d->seed = 1.0f / (float)c->accum;
+  /* the whole model, one micro-batch of the rank's rows */
+  ts_val x, y, loss, logits, xe, le;
+  if ((rc = ts_params_create(&d->gp)) || (rc = ts_graph_create(&d->gg)) || (rc = ts_graph_create(&d->gge)) ||
+      (rc = ts_params_create(&r->params)))
+    return rc;
+  ts_graph_set_training(d->gge, 0);
+  if (d->vt->world && c->sync_batchnorm) ts_graph_set_batchnorm_sync(d->gg, 0); /* slot 0: the stage's dp group */
+  ts_nn nn = {d->gg, d->gp};
+  ts__dist_inputs(d, d->gg, r->micro_batch, 1, &x, &y);
+  if ((rc = ts__dist_build_model(d, &nn, x, y, &logits, &loss))) return rc;
+  ts_nn nne = {d->gge, d->gp};
+  ts__dist_inputs(d, d->gge, c->eval_batch, 0, &xe, NULL);
+  if ((rc = ts__dist_build_model(d, &nne, xe, TS_NONE, &le, NULL))) return rc;
+  r->logits_shape = ts_val_shape(d->gge, le);
+  /* the cut */
+  int n = ts_graph_num_nodes(d->gg), ne = ts_graph_num_nodes(d->gge), np = P * V;
+  pp->piece = malloc(sizeof(int) * (size_t)n);
+  pp->piece_e = malloc(sizeof(int) * (size_t)ne);
+  if (!pp->piece || !pp->piece_e) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  ts_stage_rule rules[TS_DIST_MAX_STAGE_RULES];
+  for (int i = 0; i < c->n_stage_rules; i++) rules[i] = (ts_stage_rule){c->stage_rules[i].pattern, c->stage_rules[i].stage};
+  if ((rc = ts_stage_assign(d->gg, np, rules, c->n_stage_rules, pp->piece))) return rc;
+  if ((rc = ts_stage_assign_like(d->gg, pp->piece, d->gge, np, pp->piece_e))) return rc;
+  pp->last_piece_e = pp->piece_e[ts_graph_producer(d->gge, le)];
+  int ntrain_edges = 0;
+  ts_stage_edge *edges = NULL;
+  if ((rc = ts_stage_edges(d->gg, pp->piece, &edges, &ntrain_edges))) return rc;
+  free(edges);
+  ts_stage_p2p net = {PIPE_SLOT, P, 0}, nete = {PIPE_SLOT, P, 2 * ntrain_edges + 2};
+  for (int cc = 0; cc < V; cc++) {
+    pchunk *ch = &pp->ch[cc];
+    int k = cc * P + pp->stage;
+    if ((rc = ts_stage_build(d->gg, d->gp, pp->piece, k, &net, loss, 1, r->params, &ch->sg)) ||
+        (rc = ts_stage_build(d->gge, d->gp, pp->piece_e, k, &nete, le, 0, r->params, &ch->se)))
+      return rc;
+    pp->p2p_bytes += ch->sg.send_bytes;
+    ts_graph *g = ch->sg.g;
+    if (ts_graph_backward(g, ch->sg.objective, d->seed)) return ts__dist_graph_fail(g, "backward");
+    const char *pat[TS_DIST_MAX_RECOMPUTE];
+    int nr = c->n_recompute_layers < TS_DIST_MAX_RECOMPUTE ? c->n_recompute_layers : TS_DIST_MAX_RECOMPUTE;
+    for (int i = 0; i < nr; i++) pat[i] = c->recompute_layers[i];
+    if (ts_graph_recompute(g, pat, nr, c->recompute)) return ts__dist_graph_fail(g, "model.recompute_layers");
+    if ((rc = ts_stage_finish_backward(&ch->sg, &net))) return rc;
+    ch->K = ts_schedule_max_inflight(pp->sched, pp->stage, cc);
+    if (ch->K < 1) ch->K = 1;
+  }
+  if ((rc = ts_params_alloc(r->params, c->seed))) return rc;
+  for (int cc = 0; cc < V; cc++)
+    if ((rc = build_chunk_plans(d, &pp->ch[cc]))) return rc;
+  /* what the trainer and the profiler look at: the first piece */
+  r->g = pp->ch[0].sg.g;
+  r->ge = pp->ch[0].se.g;
+  r->plan = pp->ch[0].plan[0];
+  r->plan_e = pp->ch[0].plan_e;
+  r->x = pp->ch[0].sg.x;
+  r->y = pp->ch[0].sg.y;
+  r->loss = pp->ch[0].sg.out;
+  r->xe = pp->ch[0].se.x;
+  r->logits = pp->ch[0].se.out;
+  /* parameters held by several stages, and who counts / saves each */
+  int nw = ts_params_count(d->gp), nl = ts_params_count(r->params);
+  pp->owner = malloc(sizeof(int) * (size_t)(nw + 1));
+  pp->tied = calloc((size_t)nl + 1, sizeof(int));
+  pp->count_once = calloc((size_t)nl + 1, sizeof(int));
+  int *lo = malloc(sizeof(int) * (size_t)(nw + 1)), *hi = malloc(sizeof(int) * (size_t)(nw + 1));
+  if (!pp->owner || !pp->tied || !pp->count_once || !lo || !hi) {
+    free(lo);
+    free(hi);
+    return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  }
+  for (int i = 0; i < nw; i++) lo[i] = P, hi[i] = -1;
+  const ts_graph *gs[2] = {d->gg, d->gge};
+  const int *ps[2] = {pp->piece, pp->piece_e};
+  for (int q = 0; q < 2; q++)
+    for (int j = 0; j < ts_graph_num_nodes(gs[q]); j++)
+      for (int k = 0; k < ts_graph_node_num_inputs(gs[q], j); k++) {
+        int id = ts_graph_value_param_id(gs[q], ts_graph_node_input(gs[q], j, k));
+        if (id < 0) continue;
+        int st = ps[q][j] % P;
+        lo[id] = st < lo[id] ? st : lo[id];
+        hi[id] = st > hi[id] ? st : hi[id];
+      }
+  for (int i = 0; i < nw; i++) {
+    pp->owner[i] = lo[i] < P ? lo[i] : 0;
+    int l = ts_params_find(r->params, ts_params_name(d->gp, i));
+    if (l < 0) continue;
+    pp->tied[l] = hi[i] > lo[i];
+    pp->count_once[l] = lo[i] == pp->stage;
+  }
+  free(lo);
+  free(hi);
+  pp->logits_n = (size_t)ts_shape_numel(&r->logits_shape);
+  pp->logits = malloc(sizeof(float) * (pp->logits_n ? pp->logits_n : 1));
+  if (!pp->logits) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  /* the step's loss: the ranks holding the loss, averaged over the dp replicas */
+  d->loss_weight = pp->ch[V - 1].sg.out != TS_NONE ? 1.0f / (float)pp->dp : 0.0f;
+  for (int cc = 0; cc < V - 1; cc++)
+    if (pp->ch[cc].sg.out != TS_NONE) d->loss_weight = 1.0f / (float)pp->dp;
+  if (!d->world) return TS_OK;
+  /* communicators: the pipeline (same dp index, by stage), its p2p copy, the stage's replicas */
+  const int dims[2] = {pp->dp, P};
+  if ((rc = ts_comm_grid_axis(d->world, 2, dims, 1, &pp->pp)) || (rc = ts_comm_dup(pp->pp, &pp->p2p)) ||
+      (rc = ts_comm_grid_axis(d->world, 2, dims, 0, &pp->dpc)))
+    return rc;
+  for (int cc = 0; cc < V && !rc; cc++) {
+    pchunk *ch = &pp->ch[cc];
+    for (int k = 0; k < ch->K && !rc; k++) {
+      rc = ts_plan_set_comm(ch->plan[k], PIPE_SLOT, pp->p2p);
+      if (!rc) rc = ts_plan_set_comm(ch->plan[k], 0, pp->dpc);
+    }
+    if (!rc) rc = ts_plan_set_comm(ch->plan_e, PIPE_SLOT, pp->p2p);
+    if (!rc) rc = ts_plan_set_comm(ch->plan_e, 0, pp->dpc);
+  }
+  return rc;
+}
+
+static int start_pipe(ts_dist *d) {
+  struct ts__pipe *pp = d->pipe;
+  ts_params *p = d->r.params;
+  const ts_dist_config *c = &d->cfg;
+  int rc = TS_OK;
+  if (c->parameter_broadcast) { /* the first replica's parameters to the others of the stage */
+    rc = ts_comm_broadcast(pp->dpc, ts_params_data(p), ts_params_numel(p), TS_F32, 0);
+    if (!rc && ts_params_state_numel(p))
+      rc = ts_comm_broadcast(pp->dpc, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
+    if (rc) return rc;
+  }
+  if (pp->dp < 2) return TS_OK;
+  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
+  d->overlap = 0; /* the stage's reduction starts after its last backward */
+  return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
+}
+
+/* ---- a step ---- */
+
+static void span(ts_dist *d, const char *name, int comm, double t0) {
+  if (d->span) d->span(name, comm, t0, ts_time_now(), d->span_user);
+}
+
+static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss, float **g) {
+  struct ts__pipe *pp = d->pipe;
+  const ts_dist_run *r = &d->r;
+  const ts_dist_model *m = &d->model;
+  size_t xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
+  size_t ys = m->text ? (size_t)ts_shape_numel(&m->sample) * sizeof(int32_t) : sizeof(int32_t);
+  float *grads = ts_params_grads(r->params);
+  const ts_sched_op *ops;
+  int nops = ts_schedule_ops(pp->sched, pp->stage, &ops), rc = TS_OK;
+  double sum = 0;
+  for (int cc = 0; cc < pp->V; cc++) {
+    pchunk *ch = &pp->ch[cc];
+    ch->nfree = ch->K;
+    ch->nbwd = 0;
+    for (int k = 0; k < ch->K; k++) ch->free_inst[k] = ch->K - 1 - k;
+    for (int mi = 0; mi < pp->M; mi++) ch->inst_of[mi] = -1;
+  }
+  for (int i = 0; i < nops && !rc; i++) {
+    const ts_sched_op *op = &ops[i];
+    pchunk *ch = &pp->ch[op->chunk];
+    int mi = op->micro;
+    uint64_t seed = (uint64_t)(step * pp->M + mi);
+    double t0 = ts_time_now();
+    if (!op->bwd) {
+      if (!ch->nfree) return ts_error_set(TS_EINVAL, "pipeline: no free plan instance for micro-batch %d", mi);
+      int k = ch->free_inst[--ch->nfree];
+      ch->inst_of[mi] = k;
+      if (ch->sg.x != TS_NONE) rc = ts_plan_bind(ch->plan[k], ch->sg.x, (char *)x + (size_t)mi * (size_t)r->micro_batch * xs);
+      if (!rc && ch->sg.y != TS_NONE)
+        rc = ts_plan_bind(ch->plan[k], ch->sg.y, (char *)y + (size_t)mi * (size_t)r->micro_batch * ys);
+      if (!rc) rc = ts_plan_run_range(ch->plan[k], seed, 0, ch->sg.nfwd);
+      if (!rc && ch->sg.out != TS_NONE) sum += *(const float *)ts_plan_data(ch->plan[k], ch->sg.out);
+      span(d, "pipeline_forward", 0, t0);
+    } else {
+      int k = ch->inst_of[mi];
+      if (k < 0) return ts_error_set(TS_EINVAL, "pipeline: backward of micro-batch %d before its forward", mi);
+      rc = ts_plan_run_range(ch->plan[k], seed, ch->sg.nfwd, -1);
+      ch->free_inst[ch->nfree++] = k;
+      ch->inst_of[mi] = -1;
+      span(d, "pipeline_backward", 0, t0);
+      if (rc || pp->M < 2) continue;
+      double ta = ts_time_now();
+      /* accumulate the ranges this piece wrote: its first backward of the step copies */
+      int first = ch->nbwd++ == 0;
+      for (int q = 0; q < ch->nr; q++) {
+        float *a = acc + ch->roff[q];
+        const float *s = grads + ch->roff[q];
+        size_t len = ch->rlen[q];
+        if (first) memcpy(a, s, len * sizeof(float));
+        else
+          for (size_t e = 0; e < len; e++) a[e] += s[e];
+      }
+      span(d, "grad_accumulate", 0, ta);
+    }
+    if (rc) rc = ts_error_wrap(rc, "pipeline stage %d, %s of micro-batch %d", op->chunk * pp->P + pp->stage,
+                               op->bwd ? "backward" : "forward", mi);
+  }
+  double tf = ts_time_now();
+  if (!rc && d->world) rc = ts_comm_flush_sends(pp->p2p);
+  span(d, "pipeline_p2p_flush", 1, tf);
+  *loss = sum / (double)pp->M;
+  *g = pp->M > 1 ? acc : grads;
+  return rc;
+}
+
+static int reduce_pipe(ts_dist *d, float *g) {
+  struct ts__pipe *pp = d->pipe;
+  ts_params *p = d->r.params;
+  size_t n = 0;
+  for (int i = 0; i < ts_params_count(p); i++)
+    if (pp->tied[i]) {
+      ts_shape s = ts_params_shape(p, i);
+      n += (size_t)ts_shape_numel(&s);
+    }
+  int any = n > 0;
+  /* every rank of the pipeline takes part (the list is the same on all: tied parameters are
+   * those of the whole model read by several stages; ranks without them add zeros) */
+  int rc = ts_comm_allreduce(pp->pp, &any, &any, 1, TS_I32, TS_REDUCE_MAX);
+  if (rc || !any) return rc;
+  size_t total = n;
+  rc = ts_comm_allreduce(pp->pp, &total, &total, 1, TS_I64, TS_REDUCE_MAX);
+  if (rc) return rc;
+  float *buf = calloc(total ? total : 1, sizeof(float));
+  if (!buf) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  /* packed in whole-model order, which every holder shares */
+  size_t off = 0;
+  for (int i = 0; i < ts_params_count(d->gp); i++) {
+    ts_shape s = ts_params_shape(d->gp, i);
+    int l = ts_params_find(p, ts_params_name(d->gp, i));
+    if (l < 0 || !pp->tied[l]) continue;
+    memcpy(buf + off, g + ts_params_offset(p, l), sizeof(float) * (size_t)ts_shape_numel(&s));
+    off += (size_t)ts_shape_numel(&s);
+  }
+  (void)off;
+  rc = ts_comm_allreduce(pp->pp, buf, buf, total, TS_F32, TS_REDUCE_SUM);
+  off = 0;
+  for (int i = 0; !rc && i < ts_params_count(d->gp); i++) {
+    ts_shape s = ts_params_shape(d->gp, i);
+    int l = ts_params_find(p, ts_params_name(d->gp, i));
+    if (l < 0 || !pp->tied[l]) continue;
+    memcpy(g + ts_params_offset(p, l), buf + off, sizeof(float) * (size_t)ts_shape_numel(&s));
+    off += (size_t)ts_shape_numel(&s);
+  }
+  free(buf);
+  return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
+}
+
+static int clip_pipe(ts_dist *d, float *g, float max_norm, float *norm) {
+  struct ts__pipe *pp = d->pipe;
+  ts_params *p = d->r.params;
+  double sq = 0;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    if ((ts_params_flags(p, i) & TS_PARAM_STATE) || !pp->count_once[i]) continue;
+    ts_shape s = ts_params_shape(p, i);
+    sq += ts_sum_squares(g + ts_params_offset(p, i), (size_t)ts_shape_numel(&s));
+  }
+  float f = (float)sq;
+  int rc = pp->pp ? ts_comm_allreduce(pp->pp, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
+  if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the stages");
+  *norm = sqrtf(f);
+  if (!(max_norm > 0)) return TS_OK;
+  float cf = ts_clip_coef(*norm, max_norm);
+  if (cf != 1.0f) ts_scale_f32(g, ts_params_numel(p), cf);
+  return TS_OK;
+}
+
+/* ---- evaluation: the pieces in order, the logits broadcast from the last ---- */
+static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
+  struct ts__pipe *pp = d->pipe;
+  int rc = TS_OK;
+  *logits = NULL;
+  for (int cc = 0; cc < pp->V && !rc; cc++) {
+    pchunk *ch = &pp->ch[cc];
+    if (ch->se.x != TS_NONE) rc = ts_plan_bind(ch->plan_e, ch->se.x, (void *)x);
+    if (!rc) rc = ts_plan_run(ch->plan_e, 0);
+    if (!rc && ch->se.out != TS_NONE)
+      memcpy(pp->logits, ts_plan_data(ch->plan_e, ch->se.out), pp->logits_n * sizeof(float));
+  }
+  if (!rc && pp->pp) rc = ts_comm_flush_sends(pp->p2p);
+  if (!rc && pp->pp) rc = ts_comm_broadcast(pp->pp, pp->logits, pp->logits_n, TS_F32, pp->last_piece_e % pp->P);
+  if (rc) return ts_error_wrap(rc, "pipeline evaluation");
+  *logits = pp->logits;
+  return TS_OK;
+}
+
+static int sync_pipe(ts_dist *d) {
+  struct ts__pipe *pp = d->pipe;
+  ts_params *p = d->r.params;
+  if (!pp->dpc || pp->dp < 2 || d->cfg.sync_batchnorm || !ts_params_state_numel(p)) return TS_OK;
+  int rc = ts_comm_allreduce(pp->dpc, ts_params_states(p), ts_params_states(p), ts_params_state_numel(p), TS_F32,
+                             TS_REDUCE_MEAN);
+  return rc ? ts_error_wrap(rc, "averaging BatchNorm running statistics over a stage's replicas") : TS_OK;
+}
+
+/* ---- checkpoints: each entry broadcast over the pipeline from the stage that holds it ---- */
+static int move_one(ts_dist *d, const char *name, float *loc_base, ts_params *lp, int lid, float *whole, size_t n,
+                    int owner, int gather) {
+  struct ts__pipe *pp = d->pipe;
+  if (!gather) {
+    if (lid >= 0) memcpy(loc_base + ts_params_offset(lp, lid), whole, n * sizeof(float));
+    return TS_OK;
+  }
+  if (lid >= 0 && pp->stage == owner) memcpy(whole, loc_base + ts_params_offset(lp, lid), n * sizeof(float));
+  if (!pp->pp) return TS_OK;
+  int rc = ts_comm_broadcast(pp->pp, whole, n, TS_F32, owner);
+  return rc ? ts_error_wrap(rc, "checkpoint: collecting '%s' from pipeline stage %d", name, owner) : TS_OK;
+}
+
+static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather) {
+  struct ts__pipe *pp = d->pipe;
+  ts_params *lp = d->r.params;
+  if (gather && !d->world && pp->P > 1 && d->dry == 0)
+    return ts_error_set(TS_EINVAL, "checkpoint: collecting the stages needs the job's ranks");
+  int nslots = opt && fopt ? ts_optim_num_slots(fopt) : 0, rc = TS_OK;
+  for (int i = 0; i < ts_params_count(full) && !rc; i++) {
+    const char *name = ts_params_name(full, i);
+    int w = ts_params_find(d->gp, name), lid = ts_params_find(lp, name);
+    if (w < 0) return ts_error_set(TS_EINVAL, "checkpoint: '%s' is not a parameter of the model", name);
+    ts_shape s = ts_params_shape(full, i);
+    size_t n = (size_t)ts_shape_numel(&s);
+    int state = ts_params_flags(full, i) & TS_PARAM_STATE;
+    float *loc = state ? ts_params_states(lp) : ts_params_data(lp);
+    float *wh = (state ? ts_params_states(full) : ts_params_data(full)) + ts_params_offset(full, i);
+    rc = move_one(d, name, loc, lp, lid, wh, n, pp->owner[w], gather);
+    for (int k = 0; !rc && !state && k < nslots; k++)
+      rc = move_one(d, name, ts_optim_slot_data(opt, k), lp, lid, ts_optim_slot_data(fopt, k) + ts_params_offset(full, i),
+                    n, pp->owner[w], gather);
+  }
+  if (!rc && opt && fopt) {
+    if (gather) ts_optim_set_step(fopt, ts_optim_get_step(opt));
+    else ts_optim_set_step(opt, ts_optim_get_step(fopt));
+  }
+  return rc;
+}
+
+/* ---- tessera plan ---- */
+static int describe_pipe(ts_dist *d, FILE *out) {
+  struct ts__pipe *pp = d->pipe;
+  const ts_dist_config *c = &d->cfg;
+  int np = pp->P * pp->V;
+  double *cost = calloc((size_t)np, sizeof(double));
+  if (!cost) return ts_error_set(TS_ENOMEM, "plan: out of memory");
+  ts_stage_costs(d->gg, pp->piece, np, cost);
+  double tot = 0;
+  for (int k = 0; k < np; k++) tot += cost[k];
+  fprintf(out, "pipeline: %d stages x %d data-parallel replicas (rank = replica * %d + stage), %s schedule, %d "
+          "micro-batches of %lld rows per replica%s\n",
+          pp->P, pp->dp, pp->P, ts_sched_kind_name((ts_sched_kind)c->pipeline_schedule), pp->M,
+          (long long)d->r.micro_batch, pp->V > 1 ? "" : "");
+  if (pp->V > 1) fprintf(out, "  %d virtual stages per rank: piece k runs on stage k %% %d\n", pp->V, pp->P);
+  fprintf(out, "  %-6s %-44s %-44s %8s %6s\n", "piece", "first op", "last op", "ops", "cost");
+  int n = ts_graph_num_nodes(d->gg);
+  for (int k = 0; k < np; k++) {
+    int first = -1, last = -1, cnt = 0;
+    for (int j = 0; j < n; j++)
+      if (pp->piece[j] == k) {
+        if (first < 0) first = j;
+        last = j;
+        cnt++;
+      }
+    fprintf(out, "  %-6d %-44s %-44s %8d %5.1f%%\n", k, first >= 0 ? ts_graph_node_name(d->gg, first) : "-",
+            last >= 0 ? ts_graph_node_name(d->gg, last) : "-", cnt, tot > 0 ? 100 * cost[k] / tot : 0);
+  }
+  free(cost);
+  ts_stage_edge *e = NULL;
+  int ne = 0;
+  int rc = ts_stage_edges(d->gg, pp->piece, &e, &ne);
+  if (rc) return rc;
+  int64_t bytes = 0;
+  for (int t = 0; t < ne; t++) bytes += e[t].bytes * (e[t].grad ? 2 : 1);
+  free(e);
+  fprintf(out, "  cut edges %d; p2p per micro-batch over the whole pipeline %.1f KiB (activations forward, their "
+          "gradients back); this rank sends %.1f KiB of activations per micro-batch\n",
+          ne, (double)bytes / 1024, (double)pp->p2p_bytes / 1024);
+  for (int cc = 0; cc < pp->V; cc++)
+    fprintf(out, "  this rank, piece %d: %d activation set%s in flight (plan instances)\n", cc * pp->P + pp->stage,
+            pp->ch[cc].K, pp->ch[cc].K == 1 ? "" : "s");
+  ts_sched_sim sim;
+  if (!ts_schedule_simulate(pp->sched, NULL, NULL, 0, &sim))
+    fprintf(out, "  bubble %.1f%% of the step ((P-1)/(V*M+P-1) = %.1f%%)\n", 100 * sim.bubble,
+            100 * ts_schedule_bubble_formula((ts_sched_kind)c->pipeline_schedule, pp->P, pp->M, pp->V));
+  return ts_schedule_draw(pp->sched, out, 120);
+}
+
+static void free_pipe(ts_dist *d) {
+  struct ts__pipe *pp = d->pipe;
+  if (pp) {
+    for (int cc = 0; cc < pp->V; cc++) {
+      pchunk *ch = &pp->ch[cc];
+      for (int k = 0; ch->plan && k < ch->K; k++)
+        if (ch->plan[k] != d->r.plan) ts_plan_free(ch->plan[k]);
+      if (ch->plan_e != d->r.plan_e) ts_plan_free(ch->plan_e);
+      free(ch->plan);
+      free(ch->free_inst);
+      free(ch->inst_of);
+      free(ch->roff);
+      free(ch->rlen);
+      ts_graph_free(ch->sg.g);
+      ts_graph_free(ch->se.g);
+    }
+    ts_schedule_free(pp->sched);
+    ts_comm_free(pp->p2p);
+    ts_comm_free(pp->pp);
+    ts_comm_free(pp->dpc);
+    free(pp->piece);
+    free(pp->piece_e);
+    free(pp->owner);
+    free(pp->tied);
+    free(pp->count_once);
+    free(pp->logits);
+    free(pp);
+  }
+  ts_graph_free(d->gg);
+  ts_graph_free(d->gge);
+  ts_params_free(d->gp);
+  ts_params_free(d->r.params);
+}
+
+const ts_dist_vt ts__dist_pipeline = {
+    .name = "pipeline",
+    .world = 1,
+    .check = check_pipe,
+    .build = build_pipe,
+    .start = start_pipe,
+    .sync_states = sync_pipe,
+    .describe = describe_pipe,
+    .free = free_pipe,
+    .forward_backward = fwd_bwd_pipe,
+    .eval_forward = eval_pipe,
+    .reduce = reduce_pipe,
+    .clip = clip_pipe,
+    .move = move_pipe,
+};

@@ -1,0 +1,43 @@
+/* Executor adapters for the point-to-point family (SEND, RECV; attributes: src/graph/op_p2p.c).
+ * SEND hands a copy of x to the communicator (ts_comm_send_copy: no blocking, so two stages
+ * sending to each other never deadlock); RECV blocks until the message arrives (or the
+ * communicator's timeout names the peer). */
+#include <string.h>
+
+#include "run_impl.h"
+
+/* The slot's communicator, of any size; the peer must be one of its ranks. */
+static int run_comm_any(ts__runctx *ctx, const ts__run_node *n, int slot, ts_comm **out) {
+  ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
+  *out = c;
+  if (!c)
+    return ts_error_set(TS_EINVAL, "plan slot %d holds no communicator for this %s (ts_plan_set_comm)", slot,
+                        ts_op_name(n->op));
+  if (ts_attr_p2p_peer(&n->a) >= ts_comm_size(c))
+    return ts_error_set(TS_EINVAL, "%s: peer %lld is not a rank of the %d-rank communicator in slot %d",
+                        ts_op_name(n->op), (long long)ts_attr_p2p_peer(&n->a), ts_comm_size(c), slot);
+  return TS_OK;
+}
+
+static int run_send(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = run_comm_any(ctx, n, (int)ts_attr_p2p_slot(&n->a), &c);
+  if (rc) return rc;
+  *(float *)out[0].data = 0;
+  return ts_comm_send_copy(c, in[0].data, (size_t)ts_tensor_numel(&in[0]), in[0].dtype, (int)ts_attr_p2p_peer(&n->a),
+                           (int)ts_attr_p2p_tag(&n->a));
+}
+
+static int run_recv(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)in;
+  ts_comm *c;
+  int rc = run_comm_any(ctx, n, (int)ts_attr_p2p_slot(&n->a), &c);
+  if (rc) return rc;
+  return ts_comm_recv(c, out[0].data, (size_t)ts_tensor_numel(&out[0]), out[0].dtype, (int)ts_attr_p2p_peer(&n->a),
+                      (int)ts_attr_p2p_tag(&n->a));
+}
+
+void ts__register_run_p2p(ts__run_fn *tab) {
+  tab[TS_OP_SEND] = run_send;
+  tab[TS_OP_RECV] = run_recv;
+}
