@@ -228,6 +228,11 @@ const ts__cfg_key ts__cfg_keys[] = {
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "
      "updated by every rank"},
+    {"parallel.enable_parallel_optimizer", CT_BOOL, FLD(parallel.enable_parallel_optimizer), "false", NULL, 0,
+     0, 0, 0, 0,
+     "MindSpore's name for optimizer_shard: true = optimizer_shard 1 (or the stage optimizer_shard "
+     "gives), false = off; given with an optimizer_shard that disagrees (false with 1 or 2, true "
+     "with off) it is an error naming both"},
     /* ---- checkpoint ---- */
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},
@@ -266,3 +271,4 @@ const ts__cfg_key ts__cfg_keys[] = {
 };
 
 const int ts__cfg_nkeys = (int)(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0]);
+_Static_assert(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0] <= TS_CFG_MAX_KEYS, "ts_config.given has a byte per key");
