@@ -174,6 +174,7 @@ typedef struct {
     int64_t eval_every; /* steps; 0 = at the end of every epoch; -1 = only at the end */
     int64_t log_every;  /* steps */
     int threads;        /* 0 = OMP_NUM_THREADS or the core count */
+    double max_memory_mb; /* per-rank memory budget checked before step 1 (docs/memory.md); 0 = none */
   } train;
   struct {
     ts_optim_kind name;

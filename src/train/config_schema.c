@@ -142,6 +142,10 @@ const ts__cfg_key ts__cfg_keys[] = {
      "steps between progress lines and metrics records"},
     {"train.threads", CT_INT, FLD(train.threads), "0", NULL, 0, 4096, 0, 0, 0,
      "compute threads; 0 = OMP_NUM_THREADS or the number of cores"},
+    {"train.max_memory_mb", CT_FLOAT, FLD(train.max_memory_mb), "0", NULL, 0, 1e12, 0, 0, 0,
+     "per-rank memory budget in MiB: the rank's parameters, gradients, optimizer state and "
+     "activation arenas as planned are checked against it before step 1 (and by tessera plan), "
+     "a refusal naming the settings that cut them; 0 = no budget (docs/memory.md)"},
     /* ---- optimizer ---- */
     {"optimizer.name", CT_ENUM, FLD(optimizer.name), "momentum", optim_names, 0, 0, 0, 0, CF_HASH,
      "update rule (PyTorch semantics; lamb as apex FusedLAMB)"},

@@ -76,6 +76,7 @@ static const struct {
     {"train.eval_every", "200"},
     {"train.log_every", "10"},
     {"train.threads", "2"},
+    {"train.max_memory_mb", "1536.5"},
     {"optimizer.name", "adamw"},
     {"optimizer.lr", "0.003"},
     {"optimizer.momentum", "0.8"},
@@ -521,6 +522,7 @@ static void test_errors(void) {
   const char *o8[] = {"parallel.optimizer_shard=off"};
   expect_err("parallel:\n  enable_parallel_optimizer: true\n", o8, 1, "parallel.enable_parallel_optimizer: true",
              "parallel.optimizer_shard: off", NULL);
+  expect_err("train: {max_memory_mb: -1}\n", NULL, 0, "train.max_memory_mb: -1 is out of range", NULL, NULL);
   /* --set errors name the override */
   const char *o1[] = {"train.epochs=ten"};
   expect_err("", o1, 1, "--set train.epochs=ten: train.epochs: expected an integer, got 'ten'",
@@ -591,6 +593,10 @@ static void test_alias(void) {
   c.parallel.enable_parallel_optimizer = 1;
   CHECK_OK(ts_config_validate(&c));
   CHECK(c.parallel.optimizer_shard == 1);
+  /* the budget key */
+  const char *ov2[] = {"train.max_memory_mb=512"};
+  CHECK_OK(ts_config_load(NULL, ov2, 1, &c));
+  CHECK(c.train.max_memory_mb == 512 && ts_config_given(&c, "train.max_memory_mb"));
 }
 
 static void test_hash(void) {
