@@ -86,6 +86,12 @@ double ts_time_now(void);
 int ts_threads_get(void);
 void ts_threads_set(int n);
 
+/* ---- process memory ---- */
+/* Bytes of this process's peak resident set so far (getrusage's ru_maxrss); 0 if unknown. */
+int64_t ts_mem_peak_rss(void);
+/* Bytes of this process's resident set now (/proc/self/statm); 0 if unknown. */
+int64_t ts_mem_rss(void);
+
 /* Library version string "MAJOR.MINOR.PATCH". */
 const char *ts_version(void);
 

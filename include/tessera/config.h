@@ -40,6 +40,7 @@ extern "C" {
 #define TS_CFG_MAX_STRATEGIES 64 /* operator strategies in parallel.strategies */
 #define TS_CFG_PATH_MAX 1024     /* bytes of a path-valued key, NUL included */
 #define TS_CFG_NAME_MAX 64       /* bytes of a short string key, NUL included */
+#define TS_CFG_MAX_KEYS 256      /* keys the table may have (ts_config.given) */
 
 typedef enum {
   TS_MODEL_MLP = 0,
@@ -173,6 +174,7 @@ typedef struct {
     int64_t eval_every; /* steps; 0 = at the end of every epoch; -1 = only at the end */
     int64_t log_every;  /* steps */
     int threads;        /* 0 = OMP_NUM_THREADS or the core count */
+    double max_memory_mb; /* per-rank memory budget checked before step 1 (docs/memory.md); 0 = none */
   } train;
   struct {
     ts_optim_kind name;
@@ -209,7 +211,11 @@ typedef struct {
     char strategy_ckpt_load_file[TS_CFG_PATH_MAX]; /* strategies (JSON) to use ("" none) */
     char strategy_ckpt_save_file[TS_CFG_PATH_MAX]; /* where to save the strategies in force */
     int full_batch;          /* every rank reads the whole global batch (MindSpore's full_batch) */
-    int optimizer_shard;     /* 0 off, 1: optimizer state sharded over the ranks (ZeRO-1), 2 (refused) */
+    int optimizer_shard;     /* 0 off, 1: optimizer state sharded over the ranks (ZeRO-1), 2: and the
+                                accumulated gradients (ZeRO-2) */
+    int enable_parallel_optimizer; /* MindSpore's alias: true = optimizer_shard on (1 unless a stage
+                                      is given), false = off; validation keeps it equal to
+                                      optimizer_shard != off */
     double optimizer_shard_threshold_kb; /* parameters smaller than this stay replicated */
     int pipeline_stages;     /* pipeline parallel: stages (1 = none) */
     int micro_batches;       /* pipeline: micro-batches per step (0: batch_size / micro_batch_size) */
@@ -237,6 +243,8 @@ typedef struct {
     int64_t profile_start;     /* first profiled step (1-based) */
   } log;
   char source[TS_CFG_PATH_MAX]; /* the file the config was loaded from ("" if none); not a key */
+  unsigned char given[TS_CFG_MAX_KEYS]; /* bookkeeping, not a key: which keys the file or an
+                                           override set (ts_config_given) */
 } ts_config;
 
 /* Every key at its default (see docs/config.md). The struct is zeroed first, so two configs
@@ -258,6 +266,10 @@ int ts_config_override(ts_config *cfg, const char *assignment);
 /* Formats a key's value as YAML (flow style: "[10, 20]", "\"path\"", "0.05") into buf (always
  * NUL-terminated). TS_ECONFIG for an unknown key, TS_ERANGE if buf is too small. */
 int ts_config_get(const ts_config *cfg, const char *key, char *buf, size_t cap);
+
+/* 1 if `key` was set by the loaded file, an override or ts_config_set (not left at its default);
+ * 0 otherwise or for an unknown key. Aliases are told apart from their key this way. */
+int ts_config_given(const ts_config *cfg, const char *key);
 
 /* Cross-key checks (batch_size divisible by micro_batch_size, schedule consistency, model vs
  * data, transform order, ...) and resolution of derived defaults (micro/eval batch size,

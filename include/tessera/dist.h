@@ -278,6 +278,38 @@ const ts_strategy_set *ts_dist_strategies(const ts_dist *d);
  * and the backward ops autodiff emitted. */
 void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd);
 
+/* ---- memory of one rank ----
+ * The bytes THIS rank holds for training, from the object's store, its optimizer-state sharding
+ * and its plans: the same function answers for a real job (the trainer's measurement, the
+ * train.max_memory_mb check) and for a dry run (`tessera plan`'s prediction). Every layout's
+ * numbers come from here (a new layout or sharding stage adds its buffers in
+ * src/dist/dist_memory.c). */
+typedef struct {
+  int64_t param_bytes;           /* parameters and states of the rank's store; under
+                                    parallel.optimizer_shard also the optimizer's working copy
+                                    of the rank's part (replicated + its shard) */
+  int64_t grad_bytes;            /* the gradient buffer backward writes, the accumulation buffer
+                                    (accum_bytes), the gradient-compression buffer
+                                    (parallel.comm_dtype bf16/f16), and under optimizer_shard the
+                                    rank's reduced part (stage 2: and a second one) */
+  int64_t accum_bytes;           /* of grad_bytes: the whole-model accumulation buffer (0 without
+                                    accumulation and under optimizer_shard 2) */
+  int64_t optimizer_state_bytes; /* optimizer slots x the elements the rank's optimizer updates */
+  int64_t activation_bytes;      /* the training plan's arena: forward + backward temporaries at
+                                    their planned peak */
+  int64_t eval_activation_bytes; /* the evaluation plan's arena */
+  int64_t total_bytes;           /* the sum of the above (accum_bytes counted once) */
+} ts_dist_memory_info;
+/* Fills *out for this rank after ts_dist_build; optim_slots: the optimizer's slots per element
+ * (ts_optim_kind_num_slots). Plans the arenas if they are not yet (ts_plan_peak_bytes). */
+int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out);
+/* The sum of the fields of m (as total_bytes). */
+int64_t ts_dist_memory_sum(const ts_dist_memory_info *m);
+/* m on one line in binary units into buf (always NUL-terminated): "params 1.20 MiB, grads
+ * 1.20 MiB, optimizer 2.40 MiB, activations 9.50 MiB (+ eval 1.10 MiB), total 15.40 MiB"; the
+ * accumulation buffer is named inside grads when there is one. */
+void ts_dist_memory_format(const ts_dist_memory_info *m, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

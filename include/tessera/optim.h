@@ -111,6 +111,8 @@ void ts_optim_reset(ts_optim *opt);
  * "<slot>.<segment name>" (F32, shape (numel)). Loading a checkpoint = copying every view's
  * data back (views are writable). */
 int ts_optim_num_slots(const ts_optim *opt);
+/* The slots an optimizer of kind k has (0 SGD, 1 MOMENTUM, 2 ADAM/ADAMW/LAMB), before it exists. */
+int ts_optim_kind_num_slots(ts_optim_kind k);
 const char *ts_optim_slot_name(const ts_optim *opt, int k);
 float *ts_optim_slot_data(ts_optim *opt, int k);
 int ts_optim_state_count(const ts_optim *opt);

@@ -76,6 +76,9 @@ void *ts_plan_data(ts_plan *p, ts_val v);
  * sum of all temporaries' sizes without reuse. */
 size_t ts_plan_peak_bytes(const ts_plan *p);
 size_t ts_plan_naive_bytes(const ts_plan *p);
+/* Bytes of the arena the plan has allocated (measured, not planned): 0 until it is planned (first
+ * run or ts_plan_peak_bytes), then the largest planned peak so far (the arena never shrinks). */
+size_t ts_plan_arena_bytes(const ts_plan *p);
 /* Nodes that actually run: the others only compute values nobody keeps or binds. */
 int ts_plan_num_live_nodes(const ts_plan *p);
 /* Adds hook (fn, user) to the plan's list (the same pair twice is one entry); TS_ERANGE beyond

@@ -61,10 +61,18 @@ int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user
 /* What semi_auto_parallel makes of cfg on `ndevices` devices, without MPI and without training
  * (plans for clusters you do not have): every operator's strategy and layouts, the collectives
  * inserted with bytes per step, and rank `rank`'s memory for parameters, gradients, optimizer
- * state and activations (the planned arena of the training step), beside one process's. Reads
- * the first training sample for its shape. model: NULL for cfg's zoo model. *text is malloc'ed. */
+ * state and activations (the planned arena of the training step), beside one process's, and the
+ * rank's figures as the run measures them (ts_trainer_memory). Reads the first training sample
+ * for its shape. model: NULL for cfg's zoo model. *text is malloc'ed. When the figures exceed
+ * train.max_memory_mb the status is TS_ECONFIG (the message as ts_trainer_create's) and *text
+ * still holds the report (free it). */
 int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                     char **text);
+
+/* The figures ts_trainer_plan shows for rank `rank` of `ndevices` as numbers (the prediction of
+ * what ts_trainer_memory measures in that rank of the job), without MPI and without training. */
+int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
+                           ts_dist_memory_info *out);
 
 /* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
  * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */
@@ -96,6 +104,12 @@ int64_t ts_trainer_optim_state_numel(const ts_trainer *t);
 /* Floats of the whole-model gradient accumulation buffer (0 without accumulation, and under
  * parallel.optimizer_shard 2, where each rank accumulates its reduced shard instead). */
 int64_t ts_trainer_accum_numel(const ts_trainer *t);
+/* The memory this rank holds for training, measured where it was allocated: parameters, states
+ * and gradients of its store (and under parallel.optimizer_shard its working copies), the
+ * accumulation buffer, the optimizer's slots, the training and evaluation arenas (planned now if
+ * they were not yet). The run header prints it; the metrics end record has it with the peak
+ * resident set (ts_mem_peak_rss). `tessera plan` predicts the same fields. */
+int ts_trainer_memory(ts_trainer *t, ts_dist_memory_info *out);
 /* The training plan (owned by the trainer), for a plan hook a tool or test adds after the
  * trainer's own (ts_plan_add_hook; the profiler's hook, with log.profile on, comes first). */
 ts_plan *ts_trainer_plan_handle(ts_trainer *t);

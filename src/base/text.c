@@ -15,6 +15,17 @@ void ts__app(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
   if (k > 0) *n += (size_t)k;
 }
 
+const char *ts__human_bytes(double bytes, char *buf, size_t cap) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int k = 0;
+  while (bytes >= 1024 && k < 4) {
+    bytes /= 1024;
+    k++;
+  }
+  snprintf(buf, cap, k ? "%.2f %s" : "%.0f %s", bytes, u[k]);
+  return buf;
+}
+
 int ts__name_match(const char *pat, const char *s) {
   while (*pat) {
     if (*pat == '*') {

@@ -8,6 +8,9 @@
  * counting so later appends stay cut. */
 void ts__app(char *buf, size_t cap, size_t *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* A byte count in binary units, "812 B", "1.20 MiB" (two decimals from KiB up), into buf; returns buf. */
+const char *ts__human_bytes(double bytes, char *buf, size_t cap);
+
 /* Operator-name patterns (parallel.strategies, model.recompute_layers): 1 if s matches pat, where
  * '*' matches any run (possibly empty) of characters other than '.', i.e. within one name part. */
 int ts__name_match(const char *pat, const char *s);

@@ -79,6 +79,12 @@ int ts_cli_train(int argc, char **argv) {
            (long long)ts_config_total_steps(&cfg, ts_trainer_steps_per_epoch(t)),
            (long long)ts_trainer_steps_per_epoch(t), cfg.train.batch_size, ts_optim_kind_name(cfg.optimizer.name),
            ts_threads_get(), where);
+    ts_dist_memory_info m;
+    if (ts_trainer_memory(t, &m) == TS_OK) { /* what the rank holds before step 1 (peak RSS: the metrics' end) */
+      char line[512];
+      ts_dist_memory_format(&m, line, sizeof line);
+      printf("memory/rank%s: %s\n", ts_trainer_world_size(t) > 1 ? " (rank 0)" : "", line);
+    }
     fflush(stdout);
   }
   rc = ts_trainer_fit(t);
@@ -157,8 +163,9 @@ int ts_cli_plan(int argc, char **argv) {
              "training: the data cut, every operator's strategy and layouts (semi_auto_parallel),\n"
              "the collectives inserted with bytes per step, and per-rank memory for parameters,\n"
              "gradients, optimizer state and activations next to one process's (for rank R,\n"
-             "default 0). N is at most 1048576 (2^20); the time grows linearly with N (about\n"
-             "0.3 s per 100,000 devices for the GPT example).\n"
+             "default 0), the same figures the run reports (param_bytes ... peak_rss_bytes), and\n"
+             "whether they fit train.max_memory_mb (exit 2 when not). N is at most 1048576 (2^20);\n"
+             "the time grows linearly with N (about 0.3 s per 100,000 devices for the GPT example).\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
       return 0;
     }
@@ -185,10 +192,11 @@ int ts_cli_plan(int argc, char **argv) {
   free(rest);
   if (e) return e;
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
-  char *text;
+  char *text = NULL;
   int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
-  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
-  fputs(text, stdout);
+  if (text) fputs(text, stdout); /* also when it would not fit train.max_memory_mb */
   free(text);
+  fflush(stdout);
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   return 0;
 }

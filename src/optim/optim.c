@@ -243,6 +243,11 @@ void ts_optim_set_norm_reduce(ts_optim *o, ts_optim_reduce_fn fn, void *user) {
 }
 
 int ts_optim_num_slots(const ts_optim *o) { return o ? o->nslots : 0; }
+int ts_optim_kind_num_slots(ts_optim_kind k) {
+  int n = 0;
+  while (slot_name(k, n)) n++;
+  return n;
+}
 const char *ts_optim_slot_name(const ts_optim *o, int k) {
   return (o && k >= 0 && k < o->nslots) ? slot_name(o->cfg.kind, k) : NULL;
 }

@@ -400,6 +400,7 @@ int ts_plan_num_live_nodes(const ts_plan *p) {
   if (!p->planned) plan_memory((ts_plan *)p);
   return p->nlive;
 }
+size_t ts_plan_arena_bytes(const ts_plan *p) { return p ? p->arena_cap : 0; }
 size_t ts_plan_naive_bytes(const ts_plan *p) {
   if (!p->planned) plan_memory((ts_plan *)p);
   return p->naive;

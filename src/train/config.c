@@ -725,6 +725,7 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       break;
     }
   }
+  if (!rc) cfg->given[k - ts__cfg_keys] = 1;
   return rc;
 }
 
@@ -915,6 +916,7 @@ static int set_text(ts_config *cfg, const char *key, const char *value, const ch
     char *p = (char *)cfg + k->off;
     memset(p, 0, k->size);
     memcpy(p, value, len);
+    cfg->given[k - ts__cfg_keys] = 1;
     return TS_OK;
   }
   yaml_document_t doc;
@@ -1133,6 +1135,12 @@ void ts_config_defaults(ts_config *cfg) {
     snprintf(label, sizeof label, "default of %s", k->path);
     (void)set_text(cfg, k->path, k->def, label); /* cannot fail: the defaults are tested */
   }
+  memset(cfg->given, 0, sizeof cfg->given); /* defaults are not given */
+}
+
+int ts_config_given(const ts_config *cfg, const char *key) {
+  const ts__cfg_key *k = cfg && key ? find_key(key) : NULL;
+  return k ? cfg->given[k - ts__cfg_keys] != 0 : 0;
 }
 
 static int apply_overrides(ts_config *cfg, const char *const *ov, int n) {

@@ -143,6 +143,10 @@ const ts__cfg_key ts__cfg_keys[] = {
      "steps between progress lines and metrics records"},
     {"train.threads", CT_INT, FLD(train.threads), "0", NULL, 0, 4096, 0, 0, 0,
      "compute threads; 0 = OMP_NUM_THREADS or the number of cores"},
+    {"train.max_memory_mb", CT_FLOAT, FLD(train.max_memory_mb), "0", NULL, 0, 1e12, 0, 0, 0,
+     "per-rank memory budget in MiB: the rank's parameters, gradients, optimizer state and "
+     "activation arenas as planned are checked against it before step 1 (and by tessera plan), "
+     "a refusal naming the settings that cut them; 0 = no budget (docs/memory.md)"},
     /* ---- optimizer ---- */
     {"optimizer.name", CT_ENUM, FLD(optimizer.name), "momentum", optim_names, 0, 0, 0, 0, CF_HASH,
      "update rule (PyTorch semantics; lamb as apex FusedLAMB)"},
@@ -246,6 +250,11 @@ const ts__cfg_key ts__cfg_keys[] = {
      "pipeline: operator name pattern (as parallel.strategies names operators: "
      "\"transformer.h.0\" covers that block) -> stage number; unnamed operators follow their inputs. "
      "{} = balanced automatically by cost, cut between blocks"},
+    {"parallel.enable_parallel_optimizer", CT_BOOL, FLD(parallel.enable_parallel_optimizer), "false", NULL, 0,
+     0, 0, 0, 0,
+     "MindSpore's name for optimizer_shard: true = optimizer_shard 1 (or the stage optimizer_shard "
+     "gives), false = off; given with an optimizer_shard that disagrees (false with 1 or 2, true "
+     "with off) it is an error naming both"},
     /* ---- checkpoint ---- */
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},
@@ -284,3 +293,4 @@ const ts__cfg_key ts__cfg_keys[] = {
 };
 
 const int ts__cfg_nkeys = (int)(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0]);
+_Static_assert(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0] <= TS_CFG_MAX_KEYS, "ts_config.given has a byte per key");

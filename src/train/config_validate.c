@@ -177,6 +177,11 @@ int ts_config_validate(ts_config *cfg) {
       return vfail(cfg, "model.num_classes (%d) does not match data.name '%s' (%d classes)",
                    m->num_classes, dn, known);
   }
+  if (m->recompute == TS_CFG_RECOMPUTE_NONE && m->recompute_layers.n > 0)
+    return vfail(cfg, "model.recompute_layers is given (%d pattern%s, first '%s') but model.recompute is "
+                 "none, so nothing would be recomputed: set model.recompute: full (or selective) to "
+                 "recompute those segments, or remove model.recompute_layers",
+                 m->recompute_layers.n, m->recompute_layers.n == 1 ? "" : "s", m->recompute_layers.v[0]);
   /* ---- data ---- */
   if (!d->path[0]) {
     if (d->name == TS_DATA_FASHION_MNIST)
@@ -189,6 +194,23 @@ int ts_config_validate(ts_config *cfg) {
   if (d->test_transforms.n >= 0 &&
       (rc = check_transforms(cfg, "data.test_transforms", &d->test_transforms)))
     return rc;
+  /* ---- parallel ---- */
+  /* enable_parallel_optimizer is optimizer_shard's alias (MindSpore's switch; the stage is
+   * optimizer_shard's): given alone it decides, given with it they must agree, and afterwards it
+   * mirrors optimizer_shard, so a dumped config loads again */
+  typeof(cfg->parallel) *pl = &cfg->parallel;
+  int ge = ts_config_given(cfg, "parallel.enable_parallel_optimizer");
+  int gs = ts_config_given(cfg, "parallel.optimizer_shard");
+  if (ge && gs && !pl->enable_parallel_optimizer != !pl->optimizer_shard) {
+    char stage[16] = "off";
+    if (pl->optimizer_shard) snprintf(stage, sizeof stage, "%d", pl->optimizer_shard);
+    return vfail(cfg, "parallel.enable_parallel_optimizer: %s disagrees with parallel.optimizer_shard: %s "
+                 "(the first is the second's alias: true = 1 or a stage given there, false = off); set one "
+                 "of them", pl->enable_parallel_optimizer ? "true" : "false", stage);
+  }
+  if (pl->enable_parallel_optimizer && !pl->optimizer_shard && !gs) pl->optimizer_shard = 1;
+  if (ge && !gs && !pl->enable_parallel_optimizer) pl->optimizer_shard = 0;
+  pl->enable_parallel_optimizer = pl->optimizer_shard != 0;
   /* ---- checkpoint ---- */
   if (!cfg->checkpoint.prefix[0] || strchr(cfg->checkpoint.prefix, '/'))
     return vfail(cfg, "checkpoint.prefix: must be a non-empty file-name prefix without '/' "

@@ -148,11 +148,13 @@ int ts__progress_record(ts__progress *p, const char *json) {
   return metrics_check(p, 1);
 }
 
-int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc) {
+int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc,
+                     const char *extra) {
   double wall = ts_time_now() - p->t_start;
   if (p->metrics) {
     fprintf(p->metrics, "{\"type\":\"end\",\"steps\":%lld,\"final_loss\":%.6g,", (long long)steps, final_loss);
     if (have_acc) fprintf(p->metrics, "\"test_accuracy\":%.6f,", test_acc);
+    if (extra) fputs(extra, p->metrics);
     fprintf(p->metrics, "\"wall_s\":%.3f}\n", wall);
   }
   int rc = metrics_check(p, 1);

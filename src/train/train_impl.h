@@ -40,8 +40,9 @@ int ts__progress_eval(ts__progress *p, const ts_eval_info *e);
 void ts__progress_message(ts__progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Writes one JSON line (a record such as {"type":"profile",...}) to the metrics file, if any. */
 int ts__progress_record(ts__progress *p, const char *json);
+/* extra: JSON fields for the end record, each followed by a comma ("" for none). */
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
-                     int have_acc);
+                     int have_acc, const char *extra);
 void ts__progress_close(ts__progress *p);
 
 /* The profiler's trainer side (train_prof.c): NULL when log.profile is off. */
@@ -78,6 +79,9 @@ struct ts_trainer {
   const ts_dist_run *run;      /* what it built (owned by dist) */
   int64_t eb, accum;           /* eval batch, micro-steps per step */
   float *acc;                  /* gradient accumulator (accum > 1) */
+  size_t acc_numel;            /* its floats (0: none, or the dist accumulates its shard) */
+  int job_metrics;             /* the job writes a metrics file (rank 0 does; the others take part
+                                  in its end record's maximum over the ranks) */
   ts_optim *opt;
   ts_optim_segment *segs;
   int nseg;
@@ -109,5 +113,16 @@ int ts__train_prepare(ts_trainer *t);
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
                     int *nseg);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);
+
+/* Memory (train_memory.c). TS_ECONFIG naming train.max_memory_mb, the need, the budget, the
+ * breakdown and the settings that would cut it when m's total exceeds c's budget (ranks: the
+ * job's; max_over_ranks: m is the maximum over them). */
+int ts__train_memory_budget(const ts_config *c, const ts_dist_memory_info *m, int ranks, int max_over_ranks);
+/* After ts_dist_build, before the optimizer and the arenas exist: the budget against the largest
+ * rank's planned figures (collective under MPI; nothing without a budget). */
+int ts__train_memory_check(ts_trainer *t);
+/* The end record's memory fields into buf (see ts__progress_end), this rank's and, on several
+ * ranks of a job writing metrics, each one's maximum over them (then collective). */
+int ts__train_memory_record(ts_trainer *t, char *buf, size_t cap);
 
 #endif

@@ -325,6 +325,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if (c->parallel.debug_check) ts_comm_set_debug_check(1);
   if ((rc = ts_dist_create(vt, &dc, &t->model, 0, 0, &t->dist))) goto fail;
   t->run = ts_dist_get(t->dist);
+  t->job_metrics = c->log.metrics[0] != 0; /* the end record's maximum over the ranks needs every rank */
   if (t->run->rank != 0) { /* only rank 0 talks and writes */
     c->log.progress = TS_PROGRESS_OFF;
     c->log.metrics[0] = 0;
@@ -345,7 +346,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   rc = ts_dist_build(t->dist, &t->model);
   t->model.strategies = NULL;
   ts_strategy_set_free(set);
-  if (rc) goto fail;
+  if (rc || (rc = ts__train_memory_check(t))) goto fail; /* train.max_memory_mb, before anything large */
   const ts_strategy_set *inforce = ts_dist_strategies(t->dist);
   if (c->parallel.strategy_ckpt_save_file[0] && inforce && t->run->rank == 0 &&
       (rc = ts_strategy_set_save(inforce, c->parallel.strategy_ckpt_save_file))) {
@@ -359,6 +360,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if (t->accum > 1) {
     size_t n = ts_dist_accum_numel(t->dist); /* 0: the dist accumulates the reduced shard itself */
     t->acc = ts_alloc(sizeof(float) * (n ? n : 1));
+    t->acc_numel = n;
     if (!t->acc) {
       rc = ts_error_set(TS_ENOMEM, "trainer: cannot allocate the gradient accumulator");
       goto fail;
@@ -624,8 +626,10 @@ int ts_trainer_fit(ts_trainer *t) {
   for (int i = 0; i < t->ncb && rc == TS_OK; i++)
     if (t->cb[i].on_train_end) rc = t->cb[i].on_train_end(t, t->cb[i].user);
   if (rc == TS_OK) rc = ts__tprof_finish(t); /* collective; rank 0 reports */
+  char mem[1024] = "";
+  if (rc == TS_OK) rc = ts__train_memory_record(t, mem, sizeof mem); /* collective with metrics: the max over the ranks */
   if (rc == TS_OK) /* a failed run reports its error, not a summary */
-    rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval);
+    rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval, mem);
   if (rc == TS_OK && c->log.plot[0] && c->log.metrics[0]) {
     if (t->prog.metrics) fflush(t->prog.metrics);
     rc = ts_plot_metrics(c->log.metrics, c->log.plot);

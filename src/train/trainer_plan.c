@@ -5,22 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "train_impl.h"
-
-static const char *human(double bytes, char *buf, size_t cap) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int k = 0;
-  while (bytes >= 1024 && k < 4) {
-    bytes /= 1024;
-    k++;
-  }
-  snprintf(buf, cap, k ? "%.2f %s" : "%.0f %s", bytes, u[k]);
-  return buf;
-}
-
-static int optim_slots(ts_optim_kind k) {
-  return k == TS_OPTIM_SGD ? 0 : k == TS_OPTIM_MOMENTUM ? 1 : 2;
-}
 
 /* The figures of one built layout: parameters and the planned activation arena of the step. */
 static void figures(const ts_dist *d, double *param_bytes, double *arena) {
@@ -29,37 +15,99 @@ static void figures(const ts_dist *d, double *param_bytes, double *arena) {
   *arena = (double)ts_plan_peak_bytes(r->plan);
 }
 
-int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
-                    char **text) {
-  *text = NULL;
+/* The rank's figures as the run measures them (ts_trainer_memory: the header's memory line and
+ * the metrics end record), and the budget: TS_ECONFIG when they exceed train.max_memory_mb. */
+static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, int64_t baseline, FILE *b,
+                       int *refused) {
+  ts_dist_memory_info m;
+  int rc = ts_dist_memory(d, ts_optim_kind_num_slots(c->optimizer.name), &m);
+  if (rc) return rc;
+  char h1[32], h2[32], h3[32];
+  fprintf(b, "rank %d's figures, as the run measures them (its memory/rank line, the metrics end record):\n", rank);
+  fprintf(b, "  param_bytes            %12s\n", ts__human_bytes((double)m.param_bytes, h1, sizeof h1));
+  fprintf(b, "  grad_bytes             %12s  (accumulation buffer %s)\n", ts__human_bytes((double)m.grad_bytes, h1, sizeof h1),
+          ts__human_bytes((double)m.accum_bytes, h2, sizeof h2));
+  fprintf(b, "  optimizer_state_bytes  %12s\n", ts__human_bytes((double)m.optimizer_state_bytes, h1, sizeof h1));
+  fprintf(b, "  activation_peak_bytes  %12s  (+ evaluation arena %s)\n", ts__human_bytes((double)m.activation_bytes, h1, sizeof h1),
+          ts__human_bytes((double)m.eval_activation_bytes, h2, sizeof h2));
+  fprintf(b, "  total                  %12s\n", ts__human_bytes((double)m.total_bytes, h1, sizeof h1));
+  fprintf(b, "  peak_rss_bytes       ~ %12s  (the total + a baseline of %s: this process's resident set with the "
+          "data sets open, before the model is built; MPI, data workers' batches and kernel scratch come on top)\n",
+          ts__human_bytes((double)(m.total_bytes + baseline), h1, sizeof h1), ts__human_bytes((double)baseline, h3, sizeof h3));
+  if (!(c->train.max_memory_mb > 0)) return TS_OK;
+  *refused = ts__train_memory_budget(c, &m, ndevices, 0);
+  fprintf(b, "  train.max_memory_mb    %12s  %s\n", ts__human_bytes(c->train.max_memory_mb * 1048576.0, h1, sizeof h1),
+          *refused ? "does NOT fit: the run would refuse to start" : "fits");
+  return TS_OK;
+}
+
+/* One rank of the job built dry: its trainer-side pieces (config, sources, the model), the
+ * strategies and the distribution object; and one process's, for comparison (d1, when asked). */
+typedef struct {
+  ts_trainer *t;
+  ts_strategy_set *set;
+  ts_dist *d, *d1;
+  const ts_dist_vt *vt;
+  int64_t baseline; /* resident bytes once the data sets are open, before the model is built */
+} dry;
+
+static void dry_free(dry *x) {
+  ts_dist_free(x->d);
+  ts_dist_free(x->d1);
+  ts_strategy_set_free(x->set);
+  if (x->t) {
+    ts_source_free(x->t->train_src);
+    ts_source_free(x->t->test_src);
+  }
+  free(x->t);
+}
+
+static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one, dry *x) {
+  memset(x, 0, sizeof *x);
   if (ndevices < 1 || rank < 0 || rank >= ndevices)
     return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, ndevices);
-  ts_trainer *t = calloc(1, sizeof *t);
+  ts_trainer *t = x->t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "plan: out of memory");
   t->cfg = *cfg;
-  char *mp = NULL;
-  size_t mn = 0;
-  FILE *b = open_memstream(&mp, &mn); /* the report */
-  if (!b) {
-    free(t);
-    return ts_error_set(TS_ENOMEM, "plan: out of memory");
-  }
-  const ts_dist_vt *vt = NULL;
   ts_dist_config dc;
-  ts_strategy_set *set = NULL;
-  ts_dist *d = NULL, *d1 = NULL; /* the job's rank; one process, for comparison */
   int rc = ts_config_validate(&t->cfg);
-  if (!rc) rc = ts__train_layout(&t->cfg, model, user, &vt, &dc, &t->model);
+  if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
   if (!rc) rc = ts__train_prepare(t);
-  if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &set);
-  t->model.strategies = set;
-  if (!rc) rc = ts_dist_create(vt, &dc, &t->model, ndevices, rank, &d);
-  if (!rc && (rc = ts_dist_build(d, &t->model))) rc = ts_error_as_config(rc);
+  x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
+  if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
+  t->model.strategies = x->set;
+  if (!rc) rc = ts_dist_create(x->vt, &dc, &t->model, ndevices, rank, &x->d);
+  if (!rc && (rc = ts_dist_build(x->d, &t->model))) rc = ts_error_as_config(rc);
   t->model.strategies = NULL;
   ts_dist_config dc1 = dc;
   dc1.optimizer_shard = 0; /* one process: nothing to shard over */
-  if (!rc) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &d1);
-  if (!rc) rc = ts_dist_build(d1, &t->model);
+  if (!rc && one) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &x->d1);
+  if (!rc && one) rc = ts_dist_build(x->d1, &t->model);
+  return rc;
+}
+
+int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
+                           ts_dist_memory_info *out) {
+  memset(out, 0, sizeof *out);
+  dry x;
+  int rc = dry_build(cfg, ndevices, rank, model, user, 0, &x);
+  if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(x.t->cfg.optimizer.name), out);
+  dry_free(&x);
+  return rc;
+}
+
+int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
+                    char **text) {
+  *text = NULL;
+  char *mp = NULL;
+  size_t mn = 0;
+  FILE *b = open_memstream(&mp, &mn); /* the report */
+  if (!b) return ts_error_set(TS_ENOMEM, "plan: out of memory");
+  dry x;
+  int refused = TS_OK; /* over train.max_memory_mb: the report is still given */
+  char why[1024] = "";
+  int rc = dry_build(cfg, ndevices, rank, model, user, 1, &x);
+  ts_dist *d = x.d, *d1 = x.d1;
   if (!rc) {
     const ts_dist_run *r = ts_dist_get(d);
     char h1[32], h2[32], h3[32];
@@ -70,7 +118,7 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
     int64_t mb = cfg->train.micro_batch_size;
     fprintf(b, "plan: %s on %s, %s on %d devices, rank %d shown; micro-batch %lld (%s)\n\n",
             model ? "custom model" : ts_model_kind_name(cfg->model.name), ts_data_kind_name(cfg->data.name),
-            ts_dist_name(vt), ndevices, rank, (long long)mb, piece);
+            ts_dist_name(x.vt), ndevices, rank, (long long)mb, piece);
     double red = 0;
     rc = ts_dist_describe(d, b, &red);
     if (!rc) {
@@ -79,34 +127,32 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
       double pb, pb1, arena, arena1;
       figures(d, &pb, &arena);
       figures(d1, &pb1, &arena1);
-      int slots = optim_slots(cfg->optimizer.name);
+      int slots = ts_optim_kind_num_slots(cfg->optimizer.name);
       size_t rep, sh;
       double ob = pb * slots; /* optimizer state: of the rank's parameters, or of its shard */
       if (ts_dist_optim_sharded(d, &rep, &sh))
         ob = 4.0 * slots * (double)(rep + (sh + (size_t)ndevices - 1) / (size_t)ndevices);
       fprintf(b, "\nmemory per rank (rank %d) vs one process:\n", rank);
-      fprintf(b, "  parameters           %12s  of %12s  (%.3f)\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2), pb / pb1);
-      fprintf(b, "  gradients            %12s  of %12s\n", human(pb, h1, sizeof h1), human(pb1, h2, sizeof h2));
-      fprintf(b, "  optimizer state      %12s  of %12s  (%s: %d slot%s%s)\n", human(ob, h1, sizeof h1),
-              human(pb1 * slots, h2, sizeof h2), ts_optim_kind_name(cfg->optimizer.name), slots, slots == 1 ? "" : "s",
+      fprintf(b, "  parameters           %12s  of %12s  (%.3f)\n", ts__human_bytes(pb, h1, sizeof h1), ts__human_bytes(pb1, h2, sizeof h2), pb / pb1);
+      fprintf(b, "  gradients            %12s  of %12s\n", ts__human_bytes(pb, h1, sizeof h1), ts__human_bytes(pb1, h2, sizeof h2));
+      fprintf(b, "  optimizer state      %12s  of %12s  (%s: %d slot%s%s)\n", ts__human_bytes(ob, h1, sizeof h1),
+              ts__human_bytes(pb1 * slots, h2, sizeof h2), ts_optim_kind_name(cfg->optimizer.name), slots, slots == 1 ? "" : "s",
               ob < pb * slots ? ", sharded" : "");
       fprintf(b, "  activations (step)   %12s  of %12s  (planned arena of forward + backward, micro-batch %lld)\n",
-              human(arena, h1, sizeof h1), human(arena1, h2, sizeof h2), (long long)mb);
+              ts__human_bytes(arena, h1, sizeof h1), ts__human_bytes(arena1, h2, sizeof h2), (long long)mb);
+      rc = plan_memory(&x.t->cfg, d, rank, ndevices, x.baseline, b, &refused);
+      if (refused) snprintf(why, sizeof why, "%s", ts_last_error());
       fprintf(b, "communication per step per rank (%lld micro-batch%s):\n", (long long)accum, accum == 1 ? "" : "es");
-      fprintf(b, "  forward collectives  %12s\n", human((double)(fwd * accum), h1, sizeof h1));
-      fprintf(b, "  backward collectives %12s  (their adjoints)\n", human((double)(bwd * accum), h1, sizeof h1));
+      fprintf(b, "  forward collectives  %12s\n", ts__human_bytes((double)(fwd * accum), h1, sizeof h1));
+      fprintf(b, "  backward collectives %12s  (their adjoints)\n", ts__human_bytes((double)(bwd * accum), h1, sizeof h1));
       fprintf(b, "  gradient reduction   %12s  (parameters several ranks hold, reduced over them)\n",
-              human(red, h3, sizeof h3));
+              ts__human_bytes(red, h3, sizeof h3));
     }
   }
   if (fclose(b) && !rc) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
   if (!rc) *text = mp;
   else free(mp);
-  ts_dist_free(d);
-  ts_dist_free(d1);
-  ts_strategy_set_free(set);
-  ts_source_free(t->train_src);
-  ts_source_free(t->test_src);
-  free(t);
+  if (!rc && refused) rc = ts_error_set(refused, "%s", why);
+  dry_free(&x);
   return rc;
 }

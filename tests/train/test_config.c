@@ -76,6 +76,7 @@ static const struct {
     {"train.eval_every", "200"},
     {"train.log_every", "10"},
     {"train.threads", "2"},
+    {"train.max_memory_mb", "1536.5"},
     {"optimizer.name", "adamw"},
     {"optimizer.lr", "0.003"},
     {"optimizer.momentum", "0.8"},
@@ -110,6 +111,7 @@ static const struct {
     {"parallel.full_batch", "true"},
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
+    {"parallel.enable_parallel_optimizer", "true"}, /* agrees with optimizer_shard 1 */
     {"checkpoint.dir", "runs/x"},
     {"checkpoint.prefix", "resnet"},
     {"checkpoint.save_steps", "500"},
@@ -504,6 +506,23 @@ static void test_errors(void) {
   expect_err("checkpoint: {resume: auto}\n", NULL, 0, "checkpoint.resume: 'auto' needs checkpoint.dir",
              NULL, NULL);
   expect_err("checkpoint: {prefix: a/b}\n", NULL, 0, "checkpoint.prefix", NULL, NULL);
+  /* recompute patterns without recompute would be ignored: an error naming both keys, with the fix */
+  expect_err("model: {recompute_layers: ['transformer.h.*']}\n", NULL, 0,
+             "model.recompute_layers is given (1 pattern, first 'transformer.h.*')", "model.recompute is none",
+             "set model.recompute: full");
+  const char *o7[] = {"model.recompute=none"};
+  expect_err("model: {recompute: full, recompute_layers: [a, b]}\n", o7, 1, "model.recompute_layers is given (2 patterns",
+             "model.recompute is none", NULL);
+  /* enable_parallel_optimizer (optimizer_shard's alias) disagreeing with it: both keys named */
+  expect_err("parallel: {enable_parallel_optimizer: false, optimizer_shard: 1}\n", NULL, 0,
+             "parallel.enable_parallel_optimizer: false disagrees with parallel.optimizer_shard: 1", "set one of them",
+             NULL);
+  expect_err("parallel: {enable_parallel_optimizer: true, optimizer_shard: off}\n", NULL, 0,
+             "parallel.enable_parallel_optimizer: true disagrees with parallel.optimizer_shard: off", NULL, NULL);
+  const char *o8[] = {"parallel.optimizer_shard=off"};
+  expect_err("parallel:\n  enable_parallel_optimizer: true\n", o8, 1, "parallel.enable_parallel_optimizer: true",
+             "parallel.optimizer_shard: off", NULL);
+  expect_err("train: {max_memory_mb: -1}\n", NULL, 0, "train.max_memory_mb: -1 is out of range", NULL, NULL);
   /* --set errors name the override */
   const char *o1[] = {"train.epochs=ten"};
   expect_err("", o1, 1, "--set train.epochs=ten: train.epochs: expected an integer, got 'ten'",
@@ -534,6 +553,50 @@ static void test_errors(void) {
   longv[sizeof longv - 1] = 0;
   CHECK(ts_config_set(&c, "data.path", longv) == TS_ECONFIG);
   CHECK(has(ts_last_error(), "data.path: too long"));
+}
+
+/* parallel.enable_parallel_optimizer, MindSpore's name for optimizer_shard: alone it decides, with
+ * optimizer_shard they agree, afterwards it mirrors optimizer_shard (so dumps load again). */
+static void test_alias(void) {
+  ts_config c, r;
+  CHECK_OK(ts_config_load_string("parallel: {mode: data_parallel, enable_parallel_optimizer: true}\n", "a.yaml", NULL,
+                                 0, &c));
+  CHECK(c.parallel.optimizer_shard == 1 && c.parallel.enable_parallel_optimizer == 1);
+  CHECK(ts_config_given(&c, "parallel.enable_parallel_optimizer") && !ts_config_given(&c, "parallel.optimizer_shard"));
+  CHECK(!ts_config_given(&c, "train.epochs") && !ts_config_given(&c, "no.such.key"));
+  CHECK_OK(ts_config_validate(&c)); /* idempotent */
+  CHECK(c.parallel.optimizer_shard == 1);
+  /* true with a stage: the stage (MindSpore's switch + optimizer level) */
+  CHECK_OK(ts_config_load_string("parallel: {enable_parallel_optimizer: true, optimizer_shard: 2}\n", "a.yaml", NULL,
+                                 0, &c));
+  CHECK(c.parallel.optimizer_shard == 2 && c.parallel.enable_parallel_optimizer == 1);
+  char *y;
+  CHECK_OK(ts_config_dump_string(&c, &y));
+  CHECK(has(y, "  optimizer_shard: 2\n") && has(y, "  enable_parallel_optimizer: true\n"));
+  CHECK_OK(ts_config_load_string(y, "dump.yaml", NULL, 0, &r));
+  CHECK(cfg_equal(&c, &r));
+  free(y);
+  /* false alone: off; the stage alone mirrors into the alias; --set of the alias over a file */
+  CHECK_OK(ts_config_load_string("parallel: {enable_parallel_optimizer: false}\n", "a.yaml", NULL, 0, &c));
+  CHECK(c.parallel.optimizer_shard == 0 && c.parallel.enable_parallel_optimizer == 0);
+  CHECK_OK(ts_config_load_string("parallel: {optimizer_shard: 2}\n", "a.yaml", NULL, 0, &c));
+  CHECK(c.parallel.enable_parallel_optimizer == 1);
+  CHECK_OK(ts_config_dump_string(&c, &y));
+  CHECK_OK(ts_config_load_string(y, "dump.yaml", NULL, 0, &r));
+  CHECK(cfg_equal(&c, &r));
+  free(y);
+  const char *ov[] = {"parallel.enable_parallel_optimizer=true"};
+  CHECK_OK(ts_config_load_string("parallel: {mode: data_parallel}\n", "a.yaml", ov, 1, &c));
+  CHECK(c.parallel.optimizer_shard == 1);
+  /* a program setting the fields directly (nothing given): the alias still turns sharding on */
+  ts_config_defaults(&c);
+  c.parallel.enable_parallel_optimizer = 1;
+  CHECK_OK(ts_config_validate(&c));
+  CHECK(c.parallel.optimizer_shard == 1);
+  /* the budget key */
+  const char *ov2[] = {"train.max_memory_mb=512"};
+  CHECK_OK(ts_config_load(NULL, ov2, 1, &c));
+  CHECK(c.train.max_memory_mb == 512 && ts_config_given(&c, "train.max_memory_mb"));
 }
 
 static void test_hash(void) {
@@ -684,6 +747,7 @@ int main(void) {
   test_every_key_round_trips();
   test_yaml_features();
   test_errors();
+  test_alias();
   test_hash();
   test_conversions();
   test_examples_and_docs();

@@ -1,7 +1,9 @@
 /* model.recompute through the trainer: a small GPT (dropout on, text file) and the convnet
  * (BatchNorm, Fashion-MNIST subset) trained a few steps with recompute full and selective end
- * with bitwise the parameters, BatchNorm running statistics (updated once per step) and step of
- * recompute none. */
+ * with bitwise the losses of every step, the parameters, BatchNorm running statistics (updated
+ * once per step) and step of recompute none. Alone it runs stand_alone; under mpirun (ctest
+ * test_recompute_train_np2) data_parallel, the gradient reduction overlapped with the recomputing
+ * backward. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,26 +25,40 @@ static const char *k_conv =
     "optimizer: {name: momentum, lr: 0.05}\n"
     "log: {progress: off}\n";
 
-/* Final parameters + states + step of a run with model.recompute = mode. */
+#define STEPS 4
+static int g_size = 1;
+
+static int rec_loss(ts_trainer *t, const ts_step_info *s, void *u) {
+  (void)t;
+  if (s->step >= 1 && s->step <= STEPS) ((double *)u)[s->step - 1] = s->loss;
+  return TS_OK;
+}
+
+/* Final parameters + states + step, then the losses of the STEPS steps (as floats' bits), of a run
+ * with model.recompute = mode. */
 static float *run(const char *yaml, const char *data, const char *dir, const char *mode, size_t *n_out) {
   char s1[300], s2[4200], s3[64];
   snprintf(s1, sizeof s1, "checkpoint.dir=%s", dir);
   snprintf(s2, sizeof s2, "data.path=%s", data);
   snprintf(s3, sizeof s3, "model.recompute=%s", mode);
-  const char *sets[] = {s1, s2, s3, "checkpoint.save_last=false"};
+  const char *sets[] = {s1, s2, s3, "checkpoint.save_last=false", "parallel.mode=data_parallel"};
   ts_config cfg;
-  CHECK_OK(ts_config_load_string(yaml, "recompute-test.yaml", sets, 4, &cfg));
+  CHECK_OK(ts_config_load_string(yaml, "recompute-test.yaml", sets, g_size > 1 ? 5 : 4, &cfg));
   ts_trainer *t = NULL;
   CHECK_OK(ts_trainer_create(&cfg, &t));
   if (!t) return NULL;
+  double loss[STEPS] = {0};
+  ts_callback cb = {"losses", rec_loss, NULL, NULL, NULL, loss};
+  CHECK_OK(ts_trainer_add_callback(t, &cb));
   CHECK_OK(ts_trainer_fit(t));
   ts_params *p = ts_trainer_params(t);
   size_t np = ts_params_numel(p), ns = ts_params_state_numel(p);
-  float *out = malloc(sizeof(float) * (np + ns + 1));
+  float *out = malloc(sizeof(float) * (np + ns + 1) + sizeof loss);
   memcpy(out, ts_params_data(p), np * sizeof(float));
   if (ns) memcpy(out + np, ts_params_states(p), ns * sizeof(float));
   out[np + ns] = (float)ts_trainer_step(t);
-  *n_out = np + ns + 1;
+  memcpy(out + np + ns + 1, loss, sizeof loss);
+  *n_out = np + ns + 1 + STEPS * (sizeof(double) / sizeof(float));
   ts_trainer_free(t);
   return out;
 }
@@ -52,16 +68,21 @@ static void compare(const char *name, const char *yaml, const char *data, const 
   static const char *const modes[3] = {"none", "full", "selective"};
   float *w[3];
   for (int k = 0; k < 3; k++) w[k] = run(yaml, data, dir, modes[k], &n[k]);
+  size_t nl = 2 * STEPS; /* the losses (doubles) after the step */
   for (int k = 1; k < 3; k++)
     if (w[0] && w[k])
       CHECK_MSG(n[0] == n[k] && !memcmp(w[0], w[k], n[0] * sizeof(float)), "%s: recompute %s differs from none",
                 name, modes[k]);
-  if (w[0]) CHECK(w[0][n[0] - 1] == 4);
-  printf("%s: %zu values (parameters, states, step) bitwise equal across none/full/selective\n", name, n[0] - 1);
+  if (w[0]) CHECK(w[0][n[0] - nl - 1] == STEPS);
+  printf("%s (%s, %d rank%s): %zu values (parameters, states, step) and %d losses bitwise equal across "
+         "none/full/selective\n", name, g_size > 1 ? "data_parallel" : "stand_alone", g_size, g_size > 1 ? "s" : "",
+         n[0] - nl - 1, STEPS);
   for (int k = 0; k < 3; k++) free(w[k]);
 }
 
 int main(void) {
+  int rank;
+  ts_job_rank(&rank, &g_size);
   char dir[] = "/tmp/ts_recompute_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   char txt[400];
@@ -77,5 +98,5 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);
-  return ts_test_finish("test_recompute_train");
+  return ts_test_finish_job("test_recompute_train");
 }

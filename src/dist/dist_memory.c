@@ -1,0 +1,112 @@
+/* The memory one rank holds (include/tessera/dist.h, ts_dist_memory): every buffer a layout
+ * allocates for training, counted from the object's store, its optimizer-state sharding and its
+ * plans. A real job and a dry run of the same rank give the same figures: the trainer measures
+ * with this, `tessera plan` predicts with it and train.max_memory_mb is checked against it
+ * (docs/memory.md). A layout or sharding stage that allocates other buffers counts them here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/text.h"
+#include "dist_impl.h"
+
+/* Trainable elements whose gradients are reduced over several ranks (held by more than one). */
+static int reduced_numel(const ts_dist *d, size_t *out) {
+  const ts_dist_run *r = &d->r;
+  *out = 0;
+  if (!d->vt->world || r->size < 2) return TS_OK;
+  int *part = malloc(sizeof(int) * (size_t)r->size);
+  if (!part) return ts_error_set(TS_ENOMEM, "memory figures: out of memory");
+  for (int i = 0; i < ts_params_count(r->params); i++) {
+    if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
+    if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
+    int h = 0;
+    for (int k = 0; k < r->size; k++) h += part[k] == part[r->rank];
+    ts_shape s = ts_params_shape(r->params, i);
+    if (h > 1) *out += (size_t)ts_shape_numel(&s);
+  }
+  free(part);
+  return TS_OK;
+}
+
+/* Under optimizer_shard: the elements of the rank's optimizer work buffer (replicated + its parts),
+ * as the extent of a stateless optimizer over the store's parameters built through
+ * ts_dist_optim_create (the very cut the rank's optimizer gets, in a real job or a dry run). */
+static int zero_work(ts_dist *d, size_t *work) {
+  ts_params *p = d->r.params;
+  int np = ts_params_count(p), nseg = 0;
+  ts_optim_segment *segs = calloc((size_t)np + 1, sizeof *segs);
+  if (!segs) return ts_error_set(TS_ENOMEM, "memory figures: out of memory");
+  for (int i = 0; i < np; i++) {
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(p, i);
+    segs[nseg++] = (ts_optim_segment){ts_params_name(p, i), ts_params_offset(p, i), (size_t)ts_shape_numel(&s), 0};
+  }
+  ts_optim_config sgd = ts_optim_config_default(TS_OPTIM_SGD); /* no slots: nothing large allocated */
+  ts_optim *o = NULL;
+  int rc = ts_dist_optim_create(d, &sgd, segs, nseg, &o);
+  *work = rc ? 0 : ts_optim_extent(o);
+  ts_optim_free(o);
+  free(segs);
+  return rc;
+}
+
+int64_t ts_dist_memory_sum(const ts_dist_memory_info *m) {
+  return m->param_bytes + m->grad_bytes + m->optimizer_state_bytes + m->activation_bytes + m->eval_activation_bytes;
+}
+
+int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
+  memset(out, 0, sizeof *out);
+  const ts_dist_run *r = &d->r;
+  if (!r->params) return ts_error_set(TS_EINVAL, "ts_dist_memory: the model is not built (ts_dist_build)");
+  const int64_t f = (int64_t)sizeof(float);
+  int64_t n = (int64_t)ts_params_numel(r->params), ns = (int64_t)ts_params_state_numel(r->params);
+  /* the store: parameters, states, and the gradient buffer backward writes (ts_params_alloc) */
+  out->param_bytes = (n + ns) * f;
+  out->grad_bytes = n * f;
+  int64_t opt_elems = n; /* the rank's optimizer covers every trainable element of its store */
+  /* optimizer_shard (dist_zero.c): the optimizer works on [replicated][the rank's parts] (R + P):
+   * a copy of those parameters and their reduced gradients, and for stage 2 the reduced parts of
+   * a later micro-step (P) */
+  if (d->cfg.optimizer_shard) {
+    size_t work = 0, rep = 0;
+    int rc = zero_work(d, &work);
+    if (rc) return rc;
+    ts_dist_optim_sharded(d, &rep, NULL);
+    out->param_bytes += (int64_t)work * f;
+    out->grad_bytes += (int64_t)work * f;
+    if (d->cfg.optimizer_shard >= 2) out->grad_bytes += (int64_t)(work - rep) * f;
+    opt_elems = (int64_t)work;
+    /* STAGE 3 (parameter sharding): its store and gathered-parameter buffers go here */
+  }
+  /* accumulation over micro-steps: a whole-model buffer, except under optimizer_shard 2 where the
+   * rank's reduced part accumulates (the figure of the job, also in a dry run) */
+  if (d->cfg.accum > 1 && d->cfg.optimizer_shard < 2) out->accum_bytes = n * f;
+  out->grad_bytes += out->accum_bytes;
+  /* gradient compression: the reducer's wire copy of every gradient reduced over several ranks */
+  if (d->cfg.wire != TS_F32) {
+    size_t red = 0;
+    int rc = reduced_numel(d, &red);
+    if (rc) return rc;
+    out->grad_bytes += (int64_t)(red * ts_dtype_size(d->cfg.wire));
+  }
+  out->optimizer_state_bytes = (int64_t)(optim_slots > 0 ? optim_slots : 0) * opt_elems * f;
+  if (r->plan) out->activation_bytes = (int64_t)ts_plan_peak_bytes(r->plan);
+  if (r->plan_e) out->eval_activation_bytes = (int64_t)ts_plan_peak_bytes(r->plan_e);
+  out->total_bytes = ts_dist_memory_sum(out);
+  return TS_OK;
+}
+
+void ts_dist_memory_format(const ts_dist_memory_info *m, char *buf, size_t cap) {
+  char a[32], b[32], c[32], e[32], g[32], h[32], t[32];
+  size_t n = 0;
+  if (!cap) return;
+  buf[0] = 0;
+  ts__app(buf, cap, &n, "params %s, grads %s", ts__human_bytes((double)m->param_bytes, a, sizeof a),
+          ts__human_bytes((double)m->grad_bytes, b, sizeof b));
+  if (m->accum_bytes) ts__app(buf, cap, &n, " (accumulation %s)", ts__human_bytes((double)m->accum_bytes, h, sizeof h));
+  ts__app(buf, cap, &n, ", optimizer %s, activations %s (+ eval %s), total %s",
+          ts__human_bytes((double)m->optimizer_state_bytes, c, sizeof c),
+          ts__human_bytes((double)m->activation_bytes, e, sizeof e),
+          ts__human_bytes((double)m->eval_activation_bytes, g, sizeof g),
+          ts__human_bytes((double)ts_dist_memory_sum(m), t, sizeof t));
+}

@@ -1,0 +1,109 @@
+/* The trainer's memory figures (include/tessera/train.h, docs/memory.md): the rank's buffers
+ * measured where they were allocated (ts_trainer_memory), the train.max_memory_mb check before
+ * step 1 and in `tessera plan` (ts__train_memory_budget), and the fields of the metrics' end
+ * record with the maximum over the ranks (ts__train_memory_record). The per-buffer figures come
+ * from the distribution object (ts_dist_memory). */
+#include <string.h>
+
+#include "../base/text.h"
+#include "train_impl.h"
+
+int ts_trainer_memory(ts_trainer *t, ts_dist_memory_info *out) {
+  int rc = ts_dist_memory(t->dist, ts_optim_num_slots(t->opt), out);
+  if (rc) return rc;
+  /* what the trainer itself allocated: the optimizer's slots, the accumulation buffer, and the
+   * arenas the plans hold (ts_dist_memory has planned them if they were not yet) */
+  out->optimizer_state_bytes = ts_trainer_optim_state_numel(t) * (int64_t)sizeof(float);
+  int64_t acc = (int64_t)(t->acc_numel * sizeof(float));
+  out->grad_bytes += acc - out->accum_bytes;
+  out->accum_bytes = acc;
+  out->activation_bytes = (int64_t)ts_plan_arena_bytes(t->run->plan);
+  out->eval_activation_bytes = (int64_t)ts_plan_arena_bytes(t->run->plan_e);
+  out->total_bytes = ts_dist_memory_sum(out);
+  return TS_OK;
+}
+
+/* Settings that would cut m under c on `ranks` ranks, as a list ("" when none applies). */
+static void cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, char *buf, size_t cap) {
+  size_t n = 0;
+  char h[32];
+  buf[0] = 0;
+  int data = c->parallel.mode == TS_PARALLEL_DATA;
+  int accum = c->train.batch_size / (c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size);
+  if (m->optimizer_state_bytes > 0 && data && ranks > 1 && !c->parallel.optimizer_shard)
+    ts__app(buf, cap, &n, "parallel.optimizer_shard: 1 or 2 (the optimizer state, %s, split over the %d ranks)",
+            ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h), ranks);
+  else if (m->optimizer_state_bytes > 0 && (!data || ranks < 2) && !c->parallel.optimizer_shard)
+    ts__app(buf, cap, &n, "parallel.mode: data_parallel on several ranks with parallel.optimizer_shard (the "
+            "optimizer state, %s, split over them)", ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h));
+  if (data && ranks > 1 && c->parallel.optimizer_shard == 1 && accum > 1)
+    ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 2 (no whole-model accumulation buffer, %s)", n ? "; " : "",
+            ts__human_bytes((double)m->accum_bytes, h, sizeof h));
+  /* STAGE 3: parallel.optimizer_shard 3 (parameters and gradients split too) is suggested here
+   * when it lands */
+  if (c->model.recompute != TS_CFG_RECOMPUTE_FULL && m->activation_bytes > 0)
+    ts__app(buf, cap, &n, "%smodel.recompute: %s (the activations, %s)", n ? "; " : "",
+            c->model.recompute == TS_CFG_RECOMPUTE_NONE ? "full or selective" : "full",
+            ts__human_bytes((double)m->activation_bytes, h, sizeof h));
+  if (m->activation_bytes > 0)
+    ts__app(buf, cap, &n, "%sa smaller train.micro_batch_size (%d now; activations scale with it)", n ? "; " : "",
+            c->train.micro_batch_size);
+}
+
+int ts__train_memory_budget(const ts_config *c, const ts_dist_memory_info *m, int ranks, int max_over_ranks) {
+  double budget = c->train.max_memory_mb * 1024.0 * 1024.0;
+  int64_t need = ts_dist_memory_sum(m);
+  if (!(c->train.max_memory_mb > 0) || (double)need <= budget) return TS_OK;
+  char line[512], how[900], hn[32];
+  ts_dist_memory_format(m, line, sizeof line);
+  cuts(c, m, ranks, how, sizeof how);
+  return ts_error_set(TS_ECONFIG,
+                      "train.max_memory_mb: %g MiB per rank is less than the %s the plan needs %s (%s); "
+                      "settings that cut it: %s",
+                      c->train.max_memory_mb,
+                      ts__human_bytes((double)need, hn, sizeof hn),
+                      max_over_ranks ? "on the largest rank" : "on this rank", line,
+                      how[0] ? how : "none of parallel.optimizer_shard or model.recompute applies here");
+}
+
+/* The rank's figures, and with several ranks each field's maximum over them (collective). */
+static int job_max(ts_trainer *t, int64_t *v, int n) {
+  ts_comm *w = ts_dist_world(t->dist);
+  if (!w || t->run->size < 2) return TS_OK;
+  int rc = ts_comm_allreduce(w, v, v, (size_t)n, TS_I64, TS_REDUCE_MAX);
+  return rc ? ts_error_wrap(rc, "memory figures: the maximum over the ranks") : TS_OK;
+}
+
+int ts__train_memory_check(ts_trainer *t) {
+  const ts_config *c = &t->cfg;
+  if (!(c->train.max_memory_mb > 0)) return TS_OK;
+  ts_dist_memory_info m;
+  int rc = ts_dist_memory(t->dist, ts_optim_kind_num_slots(c->optimizer.name), &m);
+  if (rc) return rc;
+  /* every rank decides on the largest rank's figures, so the ranks refuse together */
+  int64_t v[7] = {m.param_bytes, m.grad_bytes, m.accum_bytes, m.optimizer_state_bytes, m.activation_bytes,
+                  m.eval_activation_bytes, m.total_bytes};
+  if ((rc = job_max(t, v, 7))) return rc;
+  m = (ts_dist_memory_info){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+  return ts__train_memory_budget(c, &m, t->run->size, t->run->size > 1);
+}
+
+int ts__train_memory_record(ts_trainer *t, char *buf, size_t cap) {
+  ts_dist_memory_info m;
+  int rc = ts_trainer_memory(t, &m);
+  if (rc) return rc;
+  int64_t rss = ts_mem_peak_rss();
+  int64_t v[7] = {m.param_bytes, m.grad_bytes, m.optimizer_state_bytes, m.activation_bytes, m.eval_activation_bytes,
+                  m.total_bytes, rss};
+  size_t n = 0;
+  static const char *const name[7] = {"param_bytes", "grad_bytes", "optimizer_state_bytes", "activation_peak_bytes",
+                                      "eval_activation_bytes", "memory_total_bytes", "peak_rss_bytes"};
+  buf[0] = 0;
+  for (int k = 0; k < 7; k++) ts__app(buf, cap, &n, "\"%s\":%lld,", name[k], (long long)v[k]);
+  if (t->run->size < 2 || !t->job_metrics) return TS_OK;
+  if ((rc = job_max(t, v, 7))) return rc;
+  ts__app(buf, cap, &n, "\"memory_max_over_ranks\":{\"ranks\":%d", t->run->size);
+  for (int k = 0; k < 7; k++) ts__app(buf, cap, &n, ",\"%s\":%lld", name[k], (long long)v[k]);
+  ts__app(buf, cap, &n, "},");
+  return TS_OK;
+}
