@@ -272,6 +272,10 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
 int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes);
 /* Trainable parameters of the whole model (not only this rank's slices). */
 int64_t ts_dist_num_params(const ts_dist *d);
+/* The arenas of the rank's training and evaluation plans, summed over every plan it runs (a
+ * pipeline holds one training plan per micro-batch in flight): planned sizes (measured = 0) or
+ * the memory the plans hold (measured = 1, ts_plan_arena_bytes). */
+void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
 /* The strategies in force (semi_auto_parallel; NULL for layouts without operator strategies). */
 const ts_strategy_set *ts_dist_strategies(const ts_dist *d);
 /* Bytes one rank sends per micro-step through the collectives of its training graph: forward ops

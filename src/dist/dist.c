@@ -451,6 +451,10 @@ int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
   int rc = d->vt->describe ? d->vt->describe(d, out) : TS_OK;
   /* gradient reduction: each parameter over the ranks holding its slice (ring all-reduce) */
   double red = 0;
+  if (d->pipe) { /* over the stage's replicas (ts__pipe_reduce_bytes) */
+    *reduce_bytes = ts__pipe_reduce_bytes(d);
+    return rc;
+  }
   int *part = malloc(sizeof(int) * (size_t)r->size);
   if (!part) return ts_error_set(TS_ENOMEM, "plan: out of memory");
   for (int i = 0; !rc && i < ts_params_count(r->params); i++) {
@@ -464,6 +468,16 @@ int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
   free(part);
   *reduce_bytes = red;
   return rc;
+}
+
+void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
+  if (d->pipe) {
+    ts__pipe_activation_bytes(d, measured, train, eval);
+    return;
+  }
+  const ts_dist_run *r = &d->r;
+  *train = !r->plan ? 0 : (int64_t)(measured ? ts_plan_arena_bytes(r->plan) : ts_plan_peak_bytes(r->plan));
+  *eval = !r->plan_e ? 0 : (int64_t)(measured ? ts_plan_arena_bytes(r->plan_e) : ts_plan_peak_bytes(r->plan_e));
 }
 
 void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd) {

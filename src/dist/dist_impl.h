@@ -70,6 +70,11 @@ struct ts_dist {
 
 extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;
+/* The arenas of every plan a pipeline rank holds (ts_dist_activation_bytes). */
+void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
+/* Bytes a pipeline rank sends per step reducing gradients: ring all-reduce over the stage's
+ * replicas, and the parameters several stages hold summed over the pipeline. */
+double ts__pipe_reduce_bytes(const ts_dist *d);
 
 /* The model builder with this object's rank, size and groups. */
 int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);

@@ -90,8 +90,7 @@ int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
     out->grad_bytes += (int64_t)(red * ts_dtype_size(d->cfg.wire));
   }
   out->optimizer_state_bytes = (int64_t)(optim_slots > 0 ? optim_slots : 0) * opt_elems * f;
-  if (r->plan) out->activation_bytes = (int64_t)ts_plan_peak_bytes(r->plan);
-  if (r->plan_e) out->eval_activation_bytes = (int64_t)ts_plan_peak_bytes(r->plan_e);
+  ts_dist_activation_bytes(d, 0, &out->activation_bytes, &out->eval_activation_bytes);
   out->total_bytes = ts_dist_memory_sum(out);
   return TS_OK;
 }

@@ -480,6 +480,31 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
   return rc;
 }
 
+void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
+  const struct ts__pipe *pp = d->pipe;
+  *train = *eval = 0;
+  for (int cc = 0; cc < pp->V; cc++) {
+    const pchunk *ch = &pp->ch[cc];
+    for (int k = 0; ch->plan && k < ch->K; k++)
+      if (ch->plan[k]) *train += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan[k]) : ts_plan_peak_bytes(ch->plan[k]));
+    if (ch->plan_e) *eval += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan_e) : ts_plan_peak_bytes(ch->plan_e));
+  }
+}
+
+double ts__pipe_reduce_bytes(const ts_dist *d) {
+  const struct ts__pipe *pp = d->pipe;
+  ts_params *p = d->r.params;
+  double red = 0, tied = 0;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(p, i);
+    double b = 4.0 * (double)ts_shape_numel(&s);
+    if (pp->dp > 1) red += 2.0 * (pp->dp - 1) / pp->dp * b;
+    if (pp->tied[i]) tied += 2.0 * (pp->P - 1) / pp->P * b;
+  }
+  return red + tied;
+}
+
 /* ---- tessera plan ---- */
 static int describe_pipe(ts_dist *d, FILE *out) {
   struct ts__pipe *pp = d->pipe;

@@ -17,8 +17,7 @@ int ts_trainer_memory(ts_trainer *t, ts_dist_memory_info *out) {
   int64_t acc = (int64_t)(t->acc_numel * sizeof(float));
   out->grad_bytes += acc - out->accum_bytes;
   out->accum_bytes = acc;
-  out->activation_bytes = (int64_t)ts_plan_arena_bytes(t->run->plan);
-  out->eval_activation_bytes = (int64_t)ts_plan_arena_bytes(t->run->plan_e);
+  ts_dist_activation_bytes(t->dist, 1, &out->activation_bytes, &out->eval_activation_bytes);
   out->total_bytes = ts_dist_memory_sum(out);
   return TS_OK;
 }

@@ -115,14 +115,14 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
     if (r->data_parts > 1)
       snprintf(piece, sizeof piece, "the batch cut in %d pieces; this rank reads piece %d", r->data_parts,
                r->data_index);
-    int64_t mb = cfg->train.micro_batch_size;
+    int64_t mb = r->micro_batch * r->data_parts; /* global rows of one micro-step */
     fprintf(b, "plan: %s on %s, %s on %d devices, rank %d shown; micro-batch %lld (%s)\n\n",
             model ? "custom model" : ts_model_kind_name(cfg->model.name), ts_data_kind_name(cfg->data.name),
             ts_dist_name(x.vt), ndevices, rank, (long long)mb, piece);
     double red = 0;
     rc = ts_dist_describe(d, b, &red);
     if (!rc) {
-      int64_t accum = cfg->train.batch_size / cfg->train.micro_batch_size, fwd, bwd;
+      int64_t accum = cfg->train.batch_size / (mb > 0 ? mb : 1), fwd, bwd;
       ts_dist_comm_bytes(d, &fwd, &bwd);
       double pb, pb1, arena, arena1;
       figures(d, &pb, &arena);

@@ -1,0 +1,208 @@
+/* Pipeline parallel (parallel.pipeline_stages) against one process, under mpirun -n 2 and 4:
+ * the zoo's GPT (tied embeddings: the table on the first and the last stage) and ResNet-20 cut
+ * into stages, with gpipe, 1f1b and interleaved_1f1b schedules, 1 to 8 micro-batches, data
+ * parallel replicas of each stage (PP2 x DP2 on 4 ranks), gradient clipping by the global norm
+ * over the stages: every step's loss within 1e-5 relative of the single process with the same
+ * global batch cut into the same micro-batches, the final parameters within 1e-5 (the pipeline's
+ * whole-model checkpoint loaded into a one-process trainer), the evaluation the same, and the
+ * same configuration twice bitwise identical. Bad stage assignments are refused before anything
+ * runs, naming the key. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/comm.h"
+#include "tessera/train.h"
+#include "test_util.h"
+
+#define STEPS 6
+
+typedef struct {
+  double loss[STEPS + 1];
+} rec;
+static int rec_cb(ts_trainer *t, const ts_step_info *s, void *u) {
+  (void)t;
+  rec *r = u;
+  if (s->step >= 1 && s->step <= STEPS) r->loss[s->step] = s->loss;
+  return TS_OK;
+}
+
+static char text_path[256];
+
+static int make(const char *model, const char *const *sets, int nsets, ts_trainer **t) {
+  char y[2048];
+  if (!strcmp(model, "gpt"))
+    snprintf(y, sizeof y,
+             "model: {name: gpt, n_layer: 4, n_head: 2, n_embd: 32, block_size: 16, vocab_size: 256, dropout: 0.0, "
+             "tie_weights: true}\n"
+             "data: {name: text, path: '%s', seq_len: 16, val_fraction: 0.1, transforms: []}\n"
+             "train: {steps: %d, batch_size: 16, seed: 5, eval_every: -1}\n"
+             "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.01, clip_grad_norm: 0.5}\n"
+             "log: {progress: off}\n",
+             text_path, STEPS);
+  else
+    snprintf(y, sizeof y,
+             "model: {name: resnet, depth: 20}\n"
+             "data: {name: fashion_mnist, path: '%s', train_limit: 512, test_limit: 128, num_workers: 1,\n"
+             "       transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]}\n"
+             "train: {steps: %d, batch_size: 16, seed: 3, eval_every: -1}\n"
+             "optimizer: {name: momentum, lr: 0.05, momentum: 0.9}\n"
+             "log: {progress: off}\n",
+             ts_test_fashion_mnist_dir(), STEPS);
+  ts_config cfg;
+  int rc = ts_config_load_string(y, "pipe-test.yaml", sets, nsets, &cfg);
+  if (!rc) rc = ts_trainer_create(&cfg, t);
+  return rc;
+}
+
+/* Trains; saves the whole model to `save` if not NULL; the evaluation at the end into *ev. */
+static int train(const char *model, const char *const *sets, int nsets, rec *r, const char *save, ts_eval_info *ev) {
+  ts_trainer *t = NULL;
+  int rc = make(model, sets, nsets, &t);
+  CHECK_MSG(rc == TS_OK, "%s: %s", model, ts_last_error());
+  if (rc) return rc;
+  ts_callback cb = {"rec", rec_cb, NULL, NULL, NULL, r};
+  ts_trainer_add_callback(t, &cb);
+  CHECK_OK(rc = ts_trainer_fit(t));
+  if (!rc) CHECK_OK(rc = ts_trainer_evaluate(t, ev));
+  if (!rc && save) CHECK_OK(rc = ts_trainer_save(t, save));
+  ts_trainer_free(t);
+  return rc;
+}
+
+/* The parameters of a one-process trainer of `model` loaded from `path` (NULL: as trained by
+ * ref_sets), into a malloc'd copy. */
+static float *params_of(const char *model, const char *const *sets, int nsets, const char *path, size_t *n,
+                        int trainable_only) {
+  ts_trainer *t = NULL;
+  if (make(model, sets, nsets, &t)) return NULL;
+  if (path) CHECK_OK(ts_trainer_load(t, path, 1, 0));
+  ts_params *p = ts_trainer_params(t);
+  *n = ts_params_numel(p) + (trainable_only ? 0 : ts_params_state_numel(p));
+  float *out = malloc(sizeof(float) * (*n + 1));
+  memcpy(out, ts_params_data(p), sizeof(float) * ts_params_numel(p));
+  if (!trainable_only) memcpy(out + ts_params_numel(p), ts_params_states(p), sizeof(float) * ts_params_state_numel(p));
+  ts_trainer_free(t);
+  return out;
+}
+
+/* One pipeline layout against the single process: P stages x dp replicas, schedule, M, V. */
+static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V) {
+  int rank = ts_comm_rank(w), N = ts_comm_size(w), dp = N / P;
+  char what[160], s1[64], s2[64], s3[64], s4[64], s5[64], path[256], refp[256];
+  snprintf(what, sizeof what, "%s PP%d x DP%d %s M=%d V=%d", model, P, dp, sched, M, V);
+  snprintf(path, sizeof path, "/tmp/ts_test_pipe_%d.safetensors", (int)getppid());
+  snprintf(refp, sizeof refp, "/tmp/ts_test_pipe_ref_%d.safetensors", (int)getppid());
+  snprintf(s1, sizeof s1, "parallel.pipeline_stages=%d", P);
+  snprintf(s2, sizeof s2, "parallel.pipeline_schedule=%s", sched);
+  snprintf(s3, sizeof s3, "parallel.micro_batches=%d", M);
+  snprintf(s4, sizeof s4, "parallel.virtual_stages=%d", V);
+  /* The single process's micro-batches are the replicas' micro-batches (16 / (M * dp) rows each,
+   * BatchNorm statistics over each). BatchNorm's running statistics then follow a different
+   * sequence of updates (each replica its own, averaged before evaluation and checkpoints):
+   * with replicas, ResNet's trainable parameters and losses are compared, not its statistics
+   * and evaluation. */
+  int bnrep = strcmp(model, "gpt") != 0 && dp > 1;
+  snprintf(s5, sizeof s5, "train.micro_batch_size=%d", 16 / (M * dp));
+  const char *pipe[] = {"parallel.mode=data_parallel", s1, s2, s3, s4};
+  const char *ref[] = {s5};
+  rec ra, rb, rc2;
+  memset(&ra, 0, sizeof ra);
+  memset(&rb, 0, sizeof rb);
+  memset(&rc2, 0, sizeof rc2);
+  ts_eval_info ea, eb, ec;
+  /* the reference on rank 0 alone (one process, no collectives) */
+  if (rank == 0) train(model, ref, 1, &ra, refp, &ea);
+  train(model, pipe, 5, &rb, path, &eb);
+  train(model, pipe, 5, &rc2, NULL, &ec);
+  ts_comm_barrier(w); /* rank 0 has written the checkpoint */
+  if (rank == 0) {
+    double worst = 0;
+    for (int k = 1; k <= STEPS; k++) {
+      CHECK_MSG(ra.loss[k] > 0 && rb.loss[k] > 0, "%s: no loss at step %d", what, k);
+      double r = fabs(ra.loss[k] - rb.loss[k]) / fabs(ra.loss[k]);
+      worst = r > worst ? r : worst;
+      CHECK_MSG(rb.loss[k] == rc2.loss[k], "%s: step %d not bitwise repeatable: %.9g vs %.9g", what, k, rb.loss[k],
+                rc2.loss[k]);
+    }
+    CHECK_MSG(worst <= 1e-5, "%s: loss rel diff %.3g", what, worst);
+    size_t na = 0, nb = 0, wi = 0;
+    float *pa = params_of(model, ref, 1, refp, &na, bnrep), *pb = params_of(model, ref, 1, path, &nb, bnrep);
+    CHECK(pa && pb && na == nb);
+    double ratio = pa && pb ? ts_test_close(pb, pa, na, 1e-5, 1e-5, &wi) : 9;
+    CHECK_MSG(ratio <= 1, "%s: parameters differ at %zu: %.8g vs %.8g", what, wi, pb ? pb[wi] : 0, pa ? pa[wi] : 0);
+    if (!bnrep) {
+      CHECK_MSG(fabs(ea.loss - eb.loss) <= 1e-5 * fabs(ea.loss) && fabs(ea.top1 - eb.top1) <= 1.0 / (double)ea.samples,
+                "%s: evaluation %.7g / %.4f vs %.7g / %.4f", what, eb.loss, eb.top1, ea.loss, ea.top1);
+    }
+    CHECK_MSG(eb.loss == ec.loss && eb.top1 == ec.top1, "%s: evaluation not repeatable", what);
+    printf("%-44s loss rel %.1e, params within 1e-5 (ratio %.2f), eval %.5f/%.4f vs %.5f/%.4f\n", what, worst, ratio,
+           eb.loss, eb.top1, ea.loss, ea.top1);
+    free(pa);
+    free(pb);
+    unlink(path);
+    unlink(refp);
+  }
+  ts_comm_barrier(w);
+}
+
+static void refused(const char *const *sets, int n, const char *key) {
+  ts_trainer *t = NULL;
+  int rc = make("gpt", sets, n, &t);
+  CHECK_MSG(rc == TS_ECONFIG && strstr(ts_last_error(), key), "%s: rc %d '%s'", key, rc, ts_last_error());
+  ts_trainer_free(t);
+}
+
+int main(int argc, char **argv) {
+  CHECK_OK(ts_comm_init(&argc, &argv));
+  ts_comm *w;
+  CHECK_OK(ts_comm_world(&w));
+  int rank = ts_comm_rank(w), N = ts_comm_size(w);
+  if (N < 2) {
+    ts_test_skip("pipelines need 2 or more ranks (run under mpirun -n 2 or 4)");
+    return ts_test_finish_job("test_pipe");
+  }
+  snprintf(text_path, sizeof text_path, "/tmp/ts_test_pipe_%d.txt", (int)getppid());
+  if (rank == 0) { /* a deterministic text of 24 KiB */
+    FILE *f = fopen(text_path, "w");
+    uint32_t s = 12345;
+    for (int i = 0; f && i < 24576; i++) {
+      s = s * 1103515245u + 12345u;
+      fputc("etaoin shrdlu cmfwyp\n"[(s >> 16) % 21], f);
+    }
+    if (f) fclose(f);
+  }
+  ts_comm_barrier(w);
+  /* GPT: 2 stages on 2 ranks, or 4 stages and 2 x 2 on 4 */
+  compare(w, "gpt", 2, "gpipe", 1, 1);
+  compare(w, "gpt", 2, "1f1b", 4, 1);
+  if (N == 2) {
+    compare(w, "gpt", 2, "gpipe", 4, 1);
+    compare(w, "gpt", 2, "1f1b", 8, 1);
+    compare(w, "gpt", 2, "interleaved_1f1b", 4, 2);
+  }
+  if (N == 4) {
+    compare(w, "gpt", 4, "1f1b", 4, 1);
+    compare(w, "gpt", 4, "gpipe", 8, 1);
+    compare(w, "gpt", 4, "1f1b", 8, 1);
+  }
+  /* ResNet-20 one replica per stage (with replicas, BatchNorm's micro-batch statistics group
+   * rows differently from one process; GPT covers PP x DP) */
+  if (ts_test_have_fashion_mnist()) compare(w, "resnet", N, N == 2 ? "1f1b" : "gpipe", N == 2 ? 2 : 4, 1);
+  /* bad input, refused before anything runs */
+  const char *empty[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=2", "parallel.stages={transformer: 0}"};
+  refused(empty, 3, "parallel.stages");
+  const char *twice[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=2",
+                         "parallel.stages={transformer.h.0: 0, transformer.h.*: 1}"};
+  refused(twice, 3, "parallel.stages");
+  const char *nodiv[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=3"};
+  if (N % 3) refused(nodiv, 2, "parallel.pipeline_stages");
+  const char *inter[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=2",
+                         "parallel.pipeline_schedule=interleaved_1f1b", "parallel.virtual_stages=2",
+                         "parallel.micro_batches=1"};
+  refused(inter, 5, "parallel.micro_batches");
+  ts_comm_barrier(w);
+  if (rank == 0) unlink(text_path);
+  return ts_test_finish_job("test_pipe");
+}
