@@ -213,6 +213,10 @@ int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t s
 /* Runs the evaluation graph on one batch x (eval_batch rows; the rank feeds its eval_index piece)
  * and points *logits at the whole batch's logits (r->logits_shape), valid until the next call. */
 int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits);
+/* A pipeline's last step on this rank: the schedule's wall time, its idle part (the bubble: wall
+ * time minus forward/backward compute) and the time blocked in receives, in seconds; 0 for
+ * layouts without a pipeline (returns 0), else returns 1. */
+int ts_dist_pipeline_times(const ts_dist *d, double *wall, double *bubble, double *recv_wait);
 /* Time spans the layout reports (gradient accumulation, pipeline p2p waits): fn(name, comm, t0,
  * t1, user) with comm = 1 for time spent waiting on other ranks. NULL to stop. */
 typedef void (*ts_dist_span_fn)(const char *name, int comm, double t0, double t1, void *user);

@@ -34,6 +34,11 @@ typedef struct {
   /* log.profile on and the step recorded (profiled = 1): the step broken down, in ms */
   int profiled;
   double data_ms, forward_ms, backward_ms, optimizer_ms, comm_exposed_ms;
+  /* pipeline (parallel.pipeline_stages > 1): this rank's idle time within the schedule (the
+   * bubble: the schedule's wall time minus its forward/backward compute) and the part of it
+   * spent blocked in receives, in ms, and the bubble as a fraction of the schedule's time */
+  int pipelined;
+  double bubble_ms, p2p_wait_ms, bubble_fraction;
 } ts_step_info;
 
 typedef struct {

@@ -49,7 +49,9 @@ struct ts__pipe {
   float *logits;
   size_t logits_n;
   int64_t p2p_bytes;      /* per micro-batch, forward activations sent by the rank */
-  double wait_s;          /* p2p wait of the last step (blocking receives) */
+  /* the last step: schedule wall time, compute (forward/backward ops minus receive waits),
+   * receive waits (a plan hook times RECV nodes) */
+  double wall_s, busy_s, wait_s, recv_t0;
 };
 
 static int pipe_fail(const char *what, int rc) { return ts_error_wrap(rc, "pipeline: %s", what); }
@@ -89,6 +91,22 @@ static int grad_ranges(ts_params *p, const ts_graph *g, pchunk *c) {
   return TS_OK;
 }
 
+/* Times the blocking receives of the pipeline's plans. */
+static void recv_hook(const ts_hook_info *e, void *user) {
+  struct ts__pipe *pp = user;
+  if (!e->op_name || strcmp(e->op_name, "recv")) return;
+  if (e->event == TS_HOOK_NODE_BEGIN) pp->recv_t0 = ts_time_now();
+  else if (e->event == TS_HOOK_NODE_END) pp->wait_s += ts_time_now() - pp->recv_t0;
+}
+
+int ts_dist_pipeline_times(const ts_dist *d, double *wall, double *bubble, double *recv_wait) {
+  const struct ts__pipe *pp = d->pipe;
+  *wall = pp ? pp->wall_s : 0;
+  *bubble = pp ? pp->wall_s - pp->busy_s : 0;
+  *recv_wait = pp ? pp->wait_s : 0;
+  return pp != NULL;
+}
+
 static int build_chunk_plans(ts_dist *d, pchunk *c) {
   ts_params *p = d->r.params;
   ts_val keep[1024];
@@ -103,7 +121,8 @@ static int build_chunk_plans(ts_dist *d, pchunk *c) {
   c->inst_of = malloc(sizeof(int) * (size_t)d->pipe->M);
   if (!c->plan || !c->free_inst || !c->inst_of) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   for (int k = 0; k < c->K; k++)
-    if ((rc = ts_plan_create(c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])))
+    if ((rc = ts_plan_create(c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
+        (rc = ts_plan_add_hook(c->plan[k], recv_hook, d->pipe)))
       return rc;
   ts_val ke[TS_STAGE_MAX_EDGES * 2 + 1];
   int nke = 0;
@@ -294,7 +313,8 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
   float *grads = ts_params_grads(r->params);
   const ts_sched_op *ops;
   int nops = ts_schedule_ops(pp->sched, pp->stage, &ops), rc = TS_OK;
-  double sum = 0;
+  double sum = 0, t_begin = ts_time_now(), busy = 0;
+  pp->wait_s = 0;
   for (int cc = 0; cc < pp->V; cc++) {
     pchunk *ch = &pp->ch[cc];
     ch->nfree = ch->K;
@@ -317,6 +337,7 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
         rc = ts_plan_bind(ch->plan[k], ch->sg.y, (char *)y + (size_t)mi * (size_t)r->micro_batch * ys);
       if (!rc) rc = ts_plan_run_range(ch->plan[k], seed, 0, ch->sg.nfwd);
       if (!rc && ch->sg.out != TS_NONE) sum += *(const float *)ts_plan_data(ch->plan[k], ch->sg.out);
+      busy += ts_time_now() - t0;
       span(d, "pipeline_forward", 0, t0);
     } else {
       int k = ch->inst_of[mi];
@@ -324,6 +345,7 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
       rc = ts_plan_run_range(ch->plan[k], seed, ch->sg.nfwd, -1);
       ch->free_inst[ch->nfree++] = k;
       ch->inst_of[mi] = -1;
+      busy += ts_time_now() - t0;
       span(d, "pipeline_backward", 0, t0);
       if (rc || pp->M < 2) continue;
       double ta = ts_time_now();
@@ -342,9 +364,8 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
     if (rc) rc = ts_error_wrap(rc, "pipeline stage %d, %s of micro-batch %d", op->chunk * pp->P + pp->stage,
                                op->bwd ? "backward" : "forward", mi);
   }
-  double tf = ts_time_now();
-  if (!rc && d->world) rc = ts_comm_flush_sends(pp->p2p);
-  span(d, "pipeline_p2p_flush", 1, tf);
+  pp->wall_s = ts_time_now() - t_begin;
+  pp->busy_s = busy - pp->wait_s; /* the ops' time minus their blocked receives */
   *loss = sum / (double)pp->M;
   *g = pp->M > 1 ? acc : grads;
   return rc;
@@ -353,6 +374,12 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
 static int reduce_pipe(ts_dist *d, float *g) {
   struct ts__pipe *pp = d->pipe;
   ts_params *p = d->r.params;
+  /* the step's last sends (gradients to the previous stage) complete while the stage's replicas
+   * reduce; wait for them before the next step reuses nothing but their copies */
+  double tf = ts_time_now();
+  int frc = pp->p2p ? ts_comm_flush_sends(pp->p2p) : TS_OK;
+  span(d, "pipeline_p2p_flush", 1, tf);
+  if (frc) return ts_error_wrap(frc, "pipeline: completing the step's sends");
   size_t n = 0;
   for (int i = 0; i < ts_params_count(p); i++)
     if (pp->tied[i]) {

@@ -78,6 +78,9 @@ int ts__progress_step(ts__progress *p, const ts_step_info *s) {
             "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,\"samples_per_s\":%.1f,",
             (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, s->step_ms,
             s->comm_wait_ms, s->samples_per_s);
+    if (s->pipelined) /* this rank's schedule: idle time and blocked receives */
+      fprintf(p->metrics, "\"bubble_ms\":%.3f,\"bubble_fraction\":%.4f,\"p2p_wait_ms\":%.3f,", s->bubble_ms,
+              s->bubble_fraction, s->p2p_wait_ms);
     if (s->profiled) /* log.profile: the step broken down */
       fprintf(p->metrics,
               "\"data_ms\":%.3f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"

@@ -547,6 +547,12 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
   double t0 = ts_time_now();
   rc = ts_dist_step_end(t->dist, g, &loss, &info->comm_wait_ms);
+  double wall, bubble, recv_wait;
+  if ((info->pipelined = ts_dist_pipeline_times(t->dist, &wall, &bubble, &recv_wait))) {
+    info->bubble_ms = 1e3 * bubble;
+    info->p2p_wait_ms = 1e3 * recv_wait;
+    info->bubble_fraction = wall > 0 ? bubble / wall : 0;
+  }
   if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
   double t1 = ts_time_now();
   if (r->size > 1) ts__tprof_span(t->prof, "grad_reduce_wait", TS_PROF_COMM, t0, t1);
