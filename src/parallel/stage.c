@@ -1,11 +1,13 @@
 /* Pipeline stage cuts (include/tessera/stage.h): assigning nodes to pieces, and building one
  * piece's graph with SEND/RECV on its cut edges. Pure: graphs and stores only. */
 #include <float.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/text.h"
 #include "tessera/graph_ir.h"
+#include "tessera/parallel.h"
 #include "tessera/stage.h"
 
 /* ---- assignment ---- */
@@ -100,9 +102,21 @@ static int assign_rules(const ts_graph *g, int npieces, const ts_stage_rule *rul
   for (int j = 0; j < n; j++) {
     piece[j] = -1;
     who[j] = -1;
-    const char *nm = ts_graph_node_name(g, j);
+    /* the operator's name as parallel.strategies and `tessera plan` write it; a pattern of k
+     * parts matches its first k parts ("transformer.h.0" covers the block) */
+    char nm[512], cut[512];
+    ts_parallel_op_key(g, j, nm, sizeof nm);
     for (int r = 0; r < nrules; r++) {
-      if (!ts__name_match(rules[r].pattern, nm)) continue;
+      int parts = 1;
+      for (const char *c = rules[r].pattern; *c; c++) parts += *c == '.';
+      snprintf(cut, sizeof cut, "%s", nm);
+      int seen = 1;
+      for (char *c = cut; *c; c++)
+        if (*c == '.' && ++seen > parts) {
+          *c = 0;
+          break;
+        }
+      if (seen < parts || !ts__name_match(rules[r].pattern, cut)) continue;
       used[r] = 1;
       if (piece[j] >= 0 && piece[j] != rules[r].piece) {
         int rc = ts_error_set(TS_ECONFIG,
