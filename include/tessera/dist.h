@@ -143,6 +143,7 @@ typedef struct {
   /* pipeline parallel (layout "pipeline", src/dist/dist_pipe.c): stages > 1; accum is then the
    * number of micro-batches; data parallel over the ranks / stages replicas of each stage */
   int pipeline_stages;
+  int pipeline_semi;      /* semi_auto_parallel inside each stage (else data parallel replicas) */
   int pipeline_schedule;  /* ts_sched_kind */
   int virtual_stages;
   int n_stage_rules;      /* parallel.stages: pattern -> stage */

@@ -70,9 +70,10 @@ int ts_cli_train(int argc, char **argv) {
     char where[160] = "";
     int64_t all = ts_trainer_num_params(t), mine = (int64_t)ts_params_numel(ts_trainer_params(t));
     if (ts_trainer_world_size(t) > 1 && cfg.parallel.pipeline_stages > 1)
-      snprintf(where, sizeof where, ", pipeline of %d stages x %d %s replicas (%s, %d micro-batches) on %d ranks",
+      snprintf(where, sizeof where, ", pipeline of %d stages x %d %s %s (%s, %d micro-batches) on %d ranks",
                cfg.parallel.pipeline_stages, ts_trainer_world_size(t) / cfg.parallel.pipeline_stages,
                ts_parallel_mode_name(cfg.parallel.mode),
+               cfg.parallel.mode == TS_PARALLEL_SEMI_AUTO ? "ranks" : "replicas",
                cfg.parallel.pipeline_schedule == 0 ? "gpipe" : cfg.parallel.pipeline_schedule == 1 ? "1f1b" : "interleaved_1f1b",
                cfg.parallel.micro_batches ? cfg.parallel.micro_batches : cfg.train.batch_size / cfg.train.micro_batch_size,
                ts_trainer_world_size(t));

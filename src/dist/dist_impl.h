@@ -89,6 +89,10 @@ int ts__dist_plans(ts_dist *d);
 /* Parameter broadcast (refused when parameters are sliced), then the reduction of the gradients
  * of parameters several ranks hold (sum, or mean by d->reduce_mean), attached for overlap. */
 int ts__dist_start_world(ts_dist *d);
+/* One sharded entry i of lp between the rank's slice l and the whole tensor w: gather = 1
+ * all-gathers every rank's slice over c (N ranks: the layout's devices) into w; 0 cuts rank
+ * `rank`'s slice out of w (local). */
+int ts__dist_move_slices(ts_comm *c, int N, int rank, ts_params *lp, int i, float *l, float *w, int gather);
 /* Global-norm clipping over slices: each parameter counted once over the ranks holding it. */
 int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm);
 

@@ -38,11 +38,17 @@ typedef struct {
 
 struct ts__pipe {
   int P, V, dp, stage, dpi, M;
+  int semi, sub, j;       /* semi_auto inside the stages: each stage's `sub` ranks cut it by the
+                             strategies (this rank is j of them); else data-parallel replicas */
+  const ts_graph *cg, *cge; /* the graphs cut into pieces: the whole model's, or the pass's rank graphs */
+  ts_params *cp;          /* their store */
+  float *holders_w;       /* per rank-store entry: 1 / the ranks of a stage holding the same slice */
   ts_schedule *sched;
   pchunk ch[MAX_CHUNKS];
   int *piece, *piece_e;   /* of the whole training / evaluation graph's nodes */
   int last_piece_e;       /* piece computing the logits */
-  ts_comm *pp, *p2p, *dpc;
+  ts_comm *pp, *p2p, *dpc; /* pipeline group, its p2p copy, the stage's group (replicas, or its
+                             semi_auto ranks) */
   int *owner;             /* per whole-store entry: the stage holding it first (checkpoints) */
   int *tied;              /* per rank-store entry: 1 if other stages hold it too */
   int *count_once;        /* per rank-store entry: 1 if this rank counts it in the norm */
@@ -52,6 +58,7 @@ struct ts__pipe {
   /* the last step: schedule wall time, compute (forward/backward ops minus receive waits),
    * receive waits (a plan hook times RECV nodes) */
   double wall_s, busy_s, wait_s, recv_t0;
+  float semi_seed;
 };
 
 static int pipe_fail(const char *what, int rc) { return ts_error_wrap(rc, "pipeline: %s", what); }
@@ -63,8 +70,9 @@ static int check_pipe(const ts_dist_config *c, const ts_dist_model *m) {
   if (m && m->custom)
     return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: models written per rank (hybrid_parallel) cannot be "
                         "cut into stages; build the whole model");
-  if (c->full_batch)
-    return ts_error_set(TS_ECONFIG, "parallel.full_batch: not available with parallel.pipeline_stages");
+  if (c->full_batch && !c->pipeline_semi)
+    return ts_error_set(TS_ECONFIG, "parallel.full_batch: with parallel.pipeline_stages under data_parallel the "
+                        "stage's replicas read different rows; full_batch is for semi_auto_parallel stages");
   if (c->optimizer_shard)
     return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: not available with parallel.pipeline_stages yet");
   if (c->virtual_stages > MAX_CHUNKS)
@@ -145,9 +153,18 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   pp->P = P;
   pp->V = V;
   pp->M = (int)c->accum;
-  pp->dp = r->size / P;
-  pp->stage = r->rank % P;
-  pp->dpi = r->rank / P;
+  pp->semi = c->pipeline_semi;
+  if (pp->semi) { /* (pp, stage's ranks): a stage's ranks are neighbours */
+    pp->sub = r->size / P;
+    pp->dp = 1;
+    pp->stage = r->rank / pp->sub;
+    pp->j = r->rank % pp->sub;
+  } else { /* (dp, pp): the replicas of a stage are P ranks apart */
+    pp->sub = 1;
+    pp->dp = r->size / P;
+    pp->stage = r->rank % P;
+    pp->dpi = r->rank / P;
+  }
   if ((rc = ts_schedule_create((ts_sched_kind)c->pipeline_schedule, P, pp->M, V, &pp->sched))) return rc;
   if ((rc = ts_schedule_check(pp->sched))) return pipe_fail("the schedule", rc);
   if (c->micro_batch % pp->dp)
@@ -157,7 +174,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
                         pp->M, (long long)c->micro_batch, pp->dp);
   r->data_parts = pp->dp;
   r->data_index = pp->dpi;
-  r->micro_batch = c->micro_batch / pp->dp;
+  r->micro_batch = c->micro_batch / pp->dp; /* semi: the pass cuts the batch below */
   r->eval_parts = 1;
   r->eval_index = 0;
   r->eval_split = 0;
@@ -171,7 +188,8 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
       (rc = ts_params_create(&r->params)))
     return rc;
   ts_graph_set_training(d->gge, 0);
-  if (d->vt->world && c->sync_batchnorm) ts_graph_set_batchnorm_sync(d->gg, 0); /* slot 0: the stage's dp group */
+  if (d->vt->world && c->sync_batchnorm && !c->pipeline_semi)
+    ts_graph_set_batchnorm_sync(d->gg, 0); /* slot 0: the stage's replicas */
   ts_nn nn = {d->gg, d->gp};
   ts__dist_inputs(d, d->gg, r->micro_batch, 1, &x, &y);
   if ((rc = ts__dist_build_model(d, &nn, x, y, &logits, &loss))) return rc;
@@ -179,26 +197,59 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   ts__dist_inputs(d, d->gge, c->eval_batch, 0, &xe, NULL);
   if ((rc = ts__dist_build_model(d, &nne, xe, TS_NONE, &le, NULL))) return rc;
   r->logits_shape = ts_val_shape(d->gge, le);
+  /* semi_auto inside the stages: the parallel pass cuts the whole model for the stage's ranks
+   * first; the pipeline then cuts the rank's graph into pieces (every stage's ranks run the
+   * same pass, so the pieces of one pipeline agree) */
+  pp->cg = d->gg;
+  pp->cge = d->gge;
+  pp->cp = d->gp;
+  if (pp->semi) {
+    ts_parallel_config pc = {pp->sub, pp->j, d->model.strategies, c->full_batch ? 1 : 0, 0};
+    if ((rc = ts_parallel_run(d->gg, d->gp, &loss, 1, NULL, &pc, &d->pp))) return ts_error_as_config(rc);
+    int parts, index, one = 1;
+    ts_parallel_input_piece(d->pp, x, &parts, &index);
+    if (c->micro_batch % parts || c->eval_batch % parts)
+      return ts_error_set(TS_ECONFIG,
+                          "semi_auto_parallel: the batch is cut in %d pieces, which must divide each micro-batch "
+                          "(%lld rows) and train.eval_batch_size (%lld)",
+                          parts, (long long)c->micro_batch, (long long)c->eval_batch);
+    ts_parallel_config pce = {pp->sub, pp->j, ts_parallel_strategies(d->pp), parts, 1};
+    if ((rc = ts_parallel_run(d->gge, d->gp, &le, 1, &one, &pce, &d->pe))) return ts_error_wrap(rc, "evaluation graph");
+    pp->cg = ts_parallel_graph(d->pp);
+    pp->cp = ts_parallel_params(d->pp);
+    pp->cge = ts_parallel_graph(d->pe);
+    float pseed = ts_parallel_loss_seed(d->pp, loss);
+    loss = ts_parallel_value(d->pp, loss);
+    le = ts_parallel_value(d->pe, le);
+    r->data_parts = parts;
+    r->data_index = index;
+    r->micro_batch = c->micro_batch / parts;
+    ts_parallel_input_piece(d->pe, xe, &r->eval_parts, &r->eval_index);
+    d->seed = pseed / (float)c->accum;
+    d->reduce_mean = 0; /* the pass's seeds make the sum right (as semi_auto_parallel) */
+    pp->semi_seed = pseed;
+  }
   /* the cut */
-  int n = ts_graph_num_nodes(d->gg), ne = ts_graph_num_nodes(d->gge), np = P * V;
+  const ts_graph *cg = pp->cg, *cge = pp->cge;
+  int n = ts_graph_num_nodes(cg), ne = ts_graph_num_nodes(cge), np = P * V;
   pp->piece = malloc(sizeof(int) * (size_t)n);
   pp->piece_e = malloc(sizeof(int) * (size_t)ne);
   if (!pp->piece || !pp->piece_e) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   ts_stage_rule rules[TS_DIST_MAX_STAGE_RULES];
   for (int i = 0; i < c->n_stage_rules; i++) rules[i] = (ts_stage_rule){c->stage_rules[i].pattern, c->stage_rules[i].stage};
-  if ((rc = ts_stage_assign(d->gg, np, rules, c->n_stage_rules, pp->piece))) return rc;
-  if ((rc = ts_stage_assign_like(d->gg, pp->piece, d->gge, np, pp->piece_e))) return rc;
-  pp->last_piece_e = pp->piece_e[ts_graph_producer(d->gge, le)];
+  if ((rc = ts_stage_assign(cg, np, rules, c->n_stage_rules, pp->piece))) return rc;
+  if ((rc = ts_stage_assign_like(cg, pp->piece, cge, np, pp->piece_e))) return rc;
+  pp->last_piece_e = pp->piece_e[ts_graph_producer(cge, le)];
   int ntrain_edges = 0;
   ts_stage_edge *edges = NULL;
-  if ((rc = ts_stage_edges(d->gg, pp->piece, &edges, &ntrain_edges))) return rc;
+  if ((rc = ts_stage_edges(cg, pp->piece, &edges, &ntrain_edges))) return rc;
   free(edges);
   ts_stage_p2p net = {PIPE_SLOT, P, 0}, nete = {PIPE_SLOT, P, 2 * ntrain_edges + 2};
   for (int cc = 0; cc < V; cc++) {
     pchunk *ch = &pp->ch[cc];
     int k = cc * P + pp->stage;
-    if ((rc = ts_stage_build(d->gg, d->gp, pp->piece, k, &net, loss, 1, r->params, &ch->sg)) ||
-        (rc = ts_stage_build(d->gge, d->gp, pp->piece_e, k, &nete, le, 0, r->params, &ch->se)))
+    if ((rc = ts_stage_build(cg, pp->cp, pp->piece, k, &net, loss, 1, r->params, &ch->sg)) ||
+        (rc = ts_stage_build(cge, pp->cp, pp->piece_e, k, &nete, le, 0, r->params, &ch->se)))
       return rc;
     pp->p2p_bytes += ch->sg.send_bytes;
     ts_graph *g = ch->sg.g;
@@ -236,12 +287,13 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   }
   for (int i = 0; i < nw; i++) lo[i] = P, hi[i] = -1;
-  const ts_graph *gs[2] = {d->gg, d->gge};
+  const ts_graph *gs[2] = {cg, cge};
   const int *ps[2] = {pp->piece, pp->piece_e};
   for (int q = 0; q < 2; q++)
     for (int j = 0; j < ts_graph_num_nodes(gs[q]); j++)
       for (int k = 0; k < ts_graph_node_num_inputs(gs[q], j); k++) {
-        int id = ts_graph_value_param_id(gs[q], ts_graph_node_input(gs[q], j, k));
+        int cid = ts_graph_value_param_id(gs[q], ts_graph_node_input(gs[q], j, k));
+        int id = cid < 0 ? -1 : ts_params_find(d->gp, ts_params_name(pp->cp, cid));
         if (id < 0) continue;
         int st = ps[q][j] % P;
         lo[id] = st < lo[id] ? st : lo[id];
@@ -260,23 +312,66 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   pp->logits = malloc(sizeof(float) * (pp->logits_n ? pp->logits_n : 1));
   if (!pp->logits) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   /* the step's loss: the ranks holding the loss, averaged over the dp replicas */
-  d->loss_weight = pp->ch[V - 1].sg.out != TS_NONE ? 1.0f / (float)pp->dp : 0.0f;
-  for (int cc = 0; cc < V - 1; cc++)
-    if (pp->ch[cc].sg.out != TS_NONE) d->loss_weight = 1.0f / (float)pp->dp;
+  float w = pp->semi ? pp->semi_seed : 1.0f / (float)pp->dp; /* each rank's part, copies once */
+  d->loss_weight = 0;
+  for (int cc = 0; cc < V; cc++)
+    if (pp->ch[cc].sg.out != TS_NONE) d->loss_weight = w;
+  /* clipping: each slice counted once over the stage's ranks holding it */
+  pp->holders_w = malloc(sizeof(float) * (size_t)(nl + 1));
+  int *part = malloc(sizeof(int) * (size_t)(pp->sub + 1));
+  if (!pp->holders_w || !part) {
+    free(part);
+    return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  }
+  for (int i = 0; i < nl; i++) {
+    int h = pp->dp;
+    if (pp->semi) {
+      if ((rc = ts_params_rank_partition(r->params, i, pp->sub, part)) < 0) {
+        free(part);
+        return rc;
+      }
+      h = 0;
+      for (int q = 0; q < pp->sub; q++) h += part[q] == part[pp->j];
+    }
+    pp->holders_w[i] = 1.0f / (float)(h > 0 ? h : 1);
+  }
+  free(part);
+  rc = TS_OK;
   if (!d->world) return TS_OK;
-  /* communicators: the pipeline (same dp index, by stage), its p2p copy, the stage's replicas */
-  const int dims[2] = {pp->dp, P};
-  if ((rc = ts_comm_grid_axis(d->world, 2, dims, 1, &pp->pp)) || (rc = ts_comm_dup(pp->pp, &pp->p2p)) ||
-      (rc = ts_comm_grid_axis(d->world, 2, dims, 0, &pp->dpc)))
+  /* communicators: the pipeline (same place in every stage, by stage), its p2p copy, the
+   * stage's group (its replicas; or its semi_auto ranks, whose slots the pass numbered) */
+  const int ddims[2] = {pp->dp, P}, sdims[2] = {P, pp->sub};
+  if (pp->semi) {
+    if ((rc = ts_comm_grid_axis(d->world, 2, sdims, 0, &pp->pp)) || (rc = ts_comm_grid_axis(d->world, 2, sdims, 1, &pp->dpc)))
+      return rc;
+    d->nslots = ts_parallel_num_slots(d->pp);
+    d->neslots = ts_parallel_num_slots(d->pe);
+    if (d->nslots >= PIPE_SLOT || d->neslots >= PIPE_SLOT)
+      return ts_error_set(TS_ECONFIG, "pipeline: the strategies need %d communicator slots; at most %d with stages",
+                          d->nslots, PIPE_SLOT - 1);
+    if ((rc = ts_dist_slot_comms(d->pp, pp->dpc, NULL, d->slots))) {
+      d->nslots = 0;
+      return rc;
+    }
+    if ((rc = ts_dist_slot_comms(d->pe, pp->dpc, NULL, d->eslots))) {
+      d->neslots = 0;
+      return rc;
+    }
+  } else if ((rc = ts_comm_grid_axis(d->world, 2, ddims, 1, &pp->pp)) ||
+             (rc = ts_comm_grid_axis(d->world, 2, ddims, 0, &pp->dpc))) {
     return rc;
+  }
+  if ((rc = ts_comm_dup(pp->pp, &pp->p2p))) return rc;
   for (int cc = 0; cc < V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
     for (int k = 0; k < ch->K && !rc; k++) {
       rc = ts_plan_set_comm(ch->plan[k], PIPE_SLOT, pp->p2p);
-      if (!rc) rc = ts_plan_set_comm(ch->plan[k], 0, pp->dpc);
+      if (!rc && !pp->semi) rc = ts_plan_set_comm(ch->plan[k], 0, pp->dpc); /* SyncBatchNorm */
+      for (int q = 0; !rc && q < d->nslots; q++) rc = ts_plan_set_comm(ch->plan[k], q, d->slots[q]);
     }
     if (!rc) rc = ts_plan_set_comm(ch->plan_e, PIPE_SLOT, pp->p2p);
-    if (!rc) rc = ts_plan_set_comm(ch->plan_e, 0, pp->dpc);
+    if (!rc && !pp->semi) rc = ts_plan_set_comm(ch->plan_e, 0, pp->dpc);
+    for (int q = 0; !rc && q < d->neslots; q++) rc = ts_plan_set_comm(ch->plan_e, q, d->eslots[q]);
   }
   return rc;
 }
@@ -286,13 +381,16 @@ static int start_pipe(ts_dist *d) {
   ts_params *p = d->r.params;
   const ts_dist_config *c = &d->cfg;
   int rc = TS_OK;
+  if (c->parameter_broadcast && pp->semi)
+    return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
+                        "initialises its own from the counter-based RNG, identical to the whole model's)");
   if (c->parameter_broadcast) { /* the first replica's parameters to the others of the stage */
     rc = ts_comm_broadcast(pp->dpc, ts_params_data(p), ts_params_numel(p), TS_F32, 0);
     if (!rc && ts_params_state_numel(p))
       rc = ts_comm_broadcast(pp->dpc, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
-  if (pp->dp < 2) return TS_OK;
+  if (pp->dp * pp->sub < 2) return TS_OK;
   ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
   d->overlap = 0; /* the stage's reduction starts after its last backward */
   return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
@@ -399,9 +497,9 @@ static int reduce_pipe(ts_dist *d, float *g) {
   /* packed in whole-model order, which every holder shares */
   size_t off = 0;
   for (int i = 0; i < ts_params_count(d->gp); i++) {
-    ts_shape s = ts_params_shape(d->gp, i);
     int l = ts_params_find(p, ts_params_name(d->gp, i));
     if (l < 0 || !pp->tied[l]) continue;
+    ts_shape s = ts_params_shape(p, l); /* the rank's slice: the same on every stage holding it */
     memcpy(buf + off, g + ts_params_offset(p, l), sizeof(float) * (size_t)ts_shape_numel(&s));
     off += (size_t)ts_shape_numel(&s);
   }
@@ -409,9 +507,9 @@ static int reduce_pipe(ts_dist *d, float *g) {
   rc = ts_comm_allreduce(pp->pp, buf, buf, total, TS_F32, TS_REDUCE_SUM);
   off = 0;
   for (int i = 0; !rc && i < ts_params_count(d->gp); i++) {
-    ts_shape s = ts_params_shape(d->gp, i);
     int l = ts_params_find(p, ts_params_name(d->gp, i));
     if (l < 0 || !pp->tied[l]) continue;
+    ts_shape s = ts_params_shape(p, l);
     memcpy(g + ts_params_offset(p, l), buf + off, sizeof(float) * (size_t)ts_shape_numel(&s));
     off += (size_t)ts_shape_numel(&s);
   }
@@ -426,10 +524,10 @@ static int clip_pipe(ts_dist *d, float *g, float max_norm, float *norm) {
   for (int i = 0; i < ts_params_count(p); i++) {
     if ((ts_params_flags(p, i) & TS_PARAM_STATE) || !pp->count_once[i]) continue;
     ts_shape s = ts_params_shape(p, i);
-    sq += ts_sum_squares(g + ts_params_offset(p, i), (size_t)ts_shape_numel(&s));
+    sq += ts_sum_squares(g + ts_params_offset(p, i), (size_t)ts_shape_numel(&s)) * pp->holders_w[i];
   }
-  float f = (float)sq;
-  int rc = pp->pp ? ts_comm_allreduce(pp->pp, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
+  float f = (float)sq; /* every rank's share: the stage's holders of a slice split it */
+  int rc = d->world ? ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the stages");
   *norm = sqrtf(f);
   if (!(max_norm > 0)) return TS_OK;
@@ -445,7 +543,11 @@ static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
   *logits = NULL;
   for (int cc = 0; cc < pp->V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
-    if (ch->se.x != TS_NONE) rc = ts_plan_bind(ch->plan_e, ch->se.x, (void *)x);
+    const ts_dist_model *m = &d->model;
+    size_t xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
+    if (ch->se.x != TS_NONE) /* the rank's piece of the batch */
+      rc = ts_plan_bind(ch->plan_e, ch->se.x,
+                        (char *)x + xs * (size_t)(d->cfg.eval_batch / d->r.eval_parts * d->r.eval_index));
     if (!rc) rc = ts_plan_run(ch->plan_e, 0);
     if (!rc && ch->se.out != TS_NONE)
       memcpy(pp->logits, ts_plan_data(ch->plan_e, ch->se.out), pp->logits_n * sizeof(float));
@@ -460,7 +562,7 @@ static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
 static int sync_pipe(ts_dist *d) {
   struct ts__pipe *pp = d->pipe;
   ts_params *p = d->r.params;
-  if (!pp->dpc || pp->dp < 2 || d->cfg.sync_batchnorm || !ts_params_state_numel(p)) return TS_OK;
+  if (!pp->dpc || pp->dp < 2 || pp->semi || d->cfg.sync_batchnorm || !ts_params_state_numel(p)) return TS_OK;
   int rc = ts_comm_allreduce(pp->dpc, ts_params_states(p), ts_params_states(p), ts_params_state_numel(p), TS_F32,
                              TS_REDUCE_MEAN);
   return rc ? ts_error_wrap(rc, "averaging BatchNorm running statistics over a stage's replicas") : TS_OK;
@@ -470,13 +572,20 @@ static int sync_pipe(ts_dist *d) {
 static int move_one(ts_dist *d, const char *name, float *loc_base, ts_params *lp, int lid, float *whole, size_t n,
                     int owner, int gather) {
   struct ts__pipe *pp = d->pipe;
+  float *loc = lid >= 0 ? loc_base + ts_params_offset(lp, lid) : NULL;
+  int sliced = lid >= 0 && ts_params_is_sharded(lp, lid), rc;
   if (!gather) {
-    if (lid >= 0) memcpy(loc_base + ts_params_offset(lp, lid), whole, n * sizeof(float));
+    if (sliced) return ts__dist_move_slices(NULL, pp->sub, pp->j, lp, lid, loc, whole, 0);
+    if (lid >= 0) memcpy(loc, whole, n * sizeof(float));
     return TS_OK;
   }
-  if (lid >= 0 && pp->stage == owner) memcpy(whole, loc_base + ts_params_offset(lp, lid), n * sizeof(float));
+  if (sliced && pp->stage == owner) { /* the stage's slices into the whole tensor */
+    if ((rc = ts__dist_move_slices(pp->dpc, pp->sub, pp->j, lp, lid, loc, whole, 1))) return rc;
+  } else if (lid >= 0 && pp->stage == owner) {
+    memcpy(whole, loc, n * sizeof(float));
+  }
   if (!pp->pp) return TS_OK;
-  int rc = ts_comm_broadcast(pp->pp, whole, n, TS_F32, owner);
+  rc = ts_comm_broadcast(pp->pp, whole, n, TS_F32, owner);
   return rc ? ts_error_wrap(rc, "checkpoint: collecting '%s' from pipeline stage %d", name, owner) : TS_OK;
 }
 
@@ -539,16 +648,29 @@ static int describe_pipe(ts_dist *d, FILE *out) {
   int np = pp->P * pp->V;
   double *cost = calloc((size_t)np, sizeof(double));
   if (!cost) return ts_error_set(TS_ENOMEM, "plan: out of memory");
-  ts_stage_costs(d->gg, pp->piece, np, cost);
+  ts_stage_costs(pp->cg, pp->piece, np, cost);
   double tot = 0;
   for (int k = 0; k < np; k++) tot += cost[k];
-  fprintf(out, "pipeline: %d stages x %d data-parallel replicas (rank = replica * %d + stage), %s schedule, %d "
-          "micro-batches of %lld rows per replica%s\n",
-          pp->P, pp->dp, pp->P, ts_sched_kind_name((ts_sched_kind)c->pipeline_schedule), pp->M,
-          (long long)d->r.micro_batch, pp->V > 1 ? "" : "");
+  if (pp->semi) {
+    size_t need = ts_parallel_report(d->pp, NULL, 0);
+    char *rep = malloc(need + 1);
+    if (!rep) return ts_error_set(TS_ENOMEM, "plan: out of memory");
+    ts_parallel_report(d->pp, rep, need + 1);
+    fprintf(out, "inside each stage, semi_auto_parallel on its %d ranks (rank = stage * %d + its place):\n%s\n",
+            pp->sub, pp->sub, rep);
+    free(rep);
+    fprintf(out, "pipeline: %d stages of %d semi_auto_parallel ranks, %s schedule, %d micro-batches of %lld rows\n",
+            pp->P, pp->sub, ts_sched_kind_name((ts_sched_kind)c->pipeline_schedule), pp->M,
+            (long long)c->micro_batch);
+  } else {
+    fprintf(out, "pipeline: %d stages x %d data-parallel replicas (rank = replica * %d + stage), %s schedule, %d "
+            "micro-batches of %lld rows per replica\n",
+            pp->P, pp->dp, pp->P, ts_sched_kind_name((ts_sched_kind)c->pipeline_schedule), pp->M,
+            (long long)d->r.micro_batch);
+  }
   if (pp->V > 1) fprintf(out, "  %d virtual stages per rank: piece k runs on stage k %% %d\n", pp->V, pp->P);
   fprintf(out, "  %-6s %-44s %-44s %8s %6s\n", "piece", "first op", "last op", "ops", "cost");
-  int n = ts_graph_num_nodes(d->gg);
+  int n = ts_graph_num_nodes(pp->cg);
   for (int k = 0; k < np; k++) {
     int first = -1, last = -1, cnt = 0;
     for (int j = 0; j < n; j++)
@@ -557,13 +679,13 @@ static int describe_pipe(ts_dist *d, FILE *out) {
         last = j;
         cnt++;
       }
-    fprintf(out, "  %-6d %-44s %-44s %8d %5.1f%%\n", k, first >= 0 ? ts_graph_node_name(d->gg, first) : "-",
-            last >= 0 ? ts_graph_node_name(d->gg, last) : "-", cnt, tot > 0 ? 100 * cost[k] / tot : 0);
+    fprintf(out, "  %-6d %-44s %-44s %8d %5.1f%%\n", k, first >= 0 ? ts_graph_node_name(pp->cg, first) : "-",
+            last >= 0 ? ts_graph_node_name(pp->cg, last) : "-", cnt, tot > 0 ? 100 * cost[k] / tot : 0);
   }
   free(cost);
   ts_stage_edge *e = NULL;
   int ne = 0;
-  int rc = ts_stage_edges(d->gg, pp->piece, &e, &ne);
+  int rc = ts_stage_edges(pp->cg, pp->piece, &e, &ne);
   if (rc) return rc;
   int64_t bytes = 0;
   for (int t = 0; t < ne; t++) bytes += e[t].bytes * (e[t].grad ? 2 : 1);
@@ -607,8 +729,13 @@ static void free_pipe(ts_dist *d) {
     free(pp->tied);
     free(pp->count_once);
     free(pp->logits);
+    free(pp->holders_w);
     free(pp);
   }
+  for (int q = 0; q < d->nslots; q++) ts_comm_free(d->slots[q]);
+  for (int q = 0; q < d->neslots; q++) ts_comm_free(d->eslots[q]);
+  ts_parallel_free(d->pp);
+  ts_parallel_free(d->pe);
   ts_graph_free(d->gg);
   ts_graph_free(d->gge);
   ts_params_free(d->gp);

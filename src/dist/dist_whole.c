@@ -34,6 +34,45 @@ int ts_dist_whole_store(ts_dist *d, ts_params **full, int *owned) {
   return TS_OK;
 }
 
+/* One sharded entry i of lp between the rank's slice l and the whole tensor w: gather = 1
+ * all-gathers every rank's slice over c (nranks ranks, the layout's devices) into w; 0 cuts the
+ * slice of `rank` out of w. */
+int ts__dist_move_slices(ts_comm *c, int N, int rank, ts_params *lp, int i, float *l, float *w, int gather) {
+  ts_shape ls = ts_params_shape(lp, i);
+  int64_t n = ts_shape_numel(&ls);
+  int rc = TS_OK;
+  const ts_layout *L = ts_params_layout(lp, i);
+  ts_shape gs = ts_params_global_shape(lp, i); /* same memory as the full shape */
+  float *all = NULL;
+  if (gather) {
+    if (!c) return ts_error_set(TS_EINVAL, "checkpoint: gathering slices needs the job's ranks");
+    all = malloc(sizeof(float) * (size_t)(n * N));
+    if (!all) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory gathering '%s'", ts_params_name(lp, i));
+    rc = ts_comm_allgather(c, l, all, (size_t)n, TS_F32);
+    if (rc) {
+      free(all);
+      return ts_error_wrap(rc, "checkpoint: gathering '%s'", ts_params_name(lp, i));
+    }
+  }
+  for (int r = gather ? 0 : rank; r < (gather ? N : rank + 1); r++) {
+    int64_t off[TS_MAX_DIMS], idx[TS_MAX_DIMS] = {0};
+    ts_layout_offsets(L, &gs, r, off);
+    const float *src = gather ? all + r * n : NULL;
+    for (int64_t e = 0; e < n; e++) {
+      int64_t gi = 0;
+      for (int k = 0; k < gs.ndim; k++) gi = gi * gs.dims[k] + off[k] + idx[k];
+      if (gather) w[gi] = src[e];
+      else l[e] = w[gi];
+      for (int k = ls.ndim - 1; k >= 0; k--) {
+        if (++idx[k] < ls.dims[k]) break;
+        idx[k] = 0;
+      }
+    }
+  }
+  free(all);
+  return rc;
+}
+
 /* For each entry of kind `states` (0 trainable, 1 state): whole[...] <-> the rank's slice loc[...].
  * Gathering is collective (every rank's slice travels); scattering is local. */
 static int move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int states, int gather) {
@@ -49,35 +88,7 @@ static int move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int 
       else memcpy(l, w, sizeof(float) * (size_t)n);
       continue;
     }
-    const ts_layout *L = ts_params_layout(lp, i);
-    ts_shape gs = ts_params_global_shape(lp, i); /* same memory as the full shape */
-    float *all = NULL;
-    if (gather) {
-      if (!d->world) return ts_error_set(TS_EINVAL, "checkpoint: gathering slices needs the job's ranks");
-      all = malloc(sizeof(float) * (size_t)(n * N));
-      if (!all) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory gathering '%s'", ts_params_name(lp, i));
-      rc = ts_comm_allgather(d->world, l, all, (size_t)n, TS_F32);
-      if (rc) {
-        free(all);
-        return ts_error_wrap(rc, "checkpoint: gathering '%s'", ts_params_name(lp, i));
-      }
-    }
-    for (int r = gather ? 0 : d->r.rank; r < (gather ? N : d->r.rank + 1); r++) {
-      int64_t off[TS_MAX_DIMS], idx[TS_MAX_DIMS] = {0};
-      ts_layout_offsets(L, &gs, r, off);
-      const float *src = gather ? all + r * n : NULL;
-      for (int64_t e = 0; e < n; e++) {
-        int64_t gi = 0;
-        for (int k = 0; k < gs.ndim; k++) gi = gi * gs.dims[k] + off[k] + idx[k];
-        if (gather) w[gi] = src[e];
-        else l[e] = w[gi];
-        for (int k = ls.ndim - 1; k >= 0; k--) {
-          if (++idx[k] < ls.dims[k]) break;
-          idx[k] = 0;
-        }
-      }
-    }
-    free(all);
+    rc = ts__dist_move_slices(d->world, N, d->r.rank, lp, i, l, w, gather);
   }
   return rc;
 }

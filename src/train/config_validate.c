@@ -361,6 +361,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->optimizer_shard = cfg->parallel.optimizer_shard;
   out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
   out->pipeline_stages = cfg->parallel.pipeline_stages;
+  out->pipeline_semi = cfg->parallel.mode == TS_PARALLEL_SEMI_AUTO;
   out->pipeline_schedule = cfg->parallel.pipeline_schedule;
   out->virtual_stages = cfg->parallel.virtual_stages;
   if (cfg->parallel.pipeline_stages > 1 && cfg->parallel.micro_batches > 0) { /* M micro-batches per step */

@@ -79,10 +79,10 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
   /* the one place the layout is chosen: everything after asks the distribution object */
   const char *mode = ts_parallel_mode_name(c->parallel.mode);
   if (c->parallel.pipeline_stages > 1) { /* stages, data parallel inside each */
-    if (c->parallel.mode != TS_PARALLEL_DATA)
+    if (c->parallel.mode != TS_PARALLEL_DATA && c->parallel.mode != TS_PARALLEL_SEMI_AUTO)
       return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d stages run with parallel.mode data_parallel (data "
-                          "parallel inside each stage); %s with stages is not available yet",
-                          c->parallel.pipeline_stages, mode);
+                          "parallel inside each stage) or semi_auto_parallel (each stage cut by the strategies), "
+                          "not %s", c->parallel.pipeline_stages, mode);
     mode = "pipeline";
   }
   *vt = ts_dist_find(mode);
@@ -100,6 +100,9 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
 int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out) {
   int rc;
   *out = NULL;
+  /* with pipeline stages the strategies cut each stage over its ranks */
+  if (c->parallel.pipeline_stages > 1 && ndevices % c->parallel.pipeline_stages == 0)
+    ndevices /= c->parallel.pipeline_stages;
   if (!c->parallel.strategy_ckpt_load_file[0] && !c->parallel.strategies.n) return TS_OK;
   if (c->parallel.strategy_ckpt_load_file[0])
     rc = ts_strategy_set_load(c->parallel.strategy_ckpt_load_file, ndevices, out);

@@ -87,11 +87,21 @@ static float *params_of(const char *model, const char *const *sets, int nsets, c
   return out;
 }
 
-/* One pipeline layout against the single process: P stages x dp replicas, schedule, M, V. */
-static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V) {
-  int rank = ts_comm_rank(w), N = ts_comm_size(w), dp = N / P;
+/* GPT's Megatron cuts on 2 devices (examples/gpt_tp.yaml), for stages of 2 ranks */
+static const char *tp2 =
+    "parallel.strategies={transformer.embedding: '((1,1),(2,1))', "
+    "transformer.h.*.attn.c_attn.dense*: '((1,1,1),(2,1),(2,))', "
+    "transformer.h.*.attn.attention: '((1,2,1,1),(1,2,1,1),(1,2,1,1))', "
+    "transformer.h.*.attn.c_proj.dense: '((1,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(2,1))', "
+    "transformer.h.*.mlp.c_proj.dense: '((1,1,2),(1,2))', dense: '((1,1,1),(2,1))', softmax_ce: '((1,2),(1,))'}";
+
+/* One pipeline layout against the single process: P stages x dp replicas (or, tp, stages of 2
+ * semi_auto_parallel ranks cut by tp2), schedule, M, V. */
+static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V, int tp) {
+  int rank = ts_comm_rank(w), N = ts_comm_size(w), dp = tp ? 1 : N / P;
   char what[160], s1[64], s2[64], s3[64], s4[64], s5[64], path[256], refp[256];
-  snprintf(what, sizeof what, "%s PP%d x DP%d %s M=%d V=%d", model, P, dp, sched, M, V);
+  if (tp) snprintf(what, sizeof what, "%s PP%d x TP%d %s M=%d V=%d", model, P, N / P, sched, M, V);
+  else snprintf(what, sizeof what, "%s PP%d x DP%d %s M=%d V=%d", model, P, dp, sched, M, V);
   snprintf(path, sizeof path, "/tmp/ts_test_pipe_%d.safetensors", (int)getppid());
   snprintf(refp, sizeof refp, "/tmp/ts_test_pipe_ref_%d.safetensors", (int)getppid());
   snprintf(s1, sizeof s1, "parallel.pipeline_stages=%d", P);
@@ -105,7 +115,8 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
    * and evaluation. */
   int bnrep = strcmp(model, "gpt") != 0 && dp > 1;
   snprintf(s5, sizeof s5, "train.micro_batch_size=%d", 16 / (M * dp));
-  const char *pipe[] = {"parallel.mode=data_parallel", s1, s2, s3, s4};
+  const char *pipe[] = {s1, s2, s3, s4, tp ? "parallel.mode=semi_auto_parallel" : "parallel.mode=data_parallel",
+                        tp ? "parallel.full_batch=true" : "parallel.full_batch=false", tp ? tp2 : "parallel.strategies={}"};
   const char *ref[] = {s5};
   rec ra, rb, rc2;
   memset(&ra, 0, sizeof ra);
@@ -114,8 +125,8 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
   ts_eval_info ea, eb, ec;
   /* the reference on rank 0 alone (one process, no collectives) */
   if (rank == 0) train(model, ref, 1, &ra, refp, &ea);
-  train(model, pipe, 5, &rb, path, &eb);
-  train(model, pipe, 5, &rc2, NULL, &ec);
+  train(model, pipe, 7, &rb, path, &eb);
+  train(model, pipe, 7, &rc2, NULL, &ec);
   ts_comm_barrier(w); /* rank 0 has written the checkpoint */
   if (rank == 0) {
     double worst = 0;
@@ -175,21 +186,22 @@ int main(int argc, char **argv) {
   }
   ts_comm_barrier(w);
   /* GPT: 2 stages on 2 ranks, or 4 stages and 2 x 2 on 4 */
-  compare(w, "gpt", 2, "gpipe", 1, 1);
-  compare(w, "gpt", 2, "1f1b", 4, 1);
+  compare(w, "gpt", 2, "gpipe", 1, 1, 0);
+  compare(w, "gpt", 2, "1f1b", 4, 1, 0);
   if (N == 2) {
-    compare(w, "gpt", 2, "gpipe", 4, 1);
-    compare(w, "gpt", 2, "1f1b", 8, 1);
-    compare(w, "gpt", 2, "interleaved_1f1b", 4, 2);
+    compare(w, "gpt", 2, "gpipe", 4, 1, 0);
+    compare(w, "gpt", 2, "1f1b", 8, 1, 0);
+    compare(w, "gpt", 2, "interleaved_1f1b", 4, 2, 0);
   }
   if (N == 4) {
-    compare(w, "gpt", 4, "1f1b", 4, 1);
-    compare(w, "gpt", 4, "gpipe", 8, 1);
-    compare(w, "gpt", 4, "1f1b", 8, 1);
+    compare(w, "gpt", 4, "1f1b", 4, 1, 0);
+    compare(w, "gpt", 4, "gpipe", 8, 1, 0);
+    compare(w, "gpt", 4, "1f1b", 8, 1, 0);
+    compare(w, "gpt", 2, "1f1b", 4, 1, 1); /* PP2 x TP2 */
   }
   /* ResNet-20 one replica per stage (with replicas, BatchNorm's micro-batch statistics group
    * rows differently from one process; GPT covers PP x DP) */
-  if (ts_test_have_fashion_mnist()) compare(w, "resnet", N, N == 2 ? "1f1b" : "gpipe", N == 2 ? 2 : 4, 1);
+  if (ts_test_have_fashion_mnist()) compare(w, "resnet", N, N == 2 ? "1f1b" : "gpipe", N == 2 ? 2 : 4, 1, 0);
   /* bad input, refused before anything runs */
   const char *empty[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=2", "parallel.stages={transformer: 0}"};
   refused(empty, 3, "parallel.stages");
