@@ -112,6 +112,11 @@ static const struct {
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
     {"parallel.enable_parallel_optimizer", "true"}, /* agrees with optimizer_shard 1 */
+    {"parallel.pipeline_stages", "4"},
+    {"parallel.micro_batches", "4"}, /* agrees with micro_batch_size 64 of 256 */
+    {"parallel.pipeline_schedule", "interleaved_1f1b"},
+    {"parallel.virtual_stages", "2"},
+    {"parallel.stages", "{\"transformer.h.0\": \"0\", \"transformer.h.1\": \"1\"}"},
     {"checkpoint.dir", "runs/x"},
     {"checkpoint.prefix", "resnet"},
     {"checkpoint.save_steps", "500"},
@@ -513,6 +518,15 @@ static void test_errors(void) {
   const char *o7[] = {"model.recompute=none"};
   expect_err("model: {recompute: full, recompute_layers: [a, b]}\n", o7, 1, "model.recompute_layers is given (2 patterns",
              "model.recompute is none", NULL);
+  /* pipeline keys: each refusal names its key */
+  expect_err("parallel: {micro_batches: 4}\n", NULL, 0, "parallel.micro_batches: set for a pipeline", NULL, NULL);
+  expect_err("parallel: {pipeline_stages: 2, virtual_stages: 2}\n", NULL, 0,
+             "parallel.virtual_stages: 2 pieces per rank need parallel.pipeline_schedule interleaved_1f1b", NULL, NULL);
+  expect_err("parallel: {stages: {transformer.h.0: 0}}\n", NULL, 0, "parallel.stages: given, but", NULL, NULL);
+  expect_err("parallel: {pipeline_stages: 2, stages: {transformer.h.0: first}}\n", NULL, 0,
+             "parallel.stages.transformer.h.0: expected a stage number", NULL, NULL);
+  expect_err("train: {batch_size: 32}\nparallel: {pipeline_stages: 2, micro_batches: 5}\n", NULL, 0,
+             "parallel.micro_batches (5) must divide train.batch_size (32)", NULL, NULL);
   /* enable_parallel_optimizer (optimizer_shard's alias) disagreeing with it: both keys named */
   expect_err("parallel: {enable_parallel_optimizer: false, optimizer_shard: 1}\n", NULL, 0,
              "parallel.enable_parallel_optimizer: false disagrees with parallel.optimizer_shard: 1", "set one of them",
