@@ -301,6 +301,7 @@ void ts_dist_free(ts_dist *d) {
   if (!d) return;
   ts_grad_reducer_free(d->red);
   ts__zero_free(d->zero);
+  ts__lamb_free(d->lamb);
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   if (d->vt->free) d->vt->free(d);

@@ -64,6 +64,8 @@ struct ts_dist {
   struct ts__zero *zero;
   /* pipeline (dist_pipe.c) */
   struct ts__pipe *pipe;
+  /* LAMB's norms over pieces of parameters (dist_lamb.c); NULL: not needed */
+  struct ts__lamb *lamb;
   ts_dist_span_fn span;
   void *span_user;
 };
@@ -95,6 +97,19 @@ int ts__dist_start_world(ts_dist *d);
 int ts__dist_move_slices(ts_comm *c, int N, int rank, ts_params *lp, int i, float *l, float *w, int gather);
 /* Global-norm clipping over slices: each parameter counted once over the ranks holding it. */
 int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm);
+
+/* ---- LAMB over pieces (dist_lamb.c) ---- */
+/* Makes the LAMB optimizer opt sum its per-segment norms over communicator c: local segment s
+ * (of nloc) is global segment glob[s] (of nglob, the same list on every rank of c), its sums
+ * weighted by w[s] (1 / the ranks of c holding the same piece). No-op for other optimizers. */
+int ts__lamb_install(ts_dist *d, ts_optim *opt, ts_comm *c, int nglob, int nloc, const int *glob, const float *w);
+/* The same for an optimizer over the rank's store (segments at the parameters' offsets) where
+ * parameters are sliced (semi_auto, hybrid, pipeline stages under semi_auto). */
+int ts__lamb_install_sliced(ts_dist *d, ts_optim *opt, const ts_optim_segment *segs, int nseg);
+void ts__lamb_free(struct ts__lamb *L);
+/* A pipeline's group over which parameters are sliced (its stage's semi_auto ranks): 1 with *c
+ * and its size *n, 0 when every rank holds its parameters whole. */
+int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n);
 
 /* ---- optimizer-state sharding (dist_zero.c) ---- */
 /* The shard layout over the rank's store (idempotent; needs the built store). */

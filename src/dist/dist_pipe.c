@@ -627,6 +627,14 @@ void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, i
   }
 }
 
+int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n) {
+  struct ts__pipe *pp = d->pipe;
+  if (!pp->semi || !pp->dpc) return 0;
+  *c = pp->dpc;
+  *n = pp->sub;
+  return 1;
+}
+
 double ts__pipe_reduce_bytes(const ts_dist *d) {
   const struct ts__pipe *pp = d->pipe;
   ts_params *p = d->r.params;

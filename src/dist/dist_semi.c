@@ -8,14 +8,6 @@
 
 #include "dist_impl.h"
 
-static int check_semi(const ts_dist_config *c, const ts_dist_model *m) {
-  (void)m;
-  if (c->lamb)
-    return ts_error_set(TS_EUNSUPPORTED, "optimizer.name: lamb under semi_auto_parallel needs per-parameter norms "
-                        "over the slices of the ranks; not available yet (use adamw)");
-  return TS_OK;
-}
-
 /* The evaluation graph must hold every parameter exactly as training does: it runs on the
  * training store's memory. */
 static int same_params(ts_params *a, ts_params *b) {
@@ -124,7 +116,7 @@ static void free_semi(ts_dist *d) {
   ts_params_free(d->gp);
 }
 
-const ts_dist_vt ts__dist_semi_auto = {.name = "semi_auto_parallel", .world = 1, .check = check_semi,
+const ts_dist_vt ts__dist_semi_auto = {.name = "semi_auto_parallel", .world = 1, 
                                        .build = build_semi, .start = ts__dist_start_world,
                                        .describe = describe_semi, .free = free_semi};
 

@@ -192,7 +192,14 @@ void ts__zero_begin(ts_dist *d, float *grads) {
 int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
                          ts_optim **out) {
   *out = NULL;
-  if (!d->cfg.optimizer_shard) return ts_optim_create(out, cfg, segs, nseg);
+  if (!d->cfg.optimizer_shard) {
+    int rc = ts_optim_create(out, cfg, segs, nseg);
+    if (!rc && d->world && (rc = ts__lamb_install_sliced(d, *out, segs, nseg))) {
+      ts_optim_free(*out);
+      *out = NULL;
+    }
+    return rc;
+  }
   int rc = ts__zero_plan(d);
   if (rc) return rc;
   struct ts__zero *z = d->zero;

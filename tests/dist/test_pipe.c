@@ -5,8 +5,9 @@
  * over the stages: every step's loss within 1e-5 relative of the single process with the same
  * global batch cut into the same micro-batches, the final parameters within 1e-5 (the pipeline's
  * whole-model checkpoint loaded into a one-process trainer), the evaluation the same, and the
- * same configuration twice bitwise identical. Bad stage assignments are refused before anything
- * runs, naming the key. */
+ * same configuration twice bitwise identical; LAMB (whose trust ratio needs whole-parameter norms)
+ * under semi_auto_parallel alone and with stages. Bad stage assignments are refused before
+ * anything runs, naming the key. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,10 +98,12 @@ static const char *tp2 =
 
 /* One pipeline layout against the single process: P stages x dp replicas (or, tp, stages of 2
  * semi_auto_parallel ranks cut by tp2), schedule, M, V. */
+static const char *opt_set = "optimizer.name=adamw";
+
 static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V, int tp) {
   int rank = ts_comm_rank(w), N = ts_comm_size(w), dp = tp ? 1 : N / P;
   char what[160], s1[64], s2[64], s3[64], s4[64], s5[64], path[256], refp[256];
-  if (tp) snprintf(what, sizeof what, "%s PP%d x TP%d %s M=%d V=%d", model, P, N / P, sched, M, V);
+  if (tp) snprintf(what, sizeof what, "%s PP%d x TP%d %s M=%d V=%d %s", model, P, N / P, sched, M, V, opt_set + 15);
   else snprintf(what, sizeof what, "%s PP%d x DP%d %s M=%d V=%d", model, P, dp, sched, M, V);
   snprintf(path, sizeof path, "/tmp/ts_test_pipe_%d.safetensors", (int)getppid());
   snprintf(refp, sizeof refp, "/tmp/ts_test_pipe_ref_%d.safetensors", (int)getppid());
@@ -115,18 +118,20 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
    * and evaluation. */
   int bnrep = strcmp(model, "gpt") != 0 && dp > 1;
   snprintf(s5, sizeof s5, "train.micro_batch_size=%d", 16 / (M * dp));
-  const char *pipe[] = {s1, s2, s3, s4, tp ? "parallel.mode=semi_auto_parallel" : "parallel.mode=data_parallel",
-                        tp ? "parallel.full_batch=true" : "parallel.full_batch=false", tp ? tp2 : "parallel.strategies={}"};
-  const char *ref[] = {s5};
+  const char *pipe[] = {tp ? "parallel.mode=semi_auto_parallel" : "parallel.mode=data_parallel",
+                        tp ? "parallel.full_batch=true" : "parallel.full_batch=false", tp ? tp2 : "parallel.strategies={}",
+                        opt_set, s1, s2, s3, s4};
+  const char *ref[] = {s5, opt_set};
+  int npipe = P > 1 ? 8 : 4; /* P = 1: semi_auto_parallel alone */
   rec ra, rb, rc2;
   memset(&ra, 0, sizeof ra);
   memset(&rb, 0, sizeof rb);
   memset(&rc2, 0, sizeof rc2);
   ts_eval_info ea, eb, ec;
   /* the reference on rank 0 alone (one process, no collectives) */
-  if (rank == 0) train(model, ref, 1, &ra, refp, &ea);
-  train(model, pipe, 7, &rb, path, &eb);
-  train(model, pipe, 7, &rc2, NULL, &ec);
+  if (rank == 0) train(model, ref, 2, &ra, refp, &ea);
+  train(model, pipe, npipe, &rb, path, &eb);
+  train(model, pipe, npipe, &rc2, NULL, &ec);
   ts_comm_barrier(w); /* rank 0 has written the checkpoint */
   if (rank == 0) {
     double worst = 0;
@@ -139,7 +144,7 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
     }
     CHECK_MSG(worst <= 1e-5, "%s: loss rel diff %.3g", what, worst);
     size_t na = 0, nb = 0, wi = 0;
-    float *pa = params_of(model, ref, 1, refp, &na, bnrep), *pb = params_of(model, ref, 1, path, &nb, bnrep);
+    float *pa = params_of(model, ref, 2, refp, &na, bnrep), *pb = params_of(model, ref, 2, path, &nb, bnrep);
     CHECK(pa && pb && na == nb);
     double ratio = pa && pb ? ts_test_close(pb, pa, na, 1e-5, 1e-5, &wi) : 9;
     CHECK_MSG(ratio <= 1, "%s: parameters differ at %zu: %.8g vs %.8g", what, wi, pb ? pb[wi] : 0, pa ? pa[wi] : 0);
@@ -198,6 +203,14 @@ int main(int argc, char **argv) {
     compare(w, "gpt", 4, "gpipe", 8, 1, 0);
     compare(w, "gpt", 4, "1f1b", 8, 1, 0);
     compare(w, "gpt", 2, "1f1b", 4, 1, 1); /* PP2 x TP2 */
+    opt_set = "optimizer.name=lamb";         /* LAMB's norms over the stage's slices */
+    compare(w, "gpt", 2, "1f1b", 4, 1, 1);
+    opt_set = "optimizer.name=adamw";
+  }
+  if (N == 2) { /* LAMB under semi_auto_parallel alone: norms over the slices */
+    opt_set = "optimizer.name=lamb";
+    compare(w, "gpt", 1, "1f1b", 1, 1, 1);
+    opt_set = "optimizer.name=adamw";
   }
   /* ResNet-20 one replica per stage (with replicas, BatchNorm's micro-batch statistics group
    * rows differently from one process; GPT covers PP x DP) */
