@@ -29,3 +29,11 @@ log: {progress: lines}
 YAML
     for l in "$@"; do echo "$l"; done; } > "$f"
 }
+
+mpi_job() { # n: sets mpi=(mpirun ... -n n) for jobs on this host (root allowed), one thread per rank
+            # and passive OpenMP waits; exits 77 (skipped) where there is no mpirun
+  command -v mpirun >/dev/null || { echo "SKIP: no mpirun in PATH"; exit 77; }
+  mpi=(mpirun --oversubscribe -n "$1")
+  [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+  export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+}

@@ -11,10 +11,7 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun in PATH"; exit 77; }
-mpi=(mpirun --oversubscribe -n 2)
-[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+mpi_job 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog $((i * 7))."; done > "$tmp/input.txt"

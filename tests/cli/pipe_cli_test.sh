@@ -12,10 +12,7 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun in PATH"; exit 77; }
-mpi=(mpirun --oversubscribe -n 2)
-[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+mpi_job 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 awk 'BEGIN { srand(3); for (i = 0; i < 20000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' \

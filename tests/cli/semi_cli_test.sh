@@ -15,11 +15,9 @@ set -u
 bin=$1
 fail=0
 # exit 77: skipped (SKIP_RETURN_CODE in CMakeLists.txt)
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun in PATH"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+mpi_job 4
 command -v python3 >/dev/null || { echo "SKIP: no python3 in PATH (compares the loss listings)"; exit 77; }
-mpi=(mpirun --oversubscribe -n 4)
-[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # any text will do; Debian always has its licence texts
