@@ -209,7 +209,8 @@ typedef struct {
     char strategy_ckpt_load_file[TS_CFG_PATH_MAX]; /* strategies (JSON) to use ("" none) */
     char strategy_ckpt_save_file[TS_CFG_PATH_MAX]; /* where to save the strategies in force */
     int full_batch;          /* every rank reads the whole global batch (MindSpore's full_batch) */
-    int optimizer_shard;     /* 0 off, 1: optimizer state sharded over the ranks (ZeRO-1), 2 (refused) */
+    int optimizer_shard;     /* 0 off, 1: optimizer state sharded over the ranks (ZeRO-1), 2: and the
+                                accumulated gradients (ZeRO-2), 3: and the parameters (ZeRO-3) */
     double optimizer_shard_threshold_kb; /* parameters smaller than this stay replicated */
   } parallel;
   struct {

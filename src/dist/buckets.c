@@ -166,8 +166,9 @@ void ts__buckets_free(ts__buckets *d) {
 
 int ts__buckets_num_buckets(const ts__buckets *d) { return d->nb; }
 
-int ts__buckets_scatter(ts__buckets *d, size_t *total) {
-  int N = ts_comm_size(d->comm), r = ts_comm_rank(d->comm);
+int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total) {
+  if (d->comm && (N != ts_comm_size(d->comm) || r != ts_comm_rank(d->comm)))
+    return ts_error_set(TS_EINVAL, "reduce-scatter buckets: rank %d of %d is not the communicator's", r, N);
   if (d->wire != TS_F32) return ts_error_set(TS_EINVAL, "reduce-scatter buckets: f32 on the wire only");
   d->nranks = N;
   d->rank = r;
