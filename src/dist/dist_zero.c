@@ -435,6 +435,10 @@ size_t ts__zero_param_bytes(const ts_dist *d) {
   return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
 }
 
+double ts__zero_take_gather_wait(ts_dist *d) {
+  return d->zero && d->zero->gt ? ts__gather_take_wait(d->zero->gt) : 0;
+}
+
 size_t ts__zero_slot_bytes(const ts_dist *d) {
   const struct ts__zero *z = d->zero;
   return z && z->stage3 ? ts__gather_slot_numel(z->gt, NULL, NULL) * sizeof(float) : 0;

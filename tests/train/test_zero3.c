@@ -45,6 +45,7 @@ typedef struct {
   float *w;
   size_t n, nparams;
   size_t param_bytes, slot_bytes, rep, sh, largest, whole;
+  double comm; /* bytes a rank sends per step (ts__zero_comm_bytes) */
   int store_has_params;
   int64_t acc;
   ts_eval_info ev;
@@ -122,6 +123,7 @@ static void run(const char *model, const char *opt, const char *const *sets, res
   out->store_has_params = ts_params_data(p) != NULL;
   out->param_bytes = ts__zero_param_bytes(t->dist);
   out->slot_bytes = ts__zero_slot_bytes(t->dist);
+  out->comm = ts__zero_comm_bytes(t->dist);
   ts_dist_optim_sharded(t->dist, &out->rep, &out->sh);
   out->acc = ts_trainer_accum_numel(t);
   out->whole = ts_params_numel(p);
@@ -215,6 +217,12 @@ static void compare_to(ts_comm *w, const char *what, const char *model, const ch
     const char *sets[6] = {e1, e2, thr, key, NULL, NULL};
     run(model, opt, sets, &b, NULL, NULL);
     if (*st == '3') check_memory(w, line, &b, note, sizeof note);
+    /* stage 1 and 2 send what the all-reduce does; 3 gathers every unit for forward and at most
+     * again for backward: 1 to 1.5 times (without accumulation) */
+    double cx = b.comm / a.comm, hi = *st == '3' ? 1.5 : 1.0;
+    if (ref == '0' && !(e1 && strstr(e1, "micro_batch_size")) && ts_comm_size(w) > 1)
+      CHECK_MSG(cx >= 1 - 1e-9 && cx <= hi + 1e-9, "%s: %.4g times plain data parallel's bytes", line, cx);
+    if (*st == '3') snprintf(note + strlen(note), sizeof note - strlen(note), "; comm x%.3f", cx);
     if (*st >= '2' && e1 && strstr(e1, "micro_batch_size"))
       CHECK_MSG(b.acc == 0 && (ref >= '2' || a.acc == (int64_t)a.nparams), "%s: accumulation buffers %lld (reference), %lld",
                 line, (long long)a.acc, (long long)b.acc);
