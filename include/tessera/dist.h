@@ -138,7 +138,8 @@ typedef struct {
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
   int n_recompute_layers; /* patterns of its segments (model.recompute_layers; 0: default) */
   char recompute_layers[TS_DIST_MAX_RECOMPUTE][160];
-  int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1) */
+  int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1), 2 = and
+                             accumulated gradients (ZeRO-2), 3 = and parameters (ZeRO-3) */
   double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
   /* pipeline parallel (layout "pipeline", src/dist/dist_pipe.c): stages > 1; accum is then the
    * number of micro-batches; data parallel over the ranks / stages replicas of each stage */
@@ -166,7 +167,10 @@ typedef struct {
                                         not owned, read during ts_dist_build; NULL: none) */
 } ts_dist_model;
 
-/* What the trainer runs: this rank's graphs, store and plans (owned by the object). */
+/* What the trainer runs: this rank's graphs, store and plans (owned by the object). Under
+ * data_parallel with parallel.optimizer_shard 3 the store holds the gradients and states but no
+ * parameter values (ts_params_data is NULL): each rank keeps its shard and the plans read gather
+ * slots; ts_dist_whole_store + ts_dist_move give the whole model. */
 typedef struct {
   ts_graph *g, *ge;          /* training (forward + backward) and evaluation graphs */
   ts_params *params;         /* this rank's store (slices where the layout cuts parameters) */
@@ -244,19 +248,22 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
 /* One optimizer step after ts_dist_step_end and ts_dist_clip: ts_optim_step(opt, params, grads,
  * lr), or under parallel.optimizer_shard the update of the rank's part from the reduced gradients
  * ts_dist_step_end kept (grads is then not read) and the all-gather of the updated parameters
- * into params on every rank (collective). */
+ * into params on every rank (collective); under optimizer_shard 3 the rank's parameters are
+ * updated where the object holds them and params is not read either (the next runs of the plans
+ * gather them). */
 int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr);
 /* Gradient accumulation over cfg.accum micro-steps: the floats of the accumulation buffer the
  * caller must provide to ts_dist_accumulate (0 without accumulation, and under
- * parallel.optimizer_shard 2 in a real job, where the rank's reduced shard is accumulated instead;
- * call after ts_dist_start). */
+ * parallel.optimizer_shard 2 or 3 in a real job, where the rank's reduced shard is accumulated
+ * instead; call after ts_dist_start). */
 size_t ts_dist_accum_numel(const ts_dist *d);
 /* After micro-step k (0-based) wrote its gradients into grads: acc = grads (k = 0) or acc +=
- * grads; under parallel.optimizer_shard 2 the gradients are reduce-scattered now and the rank's
+ * grads; under parallel.optimizer_shard 2 or 3 the gradients are reduce-scattered now and the rank's
  * shard accumulated (collective; acc is not used). Then ts_dist_step_end(d, acc, ...). */
 int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k);
 /* Whether the optimizer state is sharded (1) or not (0); the trainable elements that stay
- * replicated and those sharded over the ranks (0 and 0 when not sharded). */
+ * replicated and those sharded over the ranks (0 and 0 when not sharded; under optimizer_shard 3
+ * the parameters themselves are cut the same way). */
 int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded);
 /* Before evaluation or a checkpoint: states every rank should agree on (BatchNorm running
  * statistics under data parallel without sync_batchnorm) are averaged. */

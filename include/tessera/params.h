@@ -84,6 +84,17 @@ int ts_params_set_init_shape(ts_params *p, int id, ts_shape shape);
 ts_shape ts_params_init_shape(const ts_params *p, int id);
 /* Allocates the flat buffers and initialises every entry with `seed`. */
 int ts_params_alloc(ts_params *p, uint64_t seed);
+/* As ts_params_alloc, but without the trainable parameters' flat buffer: for a layout that holds
+ * the parameters elsewhere (ZeRO-3: each rank keeps its shard, src/dist/dist_zero.c). Gradients
+ * and states are allocated and the states initialised; ts_params_data and ts_params_ptr of a
+ * trainable entry are NULL, and ts_params_each_binding gives parameter values NULL memory. The
+ * initial values come from ts_params_fill. TS_EINVAL on a store already allocated with its
+ * parameters (and ts_params_alloc on one allocated without). */
+int ts_params_alloc_external(ts_params *p, uint64_t seed);
+/* Elements [begin, begin + count) of entry id's initial values with `seed` (its local row-major
+ * order) into dst: exactly what ts_params_alloc puts there. A sharded entry (a slice) only as a
+ * whole. TS_EINVAL for a bad id, TS_ERANGE for a range outside the entry, naming it. */
+int ts_params_fill(const ts_params *p, int id, uint64_t seed, int64_t begin, int64_t count, float *dst);
 int ts_params_count(const ts_params *p);
 int ts_params_find(const ts_params *p, const char *name); /* id or -1 */
 const char *ts_params_name(const ts_params *p, int id);

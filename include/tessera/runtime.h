@@ -81,6 +81,10 @@ size_t ts_plan_naive_bytes(const ts_plan *p);
 size_t ts_plan_arena_bytes(const ts_plan *p);
 /* Nodes that actually run: the others only compute values nobody keeps or binds. */
 int ts_plan_num_live_nodes(const ts_plan *p);
+/* 1 if node `node` runs (plans the memory first if needed), 0 if it is skipped or out of range,
+ * a negative status (message set) if planning failed. Binding a leaf (input, parameter, state)
+ * never changes it. */
+int ts_plan_node_live(const ts_plan *p, int node);
 /* Adds hook (fn, user) to the plan's list (the same pair twice is one entry); TS_ERANGE beyond
  * TS_PLAN_MAX_HOOKS, TS_EINVAL for a NULL fn. */
 int ts_plan_add_hook(ts_plan *p, ts_plan_hook fn, void *user);

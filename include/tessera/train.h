@@ -94,6 +94,8 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
 /* Saves a full checkpoint (parameters, optimizer, position) to path. */
 int ts_trainer_save(ts_trainer *t, const char *path);
 void ts_trainer_request_stop(ts_trainer *t);
+/* This rank's parameter store. Under parallel.optimizer_shard 3 it holds no parameter values
+ * (ts_params_data is NULL; each rank keeps its shard): save a checkpoint for the whole model. */
 ts_params *ts_trainer_params(ts_trainer *t);
 /* This process's rank and the job's ranks (0 and 1 alone). */
 int ts_trainer_rank(const ts_trainer *t);
@@ -107,7 +109,7 @@ int64_t ts_trainer_step(const ts_trainer *t);
  * parallel.optimizer_shard. */
 int64_t ts_trainer_optim_state_numel(const ts_trainer *t);
 /* Floats of the whole-model gradient accumulation buffer (0 without accumulation, and under
- * parallel.optimizer_shard 2, where each rank accumulates its reduced shard instead). */
+ * parallel.optimizer_shard 2 and 3, where each rank accumulates its reduced shard instead). */
 int64_t ts_trainer_accum_numel(const ts_trainer *t);
 /* The memory this rank holds for training, measured where it was allocated: parameters, states
  * and gradients of its store (and under parallel.optimizer_shard its working copies), the

@@ -75,6 +75,32 @@ static int reduce_now(ts__buckets *d, bucket *b) {
   return rc;
 }
 
+/* node_of[i]: the last node that writes or reads parameter i's gradient (views followed), -1
+ * without one. A bucket is reduced in place, so it starts only when nothing reads its gradients
+ * any more: a gradient may also be a term of another one (in a + c, c's gradient is summed into
+ * a's after it is written), and an all-reduce in flight under that read made the sum depend on
+ * timing. */
+static int last_touch(const ts_graph *g, ts_params *p, int *node_of) {
+  int np = ts_params_count(p), nv = ts_graph_num_values(g), nn = ts_graph_num_nodes(g);
+  int *vparam = malloc(sizeof(int) * ((size_t)nv + 1));
+  if (!vparam) return TS_ENOMEM;
+  for (int v = 0; v < nv; v++) vparam[v] = -1;
+  for (int i = 0; i < np; i++) {
+    ts_val gv = ts_params_grad_value(p, i);
+    int vi = gv == TS_NONE ? -1 : ts_graph_value_index(g, gv);
+    node_of[i] = vi < 0 ? -1 : ts_graph_value_producer(g, vi);
+    if (vi >= 0) vparam[vi] = i;
+  }
+  for (int k = 0; k < nn; k++)
+    for (int j = 0; j < ts_graph_node_num_inputs(g, k); j++) {
+      int v = ts_graph_node_input(g, k, j);
+      for (int a; (a = ts_graph_value_alias_of(g, v)) >= 0;) v = a;
+      if (vparam[v] >= 0 && node_of[vparam[v]] >= 0 && k > node_of[vparam[v]]) node_of[vparam[v]] = k;
+    }
+  free(vparam);
+  return TS_OK;
+}
+
 int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
                   ts_dtype wire, const int *member, ts__buckets **out) {
   ts__buckets *d = calloc(1, sizeof *d);
@@ -120,11 +146,17 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
   /* node -> buckets completed there (a parameter without gradient is ready from the start) */
   int *cnt = calloc((size_t)d->nnodes + 1, sizeof(int));
   int *node_of = malloc(sizeof(int) * (size_t)(np + 1));
+  if (!cnt || !node_of || last_touch(g, p, node_of)) {
+    free(cnt);
+    free(node_of);
+    free(pb);
+    ts__buckets_free(d);
+    return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
+  }
   for (int i = 0; i < np; i++) {
+    int nd = node_of[i];
     node_of[i] = -1;
     if (pb[i] < 0) continue;
-    ts_val gv = ts_params_grad_value(p, i);
-    int nd = gv == TS_NONE ? -1 : ts_graph_producer(g, gv);
     if (nd < 0 || nd >= d->nnodes) {
       d->b[pb[i]].pre_ready++;
       continue;
@@ -166,8 +198,9 @@ void ts__buckets_free(ts__buckets *d) {
 
 int ts__buckets_num_buckets(const ts__buckets *d) { return d->nb; }
 
-int ts__buckets_scatter(ts__buckets *d, size_t *total) {
-  int N = ts_comm_size(d->comm), r = ts_comm_rank(d->comm);
+int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total) {
+  if (d->comm && (N != ts_comm_size(d->comm) || r != ts_comm_rank(d->comm)))
+    return ts_error_set(TS_EINVAL, "reduce-scatter buckets: rank %d of %d is not the communicator's", r, N);
   if (d->wire != TS_F32) return ts_error_set(TS_EINVAL, "reduce-scatter buckets: f32 on the wire only");
   d->nranks = N;
   d->rank = r;

@@ -18,10 +18,12 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
 void ts__buckets_free(ts__buckets *d);
 int ts__buckets_num_buckets(const ts__buckets *d);
 /* Reduce-scatter mode (optimizer sharding; f32 only): each bucket [off, off + len) is cut into
- * the communicator's ranks' parts of ceil(len / N) elements (the last ones shorter or empty), and
- * the reduced part of this rank goes to out + out_off (ts__buckets_set_out) instead of back into
- * the gradients; *total gets the elements of this rank's parts over all buckets. */
-int ts__buckets_scatter(ts__buckets *d, size_t *total);
+ * the N ranks' parts of ceil(len / N) elements (the last ones shorter or empty), and the reduced
+ * part of rank r goes to out + out_off (ts__buckets_set_out) instead of back into the gradients;
+ * *total gets the elements of rank r's parts over all buckets. N and r are the communicator's
+ * (checked), or any rank of N for buckets made without one (comm NULL: the layout of a dry run;
+ * such buckets are never started). */
+int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total);
 void ts__buckets_set_out(ts__buckets *d, float *out);
 /* Bucket k: its flat range, its ranks' parts (reduce-scatter mode; NULL otherwise) and where this
  * rank's part sits in out. Parts start at the prefix sums of counts. */

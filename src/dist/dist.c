@@ -74,7 +74,10 @@ int ts__dist_backward(ts_dist *d) {
 
 int ts__dist_plans(ts_dist *d) {
   ts_dist_run *r = &d->r;
-  int rc = ts_params_alloc(r->params, d->cfg.seed);
+  /* optimizer_shard 3 in a real job: no whole copy of the parameters (each rank's shard and the
+   * gather slots are bound into the plans by ts__zero_plan; here parameter values get NULL) */
+  int rc = d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(r->params, d->cfg.seed)
+                                                   : ts_params_alloc(r->params, d->cfg.seed);
   if (rc) return rc;
   ts_val keep[1024];
   int nk = 0;
@@ -168,16 +171,13 @@ static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
   return TS_OK;
 }
 
-/* optimizer_shard: stages 1 and 2 with f32 gradients and element-wise optimizers only */
+/* optimizer_shard: stages 1, 2 and 3 with f32 gradients (lamb's norms are summed over the parts,
+ * dist_lamb.c) */
 static int check_data(const ts_dist_config *c, const ts_dist_model *m) {
   (void)m;
   if (!c->optimizer_shard) return TS_OK;
-  if (c->optimizer_shard > 2)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d (parameter sharding, stage 3) is not implemented; "
-                        "use 1 or 2", c->optimizer_shard);
-  if (c->lamb)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: lamb needs whole-parameter norms and is not "
-                        "implemented with optimizer sharding (use adamw or momentum)");
+  if (c->optimizer_shard < 0 || c->optimizer_shard > 3)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d is not a stage (1, 2 or 3)", c->optimizer_shard);
   if (c->wire != TS_F32)
     return ts_error_set(TS_ECONFIG, "parallel.comm_dtype: gradient compression is not implemented with "
                         "parallel.optimizer_shard (use f32)");
@@ -199,7 +199,9 @@ int ts__dist_start_world(ts_dist *d) {
     return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
                         "initialises its own from the counter-based RNG, identical to the whole model's)");
   if (c->parameter_broadcast) {
-    rc = ts_comm_broadcast(d->world, ts_params_data(p), ts_params_numel(p), TS_F32, 0);
+    /* optimizer_shard 3: no whole copy to send; each rank's shard is initialised from the
+     * counter-based RNG at its global positions, the values rank 0 has there */
+    if (ts_params_data(p)) rc = ts_comm_broadcast(d->world, ts_params_data(p), ts_params_numel(p), TS_F32, 0);
     if (!rc && ts_params_state_numel(p))
       rc = ts_comm_broadcast(d->world, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
@@ -228,15 +230,12 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
   int sharded = 0;
   for (int i = 0; i < ts_params_count(r->params); i++) sharded += ts_params_is_sharded(r->params, i);
   fprintf(out, "every parameter %s; the batch %s; gradients of parameters several ranks hold %s over them\n",
-          sharded ? "as the model registers it (slices where it registers them sharded)" : "replicated",
+          sharded                                    ? "as the model registers it (slices where it registers them sharded)"
+          : d->zero && d->cfg.optimizer_shard >= 3 ? "cut over the ranks (optimizer_shard 3, below)"
+                                                   : "replicated",
           r->data_parts > 1 ? "cut over the ranks" : "read whole by every rank",
           d->reduce_mean ? "averaged" : "summed");
-  size_t rep, sh;
-  if (ts_dist_optim_sharded(d, &rep, &sh))
-    fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard 1): %zu parameter elements "
-            "reduce-scattered and all-gathered by gradient bucket (about %zu per rank), %zu (parameters under %g "
-            "KiB) replicated\n",
-            r->size, sh, (sh + (size_t)r->size - 1) / (size_t)r->size, rep, d->cfg.shard_threshold_kb);
+  ts__zero_describe(d, out);
   return TS_OK;
 }
 

@@ -2,7 +2,8 @@
  * (include/tessera/dist.h). One file per layout family: dist.c (the object, stand_alone,
  * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
  * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
- * slices), dist_zero.c (data_parallel optimizer-state sharding, parallel.optimizer_shard). */
+ * slices), dist_zero.c (data_parallel optimizer-state and parameter sharding,
+ * parallel.optimizer_shard; stage 3's parameter gathers in gather.c). */
 #ifndef TS_DIST_IMPL_H
 #define TS_DIST_IMPL_H
 
@@ -129,5 +130,25 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
 int ts__zero_clip(ts_dist *d, float max_norm, float *norm);
 /* One slot of the rank's optimizer <-> the same slot of an optimizer over the whole store. */
 int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
+/* Stage 3: the rank's parameters (the layout of an optimizer slot: replicated, then its parts),
+ * moved to and from a whole store like a slot; NULL under other stages (the store holds them). */
+float *ts__zero_held_params(ts_dist *d);
+/* Bytes of parameters the rank holds persistently: the store's (the whole model) without
+ * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
+ * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */
+size_t ts__zero_param_bytes(const ts_dist *d);
+/* Of which the gather slots (stage 3; 0 otherwise). */
+size_t ts__zero_slot_bytes(const ts_dist *d);
+/* Bytes one rank sends per optimizer step through the data-parallel gradient reduction and
+ * parameter gathers, counted as ring algorithms send them ((N-1)/N of an all-gather's or a
+ * reduce-scatter's elements, 2(N-1)/N of an all-reduce's): plain data parallel's all-reduce
+ * without sharding; stages 1 and 2 the same volume; stage 3 the gathers of the training plan's
+ * runs instead of one all-gather (about 1.5x). */
+double ts__zero_comm_bytes(const ts_dist *d);
+/* Stage 3: seconds the plans' hooks waited for parameter gathers since the last call (the
+ * gathers' communication not hidden behind compute); 0 otherwise. */
+double ts__zero_take_gather_wait(ts_dist *d);
+/* The line(s) of `tessera plan` for the sharding (nothing without it). */
+void ts__zero_describe(const ts_dist *d, FILE *out);
 
 #endif

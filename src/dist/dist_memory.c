@@ -72,11 +72,12 @@ int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
     int rc = zero_work(d, &work);
     if (rc) return rc;
     ts_dist_optim_sharded(d, &rep, NULL);
-    out->param_bytes += (int64_t)work * f;
+    /* stages 1, 2: the store and the optimizer's copy of the part; stage 3: the part and the
+     * replicated parameters, plus the gather slots, no whole copy (ts__zero_param_bytes) */
+    out->param_bytes = (int64_t)ts__zero_param_bytes(d) + ns * f;
     out->grad_bytes += (int64_t)work * f;
     if (d->cfg.optimizer_shard >= 2) out->grad_bytes += (int64_t)(work - rep) * f;
     opt_elems = (int64_t)work;
-    /* STAGE 3 (parameter sharding): its store and gathered-parameter buffers go here */
   }
   /* accumulation over micro-steps: a whole-model buffer, except under optimizer_shard 2 where the
    * rank's reduced part accumulates (the figure of the job, also in a dry run) */

@@ -97,7 +97,10 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
   ts_params *lp = d->r.params;
   if (full == lp) return TS_OK;
   if (d->vt->move) return d->vt->move(d, full, opt, fopt, gather);
-  int rc = move_flat(d, full, ts_params_data(lp), ts_params_data(full), 0, gather);
+  float *held = ts__zero_held_params(d); /* optimizer_shard 3: the rank's part, not the store */
+  int rc = held ? ts__zero_move_slot(d, full, held, ts_params_data(full), gather)
+                : move_flat(d, full, ts_params_data(lp), ts_params_data(full), 0, gather);
+  if (rc && held) rc = ts_error_wrap(rc, "checkpoint: %s the parameters' shards", gather ? "gathering" : "cutting");
   if (!rc && ts_params_state_numel(lp))
     rc = move_flat(d, full, ts_params_states(lp), ts_params_states(full), 1, gather);
   for (int k = 0; opt && fopt && !rc && k < ts_optim_num_slots(fopt); k++)

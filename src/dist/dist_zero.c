@@ -25,13 +25,25 @@
  * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
  * (ts_dist_accumulate), so no whole-model accumulation buffer exists (R + 2P floats instead of
  * the model's); the reduce-scatter runs once per micro-step instead of once per step, each
- * overlapped with its micro-step's backward. */
+ * overlapped with its micro-step's backward.
+ *
+ * Stage 3 (optimizer_shard = 3, ZeRO-3) shards the parameters too: the store holds no parameters
+ * (ts_params_alloc_external); the work buffer's R + P floats ARE the rank's parameters (the
+ * replicated ones and its part of every bucket, initialised from the counter-based RNG at their
+ * global positions), and the optimizer updates them in place, with no all-gather after the step.
+ * The units gathered for the plans are the gradient buckets (gather.c): the training and
+ * evaluation plans' parameter values are bound into gather slots, and a plan hook all-gathers each
+ * bucket's parts into its slot before the nodes that read it, in forward and again in backward
+ * order, the next one prefetched. Gradients and accumulation as stage 2. The rank holds R + P +
+ * the slots' floats of parameters instead of the model's; the gradient buffer backward writes is
+ * still the whole model's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buckets.h"
 #include "dist_impl.h"
+#include "gather.h"
 
 typedef struct {
   size_t flat;   /* offset in the store's flat buffers */
@@ -54,8 +66,12 @@ struct ts__zero {
   int nrep, nb;
   piece *rep;
   part *pt;
-  ts__buckets *bk; /* NULL in dry runs (no communicator) */
+  ts__buckets *bk; /* without a communicator in dry runs (the layout only) */
   int attached;
+  int stage3;      /* the parameters live in wp (optimizer_shard 3) */
+  ts__gather *gt;  /* stage 3: the gathers into the plans' slots */
+  ts_comm *gcomm;  /* stage 3: the gathers' own communicator (a duplicate of the world) */
+  size_t *rep_at;  /* stage 3: per parameter id, its offset in [0, R) if replicated, else SIZE_MAX */
   int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
   float *tmp;      /* stage 2: P, a later micro-step's reduced parts */
   size_t *displs;  /* N: scratch for the all-gathers */
@@ -64,6 +80,9 @@ struct ts__zero {
 
 void ts__zero_free(struct ts__zero *z) {
   if (!z) return;
+  ts__gather_free(z->gt);
+  ts_comm_free(z->gcomm);
+  free(z->rep_at);
   ts__buckets_free(z->bk);
   free(z->rep);
   free(z->pt);
@@ -80,48 +99,111 @@ static int is_sharded(const ts_dist *d, ts_params *p, int i) {
   return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
 }
 
-/* Dry runs (no communicator): the parts as buckets.c would cut them, from the same buckets. */
+/* The buckets and this rank's part of each (in dry runs too: buckets without a communicator). */
 static int plan_parts(ts_dist *d, struct ts__zero *z, int *member) {
-  ts_params *p = d->r.params;
-  int np = ts_params_count(p);
-  int rc = TS_OK;
-  if (d->world) {
-    ts__buckets *b = NULL;
-    rc = ts__buckets_create(d->world, p, d->r.g, d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT,
-                            d->reduce_mean, TS_F32, member, &b);
-    if (!rc) rc = ts__buckets_scatter(b, &z->P);
-    if (rc) {
-      ts__buckets_free(b);
-      return rc;
-    }
-    z->bk = b;
-    z->nb = ts__buckets_num_buckets(b);
-    if (!(z->pt = calloc((size_t)z->nb + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
-    for (int k = 0; k < z->nb; k++) {
-      part *q = &z->pt[k];
-      size_t out_off;
-      ts__buckets_part(b, k, &q->flat, &q->len, &q->counts, &out_off);
-      for (int r = 0; r < z->rank; r++) q->lo += q->counts[r];
-      q->n = q->counts[z->rank];
-      q->work = z->R + out_off;
-    }
-    return TS_OK;
+  ts__buckets *b = NULL;
+  int rc = ts__buckets_create(d->world, d->r.params, d->r.g,
+                              d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->reduce_mean, TS_F32,
+                              member, &b);
+  if (!rc) rc = ts__buckets_scatter(b, z->N, z->rank, &z->P);
+  if (rc) {
+    ts__buckets_free(b);
+    return rc;
   }
-  /* without MPI: one bucket per run of sharded parameters (the figures only need the sizes) */
-  if (!(z->pt = calloc((size_t)np + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
-  for (int i = 0; i < np; i++) {
-    if (!member[i]) continue;
-    ts_shape s = ts_params_shape(p, i);
-    size_t n = (size_t)ts_shape_numel(&s), N = (size_t)z->N, part_n = (n + N - 1) / N, lo = (size_t)z->rank * part_n;
-    part *q = &z->pt[z->nb++];
-    q->flat = ts_params_offset(p, i);
-    q->len = n;
-    q->lo = lo < n ? lo : n;
-    q->n = lo >= n ? 0 : n - lo < part_n ? n - lo : part_n;
-    q->work = z->R + z->P;
-    z->P += q->n;
+  z->bk = b;
+  z->nb = ts__buckets_num_buckets(b);
+  if (!(z->pt = calloc((size_t)z->nb + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
+  for (int k = 0; k < z->nb; k++) {
+    part *q = &z->pt[k];
+    size_t out_off;
+    ts__buckets_part(b, k, &q->flat, &q->len, &q->counts, &out_off);
+    for (int r = 0; r < z->rank; r++) q->lo += q->counts[r];
+    q->n = q->counts[z->rank];
+    q->work = z->R + out_off;
   }
   return TS_OK;
+}
+
+/* ---- stage 3: the parameters sharded ---- */
+
+typedef struct {
+  struct ts__zero *z;
+  const ts_graph *g;
+  ts_plan *plan;
+  ts_params *p;
+} binder;
+
+/* A value of the plan's graph into its memory: parameters into wp (replicated) or their unit's
+ * gather slot; states and gradients where the store has them. */
+static int bind3(ts_val v, void *data, void *user) {
+  binder *b = user;
+  int id = ts_val_param_id(b->g, v);
+  if (id >= 0 && ts_val_kind_of(b->g, v) == TS_VAL_PARAM) {
+    data = b->z->rep_at[id] != SIZE_MAX ? b->z->wp + b->z->rep_at[id] : ts__gather_addr(b->z->gt, id);
+    if (!data)
+      return ts_error_set(TS_EINVAL, "parallel.optimizer_shard 3: parameter '%s' is in no gather unit",
+                          ts_params_name(b->p, id));
+  }
+  return ts_plan_bind(b->plan, v, data);
+}
+
+/* The rank's parameters initialised in wp from the counter-based RNG (the values the whole
+ * model has at those positions), as ts_params_alloc would fill a whole store. */
+static int init_shard(ts_dist *d, struct ts__zero *z) {
+  ts_params *p = d->r.params;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape sh = ts_params_shape(p, i);
+    size_t off = ts_params_offset(p, i), n = (size_t)ts_shape_numel(&sh);
+    int rc = TS_OK;
+    if (z->rep_at[i] != SIZE_MAX) rc = ts_params_fill(p, i, d->cfg.seed, 0, (int64_t)n, z->wp + z->rep_at[i]);
+    for (int k = 0; k < z->nb && !rc && z->rep_at[i] == SIZE_MAX; k++) {
+      const part *q = &z->pt[k];
+      size_t lo = q->flat + q->lo, hi = lo + q->n, a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+      if (a < b) rc = ts_params_fill(p, i, d->cfg.seed, (int64_t)(a - off), (int64_t)(b - a), z->wp + q->work + (a - lo));
+    }
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+/* The gathers over the plans (the units are the buckets), and in a real job the rank's shard
+ * initialised, every parameter value bound and the gather hooks on the plans. */
+static int plan_stage3(ts_dist *d, struct ts__zero *z) {
+  ts_dist_run *r = &d->r;
+  ts_params *p = r->params;
+  int np = ts_params_count(p), rc = TS_OK;
+  if (r->sliced)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 shards whole parameters; this model registers "
+                        "slices of its own (ts_params_add_sharded)");
+  z->stage3 = 1;
+  /* the gathers are collective: every rank runs the evaluation plan on the same batches */
+  r->eval_split = 0;
+  ts__gather_unit *u = calloc((size_t)z->nb + 1, sizeof *u);
+  if (!(z->rep_at = malloc(sizeof(size_t) * ((size_t)np + 1))) || !u) {
+    free(u);
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  }
+  for (int k = 0; k < z->nb; k++) u[k] = (ts__gather_unit){z->pt[k].flat, z->pt[k].len, z->pt[k].counts, z->pt[k].work};
+  for (int i = 0; i < np; i++) {
+    z->rep_at[i] = SIZE_MAX;
+    for (int k = 0; k < z->nrep && !(ts_params_flags(p, i) & TS_PARAM_STATE); k++)
+      if (z->rep[k].flat == ts_params_offset(p, i)) z->rep_at[i] = z->rep[k].packed;
+  }
+  if (d->world) rc = ts_comm_dup(d->world, &z->gcomm);
+  if (!rc) rc = ts__gather_create(z->gcomm, z->N, p, u, z->nb, &z->gt);
+  free(u);
+  if (!rc && r->plan) rc = ts__gather_add_plan(z->gt, r->g, r->plan);
+  if (!rc && r->plan_e) rc = ts__gather_add_plan(z->gt, r->ge, r->plan_e);
+  if (!rc) rc = ts__gather_layout(z->gt);
+  if (rc || !d->world) return rc;
+  if (ts_params_data(p)) /* ts__dist_plans allocates it without them: wp is the only copy */
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard 3: the store was allocated with its parameters");
+  if ((rc = init_shard(d, z))) return rc;
+  binder bt = {z, r->g, r->plan, p}, be = {z, r->ge, r->plan_e, p};
+  if ((rc = ts_params_each_binding(p, r->g, bind3, &bt)) || (rc = ts_params_each_binding(p, r->ge, bind3, &be)))
+    return rc;
+  return ts__gather_attach(z->gt, z->wp);
 }
 
 int ts__zero_plan(ts_dist *d) {
@@ -159,7 +241,8 @@ int ts__zero_plan(ts_dist *d) {
       rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
     if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   }
-  if (!rc && z->bk) ts__buckets_set_out(z->bk, z->wg + z->R); /* parts after the replicated */
+  if (!rc) ts__buckets_set_out(z->bk, z->wg + z->R); /* parts after the replicated */
+  if (!rc && d->cfg.optimizer_shard >= 3) rc = plan_stage3(d, z);
   if (rc) {
     ts__zero_free(z);
     return rc;
@@ -172,7 +255,7 @@ static void zero_hook(const ts_hook_info *e, void *user) { ts__buckets_hook(e, (
 
 int ts__zero_start(ts_dist *d) {
   int rc = ts__zero_plan(d);
-  if (rc || !d->zero->bk) return rc;
+  if (rc || !d->world) return rc;
   /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
    * micro-step, so it overlaps with accumulation too */
   d->overlap = d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
@@ -184,7 +267,7 @@ int ts__zero_start(ts_dist *d) {
 }
 
 void ts__zero_begin(ts_dist *d, float *grads) {
-  if (!d->zero->bk) return;
+  if (!d->world) return;
   ts__buckets_set_out(d->zero->bk, d->zero->wg + d->zero->R); /* micro-step 0 writes the parts */
   ts__buckets_begin(d->zero->bk, grads);
 }
@@ -204,7 +287,16 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   if (rc) return rc;
   struct ts__zero *z = d->zero;
   ts_optim_segment *ws = calloc((size_t)nseg + 1, sizeof *ws);
-  if (!ws) return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  /* LAMB: each of the rank's segments is a whole replicated parameter (every rank holds it:
+   * weight 1/N) or the rank's part of one (weight 1); their norms are summed by parameter */
+  int *glob = malloc(sizeof(int) * (size_t)(nseg + 1));
+  float *wt = malloc(sizeof(float) * (size_t)(nseg + 1));
+  if (!ws || !glob || !wt) {
+    free(ws);
+    free(glob);
+    free(wt);
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  }
   int nw = 0;
   for (int s = 0; s < nseg && !rc; s++) {
     int found = 0;
@@ -212,6 +304,8 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
     for (int k = 0; k < z->nrep && !found; k++)
       if (z->rep[k].flat == so && z->rep[k].n == segs[s].numel) {
         found = 1;
+        glob[nw] = s;
+        wt[nw] = 1.0f / (float)d->r.size;
         ws[nw++] = (ts_optim_segment){segs[s].name, z->rep[k].packed, segs[s].numel, segs[s].flags};
       }
     for (int k = 0; k < z->nb && !found; k++) {
@@ -219,14 +313,24 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
       if (so < q->flat || se > q->flat + q->len) continue;
       found = 1;
       size_t lo = q->flat + q->lo, hi = lo + q->n, a = so > lo ? so : lo, b = se < hi ? se : hi;
-      if (a < b) ws[nw++] = (ts_optim_segment){segs[s].name, q->work + (a - lo), b - a, segs[s].flags};
+      if (a < b) {
+        glob[nw] = s;
+        wt[nw] = 1.0f;
+        ws[nw++] = (ts_optim_segment){segs[s].name, q->work + (a - lo), b - a, segs[s].flags};
+      }
     }
     if (!found)
       rc = ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' is not one whole parameter",
                         segs[s].name);
   }
   if (!rc) rc = ts_optim_create(out, cfg, ws, nw);
+  if (!rc && d->world && (rc = ts__lamb_install(d, *out, d->world, nseg, nw, glob, wt))) {
+    ts_optim_free(*out);
+    *out = NULL;
+  }
   free(ws);
+  free(glob);
+  free(wt);
   return rc;
 }
 
@@ -235,7 +339,7 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
  * at the step's end). With overlap, the next micro-step's reduce-scatter is armed here. */
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   struct ts__zero *z = d->zero;
-  if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
+  if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
   float *parts = z->wg + z->R;
   if (!d->overlap) {
     ts__buckets_set_out(z->bk, k == 0 ? parts : z->tmp);
@@ -262,7 +366,8 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
 int ts__zero_reduce(ts_dist *d, const float *g) {
   struct ts__zero *z = d->zero;
   ts_reduce_op op = d->reduce_mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
-  int rc = TS_OK;
+  int rc = z->gt ? ts__gather_status(z->gt) : TS_OK; /* a parameter gather of the step failed */
+  if (rc) return rc;
   if (!z->accumulated) {
     if (!d->overlap) ts__buckets_begin(z->bk, (float *)g);
     rc = ts__buckets_finish(z->bk);
@@ -307,7 +412,8 @@ static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst
 int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
   struct ts__zero *z = d->zero;
   if (!z) return ts_optim_step(opt, params, grads, lr);
-  if (!z->bk) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
+  if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
+  if (z->stage3) return ts_optim_step(opt, z->wp, z->wg, lr); /* in place; the next run gathers them */
   for (int k = 0; k < z->nrep; k++) memcpy(z->wp + z->rep[k].packed, params + z->rep[k].flat, z->rep[k].n * sizeof(float));
   for (int k = 0; k < z->nb; k++)
     memcpy(z->wp + z->pt[k].work, params + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
@@ -328,7 +434,7 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
       return ts_error_set(TS_EINVAL, "checkpoint: the whole store's layout differs from the rank's at '%s'",
                           ts_params_name(lp, i));
   if (gather) {
-    if (!z->bk) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
+    if (!d->world) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
     int rc = gather_parts(d, loc, 1, whole);
     if (rc) return ts_error_wrap(rc, "checkpoint: gathering the optimizer state's shards");
     for (int k = 0; k < z->nrep; k++) memcpy(whole + z->rep[k].flat, loc + z->rep[k].packed, z->rep[k].n * sizeof(float));
@@ -345,4 +451,49 @@ int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded)
   if (replicated) *replicated = z ? z->R : 0;
   if (sharded) *sharded = z ? z->S : 0;
   return z != NULL;
+}
+
+float *ts__zero_held_params(ts_dist *d) { return d->zero && d->zero->stage3 ? d->zero->wp : NULL; }
+
+size_t ts__zero_param_bytes(const ts_dist *d) {
+  const struct ts__zero *z = d->zero;
+  size_t whole = ts_params_numel(d->r.params);
+  if (!z) return whole * sizeof(float);
+  if (!z->stage3) return (whole + z->R + z->P) * sizeof(float); /* the store and the optimizer's copy of its part */
+  return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
+}
+
+double ts__zero_take_gather_wait(ts_dist *d) {
+  return d->zero && d->zero->gt ? ts__gather_take_wait(d->zero->gt) : 0;
+}
+
+size_t ts__zero_slot_bytes(const ts_dist *d) {
+  const struct ts__zero *z = d->zero;
+  return z && z->stage3 ? ts__gather_slot_numel(z->gt, NULL, NULL) * sizeof(float) : 0;
+}
+
+double ts__zero_comm_bytes(const ts_dist *d) {
+  const struct ts__zero *z = d->zero;
+  double f = (double)(d->r.size - 1) / (double)d->r.size, A = (double)d->cfg.accum;
+  if (!z) return 2 * f * (double)ts_params_numel(d->r.params) * sizeof(float); /* ring all-reduce */
+  double rs = f * (double)z->S * (d->cfg.optimizer_shard >= 2 ? A : 1), ar = 2 * f * (double)z->R;
+  double ag = z->stage3 ? A * f * (double)ts__gather_run_numel(z->gt, 0, NULL) : f * (double)z->S;
+  return (rs + ar + ag) * sizeof(float);
+}
+
+void ts__zero_describe(const ts_dist *d, FILE *out) {
+  const struct ts__zero *z = d->zero;
+  if (!z) return;
+  int st = d->cfg.optimizer_shard;
+  fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard %d): %zu parameter elements "
+          "reduce-scattered by gradient bucket (%zu on this rank), %zu (parameters under %g KiB) replicated\n",
+          d->r.size, st, z->S, z->P, z->R, d->cfg.shard_threshold_kb);
+  if (!z->stage3) return;
+  int ns = 0, ded = 0, ng = 0, nge = 0;
+  size_t slots = ts__gather_slot_numel(z->gt, &ns, &ded);
+  size_t run = ts__gather_run_numel(z->gt, 0, &ng), rune = ts__gather_run_numel(z->gt, 1, &nge);
+  fprintf(out, "parameters sharded (optimizer_shard 3): this rank holds %zu of the %zu parameter elements; %d "
+          "gradient buckets all-gathered into %d slot%s of %zu elements (%d for one bucket each) before use: %d "
+          "gathers (%zu elements) per training micro-step, %d (%zu) per evaluation batch\n",
+          z->R + z->P, ts_params_numel(d->r.params), z->nb, ns, ns == 1 ? "" : "s", slots, ded, ng, run, nge, rune);
 }

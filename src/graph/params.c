@@ -27,6 +27,7 @@ struct ts_params {
   size_t numel, state_numel;
   float *data, *grads, *states;
   int allocated;
+  int external; /* ts_params_alloc_external: the trainable parameters are held elsewhere (data NULL) */
 };
 
 int ts_params_create(ts_params **out) {
@@ -175,27 +176,55 @@ static int fill_sharded(const entry *e, uint64_t key, float *dst) {
   return TS_OK;
 }
 
-int ts_params_alloc(ts_params *p, uint64_t seed) {
+static int alloc_store(ts_params *p, uint64_t seed, int external) {
+  const char *fn = external ? "ts_params_alloc_external" : "ts_params_alloc";
+  if (p->allocated && p->external != external)
+    return ts_error_set(TS_EINVAL, "%s: the store is already allocated %s its parameters", fn,
+                        p->external ? "without" : "with");
   if (!p->allocated) {
-    p->data = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
+    p->data = external ? NULL : ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
     p->grads = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
     p->states = ts_calloc((p->state_numel ? p->state_numel : 1) * sizeof(float));
-    if (!p->data || !p->grads || !p->states)
-      return ts_error_set(TS_ENOMEM, "ts_params_alloc: cannot allocate %zu parameters",
-                          p->numel + p->state_numel);
+    if ((!p->data && !external) || !p->grads || !p->states) {
+      ts_free(p->data);
+      ts_free(p->grads);
+      ts_free(p->states);
+      p->data = p->grads = p->states = NULL;
+      return ts_error_set(TS_ENOMEM, "%s: cannot allocate %zu parameters", fn, p->numel + p->state_numel);
+    }
     p->allocated = 1;
+    p->external = external;
   }
   for (int i = 0; i < p->n; i++) {
     entry *e = &p->e[i];
-    int rc;
-    if (e->sharded)
-      rc = fill_sharded(e, ts_hash_name(e->name, seed), ts_params_ptr(p, i));
-    else
-      rc = ts_init_fill(&e->init, e->shape, ts_hash_name(e->name, seed), ts_params_ptr(p, i), 0,
-                        ts_shape_numel(&e->shape));
-    if (rc) return ts_error_wrap(rc, "initialising '%s'", e->name);
+    if (external && !(e->flags & TS_PARAM_STATE)) continue;
+    int rc = ts_params_fill(p, i, seed, 0, ts_shape_numel(&e->shape), ts_params_ptr(p, i));
+    if (rc) return rc;
   }
   return TS_OK;
+}
+
+int ts_params_alloc(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 0); }
+
+int ts_params_alloc_external(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 1); }
+
+int ts_params_fill(const ts_params *p, int id, uint64_t seed, int64_t begin, int64_t count, float *dst) {
+  if (id < 0 || id >= p->n) return ts_error_set(TS_EINVAL, "ts_params_fill: no entry %d", id);
+  const entry *e = &p->e[id];
+  int64_t n = ts_shape_numel(&e->shape);
+  if (begin < 0 || count < 0 || begin + count > n || (count && !dst))
+    return ts_error_set(TS_ERANGE, "ts_params_fill: '%s': range [%lld, %lld) outside its %lld elements", e->name,
+                        (long long)begin, (long long)(begin + count), (long long)n);
+  uint64_t key = ts_hash_name(e->name, seed);
+  int rc;
+  if (e->sharded) {
+    if (begin != 0 || count != n)
+      return ts_error_set(TS_EINVAL, "ts_params_fill: '%s' is a slice: only the whole of it can be filled", e->name);
+    rc = fill_sharded(e, key, dst);
+  } else {
+    rc = ts_init_fill(&e->init, e->shape, key, dst, begin, count);
+  }
+  return rc ? ts_error_wrap(rc, "initialising '%s'", e->name) : TS_OK;
 }
 
 int ts_params_count(const ts_params *p) { return p->n; }
@@ -243,7 +272,8 @@ int ts_params_shard_rank(const ts_params *p, int id) {
 size_t ts_params_offset(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].offset : 0; }
 float *ts_params_ptr(ts_params *p, int id) {
   if (id < 0 || id >= p->n || !p->allocated) return NULL;
-  return (p->e[id].flags & TS_PARAM_STATE ? p->states : p->data) + p->e[id].offset;
+  float *base = p->e[id].flags & TS_PARAM_STATE ? p->states : p->data;
+  return base ? base + p->e[id].offset : NULL; /* NULL: held elsewhere (ts_params_alloc_external) */
 }
 float *ts_params_grad_ptr(ts_params *p, int id) {
   if (id < 0 || id >= p->n || !p->allocated || (p->e[id].flags & TS_PARAM_STATE)) return NULL;

@@ -401,6 +401,15 @@ int ts_plan_num_live_nodes(const ts_plan *p) {
   return p->nlive;
 }
 size_t ts_plan_arena_bytes(const ts_plan *p) { return p ? p->arena_cap : 0; }
+
+int ts_plan_node_live(const ts_plan *p, int node) {
+  if (!p || node < 0 || node >= p->nnodes) return 0;
+  if (!p->planned) {
+    int rc = plan_memory((ts_plan *)p);
+    if (rc) return rc;
+  }
+  return p->live[node] != 0;
+}
 size_t ts_plan_naive_bytes(const ts_plan *p) {
   if (!p->planned) plan_memory((ts_plan *)p);
   return p->naive;

@@ -14,7 +14,7 @@ static const char *const unit_names[] = {"steps", "epochs", NULL};
 static const char *const parallel_names[] = {"stand_alone", "data_parallel", "semi_auto_parallel",
                                              "auto_parallel", "hybrid_parallel", NULL};
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
-static const char *const shard_names[] = {"off", "1", "2", NULL};
+static const char *const shard_names[] = {"off", "1", "2", "3", NULL};
 static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved_1f1b", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
@@ -228,7 +228,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
      "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "
      "updates them, then the parameters are all-gathered; 2 = also, with gradient accumulation, each "
-     "micro-step's gradients reduce-scattered and only the rank's shard accumulated"},
+     "micro-step's gradients reduce-scattered and only the rank's shard accumulated; 3 = also the "
+     "parameters sharded: each rank keeps 1/N of them, and each layer's are all-gathered before its "
+     "forward and again before its backward (ZeRO-3)"},
     {"parallel.optimizer_shard_threshold_kb", CT_FLOAT, FLD(parallel.optimizer_shard_threshold_kb),
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "

@@ -38,8 +38,9 @@ static void cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, ch
   if (data && ranks > 1 && c->parallel.optimizer_shard == 1 && accum > 1)
     ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 2 (no whole-model accumulation buffer, %s)", n ? "; " : "",
             ts__human_bytes((double)m->accum_bytes, h, sizeof h));
-  /* STAGE 3: parallel.optimizer_shard 3 (parameters and gradients split too) is suggested here
-   * when it lands */
+  if (data && ranks > 1 && c->parallel.optimizer_shard && c->parallel.optimizer_shard < 3)
+    ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 3 (the parameters, %s, split over the ranks too)", n ? "; " : "",
+            ts__human_bytes((double)m->param_bytes, h, sizeof h));
   if (c->model.recompute != TS_CFG_RECOMPUTE_FULL && m->activation_bytes > 0)
     ts__app(buf, cap, &n, "%smodel.recompute: %s (the activations, %s)", n ? "; " : "",
             c->model.recompute == TS_CFG_RECOMPUTE_NONE ? "full or selective" : "full",

@@ -9,9 +9,13 @@
 #include "train_impl.h"
 
 /* The figures of one built layout: parameters and the planned activation arena of the step. */
-static void figures(const ts_dist *d, double *param_bytes, double *arena) {
+static void figures(ts_dist *d, double *param_bytes, double *arena) {
   const ts_dist_run *r = ts_dist_get(d);
+  /* the trainable parameters the rank holds (optimizer_shard 3: its part and the gather slots) */
+  ts_dist_memory_info m;
   *param_bytes = (double)ts_params_numel(r->params) * 4;
+  if (!ts_dist_memory(d, 0, &m) && ts_dist_optim_sharded(d, NULL, NULL))
+    *param_bytes = (double)m.param_bytes - 4.0 * (double)ts_params_state_numel(r->params);
   *arena = (double)ts_plan_peak_bytes(r->plan);
 }
 

@@ -68,8 +68,25 @@ if [ "$rc" = 0 ] && grep -q "^memory/rank (rank 0): params .*, grads .*, optimiz
    grep -q '"memory_max_over_ranks":{"ranks":2' <<<"$end" && grep -q '"peak_rss_bytes":[1-9]' <<<"$end"; then
   ok "train: optimizer_shard 2 + recompute full within $budget MiB (measured $tot bytes, plan said $small_b to its 2 decimals)"
 else bad "train sharded with budget -> exit $rc (total '$tot', budget $budget_b, predicted $small_b): $out $end"; fi
-# STAGE 3: when parallel.optimizer_shard 3 lands, train the same budget (or a smaller one that
-# stage 2 exceeds) with --set parallel.optimizer_shard=3 here.
+# parameter sharding: a budget between stage 3's and stage 2's totals (both with recompute full)
+# refuses stage 2 and trains under optimizer_shard 3, measured within it (buckets of 0.25 MiB:
+# stage 3 gathers one bucket at a time into two slots, so the model must span several)
+z3=(--set parallel.optimizer_shard=3 --set model.recompute=full --set parallel.bucket_size_mb=0.25)
+run plan "$tmp/gpt.yaml" -n 2 "${z3[@]}"; z3_b=$(total_bytes "$out")
+if [ -n "$z3_b" ] && [ "$z3_b" -lt "$small_b" ]; then
+  b3=$(awk -v a="$small_b" -v b="$z3_b" 'BEGIN { printf "%.3f", (a + b) / 2 / 1048576 }')
+  b3_b=$(awk -v m="$b3" 'BEGIN { printf "%.0f", m * 1048576 }')
+  out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set train.max_memory_mb="$b3" "${small[@]}" 2>&1); rc=$?
+  if [ "$rc" = 2 ] && grep -q "train.max_memory_mb" <<<"$out" && ! grep -q "^step " <<<"$out"; then
+    ok "train: optimizer_shard 2 + recompute refused under $b3 MiB"
+  else bad "stage 2 under $b3 MiB -> exit $rc: $out"; fi
+  rm -f "$tmp/m.jsonl"
+  out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set train.max_memory_mb="$b3" "${z3[@]}" 2>&1); rc=$?
+  tot=$(sed -n 's/.*"memory_total_bytes":\([0-9]*\).*/\1/p' "$tmp/m.jsonl" 2>/dev/null | head -1)
+  if [ "$rc" = 0 ] && grep -q "^step 2/2" <<<"$out" && [ -n "$tot" ] && [ "$tot" -le "$b3_b" ]; then
+    ok "train: optimizer_shard 3 + recompute full within $b3 MiB (measured $tot bytes, plan said $z3_b)"
+  else bad "stage 3 under $b3 MiB -> exit $rc (total '$tot'): $out"; fi
+else bad "plan: optimizer_shard 3 + recompute full needs '$z3_b' bytes, not below stage 2's $small_b"; fi
 
 # the alias, MindSpore's enable_parallel_optimizer, and its disagreement with optimizer_shard
 run plan "$tmp/gpt.yaml" -n 2 --set parallel.enable_parallel_optimizer=true

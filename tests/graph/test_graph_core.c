@@ -86,6 +86,10 @@ static void test_autodiff_and_plan(void) {
   CHECK_OK(ts_plan_bind(p, x, xs));
   CHECK_OK(ts_plan_run(p, 0));
   CHECK(hook_begin == ts_plan_num_live_nodes(p) && hook_end == hook_begin);
+  int nlive = 0; /* node by node, as the ZeRO-3 gather schedule reads it */
+  for (int i = 0; i < ts_graph_num_nodes(g); i++) nlive += ts_plan_node_live(p, i) == 1;
+  CHECK(nlive == ts_plan_num_live_nodes(p));
+  CHECK(ts_plan_node_live(p, -1) == 0 && ts_plan_node_live(p, ts_graph_num_nodes(g)) == 0);
   CHECK(run_begin == 1 && run_end == 1 && order_ok);
   CHECK(second_calls == hook_begin + hook_end + 2);
   ts_plan_remove_hook(p, hook2, &seen);

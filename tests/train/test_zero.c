@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
   resume(w, "adamw: saved sharded, resumed plain", "adamw", "parallel.optimizer_shard=1", NULL);
   resume(w, "momentum: saved plain, resumed sharded", "momentum", NULL, "parallel.optimizer_shard=1");
   refused("parallel.mode=semi_auto_parallel", "adamw", "parallel.optimizer_shard=1", "parallel.optimizer_shard");
-  refused(NULL, "lamb", "parallel.optimizer_shard=1", "parallel.optimizer_shard");
+  compare(w, "lamb (norms summed over the parts)", "mlp", "lamb", NULL, NULL, "parallel.optimizer_shard_threshold_kb=4");
   refused("parallel.mode=stand_alone", "adamw", "parallel.optimizer_shard=2", "parallel.optimizer_shard");
   ts_comm_free(w);
   return ts_test_finish_job("test_zero");
