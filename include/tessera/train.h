@@ -12,6 +12,7 @@
 
 #include "tessera/config.h"
 #include "tessera/dist.h"
+#include "tessera/planner.h"
 #include "tessera/nn.h"
 
 #ifdef __cplusplus
@@ -78,6 +79,26 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
  * what ts_trainer_memory measures in that rank of the job), without MPI and without training. */
 int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                            ts_dist_memory_info *out);
+
+/* The step time the cost model predicts for rank `rank` of the job on cluster c (planner.h):
+ * the rank's training graph priced per micro-step (GEMM-like ops by FLOPs, the rest by bytes,
+ * its collectives and pipeline sends by the alpha-beta model), times the micro-steps, plus the
+ * data-parallel gradient reduction (hidden behind backward where it overlaps), a pipeline's
+ * bubble ((P-1)/(V*M) of its micro-steps) and the optimizer's pass over its state. */
+typedef struct {
+  double step_s, samples_per_s;
+  double compute_s, gemm_s, other_s; /* per step (all micro-steps) */
+  double collectives_s;              /* the graph's collectives and p2p, per step */
+  double reduce_s, reduce_exposed_s; /* gradient reduction and its part not hidden */
+  double bubble_s, optimizer_s;
+  double flops;                      /* per step on the rank */
+  int64_t micro_steps;
+} ts_step_prediction;
+/* Measures this machine as a cluster description (`tessera calibrate`): the sgemm peak, the
+ * fraction a model-sized GEMM reaches, the memory bandwidth, and with world (2 or more ranks;
+ * collective, NULL alone) the all-reduce latency and bandwidth between the ranks. */
+int ts_calibrate(ts_comm *world, ts_cluster *out);
+int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out);
 
 /* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
  * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */

@@ -19,6 +19,7 @@ int ts_cli_exit_code(int rc);
 int ts_cli_train(int argc, char **argv);
 int ts_cli_profile(int argc, char **argv);
 int ts_cli_plan(int argc, char **argv);
+int ts_cli_calibrate(int argc, char **argv);
 int ts_cli_ckpt(int argc, char **argv);
 int ts_cli_eval(int argc, char **argv);
 int ts_cli_plot(int argc, char **argv);

@@ -161,12 +161,13 @@ int ts_cli_plot(int argc, char **argv) {
 /* `tessera plan CONFIG -n N [--rank R] [--set k=v ...]` */
 int ts_cli_plan(int argc, char **argv) {
   int n = 0, rank = 0;
+  const char *cluster = NULL;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int nrest = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       free(rest);
-      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--set key=value ...]\n"
+      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--cluster NAME|FILE] [--set key=value ...]\n"
              "Prints what the config's parallel.mode does on N devices, without MPI and without\n"
              "training: the data cut, every operator's strategy and layouts (semi_auto_parallel),\n"
              "the collectives inserted with bytes per step, and per-rank memory for parameters,\n"
@@ -174,6 +175,8 @@ int ts_cli_plan(int argc, char **argv) {
              "default 0), the same figures the run reports (param_bytes ... peak_rss_bytes), and\n"
              "whether they fit train.max_memory_mb (exit 2 when not). N is at most 1048576 (2^20);\n"
              "the time grows linearly with N (about 0.3 s per 100,000 devices for the GPT example).\n"
+             "--cluster: also the step time the cost model predicts on that cluster (a YAML file, or\n"
+             "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it).\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
       return 0;
     }
@@ -189,6 +192,10 @@ int ts_cli_plan(int argc, char **argv) {
       i++;
       continue;
     }
+    if (!strcmp(argv[i], "--cluster") && i + 1 < argc) {
+      cluster = argv[++i];
+      continue;
+    }
     rest[nrest++] = argv[i];
   }
   if (n < 1) {
@@ -200,10 +207,29 @@ int ts_cli_plan(int argc, char **argv) {
   free(rest);
   if (e) return e;
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
+  ts_cluster cl;
+  if (cluster && (e = ts_cluster_load(cluster, &cl))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
   char *text = NULL;
   int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
   if (text) fputs(text, stdout); /* also when it would not fit train.max_memory_mb */
   free(text);
+  if (!rc && cluster) {
+    ts_step_prediction p;
+    rc = ts_trainer_predict(&cfg, n, rank, &cl, &p);
+    if (!rc) {
+      printf("\n");
+      ts_cluster_describe(&cl, stdout);
+      printf("predicted step on %s (rank %d, %lld micro-step%s): %.3f ms, %.1f samples/s\n", cl.name, rank,
+             (long long)p.micro_steps, p.micro_steps == 1 ? "" : "s", 1e3 * p.step_s, p.samples_per_s);
+      printf("  compute          %10.3f ms  (GEMM-like %.3f ms for %.3g GFLOP, memory-bound %.3f ms)\n", 1e3 * p.compute_s,
+             1e3 * p.gemm_s, p.flops / 1e9, 1e3 * p.other_s);
+      printf("  collectives/p2p  %10.3f ms\n", 1e3 * p.collectives_s);
+      printf("  pipeline bubble  %10.3f ms\n", 1e3 * p.bubble_s);
+      printf("  grad reduction   %10.3f ms  (%.3f ms not hidden behind backward)\n", 1e3 * p.reduce_s,
+             1e3 * p.reduce_exposed_s);
+      printf("  optimizer        %10.3f ms\n", 1e3 * p.optimizer_s);
+    }
+  }
   fflush(stdout);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   return 0;

@@ -69,7 +69,9 @@ static int usage(FILE *f) {
           "commands:\n"
           "  train   train a model from a YAML config (tessera train --help)\n"
           "  eval    evaluate a checkpoint on the test data (tessera eval --help)\n"
-          "  plan    show how semi_auto_parallel cuts a model on N devices (tessera plan --help)\n"
+          "  plan    show how a layout cuts a model on N devices, and with --cluster its predicted step\n"
+          "          time (tessera plan --help)\n"
+          "  calibrate measure this machine for the cost model (tessera calibrate --help)\n"
           "  profile train a few steps with the profiler: step breakdown, per-op table, trace\n"
           "          (tessera profile --help)\n"
           "  plot    draw loss/accuracy curves from a metrics file (tessera plot --help)\n"
@@ -91,6 +93,7 @@ int main(int argc, char **argv) {
   int rc;
   if (!strcmp(cmd, "train")) rc = ts_cli_train(argc - 2, argv + 2);
   else if (!strcmp(cmd, "plan")) rc = ts_cli_plan(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "calibrate")) rc = ts_cli_calibrate(argc - 2, argv + 2);
   else if (!strcmp(cmd, "ckpt")) rc = ts_cli_ckpt(argc - 2, argv + 2);
   else if (!strcmp(cmd, "eval")) rc = ts_cli_eval(argc - 2, argv + 2);
   else if (!strcmp(cmd, "profile")) rc = ts_cli_profile(argc - 2, argv + 2);

@@ -160,3 +160,65 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   dry_free(&x);
   return rc;
 }
+
+int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out) {
+  memset(out, 0, sizeof *out);
+  int rc = ts_cluster_validate(c, c->name);
+  if (rc) return rc;
+  dry x;
+  rc = dry_build(cfg, ndevices, rank, NULL, NULL, 0, &x);
+  const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
+  char *live = NULL;
+  ts_cost_breakdown b;
+  if (!rc) {
+    int n = ts_graph_num_nodes(r->g);
+    live = malloc((size_t)n + 1);
+    if (!live) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
+    for (int j = 0; !rc && j < n; j++) {
+      int l = ts_plan_node_live(r->plan, j);
+      if (l < 0) rc = l;
+      live[j] = (char)(l > 0);
+    }
+  }
+  if (!rc) rc = ts_cost_graph(c, r->g, TS_F32, live, &b);
+  free(live);
+  if (!rc) {
+    const ts_config *k = &x.t->cfg;
+    int P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
+    int V = P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
+    int64_t M = k->train.batch_size / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
+    out->micro_steps = M;
+    out->gemm_s = (double)M * b.gemm_s;
+    out->other_s = (double)M * b.other_s;
+    out->compute_s = out->gemm_s + out->other_s;
+    out->collectives_s = (double)M * b.comm_s;
+    out->flops = (double)M * b.flops;
+    /* a pipeline's idle time: (P-1) piece-times of warm-up and cool-down over V*M (balanced pieces) */
+    if (P > 1) out->bubble_s = (double)(P - 1) / (double)V * (b.compute_s + b.comm_s);
+    /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
+     * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
+    double red = 0;
+    FILE *devnull = fopen("/dev/null", "w");
+    if (devnull) {
+      rc = ts_dist_describe(x.d, devnull, &red);
+      fclose(devnull);
+    }
+    int replicas = r->data_parts > 1 ? r->data_parts : 1;
+    int span = ts_cluster_spans(c, replicas, P);
+    double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
+    out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
+    /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
+    double bwd = 2.0 / 3.0 * (b.compute_s + b.comm_s);
+    int overlap = k->parallel.overlap && M == 1 && P == 1;
+    out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
+    /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
+    ts_dist_memory_info m;
+    if (!rc && !ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &m))
+      out->optimizer_s = 2.0 * (double)(m.param_bytes + m.optimizer_state_bytes) / c->mem_bandwidth +
+                         (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth;
+    out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
+    out->samples_per_s = out->step_s > 0 ? (double)k->train.batch_size / out->step_s : 0;
+  }
+  dry_free(&x);
+  return rc;
+}

@@ -1,0 +1,92 @@
+/* Tessera planner: cluster descriptions and the cost model (pure: no MPI, no tensors).
+ *
+ * A cluster says what one device computes and holds and how fast its links are, per level
+ * (inside a node, between nodes), as an alpha-beta model; the cost model prices a rank's graph
+ * on it: compute from each operator's FLOPs (GEMM-like families at an achieved fraction of the
+ * peak) or bytes (the rest, at the achieved memory bandwidth), collectives from the alpha-beta
+ * model of ring algorithms on the link level their group spans.
+ *
+ *   ts_cluster c;
+ *   ts_cluster_builtin("dgx-a100-80g", &c);           // or ts_cluster_load("cluster.yaml", &c)
+ *   ts_cost_breakdown b;
+ *   ts_cost_graph(&c, g, TS_F32, live, &b);           // b.compute_s, b.comm_s per run of g
+ *   double t = ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 8, 0, 64e6);
+ */
+#ifndef TESSERA_PLANNER_H
+#define TESSERA_PLANNER_H
+
+#include <stdio.h>
+
+#include "tessera/graph_ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  char name[64];
+  char device[64];
+  char source[256];          /* where the numbers come from (measured here, a datasheet) */
+  int devices_per_node, nodes;
+  double peak_flops_f32;     /* per device, FLOP/s */
+  double peak_flops_bf16;    /* per device, FLOP/s (0: as f32) */
+  double gemm_efficiency;    /* achieved fraction of the peak by GEMM-like ops (matmul, conv, attention) */
+  double mem_bandwidth;      /* achieved bytes/s of memory-bound ops */
+  double mem_bytes;          /* per device */
+  double intra_bw, intra_latency; /* a device's link inside a node: bytes/s per direction, seconds */
+  double inter_bw, inter_latency; /* a device's share of its node's links to other nodes */
+  double op_overhead;        /* seconds every operator costs beyond its work (dispatch, launch) */
+} ts_cluster;
+
+/* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s
+ * InfiniBand), "p3.16xlarge" (8 x V100 16 GB, NVLink, 25 Gb/s between nodes) and "local" (this
+ * machine: the calibration cached by `tessera calibrate`, else measured now without links).
+ * TS_ECONFIG naming the known names for another name (and for "local" never calibrated). */
+int ts_cluster_builtin(const char *name, ts_cluster *out);
+/* A cluster from a YAML file (the keys of ts_cluster, as ts_cluster_save writes them); a name
+ * that is not a readable file is tried as a built-in. Errors name the file, the key and the
+ * reason (unknown key, not a positive number, missing key). */
+int ts_cluster_load(const char *path_or_name, ts_cluster *out);
+/* Writes c as YAML to path atomically (temp file, fsync, rename). */
+int ts_cluster_save(const ts_cluster *c, const char *path);
+/* Checks that every field is usable (positive, devices > 0); TS_ECONFIG naming the field. */
+int ts_cluster_validate(const ts_cluster *c, const char *label);
+/* Writes a one-paragraph description. */
+void ts_cluster_describe(const ts_cluster *c, FILE *out);
+
+typedef enum {
+  TS_COST_ALLREDUCE = 0,
+  TS_COST_ALLGATHER,
+  TS_COST_REDUCE_SCATTER,
+  TS_COST_ALLTOALL,
+  TS_COST_BROADCAST,
+  TS_COST_P2P,
+} ts_cost_coll;
+
+/* Seconds a collective of `group` devices moving `bytes` (the whole tensor: the all-reduce's
+ * input, the all-gather's output, the reduce-scatter's input, one message for p2p) takes with ring
+ * algorithms: all-reduce 2(g-1)/g bytes/bw + 2(g-1) alpha, all-gather / reduce-scatter / all-to-all
+ * (g-1)/g bytes/bw + (g-1) alpha, broadcast bytes/bw + log2(g) alpha, p2p bytes/bw + alpha; on
+ * the links between nodes when the group spans nodes (span = 1), else inside one. */
+double ts_cluster_coll_time(const ts_cluster *c, ts_cost_coll kind, int group, int span, double bytes);
+/* Whether a group of `group` ranks whose members are `stride` ranks apart spans several nodes
+ * (ranks are numbered node by node). */
+int ts_cluster_spans(const ts_cluster *c, int group, int stride);
+
+typedef struct {
+  double compute_s;     /* operators */
+  double gemm_s, other_s;
+  double comm_s;        /* collectives and point to point in the graph */
+  double flops, bytes;  /* counted */
+  int nodes;
+} ts_cost_breakdown;
+
+/* The time of one run of g on one device of c: each node that runs (live[i] != 0; live NULL:
+ * every node) priced by its family; collectives by their group size (slot's ranks neighbouring,
+ * as tensor-parallel groups are placed). dt: the dtype GEMMs run in (TS_F32 or TS_BF16). */
+int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const char *live, ts_cost_breakdown *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

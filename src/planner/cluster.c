@@ -1,0 +1,240 @@
+/* Cluster descriptions (include/tessera/planner.h): built-ins, YAML files, the alpha-beta model. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "../base/afile.h"
+#include "../base/rfile.h"
+#include <stddef.h>
+#include "../base/text.h"
+#include "tessera/planner.h"
+
+/* The fields, for files and messages: name, offset, 0 string / 1 int / 2 double. */
+typedef struct {
+  const char *key;
+  size_t off;
+  int kind;
+  const char *help;
+} field;
+#define F(k, kind, h) {#k, offsetof(ts_cluster, k), kind, h}
+static const field fields[] = {
+    F(name, 0, "the cluster's name"),
+    F(device, 0, "the device kind"),
+    F(source, 0, "where the numbers come from"),
+    F(devices_per_node, 1, "devices in one node"),
+    F(nodes, 1, "nodes"),
+    F(peak_flops_f32, 2, "peak FLOP/s of one device in f32"),
+    F(peak_flops_bf16, 2, "peak FLOP/s of one device in bf16 (0: as f32)"),
+    F(gemm_efficiency, 2, "achieved fraction of the peak by matmul, convolution and attention"),
+    F(mem_bandwidth, 2, "achieved memory bandwidth of memory-bound ops, bytes/s"),
+    F(mem_bytes, 2, "memory of one device, bytes"),
+    F(intra_bw, 2, "a device's link inside a node, bytes/s per direction"),
+    F(intra_latency, 2, "latency of a message inside a node, s"),
+    F(inter_bw, 2, "a device's share of its node's links to other nodes, bytes/s per direction"),
+    F(inter_latency, 2, "latency of a message between nodes, s"),
+    F(op_overhead, 2, "seconds every operator costs beyond its work (dispatch, kernel launch)"),
+};
+#undef F
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+/* ---- built-ins ----
+ * dgx-a100-80g: NVIDIA DGX A100 datasheet (8 x A100 80 GB SXM, 312 TFLOP/s bf16 dense, 19.5
+ * TFLOP/s f32, HBM2e 2,039 GB/s; NVLink 3: 600 GB/s per GPU both directions; 8 x 200 Gb/s HDR
+ * InfiniBand per node, one per GPU: 25 GB/s). Achieved fractions from Megatron-LM (Narayanan et
+ * al. 2021: 135-163 TFLOP/s per GPU end to end on GPT, about 0.5 of the peak; GEMMs alone reach
+ * about 0.7) and NCCL's all-reduce bus bandwidth (about 230 GB/s on NVLink 3).
+ * p3.16xlarge: AWS instance page and the V100 datasheet (8 x V100 16 GB SXM2, 125 TFLOP/s f16
+ * tensor, 15.7 TFLOP/s f32, HBM2 900 GB/s; NVLink 2: 300 GB/s per GPU both directions; 25 Gb/s
+ * network per instance shared by its 8 GPUs). Operator overheads: a CUDA kernel launch, 4-5 us. */
+static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
+                                 "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6};
+static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6};
+
+/* The cache `tessera calibrate` writes for "local". */
+static void local_path(char *buf, size_t cap) {
+  const char *e = getenv("TESSERA_CLUSTER_CACHE");
+  const char *h = getenv("HOME");
+  if (e && *e) snprintf(buf, cap, "%s", e);
+  else snprintf(buf, cap, "%s/.cache/tessera/cluster-local.yaml", h && *h ? h : "/tmp");
+}
+
+int ts_cluster_builtin(const char *name, ts_cluster *out) {
+  memset(out, 0, sizeof *out);
+  if (name && !strcmp(name, "dgx-a100-80g")) *out = k_dgx;
+  else if (name && !strcmp(name, "p3.16xlarge")) *out = k_p3;
+  else if (name && !strcmp(name, "local")) {
+    char p[512];
+    local_path(p, sizeof p);
+    FILE *f = fopen(p, "r");
+    if (!f)
+      return ts_error_set(TS_ECONFIG, "cluster 'local': not calibrated on this machine (%s is missing); run "
+                          "`tessera calibrate` (under mpirun -n 2 to measure the links too)", p);
+    fclose(f);
+    return ts_cluster_load(p, out);
+  } else {
+    return ts_error_set(TS_ECONFIG, "cluster '%s': not a file and not a built-in (dgx-a100-80g, p3.16xlarge, local)",
+                        name ? name : "");
+  }
+  return TS_OK;
+}
+
+int ts_cluster_validate(const ts_cluster *c, const char *label) {
+  for (int i = 0; i < NFIELDS; i++) {
+    const field *f = &fields[i];
+    const char *p = (const char *)c + f->off;
+    if (f->kind == 1 && *(const int *)p < 1)
+      return ts_error_set(TS_ECONFIG, "%s: %s must be at least 1 (%s)", label, f->key, f->help);
+    if (f->kind == 2) {
+      double v = *(const double *)p;
+      int may_be_zero = !strcmp(f->key, "peak_flops_bf16") || !strcmp(f->key, "intra_latency") ||
+                        !strcmp(f->key, "inter_latency") || !strcmp(f->key, "op_overhead");
+      if (!isfinite(v) || v < 0 || (v == 0 && !may_be_zero))
+        return ts_error_set(TS_ECONFIG, "%s: %s must be a positive number (%s), got %g", label, f->key, f->help, v);
+    }
+  }
+  if (c->gemm_efficiency > 1)
+    return ts_error_set(TS_ECONFIG, "%s: gemm_efficiency is a fraction of the peak, at most 1, got %g", label,
+                        c->gemm_efficiency);
+  return TS_OK;
+}
+
+int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
+  memset(out, 0, sizeof *out);
+  if (!path_or_name) return ts_error_set(TS_EINVAL, "ts_cluster_load: no name");
+  int looks_like_file = strchr(path_or_name, '/') || strstr(path_or_name, ".yaml") || strstr(path_or_name, ".yml");
+  FILE *f = NULL;
+  if (!looks_like_file) {
+    FILE *probe = fopen(path_or_name, "r");
+    if (!probe) return ts_cluster_builtin(path_or_name, out);
+    fclose(probe);
+  }
+  int frc = ts__file_fopen_read(path_or_name, "cluster file", &f);
+  if (frc) return frc;
+  yaml_parser_t y;
+  yaml_document_t doc;
+  if (!yaml_parser_initialize(&y)) {
+    fclose(f);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", path_or_name);
+  }
+  yaml_parser_set_input_file(&y, f);
+  int ok = yaml_parser_load(&y, &doc), rc = TS_OK;
+  if (!ok)
+    rc = ts_error_set(TS_EFORMAT, "%s:%zu:%zu: %s", path_or_name, y.problem_mark.line + 1, y.problem_mark.column + 1,
+                      y.problem ? y.problem : "YAML error");
+  yaml_node_t *root = ok ? yaml_document_get_root_node(&doc) : NULL;
+  if (ok && (!root || root->type != YAML_MAPPING_NODE))
+    rc = ts_error_set(TS_ECONFIG, "%s: expected a mapping of cluster keys", path_or_name);
+  int seen[NFIELDS] = {0};
+  for (yaml_node_pair_t *pr = root && !rc ? root->data.mapping.pairs.start : NULL;
+       pr && pr < root->data.mapping.pairs.top && !rc; pr++) {
+    yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
+    const char *key = k && k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "?";
+    int i = 0;
+    while (i < NFIELDS && strcmp(fields[i].key, key)) i++;
+    if (i == NFIELDS) {
+      char known[512] = "";
+      size_t n = 0;
+      for (int q = 0; q < NFIELDS; q++) ts__app(known, sizeof known, &n, "%s%s", q ? ", " : "", fields[q].key);
+      rc = ts_error_set(TS_ECONFIG, "%s:%zu: unknown cluster key '%s' (known: %s)", path_or_name, k->start_mark.line + 1,
+                        key, known);
+      break;
+    }
+    if (!v || v->type != YAML_SCALAR_NODE) {
+      rc = ts_error_set(TS_ECONFIG, "%s:%zu: %s: expected a value", path_or_name, k->start_mark.line + 1, key);
+      break;
+    }
+    seen[i] = 1;
+    const char *s = (const char *)v->data.scalar.value;
+    char *p = (char *)out + fields[i].off, *end = NULL;
+    if (fields[i].kind == 0) {
+      snprintf(p, !strcmp(key, "source") ? sizeof out->source : sizeof out->name, "%s", s);
+      continue;
+    }
+    errno = 0;
+    double d = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(d) || (fields[i].kind == 1 && (d != floor(d) || d > 1e9))) {
+      rc = ts_error_set(TS_ECONFIG, "%s:%zu: %s: expected %s, got '%s'", path_or_name, v->start_mark.line + 1, key,
+                        fields[i].kind == 1 ? "a whole number" : "a number", s);
+      break;
+    }
+    if (fields[i].kind == 1) *(int *)p = (int)d;
+    else *(double *)p = d;
+  }
+  for (int i = 0; i < NFIELDS && !rc; i++)
+    if (!seen[i] && strcmp(fields[i].key, "source") && strcmp(fields[i].key, "peak_flops_bf16") &&
+        strcmp(fields[i].key, "device") && strcmp(fields[i].key, "op_overhead"))
+      rc = ts_error_set(TS_ECONFIG, "%s: missing key %s (%s)", path_or_name, fields[i].key, fields[i].help);
+  if (ok) yaml_document_delete(&doc);
+  yaml_parser_delete(&y);
+  fclose(f);
+  if (!rc) rc = ts_cluster_validate(out, path_or_name);
+  return rc;
+}
+
+int ts_cluster_save(const ts_cluster *c, const char *path) {
+  int rc = ts_cluster_validate(c, path);
+  if (rc) return rc;
+  ts__sb b;
+  memset(&b, 0, sizeof b);
+  ts__sb_printf(&b, "# Tessera cluster description (docs/auto-parallel.md)\n");
+  for (int i = 0; i < NFIELDS; i++) {
+    const char *p = (const char *)c + fields[i].off;
+    ts__sb_printf(&b, "%s: ", fields[i].key);
+    if (fields[i].kind == 0) {
+      ts__sb_printf(&b, "\"");
+      ts__sb_json_str(&b, p);
+      ts__sb_printf(&b, "\"");
+    }
+    else if (fields[i].kind == 1) ts__sb_printf(&b, "%d", *(const int *)p);
+    else ts__sb_printf(&b, "%.6g", *(const double *)p);
+    ts__sb_printf(&b, "   # %s\n", fields[i].help);
+  }
+  if (b.failed) {
+    free(b.s);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  }
+  ts__afile *af = NULL;
+  if (!(rc = ts__afile_open(path, &af))) {
+    if ((rc = ts__afile_write(af, b.s, b.n))) ts__afile_abort(af);
+    else rc = ts__afile_commit(af);
+  }
+  free(b.s);
+  return rc;
+}
+
+void ts_cluster_describe(const ts_cluster *c, FILE *out) {
+  fprintf(out, "cluster %s: %d node%s x %d %s; per device %.1f TFLOP/s f32 (%.1f bf16), GEMMs at %.0f%% of the peak, "
+          "%.0f GB/s memory-bound, %.0f GB memory; links %.1f GB/s + %.1f us inside a node, %.1f GB/s + %.1f us between "
+          "nodes (%s)\n",
+          c->name, c->nodes, c->nodes == 1 ? "" : "s", c->devices_per_node, c->device[0] ? c->device : "devices",
+          c->peak_flops_f32 / 1e12, (c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) / 1e12,
+          100 * c->gemm_efficiency, c->mem_bandwidth / 1e9, c->mem_bytes / 1e9, c->intra_bw / 1e9, 1e6 * c->intra_latency,
+          c->inter_bw / 1e9, 1e6 * c->inter_latency, c->source[0] ? c->source : "no source given");
+}
+
+/* ---- the alpha-beta model ---- */
+
+int ts_cluster_spans(const ts_cluster *c, int group, int stride) {
+  if (group <= 1) return 0;
+  long long extent = (long long)(group - 1) * (stride > 0 ? stride : 1) + 1;
+  return extent > c->devices_per_node;
+}
+
+double ts_cluster_coll_time(const ts_cluster *c, ts_cost_coll kind, int group, int span, double bytes) {
+  if (group < 2 && kind != TS_COST_P2P) return 0;
+  double bw = span ? c->inter_bw : c->intra_bw, a = span ? c->inter_latency : c->intra_latency;
+  double g = group, f = (g - 1) / g;
+  switch (kind) {
+    case TS_COST_ALLREDUCE: return 2 * f * bytes / bw + 2 * (g - 1) * a;
+    case TS_COST_ALLGATHER:
+    case TS_COST_REDUCE_SCATTER:
+    case TS_COST_ALLTOALL: return f * bytes / bw + (g - 1) * a;
+    case TS_COST_BROADCAST: return bytes / bw + ceil(log2(g)) * a;
+    case TS_COST_P2P: return bytes / bw + a;
+  }
+  return 0;
+}

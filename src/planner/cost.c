@@ -1,0 +1,79 @@
+/* The cost model of one rank's graph on a cluster (include/tessera/planner.h). Compute: GEMM-like
+ * ops (matmul, dense, convolution and its backward, attention) at gemm_efficiency of the peak of
+ * the dtype they run in, every other op by the bytes it reads and writes at mem_bandwidth (views
+ * move nothing). Collectives: the alpha-beta model of ring algorithms over their group, placed on
+ * neighbouring ranks (tensor-parallel groups: inside a node while they fit). */
+#include <string.h>
+
+#include "tessera/planner.h"
+
+static int is_gemm(ts_op op) {
+  switch (op) {
+    case TS_OP_MATMUL:
+    case TS_OP_DENSE:
+    case TS_OP_CONV2D:
+    case TS_OP_CONV2D_BWD_DATA:
+    case TS_OP_CONV2D_BWD_WEIGHT:
+    case TS_OP_ATTENTION:
+    case TS_OP_ATTENTION_BWD: return 1;
+    default: return 0;
+  }
+}
+
+static double vbytes(const ts_graph *g, int v) {
+  return (double)ts_shape_numel(ts_graph_value_shape(g, v)) * (double)ts_dtype_size(ts_graph_value_dtype(g, v));
+}
+
+/* The collective kind of op, or -1. */
+static int coll_kind(ts_op op) {
+  switch (op) {
+    case TS_OP_ALLREDUCE: return TS_COST_ALLREDUCE;
+    case TS_OP_ALLGATHER: return TS_COST_ALLGATHER;
+    case TS_OP_REDUCE_SCATTER: return TS_COST_REDUCE_SCATTER;
+    case TS_OP_ALLTOALL: return TS_COST_ALLTOALL;
+    case TS_OP_SEND:
+    case TS_OP_RECV: return TS_COST_P2P;
+    default: return -1;
+  }
+}
+
+int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const char *live, ts_cost_breakdown *out) {
+  memset(out, 0, sizeof *out);
+  if (!c || !g) return ts_error_set(TS_EINVAL, "ts_cost_graph: no cluster or graph");
+  double peak = dt == TS_BF16 && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32;
+  for (int j = 0; j < ts_graph_num_nodes(g); j++) {
+    if (live && !live[j]) continue;
+    ts_op op = ts_graph_node_op(g, j);
+    out->nodes++;
+    if (ts_graph_value_alias_of(g, ts_graph_node_output(g, j, 0)) < 0) out->other_s += c->op_overhead;
+    int ck = coll_kind(op);
+    if (ck >= 0) {
+      const ts_attrs *a = ts_graph_node_attrs(g, j);
+      if (ck == TS_COST_P2P) { /* the message: SEND's input, RECV's output */
+        double b = op == TS_OP_SEND ? vbytes(g, ts_graph_node_input(g, j, 0)) : vbytes(g, ts_graph_node_output(g, j, 0));
+        out->comm_s += ts_cluster_coll_time(c, TS_COST_P2P, 2, 1, b) / 2; /* each end pays half */
+        continue;
+      }
+      int grp = (int)ts_attr_coll_group(a);
+      /* the whole tensor the ring moves: all-gather's output, the others' input */
+      double b = ck == TS_COST_ALLGATHER ? vbytes(g, ts_graph_node_output(g, j, 0)) : vbytes(g, ts_graph_node_input(g, j, 0));
+      out->comm_s += ts_cluster_coll_time(c, (ts_cost_coll)ck, grp, ts_cluster_spans(c, grp, 1), b);
+      continue;
+    }
+    if (is_gemm(op)) {
+      double f = ts_graph_node_flops(g, j);
+      out->flops += f;
+      out->gemm_s += f / (peak * c->gemm_efficiency);
+      continue;
+    }
+    int v0 = ts_graph_node_output(g, j, 0);
+    if (ts_graph_value_alias_of(g, v0) >= 0) continue; /* views move nothing */
+    double b = 0;
+    for (int k = 0; k < ts_graph_node_num_inputs(g, j); k++) b += vbytes(g, ts_graph_node_input(g, j, k));
+    for (int k = 0; k < ts_graph_node_num_outputs(g, j); k++) b += vbytes(g, ts_graph_node_output(g, j, k));
+    out->bytes += b;
+    out->other_s += b / c->mem_bandwidth;
+  }
+  out->compute_s = out->gemm_s + out->other_s;
+  return TS_OK;
+}
