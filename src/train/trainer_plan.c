@@ -215,7 +215,8 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
     ts_dist_memory_info m;
     if (!rc && !ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &m))
       out->optimizer_s = 2.0 * (double)(m.param_bytes + m.optimizer_state_bytes) / c->mem_bandwidth +
-                         (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth;
+                         (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
+                         (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
     out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
     out->samples_per_s = out->step_s > 0 ? (double)k->train.batch_size / out->step_s : 0;
   }
