@@ -217,6 +217,7 @@ typedef struct {
                                       is given), false = off; validation keeps it equal to
                                       optimizer_shard != off */
     double optimizer_shard_threshold_kb; /* parameters smaller than this stay replicated */
+    char cluster[TS_CFG_PATH_MAX]; /* auto_parallel: the cluster searched for (file or built-in name) */
     int pipeline_stages;     /* pipeline parallel: stages (1 = none) */
     int micro_batches;       /* pipeline: micro-batches per step (0: batch_size / micro_batch_size) */
     int pipeline_schedule;   /* 0 gpipe, 1 1f1b, 2 interleaved_1f1b (ts_sched_kind) */

@@ -93,12 +93,33 @@ typedef struct {
   double bubble_s, optimizer_s;
   double flops;                      /* per step on the rank */
   int64_t micro_steps;
+  int64_t memory_bytes;              /* per device (ts_dist_memory's total) */
 } ts_step_prediction;
 /* Measures this machine as a cluster description (`tessera calibrate`): the sgemm peak, the
  * fraction a model-sized GEMM reaches, the memory bandwidth, and with world (2 or more ranks;
  * collective, NULL alone) the all-reduce latency and bandwidth between the ranks. */
 int ts_calibrate(ts_comm *world, ts_cluster *out);
 int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out);
+
+/* One plan of the auto_parallel search: the degrees (dp * tp * pp = devices), a pipeline's
+ * micro-batches, the optimizer shard stage, recompute (0 none, 1 full); its prediction; whether it
+ * fits the device memory and train.max_memory_mb, and else (or when the layouts refuse it) why. */
+typedef struct {
+  int dp, tp, pp, micro_batches, zero, recompute;
+  ts_step_prediction pred;
+  int fits;
+  char why[256];
+} ts_plan_choice;
+/* Every plan of the outer search for cfg's model on N devices of cluster c (out: up to cap of
+ * them, *n written), each built dry and priced; *best the fastest that fits. Deterministic.
+ * TS_ECONFIG when none fits (saying by how much the smallest exceeds the memory). */
+int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *c, ts_plan_choice *out, int cap, int *n,
+                      int *best);
+/* Sets cfg's parallel keys (mode, stages, micro-batches, strategies: Megatron-LM's cuts for GPT),
+ * optimizer shard and recompute to plan p. */
+int ts_config_apply_plan(ts_config *cfg, const ts_plan_choice *p);
+/* "dp=2,tp=1,pp=1,micro_batches=1,zero=0,recompute=none" */
+void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap);
 
 /* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
  * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */

@@ -159,15 +159,118 @@ int ts_cli_plot(int argc, char **argv) {
 }
 
 /* `tessera plan CONFIG -n N [--rank R] [--set k=v ...]` */
+/* "dp=2,tp=1,pp=1,micro_batches=4,zero=1,recompute=full" (keys may be left out: 1, 1, 1, the
+ * pipeline's stages, 0, none) */
+static int parse_fix(const char *spec, int n, ts_plan_choice *p) {
+  memset(p, 0, sizeof *p);
+  p->dp = p->tp = p->pp = 1;
+  int mb = 0, dp_given = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    char *eq = strchr(tok, '=');
+    if (!eq) return ts_error_set(TS_ECONFIG, "plan --fix: '%s' is not key=value", tok);
+    *eq = 0;
+    const char *k = tok, *v = eq + 1;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    int num = end != v && !*end && x >= 0 && x <= 1 << 20;
+    if (!strcmp(k, "recompute")) {
+      if (strcmp(v, "none") && strcmp(v, "full")) return ts_error_set(TS_ECONFIG, "plan --fix: recompute is none or full");
+      p->recompute = !strcmp(v, "full");
+    } else if (!num) {
+      return ts_error_set(TS_ECONFIG, "plan --fix: %s=%s is not a number", k, v);
+    } else if (!strcmp(k, "dp")) {
+      p->dp = (int)x;
+      dp_given = 1;
+    } else if (!strcmp(k, "tp")) p->tp = (int)x;
+    else if (!strcmp(k, "pp")) p->pp = (int)x;
+    else if (!strcmp(k, "micro_batches") || !strcmp(k, "micro_batch")) mb = (int)x;
+    else if (!strcmp(k, "zero")) p->zero = (int)x;
+    else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, zero, recompute)", k);
+  }
+  if (!dp_given && p->tp * p->pp > 0) p->dp = n / (p->tp * p->pp);
+  if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->dp * p->tp * p->pp != n)
+    return ts_error_set(TS_ECONFIG, "plan --fix: dp %d x tp %d x pp %d is not the %d devices", p->dp, p->tp, p->pp, n);
+  p->micro_batches = mb > 0 ? mb : p->pp;
+  return TS_OK;
+}
+
+static int cmp_choice(const void *a, const void *b) {
+  const ts_plan_choice *x = a, *y = b;
+  if (x->fits != y->fits) return y->fits - x->fits;
+  if (!x->fits) return 0;
+  return (x->pred.step_s > y->pred.step_s) - (x->pred.step_s < y->pred.step_s);
+}
+
+/* tessera plan --search: every plan, the chosen one first, with --json one object. */
+static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int json) {
+  int cap = 4096, cnt = 0, best = -1;
+  ts_plan_choice *all = calloc((size_t)cap, sizeof *all);
+  if (!all) return ts_cli_fail(1, "plan: out of memory");
+  double t0 = ts_time_now();
+  int rc = ts_trainer_search(cfg, n, cl, all, cap, &cnt, &best);
+  double dt = ts_time_now() - t0;
+  if (rc) {
+    free(all);
+    return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  }
+  ts_plan_choice chosen = all[best];
+  ts_config c = *cfg;
+  ts_config_apply_plan(&c, &chosen);
+  char s[160];
+  ts_plan_choice_str(&chosen, s, sizeof s);
+  if (json) {
+    printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"virtual_stages\":1,\"micro_batch_size\":%d,"
+           "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"step_time_s\":%.6g,"
+           "\"samples_per_s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"fits\":true,"
+           "\"strategies\":{",
+           n, chosen.dp, chosen.tp, chosen.pp, c.train.batch_size / (chosen.pp > 1 ? chosen.micro_batches : 1),
+           chosen.pp > 1 ? chosen.micro_batches : 1, chosen.zero, chosen.recompute ? "full" : "none",
+           chosen.pred.step_s, chosen.pred.samples_per_s,
+           chosen.pred.step_s > 0 ? chosen.pred.flops / chosen.pred.step_s / 1e12 : 0,
+           (long long)chosen.pred.memory_bytes);
+    for (int i = 0; i < c.parallel.strategies.n; i++)
+      printf("%s\"%s\":\"%s\"", i ? "," : "", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);
+    printf("}}\n");
+    free(all);
+    return 0;
+  }
+  qsort(all, (size_t)cnt, sizeof *all, cmp_choice);
+  printf("search on %d devices of %s: %d plans built and priced in %.1f s\n", n, cl->name, cnt, dt);
+  printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
+         chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
+  printf("  %-62s %10s %12s\n", "plan", "step ms", "MiB/device");
+  int shown = 0;
+  for (int i = 0; i < cnt && shown < 12; i++) {
+    if (!all[i].fits) continue;
+    ts_plan_choice_str(&all[i], s, sizeof s);
+    printf("  %-62s %10.3f %12.2f\n", s, 1e3 * all[i].pred.step_s, all[i].pred.memory_bytes / 1048576.0);
+    shown++;
+  }
+  int rej = 0;
+  for (int i = 0; i < cnt; i++) rej += !all[i].fits;
+  if (rej) printf("rejected (%d):\n", rej);
+  for (int i = 0, k = 0; i < cnt && k < 12; i++) {
+    if (all[i].fits) continue;
+    ts_plan_choice_str(&all[i], s, sizeof s);
+    printf("  %-62s %s\n", s, all[i].why);
+    k++;
+  }
+  free(all);
+  return 0;
+}
+
 int ts_cli_plan(int argc, char **argv) {
-  int n = 0, rank = 0;
-  const char *cluster = NULL;
+  int n = 0, rank = 0, search = 0, json = 0;
+  const char *cluster = NULL, *fix = NULL;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int nrest = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       free(rest);
-      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--cluster NAME|FILE] [--set key=value ...]\n"
+      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--cluster NAME|FILE] [--fix PLAN | --search] [--json]\n"
+             "       [--set key=value ...]\n"
              "Prints what the config's parallel.mode does on N devices, without MPI and without\n"
              "training: the data cut, every operator's strategy and layouts (semi_auto_parallel),\n"
              "the collectives inserted with bytes per step, and per-rank memory for parameters,\n"
@@ -177,6 +280,10 @@ int ts_cli_plan(int argc, char **argv) {
              "the time grows linearly with N (about 0.3 s per 100,000 devices for the GPT example).\n"
              "--cluster: also the step time the cost model predicts on that cluster (a YAML file, or\n"
              "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it).\n"
+             "--fix dp=..,tp=..,pp=..,micro_batches=..,zero=..,recompute=none|full: that plan instead of the\n"
+             "config's layout. --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
+             "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"
+             "--json: the chosen plan as one JSON object.\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
       return 0;
     }
@@ -196,6 +303,15 @@ int ts_cli_plan(int argc, char **argv) {
       cluster = argv[++i];
       continue;
     }
+    if (!strcmp(argv[i], "--fix") && i + 1 < argc) {
+      fix = argv[++i];
+      continue;
+    }
+    if (!strcmp(argv[i], "--search") || !strcmp(argv[i], "--json")) {
+      search |= argv[i][2] == 's';
+      json |= argv[i][2] == 'j';
+      continue;
+    }
     rest[nrest++] = argv[i];
   }
   if (n < 1) {
@@ -208,7 +324,14 @@ int ts_cli_plan(int argc, char **argv) {
   if (e) return e;
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
   ts_cluster cl;
+  if ((search || fix || json) && !cluster) cluster = "local";
   if (cluster && (e = ts_cluster_load(cluster, &cl))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
+  if (search || (json && !fix)) return plan_search(&cfg, n, &cl, json);
+  if (fix) {
+    ts_plan_choice p;
+    if ((e = parse_fix(fix, n, &p)) || (e = ts_config_apply_plan(&cfg, &p)) || (e = ts_config_validate(&cfg)))
+      return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
+  }
   char *text = NULL;
   int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
   if (text) fputs(text, stdout); /* also when it would not fit train.max_memory_mb */

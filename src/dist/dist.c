@@ -455,6 +455,10 @@ int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
     *reduce_bytes = ts__pipe_reduce_bytes(d);
     return rc;
   }
+  if (d->zero) { /* reduce-scatter, all-gather, stage 3's gathers (ts__zero_comm_bytes) */
+    *reduce_bytes = ts__zero_comm_bytes(d);
+    return rc;
+  }
   int *part = malloc(sizeof(int) * (size_t)r->size);
   if (!part) return ts_error_set(TS_ENOMEM, "plan: out of memory");
   for (int i = 0; !rc && i < ts_params_count(r->params); i++) {

@@ -235,6 +235,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "
      "updated by every rank"},
+    {"parallel.cluster", CT_STR, FLD(parallel.cluster), "local", NULL, 0, 0, 0, 0, 0,
+     "auto_parallel: the cluster the plan is searched for (a YAML file, or dgx-a100-80g, p3.16xlarge, "
+     "local = this machine as `tessera calibrate` measured it; docs/auto-parallel.md)"},
     {"parallel.pipeline_stages", CT_INT, FLD(parallel.pipeline_stages), "1", NULL, 1, 4096, 0, 0, 0,
      "pipeline parallel (MindSpore's pipeline_stages): the model is cut into this many stages, one "
      "per group of ranks (ranks / stages of them, data parallel inside a stage); 1 = no pipeline"},

@@ -64,6 +64,9 @@ void ts__tprof_step_end(ts__tprof *tp, double t, ts_step_info *info);
 int ts__tprof_finish(ts_trainer *t);
 /* The machine's sgemm GFLOP/s (512^3 through the kernels), measured on the first call. */
 double ts__train_peak_gflops(void);
+/* parallel.mode auto_parallel: the searched plan for N devices of parallel.cluster applied to c
+ * (its parallel keys, optimizer shard, recompute), logged. */
+int ts__train_auto(ts_config *c, int N);
 
 /* The trainer (trainer.c; `tessera plan` in trainer_plan.c). */
 #define MAX_CB 16

@@ -322,6 +322,14 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_dist_config dc;
   ts_strategy_set *set = NULL;
   int rc = ts_config_validate(c);
+  if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
+    ts_comm *w = NULL;
+    rc = fn ? ts_error_set(TS_ECONFIG, "parallel.mode: auto_parallel searches plans for zoo models, not models "
+                           "written with the C API")
+            : ts_comm_init(NULL, NULL);
+    if (!rc) rc = ts_comm_world(&w);
+    if (!rc) rc = ts__train_auto(c, ts_comm_size(w));
+  }
   if (!rc) rc = ts__train_layout(c, fn, user, &vt, &dc, &t->model);
   if (rc) goto fail;
   ts_comm_set_timeout(c->parallel.comm_timeout);

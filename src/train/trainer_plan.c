@@ -75,6 +75,7 @@ static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn m
   t->cfg = *cfg;
   ts_dist_config dc;
   int rc = ts_config_validate(&t->cfg);
+  if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices);
   if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
   if (!rc) rc = ts__train_prepare(t);
   x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
@@ -213,10 +214,12 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
     out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
     /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
     ts_dist_memory_info m;
-    if (!rc && !ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &m))
+    if (!rc && !ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &m)) {
+      out->memory_bytes = m.total_bytes;
       out->optimizer_s = 2.0 * (double)(m.param_bytes + m.optimizer_state_bytes) / c->mem_bandwidth +
                          (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
                          (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
+    }
     out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
     out->samples_per_s = out->step_s > 0 ? (double)k->train.batch_size / out->step_s : 0;
   }

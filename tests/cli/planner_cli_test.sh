@@ -37,4 +37,38 @@ printf 'name: x\nnodes: 1\nflops: 3\n' > "$tmp/bad.yaml"
 run plan "$tmp/gpt.yaml" -n 1 --cluster "$tmp/bad.yaml"
 if [ $rc = 2 ] && echo "$out" | grep -q "bad.yaml:3: unknown cluster key 'flops'"; then ok "bad cluster file: exit 2 naming the line and key"
 else bad "bad cluster file: rc $rc: $out"; fi
+# the search: every plan priced, the fastest that fits chosen; deterministic; --json; --fix
+run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --search
+if [ $rc = 0 ] && echo "$out" | grep -q "^search on 4 devices of dgx-a100-80g: [0-9]* plans" && echo "$out" | grep -q "^chosen: dp="; then
+  ok "plan --search: $(echo "$out" | grep '^chosen')"
+else bad "plan --search: rc $rc: $out"; fi
+first=$out
+run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --search
+[ "$(echo "$out" | grep -v '^search on')" = "$(echo "$first" | grep -v '^search on')" ] && ok "the search is deterministic" ||
+  bad "two searches differ"
+run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --json
+if [ $rc = 0 ] && echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["dp"]*d["tp"]*d["pp"]==4 and d["fits"]' 2>/dev/null; then
+  ok "plan --json: one object"
+else bad "plan --json: rc $rc: $out"; fi
+run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --fix dp=1,tp=2,pp=2,micro_batches=4
+if [ $rc = 0 ] && echo "$out" | grep -q "pipeline: 2 stages of 2 semi_auto_parallel ranks" && echo "$out" | grep -q "^predicted step"; then
+  ok "plan --fix dp=1,tp=2,pp=2"
+else bad "plan --fix: rc $rc: $out"; fi
+run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --fix dp=3,tp=2
+if [ $rc = 2 ] && echo "$out" | grep -q "is not the 4 devices"; then ok "--fix not matching the devices: exit 2"
+else bad "--fix mismatch: rc $rc: $out"; fi
+run plan "$tmp/gpt.yaml" -n 2 --cluster dgx-a100-80g --search --set train.max_memory_mb=0.01
+if [ $rc = 2 ] && echo "$out" | grep -q "no plan fits 2 devices of dgx-a100-80g: the smallest needs .* MiB over the limit"; then
+  ok "nothing fits: exit 2 saying by how much"
+else bad "nothing fits: rc $rc: $out"; fi
+# auto_parallel trains the searched plan, as the single process does
+if command -v mpirun >/dev/null; then
+  mpi_job 2
+  export OMP_NUM_THREADS=1
+  one=$("$bin" train "$tmp/gpt.yaml" --set log.progress=lines 2>&1 | grep "^step 2/2")
+  two=$("${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set parallel.mode=auto_parallel --set log.progress=lines 2>&1 | grep "^step 2/2")
+  if [ -n "$one" ] && [ "$(echo "$one" | awk '{print $6}')" = "$(echo "$two" | awk '{print $6}')" ]; then
+    ok "auto_parallel on 2 ranks: the single process's loss ($(echo "$two" | awk '{print $6}'))"
+  else bad "auto_parallel: '$two' vs '$one'"; fi
+else echo "SKIP part: no mpirun for the auto_parallel job"; fi
 exit $fail
