@@ -171,13 +171,24 @@ static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
   return TS_OK;
 }
 
-/* optimizer_shard: stages 1, 2 and 3 with f32 gradients (lamb's norms are summed over the parts,
- * dist_lamb.c) */
-static int check_data(const ts_dist_config *c, const ts_dist_model *m) {
-  (void)m;
+/* optimizer_shard: stages 1 and 2 under data_parallel, semi_auto_parallel and pipeline stages, 3
+ * under data_parallel; f32 gradients (lamb's norms are summed over the parts, dist_lamb.c) */
+static int check_shard(const ts_dist_vt *vt, const ts_dist_config *c) {
   if (!c->optimizer_shard) return TS_OK;
   if (c->optimizer_shard < 0 || c->optimizer_shard > 3)
     return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d is not a stage (1, 2 or 3)", c->optimizer_shard);
+  int dp = !strcmp(vt->name, "data_parallel"), pipe = !strcmp(vt->name, "pipeline");
+  if (!dp && !pipe && strcmp(vt->name, "semi_auto_parallel"))
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: implemented for parallel.mode data_parallel and "
+                        "semi_auto_parallel (with or without parallel.pipeline_stages), not %s", vt->name);
+  if (c->optimizer_shard >= 3 && !dp)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for parallel.mode "
+                        "data_parallel without pipeline stages only (not %s%s); use 1 or 2", vt->name,
+                        pipe && !c->pipeline_semi ? " stages of data_parallel" : pipe ? " stages of semi_auto_parallel" : "");
+  if (c->optimizer_shard == 2 && pipe && c->virtual_stages > 1)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 2 with parallel.virtual_stages %d is not implemented "
+                        "(each micro-batch's reduce-scatter needs every piece's backward); use 1",
+                        c->virtual_stages);
   if (c->wire != TS_F32)
     return ts_error_set(TS_ECONFIG, "parallel.comm_dtype: gradient compression is not implemented with "
                         "parallel.optimizer_shard (use f32)");
@@ -241,7 +252,7 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
 
 static const ts_dist_vt stand_alone = {.name = "stand_alone", .build = build_stand_alone,
                                        .describe = describe_per_rank, .free = free_per_rank};
-static const ts_dist_vt data_parallel = {.name = "data_parallel", .world = 1, .check = check_data, .build = build_data,
+static const ts_dist_vt data_parallel = {.name = "data_parallel", .world = 1, .build = build_data,
                                          .start = ts__dist_start_world, .sync_states = sync_data,
                                          .describe = describe_per_rank, .free = free_per_rank};
 static const ts_dist_vt hybrid_parallel = {.name = "hybrid_parallel", .world = 1, .check = check_hybrid,
@@ -270,10 +281,8 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (dry > 1 && !vt->world)
     return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
                         "semi_auto_parallel) to plan for %d", vt->name, dry);
-  if (cfg->optimizer_shard && strcmp(vt->name, "data_parallel"))
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: implemented for parallel.mode data_parallel only "
-                        "(not %s)", vt->name);
-  int rc = vt->check ? vt->check(cfg, m) : TS_OK;
+  int rc = check_shard(vt, cfg);
+  if (!rc && vt->check) rc = vt->check(cfg, m);
   if (rc) return rc;
   ts_dist *d = calloc(1, sizeof *d);
   if (!d) return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");

@@ -2,8 +2,9 @@
  * (include/tessera/dist.h). One file per layout family: dist.c (the object, stand_alone,
  * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
  * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
- * slices), dist_zero.c (data_parallel optimizer-state and parameter sharding,
- * parallel.optimizer_shard; stage 3's parameter gathers in gather.c). */
+ * slices), dist_zero.c (optimizer-state sharding, parallel.optimizer_shard, under data_parallel,
+ * semi_auto_parallel and pipeline stages; parameter sharding, stage 3, under data_parallel, its
+ * gathers in gather.c). */
 #ifndef TS_DIST_IMPL_H
 #define TS_DIST_IMPL_H
 
@@ -61,7 +62,7 @@ struct ts_dist {
   ts_params *gp;
   ts_comm *slots[TS__DIST_MAX_GROUPS], *eslots[TS__DIST_MAX_GROUPS];
   int nslots, neslots;
-  /* data_parallel with parallel.optimizer_shard (dist_zero.c); NULL: off */
+  /* parallel.optimizer_shard (dist_zero.c); NULL: off */
   struct ts__zero *zero;
   /* pipeline (dist_pipe.c) */
   struct ts__pipe *pipe;
@@ -111,6 +112,15 @@ void ts__lamb_free(struct ts__lamb *L);
 /* A pipeline's group over which parameters are sliced (its stage's semi_auto ranks): 1 with *c
  * and its size *n, 0 when every rank holds its parameters whole. */
 int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n);
+/* The ranks optimizer sharding partitions under a pipeline: the stage's (its data-parallel
+ * replicas, or its semi_auto ranks): their communicator *c (NULL in dry runs), *n of them, this
+ * rank's place *r. */
+void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r);
+/* Rank-store entry i is held by several stages (its gradient summed over the pipeline). */
+int ts__pipe_tied(const ts_dist *d, int i);
+/* Rank-store entry i's weight in the global norm: 1 / the stage's ranks holding its slice, 0 when
+ * an earlier stage counts it. */
+float ts__pipe_norm_weight(const ts_dist *d, int i);
 
 /* ---- optimizer-state sharding (dist_zero.c) ---- */
 /* The shard layout over the rank's store (idempotent; needs the built store). */
@@ -128,8 +138,16 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
 /* The global norm over the work buffer (shards summed over the ranks, replicated once), and
  * clipping of it. */
 int ts__zero_clip(ts_dist *d, float max_norm, float *norm);
-/* One slot of the rank's optimizer <-> the same slot of an optimizer over the whole store. */
+/* One slot of the rank's optimizer (loc) <-> the same slot over the rank's store (whole: the
+ * store's layout; gathering is collective over the groups). full, when not NULL, is checked to
+ * have the store's layout. */
 int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
+/* A sharded optimizer slot (the work buffer loc) <-> the whole model's (whole) where the store
+ * holds slices (semi_auto_parallel; dist_whole.c). */
+int ts__dist_zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
+/* The reduced gradient of the replicated parameter at store offset flat in the work buffer (NULL:
+ * sharded, or no sharding). */
+float *ts__zero_rep_grad(ts_dist *d, size_t flat);
 /* Stage 3: the rank's parameters (the layout of an optimizer slot: replicated, then its parts),
  * moved to and from a whole store like a slot; NULL under other stages (the store holds them). */
 float *ts__zero_held_params(ts_dist *d);

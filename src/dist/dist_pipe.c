@@ -73,8 +73,6 @@ static int check_pipe(const ts_dist_config *c, const ts_dist_model *m) {
   if (c->full_batch && !c->pipeline_semi)
     return ts_error_set(TS_ECONFIG, "parallel.full_batch: with parallel.pipeline_stages under data_parallel the "
                         "stage's replicas read different rows; full_batch is for semi_auto_parallel stages");
-  if (c->optimizer_shard)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: not available with parallel.pipeline_stages yet");
   if (c->virtual_stages > MAX_CHUNKS)
     return ts_error_set(TS_ECONFIG, "parallel.virtual_stages: at most %d", MAX_CHUNKS);
   return TS_OK;
@@ -376,6 +374,14 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   return rc;
 }
 
+/* The stages, then optimizer sharding's layout over each stage's ranks (dist_zero.c; in dry
+ * runs too, for the plan's figures). */
+static int build_pipe_zero(ts_dist *d, const ts_dist_model *m) {
+  int rc = build_pipe(d, m);
+  if (!rc && d->cfg.optimizer_shard) rc = ts__zero_plan(d);
+  return rc;
+}
+
 static int start_pipe(ts_dist *d) {
   struct ts__pipe *pp = d->pipe;
   ts_params *p = d->r.params;
@@ -390,9 +396,11 @@ static int start_pipe(ts_dist *d) {
       rc = ts_comm_broadcast(pp->dpc, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
+  d->overlap = 0; /* the stage's reduction starts after its last backward */
+  /* optimizer_shard: reduce-scattered over the stage's groups instead (dist_zero.c) */
+  if (c->optimizer_shard) return ts__zero_start(d);
   if (pp->dp * pp->sub < 2) return TS_OK;
   ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
-  d->overlap = 0; /* the stage's reduction starts after its last backward */
   return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
 }
 
@@ -447,6 +455,12 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
       span(d, "pipeline_backward", 0, t0);
       if (rc || pp->M < 2) continue;
       double ta = ts_time_now();
+      if (d->zero && d->cfg.optimizer_shard >= 2) { /* reduce-scattered now, the stage's parts accumulate */
+        rc = ts__zero_accumulate(d, grads, ch->nbwd++);
+        span(d, "grad_accumulate", 1, ta);
+        if (rc) rc = ts_error_wrap(rc, "pipeline stage %d, backward of micro-batch %d", op->chunk * pp->P + pp->stage, mi);
+        continue;
+      }
       /* accumulate the ranges this piece wrote: its first backward of the step copies */
       int first = ch->nbwd++ == 0;
       for (int q = 0; q < ch->nr; q++) {
@@ -465,8 +479,16 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
   pp->wall_s = ts_time_now() - t_begin;
   pp->busy_s = busy - pp->wait_s; /* the ops' time minus their blocked receives */
   *loss = sum / (double)pp->M;
-  *g = pp->M > 1 ? acc : grads;
+  *g = pp->M > 1 && acc ? acc : grads;
   return rc;
+}
+
+/* Where rank-store entry l's reduced gradient is: in g, or under optimizer_shard in the work
+ * buffer (parameters several stages hold stay replicated there, dist_zero.c). */
+static float *tied_grad(ts_dist *d, float *g, int l) {
+  size_t off = ts_params_offset(d->r.params, l);
+  float *w = d->zero ? ts__zero_rep_grad(d, off) : NULL;
+  return w ? w : g + off;
 }
 
 static int reduce_pipe(ts_dist *d, float *g) {
@@ -500,7 +522,7 @@ static int reduce_pipe(ts_dist *d, float *g) {
     int l = ts_params_find(p, ts_params_name(d->gp, i));
     if (l < 0 || !pp->tied[l]) continue;
     ts_shape s = ts_params_shape(p, l); /* the rank's slice: the same on every stage holding it */
-    memcpy(buf + off, g + ts_params_offset(p, l), sizeof(float) * (size_t)ts_shape_numel(&s));
+    memcpy(buf + off, tied_grad(d, g, l), sizeof(float) * (size_t)ts_shape_numel(&s));
     off += (size_t)ts_shape_numel(&s);
   }
   (void)off;
@@ -510,7 +532,7 @@ static int reduce_pipe(ts_dist *d, float *g) {
     int l = ts_params_find(p, ts_params_name(d->gp, i));
     if (l < 0 || !pp->tied[l]) continue;
     ts_shape s = ts_params_shape(p, l);
-    memcpy(g + ts_params_offset(p, l), buf + off, sizeof(float) * (size_t)ts_shape_numel(&s));
+    memcpy(tied_grad(d, g, l), buf + off, sizeof(float) * (size_t)ts_shape_numel(&s));
     off += (size_t)ts_shape_numel(&s);
   }
   free(buf);
@@ -519,6 +541,7 @@ static int reduce_pipe(ts_dist *d, float *g) {
 
 static int clip_pipe(ts_dist *d, float *g, float max_norm, float *norm) {
   struct ts__pipe *pp = d->pipe;
+  if (d->zero && d->world) return ts__zero_clip(d, max_norm, norm); /* parts and replicated, weighted the same */
   ts_params *p = d->r.params;
   double sq = 0;
   for (int i = 0; i < ts_params_count(p); i++) {
@@ -595,10 +618,21 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
   if (gather && !d->world && pp->P > 1 && d->dry == 0)
     return ts_error_set(TS_EINVAL, "checkpoint: collecting the stages needs the job's ranks");
   int nslots = opt && fopt ? ts_optim_num_slots(fopt) : 0, rc = TS_OK;
+  /* optimizer_shard: each slot through one over the rank's store, its parts gathered over the
+   * stage's groups first (or cut out of it after) */
+  float **sl = d->zero && nslots ? calloc((size_t)nslots, sizeof(float *)) : NULL;
+  if (d->zero && nslots && !sl) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  for (int k = 0; sl && k < nslots && !rc; k++) {
+    if (!(sl[k] = calloc(ts_params_numel(lp) + 1, sizeof(float)))) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+    else if (gather) rc = ts__zero_move_slot(d, NULL, ts_optim_slot_data(opt, k), sl[k], 1);
+  }
   for (int i = 0; i < ts_params_count(full) && !rc; i++) {
     const char *name = ts_params_name(full, i);
     int w = ts_params_find(d->gp, name), lid = ts_params_find(lp, name);
-    if (w < 0) return ts_error_set(TS_EINVAL, "checkpoint: '%s' is not a parameter of the model", name);
+    if (w < 0) {
+      rc = ts_error_set(TS_EINVAL, "checkpoint: '%s' is not a parameter of the model", name);
+      break;
+    }
     ts_shape s = ts_params_shape(full, i);
     size_t n = (size_t)ts_shape_numel(&s);
     int state = ts_params_flags(full, i) & TS_PARAM_STATE;
@@ -606,9 +640,15 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
     float *wh = (state ? ts_params_states(full) : ts_params_data(full)) + ts_params_offset(full, i);
     rc = move_one(d, name, loc, lp, lid, wh, n, pp->owner[w], gather);
     for (int k = 0; !rc && !state && k < nslots; k++)
-      rc = move_one(d, name, ts_optim_slot_data(opt, k), lp, lid, ts_optim_slot_data(fopt, k) + ts_params_offset(full, i),
-                    n, pp->owner[w], gather);
+      rc = move_one(d, name, sl ? sl[k] : ts_optim_slot_data(opt, k), lp, lid,
+                    ts_optim_slot_data(fopt, k) + ts_params_offset(full, i), n, pp->owner[w], gather);
   }
+  for (int k = 0; sl && k < nslots; k++) {
+    if (!rc && !gather) rc = ts__zero_move_slot(d, NULL, ts_optim_slot_data(opt, k), sl[k], 0);
+    free(sl[k]);
+  }
+  free(sl);
+  if (rc) return rc;
   if (!rc && opt && fopt) {
     if (gather) ts_optim_set_step(fopt, ts_optim_get_step(opt));
     else ts_optim_set_step(opt, ts_optim_get_step(fopt));
@@ -633,6 +673,20 @@ int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n) {
   *c = pp->dpc;
   *n = pp->sub;
   return 1;
+}
+
+void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r) {
+  const struct ts__pipe *pp = d->pipe;
+  *c = pp->dpc;
+  *n = pp->semi ? pp->sub : pp->dp;
+  *r = pp->semi ? pp->j : pp->dpi;
+}
+
+int ts__pipe_tied(const ts_dist *d, int i) { return d->pipe->tied && d->pipe->tied[i]; }
+
+float ts__pipe_norm_weight(const ts_dist *d, int i) {
+  const struct ts__pipe *pp = d->pipe;
+  return pp->count_once[i] ? pp->holders_w[i] : 0.0f;
 }
 
 double ts__pipe_reduce_bytes(const ts_dist *d) {
@@ -677,6 +731,7 @@ static int describe_pipe(ts_dist *d, FILE *out) {
             (long long)d->r.micro_batch);
   }
   if (pp->V > 1) fprintf(out, "  %d virtual stages per rank: piece k runs on stage k %% %d\n", pp->V, pp->P);
+  ts__zero_describe(d, out);
   fprintf(out, "  %-6s %-44s %-44s %8s %6s\n", "piece", "first op", "last op", "ops", "cost");
   int n = ts_graph_num_nodes(pp->cg);
   for (int k = 0; k < np; k++) {
@@ -754,7 +809,7 @@ const ts_dist_vt ts__dist_pipeline = {
     .name = "pipeline",
     .world = 1,
     .check = check_pipe,
-    .build = build_pipe,
+    .build = build_pipe_zero,
     .start = start_pipe,
     .sync_states = sync_pipe,
     .describe = describe_pipe,

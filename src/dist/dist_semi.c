@@ -96,6 +96,14 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
   return rc;
 }
 
+/* The pass, then optimizer sharding's layout over the slices' data-parallel repeats (dist_zero.c;
+ * in dry runs too, for the plan's figures). */
+static int build_semi_zero(ts_dist *d, const ts_dist_model *m) {
+  int rc = build_semi(d, m);
+  if (!rc && d->cfg.optimizer_shard) rc = ts__zero_plan(d);
+  return rc;
+}
+
 static int describe_semi(ts_dist *d, FILE *out) {
   size_t need = ts_parallel_report(d->pp, NULL, 0);
   char *rep = malloc(need + 1);
@@ -103,6 +111,7 @@ static int describe_semi(ts_dist *d, FILE *out) {
   ts_parallel_report(d->pp, rep, need + 1);
   fputs(rep, out);
   free(rep);
+  ts__zero_describe(d, out);
   return TS_OK;
 }
 
@@ -117,7 +126,7 @@ static void free_semi(ts_dist *d) {
 }
 
 const ts_dist_vt ts__dist_semi_auto = {.name = "semi_auto_parallel", .world = 1, 
-                                       .build = build_semi, .start = ts__dist_start_world,
+                                       .build = build_semi_zero, .start = ts__dist_start_world,
                                        .describe = describe_semi, .free = free_semi};
 
 const ts_strategy_set *ts_dist_strategies(const ts_dist *d) { return d->pp ? ts_parallel_strategies(d->pp) : NULL; }

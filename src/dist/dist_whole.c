@@ -93,6 +93,18 @@ static int move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int 
   return rc;
 }
 
+/* A sharded optimizer slot (the rank's work buffer, loc) <-> the whole model's (whole) where the
+ * store holds slices: through a slot over the rank's store, its groups' parts gathered (or cut)
+ * first, then its slices moved as the parameters are. */
+int ts__dist_zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
+  float *st = calloc(ts_params_numel(d->r.params) + 1, sizeof(float));
+  if (!st) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  int rc = gather ? ts__zero_move_slot(d, NULL, loc, st, 1) : move_flat(d, full, st, whole, 0, 0);
+  if (!rc) rc = gather ? move_flat(d, full, st, whole, 0, 1) : ts__zero_move_slot(d, NULL, loc, st, 0);
+  free(st);
+  return rc;
+}
+
 int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather) {
   ts_params *lp = d->r.params;
   if (full == lp) return TS_OK;
@@ -103,9 +115,12 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
   if (rc && held) rc = ts_error_wrap(rc, "checkpoint: %s the parameters' shards", gather ? "gathering" : "cutting");
   if (!rc && ts_params_state_numel(lp))
     rc = move_flat(d, full, ts_params_states(lp), ts_params_states(full), 1, gather);
-  for (int k = 0; opt && fopt && !rc && k < ts_optim_num_slots(fopt); k++)
-    rc = d->zero ? ts__zero_move_slot(d, full, ts_optim_slot_data(opt, k), ts_optim_slot_data(fopt, k), gather)
-                 : move_flat(d, full, ts_optim_slot_data(opt, k), ts_optim_slot_data(fopt, k), 0, gather);
+  for (int k = 0; opt && fopt && !rc && k < ts_optim_num_slots(fopt); k++) {
+    float *loc = ts_optim_slot_data(opt, k), *whole = ts_optim_slot_data(fopt, k);
+    if (!d->zero) rc = move_flat(d, full, loc, whole, 0, gather);
+    else if (!d->r.sliced) rc = ts__zero_move_slot(d, full, loc, whole, gather); /* the store is whole */
+    else rc = ts__dist_zero_move_sliced(d, full, loc, whole, gather);
+  }
   if (!rc && opt && fopt) {
     if (gather) ts_optim_set_step(fopt, ts_optim_get_step(opt));
     else ts_optim_set_step(opt, ts_optim_get_step(fopt));

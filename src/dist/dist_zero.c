@@ -1,42 +1,49 @@
-/* Optimizer-state sharding under data_parallel (MindSpore's enable_parallel_optimizer, DeepSpeed
- * ZeRO stage 1), parallel.optimizer_shard = 1; see docs/memory.md.
+/* Optimizer-state sharding (MindSpore's enable_parallel_optimizer, DeepSpeed ZeRO stages 1-3),
+ * parallel.optimizer_shard; see docs/memory.md. Under data_parallel, semi_auto_parallel and
+ * pipeline stages (stage 3 under data_parallel only).
  *
- * Layout. The trainable parameters are split in two by size: those of at least
- * parallel.optimizer_shard_threshold_kb (f32 bytes) are SHARDED, the others REPLICATED. The
- * sharded parameters are grouped into gradient buckets (buckets.c, parallel.bucket_size_mb:
- * contiguous ranges of the flat buffer, never spanning a replicated parameter), and each bucket is
- * cut into N parts of ceil(len / N) elements: rank r owns part r of every bucket (element ranges:
- * a parameter may straddle two ranks, each then holds a segment of it). The replicated
- * parameters are packed into R elements. The rank's optimizer sees a work buffer of R + P
- * elements, [replicated parameters][its parts, bucket after bucket], with one segment per
- * replicated parameter and one per piece of a sharded parameter in its parts, so its state is
- * (R + S/N) per slot instead of R + S.
+ * Groups. The base ranks are the job's (data_parallel, semi_auto_parallel) or a pipeline stage's
+ * (its data-parallel replicas, or its semi_auto ranks). The trainable parameters of the rank's
+ * store are grouped by the partition of the base ranks into those holding the same slice
+ * (ts_params_rank_partition, the gradient reducer's groups): a group is the data-parallel repeat
+ * of its parameters' slices, and has a communicator (the base one when every rank holds the same
+ * slice: data_parallel's one group). A parameter every base rank holds a different slice of (no
+ * repeat) is in no group: the rank updates its own slice, nothing is reduced.
  *
- * A step. Each bucket is reduce-scattered as soon as backward has written its gradients (the
- * plan hook; after backward when overlap is off or with accumulation): the rank's reduced part
- * lands in the work buffer; ts_dist_step_end waits for them and all-reduces the packed replicated
- * gradients; ts_dist_clip sums the squares of the rank's parts over the ranks and adds the
- * replicated ones once; ts_dist_optim_step copies the rank's parameters into the work buffer,
- * steps the optimizer there, copies its parts and the replicated parameters back and all-gathers
- * every bucket's parts in place. Communication per step: a reduce-scatter and an all-gather of S
- * (the volume of the all-reduce they replace) plus an all-reduce of R.
+ * Layout. In each group, the parameters of at least parallel.optimizer_shard_threshold_kb (f32
+ * bytes) are SHARDED, the others REPLICATED (and, under a pipeline, the parameters several stages
+ * hold: their gradients are summed over the pipeline after the reduction). A group's sharded
+ * parameters are grouped into gradient buckets (buckets.c, parallel.bucket_size_mb: contiguous
+ * ranges of the flat buffer, never spanning another parameter), each bucket cut into the group's
+ * N parts of ceil(len / N) elements: the rank owns its place's part of every bucket of its groups
+ * (a parameter may straddle two ranks, each then holds a segment of it). The rank's optimizer sees
+ * a work buffer of R + P elements, [replicated, group after group, then the unreduced][its parts,
+ * group after group, bucket after bucket], so its state is (R + P) per slot instead of the store's.
+ *
+ * A step. Each bucket is reduce-scattered over its group as soon as backward has written its
+ * gradients (the plan hook; after backward when overlap is off, with accumulation or under a
+ * pipeline): the rank's reduced part lands in the work buffer; ts_dist_step_end waits for them
+ * and all-reduces each group's packed replicated gradients; clipping sums the squares of the
+ * rank's parts and of the replicated ones (each weighted by its count over the ranks) over the
+ * job; ts_dist_optim_step copies the rank's parameters into the work buffer, steps the optimizer
+ * there, copies them back and all-gathers every bucket's parts over its group in place.
+ * Communication per step: a reduce-scatter and an all-gather of each group's S (the volume of the
+ * all-reduce they replace) plus an all-reduce of its R.
  *
  * Stage 2 (optimizer_shard = 2) differs with gradient accumulation only: each micro-step's
  * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
- * (ts_dist_accumulate), so no whole-model accumulation buffer exists (R + 2P floats instead of
- * the model's); the reduce-scatter runs once per micro-step instead of once per step, each
- * overlapped with its micro-step's backward.
+ * (ts_dist_accumulate; under a pipeline after each backward of the stage), so no whole-model
+ * accumulation buffer exists (R + 2P floats instead of the store's).
  *
- * Stage 3 (optimizer_shard = 3, ZeRO-3) shards the parameters too: the store holds no parameters
- * (ts_params_alloc_external); the work buffer's R + P floats ARE the rank's parameters (the
- * replicated ones and its part of every bucket, initialised from the counter-based RNG at their
- * global positions), and the optimizer updates them in place, with no all-gather after the step.
- * The units gathered for the plans are the gradient buckets (gather.c): the training and
- * evaluation plans' parameter values are bound into gather slots, and a plan hook all-gathers each
- * bucket's parts into its slot before the nodes that read it, in forward and again in backward
- * order, the next one prefetched. Gradients and accumulation as stage 2. The rank holds R + P +
- * the slots' floats of parameters instead of the model's; the gradient buffer backward writes is
- * still the whole model's. */
+ * Stage 3 (optimizer_shard = 3, ZeRO-3; data_parallel: one group, every rank) shards the
+ * parameters too: the store holds no parameters (ts_params_alloc_external); the work buffer's
+ * R + P floats ARE the rank's parameters (the replicated ones and its part of every bucket,
+ * initialised from the counter-based RNG at their global positions), and the optimizer updates
+ * them in place, with no all-gather after the step. The units gathered for the plans are the
+ * gradient buckets (gather.c): the training and evaluation plans' parameter values are bound into
+ * gather slots, and a plan hook all-gathers each bucket's parts into its slot before the nodes
+ * that read it, in forward and again in backward order, the next one prefetched. Gradients and
+ * accumulation as stage 2. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,28 +52,49 @@
 #include "dist_impl.h"
 #include "gather.h"
 
+#define MAXG TS__DIST_MAX_GROUPS
+
 typedef struct {
   size_t flat;   /* offset in the store's flat buffers */
   size_t n;      /* elements */
   size_t packed; /* offset in [0, R) */
+  int grp;       /* the group all-reducing it; -1: no other rank holds this slice */
+  float cw;      /* its weight in the global norm (1 / its holders; under a pipeline, 0 where another
+                    stage counts it) */
+  float lw;      /* LAMB: its norms' weight, 1 / the base ranks holding it */
 } piece;
 
 /* This rank's part of one bucket */
 typedef struct {
   size_t flat;          /* the bucket's offset in the flat buffers */
   size_t len;           /* the bucket's elements */
-  const size_t *counts; /* the ranks' parts */
+  const size_t *counts; /* the group's ranks' parts */
   size_t lo, n;         /* this rank's part: flat + lo .. flat + lo + n */
   size_t work;          /* its offset in the work buffer (R + out_off) */
+  int grp;
 } part;
 
-struct ts__zero {
+/* The ranks holding the same slices: a communicator, its buckets, this rank's place */
+typedef struct {
+  ts_comm *comm;   /* NULL in dry runs */
+  int owned;       /* split for the group (else the base communicator) */
   int N, rank;
-  size_t S, P, R; /* sharded elements, this rank's parts, replicated elements */
-  int nrep, nb;
+  ts__buckets *bk; /* without a communicator in dry runs (the layout only) */
+  int nb, first;   /* its buckets: pt[first .. first + nb) */
+  size_t S, P;     /* its sharded elements, this rank's parts of them */
+  size_t out;      /* its parts in the work buffer: R + out .. R + out + P */
+  size_t rlo, rn;  /* its replicated elements: [rlo, rlo + rn) of the work buffer */
+} zgroup;
+
+struct ts__zero {
+  int N, rank;     /* the base ranks and this rank's place */
+  ts_comm *base;   /* the job's world, or the pipeline stage's communicator (NULL: dry run) */
+  int plain;       /* data_parallel: one group of every rank, every replicated parameter on all */
+  size_t S, P, R;  /* sharded elements (of the rank's groups), this rank's parts, replicated elements */
+  int nrep, nb, ng;
   piece *rep;
   part *pt;
-  ts__buckets *bk; /* without a communicator in dry runs (the layout only) */
+  zgroup g[MAXG];
   int attached;
   int stage3;      /* the parameters live in wp (optimizer_shard 3) */
   ts__gather *gt;  /* stage 3: the gathers into the plans' slots */
@@ -83,7 +111,10 @@ void ts__zero_free(struct ts__zero *z) {
   ts__gather_free(z->gt);
   ts_comm_free(z->gcomm);
   free(z->rep_at);
-  ts__buckets_free(z->bk);
+  for (int k = 0; k < z->ng; k++) {
+    ts__buckets_free(z->g[k].bk);
+    if (z->g[k].owned) ts_comm_free(z->g[k].comm);
+  }
   free(z->rep);
   free(z->pt);
   free(z->displs);
@@ -96,31 +127,37 @@ void ts__zero_free(struct ts__zero *z) {
 static int is_sharded(const ts_dist *d, ts_params *p, int i) {
   ts_shape s = ts_params_shape(p, i);
   double n = (double)ts_shape_numel(&s);
+  if (d->pipe && ts__pipe_tied(d, i)) return 0; /* summed over the pipeline after the reduction */
   return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
 }
 
-/* The buckets and this rank's part of each (in dry runs too: buckets without a communicator). */
-static int plan_parts(ts_dist *d, struct ts__zero *z, int *member) {
-  ts__buckets *b = NULL;
-  int rc = ts__buckets_create(d->world, d->r.params, d->r.g,
+/* Group k's buckets and this rank's part of each (in dry runs too: buckets without a
+ * communicator). */
+static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
+  zgroup *G = &z->g[k];
+  int rc = ts__buckets_create(G->comm, d->r.params, d->r.g,
                               d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->reduce_mean, TS_F32,
-                              member, &b);
-  if (!rc) rc = ts__buckets_scatter(b, z->N, z->rank, &z->P);
-  if (rc) {
-    ts__buckets_free(b);
-    return rc;
-  }
-  z->bk = b;
-  z->nb = ts__buckets_num_buckets(b);
-  if (!(z->pt = calloc((size_t)z->nb + 1, sizeof *z->pt))) return ts_error_set(TS_ENOMEM, "out of memory");
-  for (int k = 0; k < z->nb; k++) {
-    part *q = &z->pt[k];
+                              member, &G->bk);
+  if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
+  if (rc) return rc;
+  G->nb = ts__buckets_num_buckets(G->bk);
+  G->first = z->nb;
+  G->out = z->P;
+  part *np = realloc(z->pt, sizeof *z->pt * ((size_t)z->nb + (size_t)G->nb + 1));
+  if (!np) return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  z->pt = np;
+  for (int b = 0; b < G->nb; b++) {
+    part *q = &z->pt[z->nb + b];
     size_t out_off;
-    ts__buckets_part(b, k, &q->flat, &q->len, &q->counts, &out_off);
-    for (int r = 0; r < z->rank; r++) q->lo += q->counts[r];
-    q->n = q->counts[z->rank];
-    q->work = z->R + out_off;
+    memset(q, 0, sizeof *q);
+    ts__buckets_part(G->bk, b, &q->flat, &q->len, &q->counts, &out_off);
+    for (int r = 0; r < G->rank; r++) q->lo += q->counts[r];
+    q->n = q->counts[G->rank];
+    q->work = z->R + G->out + out_off;
+    q->grp = k;
   }
+  z->nb += G->nb;
+  z->P += G->P;
   return TS_OK;
 }
 
@@ -206,34 +243,123 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
   return ts__gather_attach(z->gt, z->wp);
 }
 
+/* The base ranks the groups partition: the job's, or a pipeline stage's (its replicas or its
+ * semi_auto ranks); *n of them, this rank *r; NULL in dry runs. */
+static ts_comm *base_ranks(ts_dist *d, int *n, int *r) {
+  ts_comm *c = NULL;
+  if (d->pipe) {
+    ts__pipe_shard_base(d, &c, n, r);
+    return c;
+  }
+  *n = d->r.size;
+  *r = d->r.rank;
+  return d->world;
+}
+
+/* Every trainable parameter's group (by the partition of the base ranks into those holding the
+ * same slice; -1: each rank its own slice), the groups' communicators, the replicated parameters
+ * packed group after group, and each group's buckets. */
+static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, int *part, int *parts, int *hold,
+                       int *sh) {
+  ts_params *p = d->r.params;
+  int np = ts_params_count(p), NB = z->N, rb = z->rank, rc = TS_OK;
+  for (int i = 0; i < np; i++) {
+    grp[i] = -2;
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    int n = ts_params_rank_partition(p, i, NB, part);
+    if (n < 0) return n;
+    hold[i] = 0;
+    for (int q = 0; q < NB; q++) hold[i] += part[q] == part[rb];
+    if (n == NB && NB > 1) { /* no repeat: this rank alone updates its slice */
+      grp[i] = -1;
+      continue;
+    }
+    int k;
+    for (k = 0; k < z->ng; k++)
+      if (!memcmp(parts + (size_t)k * NB, part, sizeof(int) * (size_t)NB)) break;
+    if (k == z->ng) {
+      if (k == MAXG)
+        return ts_error_set(TS_ERANGE, "parallel.optimizer_shard: more than %d distinct groups of ranks holding the "
+                            "same parameter slices", MAXG);
+      memcpy(parts + (size_t)k * NB, part, sizeof(int) * (size_t)NB);
+      z->ng++;
+    }
+    grp[i] = k;
+  }
+  /* communicators: split in the same order on every base rank (the same store on each) */
+  for (int k = 0; k < z->ng && !rc; k++) {
+    zgroup *G = &z->g[k];
+    const int *pk = parts + (size_t)k * NB;
+    int all = 1;
+    for (int q = 0; q < NB; q++) {
+      all &= pk[q] == pk[0];
+      G->N += pk[q] == pk[rb];
+      G->rank += q < rb && pk[q] == pk[rb];
+    }
+    if (all) G->comm = z->base;
+    else if (z->base) {
+      rc = ts_comm_split(z->base, pk[rb], rb, &G->comm);
+      G->owned = !rc;
+      if (rc) rc = ts_error_wrap(rc, "parallel.optimizer_shard: the group of ranks holding the same slices");
+    }
+  }
+  /* replicated (and unreduced) parameters, group after group, then those of no group */
+  for (int k = 0; k <= z->ng && !rc; k++) {
+    int kk = k < z->ng ? k : -1;
+    size_t r0 = z->R;
+    for (int i = 0; i < np; i++) {
+      if (grp[i] != kk) continue;
+      ts_shape s = ts_params_shape(p, i);
+      size_t n = (size_t)ts_shape_numel(&s);
+      if (kk >= 0 && (sh[i] = is_sharded(d, p, i))) {
+        z->S += n;
+        z->g[kk].S += n;
+        continue;
+      }
+      float lw = 1.0f / (float)(hold[i] > 0 ? hold[i] : 1);
+      float cw = d->pipe ? ts__pipe_norm_weight(d, i) : lw;
+      z->rep[z->nrep++] = (piece){ts_params_offset(p, i), n, z->R, kk, cw, lw};
+      z->R += n;
+    }
+    if (kk >= 0) {
+      z->g[kk].rlo = r0;
+      z->g[kk].rn = z->R - r0;
+    }
+  }
+  for (int k = 0; k < z->ng && !rc; k++) {
+    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i];
+    rc = plan_parts(d, z, k, member);
+  }
+  return rc;
+}
+
 int ts__zero_plan(ts_dist *d) {
   if (d->zero) return TS_OK;
   ts_params *p = d->r.params;
   if (!p) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: the model is not built");
   struct ts__zero *z = calloc(1, sizeof *z);
-  int np = ts_params_count(p);
-  int *member = calloc((size_t)np + 1, sizeof(int));
-  if (!z || !member || !(z->rep = calloc((size_t)np + 1, sizeof *z->rep)) ||
-      !(z->displs = calloc((size_t)d->r.size + 1, sizeof(size_t)))) {
-    free(member);
-    ts__zero_free(z);
-    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  int np = ts_params_count(p), NB = 1, rb = 0;
+  ts_comm *B = base_ranks(d, &NB, &rb);
+  int *grp = calloc((size_t)np + 1, sizeof(int)), *member = calloc((size_t)np + 1, sizeof(int));
+  int *hold = calloc((size_t)np + 1, sizeof(int)), *sh = calloc((size_t)np + 1, sizeof(int));
+  int *part = calloc((size_t)NB + 1, sizeof(int)), *parts = calloc((size_t)NB * MAXG + 1, sizeof(int));
+  int rc = TS_OK;
+  if (!z || !grp || !member || !hold || !sh || !part || !parts || !(z->rep = calloc((size_t)np + 1, sizeof *z->rep)) ||
+      !(z->displs = calloc((size_t)NB + 1, sizeof(size_t))))
+    rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  if (!rc) {
+    z->N = NB;
+    z->rank = rb;
+    z->base = B;
+    z->plain = !d->pipe && !d->r.sliced;
+    rc = plan_groups(d, z, grp, member, part, parts, hold, sh);
   }
-  z->N = d->r.size;
-  z->rank = d->r.rank;
-  for (int i = 0; i < np; i++) {
-    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
-    ts_shape s = ts_params_shape(p, i);
-    size_t n = (size_t)ts_shape_numel(&s);
-    if ((member[i] = is_sharded(d, p, i))) {
-      z->S += n;
-    } else {
-      z->rep[z->nrep++] = (piece){ts_params_offset(p, i), n, z->R};
-      z->R += n;
-    }
-  }
-  int rc = plan_parts(d, z, member);
+  free(grp);
   free(member);
+  free(hold);
+  free(sh);
+  free(part);
+  free(parts);
   if (!rc) {
     z->wp = calloc(z->R + z->P + 1, sizeof(float));
     z->wg = calloc(z->R + z->P + 1, sizeof(float));
@@ -241,8 +367,13 @@ int ts__zero_plan(ts_dist *d) {
       rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
     if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   }
-  if (!rc) ts__buckets_set_out(z->bk, z->wg + z->R); /* parts after the replicated */
-  if (!rc && d->cfg.optimizer_shard >= 3) rc = plan_stage3(d, z);
+  for (int k = 0; !rc && k < z->ng; k++) ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out);
+  if (!rc && d->cfg.optimizer_shard >= 3) {
+    if (!z->plain || z->ng != 1 || z->N != d->r.size)
+      rc = ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for "
+                        "parallel.mode data_parallel only");
+    else rc = plan_stage3(d, z);
+  }
   if (rc) {
     ts__zero_free(z);
     return rc;
@@ -251,14 +382,17 @@ int ts__zero_plan(ts_dist *d) {
   return TS_OK;
 }
 
-static void zero_hook(const ts_hook_info *e, void *user) { ts__buckets_hook(e, ((struct ts__zero *)user)->bk); }
+static void zero_hook(const ts_hook_info *e, void *user) {
+  struct ts__zero *z = user;
+  for (int k = 0; k < z->ng; k++) ts__buckets_hook(e, z->g[k].bk);
+}
 
 int ts__zero_start(ts_dist *d) {
   int rc = ts__zero_plan(d);
   if (rc || !d->world) return rc;
   /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
-   * micro-step, so it overlaps with accumulation too */
-  d->overlap = d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
+   * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule */
+  d->overlap = !d->pipe && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
   if (d->overlap && !d->zero->attached) {
     rc = ts_plan_add_hook(d->r.plan, zero_hook, d->zero);
     d->zero->attached = !rc;
@@ -267,9 +401,12 @@ int ts__zero_start(ts_dist *d) {
 }
 
 void ts__zero_begin(ts_dist *d, float *grads) {
+  struct ts__zero *z = d->zero;
   if (!d->world) return;
-  ts__buckets_set_out(d->zero->bk, d->zero->wg + d->zero->R); /* micro-step 0 writes the parts */
-  ts__buckets_begin(d->zero->bk, grads);
+  for (int k = 0; k < z->ng; k++) {
+    ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out); /* micro-step 0 writes the parts */
+    ts__buckets_begin(z->g[k].bk, grads);
+  }
 }
 
 int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
@@ -287,8 +424,9 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   if (rc) return rc;
   struct ts__zero *z = d->zero;
   ts_optim_segment *ws = calloc((size_t)nseg + 1, sizeof *ws);
-  /* LAMB: each of the rank's segments is a whole replicated parameter (every rank holds it:
-   * weight 1/N) or the rank's part of one (weight 1); their norms are summed by parameter */
+  /* LAMB: each of the rank's segments is a whole replicated parameter (weight 1 / the base ranks
+   * holding it) or the rank's part of one (weight 1); their norms are summed by parameter over
+   * the base ranks (segment s of every base rank's store is the same parameter's slice) */
   int *glob = malloc(sizeof(int) * (size_t)(nseg + 1));
   float *wt = malloc(sizeof(float) * (size_t)(nseg + 1));
   if (!ws || !glob || !wt) {
@@ -305,7 +443,7 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
       if (z->rep[k].flat == so && z->rep[k].n == segs[s].numel) {
         found = 1;
         glob[nw] = s;
-        wt[nw] = 1.0f / (float)d->r.size;
+        wt[nw] = z->rep[k].lw;
         ws[nw++] = (ts_optim_segment){segs[s].name, z->rep[k].packed, segs[s].numel, segs[s].flags};
       }
     for (int k = 0; k < z->nb && !found; k++) {
@@ -324,7 +462,7 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
                         segs[s].name);
   }
   if (!rc) rc = ts_optim_create(out, cfg, ws, nw);
-  if (!rc && d->world && (rc = ts__lamb_install(d, *out, d->world, nseg, nw, glob, wt))) {
+  if (!rc && z->base && (rc = ts__lamb_install(d, *out, z->base, nseg, nw, glob, wt))) {
     ts_optim_free(*out);
     *out = NULL;
   }
@@ -341,11 +479,15 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   struct ts__zero *z = d->zero;
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
   float *parts = z->wg + z->R;
-  if (!d->overlap) {
-    ts__buckets_set_out(z->bk, k == 0 ? parts : z->tmp);
-    ts__buckets_begin(z->bk, (float *)grads);
+  int rc = TS_OK;
+  for (int q = 0; q < z->ng && !rc; q++) {
+    zgroup *G = &z->g[q];
+    if (!d->overlap) {
+      ts__buckets_set_out(G->bk, (k == 0 ? parts : z->tmp) + G->out);
+      ts__buckets_begin(G->bk, (float *)grads);
+    }
+    rc = ts__buckets_finish(G->bk);
   }
-  int rc = ts__buckets_finish(z->bk);
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of micro-step %lld's gradients",
                                (long long)k + 1);
   if (k > 0)
@@ -357,8 +499,11 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
     else
       for (size_t i = 0; i < z->rep[q].n; i++) w[i] += g[i];
   }
-  ts__buckets_set_out(z->bk, d->overlap && k + 1 < d->cfg.accum ? z->tmp : parts);
-  if (d->overlap && k + 1 < d->cfg.accum) ts__buckets_begin(z->bk, (float *)grads); /* micro-step k + 1 */
+  int next = d->overlap && k + 1 < d->cfg.accum;
+  for (int q = 0; q < z->ng; q++) {
+    ts__buckets_set_out(z->g[q].bk, (next ? z->tmp : parts) + z->g[q].out);
+    if (next) ts__buckets_begin(z->g[q].bk, (float *)grads); /* micro-step k + 1 */
+  }
   z->accumulated = 1;
   return TS_OK;
 }
@@ -369,22 +514,33 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
   int rc = z->gt ? ts__gather_status(z->gt) : TS_OK; /* a parameter gather of the step failed */
   if (rc) return rc;
   if (!z->accumulated) {
-    if (!d->overlap) ts__buckets_begin(z->bk, (float *)g);
-    rc = ts__buckets_finish(z->bk);
+    for (int k = 0; k < z->ng && !rc; k++) {
+      if (!d->overlap) ts__buckets_begin(z->g[k].bk, (float *)g);
+      rc = ts__buckets_finish(z->g[k].bk);
+    }
     if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
     for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
   }
   z->accumulated = 0;
-  if (z->R) rc = ts_comm_allreduce(d->world, z->wg, z->wg, z->R, TS_F32, op);
+  for (int k = 0; k < z->ng && !rc; k++)
+    if (z->g[k].rn) rc = ts_comm_allreduce(z->g[k].comm, z->wg + z->g[k].rlo, z->wg + z->g[k].rlo, z->g[k].rn, TS_F32, op);
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
 }
 
 int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
   struct ts__zero *z = d->zero;
   float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
+  double rep = 0;
+  if (z->plain) { /* every replicated parameter on every rank: counted once, locally */
+    rep = ts_sum_squares(z->wg, z->R);
+  } else { /* each counted once over the job: weighted by its holders (and stages) */
+    double s = sq;
+    for (int k = 0; k < z->nrep; k++) s += ts_sum_squares(z->wg + z->rep[k].packed, z->rep[k].n) * z->rep[k].cw;
+    sq = (float)s;
+  }
   int rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
-  *norm = sqrtf((float)((double)sq + ts_sum_squares(z->wg, z->R)));
+  *norm = sqrtf((float)((double)sq + rep));
   if (!(max_norm > 0)) return TS_OK;
   float c = ts_clip_coef(*norm, max_norm);
   if (c != 1.0f) ts_scale_f32(z->wg, z->R + z->P, c);
@@ -392,18 +548,19 @@ int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
 }
 
 /* Every bucket's parts, each rank's from send (at its part of the bucket, or at the work offset
- * when from_work), gathered into dst (at the bucket's flat offset). */
+ * when from_work), gathered over its group into dst (at the bucket's flat offset). */
 static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst) {
   struct ts__zero *z = d->zero;
   for (int k = 0; k < z->nb; k++) {
     const part *q = &z->pt[k];
+    const zgroup *G = &z->g[q->grp];
     size_t o = 0;
-    for (int r = 0; r < z->N; r++) {
+    for (int r = 0; r < G->N; r++) {
       z->displs[r] = o;
       o += q->counts[r];
     }
     const float *sb = from_work ? send + q->work : send + q->flat + q->lo;
-    int rc = ts_comm_allgatherv(d->world, sb, dst + q->flat, q->counts, z->displs, TS_F32);
+    int rc = ts_comm_allgatherv(G->comm, sb, dst + q->flat, q->counts, z->displs, TS_F32);
     if (rc) return rc;
   }
   return TS_OK;
@@ -429,7 +586,7 @@ int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *gr
 int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
   struct ts__zero *z = d->zero;
   ts_params *lp = d->r.params;
-  for (int i = 0; i < ts_params_count(lp); i++)
+  for (int i = 0; full && i < ts_params_count(lp); i++)
     if (ts_params_offset(full, i) != ts_params_offset(lp, i))
       return ts_error_set(TS_EINVAL, "checkpoint: the whole store's layout differs from the rank's at '%s'",
                           ts_params_name(lp, i));
@@ -444,6 +601,13 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
     memcpy(loc + z->pt[k].work, whole + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
   for (int k = 0; k < z->nrep; k++) memcpy(loc + z->rep[k].packed, whole + z->rep[k].flat, z->rep[k].n * sizeof(float));
   return TS_OK;
+}
+
+float *ts__zero_rep_grad(ts_dist *d, size_t flat) {
+  struct ts__zero *z = d->zero;
+  for (int k = 0; z && k < z->nrep; k++)
+    if (z->rep[k].flat == flat) return z->wg + z->rep[k].packed;
+  return NULL;
 }
 
 int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
@@ -485,9 +649,25 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
   const struct ts__zero *z = d->zero;
   if (!z) return;
   int st = d->cfg.optimizer_shard;
-  fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard %d): %zu parameter elements "
-          "reduce-scattered by gradient bucket (%zu on this rank), %zu (parameters under %g KiB) replicated\n",
-          d->r.size, st, z->S, z->P, z->R, d->cfg.shard_threshold_kb);
+  if (z->plain) {
+    fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard %d): %zu parameter elements "
+            "reduce-scattered by gradient bucket (%zu on this rank), %zu (parameters under %g KiB) replicated\n",
+            d->r.size, st, z->S, z->P, z->R, d->cfg.shard_threshold_kb);
+  } else {
+    size_t alone = 0;
+    for (int k = 0; k < z->nrep; k++) alone += z->rep[k].grp < 0 ? z->rep[k].n : 0;
+    fprintf(out, "optimizer state sharded over the data-parallel repeat of each parameter slice (optimizer_shard %d): "
+            "%d group%s of ranks holding the same slices among %s%d ranks; this rank's optimizer covers %zu of its "
+            "store's %zu trainable elements\n",
+            st, z->ng, z->ng == 1 ? "" : "s", d->pipe ? "the stage's " : "the ", z->N, z->R + z->P,
+            ts_params_numel(d->r.params));
+    for (int k = 0; k < z->ng; k++)
+      fprintf(out, "  group %d: %d ranks, %zu elements reduce-scattered by gradient bucket (%zu on this rank), %zu "
+              "replicated (parameters under %g KiB%s) all-reduced\n",
+              k, z->g[k].N, z->g[k].S, z->g[k].P, z->g[k].rn, d->cfg.shard_threshold_kb,
+              d->pipe ? ", or held by several stages" : "");
+    if (alone) fprintf(out, "  %zu elements of slices no other rank holds: updated by this rank alone\n", alone);
+  }
   if (!z->stage3) return;
   int ns = 0, ded = 0, ng = 0, nge = 0;
   size_t slots = ts__gather_slot_numel(z->gt, &ns, &ded);

@@ -27,18 +27,22 @@ static void cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, ch
   size_t n = 0;
   char h[32];
   buf[0] = 0;
-  int data = c->parallel.mode == TS_PARALLEL_DATA;
+  /* stages 1 and 2: data_parallel and semi_auto_parallel, with or without pipeline stages (the
+   * repeat of each slice; on a stage's replicas); stage 3: data_parallel alone */
+  int data = c->parallel.mode == TS_PARALLEL_DATA || c->parallel.mode == TS_PARALLEL_SEMI_AUTO;
+  int data3 = c->parallel.mode == TS_PARALLEL_DATA && c->parallel.pipeline_stages < 2;
   int accum = c->train.batch_size / (c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size);
   if (m->optimizer_state_bytes > 0 && data && ranks > 1 && !c->parallel.optimizer_shard)
-    ts__app(buf, cap, &n, "parallel.optimizer_shard: 1 or 2 (the optimizer state, %s, split over the %d ranks)",
-            ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h), ranks);
+    ts__app(buf, cap, &n, "parallel.optimizer_shard: 1 or 2 (the optimizer state, %s, split over the %d ranks%s)",
+            ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h), ranks,
+            c->parallel.mode == TS_PARALLEL_DATA && c->parallel.pipeline_stages < 2 ? "" : " holding each slice");
   else if (m->optimizer_state_bytes > 0 && (!data || ranks < 2) && !c->parallel.optimizer_shard)
-    ts__app(buf, cap, &n, "parallel.mode: data_parallel on several ranks with parallel.optimizer_shard (the "
+    ts__app(buf, cap, &n, "parallel.mode: data_parallel or semi_auto_parallel on several ranks with parallel.optimizer_shard (the "
             "optimizer state, %s, split over them)", ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h));
   if (data && ranks > 1 && c->parallel.optimizer_shard == 1 && accum > 1)
     ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 2 (no whole-model accumulation buffer, %s)", n ? "; " : "",
             ts__human_bytes((double)m->accum_bytes, h, sizeof h));
-  if (data && ranks > 1 && c->parallel.optimizer_shard && c->parallel.optimizer_shard < 3)
+  if (data3 && ranks > 1 && c->parallel.optimizer_shard && c->parallel.optimizer_shard < 3)
     ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 3 (the parameters, %s, split over the ranks too)", n ? "; " : "",
             ts__human_bytes((double)m->param_bytes, h, sizeof h));
   if (c->model.recompute != TS_CFG_RECOMPUTE_FULL && m->activation_bytes > 0)

@@ -135,8 +135,9 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
       int slots = ts_optim_kind_num_slots(cfg->optimizer.name);
       size_t rep, sh;
       double ob = pb * slots; /* optimizer state: of the rank's parameters, or of its shard */
-      if (ts_dist_optim_sharded(d, &rep, &sh))
-        ob = 4.0 * slots * (double)(rep + (sh + (size_t)ndevices - 1) / (size_t)ndevices);
+      ts_dist_memory_info om;
+      if (ts_dist_optim_sharded(d, &rep, &sh) && !ts_dist_memory(d, slots, &om))
+        ob = (double)om.optimizer_state_bytes; /* the rank's optimizer: its groups' parts + replicated */
       fprintf(b, "\nmemory per rank (rank %d) vs one process:\n", rank);
       fprintf(b, "  parameters           %12s  of %12s  (%.3f)\n", ts__human_bytes(pb, h1, sizeof h1), ts__human_bytes(pb1, h2, sizeof h2), pb / pb1);
       fprintf(b, "  gradients            %12s  of %12s\n", ts__human_bytes(pb, h1, sizeof h1), ts__human_bytes(pb1, h2, sizeof h2));
