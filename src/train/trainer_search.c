@@ -94,7 +94,8 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
         int M = pp > 1 ? Ms[mi] : 1;
         if (pp > 1 && (B % M || (B / M) % dp)) continue;
         for (int zero = 0; zero <= 3; zero++) {
-          if (zero && (dp < 2 || tp > 1 || pp > 1)) continue;
+          /* shard over the data-parallel repeat: stage 3 under data parallel alone */
+          if (zero && (dp < 2 || (zero == 3 && (tp > 1 || pp > 1)))) continue;
           for (int rec = 0; rec <= 1; rec++) {
             if (*nout == cap) return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
             ts_plan_choice *p = &out[(*nout)++];
