@@ -43,7 +43,15 @@
  * gradient buckets (gather.c): the training and evaluation plans' parameter values are bound into
  * gather slots, and a plan hook all-gathers each bucket's parts into its slot before the nodes
  * that read it, in forward and again in backward order, the next one prefetched. Gradients and
- * accumulation as stage 2. */
+ * accumulation as stage 2.
+ *
+ * Hybrid sharding (parallel.optimizer_shard_group G, FSDP's HYBRID_SHARD): each group's n ranks are
+ * cut into n / G shard groups of G consecutive ones (shard_groups): the buckets are cut into G
+ * parts, reduce-scattered and all-gathered (stage 3: gathered) over the shard group (scomm), and
+ * after the reduction each rank all-reduces its reduced parts over the ranks at its place in every
+ * shard group (xcomm) before the update; the replicated parameters are all-reduced over the group
+ * (comm). Clipping and LAMB weight the parts 1 / the number of shard groups; checkpoints gather
+ * within the shard group. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
