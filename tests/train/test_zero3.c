@@ -9,8 +9,11 @@
  * every sharded parameter once and the replicated ones on every rank; per rank about whole / N
  * plus the slots, which are at most two gradient buckets (or two of the largest parameter). A
  * checkpoint saved under stage 3 after 10 steps resumes under plain data parallel (and one saved
- * plain resumes under stage 3) and continues as the uninterrupted run does. Refusals name the
- * key. */
+ * plain resumes under stage 3) and continues as the uninterrupted run does. Hybrid sharding
+ * (parallel.optimizer_shard_group=2; on 4 ranks two shard groups of 2): stages 1, 2, 3 of the MLP
+ * and the GPT against plain data parallel the same way, each rank's optimizer state (stage 3: its
+ * parameters) its half of the sharded elements plus the replicated ones, and checkpoints saved
+ * that way resume under plain data parallel. Refusals name the key. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
