@@ -217,6 +217,7 @@ typedef struct {
                                       is given), false = off; validation keeps it equal to
                                       optimizer_shard != off */
     double optimizer_shard_threshold_kb; /* parameters smaller than this stay replicated */
+    int optimizer_shard_group; /* ranks per shard group (hybrid sharding); 0: the whole data-parallel group */
     char cluster[TS_CFG_PATH_MAX]; /* auto_parallel: the cluster searched for (file or built-in name) */
     int pipeline_stages;     /* pipeline parallel: stages (1 = none) */
     int micro_batches;       /* pipeline: micro-batches per step (0: batch_size / micro_batch_size) */

@@ -141,6 +141,8 @@ typedef struct {
   int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1), 2 = and
                              accumulated gradients (ZeRO-2), 3 = and parameters (ZeRO-3) */
   double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
+  int shard_group;        /* optimizer_shard: ranks per shard group (0: every rank holding the same
+                             slice); the groups' parts are all-reduced across them (hybrid sharding) */
   /* pipeline parallel (layout "pipeline", src/dist/dist_pipe.c): stages > 1; accum is then the
    * number of micro-batches; data parallel over the ranks / stages replicas of each stage */
   int pipeline_stages;

@@ -189,6 +189,9 @@ static int check_shard(const ts_dist_vt *vt, const ts_dist_config *c) {
     return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 2 with parallel.virtual_stages %d is not implemented "
                         "(each micro-batch's reduce-scatter needs every piece's backward); use 1",
                         c->virtual_stages);
+  if (c->shard_group < 0)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard_group: %d is not a number of ranks (>= 1, or 0 "
+                        "for the whole data-parallel group)", c->shard_group);
   if (c->wire != TS_F32)
     return ts_error_set(TS_ECONFIG, "parallel.comm_dtype: gradient compression is not implemented with "
                         "parallel.optimizer_shard (use f32)");

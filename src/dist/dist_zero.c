@@ -43,7 +43,15 @@
  * gradient buckets (gather.c): the training and evaluation plans' parameter values are bound into
  * gather slots, and a plan hook all-gathers each bucket's parts into its slot before the nodes
  * that read it, in forward and again in backward order, the next one prefetched. Gradients and
- * accumulation as stage 2. */
+ * accumulation as stage 2.
+ *
+ * Hybrid sharding (parallel.optimizer_shard_group G, FSDP's HYBRID_SHARD): each group's n ranks are
+ * cut into n / G shard groups of G consecutive ones (shard_groups): the buckets are cut into G
+ * parts, reduce-scattered and all-gathered (stage 3: gathered) over the shard group (scomm), and
+ * after the reduction each rank all-reduces its reduced parts over the ranks at its place in every
+ * shard group (xcomm) before the update; the replicated parameters are all-reduced over the group
+ * (comm). Clipping and LAMB weight the parts 1 / the number of shard groups; checkpoints gather
+ * within the shard group. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +84,14 @@ typedef struct {
 
 /* The ranks holding the same slices: a communicator, its buckets, this rank's place */
 typedef struct {
-  ts_comm *comm;   /* NULL in dry runs */
+  ts_comm *comm;   /* NULL in dry runs; the replicated gradients are all-reduced over it */
   int owned;       /* split for the group (else the base communicator) */
-  int N, rank;
+  int N, rank;     /* the shard group's ranks and this rank's place in it (the whole group's
+                      without parallel.optimizer_shard_group) */
+  int NF, X;       /* the group's ranks; its shard groups (NF = N * X) */
+  ts_comm *scomm;  /* the shard group's ranks: buckets reduce-scattered and all-gathered (comm if X == 1) */
+  ts_comm *xcomm;  /* X > 1: the ranks at the same place of every shard group; parts all-reduced */
+  int sowned;
   ts__buckets *bk; /* without a communicator in dry runs (the layout only) */
   int nb, first;   /* its buckets: pt[first .. first + nb) */
   size_t S, P;     /* its sharded elements, this rank's parts of them */
@@ -113,6 +126,8 @@ void ts__zero_free(struct ts__zero *z) {
   free(z->rep_at);
   for (int k = 0; k < z->ng; k++) {
     ts__buckets_free(z->g[k].bk);
+    if (z->g[k].sowned) ts_comm_free(z->g[k].scomm);
+    ts_comm_free(z->g[k].xcomm);
     if (z->g[k].owned) ts_comm_free(z->g[k].comm);
   }
   free(z->rep);
@@ -135,7 +150,7 @@ static int is_sharded(const ts_dist *d, ts_params *p, int i) {
  * communicator). */
 static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
   zgroup *G = &z->g[k];
-  int rc = ts__buckets_create(G->comm, d->r.params, d->r.g,
+  int rc = ts__buckets_create(G->scomm, d->r.params, d->r.g,
                               d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->reduce_mean, TS_F32,
                               member, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
@@ -227,8 +242,8 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
     for (int k = 0; k < z->nrep && !(ts_params_flags(p, i) & TS_PARAM_STATE); k++)
       if (z->rep[k].flat == ts_params_offset(p, i)) z->rep_at[i] = z->rep[k].packed;
   }
-  if (d->world) rc = ts_comm_dup(d->world, &z->gcomm);
-  if (!rc) rc = ts__gather_create(z->gcomm, z->N, p, u, z->nb, &z->gt);
+  if (d->world) rc = ts_comm_dup(z->g[0].scomm, &z->gcomm); /* the shard group's ranks */
+  if (!rc) rc = ts__gather_create(z->gcomm, z->g[0].N, p, u, z->nb, &z->gt);
   free(u);
   if (!rc && r->plan) rc = ts__gather_add_plan(z->gt, r->g, r->plan);
   if (!rc && r->plan_e) rc = ts__gather_add_plan(z->gt, r->ge, r->plan_e);
@@ -254,6 +269,33 @@ static ts_comm *base_ranks(ts_dist *d, int *n, int *r) {
   *n = d->r.size;
   *r = d->r.rank;
   return d->world;
+}
+
+/* Hybrid sharding (parallel.optimizer_shard_group G): the group's NF ranks cut into NF / G shard
+ * groups of G consecutive ones (by their place in the group): the buckets are reduce-scattered and
+ * all-gathered over the shard group, and the ranks at the same place of every shard group (strided)
+ * all-reduce their reduced parts. Without it (or G = NF) the shard group is the group. */
+static int shard_groups(ts_dist *d, struct ts__zero *z, zgroup *G) {
+  int gs = d->cfg.shard_group;
+  G->NF = G->N;
+  G->X = 1;
+  G->scomm = G->comm;
+  if (gs <= 0 || gs == G->N) return TS_OK;
+  if (G->N % gs)
+    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard_group: %d does not divide the %d %s (shard groups of "
+                        "G consecutive ranks; G must divide them, or 0 for the whole group)", gs, G->N,
+                        z->plain ? "data-parallel ranks" : "ranks holding the same parameter slices");
+  int sub = G->rank / gs, pos = G->rank % gs, rc = TS_OK;
+  if (G->comm) {
+    rc = ts_comm_split(G->comm, sub, pos, &G->scomm);
+    G->sowned = !rc;
+    if (!rc) rc = ts_comm_split(G->comm, pos, sub, &G->xcomm);
+    if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard_group: the shard groups of %d ranks", gs);
+  }
+  G->X = G->N / gs;
+  G->N = gs;
+  G->rank = pos;
+  return TS_OK;
 }
 
 /* Every trainable parameter's group (by the partition of the base ranks into those holding the
@@ -302,6 +344,7 @@ static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, in
       G->owned = !rc;
       if (rc) rc = ts_error_wrap(rc, "parallel.optimizer_shard: the group of ranks holding the same slices");
     }
+    if (!rc) rc = shard_groups(d, z, G);
   }
   /* replicated (and unreduced) parameters, group after group, then those of no group */
   for (int k = 0; k <= z->ng && !rc; k++) {
@@ -453,7 +496,7 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
       size_t lo = q->flat + q->lo, hi = lo + q->n, a = so > lo ? so : lo, b = se < hi ? se : hi;
       if (a < b) {
         glob[nw] = s;
-        wt[nw] = 1.0f;
+        wt[nw] = 1.0f / (float)z->g[q->grp].X; /* every shard group holds the part */
         ws[nw++] = (ts_optim_segment){segs[s].name, q->work + (a - lo), b - a, segs[s].flags};
       }
     }
@@ -522,6 +565,13 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
     for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
   }
   z->accumulated = 0;
+  for (int k = 0; k < z->ng && !rc; k++) /* hybrid: the shard groups' reduced parts over the groups */
+    if (z->g[k].X > 1 && z->g[k].P) {
+      float *w = z->wg + z->R + z->g[k].out;
+      rc = ts_comm_allreduce(z->g[k].xcomm, w, w, z->g[k].P, TS_F32, op);
+      if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard_group: all-reduce of the reduced parts across the "
+                                   "%d shard groups", z->g[k].X);
+    }
   for (int k = 0; k < z->ng && !rc; k++)
     if (z->g[k].rn) rc = ts_comm_allreduce(z->g[k].comm, z->wg + z->g[k].rlo, z->wg + z->g[k].rlo, z->g[k].rn, TS_F32, op);
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
@@ -529,7 +579,14 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
 
 int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
   struct ts__zero *z = d->zero;
+  int hybrid = 0;
+  for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
   float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
+  if (hybrid) { /* every shard group holds every part: each counted once over the job */
+    double s = 0;
+    for (int k = 0; k < z->ng; k++) s += ts_sum_squares(z->wg + z->R + z->g[k].out, z->g[k].P) / z->g[k].X;
+    sq = (float)s;
+  }
   double rep = 0;
   if (z->plain) { /* every replicated parameter on every rank: counted once, locally */
     rep = ts_sum_squares(z->wg, z->R);
@@ -560,7 +617,7 @@ static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst
       o += q->counts[r];
     }
     const float *sb = from_work ? send + q->work : send + q->flat + q->lo;
-    int rc = ts_comm_allgatherv(G->comm, sb, dst + q->flat, q->counts, z->displs, TS_F32);
+    int rc = ts_comm_allgatherv(G->scomm, sb, dst + q->flat, q->counts, z->displs, TS_F32);
     if (rc) return rc;
   }
   return TS_OK;
@@ -642,6 +699,18 @@ double ts__zero_comm_bytes(const ts_dist *d) {
   if (!z) return 2 * f * (double)ts_params_numel(d->r.params) * sizeof(float); /* ring all-reduce */
   double rs = f * (double)z->S * (d->cfg.optimizer_shard >= 2 ? A : 1), ar = 2 * f * (double)z->R;
   double ag = z->stage3 ? A * f * (double)ts__gather_run_numel(z->gt, 0, NULL) : f * (double)z->S;
+  int hybrid = 0;
+  for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
+  if (hybrid) { /* per group: reduce-scatter and all-gather over its shard group, parts across them */
+    double fa = z->stage3 ? A * (double)ts__gather_run_numel(z->gt, 0, NULL) / (double)(z->S ? z->S : 1) : 1;
+    rs = ag = 0;
+    for (int k = 0; k < z->ng; k++) {
+      const zgroup *G = &z->g[k];
+      double fs = (double)(G->N - 1) / (double)G->N, fx = (double)(G->X - 1) / (double)G->X;
+      rs += fs * (double)G->S * (d->cfg.optimizer_shard >= 2 ? A : 1) + 2 * fx * (double)G->P;
+      ag += fs * (double)G->S * fa;
+    }
+  }
   return (rs + ar + ag) * sizeof(float);
 }
 
@@ -649,7 +718,13 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
   const struct ts__zero *z = d->zero;
   if (!z) return;
   int st = d->cfg.optimizer_shard;
-  if (z->plain) {
+  if (z->ng && z->g[0].X > 1 && z->plain) {
+    fprintf(out, "optimizer state sharded over shard groups of %d consecutive ranks (optimizer_shard %d, "
+            "optimizer_shard_group %d): %d shard groups among the %d ranks, each holding every part; %zu parameter "
+            "elements reduce-scattered by gradient bucket within the shard group (%zu on this rank, all-reduced "
+            "across the %d shard groups), %zu (parameters under %g KiB) replicated\n",
+            z->g[0].N, st, z->g[0].N, z->g[0].X, d->r.size, z->S, z->P, z->g[0].X, z->R, d->cfg.shard_threshold_kb);
+  } else if (z->plain) {
     fprintf(out, "optimizer state sharded over the %d ranks (optimizer_shard %d): %zu parameter elements "
             "reduce-scattered by gradient bucket (%zu on this rank), %zu (parameters under %g KiB) replicated\n",
             d->r.size, st, z->S, z->P, z->R, d->cfg.shard_threshold_kb);
@@ -661,11 +736,15 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
             "store's %zu trainable elements\n",
             st, z->ng, z->ng == 1 ? "" : "s", d->pipe ? "the stage's " : "the ", z->N, z->R + z->P,
             ts_params_numel(d->r.params));
-    for (int k = 0; k < z->ng; k++)
+    for (int k = 0; k < z->ng; k++) {
       fprintf(out, "  group %d: %d ranks, %zu elements reduce-scattered by gradient bucket (%zu on this rank), %zu "
               "replicated (parameters under %g KiB%s) all-reduced\n",
-              k, z->g[k].N, z->g[k].S, z->g[k].P, z->g[k].rn, d->cfg.shard_threshold_kb,
+              k, z->g[k].NF, z->g[k].S, z->g[k].P, z->g[k].rn, d->cfg.shard_threshold_kb,
               d->pipe ? ", or held by several stages" : "");
+      if (z->g[k].X > 1)
+        fprintf(out, "    in %d shard groups of %d ranks (optimizer_shard_group): parts all-reduced across them\n",
+                z->g[k].X, z->g[k].N);
+    }
     if (alone) fprintf(out, "  %zu elements of slices no other rank holds: updated by this rank alone\n", alone);
   }
   if (!z->stage3) return;

@@ -235,6 +235,12 @@ const ts__cfg_key ts__cfg_keys[] = {
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "
      "updated by every rank"},
+    {"parallel.optimizer_shard_group", CT_INT, FLD(parallel.optimizer_shard_group), "0", NULL, 0, 1048576, 0, 0, 0,
+     "optimizer_shard: hybrid sharding (FSDP's HYBRID_SHARD, MindSpore's optimizer_weight_shard_size): "
+     "the N ranks holding the same parameters are cut into N/G shard groups of G consecutive ranks; "
+     "the optimizer state (stage 3: the parameters) is sharded over the G ranks of a group and "
+     "replicated across groups, whose reduced parts are all-reduced; G must divide N; 0 = the whole "
+     "data-parallel group, 1 = no sharding"},
     {"parallel.cluster", CT_STR, FLD(parallel.cluster), "local", NULL, 0, 0, 0, 0, 0,
      "auto_parallel: the cluster the plan is searched for (a YAML file, or dgx-a100-80g, p3.16xlarge, "
      "local = this machine as `tessera calibrate` measured it; docs/auto-parallel.md)"},

@@ -211,6 +211,9 @@ int ts_config_validate(ts_config *cfg) {
   if (pl->enable_parallel_optimizer && !pl->optimizer_shard && !gs) pl->optimizer_shard = 1;
   if (ge && !gs && !pl->enable_parallel_optimizer) pl->optimizer_shard = 0;
   pl->enable_parallel_optimizer = pl->optimizer_shard != 0;
+  if (pl->optimizer_shard_group && !pl->optimizer_shard)
+    return vfail(cfg, "parallel.optimizer_shard_group: %d ranks per shard group given without "
+                 "parallel.optimizer_shard (set a stage, or 0 here)", pl->optimizer_shard_group);
   /* ---- checkpoint ---- */
   if (!cfg->checkpoint.prefix[0] || strchr(cfg->checkpoint.prefix, '/'))
     return vfail(cfg, "checkpoint.prefix: must be a non-empty file-name prefix without '/' "
@@ -360,6 +363,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
              cfg->model.recompute_layers.v[i]);
   out->optimizer_shard = cfg->parallel.optimizer_shard;
   out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
+  out->shard_group = cfg->parallel.optimizer_shard_group;
   out->pipeline_stages = cfg->parallel.pipeline_stages;
   out->pipeline_semi = cfg->parallel.mode == TS_PARALLEL_SEMI_AUTO;
   out->pipeline_schedule = cfg->parallel.pipeline_schedule;

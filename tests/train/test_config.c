@@ -111,6 +111,7 @@ static const struct {
     {"parallel.full_batch", "true"},
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
+    {"parallel.optimizer_shard_group", "2"},
     {"parallel.enable_parallel_optimizer", "true"}, /* agrees with optimizer_shard 1 */
     {"parallel.cluster", "dgx-a100-80g"},
     {"parallel.pipeline_stages", "4"},

@@ -9,8 +9,11 @@
  * every sharded parameter once and the replicated ones on every rank; per rank about whole / N
  * plus the slots, which are at most two gradient buckets (or two of the largest parameter). A
  * checkpoint saved under stage 3 after 10 steps resumes under plain data parallel (and one saved
- * plain resumes under stage 3) and continues as the uninterrupted run does. Refusals name the
- * key. */
+ * plain resumes under stage 3) and continues as the uninterrupted run does. Hybrid sharding
+ * (parallel.optimizer_shard_group=2; on 4 ranks two shard groups of 2): stages 1, 2, 3 of the MLP
+ * and the GPT against plain data parallel the same way, each rank's optimizer state (stage 3: its
+ * parameters) its half of the sharded elements plus the replicated ones, and checkpoints saved
+ * that way resume under plain data parallel. Refusals name the key. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,6 +52,7 @@ typedef struct {
   char desc[1024]; /* what `tessera plan` says of the sharding */
   int store_has_params;
   int64_t acc;
+  int64_t ostate; /* optimizer floats this rank holds */
   ts_eval_info ev;
   double bucket_mb;
 } result;
@@ -153,6 +157,7 @@ static void run(const char *model, const char *opt, const char *const *sets, res
   }
   ts_dist_optim_sharded(t->dist, &out->rep, &out->sh);
   out->acc = ts_trainer_accum_numel(t);
+  out->ostate = ts_trainer_optim_state_numel(t);
   out->whole = ts_params_numel(p);
   for (int i = 0; i < ts_params_count(p); i++) {
     ts_shape s = ts_params_shape(p, i);
@@ -271,10 +276,63 @@ static void compare(ts_comm *w, const char *what, const char *model, const char 
   compare_to(w, what, model, opt, e1, e2, thr, stages, '0', 0);
 }
 
+/* Hybrid sharding (parallel.optimizer_shard_group=G): stages[] with shard groups of G ranks against
+ * plain data parallel: losses and the model within 1e-5, each rank's optimizer state (stage 3: its
+ * parameters) its 1/G part of the sharded elements plus the replicated ones, summed over the ranks
+ * every sharded element once per shard group. */
+static void hybrid(ts_comm *w, int G, const char *what, const char *model, const char *opt, const char *e1,
+                   const char *e2, const char *thr, const char *stages) {
+  int rank = ts_comm_rank(w), N = ts_comm_size(w), X = N / G;
+  char gkey[64];
+  snprintf(gkey, sizeof gkey, "parallel.optimizer_shard_group=%d", G);
+  result a;
+  memset(&a, 0, sizeof a);
+  const char *rs[6] = {e1, e2, thr, NULL, NULL, NULL};
+  run(model, opt, rs, &a, NULL, NULL);
+  for (const char *st = stages; *st; st++) {
+    char key[64], line[200], note[200] = "";
+    snprintf(key, sizeof key, "parallel.optimizer_shard=%c", *st);
+    snprintf(line, sizeof line, "stage %c, shard groups of %d: %s", *st, G, what);
+    result b;
+    memset(&b, 0, sizeof b);
+    const char *sets[6] = {e1, e2, thr, key, gkey, NULL};
+    run(model, opt, sets, &b, NULL, NULL);
+    double maxd = 0, worst = check_close(line, &a, &b, 1, &maxd);
+    double el = fabs(a.ev.loss - b.ev.loss) / fabs(a.ev.loss);
+    CHECK_MSG(a.ev.samples == b.ev.samples && el <= 1e-5, "%s: evaluation loss %.8g vs %.8g", line, a.ev.loss, b.ev.loss);
+    int64_t slots = a.ostate / (int64_t)a.nparams, sh = (int64_t)b.sh, rep = (int64_t)b.rep;
+    int64_t total = sum_ranks(w, b.ostate);
+    CHECK_MSG(b.sh + b.rep == b.whole, "%s: %zu sharded + %zu replicated of %zu", line, b.sh, b.rep, b.whole);
+    CHECK_MSG(total == slots * (X * sh + N * rep), "%s: optimizer floats over the ranks %lld, expected %lld", line,
+              (long long)total, (long long)(slots * (X * sh + N * rep)));
+    /* each bucket's part rounds up to a whole element: < 256 buckets here */
+    CHECK_MSG(b.ostate <= slots * (rep + (sh + G - 1) / G + 256), "%s: rank holds %lld optimizer floats", line,
+              (long long)b.ostate);
+    if (*st == '3') {
+      size_t held = b.param_bytes - b.slot_bytes;
+      int64_t ph = sum_ranks(w, (int64_t)held);
+      CHECK_MSG(!b.store_has_params, "%s: the store holds the whole model's parameters", line);
+      CHECK_MSG(ph == 4 * (X * sh + N * rep), "%s: parameter bytes over the ranks %lld, expected %lld", line,
+                (long long)ph, (long long)(4 * (X * sh + N * rep)));
+      snprintf(note, sizeof note, "; params %.3f of whole", (double)held / (4.0 * (double)b.whole));
+    }
+    if (*st >= '2' && e1 && strstr(e1, "micro_batch_size"))
+      CHECK_MSG(b.acc == 0, "%s: accumulation buffer of %lld", line, (long long)b.acc);
+    if (N > G) CHECK_MSG(strstr(b.desc, "shard groups"), "%s: description '%s'", line, b.desc);
+    if (rank == 0)
+      printf("%-60s loss rel %.1e, model abs %.1e, eval rel %.1e; optimizer floats rank 0: %lld of %lld (%.3f; %lld "
+             "replicated)%s; comm x%.3f\n",
+             line, worst, maxd, el, (long long)b.ostate, (long long)a.ostate, (double)b.ostate / (double)a.ostate,
+             (long long)rep, note, b.comm / a.comm);
+    free(b.w);
+  }
+  free(a.w);
+}
+
 /* A checkpoint written after HALF steps under `save_set` resumes under `load_set` and continues
  * as the uninterrupted run under `load_set` does. */
 static void resume(ts_comm *w, const char *what, const char *model, const char *opt, const char *save_set,
-                   const char *load_set) {
+                   const char *save_extra, const char *load_set) {
   int rank = ts_comm_rank(w);
   char path[256];
   snprintf(path, sizeof path, "/tmp/ts_test_zero3_%d_%s.safetensors", (int)getppid(), model);
@@ -283,7 +341,8 @@ static void resume(ts_comm *w, const char *what, const char *model, const char *
   memset(&b, 0, sizeof b);
   memset(&c, 0, sizeof c);
   const char *ls[6] = {load_set, "optimizer.clip_grad_norm=0.5", "parallel.optimizer_shard_threshold_kb=0", NULL, NULL, NULL};
-  const char *ss[6] = {save_set, "optimizer.clip_grad_norm=0.5", "parallel.optimizer_shard_threshold_kb=0", NULL, NULL, NULL};
+  const char *ss[6] = {save_set, "optimizer.clip_grad_norm=0.5", "parallel.optimizer_shard_threshold_kb=0", save_extra,
+                       NULL, NULL};
   run(model, opt, ls, &a, NULL, NULL);
   b.r.stop_at = HALF;
   run(model, opt, ss, &b, NULL, path);
@@ -358,12 +417,31 @@ int main(int argc, char **argv) {
   compare_to(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "3", '2', 1);
   compare(w, "resnet20 adamw", "resnet", "adamw", NULL, NULL, NULL, "3");
   shared_slot(w);
-  resume(w, "gpt adamw: saved stage 3, resumed plain", "gpt", "adamw", "parallel.optimizer_shard=3", NULL);
-  resume(w, "resnet20 momentum: saved plain, resumed stage 3", "resnet", "momentum", NULL, "parallel.optimizer_shard=3");
+  resume(w, "gpt adamw: saved stage 3, resumed plain", "gpt", "adamw", "parallel.optimizer_shard=3", NULL, NULL);
+  resume(w, "resnet20 momentum: saved plain, resumed stage 3", "resnet", "momentum", NULL, NULL, "parallel.optimizer_shard=3");
   /* LAMB: per-parameter trust ratios from norms summed over the ranks' parts */
   compare(w, "mlp lamb, all sharded, clip 0.5", "mlp", "lamb", "optimizer.clip_grad_norm=0.5", NULL, t0, "123");
   compare(w, "gpt lamb", "gpt", "lamb", NULL, NULL, NULL, "123");
   refused("parallel.mode=stand_alone", "adamw", "parallel.optimizer_shard=3", "parallel.optimizer_shard");
+  /* hybrid sharding: shard groups of 2 ranks (on 4: two groups, their parts all-reduced across) */
+  if (size % 2 == 0) {
+    const char *g2 = "parallel.optimizer_shard_group=2", *clip = "optimizer.clip_grad_norm=0.5";
+    hybrid(w, 2, "mlp adamw, all sharded, accum 2, clip 0.5", "mlp", "adamw", acc, clip, t0, "123");
+    hybrid(w, 2, "mlp momentum, accum 2", "mlp", "momentum", acc, NULL, NULL, "123");
+    hybrid(w, 2, "gpt adamw, all sharded, accum 2, clip 1", "gpt", "adamw", "train.micro_batch_size=4",
+           "optimizer.clip_grad_norm=1.0", t0, "123");
+    hybrid(w, 2, "gpt momentum, threshold 8 KiB, clip 0.5", "gpt", "momentum", clip, NULL,
+           "parallel.optimizer_shard_threshold_kb=8", "123");
+    hybrid(w, 2, "mlp lamb, all sharded, clip 0.5", "mlp", "lamb", clip, NULL, t0, "13");
+    resume(w, "gpt adamw: saved stage 2 in groups of 2, resumed plain", "gpt", "adamw", "parallel.optimizer_shard=2",
+           g2, NULL);
+    resume(w, "mlp momentum: saved stage 3 in groups of 2, resumed plain", "mlp", "momentum",
+           "parallel.optimizer_shard=3", g2, NULL);
+  }
+  char bad[64];
+  snprintf(bad, sizeof bad, "parallel.optimizer_shard_group=%d", size + 1);
+  refused(bad, "adamw", "parallel.optimizer_shard=1", "parallel.optimizer_shard_group");
+  refused("parallel.optimizer_shard_group=2", "adamw", NULL, "parallel.optimizer_shard_group");
   ts_comm_barrier(w);
   if (rank == 0) unlink(g_text);
   ts_comm_free(w);

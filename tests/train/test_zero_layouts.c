@@ -122,6 +122,9 @@ static double loss_diff(const char *what, const rec *a, const rec *b, int lo) {
   return worst;
 }
 
+/* a further set of the sharded runs (parallel.optimizer_shard_group), or NULL */
+static const char *g_shard_extra;
+
 /* layout: NULL-terminated sets shared by both runs; stage: "parallel.optimizer_shard=1|2";
  * share: the most of the unsharded optimizer floats a rank may hold sharded */
 static void compare(ts_comm *w, const char *what, const char *model, const char *opt, const char *const *layout,
@@ -135,6 +138,7 @@ static void compare(ts_comm *w, const char *what, const char *model, const char 
   for (; layout[n] && n < MAXSETS - 2; n++) sa[n] = sb[n] = layout[n];
   sb[n] = stage;
   sb[n + 1] = "parallel.optimizer_shard_threshold_kb=0";
+  sb[n + 2] = g_shard_extra;
   rec ra, rb;
   memset(&ra, 0, sizeof ra);
   memset(&rb, 0, sizeof rb);
@@ -262,6 +266,23 @@ int main(int argc, char **argv) {
   const char *pipe_tp[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", tp2, "parallel.pipeline_stages=2",
                            "parallel.micro_batches=4", NULL};
   if (N == 4) compare(w, "pipeline PP2xTP2 gpt adamw M=4 clip, stage 1", "gpt", "adamw", pipe_tp, s1, 1.0);
+  /* hybrid sharding (parallel.optimizer_shard_group 2) on 4 ranks, per group of ranks holding the
+   * same slices: the MLP's group of 4 cut into two shard groups of 2; TP2 x DP2's norms and biases
+   * (held by all 4) likewise, its slices' repeats of 2 are one shard group each */
+  if (N == 4) {
+    g_shard_extra = "parallel.optimizer_shard_group=2";
+    if (mnist) {
+      compare(w, "semi mlp momentum accum 2 clip, stage 1, groups of 2", "mlp", "momentum", semi_mlp, s1, 0.51);
+      compare(w, "semi mlp momentum accum 2 clip, stage 2, groups of 2", "mlp", "momentum", semi_mlp, s2, 0.51);
+    }
+    compare(w, "semi TP2xDP2 gpt adamw accum 2 clip, stage 2, groups of 2", "gpt", "adamw", semi_gpt, s2, 0.52);
+    compare(w, "semi TP2xDP2 gpt lamb accum 2 clip, stage 1, groups of 2", "gpt", "lamb", semi_gpt, s1, 0.52);
+    g_shard_extra = NULL;
+    /* 4 does not divide the 2 ranks holding each tensor-parallel slice */
+    const char *semi_g4[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=false", tp2dp2,
+                             "parallel.optimizer_shard=1", "parallel.optimizer_shard_group=4", NULL};
+    refused(semi_g4, "parallel.optimizer_shard_group");
+  }
   /* refusals, before anything runs */
   const char *semi3[] = {"parallel.mode=semi_auto_parallel", "parallel.optimizer_shard=3", NULL};
   refused(semi3, "parallel.optimizer_shard");
