@@ -51,6 +51,11 @@ struct ts__pipe {
                              semi_auto ranks) */
   int *owner;             /* per whole-store entry: the stage holding it first (checkpoints) */
   int *tied;              /* per rank-store entry: 1 if other stages hold it too */
+  /* the parameters several stages hold, in whole-model order, the same list on every rank: their
+   * rank-store entry (-1 on a rank without it) and their place in the buffer summed over the
+   * pipeline (their slices have the same size on every stage holding them) */
+  int ntied, *tied_local;
+  size_t *tied_off, tied_total;
   int *count_once;        /* per rank-store entry: 1 if this rank counts it in the norm */
   float *logits;
   size_t logits_n;
@@ -297,9 +302,29 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
         lo[id] = st < lo[id] ? st : lo[id];
         hi[id] = st > hi[id] ? st : hi[id];
       }
+  pp->tied_local = malloc(sizeof(int) * (size_t)(nw + 1));
+  pp->tied_off = malloc(sizeof(size_t) * (size_t)(nw + 1));
+  if (!pp->tied_local || !pp->tied_off) {
+    free(lo);
+    free(hi);
+    return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  }
   for (int i = 0; i < nw; i++) {
     pp->owner[i] = lo[i] < P ? lo[i] : 0;
     int l = ts_params_find(r->params, ts_params_name(d->gp, i));
+    if (hi[i] > lo[i]) { /* the size of this rank position's slice, held here or not */
+      int c = ts_params_find(pp->cp, ts_params_name(d->gp, i));
+      if (c < 0) {
+        free(lo);
+        free(hi);
+        return ts_error_set(TS_EGRAPH, "pipeline: parameter '%s' is not in the rank's cut model",
+                            ts_params_name(d->gp, i));
+      }
+      ts_shape sh = ts_params_shape(pp->cp, c);
+      pp->tied_local[pp->ntied] = l;
+      pp->tied_off[pp->ntied++] = pp->tied_total;
+      pp->tied_total += (size_t)ts_shape_numel(&sh);
+    }
     if (l < 0) continue;
     pp->tied[l] = hi[i] > lo[i];
     pp->count_once[l] = lo[i] == pp->stage;
@@ -500,40 +525,23 @@ static int reduce_pipe(ts_dist *d, float *g) {
   int frc = pp->p2p ? ts_comm_flush_sends(pp->p2p) : TS_OK;
   span(d, "pipeline_p2p_flush", 1, tf);
   if (frc) return ts_error_wrap(frc, "pipeline: completing the step's sends");
-  size_t n = 0;
-  for (int i = 0; i < ts_params_count(p); i++)
-    if (pp->tied[i]) {
-      ts_shape s = ts_params_shape(p, i);
-      n += (size_t)ts_shape_numel(&s);
-    }
-  int any = n > 0;
-  /* every rank of the pipeline takes part (the list is the same on all: tied parameters are
-   * those of the whole model read by several stages; ranks without them add zeros) */
-  int rc = ts_comm_allreduce(pp->pp, &any, &any, 1, TS_I32, TS_REDUCE_MAX);
-  if (rc || !any) return rc;
-  size_t total = n;
-  rc = ts_comm_allreduce(pp->pp, &total, &total, 1, TS_I64, TS_REDUCE_MAX);
-  if (rc) return rc;
-  float *buf = calloc(total ? total : 1, sizeof(float));
+  if (!pp->tied_total) return TS_OK;
+  /* every rank of the pipeline takes part with the same layout (pp->tied_off); a rank without
+   * one of the parameters adds zeros there */
+  float *buf = calloc(pp->tied_total, sizeof(float));
   if (!buf) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
-  /* packed in whole-model order, which every holder shares */
-  size_t off = 0;
-  for (int i = 0; i < ts_params_count(d->gp); i++) {
-    int l = ts_params_find(p, ts_params_name(d->gp, i));
-    if (l < 0 || !pp->tied[l]) continue;
-    ts_shape s = ts_params_shape(p, l); /* the rank's slice: the same on every stage holding it */
-    memcpy(buf + off, tied_grad(d, g, l), sizeof(float) * (size_t)ts_shape_numel(&s));
-    off += (size_t)ts_shape_numel(&s);
-  }
-  (void)off;
-  rc = ts_comm_allreduce(pp->pp, buf, buf, total, TS_F32, TS_REDUCE_SUM);
-  off = 0;
-  for (int i = 0; !rc && i < ts_params_count(d->gp); i++) {
-    int l = ts_params_find(p, ts_params_name(d->gp, i));
-    if (l < 0 || !pp->tied[l]) continue;
+  for (int t = 0; t < pp->ntied; t++) {
+    int l = pp->tied_local[t];
+    if (l < 0) continue;
     ts_shape s = ts_params_shape(p, l);
-    memcpy(tied_grad(d, g, l), buf + off, sizeof(float) * (size_t)ts_shape_numel(&s));
-    off += (size_t)ts_shape_numel(&s);
+    memcpy(buf + pp->tied_off[t], tied_grad(d, g, l), sizeof(float) * (size_t)ts_shape_numel(&s));
+  }
+  int rc = ts_comm_allreduce(pp->pp, buf, buf, pp->tied_total, TS_F32, TS_REDUCE_SUM);
+  for (int t = 0; !rc && t < pp->ntied; t++) {
+    int l = pp->tied_local[t];
+    if (l < 0) continue;
+    ts_shape s = ts_params_shape(p, l);
+    memcpy(tied_grad(d, g, l), buf + pp->tied_off[t], sizeof(float) * (size_t)ts_shape_numel(&s));
   }
   free(buf);
   return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
@@ -790,6 +798,8 @@ static void free_pipe(ts_dist *d) {
     free(pp->piece_e);
     free(pp->owner);
     free(pp->tied);
+    free(pp->tied_local);
+    free(pp->tied_off);
     free(pp->count_once);
     free(pp->logits);
     free(pp->holders_w);
