@@ -284,6 +284,8 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
  * collectives and layouts where there are any; and the bytes the gradient reduction moves per
  * step per rank into *reduce_bytes. */
 int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes);
+/* The bytes the gradient reduction moves per step per rank (ts_dist_describe's figure). */
+int ts_dist_reduce_bytes(const ts_dist *d, double *reduce_bytes);
 /* Trainable parameters of the whole model (not only this rank's slices). */
 int64_t ts_dist_num_params(const ts_dist *d);
 /* The arenas of the rank's training and evaluation plans, summed over every plan it runs (a

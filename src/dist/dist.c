@@ -344,8 +344,7 @@ void ts_dist_set_span(ts_dist *d, ts_dist_span_fn fn, void *user) {
   d->span_user = user;
 }
 
-/* Bytes of one sample's data and of its targets. */
-static void row_bytes(const ts_dist *d, size_t *xs, size_t *ys) {
+void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys) {
   const ts_dist_model *m = &d->model;
   *xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
   *ys = m->text ? (size_t)ts_shape_numel(&m->sample) * sizeof(int32_t) : sizeof(int32_t);
@@ -356,7 +355,7 @@ int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t s
   if (d->vt->forward_backward) return d->vt->forward_backward(d, x, y, step, acc, loss, g);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
-  row_bytes(d, &xs, &ys);
+  ts__dist_row_bytes(d, &xs, &ys);
   int64_t accum = d->cfg.accum;
   float *grads = ts_params_grads(r->params);
   double sum = 0;
@@ -382,7 +381,7 @@ int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
   if (d->vt->eval_forward) return d->vt->eval_forward(d, x, logits);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
-  row_bytes(d, &xs, &ys);
+  ts__dist_row_bytes(d, &xs, &ys);
   /* the rank feeds its piece of the batch (all of it in most layouts); the logits come back whole */
   int rc = ts_plan_bind(r->plan_e, r->xe, (char *)x + xs * (size_t)(d->cfg.eval_batch / r->eval_parts * r->eval_index));
   if (!rc) rc = ts_plan_run(r->plan_e, 0);
@@ -458,22 +457,22 @@ int ts_dist_sum(ts_dist *d, int64_t *cnt, int n, double *x) {
   return rc;
 }
 
-int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
+int ts_dist_reduce_bytes(const ts_dist *d, double *reduce_bytes) {
   const ts_dist_run *r = &d->r;
-  int rc = d->vt->describe ? d->vt->describe(d, out) : TS_OK;
-  /* gradient reduction: each parameter over the ranks holding its slice (ring all-reduce) */
-  double red = 0;
+  *reduce_bytes = 0;
   if (d->pipe) { /* over the stage's replicas (ts__pipe_reduce_bytes) */
     *reduce_bytes = ts__pipe_reduce_bytes(d);
-    return rc;
+    return TS_OK;
   }
   if (d->zero) { /* reduce-scatter, all-gather, stage 3's gathers (ts__zero_comm_bytes) */
     *reduce_bytes = ts__zero_comm_bytes(d);
-    return rc;
+    return TS_OK;
   }
+  /* each parameter over the ranks holding its slice (ring all-reduce) */
+  double red = 0;
   int *part = malloc(sizeof(int) * (size_t)r->size);
   if (!part) return ts_error_set(TS_ENOMEM, "plan: out of memory");
-  for (int i = 0; !rc && i < ts_params_count(r->params); i++) {
+  for (int i = 0; i < ts_params_count(r->params); i++) {
     if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
     if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
     int h = 0;
@@ -483,6 +482,12 @@ int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
   }
   free(part);
   *reduce_bytes = red;
+  return TS_OK;
+}
+
+int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
+  int rc = d->vt->describe ? d->vt->describe(d, out) : TS_OK;
+  if (!rc) rc = ts_dist_reduce_bytes(d, reduce_bytes);
   return rc;
 }
 

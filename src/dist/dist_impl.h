@@ -85,6 +85,8 @@ int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logi
 /* The input values of a graph for `rows` rows of the model's samples (y TS_NONE when !targets). */
 void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val *x, ts_val *y);
 int ts__dist_graph_fail(ts_graph *g, const char *what);
+/* Bytes of one sample's data (xs) and of its targets (ys) as the trainer passes batches. */
+void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys);
 /* Allocates r.params, attaches the gradients of r.g and plans r.g (keeping r.loss) and r.ge
  * (keeping r.logits), both bound to the store. */
 /* Backward of the training graph (seed d->seed), then the recompute pass of cfg.recompute. */

@@ -438,9 +438,8 @@ static void span(ts_dist *d, const char *name, int comm, double t0) {
 static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss, float **g) {
   struct ts__pipe *pp = d->pipe;
   const ts_dist_run *r = &d->r;
-  const ts_dist_model *m = &d->model;
-  size_t xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
-  size_t ys = m->text ? (size_t)ts_shape_numel(&m->sample) * sizeof(int32_t) : sizeof(int32_t);
+  size_t xs, ys;
+  ts__dist_row_bytes(d, &xs, &ys);
   float *grads = ts_params_grads(r->params);
   const ts_sched_op *ops;
   int nops = ts_schedule_ops(pp->sched, pp->stage, &ops), rc = TS_OK;
@@ -571,11 +570,11 @@ static int clip_pipe(ts_dist *d, float *g, float max_norm, float *norm) {
 static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
   struct ts__pipe *pp = d->pipe;
   int rc = TS_OK;
+  size_t xs, ys;
+  ts__dist_row_bytes(d, &xs, &ys);
   *logits = NULL;
   for (int cc = 0; cc < pp->V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
-    const ts_dist_model *m = &d->model;
-    size_t xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
     if (ch->se.x != TS_NONE) /* the rank's piece of the batch */
       rc = ts_plan_bind(ch->plan_e, ch->se.x,
                         (char *)x + xs * (size_t)(d->cfg.eval_batch / d->r.eval_parts * d->r.eval_index));

@@ -318,18 +318,12 @@ int ts_stage_edges(const ts_graph *g, const int *piece, ts_stage_edge **out, int
     free(e);
     return ts_error_set(TS_ENOMEM, "stage cut: out of memory");
   }
-  int *readers = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
-  if (!readers) {
-    free(e);
-    free(seen);
-    return ts_error_set(TS_ENOMEM, "stage cut: out of memory");
-  }
   /* a simple O(values x nodes) scan is too slow for big graphs: bucket readers per value */
   int *head = malloc(sizeof(int) * (size_t)(nv ? nv : 1)), nin = 0;
   for (int j = 0; j < n; j++) nin += ts_graph_node_num_inputs(g, j);
   int *next = malloc(sizeof(int) * (size_t)(nin ? nin : 1)), *rnode = malloc(sizeof(int) * (size_t)(nin ? nin : 1));
   if (!head || !next || !rnode) {
-    free(e), free(seen), free(readers), free(head), free(next), free(rnode);
+    free(e), free(seen), free(head), free(next), free(rnode);
     return ts_error_set(TS_ENOMEM, "stage cut: out of memory");
   }
   for (int v = 0; v < nv; v++) head[v] = -1;
@@ -355,7 +349,7 @@ int ts_stage_edges(const ts_graph *g, const int *piece, ts_stage_edge **out, int
         cap *= 2;
         ts_stage_edge *ne_ = realloc(e, sizeof *e * (size_t)cap);
         if (!ne_) {
-          free(e), free(seen), free(readers), free(head), free(next), free(rnode);
+          free(e), free(seen), free(head), free(next), free(rnode);
           return ts_error_set(TS_ENOMEM, "stage cut: out of memory");
         }
         e = ne_;
@@ -366,7 +360,7 @@ int ts_stage_edges(const ts_graph *g, const int *piece, ts_stage_edge **out, int
                                 ts_graph_value_requires_grad(g, v) && (dt == TS_F32 || dt == TS_BF16 || dt == TS_F16)};
     }
   }
-  free(seen), free(readers), free(head), free(next), free(rnode);
+  free(seen), free(head), free(next), free(rnode);
   *out = e;
   *nedges = ne;
   return TS_OK;

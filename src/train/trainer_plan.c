@@ -200,11 +200,7 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
     /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
      * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
     double red = 0;
-    FILE *devnull = fopen("/dev/null", "w");
-    if (devnull) {
-      rc = ts_dist_describe(x.d, devnull, &red);
-      fclose(devnull);
-    }
+    rc = ts_dist_reduce_bytes(x.d, &red);
     int replicas = r->data_parts > 1 ? r->data_parts : 1;
     int span = ts_cluster_spans(c, replicas, P);
     double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
