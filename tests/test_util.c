@@ -103,3 +103,21 @@ ts_plan *ts_test_train_plan(ts_graph *g, ts_params *p, ts_val loss, uint64_t see
   if (plan) CHECK_OK(ts_params_bind(p, g, plan));
   return plan;
 }
+
+int ts_test_write_text(const char *path, unsigned seed, int bytes) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  uint32_t s = seed;
+  for (int i = 0; i < bytes; i++) {
+    s = s * 1103515245u + 12345u;
+    fputc("etaoin shrdlu cmfwyp\n"[(s >> 16) % 21], f);
+  }
+  return fclose(f) ? -1 : 0;
+}
+
+const char *const ts_test_gpt_tp2 =
+    "parallel.strategies={transformer.embedding: '((1,1),(2,1))', "
+    "transformer.h.*.attn.c_attn.dense*: '((1,1,1),(2,1),(2,))', "
+    "transformer.h.*.attn.attention: '((1,2,1,1),(1,2,1,1),(1,2,1,1))', "
+    "transformer.h.*.attn.c_proj.dense: '((1,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(2,1))', "
+    "transformer.h.*.mlp.c_proj.dense: '((1,1,2),(1,2))', dense: '((1,1,1),(2,1))', softmax_ce: '((1,2),(1,))'}";

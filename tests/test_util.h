@@ -85,6 +85,12 @@ const char *ts_test_fashion_mnist_dir(void);
 /* 1 if the Fashion-MNIST files the tests read are there; else records a skip naming the folder. */
 int ts_test_have_fashion_mnist(void);
 
+/* Writes a deterministic text of `bytes` bytes (letters, spaces, newlines; the same for a seed)
+ * to path, for the tests that train GPT on a text file. 0, or -1 when it cannot be written. */
+int ts_test_write_text(const char *path, unsigned seed, int bytes);
+/* GPT's Megatron-LM cuts of examples/gpt_tp.yaml on 2 devices, as a --set of parallel.strategies. */
+extern const char *const ts_test_gpt_tp2;
+
 /* Prints "name: N checks, F failures" (and the skips) and returns the exit code:
  * 1 on a failure, TS_TEST_SKIPPED if something was skipped, else 0. */
 int ts_test_finish(const char *name);

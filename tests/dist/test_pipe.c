@@ -88,16 +88,8 @@ static float *params_of(const char *model, const char *const *sets, int nsets, c
   return out;
 }
 
-/* GPT's Megatron cuts on 2 devices (examples/gpt_tp.yaml), for stages of 2 ranks */
-static const char *tp2 =
-    "parallel.strategies={transformer.embedding: '((1,1),(2,1))', "
-    "transformer.h.*.attn.c_attn.dense*: '((1,1,1),(2,1),(2,))', "
-    "transformer.h.*.attn.attention: '((1,2,1,1),(1,2,1,1),(1,2,1,1))', "
-    "transformer.h.*.attn.c_proj.dense: '((1,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(2,1))', "
-    "transformer.h.*.mlp.c_proj.dense: '((1,1,2),(1,2))', dense: '((1,1,1),(2,1))', softmax_ce: '((1,2),(1,))'}";
-
 /* One pipeline layout against the single process: P stages x dp replicas (or, tp, stages of 2
- * semi_auto_parallel ranks cut by tp2), schedule, M, V. */
+ * semi_auto_parallel ranks cut by ts_test_gpt_tp2), schedule, M, V. */
 static const char *opt_set = "optimizer.name=adamw";
 
 static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V, int tp) {
@@ -119,7 +111,7 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
   int bnrep = strcmp(model, "gpt") != 0 && dp > 1;
   snprintf(s5, sizeof s5, "train.micro_batch_size=%d", 16 / (M * dp));
   const char *pipe[] = {tp ? "parallel.mode=semi_auto_parallel" : "parallel.mode=data_parallel",
-                        tp ? "parallel.full_batch=true" : "parallel.full_batch=false", tp ? tp2 : "parallel.strategies={}",
+                        tp ? "parallel.full_batch=true" : "parallel.full_batch=false", tp ? ts_test_gpt_tp2 : "parallel.strategies={}",
                         opt_set, s1, s2, s3, s4};
   const char *ref[] = {s5, opt_set};
   int npipe = P > 1 ? 8 : 4; /* P = 1: semi_auto_parallel alone */
@@ -180,15 +172,7 @@ int main(int argc, char **argv) {
     return ts_test_finish_job("test_pipe");
   }
   snprintf(text_path, sizeof text_path, "/tmp/ts_test_pipe_%d.txt", (int)getppid());
-  if (rank == 0) { /* a deterministic text of 24 KiB */
-    FILE *f = fopen(text_path, "w");
-    uint32_t s = 12345;
-    for (int i = 0; f && i < 24576; i++) {
-      s = s * 1103515245u + 12345u;
-      fputc("etaoin shrdlu cmfwyp\n"[(s >> 16) % 21], f);
-    }
-    if (f) fclose(f);
-  }
+  if (rank == 0) CHECK_MSG(ts_test_write_text(text_path, 12345, 24576) == 0, "cannot write %s", text_path); /* 24 KiB */
   ts_comm_barrier(w);
   /* GPT: 2 stages on 2 ranks, or 4 stages and 2 x 2 on 4 */
   compare(w, "gpt", 2, "gpipe", 1, 1, 0);

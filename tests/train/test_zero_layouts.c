@@ -34,14 +34,8 @@ static int rec_cb(ts_trainer *t, const ts_step_info *s, void *u) {
 
 static char text_path[256];
 
-/* GPT's Megatron cuts (examples/gpt_tp.yaml) on 2 devices, and on 4 as TP2 x DP2 (batch dims cut
- * by 2 too) */
-static const char *tp2 =
-    "parallel.strategies={transformer.embedding: '((1,1),(2,1))', "
-    "transformer.h.*.attn.c_attn.dense*: '((1,1,1),(2,1),(2,))', "
-    "transformer.h.*.attn.attention: '((1,2,1,1),(1,2,1,1),(1,2,1,1))', "
-    "transformer.h.*.attn.c_proj.dense: '((1,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(2,1))', "
-    "transformer.h.*.mlp.c_proj.dense: '((1,1,2),(1,2))', dense: '((1,1,1),(2,1))', softmax_ce: '((1,2),(1,))'}";
+/* GPT's Megatron cuts (examples/gpt_tp.yaml) on 4 devices as TP2 x DP2 (batch dims cut by 2 too;
+ * on 2 devices: ts_test_gpt_tp2) */
 static const char *tp2dp2 =
     "parallel.strategies={transformer.embedding: '((2,1),(2,1))', "
     "transformer.h.*.attn.c_attn.dense*: '((2,1,1),(2,1),(2,))', "
@@ -216,22 +210,14 @@ int main(int argc, char **argv) {
     return ts_test_finish_job("test_zero_layouts");
   }
   snprintf(text_path, sizeof text_path, "/tmp/ts_test_zl_%d.txt", (int)getppid());
-  if (rank == 0) { /* a deterministic text of 24 KiB */
-    FILE *f = fopen(text_path, "w");
-    uint32_t s = 12345;
-    for (int i = 0; f && i < 24576; i++) {
-      s = s * 1103515245u + 12345u;
-      fputc("etaoin shrdlu cmfwyp\n"[(s >> 16) % 21], f);
-    }
-    if (f) fclose(f);
-  }
+  if (rank == 0) CHECK_MSG(ts_test_write_text(text_path, 12345, 24576) == 0, "cannot write %s", text_path); /* 24 KiB */
   ts_comm_barrier(w);
   if (rank == 0) printf("optimizer_shard vs the same layout unsharded on %d ranks, %d steps\n", N, STEPS);
   const char *s1 = "parallel.optimizer_shard=1", *s2 = "parallel.optimizer_shard=2";
   /* semi_auto_parallel, GPT: TP2 (2 ranks: the sliced parameters have no repeat, the replicated
    * ones are sharded over 2) or TP2 x DP2 (4 ranks: every slice's repeat of 2 sharded) */
   const char *semi_gpt[] = {"parallel.mode=semi_auto_parallel", N == 2 ? "parallel.full_batch=true" : "parallel.full_batch=false",
-                            N == 2 ? tp2 : tp2dp2, "train.micro_batch_size=8", NULL};
+                            N == 2 ? ts_test_gpt_tp2 : tp2dp2, "train.micro_batch_size=8", NULL};
   double gshare = N == 2 ? 0.98 : 0.51; /* TP2: only the replicated parameters (norms, biases) repeat */
   compare(w, N == 2 ? "semi TP2 gpt adamw accum 2 clip, stage 1" : "semi TP2xDP2 gpt adamw accum 2 clip, stage 1", "gpt",
           "adamw", semi_gpt, s1, gshare);
@@ -263,7 +249,7 @@ int main(int argc, char **argv) {
   const char *pipe_mlp[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=2", "parallel.micro_batches=2", NULL};
   if (mnist && N == 4) compare(w, "pipeline PP2xDP2 mlp momentum M=2 clip, stage 2", "mlp", "momentum", pipe_mlp, s2, 0.51);
   /* PP2 x TP2 (4 ranks): stages of semi_auto_parallel ranks, sharded over each slice's repeat */
-  const char *pipe_tp[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", tp2, "parallel.pipeline_stages=2",
+  const char *pipe_tp[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", ts_test_gpt_tp2, "parallel.pipeline_stages=2",
                            "parallel.micro_batches=4", NULL};
   if (N == 4) compare(w, "pipeline PP2xTP2 gpt adamw M=4 clip, stage 1", "gpt", "adamw", pipe_tp, s1, 1.0);
   /* hybrid sharding (parallel.optimizer_shard_group 2) on 4 ranks, per group of ranks holding the
