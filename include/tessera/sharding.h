@@ -48,7 +48,11 @@ typedef enum {
                            attrs {begin_norm_axis} (negative from the end; NULL = -1) */
   TS_SHARD_EMBEDDING,   /* ids (...), table (V,D) -> (...,D); strategy ((b...),(v,d)) */
   TS_SHARD_CONV2D,      /* x (N,C,H,W), w (O,C,KH,KW) -> (N,O,OH,OW);
-                           attrs {stride_h, stride_w, pad_h, pad_w} (NULL = 1,1,0,0) */
+                           strategy ((n,c,1,1),(o,c,1,1)); loop axes (N, C, O) as dense's;
+                           output map(n,o,-1,-1), partial over C (input channels are summed;
+                           the bias is added after the reduction, as dense's). H, W and the
+                           kernel are not cut. attrs {stride_h, stride_w, pad_h, pad_w}
+                           (NULL = 1,1,0,0) */
   TS_SHARD_BATCHNORM,   /* x (N,C,...) [, gamma, beta, mean, var (C)] -> x's shape;
                            strategy ((n,c,1,...)[,(c),(c),(c),(c)]); loop axes (n, c); output
                            x's map(n,c,-1,...). Spatial dims are not cut. Statistics are per

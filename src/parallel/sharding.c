@@ -369,20 +369,19 @@ static int rule_conv2d(rule *R, const int *attrs) {
                           (long long)(x->dims[2 + k] + 2 * pad[k]));
     R->out.dims[2 + k] = span / st[k] + 1;
   }
-  static const char *const why_x[4] = {
-      NULL, "conv2d cuts x by batch (dim 0) only: cutting the input channels is not supported",
-      "conv2d cuts x by batch only: cutting a spatial dim needs halo exchange (not supported)",
-      "conv2d cuts x by batch only: cutting a spatial dim needs halo exchange (not supported)"};
-  static const char *const why_w[4] = {
-      NULL, "conv2d cuts w by output channels (dim 0) only: cutting the input channels is not supported",
-      "conv2d cuts w by output channels only: the kernel is not cut",
-      "conv2d cuts w by output channels only: the kernel is not cut"};
-  for (int d = 1; d < 4; d++)
-    if ((rc = forbid(R, 0, d, why_x[d]))) return rc;
-  for (int d = 1; d < 4; d++)
-    if ((rc = forbid(R, 1, d, why_w[d]))) return rc;
-  int n = loop_new(R, "N"), o = loop_new(R, "O");
-  if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, o, 1, 0))) return rc;
+  for (int d = 2; d < 4; d++)
+    if ((rc = forbid(R, 0, d, "conv2d cuts x by batch and input channels: cutting a spatial dim needs halo "
+                              "exchange (not supported)")))
+      return rc;
+  for (int d = 2; d < 4; d++)
+    if ((rc = forbid(R, 1, d, "conv2d cuts w by output and input channels: the kernel is not cut"))) return rc;
+  /* loop axes (N, C, O) as dense's (batch, k, o): input channels are summed over, so a cut of C
+   * leaves the output partial over it (each rank convolves its channels; the sums are reduced) */
+  int n = loop_new(R, "N"), c = loop_new(R, "C"), o = loop_new(R, "O");
+  if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1)) || (rc = loop_bind(R, c, 1, 1)) ||
+      (rc = loop_bind(R, o, 1, 0)))
+    return rc;
+  if (R->cut[c] > 1) R->partial |= 1u << c;
   int *om = R->map[R->nin];
   om[0] = n, om[1] = o, om[2] = -1, om[3] = -1;
   return TS_OK;

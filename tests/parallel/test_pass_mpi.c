@@ -232,6 +232,15 @@ int main(int argc, char **argv) {
   int64_t cb = run_parallel("convnet output-channel split", CONVNET, conv_oc, 0, cl, cref.p);
   (void)cb;
   run_parallel("convnet data parallel (SyncBN)", CONVNET, NULL, 0, cl, cref.p);
+  /* input-channel split: each rank convolves its channels, the partial sums are all-reduced and
+   * the bias added after; the first conv's output channels feed it cut alike (no redistribution) */
+  char c2[64];
+  snprintf(c2, sizeof c2, "((1,%d,1,1),(1,%d,1,1))", N, N);
+  ts_strategy_set *conv_ic;
+  CHECK_OK(ts_strategy_set_create(N, 0, &conv_ic));
+  CHECK_OK(ts_strategy_set_put_text(conv_ic, "conv1.conv2d", c1));
+  CHECK_OK(ts_strategy_set_put_text(conv_ic, "conv2.conv2d", c2));
+  run_parallel("convnet output- then input-channel split", CONVNET, conv_ic, 0, cl, cref.p);
 
   ts_graph_free(gref.g);
   ts_params_free(gref.p);

@@ -1182,57 +1182,66 @@ static void test_embedding(void) {
 
 static void test_conv2d(void) {
   int before = n_sims, bref = n_refused;
-  ts_shape shapes[2] = {shp(4, (int64_t[]){4, 3, 6, 6}), shp(4, (int64_t[]){4, 3, 3, 3})};
-  float *full[2] = {malloc(432 * sizeof(float)), malloc(108 * sizeof(float))};
-  fill_int(full[0], 432, 71, -3, 3);
-  fill_int(full[1], 108, 72, -2, 2);
+  ts_shape shapes[2] = {shp(4, (int64_t[]){4, 4, 6, 6}), shp(4, (int64_t[]){4, 4, 3, 3})};
+  float *full[2] = {malloc(576 * sizeof(float)), malloc(144 * sizeof(float))};
+  fill_int(full[0], 576, 71, -3, 3);
+  fill_int(full[1], 144, 72, -2, 2);
   static const conv_ctx CC[2] = {{1, 1, 1, 1}, {2, 1, 0, 2}};
   for (int ci = 0; ci < 2; ci++)
     for (int ndev = 2; ndev <= 8; ndev *= 2)
-      for (int code = 0; code < 16; code++) {
-        int64_t n = CUTS[code % 4], o = CUTS[code / 4];
-        ts_op_strategy s = strat(2, (int[]){4, 4}, (int64_t[]){n, 1, 1, 1, o, 1, 1, 1});
+      for (int code = 0; code < 64; code++) {
+        int64_t n = CUTS[code % 4], c = CUTS[(code / 4) % 4], o = CUTS[code / 16];
+        ts_op_strategy s = strat(2, (int[]){4, 4}, (int64_t[]){n, c, 1, 1, o, c, 1, 1});
         int attrs[4] = {CC[ci].sh, CC[ci].sw, CC[ci].ph, CC[ci].pw};
         char what[128];
-        snprintf(what, sizeof what, "conv2d attrs %d ((%lld,1,1,1),(%lld,1,1,1)) on %d", ci,
-                 (long long)n, (long long)o, ndev);
-        int64_t loop[2] = {n, o};
+        snprintf(what, sizeof what, "conv2d attrs %d ((%lld,%lld,1,1),(%lld,%lld,1,1)) on %d", ci, (long long)n,
+                 (long long)c, (long long)o, (long long)c, ndev);
+        int64_t loop[3] = {n, c, o};
         int want = 0;
         const char *subs[3] = {0};
         if (4 % n) want = TS_ESHAPE, subs[0] = "input 0 (x) dim 0 of size 4";
+        else if (4 % c) want = TS_ESHAPE, subs[0] = "input 0 (x) dim 1 of size 4";
         else if (4 % o) want = TS_ESHAPE, subs[0] = "input 1 (w) dim 0 of size 4";
-        else if (!divides_dev(ndev, 2, loop)) want = TS_EINVAL, subs[0] = "devices";
+        else if (!divides_dev(ndev, 3, loop)) want = TS_EINVAL, subs[0] = "devices";
         ts_layout lin[2], lout;
         ts_shape osh;
         if (!call_rule(what, TS_SHARD_CONV2D, &s, ndev, shapes, 2, attrs, want, subs, lin, &lout,
                        &osh))
           continue;
-        int dev[8], nd, f = exp_dev(ndev, 2, loop, &nd, dev);
-        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, (int[]){f, -1, -1, -1}, 0) &&
-                      layout_is(&lin[1], nd, dev, 4, (int[]){f + 1, -1, -1, -1}, 0) &&
-                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0),
+        int dev[8], nd, f = exp_dev(ndev, 3, loop, &nd, dev);
+        /* device matrix (N, C, O) after the repeat; input channels are summed: partial over C */
+        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+                      layout_is(&lin[1], nd, dev, 4, (int[]){f + 2, f + 1, -1, -1}, 0) &&
+                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 2, -1, -1}, c > 1 ? 1u << (f + 1) : 0),
                   "%s: layouts are not MindSpore's", what);
         simulate(what, lin, shapes, 2, full, &lout, &osh, k_conv2d, &CC[ci]);
       }
   free(full[0]), free(full[1]);
-  /* every other cut is refused, naming the dim */
+  /* spatial and kernel cuts are refused, naming the dim */
   int nforb = 0;
   for (int i = 0; i < 2; i++)
-    for (int d = 1; d < 4; d++) {
+    for (int d = 2; d < 4; d++) {
       int64_t c[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-      c[i * 4 + d] = 3; /* 3 divides C = 3 and KH = KW = 3 but not 6 */
-      if (i == 0 && d > 1) c[i * 4 + d] = 2;
+      c[i * 4 + d] = i ? 3 : 2; /* 3 divides KH = KW = 3, 2 divides H = W = 6 */
       ts_op_strategy s = strat(2, (int[]){4, 4}, c);
       ts_layout lin[2], lout;
       char want[64];
       snprintf(want, sizeof want, "conv2d: input %d (%s) dim %d", i, i ? "w" : "x", d);
       int rc = ts_shard_rule(TS_SHARD_CONV2D, &s, 6, shapes, 2, NULL, lin, &lout, NULL);
       CHECK_MSG(rc == TS_EUNSUPPORTED && strstr(ts_last_error(), want) &&
-                    strstr(ts_last_error(), i ? "output channels" : "batch"),
+                    strstr(ts_last_error(), i ? "kernel is not cut" : "halo"),
                 "cut %d of input %d dim %d: %d %s", (int)c[i * 4 + d], i, d, rc, ts_last_error());
       nforb++;
     }
-  printf("conv2d: x(4,3,6,6) w(4,3,3,3), two stride/pad settings, batch x out-channel cuts on "
+  { /* x's and w's input channels are one loop axis: cut alike */
+    ts_op_strategy s = strat(2, (int[]){4, 4}, (int64_t[]){1, 2, 1, 1, 1, 1, 1, 1});
+    ts_layout lin[2], lout;
+    int rc = ts_shard_rule(TS_SHARD_CONV2D, &s, 2, shapes, 2, NULL, lin, &lout, NULL);
+    CHECK_MSG(rc == TS_EUNSUPPORTED && strstr(ts_last_error(), "cut alike"), "unequal C cuts: %d %s", rc,
+              ts_last_error());
+    nforb++;
+  }
+  printf("conv2d: x(4,4,6,6) w(4,4,3,3), two stride/pad settings, batch x in-channel x out-channel cuts on "
          "2/4/8 devices: %d simulated exactly, %d refused; %d forbidden cuts refused\n",
          n_sims - before, n_refused - bref, nforb);
 }
