@@ -216,6 +216,13 @@ ts_val ts_alltoall(ts_graph *g, ts_val x, int slot, int group_size, int split_di
  * slot's communicator at run time). Gradient: dy placed at block r of zeros of x's shape (op
  * rank_slice_bwd, itself differentiable). */
 ts_val ts_rank_slice(ts_graph *g, ts_val x, int slot, int group_size, int dim);
+/* Halo exchange along dim (a spatially cut convolution's input): rank r's y is, along dim, the
+ * last `lo` rows of rank r-1's x, then x, then the first `hi` rows of rank r+1's x (zeros where
+ * there is no such rank: the global edges, as zero padding). y.shape[dim] = x.shape[dim] + lo + hi;
+ * lo, hi in 0..x.shape[dim] (TS_ESHAPE otherwise). Gradient: HALO_BWD, dy's middle plus the
+ * gradients of x's rows that the neighbours read, sent back to this rank (itself differentiable,
+ * its adjoint is HALO). */
+ts_val ts_halo(ts_graph *g, ts_val x, int slot, int group_size, int dim, int lo, int hi);
 /* Point to point, the cut edges of pipeline stages (src/parallel/stage.c builds them):
  * ts_send: x goes to rank `peer` of the communicator in plan slot `slot` with message `tag` (a
  * copy, sent without blocking); returns a token (scalar f32 0) for the stage's objective to sum,

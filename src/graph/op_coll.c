@@ -1,4 +1,5 @@
-/* Collective family: ALLREDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, RANK_SLICE, RANK_SLICE_BWD.
+/* Collective family: ALLREDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, RANK_SLICE, RANK_SLICE_BWD,
+ * HALO, HALO_BWD.
  *
  * Collectives are ordinary differentiable graph ops (docs/layout.md, "Collective ops in the
  * graph"). The graph knows nothing of MPI: an op records the plan's communicator SLOT (filled at
@@ -20,6 +21,12 @@
  *                  y.shape[d] = x.shape[d] / g (block `rank` of x along d; no communication)
  *   RANK_SLICE_BWD (dy) -> dx               dim d; dx.shape[d] = g * dy.shape[d], dy placed
  *                  at block `rank` along d, zeros elsewhere
+ *   HALO           (x) -> y                 dim d, lo, hi (0 <= lo, hi <= x.shape[d]);
+ *                  y.shape[d] = lo + x.shape[d] + hi: the previous rank's last lo rows, x, the
+ *                  next rank's first hi rows (zeros beyond the group's first and last rank)
+ *   HALO_BWD       (dy) -> dx               dim d, lo, hi; dx.shape[d] = dy.shape[d] - lo - hi:
+ *                  dy's middle, plus the next rank's first lo rows of dy added to the last lo
+ *                  rows and the previous rank's last hi rows added to the first hi
  * Reductions take f32, bf16, f16 (accumulated in f32 by comm/), i32, i64; the other ops any dtype.
  *
  * Gradients (exact adjoints over the group: each rank's x is its own variable and the objective
@@ -29,7 +36,8 @@
  *   REDUCE_SCATTER d sum -> ALLGATHER d; mean -> ALLGATHER d then a scale by 1/g; max, min:
  *   TS_EUNSUPPORTED
  *   ALLTOALL (s, c) -> ALLTOALL (c, s)
- *   RANK_SLICE d -> RANK_SLICE_BWD d; RANK_SLICE_BWD d -> RANK_SLICE d */
+ *   RANK_SLICE d -> RANK_SLICE_BWD d; RANK_SLICE_BWD d -> RANK_SLICE d
+ *   HALO (d, lo, hi) -> HALO_BWD (d, lo, hi); HALO_BWD -> HALO */
 #include <stdint.h>
 #include <string.h>
 
@@ -201,6 +209,23 @@ static int infer_rank_slice_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shap
   return TS_OK;
 }
 
+static int infer_halo(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  const int bwd = n->op == TS_OP_HALO_BWD;
+  const char *op = bwd ? "halo_bwd" : "halo";
+  const int64_t d = ts_attr_halo_dim(&n->a), lo = ts_attr_halo_lo(&n->a), hi = ts_attr_halo_hi(&n->a);
+  char b[160];
+  if (check_common(g, n, op) || check_dim(g, op, "dim", d, n->in[0])) return g->status;
+  const int64_t len = g->vals[n->in[0]].shape.dims[d], core = bwd ? len - lo - hi : len;
+  if (lo < 0 || hi < 0 || lo > core || hi > core)
+    return ts__graph_fail(g, TS_ESHAPE, "%s: halo rows lo %lld, hi %lld along dim %lld of x %s must be in 0..%lld "
+                          "(the rows one rank holds)", op, (long long)lo, (long long)hi, (long long)d, VS(n->in[0], b),
+                          (long long)core);
+  odt[0] = g->vals[n->in[0]].dtype;
+  osh[0] = g->vals[n->in[0]].shape;
+  osh[0].dims[d] = bwd ? core : len + lo + hi;
+  return TS_OK;
+}
+
 /* ---------------------------------------------------------------- gradients */
 
 /* Emits collective `op` on value x with the slot and group size of node n and op arguments a2, a3
@@ -279,6 +304,13 @@ static int grad_rank_slice_bwd(ts_graph *g, int node, const int *dy, int *dx) {
   return dx[0] < 0 ? g->status : TS_OK;
 }
 
+static int grad_halo(ts_graph *g, int node, const int *dy, int *dx) {
+  const ts__node n = g->nodes[node];
+  ts_attrs a = n.a; /* slot, group, dim, lo, hi */
+  dx[0] = ts__emit(g, n.op == TS_OP_HALO ? TS_OP_HALO_BWD : TS_OP_HALO, &dy[0], 1, &a);
+  return dx[0] < 0 ? g->status : TS_OK;
+}
+
 /* ---------------------------------------------------------------- builders */
 
 /* Adds collective `op` on x. Negative dims count from the end (PyTorch); out-of-range ones are
@@ -316,7 +348,25 @@ ts_val ts_rank_slice(ts_graph *g, ts_val x, int slot, int group_size, int dim) {
   return build(g, TS_OP_RANK_SLICE, "rank_slice", x, slot, group_size, dim, 1, 0, 0);
 }
 
+ts_val ts_halo(ts_graph *g, ts_val x, int slot, int group_size, int dim, int lo, int hi) {
+  if (!g) return TS_NONE;
+  int xi = ts__vidx(g, x, "halo");
+  if (xi < 0 || g->status) return TS_NONE;
+  const int nd = g->vals[xi].shape.ndim;
+  if (dim < 0 && dim >= -nd) dim += nd;
+  ts_attrs a;
+  memset(&a, 0, sizeof a);
+  ts_attr_set_coll_slot(&a, slot);
+  ts_attr_set_coll_group(&a, group_size);
+  ts_attr_set_halo_dim(&a, dim);
+  ts_attr_set_halo_lo(&a, lo);
+  ts_attr_set_halo_hi(&a, hi);
+  return ts__add1(g, TS_OP_HALO, &xi, 1, &a);
+}
+
 void ts__register_coll(ts__opdef *tab) {
+  tab[TS_OP_HALO] = (ts__opdef){"halo", infer_halo, grad_halo, 0};
+  tab[TS_OP_HALO_BWD] = (ts__opdef){"halo_bwd", infer_halo, grad_halo, 0};
   tab[TS_OP_ALLREDUCE] = (ts__opdef){"allreduce", infer_allreduce, grad_allreduce, 0};
   tab[TS_OP_ALLGATHER] = (ts__opdef){"allgather", infer_allgather, grad_allgather, 0};
   tab[TS_OP_REDUCE_SCATTER] = (ts__opdef){"reduce_scatter", infer_reduce_scatter, grad_reduce_scatter, 0};

@@ -71,6 +71,7 @@ static int never_recomputed(const ts_graph *g, const ts__node *n) {
     case TS_OP_REDUCE_SCATTER:
     case TS_OP_ALLTOALL:
     case TS_OP_RANK_SLICE:
+    case TS_OP_HALO:
     case TS_OP_SEND:           /* pipeline stage cuts */
     case TS_OP_RECV:
       return 1;

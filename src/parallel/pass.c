@@ -418,12 +418,19 @@ int64_t ts_parallel_comm_bytes(const ts_graph *g, int which) {
   double total = 0;
   for (int j = 0; j < ts_graph_num_nodes(g); j++) {
     const ts__pnode nd_ = ts__pnode_get(g, j), *nd = &nd_;
-    if (nd->op < TS_OP_ALLREDUCE || nd->op > TS_OP_ALLTOALL) continue;
+    int halo = nd->op == TS_OP_HALO || nd->op == TS_OP_HALO_BWD;
+    if ((nd->op < TS_OP_ALLREDUCE || nd->op > TS_OP_ALLTOALL) && !halo) continue;
     if ((which == 0 && nd->is_backward) || (which == 1 && !nd->is_backward)) continue;
     const ts__pval x_ = ts__pval_get(g, nd->in[0]), *x = &x_;
     double s = (double)ts_shape_numel(&x->shape) * (double)ts_dtype_size(x->dtype);
     double gs = (double)ts_attr_coll_group(&nd->a);
     if (gs <= 1) continue;
+    if (halo) { /* the halo rows, at most: the ranks at the ends send one side only */
+      const ts_shape *xs = &x->shape;
+      int64_t outer_inner = ts_shape_numel(xs) / (xs->dims[ts_attr_halo_dim(&nd->a)] ? xs->dims[ts_attr_halo_dim(&nd->a)] : 1);
+      total += (double)(ts_attr_halo_lo(&nd->a) + ts_attr_halo_hi(&nd->a)) * (double)outer_inner * (double)ts_dtype_size(x->dtype);
+      continue;
+    }
     switch (nd->op) {
       case TS_OP_ALLREDUCE: total += 2 * (gs - 1) / gs * s; break;
       case TS_OP_ALLGATHER: total += (gs - 1) * s; break;

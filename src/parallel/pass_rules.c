@@ -517,7 +517,7 @@ int ts__pass_node(ts_parallel *p, int ni) {
   const ts__pnode nd_ = ts__pnode_get(g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   ns->visited = 1;
-  if (nd->op >= TS_OP_ALLREDUCE && nd->op <= TS_OP_RANK_SLICE_BWD)
+  if (nd->op >= TS_OP_ALLREDUCE && nd->op <= TS_OP_HALO_BWD)
     return ts_error_set(TS_EUNSUPPORTED,
                         "parallel: operator '%s' is a collective; semi_auto_parallel inserts the "
                         "collectives itself (place them by hand in hybrid_parallel mode)",

@@ -3,6 +3,7 @@
  * the dtype they run in, every other op by the bytes it reads and writes at mem_bandwidth (views
  * move nothing). Collectives: the alpha-beta model of ring algorithms over their group, placed on
  * neighbouring ranks (tensor-parallel groups: inside a node while they fit). */
+#include <math.h>
 #include <string.h>
 
 #include "tessera/planner.h"
@@ -32,7 +33,9 @@ static int coll_kind(ts_op op) {
     case TS_OP_REDUCE_SCATTER: return TS_COST_REDUCE_SCATTER;
     case TS_OP_ALLTOALL: return TS_COST_ALLTOALL;
     case TS_OP_SEND:
-    case TS_OP_RECV: return TS_COST_P2P;
+    case TS_OP_RECV:
+    case TS_OP_HALO:
+    case TS_OP_HALO_BWD: return TS_COST_P2P;
     default: return -1;
   }
 }
@@ -49,6 +52,12 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
     int ck = coll_kind(op);
     if (ck >= 0) {
       const ts_attrs *a = ts_graph_node_attrs(g, j);
+      if (op == TS_OP_HALO || op == TS_OP_HALO_BWD) { /* two exchanges with the neighbours: the halo rows */
+        double b = fabs(vbytes(g, ts_graph_node_output(g, j, 0)) - vbytes(g, ts_graph_node_input(g, j, 0)));
+        int grp = (int)ts_attr_coll_group(a);
+        if (grp > 1) out->comm_s += 2 * ts_cluster_coll_time(c, TS_COST_P2P, 2, ts_cluster_spans(c, grp, 1), b / 2);
+        continue;
+      }
       if (ck == TS_COST_P2P) { /* the message: SEND's input, RECV's output */
         double b = op == TS_OP_SEND ? vbytes(g, ts_graph_node_input(g, j, 0)) : vbytes(g, ts_graph_node_output(g, j, 0));
         out->comm_s += ts_cluster_coll_time(c, TS_COST_P2P, 2, 1, b) / 2; /* each end pays half */

@@ -11,6 +11,7 @@
  *                     received (g, outer_c, C*inner_c) into y (outer_c, g*C, inner_c)
  * with no staging when outer == 1 (dim 0, or leading dims of size 1). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "run_impl.h"
 #include "../kernels/shape.h"
@@ -174,7 +175,123 @@ static int run_rank_slice_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_t
                            st, en);
 }
 
+/* ---- halo exchange: rows moved between neighbouring ranks of the group along dim d ----
+ * A tensor viewed as (outer, len, inner) around d; a block of rows [a, a+n) is outer runs of
+ * n*inner elements, packed into a contiguous message. */
+enum { HALO_TAG_DOWN = 0x7a10, HALO_TAG_UP, HALO_TAG_BACK_UP, HALO_TAG_BACK_DOWN };
+
+static void rows_copy(const char *src, int64_t ls, int64_t a, char *dst, int64_t ld, int64_t b, int64_t n,
+                      int64_t outer, int64_t inner, size_t es) {
+  const size_t run = (size_t)(n * inner) * es;
+  for (int64_t o = 0; o < outer; o++)
+    memcpy(dst + (size_t)((o * ld + b) * inner) * es, src + (size_t)((o * ls + a) * inner) * es, run);
+}
+
+/* dst rows [b, b+n) of (outer, ld, inner) += the packed rows of src (outer, n, inner). */
+static int rows_add(const char *src, char *dst, int64_t ld, int64_t b, int64_t n, int64_t outer, int64_t inner,
+                    ts_dtype dt) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < n * inner; i++) {
+      const size_t s = (size_t)(o * n * inner + i), t = (size_t)((o * ld + b) * inner + i);
+      switch (dt) {
+        case TS_F32: ((float *)dst)[t] += ((const float *)src)[s]; break;
+        case TS_BF16:
+          ((uint16_t *)dst)[t] = ts_f32_to_bf16(ts_bf16_to_f32(((uint16_t *)dst)[t]) + ts_bf16_to_f32(((const uint16_t *)src)[s]));
+          break;
+        case TS_F16:
+          ((uint16_t *)dst)[t] = ts_f32_to_f16(ts_f16_to_f32(((uint16_t *)dst)[t]) + ts_f16_to_f32(((const uint16_t *)src)[s]));
+          break;
+        default: return ts_error_set(TS_EDTYPE, "halo_bwd: gradients of dtype %s cannot be summed", ts_dtype_name(dt));
+      }
+    }
+  return TS_OK;
+}
+
+/* Sends rows [a, a+n) of x (outer, len, inner) to `peer` and receives n rows from `from` into
+ * the packed buffer rbuf (either peer may be -1: nothing sent / received). */
+static int halo_swap(ts_comm *c, const char *x, int64_t len, int64_t a, int64_t n, int peer, int from, int tag,
+                     char *sbuf, char *rbuf, int64_t outer, int64_t inner, ts_dtype dt) {
+  const size_t cnt = (size_t)(outer * n * inner), es = ts_dtype_size(dt);
+  if (n == 0) return TS_OK;
+  ts_comm_req *req = NULL;
+  int rc = TS_OK;
+  if (peer >= 0) {
+    rows_copy(x, len, a, sbuf, n, 0, n, outer, inner, es);
+    rc = ts_comm_isend(c, sbuf, cnt, dt, peer, tag, &req);
+  }
+  if (!rc && from >= 0) rc = ts_comm_recv(c, rbuf, cnt, dt, from, tag);
+  if (req) {
+    int w = ts_comm_wait(req);
+    ts_comm_req_free(req);
+    if (!rc) rc = w;
+  }
+  return rc;
+}
+
+static int run_halo(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  const int d = (int)ts_attr_halo_dim(&n->a);
+  const int64_t lo = ts_attr_halo_lo(&n->a), hi = ts_attr_halo_hi(&n->a), len = in[0].shape.dims[d];
+  int64_t outer, inner;
+  ts__outer_inner(&in[0].shape, d, &outer, &inner);
+  const size_t es = ts_dtype_size(in[0].dtype);
+  const int g = c ? ts_comm_size(c) : 1, r = c ? ts_comm_rank(c) : 0;
+  const int64_t ly = lo + len + hi, mx = lo > hi ? lo : hi;
+  char *y = out[0].data;
+  memset(y, 0, (size_t)ts_tensor_nbytes(&out[0])); /* the halo past the group's ends: zeros */
+  rows_copy(in[0].data, len, 0, y, ly, lo, len, outer, inner, es);
+  if (g == 1 || mx == 0) return TS_OK;
+  char *buf = staging(n, 2 * (size_t)(outer * mx * inner) * es);
+  if (!buf) return TS_ENOMEM;
+  char *sb = buf, *rb = buf + (size_t)(outer * mx * inner) * es;
+  /* my last lo rows go down to r+1 (its top halo); r-1's come to me */
+  rc = halo_swap(c, in[0].data, len, len - lo, lo, r + 1 < g ? r + 1 : -1, r > 0 ? r - 1 : -1, HALO_TAG_DOWN, sb,
+                 rb, outer, inner, in[0].dtype);
+  if (!rc && r > 0 && lo) rows_copy(rb, lo, 0, y, ly, 0, lo, outer, inner, es);
+  /* my first hi rows go up to r-1 (its bottom halo); r+1's come to me */
+  if (!rc)
+    rc = halo_swap(c, in[0].data, len, 0, hi, r > 0 ? r - 1 : -1, r + 1 < g ? r + 1 : -1, HALO_TAG_UP, sb, rb,
+                   outer, inner, in[0].dtype);
+  if (!rc && r + 1 < g && hi) rows_copy(rb, hi, 0, y, ly, lo + len, hi, outer, inner, es);
+  free(buf);
+  return rc ? ts_error_wrap(rc, "halo of '%s' along dim %d", n->name ? n->name : "", d) : TS_OK;
+}
+
+static int run_halo_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_comm *c;
+  int rc = get_comm(ctx, n, &c);
+  if (rc) return rc;
+  const int d = (int)ts_attr_halo_dim(&n->a);
+  const int64_t lo = ts_attr_halo_lo(&n->a), hi = ts_attr_halo_hi(&n->a), ly = in[0].shape.dims[d];
+  const int64_t len = ly - lo - hi, mx = lo > hi ? lo : hi;
+  int64_t outer, inner;
+  ts__outer_inner(&out[0].shape, d, &outer, &inner);
+  const size_t es = ts_dtype_size(in[0].dtype);
+  const int g = c ? ts_comm_size(c) : 1, r = c ? ts_comm_rank(c) : 0;
+  char *dx = out[0].data;
+  rows_copy(in[0].data, ly, lo, dx, len, 0, len, outer, inner, es);
+  if (g == 1 || mx == 0) return TS_OK;
+  char *buf = staging(n, 2 * (size_t)(outer * mx * inner) * es);
+  if (!buf) return TS_ENOMEM;
+  char *sb = buf, *rb = buf + (size_t)(outer * mx * inner) * es;
+  /* the gradient of my top halo belongs to r-1's last lo rows; r+1's to mine */
+  rc = halo_swap(c, in[0].data, ly, 0, lo, r > 0 ? r - 1 : -1, r + 1 < g ? r + 1 : -1, HALO_TAG_BACK_UP, sb, rb,
+                 outer, inner, in[0].dtype);
+  if (!rc && r + 1 < g && lo) rc = rows_add(rb, dx, len, len - lo, lo, outer, inner, in[0].dtype);
+  /* the gradient of my bottom halo belongs to r+1's first hi rows; r-1's to mine */
+  if (!rc)
+    rc = halo_swap(c, in[0].data, ly, lo + len, hi, r + 1 < g ? r + 1 : -1, r > 0 ? r - 1 : -1, HALO_TAG_BACK_DOWN,
+                   sb, rb, outer, inner, in[0].dtype);
+  if (!rc && r > 0 && hi) rc = rows_add(rb, dx, len, 0, hi, outer, inner, in[0].dtype);
+  free(buf);
+  return rc ? ts_error_wrap(rc, "halo_bwd of '%s' along dim %d", n->name ? n->name : "", d) : TS_OK;
+}
+
 void ts__register_run_coll(ts__run_fn *tab) {
+  tab[TS_OP_HALO] = run_halo;
+  tab[TS_OP_HALO_BWD] = run_halo_bwd;
   tab[TS_OP_ALLREDUCE] = run_allreduce;
   tab[TS_OP_ALLGATHER] = run_allgather;
   tab[TS_OP_REDUCE_SCATTER] = run_reduce_scatter;

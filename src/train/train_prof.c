@@ -71,6 +71,16 @@ static int64_t numel_of(const ts_graph *g, int v) { return ts_shape_numel(ts_gra
 static void node_comm(const ts_graph *g, int j, int world, node_info *n) {
   ts_op op = ts_graph_node_op(g, j);
   const ts_attrs *a = ts_graph_node_attrs(g, j);
+  if (op == TS_OP_HALO || op == TS_OP_HALO_BWD) { /* the halo rows this rank sends, at most */
+    int x = ts_graph_node_input(g, j, 0), d = (int)ts_attr_halo_dim(a);
+    const ts_shape *xs = ts_graph_value_shape(g, x);
+    n->coll = 1;
+    n->group = (int32_t)ts_attr_coll_group(a);
+    if (n->group > 1 && xs->dims[d] > 0)
+      n->bytes = (ts_attr_halo_lo(a) + ts_attr_halo_hi(a)) * (numel_of(g, x) / xs->dims[d]) *
+                 (int64_t)ts_dtype_size(ts_graph_value_dtype(g, x));
+    return;
+  }
   if (op >= TS_OP_ALLREDUCE && op <= TS_OP_ALLTOALL) {
     int x = ts_graph_node_input(g, j, 0);
     double s = (double)numel_of(g, x) * (double)ts_dtype_size(ts_graph_value_dtype(g, x));

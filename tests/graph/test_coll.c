@@ -32,14 +32,15 @@ typedef struct {
   int members[16];  /* world ranks of the group, in group order */
 } grp;
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL, K_RANK_SLICE };
-static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "alltoall", "rank_slice"};
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_ALLTOALL, K_RANK_SLICE, K_HALO };
+static const char *kname[] = {"allreduce", "allgather", "reduce_scatter", "alltoall", "rank_slice", "halo"};
 static const char *rname[] = {"sum", "mean", "max", "min"};
 
 typedef struct {
   int k;
   int a; /* ALLREDUCE: reduce op; others: dim (split dim for ALLTOALL) */
-  int b; /* REDUCE_SCATTER: reduce op; ALLTOALL: concat dim */
+  int b; /* REDUCE_SCATTER: reduce op; ALLTOALL: concat dim; HALO: lo */
+  int c; /* HALO: hi */
 } opspec;
 
 static int g_wrank, g_cases, g_verbose;
@@ -71,6 +72,7 @@ static ts_shape out_shape(const opspec *sp, ts_shape xs, int g) {
       y.dims[norm_dim(sp->a, xs.ndim)] /= g;
       y.dims[norm_dim(sp->b, xs.ndim)] *= g;
       break;
+    case K_HALO: y.dims[norm_dim(sp->a, xs.ndim)] += sp->b + sp->c; break;
     default: break;
   }
   return y;
@@ -111,6 +113,15 @@ static int contrib(const opspec *sp, int g, int q, const ts_shape *xs, const ts_
       ks[0] = q;
       is[0] = ravel(idx, xs);
       return 1;
+    case K_HALO: { /* rows [0, lo) from q-1's end, then q's own, then q+1's first hi (none past the ends) */
+      const int64_t L = xs->dims[d], t = idx[d];
+      int k = t < sp->b ? q - 1 : t < sp->b + L ? q : q + 1;
+      if (k < 0 || k >= g) return 0;
+      idx[d] = t < sp->b ? L - sp->b + t : t < sp->b + L ? t - sp->b : t - sp->b - L;
+      ks[0] = k;
+      is[0] = ravel(idx, xs);
+      return 1;
+    }
   }
   return 0;
 }
@@ -126,6 +137,10 @@ static void ref_forward(const opspec *sp, const grp *G, ts_shape xs, ts_shape ys
   int64_t is[64];
   for (int64_t j = 0; j < ts_shape_numel(&ys); j++) {
     int n = contrib(sp, G->g, G->q, &xs, &ys, j, ks, is);
+    if (n == 0) { /* nothing feeds it: a halo row past the group's ends */
+      y[j] = 0;
+      continue;
+    }
     float acc = xval(G->members[ks[0]], is[0]);
     for (int t = 1; t < n; t++) {
       float v = xval(G->members[ks[t]], is[t]);
@@ -186,6 +201,7 @@ static ts_val build_op(ts_graph *g, const opspec *sp, ts_val x, int slot, int gs
     case K_ALLGATHER: return ts_allgather(g, x, slot, gs, sp->a);
     case K_REDUCE_SCATTER: return ts_reduce_scatter(g, x, slot, gs, sp->a, sp->b);
     case K_ALLTOALL: return ts_alltoall(g, x, slot, gs, sp->a, sp->b);
+    case K_HALO: return ts_halo(g, x, slot, gs, sp->a, sp->b, sp->c);
     default: return ts_rank_slice(g, x, slot, gs, sp->a);
   }
 }
@@ -209,8 +225,8 @@ static uint32_t all_axes(int nd) { return (1u << nd) - 1u; }
 static void check_op(const grp *G, const opspec *sp, ts_shape xs, ts_dtype dt) {
   char what[200], sh[64];
   const int red = red_of(sp), diff = red == TS_REDUCE_SUM || red == TS_REDUCE_MEAN;
-  snprintf(what, sizeof what, "%s %s %s(a=%d,b=%d) x%s %s", G->name, kname[sp->k],
-           sp->k == K_ALLREDUCE || sp->k == K_REDUCE_SCATTER ? rname[red] : "", sp->a, sp->b,
+  snprintf(what, sizeof what, "%s %s %s(a=%d,b=%d,c=%d) x%s %s", G->name, kname[sp->k],
+           sp->k == K_ALLREDUCE || sp->k == K_REDUCE_SCATTER ? rname[red] : "", sp->a, sp->b, sp->c,
            ts_shape_str(&xs, sh, sizeof sh), ts_dtype_name(dt));
   const ts_shape ys = out_shape(sp, xs, G->g);
   const size_t nx = (size_t)ts_shape_numel(&xs), ny = (size_t)ts_shape_numel(&ys);
@@ -228,7 +244,7 @@ static void check_op(const grp *G, const opspec *sp, ts_shape xs, ts_dtype dt) {
     CHECK_OK(ts_graph_backward(g, loss, 1.0f));
     dx = ts_graph_grad(g, x);
     CHECK_MSG(dx != TS_NONE, "%s: no gradient", what);
-    static const char *bwd_op[] = {"allreduce", "reduce_scatter", "allgather", "alltoall", "rank_slice_bwd"};
+    static const char *bwd_op[] = {"allreduce", "reduce_scatter", "allgather", "alltoall", "rank_slice_bwd", "halo_bwd"};
     CHECK_MSG(has_bwd_op(g, bwd_op[sp->k]), "%s: the backward has no %s node", what, bwd_op[sp->k]);
   } else {
     /* max / min: the gradient is refused; the forward is checked on a graph without backward */
@@ -332,39 +348,39 @@ static void check_ops(const grp *G) {
   const ts_dtype dts[3] = {TS_F32, TS_BF16, TS_F16};
   for (int red = 0; red < 4; red++)
     for (int t = 0; t < 3; t++) {
-      opspec sp = {K_ALLREDUCE, red, 0};
+      opspec sp = {K_ALLREDUCE, red, 0, 0};
       check_op(G, &sp, s235, dts[t]);
       if (t == 0) check_op(G, &sp, s7, TS_F32);
     }
   for (int d = -1; d < 3; d++) {
-    opspec sp = {K_ALLGATHER, d, 0};
+    opspec sp = {K_ALLGATHER, d, 0, 0};
     check_op(G, &sp, s235, TS_F32);
   }
   {
-    opspec sp = {K_ALLGATHER, 0, 0}, sp1 = {K_ALLGATHER, 1, 0};
+    opspec sp = {K_ALLGATHER, 0, 0, 0}, sp1 = {K_ALLGATHER, 1, 0, 0};
     check_op(G, &sp, s7, TS_F32);
     check_op(G, &sp1, s235, TS_BF16);
     check_op(G, &sp1, s235, TS_F16);
   }
   for (int red = 0; red < 4; red++)
     for (int d = 0; d < 3; d++) {
-      opspec sp = {K_REDUCE_SCATTER, d, red};
+      opspec sp = {K_REDUCE_SCATTER, d, red, 0};
       check_op(G, &sp, s8412, TS_F32);
       if (d == 1 && red < 2) check_op(G, &sp, s8412, TS_BF16);
       if (d == 2 && red == 0) check_op(G, &sp, s8412, TS_F16);
     }
   {
-    opspec sp = {K_REDUCE_SCATTER, 0, TS_REDUCE_SUM};
+    opspec sp = {K_REDUCE_SCATTER, 0, TS_REDUCE_SUM, 0};
     check_op(G, &sp, s8, TS_F32);
   }
   for (int s = 0; s < 3; s++)
     for (int c = 0; c < 3; c++) {
       if (s == c) continue;
-      opspec sp = {K_ALLTOALL, s, c};
+      opspec sp = {K_ALLTOALL, s, c, 0};
       check_op(G, &sp, s8412, TS_F32);
     }
   {
-    opspec a = {K_ALLTOALL, 1, 3}, b = {K_ALLTOALL, 3, 0}, c = {K_ALLTOALL, 2, 1}, n = {K_ALLTOALL, -1, 0};
+    opspec a = {K_ALLTOALL, 1, 3, 0}, b = {K_ALLTOALL, 3, 0, 0}, c = {K_ALLTOALL, 2, 1, 0}, n = {K_ALLTOALL, -1, 0, 0};
     check_op(G, &a, s4d, TS_F32);
     check_op(G, &b, s4d, TS_F32);
     check_op(G, &c, s8412, TS_BF16);
@@ -372,17 +388,29 @@ static void check_ops(const grp *G) {
   }
   check_int(G);
   for (int d = 0; d < 3; d++) {
-    opspec sp = {K_RANK_SLICE, d, 0};
+    opspec sp = {K_RANK_SLICE, d, 0, 0};
     check_op(G, &sp, s8412, TS_F32);
     if (d == 2) check_op(G, &sp, s8412, TS_BF16);
   }
   {
-    opspec sp = {K_RANK_SLICE, 0, 0};
+    opspec sp = {K_RANK_SLICE, 0, 0, 0};
     check_op(G, &sp, s8, TS_F32);
+  }
+  /* halo exchange: every dim, lo/hi from 0 to all the rows, f32 and bf16 */
+  for (int d = 0; d < 3; d++)
+    for (int lo = 0; lo <= 2; lo++)
+      for (int hi = 0; hi <= 2; hi++) {
+        opspec sp = {K_HALO, d, lo, hi};
+        check_op(G, &sp, s235, TS_F32);
+      }
+  {
+    opspec all = {K_HALO, 0, 2, 2}, b = {K_HALO, -1, 1, 3};
+    check_op(G, &all, s235, TS_F32);
+    check_op(G, &b, s235, TS_BF16);
   }
   if (g_wrank == 0 || g_verbose)
     printf("rank %d, %-28s g=%d slot %d: %d op cases (allreduce sum/mean/max/min, allgather, "
-           "reduce_scatter sum/mean/max/min, alltoall all dim pairs, rank_slice; f32/bf16/f16; "
+           "reduce_scatter sum/mean/max/min, alltoall all dim pairs, rank_slice, halo; f32/bf16/f16; "
            "+ i32 allreduce, u8 allgather): "
            "forward and adjoint exact%s\n",
            g_wrank, G->name, G->g, G->slot, g_cases - before, ts_test_failures == fails ? "" : " -- FAILURES");
@@ -628,6 +656,14 @@ static void check_build_errors(void) {
   FRESH();
   y = ts_rank_slice(g, x, 0, 5, 2);
   CHECK_GRAPH_ERROR(g, y, TS_ESHAPE, "rank_slice", "length 6 along dim 2", "rank_slice 6 / 5");
+  ts_graph_free(g);
+  FRESH();
+  y = ts_halo(g, x, 0, 2, 1, 5, 0);
+  CHECK_GRAPH_ERROR(g, y, TS_ESHAPE, "halo", "lo 5, hi 0 along dim 1", "halo of 5 rows from 4");
+  ts_graph_free(g);
+  FRESH();
+  y = ts_halo(g, x, 0, 2, 2, 0, -1);
+  CHECK_GRAPH_ERROR(g, y, TS_ESHAPE, "halo", "must be in 0..6", "halo of -1 rows");
   ts_graph_free(g);
   FRESH();
   y = ts_alltoall(g, x, 0, 3, 1, 0);
