@@ -727,7 +727,7 @@ static int run_one(int k, int slot, int gs, ts_comm *c) {
   ts_graph_create(&g);
   const int64_t L = 2 * (int64_t)gs;
   ts_val x = ts_input(g, "x", TS_F32, ts_shape2(L, L));
-  opspec sp = {k, 0, k == K_ALLTOALL ? 1 : 0};
+  opspec sp = {k, 0, k == K_ALLTOALL ? 1 : 0, 0};
   if (k == K_ALLREDUCE) sp.a = TS_REDUCE_SUM;
   ts_val y = build_op(g, &sp, x, slot, gs);
   ts_plan *p = NULL;
