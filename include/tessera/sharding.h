@@ -48,11 +48,13 @@ typedef enum {
                            attrs {begin_norm_axis} (negative from the end; NULL = -1) */
   TS_SHARD_EMBEDDING,   /* ids (...), table (V,D) -> (...,D); strategy ((b...),(v,d)) */
   TS_SHARD_CONV2D,      /* x (N,C,H,W), w (O,C,KH,KW) -> (N,O,OH,OW);
-                           strategy ((n,c,1,1),(o,c,1,1)); loop axes (N, C, O) as dense's;
-                           output map(n,o,-1,-1), partial over C (input channels are summed;
-                           the bias is added after the reduction, as dense's). H, W and the
-                           kernel are not cut. attrs {stride_h, stride_w, pad_h, pad_w}
-                           (NULL = 1,1,0,0) */
+                           strategy ((n,c,h,w),(o,c,1,1)); loop axes (N, C, O, H, W);
+                           output map(n,o,h,w), partial over C (input channels are summed;
+                           the bias is added after the reduction, as dense's). A cut of H or
+                           W gives each rank a band of output rows (columns) and its input
+                           band; the parallel pass adds the neighbours' halo rows with a HALO
+                           op (ts_conv2d_halo). The kernel is not cut. attrs {stride_h,
+                           stride_w, pad_h, pad_w} (NULL = 1,1,0,0) */
   TS_SHARD_BATCHNORM,   /* x (N,C,...) [, gamma, beta, mean, var (C)] -> x's shape;
                            strategy ((n,c,1,...)[,(c),(c),(c),(c)]); loop axes (n, c); output
                            x's map(n,c,-1,...). Spatial dims are not cut. Statistics are per
@@ -71,11 +73,23 @@ typedef enum {
                            (Megatron's vocabulary-parallel cross-entropy: allreduce max, sum of
                            exps and target logit). attrs unused */
   TS_SHARD_POOL,        /* x (N,C,H,W) -> (N,C,OH,OW), max/avg/global-average pooling;
-                           strategy ((n,c,1,1),); loop axes (n, c); H, W not cut (halo exchange
-                           is not supported). Output map(n,c,-1,-1). attrs {OH, OW} (the
-                           output's spatial size; NULL = 1,1, global pooling) */
+                           strategy ((n,c,1,1),); loop axes (n, c); output map(n,c,-1,-1).
+                           A global average (attrs[2] = 1) may also cut H and W (loop axes
+                           (n, c, h, w)): each rank averages its band, the output is partial
+                           over h and w (the pass scales it by 1/(h w)). Windowed pooling's
+                           spatial dims are not cut. attrs {OH, OW, global} (the output's
+                           spatial size; NULL = 1,1,0) */
   TS_SHARD_OP_COUNT
 } ts_shard_op;
+
+/* The halo of a convolution's spatial dim of size `in` (kernel k, stride, pad) cut in `cut`
+ * bands: each rank's input band of in/cut rows needs *lo rows of the previous band before it
+ * and *hi rows of the next after it (zeros at the ends stand for the padding), then runs the
+ * kernel with no padding on that dim. Needs out = (in + 2 pad - k)/stride + 1 divisible by the
+ * cut and out * stride == in (each input band is its output band times the stride); bands at
+ * least as thick as the halo. TS_EUNSUPPORTED with the reason (completing "x dim d ...");
+ * cut 1: lo = hi = 0. */
+int ts_conv2d_halo(int64_t in, int64_t k, int stride, int pad, int64_t cut, int *lo, int *hi);
 
 /* Lower-case name of op ("matmul", "dense", ...), "?" if invalid. */
 const char *ts_shard_op_name(ts_shard_op op);

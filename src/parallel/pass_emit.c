@@ -226,10 +226,55 @@ static int emit_node(ts_parallel *p, int ni) {
       break;
     }
     case TS_OP_BATCHNORM: {
+      /* statistics summed over every axis that cuts the batch or the spatial dims */
       const ts_layout *l = &ns->req[0];
       ts_attr_set_batchnorm_sync(&a, 0);
-      if (ts_graph_training(g) && l->tmap[0] >= 0 && l->dev[l->tmap[0]] > 1)
-        ts_attr_set_batchnorm_sync(&a, ts__slot_for(p, l, l->tmap[0]) + 1);
+      ts_attr_set_batchnorm_sync2(&a, 0);
+      ts_attr_set_batchnorm_sync3(&a, 0);
+      int ns_ = 0;
+      for (int d = 0; d < l->ndim && ts_graph_training(g); d++) {
+        if (d == 1 || l->tmap[d] < 0 || l->dev[l->tmap[d]] <= 1) continue;
+        int slot = ts__slot_for(p, l, l->tmap[d]) + 1;
+        if (ns_ == 0) ts_attr_set_batchnorm_sync(&a, slot);
+        else if (ns_ == 1) ts_attr_set_batchnorm_sync2(&a, slot);
+        else ts_attr_set_batchnorm_sync3(&a, slot);
+        ns_++;
+      }
+      break;
+    }
+    case TS_OP_CONV2D: {
+      /* a spatial cut: the neighbours' halo rows around the band, then no padding on that dim */
+      const ts_layout *l = &ns->req[0];
+      const ts_shape *xs = &p->v[nd->in[0]].gs, *ws = &p->v[nd->in[1]].gs;
+      for (int k = 0; k < 2; k++) {
+        int ax = l->tmap[2 + k], lo, hi;
+        if (ax < 0 || l->dev[ax] <= 1) continue;
+        int st = (int)(k ? ts_attr_conv2d_stride_w(&a) : ts_attr_conv2d_stride_h(&a));
+        int pad = (int)(k ? ts_attr_conv2d_pad_w(&a) : ts_attr_conv2d_pad_h(&a));
+        if ((rc = ts_conv2d_halo(xs->dims[2 + k], ws->dims[2 + k], st, pad, l->dev[ax], &lo, &hi)))
+          return ts_error_wrap(rc, "operator '%s': x dim %d", ns->key, 2 + k);
+        int slot = ts__slot_for(p, l, ax);
+        if (slot < 0) return slot;
+        ts_val h = ts_halo(lg, ts_graph_value(lg, li[0]), slot, l->dev[ax], 2 + k, lo, hi);
+        if (h == TS_NONE) return lg_fail(p, ns->key);
+        li[0] = vid(p, h);
+        if (k) ts_attr_set_conv2d_pad_w(&a, 0);
+        else ts_attr_set_conv2d_pad_h(&a, 0);
+      }
+      break;
+    }
+    case TS_OP_AVGPOOL2D: {
+      /* global average over cut spatial dims: the mean of the rank's band (the sum over the
+       * group, scaled below, is the global mean) */
+      const ts_layout *l = &ns->req[0];
+      const ts_shape *xs = &p->v[nd->in[0]].gs;
+      for (int k = 0; k < 2; k++) {
+        int ax = l->tmap[2 + k];
+        if (ax < 0 || l->dev[ax] <= 1) continue;
+        int64_t band = xs->dims[2 + k] / l->dev[ax];
+        if (k) ts_attr_set_pool2d_kw(&a, band), ts_attr_set_pool2d_sw(&a, band);
+        else ts_attr_set_pool2d_kh(&a, band), ts_attr_set_pool2d_sh(&a, band);
+      }
       break;
     }
     case TS_OP_DROPOUT: {
@@ -270,6 +315,13 @@ static int emit_node(ts_parallel *p, int ni) {
   if (nd->op == TS_OP_SOFTMAX_CE) {
     const ts_layout *l = &ns->req[0];
     int c = l->tmap[0] >= 0 ? l->dev[l->tmap[0]] : 1;
+    if (c > 1 && (lout[0] = scale_value(p, lout[0], 1.0f / (float)c)) < 0) return lg_fail(p, ns->key);
+  }
+  if (nd->op == TS_OP_AVGPOOL2D) {
+    const ts_layout *l = &ns->req[0];
+    int c = 1;
+    for (int d = 2; d < 4; d++)
+      if (l->tmap[d] >= 0) c *= l->dev[l->tmap[d]];
     if (c > 1 && (lout[0] = scale_value(p, lout[0], 1.0f / (float)c)) < 0) return lg_fail(p, ns->key);
   }
   if (nd->op == TS_OP_REDUCE && ts_attr_reduce_alg(&nd->a) == TS_RED_MEAN) {

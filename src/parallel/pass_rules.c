@@ -161,9 +161,14 @@ static int map_op(const ts_parallel *p, const ts__pnode *nd, opmap *m) {
     case TS_OP_MAXPOOL2D:
     case TS_OP_AVGPOOL2D: {
       const ts_shape *os = ts_graph_value_shape(g, nd->out[0]);
+      const ts_shape *xs = ts_graph_value_shape(g, nd->in[0]);
       m->sop = TS_SHARD_POOL, m->nin = 1, m->has_attrs = 1;
       m->attrs[0] = (int)os->dims[2];
       m->attrs[1] = (int)os->dims[3];
+      /* a global average (one window over the whole, unpadded input) may cut the spatial dims */
+      m->attrs[2] = nd->op == TS_OP_AVGPOOL2D && os->dims[2] == 1 && os->dims[3] == 1 &&
+                    ts_attr_pool2d_kh(&nd->a) == xs->dims[2] && ts_attr_pool2d_kw(&nd->a) == xs->dims[3] &&
+                    ts_attr_pool2d_ph(&nd->a) == 0 && ts_attr_pool2d_pw(&nd->a) == 0;
       return 1;
     }
     default:
@@ -506,9 +511,12 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
   /* communicators the op itself uses */
   if (m->sop == TS_SHARD_SOFTMAX_CE && ns->req[0].tmap[1] >= 0 && ns->req[0].dev[ns->req[0].tmap[1]] > 1)
     if ((rc = ts__slot_for(p, &ns->req[0], ns->req[0].tmap[1])) < 0) return rc;
-  if (m->sop == TS_SHARD_BATCHNORM && ts_graph_training(g) && ns->req[0].tmap[0] >= 0 &&
-      ns->req[0].dev[ns->req[0].tmap[0]] > 1)
-    if ((rc = ts__slot_for(p, &ns->req[0], ns->req[0].tmap[0])) < 0) return rc;
+  for (int d = 0; d < ns->req[0].ndim; d++) {
+    /* batch-norm statistics over the batch and spatial cuts; a convolution's halo exchange */
+    const ts_layout *l = &ns->req[0];
+    int bn = m->sop == TS_SHARD_BATCHNORM && ts_graph_training(g) && d != 1, conv = m->sop == TS_SHARD_CONV2D && d >= 2;
+    if ((bn || conv) && l->tmap[d] >= 0 && l->dev[l->tmap[d]] > 1 && (rc = ts__slot_for(p, l, l->tmap[d])) < 0) return rc;
+  }
   return set_outputs(p, ni);
 }
 

@@ -343,6 +343,31 @@ static int rule_embedding(rule *R) {
   return TS_OK;
 }
 
+int ts_conv2d_halo(int64_t in, int64_t k, int stride, int pad, int64_t cut, int *lo, int *hi) {
+  *lo = *hi = 0;
+  int64_t out = (in + 2 * (int64_t)pad - k) / stride + 1;
+  if (cut < 1 || out < 1) return ts_error_set(TS_EINVAL, "cut %lld of a size-%lld dim", (long long)cut, (long long)in);
+  if (cut == 1) return TS_OK;
+  if (out % cut || out * stride != in)
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "size %lld cut %lld: a spatial cut needs the output size (%lld) divisible by the cut "
+                        "and times the stride (%d) equal to the input size, so every rank's input band is its "
+                        "output band times the stride",
+                        (long long)in, (long long)cut, (long long)out, stride);
+  int64_t band = in / cut, l = pad, h = k - stride - pad;
+  if (h < 0) h = 0; /* the band's last window ends inside it */
+  if (l > band || h > band)
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "size %lld cut %lld: bands of %lld rows are thinner than the halo (%lld before, %lld "
+                        "after) the kernel of %lld needs",
+                        (long long)in, (long long)cut, (long long)band, (long long)l, (long long)h, (long long)k);
+  if ((band + l + h - k) / stride + 1 != out / cut)
+    return ts_error_set(TS_EUNSUPPORTED, "size %lld cut %lld: the bands do not tile the output", (long long)in,
+                        (long long)cut);
+  *lo = (int)l, *hi = (int)h;
+  return TS_OK;
+}
+
 static int rule_conv2d(rule *R, const int *attrs) {
   int rc = check_inputs(R, 2, 2);
   if (rc) return rc;
@@ -370,20 +395,25 @@ static int rule_conv2d(rule *R, const int *attrs) {
     R->out.dims[2 + k] = span / st[k] + 1;
   }
   for (int d = 2; d < 4; d++)
-    if ((rc = forbid(R, 0, d, "conv2d cuts x by batch and input channels: cutting a spatial dim needs halo "
-                              "exchange (not supported)")))
-      return rc;
-  for (int d = 2; d < 4; d++)
     if ((rc = forbid(R, 1, d, "conv2d cuts w by output and input channels: the kernel is not cut"))) return rc;
-  /* loop axes (N, C, O) as dense's (batch, k, o): input channels are summed over, so a cut of C
-   * leaves the output partial over it (each rank convolves its channels; the sums are reduced) */
-  int n = loop_new(R, "N"), c = loop_new(R, "C"), o = loop_new(R, "O");
+  /* loop axes (N, C, O) as dense's (batch, k, o), then the output rows and columns (H, W): input
+   * channels are summed over, so a cut of C leaves the output partial over it (each rank
+   * convolves its channels; the sums are reduced). A spatial cut gives each rank a band of output
+   * rows; its input rows are its own band plus halo rows of its neighbours (ts_conv2d_halo). */
+  int n = loop_new(R, "N"), c = loop_new(R, "C"), o = loop_new(R, "O"), h = loop_new(R, "H"), wl = loop_new(R, "W");
   if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1)) || (rc = loop_bind(R, c, 1, 1)) ||
-      (rc = loop_bind(R, o, 1, 0)))
+      (rc = loop_bind(R, o, 1, 0)) || (rc = loop_bind(R, h, 0, 2)) || (rc = loop_bind(R, wl, 0, 3)))
     return rc;
+  for (int k = 0; k < 2; k++) {
+    int64_t cut = R->cut[k ? wl : h];
+    if (cut <= 1) continue;
+    int lo, hi;
+    if ((rc = ts_conv2d_halo(x->dims[2 + k], w->dims[2 + k], st[k], pad[k], cut, &lo, &hi)))
+      return ts_error_wrap(rc, "%s: input 0 (x) dim %d", R->name, 2 + k);
+  }
   if (R->cut[c] > 1) R->partial |= 1u << c;
   int *om = R->map[R->nin];
-  om[0] = n, om[1] = o, om[2] = -1, om[3] = -1;
+  om[0] = n, om[1] = o, om[2] = h, om[3] = wl;
   return TS_OK;
 }
 
@@ -400,13 +430,18 @@ static int rule_batchnorm(rule *R) {
     if (R->in[i].ndim != 1 || R->in[i].dims[0] != x->dims[1])
       return ts_error_set(TS_ESHAPE, "%s: input %d (%s) must be (C) = (%lld)", R->name, i,
                           R->inames[i], (long long)x->dims[1]);
+  /* loop axes (N, C, spatial...): statistics are per channel, summed over the batch and the
+   * spatial dims, so those cuts synchronise them (SyncBatchNorm over each cut axis) */
   int n = loop_new(R, "N"), c = loop_new(R, "C");
   if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1))) return rc;
-  for (int d = 2; d < x->ndim; d++)
-    if ((rc = forbid(R, 0, d,
-                     "batchnorm cuts x by batch (dim 0) and channels (dim 1) only: cutting a "
-                     "spatial dim is not supported")))
-      return rc;
+  int nsync = R->cut[n] > 1;
+  for (int d = 2; d < x->ndim; d++) {
+    if ((rc = loop_bind(R, loop_new(R, d == 2 ? "H" : d == 3 ? "W" : "S"), 0, d))) return rc;
+    nsync += R->cut[R->map[0][d]] > 1;
+  }
+  if (nsync > 3)
+    return ts_error_set(TS_EUNSUPPORTED, "%s: x is cut on %d of its batch and spatial dims; the statistics are "
+                        "synchronised over at most 3", R->name, nsync);
   for (int i = 1; i < R->nin; i++)
     if ((rc = loop_bind(R, c, i, 0))) return rc;
   for (int d = 0; d < x->ndim; d++) R->map[R->nin][d] = R->map[0][d];
@@ -478,17 +513,25 @@ static int rule_pool(rule *R, const int *attrs) {
   const ts_shape *x = &R->in[0];
   if (x->ndim != 4)
     return ts_error_set(TS_ESHAPE, "%s: x must be 4-d (N,C,H,W), got %d-d", R->name, x->ndim);
-  int oh = attrs ? attrs[0] : 1, ow = attrs ? attrs[1] : 1;
+  int oh = attrs ? attrs[0] : 1, ow = attrs ? attrs[1] : 1, global = attrs ? attrs[2] : 0;
   if (oh < 1 || ow < 1)
-    return ts_error_set(TS_EINVAL, "%s: output size (%d,%d) must be >= 1 (attrs {OH, OW})",
+    return ts_error_set(TS_EINVAL, "%s: output size (%d,%d) must be >= 1 (attrs {OH, OW, global})",
                         R->name, oh, ow);
   int n = loop_new(R, "N"), c = loop_new(R, "C");
   if ((rc = loop_bind(R, n, 0, 0)) || (rc = loop_bind(R, c, 0, 1))) return rc;
-  for (int d = 2; d < 4; d++)
-    if ((rc = forbid(R, 0, d,
-                     "pool cuts x by batch (dim 0) and channels (dim 1) only: cutting a spatial "
-                     "dim needs halo exchange (not supported)")))
-      return rc;
+  if (global) { /* a global average: each rank averages its band, the output is partial over the cuts */
+    for (int d = 2; d < 4; d++) {
+      int a = loop_new(R, d == 2 ? "H" : "W");
+      if ((rc = loop_bind(R, a, 0, d))) return rc;
+      if (R->cut[a] > 1) R->partial |= 1u << a;
+    }
+  } else {
+    for (int d = 2; d < 4; d++)
+      if ((rc = forbid(R, 0, d,
+                       "pool cuts x by batch (dim 0) and channels (dim 1) only: cutting a spatial "
+                       "dim of a windowed pooling needs halo exchange (only a global average's are cut)")))
+        return rc;
+  }
   R->out = *x;
   R->out.dims[2] = oh;
   R->out.dims[3] = ow;

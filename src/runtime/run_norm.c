@@ -24,34 +24,41 @@ static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
 /* SyncBatchNorm's reduction: every rank's doubles gathered (as bytes, so nothing is rounded)
  * and summed in rank order, which gives the same result on every rank. */
 typedef struct {
-  ts_comm *c;
+  ts_comm *c[3]; /* summed over each in turn (the batch and spatial cuts' axes) */
+  int nc;
   const char *name;
 } bn_sync;
 
 static int bn_sum(double *v, int64_t n, void *user) {
   bn_sync *s = user;
-  int p = ts_comm_size(s->c);
-  double *all = malloc(sizeof(double) * (size_t)n * (size_t)p);
-  if (!all) return ts_error_set(TS_ENOMEM, "batchnorm '%s': out of memory for the synchronised statistics", s->name);
-  int rc = ts_comm_allgather(s->c, v, all, (size_t)n * sizeof(double), TS_U8);
-  if (rc) {
+  for (int k = 0; k < s->nc; k++) {
+    int p = ts_comm_size(s->c[k]);
+    double *all = malloc(sizeof(double) * (size_t)n * (size_t)p);
+    if (!all) return ts_error_set(TS_ENOMEM, "batchnorm '%s': out of memory for the synchronised statistics", s->name);
+    int rc = ts_comm_allgather(s->c[k], v, all, (size_t)n * sizeof(double), TS_U8);
+    if (rc) {
+      free(all);
+      return ts_error_wrap(rc, "batchnorm '%s': synchronising statistics", s->name);
+    }
+    for (int64_t i = 0; i < n; i++) {
+      double t = 0;
+      for (int r = 0; r < p; r++) t += all[(size_t)r * (size_t)n + (size_t)i];
+      v[i] = t;
+    }
     free(all);
-    return ts_error_wrap(rc, "batchnorm '%s': synchronising statistics", s->name);
   }
-  for (int64_t i = 0; i < n; i++) {
-    double t = 0;
-    for (int r = 0; r < p; r++) t += all[(size_t)r * (size_t)n + (size_t)i];
-    v[i] = t;
-  }
-  free(all);
   return TS_OK;
 }
 
-/* The reducer for a node synchronised over a communicator slot, or NULL (local statistics). */
+/* The reducer for a node synchronised over communicator slots, or NULL (local statistics). */
 static const ts__bn_reducer *bn_reducer(ts__runctx *ctx, const ts__run_node *n, bn_sync *s, ts__bn_reducer *r) {
-  int slot = (int)ts_attr_batchnorm_sync(&n->a) - 1;
-  if (slot < 0 || slot >= TS_PLAN_MAX_COMMS || !ctx->comms || !ctx->comms[slot]) return NULL;
-  s->c = ctx->comms[slot];
+  int64_t slots[3] = {ts_attr_batchnorm_sync(&n->a), ts_attr_batchnorm_sync2(&n->a), ts_attr_batchnorm_sync3(&n->a)};
+  s->nc = 0;
+  for (int k = 0; k < 3; k++) {
+    int slot = (int)slots[k] - 1;
+    if (slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms && ctx->comms[slot]) s->c[s->nc++] = ctx->comms[slot];
+  }
+  if (!s->nc) return NULL;
   s->name = n->name ? n->name : "";
   r->sum = bn_sum;
   r->user = s;

@@ -241,6 +241,16 @@ int main(int argc, char **argv) {
   CHECK_OK(ts_strategy_set_put_text(conv_ic, "conv1.conv2d", c1));
   CHECK_OK(ts_strategy_set_put_text(conv_ic, "conv2.conv2d", c2));
   run_parallel("convnet output- then input-channel split", CONVNET, conv_ic, 0, cl, cref.p);
+  /* spatial split: the convolutions cut by rows (halo exchange with the neighbours), batch-norm
+   * statistics synchronised over the row bands; the pooling gathers the rows back */
+  char c3[64], c4[64];
+  snprintf(c3, sizeof c3, "((1,1,%d,1),(1,1,1,1))", N);
+  snprintf(c4, sizeof c4, "((1,1,1,%d),(1,1,1,1))", N);
+  ts_strategy_set *conv_sp;
+  CHECK_OK(ts_strategy_set_create(N, 0, &conv_sp));
+  CHECK_OK(ts_strategy_set_put_text(conv_sp, "conv1.conv2d", c3));
+  CHECK_OK(ts_strategy_set_put_text(conv_sp, "conv2.conv2d", N == 2 ? c4 : c3));
+  run_parallel("convnet spatial (row / column bands) split", CONVNET, conv_sp, 0, cl, cref.p);
 
   ts_graph_free(gref.g);
   ts_params_free(gref.p);

@@ -464,7 +464,20 @@ static void k_batchnorm(const void *ctx, int rank, const ts_layout *lin, const t
   const bn_ctx *c = ctx;
   int64_t N = sh[0].dims[0], C = sh[0].dims[1], S = numel(&sh[0]) / (N * C), n = numel(&sh[0]);
   double s1[16] = {0}, s2[16] = {0};
-  int members[64], g = group_on_dim(&lin[0], rank, 0, members);
+  /* the members: one rank per distinct block of the batch and spatial dims with our channels */
+  int members[64], g = 0, nd = ts_layout_ndevices(&lin[0]);
+  int64_t mine[TS_MAX_DIMS], seen[64][TS_MAX_DIMS];
+  ts_layout_offsets(&lin[0], &c->xs, rank, mine);
+  for (int r = 0; r < nd; r++) {
+    int64_t o[TS_MAX_DIMS];
+    ts_layout_offsets(&lin[0], &c->xs, r, o);
+    if (o[1] != mine[1]) continue;
+    int dup = 0;
+    for (int k = 0; k < g && !dup; k++) dup = !memcmp(seen[k], o, sizeof(int64_t) * (size_t)c->xs.ndim);
+    if (dup) continue;
+    memcpy(seen[g], o, sizeof(int64_t) * (size_t)c->xs.ndim);
+    members[g++] = r;
+  }
   float *buf = malloc((size_t)n * sizeof(float));
   if (!buf || C > 16) abort();
   for (int k = 0; k < g && !c->infer; k++) {
@@ -478,7 +491,7 @@ static void k_batchnorm(const void *ctx, int rank, const ts_layout *lin, const t
   }
   *osh = sh[0];
   for (int64_t ch = 0; ch < C; ch++) {
-    float mean, var, cnt = (float)(N * g * S);
+    float mean, var, cnt = (float)(N * g * S); /* equal blocks: g of them cover the batch and spatial dims */
     if (c->infer) mean = in[3][ch], var = in[4][ch];
     else mean = (float)s1[ch] / cnt, var = fmaxf((float)s2[ch] / cnt - mean * mean, 0);
     float inv = 1.0f / sqrtf(var + 1e-5f), gm = c->nin > 1 ? in[1][ch] : 1,
@@ -571,10 +584,14 @@ typedef struct {
 
 static void k_pool(const void *ctx, int rank, const ts_layout *lin, const ts_shape *sh,
                    float *const *in, ts_shape *osh, float *out) {
-  (void)rank, (void)lin;
+  (void)rank;
   const pool_ctx *c = ctx;
   int64_t NC = sh[0].dims[0] * sh[0].dims[1], H = sh[0].dims[2], W = sh[0].dims[3];
   int64_t kh = H / c->oh, kw = W / c->ow;
+  /* a global average over spatial bands: each band's mean over the bands (the parts sum to it) */
+  int64_t bands = 1;
+  for (int d = 2; d < 4; d++)
+    if (lin[0].tmap[d] >= 0) bands *= lin[0].dev[lin[0].tmap[d]];
   *osh = shp(4, (int64_t[]){sh[0].dims[0], sh[0].dims[1], c->oh, c->ow});
   for (int64_t p = 0; p < NC; p++)
     for (int64_t y = 0; y < c->oh; y++)
@@ -585,7 +602,7 @@ static void k_pool(const void *ctx, int rank, const ts_layout *lin, const ts_sha
             float v = in[0][(p * H + y * kh + i) * W + x * kw + j];
             acc = c->avg ? acc + v : (v > acc ? v : acc);
           }
-        out[(p * c->oh + y) * c->ow + x] = c->avg ? acc / (float)(kh * kw) : acc;
+        out[(p * c->oh + y) * c->ow + x] = c->avg ? acc / (float)(kh * kw * bands) : acc;
       }
 }
 
@@ -720,17 +737,17 @@ static void test_dense(void) {
          n_sims - before, n_partial_sims - npart, n_refused - bref);
 }
 
-/* batchnorm x (4,4,3,3), without and with gamma, beta, mean, var (4): x cut by batch and
- * channels (spatial cuts of 3 refused), the parameters like the channels (one of them
- * mismatched in some strategies); training mode (statistics synchronised over the batch axis)
- * and inference mode (running statistics) simulated */
+/* batchnorm x (4,4,2,2), without and with gamma, beta, mean, var (4): x cut by batch, channels
+ * and spatial dims (cuts of 2), the parameters like the channels (one of them mismatched in some
+ * strategies); training mode (statistics synchronised over the batch and spatial axes) and
+ * inference mode (running statistics) simulated */
 static void test_batchnorm(void) {
   int before = n_sims, bref = n_refused;
   static const char *const PN[5] = {"x", "gamma", "beta", "mean", "var"};
-  ts_shape shapes[5] = {shp(4, (int64_t[]){4, 4, 3, 3})};
+  ts_shape shapes[5] = {shp(4, (int64_t[]){4, 4, 2, 2})};
   float *full[5];
-  full[0] = malloc(144 * sizeof(float));
-  fill_int(full[0], 144, 91, -4, 4);
+  full[0] = malloc(64 * sizeof(float));
+  fill_int(full[0], 64, 91, -4, 4);
   for (int i = 1; i < 5; i++) {
     shapes[i] = shp(1, (int64_t[]){4});
     full[i] = malloc(4 * sizeof(float));
@@ -738,8 +755,8 @@ static void test_batchnorm(void) {
   }
   for (int ndev = 1; ndev <= 8; ndev *= 2)
     for (int code = 0; code < 64 * 21; code++) {
-      int64_t n = CUTS[code % 4], cc = CUTS[(code / 4) % 4], h = code / 16 % 2 ? 3 : 1,
-              w = code / 32 % 2 ? 3 : 1;
+      int64_t n = CUTS[code % 4], cc = CUTS[(code / 4) % 4], h = code / 16 % 2 ? 2 : 1,
+              w = code / 32 % 2 ? 2 : 1;
       int pv = code / 64, nin = pv ? 5 : 1;  /* 0: x alone; else params' cut and the odd one */
       int64_t p = pv ? CUTS[(pv - 1) % 4] : 1;
       int odd = pv ? (pv - 1) / 4 : 0;       /* 0: none, else input `odd` is cut differently */
@@ -747,11 +764,11 @@ static void test_batchnorm(void) {
       if (odd) c[3 + odd] = p == 1 ? 2 : 1;
       ts_op_strategy s = strat(nin, (int[]){4, 1, 1, 1, 1}, c);
       char what[160];
-      snprintf(what, sizeof what, "batchnorm x(4,4,3,3)%s ((%lld,%lld,%lld,%lld)%s) params %lld,%lld,%lld,%lld on %d",
+      snprintf(what, sizeof what, "batchnorm x(4,4,2,2)%s ((%lld,%lld,%lld,%lld)%s) params %lld,%lld,%lld,%lld on %d",
                nin > 1 ? " + 4 params" : "", (long long)n, (long long)cc, (long long)h,
                (long long)w, nin > 1 ? ",..." : "", (long long)c[4], (long long)c[5],
                (long long)c[6], (long long)c[7], ndev);
-      int64_t loop[2] = {n, cc};
+      int64_t loop[4] = {n, cc, h, w};
       int want = 0;
       const char *subs[4] = {0};
       char m1[96], m2[96];
@@ -762,12 +779,6 @@ static void test_batchnorm(void) {
           snprintf(m1, sizeof m1, "input %d (%s) dim 0 of size 4 is cut %lld", i, PN[i], (long long)c[3 + i]);
           subs[0] = m1;
         }
-      for (int d = 2; d < 4 && !want; d++)
-        if (c[d] > 1) {
-          want = TS_EUNSUPPORTED;
-          snprintf(m1, sizeof m1, "batchnorm: input 0 (x) dim %d (size 3) is cut 3", d);
-          subs[0] = m1, subs[1] = "spatial";
-        }
       for (int i = 1; i < nin && !want; i++)
         if (c[3 + i] != cc) {
           want = TS_EUNSUPPORTED;
@@ -776,15 +787,15 @@ static void test_batchnorm(void) {
           snprintf(m2, sizeof m2, "input 0 (x) dim 1, the same dimension C, is cut %lld", (long long)cc);
           subs[0] = m1, subs[1] = m2;
         }
-      if (!want && !divides_dev(ndev, 2, loop)) want = TS_EINVAL, subs[0] = "devices";
+      if (!want && !divides_dev(ndev, 4, loop)) want = TS_EINVAL, subs[0] = "devices";
       ts_layout lin[5], lout;
       ts_shape osh;
       if (!call_rule(what, TS_SHARD_BATCHNORM, &s, ndev, shapes, nin, NULL, want, subs, lin, &lout,
                      &osh))
         continue;
-      int dev[8], nd, f = exp_dev(ndev, 2, loop, &nd, dev), okp = 1;
+      int dev[8], nd, f = exp_dev(ndev, 4, loop, &nd, dev), okp = 1;
       for (int i = 1; i < nin; i++) okp &= layout_is(&lin[i], nd, dev, 1, (int[]){f + 1}, 0);
-      CHECK_MSG(okp && layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+      CHECK_MSG(okp && layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, f + 2, f + 3}, 0) &&
                     ts_layout_equal(&lin[0], &lout),
                 "%s: layouts are not MindSpore's", what);
       for (int infer = 0; infer < (nin > 1 ? 2 : 1); infer++) {
@@ -793,9 +804,9 @@ static void test_batchnorm(void) {
       }
     }
   for (int i = 0; i < 5; i++) free(full[i]);
-  printf("batchnorm: x(4,4,3,3) alone and with gamma/beta/mean/var (4), batch x channel cuts, "
-         "spatial and mismatched parameter cuts, on 1/2/4/8 devices: %d simulated exactly "
-         "(training with statistics synchronised over the batch axis, and inference), %d refused\n",
+  printf("batchnorm: x(4,4,2,2) alone and with gamma/beta/mean/var (4), batch x channel x spatial cuts, "
+         "mismatched parameter cuts, on 1/2/4/8 devices: %d simulated exactly (training with statistics "
+         "synchronised over the batch and spatial axes, and inference), %d refused\n",
          n_sims - before, n_refused - bref);
 }
 
@@ -963,7 +974,7 @@ static void test_pool(void) {
       for (int code = 0; code < 256; code++) {
         int64_t c[4] = {CUTS[code % 4], CUTS[code / 4 % 4], CUTS[code / 16 % 4], CUTS[code / 64]};
         ts_op_strategy s = strat(1, (int[]){4}, c);
-        int attrs[2] = {PC[pi].oh, PC[pi].ow};
+        int attrs[3] = {PC[pi].oh, PC[pi].ow, pi == 2}; /* pi 2: a global average, spatial cuts allowed */
         char what[128];
         snprintf(what, sizeof what, "pool %d x(4,4,4,4) ((%lld,%lld,%lld,%lld),) on %d", pi,
                  (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], ndev);
@@ -976,29 +987,30 @@ static void test_pool(void) {
             snprintf(m1, sizeof m1, "pool: input 0 (x) dim %d of size 4 is cut 8", d);
             subs[0] = m1;
           }
-        for (int d = 2; d < 4 && !want; d++)
+        for (int d = 2; d < 4 && !want && pi != 2; d++)
           if (c[d] > 1) {
             want = TS_EUNSUPPORTED;
             snprintf(m1, sizeof m1, "pool: input 0 (x) dim %d (size 4) is cut %lld", d, (long long)c[d]);
             subs[0] = m1, subs[1] = "halo exchange";
           }
-        if (!want && !divides_dev(ndev, 2, c)) want = TS_EINVAL, subs[0] = "devices";
+        if (!want && !divides_dev(ndev, pi == 2 ? 4 : 2, c)) want = TS_EINVAL, subs[0] = "devices";
         ts_layout lin[1], lout;
         ts_shape osh;
-        if (!call_rule(what, TS_SHARD_POOL, &s, ndev, &x, 1, pi == 2 ? NULL : attrs, want, subs,
-                       lin, &lout, &osh))
+        if (!call_rule(what, TS_SHARD_POOL, &s, ndev, &x, 1, attrs, want, subs, lin, &lout, &osh))
           continue;
-        int dev[8], nd, f = exp_dev(ndev, 2, c, &nd, dev);
+        int dev[8], nd, f = exp_dev(ndev, pi == 2 ? 4 : 2, c, &nd, dev);
         ts_shape eo = shp(4, (int64_t[]){4, 4, PC[pi].oh, PC[pi].ow});
-        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
-                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+        /* a global average over cut spatial dims: partial over their axes */
+        unsigned part = pi == 2 ? (c[2] > 1 ? 1u << (f + 2) : 0) | (c[3] > 1 ? 1u << (f + 3) : 0) : 0;
+        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, pi == 2 ? (int[]){f, f + 1, f + 2, f + 3} : (int[]){f, f + 1, -1, -1}, 0) &&
+                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 1, -1, -1}, part) &&
                       ts_shape_equal(&osh, &eo),
                   "%s: layouts are not MindSpore's", what);
         simulate(what, lin, &x, 1, full, &lout, &osh, k_pool, &PC[pi]);
       }
   ts_layout lin[1], lout;
   ts_op_strategy s = strat(1, (int[]){4}, (int64_t[]){1, 1, 1, 1});
-  EXPECT_ERR(ts_shard_rule(TS_SHARD_POOL, &s, 2, &x, 1, (int[]){0, 2}, lin, &lout, NULL),
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_POOL, &s, 2, &x, 1, (int[]){0, 2, 0}, lin, &lout, NULL),
              TS_EINVAL, "pool: output size (0,2) must be >= 1");
   ts_shape x3 = shp(3, (int64_t[]){4, 4, 4});
   s = strat(1, (int[]){3}, (int64_t[]){1, 1, 1});
@@ -1189,50 +1201,75 @@ static void test_conv2d(void) {
   static const conv_ctx CC[2] = {{1, 1, 1, 1}, {2, 1, 0, 2}};
   for (int ci = 0; ci < 2; ci++)
     for (int ndev = 2; ndev <= 8; ndev *= 2)
-      for (int code = 0; code < 64; code++) {
-        int64_t n = CUTS[code % 4], c = CUTS[(code / 4) % 4], o = CUTS[code / 16];
-        ts_op_strategy s = strat(2, (int[]){4, 4}, (int64_t[]){n, c, 1, 1, o, c, 1, 1});
+      for (int code = 0; code < 256; code++) {
+        int64_t n = CUTS[code % 4], c = CUTS[(code / 4) % 4], o = CUTS[code / 16 % 4], hc = code / 64 % 2 + 1,
+                wc = code / 128 + 1;
+        ts_op_strategy s = strat(2, (int[]){4, 4}, (int64_t[]){n, c, hc, wc, o, c, 1, 1});
         int attrs[4] = {CC[ci].sh, CC[ci].sw, CC[ci].ph, CC[ci].pw};
         char what[128];
-        snprintf(what, sizeof what, "conv2d attrs %d ((%lld,%lld,1,1),(%lld,%lld,1,1)) on %d", ci, (long long)n,
-                 (long long)c, (long long)o, (long long)c, ndev);
-        int64_t loop[3] = {n, c, o};
+        snprintf(what, sizeof what, "conv2d attrs %d ((%lld,%lld,%lld,%lld),(%lld,%lld,1,1)) on %d", ci, (long long)n,
+                 (long long)c, (long long)hc, (long long)wc, (long long)o, (long long)c, ndev);
+        int64_t loop[5] = {n, c, o, hc, wc};
         int want = 0;
         const char *subs[3] = {0};
+        /* attrs 0 (stride 1, pad 1, 3x3 on 6x6: 6 output rows, bands of 3 with a halo of 1 each side)
+         * takes spatial cuts of 2; attrs 1 (stride 2 and no padding on H: 2 rows from 6) refuses H's,
+         * and its W (stride 1, pad 2: 8 columns from 6) too */
         if (4 % n) want = TS_ESHAPE, subs[0] = "input 0 (x) dim 0 of size 4";
         else if (4 % c) want = TS_ESHAPE, subs[0] = "input 0 (x) dim 1 of size 4";
         else if (4 % o) want = TS_ESHAPE, subs[0] = "input 1 (w) dim 0 of size 4";
-        else if (!divides_dev(ndev, 3, loop)) want = TS_EINVAL, subs[0] = "devices";
+        else if (ci == 1 && hc > 1) want = TS_EUNSUPPORTED, subs[0] = "input 0 (x) dim 2: size 6 cut 2: a spatial cut";
+        else if (ci == 1 && wc > 1) want = TS_EUNSUPPORTED, subs[0] = "input 0 (x) dim 3: size 6 cut 2: a spatial cut";
+        else if (!divides_dev(ndev, 5, loop)) want = TS_EINVAL, subs[0] = "devices";
         ts_layout lin[2], lout;
         ts_shape osh;
         if (!call_rule(what, TS_SHARD_CONV2D, &s, ndev, shapes, 2, attrs, want, subs, lin, &lout,
                        &osh))
           continue;
-        int dev[8], nd, f = exp_dev(ndev, 3, loop, &nd, dev);
-        /* device matrix (N, C, O) after the repeat; input channels are summed: partial over C */
-        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0) &&
+        int dev[8], nd, f = exp_dev(ndev, 5, loop, &nd, dev);
+        /* device matrix (N, C, O, H, W) after the repeat; input channels are summed: partial over C */
+        CHECK_MSG(layout_is(&lin[0], nd, dev, 4, (int[]){f, f + 1, f + 3, f + 4}, 0) &&
                       layout_is(&lin[1], nd, dev, 4, (int[]){f + 2, f + 1, -1, -1}, 0) &&
-                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 2, -1, -1}, c > 1 ? 1u << (f + 1) : 0),
+                      layout_is(&lout, nd, dev, 4, (int[]){f, f + 2, f + 3, f + 4}, c > 1 ? 1u << (f + 1) : 0),
                   "%s: layouts are not MindSpore's", what);
-        simulate(what, lin, shapes, 2, full, &lout, &osh, k_conv2d, &CC[ci]);
+        /* spatial cuts read the neighbours' rows (the HALO op, tested in test_coll and end to end
+         * in test_pass_mpi): simulated locally only without them */
+        if (hc == 1 && wc == 1) simulate(what, lin, shapes, 2, full, &lout, &osh, k_conv2d, &CC[ci]);
       }
   free(full[0]), free(full[1]);
-  /* spatial and kernel cuts are refused, naming the dim */
+  /* kernel cuts are refused, naming the dim */
   int nforb = 0;
-  for (int i = 0; i < 2; i++)
-    for (int d = 2; d < 4; d++) {
-      int64_t c[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-      c[i * 4 + d] = i ? 3 : 2; /* 3 divides KH = KW = 3, 2 divides H = W = 6 */
-      ts_op_strategy s = strat(2, (int[]){4, 4}, c);
-      ts_layout lin[2], lout;
-      char want[64];
-      snprintf(want, sizeof want, "conv2d: input %d (%s) dim %d", i, i ? "w" : "x", d);
-      int rc = ts_shard_rule(TS_SHARD_CONV2D, &s, 6, shapes, 2, NULL, lin, &lout, NULL);
-      CHECK_MSG(rc == TS_EUNSUPPORTED && strstr(ts_last_error(), want) &&
-                    strstr(ts_last_error(), i ? "kernel is not cut" : "halo"),
-                "cut %d of input %d dim %d: %d %s", (int)c[i * 4 + d], i, d, rc, ts_last_error());
-      nforb++;
+  for (int d = 2; d < 4; d++) {
+    int64_t c[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    c[4 + d] = 3; /* 3 divides KH = KW = 3 */
+    ts_op_strategy s = strat(2, (int[]){4, 4}, c);
+    ts_layout lin[2], lout;
+    char want[64];
+    snprintf(want, sizeof want, "conv2d: input 1 (w) dim %d", d);
+    int rc = ts_shard_rule(TS_SHARD_CONV2D, &s, 6, shapes, 2, NULL, lin, &lout, NULL);
+    CHECK_MSG(rc == TS_EUNSUPPORTED && strstr(ts_last_error(), want) && strstr(ts_last_error(), "kernel is not cut"),
+              "cut 3 of w dim %d: %d %s", d, rc, ts_last_error());
+    nforb++;
+  }
+  /* the halo arithmetic: ResNet's convolutions (3x3 stride 1 and 2 pad 1, 1x1 stride 2, the 7x7
+   * stem) on 2 and 4 bands, and the refusals */
+  {
+    static const struct {
+      int64_t in, k;
+      int st, pad;
+      int64_t cut;
+      int lo, hi, ok;
+    } H[] = {{28, 3, 1, 1, 2, 1, 1, 1}, {28, 3, 2, 1, 2, 1, 0, 1}, {28, 1, 2, 0, 2, 0, 0, 1}, {224, 7, 2, 3, 4, 3, 2, 1},
+             {14, 3, 2, 1, 2, 0, 0, 0} /* 7 output rows in 2 */, {8, 5, 1, 2, 8, 0, 0, 0} /* bands of 1 < halo 2 */,
+             {6, 3, 1, 0, 2, 0, 0, 0} /* 4 output rows from 6: not the input times the stride */};
+    for (size_t i = 0; i < sizeof H / sizeof H[0]; i++) {
+      int lo = -1, hi = -1, rc = ts_conv2d_halo(H[i].in, H[i].k, H[i].st, H[i].pad, H[i].cut, &lo, &hi);
+      CHECK_MSG(H[i].ok ? rc == TS_OK && lo == H[i].lo && hi == H[i].hi : rc == TS_EUNSUPPORTED,
+                "conv2d halo in %lld k %lld stride %d pad %d cut %lld: rc %d lo %d hi %d (%s)", (long long)H[i].in,
+                (long long)H[i].k, H[i].st, H[i].pad, (long long)H[i].cut, rc, lo, hi, ts_last_error());
+      nforb += !H[i].ok;
     }
+  }
   { /* x's and w's input channels are one loop axis: cut alike */
     ts_op_strategy s = strat(2, (int[]){4, 4}, (int64_t[]){1, 2, 1, 1, 1, 1, 1, 1});
     ts_layout lin[2], lout;
@@ -1241,8 +1278,8 @@ static void test_conv2d(void) {
               ts_last_error());
     nforb++;
   }
-  printf("conv2d: x(4,4,6,6) w(4,4,3,3), two stride/pad settings, batch x in-channel x out-channel cuts on "
-         "2/4/8 devices: %d simulated exactly, %d refused; %d forbidden cuts refused\n",
+  printf("conv2d: x(4,4,6,6) w(4,4,3,3), two stride/pad settings, batch x in-channel x out-channel x spatial "
+         "cuts on 2/4/8 devices: %d simulated exactly, %d refused; %d forbidden cuts and halos refused\n",
          n_sims - before, n_refused - bref, nforb);
 }
 
@@ -1342,24 +1379,24 @@ static void test_normalisations(void) {
   sl = strat(3, (int[]){3, 2, 1}, (int64_t[]){1, 1, 1, 1, 1, 1});
   CHECK(ts_shard_rule(TS_SHARD_LAYERNORM, &sl, 8, ln, 3, (int[]){1}, lin, &lout, &osh) ==
             TS_ESHAPE && strstr(ts_last_error(), "input 2 (beta)"));
-  /* batchnorm: batch and channels; parameters cut like the channels; spatial dims refused */
+  /* batchnorm: batch, channels and spatial dims; parameters cut like the channels */
   ts_shape bn[5] = {shp(4, (int64_t[]){8, 4, 2, 2}), shp(1, (int64_t[]){4}), shp(1, (int64_t[]){4}),
                     shp(1, (int64_t[]){4}), shp(1, (int64_t[]){4})};
   ts_op_strategy sb = strat(5, (int[]){4, 1, 1, 1, 1}, (int64_t[]){4, 1, 1, 1, 1, 1, 1, 1});
   CHECK_OK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh));
-  CHECK(layout_is(&lin[0], 3, (int[]){2, 4, 1}, 4, (int[]){1, 2, -1, -1}, 0) &&
-        layout_is(&lin[4], 3, (int[]){2, 4, 1}, 1, (int[]){2}, 0) && ts_layout_equal(&lin[0], &lout));
+  CHECK(layout_is(&lin[0], 5, (int[]){2, 4, 1, 1, 1}, 4, (int[]){1, 2, 3, 4}, 0) &&
+        layout_is(&lin[4], 5, (int[]){2, 4, 1, 1, 1}, 1, (int[]){2}, 0) && ts_layout_equal(&lin[0], &lout));
   sb = strat(5, (int[]){4, 1, 1, 1, 1}, (int64_t[]){2, 2, 1, 1, 2, 2, 2, 2});
   CHECK_OK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh));
-  CHECK(layout_is(&lin[0], 3, (int[]){2, 2, 2}, 4, (int[]){1, 2, -1, -1}, 0) &&
-        layout_is(&lin[1], 3, (int[]){2, 2, 2}, 1, (int[]){2}, 0) && ts_layout_equal(&lin[0], &lout));
+  CHECK(layout_is(&lin[0], 5, (int[]){2, 2, 2, 1, 1}, 4, (int[]){1, 2, 3, 4}, 0) &&
+        layout_is(&lin[1], 5, (int[]){2, 2, 2, 1, 1}, 1, (int[]){2}, 0) && ts_layout_equal(&lin[0], &lout));
   sb.cuts[3][0] = 1;
   EXPECT_ERR(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh),
              TS_EUNSUPPORTED, "batchnorm: input 3 (mean) dim 0 (size 4) is cut 1",
              "input 0 (x) dim 1, the same dimension C, is cut 2");
-  sb.cuts[3][0] = 2, sb.cuts[0][2] = 2;
-  EXPECT_ERR(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh),
-             TS_EUNSUPPORTED, "batchnorm: input 0 (x) dim 2 (size 2) is cut 2", "spatial");
+  sb.cuts[3][0] = 2, sb.cuts[0][2] = 2, sb.cuts[0][0] = 1; /* a spatial cut: synchronised like the batch */
+  CHECK_OK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 5, NULL, lin, &lout, &osh));
+  CHECK(layout_is(&lin[0], 5, (int[]){2, 1, 2, 2, 1}, 4, (int[]){1, 2, 3, 4}, 0));
   CHECK(ts_shard_rule(TS_SHARD_BATCHNORM, &sb, 8, bn, 3, NULL, lin, &lout, &osh) == TS_EINVAL &&
         strstr(ts_last_error(), "batchnorm"));
   /* elementwise: the strategy itself, repeat axis first */
