@@ -7,6 +7,7 @@
 #include "tessera/graph.h"
 #include "tessera/parallel.h"
 #include "tessera/sharding.h"
+#include "pass_rules.h"
 
 /* A node of the global graph as the pass reads it (a copy, through the IR API). */
 typedef struct {

@@ -78,12 +78,17 @@ static void repeat_last(ts_layout *ls, int n) {
 int ts__pass_apply_rule(ts_parallel *p, int ni, int sop, const ts_op_strategy *st,
                         const ts_shape *shapes, int nin, const int *attrs, ts_layout *req,
                         ts_layout *out, int report) {
+  int rc = ts__pass_rule_layouts(sop, st, p->N, shapes, nin, attrs, req, out);
+  if (rc && report) return ts_error_wrap(rc, "operator '%s'", p->n[ni].key);
+  return rc;
+}
+
+int ts__pass_rule_layouts(int sop, const ts_op_strategy *st, int N, const ts_shape *shapes, int nin,
+                          const int *attrs, ts_layout *req, ts_layout *out) {
   ts_layout all[TS_STRATEGY_MAX_INPUTS + 1];
-  int rc = ts_shard_rule((ts_shard_op)sop, st, p->N, shapes, nin, attrs, all, &all[nin], NULL);
-  if (rc) {
-    if (!report) return rc;
-    return ts_error_wrap(rc, "operator '%s'", p->n[ni].key);
-  }
+  if (nin < 0 || nin > TS_STRATEGY_MAX_INPUTS) return ts_error_set(TS_EINVAL, "sharding rule: %d inputs", nin);
+  int rc = ts_shard_rule((ts_shard_op)sop, st, N, shapes, nin, attrs, all, &all[nin], NULL);
+  if (rc) return rc;
   repeat_last(all, nin + 1);
   for (int k = 0; k <= nin; k++) ts__layout_canon(&all[k]);
   for (int k = 0; k < nin; k++) req[k] = all[k];
@@ -93,19 +98,12 @@ int ts__pass_apply_rule(ts_parallel *p, int ni, int sop, const ts_op_strategy *s
 
 /* ---- which rule, which inputs ---- */
 
-typedef struct {
-  int sop;                          /* ts_shard_op, -1: none */
-  int nin;                          /* rule inputs */
-  int gin[TS_STRATEGY_MAX_INPUTS];  /* graph input of rule input k */
-  int attrs[8];
-  int has_attrs;
-  int primary;                      /* rule input that carries the batch (follow/data parallel) */
-} opmap;
+typedef ts__opmap opmap;
 
-static int map_op(const ts_parallel *p, const ts__pnode *nd, opmap *m) {
+int ts__pass_map_op(const ts_graph *g, int node, ts__opmap *m) {
   memset(m, 0, sizeof *m);
   m->sop = -1;
-  const ts_graph *g = p->g;
+  const ts__pnode nd_ = ts__pnode_get(g, node), *nd = &nd_;
   switch (nd->op) {
     case TS_OP_MATMUL:
       if (ts_attr_matmul_trans_a(&nd->a) || ts_attr_matmul_trans_b(&nd->a) || (*ts_graph_value_shape(g, nd->in[0])).ndim != 2 || (*ts_graph_value_shape(g, nd->in[1])).ndim != 2)
@@ -288,51 +286,60 @@ static void uncut(ts_layout *l, int dim) {
 }
 
 /* Layouts for shape ops (input 0 known). */
-static int view_node(ts_parallel *p, int ni) {
-  const ts_graph *g = p->g;
+void ts__pass_view_layout(const ts_graph *g, int ni, const ts_shape *in_shape, const ts_layout *in,
+                          ts_layout *req, ts_layout *out) {
   const ts__pnode nd_ = ts__pnode_get(g, ni), *nd = &nd_;
+  ts_layout L = no_partial(in);
+  switch (nd->op) {
+    case TS_OP_RESHAPE: {
+      const ts_shape *os = ts_graph_value_shape(g, nd->out[0]);
+      int bad;
+      while (ts__reshape_layout(in_shape, &L, os, out, &bad)) uncut(&L, bad);
+      *req = L;
+      return;
+    }
+    case TS_OP_PERMUTE:
+      *req = L;
+      *out = L;
+      for (int k = 0; k < L.ndim; k++) out->tmap[k] = L.tmap[ts_attr_permute_perm(&nd->a, k)];
+      return;
+    case TS_OP_SPLIT:
+    case TS_OP_SLICE:
+      uncut(&L, (int)(nd->op == TS_OP_SPLIT ? ts_attr_split_axis(&nd->a) : ts_attr_slice_axis(&nd->a)));
+      *req = L;
+      *out = L;
+      return;
+    case TS_OP_CONCAT:
+      uncut(&L, (int)ts_attr_concat_axis(&nd->a));
+      *req = L;
+      *out = L;
+      return;
+    default: /* CAST, COPY, SCALE, DROPOUT: elementwise on one input */
+      *req = L;
+      *out = L;
+      return;
+  }
+}
+
+static int view_node(ts_parallel *p, int ni) {
+  const ts__pnode nd_ = ts__pnode_get(p->g, ni), *nd = &nd_;
   ts__nst *ns = &p->n[ni];
   const ts__vst *x = &p->v[nd->in[0]];
   ns->how = TS__HOW_VIEW;
   ns->nin = nd->nin;
   ns->nout = nd->nout;
-  ts_layout L = no_partial(&x->L);
-  switch (nd->op) {
-    case TS_OP_RESHAPE: {
-      const ts_shape *os = ts_graph_value_shape(g, nd->out[0]);
-      int bad;
-      while (ts__reshape_layout(&x->gs, &L, os, &ns->out[0], &bad)) uncut(&L, bad);
-      ns->req[0] = L;
-      return TS_OK;
-    }
-    case TS_OP_PERMUTE:
-      ns->req[0] = L;
-      ns->out[0] = L;
-      for (int k = 0; k < L.ndim; k++) ns->out[0].tmap[k] = L.tmap[ts_attr_permute_perm(&nd->a, k)];
-      return TS_OK;
-    case TS_OP_SPLIT:
-    case TS_OP_SLICE:
-      uncut(&L, (int)(nd->op == TS_OP_SPLIT ? ts_attr_split_axis(&nd->a) : ts_attr_slice_axis(&nd->a)));
-      ns->req[0] = L;
-      for (int k = 0; k < nd->nout; k++) ns->out[k] = L;
-      return TS_OK;
-    case TS_OP_CONCAT:
-      uncut(&L, (int)ts_attr_concat_axis(&nd->a));
-      for (int k = 0; k < nd->nin; k++) ns->req[k] = L;
-      ns->out[0] = L;
-      return TS_OK;
-    default: /* CAST, COPY, SCALE, DROPOUT: elementwise on one input */
-      ns->req[0] = L;
-      ns->out[0] = L;
-      return TS_OK;
-  }
+  ts_layout req, out;
+  ts__pass_view_layout(p->g, ni, &x->gs, &x->L, &req, &out);
+  for (int k = 0; k < nd->nin; k++) ns->req[k] = req;
+  for (int k = 0; k < nd->nout; k++) ns->out[k] = out;
+  return TS_OK;
 }
 
 static int is_view_op(ts_op op) {
   return op == TS_OP_RESHAPE || op == TS_OP_PERMUTE || op == TS_OP_SPLIT || op == TS_OP_SLICE;
 }
 
-static int is_follow_op(ts_op op) {
+int ts__pass_is_follow_op(ts_op op) {
   return is_view_op(op) || op == TS_OP_CONCAT || op == TS_OP_CAST || op == TS_OP_COPY ||
          op == TS_OP_SCALE || op == TS_OP_DROPOUT;
 }
@@ -550,14 +557,14 @@ int ts__pass_node(ts_parallel *p, int ni) {
   ts_op_strategy dummy;
   int has_user = ts__pass_user_strategy(p, ni, &dummy);
   if (has_user < 0) return has_user;
-  if (map_op(p, nd, &m)) return rule_node(p, ni, &m);
+  if (ts__pass_map_op(g, ni, &m)) return rule_node(p, ni, &m);
   if (has_user)
     return ts_error_set(TS_EUNSUPPORTED,
                         "parallel: operator '%s' (%s) has a strategy but no sharding rule; it runs "
                         "replicated (remove its strategy)",
                         ns->key, ts_op_name(nd->op));
   int rc;
-  if (is_follow_op(nd->op)) {
+  if (ts__pass_is_follow_op(nd->op)) {
     /* a pending input here is a parameter used whole */
     for (int k = 0; k < nd->nin; k++)
       if (p->v[nd->in[k]].pending) {
