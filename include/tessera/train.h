@@ -106,6 +106,8 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
  * fits the device memory and train.max_memory_mb, and else (or when the layouts refuse it) why. */
 typedef struct {
   int dp, tp, pp, micro_batches, zero, recompute;
+  int megatron;     /* tp > 1: 1 = Megatron-LM's cuts (GPT; always inside pipeline stages), 0 = the
+                       per-operator search of parallel.search_mode (include/tessera/search.h) */
   ts_step_prediction pred;
   int fits;
   char why[256];
@@ -115,9 +117,11 @@ typedef struct {
  * TS_ECONFIG when none fits (saying by how much the smallest exceeds the memory). */
 int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *c, ts_plan_choice *out, int cap, int *n,
                       int *best);
-/* Sets cfg's parallel keys (mode, stages, micro-batches, strategies: Megatron-LM's cuts for GPT),
- * optimizer shard and recompute to plan p. */
+/* Sets cfg's parallel keys (mode, stages, micro-batches, strategies: Megatron-LM's cuts for GPT,
+ * or the per-operator search's on parallel.cluster), optimizer shard and recompute to plan p. */
 int ts_config_apply_plan(ts_config *cfg, const ts_plan_choice *p);
+/* The same with the per-operator search priced on cluster c (NULL: parallel.cluster). */
+int ts_config_apply_plan_on(ts_config *cfg, const ts_plan_choice *p, const ts_cluster *c);
 /* "dp=2,tp=1,pp=1,micro_batches=1,zero=0,recompute=none" */
 void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap);
 

@@ -175,7 +175,10 @@ static int parse_fix(const char *spec, int n, ts_plan_choice *p) {
     char *end = NULL;
     long x = strtol(v, &end, 10);
     int num = end != v && !*end && x >= 0 && x <= 1 << 20;
-    if (!strcmp(k, "recompute")) {
+    if (!strcmp(k, "cuts")) {
+      if (strcmp(v, "search") && strcmp(v, "megatron")) return ts_error_set(TS_ECONFIG, "plan --fix: cuts is search or megatron");
+      p->megatron = !strcmp(v, "megatron");
+    } else if (!strcmp(k, "recompute")) {
       if (strcmp(v, "none") && strcmp(v, "full")) return ts_error_set(TS_ECONFIG, "plan --fix: recompute is none or full");
       p->recompute = !strcmp(v, "full");
     } else if (!num) {
@@ -187,7 +190,7 @@ static int parse_fix(const char *spec, int n, ts_plan_choice *p) {
     else if (!strcmp(k, "pp")) p->pp = (int)x;
     else if (!strcmp(k, "micro_batches") || !strcmp(k, "micro_batch")) mb = (int)x;
     else if (!strcmp(k, "zero")) p->zero = (int)x;
-    else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, zero, recompute)", k);
+    else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, zero, recompute, cuts)", k);
   }
   if (!dp_given && p->tp * p->pp > 0) p->dp = n / (p->tp * p->pp);
   if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->dp * p->tp * p->pp != n)
@@ -217,7 +220,7 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   }
   ts_plan_choice chosen = all[best];
   ts_config c = *cfg;
-  ts_config_apply_plan(&c, &chosen);
+  ts_config_apply_plan_on(&c, &chosen, cl);
   char s[160];
   ts_plan_choice_str(&chosen, s, sizeof s);
   if (json) {
@@ -237,9 +240,20 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
     return 0;
   }
   qsort(all, (size_t)cnt, sizeof *all, cmp_choice);
-  printf("search on %d devices of %s: %d plans built and priced in %.1f s\n", n, cl->name, cnt, dt);
+  static const char *const smodes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
+  printf("search on %d devices of %s: %d plans built and priced in %.1f s (per-operator search: %s)\n", n, cl->name, cnt,
+         dt, cfg->parallel.search_mode >= 0 && cfg->parallel.search_mode < 3 ? smodes[cfg->parallel.search_mode] : "?");
   printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
          chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
+  if (chosen.tp > 1) {
+    static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
+    int m = c.parallel.search_mode;
+    printf("operator strategies (%s):\n",
+           chosen.megatron || chosen.pp > 1 ? "Megatron-LM's cuts"
+                                            : m >= 0 && m < 3 ? modes[m] : "?");
+    for (int i = 0; i < c.parallel.strategies.n; i++)
+      printf("  %-48s %s\n", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);
+  }
   printf("  %-62s %10s %12s\n", "plan", "step ms", "MiB/device");
   int shown = 0;
   for (int i = 0; i < cnt && shown < 12; i++) {
@@ -281,7 +295,8 @@ int ts_cli_plan(int argc, char **argv) {
              "--cluster: also the step time the cost model predicts on that cluster (a YAML file, or\n"
              "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it).\n"
              "--fix dp=..,tp=..,pp=..,micro_batches=..,zero=..,recompute=none|full: that plan instead of the\n"
-             "config's layout. --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
+             "config's layout (cuts=search|megatron: a tensor-parallel plan's operator strategies from\n"
+             "parallel.search_mode's per-operator search, the default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"
              "--json: the chosen plan as one JSON object.\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
@@ -329,7 +344,7 @@ int ts_cli_plan(int argc, char **argv) {
   if (search || (json && !fix)) return plan_search(&cfg, n, &cl, json);
   if (fix) {
     ts_plan_choice p;
-    if ((e = parse_fix(fix, n, &p)) || (e = ts_config_apply_plan(&cfg, &p)) || (e = ts_config_validate(&cfg)))
+    if ((e = parse_fix(fix, n, &p)) || (e = ts_config_apply_plan_on(&cfg, &p, &cl)) || (e = ts_config_validate(&cfg)))
       return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
   }
   char *text = NULL;

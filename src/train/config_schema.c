@@ -20,6 +20,7 @@ static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
 static const char *const recompute_names[] = {"none", "full", "selective", NULL};
+static const char *const search_names[] = {"dynamic_programming", "sharding_propagation", "recursive_programming", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
 const char *const *ts__cfg_data_names = data_names;
@@ -244,6 +245,11 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.cluster", CT_STR, FLD(parallel.cluster), "local", NULL, 0, 0, 0, 0, 0,
      "auto_parallel: the cluster the plan is searched for (a YAML file, or dgx-a100-80g, p3.16xlarge, "
      "local = this machine as `tessera calibrate` measured it; docs/auto-parallel.md)"},
+    {"parallel.search_mode", CT_ENUM, FLD(parallel.search_mode), "dynamic_programming", search_names, 0, 0, 0, 0, 0,
+     "auto_parallel: how the per-operator strategies of a tensor-parallel plan are searched (MindSpore's "
+     "names): dynamic_programming (the cost graph's exact optimum by elimination), sharding_propagation "
+     "(from the operators in parallel.strategies to their neighbours), recursive_programming (fast "
+     "symbolic cuts); docs/auto-parallel.md"},
     {"parallel.pipeline_stages", CT_INT, FLD(parallel.pipeline_stages), "1", NULL, 1, 4096, 0, 0, 0,
      "pipeline parallel (MindSpore's pipeline_stages): the model is cut into this many stages, one "
      "per group of ranks (ranks / stages of them, data parallel inside a stage); 1 = no pipeline"},

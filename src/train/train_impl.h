@@ -67,6 +67,11 @@ double ts__train_peak_gflops(void);
 /* parallel.mode auto_parallel: the searched plan for N devices of parallel.cluster applied to c
  * (its parallel keys, optimizer shard, recompute), logged. */
 int ts__train_auto(ts_config *c, int N);
+/* auto_parallel's per-operator search (trainer_opsearch.c): c's model as one process's forward
+ * graph, searched by parallel.search_mode on dp x tp devices of cl (the batch cut dp ways); the
+ * strategies into *out (parallel.strategies form), the cost graph's total into *cost (may be NULL). */
+int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl, ts_cfg_strategies *out,
+                        double *cost);
 
 /* The trainer (trainer.c; `tessera plan` in trainer_plan.c). */
 #define MAX_CB 16

@@ -47,7 +47,44 @@ static int megatron(ts_config *c, int dp, int tp) {
   return TS_OK;
 }
 
-int ts_config_apply_plan(ts_config *c, const ts_plan_choice *p) {
+/* ---- opsearch: the per-operator search's strategies (cached per degrees by the search) ---- */
+typedef struct {
+  int dp, tp, rc;
+  ts_cfg_strategies st;
+  char why[256];
+} op_cache;
+
+static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache) {
+  if (cache && cache->dp == p->dp && cache->tp == p->tp) {
+    if (cache->rc) return ts_error_set(cache->rc, "%s", cache->why);
+    c->parallel.strategies = cache->st;
+    return TS_OK;
+  }
+  ts_cluster own;
+  int rc = TS_OK;
+  if (!cl && (rc = ts_cluster_load(c->parallel.cluster, &own))) return ts_error_wrap(rc, "parallel.cluster");
+  ts_cfg_strategies *st = malloc(sizeof *st);
+  if (!st) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
+  rc = ts__train_op_search(c, p->dp, p->tp, cl ? cl : &own, st, NULL);
+  if (!rc) c->parallel.strategies = *st;
+  if (cache) {
+    cache->dp = p->dp, cache->tp = p->tp, cache->rc = rc;
+    if (!rc) cache->st = *st;
+    snprintf(cache->why, sizeof cache->why, "%s", rc ? ts_last_error() : "");
+  }
+  free(st);
+  return rc;
+}
+
+static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache);
+
+int ts_config_apply_plan(ts_config *c, const ts_plan_choice *p) { return apply_plan(c, p, NULL, NULL); }
+int ts_config_apply_plan_on(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl) {
+  return apply_plan(c, p, cl, NULL);
+}
+/* ---- end opsearch ---- */
+
+static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache) {
   c->parallel.pipeline_stages = p->pp;
   c->parallel.micro_batches = p->pp > 1 ? p->micro_batches : 0;
   c->parallel.pipeline_schedule = 1; /* 1f1b */
@@ -60,6 +97,7 @@ int ts_config_apply_plan(ts_config *c, const ts_plan_choice *p) {
   if (p->tp > 1) {
     c->parallel.mode = TS_PARALLEL_SEMI_AUTO;
     c->parallel.full_batch = 0;
+    if (!p->megatron && p->pp == 1) return searched(c, p, cl, cache); /* opsearch */
     return megatron(c, p->dp, p->tp);
   }
   c->parallel.mode = p->dp * p->pp > 1 ? TS_PARALLEL_DATA : TS_PARALLEL_STAND_ALONE;
@@ -82,10 +120,14 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
   int B = cfg->train.batch_size;
   double budget = cfg->train.max_memory_mb > 0 ? cfg->train.max_memory_mb * 1048576.0 : 0;
   double limit = cl->mem_bytes;
+  op_cache *cache = calloc(1, sizeof *cache); /* opsearch: the strategies of the last (dp, tp) searched */
+  if (!cache) return ts_error_set(TS_ENOMEM, "search: out of memory");
   for (int tp = 1; tp <= N; tp++) {
-    if (N % tp || (tp > 1 && (!gpt || cfg->model.n_head % tp || cfg->model.vocab_size % tp))) continue;
+    if (N % tp) continue;
+    /* tensor parallel: the per-operator search (any model, one stage), and Megatron-LM's cuts for GPT */
+    int mega = gpt && cfg->model.n_head % tp == 0 && cfg->model.vocab_size % tp == 0;
     for (int pp = 1; pp <= N / tp; pp++) {
-      if ((N / tp) % pp) continue;
+      if ((N / tp) % pp || (tp > 1 && pp > 1 && !mega)) continue;
       if (gpt && pp > cfg->model.n_layer + 1) continue;
       int dp = N / tp / pp;
       if (B % dp) continue;
@@ -96,13 +138,19 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
         for (int zero = 0; zero <= 3; zero++) {
           /* shard over the data-parallel repeat: stage 3 under data parallel alone */
           if (zero && (dp < 2 || (zero == 3 && (tp > 1 || pp > 1)))) continue;
-          for (int rec = 0; rec <= 1; rec++) {
-            if (*nout == cap) return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
+          for (int rm = 0; rm < 4; rm++) {
+            int rec = rm & 1, mg = rm >> 1; /* recompute; Megatron's cuts (1) or the search's (0) */
+            if ((tp == 1 && mg) || (tp > 1 && ((mg && !mega) || (!mg && pp > 1)))) continue;
+            if (*nout == cap) {
+              free(cache);
+              return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
+            }
             ts_plan_choice *p = &out[(*nout)++];
             memset(p, 0, sizeof *p);
             p->dp = dp, p->tp = tp, p->pp = pp, p->micro_batches = M, p->zero = zero, p->recompute = rec;
+            p->megatron = mg;
             ts_config c = *cfg;
-            int rc = ts_config_apply_plan(&c, p);
+            int rc = apply_plan(&c, p, cl, cache);
             if (!rc) rc = ts_config_validate(&c);
             if (!rc) rc = ts_trainer_predict(&c, N, 0, cl, &p->pred);
             if (rc) {
@@ -121,6 +169,7 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
       }
     }
   }
+  free(cache);
   if (*best < 0 || !out[*best].fits) {
     double least = 0;
     for (int i = 0; i < *nout; i++)
@@ -139,8 +188,8 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
 }
 
 void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap) {
-  snprintf(buf, cap, "dp=%d,tp=%d,pp=%d,micro_batches=%d,zero=%d,recompute=%s", p->dp, p->tp, p->pp, p->micro_batches,
-           p->zero, p->recompute ? "full" : "none");
+  snprintf(buf, cap, "dp=%d,tp=%d,pp=%d,micro_batches=%d,zero=%d,recompute=%s%s", p->dp, p->tp, p->pp, p->micro_batches,
+           p->zero, p->recompute ? "full" : "none", p->tp > 1 ? (p->megatron || p->pp > 1 ? ",cuts=megatron" : ",cuts=search") : "");
 }
 
 int ts__train_auto(ts_config *c, int N) {
@@ -156,7 +205,7 @@ int ts__train_auto(ts_config *c, int N) {
   if (!rc) {
     char s[160];
     ts_plan_choice_str(&all[best], s, sizeof s);
-    rc = ts_config_apply_plan(c, &all[best]);
+    rc = ts_config_apply_plan_on(c, &all[best], &cl);
     if (!rc) rc = ts_config_validate(c);
     if (!rc)
       ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: %s (predicted %.3f ms per step, %.2f MiB per device; "
