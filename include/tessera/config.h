@@ -221,6 +221,8 @@ typedef struct {
     char cluster[TS_CFG_PATH_MAX]; /* auto_parallel: the cluster searched for (file or built-in name) */
     int search_mode;         /* auto_parallel: ts_search_mode (0 dynamic_programming, 1 sharding_propagation,
                                 2 recursive_programming) */
+    int auto_tp;             /* auto_parallel: 0 = the outer search picks the degrees; T > 0 = the plan is
+                                data parallel N/T x tensor parallel T, the operators searched */
     int pipeline_stages;     /* pipeline parallel: stages (1 = none) */
     int micro_batches;       /* pipeline: micro-batches per step (0: batch_size / micro_batch_size) */
     int pipeline_schedule;   /* 0 gpipe, 1 1f1b, 2 interleaved_1f1b (ts_sched_kind) */

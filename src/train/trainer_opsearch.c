@@ -178,3 +178,21 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   free(t);
   return rc;
 }
+
+int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl) {
+  int T = c->parallel.auto_tp;
+  if (N % T)
+    return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d does not divide the %d ranks", T, N);
+  ts_plan_choice p;
+  memset(&p, 0, sizeof p);
+  p.dp = N / T, p.tp = T, p.pp = 1, p.micro_batches = 1;
+  static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
+  int m = c->parallel.search_mode;
+  int rc = ts_config_apply_plan_on(c, &p, cl);
+  if (!rc) rc = ts_config_validate(c);
+  if (!rc)
+    ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: data parallel %d x tensor parallel %d (parallel.auto_tp), "
+           "operators searched by %s: %d strategies", N, cl->name, p.dp, p.tp, m >= 0 && m < 3 ? modes[m] : "?",
+           T > 1 ? c->parallel.strategies.n : 0);
+  return rc;
+}

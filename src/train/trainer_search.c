@@ -196,6 +196,7 @@ int ts__train_auto(ts_config *c, int N) {
   ts_cluster cl;
   int rc = ts_cluster_load(c->parallel.cluster, &cl);
   if (rc) return ts_error_wrap(rc, "parallel.cluster");
+  if (c->parallel.auto_tp > 0) return ts__train_auto_tp(c, N, &cl); /* opsearch: the degrees given */
   int cap = 4096, cnt = 0, best = -1;
   ts_plan_choice *all = calloc((size_t)cap, sizeof *all);
   if (!all) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
