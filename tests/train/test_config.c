@@ -114,6 +114,8 @@ static const struct {
     {"parallel.optimizer_shard_group", "2"},
     {"parallel.enable_parallel_optimizer", "true"}, /* agrees with optimizer_shard 1 */
     {"parallel.cluster", "dgx-a100-80g"},
+    {"parallel.search_mode", "sharding_propagation"},
+    {"parallel.auto_tp", "4"},
     {"parallel.pipeline_stages", "4"},
     {"parallel.micro_batches", "4"}, /* agrees with micro_batch_size 64 of 256 */
     {"parallel.pipeline_schedule", "interleaved_1f1b"},
