@@ -541,8 +541,22 @@ static int run_recursive(const ts_costgraph *cg, int *choice) {
   return TS_OK;
 }
 
+/* 1 if candidate c of op i leaves every neighbour at least one candidate at a finite edge cost. */
+static int completable(const ts_costgraph *cg, const adj *A, int i, int c) {
+  for (int k = 0; k < A[i].n; k++) {
+    const ts__cg_edge *x = &cg->edges[A[i].e[k]];
+    int other = x->u == i ? x->v : x->u, any = 0;
+    for (int d = 0; d < cg->ops[other].ncand && !any; d++)
+      any = isfinite(x->u == i ? x->m[(size_t)c * cg->ops[x->v].ncand + d] : x->m[(size_t)d * cg->ops[i].ncand + c]);
+    if (!any) return 0;
+  }
+  return 1;
+}
+
 /* Ops whose choice conflicts with an earlier op (an infinite edge: a shared parameter cut two
- * ways) take their best candidate given the earlier ones. */
+ * ways) take their best candidate given the earlier ones; first, a choice that leaves a neighbour
+ * no compatible candidate at all (an embedding cutting a tied table as no head can) is replaced by
+ * the cheapest that does. */
 static int repair(const ts_costgraph *cg, int *choice) {
   adj *A = NULL;
   int rc = build_adj(cg, &A);
@@ -551,6 +565,13 @@ static int repair(const ts_costgraph *cg, int *choice) {
   if (!decided) {
     free_adj(cg, A);
     return ts_error_set(TS_ENOMEM, "search: out of memory");
+  }
+  for (int i = 0; i < cg->nops; i++) {
+    if (completable(cg, A, i, choice[i])) continue;
+    int best = -1;
+    for (int c = 0; c < cg->ops[i].ncand; c++)
+      if (completable(cg, A, i, c) && (best < 0 || cg->ops[i].cost[c] < cg->ops[i].cost[best])) best = c;
+    if (best >= 0) choice[i] = best;
   }
   for (int i = 0; i < cg->nops; i++) {
     int bad = 0;
