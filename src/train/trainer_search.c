@@ -3,9 +3,10 @@
  * pipeline, the optimizer shard stage and recompute, each built dry as the job would build it
  * (the same distribution objects, no MPI, no step run) and priced by the cost model on the
  * cluster; the fastest plan that fits the device memory (and train.max_memory_mb) wins. Tensor
- * parallelism is offered for the zoo's GPT, with Megatron-LM's cuts (column-parallel q|k|v and
- * c_fc, row-parallel c_proj, heads, the vocabulary of the embedding, head and loss), times the data
- * parallel degree on the batch. A plan the layouts refuse is kept with the reason. Exhaustive: for
+ * parallelism is offered for any model with the per-operator search's strategies
+ * (parallel.search_mode, trainer_opsearch.c) and for the zoo's GPT also with Megatron-LM's cuts
+ * (column-parallel q|k|v and c_fc, row-parallel c_proj, heads, the vocabulary of the embedding,
+ * head and loss), times the data parallel degree on the batch. A plan the layouts refuse is kept with the reason. Exhaustive: for
  * the device counts of one host (the candidates grow with the divisors of N). */
 #include <stdlib.h>
 #include <string.h>
