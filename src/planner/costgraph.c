@@ -30,6 +30,7 @@
  * collective's adjoint moves the same bytes; local slices are free both ways). Values the same
  * conversion serves for several consumers are priced once per consumer (the pass converts once). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,86 @@ double ts__cg_redist_time(const ts_cluster *c, const ts_shape *gs, size_t es, co
     }
     t += ts_cluster_coll_time(c, kind, op->group, spans_axes(c, &pl.from, 1u << op->axis), b);
   }
+  return t;
+}
+
+/* ---- a memo of conversion times (the same pairs of layouts recur across candidates and edges) ---- */
+
+typedef struct {
+  int64_t dims[TS_MAX_DIMS];
+  int ndim, es;
+  int ndev[2], dev[2][TS_LAYOUT_MAX_AXES], tmap[2][TS_MAX_DIMS];
+  unsigned partial[2];
+} memo_key;
+
+struct ts__cg_memo {
+  size_t cap, n;
+  memo_key *k;
+  double *v;
+  unsigned char *used;
+};
+
+static void make_key(memo_key *k, const ts_shape *gs, size_t es, const ts_layout *a, const ts_layout *b) {
+  memset(k, 0, sizeof *k);
+  k->ndim = gs->ndim;
+  k->es = (int)es;
+  for (int d = 0; d < gs->ndim && d < TS_MAX_DIMS; d++) k->dims[d] = gs->dims[d];
+  const ts_layout *l[2] = {a, b};
+  for (int t = 0; t < 2; t++) {
+    k->ndev[t] = l[t]->ndev;
+    for (int x = 0; x < l[t]->ndev && x < TS_LAYOUT_MAX_AXES; x++) k->dev[t][x] = l[t]->dev[x];
+    for (int d = 0; d < l[t]->ndim && d < TS_MAX_DIMS; d++) k->tmap[t][d] = l[t]->tmap[d];
+    k->partial[t] = l[t]->partial;
+  }
+}
+
+static uint64_t hash_key(const memo_key *k) {
+  const unsigned char *p = (const unsigned char *)k;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+static int memo_grow(ts__cg_memo *m) {
+  size_t nc = m->cap ? 2 * m->cap : 4096;
+  memo_key *k = malloc(sizeof *k * nc);
+  double *v = malloc(sizeof *v * nc);
+  unsigned char *u = calloc(nc, 1);
+  if (!k || !v || !u) {
+    free(k), free(v), free(u);
+    return -1;
+  }
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->used[i]) continue;
+    size_t j = (size_t)(hash_key(&m->k[i]) & (nc - 1));
+    while (u[j]) j = (j + 1) & (nc - 1);
+    u[j] = 1, k[j] = m->k[i], v[j] = m->v[i];
+  }
+  free(m->k), free(m->v), free(m->used);
+  m->k = k, m->v = v, m->used = u, m->cap = nc;
+  return 0;
+}
+
+static void memo_free(ts__cg_memo *m) {
+  if (!m) return;
+  free(m->k), free(m->v), free(m->used);
+  free(m);
+}
+
+/* ts__cg_redist_time through the memo (computed directly when it cannot grow). */
+static double rt(ts_costgraph *cg, const ts_shape *gs, size_t es, const ts_layout *from, const ts_layout *to) {
+  if (ts_layout_equal(from, to)) return 0;
+  ts__cg_memo *m = cg->memo;
+  if (!m || (2 * (m->n + 1) > m->cap && memo_grow(m))) return ts__cg_redist_time(&cg->cl, gs, es, from, to);
+  memo_key k;
+  make_key(&k, gs, es, from, to);
+  size_t j = (size_t)(hash_key(&k) & (m->cap - 1));
+  while (m->used[j]) {
+    if (!memcmp(&m->k[j], &k, sizeof k)) return m->v[j];
+    j = (j + 1) & (m->cap - 1);
+  }
+  double t = ts__cg_redist_time(&cg->cl, gs, es, from, to);
+  m->used[j] = 1, m->k[j] = k, m->v[j] = t, m->n++;
   return t;
 }
 
@@ -171,6 +252,7 @@ void ts_costgraph_free(ts_costgraph *cg) {
   free(cg->ops);
   free(cg->edges);
   free(cg->op_of_node);
+  memo_free(cg->memo);
   free(cg);
 }
 
@@ -249,7 +331,7 @@ static int trace(const ts_costgraph *cg, int v, int *chain, int *nchain) {
 
 /* Carries layout L0 of the chain's first input through the chain: the layout at its end and the
  * conversions the chain itself needs. */
-static double chain_apply(const ts_costgraph *cg, const int *chain, int n, const ts_layout *L0, ts_layout *Lend) {
+static double chain_apply(ts_costgraph *cg, const int *chain, int n, const ts_layout *L0, ts_layout *Lend) {
   const ts_graph *g = cg->g;
   ts_layout L = *L0;
   double t = 0;
@@ -258,7 +340,7 @@ static double chain_apply(const ts_costgraph *cg, const int *chain, int n, const
     const ts_shape *xs = ts_graph_value_shape(g, x);
     ts_layout req, out;
     ts__pass_view_layout(g, chain[i], xs, &L, &req, &out);
-    t += ts__cg_redist_time(&cg->cl, xs, ts_dtype_size(ts_graph_value_dtype(g, x)), &L, &req);
+    t += rt(cg, xs, ts_dtype_size(ts_graph_value_dtype(g, x)), &L, &req);
     L = out;
   }
   *Lend = L;
@@ -467,7 +549,7 @@ static int connect_input(ts_costgraph *cg, int i, int k, owner_t *owner) {
       double ct = chain_apply(cg, chain, nch, &po->out[a], &Lend);
       for (int b = 0; b < o->ncand; b++)
         e->m[(size_t)a * o->ncand + b] =
-            mult * (ct + ts__cg_redist_time(&cg->cl, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
+            mult * (ct + rt(cg, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
     }
     return TS_OK;
   }
@@ -479,7 +561,7 @@ static int connect_input(ts_costgraph *cg, int i, int k, owner_t *owner) {
         input_layout(&L0, D, dataset_cut_of(cg, b), s0->ndim);
         if (ds < 0) input_layout(&L0, D, cg->dataset_default, s0->ndim);
         double ct = chain_apply(cg, chain, nch, &L0, &Lend);
-        o->cost[b] += mult * (ct + ts__cg_redist_time(&cg->cl, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
+        o->cost[b] += mult * (ct + rt(cg, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
       }
       return TS_OK;
     }
@@ -492,7 +574,7 @@ static int connect_input(ts_costgraph *cg, int i, int k, owner_t *owner) {
       double ct = chain_apply(cg, chain, nch, &L0, &Lend);
       for (int b = 0; b < o->ncand; b++)
         e->m[(size_t)a * o->ncand + b] =
-            mult * (ct + ts__cg_redist_time(&cg->cl, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
+            mult * (ct + rt(cg, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
     }
     return TS_OK;
   }
@@ -519,7 +601,7 @@ static int connect_input(ts_costgraph *cg, int i, int k, owner_t *owner) {
           ts_error_set(TS_OK, "%s", "");
           t = same ? 0 : INFINITY;
         } else {
-          t = 2 * ts__cg_redist_time(&cg->cl, gs, es, la, lb);
+          t = 2 * rt(cg, gs, es, la, lb);
         }
         e->m[(size_t)a * o->ncand + b] = t;
       }
@@ -530,7 +612,7 @@ static int connect_input(ts_costgraph *cg, int i, int k, owner_t *owner) {
   repl_layout(&L0, D, s0->ndim);
   double ct = chain_apply(cg, chain, nch, &L0, &Lend);
   for (int b = 0; b < o->ncand; b++)
-    o->cost[b] += mult * (ct + ts__cg_redist_time(&cg->cl, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
+    o->cost[b] += mult * (ct + rt(cg, gs, es, &Lend, &o->req[b * TS_STRATEGY_MAX_INPUTS + k]));
   return TS_OK;
 }
 
@@ -553,7 +635,7 @@ static void connect_sinks(ts_costgraph *cg) {
       repl_layout(&R, cg->cfg.ndevices, gs->ndim);
       for (int a = 0; a < po->ncand; a++) {
         double ct = chain_apply(cg, chain, nch, &po->out[a], &Lend);
-        po->cost[a] += mult * (ct + ts__cg_redist_time(&cg->cl, gs, es, &Lend, &R));
+        po->cost[a] += mult * (ct + rt(cg, gs, es, &Lend, &R));
       }
     }
   }
@@ -571,6 +653,7 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
   cg->cl = *cfg->cluster;
   int nn = ts_graph_num_nodes(g), nv = ts_graph_num_values(g), D = cfg->ndevices, rc = TS_OK;
   int cap = cfg->max_candidates > 0 ? cfg->max_candidates : 4096;
+  cg->memo = calloc(1, sizeof *cg->memo); /* NULL: no memo, times computed each time */
   cg->op_of_node = malloc(sizeof(int) * (size_t)(nn + 1));
   cg->ops = calloc((size_t)nn + 1, sizeof *cg->ops);
   owner_t *owner = malloc(sizeof *owner * (size_t)(nv + 1));

@@ -26,6 +26,8 @@ typedef struct {
   double *m;   /* [ncand(u)][ncand(v)] */
 } ts__cg_edge;
 
+typedef struct ts__cg_memo ts__cg_memo;
+
 struct ts_costgraph {
   const ts_graph *g;
   ts_costgraph_config cfg;
@@ -37,6 +39,7 @@ struct ts_costgraph {
   int *op_of_node;           /* graph node -> op, -1 */
   int dataset_op;            /* the op whose candidate cuts the inputs' batch, -1 */
   int dataset_default;       /* the cut when there is none */
+  ts__cg_memo *memo;         /* conversion times already computed (costgraph.c) */
 };
 
 /* Seconds to convert a tensor of global shape gs from layout `from` to `to` on c (the redistribution
