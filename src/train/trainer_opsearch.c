@@ -166,6 +166,10 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
     if (rc) rc = ts_error_wrap(rc, "parallel.strategies (sharding_propagation's fixed operators)");
   }
   if (!rc) rc = ts_search_run(cg, mode, fixed, choice, &res);
+  if (rc == TS_ERANGE && mode == TS_SEARCH_DP) { /* an elimination table too big: not exact, said so */
+    ts_log(TS_LOG_WARN, "auto_parallel: %s; the operators are searched by sharding_propagation instead", ts_last_error());
+    rc = ts_search_run(cg, TS_SEARCH_PROPAGATION, NULL, choice, &res);
+  }
   if (!rc) rc = write_strategies(g, cg, choice, D, out);
   if (!rc && cost) *cost = res.cost;
   ts_strategy_set_free(fixed);

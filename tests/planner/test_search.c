@@ -229,6 +229,14 @@ static void check_graph(model *m, int D, const ts_cluster *cl, int maxc, int ful
   CHECK_OK(ts_search_run(cg, TS_SEARCH_DP, NULL, dp2, &r2));
   CHECK(!memcmp(dp, dp2, sizeof(int) * (size_t)n));
   pass_accepts(m, cg, dp, D, "dynamic_programming");
+  if (!strcmp(m->name, "tied")) { /* the shared table cut the same way by both its users */
+    ts_strategy_set *s;
+    CHECK_OK(ts_strategy_set_create(D, 0, &s));
+    CHECK_OK(ts_costgraph_put_strategies(cg, dp, s));
+    ts_param_use uses[2] = {{"embedding", 1, "wte"}, {"dense", 1, "wte"}};
+    CHECK_OK(ts_strategy_check_shared(s, 2, uses));
+    ts_strategy_set_free(s);
+  }
   /* sharding_propagation from the user's strategy of the last op (the loss: its second candidate) */
   ts_strategy_set *fixed;
   CHECK_OK(ts_strategy_set_create(D, 0, &fixed));
