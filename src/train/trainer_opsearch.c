@@ -104,8 +104,8 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
       rc = ts_error_set(TS_ECONFIG, "auto_parallel: the strategy %s of '%s' is too long", text, name);
       break;
     }
-    snprintf(out->v[out->n].op, sizeof out->v[0].op, "%s", name);
-    snprintf(out->v[out->n].text, sizeof out->v[0].text, "%s", text);
+    memcpy(out->v[out->n].op, name, strlen(name) + 1); /* lengths checked above */
+    memcpy(out->v[out->n].text, text, strlen(text) + 1);
     out->n++;
   }
 out:
