@@ -78,6 +78,10 @@ int main(int argc, char **argv) {
         printf("%-12s %5d %5d %6d %11lld %9.3f | %-22s ", m.name, D, ts_costgraph_num_ops(cg), ts_costgraph_num_edges(cg),
                cands, tb, ts_search_mode_name((ts_search_mode)mode));
         if (rc) printf("failed: %s\n", ts_last_error());
+        else if (mode == 0)
+          printf("%10.3f %12.3f %10.1f  eliminations: %d operator %d edge %d merge %d contract %d triangle %d star %d pick\n",
+                 ts, 1e3 * r.cost, r.memory / 1048576.0, r.eliminated[0], r.eliminated[1], r.eliminated[2],
+                 r.eliminated[3], r.eliminated[4], r.eliminated[5], r.eliminated[6]);
         else printf("%10.3f %12.3f %10.1f\n", ts, 1e3 * r.cost, r.memory / 1048576.0);
         fflush(stdout);
       }
