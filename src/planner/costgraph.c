@@ -215,22 +215,23 @@ int ts__cg_loop_axes(int sop, const ts_shape *sh, int nin, int ax[TS_STRATEGY_MA
       for (int i = 0; i < nd; i++) ax[0][i] = i;
       ax[1][0] = nd, ax[1][1] = nd + 1;
       return nd + 2;
-    case TS_SHARD_CONV2D:
-      ax[0][0] = 0, ax[1][0] = 1;
-      return 2;
-    case TS_SHARD_BATCHNORM:
-      ax[0][0] = 0, ax[0][1] = 1;
+    case TS_SHARD_CONV2D: /* N, C, O, H, W */
+      ax[0][0] = 0, ax[0][1] = 1, ax[0][2] = 3, ax[0][3] = 4;
+      ax[1][0] = 2, ax[1][1] = 1;
+      return 5;
+    case TS_SHARD_BATCHNORM: /* N, C, spatial dims */
+      for (int i = 0; i < nd; i++) ax[0][i] = i;
       for (int k = 1; k < nin; k++) ax[k][0] = 1;
-      return 2;
+      return nd;
     case TS_SHARD_ATTENTION:
       for (int t = 0; t < nin; t++) ax[t][0] = 0, ax[t][1] = 1;
       return 2;
     case TS_SHARD_SOFTMAX_CE:
       ax[0][0] = 0, ax[0][1] = 1, ax[1][0] = 0;
       return 2;
-    default: /* pool */
-      ax[0][0] = 0, ax[0][1] = 1;
-      return 2;
+    default: /* pool: N, C, and H, W (only a global average accepts their cuts) */
+      for (int i = 0; i < nd; i++) ax[0][i] = i;
+      return nd;
   }
 }
 
@@ -465,10 +466,27 @@ static int price_op(ts_costgraph *cg, int i) {
       double rows = (double)o->shapes[0].dims[0] / (double)o->cand[s].cuts[0][0];
       t += 3 * allreduce_axes(c, &req[0], 1u << req[0].tmap[1], rows * 4);
     }
-    if (o->m.sop == TS_SHARD_BATCHNORM && ts_graph_training(g) && req[0].tmap[0] >= 0) { /* SyncBN */
+    if (o->m.sop == TS_SHARD_BATCHNORM && ts_graph_training(g)) { /* SyncBN over the batch and spatial cuts */
+      unsigned mask = 0;
+      for (int d = 0; d < req[0].ndim; d++)
+        if (d != 1 && req[0].tmap[d] >= 0) mask |= 1u << req[0].tmap[d];
       double ch = (double)o->shapes[0].dims[1] / (double)o->cand[s].cuts[0][1];
-      t += 2 * allreduce_axes(c, &req[0], 1u << req[0].tmap[0], 2 * ch * 4);
+      if (mask) t += 2 * allreduce_axes(c, &req[0], mask, 2 * ch * 4);
     }
+    if (o->m.sop == TS_SHARD_CONV2D) /* a spatial cut: the halo rows from both neighbours, and back */
+      for (int k = 0; k < 2; k++) {
+        int64_t cut = o->cand[s].cuts[0][2 + k];
+        int lo = 0, hi = 0, st = o->m.has_attrs ? o->m.attrs[k] : 1, pad = o->m.has_attrs ? o->m.attrs[2 + k] : 0;
+        if (cut <= 1 || ts_conv2d_halo(o->shapes[0].dims[2 + k], o->shapes[1].dims[2 + k], st, pad, cut, &lo, &hi)) {
+          ts_error_set(TS_OK, "%s", "");
+          continue;
+        }
+        ts_shape loc;
+        if (ts_layout_local_shape(&req[0], &o->shapes[0], &loc)) continue;
+        double row = (double)ts_shape_numel(&loc) / (double)loc.dims[2 + k] * 4;
+        int span = spans_axes(c, &req[0], 1u << req[0].tmap[2 + k]);
+        t += 2 * (ts_cluster_coll_time(c, TS_COST_P2P, 2, span, lo * row) + ts_cluster_coll_time(c, TS_COST_P2P, 2, span, hi * row));
+      }
     mem += vbytes_local(&out, os, oes); /* the output, kept for the backward */
     /* parameters this op owns: slices, gradients, optimizer state; gradient reduction over the
      * ranks holding the same slice */

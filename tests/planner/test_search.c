@@ -122,6 +122,18 @@ static void clique(model *m, int64_t B) {
   m->loss = ts_softmax_cross_entropy(m->g, s, y, 0);
 }
 
+/* a residual convolution block: conv, batch-norm, relu, conv, batch-norm, add, global average,
+ * head (convolutions cut by batch, input or output channels, rows or columns) */
+static void convnet(model *m, int64_t B) {
+  begin(m, "convnet");
+  ts_nn nn = {m->g, m->p};
+  ts_val x = ts_input(m->g, "x", TS_F32, ts_shape4(B, 4, 8, 8)), y = ts_input(m->g, "y", TS_I32, ts_shape1(B));
+  ts_val h = ts_relu(m->g, ts_nn_batchnorm(&nn, "bn1", ts_nn_conv2d(&nn, "conv1", x, 8, 3, 1, 1, 1, 1, 0), 0.1f, 1e-5f));
+  ts_val r = ts_nn_batchnorm(&nn, "bn2", ts_nn_conv2d(&nn, "conv2", h, 8, 3, 1, 1, 1, 1, 0), 0.1f, 1e-5f);
+  ts_val p = ts_global_avgpool(m->g, ts_add(m->g, r, h));
+  m->loss = ts_softmax_cross_entropy(m->g, ts_nn_dense(&nn, "fc", ts_reshape(m->g, p, ts_shape2(B, 8)), 4, 1), y, 0);
+}
+
 /* ---- the exhaustive search ---- */
 
 typedef struct {
@@ -351,6 +363,9 @@ int main(void) {
     check_graph(&m, D, &cl, 0, D == 8);
     model_free(&m);
     clique(&m, 4 * D);
+    check_graph(&m, D, &cl, 0, D >= 4);
+    model_free(&m);
+    convnet(&m, 2 * D);
     check_graph(&m, D, &cl, 0, D >= 4);
     model_free(&m);
   }
