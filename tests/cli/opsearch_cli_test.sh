@@ -69,7 +69,7 @@ done
 # model, ranks, search mode
 for job in "mlp 2 dynamic_programming" "mlp 4 sharding_propagation" "gpt 2 dynamic_programming" \
            "gpt 4 dynamic_programming" "gpt 4 recursive_programming" "resnet 2 dynamic_programming" \
-           "resnet 4 recursive_programming"; do
+           "resnet 4 dynamic_programming" "resnet 4 recursive_programming"; do
   set -- $job
   m=$1 n=$2 mode=$3 tag=$1.$2.$3 tol=1e-5
   # ResNet-20: a batch-norm cut by channels runs its kernel on half the channels (other
