@@ -249,7 +249,7 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
     static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
     int m = c.parallel.search_mode;
     printf("operator strategies (%s):\n",
-           chosen.megatron || chosen.pp > 1 ? "Megatron-LM's cuts"
+           chosen.megatron ? "Megatron-LM's cuts"
                                             : m >= 0 && m < 3 ? modes[m] : "?");
     for (int i = 0; i < c.parallel.strategies.n; i++)
       printf("  %-48s %s\n", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);

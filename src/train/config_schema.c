@@ -252,8 +252,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "symbolic cuts); docs/auto-parallel.md"},
     {"parallel.auto_tp", CT_INT, FLD(parallel.auto_tp), "0", NULL, 0, 1048576, 0, 0, 0,
      "auto_parallel: 0 = the outer search picks the data, tensor and pipeline degrees; T > 0 = the plan is "
-     "data parallel N/T x tensor parallel T with the operator strategies from parallel.search_mode (T = N: "
-     "MindSpore's auto_parallel, the per-operator search decides every cut, the batch's too); T must divide N"},
+     "data parallel N/(T P) x tensor parallel T x parallel.pipeline_stages P with the operator strategies "
+     "from parallel.search_mode (T = N: MindSpore's auto_parallel, the per-operator search decides every "
+     "cut, the batch's too); T P must divide N"},
     {"parallel.pipeline_stages", CT_INT, FLD(parallel.pipeline_stages), "1", NULL, 1, 4096, 0, 0, 0,
      "pipeline parallel (MindSpore's pipeline_stages): the model is cut into this many stages, one "
      "per group of ranks (ranks / stages of them, data parallel inside a stage); 1 = no pipeline"},

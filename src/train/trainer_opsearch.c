@@ -124,6 +124,11 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   ts_trainer *t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
   t->cfg = *c;
+  /* the rows one pass sees: a pipeline's micro-batch, else train.micro_batch_size (0: the batch) */
+  int64_t rows = c->parallel.pipeline_stages > 1 && c->parallel.micro_batches > 0
+                     ? c->train.batch_size / c->parallel.micro_batches
+                 : c->train.micro_batch_size > 0 ? c->train.micro_batch_size
+                                                 : c->train.batch_size;
   t->cfg.parallel.mode = TS_PARALLEL_SEMI_AUTO;
   t->cfg.parallel.pipeline_stages = 1;
   t->cfg.parallel.strategies.n = 0;
@@ -137,7 +142,6 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   rc = ts__train_layout(&t->cfg, NULL, NULL, &vt, &dc, &t->model);
   if (!rc) rc = ts__train_prepare(t);
   if (!rc && (!(rc = ts_graph_create(&g))) && !(rc = ts_params_create(&p))) {
-    int64_t rows = t->cfg.train.micro_batch_size > 0 ? t->cfg.train.micro_batch_size : t->cfg.train.batch_size;
     ts_nn nn = {g, p};
     ts_val x = ts_input(g, "x", t->model.dtype, ts_shape_batch(rows, &t->model.sample));
     ts_val_set_requires_grad(g, x, 0);
@@ -184,19 +188,23 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
 }
 
 int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl) {
-  int T = c->parallel.auto_tp;
+  int T = c->parallel.auto_tp, P = c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1;
   if (N % T)
     return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d does not divide the %d ranks", T, N);
+  if (N % (T * P))
+    return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d x parallel.pipeline_stages %d does not divide the %d ranks",
+                        T, P, N);
   ts_plan_choice p;
   memset(&p, 0, sizeof p);
-  p.dp = N / T, p.tp = T, p.pp = 1, p.micro_batches = 1;
+  p.dp = N / T / P, p.tp = T, p.pp = P;
+  p.micro_batches = P > 1 ? (c->parallel.micro_batches > 0 ? c->parallel.micro_batches : P) : 1;
   static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
   int m = c->parallel.search_mode;
   int rc = ts_config_apply_plan_on(c, &p, cl);
   if (!rc) rc = ts_config_validate(c);
   if (!rc)
-    ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: data parallel %d x tensor parallel %d (parallel.auto_tp), "
-           "operators searched by %s: %d strategies", N, cl->name, p.dp, p.tp, m >= 0 && m < 3 ? modes[m] : "?",
+    ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: data parallel %d x tensor parallel %d x %d stages (parallel.auto_tp), "
+           "operators searched by %s: %d strategies", N, cl->name, p.dp, p.tp, p.pp, m >= 0 && m < 3 ? modes[m] : "?",
            T > 1 ? c->parallel.strategies.n : 0);
   return rc;
 }

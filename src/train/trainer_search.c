@@ -50,13 +50,14 @@ static int megatron(ts_config *c, int dp, int tp) {
 
 /* ---- opsearch: the per-operator search's strategies (cached per degrees by the search) ---- */
 typedef struct {
-  int dp, tp, rc;
+  int dp, tp, M, rc;
   ts_cfg_strategies st;
   char why[256];
 } op_cache;
 
 static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache) {
-  if (cache && cache->dp == p->dp && cache->tp == p->tp) {
+  int M = p->pp > 1 ? p->micro_batches : 1;
+  if (cache && cache->dp == p->dp && cache->tp == p->tp && cache->M == M) {
     if (cache->rc) return ts_error_set(cache->rc, "%s", cache->why);
     c->parallel.strategies = cache->st;
     return TS_OK;
@@ -69,7 +70,7 @@ static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl,
   rc = ts__train_op_search(c, p->dp, p->tp, cl ? cl : &own, st, NULL);
   if (!rc) c->parallel.strategies = *st;
   if (cache) {
-    cache->dp = p->dp, cache->tp = p->tp, cache->rc = rc;
+    cache->dp = p->dp, cache->tp = p->tp, cache->M = M, cache->rc = rc;
     if (!rc) cache->st = *st;
     snprintf(cache->why, sizeof cache->why, "%s", rc ? ts_last_error() : "");
   }
@@ -98,7 +99,7 @@ static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *c
   if (p->tp > 1) {
     c->parallel.mode = TS_PARALLEL_SEMI_AUTO;
     c->parallel.full_batch = 0;
-    if (!p->megatron && p->pp == 1) return searched(c, p, cl, cache); /* opsearch */
+    if (!p->megatron) return searched(c, p, cl, cache); /* opsearch */
     return megatron(c, p->dp, p->tp);
   }
   c->parallel.mode = p->dp * p->pp > 1 ? TS_PARALLEL_DATA : TS_PARALLEL_STAND_ALONE;
@@ -125,10 +126,10 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
   if (!cache) return ts_error_set(TS_ENOMEM, "search: out of memory");
   for (int tp = 1; tp <= N; tp++) {
     if (N % tp) continue;
-    /* tensor parallel: the per-operator search (any model, one stage), and Megatron-LM's cuts for GPT */
+    /* tensor parallel: the per-operator search (any model), and Megatron-LM's cuts for GPT */
     int mega = gpt && cfg->model.n_head % tp == 0 && cfg->model.vocab_size % tp == 0;
     for (int pp = 1; pp <= N / tp; pp++) {
-      if ((N / tp) % pp || (tp > 1 && pp > 1 && !mega)) continue;
+      if ((N / tp) % pp) continue;
       if (gpt && pp > cfg->model.n_layer + 1) continue;
       int dp = N / tp / pp;
       if (B % dp) continue;
@@ -141,7 +142,7 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
           if (zero && (dp < 2 || (zero == 3 && (tp > 1 || pp > 1)))) continue;
           for (int rm = 0; rm < 4; rm++) {
             int rec = rm & 1, mg = rm >> 1; /* recompute; Megatron's cuts (1) or the search's (0) */
-            if ((tp == 1 && mg) || (tp > 1 && ((mg && !mega) || (!mg && pp > 1)))) continue;
+            if ((tp == 1 && mg) || (tp > 1 && mg && !mega)) continue;
             if (*nout == cap) {
               free(cache);
               return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
@@ -190,7 +191,7 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
 
 void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap) {
   snprintf(buf, cap, "dp=%d,tp=%d,pp=%d,micro_batches=%d,zero=%d,recompute=%s%s", p->dp, p->tp, p->pp, p->micro_batches,
-           p->zero, p->recompute ? "full" : "none", p->tp > 1 ? (p->megatron || p->pp > 1 ? ",cuts=megatron" : ",cuts=search") : "");
+           p->zero, p->recompute ? "full" : "none", p->tp > 1 ? (p->megatron ? ",cuts=megatron" : ",cuts=search") : "");
 }
 
 int ts__train_auto(ts_config *c, int N) {

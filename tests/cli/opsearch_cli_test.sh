@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # auto_parallel with the per-operator search (parallel.search_mode, parallel.auto_tp = the ranks:
-# every cut searched) under mpirun -n 2 and 4 against one process: an MLP, a small GPT and a
-# ResNet-20 (a few steps) train with every step's loss within 1e-5 of the single process's, with
+# every cut searched; and GPT as 2 pipeline stages of 2 searched ranks) under mpirun -n 2 and 4
+# against one process: an MLP, a small GPT and a ResNet-20 (a few steps) train with every step's
+# loss within 1e-5 of the single process's (ResNet-20: 1e-4, see below), with
 # each search mode on at least one model; the searched strategies are saved by
 # strategy_ckpt_save_file and really cut something; `tessera plan --search` names the search mode
 # and lists the strategies; a bad auto_tp is refused naming the key.
@@ -69,9 +70,11 @@ done
 # model, ranks, search mode
 for job in "mlp 2 dynamic_programming" "mlp 4 sharding_propagation" "gpt 2 dynamic_programming" \
            "gpt 4 dynamic_programming" "gpt 4 recursive_programming" "resnet 2 dynamic_programming" \
-           "resnet 4 dynamic_programming" "resnet 4 recursive_programming"; do
+           "resnet 4 dynamic_programming" "resnet 4 recursive_programming" "gpt 4 dynamic_programming pp2"; do
   set -- $job
-  m=$1 n=$2 mode=$3 tag=$1.$2.$3 tol=1e-5
+  m=$1 n=$2 mode=$3 tag=$1.$2.$3${4:+.$4} tol=1e-5 tp=$2 extra=()
+  # pp2: two pipeline stages of tensor-parallel ranks, the whole model searched for a stage's ranks
+  [ "${4:-}" = pp2 ] && tp=$((n / 2)) extra=(--set parallel.pipeline_stages=2 --set parallel.micro_batches=4)
   # ResNet-20: a batch-norm cut by channels runs its kernel on half the channels (other
   # rounding); the batch-norm biases' gradients (sums of many cancelling terms) differ by 5e-7
   # after one step and the next loss by 2e-5 (plain data parallel through the same pass is
@@ -80,7 +83,7 @@ for job in "mlp 2 dynamic_programming" "mlp 4 sharding_propagation" "gpt 2 dynam
   mpi_job "$n"
   fix=()  # sharding_propagation: one operator fixed by the user, kept
   [ "$mode" = sharding_propagation ] && fix=(--set 'parallel.strategies={"fc2.dense": "((2,1),(2,1))"}')
-  out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/$m.yaml" "${fix[@]}" --set parallel.mode=auto_parallel --set parallel.auto_tp="$n" \
+  out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/$m.yaml" "${fix[@]}" "${extra[@]}" --set parallel.mode=auto_parallel --set parallel.auto_tp="$tp" \
         --set parallel.search_mode="$mode" --set parallel.cluster="$tmp/slow.yaml" --set log.metrics="$tmp/$tag.jsonl" \
         --set parallel.strategy_ckpt_save_file="$tmp/$tag.json" 2>&1); rc=$?
   losses "$tmp/$tag.jsonl" > "$tmp/$tag.txt" 2>/dev/null
@@ -93,7 +96,7 @@ assert sys.argv[3] != 'gpt' or mp > 0  # GPT's searched plans cut more than the 
 print(sum(1 for v in s.values() if any(c!=1 for i in v['inputs'] for c in i)), mp, len(s))
 assert sys.argv[2] != 'sharding_propagation' or s['fc2.dense']['inputs'] == [[2,1],[2,1]]" "$tmp/$tag.json" "$mode" "$m" 2>/dev/null)
   if [ "$rc" = 0 ] && same "$tmp/$tag.txt" "$tmp/$m.one.txt" $tol && [ -n "$cuts" ] && [ "${cuts%% *}" -gt 0 ]; then
-    ok "$m on $n ranks, $mode: the single process's losses within $tol ($(tr '\n' ' ' < "$tmp/$tag.txt" | cut -c1-60)); $cuts operators cut / cutting more than the batch / in force"
+    ok "$m on $n ranks${4:+ ($4)}, $mode: the single process's losses within $tol ($(tr '\n' ' ' < "$tmp/$tag.txt" | cut -c1-60)); $cuts operators cut / cutting more than the batch / in force"
   else bad "$m on $n ranks, $mode (exit $rc, cuts '$cuts'): $(paste "$tmp/$tag.txt" "$tmp/$m.one.txt" | tr '\n' ';') $out"; fi
 done
 
