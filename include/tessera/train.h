@@ -106,7 +106,7 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
  * fits the device memory and train.max_memory_mb, and else (or when the layouts refuse it) why. */
 typedef struct {
   int dp, tp, pp, micro_batches, zero, recompute;
-  int megatron;     /* tp > 1: 1 = Megatron-LM's cuts (GPT; always inside pipeline stages), 0 = the
+  int megatron;     /* tp > 1: 1 = Megatron-LM's cuts (GPT), 0 = the
                        per-operator search of parallel.search_mode (include/tessera/search.h) */
   ts_step_prediction pred;
   int fits;
