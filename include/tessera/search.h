@@ -19,7 +19,8 @@
  *
  * Searches (ts_search_run), deterministic (same inputs, same plan):
  *  - TS_SEARCH_DP ("dynamic_programming"): MindSpore's elimination on the cost graph; exact
- *    (the minimum of the cost graph's total over every combination of candidates);
+ *    (the minimum of the cost graph's total over every combination of candidates) when that plan
+ *    fits mem_limit; else the cheapest plan found that fits, memory priced;
  *  - TS_SEARCH_PROPAGATION ("sharding_propagation"): operators the user fixed keep their
  *    strategy; the others are decided breadth-first from them, each taking the candidate of
  *    least own cost + redistribution to its already decided neighbours;
@@ -53,8 +54,9 @@ int ts_search_mode_parse(const char *name, ts_search_mode *out);
 typedef struct {
   int ndevices;              /* D >= 1 */
   const ts_cluster *cluster; /* prices (required) */
-  double mem_limit;          /* bytes per device: candidates whose own memory exceeds it are dropped
-                                (0: no limit) */
+  double mem_limit;          /* bytes per device (0: no limit): candidates whose own memory exceeds
+                                it are dropped, and dynamic_programming keeps the plan's total
+                                memory under it when it can (memory priced, search.c) */
   int batch_cut;             /* > 0: the graph inputs' batch is cut exactly this many ways (the
                                 first reader's candidates are restricted); 0: free */
   int opt_slots;             /* optimizer state slots per parameter element (Adam: 2) */

@@ -265,7 +265,7 @@ static int eliminate(elim *E, int v, ts_search_result *res) {
   return TS_OK;
 }
 
-static int run_dp(const ts_costgraph *cg, int *choice, ts_search_result *res) {
+static int run_dp(const ts_costgraph *cg, int *choice, ts_search_result *res, double lambda) {
   elim E;
   memset(&E, 0, sizeof E);
   E.cg = cg;
@@ -281,7 +281,7 @@ static int run_dp(const ts_costgraph *cg, int *choice, ts_search_result *res) {
     double *t = malloc(sizeof(double) * (size_t)cg->ops[i].ncand);
     if (!t) rc = ts_error_set(TS_ENOMEM, "search: out of memory");
     else {
-      memcpy(t, cg->ops[i].cost, sizeof(double) * (size_t)cg->ops[i].ncand);
+      for (int c = 0; c < cg->ops[i].ncand; c++) t[c] = cg->ops[i].cost[c] + lambda * cg->ops[i].mem[c];
       rc = push_table(&E, 1, &i, t);
       if (rc) free(t);
     }
@@ -588,6 +588,61 @@ static int repair(const ts_costgraph *cg, int *choice) {
   return TS_OK;
 }
 
+/* dynamic_programming under the memory limit (the plan's total, ts_costgraph_memory): when the
+ * cheapest plan is over it, MindSpore keeps (cost, memory) pairs per strategy; here the memory is
+ * priced instead (a Lagrangian: each candidate costs cost + lambda x memory, every run exact for
+ * that price), lambda raised until the plan fits and then bisected towards the cheapest plan that
+ * still fits. Not exact for the constrained problem (a plan between two prices can be missed), but
+ * every plan returned fits when any price makes one fit; else the smallest-memory plan found is
+ * returned and the result's memory says by how much it is over. */
+static int run_dp_limited(const ts_costgraph *cg, int *choice, ts_search_result *r) {
+  int rc = run_dp(cg, choice, r, 0);
+  double lim = cg->cfg.mem_limit;
+  if (rc || lim <= 0 || ts_costgraph_memory(cg, choice) <= lim) return rc;
+  int n = cg->nops;
+  int *cur = malloc(sizeof(int) * (size_t)(n + 1)), *best = malloc(sizeof(int) * (size_t)(n + 1));
+  if (!cur || !best) {
+    free(cur), free(best);
+    return ts_error_set(TS_ENOMEM, "search: out of memory");
+  }
+  double cost0 = ts_costgraph_total(cg, choice), lo = 0, hi = (cost0 > 0 && isfinite(cost0) ? cost0 : 1) / lim;
+  double best_cost = INFINITY, least_mem = ts_costgraph_memory(cg, choice);
+  memcpy(best, choice, sizeof(int) * (size_t)n);
+  int fits = 0;
+  for (int it = 0; it < 60 && !rc && !fits; it++, hi *= 4) { /* raise the price until the plan fits */
+    ts_search_result t;
+    memset(&t, 0, sizeof t);
+    if ((rc = run_dp(cg, cur, &t, hi))) break;
+    double m = ts_costgraph_memory(cg, cur);
+    if (m <= lim) {
+      fits = 1;
+      best_cost = ts_costgraph_total(cg, cur);
+      memcpy(best, cur, sizeof(int) * (size_t)n);
+    } else {
+      lo = hi;
+      if (m < least_mem) least_mem = m, memcpy(best, cur, sizeof(int) * (size_t)n);
+    }
+  }
+  if (fits) hi /= 4;
+  for (int it = 0; it < 30 && !rc && fits; it++) { /* the cheapest that fits between the prices */
+    double mid = 0.5 * (lo + hi);
+    ts_search_result t;
+    memset(&t, 0, sizeof t);
+    if ((rc = run_dp(cg, cur, &t, mid))) break;
+    if (ts_costgraph_memory(cg, cur) <= lim) {
+      hi = mid;
+      double c = ts_costgraph_total(cg, cur);
+      if (c < best_cost) best_cost = c, memcpy(best, cur, sizeof(int) * (size_t)n);
+    } else {
+      lo = mid;
+    }
+  }
+  if (!rc) memcpy(choice, best, sizeof(int) * (size_t)n);
+  r->elim_cost = ts_costgraph_total(cg, choice); /* the plan's own total (the elimination priced memory too) */
+  free(cur), free(best);
+  return rc;
+}
+
 int ts_search_run(const ts_costgraph *cg, ts_search_mode mode, const ts_strategy_set *fixed, int *choice,
                   ts_search_result *res) {
   if (!cg || !choice) return ts_error_set(TS_EINVAL, "ts_search_run: null argument");
@@ -596,7 +651,7 @@ int ts_search_run(const ts_costgraph *cg, ts_search_mode mode, const ts_strategy
   for (int i = 0; i < cg->nops; i++) choice[i] = 0;
   int rc;
   switch (mode) {
-    case TS_SEARCH_DP: rc = run_dp(cg, choice, &r); break;
+    case TS_SEARCH_DP: rc = run_dp_limited(cg, choice, &r); break;
     case TS_SEARCH_PROPAGATION: rc = run_propagation(cg, fixed, choice); break;
     case TS_SEARCH_RECURSIVE:
       rc = run_recursive(cg, choice);

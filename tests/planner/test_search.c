@@ -287,6 +287,69 @@ static void check_graph(model *m, int D, const ts_cluster *cl, int maxc, int ful
   ts_costgraph_free(cg);
 }
 
+/* The exhaustive minimum under a memory limit (the plan's total memory at most lim). */
+typedef struct {
+  const ts_costgraph *cg;
+  int n, *cur;
+  double lim, best, *minrest, *minmem;
+} cbrute;
+
+static void cdfs(cbrute *b, int i, double acc, double mem) {
+  if (acc + b->minrest[i] >= b->best || mem + b->minmem[i] > b->lim) return;
+  if (i == b->n) {
+    b->best = acc;
+    return;
+  }
+  brute tmp = {b->cg, b->n, b->cur, NULL, 0, NULL, 0};
+  for (int c = 0; c < ts_costgraph_num_candidates(b->cg, i); c++) {
+    b->cur[i] = c;
+    cdfs(b, i + 1, acc + added(&tmp, i), mem + ts_costgraph_candidate_memory(b->cg, i, c));
+  }
+}
+
+/* dynamic_programming under a plan-level memory limit halfway between the least memory any plan
+ * needs and the unconstrained optimum's: the plan fits, costs at least the unconstrained optimum
+ * and at least the constrained exhaustive minimum. */
+static void memory_limit(const ts_cluster *cl) {
+  model m;
+  mlp(&m, 4, 64, 256);
+  ts_costgraph_config cc = {.ndevices = 4, .cluster = cl, .opt_slots = 2};
+  ts_costgraph *cg;
+  CHECK_OK(ts_costgraph_build(m.g, &cc, &cg));
+  int n = ts_costgraph_num_ops(cg), ch[16];
+  ts_search_result r0, r1;
+  CHECK_OK(ts_search_run(cg, TS_SEARCH_DP, NULL, ch, &r0));
+  cbrute b = {cg, n, calloc((size_t)n + 1, sizeof(int)), 0, INFINITY, calloc((size_t)n + 2, sizeof(double)),
+              calloc((size_t)n + 2, sizeof(double))};
+  for (int i = n - 1; i >= 0; i--) {
+    double mc = INFINITY, mm = INFINITY;
+    for (int c = 0; c < ts_costgraph_num_candidates(cg, i); c++) {
+      mc = fmin(mc, ts_costgraph_candidate_cost(cg, i, c));
+      mm = fmin(mm, ts_costgraph_candidate_memory(cg, i, c));
+    }
+    b.minrest[i] = b.minrest[i + 1] + mc;
+    b.minmem[i] = b.minmem[i + 1] + mm;
+  }
+  double least = b.minmem[0], lim = 0.5 * (least + r0.memory);
+  CHECK_MSG(least < r0.memory, "the optimum already uses the least memory (%g): no test", least);
+  ts_costgraph_free(cg);
+  cc.mem_limit = lim;
+  CHECK_OK(ts_costgraph_build(m.g, &cc, &cg));
+  CHECK_OK(ts_search_run(cg, TS_SEARCH_DP, NULL, ch, &r1));
+  b.cg = cg;
+  b.lim = lim;
+  cdfs(&b, 0, 0, 0);
+  CHECK_MSG(r1.memory <= lim && r1.cost >= r0.cost * (1 - 1e-9) && r1.cost >= b.best * (1 - 1e-9),
+            "limit %g: plan memory %g, cost %g (unconstrained %g, constrained exhaustive %g)", lim, r1.memory, r1.cost,
+            r0.cost, b.best);
+  printf("memory limit %.3g MiB (unconstrained plan %.3g MiB, least possible %.3g MiB): dynamic_programming %.6g ms "
+         "in %.3g MiB; exhaustive under the limit %.6g ms\n", lim / 1048576, r0.memory / 1048576, least / 1048576,
+         1e3 * r1.cost, r1.memory / 1048576, 1e3 * b.best);
+  free(b.cur), free(b.minrest), free(b.minmem);
+  ts_costgraph_free(cg);
+  model_free(&m);
+}
+
 /* A single dense layer and its loss: which cut does the search give the dense? */
 static void sanity(const ts_cluster *cl) {
   for (int big = 0; big <= 1; big++) {
@@ -370,6 +433,7 @@ int main(void) {
     model_free(&m);
   }
   sanity(&cl);
+  memory_limit(&cl);
   refusals(&cl);
   return ts_test_finish("test_search");
 }
