@@ -100,6 +100,19 @@ assert sys.argv[2] != 'sharding_propagation' or s['fc2.dense']['inputs'] == [[2,
   else bad "$m on $n ranks, $mode (exit $rc, cuts '$cuts'): $(paste "$tmp/$tag.txt" "$tmp/$m.one.txt" | tr '\n' ';') $out"; fi
 done
 
+# the outer search on that cluster picks a plan with searched cuts (tensor x pipeline) for the GPT
+# on 4 ranks; it trains as one process does
+run plan "$tmp/gpt.yaml" -n 4 --cluster "$tmp/slow.yaml" --search
+chosen=$(echo "$out" | grep '^chosen:')
+mpi_job 4
+out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set parallel.mode=auto_parallel --set parallel.cluster="$tmp/slow.yaml" \
+      --set log.metrics="$tmp/outer.jsonl" 2>&1); rc=$?
+losses "$tmp/outer.jsonl" > "$tmp/outer.txt" 2>/dev/null
+if [ $rc = 0 ] && echo "$chosen" | grep -q "tp=[24].*cuts=search" && same "$tmp/outer.txt" "$tmp/gpt.one.txt" 1e-5; then
+  ok "auto_parallel's outer search on 4 ranks: ${chosen%%:*}: ${chosen#*: }" | cut -c1-160
+  ok "  and it trains as one process ($(tr '\n' ' ' < "$tmp/outer.txt"))"
+else bad "outer search: rc $rc, '$chosen': $(paste "$tmp/outer.txt" "$tmp/gpt.one.txt" | tr '\n' ';') $out"; fi
+
 # tessera plan --search names the mode and lists the searched strategies of a tensor-parallel plan
 run plan "$tmp/gpt.yaml" -n 4 --cluster "$tmp/slow.yaml" --search --set parallel.search_mode=recursive_programming
 if [ $rc = 0 ] && echo "$out" | grep -q "per-operator search: recursive_programming" && echo "$out" | grep -q "cuts=search"; then
