@@ -199,6 +199,21 @@ static double recompute(const ts_costgraph *cg, const int *ch) {
   return t;
 }
 
+/* Plain enumeration of every combination (no pruning at all), for the smaller spaces. */
+static double enumerate_all(const ts_costgraph *cg) {
+  int n = ts_costgraph_num_ops(cg), *c = calloc((size_t)n + 1, sizeof(int));
+  double best = INFINITY;
+  for (;;) {
+    double t = recompute(cg, c);
+    if (t < best) best = t;
+    int i = n - 1;
+    while (i >= 0 && ++c[i] == ts_costgraph_num_candidates(cg, i)) c[i--] = 0;
+    if (i < 0) break;
+  }
+  free(c);
+  return best;
+}
+
 static int close_rel(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)) + 1e-18; }
 
 /* The strategies of choice ch, applied by the parallel pass on every rank. */
@@ -217,6 +232,8 @@ static void pass_accepts(const model *m, const ts_costgraph *cg, const int *ch, 
   ts_strategy_set_free(s);
 }
 
+static int plain; /* graphs also checked by plain enumeration */
+
 static void check_graph(model *m, int D, const ts_cluster *cl, int maxc, int full) {
   ts_costgraph_config cc = {.ndevices = D, .cluster = cl, .opt_slots = 2, .max_candidates = maxc, .full_devices = full};
   ts_costgraph *cg;
@@ -232,6 +249,11 @@ static void check_graph(model *m, int D, const ts_cluster *cl, int maxc, int ful
   long long visited;
   double opt = brute_force(cg, bf, &visited);
   CHECK_MSG(close_rel(r.cost, opt), "%s D=%d: dynamic_programming %.12g, brute force %.12g", m->name, D, r.cost, opt);
+  if (space <= 3e6) { /* and without any pruning where the space is small enough */
+    double all = enumerate_all(cg);
+    CHECK_MSG(close_rel(all, opt), "%s D=%d: every combination %.12g, depth first %.12g", m->name, D, all, opt);
+    plain++;
+  }
   CHECK_MSG(close_rel(r.elim_cost, r.cost), "%s D=%d: the elimination's minimum %.12g, its choice's total %.12g",
             m->name, D, r.elim_cost, r.cost);
   CHECK_MSG(close_rel(recompute(cg, dp), r.cost), "%s D=%d: recomputed %.12g, reported %.12g", m->name, D,
@@ -432,6 +454,8 @@ int main(void) {
     check_graph(&m, D, &cl, 0, D >= 4);
     model_free(&m);
   }
+  printf("%d of the graphs also enumerated without pruning\n", plain);
+  CHECK(plain >= 8);
   sanity(&cl);
   memory_limit(&cl);
   refusals(&cl);
