@@ -28,6 +28,26 @@ void ts__buckets_set_out(ts__buckets *d, float *out);
 /* Bucket k: its flat range, its ranks' parts (reduce-scatter mode; NULL otherwise) and where this
  * rank's part sits in out. Parts start at the prefix sums of counts. */
 void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, const size_t **counts, size_t *out_off);
+/* Staged mode (reduce-scatter mode only; optimizer sharding stages 2 and 3): no whole flat
+ * gradient buffer. Assigns every bucket a staging slot from the graph (a bucket holds its slot
+ * from the first node writing one of its gradients to the end of its reduce-scatter; a slot is
+ * reused once its bucket was last touched before the next one's first writer: two slots for a
+ * backward in reverse layer order) and allocates the slots (each as large as its largest bucket),
+ * with accumulate also room per slot for a reduced part. The plan must bind each gradient to
+ * ts__buckets_grad_addr and run with ts__buckets_hook attached, which also waits, before a
+ * bucket's first writer runs, for its slot's previous reduce-scatter. *numel: the floats
+ * allocated. Also in dry runs (without a communicator): the binding shapes the plan. */
+int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel);
+/* Staged mode: the staging slots (0 otherwise). */
+int ts__buckets_num_slots(const ts__buckets *d);
+/* Staged mode: where the gradient element at flat offset `flat` of the store lives (its bucket's
+ * slot); NULL outside every bucket or when not staged. */
+float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat);
+/* Staged mode, for the next run: blocking, a bucket is reduce-scattered with a blocking call as
+ * soon as it is complete (no overlap: parallel.overlap false, pipelines); accumulate, the reduced
+ * part is added to the rank's part in `out` instead of replacing it (micro-steps after the first;
+ * needs ts__buckets_stage's accumulate). */
+void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate);
 /* Before a run whose gradients (into `grads`, the flat buffer) are to be reduced. */
 void ts__buckets_begin(ts__buckets *d, float *grads);
 /* The plan hook: after each node, starts the buckets it completed and polls those in flight. */

@@ -118,6 +118,9 @@ int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n);
  * replicas, or its semi_auto ranks): their communicator *c (NULL in dry runs), *n of them, this
  * rank's place *r. */
 void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r);
+/* The training plan instances of the rank's first piece (every instance of d->r.g: the
+ * schedule's micro-batches in flight), *plans pointing at them; their number. */
+int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans);
 /* Rank-store entry i is held by several stages (its gradient summed over the pipeline). */
 int ts__pipe_tied(const ts_dist *d, int i);
 /* Rank-store entry i's weight in the global norm: 1 / the stage's ranks holding its slice, 0 when
@@ -135,7 +138,8 @@ void ts__zero_begin(ts_dist *d, float *grads);
 /* Waits for (or runs) the reduce-scatter of the sharded gradients of g and all-reduces the
  * replicated ones, into the optimizer's work buffer. */
 int ts__zero_reduce(ts_dist *d, const float *g);
-/* Stage 2: micro-step k's gradients reduce-scattered and accumulated into the work buffer. */
+/* Stages 2 and 3: micro-step k's gradients (reduce-scattered during its backward) accumulated
+ * into the work buffer; the next micro-step armed. */
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
 /* The global norm over the work buffer (shards summed over the ranks, replicated once), and
  * clipping of it. */
@@ -157,6 +161,11 @@ float *ts__zero_held_params(ts_dist *d);
  * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
  * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */
 size_t ts__zero_param_bytes(const ts_dist *d);
+/* Stages 2 and 3: bytes of gradients the rank holds besides the optimizer's work buffer (whose
+ * R + P floats take the reduced gradients): the buckets' staging slots (with accumulation, each
+ * with room for a reduced part) and, with accumulation, the replicated gradients of a
+ * micro-step (R). No whole-model gradient buffer exists. 0 under stage 1 or without sharding. */
+size_t ts__zero_staged_grad_bytes(const ts_dist *d);
 /* Of which the gather slots (stage 3; 0 otherwise). */
 size_t ts__zero_slot_bytes(const ts_dist *d);
 /* Bytes one rank sends per optimizer step through the data-parallel gradient reduction and

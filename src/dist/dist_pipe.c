@@ -265,7 +265,9 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     ch->K = ts_schedule_max_inflight(pp->sched, pp->stage, cc);
     if (ch->K < 1) ch->K = 1;
   }
-  if ((rc = ts_params_alloc(r->params, c->seed))) return rc;
+  /* optimizer_shard 2: each gradient bound into its bucket's staging slot (dist_zero.c) */
+  if ((rc = ts_params_set_grads_external(r->params, c->optimizer_shard >= 2)) || (rc = ts_params_alloc(r->params, c->seed)))
+    return rc;
   for (int cc = 0; cc < V; cc++)
     if ((rc = build_chunk_plans(d, &pp->ch[cc]))) return rc;
   /* what the trainer and the profiler look at: the first piece */
@@ -427,6 +429,11 @@ static int start_pipe(ts_dist *d) {
   if (pp->dp * pp->sub < 2) return TS_OK;
   ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
   return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
+}
+
+int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans) {
+  *plans = d->pipe->ch[0].plan;
+  return d->pipe->ch[0].K;
 }
 
 /* ---- a step ---- */

@@ -114,10 +114,17 @@ struct ts__zero {
   ts_comm *gcomm;  /* stage 3: the gathers' own communicator (a duplicate of the world) */
   size_t *rep_at;  /* stage 3: per parameter id, its offset in [0, R) if replicated, else SIZE_MAX */
   int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
-  float *tmp;      /* stage 2: P, a later micro-step's reduced parts */
+  int staged;      /* stages 2 and 3: no whole-model gradient buffer; the buckets' staging slots */
+  size_t stage_numel; /* the slots' floats (with accumulation, their reduced parts too) */
+  float *rg;       /* staged with accumulation: R, the replicated gradients of a micro-step (else
+                      backward writes them into wg directly) */
+  ts_plan **hooked; /* the plans zero_hook is attached to */
+  int nhooked;
   size_t *displs;  /* N: scratch for the all-gathers */
   float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
 };
+
+static void zero_hook(const ts_hook_info *e, void *user);
 
 void ts__zero_free(struct ts__zero *z) {
   if (!z) return;
@@ -132,8 +139,10 @@ void ts__zero_free(struct ts__zero *z) {
   }
   free(z->rep);
   free(z->pt);
+  for (int k = 0; k < z->nhooked; k++) ts_plan_remove_hook(z->hooked[k], zero_hook, z); /* the plans outlive it */
+  free(z->hooked);
   free(z->displs);
-  free(z->tmp);
+  free(z->rg);
   free(z->wp);
   free(z->wg);
   free(z);
@@ -256,6 +265,54 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
   if ((rc = ts_params_each_binding(p, r->g, bind3, &bt)) || (rc = ts_params_each_binding(p, r->ge, bind3, &be)))
     return rc;
   return ts__gather_attach(z->gt, z->wp);
+}
+
+/* ---- stages 2 and 3: the gradients in the buckets' staging slots ---- */
+
+/* The training plans backward runs in: the rank's plan, or a pipeline piece's instances. */
+static int train_plans(ts_dist *d, ts_plan ***plans) {
+  if (d->pipe) return ts__pipe_train_plans(d, plans);
+  *plans = &d->r.plan;
+  return d->r.plan ? 1 : 0;
+}
+
+/* Stages 2 and 3 (also in dry runs: the binding is what the plans' figures see): the store has no
+ * gradient buffer (ts__dist_plans); each group's buckets get staging slots, and every gradient
+ * value of the training plans is bound to its place in its bucket's slot, or, for the replicated
+ * (and unreduced) parameters, in the work buffer (without accumulation: that is where their
+ * reduced gradients go) or in rg (with accumulation: added up there micro-step by micro-step). */
+static int stage_grads(ts_dist *d, struct ts__zero *z) {
+  ts_params *p = d->r.params;
+  int acc = d->cfg.accum > 1, rc = TS_OK;
+  if (ts_params_grads(p))
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: the store was allocated with a gradient buffer",
+                        d->cfg.optimizer_shard);
+  for (int k = 0; k < z->ng && !rc; k++) {
+    size_t n = 0;
+    rc = ts__buckets_stage(z->g[k].bk, acc, &n);
+    z->stage_numel += n;
+  }
+  if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard %d: the gradient buckets' staging slots",
+                               d->cfg.optimizer_shard);
+  if (acc && !(z->rg = calloc(z->R + 1, sizeof(float))))
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  z->staged = 1;
+  ts_plan **plans;
+  int np = train_plans(d, &plans);
+  for (int i = 0; i < ts_params_count(p) && !rc; i++) {
+    ts_val gv = ts_params_grad_value(p, i);
+    if ((ts_params_flags(p, i) & TS_PARAM_STATE) || gv == TS_NONE) continue;
+    size_t off = ts_params_offset(p, i);
+    float *at = NULL;
+    for (int k = 0; k < z->nrep && !at; k++)
+      if (z->rep[k].flat == off) at = (acc ? z->rg : z->wg) + z->rep[k].packed;
+    for (int k = 0; k < z->ng && !at; k++) at = ts__buckets_grad_addr(z->g[k].bk, off);
+    if (!at)
+      return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: the gradient of '%s' is in no bucket and not "
+                          "replicated", d->cfg.optimizer_shard, ts_params_name(p, i));
+    for (int q = 0; q < np && !rc; q++) rc = ts_plan_bind(plans[q], gv, at);
+  }
+  return rc;
 }
 
 /* The base ranks the groups partition: the job's, or a pipeline stage's (its replicas or its
@@ -406,8 +463,6 @@ int ts__zero_plan(ts_dist *d) {
   if (!rc) {
     z->wp = calloc(z->R + z->P + 1, sizeof(float));
     z->wg = calloc(z->R + z->P + 1, sizeof(float));
-    if (d->cfg.optimizer_shard >= 2 && !(z->tmp = calloc(z->P + 1, sizeof(float))))
-      rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
     if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   }
   for (int k = 0; !rc && k < z->ng; k++) ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out);
@@ -417,6 +472,7 @@ int ts__zero_plan(ts_dist *d) {
                         "parallel.mode data_parallel only");
     else rc = plan_stage3(d, z);
   }
+  if (!rc && d->cfg.optimizer_shard >= 2) rc = stage_grads(d, z);
   if (rc) {
     ts__zero_free(z);
     return rc;
@@ -433,21 +489,31 @@ static void zero_hook(const ts_hook_info *e, void *user) {
 int ts__zero_start(ts_dist *d) {
   int rc = ts__zero_plan(d);
   if (rc || !d->world) return rc;
+  struct ts__zero *z = d->zero;
   /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
-   * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule */
+   * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule
+   * (stage 1) or, staged, as each bucket completes, blocking */
   d->overlap = !d->pipe && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
-  if (d->overlap && !d->zero->attached) {
-    rc = ts_plan_add_hook(d->r.plan, zero_hook, d->zero);
-    d->zero->attached = !rc;
+  /* staged (stages 2 and 3) the hook runs whatever the overlap: the slots are reused within backward */
+  if ((d->overlap || z->staged) && !z->attached) {
+    ts_plan **plans;
+    int np = train_plans(d, &plans);
+    if (!(z->hooked = calloc((size_t)np + 1, sizeof *z->hooked)))
+      return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+    for (int q = 0; q < np && !rc; q++)
+      if (!(rc = ts_plan_add_hook(plans[q], zero_hook, z))) z->hooked[z->nhooked++] = plans[q];
+    z->attached = !rc;
   }
   return rc;
 }
 
 void ts__zero_begin(ts_dist *d, float *grads) {
   struct ts__zero *z = d->zero;
-  if (!d->world) return;
+  if (!d->world || (!d->overlap && !z->staged)) return;
+  z->accumulated = 0;
   for (int k = 0; k < z->ng; k++) {
     ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out); /* micro-step 0 writes the parts */
+    if (z->staged) ts__buckets_set_mode(z->g[k].bk, !d->overlap, 0);
     ts__buckets_begin(z->g[k].bk, grads);
   }
 }
@@ -515,38 +581,33 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   return rc;
 }
 
-/* Stage 2: micro-step k's gradients reduce-scattered (started during its backward with overlap,
- * else now) and added to the rank's parts; the replicated ones added up locally (all-reduced once,
- * at the step's end). With overlap, the next micro-step's reduce-scatter is armed here. */
+/* Stages 2 and 3 (staged): micro-step k's gradients were reduce-scattered bucket by bucket
+ * during its backward (the hook; k > 0 added to the rank's parts as each completes): wait for
+ * them; the replicated ones added up locally (all-reduced once, at the step's end); the next
+ * micro-step's reduce-scatters armed, adding. */
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   struct ts__zero *z = d->zero;
+  (void)grads;
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
-  float *parts = z->wg + z->R;
+  if (!z->staged || !z->rg)
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: accumulation without staged gradients",
+                        d->cfg.optimizer_shard);
   int rc = TS_OK;
-  for (int q = 0; q < z->ng && !rc; q++) {
-    zgroup *G = &z->g[q];
-    if (!d->overlap) {
-      ts__buckets_set_out(G->bk, (k == 0 ? parts : z->tmp) + G->out);
-      ts__buckets_begin(G->bk, (float *)grads);
-    }
-    rc = ts__buckets_finish(G->bk);
-  }
+  for (int q = 0; q < z->ng && !rc; q++) rc = ts__buckets_finish(z->g[q].bk);
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of micro-step %lld's gradients",
                                (long long)k + 1);
-  if (k > 0)
-    for (size_t i = 0; i < z->P; i++) parts[i] += z->tmp[i];
   for (int q = 0; q < z->nrep; q++) {
     float *w = z->wg + z->rep[q].packed;
-    const float *g = grads + z->rep[q].flat;
+    const float *g = z->rg + z->rep[q].packed;
     if (k == 0) memcpy(w, g, z->rep[q].n * sizeof(float));
     else
       for (size_t i = 0; i < z->rep[q].n; i++) w[i] += g[i];
   }
-  int next = d->overlap && k + 1 < d->cfg.accum;
-  for (int q = 0; q < z->ng; q++) {
-    ts__buckets_set_out(z->g[q].bk, (next ? z->tmp : parts) + z->g[q].out);
-    if (next) ts__buckets_begin(z->g[q].bk, (float *)grads); /* micro-step k + 1 */
-  }
+  if (k + 1 < d->cfg.accum)
+    for (int q = 0; q < z->ng; q++) { /* micro-step k + 1 adds its reduced parts */
+      ts__buckets_set_mode(z->g[q].bk, !d->overlap, 1);
+      ts__buckets_begin(z->g[q].bk, NULL);
+    }
   z->accumulated = 1;
   return TS_OK;
 }
@@ -558,11 +619,13 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
   if (rc) return rc;
   if (!z->accumulated) {
     for (int k = 0; k < z->ng && !rc; k++) {
-      if (!d->overlap) ts__buckets_begin(z->g[k].bk, (float *)g);
+      if (!d->overlap && !z->staged) ts__buckets_begin(z->g[k].bk, (float *)g);
       rc = ts__buckets_finish(z->g[k].bk);
     }
     if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
-    for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
+    /* staged: backward wrote the replicated gradients into the work buffer */
+    for (int k = 0; k < z->nrep && !z->staged; k++)
+      memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
   }
   z->accumulated = 0;
   for (int k = 0; k < z->ng && !rc; k++) /* hybrid: the shard groups' reduced parts over the groups */
@@ -686,6 +749,12 @@ size_t ts__zero_param_bytes(const ts_dist *d) {
 
 double ts__zero_take_gather_wait(ts_dist *d) {
   return d->zero && d->zero->gt ? ts__gather_take_wait(d->zero->gt) : 0;
+}
+
+size_t ts__zero_staged_grad_bytes(const ts_dist *d) {
+  const struct ts__zero *z = d->zero;
+  if (!z || !z->staged) return 0;
+  return (z->stage_numel + (z->rg ? z->R : 0)) * sizeof(float);
 }
 
 size_t ts__zero_slot_bytes(const ts_dist *d) {

@@ -28,6 +28,7 @@ struct ts_params {
   float *data, *grads, *states;
   int allocated;
   int external; /* ts_params_alloc_external: the trainable parameters are held elsewhere (data NULL) */
+  int grads_external; /* ts_params_set_grads_external: no gradient buffer (grads NULL) */
 };
 
 int ts_params_create(ts_params **out) {
@@ -183,9 +184,9 @@ static int alloc_store(ts_params *p, uint64_t seed, int external) {
                         p->external ? "without" : "with");
   if (!p->allocated) {
     p->data = external ? NULL : ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
-    p->grads = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
+    p->grads = p->grads_external ? NULL : ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
     p->states = ts_calloc((p->state_numel ? p->state_numel : 1) * sizeof(float));
-    if ((!p->data && !external) || !p->grads || !p->states) {
+    if ((!p->data && !external) || (!p->grads && !p->grads_external) || !p->states) {
       ts_free(p->data);
       ts_free(p->grads);
       ts_free(p->states);
@@ -205,6 +206,13 @@ static int alloc_store(ts_params *p, uint64_t seed, int external) {
 }
 
 int ts_params_alloc(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 0); }
+
+int ts_params_set_grads_external(ts_params *p, int external) {
+  if (p->allocated)
+    return ts_error_set(TS_EINVAL, "ts_params_set_grads_external: the store is already allocated");
+  p->grads_external = external != 0;
+  return TS_OK;
+}
 
 int ts_params_alloc_external(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 1); }
 
@@ -276,7 +284,7 @@ float *ts_params_ptr(ts_params *p, int id) {
   return base ? base + p->e[id].offset : NULL; /* NULL: held elsewhere (ts_params_alloc_external) */
 }
 float *ts_params_grad_ptr(ts_params *p, int id) {
-  if (id < 0 || id >= p->n || !p->allocated || (p->e[id].flags & TS_PARAM_STATE)) return NULL;
+  if (id < 0 || id >= p->n || !p->allocated || !p->grads || (p->e[id].flags & TS_PARAM_STATE)) return NULL;
   return p->grads + p->e[id].offset;
 }
 float *ts_params_data(ts_params *p) { return p->data; }
