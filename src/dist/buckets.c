@@ -11,14 +11,17 @@
  * once, from the graph: a bucket occupies its slot from the first node writing one of its
  * gradients to the end of its reduce-scatter, which starts after the last node touching them; a
  * bucket takes the slot whose occupant was last touched longest before its first writer (a new
- * slot only when every slot's occupant is still being written then), so backward in reverse
- * layer order uses two. Before the first writer of a bucket runs, the hook waits for the
- * reduce-scatter of the slot's previous bucket. */
+ * slot only when every slot's occupant is still being written then, or fewer than two exist), so
+ * backward in reverse layer order uses two, one reduce-scattered while the other is written.
+ * Before the first writer of a bucket runs, the hook waits for the reduce-scatter of the slot's
+ * previous bucket. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "buckets.h"
+
+#define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
@@ -327,13 +330,15 @@ int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel) {
   for (int k = 0; k < d->nb; k++) ord[k] = &d->b[k];
   qsort(ord, (size_t)d->nb, sizeof *ord, by_first);
   /* each bucket, by its first writer, into the slot whose occupant was last touched longest
-   * before it (its reduce-scatter has had the most time); a new slot if none is free by then */
+   * before it (its reduce-scatter has had the most time); a new slot if none is free by then,
+   * and at least STAGE_SLOTS, so that a bucket's reduce-scatter runs while the next one's
+   * gradients are computed instead of holding up its first writer */
   for (int k = 0; k < d->nb; k++) {
     bucket *b = ord[k];
     int best = -1;
     for (int q = 0; q < d->nslots; q++)
       if (slast[q] < b->first && (best < 0 || slast[q] < slast[best])) best = q;
-    if (best < 0) best = d->nslots++;
+    if (best < 0 || d->nslots < STAGE_SLOTS) best = d->nslots++;
     b->slot = best;
     slast[best] = b->last;
     if (b->len > d->slot_len[best]) d->slot_len[best] = b->len;

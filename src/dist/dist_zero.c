@@ -816,6 +816,16 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
     }
     if (alone) fprintf(out, "  %zu elements of slices no other rank holds: updated by this rank alone\n", alone);
   }
+  if (z->staged) {
+    int nsl = 0;
+    for (int k = 0; k < z->ng; k++) nsl += ts__buckets_num_slots(z->g[k].bk);
+    fprintf(out, "gradients (optimizer_shard %d): no whole-model buffer; backward writes the %d buckets' gradients into "
+            "%d staging slot%s (%zu floats%s), each bucket reduce-scattered from its slot as soon as it is complete; "
+            "the replicated ones into the optimizer's work buffer%s\n",
+            st, z->nb, nsl, nsl == 1 ? "" : "s", z->stage_numel,
+            z->rg ? ", with room for each slot's reduced part: micro-steps add them" : "",
+            z->rg ? " (added up over the micro-steps from a buffer of their size)" : "");
+  }
   if (!z->stage3) return;
   int ns = 0, ded = 0, ng = 0, nge = 0;
   size_t slots = ts__gather_slot_numel(z->gt, &ns, &ded);
