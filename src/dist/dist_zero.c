@@ -195,9 +195,12 @@ typedef struct {
 } binder;
 
 /* A value of the plan's graph into its memory: parameters into wp (replicated) or their unit's
- * gather slot; states and gradients where the store has them. */
+ * gather slot; states where the store has them; gradients are left as stage_grads bound them
+ * (the store has no gradient buffer). */
 static int bind3(ts_val v, void *data, void *user) {
   binder *b = user;
+  ts_val_kind kind = ts_val_kind_of(b->g, v);
+  if (kind != TS_VAL_PARAM && kind != TS_VAL_STATE) return TS_OK;
   int id = ts_val_param_id(b->g, v);
   if (id >= 0 && ts_val_kind_of(b->g, v) == TS_VAL_PARAM) {
     data = b->z->rep_at[id] != SIZE_MAX ? b->z->wp + b->z->rep_at[id] : ts__gather_addr(b->z->gt, id);
@@ -281,7 +284,7 @@ static int train_plans(ts_dist *d, ts_plan ***plans) {
  * value of the training plans is bound to its place in its bucket's slot, or, for the replicated
  * (and unreduced) parameters, in the work buffer (without accumulation: that is where their
  * reduced gradients go) or in rg (with accumulation: added up there micro-step by micro-step). */
-static int stage_grads(ts_dist *d, struct ts__zero *z) {
+static int stage_grads(ts_dist *d, struct ts__zero *z) { /* before anything plans the memory (stage 3's gathers) */
   ts_params *p = d->r.params;
   int acc = d->cfg.accum > 1, rc = TS_OK;
   if (ts_params_grads(p))
@@ -470,9 +473,11 @@ int ts__zero_plan(ts_dist *d) {
     if (!z->plain || z->ng != 1 || z->N != d->r.size)
       rc = ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for "
                         "parallel.mode data_parallel only");
-    else rc = plan_stage3(d, z);
+    else rc = stage_grads(d, z);
+    if (!rc) rc = plan_stage3(d, z);
+  } else if (!rc && d->cfg.optimizer_shard == 2) {
+    rc = stage_grads(d, z);
   }
-  if (!rc && d->cfg.optimizer_shard >= 2) rc = stage_grads(d, z);
   if (rc) {
     ts__zero_free(z);
     return rc;

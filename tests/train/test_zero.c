@@ -272,6 +272,9 @@ static void grad_memory(ts_comm *w) {
       {"stage 2, threshold 64 KiB", {path, "parallel.optimizer_shard=2"}, 2, 2, 0, 64},
       {"stage 2, all sharded, accumulation 2", {path, "parallel.optimizer_shard=2", t0, acc}, 4, 2, 1, 0},
       {"stage 3, all sharded", {path, "parallel.optimizer_shard=3", t0}, 3, 3, 0, 0},
+      /* recompute: the arena is small next to the gradients, so one planned while they were not yet
+       * bound to their slots would show (measured above predicted) */
+      {"stage 3, all sharded, recompute full", {path, "parallel.optimizer_shard=3", t0, "model.recompute=full"}, 4, 3, 0, 0},
   };
   const int nc = (int)(sizeof cs / sizeof cs[0]);
   gcase base[2], c;
