@@ -47,6 +47,7 @@ struct ts__buckets {
   int err;
   char errmsg[512];
   double t_comm_wait;
+  double t_claim; /* staged mode: seconds first writers waited for their slot (ts__buckets_take_claim_wait) */
   int nranks, rank;
   float *out; /* reduce-scatter mode (ts__buckets_scatter): the rank's parts, bucket after bucket */
   /* staged mode (ts__buckets_stage) */
@@ -427,6 +428,7 @@ static void claim_slots(ts__buckets *d, int node) {
     }
   }
   d->t_comm_wait += ts_time_now() - t0;
+  d->t_claim += ts_time_now() - t0;
 }
 
 static void poll(ts__buckets *d) {
@@ -477,3 +479,9 @@ int ts__buckets_finish(ts__buckets *d) {
 }
 
 double ts__buckets_wait_seconds(const ts__buckets *d) { return d->t_comm_wait; }
+
+double ts__buckets_take_claim_wait(ts__buckets *d) {
+  double t = d->t_claim;
+  d->t_claim = 0;
+  return t;
+}

@@ -56,5 +56,8 @@ void ts__buckets_hook(const ts_hook_info *e, void *user);
 int ts__buckets_finish(ts__buckets *d);
 /* Seconds the last ts__buckets_finish spent waiting (communication not hidden behind backward). */
 double ts__buckets_wait_seconds(const ts__buckets *d);
+/* Staged mode: seconds the hook waited, before a bucket's first writer, for its slot's previous
+ * reduce-scatter since the last call (communication not hidden behind backward). */
+double ts__buckets_take_claim_wait(ts__buckets *d);
 
 #endif

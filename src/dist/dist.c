@@ -399,7 +399,8 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   if (d->zero) {
     double t0 = ts_time_now();
     int rc = ts__zero_reduce(d, g);
-    *wait_ms = 1e3 * (ts_time_now() - t0);
+    /* and, staged, what backward waited for a staging slot */
+    *wait_ms = 1e3 * (ts_time_now() - t0 + ts__zero_take_slot_wait(d));
     if (rc) return rc;
   }
   if (d->red) { /* its errors name the reduction and the group */

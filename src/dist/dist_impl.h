@@ -174,6 +174,9 @@ size_t ts__zero_slot_bytes(const ts_dist *d);
  * without sharding; stages 1 and 2 the same volume; stage 3 the gathers of the training plan's
  * runs instead of one all-gather (about 1.5x). */
 double ts__zero_comm_bytes(const ts_dist *d);
+/* Stages 2 and 3: seconds backward waited for a staging slot (its previous bucket's
+ * reduce-scatter) since the last call; 0 otherwise. */
+double ts__zero_take_slot_wait(ts_dist *d);
 /* Stage 3: seconds the plans' hooks waited for parameter gathers since the last call (the
  * gathers' communication not hidden behind compute); 0 otherwise. */
 double ts__zero_take_gather_wait(ts_dist *d);

@@ -752,6 +752,12 @@ size_t ts__zero_param_bytes(const ts_dist *d) {
   return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
 }
 
+double ts__zero_take_slot_wait(ts_dist *d) {
+  double t = 0;
+  for (int k = 0; d->zero && k < d->zero->ng; k++) t += ts__buckets_take_claim_wait(d->zero->g[k].bk);
+  return t;
+}
+
 double ts__zero_take_gather_wait(ts_dist *d) {
   return d->zero && d->zero->gt ? ts__gather_take_wait(d->zero->gt) : 0;
 }
