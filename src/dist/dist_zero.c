@@ -497,7 +497,7 @@ int ts__zero_start(ts_dist *d) {
   struct ts__zero *z = d->zero;
   /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
    * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule
-   * (stage 1) or, staged, as each bucket completes, blocking */
+   * (stage 1) or, staged, as each bucket completes (staged_overlap) */
   d->overlap = !d->pipe && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
   /* staged (stages 2 and 3) the hook runs whatever the overlap: the slots are reused within backward */
   if ((d->overlap || z->staged) && !z->attached) {
@@ -512,13 +512,18 @@ int ts__zero_start(ts_dist *d) {
   return rc;
 }
 
+/* Staged: each bucket's reduce-scatter runs non-blocking behind the rest of backward (also in a
+ * pipeline's backwards, which otherwise reduce after the schedule), or with parallel.overlap
+ * false blocking as soon as the bucket is complete. */
+static int staged_overlap(const ts_dist *d) { return d->cfg.overlap; }
+
 void ts__zero_begin(ts_dist *d, float *grads) {
   struct ts__zero *z = d->zero;
   if (!d->world || (!d->overlap && !z->staged)) return;
   z->accumulated = 0;
   for (int k = 0; k < z->ng; k++) {
     ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out); /* micro-step 0 writes the parts */
-    if (z->staged) ts__buckets_set_mode(z->g[k].bk, !d->overlap, 0);
+    if (z->staged) ts__buckets_set_mode(z->g[k].bk, !staged_overlap(d), 0);
     ts__buckets_begin(z->g[k].bk, grads);
   }
 }
@@ -610,7 +615,7 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   }
   if (k + 1 < d->cfg.accum)
     for (int q = 0; q < z->ng; q++) { /* micro-step k + 1 adds its reduced parts */
-      ts__buckets_set_mode(z->g[q].bk, !d->overlap, 1);
+      ts__buckets_set_mode(z->g[q].bk, !staged_overlap(d), 1);
       ts__buckets_begin(z->g[q].bk, NULL);
     }
   z->accumulated = 1;
