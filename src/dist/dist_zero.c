@@ -30,10 +30,15 @@
  * Communication per step: a reduce-scatter and an all-gather of each group's S (the volume of the
  * all-reduce they replace) plus an all-reduce of its R.
  *
- * Stage 2 (optimizer_shard = 2) differs with gradient accumulation only: each micro-step's
- * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
- * (ts_dist_accumulate; under a pipeline after each backward of the stage), so no whole-model
- * accumulation buffer exists (R + 2P floats instead of the store's).
+ * Stage 2 (optimizer_shard = 2) keeps gradients only for the rank's part (stage_grads): the store
+ * has no gradient buffer; every sharded gradient value of the training plans is bound into its
+ * bucket's staging slot (buckets.c, two slots reused in rotation, assigned from the graph), and
+ * the hook reduce-scatters each bucket from its slot as soon as it is complete (blocking with
+ * overlap off; also during a pipeline's backwards), waiting before a bucket's first writer for
+ * its slot's previous reduce-scatter; the replicated gradients are written into the work buffer.
+ * With accumulation each micro-step's reduced parts are added to the rank's parts as they
+ * complete and the replicated ones are added up from a buffer of R (ts_dist_accumulate), so no
+ * whole-model gradient or accumulation buffer exists.
  *
  * Stage 3 (optimizer_shard = 3, ZeRO-3; data_parallel: one group, every rank) shards the
  * parameters too: the store holds no parameters (ts_params_alloc_external); the work buffer's
@@ -43,7 +48,7 @@
  * gradient buckets (gather.c): the training and evaluation plans' parameter values are bound into
  * gather slots, and a plan hook all-gathers each bucket's parts into its slot before the nodes
  * that read it, in forward and again in backward order, the next one prefetched. Gradients and
- * accumulation as stage 2.
+ * accumulation as stage 2 (staged).
  *
  * Hybrid sharding (parallel.optimizer_shard_group G, FSDP's HYBRID_SHARD): each group's n ranks are
  * cut into n / G shard groups of G consecutive ones (shard_groups): the buckets are cut into G
