@@ -253,7 +253,7 @@ void ts__buckets_free(ts__buckets *d) {
     free(d->b[k].counts);
   }
   for (int k = 0; k < d->nslots; k++) {
-    ts_free(d->slot[k]);
+    if (d->slot) ts_free(d->slot[k]);
     if (d->slot_out) ts_free(d->slot_out[k]);
   }
   free(d->slot);
