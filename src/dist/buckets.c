@@ -178,7 +178,8 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
     }
     ts_shape s = ts_params_shape(p, i);
     size_t n = (size_t)ts_shape_numel(&s), off = ts_params_offset(p, i);
-    if (!cur || cur->len + n > cap) {
+    int solo = member && member[i] == 2; /* a bucket of its own */
+    if (!cur || solo || cur->len + n > cap) {
       cur = &d->b[d->nb++];
       cur->off = off;
       cur->len = 0;
@@ -187,6 +188,7 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
     cur->len += n;
     cur->nparams++;
     pb[i] = (int)(cur - d->b);
+    if (solo) cur = NULL;
   }
   /* node -> buckets completed there (a parameter without gradient is ready from the start) */
   int *cnt = calloc((size_t)d->nnodes + 1, sizeof(int));

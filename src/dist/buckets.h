@@ -11,8 +11,8 @@ typedef struct ts__buckets ts__buckets;
 
 /* Buckets of about bucket_mb MiB over the trainable parameters of p whose gradients g produces
  * (ts_params_attach_grads done), or only those with member[id] != 0 when member is not NULL
- * (a bucket never spans a parameter left out); reduction MEAN (mean) or SUM; wire dtype f32,
- * bf16 or f16. */
+ * (a bucket never spans a parameter left out; member[id] == 2: the parameter is a bucket of its
+ * own); reduction MEAN (mean) or SUM; wire dtype f32, bf16 or f16. */
 int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
                   ts_dtype wire, const int *member, ts__buckets **out);
 void ts__buckets_free(ts__buckets *d);

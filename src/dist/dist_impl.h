@@ -121,6 +121,9 @@ void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r);
 /* The training plan instances of the rank's first piece (every instance of d->r.g: the
  * schedule's micro-batches in flight), *plans pointing at them; their number. */
 int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans);
+/* The parameters several stages hold may be sharded by optimizer_shard: stages of data_parallel
+ * (every stage's replicas cut them alike), not of semi_auto_parallel. */
+int ts__pipe_tied_shardable(const ts_dist *d);
 /* Rank-store entry i is held by several stages (its gradient summed over the pipeline). */
 int ts__pipe_tied(const ts_dist *d, int i);
 /* Rank-store entry i's weight in the global norm: 1 / the stage's ranks holding its slice, 0 when
@@ -151,6 +154,11 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
 /* A sharded optimizer slot (the work buffer loc) <-> the whole model's (whole) where the store
  * holds slices (semi_auto_parallel; dist_whole.c). */
 int ts__dist_zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
+/* Under a pipeline of data-parallel stages, a parameter several stages hold (store offset flat,
+ * numel elements) is sharded in a bucket of its own: the rank's reduced part of its gradient in the
+ * work buffer, elements [*lo, *lo + *n) of the parameter (the same on every stage at this rank's
+ * replica place); NULL when it is not sharded. */
+float *ts__zero_tied_part(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n);
 /* The reduced gradient of the replicated parameter at store offset flat in the work buffer (NULL:
  * sharded, or no sharding). */
 float *ts__zero_rep_grad(ts_dist *d, size_t flat);

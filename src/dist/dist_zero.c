@@ -85,6 +85,8 @@ typedef struct {
   size_t lo, n;         /* this rank's part: flat + lo .. flat + lo + n */
   size_t work;          /* its offset in the work buffer (R + out_off) */
   int grp;
+  float cw;             /* its weight in the global norm: 1, or 0 for a pipeline's tied parameter on a
+                           stage that does not count it */
 } part;
 
 /* The ranks holding the same slices: a communicator, its buckets, this rank's place */
@@ -153,10 +155,14 @@ void ts__zero_free(struct ts__zero *z) {
   free(z);
 }
 
+/* Under a pipeline, a parameter several stages hold (GPT's tied embedding) is sharded only over
+ * data-parallel stages (every stage's replicas cut it alike: a bucket of its own, so the stages'
+ * parts align and are summed over the pipeline after the reduction, ts__zero_tied_part); under
+ * semi_auto stages it stays replicated. */
 static int is_sharded(const ts_dist *d, ts_params *p, int i) {
   ts_shape s = ts_params_shape(p, i);
   double n = (double)ts_shape_numel(&s);
-  if (d->pipe && ts__pipe_tied(d, i)) return 0; /* summed over the pipeline after the reduction */
+  if (d->pipe && ts__pipe_tied(d, i) && !ts__pipe_tied_shardable(d)) return 0;
   return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
 }
 
@@ -184,6 +190,12 @@ static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) 
     q->n = q->counts[G->rank];
     q->work = z->R + G->out + out_off;
     q->grp = k;
+    q->cw = 1;
+    if (d->pipe) /* a tied parameter is a bucket of its own: counted by one stage only */
+      for (int i = 0; i < ts_params_count(d->r.params); i++)
+        if (!(ts_params_flags(d->r.params, i) & TS_PARAM_STATE) && ts_params_offset(d->r.params, i) == q->flat &&
+            ts__pipe_tied(d, i))
+          q->cw = ts__pipe_norm_weight(d, i) > 0 ? 1.0f : 0.0f;
   }
   z->nb += G->nb;
   z->P += G->P;
@@ -435,7 +447,7 @@ static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, in
     }
   }
   for (int k = 0; k < z->ng && !rc; k++) {
-    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i];
+    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i] ? (d->pipe && ts__pipe_tied(d, i) ? 2 : 1) : 0;
     rc = plan_parts(d, z, k, member);
   }
   return rc;
@@ -660,7 +672,14 @@ int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
   int hybrid = 0;
   for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
   float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
-  if (hybrid) { /* every shard group holds every part: each counted once over the job */
+  int tied = 0; /* a pipeline's tied parameter sharded: its parts counted by one stage */
+  for (int k = 0; k < z->nb; k++) tied |= z->pt[k].cw != 1;
+  if (tied) {
+    double s = 0;
+    for (int k = 0; k < z->nb; k++)
+      s += ts_sum_squares(z->wg + z->pt[k].work, z->pt[k].n) * z->pt[k].cw / z->g[z->pt[k].grp].X;
+    sq = (float)s;
+  } else if (hybrid) { /* every shard group holds every part: each counted once over the job */
     double s = 0;
     for (int k = 0; k < z->ng; k++) s += ts_sum_squares(z->wg + z->R + z->g[k].out, z->g[k].P) / z->g[k].X;
     sq = (float)s;
@@ -736,6 +755,17 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
     memcpy(loc + z->pt[k].work, whole + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
   for (int k = 0; k < z->nrep; k++) memcpy(loc + z->rep[k].packed, whole + z->rep[k].flat, z->rep[k].n * sizeof(float));
   return TS_OK;
+}
+
+float *ts__zero_tied_part(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n) {
+  struct ts__zero *z = d->zero;
+  for (int k = 0; z && k < z->nb; k++)
+    if (z->pt[k].flat == flat && z->pt[k].len == numel) { /* the parameter's own bucket */
+      *lo = z->pt[k].lo;
+      *n = z->pt[k].n;
+      return z->wg + z->pt[k].work;
+    }
+  return NULL;
 }
 
 float *ts__zero_rep_grad(ts_dist *d, size_t flat) {
@@ -830,7 +860,7 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
       fprintf(out, "  group %d: %d ranks, %zu elements reduce-scattered by gradient bucket (%zu on this rank), %zu "
               "replicated (parameters under %g KiB%s) all-reduced\n",
               k, z->g[k].NF, z->g[k].S, z->g[k].P, z->g[k].rn, d->cfg.shard_threshold_kb,
-              d->pipe ? ", or held by several stages" : "");
+              d->pipe && !ts__pipe_tied_shardable(d) ? ", or held by several stages" : "");
       if (z->g[k].X > 1)
         fprintf(out, "    in %d shard groups of %d ranks (optimizer_shard_group): parts all-reduced across them\n",
                 z->g[k].X, z->g[k].N);
