@@ -11,7 +11,8 @@
  * the interquartile range, the bytes one rank sends per optimizer step through the gradient
  * reduction and the parameter gathers (counted as ring algorithms send them: (N-1)/N of an
  * all-gather's or a reduce-scatter's elements, 2(N-1)/N of an all-reduce's; stage 3 from its list
- * of gathers), the parameter bytes a rank holds (ts__zero_param_bytes), the time per step waiting
+ * of gathers), the parameter bytes a rank holds (ts__zero_param_bytes), its gradient bytes
+ * (ts_trainer_memory's grad_bytes: stages 2 and 3 hold no whole-model buffer), the time per step waiting
  * for the gradient reduction (wait_ms) and, stage 3, for parameter gathers (gather_ms: not hidden
  * behind compute) and the final loss. Models: mlp (bench/zero_mlp.yaml: 784-2048-2048-1024-10 on
  * Fashion-MNIST, adamw, batch 128) and gpt (6 layers, width 128, T 64, vocab 256 on a generated
@@ -151,11 +152,14 @@ int main(int argc, char **argv) {
       if (ts_trainer_fit(t[s])) die("training");
     }
   int64_t nparams = ts_trainer_num_params(t[0]), accum = t[0]->accum;
-  double med[NSTAGE], ratio[NSTAGE], comm[NSTAGE], pbytes[NSTAGE];
+  double med[NSTAGE], ratio[NSTAGE], comm[NSTAGE], pbytes[NSTAGE], gbytes[NSTAGE];
   double *q = malloc(sizeof(double) * (size_t)total + 1);
   for (int s = 0; s < NSTAGE; s++) {
     comm[s] = ts__zero_comm_bytes(t[s]->dist);
     pbytes[s] = (double)ts__zero_param_bytes(t[s]->dist);
+    ts_dist_memory_info m;
+    if (ts_trainer_memory(t[s], &m)) die("memory figures");
+    gbytes[s] = (double)m.grad_bytes; /* stages 2, 3: staging slots + the rank's parts, no whole buffer */
     for (int i = 0; i < r[s].n; i++) q[i] = r[s].ms[i] / r[0].ms[i]; /* the same step of plain */
     ratio[s] = median(q, r[s].n);
   }
@@ -163,20 +167,20 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     printf("bench_zero: %s (%lld parameters) on %d ranks, accumulation %lld; %d steps each (%d warm-up), the four "
            "stages one step each in turn\n", model, (long long)nparams, N, (long long)accum, total, warmup);
-    printf("%-6s %9s %9s %9s %10s %8s %12s %9s %9s %10s\n", "stage", "step_ms", "x plain", "IQR ms", "comm MiB",
-           "x plain", "params MiB", "wait_ms", "gather_ms", "loss");
+    printf("%-6s %9s %9s %9s %10s %8s %12s %10s %9s %9s %10s\n", "stage", "step_ms", "x plain", "IQR ms", "comm MiB",
+           "x plain", "params MiB", "grads MiB", "wait_ms", "gather_ms", "loss");
     for (int s = 0; s < NSTAGE; s++) {
       int n = r[s].n;
       med[s] = median(r[s].ms, n); /* sorts */
       double iqr = n >= 4 ? r[s].ms[3 * n / 4] - r[s].ms[n / 4] : 0;
-      printf("%-6s %9.1f %9.3f %9.1f %10.2f %8.3f %12.2f %9.1f %9.1f %10.6f\n", s ? stage_set[s] + 25 : "plain", med[s],
-             ratio[s], iqr, comm[s] / 1048576.0, comm[s] / comm[0], pbytes[s] / 1048576.0, r[s].wait / n, r[s].gwait / n,
-             r[s].loss);
+      printf("%-6s %9.1f %9.3f %9.1f %10.2f %8.3f %12.2f %10.2f %9.1f %9.1f %10.6f\n", s ? stage_set[s] + 25 : "plain",
+             med[s], ratio[s], iqr, comm[s] / 1048576.0, comm[s] / comm[0], pbytes[s] / 1048576.0,
+             gbytes[s] / 1048576.0, r[s].wait / n, r[s].gwait / n, r[s].loss);
     }
     for (int s = 0; s < NSTAGE; s++)
       printf("{\"name\":\"zero_step\",\"model\":\"%s\",\"ranks\":%d,\"stage\":%d,\"step_ms\":%.3f,\"x_plain\":%.4f,"
-             "\"comm_bytes\":%.0f,\"comm_x_plain\":%.4f,\"param_bytes\":%.0f,\"loss\":%.6f}\n",
-             model, N, s, med[s], ratio[s], comm[s], comm[s] / comm[0], pbytes[s], r[s].loss);
+             "\"comm_bytes\":%.0f,\"comm_x_plain\":%.4f,\"param_bytes\":%.0f,\"grad_bytes\":%.0f,\"loss\":%.6f}\n",
+             model, N, s, med[s], ratio[s], comm[s], comm[s] / comm[0], pbytes[s], gbytes[s], r[s].loss);
   }
   for (int s = 0; s < NSTAGE; s++) {
     ts_trainer_free(t[s]);

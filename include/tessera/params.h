@@ -91,6 +91,12 @@ int ts_params_alloc(ts_params *p, uint64_t seed);
  * initial values come from ts_params_fill. TS_EINVAL on a store already allocated with its
  * parameters (and ts_params_alloc on one allocated without). */
 int ts_params_alloc_external(ts_params *p, uint64_t seed);
+/* Before allocation: external = 1 makes the store allocate no gradient buffer, for a layout that
+ * places each gradient elsewhere (ZeRO stages 2 and 3: the gradient buckets' staging slots,
+ * src/dist/dist_zero.c). ts_params_grads and ts_params_grad_ptr are then NULL and
+ * ts_params_each_binding gives gradient values NULL memory (the caller binds them). TS_EINVAL
+ * once allocated. */
+int ts_params_set_grads_external(ts_params *p, int external);
 /* Elements [begin, begin + count) of entry id's initial values with `seed` (its local row-major
  * order) into dst: exactly what ts_params_alloc puts there. A sharded entry (a slice) only as a
  * whole. TS_EINVAL for a bad id, TS_ERANGE for a range outside the entry, naming it. */
@@ -112,7 +118,8 @@ const ts_layout *ts_params_layout(const ts_params *p, int id);
 int ts_params_shard_rank(const ts_params *p, int id);
 /* Offset (elements) of an entry in its flat buffer (params or states). */
 size_t ts_params_offset(const ts_params *p, int id);
-/* The entry's data (in the param or state buffer) and, for trainable ones, its gradient. */
+/* The entry's data (in the param or state buffer) and, for trainable ones, its gradient (NULL
+ * without a gradient buffer: ts_params_set_grads_external). */
 float *ts_params_ptr(ts_params *p, int id);
 float *ts_params_grad_ptr(ts_params *p, int id);
 /* Flat buffers. */

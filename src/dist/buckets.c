@@ -2,12 +2,26 @@
  * gradient buffer, in reverse parameter order, i.e. roughly the order backward produces them),
  * each all-reduced as soon as the last of its gradients has been written, while the rest of
  * backward runs. MPI progresses non-blocking collectives only inside MPI calls, so the executor
- * hook polls every bucket in flight after each node. */
+ * hook polls every bucket in flight after each node.
+ *
+ * Staged mode (ts__buckets_stage; optimizer sharding stages 2 and 3): there is no whole flat
+ * gradient buffer. Each bucket's gradients are written by backward straight into a staging slot
+ * (the plan binds every gradient value to its place in its bucket's slot, ts__buckets_grad_addr),
+ * and the bucket is reduce-scattered from there into the rank's part. The slots are assigned
+ * once, from the graph: a bucket occupies its slot from the first node writing one of its
+ * gradients to the end of its reduce-scatter, which starts after the last node touching them; a
+ * bucket takes the slot whose occupant was last touched longest before its first writer (a new
+ * slot only when every slot's occupant is still being written then, or fewer than two exist), so
+ * backward in reverse layer order uses two, one reduce-scattered while the other is written.
+ * Before the first writer of a bucket runs, the hook waits for the reduce-scatter of the slot's
+ * previous bucket. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "buckets.h"
+
+#define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
@@ -17,6 +31,8 @@ typedef struct {
   uint16_t *wire; /* bf16/f16 copy when compressing */
   size_t *counts; /* reduce-scatter mode: the ranks' parts (elements, in rank order) */
   size_t out_off; /* reduce-scatter mode: where this rank's part goes in `out` */
+  int first, last; /* the first node writing one of its gradients, the last touching one (nnodes: none) */
+  int slot;        /* staged mode: its staging slot */
 } bucket;
 
 struct ts__buckets {
@@ -31,8 +47,18 @@ struct ts__buckets {
   int err;
   char errmsg[512];
   double t_comm_wait;
+  double t_claim; /* staged mode: seconds first writers waited for their slot (ts__buckets_take_claim_wait) */
   int nranks, rank;
   float *out; /* reduce-scatter mode (ts__buckets_scatter): the rank's parts, bucket after bucket */
+  /* staged mode (ts__buckets_stage) */
+  int staged, blocking, accumulate;
+  int nslots;
+  float **slot, **slot_out;   /* per slot: the staging buffer; with accumulation its reduced part */
+  size_t *slot_len, *slot_part;
+  int *slot_owner;            /* per slot: the bucket in it this run (-1: none yet) */
+  int *first_start, *first_bucket; /* CSR: node -> buckets whose first writer it is, in slot order */
+  size_t *hole_off, *hole_len; /* parameters of a bucket that get no gradient: zeros in its slot */
+  int *hole_bucket, nholes;
 };
 
 /* The bucket's data as it travels: the gradients themselves, or their 16-bit copy. */
@@ -48,12 +74,31 @@ static void finish_bucket(ts__buckets *d, bucket *b) {
   ts_comm_req_free(b->req);
   b->req = NULL;
   if (d->wire != TS_F32) ts_convert(b->wire, d->wire, d->grads + b->off, TS_F32, b->len);
+  if (d->staged && d->accumulate) { /* a later micro-step: its reduced part added to the rank's */
+    float *dst = d->out + b->out_off;
+    const float *src = d->slot_out[b->slot];
+    for (size_t i = 0; i < b->counts[d->rank]; i++) dst[i] += src[i];
+  }
 }
 
+/* Where a reduce-scatter of b reads the gradients and writes the rank's part. */
+static const float *rs_src(ts__buckets *d, bucket *b) {
+  if (!d->staged) return d->grads + b->off;
+  float *s = d->slot[b->slot];
+  for (int h = 0; h < d->nholes; h++) /* parameters without a gradient: zeros, as a fresh buffer */
+    if (d->hole_bucket[h] == (int)(b - d->b)) memset(s + (d->hole_off[h] - b->off), 0, d->hole_len[h] * sizeof(float));
+  return s;
+}
+static float *rs_dst(ts__buckets *d, bucket *b) {
+  return d->staged && d->accumulate ? d->slot_out[b->slot] : d->out + b->out_off;
+}
+
+static int reduce_now(ts__buckets *d, bucket *b);
+
 static int start_bucket(ts__buckets *d, bucket *b) {
+  if (d->blocking) return reduce_now(d, b);
   b->started = 1;
-  if (d->out) return ts_comm_ireduce_scatter(d->comm, d->grads + b->off, d->out + b->out_off, b->counts, TS_F32, d->op,
-                                             &b->req);
+  if (d->out) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   void *p = payload(d, b);
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
 }
@@ -65,7 +110,7 @@ static int start_bucket(ts__buckets *d, bucket *b) {
 static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   if (d->out) {
-    int rc = ts_comm_reduce_scatter(d->comm, d->grads + b->off, d->out + b->out_off, b->counts, TS_F32, d->op);
+    int rc = ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
     if (!rc) finish_bucket(d, b);
     return rc;
   }
@@ -133,7 +178,8 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
     }
     ts_shape s = ts_params_shape(p, i);
     size_t n = (size_t)ts_shape_numel(&s), off = ts_params_offset(p, i);
-    if (!cur || cur->len + n > cap) {
+    int solo = member && member[i] == 2; /* a bucket of its own */
+    if (!cur || solo || cur->len + n > cap) {
       cur = &d->b[d->nb++];
       cur->off = off;
       cur->len = 0;
@@ -142,25 +188,43 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
     cur->len += n;
     cur->nparams++;
     pb[i] = (int)(cur - d->b);
+    if (solo) cur = NULL;
   }
   /* node -> buckets completed there (a parameter without gradient is ready from the start) */
   int *cnt = calloc((size_t)d->nnodes + 1, sizeof(int));
   int *node_of = malloc(sizeof(int) * (size_t)(np + 1));
-  if (!cnt || !node_of || last_touch(g, p, node_of)) {
+  d->hole_off = malloc(sizeof(size_t) * (size_t)(np + 1));
+  d->hole_len = malloc(sizeof(size_t) * (size_t)(np + 1));
+  d->hole_bucket = malloc(sizeof(int) * (size_t)(np + 1));
+  if (!cnt || !node_of || !d->hole_off || !d->hole_len || !d->hole_bucket || last_touch(g, p, node_of)) {
     free(cnt);
     free(node_of);
     free(pb);
     ts__buckets_free(d);
     return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
   }
+  for (int k = 0; k < d->nb; k++) {
+    d->b[k].first = d->b[k].last = d->nnodes;
+    d->b[k].slot = -1;
+  }
   for (int i = 0; i < np; i++) {
     int nd = node_of[i];
     node_of[i] = -1;
     if (pb[i] < 0) continue;
+    bucket *b = &d->b[pb[i]];
     if (nd < 0 || nd >= d->nnodes) {
-      d->b[pb[i]].pre_ready++;
+      b->pre_ready++;
+      ts_shape sh = ts_params_shape(p, i);
+      d->hole_off[d->nholes] = ts_params_offset(p, i);
+      d->hole_len[d->nholes] = (size_t)ts_shape_numel(&sh);
+      d->hole_bucket[d->nholes++] = pb[i];
       continue;
     }
+    /* the span a staging slot holds the bucket: from its first writer to its last touch */
+    ts_val gv = ts_params_grad_value(p, i);
+    int pr = ts_graph_value_producer(g, ts_graph_value_index(g, gv));
+    if (pr >= 0 && pr < b->first) b->first = pr;
+    if (b->last == d->nnodes || nd > b->last) b->last = nd;
     node_of[i] = nd;
     cnt[nd]++;
   }
@@ -190,6 +254,20 @@ void ts__buckets_free(ts__buckets *d) {
     free(d->b[k].wire);
     free(d->b[k].counts);
   }
+  for (int k = 0; k < d->nslots; k++) {
+    if (d->slot) ts_free(d->slot[k]);
+    if (d->slot_out) ts_free(d->slot_out[k]);
+  }
+  free(d->slot);
+  free(d->slot_out);
+  free(d->slot_len);
+  free(d->slot_part);
+  free(d->slot_owner);
+  free(d->first_start);
+  free(d->first_bucket);
+  free(d->hole_off);
+  free(d->hole_len);
+  free(d->hole_bucket);
   free(d->b);
   free(d->node_start);
   free(d->node_bucket);
@@ -231,6 +309,88 @@ void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, con
 
 void ts__buckets_set_out(ts__buckets *d, float *out) { d->out = out; }
 
+static int by_first(const void *a, const void *b) {
+  const bucket *x = *(bucket *const *)a, *y = *(bucket *const *)b;
+  return x->first != y->first ? (x->first > y->first) - (x->first < y->first) : (x > y) - (x < y);
+}
+
+int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel) {
+  *numel = 0;
+  if (!d->nranks) return ts_error_set(TS_EINVAL, "staged gradient buckets: reduce-scatter mode only (ts__buckets_scatter)");
+  if (d->staged) return ts_error_set(TS_EINVAL, "staged gradient buckets: already staged");
+  bucket **ord = malloc(sizeof *ord * ((size_t)d->nb + 1));
+  int *slast = malloc(sizeof(int) * ((size_t)d->nb + 1));
+  d->slot_len = calloc((size_t)d->nb + 1, sizeof(size_t));
+  d->slot_part = calloc((size_t)d->nb + 1, sizeof(size_t));
+  d->slot_owner = malloc(sizeof(int) * ((size_t)d->nb + 1));
+  d->first_start = calloc((size_t)d->nnodes + 2, sizeof(int));
+  d->first_bucket = malloc(sizeof(int) * ((size_t)d->nb + 1));
+  if (!ord || !slast || !d->slot_len || !d->slot_part || !d->slot_owner || !d->first_start || !d->first_bucket) {
+    free(ord);
+    free(slast);
+    return ts_error_set(TS_ENOMEM, "staged gradient buckets: out of memory");
+  }
+  for (int k = 0; k < d->nb; k++) ord[k] = &d->b[k];
+  qsort(ord, (size_t)d->nb, sizeof *ord, by_first);
+  /* each bucket, by its first writer, into the slot whose occupant was last touched longest
+   * before it (its reduce-scatter has had the most time); a new slot if none is free by then,
+   * and at least STAGE_SLOTS, so that a bucket's reduce-scatter runs while the next one's
+   * gradients are computed instead of holding up its first writer */
+  for (int k = 0; k < d->nb; k++) {
+    bucket *b = ord[k];
+    int best = -1;
+    for (int q = 0; q < d->nslots; q++)
+      if (slast[q] < b->first && (best < 0 || slast[q] < slast[best])) best = q;
+    if (best < 0 || d->nslots < STAGE_SLOTS) best = d->nslots++;
+    b->slot = best;
+    slast[best] = b->last;
+    if (b->len > d->slot_len[best]) d->slot_len[best] = b->len;
+    if (b->counts[d->rank] > d->slot_part[best]) d->slot_part[best] = b->counts[d->rank];
+    if (b->first < d->nnodes) d->first_start[b->first + 1]++;
+  }
+  for (int n = 0; n < d->nnodes; n++) d->first_start[n + 1] += d->first_start[n];
+  int *fill = calloc((size_t)d->nnodes + 1, sizeof(int));
+  if (!fill) {
+    free(ord);
+    free(slast);
+    return ts_error_set(TS_ENOMEM, "staged gradient buckets: out of memory");
+  }
+  for (int k = 0; k < d->nb; k++) /* in slot-assignment order: a node waits for them in that order */
+    if (ord[k]->first < d->nnodes)
+      d->first_bucket[d->first_start[ord[k]->first] + fill[ord[k]->first]++] = (int)(ord[k] - d->b);
+  free(fill);
+  free(ord);
+  free(slast);
+  d->slot = calloc((size_t)d->nslots + 1, sizeof(float *));
+  d->slot_out = accumulate ? calloc((size_t)d->nslots + 1, sizeof(float *)) : NULL;
+  if (!d->slot || (accumulate && !d->slot_out)) return ts_error_set(TS_ENOMEM, "staged gradient buckets: out of memory");
+  d->staged = 1;
+  for (int q = 0; q < d->nslots; q++) {
+    d->slot[q] = ts_calloc((d->slot_len[q] ? d->slot_len[q] : 1) * sizeof(float));
+    if (accumulate) d->slot_out[q] = ts_calloc((d->slot_part[q] ? d->slot_part[q] : 1) * sizeof(float));
+    if (!d->slot[q] || (accumulate && !d->slot_out[q]))
+      return ts_error_set(TS_ENOMEM, "staged gradient buckets: cannot allocate a staging slot of %zu floats",
+                          d->slot_len[q]);
+    *numel += d->slot_len[q] + (accumulate ? d->slot_part[q] : 0);
+  }
+  return TS_OK;
+}
+
+int ts__buckets_num_slots(const ts__buckets *d) { return d->staged ? d->nslots : 0; }
+
+float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat) {
+  for (int k = 0; d->staged && k < d->nb; k++) {
+    const bucket *b = &d->b[k];
+    if (flat >= b->off && flat < b->off + b->len) return d->slot[b->slot] + (flat - b->off);
+  }
+  return NULL;
+}
+
+void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate) {
+  d->blocking = blocking;
+  d->accumulate = accumulate && d->slot_out;
+}
+
 void ts__buckets_begin(ts__buckets *d, float *grads) {
   d->grads = grads;
   d->err = 0;
@@ -239,6 +399,38 @@ void ts__buckets_begin(ts__buckets *d, float *grads) {
     d->b[k].nready = d->b[k].pre_ready;
     d->b[k].started = d->b[k].done = 0;
   }
+  for (int q = 0; d->staged && q < d->nslots; q++) d->slot_owner[q] = -1;
+}
+
+static void fail(ts__buckets *d) {
+  d->err = TS_ECOMM;
+  snprintf(d->errmsg, sizeof d->errmsg, "%s", ts_last_error());
+}
+
+/* Staged mode, before node `node` writes gradients of the buckets it is the first writer of:
+ * the reduce-scatter of each one's slot's previous bucket completes first (started now if the
+ * node that last touched it did not run). */
+static void claim_slots(ts__buckets *d, int node) {
+  double t0 = ts_time_now();
+  for (int j = d->first_start[node]; j < d->first_start[node + 1] && !d->err; j++) {
+    int k = d->first_bucket[j], s = d->b[k].slot, o = d->slot_owner[s];
+    d->slot_owner[s] = k;
+    if (o < 0 || o == k) continue;
+    bucket *q = &d->b[o];
+    if (!q->started && start_bucket(d, q)) {
+      fail(d);
+      return;
+    }
+    if (!q->done) {
+      if (ts_comm_wait(q->req)) {
+        fail(d);
+        return;
+      }
+      finish_bucket(d, q);
+    }
+  }
+  d->t_comm_wait += ts_time_now() - t0;
+  d->t_claim += ts_time_now() - t0;
 }
 
 static void poll(ts__buckets *d) {
@@ -247,8 +439,7 @@ static void poll(ts__buckets *d) {
     if (!b->started || b->done) continue;
     int done = 0;
     if (ts_comm_test(b->req, &done)) {
-      d->err = TS_ECOMM;
-      snprintf(d->errmsg, sizeof d->errmsg, "%s", ts_last_error());
+      fail(d);
       return;
     }
     if (done) finish_bucket(d, b);
@@ -258,12 +449,13 @@ static void poll(ts__buckets *d) {
 void ts__buckets_hook(const ts_hook_info *e, void *user) {
   ts__buckets *d = user;
   int node = e->node;
-  if (e->event != TS_HOOK_NODE_END || d->err || node < 0 || node >= d->nnodes) return;
+  if (d->err || node < 0 || node >= d->nnodes) return;
+  if (e->event == TS_HOOK_NODE_BEGIN && d->staged) claim_slots(d, node);
+  if (e->event != TS_HOOK_NODE_END) return;
   for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
     bucket *b = &d->b[d->node_bucket[j]];
     if (++b->nready == b->nparams && !b->started && start_bucket(d, b)) {
-      d->err = TS_ECOMM;
-      snprintf(d->errmsg, sizeof d->errmsg, "%s", ts_last_error());
+      fail(d);
       return;
     }
   }
@@ -284,8 +476,14 @@ int ts__buckets_finish(ts__buckets *d) {
   }
   for (int k = 0; k < d->nb && !rc; k++)
     if (!d->b[k].started) rc = reduce_now(d, &d->b[k]);
-  d->t_comm_wait = ts_time_now() - t0;
+  d->t_comm_wait += ts_time_now() - t0;
   return rc;
 }
 
 double ts__buckets_wait_seconds(const ts__buckets *d) { return d->t_comm_wait; }
+
+double ts__buckets_take_claim_wait(ts__buckets *d) {
+  double t = d->t_claim;
+  d->t_claim = 0;
+  return t;
+}

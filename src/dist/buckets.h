@@ -11,8 +11,8 @@ typedef struct ts__buckets ts__buckets;
 
 /* Buckets of about bucket_mb MiB over the trainable parameters of p whose gradients g produces
  * (ts_params_attach_grads done), or only those with member[id] != 0 when member is not NULL
- * (a bucket never spans a parameter left out); reduction MEAN (mean) or SUM; wire dtype f32,
- * bf16 or f16. */
+ * (a bucket never spans a parameter left out; member[id] == 2: the parameter is a bucket of its
+ * own); reduction MEAN (mean) or SUM; wire dtype f32, bf16 or f16. */
 int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
                   ts_dtype wire, const int *member, ts__buckets **out);
 void ts__buckets_free(ts__buckets *d);
@@ -28,6 +28,26 @@ void ts__buckets_set_out(ts__buckets *d, float *out);
 /* Bucket k: its flat range, its ranks' parts (reduce-scatter mode; NULL otherwise) and where this
  * rank's part sits in out. Parts start at the prefix sums of counts. */
 void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, const size_t **counts, size_t *out_off);
+/* Staged mode (reduce-scatter mode only; optimizer sharding stages 2 and 3): no whole flat
+ * gradient buffer. Assigns every bucket a staging slot from the graph (a bucket holds its slot
+ * from the first node writing one of its gradients to the end of its reduce-scatter; a slot is
+ * reused once its bucket was last touched before the next one's first writer: two slots for a
+ * backward in reverse layer order) and allocates the slots (each as large as its largest bucket),
+ * with accumulate also room per slot for a reduced part. The plan must bind each gradient to
+ * ts__buckets_grad_addr and run with ts__buckets_hook attached, which also waits, before a
+ * bucket's first writer runs, for its slot's previous reduce-scatter. *numel: the floats
+ * allocated. Also in dry runs (without a communicator): the binding shapes the plan. */
+int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel);
+/* Staged mode: the staging slots (0 otherwise). */
+int ts__buckets_num_slots(const ts__buckets *d);
+/* Staged mode: where the gradient element at flat offset `flat` of the store lives (its bucket's
+ * slot); NULL outside every bucket or when not staged. */
+float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat);
+/* Staged mode, for the next run: blocking, a bucket is reduce-scattered with a blocking call as
+ * soon as it is complete (no overlap: parallel.overlap false, pipelines); accumulate, the reduced
+ * part is added to the rank's part in `out` instead of replacing it (micro-steps after the first;
+ * needs ts__buckets_stage's accumulate). */
+void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate);
 /* Before a run whose gradients (into `grads`, the flat buffer) are to be reduced. */
 void ts__buckets_begin(ts__buckets *d, float *grads);
 /* The plan hook: after each node, starts the buckets it completed and polls those in flight. */
@@ -36,5 +56,8 @@ void ts__buckets_hook(const ts_hook_info *e, void *user);
 int ts__buckets_finish(ts__buckets *d);
 /* Seconds the last ts__buckets_finish spent waiting (communication not hidden behind backward). */
 double ts__buckets_wait_seconds(const ts__buckets *d);
+/* Staged mode: seconds the hook waited, before a bucket's first writer, for its slot's previous
+ * reduce-scatter since the last call (communication not hidden behind backward). */
+double ts__buckets_take_claim_wait(ts__buckets *d);
 
 #endif

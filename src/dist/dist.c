@@ -76,8 +76,12 @@ int ts__dist_plans(ts_dist *d) {
   ts_dist_run *r = &d->r;
   /* optimizer_shard 3 in a real job: no whole copy of the parameters (each rank's shard and the
    * gather slots are bound into the plans by ts__zero_plan; here parameter values get NULL) */
-  int rc = d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(r->params, d->cfg.seed)
-                                                   : ts_params_alloc(r->params, d->cfg.seed);
+  /* optimizer_shard 2 and 3: no whole-model gradient buffer either (every gradient is bound into
+   * its bucket's staging slot or the replicated remainder by ts__zero_plan) */
+  int rc = ts_params_set_grads_external(r->params, d->cfg.optimizer_shard >= 2);
+  if (!rc)
+    rc = d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(r->params, d->cfg.seed)
+                                                 : ts_params_alloc(r->params, d->cfg.seed);
   if (rc) return rc;
   ts_val keep[1024];
   int nk = 0;
@@ -335,7 +339,7 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
 int ts_dist_start(ts_dist *d) { return d->world && d->vt->start ? d->vt->start(d) : TS_OK; }
 
 void ts_dist_step_begin(ts_dist *d, float *grads) {
-  if (d->zero && d->overlap) ts__zero_begin(d, grads);
+  if (d->zero) ts__zero_begin(d, grads); /* arms the overlapped or staged reduce-scatters */
   if (d->red && d->overlap) ts_grad_reducer_begin(d->red, grads);
 }
 
@@ -395,7 +399,8 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   if (d->zero) {
     double t0 = ts_time_now();
     int rc = ts__zero_reduce(d, g);
-    *wait_ms = 1e3 * (ts_time_now() - t0);
+    /* and, staged, what backward waited for a staging slot */
+    *wait_ms = 1e3 * (ts_time_now() - t0 + ts__zero_take_slot_wait(d));
     if (rc) return rc;
   }
   if (d->red) { /* its errors name the reduction and the group */

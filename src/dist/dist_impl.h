@@ -118,6 +118,12 @@ int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n);
  * replicas, or its semi_auto ranks): their communicator *c (NULL in dry runs), *n of them, this
  * rank's place *r. */
 void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r);
+/* The training plan instances of the rank's first piece (every instance of d->r.g: the
+ * schedule's micro-batches in flight), *plans pointing at them; their number. */
+int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans);
+/* The parameters several stages hold may be sharded by optimizer_shard: stages of data_parallel
+ * (every stage's replicas cut them alike), not of semi_auto_parallel. */
+int ts__pipe_tied_shardable(const ts_dist *d);
 /* Rank-store entry i is held by several stages (its gradient summed over the pipeline). */
 int ts__pipe_tied(const ts_dist *d, int i);
 /* Rank-store entry i's weight in the global norm: 1 / the stage's ranks holding its slice, 0 when
@@ -135,7 +141,8 @@ void ts__zero_begin(ts_dist *d, float *grads);
 /* Waits for (or runs) the reduce-scatter of the sharded gradients of g and all-reduces the
  * replicated ones, into the optimizer's work buffer. */
 int ts__zero_reduce(ts_dist *d, const float *g);
-/* Stage 2: micro-step k's gradients reduce-scattered and accumulated into the work buffer. */
+/* Stages 2 and 3: micro-step k's gradients (reduce-scattered during its backward) accumulated
+ * into the work buffer; the next micro-step armed. */
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
 /* The global norm over the work buffer (shards summed over the ranks, replicated once), and
  * clipping of it. */
@@ -147,6 +154,11 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
 /* A sharded optimizer slot (the work buffer loc) <-> the whole model's (whole) where the store
  * holds slices (semi_auto_parallel; dist_whole.c). */
 int ts__dist_zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
+/* Under a pipeline of data-parallel stages, a parameter several stages hold (store offset flat,
+ * numel elements) is sharded in a bucket of its own: the rank's reduced part of its gradient in the
+ * work buffer, elements [*lo, *lo + *n) of the parameter (the same on every stage at this rank's
+ * replica place); NULL when it is not sharded. */
+float *ts__zero_tied_part(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n);
 /* The reduced gradient of the replicated parameter at store offset flat in the work buffer (NULL:
  * sharded, or no sharding). */
 float *ts__zero_rep_grad(ts_dist *d, size_t flat);
@@ -157,6 +169,11 @@ float *ts__zero_held_params(ts_dist *d);
  * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
  * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */
 size_t ts__zero_param_bytes(const ts_dist *d);
+/* Stages 2 and 3: bytes of gradients the rank holds besides the optimizer's work buffer (whose
+ * R + P floats take the reduced gradients): the buckets' staging slots (with accumulation, each
+ * with room for a reduced part) and, with accumulation, the replicated gradients of a
+ * micro-step (R). No whole-model gradient buffer exists. 0 under stage 1 or without sharding. */
+size_t ts__zero_staged_grad_bytes(const ts_dist *d);
 /* Of which the gather slots (stage 3; 0 otherwise). */
 size_t ts__zero_slot_bytes(const ts_dist *d);
 /* Bytes one rank sends per optimizer step through the data-parallel gradient reduction and
@@ -165,6 +182,9 @@ size_t ts__zero_slot_bytes(const ts_dist *d);
  * without sharding; stages 1 and 2 the same volume; stage 3 the gathers of the training plan's
  * runs instead of one all-gather (about 1.5x). */
 double ts__zero_comm_bytes(const ts_dist *d);
+/* Stages 2 and 3: seconds backward waited for a staging slot (its previous bucket's
+ * reduce-scatter) since the last call; 0 otherwise. */
+double ts__zero_take_slot_wait(ts_dist *d);
 /* Stage 3: seconds the plans' hooks waited for parameter gathers since the last call (the
  * gathers' communication not hidden behind compute); 0 otherwise. */
 double ts__zero_take_gather_wait(ts_dist *d);

@@ -65,18 +65,19 @@ int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
   out->grad_bytes = n * f;
   int64_t opt_elems = n; /* the rank's optimizer covers every trainable element of its store */
   /* optimizer_shard (dist_zero.c): the optimizer works on [replicated][the rank's parts] (R + P):
-   * a copy of those parameters and their reduced gradients, and for stage 2 the reduced parts of
-   * a later micro-step (P) */
+   * a copy of those parameters and their reduced gradients; stages 2 and 3 have no whole-model
+   * gradient buffer: backward writes the sharded gradients into the buckets' staging slots (with
+   * accumulation, each with room for a reduced part) and the replicated ones into the work buffer
+   * (with accumulation, into a buffer of R they are added up from) */
   if (d->cfg.optimizer_shard) {
-    size_t work = 0, rep = 0;
+    size_t work = 0;
     int rc = zero_work(d, &work);
     if (rc) return rc;
-    ts_dist_optim_sharded(d, &rep, NULL);
     /* stages 1, 2: the store and the optimizer's copy of the part; stage 3: the part and the
      * replicated parameters, plus the gather slots, no whole copy (ts__zero_param_bytes) */
     out->param_bytes = (int64_t)ts__zero_param_bytes(d) + ns * f;
+    if (d->cfg.optimizer_shard >= 2) out->grad_bytes = (int64_t)ts__zero_staged_grad_bytes(d);
     out->grad_bytes += (int64_t)work * f;
-    if (d->cfg.optimizer_shard >= 2) out->grad_bytes += (int64_t)(work - rep) * f;
     opt_elems = (int64_t)work;
   }
   /* accumulation over micro-steps: a whole-model buffer, except under optimizer_shard 2 where the

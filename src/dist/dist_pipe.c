@@ -265,7 +265,9 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     ch->K = ts_schedule_max_inflight(pp->sched, pp->stage, cc);
     if (ch->K < 1) ch->K = 1;
   }
-  if ((rc = ts_params_alloc(r->params, c->seed))) return rc;
+  /* optimizer_shard 2: each gradient bound into its bucket's staging slot (dist_zero.c) */
+  if ((rc = ts_params_set_grads_external(r->params, c->optimizer_shard >= 2)) || (rc = ts_params_alloc(r->params, c->seed)))
+    return rc;
   for (int cc = 0; cc < V; cc++)
     if ((rc = build_chunk_plans(d, &pp->ch[cc]))) return rc;
   /* what the trainer and the profiler look at: the first piece */
@@ -429,6 +431,11 @@ static int start_pipe(ts_dist *d) {
   return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
 }
 
+int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans) {
+  *plans = d->pipe->ch[0].plan;
+  return d->pipe->ch[0].K;
+}
+
 /* ---- a step ---- */
 
 static void span(ts_dist *d, const char *name, int comm, double t0) {
@@ -507,17 +514,22 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
   return rc;
 }
 
-/* Where rank-store entry l's reduced gradient is: in g, or under optimizer_shard in the work
- * buffer (parameters several stages hold stay replicated there, dist_zero.c). */
-static float *tied_grad(ts_dist *d, float *g, int l) {
-  size_t off = ts_params_offset(d->r.params, l);
-  float *w = d->zero ? ts__zero_rep_grad(d, off) : NULL;
+/* Where rank-store entry l's reduced gradient is, elements [*lo, *lo + *n) of it: the whole in g,
+ * or under optimizer_shard in the work buffer: the whole (replicated) or, sharded over the stage's
+ * replicas, the rank's part (the same part on every stage at this replica place: the pipeline sums
+ * the parts). */
+static float *tied_grad(ts_dist *d, float *g, int l, size_t *lo, size_t *n) {
+  ts_shape s = ts_params_shape(d->r.params, l);
+  size_t off = ts_params_offset(d->r.params, l), numel = (size_t)ts_shape_numel(&s);
+  *lo = 0;
+  *n = numel;
+  float *w = d->zero ? ts__zero_tied_part(d, off, numel, lo, n) : NULL;
+  if (!w && d->zero) w = ts__zero_rep_grad(d, off);
   return w ? w : g + off;
 }
 
 static int reduce_pipe(ts_dist *d, float *g) {
   struct ts__pipe *pp = d->pipe;
-  ts_params *p = d->r.params;
   /* the step's last sends (gradients to the previous stage) complete while the stage's replicas
    * reduce; wait for them before the next step reuses nothing but their copies */
   double tf = ts_time_now();
@@ -532,15 +544,17 @@ static int reduce_pipe(ts_dist *d, float *g) {
   for (int t = 0; t < pp->ntied; t++) {
     int l = pp->tied_local[t];
     if (l < 0) continue;
-    ts_shape s = ts_params_shape(p, l);
-    memcpy(buf + pp->tied_off[t], tied_grad(d, g, l), sizeof(float) * (size_t)ts_shape_numel(&s));
+    size_t lo = 0, n = 0;
+    float *at = tied_grad(d, g, l, &lo, &n);
+    memcpy(buf + pp->tied_off[t] + lo, at, sizeof(float) * n);
   }
   int rc = ts_comm_allreduce(pp->pp, buf, buf, pp->tied_total, TS_F32, TS_REDUCE_SUM);
   for (int t = 0; !rc && t < pp->ntied; t++) {
     int l = pp->tied_local[t];
     if (l < 0) continue;
-    ts_shape s = ts_params_shape(p, l);
-    memcpy(tied_grad(d, g, l), buf + pp->tied_off[t], sizeof(float) * (size_t)ts_shape_numel(&s));
+    size_t lo = 0, n = 0;
+    float *at = tied_grad(d, g, l, &lo, &n);
+    memcpy(at, buf + pp->tied_off[t] + lo, sizeof(float) * n);
   }
   free(buf);
   return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
@@ -690,6 +704,8 @@ void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r) {
 }
 
 int ts__pipe_tied(const ts_dist *d, int i) { return d->pipe->tied && d->pipe->tied[i]; }
+
+int ts__pipe_tied_shardable(const ts_dist *d) { return !d->pipe->semi; }
 
 float ts__pipe_norm_weight(const ts_dist *d, int i) {
   const struct ts__pipe *pp = d->pipe;

@@ -30,10 +30,15 @@
  * Communication per step: a reduce-scatter and an all-gather of each group's S (the volume of the
  * all-reduce they replace) plus an all-reduce of its R.
  *
- * Stage 2 (optimizer_shard = 2) differs with gradient accumulation only: each micro-step's
- * gradients are reduce-scattered right away and added to the rank's parts in the work buffer
- * (ts_dist_accumulate; under a pipeline after each backward of the stage), so no whole-model
- * accumulation buffer exists (R + 2P floats instead of the store's).
+ * Stage 2 (optimizer_shard = 2) keeps gradients only for the rank's part (stage_grads): the store
+ * has no gradient buffer; every sharded gradient value of the training plans is bound into its
+ * bucket's staging slot (buckets.c, two slots reused in rotation, assigned from the graph), and
+ * the hook reduce-scatters each bucket from its slot as soon as it is complete (blocking with
+ * overlap off; also during a pipeline's backwards), waiting before a bucket's first writer for
+ * its slot's previous reduce-scatter; the replicated gradients are written into the work buffer.
+ * With accumulation each micro-step's reduced parts are added to the rank's parts as they
+ * complete and the replicated ones are added up from a buffer of R (ts_dist_accumulate), so no
+ * whole-model gradient or accumulation buffer exists.
  *
  * Stage 3 (optimizer_shard = 3, ZeRO-3; data_parallel: one group, every rank) shards the
  * parameters too: the store holds no parameters (ts_params_alloc_external); the work buffer's
@@ -43,7 +48,7 @@
  * gradient buckets (gather.c): the training and evaluation plans' parameter values are bound into
  * gather slots, and a plan hook all-gathers each bucket's parts into its slot before the nodes
  * that read it, in forward and again in backward order, the next one prefetched. Gradients and
- * accumulation as stage 2.
+ * accumulation as stage 2 (staged).
  *
  * Hybrid sharding (parallel.optimizer_shard_group G, FSDP's HYBRID_SHARD): each group's n ranks are
  * cut into n / G shard groups of G consecutive ones (shard_groups): the buckets are cut into G
@@ -80,6 +85,8 @@ typedef struct {
   size_t lo, n;         /* this rank's part: flat + lo .. flat + lo + n */
   size_t work;          /* its offset in the work buffer (R + out_off) */
   int grp;
+  float cw;             /* its weight in the global norm: 1, or 0 for a pipeline's tied parameter on a
+                           stage that does not count it */
 } part;
 
 /* The ranks holding the same slices: a communicator, its buckets, this rank's place */
@@ -114,10 +121,17 @@ struct ts__zero {
   ts_comm *gcomm;  /* stage 3: the gathers' own communicator (a duplicate of the world) */
   size_t *rep_at;  /* stage 3: per parameter id, its offset in [0, R) if replicated, else SIZE_MAX */
   int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
-  float *tmp;      /* stage 2: P, a later micro-step's reduced parts */
+  int staged;      /* stages 2 and 3: no whole-model gradient buffer; the buckets' staging slots */
+  size_t stage_numel; /* the slots' floats (with accumulation, their reduced parts too) */
+  float *rg;       /* staged with accumulation: R, the replicated gradients of a micro-step (else
+                      backward writes them into wg directly) */
+  ts_plan **hooked; /* the plans zero_hook is attached to */
+  int nhooked;
   size_t *displs;  /* N: scratch for the all-gathers */
   float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
 };
+
+static void zero_hook(const ts_hook_info *e, void *user);
 
 void ts__zero_free(struct ts__zero *z) {
   if (!z) return;
@@ -132,17 +146,23 @@ void ts__zero_free(struct ts__zero *z) {
   }
   free(z->rep);
   free(z->pt);
+  for (int k = 0; k < z->nhooked; k++) ts_plan_remove_hook(z->hooked[k], zero_hook, z); /* the plans outlive it */
+  free(z->hooked);
   free(z->displs);
-  free(z->tmp);
+  free(z->rg);
   free(z->wp);
   free(z->wg);
   free(z);
 }
 
+/* Under a pipeline, a parameter several stages hold (GPT's tied embedding) is sharded only over
+ * data-parallel stages (every stage's replicas cut it alike: a bucket of its own, so the stages'
+ * parts align and are summed over the pipeline after the reduction, ts__zero_tied_part); under
+ * semi_auto stages it stays replicated. */
 static int is_sharded(const ts_dist *d, ts_params *p, int i) {
   ts_shape s = ts_params_shape(p, i);
   double n = (double)ts_shape_numel(&s);
-  if (d->pipe && ts__pipe_tied(d, i)) return 0; /* summed over the pipeline after the reduction */
+  if (d->pipe && ts__pipe_tied(d, i) && !ts__pipe_tied_shardable(d)) return 0;
   return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
 }
 
@@ -170,6 +190,12 @@ static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) 
     q->n = q->counts[G->rank];
     q->work = z->R + G->out + out_off;
     q->grp = k;
+    q->cw = 1;
+    if (d->pipe) /* a tied parameter is a bucket of its own: counted by one stage only */
+      for (int i = 0; i < ts_params_count(d->r.params); i++)
+        if (!(ts_params_flags(d->r.params, i) & TS_PARAM_STATE) && ts_params_offset(d->r.params, i) == q->flat &&
+            ts__pipe_tied(d, i))
+          q->cw = ts__pipe_norm_weight(d, i) > 0 ? 1.0f : 0.0f;
   }
   z->nb += G->nb;
   z->P += G->P;
@@ -186,9 +212,12 @@ typedef struct {
 } binder;
 
 /* A value of the plan's graph into its memory: parameters into wp (replicated) or their unit's
- * gather slot; states and gradients where the store has them. */
+ * gather slot; states where the store has them; gradients are left as stage_grads bound them
+ * (the store has no gradient buffer). */
 static int bind3(ts_val v, void *data, void *user) {
   binder *b = user;
+  ts_val_kind kind = ts_val_kind_of(b->g, v);
+  if (kind != TS_VAL_PARAM && kind != TS_VAL_STATE) return TS_OK;
   int id = ts_val_param_id(b->g, v);
   if (id >= 0 && ts_val_kind_of(b->g, v) == TS_VAL_PARAM) {
     data = b->z->rep_at[id] != SIZE_MAX ? b->z->wp + b->z->rep_at[id] : ts__gather_addr(b->z->gt, id);
@@ -256,6 +285,54 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
   if ((rc = ts_params_each_binding(p, r->g, bind3, &bt)) || (rc = ts_params_each_binding(p, r->ge, bind3, &be)))
     return rc;
   return ts__gather_attach(z->gt, z->wp);
+}
+
+/* ---- stages 2 and 3: the gradients in the buckets' staging slots ---- */
+
+/* The training plans backward runs in: the rank's plan, or a pipeline piece's instances. */
+static int train_plans(ts_dist *d, ts_plan ***plans) {
+  if (d->pipe) return ts__pipe_train_plans(d, plans);
+  *plans = &d->r.plan;
+  return d->r.plan ? 1 : 0;
+}
+
+/* Stages 2 and 3 (also in dry runs: the binding is what the plans' figures see): the store has no
+ * gradient buffer (ts__dist_plans); each group's buckets get staging slots, and every gradient
+ * value of the training plans is bound to its place in its bucket's slot, or, for the replicated
+ * (and unreduced) parameters, in the work buffer (without accumulation: that is where their
+ * reduced gradients go) or in rg (with accumulation: added up there micro-step by micro-step). */
+static int stage_grads(ts_dist *d, struct ts__zero *z) { /* before anything plans the memory (stage 3's gathers) */
+  ts_params *p = d->r.params;
+  int acc = d->cfg.accum > 1, rc = TS_OK;
+  if (ts_params_grads(p))
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: the store was allocated with a gradient buffer",
+                        d->cfg.optimizer_shard);
+  for (int k = 0; k < z->ng && !rc; k++) {
+    size_t n = 0;
+    rc = ts__buckets_stage(z->g[k].bk, acc, &n);
+    z->stage_numel += n;
+  }
+  if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard %d: the gradient buckets' staging slots",
+                               d->cfg.optimizer_shard);
+  if (acc && !(z->rg = calloc(z->R + 1, sizeof(float))))
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  z->staged = 1;
+  ts_plan **plans;
+  int np = train_plans(d, &plans);
+  for (int i = 0; i < ts_params_count(p) && !rc; i++) {
+    ts_val gv = ts_params_grad_value(p, i);
+    if ((ts_params_flags(p, i) & TS_PARAM_STATE) || gv == TS_NONE) continue;
+    size_t off = ts_params_offset(p, i);
+    float *at = NULL;
+    for (int k = 0; k < z->nrep && !at; k++)
+      if (z->rep[k].flat == off) at = (acc ? z->rg : z->wg) + z->rep[k].packed;
+    for (int k = 0; k < z->ng && !at; k++) at = ts__buckets_grad_addr(z->g[k].bk, off);
+    if (!at)
+      return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: the gradient of '%s' is in no bucket and not "
+                          "replicated", d->cfg.optimizer_shard, ts_params_name(p, i));
+    for (int q = 0; q < np && !rc; q++) rc = ts_plan_bind(plans[q], gv, at);
+  }
+  return rc;
 }
 
 /* The base ranks the groups partition: the job's, or a pipeline stage's (its replicas or its
@@ -370,7 +447,7 @@ static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, in
     }
   }
   for (int k = 0; k < z->ng && !rc; k++) {
-    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i];
+    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i] ? (d->pipe && ts__pipe_tied(d, i) ? 2 : 1) : 0;
     rc = plan_parts(d, z, k, member);
   }
   return rc;
@@ -406,8 +483,6 @@ int ts__zero_plan(ts_dist *d) {
   if (!rc) {
     z->wp = calloc(z->R + z->P + 1, sizeof(float));
     z->wg = calloc(z->R + z->P + 1, sizeof(float));
-    if (d->cfg.optimizer_shard >= 2 && !(z->tmp = calloc(z->P + 1, sizeof(float))))
-      rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
     if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   }
   for (int k = 0; !rc && k < z->ng; k++) ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out);
@@ -415,7 +490,10 @@ int ts__zero_plan(ts_dist *d) {
     if (!z->plain || z->ng != 1 || z->N != d->r.size)
       rc = ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for "
                         "parallel.mode data_parallel only");
-    else rc = plan_stage3(d, z);
+    else rc = stage_grads(d, z);
+    if (!rc) rc = plan_stage3(d, z);
+  } else if (!rc && d->cfg.optimizer_shard == 2) {
+    rc = stage_grads(d, z);
   }
   if (rc) {
     ts__zero_free(z);
@@ -433,21 +511,36 @@ static void zero_hook(const ts_hook_info *e, void *user) {
 int ts__zero_start(ts_dist *d) {
   int rc = ts__zero_plan(d);
   if (rc || !d->world) return rc;
+  struct ts__zero *z = d->zero;
   /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
-   * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule */
+   * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule
+   * (stage 1) or, staged, as each bucket completes (staged_overlap) */
   d->overlap = !d->pipe && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
-  if (d->overlap && !d->zero->attached) {
-    rc = ts_plan_add_hook(d->r.plan, zero_hook, d->zero);
-    d->zero->attached = !rc;
+  /* staged (stages 2 and 3) the hook runs whatever the overlap: the slots are reused within backward */
+  if ((d->overlap || z->staged) && !z->attached) {
+    ts_plan **plans;
+    int np = train_plans(d, &plans);
+    if (!(z->hooked = calloc((size_t)np + 1, sizeof *z->hooked)))
+      return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+    for (int q = 0; q < np && !rc; q++)
+      if (!(rc = ts_plan_add_hook(plans[q], zero_hook, z))) z->hooked[z->nhooked++] = plans[q];
+    z->attached = !rc;
   }
   return rc;
 }
 
+/* Staged: each bucket's reduce-scatter runs non-blocking behind the rest of backward (also in a
+ * pipeline's backwards, which otherwise reduce after the schedule), or with parallel.overlap
+ * false blocking as soon as the bucket is complete. */
+static int staged_overlap(const ts_dist *d) { return d->cfg.overlap; }
+
 void ts__zero_begin(ts_dist *d, float *grads) {
   struct ts__zero *z = d->zero;
-  if (!d->world) return;
+  if (!d->world || (!d->overlap && !z->staged)) return;
+  z->accumulated = 0;
   for (int k = 0; k < z->ng; k++) {
     ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out); /* micro-step 0 writes the parts */
+    if (z->staged) ts__buckets_set_mode(z->g[k].bk, !staged_overlap(d), 0);
     ts__buckets_begin(z->g[k].bk, grads);
   }
 }
@@ -515,38 +608,33 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
   return rc;
 }
 
-/* Stage 2: micro-step k's gradients reduce-scattered (started during its backward with overlap,
- * else now) and added to the rank's parts; the replicated ones added up locally (all-reduced once,
- * at the step's end). With overlap, the next micro-step's reduce-scatter is armed here. */
+/* Stages 2 and 3 (staged): micro-step k's gradients were reduce-scattered bucket by bucket
+ * during its backward (the hook; k > 0 added to the rank's parts as each completes): wait for
+ * them; the replicated ones added up locally (all-reduced once, at the step's end); the next
+ * micro-step's reduce-scatters armed, adding. */
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   struct ts__zero *z = d->zero;
+  (void)grads;
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
-  float *parts = z->wg + z->R;
+  if (!z->staged || !z->rg)
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: accumulation without staged gradients",
+                        d->cfg.optimizer_shard);
   int rc = TS_OK;
-  for (int q = 0; q < z->ng && !rc; q++) {
-    zgroup *G = &z->g[q];
-    if (!d->overlap) {
-      ts__buckets_set_out(G->bk, (k == 0 ? parts : z->tmp) + G->out);
-      ts__buckets_begin(G->bk, (float *)grads);
-    }
-    rc = ts__buckets_finish(G->bk);
-  }
+  for (int q = 0; q < z->ng && !rc; q++) rc = ts__buckets_finish(z->g[q].bk);
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of micro-step %lld's gradients",
                                (long long)k + 1);
-  if (k > 0)
-    for (size_t i = 0; i < z->P; i++) parts[i] += z->tmp[i];
   for (int q = 0; q < z->nrep; q++) {
     float *w = z->wg + z->rep[q].packed;
-    const float *g = grads + z->rep[q].flat;
+    const float *g = z->rg + z->rep[q].packed;
     if (k == 0) memcpy(w, g, z->rep[q].n * sizeof(float));
     else
       for (size_t i = 0; i < z->rep[q].n; i++) w[i] += g[i];
   }
-  int next = d->overlap && k + 1 < d->cfg.accum;
-  for (int q = 0; q < z->ng; q++) {
-    ts__buckets_set_out(z->g[q].bk, (next ? z->tmp : parts) + z->g[q].out);
-    if (next) ts__buckets_begin(z->g[q].bk, (float *)grads); /* micro-step k + 1 */
-  }
+  if (k + 1 < d->cfg.accum)
+    for (int q = 0; q < z->ng; q++) { /* micro-step k + 1 adds its reduced parts */
+      ts__buckets_set_mode(z->g[q].bk, !staged_overlap(d), 1);
+      ts__buckets_begin(z->g[q].bk, NULL);
+    }
   z->accumulated = 1;
   return TS_OK;
 }
@@ -558,11 +646,13 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
   if (rc) return rc;
   if (!z->accumulated) {
     for (int k = 0; k < z->ng && !rc; k++) {
-      if (!d->overlap) ts__buckets_begin(z->g[k].bk, (float *)g);
+      if (!d->overlap && !z->staged) ts__buckets_begin(z->g[k].bk, (float *)g);
       rc = ts__buckets_finish(z->g[k].bk);
     }
     if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
-    for (int k = 0; k < z->nrep; k++) memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
+    /* staged: backward wrote the replicated gradients into the work buffer */
+    for (int k = 0; k < z->nrep && !z->staged; k++)
+      memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
   }
   z->accumulated = 0;
   for (int k = 0; k < z->ng && !rc; k++) /* hybrid: the shard groups' reduced parts over the groups */
@@ -582,7 +672,14 @@ int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
   int hybrid = 0;
   for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
   float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
-  if (hybrid) { /* every shard group holds every part: each counted once over the job */
+  int tied = 0; /* a pipeline's tied parameter sharded: its parts counted by one stage */
+  for (int k = 0; k < z->nb; k++) tied |= z->pt[k].cw != 1;
+  if (tied) {
+    double s = 0;
+    for (int k = 0; k < z->nb; k++)
+      s += ts_sum_squares(z->wg + z->pt[k].work, z->pt[k].n) * z->pt[k].cw / z->g[z->pt[k].grp].X;
+    sq = (float)s;
+  } else if (hybrid) { /* every shard group holds every part: each counted once over the job */
     double s = 0;
     for (int k = 0; k < z->ng; k++) s += ts_sum_squares(z->wg + z->R + z->g[k].out, z->g[k].P) / z->g[k].X;
     sq = (float)s;
@@ -660,6 +757,17 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
   return TS_OK;
 }
 
+float *ts__zero_tied_part(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n) {
+  struct ts__zero *z = d->zero;
+  for (int k = 0; z && k < z->nb; k++)
+    if (z->pt[k].flat == flat && z->pt[k].len == numel) { /* the parameter's own bucket */
+      *lo = z->pt[k].lo;
+      *n = z->pt[k].n;
+      return z->wg + z->pt[k].work;
+    }
+  return NULL;
+}
+
 float *ts__zero_rep_grad(ts_dist *d, size_t flat) {
   struct ts__zero *z = d->zero;
   for (int k = 0; z && k < z->nrep; k++)
@@ -684,8 +792,20 @@ size_t ts__zero_param_bytes(const ts_dist *d) {
   return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
 }
 
+double ts__zero_take_slot_wait(ts_dist *d) {
+  double t = 0;
+  for (int k = 0; d->zero && k < d->zero->ng; k++) t += ts__buckets_take_claim_wait(d->zero->g[k].bk);
+  return t;
+}
+
 double ts__zero_take_gather_wait(ts_dist *d) {
   return d->zero && d->zero->gt ? ts__gather_take_wait(d->zero->gt) : 0;
+}
+
+size_t ts__zero_staged_grad_bytes(const ts_dist *d) {
+  const struct ts__zero *z = d->zero;
+  if (!z || !z->staged) return 0;
+  return (z->stage_numel + (z->rg ? z->R : 0)) * sizeof(float);
 }
 
 size_t ts__zero_slot_bytes(const ts_dist *d) {
@@ -740,12 +860,22 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
       fprintf(out, "  group %d: %d ranks, %zu elements reduce-scattered by gradient bucket (%zu on this rank), %zu "
               "replicated (parameters under %g KiB%s) all-reduced\n",
               k, z->g[k].NF, z->g[k].S, z->g[k].P, z->g[k].rn, d->cfg.shard_threshold_kb,
-              d->pipe ? ", or held by several stages" : "");
+              d->pipe && !ts__pipe_tied_shardable(d) ? ", or held by several stages" : "");
       if (z->g[k].X > 1)
         fprintf(out, "    in %d shard groups of %d ranks (optimizer_shard_group): parts all-reduced across them\n",
                 z->g[k].X, z->g[k].N);
     }
     if (alone) fprintf(out, "  %zu elements of slices no other rank holds: updated by this rank alone\n", alone);
+  }
+  if (z->staged) {
+    int nsl = 0;
+    for (int k = 0; k < z->ng; k++) nsl += ts__buckets_num_slots(z->g[k].bk);
+    fprintf(out, "gradients (optimizer_shard %d): no whole-model buffer; backward writes the %d buckets' gradients into "
+            "%d staging slot%s (%zu floats%s), each bucket reduce-scattered from its slot as soon as it is complete; "
+            "the replicated ones into the optimizer's work buffer%s\n",
+            st, z->nb, nsl, nsl == 1 ? "" : "s", z->stage_numel,
+            z->rg ? ", with room for each slot's reduced part: micro-steps add them" : "",
+            z->rg ? " (added up over the micro-steps from a buffer of their size)" : "");
   }
   if (!z->stage3) return;
   int ns = 0, ded = 0, ng = 0, nge = 0;

@@ -28,6 +28,7 @@ struct ts_params {
   float *data, *grads, *states;
   int allocated;
   int external; /* ts_params_alloc_external: the trainable parameters are held elsewhere (data NULL) */
+  int grads_external; /* ts_params_set_grads_external: no gradient buffer (grads NULL) */
 };
 
 int ts_params_create(ts_params **out) {
@@ -183,9 +184,9 @@ static int alloc_store(ts_params *p, uint64_t seed, int external) {
                         p->external ? "without" : "with");
   if (!p->allocated) {
     p->data = external ? NULL : ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
-    p->grads = ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
+    p->grads = p->grads_external ? NULL : ts_calloc((p->numel ? p->numel : 1) * sizeof(float));
     p->states = ts_calloc((p->state_numel ? p->state_numel : 1) * sizeof(float));
-    if ((!p->data && !external) || !p->grads || !p->states) {
+    if ((!p->data && !external) || (!p->grads && !p->grads_external) || !p->states) {
       ts_free(p->data);
       ts_free(p->grads);
       ts_free(p->states);
@@ -205,6 +206,13 @@ static int alloc_store(ts_params *p, uint64_t seed, int external) {
 }
 
 int ts_params_alloc(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 0); }
+
+int ts_params_set_grads_external(ts_params *p, int external) {
+  if (p->allocated)
+    return ts_error_set(TS_EINVAL, "ts_params_set_grads_external: the store is already allocated");
+  p->grads_external = external != 0;
+  return TS_OK;
+}
 
 int ts_params_alloc_external(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 1); }
 
@@ -276,7 +284,7 @@ float *ts_params_ptr(ts_params *p, int id) {
   return base ? base + p->e[id].offset : NULL; /* NULL: held elsewhere (ts_params_alloc_external) */
 }
 float *ts_params_grad_ptr(ts_params *p, int id) {
-  if (id < 0 || id >= p->n || !p->allocated || (p->e[id].flags & TS_PARAM_STATE)) return NULL;
+  if (id < 0 || id >= p->n || !p->allocated || !p->grads || (p->e[id].flags & TS_PARAM_STATE)) return NULL;
   return p->grads + p->e[id].offset;
 }
 float *ts_params_data(ts_params *p) { return p->data; }
@@ -284,6 +292,42 @@ float *ts_params_grads(ts_params *p) { return p->grads; }
 float *ts_params_states(ts_params *p) { return p->states; }
 size_t ts_params_numel(const ts_params *p) { return p->numel; }
 size_t ts_params_state_numel(const ts_params *p) { return p->state_numel; }
+
+/* The gradient copies ts_params_attach_grads emitted (nodes n0..) moved from the end of the graph
+ * to right after the backward node producing what they copy, so a gradient is complete (and its
+ * bucket can be reduced) as early as backward computes it; a copy of a value no backward node
+ * produces stays last. Node order is run order; value handles do not change. */
+static int place_copies(ts_graph *g, int n0) {
+  int n = g->nnodes;
+  int *order = malloc(sizeof(int) * (size_t)n), *after = malloc(sizeof(int) * (size_t)n);
+  ts__node *tmp = malloc(sizeof(ts__node) * (size_t)n);
+  if (!order || !after || !tmp) {
+    free(order);
+    free(after);
+    free(tmp);
+    return ts_graph_fail(g, TS_ENOMEM, "ts_params_attach_grads: out of memory");
+  }
+  for (int c = n0; c < n; c++) {
+    int pr = g->vals[g->nodes[c].in[0]].producer;
+    after[c] = pr >= 0 && pr < n0 && g->nodes[pr].is_backward ? pr : -1;
+  }
+  int m = 0;
+  for (int i = 0; i < n0; i++) {
+    order[m++] = i;
+    for (int c = n0; c < n; c++)
+      if (after[c] == i) order[m++] = c;
+  }
+  for (int c = n0; c < n; c++)
+    if (after[c] < 0) order[m++] = c;
+  for (int k = 0; k < n; k++) tmp[k] = g->nodes[order[k]];
+  memcpy(g->nodes, tmp, sizeof(ts__node) * (size_t)n);
+  for (int k = 0; k < n; k++)
+    for (int o = 0; o < g->nodes[k].nout; o++) g->vals[g->nodes[k].out[o]].producer = k;
+  free(order);
+  free(after);
+  free(tmp);
+  return TS_OK;
+}
 
 int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int *nkeep) {
   int nk = 0;
@@ -298,7 +342,7 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
   char *owned = calloc((size_t)g->nvals + (size_t)p->n + 1, 1);
   if (!owned) return ts_error_set(TS_ENOMEM, "ts_params_attach_grads: out of memory");
   int rc = TS_OK;
-  int nvals0 = g->nvals;
+  int nvals0 = g->nvals, nodes0 = g->nnodes;
   for (int v = 0; v < nvals0 && rc == TS_OK; v++) {
     const ts__value *x = &g->vals[v];
     if (x->kind != TS_VAL_PARAM || x->param_id < 0) continue;
@@ -329,6 +373,7 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
     nk++;
   }
   free(owned);
+  if (rc == TS_OK && g->nnodes > nodes0) rc = place_copies(g, nodes0);
   if (nkeep) *nkeep = nk;
   if (rc == TS_OK && keep && nk > cap)
     rc = ts_error_set(TS_ERANGE, "ts_params_attach_grads: %d gradients, room for %d", nk, cap);

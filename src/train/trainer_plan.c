@@ -136,11 +136,15 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
       size_t rep, sh;
       double ob = pb * slots; /* optimizer state: of the rank's parameters, or of its shard */
       ts_dist_memory_info om;
-      if (ts_dist_optim_sharded(d, &rep, &sh) && !ts_dist_memory(d, slots, &om))
+      double gb = pb; /* gradients: the store's buffer, or under optimizer_shard what ts_dist_memory counts */
+      if (ts_dist_optim_sharded(d, &rep, &sh) && !ts_dist_memory(d, slots, &om)) {
         ob = (double)om.optimizer_state_bytes; /* the rank's optimizer: its groups' parts + replicated */
+        gb = (double)(om.grad_bytes - om.accum_bytes); /* stages 2, 3: staging slots + reduced parts */
+      }
       fprintf(b, "\nmemory per rank (rank %d) vs one process:\n", rank);
       fprintf(b, "  parameters           %12s  of %12s  (%.3f)\n", ts__human_bytes(pb, h1, sizeof h1), ts__human_bytes(pb1, h2, sizeof h2), pb / pb1);
-      fprintf(b, "  gradients            %12s  of %12s\n", ts__human_bytes(pb, h1, sizeof h1), ts__human_bytes(pb1, h2, sizeof h2));
+      fprintf(b, "  gradients            %12s  of %12s  (%.3f)\n", ts__human_bytes(gb, h1, sizeof h1),
+              ts__human_bytes(pb1, h2, sizeof h2), gb / pb1);
       fprintf(b, "  optimizer state      %12s  of %12s  (%s: %d slot%s%s)\n", ts__human_bytes(ob, h1, sizeof h1),
               ts__human_bytes(pb1 * slots, h2, sizeof h2), ts_optim_kind_name(cfg->optimizer.name), slots, slots == 1 ? "" : "s",
               ob < pb * slots ? ", sharded" : "");

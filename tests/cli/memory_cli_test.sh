@@ -36,7 +36,9 @@ plain=$(total_bytes "$plain_out"); small_b=$(total_bytes "$small_out")
 if [ -n "$plain" ] && [ -n "$small_b" ] && [ "$small_b" -lt "$plain" ]; then
   ok "plan: plain data_parallel needs $plain bytes per rank, optimizer_shard 2 + recompute full $small_b"
 else bad "plan totals: plain '$plain', sharded + recompute '$small_b': $plain_out"; fi
+# (to 3 decimals, written as the messages write it: %g, no trailing zeros)
 budget=$(awk -v a="$plain" -v b="$small_b" 'BEGIN { printf "%.3f", (a + b) / 2 / 1048576 }')
+budget=$(awk -v b="$budget" 'BEGIN { print b + 0 }')
 budget_b=$(awk -v m="$budget" 'BEGIN { printf "%.0f", m * 1048576 }')
 
 # tessera plan enforces the budget: the report, "does NOT fit", exit 2
