@@ -60,6 +60,14 @@ typedef void (*ts_plan_hook)(const ts_hook_info *e, void *user);
  * parameter gradients) stay readable after ts_plan_run; other temporaries share buffers by
  * liveness. The graph must outlive the plan and must not change after planning. */
 int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out);
+/* The same plan for sizing only (planning a job on paper): liveness and the arena's layout are
+ * computed as ts_plan_create's (ts_plan_peak_bytes, ts_plan_node_live give the same answers), but
+ * the arena is never allocated; ts_plan_bind only records that a value lives in caller memory
+ * (the pointer, NULL included, is never used); ts_plan_data gives NULL and ts_plan_run refuses
+ * (TS_EINVAL). */
+int ts_plan_create_dry(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out);
+/* 1 for a plan made by ts_plan_create_dry. */
+int ts_plan_is_dry(const ts_plan *p);
 void ts_plan_free(ts_plan *p);
 /* Binds caller-owned memory to a value (input, param, state, or a kept value such as a gradient,
  * which is then written in place). Must be bound before run for inputs/params/states. */

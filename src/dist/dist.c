@@ -72,19 +72,36 @@ int ts__dist_backward(ts_dist *d) {
   return TS_OK;
 }
 
-int ts__dist_plans(ts_dist *d) {
-  ts_dist_run *r = &d->r;
+/* Dry runs are sized, not allocated: the store is laid out (ts_params_alloc_dry) and the plans
+ * are dry (ts_plan_create_dry: liveness and arena layout computed, nothing allocated), so the
+ * figures (ts_dist_memory) come from exactly the layouts a real job allocates, and a
+ * trillion-parameter model on thousands of devices is priced without its bytes. cfg.dry_allocate
+ * makes a dry run allocate as the job would (tests compare the two). */
+int ts__dist_sizing(const ts_dist *d) { return d->dry > 0 && !d->cfg.dry_allocate; }
+
+int ts__dist_alloc_store(ts_dist *d, ts_params *p) {
+  if (ts__dist_sizing(d)) return ts_params_alloc_dry(p);
   /* optimizer_shard 3 in a real job: no whole copy of the parameters (each rank's shard and the
    * gather slots are bound into the plans by ts__zero_plan; here parameter values get NULL) */
-  int rc = d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(r->params, d->cfg.seed)
-                                                   : ts_params_alloc(r->params, d->cfg.seed);
+  return d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(p, d->cfg.seed)
+                                                 : ts_params_alloc(p, d->cfg.seed);
+}
+
+int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  return ts__dist_sizing(d) ? ts_plan_create_dry(g, keep, nkeep, out) : ts_plan_create(g, keep, nkeep, out);
+}
+
+int ts__dist_plans(ts_dist *d) {
+  ts_dist_run *r = &d->r;
+  int rc = ts__dist_alloc_store(d, r->params);
   if (rc) return rc;
   ts_val keep[1024];
   int nk = 0;
   if ((rc = ts_params_attach_grads(r->params, r->g, keep, 1023, &nk))) return rc;
   keep[nk++] = r->loss;
-  if ((rc = ts_plan_create(r->g, keep, nk, &r->plan)) || (rc = ts_params_bind(r->params, r->g, r->plan)) ||
-      (rc = ts_plan_create(r->ge, &r->logits, 1, &r->plan_e)) || (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
+  if ((rc = ts__dist_plan_create(d, r->g, keep, nk, &r->plan)) || (rc = ts_params_bind(r->params, r->g, r->plan)) ||
+      (rc = ts__dist_plan_create(d, r->ge, &r->logits, 1, &r->plan_e)) ||
+      (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
     return rc;
   for (int i = 0; i < ts_params_count(r->params); i++) r->sliced |= ts_params_is_sharded(r->params, i);
   r->logits_shape = ts_val_shape(r->ge, r->logits);

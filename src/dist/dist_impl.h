@@ -89,6 +89,12 @@ int ts__dist_graph_fail(ts_graph *g, const char *what);
 void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys);
 /* Allocates r.params, attaches the gradients of r.g and plans r.g (keeping r.loss) and r.ge
  * (keeping r.logits), both bound to the store. */
+/* A dry run that sizes without allocating (d->dry and not cfg.dry_allocate). */
+int ts__dist_sizing(const ts_dist *d);
+/* The rank's store allocated as the layout needs it, or laid out only when sizing. */
+int ts__dist_alloc_store(ts_dist *d, ts_params *p);
+/* ts_plan_create, or ts_plan_create_dry when sizing. */
+int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out);
 /* Backward of the training graph (seed d->seed), then the recompute pass of cfg.recompute. */
 int ts__dist_backward(ts_dist *d);
 int ts__dist_plans(ts_dist *d);

@@ -132,14 +132,15 @@ static int build_chunk_plans(ts_dist *d, pchunk *c) {
   c->inst_of = malloc(sizeof(int) * (size_t)d->pipe->M);
   if (!c->plan || !c->free_inst || !c->inst_of) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   for (int k = 0; k < c->K; k++)
-    if ((rc = ts_plan_create(c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
+    if ((rc = ts__dist_plan_create(d, c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
         (rc = ts_plan_add_hook(c->plan[k], recv_hook, d->pipe)))
       return rc;
   ts_val ke[TS_STAGE_MAX_EDGES * 2 + 1];
   int nke = 0;
   if (c->se.out != TS_NONE) ke[nke++] = c->se.out;
   for (int t = 0; t < c->se.ntokens; t++) ke[nke++] = c->se.tokens[t];
-  if ((rc = ts_plan_create(c->se.g, ke, nke, &c->plan_e)) || (rc = ts_params_bind(p, c->se.g, c->plan_e))) return rc;
+  if ((rc = ts__dist_plan_create(d, c->se.g, ke, nke, &c->plan_e)) || (rc = ts_params_bind(p, c->se.g, c->plan_e)))
+    return rc;
   return TS_OK;
 }
 
@@ -265,7 +266,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     ch->K = ts_schedule_max_inflight(pp->sched, pp->stage, cc);
     if (ch->K < 1) ch->K = 1;
   }
-  if ((rc = ts_params_alloc(r->params, c->seed))) return rc;
+  if ((rc = ts__dist_alloc_store(d, r->params))) return rc;
   for (int cc = 0; cc < V; cc++)
     if ((rc = build_chunk_plans(d, &pp->ch[cc]))) return rc;
   /* what the trainer and the profiler look at: the first piece */
@@ -332,7 +333,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   free(lo);
   free(hi);
   pp->logits_n = (size_t)ts_shape_numel(&r->logits_shape);
-  pp->logits = malloc(sizeof(float) * (pp->logits_n ? pp->logits_n : 1));
+  pp->logits = malloc(sizeof(float) * (pp->logits_n && !ts__dist_sizing(d) ? pp->logits_n : 1));
   if (!pp->logits) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   /* the step's loss: the ranks holding the loss, averaged over the dp replicas */
   float w = pp->semi ? pp->semi_seed : 1.0f / (float)pp->dp; /* each rank's part, copies once */

@@ -57,6 +57,7 @@ struct ts_plan {
   int64_t *offset; /* arena offset of temporaries (-1: none) */
   size_t *bytes;
   int planned;
+  int dry;         /* ts_plan_create_dry: sized, never allocated, never run */
   char *live;      /* per node: its result is needed (kept, bound, or feeds a live node) */
   int nlive;
   size_t peak, naive;
@@ -130,7 +131,22 @@ static int vindex(ts_plan *p, ts_val v, const char *what) {
   return i;
 }
 
+/* A dry plan's bindings: caller memory that is never looked at (the plan never runs). */
+static char dry_bound;
+
+static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_plan **out);
+
 int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  return plan_create(g, keep, nkeep, 0, out);
+}
+
+int ts_plan_create_dry(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  return plan_create(g, keep, nkeep, 1, out);
+}
+
+int ts_plan_is_dry(const ts_plan *p) { return p && p->dry; }
+
+static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_plan **out) {
   if (!g) return ts_error_set(TS_EINVAL, "ts_plan_create: null graph");
   if (ts_graph_status(g))
     return ts_error_set(ts_graph_status(g), "ts_plan_create: graph has an error: %s", ts_graph_error(g));
@@ -143,6 +159,7 @@ int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   ts_plan *p = calloc(1, sizeof *p);
   if (!p) return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   p->g = g;
+  p->dry = dry;
   p->nvals = ts_graph_num_values(g);
   p->nnodes = nnodes;
   p->bound = calloc((size_t)p->nvals, sizeof(void *));
@@ -186,6 +203,7 @@ void ts_plan_free(ts_plan *p) {
 int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
   int i = vindex(p, v, "ts_plan_bind");
   if (i < 0) return TS_EINVAL;
+  if (p->dry) data = &dry_bound; /* only whether it is bound matters: the memory is never used */
   if (p->vals[i].producer >= 0 && (p->bound[i] == NULL) != (data == NULL)) p->planned = 0;
   p->bound[i] = data;
   return TS_OK;
@@ -369,7 +387,7 @@ static int plan_memory(ts_plan *p) {
     }
   }
   p->peak = f.top;
-  if (p->peak > p->arena_cap) {
+  if (p->peak > p->arena_cap && !p->dry) {
     ts_free(p->arena);
     p->arena = ts_alloc(p->peak);
     if (!p->arena) {
@@ -424,6 +442,7 @@ static void *data_of(ts_plan *p, int v) {
 }
 
 void *ts_plan_data(ts_plan *p, ts_val v) {
+  if (p->dry) return NULL;
   int i = ts_graph_value_index(p->g, v);
   if (i < 0 || i >= p->nvals) return NULL;
   if (!p->bound[i] && !p->keep[i] && p->vals[i].producer >= 0) return NULL;
@@ -434,6 +453,7 @@ int ts_plan_run(ts_plan *p, uint64_t step) { return ts_plan_run_range(p, step, 0
 
 int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   ts_graph *g = p->g;
+  if (p->dry) return ts_error_set(TS_EINVAL, "ts_plan_run: a dry plan (ts_plan_create_dry) is for sizing only");
   if (end < 0 || end > p->nnodes) end = p->nnodes;
   if (first < 0) first = 0;
   if (ts_graph_num_values(g) != p->nvals || ts_graph_num_nodes(g) != p->nnodes)
