@@ -95,11 +95,18 @@ int ts__dist_plans(ts_dist *d) {
   ts_dist_run *r = &d->r;
   int rc = ts__dist_alloc_store(d, r->params);
   if (rc) return rc;
-  ts_val keep[1024];
-  int nk = 0;
-  if ((rc = ts_params_attach_grads(r->params, r->g, keep, 1023, &nk))) return rc;
+  int cap = ts_params_count(r->params) + 1, nk = 0;
+  ts_val *keep = malloc(sizeof *keep * (size_t)(cap + 1));
+  if (!keep) return ts_error_set(TS_ENOMEM, "plans: out of memory");
+  if ((rc = ts_params_attach_grads(r->params, r->g, keep, cap, &nk))) {
+    free(keep);
+    return rc;
+  }
   keep[nk++] = r->loss;
-  if ((rc = ts__dist_plan_create(d, r->g, keep, nk, &r->plan)) || (rc = ts_params_bind(r->params, r->g, r->plan)) ||
+  rc = ts__dist_plan_create(d, r->g, keep, nk, &r->plan);
+  free(keep);
+  if (rc) return rc;
+  if ((rc = ts_params_bind(r->params, r->g, r->plan)) ||
       (rc = ts__dist_plan_create(d, r->ge, &r->logits, 1, &r->plan_e)) ||
       (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
     return rc;

@@ -118,11 +118,23 @@ int ts_dist_pipeline_times(const ts_dist *d, double *wall, double *bubble, doubl
   return pp != NULL;
 }
 
+static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap);
+
+/* The plans of piece c: K training instances and the evaluation plan, bound to the store. */
 static int build_chunk_plans(ts_dist *d, pchunk *c) {
   ts_params *p = d->r.params;
-  ts_val keep[1024];
+  int cap = ts_params_count(p) + 1, rc;
+  ts_val *keep = malloc(sizeof *keep * (size_t)(cap + 2 + c->sg.ntokens));
+  if (!keep) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  rc = build_chunk_plans_with(d, c, keep, cap);
+  free(keep);
+  return rc;
+}
+
+static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap) {
+  ts_params *p = d->r.params;
   int nk = 0, rc;
-  if ((rc = ts_params_attach_grads(p, c->sg.g, keep, 1000 - 2 - c->sg.ntokens, &nk))) return rc;
+  if ((rc = ts_params_attach_grads(p, c->sg.g, keep, cap, &nk))) return rc;
   if (c->sg.out != TS_NONE) keep[nk++] = c->sg.out;
   keep[nk++] = c->sg.objective; /* the forward sends feed it */
   for (int t = 0; t < c->sg.ntokens; t++) keep[nk++] = c->sg.tokens[t];

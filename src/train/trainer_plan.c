@@ -66,6 +66,50 @@ static void dry_free(dry *x) {
   free(x->t);
 }
 
+/* The training sample the graphs are built for, without opening a data set where the config says
+ * it (planning a job on paper needs no data files): GPT's is data.seq_len token ids (its targets
+ * the next ones); MNIST / Fashion-MNIST (28x28x1 bytes) and CIFAR (32x32x3) images are a zero
+ * sample of that shape passed through the training transforms, exactly what the run's probe of
+ * the first sample gives. *done = 0 for other data sets (the caller opens them). */
+static int dry_sample(ts_trainer *t, int *done) {
+  ts_config *c = &t->cfg;
+  *done = 0;
+  if (c->model.name == TS_MODEL_GPT) {
+    if (c->data.seq_len < 1) return ts_error_set(TS_ECONFIG, "data.seq_len: GPT needs a sequence length, got %d", c->data.seq_len);
+    t->model.sample = ts_shape1(c->data.seq_len);
+    t->model.dtype = TS_I32;
+    t->model.text = 1;
+    *done = 1;
+    return TS_OK;
+  }
+  ts_shape raw;
+  switch (c->data.name) {
+    case TS_DATA_FASHION_MNIST:
+    case TS_DATA_MNIST: raw = ts_shape3(28, 28, 1); break;
+    case TS_DATA_CIFAR10:
+    case TS_DATA_CIFAR100: raw = ts_shape3(32, 32, 3); break;
+    default: return TS_OK;
+  }
+  if (c->model.num_classes == 0) return TS_OK; /* the data set's own count: open it */
+  int rc = ts_config_transforms(c, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
+  if (rc < 0) return rc;
+  t->ntf_train = rc;
+  ts_sample s;
+  memset(&s, 0, sizeof s);
+  s.label = 0;
+  rc = ts_tensor_init(&s.data, TS_U8, raw);
+  if (!rc) memset(s.data.data, 0, (size_t)ts_shape_numel(&raw));
+  if (!rc) rc = ts_transforms_apply(t->tf_train, t->ntf_train, &s, 0);
+  if (!rc) {
+    t->model.sample = s.data.shape;
+    t->model.dtype = s.data.dtype;
+    t->model.text = 0;
+    *done = 1;
+  }
+  ts_sample_free(&s);
+  return rc ? ts_error_wrap(rc, "data.transforms (planning on a zero %s sample)", ts_data_kind_name(c->data.name)) : TS_OK;
+}
+
 static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one, dry *x) {
   memset(x, 0, sizeof *x);
   if (ndevices < 1 || rank < 0 || rank >= ndevices)
@@ -77,7 +121,9 @@ static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn m
   int rc = ts_config_validate(&t->cfg);
   if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices);
   if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
-  if (!rc) rc = ts__train_prepare(t);
+  int have = 0;
+  if (!rc && !model) rc = dry_sample(t, &have); /* no data set opened where the config tells the sample */
+  if (!rc && !have) rc = ts__train_prepare(t);
   x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
   if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
   t->model.strategies = x->set;
