@@ -209,15 +209,46 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   return rc;
 }
 
-int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out) {
+/* ---- the predicted step ---- */
+
+/* The dtype a config is planned in: f32, or the 16-bit dtype of train.amp_level O1-O3. */
+static ts_dtype plan_dtype(const ts_config *k) {
+  if (k->train.amp_level <= 0) return TS_F32;
+  return k->train.amp_dtype == 1 ? TS_F16 : TS_BF16;
+}
+
+/* The memory of a rank built in f32 (m) as the same job in mixed precision would hold it:
+ * O1 (16-bit GEMMs on f32 tensors) unchanged; O2: parameters in 2 bytes plus an f32 master copy
+ * (6 bytes), gradients and their accumulation in 2 bytes, the optimizer's f32 state unchanged,
+ * activations in 2 bytes -- Adam's 16 bytes per parameter of mixed-precision training (ZeRO,
+ * Rajbhandari et al. 2020); O3: no master copy (2 bytes). States (batch-norm statistics) stay f32
+ * inside param_bytes, a small error. */
+static void amp_memory(const ts_config *k, ts_dist_memory_info *m) {
+  if (k->train.amp_level < 2) return;
+  m->param_bytes = k->train.amp_level == 2 ? m->param_bytes / 2 * 3 : m->param_bytes / 2;
+  m->grad_bytes /= 2;
+  m->accum_bytes /= 2;
+  m->activation_bytes /= 2;
+  m->eval_activation_bytes /= 2;
+  m->total_bytes = ts_dist_memory_sum(m);
+}
+
+/* One rank of the job, built dry (sized, nothing allocated) and priced: its training graph per
+ * micro-step, its memory, the gradient reduction it sends, its optimizer pass. */
+typedef struct {
+  ts_cost_breakdown b;
+  ts_dist_memory_info m;
+  double red, optimizer_s;
+  int64_t M;
+  int P, V, replicas, semi;
+} priced;
+
+static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c, priced *out) {
   memset(out, 0, sizeof *out);
-  int rc = ts_cluster_validate(c, c->name);
-  if (rc) return rc;
   dry x;
-  rc = dry_build(cfg, ndevices, rank, NULL, NULL, 0, &x);
+  int rc = dry_build(cfg, N, rank, NULL, NULL, 0, &x);
   const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
   char *live = NULL;
-  ts_cost_breakdown b;
   if (!rc) {
     int n = ts_graph_num_nodes(r->g);
     live = malloc((size_t)n + 1);
@@ -228,44 +259,87 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
       live[j] = (char)(l > 0);
     }
   }
-  if (!rc) rc = ts_cost_graph(c, r->g, TS_F32, live, &b);
+  const ts_config *k = &x.t->cfg;
+  if (!rc) rc = ts_cost_graph(c, r->g, plan_dtype(k), live, &out->b);
   free(live);
   if (!rc) {
-    const ts_config *k = &x.t->cfg;
-    int P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
-    int V = P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
-    int64_t M = k->train.batch_size / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
-    out->micro_steps = M;
-    out->gemm_s = (double)M * b.gemm_s;
-    out->other_s = (double)M * b.other_s;
-    out->compute_s = out->gemm_s + out->other_s;
-    out->collectives_s = (double)M * b.comm_s;
-    out->flops = (double)M * b.flops;
-    /* a pipeline's idle time: (P-1) piece-times of warm-up and cool-down over V*M (balanced pieces) */
-    if (P > 1) out->bubble_s = (double)(P - 1) / (double)V * (b.compute_s + b.comm_s);
-    /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
-     * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
-    double red = 0;
-    rc = ts_dist_reduce_bytes(x.d, &red);
-    int replicas = r->data_parts > 1 ? r->data_parts : 1;
-    int span = ts_cluster_spans(c, replicas, P);
-    double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
-    out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
-    /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
-    double bwd = 2.0 / 3.0 * (b.compute_s + b.comm_s);
-    int overlap = k->parallel.overlap && M == 1 && P == 1;
-    out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
+    out->P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
+    out->V = out->P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
+    out->M = k->train.batch_size / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
+    out->replicas = r->data_parts > 1 ? r->data_parts : 1;
+    out->semi = k->parallel.mode == TS_PARALLEL_SEMI_AUTO;
+    rc = ts_dist_reduce_bytes(x.d, &out->red);
+  }
+  if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &out->m);
+  if (!rc) {
     /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
-    ts_dist_memory_info m;
-    if (!rc && !ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &m)) {
-      out->memory_bytes = m.total_bytes;
-      out->optimizer_s = 2.0 * (double)(m.param_bytes + m.optimizer_state_bytes) / c->mem_bandwidth +
-                         (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
-                         (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
-    }
-    out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
-    out->samples_per_s = out->step_s > 0 ? (double)k->train.batch_size / out->step_s : 0;
+    out->optimizer_s = 2.0 * (double)(out->m.param_bytes + out->m.optimizer_state_bytes) / c->mem_bandwidth +
+                       (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
+                       (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
+    amp_memory(k, &out->m);
   }
   dry_free(&x);
   return rc;
+}
+
+int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out) {
+  memset(out, 0, sizeof *out);
+  int rc = ts_cluster_validate(c, c->name);
+  if (rc) return rc;
+  /* the rank asked for; with pipeline stages also the first and the last stage's first rank
+   * (the embedding, the head and loss, the most activations in flight): the step is set by the
+   * slowest piece and the memory by the fullest rank, and every middle stage is a copy of one
+   * of them, so three builds price a job of any number of ranks */
+  priced pr[3];
+  int np = 0, ranks[3] = {rank, -1, -1};
+  int P = cfg->parallel.pipeline_stages > 1 ? cfg->parallel.pipeline_stages : 1;
+  if (P > 1 && ndevices % P == 0) {
+    int semi = cfg->parallel.mode == TS_PARALLEL_SEMI_AUTO, sub = ndevices / P;
+    int first = 0, last = semi ? (P - 1) * sub : P - 1; /* (dp, pp, tp): tp innermost, then pp */
+    if (rank != first) ranks[++np] = first;
+    if (rank != last) ranks[++np] = last;
+  }
+  np++;
+  for (int i = 0; i < np && !rc; i++) rc = price_rank(cfg, ndevices, ranks[i], c, &pr[i]);
+  if (rc) return rc;
+  const priced *a = &pr[0];
+  double piece = 0, gemm = 0, other = 0, comm = 0, flops = 0, mem = 0;
+  int slow = 0;
+  for (int i = 0; i < np; i++) {
+    double t = pr[i].b.compute_s + pr[i].b.comm_s;
+    if (t > piece) piece = t, slow = i;
+    flops += pr[i].b.flops / np;
+    if ((double)pr[i].m.total_bytes > mem) mem = (double)pr[i].m.total_bytes;
+  }
+  gemm = pr[slow].b.gemm_s, other = pr[slow].b.other_s, comm = pr[slow].b.comm_s;
+  int64_t M = a->M;
+  int V = a->V;
+  out->micro_steps = M;
+  out->gemm_s = (double)M * gemm;
+  out->other_s = (double)M * other;
+  out->compute_s = out->gemm_s + out->other_s;
+  out->collectives_s = (double)M * comm;
+  out->flops = (double)M * flops;
+  /* a pipeline's idle time: (P-1) piece-times of warm-up and cool-down over V*M (balanced pieces) */
+  if (P > 1) out->bubble_s = (double)(P - 1) / (double)V * piece;
+  /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
+   * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
+  double red = 0, opt = 0;
+  for (int i = 0; i < np; i++) {
+    red = pr[i].red > red ? pr[i].red : red;
+    opt = pr[i].optimizer_s > opt ? pr[i].optimizer_s : opt;
+  }
+  int replicas = a->replicas;
+  int span = ts_cluster_spans(c, replicas, a->semi ? ndevices / (P * replicas) : P);
+  double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
+  out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
+  /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
+  double bwd = 2.0 / 3.0 * piece;
+  int overlap = cfg->parallel.overlap && M == 1 && P == 1;
+  out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
+  out->memory_bytes = (int64_t)mem;
+  out->optimizer_s = opt;
+  out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
+  out->samples_per_s = out->step_s > 0 ? (double)cfg->train.batch_size / out->step_s : 0;
+  return TS_OK;
 }
