@@ -143,10 +143,15 @@ static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap) 
   c->free_inst = malloc(sizeof(int) * (size_t)c->K);
   c->inst_of = malloc(sizeof(int) * (size_t)d->pipe->M);
   if (!c->plan || !c->free_inst || !c->inst_of) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
-  for (int k = 0; k < c->K; k++)
+  /* the micro-batches in flight keep only what their backward reads; the forward and backward
+   * temporaries of every piece of the rank share one scratch arena (one runs at a time) */
+  for (int k = 0; k < c->K; k++) {
     if ((rc = ts__dist_plan_create(d, c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
         (rc = ts_plan_add_hook(c->plan[k], recv_hook, d->pipe)))
       return rc;
+    ts_plan *owner = d->pipe->ch[0].plan ? d->pipe->ch[0].plan[0] : c->plan[k];
+    if ((rc = ts_plan_share_scratch(c->plan[k], c->sg.nfwd, owner))) return rc;
+  }
   ts_val ke[TS_STAGE_MAX_EDGES * 2 + 1];
   int nke = 0;
   if (c->se.out != TS_NONE) ke[nke++] = c->se.out;
@@ -679,12 +684,18 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
 void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
   const struct ts__pipe *pp = d->pipe;
   *train = *eval = 0;
+  size_t scratch = 0; /* shared by the rank's training plans: the largest need, held once */
   for (int cc = 0; cc < pp->V; cc++) {
     const pchunk *ch = &pp->ch[cc];
-    for (int k = 0; ch->plan && k < ch->K; k++)
-      if (ch->plan[k]) *train += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan[k]) : ts_plan_peak_bytes(ch->plan[k]));
+    for (int k = 0; ch->plan && k < ch->K; k++) {
+      if (!ch->plan[k]) continue;
+      *train += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan[k]) : ts_plan_peak_bytes(ch->plan[k]));
+      size_t sb = measured ? ts_plan_scratch_arena_bytes(ch->plan[k]) : ts_plan_scratch_bytes(ch->plan[k]);
+      if (sb > scratch) scratch = sb;
+    }
     if (ch->plan_e) *eval += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan_e) : ts_plan_peak_bytes(ch->plan_e));
   }
+  *train += (int64_t)scratch;
 }
 
 int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n) {

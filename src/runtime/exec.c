@@ -58,6 +58,14 @@ struct ts_plan {
   size_t *bytes;
   int planned;
   int dry;         /* ts_plan_create_dry: sized, never allocated, never run */
+  /* ts_plan_share_scratch: temporaries that do not live across node `split` go to the owner's
+   * scratch arena (shared by plans that never run at the same time), the rest to this arena */
+  int split;
+  ts_plan *owner;
+  char *in_scratch;    /* per value */
+  size_t scratch_peak; /* planned */
+  char *scratch;       /* the owner's */
+  size_t scratch_cap;
   char *live;      /* per node: its result is needed (kept, bound, or feeds a live node) */
   int nlive;
   size_t peak, naive;
@@ -131,6 +139,8 @@ static int vindex(ts_plan *p, ts_val v, const char *what) {
   return i;
 }
 
+static int plan_memory(ts_plan *p);
+
 /* A dry plan's bindings: caller memory that is never looked at (the plan never runs). */
 static char dry_bound;
 
@@ -167,7 +177,9 @@ static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_p
   p->offset = malloc(sizeof(int64_t) * (size_t)p->nvals);
   p->bytes = malloc(sizeof(size_t) * (size_t)p->nvals);
   p->live = calloc((size_t)p->nnodes + 1, 1);
-  if (!p->live || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
+  p->in_scratch = calloc((size_t)p->nvals + 1, 1);
+  p->split = -1;
+  if (!p->live || !p->in_scratch || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -189,6 +201,8 @@ void ts_plan_free(ts_plan *p) {
   free(p->bound);
   free(p->keep);
   free(p->live);
+  free(p->in_scratch);
+  ts_free(p->scratch);
   free(p->offset);
   free(p->bytes);
   free(p->vals);
@@ -240,6 +254,23 @@ int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
   p->comms[slot] = c;
   return TS_OK;
 }
+
+int ts_plan_share_scratch(ts_plan *p, int split, ts_plan *owner) {
+  if (!p || !owner || split < 0 || split > p->nnodes || (owner != p && owner->owner != owner && owner->owner))
+    return ts_error_set(TS_EINVAL, "ts_plan_share_scratch: bad plan, split %d or owner", split);
+  p->split = split;
+  p->owner = owner;
+  if (!owner->owner) owner->owner = owner;
+  p->planned = 0;
+  return TS_OK;
+}
+
+size_t ts_plan_scratch_bytes(const ts_plan *p) {
+  if (!p->planned) plan_memory((ts_plan *)p);
+  return p->owner ? p->scratch_peak : 0;
+}
+
+size_t ts_plan_scratch_arena_bytes(const ts_plan *p) { return p && p->owner == p ? p->scratch_cap : 0; }
 
 /* A value is a live view of its source when it aliases and is neither bound nor kept. */
 static int root_of(const ts_plan *p, int v) {
@@ -305,7 +336,7 @@ static int plan_memory(ts_plan *p) {
   int *last = malloc(sizeof(int) * (size_t)nv);
   int **dying = NULL;
   int *ndying = calloc((size_t)nn, sizeof(int));
-  freelist f = {0};
+  freelist f = {0}, fs = {0};
   int rc = TS_OK;
   if (!last || !ndying) goto oom;
   /* Dead-node elimination: a node runs only if one of its outputs is kept or bound, feeds a live
@@ -376,17 +407,28 @@ static int plan_memory(ts_plan *p) {
       if (p->bound[v] || root_of(p, v) != v) continue;
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
-      p->offset[v] = (int64_t)fl_alloc(&f, len);
+      /* shared scratch: neither kept nor alive across the split (produced before it and read at
+       * or after it) */
+      p->in_scratch[v] = p->owner && !p->keep[v] && !(i < p->split && last[v] >= p->split);
+      p->offset[v] = (int64_t)fl_alloc(p->in_scratch[v] ? &fs : &f, len);
       p->naive += len;
     }
     for (int k = 0; k < ndying[i]; k++) {
       int v = dying[i][k];
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
-      if (fl_free(&f, (size_t)p->offset[v], len)) goto oom;
+      if (fl_free(p->in_scratch[v] ? &fs : &f, (size_t)p->offset[v], len)) goto oom;
     }
   }
   p->peak = f.top;
+  p->scratch_peak = fs.top;
+  if (p->owner && !p->dry && p->scratch_peak > p->owner->scratch_cap) {
+    /* nothing lives in the scratch between runs: it can move */
+    ts_free(p->owner->scratch);
+    p->owner->scratch = ts_alloc(p->scratch_peak);
+    p->owner->scratch_cap = p->owner->scratch ? p->scratch_peak : 0;
+    if (!p->owner->scratch) goto oom;
+  }
   if (p->peak > p->arena_cap && !p->dry) {
     ts_free(p->arena);
     p->arena = ts_alloc(p->peak);
@@ -407,6 +449,7 @@ done:
   free(ndying);
   free(last);
   free(f.r);
+  free(fs.r);
   return rc;
 }
 
@@ -437,7 +480,7 @@ static void *data_of(ts_plan *p, int v) {
   if (p->bound[v]) return p->bound[v];
   int r = root_of(p, v);
   if (r != v) return data_of(p, r);
-  if (p->offset[v] >= 0) return p->arena + p->offset[v];
+  if (p->offset[v] >= 0) return (p->in_scratch[v] ? p->owner->scratch : p->arena) + p->offset[v];
   return NULL;
 }
 
