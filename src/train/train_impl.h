@@ -117,6 +117,12 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **o
                     int *nseg);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);
 
+/* ts_trainer_plan_memory for a zoo model with the store and arenas sized only (allocate = 0, as
+ * `tessera plan` builds) or allocated as the job would (1); *sized (may be NULL): the build
+ * allocated nothing (a dry store and dry plans). For tests comparing the two. */
+int ts__trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, int allocate, ts_dist_memory_info *out,
+                            int *sized);
+
 /* Memory (train_memory.c). TS_ECONFIG naming train.max_memory_mb, the need, the budget, the
  * breakdown and the settings that would cut it when m's total exceeds c's budget (ranks: the
  * job's; max_over_ranks: m is the maximum over them). */

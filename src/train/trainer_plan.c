@@ -110,7 +110,17 @@ static int dry_sample(ts_trainer *t, int *done) {
   return rc ? ts_error_wrap(rc, "data.transforms (planning on a zero %s sample)", ts_data_kind_name(c->data.name)) : TS_OK;
 }
 
+static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one,
+                        int allocate, dry *x);
+
+/* One rank of the job as `tessera plan` builds it: sized, nothing allocated. */
 static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one, dry *x) {
+  return dry_build_as(cfg, ndevices, rank, model, user, one, 0, x);
+}
+
+/* allocate = 1: the store and the arenas allocated as the job would (ts_dist_config.dry_allocate). */
+static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one,
+                        int allocate, dry *x) {
   memset(x, 0, sizeof *x);
   if (ndevices < 1 || rank < 0 || rank >= ndevices)
     return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, ndevices);
@@ -127,6 +137,7 @@ static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn m
   x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
   if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
   t->model.strategies = x->set;
+  dc.dry_allocate = allocate;
   if (!rc) rc = ts_dist_create(x->vt, &dc, &t->model, ndevices, rank, &x->d);
   if (!rc && (rc = ts_dist_build(x->d, &t->model))) rc = ts_error_as_config(rc);
   t->model.strategies = NULL;
@@ -134,6 +145,21 @@ static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn m
   dc1.optimizer_shard = 0; /* one process: nothing to shard over */
   if (!rc && one) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &x->d1);
   if (!rc && one) rc = ts_dist_build(x->d1, &t->model);
+  return rc;
+}
+
+int ts__trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, int allocate, ts_dist_memory_info *out,
+                            int *sized) {
+  memset(out, 0, sizeof *out);
+  dry x;
+  int rc = dry_build_as(cfg, ndevices, rank, NULL, NULL, 0, allocate, &x);
+  if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(x.t->cfg.optimizer.name), out);
+  if (!rc && sized) {
+    const ts_dist_run *r = ts_dist_get(x.d);
+    *sized = ts_params_is_dry(r->params) && !ts_params_data(r->params) && !ts_params_grads(r->params) &&
+             ts_plan_is_dry(r->plan) && ts_plan_is_dry(r->plan_e) && ts_plan_arena_bytes(r->plan) == 0;
+  }
+  dry_free(&x);
   return rc;
 }
 
