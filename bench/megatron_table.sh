@@ -7,6 +7,11 @@
 # full and the plain 1F1B schedule, then --search for a plan of its own (tensor parallelism inside
 # a node). Per-GPU TFLOP/s are counted as Megatron counts them (its formula, Appendix: 96 B s l h^2
 # (1 + s/6h + V/16lh) per step, recomputation included) over the predicted step.
+# Columns: published TFLOP/s per GPU, --fix's (Megatron's count over the predicted step), their
+# ratio, the published step (their count over their rate) and --fix's predicted step in seconds,
+# its GB per GPU ('!': over 80 GB); the searched plan (dp x tp x pp, rows per micro-batch,
+# recompute, shard stage), its predicted step, the speed-up over the published plan's prediction,
+# its GB and the search's wall time.
 # Usage: bench/megatron_table.sh [path/to/tessera] [row names...]   (rows: 1.7b 3.6b ... 1t)
 set -u
 bin=${1:-build/tessera}
@@ -25,8 +30,8 @@ table="1.7b 24 2304 24 1 1 32 512 137
 1t 160 25600 128 8 64 3072 3072 163"
 want="$*"
 field() { echo "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" | tr -d '"'; }
-printf "%-6s %5s %3s %3s %5s | %9s %9s %6s %8s %5s | %-34s %9s %8s %5s %6s\n" model gpus t p batch \
-  published "--fix" ratio "GB/GPU" fits "--search: plan" TFLOP/s "GB/GPU" fits "s"
+printf "%-5s %5s %2s %2s %5s | %6s %6s %6s %5s %5s %5s  | %-31s %6s %6s %5s %5s\n" model gpus t p batch \
+  pub.TF "fix.TF" "ratio" "pub.s" "fix.s" "GB" "--search: plan (fits 80 GB)" "s" "x fix" "GB" "time"
 echo "$table" | while read -r name heads hidden layers t p gpus batch pub; do
   if [ -n "$want" ] && ! echo " $want " | grep -q " $name "; then continue; fi
   cfg=$dir/gpt-$name.yaml
@@ -43,13 +48,14 @@ echo "$table" | while read -r name heads hidden layers t p gpus batch pub; do
   t1=$(date +%s.%N)
   sst=$(field "$srch" step_time_s)
   if [ -n "$sst" ]; then
-    plan="dp=$(field "$srch" dp),tp=$(field "$srch" tp),pp=$(field "$srch" pp),mbs=$(field "$srch" micro_batch_size),rc=$(field "$srch" recompute),z=$(field "$srch" zero_stage)"
+    plan="$(field "$srch" dp)x$(field "$srch" tp)x$(field "$srch" pp) mbs $(field "$srch" micro_batch_size) rc $(field "$srch" recompute) z$(field "$srch" zero_stage)"
     smem=$(field "$srch" memory_per_device_bytes)
     sfits=$(field "$srch" fits)
   else plan="none fits"; smem=0; sfits=false; sst=0; fi
   awk -v n=$name -v g=$gpus -v t=$t -v p=$p -v b=$batch -v pub=$pub -v F=$flops -v st="${st:-0}" -v mem="${mem:-0}" \
     -v fits="${fits:-error}" -v plan="$plan" -v sst=$sst -v smem=$smem -v sfits=$sfits -v dt="$(echo "$t1 - $t0" | bc)" \
-    'BEGIN { tf = st > 0 ? F / g / st / 1e12 : 0; stf = sst > 0 ? F / g / sst / 1e12 : 0;
-             printf "%-6s %5d %3d %3d %5d | %9.0f %9.1f %6.2f %8.1f %5s | %-34s %9.1f %8.1f %5s %6.1f\n",
-               n, g, t, p, b, pub, tf, tf / pub, mem / 1e9, fits, plan, stf, smem / 1e9, sfits, dt }'
+    'BEGIN { tf = st > 0 ? F / g / st / 1e12 : 0; ps = F / g / pub / 1e12;
+             printf "%-5s %5d %2d %2d %5d | %6.0f %6.1f %6.2f %5.1f %5.1f %5.1f%s| %-31s %6.1f %6.2f %5.1f %5.1f\n",
+               n, g, t, p, b, pub, tf, tf / pub, ps, st, mem / 1e9, (fits == "true" ? " " : "!"), plan, sst,
+               (sst > 0 ? st / sst : 0), smem / 1e9, dt }'
 done
