@@ -19,6 +19,8 @@ static void figures(ts_dist *d, double *param_bytes, double *arena) {
   *arena = (double)ts_plan_peak_bytes(r->plan);
 }
 
+static void amp_memory(const ts_config *k, ts_dist_memory_info *m);
+
 /* The rank's figures as the run measures them (ts_trainer_memory: the header's memory line and
  * the metrics end record), and the budget: TS_ECONFIG when they exceed train.max_memory_mb. */
 static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, int64_t baseline, FILE *b,
@@ -38,6 +40,16 @@ static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, i
   fprintf(b, "  peak_rss_bytes       ~ %12s  (the total + a baseline of %s: this process's resident set with the "
           "data sets open, before the model is built; MPI, data workers' batches and kernel scratch come on top)\n",
           ts__human_bytes((double)(m.total_bytes + baseline), h1, sizeof h1), ts__human_bytes((double)baseline, h3, sizeof h3));
+  if (c->train.amp_level >= 2) {
+    ts_dist_memory_info a = m;
+    char h4[32], h5[32];
+    amp_memory(c, &a);
+    fprintf(b, "  planned as train.amp_level O%d (mixed precision, not trained yet): params %s, grads %s, "
+            "optimizer %s, activations %s, total %s\n", c->train.amp_level, ts__human_bytes((double)a.param_bytes, h1, sizeof h1),
+            ts__human_bytes((double)a.grad_bytes, h2, sizeof h2), ts__human_bytes((double)a.optimizer_state_bytes, h3, sizeof h3),
+            ts__human_bytes((double)(a.activation_bytes + a.eval_activation_bytes), h4, sizeof h4),
+            ts__human_bytes((double)a.total_bytes, h5, sizeof h5));
+  }
   if (!(c->train.max_memory_mb > 0)) return TS_OK;
   *refused = ts__train_memory_budget(c, &m, ndevices, 0);
   fprintf(b, "  train.max_memory_mb    %12s  %s\n", ts__human_bytes(c->train.max_memory_mb * 1048576.0, h1, sizeof h1),
