@@ -82,7 +82,9 @@ int ts_config_apply_plan(ts_config *c, const ts_plan_choice *p) {
 static int better(const ts_plan_choice *a, const ts_plan_choice *b) {
   if (a->fits != b->fits) return a->fits > b->fits;
   if (!a->fits) return 0;
-  return a->pred.step_s < b->pred.step_s * (1 - 1e-9);
+  if (a->pred.step_s < b->pred.step_s * (1 - 1e-9)) return 1;
+  /* equally fast (within 1e-9): the one needing less memory */
+  return a->pred.step_s <= b->pred.step_s * (1 + 1e-9) && a->pred.memory_bytes < b->pred.memory_bytes;
 }
 
 /* ---- arithmetic bounds (GPT): what a plan needs at least, before it is built ----
