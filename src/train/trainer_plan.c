@@ -297,7 +297,7 @@ static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c
       live[j] = (char)(l > 0);
     }
   }
-  const ts_config *k = &x.t->cfg;
+  const ts_config *k = x.t ? &x.t->cfg : cfg;
   if (!rc) rc = ts_cost_graph(c, r->g, plan_dtype(k), live, &out->b);
   free(live);
   if (!rc) {
