@@ -525,6 +525,14 @@ void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, in
   *eval = !r->plan_e ? 0 : (int64_t)(measured ? ts_plan_arena_bytes(r->plan_e) : ts_plan_peak_bytes(r->plan_e));
 }
 
+const ts_graph *ts_dist_train_piece(const ts_dist *d, int i, const ts_plan **plan) {
+  if (plan) *plan = NULL;
+  if (d->pipe) return ts__pipe_piece(d, i, plan);
+  if (i != 0 || !d->r.g) return NULL;
+  if (plan) *plan = d->r.plan;
+  return d->r.g;
+}
+
 void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd) {
   *fwd = ts_parallel_comm_bytes(d->r.g, 0);
   *bwd = ts_parallel_comm_bytes(d->r.g, 1);

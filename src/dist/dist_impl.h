@@ -76,6 +76,8 @@ extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;
 /* The arenas of every plan a pipeline rank holds (ts_dist_activation_bytes). */
 void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
+/* Piece i of a pipeline rank (its virtual stages in order) and its first plan; NULL past them. */
+const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan);
 /* Bytes a pipeline rank sends per step reducing gradients: ring all-reduce over the stage's
  * replicas, and the parameters several stages hold summed over the pipeline. */
 double ts__pipe_reduce_bytes(const ts_dist *d);

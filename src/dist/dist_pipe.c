@@ -681,6 +681,13 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
   return rc;
 }
 
+const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan) {
+  const struct ts__pipe *pp = d->pipe;
+  if (i < 0 || i >= pp->V || !pp->ch[i].sg.g) return NULL;
+  if (plan) *plan = pp->ch[i].plan ? pp->ch[i].plan[0] : NULL;
+  return pp->ch[i].sg.g;
+}
+
 void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
   const struct ts__pipe *pp = d->pipe;
   *train = *eval = 0;

@@ -286,20 +286,26 @@ static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c
   dry x;
   int rc = dry_build(cfg, N, rank, NULL, NULL, 0, &x);
   const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
-  char *live = NULL;
-  if (!rc) {
-    int n = ts_graph_num_nodes(r->g);
-    live = malloc((size_t)n + 1);
+  const ts_config *k = x.t ? &x.t->cfg : cfg;
+  /* one micro-batch: every piece the rank runs (a pipeline's virtual stages), each node that runs */
+  const ts_plan *pl = NULL;
+  const ts_graph *g = NULL;
+  for (int i = 0; !rc && (g = ts_dist_train_piece(x.d, i, &pl)) != NULL; i++) {
+    int n = ts_graph_num_nodes(g);
+    char *live = malloc((size_t)n + 1);
     if (!live) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
     for (int j = 0; !rc && j < n; j++) {
-      int l = ts_plan_node_live(r->plan, j);
+      int l = ts_plan_node_live(pl, j);
       if (l < 0) rc = l;
       live[j] = (char)(l > 0);
     }
+    ts_cost_breakdown b;
+    if (!rc) rc = ts_cost_graph(c, g, plan_dtype(k), live, &b);
+    free(live);
+    if (rc) break;
+    out->b.compute_s += b.compute_s, out->b.gemm_s += b.gemm_s, out->b.other_s += b.other_s;
+    out->b.comm_s += b.comm_s, out->b.flops += b.flops, out->b.bytes += b.bytes, out->b.nodes += b.nodes;
   }
-  const ts_config *k = x.t ? &x.t->cfg : cfg;
-  if (!rc) rc = ts_cost_graph(c, r->g, plan_dtype(k), live, &out->b);
-  free(live);
   if (!rc) {
     out->P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
     out->V = out->P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
