@@ -118,7 +118,8 @@ int ts_plan_choice_micro_batch_size(const ts_config *cfg, const ts_plan_choice *
 /* Every plan of the outer search for cfg's model on N devices of cluster c (out: up to cap of
  * them, *n written): data x tensor x pipeline degrees (tensor parallelism inside a node when the
  * job spans nodes), micro-batch counts (a pipeline's P, 2P, 4P and those of 1, 2, 4, 8 rows per
- * replica), the optimizer shard stage and recompute. For GPT each gets arithmetic lower bounds of
+ * replica), interleaved 1F1B with 2 pieces per rank (M a multiple of P), the optimizer shard
+ * stage and recompute. For GPT each gets arithmetic lower bounds of
  * its memory and step first; the candidates are priced in the order of their step bound, and one
  * whose memory bound exceeds the device (or train.max_memory_mb), or whose step bound exceeds the
  * best plan priced so far, is not built (its why says so). The rest are built dry (sized, nothing

@@ -145,13 +145,17 @@ static int add_degrees(const ts_config *cfg, int dp, int tp, int pp, ts_plan_cho
     for (int zero = 0; zero <= 3; zero++) {
       /* shard over the data-parallel repeat: stage 3 under data parallel alone */
       if (zero && (dp < 2 || (zero == 3 && (tp > 1 || pp > 1)))) continue;
-      for (int rec = 0; rec <= 1; rec++) {
-        if (*n == cap) return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
-        ts_plan_choice *p = &out[(*n)++];
-        memset(p, 0, sizeof *p);
-        p->dp = dp, p->tp = tp, p->pp = pp, p->micro_batches = Ms[mi], p->zero = zero, p->recompute = rec;
-        p->virtual_stages = 1;
-      }
+      for (int rec = 0; rec <= 1; rec++)
+        /* interleaved 1F1B with 2 pieces per rank: M a multiple of P, a layer or more per piece */
+        for (int V = 1; V <= 2; V++) {
+          if (V > 1 && (pp < 2 || Ms[mi] % pp || (cfg->model.name == TS_MODEL_GPT && cfg->model.n_layer < 2 * pp)))
+            continue;
+          if (*n == cap) return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
+          ts_plan_choice *p = &out[(*n)++];
+          memset(p, 0, sizeof *p);
+          p->dp = dp, p->tp = tp, p->pp = pp, p->micro_batches = Ms[mi], p->zero = zero, p->recompute = rec;
+          p->virtual_stages = V;
+        }
     }
   return TS_OK;
 }
@@ -224,7 +228,7 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
   }
   qsort(order, (size_t)*nout, sizeof *order, cmp_bound);
   /* first, each (dp, tp, pp) group's most frugal plan (the most micro-batches, recompute, the
-   * highest shard stage): memory only grows from it, so when it does not fit none of the group
+   * highest shard stage, one piece per rank): memory only grows from it, so when it does not fit none of the group
    * does; then every plan in the order of its step bound */
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < *nout; i++) {
@@ -234,9 +238,11 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
       for (int q = 0; q < *nout; q++) {
         const ts_plan_choice *o = &out[q];
         if (o == p || o->dp != p->dp || o->tp != p->tp || o->pp != p->pp) continue;
-        if (o->micro_batches > p->micro_batches || o->recompute > p->recompute || o->zero > p->zero) frugal = 0;
+        if (o->micro_batches > p->micro_batches || o->recompute > p->recompute || o->zero > p->zero ||
+            o->virtual_stages < p->virtual_stages)
+          frugal = 0;
         if (o->priced && !o->fits && o->micro_batches >= p->micro_batches && o->recompute >= p->recompute &&
-            o->zero >= p->zero)
+            o->zero >= p->zero && o->virtual_stages <= p->virtual_stages)
           over = 1 + q;
       }
       if (pass == 0 && !frugal) continue;
