@@ -9,8 +9,8 @@
 # (1 + s/6h + V/16lh) per step, recomputation included) over the predicted step.
 # Columns: published TFLOP/s per GPU, --fix's (Megatron's count over the predicted step), their
 # ratio, the published step (their count over their rate) and --fix's predicted step in seconds,
-# its GB per GPU ('!': over 80 GB); the searched plan (dp x tp x pp, rows per micro-batch,
-# recompute, shard stage), its predicted step, the speed-up over the published plan's prediction,
+# its GB per GPU ('!': over 80 GB); the searched plan (dp x tp x pp, pieces per rank, rows per
+# micro-batch, recompute, shard stage), its predicted step, the speed-up over the published plan's prediction,
 # its GB and the search's wall time.
 # Usage: bench/megatron_table.sh [path/to/tessera] [row names...]   (rows: 1.7b 3.6b ... 1t)
 set -u
@@ -48,7 +48,7 @@ echo "$table" | while read -r name heads hidden layers t p gpus batch pub; do
   t1=$(date +%s.%N)
   sst=$(field "$srch" step_time_s)
   if [ -n "$sst" ]; then
-    plan="$(field "$srch" dp)x$(field "$srch" tp)x$(field "$srch" pp) mbs $(field "$srch" micro_batch_size) rc $(field "$srch" recompute) z$(field "$srch" zero_stage)"
+    plan="$(field "$srch" dp)x$(field "$srch" tp)x$(field "$srch" pp) v$(field "$srch" virtual_stages) mbs $(field "$srch" micro_batch_size) rc $(field "$srch" recompute) z$(field "$srch" zero_stage)"
     smem=$(field "$srch" memory_per_device_bytes)
     sfits=$(field "$srch" fits)
   else plan="none fits"; smem=0; sfits=false; sst=0; fi
