@@ -175,6 +175,8 @@ typedef struct {
     int64_t log_every;  /* steps */
     int threads;        /* 0 = OMP_NUM_THREADS or the core count */
     double max_memory_mb; /* per-rank memory budget checked before step 1 (docs/memory.md); 0 = none */
+    int amp_level;        /* 0..3: O0 (f32) .. O3; O1-O3 are planned (tessera plan), not trained yet */
+    int amp_dtype;        /* 0 bf16, 1 f16 */
   } train;
   struct {
     ts_optim_kind name;

@@ -138,6 +138,8 @@ typedef struct {
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
   int n_recompute_layers; /* patterns of its segments (model.recompute_layers; 0: default) */
   char recompute_layers[TS_DIST_MAX_RECOMPUTE][160];
+  int dry_allocate;       /* dry runs (ts_dist_create with dry >= 1) allocate the store and the plans'
+                             arenas as the job would; 0 (the default): they are sized, not allocated */
   int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1), 2 = and
                              accumulated gradients (ZeRO-2), 3 = and parameters (ZeRO-3) */
   double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
@@ -292,6 +294,10 @@ int64_t ts_dist_num_params(const ts_dist *d);
  * pipeline holds one training plan per micro-batch in flight): planned sizes (measured = 0) or
  * the memory the plans hold (measured = 1, ts_plan_arena_bytes). */
 void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
+/* The training graphs the rank runs for one micro-batch, i = 0, 1, ...: a pipeline rank's pieces
+ * (one per virtual stage, in order), else its one training graph; *plan (may be NULL) the piece's
+ * (first) plan. NULL past the last. The cost model prices a micro-batch as the sum over them. */
+const ts_graph *ts_dist_train_piece(const ts_dist *d, int i, const ts_plan **plan);
 /* The strategies in force (semi_auto_parallel; NULL for layouts without operator strategies). */
 const ts_strategy_set *ts_dist_strategies(const ts_dist *d);
 /* Bytes one rank sends per micro-step through the collectives of its training graph: forward ops

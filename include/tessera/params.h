@@ -84,6 +84,14 @@ int ts_params_set_init_shape(ts_params *p, int id, ts_shape shape);
 ts_shape ts_params_init_shape(const ts_params *p, int id);
 /* Allocates the flat buffers and initialises every entry with `seed`. */
 int ts_params_alloc(ts_params *p, uint64_t seed);
+/* Fixes the store's layout as ts_params_alloc would (entries, offsets, counts; nothing can be
+ * added after) without allocating or initialising anything: a store for planning a job on paper
+ * (a 1-trillion-parameter model's shapes and counts, not its bytes). Every buffer and entry
+ * pointer is NULL; ts_params_each_binding gives every value NULL memory (ts_params_bind into a
+ * dry plan, runtime.h, records the bindings without memory). ts_params_alloc on it is refused. */
+int ts_params_alloc_dry(ts_params *p);
+/* 1 for a store laid out by ts_params_alloc_dry. */
+int ts_params_is_dry(const ts_params *p);
 /* As ts_params_alloc, but without the trainable parameters' flat buffer: for a layout that holds
  * the parameters elsewhere (ZeRO-3: each rank keeps its shard, src/dist/dist_zero.c). Gradients
  * and states are allocated and the states initialised; ts_params_data and ts_params_ptr of a

@@ -108,13 +108,25 @@ typedef struct {
   int dp, tp, pp, micro_batches, zero, recompute;
   int megatron;     /* tp > 1: 1 = Megatron-LM's cuts (GPT), 0 = the
                        per-operator search of parallel.search_mode (include/tessera/search.h) */
+  int virtual_stages;      /* pieces per pipeline rank (interleaved 1F1B when > 1; 0 or 1: one) */
   ts_step_prediction pred;
   int fits;
+  int priced;              /* built and priced (0: refused, or pruned by its bounds before building) */
+  double mem_bound, time_bound; /* arithmetic lower bounds of its memory (bytes) and step (s); 0: none */
   char why[256];
 } ts_plan_choice;
+/* The rows of one micro-batch on each data-parallel replica: batch / (dp * micro_batches). */
+int ts_plan_choice_micro_batch_size(const ts_config *cfg, const ts_plan_choice *p);
 /* Every plan of the outer search for cfg's model on N devices of cluster c (out: up to cap of
- * them, *n written), each built dry and priced; *best the fastest that fits. Deterministic.
- * TS_ECONFIG when none fits (saying by how much the smallest exceeds the memory). */
+ * them, *n written): data x tensor x pipeline degrees (tensor parallelism inside a node when the
+ * job spans nodes), micro-batch counts (a pipeline's P, 2P, 4P and those of 1, 2, 4, 8 rows per
+ * replica), interleaved 1F1B with 2 pieces per rank (M a multiple of P), the optimizer shard
+ * stage and recompute. For GPT each gets arithmetic lower bounds of
+ * its memory and step first; the candidates are priced in the order of their step bound, and one
+ * whose memory bound exceeds the device (or train.max_memory_mb), or whose step bound exceeds the
+ * best plan priced so far, is not built (its why says so). The rest are built dry (sized, nothing
+ * allocated) and priced; *best the fastest that fits. Deterministic. TS_ECONFIG when none fits
+ * (saying by how much the smallest exceeds the memory). */
 int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *c, ts_plan_choice *out, int cap, int *n,
                       int *best);
 /* Sets cfg's parallel keys (mode, stages, micro-batches, strategies: Megatron-LM's cuts for GPT,

@@ -161,10 +161,10 @@ int ts_cli_plot(int argc, char **argv) {
 /* `tessera plan CONFIG -n N [--rank R] [--set k=v ...]` */
 /* "dp=2,tp=1,pp=1,micro_batches=4,zero=1,recompute=full" (keys may be left out: 1, 1, 1, the
  * pipeline's stages, 0, none) */
-static int parse_fix(const char *spec, int n, ts_plan_choice *p) {
+static int parse_fix(const char *spec, int n, int cfg_batch, ts_plan_choice *p) {
   memset(p, 0, sizeof *p);
   p->dp = p->tp = p->pp = 1;
-  int mb = 0, dp_given = 0;
+  int mb = 0, mbs = 0, dp_given = 0;
   char buf[256];
   snprintf(buf, sizeof buf, "%s", spec);
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -189,13 +189,22 @@ static int parse_fix(const char *spec, int n, ts_plan_choice *p) {
     } else if (!strcmp(k, "tp")) p->tp = (int)x;
     else if (!strcmp(k, "pp")) p->pp = (int)x;
     else if (!strcmp(k, "micro_batches") || !strcmp(k, "micro_batch")) mb = (int)x;
+    else if (!strcmp(k, "micro_batch_size") || !strcmp(k, "mbs")) mbs = (int)x;
+    else if (!strcmp(k, "virtual_stages")) p->virtual_stages = (int)x;
     else if (!strcmp(k, "zero")) p->zero = (int)x;
-    else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, zero, recompute, cuts)", k);
+    else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, "
+                                                 "micro_batch_size, virtual_stages, zero, recompute, cuts)", k);
   }
   if (!dp_given && p->tp * p->pp > 0) p->dp = n / (p->tp * p->pp);
   if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->dp * p->tp * p->pp != n)
     return ts_error_set(TS_ECONFIG, "plan --fix: dp %d x tp %d x pp %d is not the %d devices", p->dp, p->tp, p->pp, n);
   p->micro_batches = mb > 0 ? mb : p->pp;
+  if (mbs > 0) { /* rows per replica: the micro-batch count follows from the batch */
+    if (cfg_batch % ((int64_t)p->dp * mbs))
+      return ts_error_set(TS_ECONFIG, "plan --fix: micro_batch_size %d x dp %d does not divide train.batch_size %d", mbs,
+                          p->dp, cfg_batch);
+    p->micro_batches = (int)(cfg_batch / ((int64_t)p->dp * mbs));
+  }
   return TS_OK;
 }
 
@@ -203,12 +212,36 @@ static int cmp_choice(const void *a, const void *b) {
   const ts_plan_choice *x = a, *y = b;
   if (x->fits != y->fits) return y->fits - x->fits;
   if (!x->fits) return 0;
-  return (x->pred.step_s > y->pred.step_s) - (x->pred.step_s < y->pred.step_s);
+  /* as the search's choice: faster by more than 1e-9, else less memory */
+  if (x->pred.step_s < y->pred.step_s * (1 - 1e-9)) return -1;
+  if (y->pred.step_s < x->pred.step_s * (1 - 1e-9)) return 1;
+  return (x->pred.memory_bytes > y->pred.memory_bytes) - (x->pred.memory_bytes < y->pred.memory_bytes);
+}
+
+/* A plan as one JSON object (--json): the degrees, the micro-batching (rows per replica), the
+ * predicted step and rates (tokens for text models), the memory, whether it fits, the strategies. */
+static void print_plan_json(const ts_config *cfg, int n, const ts_cluster *cl, const ts_plan_choice *p) {
+  ts_config c = *cfg;
+  ts_config_apply_plan_on(&c, p, cl);
+  int gpt = c.model.name == TS_MODEL_GPT;
+  double rate = p->pred.samples_per_s * (gpt ? (double)c.data.seq_len : 1.0);
+  printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
+         "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"amp_level\":\"O%d\",\"step_time_s\":%.6g,"
+         "\"%s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"fits\":%s,"
+         "\"strategies\":{",
+         n, p->dp, p->tp, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1, ts_plan_choice_micro_batch_size(&c, p),
+         p->micro_batches > 0 ? p->micro_batches : 1, p->zero, p->recompute ? "full" : "none", c.train.amp_level,
+         p->pred.step_s, gpt ? "tokens_per_s" : "samples_per_s", rate,
+         p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
+         p->fits ? "true" : "false");
+  for (int i = 0; i < c.parallel.strategies.n; i++)
+    printf("%s\"%s\":\"%s\"", i ? "," : "", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);
+  printf("}}\n");
 }
 
 /* tessera plan --search: every plan, the chosen one first, with --json one object. */
 static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int json) {
-  int cap = 4096, cnt = 0, best = -1;
+  int cap = 16384, cnt = 0, best = -1;
   ts_plan_choice *all = calloc((size_t)cap, sizeof *all);
   if (!all) return ts_cli_fail(1, "plan: out of memory");
   double t0 = ts_time_now();
@@ -224,25 +257,17 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   char s[160];
   ts_plan_choice_str(&chosen, s, sizeof s);
   if (json) {
-    printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"virtual_stages\":1,\"micro_batch_size\":%d,"
-           "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"step_time_s\":%.6g,"
-           "\"samples_per_s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"fits\":true,"
-           "\"strategies\":{",
-           n, chosen.dp, chosen.tp, chosen.pp, c.train.batch_size / (chosen.pp > 1 ? chosen.micro_batches : 1),
-           chosen.pp > 1 ? chosen.micro_batches : 1, chosen.zero, chosen.recompute ? "full" : "none",
-           chosen.pred.step_s, chosen.pred.samples_per_s,
-           chosen.pred.step_s > 0 ? chosen.pred.flops / chosen.pred.step_s / 1e12 : 0,
-           (long long)chosen.pred.memory_bytes);
-    for (int i = 0; i < c.parallel.strategies.n; i++)
-      printf("%s\"%s\":\"%s\"", i ? "," : "", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);
-    printf("}}\n");
+    print_plan_json(cfg, n, cl, &chosen);
     free(all);
     return 0;
   }
   qsort(all, (size_t)cnt, sizeof *all, cmp_choice);
   static const char *const smodes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
-  printf("search on %d devices of %s: %d plans built and priced in %.1f s (per-operator search: %s)\n", n, cl->name, cnt,
-         dt, cfg->parallel.search_mode >= 0 && cfg->parallel.search_mode < 3 ? smodes[cfg->parallel.search_mode] : "?");
+  int built = 0;
+  for (int i = 0; i < cnt; i++) built += all[i].priced;
+  printf("search on %d devices of %s: %d candidate plans, %d built and priced (the others refused or beyond their "
+         "bounds) in %.1f s (per-operator search: %s)\n", n, cl->name, cnt, built, dt,
+         cfg->parallel.search_mode >= 0 && cfg->parallel.search_mode < 3 ? smodes[cfg->parallel.search_mode] : "?");
   printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
          chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
   if (chosen.tp > 1) {
@@ -294,9 +319,10 @@ int ts_cli_plan(int argc, char **argv) {
              "the time grows linearly with N (about 0.3 s per 100,000 devices for the GPT example).\n"
              "--cluster: also the step time the cost model predicts on that cluster (a YAML file, or\n"
              "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it).\n"
-             "--fix dp=..,tp=..,pp=..,micro_batches=..,zero=..,recompute=none|full: that plan instead of the\n"
-             "config's layout (cuts=search|megatron: a tensor-parallel plan's operator strategies from\n"
-             "parallel.search_mode's per-operator search, the default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
+             "--fix dp=..,tp=..,pp=..,micro_batches=..(or micro_batch_size=.. rows per replica),virtual_stages=..,\n"
+             "zero=..,recompute=none|full,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
+             "tensor-parallel plan's operator strategies from parallel.search_mode's per-operator search, the\n"
+             "default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"
              "--json: the chosen plan as one JSON object.\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
@@ -344,8 +370,18 @@ int ts_cli_plan(int argc, char **argv) {
   if (search || (json && !fix)) return plan_search(&cfg, n, &cl, json);
   if (fix) {
     ts_plan_choice p;
-    if ((e = parse_fix(fix, n, &p)) || (e = ts_config_apply_plan_on(&cfg, &p, &cl)) || (e = ts_config_validate(&cfg)))
+    ts_config base = cfg;
+    if ((e = parse_fix(fix, n, cfg.train.batch_size, &p)) || (e = ts_config_apply_plan_on(&cfg, &p, &cl)) ||
+        (e = ts_config_validate(&cfg)))
       return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
+    if (json) { /* the given plan priced, as one object */
+      if ((e = ts_trainer_predict(&cfg, n, rank, &cl, &p.pred))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
+      double total = (double)p.pred.memory_bytes, budget = cfg.train.max_memory_mb * 1048576.0;
+      p.fits = total <= cl.mem_bytes && (budget <= 0 || total <= budget);
+      print_plan_json(&base, n, &cl, &p);
+      fflush(stdout);
+      return 0;
+    }
   }
   char *text = NULL;
   int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);

@@ -72,23 +72,47 @@ int ts__dist_backward(ts_dist *d) {
   return TS_OK;
 }
 
-int ts__dist_plans(ts_dist *d) {
-  ts_dist_run *r = &d->r;
+/* Dry runs are sized, not allocated: the store is laid out (ts_params_alloc_dry) and the plans
+ * are dry (ts_plan_create_dry: liveness and arena layout computed, nothing allocated), so the
+ * figures (ts_dist_memory) come from exactly the layouts a real job allocates, and a
+ * trillion-parameter model on thousands of devices is priced without its bytes. cfg.dry_allocate
+ * makes a dry run allocate as the job would (tests compare the two). */
+int ts__dist_sizing(const ts_dist *d) { return d->dry > 0 && !d->cfg.dry_allocate; }
+
+int ts__dist_alloc_store(ts_dist *d, ts_params *p) {
+  /* optimizer_shard 2 and 3: no whole-model gradient buffer (every gradient is bound into its
+   * bucket's staging slot or the replicated remainder by ts__zero_plan) */
+  int rc = ts_params_set_grads_external(p, d->cfg.optimizer_shard >= 2);
+  if (rc) return rc;
+  if (ts__dist_sizing(d)) return ts_params_alloc_dry(p);
   /* optimizer_shard 3 in a real job: no whole copy of the parameters (each rank's shard and the
    * gather slots are bound into the plans by ts__zero_plan; here parameter values get NULL) */
-  /* optimizer_shard 2 and 3: no whole-model gradient buffer either (every gradient is bound into
-   * its bucket's staging slot or the replicated remainder by ts__zero_plan) */
-  int rc = ts_params_set_grads_external(r->params, d->cfg.optimizer_shard >= 2);
-  if (!rc)
-    rc = d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(r->params, d->cfg.seed)
-                                                 : ts_params_alloc(r->params, d->cfg.seed);
+  return d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(p, d->cfg.seed)
+                                                 : ts_params_alloc(p, d->cfg.seed);
+}
+
+int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  return ts__dist_sizing(d) ? ts_plan_create_dry(g, keep, nkeep, out) : ts_plan_create(g, keep, nkeep, out);
+}
+
+int ts__dist_plans(ts_dist *d) {
+  ts_dist_run *r = &d->r;
+  int rc = ts__dist_alloc_store(d, r->params);
   if (rc) return rc;
-  ts_val keep[1024];
-  int nk = 0;
-  if ((rc = ts_params_attach_grads(r->params, r->g, keep, 1023, &nk))) return rc;
+  int cap = ts_params_count(r->params) + 1, nk = 0;
+  ts_val *keep = malloc(sizeof *keep * (size_t)(cap + 1));
+  if (!keep) return ts_error_set(TS_ENOMEM, "plans: out of memory");
+  if ((rc = ts_params_attach_grads(r->params, r->g, keep, cap, &nk))) {
+    free(keep);
+    return rc;
+  }
   keep[nk++] = r->loss;
-  if ((rc = ts_plan_create(r->g, keep, nk, &r->plan)) || (rc = ts_params_bind(r->params, r->g, r->plan)) ||
-      (rc = ts_plan_create(r->ge, &r->logits, 1, &r->plan_e)) || (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
+  rc = ts__dist_plan_create(d, r->g, keep, nk, &r->plan);
+  free(keep);
+  if (rc) return rc;
+  if ((rc = ts_params_bind(r->params, r->g, r->plan)) ||
+      (rc = ts__dist_plan_create(d, r->ge, &r->logits, 1, &r->plan_e)) ||
+      (rc = ts_params_bind(r->params, r->ge, r->plan_e)))
     return rc;
   for (int i = 0; i < ts_params_count(r->params); i++) r->sliced |= ts_params_is_sharded(r->params, i);
   r->logits_shape = ts_val_shape(r->ge, r->logits);
@@ -504,6 +528,14 @@ void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, in
   const ts_dist_run *r = &d->r;
   *train = !r->plan ? 0 : (int64_t)(measured ? ts_plan_arena_bytes(r->plan) : ts_plan_peak_bytes(r->plan));
   *eval = !r->plan_e ? 0 : (int64_t)(measured ? ts_plan_arena_bytes(r->plan_e) : ts_plan_peak_bytes(r->plan_e));
+}
+
+const ts_graph *ts_dist_train_piece(const ts_dist *d, int i, const ts_plan **plan) {
+  if (plan) *plan = NULL;
+  if (d->pipe) return ts__pipe_piece(d, i, plan);
+  if (i != 0 || !d->r.g) return NULL;
+  if (plan) *plan = d->r.plan;
+  return d->r.g;
 }
 
 void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd) {

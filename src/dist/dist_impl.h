@@ -76,6 +76,8 @@ extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;
 /* The arenas of every plan a pipeline rank holds (ts_dist_activation_bytes). */
 void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
+/* Piece i of a pipeline rank (its virtual stages in order) and its first plan; NULL past them. */
+const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan);
 /* Bytes a pipeline rank sends per step reducing gradients: ring all-reduce over the stage's
  * replicas, and the parameters several stages hold summed over the pipeline. */
 double ts__pipe_reduce_bytes(const ts_dist *d);
@@ -89,6 +91,12 @@ int ts__dist_graph_fail(ts_graph *g, const char *what);
 void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys);
 /* Allocates r.params, attaches the gradients of r.g and plans r.g (keeping r.loss) and r.ge
  * (keeping r.logits), both bound to the store. */
+/* A dry run that sizes without allocating (d->dry and not cfg.dry_allocate). */
+int ts__dist_sizing(const ts_dist *d);
+/* The rank's store allocated as the layout needs it, or laid out only when sizing. */
+int ts__dist_alloc_store(ts_dist *d, ts_params *p);
+/* ts_plan_create, or ts_plan_create_dry when sizing. */
+int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out);
 /* Backward of the training graph (seed d->seed), then the recompute pass of cfg.recompute. */
 int ts__dist_backward(ts_dist *d);
 int ts__dist_plans(ts_dist *d);

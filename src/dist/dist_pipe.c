@@ -118,11 +118,23 @@ int ts_dist_pipeline_times(const ts_dist *d, double *wall, double *bubble, doubl
   return pp != NULL;
 }
 
+static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap);
+
+/* The plans of piece c: K training instances and the evaluation plan, bound to the store. */
 static int build_chunk_plans(ts_dist *d, pchunk *c) {
   ts_params *p = d->r.params;
-  ts_val keep[1024];
+  int cap = ts_params_count(p) + 1, rc;
+  ts_val *keep = malloc(sizeof *keep * (size_t)(cap + 2 + c->sg.ntokens));
+  if (!keep) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  rc = build_chunk_plans_with(d, c, keep, cap);
+  free(keep);
+  return rc;
+}
+
+static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap) {
+  ts_params *p = d->r.params;
   int nk = 0, rc;
-  if ((rc = ts_params_attach_grads(p, c->sg.g, keep, 1000 - 2 - c->sg.ntokens, &nk))) return rc;
+  if ((rc = ts_params_attach_grads(p, c->sg.g, keep, cap, &nk))) return rc;
   if (c->sg.out != TS_NONE) keep[nk++] = c->sg.out;
   keep[nk++] = c->sg.objective; /* the forward sends feed it */
   for (int t = 0; t < c->sg.ntokens; t++) keep[nk++] = c->sg.tokens[t];
@@ -131,15 +143,21 @@ static int build_chunk_plans(ts_dist *d, pchunk *c) {
   c->free_inst = malloc(sizeof(int) * (size_t)c->K);
   c->inst_of = malloc(sizeof(int) * (size_t)d->pipe->M);
   if (!c->plan || !c->free_inst || !c->inst_of) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
-  for (int k = 0; k < c->K; k++)
-    if ((rc = ts_plan_create(c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
+  /* the micro-batches in flight keep only what their backward reads; the forward and backward
+   * temporaries of every piece of the rank share one scratch arena (one runs at a time) */
+  for (int k = 0; k < c->K; k++) {
+    if ((rc = ts__dist_plan_create(d, c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
         (rc = ts_plan_add_hook(c->plan[k], recv_hook, d->pipe)))
       return rc;
+    ts_plan *owner = d->pipe->ch[0].plan ? d->pipe->ch[0].plan[0] : c->plan[k];
+    if ((rc = ts_plan_share_scratch(c->plan[k], c->sg.nfwd, owner))) return rc;
+  }
   ts_val ke[TS_STAGE_MAX_EDGES * 2 + 1];
   int nke = 0;
   if (c->se.out != TS_NONE) ke[nke++] = c->se.out;
   for (int t = 0; t < c->se.ntokens; t++) ke[nke++] = c->se.tokens[t];
-  if ((rc = ts_plan_create(c->se.g, ke, nke, &c->plan_e)) || (rc = ts_params_bind(p, c->se.g, c->plan_e))) return rc;
+  if ((rc = ts__dist_plan_create(d, c->se.g, ke, nke, &c->plan_e)) || (rc = ts_params_bind(p, c->se.g, c->plan_e)))
+    return rc;
   return TS_OK;
 }
 
@@ -265,9 +283,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     ch->K = ts_schedule_max_inflight(pp->sched, pp->stage, cc);
     if (ch->K < 1) ch->K = 1;
   }
-  /* optimizer_shard 2: each gradient bound into its bucket's staging slot (dist_zero.c) */
-  if ((rc = ts_params_set_grads_external(r->params, c->optimizer_shard >= 2)) || (rc = ts_params_alloc(r->params, c->seed)))
-    return rc;
+  if ((rc = ts__dist_alloc_store(d, r->params))) return rc;
   for (int cc = 0; cc < V; cc++)
     if ((rc = build_chunk_plans(d, &pp->ch[cc]))) return rc;
   /* what the trainer and the profiler look at: the first piece */
@@ -334,7 +350,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   free(lo);
   free(hi);
   pp->logits_n = (size_t)ts_shape_numel(&r->logits_shape);
-  pp->logits = malloc(sizeof(float) * (pp->logits_n ? pp->logits_n : 1));
+  pp->logits = malloc(sizeof(float) * (pp->logits_n && !ts__dist_sizing(d) ? pp->logits_n : 1));
   if (!pp->logits) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   /* the step's loss: the ranks holding the loss, averaged over the dp replicas */
   float w = pp->semi ? pp->semi_seed : 1.0f / (float)pp->dp; /* each rank's part, copies once */
@@ -677,15 +693,28 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
   return rc;
 }
 
+const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan) {
+  const struct ts__pipe *pp = d->pipe;
+  if (i < 0 || i >= pp->V || !pp->ch[i].sg.g) return NULL;
+  if (plan) *plan = pp->ch[i].plan ? pp->ch[i].plan[0] : NULL;
+  return pp->ch[i].sg.g;
+}
+
 void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
   const struct ts__pipe *pp = d->pipe;
   *train = *eval = 0;
+  size_t scratch = 0; /* shared by the rank's training plans: the largest need, held once */
   for (int cc = 0; cc < pp->V; cc++) {
     const pchunk *ch = &pp->ch[cc];
-    for (int k = 0; ch->plan && k < ch->K; k++)
-      if (ch->plan[k]) *train += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan[k]) : ts_plan_peak_bytes(ch->plan[k]));
+    for (int k = 0; ch->plan && k < ch->K; k++) {
+      if (!ch->plan[k]) continue;
+      *train += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan[k]) : ts_plan_peak_bytes(ch->plan[k]));
+      size_t sb = measured ? ts_plan_scratch_arena_bytes(ch->plan[k]) : ts_plan_scratch_bytes(ch->plan[k]);
+      if (sb > scratch) scratch = sb;
+    }
     if (ch->plan_e) *eval += (int64_t)(measured ? ts_plan_arena_bytes(ch->plan_e) : ts_plan_peak_bytes(ch->plan_e));
   }
+  *train += (int64_t)scratch;
 }
 
 int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n) {

@@ -29,6 +29,7 @@ struct ts_params {
   int allocated;
   int external; /* ts_params_alloc_external: the trainable parameters are held elsewhere (data NULL) */
   int grads_external; /* ts_params_set_grads_external: no gradient buffer (grads NULL) */
+  int dry;      /* ts_params_alloc_dry: laid out, nothing allocated (every buffer NULL) */
 };
 
 int ts_params_create(ts_params **out) {
@@ -179,6 +180,8 @@ static int fill_sharded(const entry *e, uint64_t key, float *dst) {
 
 static int alloc_store(ts_params *p, uint64_t seed, int external) {
   const char *fn = external ? "ts_params_alloc_external" : "ts_params_alloc";
+  if (p->allocated && p->dry)
+    return ts_error_set(TS_EINVAL, "%s: the store is laid out for sizing only (ts_params_alloc_dry)", fn);
   if (p->allocated && p->external != external)
     return ts_error_set(TS_EINVAL, "%s: the store is already allocated %s its parameters", fn,
                         p->external ? "without" : "with");
@@ -213,6 +216,16 @@ int ts_params_set_grads_external(ts_params *p, int external) {
   p->grads_external = external != 0;
   return TS_OK;
 }
+
+int ts_params_alloc_dry(ts_params *p) {
+  if (p->allocated && !p->dry)
+    return ts_error_set(TS_EINVAL, "ts_params_alloc_dry: the store is already allocated");
+  p->allocated = 1; /* the layout is fixed: offsets and counts as ts_params_alloc leaves them */
+  p->dry = 1;
+  return TS_OK;
+}
+
+int ts_params_is_dry(const ts_params *p) { return p && p->dry; }
 
 int ts_params_alloc_external(ts_params *p, uint64_t seed) { return alloc_store(p, seed, 1); }
 

@@ -57,6 +57,46 @@ char *ts_parallel_op_key(const ts_graph *g, int node, char *buf, size_t cap) {
   return buf;
 }
 
+/* Every node's key at once (nodes 0..n-1 of g; keys[j] malloc'ed, the caller frees them): the
+ * same strings as ts_parallel_op_key, counted with a hash table of the raw keys seen so far
+ * instead of rescanning the earlier nodes (linear in the graph: a 128-layer GPT has thousands of
+ * operators). */
+int ts__parallel_op_keys(const ts_graph *g, int n, char **keys) {
+  size_t cap = 64;
+  while (cap < 2 * (size_t)n + 2) cap *= 2;
+  struct slot {
+    char *raw;
+    int count;
+  } *tab = calloc(cap, sizeof *tab);
+  if (!tab) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  int rc = TS_OK;
+  for (int j = 0; j < n; j++) keys[j] = NULL;
+  for (int j = 0; j < n && !rc; j++) {
+    char raw[512], buf[540];
+    raw_key(g, j, raw, sizeof raw);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = raw; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    size_t i = (size_t)h & (cap - 1);
+    while (tab[i].raw && strcmp(tab[i].raw, raw)) i = (i + 1) & (cap - 1);
+    if (!tab[i].raw && !(tab[i].raw = strdup(raw))) {
+      rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+      break;
+    }
+    if (tab[i].count) snprintf(buf, sizeof buf, "%s_%d", raw, tab[i].count);
+    else snprintf(buf, sizeof buf, "%s", raw);
+    if (!ts_graph_node_is_backward(g, j)) tab[i].count++;
+    if (!(keys[j] = strdup(buf))) rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  }
+  for (size_t i = 0; i < cap; i++) free(tab[i].raw);
+  free(tab);
+  if (rc)
+    for (int j = 0; j < n; j++) {
+      free(keys[j]);
+      keys[j] = NULL;
+    }
+  return rc;
+}
+
 /* ---- communicator slots ---- */
 
 int ts__slot_for(ts_parallel *p, const ts_layout *l, int axis) {
@@ -365,13 +405,15 @@ static int check_user_keys(ts_parallel *p) {
 static int phase1(ts_parallel *p) {
   const ts_graph *g = p->g;
   int rc;
+  char **keys = malloc(sizeof(char *) * ((size_t)p->nfwd + 1));
+  if (!keys) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
+  rc = ts__parallel_op_keys(g, p->nfwd, keys);
   for (int j = 0; j < p->nfwd; j++) {
-    char key[512];
-    ts_parallel_op_key(g, j, key, sizeof key);
-    p->n[j].key = strdup(key);
+    p->n[j].key = rc ? NULL : keys[j]; /* owned by the node from here */
     p->n[j].sop = -1;
-    if (!p->n[j].key) return ts_error_set(TS_ENOMEM, "parallel pass: out of memory");
   }
+  free(keys);
+  if (rc) return rc;
   if ((rc = check_user_keys(p))) return rc;
   for (int i = 0; i < ts_graph_num_values(g); i++) {
     p->v[i].lv = -1;

@@ -170,6 +170,8 @@ void ts__layout_repl(ts_layout *l, int N, int ndim);
 /* Axes of size 1 cut nothing: their map entries and partial bits are dropped. */
 void ts__layout_canon(ts_layout *l);
 void ts__layout_cuts(const ts_layout *l, int64_t *cuts); /* per dim */
+/* ts_parallel_op_key of nodes 0..n-1 of g at once, in linear time (keys[j] malloc'ed). */
+int ts__parallel_op_keys(const ts_graph *g, int n, char **keys);
 /* *equiv = 1 if layouts a and b of a tensor of global shape gs put the same data on every rank
  * (equal, or differing only in ways the redistribution planner needs no op for). */
 int ts__layout_same(const ts_shape *gs, const ts_layout *a, const ts_layout *b, int *equiv);

@@ -47,7 +47,9 @@ static const field fields[] = {
  * about 0.7) and NCCL's all-reduce bus bandwidth (about 230 GB/s on NVLink 3).
  * p3.16xlarge: AWS instance page and the V100 datasheet (8 x V100 16 GB SXM2, 125 TFLOP/s f16
  * tensor, 15.7 TFLOP/s f32, HBM2 900 GB/s; NVLink 2: 300 GB/s per GPU both directions; 25 Gb/s
- * network per instance shared by its 8 GPUs). Operator overheads: a CUDA kernel launch, 4-5 us. */
+ * network per instance shared by its 8 GPUs). Operator overheads: a CUDA kernel launch, 4-5 us.
+ * These numbers predate pricing Megatron-LM's Table 1 (docs/auto-parallel.md) and were not changed
+ * to fit it: the table checks them. */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
                                  8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6};

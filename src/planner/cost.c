@@ -21,8 +21,11 @@ static int is_gemm(ts_op op) {
   }
 }
 
-static double vbytes(const ts_graph *g, int v) {
-  return (double)ts_shape_numel(ts_graph_value_shape(g, v)) * (double)ts_dtype_size(ts_graph_value_dtype(g, v));
+/* The bytes of value v, f32 values as `dt` when the graph is priced as if in mixed precision. */
+static double vbytes(const ts_graph *g, int v, ts_dtype dt) {
+  ts_dtype vd = ts_graph_value_dtype(g, v);
+  if (vd == TS_F32) vd = dt;
+  return (double)ts_shape_numel(ts_graph_value_shape(g, v)) * (double)ts_dtype_size(vd);
 }
 
 /* The collective kind of op, or -1. */
@@ -43,7 +46,9 @@ static int coll_kind(ts_op op) {
 int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const char *live, ts_cost_breakdown *out) {
   memset(out, 0, sizeof *out);
   if (!c || !g) return ts_error_set(TS_EINVAL, "ts_cost_graph: no cluster or graph");
-  double peak = dt == TS_BF16 && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32;
+  int low = dt == TS_BF16 || dt == TS_F16;
+  double peak = low && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32;
+  if (!low) dt = TS_F32;
   for (int j = 0; j < ts_graph_num_nodes(g); j++) {
     if (live && !live[j]) continue;
     ts_op op = ts_graph_node_op(g, j);
@@ -53,19 +58,19 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
     if (ck >= 0) {
       const ts_attrs *a = ts_graph_node_attrs(g, j);
       if (op == TS_OP_HALO || op == TS_OP_HALO_BWD) { /* two exchanges with the neighbours: the halo rows */
-        double b = fabs(vbytes(g, ts_graph_node_output(g, j, 0)) - vbytes(g, ts_graph_node_input(g, j, 0)));
+        double b = fabs(vbytes(g, ts_graph_node_output(g, j, 0), dt) - vbytes(g, ts_graph_node_input(g, j, 0), dt));
         int grp = (int)ts_attr_coll_group(a);
         if (grp > 1) out->comm_s += 2 * ts_cluster_coll_time(c, TS_COST_P2P, 2, ts_cluster_spans(c, grp, 1), b / 2);
         continue;
       }
       if (ck == TS_COST_P2P) { /* the message: SEND's input, RECV's output */
-        double b = op == TS_OP_SEND ? vbytes(g, ts_graph_node_input(g, j, 0)) : vbytes(g, ts_graph_node_output(g, j, 0));
+        double b = op == TS_OP_SEND ? vbytes(g, ts_graph_node_input(g, j, 0), dt) : vbytes(g, ts_graph_node_output(g, j, 0), dt);
         out->comm_s += ts_cluster_coll_time(c, TS_COST_P2P, 2, 1, b) / 2; /* each end pays half */
         continue;
       }
       int grp = (int)ts_attr_coll_group(a);
       /* the whole tensor the ring moves: all-gather's output, the others' input */
-      double b = ck == TS_COST_ALLGATHER ? vbytes(g, ts_graph_node_output(g, j, 0)) : vbytes(g, ts_graph_node_input(g, j, 0));
+      double b = ck == TS_COST_ALLGATHER ? vbytes(g, ts_graph_node_output(g, j, 0), dt) : vbytes(g, ts_graph_node_input(g, j, 0), dt);
       out->comm_s += ts_cluster_coll_time(c, (ts_cost_coll)ck, grp, ts_cluster_spans(c, grp, 1), b);
       continue;
     }
@@ -78,8 +83,8 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
     int v0 = ts_graph_node_output(g, j, 0);
     if (ts_graph_value_alias_of(g, v0) >= 0) continue; /* views move nothing */
     double b = 0;
-    for (int k = 0; k < ts_graph_node_num_inputs(g, j); k++) b += vbytes(g, ts_graph_node_input(g, j, k));
-    for (int k = 0; k < ts_graph_node_num_outputs(g, j); k++) b += vbytes(g, ts_graph_node_output(g, j, k));
+    for (int k = 0; k < ts_graph_node_num_inputs(g, j); k++) b += vbytes(g, ts_graph_node_input(g, j, k), dt);
+    for (int k = 0; k < ts_graph_node_num_outputs(g, j); k++) b += vbytes(g, ts_graph_node_output(g, j, k), dt);
     out->bytes += b;
     out->other_s += b / c->mem_bandwidth;
   }

@@ -57,6 +57,15 @@ struct ts_plan {
   int64_t *offset; /* arena offset of temporaries (-1: none) */
   size_t *bytes;
   int planned;
+  int dry;         /* ts_plan_create_dry: sized, never allocated, never run */
+  /* ts_plan_share_scratch: temporaries that do not live across node `split` go to the owner's
+   * scratch arena (shared by plans that never run at the same time), the rest to this arena */
+  int split;
+  ts_plan *owner;
+  char *in_scratch;    /* per value */
+  size_t scratch_peak; /* planned */
+  char *scratch;       /* the owner's */
+  size_t scratch_cap;
   char *live;      /* per node: its result is needed (kept, bound, or feeds a live node) */
   int nlive;
   size_t peak, naive;
@@ -130,7 +139,24 @@ static int vindex(ts_plan *p, ts_val v, const char *what) {
   return i;
 }
 
+static int plan_memory(ts_plan *p);
+
+/* A dry plan's bindings: caller memory that is never looked at (the plan never runs). */
+static char dry_bound;
+
+static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_plan **out);
+
 int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  return plan_create(g, keep, nkeep, 0, out);
+}
+
+int ts_plan_create_dry(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
+  return plan_create(g, keep, nkeep, 1, out);
+}
+
+int ts_plan_is_dry(const ts_plan *p) { return p && p->dry; }
+
+static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_plan **out) {
   if (!g) return ts_error_set(TS_EINVAL, "ts_plan_create: null graph");
   if (ts_graph_status(g))
     return ts_error_set(ts_graph_status(g), "ts_plan_create: graph has an error: %s", ts_graph_error(g));
@@ -143,6 +169,7 @@ int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   ts_plan *p = calloc(1, sizeof *p);
   if (!p) return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   p->g = g;
+  p->dry = dry;
   p->nvals = ts_graph_num_values(g);
   p->nnodes = nnodes;
   p->bound = calloc((size_t)p->nvals, sizeof(void *));
@@ -150,7 +177,9 @@ int ts_plan_create(ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   p->offset = malloc(sizeof(int64_t) * (size_t)p->nvals);
   p->bytes = malloc(sizeof(size_t) * (size_t)p->nvals);
   p->live = calloc((size_t)p->nnodes + 1, 1);
-  if (!p->live || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
+  p->in_scratch = calloc((size_t)p->nvals + 1, 1);
+  p->split = -1;
+  if (!p->live || !p->in_scratch || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -172,6 +201,8 @@ void ts_plan_free(ts_plan *p) {
   free(p->bound);
   free(p->keep);
   free(p->live);
+  free(p->in_scratch);
+  ts_free(p->scratch);
   free(p->offset);
   free(p->bytes);
   free(p->vals);
@@ -186,6 +217,7 @@ void ts_plan_free(ts_plan *p) {
 int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
   int i = vindex(p, v, "ts_plan_bind");
   if (i < 0) return TS_EINVAL;
+  if (p->dry) data = &dry_bound; /* only whether it is bound matters: the memory is never used */
   if (p->vals[i].producer >= 0 && (p->bound[i] == NULL) != (data == NULL)) p->planned = 0;
   p->bound[i] = data;
   return TS_OK;
@@ -222,6 +254,23 @@ int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
   p->comms[slot] = c;
   return TS_OK;
 }
+
+int ts_plan_share_scratch(ts_plan *p, int split, ts_plan *owner) {
+  if (!p || !owner || split < 0 || split > p->nnodes || (owner != p && owner->owner != owner && owner->owner))
+    return ts_error_set(TS_EINVAL, "ts_plan_share_scratch: bad plan, split %d or owner", split);
+  p->split = split;
+  p->owner = owner;
+  if (!owner->owner) owner->owner = owner;
+  p->planned = 0;
+  return TS_OK;
+}
+
+size_t ts_plan_scratch_bytes(const ts_plan *p) {
+  if (!p->planned) plan_memory((ts_plan *)p);
+  return p->owner ? p->scratch_peak : 0;
+}
+
+size_t ts_plan_scratch_arena_bytes(const ts_plan *p) { return p && p->owner == p ? p->scratch_cap : 0; }
 
 /* A value is a live view of its source when it aliases and is neither bound nor kept. */
 static int root_of(const ts_plan *p, int v) {
@@ -287,7 +336,7 @@ static int plan_memory(ts_plan *p) {
   int *last = malloc(sizeof(int) * (size_t)nv);
   int **dying = NULL;
   int *ndying = calloc((size_t)nn, sizeof(int));
-  freelist f = {0};
+  freelist f = {0}, fs = {0};
   int rc = TS_OK;
   if (!last || !ndying) goto oom;
   /* Dead-node elimination: a node runs only if one of its outputs is kept or bound, feeds a live
@@ -358,18 +407,29 @@ static int plan_memory(ts_plan *p) {
       if (p->bound[v] || root_of(p, v) != v) continue;
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
-      p->offset[v] = (int64_t)fl_alloc(&f, len);
+      /* shared scratch: neither kept nor alive across the split (produced before it and read at
+       * or after it) */
+      p->in_scratch[v] = p->owner && !p->keep[v] && !(i < p->split && last[v] >= p->split);
+      p->offset[v] = (int64_t)fl_alloc(p->in_scratch[v] ? &fs : &f, len);
       p->naive += len;
     }
     for (int k = 0; k < ndying[i]; k++) {
       int v = dying[i][k];
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
-      if (fl_free(&f, (size_t)p->offset[v], len)) goto oom;
+      if (fl_free(p->in_scratch[v] ? &fs : &f, (size_t)p->offset[v], len)) goto oom;
     }
   }
   p->peak = f.top;
-  if (p->peak > p->arena_cap) {
+  p->scratch_peak = fs.top;
+  if (p->owner && !p->dry && p->scratch_peak > p->owner->scratch_cap) {
+    /* nothing lives in the scratch between runs: it can move */
+    ts_free(p->owner->scratch);
+    p->owner->scratch = ts_alloc(p->scratch_peak);
+    p->owner->scratch_cap = p->owner->scratch ? p->scratch_peak : 0;
+    if (!p->owner->scratch) goto oom;
+  }
+  if (p->peak > p->arena_cap && !p->dry) {
     ts_free(p->arena);
     p->arena = ts_alloc(p->peak);
     if (!p->arena) {
@@ -389,6 +449,7 @@ done:
   free(ndying);
   free(last);
   free(f.r);
+  free(fs.r);
   return rc;
 }
 
@@ -419,11 +480,12 @@ static void *data_of(ts_plan *p, int v) {
   if (p->bound[v]) return p->bound[v];
   int r = root_of(p, v);
   if (r != v) return data_of(p, r);
-  if (p->offset[v] >= 0) return p->arena + p->offset[v];
+  if (p->offset[v] >= 0) return (p->in_scratch[v] ? p->owner->scratch : p->arena) + p->offset[v];
   return NULL;
 }
 
 void *ts_plan_data(ts_plan *p, ts_val v) {
+  if (p->dry) return NULL;
   int i = ts_graph_value_index(p->g, v);
   if (i < 0 || i >= p->nvals) return NULL;
   if (!p->bound[i] && !p->keep[i] && p->vals[i].producer >= 0) return NULL;
@@ -434,6 +496,7 @@ int ts_plan_run(ts_plan *p, uint64_t step) { return ts_plan_run_range(p, step, 0
 
 int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   ts_graph *g = p->g;
+  if (p->dry) return ts_error_set(TS_EINVAL, "ts_plan_run: a dry plan (ts_plan_create_dry) is for sizing only");
   if (end < 0 || end > p->nnodes) end = p->nnodes;
   if (first < 0) first = 0;
   if (ts_graph_num_values(g) != p->nvals || ts_graph_num_nodes(g) != p->nnodes)

@@ -21,6 +21,8 @@ static const char *const level_names[] = {"debug", "info", "warn", "error", NULL
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
 static const char *const recompute_names[] = {"none", "full", "selective", NULL};
 static const char *const search_names[] = {"dynamic_programming", "sharding_propagation", "recursive_programming", NULL};
+static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
+static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
 const char *const *ts__cfg_data_names = data_names;
@@ -148,6 +150,13 @@ const ts__cfg_key ts__cfg_keys[] = {
      "per-rank memory budget in MiB: the rank's parameters, gradients, optimizer state and "
      "activation arenas as planned are checked against it before step 1 (and by tessera plan), "
      "a refusal naming the settings that cut them; 0 = no budget (docs/memory.md)"},
+    {"train.amp_level", CT_ENUM, FLD(train.amp_level), "O0", amp_level_names, 0, 0, 0, 0, CF_HASH,
+     "mixed precision (issue 16; MindSpore's levels): O0 f32; O1 matmul-like ops in amp_dtype; O2 the "
+     "model in amp_dtype with f32 master weights; O3 all in amp_dtype. Planning (tessera plan) prices "
+     "O1-O3 now (GEMMs at the amp_dtype peak, activations in 2 bytes, 16 bytes per parameter with "
+     "Adam); training refuses them until mixed precision is implemented"},
+    {"train.amp_dtype", CT_ENUM, FLD(train.amp_dtype), "bf16", amp_dtype_names, 0, 0, 0, 0, CF_HASH,
+     "the low-precision dtype of train.amp_level O1-O3"},
     /* ---- optimizer ---- */
     {"optimizer.name", CT_ENUM, FLD(optimizer.name), "momentum", optim_names, 0, 0, 0, 0, CF_HASH,
      "update rule (PyTorch semantics; lamb as apex FusedLAMB)"},

@@ -118,6 +118,10 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
  * ndevices; *out NULL when the config gives none. */
 int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out);
 /* Sources, transforms and the first training sample's shape into t->model (t->cfg set). */
+/* The training sample's shape and dtype (t->model.sample, dtype, text) from the config alone
+ * where it tells them (GPT: data.seq_len; MNIST / CIFAR images through the transforms): *done = 1;
+ * else *done = 0 and the caller opens the data set (ts__train_prepare). */
+int ts__train_dry_sample(ts_trainer *t, int *done);
 int ts__train_prepare(ts_trainer *t);
 /* The optimizer over every trainable entry of p (config's optimizer; no decay where flagged);
  * *segs (malloc'ed, outlives *opt) gets the *nseg segments. With d: the rank's part through the
@@ -125,6 +129,12 @@ int ts__train_prepare(ts_trainer *t);
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
                     int *nseg);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);
+
+/* ts_trainer_plan_memory for a zoo model with the store and arenas sized only (allocate = 0, as
+ * `tessera plan` builds) or allocated as the job would (1); *sized (may be NULL): the build
+ * allocated nothing (a dry store and dry plans). For tests comparing the two. */
+int ts__trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, int allocate, ts_dist_memory_info *out,
+                            int *sized);
 
 /* Memory (train_memory.c). TS_ECONFIG naming train.max_memory_mb, the need, the budget, the
  * breakdown and the settings that would cut it when m's total exceeds c's budget (ranks: the

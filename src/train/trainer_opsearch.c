@@ -140,7 +140,9 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   ts_costgraph *cg = NULL;
   int *choice = NULL;
   rc = ts__train_layout(&t->cfg, NULL, NULL, &vt, &dc, &t->model);
-  if (!rc) rc = ts__train_prepare(t);
+  int have = 0; /* the sample's shape without opening a data set where the config tells it */
+  if (!rc) rc = ts__train_dry_sample(t, &have);
+  if (!rc && !have) rc = ts__train_prepare(t);
   if (!rc && (!(rc = ts_graph_create(&g))) && !(rc = ts_params_create(&p))) {
     ts_nn nn = {g, p};
     ts_val x = ts_input(g, "x", t->model.dtype, ts_shape_batch(rows, &t->model.sample));

@@ -19,6 +19,8 @@ static void figures(ts_dist *d, double *param_bytes, double *arena) {
   *arena = (double)ts_plan_peak_bytes(r->plan);
 }
 
+static void amp_memory(const ts_config *k, ts_dist_memory_info *m);
+
 /* The rank's figures as the run measures them (ts_trainer_memory: the header's memory line and
  * the metrics end record), and the budget: TS_ECONFIG when they exceed train.max_memory_mb. */
 static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, int64_t baseline, FILE *b,
@@ -38,6 +40,16 @@ static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, i
   fprintf(b, "  peak_rss_bytes       ~ %12s  (the total + a baseline of %s: this process's resident set with the "
           "data sets open, before the model is built; MPI, data workers' batches and kernel scratch come on top)\n",
           ts__human_bytes((double)(m.total_bytes + baseline), h1, sizeof h1), ts__human_bytes((double)baseline, h3, sizeof h3));
+  if (c->train.amp_level >= 2) {
+    ts_dist_memory_info a = m;
+    char h4[32], h5[32];
+    amp_memory(c, &a);
+    fprintf(b, "  planned as train.amp_level O%d (mixed precision, not trained yet): params %s, grads %s, "
+            "optimizer %s, activations %s, total %s\n", c->train.amp_level, ts__human_bytes((double)a.param_bytes, h1, sizeof h1),
+            ts__human_bytes((double)a.grad_bytes, h2, sizeof h2), ts__human_bytes((double)a.optimizer_state_bytes, h3, sizeof h3),
+            ts__human_bytes((double)(a.activation_bytes + a.eval_activation_bytes), h4, sizeof h4),
+            ts__human_bytes((double)a.total_bytes, h5, sizeof h5));
+  }
   if (!(c->train.max_memory_mb > 0)) return TS_OK;
   *refused = ts__train_memory_budget(c, &m, ndevices, 0);
   fprintf(b, "  train.max_memory_mb    %12s  %s\n", ts__human_bytes(c->train.max_memory_mb * 1048576.0, h1, sizeof h1),
@@ -66,7 +78,61 @@ static void dry_free(dry *x) {
   free(x->t);
 }
 
+/* The training sample the graphs are built for, without opening a data set where the config says
+ * it (planning a job on paper needs no data files): GPT's is data.seq_len token ids (its targets
+ * the next ones); MNIST / Fashion-MNIST (28x28x1 bytes) and CIFAR (32x32x3) images are a zero
+ * sample of that shape passed through the training transforms, exactly what the run's probe of
+ * the first sample gives. *done = 0 for other data sets (the caller opens them). */
+int ts__train_dry_sample(ts_trainer *t, int *done) {
+  ts_config *c = &t->cfg;
+  *done = 0;
+  if (c->model.name == TS_MODEL_GPT) {
+    if (c->data.seq_len < 1) return ts_error_set(TS_ECONFIG, "data.seq_len: GPT needs a sequence length, got %d", c->data.seq_len);
+    t->model.sample = ts_shape1(c->data.seq_len);
+    t->model.dtype = TS_I32;
+    t->model.text = 1;
+    *done = 1;
+    return TS_OK;
+  }
+  ts_shape raw;
+  switch (c->data.name) {
+    case TS_DATA_FASHION_MNIST:
+    case TS_DATA_MNIST: raw = ts_shape3(28, 28, 1); break;
+    case TS_DATA_CIFAR10:
+    case TS_DATA_CIFAR100: raw = ts_shape3(32, 32, 3); break;
+    default: return TS_OK;
+  }
+  if (c->model.num_classes == 0) return TS_OK; /* the data set's own count: open it */
+  int rc = ts_config_transforms(c, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
+  if (rc < 0) return rc;
+  t->ntf_train = rc;
+  ts_sample s;
+  memset(&s, 0, sizeof s);
+  s.label = 0;
+  rc = ts_tensor_init(&s.data, TS_U8, raw);
+  if (!rc) memset(s.data.data, 0, (size_t)ts_shape_numel(&raw));
+  if (!rc) rc = ts_transforms_apply(t->tf_train, t->ntf_train, &s, 0);
+  if (!rc) {
+    t->model.sample = s.data.shape;
+    t->model.dtype = s.data.dtype;
+    t->model.text = 0;
+    *done = 1;
+  }
+  ts_sample_free(&s);
+  return rc ? ts_error_wrap(rc, "data.transforms (planning on a zero %s sample)", ts_data_kind_name(c->data.name)) : TS_OK;
+}
+
+static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one,
+                        int allocate, dry *x);
+
+/* One rank of the job as `tessera plan` builds it: sized, nothing allocated. */
 static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one, dry *x) {
+  return dry_build_as(cfg, ndevices, rank, model, user, one, 0, x);
+}
+
+/* allocate = 1: the store and the arenas allocated as the job would (ts_dist_config.dry_allocate). */
+static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one,
+                        int allocate, dry *x) {
   memset(x, 0, sizeof *x);
   if (ndevices < 1 || rank < 0 || rank >= ndevices)
     return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, ndevices);
@@ -77,10 +143,13 @@ static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn m
   int rc = ts_config_validate(&t->cfg);
   if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices);
   if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
-  if (!rc) rc = ts__train_prepare(t);
+  int have = 0;
+  if (!rc && !model) rc = ts__train_dry_sample(t, &have); /* no data set opened where the config tells the sample */
+  if (!rc && !have) rc = ts__train_prepare(t);
   x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
   if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
   t->model.strategies = x->set;
+  dc.dry_allocate = allocate;
   if (!rc) rc = ts_dist_create(x->vt, &dc, &t->model, ndevices, rank, &x->d);
   if (!rc && (rc = ts_dist_build(x->d, &t->model))) rc = ts_error_as_config(rc);
   t->model.strategies = NULL;
@@ -88,6 +157,21 @@ static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn m
   dc1.optimizer_shard = 0; /* one process: nothing to shard over */
   if (!rc && one) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &x->d1);
   if (!rc && one) rc = ts_dist_build(x->d1, &t->model);
+  return rc;
+}
+
+int ts__trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, int allocate, ts_dist_memory_info *out,
+                            int *sized) {
+  memset(out, 0, sizeof *out);
+  dry x;
+  int rc = dry_build_as(cfg, ndevices, rank, NULL, NULL, 0, allocate, &x);
+  if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(x.t->cfg.optimizer.name), out);
+  if (!rc && sized) {
+    const ts_dist_run *r = ts_dist_get(x.d);
+    *sized = ts_params_is_dry(r->params) && !ts_params_data(r->params) && !ts_params_grads(r->params) &&
+             ts_plan_is_dry(r->plan) && ts_plan_is_dry(r->plan_e) && ts_plan_arena_bytes(r->plan) == 0;
+  }
+  dry_free(&x);
   return rc;
 }
 
@@ -167,63 +251,143 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   return rc;
 }
 
+/* ---- the predicted step ---- */
+
+/* The dtype a config is planned in: f32, or the 16-bit dtype of train.amp_level O1-O3. */
+static ts_dtype plan_dtype(const ts_config *k) {
+  if (k->train.amp_level <= 0) return TS_F32;
+  return k->train.amp_dtype == 1 ? TS_F16 : TS_BF16;
+}
+
+/* The memory of a rank built in f32 (m) as the same job in mixed precision would hold it:
+ * O1 (16-bit GEMMs on f32 tensors) unchanged; O2: parameters in 2 bytes plus an f32 master copy
+ * (6 bytes), gradients and their accumulation in 2 bytes, the optimizer's f32 state unchanged,
+ * activations in 2 bytes -- Adam's 16 bytes per parameter of mixed-precision training (ZeRO,
+ * Rajbhandari et al. 2020); O3: no master copy (2 bytes). States (batch-norm statistics) stay f32
+ * inside param_bytes, a small error. */
+static void amp_memory(const ts_config *k, ts_dist_memory_info *m) {
+  if (k->train.amp_level < 2) return;
+  m->param_bytes = k->train.amp_level == 2 ? m->param_bytes / 2 * 3 : m->param_bytes / 2;
+  m->grad_bytes /= 2;
+  m->accum_bytes /= 2;
+  m->activation_bytes /= 2;
+  m->eval_activation_bytes /= 2;
+  m->total_bytes = ts_dist_memory_sum(m);
+}
+
+/* One rank of the job, built dry (sized, nothing allocated) and priced: its training graph per
+ * micro-step, its memory, the gradient reduction it sends, its optimizer pass. */
+typedef struct {
+  ts_cost_breakdown b;
+  ts_dist_memory_info m;
+  double red, optimizer_s;
+  int64_t M;
+  int P, V, replicas, semi;
+} priced;
+
+static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c, priced *out) {
+  memset(out, 0, sizeof *out);
+  dry x;
+  int rc = dry_build(cfg, N, rank, NULL, NULL, 0, &x);
+  const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
+  const ts_config *k = x.t ? &x.t->cfg : cfg;
+  /* one micro-batch: every piece the rank runs (a pipeline's virtual stages), each node that runs */
+  const ts_plan *pl = NULL;
+  const ts_graph *g = NULL;
+  for (int i = 0; !rc && (g = ts_dist_train_piece(x.d, i, &pl)) != NULL; i++) {
+    int n = ts_graph_num_nodes(g);
+    char *live = malloc((size_t)n + 1);
+    if (!live) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
+    for (int j = 0; !rc && j < n; j++) {
+      int l = ts_plan_node_live(pl, j);
+      if (l < 0) rc = l;
+      live[j] = (char)(l > 0);
+    }
+    ts_cost_breakdown b;
+    if (!rc) rc = ts_cost_graph(c, g, plan_dtype(k), live, &b);
+    free(live);
+    if (rc) break;
+    out->b.compute_s += b.compute_s, out->b.gemm_s += b.gemm_s, out->b.other_s += b.other_s;
+    out->b.comm_s += b.comm_s, out->b.flops += b.flops, out->b.bytes += b.bytes, out->b.nodes += b.nodes;
+  }
+  if (!rc) {
+    out->P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
+    out->V = out->P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
+    out->M = k->train.batch_size / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
+    out->replicas = r->data_parts > 1 ? r->data_parts : 1;
+    out->semi = k->parallel.mode == TS_PARALLEL_SEMI_AUTO;
+    rc = ts_dist_reduce_bytes(x.d, &out->red);
+  }
+  if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &out->m);
+  if (!rc) {
+    /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
+    out->optimizer_s = 2.0 * (double)(out->m.param_bytes + out->m.optimizer_state_bytes) / c->mem_bandwidth +
+                       (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
+                       (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
+    amp_memory(k, &out->m);
+  }
+  dry_free(&x);
+  return rc;
+}
+
 int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out) {
   memset(out, 0, sizeof *out);
   int rc = ts_cluster_validate(c, c->name);
   if (rc) return rc;
-  dry x;
-  rc = dry_build(cfg, ndevices, rank, NULL, NULL, 0, &x);
-  const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
-  char *live = NULL;
-  ts_cost_breakdown b;
-  if (!rc) {
-    int n = ts_graph_num_nodes(r->g);
-    live = malloc((size_t)n + 1);
-    if (!live) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
-    for (int j = 0; !rc && j < n; j++) {
-      int l = ts_plan_node_live(r->plan, j);
-      if (l < 0) rc = l;
-      live[j] = (char)(l > 0);
-    }
+  /* the rank asked for; with pipeline stages also the first and the last stage's first rank
+   * (the embedding, the head and loss, the most activations in flight): the step is set by the
+   * slowest piece and the memory by the fullest rank, and every middle stage is a copy of one
+   * of them, so three builds price a job of any number of ranks */
+  priced pr[3];
+  int np = 0, ranks[3] = {rank, -1, -1};
+  int P = cfg->parallel.pipeline_stages > 1 ? cfg->parallel.pipeline_stages : 1;
+  if (P > 1 && ndevices % P == 0) {
+    int semi = cfg->parallel.mode == TS_PARALLEL_SEMI_AUTO, sub = ndevices / P;
+    int first = 0, last = semi ? (P - 1) * sub : P - 1; /* (dp, pp, tp): tp innermost, then pp */
+    if (rank != first) ranks[++np] = first;
+    if (rank != last) ranks[++np] = last;
   }
-  if (!rc) rc = ts_cost_graph(c, r->g, TS_F32, live, &b);
-  free(live);
-  if (!rc) {
-    const ts_config *k = &x.t->cfg;
-    int P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
-    int V = P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
-    int64_t M = k->train.batch_size / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
-    out->micro_steps = M;
-    out->gemm_s = (double)M * b.gemm_s;
-    out->other_s = (double)M * b.other_s;
-    out->compute_s = out->gemm_s + out->other_s;
-    out->collectives_s = (double)M * b.comm_s;
-    out->flops = (double)M * b.flops;
-    /* a pipeline's idle time: (P-1) piece-times of warm-up and cool-down over V*M (balanced pieces) */
-    if (P > 1) out->bubble_s = (double)(P - 1) / (double)V * (b.compute_s + b.comm_s);
-    /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
-     * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
-    double red = 0;
-    rc = ts_dist_reduce_bytes(x.d, &red);
-    int replicas = r->data_parts > 1 ? r->data_parts : 1;
-    int span = ts_cluster_spans(c, replicas, P);
-    double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
-    out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
-    /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
-    double bwd = 2.0 / 3.0 * (b.compute_s + b.comm_s);
-    int overlap = k->parallel.overlap && M == 1 && P == 1;
-    out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
-    /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
-    ts_dist_memory_info m;
-    if (!rc && !ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &m)) {
-      out->memory_bytes = m.total_bytes;
-      out->optimizer_s = 2.0 * (double)(m.param_bytes + m.optimizer_state_bytes) / c->mem_bandwidth +
-                         (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
-                         (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
-    }
-    out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
-    out->samples_per_s = out->step_s > 0 ? (double)k->train.batch_size / out->step_s : 0;
+  np++;
+  for (int i = 0; i < np && !rc; i++) rc = price_rank(cfg, ndevices, ranks[i], c, &pr[i]);
+  if (rc) return rc;
+  const priced *a = &pr[0];
+  double piece = 0, gemm = 0, other = 0, comm = 0, flops = 0, mem = 0;
+  int slow = 0;
+  for (int i = 0; i < np; i++) {
+    double t = pr[i].b.compute_s + pr[i].b.comm_s;
+    if (t > piece) piece = t, slow = i;
+    flops += pr[i].b.flops / np;
+    if ((double)pr[i].m.total_bytes > mem) mem = (double)pr[i].m.total_bytes;
   }
-  dry_free(&x);
-  return rc;
+  gemm = pr[slow].b.gemm_s, other = pr[slow].b.other_s, comm = pr[slow].b.comm_s;
+  int64_t M = a->M;
+  int V = a->V;
+  out->micro_steps = M;
+  out->gemm_s = (double)M * gemm;
+  out->other_s = (double)M * other;
+  out->compute_s = out->gemm_s + out->other_s;
+  out->collectives_s = (double)M * comm;
+  out->flops = (double)M * flops;
+  /* a pipeline's idle time: (P-1) piece-times of warm-up and cool-down over V*M (balanced pieces) */
+  if (P > 1) out->bubble_s = (double)(P - 1) / (double)V * piece;
+  /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
+   * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
+  double red = 0, opt = 0;
+  for (int i = 0; i < np; i++) {
+    red = pr[i].red > red ? pr[i].red : red;
+    opt = pr[i].optimizer_s > opt ? pr[i].optimizer_s : opt;
+  }
+  int replicas = a->replicas;
+  int span = ts_cluster_spans(c, replicas, a->semi ? ndevices / (P * replicas) : P);
+  double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
+  out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
+  /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
+  double bwd = 2.0 / 3.0 * piece;
+  int overlap = cfg->parallel.overlap && M == 1 && P == 1;
+  out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
+  out->memory_bytes = (int64_t)mem;
+  out->optimizer_s = opt;
+  out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
+  out->samples_per_s = out->step_s > 0 ? (double)cfg->train.batch_size / out->step_s : 0;
+  return TS_OK;
 }

@@ -39,7 +39,7 @@ if [ $rc = 2 ] && echo "$out" | grep -q "bad.yaml:3: unknown cluster key 'flops'
 else bad "bad cluster file: rc $rc: $out"; fi
 # the search: every plan priced, the fastest that fits chosen; deterministic; --json; --fix
 run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --search
-if [ $rc = 0 ] && echo "$out" | grep -q "^search on 4 devices of dgx-a100-80g: [0-9]* plans" && echo "$out" | grep -q "^chosen: dp="; then
+if [ $rc = 0 ] && echo "$out" | grep -q "^search on 4 devices of dgx-a100-80g: [0-9]* candidate plans, [0-9]* built" && echo "$out" | grep -q "^chosen: dp="; then
   ok "plan --search: $(echo "$out" | grep '^chosen')"
 else bad "plan --search: rc $rc: $out"; fi
 first=$out

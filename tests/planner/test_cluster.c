@@ -69,17 +69,20 @@ int main(void) {
   ts_val y = ts_allreduce(g, h, 1, 4, 0);
   CHECK(y != TS_NONE && !ts_graph_status(g));
   ts_cost_breakdown cb;
+  /* priced as if in mixed precision (TS_BF16): GEMMs at the bf16 peak, f32 values as 2 bytes */
   CHECK_OK(ts_cost_graph(&c, g, TS_BF16, NULL, &cb));
-  double flops = 2.0 * 256 * 512 * 1024, relu_bytes = 2.0 * 256 * 1024 * 4;
+  double flops = 2.0 * 256 * 512 * 1024, relu_bytes = 2.0 * 256 * 1024 * 2;
   double want_gemm = flops / (c.peak_flops_bf16 * c.gemm_efficiency);
   double want_other = relu_bytes / c.mem_bandwidth + 3 * c.op_overhead; /* matmul, relu, allreduce */
-  double want_comm = ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 4, 0, 256.0 * 1024 * 4);
+  double want_comm = ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 4, 0, 256.0 * 1024 * 2);
   CHECK_MSG(fabs(cb.gemm_s - want_gemm) < 1e-15 && fabs(cb.other_s - want_other) < 1e-12 &&
                 fabs(cb.comm_s - want_comm) < 1e-12 && cb.flops == flops && cb.nodes == 3,
             "gemm %g/%g other %g/%g comm %g/%g nodes %d", cb.gemm_s, want_gemm, cb.other_s, want_other, cb.comm_s,
             want_comm, cb.nodes);
   CHECK_OK(ts_cost_graph(&c, g, TS_F32, NULL, &cb)); /* f32 GEMMs at the f32 peak */
   CHECK(fabs(cb.gemm_s - flops / (c.peak_flops_f32 * c.gemm_efficiency)) < 1e-12);
+  CHECK(fabs(cb.other_s - (2 * relu_bytes / c.mem_bandwidth + 3 * c.op_overhead)) < 1e-12); /* 4 bytes */
+  CHECK(fabs(cb.comm_s - ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 4, 0, 256.0 * 1024 * 4)) < 1e-12);
   ts_graph_free(g);
   return ts_test_finish("test_cluster");
 }

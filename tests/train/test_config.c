@@ -77,6 +77,8 @@ static const struct {
     {"train.log_every", "10"},
     {"train.threads", "2"},
     {"train.max_memory_mb", "1536.5"},
+    {"train.amp_level", "O2"},
+    {"train.amp_dtype", "f16"},
     {"optimizer.name", "adamw"},
     {"optimizer.lr", "0.003"},
     {"optimizer.momentum", "0.8"},
