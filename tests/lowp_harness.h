@@ -24,6 +24,9 @@
 enum { LH_FLOAT = 0, LH_INT = 1, LH_F32 = 2 };
 
 typedef ts_val (*lh_build_fn)(ts_graph *g, const ts_val *x, const void *ctx);
+/* The dtype of the graph being built (f32 or the case's dt): builders that cast inside (an
+ * "amp by hand" graph whose inputs stay f32) read it. */
+static ts_dtype lh_cur_dt __attribute__((unused));
 
 typedef struct {
   int nin;
@@ -59,6 +62,7 @@ static void lh_run(const char *what, ts_dtype D, ts_backend be, lh_build_fn buil
     x[k] = ts_input(g, nm, dk, c->shape[k]);
     if (c->no_grad[k] || c->kind[k] == LH_INT) ts_val_set_requires_grad(g, x[k], 0);
   }
+  lh_cur_dt = D;
   ts_val y = build(g, x, ctx);
   ts_val y32 = ts_cast(g, y, TS_F32);
   ts_val rv = ts_input(g, "lh_r", TS_F32, ts_shape2(1, ny));
