@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dnnl_ctx.h"
+#include "lowp.h"
 
 #define PAR_MIN 32768 /* elements below which kernels stay on one thread */
 #define BCH 16384     /* max elements of the innermost dim handled by one task */
@@ -228,4 +229,59 @@ int ts__binary_dnnl(int alg, const float *a, const ts_shape *as, const float *b,
                              {DNNL_ARG_SRC_1, ts__dnnl_mem(m1, (void *)b)},
                              {DNNL_ARG_DST, ts__dnnl_mem(m0, y)}};
   return ts__dnnl_run(pr, 3, args, "binary");
+}
+
+/* ---------------- 16-bit (bf16, f16) ---------------- */
+
+typedef struct {
+  int alg;
+  float alpha, beta;
+} bin_args;
+
+static int bin_chunk(float *const *p, int64_t off, int64_t len, const void *ctx) {
+  const bin_args *a = ctx;
+  const ts_shape s = ts_shape1(len);
+  (void)off;
+  return ts__binary_ref(a->alg, p[0], &s, p[1], &s, p[2], &s);
+}
+
+static int scale_chunk(float *const *p, int64_t off, int64_t len, const void *ctx) {
+  const bin_args *a = ctx;
+  (void)off;
+  return ts__scale_ref(p[0], p[1], len, a->alpha, a->beta);
+}
+
+int ts__binary_lp(int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
+                  const ts_shape *bs, void *y, const ts_shape *ys) {
+  const int64_t n = ts_shape_numel(ys);
+  if (ts_shape_numel(as) == n && ts_shape_numel(bs) == n && ts_shape_equal(as, ys) && ts_shape_equal(bs, ys)) {
+    ts__bcast bp;
+    int rc = ts__bcast_plan(as, bs, ys, &bp);
+    if (rc) return rc;
+    if (alg < 0 || alg >= 4) return ts_error_set(TS_EINVAL, "binary (16-bit): unknown algorithm %d", alg);
+    const bin_args ar = {alg, 0, 0};
+    const void *in[2] = {a, b};
+    void *out[1] = {y};
+    const ts_dtype d[2] = {dt, dt};
+    return ts__lp_stream(2, in, d, 1, out, d, n, bin_chunk, &ar, "binary (16-bit)");
+  }
+  /* broadcasting: f32 copies around the broadcast engine */
+  const char *what = "binary (16-bit, broadcast)";
+  float *fa = ts__lp_in(a, dt, ts_shape_numel(as), what);
+  float *fb = fa ? ts__lp_in(b, dt, ts_shape_numel(bs), what) : NULL;
+  float *fy = fb ? ts__lp_in(NULL, dt, n, what) : NULL;
+  int rc = fy ? ts__binary_ref(alg, fa, as, fb, bs, fy, ys) : TS_ENOMEM;
+  if (rc == TS_OK) ts__lp_from_f32(fy, y, dt, n);
+  ts_free(fa);
+  ts_free(fb);
+  ts_free(fy);
+  return rc;
+}
+
+int ts__scale_lp(ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta) {
+  const bin_args ar = {0, alpha, beta};
+  const void *in[1] = {x};
+  void *out[1] = {y};
+  const ts_dtype d[1] = {dt};
+  return ts__lp_stream(1, in, d, 1, out, d, n, scale_chunk, &ar, "scale (16-bit)");
 }

@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "lowp.h"
 #include "tessera/base.h"
 
 #define LANES 16
@@ -165,4 +166,27 @@ int ts__dropout_ref(const float *x, float *y, size_t n, float p, uint64_t seed, 
     dropout_span(xb + s, yb + s, first + s, first + e, thr, scale, seed, step);
   }
   return TS_OK;
+}
+
+/* ---------------- 16-bit (bf16, f16) ---------------- */
+
+typedef struct {
+  float p;
+  uint64_t seed, step, offset;
+} drop_args;
+
+static int drop_chunk(float *const *b, int64_t off, int64_t len, const void *ctx) {
+  const drop_args *a = ctx;
+  return ts__dropout_ref(b[0], b[1], (size_t)len, a->p, a->seed, a->step, a->offset + (uint64_t)off);
+}
+
+int ts__dropout_lp(ts_dtype dt, const void *x, void *y, size_t n, float p, uint64_t seed,
+                   uint64_t step, uint64_t offset) {
+  if (!(p >= 0.0f && p <= 1.0f))
+    return ts_error_set(TS_EINVAL, "dropout (16-bit): probability %g outside [0,1]", (double)p);
+  const drop_args a = {p, seed, step, offset};
+  const void *in[1] = {x};
+  void *out[1] = {y};
+  const ts_dtype d[1] = {dt};
+  return ts__lp_stream(1, in, d, 1, out, d, (int64_t)n, drop_chunk, &a, "dropout (16-bit)");
 }

@@ -38,4 +38,16 @@ void ts__lp_from_f32(const float *src, void *dst, ts_dtype dt, int64_t n);
  * naming `what`) when out of memory. */
 float *ts__lp_in(const void *src, ts_dtype dt, int64_t n, const char *what);
 
+/* Streaming of element-wise work: n elements cut into chunks of TS__LP_CHUNK, processed in
+ * parallel. For each chunk, the 16-bit inputs are widened into per-thread f32 buffers that stay
+ * in L1 (f32 inputs are passed in place), fn computes the chunk's f32 outputs, and 16-bit outputs
+ * are rounded back once, so memory only sees 16-bit traffic. bufs[0..nin) are the inputs,
+ * bufs[nin..nin+nout) the outputs of chunk [off, off+len); nin + nout <= 4. fn returns a
+ * status; validate arguments before streaming (errors from worker threads are only counted). */
+#define TS__LP_CHUNK 1024
+typedef int (*ts__lp_chunk_fn)(float *const *bufs, int64_t off, int64_t len, const void *ctx);
+int ts__lp_stream(int nin, const void *const *in, const ts_dtype *idt, int nout, void *const *out,
+                  const ts_dtype *odt, int64_t n, ts__lp_chunk_fn fn, const void *ctx,
+                  const char *what);
+
 #endif

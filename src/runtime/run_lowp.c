@@ -29,6 +29,8 @@ static int native16(ts_op op) {
     /* native 16-bit kernels (run_<family>.c dispatch on dtype) */
     case TS_OP_MATMUL: case TS_OP_DENSE:
     case TS_OP_CONV2D: case TS_OP_CONV2D_BWD_DATA: case TS_OP_CONV2D_BWD_WEIGHT:
+    case TS_OP_ELTWISE: case TS_OP_ELTWISE_BWD:
+    case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_DROPOUT:
       return 1;
     default:
       return 0;
