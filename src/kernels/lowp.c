@@ -41,9 +41,11 @@ float *ts__lp_in(const void *src, ts_dtype dt, int64_t n, const char *what) {
   return p;
 }
 
-static void widen(const void *src, ts_dtype dt, float *dst, int64_t n) {
+void ts__lp_widen(const void *src, ts_dtype dt, float *dst, int64_t n) {
   const uint16_t *s = src;
-  if (dt == TS_BF16) {
+  if (dt == TS_F32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  } else if (dt == TS_BF16) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) dst[i] = ts__bf2f(s[i]);
   } else {
@@ -51,9 +53,11 @@ static void widen(const void *src, ts_dtype dt, float *dst, int64_t n) {
   }
 }
 
-static void narrow(const float *src, void *dst, ts_dtype dt, int64_t n) {
+void ts__lp_narrow(const float *src, void *dst, ts_dtype dt, int64_t n) {
   uint16_t *d = dst;
-  if (dt == TS_BF16) {
+  if (dt == TS_F32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  } else if (dt == TS_BF16) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) d[i] = ts__f2bf(src[i]);
   } else {
@@ -77,7 +81,7 @@ int ts__lp_stream(int nin, const void *const *in, const ts_dtype *idt, int nout,
       if (idt[k] == TS_F32) {
         p[k] = (float *)in[k] + off;
       } else {
-        widen((const uint16_t *)in[k] + off, idt[k], buf[k], len);
+        ts__lp_widen((const uint16_t *)in[k] + off, idt[k], buf[k], len);
         p[k] = buf[k];
       }
     }
@@ -90,7 +94,7 @@ int ts__lp_stream(int nin, const void *const *in, const ts_dtype *idt, int nout,
       bad = 1;
     }
     for (int j = 0; j < nout; j++)
-      if (odt[j] != TS_F32) narrow(buf[nin + j], (uint16_t *)out[j] + off, odt[j], len);
+      if (odt[j] != TS_F32) ts__lp_narrow(buf[nin + j], (uint16_t *)out[j] + off, odt[j], len);
   }
   if (bad) return ts_error_set(code, "%s: a chunk failed (status %d)", what, code);
   return TS_OK;

@@ -38,6 +38,11 @@ void ts__lp_from_f32(const float *src, void *dst, ts_dtype dt, int64_t n);
  * naming `what`) when out of memory. */
 float *ts__lp_in(const void *src, ts_dtype dt, int64_t n, const char *what);
 
+/* Serial row conversions (f32 copies; bf16/f16 widened or rounded to nearest even), for kernels
+ * that process one row at a time in a per-thread f32 buffer. */
+void ts__lp_widen(const void *src, ts_dtype dt, float *dst, int64_t n);
+void ts__lp_narrow(const float *src, void *dst, ts_dtype dt, int64_t n);
+
 /* Streaming of element-wise work: n elements cut into chunks of TS__LP_CHUNK, processed in
  * parallel. For each chunk, the 16-bit inputs are widened into per-thread f32 buffers that stay
  * in L1 (f32 inputs are passed in place), fn computes the chunk's f32 outputs, and 16-bit outputs

@@ -31,6 +31,7 @@ static int native16(ts_op op) {
     case TS_OP_CONV2D: case TS_OP_CONV2D_BWD_DATA: case TS_OP_CONV2D_BWD_WEIGHT:
     case TS_OP_ELTWISE: case TS_OP_ELTWISE_BWD:
     case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_DROPOUT:
+    case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_BWD: case TS_OP_SOFTMAX: case TS_OP_SOFTMAX_BWD:
       return 1;
     default:
       return 0;
