@@ -233,22 +233,41 @@ int ts__binary_dnnl(int alg, const float *a, const ts_shape *as, const float *b,
 
 /* ---------------- 16-bit (bf16, f16) ---------------- */
 
-typedef struct {
-  int alg;
-  float alpha, beta;
-} bin_args;
+/* Native loops: read 16-bit, compute in f32, round once, write 16-bit (vectorised). */
+#define BF_LOOP(expr)                                                       \
+  do {                                                                      \
+    _Pragma("omp parallel for simd schedule(static) if (n > PAR_MIN)")      \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const float u = ts__bf2f(a[i]), v = ts__bf2f(b[i]);                   \
+      y[i] = ts__f2bf(expr);                                                \
+    }                                                                       \
+  } while (0)
+#define H_LOOP(expr)                                                        \
+  do {                                                                      \
+    _Pragma("omp parallel for schedule(static) if (n > PAR_MIN)")           \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const float u = ts_f16_to_f32(a[i]), v = ts_f16_to_f32(b[i]);         \
+      y[i] = ts_f32_to_f16(expr);                                           \
+    }                                                                       \
+  } while (0)
 
-static int bin_chunk(float *const *p, int64_t off, int64_t len, const void *ctx) {
-  const bin_args *a = ctx;
-  const ts_shape s = ts_shape1(len);
-  (void)off;
-  return ts__binary_ref(a->alg, p[0], &s, p[1], &s, p[2], &s);
-}
-
-static int scale_chunk(float *const *p, int64_t off, int64_t len, const void *ctx) {
-  const bin_args *a = ctx;
-  (void)off;
-  return ts__scale_ref(p[0], p[1], len, a->alpha, a->beta);
+static void bin_same(int alg, ts_dtype dt, const uint16_t *a, const uint16_t *b, uint16_t *y,
+                     int64_t n) {
+  if (dt == TS_BF16) {
+    switch (alg) {
+      case 0: BF_LOOP(u + v); break;
+      case 1: BF_LOOP(u - v); break;
+      case 2: BF_LOOP(u * v); break;
+      default: BF_LOOP(u / v); break;
+    }
+  } else {
+    switch (alg) {
+      case 0: H_LOOP(u + v); break;
+      case 1: H_LOOP(u - v); break;
+      case 2: H_LOOP(u * v); break;
+      default: H_LOOP(u / v); break;
+    }
+  }
 }
 
 int ts__binary_lp(int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
@@ -259,11 +278,8 @@ int ts__binary_lp(int alg, ts_dtype dt, const void *a, const ts_shape *as, const
     int rc = ts__bcast_plan(as, bs, ys, &bp);
     if (rc) return rc;
     if (alg < 0 || alg >= 4) return ts_error_set(TS_EINVAL, "binary (16-bit): unknown algorithm %d", alg);
-    const bin_args ar = {alg, 0, 0};
-    const void *in[2] = {a, b};
-    void *out[1] = {y};
-    const ts_dtype d[2] = {dt, dt};
-    return ts__lp_stream(2, in, d, 1, out, d, n, bin_chunk, &ar, "binary (16-bit)");
+    bin_same(alg, dt, a, b, y, n);
+    return TS_OK;
   }
   /* broadcasting: f32 copies around the broadcast engine */
   const char *what = "binary (16-bit, broadcast)";
@@ -279,9 +295,14 @@ int ts__binary_lp(int alg, ts_dtype dt, const void *a, const ts_shape *as, const
 }
 
 int ts__scale_lp(ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta) {
-  const bin_args ar = {0, alpha, beta};
-  const void *in[1] = {x};
-  void *out[1] = {y};
-  const ts_dtype d[1] = {dt};
-  return ts__lp_stream(1, in, d, 1, out, d, n, scale_chunk, &ar, "scale (16-bit)");
+  const uint16_t *a = x;
+  uint16_t *o = y;
+  if (dt == TS_BF16) {
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = ts__f2bf(alpha * ts__bf2f(a[i]) + beta);
+  } else {
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = ts_f32_to_f16(alpha * ts_f16_to_f32(a[i]) + beta);
+  }
+  return TS_OK;
 }

@@ -22,7 +22,7 @@ int ts__dropout_ref(const float *x, float *y, size_t n, float p, uint64_t seed, 
                     uint64_t offset);
 
 /* The same on 16-bit x and y (dt TS_BF16 or TS_F16): the same mask, x/(1-p) computed in f32 and
- * rounded once; streamed in L1-sized chunks (16-bit traffic only). */
+ * rounded once; a native loop (16-bit reads and writes). */
 int ts__dropout_lp(ts_dtype dt, const void *x, void *y, size_t n, float p, uint64_t seed,
                    uint64_t step, uint64_t offset);
 
