@@ -175,9 +175,9 @@ static void ln_step(int v, void *c_) {
     OK(ts__layernorm_fwd_dnnl(c->a.f, c->e.f, c->f.f, c->b.f, c->m, c->v, c->R, c->D, 1e-5f));
     OK(ts__layernorm_bwd_dnnl(c->c.f, c->a.f, c->e.f, c->m, c->v, c->d.f, c->f.f, c->f.f + c->D, c->R, c->D, 1e-5f));
   } else {
-    OK(ts__layernorm_fwd_lp(TS_BF16, TS_F32, c->a.h, c->e.f, c->f.f, c->b.h, c->m, c->v, c->R, c->D, 1e-5f));
+    OK(ts__layernorm_fwd_lp(TS_BF16, TS_F32, c->a.h, c->e.f, c->f.f, c->b.h, c->m, c->v, c->R, c->D, 1e-5f, 1));
     OK(ts__layernorm_bwd_lp(TS_BF16, TS_F32, c->c.h, c->a.h, c->e.f, c->m, c->v, c->d.h, c->f.f, c->f.f + c->D, c->R,
-                            c->D, 1e-5f));
+                            c->D, 1e-5f, 1));
   }
 }
 static void softmax_step(int v, void *c_) {
@@ -186,8 +186,8 @@ static void softmax_step(int v, void *c_) {
     OK(ts__softmax_fwd_dnnl(c->a.f, c->b.f, c->R, c->D, 1, 0));
     OK(ts__softmax_bwd_dnnl(c->c.f, c->b.f, c->d.f, c->R, c->D, 1, 0));
   } else {
-    OK(ts__softmax_fwd_lp(TS_BF16, c->a.h, c->b.h, c->R, c->D, 1, 0));
-    OK(ts__softmax_bwd_lp(TS_BF16, c->c.h, c->b.h, c->d.h, c->R, c->D, 1, 0));
+    OK(ts__softmax_fwd_lp(TS_BF16, c->a.h, c->b.h, c->R, c->D, 1, 0, 1));
+    OK(ts__softmax_bwd_lp(TS_BF16, c->c.h, c->b.h, c->d.h, c->R, c->D, 1, 0, 1));
   }
 }
 static void dropout_step(int v, void *c_) {

@@ -24,13 +24,18 @@ static const void *row(const void *base, ts_dtype dt, int64_t r, int64_t D) {
 // x (R,D) dt, gamma, beta (D) gdt -> y (R,D) dt, mean, var (R) f32
 int ts__layernorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma,
                          const void *beta, void *y, float *mean, float *var, int64_t R, int64_t D,
-                         float eps) {
+                         float eps, int dnnl) {
   if (R < 0 || D < 1)
     return ts_error_set(TS_ESHAPE, "layernorm (16-bit): bad dims R=%lld D=%lld", (long long)R, (long long)D);
   float *gb = malloc((size_t)(2 * D) * sizeof(float));
   if (!gb) return ts_error_set(TS_ENOMEM, "layernorm (16-bit): out of memory");
   ts__lp_widen(gamma, gdt, gb, D);
   ts__lp_widen(beta, gdt, gb + D, D);
+  if (dnnl && dt == TS_BF16) {
+    int rc = ts__layernorm_fwd_bf16_dnnl(x, gb, gb + D, y, mean, var, R, D, eps);
+    free(gb);
+    return rc;
+  }
   int oom = 0;
 #pragma omp parallel if (R * D > PAR_MIN)
   {
@@ -68,7 +73,7 @@ int ts__layernorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *g
 // dy, x (R,D) dt, gamma (D) gdt, mean, var (R) f32 -> dx (R,D) dt, dgamma, dbeta (D) gdt
 int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x,
                          const void *gamma, const float *mean, const float *var, void *dx,
-                         void *dgamma, void *dbeta, int64_t R, int64_t D, float eps) {
+                         void *dgamma, void *dbeta, int64_t R, int64_t D, float eps, int dnnl) {
   if (R < 0 || D < 1)
     return ts_error_set(TS_ESHAPE, "layernorm_bwd (16-bit): bad dims R=%lld D=%lld", (long long)R, (long long)D);
   int T = R * D > PAR_MIN ? omp_get_max_threads() : 1;
@@ -81,6 +86,15 @@ int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *
     return ts_error_set(TS_ENOMEM, "layernorm_bwd (16-bit): out of memory");
   }
   ts__lp_widen(gamma, gdt, gm, D);
+  if (dnnl && dt == TS_BF16) {
+    int rc = ts__layernorm_bwd_bf16_dnnl(dy, x, gm, mean, var, dx, out, out + D, R, D, eps);
+    if (rc == TS_OK) {
+      ts__lp_narrow(out, dgamma, gdt, D);
+      ts__lp_narrow(out + D, dbeta, gdt, D);
+    }
+    free(part), free(gm), free(out);
+    return rc;
+  }
   int nt_used = 1, oom = 0;
 #pragma omp parallel num_threads(T) if (T > 1)
   {
