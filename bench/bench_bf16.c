@@ -10,7 +10,9 @@
  *
  * Shapes: dense = a GPT-2-small MLP matmul (B*T = 1024 tokens, 768 -> 3072); conv = a ResNet-18
  * 3x3 layer (32,64,56,56), stride 1, pad 1; the memory-bound ops on the GPT-2 / ResNet activation
- * sizes named in their rows. */
+ * sizes named in their rows. The conv family is timed twice: f32 with its default algorithm
+ * (Winograd for this layer) and f32 forced to the direct algorithm, which is what bf16 runs
+ * (oneDNN 2.6 has no bf16 Winograd). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +145,11 @@ static void bench_conv(void) {
   printf("  conv impls: f32 fwd %s | bf16 fwd %s, bwd_data %s, bwd_weight %s\n", ts__conv_dnnl_impl(&c.d, 0),
          ts__conv_dnnl_impl_bf16(&c.d, 0), ts__conv_dnnl_impl_bf16(&c.d, 1), ts__conv_dnnl_impl_bf16(&c.d, 2));
   run("conv 3x3 (32,64,56,56) fwd+bwd", conv_step, &c, 3 * 2.0 * nx * 64 * 9, 1);
+  /* f32 direct (no Winograd) against the same bf16 direct kernels: the like-for-like ratio */
+  for (int k = 0; k < 3; k++) ts__conv_dnnl_set_algo(k, TS_CONV_ALG_DIRECT);
+  printf("  conv impls: f32 fwd %s (forced direct)\n", ts__conv_dnnl_impl(&c.d, 0));
+  run("conv 3x3 (32,64,56,56) fwd+bwd, f32 direct", conv_step, &c, 3 * 2.0 * nx * 64 * 9, 1);
+  for (int k = 0; k < 3; k++) ts__conv_dnnl_set_algo(k, TS_CONV_ALG_DEFAULT);
   rel(&c.x), rel(&c.w), rel(&c.y), rel(&c.dy), rel(&c.dx), rel(&c.dw);
 }
 
