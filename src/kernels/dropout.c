@@ -185,14 +185,20 @@ static void dropout_span_lp(const uint16_t *x, uint16_t *y, uint64_t e0, uint64_
     size_t m = e1 - b < BLOCK_ELEMS ? (size_t)(e1 - b) : BLOCK_ELEMS;
     const uint16_t *xs = x + (b - e0);
     uint16_t *ys = y + (b - e0);
-    if (m == BLOCK_ELEMS && bf) {
+    if (m == BLOCK_ELEMS && bf) { /* widen, the f32 span's masked multiply, narrow */
+      float t[BLOCK_ELEMS];
+#pragma omp simd
+      for (int e = 0; e < BLOCK_ELEMS; e++) t[e] = ts__bf2f(xs[e]);
 #pragma omp simd
       for (int e = 0; e < BLOCK_ELEMS; e++) {
-        /* 32-bit lanes throughout (mask by bits, as the f32 span), one narrowing store */
-        const uint32_t h = ts__f2bf(ts__bf2f(xs[e]) * scale);
-        const uint32_t k = 0u - (uint32_t)((int32_t)(wf[e] >> 8) >= thr);
-        ys[e] = (uint16_t)(h & k);
+        float v = t[e] * scale;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u &= 0u - (uint32_t)((int32_t)(wf[e] >> 8) >= thr);
+        memcpy(&t[e], &u, 4);
       }
+#pragma omp simd
+      for (int e = 0; e < BLOCK_ELEMS; e++) ys[e] = ts__f2bf(t[e]);
     } else {
       for (size_t e = 0; e < m; e++)
         ys[e] = (int32_t)(wf[e] >> 8) >= thr ? lp_put(lp_get(xs, e, bf) * scale, bf) : (uint16_t)0;
