@@ -9,11 +9,12 @@
  * f32 when c->y_f32: e.g. softmax_ce's loss), every float input's gradient exists and has its
  * input's dtype, and y and the gradients of the dt graph agree with the f32 graph's within
  *   |a - b| <= atol + rtol |b|   (fwd_* for y, grad_* for gradients)
- * on the same backend. Inputs of kind LH_INT are integer inputs whose values c->data[k] gives
+ * on the same backend (or, with c->grad_l2, gradients by relative L2 error). Inputs of kind LH_INT are integer inputs whose values c->data[k] gives
  * (dtype c->idt[k]); inputs of kind LH_F32 stay f32 in both graphs (e.g. batch-norm statistics). */
 #ifndef TS_TEST_LOWP_HARNESS_H
 #define TS_TEST_LOWP_HARNESS_H
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,10 @@ typedef struct {
   float lo, hi;              /* generated range; default [-1, 1) */
   double fwd_atol, fwd_rtol, grad_atol, grad_rtol;
   int y_f32;                 /* y stays f32 in the dt graph */
+  double grad_l2;            /* > 0: gradients compared by relative L2 error
+                              * ||g - g32|| / ||g32|| <= grad_l2 instead of element-wise: for
+                              * blocks with relu/maxpool, where a 16-bit rounding can flip which
+                              * element is positive or the maximum and reroute single gradients */
   uint64_t step;
 } lh_case;
 
@@ -151,7 +156,18 @@ static void __attribute__((unused)) lh_check(const char *what, ts_dtype dt, lh_b
     for (int k = 0; k < c->nin; k++) {
       if (c->no_grad[k] || c->kind[k] == LH_INT) continue;
       snprintf(w, sizeof w, "%s %s %s: gradient of input %d", what, ts_dtype_name(dt), be ? "fast" : "ref", k);
-      CHECK_CLOSE(g16[k], g32[k], (size_t)ts_shape_numel(&c->shape[k]), c->grad_atol, c->grad_rtol, w);
+      const int64_t nk = ts_shape_numel(&c->shape[k]);
+      if (c->grad_l2 > 0) {
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < nk; i++) {
+          num += ((double)g16[k][i] - g32[k][i]) * ((double)g16[k][i] - g32[k][i]);
+          den += (double)g32[k][i] * g32[k][i];
+        }
+        const double e = den > 0 ? sqrt(num / den) : sqrt(num);
+        CHECK_MSG(e <= c->grad_l2, "%s: relative L2 error %.4g > %.4g", w, e, c->grad_l2);
+      } else {
+        CHECK_CLOSE(g16[k], g32[k], (size_t)nk, c->grad_atol, c->grad_rtol, w);
+      }
     }
   }
   for (int k = 0; k < c->nin; k++) {
