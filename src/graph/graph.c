@@ -196,6 +196,26 @@ const char *ts__vstr(const ts_graph *g, int v, char *buf, size_t cap) {
   return buf;
 }
 
+int ts__same_float(ts_graph *g, const char *op, const int *vals, const char *const *names, int n,
+                   ts_dtype *dt) {
+  char b1[160], b2[160];
+  for (int k = 0; k < n; k++) {
+    const ts_dtype d = g->vals[vals[k]].dtype;
+    if (!ts_dtype_is_float(d))
+      return ts__graph_fail(g, TS_EDTYPE, "%s: %s %s: expected a float dtype (f32, bf16 or f16)", op,
+                            names[k], ts__vstr(g, vals[k], b1, sizeof b1));
+    if (k > 0 && d != g->vals[vals[0]].dtype)
+      return ts__graph_fail(g, TS_EDTYPE,
+                            "%s: %s %s and %s %s: mixed dtypes (%s, %s); the float inputs of one op "
+                            "must share one dtype (insert ts_cast)",
+                            op, names[0], ts__vstr(g, vals[0], b1, sizeof b1), names[k],
+                            ts__vstr(g, vals[k], b2, sizeof b2), ts_dtype_name(g->vals[vals[0]].dtype),
+                            ts_dtype_name(d));
+  }
+  if (dt) *dt = n > 0 ? g->vals[vals[0]].dtype : TS_F32;
+  return TS_OK;
+}
+
 static int grow(void **p, int *cap, int need, size_t elt) {
   if (need <= *cap) return 0;
   int nc = *cap ? *cap * 2 : 64;

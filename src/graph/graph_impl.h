@@ -87,6 +87,11 @@ static inline int ts__producer(const ts_graph *g, int v) { return g->vals[v].pro
 int ts__emit_sum_to(ts_graph *g, int x, const ts_shape *shape);
 int ts__emit_reshape(ts_graph *g, int x, const ts_shape *shape);
 int ts__emit_add(ts_graph *g, int a, int b);
+/* Dtype rule of the float ops (f32, bf16, f16): the values vals[0..n) (roles names[k], e.g. "x",
+ * "w") must all have one float dtype, written to *dt. Fails with TS_EDTYPE naming the op, both
+ * values and their dtypes otherwise (a mixed-dtype op needs an explicit ts_cast). */
+int ts__same_float(ts_graph *g, const char *op, const int *vals, const char *const *names, int n,
+                   ts_dtype *dt);
 /* Short printable form of a value for messages: "x(64,784):f32". */
 const char *ts__vstr(const ts_graph *g, int v, char *buf, size_t cap);
 

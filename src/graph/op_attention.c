@@ -7,6 +7,7 @@
  *   heads = H (layout 2 only)
  *   layouts 0, 1:
  *   ATTENTION     (q,k,v) -> o (same shape as q), lse (B,H,T) f32 (log-sum-exp of each score row)
+ *   q, k, v, o and the gradients share one float dtype (f32, bf16, f16); lse is always f32.
  *   ATTENTION_BWD (do,q,k,v,o,lse) -> dq, dk, dv
  *   layout 2:
  *   ATTENTION     (qkv (B,T,3C)) -> o (B,T,C), lse (B,H,T)        C = H*D
@@ -22,14 +23,13 @@
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)
 
-/* Checks that inputs ins[0..n-1] are f32 4-D tensors of the same shape; returns the shape. */
+/* Checks that inputs ins[0..n-1] are 4-D tensors of one shape and one float dtype. */
 static int same_qkv(ts_graph *g, const char *op, const int *ins, const char *const *names, int n) {
   char b[160], c[160];
   const ts__value *q = ts__val(g, ins[0]);
+  if (ts__same_float(g, op, ins, names, n, NULL)) return g->status;
   for (int k = 0; k < n; k++) {
     const ts__value *x = ts__val(g, ins[k]);
-    if (x->dtype != TS_F32)
-      return ts__graph_fail(g, TS_EDTYPE, "%s: %s %s must be f32", op, names[k], VS(ins[k], b));
     if (x->shape.ndim != 4)
       return ts__graph_fail(g, TS_ESHAPE, "%s: %s %s must be 4-D", op, names[k], VS(ins[k], b));
     if (!ts_shape_equal(&x->shape, &q->shape))
@@ -59,8 +59,8 @@ static int64_t check_packed(ts_graph *g, const char *op, const ts__node *n, int 
   char b[160];
   const ts__value *x = ts__val(g, qkv);
   int64_t H = ts_attr_attention_heads(&n->a);
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: qkv %s must be f32", op, VS(qkv, b)), -1;
+  static const char *const nm[1] = {"qkv"};
+  if (ts__same_float(g, op, &qkv, nm, 1, NULL)) return -1;
   if (x->shape.ndim != 3)
     return ts__graph_fail(g, TS_ESHAPE, "%s: qkv %s must be 3-D (B,T,3*C)", op, VS(qkv, b)), -1;
   if (H <= 0 || x->shape.dims[2] % (3 * H) != 0)
@@ -79,7 +79,8 @@ static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
     int64_t C = check_packed(g, "attention", n, n->in[0]);
     if (C < 0) return g->status;
     const ts_shape *x = &ts__val(g, n->in[0])->shape;
-    odt[0] = odt[1] = TS_F32;
+    odt[0] = ts__val(g, n->in[0])->dtype;
+    odt[1] = TS_F32;
     osh[0] = ts_shape3(x->dims[0], x->dims[1], C);
     osh[1] = ts_shape3(x->dims[0], ts_attr_attention_heads(&n->a), x->dims[1]);
     return TS_OK;
@@ -89,7 +90,7 @@ static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
                           n->nin, n->nout);
   if (same_qkv(g, "attention", n->in, names, 3) || check_attrs(g, "attention", n)) return g->status;
   const ts_shape *q = &ts__val(g, n->in[0])->shape;
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, n->in[0])->dtype;
   osh[0] = *q;
   odt[1] = TS_F32;
   osh[1] = lse_shape(q, ts_attr_attention_layout(&n->a));
@@ -173,14 +174,17 @@ static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
     ts_shape os = ts_shape3(x->dims[0], x->dims[1], C), ls = ts_shape3(x->dims[0], ts_attr_attention_heads(&n->a), x->dims[1]);
     for (int k = 0; k < 3; k += 2) { /* do and o */
       const ts__value *v = ts__val(g, n->in[k]);
-      if (v->dtype != TS_F32 || !ts_shape_equal(&v->shape, &os))
-        return ts__graph_fail(g, TS_ESHAPE, "attention_bwd: %s %s must be f32 (B,T,C)",
+      const int pair[2] = {n->in[1], n->in[k]};
+      const char *const nm[2] = {"qkv", k ? "o" : "do"};
+      if (ts__same_float(g, "attention_bwd", pair, nm, 2, NULL)) return g->status;
+      if (!ts_shape_equal(&v->shape, &os))
+        return ts__graph_fail(g, TS_ESHAPE, "attention_bwd: %s %s must be (B,T,C)",
                               k ? "o" : "do", VS(n->in[k], b));
     }
     const ts__value *lse = ts__val(g, n->in[3]);
     if (lse->dtype != TS_F32 || !ts_shape_equal(&lse->shape, &ls))
       return ts__graph_fail(g, TS_ESHAPE, "attention_bwd: lse %s must be f32 (B,H,T)", VS(n->in[3], b));
-    odt[0] = TS_F32;
+    odt[0] = ts__val(g, n->in[1])->dtype;
     osh[0] = *x;
     return TS_OK;
   }
@@ -196,7 +200,7 @@ static int infer_attention_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
   if (lse->dtype != TS_F32 || !ts_shape_equal(&lse->shape, &ls))
     return ts__graph_fail(g, TS_ESHAPE, "attention_bwd: lse %s must be f32 (B,H,T)", VS(n->in[5], b));
   for (int k = 0; k < 3; k++) {
-    odt[k] = TS_F32;
+    odt[k] = ts__val(g, n->in[1])->dtype;
     osh[k] = *q;
   }
   return TS_OK;

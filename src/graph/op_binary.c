@@ -2,8 +2,9 @@
  *
  * Attributes (ts_attr_* accessors; tessera/ops.def):
  *   BINARY (a, b) -> y        alg = ts_binary_alg. a and b broadcast (NumPy rules: aligned on
- *                             the last dim, each dim equal or 1) to y. f32 only.
- *   SCALE  (x) -> y           alpha, beta: y = alpha*x + beta. f32 only.
+ *                             the last dim, each dim equal or 1) to y. a, b share one float
+ *                             dtype (f32, bf16, f16), y has it.
+ *   SCALE  (x) -> y           alpha, beta: y = alpha*x + beta. Any float dtype, y has x's.
  *
  * Gradients (only graph ops; SUM_TO folds the broadcast dims back, skipped when shapes agree):
  *   add  da = SUM_TO(dy, a)            db = SUM_TO(dy, b)
@@ -35,9 +36,8 @@ static int infer_binary(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
     return ts__graph_fail(g, TS_EINVAL, "binary: a %s, b %s: unknown algorithm %lld (valid 0..%d)",
                           VS(ai, b1), VS(bi, b2), (long long)alg, TS_BIN_COUNT - 1);
   const ts__value *a = ts__val(g, ai), *b = ts__val(g, bi);
-  if (a->dtype != TS_F32 || b->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: a %s and b %s: only f32 is supported", bin_name(alg),
-                          VS(ai, b1), VS(bi, b2));
+  static const char *const nm[2] = {"a", "b"};
+  if (ts__same_float(g, bin_name(alg), n->in, nm, 2, NULL)) return g->status;
   ts_shape y;
   memset(&y, 0, sizeof y);
   const int na = a->shape.ndim, nb = b->shape.ndim, ny = na > nb ? na : nb;
@@ -52,7 +52,7 @@ static int infer_binary(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
     y.dims[d] = sa == 1 ? sb : sa;
   }
   y.ndim = ny;
-  odt[0] = TS_F32;
+  odt[0] = a->dtype;
   osh[0] = y;
   return TS_OK;
 }
@@ -63,9 +63,10 @@ static int infer_scale(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
     return ts__graph_fail(g, TS_EINVAL, "scale: expects 1 input and 1 output, got %d/%d", n->nin,
                           n->nout);
   const ts__value *x = ts__val(g, n->in[0]);
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "scale: x %s: only f32 is supported", VS(n->in[0], b1));
-  odt[0] = TS_F32;
+  static const char *const nm[1] = {"x"};
+  if (ts__same_float(g, "scale", n->in, nm, 1, NULL)) return g->status;
+  (void)b1;
+  odt[0] = x->dtype;
   osh[0] = x->shape;
   return TS_OK;
 }

@@ -1,5 +1,7 @@
 /* Conv family: CONV2D, CONV2D_BWD_DATA, CONV2D_BWD_WEIGHT. NCHW activations, OIHW weights,
- * f32. Padding is symmetric; dilation 1 means none (PyTorch's convention).
+ * f32, bf16 or f16: every float input of one node shares one dtype (bias included), and the
+ * outputs have it (dx, dw, db in the dtype of dy/x). Padding is symmetric; dilation 1 means
+ * none (PyTorch's convention).
  *
  * Attributes (ts_attr_* accessors; tessera/ops.def), shared prefix:
  *   stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
@@ -38,13 +40,14 @@ static int check_attrs(ts_graph *g, const char *op, const ts_attrs *a, int x, in
   return TS_OK;
 }
 
+/* v is 4-D and shares its float dtype with other (f32, bf16 or f16). */
 static int check_f32_4d(ts_graph *g, const char *op, const char *what, int v, int other,
                         const char *owhat) {
   char b1[160], b2[160];
   const ts__value *x = ts__val(g, v);
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: %s %s (%s %s): only f32 is supported", op, what,
-                          VS(v, b1), owhat, VS(other, b2));
+  const int vals[2] = {v, other};
+  const char *const nm[2] = {what, owhat};
+  if (ts__same_float(g, op, vals, nm, 2, NULL)) return g->status;
   if (x->shape.ndim != 4)
     return ts__graph_fail(g, TS_ESHAPE, "%s: %s %s (%s %s) must be 4-D", op, what, VS(v, b1),
                           owhat, VS(other, b2));
@@ -109,15 +112,18 @@ static int infer_conv2d(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   if (check_channels(g, "conv2d", &n->a, xs.dims[1], O, x, w)) return g->status;
   if (n->nin == 3) {
     const ts__value *b = ts__val(g, n->in[2]);
-    if (b->dtype != TS_F32 || b->shape.ndim != 1 || b->shape.dims[0] != O)
-      return ts__graph_fail(g, TS_ESHAPE, "conv2d: w %s and bias %s: bias must be f32 of shape (%lld)",
+    const int xb[2] = {x, n->in[2]};
+    static const char *const nm[2] = {"x", "bias"};
+    if (ts__same_float(g, "conv2d", xb, nm, 2, NULL)) return g->status;
+    if (b->shape.ndim != 1 || b->shape.dims[0] != O)
+      return ts__graph_fail(g, TS_ESHAPE, "conv2d: w %s and bias %s: bias must be of shape (%lld)",
                             VS(w, b2), VS(n->in[2], b3), (long long)O);
   }
   int64_t OH, OW;
   if (out_hw(g, "conv2d", &n->a, xs.dims[2], xs.dims[3], ws.dims[2], ws.dims[3], x, w, &OH, &OW))
     return g->status;
   (void)b1;
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, x)->dtype;
   osh[0] = ts_shape4(xs.dims[0], O, OH, OW);
   return TS_OK;
 }
@@ -190,7 +196,7 @@ static int infer_conv2d_bwd_data(ts_graph *g, ts__node *n, ts_dtype *odt, ts_sha
     return ts__graph_fail(g, TS_ESHAPE, "%s: dy %s, w %s: dy's spatial size must be %lldx%lld for input %lldx%lld",
                           op, VS(dy, b1), VS(w, b2), (long long)OH, (long long)OW, (long long)H,
                           (long long)W);
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, dy)->dtype;
   osh[0] = ts_shape4(ys.dims[0], C, H, W);
   return TS_OK;
 }
@@ -222,10 +228,10 @@ static int infer_conv2d_bwd_weight(ts_graph *g, ts__node *n, ts_dtype *odt, ts_s
     return ts__graph_fail(g, TS_ESHAPE, "%s: x %s, dy %s: dy must be (%lld, O, %lld, %lld)", op,
                           VS(x, b1), VS(dy, b2), (long long)xs.dims[0], (long long)OH,
                           (long long)OW);
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, x)->dtype;
   osh[0] = ts_shape4(O, C / G, KH, KW);
   if (n->nout == 2) {
-    odt[1] = TS_F32;
+    odt[1] = ts__val(g, x)->dtype;
     osh[1] = ts_shape1(O);
   }
   return TS_OK;

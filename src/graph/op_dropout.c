@@ -20,8 +20,8 @@ static int infer_dropout(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
     return ts__graph_fail(g, TS_EINVAL, "dropout: expects 1 input and 1 output, got %d/%d", n->nin,
                           n->nout);
   const ts__value *x = ts__val(g, n->in[0]);
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "dropout: %s must be f32", ts__vstr(g, n->in[0], b, sizeof b));
+  static const char *const nm[1] = {"x"};
+  if (ts__same_float(g, "dropout", n->in, nm, 1, NULL)) return g->status;
   float p = ts_attr_dropout_p(&n->a);
   if (!(p >= 0.0f && p <= 1.0f))
     return ts__graph_fail(g, TS_EINVAL, "dropout: probability %g for %s is outside [0,1]", (double)p,

@@ -7,7 +7,7 @@
  *   ELTWISE_BWD (dy, src) -> dx      alg, use_dst (1: src is the
  *                                    forward output y; 0: src is the forward input x),
  *                                    alpha, beta as the forward.
- * All f32, same shape in and out.
+ * f32, bf16 or f16 (dy, src and dx share x's dtype), same shape in and out.
  *
  * Gradients: relu, sigmoid, tanh, exp and sqrt are differentiated from their output y (so x can
  * be freed after the forward); gelu, log, square and abs from their input x; neg's gradient is
@@ -41,13 +41,12 @@ static int infer_eltwise(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
     return ts__graph_fail(g, TS_EINVAL, "eltwise: x %s: unknown algorithm %lld (valid 0..%d)",
                           VS(n->in[0], b1), (long long)alg, TS_ELT_COUNT - 1);
   const ts__value *x = ts__val(g, n->in[0]);
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", alg_name(alg),
-                          VS(n->in[0], b1));
+  static const char *const nm[1] = {"x"};
+  if (ts__same_float(g, alg_name(alg), n->in, nm, 1, NULL)) return g->status;
   if (alg == TS_ELT_RELU && !(ts_attr_eltwise_alpha(&n->a) >= 0))
     return ts__graph_fail(g, TS_EINVAL, "relu: x %s: negative slope %g must be >= 0",
                           VS(n->in[0], b1), ts_attr_eltwise_alpha(&n->a));
-  odt[0] = TS_F32;
+  odt[0] = x->dtype;
   osh[0] = x->shape;
   return TS_OK;
 }
@@ -62,10 +61,12 @@ static int infer_eltwise_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *
     return ts__graph_fail(g, TS_EINVAL, "eltwise_bwd: algorithm %lld (%s) with use_dst=%lld is not supported",
                           (long long)alg, alg_name(alg), (long long)ts_attr_eltwise_use_dst(&n->a));
   const ts__value *dy = ts__val(g, n->in[0]), *s = ts__val(g, n->in[1]);
-  if (dy->dtype != TS_F32 || s->dtype != TS_F32 || !ts_shape_equal(&dy->shape, &s->shape))
-    return ts__graph_fail(g, TS_ESHAPE, "%s_bwd: dy %s and src %s must be f32 of the same shape",
+  static const char *const nm[2] = {"dy", "src"};
+  if (ts__same_float(g, "eltwise_bwd", n->in, nm, 2, NULL)) return g->status;
+  if (!ts_shape_equal(&dy->shape, &s->shape))
+    return ts__graph_fail(g, TS_ESHAPE, "%s_bwd: dy %s and src %s must have the same shape",
                           alg_name(alg), VS(n->in[0], b1), VS(n->in[1], b2));
-  odt[0] = TS_F32;
+  odt[0] = dy->dtype;
   osh[0] = dy->shape;
   return TS_OK;
 }

@@ -97,8 +97,8 @@ static int infer_embedding_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
                           n->nin, n->nout);
   const ts__value *dy = ts__val(g, n->in[0]), *ids = ts__val(g, n->in[1]);
   if (check_ids(g, "embedding_bwd", n->in[1], n->in[0], TS_MAX_DIMS - 1)) return g->status;
-  if (dy->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "embedding_bwd: dy %s must be f32", VS(n->in[0], b));
+  static const char *const nm[1] = {"dy"};
+  if (ts__same_float(g, "embedding_bwd", n->in, nm, 1, NULL)) return g->status;
   int ok = dy->shape.ndim == ids->shape.ndim + 1;
   for (int d = 0; ok && d < ids->shape.ndim; d++) ok = dy->shape.dims[d] == ids->shape.dims[d];
   if (!ok)
@@ -112,7 +112,7 @@ static int infer_embedding_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
                           "embedding_bwd: dy %s: sharded flag %lld must be 0 or 1 and row offset "
                           "%lld >= 0 (0 unless sharded)",
                           VS(n->in[0], b), (long long)ts_attr_embedding_bwd_sharded(&n->a), (long long)ts_attr_embedding_bwd_offset(&n->a));
-  odt[0] = TS_F32;
+  odt[0] = dy->dtype;
   osh[0] = ts_shape2(ts_attr_embedding_bwd_rows(&n->a), dy->shape.dims[dy->shape.ndim - 1]);
   return TS_OK;
 }

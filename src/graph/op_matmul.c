@@ -4,9 +4,10 @@
  *   MATMUL (a, b) -> y    trans_a, trans_b (transpose the last two dims)
  *       a (...,M,K) (or (...,K,M) if trans_a), b (...,K,N) (or (...,N,K) if trans_b) ->
  *       y (...,M,N). Batch dims (all but the last two) must be equal, or one operand is 2-D and
- *       shared by every batch entry. f32 only.
+ *       shared by every batch entry. a and b share one float dtype (f32, bf16
+ *       or f16), which y has (16-bit products accumulate in f32).
  *   DENSE  (x, w[, b]) -> y = x w^T + b     no attrs
- *       x (...,in), w (out,in), b (out) -> y (...,out). f32 only.
+ *       x (...,in), w (out,in), b (out) -> y (...,out). x, w, b share one float dtype, y's.
  *
  * Gradients (only graph ops):
  *   MATMUL  with A = op(a), B = op(b): dA = dY B^T, dB = A^T dY, written as MATMULs with the
@@ -35,9 +36,9 @@ static int infer_matmul(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return ts__graph_fail(g, TS_EINVAL, "matmul: a %s and b %s: transpose flags must be 0 or 1 (got %lld, %lld)",
                           VS(ai, b1), VS(bi, b2), (long long)ta, (long long)tb);
-  if (a->dtype != TS_F32 || b->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "matmul: a %s and b %s: only f32 is supported", VS(ai, b1),
-                          VS(bi, b2));
+  ts_dtype dt;
+  static const char *const nm[2] = {"a", "b"};
+  if (ts__same_float(g, "matmul", n->in, nm, 2, &dt)) return g->status;
   if (a->shape.ndim < 2 || b->shape.ndim < 2)
     return ts__graph_fail(g, TS_ESHAPE, "matmul: a %s and b %s: both operands need at least 2 dims",
                           VS(ai, b1), VS(bi, b2));
@@ -60,7 +61,7 @@ static int infer_matmul(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
   ts_shape s = big->shape;
   s.dims[s.ndim - 2] = M;
   s.dims[s.ndim - 1] = N;
-  odt[0] = TS_F32;
+  odt[0] = dt;
   osh[0] = s;
   return TS_OK;
 }
@@ -130,10 +131,9 @@ static int infer_dense(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
                           n->nin, n->nout);
   const int xi = n->in[0], wi = n->in[1];
   const ts__value *x = ts__val(g, xi), *w = ts__val(g, wi);
-  for (int k = 0; k < n->nin; k++)
-    if (ts__val(g, n->in[k])->dtype != TS_F32)
-      return ts__graph_fail(g, TS_EDTYPE, "dense: x %s, w %s: input %d %s: only f32 is supported",
-                            VS(xi, b1), VS(wi, b2), k, VS(n->in[k], b3));
+  ts_dtype dt;
+  static const char *const nm[3] = {"x", "w", "bias"};
+  if (ts__same_float(g, "dense", n->in, nm, n->nin, &dt)) return g->status;
   if (x->shape.ndim < 1 || w->shape.ndim != 2)
     return ts__graph_fail(g, TS_ESHAPE, "dense: x %s and w %s: x needs at least 1 dim and w must be 2-D (out,in)",
                           VS(xi, b1), VS(wi, b2));
@@ -149,7 +149,7 @@ static int infer_dense(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
   }
   ts_shape s = x->shape;
   s.dims[s.ndim - 1] = out;
-  odt[0] = TS_F32;
+  odt[0] = dt;
   osh[0] = s;
   return TS_OK;
 }

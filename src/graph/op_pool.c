@@ -57,8 +57,8 @@ static int check_pool(ts_graph *g, const char *op, const ts_attrs *a, int x, int
 static int check_x(ts_graph *g, const char *op, const char *what, int x) {
   char b1[160];
   const ts__value *v = ts__val(g, x);
-  if (v->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: %s %s: only f32 is supported", op, what, VS(x, b1));
+  const char *const nm[1] = {what};
+  if (ts__same_float(g, op, &x, nm, 1, NULL)) return g->status;
   if (v->shape.ndim != 4)
     return ts__graph_fail(g, TS_ESHAPE, "%s: %s %s must be 4-D (N,C,H,W)", op, what, VS(x, b1));
   return TS_OK;
@@ -77,7 +77,7 @@ static int infer_pool_fwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh
   const ts_shape xs = ts__val(g, x)->shape;
   int64_t OH, OW;
   if (check_pool(g, op, &n->a, x, xs.dims[2], xs.dims[3], is_max, &OH, &OW)) return g->status;
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, x)->dtype;
   osh[0] = ts_shape4(xs.dims[0], xs.dims[1], OH, OW);
   if (is_max) {
     odt[1] = TS_U8;
@@ -168,7 +168,7 @@ static int infer_pool_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh
       return ts__graph_fail(g, TS_ESHAPE, "%s: dy %s and workspace %s: workspace must be u8 of dy's shape",
                             op, VS(dy, b1), VS(n->in[1], b2));
   }
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, dy)->dtype;
   osh[0] = ts_shape4(ys.dims[0], ys.dims[1], H, W);
   return TS_OK;
 }

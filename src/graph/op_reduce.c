@@ -8,7 +8,8 @@
  *   REDUCE (x) -> y          alg = ts_reduce_alg, axes = bitmask (bit i = axis i),
  *                            keepdim (1: reduced axes stay as size 1; 0: removed).
  *   REDUCE_MAX_BWD (dy, x, y) -> dx      same attrs as the REDUCE it differentiates.
- * All f32. A reduction over no axis is rejected for ndim > 0 (say which axes to reduce).
+ * f32, bf16 or f16 (y has x's dtype; 16-bit sums accumulate in f32). A reduction over no
+ * axis is rejected for ndim > 0 (say which axes to reduce).
  *
  * Gradients (only graph ops):
  *   SUM_TO        dx = BROADCAST_TO(dy, x)
@@ -43,9 +44,8 @@ static int check_target(ts_graph *g, const char *op, int xi, const ts_shape *t) 
     if (t->dims[d] <= 0)
       return ts__graph_fail(g, TS_ESHAPE, "%s: x %s: target dim %d is %lld (must be positive)", op,
                             VS(xi, b1), d, (long long)t->dims[d]);
-  if (ts__val(g, xi)->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", op, VS(xi, b1));
-  return TS_OK;
+  static const char *const nm[1] = {"x"};
+  return ts__same_float(g, op, &xi, nm, 1, NULL);
 }
 
 /* 1 if `small` broadcasts to `big` (NumPy); else 0 with *bad_dim = offending dim of big. */
@@ -79,7 +79,7 @@ static int infer_sum_to(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
                           "sum_to: x %s cannot be summed to %s: the target must broadcast to x "
                           "(%s)", VS(n->in[0], b1), ts_shape_str(&t, s1, sizeof s1),
                           bad < 0 ? "target has more dims" : "a target dim differs from x's and is not 1");
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, n->in[0])->dtype;
   osh[0] = t;
   return TS_OK;
 }
@@ -99,7 +99,7 @@ static int infer_broadcast_to(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape 
                           "broadcast_to: x %s does not broadcast to %s (%s)", VS(n->in[0], b1),
                           ts_shape_str(&t, s1, sizeof s1),
                           bad < 0 ? "x has more dims" : "a dim of x differs from the target's and is not 1");
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, n->in[0])->dtype;
   osh[0] = t;
   return TS_OK;
 }
@@ -172,8 +172,8 @@ static int check_reduce_attrs(ts_graph *g, const char *op, int xi, const ts_attr
   if (keep != 0 && keep != 1)
     return ts__graph_fail(g, TS_EINVAL, "%s: x %s: keepdim must be 0 or 1 (got %lld)", op,
                           VS(xi, b1), (long long)keep);
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", op, VS(xi, b1));
+  static const char *const nm[1] = {"x"};
+  if (ts__same_float(g, op, &xi, nm, 1, NULL)) return g->status;
   if (mask < 0 || (mask >> x->shape.ndim) != 0) {
     int bad = 0;
     while (bad < 63 && !((mask >> bad & 1) && bad >= x->shape.ndim)) bad++;
@@ -194,7 +194,7 @@ static int infer_reduce(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
                           n->nout);
   int rc = check_reduce_attrs(g, red_name(ts_attr_reduce_alg(&n->a)), n->in[0], &n->a);
   if (rc) return rc;
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, n->in[0])->dtype;
   osh[0] = out_shape(&ts__val(g, n->in[0])->shape, (uint32_t)ts_attr_reduce_axes(&n->a), (int)ts_attr_reduce_keepdim(&n->a));
   return TS_OK;
 }
@@ -208,11 +208,12 @@ static int infer_reduce_max_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shap
   if (rc) return rc;
   const ts__value *dy = ts__val(g, n->in[0]), *x = ts__val(g, n->in[1]), *y = ts__val(g, n->in[2]);
   ts_shape want = out_shape(&x->shape, (uint32_t)ts_attr_reduce_axes(&n->a), (int)ts_attr_reduce_keepdim(&n->a));
-  if (dy->dtype != TS_F32 || y->dtype != TS_F32 || !ts_shape_equal(&dy->shape, &want) ||
-      !ts_shape_equal(&y->shape, &want))
-    return ts__graph_fail(g, TS_ESHAPE, "reduce_max_bwd: dy %s and y %s must be f32 shaped like the reduction of x %s",
+  static const char *const nm[3] = {"dy", "x", "y"};
+  if (ts__same_float(g, "reduce_max_bwd", n->in, nm, 3, NULL)) return g->status;
+  if (!ts_shape_equal(&dy->shape, &want) || !ts_shape_equal(&y->shape, &want))
+    return ts__graph_fail(g, TS_ESHAPE, "reduce_max_bwd: dy %s and y %s must be shaped like the reduction of x %s",
                           VS(n->in[0], b1), VS(n->in[2], b2), VS(n->in[1], b3));
-  odt[0] = TS_F32;
+  odt[0] = x->dtype;
   osh[0] = x->shape;
   return TS_OK;
 }

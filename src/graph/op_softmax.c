@@ -4,9 +4,11 @@
  *   SOFTMAX (x) -> y               axis (normalised to 0..ndim-1 by shape inference),
  *                                  log (1: log-softmax)
  *   SOFTMAX_BWD (dy, y) -> dx      same attrs; y is the forward output
+ *   (x, y, dy, dx share one float dtype: f32, bf16 or f16; 16-bit rows reduce in f32)
  *   SOFTMAX_CE (logits, labels) -> loss, lse
  *                                  smoothing = label smoothing in [0,1], ignore = ignore index (-100)
- *       logits (N,C) f32, labels (N) i32/i64 -> loss () f32: mean over non-ignored rows of
+ *       logits (N,C) f32/bf16/f16, labels (N) i32/i64 -> loss () f32 whatever the logits' dtype
+ *       (16-bit logits are read in f32; dlogits has the logits' dtype): mean over non-ignored rows of
  *       torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=smoothing); 0 if every row is
  *       ignored. Second output lse (N) f32 = logsumexp of each row, saved for the backward
  *       (no gradient flows through it).
@@ -34,8 +36,8 @@ static int infer_softmax_common(ts_graph *g, ts__node *n, const char *op, int xi
   char b1[160];
   const ts__value *x = ts__val(g, xi);
   const int nd = x->shape.ndim;
-  if (x->dtype != TS_F32)
-    return ts__graph_fail(g, TS_EDTYPE, "%s: x %s: only f32 is supported", op, VS(xi, b1));
+  static const char *const nm[1] = {"x"};
+  if (ts__same_float(g, op, &xi, nm, 1, NULL)) return g->status;
   if (nd < 1)
     return ts__graph_fail(g, TS_ESHAPE, "%s: x %s: needs at least 1 dim", op, VS(xi, b1));
   int64_t ax = ts_attr_softmax_axis(&n->a);
@@ -55,7 +57,7 @@ static int infer_softmax(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
                           n->nout);
   int rc = infer_softmax_common(g, n, op, n->in[0]);
   if (rc) return rc;
-  odt[0] = TS_F32;
+  odt[0] = ts__val(g, n->in[0])->dtype;
   osh[0] = ts__val(g, n->in[0])->shape;
   return TS_OK;
 }
@@ -68,10 +70,12 @@ static int infer_softmax_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *
   int rc = infer_softmax_common(g, n, "softmax_bwd", n->in[1]);
   if (rc) return rc;
   const ts__value *dy = ts__val(g, n->in[0]), *y = ts__val(g, n->in[1]);
-  if (dy->dtype != TS_F32 || !ts_shape_equal(&dy->shape, &y->shape))
-    return ts__graph_fail(g, TS_ESHAPE, "softmax_bwd: dy %s and y %s must be f32 of the same shape",
+  static const char *const nm[2] = {"dy", "y"};
+  if (ts__same_float(g, "softmax_bwd", n->in, nm, 2, NULL)) return g->status;
+  if (!ts_shape_equal(&dy->shape, &y->shape))
+    return ts__graph_fail(g, TS_ESHAPE, "softmax_bwd: dy %s and y %s must have the same shape",
                           VS(n->in[0], b1), VS(n->in[1], b2));
-  odt[0] = TS_F32;
+  odt[0] = y->dtype;
   osh[0] = y->shape;
   return TS_OK;
 }
@@ -133,8 +137,10 @@ static int check_ce(ts_graph *g, const ts__node *n, int li, int yi) {
   char b1[160], b2[160];
   const ts__value *l = ts__val(g, li), *y = ts__val(g, yi);
   const char *op = "softmax_cross_entropy";
-  if (l->dtype != TS_F32 || l->shape.ndim != 2)
-    return ts__graph_fail(g, TS_ESHAPE, "%s: logits %s must be f32 of shape (N,C)", op, VS(li, b1));
+  static const char *const nm[1] = {"logits"};
+  if (ts__same_float(g, op, &li, nm, 1, NULL)) return g->status;
+  if (l->shape.ndim != 2)
+    return ts__graph_fail(g, TS_ESHAPE, "%s: logits %s must be of shape (N,C)", op, VS(li, b1));
   if (y->dtype != TS_I32 && y->dtype != TS_I64)
     return ts__graph_fail(g, TS_EDTYPE, "%s: labels %s must be i32 or i64 (class indices), logits %s",
                           op, VS(yi, b2), VS(li, b1));
@@ -181,7 +187,7 @@ static int infer_ce_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) 
       return ts__graph_fail(g, TS_ESHAPE, "softmax_ce_bwd: lse %s must be f32 (N) for logits %s",
                             VS(n->in[3], b1), VS(n->in[1], b2));
   }
-  odt[0] = TS_F32;
+  odt[0] = l->dtype;
   osh[0] = l->shape;
   return TS_OK;
 }

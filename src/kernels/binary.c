@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dnnl_ctx.h"
+#include "lowp.h"
 
 #define PAR_MIN 32768 /* elements below which kernels stay on one thread */
 #define BCH 16384     /* max elements of the innermost dim handled by one task */
@@ -228,4 +229,80 @@ int ts__binary_dnnl(int alg, const float *a, const ts_shape *as, const float *b,
                              {DNNL_ARG_SRC_1, ts__dnnl_mem(m1, (void *)b)},
                              {DNNL_ARG_DST, ts__dnnl_mem(m0, y)}};
   return ts__dnnl_run(pr, 3, args, "binary");
+}
+
+/* ---------------- 16-bit (bf16, f16) ---------------- */
+
+/* Native loops: read 16-bit, compute in f32, round once, write 16-bit (vectorised). */
+#define BF_LOOP(expr)                                                       \
+  do {                                                                      \
+    _Pragma("omp parallel for simd schedule(static) if (n > PAR_MIN)")      \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const float u = ts__bf2f(a[i]), v = ts__bf2f(b[i]);                   \
+      y[i] = ts__f2bf(expr);                                                \
+    }                                                                       \
+  } while (0)
+#define H_LOOP(expr)                                                        \
+  do {                                                                      \
+    _Pragma("omp parallel for schedule(static) if (n > PAR_MIN)")           \
+    for (int64_t i = 0; i < n; i++) {                                       \
+      const float u = ts_f16_to_f32(a[i]), v = ts_f16_to_f32(b[i]);         \
+      y[i] = ts_f32_to_f16(expr);                                           \
+    }                                                                       \
+  } while (0)
+
+static void bin_same(int alg, ts_dtype dt, const uint16_t *a, const uint16_t *b, uint16_t *y,
+                     int64_t n) {
+  if (dt == TS_BF16) {
+    switch (alg) {
+      case 0: BF_LOOP(u + v); break;
+      case 1: BF_LOOP(u - v); break;
+      case 2: BF_LOOP(u * v); break;
+      default: BF_LOOP(u / v); break;
+    }
+  } else {
+    switch (alg) {
+      case 0: H_LOOP(u + v); break;
+      case 1: H_LOOP(u - v); break;
+      case 2: H_LOOP(u * v); break;
+      default: H_LOOP(u / v); break;
+    }
+  }
+}
+
+int ts__binary_lp(int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
+                  const ts_shape *bs, void *y, const ts_shape *ys) {
+  const int64_t n = ts_shape_numel(ys);
+  if (ts_shape_numel(as) == n && ts_shape_numel(bs) == n && ts_shape_equal(as, ys) && ts_shape_equal(bs, ys)) {
+    ts__bcast bp;
+    int rc = ts__bcast_plan(as, bs, ys, &bp);
+    if (rc) return rc;
+    if (alg < 0 || alg >= 4) return ts_error_set(TS_EINVAL, "binary (16-bit): unknown algorithm %d", alg);
+    bin_same(alg, dt, a, b, y, n);
+    return TS_OK;
+  }
+  /* broadcasting: f32 copies around the broadcast engine */
+  const char *what = "binary (16-bit, broadcast)";
+  float *fa = ts__lp_in(a, dt, ts_shape_numel(as), what);
+  float *fb = fa ? ts__lp_in(b, dt, ts_shape_numel(bs), what) : NULL;
+  float *fy = fb ? ts__lp_in(NULL, dt, n, what) : NULL;
+  int rc = fy ? ts__binary_ref(alg, fa, as, fb, bs, fy, ys) : TS_ENOMEM;
+  if (rc == TS_OK) ts__lp_from_f32(fy, y, dt, n);
+  ts_free(fa);
+  ts_free(fb);
+  ts_free(fy);
+  return rc;
+}
+
+int ts__scale_lp(ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta) {
+  const uint16_t *a = x;
+  uint16_t *o = y;
+  if (dt == TS_BF16) {
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = ts__f2bf(alpha * ts__bf2f(a[i]) + beta);
+  } else {
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = ts_f32_to_f16(alpha * ts_f16_to_f32(a[i]) + beta);
+  }
+  return TS_OK;
 }

@@ -33,4 +33,13 @@ int ts__binary_dnnl(int alg, const float *a, const ts_shape *as, const float *b,
 // x (n) -> y (n) = alpha*x + beta; in place allowed
 int ts__scale_ref(const float *x, float *y, int64_t n, float alpha, float beta);
 
+/* 16-bit variants (dt TS_BF16 or TS_F16 for a, b, y), f32 arithmetic, y rounded once. Operands
+ * of y's shape run native vectorised loops (16-bit reads and writes: the residual add, gating
+ * mul); a broadcasting operand makes f32 copies around the broadcast engine. */
+// a (as) dt, b (bs) dt broadcast to y (ys) dt
+int ts__binary_lp(int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
+                  const ts_shape *bs, void *y, const ts_shape *ys);
+// x (n) dt -> y (n) dt = alpha*x + beta
+int ts__scale_lp(ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta);
+
 #endif

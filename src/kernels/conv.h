@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "tessera/tensor.h"
+
 typedef struct {
   int64_t N, C, H, W; /* input */
   int64_t O, KH, KW;  /* weights (O, C/groups, KH, KW) */
@@ -53,5 +55,22 @@ void ts__conv_dnnl_set_algo(int dir, int alg);
 int ts__conv_dnnl_get_algo(int dir);
 /* oneDNN's implementation name for the primitive of a direction ("" if unavailable). */
 const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir);
+
+/* 16-bit variants: every buffer (bias and db included) of dtype dt (TS_BF16 or TS_F16), f32
+ * accumulation, outputs rounded once. dnnl = 1: bf16 runs natively through oneDNN's convolution
+ * primitives with bf16 memory descriptors (direct algorithm: oneDNN has no bf16 Winograd;
+ * jit avx512_core_bf16 where the CPU has it), f16 converts to f32 around the f32 oneDNN kernel.
+ * dnnl = 0: converts around the f32 reference kernel. */
+// x (N,C,H,W) dt, w (O,C/g,KH,KW) dt, b (O) dt or NULL -> y (N,O,OH,OW) dt
+int ts__conv2d_fwd_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *x, const void *w,
+                      const void *b, void *y);
+// dy (N,O,OH,OW) dt, w dt -> dx (N,C,H,W) dt
+int ts__conv2d_bwd_data_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *dy,
+                           const void *w, void *dx);
+// x dt, dy dt -> dw (O,C/g,KH,KW) dt, db (O) dt if not NULL
+int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *x,
+                             const void *dy, void *dw, void *db);
+/* oneDNN's implementation name of the bf16 primitive of a direction ("" if unavailable). */
+const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir);
 
 #endif

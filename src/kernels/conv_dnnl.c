@@ -12,6 +12,7 @@
 
 #include "conv.h"
 #include "dnnl_ctx.h"
+#include "lowp.h"
 #include "tessera/base.h"
 #include "tessera/tensor.h"
 
@@ -46,7 +47,7 @@ enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_WEIGHT = 2 };
 
 typedef struct {
   char tag[8];
-  int32_t dir, fmt, with_bias, alg;
+  int32_t dir, fmt, with_bias, alg, dt, pad_;
   int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
 } conv_key;
 
@@ -77,10 +78,12 @@ static void *scratch(int slot, size_t bytes) {
   return g_buf[slot];
 }
 
-static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int with_bias) {
+static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int with_bias,
+                     dnnl_data_type_t dt) {
   memset(k, 0, sizeof *k);
   memcpy(k->tag, "conv2d", 7);
-  k->dir = dir, k->fmt = fmt, k->with_bias = with_bias, k->alg = g_alg[dir];
+  k->dir = dir, k->fmt = fmt, k->with_bias = with_bias, k->alg = g_alg[dir], k->dt = (int32_t)dt;
+  if (k->alg == TS_CONV_ALG_DEFAULT && dt != dnnl_f32) k->alg = TS_CONV_ALG_DIRECT; /* no bf16 Winograd */
   if (k->alg == TS_CONV_ALG_DEFAULT)
     k->alg = d->KH == 3 && d->KW == 3 && d->sh == 1 && d->sw == 1 && d->dh == 1 && d->dw == 1 &&
                      d->groups == 1 && d->C >= 32 && d->O >= 32
@@ -91,23 +94,24 @@ static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int 
   k->dh = d->dh, k->dw = d->dw, k->groups = d->groups;
 }
 
-/* Plain descriptors of x, w, b, y. Weights are 5-D goihw when grouped (same memory as OIHW). */
-static int plain_mds(const ts__conv_desc *d, dnnl_memory_desc_t *x, dnnl_memory_desc_t *w,
-                     dnnl_memory_desc_t *b, dnnl_memory_desc_t *y) {
+/* Plain descriptors of x, w, b, y (all of data type dt). Weights are 5-D goihw when grouped
+ * (same memory as OIHW). */
+static int plain_mds(const ts__conv_desc *d, dnnl_data_type_t dt, dnnl_memory_desc_t *x,
+                     dnnl_memory_desc_t *w, dnnl_memory_desc_t *b, dnnl_memory_desc_t *y) {
   int64_t xd[4] = {d->N, d->C, d->H, d->W}, yd[4] = {d->N, d->O, d->OH, d->OW};
   int64_t g = d->groups, bd[1] = {d->O};
   int64_t wd4[4] = {d->O, d->C / g, d->KH, d->KW};
   int64_t wd5[5] = {g, d->O / g, d->C / g, d->KH, d->KW};
   int rc;
-  if ((rc = ts__dnnl_md_plain(x, 4, xd, dnnl_f32)) || (rc = ts__dnnl_md_plain(y, 4, yd, dnnl_f32)) ||
-      (rc = ts__dnnl_md_plain(b, 1, bd, dnnl_f32)))
+  if ((rc = ts__dnnl_md_plain(x, 4, xd, dt)) || (rc = ts__dnnl_md_plain(y, 4, yd, dt)) ||
+      (rc = ts__dnnl_md_plain(b, 1, bd, dt)))
     return rc;
-  return g > 1 ? ts__dnnl_md_plain(w, 5, wd5, dnnl_f32) : ts__dnnl_md_plain(w, 4, wd4, dnnl_f32);
+  return g > 1 ? ts__dnnl_md_plain(w, 5, wd5, dt) : ts__dnnl_md_plain(w, 4, wd4, dt);
 }
 
 static int any_md(dnnl_memory_desc_t *out, const dnnl_memory_desc_t *plain) {
   return ts__dnnl_check(
-      dnnl_memory_desc_init_by_tag(out, plain->ndims, plain->dims, dnnl_f32, dnnl_format_tag_any),
+      dnnl_memory_desc_init_by_tag(out, plain->ndims, plain->dims, plain->data_type, dnnl_format_tag_any),
       "conv2d memory descriptor");
 }
 
@@ -130,14 +134,15 @@ static int conv_desc(dnnl_convolution_desc_t *cd, int dir, dnnl_alg_kind_t alg, 
   return ts__dnnl_check(st, "conv2d descriptor");
 }
 
-static ts__dnnl_prim *get_prim(const ts__conv_desc *d, int dir, int with_bias, conv_key *key) {
+static ts__dnnl_prim *get_prim(const ts__conv_desc *d, int dir, int with_bias, dnnl_data_type_t dt,
+                               conv_key *key) {
   const int fmt = g_fmt[dir];
-  make_key(key, d, dir, fmt, with_bias);
+  make_key(key, d, dir, fmt, with_bias, dt);
   ts__dnnl_prim *p = ts__dnnl_cache_get(key, sizeof *key);
   if (p) return p;
 
   dnnl_memory_desc_t px, pw, pb, py, ax, aw, ay;
-  if (plain_mds(d, &px, &pw, &pb, &py)) return NULL;
+  if (plain_mds(d, dt, &px, &pw, &pb, &py)) return NULL;
   const dnnl_memory_desc_t *ux = &px, *uw = &pw, *uy = &py;
   if (fmt == TS_CONV_FMT_ANY) {
     if (any_md(&ax, &px) || any_md(&aw, &pw) || any_md(&ay, &py)) return NULL;
@@ -241,7 +246,8 @@ static int reorder(const conv_key *ck, int slot, const dnnl_memory_desc_t *smd, 
 }
 
 /* Runs direction `dir` with user buffers per slot (NULL for an absent bias). */
-static int run_conv(const ts__conv_desc *d, int dir, void *const bufs[NSLOT], const char *what) {
+static int run_conv(const ts__conv_desc *d, int dir, dnnl_data_type_t dt, void *const bufs[NSLOT],
+                    const char *what) {
   int rc = ts__conv_check(d, what);
   if (rc) return rc;
   for (int s = 0; s < NSLOT; s++)
@@ -249,7 +255,7 @@ static int run_conv(const ts__conv_desc *d, int dir, void *const bufs[NSLOT], co
       return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
   const int with_bias = dir != DIR_BWD_DATA && bufs[2] != NULL;
   conv_key key;
-  ts__dnnl_prim *pp = get_prim(d, dir, with_bias, &key);
+  ts__dnnl_prim *pp = get_prim(d, dir, with_bias, dt, &key);
   if (!pp) return ts_error_wrap(TS_EBACKEND, "%s", what);
   /* Copy the entry: inserting reorder primitives below may grow the cache and move entries
    * (the primitives themselves stay valid). */
@@ -284,23 +290,96 @@ static int run_conv(const ts__conv_desc *d, int dir, void *const bufs[NSLOT], co
 int ts__conv2d_fwd_dnnl(const ts__conv_desc *d, const float *x, const float *w, const float *b,
                         float *y) {
   void *bufs[NSLOT] = {(void *)x, (void *)w, (void *)b, y};
-  return run_conv(d, DIR_FWD, bufs, "conv2d (oneDNN)");
+  return run_conv(d, DIR_FWD, dnnl_f32, bufs, "conv2d (oneDNN)");
 }
 
 int ts__conv2d_bwd_data_dnnl(const ts__conv_desc *d, const float *dy, const float *w, float *dx) {
   void *bufs[NSLOT] = {(void *)dy, (void *)w, NULL, dx};
-  return run_conv(d, DIR_BWD_DATA, bufs, "conv2d_bwd_data (oneDNN)");
+  return run_conv(d, DIR_BWD_DATA, dnnl_f32, bufs, "conv2d_bwd_data (oneDNN)");
 }
 
 int ts__conv2d_bwd_weight_dnnl(const ts__conv_desc *d, const float *x, const float *dy,
                                float *dw, float *db) {
   void *bufs[NSLOT] = {(void *)x, (void *)dy, db, dw};
-  return run_conv(d, DIR_BWD_WEIGHT, bufs, "conv2d_bwd_weight (oneDNN)");
+  return run_conv(d, DIR_BWD_WEIGHT, dnnl_f32, bufs, "conv2d_bwd_weight (oneDNN)");
 }
 
 const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir) {
   if (dir < 0 || dir > 2 || ts__conv_check(d, "conv2d")) return "";
   conv_key key;
-  ts__dnnl_prim *p = get_prim(d, dir, 0, &key);
+  ts__dnnl_prim *p = get_prim(d, dir, 0, dnnl_f32, &key);
   return p && p->aux ? ((const conv_aux *)p->aux)->impl : "";
+}
+
+/* ---------------------------------------------------------------- 16-bit (conv.h) */
+
+const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir) {
+  if (dir < 0 || dir > 2 || ts__conv_check(d, "conv2d")) return "";
+  conv_key key;
+  ts__dnnl_prim *p = get_prim(d, dir, 0, dnnl_bf16, &key);
+  return p && p->aux ? ((const conv_aux *)p->aux)->impl : "";
+}
+
+/* Output size (elements) of slot s of direction dir: y, dx, dw, db. */
+static int64_t nx(const ts__conv_desc *d) { return d->N * d->C * d->H * d->W; }
+static int64_t ny(const ts__conv_desc *d) { return d->N * d->O * d->OH * d->OW; }
+static int64_t nw(const ts__conv_desc *d) { return d->O * (d->C / d->groups) * d->KH * d->KW; }
+
+/* Converts the 16-bit inputs to f32, runs the f32 kernel of direction dir (reference or
+ * oneDNN), rounds the outputs once. bufs as run_conv's slots. */
+static int conv_converted(const ts__conv_desc *d, int dir, ts_dtype dt, void *const bufs[NSLOT],
+                          int dnnl, const char *what) {
+  int rc = ts__conv_check(d, what);
+  if (rc) return rc;
+  /* element counts per slot: fwd (x, w, b, y), bwd_data (dy, w, -, dx), bwd_weight (x, dy, db, dw) */
+  const int64_t cnt[3][NSLOT] = {{nx(d), nw(d), d->O, ny(d)}, {ny(d), nw(d), 0, nx(d)}, {nx(d), ny(d), d->O, nw(d)}};
+  const int is_out[3][NSLOT] = {{0, 0, 0, 1}, {0, 0, 0, 1}, {0, 0, 1, 1}};
+  float *f[NSLOT] = {0};
+  for (int s = 0; s < NSLOT && rc == TS_OK; s++) {
+    if (!bufs[s]) continue;
+    f[s] = ts__lp_in(is_out[dir][s] ? NULL : bufs[s], dt, cnt[dir][s], what);
+    if (!f[s]) rc = TS_ENOMEM;
+  }
+  if (rc == TS_OK) {
+    if (dir == DIR_FWD)
+      rc = dnnl ? ts__conv2d_fwd_dnnl(d, f[0], f[1], f[2], f[3]) : ts__conv2d_fwd_ref(d, f[0], f[1], f[2], f[3]);
+    else if (dir == DIR_BWD_DATA)
+      rc = dnnl ? ts__conv2d_bwd_data_dnnl(d, f[0], f[1], f[3]) : ts__conv2d_bwd_data_ref(d, f[0], f[1], f[3]);
+    else
+      rc = dnnl ? ts__conv2d_bwd_weight_dnnl(d, f[0], f[1], f[3], f[2])
+                : ts__conv2d_bwd_weight_ref(d, f[0], f[1], f[3], f[2]);
+  }
+  for (int s = 0; s < NSLOT; s++) {
+    if (rc == TS_OK && f[s] && is_out[dir][s]) ts__lp_from_f32(f[s], bufs[s], dt, cnt[dir][s]);
+    ts_free(f[s]);
+  }
+  return rc;
+}
+
+static int conv_lp(const ts__conv_desc *d, int dir, ts_dtype dt, void *const bufs[NSLOT], int dnnl,
+                   const char *what) {
+  for (int s = 0; s < NSLOT; s++)
+    if (s != 2 && !bufs[s]) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  if (dnnl && dt == TS_BF16) return run_conv(d, dir, dnnl_bf16, bufs, what);
+  return conv_converted(d, dir, dt, bufs, dnnl, what);
+}
+
+int ts__conv2d_fwd_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *x, const void *w,
+                      const void *b, void *y) {
+  void *bufs[NSLOT] = {(void *)x, (void *)w, (void *)b, y};
+  return conv_lp(d, DIR_FWD, dt, bufs, dnnl, dnnl ? "conv2d (16-bit, oneDNN)" : "conv2d (16-bit, ref)");
+}
+
+int ts__conv2d_bwd_data_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *dy,
+                           const void *w, void *dx) {
+  void *bufs[NSLOT] = {(void *)dy, (void *)w, NULL, dx};
+  return conv_lp(d, DIR_BWD_DATA, dt, bufs, dnnl,
+                 dnnl ? "conv2d_bwd_data (16-bit, oneDNN)" : "conv2d_bwd_data (16-bit, ref)");
+}
+
+int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *x,
+                             const void *dy, void *dw, void *db) {
+  void *bufs[NSLOT] = {(void *)x, (void *)dy, db, dw};
+  return conv_lp(d, DIR_BWD_WEIGHT, dt, bufs, dnnl,
+                 dnnl ? "conv2d_bwd_weight (16-bit, oneDNN)" : "conv2d_bwd_weight (16-bit, ref)");
 }

@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "lowp.h"
 #include "tessera/base.h"
 
 #define LANES 16
@@ -163,6 +164,85 @@ int ts__dropout_ref(const float *x, float *y, size_t n, float p, uint64_t seed, 
     uint64_t s = it * per * BLOCK_ELEMS, e = s + per * BLOCK_ELEMS;
     if (e > total) e = total;
     dropout_span(xb + s, yb + s, first + s, first + e, thr, scale, seed, step);
+  }
+  return TS_OK;
+}
+
+/* ---------------- 16-bit (bf16, f16) ---------------- */
+
+static inline float lp_get(const uint16_t *x, size_t i, int bf) {
+  return bf ? ts__bf2f(x[i]) : ts_f16_to_f32(x[i]);
+}
+static inline uint16_t lp_put(float v, int bf) { return bf ? ts__f2bf(v) : ts_f32_to_f16(v); }
+
+/* dropout_span on 16-bit memory: the same mask words, x*scale in f32, one rounding. */
+static void dropout_span_lp(const uint16_t *x, uint16_t *y, uint64_t e0, uint64_t e1, int32_t thr,
+                            float scale, uint64_t seed, uint64_t step, int bf) {
+  uint32_t w[4][LANES];
+  const uint32_t *wf = &w[0][0];
+  for (uint64_t b = e0; b < e1; b += BLOCK_ELEMS) {
+    philox_lanes(seed, step, ctr_of(b), w);
+    size_t m = e1 - b < BLOCK_ELEMS ? (size_t)(e1 - b) : BLOCK_ELEMS;
+    const uint16_t *xs = x + (b - e0);
+    uint16_t *ys = y + (b - e0);
+    if (m == BLOCK_ELEMS && bf) { /* widen, the f32 span's masked multiply, narrow */
+      float t[BLOCK_ELEMS];
+#pragma omp simd
+      for (int e = 0; e < BLOCK_ELEMS; e++) t[e] = ts__bf2f(xs[e]);
+#pragma omp simd
+      for (int e = 0; e < BLOCK_ELEMS; e++) {
+        float v = t[e] * scale;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u &= 0u - (uint32_t)((int32_t)(wf[e] >> 8) >= thr);
+        memcpy(&t[e], &u, 4);
+      }
+#pragma omp simd
+      for (int e = 0; e < BLOCK_ELEMS; e++) ys[e] = ts__f2bf(t[e]);
+    } else {
+      for (size_t e = 0; e < m; e++)
+        ys[e] = (int32_t)(wf[e] >> 8) >= thr ? lp_put(lp_get(xs, e, bf) * scale, bf) : (uint16_t)0;
+    }
+  }
+}
+
+int ts__dropout_lp(ts_dtype dt, const void *xv, void *yv, size_t n, float p, uint64_t seed,
+                   uint64_t step, uint64_t offset) {
+  if (!(p >= 0.0f && p <= 1.0f))
+    return ts_error_set(TS_EINVAL, "dropout (16-bit): probability %g outside [0,1]", (double)p);
+  if (dt != TS_BF16 && dt != TS_F16)
+    return ts_error_set(TS_EDTYPE, "dropout (16-bit): dtype %s is not bf16 or f16", ts_dtype_name(dt));
+  const uint16_t *x = xv;
+  uint16_t *y = yv;
+  const int bf = dt == TS_BF16;
+  if (n == 0) return TS_OK;
+  if (p == 0.0f) {
+    if (x != y) memcpy(y, x, n * 2);
+    return TS_OK;
+  }
+  if (p >= 1.0f) {
+    memset(y, 0, n * 2); /* +0 in both formats */
+    return TS_OK;
+  }
+  const int32_t thr = (int32_t)keep_threshold(p);
+  const float scale = 1.0f / (1.0f - p);
+  uint64_t first = (offset + BLOCK_ELEMS - 1) / BLOCK_ELEMS * BLOCK_ELEMS;
+  size_t head = (size_t)(first - offset) < n ? (size_t)(first - offset) : n;
+  for (size_t e = 0; e < head; e++) {
+    ts_philox_out o = ts_philox4x32(seed, step, ctr_of(offset + e));
+    y[e] = (int32_t)(o.v[word_of(offset + e)] >> 8) >= thr ? lp_put(lp_get(x, e, bf) * scale, bf) : (uint16_t)0;
+  }
+  if (head == n) return TS_OK;
+  const uint16_t *xb = x + head;
+  uint16_t *yb = y + head;
+  const uint64_t total = n - head, nblk = (total + BLOCK_ELEMS - 1) / BLOCK_ELEMS, per = 64;
+  const uint64_t nitems = (nblk + per - 1) / per;
+  const int par = total >= 16384 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (par)
+  for (uint64_t it = 0; it < nitems; it++) {
+    uint64_t s = it * per * BLOCK_ELEMS, e = s + per * BLOCK_ELEMS;
+    if (e > total) e = total;
+    dropout_span_lp(xb + s, yb + s, first + s, first + e, thr, scale, seed, step, bf);
   }
   return TS_OK;
 }

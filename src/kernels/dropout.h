@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera/tensor.h"
+
 /* Keep bit of element i (1 kept, 0 dropped). */
 int ts__dropout_keep(uint64_t seed, uint64_t step, uint64_t i, float p);
 
@@ -18,5 +20,10 @@ int ts__dropout_keep(uint64_t seed, uint64_t step, uint64_t i, float p);
  * (0 for a whole tensor). p in [0,1]: p = 0 copies, p = 1 zeroes. x may equal y. */
 int ts__dropout_ref(const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t step,
                     uint64_t offset);
+
+/* The same on 16-bit x and y (dt TS_BF16 or TS_F16): the same mask, x/(1-p) computed in f32 and
+ * rounded once; a native loop (16-bit reads and writes). */
+int ts__dropout_lp(ts_dtype dt, const void *x, void *y, size_t n, float p, uint64_t seed,
+                   uint64_t step, uint64_t offset);
 
 #endif

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "dnnl_ctx.h"
+#include "lowp.h"
 
 #define PAR_MIN 32768 /* below this many elements, stay on one thread */
 
@@ -125,6 +126,7 @@ typedef struct {
   int alg, use_dst;
   float alpha, beta;
   int64_t n;
+  int32_t dt, pad_; /* dnnl data type */
 } elt_key;
 
 /* Maps a ts_eltwise_alg to a oneDNN algorithm (and its alpha/beta). */
@@ -154,7 +156,8 @@ static int dnnl_alg_of(int alg, int use_dst, float *alpha, float *beta, dnnl_alg
   return TS_OK;
 }
 
-static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int use_dst, int64_t n) {
+static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int use_dst, int64_t n,
+                               dnnl_data_type_t dt) {
   elt_key key;
   memset(&key, 0, sizeof key);
   key.kind = kind;
@@ -163,6 +166,7 @@ static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int u
   key.alpha = alpha;
   key.beta = beta;
   key.n = n;
+  key.dt = (int32_t)dt;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
   if (p) return p;
   dnnl_alg_kind_t da = dnnl_eltwise_relu;
@@ -170,7 +174,7 @@ static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int u
   if (dnnl_alg_of(alg, use_dst, &a, &b, &da)) return NULL;
   dnnl_memory_desc_t md;
   int64_t dims[1] = {n};
-  if (ts__dnnl_md_plain(&md, 1, dims, dnnl_f32)) return NULL;
+  if (ts__dnnl_md_plain(&md, 1, dims, dt)) return NULL;
   dnnl_eltwise_desc_t fd;
   dnnl_primitive_desc_t fpd = NULL, pd = NULL;
   if (ts__dnnl_check(dnnl_eltwise_forward_desc_init(&fd, dnnl_forward_training, da, &md, a, b),
@@ -193,7 +197,7 @@ static ts__dnnl_prim *elt_prim(int kind, int alg, float alpha, float beta, int u
 // x (n) -> y (n)
 int ts__eltwise_fwd_dnnl(int alg, float alpha, float beta, const float *x, float *y, int64_t n) {
   if (n == 0) return TS_OK;
-  ts__dnnl_prim *p = elt_prim(0, alg, alpha, beta, 0, n);
+  ts__dnnl_prim *p = elt_prim(0, alg, alpha, beta, 0, n, dnnl_f32);
   if (!p) return ts_error_wrap(TS_EBACKEND, "eltwise forward");
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
@@ -207,11 +211,77 @@ int ts__eltwise_bwd_dnnl(int alg, float alpha, float beta, int use_dst, const fl
   if (n == 0) return TS_OK;
   if (use_dst && !ts__eltwise_bwd_uses_dst(alg))
     return ts_error_set(TS_EINVAL, "eltwise_bwd: algorithm %d has no backward from the output", alg);
-  ts__dnnl_prim *p = elt_prim(1, alg, alpha, beta, use_dst, n);
+  ts__dnnl_prim *p = elt_prim(1, alg, alpha, beta, use_dst, n, dnnl_f32);
   if (!p) return ts_error_wrap(TS_EBACKEND, "eltwise backward");
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_diff_src_md, 0);
   dnnl_exec_arg_t args[3] = {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)src)},
                              {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
                              {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)}};
   return ts__dnnl_run(p, 3, args, "eltwise backward");
+}
+
+/* ---------------- 16-bit (bf16, f16) ---------------- */
+
+typedef struct {
+  int alg, use_dst;
+  float alpha, beta;
+} elt_args;
+
+static int fwd_chunk(float *const *b, int64_t off, int64_t len, const void *ctx) {
+  const elt_args *a = ctx;
+  (void)off;
+  return ts__eltwise_fwd_ref(a->alg, a->alpha, a->beta, b[0], b[1], len);
+}
+
+static int bwd_chunk(float *const *b, int64_t off, int64_t len, const void *ctx) {
+  const elt_args *a = ctx;
+  (void)off;
+  return ts__eltwise_bwd_ref(a->alg, a->alpha, a->beta, a->use_dst, b[0], b[1], b[2], len);
+}
+
+/* bf16 through oneDNN where it is native and as accurate as the f32 choice (run_eltwise.c keeps
+ * neg and log on the reference loops). */
+static int dnnl_native(ts_dtype dt, int dnnl, int alg) {
+  return dnnl && dt == TS_BF16 && alg != TS_ELT_NEG && alg != TS_ELT_LOG;
+}
+
+// x (n) dt -> y (n) dt
+int ts__eltwise_fwd_lp(int alg, float alpha, float beta, ts_dtype dt, int dnnl, const void *x,
+                       void *y, int64_t n) {
+  int rc = ts__eltwise_fwd_ref(alg, alpha, beta, NULL, NULL, 0); /* validates alg */
+  if (rc || n == 0) return rc;
+  if (dnnl_native(dt, dnnl, alg)) {
+    ts__dnnl_prim *p = elt_prim(0, alg, alpha, beta, 0, n, dnnl_bf16);
+    if (!p) return ts_error_wrap(TS_EBACKEND, "eltwise forward (bf16)");
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                               {DNNL_ARG_DST, ts__dnnl_mem(md, y)}};
+    return ts__dnnl_run(p, 2, args, "eltwise forward (bf16)");
+  }
+  const elt_args a = {alg, 0, alpha, beta};
+  const void *in[1] = {x};
+  void *out[1] = {y};
+  const ts_dtype d1[1] = {dt};
+  return ts__lp_stream(1, in, d1, 1, out, d1, n, fwd_chunk, &a, "eltwise (16-bit)");
+}
+
+// dy (n) dt, src = x or y (n) dt -> dx (n) dt
+int ts__eltwise_bwd_lp(int alg, float alpha, float beta, int use_dst, ts_dtype dt, int dnnl,
+                       const void *dy, const void *src, void *dx, int64_t n) {
+  int rc = ts__eltwise_bwd_ref(alg, alpha, beta, use_dst, NULL, NULL, NULL, 0);
+  if (rc || n == 0) return rc;
+  if (dnnl_native(dt, dnnl, alg)) {
+    ts__dnnl_prim *p = elt_prim(1, alg, alpha, beta, use_dst, n, dnnl_bf16);
+    if (!p) return ts_error_wrap(TS_EBACKEND, "eltwise backward (bf16)");
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_diff_src_md, 0);
+    dnnl_exec_arg_t args[3] = {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)src)},
+                               {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
+                               {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)}};
+    return ts__dnnl_run(p, 3, args, "eltwise backward (bf16)");
+  }
+  const elt_args a = {alg, use_dst, alpha, beta};
+  const void *in[2] = {dy, src};
+  void *out[1] = {dx};
+  const ts_dtype d2[2] = {dt, dt};
+  return ts__lp_stream(2, in, d2, 1, out, d2, n, bwd_chunk, &a, "eltwise_bwd (16-bit)");
 }

@@ -27,6 +27,17 @@ int ts__eltwise_bwd_ref(int alg, float alpha, float beta, int use_dst, const flo
 int ts__eltwise_bwd_dnnl(int alg, float alpha, float beta, int use_dst, const float *dy,
                          const float *src, float *dx, int64_t n);
 
+/* 16-bit variants (dt TS_BF16 or TS_F16), reading and writing 16-bit, computing in f32.
+ * dnnl = 1 and bf16: oneDNN's eltwise primitives on bf16 memory (JIT), except neg and log, which
+ * stay on the reference loops as in f32. Otherwise (ref backend, f16): the reference loops over
+ * L1-sized chunks widened to f32 and rounded back once (ts__lp_stream), so the traffic is 16-bit. */
+// x (n) dt -> y (n) dt
+int ts__eltwise_fwd_lp(int alg, float alpha, float beta, ts_dtype dt, int dnnl, const void *x,
+                       void *y, int64_t n);
+// dy (n) dt, src = x or y (n) dt -> dx (n) dt
+int ts__eltwise_bwd_lp(int alg, float alpha, float beta, int use_dst, ts_dtype dt, int dnnl,
+                       const void *dy, const void *src, void *dx, int64_t n);
+
 /* exp(x) with ~2 ulp error, written so that loops calling it vectorise (no libm call):
  * Cephes-style range reduction x = n*ln2 + r and a degree-6 polynomial. Underflows to 0 below
  * -87.3, saturates near 1.6e38 above 88.0 (softmax and cross-entropy only feed x <= 0), keeps

@@ -490,17 +490,18 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
   return ts__dnnl_run(p, 9, args, "batchnorm backward");
 }
 
-static ts__dnnl_prim *ln_prim(int bwd, int64_t R, int64_t D, float eps) {
+static ts__dnnl_prim *ln_prim(int bwd, int64_t R, int64_t D, float eps, dnnl_data_type_t dt) {
   norm_key key;
   memset(&key, 0, sizeof key);
   key.op = 2 + bwd;
+  key.mode = dt == dnnl_f32 ? 0 : (int)dt; /* layer norm: the data type of x/y (0: f32) */
   key.a = R, key.b = D;
   key.eps = eps;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
   if (p) return p;
   dnnl_memory_desc_t md;
   int64_t dims[2] = {R, D};
-  if (ts__dnnl_md_plain(&md, 2, dims, dnnl_f32)) return NULL;
+  if (ts__dnnl_md_plain(&md, 2, dims, dt)) return NULL;
   unsigned flags = dnnl_use_scale | dnnl_use_shift;
   dnnl_layer_normalization_desc_t fd, bd;
   dnnl_primitive_desc_t fpd = NULL, pd = NULL;
@@ -528,7 +529,7 @@ int ts__layernorm_fwd_dnnl(const float *x, const float *gamma, const float *beta
   int rc = ln_check("layernorm", R, D);
   if (rc) return rc;
   if (R == 0) return TS_OK;
-  ts__dnnl_prim *p = ln_prim(0, R, D, eps);
+  ts__dnnl_prim *p = ln_prim(0, R, D, eps, dnnl_f32);
   if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm forward");
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
@@ -551,7 +552,7 @@ int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
     memset(dbeta, 0, sizeof(float) * (size_t)D);
     return TS_OK;
   }
-  ts__dnnl_prim *p = ln_prim(1, R, D, eps);
+  ts__dnnl_prim *p = ln_prim(1, R, D, eps, dnnl_f32);
   if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm backward");
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
@@ -564,4 +565,49 @@ int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                              {DNNL_ARG_DIFF_SCALE, vec_mem(D, dgamma)},
                              {DNNL_ARG_DIFF_SHIFT, vec_mem(D, dbeta)}};
   return ts__dnnl_run(p, 9, args, "layernorm backward");
+}
+
+/* ---------------- oneDNN, bf16 x/y (norm.h) ---------------- */
+
+// x (R,D) bf16, gamma, beta (D) f32 -> y (R,D) bf16, mean, var (R) f32
+int ts__layernorm_fwd_bf16_dnnl(const void *x, const float *gamma, const float *beta, void *y,
+                                float *mean, float *var, int64_t R, int64_t D, float eps) {
+  int rc = ln_check("layernorm (bf16)", R, D);
+  if (rc || R == 0) return rc;
+  ts__dnnl_prim *p = ln_prim(0, R, D, eps, dnnl_bf16);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm forward (bf16)");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DST, ts__dnnl_mem(md, y)},
+                             {DNNL_ARG_SCALE, vec_mem(D, gamma)},
+                             {DNNL_ARG_SHIFT, vec_mem(D, beta)},
+                             {DNNL_ARG_MEAN, vec_mem(R, mean)},
+                             {DNNL_ARG_VARIANCE, vec_mem(R, var)}};
+  return ts__dnnl_run(p, 6, args, "layernorm forward (bf16)");
+}
+
+// dy, x (R,D) bf16, gamma (D) f32, mean, var (R) f32 -> dx (R,D) bf16, dgamma, dbeta (D) f32
+int ts__layernorm_bwd_bf16_dnnl(const void *dy, const void *x, const float *gamma, const float *mean,
+                                const float *var, void *dx, float *dgamma, float *dbeta, int64_t R,
+                                int64_t D, float eps) {
+  int rc = ln_check("layernorm_bwd (bf16)", R, D);
+  if (rc) return rc;
+  if (R == 0) {
+    memset(dgamma, 0, sizeof(float) * (size_t)D);
+    memset(dbeta, 0, sizeof(float) * (size_t)D);
+    return TS_OK;
+  }
+  ts__dnnl_prim *p = ln_prim(1, R, D, eps, dnnl_bf16);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm backward (bf16)");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
+                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
+                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)},
+                             {DNNL_ARG_MEAN, vec_mem(R, mean)},
+                             {DNNL_ARG_VARIANCE, vec_mem(R, var)},
+                             {DNNL_ARG_SCALE, vec_mem(D, gamma)},
+                             {DNNL_ARG_SHIFT, vec_mem(D, gamma)}, /* required, unused */
+                             {DNNL_ARG_DIFF_SCALE, vec_mem(D, dgamma)},
+                             {DNNL_ARG_DIFF_SHIFT, vec_mem(D, dbeta)}};
+  return ts__dnnl_run(p, 9, args, "layernorm backward (bf16)");
 }

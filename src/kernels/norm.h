@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "tessera/tensor.h"
+
 /* training = 1: batch statistics are written to mean/var (biased) and the running stats are
  *   updated in place: running = (1-momentum)*running + momentum*batch, with the unbiased batch
  *   variance var*M/(M-1), M = N*S (as PyTorch). Requires M > 1.
@@ -62,5 +64,27 @@ int ts__layernorm_bwd_ref(const float *dy, const float *x, const float *gamma, c
 int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t R,
                            int64_t D, float eps);
+
+/* 16-bit layer norm (norm_bf16.c): x, y, dy, dx of dtype dt (TS_BF16/TS_F16), gamma/beta and
+ * dgamma/dbeta of gdt (f32 or dt), mean/var f32. bf16 with dnnl = 1: oneDNN's layer
+ * normalization on bf16 x/y (f32 statistics and scale/shift; a bf16 gamma is widened, D values).
+ * Otherwise native row loops: 16-bit reads/writes, f32 math (row sums in double), one rounding
+ * per output. */
+// x (R,D) dt, gamma, beta (D) gdt -> y (R,D) dt, mean, var (R) f32
+int ts__layernorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma,
+                         const void *beta, void *y, float *mean, float *var, int64_t R, int64_t D,
+                         float eps, int dnnl);
+// dy, x (R,D) dt, gamma (D) gdt, mean, var (R) f32 -> dx (R,D) dt, dgamma, dbeta (D) gdt
+int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x,
+                         const void *gamma, const float *mean, const float *var, void *dx,
+                         void *dgamma, void *dbeta, int64_t R, int64_t D, float eps, int dnnl);
+/* The oneDNN bf16 kernels behind them (norm.c). */
+// x (R,D) bf16, gamma, beta (D) f32 -> y (R,D) bf16, mean, var (R) f32
+int ts__layernorm_fwd_bf16_dnnl(const void *x, const float *gamma, const float *beta, void *y,
+                                float *mean, float *var, int64_t R, int64_t D, float eps);
+// dy, x (R,D) bf16, gamma (D) f32, mean, var (R) f32 -> dx (R,D) bf16, dgamma, dbeta (D) f32
+int ts__layernorm_bwd_bf16_dnnl(const void *dy, const void *x, const float *gamma, const float *mean,
+                                const float *var, void *dx, float *dgamma, float *dbeta, int64_t R,
+                                int64_t D, float eps);
 
 #endif

@@ -1,5 +1,6 @@
 /* Softmax / log-softmax (reference and oneDNN softmax_v2) and fused sparse cross-entropy. */
 #include "softmax.h"
+#include "lowp.h"
 
 #include <math.h>
 #include <omp.h>
@@ -389,11 +390,14 @@ int ts__softmax_ce_shard_bwd_ref(float dloss, const float *logits, const void *l
 typedef struct {
   int kind, log;
   int64_t outer, len, inner;
+  int32_t dt, pad_; /* dnnl data type */
 } sm_key;
 
-static ts__dnnl_prim *sm_prim(int kind, int log, int64_t outer, int64_t len, int64_t inner) {
+static ts__dnnl_prim *sm_prim(int kind, int log, int64_t outer, int64_t len, int64_t inner,
+                              dnnl_data_type_t dt) {
   sm_key key;
   memset(&key, 0, sizeof key);
+  key.dt = (int32_t)dt;
   key.kind = kind;
   key.log = log;
   key.outer = outer;
@@ -403,7 +407,7 @@ static ts__dnnl_prim *sm_prim(int kind, int log, int64_t outer, int64_t len, int
   if (p) return p;
   dnnl_memory_desc_t md;
   int64_t dims[3] = {outer, len, inner};
-  if (ts__dnnl_md_plain(&md, 3, dims, dnnl_f32)) return NULL;
+  if (ts__dnnl_md_plain(&md, 3, dims, dt)) return NULL;
   dnnl_alg_kind_t alg = log ? dnnl_softmax_log : dnnl_softmax_accurate;
   dnnl_softmax_v2_desc_t fd, bd;
   dnnl_primitive_desc_t fpd = NULL, pd = NULL;
@@ -429,7 +433,7 @@ int ts__softmax_fwd_dnnl(const float *x, float *y, int64_t outer, int64_t len, i
   int rc = check_dims("softmax", outer, len, inner);
   if (rc) return rc;
   if (outer == 0 || inner == 0) return TS_OK;
-  ts__dnnl_prim *p = sm_prim(0, log, outer, len, inner);
+  ts__dnnl_prim *p = sm_prim(0, log, outer, len, inner, dnnl_f32);
   if (!p) return ts_error_wrap(TS_EBACKEND, "softmax forward");
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
@@ -443,11 +447,90 @@ int ts__softmax_bwd_dnnl(const float *dy, const float *y, float *dx, int64_t out
   int rc = check_dims("softmax_bwd", outer, len, inner);
   if (rc) return rc;
   if (outer == 0 || inner == 0) return TS_OK;
-  ts__dnnl_prim *p = sm_prim(1, log, outer, len, inner);
+  ts__dnnl_prim *p = sm_prim(1, log, outer, len, inner, dnnl_f32);
   if (!p) return ts_error_wrap(TS_EBACKEND, "softmax backward");
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_diff_src_md, 0);
   dnnl_exec_arg_t args[3] = {{DNNL_ARG_DST, ts__dnnl_mem(md, (void *)y)},
                              {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
                              {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)}};
   return ts__dnnl_run(p, 3, args, "softmax backward");
+}
+
+/* ---------------- 16-bit (bf16, f16) ---------------- */
+
+/* bf16 on the fast path along the last axis: oneDNN softmax_v2 on bf16 memory (f32 inside). */
+static int softmax_bf16_dnnl(int bwd, const void *a, const void *b, void *out, int64_t outer,
+                             int64_t len, int log) {
+  ts__dnnl_prim *p = sm_prim(bwd, log, outer, len, 1, dnnl_bf16);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "softmax (bf16)");
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, bwd ? dnnl_query_diff_src_md : dnnl_query_src_md, 0);
+  if (!bwd) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)a)}, {DNNL_ARG_DST, ts__dnnl_mem(md, out)}};
+    return ts__dnnl_run(p, 2, args, "softmax forward (bf16)");
+  }
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_DST, ts__dnnl_mem(md, (void *)b)},
+                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)a)},
+                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, out)}};
+  return ts__dnnl_run(p, 3, args, "softmax backward (bf16)");
+}
+
+/* Rows along the last axis (inner == 1): each row is widened into a per-thread f32 buffer, run
+ * through the f32 row kernel and rounded back once (16-bit traffic). Another axis: f32 copies. */
+static int softmax_lp(int bwd, ts_dtype dt, const void *a, const void *b, void *out, int64_t outer,
+                      int64_t len, int64_t inner, int log, int dnnl) {
+  const char *what = bwd ? "softmax_bwd (16-bit)" : "softmax (16-bit)";
+  if (outer < 0 || len < 1 || inner < 1)
+    return ts_error_set(TS_ESHAPE, "%s: bad dims outer=%lld len=%lld inner=%lld", what, (long long)outer,
+                        (long long)len, (long long)inner);
+  if (dnnl && dt == TS_BF16 && inner == 1 && outer > 0) return softmax_bf16_dnnl(bwd, a, b, out, outer, len, log);
+  const size_t es = ts_dtype_size(dt);
+  if (inner != 1) {
+    const int64_t n = outer * len * inner;
+    float *fa = ts__lp_in(a, dt, n, what), *fb = fa && bwd ? ts__lp_in(b, dt, n, what) : NULL;
+    float *fo = fa && (!bwd || fb) ? ts__lp_in(NULL, dt, n, what) : NULL;
+    int rc = !fo ? TS_ENOMEM
+             : bwd ? ts__softmax_bwd_ref(fa, fb, fo, outer, len, inner, log)
+                   : ts__softmax_fwd_ref(fa, fo, outer, len, inner, log);
+    if (rc == TS_OK) ts__lp_from_f32(fo, out, dt, n);
+    ts_free(fa), ts_free(fb), ts_free(fo);
+    return rc;
+  }
+  int oom = 0, code = TS_OK;
+#pragma omp parallel if (outer * len > 16384)
+  {
+    float *buf = malloc((size_t)(3 * len) * sizeof(float));
+    if (!buf) {
+#pragma omp atomic write
+      oom = 1;
+    }
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < outer; r++) {
+      if (!buf) continue;
+      float *fa = buf, *fb = buf + len, *fo = buf + 2 * len;
+      ts__lp_widen((const char *)a + (size_t)(r * len) * es, dt, fa, len);
+      if (bwd) ts__lp_widen((const char *)b + (size_t)(r * len) * es, dt, fb, len);
+      const int rc = bwd ? ts__softmax_bwd_ref(fa, fb, fo, 1, len, 1, log) : ts__softmax_fwd_ref(fa, fo, 1, len, 1, log);
+      if (rc) {
+#pragma omp atomic write
+        code = rc;
+      }
+      ts__lp_narrow(fo, (char *)out + (size_t)(r * len) * es, dt, len);
+    }
+    free(buf);
+  }
+  if (oom) return ts_error_set(TS_ENOMEM, "%s: out of memory for row buffers", what);
+  if (code) return ts_error_set(code, "%s: a row failed (status %d)", what, code);
+  return TS_OK;
+}
+
+// x (outer,len,inner) dt -> y dt
+int ts__softmax_fwd_lp(ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner,
+                       int log, int dnnl) {
+  return softmax_lp(0, dt, x, NULL, y, outer, len, inner, log, dnnl);
+}
+
+// dy, y (outer,len,inner) dt -> dx dt
+int ts__softmax_bwd_lp(ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer,
+                       int64_t len, int64_t inner, int log, int dnnl) {
+  return softmax_lp(1, dt, dy, y, dx, outer, len, inner, log, dnnl);
 }

@@ -7,7 +7,20 @@
 
 #include <stdint.h>
 
+#include "tessera/tensor.h"
+
 #define TS_CE_IGNORE_INDEX (-100)
+
+/* 16-bit softmax / log-softmax (dt TS_BF16 or TS_F16). Along the last axis: bf16 with dnnl = 1
+ * runs oneDNN softmax_v2 on bf16 memory (as f32 does on the fast path); otherwise native row
+ * loops (each row widened to f32 in a per-thread buffer, the f32 row kernel, one rounding:
+ * 16-bit traffic). Along another axis: f32 copies around the f32 reference kernel. */
+// x (outer,len,inner) dt -> y dt
+int ts__softmax_fwd_lp(ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner,
+                       int log, int dnnl);
+// dy, y (outer,len,inner) dt -> dx dt
+int ts__softmax_bwd_lp(ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer,
+                       int64_t len, int64_t inner, int log, int dnnl);
 
 // x (outer,len,inner) -> y (outer,len,inner); softmax (log=0) or log-softmax (log=1) along len
 int ts__softmax_fwd_ref(const float *x, float *y, int64_t outer, int64_t len, int64_t inner,

@@ -24,6 +24,7 @@ static void run_init_once(void) {
 #define X(e, name, fam) ts__register_run_##fam(ts__run);
 #include "tessera/ops.def"
 #undef X
+  ts__run_lowp_install(ts__run);
 }
 
 void ts__run_init(void) {

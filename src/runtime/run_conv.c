@@ -1,5 +1,6 @@
 /* Executor adapters for the conv family: build a ts__conv_desc from the node's attributes and
- * the bound tensors' shapes, then call the oneDNN (TS_BACKEND_FAST) or reference kernel. */
+ * the bound tensors' shapes, then call the oneDNN (TS_BACKEND_FAST) or reference kernel; bf16/f16
+ * nodes call the 16-bit kernels (conv.h), f32 ones the f32 kernels. */
 #include "run_impl.h"
 #include "../kernels/conv.h"
 
@@ -17,6 +18,8 @@ static ts__conv_desc desc(const ts__run_node *n, const ts_shape *x, const ts_sha
 static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__conv_desc d = desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
   const float *b = n->nin == 3 ? in[2].data : NULL;
+  if (out[0].dtype != TS_F32)
+    return ts__conv2d_fwd_lp(&d, out[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, in[1].data, b, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__conv2d_fwd_ref(&d, in[0].data, in[1].data, b, out[0].data);
   return ts__conv2d_fwd_dnnl(&d, in[0].data, in[1].data, b, out[0].data);
 }
@@ -24,6 +27,8 @@ static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
 /* (dy, w) -> dx */
 static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__conv_desc d = desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
+  if (out[0].dtype != TS_F32)
+    return ts__conv2d_bwd_data_lp(&d, out[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, in[1].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__conv2d_bwd_data_ref(&d, in[0].data, in[1].data, out[0].data);
   return ts__conv2d_bwd_data_dnnl(&d, in[0].data, in[1].data, out[0].data);
 }
@@ -32,6 +37,9 @@ static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_
 static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__conv_desc d = desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
   float *db = n->nout == 2 ? out[1].data : NULL;
+  if (out[0].dtype != TS_F32)
+    return ts__conv2d_bwd_weight_lp(&d, out[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, in[1].data,
+                                    out[0].data, db);
   if (ctx->backend == TS_BACKEND_REF)
     return ts__conv2d_bwd_weight_ref(&d, in[0].data, in[1].data, out[0].data, db);
   return ts__conv2d_bwd_weight_dnnl(&d, in[0].data, in[1].data, out[0].data, db);

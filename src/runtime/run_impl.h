@@ -34,6 +34,9 @@ static inline void ts__outer_inner(const ts_shape *s, int axis, int64_t *outer, 
 }
 
 extern ts__run_fn ts__run[TS_OP_COUNT];
+/* Wraps every f32-only adapter in tab so it also runs bf16/f16 nodes by converting around it
+ * (run_lowp.c); called once by ts__run_init after the families registered. */
+void ts__run_lowp_install(ts__run_fn *tab);
 /* Each family file fills its entries: void ts__register_run_<family>(ts__run_fn *tab). */
 void ts__run_init(void);
 

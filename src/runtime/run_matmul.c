@@ -1,5 +1,6 @@
 /* Executor adapters for the matmul family (MATMUL, DENSE): derive GEMM sizes from the bound
- * tensors' shapes and call the oneDNN (TS_BACKEND_FAST) or reference kernel. */
+ * tensors' shapes and call the oneDNN (TS_BACKEND_FAST) or reference kernel. Dispatch on dtype:
+ * f32 calls the f32 kernels (unchanged), bf16/f16 the 16-bit kernels (matmul.h). */
 #include "run_impl.h"
 #include "../kernels/matmul.h"
 
@@ -14,6 +15,11 @@ static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
   d.batch = ts_shape_numel(ys) / (d.M * d.N);
   d.a_batched = as->ndim > 2;
   d.b_batched = bs->ndim > 2;
+  const ts_dtype dt = out[0].dtype;
+  if (dt != TS_F32) {
+    if (ctx->backend == TS_BACKEND_REF) return ts__matmul_lp_ref(&d, dt, in[0].data, in[1].data, out[0].data);
+    return ts__matmul_lp_dnnl(&d, dt, in[0].data, in[1].data, out[0].data);
+  }
   if (ctx->backend == TS_BACKEND_REF) return ts__matmul_ref(&d, in[0].data, in[1].data, out[0].data);
   return ts__matmul_dnnl(&d, in[0].data, in[1].data, out[0].data);
 }
@@ -22,6 +28,11 @@ static int run_dense(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in
   const int64_t K = in[1].shape.dims[1], N = in[1].shape.dims[0];
   const int64_t M = ts_tensor_numel(&in[0]) / K;
   const float *b = n->nin == 3 ? in[2].data : NULL;
+  const ts_dtype dt = out[0].dtype;
+  if (dt != TS_F32) {
+    if (ctx->backend == TS_BACKEND_REF) return ts__dense_lp_ref(M, N, K, dt, in[0].data, in[1].data, b, out[0].data);
+    return ts__dense_lp_dnnl(M, N, K, dt, in[0].data, in[1].data, b, out[0].data);
+  }
   if (ctx->backend == TS_BACKEND_REF) return ts__dense_ref(M, N, K, in[0].data, in[1].data, b, out[0].data);
   return ts__dense_dnnl(M, N, K, in[0].data, in[1].data, b, out[0].data);
 }

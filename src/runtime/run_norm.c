@@ -106,6 +106,9 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
 
 static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[0].shape.dims[in[0].shape.ndim - 1], R = ts_tensor_numel(&in[0]) / D;
+  if (out[0].dtype != TS_F32 || in[1].dtype != TS_F32) /* 16-bit: native row loops */
+    return ts__layernorm_fwd_lp(in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, out[0].data,
+                                out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a), ctx->backend == TS_BACKEND_FAST);
   if (ctx->backend == TS_BACKEND_FAST)
     return ts__layernorm_fwd_dnnl(in[0].data, in[1].data, in[2].data, out[0].data, out[1].data,
                                   out[2].data, R, D, ts_attr_layernorm_eps(&n->a));
@@ -115,6 +118,10 @@ static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 static int run_layernorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[1].shape.dims[in[1].shape.ndim - 1], R = ts_tensor_numel(&in[1]) / D;
+  if (out[0].dtype != TS_F32 || in[2].dtype != TS_F32)
+    return ts__layernorm_bwd_lp(in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                in[4].data, out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a),
+                                ctx->backend == TS_BACKEND_FAST);
   if (ctx->backend == TS_BACKEND_FAST)
     return ts__layernorm_bwd_dnnl(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                   out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a));

@@ -25,6 +25,9 @@ static void split_axis(const ts_shape *s, int axis, int64_t *outer, int64_t *len
 static int run_softmax(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t o, l, i;
   split_axis(&in[0].shape, (int)ts_attr_softmax_axis(&n->a), &o, &l, &i);
+  if (out[0].dtype != TS_F32)
+    return ts__softmax_fwd_lp(out[0].dtype, in[0].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a),
+                              ctx->backend == TS_BACKEND_FAST);
   if (ctx->backend == TS_BACKEND_FAST && i == 1)
     return ts__softmax_fwd_dnnl(in[0].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
   return ts__softmax_fwd_ref(in[0].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
@@ -33,6 +36,9 @@ static int run_softmax(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *
 static int run_softmax_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t o, l, i;
   split_axis(&in[1].shape, (int)ts_attr_softmax_axis(&n->a), &o, &l, &i);
+  if (out[0].dtype != TS_F32)
+    return ts__softmax_bwd_lp(out[0].dtype, in[0].data, in[1].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a),
+                              ctx->backend == TS_BACKEND_FAST);
   if (ctx->backend == TS_BACKEND_FAST && i == 1)
     return ts__softmax_bwd_dnnl(in[0].data, in[1].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));
   return ts__softmax_bwd_ref(in[0].data, in[1].data, out[0].data, o, l, i, (int)ts_attr_softmax_log(&n->a));

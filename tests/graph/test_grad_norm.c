@@ -158,7 +158,7 @@ int main(void) {
     ts_graph_create(&g);
     x = ts_input(g, "x", TS_I32, ts_shape2(4, 6));
     g4 = ts_input(g, "gamma", TS_F32, ts_shape1(6));
-    CHECK_GRAPH_ERROR(g, ts_layernorm(g, x, g4, g4, 1e-5f), TS_ESHAPE, "layernorm", "x(4,6):i32",
+    CHECK_GRAPH_ERROR(g, ts_layernorm(g, x, g4, g4, 1e-5f), TS_EDTYPE, "layernorm", "x(4,6):i32",
                       "layernorm of i32");
     ts_graph_free(g);
   }

@@ -1,0 +1,268 @@
+/* f32 vs bf16 kernels, forward + backward, per op family, on realistic shapes, through the same
+ * kernels the FAST backend runs (f32: the f32 fast paths; bf16: the 16-bit kernels, native where
+ * docs/mixed-precision.md says so). For each family the f32 and the bf16 variant alternate in
+ * every repeat (interleaved, so drift of the machine hits both), and the median time of --reps
+ * repeats is reported: GFLOP/s for GEMM-like families (2*MACs of fwd + bwd data + bwd weights),
+ * GB/s of the tensors read and written for the memory-bound ones, and the f32/bf16 time ratio.
+ *
+ *   OMP_NUM_THREADS=2 bench_bf16 [--reps N] [family...]
+ *   families: dense conv gelu add layernorm softmax dropout (default: all)
+ *
+ * Shapes: dense = a GPT-2-small MLP matmul (B*T = 1024 tokens, 768 -> 3072); conv = a ResNet-18
+ * 3x3 layer (32,64,56,56), stride 1, pad 1; the memory-bound ops on the GPT-2 / ResNet activation
+ * sizes named in their rows. The conv family is timed twice: f32 with its default algorithm
+ * (Winograd for this layer) and f32 forced to the direct algorithm, which is what bf16 runs
+ * (oneDNN 2.6 has no bf16 Winograd). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/binary.h"
+#include "kernels/conv.h"
+#include "kernels/dnnl_ctx.h"
+#include "kernels/dropout.h"
+#include "kernels/eltwise.h"
+#include "kernels/lowp.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/softmax.h"
+#include "tessera/base.h"
+#include "tessera/tensor.h"
+
+static int g_reps = 7;
+static double g_peak = 0;
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_bf16: %s: %s\n", what, ts_last_error());
+  exit(1);
+}
+#define OK(x) \
+  do {        \
+    if ((x) != TS_OK) die(#x); \
+  } while (0)
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* A buffer of n floats in [-1,1) and its bf16 copy. */
+typedef struct {
+  float *f;
+  uint16_t *h;
+} buf;
+static buf mk(int64_t n, uint64_t seed) {
+  buf b = {ts_alloc((size_t)n * 4), ts_alloc((size_t)n * 2)};
+  if (!b.f || !b.h) die("out of memory");
+  uint64_t key = ts_hash_name("bench_bf16", seed);
+  for (int64_t i = 0; i < n; i++) b.f[i] = 2.0f * ts_rng_uniform_at(key, (uint64_t)i) - 1.0f;
+  ts__lp_from_f32(b.f, b.h, TS_BF16, n);
+  return b;
+}
+static void rel(buf *b) { ts_free(b->f), ts_free(b->h); }
+
+typedef void (*step_fn)(int bf16, void *ctx);
+
+/* Times f32 and bf16 of one family interleaved; work = FLOPs (gemm) or bytes at f32 (memory). */
+static void run(const char *name, step_fn fn, void *ctx, double work, int gemm) {
+  double t[2][64];
+  const int reps = g_reps < 64 ? g_reps : 64;
+  for (int v = 0; v < 2; v++) fn(v, ctx); /* warm-up: primitives created, pages touched */
+  for (int r = 0; r < reps; r++)
+    for (int v = 0; v < 2; v++) {
+      double t0 = ts_time_now();
+      fn(v, ctx);
+      t[v][r] = ts_time_now() - t0;
+    }
+  qsort(t[0], (size_t)reps, sizeof(double), cmpd);
+  qsort(t[1], (size_t)reps, sizeof(double), cmpd);
+  const double m32 = t[0][reps / 2], m16 = t[1][reps / 2];
+  if (gemm) {
+    const double g32 = work / m32 * 1e-9, g16 = work / m16 * 1e-9;
+    if (g16 > g_peak) g_peak = g16;
+    if (g32 > g_peak) g_peak = g32;
+    printf("%-44s f32 %8.2f ms %7.1f GFLOP/s | bf16 %8.2f ms %7.1f GFLOP/s | speedup %.2fx\n", name, m32 * 1e3,
+           g32, m16 * 1e3, g16, m32 / m16);
+  } else {
+    printf("%-44s f32 %8.2f ms %7.1f GB/s    | bf16 %8.2f ms %7.1f GB/s    | speedup %.2fx\n", name, m32 * 1e3,
+           work / m32 * 1e-9, m16 * 1e3, work / 2 / m16 * 1e-9, m32 / m16);
+  }
+  fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- dense (GPT-2 MLP) */
+typedef struct {
+  int64_t M, K, N;
+  buf x, w, b, y, dy, dx, dw;
+} dense_ctx;
+static void dense_step(int v, void *c_) {
+  dense_ctx *c = c_;
+  const int64_t M = c->M, K = c->K, N = c->N;
+  ts__mm_desc dd = {1, M, K, N, 0, 0, 1, 1};  /* dx (M,K) = dy (M,N) w (N,K) */
+  ts__mm_desc dw = {1, N, K, M, 1, 0, 1, 1};  /* dw (N,K) = dy^T (N,M) x (M,K) */
+  if (!v) {
+    OK(ts__dense_dnnl(M, N, K, c->x.f, c->w.f, c->b.f, c->y.f));
+    OK(ts__matmul_dnnl(&dd, c->dy.f, c->w.f, c->dx.f));
+    OK(ts__matmul_dnnl(&dw, c->dy.f, c->x.f, c->dw.f));
+  } else {
+    OK(ts__dense_lp_dnnl(M, N, K, TS_BF16, c->x.h, c->w.h, c->b.h, c->y.h));
+    OK(ts__matmul_lp_dnnl(&dd, TS_BF16, c->dy.h, c->w.h, c->dx.h));
+    OK(ts__matmul_lp_dnnl(&dw, TS_BF16, c->dy.h, c->x.h, c->dw.h));
+  }
+}
+static void bench_dense(void) {
+  dense_ctx c;
+  memset(&c, 0, sizeof c);
+  c.M = 1024, c.K = 768, c.N = 3072;
+  c.x = mk(c.M * c.K, 1), c.w = mk(c.N * c.K, 2), c.b = mk(c.N, 3), c.y = mk(c.M * c.N, 4);
+  c.dy = mk(c.M * c.N, 5), c.dx = mk(c.M * c.K, 6), c.dw = mk(c.N * c.K, 7);
+  run("dense (1024,768)->3072 fwd+bwd", dense_step, &c, 3 * 2.0 * c.M * c.N * c.K, 1);
+  rel(&c.x), rel(&c.w), rel(&c.b), rel(&c.y), rel(&c.dy), rel(&c.dx), rel(&c.dw);
+}
+
+/* ---------------------------------------------------------------- conv (ResNet-18 3x3) */
+typedef struct {
+  ts__conv_desc d;
+  buf x, w, y, dy, dx, dw;
+} conv_ctx;
+static void conv_step(int v, void *c_) {
+  conv_ctx *c = c_;
+  if (!v) {
+    OK(ts__conv2d_fwd_dnnl(&c->d, c->x.f, c->w.f, NULL, c->y.f));
+    OK(ts__conv2d_bwd_data_dnnl(&c->d, c->dy.f, c->w.f, c->dx.f));
+    OK(ts__conv2d_bwd_weight_dnnl(&c->d, c->x.f, c->dy.f, c->dw.f, NULL));
+  } else {
+    OK(ts__conv2d_fwd_lp(&c->d, TS_BF16, 1, c->x.h, c->w.h, NULL, c->y.h));
+    OK(ts__conv2d_bwd_data_lp(&c->d, TS_BF16, 1, c->dy.h, c->w.h, c->dx.h));
+    OK(ts__conv2d_bwd_weight_lp(&c->d, TS_BF16, 1, c->x.h, c->dy.h, c->dw.h, NULL));
+  }
+}
+static void bench_conv(void) {
+  conv_ctx c;
+  c.d = (ts__conv_desc){32, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1};
+  const int64_t nx = 32 * 64 * 56 * 56, nw = 64 * 64 * 9;
+  c.x = mk(nx, 11), c.w = mk(nw, 12), c.y = mk(nx, 13), c.dy = mk(nx, 14), c.dx = mk(nx, 15), c.dw = mk(nw, 16);
+  printf("  conv impls: f32 fwd %s | bf16 fwd %s, bwd_data %s, bwd_weight %s\n", ts__conv_dnnl_impl(&c.d, 0),
+         ts__conv_dnnl_impl_bf16(&c.d, 0), ts__conv_dnnl_impl_bf16(&c.d, 1), ts__conv_dnnl_impl_bf16(&c.d, 2));
+  run("conv 3x3 (32,64,56,56) fwd+bwd", conv_step, &c, 3 * 2.0 * nx * 64 * 9, 1);
+  /* f32 direct (no Winograd) against the same bf16 direct kernels: the like-for-like ratio */
+  for (int k = 0; k < 3; k++) ts__conv_dnnl_set_algo(k, TS_CONV_ALG_DIRECT);
+  printf("  conv impls: f32 fwd %s (forced direct)\n", ts__conv_dnnl_impl(&c.d, 0));
+  run("conv 3x3 (32,64,56,56) fwd+bwd, f32 direct", conv_step, &c, 3 * 2.0 * nx * 64 * 9, 1);
+  for (int k = 0; k < 3; k++) ts__conv_dnnl_set_algo(k, TS_CONV_ALG_DEFAULT);
+  rel(&c.x), rel(&c.w), rel(&c.y), rel(&c.dy), rel(&c.dx), rel(&c.dw);
+}
+
+/* ---------------------------------------------------------------- memory-bound families */
+typedef struct {
+  int64_t n, R, D;
+  buf a, b, c, d, e, f;
+  float *m, *v;
+} mem_ctx;
+
+static void gelu_step(int v, void *c_) {
+  mem_ctx *c = c_;
+  if (!v) {
+    OK(ts__eltwise_fwd_dnnl(TS_ELT_GELU_TANH, 0, 0, c->a.f, c->b.f, c->n));
+    OK(ts__eltwise_bwd_dnnl(TS_ELT_GELU_TANH, 0, 0, 0, c->c.f, c->a.f, c->d.f, c->n));
+  } else {
+    OK(ts__eltwise_fwd_lp(TS_ELT_GELU_TANH, 0, 0, TS_BF16, 1, c->a.h, c->b.h, c->n));
+    OK(ts__eltwise_bwd_lp(TS_ELT_GELU_TANH, 0, 0, 0, TS_BF16, 1, c->c.h, c->a.h, c->d.h, c->n));
+  }
+}
+static void add_step(int v, void *c_) {
+  mem_ctx *c = c_;
+  const ts_shape s = ts_shape1(c->n);
+  if (!v) OK(ts__binary_ref(0, c->a.f, &s, c->b.f, &s, c->c.f, &s));
+  else OK(ts__binary_lp(0, TS_BF16, c->a.h, &s, c->b.h, &s, c->c.h, &s));
+}
+static void ln_step(int v, void *c_) {
+  mem_ctx *c = c_;
+  if (!v) {
+    OK(ts__layernorm_fwd_dnnl(c->a.f, c->e.f, c->f.f, c->b.f, c->m, c->v, c->R, c->D, 1e-5f));
+    OK(ts__layernorm_bwd_dnnl(c->c.f, c->a.f, c->e.f, c->m, c->v, c->d.f, c->f.f, c->f.f + c->D, c->R, c->D, 1e-5f));
+  } else {
+    OK(ts__layernorm_fwd_lp(TS_BF16, TS_F32, c->a.h, c->e.f, c->f.f, c->b.h, c->m, c->v, c->R, c->D, 1e-5f, 1));
+    OK(ts__layernorm_bwd_lp(TS_BF16, TS_F32, c->c.h, c->a.h, c->e.f, c->m, c->v, c->d.h, c->f.f, c->f.f + c->D, c->R,
+                            c->D, 1e-5f, 1));
+  }
+}
+static void softmax_step(int v, void *c_) {
+  mem_ctx *c = c_;
+  if (!v) {
+    OK(ts__softmax_fwd_dnnl(c->a.f, c->b.f, c->R, c->D, 1, 0));
+    OK(ts__softmax_bwd_dnnl(c->c.f, c->b.f, c->d.f, c->R, c->D, 1, 0));
+  } else {
+    OK(ts__softmax_fwd_lp(TS_BF16, c->a.h, c->b.h, c->R, c->D, 1, 0, 1));
+    OK(ts__softmax_bwd_lp(TS_BF16, c->c.h, c->b.h, c->d.h, c->R, c->D, 1, 0, 1));
+  }
+}
+static void dropout_step(int v, void *c_) {
+  mem_ctx *c = c_;
+  if (!v) {
+    OK(ts__dropout_ref(c->a.f, c->b.f, (size_t)c->n, 0.1f, 1, 2, 0));
+    OK(ts__dropout_ref(c->c.f, c->d.f, (size_t)c->n, 0.1f, 1, 2, 0));
+  } else {
+    OK(ts__dropout_lp(TS_BF16, c->a.h, c->b.h, (size_t)c->n, 0.1f, 1, 2, 0));
+    OK(ts__dropout_lp(TS_BF16, c->c.h, c->d.h, (size_t)c->n, 0.1f, 1, 2, 0));
+  }
+}
+static void bench_mem(const char *fam) {
+  mem_ctx c;
+  memset(&c, 0, sizeof c);
+  const int is_ln = !strcmp(fam, "layernorm"), is_sm = !strcmp(fam, "softmax");
+  c.R = is_ln ? 1024 : 4096, c.D = is_ln ? 768 : 1024;
+  c.n = is_ln ? c.R * c.D : is_sm ? c.R * c.D : !strcmp(fam, "add") ? 32 * 64 * 56 * 56 : 1024 * 3072;
+  c.a = mk(c.n, 21), c.b = mk(c.n, 22), c.c = mk(c.n, 23), c.d = mk(c.n, 24);
+  c.e = mk(c.D, 25), c.f = mk(3 * c.D, 26);
+  c.m = ts_alloc((size_t)c.R * 4), c.v = ts_alloc((size_t)c.R * 4);
+  const double B = 4.0 * (double)c.n; /* bytes of one f32 tensor */
+  char name[96];
+  if (!strcmp(fam, "gelu")) {
+    snprintf(name, sizeof name, "gelu_tanh (1024,3072) fwd+bwd");
+    run(name, gelu_step, &c, 5 * B, 0); /* fwd x->y, bwd dy,x->dx */
+  } else if (!strcmp(fam, "add")) {
+    snprintf(name, sizeof name, "add residual (32,64,56,56)");
+    run(name, add_step, &c, 3 * B, 0);
+  } else if (is_ln) {
+    snprintf(name, sizeof name, "layernorm (1024,768) fwd+bwd");
+    run(name, ln_step, &c, 5 * B, 0);
+  } else if (is_sm) {
+    snprintf(name, sizeof name, "softmax (4096,1024) fwd+bwd");
+    run(name, softmax_step, &c, 5 * B, 0);
+  } else {
+    snprintf(name, sizeof name, "dropout (1024,3072) fwd+bwd");
+    run(name, dropout_step, &c, 4 * B, 0);
+  }
+  rel(&c.a), rel(&c.b), rel(&c.c), rel(&c.d), rel(&c.e), rel(&c.f);
+  ts_free(c.m), ts_free(c.v);
+}
+
+int main(int argc, char **argv) {
+  const char *fams[16];
+  int nf = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
+    else if (nf < 16) fams[nf++] = argv[i];
+  }
+  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout"};
+  if (!nf)
+    for (nf = 0; nf < 7; nf++) fams[nf] = all[nf];
+  if (g_reps < 1) g_reps = 1;
+  printf("bench_bf16: median of %d interleaved repeats; memory-bound GB/s count the bytes each variant moves\n",
+         g_reps);
+  for (int i = 0; i < nf; i++) {
+    if (!strcmp(fams[i], "dense")) bench_dense();
+    else if (!strcmp(fams[i], "conv")) bench_conv();
+    else if (!strcmp(fams[i], "gelu") || !strcmp(fams[i], "add") || !strcmp(fams[i], "layernorm") ||
+             !strcmp(fams[i], "softmax") || !strcmp(fams[i], "dropout"))
+      bench_mem(fams[i]);
+    else {
+      fprintf(stderr, "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout)\n", fams[i]);
+      return 2;
+    }
+  }
+  if (g_peak > 0) printf("measured peak (best GEMM-like rate above): %.1f GFLOP/s\n", g_peak);
+  ts__dnnl_cache_clear();
+  return 0;
+}

@@ -1,0 +1,152 @@
+/* 16-bit (bf16, f16) layer norm: native row loops that read x/dy in 16-bit, compute in f32 (row
+ * sums flushed to double as the f32 kernel does) and write y/dx in 16-bit once, so the traffic
+ * of this memory-bound op halves. gamma/beta are f32 or x's dtype (widened once, D values);
+ * mean/var are f32; dgamma/dbeta have gamma's dtype. Batch norm's 16-bit path converts around
+ * the f32 kernels (src/runtime/run_lowp.c). */
+#include <omp.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ksum.h"
+#include "lowp.h"
+#include "norm.h"
+#include "tessera/base.h"
+
+#define PAR_MIN 16384
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static const void *row(const void *base, ts_dtype dt, int64_t r, int64_t D) {
+  return (const char *)base + (size_t)(r * D) * ts_dtype_size(dt);
+}
+
+// x (R,D) dt, gamma, beta (D) gdt -> y (R,D) dt, mean, var (R) f32
+int ts__layernorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma,
+                         const void *beta, void *y, float *mean, float *var, int64_t R, int64_t D,
+                         float eps, int dnnl) {
+  if (R < 0 || D < 1)
+    return ts_error_set(TS_ESHAPE, "layernorm (16-bit): bad dims R=%lld D=%lld", (long long)R, (long long)D);
+  float *gb = malloc((size_t)(2 * D) * sizeof(float));
+  if (!gb) return ts_error_set(TS_ENOMEM, "layernorm (16-bit): out of memory");
+  ts__lp_widen(gamma, gdt, gb, D);
+  ts__lp_widen(beta, gdt, gb + D, D);
+  if (dnnl && dt == TS_BF16) {
+    int rc = ts__layernorm_fwd_bf16_dnnl(x, gb, gb + D, y, mean, var, R, D, eps);
+    free(gb);
+    return rc;
+  }
+  int oom = 0;
+#pragma omp parallel if (R * D > PAR_MIN)
+  {
+    float *buf = malloc((size_t)D * sizeof(float));
+    if (!buf) {
+#pragma omp atomic write
+      oom = 1;
+    }
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+      if (!buf) continue;
+      ts__lp_widen(row(x, dt, r, D), dt, buf, D);
+      const float m = (float)(ts__sum_run(buf, D) / (double)D);
+      double sq = 0;
+      for (int64_t j0 = 0; j0 < D; j0 += TS__SUM_CHUNK) {
+        const int64_t j1 = min64(D, j0 + TS__SUM_CHUNK);
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = j0; j < j1; j++) s += (buf[j] - m) * (buf[j] - m);
+        sq += s;
+      }
+      const float v = (float)(sq / (double)D), rs = 1.0f / sqrtf(v + eps);
+#pragma omp simd
+      for (int64_t j = 0; j < D; j++) buf[j] = (buf[j] - m) * rs * gb[j] + gb[D + j];
+      ts__lp_narrow(buf, (char *)y + (size_t)(r * D) * ts_dtype_size(dt), dt, D);
+      mean[r] = m;
+      var[r] = v;
+    }
+    free(buf);
+  }
+  free(gb);
+  return oom ? ts_error_set(TS_ENOMEM, "layernorm (16-bit): out of memory for row buffers") : TS_OK;
+}
+
+// dy, x (R,D) dt, gamma (D) gdt, mean, var (R) f32 -> dx (R,D) dt, dgamma, dbeta (D) gdt
+int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x,
+                         const void *gamma, const float *mean, const float *var, void *dx,
+                         void *dgamma, void *dbeta, int64_t R, int64_t D, float eps, int dnnl) {
+  if (R < 0 || D < 1)
+    return ts_error_set(TS_ESHAPE, "layernorm_bwd (16-bit): bad dims R=%lld D=%lld", (long long)R, (long long)D);
+  int T = R * D > PAR_MIN ? omp_get_max_threads() : 1;
+  if (T > R) T = R > 0 ? (int)R : 1;
+  /* per-thread partial dgamma/dbeta (double), combined in thread order: deterministic */
+  double *part = calloc((size_t)T * 2 * (size_t)D, sizeof(double));
+  float *gm = malloc((size_t)D * sizeof(float)), *out = malloc((size_t)(2 * D) * sizeof(float));
+  if (!part || !gm || !out) {
+    free(part), free(gm), free(out);
+    return ts_error_set(TS_ENOMEM, "layernorm_bwd (16-bit): out of memory");
+  }
+  ts__lp_widen(gamma, gdt, gm, D);
+  if (dnnl && dt == TS_BF16) {
+    int rc = ts__layernorm_bwd_bf16_dnnl(dy, x, gm, mean, var, dx, out, out + D, R, D, eps);
+    if (rc == TS_OK) {
+      ts__lp_narrow(out, dgamma, gdt, D);
+      ts__lp_narrow(out + D, dbeta, gdt, D);
+    }
+    free(part), free(gm), free(out);
+    return rc;
+  }
+  int nt_used = 1, oom = 0;
+#pragma omp parallel num_threads(T) if (T > 1)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (t == 0) nt_used = nt;
+    double *dg = part + (size_t)t * 2 * (size_t)D, *db = dg + D;
+    float *g = malloc((size_t)(2 * D) * sizeof(float)), *p = g ? g + D : NULL;
+    if (!g) {
+#pragma omp atomic write
+      oom = 1;
+    }
+    const int64_t r0 = R * t / nt, r1 = R * (t + 1) / nt;
+    for (int64_t r = r0; g && r < r1; r++) {
+      ts__lp_widen(row(dy, dt, r, D), dt, g, D);
+      ts__lp_widen(row(x, dt, r, D), dt, p, D);
+      const float m = mean[r], rs = 1.0f / sqrtf(var[r] + eps);
+      double sg = 0, sgx = 0;
+      for (int64_t j0 = 0; j0 < D; j0 += TS__SUM_CHUNK) {
+        const int64_t j1 = min64(D, j0 + TS__SUM_CHUNK);
+        float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t j = j0; j < j1; j++) {
+          const float gg = g[j] * gm[j];
+          a += gg;
+          b += gg * (p[j] - m);
+        }
+        sg += a;
+        sgx += b;
+      }
+      const float mg = (float)(sg / (double)D), mgx = (float)(sgx * rs / (double)D);
+#pragma omp simd
+      for (int64_t j = 0; j < D; j++) {
+        const float xh = (p[j] - m) * rs;
+        dg[j] += (double)(g[j] * xh);
+        db[j] += (double)g[j];
+        p[j] = rs * (g[j] * gm[j] - mg - xh * mgx); /* dx, in place of x */
+      }
+      ts__lp_narrow(p, (char *)dx + (size_t)(r * D) * ts_dtype_size(dt), dt, D);
+    }
+    free(g);
+  }
+  for (int64_t j = 0; j < D; j++) {
+    double a = 0, b = 0;
+    for (int t = 0; t < nt_used; t++) {
+      a += part[(size_t)t * 2 * (size_t)D + (size_t)j];
+      b += part[(size_t)t * 2 * (size_t)D + (size_t)D + (size_t)j];
+    }
+    out[j] = (float)a;
+    out[D + j] = (float)b;
+  }
+  ts__lp_narrow(out, dgamma, gdt, D);
+  ts__lp_narrow(out + D, dbeta, gdt, D);
+  free(part), free(gm), free(out);
+  return oom ? ts_error_set(TS_ENOMEM, "layernorm_bwd (16-bit): out of memory for row buffers") : TS_OK;
+}

@@ -1,0 +1,94 @@
+/* 16-bit conv kernels (conv_dnnl.c: ts__conv2d_*_lp) against the f32 oneDNN kernels on the same
+ * inputs (drawn in [-1,1) and rounded to the 16-bit dtype): forward (with bias), backward data,
+ * backward weights (with bias gradient), for bf16 (oneDNN native and ref converted) and f16
+ * (converted both ways). Tolerance, with R = C*KH*KW (fwd), O*KH*KW/stride^2 (bwd data) or
+ * N*OH*OW (bwd weights) terms per output:
+ *   |a - b| <= 1e-2 * (1 + sqrt(R)/4) + 1e-2 |b|   bf16 (R up to 576 here)
+ * and a tenth of that for f16. The bf16 fast path must really be bf16 (impl name checked), and a
+ * corrupted output must fail the comparison. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/dnnl_ctx.h"
+#include "kernels/lowp.h"
+#include "test_util.h"
+
+static uint64_t seed = 11;
+
+static void *to16(float *x, int64_t n, ts_dtype dt) {
+  uint16_t *h = malloc((size_t)n * 2);
+  ts__lp_from_f32(x, h, dt, n);
+  ts__lp_to_f32(h, dt, x, n);
+  return h;
+}
+
+static void cmp16(const void *h, ts_dtype dt, const float *ref, int64_t n, int64_t R, const char *what) {
+  float *f = malloc((size_t)n * 4);
+  ts__lp_to_f32(h, dt, f, n);
+  const double s = dt == TS_BF16 ? 1 : 0.1;
+  CHECK_CLOSE(f, ref, (size_t)n, s * 1e-2 * (1 + sqrt((double)R) / 4), s * 1e-2, what);
+  f[n / 2] += 1.f + fabsf(ref[n / 2]);
+  CHECK(ts_test_close(f, ref, (size_t)n, s * 1e-2 * (1 + sqrt((double)R) / 4), s * 1e-2, NULL) > 1.0);
+  free(f);
+}
+
+static void check(ts_dtype dt, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t K,
+                  int64_t s, int64_t p, int64_t g) {
+  ts__conv_desc d = {N, C, H, W, O, K, K, 0, 0, s, s, p, p, 1, 1, g};
+  d.OH = ts__conv_out_size(H, K, s, p, 1), d.OW = ts__conv_out_size(W, K, s, p, 1);
+  const int64_t nx = N * C * H * W, nw = O * (C / g) * K * K, ny = N * O * d.OH * d.OW;
+  float *x = malloc((size_t)nx * 4), *w = malloc((size_t)nw * 4), *b = malloc((size_t)O * 4),
+        *dy = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4), *dx = malloc((size_t)nx * 4),
+        *dw = malloc((size_t)nw * 4), *db = malloc((size_t)O * 4);
+  ts_test_fill(x, (size_t)nx, seed++, -1, 1);
+  ts_test_fill(w, (size_t)nw, seed++, -1, 1);
+  ts_test_fill(b, (size_t)O, seed++, -1, 1);
+  ts_test_fill(dy, (size_t)ny, seed++, -1, 1);
+  void *x16 = to16(x, nx, dt), *w16 = to16(w, nw, dt), *b16 = to16(b, O, dt), *dy16 = to16(dy, ny, dt);
+  CHECK_OK(ts__conv2d_fwd_dnnl(&d, x, w, b, y));
+  CHECK_OK(ts__conv2d_bwd_data_dnnl(&d, dy, w, dx));
+  CHECK_OK(ts__conv2d_bwd_weight_dnnl(&d, x, dy, dw, db));
+  uint16_t *y16 = malloc((size_t)ny * 2), *dx16 = malloc((size_t)nx * 2), *dw16 = malloc((size_t)nw * 2),
+           *db16 = malloc((size_t)O * 2);
+  for (int dn = 0; dn < 2; dn++) {
+    char what[200];
+    snprintf(what, sizeof what, "conv %s %s N%lld C%lld %lldx%lld O%lld K%lld s%lld p%lld g%lld", ts_dtype_name(dt),
+             dn ? "dnnl" : "ref", (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)K,
+             (long long)s, (long long)p, (long long)g);
+    char w2[240];
+    CHECK_OK(ts__conv2d_fwd_lp(&d, dt, dn, x16, w16, b16, y16));
+    snprintf(w2, sizeof w2, "%s: fwd", what);
+    cmp16(y16, dt, y, ny, C / g * K * K, w2);
+    CHECK_OK(ts__conv2d_bwd_data_lp(&d, dt, dn, dy16, w16, dx16));
+    snprintf(w2, sizeof w2, "%s: bwd data", what);
+    cmp16(dx16, dt, dx, nx, O / g * K * K, w2);
+    CHECK_OK(ts__conv2d_bwd_weight_lp(&d, dt, dn, x16, dy16, dw16, db16));
+    snprintf(w2, sizeof w2, "%s: bwd weights", what);
+    cmp16(dw16, dt, dw, nw, N * d.OH * d.OW, w2);
+    snprintf(w2, sizeof w2, "%s: bias gradient", what);
+    cmp16(db16, dt, db, O, N * d.OH * d.OW, w2);
+  }
+  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db);
+  free(x16), free(w16), free(b16), free(dy16), free(y16), free(dx16), free(dw16), free(db16);
+}
+
+int main(void) {
+  const ts_dtype dts[2] = {TS_BF16, TS_F16};
+  for (int i = 0; i < 2; i++) {
+    check(dts[i], 2, 3, 9, 9, 8, 3, 1, 1, 1);   /* RGB stem-like */
+    check(dts[i], 2, 64, 8, 8, 64, 3, 1, 1, 1); /* ResNet 3x3 (R = 576) */
+    check(dts[i], 2, 16, 8, 8, 32, 1, 2, 0, 1); /* 1x1 stride-2 downsample */
+    check(dts[i], 1, 8, 7, 7, 8, 3, 1, 1, 4);   /* grouped */
+  }
+  /* the bf16 fast path is native bf16, not a conversion */
+  ts__conv_desc d = {2, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
+  for (int dir = 0; dir < 3; dir++) {
+    const char *impl = ts__conv_dnnl_impl_bf16(&d, dir);
+    printf("bf16 conv dir %d: %s\n", dir, impl);
+    CHECK_MSG(impl[0] != 0 && strstr(impl, "ref") == NULL, "dir %d impl '%s'", dir, impl);
+  }
+  ts__dnnl_cache_clear();
+  return ts_test_finish("test_conv_bf16");
+}
