@@ -523,14 +523,15 @@ static ts__dnnl_prim *ln_prim(int bwd, int64_t R, int64_t D, float eps, dnnl_dat
   return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
 }
 
+/* The oneDNN layer normalisation of x/y (and dy/dx) in dt (f32 or bf16); gamma, beta, the
+ * statistics and dgamma/dbeta f32. `what` names the op in errors. */
 // x (R,D), gamma, beta (D) -> y (R,D), mean, var (R)
-int ts__layernorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *y,
-                           float *mean, float *var, int64_t R, int64_t D, float eps) {
-  int rc = ln_check("layernorm", R, D);
-  if (rc) return rc;
-  if (R == 0) return TS_OK;
-  ts__dnnl_prim *p = ln_prim(0, R, D, eps, dnnl_f32);
-  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm forward");
+static int ln_fwd_dnnl(const void *x, const float *gamma, const float *beta, void *y, float *mean, float *var,
+                       int64_t R, int64_t D, float eps, dnnl_data_type_t dt, const char *what) {
+  int rc = ln_check(what, R, D);
+  if (rc || R == 0) return rc;
+  ts__dnnl_prim *p = ln_prim(0, R, D, eps, dt);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "%s forward", what);
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
                              {DNNL_ARG_DST, ts__dnnl_mem(md, y)},
@@ -538,22 +539,22 @@ int ts__layernorm_fwd_dnnl(const float *x, const float *gamma, const float *beta
                              {DNNL_ARG_SHIFT, vec_mem(D, beta)},
                              {DNNL_ARG_MEAN, vec_mem(R, mean)},
                              {DNNL_ARG_VARIANCE, vec_mem(R, var)}};
-  return ts__dnnl_run(p, 6, args, "layernorm forward");
+  return ts__dnnl_run(p, 6, args, what);
 }
 
 // dy, x (R,D), gamma (D), mean, var (R) -> dx (R,D), dgamma, dbeta (D)
-int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
-                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t R,
-                           int64_t D, float eps) {
-  int rc = ln_check("layernorm_bwd", R, D);
+static int ln_bwd_dnnl(const void *dy, const void *x, const float *gamma, const float *mean, const float *var,
+                       void *dx, float *dgamma, float *dbeta, int64_t R, int64_t D, float eps, dnnl_data_type_t dt,
+                       const char *what) {
+  int rc = ln_check(what, R, D);
   if (rc) return rc;
   if (R == 0) {
     memset(dgamma, 0, sizeof(float) * (size_t)D);
     memset(dbeta, 0, sizeof(float) * (size_t)D);
     return TS_OK;
   }
-  ts__dnnl_prim *p = ln_prim(1, R, D, eps, dnnl_f32);
-  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm backward");
+  ts__dnnl_prim *p = ln_prim(1, R, D, eps, dt);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "%s", what);
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
                              {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
@@ -564,7 +565,18 @@ int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                              {DNNL_ARG_SHIFT, vec_mem(D, gamma)}, /* required, unused */
                              {DNNL_ARG_DIFF_SCALE, vec_mem(D, dgamma)},
                              {DNNL_ARG_DIFF_SHIFT, vec_mem(D, dbeta)}};
-  return ts__dnnl_run(p, 9, args, "layernorm backward");
+  return ts__dnnl_run(p, 9, args, what);
+}
+
+int ts__layernorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *y,
+                           float *mean, float *var, int64_t R, int64_t D, float eps) {
+  return ln_fwd_dnnl(x, gamma, beta, y, mean, var, R, D, eps, dnnl_f32, "layernorm");
+}
+
+int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
+                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t R,
+                           int64_t D, float eps) {
+  return ln_bwd_dnnl(dy, x, gamma, mean, var, dx, dgamma, dbeta, R, D, eps, dnnl_f32, "layernorm_bwd");
 }
 
 /* ---------------- oneDNN, bf16 x/y (norm.h) ---------------- */
@@ -572,42 +584,12 @@ int ts__layernorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
 // x (R,D) bf16, gamma, beta (D) f32 -> y (R,D) bf16, mean, var (R) f32
 int ts__layernorm_fwd_bf16_dnnl(const void *x, const float *gamma, const float *beta, void *y,
                                 float *mean, float *var, int64_t R, int64_t D, float eps) {
-  int rc = ln_check("layernorm (bf16)", R, D);
-  if (rc || R == 0) return rc;
-  ts__dnnl_prim *p = ln_prim(0, R, D, eps, dnnl_bf16);
-  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm forward (bf16)");
-  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
-  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
-                             {DNNL_ARG_DST, ts__dnnl_mem(md, y)},
-                             {DNNL_ARG_SCALE, vec_mem(D, gamma)},
-                             {DNNL_ARG_SHIFT, vec_mem(D, beta)},
-                             {DNNL_ARG_MEAN, vec_mem(R, mean)},
-                             {DNNL_ARG_VARIANCE, vec_mem(R, var)}};
-  return ts__dnnl_run(p, 6, args, "layernorm forward (bf16)");
+  return ln_fwd_dnnl(x, gamma, beta, y, mean, var, R, D, eps, dnnl_bf16, "layernorm (bf16)");
 }
 
 // dy, x (R,D) bf16, gamma (D) f32, mean, var (R) f32 -> dx (R,D) bf16, dgamma, dbeta (D) f32
 int ts__layernorm_bwd_bf16_dnnl(const void *dy, const void *x, const float *gamma, const float *mean,
                                 const float *var, void *dx, float *dgamma, float *dbeta, int64_t R,
                                 int64_t D, float eps) {
-  int rc = ln_check("layernorm_bwd (bf16)", R, D);
-  if (rc) return rc;
-  if (R == 0) {
-    memset(dgamma, 0, sizeof(float) * (size_t)D);
-    memset(dbeta, 0, sizeof(float) * (size_t)D);
-    return TS_OK;
-  }
-  ts__dnnl_prim *p = ln_prim(1, R, D, eps, dnnl_bf16);
-  if (!p) return ts_error_wrap(TS_EBACKEND, "layernorm backward (bf16)");
-  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
-  dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
-                             {DNNL_ARG_DIFF_DST, ts__dnnl_mem(md, (void *)dy)},
-                             {DNNL_ARG_DIFF_SRC, ts__dnnl_mem(md, dx)},
-                             {DNNL_ARG_MEAN, vec_mem(R, mean)},
-                             {DNNL_ARG_VARIANCE, vec_mem(R, var)},
-                             {DNNL_ARG_SCALE, vec_mem(D, gamma)},
-                             {DNNL_ARG_SHIFT, vec_mem(D, gamma)}, /* required, unused */
-                             {DNNL_ARG_DIFF_SCALE, vec_mem(D, dgamma)},
-                             {DNNL_ARG_DIFF_SHIFT, vec_mem(D, dbeta)}};
-  return ts__dnnl_run(p, 9, args, "layernorm backward (bf16)");
+  return ln_bwd_dnnl(dy, x, gamma, mean, var, dx, dgamma, dbeta, R, D, eps, dnnl_bf16, "layernorm_bwd (bf16)");
 }
