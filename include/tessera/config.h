@@ -37,7 +37,7 @@ extern "C" {
 
 #define TS_CFG_MAX_LIST 16       /* elements of a list-valued key */
 #define TS_CFG_MAX_TRANSFORMS 16 /* transforms per list */
-#define TS_CFG_MAX_STRATEGIES 64 /* operator strategies in parallel.strategies */
+#define TS_CFG_MAX_STRATEGIES 256 /* operator strategies in parallel.strategies */
 #define TS_CFG_PATH_MAX 1024     /* bytes of a path-valued key, NUL included */
 #define TS_CFG_NAME_MAX 64       /* bytes of a short string key, NUL included */
 #define TS_CFG_MAX_KEYS 256      /* keys the table may have (ts_config.given) */
