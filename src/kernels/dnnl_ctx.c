@@ -158,3 +158,10 @@ int ts__dnnl_run(ts__dnnl_prim *p, int nargs, dnnl_exec_arg_t *args, const char 
     if (args[i].memory) dnnl_memory_destroy(args[i].memory);
   return rc;
 }
+
+int ts__dnnl_md3(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int trans, dnnl_data_type_t dt) {
+  dnnl_dims_t dims = {batch, rows, cols};
+  dnnl_dims_t strides = {rows * cols, trans ? 1 : cols, trans ? rows : 1};
+  return ts__dnnl_check(dnnl_memory_desc_init_by_strides(md, 3, dims, dt, strides),
+                        dt == dnnl_bf16 ? "bf16 matmul memory descriptor" : "matmul memory descriptor");
+}

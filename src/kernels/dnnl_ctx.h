@@ -38,5 +38,8 @@ int ts__dnnl_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, dn
 int ts__dnnl_run(ts__dnnl_prim *p, int nargs, dnnl_exec_arg_t *args, const char *what);
 /* Turns a dnnl status into TS_OK / TS_EBACKEND with a message naming `what`. */
 int ts__dnnl_check(dnnl_status_t st, const char *what);
+/* A 3-D (batch, rows, cols) descriptor of type dt of a stored row-major matrix; trans: the memory
+ * holds the (cols, rows) matrix, so the logical view gets swapped strides (matmul operands). */
+int ts__dnnl_md3(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int trans, dnnl_data_type_t dt);
 
 #endif

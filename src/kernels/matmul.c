@@ -105,15 +105,6 @@ typedef struct {
   int32_t ta, tb, ab, bb;
 } mm_key;
 
-/* 3-D (batch, rows, cols) descriptor of a stored matrix; trans means the memory holds the
- * (cols, rows) matrix, so the logical view gets swapped strides. */
-static int md3(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int trans) {
-  dnnl_dims_t dims = {batch, rows, cols};
-  dnnl_dims_t strides = {rows * cols, trans ? 1 : cols, trans ? rows : 1};
-  return ts__dnnl_check(dnnl_memory_desc_init_by_strides(md, 3, dims, dnnl_f32, strides),
-                        "matmul memory descriptor");
-}
-
 static int matmul_prim(const ts__mm_desc *d, ts__dnnl_prim **out, dnnl_memory_desc_t *mds) {
   mm_key key;
   memset(&key, 0, sizeof key);
@@ -121,9 +112,9 @@ static int matmul_prim(const ts__mm_desc *d, ts__dnnl_prim **out, dnnl_memory_de
   key.batch = d->batch, key.M = d->M, key.N = d->N, key.K = d->K;
   key.ta = d->trans_a, key.tb = d->trans_b, key.ab = d->a_batched, key.bb = d->b_batched;
   int rc;
-  if ((rc = md3(&mds[0], d->a_batched ? d->batch : 1, d->M, d->K, d->trans_a)) ||
-      (rc = md3(&mds[1], d->b_batched ? d->batch : 1, d->K, d->N, d->trans_b)) ||
-      (rc = md3(&mds[2], d->batch, d->M, d->N, 0)))
+  if ((rc = ts__dnnl_md3(&mds[0], d->a_batched ? d->batch : 1, d->M, d->K, d->trans_a, dnnl_f32)) ||
+      (rc = ts__dnnl_md3(&mds[1], d->b_batched ? d->batch : 1, d->K, d->N, d->trans_b, dnnl_f32)) ||
+      (rc = ts__dnnl_md3(&mds[2], d->batch, d->M, d->N, 0, dnnl_f32)))
     return rc;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
   if (!p) {

@@ -74,14 +74,6 @@ typedef struct {
   int32_t ta, tb, ab, bb, bias, dt;
 } lp_key;
 
-/* 3-D (batch, rows, cols) bf16 descriptor of a stored matrix (trans: memory holds (cols, rows)). */
-static int md3(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int trans) {
-  dnnl_dims_t dims = {batch, rows, cols};
-  dnnl_dims_t strides = {rows * cols, trans ? 1 : cols, trans ? rows : 1};
-  return ts__dnnl_check(dnnl_memory_desc_init_by_strides(md, 3, dims, dnnl_bf16, strides),
-                        "bf16 matmul memory descriptor");
-}
-
 /* The cached bf16 matmul primitive for d (bias: a (1,1,N) bf16 broadcast); mds[0..3] get the
  * src, weights, dst and bias descriptors. NULL (error set) when oneDNN cannot make it. */
 static ts__dnnl_prim *lp_prim(const ts__mm_desc *d, int bias, dnnl_memory_desc_t *mds) {
@@ -91,9 +83,9 @@ static ts__dnnl_prim *lp_prim(const ts__mm_desc *d, int bias, dnnl_memory_desc_t
   key.batch = d->batch, key.M = d->M, key.N = d->N, key.K = d->K;
   key.ta = d->trans_a, key.tb = d->trans_b, key.ab = d->a_batched, key.bb = d->b_batched;
   key.bias = bias, key.dt = TS_BF16;
-  if (md3(&mds[0], d->a_batched ? d->batch : 1, d->M, d->K, d->trans_a) ||
-      md3(&mds[1], d->b_batched ? d->batch : 1, d->K, d->N, d->trans_b) ||
-      md3(&mds[2], d->batch, d->M, d->N, 0) || md3(&mds[3], 1, 1, d->N, 0))
+  if (ts__dnnl_md3(&mds[0], d->a_batched ? d->batch : 1, d->M, d->K, d->trans_a, dnnl_bf16) ||
+      ts__dnnl_md3(&mds[1], d->b_batched ? d->batch : 1, d->K, d->N, d->trans_b, dnnl_bf16) ||
+      ts__dnnl_md3(&mds[2], d->batch, d->M, d->N, 0, dnnl_bf16) || ts__dnnl_md3(&mds[3], 1, 1, d->N, 0, dnnl_bf16))
     return NULL;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
   if (p) return p;

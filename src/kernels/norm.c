@@ -309,6 +309,45 @@ static inline double row_sqdev(const float *x, float m, int64_t n) {
   return total;
 }
 
+// p (D), gamma, beta (D) -> q (D) (may be p), *mean, *var
+void ts__ln_fwd_row(const float *p, const float *gamma, const float *beta, float *q, int64_t D, float eps,
+                    float *mean, float *var) {
+  const float m = (float)(ts__sum_run(p, D) / (double)D);
+  const float v = (float)(row_sqdev(p, m, D) / (double)D);
+  const float rs = 1.0f / sqrtf(v + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < D; j++) q[j] = (p[j] - m) * rs * gamma[j] + beta[j];
+  *mean = m;
+  *var = v;
+}
+
+// g = dy, p = x (D), gamma (D), the row's mean and var -> q = dx (D) (may be p); dg, db (D) += the row's terms
+void ts__ln_bwd_row(const float *g, const float *p, const float *gamma, float m, float var, float eps, int64_t D,
+                    float *q, double *dg, double *db) {
+  const float rs = 1.0f / sqrtf(var + eps);
+  double sg = 0, sgx = 0;
+  for (int64_t j0 = 0; j0 < D; j0 += CHUNK) {
+    int64_t j1 = min64(D, j0 + CHUNK);
+    float a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t j = j0; j < j1; j++) {
+      float gg = g[j] * gamma[j];
+      a += gg;
+      b += gg * (p[j] - m);
+    }
+    sg += a;
+    sgx += b;
+  }
+  const float mg = (float)(sg / (double)D), mgx = (float)(sgx * rs / (double)D);
+#pragma omp simd
+  for (int64_t j = 0; j < D; j++) {
+    float xh = (p[j] - m) * rs; /* read before q[j] is written: q may be p */
+    dg[j] += (double)(g[j] * xh);
+    db[j] += (double)g[j];
+    q[j] = rs * (g[j] * gamma[j] - mg - xh * mgx);
+  }
+}
+
 static int ln_check(const char *what, int64_t R, int64_t D) {
   if (R < 0 || D < 1)
     return ts_error_set(TS_ESHAPE, "%s: bad dims R=%lld D=%lld", what, (long long)R, (long long)D);
@@ -321,17 +360,7 @@ int ts__layernorm_fwd_ref(const float *x, const float *gamma, const float *beta,
   int rc = ln_check("layernorm", R, D);
   if (rc) return rc;
 #pragma omp parallel for schedule(static) if (R * D > PAR_MIN)
-  for (int64_t r = 0; r < R; r++) {
-    const float *p = x + r * D;
-    float *q = y + r * D;
-    float m = (float)(ts__sum_run(p, D) / (double)D);
-    float v = (float)(row_sqdev(p, m, D) / (double)D);
-    float rs = 1.0f / sqrtf(v + eps);
-#pragma omp simd
-    for (int64_t j = 0; j < D; j++) q[j] = (p[j] - m) * rs * gamma[j] + beta[j];
-    mean[r] = m;
-    var[r] = v;
-  }
+  for (int64_t r = 0; r < R; r++) ts__ln_fwd_row(x + r * D, gamma, beta, y + r * D, D, eps, &mean[r], &var[r]);
   return TS_OK;
 }
 
@@ -353,32 +382,8 @@ int ts__layernorm_bwd_ref(const float *dy, const float *x, const float *gamma, c
     if (t == 0) nt_used = nt;
     double *dg = part + (size_t)t * 2 * (size_t)D, *db = dg + D;
     int64_t r0 = R * t / nt, r1 = R * (t + 1) / nt;
-    for (int64_t r = r0; r < r1; r++) {
-      const float *g = dy + r * D, *p = x + r * D;
-      float *q = dx + r * D;
-      const float m = mean[r], rs = 1.0f / sqrtf(var[r] + eps);
-      double sg = 0, sgx = 0;
-      for (int64_t j0 = 0; j0 < D; j0 += CHUNK) {
-        int64_t j1 = min64(D, j0 + CHUNK);
-        float a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t j = j0; j < j1; j++) {
-          float gg = g[j] * gamma[j];
-          a += gg;
-          b += gg * (p[j] - m);
-        }
-        sg += a;
-        sgx += b;
-      }
-      const float mg = (float)(sg / (double)D), mgx = (float)(sgx * rs / (double)D);
-#pragma omp simd
-      for (int64_t j = 0; j < D; j++) {
-        float xh = (p[j] - m) * rs;
-        q[j] = rs * (g[j] * gamma[j] - mg - xh * mgx);
-        dg[j] += (double)(g[j] * xh);
-        db[j] += (double)g[j];
-      }
-    }
+    for (int64_t r = r0; r < r1; r++)
+      ts__ln_bwd_row(dy + r * D, x + r * D, gamma, mean[r], var[r], eps, D, dx + r * D, dg, db);
   }
   for (int64_t j = 0; j < D; j++) {
     double a = 0, b = 0;

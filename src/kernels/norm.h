@@ -52,6 +52,14 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                            int64_t C, int64_t S, float eps, int training);
 
+/* One row of layer norm in f32, shared by the f32 reference and the 16-bit kernels (which widen
+ * a row, run it in place and narrow the result): forward p -> q with the row's mean and var;
+ * backward (dy g, x p) -> dx q with dgamma, dbeta accumulated into dg, db. q may be p. */
+void ts__ln_fwd_row(const float *p, const float *gamma, const float *beta, float *q, int64_t D, float eps,
+                    float *mean, float *var);
+void ts__ln_bwd_row(const float *g, const float *p, const float *gamma, float m, float var, float eps, int64_t D,
+                    float *q, double *dg, double *db);
+
 // x (R,D), gamma, beta (D) -> y (R,D), mean, var (R)
 int ts__layernorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *y,
                           float *mean, float *var, int64_t R, int64_t D, float eps);

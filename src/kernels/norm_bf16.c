@@ -15,8 +15,6 @@
 
 #define PAR_MIN 16384
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 static const void *row(const void *base, ts_dtype dt, int64_t r, int64_t D) {
   return (const char *)base + (size_t)(r * D) * ts_dtype_size(dt);
 }
@@ -48,21 +46,8 @@ int ts__layernorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *g
     for (int64_t r = 0; r < R; r++) {
       if (!buf) continue;
       ts__lp_widen(row(x, dt, r, D), dt, buf, D);
-      const float m = (float)(ts__sum_run(buf, D) / (double)D);
-      double sq = 0;
-      for (int64_t j0 = 0; j0 < D; j0 += TS__SUM_CHUNK) {
-        const int64_t j1 = min64(D, j0 + TS__SUM_CHUNK);
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = j0; j < j1; j++) s += (buf[j] - m) * (buf[j] - m);
-        sq += s;
-      }
-      const float v = (float)(sq / (double)D), rs = 1.0f / sqrtf(v + eps);
-#pragma omp simd
-      for (int64_t j = 0; j < D; j++) buf[j] = (buf[j] - m) * rs * gb[j] + gb[D + j];
+      ts__ln_fwd_row(buf, gb, gb + D, buf, D, eps, &mean[r], &var[r]);
       ts__lp_narrow(buf, (char *)y + (size_t)(r * D) * ts_dtype_size(dt), dt, D);
-      mean[r] = m;
-      var[r] = v;
     }
     free(buf);
   }
@@ -110,28 +95,7 @@ int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *
     for (int64_t r = r0; g && r < r1; r++) {
       ts__lp_widen(row(dy, dt, r, D), dt, g, D);
       ts__lp_widen(row(x, dt, r, D), dt, p, D);
-      const float m = mean[r], rs = 1.0f / sqrtf(var[r] + eps);
-      double sg = 0, sgx = 0;
-      for (int64_t j0 = 0; j0 < D; j0 += TS__SUM_CHUNK) {
-        const int64_t j1 = min64(D, j0 + TS__SUM_CHUNK);
-        float a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t j = j0; j < j1; j++) {
-          const float gg = g[j] * gm[j];
-          a += gg;
-          b += gg * (p[j] - m);
-        }
-        sg += a;
-        sgx += b;
-      }
-      const float mg = (float)(sg / (double)D), mgx = (float)(sgx * rs / (double)D);
-#pragma omp simd
-      for (int64_t j = 0; j < D; j++) {
-        const float xh = (p[j] - m) * rs;
-        dg[j] += (double)(g[j] * xh);
-        db[j] += (double)g[j];
-        p[j] = rs * (g[j] * gm[j] - mg - xh * mgx); /* dx, in place of x */
-      }
+      ts__ln_bwd_row(g, p, gm, mean[r], var[r], eps, D, p, dg, db); /* dx, in place of x */
       ts__lp_narrow(p, (char *)dx + (size_t)(r * D) * ts_dtype_size(dt), dt, D);
     }
     free(g);
