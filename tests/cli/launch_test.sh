@@ -10,10 +10,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export TMPDIR=$tmp/t OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 mkdir -p "$TMPDIR"
-# host files of the launcher of pid $1 (in $TMPDIR, or in /tmp where they used to be made)
-left() { ls -d "$TMPDIR"/tessera-hosts-"$1"* /tmp/tessera-hosts-"$1" /tmp/tessera-hosts-"$1"-* 2>/dev/null; }
+# host files of the launcher of pid $1: any in the private $TMPDIR, and those in /tmp (where they
+# used to be made) named for that pid and made since the run started (a machine's /tmp may hold a
+# stale file of an earlier job whose pid the launcher happens to reuse)
+left() {
+  ls -d "$TMPDIR"/tessera-hosts-* 2>/dev/null
+  find /tmp -maxdepth 1 -name "tessera-hosts-$1*" -newer "$tmp/mark" 2>/dev/null
+}
 # run ARGS...: runs tessera in the background (to know its pid), sets out, rc and pid
-run() { "$bin" "$@" > "$tmp/run.log" 2>&1 & pid=$!; wait $pid; rc=$?; out=$(cat "$tmp/run.log"); }
+run() { touch "$tmp/mark"; "$bin" "$@" > "$tmp/run.log" 2>&1 & pid=$!; wait $pid; rc=$?; out=$(cat "$tmp/run.log"); }
 cat > "$tmp/rt.json" <<'JSON'
 {"version": "1.0", "server_count": "1", "server_list": [
  {"server_id": "localhost", "device": [{"device_id": "0", "rank_id": "0"}, {"device_id": "1", "rank_id": "1"}]}],
@@ -36,6 +41,7 @@ for _ in \$(seq 1 300); do sleep 0.1; done
 exit 3
 EOF2
 chmod +x "$tmp/fake-mpirun"
+touch "$tmp/mark"
 "$bin" launch --rank-table "$tmp/rt.json" --mpirun "$tmp/fake-mpirun" -- --version > "$tmp/fake.log" 2>&1 &
 job=$! pid=$!
 for _ in $(seq 1 100); do [ -e "$tmp/started" ] && break; sleep 0.1; done
