@@ -138,6 +138,8 @@ typedef struct {
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
   int n_recompute_layers; /* patterns of its segments (model.recompute_layers; 0: default) */
   char recompute_layers[TS_DIST_MAX_RECOMPUTE][160];
+  int amp_level;          /* train.amp_level: ts_amp_level of the forward graphs (ts_graph_amp) */
+  ts_dtype amp_dtype;     /* its low dtype: TS_BF16 or TS_F16 */
   int dry_allocate;       /* dry runs (ts_dist_create with dry >= 1) allocate the store and the plans'
                              arenas as the job would; 0 (the default): they are sized, not allocated */
   int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1), 2 = and

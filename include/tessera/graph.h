@@ -252,6 +252,22 @@ ts_val ts_graph_grad(const ts_graph *g, ts_val v);
  * backward-data work of the first layer) or frozen parameters. Call before ts_graph_backward. */
 void ts_val_set_requires_grad(ts_graph *g, ts_val v, int requires);
 
+/* ---- mixed precision (docs/mixed-precision.md) ---- */
+/* MindSpore's amp levels: O0 f32; O1 matmul, dense, conv2d and attention in `low`; O2 the whole
+ * network in `low` except softmax/log-softmax, the loss and reductions (f32), batch/layer norm
+ * with f32 gamma/beta and statistics; O3 everything in `low`. */
+typedef enum { TS_AMP_O0 = 0, TS_AMP_O1 = 1, TS_AMP_O2 = 2, TS_AMP_O3 = 3 } ts_amp_level;
+/* A pass run on a forward graph before ts_graph_backward (and before the parallel pass, stage
+ * cuts and recompute): g is rewritten in place so that each op runs in the dtype of its class at
+ * `level` (`low` is TS_BF16 or TS_F16), with CAST nodes inserted where a float input arrives in
+ * another dtype (a temporary cast once per dtype, a leaf once per consumer; casts back to a
+ * value's 16-bit original folded away). Parameters, inputs and state keep their dtype (f32
+ * masters: their casts differentiate into f32 gradients). Node names, attributes, strategies and
+ * parameter ids are kept; handles into g from before the call are invalid except the nvals given
+ * in vals[], which are remapped (a 16-bit one, e.g. logits, is cast back to f32 first). O0 does
+ * nothing. TS_EINVAL/TS_EDTYPE for a bad level or dtype, TS_EGRAPH after backward. */
+int ts_graph_amp(ts_graph *g, int level, ts_dtype low, ts_val *vals, int nvals);
+
 /* ---- recomputation (activation checkpointing; docs/memory.md) ---- */
 typedef enum {
   TS_RECOMPUTE_NONE = 0,      /* keep every activation backward reads */

@@ -38,16 +38,28 @@ int ts__dist_graph_fail(ts_graph *g, const char *what) {
   return ts_error_set(rc, "%s: %s", what, ts_graph_error(g));
 }
 
-int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss) {
-  ts_model_info info = {d->r.rank, d->r.size, y != TS_NONE, d};
+int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val *x, ts_val *y, ts_val *logits, ts_val *loss) {
+  ts_val yv = y ? *y : TS_NONE;
+  ts_model_info info = {d->r.rank, d->r.size, yv != TS_NONE, d};
   ts_val lg = TS_NONE, ls = TS_NONE;
-  int rc = d->model.fn(nn, x, y, &info, &lg, &ls, d->model.user);
+  int rc = d->model.fn(nn, *x, yv, &info, &lg, &ls, d->model.user);
+  if (!rc && (lg == TS_NONE || (yv != TS_NONE && ls == TS_NONE)) && !ts_graph_status(nn->g))
+    rc = ts_error_set(TS_EINVAL, "model: the builder returned no %s", lg == TS_NONE ? "logits" : "loss");
+  /* mixed precision: the forward graph rewritten with casts (train.amp_level), before autodiff,
+   * the parallel pass and the stage cut see it */
+  if (!rc && !ts_graph_status(nn->g) && d->cfg.amp_level > 0) {
+    ts_val v[4] = {*x, yv, lg, ls};
+    if (!ts_graph_amp(nn->g, d->cfg.amp_level, d->cfg.amp_dtype, v, 4)) {
+      *x = v[0];
+      if (y) *y = v[1];
+      lg = v[2];
+      ls = v[3];
+    }
+  }
   if (logits) *logits = lg;
   if (loss) *loss = ls;
-  if (!rc && (lg == TS_NONE || (y != TS_NONE && ls == TS_NONE)) && !ts_graph_status(nn->g))
-    rc = ts_error_set(TS_EINVAL, "model: the builder returned no %s", lg == TS_NONE ? "logits" : "loss");
   if (rc || ts_graph_status(nn->g))
-    return rc && !ts_graph_status(nn->g) ? rc : ts__dist_graph_fail(nn->g, y != TS_NONE ? "model" : "eval model");
+    return rc && !ts_graph_status(nn->g) ? rc : ts__dist_graph_fail(nn->g, yv != TS_NONE ? "model" : "eval model");
   return TS_OK;
 }
 
@@ -144,7 +156,7 @@ static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
   ts_val logits;
   ts__dist_inputs(d, r->g, r->micro_batch, 1, &r->x, &r->y);
   if (d->vt->world && c->sync_batchnorm) ts_graph_set_batchnorm_sync(r->g, 0);
-  if ((rc = ts__dist_build_model(d, &nn, r->x, r->y, &logits, &r->loss))) return rc;
+  if ((rc = ts__dist_build_model(d, &nn, &r->x, &r->y, &logits, &r->loss))) return rc;
   /* every rank's loss is its own variable of the objective (the collectives' adjoints sum over
    * ranks): hybrid_parallel seeds 1/N and SUMs the gradients of parameters several ranks hold,
    * so data- and model-parallel copies both come out right (docs/parallel-pass.md) */
@@ -154,7 +166,7 @@ static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
   /* evaluation graph: same parameters (by name), inference mode */
   ts_nn nne = {r->ge, r->params};
   ts__dist_inputs(d, r->ge, c->eval_batch, 0, &r->xe, NULL);
-  if ((rc = ts__dist_build_model(d, &nne, r->xe, TS_NONE, &r->logits, NULL))) return rc;
+  if ((rc = ts__dist_build_model(d, &nne, &r->xe, NULL, &r->logits, NULL))) return rc;
   if ((rc = ts__dist_plans(d)) || !d->world) return rc;
   /* communicators: slot 0 every rank, then the groups a hybrid model asked for */
   for (int k = 0; k < d->ngroups && !rc; k++)

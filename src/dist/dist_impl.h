@@ -82,8 +82,10 @@ const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan);
  * replicas, and the parameters several stages hold summed over the pipeline. */
 double ts__pipe_reduce_bytes(const ts_dist *d);
 
-/* The model builder with this object's rank, size and groups. */
-int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val x, ts_val y, ts_val *logits, ts_val *loss);
+/* Calls the model builder (with this object's rank, size and groups) on *x and the targets *y
+ * (y NULL for the evaluation graph), checks it gave logits (and a loss), and runs the amp pass
+ * (cfg.amp_level), which remaps *x and *y. */
+int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val *x, ts_val *y, ts_val *logits, ts_val *loss);
 /* The input values of a graph for `rows` rows of the model's samples (y TS_NONE when !targets). */
 void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val *x, ts_val *y);
 int ts__dist_graph_fail(ts_graph *g, const char *what);

@@ -213,10 +213,10 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     ts_graph_set_batchnorm_sync(d->gg, 0); /* slot 0: the stage's replicas */
   ts_nn nn = {d->gg, d->gp};
   ts__dist_inputs(d, d->gg, r->micro_batch, 1, &x, &y);
-  if ((rc = ts__dist_build_model(d, &nn, x, y, &logits, &loss))) return rc;
+  if ((rc = ts__dist_build_model(d, &nn, &x, &y, &logits, &loss))) return rc;
   ts_nn nne = {d->gge, d->gp};
   ts__dist_inputs(d, d->gge, c->eval_batch, 0, &xe, NULL);
-  if ((rc = ts__dist_build_model(d, &nne, xe, TS_NONE, &le, NULL))) return rc;
+  if ((rc = ts__dist_build_model(d, &nne, &xe, NULL, &le, NULL))) return rc;
   r->logits_shape = ts_val_shape(d->gge, le);
   /* semi_auto inside the stages: the parallel pass cuts the whole model for the stage's ranks
    * first; the pipeline then cuts the rank's graph into pieces (every stage's ranks run the

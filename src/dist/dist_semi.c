@@ -45,10 +45,10 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
   /* the whole model, global batch */
   ts_nn nn = {d->gg, d->gp};
   ts__dist_inputs(d, d->gg, mb, 1, &x, &y);
-  if ((rc = ts__dist_build_model(d, &nn, x, y, &logits, &loss))) return rc;
+  if ((rc = ts__dist_build_model(d, &nn, &x, &y, &logits, &loss))) return rc;
   ts_nn nne = {d->gge, d->gp};
   ts__dist_inputs(d, d->gge, eb, 0, &xe, NULL);
-  if ((rc = ts__dist_build_model(d, &nne, xe, TS_NONE, &le, NULL))) return rc;
+  if ((rc = ts__dist_build_model(d, &nne, &xe, NULL, &le, NULL))) return rc;
   /* the pass: training graph by the user's strategies, evaluation graph by the ones in force */
   ts_parallel_config pc = {r->size, r->rank, d->model.strategies, c->full_batch ? 1 : 0, 0};
   if ((rc = ts_parallel_run(d->gg, d->gp, &loss, 1, NULL, &pc, &d->pp))) return ts_error_as_config(rc);

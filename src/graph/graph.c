@@ -239,7 +239,7 @@ static char *scoped_name(ts_graph *g, const char *name) {
   return s;
 }
 
-static int new_value(ts_graph *g, ts_dtype dt, ts_shape sh, ts_val_kind kind, const char *name) {
+int ts__new_value(ts_graph *g, ts_dtype dt, ts_shape sh, ts_val_kind kind, const char *name) {
   if (grow((void **)&g->vals, &g->cap_vals, g->nvals + 1, sizeof(ts__value))) {
     ts__graph_fail(g, TS_ENOMEM, "graph: out of memory adding value");
     return -1;
@@ -281,7 +281,7 @@ static ts_val leaf(ts_graph *g, const char *what, const char *name, ts_dtype dt,
                    ts_val_kind kind, int pid) {
   if (!g || g->status) return TS_NONE;
   if (check_shape(g, what, name, dt, sh)) return TS_NONE;
-  int i = new_value(g, dt, sh, kind, name);
+  int i = ts__new_value(g, dt, sh, kind, name);
   if (i < 0) return TS_NONE;
   g->vals[i].param_id = pid;
   if (kind == TS_VAL_STATE) g->vals[i].no_grad = 1;
@@ -387,7 +387,7 @@ int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const
   snprintf(nm, sizeof nm, "%s_%d", ts__ops[op].name, ni);
   n.name = scoped_name(g, nm);
   for (int k = 0; k < n.nout; k++) {
-    int v = new_value(g, odt[k], osh[k], TS_VAL_TEMP, NULL);
+    int v = ts__new_value(g, odt[k], osh[k], TS_VAL_TEMP, NULL);
     if (v < 0) {
       free(n.name);
       return -1;

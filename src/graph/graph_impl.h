@@ -73,6 +73,9 @@ void ts__ops_init(void);
 /* Records the sticky error (first wins); returns code. Message gets the node name prefix. */
 int ts__graph_fail(ts_graph *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Adds a value (a leaf unless a node's output is recorded on it): name scoped by g's scope. Returns
+ * its index or -1 (sticky error set). */
+int ts__new_value(ts_graph *g, ts_dtype dt, ts_shape sh, ts_val_kind kind, const char *name);
 /* Adds a node: runs the op's shape inference, creates outputs, returns the index of the node
  * or -1 on error (sticky error set). `ins` are value indices. */
 int ts__add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, const ts_attrs *a);

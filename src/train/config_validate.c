@@ -361,6 +361,8 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   for (int i = 0; i < cfg->model.recompute_layers.n && i < TS_DIST_MAX_RECOMPUTE; i++)
     snprintf(out->recompute_layers[out->n_recompute_layers++], sizeof out->recompute_layers[0], "%s",
              cfg->model.recompute_layers.v[i]);
+  out->amp_level = cfg->train.amp_level;
+  out->amp_dtype = cfg->train.amp_dtype == 1 ? TS_F16 : TS_BF16;
   out->optimizer_shard = cfg->parallel.optimizer_shard;
   out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
   out->shard_group = cfg->parallel.optimizer_shard_group;

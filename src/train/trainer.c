@@ -322,9 +322,6 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_dist_config dc;
   ts_strategy_set *set = NULL;
   int rc = ts_config_validate(c);
-  if (!rc && c->train.amp_level > 0) /* planned now (tessera plan), trained once issue 16 lands */
-    rc = ts_error_set(TS_EUNSUPPORTED, "train.amp_level: O%d (mixed precision) is not implemented yet for "
-                      "training (issue 16); `tessera plan` prices it; train with O0", c->train.amp_level);
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
     rc = fn ? ts_error_set(TS_ECONFIG, "parallel.mode: auto_parallel searches plans for zoo models, not models "
