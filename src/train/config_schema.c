@@ -151,10 +151,11 @@ const ts__cfg_key ts__cfg_keys[] = {
      "activation arenas as planned are checked against it before step 1 (and by tessera plan), "
      "a refusal naming the settings that cut them; 0 = no budget (docs/memory.md)"},
     {"train.amp_level", CT_ENUM, FLD(train.amp_level), "O0", amp_level_names, 0, 0, 0, 0, CF_HASH,
-     "mixed precision (issue 16; MindSpore's levels): O0 f32; O1 matmul-like ops in amp_dtype; O2 the "
-     "model in amp_dtype with f32 master weights; O3 all in amp_dtype. Planning (tessera plan) prices "
-     "O1-O3 now (GEMMs at the amp_dtype peak, activations in 2 bytes, 16 bytes per parameter with "
-     "Adam); training refuses them until mixed precision is implemented"},
+     "mixed precision (MindSpore's levels, a graph pass that inserts casts; docs/mixed-precision.md): "
+     "O0 f32; O1 matmul, dense, conv2d and attention in amp_dtype; O2 the whole model in amp_dtype "
+     "except softmax, the loss and reductions (f32), batch/layer norm with f32 gamma/beta and "
+     "statistics; O3 everything in amp_dtype. Parameters, gradients and optimizer state stay f32 "
+     "(the master weights)"},
     {"train.amp_dtype", CT_ENUM, FLD(train.amp_dtype), "bf16", amp_dtype_names, 0, 0, 0, 0, CF_HASH,
      "the low-precision dtype of train.amp_level O1-O3"},
     /* ---- optimizer ---- */

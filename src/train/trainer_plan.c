@@ -19,7 +19,6 @@ static void figures(ts_dist *d, double *param_bytes, double *arena) {
   *arena = (double)ts_plan_peak_bytes(r->plan);
 }
 
-static void amp_memory(const ts_config *k, ts_dist_memory_info *m);
 
 /* The rank's figures as the run measures them (ts_trainer_memory: the header's memory line and
  * the metrics end record), and the budget: TS_ECONFIG when they exceed train.max_memory_mb. */
@@ -40,16 +39,6 @@ static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, i
   fprintf(b, "  peak_rss_bytes       ~ %12s  (the total + a baseline of %s: this process's resident set with the "
           "data sets open, before the model is built; MPI, data workers' batches and kernel scratch come on top)\n",
           ts__human_bytes((double)(m.total_bytes + baseline), h1, sizeof h1), ts__human_bytes((double)baseline, h3, sizeof h3));
-  if (c->train.amp_level >= 2) {
-    ts_dist_memory_info a = m;
-    char h4[32], h5[32];
-    amp_memory(c, &a);
-    fprintf(b, "  planned as train.amp_level O%d (mixed precision, not trained yet): params %s, grads %s, "
-            "optimizer %s, activations %s, total %s\n", c->train.amp_level, ts__human_bytes((double)a.param_bytes, h1, sizeof h1),
-            ts__human_bytes((double)a.grad_bytes, h2, sizeof h2), ts__human_bytes((double)a.optimizer_state_bytes, h3, sizeof h3),
-            ts__human_bytes((double)(a.activation_bytes + a.eval_activation_bytes), h4, sizeof h4),
-            ts__human_bytes((double)a.total_bytes, h5, sizeof h5));
-  }
   if (!(c->train.max_memory_mb > 0)) return TS_OK;
   *refused = ts__train_memory_budget(c, &m, ndevices, 0);
   fprintf(b, "  train.max_memory_mb    %12s  %s\n", ts__human_bytes(c->train.max_memory_mb * 1048576.0, h1, sizeof h1),
@@ -259,22 +248,6 @@ static ts_dtype plan_dtype(const ts_config *k) {
   return k->train.amp_dtype == 1 ? TS_F16 : TS_BF16;
 }
 
-/* The memory of a rank built in f32 (m) as the same job in mixed precision would hold it:
- * O1 (16-bit GEMMs on f32 tensors) unchanged; O2: parameters in 2 bytes plus an f32 master copy
- * (6 bytes), gradients and their accumulation in 2 bytes, the optimizer's f32 state unchanged,
- * activations in 2 bytes -- Adam's 16 bytes per parameter of mixed-precision training (ZeRO,
- * Rajbhandari et al. 2020); O3: no master copy (2 bytes). States (batch-norm statistics) stay f32
- * inside param_bytes, a small error. */
-static void amp_memory(const ts_config *k, ts_dist_memory_info *m) {
-  if (k->train.amp_level < 2) return;
-  m->param_bytes = k->train.amp_level == 2 ? m->param_bytes / 2 * 3 : m->param_bytes / 2;
-  m->grad_bytes /= 2;
-  m->accum_bytes /= 2;
-  m->activation_bytes /= 2;
-  m->eval_activation_bytes /= 2;
-  m->total_bytes = ts_dist_memory_sum(m);
-}
-
 /* One rank of the job, built dry (sized, nothing allocated) and priced: its training graph per
  * micro-step, its memory, the gradient reduction it sends, its optimizer pass. */
 typedef struct {
@@ -324,7 +297,6 @@ static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c
     out->optimizer_s = 2.0 * (double)(out->m.param_bytes + out->m.optimizer_state_bytes) / c->mem_bandwidth +
                        (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
                        (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
-    amp_memory(k, &out->m);
   }
   dry_free(&x);
   return rc;
