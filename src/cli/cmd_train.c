@@ -82,10 +82,13 @@ int ts_cli_train(int argc, char **argv) {
                ts_trainer_world_size(t));
     char per[96] = "";
     if (mine != all) snprintf(per, sizeof per, " (%lld on rank 0)", (long long)mine);
-    printf("tessera %s: %s on %s, %lld parameters%s, %lld steps (%lld per epoch), batch %d, %s, %d threads%s\n",
+    char amp[48] = "";
+    if (cfg.train.amp_level > 0)
+      snprintf(amp, sizeof amp, ", mixed precision O%d %s", cfg.train.amp_level, cfg.train.amp_dtype ? "f16" : "bf16");
+    printf("tessera %s: %s on %s, %lld parameters%s, %lld steps (%lld per epoch), batch %d, %s%s, %d threads%s\n",
            ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name), (long long)all, per,
            (long long)ts_config_total_steps(&cfg, ts_trainer_steps_per_epoch(t)),
-           (long long)ts_trainer_steps_per_epoch(t), cfg.train.batch_size, ts_optim_kind_name(cfg.optimizer.name),
+           (long long)ts_trainer_steps_per_epoch(t), cfg.train.batch_size, ts_optim_kind_name(cfg.optimizer.name), amp,
            ts_threads_get(), where);
     ts_dist_memory_info m;
     if (ts_trainer_memory(t, &m) == TS_OK) { /* what the rank holds before step 1 (peak RSS: the metrics' end) */
