@@ -82,6 +82,8 @@ static void trainer_free(trainer *t) {
 typedef struct {
   int batch, seq; /* per-process batch; sequence length (gpt) */
   uint64_t data_seed;
+  int amp_level;      /* 0: f32; 1..3: train.amp_level O1..O3 (ts_graph_amp) */
+  ts_dtype amp_dtype; /* TS_BF16 or TS_F16 */
 } bench_model_opts;
 
 /* Builds model `name` ("resnet18", "gpt", "mlp") into *t with a random batch bound: ResNet-18
@@ -144,6 +146,11 @@ static void bench_model_build(trainer *t, const char *name, const bench_model_op
     for (int i = 0; i < B; i++) yd[i] = i % 10;
     t->inputs[0] = xd;
     t->inputs[1] = yd;
+  }
+  if (mo->amp_level > 0) { /* mixed precision: the pass the trainer runs on every forward graph */
+    ts_val v[3] = {x, y, t->loss};
+    if (ts_graph_amp(t->g, mo->amp_level, mo->amp_dtype, v, 3)) die("the amp pass");
+    x = v[0], y = v[1], t->loss = v[2];
   }
   trainer_setup(t, &oc, lr);
   if (ts_plan_bind(t->plan, x, t->inputs[0]) || ts_plan_bind(t->plan, y, t->inputs[1])) die("binding the batch");

@@ -62,7 +62,7 @@ static int worker(const options *o, int *argc, char ***argv) {
   if (ts_comm_world(&w)) die("world communicator");
   int rank = ts_comm_rank(w), size = ts_comm_size(w);
   trainer t;
-  bench_model_opts mo = {batch_of(o, o->model), o->gpt_seq, (uint64_t)rank};
+  bench_model_opts mo = {.batch = batch_of(o, o->model), .seq = o->gpt_seq, .data_seed = (uint64_t)rank};
   bench_model_build(&t, o->model, &mo);
   ts_grad_reducer *dp = NULL;
   if (size > 1 && !o->alone) {

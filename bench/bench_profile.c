@@ -41,7 +41,7 @@ static void step(trainer *t, uint64_t s, ts_prof *p) {
 
 static void bench(const char *model, int batch, int seq, int rounds, int steps, int warmup) {
   trainer t;
-  bench_model_opts mo = {batch, seq, 0};
+  bench_model_opts mo = {.batch = batch, .seq = seq};
   bench_model_build(&t, model, &mo);
   ts_prof *prof[3] = {NULL, NULL, NULL};
   ts__tprof *tp[3] = {NULL, NULL, NULL};

@@ -6,6 +6,9 @@
  *   {"name":"gpt_6l_384d_step",...}              one full training step (forward, backward,
  *                                                optimizer update); ratio = torch_ms/tessera_ms
  *   {"name":"profile","model":..,"op":..,"ms":..,"share":..}   with --profile
+ *   {"name":"gpt_6l_384d_step_amp","f32_ms":..,"amp_ms":..,"speedup":..}   with --amp O2: the
+ *                                                same model in f32 and mixed precision, steps
+ *                                                alternating
  *
  * Steps: --warmup steps, then the median of --steps individually timed steps. The PyTorch side
  * (bench/torch_step.py under /usr/bin/python3) runs in the same invocation with the same thread
@@ -28,6 +31,8 @@ typedef struct {
   int profile;
   int do_sgemm, do_resnet, do_gpt;
   int resnet_batch, gpt_batch, gpt_seq;
+  int amp_level;      /* --amp O1..O3: also time each model in mixed precision against f32 */
+  ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
   const char *torch_script;
 } options;
 
@@ -190,7 +195,7 @@ typedef struct {
 
 static void bench_resnet(const options *o, result *r) {
   trainer t;
-  bench_model_opts mo = {o->resnet_batch, 0, 0};
+  bench_model_opts mo = {.batch = o->resnet_batch};
   bench_model_build(&t, "resnet18", &mo);
   snprintf(r->name, sizeof r->name, "resnet18_cifar_b%d_step", o->resnet_batch);
   r->params = (int64_t)ts_params_numel(t.ps);
@@ -202,7 +207,7 @@ static void bench_resnet(const options *o, result *r) {
 
 static void bench_gpt(const options *o, result *r) {
   trainer t;
-  bench_model_opts mo = {o->gpt_batch, o->gpt_seq, 0};
+  bench_model_opts mo = {.batch = o->gpt_batch, .seq = o->gpt_seq};
   bench_model_build(&t, "gpt", &mo);
   snprintf(r->name, sizeof r->name, "gpt_6l_384d_step");
   r->params = (int64_t)ts_params_numel(t.ps);
@@ -210,6 +215,39 @@ static void bench_gpt(const options *o, result *r) {
   r->seq = o->gpt_seq;
   r->tessera_ms = time_training(&t, o, "gpt_6l_384d", &r->loss);
   trainer_free(&t);
+}
+
+/* ---------------------------------------------------------------- mixed precision */
+
+/* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
+ * so both see the same machine; the medians and the speedup f32/amp. */
+static void bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
+  trainer t[2];
+  for (int k = 0; k < 2; k++) {
+    bench_model_opts mo = {batch, seq, 0, k ? o->amp_level : 0, o->amp_dtype};
+    bench_model_build(&t[k], model, &mo);
+  }
+  uint64_t s = 0;
+  for (int i = 0; i < o->warmup; i++, s++)
+    for (int k = 0; k < 2; k++) train_step(&t[k], s, NULL);
+  double *ms[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
+  for (int i = 0; i < o->steps; i++, s++)
+    for (int k = 0; k < 2; k++) {
+      double t0 = ts_time_now();
+      train_step(&t[k], s, NULL);
+      ms[k][i] = (ts_time_now() - t0) * 1e3;
+    }
+  double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
+  float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
+  printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
+         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
+         name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,
+         (double)l1);
+  fflush(stdout);
+  for (int k = 0; k < 2; k++) {
+    free(ms[k]);
+    trainer_free(&t[k]);
+  }
 }
 
 /* ---------------------------------------------------------------- PyTorch */
@@ -257,7 +295,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: bench_step [--threads N] [--warmup N] [--steps N] [--gemm-reps N] [--profile]\n"
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
-          "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n");
+          "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
+          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -283,6 +322,7 @@ int main(int argc, char **argv) {
   o.resnet_batch = 64;
   o.gpt_batch = 8;
   o.gpt_seq = 256;
+  o.amp_dtype = TS_BF16;
   static char script[4096];
   const char *src = __FILE__, *slash = strrchr(src, '/');
   snprintf(script, sizeof script, "%.*storch_step.py", slash ? (int)(slash - src + 1) : 0, src);
@@ -297,6 +337,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--gpt-batch")) o.gpt_batch = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--gpt-seq")) o.gpt_seq = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--profile")) o.profile = 1;
+    else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
+    else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
+      o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;
     else if (!strcmp(a, "--torch")) o.torch = 1;
     else if (!strcmp(a, "--no-torch")) o.torch = 0;
     else if (!strcmp(a, "--torch-script") && v) o.torch_script = v, i++;
@@ -315,6 +358,13 @@ int main(int argc, char **argv) {
   if (o.do_sgemm) {
     bench_gemm("sgemm_1024", 1024, 1024, 1024, o.gemm_reps);
     bench_gemm("sgemm_4096x768x768", 4096, 768, 768, o.gemm_reps);
+  }
+
+  if (o.amp_level) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "resnet18_cifar_b%d_step", o.resnet_batch);
+    if (o.do_resnet) bench_amp(&o, "resnet18", nm, o.resnet_batch, 0);
+    if (o.do_gpt) bench_amp(&o, "gpt", "gpt_6l_384d_step", o.gpt_batch, o.gpt_seq);
   }
 
   result res[2];
