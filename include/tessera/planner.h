@@ -83,9 +83,10 @@ typedef struct {
 
 /* The time of one run of g on one device of c: each node that runs (live[i] != 0; live NULL:
  * every node) priced by its family; collectives by their group size (slot's ranks neighbouring,
- * as tensor-parallel groups are placed). dt: the dtype the graph is priced in: TS_F32 as built,
- * or TS_BF16 / TS_F16 as if it ran in mixed precision (GEMMs at the 16-bit peak, peak_flops_bf16;
- * every f32 value read, written or communicated as 2 bytes). */
+ * as tensor-parallel groups are placed). dt: TS_F32 prices the graph as built (each GEMM-like op
+ * at the peak of its own dtype: a graph rewritten by the amp pass, ts_graph_amp, is priced as it
+ * runs); TS_BF16 / TS_F16 price an f32 graph as if it all ran in 16-bit (GEMMs at
+ * peak_flops_bf16, every f32 value read, written or communicated as 2 bytes). */
 int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const char *live, ts_cost_breakdown *out);
 
 #ifdef __cplusplus

@@ -297,6 +297,10 @@ int ts__pass_resolve(ts_parallel *p, int vi, const ts_layout *to, int node) {
       lu = *to;
       for (int k = 0; k < to->ndim; k++) lu.tmap[ts_attr_permute_perm(&nd->a, k)] = to->tmap[k];
       break;
+    case TS_OP_CAST: /* element-wise: the same cut */
+    case TS_OP_COPY:
+      lu = *to;
+      break;
     case TS_OP_SPLIT:
     case TS_OP_SLICE:
       lu = *to;

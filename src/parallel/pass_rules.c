@@ -542,8 +542,9 @@ int ts__pass_node(ts_parallel *p, int ni) {
     out_replicated(p, ni);
     return set_outputs(p, ni);
   }
-  /* shape ops on a parameter whose layout is not known yet wait for the parameter's consumer */
-  if (is_view_op(nd->op) && p->v[nd->in[0]].pending) {
+  /* shape ops (and casts: mixed precision's 16-bit copy of a weight) on a parameter whose layout
+   * is not known yet wait for the parameter's consumer */
+  if ((is_view_op(nd->op) || nd->op == TS_OP_CAST || nd->op == TS_OP_COPY) && p->v[nd->in[0]].pending) {
     ns->deferred = 1;
     ns->how = TS__HOW_VIEW;
     for (int k = 0; k < nd->nout; k++) {

@@ -1,6 +1,7 @@
 /* The cost model of one rank's graph on a cluster (include/tessera/planner.h). Compute: GEMM-like
  * ops (matmul, dense, convolution and its backward, attention) at gemm_efficiency of the peak of
- * the dtype they run in, every other op by the bytes it reads and writes at mem_bandwidth (views
+ * the dtype they run in (their first input's: a graph rewritten by the amp pass is priced as it
+ * runs; dt 16-bit prices every f32 value as 16-bit, for graphs built in f32), every other op by the bytes it reads and writes at mem_bandwidth (views
  * move nothing). Collectives: the alpha-beta model of ring algorithms over their group, placed on
  * neighbouring ranks (tensor-parallel groups: inside a node while they fit). */
 #include <math.h>
@@ -47,7 +48,6 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
   memset(out, 0, sizeof *out);
   if (!c || !g) return ts_error_set(TS_EINVAL, "ts_cost_graph: no cluster or graph");
   int low = dt == TS_BF16 || dt == TS_F16;
-  double peak = low && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32;
   if (!low) dt = TS_F32;
   for (int j = 0; j < ts_graph_num_nodes(g); j++) {
     if (live && !live[j]) continue;
@@ -74,10 +74,12 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
       out->comm_s += ts_cluster_coll_time(c, (ts_cost_coll)ck, grp, ts_cluster_spans(c, grp, 1), b);
       continue;
     }
-    if (is_gemm(op)) {
+    if (is_gemm(op)) { /* at the peak of the dtype it runs in (an amp graph's own, or dt) */
       double f = ts_graph_node_flops(g, j);
+      ts_dtype nd = ts_graph_value_dtype(g, ts_graph_node_input(g, j, 0));
+      int lp = low || nd == TS_BF16 || nd == TS_F16;
       out->flops += f;
-      out->gemm_s += f / (peak * c->gemm_efficiency);
+      out->gemm_s += f / ((lp && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) * c->gemm_efficiency);
       continue;
     }
     int v0 = ts_graph_node_output(g, j, 0);

@@ -242,11 +242,6 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
 
 /* ---- the predicted step ---- */
 
-/* The dtype a config is planned in: f32, or the 16-bit dtype of train.amp_level O1-O3. */
-static ts_dtype plan_dtype(const ts_config *k) {
-  if (k->train.amp_level <= 0) return TS_F32;
-  return k->train.amp_dtype == 1 ? TS_F16 : TS_BF16;
-}
 
 /* One rank of the job, built dry (sized, nothing allocated) and priced: its training graph per
  * micro-step, its memory, the gradient reduction it sends, its optimizer pass. */
@@ -277,7 +272,7 @@ static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c
       live[j] = (char)(l > 0);
     }
     ts_cost_breakdown b;
-    if (!rc) rc = ts_cost_graph(c, g, plan_dtype(k), live, &b);
+    if (!rc) rc = ts_cost_graph(c, g, TS_F32, live, &b) /* built with the amp pass: priced as it runs */;
     free(live);
     if (rc) break;
     out->b.compute_s += b.compute_s, out->b.gemm_s += b.gemm_s, out->b.other_s += b.other_s;

@@ -75,12 +75,18 @@ if command -v mpirun >/dev/null; then
     "semi_auto_parallel (tensor parallel)|parallel: {mode: semi_auto_parallel, full_batch: true, strategies: {'transformer.h.*.attn.c_attn.dense*': '((1,1,1),(2,1),(2,))', 'transformer.h.*.attn.attention': '((1,2,1,1),(1,2,1,1),(1,2,1,1))', 'transformer.h.*.attn.c_proj.dense': '((1,1,2),(1,2))', 'transformer.h.*.mlp.c_fc.dense': '((1,1,1),(2,1))', 'transformer.h.*.mlp.c_proj.dense': '((1,1,2),(1,2))'}}"
     "pipeline (2 stages, 1f1b)|parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4}"
   )
+  # rank 0's parameter count of a 1-step f32 run of config $1 on 2 ranks ("" when the whole model)
+  mpi_plan_params() { "${mpi[@]}" "$bin" train "$1" --set train.steps=1 2>&1 | sed -n 's/.*parameters (\([0-9]*\) on rank 0).*/\1/p' | head -1; }
   for e in "${layouts[@]}"; do
     name=${e%%|*}
     gpt "$tmp/l.yaml" "${e#*|}"
     sed -i 's/steps: 40/steps: 8/; s/dropout: 0.1/dropout: 0.0/' "$tmp/l.yaml"
     out=$("${mpi[@]}" "$bin" train "$tmp/l.yaml" --set train.amp_level=O2 --set log.metrics="$tmp/l.jsonl" 2>&1); rc=$?
     worst=ok
+    # the rank holds the same part of the parameters as in f32 (the casts of a cut weight are cut too)
+    p2=$(sed -n 's/.*parameters (\([0-9]*\) on rank 0).*/\1/p' <<<"$out" | head -1)
+    p32=$(mpi_plan_params "$tmp/l.yaml")
+    [ "$p2" = "$p32" ] || worst="parameters on rank 0: $p2 at O2, $p32 in f32"
     for s in 1 4 8; do
       a=$(loss_at "$tmp/l.jsonl" $s); b=$(loss_at "$tmp/one.jsonl" $s)
       close_to "$a" "$b" 0.001 || worst="step $s: $a vs $b"
@@ -88,7 +94,7 @@ if command -v mpirun >/dev/null; then
     # and it ran in mixed precision: nearer one process at O2 than one process in f32
     d2=$(dist "$tmp/l.jsonl" "$tmp/one.jsonl"); d32=$(dist "$tmp/l.jsonl" "$tmp/one32.jsonl")
     awk -v a="$d2" -v b="$d32" 'BEGIN { exit !(a < b) }' || worst="summed distance to one process at O2 $d2, in f32 $d32"
-    if [ "$rc" = 0 ] && [ "$worst" = ok ]; then ok "$name on 2 ranks at O2: losses of steps 1, 4, 8 within 0.1% of one process at O2 ($(loss_at "$tmp/l.jsonl" 8) vs $(loss_at "$tmp/one.jsonl" 8)), nearer it than f32 (summed distances $d2 < $d32)"
+    if [ "$rc" = 0 ] && [ "$worst" = ok ]; then ok "$name on 2 ranks at O2: parameters on rank 0 ${p2:-all} as in f32; losses of steps 1, 4, 8 within 0.1% of one process at O2 ($(loss_at "$tmp/l.jsonl" 8) vs $(loss_at "$tmp/one.jsonl" 8)), nearer it than f32 (summed distances $d2 < $d32)"
     else bad "$name on 2 ranks at O2: exit $rc, $worst: $(tail -3 <<<"$out")"; fi
   done
   export OMP_NUM_THREADS=1
