@@ -36,6 +36,11 @@ typedef struct {
   double intra_bw, intra_latency; /* a device's link inside a node: bytes/s per direction, seconds */
   double inter_bw, inter_latency; /* a device's share of its node's links to other nodes */
   double op_overhead;        /* seconds every operator costs beyond its work (dispatch, launch) */
+  /* achieved fraction of the peak (of the dtype they run in) per GEMM-like family, measured on a
+   * model's own operators by `tessera calibrate CONFIG` (ts_calibrate_model); 0: gemm_efficiency */
+  double efficiency_matmul;    /* matmul, dense */
+  double efficiency_conv;      /* conv2d forward, backward data, backward weights */
+  double efficiency_attention; /* fused attention forward and backward */
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s
@@ -51,6 +56,9 @@ int ts_cluster_load(const char *path_or_name, ts_cluster *out);
 int ts_cluster_save(const ts_cluster *c, const char *path);
 /* Checks that every field is usable (positive, devices > 0); TS_ECONFIG naming the field. */
 int ts_cluster_validate(const ts_cluster *c, const char *label);
+/* The achieved fraction of the peak the cost model prices GEMM-like op `op` at: its family's
+ * efficiency_* when set, else gemm_efficiency. */
+double ts_cluster_efficiency(const ts_cluster *c, ts_op op);
 /* Writes a one-paragraph description. */
 void ts_cluster_describe(const ts_cluster *c, FILE *out);
 

@@ -11,30 +11,38 @@
 #include "../base/text.h"
 #include "tessera/planner.h"
 
-/* The fields, for files and messages: name, offset, 0 string / 1 int / 2 double. */
+/* The fields, for files and messages: name, offset, 0 string / 1 int / 2 double, and whether the
+ * value may be 0 (OPT_ZERO) and the key left out of a file (OPT_ABSENT: it is then 0). */
+enum { OPT_ZERO = 1, OPT_ABSENT = 2 };
 typedef struct {
   const char *key;
   size_t off;
-  int kind;
+  int kind, opt;
   const char *help;
 } field;
-#define F(k, kind, h) {#k, offsetof(ts_cluster, k), kind, h}
+#define F(k, kind, opt, h) {#k, offsetof(ts_cluster, k), kind, opt, h}
 static const field fields[] = {
-    F(name, 0, "the cluster's name"),
-    F(device, 0, "the device kind"),
-    F(source, 0, "where the numbers come from"),
-    F(devices_per_node, 1, "devices in one node"),
-    F(nodes, 1, "nodes"),
-    F(peak_flops_f32, 2, "peak FLOP/s of one device in f32"),
-    F(peak_flops_bf16, 2, "peak FLOP/s of one device in bf16 (0: as f32)"),
-    F(gemm_efficiency, 2, "achieved fraction of the peak by matmul, convolution and attention"),
-    F(mem_bandwidth, 2, "achieved memory bandwidth of memory-bound ops, bytes/s"),
-    F(mem_bytes, 2, "memory of one device, bytes"),
-    F(intra_bw, 2, "a device's link inside a node, bytes/s per direction"),
-    F(intra_latency, 2, "latency of a message inside a node, s"),
-    F(inter_bw, 2, "a device's share of its node's links to other nodes, bytes/s per direction"),
-    F(inter_latency, 2, "latency of a message between nodes, s"),
-    F(op_overhead, 2, "seconds every operator costs beyond its work (dispatch, kernel launch)"),
+    F(name, 0, 0, "the cluster's name"),
+    F(device, 0, OPT_ABSENT, "the device kind"),
+    F(source, 0, OPT_ABSENT, "where the numbers come from"),
+    F(devices_per_node, 1, 0, "devices in one node"),
+    F(nodes, 1, 0, "nodes"),
+    F(peak_flops_f32, 2, 0, "peak FLOP/s of one device in f32"),
+    F(peak_flops_bf16, 2, OPT_ZERO | OPT_ABSENT, "peak FLOP/s of one device in bf16 (0: as f32)"),
+    F(gemm_efficiency, 2, 0, "achieved fraction of the peak by matmul, convolution and attention"),
+    F(mem_bandwidth, 2, 0, "achieved memory bandwidth of memory-bound ops, bytes/s"),
+    F(mem_bytes, 2, 0, "memory of one device, bytes"),
+    F(intra_bw, 2, 0, "a device's link inside a node, bytes/s per direction"),
+    F(intra_latency, 2, OPT_ZERO, "latency of a message inside a node, s"),
+    F(inter_bw, 2, 0, "a device's share of its node's links to other nodes, bytes/s per direction"),
+    F(inter_latency, 2, OPT_ZERO, "latency of a message between nodes, s"),
+    F(op_overhead, 2, OPT_ZERO | OPT_ABSENT, "seconds every operator costs beyond its work (dispatch, kernel launch)"),
+    F(efficiency_matmul, 2, OPT_ZERO | OPT_ABSENT,
+      "achieved fraction of the peak by matmul and dense (0: gemm_efficiency); tessera calibrate CONFIG measures it"),
+    F(efficiency_conv, 2, OPT_ZERO | OPT_ABSENT,
+      "achieved fraction of the peak by convolutions, forward and backward (0: gemm_efficiency)"),
+    F(efficiency_attention, 2, OPT_ZERO | OPT_ABSENT,
+      "achieved fraction of the peak by fused attention, forward and backward (0: gemm_efficiency)"),
 };
 #undef F
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -52,9 +60,9 @@ static const field fields[] = {
  * to fit it: the table checks them. */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
-                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6};
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0};
 static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
-                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6};
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0};
 
 /* The cache `tessera calibrate` writes for "local". */
 static void local_path(char *buf, size_t cap) {
@@ -92,15 +100,15 @@ int ts_cluster_validate(const ts_cluster *c, const char *label) {
       return ts_error_set(TS_ECONFIG, "%s: %s must be at least 1 (%s)", label, f->key, f->help);
     if (f->kind == 2) {
       double v = *(const double *)p;
-      int may_be_zero = !strcmp(f->key, "peak_flops_bf16") || !strcmp(f->key, "intra_latency") ||
-                        !strcmp(f->key, "inter_latency") || !strcmp(f->key, "op_overhead");
-      if (!isfinite(v) || v < 0 || (v == 0 && !may_be_zero))
+      if (!isfinite(v) || v < 0 || (v == 0 && !(f->opt & OPT_ZERO)))
         return ts_error_set(TS_ECONFIG, "%s: %s must be a positive number (%s), got %g", label, f->key, f->help, v);
     }
   }
-  if (c->gemm_efficiency > 1)
-    return ts_error_set(TS_ECONFIG, "%s: gemm_efficiency is a fraction of the peak, at most 1, got %g", label,
-                        c->gemm_efficiency);
+  const double eff[] = {c->gemm_efficiency, c->efficiency_matmul, c->efficiency_conv, c->efficiency_attention};
+  const char *effk[] = {"gemm_efficiency", "efficiency_matmul", "efficiency_conv", "efficiency_attention"};
+  for (int i = 0; i < 4; i++)
+    if (eff[i] > 1)
+      return ts_error_set(TS_ECONFIG, "%s: %s is a fraction of the peak, at most 1, got %g", label, effk[i], eff[i]);
   return TS_OK;
 }
 
@@ -167,8 +175,7 @@ int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
     else *(double *)p = d;
   }
   for (int i = 0; i < NFIELDS && !rc; i++)
-    if (!seen[i] && strcmp(fields[i].key, "source") && strcmp(fields[i].key, "peak_flops_bf16") &&
-        strcmp(fields[i].key, "device") && strcmp(fields[i].key, "op_overhead"))
+    if (!seen[i] && !(fields[i].opt & OPT_ABSENT))
       rc = ts_error_set(TS_ECONFIG, "%s: missing key %s (%s)", path_or_name, fields[i].key, fields[i].help);
   if (ok) yaml_document_delete(&doc);
   yaml_parser_delete(&y);
@@ -209,13 +216,29 @@ int ts_cluster_save(const ts_cluster *c, const char *path) {
 }
 
 void ts_cluster_describe(const ts_cluster *c, FILE *out) {
-  fprintf(out, "cluster %s: %d node%s x %d %s; per device %.1f TFLOP/s f32 (%.1f bf16), GEMMs at %.0f%% of the peak, "
+  char fam[160] = "";
+  if (c->efficiency_matmul > 0 || c->efficiency_conv > 0 || c->efficiency_attention > 0)
+    snprintf(fam, sizeof fam, " (matmul %.0f%%, conv %.0f%%, attention %.0f%%)",
+             100 * ts_cluster_efficiency(c, TS_OP_DENSE), 100 * ts_cluster_efficiency(c, TS_OP_CONV2D),
+             100 * ts_cluster_efficiency(c, TS_OP_ATTENTION));
+  fprintf(out, "cluster %s: %d node%s x %d %s; per device %.1f TFLOP/s f32 (%.1f bf16), GEMMs at %.0f%% of the peak%s, "
           "%.0f GB/s memory-bound, %.0f GB memory; links %.1f GB/s + %.1f us inside a node, %.1f GB/s + %.1f us between "
           "nodes (%s)\n",
           c->name, c->nodes, c->nodes == 1 ? "" : "s", c->devices_per_node, c->device[0] ? c->device : "devices",
           c->peak_flops_f32 / 1e12, (c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) / 1e12,
-          100 * c->gemm_efficiency, c->mem_bandwidth / 1e9, c->mem_bytes / 1e9, c->intra_bw / 1e9, 1e6 * c->intra_latency,
+          100 * c->gemm_efficiency, fam, c->mem_bandwidth / 1e9, c->mem_bytes / 1e9, c->intra_bw / 1e9, 1e6 * c->intra_latency,
           c->inter_bw / 1e9, 1e6 * c->inter_latency, c->source[0] ? c->source : "no source given");
+}
+
+double ts_cluster_efficiency(const ts_cluster *c, ts_op op) {
+  double e = 0;
+  switch (op) {
+    case TS_OP_MATMUL: case TS_OP_DENSE: e = c->efficiency_matmul; break;
+    case TS_OP_CONV2D: case TS_OP_CONV2D_BWD_DATA: case TS_OP_CONV2D_BWD_WEIGHT: e = c->efficiency_conv; break;
+    case TS_OP_ATTENTION: case TS_OP_ATTENTION_BWD: e = c->efficiency_attention; break;
+    default: break;
+  }
+  return e > 0 ? e : c->gemm_efficiency;
 }
 
 /* ---- the alpha-beta model ---- */

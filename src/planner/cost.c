@@ -1,5 +1,6 @@
 /* The cost model of one rank's graph on a cluster (include/tessera/planner.h). Compute: GEMM-like
- * ops (matmul, dense, convolution and its backward, attention) at gemm_efficiency of the peak of
+ * ops (matmul, dense, convolution and its backward, attention) at their family's achieved fraction
+ * (ts_cluster_efficiency: efficiency_matmul/conv/attention, else gemm_efficiency) of the peak of
  * the dtype they run in (their first input's: a graph rewritten by the amp pass is priced as it
  * runs; dt 16-bit prices every f32 value as 16-bit, for graphs built in f32), every other op by the bytes it reads and writes at mem_bandwidth (views
  * move nothing). Collectives: the alpha-beta model of ring algorithms over their group, placed on
@@ -79,7 +80,8 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
       ts_dtype nd = ts_graph_value_dtype(g, ts_graph_node_input(g, j, 0));
       int lp = low || nd == TS_BF16 || nd == TS_F16;
       out->flops += f;
-      out->gemm_s += f / ((lp && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) * c->gemm_efficiency);
+      out->gemm_s += f / ((lp && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) *
+                          ts_cluster_efficiency(c, op));
       continue;
     }
     int v0 = ts_graph_node_output(g, j, 0);

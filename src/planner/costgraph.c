@@ -450,7 +450,7 @@ static int price_op(ts_costgraph *cg, int i) {
     ts_layout out = o->out[s];
     double t = 2 * c->op_overhead, mem = 0;
     if (is_gemm_sop(o->m.sop)) {
-      t += 3 * flops / prod / (c->peak_flops_f32 * c->gemm_efficiency);
+      t += 3 * flops / prod / (c->peak_flops_f32 * ts_cluster_efficiency(c, op));
     } else {
       double b = vbytes_local(&out, os, oes);
       for (int k = 0; k < o->m.nin; k++)
