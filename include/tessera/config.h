@@ -127,6 +127,13 @@ typedef struct {
 
 /* model.recompute */
 typedef enum { TS_CFG_RECOMPUTE_NONE = 0, TS_CFG_RECOMPUTE_FULL = 1, TS_CFG_RECOMPUTE_SELECTIVE = 2 } ts_cfg_recompute;
+/* train.loss_scale (auto: dynamic with train.amp_level O1-O3 and amp_dtype f16, else none) */
+typedef enum {
+  TS_CFG_LOSS_SCALE_AUTO = 0,
+  TS_CFG_LOSS_SCALE_NONE = 1,
+  TS_CFG_LOSS_SCALE_FIXED = 2,
+  TS_CFG_LOSS_SCALE_DYNAMIC = 3
+} ts_cfg_loss_scale;
 
 typedef struct {
   struct {
@@ -177,6 +184,11 @@ typedef struct {
     double max_memory_mb; /* per-rank memory budget checked before step 1 (docs/memory.md); 0 = none */
     int amp_level;        /* 0..3: O0 (f32) .. O3; O1-O3 are planned (tessera plan), not trained yet */
     int amp_dtype;        /* 0 bf16, 1 f16 */
+    int loss_scale;           /* ts_cfg_loss_scale */
+    double loss_scale_value;  /* fixed: the scale; dynamic: the first one; 0 = the mode's default */
+    double loss_scale_factor; /* dynamic: growth / back-off factor (> 1) */
+    int64_t loss_scale_window;/* dynamic: overflow-free steps before the scale grows */
+    double loss_scale_min;    /* dynamic: the lowest scale (> 0) */
   } train;
   struct {
     ts_optim_kind name;
@@ -313,6 +325,12 @@ int ts_config_key_info(int i, ts_config_key *out);
 /* ---- conversions for the trainer ---- */
 /* The optimizer config: kind, weight decay, momentum, betas, eps, ... */
 int ts_config_optim(const ts_config *cfg, ts_optim_config *out);
+/* The loss scaler's config (optim.h) from train.loss_scale*: auto resolved (dynamic with
+ * train.amp_level O1-O3 and amp_dtype f16, else none), loss_scale_value 0 resolved to the mode's
+ * default (fixed: TS_LOSS_SCALE_FIXED_DEFAULT, dynamic: TS_LOSS_SCALE_DYNAMIC_DEFAULT). */
+#define TS_LOSS_SCALE_FIXED_DEFAULT 1024.0    /* MindSpore's FixedLossScaleManager examples */
+#define TS_LOSS_SCALE_DYNAMIC_DEFAULT 65536.0 /* 2^16: PyTorch's GradScaler, MindSpore's dynamic manager */
+void ts_config_loss_scale(const ts_config *cfg, ts_loss_scale_config *out);
 /* Optimizer steps of the whole run: train.steps, or train.epochs * steps_per_epoch. */
 int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch);
 /* The learning-rate schedule in optimizer steps (epoch units converted with steps_per_epoch;

@@ -241,8 +241,29 @@ void ts_dist_step_begin(ts_dist *d, float *grads);
  * into the step's loss of the whole model; *wait_ms: time spent waiting for communication. */
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms);
 /* The global L2 norm of g into *norm (before clipping), each parameter counted once over the
- * ranks (collective where parameters are sliced), and clipping of g to max_norm when > 0. */
+ * ranks (collective where parameters are sliced), and clipping of g to max_norm when > 0:
+ * ts_dist_clip_scaled(d, g, max_norm, 1, norm, NULL). */
 int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm);
+/* Loss scaling (optim.h, ts_loss_scaler): from the next run on, the loss gradient of every
+ * training plan the rank runs (each pipeline piece's every instance too) is seeded with the
+ * layout's own seed (1 / micro-steps, and the layout's share) times `scale`, so the gradients
+ * come out multiplied by it. TS_EINVAL when the seed times scale is not a finite positive f32.
+ * The object starts at 1. */
+int ts_dist_set_loss_scale(ts_dist *d, float scale);
+/* The scale in force (1 until ts_dist_set_loss_scale). */
+float ts_dist_loss_scale(const ts_dist *d);
+/* Global-norm clipping of gradients carrying a loss scale (g as for ts_dist_clip, or under
+ * parallel.optimizer_shard the reduced parts the object keeps): the global norm of g times
+ * inv_scale (the true norm) into *norm, and one pass multiplying g by inv_scale times the
+ * clipping coefficient of the true norm (min(1, max_norm / (norm + 1e-6)) when max_norm > 0, else
+ * 1): the gradients come out unscaled and clipped; no pass when that factor is 1. *overflow (may
+ * be NULL) = 1 when the norm is not finite (inf or NaN in some gradient of some rank, or a norm
+ * beyond f32): then g is left as it is (skip the step). The norm is global, so every rank gets
+ * the same *norm and *overflow without any communication beyond the norm's own (one all-reduce
+ * of one float where parameters are sliced, sharded or cut into pipeline stages; none for plain
+ * data parallel, whose reduced gradients are identical on every rank). Collective where
+ * ts_dist_clip is. TS_EINVAL for inv_scale not finite and > 0. */
+int ts_dist_clip_scaled(ts_dist *d, float *g, float max_norm, float inv_scale, float *norm, int *overflow);
 /* The rank's optimizer over the trainable parameters described by segs (one segment per whole
  * parameter at its offset in the rank's store, as for ts_optim_create). Without
  * parallel.optimizer_shard it is ts_optim_create(segs). With it (data_parallel) the optimizer

@@ -171,6 +171,55 @@ void ts_scale_f32(float *x, size_t n, float s);
 /* The factor clip_grad_norm_ applies for a total norm: min(1, max_norm / (total + 1e-6)). */
 float ts_clip_coef(float total_norm, float max_norm);
 
+/* ---- loss scaling (mixed precision) ----
+ * The loss gradient is seeded with `scale` instead of 1, so the gradients come out multiplied by
+ * it (small f16 gradients no longer underflow); they are divided by it before the update, and a
+ * step whose gradients are not finite (overflow) is skipped. This is the pure state machine
+ * deciding the scale, with the semantics of PyTorch's GradScaler and MindSpore's
+ * DynamicLossScaleManager / FixedLossScaleManager(drop_overflow_update=True):
+ *   NONE     scale 1; nothing is ever skipped.
+ *   FIXED    scale = init_scale for ever; a step that overflows is skipped.
+ *   DYNAMIC  starts at init_scale; a step that overflows is skipped and the scale becomes
+ *            max(scale / factor, min_scale), the growth tracker 0; a step that does not
+ *            increments the tracker, and when it reaches `window` the scale becomes
+ *            scale * factor (only when that is finite as an f32) and the tracker 0.
+ *
+ *   ts_loss_scaler s;  ts_loss_scaler_init(&s, &cfg);
+ *   per step: seed the loss gradient with s.scale; norm = ||grads|| / s.scale;
+ *             int skip = ts_loss_scaler_update(&s, !isfinite(norm));
+ *             if (!skip) unscale and step the optimizer. */
+typedef enum { TS_LOSS_SCALE_NONE = 0, TS_LOSS_SCALE_FIXED, TS_LOSS_SCALE_DYNAMIC, TS_LOSS_SCALE_COUNT } ts_loss_scale_kind;
+
+typedef struct {
+  ts_loss_scale_kind kind;
+  double init_scale; /* FIXED: the scale; DYNAMIC: the first scale (> 0, finite) */
+  double factor;     /* DYNAMIC: growth and back-off factor (> 1) */
+  int64_t window;    /* DYNAMIC: overflow-free steps before the scale grows (>= 1) */
+  double min_scale;  /* DYNAMIC: the scale never drops below it (> 0, may be < 1; <= init_scale) */
+} ts_loss_scale_config;
+
+typedef struct {
+  ts_loss_scale_config cfg;
+  double scale;    /* the scale of the next step's loss gradient */
+  int64_t growth;  /* DYNAMIC: overflow-free steps since the scale last changed (the growth tracker) */
+} ts_loss_scaler;
+
+/* "none", "fixed", "dynamic" (parse is case-insensitive; TS_ENOTFOUND if unknown). */
+const char *ts_loss_scale_kind_name(ts_loss_scale_kind k);
+int ts_loss_scale_kind_parse(const char *name, ts_loss_scale_kind *out);
+/* Validates cfg (TS_EINVAL naming the field: a bad kind, init_scale <= 0, factor <= 1,
+ * window < 1, min_scale <= 0 or above init_scale under DYNAMIC) and starts s at its first
+ * scale (1 under NONE) with the tracker at 0. */
+int ts_loss_scaler_init(ts_loss_scaler *s, const ts_loss_scale_config *cfg);
+/* After a step whose gradients were (overflow = 1) or were not (0) non-finite: returns 1 when
+ * the step's update must be skipped (an overflow under FIXED or DYNAMIC), else 0, and advances
+ * the scale and the tracker as above. */
+int ts_loss_scaler_update(ts_loss_scaler *s, int overflow);
+/* Resuming: puts the scale and tracker a checkpoint recorded back (DYNAMIC only: FIXED keeps its
+ * configured scale, NONE 1; the scale is raised to min_scale if below it, the tracker clamped into
+ * [0, window)). TS_EINVAL for a scale that is not a finite positive f32. */
+int ts_loss_scaler_restore(ts_loss_scaler *s, double scale, int64_t growth);
+
 #ifdef __cplusplus
 }
 #endif

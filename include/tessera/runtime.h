@@ -115,6 +115,12 @@ void ts_plan_remove_hook(ts_plan *p, ts_plan_hook fn, void *user);
  * that communicate (synchronised batch-norm). TS_EINVAL for a bad slot. */
 int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c);
 
+/* Changes the value a CONST node fills its output v with, in this plan only (the graph keeps its
+ * own; every other plan of the graph its own): from the next run on, v holds `value` everywhere.
+ * The loss scale goes into a training plan's loss-gradient seed this way (ts_dist_set_loss_scale).
+ * TS_EINVAL naming the value when v is not a value of the planned graph or not a CONST's output. */
+int ts_plan_set_const(ts_plan *p, ts_val v, float value);
+
 /* Binds every param/state value of g to the store's flat buffers, and, if g is the graph passed to
  * ts_params_attach_grads, every attached gradient to the gradient buffer (params.h). */
 int ts_params_bind(ts_params *p, ts_graph *g, ts_plan *plan);

@@ -27,7 +27,13 @@ typedef struct {
   int64_t batch; /* batch index within the epoch */
   double loss;   /* mean training loss of the step (over its micro-batches) */
   double lr;
-  double grad_norm;     /* global L2 norm of the step's gradients, before clipping */
+  double grad_norm;     /* global L2 norm of the step's gradients, before clipping (unscaled:
+                           the true norm; inf or NaN when they overflowed) */
+  double loss_scale;    /* the loss scale this step's gradients were computed with (1 without
+                           train.loss_scale); after an overflow the next step's is lower (dynamic) */
+  int overflow;         /* 1: some gradient of some rank was inf or NaN (the norm is not finite) */
+  int skipped;          /* 1: the update was skipped for it (train.loss_scale fixed or dynamic):
+                           parameters and optimizer state are those of the step before */
   double step_ms;       /* wall time of the step (data wait included) */
   double samples_per_s; /* global batch / step time */
   double comm_wait_ms;  /* data parallel: time the step waited for gradient all-reduces after

@@ -77,6 +77,7 @@ int ts__dist_backward(ts_dist *d) {
   ts_dist_run *r = &d->r;
   const ts_dist_config *c = &d->cfg;
   if (ts_graph_backward(r->g, r->loss, d->seed)) return ts__dist_graph_fail(r->g, "backward");
+  d->seed_val = ts_graph_grad(r->g, r->loss); /* the CONST seeding backward (the loss scale goes there) */
   const char *pat[TS_DIST_MAX_RECOMPUTE];
   int n = c->n_recompute_layers < TS_DIST_MAX_RECOMPUTE ? c->n_recompute_layers : TS_DIST_MAX_RECOMPUTE;
   for (int i = 0; i < n; i++) pat[i] = c->recompute_layers[i];
@@ -331,6 +332,8 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (!d) return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");
   d->vt = vt;
   d->cfg = *cfg;
+  d->loss_scale = 1;
+  d->seed_val = TS_NONE;
   d->dry = dry;
   d->r.rank = dry ? rank : 0;
   d->r.size = dry ? dry : 1;
@@ -476,15 +479,68 @@ int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k) {
   return TS_OK;
 }
 
-int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
-  *norm = 0;
-  if (d->vt->clip) return d->vt->clip(d, g, max_norm, norm);
-  if (d->zero && d->world) return ts__zero_clip(d, max_norm, norm);
-  if (d->r.sliced) return ts__dist_clip_sliced(d, g, max_norm, norm);
-  size_t n = ts_params_numel(d->r.params);
-  if (max_norm > 0) return ts_clip_grad_norm(g, n, max_norm, norm);
-  *norm = (float)sqrt(ts_sum_squares(g, n)); /* reported every step; clipping only when asked */
+/* ---- loss scaling and global-norm clipping ----
+ * The loss scale S multiplies the seed of every training plan's backward, so the gradients come
+ * out multiplied by S. Clipping (every layout's, all through ts__dist_clip_finish) computes the
+ * norm of the scaled gradients as it always did, divides it by S, and multiplies the gradients
+ * once by (1/S) * the clipping coefficient of the true norm: unscaling costs no extra pass where
+ * clipping scales anyway, and no communication at all. A norm that is not finite is an overflow.
+ * Every rank sees the same: the norm each path computes is global. Data parallel (and every
+ * replicated parameter) computes it from the reduced gradients, identical on every rank (the
+ * replicas' parameters would drift apart otherwise), and an inf or NaN of any rank's gradient
+ * is inf or NaN in the reduced sum, in any summation order; sliced, sharded and pipelined
+ * gradients sum their squares over the ranks in one all-reduce of one float, whose result every
+ * rank shares. */
+
+int ts_dist_set_loss_scale(ts_dist *d, float scale) {
+  if (!d) return ts_error_set(TS_EINVAL, "ts_dist_set_loss_scale: NULL object");
+  float seed = d->seed * scale;
+  if (!(scale > 0) || !isfinite(scale) || !isfinite(seed) || !(seed > 0))
+    return ts_error_set(TS_EINVAL, "loss scale %g: the loss seed %g x the scale must be a finite positive f32",
+                        (double)scale, (double)d->seed);
+  int rc = TS_OK;
+  if (d->pipe) rc = ts__pipe_set_seed(d, seed); /* every piece's every instance */
+  else if (d->r.plan) rc = ts_plan_set_const(d->r.plan, d->seed_val, seed);
+  if (rc) return ts_error_wrap(rc, "setting the loss scale %g", (double)scale);
+  d->loss_scale = scale;
   return TS_OK;
+}
+
+float ts_dist_loss_scale(const ts_dist *d) { return d->loss_scale; }
+
+void ts__dist_clip_finish(double sq, float *g, size_t n, ts__clip *c) {
+  double nrm = sqrt(sq);
+  c->norm = (float)nrm;
+  c->overflow = !isfinite(c->norm);
+  if (c->overflow) return;
+  float f = c->max_norm > 0 ? ts_clip_coef(c->norm, c->max_norm) : 1.0f;
+  if (c->inv_scale != 1.0f) f *= c->inv_scale; /* one pass: unscaled and clipped */
+  if (f != 1.0f) ts_scale_f32(g, n, f);
+}
+
+int ts_dist_clip_scaled(ts_dist *d, float *g, float max_norm, float inv_scale, float *norm, int *overflow) {
+  ts__clip c = {max_norm, inv_scale, 0, 0};
+  *norm = 0;
+  if (overflow) *overflow = 0;
+  if (!(inv_scale > 0) || !isfinite(inv_scale))
+    return ts_error_set(TS_EINVAL, "gradient clipping: 1 / the loss scale is %g", (double)inv_scale);
+  int rc;
+  if (d->vt->clip) rc = d->vt->clip(d, g, &c);
+  else if (d->zero && d->world) rc = ts__zero_clip(d, &c);
+  else if (d->r.sliced) rc = ts__dist_clip_sliced(d, g, &c);
+  else { /* every gradient whole on every rank (reduced already): the norm locally */
+    size_t n = ts_params_numel(d->r.params);
+    double s = (double)inv_scale;
+    ts__dist_clip_finish(ts_sum_squares(g, n) * s * s, g, n, &c);
+    rc = TS_OK;
+  }
+  *norm = c.norm;
+  if (overflow) *overflow = c.overflow;
+  return rc;
+}
+
+int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
+  return ts_dist_clip_scaled(d, g, max_norm, 1.0f, norm, NULL);
 }
 
 int ts_dist_sync_states(ts_dist *d) { return d->vt->sync_states ? d->vt->sync_states(d) : TS_OK; }

@@ -10,6 +10,22 @@
 
 #include "tessera/dist.h"
 
+/* One global-norm clipping of gradients scaled by the loss scale (ts_dist_clip_scaled). Every
+ * path computes the global sum of squares of the scaled gradients, each parameter counted once
+ * over the job (all-reduced where parts of it live on other ranks), multiplied by inv_scale^2
+ * before it is narrowed to f32, and ends in ts__dist_clip_finish. */
+typedef struct ts__clip {
+  float max_norm;  /* <= 0: no clipping */
+  float inv_scale; /* 1 / the loss scale the gradients carry */
+  float norm;      /* out: the true (unscaled) global norm */
+  int overflow;    /* out: the norm is not finite (the same on every rank: it is global) */
+} ts__clip;
+/* From the global sum of squares of the true gradients sq (the same on every rank): c->norm,
+ * c->overflow, and one pass over g[0..n) multiplying by inv_scale * the clipping coefficient of
+ * the true norm (none when that is 1, nor on overflow: the step is skipped or the gradients are
+ * not finite anyway). */
+void ts__dist_clip_finish(double sq, float *g, size_t n, ts__clip *c);
+
 /* A layout: each entry may be NULL where the layout has nothing to do. */
 struct ts_dist_vt {
   const char *name;
@@ -31,7 +47,7 @@ struct ts_dist_vt {
                           float **g);
   int (*eval_forward)(ts_dist *d, const void *x, const float **logits);
   int (*reduce)(ts_dist *d, float *g);                    /* after the gradient reducer */
-  int (*clip)(ts_dist *d, float *g, float max_norm, float *norm);
+  int (*clip)(ts_dist *d, float *g, ts__clip *c);
   int (*move)(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
 };
 
@@ -44,7 +60,10 @@ struct ts_dist {
   ts_comm *world;   /* real jobs of layouts that run over MPI */
   ts_dist_run r;
   ts_dist_model model;
-  float seed;                  /* loss seed of one micro-step's backward */
+  float seed;                  /* loss seed of one micro-step's backward (without the loss scale) */
+  ts_val seed_val;             /* the CONST of r.g's backward holding it (not under a pipeline:
+                                  each piece has its own, dist_pipe.c) */
+  float loss_scale;            /* ts_dist_set_loss_scale: the plans' seeds are seed * loss_scale */
   ts_reduce_op loss_op;        /* the step's loss: loss_op over ranks of (mean loss * loss_weight) */
   float loss_weight;
   ts_grad_reducer *red;        /* NULL: nothing to reduce */
@@ -76,6 +95,8 @@ extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;
 /* The arenas of every plan a pipeline rank holds (ts_dist_activation_bytes). */
 void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
+/* Every training plan instance of every piece of a pipeline rank seeded with `seed`. */
+int ts__pipe_set_seed(ts_dist *d, float seed);
 /* Piece i of a pipeline rank (its virtual stages in order) and its first plan; NULL past them. */
 const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan);
 /* Bytes a pipeline rank sends per step reducing gradients: ring all-reduce over the stage's
@@ -110,7 +131,7 @@ int ts__dist_start_world(ts_dist *d);
  * `rank`'s slice out of w (local). */
 int ts__dist_move_slices(ts_comm *c, int N, int rank, ts_params *lp, int i, float *l, float *w, int gather);
 /* Global-norm clipping over slices: each parameter counted once over the ranks holding it. */
-int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm);
+int ts__dist_clip_sliced(ts_dist *d, float *g, ts__clip *c);
 
 /* ---- LAMB over pieces (dist_lamb.c) ---- */
 /* Makes the LAMB optimizer opt sum its per-segment norms over communicator c: local segment s
@@ -156,7 +177,7 @@ int ts__zero_reduce(ts_dist *d, const float *g);
 int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
 /* The global norm over the work buffer (shards summed over the ranks, replicated once), and
  * clipping of it. */
-int ts__zero_clip(ts_dist *d, float max_norm, float *norm);
+int ts__zero_clip(ts_dist *d, ts__clip *c);
 /* One slot of the rank's optimizer (loc) <-> the same slot over the rank's store (whole: the
  * store's layout; gathering is collective over the groups). full, when not NULL, is checked to
  * have the store's layout. */

@@ -34,6 +34,7 @@ typedef struct {
   int *inst_of;           /* micro-batch -> instance running it, -1 */
   size_t *roff, *rlen;    /* gradient ranges this piece writes */
   int nr;
+  ts_val seed;            /* the CONST seeding the piece's backward (ts_dist_set_loss_scale) */
 } pchunk;
 
 struct ts__pipe {
@@ -275,6 +276,9 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     pp->p2p_bytes += ch->sg.send_bytes;
     ts_graph *g = ch->sg.g;
     if (ts_graph_backward(g, ch->sg.objective, d->seed)) return ts__dist_graph_fail(g, "backward");
+    /* the seed of a piece without the loss only orders the receive of its sends' gradients (which
+     * come scaled from the piece after), so every piece gets the loss scale alike */
+    ch->seed = ts_graph_grad(g, ch->sg.objective);
     const char *pat[TS_DIST_MAX_RECOMPUTE];
     int nr = c->n_recompute_layers < TS_DIST_MAX_RECOMPUTE ? c->n_recompute_layers : TS_DIST_MAX_RECOMPUTE;
     for (int i = 0; i < nr; i++) pat[i] = c->recompute_layers[i];
@@ -576,9 +580,19 @@ static int reduce_pipe(ts_dist *d, float *g) {
   return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
 }
 
-static int clip_pipe(ts_dist *d, float *g, float max_norm, float *norm) {
+int ts__pipe_set_seed(ts_dist *d, float seed) {
   struct ts__pipe *pp = d->pipe;
-  if (d->zero && d->world) return ts__zero_clip(d, max_norm, norm); /* parts and replicated, weighted the same */
+  for (int cc = 0; cc < pp->V; cc++)
+    for (int k = 0; pp->ch[cc].plan && k < pp->ch[cc].K; k++) {
+      int rc = ts_plan_set_const(pp->ch[cc].plan[k], pp->ch[cc].seed, seed);
+      if (rc) return rc;
+    }
+  return TS_OK;
+}
+
+static int clip_pipe(ts_dist *d, float *g, ts__clip *c) {
+  struct ts__pipe *pp = d->pipe;
+  if (d->zero && d->world) return ts__zero_clip(d, c); /* parts and replicated, weighted the same */
   ts_params *p = d->r.params;
   double sq = 0;
   for (int i = 0; i < ts_params_count(p); i++) {
@@ -586,13 +600,13 @@ static int clip_pipe(ts_dist *d, float *g, float max_norm, float *norm) {
     ts_shape s = ts_params_shape(p, i);
     sq += ts_sum_squares(g + ts_params_offset(p, i), (size_t)ts_shape_numel(&s)) * pp->holders_w[i];
   }
-  float f = (float)sq; /* every rank's share: the stage's holders of a slice split it */
+  /* every rank's share (the stage's holders of a slice split it), unscaled before narrowing; one
+   * all-reduce over every stage: each rank gets the same global sum (an overflow anywhere is
+   * everyone's) */
+  float f = (float)(sq * c->inv_scale * c->inv_scale);
   int rc = d->world ? ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the stages");
-  *norm = sqrtf(f);
-  if (!(max_norm > 0)) return TS_OK;
-  float cf = ts_clip_coef(*norm, max_norm);
-  if (cf != 1.0f) ts_scale_f32(g, ts_params_numel(p), cf);
+  ts__dist_clip_finish(f, g, ts_params_numel(p), c);
   return TS_OK;
 }
 

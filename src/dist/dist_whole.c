@@ -128,8 +128,7 @@ int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int
   return rc;
 }
 
-int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm) {
-  *norm = 0;
+int ts__dist_clip_sliced(ts_dist *d, float *g, ts__clip *c) {
   ts_params *p = d->r.params;
   int N = d->r.size, np = ts_params_count(p);
   /* each slice counted once: a parameter n ranks hold weighs 1/n on each */
@@ -149,13 +148,12 @@ int ts__dist_clip_sliced(ts_dist *d, float *g, float max_norm, float *norm) {
     sq += ts_sum_squares(g + ts_params_offset(p, i), (size_t)ts_shape_numel(&s)) / holders;
   }
   free(part);
-  float f = (float)sq;
+  /* unscaled before narrowing (a large loss scale's squares stay in range); a rank's inf or NaN
+   * makes the sum every rank gets inf or NaN */
+  float f = (float)(sq * c->inv_scale * c->inv_scale);
   int rc = d->world ? ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm");
-  *norm = sqrtf(f);
-  if (!(max_norm > 0)) return TS_OK; /* the norm only */
-  float c = ts_clip_coef(*norm, max_norm);
-  if (c != 1.0f) ts_scale_f32(g, ts_params_numel(p), c);
+  ts__dist_clip_finish(f, g, ts_params_numel(p), c);
   return TS_OK;
 }
 

@@ -667,37 +667,39 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
 }
 
-int ts__zero_clip(ts_dist *d, float max_norm, float *norm) {
+int ts__zero_clip(ts_dist *d, ts__clip *c) {
   struct ts__zero *z = d->zero;
   int hybrid = 0;
   for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
-  float sq = (float)ts_sum_squares(z->wg + z->R, z->P);
+  /* squares unscaled (x inv_scale^2) before each narrowing to f32: a large loss scale stays in range */
+  double is2 = (double)c->inv_scale * c->inv_scale;
+  float sq = (float)(ts_sum_squares(z->wg + z->R, z->P) * is2);
   int tied = 0; /* a pipeline's tied parameter sharded: its parts counted by one stage */
   for (int k = 0; k < z->nb; k++) tied |= z->pt[k].cw != 1;
   if (tied) {
     double s = 0;
     for (int k = 0; k < z->nb; k++)
       s += ts_sum_squares(z->wg + z->pt[k].work, z->pt[k].n) * z->pt[k].cw / z->g[z->pt[k].grp].X;
-    sq = (float)s;
+    sq = (float)(s * is2);
   } else if (hybrid) { /* every shard group holds every part: each counted once over the job */
     double s = 0;
     for (int k = 0; k < z->ng; k++) s += ts_sum_squares(z->wg + z->R + z->g[k].out, z->g[k].P) / z->g[k].X;
-    sq = (float)s;
+    sq = (float)(s * is2);
   }
   double rep = 0;
-  if (z->plain) { /* every replicated parameter on every rank: counted once, locally */
-    rep = ts_sum_squares(z->wg, z->R);
+  if (z->plain) { /* every replicated parameter on every rank: counted once, locally (reduced
+                     already: the same on every rank) */
+    rep = ts_sum_squares(z->wg, z->R) * is2;
   } else { /* each counted once over the job: weighted by its holders (and stages) */
     double s = sq;
-    for (int k = 0; k < z->nrep; k++) s += ts_sum_squares(z->wg + z->rep[k].packed, z->rep[k].n) * z->rep[k].cw;
+    for (int k = 0; k < z->nrep; k++)
+      s += ts_sum_squares(z->wg + z->rep[k].packed, z->rep[k].n) * z->rep[k].cw * is2;
     sq = (float)s;
   }
+  /* the parts' squares summed over the ranks in one all-reduce: a rank's inf or NaN is every rank's */
   int rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
-  *norm = sqrtf((float)((double)sq + rep));
-  if (!(max_norm > 0)) return TS_OK;
-  float c = ts_clip_coef(*norm, max_norm);
-  if (c != 1.0f) ts_scale_f32(z->wg, z->R + z->P, c);
+  ts__dist_clip_finish((float)((double)sq + rep), z->wg, z->R + z->P, c);
   return TS_OK;
 }
 

@@ -256,6 +256,19 @@ int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
   return TS_OK;
 }
 
+int ts_plan_set_const(ts_plan *p, ts_val v, float value) {
+  if (!p) return ts_error_set(TS_EINVAL, "ts_plan_set_const: NULL plan");
+  int i = vindex(p, v, "ts_plan_set_const");
+  if (i < 0) return TS_EINVAL;
+  int n = p->vals[i].producer;
+  if (n < 0 || p->nodes[n].op != TS_OP_CONST) {
+    char b[192];
+    return ts_error_set(TS_EINVAL, "ts_plan_set_const: %s is not the output of a const node", vstr(p, i, b, sizeof b));
+  }
+  ts_attr_set_const_value(&p->nodes[n].a, value); /* the plan's copy: run_const fills it every run */
+  return TS_OK;
+}
+
 int ts_plan_share_scratch(ts_plan *p, int split, ts_plan *owner) {
   if (!p || !owner || split < 0 || split > p->nnodes || (owner != p && owner->owner != owner && owner->owner))
     return ts_error_set(TS_EINVAL, "ts_plan_share_scratch: bad plan, split %d or owner", split);

@@ -23,6 +23,7 @@ static const char *const recompute_names[] = {"none", "full", "selective", NULL}
 static const char *const search_names[] = {"dynamic_programming", "sharding_propagation", "recursive_programming", NULL};
 static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
+static const char *const loss_scale_names[] = {"auto", "none", "fixed", "dynamic", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
 const char *const *ts__cfg_data_names = data_names;
@@ -158,6 +159,20 @@ const ts__cfg_key ts__cfg_keys[] = {
      "(the master weights)"},
     {"train.amp_dtype", CT_ENUM, FLD(train.amp_dtype), "bf16", amp_dtype_names, 0, 0, 0, 0, CF_HASH,
      "the low-precision dtype of train.amp_level O1-O3"},
+    {"train.loss_scale", CT_ENUM, FLD(train.loss_scale), "auto", loss_scale_names, 0, 0, 0, 0, CF_HASH,
+     "loss scaling (docs/mixed-precision.md): fixed = the gradients computed at loss_scale_value "
+     "times the loss and divided back, a step whose gradients overflow (inf/NaN) skipped; dynamic = "
+     "the same, the scale halved (loss_scale_factor) on overflow and grown after loss_scale_window "
+     "steps without; auto = dynamic with amp_level O1-O3 and amp_dtype f16, else none"},
+    {"train.loss_scale_value", CT_FLOAT, FLD(train.loss_scale_value), "0", NULL, 0, 3.4e38, 0, 0, CF_HASH,
+     "fixed: the scale; dynamic: the first scale; 0 = the mode's default (fixed 1024, dynamic 65536)"},
+    {"train.loss_scale_factor", CT_FLOAT, FLD(train.loss_scale_factor), "2", NULL, 1, 1e6, 0, 0,
+     CF_HASH | CF_LO_OPEN, "dynamic: the scale is divided by it on overflow and multiplied by it after "
+     "loss_scale_window steps without"},
+    {"train.loss_scale_window", CT_I64, FLD(train.loss_scale_window), "2000", NULL, 1, BIG, 0, 0, CF_HASH,
+     "dynamic: overflow-free steps before the scale grows"},
+    {"train.loss_scale_min", CT_FLOAT, FLD(train.loss_scale_min), "1", NULL, 0, 3.4e38, 0, 0,
+     CF_HASH | CF_LO_OPEN, "dynamic: the scale never drops below it (may be below 1)"},
     /* ---- optimizer ---- */
     {"optimizer.name", CT_ENUM, FLD(optimizer.name), "momentum", optim_names, 0, 0, 0, 0, CF_HASH,
      "update rule (PyTorch semantics; lamb as apex FusedLAMB)"},

@@ -107,6 +107,18 @@ int ts_config_validate(ts_config *cfg) {
   if (cfg->parallel.stages.n && cfg->parallel.pipeline_stages < 2)
     return vfail(cfg, "parallel.stages: given, but parallel.pipeline_stages is %d", cfg->parallel.pipeline_stages);
   if (cfg->train.eval_batch_size == 0) cfg->train.eval_batch_size = cfg->train.batch_size;
+  /* loss scaling: f16 gradients underflow without it; a dynamic scale starts at or above its floor */
+  const typeof(cfg->train) *tr = &cfg->train;
+  if (tr->loss_scale == TS_CFG_LOSS_SCALE_NONE && tr->amp_level >= 1 && tr->amp_dtype == 1)
+    return vfail(cfg, "train.loss_scale: none is refused with train.amp_level O%d and train.amp_dtype f16: f16's "
+                 "range (smallest normal 6.1e-5) underflows small gradients to 0; use dynamic (auto's choice) or "
+                 "fixed, or amp_dtype bf16", tr->amp_level);
+  ts_loss_scale_config lsc;
+  ts_config_loss_scale(cfg, &lsc);
+  if (lsc.kind == TS_LOSS_SCALE_DYNAMIC && lsc.init_scale < lsc.min_scale)
+    return vfail(cfg, "train.loss_scale_value (%g%s) is below train.loss_scale_min (%g): the dynamic scale starts "
+                 "at or above its minimum", lsc.init_scale, tr->loss_scale_value > 0 ? "" : ", dynamic's default",
+                 lsc.min_scale);
   /* ---- optimizer ---- */
   const typeof(cfg->optimizer) *o = &cfg->optimizer;
   if (o->nesterov) {
@@ -239,6 +251,24 @@ int ts_config_optim(const ts_config *cfg, ts_optim_config *out) {
   out->eps = o->eps;
   out->lamb_always_adapt = o->lamb_always_adapt;
   return TS_OK;
+}
+
+void ts_config_loss_scale(const ts_config *cfg, ts_loss_scale_config *out) {
+  const typeof(cfg->train) *t = &cfg->train;
+  int mode = t->loss_scale;
+  if (mode == TS_CFG_LOSS_SCALE_AUTO) /* f16 needs a scale; bf16 has f32's range */
+    mode = t->amp_level >= 1 && t->amp_dtype == 1 ? TS_CFG_LOSS_SCALE_DYNAMIC : TS_CFG_LOSS_SCALE_NONE;
+  memset(out, 0, sizeof *out);
+  out->kind = mode == TS_CFG_LOSS_SCALE_FIXED     ? TS_LOSS_SCALE_FIXED
+              : mode == TS_CFG_LOSS_SCALE_DYNAMIC ? TS_LOSS_SCALE_DYNAMIC
+                                                  : TS_LOSS_SCALE_NONE;
+  out->init_scale = t->loss_scale_value > 0                 ? t->loss_scale_value
+                    : out->kind == TS_LOSS_SCALE_FIXED   ? TS_LOSS_SCALE_FIXED_DEFAULT
+                    : out->kind == TS_LOSS_SCALE_DYNAMIC ? TS_LOSS_SCALE_DYNAMIC_DEFAULT
+                                                         : 1.0;
+  out->factor = t->loss_scale_factor;
+  out->window = t->loss_scale_window;
+  out->min_scale = t->loss_scale_min;
 }
 
 int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch) {

@@ -71,13 +71,24 @@ static int metrics_check(ts__progress *p, int flush) {
   return TS_OK;
 }
 
+/* A number as JSON: null when it is not finite (JSON has no inf or NaN). */
+static const char *jnum(char *buf, size_t cap, const char *fmt, double v) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, cap, fmt, v);
+  return buf;
+}
+
 int ts__progress_step(ts__progress *p, const ts_step_info *s) {
-  if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1)) {
+  /* every overflow is recorded (rare, and what a loss-scaling run is read for) */
+  if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1 || s->overflow)) {
+    char lb[32], gb[32];
     fprintf(p->metrics,
-            "{\"type\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%.6g,\"lr\":%.6g,"
-            "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,\"samples_per_s\":%.1f,",
-            (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, s->step_ms,
-            s->comm_wait_ms, s->samples_per_s);
+            "{\"type\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%.6g,"
+            "\"grad_norm\":%s,\"loss_scale\":%.9g,\"overflow\":%d,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,"
+            "\"samples_per_s\":%.1f,",
+            (long long)s->step, (long long)s->epoch, jnum(lb, sizeof lb, "%.6g", s->loss), s->lr,
+            jnum(gb, sizeof gb, "%.6g", s->grad_norm), s->loss_scale, s->overflow, s->step_ms, s->comm_wait_ms,
+            s->samples_per_s);
     if (s->pipelined) /* this rank's schedule: idle time and blocked receives */
       fprintf(p->metrics, "\"bubble_ms\":%.3f,\"bubble_fraction\":%.4f,\"p2p_wait_ms\":%.3f,", s->bubble_ms,
               s->bubble_fraction, s->p2p_wait_ms);

@@ -98,6 +98,7 @@ struct ts_trainer {
   ts_optim_segment *segs;
   int nseg;
   ts_lr_schedule sched;
+  ts_loss_scaler scaler;       /* train.loss_scale: the scale the plans' loss seeds carry */
   int64_t step, epoch, batch, steps_per_epoch, total_steps;
   int stop;
   double last_loss;

@@ -228,7 +228,8 @@ void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
   st->batch_index = t->batch;
   st->seed = t->cfg.train.seed;
   st->rng_counter = (uint64_t)t->step;
-  st->loss_scale = 1.0;
+  st->loss_scale = t->scaler.scale; /* 1 without loss scaling */
+  st->loss_scale_growth_tracker = t->scaler.growth;
   st->model = ts_model_kind_name(t->cfg.model.name);
   st->config_hash = ts_config_hash(&t->cfg);
   st->config_yaml = t->cfg_yaml;
@@ -290,6 +291,10 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
     t->epoch = st.epoch;
     t->batch = st.batch_index;
     if (t->train_pipe) rc = ts_pipeline_seek(t->train_pipe, t->epoch, t->batch);
+    /* a dynamic scale continues where it was (fixed: the configured one) */
+    if (!rc) rc = ts_loss_scaler_restore(&t->scaler, st.loss_scale, st.loss_scale_growth_tracker);
+    if (rc) rc = ts_error_wrap(rc, "%s: tessera.loss_scale", path);
+    if (!rc) rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale);
   }
   whole_close(&w);
   return rc;
@@ -368,6 +373,12 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if ((rc = ts__train_optim(c, t->run->params, t->dist, &t->opt, &t->segs, &t->nseg)) ||
       (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)) || (rc = ts_dist_start(t->dist)))
     goto fail;
+  ts_loss_scale_config lsc;
+  ts_config_loss_scale(c, &lsc); /* auto and the default value resolved */
+  if ((rc = ts_loss_scaler_init(&t->scaler, &lsc)) || (rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale))) {
+    rc = ts_error_as_config(ts_error_wrap(rc, "train.loss_scale"));
+    goto fail;
+  }
   if (t->accum > 1) {
     size_t n = ts_dist_accum_numel(t->dist); /* 0: the dist accumulates the reduced shard itself */
     t->acc = ts_alloc(sizeof(float) * (n ? n : 1));
@@ -567,16 +578,35 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
   double t1 = ts_time_now();
   if (r->size > 1) ts__tprof_span(t->prof, "grad_reduce_wait", TS_PROF_COMM, t0, t1);
+  /* the global norm, unscaled and clipped in one pass; an overflow (inf/NaN in some gradient of
+   * some rank) is seen by every rank alike (the norm is global) */
   float norm = 0;
-  if ((rc = ts_dist_clip(t->dist, g, (float)t->cfg.optimizer.clip_grad_norm, &norm))) return rc;
+  int overflow = 0;
+  double scale = t->scaler.scale;
+  if ((rc = ts_dist_clip_scaled(t->dist, g, (float)t->cfg.optimizer.clip_grad_norm, (float)(1.0 / scale), &norm,
+                                &overflow)))
+    return rc;
   double t2 = ts_time_now();
   ts__tprof_span(t->prof, "grad_norm", TS_PROF_OPTIMIZER, t1, t2);
   float lr = ts_lr_at(&t->sched, t->step);
-  if ((rc = ts_dist_optim_step(t->dist, t->opt, ts_params_data(r->params), g, lr))) return rc;
+  int skip = ts_loss_scaler_update(&t->scaler, overflow);
+  /* skipped: no update at all (parameters, optimizer state and its step count as they were; under
+   * optimizer_shard nothing changed, so nothing is gathered) */
+  if (!skip && (rc = ts_dist_optim_step(t->dist, t->opt, ts_params_data(r->params), g, lr))) return rc;
   ts__tprof_span(t->prof, "optimizer", TS_PROF_OPTIMIZER, t2, ts_time_now());
   info->loss = loss;
   info->lr = lr;
   info->grad_norm = norm;
+  info->loss_scale = scale;
+  info->overflow = overflow;
+  info->skipped = skip;
+  if (skip && t->scaler.cfg.kind == TS_LOSS_SCALE_DYNAMIC && !(scale > t->scaler.cfg.min_scale))
+    return ts_error_set(TS_EDIVERGED, "step %lld: the gradients are not finite at the minimum loss scale %g "
+                        "(train.loss_scale_min): training diverged", (long long)t->step + 1, scale);
+  if (skip)
+    ts_log(TS_LOG_WARN, "step %lld: gradients overflowed (inf/NaN) at loss scale %g: step skipped; loss scale %g",
+           (long long)t->step + 1, scale, t->scaler.scale);
+  if (t->scaler.scale != scale && (rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale))) return rc;
   return TS_OK;
 }
 
@@ -659,7 +689,7 @@ int ts_trainer_fit(ts_trainer *t) {
 static int loss_monitor(ts_trainer *t, const ts_step_info *s, void *u) {
   (void)t;
   (void)u;
-  if (!isfinite(s->loss))
+  if (!isfinite(s->loss) && !s->skipped) /* a skipped step changed nothing (train.loss_scale) */
     return ts_error_set(TS_EDIVERGED, "training diverged: loss is %g at step %lld (lr %g)", s->loss,
                         (long long)s->step, s->lr);
   return TS_OK;
