@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mixed precision through the command line (issue 16): train.amp_level O1-O3 train like f32.
 # - GPT on a text file, 40 steps: the final loss at O1/O2/O3 bf16 and O2 f16 within 2% of f32
-#   (the issue's bound), no NaN; the run header names the level;
+#   (the issue's bound), no NaN; the run header names the level; f16 runs with dynamic loss
+#   scaling by default (train.loss_scale auto), bf16 without;
 # - the same GPT at O2 under data_parallel, semi_auto_parallel (tensor parallel) and a 2-stage
 #   pipeline on 2 ranks: the losses of steps 1, 4, 8 within 0.1% of one process at O2 (the
 #   16-bit roundings differ where the work is cut differently), and nearer the O2 process than
@@ -48,6 +49,11 @@ for lv in "O1 bf16" "O2 bf16" "O3 bf16" "O2 f16"; do
   then ok "GPT $1 $2: loss after 40 steps $l vs f32 $ref (within 2%)"
   else bad "GPT $1 $2: exit $rc, loss '$l' vs f32 '$ref': $(tail -3 <<<"$out")"; fi
 done
+
+# f16 gets dynamic loss scaling by default (auto), bf16 none
+if grep -q '"step":1,.*"loss_scale":65536' "$tmp/O2f16.jsonl" && grep -q '"step":1,.*"loss_scale":1,' "$tmp/O2bf16.jsonl"
+then ok "loss scale by default: f16 dynamic from 65536, bf16 none"
+else bad "default loss scales: f16 '$(grep -m1 -o '"loss_scale":[0-9.e+]*' "$tmp/O2f16.jsonl")', bf16 '$(grep -m1 -o '"loss_scale":[0-9.e+]*' "$tmp/O2bf16.jsonl")'"; fi
 
 # plan: activations in 16-bit
 act() { awk '$1 == "activation_peak_bytes" { v = $2; u = $3; m = (u == "KiB") ? 1024 : (u == "MiB") ? 1048576 : 1;
