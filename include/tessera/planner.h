@@ -26,7 +26,7 @@ extern "C" {
 typedef struct {
   char name[64];
   char device[64];
-  char source[256];          /* where the numbers come from (measured here, a datasheet) */
+  char source[512];          /* where the numbers come from (measured here, a datasheet) */
   int devices_per_node, nodes;
   double peak_flops_f32;     /* per device, FLOP/s */
   double peak_flops_bf16;    /* per device, FLOP/s (0: as f32) */

@@ -105,6 +105,24 @@ typedef struct {
  * fraction a model-sized GEMM reaches, the memory bandwidth, and with world (2 or more ranks;
  * collective, NULL alone) the all-reduce latency and bandwidth between the ranks. */
 int ts_calibrate(ts_comm *world, ts_cluster *out);
+/* What ts_calibrate_model measured on a model, per GEMM-like family (0 matmul/dense, 1 conv,
+ * 2 attention) and for the memory-bound rest, over the timed steps. */
+typedef struct {
+  double family_s[3], family_flops[3]; /* seconds and FLOPs of each family's nodes per step */
+  double other_s, other_bytes;         /* the other non-view nodes: seconds and bytes moved per step */
+  int64_t other_nodes;                 /* how many of them run per step */
+  double plan_s;                       /* the training plan's run (forward + backward) per step */
+  double predicted_s;                  /* the cost model's price of that plan with the result */
+  int steps;                           /* timed steps (after the warm-up ones) */
+} ts_calibration_report;
+/* Measures the operator families of the model of `cfg` as one process runs it (stand_alone, no
+ * pipeline, at its train.micro_batch_size and train.amp_level): `warmup` + `steps` training steps
+ * with a plan hook timing every node; sets in c (a cluster from ts_calibrate, whose peaks it uses)
+ * efficiency_matmul / _conv / _attention to the achieved fraction of the peak of the dtype each
+ * node runs in (families the model lacks keep 0: gemm_efficiency), and mem_bandwidth to the
+ * bytes the other operators move per second net of c->op_overhead each; appends to c->source.
+ * The model's data set is opened (the run is real). Fills *rep (may be NULL). */
+int ts_calibrate_model(const ts_config *cfg, int warmup, int steps, ts_cluster *c, ts_calibration_report *rep);
 int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out);
 
 /* One plan of the auto_parallel search: the degrees (dp * tp * pp = devices), a pipeline's

@@ -1,6 +1,7 @@
-/* `tessera calibrate [-o FILE]`: measures this machine (ts_calibrate) and writes the cluster
- * description to FILE and to the cache the built-in cluster "local" reads. Run it under mpirun
- * -n 2 to measure the links between ranks too. */
+/* `tessera calibrate [CONFIG [--set k=v] [--steps N]] [-o FILE]`: measures this machine
+ * (ts_calibrate; with a config also the model's operator families, ts_calibrate_model) and
+ * writes the cluster description to FILE and to the cache the built-in cluster "local" reads.
+ * Run it under mpirun -n 2 to measure the links between ranks too. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,19 +25,51 @@ static void cache_path(char *buf, size_t cap, char *dir, size_t dcap) {
 
 int ts_cli_calibrate(int argc, char **argv) {
   const char *out = NULL;
+  int steps = 5;
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  if (!rest) return ts_cli_fail(1, "calibrate: out of memory");
+  int nrest = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: tessera calibrate [-o cluster.yaml]\n"
-             "Measures this machine for the cost model (docs/auto-parallel.md): the sgemm peak, the share of it\n"
-             "a model-sized GEMM reaches, the memory bandwidth and, under mpirun -n 2 or more, the all-reduce\n"
-             "latency and bandwidth between the ranks. Writes the cluster description to FILE (if given) and to\n"
-             "the cache the built-in cluster 'local' reads ($TESSERA_CLUSTER_CACHE, else\n"
-             "~/.cache/tessera/cluster-local.yaml). example: mpirun -n 2 tessera calibrate -o local.yaml\n");
+      free(rest);
+      printf("usage: tessera calibrate [CONFIG.yaml [--set key=value ...] [--steps N]] [-o cluster.yaml]\n"
+             "Measures this machine for the cost model (docs/auto-parallel.md): the sgemm and bf16 GEMM peaks, the\n"
+             "share of the peak a model-sized GEMM reaches, the memory bandwidth and, under mpirun -n 2 or more, the\n"
+             "all-reduce latency and bandwidth between the ranks. With CONFIG, also the model's own operators as one\n"
+             "process runs them (2 warm-up + N timed training steps, default 5; its data set is read): the achieved\n"
+             "share of the peak per family (efficiency_matmul, efficiency_conv, efficiency_attention) and the\n"
+             "bandwidth of the rest, and the cost model's price of the measured step beside it. Writes the cluster\n"
+             "description to FILE (if given) and to the cache the built-in cluster 'local' reads\n"
+             "($TESSERA_CLUSTER_CACHE, else ~/.cache/tessera/cluster-local.yaml).\n"
+             "examples: mpirun -n 2 tessera calibrate -o local.yaml\n"
+             "          tessera calibrate examples/gpt_text.yaml --set data.path=input.txt -o local.yaml\n");
       return 0;
     }
-    if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-    else return ts_cli_fail(2, "calibrate: unknown argument '%s' (see tessera calibrate --help)", argv[i]);
+    if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--steps")) && i + 1 >= argc) {
+      free(rest);
+      return ts_cli_fail(2, "calibrate: %s needs a value (see tessera calibrate --help)", argv[i]);
+    }
+    if (!strcmp(argv[i], "-o")) out = argv[++i];
+    else if (!strcmp(argv[i], "--steps")) {
+      char *end;
+      long v = strtol(argv[++i], &end, 10);
+      if (*end || v < 1 || v > 100000) {
+        free(rest);
+        return ts_cli_fail(2, "calibrate: --steps needs a whole number from 1, got '%s'", argv[i]);
+      }
+      steps = (int)v;
+    } else rest[nrest++] = argv[i];
   }
+  ts_config cfg;
+  int have_cfg = nrest > 0;
+  if (have_cfg) {
+    int e = ts_cli_load_config("calibrate", nrest, rest, &cfg, NULL, NULL);
+    if (e) {
+      free(rest);
+      return e;
+    }
+  }
+  free(rest);
   int rc = ts_comm_init(NULL, NULL);
   ts_comm *w = NULL;
   if (!rc) rc = ts_comm_world(&w);
@@ -44,6 +77,22 @@ int ts_cli_calibrate(int argc, char **argv) {
   int rank = ts_comm_rank(w);
   ts_cluster c;
   rc = ts_calibrate(ts_comm_size(w) > 1 ? w : NULL, &c);
+  ts_calibration_report rep;
+  if (!rc && have_cfg) rc = ts_calibrate_model(&cfg, 2, steps, &c, &rep);
+  if (!rc && rank == 0 && have_cfg) {
+    static const char *fam[] = {"matmul/dense", "convolution", "attention"};
+    const double *eff[] = {&c.efficiency_matmul, &c.efficiency_conv, &c.efficiency_attention};
+    printf("the model's operators, per step (%d timed steps):\n", rep.steps);
+    for (int f = 0; f < 3; f++)
+      if (rep.family_s[f] > 0)
+        printf("  %-13s %9.3f ms  %8.1f GFLOP/s  %5.1f%% of the peak\n", fam[f], 1e3 * rep.family_s[f],
+               rep.family_flops[f] / rep.family_s[f] / 1e9, 100 * *eff[f]);
+    printf("  %-13s %9.3f ms  %8.2f GB/s over %lld operators (%.1f us each beyond their bytes)\n", "other",
+           1e3 * rep.other_s, rep.other_s > 0 ? rep.other_bytes / rep.other_s / 1e9 : 0, (long long)rep.other_nodes,
+           1e6 * c.op_overhead);
+    printf("  the plan ran %.3f ms; the cost model prices it %.3f ms with these numbers (%.2fx)\n", 1e3 * rep.plan_s,
+           1e3 * rep.predicted_s, rep.plan_s > 0 ? rep.predicted_s / rep.plan_s : 0);
+  }
   if (!rc && rank == 0) {
     char path[512], dir[512];
     cache_path(path, sizeof path, dir, sizeof dir);

@@ -109,6 +109,29 @@ static double op_overhead(void) {
   return best;
 }
 
+/* GFLOP/s of a bf16 n^3 matmul (oneDNN's bf16 kernels; 0 where they fail), the best of 5 batches. */
+static double bf16_gemm_rate(int64_t n) {
+  uint16_t *a = calloc((size_t)(3 * n * n), sizeof(uint16_t));
+  if (!a) return 0;
+  for (int64_t i = 0; i < 2 * n * n; i++) a[i] = (uint16_t)(0x3f00 + (i * 7919) % 127); /* bf16 in [0.5, 1) */
+  ts__mm_desc d = {1, n, n, n, 0, 0, 0, 0};
+  double best = 0;
+  if (!ts__matmul_lp_dnnl(&d, TS_BF16, a, a + n * n, a + 2 * n * n))
+    for (int rep = 0; rep < 5; rep++) {
+      int it = 0;
+      double t0 = ts_time_now(), dt = 0;
+      do {
+        ts__matmul_lp_dnnl(&d, TS_BF16, a, a + n * n, a + 2 * n * n);
+        it++;
+        dt = ts_time_now() - t0;
+      } while (dt < 0.05);
+      double gf = 2.0 * (double)(n * n * n) * it / dt / 1e9;
+      best = gf > best ? gf : best;
+    }
+  free(a);
+  return best;
+}
+
 int ts_calibrate(ts_comm *world, ts_cluster *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "local");
@@ -118,7 +141,7 @@ int ts_calibrate(ts_comm *world, ts_cluster *out) {
   out->nodes = 1;
   double peak = ts__train_peak_gflops() * 1e9, model = gemm_rate(1024, 128, 384) * 1e9;
   out->peak_flops_f32 = peak;
-  out->peak_flops_bf16 = 0;
+  out->peak_flops_bf16 = bf16_gemm_rate(512) * 1e9; /* emulated where the CPU lacks bf16: measured all the same */
   out->gemm_efficiency = peak > 0 ? (model < peak ? model / peak : 1.0) : 0;
   out->mem_bandwidth = mem_rate();
   out->op_overhead = op_overhead();
@@ -135,16 +158,148 @@ int ts_calibrate(ts_comm *world, ts_cluster *out) {
     double tb = big - steps * out->intra_latency;
     out->intra_bw = tb > 0 ? frac * (double)nb * sizeof(float) / tb : out->mem_bandwidth;
     snprintf(out->source, sizeof out->source,
-             "measured by tessera calibrate on %d ranks: sgemm 512^3 peak, a 1024x128x384 GEMM, a 64 MiB "
+             "measured by tessera calibrate on %d ranks: sgemm and bf16 512^3 peaks, a 1024x128x384 GEMM, a 64 MiB "
              "memory pass, 96 small operators, all-reduces of 8 B and 16 MiB; links between nodes set equal (one host)", N);
   } else {
     out->intra_bw = out->mem_bandwidth / 2; /* a copy through shared memory */
     out->intra_latency = 2e-6;
     snprintf(out->source, sizeof out->source,
-             "measured by tessera calibrate on 1 process: sgemm 512^3 peak, a 1024x128x384 GEMM, a 64 MiB memory "
+             "measured by tessera calibrate on 1 process: sgemm and bf16 512^3 peaks, a 1024x128x384 GEMM, a 64 MiB memory "
              "pass; links estimated (half the memory bandwidth, 2 us): run under mpirun -n 2 to measure them");
   }
   out->inter_bw = out->intra_bw;
   out->inter_latency = out->intra_latency;
   return ts_cluster_validate(out, "calibrate");
+}
+
+/* ---- the model's own operators ---- */
+
+typedef struct {
+  int64_t from_step; /* steps before are warm-up */
+  double t0;
+  ts_calibration_report r;
+  const ts_cluster *c;
+  double peak_s[3]; /* per family: FLOPs / the peak of each node's dtype, summed */
+} model_timer;
+
+static int family_of(ts_op op) {
+  switch (op) {
+    case TS_OP_MATMUL: case TS_OP_DENSE: return 0;
+    case TS_OP_CONV2D: case TS_OP_CONV2D_BWD_DATA: case TS_OP_CONV2D_BWD_WEIGHT: return 1;
+    case TS_OP_ATTENTION: case TS_OP_ATTENTION_BWD: return 2;
+    default: return -1;
+  }
+}
+
+static double node_bytes(const ts_graph *g, int j) {
+  double b = 0;
+  for (int k = 0; k < ts_graph_node_num_inputs(g, j); k++) {
+    int v = ts_graph_node_input(g, j, k);
+    b += (double)ts_shape_numel(ts_graph_value_shape(g, v)) * (double)ts_dtype_size(ts_graph_value_dtype(g, v));
+  }
+  for (int k = 0; k < ts_graph_node_num_outputs(g, j); k++) {
+    int v = ts_graph_node_output(g, j, k);
+    b += (double)ts_shape_numel(ts_graph_value_shape(g, v)) * (double)ts_dtype_size(ts_graph_value_dtype(g, v));
+  }
+  return b;
+}
+
+static void model_hook(const ts_hook_info *e, void *user) {
+  model_timer *m = user;
+  if ((int64_t)e->step < m->from_step) return;
+  double now = ts_time_now();
+  if (e->event == TS_HOOK_RUN_BEGIN) m->r.plan_s -= now;
+  if (e->event == TS_HOOK_RUN_END) {
+    m->r.plan_s += now;
+    m->r.steps++;
+  }
+  if (e->event == TS_HOOK_NODE_BEGIN) m->t0 = now;
+  if (e->event != TS_HOOK_NODE_END) return;
+  const ts_graph *g = e->g;
+  ts_op op = ts_graph_node_op(g, e->node);
+  double dt = now - m->t0;
+  int f = family_of(op);
+  if (f >= 0) {
+    double fl = ts_graph_node_flops(g, e->node);
+    ts_dtype d = ts_graph_value_dtype(g, ts_graph_node_input(g, e->node, 0));
+    int low = (d == TS_BF16 || d == TS_F16) && m->c->peak_flops_bf16 > 0;
+    m->r.family_s[f] += dt;
+    m->r.family_flops[f] += fl;
+    m->peak_s[f] += fl / (low ? m->c->peak_flops_bf16 : m->c->peak_flops_f32);
+  } else if (ts_graph_value_alias_of(g, ts_graph_node_output(g, e->node, 0)) < 0) {
+    m->r.other_s += dt;
+    m->r.other_bytes += node_bytes(g, e->node);
+    m->r.other_nodes++;
+  }
+}
+
+static int stop_after(ts_trainer *t, const ts_step_info *s, void *last) {
+  if (s->step >= *(const int64_t *)last) ts_trainer_request_stop(t);
+  return TS_OK;
+}
+
+int ts_calibrate_model(const ts_config *cfg_in, int warmup, int steps, ts_cluster *c, ts_calibration_report *rep) {
+  if (!cfg_in || !c || warmup < 0 || steps < 1)
+    return ts_error_set(TS_EINVAL, "ts_calibrate_model: bad arguments (warmup %d, steps %d)", warmup, steps);
+  ts_config cfg = *cfg_in;
+  /* one device's view of the model: no layout, no pipeline, nothing written */
+  cfg.parallel.mode = TS_PARALLEL_STAND_ALONE;
+  cfg.parallel.pipeline_stages = 1;
+  cfg.parallel.micro_batches = 0;
+  cfg.parallel.optimizer_shard = 0;
+  cfg.parallel.strategies.n = 0;
+  cfg.checkpoint.dir[0] = 0;
+  cfg.checkpoint.resume[0] = 0;
+  cfg.log.metrics[0] = 0;
+  cfg.log.progress = TS_PROGRESS_OFF;
+  cfg.train.eval_every = -1;
+  if (cfg.train.steps > 0 && cfg.train.steps < (int64_t)warmup + steps) cfg.train.steps = (int64_t)warmup + steps;
+  model_timer m;
+  memset(&m, 0, sizeof m);
+  m.c = c;
+  m.from_step = warmup; /* plan steps count from 0: step k runs as k */
+  int64_t last = (int64_t)warmup + steps;
+  ts_trainer *t = NULL;
+  int rc = ts_trainer_create(&cfg, &t);
+  if (!rc) rc = ts_plan_add_hook(ts_trainer_plan_handle(t), model_hook, &m);
+  ts_callback stop = {"calibrate_window", stop_after, NULL, NULL, NULL, &last};
+  if (!rc) rc = ts_trainer_add_callback(t, &stop);
+  if (!rc) rc = ts_trainer_fit(t);
+  if (!rc) {
+    const ts_plan *pl = ts_trainer_plan_handle(t);
+    const ts_graph *g = t->run->g;
+    int n = ts_graph_num_nodes(g);
+    char *live = malloc((size_t)n + 1);
+    if (!live) rc = ts_error_set(TS_ENOMEM, "calibrate: out of memory");
+    for (int j = 0; !rc && j < n; j++) {
+      int l = ts_plan_node_live(pl, j);
+      if (l < 0) rc = l;
+      else live[j] = (char)(l > 0);
+    }
+    if (m.r.steps < 1)
+      rc = ts_error_set(TS_ECONFIG, "calibrate: the config trains no step beyond the %d warm-up ones", warmup);
+    steps = m.r.steps > 0 ? m.r.steps : 1;
+    double *per[] = {&m.r.family_s[0], &m.r.family_s[1], &m.r.family_s[2], &m.r.family_flops[0], &m.r.family_flops[1],
+                     &m.r.family_flops[2], &m.r.other_s, &m.r.other_bytes, &m.r.plan_s, &m.peak_s[0], &m.peak_s[1],
+                     &m.peak_s[2]};
+    for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) *per[i] /= steps;
+    m.r.other_nodes /= steps;
+    double *eff[] = {&c->efficiency_matmul, &c->efficiency_conv, &c->efficiency_attention};
+    for (int f = 0; f < 3; f++)
+      if (m.r.family_s[f] > 0 && m.peak_s[f] > 0) *eff[f] = m.peak_s[f] / m.r.family_s[f] < 1 ? m.peak_s[f] / m.r.family_s[f] : 1;
+    double net = m.r.other_s - (double)m.r.other_nodes * c->op_overhead;
+    if (m.r.other_bytes > 0 && net > 0) c->mem_bandwidth = m.r.other_bytes / net;
+    ts_cost_breakdown b;
+    if (!rc) rc = ts_cost_graph(c, g, TS_F32, live, &b);
+    if (!rc) m.r.predicted_s = b.compute_s;
+    free(live);
+    size_t len = strlen(c->source);
+    snprintf(c->source + len, sizeof c->source - len, "; families and bandwidth on the operators of a %s (batch %d)",
+             ts_model_kind_name(cfg.model.name), cfg.train.micro_batch_size);
+  }
+  if (t) ts_plan_remove_hook(ts_trainer_plan_handle(t), model_hook, &m);
+  ts_trainer_free(t);
+  if (!rc) rc = ts_cluster_validate(c, "calibrate");
+  if (rep) *rep = m.r;
+  return rc;
 }

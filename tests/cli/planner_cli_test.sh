@@ -24,7 +24,17 @@ run calibrate -o "$tmp/mine.yaml"
 if [ $rc = 0 ] && [ -s "$tmp/cache.yaml" ] && grep -q "^gemm_efficiency: " "$tmp/mine.yaml" && grep -q "^op_overhead: " "$tmp/mine.yaml"; then
   ok "calibrate wrote the cache and -o"
 else bad "calibrate: rc $rc: $out"; fi
-for c in local dgx-a100-80g "$tmp/mine.yaml"; do
+# the model's own operators: matmul and attention measured (the GPT has no convolution)
+run calibrate "$tmp/gpt.yaml" --steps 2 -o "$tmp/model.yaml"
+num() { sed -n "s/^$1: \([0-9.e+-]*\).*/\1/p" "$tmp/model.yaml"; }
+if [ $rc = 0 ] && awk -v m="$(num efficiency_matmul)" -v a="$(num efficiency_attention)" -v c="$(num efficiency_conv)" \
+     'BEGIN { exit !(m > 0 && m <= 1 && a > 0 && a <= 1 && c == 0) }' && echo "$out" | grep -q "^  matmul/dense .* of the peak" &&
+   echo "$out" | grep -q "the cost model prices it"; then
+  ok "calibrate CONFIG: matmul $(num efficiency_matmul), attention $(num efficiency_attention) of the peak; $(echo "$out" | grep "prices it" | sed 's/^ *//')"
+else bad "calibrate CONFIG: rc $rc: $out"; fi
+run calibrate "$tmp/gpt.yaml" --steps 0
+if [ $rc = 2 ] && echo "$out" | grep -q -- "--steps needs"; then ok "calibrate --steps 0: exit 2"; else bad "calibrate --steps 0: rc $rc: $out"; fi
+for c in local dgx-a100-80g "$tmp/mine.yaml" "$tmp/model.yaml"; do
   run plan "$tmp/gpt.yaml" -n 2 --set parallel.mode=data_parallel --cluster "$c"
   if [ $rc = 0 ] && echo "$out" | grep -q "^predicted step on .*: [0-9.]* ms" && echo "$out" | grep -q "grad reduction"; then
     ok "plan --cluster $(basename "$c")"

@@ -83,6 +83,35 @@ int main(void) {
   CHECK(fabs(cb.gemm_s - flops / (c.peak_flops_f32 * c.gemm_efficiency)) < 1e-12);
   CHECK(fabs(cb.other_s - (2 * relu_bytes / c.mem_bandwidth + 3 * c.op_overhead)) < 1e-12); /* 4 bytes */
   CHECK(fabs(cb.comm_s - ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 4, 0, 256.0 * 1024 * 4)) < 1e-12);
+  /* per-family efficiency: the matmul's family figure, when set, prices it instead of gemm_efficiency */
+  c.efficiency_matmul = c.gemm_efficiency / 2;
+  c.efficiency_conv = 0.9; /* another family's figure changes nothing here */
+  CHECK_OK(ts_cost_graph(&c, g, TS_F32, NULL, &cb));
+  CHECK_MSG(fabs(cb.gemm_s - 2 * flops / (c.peak_flops_f32 * c.gemm_efficiency)) < 1e-12, "gemm %g", cb.gemm_s);
+  CHECK(ts_cluster_efficiency(&c, TS_OP_DENSE) == c.efficiency_matmul && ts_cluster_efficiency(&c, TS_OP_CONV2D_BWD_DATA) == 0.9 &&
+        ts_cluster_efficiency(&c, TS_OP_ATTENTION_BWD) == c.gemm_efficiency);
+  c.efficiency_attention = 1.2;
+  CHECK(ts_cluster_validate(&c, "x") == TS_ECONFIG && strstr(ts_last_error(), "efficiency_attention"));
+  c.efficiency_attention = 0;
+  /* saved and loaded back; a file without the family keys loads them as 0 */
+  CHECK_OK(ts_cluster_save(&c, path));
+  CHECK_OK(ts_cluster_load(path, &b));
+  CHECK(fabs(b.efficiency_matmul - c.efficiency_matmul) < 1e-6 && fabs(b.efficiency_conv - 0.9) < 1e-6 &&
+        b.efficiency_attention == 0);
+  unlink(path);
+  c.efficiency_matmul = c.efficiency_conv = 0;
+  ts_graph_free(g);
+  /* a graph rewritten by the amp pass is priced as it runs (TS_F32): its bf16 GEMM at the bf16
+   * peak, its f32 values (the casts' inputs) at 4 bytes */
+  CHECK_OK(ts_graph_create(&g));
+  x = ts_input(g, "x", TS_F32, ts_shape2(256, 512));
+  w = ts_input(g, "w", TS_F32, ts_shape2(512, 1024));
+  h = ts_matmul(g, x, w, 0, 0);
+  CHECK_OK(ts_graph_amp(g, 1, TS_BF16, &h, 1));
+  CHECK_OK(ts_cost_graph(&c, g, TS_F32, NULL, &cb));
+  CHECK_MSG(fabs(cb.gemm_s - flops / (c.peak_flops_bf16 * c.gemm_efficiency)) < 1e-15, "amp gemm %g", cb.gemm_s);
+  double cast_bytes = (256.0 * 512 + 512.0 * 1024) * (4 + 2) + 256.0 * 1024 * (2 + 4); /* x, w in; h back to f32 */
+  CHECK_MSG(fabs(cb.bytes - cast_bytes) < 1, "amp bytes %g, expected %g", cb.bytes, cast_bytes);
   ts_graph_free(g);
   return ts_test_finish("test_cluster");
 }
