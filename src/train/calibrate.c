@@ -180,6 +180,7 @@ typedef struct {
   ts_calibration_report r;
   const ts_cluster *c;
   double peak_s[3]; /* per family: FLOPs / the peak of each node's dtype, summed */
+  int64_t fam_nodes[3];
 } model_timer;
 
 static int family_of(ts_op op) {
@@ -225,6 +226,7 @@ static void model_hook(const ts_hook_info *e, void *user) {
     int low = (d == TS_BF16 || d == TS_F16) && m->c->peak_flops_bf16 > 0;
     m->r.family_s[f] += dt;
     m->r.family_flops[f] += fl;
+    m->fam_nodes[f]++;
     m->peak_s[f] += fl / (low ? m->c->peak_flops_bf16 : m->c->peak_flops_f32);
   } else if (ts_graph_value_alias_of(g, ts_graph_node_output(g, e->node, 0)) < 0) {
     m->r.other_s += dt;
@@ -285,8 +287,10 @@ int ts_calibrate_model(const ts_config *cfg_in, int warmup, int steps, ts_cluste
     for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) *per[i] /= steps;
     m.r.other_nodes /= steps;
     double *eff[] = {&c->efficiency_matmul, &c->efficiency_conv, &c->efficiency_attention};
-    for (int f = 0; f < 3; f++)
-      if (m.r.family_s[f] > 0 && m.peak_s[f] > 0) *eff[f] = m.peak_s[f] / m.r.family_s[f] < 1 ? m.peak_s[f] / m.r.family_s[f] : 1;
+    for (int f = 0; f < 3; f++) { /* the cost model adds op_overhead to every operator: net of it */
+      double net = m.r.family_s[f] - (double)m.fam_nodes[f] / steps * c->op_overhead;
+      if (net > 0 && m.peak_s[f] > 0) *eff[f] = m.peak_s[f] / net < 1 ? m.peak_s[f] / net : 1;
+    }
     double net = m.r.other_s - (double)m.r.other_nodes * c->op_overhead;
     if (m.r.other_bytes > 0 && net > 0) c->mem_bandwidth = m.r.other_bytes / net;
     ts_cost_breakdown b;
