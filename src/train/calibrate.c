@@ -11,26 +11,34 @@
 #include "tessera/comm.h"
 #include "train_impl.h"
 
-/* GFLOP/s of n x k by k x m sgemms, the best of 5 batches. */
-static double gemm_rate(int64_t n, int64_t k, int64_t m) {
-  float *a = malloc(sizeof(float) * (size_t)(n * k + k * m + n * m));
+/* GFLOP/s of n x k by k x m matmuls in dtype dt (f32: oneDNN's sgemm path; bf16: its bf16
+ * kernels, emulated where the CPU lacks them), the best of 5 batches; 0 where the kernel fails. */
+static double gemm_rate(int64_t n, int64_t k, int64_t m, ts_dtype dt) {
+  size_t es = ts_dtype_size(dt), na = (size_t)(n * k + k * m);
+  char *a = malloc(es * (na + (size_t)(n * m)));
   if (!a) return 0;
-  float *b = a + n * k, *c = b + k * m;
-  for (int64_t i = 0; i < n * k + k * m; i++) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+  char *b = a + es * (size_t)(n * k), *c = b + es * (size_t)(k * m);
+  for (size_t i = 0; i < na; i++) {
+    float v = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    if (dt == TS_F32) memcpy(a + 4 * i, &v, 4);
+    else ts_convert(&v, TS_F32, a + es * i, dt, 1);
+  }
   ts__mm_desc d = {1, n, m, k, 0, 0, 0, 0};
   double best = 0;
-  if (!ts__matmul_dnnl(&d, a, b, c))
+#define RUN() (dt == TS_F32 ? ts__matmul_dnnl(&d, (float *)a, (float *)b, (float *)c) : ts__matmul_lp_dnnl(&d, dt, a, b, c))
+  if (!RUN())
     for (int rep = 0; rep < 5; rep++) {
       int it = 0;
-      double t0 = ts_time_now(), dt = 0;
+      double t0 = ts_time_now(), dt_s = 0;
       do {
-        ts__matmul_dnnl(&d, a, b, c);
+        RUN();
         it++;
-        dt = ts_time_now() - t0;
-      } while (dt < 0.05);
-      double gf = 2.0 * (double)(n * k * m) * it / dt / 1e9;
+        dt_s = ts_time_now() - t0;
+      } while (dt_s < 0.05);
+      double gf = 2.0 * (double)(n * k * m) * it / dt_s / 1e9;
       best = gf > best ? gf : best;
     }
+#undef RUN
   free(a);
   return best;
 }
@@ -109,29 +117,6 @@ static double op_overhead(void) {
   return best;
 }
 
-/* GFLOP/s of a bf16 n^3 matmul (oneDNN's bf16 kernels; 0 where they fail), the best of 5 batches. */
-static double bf16_gemm_rate(int64_t n) {
-  uint16_t *a = calloc((size_t)(3 * n * n), sizeof(uint16_t));
-  if (!a) return 0;
-  for (int64_t i = 0; i < 2 * n * n; i++) a[i] = (uint16_t)(0x3f00 + (i * 7919) % 127); /* bf16 in [0.5, 1) */
-  ts__mm_desc d = {1, n, n, n, 0, 0, 0, 0};
-  double best = 0;
-  if (!ts__matmul_lp_dnnl(&d, TS_BF16, a, a + n * n, a + 2 * n * n))
-    for (int rep = 0; rep < 5; rep++) {
-      int it = 0;
-      double t0 = ts_time_now(), dt = 0;
-      do {
-        ts__matmul_lp_dnnl(&d, TS_BF16, a, a + n * n, a + 2 * n * n);
-        it++;
-        dt = ts_time_now() - t0;
-      } while (dt < 0.05);
-      double gf = 2.0 * (double)(n * n * n) * it / dt / 1e9;
-      best = gf > best ? gf : best;
-    }
-  free(a);
-  return best;
-}
-
 int ts_calibrate(ts_comm *world, ts_cluster *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "local");
@@ -139,9 +124,9 @@ int ts_calibrate(ts_comm *world, ts_cluster *out) {
   int N = world ? ts_comm_size(world) : 1;
   out->devices_per_node = N;
   out->nodes = 1;
-  double peak = ts__train_peak_gflops() * 1e9, model = gemm_rate(1024, 128, 384) * 1e9;
+  double peak = ts__train_peak_gflops() * 1e9, model = gemm_rate(1024, 128, 384, TS_F32) * 1e9;
   out->peak_flops_f32 = peak;
-  out->peak_flops_bf16 = bf16_gemm_rate(512) * 1e9; /* emulated where the CPU lacks bf16: measured all the same */
+  out->peak_flops_bf16 = gemm_rate(512, 512, 512, TS_BF16) * 1e9; /* emulated where the CPU lacks bf16: measured all the same */
   out->gemm_efficiency = peak > 0 ? (model < peak ? model / peak : 1.0) : 0;
   out->mem_bandwidth = mem_rate();
   out->op_overhead = op_overhead();
