@@ -32,6 +32,8 @@ static int native16(ts_op op) {
     case TS_OP_ELTWISE: case TS_OP_ELTWISE_BWD:
     case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_DROPOUT:
     case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_BWD: case TS_OP_SOFTMAX: case TS_OP_SOFTMAX_BWD:
+    case TS_OP_BATCHNORM: case TS_OP_BATCHNORM_BWD:
+    case TS_OP_MAXPOOL2D: case TS_OP_MAXPOOL2D_BWD: case TS_OP_AVGPOOL2D: case TS_OP_AVGPOOL2D_BWD:
       return 1;
     default:
       return 0;

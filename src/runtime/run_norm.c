@@ -13,6 +13,7 @@
 #include "../kernels/norm.h"
 
 #define TS_BATCHNORM_DNNL 0
+#define TS_BATCHNORM_BF16_DNNL 0 /* see above; decided by bench_bf16 (docs/mixed-precision.md) */
 
 static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
   *N = s->dims[0];
@@ -71,6 +72,11 @@ static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
+  if (in[0].dtype != TS_F32) /* 16-bit x/y; gamma/beta f32 or x's dtype; statistics f32 */
+    return ts__batchnorm_fwd_lp(in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                                out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
+                                ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a), red,
+                                TS_BATCHNORM_BF16_DNNL && ctx->backend == TS_BACKEND_FAST);
   if (red)
     return ts__batchnorm_fwd_sync(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                   out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
@@ -91,6 +97,11 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
+  if (in[1].dtype != TS_F32)
+    return ts__batchnorm_bwd_lp(in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                                out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
+                                (int)ts_attr_batchnorm_training(&n->a), red,
+                                TS_BATCHNORM_BF16_DNNL && ctx->backend == TS_BACKEND_FAST);
   if (red)
     return ts__batchnorm_bwd_sync(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                   out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
