@@ -9,7 +9,9 @@
  * outputs (batch-norm running statistics, layer-norm mean/var, softmax_ce's loss) are passed
  * through untouched, so in-place state updates still land in the caller's memory.
  * This is the "converted" path of docs/mixed-precision.md: correct everywhere, no faster than
- * f32. f16 always takes it (no f16 compute in oneDNN 2.6 on CPUs without avx512_core_fp16). */
+ * f32. f16 nodes of the families without native loops take it too (no f16 compute in oneDNN 2.6
+ * on CPUs without avx512_core_fp16); the 16-bit kernels listed below convert f16 themselves where
+ * they need an f32 oneDNN kernel (matmul, conv, pooling on the fast backend). */
 #include "run_impl.h"
 #include "../kernels/lowp.h"
 

@@ -5,7 +5,12 @@
  * its generic ncsp kernel, which measured about 2x slower than ours on a ResNet-18 layer
  * ((32,64,56,56) training: fwd 2.8 vs 5.4 ms, bwd 3.2 vs 7.3 ms, 2 threads) and computes the
  * variance in one unshifted pass (loses ~1e-3 relative on data far from 0).
- * ts__batchnorm_*_dnnl stay available and tested (tests/kernels/test_norm.c). */
+ * ts__batchnorm_*_dnnl stay available and tested (tests/kernels/test_norm.c).
+ * bf16/f16 batch norm runs the same reference loops on 16-bit x/y (ts__batchnorm_*_lp: runs of a
+ * plane widened to f32; statistics, running statistics and SyncBatchNorm's exchange stay f32) on
+ * both backends. oneDNN 2.6 does have bf16 batch norm, but on plain NCHW it is the same generic
+ * ncsp_bnorm:any, ~10x slower than the loops on (32,64,56,56) (bench_bf16 batchnorm,
+ * docs/mixed-precision.md), so TS_BATCHNORM_BF16_DNNL is 0; it is tested in test_norm_bf16.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +18,7 @@
 #include "../kernels/norm.h"
 
 #define TS_BATCHNORM_DNNL 0
-#define TS_BATCHNORM_BF16_DNNL 0 /* see above; decided by bench_bf16 (docs/mixed-precision.md) */
+#define TS_BATCHNORM_BF16_DNNL 0
 
 static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
   *N = s->dims[0];
