@@ -20,29 +20,113 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  *
  * One set of loops serves the f32 kernels and the 16-bit ones (ts__bn_fwd / ts__bn_bwd, called by
  * norm_bf16.c). x, y, dy, dx are visited in runs of at most CHUNK elements of one (n, c) plane
- * (or of one (N,C) row): an f32 run is used in place; a 16-bit run is widened into a per-thread
- * f32 buffer, and results are rounded back once. The f32 arithmetic and its order are the same
- * either way, so a 16-bit result is the f32 kernel's on the widened values, rounded once.
+ * (or of one (N,C) row), and each run goes through one of the k_* kernels below, written once
+ * with `lp` a constant at every call: lp = 0 reads and writes f32, lp = 1 reads bf16 and rounds
+ * its outputs to bf16 in the loop itself (converting inline streams at twice the rate of
+ * widening a run into a buffer first). f16, whose conversions are scalar, is widened into
+ * per-thread f32 buffers and run with lp = 0. The f32 arithmetic and its order are the same in
+ * every case, so a 16-bit result is the f32 kernel's on the widened values, rounded once (the
+ * float reductions say simdlen(16): left to itself the compiler gives the bf16 loop a wider
+ * vector, whose partial sums round differently; tests/kernels/test_norm_bf16.c checks equality).
  * Statistics, running statistics, gamma/beta and dgamma/dbeta are f32 (sums in double). */
 
-/* Run [off, off+len) of a dt tensor as f32: the tensor itself (f32), else widened into buf. */
-static inline const float *run_in(const void *t, ts_dtype dt, int64_t off, int64_t len, float *buf) {
+#define BN_INLINE static inline __attribute__((always_inline))
+
+/* Element j of a run as f32, and the store of an f32 result to it (lp: the run is bf16). */
+BN_INLINE float ld(const void *r, int lp, int64_t j) {
+  return lp ? ts__bf2f(((const uint16_t *)r)[j]) : ((const float *)r)[j];
+}
+BN_INLINE void st(void *r, int lp, int64_t j, float v) {
+  if (lp) ((uint16_t *)r)[j] = ts__f2bf(v);
+  else ((float *)r)[j] = v;
+}
+
+/* The run [off, off+len) of a dt tensor as the k_* kernels read it: f32 and bf16 in place, f16
+ * widened into buf. lp_of(dt) is the kernels' lp for it. */
+static inline int lp_of(ts_dtype dt) { return dt == TS_BF16; }
+static inline const void *src_run(const void *t, ts_dtype dt, int64_t off, int64_t len, float *buf) {
   if (dt == TS_F32) return (const float *)t + off;
+  if (dt == TS_BF16) return (const uint16_t *)t + off;
   ts__lp_widen((const uint16_t *)t + off, dt, buf, len);
   return buf;
 }
-/* Where the f32 results of the run at off go: the tensor (f32), else buf, which run_done rounds
- * into the tensor. */
-static inline float *run_out(void *t, ts_dtype dt, int64_t off, float *buf) {
-  return dt == TS_F32 ? (float *)t + off : buf;
+/* Where a kernel writes the run at off: in place for f32 and bf16, buf for f16 (dst_done rounds
+ * it into the tensor). */
+static inline void *dst_run(void *t, ts_dtype dt, int64_t off, float *buf) {
+  if (dt == TS_F32) return (float *)t + off;
+  if (dt == TS_BF16) return (uint16_t *)t + off;
+  return buf;
 }
-static inline void run_done(const float *buf, void *t, ts_dtype dt, int64_t off, int64_t len) {
-  if (dt != TS_F32) ts__lp_narrow(buf, (uint16_t *)t + off, dt, len);
+static inline void dst_done(const float *buf, void *t, ts_dtype dt, int64_t off, int64_t len) {
+  if (dt == TS_F16) ts__lp_narrow(buf, (uint16_t *)t + off, dt, len);
 }
 static inline float elem(const void *t, ts_dtype dt, int64_t i) {
   float v;
   ts__lp_widen(dt == TS_F32 ? (const void *)((const float *)t + i) : (const void *)((const uint16_t *)t + i), dt, &v, 1);
   return v;
+}
+
+/* The per-run kernels. Plane runs (S > 1) share one channel's scalars; (N,C) row runs (S == 1)
+ * index per-channel arrays by the element. */
+// fwd statistics: t1 += sum (x - k), t2 += sum (x - k)^2 over a plane run (float partials)
+BN_INLINE void k_sums(const void *x, int lp, int64_t len, float k, double *t1, double *t2) {
+  float a = 0, b = 0;
+#pragma omp simd simdlen(16) reduction(+ : a, b)
+  for (int64_t j = 0; j < len; j++) {
+    float d = ld(x, lp, j) - k;
+    a += d;
+    b += d * d;
+  }
+  *t1 += a;
+  *t2 += b;
+}
+// the same over a row run of channels, per channel in double
+BN_INLINE void k_sums_nc(const void *x, int lp, int64_t len, const float *k, double *a1, double *a2) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) {
+    double d = (double)ld(x, lp, c) - (double)k[c];
+    a1[c] += d;
+    a2[c] += d * d;
+  }
+}
+// y = x*a + b
+BN_INLINE void k_apply(const void *x, void *y, int lp, int64_t len, float a, float b) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; j++) st(y, lp, j, ld(x, lp, j) * a + b);
+}
+BN_INLINE void k_apply_nc(const void *x, void *y, int lp, int64_t len, const float *a, const float *b) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) st(y, lp, c, ld(x, lp, c) * a[c] + b[c]);
+}
+// bwd sums: s1 += sum dy, s2 += sum dy*(x - m)
+BN_INLINE void k_bsums(const void *g, const void *p, int lp, int64_t len, float m, double *s1, double *s2) {
+  float a = 0, b = 0;
+#pragma omp simd simdlen(16) reduction(+ : a, b)
+  for (int64_t j = 0; j < len; j++) {
+    float gg = ld(g, lp, j);
+    a += gg;
+    b += gg * (ld(p, lp, j) - m);
+  }
+  *s1 += a;
+  *s2 += b;
+}
+BN_INLINE void k_bsums_nc(const void *g, const void *p, int lp, int64_t len, const float *m, double *s1, double *s2) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) {
+    float gg = ld(g, lp, c);
+    s1[c] += gg;
+    s2[c] += (double)gg * (double)(ld(p, lp, c) - m[c]);
+  }
+}
+// dx = a*dy + b*x + k
+BN_INLINE void k_dx(const void *g, const void *p, void *q, int lp, int64_t len, float a, float b, float k) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; j++) st(q, lp, j, a * ld(g, lp, j) + b * ld(p, lp, j) + k);
+}
+BN_INLINE void k_dx_nc(const void *g, const void *p, void *q, int lp, int64_t len, const float *a, const float *b,
+                       const float *k) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) st(q, lp, c, a[c] * ld(g, lp, c) + b[c] * ld(p, lp, c) + k[c]);
 }
 
 static int bn_check(const char *what, ts_dtype dt, int64_t N, int64_t C, int64_t S, int training) {
@@ -71,17 +155,18 @@ static void bn_update_running(float *rmean, float *rvar, const float *mean, cons
 /* y = x*a[c] + b[c] over (N,C,S) of dtype dt. */
 static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const float *b, int64_t N, int64_t C,
                      int64_t S) {
+  const int lp = lp_of(dt);
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
       float bi[CHUNK] __attribute__((aligned(64))), bo[CHUNK] __attribute__((aligned(64)));
       for (int64_t c0 = 0; c0 < C; c0 += CHUNK) {
         const int64_t len = min64(CHUNK, C - c0), off = n * C + c0;
-        const float *p = run_in(x, dt, off, len, bi), *ac = a + c0, *bc = b + c0;
-        float *q = run_out(y, dt, off, bo);
-#pragma omp simd
-        for (int64_t c = 0; c < len; c++) q[c] = p[c] * ac[c] + bc[c];
-        run_done(bo, y, dt, off, len);
+        const void *p = src_run(x, dt, off, len, bi);
+        void *q = dst_run(y, dt, off, bo);
+        if (lp) k_apply_nc(p, q, 1, len, a + c0, b + c0);
+        else k_apply_nc(p, q, 0, len, a + c0, b + c0);
+        dst_done(bo, y, dt, off, len);
       }
     }
     return;
@@ -92,11 +177,11 @@ static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const 
     const float ac = a[nc % C], bc = b[nc % C];
     for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
       const int64_t len = min64(CHUNK, S - j0), off = nc * S + j0;
-      const float *p = run_in(x, dt, off, len, bi);
-      float *q = run_out(y, dt, off, bo);
-#pragma omp simd
-      for (int64_t j = 0; j < len; j++) q[j] = p[j] * ac + bc;
-      run_done(bo, y, dt, off, len);
+      const void *p = src_run(x, dt, off, len, bi);
+      void *q = dst_run(y, dt, off, bo);
+      if (lp) k_apply(p, q, 1, len, ac, bc);
+      else k_apply(p, q, 0, len, ac, bc);
+      dst_done(bo, y, dt, off, len);
     }
   }
 }
@@ -104,22 +189,18 @@ static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const 
 /* Per-channel sums of d = x - K[c] and of d^2 (double), one pass. */
 static void bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S, const float *K, double *s1,
                     double *s2) {
+  const int lp = lp_of(dt);
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN && C > CCH)
     for (int64_t c0 = 0; c0 < C; c0 += CCH) {
       int64_t cn = min64(CCH, C - c0);
       double a1[CCH], a2[CCH];
       float buf[CCH] __attribute__((aligned(64)));
-      const float *k = K + c0;
       for (int64_t c = 0; c < cn; c++) a1[c] = a2[c] = 0;
       for (int64_t n = 0; n < N; n++) {
-        const float *p = run_in(x, dt, n * C + c0, cn, buf);
-#pragma omp simd
-        for (int64_t c = 0; c < cn; c++) {
-          double d = (double)p[c] - (double)k[c];
-          a1[c] += d;
-          a2[c] += d * d;
-        }
+        const void *p = src_run(x, dt, n * C + c0, cn, buf);
+        if (lp) k_sums_nc(p, 1, cn, K + c0, a1, a2);
+        else k_sums_nc(p, 0, cn, K + c0, a1, a2);
       }
       for (int64_t c = 0; c < cn; c++) {
         s1[c0 + c] = a1[c];
@@ -131,21 +212,13 @@ static void bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S,
 #pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
   for (int64_t c = 0; c < C; c++) {
     float buf[CHUNK] __attribute__((aligned(64)));
-    const float k = K[c];
     double t1 = 0, t2 = 0;
     for (int64_t n = 0; n < N; n++) {
       for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
         const int64_t len = min64(CHUNK, S - j0);
-        const float *p = run_in(x, dt, (n * C + c) * S + j0, len, buf);
-        float a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t j = 0; j < len; j++) {
-          float d = p[j] - k;
-          a += d;
-          b += d * d;
-        }
-        t1 += a;
-        t2 += b;
+        const void *p = src_run(x, dt, (n * C + c) * S + j0, len, buf);
+        if (lp) k_sums(p, 1, len, K[c], &t1, &t2);
+        else k_sums(p, 0, len, K[c], &t1, &t2);
       }
     }
     s1[c] = t1;
@@ -247,6 +320,7 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
                const ts__bn_reducer *red) {
   int rc = bn_check("batchnorm_bwd", dt, N, C, S, training);
   if (rc) return rc;
+  const int lp = lp_of(dt);
   /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean); then the count; then the reduced copy. */
   double *sums = malloc(sizeof(double) * (size_t)(4 * C + 2));
   float *abk = malloc(sizeof(float) * (size_t)(3 * C));
@@ -263,12 +337,9 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
       float bg[CCH] __attribute__((aligned(64))), bp[CCH] __attribute__((aligned(64)));
       for (int64_t c = 0; c < cn; c++) s1[c] = s2[c] = 0;
       for (int64_t n = 0; n < N; n++) {
-        const float *g = run_in(dy, dt, n * C + c0, cn, bg), *p = run_in(x, dt, n * C + c0, cn, bp), *m = mean + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < cn; c++) {
-          s1[c] += g[c];
-          s2[c] += (double)g[c] * (double)(p[c] - m[c]);
-        }
+        const void *g = src_run(dy, dt, n * C + c0, cn, bg), *p = src_run(x, dt, n * C + c0, cn, bp);
+        if (lp) k_bsums_nc(g, p, 1, cn, mean + c0, s1, s2);
+        else k_bsums_nc(g, p, 0, cn, mean + c0, s1, s2);
       }
       for (int64_t c = 0; c < cn; c++) {
         sums[c0 + c] = s1[c];
@@ -284,15 +355,9 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
       for (int64_t n = 0; n < N; n++) {
         for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
           const int64_t len = min64(CHUNK, S - j0), off = (n * C + c) * S + j0;
-          const float *g = run_in(dy, dt, off, len, bg), *p = run_in(x, dt, off, len, bp);
-          float a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-          for (int64_t j = 0; j < len; j++) {
-            a += g[j];
-            b += g[j] * (p[j] - m);
-          }
-          s1 += a;
-          s2 += b;
+          const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
+          if (lp) k_bsums(g, p, 1, len, m, &s1, &s2);
+          else k_bsums(g, p, 0, len, m, &s1, &s2);
         }
       }
       sums[c] = s1;
@@ -337,12 +402,11 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
           bq[CHUNK] __attribute__((aligned(64)));
       for (int64_t c0 = 0; c0 < C; c0 += CHUNK) {
         const int64_t len = min64(CHUNK, C - c0), off = n * C + c0;
-        const float *g = run_in(dy, dt, off, len, bg), *p = run_in(x, dt, off, len, bp);
-        const float *a = A + c0, *b = B + c0, *k = K + c0;
-        float *q = run_out(dx, dt, off, bq);
-#pragma omp simd
-        for (int64_t c = 0; c < len; c++) q[c] = a[c] * g[c] + b[c] * p[c] + k[c];
-        run_done(bq, dx, dt, off, len);
+        const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
+        void *q = dst_run(dx, dt, off, bq);
+        if (lp) k_dx_nc(g, p, q, 1, len, A + c0, B + c0, K + c0);
+        else k_dx_nc(g, p, q, 0, len, A + c0, B + c0, K + c0);
+        dst_done(bq, dx, dt, off, len);
       }
     }
   } else {
@@ -354,11 +418,11 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
       const float a = A[c], b = B[c], k = K[c];
       for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
         const int64_t len = min64(CHUNK, S - j0), off = nc * S + j0;
-        const float *g = run_in(dy, dt, off, len, bg), *p = run_in(x, dt, off, len, bp);
-        float *q = run_out(dx, dt, off, bq);
-#pragma omp simd
-        for (int64_t j = 0; j < len; j++) q[j] = a * g[j] + b * p[j] + k;
-        run_done(bq, dx, dt, off, len);
+        const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
+        void *q = dst_run(dx, dt, off, bq);
+        if (lp) k_dx(g, p, q, 1, len, a, b, k);
+        else k_dx(g, p, q, 0, len, a, b, k);
+        dst_done(bq, dx, dt, off, len);
       }
     }
   }
