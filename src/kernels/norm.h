@@ -53,8 +53,9 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                            int64_t C, int64_t S, float eps, int training);
 
 /* The batch-norm loops behind the f32 reference/sync kernels above, for x/y (dy/dx) of dtype dt
- * (f32, bf16 or f16; 16-bit runs are widened into f32 buffers, computed with the f32 code and
- * rounded once); gamma, beta, the statistics and dgamma/dbeta f32. red as in the _sync kernels
+ * (f32, bf16 or f16: bf16 converted inside the same loops, f16 runs widened into f32 buffers;
+ * the f32 arithmetic either way, each 16-bit output rounded once); gamma, beta, the statistics
+ * and dgamma/dbeta f32. red as in the _sync kernels
  * (NULL: local statistics); the statistics exchange is in double whatever dt is. */
 // x (N,C,S) dt, gamma, beta (C), rmean, rvar (C, in/out) -> y (N,C,S) dt, mean, var (C)
 int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,

@@ -5,8 +5,8 @@
  * memory-bound op halves. gamma/beta are f32 or x's dtype (widened once, D values); mean/var are
  * f32; dgamma/dbeta have gamma's dtype.
  *
- * Batch norm: the f32 kernel's own loops (ts__bn_fwd / ts__bn_bwd in norm.c) run on 16-bit x/y,
- * widening runs of a channel plane into f32 buffers; gamma/beta are widened here (C values) and
+ * Batch norm: the f32 kernel's own loops (ts__bn_fwd / ts__bn_bwd in norm.c) run on 16-bit x/y
+ * (bf16 converted in the loops, f16 runs widened); gamma/beta are widened here (C values) and
  * dgamma/dbeta rounded to gamma's dtype. Statistics and running statistics are f32 state, and
  * SyncBatchNorm's exchange (double sums) is the f32 kernel's. oneDNN's bf16 batch normalization
  * is available behind dnnl = 1 (see src/runtime/run_norm.c for which one the executor uses). */

@@ -6,8 +6,8 @@
  * ((32,64,56,56) training: fwd 2.8 vs 5.4 ms, bwd 3.2 vs 7.3 ms, 2 threads) and computes the
  * variance in one unshifted pass (loses ~1e-3 relative on data far from 0).
  * ts__batchnorm_*_dnnl stay available and tested (tests/kernels/test_norm.c).
- * bf16/f16 batch norm runs the same reference loops on 16-bit x/y (ts__batchnorm_*_lp: runs of a
- * plane widened to f32; statistics, running statistics and SyncBatchNorm's exchange stay f32) on
+ * bf16/f16 batch norm runs the same reference loops on 16-bit x/y (ts__batchnorm_*_lp; the
+ * statistics, running statistics and SyncBatchNorm's exchange stay f32) on
  * both backends. oneDNN 2.6 does have bf16 batch norm, but on plain NCHW it is the same generic
  * ncsp_bnorm:any, ~10x slower than the loops on (32,64,56,56) (bench_bf16 batchnorm,
  * docs/mixed-precision.md), so TS_BATCHNORM_BF16_DNNL is 0; it is tested in test_norm_bf16.c. */
