@@ -186,8 +186,54 @@ static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const 
   }
 }
 
+/* The per-channel sums over (N,C,S) planes, S > 1: x - k and its square (fwd: g = NULL, k = K), or
+ * dy and dy*(x - k) (bwd: g = dy, k = mean). Runs are visited in memory order, in parallel over
+ * the N*C planes, and each run's float partial sums are kept; then each channel adds them into
+ * doubles in (n, run) order, the order of a loop over one channel's planes, so the result does not
+ * depend on the traversal or the thread count. (A channel-major traversal jumps to a new short
+ * plane N times per channel and streamed bf16 at half the byte rate of this one.) */
+static int bn_plane_sums(ts_dtype dt, const void *g, const void *x, int64_t N, int64_t C, int64_t S, const float *k,
+                         double *s1, double *s2) {
+  const int lp = lp_of(dt);
+  const int64_t nr = (S + CHUNK - 1) / CHUNK; /* runs per plane */
+  float *part = malloc(sizeof(float) * (size_t)(N * C * nr * 2));
+  if (!part) return ts_error_set(TS_ENOMEM, "batchnorm: out of memory for partial sums");
+#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
+  for (int64_t nc = 0; nc < N * C; nc++) {
+    float bg[CHUNK] __attribute__((aligned(64))), bp[CHUNK] __attribute__((aligned(64)));
+    const float kc = k[nc % C];
+    for (int64_t r = 0; r < nr; r++) {
+      const int64_t j0 = r * CHUNK, len = min64(CHUNK, S - j0), off = nc * S + j0;
+      const void *p = src_run(x, dt, off, len, bp);
+      double a = 0, b = 0; /* the kernels add their float partials to these */
+      if (g) {
+        const void *q = src_run(g, dt, off, len, bg);
+        if (lp) k_bsums(q, p, 1, len, kc, &a, &b);
+        else k_bsums(q, p, 0, len, kc, &a, &b);
+      } else {
+        if (lp) k_sums(p, 1, len, kc, &a, &b);
+        else k_sums(p, 0, len, kc, &a, &b);
+      }
+      part[(nc * nr + r) * 2] = (float)a; /* exact: a float partial added to 0 */
+      part[(nc * nr + r) * 2 + 1] = (float)b;
+    }
+  }
+  for (int64_t c = 0; c < C; c++) {
+    double t1 = 0, t2 = 0;
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t r = 0; r < nr; r++) {
+        t1 += part[((n * C + c) * nr + r) * 2];
+        t2 += part[((n * C + c) * nr + r) * 2 + 1];
+      }
+    s1[c] = t1;
+    s2[c] = t2;
+  }
+  free(part);
+  return TS_OK;
+}
+
 /* Per-channel sums of d = x - K[c] and of d^2 (double), one pass. */
-static void bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S, const float *K, double *s1,
+static int bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S, const float *K, double *s1,
                     double *s2) {
   const int lp = lp_of(dt);
   if (S == 1) {
@@ -207,23 +253,9 @@ static void bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S,
         s2[c0 + c] = a2[c];
       }
     }
-    return;
+    return TS_OK;
   }
-#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
-  for (int64_t c = 0; c < C; c++) {
-    float buf[CHUNK] __attribute__((aligned(64)));
-    double t1 = 0, t2 = 0;
-    for (int64_t n = 0; n < N; n++) {
-      for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
-        const int64_t len = min64(CHUNK, S - j0);
-        const void *p = src_run(x, dt, (n * C + c) * S + j0, len, buf);
-        if (lp) k_sums(p, 1, len, K[c], &t1, &t2);
-        else k_sums(p, 0, len, K[c], &t1, &t2);
-      }
-    }
-    s1[c] = t1;
-    s2[c] = t2;
-  }
+  return bn_plane_sums(dt, NULL, x, N, C, S, K, s1, s2);
 }
 
 /* mean = K + s1/M, biased var = s2/M - (s1/M)^2 (clamped at 0). */
@@ -282,9 +314,9 @@ int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta
      * keeps its digits); across ranks it must be the same everywhere: the running mean. */
     float *K = ab + 2 * C;
     for (int64_t c = 0; c < C; c++) K[c] = red ? rmean[c] : elem(x, dt, S == 1 ? c : c * S);
-    bn_sums(dt, x, N, C, S, K, sums, sums + C);
+    rc = bn_sums(dt, x, N, C, S, K, sums, sums + C);
     sums[2 * C] = (double)M;
-    if (red && (rc = red->sum(sums, 2 * C + 1, red->user))) {
+    if (rc || (red && (rc = red->sum(sums, 2 * C + 1, red->user)))) {
       free(ab);
       free(sums);
       return rc;
@@ -346,23 +378,10 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
         sums[C + c0 + c] = s2[c];
       }
     }
-  } else {
-#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
-    for (int64_t c = 0; c < C; c++) {
-      float bg[CHUNK] __attribute__((aligned(64))), bp[CHUNK] __attribute__((aligned(64)));
-      const float m = mean[c];
-      double s1 = 0, s2 = 0;
-      for (int64_t n = 0; n < N; n++) {
-        for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
-          const int64_t len = min64(CHUNK, S - j0), off = (n * C + c) * S + j0;
-          const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
-          if (lp) k_bsums(g, p, 1, len, m, &s1, &s2);
-          else k_bsums(g, p, 0, len, m, &s1, &s2);
-        }
-      }
-      sums[c] = s1;
-      sums[C + c] = s2;
-    }
+  } else if ((rc = bn_plane_sums(dt, dy, x, N, C, S, mean, sums, sums + C))) {
+    free(sums);
+    free(abk);
+    return rc;
   }
   /* dgamma, dbeta: this rank's sums (data-parallel gradient averaging combines them); dx: the
    * sums over every rank when synchronised (the statistics were computed over all of them). */
