@@ -9,7 +9,7 @@
  * bf16/f16 batch norm runs the same reference loops on 16-bit x/y (ts__batchnorm_*_lp; the
  * statistics, running statistics and SyncBatchNorm's exchange stay f32) on
  * both backends. oneDNN 2.6 does have bf16 batch norm, but on plain NCHW it is the same generic
- * ncsp_bnorm:any, ~10x slower than the loops on (32,64,56,56) (bench_bf16 batchnorm,
+ * ncsp_bnorm:any, ~27x slower than the bf16 loops on (32,64,56,56) (bench_bf16 batchnorm,
  * docs/mixed-precision.md), so TS_BATCHNORM_BF16_DNNL is 0; it is tested in test_norm_bf16.c. */
 #include <stdlib.h>
 #include <string.h>
