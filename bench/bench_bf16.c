@@ -6,13 +6,21 @@
  * GB/s of the tensors read and written for the memory-bound ones, and the f32/bf16 time ratio.
  *
  *   OMP_NUM_THREADS=2 bench_bf16 [--reps N] [family...]
- *   families: dense conv gelu add layernorm softmax dropout (default: all)
+ *   families: dense conv gelu add layernorm softmax dropout batchnorm pool (default: all)
  *
  * Shapes: dense = a GPT-2-small MLP matmul (B*T = 1024 tokens, 768 -> 3072); conv = a ResNet-18
  * 3x3 layer (32,64,56,56), stride 1, pad 1; the memory-bound ops on the GPT-2 / ResNet activation
  * sizes named in their rows. The conv family is timed twice: f32 with its default algorithm
  * (Winograd for this layer) and f32 forced to the direct algorithm, which is what bf16 runs
- * (oneDNN 2.6 has no bf16 Winograd). */
+ * (oneDNN 2.6 has no bf16 Winograd).
+ *
+ * batchnorm = a ResNet-18 layer (32,64,56,56) in training (forward with batch statistics and the
+ * running-stat update, backward through them), f32 as the executor runs it (the reference loops:
+ * oneDNN's plain-NCHW batch norm is its generic ncsp kernel) against bf16 on the native loops and
+ * on oneDNN's bf16 batch normalization, and oneDNN f32 against oneDNN bf16; the implementation
+ * oneDNN picks is printed. pool = ResNet's stem max pooling (32,64,112,112) 3x3 stride 2 pad 1
+ * and the global average pooling (32,512,7,7) before the classifier, fwd+bwd, oneDNN f32 vs
+ * oneDNN bf16 (fast backend), plus the max pooling on the reference loops (ref backend). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +33,7 @@
 #include "kernels/lowp.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
+#include "kernels/pool.h"
 #include "kernels/softmax.h"
 #include "tessera/base.h"
 #include "tessera/tensor.h"
@@ -238,6 +247,106 @@ static void bench_mem(const char *fam) {
   ts_free(c.m), ts_free(c.v);
 }
 
+/* ---------------------------------------------------------------- batchnorm (ResNet-18 layer) */
+typedef struct {
+  int64_t N, C, S;
+  int mode; /* 0: f32 loops vs bf16 loops; 1: f32 loops vs bf16 oneDNN; 2: f32 oneDNN vs bf16 oneDNN */
+  buf x, y, dy, dx;
+  float *g, *b, *rm, *rv, *m, *v, *dg, *db;
+} bn_ctx;
+static void bn_step(int v, void *c_) {
+  bn_ctx *c = c_;
+  if (!v && c->mode < 2) {
+    OK(ts__batchnorm_fwd_ref(c->x.f, c->g, c->b, c->rm, c->rv, c->y.f, c->m, c->v, c->N, c->C, c->S, 0.1f, 1e-5f, 1));
+    OK(ts__batchnorm_bwd_ref(c->dy.f, c->x.f, c->g, c->m, c->v, c->dx.f, c->dg, c->db, c->N, c->C, c->S, 1e-5f, 1));
+  } else if (!v) {
+    OK(ts__batchnorm_fwd_dnnl(c->x.f, c->g, c->b, c->rm, c->rv, c->y.f, c->m, c->v, c->N, c->C, c->S, 0.1f, 1e-5f, 1));
+    OK(ts__batchnorm_bwd_dnnl(c->dy.f, c->x.f, c->g, c->m, c->v, c->dx.f, c->dg, c->db, c->N, c->C, c->S, 1e-5f, 1));
+  } else {
+    const int dnnl = c->mode > 0;
+    OK(ts__batchnorm_fwd_lp(TS_BF16, TS_F32, c->x.h, c->g, c->b, c->rm, c->rv, c->y.h, c->m, c->v, c->N, c->C, c->S,
+                            0.1f, 1e-5f, 1, NULL, dnnl));
+    OK(ts__batchnorm_bwd_lp(TS_BF16, TS_F32, c->dy.h, c->x.h, c->g, c->m, c->v, c->dx.h, c->dg, c->db, c->N, c->C,
+                            c->S, 1e-5f, 1, NULL, dnnl));
+  }
+}
+static void bench_bn(void) {
+  bn_ctx c;
+  memset(&c, 0, sizeof c);
+  c.N = 32, c.C = 64, c.S = 56 * 56;
+  const int64_t n = c.N * c.C * c.S;
+  c.x = mk(n, 31), c.y = mk(n, 32), c.dy = mk(n, 33), c.dx = mk(n, 34);
+  float *p = ts_alloc((size_t)c.C * 8 * sizeof(float));
+  if (!p) die("out of memory");
+  c.g = p, c.b = p + c.C, c.rm = p + 2 * c.C, c.rv = p + 3 * c.C, c.m = p + 4 * c.C, c.v = p + 5 * c.C,
+  c.dg = p + 6 * c.C, c.db = p + 7 * c.C;
+  for (int64_t k = 0; k < c.C; k++) c.g[k] = 1, c.b[k] = 0, c.rm[k] = 0, c.rv[k] = 1;
+  printf("  batchnorm impls (oneDNN): f32 fwd %s bwd %s | bf16 fwd %s bwd %s\n",
+         ts__batchnorm_dnnl_impl(0, 1, c.N, c.C, c.S, 0), ts__batchnorm_dnnl_impl(1, 1, c.N, c.C, c.S, 0),
+         ts__batchnorm_dnnl_impl(0, 1, c.N, c.C, c.S, 1), ts__batchnorm_dnnl_impl(1, 1, c.N, c.C, c.S, 1));
+  const double B = 4.0 * (double)n; /* fwd x->y, bwd dy,x->dx */
+  c.mode = 0;
+  run("batchnorm (32,64,56,56) fwd+bwd, loops", bn_step, &c, 5 * B, 0);
+  c.mode = 1;
+  run("batchnorm ..., f32 loops | bf16 oneDNN", bn_step, &c, 5 * B, 0);
+  c.mode = 2;
+  run("batchnorm ..., f32 oneDNN | bf16 oneDNN", bn_step, &c, 5 * B, 0);
+  rel(&c.x), rel(&c.y), rel(&c.dy), rel(&c.dx);
+  ts_free(p);
+}
+
+/* ---------------------------------------------------------------- pooling (ResNet stem, head) */
+typedef struct {
+  ts__pool_desc d;
+  int is_max, dnnl;
+  buf x, y, dy, dx;
+  uint8_t *ws;
+} pool_ctx;
+static void pool_step(int v, void *c_) {
+  pool_ctx *c = c_;
+  const ts__pool_desc *d = &c->d;
+  if (c->is_max) {
+    if (!v) {
+      OK(c->dnnl ? ts__maxpool2d_fwd_dnnl(d, c->x.f, c->y.f, c->ws) : ts__maxpool2d_fwd_ref(d, c->x.f, c->y.f, c->ws));
+      OK(c->dnnl ? ts__maxpool2d_bwd_dnnl(d, c->dy.f, c->ws, c->dx.f) : ts__maxpool2d_bwd_ref(d, c->dy.f, c->ws, c->dx.f));
+    } else {
+      OK(ts__maxpool2d_fwd_lp(d, TS_BF16, c->dnnl, c->x.h, c->y.h, c->ws));
+      OK(ts__maxpool2d_bwd_lp(d, TS_BF16, c->dnnl, c->dy.h, c->ws, c->dx.h));
+    }
+  } else {
+    if (!v) {
+      OK(c->dnnl ? ts__avgpool2d_fwd_dnnl(d, c->x.f, c->y.f) : ts__avgpool2d_fwd_ref(d, c->x.f, c->y.f));
+      OK(c->dnnl ? ts__avgpool2d_bwd_dnnl(d, c->dy.f, c->dx.f) : ts__avgpool2d_bwd_ref(d, c->dy.f, c->dx.f));
+    } else {
+      OK(ts__avgpool2d_fwd_lp(d, TS_BF16, c->dnnl, c->x.h, c->y.h));
+      OK(ts__avgpool2d_bwd_lp(d, TS_BF16, c->dnnl, c->dy.h, c->dx.h));
+    }
+  }
+}
+static void bench_pool(void) {
+  for (int k = 0; k < 3; k++) {
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    c.is_max = k < 2, c.dnnl = k != 1;
+    if (c.is_max) c.d = (ts__pool_desc){32, 64, 112, 112, 56, 56, 3, 3, 2, 2, 1, 1};
+    else c.d = (ts__pool_desc){32, 512, 7, 7, 1, 1, 7, 7, 1, 1, 0, 0};
+    const int64_t nx = c.d.N * c.d.C * c.d.H * c.d.W, ny = c.d.N * c.d.C * c.d.OH * c.d.OW;
+    c.x = mk(nx, 41), c.dx = mk(nx, 42), c.y = mk(ny, 43), c.dy = mk(ny, 44);
+    c.ws = ts_alloc((size_t)ny);
+    if (!c.ws) die("out of memory");
+    if (k == 0)
+      printf("  maxpool impls (oneDNN): f32 fwd %s bwd %s | bf16 fwd %s bwd %s\n", ts__pool_dnnl_impl(&c.d, 1, 0, 0),
+             ts__pool_dnnl_impl(&c.d, 1, 1, 0), ts__pool_dnnl_impl(&c.d, 1, 0, 1), ts__pool_dnnl_impl(&c.d, 1, 1, 1));
+    const double B = 4.0 * (double)(2 * nx + 2 * ny); /* float tensors: fwd x->y, bwd dy->dx */
+    run(k == 0   ? "maxpool 3x3/2 (32,64,112,112) fwd+bwd"
+        : k == 1 ? "maxpool 3x3/2 (32,64,112,112), ref loops"
+                 : "global avgpool (32,512,7,7) fwd+bwd",
+        pool_step, &c, B, 0);
+    rel(&c.x), rel(&c.dx), rel(&c.y), rel(&c.dy);
+    ts_free(c.ws);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *fams[16];
   int nf = 0;
@@ -245,20 +354,22 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
     else if (nf < 16) fams[nf++] = argv[i];
   }
-  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout"};
+  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout", "batchnorm", "pool"};
   if (!nf)
-    for (nf = 0; nf < 7; nf++) fams[nf] = all[nf];
+    for (nf = 0; nf < 9; nf++) fams[nf] = all[nf];
   if (g_reps < 1) g_reps = 1;
   printf("bench_bf16: median of %d interleaved repeats; memory-bound GB/s count the bytes each variant moves\n",
          g_reps);
   for (int i = 0; i < nf; i++) {
     if (!strcmp(fams[i], "dense")) bench_dense();
     else if (!strcmp(fams[i], "conv")) bench_conv();
+    else if (!strcmp(fams[i], "batchnorm")) bench_bn();
+    else if (!strcmp(fams[i], "pool")) bench_pool();
     else if (!strcmp(fams[i], "gelu") || !strcmp(fams[i], "add") || !strcmp(fams[i], "layernorm") ||
              !strcmp(fams[i], "softmax") || !strcmp(fams[i], "dropout"))
       bench_mem(fams[i]);
     else {
-      fprintf(stderr, "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout)\n", fams[i]);
+      fprintf(stderr, "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout batchnorm pool)\n", fams[i]);
       return 2;
     }
   }

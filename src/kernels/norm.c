@@ -8,6 +8,7 @@
 
 #include "dnnl_ctx.h"
 #include "ksum.h"
+#include "lowp.h"
 
 #define PAR_MIN 16384 /* elements below which kernels stay on one thread */
 #define CHUNK TS__SUM_CHUNK /* float partial sums are flushed to double every CHUNK elements */
@@ -15,7 +16,122 @@
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static int bn_check(const char *what, int64_t N, int64_t C, int64_t S, int training) {
+/* ---------------- batch norm (reference loops; f32 and 16-bit x/y) ----------------
+ *
+ * One set of loops serves the f32 kernels and the 16-bit ones (ts__bn_fwd / ts__bn_bwd, called by
+ * norm_bf16.c). x, y, dy, dx are visited in runs of at most CHUNK elements of one (n, c) plane
+ * (or of one (N,C) row), and each run goes through one of the k_* kernels below, written once
+ * with `lp` a constant at every call: lp = 0 reads and writes f32, lp = 1 reads bf16 and rounds
+ * its outputs to bf16 in the loop itself (converting inline streams at twice the rate of
+ * widening a run into a buffer first). f16, whose conversions are scalar, is widened into
+ * per-thread f32 buffers and run with lp = 0. The f32 arithmetic and its order are the same in
+ * every case, so a 16-bit result is the f32 kernel's on the widened values, rounded once (the
+ * float reductions say simdlen(16): left to itself the compiler gives the bf16 loop a wider
+ * vector, whose partial sums round differently; tests/kernels/test_norm_bf16.c checks equality).
+ * Statistics, running statistics, gamma/beta and dgamma/dbeta are f32 (sums in double). */
+
+#define BN_INLINE static inline __attribute__((always_inline))
+
+/* Element j of a run as f32, and the store of an f32 result to it (lp: the run is bf16). */
+BN_INLINE float ld(const void *r, int lp, int64_t j) {
+  return lp ? ts__bf2f(((const uint16_t *)r)[j]) : ((const float *)r)[j];
+}
+BN_INLINE void st(void *r, int lp, int64_t j, float v) {
+  if (lp) ((uint16_t *)r)[j] = ts__f2bf(v);
+  else ((float *)r)[j] = v;
+}
+
+/* The run [off, off+len) of a dt tensor as the k_* kernels read it: f32 and bf16 in place, f16
+ * widened into buf. lp_of(dt) is the kernels' lp for it. */
+static inline int lp_of(ts_dtype dt) { return dt == TS_BF16; }
+static inline const void *src_run(const void *t, ts_dtype dt, int64_t off, int64_t len, float *buf) {
+  if (dt == TS_F32) return (const float *)t + off;
+  if (dt == TS_BF16) return (const uint16_t *)t + off;
+  ts__lp_widen((const uint16_t *)t + off, dt, buf, len);
+  return buf;
+}
+/* Where a kernel writes the run at off: in place for f32 and bf16, buf for f16 (dst_done rounds
+ * it into the tensor). */
+static inline void *dst_run(void *t, ts_dtype dt, int64_t off, float *buf) {
+  if (dt == TS_F32) return (float *)t + off;
+  if (dt == TS_BF16) return (uint16_t *)t + off;
+  return buf;
+}
+static inline void dst_done(const float *buf, void *t, ts_dtype dt, int64_t off, int64_t len) {
+  if (dt == TS_F16) ts__lp_narrow(buf, (uint16_t *)t + off, dt, len);
+}
+static inline float elem(const void *t, ts_dtype dt, int64_t i) {
+  float v;
+  ts__lp_widen(dt == TS_F32 ? (const void *)((const float *)t + i) : (const void *)((const uint16_t *)t + i), dt, &v, 1);
+  return v;
+}
+
+/* The per-run kernels. Plane runs (S > 1) share one channel's scalars; (N,C) row runs (S == 1)
+ * index per-channel arrays by the element. */
+// fwd statistics: t1 += sum (x - k), t2 += sum (x - k)^2 over a plane run (float partials)
+BN_INLINE void k_sums(const void *x, int lp, int64_t len, float k, double *t1, double *t2) {
+  float a = 0, b = 0;
+#pragma omp simd simdlen(16) reduction(+ : a, b)
+  for (int64_t j = 0; j < len; j++) {
+    float d = ld(x, lp, j) - k;
+    a += d;
+    b += d * d;
+  }
+  *t1 += a;
+  *t2 += b;
+}
+// the same over a row run of channels, per channel in double
+BN_INLINE void k_sums_nc(const void *x, int lp, int64_t len, const float *k, double *a1, double *a2) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) {
+    double d = (double)ld(x, lp, c) - (double)k[c];
+    a1[c] += d;
+    a2[c] += d * d;
+  }
+}
+// y = x*a + b
+BN_INLINE void k_apply(const void *x, void *y, int lp, int64_t len, float a, float b) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; j++) st(y, lp, j, ld(x, lp, j) * a + b);
+}
+BN_INLINE void k_apply_nc(const void *x, void *y, int lp, int64_t len, const float *a, const float *b) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) st(y, lp, c, ld(x, lp, c) * a[c] + b[c]);
+}
+// bwd sums: s1 += sum dy, s2 += sum dy*(x - m)
+BN_INLINE void k_bsums(const void *g, const void *p, int lp, int64_t len, float m, double *s1, double *s2) {
+  float a = 0, b = 0;
+#pragma omp simd simdlen(16) reduction(+ : a, b)
+  for (int64_t j = 0; j < len; j++) {
+    float gg = ld(g, lp, j);
+    a += gg;
+    b += gg * (ld(p, lp, j) - m);
+  }
+  *s1 += a;
+  *s2 += b;
+}
+BN_INLINE void k_bsums_nc(const void *g, const void *p, int lp, int64_t len, const float *m, double *s1, double *s2) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) {
+    float gg = ld(g, lp, c);
+    s1[c] += gg;
+    s2[c] += (double)gg * (double)(ld(p, lp, c) - m[c]);
+  }
+}
+// dx = a*dy + b*x + k
+BN_INLINE void k_dx(const void *g, const void *p, void *q, int lp, int64_t len, float a, float b, float k) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; j++) st(q, lp, j, a * ld(g, lp, j) + b * ld(p, lp, j) + k);
+}
+BN_INLINE void k_dx_nc(const void *g, const void *p, void *q, int lp, int64_t len, const float *a, const float *b,
+                       const float *k) {
+#pragma omp simd
+  for (int64_t c = 0; c < len; c++) st(q, lp, c, a[c] * ld(g, lp, c) + b[c] * ld(p, lp, c) + k[c]);
+}
+
+static int bn_check(const char *what, ts_dtype dt, int64_t N, int64_t C, int64_t S, int training) {
+  if (dt != TS_F32 && dt != TS_BF16 && dt != TS_F16)
+    return ts_error_set(TS_EDTYPE, "%s: x has dtype %s (f32, bf16 or f16)", what, ts_dtype_name(dt));
   if (N < 1 || C < 1 || S < 1)
     return ts_error_set(TS_ESHAPE, "%s: bad dims N=%lld C=%lld S=%lld", what, (long long)N,
                         (long long)C, (long long)S);
@@ -36,77 +152,110 @@ static void bn_update_running(float *rmean, float *rvar, const float *mean, cons
   }
 }
 
-/* y = x*a[c] + b[c] over (N,C,S). */
-static void bn_apply(const float *x, float *y, const float *a, const float *b, int64_t N, int64_t C,
+/* y = x*a[c] + b[c] over (N,C,S) of dtype dt. */
+static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const float *b, int64_t N, int64_t C,
                      int64_t S) {
+  const int lp = lp_of(dt);
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
-      const float *p = x + n * C;
-      float *q = y + n * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; c++) q[c] = p[c] * a[c] + b[c];
+      float bi[CHUNK] __attribute__((aligned(64))), bo[CHUNK] __attribute__((aligned(64)));
+      for (int64_t c0 = 0; c0 < C; c0 += CHUNK) {
+        const int64_t len = min64(CHUNK, C - c0), off = n * C + c0;
+        const void *p = src_run(x, dt, off, len, bi);
+        void *q = dst_run(y, dt, off, bo);
+        if (lp) k_apply_nc(p, q, 1, len, a + c0, b + c0);
+        else k_apply_nc(p, q, 0, len, a + c0, b + c0);
+        dst_done(bo, y, dt, off, len);
+      }
     }
     return;
   }
 #pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
   for (int64_t nc = 0; nc < N * C; nc++) {
+    float bi[CHUNK] __attribute__((aligned(64))), bo[CHUNK] __attribute__((aligned(64)));
     const float ac = a[nc % C], bc = b[nc % C];
-    const float *p = x + nc * S;
-    float *q = y + nc * S;
-#pragma omp simd
-    for (int64_t j = 0; j < S; j++) q[j] = p[j] * ac + bc;
+    for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
+      const int64_t len = min64(CHUNK, S - j0), off = nc * S + j0;
+      const void *p = src_run(x, dt, off, len, bi);
+      void *q = dst_run(y, dt, off, bo);
+      if (lp) k_apply(p, q, 1, len, ac, bc);
+      else k_apply(p, q, 0, len, ac, bc);
+      dst_done(bo, y, dt, off, len);
+    }
   }
 }
 
+/* The per-channel sums over (N,C,S) planes, S > 1: x - k and its square (fwd: g = NULL, k = K), or
+ * dy and dy*(x - k) (bwd: g = dy, k = mean). Runs are visited in memory order, in parallel over
+ * the N*C planes, and each run's float partial sums are kept; then each channel adds them into
+ * doubles in (n, run) order, the order of a loop over one channel's planes, so the result does not
+ * depend on the traversal or the thread count. (A channel-major traversal jumps to a new short
+ * plane N times per channel and streamed bf16 at half the byte rate of this one.) */
+static int bn_plane_sums(ts_dtype dt, const void *g, const void *x, int64_t N, int64_t C, int64_t S, const float *k,
+                         double *s1, double *s2) {
+  const int lp = lp_of(dt);
+  const int64_t nr = (S + CHUNK - 1) / CHUNK; /* runs per plane */
+  float *part = malloc(sizeof(float) * (size_t)(N * C * nr * 2));
+  if (!part) return ts_error_set(TS_ENOMEM, "batchnorm: out of memory for partial sums");
+#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
+  for (int64_t nc = 0; nc < N * C; nc++) {
+    float bg[CHUNK] __attribute__((aligned(64))), bp[CHUNK] __attribute__((aligned(64)));
+    const float kc = k[nc % C];
+    for (int64_t r = 0; r < nr; r++) {
+      const int64_t j0 = r * CHUNK, len = min64(CHUNK, S - j0), off = nc * S + j0;
+      const void *p = src_run(x, dt, off, len, bp);
+      double a = 0, b = 0; /* the kernels add their float partials to these */
+      if (g) {
+        const void *q = src_run(g, dt, off, len, bg);
+        if (lp) k_bsums(q, p, 1, len, kc, &a, &b);
+        else k_bsums(q, p, 0, len, kc, &a, &b);
+      } else {
+        if (lp) k_sums(p, 1, len, kc, &a, &b);
+        else k_sums(p, 0, len, kc, &a, &b);
+      }
+      part[(nc * nr + r) * 2] = (float)a; /* exact: a float partial added to 0 */
+      part[(nc * nr + r) * 2 + 1] = (float)b;
+    }
+  }
+  for (int64_t c = 0; c < C; c++) {
+    double t1 = 0, t2 = 0;
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t r = 0; r < nr; r++) {
+        t1 += part[((n * C + c) * nr + r) * 2];
+        t2 += part[((n * C + c) * nr + r) * 2 + 1];
+      }
+    s1[c] = t1;
+    s2[c] = t2;
+  }
+  free(part);
+  return TS_OK;
+}
+
 /* Per-channel sums of d = x - K[c] and of d^2 (double), one pass. */
-static void bn_sums(const float *x, int64_t N, int64_t C, int64_t S, const float *K, double *s1,
+static int bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S, const float *K, double *s1,
                     double *s2) {
+  const int lp = lp_of(dt);
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN && C > CCH)
     for (int64_t c0 = 0; c0 < C; c0 += CCH) {
       int64_t cn = min64(CCH, C - c0);
       double a1[CCH], a2[CCH];
-      const float *k = K + c0;
+      float buf[CCH] __attribute__((aligned(64)));
       for (int64_t c = 0; c < cn; c++) a1[c] = a2[c] = 0;
       for (int64_t n = 0; n < N; n++) {
-        const float *p = x + n * C + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < cn; c++) {
-          double d = (double)p[c] - (double)k[c];
-          a1[c] += d;
-          a2[c] += d * d;
-        }
+        const void *p = src_run(x, dt, n * C + c0, cn, buf);
+        if (lp) k_sums_nc(p, 1, cn, K + c0, a1, a2);
+        else k_sums_nc(p, 0, cn, K + c0, a1, a2);
       }
       for (int64_t c = 0; c < cn; c++) {
         s1[c0 + c] = a1[c];
         s2[c0 + c] = a2[c];
       }
     }
-    return;
+    return TS_OK;
   }
-#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
-  for (int64_t c = 0; c < C; c++) {
-    const float k = K[c];
-    double t1 = 0, t2 = 0;
-    for (int64_t n = 0; n < N; n++) {
-      const float *p = x + (n * C + c) * S;
-      for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
-        int64_t j1 = min64(S, j0 + CHUNK);
-        float a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t j = j0; j < j1; j++) {
-          float d = p[j] - k;
-          a += d;
-          b += d * d;
-        }
-        t1 += a;
-        t2 += b;
-      }
-    }
-    s1[c] = t1;
-    s2[c] = t2;
-  }
+  return bn_plane_sums(dt, NULL, x, N, C, S, K, s1, s2);
 }
 
 /* mean = K + s1/M, biased var = s2/M - (s1/M)^2 (clamped at 0). */
@@ -120,15 +269,15 @@ static void bn_finish_stats(const float *K, const double *s1, const double *s2, 
 }
 
 /* Normalise with (mean, var), then update the running stats counting M values per channel. */
-static void bn_normalise(const float *x, const float *gamma, const float *beta, float *rmean, float *rvar,
-                         float *y, const float *mean, const float *var, int64_t N, int64_t C, int64_t S,
+static void bn_normalise(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean,
+                         float *rvar, void *y, const float *mean, const float *var, int64_t N, int64_t C, int64_t S,
                          float momentum, float eps, int training, int64_t M, float *ab) {
   for (int64_t c = 0; c < C; c++) {
     float a = gamma[c] / sqrtf(var[c] + eps);
     ab[c] = a;
     ab[C + c] = beta[c] - mean[c] * a;
   }
-  bn_apply(x, y, ab, ab + C, N, C, S);
+  bn_apply(dt, x, y, ab, ab + C, N, C, S);
   if (training) bn_update_running(rmean, rvar, mean, var, C, M, momentum);
 }
 
@@ -136,14 +285,20 @@ static void bn_normalise(const float *x, const float *gamma, const float *beta, 
 int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *rmean,
                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
                           int64_t S, float momentum, float eps, int training) {
-  return ts__batchnorm_fwd_sync(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps,
-                                training, NULL);
+  return ts__bn_fwd(TS_F32, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, NULL);
 }
 
 int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta, float *rmean,
                            float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
                            int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red) {
-  int rc = bn_check("batchnorm", N, C, S, training);
+  return ts__bn_fwd(TS_F32, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red);
+}
+
+// x (N,C,S) dt, gamma, beta (C), rmean, rvar (C) -> y (N,C,S) dt, mean, var (C)
+int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+               void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
+               int training, const ts__bn_reducer *red) {
+  int rc = bn_check("batchnorm", dt, N, C, S, training);
   if (rc) return rc;
   /* ab: 2C floats (scale, shift); K: C shifts; sums: s1, s2 (C each) and the count */
   float *ab = malloc(sizeof(float) * (size_t)(3 * C));
@@ -158,10 +313,10 @@ int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta
     /* The shift: locally the channel's first value (close to the mean, so the one-pass variance
      * keeps its digits); across ranks it must be the same everywhere: the running mean. */
     float *K = ab + 2 * C;
-    for (int64_t c = 0; c < C; c++) K[c] = red ? rmean[c] : x[S == 1 ? c : c * S];
-    bn_sums(x, N, C, S, K, sums, sums + C);
+    for (int64_t c = 0; c < C; c++) K[c] = red ? rmean[c] : elem(x, dt, S == 1 ? c : c * S);
+    rc = bn_sums(dt, x, N, C, S, K, sums, sums + C);
     sums[2 * C] = (double)M;
-    if (red && (rc = red->sum(sums, 2 * C + 1, red->user))) {
+    if (rc || (red && (rc = red->sum(sums, 2 * C + 1, red->user)))) {
       free(ab);
       free(sums);
       return rc;
@@ -172,7 +327,7 @@ int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta
     if (mean != rmean) memcpy(mean, rmean, sizeof(float) * (size_t)C);
     if (var != rvar) memcpy(var, rvar, sizeof(float) * (size_t)C);
   }
-  bn_normalise(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, M, ab);
+  bn_normalise(dt, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, M, ab);
   free(ab);
   free(sums);
   return TS_OK;
@@ -182,14 +337,22 @@ int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta
 int ts__batchnorm_bwd_ref(const float *dy, const float *x, const float *gamma, const float *mean,
                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                           int64_t C, int64_t S, float eps, int training) {
-  return ts__batchnorm_bwd_sync(dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, NULL);
+  return ts__bn_bwd(TS_F32, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, NULL);
 }
 
 int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, const float *mean,
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                            int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red) {
-  int rc = bn_check("batchnorm_bwd", N, C, S, training);
+  return ts__bn_bwd(TS_F32, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, red);
+}
+
+// dy, x (N,C,S) dt, gamma, mean, var (C) -> dx (N,C,S) dt, dgamma, dbeta (C)
+int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, const float *mean, const float *var,
+               void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S, float eps, int training,
+               const ts__bn_reducer *red) {
+  int rc = bn_check("batchnorm_bwd", dt, N, C, S, training);
   if (rc) return rc;
+  const int lp = lp_of(dt);
   /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean); then the count; then the reduced copy. */
   double *sums = malloc(sizeof(double) * (size_t)(4 * C + 2));
   float *abk = malloc(sizeof(float) * (size_t)(3 * C));
@@ -203,42 +366,22 @@ int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, 
     for (int64_t c0 = 0; c0 < C; c0 += CCH) {
       int64_t cn = min64(CCH, C - c0);
       double s1[CCH], s2[CCH];
+      float bg[CCH] __attribute__((aligned(64))), bp[CCH] __attribute__((aligned(64)));
       for (int64_t c = 0; c < cn; c++) s1[c] = s2[c] = 0;
       for (int64_t n = 0; n < N; n++) {
-        const float *g = dy + n * C + c0, *p = x + n * C + c0, *m = mean + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < cn; c++) {
-          s1[c] += g[c];
-          s2[c] += (double)g[c] * (double)(p[c] - m[c]);
-        }
+        const void *g = src_run(dy, dt, n * C + c0, cn, bg), *p = src_run(x, dt, n * C + c0, cn, bp);
+        if (lp) k_bsums_nc(g, p, 1, cn, mean + c0, s1, s2);
+        else k_bsums_nc(g, p, 0, cn, mean + c0, s1, s2);
       }
       for (int64_t c = 0; c < cn; c++) {
         sums[c0 + c] = s1[c];
         sums[C + c0 + c] = s2[c];
       }
     }
-  } else {
-#pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
-    for (int64_t c = 0; c < C; c++) {
-      const float m = mean[c];
-      double s1 = 0, s2 = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *g = dy + (n * C + c) * S, *p = x + (n * C + c) * S;
-        for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
-          int64_t j1 = min64(S, j0 + CHUNK);
-          float a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-          for (int64_t j = j0; j < j1; j++) {
-            a += g[j];
-            b += g[j] * (p[j] - m);
-          }
-          s1 += a;
-          s2 += b;
-        }
-      }
-      sums[c] = s1;
-      sums[C + c] = s2;
-    }
+  } else if ((rc = bn_plane_sums(dt, dy, x, N, C, S, mean, sums, sums + C))) {
+    free(sums);
+    free(abk);
+    return rc;
   }
   /* dgamma, dbeta: this rank's sums (data-parallel gradient averaging combines them); dx: the
    * sums over every rank when synchronised (the statistics were computed over all of them). */
@@ -274,20 +417,32 @@ int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, 
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
-      const float *g = dy + n * C, *p = x + n * C;
-      float *q = dx + n * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; c++) q[c] = A[c] * g[c] + B[c] * p[c] + K[c];
+      float bg[CHUNK] __attribute__((aligned(64))), bp[CHUNK] __attribute__((aligned(64))),
+          bq[CHUNK] __attribute__((aligned(64)));
+      for (int64_t c0 = 0; c0 < C; c0 += CHUNK) {
+        const int64_t len = min64(CHUNK, C - c0), off = n * C + c0;
+        const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
+        void *q = dst_run(dx, dt, off, bq);
+        if (lp) k_dx_nc(g, p, q, 1, len, A + c0, B + c0, K + c0);
+        else k_dx_nc(g, p, q, 0, len, A + c0, B + c0, K + c0);
+        dst_done(bq, dx, dt, off, len);
+      }
     }
   } else {
 #pragma omp parallel for schedule(static) if (N * C * S > PAR_MIN)
     for (int64_t nc = 0; nc < N * C; nc++) {
+      float bg[CHUNK] __attribute__((aligned(64))), bp[CHUNK] __attribute__((aligned(64))),
+          bq[CHUNK] __attribute__((aligned(64)));
       const int64_t c = nc % C;
       const float a = A[c], b = B[c], k = K[c];
-      const float *g = dy + nc * S, *p = x + nc * S;
-      float *q = dx + nc * S;
-#pragma omp simd
-      for (int64_t j = 0; j < S; j++) q[j] = a * g[j] + b * p[j] + k;
+      for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
+        const int64_t len = min64(CHUNK, S - j0), off = nc * S + j0;
+        const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
+        void *q = dst_run(dx, dt, off, bq);
+        if (lp) k_dx(g, p, q, 1, len, a, b, k);
+        else k_dx(g, p, q, 0, len, a, b, k);
+        dst_done(bq, dx, dt, off, len);
+      }
     }
   }
   free(sums);
@@ -403,15 +558,18 @@ int ts__layernorm_bwd_ref(const float *dy, const float *x, const float *gamma, c
 typedef struct {
   int op;   /* 0 bn fwd, 1 bn bwd, 2 ln fwd, 3 ln bwd */
   int mode; /* bn: training */
+  int dt;   /* the data type of x/y (dnnl_data_type_t) */
   int64_t a, b, c;
   float eps;
 } norm_key;
 
-static ts__dnnl_prim *bn_prim(int bwd, int training, int64_t N, int64_t C, int64_t S, float eps) {
+static ts__dnnl_prim *bn_prim(int bwd, int training, int64_t N, int64_t C, int64_t S, float eps,
+                              dnnl_data_type_t dt) {
   norm_key key;
   memset(&key, 0, sizeof key);
   key.op = bwd;
   key.mode = training;
+  key.dt = (int)dt;
   key.a = N, key.b = C, key.c = S;
   key.eps = eps;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
@@ -419,7 +577,7 @@ static ts__dnnl_prim *bn_prim(int bwd, int training, int64_t N, int64_t C, int64
   /* (N,C) or (N,C,S,1): oneDNN 2.6 has its fast ncsp kernel for 2-D and 4-D data only. */
   dnnl_memory_desc_t md;
   int64_t dims[4] = {N, C, S, 1};
-  if (ts__dnnl_md_plain(&md, S == 1 ? 2 : 4, dims, dnnl_f32)) return NULL;
+  if (ts__dnnl_md_plain(&md, S == 1 ? 2 : 4, dims, dt)) return NULL;
   unsigned flags = dnnl_use_scale | dnnl_use_shift | (training ? 0u : (unsigned)dnnl_use_global_stats);
   dnnl_batch_normalization_desc_t fd, bd;
   dnnl_primitive_desc_t fpd = NULL, pd = NULL;
@@ -447,14 +605,16 @@ static dnnl_memory_t vec_mem(int64_t n, const float *data) {
   return ts__dnnl_mem(&md, (void *)data);
 }
 
+/* oneDNN batch normalisation of x/y (dy/dx) in dt (f32 or bf16); gamma, beta, statistics and
+ * dgamma/dbeta f32; the running statistics are updated here (oneDNN does not keep them). */
 // x (N,C,S), gamma, beta (C), rmean, rvar (C) -> y (N,C,S), mean, var (C)
-int ts__batchnorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *rmean,
-                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
-                           int64_t S, float momentum, float eps, int training) {
-  int rc = bn_check("batchnorm", N, C, S, training);
+static int bn_fwd_dnnl(const void *x, const float *gamma, const float *beta, float *rmean, float *rvar, void *y,
+                       float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
+                       int training, dnnl_data_type_t dt, const char *what) {
+  int rc = bn_check(what, TS_F32, N, C, S, training);
   if (rc) return rc;
-  ts__dnnl_prim *p = bn_prim(0, training, N, C, S, eps);
-  if (!p) return ts_error_wrap(TS_EBACKEND, "batchnorm forward");
+  ts__dnnl_prim *p = bn_prim(0, training, N, C, S, eps, dt);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "%s forward", what);
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
                              {DNNL_ARG_DST, ts__dnnl_mem(md, y)},
@@ -462,7 +622,7 @@ int ts__batchnorm_fwd_dnnl(const float *x, const float *gamma, const float *beta
                              {DNNL_ARG_SHIFT, vec_mem(C, beta)},
                              {DNNL_ARG_MEAN, vec_mem(C, training ? mean : rmean)},
                              {DNNL_ARG_VARIANCE, vec_mem(C, training ? var : rvar)}};
-  rc = ts__dnnl_run(p, 6, args, "batchnorm forward");
+  rc = ts__dnnl_run(p, 6, args, what);
   if (rc) return rc;
   if (training) {
     bn_update_running(rmean, rvar, mean, var, C, N * S, momentum);
@@ -474,13 +634,13 @@ int ts__batchnorm_fwd_dnnl(const float *x, const float *gamma, const float *beta
 }
 
 // dy, x (N,C,S), gamma, mean, var (C) -> dx (N,C,S), dgamma, dbeta (C)
-int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
-                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
-                           int64_t C, int64_t S, float eps, int training) {
-  int rc = bn_check("batchnorm_bwd", N, C, S, training);
+static int bn_bwd_dnnl(const void *dy, const void *x, const float *gamma, const float *mean, const float *var,
+                       void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S, float eps,
+                       int training, dnnl_data_type_t dt, const char *what) {
+  int rc = bn_check(what, TS_F32, N, C, S, training);
   if (rc) return rc;
-  ts__dnnl_prim *p = bn_prim(1, training, N, C, S, eps);
-  if (!p) return ts_error_wrap(TS_EBACKEND, "batchnorm backward");
+  ts__dnnl_prim *p = bn_prim(1, training, N, C, S, eps, dt);
+  if (!p) return ts_error_wrap(TS_EBACKEND, "%s", what);
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   /* oneDNN 2.6 insists on a shift argument in backward too (unused): pass gamma. */
   dnnl_exec_arg_t args[9] = {{DNNL_ARG_SRC, ts__dnnl_mem(md, (void *)x)},
@@ -492,14 +652,52 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                              {DNNL_ARG_SHIFT, vec_mem(C, gamma)},
                              {DNNL_ARG_DIFF_SCALE, vec_mem(C, dgamma)},
                              {DNNL_ARG_DIFF_SHIFT, vec_mem(C, dbeta)}};
-  return ts__dnnl_run(p, 9, args, "batchnorm backward");
+  return ts__dnnl_run(p, 9, args, what);
+}
+
+int ts__batchnorm_fwd_dnnl(const float *x, const float *gamma, const float *beta, float *rmean,
+                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
+                           int64_t S, float momentum, float eps, int training) {
+  return bn_fwd_dnnl(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, dnnl_f32,
+                     "batchnorm");
+}
+
+int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, const float *mean,
+                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
+                           int64_t C, int64_t S, float eps, int training) {
+  return bn_bwd_dnnl(dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, dnnl_f32,
+                     "batchnorm_bwd");
+}
+
+// x (N,C,S) bf16, gamma, beta (C) f32, rmean, rvar (C) f32 -> y (N,C,S) bf16, mean, var (C) f32
+int ts__batchnorm_fwd_bf16_dnnl(const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+                                void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum,
+                                float eps, int training) {
+  return bn_fwd_dnnl(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, dnnl_bf16,
+                     "batchnorm (bf16)");
+}
+
+// dy, x (N,C,S) bf16, gamma, mean, var (C) f32 -> dx (N,C,S) bf16, dgamma, dbeta (C) f32
+int ts__batchnorm_bwd_bf16_dnnl(const void *dy, const void *x, const float *gamma, const float *mean,
+                                const float *var, void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C,
+                                int64_t S, float eps, int training) {
+  return bn_bwd_dnnl(dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, dnnl_bf16,
+                     "batchnorm_bwd (bf16)");
+}
+
+const char *ts__batchnorm_dnnl_impl(int bwd, int training, int64_t N, int64_t C, int64_t S, int bf16) {
+  ts__dnnl_prim *p = bn_prim(bwd, training, N, C, S, 1e-5f, bf16 ? dnnl_bf16 : dnnl_f32);
+  const char *impl = NULL;
+  if (!p || dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+    return "(none)";
+  return impl;
 }
 
 static ts__dnnl_prim *ln_prim(int bwd, int64_t R, int64_t D, float eps, dnnl_data_type_t dt) {
   norm_key key;
   memset(&key, 0, sizeof key);
   key.op = 2 + bwd;
-  key.mode = dt == dnnl_f32 ? 0 : (int)dt; /* layer norm: the data type of x/y (0: f32) */
+  key.dt = (int)dt;
   key.a = R, key.b = D;
   key.eps = eps;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);

@@ -52,6 +52,45 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                            int64_t C, int64_t S, float eps, int training);
 
+/* The batch-norm loops behind the f32 reference/sync kernels above, for x/y (dy/dx) of dtype dt
+ * (f32, bf16 or f16: bf16 converted inside the same loops, f16 runs widened into f32 buffers;
+ * the f32 arithmetic either way, each 16-bit output rounded once); gamma, beta, the statistics
+ * and dgamma/dbeta f32. red as in the _sync kernels
+ * (NULL: local statistics); the statistics exchange is in double whatever dt is. */
+// x (N,C,S) dt, gamma, beta (C), rmean, rvar (C, in/out) -> y (N,C,S) dt, mean, var (C)
+int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+               void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
+               int training, const ts__bn_reducer *red);
+// dy, x (N,C,S) dt, gamma, mean, var (C) -> dx (N,C,S) dt, dgamma, dbeta (C)
+int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, const float *mean, const float *var,
+               void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S, float eps, int training,
+               const ts__bn_reducer *red);
+
+/* 16-bit batch norm (norm_bf16.c): x, y, dy, dx of dtype dt (TS_BF16/TS_F16); gamma/beta and
+ * dgamma/dbeta of gdt (f32 or dt; widened once, C values); rmean/rvar/mean/var f32. With dnnl = 1,
+ * bf16 and no reducer: oneDNN's batch normalization on bf16 x/y (ncsp_bnorm on plain NCHW in
+ * oneDNN 2.6); otherwise the native loops of ts__bn_fwd/ts__bn_bwd (SyncBatchNorm always). */
+// x (N,C,S) dt, gamma, beta (C) gdt, rmean, rvar (C) f32 in/out -> y (N,C,S) dt, mean, var (C) f32
+int ts__batchnorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                         float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C,
+                         int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red, int dnnl);
+// dy, x (N,C,S) dt, gamma (C) gdt, mean, var (C) f32 -> dx (N,C,S) dt, dgamma, dbeta (C) gdt
+int ts__batchnorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                         const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N,
+                         int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red, int dnnl);
+/* The oneDNN bf16 kernels behind them (norm.c); running statistics as ts__batchnorm_fwd_dnnl. */
+// x (N,C,S) bf16, gamma, beta (C) f32, rmean, rvar (C) f32 -> y (N,C,S) bf16, mean, var (C) f32
+int ts__batchnorm_fwd_bf16_dnnl(const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+                                void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum,
+                                float eps, int training);
+// dy, x (N,C,S) bf16, gamma, mean, var (C) f32 -> dx (N,C,S) bf16, dgamma, dbeta (C) f32
+int ts__batchnorm_bwd_bf16_dnnl(const void *dy, const void *x, const float *gamma, const float *mean,
+                                const float *var, void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C,
+                                int64_t S, float eps, int training);
+/* The name of the implementation oneDNN picks for batch norm of this shape (bwd: the backward;
+ * bf16: on bf16 data), e.g. "ncsp_bnorm:any"; "(none)" when it has none. For benchmarks. */
+const char *ts__batchnorm_dnnl_impl(int bwd, int training, int64_t N, int64_t C, int64_t S, int bf16);
+
 /* One row of layer norm in f32, shared by the f32 reference and the 16-bit kernels (which widen
  * a row, run it in place and narrow the result): forward p -> q with the row's mean and var;
  * backward (dy g, x p) -> dx q with dgamma, dbeta accumulated into dg, db. q may be p. */

@@ -1,8 +1,15 @@
-/* 16-bit (bf16, f16) layer norm: native row loops that read x/dy in 16-bit, compute in f32 (row
- * sums flushed to double as the f32 kernel does) and write y/dx in 16-bit once, so the traffic
- * of this memory-bound op halves. gamma/beta are f32 or x's dtype (widened once, D values);
- * mean/var are f32; dgamma/dbeta have gamma's dtype. Batch norm's 16-bit path converts around
- * the f32 kernels (src/runtime/run_lowp.c). */
+/* 16-bit (bf16, f16) layer and batch norm.
+ *
+ * Layer norm: native row loops that read x/dy in 16-bit, compute in f32 (row sums flushed to
+ * double as the f32 kernel does) and write y/dx in 16-bit once, so the traffic of this
+ * memory-bound op halves. gamma/beta are f32 or x's dtype (widened once, D values); mean/var are
+ * f32; dgamma/dbeta have gamma's dtype.
+ *
+ * Batch norm: the f32 kernel's own loops (ts__bn_fwd / ts__bn_bwd in norm.c) run on 16-bit x/y
+ * (bf16 converted in the loops, f16 runs widened); gamma/beta are widened here (C values) and
+ * dgamma/dbeta rounded to gamma's dtype. Statistics and running statistics are f32 state, and
+ * SyncBatchNorm's exchange (double sums) is the f32 kernel's. oneDNN's bf16 batch normalization
+ * is available behind dnnl = 1 (see src/runtime/run_norm.c for which one the executor uses). */
 #include <omp.h>
 #include <math.h>
 #include <stdlib.h>
@@ -113,4 +120,48 @@ int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *
   ts__lp_narrow(out + D, dbeta, gdt, D);
   free(part), free(gm), free(out);
   return oom ? ts_error_set(TS_ENOMEM, "layernorm_bwd (16-bit): out of memory for row buffers") : TS_OK;
+}
+
+/* ---------------------------------------------------------------- batch norm */
+
+// x (N,C,S) dt, gamma, beta (C) gdt, rmean, rvar (C) f32 in/out -> y (N,C,S) dt, mean, var (C) f32
+int ts__batchnorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                         float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C,
+                         int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red, int dnnl) {
+  if (C < 1)
+    return ts_error_set(TS_ESHAPE, "batchnorm (16-bit): bad dims N=%lld C=%lld S=%lld", (long long)N, (long long)C,
+                        (long long)S);
+  float *gb = malloc((size_t)(2 * C) * sizeof(float));
+  if (!gb) return ts_error_set(TS_ENOMEM, "batchnorm (16-bit): out of memory");
+  ts__lp_widen(gamma, gdt, gb, C);
+  ts__lp_widen(beta, gdt, gb + C, C);
+  const int rc = dnnl && dt == TS_BF16 && !red
+                     ? ts__batchnorm_fwd_bf16_dnnl(x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps,
+                                                   training)
+                     : ts__bn_fwd(dt, x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red);
+  free(gb);
+  return rc;
+}
+
+// dy, x (N,C,S) dt, gamma (C) gdt, mean, var (C) f32 -> dx (N,C,S) dt, dgamma, dbeta (C) gdt
+int ts__batchnorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                         const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N,
+                         int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red, int dnnl) {
+  if (C < 1)
+    return ts_error_set(TS_ESHAPE, "batchnorm_bwd (16-bit): bad dims N=%lld C=%lld S=%lld", (long long)N,
+                        (long long)C, (long long)S);
+  /* gamma, then dgamma and dbeta in f32 */
+  float *buf = malloc((size_t)(3 * C) * sizeof(float));
+  if (!buf) return ts_error_set(TS_ENOMEM, "batchnorm_bwd (16-bit): out of memory");
+  ts__lp_widen(gamma, gdt, buf, C);
+  float *dg = buf + C, *db = buf + 2 * C;
+  const int rc = dnnl && dt == TS_BF16 && !red
+                     ? ts__batchnorm_bwd_bf16_dnnl(dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training)
+                     : ts__bn_bwd(dt, dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training, red);
+  if (rc == TS_OK) {
+    ts__lp_narrow(dg, dgamma, gdt, C);
+    ts__lp_narrow(db, dbeta, gdt, C);
+  }
+  free(buf);
+  return rc;
 }

@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "tessera/tensor.h"
+
 typedef struct {
   int64_t N, C, H, W, OH, OW;
   int64_t kh, kw, sh, sw, ph, pw;
@@ -39,5 +41,23 @@ int ts__maxpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y, uin
 int ts__maxpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, const uint8_t *ws, float *dx);
 int ts__avgpool2d_fwd_dnnl(const ts__pool_desc *d, const float *x, float *y);
 int ts__avgpool2d_bwd_dnnl(const ts__pool_desc *d, const float *dy, float *dx);
+
+/* 16-bit pooling: x, y, dy, dx of dtype dt (bf16 or f16; f32 runs the f32 kernels). dnnl = 1 (fast
+ * backend): bf16 through oneDNN's pooling primitive on bf16 memory (its workspace encoding, as
+ * the f32 oneDNN kernels), f16 converted around the f32 oneDNN kernels (no f16 pooling in oneDNN
+ * 2.6 on this CPU). dnnl = 0: the reference kernels' plane loops on planes widened to f32, each
+ * output rounded once (the reference workspace encoding), for bf16 and f16. As for f32, the
+ * backward must use the same dnnl as the forward that wrote the workspace. */
+// x (N,C,H,W) dt -> y (N,C,OH,OW) dt, ws (N,C,OH,OW) u8
+int ts__maxpool2d_fwd_lp(const ts__pool_desc *d, ts_dtype dt, int dnnl, const void *x, void *y, uint8_t *ws);
+// dy (N,C,OH,OW) dt, ws (N,C,OH,OW) u8 -> dx (N,C,H,W) dt
+int ts__maxpool2d_bwd_lp(const ts__pool_desc *d, ts_dtype dt, int dnnl, const void *dy, const uint8_t *ws, void *dx);
+// x (N,C,H,W) dt -> y (N,C,OH,OW) dt
+int ts__avgpool2d_fwd_lp(const ts__pool_desc *d, ts_dtype dt, int dnnl, const void *x, void *y);
+// dy (N,C,OH,OW) dt -> dx (N,C,H,W) dt
+int ts__avgpool2d_bwd_lp(const ts__pool_desc *d, ts_dtype dt, int dnnl, const void *dy, void *dx);
+/* The name of the implementation oneDNN picks for this pooling (e.g. "jit:avx512_core"), or
+ * "(none)". For benchmarks. */
+const char *ts__pool_dnnl_impl(const ts__pool_desc *d, int is_max, int bwd, int bf16);
 
 #endif

@@ -9,7 +9,9 @@
  * outputs (batch-norm running statistics, layer-norm mean/var, softmax_ce's loss) are passed
  * through untouched, so in-place state updates still land in the caller's memory.
  * This is the "converted" path of docs/mixed-precision.md: correct everywhere, no faster than
- * f32. f16 always takes it (no f16 compute in oneDNN 2.6 on CPUs without avx512_core_fp16). */
+ * f32. f16 nodes of the families without native loops take it too (no f16 compute in oneDNN 2.6
+ * on CPUs without avx512_core_fp16); the 16-bit kernels listed below convert f16 themselves where
+ * they need an f32 oneDNN kernel (matmul, conv, pooling on the fast backend). */
 #include "run_impl.h"
 #include "../kernels/lowp.h"
 
@@ -32,6 +34,8 @@ static int native16(ts_op op) {
     case TS_OP_ELTWISE: case TS_OP_ELTWISE_BWD:
     case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_DROPOUT:
     case TS_OP_LAYERNORM: case TS_OP_LAYERNORM_BWD: case TS_OP_SOFTMAX: case TS_OP_SOFTMAX_BWD:
+    case TS_OP_BATCHNORM: case TS_OP_BATCHNORM_BWD:
+    case TS_OP_MAXPOOL2D: case TS_OP_MAXPOOL2D_BWD: case TS_OP_AVGPOOL2D: case TS_OP_AVGPOOL2D_BWD:
       return 1;
     default:
       return 0;

@@ -5,7 +5,12 @@
  * its generic ncsp kernel, which measured about 2x slower than ours on a ResNet-18 layer
  * ((32,64,56,56) training: fwd 2.8 vs 5.4 ms, bwd 3.2 vs 7.3 ms, 2 threads) and computes the
  * variance in one unshifted pass (loses ~1e-3 relative on data far from 0).
- * ts__batchnorm_*_dnnl stay available and tested (tests/kernels/test_norm.c). */
+ * ts__batchnorm_*_dnnl stay available and tested (tests/kernels/test_norm.c).
+ * bf16/f16 batch norm runs the same reference loops on 16-bit x/y (ts__batchnorm_*_lp; the
+ * statistics, running statistics and SyncBatchNorm's exchange stay f32) on
+ * both backends. oneDNN 2.6 does have bf16 batch norm, but on plain NCHW it is the same generic
+ * ncsp_bnorm:any, ~27x slower than the bf16 loops on (32,64,56,56) (bench_bf16 batchnorm,
+ * docs/mixed-precision.md), so TS_BATCHNORM_BF16_DNNL is 0; it is tested in test_norm_bf16.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +18,7 @@
 #include "../kernels/norm.h"
 
 #define TS_BATCHNORM_DNNL 0
+#define TS_BATCHNORM_BF16_DNNL 0
 
 static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
   *N = s->dims[0];
@@ -71,6 +77,11 @@ static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
+  if (in[0].dtype != TS_F32) /* 16-bit x/y; gamma/beta f32 or x's dtype; statistics f32 */
+    return ts__batchnorm_fwd_lp(in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                                out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
+                                ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a), red,
+                                TS_BATCHNORM_BF16_DNNL && ctx->backend == TS_BACKEND_FAST);
   if (red)
     return ts__batchnorm_fwd_sync(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                   out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
@@ -91,6 +102,11 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
+  if (in[1].dtype != TS_F32)
+    return ts__batchnorm_bwd_lp(in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                                out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
+                                (int)ts_attr_batchnorm_training(&n->a), red,
+                                TS_BATCHNORM_BF16_DNNL && ctx->backend == TS_BACKEND_FAST);
   if (red)
     return ts__batchnorm_bwd_sync(in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                   out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),

@@ -1,5 +1,7 @@
 /* Executor adapters for the pool family. Max pooling's forward and backward always run on the
- * same backend (the plan's), so each backward reads the workspace encoding its forward wrote. */
+ * same backend (the plan's) and dtype (dy has y's), so each backward reads the workspace encoding
+ * its forward wrote. bf16/f16 nodes call the 16-bit kernels (pool.h). Global average pooling is
+ * AVGPOOL2D with the whole plane as the window. */
 #include "run_impl.h"
 #include "../kernels/pool.h"
 
@@ -15,6 +17,8 @@ static ts__pool_desc desc(const ts__run_node *n, const ts_shape *x, const ts_sha
 
 static int run_maxpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &in[0].shape, &out[0].shape);
+  if (in[0].dtype != TS_F32)
+    return ts__maxpool2d_fwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, out[0].data, out[1].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__maxpool2d_fwd_ref(&d, in[0].data, out[0].data, out[1].data);
   return ts__maxpool2d_fwd_dnnl(&d, in[0].data, out[0].data, out[1].data);
 }
@@ -22,12 +26,16 @@ static int run_maxpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 /* (dy, ws) -> dx */
 static int run_maxpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &out[0].shape, &in[0].shape);
+  if (in[0].dtype != TS_F32)
+    return ts__maxpool2d_bwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, in[1].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__maxpool2d_bwd_ref(&d, in[0].data, in[1].data, out[0].data);
   return ts__maxpool2d_bwd_dnnl(&d, in[0].data, in[1].data, out[0].data);
 }
 
 static int run_avgpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &in[0].shape, &out[0].shape);
+  if (in[0].dtype != TS_F32)
+    return ts__avgpool2d_fwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__avgpool2d_fwd_ref(&d, in[0].data, out[0].data);
   return ts__avgpool2d_fwd_dnnl(&d, in[0].data, out[0].data);
 }
@@ -35,6 +43,8 @@ static int run_avgpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 /* (dy) -> dx */
 static int run_avgpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = desc(n, &out[0].shape, &in[0].shape);
+  if (in[0].dtype != TS_F32)
+    return ts__avgpool2d_bwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__avgpool2d_bwd_ref(&d, in[0].data, out[0].data);
   return ts__avgpool2d_bwd_dnnl(&d, in[0].data, out[0].data);
 }
