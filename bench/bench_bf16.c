@@ -6,17 +6,19 @@
  * GB/s of the tensors read and written for the memory-bound ones, and the f32/bf16 time ratio.
  *
  *   OMP_NUM_THREADS=2 bench_bf16 [--reps N] [family...]
- *   families: dense conv gelu add layernorm softmax dropout (default: all)
+ *   families: dense conv gelu add layernorm softmax dropout attention (default: all)
  *
  * Shapes: dense = a GPT-2-small MLP matmul (B*T = 1024 tokens, 768 -> 3072); conv = a ResNet-18
  * 3x3 layer (32,64,56,56), stride 1, pad 1; the memory-bound ops on the GPT-2 / ResNet activation
  * sizes named in their rows. The conv family is timed twice: f32 with its default algorithm
  * (Winograd for this layer) and f32 forced to the direct algorithm, which is what bf16 runs
  * (oneDNN 2.6 has no bf16 Winograd). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/binary.h"
 #include "kernels/conv.h"
 #include "kernels/dnnl_ctx.h"
@@ -238,6 +240,43 @@ static void bench_mem(const char *fam) {
   ts_free(c.m), ts_free(c.v);
 }
 
+/* ---------------------------------------------------------------- causal attention */
+typedef struct {
+  int64_t B, H, T, D;
+  buf q, k, v, o, dout, dq, dk, dv;
+  float *lse;
+} attn_ctx;
+static void attn_step(int v, void *c_) {
+  attn_ctx *c = c_;
+  const float s = 1.0f / sqrtf((float)c->D);
+  if (!v) {
+    OK(ts__attention_fwd_dnnl(c->q.f, c->k.f, c->v.f, c->o.f, c->lse, c->B, c->H, c->T, c->D, s, TS_ATTN_BHTD));
+    OK(ts__attention_bwd_dnnl(c->dout.f, c->q.f, c->k.f, c->v.f, c->o.f, c->lse, c->dq.f, c->dk.f, c->dv.f, c->B,
+                              c->H, c->T, c->D, s, TS_ATTN_BHTD));
+  } else {
+    OK(ts__attention_fwd_lp(TS_BF16, c->q.h, c->k.h, c->v.h, c->o.h, c->lse, c->B, c->H, c->T, c->D, s, TS_ATTN_BHTD, 1));
+    OK(ts__attention_bwd_lp(TS_BF16, c->dout.h, c->q.h, c->k.h, c->v.h, c->o.h, c->lse, c->dq.h, c->dk.h, c->dv.h,
+                            c->B, c->H, c->T, c->D, s, TS_ATTN_BHTD, 1));
+  }
+}
+static void bench_attention(int64_t B, int64_t H, int64_t T, int64_t D) {
+  attn_ctx c;
+  memset(&c, 0, sizeof c);
+  c.B = B, c.H = H, c.T = T, c.D = D;
+  const int64_t n = B * H * T * D;
+  c.q = mk(n, 31), c.k = mk(n, 32), c.v = mk(n, 33), c.o = mk(n, 34), c.dout = mk(n, 35);
+  c.dq = mk(n, 36), c.dk = mk(n, 37), c.dv = mk(n, 38);
+  c.lse = ts_alloc((size_t)(B * H * T) * 4);
+  if (!c.lse) die("out of memory");
+  char name[96];
+  snprintf(name, sizeof name, "attention (%lld,%lld,%lld,%lld) fwd+bwd", (long long)B, (long long)H, (long long)T,
+           (long long)D);
+  /* causal products: 2 forward (q k^T, P v), 5 backward, each 2 * B*H * T(T+1)/2 * D flops */
+  run(name, attn_step, &c, 7 * 2.0 * (double)(B * H) * (double)(T * (T + 1) / 2) * (double)D, 1);
+  rel(&c.q), rel(&c.k), rel(&c.v), rel(&c.o), rel(&c.dout), rel(&c.dq), rel(&c.dk), rel(&c.dv);
+  ts_free(c.lse);
+}
+
 int main(int argc, char **argv) {
   const char *fams[16];
   int nf = 0;
@@ -245,20 +284,25 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
     else if (nf < 16) fams[nf++] = argv[i];
   }
-  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout"};
+  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout", "attention"};
   if (!nf)
-    for (nf = 0; nf < 7; nf++) fams[nf] = all[nf];
+    for (nf = 0; nf < 8; nf++) fams[nf] = all[nf];
   if (g_reps < 1) g_reps = 1;
   printf("bench_bf16: median of %d interleaved repeats; memory-bound GB/s count the bytes each variant moves\n",
          g_reps);
   for (int i = 0; i < nf; i++) {
     if (!strcmp(fams[i], "dense")) bench_dense();
     else if (!strcmp(fams[i], "conv")) bench_conv();
+    else if (!strcmp(fams[i], "attention")) {
+      bench_attention(32, 4, 128, 32); /* the GPT example (examples/gpt_text.yaml) */
+      bench_attention(8, 12, 256, 64);
+    }
     else if (!strcmp(fams[i], "gelu") || !strcmp(fams[i], "add") || !strcmp(fams[i], "layernorm") ||
              !strcmp(fams[i], "softmax") || !strcmp(fams[i], "dropout"))
       bench_mem(fams[i]);
     else {
-      fprintf(stderr, "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout)\n", fams[i]);
+      fprintf(stderr, "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout attention)\n",
+              fams[i]);
       return 2;
     }
   }
