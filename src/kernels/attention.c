@@ -230,20 +230,38 @@ static float row_max(const float *row, int64_t len) {
   return mx;
 }
 
-/* row[j] = exp(row[j] - sub) for j < len; returns their sum. */
-static float row_exp_sum(float *row, int64_t len, float sub) {
+/* 8 floats rounded to bf16 as ts__f2bf rounds (nearest even, quiet NaNs), stored at p. */
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+static inline void vstore_bf16(uint16_t *p, v8f v) {
+  const v8u u = (v8u)v;
+  const v8u nan = (v8u)((u & 0x7fffffffu) > 0x7f800000u);
+  const v8u r = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16 & ~nan) | (((u >> 16) | 0x40u) & nan);
+  const v8h h = __builtin_convertvector(r, v8h);
+  memcpy(p, &h, sizeof h);
+}
+
+/* e_j = exp(row[j] - sub) for j < len; returns their sum. The f32 kernel stores e_j back in row
+ * (p16 NULL); the bf16 kernel stores them rounded to bf16 in p16 (row untouched). */
+static float row_exp_sum(float *row, int64_t len, float sub, uint16_t *p16) {
   v8f s0 = vsplat(0.0f), s1 = s0, vs = vsplat(sub);
   int64_t j = 0;
   for (; j + 2 * VL <= len; j += 2 * VL) {
     v8f a = vexp(vload(row + j) - vs), b = vexp(vload(row + j + VL) - vs);
-    vstore(row + j, a);
-    vstore(row + j + VL, b);
+    if (p16) {
+      vstore_bf16(p16 + j, a);
+      vstore_bf16(p16 + j + VL, b);
+    } else {
+      vstore(row + j, a);
+      vstore(row + j + VL, b);
+    }
     s0 += a;
     s1 += b;
   }
   if (j + VL <= len) {
     v8f a = vexp(vload(row + j) - vs);
-    vstore(row + j, a);
+    if (p16) vstore_bf16(p16 + j, a);
+    else vstore(row + j, a);
     s0 += a;
     j += VL;
   }
@@ -255,21 +273,30 @@ static float row_exp_sum(float *row, int64_t len, float sub) {
     memcpy(tmp, row + j, sizeof(float) * (size_t)(len - j));
     v8f a = vexp(vload(tmp) - vs);
     for (int64_t t = 0; t < len - j; t++) {
-      row[j + t] = a[t];
+      if (p16) p16[j + t] = ts__f2bf(a[t]);
+      else row[j + t] = a[t];
       sum += a[t];
     }
   }
   return sum;
 }
 
-/* p = exp(prow - l); drow = p * (drow - di); prow = p, for j < len. */
-static void row_bwd(float *prow, float *drow, int64_t len, float l, float di) {
+/* p = exp(prow - l), d = p * (drow - di) for j < len. The f32 kernel stores p in prow and d in
+ * drow (p16 NULL); the bf16 kernel stores p and dscale * d rounded to bf16 in p16 and d16. */
+static void row_bwd(float *prow, float *drow, int64_t len, float l, float di, uint16_t *p16, uint16_t *d16,
+                    float dscale) {
   v8f vl = vsplat(l), vd = vsplat(di);
   int64_t j = 0;
   for (; j + VL <= len; j += VL) {
     v8f p = vexp(vload(prow + j) - vl);
-    vstore(prow + j, p);
-    vstore(drow + j, p * (vload(drow + j) - vd));
+    v8f d = p * (vload(drow + j) - vd);
+    if (p16) {
+      vstore_bf16(p16 + j, p);
+      vstore_bf16(d16 + j, d * dscale);
+    } else {
+      vstore(prow + j, p);
+      vstore(drow + j, d);
+    }
   }
   if (j < len) {
     float tp[VL] = {0}, td[VL] = {0};
@@ -278,8 +305,15 @@ static void row_bwd(float *prow, float *drow, int64_t len, float l, float di) {
     memcpy(td, drow + j, nb);
     v8f p = vexp(vload(tp) - vl);
     v8f d = p * (vload(td) - vd);
-    memcpy(prow + j, &p, nb);
-    memcpy(drow + j, &d, nb);
+    if (p16) {
+      for (int64_t t = 0; t < len - j; t++) {
+        p16[j + t] = ts__f2bf(p[t]);
+        d16[j + t] = ts__f2bf(d[t] * dscale);
+      }
+    } else {
+      memcpy(prow + j, &p, nb);
+      memcpy(drow + j, &d, nb);
+    }
   }
 }
 
@@ -299,7 +333,7 @@ static int fwd_block(const float *q, const float *k, const float *v, float *o, f
     float *row = S + i * kend;
     int64_t len = r0 + i + 1;
     float mx = row_max(row, len);
-    float sum = row_exp_sum(row, len, mx);
+    float sum = row_exp_sum(row, len, mx, NULL);
     if (len < kend) memset(row + len, 0, sizeof(float) * (size_t)(kend - len));
     lse[r0 + i] = mx + logf(sum);
     rinv[i] = 1.0f / sum;
@@ -376,7 +410,7 @@ static int bwd_head(const float *dout, const float *q, const float *k, const flo
     for (int64_t i = 0; i < m; i++) {
       float *prow = P + i * kend, *drow = dP + i * kend;
       int64_t len = r0 + i + 1;
-      row_bwd(prow, drow, len, lse[r0 + i], Dv[i]);
+      row_bwd(prow, drow, len, lse[r0 + i], Dv[i], NULL, NULL, 1.0f);
       if (len < kend) {
         memset(prow + len, 0, sizeof(float) * (size_t)(kend - len));
         memset(drow + len, 0, sizeof(float) * (size_t)(kend - len));
@@ -545,19 +579,13 @@ static void rows_out(const uint16_t *src, uint16_t *dst, int64_t ld, int64_t row
   for (int64_t r = 0; r < rows; r++) memcpy(dst + r * ld, src + r * D, sizeof(uint16_t) * (size_t)D);
 }
 
-/* p[j] = bf16(row[j] * mul) for j < len, 0 for len <= j < n. */
-static void row_to_bf16(const float *row, int64_t len, float mul, uint16_t *p, int64_t n) {
-#pragma omp simd
-  for (int64_t j = 0; j < len; j++) p[j] = ts__f2bf(row[j] * mul);
-  if (len < n) memset(p + len, 0, sizeof(uint16_t) * (size_t)(n - len));
-}
-
 /* The products of query block qb (rows [r0,r1), keys [0,r1)), all operands dense. Forward:
- *   [0] S (m,kend) f32 = scale q_blk k^T         [1] o_blk (m,D) bf16 = P_bf16 v
+ *   [0] S (m,kend) f32 = scale q_blk k^T         [1] O (m,D) f32 = P_bf16 v (o = O / sum)
  * backward, in addition:
  *   [1] dP (m,kend) f32 = do_blk v^T             [2] dV (kend,D) f32 (+)= P_bf16^T do_blk
  *   [3] dq_blk (m,D) bf16 = dS_bf16 k            [4] dK (kend,D) f32 (+)= dS_bf16^T q_blk
- * (dS_bf16 holds scale * dS; (+)= accumulates except in the last block, which sees every key). */
+ * (P_bf16: exp(s - max) forward, exp(s - lse) backward; dS_bf16 holds scale * dS; (+)=
+ * accumulates except in the last block, which sees every key). */
 enum { G_S, G_O, G_NF = 2 };
 enum { G_DP = 1, G_DV, G_DQ, G_DK, G_NB };
 static int gemms_bf16(int bwd, int64_t T, int64_t D, float scale, const ts__gemm_bf16 **g, size_t *scratch) {
@@ -570,7 +598,7 @@ static int gemms_bf16(int bwd, int64_t T, int64_t D, float scale, const ts__gemm
     const ts__gemm_bf16 **gq = g + qb * ng;
     gq[G_S] = ts__gemm_bf16_get('N', 'T', m, kend, D, scale, D, D, 0, kend, 0);
     if (!bwd) {
-      gq[G_O] = ts__gemm_bf16_get('N', 'N', m, D, kend, 1.0f, kend, D, 0, D, 1);
+      gq[G_O] = ts__gemm_bf16_get('N', 'N', m, D, kend, 1.0f, kend, D, 0, D, 0);
     } else {
       gq[G_DP] = ts__gemm_bf16_get('N', 'T', m, kend, D, 1.0f, D, D, 0, kend, 0);
       gq[G_DV] = ts__gemm_bf16_get('T', 'N', kend, D, m, 1.0f, kend, D, acc, D, 0);
@@ -588,18 +616,18 @@ static int gemms_bf16(int bwd, int64_t T, int64_t D, float scale, const ts__gemm
 /* Per-thread scratch of the bf16 kernels. */
 typedef struct {
   ts__gemm_thr *t;
-  float *S, *dS, *aux, *dk, *dv;    /* (BQ,T) f32 x2, BQ, (T,D) f32 x2 */
+  float *S, *dS, *aux, *dk, *dv, *O; /* (BQ,T) f32 x2, BQ, (T,D) f32 x2, (BQ,D) */
   uint16_t *P, *dSb, *q, *k, *v, *dout, *blk; /* (BQ,T) x2, (T,D) x4, (BQ,D) */
 } bf16_scratch;
 
 static int bf16_scratch_new(bf16_scratch *w, int nslot, size_t gscratch, int64_t T, int64_t D) {
   memset(w, 0, sizeof *w);
   const size_t bt = (size_t)(BQ * T), td = (size_t)(T * D);
-  w->S = ts_alloc(sizeof(float) * (2 * bt + BQ + 2 * td + 1));
+  w->S = ts_alloc(sizeof(float) * (2 * bt + BQ + 2 * td + (size_t)(BQ * D) + 1));
   w->P = ts_alloc(sizeof(uint16_t) * (2 * bt + 4 * td + (size_t)(BQ * D) + 1));
   w->t = ts__gemm_thr_new(nslot, gscratch);
   if (!w->S || !w->P || !w->t) return 1;
-  w->dS = w->S + bt, w->aux = w->S + 2 * bt, w->dk = w->aux + BQ, w->dv = w->dk + td;
+  w->dS = w->S + bt, w->aux = w->S + 2 * bt, w->dk = w->aux + BQ, w->dv = w->dk + td, w->O = w->dv + td;
   w->dSb = w->P + bt, w->q = w->P + 2 * bt, w->k = w->q + td, w->v = w->k + td, w->dout = w->v + td;
   w->blk = w->dout + td;
   return 0;
@@ -620,15 +648,21 @@ static int fwd_block_bf16(const ts__gemm_bf16 *const *g, int slot, const uint16_
   if (ts__gemm_bf16_run(g[G_S], w->t, slot + G_S, qb, kb, w->S)) return 1;
   for (int64_t i = 0; i < m; i++) {
     float *row = w->S + i * kend;
+    uint16_t *prow = w->P + i * kend;
     const int64_t len = r0 + i + 1;
     const float mx = row_max(row, len);
-    const float sum = row_exp_sum(row, len, mx);
+    const float sum = row_exp_sum(row, len, mx, prow); /* exp(s - max) rounded to bf16 */
+    if (len < kend) memset(prow + len, 0, sizeof(uint16_t) * (size_t)(kend - len));
     lse[r0 + i] = mx + logf(sum);
-    row_to_bf16(row, len, 1.0f / sum, w->P + i * kend, kend); /* normalised, then rounded */
+    w->aux[i] = 1.0f / sum;
   }
-  uint16_t *ob = old == D ? o + r0 * old : w->blk;
-  if (ts__gemm_bf16_run(g[G_O], w->t, slot + G_O, w->P, vb, ob)) return 1;
-  rows_out(ob, o + r0 * old, old, m, D);
+  if (ts__gemm_bf16_run(g[G_O], w->t, slot + G_O, w->P, vb, w->O)) return 1; /* (m,D) f32 */
+  for (int64_t i = 0; i < m; i++) { /* o = (P v) / sum, rounded once */
+    const float *orow = w->O + i * D, ri = w->aux[i];
+    uint16_t *dst = o + (r0 + i) * old;
+#pragma omp simd
+    for (int64_t c = 0; c < D; c++) dst[c] = ts__f2bf(orow[c] * ri);
+  }
   return 0;
 }
 
@@ -696,9 +730,12 @@ static int bwd_head_bf16(const ts__gemm_bf16 *const *g, const uint16_t *dout, co
       for (int64_t c = 0; c < D; c++) di += ts__bf2f(doi[c]) * ts__bf2f(oi[c]);
       const int64_t len = r0 + i + 1;
       float *prow = w->S + i * kend, *drow = w->dS + i * kend;
-      row_bwd(prow, drow, len, lse[r0 + i], di);
-      row_to_bf16(prow, len, 1.0f, w->P + i * kend, kend);
-      row_to_bf16(drow, len, scale, w->dSb + i * kend, kend);
+      uint16_t *p16 = w->P + i * kend, *d16 = w->dSb + i * kend;
+      row_bwd(prow, drow, len, lse[r0 + i], di, p16, d16, scale);
+      if (len < kend) {
+        memset(p16 + len, 0, sizeof(uint16_t) * (size_t)(kend - len));
+        memset(d16 + len, 0, sizeof(uint16_t) * (size_t)(kend - len));
+      }
     }
     uint16_t *dqb = ld == D ? dq + r0 * ld : w->blk;
     if (ts__gemm_bf16_run(gq[G_DV], w->t, slot + G_DV, w->P, dob, w->dv) ||
@@ -707,9 +744,12 @@ static int bwd_head_bf16(const ts__gemm_bf16 *const *g, const uint16_t *dout, co
       return 1;
     rows_out(dqb, dq + r0 * ld, ld, m, D);
   }
-  for (int64_t r = 0; r < T; r++) {
-    ts__lp_narrow(w->dk + r * D, dk + r * ld, TS_BF16, D);
-    ts__lp_narrow(w->dv + r * D, dv + r * ld, TS_BF16, D);
+  if (ld == D) {
+    ts__lp_narrow(w->dk, dk, TS_BF16, T * D);
+    ts__lp_narrow(w->dv, dv, TS_BF16, T * D);
+  } else {
+    rows_narrow(w->dk, dk, TS_BF16, ld, T, D);
+    rows_narrow(w->dv, dv, TS_BF16, ld, T, D);
   }
   return 0;
 }
