@@ -174,6 +174,13 @@ static void seg_reduce_kinner(const rplan *p, const void *x, ts_dtype dt, int64_
   for (int64_t c = 0; c < cn; c++) acc[c] = is_max ? -INFINITY : 0;
   for (int64_t r = r0; r < r1; r++) {
     const float *v = (const float *)x + base + off;
+    if (dt == TS_BF16 && !is_max) { /* the sum below, on bf16 values widened in the loop */
+      const uint16_t *h = (const uint16_t *)x + base + off;
+#pragma omp simd
+      for (int64_t c = 0; c < cn; c++) acc[c] += ts__bf2f(h[c]);
+      off = odo_next(p->nr, p->rd, p->rs, cnt, off);
+      continue;
+    }
     if (dt != TS_F32) {
       ts__lp_widen((const char *)x + (size_t)(base + off) * es, dt, buf, cn);
       v = buf;
