@@ -147,7 +147,7 @@ static int bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_dtype idt, in
 #pragma omp atomic write
       oom = 1;
     }
-#pragma omp for schedule(dynamic, 64)
+#pragma omp for schedule(dynamic, 16) /* rows hit by many tokens (frequent ids) balance */
     for (int64_t r = 0; r < V; r++) {
       uint16_t *dst = (uint16_t *)dtable + r * D;
       if (!acc || start[r] == start[r + 1]) {
@@ -156,7 +156,13 @@ static int bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_dtype idt, in
       }
       memset(acc, 0, sizeof(float) * (size_t)D);
       for (int64_t t = start[r]; t < start[r + 1]; t++) {
-        ts__lp_widen((const uint16_t *)dy + tok[t] * D, dt, row, D);
+        const uint16_t *src = (const uint16_t *)dy + tok[t] * D;
+        if (dt == TS_BF16) { /* widened in the loop */
+#pragma omp simd
+          for (int64_t c = 0; c < D; c++) acc[c] += ts__bf2f(src[c]);
+          continue;
+        }
+        ts__lp_widen(src, dt, row, D);
 #pragma omp simd
         for (int64_t c = 0; c < D; c++) acc[c] += row[c];
       }
