@@ -6,7 +6,8 @@
  * GB/s of the tensors read and written for the memory-bound ones, and the f32/bf16 time ratio.
  *
  *   OMP_NUM_THREADS=2 bench_bf16 [--reps N] [family...]
- *   families: dense conv gelu add layernorm softmax dropout batchnorm pool (default: all)
+ *   families: dense conv gelu add layernorm softmax dropout batchnorm pool attention sum_to embedding
+ *             softmax_ce (default: all)
  *
  * Shapes: dense = a GPT-2-small MLP matmul (B*T = 1024 tokens, 768 -> 3072); conv = a ResNet-18
  * 3x3 layer (32,64,56,56), stride 1, pad 1; the memory-bound ops on the GPT-2 / ResNet activation
@@ -20,20 +21,28 @@
  * on oneDNN's bf16 batch normalization, and oneDNN f32 against oneDNN bf16; the implementation
  * oneDNN picks is printed. pool = ResNet's stem max pooling (32,64,112,112) 3x3 stride 2 pad 1
  * and the global average pooling (32,512,7,7) before the classifier, fwd+bwd, oneDNN f32 vs
- * oneDNN bf16 (fast backend), plus the max pooling on the reference loops (ref backend). */
+ * oneDNN bf16 (fast backend), plus the max pooling on the reference loops (ref backend).
+ *
+ * Attention: causal, (B,H,T,D) layout, the GPT example's
+ * shape (32,4,128,32) and (8,12,256,64); sum_to, embedding and softmax_ce on the GPT example's
+ * gradient, byte table and logits sizes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/binary.h"
 #include "kernels/conv.h"
 #include "kernels/dnnl_ctx.h"
 #include "kernels/dropout.h"
+#include "kernels/embedding.h"
 #include "kernels/eltwise.h"
 #include "kernels/lowp.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/pool.h"
+#include "kernels/reduce.h"
 #include "kernels/softmax.h"
 #include "tessera/base.h"
 #include "tessera/tensor.h"
@@ -346,6 +355,101 @@ static void bench_pool(void) {
     ts_free(c.ws);
   }
 }
+/* ---------------------------------------------------------------- causal attention */
+typedef struct {
+  int64_t B, H, T, D;
+  buf q, k, v, o, dout, dq, dk, dv;
+  float *lse;
+} attn_ctx;
+static void attn_step(int v, void *c_) {
+  attn_ctx *c = c_;
+  const float s = 1.0f / sqrtf((float)c->D);
+  if (!v) {
+    OK(ts__attention_fwd_dnnl(c->q.f, c->k.f, c->v.f, c->o.f, c->lse, c->B, c->H, c->T, c->D, s, TS_ATTN_BHTD));
+    OK(ts__attention_bwd_dnnl(c->dout.f, c->q.f, c->k.f, c->v.f, c->o.f, c->lse, c->dq.f, c->dk.f, c->dv.f, c->B,
+                              c->H, c->T, c->D, s, TS_ATTN_BHTD));
+  } else {
+    OK(ts__attention_fwd_lp(TS_BF16, c->q.h, c->k.h, c->v.h, c->o.h, c->lse, c->B, c->H, c->T, c->D, s, TS_ATTN_BHTD, 1));
+    OK(ts__attention_bwd_lp(TS_BF16, c->dout.h, c->q.h, c->k.h, c->v.h, c->o.h, c->lse, c->dq.h, c->dk.h, c->dv.h,
+                            c->B, c->H, c->T, c->D, s, TS_ATTN_BHTD, 1));
+  }
+}
+static void bench_attention(int64_t B, int64_t H, int64_t T, int64_t D) {
+  attn_ctx c;
+  memset(&c, 0, sizeof c);
+  c.B = B, c.H = H, c.T = T, c.D = D;
+  const int64_t n = B * H * T * D;
+  c.q = mk(n, 31), c.k = mk(n, 32), c.v = mk(n, 33), c.o = mk(n, 34), c.dout = mk(n, 35);
+  c.dq = mk(n, 36), c.dk = mk(n, 37), c.dv = mk(n, 38);
+  c.lse = ts_alloc((size_t)(B * H * T) * 4);
+  if (!c.lse) die("out of memory");
+  char name[96];
+  snprintf(name, sizeof name, "attention (%lld,%lld,%lld,%lld) fwd+bwd", (long long)B, (long long)H, (long long)T,
+           (long long)D);
+  /* causal products: 2 forward (q k^T, P v), 5 backward, each 2 * B*H * T(T+1)/2 * D flops */
+  run(name, attn_step, &c, 7 * 2.0 * (double)(B * H) * (double)(T * (T + 1) / 2) * (double)D, 1);
+  rel(&c.q), rel(&c.k), rel(&c.v), rel(&c.o), rel(&c.dout), rel(&c.dq), rel(&c.dk), rel(&c.dv);
+  ts_free(c.lse);
+}
+
+/* ---------------------------------------------------------------- sum_to, embedding, softmax_ce */
+typedef struct {
+  int64_t N, V, D;
+  buf x, y, t, g;
+  void *ids;
+  float *lse;
+} rows_ctx;
+static void sum_to_step(int v, void *c_) {
+  rows_ctx *c = c_;
+  const ts_shape xs = ts_shape2(c->N, c->D), ys = ts_shape1(c->D);
+  if (!v) OK(ts__reduce_ref(0, c->x.f, &xs, c->y.f, &ys));
+  else OK(ts__reduce_lp(0, TS_BF16, c->x.h, &xs, c->y.h, &ys));
+}
+static void emb_step(int v, void *c_) {
+  rows_ctx *c = c_;
+  if (!v) {
+    OK(ts__embedding_fwd_ref(c->t.f, 4, c->V, c->D, c->ids, TS_I32, c->N, c->x.f));
+    OK(ts__embedding_bwd_ref(c->y.f, c->ids, TS_I32, c->N, c->V, c->D, c->g.f));
+  } else {
+    OK(ts__embedding_fwd_ref(c->t.h, 2, c->V, c->D, c->ids, TS_I32, c->N, c->x.h));
+    OK(ts__embedding_bwd_lp(TS_BF16, c->y.h, c->ids, TS_I32, c->N, c->V, c->D, c->g.h));
+  }
+}
+static void ce_step(int v, void *c_) {
+  rows_ctx *c = c_;
+  float loss;
+  if (!v) {
+    OK(ts__softmax_ce_fwd_ref(c->x.f, c->ids, 0, c->N, c->V, 0.0f, TS_CE_IGNORE_INDEX, &loss, c->lse));
+    OK(ts__softmax_ce_bwd_ref(1.0f, c->x.f, c->ids, 0, c->lse, c->N, c->V, 0.0f, TS_CE_IGNORE_INDEX, c->y.f));
+  } else {
+    OK(ts__softmax_ce_fwd_lp(TS_BF16, c->x.h, c->ids, 0, c->N, c->V, 0.0f, TS_CE_IGNORE_INDEX, &loss, c->lse));
+    OK(ts__softmax_ce_bwd_lp(TS_BF16, 1.0f, c->x.h, c->ids, 0, c->lse, c->N, c->V, 0.0f, TS_CE_IGNORE_INDEX, c->y.h));
+  }
+}
+/* fam: sum_to (a (4096,512) gradient to its bias), embedding (the GPT example's byte table
+ * (256,128), 32x128 tokens), softmax_ce (its (4096,256) logits) */
+static void bench_rows(const char *fam) {
+  rows_ctx c;
+  memset(&c, 0, sizeof c);
+  const int is_sum = !strcmp(fam, "sum_to"), is_emb = !strcmp(fam, "embedding");
+  c.N = 4096, c.V = 256, c.D = is_sum ? 512 : 128;
+  const int64_t cols = is_emb ? c.D : is_sum ? c.D : c.V;
+  c.x = mk(c.N * cols, 41), c.y = mk(c.N * cols, 42), c.t = mk(c.V * c.D, 43), c.g = mk(c.V * c.D, 44);
+  c.ids = ts_alloc((size_t)c.N * 4);
+  c.lse = ts_alloc((size_t)c.N * 4);
+  if (!c.ids || !c.lse) die("out of memory");
+  for (int64_t n = 0; n < c.N; n++) ((int32_t *)c.ids)[n] = (int32_t)((n * 7919 + 3) % c.V);
+  const double B4 = 4.0 * (double)(c.N * cols); /* bytes of one f32 (N, cols) tensor */
+  if (is_sum) {
+    run("sum_to (4096,512)->(512)", sum_to_step, &c, B4 + 4.0 * (double)c.D, 0);
+  } else if (is_emb) { /* fwd: gather N rows (read, write); bwd: read dy, write the table */
+    run("embedding (256,128) x 4096 ids fwd+bwd", emb_step, &c, 3 * B4 + 4.0 * (double)(c.V * c.D), 0);
+  } else { /* fwd: read logits; bwd: read logits, write dlogits */
+    run("softmax_ce (4096,256) fwd+bwd", ce_step, &c, 3 * B4, 0);
+  }
+  rel(&c.x), rel(&c.y), rel(&c.t), rel(&c.g);
+  ts_free(c.ids), ts_free(c.lse);
+}
 
 int main(int argc, char **argv) {
   const char *fams[16];
@@ -354,9 +458,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
     else if (nf < 16) fams[nf++] = argv[i];
   }
-  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout", "batchnorm", "pool"};
+  static const char *all[] = {"dense", "conv", "gelu", "add", "layernorm", "softmax", "dropout", "batchnorm", "pool",
+                              "attention", "sum_to", "embedding", "softmax_ce"};
   if (!nf)
-    for (nf = 0; nf < 9; nf++) fams[nf] = all[nf];
+    for (nf = 0; nf < 13; nf++) fams[nf] = all[nf];
   if (g_reps < 1) g_reps = 1;
   printf("bench_bf16: median of %d interleaved repeats; memory-bound GB/s count the bytes each variant moves\n",
          g_reps);
@@ -365,11 +470,20 @@ int main(int argc, char **argv) {
     else if (!strcmp(fams[i], "conv")) bench_conv();
     else if (!strcmp(fams[i], "batchnorm")) bench_bn();
     else if (!strcmp(fams[i], "pool")) bench_pool();
+    else if (!strcmp(fams[i], "sum_to") || !strcmp(fams[i], "embedding") || !strcmp(fams[i], "softmax_ce"))
+      bench_rows(fams[i]);
+    else if (!strcmp(fams[i], "attention")) {
+      bench_attention(32, 4, 128, 32); /* the GPT example (examples/gpt_text.yaml) */
+      bench_attention(8, 12, 256, 64);
+    }
     else if (!strcmp(fams[i], "gelu") || !strcmp(fams[i], "add") || !strcmp(fams[i], "layernorm") ||
              !strcmp(fams[i], "softmax") || !strcmp(fams[i], "dropout"))
       bench_mem(fams[i]);
     else {
-      fprintf(stderr, "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout batchnorm pool)\n", fams[i]);
+      fprintf(stderr,
+              "bench_bf16: unknown family '%s' (dense conv gelu add layernorm softmax dropout batchnorm pool attention "
+              "sum_to embedding softmax_ce)\n",
+              fams[i]);
       return 2;
     }
   }

@@ -27,4 +27,15 @@ int ts__embedding_shard_fwd_ref(const void *table, size_t esize, int64_t Vl, int
 int ts__embedding_shard_bwd_ref(const float *dy, const void *ids, ts_dtype idt, int64_t N,
                                 int64_t Vl, int64_t D, int64_t offset, float *dtable);
 
+/* 16-bit backward: dy (N,D) and dtable of dtype dt (TS_BF16, TS_F16; TS_F32 calls the f32
+ * kernel). Each row's tokens are summed in f32 in token order (the f32 kernel's sums, rounded
+ * once to dt) and the row is written once; rows never hit are zero. The tokens are grouped by
+ * row with a stable counting sort (V + N indices of scratch), rows run in parallel. */
+// dy (N,D) dt, ids (N) -> dtable (V,D) dt
+int ts__embedding_bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_dtype idt, int64_t N, int64_t V, int64_t D,
+                         void *dtable);
+// dy (N,D) dt, ids (N) -> dtable (Vl,D) dt (rows [offset, offset+Vl))
+int ts__embedding_shard_bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_dtype idt, int64_t N, int64_t Vl,
+                               int64_t D, int64_t offset, void *dtable);
+
 #endif

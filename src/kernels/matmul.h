@@ -46,4 +46,32 @@ int ts__dense_lp_ref(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x
 int ts__dense_lp_dnnl(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x, const void *w,
                       const void *bias, void *y);
 
+/* bf16 GEMMs for kernels that run many small products inside their own OpenMP regions (the
+ * fused attention): C (M,N) = alpha op(A) op(B), or C += alpha op(A) op(B) with `accumulate`;
+ * row-major with leading dimensions as dnnl_sgemm's ('N'/'T'), A and B bf16, f32 accumulation,
+ * C f32 or bf16 (c_bf16 = 1: rounded once). Each shape is one oneDNN matmul primitive (alpha an
+ * output scale, accumulate a sum post-op), cached; oneDNN 2.6 runs its brgemm kernel only on
+ * dense operands (lda/ldb/ldc equal to the row length), strided ones get its slower jit gemm.
+ * The primitives use a user scratchpad, so threads can run one primitive at the same time.
+ *   ts__gemm_bf16_get: creates or finds the product; not thread-safe (the primitive cache is
+ *     not): get every product a parallel region needs before entering it. NULL (error set) if
+ *     oneDNN cannot make it.
+ *   ts__gemm_thr: one per thread: a stream, a scratchpad of `scratch` bytes (at least the
+ *     largest ts__gemm_bf16_scratch of the products it runs) and `nslot` slots of memory
+ *     objects, created on a slot's first run and re-pointed afterwards; a caller gives each
+ *     product it runs its own slot.
+ *   ts__gemm_bf16_run: status (TS_EBACKEND); sets no error message, so it can run on worker
+ *     threads: the caller reports after its region. */
+typedef struct ts__gemm_bf16 ts__gemm_bf16;
+typedef struct ts__gemm_thr ts__gemm_thr;
+const ts__gemm_bf16 *ts__gemm_bf16_get(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                       int64_t lda, int64_t ldb, int accumulate, int64_t ldc, int c_bf16);
+size_t ts__gemm_bf16_scratch(const ts__gemm_bf16 *g);
+/* NULL when out of memory or oneDNN fails (no message: may run on a worker thread). */
+ts__gemm_thr *ts__gemm_thr_new(int nslot, size_t scratch);
+void ts__gemm_thr_free(ts__gemm_thr *t);
+// A (M,K)|(K,M) bf16, B (K,N)|(N,K) bf16 -> C (M,N) f32|bf16
+int ts__gemm_bf16_run(const ts__gemm_bf16 *g, ts__gemm_thr *t, int slot, const void *A, const void *B,
+                      void *C);
+
 #endif

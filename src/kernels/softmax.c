@@ -1,4 +1,5 @@
-/* Softmax / log-softmax (reference and oneDNN softmax_v2) and fused sparse cross-entropy. */
+/* Softmax / log-softmax (reference and oneDNN softmax_v2) and fused sparse cross-entropy (f32 or
+ * 16-bit logits). */
 #include "softmax.h"
 #include "lowp.h"
 
@@ -223,23 +224,49 @@ static int ce_count(const void *labels, int i64, int64_t N, int64_t C, int64_t i
 
 #define MAX_THREADS 256
 
-// logits (N,C), labels (N) -> loss (), lse (N)
-int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
-                           int64_t C, float smoothing, int64_t ignore_index, float *loss,
-                           float *lse) {
+/* Rows of 16-bit logits (bf16, f16) are widened into a per-thread f32 row buffer and go through
+ * the same f32 row code; 16-bit dlogits rows are computed in f32 and rounded once. f32 rows are
+ * used in place. */
+static const float *row_in(const void *x, ts_dtype dt, int64_t i, int64_t C, float *buf) {
+  if (dt == TS_F32) return (const float *)x + i * C;
+  ts__lp_widen((const char *)x + (size_t)(i * C) * ts_dtype_size(dt), dt, buf, C);
+  return buf;
+}
+
+/* a per-thread row buffer of n floats for 16-bit dt (NULL for f32, which needs none); *oom set
+ * when it cannot be allocated */
+static float *row_buf(ts_dtype dt, int64_t n, int *oom) {
+  if (dt == TS_F32) return NULL;
+  float *b = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  if (!b) {
+#pragma omp atomic write
+    *oom = 1;
+  }
+  return b;
+}
+#define ROW_OK(dt, buf) ((dt) == TS_F32 || (buf) != NULL)
+
+static int lp_oom(const char *what, int64_t C) {
+  return ts_error_set(TS_ENOMEM, "%s (16-bit): out of memory for a row of %lld logits", what, (long long)C);
+}
+
+// logits (N,C) dt, labels (N) -> loss (), lse (N)
+static int ce_fwd(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N, int64_t C,
+                  float smoothing, int64_t ignore_index, float *loss, float *lse) {
   if (N < 0 || C < 1)
     return ts_error_set(TS_ESHAPE, "softmax_ce: bad dims N=%lld C=%lld", (long long)N, (long long)C);
   int64_t count = 0;
   int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, "softmax_ce");
   if (rc) return rc;
   double part[MAX_THREADS];
-  int nt = 1;
+  int nt = 1, oom = 0;
   const double s = smoothing;
 #pragma omp parallel if (N * C > PAR_MIN)
   {
     int t = omp_get_thread_num();
 #pragma omp single
     nt = omp_get_num_threads() < MAX_THREADS ? omp_get_num_threads() : MAX_THREADS;
+    float *buf = row_buf(dt, C, &oom);
     double acc = 0;
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < N; i++) {
@@ -248,7 +275,8 @@ int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i
         if (lse) lse[i] = 0;
         continue;
       }
-      const float *x = logits + i * C;
+      if (!ROW_OK(dt, buf)) continue;
+      const float *x = row_in(logits, dt, i, C, buf);
       float m = row_max(x, C);
       double ls = (double)m + log(row_sum_exp(x, m, NULL, C));
       if (lse) lse[i] = (float)ls;
@@ -257,17 +285,26 @@ int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i
       acc += li;
     }
     if (t < MAX_THREADS) part[t] = acc;
+    free(buf);
   }
+  if (oom) return lp_oom("softmax_ce", C);
   double total = 0;
   for (int t = 0; t < nt; t++) total += part[t];
   *loss = count ? (float)(total / (double)count) : 0.0f;
   return TS_OK;
 }
 
+// logits (N,C), labels (N) -> loss (), lse (N)
+int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
+                           int64_t C, float smoothing, int64_t ignore_index, float *loss,
+                           float *lse) {
+  return ce_fwd(TS_F32, logits, labels, labels_i64, N, C, smoothing, ignore_index, loss, lse);
+}
+
 /* The backward on columns [offset, offset+Cl) of (N,C) logits (Cl == C, offset 0: unsharded). */
-static int ce_bwd(float dloss, const float *logits, const void *labels, int labels_i64,
+static int ce_bwd(ts_dtype dt, float dloss, const void *logits, const void *labels, int labels_i64,
                   const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t offset,
-                  float smoothing, int64_t ignore_index, float *dlogits, const char *what) {
+                  float smoothing, int64_t ignore_index, void *dlogits, const char *what) {
   if (N < 0 || C < 1 || Cl < 1 || offset < 0 || offset + Cl > C)
     return ts_error_set(TS_ESHAPE, "%s: bad dims N=%lld C=%lld (block of %lld at %lld)", what,
                         (long long)N, (long long)C, (long long)Cl, (long long)offset);
@@ -276,26 +313,37 @@ static int ce_bwd(float dloss, const float *logits, const void *labels, int labe
   if (rc) return rc;
   const float g = count ? dloss / (float)count : 0.0f;
   const float gs = g * smoothing / (float)C, gt = g * (1.0f - smoothing);
-#pragma omp parallel for schedule(static) if (N * Cl > PAR_MIN)
-  for (int64_t i = 0; i < N; i++) {
-    int64_t l = label_at(labels, labels_i64, i);
-    float *d = dlogits + i * Cl;
-    if (l == ignore_index || g == 0.0f) {
-      memset(d, 0, sizeof(float) * (size_t)Cl);
-      continue;
-    }
-    const float *x = logits + i * Cl;
-    float ls;
-    if (lse) {
-      ls = lse[i];
-    } else {
-      float m = row_max(x, Cl);
-      ls = (float)((double)m + log(row_sum_exp(x, m, NULL, Cl)));
-    }
+  const size_t es = ts_dtype_size(dt);
+  int oom = 0;
+#pragma omp parallel if (N * Cl > PAR_MIN)
+  {
+    float *buf = row_buf(dt, 2 * Cl, &oom);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      int64_t l = label_at(labels, labels_i64, i);
+      void *drow = (char *)dlogits + (size_t)(i * Cl) * es;
+      if (l == ignore_index || g == 0.0f) {
+        memset(drow, 0, es * (size_t)Cl);
+        continue;
+      }
+      if (!ROW_OK(dt, buf)) continue;
+      const float *x = row_in(logits, dt, i, Cl, buf);
+      float *d = dt == TS_F32 ? drow : buf + Cl;
+      float ls;
+      if (lse) {
+        ls = lse[i];
+      } else {
+        float m = row_max(x, Cl);
+        ls = (float)((double)m + log(row_sum_exp(x, m, NULL, Cl)));
+      }
 #pragma omp simd
-    for (int64_t j = 0; j < Cl; j++) d[j] = g * ts__expf(x[j] - ls) - gs;
-    if (l >= offset && l < offset + Cl) d[l - offset] -= gt;
+      for (int64_t j = 0; j < Cl; j++) d[j] = g * ts__expf(x[j] - ls) - gs;
+      if (l >= offset && l < offset + Cl) d[l - offset] -= gt;
+      if (dt != TS_F32) ts__lp_narrow(d, drow, dt, Cl);
+    }
+    free(buf);
   }
+  if (oom) return lp_oom(what, Cl);
   return TS_OK;
 }
 
@@ -303,48 +351,74 @@ static int ce_bwd(float dloss, const float *logits, const void *labels, int labe
 int ts__softmax_ce_bwd_ref(float dloss, const float *logits, const void *labels, int labels_i64,
                            const float *lse, int64_t N, int64_t C, float smoothing,
                            int64_t ignore_index, float *dlogits) {
-  return ce_bwd(dloss, logits, labels, labels_i64, lse, N, C, C, 0, smoothing, ignore_index,
+  return ce_bwd(TS_F32, dloss, logits, labels, labels_i64, lse, N, C, C, 0, smoothing, ignore_index,
                 dlogits, "softmax_ce_bwd");
 }
 
 /* ---------------- class-sharded cross-entropy (the caller reduces between the steps) ---------------- */
 
-// logits (N,Cl), labels (N) -> rowmax (N)
-int ts__softmax_ce_shard_max_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
-                                 int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax) {
+// logits (N,Cl) dt, labels (N) -> rowmax (N)
+static int ce_shard_max(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N, int64_t Cl,
+                        int64_t C, int64_t ignore_index, float *rowmax) {
   if (N < 0 || Cl < 1 || C < Cl)
     return ts_error_set(TS_ESHAPE, "softmax_ce (sharded): bad dims N=%lld C=%lld block %lld",
                         (long long)N, (long long)C, (long long)Cl);
   int64_t count = 0;
   int rc = ce_count(labels, labels_i64, N, C, ignore_index, &count, "softmax_ce");
   if (rc) return rc;
-#pragma omp parallel for schedule(static) if (N * Cl > PAR_MIN)
-  for (int64_t i = 0; i < N; i++)
-    rowmax[i] = label_at(labels, labels_i64, i) == ignore_index ? 0.0f : row_max(logits + i * Cl, Cl);
-  return TS_OK;
+  int oom = 0;
+#pragma omp parallel if (N * Cl > PAR_MIN)
+  {
+    float *buf = row_buf(dt, Cl, &oom);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++)
+      if (ROW_OK(dt, buf))
+        rowmax[i] = label_at(labels, labels_i64, i) == ignore_index ? 0.0f : row_max(row_in(logits, dt, i, Cl, buf), Cl);
+    free(buf);
+  }
+  return oom ? lp_oom("softmax_ce", Cl) : TS_OK;
+}
+
+// logits (N,Cl), labels (N) -> rowmax (N)
+int ts__softmax_ce_shard_max_ref(const float *logits, const void *labels, int labels_i64, int64_t N,
+                                 int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax) {
+  return ce_shard_max(TS_F32, logits, labels, labels_i64, N, Cl, C, ignore_index, rowmax);
+}
+
+// logits (N,Cl) dt, labels (N), M (N) -> stats (N,3)
+static int ce_shard_stats(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N, int64_t Cl,
+                          int64_t offset, int64_t ignore_index, const float *M, float *stats) {
+  if (N < 0 || Cl < 1 || offset < 0)
+    return ts_error_set(TS_ESHAPE, "softmax_ce (sharded): bad dims N=%lld block %lld at %lld",
+                        (long long)N, (long long)Cl, (long long)offset);
+  int oom = 0;
+#pragma omp parallel if (N * Cl > PAR_MIN)
+  {
+    float *buf = row_buf(dt, Cl, &oom);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+      const int64_t l = label_at(labels, labels_i64, i);
+      float *st = stats + 3 * i;
+      if (l == ignore_index) {
+        st[0] = st[1] = st[2] = 0.0f;
+        continue;
+      }
+      if (!ROW_OK(dt, buf)) continue;
+      const float *x = row_in(logits, dt, i, Cl, buf);
+      st[0] = (float)row_sum_exp(x, M[i], NULL, Cl);
+      st[1] = l >= offset && l < offset + Cl ? x[l - offset] : 0.0f;
+      st[2] = (float)ts__sum_run(x, Cl);
+    }
+    free(buf);
+  }
+  return oom ? lp_oom("softmax_ce", Cl) : TS_OK;
 }
 
 // logits (N,Cl), labels (N), M (N) -> stats (N,3)
 int ts__softmax_ce_shard_stats_ref(const float *logits, const void *labels, int labels_i64,
                                    int64_t N, int64_t Cl, int64_t offset, int64_t ignore_index,
                                    const float *M, float *stats) {
-  if (N < 0 || Cl < 1 || offset < 0)
-    return ts_error_set(TS_ESHAPE, "softmax_ce (sharded): bad dims N=%lld block %lld at %lld",
-                        (long long)N, (long long)Cl, (long long)offset);
-#pragma omp parallel for schedule(static) if (N * Cl > PAR_MIN)
-  for (int64_t i = 0; i < N; i++) {
-    const int64_t l = label_at(labels, labels_i64, i);
-    float *st = stats + 3 * i;
-    if (l == ignore_index) {
-      st[0] = st[1] = st[2] = 0.0f;
-      continue;
-    }
-    const float *x = logits + i * Cl;
-    st[0] = (float)row_sum_exp(x, M[i], NULL, Cl);
-    st[1] = l >= offset && l < offset + Cl ? x[l - offset] : 0.0f;
-    st[2] = (float)ts__sum_run(x, Cl);
-  }
-  return TS_OK;
+  return ce_shard_stats(TS_F32, logits, labels, labels_i64, N, Cl, offset, ignore_index, M, stats);
 }
 
 // labels (N), M (N), stats (N,3) -> loss (), lse (N)
@@ -381,8 +455,51 @@ int ts__softmax_ce_shard_bwd_ref(float dloss, const float *logits, const void *l
                                  float *dlogits) {
   if (!lse)
     return ts_error_set(TS_EINVAL, "softmax_ce_bwd (sharded): needs the forward's global lse");
-  return ce_bwd(dloss, logits, labels, labels_i64, lse, N, Cl, C, offset, smoothing, ignore_index,
+  return ce_bwd(TS_F32, dloss, logits, labels, labels_i64, lse, N, Cl, C, offset, smoothing, ignore_index,
                 dlogits, "softmax_ce_bwd");
+}
+
+
+/* ---------------- cross-entropy on 16-bit logits ---------------- */
+
+static int ce_dtype(ts_dtype dt, const char *what) {
+  if (dt == TS_F32 || dt == TS_BF16 || dt == TS_F16) return TS_OK;
+  return ts_error_set(TS_EDTYPE, "%s: logits must be f32, bf16 or f16, got %s", what, ts_dtype_name(dt));
+}
+
+int ts__softmax_ce_fwd_lp(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N, int64_t C,
+                          float smoothing, int64_t ignore_index, float *loss, float *lse) {
+  int rc = ce_dtype(dt, "softmax_ce");
+  return rc ? rc : ce_fwd(dt, logits, labels, labels_i64, N, C, smoothing, ignore_index, loss, lse);
+}
+
+int ts__softmax_ce_bwd_lp(ts_dtype dt, float dloss, const void *logits, const void *labels, int labels_i64,
+                          const float *lse, int64_t N, int64_t C, float smoothing, int64_t ignore_index,
+                          void *dlogits) {
+  int rc = ce_dtype(dt, "softmax_ce_bwd");
+  return rc ? rc : ce_bwd(dt, dloss, logits, labels, labels_i64, lse, N, C, C, 0, smoothing, ignore_index, dlogits,
+                          "softmax_ce_bwd");
+}
+
+int ts__softmax_ce_shard_max_lp(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N,
+                                int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax) {
+  int rc = ce_dtype(dt, "softmax_ce");
+  return rc ? rc : ce_shard_max(dt, logits, labels, labels_i64, N, Cl, C, ignore_index, rowmax);
+}
+
+int ts__softmax_ce_shard_stats_lp(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N,
+                                  int64_t Cl, int64_t offset, int64_t ignore_index, const float *M, float *stats) {
+  int rc = ce_dtype(dt, "softmax_ce");
+  return rc ? rc : ce_shard_stats(dt, logits, labels, labels_i64, N, Cl, offset, ignore_index, M, stats);
+}
+
+int ts__softmax_ce_shard_bwd_lp(ts_dtype dt, float dloss, const void *logits, const void *labels, int labels_i64,
+                                const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t offset, float smoothing,
+                                int64_t ignore_index, void *dlogits) {
+  int rc = ce_dtype(dt, "softmax_ce_bwd");
+  if (!rc && !lse) rc = ts_error_set(TS_EINVAL, "softmax_ce_bwd (sharded): needs the forward's global lse");
+  return rc ? rc : ce_bwd(dt, dloss, logits, labels, labels_i64, lse, N, Cl, C, offset, smoothing, ignore_index,
+                          dlogits, "softmax_ce_bwd");
 }
 
 /* ---------------- oneDNN softmax_v2 ---------------- */

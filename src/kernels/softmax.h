@@ -82,4 +82,26 @@ int ts__softmax_ce_shard_bwd_ref(float dloss, const float *logits, const void *l
                                  int64_t offset, float smoothing, int64_t ignore_index,
                                  float *dlogits);
 
+/* Cross-entropy on 16-bit logits (dt TS_BF16 or TS_F16; TS_F32 runs the f32 kernels above): native
+ * row loops, each row widened into a per-thread f32 buffer and run through the f32 kernels' row
+ * code, so loss, lse, rowmax and stats (f32 as always) are the f32 kernels' on the widened
+ * logits, and dlogits (dtype dt) are theirs rounded once. Same contracts as the f32 kernels. */
+// logits (N,C) dt, labels (N) -> loss (), lse (N) (lse may be NULL)
+int ts__softmax_ce_fwd_lp(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N, int64_t C,
+                          float smoothing, int64_t ignore_index, float *loss, float *lse);
+// dloss (), logits (N,C) dt, labels (N), lse (N) or NULL -> dlogits (N,C) dt
+int ts__softmax_ce_bwd_lp(ts_dtype dt, float dloss, const void *logits, const void *labels, int labels_i64,
+                          const float *lse, int64_t N, int64_t C, float smoothing, int64_t ignore_index,
+                          void *dlogits);
+// logits (N,Cl) dt, labels (N) -> rowmax (N)
+int ts__softmax_ce_shard_max_lp(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N,
+                                int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax);
+// logits (N,Cl) dt, labels (N), M (N) -> stats (N,3)
+int ts__softmax_ce_shard_stats_lp(ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N,
+                                  int64_t Cl, int64_t offset, int64_t ignore_index, const float *M, float *stats);
+// dloss (), logits (N,Cl) dt, labels (N), lse (N) -> dlogits (N,Cl) dt
+int ts__softmax_ce_shard_bwd_lp(ts_dtype dt, float dloss, const void *logits, const void *labels, int labels_i64,
+                                const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t offset, float smoothing,
+                                int64_t ignore_index, void *dlogits);
+
 #endif

@@ -1,4 +1,5 @@
-/* Executor adapters for the embedding family (attribute layouts: src/graph/op_embedding.c). */
+/* Executor adapters for the embedding family (attribute layouts: src/graph/op_embedding.c). The
+ * forward gathers rows of any element size (f32 or 16-bit); the backward dispatches on dtype. */
 #include "run_impl.h"
 #include "../kernels/embedding.h"
 
@@ -14,11 +15,11 @@ static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   if (ts_attr_embedding_bwd_sharded(&n->a))
-    return ts__embedding_shard_bwd_ref(in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
-                                       out[0].shape.dims[0], out[0].shape.dims[1], ts_attr_embedding_bwd_offset(&n->a),
-                                       out[0].data);
-  return ts__embedding_bwd_ref(in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
-                               out[0].shape.dims[0], out[0].shape.dims[1], out[0].data);
+    return ts__embedding_shard_bwd_lp(out[0].dtype, in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
+                                      out[0].shape.dims[0], out[0].shape.dims[1], ts_attr_embedding_bwd_offset(&n->a),
+                                      out[0].data);
+  return ts__embedding_bwd_lp(out[0].dtype, in[0].data, in[1].data, in[1].dtype, ts_tensor_numel(&in[1]),
+                              out[0].shape.dims[0], out[0].shape.dims[1], out[0].data);
 }
 
 void ts__register_run_embedding(ts__run_fn *tab) {

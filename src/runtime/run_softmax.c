@@ -3,7 +3,8 @@
  * TS_BACKEND_FAST: oneDNN softmax_v2 for a softmax over the last (contiguous) axis; over a
  * middle axis oneDNN 2.6 falls back to its reference implementation, so the vectorised
  * reference kernel is used there. Cross-entropy has no oneDNN primitive: the fused reference
- * kernel serves both backends.
+ * kernel serves both backends, on f32 or 16-bit logits (the _lp entry points: loss and lse f32,
+ * dlogits in the logits' dtype).
  *
  * Class-sharded cross-entropy (attrs sync = slot + 1, group = group size g, offset = class offset,
  * classes = C; src/graph/op_softmax.c) communicates through the plan's communicator in the slot,
@@ -62,17 +63,17 @@ static int run_ce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, t
     if (rc) return rc;
   }
   if (ts_attr_softmax_ce_sync(&n->a) == 0 || ts_attr_softmax_ce_group(&n->a) == 1) /* unsharded, or a group of one: the whole row is here */
-    return ts__softmax_ce_fwd_ref(in[0].data, in[1].data, i64, N, Cl, s, ignore, out[0].data, lse);
+    return ts__softmax_ce_fwd_lp(in[0].dtype, in[0].data, in[1].data, i64, N, Cl, s, ignore, out[0].data, lse);
   const int64_t C = ts_attr_softmax_ce_classes(&n->a), offset = ts_attr_softmax_ce_offset(&n->a);
   float *buf = malloc(sizeof(float) * (size_t)(4 * N + 1));
   if (!buf)
     return ts_error_set(TS_ENOMEM, "softmax_ce: out of memory for %lld rows of statistics",
                         (long long)N);
   float *M = lse ? lse : buf + 3 * N, *st = buf;
-  int rc = ts__softmax_ce_shard_max_ref(in[0].data, in[1].data, i64, N, Cl, C, ignore, M);
+  int rc = ts__softmax_ce_shard_max_lp(in[0].dtype, in[0].data, in[1].data, i64, N, Cl, C, ignore, M);
   if (!rc) rc = ts_comm_allreduce(c, M, M, (size_t)N, TS_F32, TS_REDUCE_MAX);
   if (!rc)
-    rc = ts__softmax_ce_shard_stats_ref(in[0].data, in[1].data, i64, N, Cl, offset, ignore, M, st);
+    rc = ts__softmax_ce_shard_stats_lp(in[0].dtype, in[0].data, in[1].data, i64, N, Cl, offset, ignore, M, st);
   if (!rc) rc = ts_comm_allreduce(c, st, st, (size_t)(3 * N), TS_F32, TS_REDUCE_SUM);
   if (!rc) rc = ts__softmax_ce_shard_loss_ref(in[1].data, i64, N, C, s, ignore, M, st, out[0].data, M);
   free(buf);
@@ -85,8 +86,8 @@ static int run_ce_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
   const float *lse = n->nin > 3 ? in[3].data : NULL;
   float dloss = *(const float *)in[0].data;
   if (ts_attr_softmax_ce_sync(&n->a) == 0)
-    return ts__softmax_ce_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, ts_attr_softmax_ce_smoothing(&n->a),
-                                  ts_attr_softmax_ce_ignore(&n->a), out[0].data);
+    return ts__softmax_ce_bwd_lp(in[1].dtype, dloss, in[1].data, in[2].data, i64, lse, N, Cl, ts_attr_softmax_ce_smoothing(&n->a),
+                                 ts_attr_softmax_ce_ignore(&n->a), out[0].data);
   ts_comm *c = NULL;
   int rc = ce_comm(ctx, n, &c);
   if (rc) return rc;
@@ -95,8 +96,8 @@ static int run_ce_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
     rc = ts_comm_allreduce(c, &mine, &dloss, 1, TS_F32, TS_REDUCE_SUM);
     if (rc) return rc;
   }
-  return ts__softmax_ce_shard_bwd_ref(dloss, in[1].data, in[2].data, i64, lse, N, Cl, ts_attr_softmax_ce_classes(&n->a),
-                                      ts_attr_softmax_ce_offset(&n->a), ts_attr_softmax_ce_smoothing(&n->a), ts_attr_softmax_ce_ignore(&n->a), out[0].data);
+  return ts__softmax_ce_shard_bwd_lp(in[1].dtype, dloss, in[1].data, in[2].data, i64, lse, N, Cl, ts_attr_softmax_ce_classes(&n->a),
+                                     ts_attr_softmax_ce_offset(&n->a), ts_attr_softmax_ce_smoothing(&n->a), ts_attr_softmax_ce_ignore(&n->a), out[0].data);
 }
 
 void ts__register_run_softmax(ts__run_fn *tab) {

@@ -62,6 +62,7 @@ static ts_val b_ce(ts_graph *g, const ts_val *x, const void *ctx) {
   return ts_softmax_cross_entropy(g, x[0], x[1], ctx ? 0.1f : 0.f);
 }
 static ts_val b_attn(ts_graph *g, const ts_val *x, const void *ctx) {
+  if (ctx && !strcmp(ctx, "bthd")) return ts_attention_bthd(g, x[0], x[1], x[2], 0.f);
   return ctx ? ts_attention_qkv(g, x[0], 2, 0.f) : ts_attention(g, x[0], x[1], x[2], 0.f);
 }
 static ts_val b_shape(ts_graph *g, const ts_val *x, const void *ctx) {
@@ -268,6 +269,9 @@ int main(void) {
     c.nin = 1;
     c.shape[0] = ts_shape3(2, 6, 3 * 32);
     lh_check("attention qkv", dt, b_attn, "qkv", &c, 2 * 6 * 32);
+    c.nin = 3;
+    c.shape[0] = c.shape[1] = c.shape[2] = ts_shape4(2, 80, 2, 16); /* (B,T,H,D): two query blocks */
+    lh_check("attention bthd T=80", dt, b_attn, "bthd", &c, 2 * 80 * 2 * 16);
     /* shape ops, copy, sum_to/broadcast_to, cast */
     for (int k = 0; k < 6; k++) {
       c = mk(k == 1 ? 2 : 1, 1e-2, 1e-2);
