@@ -5,8 +5,9 @@
  * the GPT and ResNet-20 under data parallel, GPT's tensor parallel 2, pipeline stages 2 (every
  * rank) and optimizer_shard 1, 2 and 3; and no data file is opened (the configs name missing
  * ones: GPT's input is data.seq_len tokens, the images' the data set's sample through the
- * transforms). Mixed precision (train.amp_level) is planned, and refused by training naming the
- * key. */
+ * transforms). Mixed precision (train.amp_level) is planned from the graphs the amp pass rewrote
+ * (dry and allocating builds agree there too), with the 16-bit GEMMs at the 16-bit peak, and the
+ * TP2 rank holds the same parameter bytes at O2 as in f32 (the casts of a cut weight are cut). */
 #include <string.h>
 
 #include "tessera/train.h"
@@ -87,11 +88,21 @@ static void test_sized_equals_allocated(void) {
   check_case("resnet20 dp2", k_resnet, 2, dp, 1);
   check_case("resnet20 pp2", k_resnet, 2, pp, 3);
   check_case("resnet20 zero1", k_resnet, 2, z1, 3);
+  const char *amp_tp[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", ts_test_gpt_tp2,
+                          "train.amp_level=O2"};
+  const char *amp_pp[] = {"parallel.mode=data_parallel", "parallel.pipeline_stages=2", "parallel.micro_batches=4",
+                          "train.amp_level=O2"};
+  const char *amp_z3[] = {"parallel.mode=data_parallel", "parallel.optimizer_shard=3",
+                          "parallel.optimizer_shard_threshold_kb=0", "train.amp_level=O3"};
+  check_case("gpt tp2 O2", k_gpt, 2, amp_tp, 4);
+  check_case("gpt pp2 O2", k_gpt, 2, amp_pp, 4);
+  check_case("gpt zero3 O3", k_gpt, 2, amp_z3, 4);
+  check_case("resnet20 dp2 O2", k_resnet, 2, (const char *[]){"parallel.mode=data_parallel", "train.amp_level=O2"}, 2);
 }
 
-/* Mixed precision on paper: planned (half the activations, 16 bytes per parameter with Adam, a
- * faster step on a cluster with a 16-bit peak), refused by training naming the key. */
-static void test_amp_planned_not_trained(void) {
+/* Mixed precision: planned from the amp pass's graphs (16-bit GEMMs at the 16-bit peak, smaller
+ * activations); under TP2 the rank's parameters are the f32 job's (cut weights stay cut). */
+static void test_amp_planned(void) {
   ts_config c;
   const char *o2[] = {"train.amp_level=O2"};
   CHECK_OK(ts_config_load_string(k_gpt, "gpt", NULL, 0, &c));
@@ -104,16 +115,19 @@ static void test_amp_planned_not_trained(void) {
   CHECK_MSG(amp.gemm_s < f32.gemm_s / 10, "bf16 GEMMs %g s vs f32 %g s", amp.gemm_s, f32.gemm_s);
   CHECK_MSG(amp.memory_bytes < f32.memory_bytes, "amp memory %lld vs f32 %lld", (long long)amp.memory_bytes,
             (long long)f32.memory_bytes);
-  ts_trainer *t = NULL;
-  int rc = ts_trainer_create(&c, &t);
-  CHECK_MSG(rc == TS_EUNSUPPORTED && strstr(ts_last_error(), "train.amp_level") &&
-                strstr(ts_last_error(), "not implemented yet"),
-            "training with amp: rc %d: %s", rc, ts_last_error());
-  ts_trainer_free(t);
+  const char *tp[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", ts_test_gpt_tp2, "train.amp_level=O0"};
+  ts_dist_memory_info m32, m2;
+  int sized = 0;
+  CHECK_OK(ts_config_load_string(k_gpt, "gpt", tp, 4, &c));
+  CHECK_OK(ts__trainer_plan_memory(&c, 2, 0, 0, &m32, &sized));
+  c.train.amp_level = 2;
+  CHECK_OK(ts__trainer_plan_memory(&c, 2, 0, 0, &m2, &sized));
+  CHECK_MSG(m2.param_bytes == m32.param_bytes && m2.param_bytes > 0, "TP2 rank 0 parameters: %lld at O2, %lld in f32",
+            (long long)m2.param_bytes, (long long)m32.param_bytes);
 }
 
 int main(void) {
   test_sized_equals_allocated();
-  test_amp_planned_not_trained();
+  test_amp_planned();
   return ts_test_finish("test_dry_plan");
 }
