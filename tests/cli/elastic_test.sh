@@ -9,6 +9,7 @@
 #     killed rank, resumed from the step it died at or the one before, final checkpoint (parameters
 #     and optimizer state) bitwise the reference's
 #  4. a hung rank under parallel.comm_timeout 3: the watchdog names it, the job restarts, bitwise
+#     a slow rank within the timeout is no failure
 #  5. --min-ranks 2 after a kill: the restart runs on 2 ranks, final within 1e-6 of the reference
 #  6. corrupt_ckpt: the newest checkpoint corrupted before a kill is refused by name (launcher and
 #     trainer) and the job resumes from the one before it, bitwise
@@ -125,6 +126,16 @@ if [ "$rc" = 0 ] && [ "$(restarts)" = 1 ] &&
    grep -q "^resumed from .*ckpt-00000004.safetensors at step 4 " <<<"$out" && [ "$crc" = 0 ]; then
   ok "rank 1 hung after step 4: caught, restarted from step 4, $dt s in all; $c"
 else bad "hung rank: exit $rc, compare: $c"; echo "$out"; fi
+
+# a slow rank (0.5 s after each of steps 10-12) within the timeout: slower, not a failure
+t0=$(now)
+out=$(TESSERA_FAULT="rank:2,step:10,kind:slow,secs:0.5" timeout 300 "$bin" launch -n 4 --restarts 2 -- train "$tmp/dp.yaml" \
+      --set checkpoint.dir="$tmp/slow" 2>&1); rc=$?
+dt=$(secs "$t0" "$(now)")
+c=$("$cmp" "$tmp/ref/$final" "$tmp/slow/$final" 2>&1); crc=$?
+if [ "$rc" = 0 ] && [ "$(restarts)" = 0 ] && awk -v d="$dt" 'BEGIN { exit !(d >= 1.5) }' && [ "$crc" = 0 ]; then
+  ok "a slow rank (3 x 0.5 s) within parallel.comm_timeout: no restart, $dt s; $c"
+else bad "slow rank: exit $rc after $dt s, compare: $c"; echo "$out"; fi
 
 # 5. --min-ranks 2: after a kill the job goes on with 2 ranks (3 do not divide the batch of 32)
 out=$(TESSERA_FAULT="rank:3,step:6,kind:kill" timeout 300 "$bin" launch -n 4 --restarts 2 --min-ranks 2 -- train "$tmp/dp.yaml" \
