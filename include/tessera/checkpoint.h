@@ -126,6 +126,12 @@ int ts_ckpt_clean_temps(const char *dir, const char *prefix);
 /* The path of the checkpoint with the largest step in dir; TS_ENOTFOUND if there is none (or no
  * dir). */
 int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap);
+/* The path of the checkpoint of the series with the largest step below `before` (INT64_MAX: the
+ * newest, as ts_ckpt_latest), by its file name only (the file is not opened); *step (may be
+ * NULL) gets that step. Walking down with before = the last step found lists the series newest
+ * first (resume=auto skipping a corrupt checkpoint). TS_ENOTFOUND if there is none. */
+int ts_ckpt_find(const char *dir, const char *prefix, int64_t before, char *buf, size_t cap,
+                 int64_t *step);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
 #include "tessera/config.h"
 /* Prints "tessera: <message>" to stderr and returns `code` (the process exit status). */
 int ts_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same line for what is not an error (the launcher's restarts). */
+void ts_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Checks a file named on the command line can be read (exists, is a regular file: a FIFO or a
  * folder fails at once instead of hanging or failing later). 0, or ts_cli_fail(2, ...) with
  * "<path>: <what>: <reason>". */

@@ -1,8 +1,12 @@
 /* `tessera launch`: runs a tessera command on N ranks through mpirun, the way users of mpirun
- * and Slurm expect; also accepts a MindSpore/HCCL rank table and turns it into a host file. */
+ * and Slurm expect; also accepts a MindSpore/HCCL rank table and turns it into a host file.
+ * With --restarts K, a training job that fails (a rank killed or crashed, or stuck past the
+ * watchdog's parallel.comm_timeout) is run again from its newest readable checkpoint, up to K
+ * times, with --min-ranks M on fewer ranks (docs/parallel.md, "Surviving a lost rank"). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,80 +18,188 @@
 #include "rank_table.h"
 #include "../base/rfile.h"
 #include "tessera/base.h"
+#include "tessera/checkpoint.h"
 
 static int usage(FILE *f) {
   fprintf(f,
           "usage: tessera launch -n N [--hostfile FILE | --rank-table rank_table.json]\n"
-          "                      [--mpirun PATH] [--threads T] [--dry-run] -- COMMAND [ARGS...]\n"
+          "                      [--restarts K [--min-ranks M]] [--mpirun PATH] [--threads T] [--dry-run]\n"
+          "                      -- COMMAND [ARGS...]\n"
           "Runs `tessera COMMAND ARGS` on N ranks with mpirun (OpenMPI): adds --allow-run-as-root when\n"
           "run as root, --oversubscribe when N exceeds the cores of a single host, exports\n"
           "OMP_NUM_THREADS (T, default 1 per rank). A rank table (MindSpore/HCCL JSON: server_list[].\n"
           "server_id, device[].rank_id) becomes a host file with one slot per device, in rank order.\n"
-          "Plain `mpirun -n N tessera train ...` and `srun tessera train ...` work too.\n"
-          "example: tessera launch -n 2 -- train examples/mlp_fashion.yaml --set parallel.mode=data_parallel\n");
+          "--restarts K (default: the config's train.restarts): when `-- train CONFIG` fails (a rank\n"
+          "killed or crashed, or stuck past parallel.comm_timeout), runs it again from the newest\n"
+          "readable checkpoint in checkpoint.dir (--set checkpoint.resume=auto), up to K times; exit\n"
+          "status 0 when it completes, else the last failure's. Configuration errors (exit 2) are not\n"
+          "restarted. --min-ranks M: a restart after a lost rank drops that rank (with a host file or\n"
+          "rank table: every rank of its host, and hosts left unused take their place) and runs on the\n"
+          "largest count from M up that divides the global batch (data_parallel only).\n"
+          "Plain `mpirun -n N tessera train ...` and `srun tessera train ...` work too (no restarts).\n"
+          "example: tessera launch -n 2 -- train examples/mlp_fashion.yaml --set parallel.mode=data_parallel\n"
+          "         tessera launch -n 4 --restarts 2 --min-ranks 2 -- train my.yaml --set checkpoint.save_steps=100\n");
   return f == stderr ? 2 : 0;
 }
 
-/* Reads and validates the rank table `table` and writes its host file to a new private file
- * <tmpdir>/tessera-hosts-<pid>-XXXXXX (path in hf). Returns the number of ranks, or a negative
- * status (no file left behind). */
-static int rank_table_to_hostfile(const char *table, char *hf, size_t hfcap, char **text) {
-  char *buf = NULL;
-  size_t n = 0;
-  int rc = ts__file_read_all(table, "cannot open", &buf, &n);
-  if (rc) return rc;
-  ts_rank_table t;
-  rc = ts__rank_table_parse(table, buf, n, &t);
-  free(buf);
-  if (rc) return rc;
-  size_t len = ts__rank_table_hostfile(&t, NULL, 0);
-  *text = malloc(len + 1);
-  if (!*text) {
-    ts__rank_table_free(&t);
-    return ts_error_set(TS_ENOMEM, "launch: out of memory");
-  }
-  ts__rank_table_hostfile(&t, *text, len + 1);
-  int nranks = t.nranks;
-  ts__rank_table_free(&t);
+/* ---- hosts ---- */
+
+/* Writes the host file of t to a new private file <tmpdir>/tessera-hosts-<pid>-XXXXXX (path in
+ * hf). TS_OK, or TS_EIO with no file left behind. */
+static int write_hostfile(const ts_rank_table *t, char *hf, size_t hfcap) {
+  size_t len = ts__rank_table_hostfile(t, NULL, 0);
+  char *text = malloc(len + 1);
+  if (!text) return ts_error_set(TS_ENOMEM, "launch: out of memory");
+  ts__rank_table_hostfile(t, text, len + 1);
   const char *dir = getenv("TMPDIR");
   if (!dir || !*dir) dir = "/tmp";
   snprintf(hf, hfcap, "%s/tessera-hosts-%d-XXXXXX", dir, (int)getpid());
   int fd = mkstemp(hf);
-  if (fd < 0) return ts_error_set(TS_EIO, "%s: cannot create the host file: %s", hf, strerror(errno));
+  if (fd < 0) {
+    free(text);
+    int e = errno;
+    int rc = ts_error_set(TS_EIO, "%s: cannot create the host file: %s", hf, strerror(e));
+    hf[0] = 0;
+    return rc;
+  }
   size_t off = 0;
+  int rc = TS_OK;
   while (off < len) {
-    ssize_t w = write(fd, *text + off, len - off);
+    ssize_t w = write(fd, text + off, len - off);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(hf);
-      return ts_error_set(TS_EIO, "%s: cannot write the host file: %s", hf, strerror(e));
+      rc = ts_error_set(TS_EIO, "%s: cannot write the host file: %s", hf, strerror(errno));
+      break;
     }
     off += (size_t)w;
   }
-  if (close(fd) != 0) {
-    int e = errno;
+  if (close(fd) != 0 && !rc) rc = ts_error_set(TS_EIO, "%s: cannot write the host file: %s", hf, strerror(errno));
+  free(text);
+  if (rc) {
     unlink(hf);
-    return ts_error_set(TS_EIO, "%s: cannot write the host file: %s", hf, strerror(e));
+    hf[0] = 0;
   }
-  return nranks;
+  return rc;
+}
+
+/* Reads and validates the rank table `table` into t. Returns its number of ranks, or a negative
+ * status. */
+static int read_rank_table(const char *table, ts_rank_table *t) {
+  char *buf = NULL;
+  size_t n = 0;
+  int rc = ts__file_read_all(table, "cannot open", &buf, &n);
+  if (rc) return rc;
+  rc = ts__rank_table_parse(table, buf, n, t);
+  free(buf);
+  return rc ? rc : t->nranks;
+}
+
+/* ---- one attempt: mpirun as a child ---- */
+
+/* What an attempt's stderr said about how it ended (read while it is passed through). */
+enum { MAX_LOST = 64 };
+typedef struct {
+  char signal_reason[320];  /* mpirun: a rank ended by a signal */
+  char tessera_reason[640]; /* the first "tessera: ..." error line */
+  char last[320];           /* the last line with words (mpirun draws lines of dashes) */
+  int lost[MAX_LOST];       /* world ranks killed or crashed, or named stuck by the watchdog */
+  int nlost;
+  char line[1024]; /* the line being read */
+  size_t len;
+} attempt_log;
+
+static void add_lost(attempt_log *a, int r) {
+  for (int i = 0; i < a->nlost; i++)
+    if (a->lost[i] == r) return;
+  if (a->nlost < MAX_LOST && r >= 0) a->lost[a->nlost++] = r;
+}
+
+/* The ranks of the watchdog's "...: rank 1 of 4 never reached it" or ": ranks 1 (waiting in
+ * #12), 3 of the group of 4 never reached it" (the numbers before any parenthesis are world
+ * ranks). */
+static void scan_watchdog(attempt_log *a, const char *l) {
+  const char *end = strstr(l, " never reached it");
+  if (!end) return;
+  const char *p = NULL;
+  for (const char *q = l; (q = strstr(q, ": rank")) && q < end; q++) p = q;
+  if (!p) return;
+  p += 6;
+  if (*p == 's') p++;
+  while (p < end) {
+    if (*p == '(') {
+      while (p < end && *p != ')') p++;
+      p++;
+    } else if (*p >= '0' && *p <= '9') {
+      add_lost(a, (int)strtol(p, (char **)&p, 10));
+    } else if (!strncmp(p, " of ", 4)) {
+      break;
+    } else {
+      p++;
+    }
+  }
+}
+
+static void scan_line(attempt_log *a, const char *l) {
+  if (strspn(l, "- \t") < strlen(l)) snprintf(a->last, sizeof a->last, "%s", l);
+  int r = -1, sig = 0;
+  char node[128] = "", name[64] = "";
+  const char *m = strstr(l, "mpirun noticed that process rank ");
+  if (m && sscanf(m, "mpirun noticed that process rank %d with PID %*d on node %127s exited on signal %d (%63[^)])",
+                  &r, node, &sig, name) >= 3) {
+    add_lost(a, r);
+    if (!a->signal_reason[0])
+      snprintf(a->signal_reason, sizeof a->signal_reason, "rank %d (node %s) ended by signal %d%s%s%s", r, node, sig,
+               name[0] ? " (" : "", name, name[0] ? ")" : "");
+    return;
+  }
+  if (strncmp(l, "tessera: ", 9)) return;
+  scan_watchdog(a, l);
+  if (!a->tessera_reason[0]) snprintf(a->tessera_reason, sizeof a->tessera_reason, "%s", l + 9);
+}
+
+static void scan(attempt_log *a, const char *buf, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (buf[i] == '\n') {
+      a->line[a->len] = 0;
+      scan_line(a, a->line);
+      a->len = 0;
+    } else if (a->len < sizeof a->line - 1) {
+      a->line[a->len++] = buf[i];
+    }
+  }
+}
+
+static void write_all(int fd, const char *buf, size_t n) {
+  for (size_t off = 0; off < n;) {
+    ssize_t w = write(fd, buf + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    off += (size_t)w;
+  }
 }
 
 /* The child mpirun: SIGINT/SIGTERM/SIGHUP sent to the launcher by a process (kill) are passed on
  * to it; those from the terminal (si_code SI_KERNEL) reach it directly, in the same process
- * group, and are not sent twice (a second SIGINT makes mpirun kill the job without cleanup). */
-static volatile sig_atomic_t g_child;
+ * group, and are not sent twice (a second SIGINT makes mpirun kill the job without cleanup).
+ * Either way the job was stopped on purpose: it is not restarted. */
+static volatile sig_atomic_t g_child, g_stopped;
 static void forward(int sig, siginfo_t *si, void *ctx) {
   (void)ctx;
+  g_stopped = 1;
   if (g_child > 0 && !(si && si->si_code == SI_KERNEL)) kill((pid_t)g_child, sig);
 }
 
 /* Runs av (mpirun) as a child and waits for it; the exit status to return (128+N when the child
- * was killed by signal N), or -1 with errno when it could not be started. */
-static int run_child(const char *const *av) {
-  int pfd[2]; /* reports a failed exec to the parent */
+ * was killed by signal N), or -1 with errno when it could not be started. With a, the child's
+ * stderr goes through the launcher, which passes it on as it comes and reads it into a. */
+static int run_child(const char *const *av, attempt_log *a) {
+  int pfd[2], efd[2] = {-1, -1}; /* pfd reports a failed exec to the parent; efd: the child's stderr */
   if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
+  if (a && pipe2(efd, O_CLOEXEC) != 0) {
+    close(pfd[0]);
+    close(pfd[1]);
+    return -1;
+  }
   struct sigaction sa, old_int, old_term, old_hup;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = forward;
@@ -104,6 +216,7 @@ static int run_child(const char *const *av) {
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
     close(pfd[0]);
+    if (efd[1] >= 0) dup2(efd[1], 2); /* the copy is not close-on-exec */
     execvp(av[0], (char *const *)av);
     int e = errno;
     ssize_t w = write(pfd[1], &e, sizeof e);
@@ -111,6 +224,7 @@ static int run_child(const char *const *av) {
     _exit(127);
   }
   int status = -1, e = 0;
+  if (efd[1] >= 0) close(efd[1]);
   if (pid < 0) {
     e = errno;
   } else {
@@ -121,16 +235,46 @@ static int run_child(const char *const *av) {
     do r = read(pfd[0], &e, sizeof e);
     while (r < 0 && errno == EINTR);
     if (r != (ssize_t)sizeof e) e = 0;
-    int ws = 0;
-    pid_t w;
-    do w = waitpid(pid, &ws, 0);
-    while (w < 0 && errno == EINTR);
+    int ws = 0, reaped = 0;
+    /* pass stderr on until it closes; once mpirun has ended, what is still buffered is read for
+     * up to a second (a process of the job that outlives mpirun may hold the pipe open) */
+    double grace_end = -1;
+    while (efd[0] >= 0) {
+      struct pollfd p = {efd[0], POLLIN, 0};
+      int k = poll(&p, 1, 100);
+      if (k > 0) {
+        char buf[4096];
+        ssize_t n = read(efd[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        write_all(2, buf, (size_t)n);
+        scan(a, buf, (size_t)n);
+        continue;
+      }
+      if (!reaped) {
+        pid_t w = waitpid(pid, &ws, WNOHANG);
+        if (w == pid) {
+          reaped = 1;
+          grace_end = ts_time_now() + 1;
+        }
+      } else if (ts_time_now() > grace_end) {
+        break;
+      }
+    }
+    if (a && a->len) scan(a, "\n", 1);
+    if (!reaped) {
+      pid_t w;
+      do w = waitpid(pid, &ws, 0);
+      while (w < 0 && errno == EINTR);
+      reaped = w == pid;
+      if (!reaped && !e) e = errno;
+    }
     g_child = 0;
-    if (w == pid) status = WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
-    else if (!e) e = errno;
+    if (reaped) status = WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
   }
   close(pfd[0]);
   if (pfd[1] >= 0) close(pfd[1]);
+  if (efd[0] >= 0) close(efd[0]);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGHUP, &old_hup, NULL);
@@ -141,8 +285,70 @@ static int run_child(const char *const *av) {
   return status;
 }
 
+/* ---- restarts ---- */
+
+/* The config of `train CONFIG [--set k=v]...` (args after "train"), read as the ranks will read
+ * it, printing nothing. TS_OK, or a status with the reason in ts_last_error(). */
+static int load_train_config(int argc, char **argv, ts_config *cfg) {
+  const char *path = NULL;
+  const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+  if (!sets) return ts_error_set(TS_ENOMEM, "launch: out of memory");
+  int nsets = 0, rc = TS_OK;
+  for (int i = 0; i < argc && !rc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--set") || !strncmp(a, "--set=", 6)) {
+      const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!v) rc = ts_error_set(TS_ECONFIG, "train: --set needs key=value");
+      else sets[nsets++] = v;
+    } else if (a[0] == '-' && a[1]) {
+      rc = ts_error_set(TS_ECONFIG, "train: option '%s' (see tessera train --help)", a);
+    } else if (!path) {
+      path = a;
+    } else {
+      rc = ts_error_set(TS_ECONFIG, "train: unexpected argument '%s'", a);
+    }
+  }
+  if (!rc && !path) rc = ts_error_set(TS_ECONFIG, "train: missing CONFIG.yaml");
+  if (!rc) rc = ts_config_load(path, sets, nsets, cfg);
+  free(sets);
+  return rc;
+}
+
+/* Whether a data-parallel job of cfg runs on n ranks: the global batch and the micro-batch cut
+ * evenly (the trainer's own check), and a hybrid shard group divides the ranks. */
+static int ranks_fit(const ts_config *cfg, int n) {
+  int b = cfg->train.batch_size, mb = cfg->train.micro_batch_size > 0 ? cfg->train.micro_batch_size : b;
+  int g = cfg->parallel.optimizer_shard_group;
+  return n >= 1 && b % n == 0 && mb % n == 0 && (g <= 0 || n % g == 0);
+}
+
+/* The largest rank count in [lo, hi] that ranks_fit, or 0. */
+static int fitting_ranks(const ts_config *cfg, int lo, int hi) {
+  for (int k = hi; k >= lo; k--)
+    if (ranks_fit(cfg, k)) return k;
+  return 0;
+}
+
+/* The newest checkpoint of the config's series that reads whole (ts_ckpt_read_info: header,
+ * sizes, CRC-32), as checkpoint.resume: auto will choose it; those skipped are noted. 1 with path
+ * and step, 0 when the series is empty, -1 when it has checkpoints but none reads. */
+static int newest_readable(const ts_config *cfg, char *path, size_t cap, int64_t *step) {
+  int64_t before = INT64_MAX;
+  int skipped = 0;
+  for (;;) {
+    if (ts_ckpt_find(cfg->checkpoint.dir, cfg->checkpoint.prefix, before, path, cap, step)) return skipped ? -1 : 0;
+    ts_ckpt_info info;
+    int rc = ts_ckpt_read_info(path, &info);
+    ts_ckpt_info_free(&info);
+    if (!rc) return 1;
+    ts_cli_note("launch: skipping a checkpoint that cannot be read: %s", ts_last_error());
+    skipped++;
+    before = *step;
+  }
+}
+
 int ts_cli_launch(int argc, char **argv) {
-  int n = 0, threads = 1, dry = 0, cmd_at = -1;
+  int n = 0, threads = 1, dry = 0, cmd_at = -1, restarts = -1, min_ranks = 0;
   const char *hostfile = NULL, *table = NULL, *mpirun = "mpirun";
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -155,68 +361,218 @@ int ts_cli_launch(int argc, char **argv) {
     else if (!strcmp(a, "--rank-table")) table = v;
     else if (!strcmp(a, "--mpirun")) mpirun = v;
     else if (!strcmp(a, "--threads")) threads = atoi(v);
-    else return ts_cli_fail(2, "launch: unknown option '%s' (see tessera launch --help)", a);
+    else if (!strcmp(a, "--restarts") || !strcmp(a, "--min-ranks")) {
+      char *end = NULL;
+      long x = strtol(v, &end, 10);
+      int restart = a[2] == 'r';
+      if (!*v || *end || x < (restart ? 0 : 1) || x > (restart ? 1000 : 1 << 20))
+        return ts_cli_fail(2, "launch: %s needs a number %s, got '%s'", a, restart ? "from 0 to 1000" : "of ranks (1 or more)", v);
+      if (restart) restarts = (int)x;
+      else min_ranks = (int)x;
+    } else return ts_cli_fail(2, "launch: unknown option '%s' (see tessera launch --help)", a);
     i++;
   }
   if (cmd_at < 0 || cmd_at >= argc) return ts_cli_fail(2, "launch: missing '-- COMMAND' (e.g. -- train config.yaml)");
   if (hostfile && table) return ts_cli_fail(2, "launch: --hostfile and --rank-table exclude each other");
   if (threads <= 0) return ts_cli_fail(2, "launch: --threads must be positive");
   if (n < 0) return ts_cli_fail(2, "launch: -n must be a positive number of ranks");
-  char self[4096];
-  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (sl <= 0) return ts_cli_fail(1, "launch: cannot find the tessera executable");
-  char hf[4096] = "";
-  char *hosts = NULL;
+
+  /* a training job's config: train.restarts, and what restarts need */
+  int is_train = !strcmp(argv[cmd_at], "train"), given = restarts >= 0;
+  ts_config cfg;
+  int cfg_rc = is_train ? load_train_config(argc - cmd_at - 1, argv + cmd_at + 1, &cfg) : TS_ECONFIG;
+  int have_cfg = cfg_rc == TS_OK;
+  if (restarts < 0) restarts = have_cfg ? cfg.train.restarts : 0; /* the ranks report a bad config themselves */
+  const char *what = given ? "--restarts" : "train.restarts";
+  if (min_ranks && restarts <= 0)
+    return ts_cli_fail(2, "launch: --min-ranks is the rank count a restart may go down to: give --restarts K too");
+  if (restarts > 0) {
+    if (!is_train)
+      return ts_cli_fail(2, "launch: --restarts restarts `-- train CONFIG` from its checkpoints, not '%s'", argv[cmd_at]);
+    if (!have_cfg) return ts_cli_fail(ts_cli_exit_code(cfg_rc), "launch: %s", ts_last_error());
+    if (!cfg.checkpoint.dir[0])
+      return ts_cli_fail(2, "launch: %s %d: checkpoint.dir is empty, so a restart would train again from step 0 (set "
+                         "checkpoint.dir and checkpoint.save_steps)", what, restarts);
+  }
+
+  ts_rank_table hosts;
+  memset(&hosts, 0, sizeof hosts);
+  int have_hosts = 0;
   if (table) {
-    int r = rank_table_to_hostfile(table, hf, sizeof hf, &hosts);
+    int r = read_rank_table(table, &hosts);
     if (r < 0) return ts_cli_fail(r == TS_EFORMAT || r == TS_EIO ? 2 : 1, "launch: %s", ts_last_error());
+    have_hosts = 1;
     if (n == 0) n = r;
     if (n != r) {
-      unlink(hf);
-      free(hosts);
+      ts__rank_table_free(&hosts);
       return ts_cli_fail(2, "launch: -n %d but the rank table has %d ranks", n, r);
     }
-    hostfile = hf;
+  } else if (hostfile && min_ranks) { /* hosts known by their slots: a lost host's ranks go with it */
+    char *buf = NULL;
+    size_t len = 0;
+    if (ts__file_read_all(hostfile, "cannot open the host file", &buf, &len) == TS_OK)
+      have_hosts = ts__hostfile_parse(buf, len, &hosts) == TS_OK;
+    free(buf);
   }
-  if (n <= 0) return ts_cli_fail(2, "launch: -n N (number of ranks) is required");
+  int rc = 0;
+  if (n <= 0) rc = ts_cli_fail(2, "launch: -n N (number of ranks) is required");
+  if (!rc && min_ranks > n) rc = ts_cli_fail(2, "launch: --min-ranks %d is more than the %d ranks (-n)", min_ranks, n);
+  if (!rc && min_ranks && min_ranks < n) {
+    if (cfg.parallel.mode != TS_PARALLEL_DATA || cfg.parallel.pipeline_stages > 1)
+      rc = ts_cli_fail(2, "launch: --min-ranks %d: only a data_parallel job (without pipeline stages) can go on with fewer "
+                       "ranks; parallel.mode %s%s lays the model out for its %d ranks", min_ranks,
+                       ts_parallel_mode_name(cfg.parallel.mode), cfg.parallel.pipeline_stages > 1 ? " with pipeline stages" : "", n);
+    else if (!fitting_ranks(&cfg, min_ranks, n - 1))
+      rc = ts_cli_fail(2, "launch: --min-ranks %d: no rank count from %d to %d divides train.batch_size %d%s (the global "
+                       "batch is kept, so each rank's share must be whole)", min_ranks, min_ranks, n - 1,
+                       cfg.train.batch_size,
+                       cfg.parallel.optimizer_shard_group > 0 ? " and is a multiple of parallel.optimizer_shard_group" : "");
+  }
+  if (!min_ranks) min_ranks = n; /* restarts keep the rank count */
+  char self[4096];
+  ssize_t sl = rc ? 0 : readlink("/proc/self/exe", self, sizeof self - 1);
+  if (!rc && sl <= 0) rc = ts_cli_fail(1, "launch: cannot find the tessera executable");
+  char hf[4096] = "";
+  if (!rc && table && write_hostfile(&hosts, hf, sizeof hf)) rc = ts_cli_fail(1, "launch: %s", ts_last_error());
+  if (rc) {
+    ts__rank_table_free(&hosts);
+    return rc;
+  }
   self[sl] = 0;
-  char nbuf[16], tbuf[32];
-  snprintf(nbuf, sizeof nbuf, "%d", n);
-  snprintf(tbuf, sizeof tbuf, "OMP_NUM_THREADS=%d", threads);
-  const char **av = calloc((size_t)(argc + 24), sizeof *av);
-  int k = 0;
-  av[k++] = mpirun;
-  if (geteuid() == 0) av[k++] = "--allow-run-as-root";
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (!hostfile && (long)n * threads > cores) av[k++] = "--oversubscribe";
-  if (threads > 1) { av[k++] = "--bind-to"; av[k++] = "none"; }
-  av[k++] = "-n"; av[k++] = nbuf;
-  if (hostfile) { av[k++] = "--hostfile"; av[k++] = hostfile; }
-  av[k++] = "-x"; av[k++] = tbuf;
-  av[k++] = "-x"; av[k++] = "OMP_WAIT_POLICY=passive";
-  av[k++] = self;
-  for (int i = cmd_at; i < argc; i++) av[k++] = argv[i];
-  av[k] = NULL;
-  if (dry) {
-    for (int i = 0; i < k; i++) printf("%s%s", i ? " " : "", av[i]);
-    printf("\n");
-    /* the host file is removed again: show what it would hold */
-    for (char *l = hosts; l && *l;) {
-      char *nl = strchr(l, '\n');
-      printf("# %s: %.*s\n", hf, (int)(nl ? nl - l : (long)strlen(l)), l);
-      l = nl ? nl + 1 : l + strlen(l);
-    }
+  const char **av = calloc((size_t)(argc + 32), sizeof *av);
+  if (!av) {
     if (hf[0]) unlink(hf);
-    free(hosts);
-    free(av);
-    return 0;
+    ts__rank_table_free(&hosts);
+    return ts_cli_fail(1, "launch: out of memory");
   }
-  /* mpirun runs as a child so that the host file can be removed when it ends */
-  int st = run_child(av);
-  int e = errno;
+  int cur = n, attempt = 0, resume = 0, st = 0;
+  double t_job = ts_time_now();
+  for (;;) {
+    char nbuf[16], tbuf[32], rbuf[32];
+    snprintf(nbuf, sizeof nbuf, "%d", cur);
+    snprintf(tbuf, sizeof tbuf, "OMP_NUM_THREADS=%d", threads);
+    snprintf(rbuf, sizeof rbuf, "TESSERA_RESTART=%d", attempt);
+    const char *hfile = hf[0] ? hf : hostfile;
+    int k = 0;
+    av[k++] = mpirun;
+    if (geteuid() == 0) av[k++] = "--allow-run-as-root";
+    if (!hfile && (long)cur * threads > cores) av[k++] = "--oversubscribe";
+    if (threads > 1) { av[k++] = "--bind-to"; av[k++] = "none"; }
+    av[k++] = "-n"; av[k++] = nbuf;
+    if (hfile) { av[k++] = "--hostfile"; av[k++] = hfile; }
+    av[k++] = "-x"; av[k++] = tbuf;
+    av[k++] = "-x"; av[k++] = "OMP_WAIT_POLICY=passive";
+    av[k++] = "-x"; av[k++] = rbuf; /* the restart number: TESSERA_FAULT fires only in attempt 0 */
+    av[k++] = self;
+    for (int i = cmd_at; i < argc; i++) av[k++] = argv[i];
+    if (resume) { av[k++] = "--set"; av[k++] = "checkpoint.resume=auto"; }
+    av[k] = NULL;
+    if (dry) {
+      for (int i = 0; i < k; i++) printf("%s%s", i ? " " : "", av[i]);
+      printf("\n");
+      if (table) { /* the host file is removed again: show what it would hold */
+        char line[1024];
+        for (int s = 0; s < hosts.nservers; s++) {
+          snprintf(line, sizeof line, "%s slots=%d", hosts.servers[s].host, hosts.servers[s].slots);
+          printf("# %s: %s\n", hf, line);
+        }
+      }
+      if (restarts > 0)
+        printf("# up to %d restart%s from the newest readable checkpoint in %s, on %d to %d ranks\n", restarts,
+               restarts == 1 ? "" : "s", cfg.checkpoint.dir, min_ranks, n);
+      break;
+    }
+    attempt_log log;
+    memset(&log, 0, sizeof log);
+    double t0 = ts_time_now();
+    st = run_child(av, restarts > 0 ? &log : NULL);
+    double ran = ts_time_now() - t0;
+    if (st < 0) {
+      st = ts_cli_fail(1, "launch: cannot run %s: %s (install openmpi-bin)", mpirun, strerror(errno));
+      break;
+    }
+    if (st == 0) {
+      if (attempt)
+        ts_cli_note("launch: the job completed after %d restart%s, %.1f s in all", attempt, attempt == 1 ? "" : "s",
+                    ts_time_now() - t_job);
+      break;
+    }
+    if (restarts <= 0) break;
+    char why[1024];
+    if (log.signal_reason[0] || log.tessera_reason[0])
+      snprintf(why, sizeof why, "exit status %d: %s", st, log.signal_reason[0] ? log.signal_reason : log.tessera_reason);
+    else if (log.last[0])
+      snprintf(why, sizeof why, "exit status %d, after \"%s\"", st, log.last);
+    else
+      snprintf(why, sizeof why, "exit status %d", st);
+    if (g_stopped) {
+      ts_cli_note("launch: not restarting: the job was stopped by a signal to it (%s)", why);
+      break;
+    }
+    if (st == 2) {
+      ts_cli_note("launch: not restarting: exit status 2 is a usage or configuration error, which a restart would repeat");
+      break;
+    }
+    if (attempt == restarts) {
+      ts_cli_note("launch: giving up: the job failed %d times (%d restart%s allowed); the last failure: %s", attempt + 1,
+                  restarts, restarts == 1 ? "" : "s", why);
+      break;
+    }
+    /* the ranks of the next attempt */
+    int next = cur, dropped = 0;
+    char lost[256] = "";
+    if (log.nlost) {
+      size_t len = 0;
+      for (int i = 0; i < log.nlost; i++) len += (size_t)snprintf(lost + len, len < sizeof lost ? sizeof lost - len : 0,
+                                                                  "%s%d", i ? ", " : "", log.lost[i]);
+    }
+    if (min_ranks < cur && log.nlost) {
+      if (have_hosts) {
+        dropped = ts__rank_table_drop(&hosts, log.lost, log.nlost);
+        next = hosts.nranks < cur ? hosts.nranks : cur;
+      } else {
+        next = cur - log.nlost;
+      }
+      int fit = next >= min_ranks ? fitting_ranks(&cfg, min_ranks, next) : 0;
+      if (!fit) {
+        ts_cli_note("launch: not restarting: after losing rank%s %s, %d rank%s would be left, and no count from "
+                    "--min-ranks %d up to that divides train.batch_size %d (%s)", log.nlost > 1 ? "s" : "", lost, next,
+                    next == 1 ? "" : "s", min_ranks, cfg.train.batch_size, why);
+        break;
+      }
+      next = fit;
+    }
+    char path[4200];
+    int64_t step = 0;
+    int found = newest_readable(&cfg, path, sizeof path, &step);
+    if (found < 0) {
+      ts_cli_note("launch: not restarting: none of the checkpoints in %s can be read (%s)", cfg.checkpoint.dir, why);
+      break;
+    }
+    resume = found > 0; /* none yet: the command as it was given (from step 0, or its own resume) */
+    if (dropped && hf[0]) {
+      unlink(hf);
+      hf[0] = 0;
+    }
+    if (dropped && write_hostfile(&hosts, hf, sizeof hf)) {
+      st = ts_cli_fail(1, "launch: %s", ts_last_error());
+      break;
+    }
+    char from[4400];
+    if (found) snprintf(from, sizeof from, "resuming from %s (step %lld)", path, (long long)step);
+    else snprintf(from, sizeof from, "no checkpoint yet: starting again");
+    char ranks_note[128] = "";
+    if (next != cur)
+      snprintf(ranks_note, sizeof ranks_note, " (rank%s %s lost%s)", log.nlost > 1 ? "s" : "", lost,
+               dropped ? ", with their hosts" : "");
+    ts_cli_note("launch: restart %d of %d after %.1f s, %s; %s on %d rank%s%s", attempt + 1, restarts, ran, why, from,
+                next, next == 1 ? "" : "s", ranks_note);
+    attempt++;
+    cur = next;
+  }
   if (hf[0]) unlink(hf);
-  free(hosts);
+  ts__rank_table_free(&hosts);
   free(av);
-  if (st < 0) return ts_cli_fail(1, "launch: cannot run %s: %s (install openmpi-bin)", mpirun, strerror(e));
   return st;
 }

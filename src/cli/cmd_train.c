@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "fault.h"
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/train.h"
@@ -63,9 +64,16 @@ int ts_cli_train(int argc, char **argv) {
   ts_config cfg;
   int e = ts_cli_load_config("train", argc, argv, &cfg, NULL, NULL);
   if (e) return e;
+  ts__faults faults; /* TESSERA_FAULT (tests of restarts); outlives the trainer */
+  if (ts__faults_parse(getenv("TESSERA_FAULT"), &faults)) return ts_cli_fail(2, "%s", ts_last_error());
   ts_trainer *t;
   int rc = ts_trainer_create(&cfg, &t);
+  if (!rc && (rc = ts__faults_install(&faults, t, &cfg))) ts_trainer_free(t);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  /* `tessera launch` sets TESSERA_RESTART: without it nothing can restart the job */
+  if (cfg.train.restarts > 0 && !getenv("TESSERA_RESTART") && ts_trainer_rank(t) == 0)
+    ts_log(TS_LOG_WARN, "train.restarts: %d is done by `tessera launch`; under plain mpirun or srun a lost rank ends "
+           "the job (docs/parallel.md, \"Surviving a lost rank\")", cfg.train.restarts);
   if (ts_trainer_rank(t) == 0) {
     char where[160] = "";
     int64_t all = ts_trainer_num_params(t), mine = (int64_t)ts_params_numel(ts_trainer_params(t));

@@ -12,7 +12,25 @@
 #include "tessera/comm.h"
 #include "tessera/tessera.h"
 
+static void vwrite_line(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
 int ts_cli_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite_line(fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void ts_cli_note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite_line(fmt, ap);
+  va_end(ap);
+}
+
+/* "tessera: [rank r of N] <message>\n" to stderr in one write. */
+static void vwrite_line(const char *fmt, va_list ap) {
   /* The rank from MPI when it is up, else from the launcher's environment: a job's ranks are
    * prefixed before MPI starts too (a config error seen by every rank). */
   int r = 0, n = 1;
@@ -27,8 +45,6 @@ int ts_cli_fail(int code, const char *fmt, ...) {
   size_t len = 0;
   ts__app(line, sizeof line, &len, "tessera: ");
   if (n > 1) ts__app(line, sizeof line, &len, "[rank %d of %d] ", r, n);
-  va_list ap;
-  va_start(ap, fmt);
   if (len < sizeof line) {
     char buf[4096];
     vsnprintf(buf, sizeof buf, fmt, ap);
@@ -42,7 +58,6 @@ int ts_cli_fail(int code, const char *fmt, ...) {
       else ts__app(line, sizeof line, &len, "%c", *p);
     }
   }
-  va_end(ap);
   if (len > sizeof line - 2) len = sizeof line - 2;
   line[len++] = '\n';
   /* the whole line in one write: the lines of ranks sharing stderr do not interleave */
@@ -53,7 +68,6 @@ int ts_cli_fail(int code, const char *fmt, ...) {
     if (k <= 0) break;
     off += (size_t)k;
   }
-  return code;
 }
 
 int ts_cli_check_input(const char *path, const char *what) {

@@ -319,3 +319,86 @@ size_t ts__rank_table_hostfile(const ts_rank_table *t, char *buf, size_t cap) {
   if (cap && n >= cap) buf[cap - 1] = 0;
   return n;
 }
+
+int ts__hostfile_parse(const char *text, size_t len, ts_rank_table *out) {
+  memset(out, 0, sizeof *out);
+  int rc = TS_OK, cap = 0;
+  size_t i = 0;
+  while (i < len && rc == TS_OK) {
+    size_t e = i;
+    while (e < len && text[e] != '\n') e++;
+    char line[1024];
+    size_t l = e - i < sizeof line - 1 ? e - i : sizeof line - 1;
+    memcpy(line, text + i, l);
+    line[l] = 0;
+    i = e + 1;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *save = NULL, *host = strtok_r(line, " \t\r", &save);
+    if (!host) continue;
+    long slots = -1;
+    for (char *tok = strtok_r(NULL, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save)) {
+      if (strncmp(tok, "slots=", 6)) continue;
+      char *end = NULL;
+      slots = strtol(tok + 6, &end, 10);
+      if (!tok[6] || *end || slots < 1 || slots > RT_MAX_RANKS) {
+        rc = ts_error_set(TS_EFORMAT, "host %s: '%s' is not slots=K with K from 1 to %d", host, tok, RT_MAX_RANKS);
+        break;
+      }
+    }
+    if (rc) break;
+    if (slots < 0) {
+      rc = ts_error_set(TS_ENOTFOUND, "host %s has no slots=K", host);
+      break;
+    }
+    if (out->nservers == cap) {
+      int nc = cap ? 2 * cap : 8;
+      ts_rt_server *s = realloc(out->servers, sizeof *s * (size_t)nc);
+      if (!s) {
+        rc = ts_error_set(TS_ENOMEM, "host file: out of memory");
+        break;
+      }
+      out->servers = s;
+      cap = nc;
+    }
+    ts_rt_server *s = &out->servers[out->nservers];
+    if (!(s->host = strdup(host))) {
+      rc = ts_error_set(TS_ENOMEM, "host file: out of memory");
+      break;
+    }
+    s->slots = (int)slots;
+    s->first_rank = out->nranks;
+    if (out->nranks > RT_MAX_RANKS - (int)slots) {
+      free(s->host);
+      rc = ts_error_set(TS_EFORMAT, "host file: more than %d slots", RT_MAX_RANKS);
+      break;
+    }
+    out->nranks += (int)slots;
+    out->nservers++;
+  }
+  if (!rc && !out->nservers) rc = ts_error_set(TS_ENOTFOUND, "host file: no host");
+  if (rc) ts__rank_table_free(out);
+  return rc;
+}
+
+int ts__rank_table_drop(ts_rank_table *t, const int *lost, int nlost) {
+  int kept = 0, dropped = 0;
+  for (int s = 0; s < t->nservers; s++) {
+    ts_rt_server *sv = &t->servers[s];
+    int hit = 0;
+    for (int k = 0; k < nlost; k++) hit |= lost[k] >= sv->first_rank && lost[k] < sv->first_rank + sv->slots;
+    if (hit) {
+      free(sv->host);
+      dropped++;
+    } else {
+      t->servers[kept++] = *sv;
+    }
+  }
+  t->nservers = kept;
+  t->nranks = 0;
+  for (int s = 0; s < kept; s++) {
+    t->servers[s].first_rank = t->nranks;
+    t->nranks += t->servers[s].slots;
+  }
+  return dropped;
+}

@@ -34,6 +34,18 @@ void ts__rank_table_free(ts_rank_table *t);
  * the length it needs (like snprintf). */
 size_t ts__rank_table_hostfile(const ts_rank_table *t, char *buf, size_t cap);
 
+/* Reads the text (len bytes) of an OpenMPI host file: one host a line ("name slots=K", other
+ * options ignored, '#' starts a comment, blank lines skipped), its ranks placed in blocks in file
+ * order as mpirun's default by-slot mapping places them. TS_OK with *out (free with
+ * ts__rank_table_free); TS_ENOTFOUND when a host gives no slots=K (mpirun then counts its cores,
+ * which the launcher cannot know) or there is no host; TS_EFORMAT for a bad slots=; TS_ENOMEM.
+ * Nothing is left in *out on error. */
+int ts__hostfile_parse(const char *text, size_t len, ts_rank_table *out);
+
+/* Removes from t every host that holds one of the ranks lost[0..nlost) (ranks beyond the table
+ * are ignored) and renumbers the others' ranks, in order. Returns the number of hosts removed. */
+int ts__rank_table_drop(ts_rank_table *t, const int *lost, int nlost);
+
 /* Writes s (n bytes) into buf[cap] as printable ASCII in double quotes (\n, \t, \", \\, \xNN),
  * cut with "..." past about 60 characters: a value from a user's file that stays on one line. */
 void ts__escape(const char *s, size_t n, char *buf, size_t cap);

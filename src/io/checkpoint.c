@@ -717,23 +717,37 @@ int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max) {
   return rc ? rc : deleted;
 }
 
-int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap) {
+int ts_ckpt_find(const char *dir, const char *prefix, int64_t before, char *buf, size_t cap,
+                 int64_t *step) {
   if (!prefix || !*prefix || !buf || !cap)
-    return ts_error_set(TS_EINVAL, "ts_ckpt_latest: NULL argument");
+    return ts_error_set(TS_EINVAL, "ts_ckpt_find: NULL argument");
   buf[0] = 0;
   ck_entry *v;
   int n, rc = list_ckpts(dir, prefix, &v, &n);
   if (rc) return rc;
-  if (!n)
-    rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors in %s", prefix,
-                      dir && *dir ? dir : ".");
-  else {
-    int w = dir && *dir ? snprintf(buf, cap, "%s/%s", dir, v[n - 1].name)
-                        : snprintf(buf, cap, "%s", v[n - 1].name);
+  int k = n - 1; /* sorted oldest first: the last one below `before` */
+  while (k >= 0 && v[k].step >= before) k--;
+  if (k < 0) {
+    if (before == INT64_MAX)
+      rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors in %s", prefix,
+                        dir && *dir ? dir : ".");
+    else
+      rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors before step %" PRId64 " in %s",
+                        prefix, before, dir && *dir ? dir : ".");
+  } else {
+    int w = dir && *dir ? snprintf(buf, cap, "%s/%s", dir, v[k].name)
+                        : snprintf(buf, cap, "%s", v[k].name);
     if (w < 0 || (size_t)w >= cap)
-      rc = ts_error_set(TS_ERANGE, "ts_ckpt_latest: the path does not fit in %zu bytes", cap);
+      rc = ts_error_set(TS_ERANGE, "ts_ckpt_find: the path does not fit in %zu bytes", cap);
+    else if (step)
+      *step = v[k].step;
   }
   for (int i = 0; i < n; i++) free(v[i].name);
   free(v);
+  if (rc) buf[0] = 0;
   return rc;
+}
+
+int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap) {
+  return ts_ckpt_find(dir, prefix, INT64_MAX, buf, cap, NULL);
 }

@@ -173,6 +173,10 @@ const ts__cfg_key ts__cfg_keys[] = {
      "dynamic: overflow-free steps before the scale grows"},
     {"train.loss_scale_min", CT_FLOAT, FLD(train.loss_scale_min), "1", NULL, 0, 3.4e38, 0, 0,
      CF_HASH | CF_LO_OPEN, "dynamic: the scale never drops below it (may be below 1)"},
+    {"train.restarts", CT_INT, FLD(train.restarts), "0", NULL, 0, 1000, 0, 0, 0,
+     "tessera launch: times a job that lost a rank (killed, crashed, or stuck past "
+     "parallel.comm_timeout) is restarted from its newest readable checkpoint (the default of "
+     "launch --restarts; plain mpirun cannot restart a job: docs/parallel.md)"},
     /* ---- optimizer ---- */
     {"optimizer.name", CT_ENUM, FLD(optimizer.name), "momentum", optim_names, 0, 0, 0, 0, CF_HASH,
      "update rule (PyTorch semantics; lamb as apex FusedLAMB)"},

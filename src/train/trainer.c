@@ -316,6 +316,43 @@ static int save_checkpoint(ts_trainer *t) {
   return rc;
 }
 
+/* checkpoint.resume: auto. The newest checkpoint of the series that loads; one that fails its
+ * checks (truncated, corrupt: its CRC-32, header or sizes; ts_ckpt_load says TS_EFORMAT, or
+ * TS_EIO reading it) is skipped with a warning and the next older one tried, so a job killed
+ * while its newest file was damaged still resumes from the last good one. Every rank reads the
+ * same files, so every rank makes the same choice. *resumed = 0 (and path "") when the series is
+ * empty; when it has checkpoints but none loads, TS_EFORMAT naming the newest and why. Other
+ * failures (another model or config under checkpoint.strict) are returned as they are: an older
+ * checkpoint of the same run would fail the same way. */
+static int resume_auto(ts_trainer *t, char *path, size_t cap, int *resumed) {
+  const ts_config *c = &t->cfg;
+  *resumed = 0;
+  int64_t before = INT64_MAX, step = 0;
+  int skipped = 0;
+  char first[2200] = "", why[1024] = "";
+  for (;;) {
+    int rc = ts_ckpt_find(c->checkpoint.dir, c->checkpoint.prefix, before, path, cap, &step);
+    if (rc == TS_ENOTFOUND && !skipped) return TS_OK; /* nothing saved yet: a fresh start */
+    if (rc == TS_ENOTFOUND)
+      return ts_error_set(TS_EFORMAT, "checkpoint.resume: auto: none of the %d checkpoint%s in %s can be read; "
+                          "the newest, %s: %s", skipped, skipped == 1 ? "" : "s", c->checkpoint.dir, first, why);
+    if (rc) return rc;
+    rc = ts_trainer_load(t, path, c->checkpoint.strict, 1);
+    if (rc != TS_EFORMAT && rc != TS_EIO) {
+      if (!rc) *resumed = 1;
+      return rc;
+    }
+    if (!skipped++) {
+      snprintf(first, sizeof first, "%s", path);
+      snprintf(why, sizeof why, "%s", ts_last_error());
+    }
+    if (t->run->rank == 0)
+      ts_log(TS_LOG_WARN, "checkpoint.resume: auto: skipping a checkpoint that cannot be read: %s; trying the "
+             "one before it", ts_last_error());
+    before = step;
+  }
+}
+
 /* ---- lifetime ---- */
 static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, ts_trainer **out) {
   *out = NULL;
@@ -393,15 +430,12 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   const char *res = c->checkpoint.resume;
   int resumed = 0;
   char path[2200]; /* outlives the block: res may point here when the progress line is printed */
-  if (res[0]) {
-    if (!strcmp(res, "auto")) {
-      if (ts_ckpt_latest(c->checkpoint.dir, c->checkpoint.prefix, path, sizeof path) == TS_OK) res = path;
-      else res = NULL;
-    }
-    if (res) {
-      if ((rc = ts_trainer_load(t, res, c->checkpoint.strict, 1))) goto fail;
-      resumed = 1;
-    }
+  if (!strcmp(res, "auto")) {
+    if ((rc = resume_auto(t, path, sizeof path, &resumed))) goto fail;
+    res = path;
+  } else if (res[0]) {
+    if ((rc = ts_trainer_load(t, res, c->checkpoint.strict, 1))) goto fail;
+    resumed = 1;
   }
   if ((rc = ts__progress_open(&t->prog, c, t->total_steps, t->steps_per_epoch, resumed))) goto fail;
   if (resumed) ts__progress_message(&t->prog, "resumed from %s at step %lld (epoch %lld, batch %lld)", res,

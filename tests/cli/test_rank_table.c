@@ -118,5 +118,25 @@ int main(void) {
   memset(longs, 'x', sizeof longs);
   ts__escape(longs, sizeof longs, esc, sizeof esc);
   CHECK(strlen(esc) < sizeof esc && strstr(esc, "...\""));
+  /* OpenMPI host files (launch --min-ranks): hosts with slots, comments, other options */
+  const char *hf = "# cluster\nnodeA slots=2 max_slots=4\n\n  nodeB\tslots=4   # gpu\nnodeC slots=2\n";
+  CHECK_OK(ts__hostfile_parse(hf, strlen(hf), &t));
+  CHECK(t.nservers == 3 && t.nranks == 8 && !strcmp(t.servers[1].host, "nodeB") && t.servers[1].slots == 4 &&
+        t.servers[1].first_rank == 2 && t.servers[2].first_rank == 6);
+  /* rank 3 lived on nodeB: the host goes, the others are renumbered in order; ranks past the
+   * table are ignored */
+  int lost[] = {3, 5, 99};
+  CHECK(ts__rank_table_drop(&t, lost, 3) == 1);
+  CHECK(t.nservers == 2 && t.nranks == 4 && !strcmp(t.servers[1].host, "nodeC") && t.servers[1].first_rank == 2);
+  CHECK(ts__rank_table_hostfile(&t, hosts, sizeof hosts) > 0 && !strcmp(hosts, "nodeA slots=2\nnodeC slots=2\n"));
+  int first[] = {0};
+  CHECK(ts__rank_table_drop(&t, first, 1) == 1 && t.nranks == 2 && t.servers[0].first_rank == 0);
+  ts__rank_table_free(&t);
+  /* a host without slots: the ranks cannot be placed (mpirun would count its cores) */
+  CHECK(ts__hostfile_parse("a slots=2\nb\n", 12, &t) == TS_ENOTFOUND && t.nservers == 0 && !t.servers);
+  CHECK_MSG(strstr(ts_last_error(), "host b has no slots=K"), "%s", ts_last_error());
+  CHECK(ts__hostfile_parse("a slots=x\n", 10, &t) == TS_EFORMAT && strstr(ts_last_error(), "'slots=x'"));
+  CHECK(ts__hostfile_parse("a slots=0\n", 10, &t) == TS_EFORMAT);
+  CHECK(ts__hostfile_parse("# nothing\n\n", 11, &t) == TS_ENOTFOUND);
   return ts_test_finish("test_rank_table");
 }

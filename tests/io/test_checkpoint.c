@@ -440,6 +440,22 @@ static void test_rotate_latest(void) {
   ts_ckpt_state ld = {.params = a};
   CHECK_OK(ts_ckpt_load(buf, &ld, 1));
   CHECK(ld.step == 100);
+  /* ts_ckpt_find walks the series down from `before` (newest first), by name */
+  int64_t found = -1, want[] = {100, 10, 7, 5};
+  int64_t before = INT64_MAX;
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(ts_ckpt_find(dir, "ckpt", before, buf, sizeof buf, &found));
+    char w[700];
+    ts_ckpt_path(w, sizeof w, dir, "ckpt", want[i]);
+    CHECK_MSG(found == want[i] && !strcmp(buf, w), "step %lld: %s", (long long)found, buf);
+    before = found;
+  }
+  CHECK(ts_ckpt_find(dir, "ckpt", before, buf, sizeof buf, &found) == TS_ENOTFOUND);
+  CHECK_MSG(has(ts_last_error(), "no checkpoint ckpt-*.safetensors before step 5 in"), "%s", ts_last_error());
+  CHECK(buf[0] == 0);
+  CHECK_OK(ts_ckpt_find(dir, "ckpt", 8, buf, sizeof buf, NULL)); /* between two: the one below */
+  CHECK(has(buf, "/rot/ckpt-00000007.safetensors"));
+  CHECK(ts_ckpt_find(dir, "ckpt", 8, buf, 10, NULL) == TS_ERANGE);
   CHECK(ts_ckpt_rotate(dir, "ckpt", 0) == 0);
   CHECK(ts_ckpt_rotate(dir, "ckpt", 2) == 2);
   char p[700];

@@ -84,6 +84,7 @@ static const struct {
     {"train.loss_scale_factor", "4"},
     {"train.loss_scale_window", "100"},
     {"train.loss_scale_min", "0.5"},
+    {"train.restarts", "3"},
     {"optimizer.name", "adamw"},
     {"optimizer.lr", "0.003"},
     {"optimizer.momentum", "0.8"},

@@ -83,9 +83,47 @@ int main(void) {
     CHECK_MSG(diff > 0, "the stopped run should differ from the full one");
     printf("uninterrupted vs stopped-at-13-and-resumed: %zu values compared bitwise, equal\n", na - 1);
   }
-  free(a); free(b); free(c); free(r);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", da, db, dc);
+  /* resume=auto skips a checkpoint that fails its CRC: the newest (step 13) corrupted, the run
+   * resumes from the one before (step 10) and still ends bitwise as the uninterrupted one */
+  char dd[] = "/tmp/ts_resume_d_XXXXXX", de[] = "/tmp/ts_resume_e_XXXXXX";
+  CHECK(mkdtemp(dd) && mkdtemp(de));
+  size_t nd = 0, nf = 0;
+  float *d = run(dd, NULL, 13, &nd), *f = NULL;
+  CHECK_OK(ts_ckpt_latest(dd, "ckpt", ck, sizeof ck));
+  CHECK_MSG(strstr(ck, "ckpt-00000013.safetensors") != NULL, "%s", ck);
+  FILE *fp = fopen(ck, "r+b");
+  CHECK(fp != NULL);
+  if (fp) { /* the last 4 data bytes inverted */
+    unsigned char x[4];
+    CHECK(fseek(fp, -4, SEEK_END) == 0 && fread(x, 1, 4, fp) == 4);
+    for (int i = 0; i < 4; i++) x[i] ^= 0xff;
+    CHECK(fseek(fp, -4, SEEK_END) == 0 && fwrite(x, 1, 4, fp) == 4);
+    fclose(fp);
+  }
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "cp %s %s/", ck, de); /* a series of one unreadable checkpoint */
+  CHECK(system(cmd) == 0);
+  f = run(dd, "auto", 0, &nf);
+  CHECK(a && f);
+  if (a && f) {
+    CHECK_MSG(f[nf - 1] == 30 && na == nf && memcmp(a, f, na * sizeof(float)) == 0,
+              "resume=auto past a corrupt checkpoint differs from the uninterrupted run");
+    printf("resume=auto skipped the corrupt step-13 checkpoint, resumed at 10: bitwise equal\n");
+  }
+  { /* nothing readable: an error naming the newest and why, not a silent fresh start */
+    char s1[300], s3[4200];
+    snprintf(s1, sizeof s1, "checkpoint.dir=%s", de);
+    snprintf(s3, sizeof s3, "data.path=%s", ts_test_fashion_mnist_dir());
+    const char *sets[] = {s1, "checkpoint.resume=auto", s3};
+    ts_config cfg;
+    CHECK_OK(ts_config_load_string(k_yaml, "resume-test.yaml", sets, 3, &cfg));
+    ts_trainer *t = NULL;
+    CHECK(ts_trainer_create(&cfg, &t) == TS_EFORMAT && t == NULL);
+    CHECK_MSG(strstr(ts_last_error(), "checkpoint.resume: auto: none of the 1 checkpoint in") &&
+              strstr(ts_last_error(), "ckpt-00000013.safetensors: CRC-32 mismatch"), "%s", ts_last_error());
+  }
+  free(a); free(b); free(c); free(r); free(d); free(f);
+  snprintf(cmd, sizeof cmd, "rm -rf %s %s %s %s %s", da, db, dc, dd, de);
   CHECK(system(cmd) == 0);
   return ts_test_finish("test_resume");
 }
