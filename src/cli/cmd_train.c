@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tessera/checkpoint.h"
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/train.h"
@@ -117,7 +118,7 @@ int ts_cli_eval(int argc, char **argv) {
   int e = ts_cli_load_config("eval", argc, argv, &cfg, &ckpt, NULL);
   if (e) return e;
   if (!ckpt) return ts_cli_fail(2, "eval: --checkpoint FILE is required");
-  if ((e = ts_cli_check_input(ckpt, "cannot open the checkpoint"))) return e;
+  if (!ts_ckpt_is_sliced(ckpt) && (e = ts_cli_check_input(ckpt, "cannot open the checkpoint"))) return e;
   cfg.checkpoint.resume[0] = 0;
   cfg.checkpoint.dir[0] = 0;
   cfg.log.metrics[0] = 0;
