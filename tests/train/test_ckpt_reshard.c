@@ -2,7 +2,9 @@
  * (2 layers, 32 wide, tied embeddings, adamw, clipping) trained in seven layouts -- one process,
  * DP4, TP4 (Megatron cuts as examples/gpt_tp.yaml), TP2 x DP2, DP4 with optimizer_shard 1 (every
  * parameter sharded, small buckets: parts cross parameters) and 3 (small parameters replicated),
- * PP2 x DP2 (the tied table on both stages) -- each saving at step 3 a sliced checkpoint and, from
+ * PP2 x DP2 (the tied table on both stages), and beyond the issue's list TP2 x DP2 with
+ * optimizer_shard 1 (ZeRO parts that are ranges of tensor-parallel slices) and PP2 x TP2 (stages
+ * of semi_auto ranks) -- each saving at step 3 a sliced checkpoint and, from
  * the same state, a whole one; then every layout resumes from every layout's sliced checkpoint.
  *  - each save: `ts_ckpt_verify` passes and the merge of the sliced checkpoint is the whole file
  *    byte for byte;
@@ -24,10 +26,22 @@
 
 #define STEPS 6
 #define SAVE_AT 3
-#define NL 7
+#define NL 9
 #define TOL 1e-6
 
-static const char *names[NL] = {"one", "DP4", "TP4", "TP2xDP2", "ZeRO-1", "ZeRO-3", "PP2xDP2"};
+static const char *names[NL] = {"one", "DP4", "TP4", "TP2xDP2", "ZeRO-1", "ZeRO-3", "PP2xDP2", "TPxDP+Z1", "PP2xTP2"};
+#define TP2DP2                                                                                                   \
+  "parallel.strategies={transformer.embedding: '((2,1),(2,1))', "                                                \
+  "transformer.h.*.attn.c_attn.dense*: '((2,1,1),(2,1),(2,))', "                                                \
+  "transformer.h.*.attn.attention: '((2,2,1,1),(2,2,1,1),(2,2,1,1))', "                                          \
+  "transformer.h.*.attn.c_proj.dense: '((2,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((2,1,1),(2,1))', "    \
+  "transformer.h.*.mlp.c_proj.dense: '((2,1,2),(1,2))', dense: '((2,1,1),(2,1))', softmax_ce: '((2,2),(2,))'}"
+#define TP2                                                                                                      \
+  "parallel.strategies={transformer.embedding: '((1,1),(2,1))', "                                                \
+  "transformer.h.*.attn.c_attn.dense*: '((1,1,1),(2,1),(2,))', "                                                \
+  "transformer.h.*.attn.attention: '((1,2,1,1),(1,2,1,1),(1,2,1,1))', "                                          \
+  "transformer.h.*.attn.c_proj.dense: '((1,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(2,1))', "    \
+  "transformer.h.*.mlp.c_proj.dense: '((1,1,2),(1,2))', dense: '((1,1,1),(2,1))', softmax_ce: '((1,2),(1,))'}"
 static const char *const sets[NL][8] = {
     {NULL},
     {"parallel.mode=data_parallel", NULL},
@@ -38,18 +52,16 @@ static const char *const sets[NL][8] = {
      "transformer.h.*.attn.c_proj.dense: '((1,1,4),(1,4))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(4,1))', "
      "transformer.h.*.mlp.c_proj.dense: '((1,1,4),(1,4))', dense: '((1,1,1),(4,1))', softmax_ce: '((1,4),(1,))'}",
      NULL},
-    {"parallel.mode=semi_auto_parallel", "parallel.full_batch=false",
-     "parallel.strategies={transformer.embedding: '((2,1),(2,1))', "
-     "transformer.h.*.attn.c_attn.dense*: '((2,1,1),(2,1),(2,))', "
-     "transformer.h.*.attn.attention: '((2,2,1,1),(2,2,1,1),(2,2,1,1))', "
-     "transformer.h.*.attn.c_proj.dense: '((2,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((2,1,1),(2,1))', "
-     "transformer.h.*.mlp.c_proj.dense: '((2,1,2),(1,2))', dense: '((2,1,1),(2,1))', softmax_ce: '((2,2),(2,))'}",
-     NULL},
+    {"parallel.mode=semi_auto_parallel", "parallel.full_batch=false", TP2DP2, NULL},
     {"parallel.mode=data_parallel", "parallel.optimizer_shard=1", "parallel.optimizer_shard_threshold_kb=0",
      "parallel.bucket_size_mb=0.02", NULL},
     {"parallel.mode=data_parallel", "parallel.optimizer_shard=3", "parallel.optimizer_shard_threshold_kb=1",
      "parallel.bucket_size_mb=0.02", NULL},
     {"parallel.mode=data_parallel", "parallel.pipeline_stages=2", "parallel.micro_batches=2", NULL},
+    {"parallel.mode=semi_auto_parallel", "parallel.full_batch=false", TP2DP2, "parallel.optimizer_shard=1",
+     "parallel.optimizer_shard_threshold_kb=0", "parallel.bucket_size_mb=0.01", NULL},
+    {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", TP2, "parallel.pipeline_stages=2",
+     "parallel.micro_batches=2", NULL},
 };
 
 static char text_path[512], dir[200];
