@@ -32,12 +32,13 @@ static int usage(FILE *f) {
           "         writes at that step (its config with checkpoint.format: whole)\n"
           "reshard  re-cuts a sliced checkpoint for N ranks under its config with the --set changes\n"
           "         (parallel.mode, strategies, optimizer_shard, pipeline_stages...) into DIR2, a\n"
-          "         sliced checkpoint such a job resumes from (checkpoint.resume=DIR2)\n"
+          "         sliced checkpoint such a job resumes from (checkpoint.resume=DIR2); the old\n"
+          "         layout's strategies stay unless replaced (--set parallel.strategies={} for none)\n"
           "example: tessera ckpt inspect checkpoints/resnet20_fashion/ckpt-00007035.safetensors\n"
           "         tessera ckpt export checkpoints/mlp_fashion/ckpt-00002340.safetensors -o "
           "mlp.safetensors\n"
           "         tessera ckpt reshard checkpoints/gpt_tp/ckpt-00000500 -n 2 --set "
-          "parallel.mode=data_parallel -o gpt_dp2\n");
+          "parallel.mode=data_parallel --set 'parallel.strategies={}' -o gpt_dp2\n");
   return f == stderr ? 2 : 0;
 }
 
@@ -412,7 +413,8 @@ static int cmd_reshard(int argc, char **argv) {
   if (cfg.parallel.mode == TS_PARALLEL_HYBRID)
     return ts_cli_fail(2, "reshard: parallel.mode hybrid_parallel: the model is written with the C API; load the "
                        "checkpoint from the program instead");
-  if (ts_trainer_reshard(&cfg, n, in, out)) return ts_cli_fail(1, "reshard: %s", ts_last_error());
+  rc = ts_trainer_reshard(&cfg, n, in, out);
+  if (rc) return ts_cli_fail(rc == TS_ECONFIG ? 2 : 1, "%s", ts_last_error());
   printf("wrote %s: the checkpoint re-cut for %d rank%s\n", out, n, n == 1 ? "" : "s");
   return 0;
 }

@@ -302,7 +302,7 @@ int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, cons
   for (int r = 0; r < ndevices && !rc; r++) {
     rc = ts__train_dry_pieces(cfg, ndevices, r, ns, names, &lists[r], r == 0 ? &tens : NULL);
     if (!rc) rc = add_step(&lists[r], &step);
-    if (rc) ts_error_wrap(rc, "reshard: rank %d of %d", r, ndevices);
+    if (rc) ts_error_wrap(rc, "reshard: the new layout's rank %d of %d", r, ndevices);
     if (!rc && !(hs[r] = malloc(sizeof(uint64_t) * ((size_t)lists[r].n + 1)))) rc = ts_error_set(TS_ENOMEM, "reshard: out of memory");
     for (int i = 0; !rc && i < lists[r].n; i++) hs[r][i] = ts_piece_hash(&lists[r].v[i]);
   }
