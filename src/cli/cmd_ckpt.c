@@ -20,7 +20,7 @@ static int usage(FILE *f) {
           "       tessera ckpt export FILE -o OUT\n"
           "       tessera ckpt verify FILE|DIR\n"
           "       tessera ckpt merge DIR -o OUT.safetensors\n"
-          "       tessera ckpt reshard DIR -n N [--set key=value ...] [--strategy FILE] -o DIR2\n"
+          "       tessera ckpt reshard DIR -n N [--config FILE] [--set key=value ...] [--strategy FILE] -o DIR2\n"
           "inspect  prints the step, epoch, model, config hash and the table of tensors; of a sliced\n"
           "         checkpoint (a directory) also the layout, the files and every tensor's pieces\n"
           "         (--json: the same as one JSON object, a sliced one's manifest; --config: the YAML)\n"
@@ -30,7 +30,7 @@ static int usage(FILE *f) {
           "         covered once; exit 1 naming the first file at fault\n"
           "merge    writes the whole checkpoint of a sliced one: the file checkpoint.format whole\n"
           "         writes at that step (its config with checkpoint.format: whole)\n"
-          "reshard  re-cuts a sliced checkpoint for N ranks under its config with the --set changes\n"
+          "reshard  re-cuts a sliced checkpoint for N ranks under its config (or --config FILE) with the --set changes\n"
           "         (parallel.mode, strategies, optimizer_shard, pipeline_stages...) into DIR2, a\n"
           "         sliced checkpoint such a job resumes from (checkpoint.resume=DIR2); the old\n"
           "         layout's strategies stay unless replaced (--set parallel.strategies={} for none)\n"
@@ -364,14 +364,14 @@ static int cmd_merge(int argc, char **argv) {
 #define MAX_SETS 64
 
 static int cmd_reshard(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *sets[MAX_SETS + 2];
+  const char *in = NULL, *out = NULL, *cfgfile = NULL, *sets[MAX_SETS + 2];
   int n = 0, ns = 0;
   char strat[4200];
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
     int val = !strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "-n") || !strcmp(a, "--set") ||
-              !strcmp(a, "--strategy");
+              !strcmp(a, "--strategy") || !strcmp(a, "--config");
     if (val && i + 1 >= argc) return ts_cli_fail(2, "ckpt reshard: option %s needs a value", a);
     if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       out = argv[++i];
@@ -383,6 +383,8 @@ static int cmd_reshard(int argc, char **argv) {
     } else if (!strcmp(a, "--set")) {
       if (ns >= MAX_SETS) return ts_cli_fail(2, "ckpt reshard: at most %d --set", MAX_SETS);
       sets[ns++] = argv[++i];
+    } else if (!strcmp(a, "--config")) {
+      cfgfile = argv[++i];
     } else if (!strcmp(a, "--strategy")) {
       snprintf(strat, sizeof strat, "parallel.strategy_ckpt_load_file=%s", argv[++i]);
       if (ns >= MAX_SETS) return ts_cli_fail(2, "ckpt reshard: at most %d --set", MAX_SETS);
@@ -402,12 +404,13 @@ static int cmd_reshard(int argc, char **argv) {
   int rc = ts_ckpt_manifest_info(m, &info);
   ts_ckpt_manifest_free(m);
   if (rc) return ts_cli_fail(1, "reshard: %s", ts_last_error());
-  if (!info.config_yaml) {
+  if (!info.config_yaml && !cfgfile) {
     ts_ckpt_info_free(&info);
-    return ts_cli_fail(1, "reshard: %s holds no config to build the new layout from", in);
+    return ts_cli_fail(2, "reshard: %s holds no config to build the new layout from (give one with --config)", in);
   }
-  ts_config cfg;
-  rc = ts_config_load_string(info.config_yaml, "the checkpoint's config", sets, ns, &cfg);
+  ts_config cfg; /* the new layout: the checkpoint's config, or the one given, with the --set changes */
+  rc = cfgfile ? ts_config_load(cfgfile, sets, ns, &cfg)
+               : ts_config_load_string(info.config_yaml, "the checkpoint's config", sets, ns, &cfg);
   ts_ckpt_info_free(&info);
   if (rc) return ts_cli_fail(2, "reshard: %s", ts_last_error());
   if (cfg.parallel.mode == TS_PARALLEL_HYBRID)

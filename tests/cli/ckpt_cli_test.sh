@@ -110,6 +110,9 @@ if [ $rc = 2 ] && grep -q "does not divide the device count 2" <<<"$out"; then r
 else bad "reshard with TP4's strategies on 2 ranks: exit $rc: $out"; fi
 run ckpt reshard "$s3" -n 2 --set parallel.mode=data_parallel --set 'parallel.strategies={}' -o "$tmp/dp2"
 [ $rc = 0 ] && [ -f "$tmp/dp2/manifest.json" ] && ok "reshard -n 2: $out" || bad "reshard -n 2: exit $rc: $out"
+run ckpt reshard "$s3" -n 2 --config "$tmp/one.yaml" --set parallel.mode=data_parallel -o "$tmp/dp2c"
+[ $rc = 0 ] && "$bin" ckpt verify "$tmp/dp2c" > /dev/null 2>&1 && ok "reshard -n 2 --config (the new job's config): verified" ||
+  bad "reshard --config: exit $rc: $out"
 run ckpt reshard "$s3" -n 1 --set parallel.mode=stand_alone --set 'parallel.strategies={}' -o "$tmp/r1"
 [ $rc = 0 ] && [ -f "$tmp/r1/manifest.json" ] && ok "reshard -n 1: $out" || bad "reshard -n 1: exit $rc: $out"
 for d in dp2 r1; do
