@@ -346,7 +346,7 @@ int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, cons
   for (int r = 0; r < ndevices && !rc; r++) {
     ts_piece_list own = {0};
     for (int i = 0; i < lists[r].n && !rc; i++) {
-      if (bsearch(&hs[r][i], seen, seen_n, sizeof *seen, cmp_u64)) continue; /* a lower rank writes it */
+      if (seen_n && bsearch(&hs[r][i], seen, seen_n, sizeof *seen, cmp_u64)) continue; /* a lower rank writes it */
       const ts_piece *p = &lists[r].v[i];
       rc = ts_piece_list_add_copy(&own, p->name, p->dtype, &p->shape, &p->region, NULL);
     }
