@@ -8,7 +8,7 @@
 #   --fuzz      also install clang and its libFuzzer runtime (tests/fuzz/run.sh).
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
-      libcjson-dev zlib1g-dev libpng-dev libjpeg-dev dataset-fashion-mnist"
+      libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist"
 for a in "$@"; do
   case "$a" in
     --fixtures|--bench) pkgs="$pkgs python3-torch python3-torchvision python3-numpy libopenblas0-openmp" ;;

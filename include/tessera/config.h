@@ -134,6 +134,9 @@ typedef enum {
   TS_CFG_LOSS_SCALE_FIXED = 2,
   TS_CFG_LOSS_SCALE_DYNAMIC = 3
 } ts_cfg_loss_scale;
+/* checkpoint.format (auto: sliced when the layout holds some parameter as slices, shards the
+ * optimizer state or cuts the model into pipeline stages; whole otherwise; docs/checkpoints.md) */
+typedef enum { TS_CFG_CKPT_AUTO = 0, TS_CFG_CKPT_WHOLE = 1, TS_CFG_CKPT_SLICED = 2 } ts_cfg_ckpt_format;
 
 typedef struct {
   struct {
@@ -253,6 +256,7 @@ typedef struct {
     int keep_max;       /* 0 = keep all */
     char resume[TS_CFG_PATH_MAX]; /* "" (fresh start), "auto" (latest in dir, if any), or a path */
     int strict;
+    int format;         /* ts_cfg_ckpt_format */
   } checkpoint;
   struct {
     char metrics[TS_CFG_PATH_MAX]; /* JSON-lines file, "" = none */

@@ -32,6 +32,7 @@
 #include "tessera/optim.h"
 #include "tessera/params.h"
 #include "tessera/parallel.h"
+#include "tessera/region.h"
 #include "tessera/runtime.h"
 
 #ifdef __cplusplus
@@ -305,6 +306,25 @@ int ts_dist_whole_store(ts_dist *d, ts_params **full, int *owned);
  * be NULL): gather = 1 collects every rank's slices into full (collective), 0 cuts full into the
  * rank's slices. No-op when full is the rank's own store. */
 int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
+/* ---- checkpoints as pieces (sliced checkpoints: checkpoint.h, docs/checkpoints.md) ----
+ * The training state THIS rank holds, as pieces of the whole model's tensors (region.h), appended
+ * to out: every parameter ("param.<name>") and persistent state ("state.<name>") of its store,
+ * the slice's box where the layout cuts it (semi_auto, hybrid, a pipeline stage's entries only),
+ * the whole tensor where it does not (replicated: every holder lists the same piece); and for
+ * each of nslots optimizer slots, named slot_names[k] with data slot_data[k] (the rank's
+ * optimizer's ts_optim_slot_data), "optim.<slot>.<name>" pieces: the store's layout, or under
+ * parallel.optimizer_shard the work buffer's (whole replicated parameters and the rank's part of
+ * every bucket, cut at parameter boundaries into ranges of each parameter's slice); under
+ * optimizer_shard 3 the parameters are such ranges too. The tensors' shapes are the whole
+ * checkpoint's (a slot's tensor is 1-d). Data point into the rank's memory (NULL for a dry run, or
+ * slot_data NULL). Works on dry runs (tessera ckpt reshard). The optimizer's step is not a piece
+ * of the object's: the caller adds "optim.step". */
+int ts_dist_pieces(ts_dist *d, int nslots, const char *const *slot_names, float *const *slot_data, ts_piece_list *out);
+/* The whole model's tensors in the order ts_ckpt_save writes them for this layout's whole store
+ * (ts_dist_whole_store): parameters and states, then with the optimizer "optim.step" (i64, ()) and
+ * every slot of every trainable parameter (1-d); regions whole, data NULL. The same list on every
+ * rank. */
+int ts_dist_tensors(ts_dist *d, int with_optimizer, int nslots, const char *const *slot_names, ts_piece_list *out);
 /* Writes what the layout decided for `tessera plan`: the header line, per-operator strategies,
  * collectives and layouts where there are any; and the bytes the gradient reduction moves per
  * step per rank into *reduce_bytes. */

@@ -45,6 +45,11 @@ extern "C" {
 
 /* Metadata key holding the CRC-32 of the data section ("%08x"). */
 #define TS_ST_CRC_KEY "tessera.crc32"
+/* Chunk checksums (ts_st_writer_set_chunk): the chunk size in bytes (decimal), and the CRC-32 of
+ * every chunk of the data section in order, 8 lowercase hex digits each (the last chunk may be
+ * shorter). A reader of a few byte ranges checks the chunks it reads (ts_st_read_ranges). */
+#define TS_ST_CHUNK_KEY "tessera.chunk_bytes"
+#define TS_ST_CHUNK_CRC_KEY "tessera.chunk_crc32"
 
 /* ---- reading ---- */
 typedef struct ts_st_file ts_st_file;
@@ -52,6 +57,25 @@ typedef struct ts_st_file ts_st_file;
 /* Reads and validates a whole file. On failure *out is NULL and the status is TS_EIO (cannot
  * read), TS_EFORMAT (malformed header/offsets/CRC), TS_EDTYPE (unsupported dtype) or TS_ENOMEM. */
 int ts_st_open(const char *path, ts_st_file **out);
+/* Reads and validates the header only (everything ts_st_open checks but the data's checksums),
+ * keeping the file open: the data is then read by ranges (ts_st_read_ranges), and views
+ * (ts_st_get) have data NULL. For reading a few pieces of a large file. */
+int ts_st_open_header(const char *path, ts_st_file **out);
+/* 1 for a file opened with ts_st_open_header. */
+int ts_st_is_lazy(const ts_st_file *f);
+/* A range of one tensor's bytes to read into dst. */
+typedef struct {
+  int entry;       /* the tensor's index */
+  uint64_t offset; /* bytes from the tensor's first byte */
+  uint64_t nbytes;
+  void *dst;
+} ts_st_range;
+/* Reads the ranges (any order, overlapping or not). From a ts_st_open_header file: sorted and
+ * merged into few reads (pread) of at most 64 MiB; when the file has chunk checksums every chunk
+ * a read touches is read whole and checked (TS_EFORMAT naming the file, the tensor and the bytes
+ * on a mismatch; nothing else is read). From a file opened whole: copies. TS_EINVAL for a range
+ * outside its tensor. */
+int ts_st_read_ranges(ts_st_file *f, const ts_st_range *r, int n);
 /* Same, from a memory image of a whole file (copied); `label` names it in error messages. */
 int ts_st_open_memory(const void *bytes, size_t size, const char *label, ts_st_file **out);
 void ts_st_close(ts_st_file *f);
@@ -99,6 +123,15 @@ int ts_st_writer_add_tensor(ts_st_writer *w, const char *name, const ts_tensor *
 int ts_st_writer_set_meta(ts_st_writer *w, const char *key, const char *value);
 /* Writes the file atomically (see above). The writer can be written again or freed. */
 int ts_st_write(ts_st_writer *w, const char *path);
+/* Makes ts_st_write store chunk checksums (TS_ST_CHUNK_KEY) of `bytes`-byte chunks (0: none, the
+ * default). TS_EINVAL above 2^40. */
+int ts_st_writer_set_chunk(ts_st_writer *w, uint64_t bytes);
+/* ts_st_write, also giving the file's size and the SHA-256 of its bytes (64 lowercase hex digits
+ * and a NUL), computed while writing. */
+int ts_st_write_hashed(ts_st_writer *w, const char *path, uint64_t *bytes, char sha256_hex[65]);
+/* The SHA-256 of a file's bytes (64 lowercase hex digits and a NUL) and its size (may be NULL).
+ * TS_ENOTFOUND / TS_EIO naming the file. */
+int ts_sha256_file(const char *path, char sha256_hex[65], uint64_t *bytes);
 
 #ifdef __cplusplus
 }

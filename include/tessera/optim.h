@@ -114,6 +114,8 @@ int ts_optim_num_slots(const ts_optim *opt);
 /* The slots an optimizer of kind k has (0 SGD, 1 MOMENTUM, 2 ADAM/ADAMW/LAMB), before it exists. */
 int ts_optim_kind_num_slots(ts_optim_kind k);
 const char *ts_optim_slot_name(const ts_optim *opt, int k);
+/* The name of slot `slot` of an optimizer of kind k, before it exists (NULL past its slots). */
+const char *ts_optim_kind_slot_name(ts_optim_kind k, int slot);
 float *ts_optim_slot_data(ts_optim *opt, int k);
 int ts_optim_state_count(const ts_optim *opt);
 const char *ts_optim_state_name(const ts_optim *opt, int i);

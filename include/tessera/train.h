@@ -171,10 +171,25 @@ int ts_trainer_add_callback(ts_trainer *t, const ts_callback *cb);
 int ts_trainer_fit(ts_trainer *t);
 /* Evaluates the current parameters on the test split. TS_ENOTFOUND if there is no test data. */
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out);
-/* Loads parameters (and, if optim is set, optimizer state and position) from a checkpoint. */
+/* Loads parameters (and with_optimizer: optimizer state and position) from a checkpoint: a whole
+ * file (gathered into a whole-model store, then cut into the rank's slices) or a sliced
+ * checkpoint's directory (each rank reads only the pieces it holds, whatever layout wrote them;
+ * collective: every rank fails when one does). Any layout loads either. */
 int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer);
-/* Saves a full checkpoint (parameters, optimizer, position) to path. */
+/* Saves a whole checkpoint (parameters, optimizer, position) to the file path: every rank's
+ * slices gathered to rank 0, which writes (collective). */
 int ts_trainer_save(ts_trainer *t, const char *path);
+/* Saves a sliced checkpoint as the directory `dir` (collective; docs/checkpoints.md): each rank
+ * writes its own pieces (a piece several ranks hold, by the lowest of them) into a staging
+ * directory, rank 0 writes the manifest last and renames the directory into place (an existing
+ * one is replaced atomically). Every rank returns the same status; a failing rank's message
+ * names it. */
+int ts_trainer_save_sliced(ts_trainer *t, const char *dir);
+/* Re-cuts sliced checkpoint src for a job of ndevices under cfg (its layout: parallel.* keys,
+ * strategies) into the sliced checkpoint out, in one process: each target rank's pieces (from a
+ * dry build of that rank, as `tessera plan` does) are read from src and written. The model, its
+ * optimizer and the training-relevant keys must be src's (TS_ECONFIG otherwise). */
+int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, const char *out);
 void ts_trainer_request_stop(ts_trainer *t);
 /* This rank's parameter store. Under parallel.optimizer_shard 3 it holds no parameter values
  * (ts_params_data is NULL; each rank keeps its shard): save a checkpoint for the whole model. */

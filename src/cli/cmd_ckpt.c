@@ -1,5 +1,7 @@
-/* `tessera ckpt`: inspect a checkpoint (training position, model, config hash, tensor table) or
- * export its parameters as a plain safetensors state_dict. */
+/* `tessera ckpt`: inspect a checkpoint (training position, model, config hash, tensor table; of
+ * a sliced one the manifest, its files and every tensor's pieces), export its parameters as a
+ * plain safetensors state_dict, verify it (hashes, checksums, pieces), merge a sliced one into
+ * the whole file, or re-cut it for another layout (reshard). docs/checkpoints.md. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -10,17 +12,33 @@
 #include "cli.h"
 #include "tessera/checkpoint.h"
 #include "tessera/tessera.h"
+#include "tessera/train.h"
 
 static int usage(FILE *f) {
   fprintf(f,
-          "usage: tessera ckpt inspect FILE [--json] [--config]\n"
+          "usage: tessera ckpt inspect FILE|DIR [--json] [--config]\n"
           "       tessera ckpt export FILE -o OUT\n"
-          "inspect  prints the step, epoch, model, config hash and the table of tensors\n"
-          "         (--json: the same as one JSON object; --config: the stored YAML config)\n"
+          "       tessera ckpt verify FILE|DIR\n"
+          "       tessera ckpt merge DIR -o OUT.safetensors\n"
+          "       tessera ckpt reshard DIR -n N [--config FILE] [--set key=value ...] [--strategy FILE] -o DIR2\n"
+          "inspect  prints the step, epoch, model, config hash and the table of tensors; of a sliced\n"
+          "         checkpoint (a directory) also the layout, the files and every tensor's pieces\n"
+          "         (--json: the same as one JSON object, a sliced one's manifest; --config: the YAML)\n"
           "export   writes the parameters and buffers only, under their PyTorch names, to OUT\n"
+          "verify   checks a whole file's checksums, or a sliced checkpoint's files against the\n"
+          "         manifest (sizes, SHA-256), their checksums and pieces, and that every tensor is\n"
+          "         covered once; exit 1 naming the first file at fault\n"
+          "merge    writes the whole checkpoint of a sliced one: the file checkpoint.format whole\n"
+          "         writes at that step (its config with checkpoint.format: whole)\n"
+          "reshard  re-cuts a sliced checkpoint for N ranks under its config (or --config FILE) with the --set changes\n"
+          "         (parallel.mode, strategies, optimizer_shard, pipeline_stages...) into DIR2, a\n"
+          "         sliced checkpoint such a job resumes from (checkpoint.resume=DIR2); the old\n"
+          "         layout's strategies stay unless replaced (--set parallel.strategies={} for none)\n"
           "example: tessera ckpt inspect checkpoints/resnet20_fashion/ckpt-00007035.safetensors\n"
           "         tessera ckpt export checkpoints/mlp_fashion/ckpt-00002340.safetensors -o "
-          "mlp.safetensors\n");
+          "mlp.safetensors\n"
+          "         tessera ckpt reshard checkpoints/gpt_tp/ckpt-00000500 -n 2 --set "
+          "parallel.mode=data_parallel --set 'parallel.strategies={}' -o gpt_dp2\n");
   return f == stderr ? 2 : 0;
 }
 
@@ -136,6 +154,72 @@ static int inspect_text(const char *path, const ts_st_file *f, const ts_ckpt_inf
   return 0;
 }
 
+/* A sliced checkpoint: its manifest, files and every tensor's pieces. */
+static int inspect_sliced(const char *dir, int json, int config) {
+  ts_ckpt_manifest *m;
+  if (ts_ckpt_manifest_load(dir, &m)) return ts_cli_fail(1, "%s", ts_last_error());
+  ts_ckpt_info in;
+  if (ts_ckpt_manifest_info(m, &in)) {
+    ts_ckpt_manifest_free(m);
+    return ts_cli_fail(1, "%s", ts_last_error());
+  }
+  int rc = 0;
+  if (config) {
+    if (!in.config_yaml) rc = ts_cli_fail(1, "%s: the checkpoint holds no config", dir);
+    else fputs(in.config_yaml, stdout);
+  } else if (json) { /* the manifest as written */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_MANIFEST);
+    FILE *f = fopen(path, "rb");
+    int c;
+    while (f && (c = fgetc(f)) != EOF) putchar(c);
+    if (f) fclose(f);
+  } else {
+    char hb[32], sh[128], rb[200];
+    human_bytes(in.data_bytes, hb, sizeof hb);
+    int nf = ts_ckpt_manifest_num_files(m), nt = ts_ckpt_manifest_num_tensors(m);
+    printf("checkpoint   %s (sliced: %d files, %d tensors, %s)\n", dir, nf, nt, hb);
+    printf("format       %s, written by tessera %s, id %s\n", in.format, in.version, ts_ckpt_manifest_id(m));
+    printf("model        %s\n", in.model[0] ? in.model : "-");
+    printf("step         %" PRId64 "   epoch %" PRId64 "   batch index %" PRId64 "\n", in.step, in.epoch,
+           in.batch_index);
+    if (in.has_config_hash) printf("config hash  %016" PRIx64 "\n", in.config_hash);
+    printf("seed         %" PRIu64 "   rng counter %" PRIu64 "\n", in.seed, in.rng_counter);
+    printf("loss scale   %.17g   growth tracker %" PRId64 "\n", in.loss_scale, in.loss_scale_growth_tracker);
+    printf("layout       %s (%d ranks)\n", ts_ckpt_manifest_layout(m), ts_ckpt_manifest_world_size(m));
+    printf("parameters   %" PRId64 " trainable   buffers %" PRId64 "   optimizer state %" PRId64 " values\n\n",
+           in.param_numel, in.state_numel, in.optim_numel);
+    printf("files\n");
+    for (int i = 0; i < nf; i++) {
+      const char *name, *sha;
+      int rank;
+      uint64_t bytes;
+      ts_ckpt_manifest_file(m, i, &name, &rank, &bytes, &sha);
+      if (rank >= 0) printf("  %-24s rank %-4d %12" PRIu64 " bytes  sha256 %s\n", name, rank, bytes, sha);
+      else printf("  %-24s %-9s %12" PRIu64 " bytes  sha256 %s\n", name, "", bytes, sha);
+    }
+    printf("\ntensors (name, dtype, shape, pieces: file, region of the tensor in its view)\n");
+    for (int k = 0; k < nt; k++) {
+      const char *name;
+      ts_dtype dt;
+      ts_shape shape;
+      int np;
+      ts_ckpt_manifest_tensor(m, k, &name, &dt, &shape, &np);
+      printf("  %s  %s  %s  %d piece%s\n", name, ts_st_dtype_name(dt), ts_shape_str(&shape, sh, sizeof sh), np,
+             np == 1 ? "" : "s");
+      for (int j = 0; j < np; j++) {
+        const char *file;
+        ts_region r;
+        ts_ckpt_manifest_piece(m, k, j, &file, NULL, &r);
+        printf("      %-24s %s\n", file, ts_region_str(&r, rb, sizeof rb));
+      }
+    }
+  }
+  ts_ckpt_info_free(&in);
+  ts_ckpt_manifest_free(m);
+  return rc;
+}
+
 static int cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
   int json = 0, config = 0;
@@ -154,6 +238,7 @@ static int cmd_inspect(int argc, char **argv) {
       path = a;
   }
   if (!path) return ts_cli_fail(2, "ckpt inspect: which checkpoint? (tessera ckpt inspect FILE)");
+  if (ts_ckpt_is_sliced(path)) return inspect_sliced(path, json, config);
   int e = ts_cli_check_input(path, "cannot open the checkpoint");
   if (e) return e;
   ts_st_file *f;
@@ -208,12 +293,144 @@ static int cmd_export(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_verify(int argc, char **argv) {
+  const char *path = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
+    if (a[0] == '-' && a[1]) return ts_cli_fail(2, "ckpt verify: unknown option '%s' (see tessera ckpt --help)", a);
+    if (path) return ts_cli_fail(2, "ckpt verify: one checkpoint at a time ('%s' and '%s')", path, a);
+    path = a;
+  }
+  if (!path) return ts_cli_fail(2, "ckpt verify: which checkpoint? (tessera ckpt verify FILE|DIR)");
+  if (!ts_ckpt_is_sliced(path)) {
+    int e = ts_cli_check_input(path, "cannot open the checkpoint");
+    if (e) return e;
+  }
+  char sum[1200];
+  if (ts_ckpt_verify(path, sum, sizeof sum)) return ts_cli_fail(1, "verify: %s", ts_last_error());
+  printf("ok: %s\n", sum);
+  return 0;
+}
+
+/* The config text the same run writes with checkpoint.format whole: the manifest's with that key
+ * changed (NULL when the manifest has none or it does not parse: the manifest's is kept). */
+static char *whole_config(const char *dir) {
+  ts_ckpt_manifest *m;
+  if (ts_ckpt_manifest_load(dir, &m)) return NULL;
+  ts_ckpt_info in;
+  char *out = NULL;
+  if (!ts_ckpt_manifest_info(m, &in) && in.config_yaml) {
+    ts_config c;
+    const char *set[] = {"checkpoint.format=whole"};
+    if (!ts_config_load_string(in.config_yaml, "the checkpoint's config", set, 1, &c)) ts_config_dump_string(&c, &out);
+  }
+  ts_ckpt_info_free(&in);
+  ts_ckpt_manifest_free(m);
+  return out;
+}
+
+static int cmd_merge(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
+    if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+      if (i + 1 >= argc) return ts_cli_fail(2, "ckpt merge: option %s needs a value", a);
+      out = argv[++i];
+    } else if (a[0] == '-' && a[1]) {
+      return ts_cli_fail(2, "ckpt merge: unknown option '%s' (see tessera ckpt --help)", a);
+    } else if (in) {
+      return ts_cli_fail(2, "ckpt merge: one checkpoint at a time ('%s' and '%s')", in, a);
+    } else {
+      in = a;
+    }
+  }
+  if (!in || !out) return ts_cli_fail(2, "ckpt merge: usage: tessera ckpt merge DIR -o OUT.safetensors");
+  if (!ts_ckpt_is_sliced(in))
+    return ts_cli_fail(2, "ckpt merge: %s is not a sliced checkpoint (a directory with a %s)", in, TS_CKPT_MANIFEST);
+  char *yaml = whole_config(in);
+  int rc = ts_ckpt_merge(in, out, yaml);
+  free(yaml);
+  if (rc) return ts_cli_fail(1, "merge: %s", ts_last_error());
+  ts_ckpt_info info;
+  if (ts_ckpt_read_info(out, &info) == TS_OK) {
+    printf("wrote %s: %d tensors, step %" PRId64 "\n", out, info.ntensors, info.step);
+    ts_ckpt_info_free(&info);
+  }
+  return 0;
+}
+
+#define MAX_SETS 64
+
+static int cmd_reshard(int argc, char **argv) {
+  const char *in = NULL, *out = NULL, *cfgfile = NULL, *sets[MAX_SETS + 2];
+  int n = 0, ns = 0;
+  char strat[4200];
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
+    int val = !strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "-n") || !strcmp(a, "--set") ||
+              !strcmp(a, "--strategy") || !strcmp(a, "--config");
+    if (val && i + 1 >= argc) return ts_cli_fail(2, "ckpt reshard: option %s needs a value", a);
+    if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+      out = argv[++i];
+    } else if (!strcmp(a, "-n")) {
+      char *e;
+      long v = strtol(argv[++i], &e, 10);
+      if (*e || v < 1 || v > 1000000) return ts_cli_fail(2, "ckpt reshard: -n needs a number of ranks, got '%s'", argv[i]);
+      n = (int)v;
+    } else if (!strcmp(a, "--set")) {
+      if (ns >= MAX_SETS) return ts_cli_fail(2, "ckpt reshard: at most %d --set", MAX_SETS);
+      sets[ns++] = argv[++i];
+    } else if (!strcmp(a, "--config")) {
+      cfgfile = argv[++i];
+    } else if (!strcmp(a, "--strategy")) {
+      snprintf(strat, sizeof strat, "parallel.strategy_ckpt_load_file=%s", argv[++i]);
+      if (ns >= MAX_SETS) return ts_cli_fail(2, "ckpt reshard: at most %d --set", MAX_SETS);
+      sets[ns++] = strat;
+    } else if (a[0] == '-' && a[1]) {
+      return ts_cli_fail(2, "ckpt reshard: unknown option '%s' (see tessera ckpt --help)", a);
+    } else if (in) {
+      return ts_cli_fail(2, "ckpt reshard: one checkpoint at a time ('%s' and '%s')", in, a);
+    } else {
+      in = a;
+    }
+  }
+  if (!in || !out || !n) return ts_cli_fail(2, "ckpt reshard: usage: tessera ckpt reshard DIR -n N [--set k=v ...] -o DIR2");
+  ts_ckpt_manifest *m;
+  if (ts_ckpt_manifest_load(in, &m)) return ts_cli_fail(1, "reshard: %s", ts_last_error());
+  ts_ckpt_info info;
+  int rc = ts_ckpt_manifest_info(m, &info);
+  ts_ckpt_manifest_free(m);
+  if (rc) return ts_cli_fail(1, "reshard: %s", ts_last_error());
+  if (!info.config_yaml && !cfgfile) {
+    ts_ckpt_info_free(&info);
+    return ts_cli_fail(2, "reshard: %s holds no config to build the new layout from (give one with --config)", in);
+  }
+  ts_config cfg; /* the new layout: the checkpoint's config, or the one given, with the --set changes */
+  rc = cfgfile ? ts_config_load(cfgfile, sets, ns, &cfg)
+               : ts_config_load_string(info.config_yaml, "the checkpoint's config", sets, ns, &cfg);
+  ts_ckpt_info_free(&info);
+  if (rc) return ts_cli_fail(2, "reshard: %s", ts_last_error());
+  if (cfg.parallel.mode == TS_PARALLEL_HYBRID)
+    return ts_cli_fail(2, "reshard: parallel.mode hybrid_parallel: the model is written with the C API; load the "
+                       "checkpoint from the program instead");
+  rc = ts_trainer_reshard(&cfg, n, in, out);
+  if (rc) return ts_cli_fail(rc == TS_ECONFIG ? 2 : 1, "%s", ts_last_error());
+  printf("wrote %s: the checkpoint re-cut for %d rank%s\n", out, n, n == 1 ? "" : "s");
+  return 0;
+}
+
 int ts_cli_ckpt(int argc, char **argv) {
   if (argc < 1) return usage(stderr);
   const char *sub = argv[0];
   if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) return usage(stdout);
   if (!strcmp(sub, "inspect")) return cmd_inspect(argc - 1, argv + 1);
   if (!strcmp(sub, "export")) return cmd_export(argc - 1, argv + 1);
-  return ts_cli_fail(2, "ckpt: unknown subcommand '%s' (inspect, export; see tessera ckpt --help)",
-                     sub);
+  if (!strcmp(sub, "verify")) return cmd_verify(argc - 1, argv + 1);
+  if (!strcmp(sub, "merge")) return cmd_merge(argc - 1, argv + 1);
+  if (!strcmp(sub, "reshard")) return cmd_reshard(argc - 1, argv + 1);
+  return ts_cli_fail(2, "ckpt: unknown subcommand '%s' (inspect, export, verify, merge, reshard; see tessera ckpt "
+                     "--help)", sub);
 }

@@ -2,9 +2,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "fault.h"
+#include "tessera/checkpoint.h"
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/train.h"
@@ -125,7 +127,15 @@ int ts_cli_eval(int argc, char **argv) {
   int e = ts_cli_load_config("eval", argc, argv, &cfg, &ckpt, NULL);
   if (e) return e;
   if (!ckpt) return ts_cli_fail(2, "eval: --checkpoint FILE is required");
-  if ((e = ts_cli_check_input(ckpt, "cannot open the checkpoint"))) return e;
+  if (ts_ckpt_is_sliced(ckpt)) { /* a sliced checkpoint: a folder with its manifest */
+    char man[4200];
+    snprintf(man, sizeof man, "%s/%s", ckpt, TS_CKPT_MANIFEST);
+    if (access(man, F_OK) != 0)
+      return ts_cli_fail(2, "%s: cannot open the checkpoint: is a directory without a %s (not a complete sliced "
+                         "checkpoint)", ckpt, TS_CKPT_MANIFEST);
+  } else if ((e = ts_cli_check_input(ckpt, "cannot open the checkpoint"))) {
+    return e;
+  }
   cfg.checkpoint.resume[0] = 0;
   cfg.checkpoint.dir[0] = 0;
   cfg.log.metrics[0] = 0;

@@ -196,6 +196,10 @@ float *ts__zero_rep_grad(ts_dist *d, size_t flat);
 /* Stage 3: the rank's parameters (the layout of an optimizer slot: replicated, then its parts),
  * moved to and from a whole store like a slot; NULL under other stages (the store holds them). */
 float *ts__zero_held_params(ts_dist *d);
+/* fn(user, flat, n, work) for every range of the rank's store its optimizer's work buffer holds:
+ * each replicated (or unreduced) parameter whole, then the rank's part of every bucket (store
+ * elements [flat, flat + n) at `work` in the work buffer); stops at the first non-zero return. */
+int ts__zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, size_t n, size_t work), void *user);
 /* Bytes of parameters the rank holds persistently: the store's (the whole model) without
  * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
  * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */

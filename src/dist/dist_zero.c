@@ -786,6 +786,15 @@ int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded)
 
 float *ts__zero_held_params(ts_dist *d) { return d->zero && d->zero->stage3 ? d->zero->wp : NULL; }
 
+int ts__zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, size_t n, size_t work), void *user) {
+  const struct ts__zero *z = d->zero;
+  int rc = TS_OK;
+  for (int k = 0; z && k < z->nrep && !rc; k++) rc = fn(user, z->rep[k].flat, z->rep[k].n, z->rep[k].packed);
+  for (int k = 0; z && k < z->nb && !rc; k++)
+    if (z->pt[k].n) rc = fn(user, z->pt[k].flat + z->pt[k].lo, z->pt[k].n, z->pt[k].work);
+  return rc;
+}
+
 size_t ts__zero_param_bytes(const ts_dist *d) {
   const struct ts__zero *z = d->zero;
   size_t whole = ts_params_numel(d->r.params);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tessera/checkpoint.h"
+#include "ckpt_impl.h"
 #include "../base/text.h"
 
 #define P_PARAM "param."
@@ -33,7 +34,7 @@ static char *join(const char *a, const char *b) {
 }
 
 /* mkdir -p of the directory part of path. */
-static int make_parent_dirs(const char *path) {
+int ts__ckpt_make_parent_dirs(const char *path) {
   char *d = strdup(path);
   if (!d) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   char *slash = strrchr(d, '/');
@@ -68,24 +69,32 @@ static size_t digit_run(const char *s) {
   return n <= 19 ? n : 0;
 }
 
-/* A temporary file of the atomic writer (src/base/afile.c: "<path>.tmp.<pid>.<counter>") for a
- * checkpoint of the series: "<prefix>-<digits>.safetensors.tmp.<pid>.<counter>". *pid_out = pid. */
-static int is_ckpt_temp(const char *name, const char *prefix, long *pid_out) {
+/* What a name of dir is for the series `prefix`. */
+enum { NM_OTHER = 0, NM_FILE_TEMP, NM_STAGE, NM_DIR };
+/* "<prefix>-<digits>.safetensors.tmp.<pid>.<counter>" (a whole save's temporary: NM_FILE_TEMP),
+ * "<prefix>-<digits>.tmp.<pid>" or ".old.<pid>" (a sliced save's staging or replaced directory:
+ * NM_STAGE), "<prefix>-<digits>" (a sliced checkpoint's name: NM_DIR); *pid_out = pid. */
+static int name_kind(const char *name, const char *prefix, long *pid_out) {
   size_t pl = strlen(prefix);
-  if (strncmp(name, prefix, pl) || name[pl] != '-') return 0;
+  if (strncmp(name, prefix, pl) || name[pl] != '-') return NM_OTHER;
   const char *s = name + pl + 1;
   size_t nd = digit_run(s);
-  if (!nd) return 0;
+  if (!nd || nd > 18) return NM_OTHER;
   s += nd;
+  if (!*s) return NM_DIR;
   const char *mid = ".safetensors.tmp.";
-  if (strncmp(s, mid, strlen(mid))) return 0;
-  s += strlen(mid);
+  int stage = 0;
+  if (!strncmp(s, mid, strlen(mid))) s += strlen(mid);
+  else if (!strncmp(s, ".tmp.", 5) || !strncmp(s, ".old.", 5)) s += 5, stage = 1;
+  else return NM_OTHER;
   size_t np = digit_run(s);
-  if (!np || s[np] != '.') return 0;
+  if (!np) return NM_OTHER;
   *pid_out = strtol(s, NULL, 10);
+  if (stage) return s[np] ? NM_OTHER : NM_STAGE;
+  if (s[np] != '.') return NM_OTHER;
   s += np + 1;
   size_t nc = digit_run(s);
-  return nc && !s[nc];
+  return nc && !s[nc] ? NM_FILE_TEMP : NM_OTHER;
 }
 
 int ts_ckpt_clean_temps(const char *dir, const char *prefix) {
@@ -101,16 +110,28 @@ int ts_ckpt_clean_temps(const char *dir, const char *prefix) {
   time_t now = time(NULL);
   struct dirent *e;
   while ((e = readdir(dh))) {
-    long pid;
-    if (!is_ckpt_temp(e->d_name, prefix, &pid) || pid == self) continue;
+    long pid = 0;
+    int kind = name_kind(e->d_name, prefix, &pid);
+    if (kind == NM_OTHER || (kind != NM_DIR && pid == self)) continue;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", d, e->d_name);
     struct stat sb;
-    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    if (lstat(path, &sb) != 0 || (kind == NM_FILE_TEMP ? !S_ISREG(sb.st_mode) : !S_ISDIR(sb.st_mode))) continue;
+    if (kind == NM_DIR) { /* a sliced checkpoint: only one without its manifest (a deletion cut short) */
+      char man[4200];
+      snprintf(man, sizeof man, "%s/%s", path, TS_CKPT_MANIFEST);
+      if (lstat(man, &sb) == 0) continue;
+      if (ts__ckpt_remove_dir(path) == TS_OK) removed++; /* foreign files in it: left alone */
+      continue;
+    }
     /* stale: its writer is gone (a killed save), or it has not been written to for a day (the
      * pid was reused since); a save in progress in another live process is left alone */
     int gone = pid <= 0 || pid > INT32_MAX || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
     if (!gone && now - sb.st_mtime < 24 * 3600) continue;
+    if (kind == NM_STAGE) {
+      if (ts__ckpt_remove_dir(path) == TS_OK) removed++;
+      continue;
+    }
     if (unlink(path) != 0 && errno != ENOENT) {
       rc = ts_error_set(TS_EIO, "%s: cannot delete a stale temporary file: %s", path, strerror(errno));
       break;
@@ -143,43 +164,11 @@ static void clean_series_temps(const char *path) {
 }
 
 /* ------------------------------------------------------------------ save */
-int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
-  if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_save: NULL argument");
-  clean_series_temps(path);
-  ts_params *ps = st->params;
-  if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
-    return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)",
-                        path);
+int ts__ckpt_write(const char *path, const ts_ckpt_state *st, const ts__ckpt_tensor *t, int n) {
   ts_st_writer *w;
   int rc = ts_st_writer_create(&w);
   if (rc) return rc;
-  char **names = NULL;
-  int nnames = 0;
-  int np = ps ? ts_params_count(ps) : 0, nv = st->optim ? ts_optim_state_count(st->optim) : 0;
-  names = calloc((size_t)(np + nv) + 1, sizeof *names);
-  if (!names) {
-    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-    goto out;
-  }
-  for (int i = 0; i < np && !rc; i++) {
-    const char *pre = ts_params_flags(ps, i) & TS_PARAM_STATE ? P_STATE : P_PARAM;
-    if (!(names[nnames] = join(pre, ts_params_name(ps, i)))) {
-      rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-      break;
-    }
-    rc = ts_st_writer_add(w, names[nnames], TS_F32, ts_params_shape(ps, i), ts_params_ptr(ps, i));
-    nnames++;
-  }
-  for (int i = 0; i < nv && !rc; i++) {
-    ts_tensor v;
-    if ((rc = ts_optim_state_view(st->optim, i, &v))) break;
-    if (!(names[nnames] = join(P_OPTIM, ts_optim_state_name(st->optim, i)))) {
-      rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-      break;
-    }
-    rc = ts_st_writer_add(w, names[nnames], v.dtype, v.shape, v.data);
-    nnames++;
-  }
+  for (int i = 0; i < n && !rc; i++) rc = ts_st_writer_add(w, t[i].name, t[i].dt, t[i].shape, t[i].data);
   if (rc) {
     ts_error_wrap(rc, "%s", path);
     goto out;
@@ -190,7 +179,7 @@ int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
     if (!rc) rc = ts_st_writer_set_meta(w, META(key), (val));        \
   } while (0)
   SETM("format", TS_CKPT_FORMAT);
-  SETM("version", ts_version());
+  SETM("version", st->version ? st->version : ts_version());
   if (st->model) SETM("model", st->model);
   if (st->config_hash) {
     snprintf(num, sizeof num, "%016" PRIx64, st->config_hash);
@@ -216,12 +205,46 @@ int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
     ts_error_wrap(rc, "%s", path);
     goto out;
   }
-  if ((rc = make_parent_dirs(path))) goto out;
+  if ((rc = ts__ckpt_make_parent_dirs(path))) goto out;
   rc = ts_st_write(w, path);
 out:
   ts_st_writer_free(w);
-  for (int i = 0; i < nnames; i++) free(names[i]);
+  return rc;
+}
+
+int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
+  if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_save: NULL argument");
+  clean_series_temps(path);
+  ts_params *ps = st->params;
+  if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
+    return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)",
+                        path);
+  int np = ps ? ts_params_count(ps) : 0, nv = st->optim ? ts_optim_state_count(st->optim) : 0, n = 0, rc = TS_OK;
+  char **names = calloc((size_t)(np + nv) + 1, sizeof *names);
+  ts__ckpt_tensor *t = calloc((size_t)(np + nv) + 1, sizeof *t);
+  if (!names || !t) {
+    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  for (int i = 0; i < np && !rc; i++, n++) {
+    const char *pre = ts_params_flags(ps, i) & TS_PARAM_STATE ? P_STATE : P_PARAM;
+    if (!(names[n] = join(pre, ts_params_name(ps, i)))) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+    t[n] = (ts__ckpt_tensor){names[n], TS_F32, ts_params_shape(ps, i), ts_params_ptr(ps, i)};
+  }
+  for (int i = 0; i < nv && !rc; i++, n++) {
+    ts_tensor v;
+    if ((rc = ts_optim_state_view(st->optim, i, &v))) {
+      ts_error_wrap(rc, "%s", path);
+      break;
+    }
+    if (!(names[n] = join(P_OPTIM, ts_optim_state_name(st->optim, i)))) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+    t[n] = (ts__ckpt_tensor){names[n], v.dtype, v.shape, v.data};
+  }
+  if (!rc) rc = ts__ckpt_write(path, st, t, n);
+out:
+  for (int i = 0; names && i < n; i++) free(names[i]);
   free(names);
+  free(t);
   return rc;
 }
 
@@ -313,6 +336,14 @@ int ts_ckpt_info_get(const ts_st_file *f, ts_ckpt_info *info) {
 int ts_ckpt_read_info(const char *path, ts_ckpt_info *info) {
   if (!path || !info) return ts_error_set(TS_EINVAL, "ts_ckpt_read_info: NULL argument");
   memset(info, 0, sizeof *info);
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* a sliced checkpoint: its manifest */
+    ts_ckpt_manifest *m = NULL;
+    int rc = ts_ckpt_manifest_load(path, &m);
+    if (!rc) rc = ts_ckpt_manifest_info(m, info);
+    ts_ckpt_manifest_free(m);
+    return rc;
+  }
   ts_st_file *f;
   int rc = ts_st_open(path, &f);
   if (rc) return rc;
@@ -398,6 +429,11 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
   char *used = NULL;
   strlist missing = {0}, unexpected = {0}, mism = {0};
   if ((rc = ts_ckpt_info_get(f, &info))) goto out;
+  if (info.is_tessera && !strcmp(info.format, TS_CKPT_SLICE_FORMAT)) {
+    rc = ts_error_set(TS_EFORMAT, "%s: one rank's file of a sliced checkpoint: load the checkpoint's directory",
+                      path);
+    goto out;
+  }
   if (info.is_tessera && strcmp(info.format, TS_CKPT_FORMAT)) {
     rc = ts_error_set(TS_EFORMAT, "%s: checkpoint format '%s' is not supported (this build "
                       "reads %s)", path, info.format, TS_CKPT_FORMAT);
@@ -614,7 +650,7 @@ int ts_ckpt_export_params(const char *in, const char *out) {
   if (!rc && step) rc = ts_st_writer_set_meta(w, META("step"), step);
   if (rc)
     ts_error_wrap(rc, "exporting %s", in);
-  else if (!(rc = make_parent_dirs(out)))
+  else if (!(rc = ts__ckpt_make_parent_dirs(out)))
     rc = ts_st_write(w, out);
   ts_st_writer_free(w);
   ts_st_close(f);
@@ -634,6 +670,7 @@ int ts_ckpt_path(char *buf, size_t cap, const char *dir, const char *prefix, int
 typedef struct {
   int64_t step;
   char *name;
+  int is_dir; /* a complete sliced checkpoint */
 } ck_entry;
 
 static int cmp_step(const void *a, const void *b) {
@@ -642,7 +679,8 @@ static int cmp_step(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-/* Checkpoints "<prefix>-<digits>.safetensors" in dir, sorted by step (oldest first). */
+/* Checkpoints in dir, sorted by step (oldest first): files "<prefix>-<digits>.safetensors" and
+ * directories "<prefix>-<digits>" holding a manifest. */
 static int list_ckpts(const char *dir, const char *prefix, ck_entry **out, int *count) {
   *out = NULL;
   *count = 0;
@@ -661,13 +699,19 @@ static int list_ckpts(const char *dir, const char *prefix, ck_entry **out, int *
   while ((e = readdir(dh))) {
     const char *s = e->d_name;
     size_t l = strlen(s);
-    if (l <= pl + 1 + el || strncmp(s, prefix, pl) || s[pl] != '-' || strcmp(s + l - el, ext))
-      continue;
+    if (l <= pl + 1 || strncmp(s, prefix, pl) || s[pl] != '-') continue;
     const char *digits = s + pl + 1;
-    size_t nd = l - el - pl - 1;
+    int is_file = l > pl + 1 + el && !strcmp(s + l - el, ext);
+    size_t nd = is_file ? l - el - pl - 1 : l - pl - 1;
     int ok = nd > 0 && nd <= 18;
     for (size_t i = 0; i < nd && ok; i++) ok = digits[i] >= '0' && digits[i] <= '9';
     if (!ok) continue;
+    if (!is_file) { /* a sliced checkpoint exists once its manifest does */
+      char man[4200];
+      struct stat sb;
+      snprintf(man, sizeof man, "%s/%s/%s", d, s, TS_CKPT_MANIFEST);
+      if (stat(man, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    }
     if (n == cap) {
       int nc = cap ? 2 * cap : 16;
       ck_entry *q = realloc(v, (size_t)nc * sizeof *q);
@@ -679,6 +723,7 @@ static int list_ckpts(const char *dir, const char *prefix, ck_entry **out, int *
       cap = nc;
     }
     v[n].step = strtoll(digits, NULL, 10);
+    v[n].is_dir = !is_file;
     if (!(v[n].name = strdup(s))) {
       rc = ts_error_set(TS_ENOMEM, "%s: out of memory", d);
       break;
@@ -706,7 +751,12 @@ int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max) {
   for (int i = 0; keep_max > 0 && i < n - keep_max; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ".", v[i].name);
-    if (unlink(path) != 0 && errno != ENOENT) {
+    if (v[i].is_dir) {
+      if ((rc = ts__ckpt_remove_dir(path))) {
+        ts_error_wrap(rc, "deleting an old checkpoint");
+        break;
+      }
+    } else if (unlink(path) != 0 && errno != ENOENT) {
       rc = ts_error_set(TS_EIO, "%s: cannot delete an old checkpoint: %s", path, strerror(errno));
       break;
     }
@@ -729,11 +779,11 @@ int ts_ckpt_find(const char *dir, const char *prefix, int64_t before, char *buf,
   while (k >= 0 && v[k].step >= before) k--;
   if (k < 0) {
     if (before == INT64_MAX)
-      rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors in %s", prefix,
+      rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors or complete %s-*/ in %s", prefix, prefix,
                         dir && *dir ? dir : ".");
     else
-      rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors before step %" PRId64 " in %s",
-                        prefix, before, dir && *dir ? dir : ".");
+      rc = ts_error_set(TS_ENOTFOUND, "no checkpoint %s-*.safetensors or complete %s-*/ before step %" PRId64 " in %s",
+                        prefix, prefix, before, dir && *dir ? dir : ".");
   } else {
     int w = dir && *dir ? snprintf(buf, cap, "%s/%s", dir, v[k].name)
                         : snprintf(buf, cap, "%s", v[k].name);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <nettle/sha2.h>
 #include <zlib.h>
 
 #include "tessera/io.h"
@@ -73,12 +74,20 @@ struct ts_st_file {
   int *by_name; /* indices sorted by name, for bsearch */
   int nmeta;
   char **mkey, **mval;
-  unsigned char *data; /* 64-byte aligned copy of the data section */
+  unsigned char *data; /* 64-byte aligned copy of the data section (NULL when lazy) */
   uint64_t data_size;
+  int lazy;            /* ts_st_open_header: the data stays in the file, read by ranges */
+  int fd;              /* lazy: the open file */
+  uint64_t data_start; /* lazy: the data section's offset in the file */
+  uint64_t chunk;      /* TS_ST_CHUNK_KEY: chunk bytes (0: no chunk checksums) */
+  uint32_t *chunk_crc; /* one per chunk of the data section */
+  uint64_t nchunks;
 };
 
 void ts_st_close(ts_st_file *f) {
   if (!f) return;
+  if (f->lazy && f->fd >= 0) close(f->fd);
+  free(f->chunk_crc);
   for (int i = 0; i < f->n; i++) {
     free(f->e[i].name);
     ts_free(f->e[i].copy);
@@ -142,7 +151,7 @@ int ts_st_get(const ts_st_file *f, int i, ts_tensor *view) {
   if (i < 0 || i >= f->n)
     return ts_error_set(TS_ENOTFOUND, "%s: tensor index %d out of range (file has %d)", f->path,
                         i, f->n);
-  ts_tensor_view(view, f->e[i].dt, f->e[i].shape, f->e[i].ptr);
+  ts_tensor_view(view, f->e[i].dt, f->e[i].shape, f->lazy ? NULL : f->e[i].ptr);
   return TS_OK;
 }
 
@@ -158,6 +167,7 @@ int ts_st_read(const ts_st_file *f, const char *name, ts_dtype dt, const ts_shap
   ts_tensor t;
   int rc = ts_st_find(f, name, &t);
   if (rc) return rc;
+  if (f->lazy) return ts_error_set(TS_EINVAL, "%s: opened for ranged reads (ts_st_read_ranges)", f->path);
   if (expect && !ts_shape_equal(expect, &t.shape)) {
     char a[128], b[128];
     return ts_error_set(TS_ESHAPE, "%s: tensor '%s' has shape %s, expected %s", f->path, name,
@@ -258,6 +268,37 @@ static int st_parse_meta(ts_st_file *f, const cJSON *j) {
   return TS_OK;
 }
 
+/* The chunk checksums of TS_ST_CHUNK_KEY / TS_ST_CHUNK_CRC_KEY, when the metadata has them. */
+static int st_parse_chunks(ts_st_file *f) {
+  const char *cb = ts_st_meta(f, TS_ST_CHUNK_KEY), *cc = ts_st_meta(f, TS_ST_CHUNK_CRC_KEY);
+  if (!cb && !cc) return TS_OK;
+  char *ep = NULL;
+  unsigned long long c = cb ? strtoull(cb, &ep, 10) : 0;
+  if (!cb || !cc || !*cb || *ep || c == 0 || c > (1ull << 40))
+    return ts_error_set(TS_EFORMAT, "%s: metadata \"%s\" and \"%s\" must both be there, a chunk size in bytes and "
+                        "8 hex digits per chunk", f->path, TS_ST_CHUNK_KEY, TS_ST_CHUNK_CRC_KEY);
+  uint64_t n = (f->data_size + c - 1) / c;
+  if (strlen(cc) != 8 * n)
+    return ts_error_set(TS_EFORMAT, "%s: metadata \"%s\" holds %zu hex digits, not 8 for each of the %llu chunks of "
+                        "%llu bytes", f->path, TS_ST_CHUNK_CRC_KEY, strlen(cc), (unsigned long long)n, c);
+  if (!(f->chunk_crc = malloc(sizeof(uint32_t) * (n + 1)))) return ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+  for (uint64_t k = 0; k < n; k++) {
+    uint32_t v = 0;
+    for (int j = 0; j < 8; j++) {
+      char h = cc[8 * k + (uint64_t)j];
+      int x = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+      if (x < 0)
+        return ts_error_set(TS_EFORMAT, "%s: metadata \"%s\": '%c' is not a lowercase hex digit", f->path,
+                            TS_ST_CHUNK_CRC_KEY, h);
+      v = v << 4 | (uint32_t)x;
+    }
+    f->chunk_crc[k] = v;
+  }
+  f->chunk = c;
+  f->nchunks = n;
+  return TS_OK;
+}
+
 /* Parses and validates the header; f->data/data_size must already be set. */
 static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
   const char *end = NULL;
@@ -348,6 +389,8 @@ static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
                       (unsigned long long)f->data_size, (unsigned long long)pos);
     goto done;
   }
+  if ((rc = st_parse_chunks(f))) goto done;
+  if (f->lazy) goto done; /* the data is read later, by ranges */
   /* views; copy the rare tensor whose offset is not a multiple of its element size */
   for (int i = 0; i < f->n; i++) {
     st_entry *e = &f->e[i];
@@ -380,6 +423,12 @@ static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
       goto done;
     }
   }
+  for (uint64_t c = 0; c < f->nchunks && !rc; c++) { /* what ranged reads will check */
+    uint64_t a = c * f->chunk, b = a + f->chunk < f->data_size ? a + f->chunk : f->data_size;
+    if (st_crc32(f->data + a, b - a) != f->chunk_crc[c])
+      rc = ts_error_set(TS_EFORMAT, "%s: data bytes [%llu, %llu) (chunk %llu) fail their CRC-32 (file corrupted)",
+                        f->path, (unsigned long long)a, (unsigned long long)b, (unsigned long long)c);
+  }
 done:
   cJSON_Delete(root);
   return rc;
@@ -388,6 +437,7 @@ done:
 static ts_st_file *st_new(const char *label) {
   ts_st_file *f = calloc(1, sizeof *f);
   if (!f) return NULL;
+  f->fd = -1;
   if (!(f->path = strdup(label ? label : "(memory)"))) {
     free(f);
     return NULL;
@@ -443,7 +493,9 @@ fail:
   return rc;
 }
 
-int ts_st_open(const char *path, ts_st_file **out) {
+/* Opens path: the whole file (lazy = 0), or its header only with the file kept open for ranged
+ * reads (lazy = 1). */
+static int st_open(const char *path, int lazy, ts_st_file **out) {
   if (!out) return ts_error_set(TS_EINVAL, "ts_st_open: NULL out");
   *out = NULL;
   if (!path) return ts_error_set(TS_EINVAL, "ts_st_open: NULL path");
@@ -470,14 +522,21 @@ int ts_st_open(const char *path, ts_st_file **out) {
   if ((r = ts__read_full(fd, hdr, hlen))) goto read_err;
   hdr[hlen] = 0;
   f->data_size = size - 8 - hlen;
-  if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
-    rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate %llu bytes for the data", path,
-                      (unsigned long long)f->data_size);
-    goto fail;
+  if (lazy) {
+    f->lazy = 1;
+    f->fd = fd;
+    f->data_start = 8 + hlen;
+    fd = -1;
+  } else {
+    if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
+      rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate %llu bytes for the data", path,
+                        (unsigned long long)f->data_size);
+      goto fail;
+    }
+    if ((r = ts__read_full(fd, f->data, f->data_size))) goto read_err;
+    close(fd);
+    fd = -1;
   }
-  if ((r = ts__read_full(fd, f->data, f->data_size))) goto read_err;
-  close(fd);
-  fd = -1;
   if ((rc = st_parse_header(f, hdr, hlen))) goto fail;
   free(hdr);
   *out = f;
@@ -489,6 +548,119 @@ fail:
   if (fd >= 0) close(fd);
   free(hdr);
   ts_st_close(f);
+  return rc;
+}
+
+int ts_st_open(const char *path, ts_st_file **out) { return st_open(path, 0, out); }
+int ts_st_open_header(const char *path, ts_st_file **out) { return st_open(path, 1, out); }
+
+int ts_st_is_lazy(const ts_st_file *f) { return f && f->lazy; }
+
+/* ------------------------------------------------------------------ ranged reads */
+
+#define ST_WINDOW_MAX (64ull << 20) /* bytes one pread reads at most */
+#define ST_GAP_MERGE (64ull << 10)  /* without chunk checksums: gaps read through rather than split */
+
+typedef struct {
+  uint64_t a0, a, b; /* data-section offsets of the range: its start, where reading resumes, its end */
+  int i;             /* its index in the caller's array */
+} st_span;
+
+static int cmp_span(const void *x, const void *y) {
+  const st_span *p = x, *q = y;
+  if (p->a != q->a) return p->a < q->a ? -1 : 1;
+  return p->i < q->i ? -1 : p->i > q->i;
+}
+
+static int st_pread(ts_st_file *f, void *buf, uint64_t off, uint64_t n) {
+  unsigned char *p = buf;
+  while (n) {
+    ssize_t k = pread(f->fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)(f->data_start + off));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return ts_error_set(TS_EIO, "%s: read failed: %s", f->path, strerror(errno));
+    if (k == 0) return ts_error_set(TS_EIO, "%s: file shrank while being read", f->path);
+    p += k;
+    off += (uint64_t)k;
+    n -= (uint64_t)k;
+  }
+  return TS_OK;
+}
+
+int ts_st_read_ranges(ts_st_file *f, const ts_st_range *r, int n) {
+  if (!f || (n && !r)) return ts_error_set(TS_EINVAL, "ts_st_read_ranges: NULL argument");
+  if (!f->lazy) { /* the data is in memory already */
+    for (int k = 0; k < n; k++) {
+      if (r[k].entry < 0 || r[k].entry >= f->n || r[k].offset + r[k].nbytes > f->e[r[k].entry].end - f->e[r[k].entry].begin)
+        return ts_error_set(TS_EINVAL, "%s: range %d is outside its tensor", f->path, k);
+      memcpy(r[k].dst, (const unsigned char *)f->e[r[k].entry].ptr + r[k].offset, r[k].nbytes);
+    }
+    return TS_OK;
+  }
+  st_span *sp = malloc(sizeof *sp * ((size_t)n + 1));
+  if (!sp) return ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+  int m = 0, rc = TS_OK;
+  for (int k = 0; k < n && !rc; k++) {
+    const st_entry *e = r[k].entry >= 0 && r[k].entry < f->n ? &f->e[r[k].entry] : NULL;
+    if (!e || r[k].offset > e->end - e->begin || r[k].nbytes > e->end - e->begin - r[k].offset)
+      rc = ts_error_set(TS_EINVAL, "%s: tensor '%s': bytes [%llu, +%llu) are outside the tensor", f->path,
+                        e ? e->name : "(no tensor)", (unsigned long long)r[k].offset, (unsigned long long)r[k].nbytes);
+    else if (r[k].nbytes)
+      sp[m++] = (st_span){e->begin + r[k].offset, e->begin + r[k].offset, e->begin + r[k].offset + r[k].nbytes, k};
+  }
+  if (rc) {
+    free(sp);
+    return rc;
+  }
+  qsort(sp, (size_t)m, sizeof *sp, cmp_span);
+  unsigned char *buf = NULL;
+  uint64_t cap = 0;
+  int first = 0; /* spans before it are copied whole */
+  while (first < m && !rc) {
+    /* the window: chunk-aligned (with checksums) from the first span still to copy, grown over the
+     * spans it reaches, at most ST_WINDOW_MAX */
+    uint64_t C = f->chunk ? f->chunk : 1, wa = sp[first].a / C * C, wb = wa;
+    for (int k = first; k < m; k++) {
+      uint64_t a = sp[k].a < wb ? wb : sp[k].a;
+      if (a > wb + (f->chunk ? 0 : ST_GAP_MERGE) && k > first) break;
+      uint64_t b = (sp[k].b + C - 1) / C * C;
+      if (b > f->data_size) b = f->data_size;
+      if (b > wb) wb = b;
+      if (wb - wa >= ST_WINDOW_MAX) {
+        wb = wa + (ST_WINDOW_MAX > C ? ST_WINDOW_MAX / C * C : C);
+        if (wb > f->data_size) wb = f->data_size;
+        break;
+      }
+    }
+    if (wb - wa > cap) {
+      ts_free(buf);
+      cap = wb - wa;
+      if (!(buf = ts_alloc(cap))) {
+        rc = ts_error_set(TS_ENOMEM, "%s: out of memory reading %llu bytes", f->path, (unsigned long long)cap);
+        break;
+      }
+    }
+    if ((rc = st_pread(f, buf, wa, wb - wa))) break;
+    for (uint64_t c = wa / C; f->chunk && c * C < wb && !rc; c++) {
+      uint64_t a = c * C, b = a + C < f->data_size ? a + C : f->data_size;
+      if (st_crc32(buf + (a - wa), b - a) != f->chunk_crc[c]) {
+        const char *who = "";
+        for (int k = first; k < m && !*who; k++)
+          if (sp[k].a < b && sp[k].b > a) who = f->e[r[sp[k].i].entry].name;
+        rc = ts_error_set(TS_EFORMAT, "%s: tensor '%s': data bytes [%llu, %llu) (chunk %llu) fail their CRC-32 "
+                          "(file corrupted)", f->path, who, (unsigned long long)a, (unsigned long long)b,
+                          (unsigned long long)c);
+      }
+    }
+    /* copy what the window holds of every span that reaches it */
+    for (int k = first; k < m && !rc && sp[k].a < wb; k++) {
+      uint64_t a = sp[k].a > wa ? sp[k].a : wa, b = sp[k].b < wb ? sp[k].b : wb;
+      if (a < b) memcpy((unsigned char *)r[sp[k].i].dst + (a - sp[k].a0), buf + (a - wa), b - a);
+    }
+    while (first < m && sp[first].b <= wb) first++;
+    if (first < m && sp[first].a < wb) sp[first].a = wb; /* a span the window cut: on from its end */
+  }
+  ts_free(buf);
+  free(sp);
   return rc;
 }
 
@@ -508,6 +680,7 @@ struct ts_st_writer {
   int n, cap;
   char **mkey, **mval;
   int nmeta, mcap;
+  uint64_t chunk; /* ts_st_writer_set_chunk: checksum chunks of this many bytes (0: none) */
 };
 
 int ts_st_writer_create(ts_st_writer **out) {
@@ -626,7 +799,7 @@ static int st_set_meta(ts_st_writer *w, const char *key, const char *value) {
 
 int ts_st_writer_set_meta(ts_st_writer *w, const char *key, const char *value) {
   if (!w || !key || !value) return ts_error_set(TS_EINVAL, "ts_st_writer_set_meta: NULL argument");
-  if (strcmp(key, TS_ST_CRC_KEY) == 0)
+  if (strcmp(key, TS_ST_CRC_KEY) == 0 || strcmp(key, TS_ST_CHUNK_KEY) == 0 || strcmp(key, TS_ST_CHUNK_CRC_KEY) == 0)
     return ts_error_set(TS_EINVAL, "ts_st_writer_set_meta: key '%s' is reserved", key);
   return st_set_meta(w, key, value);
 }
@@ -706,39 +879,130 @@ done:
   return rc;
 }
 
-int ts_st_write(ts_st_writer *w, const char *path) {
+int ts_st_writer_set_chunk(ts_st_writer *w, uint64_t bytes) {
+  if (!w) return ts_error_set(TS_EINVAL, "ts_st_writer_set_chunk: NULL writer");
+  if (bytes > (1ull << 40)) return ts_error_set(TS_EINVAL, "ts_st_writer_set_chunk: chunks of %llu bytes",
+                                                 (unsigned long long)bytes);
+  w->chunk = bytes;
+  return TS_OK;
+}
+
+/* CRC-32 of data[0..n) continued from crc, in pieces zlib's uInt can take. */
+static uLong crc_more(uLong crc, const unsigned char *p, size_t n) {
+  while (n) {
+    uInt c = n > (1u << 30) ? (1u << 30) : (uInt)n;
+    crc = crc32(crc, p, c);
+    p += c;
+    n -= c;
+  }
+  return crc;
+}
+
+static int st_write(ts_st_writer *w, const char *path, uint64_t *bytes, char *sha256_hex) {
   if (!w || !path) return ts_error_set(TS_EINVAL, "ts_st_write: NULL argument");
   int *ord = malloc(((size_t)w->n + 1) * sizeof *ord);
-  char *hdr = NULL;
+  char *hdr = NULL, *chunks = NULL;
   size_t hlen = 0;
   int rc = TS_OK;
   if (!ord) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   for (int i = 0; i < w->n; i++) ord[i] = i;
   qsort_r(ord, (size_t)w->n, sizeof(int), cmp_layout_r, w->e);
   uLong crc = crc32(0L, Z_NULL, 0);
+  uint64_t total = 0;
+  for (int k = 0; k < w->n; k++) total += w->e[ord[k]].nbytes;
+  uint64_t nch = w->chunk ? (total + w->chunk - 1) / w->chunk : 0, ci = 0, cfill = 0;
+  if (w->chunk && !(chunks = malloc(8 * nch + 1))) {
+    free(ord);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  }
+  uLong cc = crc32(0L, Z_NULL, 0);
   for (int k = 0; k < w->n; k++) {
     const st_wentry *e = &w->e[ord[k]];
     const unsigned char *p = e->data;
     size_t n = e->nbytes;
-    while (n) {
-      uInt c = n > (1u << 30) ? (1u << 30) : (uInt)n;
-      crc = crc32(crc, p, c);
-      p += c;
-      n -= c;
+    crc = crc_more(crc, p, n);
+    while (w->chunk && n) { /* the chunks' checksums, chunks running across tensors */
+      size_t t = w->chunk - cfill < n ? (size_t)(w->chunk - cfill) : n;
+      cc = crc_more(cc, p, t);
+      p += t;
+      n -= t;
+      cfill += t;
+      if (cfill == w->chunk) {
+        snprintf(chunks + 8 * ci++, 9, "%08x", (unsigned)cc);
+        cc = crc32(0L, Z_NULL, 0);
+        cfill = 0;
+      }
     }
+  }
+  if (w->chunk && cfill) snprintf(chunks + 8 * ci++, 9, "%08x", (unsigned)cc);
+  if (w->chunk) {
+    chunks[8 * nch] = 0;
+    char num[32];
+    snprintf(num, sizeof num, "%llu", (unsigned long long)w->chunk);
+    if ((rc = st_set_meta(w, TS_ST_CHUNK_KEY, num)) || (rc = st_set_meta(w, TS_ST_CHUNK_CRC_KEY, chunks))) goto out;
   }
   if ((rc = st_build_header(w, ord, (uint32_t)crc, &hdr, &hlen))) {
     ts_error_wrap(rc, "%s", path);
     goto out;
   }
+  struct sha256_ctx sh;
+  sha256_init(&sh);
   ts__afile *af = NULL;
   if ((rc = ts__afile_open(path, &af))) goto out;
   rc = ts__afile_write(af, hdr, hlen);
-  for (int k = 0; k < w->n && !rc; k++) rc = ts__afile_write(af, w->e[ord[k]].data, w->e[ord[k]].nbytes);
+  if (sha256_hex) sha256_update(&sh, hlen, (const uint8_t *)hdr);
+  for (int k = 0; k < w->n && !rc; k++) {
+    rc = ts__afile_write(af, w->e[ord[k]].data, w->e[ord[k]].nbytes);
+    if (sha256_hex && w->e[ord[k]].nbytes) sha256_update(&sh, w->e[ord[k]].nbytes, w->e[ord[k]].data);
+  }
   if (rc) ts__afile_abort(af);
   else rc = ts__afile_commit(af);
+  if (!rc && bytes) *bytes = hlen + total;
+  if (!rc && sha256_hex) {
+    uint8_t dg[SHA256_DIGEST_SIZE];
+    sha256_digest(&sh, sizeof dg, dg);
+    for (int i = 0; i < SHA256_DIGEST_SIZE; i++) snprintf(sha256_hex + 2 * i, 3, "%02x", dg[i]);
+  }
 out:
+  free(chunks);
   free(hdr);
   free(ord);
   return rc;
+}
+
+int ts_st_write(ts_st_writer *w, const char *path) { return st_write(w, path, NULL, NULL); }
+
+int ts_st_write_hashed(ts_st_writer *w, const char *path, uint64_t *bytes, char sha256_hex[65]) {
+  return st_write(w, path, bytes, sha256_hex);
+}
+
+int ts_sha256_file(const char *path, char sha256_hex[65], uint64_t *bytes) {
+  if (!path || !sha256_hex) return ts_error_set(TS_EINVAL, "ts_sha256_file: NULL argument");
+  int fd;
+  uint64_t size;
+  int rc = ts__file_open_read(path, "cannot open", &fd, &size);
+  if (rc) return rc;
+  struct sha256_ctx sh;
+  sha256_init(&sh);
+  size_t cap = 1u << 20;
+  unsigned char *buf = malloc(cap);
+  uint64_t seen = 0;
+  if (!buf) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  for (;;) {
+    if (rc) break;
+    ssize_t k = read(fd, buf, cap);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) rc = ts_error_set(TS_EIO, "%s: read failed: %s", path, strerror(errno));
+    if (k <= 0) break;
+    sha256_update(&sh, (size_t)k, buf);
+    seen += (uint64_t)k;
+  }
+  close(fd);
+  free(buf);
+  if (rc) return rc;
+  uint8_t dg[SHA256_DIGEST_SIZE];
+  sha256_digest(&sh, sizeof dg, dg);
+  for (int i = 0; i < SHA256_DIGEST_SIZE; i++) snprintf(sha256_hex + 2 * i, 3, "%02x", dg[i]);
+  if (bytes) *bytes = seen;
+  return TS_OK;
 }

@@ -248,6 +248,7 @@ int ts_optim_kind_num_slots(ts_optim_kind k) {
   while (slot_name(k, n)) n++;
   return n;
 }
+const char *ts_optim_kind_slot_name(ts_optim_kind k, int slot) { return slot >= 0 ? slot_name(k, slot) : NULL; }
 const char *ts_optim_slot_name(const ts_optim *o, int k) {
   return (o && k >= 0 && k < o->nslots) ? slot_name(o->cfg.kind, k) : NULL;
 }

@@ -24,6 +24,7 @@ static const char *const search_names[] = {"dynamic_programming", "sharding_prop
 static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
 static const char *const loss_scale_names[] = {"auto", "none", "fixed", "dynamic", NULL};
+static const char *const ckpt_format_names[] = {"auto", "whole", "sliced", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
 const char *const *ts__cfg_data_names = data_names;
@@ -310,7 +311,15 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"checkpoint.dir", CT_STR, FLD(checkpoint.dir), "\"\"", NULL, 0, 0, 0, 0, 0,
      "directory of the checkpoints (created if missing); empty = no checkpoints"},
     {"checkpoint.prefix", CT_STR, FLD(checkpoint.prefix), "ckpt", NULL, 0, 0, 0, 0, 0,
-     "file names are <dir>/<prefix>-<step, 8 digits>.safetensors"},
+     "file names are <dir>/<prefix>-<step, 8 digits>.safetensors (whole) or the folder "
+     "<dir>/<prefix>-<step, 8 digits>/ (sliced)"},
+    {"checkpoint.format", CT_ENUM, FLD(checkpoint.format), "auto", ckpt_format_names, 0, 0, 0, 0, 0,
+     "whole = one file of the whole model, gathered to rank 0 and written by it; sliced = a folder "
+     "with one file per writing rank (its own slices, optimizer shards and pipeline stage; a "
+     "replicated piece written once) and a manifest written last; auto = sliced when some "
+     "parameter is held as slices, the optimizer state is sharded (parallel.optimizer_shard) or "
+     "the model is cut into pipeline stages, else whole (docs/checkpoints.md). Either loads into "
+     "any layout"},
     {"checkpoint.save_steps", CT_I64, FLD(checkpoint.save_steps), "0", NULL, 0, BIG, 0, 0, 0,
      "> 0: save every N optimizer steps"},
     {"checkpoint.save_epochs", CT_INT, FLD(checkpoint.save_epochs), "1", NULL, 0, 1e9, 0, 0, 0,
@@ -320,7 +329,8 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"checkpoint.keep_max", CT_INT, FLD(checkpoint.keep_max), "5", NULL, 0, 1e9, 0, 0, 0,
      "keep only the newest N checkpoints in dir (0 = keep all)"},
     {"checkpoint.resume", CT_STR, FLD(checkpoint.resume), "\"\"", NULL, 0, 0, 0, 0, 0,
-     "empty = start fresh; auto = the newest checkpoint in dir if any; else a checkpoint path"},
+     "empty = start fresh; auto = the newest checkpoint in dir if any (a whole file, or a sliced "
+     "folder with its manifest); else a checkpoint path (a file or a sliced folder)"},
     {"checkpoint.strict", CT_BOOL, FLD(checkpoint.strict), "true", NULL, 0, 0, 0, 0, 0,
      "resume only from a checkpoint of the same model and config hash with identical tensors"},
     /* ---- log ---- */

@@ -130,6 +130,17 @@ int ts__train_prepare(ts_trainer *t);
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
                     int *nseg);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);
+/* Sliced checkpoints (trainer_ckpt.c). The format checkpoint.format resolves to for this job
+ * (TS_CFG_CKPT_WHOLE or TS_CFG_CKPT_SLICED). */
+int ts__trainer_ckpt_format(const ts_trainer *t);
+/* Loads sliced checkpoint dir into the rank's store and optimizer (collective: every rank fails
+ * if one does); st holds the expectations (ts__trainer_ckpt_state) and gets the position. */
+int ts__trainer_load_sliced(ts_trainer *t, const char *dir, int strict, int with_optimizer, ts_ckpt_state *st);
+/* Rank `rank` of a job of ndevices under cfg built dry (sized, nothing allocated; trainer_plan.c):
+ * the pieces it would hold with nslots optimizer slots (ts_dist_pieces) into *pieces and, when
+ * tensors is not NULL, the whole model's tensors (ts_dist_tensors, with the optimizer). */
+int ts__train_dry_pieces(const ts_config *cfg, int ndevices, int rank, int nslots, const char *const *slot_names,
+                         ts_piece_list *pieces, ts_piece_list *tensors);
 
 /* ts_trainer_plan_memory for a zoo model with the store and arenas sized only (allocate = 0, as
  * `tessera plan` builds) or allocated as the job would (1); *sized (may be NULL): the build

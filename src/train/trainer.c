@@ -277,15 +277,21 @@ int ts_trainer_save(ts_trainer *t, const char *path) {
 int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer) {
   whole_model w;
   ts_ckpt_state st;
-  int rc = whole_open(t, with_optimizer, &w);
-  if (!rc) {
-    ts__trainer_ckpt_state(t, &st);
-    st.params = w.full;
-    st.optim = !with_optimizer ? NULL : w.owned ? w.fopt : t->opt;
-    if (!with_optimizer) st.config_hash = 0; /* evaluating with another config (batch size, epochs) is fine */
-    rc = ts_ckpt_load(path, &st, strict);
+  int sliced = ts_ckpt_is_sliced(path), rc;
+  memset(&w, 0, sizeof w);
+  ts__trainer_ckpt_state(t, &st);
+  if (!with_optimizer) st.config_hash = 0; /* evaluating with another config (batch size, epochs) is fine */
+  if (sliced) { /* each rank reads its own pieces */
+    rc = ts__trainer_load_sliced(t, path, strict, with_optimizer, &st);
+  } else {
+    rc = whole_open(t, with_optimizer, &w);
+    if (!rc) {
+      st.params = w.full;
+      st.optim = !with_optimizer ? NULL : w.owned ? w.fopt : t->opt;
+      rc = ts_ckpt_load(path, &st, strict);
+    }
+    if (!rc) rc = ts_dist_move(t->dist, w.full, with_optimizer ? t->opt : NULL, w.fopt, 0); /* cut into slices */
   }
-  if (!rc) rc = ts_dist_move(t->dist, w.full, with_optimizer ? t->opt : NULL, w.fopt, 0); /* cut into slices */
   if (!rc && with_optimizer) {
     t->step = st.step;
     t->epoch = st.epoch;
@@ -296,7 +302,7 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
     if (rc) rc = ts_error_wrap(rc, "%s: tessera.loss_scale", path);
     if (!rc) rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale);
   }
-  whole_close(&w);
+  if (!sliced) whole_close(&w);
   return rc;
 }
 
@@ -305,8 +311,11 @@ static int save_checkpoint(ts_trainer *t) {
   int src = ts_dist_sync_states(t->dist);
   if (src) return src;
   char path[2200];
-  int rc = ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
-  if (!rc) rc = ts_trainer_save(t, path); /* collective; rank 0 writes */
+  int sliced = ts__trainer_ckpt_format(t) == TS_CFG_CKPT_SLICED;
+  int rc = sliced ? ts_ckpt_dir_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step)
+                  : ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
+  if (!rc) rc = sliced ? ts_trainer_save_sliced(t, path)  /* collective; every rank writes its pieces */
+                       : ts_trainer_save(t, path);        /* collective; rank 0 writes */
   if (rc || t->run->rank != 0) return rc;
   if (c->checkpoint.keep_max > 0) {
     int r = ts_ckpt_rotate(c->checkpoint.dir, c->checkpoint.prefix, c->checkpoint.keep_max);

@@ -149,6 +149,16 @@ static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_f
   return rc;
 }
 
+int ts__train_dry_pieces(const ts_config *cfg, int ndevices, int rank, int nslots, const char *const *slot_names,
+                         ts_piece_list *pieces, ts_piece_list *tensors) {
+  dry x;
+  int rc = dry_build(cfg, ndevices, rank, NULL, NULL, 0, &x);
+  if (!rc) rc = ts_dist_pieces(x.d, nslots, slot_names, NULL, pieces);
+  if (!rc && tensors) rc = ts_dist_tensors(x.d, 1, nslots, slot_names, tensors);
+  dry_free(&x);
+  return rc;
+}
+
 int ts__trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, int allocate, ts_dist_memory_info *out,
                             int *sized) {
   memset(out, 0, sizeof *out);

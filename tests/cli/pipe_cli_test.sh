@@ -35,7 +35,7 @@ else bad "2-stage job: rc $rc: $out"; fi
 n=$(grep -c '"bubble_fraction"' "$tmp/m.jsonl" 2>/dev/null)
 [ "${n:-0}" -ge 6 ] && ok "bubble in every step record" || bad "bubble in the metrics: $n records"
 acc=$(echo "$out" | sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p')
-ck=$(ls "$tmp"/ck/*.safetensors 2>/dev/null | tail -1)
+ck=$(ls -d "$tmp"/ck/ckpt-* 2>/dev/null | tail -1) # a pipeline saves sliced checkpoints (folders)
 run eval "$tmp/gpt.yaml" --checkpoint "$ck" --set parallel.pipeline_stages=1 --set parallel.micro_batches=0
 if [ $rc = 0 ] && echo "$out" | grep -q "top1 $acc%"; then ok "checkpoint evaluates alone as the job reported ($acc%)"
 else bad "eval of $ck: rc $rc, expected top1 $acc%: $out"; fi

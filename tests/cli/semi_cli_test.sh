@@ -3,7 +3,7 @@
 #  0. a small GPT on a text file with Megatron-style strategies, as tensor-parallel 4 and as
 #     tensor-parallel 2 x data-parallel 2: every step's loss and the final evaluation equal the
 #     single-process run (within 2e-4 relative: only summation order differs);
-#  1. its whole-model checkpoint (gathered from the slices) evaluated by one process gives the
+#  1. its checkpoint (sliced, checkpoint.format auto: each rank wrote its slices) evaluated by one process gives the
 #     job's accuracy; resuming it under another layout (TP2 x DP2) continues the same run;
 #  2. the strategy checkpoint saved by one job, loaded by another, gives the same run;
 #  3. `tessera plan` on the GPT: strategies, the collectives and per-rank memory;
@@ -83,7 +83,7 @@ for lay in tp4 tp2dp2; do
   else echo "FAIL: $lay (exit $rc): $(paste "$tmp/$lay.txt" "$tmp/one.txt" | tr '\n' ';') $out"; fail=1; fi
 done
 # 1. the checkpoint of the TP4 job, alone, and resumed as TP2 x DP2
-ck=$(ls "$tmp"/ck_tp4/*.safetensors 2>/dev/null | tail -1)
+ck=$(ls -d "$tmp"/ck_tp4/ckpt-* 2>/dev/null | tail -1) # sliced (a folder): TP4 holds slices
 if [ -n "$ck" ]; then
   ev=$(OMP_NUM_THREADS=2 "$bin" eval "$tmp/one.yaml" --checkpoint "$ck" 2>&1)
   top1=$(sed -n 's/.*top1 \([0-9.]*\)%.*/\1/p' <<<"$ev" | head -1)

@@ -410,7 +410,7 @@ static void test_rotate_latest(void) {
   char dir[600], buf[700];
   snprintf(dir, sizeof dir, "%s/rot", g_dir);
   CHECK(ts_ckpt_latest(dir, "ckpt", buf, sizeof buf) == TS_ENOTFOUND); /* no dir */
-  CHECK(has(ts_last_error(), "no checkpoint ckpt-*.safetensors in"));
+  CHECK(has(ts_last_error(), "no checkpoint ckpt-*.safetensors or complete ckpt-*/ in"));
   CHECK(ts_ckpt_rotate(dir, "ckpt", 2) == 0);
   ts_params *a = make_params(0, 1);
   ts_ckpt_state st = {.params = a};

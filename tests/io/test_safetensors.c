@@ -1,6 +1,9 @@
 /* safetensors reader/writer: round trips of every dtype, atomic writes, malformed files (each
- * error must name the file and, where it applies, the tensor), and a file written by the
- * PyTorch-side fixture script. */
+ * error must name the file and, where it applies, the tensor), a file written by the
+ * PyTorch-side fixture script, and ranged reads: chunk checksums (every chunk size from 1 byte to
+ * past the data, random ranges against the whole file, a flipped byte refused only by the reads
+ * that touch its chunk, naming the file and the tensor), SHA-256 of written files (the known
+ * digest of "abc"; the hash given while writing = the file's). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
@@ -447,6 +450,98 @@ static void test_all_fixtures(void) {
   CHECK_MSG(n >= 13, "only %d fixtures found in %s", n, TS_FIXTURE_DIR);
 }
 
+/* Chunk checksums, header-only opens and ranged reads; SHA-256. */
+static void test_ranges(void) {
+  /* SHA-256 of a known text */
+  spit(tpath("abc.txt"), "abc", 3);
+  char hex[65];
+  uint64_t nb = 0;
+  CHECK_OK(ts_sha256_file(tpath("abc.txt"), hex, &nb));
+  CHECK(nb == 3 && !strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  /* three tensors of 1000, 333 and 7 floats and one i64 */
+  float a[1000], b[333], c[7];
+  int64_t st = 12345;
+  ts_test_fill(a, 1000, 1, -1, 1);
+  ts_test_fill(b, 333, 2, -1, 1);
+  ts_test_fill(c, 7, 3, -1, 1);
+  const uint64_t chunks[] = {1, 3, 64, 1000, 4096, 1u << 20};
+  for (int ci = 0; ci < (int)(sizeof chunks / sizeof chunks[0]); ci++) {
+    ts_st_writer *w;
+    CHECK_OK(ts_st_writer_create(&w));
+    CHECK_OK(ts_st_writer_add(w, "a", TS_F32, ts_shape2(10, 100), a));
+    CHECK_OK(ts_st_writer_add(w, "b", TS_F32, ts_shape1(333), b));
+    CHECK_OK(ts_st_writer_add(w, "c", TS_F32, ts_shape1(7), c));
+    CHECK_OK(ts_st_writer_add(w, "step", TS_I64, ts_shape_make(0, NULL), &st));
+    EXPECT_ERR(ts_st_writer_set_meta(w, TS_ST_CHUNK_KEY, "1"), TS_EINVAL, "reserved");
+    CHECK_OK(ts_st_writer_set_chunk(w, chunks[ci]));
+    const char *p = tpath("chunked.safetensors");
+    uint64_t bytes = 0;
+    char h1[65], h2[65];
+    CHECK_OK(ts_st_write_hashed(w, p, &bytes, h1));
+    ts_st_writer_free(w);
+    uint64_t fb = 0;
+    CHECK_OK(ts_sha256_file(p, h2, &fb));
+    CHECK_MSG(!strcmp(h1, h2) && fb == bytes, "chunk %llu: hash while writing %s, of the file %s", (unsigned long long)chunks[ci], h1, h2);
+    ts_st_file *whole, *f;
+    CHECK_OK(ts_st_open(p, &whole)); /* checks every chunk too */
+    CHECK_OK(ts_st_open_header(p, &f));
+    if (!whole || !f) break;
+    CHECK(ts_st_is_lazy(f) && !ts_st_is_lazy(whole));
+    ts_tensor v;
+    CHECK_OK(ts_st_find(f, "a", &v));
+    CHECK(v.data == NULL && v.shape.dims[1] == 100);
+    /* 200 random ranges of random tensors, read together, against the whole file */
+    ts_st_range rr[200];
+    unsigned char *dst[200];
+    unsigned s = 7 + (unsigned)ci;
+    for (int k = 0; k < 200; k++) {
+      s = s * 1103515245u + 12345u;
+      int e = (int)(s >> 16) % 4;
+      ts_tensor t;
+      ts_st_get(whole, e, &t);
+      uint64_t n = ts_tensor_nbytes(&t);
+      s = s * 1103515245u + 12345u;
+      uint64_t off = (s >> 8) % n;
+      s = s * 1103515245u + 12345u;
+      uint64_t len = 1 + (s >> 8) % (n - off);
+      dst[k] = malloc(len);
+      rr[k] = (ts_st_range){e, off, len, dst[k]};
+    }
+    CHECK_OK(ts_st_read_ranges(f, rr, 200));
+    int same = 1;
+    for (int k = 0; k < 200; k++) {
+      ts_tensor t;
+      ts_st_get(whole, rr[k].entry, &t);
+      same &= !memcmp(dst[k], (unsigned char *)t.data + rr[k].offset, rr[k].nbytes);
+    }
+    CHECK_MSG(same, "chunk %llu: ranged reads differ from the file", (unsigned long long)chunks[ci]);
+    ts_st_range out = {0, 3990, 20, dst[0]};
+    EXPECT_ERR(ts_st_read_ranges(f, &out, 1), TS_EINVAL, "chunked.safetensors", "'a'", "outside");
+    ts_st_close(f);
+    for (int k = 0; k < 200; k++) free(dst[k]);
+    /* a flipped byte in tensor b: ranges touching its chunk are refused, others still read */
+    size_t n = 0;
+    unsigned char *raw = slurp(p, &n);
+    ts_st_close(whole);
+    /* find b's bytes in the raw file by content */
+    unsigned char *hit = memmem(raw, n, b, sizeof b);
+    CHECK(hit != NULL);
+    if (hit) {
+      hit[100] ^= 0x40;
+      spit(p, raw, n);
+      expect_fail(p, TS_EFORMAT, "CRC", NULL);
+      CHECK_OK(ts_st_open_header(p, &f));
+      unsigned char tmp[400];
+      int ib = ts_st_index(f, "b");
+      ts_st_range bad = {ib, 90, 20, tmp}, good = {ts_st_index(f, "c"), 0, 28, tmp};
+      EXPECT_ERR(ts_st_read_ranges(f, &bad, 1), TS_EFORMAT, "chunked.safetensors", "'b'", "CRC-32");
+      if (chunks[ci] <= 64) CHECK_OK(ts_st_read_ranges(f, &good, 1)); /* c's chunks are not b's */
+      ts_st_close(f);
+    }
+    free(raw);
+  }
+}
+
 static void cleanup(void) {
   DIR *d = opendir(g_dir);
   struct dirent *e;
@@ -471,6 +566,7 @@ int main(void) {
   test_errors();
   test_python_file();
   test_all_fixtures();
+  test_ranges();
   if (!getenv("TS_KEEP")) cleanup();
   return ts_test_finish("test_safetensors");
 }

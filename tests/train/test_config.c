@@ -137,6 +137,7 @@ static const struct {
     {"checkpoint.keep_max", "3"},
     {"checkpoint.resume", "auto"},
     {"checkpoint.strict", "false"},
+    {"checkpoint.format", "sliced"},
     {"log.metrics", "runs/x/metrics.jsonl"},
     {"log.progress", "lines"},
     {"log.plot", "runs/x/curves.png"},

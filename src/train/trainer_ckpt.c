@@ -1,0 +1,385 @@
+/* Sliced checkpoints of a training job (docs/checkpoints.md): every rank writes its own pieces
+ * (ts_dist_pieces: its slices, its optimizer shard, its pipeline stage's entries), a piece several
+ * ranks hold written once by the lowest of them, into a staging directory; rank 0 writes the
+ * manifest last and renames the directory into place. Loading: every rank reads the manifest and
+ * only the chunks of the rank files holding the pieces it needs, whatever layout wrote them.
+ * `tessera ckpt reshard` re-cuts a checkpoint for another layout in one process, from the dry
+ * ranks of the new layout.
+ *
+ * The save runs in three phases so that an asynchronous writer could run the middle one on a
+ * thread: (1) collective: the staging directory and the checkpoint id from rank 0, the pieces and
+ * which rank writes each (hashes all-gathered); (2) local I/O: ts_ckpt_slice_write of the rank's
+ * pieces (snapshot them with ts_piece_list_add_copy to let training go on meanwhile); (3)
+ * collective: the records to rank 0, the manifest, the commit, the status to every rank. Saves
+ * happen at step boundaries only (ts_trainer_fit after a step's update), so there is no
+ * accumulation state to save. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/checkpoint.h"
+#include "tessera/strategy.h"
+#include "train_impl.h"
+
+#define MAX_SLOTS 8
+
+/* The optimizer's slots: names and data (data NULL without an optimizer). */
+static int slots_of(ts_trainer *t, int with_optimizer, const char **names, float **data) {
+  int n = with_optimizer && t->opt ? ts_optim_num_slots(t->opt) : 0;
+  if (n > MAX_SLOTS) n = MAX_SLOTS;
+  for (int k = 0; k < n; k++) {
+    names[k] = ts_optim_slot_name(t->opt, k);
+    data[k] = ts_optim_slot_data(t->opt, k);
+  }
+  return n;
+}
+
+static int add_step(ts_piece_list *l, int64_t *step) {
+  ts_shape s0 = ts_shape_make(0, NULL);
+  ts_region r;
+  ts_region_whole(&r, &s0);
+  return ts_piece_list_add(l, "optim.step", TS_I64, &s0, &r, step);
+}
+
+int ts__trainer_ckpt_format(const ts_trainer *t) {
+  int f = t->cfg.checkpoint.format;
+  if (f != TS_CFG_CKPT_AUTO) return f;
+  size_t rep = 0, sh = 0;
+  int sharded = ts_dist_optim_sharded(t->dist, &rep, &sh);
+  return t->run->sliced || sharded || t->cfg.parallel.pipeline_stages > 1 ? TS_CFG_CKPT_SLICED : TS_CFG_CKPT_WHOLE;
+}
+
+/* The layout in force, for the manifest. */
+static void layout_json(const ts_config *c, int world, int sliced, int strategy_file, char *buf, size_t cap) {
+  snprintf(buf, cap,
+           "{\"mode\": \"%s\", \"world_size\": %d, \"pipeline_stages\": %d, \"optimizer_shard\": %d, "
+           "\"optimizer_shard_group\": %d, \"sliced_parameters\": %s%s}",
+           ts_parallel_mode_name(c->parallel.mode), world, c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1,
+           c->parallel.optimizer_shard, c->parallel.optimizer_shard_group, sliced ? "true" : "false",
+           strategy_file ? ", \"strategy_file\": \"strategy.json\"" : "");
+}
+
+/* keep[i] = 1 for the pieces no lower rank holds (of each rank's list of hashes, in rank order). */
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Which of this rank's n pieces it writes: those whose hash no lower rank has (all: the hashes of
+ * every rank, counts[r] of them, in rank order). */
+static int mark_own(const uint64_t *all, const size_t *counts, int rank, const uint64_t *mine, int n, char *keep) {
+  size_t lower = 0;
+  for (int r = 0; r < rank; r++) lower += counts[r];
+  uint64_t *s = malloc(sizeof(uint64_t) * (lower + 1));
+  if (!s) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  memcpy(s, all, sizeof(uint64_t) * lower);
+  qsort(s, lower, sizeof *s, cmp_u64);
+  for (int i = 0; i < n; i++) keep[i] = !bsearch(&mine[i], s, lower, sizeof *s, cmp_u64);
+  free(s);
+  return TS_OK;
+}
+
+/* Sends every rank's text to every rank (lengths, then the bytes); *all holds them one after the
+ * other, lens[r] each. */
+static int gather_texts(ts_comm *w, int N, const char *mine, char **all, size_t *lens) {
+  int64_t l = (int64_t)strlen(mine), *ls = calloc((size_t)N, sizeof(int64_t));
+  size_t *displs = calloc((size_t)N, sizeof(size_t)), total = 0;
+  int rc = !ls || !displs ? ts_error_set(TS_ENOMEM, "checkpoint: out of memory") : TS_OK;
+  if (!rc) rc = ts_comm_allgather(w, &l, ls, 1, TS_I64);
+  for (int r = 0; r < N && !rc; r++) {
+    lens[r] = (size_t)ls[r];
+    displs[r] = total;
+    total += lens[r];
+  }
+  if (!rc && !(*all = malloc(total + 1))) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  if (!rc) rc = ts_comm_allgatherv(w, mine, *all, lens, displs, TS_U8);
+  free(ls);
+  free(displs);
+  return rc;
+}
+
+int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
+  ts_comm *w = ts_dist_world(t->dist);
+  int N = w ? ts_comm_size(w) : 1, rank = w ? ts_comm_rank(w) : 0, rc = TS_OK, rc0 = TS_OK;
+  /* (1) rank 0 prepares the staging directory and names the checkpoint */
+  struct {
+    int32_t rc;
+    char id[64];
+    char staging[4096];
+  } head;
+  memset(&head, 0, sizeof head);
+  if (rank == 0) {
+    rc0 = ts_ckpt_stage_begin(final, head.staging, sizeof head.staging);
+    head.rc = rc0;
+    snprintf(head.id, sizeof head.id, "%08" PRId64 "-%" PRIx64 "-%lx", t->step,
+             (uint64_t)(ts_time_now() * 1e9), (long)getpid());
+  }
+  if (w && (rc = ts_comm_broadcast(w, &head, sizeof head, TS_U8, 0))) return ts_error_wrap(rc, "checkpoint %s", final);
+  if (head.rc) return rank == 0 ? rc0 : ts_error_set(TS_EIO, "checkpoint %s: rank 0 could not prepare it", final);
+  /* the pieces and who writes each */
+  const char *names[MAX_SLOTS];
+  float *data[MAX_SLOTS];
+  int ns = slots_of(t, 1, names, data);
+  int64_t step = t->opt ? ts_optim_get_step(t->opt) : 0;
+  ts_piece_list l = {0};
+  rc = ts_dist_pieces(t->dist, ns, names, data, &l);
+  if (!rc && t->opt) rc = add_step(&l, &step);
+  uint64_t *h = calloc((size_t)l.n + 1, sizeof *h), *all = NULL;
+  size_t *counts = calloc((size_t)N, sizeof *counts), *displs = calloc((size_t)N, sizeof *displs), total = 0;
+  char *keep = calloc((size_t)l.n + 1, 1);
+  ts_piece *sel = calloc((size_t)l.n + 1, sizeof *sel);
+  if (!rc && (!h || !counts || !displs || !keep || !sel)) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  for (int i = 0; i < l.n && h; i++) h[i] = ts_piece_hash(&l.v[i]);
+  int64_t cnt = rc ? -1 : l.n, *cnts = calloc((size_t)N, sizeof(int64_t));
+  int failed = 0, crc = TS_OK;
+  if (w) {
+    crc = cnts ? ts_comm_allgather(w, &cnt, cnts, 1, TS_I64) : TS_ENOMEM;
+    for (int r = 0; r < N && !crc; r++) failed |= cnts[r] < 0;
+    for (int r = 0; r < N && !crc; r++) {
+      counts[r] = cnts[r] > 0 ? (size_t)cnts[r] : 0;
+      displs[r] = total;
+      total += counts[r];
+    }
+    if (!crc && !(all = malloc(sizeof(uint64_t) * (total + 1)))) crc = TS_ENOMEM;
+    /* every rank takes part even after a local failure (its count is then 0) */
+    if (!crc) crc = ts_comm_allgatherv(w, h ? h : (uint64_t *)&cnt, all, counts, displs, TS_I64);
+  } else if (cnts) {
+    cnts[0] = cnt;
+    counts[0] = l.n;
+    failed = cnt < 0;
+    all = h;
+  }
+  if (crc) { /* the job's communication failed: every rank sees it */
+    rc = ts_error_wrap(crc ? crc : TS_ECOMM, "checkpoint %s: exchanging the pieces' hashes", final);
+    goto out;
+  }
+  if (!rc && !failed) rc = mark_own(all, counts, rank, h, l.n, keep);
+  /* (2) this rank's file */
+  char *record = NULL, msg[1200] = "";
+  int wrc = rc, n = 0;
+  for (int i = 0; !rc && !failed && i < l.n; i++)
+    if (keep[i]) sel[n++] = l.v[i];
+  /* a rank that failed to list its pieces reports it; the others then write nothing */
+  if (!rc) wrc = ts_ckpt_slice_write(head.staging, rank, head.id, t->step, sel, n, &record);
+  if (wrc) {
+    snprintf(msg, sizeof msg, "%s", ts_last_error());
+    free(record);
+    record = NULL;
+    ts_ckpt_error_record(rank, msg, &record);
+  }
+  /* (3) the records to rank 0, the manifest, the commit */
+  char *texts = NULL;
+  size_t *lens = calloc((size_t)N, sizeof *lens);
+  int grc = !lens || !record ? TS_ENOMEM : TS_OK;
+  if (w && !grc) grc = gather_texts(w, N, record, &texts, lens);
+  else if (!grc) {
+    texts = strdup(record);
+    lens[0] = strlen(record);
+  }
+  int32_t status[2] = {TS_OK, -1}; /* rank 0's result and the first failing rank */
+  if (rank == 0) {
+    ts_ckpt_manifest *m = NULL;
+    ts_ckpt_state st;
+    ts__trainer_ckpt_state(t, &st);
+    ts_piece_list tens = {0};
+    const ts_strategy_set *ss = ts_dist_strategies(t->dist);
+    char lay[600];
+    layout_json(&t->cfg, N, t->run->sliced, ss != NULL, lay, sizeof lay);
+    int mrc = grc ? ts_error_set(grc, "checkpoint %s: collecting the ranks' records", final) : TS_OK;
+    if (!mrc) mrc = ts_ckpt_manifest_create(&st, head.id, N, &m);
+    if (!mrc) mrc = ts_ckpt_manifest_set_layout(m, lay);
+    if (!mrc) mrc = ts_dist_tensors(t->dist, t->opt != NULL, ns, names, &tens);
+    for (int i = 0; i < tens.n && !mrc; i++) mrc = ts_ckpt_manifest_add_tensor(m, tens.v[i].name, tens.v[i].dtype, &tens.v[i].shape);
+    size_t off = 0;
+    for (int r = 0; r < N && !mrc; r++) {
+      char *rec = strndup(texts + off, lens[r]);
+      off += lens[r];
+      mrc = rec ? ts_ckpt_manifest_add_record(m, rec) : TS_ENOMEM;
+      if (mrc) status[1] = r;
+      free(rec);
+    }
+    if (!mrc && ss) {
+      char sp[4200];
+      snprintf(sp, sizeof sp, "%s/strategy.json", head.staging);
+      if (!(mrc = ts_strategy_set_save(ss, sp))) mrc = ts_ckpt_manifest_add_file(m, head.staging, "strategy.json");
+    }
+    if (!mrc) mrc = ts_ckpt_manifest_check(m);
+    if (!mrc) mrc = ts_ckpt_manifest_write(m, head.staging);
+    if (!mrc) mrc = ts_ckpt_stage_commit(head.staging, final);
+    if (mrc) {
+      ts_error_wrap(mrc, "checkpoint %s", final);
+      ts_ckpt_stage_abort(head.staging);
+    }
+    status[0] = mrc;
+    ts_piece_list_free(&tens);
+    ts_ckpt_manifest_free(m);
+  }
+  int brc = w ? ts_comm_broadcast(w, status, 2, TS_I32, 0) : TS_OK;
+  if (brc) rc = ts_error_wrap(brc, "checkpoint %s", final);
+  else if (rank == 0) rc = status[0];
+  else if (status[0] && status[1] != rank)
+    rc = ts_error_set(status[0], "checkpoint %s: not written (rank 0 reports why%s)", final,
+                      status[1] >= 0 ? ", naming the rank at fault" : "");
+  else if (status[0]) rc = ts_error_set(status[0], "%s", msg); /* this rank's own failure: its message */
+  free(texts);
+  free(lens);
+  free(record);
+out:
+  if (all != h) free(all);
+  free(h);
+  free(cnts);
+  free(counts);
+  free(displs);
+  free(keep);
+  free(sel);
+  ts_piece_list_free(&l);
+  return rc;
+}
+
+int ts__trainer_load_sliced(ts_trainer *t, const char *dir, int strict, int with_optimizer, ts_ckpt_state *st) {
+  ts_ckpt_manifest *m = NULL;
+  ts_piece_list tens = {0}, want = {0};
+  const char *names[MAX_SLOTS];
+  float *data[MAX_SLOTS];
+  int ns = slots_of(t, with_optimizer, names, data), opt = with_optimizer && t->opt;
+  int64_t step = t->opt ? ts_optim_get_step(t->opt) : 0;
+  int rc = ts_ckpt_manifest_load(dir, &m);
+  if (!rc) rc = ts_dist_tensors(t->dist, opt, ns, names, &tens);
+  if (!rc) rc = ts_ckpt_manifest_match(m, st, tens.v, tens.n, opt, strict);
+  if (!rc) rc = ts_dist_pieces(t->dist, ns, names, data, &want);
+  if (!rc && opt) rc = add_step(&want, &step);
+  if (!rc) rc = ts_ckpt_sliced_read(m, want.v, want.n, strict);
+  ts_ckpt_info info;
+  memset(&info, 0, sizeof info);
+  if (!rc) rc = ts_ckpt_manifest_info(m, &info);
+  if (!rc) {
+    st->step = info.step;
+    st->epoch = info.epoch;
+    st->batch_index = info.batch_index;
+    st->seed = info.seed;
+    st->rng_counter = info.rng_counter;
+    st->loss_scale = info.loss_scale;
+    st->loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+    if (opt) ts_optim_set_step(t->opt, step);
+  }
+  ts_ckpt_info_free(&info);
+  ts_piece_list_free(&tens);
+  ts_piece_list_free(&want);
+  ts_ckpt_manifest_free(m);
+  /* every rank loads or none goes on: the first failing rank's number to all */
+  ts_comm *w = ts_dist_world(t->dist);
+  if (w) {
+    int32_t bad = rc ? ts_comm_rank(w) : INT32_MAX;
+    char keep[1200];
+    snprintf(keep, sizeof keep, "%s", rc ? ts_last_error() : "");
+    int crc = ts_comm_allreduce(w, &bad, &bad, 1, TS_I32, TS_REDUCE_MIN);
+    if (crc) return ts_error_wrap(crc, "checkpoint %s", dir);
+    if (rc) return ts_error_set(rc, "%s", keep);
+    if (bad != INT32_MAX)
+      return ts_error_set(TS_EIO, "checkpoint %s: rank %d could not load its pieces (its message says why)", dir, (int)bad);
+  }
+  return rc;
+}
+
+/* ---- re-cutting a checkpoint for another layout, in one process ---- */
+
+int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, const char *out) {
+  if (!cfg || !src || !out || ndevices < 1) return ts_error_set(TS_EINVAL, "reshard: bad arguments");
+  ts_ckpt_manifest *m = NULL;
+  int rc = ts_ckpt_manifest_load(src, &m);
+  if (rc) return rc;
+  const char *names[MAX_SLOTS];
+  int ns = ts_optim_kind_num_slots(cfg->optimizer.name);
+  if (ns > MAX_SLOTS) ns = MAX_SLOTS;
+  for (int k = 0; k < ns; k++) names[k] = ts_optim_kind_slot_name(cfg->optimizer.name, k);
+  ts_piece_list *lists = calloc((size_t)ndevices, sizeof *lists), tens = {0};
+  uint64_t **hs = calloc((size_t)ndevices, sizeof *hs);
+  int64_t step = 0;
+  if (!lists || !hs) rc = ts_error_set(TS_ENOMEM, "reshard: out of memory");
+  /* every target rank's pieces, from its dry build */
+  for (int r = 0; r < ndevices && !rc; r++) {
+    rc = ts__train_dry_pieces(cfg, ndevices, r, ns, names, &lists[r], r == 0 ? &tens : NULL);
+    if (!rc) rc = add_step(&lists[r], &step);
+    if (rc) ts_error_wrap(rc, "reshard: the new layout's rank %d of %d", r, ndevices);
+    if (!rc && !(hs[r] = malloc(sizeof(uint64_t) * ((size_t)lists[r].n + 1)))) rc = ts_error_set(TS_ENOMEM, "reshard: out of memory");
+    for (int i = 0; !rc && i < lists[r].n; i++) hs[r][i] = ts_piece_hash(&lists[r].v[i]);
+  }
+  ts_config c = *cfg;
+  char *yaml = NULL;
+  if (!rc) rc = ts_config_dump_string(&c, &yaml);
+  ts_ckpt_info info;
+  memset(&info, 0, sizeof info);
+  if (!rc) rc = ts_ckpt_manifest_info(m, &info);
+  ts_ckpt_state st;
+  memset(&st, 0, sizeof st);
+  st.model = ts_model_kind_name(cfg->model.name);
+  st.config_hash = ts_config_hash(cfg);
+  if (!rc) rc = ts_ckpt_manifest_match(m, &st, tens.v, tens.n, 1, 1);
+  char staging[4096] = "", id[64];
+  snprintf(id, sizeof id, "%08" PRId64 "-%" PRIx64 "-%lx-reshard", info.step, (uint64_t)(ts_time_now() * 1e9),
+           (long)getpid());
+  ts_ckpt_manifest *nm = NULL;
+  if (!rc) {
+    st.config_yaml = yaml;
+    st.version = info.version;
+    st.step = info.step;
+    st.epoch = info.epoch;
+    st.batch_index = info.batch_index;
+    st.seed = info.seed;
+    st.rng_counter = info.rng_counter;
+    st.loss_scale = info.loss_scale;
+    st.loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+    rc = ts_ckpt_manifest_create(&st, id, ndevices, &nm);
+  }
+  if (!rc) {
+    char lay[600];
+    layout_json(cfg, ndevices, 0, 0, lay, sizeof lay);
+    rc = ts_ckpt_manifest_set_layout(nm, lay);
+  }
+  for (int i = 0; i < tens.n && !rc; i++) rc = ts_ckpt_manifest_add_tensor(nm, tens.v[i].name, tens.v[i].dtype, &tens.v[i].shape);
+  if (!rc) rc = ts_ckpt_stage_begin(out, staging, sizeof staging);
+  /* each rank's own pieces read from the source and written, one rank at a time */
+  size_t seen_n = 0, seen_cap = 0;
+  uint64_t *seen = NULL; /* the lower ranks' hashes, sorted */
+  for (int r = 0; r < ndevices && !rc; r++) {
+    ts_piece_list own = {0};
+    for (int i = 0; i < lists[r].n && !rc; i++) {
+      if (seen_n && bsearch(&hs[r][i], seen, seen_n, sizeof *seen, cmp_u64)) continue; /* a lower rank writes it */
+      const ts_piece *p = &lists[r].v[i];
+      rc = ts_piece_list_add_copy(&own, p->name, p->dtype, &p->shape, &p->region, NULL);
+    }
+    if (!rc && seen_n + (size_t)lists[r].n > seen_cap) {
+      seen_cap = 2 * (seen_n + (size_t)lists[r].n) + 16;
+      uint64_t *q = realloc(seen, sizeof *q * seen_cap);
+      if (!q) rc = ts_error_set(TS_ENOMEM, "reshard: out of memory");
+      else seen = q;
+    }
+    for (int i = 0; i < lists[r].n && !rc; i++) seen[seen_n++] = hs[r][i];
+    if (!rc) qsort(seen, seen_n, sizeof *seen, cmp_u64);
+    char *rec = NULL;
+    if (!rc) rc = ts_ckpt_sliced_read(m, own.v, own.n, 1);
+    if (!rc) rc = ts_ckpt_slice_write(staging, r, id, info.step, own.v, own.n, &rec);
+    if (!rc) rc = ts_ckpt_manifest_add_record(nm, rec);
+    free(rec);
+    ts_piece_list_free(&own);
+  }
+  if (!rc) rc = ts_ckpt_manifest_check(nm);
+  if (!rc) rc = ts_ckpt_manifest_write(nm, staging);
+  if (!rc) rc = ts_ckpt_stage_commit(staging, out);
+  if (rc && staging[0]) ts_ckpt_stage_abort(staging);
+  free(seen);
+  for (int r = 0; lists && r < ndevices; r++) {
+    ts_piece_list_free(&lists[r]);
+    free(hs ? hs[r] : NULL);
+  }
+  free(lists);
+  free(hs);
+  ts_piece_list_free(&tens);
+  ts_ckpt_info_free(&info);
+  ts_ckpt_manifest_free(nm);
+  ts_ckpt_manifest_free(m);
+  free(yaml);
+  return rc;
+}
