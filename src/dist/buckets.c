@@ -314,7 +314,7 @@ static int by_first(const void *a, const void *b) {
   return x->first != y->first ? (x->first > y->first) - (x->first < y->first) : (x > y) - (x < y);
 }
 
-int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel) {
+int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel) {
   *numel = 0;
   if (!d->nranks) return ts_error_set(TS_EINVAL, "staged gradient buckets: reduce-scatter mode only (ts__buckets_scatter)");
   if (d->staged) return ts_error_set(TS_EINVAL, "staged gradient buckets: already staged");
@@ -366,8 +366,9 @@ int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel) {
   if (!d->slot || (accumulate && !d->slot_out)) return ts_error_set(TS_ENOMEM, "staged gradient buckets: out of memory");
   d->staged = 1;
   for (int q = 0; q < d->nslots; q++) {
-    d->slot[q] = ts_calloc((d->slot_len[q] ? d->slot_len[q] : 1) * sizeof(float));
-    if (accumulate) d->slot_out[q] = ts_calloc((d->slot_part[q] ? d->slot_part[q] : 1) * sizeof(float));
+    void *(*alloc)(size_t) = sizing ? ts_alloc : ts_calloc;
+    d->slot[q] = alloc((d->slot_len[q] ? d->slot_len[q] : 1) * sizeof(float));
+    if (accumulate) d->slot_out[q] = alloc((d->slot_part[q] ? d->slot_part[q] : 1) * sizeof(float));
     if (!d->slot[q] || (accumulate && !d->slot_out[q]))
       return ts_error_set(TS_ENOMEM, "staged gradient buckets: cannot allocate a staging slot of %zu floats",
                           d->slot_len[q]);

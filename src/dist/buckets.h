@@ -36,8 +36,10 @@ void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, con
  * with accumulate also room per slot for a reduced part. The plan must bind each gradient to
  * ts__buckets_grad_addr and run with ts__buckets_hook attached, which also waits, before a
  * bucket's first writer runs, for its slot's previous reduce-scatter. *numel: the floats
- * allocated. Also in dry runs (without a communicator): the binding shapes the plan. */
-int ts__buckets_stage(ts__buckets *d, int accumulate, size_t *numel);
+ * allocated. Also in dry runs (without a communicator): the binding shapes the plan; with sizing
+ * the slots are reserved but never written (no zeroing: a dry build pricing a large model must not
+ * touch gigabytes of pages). */
+int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel);
 /* Staged mode: the staging slots (0 otherwise). */
 int ts__buckets_num_slots(const ts__buckets *d);
 /* Staged mode: where the gradient element at flat offset `flat` of the store lives (its bucket's

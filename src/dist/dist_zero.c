@@ -309,7 +309,7 @@ static int stage_grads(ts_dist *d, struct ts__zero *z) { /* before anything plan
                         d->cfg.optimizer_shard);
   for (int k = 0; k < z->ng && !rc; k++) {
     size_t n = 0;
-    rc = ts__buckets_stage(z->g[k].bk, acc, &n);
+    rc = ts__buckets_stage(z->g[k].bk, acc, ts__dist_sizing(d), &n);
     z->stage_numel += n;
   }
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard %d: the gradient buckets' staging slots",
