@@ -186,9 +186,12 @@ static int add_degrees(const ts_config *cfg, const ts_cluster *cl, int dp, int t
   /* tensor parallel: the per-operator search's cuts (any model), and Megatron-LM's for GPT. A GPT
    * job spanning nodes takes Megatron's only: its graphs are large (an operator search per split
    * of the devices would take minutes, and its elimination tables outgrow the exact search) and
-   * Megatron's cuts are what such jobs are known to run best with */
-  int mega = cfg->model.name == TS_MODEL_GPT && cfg->model.n_head % tp == 0 && cfg->model.vocab_size % tp == 0;
-  int searched_ok = !(mega && dp * tp * pp > cl->devices_per_node);
+   * Megatron's cuts are what such jobs are known to run best with; a tp their cuts cannot take (it
+   * divides not the heads or the vocabulary) is then not offered either (it fell back to the
+   * operator search: GPT-145B's tp 64 took over 10 minutes and 7 GB) */
+  int gpt = cfg->model.name == TS_MODEL_GPT;
+  int mega = gpt && cfg->model.n_head % tp == 0 && cfg->model.vocab_size % tp == 0;
+  int searched_ok = !(gpt && dp * tp * pp > cl->devices_per_node);
   int Ms[16], nm = 0;
   /* a pipeline's P, 2P, 4P micro-batches; and 1, 2, 4, 8 rows per replica (Megatron-LM's 1..8) */
   int cand[7] = {pp > 1 ? pp : 1, 2 * pp, 4 * pp, 0, 0, 0, 0};
