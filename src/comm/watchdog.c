@@ -59,10 +59,13 @@ static void expire(void) {
   if (can_probe(c)) {
     ts__watch_diagnose(c, &g_call.sig, g_call.t0, why, sizeof why);
   } else if (c->size > 1) {
+    int lv = ts__mpi_thread_level();
     snprintf(why, sizeof why,
-             " (which of the other %d rank%s of %s never reached it is not known: MPI provides thread "
-             "level %d, not MPI_THREAD_MULTIPLE, so the watchdog cannot ask them)",
-             c->size - 1, c->size > 2 ? "s" : "", c->world_like ? "the job" : "its group", ts__mpi_thread_level());
+             " (which of the other %d rank%s of %s never reached it cannot be told: MPI provides %s, not "
+             "MPI_THREAD_MULTIPLE, so the watchdog may not ask them)",
+             c->size - 1, c->size > 2 ? "s" : "", c->world_like ? "the job" : "its group",
+             lv == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : lv == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+                                                                                   : "MPI_THREAD_SERIALIZED");
   }
   if (!why[0]) snprintf(why, sizeof why, " (a peer may have died or not have issued it)");
   snprintf(msg, sizeof msg,
