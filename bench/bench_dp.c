@@ -173,7 +173,8 @@ static void bench_model(const options *o, const char *model, const char *self, c
            "--mlp-batch %d --bucket-mb %g",
            model, o->warmup, o->steps, o->resnet_batch, o->gpt_batch, o->gpt_seq, o->mlp_batch, o->bucket_mb);
   snprintf(modes, sizeof modes, "%s", o->blocking);
-  for (char *m = strtok(modes, ","); m && nm < MAXMODES; m = strtok(NULL, ",")) mode[nm++] = m;
+  char *save = NULL; /* strtok_r: main's loop over the models uses strtok */
+  for (char *m = strtok_r(modes, ",", &save); m && nm < MAXMODES; m = strtok_r(NULL, ",", &save)) mode[nm++] = m;
   /* per round: the 1-rank step, per mode the N-rank steps and waits with and without overlap, alone */
   double step1[MAXROUNDS], alone[MAXROUNDS], stepn[MAXMODES][MAXROUNDS], wov[MAXMODES][MAXROUNDS],
       snov[MAXMODES][MAXROUNDS], wnov[MAXMODES][MAXROUNDS];

@@ -304,6 +304,7 @@ MPI_Datatype ts__mpi_dtype(ts_dtype dt) {
 void ts_comm_set_timeout(double seconds) { g_timeout = (seconds > 0 && isfinite(seconds)) ? seconds : 0; }
 double ts_comm_get_timeout(void) { return g_timeout; }
 void ts_comm_set_debug_check(int on) { g_check = on != 0; }
+int ts_comm_get_debug_check(void) { return g_check; }
 
 int ts_comm_set_blocking(ts_comm *c, ts_comm_blocking mode) {
   if (!c) return ts_error_set(TS_EINVAL, "ts_comm_set_blocking: communicator is NULL");
@@ -320,7 +321,6 @@ ts_comm_blocking ts_comm_get_blocking(const ts_comm *c) {
 }
 
 int ts__mpi_thread_level(void) { return g_thread_level; }
-int ts_comm_get_debug_check(void) { return g_check; }
 
 /* ---- init / finalize ---- */
 static ts_comm *comm_wrap(MPI_Comm mc, int is_world) {
