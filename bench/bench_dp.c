@@ -4,6 +4,7 @@
  *   build/bench_dp [--models resnet18,gpt,mlp] [--warmup N] [--steps N] [--ranks N]
  *                  [--resnet-batch B] [--gpt-batch B] [--gpt-seq T] [--mlp-batch B]
  *                  [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]
+ *                  [--blocking native,polled] [--rounds K]
  *
  * For each model, with B samples PER RANK and one thread per rank (weak scaling, as the issue's
  * reference figures):
@@ -13,6 +14,11 @@
  *           the whole communication time, `comm_ms`;
  *   N x 1   every rank training alone, no communication: what N processes sharing the machine
  *           (memory bandwidth, caches, clocks) cost by themselves.
+ * The two data-parallel runs are made for each --blocking mode (ts_comm_set_blocking on the world
+ * before the reducer is made: native, what a training job uses, reduces the buckets left after
+ * backward with MPI's blocking call; polled, as before, MPI_Iallreduce + polling for every one),
+ * and the whole set is repeated --rounds times in the same order (figures: the median over the
+ * rounds of each run's median step), so that drifts of a shared machine fall on every run.
  * and prints per model
  *   {"name":"dp_scaling","model":..,"ranks":N,"batch_per_rank":B,
  *    "tessera_1x1_sps":..,"tessera_sps":..,"tessera_efficiency":..,   sps = samples/s
@@ -22,6 +28,7 @@
  *    "hidden":..,                      1 - (N-rank step - 1-rank step) / comm_ms: the fraction of
  *                                      the communication that did not lengthen the step
  *    "torch_1x1_sps":..,"torch_sps":..,"torch_efficiency":..,"efficiency_vs_torch":..}
+ * (one line per --blocking mode, "blocking":"native"|"polled").
  * efficiency = N-rank samples/s / (N x 1-rank samples/s). The workers are this program run with
  * --worker under mpirun; the PyTorch side is bench/torch_ddp.py (same models and recipes).
  * Step time per step = the slowest rank's (ranks start each step together, after a barrier);
@@ -49,6 +56,8 @@ typedef struct {
   const char *model;
   int overlap;
   int alone; /* N ranks each training alone, no communication (the machine's contention) */
+  const char *blocking; /* driver: the modes; worker: its mode */
+  int rounds;
 } options;
 
 static int batch_of(const options *o, const char *model) {
@@ -65,6 +74,8 @@ static int worker(const options *o, int *argc, char ***argv) {
   bench_model_opts mo = {.batch = batch_of(o, o->model), .seq = o->gpt_seq, .data_seed = (uint64_t)rank};
   bench_model_build(&t, o->model, &mo);
   ts_grad_reducer *dp = NULL;
+  int native = !strcmp(o->blocking, "native");
+  if (ts_comm_set_blocking(w, native ? TS_COMM_BLOCKING_NATIVE : TS_COMM_BLOCKING_POLLED)) die("blocking mode");
   if (size > 1 && !o->alone) {
     ts_grad_reducer_config rc = {o->bucket_mb, 1, TS_F32};
     if (ts_grad_reducer_create(w, t.ps, t.g, &rc, &dp)) die("data-parallel reducer");
@@ -96,9 +107,9 @@ static int worker(const options *o, int *argc, char ***argv) {
   double step = median(ms + o->warmup, o->steps), exposed = median(wait + o->warmup, o->steps);
   if (rank == 0) {
     printf("{\"name\":\"dp_run\",\"framework\":\"tessera\",\"model\":\"%s\",\"world\":%d,\"overlap\":%d,\"alone\":%d,"
-           "\"batch_per_rank\":%d,\"step_ms\":%.3f,\"wait_ms\":%.3f,\"samples_per_s\":%.2f,\"params\":%zu,"
-           "\"buckets\":%d,\"bucket_mb\":%g}\n",
-           o->model, size, o->overlap, o->alone, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
+           "\"blocking\":\"%s\",\"batch_per_rank\":%d,\"step_ms\":%.3f,\"wait_ms\":%.3f,\"samples_per_s\":%.2f,"
+           "\"params\":%zu,\"buckets\":%d,\"bucket_mb\":%g}\n",
+           o->model, size, o->overlap, o->alone, o->blocking, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
            ts_params_numel(t.ps), dp ? ts_grad_reducer_num_buckets(dp) : 0, o->bucket_mb);
     fflush(stdout);
   }
@@ -148,29 +159,41 @@ static void self_path(char *buf, size_t cap) {
   buf[n] = 0;
 }
 
+#define MAXMODES 2
+#define MAXROUNDS 16
+
 static void bench_model(const options *o, const char *model, const char *self, const char *torch_script) {
   int B = batch_of(o, model);
   const char *mpirun = "mpirun --oversubscribe --allow-run-as-root";
   const char *env = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive";
-  char common[512], cmd[2048];
+  char common[512], cmd[2048], modes[64], *mode[MAXMODES];
+  int nm = 0;
   snprintf(common, sizeof common,
            "--worker --model %s --warmup %d --steps %d --resnet-batch %d --gpt-batch %d --gpt-seq %d "
            "--mlp-batch %d --bucket-mb %g",
            model, o->warmup, o->steps, o->resnet_batch, o->gpt_batch, o->gpt_seq, o->mlp_batch, o->bucket_mb);
-  double step1, stepn, wait_ov, step_nov, wait_nov;
-  snprintf(cmd, sizeof cmd, "%s %s -n 1 -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 1", env, mpirun, self, common);
-  if (run_json(cmd, "step_ms", &step1, NULL, NULL)) die("the 1-rank run failed");
-  snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 1", env, mpirun,
-           o->ranks, self, common);
-  if (run_json(cmd, "step_ms", &stepn, "wait_ms", &wait_ov)) die("the data-parallel run failed");
-  snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 0", env, mpirun,
-           o->ranks, self, common);
-  if (run_json(cmd, "step_ms", &step_nov, "wait_ms", &wait_nov)) die("the no-overlap run failed");
-  double step_alone;
-  snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --alone 1", env, mpirun,
-           o->ranks, self, common);
-  if (run_json(cmd, "step_ms", &step_alone, NULL, NULL)) die("the independent-ranks run failed");
-  double sps1 = 1e3 * B / step1, spsn = 1e3 * B * o->ranks / stepn;
+  snprintf(modes, sizeof modes, "%s", o->blocking);
+  char *save = NULL; /* strtok_r: main's loop over the models uses strtok */
+  for (char *m = strtok_r(modes, ",", &save); m && nm < MAXMODES; m = strtok_r(NULL, ",", &save)) mode[nm++] = m;
+  /* per round: the 1-rank step, per mode the N-rank steps and waits with and without overlap, alone */
+  double step1[MAXROUNDS], alone[MAXROUNDS], stepn[MAXMODES][MAXROUNDS], wov[MAXMODES][MAXROUNDS],
+      snov[MAXMODES][MAXROUNDS], wnov[MAXMODES][MAXROUNDS];
+  for (int r = 0; r < o->rounds; r++) {
+    snprintf(cmd, sizeof cmd, "%s %s -n 1 -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 1", env, mpirun, self,
+             common);
+    if (run_json(cmd, "step_ms", &step1[r], NULL, NULL)) die("the 1-rank run failed");
+    for (int m = 0; m < nm; m++) {
+      snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 1 --blocking %s", env,
+               mpirun, o->ranks, self, common, mode[m]);
+      if (run_json(cmd, "step_ms", &stepn[m][r], "wait_ms", &wov[m][r])) die("the data-parallel run failed");
+      snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --overlap 0 --blocking %s", env,
+               mpirun, o->ranks, self, common, mode[m]);
+      if (run_json(cmd, "step_ms", &snov[m][r], "wait_ms", &wnov[m][r])) die("the no-overlap run failed");
+    }
+    snprintf(cmd, sizeof cmd, "%s %s -n %d -x OMP_NUM_THREADS -x OMP_WAIT_POLICY %s %s --alone 1", env, mpirun,
+             o->ranks, self, common);
+    if (run_json(cmd, "step_ms", &alone[r], NULL, NULL)) die("the independent-ranks run failed");
+  }
   double tsps1 = NAN, tspsn = NAN;
   if (o->torch) {
     char targs[256];
@@ -181,18 +204,25 @@ static void bench_model(const options *o, const char *model, const char *self, c
     snprintf(cmd, sizeof cmd, "%s %s %s %s --world %d", env, TORCH_PY, torch_script, targs, o->ranks);
     if (run_json(cmd, "samples_per_s", &tspsn, NULL, NULL)) fprintf(stderr, "bench_dp: PyTorch DDP run failed\n");
   }
-  double eff = spsn / (o->ranks * sps1), teff = tspsn / (o->ranks * tsps1);
-  /* Hidden: the part of the communication time (the no-overlap run's wait) that did not lengthen
-   * the step beyond the 1-rank step. On a core per rank, moving and summing the data through
-   * shared memory is work of that same core, so polling during backward mostly moves it there. */
-  double hidden = wait_nov > 0 ? 1.0 - (stepn - step1) / wait_nov : NAN;
-  if (hidden < 0) hidden = 0;
-  printf("{\"name\":\"dp_scaling\",\"model\":\"%s\",\"ranks\":%d,\"batch_per_rank\":%d,\"tessera_1x1_sps\":%.2f,"
-         "\"tessera_sps\":%.2f,\"tessera_efficiency\":%.4f,\"alone_efficiency\":%.4f,\"dp_vs_alone\":%.4f,\"comm_ms\":%.3f,\"comm_share\":%.4f,\"exposed_ms\":%.3f,"
-         "\"hidden\":%.4f,\"torch_1x1_sps\":%.2f,\"torch_sps\":%.2f,\"torch_efficiency\":%.4f,"
-         "\"efficiency_vs_torch\":%.4f}\n",
-         model, o->ranks, B, sps1, spsn, eff, step1 / step_alone, step_alone / stepn, wait_nov, step_nov > 0 ? wait_nov / step_nov : NAN, wait_ov, hidden,
-         tsps1, tspsn, teff, eff / teff);
+  int R = o->rounds;
+  double s1 = median(step1, R), sa = median(alone, R);
+  for (int m = 0; m < nm; m++) {
+    double sn = median(stepn[m], R), wo = median(wov[m], R), sno = median(snov[m], R), wno = median(wnov[m], R);
+    double sps1 = 1e3 * B / s1, spsn = 1e3 * B * o->ranks / sn;
+    double eff = spsn / (o->ranks * sps1), teff = tspsn / (o->ranks * tsps1);
+    /* Hidden: the part of the communication time (the no-overlap run's wait) that did not lengthen
+     * the step beyond the 1-rank step. On a core per rank, moving and summing the data through
+     * shared memory is work of that same core, so polling during backward mostly moves it there. */
+    double hidden = wno > 0 ? 1.0 - (sn - s1) / wno : NAN;
+    if (hidden < 0) hidden = 0;
+    printf("{\"name\":\"dp_scaling\",\"model\":\"%s\",\"ranks\":%d,\"blocking\":\"%s\",\"rounds\":%d,"
+           "\"batch_per_rank\":%d,\"tessera_1x1_sps\":%.2f,\"tessera_sps\":%.2f,\"tessera_efficiency\":%.4f,"
+           "\"alone_efficiency\":%.4f,\"dp_vs_alone\":%.4f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"comm_share\":%.4f,"
+           "\"exposed_ms\":%.3f,\"hidden\":%.4f,\"torch_1x1_sps\":%.2f,\"torch_sps\":%.2f,"
+           "\"torch_efficiency\":%.4f,\"efficiency_vs_torch\":%.4f}\n",
+           model, o->ranks, mode[m], R, B, sps1, spsn, eff, s1 / sa, sa / sn, sn, wno, sno > 0 ? wno / sno : NAN, wo,
+           hidden, tsps1, tspsn, teff, eff / teff);
+  }
   fflush(stdout);
 }
 
@@ -200,7 +230,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: bench_dp [--models resnet18,gpt,mlp] [--warmup N] [--steps N] [--ranks N]\n"
           "                [--resnet-batch B] [--gpt-batch B] [--gpt-seq T] [--mlp-batch B]\n"
-          "                [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]\n");
+          "                [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]\n"
+          "                [--blocking native,polled] [--rounds K]\n");
   exit(2);
 }
 
@@ -208,7 +239,8 @@ int main(int argc, char **argv) {
   bench_prog = "bench_dp";
   options o = {.warmup = 2, .steps = 8, .ranks = 2, .resnet_batch = 64, .gpt_batch = 8, .gpt_seq = 256,
                .mlp_batch = 128, .bucket_mb = 4, .torch_bucket_mb = 25, .torch = 1,
-               .models = "resnet18,gpt,mlp", .model = "mlp", .overlap = 1};
+               .models = "resnet18,gpt,mlp", .model = "mlp", .overlap = 1, .blocking = "native,polled",
+               .rounds = 1};
   int is_worker = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -219,6 +251,8 @@ int main(int argc, char **argv) {
     else if (ARG("--model")) o.model = v;
     else if (ARG("--overlap")) o.overlap = atoi(v);
     else if (ARG("--alone")) o.alone = atoi(v);
+    else if (ARG("--blocking")) o.blocking = v;
+    else if (ARG("--rounds")) o.rounds = atoi(v);
     else if (ARG("--warmup")) o.warmup = atoi(v);
     else if (ARG("--steps")) o.steps = atoi(v);
     else if (ARG("--ranks")) o.ranks = atoi(v);
@@ -231,7 +265,9 @@ int main(int argc, char **argv) {
     else usage();
 #undef ARG
   }
-  if (o.steps < 1 || o.warmup < 0 || o.ranks < 2) usage();
+  if (o.steps < 1 || o.warmup < 0 || o.ranks < 2 || o.rounds < 1 || o.rounds > MAXROUNDS) usage();
+  if (is_worker && strchr(o.blocking, ',')) o.blocking = "native"; /* runs without a reducer */
+  if (is_worker && strcmp(o.blocking, "native") && strcmp(o.blocking, "polled")) usage();
   if (is_worker) return worker(&o, &argc, &argv);
   char self[1024], script[1200];
   self_path(self, sizeof self);

@@ -3,15 +3,18 @@
  * One process works with or without mpirun (MPI singleton). Every call returns a ts_err status;
  * MPI errors, timeouts and mismatched collectives come back as TS_ECOMM with a message (see
  * ts_last_error()) naming the collective, its sequence number, the rank, the dtype and count.
- * Nothing here prints or exits, except ts_comm_abort, which ends the whole job on request.
+ * Nothing here prints or exits, except ts_comm_abort, which ends the whole job on request, and
+ * the watchdog of native blocking calls (below), which ends a job that is stuck: that is the
+ * contract a caller accepts by choosing TS_COMM_BLOCKING_NATIVE, never a reaction to bad input.
  *
  * Rules shared by every collective (as in MPI):
  *  - all ranks of a communicator call the same collectives in the same order, with matching
  *    dtype, op, root and counts (ts_comm_set_debug_check verifies this at run time);
  *  - counts are in elements of `dtype` and must fit in an int (TS_ERANGE otherwise);
- *  - every call is made from the thread that called ts_comm_init (MPI is initialised with
- *    MPI_THREAD_FUNNELED: OpenMPI 4.1 takes locks in its progress engine from SERIALIZED up,
- *    which measured 1.4x slower for a 2 MiB all-reduce on 2 ranks here).
+ *  - every call is made from the thread that called ts_comm_init. MPI is initialised with
+ *    MPI_THREAD_MULTIPLE for the library's own watchdog thread, which calls MPI only while the
+ *    main thread is blocked in a native call (docs/comm.md has the measurement: no slower than
+ *    FUNNELED here).
  *
  * Accumulation: f32, i32, i64 reductions use MPI's built-in operations. bf16 and f16 reductions
  * move 16-bit data on the wire but accumulate in f32: the buffer is cut into one block per rank,
@@ -30,14 +33,23 @@
  * outstanding requests between kernels; ts_comm_wait finishes them. bf16/f16 reductions are two
  * MPI stages; ts_comm_test performs the local f32 sum and issues the second stage.
  *
- * Timeouts (the watchdog): every blocking call (collectives, send/recv, ts_comm_wait) waits for
- * at most the timeout (default 300 s; ts_comm_set_timeout or env TESSERA_COMM_TIMEOUT; 0 means
- * wait forever), polling MPI_Test with a short spin, then yields and short sleeps. On expiry it
- * returns TS_ECOMM ("rank 1: allreduce #12 (f32 x 1000) did not complete within 300 s (a peer
- * may have died)"). A communicator whose collective timed out is marked failed: later calls on
- * it fail fast with TS_ECOMM. The MPI operation cannot be cancelled, so the buffers of the timed
- * out call may still be written if the peer arrives late: keep them alive, and end the job with
- * ts_comm_abort (the normal reaction), or free that communicator and carry on with others. */
+ * Timeouts: every blocking call waits for at most the timeout (default 300 s;
+ * ts_comm_set_timeout or env TESSERA_COMM_TIMEOUT; 0 means wait forever), in one of two ways
+ * chosen per communicator (ts_comm_set_blocking):
+ *  - polled (the default): the non-blocking MPI call, then MPI_Test with a short spin, yields and
+ *    short sleeps. On expiry the call returns TS_ECOMM ("rank 1: allreduce(sum) #12 (f32 x 1000)
+ *    did not complete within 300 s: rank 0 of 2 never reached it (stalled or dead)"). A
+ *    communicator whose collective timed out is marked failed: later calls on it fail fast with
+ *    TS_ECOMM. The MPI operation cannot be cancelled, so the buffers of the timed out call may
+ *    still be written if the peer arrives late: keep them alive, and end the job with
+ *    ts_comm_abort (the normal reaction), or free that communicator and carry on with others.
+ *  - native: MPI's blocking collective (MPI_Allreduce, ...), faster when nothing is left to
+ *    overlap (about 2x less time than MPI_Iallreduce + polling for 2 MiB on 2 ranks here). A
+ *    blocking MPI call cannot be interrupted, so the timeout is kept by a watchdog thread (one
+ *    per process, asleep on a condition variable, started by the first native call that has a
+ *    deadline): on expiry it writes the same message through the logging hook and ends the job
+ *    with MPI_Abort, exit status TS_COMM_EXIT_TIMEOUT. The call does not return.
+ * Non-blocking requests, ts_comm_wait, send/recv and communicator creation are always polled. */
 #ifndef TESSERA_COMM_H
 #define TESSERA_COMM_H
 
@@ -57,20 +69,32 @@ const char *ts_reduce_op_name(ts_reduce_op op);
 
 /* ---- process-wide setup ---- */
 
-/* Initialises MPI (MPI_Init_thread requesting MPI_THREAD_FUNNELED) unless it already is,
+/* Initialises MPI (MPI_Init_thread requesting MPI_THREAD_MULTIPLE) unless it already is,
  * and creates the world communicator (a duplicate of MPI_COMM_WORLD, so library traffic never
  * mixes with the application's). Works without mpirun as a 1-rank singleton. argc/argv may be
- * NULL. Idempotent. Reads TESSERA_COMM_TIMEOUT (seconds) and TESSERA_COMM_CHECK (0/1) (a
- * malformed value is TS_ECONFIG); ts_comm_set_* calls made after it take precedence. */
+ * NULL. Idempotent. Reads TESSERA_COMM_TIMEOUT (seconds), TESSERA_COMM_CHECK (0/1) and
+ * TESSERA_COMM_BLOCKING (polled/native) (a malformed value is TS_ECONFIG); ts_comm_set_timeout
+ * and ts_comm_set_debug_check calls made after it take precedence. */
 int ts_comm_init(int *argc, char ***argv);
 /* 1 between ts_comm_init and ts_comm_finalize. */
 int ts_comm_initialized(void);
-/* Frees the world communicator and finalises MPI if ts_comm_init initialised it. Communicators
- * made by the caller should be freed first. Idempotent; MPI cannot be initialised again after. */
+/* Stops the watchdog thread (if it started), frees the world communicator and finalises MPI if
+ * ts_comm_init initialised it. Communicators made by the caller should be freed first.
+ * Idempotent; MPI cannot be initialised again after. */
 int ts_comm_finalize(void);
 /* Ends every process of the job (MPI_Abort on c, or on MPI_COMM_WORLD if c is NULL) with `code`.
  * Does not return when MPI is initialised; TS_EINVAL otherwise. */
 int ts_comm_abort(ts_comm *c, int code);
+
+/* How the blocking calls of a communicator wait for their deadline (see the top of this file). */
+typedef enum {
+  TS_COMM_BLOCKING_POLLED = 0, /* non-blocking MPI call + polling; a timeout returns TS_ECOMM */
+  TS_COMM_BLOCKING_NATIVE = 1  /* MPI's blocking call; a timeout ends the job (the watchdog) */
+} ts_comm_blocking;
+
+/* Exit status of a job the watchdog ended (a native blocking call outlived the timeout): 75,
+ * EX_TEMPFAIL of sysexits.h, distinct from the command's 1 (runtime error) and 2 (configuration). */
+#define TS_COMM_EXIT_TIMEOUT 75
 
 /* Timeout in seconds of every blocking call (0 = none). Process-wide; default 300. */
 void ts_comm_set_timeout(double seconds);
@@ -121,6 +145,18 @@ int ts_comm_grid_axis(ts_comm *c, int ndim, const int *dims, int axis, ts_comm *
 int ts_comm_grid_coords(int rank, int ndim, const int *dims, int *coords);
 /* Frees a communicator (NULL and the world communicator are ignored). */
 void ts_comm_free(ts_comm *c);
+
+/* Chooses how the blocking collectives on c wait (allreduce, allgather(v), reduce_scatter(_block),
+ * broadcast, alltoall(v), barrier, bf16/f16 reductions included; the results are those of the
+ * polled path: bitwise for bf16/f16 and integers, and for f32 on 2 ranks; on 3 or more MPI's
+ * blocking and non-blocking algorithms may add f32 in different orders). Every rank of c must
+ * choose the same (MPI does not match a blocking collective with a non-blocking one; the debug
+ * check compares it). Communicators made from c afterwards (dup, split, group, grid_axis) start
+ * with c's mode. Env TESSERA_COMM_BLOCKING=polled|native (read by ts_comm_init) overrides every
+ * communicator's mode. TS_EINVAL for a NULL c or an unknown mode. */
+int ts_comm_set_blocking(ts_comm *c, ts_comm_blocking mode);
+/* The mode in force on c (the override included); polled for NULL. */
+ts_comm_blocking ts_comm_get_blocking(const ts_comm *c);
 
 /* Splits `total` elements into n blocks as evenly as possible, the first total % n blocks one
  * larger (the layout of the blocked reduce-scatter and of the bf16/f16 reductions). */

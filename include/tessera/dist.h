@@ -201,7 +201,11 @@ typedef struct {
  * (singleton without mpirun) and take the world communicator. dry = N >= 1: plan for N devices
  * as rank `rank` without MPI (no communicators; the graphs, store and plans are built as the
  * job would, so the memory figures are the job's). Refusals of the layout (TS_ECONFIG) come
- * before anything starts. */
+ * before anything starts. A real job switches the world communicator to native blocking calls
+ * (ts_comm_set_blocking; process-wide, and inherited by every communicator made from it): its
+ * blocking collectives then end the job through the watchdog when they outlive the timeout
+ * instead of returning TS_ECOMM (non-blocking ones, the buckets overlapped with backward
+ * included, still return it). TESSERA_COMM_BLOCKING=polled keeps every call polled. */
 int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dist_model *m, int dry, int rank,
                    ts_dist **out);
 void ts_dist_free(ts_dist *d);

@@ -1,10 +1,14 @@
-/* Collectives and point-to-point transfers. Each is issued as a non-blocking MPI call wrapped
- * in a ts_comm_req; the blocking forms wait for it under the timeout (comm.c).
+/* Collectives and point-to-point transfers. Each is one issue function that fills a ts_comm_req
+ * and makes the MPI call: the non-blocking one (MPI_Iallreduce, ...) for the non-blocking forms
+ * and for blocking forms on polled communicators, which then wait for it under the timeout
+ * (comm.c); MPI's blocking one (MPI_Allreduce, ...) for blocking forms on native communicators
+ * (ts_comm_set_blocking), with the watchdog armed around it (watchdog.c). Either way the same
+ * stage functions finish the work (a MEAN's division, a bf16/f16 stage).
  *
  * bf16/f16 reductions: 16-bit data on the wire, f32 accumulation in rank order, one rounding
  * (see comm.h): stage 1 is an all-to-all that brings every rank's copy of block r to rank r,
- * the local sum runs when stage 1 completes (inside ts_comm_test / wait), and for allreduce
- * stage 2 is an in-place allgatherv of the reduced blocks. */
+ * the local sum runs when stage 1 completes (inside ts_comm_test / wait, or right after the
+ * native call), and for allreduce stage 2 is an in-place allgatherv of the reduced blocks. */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -66,9 +70,12 @@ static int overlap(const void *a, size_t abytes, const void *b, size_t bbytes) {
   return x < y + bbytes && y < x + abytes;
 }
 
-static ts_comm_req *new_req(ts_comm *c, const ts_coll_sig *s, int nints) {
+/* blocking: for a blocking form (native when c's mode says so). */
+static ts_comm_req *new_req(ts_comm *c, const ts_coll_sig *s, int nints, int blocking) {
   ts_comm_req *r = ts__req_new(c, s);
   if (!r) return NULL;
+  r->native = blocking && ts__comm_native(c);
+  if (r->native) r->sig.flags |= TS__SIG_NATIVE;
   if (nints > 0) {
     r->iarr = malloc((size_t)nints * sizeof(int));
     if (!r->iarr) {
@@ -83,8 +90,18 @@ static int oom(ts_comm *c, const ts_coll_sig *s) {
   return ts__arg_fail(c, TS_ENOMEM, s, "out of memory");
 }
 
-/* Issues via `rc_mpi` (an MPI return code) or cleans up; hands out the request. */
+/* Numbers (and, debugging, checks) r's collective, then arms a native request's deadline: call
+ * right before the MPI call, and hand its result to issued(). */
+static int begin(ts_comm_req *r) {
+  int rc = ts__coll_begin(r->c, &r->sig);
+  if (!rc && r->native) rc = ts__watchdog_arm(r->c, &r->sig);
+  return rc;
+}
+
+/* After the MPI call (`mrc`, its return code; fn: its name, native or non-blocking): disarms a
+ * native request's deadline; cleans up on failure; hands out the request. */
 static int issued(ts_comm_req *r, int mrc, const char *fn, ts_comm_req **out) {
+  if (r->native) ts__watchdog_disarm(r->c);
   if (mrc != MPI_SUCCESS) {
     int rc = ts__mpi_fail(r->c, &r->sig, mrc, fn);
     ts__req_release(r);
@@ -224,15 +241,25 @@ static int stage_rs16(ts_comm_req *r) {
   return TS_OK;
 }
 
-/* bf16/f16 allreduce: stage 1 reduce, then stage 2 allgatherv in place; iarr = counts, displs. */
+/* bf16/f16 allreduce: stage 1 reduce, then stage 2 allgatherv in place; iarr = counts, displs.
+ * Non-blocking, stage 2 goes on mc2 in the order of c's stage-2 queue; native, on mc itself
+ * right away (the order of native calls is the program's, the same on every rank). */
 static int stage_ar16(ts_comm_req *r) {
   if (r->stage == 1) {
     reduce16(r->tmp, r->c->size, r->n_local, (uint16_t *)r->recv + r->off_local, r->dtype, r->op);
-    int p = r->c->size;
+    int p = r->c->size, mrc;
     r->mr = MPI_REQUEST_NULL;
-    int mrc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->recv, r->iarr, r->iarr + p,
-                              MPI_UINT16_T, r->c->mc2, &r->mr);
-    if (mrc != MPI_SUCCESS) return ts__mpi_fail(r->c, &r->sig, mrc, "MPI_Iallgatherv");
+    if (r->native) {
+      int rc = ts__watchdog_arm(r->c, &r->sig);
+      if (rc) return rc;
+      mrc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->recv, r->iarr, r->iarr + p, MPI_UINT16_T,
+                           r->c->mc);
+      ts__watchdog_disarm(r->c);
+    } else {
+      mrc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->recv, r->iarr, r->iarr + p, MPI_UINT16_T,
+                            r->c->mc2, &r->mr);
+    }
+    if (mrc != MPI_SUCCESS) return ts__mpi_fail(r->c, &r->sig, mrc, r->native ? "MPI_Allgatherv" : "MPI_Iallgatherv");
     return TS_OK;
   }
   r->done = 1;
@@ -242,7 +269,7 @@ static int stage_ar16(ts_comm_req *r) {
 /* ---- issue functions (shared by blocking and non-blocking forms) ---- */
 
 static int issue_allreduce(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dt,
-                           ts_reduce_op op, ts_comm_req **out) {
+                           ts_reduce_op op, int blocking, ts_comm_req **out) {
   ts_coll_sig s = mksig(c, TS_COLL_ALLREDUCE, (int)op, dt, (int64_t)count, -1);
   int rc = check_args(c, &s, dt, 1, op);
   if (!rc) rc = check_count(c, &s, count, "count");
@@ -254,7 +281,7 @@ static int issue_allreduce(ts_comm *c, const void *send, void *recv, size_t coun
   if (!inplace && overlap(send, bytes, recv, bytes))
     return ts__arg_fail(c, TS_EINVAL, &s, "send and recv overlap (in place needs send == recv)");
   int p = c->size, me = c->rank;
-  ts_comm_req *r = new_req(c, &s, is16(dt) ? 4 * p : 0);
+  ts_comm_req *r = new_req(c, &s, is16(dt) ? 4 * p : 0, blocking);
   if (!r) return oom(c, &s);
   r->dtype = dt;
   r->op = op;
@@ -264,13 +291,15 @@ static int issue_allreduce(ts_comm *c, const void *send, void *recv, size_t coun
     r->n_local = count;
     r->off_local = 0;
     r->on_stage = op == TS_REDUCE_MEAN ? stage_mean : NULL;
-    if ((rc = ts__coll_begin(c, &r->sig))) {
+    if ((rc = begin(r))) {
       ts__req_release(r);
       return rc;
     }
-    return issued(r, MPI_Iallreduce(inplace ? MPI_IN_PLACE : send, recv, (int)count,
-                                    ts__mpi_dtype(dt), mpi_op(op), c->mc, &r->mr),
-                  "MPI_Iallreduce", out);
+    const void *sb = inplace ? MPI_IN_PLACE : send;
+    MPI_Datatype mdt = ts__mpi_dtype(dt);
+    int mrc = r->native ? MPI_Allreduce(sb, recv, (int)count, mdt, mpi_op(op), c->mc)
+                        : MPI_Iallreduce(sb, recv, (int)count, mdt, mpi_op(op), c->mc, &r->mr);
+    return issued(r, mrc, r->native ? "MPI_Allreduce" : "MPI_Iallreduce", out);
   }
   /* 16-bit: blocks of the even split; iarr = [counts | displs | rcounts | rdispls] */
   int *sc = r->iarr, *sd = sc + p, *rcn = sd + p, *rd = rcn + p;
@@ -293,19 +322,20 @@ static int issue_allreduce(ts_comm *c, const void *send, void *recv, size_t coun
     return oom(c, &s);
   }
   r->on_stage = stage_ar16;
-  if ((rc = ts__comm_stage2_ready(c, &r->sig)) || (rc = ts__coll_begin(c, &r->sig))) {
+  if ((!r->native && (rc = ts__comm_stage2_ready(c, &r->sig))) || (rc = begin(r))) {
     ts__req_release(r);
     return rc;
   }
-  rc = issued(r, MPI_Ialltoallv(send, sc, sd, MPI_UINT16_T, r->tmp, rcn, rd, MPI_UINT16_T, c->mc, &r->mr),
-              "MPI_Ialltoallv", out);
-  if (!rc) ts__req_enqueue_stage2(r);
+  int mrc = r->native ? MPI_Alltoallv(send, sc, sd, MPI_UINT16_T, r->tmp, rcn, rd, MPI_UINT16_T, c->mc)
+                      : MPI_Ialltoallv(send, sc, sd, MPI_UINT16_T, r->tmp, rcn, rd, MPI_UINT16_T, c->mc, &r->mr);
+  rc = issued(r, mrc, r->native ? "MPI_Alltoallv" : "MPI_Ialltoallv", out);
+  if (!rc && !r->native) ts__req_enqueue_stage2(r);
   return rc;
 }
 
 /* counts == NULL: equal blocks of `block` elements (reduce_scatter_block). */
 static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const size_t *counts,
-                                size_t block, ts_dtype dt, ts_reduce_op op, ts_comm_req **out) {
+                                size_t block, ts_dtype dt, ts_reduce_op op, int blocking, ts_comm_req **out) {
   int kind = counts ? TS_COLL_REDUCE_SCATTER : TS_COLL_REDUCE_SCATTER_BLOCK;
   int p = c ? c->size : 0, me = c ? c->rank : 0;
   size_t total = 0;
@@ -323,7 +353,7 @@ static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const 
   size_t esz = ts_dtype_size(dt);
   if (overlap(send, total * esz, recv, mine * esz))
     return ts__arg_fail(c, TS_EINVAL, &s, "send and recv overlap");
-  ts_comm_req *r = new_req(c, &s, counts || is16(dt) ? 4 * p : 0);
+  ts_comm_req *r = new_req(c, &s, counts || is16(dt) ? 4 * p : 0, blocking);
   if (!r) return oom(c, &s);
   r->dtype = dt;
   r->op = op;
@@ -333,18 +363,23 @@ static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const 
   r->off_local = 0;
   if (!is16(dt)) {
     r->on_stage = op == TS_REDUCE_MEAN ? stage_mean : NULL;
-    if ((rc = ts__coll_begin(c, &r->sig))) {
+    MPI_Datatype mdt = ts__mpi_dtype(dt);
+    MPI_Op mop = mpi_op(op);
+    int mrc;
+    if (counts)
+      for (int i = 0; i < p; i++) r->iarr[i] = (int)counts[i];
+    if ((rc = begin(r))) {
       ts__req_release(r);
       return rc;
     }
-    if (!counts)
-      return issued(r, MPI_Ireduce_scatter_block(send, recv, (int)block, ts__mpi_dtype(dt), mpi_op(op),
-                                                 c->mc, &r->mr),
-                    "MPI_Ireduce_scatter_block", out);
-    for (int i = 0; i < p; i++) r->iarr[i] = (int)counts[i];
-    return issued(r, MPI_Ireduce_scatter(send, recv, r->iarr, ts__mpi_dtype(dt), mpi_op(op), c->mc,
-                                         &r->mr),
-                  "MPI_Ireduce_scatter", out);
+    if (!counts) {
+      mrc = r->native ? MPI_Reduce_scatter_block(send, recv, (int)block, mdt, mop, c->mc)
+                      : MPI_Ireduce_scatter_block(send, recv, (int)block, mdt, mop, c->mc, &r->mr);
+      return issued(r, mrc, r->native ? "MPI_Reduce_scatter_block" : "MPI_Ireduce_scatter_block", out);
+    }
+    mrc = r->native ? MPI_Reduce_scatter(send, recv, r->iarr, mdt, mop, c->mc)
+                    : MPI_Ireduce_scatter(send, recv, r->iarr, mdt, mop, c->mc, &r->mr);
+    return issued(r, mrc, r->native ? "MPI_Reduce_scatter" : "MPI_Ireduce_scatter", out);
   }
   int *sc = r->iarr, *sd = sc + p, *rcn = sd + p, *rd = rcn + p;
   size_t off = 0;
@@ -365,18 +400,18 @@ static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const 
     return oom(c, &s);
   }
   r->on_stage = stage_rs16;
-  if ((rc = ts__coll_begin(c, &r->sig))) {
+  if ((rc = begin(r))) {
     ts__req_release(r);
     return rc;
   }
-  return issued(r, MPI_Ialltoallv(send, sc, sd, MPI_UINT16_T, r->tmp, rcn, rd, MPI_UINT16_T, c->mc,
-                                  &r->mr),
-                "MPI_Ialltoallv", out);
+  int mrc = r->native ? MPI_Alltoallv(send, sc, sd, MPI_UINT16_T, r->tmp, rcn, rd, MPI_UINT16_T, c->mc)
+                      : MPI_Ialltoallv(send, sc, sd, MPI_UINT16_T, r->tmp, rcn, rd, MPI_UINT16_T, c->mc, &r->mr);
+  return issued(r, mrc, r->native ? "MPI_Alltoallv" : "MPI_Ialltoallv", out);
 }
 
 /* counts == NULL: equal blocks of `block` (allgather). */
 static int issue_allgather(ts_comm *c, const void *send, void *recv, const size_t *counts,
-                           const size_t *displs, size_t block, ts_dtype dt, ts_comm_req **out) {
+                           const size_t *displs, size_t block, ts_dtype dt, int blocking, ts_comm_req **out) {
   int kind = counts ? TS_COLL_ALLGATHERV : TS_COLL_ALLGATHER;
   int p = c ? c->size : 0, me = c ? c->rank : 0;
   size_t total = 0, extent = 0;
@@ -409,32 +444,35 @@ static int issue_allgather(ts_comm *c, const void *send, void *recv, const size_
   if (!inplace && overlap(send, mine * esz, recv, extent * esz))
     return ts__arg_fail(c, TS_EINVAL, &s,
                         "send and recv overlap (in place needs send == this rank's block of recv)");
-  ts_comm_req *r = new_req(c, &s, counts ? 2 * p : 0);
+  ts_comm_req *r = new_req(c, &s, counts ? 2 * p : 0, blocking);
   if (!r) return oom(c, &s);
   r->send = send;
   r->recv = recv;
   r->dtype = dt;
-  if ((rc = ts__coll_begin(c, &r->sig))) {
-    ts__req_release(r);
-    return rc;
-  }
-  MPI_Datatype mdt = ts__mpi_dtype(dt);
-  if (!counts)
-    return issued(r, MPI_Iallgather(inplace ? MPI_IN_PLACE : send, (int)block, mdt, recv, (int)block,
-                                    mdt, c->mc, &r->mr),
-                  "MPI_Iallgather", out);
   size_t off = 0;
-  for (int i = 0; i < p; i++) {
+  for (int i = 0; counts && i < p; i++) {
     r->iarr[i] = (int)counts[i];
     r->iarr[p + i] = (int)(displs ? displs[i] : off);
     off += counts[i];
   }
-  return issued(r, MPI_Iallgatherv(inplace ? MPI_IN_PLACE : send, (int)mine, mdt, recv, r->iarr,
-                                   r->iarr + p, mdt, c->mc, &r->mr),
-                "MPI_Iallgatherv", out);
+  if ((rc = begin(r))) {
+    ts__req_release(r);
+    return rc;
+  }
+  MPI_Datatype mdt = ts__mpi_dtype(dt);
+  const void *sb = inplace ? MPI_IN_PLACE : send;
+  int mrc;
+  if (!counts) {
+    mrc = r->native ? MPI_Allgather(sb, (int)block, mdt, recv, (int)block, mdt, c->mc)
+                    : MPI_Iallgather(sb, (int)block, mdt, recv, (int)block, mdt, c->mc, &r->mr);
+    return issued(r, mrc, r->native ? "MPI_Allgather" : "MPI_Iallgather", out);
+  }
+  mrc = r->native ? MPI_Allgatherv(sb, (int)mine, mdt, recv, r->iarr, r->iarr + p, mdt, c->mc)
+                  : MPI_Iallgatherv(sb, (int)mine, mdt, recv, r->iarr, r->iarr + p, mdt, c->mc, &r->mr);
+  return issued(r, mrc, r->native ? "MPI_Allgatherv" : "MPI_Iallgatherv", out);
 }
 
-static int issue_broadcast(ts_comm *c, void *buf, size_t count, ts_dtype dt, int root,
+static int issue_broadcast(ts_comm *c, void *buf, size_t count, ts_dtype dt, int root, int blocking,
                            ts_comm_req **out) {
   ts_coll_sig s = mksig(c, TS_COLL_BROADCAST, -1, dt, (int64_t)count, root);
   int rc = check_args(c, &s, dt, 0, TS_REDUCE_SUM);
@@ -442,16 +480,18 @@ static int issue_broadcast(ts_comm *c, void *buf, size_t count, ts_dtype dt, int
   if (!rc) rc = check_buf(c, &s, buf, count, "data");
   if (rc) return rc;
   if (root < 0 || root >= c->size) return ts__arg_fail(c, TS_EINVAL, &s, "root is not a rank of the communicator");
-  ts_comm_req *r = new_req(c, &s, 0);
+  ts_comm_req *r = new_req(c, &s, 0, blocking);
   if (!r) return oom(c, &s);
   r->recv = buf;
   r->dtype = dt;
-  if ((rc = ts__coll_begin(c, &r->sig))) {
+  if ((rc = begin(r))) {
     ts__req_release(r);
     return rc;
   }
-  return issued(r, MPI_Ibcast(buf, (int)count, ts__mpi_dtype(dt), root, c->mc, &r->mr), "MPI_Ibcast",
-                out);
+  MPI_Datatype mdt = ts__mpi_dtype(dt);
+  int mrc = r->native ? MPI_Bcast(buf, (int)count, mdt, root, c->mc)
+                      : MPI_Ibcast(buf, (int)count, mdt, root, c->mc, &r->mr);
+  return issued(r, mrc, r->native ? "MPI_Bcast" : "MPI_Ibcast", out);
 }
 
 /* ---- blocking forms ---- */
@@ -460,13 +500,13 @@ static int finish(int rc, ts_comm_req *r) { return rc ? rc : ts__req_finish_bloc
 int ts_comm_allreduce(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype,
                       ts_reduce_op op) {
   ts_comm_req *r = NULL;
-  int rc_ = issue_allreduce(c, send, recv, count, dtype, op, &r);
+  int rc_ = issue_allreduce(c, send, recv, count, dtype, op, 1, &r);
   return finish(rc_, r);
 }
 
 int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype) {
   ts_comm_req *r = NULL;
-  int rc_ = issue_allgather(c, send, recv, NULL, NULL, count, dtype, &r);
+  int rc_ = issue_allgather(c, send, recv, NULL, NULL, count, dtype, 1, &r);
   return finish(rc_, r);
 }
 
@@ -474,7 +514,7 @@ int ts_comm_allgatherv(ts_comm *c, const void *send, void *recv, const size_t *c
                        const size_t *displs, ts_dtype dtype) {
   if (!counts) return ts_error_set(TS_EINVAL, "allgatherv: counts is NULL");
   ts_comm_req *r = NULL;
-  int rc_ = issue_allgather(c, send, recv, counts, displs, 0, dtype, &r);
+  int rc_ = issue_allgather(c, send, recv, counts, displs, 0, dtype, 1, &r);
   return finish(rc_, r);
 }
 
@@ -482,20 +522,20 @@ int ts_comm_reduce_scatter(ts_comm *c, const void *send, void *recv, const size_
                            ts_dtype dtype, ts_reduce_op op) {
   if (!counts) return ts_error_set(TS_EINVAL, "reduce_scatter: counts is NULL");
   ts_comm_req *r = NULL;
-  int rc_ = issue_reduce_scatter(c, send, recv, counts, 0, dtype, op, &r);
+  int rc_ = issue_reduce_scatter(c, send, recv, counts, 0, dtype, op, 1, &r);
   return finish(rc_, r);
 }
 
 int ts_comm_reduce_scatter_block(ts_comm *c, const void *send, void *recv, size_t count,
                                  ts_dtype dtype, ts_reduce_op op) {
   ts_comm_req *r = NULL;
-  int rc_ = issue_reduce_scatter(c, send, recv, NULL, count, dtype, op, &r);
+  int rc_ = issue_reduce_scatter(c, send, recv, NULL, count, dtype, op, 1, &r);
   return finish(rc_, r);
 }
 
 int ts_comm_broadcast(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int root) {
   ts_comm_req *r = NULL;
-  int rc_ = issue_broadcast(c, buf, count, dtype, root, &r);
+  int rc_ = issue_broadcast(c, buf, count, dtype, root, 1, &r);
   return finish(rc_, r);
 }
 
@@ -509,15 +549,16 @@ int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t count, ts_
     return rc;
   if (overlap(send, total * esz, recv, total * esz))
     return ts__arg_fail(c, TS_EINVAL, &s, "send and recv overlap");
-  ts_comm_req *r = new_req(c, &s, 0);
+  ts_comm_req *r = new_req(c, &s, 0, 1);
   if (!r) return oom(c, &s);
-  if ((rc = ts__coll_begin(c, &r->sig))) {
+  if ((rc = begin(r))) {
     ts__req_release(r);
     return rc;
   }
   MPI_Datatype mdt = ts__mpi_dtype(dtype);
-  rc = issued(r, MPI_Ialltoall(send, (int)count, mdt, recv, (int)count, mdt, c->mc, &r->mr),
-              "MPI_Ialltoall", &r);
+  int mrc = r->native ? MPI_Alltoall(send, (int)count, mdt, recv, (int)count, mdt, c->mc)
+                      : MPI_Ialltoall(send, (int)count, mdt, recv, (int)count, mdt, c->mc, &r->mr);
+  rc = issued(r, mrc, r->native ? "MPI_Alltoall" : "MPI_Ialltoall", &r);
   return finish(rc, r);
 }
 
@@ -546,7 +587,7 @@ int ts_comm_alltoallv(ts_comm *c, const void *send, const size_t *sendcounts,
   size_t esz = ts_dtype_size(dtype);
   if (overlap(send, sext * esz, recv, rext * esz))
     return ts__arg_fail(c, TS_EINVAL, &s, "send and recv overlap");
-  ts_comm_req *r = new_req(c, &s, 4 * p);
+  ts_comm_req *r = new_req(c, &s, 4 * p, 1);
   if (!r) return oom(c, &s);
   int *sc = r->iarr, *sd = sc + p, *rcn = sd + p, *rd = rcn + p;
   soff = roff = 0;
@@ -558,13 +599,14 @@ int ts_comm_alltoallv(ts_comm *c, const void *send, const size_t *sendcounts,
     soff += sendcounts[i];
     roff += recvcounts[i];
   }
-  if ((rc = ts__coll_begin(c, &r->sig))) {
+  if ((rc = begin(r))) {
     ts__req_release(r);
     return rc;
   }
   MPI_Datatype mdt = ts__mpi_dtype(dtype);
-  rc = issued(r, MPI_Ialltoallv(send, sc, sd, mdt, recv, rcn, rd, mdt, c->mc, &r->mr),
-              "MPI_Ialltoallv", &r);
+  int mrc = r->native ? MPI_Alltoallv(send, sc, sd, mdt, recv, rcn, rd, mdt, c->mc)
+                      : MPI_Ialltoallv(send, sc, sd, mdt, recv, rcn, rd, mdt, c->mc, &r->mr);
+  rc = issued(r, mrc, r->native ? "MPI_Alltoallv" : "MPI_Ialltoallv", &r);
   return finish(rc, r);
 }
 
@@ -573,13 +615,14 @@ int ts_comm_barrier(ts_comm *c) {
   s.dtype = -1;
   int rc = ts__comm_usable(c, &s);
   if (rc) return rc;
-  ts_comm_req *r = new_req(c, &s, 0);
+  ts_comm_req *r = new_req(c, &s, 0, 1);
   if (!r) return oom(c, &s);
-  if ((rc = ts__coll_begin(c, &r->sig))) {
+  if ((rc = begin(r))) {
     ts__req_release(r);
     return rc;
   }
-  rc = issued(r, MPI_Ibarrier(c->mc, &r->mr), "MPI_Ibarrier", &r);
+  int mrc = r->native ? MPI_Barrier(c->mc) : MPI_Ibarrier(c->mc, &r->mr);
+  rc = issued(r, mrc, r->native ? "MPI_Barrier" : "MPI_Ibarrier", &r);
   return finish(rc, r);
 }
 
@@ -610,7 +653,7 @@ static int pt2pt(ts_comm *c, int kind, void *buf, size_t count, ts_dtype dt, int
     snprintf(m, sizeof m, "tag %d outside 0..%d", tag, ub);
     return ts__arg_fail(c, TS_EINVAL, &s, m);
   }
-  ts_comm_req *r = new_req(c, &s, 0);
+  ts_comm_req *r = new_req(c, &s, 0, 0); /* always polled: a receive's timeout is cancelled */
   if (!r) return oom(c, &s);
   r->dtype = dt;
   r->recv = buf;
@@ -713,39 +756,39 @@ static int need_req(ts_comm_req **req, const char *fn) {
 int ts_comm_iallreduce(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype,
                        ts_reduce_op op, ts_comm_req **req) {
   int rc = need_req(req, "iallreduce");
-  return rc ? rc : issue_allreduce(c, send, recv, count, dtype, op, req);
+  return rc ? rc : issue_allreduce(c, send, recv, count, dtype, op, 0, req);
 }
 
 int ts_comm_iallgather(ts_comm *c, const void *send, void *recv, size_t count, ts_dtype dtype,
                        ts_comm_req **req) {
   int rc = need_req(req, "iallgather");
-  return rc ? rc : issue_allgather(c, send, recv, NULL, NULL, count, dtype, req);
+  return rc ? rc : issue_allgather(c, send, recv, NULL, NULL, count, dtype, 0, req);
 }
 
 int ts_comm_iallgatherv(ts_comm *c, const void *send, void *recv, const size_t *counts,
                         const size_t *displs, ts_dtype dtype, ts_comm_req **req) {
   int rc = need_req(req, "iallgatherv");
   if (!rc && !counts) rc = ts_error_set(TS_EINVAL, "iallgatherv: counts is NULL");
-  return rc ? rc : issue_allgather(c, send, recv, counts, displs, 0, dtype, req);
+  return rc ? rc : issue_allgather(c, send, recv, counts, displs, 0, dtype, 0, req);
 }
 
 int ts_comm_ireduce_scatter(ts_comm *c, const void *send, void *recv, const size_t *counts,
                             ts_dtype dtype, ts_reduce_op op, ts_comm_req **req) {
   int rc = need_req(req, "ireduce_scatter");
   if (!rc && !counts) rc = ts_error_set(TS_EINVAL, "ireduce_scatter: counts is NULL");
-  return rc ? rc : issue_reduce_scatter(c, send, recv, counts, 0, dtype, op, req);
+  return rc ? rc : issue_reduce_scatter(c, send, recv, counts, 0, dtype, op, 0, req);
 }
 
 int ts_comm_ireduce_scatter_block(ts_comm *c, const void *send, void *recv, size_t count,
                                   ts_dtype dtype, ts_reduce_op op, ts_comm_req **req) {
   int rc = need_req(req, "ireduce_scatter_block");
-  return rc ? rc : issue_reduce_scatter(c, send, recv, NULL, count, dtype, op, req);
+  return rc ? rc : issue_reduce_scatter(c, send, recv, NULL, count, dtype, op, 0, req);
 }
 
 int ts_comm_ibroadcast(ts_comm *c, void *buf, size_t count, ts_dtype dtype, int root,
                        ts_comm_req **req) {
   int rc = need_req(req, "ibroadcast");
-  return rc ? rc : issue_broadcast(c, buf, count, dtype, root, req);
+  return rc ? rc : issue_broadcast(c, buf, count, dtype, root, 0, req);
 }
 
 int ts_comm_isend(ts_comm *c, const void *buf, size_t count, ts_dtype dtype, int dest, int tag,

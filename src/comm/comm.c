@@ -1,5 +1,6 @@
-/* Communicators over MPI, requests and their progress, the timeout watchdog and the debug
- * consistency check. The collectives themselves are in coll.c. */
+/* Communicators over MPI, requests and their progress, the polled timeout and its announcements,
+ * and the debug consistency check. The collectives themselves are in coll.c, the watchdog thread
+ * of native blocking calls in watchdog.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -20,9 +21,11 @@ static int g_owns_mpi;       /* MPI_Init was ours: finalize it */
 static ts_comm *g_world;
 static double g_timeout = 300.0;
 static int g_check;
+static int g_force_blocking = -1; /* TESSERA_COMM_BLOCKING: -1 none, else the ts_comm_blocking in force */
+static int g_thread_level = MPI_THREAD_SINGLE; /* what MPI provides */
 static ts_comm_req *g_orphans; /* requests that could not complete; freed after MPI_Finalize */
 
-/* ---- watchdog announcements (see struct ts_comm in comm_impl.h) ---- */
+/* ---- announcements of long waits (see struct ts_comm in comm_impl.h) ---- */
 /* The announcements use the highest tag MPI allows (user send/recv tags stop below it, coll.c),
  * on c's own communicator: point-to-point messages never interfere with collectives. */
 static int g_watch_tag = -1;
@@ -47,7 +50,7 @@ struct ts_watch_buf {
 static struct ts_watch_buf *g_watch_left; /* freed after MPI_Finalize */
 
 /* After how long a wait a rank announces itself, and how long a timed-out rank listens. */
-static double watch_after(void) { return g_timeout > 0 && g_timeout < 4.0 ? g_timeout / 4 : 1.0; }
+double ts__watch_after(void) { return g_timeout > 0 && g_timeout < 4.0 ? g_timeout / 4 : 1.0; }
 static double watch_grace(void) { return g_timeout > 0 && g_timeout < 4.0 ? g_timeout / 4 : 1.0; }
 
 static void watch_setup(ts_comm *c) {
@@ -104,7 +107,7 @@ static void watch_drain(ts_comm *c) {
 }
 
 /* Tells every other rank of c the last collective this rank issued on c (non-blocking). */
-static void watch_announce(ts_comm *c) {
+void ts__watch_announce(ts_comm *c) {
   if (c->mcw == MPI_COMM_NULL || c->seq == 0) return;
   watch_drain(c);
   struct ts_watch_buf *b = c->wb;
@@ -128,10 +131,10 @@ static void watch_announce(ts_comm *c) {
 /* After a timeout of collective s on c (the wait began at t0): listens for a short grace, then
  * writes into buf ": rank 1 of 2 never reached it (stalled or dead)" naming the ranks that did
  * not announce s (or a later one); "" when it cannot tell (one rank, no side communicator). */
-static void watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, size_t cap) {
+void ts__watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, size_t cap) {
   buf[0] = 0;
   if (!c || c->mcw == MPI_COMM_NULL || s->kind == TS_COLL_SEND || s->kind == TS_COLL_RECV) return;
-  watch_announce(c);
+  ts__watch_announce(c);
   double end = ts_time_now() + watch_grace();
   int missing = 0;
   for (;;) {
@@ -240,16 +243,18 @@ void ts__sig_str(const ts_coll_sig *s, char *buf, size_t cap) {
              cnt);
 }
 
-/* Short form used by the debug check: "allreduce(sum) f32 x 1000". */
-static void sig_short(const ts_coll_sig *s, char *buf, size_t cap) {
+/* Short form used by the debug check: "allreduce(sum) f32 x 1000"; `how`: with the way it waits
+ * (" (native blocking)" or " (polled)"). */
+static void sig_short(const ts_coll_sig *s, int how, char *buf, size_t cap) {
   char opb[16] = "", rootb[32] = "";
   if (s->op >= 0) snprintf(opb, sizeof opb, "(%s)", ts_reduce_op_name((ts_reduce_op)s->op));
   if (s->kind == TS_COLL_BROADCAST) snprintf(rootb, sizeof rootb, " root %d", (int)s->root);
+  const char *hw = !how ? "" : s->flags & TS__SIG_NATIVE ? " (native blocking)" : " (polled)";
   if (s->dtype >= 0)
-    snprintf(buf, cap, "%s%s %s x %lld%s", ts__coll_name(s->kind), opb,
-             ts_dtype_name((ts_dtype)s->dtype), (long long)s->shown, rootb);
+    snprintf(buf, cap, "%s%s %s x %lld%s%s", ts__coll_name(s->kind), opb,
+             ts_dtype_name((ts_dtype)s->dtype), (long long)s->shown, rootb, hw);
   else
-    snprintf(buf, cap, "%s%s", ts__coll_name(s->kind), opb);
+    snprintf(buf, cap, "%s%s%s", ts__coll_name(s->kind), opb, hw);
 }
 
 void ts__who(const ts_comm *c, char *buf, size_t cap) {
@@ -301,6 +306,22 @@ double ts_comm_get_timeout(void) { return g_timeout; }
 void ts_comm_set_debug_check(int on) { g_check = on != 0; }
 int ts_comm_get_debug_check(void) { return g_check; }
 
+int ts_comm_set_blocking(ts_comm *c, ts_comm_blocking mode) {
+  if (!c) return ts_error_set(TS_EINVAL, "ts_comm_set_blocking: communicator is NULL");
+  if (mode != TS_COMM_BLOCKING_POLLED && mode != TS_COMM_BLOCKING_NATIVE)
+    return ts_error_set(TS_EINVAL, "ts_comm_set_blocking: mode %d is neither polled (0) nor native (1)", (int)mode);
+  c->native = mode == TS_COMM_BLOCKING_NATIVE;
+  return TS_OK;
+}
+
+int ts__comm_native(const ts_comm *c) { return g_force_blocking >= 0 ? g_force_blocking == TS_COMM_BLOCKING_NATIVE : c->native; }
+
+ts_comm_blocking ts_comm_get_blocking(const ts_comm *c) {
+  return c && ts__comm_native(c) ? TS_COMM_BLOCKING_NATIVE : TS_COMM_BLOCKING_POLLED;
+}
+
+int ts__mpi_thread_level(void) { return g_thread_level; }
+
 /* ---- init / finalize ---- */
 static ts_comm *comm_wrap(MPI_Comm mc, int is_world) {
   ts_comm *c = calloc(1, sizeof *c);
@@ -340,6 +361,12 @@ static int read_env(void) {
                           "(0 = no timeout)", e);
     ts_comm_set_timeout(v);
   }
+  e = getenv("TESSERA_COMM_BLOCKING");
+  if (e && *e) {
+    if (!strcmp(e, "polled")) g_force_blocking = TS_COMM_BLOCKING_POLLED;
+    else if (!strcmp(e, "native")) g_force_blocking = TS_COMM_BLOCKING_NATIVE;
+    else return ts_error_set(TS_ECONFIG, "TESSERA_COMM_BLOCKING='%s': expected polled or native", e);
+  }
   e = getenv("TESSERA_COMM_CHECK");
   if (e && *e) {
     if (!strcmp(e, "1") || !strcmp(e, "on") || !strcmp(e, "true"))
@@ -363,13 +390,17 @@ int ts_comm_init(int *argc, char ***argv) {
   if (fin) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI was already finalized");
   if (!inited) {
     int provided = 0;
-    int mrc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    /* MULTIPLE: the watchdog thread asks the other ranks who is missing while the main thread is
+     * inside a native blocking call (docs/comm.md: measured no slower than FUNNELED here) */
+    int mrc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     if (mrc != MPI_SUCCESS) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Init_thread failed (%d)", mrc);
     g_owns_mpi = 1;
+    g_thread_level = provided;
     /* OpenMPI reports some failures of non-blocking collectives (e.g. a message that does not
      * fit, from collectives issued out of order) on MPI_COMM_WORLD: make them statuses too. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
+  if (inited) MPI_Query_thread(&g_thread_level); /* the application's MPI_Init */
   MPI_Comm dup = MPI_COMM_NULL;
   int mrc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   if (mrc != MPI_SUCCESS) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Comm_dup failed (%d)", mrc);
@@ -387,6 +418,7 @@ int ts_comm_initialized(void) { return g_init; }
 
 int ts_comm_finalize(void) {
   if (!g_init) return TS_OK;
+  ts__watchdog_stop();
   watch_free(g_world); /* its sends use mc */
   if (g_world->mc2 != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc2);
   if (g_world->mc != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc);
@@ -613,7 +645,7 @@ static void pause_for(double waited) {
 static double g_wait_t0;
 
 /* Polls until done or the timeout: returns TS_OK, an error, or 1 on timeout (no message). A wait
- * that lasts watch_after() seconds announces this rank to the others once (the watchdog). */
+ * that lasts ts__watch_after() seconds announces this rank to the others once. */
 static int req_wait_deadline(ts_comm_req *r, double timeout) {
   double t0 = ts_time_now();
   int announced = 0;
@@ -625,8 +657,8 @@ static int req_wait_deadline(ts_comm_req *r, double timeout) {
     if (done) return TS_OK;
     double waited = ts_time_now() - t0;
     if (timeout > 0 && waited >= timeout) return 1;
-    if (!announced && waited >= watch_after()) {
-      watch_announce(r->c);
+    if (!announced && waited >= ts__watch_after()) {
+      ts__watch_announce(r->c);
       announced = 1;
     }
     pause_for(waited);
@@ -637,7 +669,7 @@ static int timeout_msg(ts_comm_req *r, const char *during) {
   char who[96], sg[160], why[512];
   ts__who(r->c, who, sizeof who);
   ts__sig_str(&r->sig, sg, sizeof sg);
-  watch_diagnose(r->c, &r->sig, g_wait_t0, why, sizeof why);
+  ts__watch_diagnose(r->c, &r->sig, g_wait_t0, why, sizeof why);
   if (why[0])
     return ts_error_set(TS_ECOMM, "%s: %s did not complete within %g s%s%s", who, sg, g_timeout, during, why);
   return ts_error_set(TS_ECOMM, "%s: %s did not complete within %g s%s (a peer may have died "
@@ -653,6 +685,16 @@ static void mark_failed(ts_comm *c, const ts_coll_sig *s, const char *why) {
 }
 
 int ts__req_finish_blocking(ts_comm_req *r) {
+  if (r->native) { /* stage 1 completed in its MPI call; the local work and any later stage now */
+    int rc = TS_OK;
+    while (!rc && !r->done) {
+      r->stage++;
+      if (r->on_stage) rc = r->on_stage(r);
+      else r->done = 1;
+    }
+    ts__req_release(r);
+    return rc;
+  }
   r->c->waiting = 1;
   int rc = req_wait_deadline(r, g_timeout);
   r->c->waiting = 0;
@@ -727,7 +769,7 @@ void ts_comm_req_free(ts_comm_req *req) {
 /* ---- debug consistency check ---- */
 static int sig_match(const ts_coll_sig *a, const ts_coll_sig *b) {
   if (a->kind != b->kind || a->op != b->op || a->dtype != b->dtype || a->root != b->root ||
-      a->seq != b->seq)
+      a->seq != b->seq || a->flags != b->flags)
     return 0;
   if (a->count >= 0 && b->count >= 0 && a->count != b->count) return 0;
   return 1;
@@ -768,8 +810,9 @@ static int check_sig(ts_comm *c, const ts_coll_sig *s) {
   for (int i = 1; i < c->size; i++) {
     if (sig_match(&all[0], &all[i])) continue;
     char a[128], b[128];
-    sig_short(&all[0], a, sizeof a);
-    sig_short(&all[i], b, sizeof b);
+    int how = all[0].flags != all[i].flags; /* MPI matches no blocking call with a non-blocking one */
+    sig_short(&all[0], how, a, sizeof a);
+    sig_short(&all[i], how, b, sizeof b);
     /* ranks named by their world rank */
     if (all[0].seq == all[i].seq)
       rc = ts_error_set(TS_ECOMM, "collective #%llu: rank %d issued %s, rank %d issued %s",
@@ -839,6 +882,7 @@ static int create(ts_comm *c, int kind, int64_t args, int color, int key, ts_com
     MPI_Comm_free(&nc);
     return ts_error_set(TS_ENOMEM, "%s: out of memory", ts__coll_name(kind));
   }
+  w->native = c->native; /* a communicator made from c waits as c does */
   *out = w;
   return TS_OK;
 }

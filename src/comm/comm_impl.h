@@ -1,5 +1,6 @@
-/* Internals shared by comm.c (communicators, requests, progress, watchdog, debug check) and
- * coll.c (the collectives). */
+/* Internals shared by comm.c (communicators, requests, progress, the polled timeout and its
+ * announcements, debug check), coll.c (the collectives) and watchdog.c (the thread that keeps the
+ * timeout of native blocking calls). */
 #ifndef TS_COMM_IMPL_H
 #define TS_COMM_IMPL_H
 
@@ -37,8 +38,10 @@ typedef struct {
   int32_t dtype; /* ts_dtype, or -1 */
   int32_t root;  /* broadcast root / peer of send/recv, or -1 */
   int32_t wrank; /* world rank of the issuer (not compared) */
-  int32_t pad_;
+  int32_t flags; /* TS__SIG_NATIVE: issued as MPI's blocking call (compared: MPI does not match a
+                    blocking collective with a non-blocking one) */
 } ts_coll_sig;
+#define TS__SIG_NATIVE 1
 
 struct ts_comm {
   MPI_Comm mc;       /* MPI_COMM_NULL once freed */
@@ -50,6 +53,8 @@ struct ts_comm {
   uint64_t seq;      /* sequence number of the next collective */
   ts_coll_sig last;  /* the last collective issued (for messages) */
   int waiting;       /* a blocking call on c is waiting for `last` */
+  int native;        /* ts_comm_set_blocking: blocking calls are MPI's blocking calls (see
+                        ts__comm_native for the mode in force) */
   char failmsg[256];
   /* Two-stage requests (bf16/f16 allreduce): stage 2 is issued when stage 1 completes, which
    * happens at different moments on different ranks. MPI needs collectives issued in the same
@@ -86,6 +91,8 @@ struct ts_comm_req {
   MPI_Status st;
   int stage;
   int done;
+  int native;             /* issued by a blocking call on a native communicator: every stage is
+                             MPI's blocking call under the watchdog, complete on return */
   int err;                /* sticky failure status */
   ts_req_stage_fn on_stage; /* NULL: one stage, nothing to do */
   /* operation data */
@@ -132,6 +139,34 @@ int ts__comm_stage2_ready(ts_comm *c, const ts_coll_sig *s);
 void ts__req_enqueue_stage2(ts_comm_req *r);
 
 MPI_Datatype ts__mpi_dtype(ts_dtype dt);
+
+/* ---- native blocking calls (ts_comm_set_blocking) ---- */
+/* 1 when blocking calls on c are MPI's blocking calls (its mode, or TESSERA_COMM_BLOCKING). */
+int ts__comm_native(const ts_comm *c);
+/* Around every MPI blocking call of a native request: arm starts the deadline of collective s on
+ * c (the watchdog thread, started by the first call that has a deadline: timeout > 0 and c of
+ * two ranks or more); disarm ends it. A call that outlives the timeout never returns: the
+ * watchdog writes the one-line message through the logging hook and ends the job with MPI_Abort
+ * (TS_COMM_EXIT_TIMEOUT). arm fails (TS_ECOMM, nothing issued) only if the thread cannot start. */
+int ts__watchdog_arm(ts_comm *c, const ts_coll_sig *s);
+void ts__watchdog_disarm(ts_comm *c);
+/* Stops the thread (ts_comm_finalize). */
+void ts__watchdog_stop(void);
+/* For tests: the watchdog thread's kernel thread id (0: not started) and its CPU seconds. */
+int ts__watchdog_tid(void);
+double ts__watchdog_cpu_seconds(void);
+
+/* The thread level MPI provides (MPI_THREAD_*); the watchdog calls MPI (the announcements and the
+ * diagnosis below) only at MPI_THREAD_MULTIPLE, while the main thread is inside a blocking call. */
+int ts__mpi_thread_level(void);
+/* The timeout's announcements (comm.c): after watch_after() seconds of waiting a rank tells the
+ * others of c the last collective it issued on c; a rank that times out listens for a grace and
+ * writes into buf which ranks never reached collective s (the wait began at t0); "" when it cannot
+ * tell. Not thread-safe: the caller holds c (the main thread, or the watchdog while the main
+ * thread is blocked in a native call on c). */
+double ts__watch_after(void);
+void ts__watch_announce(ts_comm *c);
+void ts__watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, size_t cap);
 /* The tag of the watchdog's messages: MPI's highest; user send/recv tags stay below it. */
 int ts__watch_tag(void);
 

@@ -14,14 +14,23 @@
  * slot only when every slot's occupant is still being written then, or fewer than two exist), so
  * backward in reverse layer order uses two, one reduce-scattered while the other is written.
  * Before the first writer of a bucket runs, the hook waits for the reduce-scatter of the slot's
- * previous bucket. */
+ * previous bucket.
+ *
+ * The buckets at the end of backward: a bucket completed when less than TAIL_FLOPS of the step's
+ * FLOPs remain (the first layers' gradients) has nothing left to overlap with. On a native
+ * communicator (ts_comm_set_blocking) the hook leaves it to ts__buckets_finish, which runs after
+ * backward and reduces it with MPI's blocking call (about half the time of the non-blocking one
+ * polled to completion, bench_allreduce); on a polled one it starts at once as before. Which
+ * buckets these are follows from the graph alone, so every rank issues the same calls. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "buckets.h"
+#include "tessera/graph_ir.h"
 
 #define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
+#define TAIL_FLOPS 0.01 /* a bucket completed with less than this share of the FLOPs after it waits for finish */
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
@@ -33,6 +42,7 @@ typedef struct {
   size_t out_off; /* reduce-scatter mode: where this rank's part goes in `out` */
   int first, last; /* the first node writing one of its gradients, the last touching one (nnodes: none) */
   int slot;        /* staged mode: its staging slot */
+  int tail;        /* completed when less than TAIL_FLOPS of the step's FLOPs remain */
 } bucket;
 
 struct ts__buckets {
@@ -59,6 +69,7 @@ struct ts__buckets {
   int *first_start, *first_bucket; /* CSR: node -> buckets whose first writer it is, in slot order */
   size_t *hole_off, *hole_len; /* parameters of a bucket that get no gradient: zeros in its slot */
   int *hole_bucket, nholes;
+  int defer_tail; /* this run: the tail buckets wait for finish (the communicator is native) */
 };
 
 /* The bucket's data as it travels: the gradients themselves, or their 16-bit copy. */
@@ -103,10 +114,9 @@ static int start_bucket(ts__buckets *d, bucket *b) {
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
 }
 
-/* A bucket reduced with a blocking all-reduce (after backward, nothing is left to overlap with).
- * ts_comm's blocking calls run on MPI's non-blocking ones under the watchdog; a native blocking
- * path would be faster here (OpenMPI 4.1, 2 MiB, 2 ranks: MPI_Allreduce 0.32 ms, MPI_Iallreduce
- * 0.55 ms) and would come through this one function. */
+/* A bucket reduced with a blocking call (after backward, nothing is left to overlap with; or
+ * blocking staged mode): MPI's blocking collective under the watchdog on a native communicator,
+ * the non-blocking one polled to completion on a polled one (ts_comm_set_blocking). */
 static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   if (d->out) {
@@ -229,6 +239,15 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
     cnt[nd]++;
   }
   for (int k = 0; k < d->nnodes; k++) d->node_start[k + 1] = d->node_start[k] + cnt[k];
+  /* the tail: FLOPs after each bucket's completing node (b->last: where its last gradient is
+   * written or last read) against the whole step's */
+  double total = 0, after = 0;
+  for (int k = 0; k < d->nnodes; k++) total += ts_graph_node_flops(g, k);
+  for (int k = d->nnodes - 1; k >= 0; k--) {
+    for (int j = 0; j < d->nb; j++)
+      if (d->b[j].last == k) d->b[j].tail = after < TAIL_FLOPS * total;
+    after += ts_graph_node_flops(g, k);
+  }
   memset(cnt, 0, sizeof(int) * (size_t)d->nnodes);
   for (int i = 0; i < np; i++)
     if (node_of[i] >= 0) d->node_bucket[d->node_start[node_of[i]] + cnt[node_of[i]]++] = pb[i];
@@ -395,6 +414,7 @@ void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate) {
 void ts__buckets_begin(ts__buckets *d, float *grads) {
   d->grads = grads;
   d->err = 0;
+  d->defer_tail = d->comm && ts_comm_get_blocking(d->comm) == TS_COMM_BLOCKING_NATIVE;
   d->t_comm_wait = 0;
   for (int k = 0; k < d->nb; k++) {
     d->b[k].nready = d->b[k].pre_ready;
@@ -455,7 +475,7 @@ void ts__buckets_hook(const ts_hook_info *e, void *user) {
   if (e->event != TS_HOOK_NODE_END) return;
   for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
     bucket *b = &d->b[d->node_bucket[j]];
-    if (++b->nready == b->nparams && !b->started && start_bucket(d, b)) {
+    if (++b->nready == b->nparams && !b->started && !(b->tail && d->defer_tail) && start_bucket(d, b)) {
       fail(d);
       return;
     }
@@ -467,8 +487,8 @@ int ts__buckets_finish(ts__buckets *d) {
   double t0 = ts_time_now();
   int rc = d->err;
   if (rc) return ts_error_set(rc, "%s", d->errmsg);
-  /* first the buckets in flight, then those never started (gradients not produced this run, or
-   * overlap off), blocking, in bucket order, which is the same on every rank */
+  /* first the buckets in flight, then those never started (gradients not produced this run,
+   * overlap off, or the tail left for now), blocking, in bucket order, the same on every rank */
   for (int k = 0; k < d->nb && !rc; k++) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;

@@ -340,6 +340,11 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (vt->world && !dry) {
     rc = ts_comm_init(NULL, NULL);
     if (!rc) rc = ts_comm_world(&d->world);
+    /* the job's blocking collectives (the buckets left after backward, ZeRO's at the step's end,
+     * the loss, clipping's norm, the plans' collectives) are MPI's blocking calls under the
+     * watchdog, and so are those of every communicator made from the world from now on: a
+     * training job ends on a timeout either way (docs/comm.md, the timeout contract) */
+    if (!rc) rc = ts_comm_set_blocking(d->world, TS_COMM_BLOCKING_NATIVE);
     if (rc) {
       ts_dist_free(d);
       return rc;

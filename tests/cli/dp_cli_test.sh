@@ -4,8 +4,10 @@
 #     checkpoint whose single-process evaluation gives the accuracy the job reported, and resume;
 # Failure handling: never a silent hang.
 #  1. a rank killed mid-training: the job exits non-zero within a bounded time;
-#  2. a rank stopped (alive but silent): the others' watchdog (parallel.comm_timeout) reports the
-#     collective it was waiting in and names the stopped rank, and the job exits non-zero;
+#  2. a rank stopped (alive but silent): the others' timeout (parallel.comm_timeout) reports the
+#     collective it was waiting in and names the stopped rank, and the job exits non-zero; without
+#     overlap (2b) every collective of the step is native and the watchdog thread ends the job
+#     (exit 75, TS_COMM_EXIT_TIMEOUT);
 #  3. a configuration error seen by every rank: exit 2 at once.
 # Usage: dp_fail_test.sh path/to/tessera
 set -u
@@ -110,6 +112,27 @@ if wait_running 1 "$tmp/stop.log"; then
   else echo "FAIL: stopped rank -> exit $rc after ${dt} s"; cat "$tmp/stop.log"; fail=1; fi
 else
   echo "FAIL: the job did not start"; cat "$tmp/stop.log"; fail=1
+fi
+
+# 2b. the same without overlap: every collective of a step is a native blocking call (the
+# buckets after backward, the loss), so the watchdog thread ends the job: exit 75, its message
+"${mpi[@]}" "$bin" train "$tmp/long.yaml" --set parallel.comm_timeout=3 --set parallel.overlap=false > "$tmp/stop2.log" 2>&1 &
+job=$!
+if wait_running 1 "$tmp/stop2.log"; then
+  p1=$(rank_pid 1)
+  kill -STOP "$p1"
+  t0=$(date +%s)
+  ( sleep 120; kill -9 $job ) >/dev/null 2>&1 & guard=$!  # no pipe of ctest held open
+  wait $job; rc=$?
+  pkill -P $guard sleep 2>/dev/null; kill $guard 2>/dev/null
+  kill -9 "$p1" 2>/dev/null
+  dt=$(( $(date +%s) - t0 ))
+  if [ "$rc" = 75 ] && [ "$dt" -lt 60 ] &&
+     grep -qE "rank 0: allreduce\((mean|sum)\) #[0-9]+ \(f32 x [0-9]+\) did not complete within 3 s: rank 1 of 2 never reached it \(stalled or dead\); the watchdog ends the job \(exit 75" "$tmp/stop2.log"; then
+    echo "ok: stopped rank, no overlap -> exit $rc after ${dt} s: $(grep -m1 'did not complete' "$tmp/stop2.log")"
+  else echo "FAIL: stopped rank, no overlap -> exit $rc after ${dt} s (want 75 and the watchdog's message)"; cat "$tmp/stop2.log"; fail=1; fi
+else
+  echo "FAIL: the job did not start"; cat "$tmp/stop2.log"; fail=1
 fi
 
 # 3. a configuration error seen by every rank: exit 2, one line per rank, no hang
