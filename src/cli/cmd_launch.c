@@ -152,9 +152,12 @@ static void scan_line(attempt_log *a, const char *l) {
                name[0] ? " (" : "", name, name[0] ? ")" : "");
     return;
   }
-  if (strncmp(l, "tessera: ", 9)) return;
+  /* a command's one-line error ("tessera: ..."), or the log's ("tessera error: ...": the watchdog
+   * ending a job stuck in a blocking collective says so through the logging hook, then aborts) */
+  size_t pre = !strncmp(l, "tessera: ", 9) ? 9 : !strncmp(l, "tessera error: ", 15) ? 15 : 0;
+  if (!pre) return;
   scan_watchdog(a, l);
-  if (!a->tessera_reason[0]) snprintf(a->tessera_reason, sizeof a->tessera_reason, "%s", l + 9);
+  if (!a->tessera_reason[0]) snprintf(a->tessera_reason, sizeof a->tessera_reason, "%s", l + pre);
 }
 
 static void scan(attempt_log *a, const char *buf, size_t n) {
