@@ -272,8 +272,9 @@ int ts_calibrate_model(const ts_config *cfg_in, int warmup, int steps, ts_cluste
     for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) *per[i] /= steps;
     m.r.other_nodes /= steps;
     double *eff[] = {&c->efficiency_matmul, &c->efficiency_conv, &c->efficiency_attention};
-    for (int f = 0; f < 3; f++) { /* the cost model adds op_overhead to every operator: net of it */
+    for (int f = 0; f < 3; f++) { /* the cost model adds op_overhead to every operator: net of it, */
       double net = m.r.family_s[f] - (double)m.fam_nodes[f] / steps * c->op_overhead;
+      if (!(net > 0)) net = m.r.family_s[f]; /* unless the overhead estimate exceeds the family's time */
       if (net > 0 && m.peak_s[f] > 0) *eff[f] = m.peak_s[f] / net < 1 ? m.peak_s[f] / net : 1;
     }
     double net = m.r.other_s - (double)m.r.other_nodes * c->op_overhead;
