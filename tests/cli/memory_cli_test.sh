@@ -54,7 +54,9 @@ else bad "plan sharded with budget -> exit $rc: $out"; fi
 # the run: refused before step 1 on every rank, one line each, nothing written
 rm -f "$tmp/m.jsonl"
 out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set train.max_memory_mb="$budget" 2>&1); rc=$?
-msg=$(grep "rank 0 of 2\] train.max_memory_mb" <<<"$out")
+# every rank refuses with the same line; the first to exit makes mpirun end the other, whose line
+# may then be lost: one line of any rank
+msg=$(grep -m1 "rank [01] of 2\] train.max_memory_mb" <<<"$out")
 if [ "$rc" = 2 ] && ! grep -q "^step " <<<"$out" && [ ! -e "$tmp/m.jsonl" ] && [ "$(wc -l <<<"$msg")" = 1 ] &&
    grep -q "on the largest rank (params .*, grads .*, optimizer .*, activations .*, total .*); settings that cut it: parallel.optimizer_shard: 1 or 2 (the optimizer state, .* split over the 2 ranks); model.recompute: full or selective" <<<"$msg"; then
   ok "train: plain data_parallel refused before step 1 (exit 2): ${msg#*] }"
