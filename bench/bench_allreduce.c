@@ -10,10 +10,11 @@
  * worker every case runs R times as polled/native pairs, in alternating order (ABBA), each
  * timed from a barrier to the slowest rank's end; figures are medians. Cases:
  *   f32/bf16 all-reduce (mean) of 4 B, 256 KiB, 2 MiB, 4 MiB and 12 MiB;
- *   the step-end reduction of each model's gradient buckets that complete after the last 1% of
- *   its FLOPs (ts__buckets' tail at the default 4 MiB buckets: ResNet-18 CIFAR one bucket of
- *   527424 floats; the GPT of bench_dp three, 739584 + 541440 + 3145728, the last its token
- *   embedding), followed by the step's loss all-reduce and clipping's norm (one float each);
+ *   the step-end reduction of each model's gradient buckets that complete in the last 1% of its
+ *   FLOPs, at the default 4 MiB buckets (ResNet-18 CIFAR: one bucket of 527424 floats; the GPT of
+ *   bench_dp: three, 739584 + 541440 + 3145728, the last its token embedding; the reducer leaves
+ *   the last bucket of each to the end of the step, ts__buckets), followed by the step's loss
+ *   all-reduce and clipping's norm (one float each);
  *   the same tail with reduce-scatters (optimizer_shard) and an all-gather of the updated parts.
  * Lines: {"name":"allreduce","thread":..,"case":..,"bytes":..,"polled_ms":..,"native_ms":..,
  * "speedup":..} per worker, then {"name":"allreduce_summary",...}: per case and thread level the

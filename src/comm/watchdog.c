@@ -13,8 +13,9 @@
  * Both talk to MPI from this thread while the main thread is inside the blocking call, which MPI
  * allows at MPI_THREAD_MULTIPLE only; at a lower level the thread sends nothing, and the message
  * names what this rank knows (the collective, its sequence number, the communicator, this rank).
- * MPI_Abort is then still called from this thread (OpenMPI and MPICH end the job from any thread;
- * tested here at SERIALIZED and MULTIPLE), and _exit follows if it ever returns.
+ * MPI_Abort is then still called from this thread (OpenMPI ends the job from any thread: tested
+ * here at FUNNELED and MULTIPLE, tests/comm/watchdog_test.sh), and _exit follows if it ever
+ * returns.
  *
  * Arming costs the main thread a mutex and a few stores; the thread is signalled only when it
  * sleeps past the new call's first moment (it is idle, or waiting for an earlier call's later
