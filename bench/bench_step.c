@@ -21,6 +21,7 @@
 
 #include "dnnl.h"
 #include "bench_common.h"
+#include "kernels/conv.h"
 
 #define TORCH_PY "/usr/bin/python3"
 #define GLIBC_TUNE "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
@@ -239,6 +240,41 @@ static void bench_amp(const options *o, const char *model, const char *name, int
     }
   double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
   float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
+  if (o->profile) { /* per op of each model, steps alternating as above; conv's time split */
+      profile pr[2];
+      double cs[2][3][3];
+      memset(pr, 0, sizeof pr);
+      for (int j = 0; j < 2; j++)
+        if (ts_plan_add_hook(t[j].plan, prof_hook, &pr[j])) die("profiler hook");
+      double conv[2][3][3] = {{{0}}};
+      for (int i = 0; i < o->steps; i++, s++)
+        for (int j = 0; j < 2; j++) {
+          ts__conv_dnnl_stats(NULL, 1);
+          train_step(&t[j], s, &pr[j]);
+          ts__conv_dnnl_stats(cs, 1);
+          for (int d = 0; d < 3; d++)
+            for (int q = 0; q < 3; q++) conv[j][d][q] += cs[0][d][q] + cs[1][d][q];
+        }
+      for (int j = 0; j < 2; j++) ts_plan_remove_hook(t[j].plan, prof_hook, &pr[j]);
+      for (int j = 0; j < 2; j++) {
+        double total = 0;
+        for (int i = 0; i < pr[j].n; i++) total += pr[j].sec[i];
+        for (int i = 0; i < pr[j].n; i++)
+          printf("{\"name\":\"profile\",\"model\":\"%s\",\"variant\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,"
+                 "\"share\":%.4f}\n",
+                 name, j ? "amp" : "f32", pr[j].op[i], pr[j].sec[i] * 1e3 / o->steps,
+                 total > 0 ? pr[j].sec[i] / total : 0.0);
+        static const char *dn[3] = {"fwd", "bwd_data", "bwd_weight"};
+        for (int d = 0; d < 3; d++)
+          printf("{\"name\":\"conv_split\",\"model\":\"%s\",\"variant\":\"%s\",\"dir\":\"%s\","
+                 "\"reorder_in_ms\":%.3f,\"primitive_ms\":%.3f,\"reorder_out_ms\":%.3f}\n",
+                 name, j ? "amp" : "f32", dn[d], conv[j][d][0] * 1e3 / o->steps,
+                 conv[j][d][1] * 1e3 / o->steps, conv[j][d][2] * 1e3 / o->steps);
+        printf("{\"name\":\"profile_total\",\"model\":\"%s\",\"variant\":\"%s\",\"ms\":%.3f}\n", name,
+               j ? "amp" : "f32", total * 1e3 / o->steps);
+      }
+      fflush(stdout);
+    }
   printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
          "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
          name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,

@@ -56,6 +56,12 @@ int ts__conv_dnnl_get_algo(int dir);
 /* oneDNN's implementation name for the primitive of a direction ("" if unavailable). */
 const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir);
 
+/* Time (seconds) the oneDNN kernels spent since the last reset, for profiling:
+ * out[t][dir][k], t 0 f32 / 1 bf16, dir 0 fwd / 1 bwd_data / 2 bwd_weight, k 0 the reorders of
+ * the inputs into the primitive's layouts (and scratch allocation), 1 the primitive, 2 the
+ * reorders of the outputs back to plain. out may be NULL; reset != 0 zeroes the sums. */
+void ts__conv_dnnl_stats(double out[2][3][3], int reset);
+
 /* 16-bit variants: every buffer (bias and db included) of dtype dt (TS_BF16 or TS_F16), f32
  * accumulation, outputs rounded once. dnnl = 1: bf16 runs natively through oneDNN's convolution
  * primitives with bf16 memory descriptors (direct algorithm: oneDNN has no bf16 Winograd;

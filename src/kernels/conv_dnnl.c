@@ -66,6 +66,15 @@ typedef struct {
   char impl[64];
 } conv_aux;
 
+/* Time split of run_conv (ts__conv_dnnl_stats): [bf16?][dir][0 reorders in, 1 primitive,
+ * 2 reorders out], seconds, summed since the last reset. Two clock reads per part. */
+static double g_stat[2][3][3];
+
+void ts__conv_dnnl_stats(double out[2][3][3], int reset) {
+  if (out) memcpy(out, g_stat, sizeof g_stat);
+  if (reset) memset(g_stat, 0, sizeof g_stat);
+}
+
 static void *g_buf[NSLOT];
 static size_t g_cap[NSLOT];
 
@@ -262,6 +271,7 @@ static int run_conv(const ts__conv_desc *d, int dir, dnnl_data_type_t dt, void *
   ts__dnnl_prim p = *pp;
   const conv_aux *aux = p.aux;
   void *pb[NSLOT] = {0};
+  double *st = g_stat[dt != dnnl_f32][dir], t0 = ts_time_now(), t1;
   for (int s = 0; s < NSLOT; s++) {
     if (!aux->arg[s]) continue;
     pb[s] = bufs[s];
@@ -279,11 +289,16 @@ static int run_conv(const ts__conv_desc *d, int dir, dnnl_data_type_t dt, void *
       args[na].memory = ts__dnnl_mem(&aux->prim[s], pb[s]);
       na++;
     }
+  t1 = ts_time_now();
+  st[0] += t1 - t0;
   if ((rc = ts__dnnl_run(&p, na, args, what))) return rc;
+  t0 = ts_time_now();
+  st[1] += t0 - t1;
   for (int s = 0; s < NSLOT; s++)
     if (aux->arg[s] && aux->reorder[s] && aux->is_out[s] &&
         (rc = reorder(&key, NSLOT + s, &aux->prim[s], pb[s], &aux->user[s], bufs[s])))
       return rc;
+  st[2] += ts_time_now() - t0;
   return TS_OK;
 }
 
