@@ -464,10 +464,13 @@ static void bench_resnet_conv(void) {
                             {128, 16, 128, 3, 1, 3}, {64, 32, 128, 1, 2, 1},   {128, 16, 256, 3, 2, 1},
                             {256, 8, 256, 3, 1, 3},  {128, 16, 256, 1, 2, 1},  {256, 8, 512, 3, 2, 1},
                             {512, 4, 512, 3, 1, 3},  {256, 8, 512, 1, 2, 1}};
+  static const char *vn[4] = {"f32", "bf16", "bf16f", "lp"};
   const int nl = (int)(sizeof L / sizeof L[0]), reps = g_reps < 64 ? g_reps : 64;
   const int64_t N = 64;
-  double tot[2][3] = {{0}}, totp[2][3] = {{0}};
-  printf("resnet_conv: ResNet-18 CIFAR batch %lld, ms per step (x count); prim = oneDNN primitive, rest reorders\n",
+  double tot[4][3] = {{0}}, totp[4][3] = {{0}};
+  printf("resnet_conv: ResNet-18 CIFAR batch %lld, ms per step (x count), (oneDNN primitive; the rest are reorders)\n"
+         "  f32: f32 default (Winograd on 3x3 s1) | bf16: bf16 direct | bf16f: bf16 buffers on the f32 Winograd\n"
+         "  or direct primitive (f32's choice) between converting reorders | lp: the 16-bit default\n",
          (long long)N);
   printf("%-26s %-5s %22s %22s %22s  %s\n", "layer (C,H->O,k,s) x n", "", "fwd ms (prim)", "bwd_data ms (prim)",
          "bwd_weight ms (prim)", "impl fwd");
@@ -477,10 +480,14 @@ static void bench_resnet_conv(void) {
     ts__conv_desc d = {N, y->C, y->H, y->H, y->O, y->K, y->K, OH, OH, y->s, y->s, p, p, 1, 1, 1};
     const int64_t nx = N * y->C * y->H * y->H, ny = N * y->O * OH * OH, nw = y->O * y->C * y->K * y->K;
     buf x = mk(nx, 1), w = mk(nw, 2), yy = mk(ny, 3), dy = mk(ny, 4), dx = mk(nx, 5), dw = mk(nw, 6);
-    double t[2][3][64], pr[2][3][64], st[2][3][3];
+    double t[4][3][64], pr[4][3][64], st[2][3][3];
+    const char *impl[4] = {ts__conv_dnnl_impl(&d, 0), ts__conv_dnnl_impl_bf16(&d, 0), "", ""};
     for (int r = -1; r < reps; r++)
-      for (int v = 0; v < 2; v++)
+      for (int v = 0; v < 4; v++)
         for (int dir = 0; dir < 3; dir++) {
+          for (int k = 0; k < 3; k++)
+            ts__conv_dnnl_set_lp_mode(k, v == 1 ? TS_CONV_LP_NATIVE : v == 2 ? TS_CONV_LP_F32 : TS_CONV_LP_DEFAULT);
+          if (r < 0 && dir == 0 && v >= 2) impl[v] = ts__conv_dnnl_impl_bf16(&d, 0);
           ts__conv_dnnl_stats(NULL, 1);
           double t0 = ts_time_now();
           if (dir == 0)
@@ -494,34 +501,38 @@ static void bench_resnet_conv(void) {
           ts__conv_dnnl_stats(st, 1);
           if (r < 0) continue; /* warm-up: primitives created */
           t[v][dir][r] = dt;
-          pr[v][dir][r] = st[v][dir][1];
+          pr[v][dir][r] = st[v > 0][dir][1];
         }
-    for (int v = 0; v < 2; v++) {
-      char nm[40];
-      snprintf(nm, sizeof nm, "%lld,%lld->%lld,%lld,%lld x%lld", (long long)y->C, (long long)y->H, (long long)y->O,
-               (long long)y->K, (long long)y->s, (long long)y->n);
-      printf("%-26s %-5s", v ? "" : nm, v ? "bf16" : "f32");
+    for (int k = 0; k < 3; k++) ts__conv_dnnl_set_lp_mode(k, TS_CONV_LP_DEFAULT);
+    char nm[40];
+    snprintf(nm, sizeof nm, "%lld,%lld->%lld,%lld,%lld x%lld", (long long)y->C, (long long)y->H, (long long)y->O,
+             (long long)y->K, (long long)y->s, (long long)y->n);
+    double med[4][3];
+    for (int v = 0; v < 4; v++) {
+      printf("%-26s %-5s", v ? "" : nm, vn[v]);
       for (int dir = 0; dir < 3; dir++) {
         qsort(t[v][dir], (size_t)reps, sizeof(double), cmpd);
         qsort(pr[v][dir], (size_t)reps, sizeof(double), cmpd);
         const double a = t[v][dir][reps / 2] * 1e3 * (double)y->n, b = pr[v][dir][reps / 2] * 1e3 * (double)y->n;
+        med[v][dir] = a;
         tot[v][dir] += a, totp[v][dir] += b;
         printf("      %7.2f (%7.2f)", a, b);
       }
-      printf("  %s\n", v ? ts__conv_dnnl_impl_bf16(&d, 0) : ts__conv_dnnl_impl(&d, 0));
+      printf("  %s\n", impl[v]);
     }
-    printf("%-26s %-5s", "", "ratio");
-    for (int dir = 0; dir < 3; dir++)
-      printf("      %7.2fx (%6.2fx)", t[0][dir][reps / 2] / t[1][dir][reps / 2], pr[0][dir][reps / 2] / pr[1][dir][reps / 2]);
+    printf("%-26s %-5s", "", "f32/lp");
+    for (int dir = 0; dir < 3; dir++) printf("      %7.2fx         ", med[0][dir] / med[3][dir]);
     printf("\n");
     rel(&x), rel(&w), rel(&yy), rel(&dy), rel(&dx), rel(&dw);
   }
-  double a = 0, b = 0, ap = 0, bp = 0;
-  for (int dir = 0; dir < 3; dir++) a += tot[0][dir], b += tot[1][dir], ap += totp[0][dir], bp += totp[1][dir];
-  printf("resnet_conv total: f32 %.1f ms (primitives %.1f) | bf16 %.1f ms (primitives %.1f) | speedup %.2fx "
-         "(primitives %.2fx)\n", a, ap, b, bp, a / b, ap / bp);
-  for (int dir = 0; dir < 3; dir++)
-    printf("  dir %d: f32 %.1f (%.1f) bf16 %.1f (%.1f)\n", dir, tot[0][dir], totp[0][dir], tot[1][dir], totp[1][dir]);
+  for (int v = 0; v < 4; v++) {
+    double a = 0, ap = 0;
+    for (int dir = 0; dir < 3; dir++) a += tot[v][dir], ap += totp[v][dir];
+    printf("resnet_conv total %-5s %8.1f ms (primitives %8.1f): fwd %.1f (%.1f) bwd_data %.1f (%.1f) bwd_weight %.1f "
+           "(%.1f); f32/this %.2fx\n",
+           vn[v], a, ap, tot[v][0], totp[v][0], tot[v][1], totp[v][1], tot[v][2], totp[v][2],
+           (tot[0][0] + tot[0][1] + tot[0][2]) / a);
+  }
   fflush(stdout);
 }
 

@@ -76,6 +76,17 @@ int ts__conv2d_bwd_data_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const 
 // x dt, dy dt -> dw (O,C/g,KH,KW) dt, db (O) dt if not NULL
 int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *x,
                              const void *dy, void *dw, void *db);
+/* How a bf16 direction runs on the oneDNN path (dnnl = 1). TS_CONV_LP_NATIVE: oneDNN's bf16
+ * primitive (direct); TS_CONV_LP_F32: the f32 primitive with f32's algorithm choice (Winograd on
+ * 3x3 stride-1 layers, see above), its inputs reordered from plain bf16 into its blocked f32
+ * layouts and its outputs back to plain bf16 (rounded once to nearest even) by the one reorder
+ * per tensor the native path does anyway (the conversion rides on it); TS_CONV_LP_DEFAULT: f32
+ * for backward-weights of ungrouped non-1x1 layers with >= 32 channels in and out, native
+ * otherwise (why: lp_wants_f32 in conv_dnnl.c). dir: 0 fwd, 1 bwd_data, 2 bwd_weight. The setter
+ * is for benchmarks and tests (process-wide, like ts__conv_dnnl_set_algo). */
+enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32 };
+void ts__conv_dnnl_set_lp_mode(int dir, int mode);
+int ts__conv_dnnl_get_lp_mode(int dir);
 /* oneDNN's implementation name of the bf16 primitive of a direction ("" if unavailable). */
 const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir);
 
