@@ -8,7 +8,11 @@
  *   {"name":"profile","model":..,"op":..,"ms":..,"share":..}   with --profile
  *   {"name":"gpt_6l_384d_step_amp","f32_ms":..,"amp_ms":..,"speedup":..}   with --amp O2: the
  *                                                same model in f32 and mixed precision, steps
- *                                                alternating
+ *                                                alternating; --profile adds both models' per-op
+ *                                                tables and conv's reorder/primitive split;
+ *                                                --conv-native a third model, amp with every
+ *                                                bf16 conv on oneDNN's bf16 primitive
+ *                                                ("amp_conv_native_ms")
  *
  * Steps: --warmup steps, then the median of --steps individually timed steps. The PyTorch side
  * (bench/torch_step.py under /usr/bin/python3) runs in the same invocation with the same thread
@@ -32,6 +36,7 @@ typedef struct {
   int profile;
   int do_sgemm, do_resnet, do_gpt;
   int resnet_batch, gpt_batch, gpt_seq;
+  int conv_native;    /* --conv-native: with --amp, a third model: amp with every bf16 conv native */
   int amp_level;      /* --amp O1..O3: also time each model in mixed precision against f32 */
   ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
   const char *torch_script;
@@ -220,25 +225,36 @@ static void bench_gpt(const options *o, result *r) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+/* One step of an amp model; native: with every bf16 conv direction on oneDNN's bf16 primitive
+ * (ts__conv_dnnl_set_lp_mode; the default rule restored after). */
+static void amp_step(trainer *t, uint64_t step, int native) {
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_NATIVE);
+  train_step(t, step, NULL);
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_DEFAULT);
+}
+
 /* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
  * so both see the same machine; the medians and the speedup f32/amp. */
 static void bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
-  trainer t[2];
-  for (int k = 0; k < 2; k++) {
+  trainer t[3];
+  const int nk = o->conv_native ? 3 : 2; /* 3: a second amp model whose bf16 convs all run native */
+  for (int k = 0; k < nk; k++) {
     bench_model_opts mo = {batch, seq, 0, k ? o->amp_level : 0, o->amp_dtype};
     bench_model_build(&t[k], model, &mo);
   }
   uint64_t s = 0;
   for (int i = 0; i < o->warmup; i++, s++)
-    for (int k = 0; k < 2; k++) train_step(&t[k], s, NULL);
-  double *ms[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
+    for (int k = 0; k < nk; k++) amp_step(&t[k], s, k == 2);
+  double *ms[3] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps),
+                   malloc(sizeof(double) * (size_t)o->steps)};
   for (int i = 0; i < o->steps; i++, s++)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nk; k++) {
       double t0 = ts_time_now();
-      train_step(&t[k], s, NULL);
+      amp_step(&t[k], s, k == 2);
       ms[k][i] = (ts_time_now() - t0) * 1e3;
     }
   double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
+  double nat = nk == 3 ? median(ms[2], o->steps) : 0;
   float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
   if (o->profile) { /* per op of each model, steps alternating as above; conv's time split */
       profile pr[2];
@@ -276,11 +292,13 @@ static void bench_amp(const options *o, const char *model, const char *name, int
       fflush(stdout);
     }
   printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
-         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
+         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g",
          name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,
          (double)l1);
+  if (nk == 3) printf(",\"amp_conv_native_ms\":%.3f,\"speedup_conv_native\":%.4f", nat, f32 / nat);
+  printf("}\n");
   fflush(stdout);
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < nk; k++) {
     free(ms[k]);
     trainer_free(&t[k]);
   }
@@ -332,7 +350,7 @@ static void usage(void) {
           "usage: bench_step [--threads N] [--warmup N] [--steps N] [--gemm-reps N] [--profile]\n"
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
           "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
-          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16]\n");
+          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--conv-native]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -373,6 +391,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--gpt-batch")) o.gpt_batch = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--gpt-seq")) o.gpt_seq = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--profile")) o.profile = 1;
+    else if (!strcmp(a, "--conv-native")) o.conv_native = 1;
     else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
     else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
       o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;

@@ -81,8 +81,9 @@ int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, cons
  * 3x3 stride-1 layers, see above), its inputs reordered from plain bf16 into its blocked f32
  * layouts and its outputs back to plain bf16 (rounded once to nearest even) by the one reorder
  * per tensor the native path does anyway (the conversion rides on it); TS_CONV_LP_DEFAULT: f32
- * for backward-weights of ungrouped non-1x1 layers with >= 32 channels in and out, native
- * otherwise (why: lp_wants_f32 in conv_dnnl.c). dir: 0 fwd, 1 bwd_data, 2 bwd_weight. The setter
+ * for backward-weights of ungrouped non-1x1 layers with >= 32 channels in and out when oneDNN
+ * runs on more than one thread (omp_get_max_threads() > 1), native otherwise (why: lp_wants_f32
+ * in conv_dnnl.c). dir: 0 fwd, 1 bwd_data, 2 bwd_weight. The setter
  * is for benchmarks and tests (process-wide, like ts__conv_dnnl_set_algo). */
 enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32 };
 void ts__conv_dnnl_set_lp_mode(int dir, int mode);

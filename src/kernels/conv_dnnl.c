@@ -7,6 +7,7 @@
  * calls (weights change every step). Reorder primitives are cached next to their convolution.
  * Scratch buffers are process-wide and grow to the largest size seen (kernels are launched from
  * one thread at a time; see dnnl_ctx.h). */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,16 +104,18 @@ static int wino_shape(const ts__conv_desc *d) {
 
 /* Whether bf16 direction dir of d runs an f32 primitive between converting reorders (the
  * TS_CONV_LP_DEFAULT rule, conv.h): backward-weights of the ungrouped spatial (not 1x1) layers
- * with >= 32 channels in and out. There oneDNN 2.6's bf16 kernel (jit_bf16:avx512_core_bf16)
- * splits the reduction over the minibatch between the threads and joins them with spinning
- * barriers: with 2 threads on a machine where another process wants a core, one thread spins
- * while the other waits for the CPU, and a ResNet-18 step's backward-weights went from 107 ms to
- * 2,070 ms (the f32 kernels, Winograd and direct, slowed by the same 2.7x as everything else);
- * on a quiet machine it is only ~1.1x the f32 one (docs/mixed-precision.md, "Convolutions at
- * O2"). The 1x1 kernel (jit_bf16_1x1) and thin layers (the RGB stem) keep bf16. */
+ * with >= 32 channels in and out, when oneDNN runs more than one thread. There oneDNN 2.6's bf16
+ * kernel (jit_bf16:avx512_core_bf16) splits the reduction over the minibatch between the threads
+ * and joins them with spinning barriers: with 2 threads on a machine where another process wants
+ * a core, one thread spins while the other waits for the CPU, and a ResNet-18 step's
+ * backward-weights went from 107 ms to 2,070 ms (the f32 kernels, Winograd and direct, slowed by
+ * the same 2.7x as everything else); on a quiet machine it is only ~1.1x the f32 one. On one
+ * thread there is no barrier and the bf16 kernel is the faster (docs/mixed-precision.md,
+ * "Convolutions at O2"). The 1x1 kernel (jit_bf16_1x1) and thin layers (the RGB stem) keep bf16. */
 static int lp_wants_f32(const ts__conv_desc *d, int dir) {
   if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT) return g_lp_mode[dir] == TS_CONV_LP_F32;
-  return dir == 2 && d->groups == 1 && (d->KH > 1 || d->KW > 1) && d->C >= 32 && d->O >= 32;
+  return dir == 2 && d->groups == 1 && (d->KH > 1 || d->KW > 1) && d->C >= 32 && d->O >= 32 &&
+         !omp_in_parallel() && omp_get_max_threads() > 1;
 }
 
 static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int with_bias,
