@@ -14,6 +14,7 @@
 
 #include "tessera/checkpoint.h"
 #include "ckpt_impl.h"
+#include "../base/iofault.h"
 #include "../base/text.h"
 
 #define P_PARAM "param."
@@ -840,7 +841,7 @@ int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max) {
         ts_error_wrap(rc, "deleting an old checkpoint");
         break;
       }
-    } else if (unlink(path) != 0 && errno != ENOENT) {
+    } else if ((ts__io_fault("unlink", path) || unlink(path) != 0) && errno != ENOENT) {
       rc = ts_error_set(TS_EIO, "%s: cannot delete an old checkpoint: %s", path, strerror(errno));
       break;
     }
