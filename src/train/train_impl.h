@@ -164,8 +164,8 @@ int ts__trainer_whole_snapshot(ts_trainer *t, ts_ckpt_snapshot **snap);
  * starts its writer. wait: joins the writer; agree = 1 (collective, every rank at the same
  * point): every rank returns the failure of any (the failing rank's message names the file);
  * agree = 0 (an error path): the writer's failure is logged, returned only locally. free: joins
- * and frees. */
-int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced);
+ * and frees. rotate: rank 0's writer applies checkpoint.keep_max after the commit. */
+int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced, int rotate);
 int ts__ckpt_async_wait(ts_trainer *t, int agree);
 void ts__ckpt_async_free(ts_trainer *t);
 

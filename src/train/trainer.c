@@ -329,7 +329,7 @@ static int save_checkpoint(ts_trainer *t) {
   int sliced = ts__trainer_ckpt_format(t) == TS_CFG_CKPT_SLICED;
   int rc = sliced ? ts_ckpt_dir_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step)
                   : ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
-  if (!rc && c->checkpoint.async) return ts__ckpt_async_save(t, path, sliced); /* rotation and message: its writer */
+  if (!rc && c->checkpoint.async) return ts__ckpt_async_save(t, path, sliced, 1); /* rotation and message: its writer */
   if (!rc) rc = sliced ? ts_trainer_save_sliced(t, path)  /* collective; every rank writes its pieces */
                        : ts_trainer_save(t, path);        /* collective; rank 0 writes */
   if (rc || t->run->rank != 0) return rc;

@@ -127,7 +127,15 @@ static int setup(ts_trainer *t) {
   return TS_OK;
 }
 
-int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced) {
+int ts_trainer_save_async(ts_trainer *t, const char *path, int sliced) {
+  if (!t || !path || !*path) return ts_error_set(TS_EINVAL, "ts_trainer_save_async: NULL argument");
+  int rc = ts_dist_sync_states(t->dist);
+  return rc ? rc : ts__ckpt_async_save(t, path, sliced, 0);
+}
+
+int ts_trainer_save_wait(ts_trainer *t) { return t ? ts__ckpt_async_wait(t, 1) : TS_OK; }
+
+int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced, int rotate) {
   int rc = ts__ckpt_async_wait(t, 1); /* the previous save first: its status on every rank */
   if (rc) return rc;
   if ((rc = setup(t))) return rc;
@@ -136,7 +144,7 @@ int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced) {
   snprintf(a->path, sizeof a->path, "%s", path);
   snprintf(a->dir, sizeof a->dir, "%s", c->checkpoint.dir);
   snprintf(a->prefix, sizeof a->prefix, "%s", c->checkpoint.prefix);
-  a->keep_max = c->checkpoint.keep_max;
+  a->keep_max = rotate ? c->checkpoint.keep_max : 0;
   a->sliced = sliced;
   if (sliced) {
     if ((rc = ts__sliced_begin(t, path, &a->job))) return rc; /* the job's communication failed */

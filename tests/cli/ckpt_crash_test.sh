@@ -61,6 +61,7 @@ final_of() { ls -d "$1"/ckpt-00000006* 2>/dev/null | grep -v '\.tmp\.\|\.old\.' 
 all_verify() {
   local p n=0
   for p in "$1"/ckpt-*; do
+    [ -e "$p" ] || continue
     case $p in *.tmp.*|*.old.*) continue ;; esac
     [ -d "$p" ] && [ ! -f "$p/manifest.json" ] && continue
     "$bin" ckpt verify "$p" >/dev/null 2>&1 || { echo "$p"; return 1; }
