@@ -112,7 +112,7 @@ static void bench_gemm(const char *name, int64_t M, int64_t K, int64_t N, int re
 
 /* ---------------------------------------------------------------- training steps */
 
-#define MAX_PROF 96
+#define MAX_PROF 512
 typedef struct {
   const char *op[MAX_PROF];
   double sec[MAX_PROF];
@@ -136,7 +136,7 @@ static void prof_hook(const ts_hook_info *e, void *user) {
   if (e->event == TS_HOOK_NODE_BEGIN)
     pr->t0 = ts_time_now();
   else if (e->event == TS_HOOK_NODE_END)
-    prof_add(pr, e->op_name, ts_time_now() - pr->t0);
+    prof_add(pr, getenv("BENCH_DETAIL") && strstr(getenv("BENCH_DETAIL"), e->op_name) ? e->node_name : e->op_name, ts_time_now() - pr->t0);
 }
 
 
@@ -148,6 +148,8 @@ static void train_step(trainer *t, uint64_t step, profile *pr) {
     die("optimizer step");
   if (pr) prof_add(pr, "optimizer_step", ts_time_now() - t0);
 }
+
+static void profile_steps(trainer *t, const options *o, const char *model, uint64_t s);
 
 /* Warm-up, then the median of `steps` timed steps (ms); the last loss in *loss. With `model`
  * set, also a profiled pass of the same number of steps (hook installed only then). */
@@ -163,7 +165,14 @@ static double time_training(trainer *t, const options *o, const char *model, flo
   double med = median(ms, o->steps);
   free(ms);
   *loss = *(float *)ts_plan_data(t->plan, t->loss);
-  if (o->profile) {
+  if (o->profile) profile_steps(t, o, model, s);
+  return med;
+}
+
+/* `o->steps` more steps of `t` (from step number s) with the per-node hook installed; prints
+ * the per-op table (ms per step, share of the summed op time), sorted by time. */
+static void profile_steps(trainer *t, const options *o, const char *model, uint64_t s) {
+  {
     profile pr;
     memset(&pr, 0, sizeof pr);
     if (ts_plan_add_hook(t->plan, prof_hook, &pr)) die("profiler hook");
@@ -182,7 +191,6 @@ static double time_training(trainer *t, const options *o, const char *model, flo
              model, pr.op[i], pr.sec[i] * 1e3 / o->steps, total > 0 ? pr.sec[i] / total : 0.0);
     fflush(stdout);
   }
-  return med;
 }
 
 typedef struct {
@@ -219,6 +227,51 @@ static void bench_gpt(const options *o, result *r) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+/* Per-op tables of the f32 model t[0] and the mixed-precision t[1] (`<name>` and
+ * `<name>_O<level>`): `o->steps` more steps of each, alternating as the timed ones, every step
+ * profiled on its own; per op the median over the steps of its time per step, so a burst of
+ * another job's load in one step moves no row. */
+static void profile_amp(trainer *t, const options *o, const char *name, uint64_t s) {
+  int n = o->steps;
+  profile *pr = calloc((size_t)2 * n, sizeof *pr);
+  if (!pr) die("out of memory");
+  for (int i = 0; i < n; i++, s++)
+    for (int k = 0; k < 2; k++) {
+      profile *p = &pr[k * n + i];
+      if (ts_plan_add_hook(t[k].plan, prof_hook, p)) die("profiler hook");
+      train_step(&t[k], s, p);
+      ts_plan_remove_hook(t[k].plan, prof_hook, p);
+    }
+  double *v = malloc(sizeof(double) * (size_t)n);
+  for (int k = 0; k < 2; k++) {
+    char pm[96];
+    snprintf(pm, sizeof pm, k ? "%s_O%d" : "%s", name, o->amp_level);
+    profile *p0 = &pr[k * n]; /* every step runs the same nodes: step 0's op list is the list */
+    double med[MAX_PROF], total = 0;
+    int idx[MAX_PROF];
+    for (int j = 0; j < p0->n; j++) {
+      for (int i = 0; i < n; i++) {
+        const profile *p = &pr[k * n + i];
+        int q = 0;
+        while (q < p->n && strcmp(p->op[q], p0->op[j])) q++;
+        v[i] = q < p->n ? p->sec[q] : 0;
+      }
+      med[j] = median(v, n);
+      total += med[j];
+      idx[j] = j;
+    }
+    for (int a = 0; a < p0->n; a++)
+      for (int b = a + 1; b < p0->n; b++)
+        if (med[idx[b]] > med[idx[a]]) { int x = idx[a]; idx[a] = idx[b]; idx[b] = x; }
+    for (int a = 0; a < p0->n; a++)
+      printf("{\"name\":\"profile\",\"model\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,\"share\":%.4f}\n", pm,
+             p0->op[idx[a]], med[idx[a]] * 1e3, total > 0 ? med[idx[a]] / total : 0.0);
+  }
+  fflush(stdout);
+  free(v);
+  free(pr);
+}
+
 /* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
  * so both see the same machine; the medians and the speedup f32/amp. */
 static void bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
@@ -244,6 +297,7 @@ static void bench_amp(const options *o, const char *model, const char *name, int
          name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,
          (double)l1);
   fflush(stdout);
+  if (o->profile) profile_amp(t, o, name, s);
   for (int k = 0; k < 2; k++) {
     free(ms[k]);
     trainer_free(&t[k]);
