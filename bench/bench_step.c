@@ -10,7 +10,10 @@
  *                                                same model in f32 and mixed precision, steps
  *                                                alternating (--profile: per-op tables of both,
  *                                                models `<name>` and `<name>_O2`; --no-fusion:
- *                                                the amp plan without the executor's fusions)
+ *                                                the amp plan without the executor's fusions);
+ *                                                also the median CPU time (whole process) of
+ *                                                the steps and its ratio, "cpu_speedup", which
+ *                                                the load of other jobs disturbs less
  *   with --amp and PyTorch, the model rows also get "tessera_amp_ms", "torch_autocast_bf16_ms"
  *   (torch_step.py --amp bf16: the forward under torch.autocast), "torch_best" (f32 or
  *   autocast_bf16, the faster), "torch_best_ms" and "amp_ratio" = torch_best_ms/tessera_amp_ms
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dnnl.h"
 #include "bench_common.h"
@@ -234,6 +238,15 @@ static void bench_gpt(const options *o, result *r) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+/* CPU seconds of the whole process (every thread): a step's CPU time is the work it did, which
+ * other jobs on the machine disturb far less than its wall time (a thread that waits for a core,
+ * or sleeps at a barrier under OMP_WAIT_POLICY=passive, is not charged). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Per-op tables of the f32 model t[0] and the mixed-precision t[1] (`<name>` and
  * `<name>_O<level>`): `o->steps` more steps of each, alternating as the timed ones, every step
  * profiled on its own; per op the median over the steps of its time per step, so a burst of
@@ -292,22 +305,27 @@ static double bench_amp(const options *o, const char *model, const char *name, i
   for (int i = 0; i < o->warmup; i++, s++)
     for (int k = 0; k < 2; k++) train_step(&t[k], s, NULL);
   double *ms[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
+  double *cpu[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
   for (int i = 0; i < o->steps; i++, s++)
     for (int k = 0; k < 2; k++) {
-      double t0 = ts_time_now();
+      double t0 = ts_time_now(), c0 = cpu_now();
       train_step(&t[k], s, NULL);
       ms[k][i] = (ts_time_now() - t0) * 1e3;
+      cpu[k][i] = (cpu_now() - c0) * 1e3;
     }
   double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
+  double f32c = median(cpu[0], o->steps), ampc = median(cpu[1], o->steps);
   float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
   printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
-         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
-         name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,
-         (double)l1);
+         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_cpu_ms\":%.3f,\"amp_cpu_ms\":%.3f,"
+         "\"cpu_speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
+         name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, f32c, ampc,
+         f32c / ampc, (double)l0, (double)l1);
   fflush(stdout);
   if (o->profile) profile_amp(t, o, name, s);
   for (int k = 0; k < 2; k++) {
     free(ms[k]);
+    free(cpu[k]);
     trainer_free(&t[k]);
   }
   return amp;
