@@ -8,12 +8,15 @@
  *   {"name":"profile","model":..,"op":..,"ms":..,"share":..}   with --profile
  *   {"name":"gpt_6l_384d_step_amp","f32_ms":..,"amp_ms":..,"speedup":..}   with --amp O2: the
  *                                                same model in f32 and mixed precision, steps
- *                                                alternating (--profile: per-op tables of both,
- *                                                models `<name>` and `<name>_O2`; --no-fusion:
- *                                                the amp plan without the executor's fusions);
- *                                                also the median CPU time (whole process) of
- *                                                the steps and its ratio, "cpu_speedup", which
- *                                                the load of other jobs disturbs less
+ *                                                alternating; --profile adds both models' per-op
+ *                                                tables and conv's reorder/primitive split;
+ *                                                --conv-native a third model, amp with every
+ *                                                bf16 conv on oneDNN's bf16 primitive
+ *                                                ("amp_conv_native_ms"); --no-fusion: the amp
+ *                                                plans without the executor's fusions; also the
+ *                                                median CPU time (whole process) of the steps and
+ *                                                its ratio "cpu_speedup", which other jobs' load
+ *                                                disturbs less than wall time
  *   with --amp and PyTorch, the model rows also get "tessera_amp_ms", "torch_autocast_bf16_ms"
  *   (torch_step.py --amp bf16: the forward under torch.autocast), "torch_best" (f32 or
  *   autocast_bf16, the faster), "torch_best_ms" and "amp_ratio" = torch_best_ms/tessera_amp_ms
@@ -30,6 +33,7 @@
 
 #include "dnnl.h"
 #include "bench_common.h"
+#include "kernels/conv.h"
 
 #define TORCH_PY "/usr/bin/python3"
 #define GLIBC_TUNE "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
@@ -40,9 +44,10 @@ typedef struct {
   int profile;
   int do_sgemm, do_resnet, do_gpt;
   int resnet_batch, gpt_batch, gpt_seq;
+  int conv_native;    /* --conv-native: with --amp, a third model: amp with every bf16 conv native */
   int amp_level;      /* --amp O1..O3: also time each model in mixed precision against f32 */
   ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
-  int no_fusion;      /* --no-fusion: the amp model's plan without the executor's fusions */
+  int no_fusion;      /* --no-fusion: the amp models' plans without the executor's fusions */
   const char *torch_script;
 } options;
 
@@ -146,7 +151,8 @@ static void prof_hook(const ts_hook_info *e, void *user) {
   if (e->event == TS_HOOK_NODE_BEGIN)
     pr->t0 = ts_time_now();
   else if (e->event == TS_HOOK_NODE_END)
-    prof_add(pr, getenv("BENCH_DETAIL") && strstr(getenv("BENCH_DETAIL"), e->op_name) ? e->node_name : e->op_name, ts_time_now() - pr->t0);
+    prof_add(pr, getenv("BENCH_DETAIL") && strstr(getenv("BENCH_DETAIL"), e->op_name) ? e->node_name : e->op_name,
+             ts_time_now() - pr->t0);
 }
 
 
@@ -158,8 +164,6 @@ static void train_step(trainer *t, uint64_t step, profile *pr) {
     die("optimizer step");
   if (pr) prof_add(pr, "optimizer_step", ts_time_now() - t0);
 }
-
-static void profile_steps(trainer *t, const options *o, const char *model, uint64_t s);
 
 /* Warm-up, then the median of `steps` timed steps (ms); the last loss in *loss. With `model`
  * set, also a profiled pass of the same number of steps (hook installed only then). */
@@ -175,14 +179,7 @@ static double time_training(trainer *t, const options *o, const char *model, flo
   double med = median(ms, o->steps);
   free(ms);
   *loss = *(float *)ts_plan_data(t->plan, t->loss);
-  if (o->profile) profile_steps(t, o, model, s);
-  return med;
-}
-
-/* `o->steps` more steps of `t` (from step number s) with the per-node hook installed; prints
- * the per-op table (ms per step, share of the summed op time), sorted by time. */
-static void profile_steps(trainer *t, const options *o, const char *model, uint64_t s) {
-  {
+  if (o->profile) {
     profile pr;
     memset(&pr, 0, sizeof pr);
     if (ts_plan_add_hook(t->plan, prof_hook, &pr)) die("profiler hook");
@@ -201,6 +198,7 @@ static void profile_steps(trainer *t, const options *o, const char *model, uint6
              model, pr.op[i], pr.sec[i] * 1e3 / o->steps, total > 0 ? pr.sec[i] / total : 0.0);
     fflush(stdout);
   }
+  return med;
 }
 
 typedef struct {
@@ -238,6 +236,16 @@ static void bench_gpt(const options *o, result *r) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+/* One step of an amp model; native: with every bf16 conv direction on oneDNN's bf16 primitive
+ * (ts__conv_dnnl_set_lp_mode; the default rule restored after). */
+static void amp_step(trainer *t, uint64_t step, int native) {
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_NATIVE);
+  train_step(t, step, NULL);
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_DEFAULT);
+}
+
+/* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
+ * so both see the same machine; the medians and the speedup f32/amp. */
 /* CPU seconds of the whole process (every thread): a step's CPU time is the work it did, which
  * other jobs on the machine disturb far less than its wall time (a thread that waits for a core,
  * or sleeps at a barrier under OMP_WAIT_POLICY=passive, is not charged). */
@@ -247,87 +255,80 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Per-op tables of the f32 model t[0] and the mixed-precision t[1] (`<name>` and
- * `<name>_O<level>`): `o->steps` more steps of each, alternating as the timed ones, every step
- * profiled on its own; per op the median over the steps of its time per step, so a burst of
- * another job's load in one step moves no row. */
-static void profile_amp(trainer *t, const options *o, const char *name, uint64_t s) {
-  int n = o->steps;
-  profile *pr = calloc((size_t)2 * n, sizeof *pr);
-  if (!pr) die("out of memory");
-  for (int i = 0; i < n; i++, s++)
-    for (int k = 0; k < 2; k++) {
-      profile *p = &pr[k * n + i];
-      if (ts_plan_add_hook(t[k].plan, prof_hook, p)) die("profiler hook");
-      train_step(&t[k], s, p);
-      ts_plan_remove_hook(t[k].plan, prof_hook, p);
-    }
-  double *v = malloc(sizeof(double) * (size_t)n);
-  for (int k = 0; k < 2; k++) {
-    char pm[96];
-    snprintf(pm, sizeof pm, k ? "%s_O%d" : "%s", name, o->amp_level);
-    profile *p0 = &pr[k * n]; /* every step runs the same nodes: step 0's op list is the list */
-    double med[MAX_PROF], total = 0;
-    int idx[MAX_PROF];
-    for (int j = 0; j < p0->n; j++) {
-      for (int i = 0; i < n; i++) {
-        const profile *p = &pr[k * n + i];
-        int q = 0;
-        while (q < p->n && strcmp(p->op[q], p0->op[j])) q++;
-        v[i] = q < p->n ? p->sec[q] : 0;
-      }
-      med[j] = median(v, n);
-      total += med[j];
-      idx[j] = j;
-    }
-    for (int a = 0; a < p0->n; a++)
-      for (int b = a + 1; b < p0->n; b++)
-        if (med[idx[b]] > med[idx[a]]) { int x = idx[a]; idx[a] = idx[b]; idx[b] = x; }
-    for (int a = 0; a < p0->n; a++)
-      printf("{\"name\":\"profile\",\"model\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,\"share\":%.4f}\n", pm,
-             p0->op[idx[a]], med[idx[a]] * 1e3, total > 0 ? med[idx[a]] / total : 0.0);
-  }
-  fflush(stdout);
-  free(v);
-  free(pr);
-}
-
-/* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
- * so both see the same machine; the medians and the speedup f32/amp. */
 static double bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
-  trainer t[2];
-  for (int k = 0; k < 2; k++) {
+  trainer t[3];
+  const int nk = o->conv_native ? 3 : 2; /* 3: a second amp model whose bf16 convs all run native */
+  for (int k = 0; k < nk; k++) {
     bench_model_opts mo = {batch, seq, 0, k ? o->amp_level : 0, o->amp_dtype};
     bench_model_build(&t[k], model, &mo);
     if (k && o->no_fusion) ts_plan_set_fusion(t[k].plan, 0);
   }
   uint64_t s = 0;
   for (int i = 0; i < o->warmup; i++, s++)
-    for (int k = 0; k < 2; k++) train_step(&t[k], s, NULL);
-  double *ms[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
+    for (int k = 0; k < nk; k++) amp_step(&t[k], s, k == 2);
+  double *ms[3] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps),
+                   malloc(sizeof(double) * (size_t)o->steps)};
   double *cpu[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
   for (int i = 0; i < o->steps; i++, s++)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nk; k++) {
       double t0 = ts_time_now(), c0 = cpu_now();
-      train_step(&t[k], s, NULL);
+      amp_step(&t[k], s, k == 2);
       ms[k][i] = (ts_time_now() - t0) * 1e3;
-      cpu[k][i] = (cpu_now() - c0) * 1e3;
+      if (k < 2) cpu[k][i] = (cpu_now() - c0) * 1e3;
     }
   double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
   double f32c = median(cpu[0], o->steps), ampc = median(cpu[1], o->steps);
+  double nat = nk == 3 ? median(ms[2], o->steps) : 0;
   float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
+  if (o->profile) { /* per op of each model, steps alternating as above; conv's time split */
+      profile pr[2];
+      double cs[2][3][3];
+      memset(pr, 0, sizeof pr);
+      for (int j = 0; j < 2; j++)
+        if (ts_plan_add_hook(t[j].plan, prof_hook, &pr[j])) die("profiler hook");
+      double conv[2][3][3] = {{{0}}};
+      for (int i = 0; i < o->steps; i++, s++)
+        for (int j = 0; j < 2; j++) {
+          ts__conv_dnnl_stats(NULL, 1);
+          train_step(&t[j], s, &pr[j]);
+          ts__conv_dnnl_stats(cs, 1);
+          for (int d = 0; d < 3; d++)
+            for (int q = 0; q < 3; q++) conv[j][d][q] += cs[0][d][q] + cs[1][d][q];
+        }
+      for (int j = 0; j < 2; j++) ts_plan_remove_hook(t[j].plan, prof_hook, &pr[j]);
+      for (int j = 0; j < 2; j++) {
+        double total = 0;
+        for (int i = 0; i < pr[j].n; i++) total += pr[j].sec[i];
+        for (int i = 0; i < pr[j].n; i++)
+          printf("{\"name\":\"profile\",\"model\":\"%s\",\"variant\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,"
+                 "\"share\":%.4f}\n",
+                 name, j ? "amp" : "f32", pr[j].op[i], pr[j].sec[i] * 1e3 / o->steps,
+                 total > 0 ? pr[j].sec[i] / total : 0.0);
+        static const char *dn[3] = {"fwd", "bwd_data", "bwd_weight"};
+        for (int d = 0; d < 3; d++)
+          printf("{\"name\":\"conv_split\",\"model\":\"%s\",\"variant\":\"%s\",\"dir\":\"%s\","
+                 "\"reorder_in_ms\":%.3f,\"primitive_ms\":%.3f,\"reorder_out_ms\":%.3f}\n",
+                 name, j ? "amp" : "f32", dn[d], conv[j][d][0] * 1e3 / o->steps,
+                 conv[j][d][1] * 1e3 / o->steps, conv[j][d][2] * 1e3 / o->steps);
+        printf("{\"name\":\"profile_total\",\"model\":\"%s\",\"variant\":\"%s\",\"ms\":%.3f}\n", name,
+               j ? "amp" : "f32", total * 1e3 / o->steps);
+      }
+      fflush(stdout);
+    }
   printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
          "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_cpu_ms\":%.3f,\"amp_cpu_ms\":%.3f,"
-         "\"cpu_speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
+         "\"cpu_speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g",
          name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, f32c, ampc,
          f32c / ampc, (double)l0, (double)l1);
+  if (nk == 3) printf(",\"amp_conv_native_ms\":%.3f,\"speedup_conv_native\":%.4f", nat, f32 / nat);
+  printf("}\n");
   fflush(stdout);
-  if (o->profile) profile_amp(t, o, name, s);
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < nk; k++) {
     free(ms[k]);
-    free(cpu[k]);
     trainer_free(&t[k]);
   }
+  free(cpu[0]);
+  free(cpu[1]);
   return amp;
 }
 
@@ -380,7 +381,8 @@ static void usage(void) {
           "usage: bench_step [--threads N] [--warmup N] [--steps N] [--gemm-reps N] [--profile]\n"
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
           "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
-          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--no-fusion]\n");
+          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--conv-native]\n"
+          "                  [--no-fusion]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -421,10 +423,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--gpt-batch")) o.gpt_batch = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--gpt-seq")) o.gpt_seq = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--profile")) o.profile = 1;
+    else if (!strcmp(a, "--conv-native")) o.conv_native = 1;
+    else if (!strcmp(a, "--no-fusion")) o.no_fusion = 1;
     else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
     else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
       o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;
-    else if (!strcmp(a, "--no-fusion")) o.no_fusion = 1;
     else if (!strcmp(a, "--torch")) o.torch = 1;
     else if (!strcmp(a, "--no-torch")) o.torch = 0;
     else if (!strcmp(a, "--torch-script") && v) o.torch_script = v, i++;
