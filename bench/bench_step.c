@@ -323,10 +323,8 @@ static double bench_amp(const options *o, const char *model, const char *name, i
   if (nk == 3) printf(",\"amp_conv_native_ms\":%.3f,\"speedup_conv_native\":%.4f", nat, f32 / nat);
   printf("}\n");
   fflush(stdout);
-  for (int k = 0; k < nk; k++) {
-    free(ms[k]);
-    trainer_free(&t[k]);
-  }
+  for (int k = 0; k < nk; k++) trainer_free(&t[k]);
+  for (int k = 0; k < 3; k++) free(ms[k]);
   free(cpu[0]);
   free(cpu[1]);
   return amp;
