@@ -266,6 +266,7 @@ typedef struct {
     int profile;               /* ts_prof_mode: 0 off, 1 summary, 2 trace (tessera/prof.h) */
     char trace[TS_CFG_PATH_MAX]; /* Chrome trace file (profile: trace); "" = <checkpoint.dir or .>/trace.json */
     int64_t profile_start;     /* first profiled step (1-based) */
+    char tensorboard[TS_CFG_PATH_MAX]; /* folder of TensorBoard event files, "" = none */
   } log;
   char source[TS_CFG_PATH_MAX]; /* the file the config was loaded from ("" if none); not a key */
   unsigned char given[TS_CFG_MAX_KEYS]; /* bookkeeping, not a key: which keys the file or an

@@ -140,6 +140,7 @@ int ts_cli_eval(int argc, char **argv) {
   cfg.checkpoint.dir[0] = 0;
   cfg.log.metrics[0] = 0;
   cfg.log.plot[0] = 0;
+  cfg.log.tensorboard[0] = 0;
   ts_trainer *t;
   int rc = ts_trainer_create(&cfg, &t);
   if (!rc) rc = ts_trainer_load(t, ckpt, 1, 0);

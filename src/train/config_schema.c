@@ -351,6 +351,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "without checkpoint.dir"},
     {"log.profile_start", CT_I64, FLD(log.profile_start), "1", NULL, 1, BIG, 0, 0, 0,
      "first profiled step (earlier steps run unrecorded: warm-up)"},
+    {"log.tensorboard", CT_STR, FLD(log.tensorboard), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "folder for TensorBoard event files (scalars: train/loss, lr, grad_norm, samples_per_s, "
+     "eval/loss, top1, top5), written by rank 0; empty = none"},
 };
 
 const int ts__cfg_nkeys = (int)(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0]);

@@ -392,6 +392,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     c->log.progress = TS_PROGRESS_OFF;
     c->log.metrics[0] = 0;
     c->log.plot[0] = 0;
+    c->log.tensorboard[0] = 0;
   }
   /* temp files of saves a killed run left behind (only the atomic writer's own names) */
   if (t->run->rank == 0 && c->checkpoint.dir[0] && ts_ckpt_clean_temps(c->checkpoint.dir, c->checkpoint.prefix) < 0)
