@@ -24,6 +24,33 @@ void ts__make_parent_dirs(const char *path) {
     }
 }
 
+static int write_record(ts__progress *p, cJSON *o, int flush);
+
+/* The run's name: the config file's name without folder and extension ("config" without one). */
+void ts__run_name(const ts_config *cfg, char *out, size_t cap) {
+  const char *src = cfg->source[0] ? cfg->source : "config";
+  const char *b = strrchr(src, '/');
+  b = b ? b + 1 : src;
+  snprintf(out, cap, "%s", b);
+  char *dot = strrchr(out, '.');
+  if (dot && dot != out) *dot = 0;
+}
+
+/* "name (file): model on data, optimizer lr X, batch B, mode[, amp]" */
+void ts__run_title(const ts_config *cfg, char *out, size_t cap) {
+  char name[128], model[64], data[64], opt[64], lr[32], batch[32], mode[64], amp[16];
+  ts__run_name(cfg, name, sizeof name);
+  if (ts_config_get(cfg, "model.name", model, sizeof model)) snprintf(model, sizeof model, "?");
+  snprintf(data, sizeof data, "%s", ts_data_kind_name(cfg->data.name));
+  if (ts_config_get(cfg, "optimizer.name", opt, sizeof opt)) snprintf(opt, sizeof opt, "?");
+  if (ts_config_get(cfg, "optimizer.lr", lr, sizeof lr)) snprintf(lr, sizeof lr, "?");
+  if (ts_config_get(cfg, "train.batch_size", batch, sizeof batch)) snprintf(batch, sizeof batch, "?");
+  if (ts_config_get(cfg, "parallel.mode", mode, sizeof mode)) snprintf(mode, sizeof mode, "?");
+  if (ts_config_get(cfg, "train.amp_level", amp, sizeof amp)) snprintf(amp, sizeof amp, "O0");
+  snprintf(out, cap, "%s (%s): %s on %s, %s lr %s, batch %s, %s%s%s", name, cfg->source[0] ? cfg->source : "config",
+           model, data, opt, lr, batch, mode, strcmp(amp, "O0") ? ", amp " : "", strcmp(amp, "O0") ? amp : "");
+}
+
 int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps,
                       int64_t steps_per_epoch, int resumed) {
   memset(p, 0, sizeof *p);
@@ -43,6 +70,21 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
     if (!p->metrics)
       return ts_error_set(TS_EIO, "log.metrics: cannot open '%s' for writing: %s", cfg->log.metrics,
                           strerror(errno));
+  }
+  if (p->metrics) { /* the run's name and config first: `tessera plot` titles the curves with them */
+    char title[256];
+    ts__run_title(cfg, title, sizeof title);
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+      cJSON_AddStringToObject(o, "type", "run");
+      char name[128];
+      ts__run_name(cfg, name, sizeof name);
+      cJSON_AddStringToObject(o, "name", name);
+      cJSON_AddStringToObject(o, "config", cfg->source[0] ? cfg->source : "");
+      cJSON_AddStringToObject(o, "title", title);
+    }
+    int rc = write_record(p, o, 1);
+    if (rc) return rc;
   }
   if (cfg->log.tensorboard[0]) {
     int rc = ts__tboard_open(&p->tb, cfg->log.tensorboard);

@@ -64,6 +64,10 @@ int ts__progress_record(ts__progress *p, const char *json);
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
                      int have_acc, const char *extra);
 void ts__progress_close(ts__progress *p);
+/* The run's name (the config file's name without folder and extension) and the title line of
+ * its plot ("name (file): model on data, optimizer lr, batch, parallel mode[, amp]"). */
+void ts__run_name(const ts_config *cfg, char *out, size_t cap);
+void ts__run_title(const ts_config *cfg, char *out, size_t cap);
 /* The terminal's width on fd (TIOCGWINSZ), else $COLUMNS, else 80. */
 int ts__terminal_columns(int fd);
 /* The progress bar's text for a terminal `columns` wide (at most columns - 1 characters): the

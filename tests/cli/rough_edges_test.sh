@@ -51,4 +51,21 @@ for l in open(sys.argv[1]): json.loads(l)' out/m.jsonl; then ok "metrics lines p
 [ -s out/curves.png ] && ok "curves drawn" || bad "no out/curves.png"
 ls out/tb/events.out.tfevents.* >/dev/null 2>&1 && ok "event file in out/tb" || bad "no event file in out/tb"
 
+# more than 1,023 gradients: a 128-layer GPT with biases (12 tensors a layer) is planned without
+# its data file (`plan` reads only the sequence length), and trains a step
+cat > gpt128.yaml <<YAML
+model: {name: gpt, n_layer: 128, n_head: 2, n_embd: 16, block_size: 16, vocab_size: 256, bias: true, dropout: 0}
+data: {name: text, path: not-here.txt, seq_len: 16, transforms: []}
+train: {steps: 1, batch_size: 2, eval_every: -1}
+optimizer: {name: adamw, lr: 0.001}
+log: {progress: lines}
+YAML
+run plan gpt128.yaml -n 2 --set parallel.mode=data_parallel
+if [ "$rc" = 0 ] && grep -q "plan: gpt on text, data_parallel on 2 devices" <<<"$out"; then ok "128-layer GPT planned without its data file"
+else bad "plan gpt128 -> $rc: $(head -c 600 <<<"$out")"; fi
+head -c 2000 /dev/zero | tr '\0' a > small.txt
+run train gpt128.yaml --set data.path=small.txt
+if [ "$rc" = 0 ] && grep -q "^done: 1 steps" <<<"$out"; then ok "128-layer GPT trained a step"
+else bad "train gpt128 -> $rc: $(tail -c 600 <<<"$out")"; fi
+
 exit $fail
