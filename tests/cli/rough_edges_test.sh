@@ -63,6 +63,22 @@ YAML
 run plan gpt128.yaml -n 2 --set parallel.mode=data_parallel
 if [ "$rc" = 0 ] && grep -q "plan: gpt on text, data_parallel on 2 devices" <<<"$out"; then ok "128-layer GPT planned without its data file"
 else bad "plan gpt128 -> $rc: $(head -c 600 <<<"$out")"; fi
+# plan follows parallel.mode and gives a verdict against one device's memory
+run plan gpt128.yaml -n 1
+if [ "$rc" = 0 ] && grep -q "plan: gpt on text, stand_alone on 1 devices" <<<"$out"; then ok "plan stand_alone"
+else bad "plan stand_alone -> $rc: $(head -c 400 <<<"$out")"; fi
+run plan gpt128.yaml -n 2
+if [ "$rc" = 2 ] && grep -q "stand_alone runs on one device" <<<"$out"; then ok "plan stand_alone -n 2 refused: $(tail -1 <<<"$out")"
+else bad "plan stand_alone -n 2 -> $rc: $(tail -c 400 <<<"$out")"; fi
+run plan gpt128.yaml -n 2 --set parallel.mode=data_parallel --device-memory 16G
+if [ "$rc" = 0 ] && grep -qE "^device memory 16.00 GiB \(--device-memory\): fits: rank 0 needs [0-9.]+ MiB" <<<"$out"; then ok "fits 16G"
+else bad "plan --device-memory 16G -> $rc: $(tail -c 400 <<<"$out")"; fi
+run plan gpt128.yaml -n 2 --set parallel.mode=data_parallel --device-memory 4M
+if [ "$rc" = 2 ] && grep -q "^device memory 4.00 MiB (--device-memory): does NOT fit: rank 0 needs" <<<"$out" &&
+   grep -q "^tessera: plan: rank 0's memory does not fit the device" <<<"$out"; then ok "does not fit 4M (exit 2)"
+else bad "plan --device-memory 4M -> $rc: $(tail -c 400 <<<"$out")"; fi
+run plan gpt128.yaml -n 2 --set parallel.mode=data_parallel --device-memory 4Q
+if [ "$rc" = 2 ] && grep -q "device-memory needs a size" <<<"$out"; then ok "bad size refused"; else bad "--device-memory 4Q -> $rc: $out"; fi
 head -c 2000 /dev/zero | tr '\0' a > small.txt
 run train gpt128.yaml --set data.path=small.txt
 if [ "$rc" = 0 ] && grep -q "^done: 1 steps" <<<"$out"; then ok "128-layer GPT trained a step"
