@@ -1,6 +1,7 @@
 /* Tessera configuration: a typed C struct loaded from YAML (libyaml), with defaults for every
  * key, command-line overrides and validation. Every key is documented in docs/config.md.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_config cfg;
  *   const char *sets[] = {"optimizer.lr=0.1", "optimizer.schedule.milestones=[10,20]"};
  *   if (ts_config_load("examples/mlp_fashion.yaml", sets, 2, &cfg))
