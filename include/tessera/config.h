@@ -174,6 +174,7 @@ typedef struct {
     int shuffle_buffer;
     int prefetch;
     int drop_last;
+    int sampler;              /* 0 distributed, 1 stratified (class-balanced shards) */
   } data;
   struct {
     int epochs;
@@ -220,6 +221,8 @@ typedef struct {
     ts_parallel_mode mode;
     int gradients_mean;      /* data parallel: average (1) or sum (0) gradients over ranks */
     double bucket_size_mb;   /* gradient buckets (MindSpore's comm_fusion), MiB */
+    ts_cfg_ints all_reduce_fusion_config; /* bucket split points: indices into the gradients */
+    int device_num;          /* 0: the job's world size; else checked against it (MindSpore's) */
     int comm_dtype;          /* 0 f32, 1 bf16, 2 f16: dtype of gradient reduction (compression) */
     int overlap;             /* start each bucket's all-reduce as soon as its gradients are ready */
     int parameter_broadcast; /* broadcast parameters from rank 0 at start (loaded weights) */

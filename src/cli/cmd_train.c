@@ -417,14 +417,15 @@ int ts_cli_plan(int argc, char **argv) {
     }
     rest[nrest++] = argv[i];
   }
-  if (n < 1) {
-    free(rest);
-    return ts_cli_fail(2, "plan: give the device count with -n N (see tessera plan --help)");
-  }
   ts_config cfg;
   int e = ts_cli_load_config("plan", nrest, rest, &cfg, NULL, NULL);
   free(rest);
   if (e) return e;
+  if (n < 1) n = cfg.parallel.device_num; /* MindSpore's device_num stands for -n */
+  if (n < 1) return ts_cli_fail(2, "plan: give the device count with -n N or parallel.device_num (see tessera plan --help)");
+  if (cfg.parallel.device_num > 0 && cfg.parallel.device_num != n)
+    return ts_cli_fail(2, "%s: parallel.device_num is %d, but plan -n %d", cfg.source[0] ? cfg.source : "config",
+                       cfg.parallel.device_num, n);
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
   ts_cluster cl;
   if ((search || fix || json) && !cluster) cluster = "local";

@@ -66,8 +66,8 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
     if (rc) break;
     r->size[k] = ts_comm_size(r->comm[k]);
     for (int i = 0; i < np; i++) member[i] = group[i] == k;
-    rc = ts__buckets_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean, cfg->wire,
-                       member, &r->dp[k]);
+    rc = ts__buckets_create_split(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean,
+                                  cfg->wire, member, cfg->fusion_splits, cfg->nfusion_splits, &r->dp[k]);
   }
 done:
   free(part);

@@ -401,6 +401,8 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->full_batch = cfg->parallel.full_batch;
   out->parameter_broadcast = cfg->parallel.parameter_broadcast;
   out->bucket_mb = cfg->parallel.bucket_size_mb;
+  for (int i = 0; i < cfg->parallel.all_reduce_fusion_config.n && i < TS_DIST_MAX_FUSION_SPLITS; i++)
+    out->fusion_splits[out->nfusion_splits++] = cfg->parallel.all_reduce_fusion_config.v[i];
   out->wire = wire[cfg->parallel.comm_dtype];
   out->lamb = cfg->optimizer.name == TS_OPTIM_LAMB;
   out->recompute = (int)cfg->model.recompute;
