@@ -377,7 +377,7 @@ int ts_cli_plan(int argc, char **argv) {
              "--json: the chosen plan as one JSON object.\n"
              "--device-memory SIZE (16G, 80GiB, 512M): the memory of one device; the plan ends with a verdict,\n"
              "whether rank R's figures (the total above) fit it (exit 2 when not). Without it, --cluster's\n"
-             "device memory is used.\n"
+             "device memory is used. -n may be left out when the config sets parallel.device_num.\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
       return 0;
     }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "tessera/base.h"
@@ -237,11 +238,49 @@ static double plot_value(const cJSON *v) {
   return isfinite(y) && fabs(y) <= 1e30 ? y : NAN;
 }
 
+/* Files written before metrics went through cJSON have bare nan / -nan / inf / -inf as values
+ * (printf's spelling): those read as null, so a diverging run's old file still plots. */
+static cJSON *parse_legacy(const char *text, size_t len) {
+  if (len > (1u << 26)) return NULL;
+  char *b = malloc(len + 1);
+  if (!b) return NULL;
+  size_t n = 0;
+  int changed = 0;
+  for (size_t i = 0; i < len;) {
+    if (text[i] == ':') {
+      b[n++] = text[i++];
+      size_t k = i;
+      while (k < len && text[k] == ' ') k++;
+      size_t t = k + (k < len && (text[k] == '-' || text[k] == '+'));
+      static const char *const words[] = {"nan", "inf", "infinity"};
+      size_t w = 0;
+      for (int q = 2; q >= 0 && !w; q--) {
+        size_t L = strlen(words[q]);
+        if (t + L <= len && !strncasecmp(text + t, words[q], L) && (t + L == len || text[t + L] == ',' ||
+                                                                   text[t + L] == '}' || text[t + L] == ' '))
+          w = L;
+      }
+      if (w) {
+        memcpy(b + n, "null", 4);
+        n += 4;
+        i = t + w;
+        changed = 1;
+      }
+      continue;
+    }
+    b[n++] = text[i++];
+  }
+  cJSON *j = changed ? cJSON_ParseWithLength(b, n) : NULL;
+  free(b);
+  return j;
+}
+
 int ts__plot_line(const char *name, int lineno, const char *text, size_t len, int last, ts__plot_data *d) {
   size_t k = 0;
   while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r')) k++;
   if (k == len) return TS_OK;
   cJSON *j = cJSON_ParseWithLength(text, len);
+  if (!j) j = parse_legacy(text, len);
   if (!j || !cJSON_IsObject(j)) {
     cJSON_Delete(j);
     if (last) {
