@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, through apt-get, what Tessera needs and is missing. Idempotent; fast when nothing is
-# missing (dpkg-query only). Usage: scripts/install-deps.sh [--fixtures] [--fuzz]
+# missing (dpkg-query only). python3-protobuf: the TensorBoard event file read back by Python
+# (tests/cli/tensorboard_py_test.sh). Usage: scripts/install-deps.sh [--fixtures] [--fuzz]
 #   --fixtures, --bench  also install python3-torch, python3-torchvision and OpenBLAS (only needed
 #               to regenerate the PyTorch fixtures under tests/fixtures and for the PyTorch side of
 #               bench/: without OpenBLAS, Debian's torch falls back to the reference BLAS, ~25x
@@ -8,7 +9,7 @@
 #   --fuzz      also install clang and its libFuzzer runtime (tests/fuzz/run.sh).
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
-      libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist"
+      libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist python3-protobuf"
 for a in "$@"; do
   case "$a" in
     --fixtures|--bench) pkgs="$pkgs python3-torch python3-torchvision python3-numpy libopenblas0-openmp" ;;

@@ -1,6 +1,7 @@
 /* Tessera configuration: a typed C struct loaded from YAML (libyaml), with defaults for every
  * key, command-line overrides and validation. Every key is documented in docs/config.md.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_config cfg;
  *   const char *sets[] = {"optimizer.lr=0.1", "optimizer.schedule.milestones=[10,20]"};
  *   if (ts_config_load("examples/mlp_fashion.yaml", sets, 2, &cfg))
@@ -173,6 +174,7 @@ typedef struct {
     int shuffle_buffer;
     int prefetch;
     int drop_last;
+    int sampler;              /* 0 distributed, 1 stratified (class-balanced shards) */
   } data;
   struct {
     int epochs;
@@ -219,6 +221,8 @@ typedef struct {
     ts_parallel_mode mode;
     int gradients_mean;      /* data parallel: average (1) or sum (0) gradients over ranks */
     double bucket_size_mb;   /* gradient buckets (MindSpore's comm_fusion), MiB */
+    ts_cfg_ints all_reduce_fusion_config; /* bucket split points: indices into the gradients */
+    int device_num;          /* 0: the job's world size; else checked against it (MindSpore's) */
     int comm_dtype;          /* 0 f32, 1 bf16, 2 f16: dtype of gradient reduction (compression) */
     int overlap;             /* start each bucket's all-reduce as soon as its gradients are ready */
     int parameter_broadcast; /* broadcast parameters from rank 0 at start (loaded weights) */
@@ -267,6 +271,7 @@ typedef struct {
     int profile;               /* ts_prof_mode: 0 off, 1 summary, 2 trace (tessera/prof.h) */
     char trace[TS_CFG_PATH_MAX]; /* Chrome trace file (profile: trace); "" = <checkpoint.dir or .>/trace.json */
     int64_t profile_start;     /* first profiled step (1-based) */
+    char tensorboard[TS_CFG_PATH_MAX]; /* folder of TensorBoard event files, "" = none */
   } log;
   char source[TS_CFG_PATH_MAX]; /* the file the config was loaded from ("" if none); not a key */
   unsigned char given[TS_CFG_MAX_KEYS]; /* bookkeeping, not a key: which keys the file or an

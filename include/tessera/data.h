@@ -1,13 +1,18 @@
 /* Tessera data layer: sources, samplers (sharding), transforms, and a multi-threaded pipeline.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
+ *   int rank = 0, size = 1;               // this process's shard of the data set
  *   ts_source *src;  ts_source_cifar("/data/cifar-10-batches-bin", 0, 1, &src);
+ *   const float mean[] = {0.49f, 0.48f, 0.45f}, std[] = {0.25f, 0.24f, 0.26f};
  *   ts_transform tf[] = {ts_tf_random_crop(32, 32, 4), ts_tf_hflip(0.5f),
  *                        ts_tf_to_float(1.0f / 255), ts_tf_normalize(3, mean, std), ts_tf_hwc_to_chw()};
  *   ts_pipeline_config pc = ts_pipeline_config_default();
  *   pc.source = src; pc.transforms = tf; pc.ntransforms = 5; pc.batch_size = 64;
  *   pc.sampler.kind = TS_SAMPLER_DISTRIBUTED; pc.sampler.num_shards = size; pc.sampler.shard_id = rank;
  *   ts_pipeline *p;  ts_pipeline_create(&pc, &p);
- *   ts_batch b;  while (ts_pipeline_next(p, &b) == TS_OK && b.size) { ... }
+ *   ts_batch b;
+ *   while (ts_pipeline_next(p, &b) == TS_OK && b.size) { (void)b; }     // b.size samples
+ *   ts_pipeline_free(p);  ts_source_free(src);
  *
  * Determinism: every random decision (shuffle order, crop offsets, flips) is drawn from Philox
  * keyed by (seed, epoch, sample index, transform position), never from a shared stream, so the

@@ -44,6 +44,7 @@ extern "C" {
 #define TS_BUCKET_MB_DEFAULT 4.0
 /* Recompute segment patterns a ts_dist_config holds. */
 #define TS_DIST_MAX_RECOMPUTE 16
+#define TS_DIST_MAX_FUSION_SPLITS 16 /* as many as a config list holds (TS_CFG_MAX_LIST) */
 /* Stage rules (parallel.stages) a ts_dist_config holds. */
 #define TS_DIST_MAX_STAGE_RULES 64
 
@@ -58,6 +59,10 @@ typedef struct {
   double bucket_mb; /* bucket size in MiB (<= 0: TS_BUCKET_MB_DEFAULT) */
   int mean;         /* 1: average over the ranks of a group, 0: sum */
   ts_dtype wire;    /* TS_F32, TS_BF16 or TS_F16: dtype on the wire */
+  const int *fusion_splits; /* MindSpore's all_reduce_fusion_config: increasing indices into the
+                               trainable parameters where a bucket must end (then bucket_mb is
+                               ignored); NULL / 0: buckets by size */
+  int nfusion_splits;
 } ts_grad_reducer_config;
 
 typedef struct ts_grad_reducer ts_grad_reducer;
@@ -134,6 +139,8 @@ typedef struct {
   int full_batch;         /* every rank reads the whole batch */
   int parameter_broadcast;/* rank 0's initial parameters to every rank */
   double bucket_mb;       /* gradient bucket size (<= 0: TS_BUCKET_MB_DEFAULT) */
+  int fusion_splits[TS_DIST_MAX_FUSION_SPLITS]; /* all_reduce_fusion_config: bucket split points */
+  int nfusion_splits;     /* 0: buckets by bucket_mb */
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
   int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
@@ -297,6 +304,9 @@ int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k);
  * replicated and those sharded over the ranks (0 and 0 when not sharded; under optimizer_shard 3
  * the parameters themselves are cut the same way). */
 int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded);
+/* Gradient buckets this rank reduces (all-reduce, or the sharded optimizer's reduce-scatter),
+ * after ts_dist_start; 0 when nothing is reduced. */
+int ts_dist_grad_buckets(const ts_dist *d);
 /* Before evaluation or a checkpoint: states every rank should agree on (BatchNorm running
  * statistics under data parallel without sync_batchnorm) are averaged. */
 int ts_dist_sync_states(ts_dist *d);

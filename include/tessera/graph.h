@@ -5,8 +5,10 @@
  * TS_NONE, and every later builder fed TS_NONE returns TS_NONE too, so a model can be built
  * without checking each call and checked once with ts_graph_status():
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_graph *g; ts_graph_create(&g);
  *   ts_val x = ts_input(g, "x", TS_F32, ts_shape2(64, 784));
+ *   ts_val w1 = ts_input(g, "w1", TS_F32, ts_shape2(128, 784)), b1 = ts_input(g, "b1", TS_F32, ts_shape1(128));
  *   ts_val h = ts_relu(g, ts_dense(g, x, w1, b1));
  *   if (ts_graph_status(g)) fprintf(stderr, "%s\n", ts_graph_error(g));
  *

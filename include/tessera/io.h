@@ -8,6 +8,7 @@
  * Supported dtypes: F32, BF16, F16, I32, I64, U8.
  *
  * Reading:
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_st_file *f;
  *   if (ts_st_open("model.safetensors", &f)) fprintf(stderr, "%s\n", ts_last_error());
  *   ts_tensor w;

@@ -1,10 +1,13 @@
 /* Tessera nn: layers that create named parameters in a store (include/tessera/params.h) and
  * emit ops.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_params *ps; ts_params_create(&ps);
  *   ts_nn nn = {g, ps};
  *   ts_val h = ts_relu(g, ts_nn_dense(&nn, "fc1", x, 128, 1));
- *   ...build loss...; ts_graph_backward(g, loss, 1);
+ *   ts_val labels = ts_input(g, "labels", TS_I32, ts_shape1(64));
+ *   ts_val loss = ts_softmax_cross_entropy(g, ts_nn_dense(&nn, "fc2", h, 10, 1), labels, 0.0f);
+ *   ts_graph_backward(g, loss, 1);
  *   ts_params_alloc(ps, seed);            // allocate + initialise
  */
 #ifndef TESSERA_NN_H

@@ -6,12 +6,14 @@
  * with the same offsets, so sharding the optimizer is a matter of passing the segments (or
  * parts of segments) a rank owns, with offsets relative to its shard.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_optim_segment segs[] = {{"fc.weight", 0, 784 * 10, 0}, {"fc.bias", 7840, 10, TS_SEG_NO_DECAY}};
  *   ts_optim_config cfg = ts_optim_config_default(TS_OPTIM_ADAMW);
  *   ts_optim *opt;
  *   ts_optim_create(&opt, &cfg, segs, 2);
- *   for (step = 0; ...; step++) {
- *     ... run forward/backward into grads ...
+ *   ts_lr_schedule sched = {.kind = TS_LR_COSINE, .base_lr = 1e-3, .warmup_steps = 100, .total_steps = 1000};
+ *   for (step = 0; step < 1000; step++) {
+ *     // run forward and backward into grads (runtime.h)
  *     ts_clip_grad_norm(grads, n, 1.0f, NULL);
  *     ts_optim_step(opt, params, grads, ts_lr_at(&sched, step));
  *   }

@@ -8,11 +8,16 @@
  * from the same weights. An entry may hold only one rank's slice of a tensor cut by a layout
  * (include/tessera/layout.h).
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_params *ps; ts_params_create(&ps);
- *   ...layers register entries (nn.h), build loss...; ts_graph_backward(g, loss, 1);
+ *   // layers register entries (nn.h) and build the loss; then ts_graph_backward(g, loss, 1);
  *   ts_params_alloc(ps, seed);            // allocate + initialise
- *   ts_params_attach_grads(ps, g, ...);   // makes every gradient a bindable buffer
- *   ts_plan_create(g, ...); ts_params_bind(ps, g, plan);   // runtime.h
+ *   int cap = ts_params_count(ps) + 1, nk = 0;
+ *   ts_val *keep = malloc(sizeof *keep * (size_t)cap);
+ *   ts_params_attach_grads(ps, g, keep, cap, &nk);   // every gradient a bindable buffer
+ *   keep[nk++] = loss;
+ *   ts_plan *plan;  ts_plan_create(g, keep, nk, &plan);   // runtime.h
+ *   ts_params_bind(ps, g, plan);
  */
 #ifndef TESSERA_PARAMS_H
 #define TESSERA_PARAMS_H

@@ -1,11 +1,14 @@
 /* Tessera runtime: memory planning and execution of a graph on one process.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_plan *p;
  *   ts_val outs[] = {loss};
  *   ts_plan_create(g, outs, 1, &p);      // plans buffers by liveness
  *   ts_plan_bind(p, x, batch_ptr);        // inputs, params, states: caller-owned memory
- *   ts_plan_run(p);                       // runs every node in order
+ *   ts_plan_run(p, step);                 // runs every node in order; step: the training step
+ *                                         // (plan hooks see it; dropout's RNG is keyed by it)
  *   float l = *(float *)ts_plan_data(p, loss);
+ *   ts_plan_free(p);
  */
 #ifndef TESSERA_RUNTIME_H
 #define TESSERA_RUNTIME_H

@@ -1,16 +1,34 @@
 /* Tessera: deep-learning training in C, on one process or many.
- * Umbrella header; see each header for its contract. */
+ * Umbrella header: every public header (tests/tools/header_examples_test.sh checks that none is
+ * missing); see each header for its contract. */
 #ifndef TESSERA_H
 #define TESSERA_H
 #include "tessera/base.h"
 #include "tessera/tensor.h"
-#include "tessera/graph.h"
-#include "tessera/runtime.h"
-#include "tessera/nn.h"
-#include "tessera/dist.h"
-#include "tessera/comm.h"
+#include "tessera/region.h"
 #include "tessera/layout.h"
-#include "tessera/parallel.h"
+#include "tessera/ops.h"
+#include "tessera/graph.h"
+#include "tessera/graph_ir.h"
+#include "tessera/params.h"
+#include "tessera/runtime.h"
+#include "tessera/comm.h"
+#include "tessera/nn.h"
 #include "tessera/strategy.h"
 #include "tessera/sharding.h"
+#include "tessera/parallel.h"
+#include "tessera/schedule.h"
+#include "tessera/stage.h"
+#include "tessera/planner.h"
+#include "tessera/search.h"
+#include "tessera/dist.h"
+#include "tessera/optim.h"
+#include "tessera/io.h"
+#include "tessera/checkpoint.h"
+#include "tessera/data.h"
+#include "tessera/zoo.h"
+#include "tessera/config.h"
+#include "tessera/prof.h"
+#include "tessera/plot.h"
+#include "tessera/train.h"
 #endif

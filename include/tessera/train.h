@@ -1,8 +1,10 @@
 /* Tessera trainer: turns a ts_config into a training run (data pipeline, model, optimizer,
  * schedule, gradient accumulation, evaluation, metrics, progress, checkpoints, exact resume).
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_config cfg;  ts_config_load("examples/mlp_fashion.yaml", NULL, 0, &cfg);
- *   ts_trainer *t;  if (ts_trainer_create(&cfg, &t)) ...ts_last_error()...
+ *   ts_trainer *t;
+ *   if (ts_trainer_create(&cfg, &t)) fprintf(stderr, "%s\n", ts_last_error());
  *   ts_trainer_fit(t);                 // trains; evaluates; writes metrics and checkpoints
  *   ts_trainer_free(t);
  *

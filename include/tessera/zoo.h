@@ -2,6 +2,7 @@
  * layers, with PyTorch state_dict parameter names, so checkpoints line up with torchvision /
  * nanoGPT ones.
  *
+ * Usage (compiled by tests/tools/header_examples_test.sh):
  *   ts_graph *g; ts_graph_create(&g);
  *   ts_params *ps; ts_params_create(&ps);
  *   ts_nn nn = {g, ps};

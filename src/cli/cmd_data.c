@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -83,6 +84,27 @@ static int cmd_convert(int argc, char **argv) {
   if (is_text && !seq_len) return ts_cli_fail(2, "data convert: --source text needs --seq-len");
   if (!is_text && (seq_len || stride))
     return ts_cli_fail(2, "data convert: --seq-len and --stride apply to --source text only");
+  /* the folders of the prefix (data/ in `--output data/fm-train`) are created like mkdir -p */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", output);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = 0;
+    for (char *c = dir + 1;; c++) {
+      int end = *c == 0;
+      if (*c == '/' || end) {
+        *c = 0;
+        struct stat st;
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+          return ts_cli_fail(1, "data convert: --output %s: cannot create the folder '%s': %s", output, dir,
+                             strerror(errno));
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+          return ts_cli_fail(1, "data convert: --output %s: '%s' is not a folder", output, dir);
+        if (end) break;
+        *c = '/';
+      }
+    }
+  }
   ts_source *src = NULL;
   int rc;
   if (!strcmp(source, "cifar10")) rc = ts_source_cifar(input, 0, train, &src);

@@ -1,4 +1,5 @@
 /* `tessera train`, `tessera eval` and `tessera plot`. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,7 @@ int ts_cli_eval(int argc, char **argv) {
   cfg.checkpoint.dir[0] = 0;
   cfg.log.metrics[0] = 0;
   cfg.log.plot[0] = 0;
+  cfg.log.tensorboard[0] = 0;
   ts_trainer *t;
   int rc = ts_trainer_create(&cfg, &t);
   if (!rc) rc = ts_trainer_load(t, ckpt, 1, 0);
@@ -321,16 +323,43 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   return 0;
 }
 
+/* "16G", "80GiB", "512MB", "1.5T", "1073741824": bytes (binary units); -1 if not a size. */
+static double parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v > 0) || !isfinite(v)) return -1;
+  double unit = 1;
+  switch (*end) {
+    case 'k': case 'K': unit = 1024.0; end++; break;
+    case 'm': case 'M': unit = 1048576.0; end++; break;
+    case 'g': case 'G': unit = 1073741824.0; end++; break;
+    case 't': case 'T': unit = 1099511627776.0; end++; break;
+    default: break;
+  }
+  if (unit > 1 && *end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  return *end ? -1 : v * unit;
+}
+
+static const char *human(double b, char *buf, size_t cap) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int k = 0;
+  while (b >= 1024 && k < 5) { b /= 1024; k++; }
+  snprintf(buf, cap, k ? "%.2f %s" : "%.0f %s", b, u[k]);
+  return buf;
+}
+
 int ts_cli_plan(int argc, char **argv) {
   int n = 0, rank = 0, search = 0, json = 0;
+  double device_mem = 0;
   const char *cluster = NULL, *fix = NULL;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int nrest = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       free(rest);
-      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--cluster NAME|FILE] [--fix PLAN | --search] [--json]\n"
-             "       [--set key=value ...]\n"
+      printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--cluster NAME|FILE] [--device-memory SIZE]\n"
+             "       [--fix PLAN | --search] [--json] [--set key=value ...]\n"
              "Prints what the config's parallel.mode does on N devices, without MPI and without\n"
              "training: the data cut, every operator's strategy and layouts (semi_auto_parallel),\n"
              "the collectives inserted with bytes per step, and per-rank memory for parameters,\n"
@@ -346,6 +375,9 @@ int ts_cli_plan(int argc, char **argv) {
              "default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"
              "--json: the chosen plan as one JSON object.\n"
+             "--device-memory SIZE (16G, 80GiB, 512M): the memory of one device; the plan ends with a verdict,\n"
+             "whether rank R's figures (the total above) fit it (exit 2 when not). Without it, --cluster's\n"
+             "device memory is used. -n may be left out when the config sets parallel.device_num.\n"
              "example: tessera plan examples/gpt_tp.yaml -n 4\n");
       return 0;
     }
@@ -365,6 +397,15 @@ int ts_cli_plan(int argc, char **argv) {
       cluster = argv[++i];
       continue;
     }
+    if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
+      device_mem = parse_size(argv[i + 1]);
+      if (device_mem <= 0) {
+        free(rest);
+        return ts_cli_fail(2, "plan: --device-memory needs a size such as 16G, 80GiB or 512M, got '%s'", argv[i + 1]);
+      }
+      i++;
+      continue;
+    }
     if (!strcmp(argv[i], "--fix") && i + 1 < argc) {
       fix = argv[++i];
       continue;
@@ -376,14 +417,15 @@ int ts_cli_plan(int argc, char **argv) {
     }
     rest[nrest++] = argv[i];
   }
-  if (n < 1) {
-    free(rest);
-    return ts_cli_fail(2, "plan: give the device count with -n N (see tessera plan --help)");
-  }
   ts_config cfg;
   int e = ts_cli_load_config("plan", nrest, rest, &cfg, NULL, NULL);
   free(rest);
   if (e) return e;
+  if (n < 1) n = cfg.parallel.device_num; /* MindSpore's device_num stands for -n */
+  if (n < 1) return ts_cli_fail(2, "plan: give the device count with -n N or parallel.device_num (see tessera plan --help)");
+  if (cfg.parallel.device_num > 0 && cfg.parallel.device_num != n)
+    return ts_cli_fail(2, "%s: parallel.device_num is %d, but plan -n %d", cfg.source[0] ? cfg.source : "config",
+                       cfg.parallel.device_num, n);
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
   ts_cluster cl;
   if ((search || fix || json) && !cluster) cluster = "local";
@@ -408,6 +450,25 @@ int ts_cli_plan(int argc, char **argv) {
   int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
   if (text) fputs(text, stdout); /* also when it would not fit train.max_memory_mb */
   free(text);
+  const char *mem_from = device_mem > 0 ? "--device-memory" : "the cluster's devices";
+  if (!(device_mem > 0) && cluster) device_mem = cl.mem_bytes;
+  int no_fit = 0;
+  if (!rc && device_mem > 0) { /* the verdict: rank R's figures against one device */
+    ts_dist_memory_info m;
+    rc = ts_trainer_plan_memory(&cfg, n, rank, NULL, NULL, &m);
+    if (!rc) {
+      char h1[32], h2[32], h3[32];
+      double need = (double)m.total_bytes;
+      no_fit = need > device_mem;
+      if (no_fit)
+        printf("device memory %s (%s): does NOT fit: rank %d needs %s, %s more\n", human(device_mem, h1, sizeof h1),
+               mem_from, rank, human(need, h2, sizeof h2), human(need - device_mem, h3, sizeof h3));
+      else
+        printf("device memory %s (%s): fits: rank %d needs %s (%.1f%%), %s left for MPI, data workers' batches "
+               "and kernel scratch\n", human(device_mem, h1, sizeof h1), mem_from, rank, human(need, h2, sizeof h2),
+               100 * need / device_mem, human(device_mem - need, h3, sizeof h3));
+    }
+  }
   if (!rc && cluster) {
     ts_step_prediction p;
     rc = ts_trainer_predict(&cfg, n, rank, &cl, &p);
@@ -427,5 +488,7 @@ int ts_cli_plan(int argc, char **argv) {
   }
   fflush(stdout);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  if (no_fit)
+    return ts_cli_fail(2, "plan: rank %d's memory does not fit the device (%s); see the verdict above", rank, mem_from);
   return 0;
 }

@@ -163,6 +163,19 @@ static int last_touch(const ts_graph *g, ts_params *p, int *node_of) {
 
 int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
                   ts_dtype wire, const int *member, ts__buckets **out) {
+  return ts__buckets_create_split(comm, p, g, bucket_mb, mean, wire, member, NULL, 0, out);
+}
+
+int ts__buckets_create_split(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
+                             ts_dtype wire, const int *member, const int *splits, int nsplits, ts__buckets **out) {
+  int ntrain = 0;
+  for (int i = 0; i < ts_params_count(p); i++) ntrain += !(ts_params_flags(p, i) & TS_PARAM_STATE);
+  for (int k = 0; k < nsplits; k++)
+    if (splits[k] <= 0 || splits[k] >= ntrain || (k && splits[k] <= splits[k - 1]))
+      return ts_error_set(TS_ECONFIG,
+                          "parallel.all_reduce_fusion_config[%d] = %d: split points must increase and lie in 1..%d "
+                          "(the model has %d gradients, indexed in registration order)",
+                          k, splits[k], ntrain - 1, ntrain);
   ts__buckets *d = calloc(1, sizeof *d);
   if (!d) return ts_error_set(TS_ENOMEM, "data parallel: out of memory");
   d->comm = comm;
@@ -170,6 +183,7 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
   d->op = mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
   size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
   if (cap < 1) cap = 1;
+  if (nsplits > 0) cap = SIZE_MAX; /* the split points alone cut the buckets */
   int np = ts_params_count(p);
   int *pb = malloc(sizeof(int) * (size_t)(np + 1));
   d->b = calloc((size_t)np + 1, sizeof(bucket));
@@ -184,9 +198,15 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
   /* buckets over trainable parameters in reverse registration order; offsets are ascending in
    * registration order, so each bucket is one contiguous range */
   bucket *cur = NULL;
+  int ti = ntrain, span = nsplits; /* trainable index of i, and the span between splits it is in */
   for (int i = np - 1; i >= 0; i--) {
     pb[i] = -1;
     if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ti--;
+    if (span > 0 && ti < splits[span - 1]) { /* crossed a split point: a new bucket */
+      while (span > 0 && ti < splits[span - 1]) span--;
+      cur = NULL;
+    }
     if (member && !member[i]) {
       cur = NULL; /* buckets are contiguous ranges: none spans a parameter left out */
       continue;

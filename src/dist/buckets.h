@@ -15,6 +15,13 @@ typedef struct ts__buckets ts__buckets;
  * own); reduction MEAN (mean) or SUM; wire dtype f32, bf16 or f16. */
 int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
                   ts_dtype wire, const int *member, ts__buckets **out);
+/* The same with split points (MindSpore's all_reduce_fusion_config): splits[0..nsplits) are
+ * increasing indices into the store's trainable parameters in registration order; a bucket never
+ * spans a split, and with nsplits > 0 the size limit is off (each span between splits is one
+ * bucket, less any parameters `member` leaves out). TS_ECONFIG naming
+ * parallel.all_reduce_fusion_config for an index that is not increasing or beyond the gradients. */
+int ts__buckets_create_split(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
+                             ts_dtype wire, const int *member, const int *splits, int nsplits, ts__buckets **out);
 void ts__buckets_free(ts__buckets *d);
 int ts__buckets_num_buckets(const ts__buckets *d);
 /* Reduce-scatter mode (optimizer sharding; f32 only): each bucket [off, off + len) is cut into

@@ -104,6 +104,11 @@ int ts__dist_alloc_store(ts_dist *d, ts_params *p) {
                                                  : ts_params_alloc(p, d->cfg.seed);
 }
 
+int ts_dist_grad_buckets(const ts_dist *d) {
+  if (!d) return 0;
+  return d->red ? ts_grad_reducer_num_buckets(d->red) : ts__zero_num_buckets(d->zero);
+}
+
 int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   return ts__dist_sizing(d) ? ts_plan_create_dry(g, keep, nkeep, out) : ts_plan_create(g, keep, nkeep, out);
 }
@@ -262,7 +267,7 @@ int ts__dist_start_world(ts_dist *d) {
     if (rc) return rc;
   }
   if (c->optimizer_shard) return ts__zero_start(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
-  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire};
+  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire, c->fusion_splits, c->nfusion_splits};
   if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
   /* accumulation reduces once, after the last micro-step */
   d->overlap = c->overlap && c->accum == 1;

@@ -165,6 +165,8 @@ float ts__pipe_norm_weight(const ts_dist *d, int i);
 /* The shard layout over the rank's store (idempotent; needs the built store). */
 int ts__zero_plan(ts_dist *d);
 void ts__zero_free(struct ts__zero *z);
+/* Gradient buckets of the sharded optimizer's reduce-scatter, over all its groups. */
+int ts__zero_num_buckets(const struct ts__zero *z);
 /* The reduce-scatter buckets attached to the plan for overlap (start). */
 int ts__zero_start(ts_dist *d);
 /* Arms the overlapped reduce-scatter of a run writing its gradients into grads. */

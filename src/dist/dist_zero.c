@@ -133,6 +133,8 @@ struct ts__zero {
 
 static void zero_hook(const ts_hook_info *e, void *user);
 
+int ts__zero_num_buckets(const struct ts__zero *z) { return z ? z->nb : 0; }
+
 void ts__zero_free(struct ts__zero *z) {
   if (!z) return;
   ts__gather_free(z->gt);
@@ -170,9 +172,9 @@ static int is_sharded(const ts_dist *d, ts_params *p, int i) {
  * communicator). */
 static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
   zgroup *G = &z->g[k];
-  int rc = ts__buckets_create(G->scomm, d->r.params, d->r.g,
-                              d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->reduce_mean, TS_F32,
-                              member, &G->bk);
+  int rc = ts__buckets_create_split(G->scomm, d->r.params, d->r.g,
+                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->reduce_mean, TS_F32,
+                                    member, d->cfg.fusion_splits, d->cfg.nfusion_splits, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
   if (rc) return rc;
   G->nb = ts__buckets_num_buckets(G->bk);

@@ -7,15 +7,33 @@
 #include "buckets.h"
 #include "tessera/dist.h"
 
-#define MAXG 32
-
 struct ts_grad_reducer {
-  int ngroups;
-  ts__buckets *dp[MAXG];
-  ts_comm *comm[MAXG];
-  int size[MAXG];
+  int ngroups, cap; /* the groups, and room for them (grown by doubling: no fixed limit) */
+  ts__buckets **dp;
+  ts_comm **comm;
+  int *size;
   double wait;
 };
+
+/* Room for at least n groups in r (and n partitions of N ranks in *parts). */
+static int grow(ts_grad_reducer *r, int n, int N, int **parts) {
+  if (n <= r->cap) return TS_OK;
+  int nc = r->cap ? 2 * r->cap : 8;
+  while (nc < n) nc *= 2;
+  ts__buckets **dp = realloc(r->dp, sizeof *dp * (size_t)nc);
+  if (dp) r->dp = dp;
+  ts_comm **cm = realloc(r->comm, sizeof *cm * (size_t)nc);
+  if (cm) r->comm = cm;
+  int *sz = realloc(r->size, sizeof *sz * (size_t)nc);
+  if (sz) r->size = sz;
+  int *pt = realloc(*parts, sizeof(int) * (size_t)N * (size_t)nc);
+  if (pt) *parts = pt;
+  if (!dp || !cm || !sz || !pt) return ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
+  memset(r->dp + r->cap, 0, sizeof *dp * (size_t)(nc - r->cap));
+  memset(r->comm + r->cap, 0, sizeof *cm * (size_t)(nc - r->cap));
+  r->cap = nc;
+  return TS_OK;
+}
 
 void ts_grad_reducer_free(ts_grad_reducer *r) {
   if (!r) return;
@@ -23,6 +41,9 @@ void ts_grad_reducer_free(ts_grad_reducer *r) {
     ts__buckets_free(r->dp[k]);
     ts_comm_free(r->comm[k]);
   }
+  free(r->dp);
+  free(r->comm);
+  free(r->size);
   free(r);
 }
 
@@ -32,9 +53,9 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
   int N = ts_comm_size(world), R = ts_comm_rank(world), np = ts_params_count(p);
   ts_grad_reducer *r = calloc(1, sizeof *r);
   int *part = malloc(sizeof(int) * (size_t)N), *group = malloc(sizeof(int) * (size_t)(np + 1));
-  int *parts = malloc(sizeof(int) * (size_t)N * MAXG), *member = malloc(sizeof(int) * (size_t)(np + 1));
-  int rc = TS_OK;
-  if (!r || !part || !group || !parts || !member) {
+  int *parts = NULL, *member = malloc(sizeof(int) * (size_t)(np + 1));
+  int rc = r ? grow(r, 1, N, &parts) : TS_ENOMEM;
+  if (!r || rc || !part || !group || !parts || !member) {
     rc = ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
     goto done;
   }
@@ -51,10 +72,7 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
     for (k = 0; k < r->ngroups; k++)
       if (!memcmp(parts + k * N, part, sizeof(int) * (size_t)N)) break;
     if (k == r->ngroups) {
-      if (k == MAXG) {
-        rc = ts_error_set(TS_ERANGE, "gradient reducer: more than %d distinct parameter groupings", MAXG);
-        break;
-      }
+      if ((rc = grow(r, k + 1, N, &parts))) break;
       memcpy(parts + k * N, part, sizeof(int) * (size_t)N);
       r->ngroups++;
     }
@@ -66,8 +84,8 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
     if (rc) break;
     r->size[k] = ts_comm_size(r->comm[k]);
     for (int i = 0; i < np; i++) member[i] = group[i] == k;
-    rc = ts__buckets_create(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean, cfg->wire,
-                       member, &r->dp[k]);
+    rc = ts__buckets_create_split(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean,
+                                  cfg->wire, member, cfg->fusion_splits, cfg->nfusion_splits, &r->dp[k]);
   }
 done:
   free(part);

@@ -238,6 +238,7 @@ int ts_calibrate_model(const ts_config *cfg_in, int warmup, int steps, ts_cluste
   cfg.checkpoint.dir[0] = 0;
   cfg.checkpoint.resume[0] = 0;
   cfg.log.metrics[0] = 0;
+  cfg.log.tensorboard[0] = 0;
   cfg.log.progress = TS_PROGRESS_OFF;
   cfg.train.eval_every = -1;
   if (cfg.train.steps > 0 && cfg.train.steps < (int64_t)warmup + steps) cfg.train.steps = (int64_t)warmup + steps;

@@ -24,6 +24,7 @@ static const char *const search_names[] = {"dynamic_programming", "sharding_prop
 static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
 static const char *const loss_scale_names[] = {"auto", "none", "fixed", "dynamic", NULL};
+static const char *const sampler_names[] = {"distributed", "stratified", NULL};
 static const char *const ckpt_format_names[] = {"auto", "whole", "sliced", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
@@ -120,6 +121,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "transforms of evaluation samples; auto = data.transforms without the random ones"},
     {"data.num_workers", CT_INT, FLD(data.num_workers), "2", NULL, 0, 1024, 0, 0, 0,
      "decoding/augmentation threads (0 = in the training thread); never changes results"},
+    {"data.sampler", CT_ENUM, FLD(data.sampler), "distributed", sampler_names, 0, 0, 0, 0, CF_HASH,
+     "which samples each rank reads: distributed (like torch's DistributedSampler) or stratified "
+     "(each rank gets the same class proportions; labelled data sets only)"},
     {"data.shuffle", CT_BOOL, FLD(data.shuffle), "true", NULL, 0, 0, 0, 0, CF_HASH,
      "a new random order of the training samples every epoch"},
     {"data.shuffle_buffer", CT_INT, FLD(data.shuffle_buffer), "0", NULL, 0, 1 << 28, 0, 0,
@@ -227,6 +231,14 @@ const ts__cfg_key ts__cfg_keys[] = {
      "data_parallel: average gradients over ranks (false: sum)"},
     {"parallel.bucket_size_mb", CT_FLOAT, FLD(parallel.bucket_size_mb), "4", NULL, 0, 1024, 0, 0,
      CF_LO_OPEN, "data_parallel: gradient bucket size in MiB (MindSpore's comm_fusion)"},
+    {"parallel.all_reduce_fusion_config", CT_INTS, FLD(parallel.all_reduce_fusion_config), "[]", NULL, 1, I31, 0,
+     TS_CFG_MAX_LIST, 0,
+     "MindSpore's all_reduce_fusion_config: increasing split points, indices into the trainable "
+     "parameters (gradients) in registration order, e.g. [20, 35] = buckets [0,20), [20,35), [35,end); "
+     "when set, bucket_size_mb is not used; [] = buckets by size"},
+    {"parallel.device_num", CT_INT, FLD(parallel.device_num), "0", NULL, 0, 1 << 20, 0, 0, 0,
+     "MindSpore's device_num: the number of ranks the job must have (checked against the world size "
+     "of mpirun / tessera launch, and -n of tessera plan when -n is not given); 0 = whatever the job has"},
     {"parallel.comm_dtype", CT_ENUM, FLD(parallel.comm_dtype), "f32", comm_dtype_names, 0, 0, 0, 0,
      0, "data_parallel: dtype gradients travel in (bf16/f16 compress; sums accumulate in f32)"},
     {"parallel.overlap", CT_BOOL, FLD(parallel.overlap), "true", NULL, 0, 0, 0, 0, 0,
@@ -356,6 +368,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "without checkpoint.dir"},
     {"log.profile_start", CT_I64, FLD(log.profile_start), "1", NULL, 1, BIG, 0, 0, 0,
      "first profiled step (earlier steps run unrecorded: warm-up)"},
+    {"log.tensorboard", CT_STR, FLD(log.tensorboard), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "folder for TensorBoard event files (scalars: train/loss, lr, grad_norm, samples_per_s, "
+     "eval/loss, top1, top5), written by rank 0; empty = none"},
 };
 
 const int ts__cfg_nkeys = (int)(sizeof ts__cfg_keys / sizeof ts__cfg_keys[0]);

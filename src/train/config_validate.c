@@ -280,9 +280,10 @@ int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out
   if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_lr_schedule: NULL argument");
   const typeof(cfg->optimizer.schedule) *s = &cfg->optimizer.schedule;
   int64_t unit = s->unit == TS_SCHED_UNIT_EPOCHS ? spe : 1;
+  const char *src = cfg->source[0] ? cfg->source : "config";
   if (unit <= 0 || ((s->warmup_epochs > 0) && spe <= 0))
-    return ts_error_set(TS_ECONFIG, "optimizer.schedule: epoch units need a positive number of "
-                        "steps per epoch (got %lld)", (long long)spe);
+    return ts_error_set(TS_ECONFIG, "%s: optimizer.schedule: epoch units need a positive number of "
+                        "steps per epoch (got %lld)", src, (long long)spe);
   memset(out, 0, sizeof *out);
   out->kind = s->name;
   out->base_lr = cfg->optimizer.lr;
@@ -295,8 +296,23 @@ int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out
     out->milestones[i] = (int64_t)s->milestones.v[i] * unit;
   out->total_steps = ts_config_total_steps(cfg, spe);
   out->min_lr = s->min_lr;
+  if (s->name == TS_LR_COSINE && out->total_steps < out->warmup_steps) { /* both keys, and where each comes from */
+    char w[160], tot[160];
+    if (s->warmup_epochs > 0)
+      snprintf(w, sizeof w, "optimizer.schedule.warmup_epochs %g x %lld steps per epoch = %lld warm-up steps",
+               s->warmup_epochs, (long long)spe, (long long)out->warmup_steps);
+    else
+      snprintf(w, sizeof w, "optimizer.schedule.warmup_steps %lld", (long long)out->warmup_steps);
+    if (cfg->train.steps > 0)
+      snprintf(tot, sizeof tot, "train.steps %lld", (long long)cfg->train.steps);
+    else
+      snprintf(tot, sizeof tot, "train.epochs %d x %lld steps per epoch = %lld steps", cfg->train.epochs,
+               (long long)spe, (long long)out->total_steps);
+    return ts_error_set(TS_ECONFIG, "%s: optimizer.schedule (cosine): %s is longer than the run (%s); "
+                        "shorten the warm-up or train longer", src, w, tot);
+  }
   int rc = ts_lr_check(out);
-  if (rc) return ts_error_wrap(TS_ECONFIG, "optimizer.schedule");
+  if (rc) return ts_error_wrap(TS_ECONFIG, "%s: optimizer.schedule", src);
   return TS_OK;
 }
 
@@ -385,6 +401,8 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->full_batch = cfg->parallel.full_batch;
   out->parameter_broadcast = cfg->parallel.parameter_broadcast;
   out->bucket_mb = cfg->parallel.bucket_size_mb;
+  for (int i = 0; i < cfg->parallel.all_reduce_fusion_config.n && i < TS_DIST_MAX_FUSION_SPLITS; i++)
+    out->fusion_splits[out->nfusion_splits++] = cfg->parallel.all_reduce_fusion_config.v[i];
   out->wire = wire[cfg->parallel.comm_dtype];
   out->lamb = cfg->optimizer.name == TS_OPTIM_LAMB;
   out->recompute = (int)cfg->model.recompute;

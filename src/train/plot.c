@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "tessera/base.h"
@@ -62,13 +63,18 @@ static const struct { char ch; unsigned char rows[7]; } k_font[] = {
     {'s', {0, 0, 0x0E, 0x10, 0x0E, 0x01, 0x1E}},       {'t', {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06}},
     {'u', {0, 0, 0x11, 0x11, 0x11, 0x13, 0x0D}},       {'v', {0, 0, 0x11, 0x11, 0x11, 0x0A, 0x04}},
     {'w', {0, 0, 0x11, 0x11, 0x15, 0x15, 0x0A}},       {'x', {0, 0, 0x11, 0x0A, 0x04, 0x0A, 0x11}},
-    {'y', {0, 0, 0x11, 0x11, 0x0F, 0x01, 0x0E}},
+    {'y', {0, 0, 0x11, 0x11, 0x0F, 0x01, 0x0E}},       {'j', {0x02, 0, 0x06, 0x02, 0x02, 0x12, 0x0C}},
+    {'q', {0, 0, 0x0D, 0x13, 0x0F, 0x01, 0x01}},       {'z', {0, 0, 0x1F, 0x02, 0x04, 0x08, 0x1F}},
+    {'/', {0x01, 0x01, 0x02, 0x04, 0x08, 0x10, 0x10}}, {'_', {0, 0, 0, 0, 0, 0, 0x1F}},
+    {',', {0, 0, 0, 0, 0x0C, 0x04, 0x08}},             {'=', {0, 0, 0x1F, 0, 0x1F, 0, 0}},
+    {'+', {0, 0x04, 0x04, 0x1F, 0x04, 0x04, 0}},
 };
 
 static void text(canvas *c, int x, int y, const char *s, rgb col, int scale) {
   for (; *s; s++, x += 6 * scale) {
+    char ch = *s >= 'A' && *s <= 'Z' ? (char)(*s - 'A' + 'a') : *s; /* capitals drawn as small letters */
     for (size_t k = 0; k < sizeof k_font / sizeof k_font[0]; k++) {
-      if (k_font[k].ch != *s) continue;
+      if (k_font[k].ch != ch) continue;
       for (int r = 0; r < 7; r++)
         for (int b = 0; b < 5; b++)
           if (k_font[k].rows[r] & (0x10 >> b))
@@ -98,13 +104,54 @@ static int push(series *s, double x, double y) {
   return 0;
 }
 
-static void fmt_tick(char *buf, size_t cap, double v, double span) {
-  if (span >= 100 || fabs(v) >= 1000)
-    snprintf(buf, cap, "%.0f", v);
-  else if (span >= 1)
-    snprintf(buf, cap, "%.1f", v);
-  else
-    snprintf(buf, cap, "%.3f", v);
+void ts__plot_make_axis(double vmin, double vmax, int integer, int percent, ts__plot_axis *ax) {
+  memset(ax, 0, sizeof *ax);
+  if (!(vmin <= vmax)) { vmin = 0; vmax = integer ? 1 : 1; }
+  double lo = vmin, hi = vmax;
+  if (hi == lo) { /* one value: in the middle of a small range around it */
+    double w = integer ? 1 : percent ? 0.05 : lo != 0 ? 0.1 * fabs(lo) : 0.5;
+    lo -= w; hi += w;
+  } else if (!integer) {
+    double pad = 0.05 * (hi - lo);
+    lo -= pad; hi += pad;
+  }
+  if (percent) {
+    if (lo < 0) lo = 0;
+    if (hi > 1) hi = 1;
+    if (hi <= lo) { lo = 0; hi = 1; }
+  }
+  if (integer && lo < 0 && vmin >= 0) lo = 0;
+  double raw = (hi - lo) / 4, mag = pow(10, floor(log10(raw))), step = 10 * mag;
+  static const double mult[] = {1, 2, 2.5, 5, 10};
+  for (int k = 0; k < 5; k++)
+    if (mult[k] * mag >= raw * (1 - 1e-9)) { step = mult[k] * mag; break; }
+  if (integer && step < 1) step = 1;
+  if (integer && step != floor(step)) step = ceil(step);
+  double t0 = floor(lo / step + 1e-9) * step, t1 = ceil(hi / step - 1e-9) * step;
+  if (percent) { /* ticks stay inside 0..100% */
+    if (t0 < 0) t0 = 0;
+    if (t1 > 1) t1 = 1;
+  }
+  int n = (int)lround((t1 - t0) / step) + 1;
+  if (n > TS_PLOT_MAX_TICKS) n = TS_PLOT_MAX_TICKS;
+  if (n < 2) { n = 2; t1 = t0 + step; }
+  ax->lo = t0;
+  ax->hi = t0 + (n - 1) * step;
+  ax->nticks = n;
+  /* decimals so that every multiple of the step prints exactly (labels distinct) */
+  double shown = percent ? 100 * step : step;
+  int dec = 0;
+  while (dec < 6 && fabs(shown * pow(10, dec) - round(shown * pow(10, dec))) > 1e-6 * pow(10, dec)) dec++;
+  for (int i = 0; i < n; i++) {
+    double v = t0 + i * step;
+    ax->tick[i] = v;
+    double sv = percent ? 100 * v : v;
+    if (fabs(sv) < 1e-12 * shown) sv = 0;
+    if (fabs(sv) >= 1e7)
+      snprintf(ax->label[i], sizeof ax->label[i], "%.3g", sv);
+    else
+      snprintf(ax->label[i], sizeof ax->label[i], "%.*f%s", dec, sv, percent ? "%" : "");
+  }
 }
 
 /* Draws one panel at (px,py) of size (pw,ph) with up to 2 series. */
@@ -120,23 +167,20 @@ static void panel(canvas *c, int px, int py, int pw, int ph, const char *title, 
       y0 = fmin(y0, ss[k]->y[i]); y1 = fmax(y1, ss[k]->y[i]);
     }
   text(c, px + pw / 2 - (int)strlen(title) * 6, py - 24, title, axis, 2);
-  if (!(x0 <= x1)) { x0 = 0; x1 = 1; y0 = 0; y1 = 1; }
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) { y1 += 0.5; y0 -= 0.5; }
-  double pad = 0.05 * (y1 - y0);
-  y0 -= pad; y1 += pad;
-  for (int t = 0; t <= 4; t++) {
-    int gy = py + ph - t * ph / 4, gx = px + t * pw / 4;
+  ts__plot_axis xa, ya;
+  ts__plot_make_axis(x0, x1, 1, 0, &xa);
+  ts__plot_make_axis(y0, y1, 0, percent, &ya);
+  for (int t = 0; t < ya.nticks; t++) {
+    int gy = py + ph - (int)lround((ya.tick[t] - ya.lo) / (ya.hi - ya.lo) * ph);
     line(c, px, gy, px + pw, gy, grid, 1);
-    line(c, gx, py, gx, py + ph, grid, 1);
-    char lb[32];
-    double v = y0 + (y1 - y0) * t / 4;
-    fmt_tick(lb, sizeof lb, percent ? 100 * v : v, percent ? 100 * (y1 - y0) : y1 - y0);
-    if (percent) strncat(lb, "%", sizeof lb - strlen(lb) - 1);
-    text(c, px - 6 * (int)strlen(lb) - 6, gy - 3, lb, axis, 1);
-    fmt_tick(lb, sizeof lb, x0 + (x1 - x0) * t / 4, 1000);
-    text(c, gx - 3 * (int)strlen(lb), py + ph + 8, lb, axis, 1);
+    text(c, px - 6 * (int)strlen(ya.label[t]) - 6, gy - 3, ya.label[t], axis, 1);
   }
+  for (int t = 0; t < xa.nticks; t++) {
+    int gx = px + (int)lround((xa.tick[t] - xa.lo) / (xa.hi - xa.lo) * pw);
+    line(c, gx, py, gx, py + ph, grid, 1);
+    text(c, gx - 3 * (int)strlen(xa.label[t]), py + ph + 8, xa.label[t], axis, 1);
+  }
+  x0 = xa.lo; x1 = xa.hi; y0 = ya.lo; y1 = ya.hi;
   text(c, px + pw / 2 - 12, py + ph + 22, "step", axis, 1);
   line(c, px, py + ph, px + pw, py + ph, axis, 1);
   line(c, px, py, px, py + ph, axis, 1);
@@ -145,11 +189,15 @@ static void panel(canvas *c, int px, int py, int pw, int ph, const char *title, 
     rgb col = k ? cb : ca;
     int lx = 0, ly = 0, have = 0;
     for (int i = 0; i < ss[k]->n; i++) {
-      if (!isfinite(ss[k]->y[i])) continue;
+      if (!isfinite(ss[k]->y[i])) { have = 0; continue; } /* a gap where the value is not finite */
       int X = px + (int)lround((ss[k]->x[i] - x0) / (x1 - x0) * pw);
       int Y = py + ph - (int)lround((ss[k]->y[i] - y0) / (y1 - y0) * ph);
       if (have) line(c, lx, ly, X, Y, col, 2);
       if (ss[k]->n < 200) line(c, X - 2, Y, X + 2, Y, col, 3);
+      if (ss[k]->n <= 3) { /* a lone point: a cross that shows */
+        line(c, X - 5, Y - 5, X + 5, Y + 5, col, 2);
+        line(c, X - 5, Y + 5, X + 5, Y - 5, col, 2);
+      }
       lx = X; ly = Y; have = 1;
     }
   }
@@ -190,11 +238,49 @@ static double plot_value(const cJSON *v) {
   return isfinite(y) && fabs(y) <= 1e30 ? y : NAN;
 }
 
+/* Files written before metrics went through cJSON have bare nan / -nan / inf / -inf as values
+ * (printf's spelling): those read as null, so a diverging run's old file still plots. */
+static cJSON *parse_legacy(const char *text, size_t len) {
+  if (len > (1u << 26)) return NULL;
+  char *b = malloc(len + 1);
+  if (!b) return NULL;
+  size_t n = 0;
+  int changed = 0;
+  for (size_t i = 0; i < len;) {
+    if (text[i] == ':') {
+      b[n++] = text[i++];
+      size_t k = i;
+      while (k < len && text[k] == ' ') k++;
+      size_t t = k + (k < len && (text[k] == '-' || text[k] == '+'));
+      static const char *const words[] = {"nan", "inf", "infinity"};
+      size_t w = 0;
+      for (int q = 2; q >= 0 && !w; q--) {
+        size_t L = strlen(words[q]);
+        if (t + L <= len && !strncasecmp(text + t, words[q], L) && (t + L == len || text[t + L] == ',' ||
+                                                                   text[t + L] == '}' || text[t + L] == ' '))
+          w = L;
+      }
+      if (w) {
+        memcpy(b + n, "null", 4);
+        n += 4;
+        i = t + w;
+        changed = 1;
+      }
+      continue;
+    }
+    b[n++] = text[i++];
+  }
+  cJSON *j = changed ? cJSON_ParseWithLength(b, n) : NULL;
+  free(b);
+  return j;
+}
+
 int ts__plot_line(const char *name, int lineno, const char *text, size_t len, int last, ts__plot_data *d) {
   size_t k = 0;
   while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r')) k++;
   if (k == len) return TS_OK;
   cJSON *j = cJSON_ParseWithLength(text, len);
+  if (!j) j = parse_legacy(text, len);
   if (!j || !cJSON_IsObject(j)) {
     cJSON_Delete(j);
     if (last) {
@@ -208,6 +294,10 @@ int ts__plot_line(const char *name, int lineno, const char *text, size_t len, in
   const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
   const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, "loss");
   const cJSON *top1 = cJSON_GetObjectItemCaseSensitive(j, "top1");
+  if (cJSON_IsString(type) && !strcmp(type->valuestring, "run")) {
+    const cJSON *title = cJSON_GetObjectItemCaseSensitive(j, "title");
+    if (cJSON_IsString(title)) snprintf(d->title, sizeof d->title, "%s", title->valuestring);
+  }
   if (cJSON_IsString(type) && cJSON_IsNumber(step)) {
     double x = step->valuedouble;
     if (!isfinite(x) || x < 0 || x > 1e15) {
@@ -228,6 +318,11 @@ void ts__plot_draw(const ts__plot_data *d, unsigned char *px) {
   memset(c.px, 255, 3 * (size_t)W * H);
   const rgb blue = {31, 119, 180}, orange = {255, 127, 14}, green = {44, 160, 44};
   ts__plot_data m = *d; /* panel() takes non-const series; it does not change them */
+  if (d->title[0]) { /* the run's name and config, cut to the width */
+    char t[168];
+    snprintf(t, sizeof t, "%.167s", d->title);
+    text(&c, W / 2 - 3 * (int)strlen(t), 6, t, (rgb){40, 40, 40}, 1);
+  }
   panel(&c, 80, 50, 380, 300, "loss", &m.tl, blue, &m.el, orange, 0);
   panel(&c, 580, 50, 380, 300, "accuracy (top1)", &m.ea, green, NULL, green, 1);
   text(&c, 90, 395, "train", blue, 1);

@@ -1,7 +1,10 @@
 /* Progress display (a bar on a terminal, periodic lines otherwise) and the metrics file (JSON
  * lines: one record per logged step and per evaluation, and an `end` record). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,11 +24,39 @@ void ts__make_parent_dirs(const char *path) {
     }
 }
 
+static int write_record(ts__progress *p, cJSON *o, int flush);
+
+/* The run's name: the config file's name without folder and extension ("config" without one). */
+void ts__run_name(const ts_config *cfg, char *out, size_t cap) {
+  const char *src = cfg->source[0] ? cfg->source : "config";
+  const char *b = strrchr(src, '/');
+  b = b ? b + 1 : src;
+  snprintf(out, cap, "%s", b);
+  char *dot = strrchr(out, '.');
+  if (dot && dot != out) *dot = 0;
+}
+
+/* "name (file): model on data, optimizer lr X, batch B, mode[, amp]" */
+void ts__run_title(const ts_config *cfg, char *out, size_t cap) {
+  char name[128], model[64], data[64], opt[64], lr[32], batch[32], mode[64], amp[16];
+  ts__run_name(cfg, name, sizeof name);
+  if (ts_config_get(cfg, "model.name", model, sizeof model)) snprintf(model, sizeof model, "?");
+  snprintf(data, sizeof data, "%s", ts_data_kind_name(cfg->data.name));
+  if (ts_config_get(cfg, "optimizer.name", opt, sizeof opt)) snprintf(opt, sizeof opt, "?");
+  if (ts_config_get(cfg, "optimizer.lr", lr, sizeof lr)) snprintf(lr, sizeof lr, "?");
+  if (ts_config_get(cfg, "train.batch_size", batch, sizeof batch)) snprintf(batch, sizeof batch, "?");
+  if (ts_config_get(cfg, "parallel.mode", mode, sizeof mode)) snprintf(mode, sizeof mode, "?");
+  if (ts_config_get(cfg, "train.amp_level", amp, sizeof amp)) snprintf(amp, sizeof amp, "O0");
+  snprintf(out, cap, "%s (%s): %s on %s, %s lr %s, batch %s, %s%s%s", name, cfg->source[0] ? cfg->source : "config",
+           model, data, opt, lr, batch, mode, strcmp(amp, "O0") ? ", amp " : "", strcmp(amp, "O0") ? amp : "");
+}
+
 int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps,
                       int64_t steps_per_epoch, int resumed) {
   memset(p, 0, sizeof *p);
   p->mode = cfg->log.progress;
   p->tty = isatty(STDOUT_FILENO);
+  p->columns = ts__terminal_columns(STDOUT_FILENO);
   if (p->mode == TS_PROGRESS_AUTO) p->mode = p->tty ? TS_PROGRESS_BAR : TS_PROGRESS_LINES;
   p->t_start = ts_time_now();
   p->total_steps = total_steps;
@@ -40,7 +71,36 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
       return ts_error_set(TS_EIO, "log.metrics: cannot open '%s' for writing: %s", cfg->log.metrics,
                           strerror(errno));
   }
+  if (p->metrics) { /* the run's name and config first: `tessera plot` titles the curves with them */
+    char title[256];
+    ts__run_title(cfg, title, sizeof title);
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+      cJSON_AddStringToObject(o, "type", "run");
+      char name[128];
+      ts__run_name(cfg, name, sizeof name);
+      cJSON_AddStringToObject(o, "name", name);
+      cJSON_AddStringToObject(o, "config", cfg->source[0] ? cfg->source : "");
+      cJSON_AddStringToObject(o, "title", title);
+    }
+    int rc = write_record(p, o, 1);
+    if (rc) return rc;
+  }
+  if (cfg->log.tensorboard[0]) {
+    int rc = ts__tboard_open(&p->tb, cfg->log.tensorboard);
+    if (rc) return rc;
+  }
   return TS_OK;
+}
+
+int ts__terminal_columns(int fd) {
+  struct winsize ws;
+  if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  const char *e = getenv("COLUMNS");
+  char *end;
+  long c = e ? strtol(e, &end, 10) : 0;
+  if (e && *e && !*end && c > 0 && c < 10000) return (int)c;
+  return 80;
 }
 
 static void fmt_time(char *buf, size_t cap, double s) {
@@ -71,71 +131,170 @@ static int metrics_check(ts__progress *p, int flush) {
   return TS_OK;
 }
 
-/* A number as JSON: null when it is not finite (JSON has no inf or NaN). */
-static const char *jnum(char *buf, size_t cap, const char *fmt, double v) {
-  if (!isfinite(v)) return "null";
-  snprintf(buf, cap, fmt, v);
-  return buf;
+/* Metrics records go through cJSON: a number that is not finite (a diverging run's NaN loss) is
+ * written as null and its key listed in the record's "nonfinite" array, so the file stays JSON. */
+static void jnum(cJSON *o, const char *key, double v) {
+  if (isfinite(v)) {
+    cJSON_AddNumberToObject(o, key, v);
+    return;
+  }
+  cJSON_AddNullToObject(o, key);
+  cJSON *nf = cJSON_GetObjectItemCaseSensitive(o, "nonfinite");
+  if (!nf) nf = cJSON_AddArrayToObject(o, "nonfinite");
+  if (nf) cJSON_AddItemToArray(nf, cJSON_CreateString(key));
+}
+/* ms and seconds to the microsecond: the figures as before, not 17 digits */
+static double r3(double v) { return isfinite(v) ? round(v * 1e3) / 1e3 : v; }
+
+static int write_record(ts__progress *p, cJSON *o, int flush) {
+  char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  if (!text) return ts_error_set(TS_ENOMEM, "log.metrics: out of memory writing a record");
+  fputs(text, p->metrics);
+  fputc('\n', p->metrics);
+  free(text);
+  return metrics_check(p, flush);
+}
+
+/* The "nonfinite" array goes last so that readers see the fields first. */
+static void move_nonfinite_last(cJSON *o) {
+  cJSON *nf = cJSON_DetachItemFromObjectCaseSensitive(o, "nonfinite");
+  if (nf) cJSON_AddItemToObject(o, "nonfinite", nf);
 }
 
 int ts__progress_step(ts__progress *p, const ts_step_info *s) {
+  int rc = TS_OK;
   /* every overflow is recorded (rare, and what a loss-scaling run is read for) */
-  if (p->metrics && (s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1 || s->overflow)) {
-    char lb[32], gb[32];
-    fprintf(p->metrics,
-            "{\"type\":\"step\",\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%.6g,"
-            "\"grad_norm\":%s,\"loss_scale\":%.9g,\"overflow\":%d,\"step_ms\":%.3f,\"comm_wait_ms\":%.3f,"
-            "\"samples_per_s\":%.1f,",
-            (long long)s->step, (long long)s->epoch, jnum(lb, sizeof lb, "%.6g", s->loss), s->lr,
-            jnum(gb, sizeof gb, "%.6g", s->grad_norm), s->loss_scale, s->overflow, s->step_ms, s->comm_wait_ms,
-            s->samples_per_s);
-    if (s->pipelined) /* this rank's schedule: idle time and blocked receives */
-      fprintf(p->metrics, "\"bubble_ms\":%.3f,\"bubble_fraction\":%.4f,\"p2p_wait_ms\":%.3f,", s->bubble_ms,
-              s->bubble_fraction, s->p2p_wait_ms);
-    if (s->profiled) /* log.profile: the step broken down */
-      fprintf(p->metrics,
-              "\"data_ms\":%.3f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
-              "\"comm_exposed_ms\":%.3f,",
-              s->data_ms, s->forward_ms, s->backward_ms, s->optimizer_ms, s->comm_exposed_ms);
-    fprintf(p->metrics, "\"time_s\":%.3f}\n", ts_time_now() - p->t_start);
+  int logged = s->step % p->log_every == 0 || s->step == p->total_steps || s->step == 1 || s->overflow;
+  if (p->metrics && logged) {
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+      cJSON_AddStringToObject(o, "type", "step");
+      cJSON_AddNumberToObject(o, "step", (double)s->step);
+      cJSON_AddNumberToObject(o, "epoch", (double)s->epoch);
+      jnum(o, "loss", s->loss);
+      jnum(o, "lr", s->lr);
+      jnum(o, "grad_norm", s->grad_norm);
+      jnum(o, "loss_scale", s->loss_scale);
+      cJSON_AddNumberToObject(o, "overflow", s->overflow);
+      jnum(o, "step_ms", r3(s->step_ms));
+      jnum(o, "comm_wait_ms", r3(s->comm_wait_ms));
+      jnum(o, "samples_per_s", round(s->samples_per_s * 10) / 10);
+      if (s->pipelined) { /* this rank's schedule: idle time and blocked receives */
+        jnum(o, "bubble_ms", r3(s->bubble_ms));
+        jnum(o, "bubble_fraction", round(s->bubble_fraction * 1e4) / 1e4);
+        jnum(o, "p2p_wait_ms", r3(s->p2p_wait_ms));
+      }
+      if (s->profiled) { /* log.profile: the step broken down */
+        jnum(o, "data_ms", r3(s->data_ms));
+        jnum(o, "forward_ms", r3(s->forward_ms));
+        jnum(o, "backward_ms", r3(s->backward_ms));
+        jnum(o, "optimizer_ms", r3(s->optimizer_ms));
+        jnum(o, "comm_exposed_ms", r3(s->comm_exposed_ms));
+      }
+      cJSON_AddNumberToObject(o, "time_s", r3(ts_time_now() - p->t_start));
+      move_nonfinite_last(o);
+    }
+    rc = write_record(p, o, 0);
   }
-  int rc = metrics_check(p, 0);
+  if (!rc && p->tb.f && logged) {
+    rc = ts__tboard_scalar(&p->tb, "train/loss", s->step, s->loss);
+    if (!rc) rc = ts__tboard_scalar(&p->tb, "train/lr", s->step, s->lr);
+    if (!rc) rc = ts__tboard_scalar(&p->tb, "train/grad_norm", s->step, s->grad_norm);
+    if (!rc) rc = ts__tboard_scalar(&p->tb, "train/samples_per_s", s->step, s->samples_per_s);
+    if (!rc && s->loss_scale != 1) rc = ts__tboard_scalar(&p->tb, "train/loss_scale", s->step, s->loss_scale);
+  }
   if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   double now = ts_time_now(), el = now - p->t_start;
+  char eta[32];
+  fmt_time(eta, sizeof eta, s->samples_per_s > 0 ? (double)(p->total_steps - s->step) * s->step_ms / 1e3 : 0);
   if (p->mode == TS_PROGRESS_BAR) {
     if (now - p->last_print < 0.1 && s->step != p->total_steps) return TS_OK;
     p->last_print = now;
     int64_t in_ep = p->steps_per_epoch ? (s->step - 1) % p->steps_per_epoch + 1 : s->step;
     double frac = p->steps_per_epoch ? (double)in_ep / (double)p->steps_per_epoch : 0;
-    char bar[31], eta[32];
-    int fill = (int)(frac * 30);
-    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
-    bar[30] = 0;
-    fmt_time(eta, sizeof eta, s->samples_per_s > 0 ? (double)(p->total_steps - s->step) * s->step_ms / 1e3 : 0);
-    printf("\r\033[Kepoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  eta %s",
-           (long long)s->epoch + 1, (long long)p->epochs, bar, (long long)in_ep,
-           (long long)p->steps_per_epoch, s->loss, s->samples_per_s, eta);
+    char line[512];
+    ts__progress_bar_line(line, sizeof line, p->columns, s->epoch + 1, p->epochs, frac, in_ep,
+                          p->steps_per_epoch, s->loss, s->samples_per_s, eta);
+    printf("\r\033[K%s", line);
     fflush(stdout);
     p->bar_open = 1;
   } else if (s->step % p->log_every == 0 || s->step == p->total_steps) {
     char t[32];
     fmt_time(t, sizeof t, el);
-    printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f samples/s  %.1f ms/step  [%s]\n",
+    printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f samples/s  %.1f ms/step  [%s, eta %s]\n",
            (long long)s->step, (long long)p->total_steps, (long long)s->epoch + 1, s->loss, s->lr,
-           s->samples_per_s, s->step_ms, t);
+           s->samples_per_s, s->step_ms, t, eta);
     fflush(stdout);
   }
   return TS_OK;
 }
 
+/* The bar's line: "epoch E/N [====>   ] i/n  loss L  S samples/s  eta T", the bar shrunk (down
+ * to 10 cells), then throughput, the bar, eta and loss dropped in that order until it fits in
+ * `columns` less one (the cursor's cell: a full line would wrap on some terminals). */
+void ts__progress_bar_line(char *out, size_t cap, int columns, int64_t epoch, int64_t epochs, double frac,
+                           int64_t in_ep, int64_t per_epoch, double loss, double samples_per_s, const char *eta) {
+  char head[64], count[64], tail[3][64];
+  snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)epochs);
+  snprintf(count, sizeof count, " %lld/%lld", (long long)in_ep, (long long)per_epoch);
+  snprintf(tail[0], sizeof tail[0], "  loss %.4f", loss);
+  snprintf(tail[1], sizeof tail[1], "  eta %s", eta);
+  snprintf(tail[2], sizeof tail[2], "  %.0f samples/s", samples_per_s);
+  int avail = columns - 1;
+  if (avail < 20) avail = 20;
+  int fixed = (int)(strlen(head) + strlen(count));
+  /* what goes first when space is short: throughput, then the bar, then eta, then loss */
+  int keep = 3, with_bar = 1, tl = 0;
+  for (;;) {
+    tl = 0;
+    for (int k = 0; k < keep; k++) tl += (int)strlen(tail[k]);
+    if (fixed + (with_bar ? 13 : 0) + tl <= avail || (keep == 0 && !with_bar)) break;
+    if (keep == 3) keep = 2;
+    else if (with_bar) with_bar = 0;
+    else keep--;
+  }
+  int cells = with_bar ? avail - fixed - tl - 3 : 0; /* " [" and "]" */
+  if (cells > 30) cells = 30;
+  char bar[40] = "";
+  if (cells >= 10) {
+    int fill = (int)(frac * cells);
+    bar[0] = ' ';
+    bar[1] = '[';
+    for (int i = 0; i < cells; i++) bar[2 + i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[2 + cells] = ']';
+    bar[3 + cells] = 0;
+  }
+  /* the order on screen: head bar count loss throughput eta */
+  snprintf(out, cap, "%s%s%s%s%s%s", head, bar, count, keep > 0 ? tail[0] : "", keep > 2 ? tail[2] : "",
+           keep > 1 ? tail[1] : "");
+  if ((int)strlen(out) > avail) out[avail] = 0;
+}
+
 int ts__progress_eval(ts__progress *p, const ts_eval_info *e) {
-  if (p->metrics)
-    fprintf(p->metrics,
-            "{\"type\":\"eval\",\"step\":%lld,\"epoch\":%lld,\"samples\":%lld,\"loss\":%.6g,"
-            "\"top1\":%.6f,\"top5\":%.6f,\"eval_s\":%.3f,\"time_s\":%.3f}\n",
-            (long long)e->step, (long long)e->epoch, (long long)e->samples, e->loss, e->top1,
-            e->top5, e->seconds, ts_time_now() - p->t_start);
-  int rc = metrics_check(p, 1);
+  int rc = TS_OK;
+  if (p->metrics) {
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+      cJSON_AddStringToObject(o, "type", "eval");
+      cJSON_AddNumberToObject(o, "step", (double)e->step);
+      cJSON_AddNumberToObject(o, "epoch", (double)e->epoch);
+      cJSON_AddNumberToObject(o, "samples", (double)e->samples);
+      jnum(o, "loss", e->loss);
+      jnum(o, "top1", e->top1);
+      jnum(o, "top5", e->top5);
+      jnum(o, "eval_s", r3(e->seconds));
+      cJSON_AddNumberToObject(o, "time_s", r3(ts_time_now() - p->t_start));
+      move_nonfinite_last(o);
+    }
+    rc = write_record(p, o, 1);
+  }
+  if (!rc && p->tb.f) {
+    rc = ts__tboard_scalar(&p->tb, "eval/loss", e->step, e->loss);
+    if (!rc) rc = ts__tboard_scalar(&p->tb, "eval/top1", e->step, e->top1);
+    if (!rc) rc = ts__tboard_scalar(&p->tb, "eval/top5", e->step, e->top5);
+    if (!rc) rc = ts__tboard_flush(&p->tb);
+  }
   if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   clear_bar(p);
   printf("eval  step %lld  epoch %lld  loss %.4f  top1 %.2f%%  top5 %.2f%%  (%lld samples, %.1f s)\n",
@@ -158,20 +317,42 @@ void ts__progress_message(ts__progress *p, const char *fmt, ...) {
 
 int ts__progress_record(ts__progress *p, const char *json) {
   if (!p->metrics) return TS_OK;
-  fprintf(p->metrics, "%s\n", json);
-  return metrics_check(p, 1);
+  cJSON *o = cJSON_Parse(json); /* a record that is not JSON is a bug upstream: said, not written */
+  if (!o) return ts_error_set(TS_EINVAL, "log.metrics: a record is not JSON: %.60s", json);
+  return write_record(p, o, 1);
 }
 
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc,
                      const char *extra) {
   double wall = ts_time_now() - p->t_start;
+  int rc = TS_OK;
   if (p->metrics) {
-    fprintf(p->metrics, "{\"type\":\"end\",\"steps\":%lld,\"final_loss\":%.6g,", (long long)steps, final_loss);
-    if (have_acc) fprintf(p->metrics, "\"test_accuracy\":%.6f,", test_acc);
-    if (extra) fputs(extra, p->metrics);
-    fprintf(p->metrics, "\"wall_s\":%.3f}\n", wall);
+    /* extra is fields with trailing commas: parsed as an object, its members appended */
+    size_t el = extra ? strlen(extra) : 0;
+    char *ex = malloc(el + 8);
+    cJSON *o = cJSON_CreateObject(), *xo = NULL;
+    if (ex) {
+      snprintf(ex, el + 8, "{%s\"_\":0}", extra ? extra : "");
+      xo = cJSON_Parse(ex);
+      free(ex);
+    }
+    if (o) {
+      cJSON_AddStringToObject(o, "type", "end");
+      cJSON_AddNumberToObject(o, "steps", (double)steps);
+      jnum(o, "final_loss", final_loss);
+      if (have_acc) jnum(o, "test_accuracy", test_acc);
+      for (cJSON *it = xo ? xo->child : NULL; it;) {
+        cJSON *next = it->next;
+        if (strcmp(it->string, "_")) cJSON_AddItemToObject(o, it->string, cJSON_DetachItemViaPointer(xo, it));
+        it = next;
+      }
+      cJSON_AddNumberToObject(o, "wall_s", r3(wall));
+      move_nonfinite_last(o);
+    }
+    cJSON_Delete(xo);
+    rc = write_record(p, o, 1);
   }
-  int rc = metrics_check(p, 1);
+  if (!rc) rc = ts__tboard_flush(&p->tb);
   if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   clear_bar(p);
   if (have_acc)
@@ -187,4 +368,5 @@ void ts__progress_close(ts__progress *p) {
   clear_bar(p);
   if (p->metrics) fclose(p->metrics);
   p->metrics = NULL;
+  ts__tboard_close(&p->tb);
 }

@@ -97,6 +97,32 @@ static int check_path_kind(const ts_config *cfg) {
   return TS_OK;
 }
 
+/* Where a missing data set comes from, said beside the file that was not found. */
+static const char *missing_hint(ts_data_kind k) {
+  switch (k) {
+    case TS_DATA_FASHION_MNIST:
+      return "Fashion-MNIST comes from Debian's package dataset-fashion-mnist (scripts/install-deps.sh "
+             "installs it; apt-get install dataset-fashion-mnist) into /usr/share/datasets/fashion-mnist: "
+             "set data.path to that folder";
+    case TS_DATA_MNIST:
+      return "data.path is a folder of the IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+             "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (each may be .gz)";
+    case TS_DATA_CIFAR10:
+      return "data.path is the folder of CIFAR-10's binary version (cifar-10-batches-bin: data_batch_1.bin .. "
+             "data_batch_5.bin, test_batch.bin)";
+    case TS_DATA_CIFAR100:
+      return "data.path is the folder of CIFAR-100's binary version (cifar-100-binary: train.bin, test.bin)";
+    case TS_DATA_IMAGE_FOLDER:
+      return "data.path is a folder with train/<class>/<image>.png|.jpg (and optionally test/<class>/...)";
+    case TS_DATA_RECORDS:
+      return "data.path is a folder of record shards (<path>/train-NNNNN-of-NNNNN.tsr, <path>/test-...), written by "
+             "`tessera data convert --output <path>/train`";
+    case TS_DATA_TEXT:
+      return "data.path is one text file, read as bytes (e.g. Tiny Shakespeare's input.txt)";
+    default: return NULL;
+  }
+}
+
 int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
   *train = *test = NULL;
   const char *path = cfg->data.path;
@@ -160,7 +186,15 @@ int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test)
     ts_source_free(*train);
     ts_source_free(*test);
     *train = *test = NULL;
-    return ts_error_wrap(rc, "%s: data", cfg->source[0] ? cfg->source : "config");
+    rc = ts_error_wrap(rc, "%s: data", cfg->source[0] ? cfg->source : "config");
+    struct stat st;
+    const char *hint = (rc == TS_ENOTFOUND || (path[0] && stat(path, &st) != 0)) ? missing_hint(cfg->data.name) : NULL;
+    if (hint) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", ts_last_error());
+      ts_error_set(rc, "%s; %s", msg, hint);
+    }
+    return rc;
   }
   return TS_OK;
 }

@@ -2,6 +2,7 @@
 #ifndef TS_TRAIN_IMPL_H
 #define TS_TRAIN_IMPL_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "tessera/checkpoint.h"
@@ -21,11 +22,29 @@ int ts__source_view(ts_source *base, int64_t off, int64_t n, ts_source **out);
 /* mkdir -p of the directory part of `path` (failures show when the file is opened). */
 void ts__make_parent_dirs(const char *path);
 
+/* TensorBoard event file (tensorboard.c): TFRecord framing, Event protobufs written directly. */
+typedef struct {
+  FILE *f;
+  char path[1200];
+} ts__tboard;
+/* CRC32C (Castagnoli) of n bytes, and TFRecord's masked form of it. */
+uint32_t ts__crc32c(const void *data, size_t n);
+uint32_t ts__crc32c_masked(const void *data, size_t n);
+/* Creates dir (and parents) and dir/events.out.tfevents.<time>.<host>.<pid> with its
+ * file_version event. TS_EIO naming log.tensorboard and the path. */
+int ts__tboard_open(ts__tboard *tb, const char *dir);
+/* One scalar event (tag, step, value as float). Nothing when tb is not open. */
+int ts__tboard_scalar(ts__tboard *tb, const char *tag, int64_t step, double value);
+int ts__tboard_flush(ts__tboard *tb);
+void ts__tboard_close(ts__tboard *tb);
+
 /* Progress display and metrics file. */
 typedef struct {
   ts_progress_mode mode;
   int tty;
+  int columns; /* terminal width for the bar (TIOCGWINSZ, else $COLUMNS, else 80) */
   FILE *metrics;
+  ts__tboard tb;
   char metrics_path[1024];
   double t_start, last_print;
   int64_t total_steps, steps_per_epoch, epochs;
@@ -40,10 +59,21 @@ int ts__progress_eval(ts__progress *p, const ts_eval_info *e);
 void ts__progress_message(ts__progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Writes one JSON line (a record such as {"type":"profile",...}) to the metrics file, if any. */
 int ts__progress_record(ts__progress *p, const char *json);
-/* extra: JSON fields for the end record, each followed by a comma ("" for none). */
+/* extra: JSON fields for the end record, each followed by a comma ("" for none). Non-finite
+ * numbers are written as null and named in the record's "nonfinite" list (JSON has no NaN). */
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
                      int have_acc, const char *extra);
 void ts__progress_close(ts__progress *p);
+/* The run's name (the config file's name without folder and extension) and the title line of
+ * its plot ("name (file): model on data, optimizer lr, batch, parallel mode[, amp]"). */
+void ts__run_name(const ts_config *cfg, char *out, size_t cap);
+void ts__run_title(const ts_config *cfg, char *out, size_t cap);
+/* The terminal's width on fd (TIOCGWINSZ), else $COLUMNS, else 80. */
+int ts__terminal_columns(int fd);
+/* The progress bar's text for a terminal `columns` wide (at most columns - 1 characters): the
+ * bar shrinks, then throughput, the bar, eta and loss are dropped, in that order, to fit. */
+void ts__progress_bar_line(char *out, size_t cap, int columns, int64_t epoch, int64_t epochs, double frac,
+                           int64_t in_ep, int64_t per_epoch, double loss, double samples_per_s, const char *eta);
 
 /* The profiler's trainer side (train_prof.c): NULL when log.profile is off. */
 typedef struct ts__tprof ts__tprof;

@@ -191,7 +191,7 @@ static int make_train_pipe(ts_trainer *t) {
   ts_pipeline_config pc = ts_pipeline_config_default();
   pc.source = t->train_src;
   /* the same global order on any number of ranks: rank r takes positions r, r+S, ... */
-  pc.sampler.kind = TS_SAMPLER_DISTRIBUTED;
+  pc.sampler.kind = t->cfg.data.sampler == 1 ? TS_SAMPLER_STRATIFIED : TS_SAMPLER_DISTRIBUTED;
   pc.sampler.shuffle = t->cfg.data.shuffle;
   pc.sampler.num_shards = t->run->data_parts;
   pc.sampler.shard_id = t->run->data_index;
@@ -209,6 +209,9 @@ static int make_train_pipe(ts_trainer *t) {
   pc.expect_dtype = t->model.dtype;
   pc.name = "training split";
   int rc = ts_pipeline_create(&pc, &t->train_pipe);
+  if (rc && t->cfg.data.sampler == 1) /* said with the key that asked for it */
+    return ts_error_wrap(TS_ECONFIG, "%s: data.sampler: stratified needs a labelled data set (%s)",
+                         t->cfg.source[0] ? t->cfg.source : "config", ts_data_kind_name(t->cfg.data.name));
   if (rc) return rc;
   t->steps_per_epoch = ts_pipeline_batches_per_epoch(t->train_pipe);
   if (t->steps_per_epoch <= 0)
@@ -403,11 +406,19 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if (c->parallel.debug_check) ts_comm_set_debug_check(1);
   if ((rc = ts_dist_create(vt, &dc, &t->model, 0, 0, &t->dist))) goto fail;
   t->run = ts_dist_get(t->dist);
+  if (c->parallel.device_num > 0 && c->parallel.device_num != t->run->size) {
+    rc = ts_error_set(TS_ECONFIG, "%s: parallel.device_num is %d, but the job has %d rank%s (mpirun -n / tessera launch "
+                      "-n %d, or set parallel.device_num: %d or 0)", c->source[0] ? c->source : "config",
+                      c->parallel.device_num, t->run->size, t->run->size == 1 ? "" : "s", c->parallel.device_num,
+                      t->run->size);
+    goto fail;
+  }
   t->job_metrics = c->log.metrics[0] != 0; /* the end record's maximum over the ranks needs every rank */
   if (t->run->rank != 0) { /* only rank 0 talks and writes */
     c->log.progress = TS_PROGRESS_OFF;
     c->log.metrics[0] = 0;
     c->log.plot[0] = 0;
+    c->log.tensorboard[0] = 0;
   }
   /* temp files of saves a killed run left behind (only the atomic writer's own names) */
   if (t->run->rank == 0 && c->checkpoint.dir[0] && ts_ckpt_clean_temps(c->checkpoint.dir, c->checkpoint.prefix) < 0)
@@ -433,8 +444,12 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   }
   if ((rc = make_train_pipe(t))) goto fail;
   if ((rc = ts__train_optim(c, t->run->params, t->dist, &t->opt, &t->segs, &t->nseg)) ||
-      (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)) || (rc = ts_dist_start(t->dist)))
+      (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)))
     goto fail;
+  if ((rc = ts_dist_start(t->dist))) {
+    if (rc == TS_ECONFIG) rc = ts_error_wrap(rc, "%s", c->source[0] ? c->source : "config");
+    goto fail;
+  }
   ts_loss_scale_config lsc;
   ts_config_loss_scale(c, &lsc); /* auto and the default value resolved */
   if ((rc = ts_loss_scaler_init(&t->scaler, &lsc)) || (rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale))) {
@@ -463,6 +478,13 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     resumed = 1;
   }
   if ((rc = ts__progress_open(&t->prog, c, t->total_steps, t->steps_per_epoch, resumed))) goto fail;
+  if (c->parallel.all_reduce_fusion_config.n) {
+    char pts[160] = "";
+    for (int i = 0, n = 0; i < c->parallel.all_reduce_fusion_config.n && n < (int)sizeof pts; i++)
+      n += snprintf(pts + n, sizeof pts - (size_t)n, "%s%d", i ? ", " : "", c->parallel.all_reduce_fusion_config.v[i]);
+    ts__progress_message(&t->prog, "gradient buckets: %d, split at gradients [%s] (parallel.all_reduce_fusion_config)",
+                         ts_dist_grad_buckets(t->dist), pts);
+  }
   if (resumed) ts__progress_message(&t->prog, "resumed from %s at step %lld (epoch %lld, batch %lld)", res,
                                     (long long)t->step, (long long)t->epoch + 1, (long long)t->batch);
   *out = t;

@@ -31,3 +31,41 @@ out=$("$prefix/use")
 [ "$out" = "5" ] || { echo "FAIL: installed program printed '$out', want 5"; exit 1; }
 [ -x "$prefix/bin/tessera" ] || { echo "FAIL: tessera not installed"; exit 1; }
 echo "ok: installed headers, library, pkg-config file and tessera command work (printed $out)"
+
+# internal ts__ names are hidden from the shared library; the public ts_ ones are there
+so=$(find "$prefix" -name 'libtessera.so' | head -1)
+if command -v nm >/dev/null; then
+  syms=$(nm -D --defined-only "$so" | awk '{print $3}')
+  nint=$(grep -c '^ts__' <<<"$syms" || true)
+  npub=$(grep -c '^ts_[a-zA-Z0-9]' <<<"$syms" || true)
+  [ "$nint" = 0 ] || { echo "FAIL: $nint internal ts__ symbols exported, e.g. $(grep '^ts__' <<<"$syms" | head -3 | tr '\n' ' ')"; exit 1; }
+  [ "$npub" -gt 300 ] || { echo "FAIL: only $npub public ts_ symbols exported"; exit 1; }
+  grep -qx ts_plan_run <<<"$syms" || { echo "FAIL: ts_plan_run not exported"; exit 1; }
+  echo "ok: libtessera.so exports $npub public ts_ symbols and no internal ts__ one"
+else
+  echo "SKIP part: no nm, exported symbols not checked"
+fi
+
+# find_package(Tessera) from another CMake project, against the shared and the static library
+if command -v cmake >/dev/null; then
+  mkdir -p "$prefix/proj"
+  cp "$prefix/use.c" "$prefix/proj/use.c"
+  cat > "$prefix/proj/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.18)
+project(use_tessera C)
+find_package(Tessera 0.1 REQUIRED)
+add_executable(use_shared use.c)
+target_link_libraries(use_shared PRIVATE Tessera::tessera)
+add_executable(use_static use.c)
+target_link_libraries(use_static PRIVATE Tessera::tessera_static)
+CM
+  if ! cmake -S "$prefix/proj" -B "$prefix/proj/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+       > "$prefix/cm.log" 2>&1 || ! cmake --build "$prefix/proj/build" -j2 >> "$prefix/cm.log" 2>&1; then
+    echo "FAIL: find_package(Tessera) project did not build:"; tail -30 "$prefix/cm.log"; exit 1
+  fi
+  for v in shared static; do
+    o=$("$prefix/proj/build/use_$v")
+    [ "$o" = 5 ] || { echo "FAIL: find_package(Tessera) program ($v) printed '$o', want 5"; exit 1; }
+  done
+  echo "ok: find_package(Tessera): Tessera::tessera and Tessera::tessera_static build and run (printed 5)"
+fi

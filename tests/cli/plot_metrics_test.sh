@@ -27,4 +27,10 @@ printf '{"type":"step"}\n{"step":2,"loss":1}\n{"type":"step","step":"3","loss":1
 expect 1 "no step or eval records with a loss" "$tmp/missing.jsonl"
 { printf '{"type":"step","step":1,"loss":2.3,"pad":"'; head -c 3000000 /dev/zero | tr '\0' x; printf '"}\n'; } > "$tmp/long.jsonl"
 expect 0 "wrote" "$tmp/long.jsonl"
+# a file from before metrics went through cJSON: printf's nan/-nan/inf as values plot as gaps
+printf '{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":2,"loss":-nan,"grad_norm":inf}\n{"type":"step","step":3,"loss":nan}\n{"type":"eval","step":3,"loss":-inf,"top1":0.1}\n' > "$tmp/legacy.jsonl"
+expect 0 "wrote" "$tmp/legacy.jsonl"
+# and what the trainer writes now: null, with the keys listed under "nonfinite"
+printf '{"type":"run","title":"x"}\n{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":2,"loss":null,"nonfinite":["loss"]}\n' > "$tmp/nulls.jsonl"
+expect 0 "wrote" "$tmp/nulls.jsonl"
 exit $fail

@@ -67,6 +67,7 @@ static const struct {
     {"data.shuffle_buffer", "1024"},
     {"data.prefetch", "3"},
     {"data.drop_last", "false"},
+    {"data.sampler", "stratified"},
     {"train.epochs", "15"},
     {"train.steps", "1000"},
     {"train.batch_size", "256"},
@@ -107,6 +108,8 @@ static const struct {
     {"parallel.mode", "semi_auto_parallel"},
     {"parallel.gradients_mean", "false"},
     {"parallel.bucket_size_mb", "0.5"},
+    {"parallel.all_reduce_fusion_config", "[20, 35]"},
+    {"parallel.device_num", "8"},
     {"parallel.comm_dtype", "bf16"},
     {"parallel.overlap", "false"},
     {"parallel.parameter_broadcast", "true"},
@@ -146,6 +149,7 @@ static const struct {
     {"log.profile", "trace"},
     {"log.trace", "runs/x/trace.json"},
     {"log.profile_start", "6"},
+    {"log.tensorboard", "runs/tb"},
 };
 #define NALL ((int)(sizeof k_all / sizeof k_all[0]))
 
@@ -691,11 +695,13 @@ static void test_conversions(void) {
   CHECK_OK(ts_config_set(&c, "train.steps", "77"));
   CHECK(ts_config_total_steps(&c, 100) == 77);
   CHECK(ts_config_lr_schedule(&c, 0, &s) == TS_ECONFIG);
-  /* cosine with warmup larger than the run is caught by ts_lr_check */
+  /* cosine with warmup larger than the run: the message names the source and both key paths */
   const char *ov2[] = {"optimizer.schedule={name: cosine, warmup_steps: 1000}", "train.epochs=1"};
   CHECK_OK(ts_config_load(NULL, ov2, 2, &c));
   CHECK(ts_config_lr_schedule(&c, 10, &s) == TS_ECONFIG);
-  CHECK(has(ts_last_error(), "optimizer.schedule: lr schedule (cosine)"));
+  CHECK_MSG(has(ts_last_error(), "optimizer.schedule (cosine): optimizer.schedule.warmup_steps 1000 is longer than the "
+                                 "run (train.epochs 1 x 10 steps per epoch = 10 steps)"),
+            "%s", ts_last_error());
 
   /* transforms: training list as given, evaluation list "auto" without the random ones */
   const char *ov3[] = {"data.transforms=[{name: random_crop, size: 28, padding: 2}, hflip, "
