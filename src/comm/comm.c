@@ -181,6 +181,8 @@ void ts__watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, 
     if (c->world_like) ts__app(buf, cap, &len, "%d", i);
     else if (wr) ts__app(buf, cap, &len, "%d (%d in the group)", wr[i], i);
     else ts__app(buf, cap, &len, "%d in the group", i);
+    const char *host = ts__world_host_name(c->world_like ? i : wr ? wr[i] : -1);
+    if (host) ts__app(buf, cap, &len, " (host %s)", host); /* a job on several hosts */
     if (c->peer_seq[i] >= 0 && c->peer_t[i] >= t0) { /* heard from during this wait */
       ts__app(buf, cap, &len, " (waiting in #%lld)", (long long)c->peer_seq[i]);
       fresh++;

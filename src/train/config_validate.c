@@ -381,6 +381,8 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->seed = cfg->train.seed;
   out->gradients_mean = cfg->parallel.gradients_mean;
   out->overlap = cfg->parallel.overlap;
+  out->allreduce = cfg->parallel.allreduce;
+  snprintf(out->cluster, sizeof out->cluster, "%s", cfg->parallel.cluster);
   out->sync_batchnorm = cfg->parallel.sync_batchnorm;
   out->full_batch = cfg->parallel.full_batch;
   out->parameter_broadcast = cfg->parallel.parameter_broadcast;
