@@ -122,7 +122,8 @@ cluster_link() { ip -n "${cl_id}-hub" link set "h$1" "$2"; }
 # tbf on both directions of host $1's link: egress of the hub side (towards the host) and of the
 # host's eth0 (from the host)
 cluster_shape() {
-  local i=$1 rate=$2 burst=${3:-256kb} lat=${4:-50ms}
-  ip -n "${cl_id}-hub" qdisc replace dev "h$i" root tbf rate "$rate" burst "$burst" latency "$lat"
-  ip -n "${cl_ns[i]}" qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency "$lat"
+  local i=$1 rate=$2 burst=${3:-1mb} lat=${4:-100ms}
+  command -v tc >/dev/null || { echo "cluster_shape: no tc (iproute2)" >&2; return 1; }
+  ip netns exec "${cl_id}-hub" tc qdisc replace dev "h$i" root tbf rate "$rate" burst "$burst" latency "$lat" &&
+    ip netns exec "${cl_ns[i]}" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency "$lat"
 }
