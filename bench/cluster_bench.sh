@@ -19,6 +19,7 @@ export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 cluster_shape 0 "$rate" && cluster_shape 1 "$rate" || { echo "cannot shape the links"; exit 1; }
 echo "# links of both hosts: tbf rate $rate; load: $(uptime | sed 's/.*load/load/')"
 w=$cl_dir/work; mkdir -p "$w"
+export TESSERA_CLUSTER_CACHE=$w/cluster-local.yaml # not the machine's own "local" calibration
 mpi=(mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile")
 on_host 0 "${mpi[@]}" "$B/tessera" calibrate -o "$w/cluster.yaml" 2>&1 | grep -v "^written"
 on_host 0 "${mpi[@]}" "$B/bench_cluster" --cluster "$w/cluster.yaml" --reps "$reps"
