@@ -108,6 +108,8 @@ typedef struct {
   char lost_host[8][128];   /* hosts whose daemon mpirun lost ("Remote daemon: ... on node X") */
   int nlost_host;
   double abort_at;          /* when a rank's watchdog said it ends the job (0: not seen) */
+  int alive[MAX_LOST];      /* ranks that reported a timeout themselves: waiting, not lost */
+  int nalive;
   int stopped_mpirun;       /* the launcher ended mpirun, which outlived that abort */
   char line[1024]; /* the line being read */
   size_t len;
@@ -173,6 +175,14 @@ static void scan_line(attempt_log *a, const char *l) {
   size_t pre = !strncmp(l, "tessera: ", 9) ? 9 : !strncmp(l, "tessera error: ", 15) ? 15 : 0;
   if (!pre) return;
   scan_watchdog(a, l);
+  /* "[rank 1 of 4] rank 1: allreduce ... did not complete": rank 1 was alive, waiting (it may be
+   * named by another rank that waited in a later collective than the one it was stuck in) */
+  int who = -1, who2 = -1;
+  if (strstr(l, " never reached it") &&
+      (sscanf(l + pre, "[rank %*d of %*d] rank %d:", &who) == 1 || sscanf(l + pre, "rank %d:", &who2) == 1)) {
+    int r = who >= 0 ? who : who2;
+    if (r >= 0 && a->nalive < MAX_LOST) a->alive[a->nalive++] = r;
+  }
   if (!a->tessera_reason[0]) snprintf(a->tessera_reason, sizeof a->tessera_reason, "%s", l + pre);
 }
 
@@ -527,6 +537,20 @@ int ts_cli_launch(int argc, char **argv) {
         if (!strcmp(hosts.servers[s].host, log.lost_host[h]))
           for (int r = 0; r < hosts.servers[s].slots; r++) add_lost(&log, hosts.servers[s].first_rank + r);
     }
+    /* a rank that reported its own timeout was waiting, not lost */
+    for (int i = 0; i < log.nlost;) {
+      int alive = 0;
+      for (int j = 0; j < log.nalive; j++) alive |= log.alive[j] == log.lost[i];
+      if (alive && log.nlost > 1) log.lost[i] = log.lost[--log.nlost];
+      else i++;
+    }
+    /* in rank order, as the notes list them */
+    for (int i = 1; i < log.nlost; i++)
+      for (int j = i; j > 0 && log.lost[j] < log.lost[j - 1]; j--) {
+        int x = log.lost[j];
+        log.lost[j] = log.lost[j - 1];
+        log.lost[j - 1] = x;
+      }
     if (st != 0 && lost_hosts[0]) ts_cli_note("launch: mpirun lost the host%s %s (its daemon unreachable or killed)",
                                               log.nlost_host > 1 ? "s" : "", lost_hosts);
     double ran = ts_time_now() - t0;

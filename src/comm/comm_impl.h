@@ -173,5 +173,7 @@ int ts__watch_tag(void);
 /* The host of world rank r when the job spans several hosts (set by the first topology made over
  * every world rank, topo.c), else NULL: the timeout's messages then name it. */
 const char *ts__world_host_name(int world_rank);
+/* Forgets them (ts_comm_finalize). */
+void ts__world_hosts_free(void);
 
 #endif

@@ -33,6 +33,12 @@ const char *ts__world_host_name(int world_rank) {
   return g_world_hosts[world_rank];
 }
 
+void ts__world_hosts_free(void) {
+  free(g_world_hosts);
+  g_world_hosts = NULL;
+  g_world_nhosts = 0;
+}
+
 void ts_comm_topo_free(ts_comm_topo *t) {
   if (!t) return;
   ts_comm_free(t->node);

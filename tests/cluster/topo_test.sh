@@ -9,10 +9,13 @@
 #  3. parallel.allreduce auto chooses by the cost model of parallel.cluster's links: a cluster
 #     whose links between hosts are 100x slower than inside chooses hierarchical, one whose links
 #     are equal chooses flat, and the choice is printed with both predictions.
-# Usage: topo_test.sh path/to/tessera path/to/ckpt_compare
+#  4. test_topo (tests/comm/test_topo.c) on the 2 hosts: the topology's communicators and the
+#     hierarchical all-reduce against the exact sums and the flat all-reduce.
+# Usage: topo_test.sh path/to/tessera path/to/ckpt_compare [path/to/test_topo]
 set -u
 bin=$1
 cmp=$2
+topo=${3:-}
 fail=0
 . "$(dirname "$0")/../cli/lib.sh"
 . "$(dirname "$0")/lib.sh"
@@ -78,4 +81,11 @@ then ok "auto, slow links between hosts: $(grep -o 'auto: [^)]*' <<<"$out")"; el
 job auto_even --set parallel.cluster="$tmp/even.yaml"
 if [ $rc = 0 ] && grep -qE "all-reduced flat \(auto: .* on cluster test-even\)" <<<"$out"
 then ok "auto, links as fast between hosts as inside: $(grep -o 'auto: [^)]*' <<<"$out")"; else bad "auto even: exit $rc: $out"; fi
+
+# 4. the comm layer's own test across the hosts
+if [ -n "$topo" ]; then
+  out=$(TS_TOPO_EXPECT="2 hosts: node0 (ranks 0-1), node1 (ranks 2-3)" on_host 0 timeout 60 \
+        mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile" -x TS_TOPO_EXPECT "$topo" 2>&1); rc=$?
+  [ $rc = 0 ] && ok "test_topo on 2 hosts x 2: $(tail -1 <<<"$out")" || bad "test_topo on 2 hosts: exit $rc: $out"
+fi
 exit $fail

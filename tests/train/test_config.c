@@ -109,6 +109,7 @@ static const struct {
     {"parallel.bucket_size_mb", "0.5"},
     {"parallel.comm_dtype", "bf16"},
     {"parallel.overlap", "false"},
+    {"parallel.allreduce", "hierarchical"},
     {"parallel.parameter_broadcast", "true"},
     {"parallel.sync_batchnorm", "true"},
     {"parallel.comm_timeout", "30"},
