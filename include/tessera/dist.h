@@ -54,12 +54,20 @@ extern "C" {
  * those holding the same slice (ts_params_rank_partition) and reduces each group's gradients
  * over its part (sum, or mean); parameters every rank holds a different slice of are left alone.
  * Bucketed, and overlapped with backward when attached to the plan. */
+/* Seconds of a flat and of a hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks
+ * on the cluster description `cluster` (a file or built-in name), and the description's name;
+ * TS_OK, or a status with the reason (no such description). The trainer passes the planner's
+ * (ts_cluster_allreduce_flat / _hier: dist/ does not depend on planner/). */
+typedef int (*ts_allreduce_price_fn)(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
+                                     char *name, size_t cap);
+
 typedef struct {
   double bucket_mb; /* bucket size in MiB (<= 0: TS_BUCKET_MB_DEFAULT) */
   int mean;         /* 1: average over the ranks of a group, 0: sum */
   ts_dtype wire;    /* TS_F32, TS_BF16 or TS_F16: dtype on the wire */
   int allreduce;    /* TS_ALLREDUCE_*: a group spanning hosts reduced flat or hierarchically */
   const char *cluster; /* TS_ALLREDUCE_AUTO: the cluster description deciding (NULL: "local") */
+  ts_allreduce_price_fn price; /* TS_ALLREDUCE_AUTO: prices the two (NULL: flat) */
 } ts_grad_reducer_config;
 /* How a data-parallel group spanning several hosts reduces its buckets (parallel.allreduce). */
 enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2 };
@@ -144,6 +152,7 @@ typedef struct {
   double bucket_mb;       /* gradient bucket size (<= 0: TS_BUCKET_MB_DEFAULT) */
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
   int allreduce;          /* TS_ALLREDUCE_AUTO / FLAT / HIER: the buckets' reduction across hosts */
+  ts_allreduce_price_fn allreduce_price; /* auto: prices flat and hierarchical (NULL: flat) */
   char cluster[1024];     /* auto: the cluster description whose links decide (file or built-in) */
   int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */

@@ -262,7 +262,7 @@ int ts__dist_start_world(ts_dist *d) {
     if (rc) return rc;
   }
   if (c->optimizer_shard) return ts__zero_start(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
-  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire, c->allreduce, c->cluster};
+  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire, c->allreduce, c->cluster, c->allreduce_price};
   if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
   /* accumulation reduces once, after the last micro-step */
   d->overlap = c->overlap && c->accum == 1;

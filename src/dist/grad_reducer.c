@@ -7,7 +7,6 @@
 
 #include "buckets.h"
 #include "tessera/dist.h"
-#include "tessera/planner.h"
 
 #define MAXG 32
 
@@ -52,21 +51,21 @@ static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_con
   int hier = mode == TS_ALLREDUCE_HIER;
   if (mode == TS_ALLREDUCE_FLAT) snprintf(why, sizeof why, " (parallel.allreduce flat)");
   if (mode == TS_ALLREDUCE_AUTO) {
-    ts_cluster c;
     const char *name = cfg->cluster && cfg->cluster[0] ? cfg->cluster : "local";
-    double bytes = bucket_mb * 1024 * 1024;
+    double bytes = bucket_mb * 1024 * 1024, tf = 0, th = 0;
+    char cname[64] = "";
     if (hosts < 2) {
       hier = 0;
     } else if (!ts_comm_topo_uniform(t)) {
       snprintf(why, sizeof why, " (auto: hosts of unequal rank counts, which the cost model does not price)");
-    } else if (ts_cluster_load(name, &c)) {
+    } else if (!cfg->price) {
+      snprintf(why, sizeof why, " (auto: no cost model given)");
+    } else if (cfg->price(name, hosts, r->size[k] / hosts, bytes, &tf, &th, cname, sizeof cname)) {
       snprintf(why, sizeof why, " (auto: no cluster description to price it: %s)", ts_last_error());
     } else {
-      int local = r->size[k] / hosts;
-      double tf = ts_cluster_allreduce_flat(&c, hosts, local, bytes), th = ts_cluster_allreduce_hier(&c, hosts, local, bytes);
       hier = th < tf;
       snprintf(why, sizeof why, " (auto: a %.3g MiB bucket predicted %.3g ms hierarchical vs %.3g ms flat on cluster %s)",
-               bucket_mb, th * 1e3, tf * 1e3, c.name);
+               bucket_mb, th * 1e3, tf * 1e3, cname);
     }
   }
   if ((hosts > 1 || hier) && !r->note[0])
