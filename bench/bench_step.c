@@ -8,7 +8,18 @@
  *   {"name":"profile","model":..,"op":..,"ms":..,"share":..}   with --profile
  *   {"name":"gpt_6l_384d_step_amp","f32_ms":..,"amp_ms":..,"speedup":..}   with --amp O2: the
  *                                                same model in f32 and mixed precision, steps
- *                                                alternating
+ *                                                alternating; --profile adds both models' per-op
+ *                                                tables and conv's reorder/primitive split;
+ *                                                --conv-native a third model, amp with every
+ *                                                bf16 conv on oneDNN's bf16 primitive
+ *                                                ("amp_conv_native_ms"); --no-fusion: the amp
+ *                                                plans without the executor's fusions; also the
+ *                                                median CPU time (whole process) of the steps and
+ *                                                its ratio "cpu_speedup", which other jobs' load
+ *                                                disturbs less than wall time
+ *   with --amp and PyTorch, the model rows also get "tessera_amp_ms", "torch_autocast_bf16_ms"
+ *   (torch_step.py --amp bf16: the forward under torch.autocast), "torch_best" (f32 or
+ *   autocast_bf16, the faster), "torch_best_ms" and "amp_ratio" = torch_best_ms/tessera_amp_ms
  *
  * Steps: --warmup steps, then the median of --steps individually timed steps. The PyTorch side
  * (bench/torch_step.py under /usr/bin/python3) runs in the same invocation with the same thread
@@ -18,9 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dnnl.h"
 #include "bench_common.h"
+#include "kernels/conv.h"
 
 #define TORCH_PY "/usr/bin/python3"
 #define GLIBC_TUNE "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
@@ -31,8 +44,10 @@ typedef struct {
   int profile;
   int do_sgemm, do_resnet, do_gpt;
   int resnet_batch, gpt_batch, gpt_seq;
+  int conv_native;    /* --conv-native: with --amp, a third model: amp with every bf16 conv native */
   int amp_level;      /* --amp O1..O3: also time each model in mixed precision against f32 */
   ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
+  int no_fusion;      /* --no-fusion: the amp models' plans without the executor's fusions */
   const char *torch_script;
 } options;
 
@@ -112,7 +127,7 @@ static void bench_gemm(const char *name, int64_t M, int64_t K, int64_t N, int re
 
 /* ---------------------------------------------------------------- training steps */
 
-#define MAX_PROF 96
+#define MAX_PROF 512
 typedef struct {
   const char *op[MAX_PROF];
   double sec[MAX_PROF];
@@ -136,7 +151,8 @@ static void prof_hook(const ts_hook_info *e, void *user) {
   if (e->event == TS_HOOK_NODE_BEGIN)
     pr->t0 = ts_time_now();
   else if (e->event == TS_HOOK_NODE_END)
-    prof_add(pr, e->op_name, ts_time_now() - pr->t0);
+    prof_add(pr, getenv("BENCH_DETAIL") && strstr(getenv("BENCH_DETAIL"), e->op_name) ? e->node_name : e->op_name,
+             ts_time_now() - pr->t0);
 }
 
 
@@ -188,6 +204,7 @@ static double time_training(trainer *t, const options *o, const char *model, flo
 typedef struct {
   char name[64];
   double tessera_ms, torch_ms, torch_ms_env, torch_ms_unset;
+  double amp_ms, torch_amp_ms; /* --amp: Tessera's mixed-precision step; torch's bf16 autocast step */
   float loss;
   int64_t params;
   int batch, seq;
@@ -219,35 +236,98 @@ static void bench_gpt(const options *o, result *r) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+/* One step of an amp model; native: with every bf16 conv direction on oneDNN's bf16 primitive
+ * (ts__conv_dnnl_set_lp_mode; the default rule restored after). */
+static void amp_step(trainer *t, uint64_t step, int native) {
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_NATIVE);
+  train_step(t, step, NULL);
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_DEFAULT);
+}
+
 /* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
  * so both see the same machine; the medians and the speedup f32/amp. */
-static void bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
-  trainer t[2];
-  for (int k = 0; k < 2; k++) {
+/* CPU seconds of the whole process (every thread): a step's CPU time is the work it did, which
+ * other jobs on the machine disturb far less than its wall time (a thread that waits for a core,
+ * or sleeps at a barrier under OMP_WAIT_POLICY=passive, is not charged). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
+  trainer t[3];
+  const int nk = o->conv_native ? 3 : 2; /* 3: a second amp model whose bf16 convs all run native */
+  for (int k = 0; k < nk; k++) {
     bench_model_opts mo = {batch, seq, 0, k ? o->amp_level : 0, o->amp_dtype};
     bench_model_build(&t[k], model, &mo);
+    if (k && o->no_fusion) ts_plan_set_fusion(t[k].plan, 0);
   }
   uint64_t s = 0;
   for (int i = 0; i < o->warmup; i++, s++)
-    for (int k = 0; k < 2; k++) train_step(&t[k], s, NULL);
-  double *ms[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
+    for (int k = 0; k < nk; k++) amp_step(&t[k], s, k == 2);
+  double *ms[3] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps),
+                   malloc(sizeof(double) * (size_t)o->steps)};
+  double *cpu[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
   for (int i = 0; i < o->steps; i++, s++)
-    for (int k = 0; k < 2; k++) {
-      double t0 = ts_time_now();
-      train_step(&t[k], s, NULL);
+    for (int k = 0; k < nk; k++) {
+      double t0 = ts_time_now(), c0 = cpu_now();
+      amp_step(&t[k], s, k == 2);
       ms[k][i] = (ts_time_now() - t0) * 1e3;
+      if (k < 2) cpu[k][i] = (cpu_now() - c0) * 1e3;
     }
   double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
+  double f32c = median(cpu[0], o->steps), ampc = median(cpu[1], o->steps);
+  double nat = nk == 3 ? median(ms[2], o->steps) : 0;
   float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
+  if (o->profile) { /* per op of each model, steps alternating as above; conv's time split */
+      profile pr[2];
+      double cs[2][3][3];
+      memset(pr, 0, sizeof pr);
+      for (int j = 0; j < 2; j++)
+        if (ts_plan_add_hook(t[j].plan, prof_hook, &pr[j])) die("profiler hook");
+      double conv[2][3][3] = {{{0}}};
+      for (int i = 0; i < o->steps; i++, s++)
+        for (int j = 0; j < 2; j++) {
+          ts__conv_dnnl_stats(NULL, 1);
+          train_step(&t[j], s, &pr[j]);
+          ts__conv_dnnl_stats(cs, 1);
+          for (int d = 0; d < 3; d++)
+            for (int q = 0; q < 3; q++) conv[j][d][q] += cs[0][d][q] + cs[1][d][q];
+        }
+      for (int j = 0; j < 2; j++) ts_plan_remove_hook(t[j].plan, prof_hook, &pr[j]);
+      for (int j = 0; j < 2; j++) {
+        double total = 0;
+        for (int i = 0; i < pr[j].n; i++) total += pr[j].sec[i];
+        for (int i = 0; i < pr[j].n; i++)
+          printf("{\"name\":\"profile\",\"model\":\"%s\",\"variant\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,"
+                 "\"share\":%.4f}\n",
+                 name, j ? "amp" : "f32", pr[j].op[i], pr[j].sec[i] * 1e3 / o->steps,
+                 total > 0 ? pr[j].sec[i] / total : 0.0);
+        static const char *dn[3] = {"fwd", "bwd_data", "bwd_weight"};
+        for (int d = 0; d < 3; d++)
+          printf("{\"name\":\"conv_split\",\"model\":\"%s\",\"variant\":\"%s\",\"dir\":\"%s\","
+                 "\"reorder_in_ms\":%.3f,\"primitive_ms\":%.3f,\"reorder_out_ms\":%.3f}\n",
+                 name, j ? "amp" : "f32", dn[d], conv[j][d][0] * 1e3 / o->steps,
+                 conv[j][d][1] * 1e3 / o->steps, conv[j][d][2] * 1e3 / o->steps);
+        printf("{\"name\":\"profile_total\",\"model\":\"%s\",\"variant\":\"%s\",\"ms\":%.3f}\n", name,
+               j ? "amp" : "f32", total * 1e3 / o->steps);
+      }
+      fflush(stdout);
+    }
   printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
-         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
-         name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,
-         (double)l1);
+         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_cpu_ms\":%.3f,\"amp_cpu_ms\":%.3f,"
+         "\"cpu_speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g",
+         name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, f32c, ampc,
+         f32c / ampc, (double)l0, (double)l1);
+  if (nk == 3) printf(",\"amp_conv_native_ms\":%.3f,\"speedup_conv_native\":%.4f", nat, f32 / nat);
+  printf("}\n");
   fflush(stdout);
-  for (int k = 0; k < 2; k++) {
-    free(ms[k]);
-    trainer_free(&t[k]);
-  }
+  for (int k = 0; k < nk; k++) trainer_free(&t[k]);
+  for (int k = 0; k < 3; k++) free(ms[k]);
+  free(cpu[0]);
+  free(cpu[1]);
+  return amp;
 }
 
 /* ---------------------------------------------------------------- PyTorch */
@@ -256,8 +336,9 @@ static int torch_available(void) {
   return system(TORCH_PY " -c 'import torch' >/dev/null 2>&1") == 0;
 }
 
-/* Runs torch_step.py once; fills ms[k] for results whose name it prints (-1 otherwise). */
-static int run_torch(const options *o, int unset_coretype, result *res, int nres, double *ms) {
+/* Runs torch_step.py once; fills ms[k] for results whose name it prints (-1 otherwise), and with
+ * --amp bf16 ms_amp[k] for its `<name>_autocast_bf16` rows. */
+static int run_torch(const options *o, int unset_coretype, result *res, int nres, double *ms, double *ms_amp) {
   char only[32] = "";
   if (o->do_resnet) strcat(only, "resnet,");
   if (o->do_gpt) strcat(only, "gpt");
@@ -265,10 +346,11 @@ static int run_torch(const options *o, int unset_coretype, result *res, int nres
   snprintf(cmd, sizeof cmd,
            "env %s OMP_NUM_THREADS=%d OMP_WAIT_POLICY=passive GLIBC_TUNABLES=%s " TORCH_PY
            " '%s' --threads %d --warmup %d --steps %d --only %s --resnet-batch %d --gpt-batch %d"
-           " --gpt-seq %d",
+           " --gpt-seq %d%s",
            unset_coretype ? "-u OPENBLAS_CORETYPE" : "", o->threads, GLIBC_TUNE, o->torch_script,
-           o->threads, o->warmup, o->steps, only, o->resnet_batch, o->gpt_batch, o->gpt_seq);
-  for (int i = 0; i < nres; i++) ms[i] = -1;
+           o->threads, o->warmup, o->steps, only, o->resnet_batch, o->gpt_batch, o->gpt_seq,
+           o->amp_level && o->amp_dtype == TS_BF16 ? " --amp bf16" : "");
+  for (int i = 0; i < nres; i++) ms[i] = ms_amp[i] = -1;
   FILE *f = popen(cmd, "r");
   if (!f) {
     fprintf(stderr, "bench_step: cannot run %s\n", cmd);
@@ -282,6 +364,7 @@ static int run_torch(const options *o, int unset_coretype, result *res, int nres
     for (int i = 0; i < nres; i++) {
       size_t len = strlen(res[i].name);
       if (!strncmp(n, res[i].name, len) && n[len] == '"') ms[i] = atof(m + 6);
+      if (!strncmp(n, res[i].name, len) && !strncmp(n + len, "_autocast_bf16\"", 15)) ms_amp[i] = atof(m + 6);
     }
   }
   int rc = pclose(f);
@@ -296,7 +379,8 @@ static void usage(void) {
           "usage: bench_step [--threads N] [--warmup N] [--steps N] [--gemm-reps N] [--profile]\n"
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
           "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
-          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16]\n");
+          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--conv-native]\n"
+          "                  [--no-fusion]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -337,6 +421,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--gpt-batch")) o.gpt_batch = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--gpt-seq")) o.gpt_seq = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--profile")) o.profile = 1;
+    else if (!strcmp(a, "--conv-native")) o.conv_native = 1;
+    else if (!strcmp(a, "--no-fusion")) o.no_fusion = 1;
     else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
     else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
       o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;
@@ -360,17 +446,18 @@ int main(int argc, char **argv) {
     bench_gemm("sgemm_4096x768x768", 4096, 768, 768, o.gemm_reps);
   }
 
+  double amp_ms[2] = {-1, -1};
   if (o.amp_level) {
     char nm[64];
     snprintf(nm, sizeof nm, "resnet18_cifar_b%d_step", o.resnet_batch);
-    if (o.do_resnet) bench_amp(&o, "resnet18", nm, o.resnet_batch, 0);
-    if (o.do_gpt) bench_amp(&o, "gpt", "gpt_6l_384d_step", o.gpt_batch, o.gpt_seq);
+    if (o.do_resnet) amp_ms[0] = bench_amp(&o, "resnet18", nm, o.resnet_batch, 0);
+    if (o.do_gpt) amp_ms[1] = bench_amp(&o, "gpt", "gpt_6l_384d_step", o.gpt_batch, o.gpt_seq);
   }
 
   result res[2];
   int nres = 0;
-  if (o.do_resnet) bench_resnet(&o, &res[nres++]);
-  if (o.do_gpt) bench_gpt(&o, &res[nres++]);
+  if (o.do_resnet) bench_resnet(&o, &res[nres]), res[nres++].amp_ms = amp_ms[0];
+  if (o.do_gpt) bench_gpt(&o, &res[nres]), res[nres++].amp_ms = amp_ms[1];
   if (!nres) return 0;
 
   int use_torch = o.torch;
@@ -379,16 +466,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_step: --torch given but '%s -c \"import torch\"' fails\n", TORCH_PY);
     return 1;
   }
-  for (int i = 0; i < nres; i++) res[i].torch_ms = res[i].torch_ms_env = res[i].torch_ms_unset = -1;
+  for (int i = 0; i < nres; i++) res[i].torch_ms = res[i].torch_ms_env = res[i].torch_ms_unset = res[i].torch_amp_ms = -1;
   if (use_torch) {
-    double ms[2];
+    double ms[2], msa[2], msa_env[2] = {-1, -1};
     /* OPENBLAS_CORETYPE as set in the environment (if it is), and unset; the faster counts. */
     if (getenv("OPENBLAS_CORETYPE")) {
-      run_torch(&o, 0, res, nres, ms);
+      run_torch(&o, 0, res, nres, ms, msa_env);
       for (int i = 0; i < nres; i++) res[i].torch_ms_env = ms[i];
     }
-    run_torch(&o, 1, res, nres, ms);
+    run_torch(&o, 1, res, nres, ms, msa);
     for (int i = 0; i < nres; i++) {
+      res[i].torch_amp_ms = msa_env[i] > 0 && (msa[i] <= 0 || msa_env[i] < msa[i]) ? msa_env[i] : msa[i];
       res[i].torch_ms_unset = ms[i];
       double a = res[i].torch_ms_env, b = res[i].torch_ms_unset;
       res[i].torch_ms = a > 0 && (b <= 0 || a < b) ? a : b;
@@ -408,6 +496,16 @@ int main(int argc, char **argv) {
       printf(",\"torch_ms\":%.3f,\"ratio\":%.4f", r->torch_ms, r->torch_ms / r->tessera_ms);
       if (r->torch_ms_env > 0) printf(",\"torch_ms_coretype_env\":%.3f", r->torch_ms_env);
       if (r->torch_ms_unset > 0) printf(",\"torch_ms_coretype_unset\":%.3f", r->torch_ms_unset);
+    }
+    if (r->amp_ms > 0) { /* --amp: our mixed-precision step against torch's best configuration */
+      printf(",\"tessera_amp_ms\":%.3f", r->amp_ms);
+      if (r->torch_amp_ms > 0) printf(",\"torch_autocast_bf16_ms\":%.3f", r->torch_amp_ms);
+      double best = r->torch_ms;
+      int amp_best = r->torch_amp_ms > 0 && (best <= 0 || r->torch_amp_ms < best);
+      if (amp_best) best = r->torch_amp_ms;
+      if (best > 0)
+        printf(",\"torch_best\":\"%s\",\"torch_best_ms\":%.3f,\"amp_ratio\":%.4f", amp_best ? "autocast_bf16" : "f32",
+               best, best / r->amp_ms);
     }
     printf("}\n");
   }

@@ -10,12 +10,18 @@ line:  {"name": "resnet18_cifar_b64_step", "ms": <median>, ...}.
       explicit causal mask (torch 1.13 has no scaled_dot_product_attention); AdamW lr 6e-4,
       betas (0.9, 0.95), weight decay 0.1.
 
+With --amp bf16, each model is also timed a second time (a fresh model, same seed) with its
+forward under torch.autocast("cpu", dtype=torch.bfloat16) -- PyTorch's CPU mixed precision:
+matmul/linear/conv in bf16, f32 weights and optimizer, backward through the autocast casts --
+printed as {"name": "<name>_autocast_bf16", ...}.
+
 Both use warm-up steps, then the median of --steps individually timed steps. Inputs are fixed
 random tensors (the step cost does not depend on the values). Run with Debian's /usr/bin/python3
 (torch 1.13); bench_step sets OMP_NUM_THREADS, OMP_WAIT_POLICY, GLIBC_TUNABLES and
 OPENBLAS_CORETYPE in the environment.
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -180,7 +186,14 @@ def time_steps(step, warmup, steps):
     return statistics.median(times), float(loss)
 
 
-def bench_resnet(args):
+def forward_ctx(amp):
+    """The forward's context: bf16 autocast on the CPU, or nothing (f32)."""
+    if amp:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def bench_resnet(args, amp=False):
     torch.manual_seed(0)
     model = ResNet(num_classes=10, cifar=True).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
@@ -189,17 +202,19 @@ def bench_resnet(args):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with forward_ctx(amp):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return loss.detach()
 
     ms, loss = time_steps(step, args.warmup, args.steps)
-    return {"name": "resnet18_cifar_b%d_step" % args.resnet_batch, "ms": ms, "threads": args.threads,
+    return {"name": "resnet18_cifar_b%d_step" % args.resnet_batch + ("_autocast_bf16" if amp else ""),
+            "ms": ms, "threads": args.threads,
             "batch": args.resnet_batch, "params": n_params(model), "loss": loss}
 
 
-def bench_gpt(args):
+def bench_gpt(args, amp=False):
     torch.manual_seed(0)
     V, L, H, D, T, B = 8192, 6, 6, 384, args.gpt_seq, args.gpt_batch
     model = GPT(V, T, L, H, D).train()
@@ -209,13 +224,14 @@ def bench_gpt(args):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with forward_ctx(amp):
+            loss = model(idx, tgt)
         loss.backward()
         opt.step()
         return loss.detach()
 
     ms, loss = time_steps(step, args.warmup, args.steps)
-    return {"name": "gpt_6l_384d_step", "ms": ms, "threads": args.threads, "batch": B, "seq": T,
+    return {"name": "gpt_6l_384d_step" + ("_autocast_bf16" if amp else ""), "ms": ms, "threads": args.threads, "batch": B, "seq": T,
             "params": n_params(model), "loss": loss}
 
 
@@ -228,14 +244,19 @@ def main():
     ap.add_argument("--resnet-batch", type=int, default=64)
     ap.add_argument("--gpt-batch", type=int, default=8)
     ap.add_argument("--gpt-seq", type=int, default=256)
+    ap.add_argument("--amp", choices=["bf16"], default=None,
+                    help="also time each model with its forward under torch.autocast (bf16)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.backends.mkldnn.enabled = True
     only = set(s.strip() for s in args.only.split(",") if s.strip())
+    amps = [False, True] if args.amp else [False]
     if "resnet" in only:
-        print(json.dumps(bench_resnet(args)), flush=True)
+        for amp in amps:
+            print(json.dumps(bench_resnet(args, amp)), flush=True)
     if "gpt" in only:
-        print(json.dumps(bench_gpt(args)), flush=True)
+        for amp in amps:
+            print(json.dumps(bench_gpt(args, amp)), flush=True)
 
 
 if __name__ == "__main__":

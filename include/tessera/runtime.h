@@ -72,6 +72,10 @@ void ts_plan_free(ts_plan *p);
 /* Binds caller-owned memory to a value (input, param, state, or a kept value such as a gradient,
  * which is then written in place). Must be bound before run for inputs/params/states. */
 int ts_plan_bind(ts_plan *p, ts_val v, void *data);
+/* Fusions the executor makes when it plans memory (default on): a bf16 MATMUL whose only use is
+ * a CAST to f32 into caller memory (a mixed-precision weight gradient) writes the f32 result
+ * directly (FAST backend). Off runs every node as written (as the REF backend does). */
+void ts_plan_set_fusion(ts_plan *p, int on);
 /* Runs all nodes. `step` feeds dropout's random stream. */
 int ts_plan_run(ts_plan *p, uint64_t step);
 /* Runs nodes first..end-1 only (end < 0: to the last), e.g. a pipeline stage's forward now and

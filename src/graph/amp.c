@@ -9,7 +9,8 @@
  *
  *   class    ops                                             O1     O2               O3
  *   white    matmul, dense, conv2d, attention                low    low              low
- *   black    softmax/log-softmax, softmax_ce, reduce, sum_to  f32    f32              low
+ *   black    softmax/log-softmax, reduce, sum_to              f32    f32              low
+ *   loss     softmax_ce (logits; the loss and lse are f32)    as the logits come     low
  *   norm     batchnorm, layernorm (x; gamma/beta)            f32    low x, f32 g/b   low
  *   other    eltwise, binary, scale, dropout, pooling,        f32    low              low
  *            embedding, broadcast_to
@@ -21,21 +22,27 @@
  * copy of a parameter between stages (a tied embedding is cast on each stage that reads it).
  * Folding: a value that is the widening of a 16-bit value (16-bit -> f32, exact) is not narrowed
  * again: its 16-bit original is used; a cast to the dtype a value already has is dropped.
- * State leaves (batch-norm running statistics) stay f32: the norm ops update them in f32. */
+ * State leaves (batch-norm running statistics) stay f32: the norm ops update them in f32.
+ * softmax_ce (the loss) reads 16-bit logits natively at every level: its kernel widens each
+ * row to f32 and computes the loss, lse and dlogits in f32, the same arithmetic as on an f32
+ * copy (bit for bit: tests/kernels/test_softmax_bf16.c), so the cast of the logits to f32 and
+ * of dlogits back (2 x 6 bytes per logit: the vocabulary-wide head's largest casts) is saved. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph_impl.h"
 
-enum { AMP_FOLLOW, AMP_WHITE, AMP_BLACK, AMP_NORM, AMP_OTHER, AMP_KEEP };
+enum { AMP_FOLLOW, AMP_WHITE, AMP_BLACK, AMP_LOSS, AMP_NORM, AMP_OTHER, AMP_KEEP };
 
 static int op_class(ts_op op) {
   switch (op) {
     case TS_OP_MATMUL: case TS_OP_DENSE: case TS_OP_CONV2D: case TS_OP_ATTENTION:
       return AMP_WHITE;
-    case TS_OP_SOFTMAX: case TS_OP_SOFTMAX_CE: case TS_OP_REDUCE: case TS_OP_SUM_TO:
+    case TS_OP_SOFTMAX: case TS_OP_REDUCE: case TS_OP_SUM_TO:
       return AMP_BLACK;
+    case TS_OP_SOFTMAX_CE:
+      return AMP_LOSS;
     case TS_OP_BATCHNORM: case TS_OP_LAYERNORM:
       return AMP_NORM;
     case TS_OP_ELTWISE: case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_DROPOUT: case TS_OP_MAXPOOL2D:
@@ -53,6 +60,7 @@ static int class_dtype(int cls, int level, ts_dtype low) {
   switch (cls) {
     case AMP_WHITE: return (int)low;
     case AMP_BLACK: return level >= 3 ? (int)low : (int)TS_F32;
+    case AMP_LOSS: return level >= 3 ? (int)low : -1; /* below O3: the logits' dtype, no cast */
     case AMP_NORM: case AMP_OTHER: return level >= 2 ? (int)low : (int)TS_F32;
     default: return -1;
   }
@@ -118,7 +126,7 @@ static int copy_node(amp_ctx *c, int i) {
   int cls = op_class(n->op);
   int ins[TS_GRAPH_MAX_IO];
   int want = class_dtype(cls, c->level, c->low);
-  if (cls == AMP_FOLLOW)
+  if (cls == AMP_FOLLOW || cls == AMP_LOSS)
     for (int k = 0; k < n->nin && want < 0; k++)
       if (ts_dtype_is_float(h->vals[c->map[n->in[k]]].dtype) && g->vals[n->in[k]].kind != TS_VAL_STATE)
         want = (int)h->vals[c->map[n->in[k]]].dtype;

@@ -40,6 +40,11 @@ int ts__dense_dnnl(int64_t M, int64_t N, int64_t K, const float *x, const float 
 // a (B?,M,K)|(B?,K,M) dt, b (B?,K,N)|(B?,N,K) dt -> c (B,M,N) dt
 int ts__matmul_lp_ref(const ts__mm_desc *d, ts_dtype dt, const void *a, const void *b, void *c);
 int ts__matmul_lp_dnnl(const ts__mm_desc *d, ts_dtype dt, const void *a, const void *b, void *c);
+/* bf16 a, b with an f32 c (oneDNN; f32 accumulation, c not rounded to bf16): a bf16 product
+ * whose only use is its widening to f32 (a weight gradient cast to its f32 master, the
+ * executor's matmul+cast fusion, src/runtime/exec.c) written straight in f32. */
+// a (B?,M,K)|(B?,K,M) bf16, b (B?,K,N)|(B?,N,K) bf16 -> c (B,M,N) f32
+int ts__matmul_bf16_f32out_dnnl(const ts__mm_desc *d, const void *a, const void *b, float *c);
 // x (M,K) dt, w (N,K) dt, bias (N) dt or NULL -> y (M,N) dt
 int ts__dense_lp_ref(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x, const void *w,
                      const void *bias, void *y);

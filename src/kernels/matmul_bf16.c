@@ -79,16 +79,17 @@ typedef struct {
 
 /* The cached bf16 matmul primitive for d (bias: a (1,1,N) bf16 broadcast); mds[0..3] get the
  * src, weights, dst and bias descriptors. NULL (error set) when oneDNN cannot make it. */
-static ts__dnnl_prim *lp_prim(const ts__mm_desc *d, int bias, dnnl_memory_desc_t *mds) {
+static ts__dnnl_prim *lp_prim(const ts__mm_desc *d, int bias, int c_f32, dnnl_memory_desc_t *mds) {
   lp_key key;
   memset(&key, 0, sizeof key);
   memcpy(key.tag, "mm_bf16", 8);
   key.batch = d->batch, key.M = d->M, key.N = d->N, key.K = d->K;
   key.ta = d->trans_a, key.tb = d->trans_b, key.ab = d->a_batched, key.bb = d->b_batched;
-  key.bias = bias, key.dt = TS_BF16;
+  key.bias = bias, key.dt = c_f32 ? TS_F32 : TS_BF16; /* the destination's dtype */
   if (ts__dnnl_md3(&mds[0], d->a_batched ? d->batch : 1, d->M, d->K, d->trans_a, dnnl_bf16) ||
       ts__dnnl_md3(&mds[1], d->b_batched ? d->batch : 1, d->K, d->N, d->trans_b, dnnl_bf16) ||
-      ts__dnnl_md3(&mds[2], d->batch, d->M, d->N, 0, dnnl_bf16) || ts__dnnl_md3(&mds[3], 1, 1, d->N, 0, dnnl_bf16))
+      ts__dnnl_md3(&mds[2], d->batch, d->M, d->N, 0, c_f32 ? dnnl_f32 : dnnl_bf16) ||
+      ts__dnnl_md3(&mds[3], 1, 1, d->N, 0, dnnl_bf16))
     return NULL;
   ts__dnnl_prim *p = ts__dnnl_cache_get(&key, sizeof key);
   if (p) return p;
@@ -102,10 +103,10 @@ static ts__dnnl_prim *lp_prim(const ts__mm_desc *d, int bias, dnnl_memory_desc_t
   return ts__dnnl_cache_put_pd(&key, sizeof key, pd);
 }
 
-static int run_lp(const ts__mm_desc *d, const void *a, const void *b, const void *bias, void *c,
+static int run_lp(const ts__mm_desc *d, const void *a, const void *b, const void *bias, void *c, int c_f32,
                   const char *what) {
   dnnl_memory_desc_t mds[4];
-  ts__dnnl_prim *p = lp_prim(d, bias != NULL, mds);
+  ts__dnnl_prim *p = lp_prim(d, bias != NULL, c_f32, mds);
   if (!p) return ts_error_wrap(TS_EBACKEND, "%s", what);
   dnnl_exec_arg_t args[4] = {
       {DNNL_ARG_SRC, ts__dnnl_mem(&mds[0], (void *)a)},
@@ -125,7 +126,7 @@ int ts__matmul_lp_dnnl(const ts__mm_desc *d, ts_dtype dt, const void *a, const v
   if (d->batch > 1 && !d->a_batched && !d->b_batched) { /* one product, repeated */
     ts__mm_desc d1 = *d;
     d1.batch = 1;
-    rc = run_lp(&d1, a, b, NULL, c, "matmul (bf16, oneDNN)");
+    rc = run_lp(&d1, a, b, NULL, c, 0, "matmul (bf16, oneDNN)");
     for (int64_t i = 1; rc == TS_OK && i < d->batch; i++)
       memcpy((uint16_t *)c + i * d->M * d->N, c, (size_t)(d->M * d->N) * 2);
     return rc;
@@ -134,9 +135,24 @@ int ts__matmul_lp_dnnl(const ts__mm_desc *d, ts_dtype dt, const void *a, const v
     ts__mm_desc d1 = *d;
     d1.M = d->batch * d->M;
     d1.batch = 1;
-    return run_lp(&d1, a, b, NULL, c, "matmul (bf16, oneDNN)");
+    return run_lp(&d1, a, b, NULL, c, 0, "matmul (bf16, oneDNN)");
   }
-  return run_lp(d, a, b, NULL, c, "matmul (bf16, oneDNN)");
+  return run_lp(d, a, b, NULL, c, 0, "matmul (bf16, oneDNN)");
+}
+
+int ts__matmul_bf16_f32out_dnnl(const ts__mm_desc *d, const void *a, const void *b, float *c) {
+  int rc = ts__mm_check(d, "matmul (bf16 -> f32, oneDNN)");
+  if (rc) return rc;
+  if (!a || !b || !c) return ts_error_set(TS_EINVAL, "matmul (bf16 -> f32, oneDNN): NULL buffer");
+  if (d->batch > 1 && !d->a_batched && !d->b_batched) { /* one product, repeated */
+    ts__mm_desc d1 = *d;
+    d1.batch = 1;
+    rc = run_lp(&d1, a, b, NULL, c, 1, "matmul (bf16 -> f32, oneDNN)");
+    for (int64_t i = 1; rc == TS_OK && i < d->batch; i++)
+      memcpy(c + i * d->M * d->N, c, (size_t)(d->M * d->N) * sizeof(float));
+    return rc;
+  }
+  return run_lp(d, a, b, NULL, c, 1, "matmul (bf16 -> f32, oneDNN)");
 }
 
 int ts__dense_lp_dnnl(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x, const void *w,
@@ -149,7 +165,7 @@ int ts__dense_lp_dnnl(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *
   if (!x || !w || !y) return ts_error_set(TS_EINVAL, "dense (bf16, oneDNN): NULL buffer");
   /* y = x w^T: w stored (N,K) is the (K,N) matrix transposed */
   ts__mm_desc d = {1, M, N, K, 0, 1, 0, 0};
-  return run_lp(&d, x, w, bias, y, "dense (bf16, oneDNN)");
+  return run_lp(&d, x, w, bias, y, 0, "dense (bf16, oneDNN)");
 }
 
 /* ---------------------------------------------------------------- bf16 GEMMs (see matmul.h) */

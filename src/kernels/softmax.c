@@ -301,6 +301,8 @@ int ts__softmax_ce_fwd_ref(const float *logits, const void *labels, int labels_i
   return ce_fwd(TS_F32, logits, labels, labels_i64, N, C, smoothing, ignore_index, loss, lse);
 }
 
+#define CE_CHUNK 512 /* classes per chunk of a 16-bit backward row (2 x 2 KiB of f32 in L1) */
+
 /* The backward on columns [offset, offset+Cl) of (N,C) logits (Cl == C, offset 0: unsharded). */
 static int ce_bwd(ts_dtype dt, float dloss, const void *logits, const void *labels, int labels_i64,
                   const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t offset,
@@ -327,6 +329,24 @@ static int ce_bwd(ts_dtype dt, float dloss, const void *logits, const void *labe
         continue;
       }
       if (!ROW_OK(dt, buf)) continue;
+      if (dt != TS_F32 && lse) {
+        /* 16-bit with the forward's lse: the row in chunks of CE_CHUNK, widened, computed and
+         * rounded while in L1 (the same f32 expression as below, so the same bits); a whole
+         * widened row and its f32 gradient (8 bytes per class, 64 KiB at 8192 classes) would
+         * stream through L2 three times */
+        const float ls = lse[i];
+        const char *xrow = (const char *)logits + (size_t)(i * Cl) * es;
+        for (int64_t j0 = 0; j0 < Cl; j0 += CE_CHUNK) {
+          const int64_t n = Cl - j0 < CE_CHUNK ? Cl - j0 : CE_CHUNK;
+          float *x = buf, *d = buf + n; /* n <= Cl: within the 2 Cl floats of buf */
+          ts__lp_widen(xrow + (size_t)j0 * es, dt, x, n);
+#pragma omp simd
+          for (int64_t j = 0; j < n; j++) d[j] = g * ts__expf(x[j] - ls) - gs;
+          if (l >= offset + j0 && l < offset + j0 + n) d[l - offset - j0] -= gt;
+          ts__lp_narrow(d, (char *)drow + (size_t)j0 * es, dt, n);
+        }
+        continue;
+      }
       const float *x = row_in(logits, dt, i, Cl, buf);
       float *d = dt == TS_F32 ? drow : buf + Cl;
       float ls;

@@ -68,6 +68,12 @@ struct ts_plan {
   char *scratch;       /* the owner's */
   size_t scratch_cap;
   char *live;      /* per node: its result is needed (kept, bound, or feeds a live node) */
+  /* matmul+cast fusion (plan_fusions): fuse_out[i] is the f32 value a bf16 MATMUL node i writes
+   * directly (the output of the CAST that is its only use), -1 none; fuse_done[j] is set while
+   * CAST node j's result was written by its matmul this run */
+  int *fuse_out;
+  char *fuse_done;
+  int no_fusion;   /* ts_plan_set_fusion(p, 0) */
   int nlive;
   size_t peak, naive;
   char *arena;
@@ -179,8 +185,10 @@ static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_p
   p->bytes = malloc(sizeof(size_t) * (size_t)p->nvals);
   p->live = calloc((size_t)p->nnodes + 1, 1);
   p->in_scratch = calloc((size_t)p->nvals + 1, 1);
+  p->fuse_out = malloc(sizeof(int) * ((size_t)p->nnodes + 1));
+  p->fuse_done = calloc((size_t)p->nnodes + 1, 1);
   p->split = -1;
-  if (!p->live || !p->in_scratch || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
+  if (!p->live || !p->in_scratch || !p->fuse_out || !p->fuse_done || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -203,6 +211,8 @@ void ts_plan_free(ts_plan *p) {
   free(p->keep);
   free(p->live);
   free(p->in_scratch);
+  free(p->fuse_out);
+  free(p->fuse_done);
   ts_free(p->scratch);
   free(p->offset);
   free(p->bytes);
@@ -345,6 +355,46 @@ static int fl_free(freelist *f, size_t off, size_t len) {
   return 0;
 }
 
+/* Matmul+cast fusion. Under mixed precision a weight's gradient is a bf16 MATMUL (dW = dy^T x)
+ * cast to the f32 master's dtype (the CAST's gradient rule); when the product's only use is that
+ * cast and the cast's result lives in caller memory (a gradient bound to the parameter store or
+ * a data-parallel bucket, valid for the whole run), the matmul writes f32 there directly
+ * (oneDNN bf16 x bf16 -> f32, f32 accumulation) and the cast node does nothing: the bf16 write,
+ * its re-read and the f32 write of the cast are saved, and the gradient skips one rounding to
+ * bf16 (it is the f32 sum the cast would have widened, before rounding). The cast node still
+ * "runs" (its hooks fire: a data-parallel bucket is ready after it, as without the fusion).
+ * Planned with the memory (binding decides which results are caller memory); taken at run time
+ * on the FAST backend for bf16 only (REF and f16 run both nodes as written). */
+static void plan_fusions(ts_plan *p) {
+  for (int i = 0; i < p->nnodes; i++) p->fuse_out[i] = -1, p->fuse_done[i] = 0;
+  if (p->no_fusion) return;
+  int *uses = calloc((size_t)p->nvals + 1, sizeof(int));
+  if (!uses) return; /* no fusion: the nodes run as written */
+  for (int i = 0; i < p->nnodes; i++) {
+    if (!p->live[i]) continue;
+    const int *in = node_in(p, i);
+    for (int k = 0; k < p->nodes[i].nin; k++) uses[in[k]]++;
+  }
+  for (int v = 0; v < p->nvals; v++) /* a view of a value is a use of it */
+    if (p->vals[v].alias_of >= 0) uses[p->vals[v].alias_of]++;
+  for (int j = 0; j < p->nnodes; j++) {
+    const ts__run_node *n = &p->nodes[j];
+    if (!p->live[j] || n->op != TS_OP_CAST || n->nin != 1 || n->nout != 1) continue;
+    const int u = node_in(p, j)[0], w = node_out(p, j)[0], i = p->vals[u].producer;
+    if (p->vals[u].dtype != TS_BF16 || p->vals[w].dtype != TS_F32 || !p->bound[w] || p->bound[u] || p->keep[u] ||
+        uses[u] != 1 || i < 0 || i >= j || !p->live[i] || p->nodes[i].op != TS_OP_MATMUL || p->nodes[i].nout != 1)
+      continue;
+    p->fuse_out[i] = w;
+  }
+  free(uses);
+}
+
+void ts_plan_set_fusion(ts_plan *p, int on) {
+  if (!p || p->no_fusion == !on) return;
+  p->no_fusion = !on;
+  p->planned = 0; /* planned again (with or without the fusions) before the next run */
+}
+
 static int plan_memory(ts_plan *p) {
   int nv = p->nvals, nn = p->nnodes;
   int *last = malloc(sizeof(int) * (size_t)nv);
@@ -452,6 +502,7 @@ static int plan_memory(ts_plan *p) {
     }
     p->arena_cap = p->peak;
   }
+  plan_fusions(p);
   p->planned = 1;
   goto done;
 oom:
@@ -549,7 +600,15 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
       ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, p->opname[i], n->name, step};
       emit(p, &ev);
     }
-    rc = ts__run[n->op](&ctx, n, in, out);
+    if (p->fuse_out[i] >= 0 && ctx.backend == TS_BACKEND_FAST) { /* matmul writing its cast's f32 result */
+      const int w = p->fuse_out[i], j = p->vals[w].producer;
+      ts_tensor_view(&out[0], TS_F32, p->vals[w].shape, data_of(p, w));
+      p->fuse_done[j] = 1;
+    }
+    if (p->fuse_done[i] && n->op == TS_OP_CAST) /* that cast: its result is there */
+      p->fuse_done[i] = 0, rc = TS_OK;
+    else
+      rc = ts__run[n->op](&ctx, n, in, out);
     if (p->nhooks) {
       ev.event = TS_HOOK_NODE_END;
       emit(p, &ev);
@@ -559,6 +618,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
       break;
     }
   }
+  if (rc != TS_OK) memset(p->fuse_done, 0, (size_t)p->nnodes); /* a failed run leaves no cast skipped */
   if (p->nhooks) {
     ev = (ts_hook_info){TS_HOOK_RUN_END, g, -1, NULL, NULL, step};
     emit(p, &ev);

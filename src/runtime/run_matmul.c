@@ -16,6 +16,8 @@ static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
   d.a_batched = as->ndim > 2;
   d.b_batched = bs->ndim > 2;
   const ts_dtype dt = out[0].dtype;
+  if (dt == TS_F32 && in[0].dtype == TS_BF16) /* the executor's matmul+cast fusion (exec.c, FAST only) */
+    return ts__matmul_bf16_f32out_dnnl(&d, in[0].data, in[1].data, out[0].data);
   if (dt != TS_F32) {
     if (ctx->backend == TS_BACKEND_REF) return ts__matmul_lp_ref(&d, dt, in[0].data, in[1].data, out[0].data);
     return ts__matmul_lp_dnnl(&d, dt, in[0].data, in[1].data, out[0].data);

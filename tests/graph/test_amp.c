@@ -75,7 +75,10 @@ static ts_dtype compute_dtype(const ts_graph *g, int i) {
 static ts_dtype expected(ts_op op, int level, ts_dtype low) {
   switch (op) {
     case TS_OP_MATMUL: case TS_OP_DENSE: case TS_OP_CONV2D: case TS_OP_ATTENTION: return low;
-    case TS_OP_SOFTMAX: case TS_OP_SOFTMAX_CE: case TS_OP_REDUCE: return level == 3 ? low : TS_F32;
+    case TS_OP_SOFTMAX: case TS_OP_REDUCE: return level == 3 ? low : TS_F32;
+    /* the loss reads the logits as their producer (a white dense/matmul in every model here)
+     * writes them: 16-bit at every level, no cast (its kernel computes in f32 from them) */
+    case TS_OP_SOFTMAX_CE: return low;
     case TS_OP_BATCHNORM: case TS_OP_LAYERNORM: case TS_OP_ELTWISE: case TS_OP_BINARY: case TS_OP_SCALE:
     case TS_OP_DROPOUT: case TS_OP_MAXPOOL2D: case TS_OP_AVGPOOL2D: case TS_OP_EMBEDDING:
       return level >= 2 ? low : TS_F32;

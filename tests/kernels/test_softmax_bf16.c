@@ -129,6 +129,7 @@ int main(void) {
     check_ce(dts[i], 4096, 256, 0.0f, 1); /* the GPT example's logits: parallel rows */
     check_ce(dts[i], 40, 256, 0.1f, 0);   /* label smoothing */
     check_ce(dts[i], 5, 5000, 0.1f, 1);   /* rows longer than a sum chunk */
+    check_ce(dts[i], 64, 8192, 0.0f, 1);  /* bench_step GPT's vocabulary: 16 backward chunks of 512 */
   }
   uint16_t z[4] = {0};
   int32_t lz[1] = {0};
