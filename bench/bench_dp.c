@@ -77,7 +77,7 @@ static int worker(const options *o, int *argc, char ***argv) {
   int native = !strcmp(o->blocking, "native");
   if (ts_comm_set_blocking(w, native ? TS_COMM_BLOCKING_NATIVE : TS_COMM_BLOCKING_POLLED)) die("blocking mode");
   if (size > 1 && !o->alone) {
-    ts_grad_reducer_config rc = {.bucket_mb = o->bucket_mb, .mean = 1, .wire = TS_F32};
+    ts_grad_reducer_config rc = {.bucket_mb = o->bucket_mb, .mean = 1, .wire = TS_F32, .allreduce = TS_ALLREDUCE_FLAT};
     if (ts_grad_reducer_create(w, t.ps, t.g, &rc, &dp)) die("data-parallel reducer");
     if (o->overlap && ts_grad_reducer_attach(dp, t.plan)) die("overlap hook");
   }

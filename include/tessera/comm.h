@@ -148,6 +148,37 @@ int ts_comm_grid_coords(int rank, int ndim, const int *dims, int *coords);
 /* Frees a communicator (NULL and the world communicator are ignored). */
 void ts_comm_free(ts_comm *c);
 
+/* ---- topology: which ranks share a host ----
+ * A host is what MPI counts as one shared-memory node (MPI_Comm_split_type SHARED; on a cluster,
+ * one machine). Hosts are numbered in the order of their lowest rank. */
+typedef struct ts_comm_topo ts_comm_topo;
+/* Learns the hosts of c's ranks and makes this rank's node communicator (its host's ranks, in
+ * c's order) and, on each host's first rank, the leaders' communicator (one rank per host).
+ * Collective over c. The topology refers to c: free it before c. Over the world, a job on
+ * several hosts also names the host in the timeout's messages ("rank 2 (host node1)"). */
+int ts_comm_topo_create(ts_comm *c, ts_comm_topo **out);
+void ts_comm_topo_free(ts_comm_topo *t);
+int ts_comm_topo_num_hosts(const ts_comm_topo *t);
+/* The host of rank `rank` of c (-1 out of range); its name (MPI_Get_processor_name of its first rank). */
+int ts_comm_topo_host(const ts_comm_topo *t, int rank);
+const char *ts_comm_topo_host_name(const ts_comm_topo *t, int host);
+/* Ranks on this rank's host. */
+int ts_comm_topo_local_size(const ts_comm_topo *t);
+/* 1 when every host holds the same number of ranks, consecutive in c (the layout mpirun's by-slot
+ * mapping gives a host file with equal slots). */
+int ts_comm_topo_uniform(const ts_comm_topo *t);
+ts_comm *ts_comm_topo_node(const ts_comm_topo *t);
+/* NULL on the ranks that do not lead their host. */
+ts_comm *ts_comm_topo_leaders(const ts_comm_topo *t);
+/* "2 hosts: node0 (ranks 0-1), node1 (ranks 2-3)". Returns buf. */
+char *ts_comm_topo_describe(const ts_comm_topo *t, char *buf, size_t cap);
+/* Hierarchical all-reduce of buf (in place) over the topology's communicator: an all-reduce
+ * inside each host, an all-reduce between the hosts' leaders, a broadcast inside each host (f32,
+ * SUM or MEAN: sums, then one division by the size). Blocking (each step under the timeout like
+ * any blocking call). The sum's order is (host 0's ranks) + (host 1's) + ..., so it may differ
+ * from the flat all-reduce's in the last bits. TS_EDTYPE for another dtype or op. */
+int ts_comm_allreduce_hier(ts_comm_topo *t, void *buf, size_t count, ts_dtype dtype, ts_reduce_op op);
+
 /* Chooses how the blocking collectives on c wait (allreduce, allgather(v), reduce_scatter(_block),
  * broadcast, alltoall(v), barrier, bf16/f16 reductions included; the results are those of the
  * polled path: bitwise for bf16/f16 and integers, and for f32 on 2 ranks; on 3 or more MPI's

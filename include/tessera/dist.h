@@ -55,6 +55,13 @@ extern "C" {
  * those holding the same slice (ts_params_rank_partition) and reduces each group's gradients
  * over its part (sum, or mean); parameters every rank holds a different slice of are left alone.
  * Bucketed, and overlapped with backward when attached to the plan. */
+/* Seconds of a flat and of a hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks
+ * on the cluster description `cluster` (a file or built-in name), and the description's name;
+ * TS_OK, or a status with the reason (no such description). The trainer passes the planner's
+ * (ts_cluster_allreduce_flat / _hier: dist/ does not depend on planner/). */
+typedef int (*ts_allreduce_price_fn)(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
+                                     char *name, size_t cap);
+
 typedef struct {
   double bucket_mb; /* bucket size in MiB (<= 0: TS_BUCKET_MB_DEFAULT) */
   int mean;         /* 1: average over the ranks of a group, 0: sum */
@@ -63,7 +70,12 @@ typedef struct {
                                trainable parameters where a bucket must end (then bucket_mb is
                                ignored); NULL / 0: buckets by size */
   int nfusion_splits;
+  int allreduce;    /* TS_ALLREDUCE_*: a group spanning hosts reduced flat or hierarchically */
+  const char *cluster; /* TS_ALLREDUCE_AUTO: the cluster description deciding (NULL: "local") */
+  ts_allreduce_price_fn price; /* TS_ALLREDUCE_AUTO: prices the two (NULL: flat) */
 } ts_grad_reducer_config;
+/* How a data-parallel group spanning several hosts reduces its buckets (parallel.allreduce). */
+enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2 };
 
 typedef struct ts_grad_reducer ts_grad_reducer;
 /* Collective over world: every rank calls it with a store of the same entries. g is the graph
@@ -72,6 +84,10 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
                            const ts_grad_reducer_config *cfg, ts_grad_reducer **out);
 void ts_grad_reducer_free(ts_grad_reducer *r);
 int ts_grad_reducer_num_groups(const ts_grad_reducer *r);
+/* On a job whose groups span several hosts (or parallel.allreduce hierarchical): "gradient
+ * reduction over 4 ranks on 2 hosts: node0 (ranks 0-1), node1 (ranks 2-3): buckets all-reduced
+ * flat (auto: ...)"; "" otherwise. */
+const char *ts_grad_reducer_note(const ts_grad_reducer *r);
 /* Buckets over all groups (for reports and tests). */
 int ts_grad_reducer_num_buckets(const ts_grad_reducer *r);
 /* Starts each bucket's reduction as soon as backward has written its gradients (plan hook). */
@@ -142,6 +158,9 @@ typedef struct {
   int fusion_splits[TS_DIST_MAX_FUSION_SPLITS]; /* all_reduce_fusion_config: bucket split points */
   int nfusion_splits;     /* 0: buckets by bucket_mb */
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
+  int allreduce;          /* TS_ALLREDUCE_AUTO / FLAT / HIER: the buckets' reduction across hosts */
+  ts_allreduce_price_fn allreduce_price; /* auto: prices flat and hierarchical (NULL: flat) */
+  char cluster[1024];     /* auto: the cluster description whose links decide (file or built-in) */
   int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */
   int recompute;          /* ts_recompute_mode of the training graph (model.recompute) */
   int n_recompute_layers; /* patterns of its segments (model.recompute_layers; 0: default) */
@@ -343,6 +362,8 @@ int ts_dist_tensors(ts_dist *d, int with_optimizer, int nslots, const char *cons
  * collectives and layouts where there are any; and the bytes the gradient reduction moves per
  * step per rank into *reduce_bytes. */
 int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes);
+/* The note of the job's gradient reducer ("" without one). */
+const char *ts_dist_reduction_note(const ts_dist *d);
 /* The bytes the gradient reduction moves per step per rank (ts_dist_describe's figure). */
 int ts_dist_reduce_bytes(const ts_dist *d, double *reduce_bytes);
 /* Trainable parameters of the whole model (not only this rank's slices). */

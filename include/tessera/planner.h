@@ -77,6 +77,16 @@ typedef enum {
  * (g-1)/g bytes/bw + (g-1) alpha, broadcast bytes/bw + log2(g) alpha, p2p bytes/bw + alpha; on
  * the links between nodes when the group spans nodes (span = 1), else inside one. */
 double ts_cluster_coll_time(const ts_cluster *c, ts_cost_coll kind, int group, int span, double bytes);
+/* Seconds of an all-reduce of `bytes` over `hosts` hosts of `local` ranks each, the ranks of a host
+ * consecutive (mpirun's by-slot placement), the node's links to other nodes carrying
+ * inter_bw * local bytes/s per direction (inter_bw is a device's share of them):
+ *  - flat: one ring over every rank; its 2(N-1) steps each move bytes/N over every edge, paced by
+ *    the edges between hosts (one per host and direction): 2(N-1)/N bytes/link + 2(N-1) inter
+ *    latencies (one host: ts_cluster_coll_time inside the node);
+ *  - hierarchical: an all-reduce inside each host, a ring between the hosts' leaders over the
+ *    whole link, a broadcast inside each host. */
+double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, double bytes);
+double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes);
 /* Whether a group of `group` ranks whose members are `stride` ranks apart spans several nodes
  * (ranks are numbered node by node). */
 int ts_cluster_spans(const ts_cluster *c, int group, int stride);

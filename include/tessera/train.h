@@ -210,6 +210,8 @@ ts_params *ts_trainer_params(ts_trainer *t);
 /* This process's rank and the job's ranks (0 and 1 alone). */
 int ts_trainer_rank(const ts_trainer *t);
 int ts_trainer_world_size(const ts_trainer *t);
+/* The hosts of a job spanning several and how its gradients are reduced across them ("" else). */
+const char *ts_trainer_reduction_note(const ts_trainer *t);
 /* Trainable parameters of the whole model (ts_params_numel(ts_trainer_params(t)) counts only
  * this rank's slices under semi_auto_parallel). */
 int64_t ts_trainer_num_params(const ts_trainer *t);

@@ -19,6 +19,7 @@
 #include "../base/rfile.h"
 #include "tessera/base.h"
 #include "tessera/checkpoint.h"
+#include "tessera/comm.h"
 
 static int usage(FILE *f) {
   fprintf(f,
@@ -104,6 +105,12 @@ typedef struct {
   char last[320];           /* the last line with words (mpirun draws lines of dashes) */
   int lost[MAX_LOST];       /* world ranks killed or crashed, or named stuck by the watchdog */
   int nlost;
+  char lost_host[8][128];   /* hosts whose daemon mpirun lost ("Remote daemon: ... on node X") */
+  int nlost_host;
+  double abort_at;          /* when a rank's watchdog said it ends the job (0: not seen) */
+  int alive[MAX_LOST];      /* ranks that reported a timeout themselves: waiting, not lost */
+  int nalive;
+  int stopped_mpirun;       /* the launcher ended mpirun, which outlived that abort */
   char line[1024]; /* the line being read */
   size_t len;
 } attempt_log;
@@ -141,6 +148,17 @@ static void scan_watchdog(attempt_log *a, const char *l) {
 
 static void scan_line(attempt_log *a, const char *l) {
   if (strspn(l, "- \t") < strlen(l)) snprintf(a->last, sizeof a->last, "%s", l);
+  const char *d = strstr(l, "Remote daemon:");
+  if (d && (d = strstr(d, " on node ")) && a->nlost_host < 8) {
+    char h[128] = "";
+    if (sscanf(d, " on node %127s", h) == 1) {
+      int seen = 0;
+      for (int i = 0; i < a->nlost_host; i++) seen |= !strcmp(a->lost_host[i], h);
+      if (!seen) snprintf(a->lost_host[a->nlost_host++], sizeof a->lost_host[0], "%s", h);
+    }
+    return;
+  }
+  if (strstr(l, "the watchdog ends the job") && a->abort_at == 0) a->abort_at = ts_time_now();
   int r = -1, sig = 0;
   char node[128] = "", name[64] = "";
   const char *m = strstr(l, "mpirun noticed that process rank ");
@@ -157,6 +175,14 @@ static void scan_line(attempt_log *a, const char *l) {
   size_t pre = !strncmp(l, "tessera: ", 9) ? 9 : !strncmp(l, "tessera error: ", 15) ? 15 : 0;
   if (!pre) return;
   scan_watchdog(a, l);
+  /* "[rank 1 of 4] rank 1: allreduce ... did not complete": rank 1 was alive, waiting (it may be
+   * named by another rank that waited in a later collective than the one it was stuck in) */
+  int who = -1, who2 = -1;
+  if (strstr(l, " never reached it") &&
+      (sscanf(l + pre, "[rank %*d of %*d] rank %d:", &who) == 1 || sscanf(l + pre, "rank %d:", &who2) == 1)) {
+    int r = who >= 0 ? who : who2;
+    if (r >= 0 && a->nalive < MAX_LOST) a->alive[a->nalive++] = r;
+  }
   if (!a->tessera_reason[0]) snprintf(a->tessera_reason, sizeof a->tessera_reason, "%s", l + pre);
 }
 
@@ -195,6 +221,7 @@ static void forward(int sig, siginfo_t *si, void *ctx) {
 /* Runs av (mpirun) as a child and waits for it; the exit status to return (128+N when the child
  * was killed by signal N), or -1 with errno when it could not be started. With a, the child's
  * stderr goes through the launcher, which passes it on as it comes and reads it into a. */
+#define ABORT_GRACE_S 5.0 /* how long mpirun may outlive a watchdog's abort */
 static int run_child(const char *const *av, attempt_log *a) {
   int pfd[2], efd[2] = {-1, -1}; /* pfd reports a failed exec to the parent; efd: the child's stderr */
   if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
@@ -259,6 +286,16 @@ static int run_child(const char *const *av, attempt_log *a) {
         if (w == pid) {
           reaped = 1;
           grace_end = ts_time_now() + 1;
+        } else if (a && a->abort_at > 0 && ts_time_now() > a->abort_at + ABORT_GRACE_S) {
+          /* a watchdog ended the job but mpirun is still waiting, typically for the daemon of a
+           * host it can no longer reach (TCP gives up on unacknowledged data only after minutes):
+           * stop it, and kill it if that does not do */
+          kill(pid, a->stopped_mpirun ? SIGKILL : SIGTERM);
+          if (!a->stopped_mpirun)
+            ts_cli_note("launch: mpirun is still running %.0f s after a rank's watchdog ended the job (a host "
+                        "unreachable?): stopping it", ABORT_GRACE_S);
+          a->stopped_mpirun++;
+          a->abort_at = ts_time_now() - ABORT_GRACE_S + 3; /* SIGKILL 3 s later if need be */
         }
       } else if (ts_time_now() > grace_end) {
         break;
@@ -410,7 +447,7 @@ int ts_cli_launch(int argc, char **argv) {
       ts__rank_table_free(&hosts);
       return ts_cli_fail(2, "launch: -n %d but the rank table has %d ranks", n, r);
     }
-  } else if (hostfile && min_ranks) { /* hosts known by their slots: a lost host's ranks go with it */
+  } else if (hostfile) { /* hosts known by their slots: a lost host's ranks go with it */
     char *buf = NULL;
     size_t len = 0;
     if (ts__file_read_all(hostfile, "cannot open the host file", &buf, &len) == TS_OK)
@@ -489,7 +526,33 @@ int ts_cli_launch(int argc, char **argv) {
     attempt_log log;
     memset(&log, 0, sizeof log);
     double t0 = ts_time_now();
-    st = run_child(av, restarts > 0 ? &log : NULL);
+    st = run_child(av, &log);
+    if (log.stopped_mpirun && st != 0) st = TS_COMM_EXIT_TIMEOUT; /* what the watchdog's abort would have returned */
+    /* a host whose daemon mpirun lost: its ranks are lost (named in the note below) */
+    char lost_hosts[512] = "";
+    for (int h = 0; h < log.nlost_host; h++) {
+      size_t len = strlen(lost_hosts);
+      snprintf(lost_hosts + len, sizeof lost_hosts - len, "%s%s", h ? ", " : "", log.lost_host[h]);
+      for (int s = 0; have_hosts && s < hosts.nservers; s++)
+        if (!strcmp(hosts.servers[s].host, log.lost_host[h]))
+          for (int r = 0; r < hosts.servers[s].slots; r++) add_lost(&log, hosts.servers[s].first_rank + r);
+    }
+    /* a rank that reported its own timeout was waiting, not lost */
+    for (int i = 0; i < log.nlost;) {
+      int alive = 0;
+      for (int j = 0; j < log.nalive; j++) alive |= log.alive[j] == log.lost[i];
+      if (alive && log.nlost > 1) log.lost[i] = log.lost[--log.nlost];
+      else i++;
+    }
+    /* in rank order, as the notes list them */
+    for (int i = 1; i < log.nlost; i++)
+      for (int j = i; j > 0 && log.lost[j] < log.lost[j - 1]; j--) {
+        int x = log.lost[j];
+        log.lost[j] = log.lost[j - 1];
+        log.lost[j - 1] = x;
+      }
+    if (st != 0 && lost_hosts[0]) ts_cli_note("launch: mpirun lost the host%s %s (its daemon unreachable or killed)",
+                                              log.nlost_host > 1 ? "s" : "", lost_hosts);
     double ran = ts_time_now() - t0;
     if (st < 0) {
       st = ts_cli_fail(1, "launch: cannot run %s: %s (install openmpi-bin)", mpirun, strerror(errno));

@@ -181,7 +181,13 @@ void ts__watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, 
     if (c->world_like) ts__app(buf, cap, &len, "%d", i);
     else if (wr) ts__app(buf, cap, &len, "%d (%d in the group)", wr[i], i);
     else ts__app(buf, cap, &len, "%d in the group", i);
-    if (c->peer_seq[i] >= 0 && c->peer_t[i] >= t0) { /* heard from during this wait */
+    const char *host = ts__world_host_name(c->world_like ? i : wr ? wr[i] : -1);
+    if (host) ts__app(buf, cap, &len, " (host %s)", host); /* a job on several hosts */
+    /* heard from during this wait, about a collective it may still be in: an announcement is
+     * received only when this rank next waits long, so one from long ago (a slow start) can arrive
+     * now; a rank whose last collective is before s's predecessor, which completed here, has
+     * since moved on (seen under load: "waiting in #4" during #23) */
+    if (c->peer_seq[i] >= 0 && c->peer_t[i] >= t0 && c->peer_seq[i] + 1 >= (int64_t)s->seq) {
       ts__app(buf, cap, &len, " (waiting in #%lld)", (long long)c->peer_seq[i]);
       fresh++;
     }
@@ -440,6 +446,7 @@ int ts_comm_finalize(void) {
   }
   comm_unref(g_world);
   g_world = NULL;
+  ts__world_hosts_free();
   g_init = 0;
   g_finalized = 1;
   return rc;

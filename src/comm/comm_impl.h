@@ -170,4 +170,10 @@ void ts__watch_diagnose(ts_comm *c, const ts_coll_sig *s, double t0, char *buf, 
 /* The tag of the watchdog's messages: MPI's highest; user send/recv tags stay below it. */
 int ts__watch_tag(void);
 
+/* The host of world rank r when the job spans several hosts (set by the first topology made over
+ * every world rank, topo.c), else NULL: the timeout's messages then name it. */
+const char *ts__world_host_name(int world_rank);
+/* Forgets them (ts_comm_finalize). */
+void ts__world_hosts_free(void);
+
 #endif

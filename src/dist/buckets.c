@@ -67,6 +67,7 @@ struct ts__buckets {
   float *out; /* reduce-scatter mode (ts__buckets_scatter): the rank's parts, bucket after bucket */
   /* staged mode (ts__buckets_stage) */
   int staged, blocking, accumulate;
+  ts_comm_topo *hier; /* hierarchical mode: buckets reduced after backward over this topology */
   int nslots;
   float **slot, **slot_out;   /* per slot: the staging buffer; with accumulation its reduced part */
   size_t *slot_len, *slot_part;
@@ -112,7 +113,7 @@ static float *rs_dst(ts__buckets *d, bucket *b) {
 static int reduce_now(ts__buckets *d, bucket *b);
 
 static int start_bucket(ts__buckets *d, bucket *b) {
-  if (d->blocking) return reduce_now(d, b);
+  if (d->blocking || d->hier) return reduce_now(d, b);
   b->started = 1;
   if (d->out) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   void *p = payload(d, b);
@@ -130,7 +131,8 @@ static int reduce_now(ts__buckets *d, bucket *b) {
     return rc;
   }
   void *p = payload(d, b);
-  int rc = ts_comm_allreduce(d->comm, p, p, b->len, d->wire, d->op);
+  int rc = d->hier ? ts_comm_allreduce_hier(d->hier, p, b->len, d->wire, d->op)
+                   : ts_comm_allreduce(d->comm, p, p, b->len, d->wire, d->op);
   if (!rc) finish_bucket(d, b);
   return rc;
 }
@@ -431,6 +433,10 @@ float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat) {
   return NULL;
 }
 
+void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t) {
+  if (d && !d->out && !d->staged) d->hier = t;
+}
+
 void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate) {
   d->blocking = blocking;
   d->accumulate = accumulate && d->slot_out;
@@ -500,7 +506,7 @@ void ts__buckets_hook(const ts_hook_info *e, void *user) {
   if (e->event != TS_HOOK_NODE_END) return;
   for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
     bucket *b = &d->b[d->node_bucket[j]];
-    if (++b->nready == b->nparams && !b->started && !(b->tail && d->defer_tail) && start_bucket(d, b)) {
+    if (++b->nready == b->nparams && !b->started && !(b->tail && d->defer_tail) && !d->hier && start_bucket(d, b)) {
       fail(d);
       return;
     }

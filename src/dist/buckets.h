@@ -23,6 +23,10 @@ int ts__buckets_create(ts_comm *comm, ts_params *p, const ts_graph *g, double bu
 int ts__buckets_create_split(ts_comm *comm, ts_params *p, const ts_graph *g, double bucket_mb, int mean,
                              ts_dtype wire, const int *member, const int *splits, int nsplits, ts__buckets **out);
 void ts__buckets_free(ts__buckets *d);
+/* Hierarchical mode (parallel.allreduce; all-reduce mode, f32 SUM or MEAN): every bucket is
+ * reduced after backward by ts_comm_allreduce_hier over t (the topology of the buckets'
+ * communicator, owned by the caller), none during backward. NULL: flat (the default). */
+void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t);
 int ts__buckets_num_buckets(const ts__buckets *d);
 /* Reduce-scatter mode (optimizer sharding; f32 only): each bucket [off, off + len) is cut into
  * the N ranks' parts of ceil(len / N) elements (the last ones shorter or empty), and the reduced

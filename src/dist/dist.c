@@ -267,7 +267,9 @@ int ts__dist_start_world(ts_dist *d) {
     if (rc) return rc;
   }
   if (c->optimizer_shard) return ts__zero_start(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
-  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire, c->fusion_splits, c->nfusion_splits};
+  ts_grad_reducer_config rcfg = {.bucket_mb = c->bucket_mb, .mean = d->reduce_mean, .wire = c->wire,
+                                 .fusion_splits = c->fusion_splits, .nfusion_splits = c->nfusion_splits,
+                                 .allreduce = c->allreduce, .cluster = c->cluster, .price = c->allreduce_price};
   if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
   /* accumulation reduces once, after the last micro-step */
   d->overlap = c->overlap && c->accum == 1;
@@ -620,3 +622,5 @@ void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd) {
   *fwd = ts_parallel_comm_bytes(d->r.g, 0);
   *bwd = ts_parallel_comm_bytes(d->r.g, 1);
 }
+
+const char *ts_dist_reduction_note(const ts_dist *d) { return d && d->red ? ts_grad_reducer_note(d->red) : ""; }

@@ -447,7 +447,9 @@ static int start_pipe(ts_dist *d) {
   /* optimizer_shard: reduce-scattered over the stage's groups instead (dist_zero.c) */
   if (c->optimizer_shard) return ts__zero_start(d);
   if (pp->dp * pp->sub < 2) return TS_OK;
-  ts_grad_reducer_config rcfg = {c->bucket_mb, d->reduce_mean, c->wire, c->fusion_splits, c->nfusion_splits};
+  ts_grad_reducer_config rcfg = {.bucket_mb = c->bucket_mb, .mean = d->reduce_mean, .wire = c->wire,
+                                 .fusion_splits = c->fusion_splits, .nfusion_splits = c->nfusion_splits,
+                                 .allreduce = c->allreduce, .cluster = c->cluster, .price = c->allreduce_price};
   return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
 }
 

@@ -1,6 +1,7 @@
 /* Gradient reduction over the ranks that hold the same parameter slice (include/tessera/dist.h):
  * one bucketed reducer (dp.c) per group of parameters that share a partition of the ranks, each
  * on its own communicator; and the communicators of a pass's slots. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,8 @@ struct ts_grad_reducer {
   ts__buckets **dp;
   ts_comm **comm;
   int *size;
+  ts_comm_topo **topo; /* groups spanning hosts: their topology (hierarchical reduction) */
+  char note[1024];    /* the first group spanning hosts: its hosts and how it reduces */
   double wait;
 };
 
@@ -26,11 +29,14 @@ static int grow(ts_grad_reducer *r, int n, int N, int **parts) {
   if (cm) r->comm = cm;
   int *sz = realloc(r->size, sizeof *sz * (size_t)nc);
   if (sz) r->size = sz;
+  ts_comm_topo **tp = realloc(r->topo, sizeof *tp * (size_t)nc);
+  if (tp) r->topo = tp;
   int *pt = realloc(*parts, sizeof(int) * (size_t)N * (size_t)nc);
   if (pt) *parts = pt;
-  if (!dp || !cm || !sz || !pt) return ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
+  if (!dp || !cm || !sz || !tp || !pt) return ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
   memset(r->dp + r->cap, 0, sizeof *dp * (size_t)(nc - r->cap));
   memset(r->comm + r->cap, 0, sizeof *cm * (size_t)(nc - r->cap));
+  memset(r->topo + r->cap, 0, sizeof *tp * (size_t)(nc - r->cap));
   r->cap = nc;
   return TS_OK;
 }
@@ -39,12 +45,65 @@ void ts_grad_reducer_free(ts_grad_reducer *r) {
   if (!r) return;
   for (int k = 0; k < r->ngroups; k++) {
     ts__buckets_free(r->dp[k]);
+    ts_comm_topo_free(r->topo[k]);
     ts_comm_free(r->comm[k]);
   }
   free(r->dp);
   free(r->comm);
   free(r->size);
+  free(r->topo);
   free(r);
+}
+
+/* parallel.allreduce for group k: learns its hosts; over several, chooses flat or hierarchical
+ * (forced, or auto: the cheaper by the cost model of the cluster's links for a bucket of
+ * bucket_mb), says so on the group's first rank. Collective over the group. */
+static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_config *cfg, double bucket_mb) {
+  int mode = cfg->allreduce;
+  if (r->size[k] < 2) return TS_OK;
+  if (cfg->wire != TS_F32 && mode != TS_ALLREDUCE_FLAT) {
+    if (mode == TS_ALLREDUCE_HIER)
+      return ts_error_set(TS_ECONFIG, "parallel.allreduce hierarchical: the gradients travel in %s "
+                          "(parallel.comm_dtype); the hierarchical reduction is f32 only", ts_dtype_name(cfg->wire));
+    return TS_OK;
+  }
+  ts_comm_topo *t = NULL;
+  int rc = ts_comm_topo_create(r->comm[k], &t);
+  if (rc) return ts_error_wrap(rc, "learning which ranks share a host");
+  int hosts = ts_comm_topo_num_hosts(t), lead = ts_comm_rank(r->comm[k]) == 0;
+  char desc[512], why[512] = "";
+  ts_comm_topo_describe(t, desc, sizeof desc);
+  int hier = mode == TS_ALLREDUCE_HIER;
+  if (mode == TS_ALLREDUCE_FLAT) snprintf(why, sizeof why, " (parallel.allreduce flat)");
+  if (mode == TS_ALLREDUCE_AUTO) {
+    const char *name = cfg->cluster && cfg->cluster[0] ? cfg->cluster : "local";
+    double bytes = bucket_mb * 1024 * 1024, tf = 0, th = 0;
+    char cname[64] = "";
+    if (hosts < 2) {
+      hier = 0;
+    } else if (!ts_comm_topo_uniform(t)) {
+      snprintf(why, sizeof why, " (auto: hosts of unequal rank counts, which the cost model does not price)");
+    } else if (!cfg->price) {
+      snprintf(why, sizeof why, " (auto: no cost model given)");
+    } else if (cfg->price(name, hosts, r->size[k] / hosts, bytes, &tf, &th, cname, sizeof cname)) {
+      snprintf(why, sizeof why, " (auto: no cluster description to price it: %s)", ts_last_error());
+    } else {
+      hier = th < tf;
+      snprintf(why, sizeof why, " (auto: a %.3g MiB bucket predicted %.3g ms hierarchical vs %.3g ms flat on cluster %s)",
+               bucket_mb, th * 1e3, tf * 1e3, cname);
+    }
+  }
+  if ((hosts > 1 || hier) && !r->note[0])
+    snprintf(r->note, sizeof r->note, "gradient reduction over %d ranks on %s: buckets all-reduced %s%s", r->size[k], desc,
+             hier ? "hierarchically (inside each host, between hosts, broadcast inside; after backward)" : "flat", why);
+  if (lead && (hosts > 1 || hier)) ts_log(TS_LOG_INFO, "%s", r->note);
+  if (!hier) {
+    ts_comm_topo_free(t);
+    return TS_OK;
+  }
+  r->topo[k] = t;
+  ts__buckets_set_hier(r->dp[k], t);
+  return TS_OK;
 }
 
 int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
@@ -84,8 +143,10 @@ int ts_grad_reducer_create(ts_comm *world, ts_params *p, const ts_graph *g,
     if (rc) break;
     r->size[k] = ts_comm_size(r->comm[k]);
     for (int i = 0; i < np; i++) member[i] = group[i] == k;
-    rc = ts__buckets_create_split(r->comm[k], p, g, cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT, cfg->mean,
-                                  cfg->wire, member, cfg->fusion_splits, cfg->nfusion_splits, &r->dp[k]);
+    double mb = cfg->bucket_mb > 0 ? cfg->bucket_mb : TS_BUCKET_MB_DEFAULT;
+    rc = ts__buckets_create_split(r->comm[k], p, g, mb, cfg->mean, cfg->wire, member, cfg->fusion_splits,
+                                  cfg->nfusion_splits, &r->dp[k]);
+    if (!rc) rc = choose_reduction(r, k, cfg, mb);
   }
 done:
   free(part);
@@ -99,6 +160,8 @@ done:
   *out = r;
   return TS_OK;
 }
+
+const char *ts_grad_reducer_note(const ts_grad_reducer *r) { return r ? r->note : ""; }
 
 int ts_grad_reducer_num_groups(const ts_grad_reducer *r) { return r ? r->ngroups : 0; }
 

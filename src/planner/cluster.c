@@ -243,6 +243,19 @@ double ts_cluster_efficiency(const ts_cluster *c, ts_op op) {
 
 /* ---- the alpha-beta model ---- */
 
+double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, double bytes) {
+  int n = hosts * local;
+  if (hosts <= 1) return ts_cluster_coll_time(c, TS_COST_ALLREDUCE, n, 0, bytes);
+  double link = c->inter_bw * local;
+  return 2.0 * (n - 1) / n * bytes / link + 2.0 * (n - 1) * c->inter_latency;
+}
+
+double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes) {
+  double t = ts_cluster_coll_time(c, TS_COST_ALLREDUCE, local, 0, bytes) + ts_cluster_coll_time(c, TS_COST_BROADCAST, local, 0, bytes);
+  if (hosts > 1) t += 2.0 * (hosts - 1) / hosts * bytes / (c->inter_bw * local) + 2.0 * (hosts - 1) * c->inter_latency;
+  return t;
+}
+
 int ts_cluster_spans(const ts_cluster *c, int group, int stride) {
   if (group <= 1) return 0;
   long long extent = (long long)(group - 1) * (stride > 0 ? stride : 1) + 1;

@@ -1,8 +1,9 @@
 /* `tessera calibrate`: the cluster description of this machine (include/tessera/planner.h), measured:
  * the GEMM peak (the best of 512^3 sgemms) and the fraction a model-sized GEMM reaches, the
  * bandwidth of a memory-bound pass, and, on 2 or more ranks, the all-reduce latency and bandwidth
- * between them (alpha-beta from a small and a large message). One host: the links between nodes
- * are taken equal to those inside. */
+ * between them (alpha-beta from a small and a large message). Several hosts: the links inside a
+ * host and between hosts measured apart (ts_comm_topo). One host: the links between nodes are
+ * taken equal to those inside. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -117,6 +118,59 @@ static double op_overhead(void) {
   return best;
 }
 
+/* Alpha-beta of the ring all-reduce over c (g ranks): the latency from 8 B, the bandwidth from
+ * 16 MiB, as 2(g-1) steps of alpha plus 2(g-1)/g bytes / bw. */
+static int alpha_beta(ts_comm *c, double *alpha, double *bw) {
+  double small = 0, big = 0, g = ts_comm_size(c);
+  size_t nb = (size_t)4 << 20; /* 16 MiB */
+  int rc = allreduce_time(c, 2, &small);
+  if (!rc) rc = allreduce_time(c, nb, &big);
+  if (rc) return rc;
+  double steps = 2.0 * (g - 1), frac = 2.0 * (g - 1) / g;
+  *alpha = small / steps;
+  double tb = big - steps * *alpha;
+  *bw = tb > 0 ? frac * (double)nb * sizeof(float) / tb : 0;
+  return TS_OK;
+}
+
+/* Several hosts (ts_comm_topo, the same number of ranks on each): the links inside a host from an
+ * all-reduce over each host's ranks (all hosts at once), those between hosts from an all-reduce
+ * over one rank per host, whose bandwidth is the node's link: a device's share is it divided by
+ * the ranks of a host. 1 when measured so, 0 when the job is on one host (or hosts differ). */
+static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
+  *measured = 0;
+  ts_comm_topo *t = NULL;
+  int rc = ts_comm_topo_create(world, &t);
+  if (rc) return rc;
+  int H = ts_comm_topo_num_hosts(t), N = ts_comm_size(world), L = H > 0 ? N / H : N;
+  if (H < 2 || !ts_comm_topo_uniform(t)) {
+    ts_comm_topo_free(t);
+    return TS_OK;
+  }
+  double v[4] = {2e-6, out->mem_bandwidth / 2, 0, 0}; /* intra alpha, bw; inter alpha, link bw */
+  if (L > 1) rc = alpha_beta(ts_comm_topo_node(t), &v[0], &v[1]);
+  if (!rc && ts_comm_topo_leaders(t)) rc = alpha_beta(ts_comm_topo_leaders(t), &v[2], &v[3]);
+  if (!rc) rc = ts_comm_broadcast(world, v, sizeof v, TS_U8, 0); /* rank 0 leads host 0 */
+  if (!rc && (v[1] <= 0 || v[3] <= 0)) rc = ts_error_set(TS_ECOMM, "calibrate: an all-reduce of 16 MiB took no longer than its latency");
+  if (!rc) {
+    out->devices_per_node = L;
+    out->nodes = H;
+    out->intra_latency = v[0];
+    out->intra_bw = v[1];
+    out->inter_latency = v[2];
+    out->inter_bw = v[3] / L;
+    char desc[400];
+    snprintf(out->source, sizeof out->source,
+             "measured by tessera calibrate on %d ranks of %s: sgemm and bf16 512^3 peaks, a 1024x128x384 GEMM, a 64 MiB "
+             "memory pass, 96 small operators; all-reduces of 8 B and 16 MiB inside each host%s and between one rank "
+             "per host (the node's link %.3g GB/s, inter_bw its share per device)",
+             N, ts_comm_topo_describe(t, desc, sizeof desc), L > 1 ? "" : " (one rank a host: estimated)", v[3] / 1e9);
+    *measured = 1;
+  }
+  ts_comm_topo_free(t);
+  return rc;
+}
+
 int ts_calibrate(ts_comm *world, ts_cluster *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->name, sizeof out->name, "local");
@@ -132,7 +186,14 @@ int ts_calibrate(ts_comm *world, ts_cluster *out) {
   out->op_overhead = op_overhead();
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
   out->mem_bytes = pages > 0 && psz > 0 ? (double)pages * (double)psz / N : 1e9;
+  int hosts = 0;
   if (world && N > 1) {
+    int rc = calibrate_hosts(world, out, &hosts);
+    if (rc) return ts_error_wrap(rc, "calibrate: timing all-reduces inside and between hosts");
+  }
+  if (hosts) {
+    /* measured inside and between hosts */
+  } else if (world && N > 1) {
     double small = 0, big = 0;
     size_t nb = (size_t)4 << 20; /* 16 MiB */
     int rc = allreduce_time(world, 2, &small);
@@ -152,8 +213,10 @@ int ts_calibrate(ts_comm *world, ts_cluster *out) {
              "measured by tessera calibrate on 1 process: sgemm and bf16 512^3 peaks, a 1024x128x384 GEMM, a 64 MiB memory "
              "pass; links estimated (half the memory bandwidth, 2 us): run under mpirun -n 2 to measure them");
   }
-  out->inter_bw = out->intra_bw;
-  out->inter_latency = out->intra_latency;
+  if (!hosts) {
+    out->inter_bw = out->intra_bw;
+    out->inter_latency = out->intra_latency;
+  }
   return ts_cluster_validate(out, "calibrate");
 }
 

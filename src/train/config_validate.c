@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <yaml.h>
 #include "config_impl.h"
+#include "tessera/planner.h"
 
 /* ------------------------------------------------------------------ validation */
 static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -388,6 +389,18 @@ void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out) {
   out->dropout_seed = cfg->train.seed;
 }
 
+/* parallel.allreduce auto: the planner's prices of the two all-reduces (dist/ cannot call it) */
+static int allreduce_price(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
+                           char *name, size_t cap) {
+  ts_cluster c;
+  int rc = ts_cluster_load(cluster, &c);
+  if (rc) return rc;
+  *flat = ts_cluster_allreduce_flat(&c, hosts, local, bytes);
+  *hier = ts_cluster_allreduce_hier(&c, hosts, local, bytes);
+  snprintf(name, cap, "%s", c.name);
+  return TS_OK;
+}
+
 void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
   memset(out, 0, sizeof *out);
@@ -397,6 +410,9 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->seed = cfg->train.seed;
   out->gradients_mean = cfg->parallel.gradients_mean;
   out->overlap = cfg->parallel.overlap;
+  out->allreduce = cfg->parallel.allreduce;
+  out->allreduce_price = allreduce_price;
+  snprintf(out->cluster, sizeof out->cluster, "%s", cfg->parallel.cluster);
   out->sync_batchnorm = cfg->parallel.sync_batchnorm;
   out->full_batch = cfg->parallel.full_batch;
   out->parameter_broadcast = cfg->parallel.parameter_broadcast;

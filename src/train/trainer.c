@@ -16,6 +16,7 @@ ts_params *ts_trainer_params(ts_trainer *t) { return t->run->params; }
 int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
 int ts_trainer_rank(const ts_trainer *t) { return t->run->rank; }
 int ts_trainer_world_size(const ts_trainer *t) { return t->run->size; }
+const char *ts_trainer_reduction_note(const ts_trainer *t) { return ts_dist_reduction_note(t->dist); }
 int64_t ts_trainer_num_params(const ts_trainer *t) { return ts_dist_num_params(t->dist); }
 int64_t ts_trainer_accum_numel(const ts_trainer *t) { return t->accum > 1 ? (int64_t)ts_dist_accum_numel(t->dist) : 0; }
 int64_t ts_trainer_optim_state_numel(const ts_trainer *t) {

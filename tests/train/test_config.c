@@ -112,6 +112,7 @@ static const struct {
     {"parallel.device_num", "8"},
     {"parallel.comm_dtype", "bf16"},
     {"parallel.overlap", "false"},
+    {"parallel.allreduce", "hierarchical"},
     {"parallel.parameter_broadcast", "true"},
     {"parallel.sync_batchnorm", "true"},
     {"parallel.comm_timeout", "30"},

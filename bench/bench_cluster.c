@@ -1,0 +1,114 @@
+/* bench_cluster: all-reduce across hosts, measured against the alpha-beta prediction of a cluster
+ * description, flat against hierarchical (docs/cluster.md). Run under mpirun on several hosts
+ * (bench/cluster_bench.sh builds a test cluster of network namespaces and runs it):
+ *
+ *   mpirun -n 4 --hostfile H build/bench_cluster --cluster local.yaml [--reps R] [--mib 1,8,64]
+ *
+ * For each size: R repeats of flat (ts_comm_allreduce over every rank) and hierarchical
+ * (ts_comm_allreduce_hier: inside each host, between hosts, broadcast inside), in alternating
+ * order (ABBA), each timed from a barrier to the slowest rank's end; medians. Prints per size the
+ * measured and predicted times (ts_cluster_allreduce_flat / _hier on the description), their
+ * ratio, which is faster measured and which the cost model chooses. Rank 0 prints; JSON lines
+ * then a table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/comm.h"
+#include "tessera/planner.h"
+#include "tessera/tessera.h"
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_cluster: %s: %s\n", what, ts_last_error());
+  exit(1);
+}
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* one timed all-reduce of n floats: flat or hierarchical; seconds of the slowest rank */
+static double timed(ts_comm *w, ts_comm_topo *t, float *buf, size_t n, int hier) {
+  if (ts_comm_barrier(w)) die("barrier");
+  double t0 = ts_time_now();
+  int rc = hier ? ts_comm_allreduce_hier(t, buf, n, TS_F32, TS_REDUCE_SUM) : ts_comm_allreduce(w, buf, buf, n, TS_F32, TS_REDUCE_SUM);
+  if (rc) die(hier ? "hierarchical all-reduce" : "all-reduce");
+  float dt = (float)(ts_time_now() - t0);
+  if (ts_comm_allreduce(w, &dt, &dt, 1, TS_F32, TS_REDUCE_MAX)) die("max");
+  return dt;
+}
+
+int main(int argc, char **argv) {
+  const char *cluster = "local", *mib = "1,8,64";
+  int reps = 5;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--cluster") && i + 1 < argc) cluster = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = argv[++i];
+    else {
+      fprintf(stderr, "usage: bench_cluster [--cluster FILE|NAME] [--reps R] [--mib 1,8,64]\n");
+      return 2;
+    }
+  }
+  if (reps < 1 || reps > 100) reps = 5;
+  if (ts_comm_init(&argc, &argv)) die("init");
+  ts_comm *w = NULL;
+  ts_comm_topo *t = NULL;
+  ts_cluster c;
+  if (ts_comm_world(&w) || ts_comm_topo_create(w, &t)) die("topology");
+  if (ts_cluster_load(cluster, &c)) die("cluster");
+  int me = ts_comm_rank(w), N = ts_comm_size(w), H = ts_comm_topo_num_hosts(t), L = H ? N / H : N;
+  char desc[512];
+  ts_comm_topo_describe(t, desc, sizeof desc);
+  if (!me)
+    printf("# %d ranks on %s; cluster %s: inside %.3g GB/s %.3g us, between hosts %.3g GB/s per device (link %.3g GB/s) %.3g us\n",
+           N, desc, c.name, c.intra_bw / 1e9, c.intra_latency * 1e6, c.inter_bw / 1e9, c.inter_bw * L / 1e9,
+           c.inter_latency * 1e6);
+  double rows[16][6];
+  int nrows = 0;
+  for (const char *p = mib; *p && nrows < 16;) {
+    double m = strtod(p, (char **)&p);
+    if (*p == ',') p++;
+    if (m <= 0) break;
+    size_t n = (size_t)(m * 1024 * 1024 / sizeof(float));
+    float *buf = calloc(n, sizeof(float));
+    if (!buf) die("memory");
+    double *tf = malloc(sizeof(double) * (size_t)reps), *th = malloc(sizeof(double) * (size_t)reps);
+    timed(w, t, buf, n, 0); /* warm-up both */
+    timed(w, t, buf, n, 1);
+    for (int r = 0; r < reps; r++) { /* ABBA */
+      int first = r % 2;
+      double a = timed(w, t, buf, n, first), b = timed(w, t, buf, n, !first);
+      tf[r] = first ? b : a;
+      th[r] = first ? a : b;
+    }
+    double bytes = (double)n * sizeof(float);
+    double mf = median(tf, reps), mh = median(th, reps);
+    double pf = ts_cluster_allreduce_flat(&c, H, L, bytes), ph = ts_cluster_allreduce_hier(&c, H, L, bytes);
+    double *row = rows[nrows++];
+    row[0] = m; row[1] = mf; row[2] = pf; row[3] = mh; row[4] = ph; row[5] = 0;
+    if (!me)
+      printf("{\"name\":\"cluster_allreduce\",\"mib\":%g,\"ranks\":%d,\"hosts\":%d,\"flat_ms\":%.3f,\"flat_pred_ms\":%.3f,"
+             "\"hier_ms\":%.3f,\"hier_pred_ms\":%.3f,\"reps\":%d}\n",
+             m, N, H, mf * 1e3, pf * 1e3, mh * 1e3, ph * 1e3, reps);
+    free(tf);
+    free(th);
+    free(buf);
+  }
+  if (!me) {
+    printf("%8s %12s %12s %7s %12s %12s %7s %10s %10s\n", "MiB", "flat ms", "predicted", "ratio", "hier ms", "predicted",
+           "ratio", "faster", "model");
+    for (int i = 0; i < nrows; i++) {
+      double *r = rows[i];
+      printf("%8g %12.2f %12.2f %7.2f %12.2f %12.2f %7.2f %10s %10s\n", r[0], r[1] * 1e3, r[2] * 1e3, r[1] / r[2],
+             r[3] * 1e3, r[4] * 1e3, r[3] / r[4], r[3] < r[1] ? "hier" : "flat", r[4] < r[2] ? "hier" : "flat");
+    }
+  }
+  ts_comm_topo_free(t);
+  ts_comm_finalize();
+  return 0;
+}

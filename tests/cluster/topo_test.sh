@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Topology across hosts (issue 18) on a test cluster of 2 hosts x 2 ranks (tests/cluster/lib.sh):
+#  1. the job learns its hosts (MPI_Comm_split_type SHARED): "2 hosts: node0 (ranks 0-1), node1
+#     (ranks 2-3)"; on one host the line is absent (one host, nothing to say);
+#  2. parallel.allreduce hierarchical (inside each host, between the leaders, broadcast inside)
+#     against flat: the final checkpoints (parameters and optimizer state) compared bitwise where
+#     the order allows, else within 1e-6 (the order of the sum differs), and both against one
+#     process within 1e-5;
+#  3. parallel.allreduce auto chooses by the cost model of parallel.cluster's links: a cluster
+#     whose links between hosts are 100x slower than inside chooses hierarchical, one whose links
+#     are equal chooses flat, and the choice is printed with both predictions.
+#  4. test_topo (tests/comm/test_topo.c) on the 2 hosts: the topology's communicators and the
+#     hierarchical all-reduce against the exact sums and the flat all-reduce.
+# Usage: topo_test.sh path/to/tessera path/to/ckpt_compare [path/to/test_topo]
+set -u
+bin=$1
+cmp=$2
+topo=${3:-}
+fail=0
+. "$(dirname "$0")/../cli/lib.sh"
+. "$(dirname "$0")/lib.sh"
+cluster_up 2 2
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+tmp=$cl_dir/work
+mkdir -p "$tmp"
+export TMPDIR=$tmp
+idx_split "$tmp/d" train 256 28 28
+idx_split "$tmp/d" t10k 64 28 28
+mlp_cfg "$tmp/mlp.yaml" "$tmp/d" 6 16 "parallel: {mode: data_parallel, bucket_size_mb: 0.01}" \
+  "optimizer: {name: adamw, lr: 0.01}"
+sed -i '/^optimizer: {name: sgd/d' "$tmp/mlp.yaml"
+# job NAME ARGS...: 2 hosts x 2 ranks, final checkpoint in $tmp/ck_NAME
+job() {
+  local n=$1; shift
+  out=$(on_host 0 timeout 120 "$bin" launch -n 4 --hostfile "$cl_hostfile" -- train "$tmp/mlp.yaml" \
+        --set checkpoint.dir="$tmp/ck_$n" --set checkpoint.save_last=true "$@" 2>&1); rc=$?
+  ck=$(ls "$tmp/ck_$n"/*.safetensors 2>/dev/null | tail -1)
+}
+out1=$(timeout 120 "$bin" train "$tmp/mlp.yaml" --set parallel.mode=stand_alone --set checkpoint.dir="$tmp/ck_one" \
+       --set checkpoint.save_last=true 2>&1) || bad "one process: $out1"
+one=$(ls "$tmp/ck_one"/*.safetensors 2>/dev/null | tail -1)
+
+# 1, 2
+job flat --set parallel.allreduce=flat; flat=$ck
+if [ $rc = 0 ] && grep -q "gradient reduction over 4 ranks on 2 hosts: node0 (ranks 0-1), node1 (ranks 2-3): buckets all-reduced flat" <<<"$out"
+then ok "the job's hosts: $(grep -o '2 hosts: [^:]*' <<<"$out")"; else bad "flat job: exit $rc: $out"; fi
+job hier --set parallel.allreduce=hierarchical; hier=$ck
+if [ $rc = 0 ] && grep -q "buckets all-reduced hierarchically" <<<"$out"; then ok "hierarchical job ran"
+else bad "hierarchical job: exit $rc: $out"; fi
+if [ -n "$flat" ] && [ -n "$hier" ]; then
+  if "$cmp" "$flat" "$hier" 0 >/dev/null 2>&1; then ok "hierarchical = flat bitwise (parameters and optimizer state)"
+  elif r=$("$cmp" "$flat" "$hier" 1e-6 2>&1); then ok "hierarchical = flat within 1e-6 (not bitwise: the sum's order differs): $r"
+  else bad "hierarchical vs flat: $r"; fi
+  r=$("$cmp" "$one" "$hier" 1e-5 2>&1) && ok "hierarchical = one process within 1e-5" || bad "hierarchical vs one process: $r"
+fi
+# a single host says nothing of hosts
+out=$(timeout 120 "$bin" launch -n 2 -- train "$tmp/mlp.yaml" 2>&1); rc=$?
+[ $rc = 0 ] && ! grep -q "gradient reduction over" <<<"$out" && ok "one host: no hosts line" || bad "one host: exit $rc: $out"
+
+# 3. auto, priced on two cluster descriptions
+cluster_yaml() { # file inter_bw inter_latency
+  cat > "$1" <<YAML
+name: test-$(basename "$1" .yaml)
+devices_per_node: 2
+nodes: 2
+peak_flops_f32: 1.0e11
+gemm_efficiency: 0.5
+mem_bandwidth: 1.0e10
+mem_bytes: 1.0e9
+intra_bw: 5.0e9
+intra_latency: 2.0e-6
+inter_bw: $2
+inter_latency: $3
+YAML
+}
+cluster_yaml "$tmp/slow.yaml" 5.0e7 5.0e-5
+cluster_yaml "$tmp/even.yaml" 5.0e9 2.0e-6
+job auto_slow --set parallel.cluster="$tmp/slow.yaml"
+if [ $rc = 0 ] && grep -qE "all-reduced hierarchically .*\(auto: a 0.01 MiB bucket predicted [0-9.e+-]+ ms hierarchical vs [0-9.e+-]+ ms flat on cluster test-slow\)" <<<"$out"
+then ok "auto, slow links between hosts: $(grep -o 'auto: [^)]*' <<<"$out")"; else bad "auto slow: exit $rc: $out"; fi
+job auto_even --set parallel.cluster="$tmp/even.yaml"
+if [ $rc = 0 ] && grep -qE "all-reduced flat \(auto: .* on cluster test-even\)" <<<"$out"
+then ok "auto, links as fast between hosts as inside: $(grep -o 'auto: [^)]*' <<<"$out")"; else bad "auto even: exit $rc: $out"; fi
+
+# 4. the comm layer's own test across the hosts
+if [ -n "$topo" ]; then
+  out=$(TS_TOPO_EXPECT="2 hosts: node0 (ranks 0-1), node1 (ranks 2-3)" on_host 0 timeout 60 \
+        mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile" -x TS_TOPO_EXPECT "$topo" 2>&1); rc=$?
+  [ $rc = 0 ] && ok "test_topo on 2 hosts x 2: $(tail -1 <<<"$out")" || bad "test_topo on 2 hosts: exit $rc: $out"
+fi
+exit $fail
