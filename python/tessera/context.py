@@ -29,7 +29,7 @@ _PARALLEL_KEYS = {
 _CONTEXT_KEYS = {
     "seed": "train.seed",
     "threads": "train.threads",
-    "amp_level": "train.amp_level",
+
 }
 
 _parallel = {}      # config key -> YAML text

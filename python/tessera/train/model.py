@@ -105,7 +105,8 @@ class Model:
         k["train.batch_size"] = train_ds.batch_size * self._shards(train_ds)
         k["train.epochs"] = int(epochs)
         k["train.eval_every"] = -1
-        k["train.amp_level"] = self.amp
+        if self.amp:
+            k["train.amp_level"] = "O%d" % self.amp
         k["log.progress"] = "off"
         if eval_ds is None:  # the training set's own test split, as the trainer reads it
             eval_ds = _test_of(train_ds)
