@@ -1,6 +1,7 @@
 """Run under mpirun by test_pyapi_mpi.py: trains models.MLP through the package in the current
 directory. argv[1]: "dp" (data_parallel, the data sharded as MindSpore scripts do) or "semi"
-(semi_auto_parallel, the strategies given with Dense.matmul.shard), argv[2]: epochs."""
+(semi_auto_parallel, the strategies given with Dense.matmul.shard) or "pipe" (the zoo's mlp in 2
+pipeline stages), argv[2]: epochs."""
 import os
 import sys
 
@@ -14,6 +15,9 @@ if mode == "dp":
     ts.set_auto_parallel_context(parallel_mode=ts.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                  device_num=ts.get_group_size())
     models.train(models.MLP(64, 32), epochs, 256, 32, shards=ts.get_group_size())
+elif mode == "pipe":
+    ts.set_auto_parallel_context(parallel_mode="data_parallel", pipeline_stages=2, micro_batches=4)
+    models.train(ts.zoo.mlp((64, 32)), epochs, 256, 32)
 else:
     ts.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=ts.get_group_size(),
                                  strategy_ckpt_save_file="strategy.json")

@@ -132,6 +132,15 @@ class TestGraph(Tmp):
         with self.assertRaises(Oops):
             self._train_custom(Net())
 
+    def test_pipeline_stage_on_a_python_cell_is_refused(self):
+        net = models.MLP(16, 16)
+        net.fc3.pipeline_stage = 1
+        self.assertEqual(net.fc3.pipeline_stage, 1)
+        with self.assertRaisesRegex(ValueError, "pipeline_stage: .*zoo"):
+            self._train_custom(net)
+        with self.assertRaisesRegex(ValueError, "pipeline_stage"):
+            net.fc3.pipeline_stage = -1
+
     def test_custom_parameter_and_ops_train(self):
         class Net(nn.Cell):
             def __init__(self):

@@ -3,7 +3,8 @@ train` of the same model and config: data_parallel (the data sharded with num_sh
 MindSpore scripts do; the per-shard batch times the shards is the YAML's global batch) and
 semi_auto_parallel (the strategies given in Python with Dense.matmul.shard, in YAML as
 parallel.strategies): bitwise identical step losses and checkpoints (the sliced one merged).
-Then the data-parallel run against one process: the same losses within 1e-4 (reduction order)."""
+A zoo model in 2 pipeline stages (set_auto_parallel_context(pipeline_stages=2)) alike. Then the data-parallel run
+against one process: the same losses within 1e-4 (reduction order)."""
 import os
 import shutil
 import sys
@@ -82,6 +83,26 @@ class TestMPI(unittest.TestCase):
         for k in ya:
             self.assertTrue(ya[k].tobytes() == pa[k].tobytes(), k)
         self.assertEqual(ya["param.fc1.weight"].shape, (64, 784))  # merged whole
+
+        # load_distributed_checkpoint into a network of a one-process Model: its trainer reads the
+        # pieces of the sliced directory whatever layout wrote them
+        import models
+        net = models.MLP(64, 32)
+        m = ts.Model(net, ts.nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     config={"data.test_limit": 64})
+        m.eval(models.dataset(64, 32, usage="test"))
+        ts.load_distributed_checkpoint(net, p + "/ck/run-00000008")
+        got = net._trainer.params()
+        for k in ("fc1.weight", "fc2.weight", "fc3.bias"):
+            self.assertTrue(got[k].tobytes() == ya["param." + k].tobytes(), k)
+
+    def test_pipeline_stages(self):
+        y, p, a = self.both("pipe", "parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4}")
+        ya = ts.load_checkpoint(y + "/ck/run-00000008", raw=True)
+        pa = ts.load_checkpoint(p + "/ck/run-00000008", raw=True)
+        self.assertEqual(sorted(ya), sorted(pa))
+        for k in ya:
+            self.assertTrue(ya[k].tobytes() == pa[k].tobytes(), k)
 
 
 if __name__ == "__main__":

@@ -75,9 +75,10 @@ class Model:
             elif rec:
                 k["model.recompute"] = "full"
                 k["model.recompute_layers"] = rec
-            stages = {p: str(c._stage) for p, c in self.network.cells_and_names() if c._stage is not None and p}
-            if stages:
-                k["parallel.stages"] = stages
+            if any(c._stage is not None for _, c in self.network.cells_and_names()):
+                raise ValueError("pipeline_stage: Tessera's pipeline layout cuts only the C zoo's models into "
+                                 "stages (a model built by a callback, as a Python Cell is, is refused); use a "
+                                 "tessera.zoo model with set_auto_parallel_context(pipeline_stages=N)")
         return k
 
     def _shards(self, ds):
