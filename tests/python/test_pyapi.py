@@ -353,5 +353,43 @@ class TestDataset(Tmp):
             ds.MnistDataset(pyutil.FASHION).map([lambda x: x])
 
 
+class TestCommandLine(Tmp):
+    def test_version(self):
+        rc, out = pyutil.run([sys.executable, "-m", "tessera"], self.dir)
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"^tessera \d+\.\d+\.\d+ \(rank 0 of 1\)")
+
+    def test_train_yaml_as_the_cli(self):
+        yaml_cfg("c.yaml", "model: {name: mlp, hidden: [16]}", 1, 128, 32, "{name: sgd, lr: 0.1}")
+        os.makedirs("a")
+        os.makedirs("b")
+        rc, out = pyutil.run([pyutil.tessera_bin(), "train", "../c.yaml", "--set", "train.seed=5"], "a")
+        self.assertEqual(rc, 0, out)
+        rc, out = pyutil.run([sys.executable, "-m", "tessera", "train", "../c.yaml", "--set", "train.seed=5"], "b")
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(pyutil.steps("a/ck/metrics.jsonl"), pyutil.steps("b/ck/metrics.jsonl"))
+        rc, out = pyutil.run([sys.executable, "-m", "tessera", "train", "../c.yaml", "--set", "train.epochs=ten"], "b")
+        self.assertEqual(rc, 1)
+        self.assertIn("train.epochs: expected an integer, got 'ten'", out)
+
+    def test_cmake_install(self):
+        build, site = os.environ.get("TESSERA_BUILD"), os.environ.get("TESSERA_PY_SITE")
+        if not build or not site:
+            self.skipTest("TESSERA_BUILD / TESSERA_PY_SITE not set (run by ctest)")
+        rc, out = pyutil.run(["cmake", "--install", build, "--prefix", os.path.join(self.dir, "inst")], self.dir)
+        self.assertEqual(rc, 0, out)
+        env = dict(os.environ, PYTHONPATH=os.path.join(self.dir, "inst", site))
+        import subprocess
+        r = subprocess.run(["/usr/bin/python3", "-c", "import tessera, tessera._C; print(tessera._C.__file__); "
+                            "print(tessera.get_group_size())"], env=env, cwd="/", stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertTrue(r.stdout.startswith(os.path.join(self.dir, "inst", site, "tessera")), r.stdout)
+        # with the default prefix the package lands where Debian's python3 looks
+        r = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
+                           stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=""))
+        self.assertIn(os.path.join("/usr/local", site), r.stdout.splitlines())
+
+
 if __name__ == "__main__":
     unittest.main()
