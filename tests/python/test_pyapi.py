@@ -278,6 +278,85 @@ class TestModel(Tmp):
         self.assertEqual(len(n), 1)
 
 
+def np_eval(z, y):
+    lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+    return float((z.argmax(1) == y).mean()), float((lse - z[np.arange(len(y)), y]).mean())
+
+
+class TestLayers(Tmp):
+    """Layers without a YAML twin, trained briefly, then evaluated against numpy forward passes of
+    the trained weights (the test split, 60 images)."""
+
+    def train_eval(self, net, transforms=None):
+        tf = transforms or [vision.Rescale(1.0 / 255), vision.HWC2CHW()]
+        mk = lambda usage, n: ds.FashionMnistDataset(pyutil.FASHION, usage=usage, num_samples=n).map(tf).batch(20)
+        m = ts.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.Adam(net.trainable_params(), 0.003), metrics={"acc", "loss"},
+                     config={"data.test_limit": 60})
+        m.train(1, mk("train", 200), callbacks=[ts.ModelCheckpoint("run", "ck")])
+        r = m.eval(mk("test", 60))
+        test = mk("test", 60)
+        x = np.concatenate([b[0] for b in test])
+        y = np.concatenate([b[1] for b in test])
+        return r, ts.load_checkpoint("ck/run-00000010.safetensors"), x, y
+
+    def test_layernorm_attention_gelu_dropout(self):
+        class Net(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.ln = nn.LayerNorm(28, epsilon=1e-5)
+                self.attn = nn.MultiHeadAttention(28, 4)
+                self.gelu = nn.GELU()
+                self.drop = nn.Dropout(p=0.1)
+                self.flatten = nn.Flatten()
+                self.fc = nn.Dense(784, 10)
+
+            def construct(self, x):
+                h = self.attn(self.ln(x.reshape(x.shape[0], 28, 28)))
+                return self.fc(self.drop(self.flatten(self.gelu(h))))
+
+        net = Net()
+        self.assertEqual([p.name for p in net.trainable_params()][:4],
+                         ["ln.weight", "ln.bias", "attn.q_proj.weight", "attn.q_proj.bias"])
+        r, p, x, y = self.train_eval(net)
+        x = x.reshape(-1, 28, 28).astype(np.float64)
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        h = (x - mu) / np.sqrt(var + 1e-5) * p["ln.weight"] + p["ln.bias"]
+        lin = lambda t, n: t @ p[n + ".weight"].T.astype(np.float64) + p[n + ".bias"]
+        B, T, H, D = h.shape[0], 28, 4, 7
+        q, k, v = (lin(h, "attn." + n).reshape(B, T, H, D).transpose(0, 2, 1, 3) for n in ("q_proj", "k_proj", "v_proj"))
+        a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + np.triu(np.full((T, T), -np.inf), 1)
+        a = np.exp(a - a.max(-1, keepdims=True))
+        o = ((a / a.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(B, T, 28)
+        o = lin(o, "attn.out_proj")
+        g = 0.5 * o * (1 + np.tanh(np.sqrt(2 / np.pi) * (o + 0.044715 * o ** 3)))
+        acc, loss = np_eval(lin(g.reshape(B, -1), "fc"), y)
+        self.assertAlmostEqual(r["acc"], acc, places=6)
+        self.assertAlmostEqual(r["loss"], loss, places=4)
+
+    def test_embedding_avgpool_sequential(self):
+        class Net(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(256, 2)
+                self.pool = nn.AvgPool2d(2, 2)
+                self.head = nn.SequentialCell([nn.Flatten(), nn.Dense(2 * 14 * 14, 16), nn.Tanh(), nn.Dense(16, 10)])
+
+            def construct(self, x):  # pixel values 0..255 as f32: the trainer feeds float samples
+                ids = x.reshape(x.shape[0], 28, 28).astype("int32")
+                e = self.emb(ids)                                     # (N, 28, 28, 2)
+                return self.head(self.pool(e.transpose(0, 3, 1, 2)))
+
+        net = Net()
+        r, p, x, y = self.train_eval(net, [vision.Rescale(1.0), vision.HWC2CHW()])
+        e = p["emb.weight"].astype(np.float64)[x.reshape(-1, 28, 28).astype(np.int64)].transpose(0, 3, 1, 2)
+        pooled = e.reshape(-1, 2, 14, 2, 14, 2).mean((3, 5))
+        h = np.tanh(pooled.reshape(len(y), -1) @ p["head.1.weight"].T + p["head.1.bias"])
+        acc, loss = np_eval(h @ p["head.3.weight"].T + p["head.3.bias"], y)
+        self.assertAlmostEqual(r["acc"], acc, places=6)
+        self.assertAlmostEqual(r["loss"], loss, places=4)
+
+
 class TestCheckpoint(Tmp):
     def test_round_trip_and_zero_copy(self):
         d = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.array([1, 2, 3], dtype=np.int64),
