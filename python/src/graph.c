@@ -187,14 +187,12 @@ static PyObject *b_concat(Builder *b, PyObject *args) {
   PyObject *xs;
   int axis;
   PRE("Oi", &xs, &axis);
-  ts_shape s; /* reuse the int parser */
   PyObject *f = PySequence_Fast(xs, "concat: expected a sequence of values");
   if (!f) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
   ts_val *v = PyMem_Malloc(sizeof(ts_val) * (size_t)(n ? n : 1));
   for (Py_ssize_t i = 0; v && i < n; i++) v[i] = (ts_val)PyLong_AsLong(PySequence_Fast_GET_ITEM(f, i));
   Py_DECREF(f);
-  (void)s;
   if (!v) return PyErr_NoMemory();
   if (PyErr_Occurred()) {
     PyMem_Free(v);

@@ -128,6 +128,18 @@ static PyObject *py_rank_size(PyObject *self, PyObject *args) {
   return Py_BuildValue("ii", r, n);
 }
 
+/* barrier(): every rank of the job waits for the others (nothing alone, or before init) */
+static PyObject *py_barrier(PyObject *self, PyObject *args) {
+  (void)self;
+  (void)args;
+  ts_comm *w;
+  if (ts_comm_initialized() && ts_comm_world(&w) == TS_OK && ts_comm_size(w) > 1) {
+    int rc = ts_comm_barrier(w);
+    if (rc) return tsp_raise(rc);
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
   (void)self;
   int n;
@@ -183,6 +195,7 @@ static PyMethodDef methods[] = {
     {"finalize", py_finalize, METH_NOARGS, "Finalises MPI if the library started it."},
     {"initialized", py_initialized, METH_NOARGS, "True between init and finalize."},
     {"rank_size", py_rank_size, METH_NOARGS, "(rank, size) of the job (from the launcher before init)."},
+    {"barrier", py_barrier, METH_NOARGS, "Waits for every rank of the job."},
     {"set_threads", py_set_threads, METH_VARARGS, "Threads the kernels use."},
     {"check_key", py_check_key, METH_VARARGS, "Checks one config key and value; ValueError naming the key."},
     {"config_yaml", py_config_yaml, METH_VARARGS, "The validated effective config of (key, value) pairs."},

@@ -14,7 +14,6 @@ typedef struct {
   ts_trainer *t;
   PyObject *build; /* the model builder (NULL: the config's zoo model) */
   pycb *cbs;
-  int in_build;
 } Trainer;
 
 static int model_fn(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits, ts_val *loss,

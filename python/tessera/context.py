@@ -33,6 +33,7 @@ _CONTEXT_KEYS = {
 }
 
 _parallel = {}      # config key -> YAML text
+_values = {}        # set_auto_parallel_context keyword -> the value given
 _context = {}
 _device_num = [None]
 _started = [False]
@@ -88,7 +89,7 @@ def set_auto_parallel_context(**kwargs):
     pipeline_stages, enable_parallel_optimizer, search_mode, and Tessera's optimizer_shard,
     micro_batches, pipeline_schedule, bucket_size_mb, comm_dtype, sync_batchnorm, cluster,
     auto_tp. ValueError naming the key for an unknown keyword or a bad value."""
-    staged = {}
+    staged, values = {}, {}
     for k, v in kwargs.items():
         if k == "device_num":
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -105,19 +106,24 @@ def set_auto_parallel_context(**kwargs):
         text = yaml_value(v)
         _C.check_key(key, text)
         staged[key] = text
+        values[k] = v
     _parallel.update(staged)
+    _values.update(values)
 
 
 def get_auto_parallel_context(key):
+    """The value set for key (as set_auto_parallel_context took it), or None if it was not set
+    (the config's default applies)."""
     if key == "device_num":
         return _device_num[0] or get_group_size()
     if key not in _PARALLEL_KEYS:
         raise ValueError("get_auto_parallel_context: unknown key '%s'" % key)
-    return _parallel.get(_PARALLEL_KEYS[key])  # the YAML text set, or None (the default)
+    return _values.get(key)
 
 
 def reset_auto_parallel_context():
     _parallel.clear()
+    _values.clear()
     _device_num[0] = None
 
 

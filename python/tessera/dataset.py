@@ -220,9 +220,7 @@ class _Dataset:
         train = self.usage == "train"
         shards = self.num_shards or 1
         shard = self.shard_id or 0
-        pairs = self._pairs(train)
-        if not train:  # the evaluation list is the test split's
-            pairs = [(k, v) for k, v in pairs]
+        pairs = self._pairs(train)  # as the training set, or (usage "test") as the evaluation set
         return _C.Data(pairs, train, self.batch_size, shards, shard, self.shuffle and train, self.drop_remainder,
                        1, epoch)
 

@@ -14,7 +14,11 @@ mode, epochs = sys.argv[1], int(sys.argv[2])
 if mode == "dp":
     ts.set_auto_parallel_context(parallel_mode=ts.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                  device_num=ts.get_group_size())
-    models.train(models.MLP(64, 32), epochs, 256, 32, shards=ts.get_group_size())
+    m = models.train(models.MLP(64, 32), epochs, 256, 32, shards=ts.get_group_size())
+    # another evaluation set than the trainer's (batch 8 per rank): a second trainer resumed
+    # from a checkpoint of the first
+    r = m.eval(models.dataset(64, 8, ts.get_group_size(), ts.get_rank(), usage="test"))
+    print("eval rank %d: acc %.6f loss %.6f" % (ts.get_rank(), r["acc"], r["loss"]))
 elif mode == "pipe":
     ts.set_auto_parallel_context(parallel_mode="data_parallel", pipeline_stages=2, micro_batches=4)
     models.train(ts.zoo.mlp((64, 32)), epochs, 256, 32)

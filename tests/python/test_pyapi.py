@@ -62,7 +62,9 @@ class TestContext(Tmp):
         ts.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True, full_batch=False,
                                      enable_parallel_optimizer=False, search_mode="sharding_propagation",
                                      device_num=1, strategy_ckpt_save_file="s.json", pipeline_stages=1)
-        self.assertEqual(ts.get_auto_parallel_context("parallel_mode"), '"data_parallel"')
+        self.assertEqual(ts.get_auto_parallel_context("parallel_mode"), "data_parallel")
+        self.assertIs(ts.get_auto_parallel_context("gradients_mean"), True)
+        self.assertIsNone(ts.get_auto_parallel_context("optimizer_shard"))
         with self.assertRaisesRegex(ValueError, "set_context: unknown key 'device_id2'"):
             ts.set_context(device_id2=1)
         with self.assertRaisesRegex(ValueError, "train.seed"):

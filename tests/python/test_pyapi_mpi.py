@@ -6,6 +6,7 @@ parallel.strategies): bitwise identical step losses and checkpoints (the sliced 
 A zoo model in 2 pipeline stages (set_auto_parallel_context(pipeline_stages=2)) alike. Then the data-parallel run
 against one process: the same losses within 1e-4 (reduction order)."""
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,7 @@ class TestMPI(unittest.TestCase):
         rc, out = pyutil.run(pyutil.mpirun(2) + [sys.executable, os.path.join(HERE, "mpi_train.py"), mode, "1"], p)
         self.assertEqual(rc, 0, out)
         self.assertIn("rank 1 done", out)
+        self.out = out
         a, b = pyutil.steps(y + "/ck/metrics.jsonl"), pyutil.steps(p + "/ck/metrics.jsonl")
         self.assertEqual(len(a), 8)
         self.assertEqual(a, b)
@@ -55,6 +57,9 @@ class TestMPI(unittest.TestCase):
 
     def test_data_parallel(self):
         y, p, a = self.both("dp", "parallel: {mode: data_parallel, gradients_mean: true}")
+        ev = sorted(re.findall(r"eval rank (\d): (acc [0-9.]+ loss [0-9.]+)", self.out))  # lines may interleave
+        self.assertEqual([r for r, _ in ev], ["0", "1"], self.out)
+        self.assertEqual(ev[0][1], ev[1][1])  # the job's evaluation: every rank the same
         pyutil.ckpt_equal(self, y + "/ck/run-00000008.safetensors", p + "/ck/run-00000008.safetensors")
         # one process, the same global batch: equal within the all-reduce's rounding
         one = self.yaml("one", "")

@@ -210,6 +210,7 @@ class Model:
             h = hashlib.sha1(repr(sorted(keys.items())).encode() + os.getcwd().encode()).hexdigest()[:12]
             path = os.path.join(tempfile.gettempdir(), "tessera-eval-%d-%s.safetensors" % (os.getuid(), h))
             t.save(path)
+            _C.barrier()  # rank 0 has written it before any rank reads it
             t = self._create(keys, resume=path)
         r = t.evaluate()
         out = {}
