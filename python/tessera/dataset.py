@@ -285,7 +285,8 @@ class ImageFolderDataset(_Dataset):
 
 
 class RecordDataset(_Dataset):
-    """Tessera record shards <dataset_dir>/<usage>-SSSSS-of-NNNNN.tsr (tessera data convert)."""
+    """Tessera record shards <dataset_dir>/<usage>-SSSSS-of-NNNNN.tsr (tessera data convert); the
+    folder must hold the train shards whatever the usage (the source opens the training split)."""
     kind = "records"
 
     def _split_keys(self, train):

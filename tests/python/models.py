@@ -58,8 +58,10 @@ def train(net, epochs, limit, batch, opt="momentum", shards=None, callbacks=(), 
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     if opt == "momentum":
         o = nn.Momentum(net.trainable_params(), 0.05, 0.9)
-    else:
+    elif opt == "adam":
         o = nn.Adam(net.trainable_params(), 0.002)
+    else:
+        o = opt  # an optimizer object
     cfg = {"log.metrics": "ck/metrics.jsonl", "train.log_every": 1, "data.test_limit": 128}
     cfg.update(extra or {})
     model = ts.Model(net, loss, o, metrics={"acc", "loss"}, config=cfg)

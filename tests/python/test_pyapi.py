@@ -1,8 +1,7 @@
 """The tessera Python package, one process: context and config-key errors, the graph surface
-(parameter names, shapes, errors carrying the library's messages), the Python path against the
-YAML path (bitwise identical losses and checkpoints for an MLP and a ConvNet written as Cells, and
-for a zoo model), callbacks (arguments, exceptions propagating), eval against a numpy forward pass,
-checkpoints (round trip, zero-copy views), data set iteration against the IDX files read by numpy."""
+(parameter names, shapes, errors carrying the library's messages), layers against numpy, callbacks (arguments, exceptions propagating), eval against a numpy forward pass,
+checkpoints (round trip, zero-copy views), data set iteration against the IDX files read by numpy
+(and records, image folders). The YAML path: test_pyapi_yaml.py."""
 import gzip
 import os
 import shutil
@@ -162,62 +161,6 @@ class TestGraph(Tmp):
         self.assertEqual(p["w"].shape, (10, 784))
         self.assertGreater(float(np.abs(p["b"]).sum()), 0.0)  # trained away from its zeros
         self.assertGreater(m.eval(models.dataset(None, 32, usage="test"))["acc"], 0.2)
-
-
-class TestYamlPath(Tmp):
-    """The same model and config through `tessera train` (YAML) and through the package."""
-
-    def _compare(self, yaml_model, py_net, opt_yaml, opt, epochs=2, limit=256, batch=32):
-        os.makedirs("y")
-        yaml_cfg("y/c.yaml", yaml_model, epochs, limit, batch, opt_yaml)
-        rc, out = pyutil.run([pyutil.tessera_bin(), "train", "c.yaml"], "y")
-        self.assertEqual(rc, 0, out)
-        os.makedirs("p")
-        os.chdir("p")
-        losses = []
-
-        class Rec(ts.Callback):
-            def step_end(self, rc):
-                losses.append(rc.original_args().net_outputs)
-
-        m = models.train(py_net, epochs, limit, batch, opt=opt, callbacks=[Rec()])
-        os.chdir("..")
-        a, b = pyutil.steps("y/ck/metrics.jsonl"), pyutil.steps("p/ck/metrics.jsonl")
-        self.assertEqual(len(a), epochs * limit // batch)
-        self.assertEqual(a, b)  # every step's loss as written, bitwise
-        self.assertEqual(len(losses), len(a))
-        for (_, text), l in zip(a, losses):  # the callback's value is the logged one
-            self.assertEqual(float("%.6g" % l), float(text))
-        last = "run-%08d.safetensors" % len(a)
-        self.assertGreater(pyutil.ckpt_equal(self, "y/ck/" + last, "p/ck/" + last), 3)
-        return m
-
-    def test_mlp(self):
-        self._compare("model: {name: mlp, hidden: [64, 32]}", models.MLP(64, 32),
-                      "{name: momentum, lr: 0.05, momentum: 0.9, nesterov: false, weight_decay: 0.0}", "momentum")
-
-    def test_convnet(self):
-        self._compare("model: {name: convnet, channels: [8, 16]}", models.ConvNet(8, 16),
-                      "{name: adam, lr: 0.002, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}", "adam",
-                      epochs=1, limit=128)
-
-    def test_zoo_model(self):
-        self._compare("model: {name: convnet, channels: [8, 16]}", ts.zoo.convnet((8, 16)),
-                      "{name: adam, lr: 0.002, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}", "adam",
-                      epochs=1, limit=128)
-
-    def test_recompute_is_bitwise_neutral(self):
-        os.makedirs("a")
-        os.makedirs("b")
-        os.chdir("a")
-        models.train(models.MLP(64, 32), 1, 128, 32)
-        os.chdir("../b")
-        net = models.MLP(64, 32)
-        net.fc2.recompute()
-        m = models.train(net, 1, 128, 32)
-        os.chdir("..")
-        self.assertEqual(m._keys_used["model.recompute_layers"], ["fc2"])
-        self.assertEqual(pyutil.steps("a/ck/metrics.jsonl"), pyutil.steps("b/ck/metrics.jsonl"))
 
 
 class TestModel(Tmp):
@@ -422,6 +365,46 @@ class TestDataset(Tmp):
         lab = np.frombuffer(self.idx("t10k-labels-idx1-ubyte")[8:], dtype=np.uint8)[:40]
         self.assertEqual(sorted(sum(a, []) + sum(b, [])), sorted(lab.tolist()))
 
+    def test_record_dataset_as_its_source(self):
+        os.makedirs("rec")
+        for prefix in ("train", "test"):  # the records source opens the training split too
+            rc, out = pyutil.run([pyutil.tessera_bin(), "data", "convert", "--source", "mnist", "--input",
+                                  pyutil.FASHION, "--split", "test", "--output", "rec/" + prefix, "--shards", "3"],
+                                 self.dir)
+            self.assertEqual(rc, 0, out)
+        tf = [vision.Rescale(1.0 / 255), vision.HWC2CHW()]
+        a = ds.RecordDataset(os.path.join(self.dir, "rec"), usage="test", num_samples=45, shuffle=False).map(tf).batch(15)
+        b = ds.FashionMnistDataset(pyutil.FASHION, usage="test", num_samples=45, shuffle=False).map(tf).batch(15)
+        got, want = list(a), list(b)
+        self.assertEqual(len(got), 3)
+        for (x1, y1), (x2, y2) in zip(got, want):
+            self.assertTrue(np.array_equal(x1, x2) and np.array_equal(y1, y2))
+
+    def test_image_folder(self):
+        import struct
+        import zlib
+
+        def png(path, a):  # 8-bit RGB, no filter
+            raw = b"".join(b"\x00" + a[i].tobytes() for i in range(a.shape[0]))
+            chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+            with open(path, "wb") as f:
+                f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", a.shape[1], a.shape[0], 8, 2, 0, 0, 0))
+                        + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+        rng = np.random.default_rng(0)
+        want = {}
+        for c in ("cat", "dog"):
+            os.makedirs(os.path.join("imgs", "train", c))
+            for i in range(3):
+                a = rng.integers(0, 256, size=(6, 5, 3), dtype=np.uint8)
+                png(os.path.join("imgs", "train", c, "%d.png" % i), a)
+                want[a.tobytes()] = ("cat", "dog").index(c)
+        d = ds.ImageFolderDataset(os.path.join(self.dir, "imgs", "train"), shuffle=False).map(
+            [vision.Rescale(1.0), vision.HWC2CHW()]).batch(6)
+        (x, y), = list(d)
+        self.assertEqual(x.shape, (6, 3, 6, 5))
+        got = {x[i].transpose(1, 2, 0).astype(np.uint8).tobytes(): int(y[i]) for i in range(6)}
+        self.assertEqual(got, want)
+
     def test_bad_dataset_errors(self):
         with self.assertRaises(FileNotFoundError):
             ds.MnistDataset("/nonexistent/dir")
@@ -432,44 +415,6 @@ class TestDataset(Tmp):
             list(d)
         with self.assertRaisesRegex(ValueError, "Python functions"):
             ds.MnistDataset(pyutil.FASHION).map([lambda x: x])
-
-
-class TestCommandLine(Tmp):
-    def test_version(self):
-        rc, out = pyutil.run([sys.executable, "-m", "tessera"], self.dir)
-        self.assertEqual(rc, 0, out)
-        self.assertRegex(out, r"^tessera \d+\.\d+\.\d+ \(rank 0 of 1\)")
-
-    def test_train_yaml_as_the_cli(self):
-        yaml_cfg("c.yaml", "model: {name: mlp, hidden: [16]}", 1, 128, 32, "{name: sgd, lr: 0.1}")
-        os.makedirs("a")
-        os.makedirs("b")
-        rc, out = pyutil.run([pyutil.tessera_bin(), "train", "../c.yaml", "--set", "train.seed=5"], "a")
-        self.assertEqual(rc, 0, out)
-        rc, out = pyutil.run([sys.executable, "-m", "tessera", "train", "../c.yaml", "--set", "train.seed=5"], "b")
-        self.assertEqual(rc, 0, out)
-        self.assertEqual(pyutil.steps("a/ck/metrics.jsonl"), pyutil.steps("b/ck/metrics.jsonl"))
-        rc, out = pyutil.run([sys.executable, "-m", "tessera", "train", "../c.yaml", "--set", "train.epochs=ten"], "b")
-        self.assertEqual(rc, 1)
-        self.assertIn("train.epochs: expected an integer, got 'ten'", out)
-
-    def test_cmake_install(self):
-        build, site = os.environ.get("TESSERA_BUILD"), os.environ.get("TESSERA_PY_SITE")
-        if not build or not site:
-            self.skipTest("TESSERA_BUILD / TESSERA_PY_SITE not set (run by ctest)")
-        rc, out = pyutil.run(["cmake", "--install", build, "--prefix", os.path.join(self.dir, "inst")], self.dir)
-        self.assertEqual(rc, 0, out)
-        env = dict(os.environ, PYTHONPATH=os.path.join(self.dir, "inst", site))
-        import subprocess
-        r = subprocess.run(["/usr/bin/python3", "-c", "import tessera, tessera._C; print(tessera._C.__file__); "
-                            "print(tessera.get_group_size())"], env=env, cwd="/", stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-        self.assertEqual(r.returncode, 0, r.stdout)
-        self.assertTrue(r.stdout.startswith(os.path.join(self.dir, "inst", site, "tessera")), r.stdout)
-        # with the default prefix the package lands where Debian's python3 looks
-        r = subprocess.run(["/usr/bin/python3", "-c", "import sys; print('\\n'.join(sys.path))"],
-                           stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=""))
-        self.assertIn(os.path.join("/usr/local", site), r.stdout.splitlines())
 
 
 if __name__ == "__main__":
