@@ -212,6 +212,9 @@ class Model:
             t.save(path)
             _C.barrier()  # rank 0 has written it before any rank reads it
             t = self._create(keys, resume=path)
+            _C.barrier()  # every rank has read it
+            if context.get_rank() == 0:
+                os.unlink(path)
         r = t.evaluate()
         out = {}
         for m in self.metrics or ["acc"]:
