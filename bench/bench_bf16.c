@@ -7,7 +7,8 @@
  *
  *   OMP_NUM_THREADS=2 bench_bf16 [--reps N] [family...]
  *   families: dense conv gelu add layernorm softmax dropout batchnorm pool attention sum_to embedding
- *             softmax_ce (default: all)
+ *             softmax_ce (default: all); resnet_conv (ResNet-18 CIFAR's convolutions per layer, only
+ *             when named)
  *
  * Shapes: dense = a GPT-2-small MLP matmul (B*T = 1024 tokens, 768 -> 3072); conv = a ResNet-18
  * 3x3 layer (32,64,56,56), stride 1, pad 1; the memory-bound ops on the GPT-2 / ResNet activation
@@ -451,6 +452,90 @@ static void bench_rows(const char *fam) {
   ts_free(c.ids), ts_free(c.lse);
 }
 
+/* ---------------------------------------------------------------- resnet_conv: ResNet-18 CIFAR per layer */
+/* Each distinct convolution of ResNet-18 (CIFAR stem, batch 64) once per direction, f32 (default
+ * algorithm) and bf16 interleaved; per direction the median time and, from ts__conv_dnnl_stats,
+ * the primitive's share (the rest: reorders between plain NCHW/OIHW and oneDNN's blocked layouts).
+ * Times are multiplied by the layer's count in the network, so the rows add up to the step's conv
+ * time; the f32 and bf16 primitive names are printed. */
+static void bench_resnet_conv(void) {
+  typedef struct { int64_t C, H, O, K, s, n; } layer;
+  static const layer L[] = {{3, 32, 64, 3, 1, 1},    {64, 32, 64, 3, 1, 4},    {64, 32, 128, 3, 2, 1},
+                            {128, 16, 128, 3, 1, 3}, {64, 32, 128, 1, 2, 1},   {128, 16, 256, 3, 2, 1},
+                            {256, 8, 256, 3, 1, 3},  {128, 16, 256, 1, 2, 1},  {256, 8, 512, 3, 2, 1},
+                            {512, 4, 512, 3, 1, 3},  {256, 8, 512, 1, 2, 1}};
+  static const char *vn[4] = {"f32", "bf16", "bf16f", "lp"};
+  const int nl = (int)(sizeof L / sizeof L[0]), reps = g_reps < 64 ? g_reps : 64;
+  const int64_t N = 64;
+  double tot[4][3] = {{0}}, totp[4][3] = {{0}};
+  printf("resnet_conv: ResNet-18 CIFAR batch %lld, ms per step (x count), (oneDNN primitive; the rest are reorders)\n"
+         "  f32: f32 default (Winograd on 3x3 s1) | bf16: bf16 direct | bf16f: bf16 buffers on the f32 Winograd\n"
+         "  or direct primitive (f32's choice) between converting reorders | lp: the 16-bit default\n",
+         (long long)N);
+  printf("%-26s %-5s %22s %22s %22s  %s\n", "layer (C,H->O,k,s) x n", "", "fwd ms (prim)", "bwd_data ms (prim)",
+         "bwd_weight ms (prim)", "impl fwd");
+  for (int l = 0; l < nl; l++) {
+    const layer *y = &L[l];
+    const int64_t p = y->K / 2, OH = (y->H + 2 * p - y->K) / y->s + 1;
+    ts__conv_desc d = {N, y->C, y->H, y->H, y->O, y->K, y->K, OH, OH, y->s, y->s, p, p, 1, 1, 1};
+    const int64_t nx = N * y->C * y->H * y->H, ny = N * y->O * OH * OH, nw = y->O * y->C * y->K * y->K;
+    buf x = mk(nx, 1), w = mk(nw, 2), yy = mk(ny, 3), dy = mk(ny, 4), dx = mk(nx, 5), dw = mk(nw, 6);
+    double t[4][3][64], pr[4][3][64], st[2][3][3];
+    const char *impl[4] = {ts__conv_dnnl_impl(&d, 0), ts__conv_dnnl_impl_bf16(&d, 0), "", ""};
+    for (int r = -1; r < reps; r++)
+      for (int v = 0; v < 4; v++)
+        for (int dir = 0; dir < 3; dir++) {
+          for (int k = 0; k < 3; k++)
+            ts__conv_dnnl_set_lp_mode(k, v == 1 ? TS_CONV_LP_NATIVE : v == 2 ? TS_CONV_LP_F32 : TS_CONV_LP_DEFAULT);
+          if (r < 0 && dir == 0 && v >= 2) impl[v] = ts__conv_dnnl_impl_bf16(&d, 0);
+          ts__conv_dnnl_stats(NULL, 1);
+          double t0 = ts_time_now();
+          if (dir == 0)
+            OK(v ? ts__conv2d_fwd_lp(&d, TS_BF16, 1, x.h, w.h, NULL, yy.h) : ts__conv2d_fwd_dnnl(&d, x.f, w.f, NULL, yy.f));
+          else if (dir == 1)
+            OK(v ? ts__conv2d_bwd_data_lp(&d, TS_BF16, 1, dy.h, w.h, dx.h) : ts__conv2d_bwd_data_dnnl(&d, dy.f, w.f, dx.f));
+          else
+            OK(v ? ts__conv2d_bwd_weight_lp(&d, TS_BF16, 1, x.h, dy.h, dw.h, NULL)
+                 : ts__conv2d_bwd_weight_dnnl(&d, x.f, dy.f, dw.f, NULL));
+          double dt = ts_time_now() - t0;
+          ts__conv_dnnl_stats(st, 1);
+          if (r < 0) continue; /* warm-up: primitives created */
+          t[v][dir][r] = dt;
+          pr[v][dir][r] = st[v > 0][dir][1];
+        }
+    for (int k = 0; k < 3; k++) ts__conv_dnnl_set_lp_mode(k, TS_CONV_LP_DEFAULT);
+    char nm[40];
+    snprintf(nm, sizeof nm, "%lld,%lld->%lld,%lld,%lld x%lld", (long long)y->C, (long long)y->H, (long long)y->O,
+             (long long)y->K, (long long)y->s, (long long)y->n);
+    double med[4][3];
+    for (int v = 0; v < 4; v++) {
+      printf("%-26s %-5s", v ? "" : nm, vn[v]);
+      for (int dir = 0; dir < 3; dir++) {
+        qsort(t[v][dir], (size_t)reps, sizeof(double), cmpd);
+        qsort(pr[v][dir], (size_t)reps, sizeof(double), cmpd);
+        const double a = t[v][dir][reps / 2] * 1e3 * (double)y->n, b = pr[v][dir][reps / 2] * 1e3 * (double)y->n;
+        med[v][dir] = a;
+        tot[v][dir] += a, totp[v][dir] += b;
+        printf("      %7.2f (%7.2f)", a, b);
+      }
+      printf("  %s\n", impl[v]);
+    }
+    printf("%-26s %-5s", "", "f32/lp");
+    for (int dir = 0; dir < 3; dir++) printf("      %7.2fx         ", med[0][dir] / med[3][dir]);
+    printf("\n");
+    rel(&x), rel(&w), rel(&yy), rel(&dy), rel(&dx), rel(&dw);
+  }
+  for (int v = 0; v < 4; v++) {
+    double a = 0, ap = 0;
+    for (int dir = 0; dir < 3; dir++) a += tot[v][dir], ap += totp[v][dir];
+    printf("resnet_conv total %-5s %8.1f ms (primitives %8.1f): fwd %.1f (%.1f) bwd_data %.1f (%.1f) bwd_weight %.1f "
+           "(%.1f); f32/this %.2fx\n",
+           vn[v], a, ap, tot[v][0], totp[v][0], tot[v][1], totp[v][1], tot[v][2], totp[v][2],
+           (tot[0][0] + tot[0][1] + tot[0][2]) / a);
+  }
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   const char *fams[16];
   int nf = 0;
@@ -468,6 +553,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nf; i++) {
     if (!strcmp(fams[i], "dense")) bench_dense();
     else if (!strcmp(fams[i], "conv")) bench_conv();
+    else if (!strcmp(fams[i], "resnet_conv")) bench_resnet_conv();
     else if (!strcmp(fams[i], "batchnorm")) bench_bn();
     else if (!strcmp(fams[i], "pool")) bench_pool();
     else if (!strcmp(fams[i], "sum_to") || !strcmp(fams[i], "embedding") || !strcmp(fams[i], "softmax_ce"))

@@ -8,7 +8,11 @@
  *   {"name":"profile","model":..,"op":..,"ms":..,"share":..}   with --profile
  *   {"name":"gpt_6l_384d_step_amp","f32_ms":..,"amp_ms":..,"speedup":..}   with --amp O2: the
  *                                                same model in f32 and mixed precision, steps
- *                                                alternating
+ *                                                alternating; --profile adds both models' per-op
+ *                                                tables and conv's reorder/primitive split;
+ *                                                --conv-native a third model, amp with every
+ *                                                bf16 conv on oneDNN's bf16 primitive
+ *                                                ("amp_conv_native_ms")
  *
  * Steps: --warmup steps, then the median of --steps individually timed steps. The PyTorch side
  * (bench/torch_step.py under /usr/bin/python3) runs in the same invocation with the same thread
@@ -21,6 +25,7 @@
 
 #include "dnnl.h"
 #include "bench_common.h"
+#include "kernels/conv.h"
 
 #define TORCH_PY "/usr/bin/python3"
 #define GLIBC_TUNE "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
@@ -31,6 +36,7 @@ typedef struct {
   int profile;
   int do_sgemm, do_resnet, do_gpt;
   int resnet_batch, gpt_batch, gpt_seq;
+  int conv_native;    /* --conv-native: with --amp, a third model: amp with every bf16 conv native */
   int amp_level;      /* --amp O1..O3: also time each model in mixed precision against f32 */
   ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
   const char *torch_script;
@@ -219,32 +225,80 @@ static void bench_gpt(const options *o, result *r) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+/* One step of an amp model; native: with every bf16 conv direction on oneDNN's bf16 primitive
+ * (ts__conv_dnnl_set_lp_mode; the default rule restored after). */
+static void amp_step(trainer *t, uint64_t step, int native) {
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_NATIVE);
+  train_step(t, step, NULL);
+  for (int d = 0; native && d < 3; d++) ts__conv_dnnl_set_lp_mode(d, TS_CONV_LP_DEFAULT);
+}
+
 /* Model `model` in f32 and at --amp, steps alternating between the two (f32, amp, f32, amp...)
  * so both see the same machine; the medians and the speedup f32/amp. */
 static void bench_amp(const options *o, const char *model, const char *name, int batch, int seq) {
-  trainer t[2];
-  for (int k = 0; k < 2; k++) {
+  trainer t[3];
+  const int nk = o->conv_native ? 3 : 2; /* 3: a second amp model whose bf16 convs all run native */
+  for (int k = 0; k < nk; k++) {
     bench_model_opts mo = {batch, seq, 0, k ? o->amp_level : 0, o->amp_dtype};
     bench_model_build(&t[k], model, &mo);
   }
   uint64_t s = 0;
   for (int i = 0; i < o->warmup; i++, s++)
-    for (int k = 0; k < 2; k++) train_step(&t[k], s, NULL);
-  double *ms[2] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps)};
+    for (int k = 0; k < nk; k++) amp_step(&t[k], s, k == 2);
+  double *ms[3] = {malloc(sizeof(double) * (size_t)o->steps), malloc(sizeof(double) * (size_t)o->steps),
+                   malloc(sizeof(double) * (size_t)o->steps)};
   for (int i = 0; i < o->steps; i++, s++)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nk; k++) {
       double t0 = ts_time_now();
-      train_step(&t[k], s, NULL);
+      amp_step(&t[k], s, k == 2);
       ms[k][i] = (ts_time_now() - t0) * 1e3;
     }
   double f32 = median(ms[0], o->steps), amp = median(ms[1], o->steps);
+  double nat = nk == 3 ? median(ms[2], o->steps) : 0;
   float l0 = *(float *)ts_plan_data(t[0].plan, t[0].loss), l1 = *(float *)ts_plan_data(t[1].plan, t[1].loss);
+  if (o->profile) { /* per op of each model, steps alternating as above; conv's time split */
+      profile pr[2];
+      double cs[2][3][3];
+      memset(pr, 0, sizeof pr);
+      for (int j = 0; j < 2; j++)
+        if (ts_plan_add_hook(t[j].plan, prof_hook, &pr[j])) die("profiler hook");
+      double conv[2][3][3] = {{{0}}};
+      for (int i = 0; i < o->steps; i++, s++)
+        for (int j = 0; j < 2; j++) {
+          ts__conv_dnnl_stats(NULL, 1);
+          train_step(&t[j], s, &pr[j]);
+          ts__conv_dnnl_stats(cs, 1);
+          for (int d = 0; d < 3; d++)
+            for (int q = 0; q < 3; q++) conv[j][d][q] += cs[0][d][q] + cs[1][d][q];
+        }
+      for (int j = 0; j < 2; j++) ts_plan_remove_hook(t[j].plan, prof_hook, &pr[j]);
+      for (int j = 0; j < 2; j++) {
+        double total = 0;
+        for (int i = 0; i < pr[j].n; i++) total += pr[j].sec[i];
+        for (int i = 0; i < pr[j].n; i++)
+          printf("{\"name\":\"profile\",\"model\":\"%s\",\"variant\":\"%s\",\"op\":\"%s\",\"ms\":%.3f,"
+                 "\"share\":%.4f}\n",
+                 name, j ? "amp" : "f32", pr[j].op[i], pr[j].sec[i] * 1e3 / o->steps,
+                 total > 0 ? pr[j].sec[i] / total : 0.0);
+        static const char *dn[3] = {"fwd", "bwd_data", "bwd_weight"};
+        for (int d = 0; d < 3; d++)
+          printf("{\"name\":\"conv_split\",\"model\":\"%s\",\"variant\":\"%s\",\"dir\":\"%s\","
+                 "\"reorder_in_ms\":%.3f,\"primitive_ms\":%.3f,\"reorder_out_ms\":%.3f}\n",
+                 name, j ? "amp" : "f32", dn[d], conv[j][d][0] * 1e3 / o->steps,
+                 conv[j][d][1] * 1e3 / o->steps, conv[j][d][2] * 1e3 / o->steps);
+        printf("{\"name\":\"profile_total\",\"model\":\"%s\",\"variant\":\"%s\",\"ms\":%.3f}\n", name,
+               j ? "amp" : "f32", total * 1e3 / o->steps);
+      }
+      fflush(stdout);
+    }
   printf("{\"name\":\"%s_amp\",\"threads\":%d,\"batch\":%d,\"amp_level\":\"O%d\",\"amp_dtype\":\"%s\","
-         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g}\n",
+         "\"f32_ms\":%.3f,\"amp_ms\":%.3f,\"speedup\":%.4f,\"f32_loss\":%.6g,\"amp_loss\":%.6g",
          name, o->threads, batch, o->amp_level, ts_dtype_name(o->amp_dtype), f32, amp, f32 / amp, (double)l0,
          (double)l1);
+  if (nk == 3) printf(",\"amp_conv_native_ms\":%.3f,\"speedup_conv_native\":%.4f", nat, f32 / nat);
+  printf("}\n");
   fflush(stdout);
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < nk; k++) {
     free(ms[k]);
     trainer_free(&t[k]);
   }
@@ -296,7 +350,7 @@ static void usage(void) {
           "usage: bench_step [--threads N] [--warmup N] [--steps N] [--gemm-reps N] [--profile]\n"
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
           "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
-          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16]\n");
+          "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--conv-native]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -337,6 +391,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--gpt-batch")) o.gpt_batch = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--gpt-seq")) o.gpt_seq = parse_int(a, v, 1), i++;
     else if (!strcmp(a, "--profile")) o.profile = 1;
+    else if (!strcmp(a, "--conv-native")) o.conv_native = 1;
     else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
     else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
       o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;

@@ -68,6 +68,18 @@ typedef struct {
  * directories. TS_EINVAL if the params store is not allocated; TS_EIO naming the file. */
 int ts_ckpt_save(const char *path, const ts_ckpt_state *st);
 
+/* A copy of a whole checkpoint's tensors and metadata in host memory, so that a background
+ * writer can write the state of one step while training changes the store (checkpoint.async).
+ * take: copies every tensor st would save (ts_ckpt_save's list and order) into the snapshot's
+ * buffer, which is kept and reused by the next take into the same snapshot (*io NULL: a new
+ * one), and copies the metadata strings. save: writes that file as ts_ckpt_save would (the same
+ * bytes); it reads only the snapshot, so it may run on another thread. bytes: the buffer's size. */
+typedef struct ts_ckpt_snapshot ts_ckpt_snapshot;
+int ts_ckpt_snapshot_take(const ts_ckpt_state *st, ts_ckpt_snapshot **io);
+int ts_ckpt_snapshot_save(const ts_ckpt_snapshot *s, const char *path);
+size_t ts_ckpt_snapshot_bytes(const ts_ckpt_snapshot *s);
+void ts_ckpt_snapshot_free(ts_ckpt_snapshot *s);
+
 /* Reads a checkpoint into st->params / st->optim and the training position.
  * The file is validated first (ts_st_open: truncated or corrupt files, CRC mismatch ->
  * TS_EFORMAT / TS_EIO naming the file); then every expected tensor is checked by name, dtype and

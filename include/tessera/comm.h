@@ -11,10 +11,12 @@
  *  - all ranks of a communicator call the same collectives in the same order, with matching
  *    dtype, op, root and counts (ts_comm_set_debug_check verifies this at run time);
  *  - counts are in elements of `dtype` and must fit in an int (TS_ERANGE otherwise);
- *  - every call is made from the thread that called ts_comm_init. MPI is initialised with
- *    MPI_THREAD_MULTIPLE for the library's own watchdog thread, which calls MPI only while the
- *    main thread is blocked in a native call (docs/comm.md has the measurement: no slower than
- *    FUNNELED here).
+ *  - every call on a communicator is made from one thread: the one that called ts_comm_init,
+ *    or, for a communicator duplicated from it, the one thread that uses the duplicate (the
+ *    asynchronous checkpoint writer does this, with polled waits). MPI is initialised with
+ *    MPI_THREAD_MULTIPLE for that and for the library's own watchdog thread, which calls MPI only
+ *    while the main thread is blocked in a native call (docs/comm.md has the measurement: no
+ *    slower than FUNNELED here).
  *
  * Accumulation: f32, i32, i64 reductions use MPI's built-in operations. bf16 and f16 reductions
  * move 16-bit data on the wire but accumulate in f32: the buffer is cut into one block per rank,

@@ -257,6 +257,7 @@ typedef struct {
     char resume[TS_CFG_PATH_MAX]; /* "" (fresh start), "auto" (latest in dir, if any), or a path */
     int strict;
     int format;         /* ts_cfg_ckpt_format */
+    int async;          /* write in a background thread from a host copy of the step's state */
   } checkpoint;
   struct {
     char metrics[TS_CFG_PATH_MAX]; /* JSON-lines file, "" = none */

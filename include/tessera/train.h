@@ -191,6 +191,17 @@ int ts_trainer_save(ts_trainer *t, const char *path);
  * one is replaced atomically). Every rank returns the same status; a failing rank's message
  * names it. */
 int ts_trainer_save_sliced(ts_trainer *t, const char *dir);
+/* checkpoint.async from the C API: saves a checkpoint as ts_trainer_save (sliced = 0) or
+ * ts_trainer_save_sliced (sliced = 1) would, but returns once the state is copied to host memory
+ * (the whole model gathered to rank 0, or each rank's pieces; the copy's buffer is kept for the
+ * next save) and the files are written by a background thread while the caller goes on
+ * (collective). It first waits for the previous background save: its failure (naming the file)
+ * is returned here on every rank, and then nothing new is saved. ts_trainer_save_wait waits for
+ * the background save and returns its status on every rank (collective; TS_OK if none). The
+ * trainer's own saves (ts_trainer_fit with checkpoint.async: true) use the same writer, and
+ * ts_trainer_free joins it. */
+int ts_trainer_save_async(ts_trainer *t, const char *path, int sliced);
+int ts_trainer_save_wait(ts_trainer *t);
 /* Re-cuts sliced checkpoint src for a job of ndevices under cfg (its layout: parallel.* keys,
  * strategies) into the sliced checkpoint out, in one process: each target rank's pieces (from a
  * dry build of that rank, as `tessera plan` does) are read from src and written. The model, its

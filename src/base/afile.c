@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "iofault.h"
 #include "tessera/base.h"
 
 struct ts__afile {
@@ -53,7 +54,7 @@ int ts__afile_open(const char *path, ts__afile **out) {
 int ts__afile_write(ts__afile *f, const void *buf, size_t n) {
   const char *p = buf;
   while (n) {
-    ssize_t k = write(f->fd, p, n);
+    ssize_t k = ts__io_fault("write", f->tmp) ? -1 : write(f->fd, p, n);
     if (k < 0) {
       if (errno == EINTR) continue;
       return ts_error_set(TS_EIO, "%s: write failed: %s", f->path, strerror(errno));
@@ -72,11 +73,11 @@ void ts__afile_abort(ts__afile *f) {
 }
 
 int ts__afile_commit(ts__afile *f) {
-  int bad = fsync(f->fd) != 0;
+  int bad = ts__io_fault("fsync", f->tmp) || fsync(f->fd) != 0;
   int e = errno;
   if (close(f->fd) != 0 && !bad) bad = 1, e = errno;
   f->fd = -1;
-  if (!bad && rename(f->tmp, f->path) != 0) bad = 1, e = errno;
+  if (!bad && (ts__io_fault("rename", f->path) || rename(f->tmp, f->path) != 0)) bad = 1, e = errno;
   if (bad) {
     int rc = ts_error_set(TS_EIO, "%s: write failed: %s", f->path, strerror(e));
     ts__afile_abort(f);
@@ -91,7 +92,7 @@ int ts__afile_commit(ts__afile *f) {
   }
   int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
-    (void)fsync(dfd);
+    if (!ts__io_fault("fsync_dir", d)) (void)fsync(dfd);
     close(dfd);
   }
   afile_free(f);

@@ -641,8 +641,9 @@ static void pause_for(double waited) {
   nanosleep(&ts, NULL);
 }
 
-/* Start of the last wait that timed out (for the watchdog's "heard during this wait"). */
-static double g_wait_t0;
+/* Start of the last wait that timed out (for the watchdog's "heard during this wait"); per thread,
+ * as the checkpoint writer waits on its own communicator from its own thread. */
+static _Thread_local double g_wait_t0;
 
 /* Polls until done or the timeout: returns TS_OK, an error, or 1 on timeout (no message). A wait
  * that lasts ts__watch_after() seconds announces this rank to the others once. */

@@ -14,6 +14,7 @@
 
 #include "tessera/checkpoint.h"
 #include "ckpt_impl.h"
+#include "../base/iofault.h"
 #include "../base/text.h"
 
 #define P_PARAM "param."
@@ -212,20 +213,19 @@ out:
   return rc;
 }
 
-int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
-  if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_save: NULL argument");
-  clean_series_temps(path);
+/* The tensors of st in a whole checkpoint's order (names malloc'd into names[], data pointing into
+ * the store and the optimizer). */
+static int list_tensors(const char *path, const ts_ckpt_state *st, char ***names_out, ts__ckpt_tensor **t_out, int *n_out) {
   ts_params *ps = st->params;
+  *names_out = NULL;
+  *t_out = NULL;
+  *n_out = 0;
   if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
-    return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)",
-                        path);
+    return ts_error_set(TS_EINVAL, "%s: the parameter store is not allocated (ts_params_alloc)", path);
   int np = ps ? ts_params_count(ps) : 0, nv = st->optim ? ts_optim_state_count(st->optim) : 0, n = 0, rc = TS_OK;
   char **names = calloc((size_t)(np + nv) + 1, sizeof *names);
   ts__ckpt_tensor *t = calloc((size_t)(np + nv) + 1, sizeof *t);
-  if (!names || !t) {
-    rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-    goto out;
-  }
+  if (!names || !t) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   for (int i = 0; i < np && !rc; i++, n++) {
     const char *pre = ts_params_flags(ps, i) & TS_PARAM_STATE ? P_STATE : P_PARAM;
     if (!(names[n] = join(pre, ts_params_name(ps, i)))) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
@@ -240,12 +240,97 @@ int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
     if (!(names[n] = join(P_OPTIM, ts_optim_state_name(st->optim, i)))) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
     t[n] = (ts__ckpt_tensor){names[n], v.dtype, v.shape, v.data};
   }
-  if (!rc) rc = ts__ckpt_write(path, st, t, n);
-out:
+  *names_out = names;
+  *t_out = t;
+  *n_out = n;
+  return rc;
+}
+
+static void free_list(char **names, ts__ckpt_tensor *t, int n) {
   for (int i = 0; names && i < n; i++) free(names[i]);
   free(names);
   free(t);
+}
+
+int ts_ckpt_save(const char *path, const ts_ckpt_state *st) {
+  if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_save: NULL argument");
+  clean_series_temps(path);
+  char **names;
+  ts__ckpt_tensor *t;
+  int n, rc = list_tensors(path, st, &names, &t, &n);
+  if (!rc) rc = ts__ckpt_write(path, st, t, n);
+  free_list(names, t, n);
   return rc;
+}
+
+/* ------------------------------------------------------------------ snapshots */
+struct ts_ckpt_snapshot {
+  ts_ckpt_state st;            /* the metadata; params and optim NULL; strings below */
+  char *model, *yaml, *version;
+  char **names;
+  ts__ckpt_tensor *t;
+  int n;
+  unsigned char *buf;          /* every tensor's bytes, one after the other (kept between takes) */
+  size_t cap;
+};
+
+int ts_ckpt_snapshot_take(const ts_ckpt_state *st, ts_ckpt_snapshot **io) {
+  if (!st || !io) return ts_error_set(TS_EINVAL, "ts_ckpt_snapshot_take: NULL argument");
+  ts_ckpt_snapshot *s = *io;
+  if (!s && !(s = calloc(1, sizeof *s))) return ts_error_set(TS_ENOMEM, "checkpoint snapshot: out of memory");
+  *io = s;
+  free_list(s->names, s->t, s->n);
+  free(s->model);
+  free(s->yaml);
+  free(s->version);
+  s->names = NULL;
+  s->t = NULL;
+  s->n = 0;
+  s->model = s->yaml = s->version = NULL;
+  int rc = list_tensors("checkpoint snapshot", st, &s->names, &s->t, &s->n);
+  size_t total = 0;
+  for (int i = 0; i < s->n && !rc; i++) total += (size_t)ts_shape_numel(&s->t[i].shape) * ts_dtype_size(s->t[i].dt);
+  if (!rc && total > s->cap) {
+    unsigned char *b = realloc(s->buf, total);
+    if (!b) rc = ts_error_set(TS_ENOMEM, "checkpoint snapshot: out of memory (%zu bytes)", total);
+    else s->buf = b, s->cap = total;
+  }
+  size_t off = 0;
+  for (int i = 0; i < s->n && !rc; i++) {
+    size_t b = (size_t)ts_shape_numel(&s->t[i].shape) * ts_dtype_size(s->t[i].dt);
+    if (b) memcpy(s->buf + off, s->t[i].data, b);
+    s->t[i].data = s->buf + off;
+    off += b;
+  }
+  s->st = *st;
+  s->st.params = NULL;
+  s->st.optim = NULL;
+  if (!rc && st->model && !(s->model = strdup(st->model))) rc = TS_ENOMEM;
+  if (!rc && st->config_yaml && !(s->yaml = strdup(st->config_yaml))) rc = TS_ENOMEM;
+  if (!rc && st->version && !(s->version = strdup(st->version))) rc = TS_ENOMEM;
+  if (rc == TS_ENOMEM) ts_error_set(rc, "checkpoint snapshot: out of memory");
+  s->st.model = s->model;
+  s->st.config_yaml = s->yaml;
+  s->st.version = s->version;
+  return rc;
+}
+
+size_t ts_ckpt_snapshot_bytes(const ts_ckpt_snapshot *s) { return s ? s->cap : 0; }
+
+int ts_ckpt_snapshot_save(const ts_ckpt_snapshot *s, const char *path) {
+  if (!s || !path) return ts_error_set(TS_EINVAL, "ts_ckpt_snapshot_save: NULL argument");
+  clean_series_temps(path);
+  return ts__ckpt_write(path, &s->st, s->t, s->n);
+}
+
+void ts_ckpt_snapshot_free(ts_ckpt_snapshot *s) {
+  if (!s) return;
+  free_list(s->names, s->t, s->n);
+  free(s->model);
+  free(s->yaml);
+  free(s->version);
+  free(s->buf);
+  free(s);
 }
 
 /* ------------------------------------------------------------------ info */
@@ -756,7 +841,7 @@ int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max) {
         ts_error_wrap(rc, "deleting an old checkpoint");
         break;
       }
-    } else if (unlink(path) != 0 && errno != ENOENT) {
+    } else if ((ts__io_fault("unlink", path) || unlink(path) != 0) && errno != ENOENT) {
       rc = ts_error_set(TS_EIO, "%s: cannot delete an old checkpoint: %s", path, strerror(errno));
       break;
     }

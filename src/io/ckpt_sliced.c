@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt_impl.h"
+#include "../base/iofault.h"
 #include "../base/text.h"
 
 #define META_PIECES "tessera.pieces"
@@ -62,7 +63,7 @@ int ts__ckpt_dir_own(const char *name) {
 int ts__ckpt_remove_dir(const char *dir) {
   char p[4200];
   snprintf(p, sizeof p, "%s/%s", dir, TS_CKPT_MANIFEST);
-  if (unlink(p) != 0 && errno != ENOENT) /* first: the directory stops being a checkpoint */
+  if ((ts__io_fault("unlink", p) || unlink(p) != 0) && errno != ENOENT) /* first: the directory stops being a checkpoint */
     return ts_error_set(TS_EIO, "%s: cannot delete: %s", p, strerror(errno));
   DIR *dh = opendir(dir);
   if (!dh) return errno == ENOENT ? TS_OK : ts_error_set(TS_EIO, "%s: cannot list: %s", dir, strerror(errno));
@@ -89,7 +90,7 @@ int ts__ckpt_remove_dir(const char *dir) {
 static void fsync_dir(const char *path) {
   int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
-    (void)fsync(fd);
+    if (!ts__io_fault("fsync_dir", path)) (void)fsync(fd);
     close(fd);
   }
 }
@@ -110,7 +111,7 @@ int ts_ckpt_stage_begin(const char *final, char *staging, size_t cap) {
   if (rc) return rc;
   struct stat sb;
   if (lstat(staging, &sb) == 0 && (rc = ts__ckpt_remove_dir(staging))) return rc;
-  if (mkdir(staging, 0777) != 0)
+  if (ts__io_fault("mkdir", staging) || mkdir(staging, 0777) != 0)
     return ts_error_set(TS_EIO, "%s: cannot create the checkpoint's staging directory: %s", staging, strerror(errno));
   return TS_OK;
 }
@@ -121,14 +122,14 @@ int ts_ckpt_stage_commit(const char *staging, const char *final) {
   fsync_dir(staging);
   struct stat sb;
   if (lstat(final, &sb) != 0) {
-    if (rename(staging, final) != 0)
+    if (ts__io_fault("rename", final) || rename(staging, final) != 0)
       return ts_error_set(TS_EIO, "%s: cannot rename %s into place: %s", final, staging, strerror(errno));
     fsync_dir(parent);
     return TS_OK;
   }
   if (!S_ISDIR(sb.st_mode)) return ts_error_set(TS_EIO, "%s: exists and is not a directory", final);
   /* the step was saved before (a resumed run saving it again): swap atomically, drop the old */
-  if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+  if (!ts__io_fault("exchange", final) && renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
     fsync_dir(parent);
     return ts__ckpt_remove_dir(staging); /* the old checkpoint, now under the staging name */
   }

@@ -56,6 +56,12 @@ int ts__conv_dnnl_get_algo(int dir);
 /* oneDNN's implementation name for the primitive of a direction ("" if unavailable). */
 const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir);
 
+/* Time (seconds) the oneDNN kernels spent since the last reset, for profiling:
+ * out[t][dir][k], t 0 f32 / 1 bf16, dir 0 fwd / 1 bwd_data / 2 bwd_weight, k 0 the reorders of
+ * the inputs into the primitive's layouts (and scratch allocation), 1 the primitive, 2 the
+ * reorders of the outputs back to plain. out may be NULL; reset != 0 zeroes the sums. */
+void ts__conv_dnnl_stats(double out[2][3][3], int reset);
+
 /* 16-bit variants: every buffer (bias and db included) of dtype dt (TS_BF16 or TS_F16), f32
  * accumulation, outputs rounded once. dnnl = 1: bf16 runs natively through oneDNN's convolution
  * primitives with bf16 memory descriptors (direct algorithm: oneDNN has no bf16 Winograd;
@@ -70,6 +76,18 @@ int ts__conv2d_bwd_data_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const 
 // x dt, dy dt -> dw (O,C/g,KH,KW) dt, db (O) dt if not NULL
 int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, const void *x,
                              const void *dy, void *dw, void *db);
+/* How a bf16 direction runs on the oneDNN path (dnnl = 1). TS_CONV_LP_NATIVE: oneDNN's bf16
+ * primitive (direct); TS_CONV_LP_F32: the f32 primitive with f32's algorithm choice (Winograd on
+ * 3x3 stride-1 layers, see above), its inputs reordered from plain bf16 into its blocked f32
+ * layouts and its outputs back to plain bf16 (rounded once to nearest even) by the one reorder
+ * per tensor the native path does anyway (the conversion rides on it); TS_CONV_LP_DEFAULT: f32
+ * for backward-weights of ungrouped non-1x1 layers with >= 32 channels in and out when oneDNN
+ * runs on more than one thread (omp_get_max_threads() > 1), native otherwise (why: lp_wants_f32
+ * in conv_dnnl.c). dir: 0 fwd, 1 bwd_data, 2 bwd_weight. The setter
+ * is for benchmarks and tests (process-wide, like ts__conv_dnnl_set_algo). */
+enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32 };
+void ts__conv_dnnl_set_lp_mode(int dir, int mode);
+int ts__conv_dnnl_get_lp_mode(int dir);
 /* oneDNN's implementation name of the bf16 primitive of a direction ("" if unavailable). */
 const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir);
 

@@ -7,6 +7,7 @@
  * calls (weights change every step). Reorder primitives are cached next to their convolution.
  * Scratch buffers are process-wide and grow to the largest size seen (kernels are launched from
  * one thread at a time; see dnnl_ctx.h). */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +48,7 @@ enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_WEIGHT = 2 };
 
 typedef struct {
   char tag[8];
-  int32_t dir, fmt, with_bias, alg, dt, pad_;
+  int32_t dir, fmt, with_bias, alg, dt, pdt; /* dt: the caller's buffers; pdt: the primitive's */
   int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
 } conv_key;
 
@@ -66,6 +67,15 @@ typedef struct {
   char impl[64];
 } conv_aux;
 
+/* Time split of run_conv (ts__conv_dnnl_stats): [bf16?][dir][0 reorders in, 1 primitive,
+ * 2 reorders out], seconds, summed since the last reset. Two clock reads per part. */
+static double g_stat[2][3][3];
+
+void ts__conv_dnnl_stats(double out[2][3][3], int reset) {
+  if (out) memcpy(out, g_stat, sizeof g_stat);
+  if (reset) memset(g_stat, 0, sizeof g_stat);
+}
+
 static void *g_buf[NSLOT];
 static size_t g_cap[NSLOT];
 
@@ -78,17 +88,44 @@ static void *scratch(int slot, size_t bytes) {
   return g_buf[slot];
 }
 
+/* bf16 per direction (ts__conv_dnnl_set_lp_mode): see conv.h. */
+static int g_lp_mode[3] = {TS_CONV_LP_DEFAULT, TS_CONV_LP_DEFAULT, TS_CONV_LP_DEFAULT};
+void ts__conv_dnnl_set_lp_mode(int dir, int mode) {
+  if (dir >= 0 && dir < 3 && mode >= TS_CONV_LP_DEFAULT && mode <= TS_CONV_LP_F32) g_lp_mode[dir] = mode;
+}
+int ts__conv_dnnl_get_lp_mode(int dir) { return dir >= 0 && dir < 3 ? g_lp_mode[dir] : -1; }
+
+/* Whether the f32 default would run Winograd for d (3x3 stride 1, undilated, ungrouped, >= 32
+ * channels in and out). */
+static int wino_shape(const ts__conv_desc *d) {
+  return d->KH == 3 && d->KW == 3 && d->sh == 1 && d->sw == 1 && d->dh == 1 && d->dw == 1 && d->groups == 1 &&
+         d->C >= 32 && d->O >= 32;
+}
+
+/* Whether bf16 direction dir of d runs an f32 primitive between converting reorders (the
+ * TS_CONV_LP_DEFAULT rule, conv.h): backward-weights of the ungrouped spatial (not 1x1) layers
+ * with >= 32 channels in and out, when oneDNN runs more than one thread. There oneDNN 2.6's bf16
+ * kernel (jit_bf16:avx512_core_bf16) splits the reduction over the minibatch between the threads
+ * and joins them with spinning barriers: with 2 threads on a machine where another process wants
+ * a core, one thread spins while the other waits for the CPU, and a ResNet-18 step's
+ * backward-weights went from 107 ms to 2,070 ms (the f32 kernels, Winograd and direct, slowed by
+ * the same 2.7x as everything else); on a quiet machine it is only ~1.1x the f32 one. On one
+ * thread there is no barrier and the bf16 kernel is the faster (docs/mixed-precision.md,
+ * "Convolutions at O2"). The 1x1 kernel (jit_bf16_1x1) and thin layers (the RGB stem) keep bf16. */
+static int lp_wants_f32(const ts__conv_desc *d, int dir) {
+  if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT) return g_lp_mode[dir] == TS_CONV_LP_F32;
+  return dir == 2 && d->groups == 1 && (d->KH > 1 || d->KW > 1) && d->C >= 32 && d->O >= 32 &&
+         !omp_in_parallel() && omp_get_max_threads() > 1;
+}
+
 static void make_key(conv_key *k, const ts__conv_desc *d, int dir, int fmt, int with_bias,
                      dnnl_data_type_t dt) {
   memset(k, 0, sizeof *k);
   memcpy(k->tag, "conv2d", 7);
   k->dir = dir, k->fmt = fmt, k->with_bias = with_bias, k->alg = g_alg[dir], k->dt = (int32_t)dt;
-  if (k->alg == TS_CONV_ALG_DEFAULT && dt != dnnl_f32) k->alg = TS_CONV_ALG_DIRECT; /* no bf16 Winograd */
-  if (k->alg == TS_CONV_ALG_DEFAULT)
-    k->alg = d->KH == 3 && d->KW == 3 && d->sh == 1 && d->sw == 1 && d->dh == 1 && d->dw == 1 &&
-                     d->groups == 1 && d->C >= 32 && d->O >= 32
-                 ? TS_CONV_ALG_WINOGRAD
-                 : TS_CONV_ALG_DIRECT;
+  k->pdt = (int32_t)(dt == dnnl_bf16 && lp_wants_f32(d, dir) ? dnnl_f32 : dt);
+  if (k->alg == TS_CONV_ALG_DEFAULT && k->pdt != dnnl_f32) k->alg = TS_CONV_ALG_DIRECT; /* no bf16 Winograd */
+  if (k->alg == TS_CONV_ALG_DEFAULT) k->alg = wino_shape(d) ? TS_CONV_ALG_WINOGRAD : TS_CONV_ALG_DIRECT;
   k->N = d->N, k->C = d->C, k->H = d->H, k->W = d->W, k->O = d->O, k->KH = d->KH, k->KW = d->KW;
   k->OH = d->OH, k->OW = d->OW, k->sh = d->sh, k->sw = d->sw, k->ph = d->ph, k->pw = d->pw;
   k->dh = d->dh, k->dw = d->dw, k->groups = d->groups;
@@ -141,8 +178,11 @@ static ts__dnnl_prim *get_prim(const ts__conv_desc *d, int dir, int with_bias, d
   ts__dnnl_prim *p = ts__dnnl_cache_get(key, sizeof *key);
   if (p) return p;
 
-  dnnl_memory_desc_t px, pw, pb, py, ax, aw, ay;
-  if (plain_mds(d, dt, &px, &pw, &pb, &py)) return NULL;
+  /* p*: plain in the primitive's dtype (what it runs on in PLAIN mode); c*: plain in the
+   * caller's dtype (the user side of the reorders; the same as p* unless bf16 runs on f32) */
+  dnnl_memory_desc_t px, pw, pb, py, ax, aw, ay, cx, cw, cb, cy;
+  if (plain_mds(d, (dnnl_data_type_t)key->pdt, &px, &pw, &pb, &py) || plain_mds(d, dt, &cx, &cw, &cb, &cy))
+    return NULL;
   const dnnl_memory_desc_t *ux = &px, *uw = &pw, *uy = &py;
   if (fmt == TS_CONV_FMT_ANY) {
     if (any_md(&ax, &px) || any_md(&aw, &pw) || any_md(&ay, &py)) return NULL;
@@ -194,7 +234,7 @@ static ts__dnnl_prim *get_prim(const ts__conv_desc *d, int dir, int with_bias, d
       {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, 0, DNNL_ARG_DIFF_SRC},
       {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_BIAS, DNNL_ARG_DIFF_WEIGHTS}};
   const dnnl_memory_desc_t *user[3][NSLOT] = {
-      {&px, &pw, &pb, &py}, {&py, &pw, NULL, &px}, {&px, &py, &pb, &pw}};
+      {&cx, &cw, &cb, &cy}, {&cy, &cw, NULL, &cx}, {&cx, &cy, &cb, &cw}};
   for (int s = 0; s < NSLOT; s++) {
     if (!args[dir][s] || (s == 2 && !with_bias)) continue;
     aux->arg[s] = args[dir][s];
@@ -262,6 +302,7 @@ static int run_conv(const ts__conv_desc *d, int dir, dnnl_data_type_t dt, void *
   ts__dnnl_prim p = *pp;
   const conv_aux *aux = p.aux;
   void *pb[NSLOT] = {0};
+  double *st = g_stat[dt != dnnl_f32][dir], t0 = ts_time_now(), t1;
   for (int s = 0; s < NSLOT; s++) {
     if (!aux->arg[s]) continue;
     pb[s] = bufs[s];
@@ -279,11 +320,16 @@ static int run_conv(const ts__conv_desc *d, int dir, dnnl_data_type_t dt, void *
       args[na].memory = ts__dnnl_mem(&aux->prim[s], pb[s]);
       na++;
     }
+  t1 = ts_time_now();
+  st[0] += t1 - t0;
   if ((rc = ts__dnnl_run(&p, na, args, what))) return rc;
+  t0 = ts_time_now();
+  st[1] += t0 - t1;
   for (int s = 0; s < NSLOT; s++)
     if (aux->arg[s] && aux->reorder[s] && aux->is_out[s] &&
         (rc = reorder(&key, NSLOT + s, &aux->prim[s], pb[s], &aux->user[s], bufs[s])))
       return rc;
+  st[2] += ts_time_now() - t0;
   return TS_OK;
 }
 

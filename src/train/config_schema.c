@@ -320,6 +320,11 @@ const ts__cfg_key ts__cfg_keys[] = {
      "parameter is held as slices, the optimizer state is sharded (parallel.optimizer_shard) or "
      "the model is cut into pipeline stages, else whole (docs/checkpoints.md). Either loads into "
      "any layout"},
+    {"checkpoint.async", CT_BOOL, FLD(checkpoint.async), "false", NULL, 0, 0, 0, 0, 0,
+     "true = a save copies the step's state (each rank's pieces; the gathered whole model on rank 0 "
+     "for format whole) to host memory and a background thread writes it (hashes, fsync, rename, "
+     "the manifest last) while training goes on; the next save and the end of training wait for "
+     "it, and a failed background write is an error there naming the file (docs/checkpoints.md)"},
     {"checkpoint.save_steps", CT_I64, FLD(checkpoint.save_steps), "0", NULL, 0, BIG, 0, 0, 0,
      "> 0: save every N optimizer steps"},
     {"checkpoint.save_epochs", CT_INT, FLD(checkpoint.save_epochs), "1", NULL, 0, 1e9, 0, 0, 0,

@@ -109,6 +109,7 @@ struct ts_trainer {
   ts__progress prog;
   char *cfg_yaml;
   ts__tprof *prof; /* log.profile; NULL when off */
+  struct ts__ckpt_async *async; /* checkpoint.async: the background writer (NULL until the first save) */
 };
 
 /* The layout for c's parallel.mode (the one place the mode is read), the distribution config
@@ -136,6 +137,38 @@ int ts__trainer_ckpt_format(const ts_trainer *t);
 /* Loads sliced checkpoint dir into the rank's store and optimizer (collective: every rank fails
  * if one does); st holds the expectations (ts__trainer_ckpt_state) and gets the position. */
 int ts__trainer_load_sliced(ts_trainer *t, const char *dir, int strict, int with_optimizer, ts_ckpt_state *st);
+/* A sliced save cut in its phases (trainer_ckpt.c): begin is phase 1 (collective over the world,
+ * main thread); finish runs phases 2 and 3 over w (the world or the async writer's duplicate).
+ * snapshot copies the pieces' data into buf (job_bytes of it) so that training may go on. */
+typedef struct {
+  char final[2200], id[64], staging[4096];
+  int rank, N;
+  int64_t step, optim_step;
+  ts_piece_list own;     /* the pieces this rank writes */
+  int rc;                /* this rank could not list its pieces (msg says why) */
+  char msg[1200];
+  ts_ckpt_manifest *m;   /* rank 0: the manifest's skeleton */
+  int mrc, strategy;     /* rank 0: the skeleton's failure (mmsg); a strategy file was written */
+  char mmsg[1200];
+} ts__sliced_job;
+int ts__sliced_begin(ts_trainer *t, const char *final, ts__sliced_job *j);
+size_t ts__sliced_job_bytes(const ts__sliced_job *j);
+void ts__sliced_job_snapshot(ts__sliced_job *j, unsigned char *buf);
+int ts__sliced_finish(ts__sliced_job *j, ts_comm *w);
+void ts__sliced_job_free(ts__sliced_job *j);
+/* The whole checkpoint's state gathered (collective, as ts_trainer_save) and, on rank 0, copied
+ * into *snap (reused). */
+int ts__trainer_whole_snapshot(ts_trainer *t, ts_ckpt_snapshot **snap);
+/* checkpoint.async (trainer_async.c). save: waits for the previous background save (its status
+ * agreed over the world: collective), then takes this one's snapshot on the main thread and
+ * starts its writer. wait: joins the writer; agree = 1 (collective, every rank at the same
+ * point): every rank returns the failure of any (the failing rank's message names the file);
+ * agree = 0 (an error path): the writer's failure is logged, returned only locally. free: joins
+ * and frees. rotate: rank 0's writer applies checkpoint.keep_max after the commit. */
+int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced, int rotate);
+int ts__ckpt_async_wait(ts_trainer *t, int agree);
+void ts__ckpt_async_free(ts_trainer *t);
+
 /* Rank `rank` of a job of ndevices under cfg built dry (sized, nothing allocated; trainer_plan.c):
  * the pieces it would hold with nslots optimizer slots (ts_dist_pieces) into *pieces and, when
  * tensors is not NULL, the whole model's tensors (ts_dist_tensors, with the optimizer). */

@@ -274,6 +274,21 @@ int ts_trainer_save(ts_trainer *t, const char *path) {
   return rc;
 }
 
+int ts__trainer_whole_snapshot(ts_trainer *t, ts_ckpt_snapshot **snap) {
+  whole_model w;
+  int rc = whole_open(t, 1, &w);
+  if (!rc) rc = ts_dist_move(t->dist, w.full, t->opt, w.fopt, 1); /* every rank's slices */
+  if (!rc && t->run->rank == 0) {
+    ts_ckpt_state st;
+    ts__trainer_ckpt_state(t, &st);
+    st.params = w.full;
+    st.optim = w.owned ? w.fopt : t->opt;
+    rc = ts_ckpt_snapshot_take(&st, snap);
+  }
+  whole_close(&w);
+  return rc;
+}
+
 int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer) {
   whole_model w;
   ts_ckpt_state st;
@@ -314,6 +329,7 @@ static int save_checkpoint(ts_trainer *t) {
   int sliced = ts__trainer_ckpt_format(t) == TS_CFG_CKPT_SLICED;
   int rc = sliced ? ts_ckpt_dir_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step)
                   : ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
+  if (!rc && c->checkpoint.async) return ts__ckpt_async_save(t, path, sliced, 1); /* rotation and message: its writer */
   if (!rc) rc = sliced ? ts_trainer_save_sliced(t, path)  /* collective; every rank writes its pieces */
                        : ts_trainer_save(t, path);        /* collective; rank 0 writes */
   if (rc || t->run->rank != 0) return rc;
@@ -468,6 +484,7 @@ int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user
 
 void ts_trainer_free(ts_trainer *t) {
   if (!t) return;
+  ts__ckpt_async_free(t); /* joins a writer still running (an error path) */
   ts__progress_close(&t->prog);
   ts__tprof_free(t->prof); /* before the plan it hooks */
   ts_pipeline_free(t->train_pipe);
@@ -713,6 +730,10 @@ int ts_trainer_fit(ts_trainer *t) {
     t_prev = ts_time_now(); /* evaluation and checkpoints are not step time */
   }
   if (rc == TS_OK && t->stop && c->checkpoint.dir[0] && c->checkpoint.save_last) rc = save_checkpoint(t);
+  /* the background writer's last save: done before the end is reported (collective when every
+   * rank got here without an error; an error path only joins it and logs its failure) */
+  int arc = ts__ckpt_async_wait(t, rc == TS_OK);
+  if (rc == TS_OK) rc = arc;
   for (int i = 0; i < t->ncb && rc == TS_OK; i++)
     if (t->cb[i].on_train_end) rc = t->cb[i].on_train_end(t, t->cb[i].user);
   if (rc == TS_OK) rc = ts__tprof_finish(t); /* collective; rank 0 reports */

@@ -6,11 +6,12 @@
  * `tessera ckpt reshard` re-cuts a checkpoint for another layout in one process, from the dry
  * ranks of the new layout.
  *
- * The save runs in three phases so that an asynchronous writer could run the middle one on a
- * thread: (1) collective: the staging directory and the checkpoint id from rank 0, the pieces and
- * which rank writes each (hashes all-gathered); (2) local I/O: ts_ckpt_slice_write of the rank's
- * pieces (snapshot them with ts_piece_list_add_copy to let training go on meanwhile); (3)
- * collective: the records to rank 0, the manifest, the commit, the status to every rank. Saves
+ * The save runs in three phases: (1) collective on the main thread: the staging directory and the
+ * checkpoint id from rank 0, the pieces and which rank writes each (hashes all-gathered), rank 0's
+ * manifest skeleton; (2) local I/O: ts_ckpt_slice_write of the rank's pieces; (3) collective: the
+ * records to rank 0, the manifest, the commit, the status to every rank. checkpoint.async runs
+ * (2) and (3) on a writer thread (trainer_async.c) from a snapshot of the pieces, (3) over a
+ * duplicate of the world communicator. Saves
  * happen at step boundaries only (ts_trainer_fit after a step's update), so there is no
  * accumulation state to save. */
 #include <inttypes.h>
@@ -100,10 +101,18 @@ static int gather_texts(ts_comm *w, int N, const char *mine, char **all, size_t 
   return rc;
 }
 
-int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
+/* (1) collective over the world: the staging directory and the id from rank 0, the pieces and
+ * which this rank writes (into j->own, data pointing into the rank's live state), and on rank 0
+ * the manifest's skeleton (identity, position, layout, tensors) and the strategy file. A local
+ * failure is kept in j->rc (or j->mrc on rank 0) for phase 3 to report; only a failure of the
+ * job's communication (every rank sees it) or of rank 0's staging directory is returned. */
+int ts__sliced_begin(ts_trainer *t, const char *final, ts__sliced_job *j) {
+  memset(j, 0, sizeof *j);
   ts_comm *w = ts_dist_world(t->dist);
   int N = w ? ts_comm_size(w) : 1, rank = w ? ts_comm_rank(w) : 0, rc = TS_OK, rc0 = TS_OK;
-  /* (1) rank 0 prepares the staging directory and names the checkpoint */
+  j->rank = rank;
+  j->N = N;
+  snprintf(j->final, sizeof j->final, "%s", final);
   struct {
     int32_t rc;
     char id[64];
@@ -118,19 +127,21 @@ int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
   }
   if (w && (rc = ts_comm_broadcast(w, &head, sizeof head, TS_U8, 0))) return ts_error_wrap(rc, "checkpoint %s", final);
   if (head.rc) return rank == 0 ? rc0 : ts_error_set(TS_EIO, "checkpoint %s: rank 0 could not prepare it", final);
+  snprintf(j->id, sizeof j->id, "%s", head.id);
+  snprintf(j->staging, sizeof j->staging, "%s", head.staging);
+  j->step = t->step;
   /* the pieces and who writes each */
   const char *names[MAX_SLOTS];
   float *data[MAX_SLOTS];
   int ns = slots_of(t, 1, names, data);
-  int64_t step = t->opt ? ts_optim_get_step(t->opt) : 0;
+  j->optim_step = t->opt ? ts_optim_get_step(t->opt) : 0;
   ts_piece_list l = {0};
   rc = ts_dist_pieces(t->dist, ns, names, data, &l);
-  if (!rc && t->opt) rc = add_step(&l, &step);
+  if (!rc && t->opt) rc = add_step(&l, &j->optim_step);
   uint64_t *h = calloc((size_t)l.n + 1, sizeof *h), *all = NULL;
   size_t *counts = calloc((size_t)N, sizeof *counts), *displs = calloc((size_t)N, sizeof *displs), total = 0;
   char *keep = calloc((size_t)l.n + 1, 1);
-  ts_piece *sel = calloc((size_t)l.n + 1, sizeof *sel);
-  if (!rc && (!h || !counts || !displs || !keep || !sel)) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  if (!rc && (!h || !counts || !displs || !keep)) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
   for (int i = 0; i < l.n && h; i++) h[i] = ts_piece_hash(&l.v[i]);
   int64_t cnt = rc ? -1 : l.n, *cnts = calloc((size_t)N, sizeof(int64_t));
   int failed = 0, crc = TS_OK;
@@ -153,23 +164,87 @@ int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
   }
   if (crc) { /* the job's communication failed: every rank sees it */
     rc = ts_error_wrap(crc ? crc : TS_ECOMM, "checkpoint %s: exchanging the pieces' hashes", final);
+    ts__sliced_job_free(j);
     goto out;
   }
   if (!rc && !failed) rc = mark_own(all, counts, rank, h, l.n, keep);
-  /* (2) this rank's file */
-  char *record = NULL, msg[1200] = "";
-  int wrc = rc, n = 0;
+  /* a rank that failed to list its pieces reports it in phase 3; the others then write nothing */
   for (int i = 0; !rc && !failed && i < l.n; i++)
-    if (keep[i]) sel[n++] = l.v[i];
-  /* a rank that failed to list its pieces reports it; the others then write nothing */
-  if (!rc) wrc = ts_ckpt_slice_write(head.staging, rank, head.id, t->step, sel, n, &record);
+    if (keep[i]) rc = ts_piece_list_add(&j->own, l.v[i].name, l.v[i].dtype, &l.v[i].shape, &l.v[i].region, l.v[i].data);
+  j->rc = rc;
+  if (rc) snprintf(j->msg, sizeof j->msg, "%s", ts_last_error());
+  rc = TS_OK;
+  if (rank == 0) { /* the manifest's skeleton: what phase 3 needs of the trainer */
+    ts_ckpt_state st;
+    ts__trainer_ckpt_state(t, &st);
+    ts_piece_list tens = {0};
+    const ts_strategy_set *ss = ts_dist_strategies(t->dist);
+    char lay[600];
+    layout_json(&t->cfg, N, t->run->sliced, ss != NULL, lay, sizeof lay);
+    int mrc = ts_ckpt_manifest_create(&st, head.id, N, &j->m);
+    if (!mrc) mrc = ts_ckpt_manifest_set_layout(j->m, lay);
+    if (!mrc) mrc = ts_dist_tensors(t->dist, t->opt != NULL, ns, names, &tens);
+    for (int i = 0; i < tens.n && !mrc; i++) mrc = ts_ckpt_manifest_add_tensor(j->m, tens.v[i].name, tens.v[i].dtype, &tens.v[i].shape);
+    if (!mrc && ss) {
+      char sp[4200];
+      snprintf(sp, sizeof sp, "%s/strategy.json", head.staging);
+      mrc = ts_strategy_set_save(ss, sp);
+      j->strategy = 1;
+    }
+    j->mrc = mrc;
+    if (mrc) snprintf(j->mmsg, sizeof j->mmsg, "%s", ts_last_error());
+    ts_piece_list_free(&tens);
+  }
+out:
+  if (all != h) free(all);
+  free(h);
+  free(cnts);
+  free(counts);
+  free(displs);
+  free(keep);
+  ts_piece_list_free(&l);
+  return rc;
+}
+
+size_t ts__sliced_job_bytes(const ts__sliced_job *j) {
+  size_t b = 0;
+  for (int i = 0; i < j->own.n; i++) b += (size_t)ts_region_numel(&j->own.v[i].region) * ts_dtype_size(j->own.v[i].dtype);
+  return b;
+}
+
+void ts__sliced_job_snapshot(ts__sliced_job *j, unsigned char *buf) {
+  size_t off = 0;
+  for (int i = 0; i < j->own.n; i++) {
+    size_t b = (size_t)ts_region_numel(&j->own.v[i].region) * ts_dtype_size(j->own.v[i].dtype);
+    if (b) memcpy(buf + off, j->own.v[i].data, b);
+    j->own.v[i].data = buf + off;
+    off += b;
+  }
+}
+
+void ts__sliced_job_free(ts__sliced_job *j) {
+  ts_piece_list_free(&j->own);
+  ts_ckpt_manifest_free(j->m);
+  j->m = NULL;
+}
+
+/* (2) this rank's file, then (3) collective over w (the world, or the writer's duplicate of it):
+ * the records to rank 0, which completes the manifest, writes it and commits the directory; its
+ * status to every rank. Every rank returns the same success or failure; a failing rank's own
+ * message names its file. Touches only the job (its pieces' data, the skeleton): safe on a
+ * thread while training goes on when the pieces point into a snapshot. */
+int ts__sliced_finish(ts__sliced_job *j, ts_comm *w) {
+  int N = j->N, rank = j->rank, rc = TS_OK;
+  const char *final = j->final;
+  char *record = NULL, msg[1200] = "";
+  int wrc = j->rc;
+  if (!wrc) wrc = ts_ckpt_slice_write(j->staging, rank, j->id, j->step, j->own.v, j->own.n, &record);
   if (wrc) {
-    snprintf(msg, sizeof msg, "%s", ts_last_error());
+    snprintf(msg, sizeof msg, "%s", j->rc ? j->msg : ts_last_error());
     free(record);
     record = NULL;
     ts_ckpt_error_record(rank, msg, &record);
   }
-  /* (3) the records to rank 0, the manifest, the commit */
   char *texts = NULL;
   size_t *lens = calloc((size_t)N, sizeof *lens);
   int grc = !lens || !record ? TS_ENOMEM : TS_OK;
@@ -180,18 +255,9 @@ int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
   }
   int32_t status[2] = {TS_OK, -1}; /* rank 0's result and the first failing rank */
   if (rank == 0) {
-    ts_ckpt_manifest *m = NULL;
-    ts_ckpt_state st;
-    ts__trainer_ckpt_state(t, &st);
-    ts_piece_list tens = {0};
-    const ts_strategy_set *ss = ts_dist_strategies(t->dist);
-    char lay[600];
-    layout_json(&t->cfg, N, t->run->sliced, ss != NULL, lay, sizeof lay);
-    int mrc = grc ? ts_error_set(grc, "checkpoint %s: collecting the ranks' records", final) : TS_OK;
-    if (!mrc) mrc = ts_ckpt_manifest_create(&st, head.id, N, &m);
-    if (!mrc) mrc = ts_ckpt_manifest_set_layout(m, lay);
-    if (!mrc) mrc = ts_dist_tensors(t->dist, t->opt != NULL, ns, names, &tens);
-    for (int i = 0; i < tens.n && !mrc; i++) mrc = ts_ckpt_manifest_add_tensor(m, tens.v[i].name, tens.v[i].dtype, &tens.v[i].shape);
+    ts_ckpt_manifest *m = j->m;
+    int mrc = j->mrc ? ts_error_set(j->mrc, "%s", j->mmsg) : TS_OK;
+    if (!mrc && grc) mrc = ts_error_set(grc, "checkpoint %s: collecting the ranks' records", final);
     size_t off = 0;
     for (int r = 0; r < N && !mrc; r++) {
       char *rec = strndup(texts + off, lens[r]);
@@ -200,21 +266,15 @@ int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
       if (mrc) status[1] = r;
       free(rec);
     }
-    if (!mrc && ss) {
-      char sp[4200];
-      snprintf(sp, sizeof sp, "%s/strategy.json", head.staging);
-      if (!(mrc = ts_strategy_set_save(ss, sp))) mrc = ts_ckpt_manifest_add_file(m, head.staging, "strategy.json");
-    }
+    if (!mrc && j->strategy) mrc = ts_ckpt_manifest_add_file(m, j->staging, "strategy.json");
     if (!mrc) mrc = ts_ckpt_manifest_check(m);
-    if (!mrc) mrc = ts_ckpt_manifest_write(m, head.staging);
-    if (!mrc) mrc = ts_ckpt_stage_commit(head.staging, final);
+    if (!mrc) mrc = ts_ckpt_manifest_write(m, j->staging);
+    if (!mrc) mrc = ts_ckpt_stage_commit(j->staging, final);
     if (mrc) {
       ts_error_wrap(mrc, "checkpoint %s", final);
-      ts_ckpt_stage_abort(head.staging);
+      ts_ckpt_stage_abort(j->staging);
     }
     status[0] = mrc;
-    ts_piece_list_free(&tens);
-    ts_ckpt_manifest_free(m);
   }
   int brc = w ? ts_comm_broadcast(w, status, 2, TS_I32, 0) : TS_OK;
   if (brc) rc = ts_error_wrap(brc, "checkpoint %s", final);
@@ -226,15 +286,14 @@ int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
   free(texts);
   free(lens);
   free(record);
-out:
-  if (all != h) free(all);
-  free(h);
-  free(cnts);
-  free(counts);
-  free(displs);
-  free(keep);
-  free(sel);
-  ts_piece_list_free(&l);
+  return rc;
+}
+
+int ts_trainer_save_sliced(ts_trainer *t, const char *final) {
+  ts__sliced_job j;
+  int rc = ts__sliced_begin(t, final, &j);
+  if (!rc) rc = ts__sliced_finish(&j, ts_dist_world(t->dist));
+  ts__sliced_job_free(&j);
   return rc;
 }
 

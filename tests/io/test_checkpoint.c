@@ -1,6 +1,8 @@
 /* Checkpoints: bitwise round trip of a parameter store and an AdamW optimizer after a few steps
  * (and identical training after resuming), strict / non-strict mismatch reports, another model
- * or config refused, corrupt and truncated files, rotation and latest, parameter export. */
+ * or config refused, corrupt and truncated files, rotation and latest, parameter export, snapshots
+ * (checkpoint.async's host copy: its file = ts_ckpt_save's byte for byte, taken before the state
+ * changes, the buffer reused). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdlib.h>
@@ -648,6 +650,63 @@ static void test_clean_temps(void) {
   ts_params_free(a);
 }
 
+static int same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa && fb, ca, cb;
+  while (same) {
+    ca = fgetc(fa);
+    cb = fgetc(fb);
+    if (ca != cb) same = 0;
+    if (ca == EOF || cb == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return same;
+}
+
+/* A snapshot written after the store and optimizer moved on is the state of the step it was
+ * taken at: byte for byte ts_ckpt_save's file of that state; a second take into the same
+ * snapshot reuses its buffer and gives the later state's file. */
+static void test_snapshot(void) {
+  char *yaml = strdup("model: {name: mlp}\n");
+  ts_params *a = make_params(0, 3);
+  ts_optim *oa = make_optim(a, TS_OPTIM_ADAMW);
+  train(a, oa, 2, 11);
+  ts_ckpt_state st = full_state(a, oa, yaml, 0x1234);
+  ts_ckpt_snapshot *snap = NULL;
+  CHECK_OK(ts_ckpt_snapshot_take(&st, &snap));
+  size_t cap = ts_ckpt_snapshot_bytes(snap);
+  CHECK(cap == (ts_params_numel(a) + ts_params_state_numel(a) + 2 * ts_optim_extent(oa)) * sizeof(float) + 8);
+  CHECK_OK(ts_ckpt_save(tpath("snap_sync2.safetensors"), &st)); /* the reference, before moving on */
+  yaml[0] = 'X';                                                 /* the caller's strings may change too */
+  train(a, oa, 1, 12);
+  CHECK_OK(ts_ckpt_snapshot_save(snap, tpath("snap_async2.safetensors")));
+  CHECK(same_file(tpath("snap_sync2.safetensors"), tpath("snap_async2.safetensors")));
+  /* the later state: the store changed, so the files differ; the same buffer serves */
+  st = full_state(a, oa, yaml, 0x1234);
+  st.step = 4;
+  CHECK_OK(ts_ckpt_snapshot_take(&st, &snap));
+  CHECK(ts_ckpt_snapshot_bytes(snap) == cap);
+  CHECK_OK(ts_ckpt_save(tpath("snap_sync3.safetensors"), &st));
+  CHECK_OK(ts_ckpt_snapshot_save(snap, tpath("snap_async3.safetensors")));
+  CHECK(same_file(tpath("snap_sync3.safetensors"), tpath("snap_async3.safetensors")));
+  CHECK(!same_file(tpath("snap_sync2.safetensors"), tpath("snap_async3.safetensors")));
+  /* and it loads as a checkpoint of step 4 */
+  ts_params *b = make_params(0, 77);
+  ts_optim *ob = make_optim(b, TS_OPTIM_ADAMW);
+  ts_ckpt_state ld = full_state(b, ob, NULL, 0x1234);
+  CHECK_OK(ts_ckpt_load(tpath("snap_async3.safetensors"), &ld, 1));
+  CHECK(ld.step == 4 && same_state(a, oa, b, ob));
+  CHECK(ts_ckpt_snapshot_take(NULL, &snap) == TS_EINVAL && ts_ckpt_snapshot_save(snap, NULL) == TS_EINVAL);
+  ts_ckpt_snapshot_free(snap);
+  ts_ckpt_snapshot_free(NULL);
+  ts_optim_free(oa);
+  ts_optim_free(ob);
+  ts_params_free(a);
+  ts_params_free(b);
+  free(yaml);
+}
+
 int main(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/ts_ckpt_XXXXXX");
   if (!mkdtemp(g_dir)) return 1;
@@ -658,6 +717,7 @@ int main(void) {
   test_export();
   test_plain_file();
   test_clean_temps();
+  test_snapshot();
   rm_rf(g_dir);
   return ts_test_finish("test_checkpoint");
 }

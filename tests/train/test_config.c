@@ -138,6 +138,7 @@ static const struct {
     {"checkpoint.resume", "auto"},
     {"checkpoint.strict", "false"},
     {"checkpoint.format", "sliced"},
+    {"checkpoint.async", "true"},
     {"log.metrics", "runs/x/metrics.jsonl"},
     {"log.progress", "lines"},
     {"log.plot", "runs/x/curves.png"},
