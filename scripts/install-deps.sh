@@ -9,10 +9,11 @@
 #   --fuzz      also install clang and its libFuzzer runtime (tests/fuzz/run.sh).
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
-      libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist python3-protobuf"
+      libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist
+      python3-dev python3-numpy python3-protobuf"
 for a in "$@"; do
   case "$a" in
-    --fixtures|--bench) pkgs="$pkgs python3-torch python3-torchvision python3-numpy libopenblas0-openmp" ;;
+    --fixtures|--bench) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp" ;;
     --fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;;
     *) echo "install-deps.sh: unknown option '$a'" >&2; exit 2 ;;
   esac

@@ -163,6 +163,12 @@ int ts_config_apply_plan_on(ts_config *cfg, const ts_plan_choice *p, const ts_cl
 /* "dp=2,tp=1,pp=1,micro_batches=1,zero=0,recompute=none" */
 void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap);
 
+/* The training and test sources cfg's data.* keys describe (the trainer's own: data.path, splits,
+ * train_limit / test_limit applied), for a binding that iterates a data set by itself (the Python
+ * package's datasets). *test may be NULL (no test split). Free both with ts_source_free. Errors
+ * name the key and the file (TS_ECONFIG, TS_ENOTFOUND, TS_EFORMAT). */
+int ts_config_sources(const ts_config *cfg, ts_source **train, ts_source **test);
+
 /* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
  * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */
 int ts_trainer_create(const ts_config *cfg, ts_trainer **out);

@@ -198,3 +198,7 @@ int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test)
   }
   return TS_OK;
 }
+
+int ts_config_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
+  return ts__train_sources(cfg, train, test);
+}

@@ -1,0 +1,331 @@
+/* The graph builder a Python model records into: a Builder wraps the ts_nn (graph + parameter
+ * store) of one ts_model_fn call and is closed when the call returns. Values are the graph's
+ * ts_val integers; tessera.Tensor (python/tessera/tensor.py) wraps them. Every op raises
+ * ValueError with the graph's message (naming the op and the shapes) as soon as it fails. */
+#include "tsp.h"
+
+typedef struct {
+  PyObject_HEAD
+  ts_nn *nn;
+  int training, rank, size;
+} Builder;
+
+PyObject *tsp_builder_new(ts_nn *nn, const ts_model_info *info) {
+  Builder *b = PyObject_New(Builder, &tsp_BuilderType);
+  if (!b) return NULL;
+  b->nn = nn;
+  b->training = info ? info->training : 1;
+  b->rank = info ? info->rank : 0;
+  b->size = info ? info->size : 1;
+  return (PyObject *)b;
+}
+
+void tsp_builder_close(PyObject *o) { ((Builder *)o)->nn = NULL; }
+
+static ts_graph *G(Builder *b) {
+  if (!b->nn) {
+    PyErr_SetString(PyExc_RuntimeError, "tessera: graph ops run only inside Cell.construct while a model is built");
+    return NULL;
+  }
+  return b->nn->g;
+}
+
+/* the op's result, or ValueError with the graph's sticky message */
+static PyObject *ret(Builder *b, ts_val v) {
+  ts_graph *g = b->nn->g;
+  if (v == TS_NONE || ts_graph_status(g)) {
+    const char *m = ts_graph_error(g);
+    PyErr_SetString(PyExc_ValueError, m && m[0] ? m : ts_last_error());
+    return NULL;
+  }
+  return PyLong_FromLong(v);
+}
+
+#define PRE(fmt, ...)                                   \
+  ts_graph *g = G(b);                                   \
+  if (!g || !PyArg_ParseTuple(args, fmt, __VA_ARGS__)) \
+    return NULL
+
+static PyObject *b_dense(Builder *b, PyObject *args) {
+  const char *name;
+  int x, bias;
+  long long out;
+  PRE("siLp", &name, &x, &out, &bias);
+  (void)g;
+  return ret(b, ts_nn_dense(b->nn, name, x, out, bias));
+}
+
+static PyObject *b_conv2d(Builder *b, PyObject *args) {
+  const char *name;
+  int x, k, s, p, d, gr, bias;
+  long long out;
+  PRE("siLiiiiip", &name, &x, &out, &k, &s, &p, &d, &gr, &bias);
+  (void)g;
+  return ret(b, ts_nn_conv2d(b->nn, name, x, out, k, s, p, d, gr, bias));
+}
+
+static PyObject *b_batchnorm(Builder *b, PyObject *args) {
+  const char *name;
+  int x;
+  float m, e;
+  PRE("siff", &name, &x, &m, &e);
+  (void)g;
+  return ret(b, ts_nn_batchnorm(b->nn, name, x, m, e));
+}
+
+static PyObject *b_layernorm(Builder *b, PyObject *args) {
+  const char *name;
+  int x;
+  float e;
+  PRE("sif", &name, &x, &e);
+  (void)g;
+  return ret(b, ts_nn_layernorm(b->nn, name, x, e));
+}
+
+static PyObject *b_embedding(Builder *b, PyObject *args) {
+  const char *name;
+  int x;
+  long long v, d;
+  PRE("siLL", &name, &x, &v, &d);
+  (void)g;
+  return ret(b, ts_nn_embedding(b->nn, name, x, v, d));
+}
+
+/* param(name, shape, init, a, b, no_decay, state): a parameter in the current scope */
+static PyObject *b_param(Builder *b, PyObject *args) {
+  const char *name, *init;
+  PyObject *shp;
+  float a, bb;
+  int nodecay, state;
+  PRE("sOsffpp", &name, &shp, &init, &a, &bb, &nodecay, &state);
+  (void)g;
+  ts_shape s;
+  if (tsp_shape_from_seq(shp, &s)) return NULL;
+  static const char *kinds[] = {"zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
+                                "xavier_normal", "he_uniform", "he_normal", "torch_default"};
+  int k = -1;
+  for (int i = 0; i < 10; i++)
+    if (!strcmp(init, kinds[i])) k = i;
+  if (k < 0) return PyErr_Format(PyExc_ValueError, "parameter '%s': unknown initializer '%s'", name, init);
+  ts_init in = {(ts_init_kind)k, a, bb, 0};
+  return ret(b, ts_nn_param(b->nn, name, s, in, (nodecay ? TS_PARAM_NO_DECAY : 0) | (state ? TS_PARAM_STATE : 0)));
+}
+
+static PyObject *b_eltwise(Builder *b, PyObject *args) {
+  int x, alg;
+  PRE("ii", &x, &alg);
+  if (alg < 0 || alg >= TS_ELT_COUNT) return PyErr_Format(PyExc_ValueError, "eltwise: bad algorithm %d", alg);
+  return ret(b, ts_eltwise(g, x, (ts_eltwise_alg)alg));
+}
+
+static PyObject *b_softmax(Builder *b, PyObject *args) {
+  int x, axis, lg;
+  PRE("iip", &x, &axis, &lg);
+  return ret(b, lg ? ts_log_softmax(g, x, axis) : ts_softmax(g, x, axis));
+}
+
+static PyObject *b_binary(Builder *b, PyObject *args) {
+  int x, y, alg;
+  PRE("iii", &x, &y, &alg);
+  if (alg < 0 || alg >= TS_BIN_COUNT) return PyErr_Format(PyExc_ValueError, "binary: bad algorithm %d", alg);
+  return ret(b, ts_binary(g, x, y, (ts_binary_alg)alg));
+}
+
+static PyObject *b_scale(Builder *b, PyObject *args) {
+  int x;
+  float al, be;
+  PRE("iff", &x, &al, &be);
+  return ret(b, ts_scale(g, x, al, be));
+}
+
+static PyObject *b_matmul(Builder *b, PyObject *args) {
+  int x, y, ta, tb;
+  PRE("iipp", &x, &y, &ta, &tb);
+  return ret(b, ts_matmul(g, x, y, ta, tb));
+}
+
+static PyObject *b_dense_op(Builder *b, PyObject *args) {
+  int x, w, bias;
+  PRE("iii", &x, &w, &bias);
+  return ret(b, ts_dense(g, x, w, bias < 0 ? TS_NONE : bias));
+}
+
+static PyObject *b_reshape(Builder *b, PyObject *args) {
+  int x;
+  PyObject *shp;
+  PRE("iO", &x, &shp);
+  ts_shape s;
+  if (tsp_shape_from_seq(shp, &s)) return NULL;
+  return ret(b, ts_reshape(g, x, s));
+}
+
+static PyObject *b_flatten(Builder *b, PyObject *args) {
+  int x, d;
+  PRE("ii", &x, &d);
+  return ret(b, ts_flatten(g, x, d));
+}
+
+static PyObject *b_permute(Builder *b, PyObject *args) {
+  int x;
+  PyObject *perm;
+  PRE("iO", &x, &perm);
+  ts_shape s;
+  if (tsp_shape_from_seq(perm, &s)) return NULL;
+  if (s.ndim != ts_val_shape(g, x).ndim) return PyErr_Format(PyExc_ValueError, "permute: %d axes for a %d-dim value", s.ndim, ts_val_shape(g, x).ndim);
+  int p[TS_MAX_DIMS];
+  for (int i = 0; i < s.ndim; i++) p[i] = (int)s.dims[i];
+  return ret(b, ts_permute(g, x, p));
+}
+
+static PyObject *b_transpose(Builder *b, PyObject *args) {
+  int x, d0, d1;
+  PRE("iii", &x, &d0, &d1);
+  return ret(b, ts_transpose(g, x, d0, d1));
+}
+
+static PyObject *b_concat(Builder *b, PyObject *args) {
+  PyObject *xs;
+  int axis;
+  PRE("Oi", &xs, &axis);
+  PyObject *f = PySequence_Fast(xs, "concat: expected a sequence of values");
+  if (!f) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+  ts_val *v = PyMem_Malloc(sizeof(ts_val) * (size_t)(n ? n : 1));
+  for (Py_ssize_t i = 0; v && i < n; i++) v[i] = (ts_val)PyLong_AsLong(PySequence_Fast_GET_ITEM(f, i));
+  Py_DECREF(f);
+  if (!v) return PyErr_NoMemory();
+  if (PyErr_Occurred()) {
+    PyMem_Free(v);
+    return NULL;
+  }
+  ts_val y = ts_concat(g, v, (int)n, axis);
+  PyMem_Free(v);
+  return ret(b, y);
+}
+
+static PyObject *b_slice(Builder *b, PyObject *args) {
+  int x, axis;
+  long long s0, e0;
+  PRE("iiLL", &x, &axis, &s0, &e0);
+  return ret(b, ts_slice(g, x, axis, s0, e0));
+}
+
+static PyObject *b_reduce(Builder *b, PyObject *args) {
+  int x, alg, keep;
+  PyObject *axes;
+  PRE("iiOp", &x, &alg, &axes, &keep);
+  if (alg < 0 || alg >= TS_RED_COUNT) return PyErr_Format(PyExc_ValueError, "reduce: bad algorithm %d", alg);
+  ts_shape s;
+  if (tsp_shape_from_seq(axes, &s)) return NULL;
+  int nd = ts_val_shape(g, x).ndim;
+  uint32_t mask = 0;
+  for (int i = 0; i < s.ndim; i++) {
+    int64_t a = s.dims[i] < 0 ? s.dims[i] + nd : s.dims[i];
+    if (a < 0 || a >= nd) return PyErr_Format(PyExc_ValueError, "reduce: axis %lld out of range for %d dims", (long long)s.dims[i], nd);
+    mask |= 1u << a;
+  }
+  return ret(b, ts_reduce(g, x, (ts_reduce_alg)alg, mask, keep));
+}
+
+static PyObject *b_pool(Builder *b, PyObject *args) {
+  int x, avg, kh, kw, sh, sw, ph, pw;
+  PRE("ipiiiiii", &x, &avg, &kh, &kw, &sh, &sw, &ph, &pw);
+  return ret(b, avg ? ts_avgpool2d(g, x, kh, kw, sh, sw, ph, pw) : ts_maxpool2d(g, x, kh, kw, sh, sw, ph, pw));
+}
+
+static PyObject *b_global_avgpool(Builder *b, PyObject *args) {
+  int x;
+  PRE("i", &x);
+  return ret(b, ts_global_avgpool(g, x));
+}
+
+static PyObject *b_dropout(Builder *b, PyObject *args) {
+  int x;
+  float p;
+  unsigned long long seed;
+  PRE("ifK", &x, &p, &seed);
+  return ret(b, ts_dropout(g, x, p, seed));
+}
+
+static PyObject *b_attention(Builder *b, PyObject *args) {
+  int q, k, v, bthd;
+  float sc;
+  PRE("iiifp", &q, &k, &v, &sc, &bthd);
+  return ret(b, bthd ? ts_attention_bthd(g, q, k, v, sc) : ts_attention(g, q, k, v, sc));
+}
+
+static PyObject *b_softmax_ce(Builder *b, PyObject *args) {
+  int x, y;
+  float s;
+  PRE("iif", &x, &y, &s);
+  return ret(b, ts_softmax_cross_entropy(g, x, y, s));
+}
+
+static PyObject *b_cast(Builder *b, PyObject *args) {
+  int x;
+  const char *dt;
+  PRE("is", &x, &dt);
+  ts_dtype d;
+  if (ts_dtype_parse(dt, &d)) return PyErr_Format(PyExc_ValueError, "cast: unknown dtype '%s'", dt);
+  return ret(b, ts_cast(g, x, d));
+}
+
+static PyObject *b_shard(Builder *b, PyObject *args) {
+  int x;
+  const char *st;
+  PRE("is", &x, &st);
+  int rc = ts_shard(g, x, st);
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *b_push_scope(Builder *b, PyObject *args) {
+  const char *s;
+  PRE("s", &s);
+  ts_graph_push_scope(g, s);
+  Py_RETURN_NONE;
+}
+
+static PyObject *b_pop_scope(Builder *b, PyObject *args) {
+  ts_graph *g = G(b);
+  (void)args;
+  if (!g) return NULL;
+  ts_graph_pop_scope(g);
+  Py_RETURN_NONE;
+}
+
+static PyObject *b_info(Builder *b, PyObject *args) {
+  int x;
+  PRE("i", &x);
+  ts_shape s = ts_val_shape(g, x);
+  PyObject *t = tsp_shape_to_tuple(&s);
+  if (!t) return NULL;
+  return Py_BuildValue("Ns", t, ts_dtype_name(ts_val_dtype(g, x)));
+}
+
+static PyObject *b_get(Builder *b, void *which) {
+  intptr_t w = (intptr_t)which;
+  return PyLong_FromLong(w == 0 ? b->training : w == 1 ? b->rank : b->size);
+}
+
+#define M(n) {#n, (PyCFunction)b_##n, METH_VARARGS, NULL}
+static PyMethodDef bmethods[] = {M(dense),    M(conv2d),   M(batchnorm),  M(layernorm), M(embedding),
+                                 M(param),    M(eltwise),  M(softmax),    M(binary),    M(scale),
+                                 M(matmul),   M(dense_op), M(reshape),    M(flatten),   M(permute),
+                                 M(transpose), M(concat),  M(slice),      M(reduce),    M(pool),
+                                 M(global_avgpool), M(dropout), M(attention), M(softmax_ce), M(cast),
+                                 M(shard),    M(push_scope), {"pop_scope", (PyCFunction)b_pop_scope, METH_NOARGS, NULL},
+                                 M(info),     {NULL, NULL, 0, NULL}};
+static PyGetSetDef bgetset[] = {{"training", (getter)b_get, NULL, "1: the training graph", (void *)0},
+                                {"rank", (getter)b_get, NULL, "this rank", (void *)1},
+                                {"size", (getter)b_get, NULL, "the job's ranks", (void *)2},
+                                {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject tsp_BuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tessera._C.Builder",
+    .tp_basicsize = sizeof(Builder),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A model's graph while it is built (valid only inside the build call).",
+    .tp_methods = bmethods,
+    .tp_getset = bgetset,
+};

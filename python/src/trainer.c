@@ -1,0 +1,283 @@
+/* tessera._C.Trainer: a ts_trainer made from config keys and, for a model written in Python, a
+ * ts_model_fn that calls back into Python (builder(Builder, x, targets|None) -> (logits, loss)).
+ * Python callbacks become ts_callbacks; an exception raised in one stops training and propagates
+ * out of fit(). */
+#include "tsp.h"
+
+typedef struct pycb {
+  PyObject *step_end, *epoch_end, *eval_end, *train_end;
+  struct pycb *next;
+} pycb;
+
+typedef struct {
+  PyObject_HEAD
+  ts_trainer *t;
+  PyObject *build; /* the model builder (NULL: the config's zoo model) */
+  pycb *cbs;
+} Trainer;
+
+static int model_fn(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits, ts_val *loss,
+                    void *user) {
+  Trainer *self = user;
+  PyObject *b = tsp_builder_new(nn, info);
+  if (!b) return tsp_pending_stash("model builder");
+  PyObject *tg = targets == TS_NONE ? Py_None : PyLong_FromLong(targets);
+  if (targets == TS_NONE) Py_INCREF(Py_None);
+  PyObject *r = PyObject_CallFunction(self->build, "OiN", b, (int)x, tg);
+  tsp_builder_close(b);
+  Py_DECREF(b);
+  if (!r) return tsp_pending_stash("model builder");
+  int lo = -1, ls = -1;
+  PyObject *l1, *l2;
+  if (!PyArg_ParseTuple(r, "OO", &l1, &l2)) {
+    Py_DECREF(r);
+    return tsp_pending_stash("model builder");
+  }
+  lo = l1 == Py_None ? -1 : (int)PyLong_AsLong(l1);
+  ls = l2 == Py_None ? -1 : (int)PyLong_AsLong(l2);
+  Py_DECREF(r);
+  if (PyErr_Occurred()) return tsp_pending_stash("model builder");
+  if (logits) *logits = lo;
+  if (loss) *loss = ls;
+  if (targets != TS_NONE && ls < 0)
+    return ts_error_set(TS_EINVAL, "model builder: the training graph has no loss (loss_fn missing?)");
+  return ts_graph_status(nn->g);
+}
+
+static PyObject *step_dict(const ts_step_info *s) {
+  return Py_BuildValue("{s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:i,s:i,s:d,s:d,s:d}", "step", (long long)s->step, "epoch",
+                       (long long)s->epoch, "batch", (long long)s->batch, "loss", s->loss, "lr", s->lr, "grad_norm",
+                       s->grad_norm, "loss_scale", s->loss_scale, "overflow", s->overflow, "skipped", s->skipped,
+                       "step_ms", s->step_ms, "samples_per_s", s->samples_per_s, "comm_wait_ms", s->comm_wait_ms);
+}
+
+static PyObject *eval_dict(const ts_eval_info *e) {
+  return Py_BuildValue("{s:L,s:L,s:L,s:d,s:d,s:d,s:d}", "step", (long long)e->step, "epoch", (long long)e->epoch,
+                       "samples", (long long)e->samples, "loss", e->loss, "top1", e->top1, "top5", e->top5,
+                       "seconds", e->seconds);
+}
+
+static int call(PyObject *fn, PyObject *arg, const char *where) {
+  if (!arg) return tsp_pending_stash(where);
+  PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
+  Py_DECREF(arg);
+  if (!r) return tsp_pending_stash(where);
+  Py_DECREF(r);
+  return TS_OK;
+}
+
+static int cb_step(ts_trainer *t, const ts_step_info *s, void *user) {
+  (void)t;
+  return call(((pycb *)user)->step_end, step_dict(s), "step_end callback");
+}
+static int cb_eval(ts_trainer *t, const ts_eval_info *e, void *user) {
+  (void)t;
+  return call(((pycb *)user)->eval_end, eval_dict(e), "eval_end callback");
+}
+static int cb_epoch(ts_trainer *t, int64_t epoch, void *user) {
+  (void)t;
+  return call(((pycb *)user)->epoch_end, PyLong_FromLongLong(epoch), "epoch_end callback");
+}
+static int cb_end(ts_trainer *t, void *user) {
+  (void)t;
+  PyObject *r = PyObject_CallNoArgs(((pycb *)user)->train_end);
+  if (!r) return tsp_pending_stash("train_end callback");
+  Py_DECREF(r);
+  return TS_OK;
+}
+
+/* Trainer(pairs, build=None) */
+static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
+  static char *kwl[] = {"config", "build", "yaml", NULL};
+  PyObject *pairs, *build = Py_None;
+  const char *yaml = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Oz", kwl, &pairs, &build, &yaml)) return -1;
+  if (self->t) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer already created");
+    return -1;
+  }
+  ts_config *cfg = PyMem_Malloc(sizeof *cfg);
+  if (!cfg) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  int rc;
+  if (yaml) { /* the file, then the pairs as overrides (tessera train FILE --set k=v) */
+    if ((rc = ts_config_load(yaml, NULL, 0, cfg))) {
+      PyMem_Free(cfg);
+      tsp_raise(rc);
+      return -1;
+    }
+    PyObject *seq = PySequence_Fast(pairs, "config: expected a sequence of (key, value) pairs");
+    for (Py_ssize_t i = 0; seq && i < PySequence_Fast_GET_SIZE(seq); i++) {
+      const char *k, *v;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ss", &k, &v) || ((rc = ts_config_set(cfg, k, v)) &&
+                                                                                !tsp_raise(rc))) {
+        Py_DECREF(seq);
+        PyMem_Free(cfg);
+        return -1;
+      }
+    }
+    Py_XDECREF(seq);
+    if (!seq) {
+      PyMem_Free(cfg);
+      return -1;
+    }
+  } else if (tsp_config_from_pairs(pairs, cfg)) {
+    PyMem_Free(cfg);
+    return -1;
+  }
+  if (build != Py_None) {
+    Py_INCREF(build);
+    self->build = build;
+    rc = ts_trainer_create_custom(cfg, model_fn, self, &self->t);
+  } else {
+    rc = ts_trainer_create(cfg, &self->t);
+  }
+  PyMem_Free(cfg);
+  if (tsp_pending_restore()) return -1;
+  if (rc) {
+    tsp_raise(rc);
+    return -1;
+  }
+  return 0;
+}
+
+static void tr_dealloc(Trainer *self) {
+  ts_trainer_free(self->t);
+  for (pycb *c = self->cbs, *n; c; c = n) {
+    n = c->next;
+    Py_XDECREF(c->step_end);
+    Py_XDECREF(c->epoch_end);
+    Py_XDECREF(c->eval_end);
+    Py_XDECREF(c->train_end);
+    PyMem_Free(c);
+  }
+  Py_XDECREF(self->build);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static ts_trainer *T(Trainer *self) {
+  if (!self->t) PyErr_SetString(PyExc_RuntimeError, "Trainer: not created");
+  return self->t;
+}
+
+/* add_callback(step_end=None, epoch_end=None, eval_end=None, train_end=None) */
+static PyObject *tr_add_callback(Trainer *self, PyObject *args, PyObject *kw) {
+  static char *kwl[] = {"step_end", "epoch_end", "eval_end", "train_end", NULL};
+  PyObject *f[4] = {Py_None, Py_None, Py_None, Py_None};
+  if (!T(self) || !PyArg_ParseTupleAndKeywords(args, kw, "|OOOO", kwl, &f[0], &f[1], &f[2], &f[3])) return NULL;
+  pycb *c = PyMem_Calloc(1, sizeof *c);
+  if (!c) return PyErr_NoMemory();
+  PyObject **slots[4] = {&c->step_end, &c->epoch_end, &c->eval_end, &c->train_end};
+  for (int i = 0; i < 4; i++)
+    if (f[i] != Py_None) {
+      Py_INCREF(f[i]);
+      *slots[i] = f[i];
+    }
+  c->next = self->cbs;
+  self->cbs = c;
+  ts_callback cb = {"python", c->step_end ? cb_step : NULL, c->eval_end ? cb_eval : NULL,
+                    c->epoch_end ? cb_epoch : NULL, c->train_end ? cb_end : NULL, c};
+  int rc = ts_trainer_add_callback(self->t, &cb);
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *tr_fit(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  int rc = ts_trainer_fit(self->t);
+  if (tsp_pending_restore()) return NULL;
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *tr_evaluate(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  ts_eval_info e;
+  int rc = ts_trainer_evaluate(self->t, &e);
+  if (tsp_pending_restore()) return NULL;
+  if (rc) return tsp_raise(rc);
+  return eval_dict(&e);
+}
+
+static PyObject *tr_save(Trainer *self, PyObject *args) {
+  const char *path;
+  int sliced = 0;
+  if (!T(self) || !PyArg_ParseTuple(args, "s|p", &path, &sliced)) return NULL;
+  int rc = sliced ? ts_trainer_save_sliced(self->t, path) : ts_trainer_save(self->t, path);
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *tr_load(Trainer *self, PyObject *args) {
+  const char *path;
+  int strict = 1, opt = 0;
+  if (!T(self) || !PyArg_ParseTuple(args, "s|pp", &path, &strict, &opt)) return NULL;
+  int rc = ts_trainer_load(self->t, path, strict, opt);
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject *tr_request_stop(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  ts_trainer_request_stop(self->t);
+  Py_RETURN_NONE;
+}
+
+/* params(): {name: numpy view of this rank's values in the store} (no copy; valid while the
+ * trainer lives; the arrays keep it alive). States (BatchNorm running statistics) included. */
+static PyObject *tr_params(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  ts_params *p = ts_trainer_params(self->t);
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  for (int i = 0; i < ts_params_count(p); i++) {
+    float *ptr = ts_params_ptr(p, i);
+    if (!ptr) continue; /* ZeRO-3: the rank holds a shard elsewhere */
+    ts_shape s = ts_params_shape(p, i);
+    PyObject *a = tsp_array_view(TS_F32, &s, ptr, (PyObject *)self);
+    if (!a || PyDict_SetItemString(d, ts_params_name(p, i), a)) {
+      Py_XDECREF(a);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(a);
+  }
+  return d;
+}
+
+static PyObject *tr_info(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L}", "rank", ts_trainer_rank(self->t), "world_size",
+                       ts_trainer_world_size(self->t), "step", (long long)ts_trainer_step(self->t), "num_params",
+                       (long long)ts_trainer_num_params(self->t), "steps_per_epoch",
+                       (long long)ts_trainer_steps_per_epoch(self->t));
+}
+
+static PyMethodDef tmethods[] = {
+    {"add_callback", (PyCFunction)(void (*)(void))tr_add_callback, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"fit", (PyCFunction)tr_fit, METH_NOARGS, NULL},
+    {"evaluate", (PyCFunction)tr_evaluate, METH_NOARGS, NULL},
+    {"save", (PyCFunction)tr_save, METH_VARARGS, NULL},
+    {"load", (PyCFunction)tr_load, METH_VARARGS, NULL},
+    {"request_stop", (PyCFunction)tr_request_stop, METH_NOARGS, NULL},
+    {"params", (PyCFunction)tr_params, METH_NOARGS, NULL},
+    {"info", (PyCFunction)tr_info, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject tsp_TrainerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tessera._C.Trainer",
+    .tp_basicsize = sizeof(Trainer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Trainer(config_pairs, build=None): ts_trainer_create[_custom].",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)tr_init,
+    .tp_dealloc = (destructor)tr_dealloc,
+    .tp_methods = tmethods,
+};

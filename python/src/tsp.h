@@ -1,0 +1,57 @@
+/* tessera._C: the CPython extension behind the `tessera` package (python/tessera/). One file per
+ * area: module.c (context: MPI, config keys, errors), graph.c (the graph builder a Python Cell's
+ * construct records into), trainer.c (model/trainer, callbacks), data.c (data sets iterated to
+ * numpy), checkpoint.c (safetensors <-> dicts of numpy arrays), tensor.c (ts_tensor <-> numpy).
+ * Thin by design: every call goes to Tessera's public C API; no training logic lives here. */
+#ifndef TSP_H
+#define TSP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL tsp_ARRAY_API
+#ifndef TSP_MAIN
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include "tessera/checkpoint.h"
+#include "tessera/comm.h"
+#include "tessera/config.h"
+#include "tessera/io.h"
+#include "tessera/tessera.h"
+#include "tessera/train.h"
+#include "tessera/zoo.h"
+
+/* module.c: raises the Python exception for a Tessera status (ValueError for configuration,
+ * shape and argument errors, FileNotFoundError / OSError for files, tessera._C.Error otherwise)
+ * with ts_last_error()'s message; returns NULL. */
+PyObject *tsp_raise(int rc);
+extern PyObject *tsp_Error;
+/* A Python exception raised inside a C callback (model builder, trainer callback) is kept here
+ * while the C call unwinds, then re-raised by tsp_pending_restore (returns 1 if it did). */
+int tsp_pending_stash(const char *where);
+int tsp_pending_restore(void);
+/* A ts_config from a list of (key, YAML value) pairs over the defaults; not validated. */
+int tsp_config_from_pairs(PyObject *pairs, ts_config *cfg);
+
+/* tensor.c */
+int tsp_npy_type(ts_dtype dt);
+int tsp_dtype_from_npy(int npy, ts_dtype *out);
+/* A numpy array viewing data (no copy) that keeps `owner` alive. */
+PyObject *tsp_array_view(ts_dtype dt, const ts_shape *shape, void *data, PyObject *owner);
+/* A numpy array holding a copy of t. */
+PyObject *tsp_array_copy(const ts_tensor *t);
+int tsp_shape_from_seq(PyObject *seq, ts_shape *out);
+PyObject *tsp_shape_to_tuple(const ts_shape *s);
+
+/* graph.c */
+extern PyTypeObject tsp_BuilderType;
+PyObject *tsp_builder_new(ts_nn *nn, const ts_model_info *info);
+void tsp_builder_close(PyObject *b);
+/* trainer.c, data.c, checkpoint.c */
+extern PyTypeObject tsp_TrainerType;
+extern PyTypeObject tsp_DataType;
+extern PyMethodDef tsp_checkpoint_methods[];
+
+#endif

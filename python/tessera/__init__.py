@@ -1,0 +1,41 @@
+"""Tessera for Python: MindSpore's training surface over Tessera's C library.
+
+    import tessera as ts
+    from tessera import nn, dataset as ds
+    ts.init()
+    ts.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True)
+    net = MyCell()                                   # an nn.Cell with construct()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    opt = nn.Momentum(net.trainable_params(), 0.01, 0.9)
+    data = ds.FashionMnistDataset(path, usage="train", num_shards=ts.get_group_size(),
+                                  shard_id=ts.get_rank()).map(...).batch(32)
+    model = ts.Model(net, loss, opt, metrics={"acc"})
+    model.train(2, data, callbacks=[ts.LossMonitor(10)])
+
+Runs under `mpirun -n N /usr/bin/python3 script.py` like the CLI. See docs/python.md."""
+import os as _os
+import sys as _sys
+
+# OpenMPI loads its components with dlopen and needs libmpi's symbols global (as mpi4py does)
+_flags = _sys.getdlopenflags()
+_sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
+try:
+    from . import _C
+finally:
+    _sys.setdlopenflags(_flags)
+
+from . import context, dataset, nn, ops, zoo
+from .checkpoint import (load_checkpoint, load_distributed_checkpoint, load_param_into_net, save_checkpoint)
+from .context import (GRAPH_MODE, PYNATIVE_MODE, ParallelMode, get_auto_parallel_context, get_group_size, get_rank,
+                      init, reset_auto_parallel_context, set_auto_parallel_context, set_context, set_seed)
+from .tensor import Parameter, Tensor
+from .train import (Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint, RunContext, TimeMonitor)
+
+Error = _C.Error
+__version__ = _C.version()
+
+__all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "get_auto_parallel_context",
+           "reset_auto_parallel_context", "set_context", "set_seed", "ParallelMode", "GRAPH_MODE", "PYNATIVE_MODE",
+           "nn", "ops", "dataset", "zoo", "context", "Model", "Callback", "RunContext", "LossMonitor", "TimeMonitor",
+           "ModelCheckpoint", "CheckpointConfig", "save_checkpoint", "load_checkpoint", "load_param_into_net",
+           "load_distributed_checkpoint", "Parameter", "Tensor", "Error"]

@@ -1,0 +1,102 @@
+"""Checkpoints as dicts of numpy arrays (safetensors files; docs/checkpoints.md).
+
+load_checkpoint returns views into the file's memory (no copy; the arrays keep it open). A
+Tessera training checkpoint holds "param.<name>" (trainable), "state.<name>" (BatchNorm
+statistics), optimizer slots and the position; load_checkpoint strips the "param."/"state."
+prefixes (the names are the network's), and keeps the other entries under their own names."""
+import os
+import tempfile
+
+from . import _C
+
+
+def save_checkpoint(save_obj, ckpt_file_name, append_dict=None):
+    """save_obj: a dict {name: numpy array} (or a list of {"name", "data"}), or a network trained
+    through a Model (its whole training checkpoint: parameters, optimizer state, position;
+    collective under mpirun). The file is written atomically."""
+    t = getattr(save_obj, "_trainer", None) if not isinstance(save_obj, (dict, list)) else None
+    if t is not None:
+        t.save(ckpt_file_name)
+        return
+    if isinstance(save_obj, list):
+        save_obj = {d["name"]: d["data"] for d in save_obj}
+    if not isinstance(save_obj, dict):
+        raise TypeError("save_checkpoint: a dict of numpy arrays or a trained network, got %r" % (save_obj,))
+    import numpy as np
+    tensors = {k: np.asarray(v) for k, v in save_obj.items()}
+    meta = {str(k): str(v) for k, v in (append_dict or {}).items()}
+    _C.st_save(ckpt_file_name, tensors, meta)
+
+
+def _strip(d):
+    out = {}
+    for k, v in d.items():
+        for p in ("param.", "state."):
+            if k.startswith(p):
+                k = k[len(p):]
+                break
+        out[k] = v
+    return out
+
+
+def load_checkpoint(ckpt_file_name, net=None, strict_load=False, raw=False):
+    """{name: numpy array} of a safetensors file (views, no copy), or of a sliced checkpoint
+    directory (merged first, into a temporary file). With net: also loaded into it
+    (load_param_into_net)."""
+    path = ckpt_file_name
+    tmp = None
+    if _C.ckpt_is_sliced(path):
+        fd, tmp = tempfile.mkstemp(suffix=".safetensors")
+        os.close(fd)
+        _C.ckpt_merge(path, tmp)
+        path = tmp
+    try:
+        tensors, meta = _C.st_load(path)
+    finally:
+        if tmp:
+            os.unlink(tmp)  # the mapping stays valid
+    d = tensors if raw else _strip(tensors)
+    if net is not None:
+        load_param_into_net(net, d, strict_load)
+    return d
+
+
+def load_distributed_checkpoint(network, checkpoint_filenames, predict_strategy=None, train_strategy_filename=None,
+                                strict_load=False):
+    """A sliced checkpoint (the directory of a distributed run) into network: through its trainer
+    (each rank reads only its pieces, whatever layout wrote them) when the network has one, else
+    merged and kept until a Model builds it. checkpoint_filenames: the directory."""
+    path = checkpoint_filenames if isinstance(checkpoint_filenames, str) else None
+    if path is None or not _C.ckpt_is_sliced(path):
+        raise ValueError("load_distributed_checkpoint: Tessera's sliced checkpoints are one directory "
+                         "(checkpoint.format: sliced); got %r" % (checkpoint_filenames,))
+    t = getattr(network, "_trainer", None)
+    if t is not None:
+        t.load(path, bool(strict_load), False)
+        return
+    load_checkpoint(path, net=network, strict_load=strict_load)
+
+
+def load_param_into_net(net, parameter_dict, strict_load=False):
+    """Copies the arrays into the network's parameters (its trainer's store: this rank's values);
+    before the network is built they are kept and copied when a Model creates it. Returns the
+    names of the network's parameters that were not in the dict."""
+    t = getattr(net, "_trainer", None)
+    if t is None:
+        net.__dict__["_pending_params"] = dict(parameter_dict)
+        return []
+    import numpy as np
+    store = t.params()
+    missing = []
+    for name, dst in store.items():
+        if name not in parameter_dict:
+            missing.append(name)
+            continue
+        src = np.asarray(parameter_dict[name])
+        if src.shape != dst.shape:
+            raise ValueError("load_param_into_net: '%s': checkpoint shape %s, the network's %s"
+                             % (name, src.shape, dst.shape))
+        np.copyto(dst, src.astype(np.float32, copy=False))
+    if strict_load and missing:
+        raise ValueError("load_param_into_net: not in the checkpoint: %s" % ", ".join(missing))
+    return missing

@@ -1,0 +1,566 @@
+"""tessera.nn: MindSpore's nn surface over Tessera's graph builder.
+
+A Cell's construct records ops into the model's Tessera graph when a Model builds it (the C
+trainer calls back into Python, twice: the training graph and the evaluation graph). Parameters
+are named by attribute path, as MindSpore names them ("layer1.0.conv1.weight"); the layers keep
+PyTorch's parameter suffixes (weight, bias, running_mean, running_var: Tessera's checkpoints
+line up with PyTorch's state_dicts). Losses and optimizers are descriptions the Model turns into
+config keys (docs/config.md); nothing here computes."""
+import collections
+import zlib
+
+from .tensor import Parameter, Tensor, as_tensor, as_value, builder, ELT
+
+__all__ = ["Cell", "SequentialCell", "CellList", "Dense", "Conv2d", "BatchNorm2d", "LayerNorm", "Embedding",
+           "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d",
+           "Dropout", "MultiHeadAttention", "SoftmaxCrossEntropyWithLogits", "CrossEntropyLoss", "Optimizer",
+           "SGD", "Momentum", "Adam", "AdamWeightDecay", "AdamW", "Lamb", "Parameter"]
+
+
+def _strategy_text(strategy):
+    """MindSpore's shard tuple ((1, 1), (1, 4)) as Tessera's strategy text "((1,1),(1,4))"."""
+    if isinstance(strategy, str):
+        return strategy.replace(" ", "")
+
+    def one(t):
+        if isinstance(t, int):
+            return str(t)
+        inner = ",".join(one(x) for x in t)
+        return "(" + inner + ("," if len(t) == 1 else "") + ")"
+    if not isinstance(strategy, (tuple, list)):
+        raise ValueError("shard: expected a tuple of tuples like ((1, 1), (1, 4)), got %r" % (strategy,))
+    return one(strategy)
+
+
+class Cell:
+    """Base class of networks: subclasses create sub-cells and Parameters in __init__ and write
+    construct(self, x, ...) with Tensor ops, sub-cells and tessera.ops primitives."""
+
+    _leaf = False  # a layer whose op names itself (Dense, Conv2d, ...): no scope of its own
+
+    def __init__(self, auto_prefix=True, flags=None):
+        self._init_cell()
+
+    def _init_cell(self):
+        d = self.__dict__
+        if "_cells" not in d:
+            d["_cells"] = collections.OrderedDict()
+            d["_params"] = collections.OrderedDict()
+            d["_name"] = ""
+            d["_recompute"] = False
+            d["_stage"] = None
+            d["training"] = True
+
+    def __setattr__(self, k, v):
+        self._init_cell()
+        if isinstance(v, Cell):
+            v._init_cell()
+            self._cells[k] = v
+            v.__dict__["_name"] = k
+        elif isinstance(v, Parameter):
+            self._params[k] = v
+            v._local = k
+        elif k == "pipeline_stage":
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError("pipeline_stage: expected a stage number >= 0, got %r" % (v,))
+            self.__dict__["_stage"] = v
+            return
+        object.__setattr__(self, k, v)
+
+    @property
+    def pipeline_stage(self):
+        return self._stage
+
+    def construct(self, *args):
+        raise NotImplementedError("%s.construct" % type(self).__name__)
+
+    def __call__(self, *args, **kwargs):
+        self._init_cell()
+        b = builder()
+        push = not self._leaf and self._name != ""
+        if push:
+            b.push_scope(self._name)
+        try:
+            return self.construct(*args, **kwargs)
+        finally:
+            if push:
+                b.pop_scope()
+
+    # ---- structure ----
+    def name_cells(self):
+        return collections.OrderedDict(self._cells)
+
+    def cells(self):
+        return list(self._cells.values())
+
+    def cells_and_names(self, prefix=""):
+        yield prefix, self
+        for k, c in self._cells.items():
+            yield from c.cells_and_names(prefix + "." + k if prefix else k)
+
+    def _param_specs(self):
+        """(local name, shape) of the parameters a leaf layer creates (trainable ones)."""
+        return []
+
+    def parameters_and_names(self, prefix=""):
+        for path, c in self.cells_and_names(prefix):
+            pre = path + "." if path else ""
+            for name, shape in c._param_specs():
+                yield pre + name, Parameter(shape, name=pre + name)
+            for k, p in c._params.items():
+                p.name = pre + k
+                yield pre + k, p
+
+    def trainable_params(self, recurse=True):
+        return [p for _, p in self.parameters_and_names() if p.requires_grad]
+
+    def get_parameters(self):
+        return iter(self.trainable_params())
+
+    def set_train(self, mode=True):
+        for _, c in self.cells_and_names():
+            c.__dict__["training"] = bool(mode)
+        return self
+
+    def recompute(self, mode=True):
+        """Activations of this cell are recomputed in backward (model.recompute: full, with this
+        cell's path as a model.recompute_layers pattern)."""
+        self._init_cell()
+        self.__dict__["_recompute"] = bool(mode)
+        return self
+
+    def __repr__(self):
+        return "%s()" % type(self).__name__
+
+
+class SequentialCell(Cell):
+    def __init__(self, *args):
+        super().__init__()
+        cells = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple, collections.OrderedDict)) else args
+        if isinstance(cells, collections.OrderedDict):
+            for k, c in cells.items():
+                setattr(self, k, c)
+        else:
+            for i, c in enumerate(cells):
+                setattr(self, str(i), c)
+
+    def __getitem__(self, i):
+        return list(self._cells.values())[i]
+
+    def __len__(self):
+        return len(self._cells)
+
+    def append(self, cell):
+        setattr(self, str(len(self._cells)), cell)
+
+    def construct(self, x):
+        for c in self._cells.values():
+            x = c(x)
+        return x
+
+
+class CellList(SequentialCell):
+    def construct(self, *args):
+        raise RuntimeError("CellList is a container: call its cells from the parent's construct")
+
+
+def _scoped_name(cell):
+    if not cell._name:
+        raise ValueError("%s used as the root network: wrap it in a Cell (its parameters need a name)"
+                         % type(cell).__name__)
+    return cell._name
+
+
+class _ShardProxy:
+    """dense.matmul.shard(...) as in MindSpore (Dense's matmul primitive): the dense op's strategy."""
+
+    def __init__(self, cell):
+        self._cell = cell
+
+    def shard(self, in_strategy, out_strategy=None):
+        self._cell.shard(in_strategy)
+        return self
+
+
+class Dense(Cell):
+    """Dense(in_channels, out_channels, has_bias=True, activation=None): y = x W^T + b, W
+    (out, in) with PyTorch's default init. weight_init/bias_init other than None are refused
+    (Tessera initialises from its counter-based RNG). shard(): the dense op's strategy, inputs
+    (x, weight[, bias]), e.g. ((1, 1), (2, 1), (2,))."""
+
+    _leaf = True
+
+    def __init__(self, in_channels, out_channels, weight_init=None, bias_init=None, has_bias=True, activation=None):
+        super().__init__()
+        if weight_init not in (None, "torch_default") or bias_init not in (None, "torch_default"):
+            raise ValueError("Dense: weight_init/bias_init: Tessera initialises Dense layers as PyTorch's "
+                             "Linear (use a Parameter and ops.MatMul for another initializer)")
+        self.in_channels, self.out_channels, self.has_bias = int(in_channels), int(out_channels), bool(has_bias)
+        self.activation = activation
+        self._strategy = None
+        self.matmul = _ShardProxy(self)
+
+    def shard(self, strategy):
+        self._strategy = _strategy_text(strategy)
+        return self
+
+    def _param_specs(self):
+        return [("weight", (self.out_channels, self.in_channels))] + ([("bias", (self.out_channels,))] if self.has_bias else [])
+
+    def construct(self, x):
+        x = as_tensor(x)
+        if x.shape[-1] != self.in_channels:
+            raise ValueError("Dense '%s': input %s has %d features, in_channels is %d"
+                             % (self._name, x.shape, x.shape[-1], self.in_channels))
+        b = x._b
+        y = b.dense(_scoped_name(self), x._v, self.out_channels, self.has_bias)
+        if self._strategy:
+            b.shard(y, self._strategy)
+        y = Tensor(b, y)
+        return _activation(self.activation)(y) if self.activation else y
+
+
+def _activation(a):
+    if callable(a) and not isinstance(a, str):
+        return a
+    m = dict(relu=ReLU, gelu=GELU, sigmoid=Sigmoid, tanh=Tanh)
+    if a not in m:
+        raise ValueError("activation: unknown %r (relu, gelu, sigmoid, tanh)" % (a,))
+    return m[a]()
+
+
+class Conv2d(Cell):
+    """Conv2d(in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0,
+    dilation=1, group=1, has_bias=False) on NCHW; square kernels; pad_mode "same" pads
+    (kernel_size-1)//2 * dilation (odd kernels), "valid" 0, "pad" `padding`."""
+
+    _leaf = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW"):
+        super().__init__()
+        k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
+        if not isinstance(kernel_size, int) and len(set(kernel_size)) != 1:
+            raise ValueError("Conv2d: only square kernels, got %r" % (kernel_size,))
+        if data_format != "NCHW":
+            raise ValueError("Conv2d: data_format: only NCHW")
+        if pad_mode == "same":
+            pad = (k - 1) // 2 * dilation
+        elif pad_mode == "valid":
+            pad = 0
+        elif pad_mode == "pad":
+            pad = padding if isinstance(padding, int) else padding[0]
+        else:
+            raise ValueError("Conv2d: pad_mode: 'same', 'valid' or 'pad', got %r" % (pad_mode,))
+        self.in_channels, self.out_channels, self.k = int(in_channels), int(out_channels), int(k)
+        self.stride = stride if isinstance(stride, int) else stride[0]
+        self.pad, self.dilation, self.group, self.has_bias = pad, dilation, group, bool(has_bias)
+
+    def _param_specs(self):
+        w = ("weight", (self.out_channels, self.in_channels // self.group, self.k, self.k))
+        return [w] + ([("bias", (self.out_channels,))] if self.has_bias else [])
+
+    def construct(self, x):
+        x = as_tensor(x)
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ValueError("Conv2d '%s': input %s, expected (N, %d, H, W)" % (self._name, x.shape, self.in_channels))
+        return Tensor(x._b, x._b.conv2d(_scoped_name(self), x._v, self.out_channels, self.k, self.stride, self.pad,
+                                        self.dilation, self.group, self.has_bias))
+
+
+class BatchNorm2d(Cell):
+    """BatchNorm2d(num_features, eps=1e-5, momentum=0.9): MindSpore's momentum (moving =
+    momentum * moving + (1 - momentum) * batch), i.e. PyTorch's 1 - momentum. Parameters weight,
+    bias and states running_mean, running_var (MindSpore: gamma, beta, moving_mean, moving_variance)."""
+
+    _leaf = True
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, use_batch_statistics=None):
+        super().__init__()
+        if not affine:
+            raise ValueError("BatchNorm2d: affine=False is not supported")
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+
+    def _param_specs(self):
+        return [("weight", (self.num_features,)), ("bias", (self.num_features,))]
+
+    def construct(self, x):
+        x = as_tensor(x)
+        return Tensor(x._b, x._b.batchnorm(_scoped_name(self), x._v, 1.0 - self.momentum, self.eps))
+
+
+class LayerNorm(Cell):
+    """LayerNorm(normalized_shape, epsilon=1e-7) over the last dimension only."""
+
+    _leaf = True
+
+    def __init__(self, normalized_shape, begin_norm_axis=-1, begin_params_axis=-1, epsilon=1e-7):
+        super().__init__()
+        shp = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if len(shp) != 1 or begin_norm_axis != -1 or begin_params_axis != -1:
+            raise ValueError("LayerNorm: only the last dimension (normalized_shape of one size)")
+        self.d, self.eps = int(shp[0]), float(epsilon)
+
+    def _param_specs(self):
+        return [("weight", (self.d,)), ("bias", (self.d,))]
+
+    def construct(self, x):
+        x = as_tensor(x)
+        return Tensor(x._b, x._b.layernorm(_scoped_name(self), x._v, self.eps))
+
+
+class Embedding(Cell):
+    """Embedding(vocab_size, embedding_size): ids (int32/int64) -> (..., embedding_size); the
+    table starts N(0, 1) (PyTorch's; MindSpore's default is N(0, 0.01))."""
+
+    _leaf = True
+
+    def __init__(self, vocab_size, embedding_size, use_one_hot=False, embedding_table="normal", dtype=None,
+                 padding_idx=None):
+        super().__init__()
+        if use_one_hot or padding_idx is not None:
+            raise ValueError("Embedding: use_one_hot and padding_idx are not supported")
+        self.vocab, self.dim = int(vocab_size), int(embedding_size)
+
+    def _param_specs(self):
+        return [("weight", (self.vocab, self.dim))]
+
+    def construct(self, ids):
+        ids = as_tensor(ids)
+        return Tensor(ids._b, ids._b.embedding(_scoped_name(self), ids._v, self.vocab, self.dim))
+
+
+class _Elt(Cell):
+    _leaf = True
+    _alg = None
+
+    def construct(self, x):
+        x = as_tensor(x)
+        return Tensor(x._b, x._b.eltwise(x._v, ELT[self._alg]))
+
+
+class ReLU(_Elt):
+    _alg = "relu"
+
+
+class Sigmoid(_Elt):
+    _alg = "sigmoid"
+
+
+class Tanh(_Elt):
+    _alg = "tanh"
+
+
+class GELU(_Elt):
+    def __init__(self, approximate=True):
+        super().__init__()
+        self.__dict__["_alg"] = "gelu_tanh" if approximate else "gelu"
+
+
+class Softmax(Cell):
+    _leaf = True
+
+    def __init__(self, axis=-1):
+        super().__init__()
+        self.axis = axis
+
+    def construct(self, x):
+        x = as_tensor(x)
+        return Tensor(x._b, x._b.softmax(x._v, self.axis, False))
+
+
+class LogSoftmax(Softmax):
+    def construct(self, x):
+        x = as_tensor(x)
+        return Tensor(x._b, x._b.softmax(x._v, self.axis, True))
+
+
+class Flatten(Cell):
+    """(N, ...) -> (N, prod(...)); a 2-D input is passed through."""
+
+    _leaf = True
+
+    def construct(self, x):
+        x = as_tensor(x)
+        return x if x.ndim <= 2 else Tensor(x._b, x._b.flatten(x._v, 1))
+
+
+class _Pool(Cell):
+    _leaf = True
+    _avg = False
+
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", data_format="NCHW", padding=0):
+        super().__init__()
+        k = kernel_size if isinstance(kernel_size, (tuple, list)) else (kernel_size, kernel_size)
+        s = stride if isinstance(stride, (tuple, list)) else (stride, stride)
+        if pad_mode == "valid":
+            p = (0, 0)
+        elif pad_mode == "same":
+            p = ((k[0] - 1) // 2, (k[1] - 1) // 2)
+        elif pad_mode == "pad":
+            p = padding if isinstance(padding, (tuple, list)) else (padding, padding)
+        else:
+            raise ValueError("%s: pad_mode: 'valid', 'same' or 'pad', got %r" % (type(self).__name__, pad_mode))
+        self.k, self.s, self.p = tuple(k), tuple(s), tuple(p)
+
+    def construct(self, x):
+        x = as_tensor(x)
+        return Tensor(x._b, x._b.pool(x._v, self._avg, self.k[0], self.k[1], self.s[0], self.s[1], self.p[0], self.p[1]))
+
+
+class MaxPool2d(_Pool):
+    pass
+
+
+class AvgPool2d(_Pool):
+    """Padded elements are excluded from the divisor."""
+    _avg = True
+
+
+class Dropout(Cell):
+    """Dropout(keep_prob=0.5) or Dropout(p=...): inverted dropout in the training graph only; the
+    mask is keyed by the run's step and this cell's path (reproducible)."""
+
+    _leaf = True
+
+    def __init__(self, keep_prob=None, p=None, dtype=None):
+        super().__init__()
+        if p is None:
+            p = 0.5 if keep_prob is None else 1.0 - keep_prob
+        if not 0 <= p < 1:
+            raise ValueError("Dropout: drop probability %r not in [0, 1)" % (p,))
+        self.p = float(p)
+
+    def construct(self, x):
+        x = as_tensor(x)
+        if not x._b.training or self.p == 0:
+            return x
+        return Tensor(x._b, x._b.dropout(x._v, self.p, zlib.crc32(_scoped_name(self).encode())))
+
+
+class MultiHeadAttention(Cell):
+    """Causal multi-head self-attention on (B, T, E): q, k, v projections (Dense q_proj, k_proj,
+    v_proj), scaled dot-product attention with a causal mask (Tessera's attention op), out_proj.
+    Only causal self-attention: Tessera's attention kernel has no other mask."""
+
+    def __init__(self, embed_dim, num_heads, has_bias=True, causal=True):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError("MultiHeadAttention: embed_dim %d not divisible by num_heads %d" % (embed_dim, num_heads))
+        if not causal:
+            raise ValueError("MultiHeadAttention: only causal attention is supported")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.q_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
+        self.k_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
+        self.v_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
+        self.out_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
+
+    def construct(self, x):
+        x = as_tensor(x)
+        B, T, E = x.shape
+        H, D = self.num_heads, E // self.num_heads
+        q, k, v = (p(x).reshape(B, T, H, D) for p in (self.q_proj, self.k_proj, self.v_proj))
+        o = Tensor(x._b, x._b.attention(q._v, k._v, v._v, 0.0, True))
+        return self.out_proj(o.reshape(B, T, E))
+
+
+# ---- losses ----
+class _Loss:
+    smoothing = 0.0
+
+    def __call__(self, logits, labels):
+        logits, labels = as_tensor(logits), as_tensor(labels)
+        return Tensor(logits._b, logits._b.softmax_ce(logits._v, labels._v, float(self.smoothing)))
+
+
+class SoftmaxCrossEntropyWithLogits(_Loss):
+    """sparse=True, reduction="mean": the mean softmax cross-entropy over the batch (labels are
+    class ids). Tessera has only this form: other arguments raise ValueError."""
+
+    def __init__(self, sparse=False, reduction="none", label_smoothing=0.0):
+        if not sparse or reduction != "mean":
+            raise ValueError("SoftmaxCrossEntropyWithLogits: Tessera's loss is sparse=True, reduction='mean' "
+                             "(got sparse=%r, reduction=%r)" % (sparse, reduction))
+        self.smoothing = float(label_smoothing)
+
+
+class CrossEntropyLoss(_Loss):
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        if weight is not None or ignore_index != -100 or reduction != "mean":
+            raise ValueError("CrossEntropyLoss: only weight=None, ignore_index=-100, reduction='mean'")
+        self.smoothing = float(label_smoothing)
+
+
+# ---- optimizers: descriptions turned into optimizer.* keys ----
+class Optimizer:
+    """Base of the optimizers: `keys` are the optimizer.* config keys. learning_rate is a float;
+    schedule= (Tessera) a dict for optimizer.schedule, e.g. {"name": "cosine", "warmup_steps": 10};
+    clip_grad_norm= (Tessera) optimizer.clip_grad_norm. Every parameter of the network is
+    trained: `params` must be the network's trainable_params() (or a list covering them)."""
+
+    name = None
+
+    def __init__(self, params, learning_rate, weight_decay=0.0, schedule=None, clip_grad_norm=0.0, **extra):
+        if not isinstance(learning_rate, (int, float)) or isinstance(learning_rate, bool):
+            raise ValueError("%s: learning_rate: a float (schedules: schedule={...})" % type(self).__name__)
+        if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
+            raise ValueError("%s: parameter groups are not supported (one weight decay for all; "
+                             "optimizer.exclude_bias_and_norm)" % type(self).__name__)
+        self.parameters = list(params) if params is not None else []
+        self.keys = {"optimizer.name": self.name, "optimizer.lr": float(learning_rate),
+                     "optimizer.weight_decay": float(weight_decay)}
+        if schedule is not None:
+            self.keys["optimizer.schedule"] = dict(schedule)
+        if clip_grad_norm:
+            self.keys["optimizer.clip_grad_norm"] = float(clip_grad_norm)
+        for k, v in extra.items():
+            self.keys["optimizer." + k] = v
+
+
+class SGD(Optimizer):
+    name = "sgd"
+
+    def __init__(self, params, learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+                 loss_scale=1.0, **kw):
+        if momentum:
+            self.name = "momentum"
+            super().__init__(params, learning_rate, weight_decay, momentum=float(momentum),
+                             dampening=float(dampening), nesterov=bool(nesterov), **kw)
+        else:
+            super().__init__(params, learning_rate, weight_decay, **kw)
+
+
+class Momentum(Optimizer):
+    """Momentum(params, learning_rate, momentum, weight_decay=0.0, use_nesterov=False)."""
+    name = "momentum"
+
+    def __init__(self, params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, **kw):
+        super().__init__(params, learning_rate, weight_decay, momentum=float(momentum), nesterov=bool(use_nesterov),
+                         **kw)
+
+
+class _AdamLike(Optimizer):
+    def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, **kw):
+        super().__init__(params, learning_rate, weight_decay, betas=[float(beta1), float(beta2)], eps=float(eps), **kw)
+
+
+class Adam(_AdamLike):
+    name = "adam"
+
+
+class AdamWeightDecay(_AdamLike):
+    """AdamW (decoupled weight decay); MindSpore's default eps 1e-6."""
+    name = "adamw"
+
+    def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, **kw):
+        super().__init__(params, learning_rate, beta1, beta2, eps, weight_decay, **kw)
+
+
+AdamW = AdamWeightDecay
+
+
+class Lamb(_AdamLike):
+    name = "lamb"
+
+    def __init__(self, params, learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, **kw):
+        super().__init__(params, learning_rate, beta1, beta2, eps, weight_decay, **kw)

@@ -1,0 +1,72 @@
+"""Models written with tessera.nn that mirror the C zoo's mlp and convnet (same names, same ops),
+and the data set / Model set-up matching pyutil.YAML_BASE, for the YAML-vs-Python tests."""
+import tessera as ts
+from tessera import nn
+from tessera import dataset as ds
+from tessera.dataset import vision
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+class MLP(nn.Cell):
+    """The zoo's mlp with hidden [h1, h2]: flatten, fc1 + ReLU, fc2 + ReLU, fc3."""
+
+    def __init__(self, h1=64, h2=32, strategies=None):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.fc1 = nn.Dense(784, h1, activation="relu")
+        self.fc2 = nn.Dense(h1, h2)
+        self.relu = nn.ReLU()
+        self.fc3 = nn.Dense(h2, 10)
+        for name, s in (strategies or {}).items():
+            getattr(self, name).matmul.shard(s)
+
+    def construct(self, x):
+        return self.fc3(self.relu(self.fc2(self.fc1(self.flatten(x)))))
+
+
+class ConvNet(nn.Cell):
+    """The zoo's convnet: 2 x (conv 3x3 without bias + BN + ReLU + max-pool 2), flatten, fc."""
+
+    def __init__(self, c1=8, c2=16):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, c1, 3, pad_mode="same", has_bias=False)
+        self.bn1 = nn.BatchNorm2d(c1)
+        self.conv2 = nn.Conv2d(c1, c2, 3, pad_mode="same", has_bias=False)
+        self.bn2 = nn.BatchNorm2d(c2)
+        self.relu = nn.ReLU()
+        self.pool = nn.MaxPool2d(2, 2)
+        self.flatten = nn.Flatten()
+        self.fc = nn.Dense(c2 * 7 * 7, 10)
+
+    def construct(self, x):
+        x = self.pool(self.relu(self.bn1(self.conv1(x))))
+        x = self.pool(self.relu(self.bn2(self.conv2(x))))
+        return self.fc(self.flatten(x))
+
+
+def dataset(limit, batch, shards=None, shard_id=None, usage="train"):
+    d = ds.FashionMnistDataset(FASHION, usage=usage, num_samples=limit, shuffle=True, num_shards=shards,
+                               shard_id=shard_id)
+    d = d.map([vision.Rescale(1.0 / 255), vision.Normalize([0.2860], [0.3530]), vision.HWC2CHW()],
+              input_columns="image")
+    return d.batch(batch)
+
+
+def train(net, epochs, limit, batch, opt="momentum", shards=None, callbacks=(), extra=None):
+    ts.set_seed(3)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    if opt == "momentum":
+        o = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+    elif opt == "adam":
+        o = nn.Adam(net.trainable_params(), 0.002)
+    else:
+        o = opt  # an optimizer object
+    cfg = {"log.metrics": "ck/metrics.jsonl", "train.log_every": 1, "data.test_limit": 128}
+    cfg.update(extra or {})
+    model = ts.Model(net, loss, o, metrics={"acc", "loss"}, config=cfg)
+    rank = ts.get_rank() if shards else None
+    model.train(epochs, dataset(limit, batch // (shards or 1), shards, rank),
+                callbacks=[ts.ModelCheckpoint("run", "ck", ts.CheckpointConfig(save_checkpoint_steps=0))] +
+                list(callbacks))
+    return model

@@ -1,0 +1,114 @@
+"""The tessera package under `mpirun -n 2 /usr/bin/python3 script.py` against `mpirun -n 2 tessera
+train` of the same model and config: data_parallel (the data sharded with num_shards/shard_id as
+MindSpore scripts do; the per-shard batch times the shards is the YAML's global batch) and
+semi_auto_parallel (the strategies given in Python with Dense.matmul.shard, in YAML as
+parallel.strategies): bitwise identical step losses and checkpoints (the sliced one merged).
+A zoo model in 2 pipeline stages (set_auto_parallel_context(pipeline_stages=2)) alike. Then the data-parallel run
+against one process: the same losses within 1e-4 (reduction order)."""
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyutil  # noqa: E402
+
+pyutil.require()
+if not pyutil.mpirun(2):
+    pyutil.skip_main("no mpirun in PATH")
+import tessera as ts  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = "model: {name: mlp, hidden: [64, 32]}"
+OPT = "optimizer: {name: momentum, lr: 0.05, momentum: 0.9, nesterov: false, weight_decay: 0.0}"
+
+
+class TestMPI(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tessera-pympi-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def yaml(self, sub, parallel, epochs=1):
+        d = os.path.join(self.dir, sub)
+        os.makedirs(d)
+        with open(os.path.join(d, "c.yaml"), "w") as f:
+            f.write(MODEL + "\n" + pyutil.YAML_BASE % dict(data=pyutil.FASHION, limit=256, epochs=epochs, batch=32))
+            f.write(OPT + "\n" + parallel + "\n")
+        return d
+
+    def both(self, mode, parallel):
+        y = self.yaml("y", parallel)
+        rc, out = pyutil.run(pyutil.mpirun(2) + [pyutil.tessera_bin(), "train", "c.yaml"], y)
+        self.assertEqual(rc, 0, out)
+        p = os.path.join(self.dir, "p")
+        os.makedirs(p)
+        rc, out = pyutil.run(pyutil.mpirun(2) + [sys.executable, os.path.join(HERE, "mpi_train.py"), mode, "1"], p)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("rank 1 done", out)
+        self.out = out
+        a, b = pyutil.steps(y + "/ck/metrics.jsonl"), pyutil.steps(p + "/ck/metrics.jsonl")
+        self.assertEqual(len(a), 8)
+        self.assertEqual(a, b)
+        return y, p, a
+
+    def test_data_parallel(self):
+        y, p, a = self.both("dp", "parallel: {mode: data_parallel, gradients_mean: true}")
+        ev = sorted(re.findall(r"eval rank (\d): (acc [0-9.]+ loss [0-9.]+)", self.out))  # lines may interleave
+        self.assertEqual([r for r, _ in ev], ["0", "1"], self.out)
+        self.assertEqual(ev[0][1], ev[1][1])  # the job's evaluation: every rank the same
+        pyutil.ckpt_equal(self, y + "/ck/run-00000008.safetensors", p + "/ck/run-00000008.safetensors")
+        # one process, the same global batch: equal within the all-reduce's rounding
+        one = self.yaml("one", "")
+        rc, out = pyutil.run([pyutil.tessera_bin(), "train", "c.yaml"], one)
+        self.assertEqual(rc, 0, out)
+        for (s1, l1), (s2, l2) in zip(pyutil.steps(one + "/ck/metrics.jsonl"), a):
+            self.assertEqual(s1, s2)
+            self.assertAlmostEqual(float(l1), float(l2), delta=1e-4)
+
+    def test_semi_auto_shard_strategies(self):
+        y, p, a = self.both("semi", "parallel:\n  mode: semi_auto_parallel\n  strategies: "
+                            "{fc1.dense: '((1,1),(2,1),(2,))', fc2.dense: '((1,2),(1,2),(1,))'}\n"
+                            "  strategy_ckpt_save_file: strategy.json")
+        # the strategies in force (saved by each run) are the same, and the ones given
+        with open(y + "/strategy.json") as f:
+            ys = f.read()
+        with open(p + "/strategy.json") as f:
+            self.assertEqual(ys, f.read())
+        self.assertIn("fc1.dense", ys)
+        self.assertIn("[[1, 1], [2, 1]]", ys)  # fc1: column-parallel, as given
+        self.assertIn("[[1, 2], [1, 2]]", ys)  # fc2: row-parallel
+        self.assertTrue(os.path.isdir(y + "/ck/run-00000008"))  # sliced: the layout holds slices
+        ya = ts.load_checkpoint(y + "/ck/run-00000008", raw=True)
+        pa = ts.load_checkpoint(p + "/ck/run-00000008", raw=True)
+        self.assertEqual(sorted(ya), sorted(pa))
+        for k in ya:
+            self.assertTrue(ya[k].tobytes() == pa[k].tobytes(), k)
+        self.assertEqual(ya["param.fc1.weight"].shape, (64, 784))  # merged whole
+
+        # load_distributed_checkpoint into a network of a one-process Model: its trainer reads the
+        # pieces of the sliced directory whatever layout wrote them
+        import models
+        net = models.MLP(64, 32)
+        m = ts.Model(net, ts.nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     config={"data.test_limit": 64})
+        m.eval(models.dataset(64, 32, usage="test"))
+        ts.load_distributed_checkpoint(net, p + "/ck/run-00000008")
+        got = net._trainer.params()
+        for k in ("fc1.weight", "fc2.weight", "fc3.bias"):
+            self.assertTrue(got[k].tobytes() == ya["param." + k].tobytes(), k)
+
+    def test_pipeline_stages(self):
+        y, p, a = self.both("pipe", "parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4}")
+        ya = ts.load_checkpoint(y + "/ck/run-00000008", raw=True)
+        pa = ts.load_checkpoint(p + "/ck/run-00000008", raw=True)
+        self.assertEqual(sorted(ya), sorted(pa))
+        for k in ya:
+            self.assertTrue(ya[k].tobytes() == pa[k].tobytes(), k)
+
+
+if __name__ == "__main__":
+    unittest.main()
