@@ -45,7 +45,7 @@ fault() {
   local job=$! t0
   started=0
   for _ in $(seq 1 1500); do grep -q "^step 20/" "$tmp/$n.log" 2>/dev/null && { started=1; break; }; sleep 0.1; done
-  [ $started = 1 ] || bad "$n: the job did not reach step 20 in 150 s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+  [ $started = 1 ] || bad "$n: the job did not reach step 20 in 150 s (load: $(cut -d' ' -f1-3 /proc/loadavg)); its log: $(tail -5 "$tmp/$n.log")"
   t0=$(now)
   if [ "$kind" = link ]; then cluster_link 1 down
   else kill -9 $(ip netns pids "${cl_ns[1]}") 2>/dev/null; fi

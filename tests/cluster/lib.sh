@@ -117,7 +117,24 @@ on_host() {
   ip netns exec "${cl_ns[i]}" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "${cl_name[i]}" "$@"
 }
 
-cluster_link() { ip -n "${cl_id}-hub" link set "h$1" "$2"; }
+# (up: returns once both ends have carrier and the bridge forwards on the port: a job started at
+# once otherwise loses its first connections to the host, and OpenMPI's daemon never reports back)
+cluster_link() {
+  ip -n "${cl_id}-hub" link set "h$1" "$2" || return 1
+  [ "$2" = up ] || return 0
+  local _i
+  for _i in $(seq 1 100); do
+    if ip -n "${cl_id}-hub" -o link show "h$1" | grep -q "state UP" &&
+       ip -n "${cl_ns[$1]}" -o link show eth0 | grep -q "state UP" &&
+       { ! command -v bridge >/dev/null || bridge -n "${cl_id}-hub" link show dev "h$1" | grep -q "state forwarding"; }; then
+      sleep 0.5
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "cluster_link: host $1's link not up after 10 s" >&2
+  return 1
+}
 
 # tbf on both directions of host $1's link: egress of the hub side (towards the host) and of the
 # host's eth0 (from the host)
