@@ -110,6 +110,7 @@ AGENT
   export OMPI_MCA_oob_tcp_if_include=$cl_sub.0/24
   export OMPI_MCA_rmaps_base_oversubscribe=1
   export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  for ((i = 0; i < k; i++)); do cl_wait_link "$i" || { echo "FAIL: host $i's link did not come up within 10 s"; exit 1; }; done
 }
 
 on_host() {
@@ -117,11 +118,17 @@ on_host() {
   ip netns exec "${cl_ns[i]}" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "${cl_name[i]}" "$@"
 }
 
-# (up: returns once both ends have carrier and the bridge forwards on the port: a job started at
-# once otherwise loses its first connections to the host, and OpenMPI's daemon never reports back)
+# (up: returns once the link is ready, cl_wait_link)
 cluster_link() {
   ip -n "${cl_id}-hub" link set "h$1" "$2" || return 1
   [ "$2" = up ] || return 0
+  cl_wait_link "$1"
+}
+
+# cl_wait_link I: waits until host I's link has carrier on both ends and the bridge forwards on its
+# port (a job started before that loses its daemon's first connection to the host, and mpirun
+# waits for that daemon forever)
+cl_wait_link() {
   local _i
   for _i in $(seq 1 100); do
     if ip -n "${cl_id}-hub" -o link show "h$1" | grep -q "state UP" &&
@@ -132,7 +139,7 @@ cluster_link() {
     fi
     sleep 0.1
   done
-  echo "cluster_link: host $1's link not up after 10 s" >&2
+  echo "cluster: host $1's link not up after 10 s" >&2
   return 1
 }
 
