@@ -58,8 +58,8 @@ across() {
 idx_split "$tmp/d" train 256 28 28
 idx_split "$tmp/d" t10k 64 28 28
 mlp_cfg "$tmp/mlp.yaml" "$tmp/d" 8 16 "parallel: {mode: stand_alone}"
-out=$(timeout 120 "$bin" train "$tmp/mlp.yaml" --set log.metrics="$tmp/mlp1.jsonl" 2>&1) || bad "one process MLP: $out"
-out=$(on_host 0 timeout 120 "$bin" launch -n 4 --hostfile "$cl_hostfile" -- train "$tmp/mlp.yaml" \
+out=$(timeout 240 "$bin" train "$tmp/mlp.yaml" --set log.metrics="$tmp/mlp1.jsonl" 2>&1) || bad "one process MLP: $out"
+out=$(on_host 0 timeout 240 "$bin" launch -n 4 --hostfile "$cl_hostfile" -- train "$tmp/mlp.yaml" \
       --set parallel.mode=data_parallel --set log.metrics="$tmp/mlp_hf.jsonl" 2>&1); rc=$?
 across "hostfile data_parallel" $rc "$out" && check "launch --hostfile, data_parallel 2 hosts x 2" "$tmp/mlp1.jsonl" "$tmp/mlp_hf.jsonl"
 cat > "$tmp/rt.json" <<JSON
@@ -67,7 +67,7 @@ cat > "$tmp/rt.json" <<JSON
  {"server_id": "node0", "device": [{"device_id": "0", "rank_id": "0"}, {"device_id": "1", "rank_id": "1"}]},
  {"server_id": "node1", "device": [{"device_id": "0", "rank_id": "2"}, {"device_id": "1", "rank_id": "3"}]}]}
 JSON
-out=$(on_host 0 timeout 120 "$bin" launch --rank-table "$tmp/rt.json" -- train "$tmp/mlp.yaml" \
+out=$(on_host 0 timeout 240 "$bin" launch --rank-table "$tmp/rt.json" -- train "$tmp/mlp.yaml" \
       --set parallel.mode=data_parallel --set log.metrics="$tmp/mlp_rt.jsonl" 2>&1); rc=$?
 across "rank table data_parallel" $rc "$out" && check "launch --rank-table, data_parallel 2 hosts x 2" "$tmp/mlp1.jsonl" "$tmp/mlp_rt.jsonl"
 
@@ -100,8 +100,8 @@ parallel:
     softmax_ce: "((2,2),(2,))"
 YAML
 } > "$tmp/tp2dp2.yaml"
-out=$(timeout 120 "$bin" train "$tmp/gpt1.yaml" --set log.metrics="$tmp/gpt1.jsonl" 2>&1) || bad "one process GPT: $out"
-out=$(on_host 0 timeout 120 "$bin" launch -n 4 --hostfile "$cl_hostfile" -- train "$tmp/tp2dp2.yaml" \
+out=$(timeout 240 "$bin" train "$tmp/gpt1.yaml" --set log.metrics="$tmp/gpt1.jsonl" 2>&1) || bad "one process GPT: $out"
+out=$(on_host 0 timeout 240 "$bin" launch -n 4 --hostfile "$cl_hostfile" -- train "$tmp/tp2dp2.yaml" \
       --set log.metrics="$tmp/tp2dp2.jsonl" 2>&1); rc=$?
 across "TP2 x DP2" $rc "$out" && check "TP2 x DP2 (TP inside a host) on 2 hosts x 2" "$tmp/gpt1.jsonl" "$tmp/tp2dp2.jsonl"
 
@@ -109,7 +109,7 @@ across "TP2 x DP2" $rc "$out" && check "TP2 x DP2 (TP inside a host) on 2 hosts 
 printf 'node0 slots=1\nnode1 slots=1\n' > "$tmp/hosts1"
 gpt > "$tmp/pp1.yaml"
 echo "parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4}" >> "$tmp/pp1.yaml"
-out=$(on_host 0 timeout 120 "$bin" launch -n 2 --hostfile "$tmp/hosts1" -- train "$tmp/pp1.yaml" \
+out=$(on_host 0 timeout 240 "$bin" launch -n 2 --hostfile "$tmp/hosts1" -- train "$tmp/pp1.yaml" \
       --set log.metrics="$tmp/pp2.jsonl" 2>&1); rc=$?
 across "PP2" $rc "$out" 1 && check "pipeline PP2 across 2 hosts" "$tmp/gpt1.jsonl" "$tmp/pp2.jsonl"
 exit $fail
