@@ -121,7 +121,9 @@ out=$(TESSERA_FAULT="rank:1,step:4,kind:hang" timeout 300 "$bin" launch -n 4 --r
       --set checkpoint.dir="$tmp/hang" 2>&1); rc=$?
 dt=$(secs "$t0" "$(now)")
 c=$("$cmp" "$tmp/ref/$final" "$tmp/hang/$final" 2>&1); crc=$?
-if [ "$rc" = 0 ] && [ "$(restarts)" = 1 ] &&
+# (a second restart is allowed: on a loaded machine, ASan, 3 s can pass for a healthy rank after the
+# restart too; the first must name rank 1 and resume from step 4)
+if [ "$rc" = 0 ] && [ "$(restarts)" -ge 1 ] &&
    grep -q "launch: restart 1 of 2 after .* did not complete within 3 s.*: rank 1 of 4 never reached it (stalled or dead).*resuming from .*ckpt-00000004.safetensors (step 4) on 4 ranks" <<<"$out" &&
    grep -q "^resumed from .*ckpt-00000004.safetensors at step 4 " <<<"$out" && [ "$crc" = 0 ]; then
   ok "rank 1 hung after step 4: caught, restarted from step 4, $dt s in all; $c"
