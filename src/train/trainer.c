@@ -263,32 +263,33 @@ static void whole_close(whole_model *w) {
   if (w->owned) ts_params_free(w->full);
 }
 
+/* Opens the whole model and moves every rank's slices into it; on rank 0 fills *st with it.
+ * The caller closes w whatever the result. Collective. */
+static int whole_gather(ts_trainer *t, whole_model *w, ts_ckpt_state *st) {
+  int rc = whole_open(t, 1, w);
+  if (!rc) rc = ts_dist_move(t->dist, w->full, t->opt, w->fopt, 1); /* every rank's slices */
+  if (!rc && t->run->rank == 0) {
+    ts__trainer_ckpt_state(t, st);
+    st->params = w->full;
+    st->optim = w->owned ? w->fopt : t->opt;
+  }
+  return rc;
+}
+
 int ts_trainer_save(ts_trainer *t, const char *path) {
   whole_model w;
-  int rc = whole_open(t, 1, &w);
-  if (!rc) rc = ts_dist_move(t->dist, w.full, t->opt, w.fopt, 1); /* every rank's slices */
-  if (!rc && t->run->rank == 0) {
-    ts_ckpt_state st;
-    ts__trainer_ckpt_state(t, &st);
-    st.params = w.full;
-    st.optim = w.owned ? w.fopt : t->opt;
-    rc = ts_ckpt_save(path, &st);
-  }
+  ts_ckpt_state st;
+  int rc = whole_gather(t, &w, &st);
+  if (!rc && t->run->rank == 0) rc = ts_ckpt_save(path, &st);
   whole_close(&w);
   return rc;
 }
 
 int ts__trainer_whole_snapshot(ts_trainer *t, ts_ckpt_snapshot **snap) {
   whole_model w;
-  int rc = whole_open(t, 1, &w);
-  if (!rc) rc = ts_dist_move(t->dist, w.full, t->opt, w.fopt, 1); /* every rank's slices */
-  if (!rc && t->run->rank == 0) {
-    ts_ckpt_state st;
-    ts__trainer_ckpt_state(t, &st);
-    st.params = w.full;
-    st.optim = w.owned ? w.fopt : t->opt;
-    rc = ts_ckpt_snapshot_take(&st, snap);
-  }
+  ts_ckpt_state st;
+  int rc = whole_gather(t, &w, &st);
+  if (!rc && t->run->rank == 0) rc = ts_ckpt_snapshot_take(&st, snap);
   whole_close(&w);
   return rc;
 }
