@@ -128,6 +128,7 @@ int main(int argc, char **argv) {
     memset(&p, 0, sizeof p);
     if (!rc) rc = ts_trainer_predict(&cfg, N, 0, &c, &p);
     if (!rc) rc = ts_trainer_create(&cfg, &t);
+    ts_config_free(&cfg);
     ts_callback cb = {"rec", rec_cb, NULL, NULL, NULL, &r};
     if (!rc) rc = ts_trainer_add_callback(t, &cb);
     if (!rc) rc = ts_trainer_fit(t);

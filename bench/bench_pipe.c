@@ -68,6 +68,7 @@ static int run(const char *parallel, const char *const *sets, int nsets, int ste
   memset(&r, 0, sizeof r);
   int rc = ts_config_load_string(y, "bench_pipe.yaml", sets, nsets, &cfg);
   if (!rc) rc = ts_trainer_create(&cfg, &t);
+  ts_config_free(&cfg);
   ts_callback cb = {"rec", rec_cb, NULL, NULL, NULL, &r};
   if (!rc) rc = ts_trainer_add_callback(t, &cb);
   if (!rc) rc = ts_trainer_fit(t);

@@ -93,14 +93,18 @@ int ts_test_finish_job(const char *name) {
 }
 
 ts_plan *ts_test_train_plan(ts_graph *g, ts_params *p, ts_val loss, uint64_t seed) {
-  ts_val keep[1024];
-  int nk = 0;
+  /* room for every parameter's gradient (the store's count: models of any size) and the loss */
+  int cap = ts_params_count(p) + 1, nk = 0;
+  ts_val *keep = malloc(sizeof *keep * (size_t)cap);
   ts_plan *plan = NULL;
+  CHECK(keep != NULL);
+  if (!keep) return NULL;
   CHECK_OK(ts_params_alloc(p, seed));
-  CHECK_OK(ts_params_attach_grads(p, g, keep, 1023, &nk));
+  CHECK_OK(ts_params_attach_grads(p, g, keep, cap - 1, &nk));
   keep[nk++] = loss;
   CHECK_OK(ts_plan_create(g, keep, nk, &plan));
   if (plan) CHECK_OK(ts_params_bind(p, g, plan));
+  free(keep);
   return plan;
 }
 

@@ -7,6 +7,7 @@
  *   if (ts_config_load("examples/mlp_fashion.yaml", sets, 2, &cfg))
  *     fprintf(stderr, "%s\n", ts_last_error());   // one line naming file, key and reason
  *   ts_config_dump_yaml(&cfg, stdout);            // the effective config
+ *   ts_config_free(&cfg);                         // its lists (parallel.strategies, ...)
  *
  * Loading = defaults, then the file, then each override in order, then ts_config_validate.
  * Overrides are "key.path=value" strings (tessera train --set); the value is parsed as YAML, so
@@ -38,7 +39,6 @@ extern "C" {
 
 #define TS_CFG_MAX_LIST 16       /* elements of a list-valued key */
 #define TS_CFG_MAX_TRANSFORMS 16 /* transforms per list */
-#define TS_CFG_MAX_STRATEGIES 256 /* operator strategies in parallel.strategies */
 #define TS_CFG_PATH_MAX 1024     /* bytes of a path-valued key, NUL included */
 #define TS_CFG_NAME_MAX 64       /* bytes of a short string key, NUL included */
 #define TS_CFG_MAX_KEYS 256      /* keys the table may have (ts_config.given) */
@@ -110,14 +110,22 @@ typedef struct {
   ts_transform v[TS_CFG_MAX_TRANSFORMS];
 } ts_cfg_transforms;
 
-/* parallel.strategies: operator name (or '*' rule) -> MindSpore shard tuple text. */
+/* parallel.strategies: operator name (or '*' rule) -> MindSpore shard tuple text; parallel.stages:
+ * name pattern -> stage number (text). Any number of entries: v is malloc'd and owned by the
+ * ts_config holding it (ts_config_free releases it, ts_config_copy duplicates it); n entries,
+ * room for cap. */
+typedef ts_op_text ts_cfg_strategy; /* dist.h: op[160], text[96] */
+typedef struct {
+  int n, cap;
+  ts_cfg_strategy *v;
+} ts_cfg_strategies;
+
+/* A list of integers of any length (parallel.all_reduce_fusion_config: split points into the
+ * gradient list, which grows with the model). v is malloc'd and owned like ts_cfg_strategies. */
 typedef struct {
   int n;
-  struct {
-    char op[160];
-    char text[96];
-  } v[TS_CFG_MAX_STRATEGIES];
-} ts_cfg_strategies;
+  int *v;
+} ts_cfg_ilist;
 
 /* A list of strings (model.recompute_layers). */
 #define TS_CFG_MAX_STRS 16
@@ -221,7 +229,7 @@ typedef struct {
     ts_parallel_mode mode;
     int gradients_mean;      /* data parallel: average (1) or sum (0) gradients over ranks */
     double bucket_size_mb;   /* gradient buckets (MindSpore's comm_fusion), MiB */
-    ts_cfg_ints all_reduce_fusion_config; /* bucket split points: indices into the gradients */
+    ts_cfg_ilist all_reduce_fusion_config; /* bucket split points: indices into the gradients */
     int device_num;          /* 0: the job's world size; else checked against it (MindSpore's) */
     int comm_dtype;          /* 0 f32, 1 bf16, 2 f16: dtype of gradient reduction (compression) */
     int overlap;             /* start each bucket's all-reduce as soon as its gradients are ready */
@@ -279,13 +287,37 @@ typedef struct {
                                            override set (ts_config_given) */
 } ts_config;
 
+/* ---- ownership ----
+ * A ts_config is a plain struct except for its lists of any length (parallel.strategies,
+ * parallel.stages, parallel.all_reduce_fusion_config), which live in malloc'd arrays the config
+ * owns. So:
+ *   - ts_config_defaults / ts_config_load* treat *cfg as uninitialised (they do not free what it
+ *     held): call ts_config_free first when reloading into a config that owned lists;
+ *   - ts_config_free(cfg) releases them (the lists read empty after; calling it twice is fine);
+ *   - a copy by value (`ts_config c = *cfg`) shares the arrays: it is a read-only view, valid
+ *     while *cfg lives; do not ts_config_free it, nor ts_config_set a list key on it (setting a
+ *     list frees the list it replaces). Give a copy of its own with ts_config_copy.
+ * A config that never had such a list set owns nothing; ts_config_free is still the rule. */
+void ts_config_free(ts_config *cfg);
+/* *dst = a deep copy of *src (dst treated as uninitialised); TS_ENOMEM leaves *dst owning
+ * nothing (its lists empty). dst == src is a no-op. */
+int ts_config_copy(ts_config *dst, const ts_config *src);
+/* Lists of a config: appends (op, text), growing the array (TS_ENOMEM; TS_ECONFIG for an op
+ * longer than 159 bytes or text longer than 95, naming them); replaces *dst's entries with a
+ * copy of src's (frees dst's old array); frees the array (n = 0). */
+int ts_cfg_strategies_add(ts_cfg_strategies *s, const char *op, const char *text);
+int ts_cfg_strategies_assign(ts_cfg_strategies *dst, const ts_cfg_strategies *src);
+void ts_cfg_strategies_free(ts_cfg_strategies *s);
+
 /* Every key at its default (see docs/config.md). The struct is zeroed first, so two configs
- * with equal keys compare equal with memcmp. */
+ * with equal keys compare equal with memcmp, lists aside (compare those by content or through
+ * ts_config_dump_string). */
 void ts_config_defaults(ts_config *cfg);
 
 /* Defaults, then `path` (may be NULL: defaults only), then overrides[0..n), then validation.
  * On error *cfg holds what was loaded so far and the status is TS_ECONFIG (or TS_ENOMEM). */
 int ts_config_load(const char *path, const char *const *overrides, int n, ts_config *cfg);
+/* (Both: on success and on error the caller ts_config_free's *cfg.) */
 /* Same from YAML text in memory; `label` names it in messages (e.g. a file name). */
 int ts_config_load_string(const char *yaml, const char *label, const char *const *overrides,
                           int n, ts_config *cfg);
@@ -358,7 +390,8 @@ void ts_config_convnet(const ts_config *cfg, ts_convnet_config *out);
 void ts_config_resnet(const ts_config *cfg, ts_resnet_config *out);
 void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out);
 /* The distribution keys (train.* batch sizes and seed, parallel.*, the optimizer's needs) as a
- * distribution object's configuration (include/tessera/dist.h). */
+ * distribution object's configuration (include/tessera/dist.h). Its fusion splits and stage
+ * rules point into cfg (valid while cfg lives unchanged; ts_dist_create copies them). */
 void ts_config_dist(const ts_config *cfg, ts_dist_config *out);
 
 #ifdef __cplusplus

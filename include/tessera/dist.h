@@ -44,9 +44,12 @@ extern "C" {
 #define TS_BUCKET_MB_DEFAULT 4.0
 /* Recompute segment patterns a ts_dist_config holds. */
 #define TS_DIST_MAX_RECOMPUTE 16
-#define TS_DIST_MAX_FUSION_SPLITS 16 /* as many as a config list holds (TS_CFG_MAX_LIST) */
-/* Stage rules (parallel.stages) a ts_dist_config holds. */
-#define TS_DIST_MAX_STAGE_RULES 64
+/* An operator name or pattern with a text value: parallel.strategies' shard strategy, or
+ * parallel.stages' stage number in decimal (config.h's lists hold these: ts_cfg_strategy). */
+typedef struct {
+  char op[160];
+  char text[96];
+} ts_op_text;
 
 /* ---- gradient reduction for any store ----
  * A parameter registered whole (ts_params_add) is replicated on every rank; one registered with
@@ -155,7 +158,8 @@ typedef struct {
   int full_batch;         /* every rank reads the whole batch */
   int parameter_broadcast;/* rank 0's initial parameters to every rank */
   double bucket_mb;       /* gradient bucket size (<= 0: TS_BUCKET_MB_DEFAULT) */
-  int fusion_splits[TS_DIST_MAX_FUSION_SPLITS]; /* all_reduce_fusion_config: bucket split points */
+  const int *fusion_splits; /* all_reduce_fusion_config: bucket split points (any number; not owned:
+                             ts_dist_create copies them) */
   int nfusion_splits;     /* 0: buckets by bucket_mb */
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
   int allreduce;          /* TS_ALLREDUCE_AUTO / FLAT / HIER: the buckets' reduction across hosts */
@@ -180,11 +184,9 @@ typedef struct {
   int pipeline_semi;      /* semi_auto_parallel inside each stage (else data parallel replicas) */
   int pipeline_schedule;  /* ts_sched_kind */
   int virtual_stages;
-  int n_stage_rules;      /* parallel.stages: pattern -> stage */
-  struct {
-    char pattern[160];
-    int stage;
-  } stage_rules[TS_DIST_MAX_STAGE_RULES];
+  int n_stage_rules;      /* parallel.stages: pattern (op) -> stage (text, decimal); any number; not
+                             owned: ts_dist_create copies them */
+  const ts_op_text *stage_rules;
 } ts_dist_config;
 
 /* The model: a builder (called for the training graph with targets and for the evaluation graph

@@ -18,8 +18,10 @@ extern "C" {
 /* Inputs and outputs a node may have. */
 #define TS_GRAPH_MAX_IO 16
 /* Communicator slots an op may record (collectives, class-sharded cross-entropy,
- * SyncBatchNorm): 0..TS_GRAPH_MAX_COMM_SLOTS-1. A plan holds as many (TS_PLAN_MAX_COMMS). */
-#define TS_GRAPH_MAX_COMM_SLOTS 32
+ * SyncBatchNorm): 0..TS_GRAPH_MAX_COMM_SLOTS-1. A bound on the slot number (a sanity check of the
+ * attribute), not a table size: a plan's table grows to the highest slot set (ts_plan_set_comm),
+ * so a job may bind as many communicators as its groups need (TS_PLAN_MAX_COMMS). */
+#define TS_GRAPH_MAX_COMM_SLOTS 65536
 
 /* ---- op attributes ----
  * A node's attributes. Read and write them through the accessors generated from the A(...)

@@ -32,8 +32,9 @@ ts_backend ts_backend_get(void);
 
 typedef struct ts_plan ts_plan;
 
-/* Communicator slots a plan holds (ts_plan_set_comm): one for every slot an op may record. */
-#define TS_PLAN_MAX_COMMS 32
+/* Communicator slots a plan may hold (ts_plan_set_comm): one for every slot an op may record.
+ * The table is allocated to the highest slot set, not to this bound. */
+#define TS_PLAN_MAX_COMMS TS_GRAPH_MAX_COMM_SLOTS
 #ifndef __cplusplus
 _Static_assert(TS_PLAN_MAX_COMMS == TS_GRAPH_MAX_COMM_SLOTS, "a plan holds every graph comm slot");
 #endif
@@ -119,7 +120,8 @@ int ts_plan_add_hook(ts_plan *p, ts_plan_hook fn, void *user);
 /* Removes (fn, user) from the list; absent pairs are ignored. */
 void ts_plan_remove_hook(ts_plan *p, ts_plan_hook fn, void *user);
 /* Puts communicator c (NULL to clear; not owned) in slot 0..TS_PLAN_MAX_COMMS-1, for the ops
- * that communicate (synchronised batch-norm). TS_EINVAL for a bad slot. */
+ * that communicate (synchronised batch-norm); the plan's table grows to hold it. TS_EINVAL for a
+ * bad slot, TS_ENOMEM. */
 int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c);
 
 /* Changes the value a CONST node fills its output v with, in this plan only (the graph keeps its

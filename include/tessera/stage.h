@@ -26,9 +26,6 @@
 extern "C" {
 #endif
 
-/* Pieces a cut may have (pipeline_stages x virtual_stages), and cut edges into or out of one. */
-#define TS_STAGE_MAX_PIECES 512
-#define TS_STAGE_MAX_EDGES 256
 
 /* parallel.stages: nodes whose name matches `pattern` (the strategy patterns' syntax:
  * "transformer.h.*" or a prefix of dot-parts) go to piece `piece`. */
@@ -76,15 +73,20 @@ typedef struct {
   ts_val out;           /* the whole graph's `out` value if this piece computes it, else TS_NONE */
   ts_val x, y;          /* the whole graph's inputs "x"/"y" if the piece reads them, else TS_NONE */
   int nfwd;             /* forward nodes (0..nfwd-1); set by ts_stage_build */
-  int nrecv, nsend;     /* cut edges into and out of the piece */
-  ts_val recv[TS_STAGE_MAX_EDGES];
-  int recv_edge[TS_STAGE_MAX_EDGES]; /* index into ts_stage_edges' list */
-  int recv_from[TS_STAGE_MAX_EDGES], recv_grad[TS_STAGE_MAX_EDGES];
-  ts_val tokens[2 * TS_STAGE_MAX_EDGES]; /* sends the plan must keep (forward of evaluation, and
-                                            the gradients sent back) */
+  int nrecv, nsend;     /* cut edges into and out of the piece (any number) */
+  /* the lists below are malloc'd by ts_stage_build (ts_stage_graph_release frees them) */
+  ts_val *recv;         /* nrecv each */
+  int *recv_edge;       /* index into ts_stage_edges' list */
+  int *recv_from, *recv_grad;
+  ts_val *tokens;       /* sends the plan must keep (forward of evaluation, and the gradients
+                           sent back): up to nsend + nrecv */
   int ntokens;
   int64_t send_bytes, recv_bytes; /* per run, forward activations (gradients: the same back) */
 } ts_stage_graph;
+
+/* Frees the lists of sg (recv*, tokens) and clears them; not sg->g nor sg->params (the caller's).
+ * Safe on a zeroed or released sg. */
+void ts_stage_graph_release(ts_stage_graph *sg);
 
 /* The cut edges of an assignment, in the order that numbers their tags (*out malloc'd). */
 int ts_stage_edges(const ts_graph *g, const int *piece, ts_stage_edge **out, int *nedges);

@@ -7,6 +7,7 @@
  *   if (ts_trainer_create(&cfg, &t)) fprintf(stderr, "%s\n", ts_last_error());
  *   ts_trainer_fit(t);                 // trains; evaluates; writes metrics and checkpoints
  *   ts_trainer_free(t);
+ *   ts_config_free(&cfg);              // the trainer keeps its own copy (ts_config_copy)
  *
  * The trainer holds no assumption about world size: batch sizes in the config are global. */
 #ifndef TESSERA_TRAIN_H
@@ -156,7 +157,9 @@ int ts_plan_choice_micro_batch_size(const ts_config *cfg, const ts_plan_choice *
 int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *c, ts_plan_choice *out, int cap, int *n,
                       int *best);
 /* Sets cfg's parallel keys (mode, stages, micro-batches, strategies: Megatron-LM's cuts for GPT,
- * or the per-operator search's on parallel.cluster), optimizer shard and recompute to plan p. */
+ * or the per-operator search's on parallel.cluster), optimizer shard and recompute to plan p.
+ * The strategies replace (and free) cfg's own: cfg must own its lists (not a by-value view of
+ * another config; see ts_config_copy). */
 int ts_config_apply_plan(ts_config *cfg, const ts_plan_choice *p);
 /* The same with the per-operator search priced on cluster c (NULL: parallel.cluster). */
 int ts_config_apply_plan_on(ts_config *cfg, const ts_plan_choice *p, const ts_cluster *c);
@@ -169,8 +172,8 @@ void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap);
  * name the key and the file (TS_ECONFIG, TS_ENOTFOUND, TS_EFORMAT). */
 int ts_config_sources(const ts_config *cfg, ts_source **train, ts_source **test);
 
-/* Builds data pipelines, model graphs, parameters and optimizer from a validated config.
- * Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */
+/* Builds data pipelines, model graphs, parameters and optimizer from a validated config (the
+ * trainer keeps a deep copy: cfg may be freed after). Resumes from config.checkpoint.resume if set. Errors name the key, file or op at fault. */
 int ts_trainer_create(const ts_config *cfg, ts_trainer **out);
 void ts_trainer_free(ts_trainer *t);
 /* Adds a callback (copied); called in the order added, after the built-in ones. */

@@ -38,14 +38,14 @@ static int da_init(Data *self, PyObject *args, PyObject *kw) {
   }
   int rc = 0, ntf = 0;
   if (tsp_config_from_pairs(pairs, cfg)) {
-    PyMem_Free(cfg);
+    tsp_config_release(cfg);
     return -1;
   }
   if (!(rc = ts_config_validate(cfg)) && !(rc = ts_config_sources(cfg, &self->train, &self->test))) {
     ntf = ts_config_transforms(cfg, train, self->tf, TS_CFG_MAX_TRANSFORMS);
     if (ntf < 0) rc = ntf;
   }
-  PyMem_Free(cfg);
+  tsp_config_release(cfg);
   ts_source *src = train ? self->train : self->test;
   if (!rc && !src) rc = ts_error_set(TS_ENOTFOUND, "data set: no test split");
   if (!rc && (shards < 1 || shard < 0 || shard >= shards))

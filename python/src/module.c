@@ -70,6 +70,12 @@ int tsp_pending_restore(void) {
   return 1;
 }
 
+void tsp_config_release(ts_config *cfg) {
+  if (!cfg) return;
+  ts_config_free(cfg);
+  PyMem_Free(cfg);
+}
+
 int tsp_config_from_pairs(PyObject *pairs, ts_config *cfg) {
   ts_config_defaults(cfg);
   PyObject *seq = PySequence_Fast(pairs, "config: expected a sequence of (key, value) pairs");
@@ -158,7 +164,7 @@ static PyObject *py_check_key(PyObject *self, PyObject *args) {
   if (!cfg) return PyErr_NoMemory();
   ts_config_defaults(cfg);
   int rc = ts_config_set(cfg, k, v);
-  PyMem_Free(cfg);
+  tsp_config_release(cfg);
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }
@@ -173,11 +179,11 @@ static PyObject *py_config_yaml(PyObject *self, PyObject *args) {
   char *text = NULL;
   int rc = 0;
   if (tsp_config_from_pairs(pairs, cfg)) {
-    PyMem_Free(cfg);
+    tsp_config_release(cfg);
     return NULL;
   }
   if (!(rc = ts_config_validate(cfg))) rc = ts_config_dump_string(cfg, &text);
-  PyMem_Free(cfg);
+  tsp_config_release(cfg);
   if (rc) return tsp_raise(rc);
   PyObject *r = PyUnicode_FromString(text);
   free(text);

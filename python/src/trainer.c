@@ -104,7 +104,7 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
   int rc;
   if (yaml) { /* the file, then the pairs as overrides (tessera train FILE --set k=v) */
     if ((rc = ts_config_load(yaml, NULL, 0, cfg))) {
-      PyMem_Free(cfg);
+      tsp_config_release(cfg);
       tsp_raise(rc);
       return -1;
     }
@@ -114,17 +114,17 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
       if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ss", &k, &v) || ((rc = ts_config_set(cfg, k, v)) &&
                                                                                 !tsp_raise(rc))) {
         Py_DECREF(seq);
-        PyMem_Free(cfg);
+        tsp_config_release(cfg);
         return -1;
       }
     }
     Py_XDECREF(seq);
     if (!seq) {
-      PyMem_Free(cfg);
+      tsp_config_release(cfg);
       return -1;
     }
   } else if (tsp_config_from_pairs(pairs, cfg)) {
-    PyMem_Free(cfg);
+    tsp_config_release(cfg);
     return -1;
   }
   if (build != Py_None) {
@@ -134,7 +134,7 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
   } else {
     rc = ts_trainer_create(cfg, &self->t);
   }
-  PyMem_Free(cfg);
+  tsp_config_release(cfg);
   if (tsp_pending_restore()) return -1;
   if (rc) {
     tsp_raise(rc);

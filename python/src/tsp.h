@@ -34,6 +34,8 @@ int tsp_pending_stash(const char *where);
 int tsp_pending_restore(void);
 /* A ts_config from a list of (key, YAML value) pairs over the defaults; not validated. */
 int tsp_config_from_pairs(PyObject *pairs, ts_config *cfg);
+/* Frees a PyMem_Malloc'd config and the lists it owns (ts_config_free). */
+void tsp_config_release(ts_config *cfg);
 
 /* tensor.c */
 int tsp_npy_type(ts_dtype dt);

@@ -16,6 +16,13 @@ int ts_cli_check_input(const char *path, const char *what);
  * config; 0, or the exit status after printing the error. */
 int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
                        const char **plot_out);
+/* A command's config, freed (its lists: ts_config_free) on every return path of the block that
+ * declares it; starts zeroed (owning nothing) so an early return frees nothing:
+ *   TS_CLI_CONFIG(cfg);  ... ts_cli_load_config(..., &cfg, ...) ... */
+void ts_cli_config_release(ts_config *cfg);
+#define TS_CLI_CONFIG(name) \
+  ts_config name __attribute__((cleanup(ts_cli_config_release))); \
+  memset(&name, 0, sizeof name)
 /* Exit status for a library status: configuration problems are usage errors (2), others 1. */
 int ts_cli_exit_code(int rc);
 int ts_cli_train(int argc, char **argv);

@@ -60,7 +60,7 @@ int ts_cli_calibrate(int argc, char **argv) {
       steps = (int)v;
     } else rest[nrest++] = argv[i];
   }
-  ts_config cfg;
+  TS_CLI_CONFIG(cfg);
   int have_cfg = nrest > 0;
   if (have_cfg) {
     int e = ts_cli_load_config("calibrate", nrest, rest, &cfg, NULL, NULL);

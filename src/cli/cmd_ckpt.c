@@ -321,7 +321,7 @@ static char *whole_config(const char *dir) {
   ts_ckpt_info in;
   char *out = NULL;
   if (!ts_ckpt_manifest_info(m, &in) && in.config_yaml) {
-    ts_config c;
+    TS_CLI_CONFIG(c);
     const char *set[] = {"checkpoint.format=whole"};
     if (!ts_config_load_string(in.config_yaml, "the checkpoint's config", set, 1, &c)) ts_config_dump_string(&c, &out);
   }
@@ -408,7 +408,7 @@ static int cmd_reshard(int argc, char **argv) {
     ts_ckpt_info_free(&info);
     return ts_cli_fail(2, "reshard: %s holds no config to build the new layout from (give one with --config)", in);
   }
-  ts_config cfg; /* the new layout: the checkpoint's config, or the one given, with the --set changes */
+  TS_CLI_CONFIG(cfg); /* the new layout: the checkpoint's config, or the one given, with the --set changes */
   rc = cfgfile ? ts_config_load(cfgfile, sets, ns, &cfg)
                : ts_config_load_string(info.config_yaml, "the checkpoint's config", sets, ns, &cfg);
   ts_ckpt_info_free(&info);

@@ -37,6 +37,8 @@ static int usage(FILE *f) {
           "restarted. --min-ranks M: a restart after a lost rank drops that rank (with a host file or\n"
           "rank table: every rank of its host, and hosts left unused take their place) and runs on the\n"
           "largest count from M up that divides the global batch (data_parallel only).\n"
+          "With `-- train CONFIG`, the config's parallel.device_num (MindSpore's) is the rank count\n"
+          "when -n is absent, and must equal -n when both are given.\n"
           "Plain `mpirun -n N tessera train ...` and `srun tessera train ...` work too (no restarts).\n"
           "example: tessera launch -n 2 -- train examples/mlp_fashion.yaml --set parallel.mode=data_parallel\n"
           "         tessera launch -n 4 --restarts 2 --min-ranks 2 -- train my.yaml --set checkpoint.save_steps=100\n");
@@ -419,7 +421,7 @@ int ts_cli_launch(int argc, char **argv) {
 
   /* a training job's config: train.restarts, and what restarts need */
   int is_train = !strcmp(argv[cmd_at], "train"), given = restarts >= 0;
-  ts_config cfg;
+  TS_CLI_CONFIG(cfg);
   int cfg_rc = is_train ? load_train_config(argc - cmd_at - 1, argv + cmd_at + 1, &cfg) : TS_ECONFIG;
   int have_cfg = cfg_rc == TS_OK;
   if (restarts < 0) restarts = have_cfg ? cfg.train.restarts : 0; /* the ranks report a bad config themselves */
@@ -435,6 +437,17 @@ int ts_cli_launch(int argc, char **argv) {
                          "checkpoint.dir and checkpoint.save_steps)", what, restarts);
   }
 
+  /* MindSpore's device_num: the ranks the job must have; it stands for -n when -n is absent */
+  int dn = have_cfg ? cfg.parallel.device_num : 0, n_from_cfg = 0;
+  const char *src = have_cfg && cfg.source[0] ? cfg.source : "config";
+  if (dn > 0 && n == 0) n = dn, n_from_cfg = 1;
+  if (dn > 0 && n != dn)
+    return ts_cli_fail(2, "launch: %s: parallel.device_num is %d, but launch -n %d (give -n %d, or set "
+                       "parallel.device_num: %d or 0)", src, dn, n, dn, n);
+  if (dn > 0 && min_ranks && min_ranks < n)
+    return ts_cli_fail(2, "launch: --min-ranks %d: %s sets parallel.device_num %d, so the job cannot go on with fewer "
+                       "ranks (set parallel.device_num: 0 to allow it)", min_ranks, src, dn);
+
   ts_rank_table hosts;
   memset(&hosts, 0, sizeof hosts);
   int have_hosts = 0;
@@ -445,6 +458,8 @@ int ts_cli_launch(int argc, char **argv) {
     if (n == 0) n = r;
     if (n != r) {
       ts__rank_table_free(&hosts);
+      if (n_from_cfg)
+        return ts_cli_fail(2, "launch: %s: parallel.device_num is %d, but the rank table has %d ranks", src, n, r);
       return ts_cli_fail(2, "launch: -n %d but the rank table has %d ranks", n, r);
     }
   } else if (hostfile) { /* hosts known by their slots: a lost host's ranks go with it */
@@ -455,7 +470,7 @@ int ts_cli_launch(int argc, char **argv) {
     free(buf);
   }
   int rc = 0;
-  if (n <= 0) rc = ts_cli_fail(2, "launch: -n N (number of ranks) is required");
+  if (n <= 0) rc = ts_cli_fail(2, "launch: -n N (number of ranks) is required (or parallel.device_num in the config)");
   if (!rc && min_ranks > n) rc = ts_cli_fail(2, "launch: --min-ranks %d is more than the %d ranks (-n)", min_ranks, n);
   if (!rc && min_ranks && min_ranks < n) {
     if (cfg.parallel.mode != TS_PARALLEL_DATA || cfg.parallel.pipeline_stages > 1)

@@ -91,7 +91,7 @@ int ts_cli_profile(int argc, char **argv) {
   const char *extra[] = {"--set", s_start, "--set", "log.profile=trace", "--set", "checkpoint.resume=",
                          "--set", "train.log_every=1"};
   for (int k = 0; k < 8; k++) rest[nrest++] = (char *)extra[k];
-  ts_config cfg;
+  TS_CLI_CONFIG(cfg);
   int e = ts_cli_load_config("profile", nrest, rest, &cfg, NULL, NULL);
   free(rest);
   if (e) return e;

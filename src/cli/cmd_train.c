@@ -16,6 +16,8 @@
 int ts_cli_exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED ? 2 : 1; }
 
 /* Parses CONFIG [--set k=v]... [--KEY VALUE] leaving unknown options to `extra`. */
+void ts_cli_config_release(ts_config *cfg) { ts_config_free(cfg); }
+
 int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
                        const char **plot_out) {
   const char *path = NULL;
@@ -64,7 +66,7 @@ int ts_cli_train(int argc, char **argv) {
              "--set checkpoint.dir=ckpt\n");
       return 0;
     }
-  ts_config cfg;
+  TS_CLI_CONFIG(cfg);
   int e = ts_cli_load_config("train", argc, argv, &cfg, NULL, NULL);
   if (e) return e;
   ts__faults faults; /* TESSERA_FAULT (tests of restarts); outlives the trainer */
@@ -125,7 +127,7 @@ int ts_cli_eval(int argc, char **argv) {
              "example: tessera eval examples/mlp_fashion.yaml --checkpoint ckpt/mlp-000002345.safetensors\n");
       return 0;
     }
-  ts_config cfg;
+  TS_CLI_CONFIG(cfg);
   const char *ckpt = NULL;
   int e = ts_cli_load_config("eval", argc, argv, &cfg, &ckpt, NULL);
   if (e) return e;
@@ -246,7 +248,8 @@ static int cmp_choice(const void *a, const void *b) {
 /* A plan as one JSON object (--json): the degrees, the micro-batching (rows per replica), the
  * predicted step and rates (tokens for text models), the memory, whether it fits, the strategies. */
 static void print_plan_json(const ts_config *cfg, int n, const ts_cluster *cl, const ts_plan_choice *p) {
-  ts_config c = *cfg;
+  TS_CLI_CONFIG(c);
+  if (ts_config_copy(&c, cfg)) return; /* its own: the plan replaces the strategies */
   ts_config_apply_plan_on(&c, p, cl);
   int gpt = c.model.name == TS_MODEL_GPT;
   double rate = p->pred.samples_per_s * (gpt ? (double)c.data.seq_len : 1.0);
@@ -277,7 +280,11 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
     return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   }
   ts_plan_choice chosen = all[best];
-  ts_config c = *cfg;
+  TS_CLI_CONFIG(c);
+  if ((rc = ts_config_copy(&c, cfg))) {
+    free(all);
+    return ts_cli_fail(1, "%s", ts_last_error());
+  }
   ts_config_apply_plan_on(&c, &chosen, cl);
   char s[160];
   ts_plan_choice_str(&chosen, s, sizeof s);
@@ -419,7 +426,7 @@ int ts_cli_plan(int argc, char **argv) {
     }
     rest[nrest++] = argv[i];
   }
-  ts_config cfg;
+  TS_CLI_CONFIG(cfg);
   int e = ts_cli_load_config("plan", nrest, rest, &cfg, NULL, NULL);
   free(rest);
   if (e) return e;
@@ -435,7 +442,8 @@ int ts_cli_plan(int argc, char **argv) {
   if (search || (json && !fix)) return plan_search(&cfg, n, &cl, json);
   if (fix) {
     ts_plan_choice p;
-    ts_config base = cfg;
+    TS_CLI_CONFIG(base);
+    if ((e = ts_config_copy(&base, &cfg))) return ts_cli_fail(1, "%s", ts_last_error());
     if ((e = parse_fix(fix, n, cfg.train.batch_size, &p)) || (e = ts_config_apply_plan_on(&cfg, &p, &cl)) ||
         (e = ts_config_validate(&cfg)))
       return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());

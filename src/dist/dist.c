@@ -24,8 +24,15 @@ int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis
     if (d->group[k].ndev == ndev && d->group[k].axis == axis &&
         !memcmp(d->group[k].dev, dev, sizeof(int) * (size_t)ndev))
       return k + 1;
-  if (d->ngroups + 1 >= TS_PLAN_MAX_COMMS || d->ngroups == TS__DIST_MAX_GROUPS)
-    return ts_error_set(TS_ERANGE, "ts_model_group: at most %d groups", TS_PLAN_MAX_COMMS - 1);
+  if (d->ngroups + 1 >= TS_PLAN_MAX_COMMS)
+    return ts_error_set(TS_ERANGE, "ts_model_group: at most %d groups (plan communicator slots)", TS_PLAN_MAX_COMMS - 1);
+  if (d->ngroups == d->groups_cap) {
+    int nc = d->groups_cap ? 2 * d->groups_cap : 8;
+    struct ts__dist_group *ng = realloc(d->group, sizeof *ng * (size_t)nc);
+    if (!ng) return ts_error_set(TS_ENOMEM, "ts_model_group: out of memory");
+    d->group = ng;
+    d->groups_cap = nc;
+  }
   int k = d->ngroups++;
   d->group[k].ndev = ndev;
   memcpy(d->group[k].dev, dev, sizeof(int) * (size_t)ndev);
@@ -175,6 +182,8 @@ static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
   if ((rc = ts__dist_build_model(d, &nne, &r->xe, NULL, &r->logits, NULL))) return rc;
   if ((rc = ts__dist_plans(d)) || !d->world) return rc;
   /* communicators: slot 0 every rank, then the groups a hybrid model asked for */
+  if (d->ngroups > 0 && !(d->group_comm = calloc((size_t)d->ngroups, sizeof *d->group_comm)))
+    return ts_error_set(TS_ENOMEM, "hybrid_parallel: out of memory (%d groups)", d->ngroups);
   for (int k = 0; k < d->ngroups && !rc; k++)
     rc = ts_comm_grid_axis(d->world, d->group[k].ndev, d->group[k].dev, d->group[k].axis, &d->group_comm[k]);
   ts_plan *plans[2] = {r->plan, r->plan_e};
@@ -245,7 +254,7 @@ static int check_shard(const ts_dist_vt *vt, const ts_dist_config *c) {
 }
 
 static void free_per_rank(ts_dist *d) {
-  for (int k = 0; k < d->ngroups; k++) ts_comm_free(d->group_comm[k]);
+  for (int k = 0; d->group_comm && k < d->ngroups; k++) ts_comm_free(d->group_comm[k]);
   ts_graph_free(d->r.g);
   ts_graph_free(d->r.ge);
   ts_params_free(d->r.params);
@@ -339,6 +348,21 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (!d) return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");
   d->vt = vt;
   d->cfg = *cfg;
+  /* the config's lists are the caller's: the object keeps copies */
+  if (cfg->nfusion_splits > 0) {
+    d->own_splits = malloc(sizeof(int) * (size_t)cfg->nfusion_splits);
+    if (d->own_splits) memcpy(d->own_splits, cfg->fusion_splits, sizeof(int) * (size_t)cfg->nfusion_splits);
+  }
+  if (cfg->n_stage_rules > 0) {
+    d->own_rules = malloc(sizeof *d->own_rules * (size_t)cfg->n_stage_rules);
+    if (d->own_rules) memcpy(d->own_rules, cfg->stage_rules, sizeof *d->own_rules * (size_t)cfg->n_stage_rules);
+  }
+  d->cfg.fusion_splits = d->own_splits;
+  d->cfg.stage_rules = d->own_rules;
+  if ((cfg->nfusion_splits > 0 && !d->own_splits) || (cfg->n_stage_rules > 0 && !d->own_rules)) {
+    ts_dist_free(d);
+    return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");
+  }
   d->loss_scale = 1;
   d->seed_val = TS_NONE;
   d->dry = dry;
@@ -372,6 +396,12 @@ void ts_dist_free(ts_dist *d) {
   ts_plan_free(d->r.plan_e);
   if (d->vt->free) d->vt->free(d);
   ts_comm_free(d->world);
+  free(d->own_splits);
+  free(d->own_rules);
+  free(d->group);
+  free(d->group_comm);
+  free(d->slots);
+  free(d->eslots);
   free(d);
 }
 

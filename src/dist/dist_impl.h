@@ -51,11 +51,11 @@ struct ts_dist_vt {
   int (*move)(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
 };
 
-#define TS__DIST_MAX_GROUPS 32
-
 struct ts_dist {
   const ts_dist_vt *vt;
   ts_dist_config cfg;
+  int *own_splits;             /* cfg.fusion_splits and cfg.stage_rules point here (copies) */
+  ts_op_text *own_rules;
   int dry;          /* devices planned for without MPI (0: a real job) */
   ts_comm *world;   /* real jobs of layouts that run over MPI */
   ts_dist_run r;
@@ -70,16 +70,16 @@ struct ts_dist {
   int reduce_mean;             /* the reducer averages (data parallel) or sums */
   int overlap;
   /* models built per rank: the groups a hybrid model asked for (ts_model_group) */
-  int ngroups;
-  struct {
+  int ngroups, groups_cap;     /* any number (grown by ts_model_group) */
+  struct ts__dist_group {
     int ndev, dev[TS_LAYOUT_MAX_AXES], axis;
-  } group[TS__DIST_MAX_GROUPS];
-  ts_comm *group_comm[TS__DIST_MAX_GROUPS];
+  } *group;
+  ts_comm **group_comm;        /* ngroups, made by the start */
   /* semi_auto_parallel: the pass over the whole model's graphs */
   ts_parallel *pp, *pe;
   ts_graph *gg, *gge;
   ts_params *gp;
-  ts_comm *slots[TS__DIST_MAX_GROUPS], *eslots[TS__DIST_MAX_GROUPS];
+  ts_comm **slots, **eslots;   /* the passes' slot communicators (nslots, neslots; malloc'd) */
   int nslots, neslots;
   /* parallel.optimizer_shard (dist_zero.c); NULL: off */
   struct ts__zero *zero;

@@ -21,7 +21,9 @@
 #include "tessera/schedule.h"
 #include "tessera/stage.h"
 
-#define PIPE_SLOT (TS_PLAN_MAX_COMMS - 1) /* the pipeline's p2p communicator */
+/* the pipeline's p2p communicator: the slot after those of the pass inside the stages (or after
+ * slot 0, SyncBatchNorm's, without), so the plans' tables stay as small as the job's groups */
+#define PIPE_SLOT (d->pipe->slot)
 #define MAX_CHUNKS 64
 
 typedef struct {
@@ -45,6 +47,7 @@ struct ts__pipe {
   ts_params *cp;          /* their store */
   float *holders_w;       /* per rank-store entry: 1 / the ranks of a stage holding the same slice */
   ts_schedule *sched;
+  int slot;               /* the p2p communicator's plan slot (PIPE_SLOT) */
   pchunk ch[MAX_CHUNKS];
   int *piece, *piece_e;   /* of the whole training / evaluation graph's nodes */
   int last_piece_e;       /* piece computing the logits */
@@ -153,12 +156,14 @@ static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap) 
     ts_plan *owner = d->pipe->ch[0].plan ? d->pipe->ch[0].plan[0] : c->plan[k];
     if ((rc = ts_plan_share_scratch(c->plan[k], c->sg.nfwd, owner))) return rc;
   }
-  ts_val ke[TS_STAGE_MAX_EDGES * 2 + 1];
+  ts_val *ke = malloc(sizeof *ke * ((size_t)c->se.ntokens + 1));
   int nke = 0;
+  if (!ke) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   if (c->se.out != TS_NONE) ke[nke++] = c->se.out;
   for (int t = 0; t < c->se.ntokens; t++) ke[nke++] = c->se.tokens[t];
-  if ((rc = ts__dist_plan_create(d, c->se.g, ke, nke, &c->plan_e)) || (rc = ts_params_bind(p, c->se.g, c->plan_e)))
-    return rc;
+  rc = ts__dist_plan_create(d, c->se.g, ke, nke, &c->plan_e);
+  free(ke);
+  if (rc || (rc = ts_params_bind(p, c->se.g, c->plan_e))) return rc;
   return TS_OK;
 }
 
@@ -257,15 +262,25 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   pp->piece = malloc(sizeof(int) * (size_t)n);
   pp->piece_e = malloc(sizeof(int) * (size_t)ne);
   if (!pp->piece || !pp->piece_e) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
-  ts_stage_rule rules[TS_DIST_MAX_STAGE_RULES];
-  for (int i = 0; i < c->n_stage_rules; i++) rules[i] = (ts_stage_rule){c->stage_rules[i].pattern, c->stage_rules[i].stage};
-  if ((rc = ts_stage_assign(cg, np, rules, c->n_stage_rules, pp->piece))) return rc;
+  ts_stage_rule *rules = malloc(sizeof *rules * (size_t)(c->n_stage_rules + 1));
+  if (!rules) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
+  for (int i = 0; i < c->n_stage_rules; i++) rules[i] = (ts_stage_rule){c->stage_rules[i].op, atoi(c->stage_rules[i].text)};
+  rc = ts_stage_assign(cg, np, rules, c->n_stage_rules, pp->piece);
+  free(rules);
+  if (rc) return rc;
   if ((rc = ts_stage_assign_like(cg, pp->piece, cge, np, pp->piece_e))) return rc;
   pp->last_piece_e = pp->piece_e[ts_graph_producer(cge, le)];
   int ntrain_edges = 0;
   ts_stage_edge *edges = NULL;
   if ((rc = ts_stage_edges(cg, pp->piece, &edges, &ntrain_edges))) return rc;
   free(edges);
+  /* after the passes' slots (semi_auto inside the stages) and slot 0 (SyncBatchNorm) */
+  pp->slot = 1;
+  if (pp->semi) {
+    int ns = ts_parallel_num_slots(d->pp), nse = ts_parallel_num_slots(d->pe);
+    pp->slot = ns > nse ? ns : nse;
+    if (pp->slot < 1) pp->slot = 1;
+  }
   ts_stage_p2p net = {PIPE_SLOT, P, 0}, nete = {PIPE_SLOT, P, 2 * ntrain_edges + 2};
   for (int cc = 0; cc < V; cc++) {
     pchunk *ch = &pp->ch[cc];
@@ -389,11 +404,15 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   if (pp->semi) {
     if ((rc = ts_comm_grid_axis(d->world, 2, sdims, 0, &pp->pp)) || (rc = ts_comm_grid_axis(d->world, 2, sdims, 1, &pp->dpc)))
       return rc;
-    d->nslots = ts_parallel_num_slots(d->pp);
-    d->neslots = ts_parallel_num_slots(d->pe);
-    if (d->nslots >= PIPE_SLOT || d->neslots >= PIPE_SLOT)
-      return ts_error_set(TS_ECONFIG, "pipeline: the strategies need %d communicator slots; at most %d with stages",
-                          d->nslots, PIPE_SLOT - 1);
+    int ns = ts_parallel_num_slots(d->pp), nse = ts_parallel_num_slots(d->pe);
+    if (ns >= PIPE_SLOT || nse >= PIPE_SLOT) /* the slot was placed after them (build_pipe) */
+      return ts_error_set(TS_EGRAPH, "pipeline: the passes' %d and %d communicator slots reach the pipeline's slot %d",
+                          ns, nse, PIPE_SLOT);
+    d->slots = calloc((size_t)ns + 1, sizeof *d->slots);
+    d->eslots = calloc((size_t)nse + 1, sizeof *d->eslots);
+    if (!d->slots || !d->eslots) return ts_error_set(TS_ENOMEM, "pipeline: out of memory (%d communicators)", ns + nse);
+    d->nslots = ns;
+    d->neslots = nse;
     if ((rc = ts_dist_slot_comms(d->pp, pp->dpc, NULL, d->slots))) {
       d->nslots = 0;
       return rc;
@@ -849,6 +868,8 @@ static void free_pipe(ts_dist *d) {
       free(ch->rlen);
       ts_graph_free(ch->sg.g);
       ts_graph_free(ch->se.g);
+      ts_stage_graph_release(&ch->sg);
+      ts_stage_graph_release(&ch->se);
     }
     ts_schedule_free(pp->sched);
     ts_comm_free(pp->p2p);

@@ -86,12 +86,16 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
   d->reduce_mean = 0;
   if ((rc = ts__dist_backward(d))) return rc;
   if ((rc = ts__dist_plans(d)) || !d->world) return rc;
-  d->nslots = ts_parallel_num_slots(d->pp);
+  int ns = ts_parallel_num_slots(d->pp), nse = ts_parallel_num_slots(d->pe);
+  d->slots = calloc((size_t)ns + 1, sizeof *d->slots);
+  d->eslots = calloc((size_t)nse + 1, sizeof *d->eslots);
+  if (!d->slots || !d->eslots) return ts_error_set(TS_ENOMEM, "semi_auto_parallel: out of memory (%d communicators)", ns + nse);
+  d->nslots = ns;
   if ((rc = ts_dist_slot_comms(d->pp, d->world, r->plan, d->slots))) {
     d->nslots = 0;
     return rc;
   }
-  d->neslots = ts_parallel_num_slots(d->pe);
+  d->neslots = nse;
   if ((rc = ts_dist_slot_comms(d->pe, d->world, r->plan_e, d->eslots))) d->neslots = 0;
   return rc;
 }

@@ -65,7 +65,6 @@
 #include "dist_impl.h"
 #include "gather.h"
 
-#define MAXG TS__DIST_MAX_GROUPS
 
 typedef struct {
   size_t flat;   /* offset in the store's flat buffers */
@@ -114,7 +113,8 @@ struct ts__zero {
   int nrep, nb, ng;
   piece *rep;
   part *pt;
-  zgroup g[MAXG];
+  zgroup *g;       /* ng groups (room for gcap) */
+  int gcap;
   int attached;
   int stage3;      /* the parameters live in wp (optimizer_shard 3) */
   ts__gather *gt;  /* stage 3: the gathers into the plans' slots */
@@ -146,6 +146,7 @@ void ts__zero_free(struct ts__zero *z) {
     ts_comm_free(z->g[k].xcomm);
     if (z->g[k].owned) ts_comm_free(z->g[k].comm);
   }
+  free(z->g);
   free(z->rep);
   free(z->pt);
   for (int k = 0; k < z->nhooked; k++) ts_plan_remove_hook(z->hooked[k], zero_hook, z); /* the plans outlive it */
@@ -380,8 +381,9 @@ static int shard_groups(ts_dist *d, struct ts__zero *z, zgroup *G) {
 /* Every trainable parameter's group (by the partition of the base ranks into those holding the
  * same slice; -1: each rank its own slice), the groups' communicators, the replicated parameters
  * packed group after group, and each group's buckets. */
-static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, int *part, int *parts, int *hold,
+static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, int *part, int **partsp, int *hold,
                        int *sh) {
+  int *parts = *partsp; /* z->gcap partitions of NB ranks, grown with the groups */
   ts_params *p = d->r.params;
   int np = ts_params_count(p), NB = z->N, rb = z->rank, rc = TS_OK;
   for (int i = 0; i < np; i++) {
@@ -399,9 +401,16 @@ static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, in
     for (k = 0; k < z->ng; k++)
       if (!memcmp(parts + (size_t)k * NB, part, sizeof(int) * (size_t)NB)) break;
     if (k == z->ng) {
-      if (k == MAXG)
-        return ts_error_set(TS_ERANGE, "parallel.optimizer_shard: more than %d distinct groups of ranks holding the "
-                            "same parameter slices", MAXG);
+      if (k == z->gcap) { /* the groups grow with the layout (any number) */
+        int nc = z->gcap ? 2 * z->gcap : 8;
+        zgroup *ng = realloc(z->g, sizeof *ng * (size_t)nc);
+        if (ng) z->g = ng;
+        int *np2 = ng ? realloc(parts, sizeof(int) * (size_t)NB * (size_t)nc + 1) : NULL;
+        if (!np2) return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory (%d groups)", nc);
+        *partsp = parts = np2;
+        memset(z->g + z->gcap, 0, sizeof *z->g * (size_t)(nc - z->gcap));
+        z->gcap = nc;
+      }
       memcpy(parts + (size_t)k * NB, part, sizeof(int) * (size_t)NB);
       z->ng++;
     }
@@ -464,7 +473,7 @@ int ts__zero_plan(ts_dist *d) {
   ts_comm *B = base_ranks(d, &NB, &rb);
   int *grp = calloc((size_t)np + 1, sizeof(int)), *member = calloc((size_t)np + 1, sizeof(int));
   int *hold = calloc((size_t)np + 1, sizeof(int)), *sh = calloc((size_t)np + 1, sizeof(int));
-  int *part = calloc((size_t)NB + 1, sizeof(int)), *parts = calloc((size_t)NB * MAXG + 1, sizeof(int));
+  int *part = calloc((size_t)NB + 1, sizeof(int)), *parts = calloc(1, sizeof(int));
   int rc = TS_OK;
   if (!z || !grp || !member || !hold || !sh || !part || !parts || !(z->rep = calloc((size_t)np + 1, sizeof *z->rep)) ||
       !(z->displs = calloc((size_t)NB + 1, sizeof(size_t))))
@@ -474,7 +483,7 @@ int ts__zero_plan(ts_dist *d) {
     z->rank = rb;
     z->base = B;
     z->plain = !d->pipe && !d->r.sliced;
-    rc = plan_groups(d, z, grp, member, part, parts, hold, sh);
+    rc = plan_groups(d, z, grp, member, part, &parts, hold, sh);
   }
   free(grp);
   free(member);

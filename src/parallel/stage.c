@@ -266,8 +266,7 @@ done:
 }
 
 int ts_stage_assign(const ts_graph *g, int npieces, const ts_stage_rule *rules, int nrules, int *piece) {
-  if (npieces < 1 || npieces > TS_STAGE_MAX_PIECES)
-    return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d pieces; 1..%d", npieces, TS_STAGE_MAX_PIECES);
+  if (npieces < 1) return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d pieces; at least 1", npieces);
   if (ts_graph_num_nodes(g) < npieces)
     return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d stages for a model of %d operators", npieces,
                         ts_graph_num_nodes(g));
@@ -399,12 +398,27 @@ int ts_stage_build(const ts_graph *whole, const ts_params *wp, const int *piece,
   int rc, n = ts_graph_num_nodes(whole), nv = ts_graph_num_values(whole), ne = 0;
   ts_stage_edge *e = NULL;
   if ((rc = ts_stage_edges(whole, piece, &e, &ne))) return rc;
+  /* the piece's lists, sized by its cut edges (a receive each edge into it; a token each send,
+   * for evaluation's forward sends or training's gradients sent back) */
+  int nin = 0, nout = 0;
+  for (int t = 0; t < ne; t++) nin += e[t].to == k, nout += e[t].from == k;
+  size_t ri = (size_t)nin + 1, ti = (size_t)nin + (size_t)nout + 1;
+  sg->recv = malloc(sizeof *sg->recv * ri);
+  sg->recv_edge = malloc(sizeof(int) * ri);
+  sg->recv_from = malloc(sizeof(int) * ri);
+  sg->recv_grad = malloc(sizeof(int) * ri);
+  sg->tokens = malloc(sizeof *sg->tokens * ti);
   int *map = malloc(sizeof(int) * (size_t)(nv ? nv : 1));
   sg->params = store;
-  if (!map || (rc = ts_graph_create(&sg->g)) || (!store && (rc = ts_params_create(&sg->params)))) {
+  int lists = sg->recv && sg->recv_edge && sg->recv_from && sg->recv_grad && sg->tokens;
+  if (!map || !lists || (rc = ts_graph_create(&sg->g)) || (!store && (rc = ts_params_create(&sg->params)))) {
     free(e);
     free(map);
-    return map ? rc : ts_error_set(TS_ENOMEM, "stage cut: out of memory");
+    ts_stage_graph_release(sg);
+    if (sg->g) ts_graph_free(sg->g);
+    sg->g = NULL;
+    sg->params = NULL;
+    return map && lists ? rc : ts_error_set(TS_ENOMEM, "stage cut: out of memory");
   }
   ts_graph *g = sg->g;
   ts_graph_set_training(g, ts_graph_training(whole));
@@ -426,9 +440,9 @@ int ts_stage_build(const ts_graph *whole, const ts_params *wp, const int *piece,
           int ei = -1;
           for (int t = 0; t < ne && ei < 0; t++)
             if (e[t].value == v && e[t].to == k) ei = t;
-          if (ei < 0 || sg->nrecv == TS_STAGE_MAX_EDGES) {
-            rc = ts_error_set(TS_ECONFIG, "stage cut: piece %d reads more than %d values of other pieces", k,
-                              TS_STAGE_MAX_EDGES);
+          if (ei < 0) {
+            rc = ts_error_set(TS_EGRAPH, "stage cut: piece %d reads value %d of op %s, which is no cut edge", k, v,
+                              ts_graph_node_name(whole, j));
             break;
           }
           nvl = ts_recv(g, TS_NONE, net->slot, e[ei].from % net->stages, net->tag_base + 2 * ei, dt, sh);
@@ -490,8 +504,8 @@ int ts_stage_build(const ts_graph *whole, const ts_params *wp, const int *piece,
     sg->send_bytes += e[t].bytes;
     if (training) {
       obj = obj == TS_NONE ? tok : ts_add(g, obj, tok);
-    } else if (sg->ntokens < 2 * TS_STAGE_MAX_EDGES) {
-      sg->tokens[sg->ntokens++] = tok;
+    } else {
+      sg->tokens[sg->ntokens++] = tok; /* room: the piece's sends and receives (ts_stage_build) */
     }
   }
   if (!rc && ts_graph_status(g)) rc = fail(g, "objective");
@@ -504,10 +518,23 @@ int ts_stage_build(const ts_graph *whole, const ts_params *wp, const int *piece,
   if (rc) {
     ts_graph_free(sg->g);
     if (!store) ts_params_free(sg->params);
+    ts_stage_graph_release(sg);
     sg->g = NULL;
     sg->params = NULL;
   }
   return rc;
+}
+
+void ts_stage_graph_release(ts_stage_graph *sg) {
+  if (!sg) return;
+  free(sg->recv);
+  free(sg->recv_edge);
+  free(sg->recv_from);
+  free(sg->recv_grad);
+  free(sg->tokens);
+  sg->recv = sg->tokens = NULL;
+  sg->recv_edge = sg->recv_from = sg->recv_grad = NULL;
+  sg->nrecv = sg->ntokens = 0;
 }
 
 int ts_stage_finish_backward(ts_stage_graph *sg, const ts_stage_p2p *net) {
@@ -518,7 +545,7 @@ int ts_stage_finish_backward(ts_stage_graph *sg, const ts_stage_p2p *net) {
     if (gv == TS_NONE) gv = ts_const(g, ts_val_dtype(g, sg->recv[i]), ts_val_shape(g, sg->recv[i]), 0);
     ts_val tok = ts_send(g, gv, net->slot, sg->recv_from[i] % net->stages, net->tag_base + 2 * sg->recv_edge[i] + 1);
     if (tok == TS_NONE || ts_graph_status(g)) return fail(g, "sending a gradient back");
-    if (sg->ntokens < 2 * TS_STAGE_MAX_EDGES) sg->tokens[sg->ntokens++] = tok;
+    sg->tokens[sg->ntokens++] = tok; /* room: the piece's sends and receives (ts_stage_build) */
   }
   return TS_OK;
 }

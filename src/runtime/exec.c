@@ -83,7 +83,8 @@ struct ts_plan {
     void *user;
   } hooks[TS_PLAN_MAX_HOOKS];
   int nhooks;
-  ts_comm *comms[TS_PLAN_MAX_COMMS];
+  ts_comm **comms; /* ncomms slots (grown by ts_plan_set_comm) */
+  int ncomms;
 };
 
 static size_t val_bytes(const pval *v) {
@@ -222,6 +223,7 @@ void ts_plan_free(ts_plan *p) {
   free(p->io);
   free(p->io_off);
   ts_free(p->arena);
+  free(p->comms);
   free(p);
 }
 
@@ -262,6 +264,17 @@ static void emit(const ts_plan *p, ts_hook_info *e) {
 int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
   if (!p || slot < 0 || slot >= TS_PLAN_MAX_COMMS)
     return ts_error_set(TS_EINVAL, "ts_plan_set_comm: slot %d outside 0..%d", slot, TS_PLAN_MAX_COMMS - 1);
+  if (slot >= p->ncomms) {
+    if (!c) return TS_OK; /* clearing a slot never set */
+    int nc = p->ncomms ? p->ncomms : 8;
+    while (nc <= slot) nc *= 2;
+    if (nc > TS_PLAN_MAX_COMMS) nc = TS_PLAN_MAX_COMMS;
+    ts_comm **n = realloc(p->comms, sizeof *n * (size_t)nc);
+    if (!n) return ts_error_set(TS_ENOMEM, "ts_plan_set_comm: out of memory (slot %d)", slot);
+    for (int k = p->ncomms; k < nc; k++) n[k] = NULL;
+    p->comms = n;
+    p->ncomms = nc;
+  }
   p->comms[slot] = c;
   return TS_OK;
 }
@@ -579,7 +592,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend, p->comms};
+  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms};
   ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
   ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
   if (p->nhooks) emit(p, &ev);

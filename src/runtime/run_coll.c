@@ -22,7 +22,7 @@ _Static_assert(TS_REDUCE_SUM == 0 && TS_REDUCE_MEAN == 1 && TS_REDUCE_MAX == 2 &
 static const char *opname(const ts__run_node *n) { return ts_op_name(n->op); }
 
 int ts__run_comm(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, ts_comm **out) {
-  ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
+  ts_comm *c = slot >= 0 && slot < ctx->ncomms && ctx->comms ? ctx->comms[slot] : NULL;
   *out = NULL;
   if (!c) {
     if (gs == 1) return TS_OK;

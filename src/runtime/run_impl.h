@@ -10,7 +10,8 @@ typedef struct {
   const ts_graph *g;
   uint64_t step;     /* current step (dropout stream) */
   ts_backend backend;
-  ts_comm *const *comms; /* TS_PLAN_MAX_COMMS slots (ts_plan_set_comm), entries may be NULL */
+  ts_comm *const *comms; /* ncomms slots (ts_plan_set_comm), entries may be NULL */
+  int ncomms;
 } ts__runctx;
 
 /* What an adapter sees of a node: copied from the graph once per plan. */

@@ -62,7 +62,7 @@ static const ts__bn_reducer *bn_reducer(ts__runctx *ctx, const ts__run_node *n, 
   s->nc = 0;
   for (int k = 0; k < 3; k++) {
     int slot = (int)slots[k] - 1;
-    if (slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms && ctx->comms[slot]) s->c[s->nc++] = ctx->comms[slot];
+    if (slot >= 0 && slot < ctx->ncomms && ctx->comms && ctx->comms[slot]) s->c[s->nc++] = ctx->comms[slot];
   }
   if (!s->nc) return NULL;
   s->name = n->name ? n->name : "";

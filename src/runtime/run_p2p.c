@@ -8,7 +8,7 @@
 
 /* The slot's communicator, of any size; the peer must be one of its ranks. */
 static int run_comm_any(ts__runctx *ctx, const ts__run_node *n, int slot, ts_comm **out) {
-  ts_comm *c = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->comms ? ctx->comms[slot] : NULL;
+  ts_comm *c = slot >= 0 && slot < ctx->ncomms && ctx->comms ? ctx->comms[slot] : NULL;
   *out = c;
   if (!c)
     return ts_error_set(TS_EINVAL, "plan slot %d holds no communicator for this %s (ts_plan_set_comm)", slot,

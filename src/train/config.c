@@ -571,6 +571,86 @@ static int parse_transforms(const pctx *c, const ts__cfg_key *k, const yaml_node
 }
 
 /* ------------------------------------------------------------------ strategies */
+int ts_cfg_strategies_add(ts_cfg_strategies *s, const char *op, const char *text) {
+  if (!s || !op || !text) return ts_error_set(TS_EINVAL, "ts_cfg_strategies_add: NULL argument");
+  if (strlen(op) >= sizeof s->v[0].op)
+    return ts_error_set(TS_ECONFIG, "operator name '%.40s...' is too long (at most %zu bytes)", op, sizeof s->v[0].op - 1);
+  if (strlen(text) >= sizeof s->v[0].text)
+    return ts_error_set(TS_ECONFIG, "%s: strategy text '%.40s...' too long (at most %zu bytes)", op, text,
+                        sizeof s->v[0].text - 1);
+  if (s->n == s->cap) {
+    int nc = s->cap ? 2 * s->cap : 16;
+    ts_cfg_strategy *nv = realloc(s->v, sizeof *nv * (size_t)nc);
+    if (!nv) return ts_error_set(TS_ENOMEM, "%s: out of memory", op);
+    s->v = nv, s->cap = nc;
+  }
+  ts_cfg_strategy *e = &s->v[s->n++];
+  memset(e, 0, sizeof *e);
+  memcpy(e->op, op, strlen(op) + 1);
+  memcpy(e->text, text, strlen(text) + 1);
+  return TS_OK;
+}
+
+void ts_cfg_strategies_free(ts_cfg_strategies *s) {
+  if (!s) return;
+  free(s->v);
+  memset(s, 0, sizeof *s);
+}
+
+int ts_cfg_strategies_assign(ts_cfg_strategies *dst, const ts_cfg_strategies *src) {
+  if (!dst || !src) return ts_error_set(TS_EINVAL, "ts_cfg_strategies_assign: NULL argument");
+  if (dst == src || (dst->v == src->v && dst->n == src->n)) return TS_OK;
+  ts_cfg_strategies c = {0, 0, NULL};
+  if (src->n > 0) {
+    if (!(c.v = malloc(sizeof *c.v * (size_t)src->n))) return ts_error_set(TS_ENOMEM, "strategies: out of memory");
+    memcpy(c.v, src->v, sizeof *c.v * (size_t)src->n);
+    c.n = c.cap = src->n;
+  }
+  ts_cfg_strategies_free(dst);
+  *dst = c;
+  return TS_OK;
+}
+
+static int ilist_copy(ts_cfg_ilist *dst, const ts_cfg_ilist *src) {
+  dst->n = 0;
+  dst->v = NULL;
+  if (src->n <= 0) return TS_OK;
+  if (!(dst->v = malloc(sizeof(int) * (size_t)src->n))) return ts_error_set(TS_ENOMEM, "config: out of memory");
+  memcpy(dst->v, src->v, sizeof(int) * (size_t)src->n);
+  dst->n = src->n;
+  return TS_OK;
+}
+
+/* The keys whose values live outside the struct (lists of any length). */
+#define OWNED_KEYS(X) X(parallel.strategies) X(parallel.stages)
+
+void ts_config_free(ts_config *cfg) {
+  if (!cfg) return;
+#define FREE_ONE(f) ts_cfg_strategies_free(&cfg->f);
+  OWNED_KEYS(FREE_ONE)
+#undef FREE_ONE
+  free(cfg->parallel.all_reduce_fusion_config.v);
+  cfg->parallel.all_reduce_fusion_config.v = NULL;
+  cfg->parallel.all_reduce_fusion_config.n = 0;
+}
+
+int ts_config_copy(ts_config *dst, const ts_config *src) {
+  if (!dst || !src) return ts_error_set(TS_EINVAL, "ts_config_copy: NULL argument");
+  if (dst == src) return TS_OK;
+  *dst = *src;
+  int rc = TS_OK;
+#define COPY_ONE(f)                                                  \
+  dst->f.v = NULL, dst->f.n = dst->f.cap = 0;                       \
+  if (!rc) rc = ts_cfg_strategies_assign(&dst->f, &src->f);
+  OWNED_KEYS(COPY_ONE)
+#undef COPY_ONE
+  dst->parallel.all_reduce_fusion_config.v = NULL;
+  dst->parallel.all_reduce_fusion_config.n = 0;
+  if (!rc) rc = ilist_copy(&dst->parallel.all_reduce_fusion_config, &src->parallel.all_reduce_fusion_config);
+  if (rc) ts_config_free(dst);
+  return rc;
+}
+
 static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n,
                             ts_cfg_strategies *out) {
   const int stages = k->type == CT_STAGES;
@@ -585,8 +665,6 @@ static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node
     if (kn->type != YAML_SCALAR_NODE || is_null(kn) || !*sval(kn))
       return perr(c, kn, "%s: operator names must be strings, got %s", k->path, describe(kn, d, sizeof d));
     const char *op = sval(kn);
-    if (out->n == TS_CFG_MAX_STRATEGIES)
-      return perr(c, kn, "%s: at most %d strategies", k->path, TS_CFG_MAX_STRATEGIES);
     if (strlen(op) >= sizeof out->v[0].op)
       return perr(c, kn, "%s: operator name '%.40s...' is too long", k->path, op);
     for (int i = 0; i < out->n; i++)
@@ -606,9 +684,34 @@ static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node
       return perr(c, vn, "%s.%s: %s", k->path, op, ts_last_error());
     if (strlen(sval(vn)) >= sizeof out->v[0].text)
       return perr(c, vn, "%s.%s: strategy text too long", k->path, op);
-    snprintf(out->v[out->n].op, sizeof out->v[0].op, "%s", op);
-    snprintf(out->v[out->n].text, sizeof out->v[0].text, "%s", sval(vn));
-    out->n++;
+    int rc = ts_cfg_strategies_add(out, op, sval(vn));
+    if (rc) return rc == TS_ENOMEM ? ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path) : rc;
+  }
+  return TS_OK;
+}
+
+/* A list of integers of any length into *out (malloc'd v; the caller owns it, also on error). */
+static int node_int_ilist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_ilist *out) {
+  char d[96];
+  out->n = 0;
+  out->v = NULL;
+  if (is_null(n)) return TS_OK;
+  const yaml_node_t *one = n;
+  int cnt = 1;
+  if (n->type == YAML_SEQUENCE_NODE) cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+  else if (n->type != YAML_SCALAR_NODE)
+    return perr(c, n, "%s: expected a list of integers, got %s", k->path, describe(n, d, sizeof d));
+  if (cnt < k->minn) return perr(c, n, "%s: expected at least %d values, got %d", k->path, k->minn, cnt);
+  if (cnt > 0 && !(out->v = malloc(sizeof(int) * (size_t)cnt)))
+    return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+  for (int i = 0; i < cnt; i++) {
+    const yaml_node_t *it = n->type == YAML_SEQUENCE_NODE ? node_at(c, n->data.sequence.items.start[i]) : one;
+    char w[160];
+    int64_t x;
+    snprintf(w, sizeof w, "%s[%d]", k->path, i);
+    int rc = node_i64(c, it, w, k->lo, k->hi, k->flags, &x);
+    if (rc) return rc;
+    out->v[out->n++] = (int)x;
   }
   return TS_OK;
 }
@@ -710,11 +813,24 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       break;
     }
     case CT_STAGES:
-    case CT_STRATS: {
-      ts_cfg_strategies *v = calloc(1, sizeof *v); /* zeroed: configs compare with memcmp */
-      if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);
-      if (!(rc = parse_strategies(c, k, n, v))) memcpy(p, v, sizeof *v);
-      free(v);
+    case CT_STRATS: { /* the new list replaces (and frees) the old one */
+      ts_cfg_strategies v = {0, 0, NULL};
+      if (!(rc = parse_strategies(c, k, n, &v))) {
+        ts_cfg_strategies_free((ts_cfg_strategies *)p);
+        memcpy(p, &v, sizeof v);
+      } else {
+        ts_cfg_strategies_free(&v);
+      }
+      break;
+    }
+    case CT_ILIST: {
+      ts_cfg_ilist v = {0, NULL};
+      if (!(rc = node_int_ilist(c, n, k, &v))) {
+        free(((ts_cfg_ilist *)p)->v);
+        memcpy(p, &v, sizeof v);
+      } else {
+        free(v.v);
+      }
       break;
     }
     case CT_STRS: {
@@ -1086,6 +1202,13 @@ static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
       ts__sb_puts(b, "]");
       break;
     }
+    case CT_ILIST: {
+      const ts_cfg_ilist *v = (const ts_cfg_ilist *)p;
+      ts__sb_puts(b, "[");
+      for (int i = 0; i < v->n; i++) ts__sb_printf(b, "%s%d", i ? ", " : "", v->v[i]);
+      ts__sb_puts(b, "]");
+      break;
+    }
     case CT_STAGES:
     case CT_STRATS: {
       const ts_cfg_strategies *v = (const ts_cfg_strategies *)p;
@@ -1358,6 +1481,7 @@ uint64_t ts_config_hash(const ts_config *cfg) {
     free(a.s);
     free(d.s);
   }
+  ts_config_free(def);
   free(def);
   return h;
 }
@@ -1369,7 +1493,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
     return ts_error_set(TS_ERANGE, "ts_config_key_info: index %d out of range (%d keys)", i,
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
-                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages"};
+                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages", "int list"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

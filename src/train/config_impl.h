@@ -20,6 +20,7 @@ enum {
   CT_STRATS, /* ts_cfg_strategies */
   CT_STRS,   /* ts_cfg_strs */
   CT_STAGES, /* ts_cfg_strategies holding stage numbers (parallel.stages) */
+  CT_ILIST,  /* ts_cfg_ilist (any length, malloc'd) */
 };
 
 enum {

@@ -232,8 +232,8 @@ const ts__cfg_key ts__cfg_keys[] = {
      "data_parallel: average gradients over ranks (false: sum)"},
     {"parallel.bucket_size_mb", CT_FLOAT, FLD(parallel.bucket_size_mb), "4", NULL, 0, 1024, 0, 0,
      CF_LO_OPEN, "data_parallel: gradient bucket size in MiB (MindSpore's comm_fusion)"},
-    {"parallel.all_reduce_fusion_config", CT_INTS, FLD(parallel.all_reduce_fusion_config), "[]", NULL, 1, I31, 0,
-     TS_CFG_MAX_LIST, 0,
+    {"parallel.all_reduce_fusion_config", CT_ILIST, FLD(parallel.all_reduce_fusion_config), "[]", NULL, 1, I31, 0,
+     0, 0,
      "MindSpore's all_reduce_fusion_config: increasing split points, indices into the trainable "
      "parameters (gradients) in registration order, e.g. [20, 35] = buckets [0,20), [20,35), [35,end); "
      "when set, bucket_size_mb is not used; [] = buckets by size"},
@@ -258,7 +258,7 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.debug_check", CT_BOOL, FLD(parallel.debug_check), "false", NULL, 0, 0, 0, 0, 0,
      "check that all ranks issue the same collectives in the same order (slower)"},
     {"parallel.strategies", CT_STRATS, FLD(parallel.strategies), "{}", NULL, 0, 0, 0,
-     TS_CFG_MAX_STRATEGIES, 0,
+     0, 0,
      "semi_auto_parallel: operator name (scopes joined by '.', then the op: "
      "\"transformer.h.0.mlp.c_fc.dense\"; '*' matches one name part; `tessera plan` lists them) -> "
      "its shard strategy as MindSpore writes it, \"((1,1,1),(4,1))\"; operators without one follow "
@@ -315,7 +315,7 @@ const ts__cfg_key ts__cfg_keys[] = {
      "holds parallel.virtual_stages pieces; the bubble shrinks by that factor)"},
     {"parallel.virtual_stages", CT_INT, FLD(parallel.virtual_stages), "1", NULL, 1, 64, 0, 0, 0,
      "interleaved_1f1b: model pieces per rank (Megatron's virtual pipeline size)"},
-    {"parallel.stages", CT_STAGES, FLD(parallel.stages), "{}", NULL, 0, 0, 0, TS_CFG_MAX_STRATEGIES, 0,
+    {"parallel.stages", CT_STAGES, FLD(parallel.stages), "{}", NULL, 0, 0, 0, 0, 0,
      "pipeline: operator name pattern (as parallel.strategies names operators: "
      "\"transformer.h.0\" covers that block) -> stage number; unnamed operators follow their inputs. "
      "{} = balanced automatically by cost, cut between blocks"},

@@ -417,8 +417,8 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->full_batch = cfg->parallel.full_batch;
   out->parameter_broadcast = cfg->parallel.parameter_broadcast;
   out->bucket_mb = cfg->parallel.bucket_size_mb;
-  for (int i = 0; i < cfg->parallel.all_reduce_fusion_config.n && i < TS_DIST_MAX_FUSION_SPLITS; i++)
-    out->fusion_splits[out->nfusion_splits++] = cfg->parallel.all_reduce_fusion_config.v[i];
+  out->fusion_splits = cfg->parallel.all_reduce_fusion_config.v; /* borrowed; ts_dist_create copies */
+  out->nfusion_splits = cfg->parallel.all_reduce_fusion_config.n;
   out->wire = wire[cfg->parallel.comm_dtype];
   out->lamb = cfg->optimizer.name == TS_OPTIM_LAMB;
   out->recompute = (int)cfg->model.recompute;
@@ -438,9 +438,6 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
     out->accum = cfg->parallel.micro_batches;
     out->micro_batch = cfg->train.batch_size / cfg->parallel.micro_batches;
   }
-  for (int i = 0; i < cfg->parallel.stages.n && i < TS_DIST_MAX_STAGE_RULES; i++) {
-    snprintf(out->stage_rules[i].pattern, sizeof out->stage_rules[i].pattern, "%s", cfg->parallel.stages.v[i].op);
-    out->stage_rules[i].stage = atoi(cfg->parallel.stages.v[i].text);
-    out->n_stage_rules++;
-  }
+  out->stage_rules = cfg->parallel.stages.v; /* borrowed; ts_dist_create copies */
+  out->n_stage_rules = cfg->parallel.stages.n;
 }

@@ -388,12 +388,12 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   *out = NULL;
   ts_trainer *t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
-  t->cfg = *cfg_in;
   ts_config *c = &t->cfg;
   const ts_dist_vt *vt;
   ts_dist_config dc;
   ts_strategy_set *set = NULL;
-  int rc = ts_config_validate(c);
+  int rc = ts_config_copy(c, cfg_in); /* the trainer's own (freed by ts_trainer_free) */
+  if (!rc) rc = ts_config_validate(c);
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
     rc = fn ? ts_error_set(TS_ECONFIG, "parallel.mode: auto_parallel searches plans for zoo models, not models "
@@ -480,12 +480,15 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     resumed = 1;
   }
   if ((rc = ts__progress_open(&t->prog, c, t->total_steps, t->steps_per_epoch, resumed))) goto fail;
-  if (c->parallel.all_reduce_fusion_config.n) {
-    char pts[160] = "";
-    for (int i = 0, n = 0; i < c->parallel.all_reduce_fusion_config.n && n < (int)sizeof pts; i++)
-      n += snprintf(pts + n, sizeof pts - (size_t)n, "%s%d", i ? ", " : "", c->parallel.all_reduce_fusion_config.v[i]);
+  if (c->parallel.all_reduce_fusion_config.n) { /* every split point (any number: 12 bytes each at most) */
+    int np = c->parallel.all_reduce_fusion_config.n;
+    size_t cap = 13 * (size_t)np + 1, n = 0;
+    char *pts = malloc(cap);
+    for (int i = 0; pts && i < np && n < cap; i++)
+      n += (size_t)snprintf(pts + n, cap - n, "%s%d", i ? ", " : "", c->parallel.all_reduce_fusion_config.v[i]);
     ts__progress_message(&t->prog, "gradient buckets: %d, split at gradients [%s] (parallel.all_reduce_fusion_config)",
-                         ts_dist_grad_buckets(t->dist), pts);
+                         ts_dist_grad_buckets(t->dist), pts ? pts : "...");
+    free(pts);
   }
   if (resumed) ts__progress_message(&t->prog, "resumed from %s at step %lld (epoch %lld, batch %lld)", res,
                                     (long long)t->step, (long long)t->epoch + 1, (long long)t->batch);
@@ -519,6 +522,7 @@ void ts_trainer_free(ts_trainer *t) {
   ts_free(t->acc);
   free(t->segs);
   free(t->cfg_yaml);
+  ts_config_free(&t->cfg);
   free(t);
 }
 

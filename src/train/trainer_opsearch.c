@@ -64,7 +64,7 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
     ts_parallel_op_key(g, j, k, sizeof k);
     if (!(keys[j] = strdup(k))) rc = ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
   }
-  memset(out, 0, sizeof *out);
+  memset(out, 0, sizeof *out); /* *out is the caller's to free (also on error) */
   for (int i = 0; i < n && !rc; i++) {
     if (done[i]) continue;
     char pat[512], other[512], text[256];
@@ -87,12 +87,6 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
         if (!strcmp(pat, other)) done[q] = 1;
       }
     else done[i] = 1;
-    if (out->n == TS_CFG_MAX_STRATEGIES) {
-      rc = ts_error_set(TS_ECONFIG, "auto_parallel: the searched plan needs more than %d operator strategies "
-                        "(parallel.strategies holds %d); operator '%s' has none", TS_CFG_MAX_STRATEGIES,
-                        TS_CFG_MAX_STRATEGIES, ts_costgraph_op_key(cg, i));
-      break;
-    }
     const char *name = rule ? pat : ts_costgraph_op_key(cg, i);
     if (strlen(name) >= sizeof out->v[0].op) {
       rc = ts_error_set(TS_ECONFIG, "auto_parallel: operator key '%s' is longer than %zu characters", name,
@@ -104,9 +98,7 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
       rc = ts_error_set(TS_ECONFIG, "auto_parallel: the strategy %s of '%s' is too long", text, name);
       break;
     }
-    memcpy(out->v[out->n].op, name, strlen(name) + 1); /* lengths checked above */
-    memcpy(out->v[out->n].text, text, strlen(text) + 1);
-    out->n++;
+    if ((rc = ts_cfg_strategies_add(out, name, text))) rc = ts_error_wrap(rc, "auto_parallel: parallel.strategies");
   }
 out:
   for (int j = 0; keys && j < nk; j++) free(keys[j]);
@@ -123,7 +115,7 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   int rc = TS_OK;
   ts_trainer *t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
-  t->cfg = *c;
+  t->cfg = *c; /* a view of c (not freed here): only scalars change, and the strategies are hidden */
   /* the rows one pass sees: a pipeline's micro-batch, else train.micro_batch_size (0: the batch) */
   int64_t rows = c->parallel.pipeline_stages > 1 && c->parallel.micro_batches > 0
                      ? c->train.batch_size / c->parallel.micro_batches
@@ -131,7 +123,7 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
                                                  : c->train.batch_size;
   t->cfg.parallel.mode = TS_PARALLEL_SEMI_AUTO;
   t->cfg.parallel.pipeline_stages = 1;
-  t->cfg.parallel.strategies.n = 0;
+  memset(&t->cfg.parallel.strategies, 0, sizeof t->cfg.parallel.strategies);
   t->cfg.parallel.strategy_ckpt_load_file[0] = 0;
   const ts_dist_vt *vt;
   ts_dist_config dc;

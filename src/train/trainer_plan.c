@@ -63,6 +63,7 @@ static void dry_free(dry *x) {
   if (x->t) {
     ts_source_free(x->t->train_src);
     ts_source_free(x->t->test_src);
+    ts_config_free(&x->t->cfg);
   }
   free(x->t);
 }
@@ -127,9 +128,9 @@ static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_f
     return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, ndevices);
   ts_trainer *t = x->t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "plan: out of memory");
-  t->cfg = *cfg;
   ts_dist_config dc;
-  int rc = ts_config_validate(&t->cfg);
+  int rc = ts_config_copy(&t->cfg, cfg); /* its own: auto_parallel replaces the strategies */
+  if (!rc) rc = ts_config_validate(&t->cfg);
   if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices);
   if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
   int have = 0;

@@ -29,7 +29,7 @@ static int megatron(ts_config *c, int dp, int tp) {
       {"softmax_ce", "((%d,%d),(%d,))"},
   };
   ts_cfg_strategies *s = &c->parallel.strategies;
-  memset(s, 0, sizeof *s);
+  ts_cfg_strategies_free(s);
   for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
     char t[96];
     switch (k) {
@@ -42,9 +42,8 @@ static int megatron(ts_config *c, int dp, int tp) {
       case 6: snprintf(t, sizeof t, r[k].fmt, dp, tp); break;
       default: snprintf(t, sizeof t, r[k].fmt, dp, tp, dp); break;
     }
-    snprintf(s->v[s->n].op, sizeof s->v[0].op, "%s", r[k].op);
-    snprintf(s->v[s->n].text, sizeof s->v[0].text, "%s", t);
-    s->n++;
+    int rc = ts_cfg_strategies_add(s, r[k].op, t);
+    if (rc) return rc;
   }
   return TS_OK;
 }
@@ -67,16 +66,14 @@ static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl,
     const op_entry *e = &cache->e[i];
     if (e->dp != p->dp || e->tp != p->tp || e->M != M) continue;
     if (e->rc) return ts_error_set(e->rc, "%s", e->why);
-    c->parallel.strategies = e->st;
-    return TS_OK;
+    return ts_cfg_strategies_assign(&c->parallel.strategies, &e->st);
   }
   ts_cluster own;
   int rc = TS_OK;
   if (!cl && (rc = ts_cluster_load(c->parallel.cluster, &own))) return ts_error_wrap(rc, "parallel.cluster");
-  ts_cfg_strategies *st = malloc(sizeof *st);
-  if (!st) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
-  rc = ts__train_op_search(c, p->dp, p->tp, cl ? cl : &own, st, NULL);
-  if (!rc) c->parallel.strategies = *st;
+  ts_cfg_strategies st = {0, 0, NULL};
+  rc = ts__train_op_search(c, p->dp, p->tp, cl ? cl : &own, &st, NULL);
+  if (!rc) rc = ts_cfg_strategies_assign(&c->parallel.strategies, &st);
   if (cache && cache->n == cache->cap) {
     int nc = cache->cap ? 2 * cache->cap : 16;
     op_entry *ne = realloc(cache->e, sizeof *ne * (size_t)nc);
@@ -85,10 +82,11 @@ static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl,
   if (cache && cache->n < cache->cap) {
     op_entry *e = &cache->e[cache->n++];
     e->dp = p->dp, e->tp = p->tp, e->M = M, e->rc = rc;
-    if (!rc) e->st = *st;
+    memset(&e->st, 0, sizeof e->st);
+    if (!rc) e->st = st, st = (ts_cfg_strategies){0, 0, NULL}; /* the cache owns it now */
     snprintf(e->why, sizeof e->why, "%s", rc ? ts_last_error() : "");
   }
-  free(st);
+  ts_cfg_strategies_free(&st);
   return rc;
 }
 
@@ -128,7 +126,7 @@ static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *c
     return megatron(c, p->dp, p->tp);
   }
   c->parallel.mode = p->dp * p->pp > 1 ? TS_PARALLEL_DATA : TS_PARALLEL_STAND_ALONE;
-  c->parallel.strategies.n = 0;
+  ts_cfg_strategies_free(&c->parallel.strategies);
   return TS_OK;
 }
 
@@ -229,10 +227,12 @@ static int add_degrees(const ts_config *cfg, const ts_cluster *cl, int dp, int t
 /* Builds plan p dry and prices it (its fit against the limits). */
 static void price_candidate(const ts_config *cfg, int N, const ts_cluster *cl, double limit, double budget,
                             ts_plan_choice *p, op_cache *cache) {
-  ts_config c = *cfg;
-  int rc = apply_plan(&c, p, cl, cache);
+  ts_config c;
+  int rc = ts_config_copy(&c, cfg); /* its own: the plan replaces the strategies */
+  if (!rc) rc = apply_plan(&c, p, cl, cache);
   if (!rc) rc = ts_config_validate(&c);
   if (!rc) rc = ts_trainer_predict(&c, N, 0, cl, &p->pred);
+  ts_config_free(&c);
   if (rc) {
     snprintf(p->why, sizeof p->why, "%s", ts_last_error());
     return;
@@ -322,6 +322,7 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
       price_one(cfg, N, cl, limit, budget, cut, p, out, best, &cache);
     }
   free(order);
+  for (int i = 0; i < cache.n; i++) ts_cfg_strategies_free(&cache.e[i].st);
   free(cache.e);
   if (*best < 0 || !out[*best].fits) {
     double least = 0, lb = 0;
@@ -364,7 +365,7 @@ int ts__train_auto(ts_config *c, int N) {
   int cap = 16384, cnt = 0, best = -1;
   ts_plan_choice *all = calloc((size_t)cap, sizeof *all);
   if (!all) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
-  ts_config base = *c;
+  ts_config base = *c; /* a view of c: only scalars change */
   base.parallel.mode = TS_PARALLEL_DATA; /* the candidates set their own layout */
   rc = ts_trainer_search(&base, N, &cl, all, cap, &cnt, &best);
   if (!rc) {

@@ -54,6 +54,7 @@ static int make(const char *model, const char *const *sets, int nsets, ts_traine
   ts_config cfg;
   int rc = ts_config_load_string(y, "pipe-test.yaml", sets, nsets, &cfg);
   if (!rc) rc = ts_trainer_create(&cfg, t);
+  ts_config_free(&cfg);
   return rc;
 }
 

@@ -135,8 +135,9 @@ static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int 
   float seed = ts_parallel_loss_seed(pp, m.loss);
   CHECK_OK(ts_graph_backward(lg, lloss, seed));
   ts_plan *plan = ts_test_train_plan(lg, lp, lloss, 7);
-  ts_comm *comms[TS_PLAN_MAX_COMMS];
   int ns = ts_parallel_num_slots(pp);
+  ts_comm **comms = calloc((size_t)ns + 1, sizeof *comms); /* as many as the pass's groups */
+  CHECK(comms != NULL);
   CHECK_OK(ts_dist_slot_comms(pp, world, plan, comms));
   /* gradients summed over the ranks holding the same slice, bucketed (small buckets: several
    * per group) and overlapped with backward */
@@ -180,6 +181,7 @@ static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int 
   }
   ts_grad_reducer_free(red);
   for (int s = 0; s < ns; s++) ts_comm_free(comms[s]);
+  free(comms);
   ts_plan_free(plan);
   ts_parallel_free(pp);
   ts_strategy_set_free(set);

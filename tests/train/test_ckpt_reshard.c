@@ -106,6 +106,7 @@ static int make(int layout, const char *resume, ts_trainer **t) {
   ts_config cfg;
   int rc = ts_config_load_string(y, "ckpt-reshard.yaml", s, n, &cfg);
   if (!rc) rc = ts_trainer_create(&cfg, t);
+  ts_config_free(&cfg);
   CHECK_MSG(rc == TS_OK, "%s%s%s: %s", names[layout], resume ? " from " : "", resume ? resume : "", ts_last_error());
   return rc;
 }

@@ -16,9 +16,34 @@
 
 static int has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
-/* memcmp equality of two configs ignoring `source`. */
+static int strats_equal(const ts_cfg_strategies *a, const ts_cfg_strategies *b) {
+  return a->n == b->n && (a->n == 0 || !memcmp(a->v, b->v, sizeof *a->v * (size_t)a->n));
+}
+
+/* Equality of two configs ignoring `source`: memcmp of the struct with its lists of any length
+ * (malloc'd: pointers differ) blanked, and those lists by content. */
 static int cfg_equal(const ts_config *a, const ts_config *b) {
-  return memcmp(a, b, offsetof(ts_config, source)) == 0;
+  ts_config *x = malloc(sizeof *x), *y = malloc(sizeof *y);
+  if (!x || !y) {
+    free(x);
+    free(y);
+    return 0;
+  }
+  *x = *a;
+  *y = *b;
+  ts_config *both[2] = {x, y};
+  for (int i = 0; i < 2; i++) {
+    memset(&both[i]->parallel.strategies, 0, sizeof both[i]->parallel.strategies);
+    memset(&both[i]->parallel.stages, 0, sizeof both[i]->parallel.stages);
+    memset(&both[i]->parallel.all_reduce_fusion_config, 0, sizeof both[i]->parallel.all_reduce_fusion_config);
+  }
+  const ts_cfg_ilist *fa = &a->parallel.all_reduce_fusion_config, *fb = &b->parallel.all_reduce_fusion_config;
+  int eq = memcmp(x, y, offsetof(ts_config, source)) == 0 && strats_equal(&a->parallel.strategies, &b->parallel.strategies) &&
+           strats_equal(&a->parallel.stages, &b->parallel.stages) && fa->n == fb->n &&
+           (fa->n == 0 || !memcmp(fa->v, fb->v, sizeof(int) * (size_t)fa->n));
+  free(x);
+  free(y);
+  return eq;
 }
 
 /* A non-default value for every key. */

@@ -36,7 +36,10 @@ static void check_case(const char *name, const char *yaml, int N, const char *co
   ts_config cfg;
   int rc = ts_config_load_string(yaml, name, sets, nsets, &cfg);
   CHECK_MSG(rc == TS_OK, "%s: %s", name, ts_last_error());
-  if (rc) return;
+  if (rc) {
+    ts_config_free(&cfg);
+    return;
+  }
   for (int rank = 0; rank < N; rank += N - 1 > 0 ? N - 1 : 1) {
     ts_dist_memory_info a, b;
     int sized = 0, sized_b = 1;
@@ -57,6 +60,7 @@ static void check_case(const char *name, const char *yaml, int N, const char *co
                 (long long)y[k]);
     CHECK_MSG(a.param_bytes > 0 && a.activation_bytes > 0, "%s rank %d: empty figures", name, rank);
   }
+  ts_config_free(&cfg);
 }
 
 static void test_sized_equals_allocated(void) {
@@ -110,6 +114,7 @@ static void test_amp_planned(void) {
   CHECK_OK(ts_cluster_builtin("dgx-a100-80g", &cl));
   ts_step_prediction f32, amp;
   CHECK_OK(ts_trainer_predict(&c, 1, 0, &cl, &f32));
+  ts_config_free(&c);
   CHECK_OK(ts_config_load_string(k_gpt, "gpt", o2, 1, &c));
   CHECK_OK(ts_trainer_predict(&c, 1, 0, &cl, &amp));
   CHECK_MSG(amp.gemm_s < f32.gemm_s / 10, "bf16 GEMMs %g s vs f32 %g s", amp.gemm_s, f32.gemm_s);
@@ -118,12 +123,14 @@ static void test_amp_planned(void) {
   const char *tp[] = {"parallel.mode=semi_auto_parallel", "parallel.full_batch=true", ts_test_gpt_tp2, "train.amp_level=O0"};
   ts_dist_memory_info m32, m2;
   int sized = 0;
+  ts_config_free(&c);
   CHECK_OK(ts_config_load_string(k_gpt, "gpt", tp, 4, &c));
   CHECK_OK(ts__trainer_plan_memory(&c, 2, 0, 0, &m32, &sized));
   c.train.amp_level = 2;
   CHECK_OK(ts__trainer_plan_memory(&c, 2, 0, 0, &m2, &sized));
   CHECK_MSG(m2.param_bytes == m32.param_bytes && m2.param_bytes > 0, "TP2 rank 0 parameters: %lld at O2, %lld in f32",
             (long long)m2.param_bytes, (long long)m32.param_bytes);
+  ts_config_free(&c);
 }
 
 int main(void) {

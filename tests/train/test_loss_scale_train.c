@@ -113,9 +113,9 @@ static float *train(const char *const *sets, int nsets, int inject, rec *r, int 
   ts_config cfg;
   int rc = ts_config_load_string(yaml(), "ls-train.yaml", sets, nsets, &cfg);
   CHECK_MSG(rc == TS_OK, "%s", ts_last_error());
-  if (rc) return NULL;
   ts_trainer *t = NULL;
-  CHECK_OK(rc = ts_trainer_create(&cfg, &t));
+  if (!rc) CHECK_OK(rc = ts_trainer_create(&cfg, &t));
+  ts_config_free(&cfg);
   if (rc) return NULL;
   ts_callback cb = {"rec", rec_cb, NULL, NULL, NULL, r};
   ts_trainer_add_callback(t, &cb);

@@ -73,8 +73,10 @@ static int make(const char *model, const char *opt, const char *const *sets, ts_
   for (int k = 0; sets && sets[k] && ns < MAXSETS; k++) s[ns++] = sets[k];
   ts_config cfg;
   int rc = ts_config_load_string(y, "zero-layouts.yaml", s, ns, &cfg);
-  if (!rc) g_cfg = cfg;
+  ts_config_free(&g_cfg);
+  if (!rc) rc = ts_config_copy(&g_cfg, &cfg); /* freed by the next make() and at the end */
   if (!rc) rc = ts_trainer_create(&cfg, t);
+  ts_config_free(&cfg);
   return rc;
 }
 
@@ -312,5 +314,6 @@ int main(int argc, char **argv) {
   ts_comm_barrier(w);
   if (rank == 0) unlink(text_path);
   ts_comm_free(w);
+  ts_config_free(&g_cfg);
   return ts_test_finish_job("test_zero_layouts");
 }
