@@ -405,7 +405,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     if ((rc = ts_comm_grid_axis(d->world, 2, sdims, 0, &pp->pp)) || (rc = ts_comm_grid_axis(d->world, 2, sdims, 1, &pp->dpc)))
       return rc;
     int ns = ts_parallel_num_slots(d->pp), nse = ts_parallel_num_slots(d->pe);
-    if (ns >= PIPE_SLOT || nse >= PIPE_SLOT) /* the slot was placed after them (build_pipe) */
+    if (ns > PIPE_SLOT || nse > PIPE_SLOT) /* the slot was placed after them (build_pipe): 0..ns-1 */
       return ts_error_set(TS_EGRAPH, "pipeline: the passes' %d and %d communicator slots reach the pipeline's slot %d",
                           ns, nse, PIPE_SLOT);
     d->slots = calloc((size_t)ns + 1, sizeof *d->slots);
