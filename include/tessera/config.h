@@ -37,7 +37,11 @@
 extern "C" {
 #endif
 
-#define TS_CFG_MAX_LIST 16       /* elements of a list-valued key */
+/* Elements of a fixed list-valued key (model.hidden, model.channels, optimizer.betas,
+ * optimizer.schedule.milestones up to TS_LR_MAX_MILESTONES): an MLP of up to 1024 hidden layers;
+ * more is refused naming the key ("at most 1024 values allowed"). Lists sized by the model or the
+ * job (parallel.strategies, parallel.stages, parallel.all_reduce_fusion_config) have no limit. */
+#define TS_CFG_MAX_LIST 1024
 #define TS_CFG_MAX_TRANSFORMS 16 /* transforms per list */
 #define TS_CFG_PATH_MAX 1024     /* bytes of a path-valued key, NUL included */
 #define TS_CFG_NAME_MAX 64       /* bytes of a short string key, NUL included */
