@@ -88,6 +88,15 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
  * what ts_trainer_memory measures in that rank of the job), without MPI and without training. */
 int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                            ts_dist_memory_info *out);
+/* ts_trainer_plan's report, and from the same dry build the rank's figures (*mem, may be NULL)
+ * and *baseline (may be NULL): this process's resident set once the data sets are open, before
+ * the model is built (libraries, MPI, the data sets as the run holds them; ts_mem_rss). What a
+ * device running the rank needs is mem->total_bytes + *baseline (the report's peak_rss_bytes
+ * line); `tessera plan --device-memory`'s verdict compares that sum. (One build: a second one in
+ * the same process would count the first's heap in its baseline.) Both are filled whenever the
+ * build succeeded, also when the status is the train.max_memory_mb refusal. */
+int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
+                           char **text, ts_dist_memory_info *mem, int64_t *baseline);
 
 /* The step time the cost model predicts for rank `rank` of the job on cluster c (planner.h):
  * the rank's training graph priced per micro-step (GEMM-like ops by FLOPs, the rest by bytes,

@@ -457,26 +457,33 @@ int ts_cli_plan(int argc, char **argv) {
     }
   }
   char *text = NULL;
-  int rc = ts_trainer_plan(&cfg, n, rank, NULL, NULL, &text);
+  ts_dist_memory_info m;
+  int64_t base = 0;
+  /* the report, the rank's figures and the process's baseline from one dry build */
+  int rc = ts_trainer_plan_report(&cfg, n, rank, NULL, NULL, &text, &m, &base);
   if (text) fputs(text, stdout); /* also when it would not fit train.max_memory_mb */
   free(text);
   const char *mem_from = device_mem > 0 ? "--device-memory" : "the cluster's devices";
   if (!(device_mem > 0) && cluster) device_mem = cl.mem_bytes;
   int no_fit = 0;
-  if (!rc && device_mem > 0) { /* the verdict: rank R's figures against one device */
-    ts_dist_memory_info m;
-    rc = ts_trainer_plan_memory(&cfg, n, rank, NULL, NULL, &m);
-    if (!rc) {
-      char h1[32], h2[32], h3[32];
-      double need = (double)m.total_bytes;
+  if (!rc && device_mem > 0) { /* the verdict: what rank R's process holds against one device */
+    {
+      /* the model's figures (parameters, gradients, optimizer state, activations) plus the
+       * process's baseline (libraries, MPI, the data sets: its resident set before the model),
+       * as the peak_rss_bytes line above: what the device really holds */
+      char h1[32], h2[32], h3[32], h4[32], h5[32];
+      double need = (double)m.total_bytes + (double)base;
       no_fit = need > device_mem;
+      printf("device memory %s (%s): %s: rank %d needs %s = the model's %s (total above) + a baseline of %s (this "
+             "process's resident set before the model: libraries, MPI, data sets; %lld + %lld bytes)",
+             human(device_mem, h1, sizeof h1), mem_from, no_fit ? "does NOT fit" : "fits", rank,
+             human(need, h2, sizeof h2), human((double)m.total_bytes, h3, sizeof h3), human((double)base, h4, sizeof h4),
+             (long long)m.total_bytes, (long long)base);
       if (no_fit)
-        printf("device memory %s (%s): does NOT fit: rank %d needs %s, %s more\n", human(device_mem, h1, sizeof h1),
-               mem_from, rank, human(need, h2, sizeof h2), human(need - device_mem, h3, sizeof h3));
+        printf(", %s more\n", human(need - device_mem, h5, sizeof h5));
       else
-        printf("device memory %s (%s): fits: rank %d needs %s (%.1f%%), %s left for MPI, data workers' batches "
-               "and kernel scratch\n", human(device_mem, h1, sizeof h1), mem_from, rank, human(need, h2, sizeof h2),
-               100 * need / device_mem, human(device_mem - need, h3, sizeof h3));
+        printf(" (%.1f%%), %s left for data workers' batches and kernel scratch\n", 100 * need / device_mem,
+               human(device_mem - need, h5, sizeof h5));
     }
   }
   if (!rc && cluster) {

@@ -187,7 +187,14 @@ int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_mode
 
 int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                     char **text) {
+  return ts_trainer_plan_report(cfg, ndevices, rank, model, user, text, NULL, NULL);
+}
+
+int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
+                           char **text, ts_dist_memory_info *mem, int64_t *baseline) {
   *text = NULL;
+  if (mem) memset(mem, 0, sizeof *mem);
+  if (baseline) *baseline = 0;
   char *mp = NULL;
   size_t mn = 0;
   FILE *b = open_memstream(&mp, &mn); /* the report */
@@ -197,6 +204,8 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   char why[1024] = "";
   int rc = dry_build(cfg, ndevices, rank, model, user, 1, &x);
   ts_dist *d = x.d, *d1 = x.d1;
+  if (!rc && baseline) *baseline = x.baseline > 0 ? x.baseline : 0;
+  if (!rc && mem) rc = ts_dist_memory(d, ts_optim_kind_num_slots(x.t->cfg.optimizer.name), mem);
   if (!rc) {
     const ts_dist_run *r = ts_dist_get(d);
     char h1[32], h2[32], h3[32];
