@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
   free(sets);
   ts_trainer *t = NULL;
   if (!rc) rc = ts_trainer_create_custom(&cfg, build, &u, &t);
+  ts_config_free(&cfg); /* the trainer keeps its own copy */
   int N = t ? ts_trainer_world_size(t) : 1, R = t ? ts_trainer_rank(t) : 0;
   if (!rc && R == 0) {
     ts_params *p = ts_trainer_params(t);
