@@ -290,6 +290,7 @@ static void test_every_key_round_trips(void) {
   CHECK_OK(ts_config_dump_string(&r, &y2));
   CHECK(!strcmp(y, y2));
   free(y2);
+  ts_config_free(&r);
   /* ...and through a file and ts_config_dump_yaml */
   char path[] = "/tmp/ts_cfg_XXXXXX";
   int fd = mkstemp(path);
@@ -298,6 +299,7 @@ static void test_every_key_round_trips(void) {
   fclose(f);
   CHECK_OK(ts_config_load(path, NULL, 0, &r));
   CHECK(cfg_equal(&c, &r));
+  ts_config_free(&r);
   unlink(path);
   free(y);
 
@@ -313,6 +315,7 @@ static void test_every_key_round_trips(void) {
     CHECK_MSG(ts_config_override(&s, a) == TS_OK, "%s: %s", a, ts_last_error());
   }
   CHECK(cfg_equal(&c, &s));
+  ts_config_free(&s);
   /* and the overrides through ts_config_load */
   const char *ov[NALL + 3];
   char buf[NALL][2100];
@@ -325,6 +328,8 @@ static void test_every_key_round_trips(void) {
   ov[NALL + 2] = "optimizer.nesterov=true";
   CHECK_OK(ts_config_load(NULL, ov, NALL + 3, &s));
   CHECK(cfg_equal(&c, &s));
+  ts_config_free(&s);
+  ts_config_free(&c);
 
   /* the default config round-trips too */
   ts_config d2;
@@ -432,6 +437,7 @@ static void expect_err(const char *yaml, const char *const *ov, int n, const cha
   CHECK_MSG(!n2 || has(m, n2), "message '%s' lacks '%s'", m, n2);
   CHECK_MSG(!n3 || has(m, n3), "message '%s' lacks '%s'", m, n3);
   CHECK_MSG(!strchr(m, '\n'), "message '%s' is not one line", m);
+  ts_config_free(&c); /* what was loaded before the error */
 }
 
 static void test_errors(void) {
@@ -782,6 +788,7 @@ static void test_examples_and_docs(void) {
     snprintf(p, sizeof p, "%s/examples/%s", REPO_DIR, e->d_name);
     ts_config c;
     CHECK_MSG(ts_config_load(p, NULL, 0, &c) == TS_OK, "%s", ts_last_error());
+    ts_config_free(&c);
     n++;
   }
   if (d) closedir(d);
@@ -802,7 +809,77 @@ static void test_examples_and_docs(void) {
   }
 }
 
+/* Lists of any length (issue 19): 600 strategies, 40 fusion split points, 300 stage rules load
+ * from a file; the config owns them (ts_config_copy gives an independent copy that outlives the
+ * original, ts_config_set replaces a list and frees the old one, ts_config_free twice is fine);
+ * the dump loads back equal; and a fixed list key beyond TS_CFG_MAX_LIST is refused naming it. */
+static void test_long_lists(void) {
+  size_t cap = 1 << 16, n = 0;
+  char *y = malloc(cap);
+  CHECK(y != NULL);
+  if (!y) return;
+  n += (size_t)snprintf(y + n, cap - n, "model: {name: mlp, hidden: [8]}\nparallel:\n  mode: semi_auto_parallel\n"
+                                          "  all_reduce_fusion_config: [");
+  for (int i = 0; i < 40; i++) n += (size_t)snprintf(y + n, cap - n, "%s%d", i ? ", " : "", 3 * (i + 1));
+  n += (size_t)snprintf(y + n, cap - n, "]\n  strategies:\n");
+  for (int i = 0; i < 600; i++)
+    n += (size_t)snprintf(y + n, cap - n, "    layer.%d.dense: '((1,%d),(1,%d))'\n", i, 1 + i % 2, 1 + i % 2);
+  ts_config c, d, r;
+  int rc = ts_config_load_string(y, "long.yaml", NULL, 0, &c);
+  CHECK_MSG(rc == TS_OK, "%s", ts_last_error());
+  CHECK(c.parallel.strategies.n == 600 && c.parallel.all_reduce_fusion_config.n == 40);
+  CHECK(!strcmp(c.parallel.strategies.v[599].op, "layer.599.dense") &&
+        !strcmp(c.parallel.strategies.v[599].text, "((1,2),(1,2))") && c.parallel.all_reduce_fusion_config.v[39] == 120);
+  CHECK_OK(ts_config_copy(&d, &c));
+  CHECK(cfg_equal(&c, &d) && d.parallel.strategies.v != c.parallel.strategies.v);
+  char *dump = NULL;
+  CHECK_OK(ts_config_dump_string(&c, &dump));
+  ts_config_free(&c);
+  ts_config_free(&c); /* twice: harmless */
+  CHECK(c.parallel.strategies.n == 0 && c.parallel.strategies.v == NULL);
+  CHECK(d.parallel.strategies.n == 600 && !strcmp(d.parallel.strategies.v[300].op, "layer.300.dense")); /* its own */
+  rc = dump ? ts_config_load_string(dump, "dump.yaml", NULL, 0, &r) : TS_ENOMEM;
+  CHECK_MSG(rc == TS_OK, "%s", ts_last_error());
+  CHECK(!rc && cfg_equal(&r, &d));
+  ts_config_free(&r);
+  free(dump);
+  /* a list set again replaces the old one (freed: ASan would tell) */
+  CHECK_OK(ts_config_set(&d, "parallel.strategies", "{fc1.dense: '((2,1),(1,1))'}"));
+  CHECK(d.parallel.strategies.n == 1 && !strcmp(d.parallel.strategies.v[0].op, "fc1.dense"));
+  CHECK_OK(ts_config_set(&d, "parallel.all_reduce_fusion_config", "[]"));
+  CHECK(d.parallel.all_reduce_fusion_config.n == 0);
+  CHECK(ts_config_set(&d, "parallel.all_reduce_fusion_config", "[1, x]") == TS_ECONFIG);
+  CHECK(has(ts_last_error(), "parallel.all_reduce_fusion_config[1]"));
+  ts_config_free(&d);
+  /* 300 stage rules */
+  n = (size_t)snprintf(y, cap, "parallel:\n  pipeline_stages: 2\n  stages:\n");
+  for (int i = 0; i < 300; i++) n += (size_t)snprintf(y + n, cap - n, "    transformer.h.%d: %d\n", i, i < 150 ? 0 : 1);
+  rc = ts_config_load_string(y, "stages.yaml", NULL, 0, &c);
+  CHECK_MSG(rc == TS_OK && c.parallel.stages.n == 300, "%s", ts_last_error());
+  ts_dist_config dc;
+  if (!rc) {
+    ts_config_dist(&c, &dc);
+    CHECK(dc.n_stage_rules == 300 && !strcmp(dc.stage_rules[299].op, "transformer.h.299") &&
+          !strcmp(dc.stage_rules[299].text, "1"));
+  }
+  ts_config_free(&c);
+  /* a fixed list: model.hidden holds TS_CFG_MAX_LIST values, one more is refused naming the key */
+  n = (size_t)snprintf(y, cap, "model: {name: mlp, hidden: [");
+  for (int i = 0; i <= TS_CFG_MAX_LIST; i++) n += (size_t)snprintf(y + n, cap - n, "%s4", i ? ", " : "");
+  snprintf(y + n, cap - n, "]}\n");
+  rc = ts_config_load_string(y, "wide.yaml", NULL, 0, &c);
+  CHECK_MSG(rc == TS_ECONFIG && has(ts_last_error(), "model.hidden: at most 1024 values allowed, got 1025"), "%s",
+            ts_last_error());
+  ts_config_free(&c);
+  y[n - 3] = ']', y[n - 2] = '}', y[n - 1] = '\n', y[n] = 0; /* 1024 values */
+  rc = ts_config_load_string(y, "wide.yaml", NULL, 0, &c);
+  CHECK_MSG(rc == TS_OK && c.model.hidden.n == TS_CFG_MAX_LIST, "%s", ts_last_error());
+  ts_config_free(&c);
+  free(y);
+}
+
 int main(void) {
+  test_long_lists();
   test_defaults();
   test_every_key_round_trips();
   test_yaml_features();
