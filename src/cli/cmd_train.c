@@ -15,9 +15,9 @@
 /* Exit status for a library status: configuration problems are usage errors (2). */
 int ts_cli_exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED ? 2 : 1; }
 
-/* Parses CONFIG [--set k=v]... [--KEY VALUE] leaving unknown options to `extra`. */
 void ts_cli_config_release(ts_config *cfg) { ts_config_free(cfg); }
 
+/* Parses CONFIG [--set k=v]... [--KEY VALUE] leaving unknown options to `extra`. */
 int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
                        const char **plot_out) {
   const char *path = NULL;
@@ -249,7 +249,10 @@ static int cmp_choice(const void *a, const void *b) {
  * predicted step and rates (tokens for text models), the memory, whether it fits, the strategies. */
 static void print_plan_json(const ts_config *cfg, int n, const ts_cluster *cl, const ts_plan_choice *p) {
   TS_CLI_CONFIG(c);
-  if (ts_config_copy(&c, cfg)) return; /* its own: the plan replaces the strategies */
+  if (ts_config_copy(&c, cfg)) { /* its own: the plan replaces the strategies */
+    ts_cli_fail(1, "%s", ts_last_error());
+    return;
+  }
   ts_config_apply_plan_on(&c, p, cl);
   int gpt = c.model.name == TS_MODEL_GPT;
   double rate = p->pred.samples_per_s * (gpt ? (double)c.data.seq_len : 1.0);
