@@ -40,7 +40,6 @@
 #include "tessera/search.h"
 #include "search_impl.h"
 
-#define MAX_CHAIN 64
 
 /* ---- small helpers ---- */
 
@@ -253,6 +252,8 @@ void ts_costgraph_free(ts_costgraph *cg) {
   free(cg->ops);
   free(cg->edges);
   free(cg->op_of_node);
+  free(cg->chain);
+  free(cg->chain_rev);
   memo_free(cg->memo);
   free(cg);
 }
@@ -315,13 +316,15 @@ static int enum_axes(enum_ctx *E, int a, int64_t prod) {
   return TS_OK;
 }
 
-/* Traces value v back through follow ops; returns the origin value and the chain (forward order). */
-static int trace(const ts_costgraph *cg, int v, int *chain, int *nchain) {
+/* Traces value v back through follow ops; returns the origin value and the chain (forward order)
+ * in cg->chain (scratch of the graph's node count: a chain of any length; the caller reads it
+ * before the next trace). */
+static int trace(const ts_costgraph *cg, int v, int *nchain) {
   const ts_graph *g = cg->g;
-  int n = 0, rev[MAX_CHAIN];
+  int n = 0, *rev = cg->chain_rev, *chain = cg->chain, nn = ts_graph_num_nodes(g);
   for (;;) {
     int p = ts_graph_value_producer(g, v);
-    if (p < 0 || cg->op_of_node[p] >= 0 || !ts__pass_is_follow_op(ts_graph_node_op(g, p)) || n == MAX_CHAIN) break;
+    if (p < 0 || cg->op_of_node[p] >= 0 || !ts__pass_is_follow_op(ts_graph_node_op(g, p)) || n == nn) break;
     rev[n++] = p;
     v = ts_graph_node_input(g, p, 0);
   }
@@ -551,8 +554,9 @@ static int connect_input(ts_costgraph *cg, int i, int k, owner_t *owner) {
   ts__cg_op *o = &cg->ops[i];
   int D = cg->cfg.ndevices;
   int gv = ts_graph_node_input(g, o->node, o->m.gin[k]);
-  int chain[MAX_CHAIN], nch;
-  int v0 = trace(cg, gv, chain, &nch);
+  int nch;
+  int v0 = trace(cg, gv, &nch);
+  const int *chain = cg->chain;
   const ts_shape *gs = ts_graph_value_shape(g, gv), *s0 = ts_graph_value_shape(g, v0);
   size_t es = ts_dtype_size(ts_graph_value_dtype(g, gv));
   double mult = ts_graph_value_requires_grad(g, gv) ? 2 : 1;
@@ -641,8 +645,9 @@ static void connect_sinks(ts_costgraph *cg) {
     ts_op op = ts_graph_node_op(g, j);
     if (cg->op_of_node[j] >= 0 || ts__pass_is_follow_op(op) || op == TS_OP_CONST) continue;
     for (int k = 0; k < ts_graph_node_num_inputs(g, j); k++) {
-      int gv = ts_graph_node_input(g, j, k), chain[MAX_CHAIN], nch;
-      int v0 = trace(cg, gv, chain, &nch);
+      int gv = ts_graph_node_input(g, j, k), nch;
+      int v0 = trace(cg, gv, &nch);
+      const int *chain = cg->chain;
       int p = ts_graph_value_producer(g, v0);
       if (p < 0 || cg->op_of_node[p] < 0 || ts_graph_node_output(g, p, 0) != v0) continue;
       ts__cg_op *po = &cg->ops[cg->op_of_node[p]];
@@ -673,9 +678,11 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
   int cap = cfg->max_candidates > 0 ? cfg->max_candidates : 4096;
   cg->memo = calloc(1, sizeof *cg->memo); /* NULL: no memo, times computed each time */
   cg->op_of_node = malloc(sizeof(int) * (size_t)(nn + 1));
+  cg->chain = malloc(sizeof(int) * (size_t)(nn + 1));
+  cg->chain_rev = malloc(sizeof(int) * (size_t)(nn + 1));
   cg->ops = calloc((size_t)nn + 1, sizeof *cg->ops);
   owner_t *owner = malloc(sizeof *owner * (size_t)(nv + 1));
-  if (!cg->op_of_node || !cg->ops || !owner) {
+  if (!cg->op_of_node || !cg->chain || !cg->chain_rev || !cg->ops || !owner) {
     rc = ts_error_set(TS_ENOMEM, "search: out of memory");
     goto done;
   }
@@ -745,8 +752,8 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
   for (int i = 0; i < cg->nops; i++) {
     ts__cg_op *o = &cg->ops[i];
     for (int k = 0; k < o->m.nin; k++) {
-      int gv = ts_graph_node_input(g, o->node, o->m.gin[k]), chain[MAX_CHAIN], nch;
-      int v0 = trace(cg, gv, chain, &nch);
+      int gv = ts_graph_node_input(g, o->node, o->m.gin[k]), nch;
+      int v0 = trace(cg, gv, &nch);
       if (ts_graph_value_producer(g, v0) < 0 &&
           (ts_graph_value_kind(g, v0) == TS_VAL_PARAM || ts_graph_value_kind(g, v0) == TS_VAL_STATE) && owner[v0].op < 0) {
         owner[v0].op = i, owner[v0].input = k, owner[v0].value = gv;

@@ -37,6 +37,7 @@ struct ts_costgraph {
   int nedges, capedges;
   ts__cg_edge *edges;
   int *op_of_node;           /* graph node -> op, -1 */
+  int *chain, *chain_rev;    /* scratch of trace(): a chain of follow ops, up to the graph's nodes */
   int dataset_op;            /* the op whose candidate cuts the inputs' batch, -1 */
   int dataset_default;       /* the cut when there is none */
   ts__cg_memo *memo;         /* conversion times already computed (costgraph.c) */
