@@ -177,6 +177,12 @@ void ts_trainer_free(ts_trainer *t);
 int ts_trainer_add_callback(ts_trainer *t, const ts_callback *cb);
 /* Trains to the configured number of steps/epochs. */
 int ts_trainer_fit(ts_trainer *t);
+/* Lengthens the run to `epochs` epochs' steps after the current step (train.epochs becomes the
+ * run's length in epochs; the learning-rate schedule is re-made for it) and clears a stop
+ * request, so the next ts_trainer_fit continues with the same parameters, optimizer state, step
+ * count and data order: after a run of E1 epochs, as one run of E1 + epochs (MindSpore's second
+ * Model.train). TS_EINVAL for epochs < 0 or a run whose length train.steps fixes. */
+int ts_trainer_continue(ts_trainer *t, int64_t epochs);
 /* Evaluates the current parameters on the test split. TS_ENOTFOUND if there is no test data. */
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out);
 /* Loads parameters (and with_optimizer: optimizer state and position) from a checkpoint: a whole
