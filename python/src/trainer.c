@@ -20,7 +20,27 @@ typedef struct {
   PyObject *build; /* the model builder (NULL: the config's zoo model) */
   pycb *cbs;
   int busy;        /* a C call that released the GIL is running on this trainer */
+  char plan[512];  /* auto_parallel: the library's line naming the plan it chose ("" otherwise) */
 } Trainer;
+
+/* The log hook while a trainer is created: auto_parallel's INFO line naming the searched plan is
+ * kept (Trainer.info()["plan"]); warnings and errors are written as the default hook does. Called
+ * without the GIL: no Python here. */
+static char *plan_sink;
+static void creation_log(ts_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level == TS_LOG_INFO && plan_sink && !strncmp(msg, "auto_parallel", 13)) {
+    snprintf(plan_sink, 512, "%s", msg);
+    return;
+  }
+  if (level < TS_LOG_WARN) return;
+  int r, n;
+  ts_job_rank(&r, &n);
+  char who[48] = "";
+  if (n > 1) snprintf(who, sizeof who, "[rank %d of %d] ", r, n);
+  fprintf(stderr, "tessera %s: %s%s\n", level == TS_LOG_WARN ? "warning" : "error", who, msg);
+  fflush(stderr);
+}
 
 /* In a job of several ranks: prints the pending Python exception (its traceback, the rank first)
  * and ends the job with MPI_Abort; returns only when the job has one rank or none is pending. */
@@ -178,9 +198,14 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
     self->build = build;
   }
   self->busy = 1;
+  self->plan[0] = 0;
+  plan_sink = self->plan; /* trainers are created one at a time: the GIL is taken to start one */
+  ts_log_set_hook(creation_log, NULL);
   Py_BEGIN_ALLOW_THREADS /* the builder (and a plan search's builds) take the GIL back */
   rc = self->build ? ts_trainer_create_custom(cfg, model_fn, self, &t) : ts_trainer_create(cfg, &t);
   Py_END_ALLOW_THREADS
+  ts_log_set_hook(NULL, NULL); /* the library's default */
+  plan_sink = NULL;
   self->busy = 0;
   self->t = t;
   PyMem_Free(cfg);
@@ -345,10 +370,10 @@ static PyObject *tr_params(Trainer *self, PyObject *args) {
 static PyObject *tr_info(Trainer *self, PyObject *args) {
   (void)args;
   if (!T(self)) return NULL;
-  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L}", "rank", ts_trainer_rank(self->t), "world_size",
+  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:s}", "rank", ts_trainer_rank(self->t), "world_size",
                        ts_trainer_world_size(self->t), "step", (long long)ts_trainer_step(self->t), "num_params",
                        (long long)ts_trainer_num_params(self->t), "steps_per_epoch",
-                       (long long)ts_trainer_steps_per_epoch(self->t));
+                       (long long)ts_trainer_steps_per_epoch(self->t), "plan", self->plan);
 }
 
 static PyMethodDef tmethods[] = {

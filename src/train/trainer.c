@@ -397,11 +397,11 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   int rc = ts_config_validate(c);
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
-    rc = fn ? ts_error_set(TS_ECONFIG, "parallel.mode: auto_parallel searches plans for zoo models, not models "
-                           "written with the C API")
-            : ts_comm_init(NULL, NULL);
+    /* a callback's model (the whole network: C API, Python cells) is built through it for every
+     * candidate, as the zoo's is */
+    rc = ts_comm_init(NULL, NULL);
     if (!rc) rc = ts_comm_world(&w);
-    if (!rc) rc = ts__train_auto(c, ts_comm_size(w));
+    if (!rc) rc = ts__train_auto(c, ts_comm_size(w), fn, user);
   }
   if (!rc) rc = ts__train_layout(c, fn, user, &vt, &dc, &t->model);
   if (rc) goto fail;

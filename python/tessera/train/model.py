@@ -129,6 +129,10 @@ class Model:
             pairs.append(("checkpoint.resume", yaml_value(resume)))
         zoo = getattr(self.network, "_zoo_keys", None) is not None
         t = _C.Trainer(pairs, None if zoo else self._build)
+        plan = t.info()["plan"]  # auto_parallel: the searched plan, said once by rank 0
+        if plan and plan != getattr(self, "parallel_plan", None) and t.info()["rank"] == 0:
+            print("tessera: %s" % plan, flush=True)
+        self.parallel_plan = plan or None
         self.network.__dict__["_trainer"] = t
         pending = self.network.__dict__.pop("_pending_params", None)
         if pending:
