@@ -19,7 +19,8 @@ typedef struct {
   ts_trainer *t;
   PyObject *build; /* the model builder (NULL: the config's zoo model) */
   pycb *cbs;
-  int busy;        /* a C call that released the GIL is running on this trainer */
+  unsigned long busy; /* the thread running a C call that released the GIL on this trainer (0: none):
+                         its callbacks may use the trainer, other threads may not */
   char plan[512];  /* auto_parallel: the library's line naming the plan it chose ("" otherwise) */
 } Trainer;
 
@@ -197,7 +198,7 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
     Py_INCREF(build);
     self->build = build;
   }
-  self->busy = 1;
+  self->busy = PyThread_get_thread_ident();
   self->plan[0] = 0;
   plan_sink = self->plan; /* trainers are created one at a time: the GIL is taken to start one */
   ts_log_set_hook(creation_log, NULL);
@@ -235,9 +236,24 @@ static void tr_dealloc(Trainer *self) {
 }
 
 static ts_trainer *T(Trainer *self) {
-  if (!self->t) PyErr_SetString(PyExc_RuntimeError, "Trainer: not created");
-  else if (self->busy) PyErr_SetString(PyExc_RuntimeError, "Trainer: busy (fit or evaluate is running in another thread)");
-  return self->t && !self->busy ? self->t : NULL;
+  if (!self->t) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer: not created");
+    return NULL;
+  }
+  if (self->busy && self->busy != PyThread_get_thread_ident()) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer: busy (fit or evaluate is running in another thread)");
+    return NULL;
+  }
+  return self->t;
+}
+
+/* The trainer for a call that runs it (fit, evaluate): not from inside one (a callback). */
+static ts_trainer *T_idle(Trainer *self) {
+  if (self->busy && self->busy == PyThread_get_thread_ident()) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer: fit or evaluate called from inside fit or evaluate (a callback)");
+    return NULL;
+  }
+  return T(self);
 }
 
 /* add_callback(step_end=None, epoch_end=None, eval_end=None, train_end=None) */
@@ -289,9 +305,9 @@ static PyObject *tr_continue(Trainer *self, PyObject *args) {
 
 static PyObject *tr_fit(Trainer *self, PyObject *args) {
   (void)args;
-  if (!T(self)) return NULL;
+  if (!T_idle(self)) return NULL;
   int rc;
-  self->busy = 1;
+  self->busy = PyThread_get_thread_ident();
   Py_BEGIN_ALLOW_THREADS /* callbacks take the GIL back */
   rc = ts_trainer_fit(self->t);
   Py_END_ALLOW_THREADS
@@ -306,10 +322,10 @@ static PyObject *tr_fit(Trainer *self, PyObject *args) {
 
 static PyObject *tr_evaluate(Trainer *self, PyObject *args) {
   (void)args;
-  if (!T(self)) return NULL;
+  if (!T_idle(self)) return NULL;
   ts_eval_info e;
   int rc;
-  self->busy = 1;
+  self->busy = PyThread_get_thread_ident();
   Py_BEGIN_ALLOW_THREADS
   rc = ts_trainer_evaluate(self->t, &e);
   Py_END_ALLOW_THREADS

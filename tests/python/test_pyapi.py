@@ -286,18 +286,25 @@ class TestModel(Tmp):
         callbacks in the loop: before, the thread stood still for the whole of fit)."""
         import threading
         import time
-        ticks, stop = [], threading.Event()
+        ticks, stop, busy = [], threading.Event(), []
+        net = models.MLP(256, 128)
 
         def count():
             while not stop.is_set():
                 ticks.append(time.monotonic())
+                t = net.__dict__.get("_trainer")
+                if t is not None and not busy:
+                    try:  # the trainer is not used from another thread while it runs
+                        t.info()
+                    except RuntimeError as e:
+                        busy.append(str(e))
                 time.sleep(0.001)
 
         th = threading.Thread(target=count)
         th.start()
         try:
             t0 = time.monotonic()
-            models.train(models.MLP(256, 128), 3, 1024, 32)  # 96 steps in C
+            models.train(net, 3, 1024, 32)  # 96 steps in C
             t1 = time.monotonic()
         finally:
             stop.set()
@@ -308,6 +315,7 @@ class TestModel(Tmp):
         # the longest pause of the counting thread is a small part of train (a fit holding the
         # GIL stops it for all of the loop)
         self.assertLess(max(gaps), 0.5 * (t1 - t0), "thread stalled %.3f s of %.3f s" % (max(gaps), t1 - t0))
+        self.assertEqual(busy, ["Trainer: busy (fit or evaluate is running in another thread)"])
 
     def test_request_stop(self):
         n = []
