@@ -82,6 +82,11 @@ class Model:
         return k
 
     def _pipeline_stages(self):
+        """The job's pipeline stages as set (1 under auto_parallel: its search picks the stages and
+        their cut itself, the cells' pipeline_stage is not used)."""
+        mode = self.extra.get("parallel.mode", context.get_auto_parallel_context("parallel_mode"))
+        if mode == "auto_parallel":
+            return 1
         p = self.extra.get("parallel.pipeline_stages", context.get_auto_parallel_context("pipeline_stages"))
         return int(p) if p is not None else 1
 
