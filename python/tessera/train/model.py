@@ -207,18 +207,23 @@ class Model:
         self._trained_epochs = done + epochs
         info = t.info()
         spe = info["steps_per_epoch"]
-        base_step, base_epoch = info["step"], done
-        last = {"loss": None}
+        base_step = info["step"]
+        # the trainer's epoch index at this call's first step (a run stopped inside an epoch
+        # continues in it); this call's epochs count from it
+        last = {"loss": None, "base_epoch": None}
         net = self.network
 
         def args(step, ep, loss, s=None):
             # this call's steps and epochs (MindSpore counts them per train call)
-            return dict(cur_step_num=step - base_step, cur_epoch_num=ep - base_epoch + 1, batch_num=spe,
+            b = last["base_epoch"] if last["base_epoch"] is not None else ep
+            return dict(cur_step_num=step - base_step, cur_epoch_num=ep - b + 1, batch_num=spe,
                         epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net, rank=info["rank"])
 
         user = [c for c in cbs if isinstance(c, Callback) and not isinstance(c, ModelCheckpoint)]
         if user:
             def step_end(s):
+                if last["base_epoch"] is None:
+                    last["base_epoch"] = s["epoch"]
                 last["loss"] = s["loss"]
                 last["step"] = s["step"]
                 rc = RunContext(args(s["step"], s["epoch"], s["loss"], s), t)
@@ -231,12 +236,13 @@ class Model:
                     c.on_train_epoch_end(rc)
 
             def train_end():
-                rc = RunContext(args(last.get("step", base_step), base_epoch + epochs - 1, last["loss"]), t)
+                b = last["base_epoch"] or 0
+                rc = RunContext(args(last.get("step", base_step), b + epochs - 1, last["loss"]), t)
                 for c in user:
                     c.on_train_end(rc)
 
             t.add_callback(step_end=step_end, epoch_end=epoch_end, train_end=train_end)
-            rc0 = RunContext(args(base_step, base_epoch, None), t)
+            rc0 = RunContext(args(base_step, 0, None), t)
             for c in user:
                 c.on_train_begin(rc0)
         t.fit()
