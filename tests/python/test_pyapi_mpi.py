@@ -168,7 +168,8 @@ class TestMPI(unittest.TestCase):
 
     def test_python_exception_on_one_rank_ends_the_job(self):
         """An exception in a callback (or construct) on rank 1 only: the job ends within seconds
-        (the communication timeout is 300 s), the exception's text printed, exit code non-zero."""
+        (under 120 s asserted; the communication timeout is 300 s), the exception's text printed, exit
+        code non-zero."""
         import time
         for mode, text in (("raise_cb", "boom on rank 1 at step 3"), ("raise_construct", "boom on rank 1 in construct")):
             t0 = time.monotonic()
@@ -178,7 +179,7 @@ class TestMPI(unittest.TestCase):
             self.assertIn("RuntimeError: " + text, out)
             self.assertIn("tessera: rank 1 of 2: a Python exception ended", out)
             self.assertNotIn("rank 0 done", out)
-            self.assertLess(dt, 60, out)
+            self.assertLess(dt, 120, out)  # a loaded machine, ASan: still well under the timeout
 
 
 if __name__ == "__main__":
