@@ -69,7 +69,9 @@ typedef struct {
 } ts_callback;
 
 /* ts_trainer_create with the model from `model` instead of model.name (the config's model.*
- * keys other than num_classes are then ignored). */
+ * keys other than num_classes are then ignored). A builder of the whole network runs under every
+ * layout a zoo model does: pipeline stages (cut balanced or by parallel.stages) and auto_parallel
+ * (every candidate plan built through it); under hybrid_parallel it writes one rank's part. */
 int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user, ts_trainer **out);
 
 /* What semi_auto_parallel makes of cfg on `ndevices` devices, without MPI and without training
