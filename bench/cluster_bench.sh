@@ -62,7 +62,7 @@ if [[ $steps == *,tp,* ]]; then
   cat > "$w/tp.yaml" <<YAML
 model: {name: gpt, n_layer: 4, n_head: 4, n_embd: 128, block_size: 128, vocab_size: 256}
 data: {name: text, path: $w/in.txt, seq_len: 128, val_fraction: 0.05, transforms: []}
-train: {steps: 8, batch_size: 32, eval_every: -1, log_every: 1, seed: 5}
+train: {steps: 10, batch_size: 32, eval_every: -1, log_every: 1, seed: 5}
 optimizer: {name: adamw, lr: 3.0e-3}
 log: {progress: lines}
 parallel:
@@ -88,11 +88,13 @@ print('%.1f' % statistics.median(s) if s else 'n/a')" "$1"; }
   place() { [ "$1" = across ] && echo "--map-by node"; }
   for p in inside across; do
     # the placement mpirun makes: rank -> host; TP pairs are ranks (0,1) and (2,3) (tp innermost)
-    m=$(on_host 0 "${mpi[@]}" $(place $p) sh -c 'echo "$OMPI_COMM_WORLD_RANK:$(hostname)"' 2>&1 | sort | tr '\n' ' ')
-    echo "TP $p hosts: placement $m"
+    m=$(on_host 0 "${mpi[@]}" $(place $p) sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' 2>&1 | sort -n)
+    echo "TP $p hosts: ranks on $(awk '{printf "%s%s %s", NR > 1 ? ", " : "", $1, $2}' <<<"$m"); TP pairs $(awk '
+      { h[$1] = $2 } END { for (r = 0; r < 4; r += 2) printf "(%d %s, %d %s: %s) ", r, h[r], r + 1, h[r + 1],
+        h[r] == h[r + 1] ? "one host" : "two hosts" }' <<<"$m")"
   done
   declare -A all
-  for round in $(seq 1 "${TP_ROUNDS:-2}"); do
+  for round in $(seq 1 "${TP_ROUNDS:-3}"); do
     for p in inside across; do
       on_host 0 "${mpi[@]}" $(place $p) "$B/tessera" train "$w/tp.yaml" --set log.metrics="$w/$p$round.jsonl" > "$w/$p$round.log" 2>&1 \
         || { echo "TP $p: the job failed:"; tail -5 "$w/$p$round.log"; }
