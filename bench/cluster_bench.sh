@@ -89,7 +89,7 @@ print('%.1f' % statistics.median(s) if s else 'n/a')" "$1"; }
   for p in inside across; do
     # the placement mpirun makes: rank -> host; TP pairs are ranks (0,1) and (2,3) (tp innermost)
     m=$(on_host 0 "${mpi[@]}" $(place $p) sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' 2>&1 | sort -n)
-    echo "TP $p hosts: ranks on $(awk '{printf "%s%s %s", NR > 1 ? ", " : "", $1, $2}' <<<"$m"); TP pairs $(awk '
+    echo "TP $p hosts: ranks on $(awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}' <<<"$m"); TP pairs $(awk '
       { h[$1] = $2 } END { for (r = 0; r < 4; r += 2) printf "(%d %s, %d %s: %s) ", r, h[r], r + 1, h[r + 1],
         h[r] == h[r + 1] ? "one host" : "two hosts" }' <<<"$m")"
   done
