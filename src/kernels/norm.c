@@ -67,26 +67,21 @@ static inline float elem(const void *t, ts_dtype dt, int64_t i) {
 }
 
 /* Batch norm fused with a following ReLU (the executor's fusion, ts__bn_relu): the ReLU as the
- * unfused ELTWISE node computes it on the stored batch-norm value (for lp, on its bf16 rounding,
- * with the negative side rounded once more; +0 below 0 for a plain ReLU, as oneDNN's), so the fused
- * output is the unfused one bit for bit.
- * The backward recomputes where the ReLU's output was positive from x and the forward's scale and
- * shift (the same expression as the forward: the same rounding), and applies ReLU's gradient to
- * dy as ELTWISE_BWD would have before the batch-norm sums. */
+ * unfused ELTWISE node (oneDNN's, the FAST backend's: the only one fused) computes it on the
+ * stored batch-norm value z: z > 0 ? z : +0 (not z*0 = -0) for a plain ReLU, z*alpha for a leaky
+ * one (f32 only: exec.c fuses bf16 with alpha = 0 only; other cases are refused). For lp, z is v rounded to bf16, and
+ * relu(round(v)) = round(v > 0 ? v : +0) (rounding keeps the sign and maps 0 to 0), so the fused
+ * output is the unfused one bit for bit without an extra rounding. The backward recomputes v
+ * from x and the forward's scale and shift (the same expression: the same rounding) and applies
+ * ReLU's gradient as oneDNN's ELTWISE_BWD does from the output y (y > 0 ? dy : dy*alpha) before
+ * the batch-norm sums; for lp, y > 0 iff round(v) > 0 iff v > 2^-134 (below that, v rounds to
+ * bf16's +0). */
 BN_INLINE float bn_relu(float v, int lp, float alpha) {
-  /* oneDNN's relu (the FAST backend's, the only one fused) gives +0, not v*0 = -0, for v <= 0 */
-  if (lp) {
-    const float r = ts__bf2f(ts__f2bf(v)), n = alpha == 0.0f ? 0.0f : ts__bf2f(ts__f2bf(r * alpha));
-    return r > 0 ? r : n;
-  }
+  if (lp) return v > 0 ? v : 0.0f;
   return v > 0 ? v : alpha == 0.0f ? 0.0f : v * alpha;
 }
 BN_INLINE float bn_relu_grad(float g, float v, int lp, float alpha) {
-  if (lp) {
-    const float r = ts__bf2f(ts__f2bf(v)), n = ts__bf2f(ts__f2bf(g * alpha));
-    return r > 0 ? g : n;
-  }
-  return v > 0 ? g : g * alpha;
+  return v > (lp ? 0x1p-134f : 0.0f) ? g : g * alpha;
 }
 
 /* The per-run kernels. Plane runs (S > 1) share one channel's scalars; (N,C) row runs (S == 1)
@@ -347,8 +342,9 @@ int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta
                int training, const ts__bn_reducer *red, const ts__bn_relu *relu) {
   int rc = bn_check("batchnorm", dt, N, C, S, training);
   if (rc) return rc;
-  if (relu && (S == 1 || dt == TS_F16))
-    return ts_error_set(TS_EUNSUPPORTED, "batchnorm+relu: fused only for f32/bf16 with spatial dims (x %s, S=%lld)",
+  if (relu && (S == 1 || dt == TS_F16 || (dt == TS_BF16 && relu->alpha != 0.0f)))
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "batchnorm+relu: fused only for f32 or bf16 (plain relu) with spatial dims (x %s, S=%lld)",
                         ts_dtype_name(dt), (long long)S);
   /* ab: 2C floats (scale, shift); K: C shifts; sums: s1, s2 (C each) and the count */
   float *ab = malloc(sizeof(float) * (size_t)(3 * C));
@@ -402,8 +398,9 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
                const ts__bn_reducer *red, const ts__bn_relu *relu) {
   int rc = bn_check("batchnorm_bwd", dt, N, C, S, training);
   if (rc) return rc;
-  if (relu && (S == 1 || dt == TS_F16))
-    return ts_error_set(TS_EUNSUPPORTED, "batchnorm_bwd+relu: fused only for f32/bf16 with spatial dims (x %s, S=%lld)",
+  if (relu && (S == 1 || dt == TS_F16 || (dt == TS_BF16 && relu->alpha != 0.0f)))
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "batchnorm_bwd+relu: fused only for f32 or bf16 (plain relu) with spatial dims (x %s, S=%lld)",
                         ts_dtype_name(dt), (long long)S);
   const int lp = lp_of(dt);
   /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean); then the count; then the reduced copy. */

@@ -386,9 +386,9 @@ static int fl_free(freelist *f, size_t off, size_t len) {
  * Planned with the memory (binding decides which results are caller memory); taken at run time
  * on the FAST backend for bf16 only (REF and f16 run both nodes as written).
  *
- * BN+ReLU fusion (ResNet's conv-bn-relu): a BATCHNORM (x f32 or bf16, with spatial dims) whose
- * output z has no use but an ELTWISE relu writes the relu's output y itself (the relu node does
- * nothing), keeping its per-channel scale and shift (2C floats, plan memory). When the relu's
+ * BN+ReLU fusion (ResNet's conv-bn-relu): a BATCHNORM (x f32, or bf16 with a plain relu; with
+ * spatial dims) whose output z has no use but an ELTWISE relu writes the relu's output y itself
+ * (the relu node does nothing), keeping its per-channel scale and shift (2C floats, plan memory). When the relu's
  * ELTWISE_BWD (from y, as autodiff emits it) produces dz whose only use is that BATCHNORM's
  * BATCHNORM_BWD, the ELTWISE_BWD does nothing and the BATCHNORM_BWD reads dy (of y) instead of dz
  * and recomputes where y > 0 from x and the scale and shift: z and dz are never written, and
@@ -445,7 +445,8 @@ static void plan_fusions(ts_plan *p) {
     const int z = node_in(p, j)[0], i = p->vals[z].producer;
     if (i < 0 || i >= j || !p->live[i] || p->nodes[i].op != TS_OP_BATCHNORM || p->nodes[i].nout != 3 ||
         node_out(p, i)[0] != z || p->bound[z] || p->keep[z] || uses[z] != 1 || p->fz_role[i] ||
-        (p->vals[z].dtype != TS_F32 && p->vals[z].dtype != TS_BF16) || bn_spatial(&p->vals[z].shape) < 2)
+        (p->vals[z].dtype != TS_F32 && (p->vals[z].dtype != TS_BF16 || ts_attr_eltwise_alpha(&n->a) != 0.0f)) ||
+        bn_spatial(&p->vals[z].shape) < 2)
       continue;
     if (!p->dry) {
       p->fz_ab[i] = malloc(sizeof(float) * (size_t)(2 * p->vals[z].shape.dims[1]));
