@@ -202,7 +202,8 @@ static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_p
   p->fz_ab = calloc((size_t)p->nnodes + 1, sizeof(float *));
   p->fz_valid = calloc((size_t)p->nnodes + 1, 1);
   p->split = -1;
-  if (!p->fz_role || !p->fz_peer || !p->fz_ab || !p->fz_valid || !p->live || !p->in_scratch || !p->fuse_out || !p->fuse_done || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
+  if (!p->fz_role || !p->fz_peer || !p->fz_ab || !p->fz_valid || !p->live || !p->in_scratch || !p->fuse_out ||
+      !p->fuse_done || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -388,9 +389,9 @@ static int fl_free(freelist *f, size_t off, size_t len) {
  *
  * BN+ReLU fusion (ResNet's conv-bn-relu): a BATCHNORM (x f32, or bf16 with a plain relu; with
  * spatial dims) whose output z has no use but an ELTWISE relu writes the relu's output y itself
- * (the relu node does nothing), keeping its per-channel scale and shift (2C floats, plan memory). When the relu's
- * ELTWISE_BWD (from y, as autodiff emits it) produces dz whose only use is that BATCHNORM's
- * BATCHNORM_BWD, the ELTWISE_BWD does nothing and the BATCHNORM_BWD reads dy (of y) instead of dz
+ * (the relu node does nothing), keeping its per-channel scale and shift (2C floats, plan
+ * memory). When the relu's ELTWISE_BWD (from y, as autodiff emits it) produces dz whose only use
+ * is that BATCHNORM's BATCHNORM_BWD, the ELTWISE_BWD does nothing and the BATCHNORM_BWD reads dy (of y) instead of dz
  * and recomputes where y > 0 from x and the scale and shift: z and dz are never written, and
  * y > 0 needs no read of y. Same arithmetic in the same order: bitwise the unfused nodes. For
  * the memory plan y is produced at the BATCHNORM and dy lives until the BATCHNORM_BWD (the plan
@@ -419,6 +420,7 @@ static void plan_fusions(ts_plan *p) {
     free(cons);
     return;
   }
+  for (int v = 0; v < p->nvals; v++) cons[v] = -1; /* the last live node reading v */
   for (int i = 0; i < p->nnodes; i++) {
     if (!p->live[i]) continue;
     const int *in = node_in(p, i);
@@ -466,9 +468,10 @@ static void plan_fusions(ts_plan *p) {
     if (j < 0 || p->fz_role[j] != FZ_RELU || ts_attr_eltwise_alpha(&p->nodes[j].a) != ts_attr_eltwise_alpha(&n->a) ||
         p->bound[dz] || p->keep[dz] || uses[dz] != 1)
       continue;
-    const int i = p->fz_peer[j], k = cons[dz];
+    const int i = p->fz_peer[j], k = cons[dz]; /* -1 when dz's one use is a view */
+    if (k <= e || !p->live[k] || p->nodes[k].op != TS_OP_BATCHNORM_BWD || p->nodes[k].nin != 5) continue;
     const int *ki = node_in(p, k), *io = node_out(p, i);
-    if (k <= e || !p->live[k] || p->nodes[k].op != TS_OP_BATCHNORM_BWD || p->nodes[k].nin != 5 || ki[0] != dz ||
+    if (ki[0] != dz ||
         ki[1] != node_in(p, i)[0] || ki[3] != io[1] || ki[4] != io[2] || p->fz_role[k] ||
         p->vals[node_in(p, e)[0]].dtype != p->vals[dz].dtype)
       continue;
