@@ -21,7 +21,8 @@
  *                                                --fusion-ab (only this, --amp default O2): f32
  *                                                and amp each with and without the executor's
  *                                                fusions, steps of the four interleaved; gain =
- *                                                unfused/fused; the fusions taken per step
+ *                                                unfused/fused; planned arenas; the fusions
+ *                                                taken per step
  *   with --amp and PyTorch, the model rows also get "tessera_amp_ms", "torch_autocast_bf16_ms"
  *   (torch_step.py --amp bf16: the forward under torch.autocast), "torch_best" (f32 or
  *   autocast_bf16, the faster), "torch_best_ms" and "amp_ratio" = torch_best_ms/tessera_amp_ms
@@ -361,6 +362,9 @@ static void bench_fusion_ab(const options *o, const char *model, const char *nam
          "\"f32_gain\":%.4f,\"amp_ms\":%.3f,\"amp_nofusion_ms\":%.3f,\"amp_gain\":%.4f,\"amp_speedup\":%.4f",
          name, o->threads, o->amp_level, med[0], med[1], med[1] / med[0], med[2], med[3], med[3] / med[2],
          med[0] / med[2]);
+  printf(",\"f32_arena_mb\":%.2f,\"f32_nofusion_arena_mb\":%.2f,\"amp_arena_mb\":%.2f,\"amp_nofusion_arena_mb\":%.2f",
+         ts_plan_peak_bytes(t[0].plan) / 1048576.0, ts_plan_peak_bytes(t[1].plan) / 1048576.0,
+         ts_plan_peak_bytes(t[2].plan) / 1048576.0, ts_plan_peak_bytes(t[3].plan) / 1048576.0);
   static const char *fn[TS_FUSION_COUNT] = {"matmul_cast", "bn_relu", "bn_relu_bwd"};
   for (int f = 0; f < TS_FUSION_COUNT; f++)
     printf(",\"f32_%s\":%d,\"amp_%s\":%d", fn[f], ts_plan_fusions_taken(t[0].plan, (ts_fusion)f), fn[f],
