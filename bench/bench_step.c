@@ -17,6 +17,12 @@
  *                                                median CPU time (whole process) of the steps and
  *                                                its ratio "cpu_speedup", which other jobs' load
  *                                                disturbs less than wall time
+ *   {"name":"..._fusion","f32_ms":..,"f32_nofusion_ms":..,"f32_gain":..,"amp_ms":..,...}  with
+ *                                                --fusion-ab (only this, --amp default O2): f32
+ *                                                and amp each with and without the executor's
+ *                                                fusions, steps of the four interleaved; gain =
+ *                                                unfused/fused; planned arenas; the fusions
+ *                                                taken per step
  *   with --amp and PyTorch, the model rows also get "tessera_amp_ms", "torch_autocast_bf16_ms"
  *   (torch_step.py --amp bf16: the forward under torch.autocast), "torch_best" (f32 or
  *   autocast_bf16, the faster), "torch_best_ms" and "amp_ratio" = torch_best_ms/tessera_amp_ms
@@ -48,6 +54,7 @@ typedef struct {
   int amp_level;      /* --amp O1..O3: also time each model in mixed precision against f32 */
   ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
   int no_fusion;      /* --no-fusion: the amp models' plans without the executor's fusions */
+  int fusion_ab;      /* --fusion-ab: f32 and --amp, each with and without fusions, interleaved */
   const char *torch_script;
 } options;
 
@@ -330,6 +337,44 @@ static double bench_amp(const options *o, const char *model, const char *name, i
   return amp;
 }
 
+/* --fusion-ab: `model` in f32 and at --amp, each with the executor's fusions and without
+ * (ts_plan_set_fusion(p, 0)), steps of the four alternating; the medians, the gains (unfused /
+ * fused) and the fusions each fused plan takes per step. */
+static void bench_fusion_ab(const options *o, const char *model, const char *name, int batch, int seq) {
+  trainer t[4]; /* f32, f32 unfused, amp, amp unfused */
+  for (int k = 0; k < 4; k++) {
+    bench_model_opts mo = {batch, seq, 0, k >= 2 ? o->amp_level : 0, o->amp_dtype};
+    bench_model_build(&t[k], model, &mo);
+    if (k % 2) ts_plan_set_fusion(t[k].plan, 0);
+  }
+  uint64_t s = 0;
+  for (int i = 0; i < o->warmup; i++, s++)
+    for (int k = 0; k < 4; k++) train_step(&t[k], s, NULL);
+  double *ms = malloc(sizeof(double) * (size_t)(4 * o->steps)), med[4];
+  for (int i = 0; i < o->steps; i++, s++)
+    for (int k = 0; k < 4; k++) {
+      double t0 = ts_time_now();
+      train_step(&t[k], s, NULL);
+      ms[k * o->steps + i] = (ts_time_now() - t0) * 1e3;
+    }
+  for (int k = 0; k < 4; k++) med[k] = median(ms + k * o->steps, o->steps);
+  printf("{\"name\":\"%s_fusion\",\"threads\":%d,\"amp_level\":\"O%d\",\"f32_ms\":%.3f,\"f32_nofusion_ms\":%.3f,"
+         "\"f32_gain\":%.4f,\"amp_ms\":%.3f,\"amp_nofusion_ms\":%.3f,\"amp_gain\":%.4f,\"amp_speedup\":%.4f",
+         name, o->threads, o->amp_level, med[0], med[1], med[1] / med[0], med[2], med[3], med[3] / med[2],
+         med[0] / med[2]);
+  printf(",\"f32_arena_mb\":%.2f,\"f32_nofusion_arena_mb\":%.2f,\"amp_arena_mb\":%.2f,\"amp_nofusion_arena_mb\":%.2f",
+         ts_plan_peak_bytes(t[0].plan) / 1048576.0, ts_plan_peak_bytes(t[1].plan) / 1048576.0,
+         ts_plan_peak_bytes(t[2].plan) / 1048576.0, ts_plan_peak_bytes(t[3].plan) / 1048576.0);
+  static const char *fn[TS_FUSION_COUNT] = {"matmul_cast", "bn_relu", "bn_relu_bwd"};
+  for (int f = 0; f < TS_FUSION_COUNT; f++)
+    printf(",\"f32_%s\":%d,\"amp_%s\":%d", fn[f], ts_plan_fusions_taken(t[0].plan, (ts_fusion)f), fn[f],
+           ts_plan_fusions_taken(t[2].plan, (ts_fusion)f));
+  printf("}\n");
+  fflush(stdout);
+  for (int k = 0; k < 4; k++) trainer_free(&t[k]);
+  free(ms);
+}
+
 /* ---------------------------------------------------------------- PyTorch */
 
 static int torch_available(void) {
@@ -380,7 +425,7 @@ static void usage(void) {
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
           "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
           "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--conv-native]\n"
-          "                  [--no-fusion]\n");
+          "                  [--no-fusion] [--fusion-ab]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -423,6 +468,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--profile")) o.profile = 1;
     else if (!strcmp(a, "--conv-native")) o.conv_native = 1;
     else if (!strcmp(a, "--no-fusion")) o.no_fusion = 1;
+    else if (!strcmp(a, "--fusion-ab")) o.fusion_ab = 1;
     else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
     else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
       o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;
@@ -446,6 +492,14 @@ int main(int argc, char **argv) {
     bench_gemm("sgemm_4096x768x768", 4096, 768, 768, o.gemm_reps);
   }
 
+  if (o.fusion_ab) { /* only this comparison (needs --amp) */
+    char nm[64];
+    snprintf(nm, sizeof nm, "resnet18_cifar_b%d_step", o.resnet_batch);
+    if (!o.amp_level) o.amp_level = 2;
+    if (o.do_resnet) bench_fusion_ab(&o, "resnet18", nm, o.resnet_batch, 0);
+    if (o.do_gpt) bench_fusion_ab(&o, "gpt", "gpt_6l_384d_step", o.gpt_batch, o.gpt_seq);
+    return 0;
+  }
   double amp_ms[2] = {-1, -1};
   if (o.amp_level) {
     char nm[64];

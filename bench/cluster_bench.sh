@@ -1,34 +1,68 @@
 #!/usr/bin/env bash
 # Measured links across hosts (docs/cluster.md): a test cluster of 2 hosts x 2 ranks (network
-# namespaces, tests/cluster/lib.sh), every host's link shaped with tbf to RATE (default 1gbit),
-# then
-#  1. `tessera calibrate` across the hosts: the links inside a host and between hosts (alpha-beta);
-#  2. bench_cluster: all-reduce of 1, 8, 64 MiB flat and hierarchical, measured (ABBA, medians)
-#     against the calibrated prediction, and which one the cost model chooses;
-#  3. a TP2 x DP2 GPT step: tensor-parallel pairs inside a host (mpirun's by-slot placement) vs
-#     across hosts (--map-by node: ranks alternate hosts), median step time of each.
-# Needs root. Usage: bench/cluster_bench.sh BUILD_DIR [RATE] [REPS]
+# namespaces, tests/cluster/lib.sh), every host's link shaped with tbf to RATE (default 1gbit,
+# burst 128kb, latency 10ms), then the steps asked for (default all, in this order):
+#  net        the raw TCP rate of the shaped link (iperf3 between the hosts, when installed);
+#  calibrate  `tessera calibrate` across the hosts: flat and hierarchical all-reduces of 1-64 MiB,
+#             alpha-beta per part fitted over the sizes (written to DIR/cluster.yaml);
+#  allreduce  bench_cluster: all-reduce of 1, 8, 64 MiB flat and hierarchical, measured (ABBA,
+#             medians) against DIR/cluster.yaml's prediction, PASS/FAIL per the 20% rule, and the
+#             cost model's choice against the one measured faster;
+#  tp         a TP2 x DP2 GPT step with the tensor-parallel pairs inside hosts (mpirun's by-slot
+#             placement) and across hosts (--map-by node), each rank's host printed, interleaved
+#             rounds, median step time of each.
+# Each step fits in a quiet window of under 6 minutes (run them one by one under
+# /work/shared/bin/quiet on a shared machine). Needs root.
+# Usage: bench/cluster_bench.sh BUILD_DIR [RATE] [REPS] [STEPS]   e.g. build 1gbit 5 calibrate,allreduce
+#        DIR: $CLUSTER_BENCH_DIR (default /tmp/tessera-cluster-bench), kept between runs.
 set -u
 B=$(cd "${1:-build}" && pwd)
 rate=${2:-1gbit}
 reps=${3:-5}
+steps=,${4:-net,calibrate,allreduce,tp},
+dir=${CLUSTER_BENCH_DIR:-/tmp/tessera-cluster-bench}
+mkdir -p "$dir"
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tests/cluster/lib.sh"
 cluster_up 2 2
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 cluster_shape 0 "$rate" && cluster_shape 1 "$rate" || { echo "cannot shape the links"; exit 1; }
-echo "# links of both hosts: tbf rate $rate; load: $(uptime | sed 's/.*load/load/')"
+echo "# links of both hosts: $(ip netns exec "${cl_ns[0]}" tc qdisc show dev eth0 | head -1); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 w=$cl_dir/work; mkdir -p "$w"
 export TESSERA_CLUSTER_CACHE=$w/cluster-local.yaml # not the machine's own "local" calibration
 mpi=(mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile")
-on_host 0 "${mpi[@]}" "$B/tessera" calibrate -o "$w/cluster.yaml" 2>&1 | grep -v "^written"
-on_host 0 "${mpi[@]}" "$B/bench_cluster" --cluster "$w/cluster.yaml" --reps "$reps"
 
-awk 'BEGIN { srand(3); for (i = 0; i < 40000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"
-cat > "$w/tp.yaml" <<YAML
-model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 64, block_size: 64, vocab_size: 256}
-data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
-train: {steps: 10, batch_size: 16, eval_every: -1, log_every: 1, seed: 5}
+if [[ $steps == *,net,* ]]; then
+  if command -v iperf3 >/dev/null; then
+    on_host 0 iperf3 -s -D -1 >/dev/null 2>&1; sleep 0.3
+    on_host 1 iperf3 -c "${cl_ip[0]}" -t 4 -O 1 -J 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+e = json.load(sys.stdin)["end"]
+print("net: TCP node1 -> node0 over the shaped link: %.1f MB/s (iperf3, 4 s, %s retransmits)" %
+      (e["sum_received"]["bits_per_second"] / 8e6, e["sum_sent"].get("retransmits")))'
+  else
+    echo "net: iperf3 not installed (apt-get install iperf3): skipped"
+  fi
+fi
+
+if [[ $steps == *,calibrate,* ]]; then
+  on_host 0 "${mpi[@]}" "$B/tessera" calibrate -o "$dir/cluster.yaml" 2>&1 | grep -v "^written"
+fi
+
+if [[ $steps == *,allreduce,* ]]; then
+  [ -f "$dir/cluster.yaml" ] || { echo "allreduce: no $dir/cluster.yaml: run the calibrate step first"; exit 1; }
+  on_host 0 "${mpi[@]}" "$B/bench_cluster" --cluster "$dir/cluster.yaml" --reps "$reps"
+fi
+
+if [[ $steps == *,tp,* ]]; then
+  awk 'BEGIN { srand(3); for (i = 0; i < 200000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"
+  # big enough that the tensor-parallel all-reduces (4 a layer, forward and backward, of the
+  # activations: 16 x 128 x 128 floats = 1 MiB each) outweigh the data-parallel gradients (half of
+  # 0.8 M parameters a rank) over a 1 Gbit/s link
+  cat > "$w/tp.yaml" <<YAML
+model: {name: gpt, n_layer: 4, n_head: 4, n_embd: 128, block_size: 128, vocab_size: 256}
+data: {name: text, path: $w/in.txt, seq_len: 128, val_fraction: 0.05, transforms: []}
+train: {steps: 10, batch_size: 32, eval_every: -1, log_every: 1, seed: 5}
 optimizer: {name: adamw, lr: 3.0e-3}
 log: {progress: lines}
 parallel:
@@ -45,17 +79,35 @@ parallel:
     dense: "((2,1,1),(2,1))"
     softmax_ce: "((2,2),(2,))"
 YAML
-step_ms() { /usr/bin/python3 -c "
+  step_ms() { /usr/bin/python3 -c "
 import json,sys,statistics
 t=[json.loads(l) for l in open(sys.argv[1])]
 s=[r['step_ms'] if 'step_ms' in r else r.get('time_ms') for r in t if r.get('type')=='step']
 s=[x for x in s[2:] if x is not None]
 print('%.1f' % statistics.median(s) if s else 'n/a')" "$1"; }
-for round in 1 2; do
-  for place in inside across; do
-    extra=(); [ $place = across ] && extra=(--map-by node)
-    on_host 0 "${mpi[@]}" "${extra[@]}" "$B/tessera" train "$w/tp.yaml" --set log.metrics="$w/$place$round.jsonl" >/dev/null 2>&1 \
-      || echo "TP $place: the job failed"
-    echo "TP2 x DP2 GPT, tensor-parallel pairs $place hosts (round $round): median step $(step_ms "$w/$place$round.jsonl") ms"
+  place() { [ "$1" = across ] && echo "--map-by node"; }
+  for p in inside across; do
+    # the placement mpirun makes: rank -> host; TP pairs are ranks (0,1) and (2,3) (tp innermost)
+    m=$(on_host 0 "${mpi[@]}" $(place $p) sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' 2>&1 | sort -n)
+    echo "TP $p hosts: ranks on $(awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}' <<<"$m"); TP pairs $(awk '
+      { h[$1] = $2 } END { for (r = 0; r < 4; r += 2) printf "(%d %s, %d %s: %s) ", r, h[r], r + 1, h[r + 1],
+        h[r] == h[r + 1] ? "one host" : "two hosts" }' <<<"$m")"
   done
-done
+  declare -A all
+  for round in $(seq 1 "${TP_ROUNDS:-3}"); do
+    for p in inside across; do
+      on_host 0 "${mpi[@]}" $(place $p) "$B/tessera" train "$w/tp.yaml" --set log.metrics="$w/$p$round.jsonl" > "$w/$p$round.log" 2>&1 \
+        || { echo "TP $p: the job failed:"; tail -5 "$w/$p$round.log"; }
+      ms=$(step_ms "$w/$p$round.jsonl")
+      all[$p]="${all[$p]:-} $ms"
+      echo "TP2 x DP2 GPT (4 layers, n_embd 128, seq 128, batch 32), tensor-parallel pairs $p hosts (round $round): median step $ms ms"
+    done
+  done
+  /usr/bin/python3 -c '
+import sys, statistics
+i = [float(x) for x in sys.argv[1].split() if x != "n/a"]; a = [float(x) for x in sys.argv[2].split() if x != "n/a"]
+if i and a:
+    mi, ma = statistics.median(i), statistics.median(a)
+    print("TP inside hosts %.1f ms, across hosts %.1f ms a step (medians of the rounds): across/inside %.2f: %s" %
+          (mi, ma, ma / mi, "PASS, inside wins" if mi < ma else "FAIL, inside does not win"))' "${all[inside]}" "${all[across]}"
+fi

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs, through apt-get, what Tessera needs and is missing. Idempotent; fast when nothing is
 # missing (dpkg-query only). python3-protobuf: the TensorBoard event file read back by Python
-# (tests/cli/tensorboard_py_test.sh). Usage: scripts/install-deps.sh [--fixtures] [--fuzz]
+# (tests/cli/tensorboard_py_test.sh). Usage: scripts/install-deps.sh [--fixtures] [--bench] [--fuzz]
 #   --fixtures, --bench  also install python3-torch, python3-torchvision and OpenBLAS (only needed
 #               to regenerate the PyTorch fixtures under tests/fixtures and for the PyTorch side of
 #               bench/: without OpenBLAS, Debian's torch falls back to the reference BLAS, ~25x
-#               slower, which would make every comparison meaningless).
+#               slower, which would make every comparison meaningless). --bench also iperf3 (the
+#               raw TCP rate of the test cluster's shaped link, bench/cluster_bench.sh's net step).
 #   --fuzz      also install clang and its libFuzzer runtime (tests/fuzz/run.sh).
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
@@ -13,7 +14,8 @@ pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin li
       python3-dev python3-numpy python3-protobuf"
 for a in "$@"; do
   case "$a" in
-    --fixtures|--bench) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp" ;;
+    --fixtures) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp" ;;
+    --bench) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp iperf3" ;;
     --fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;;
     *) echo "install-deps.sh: unknown option '$a'" >&2; exit 2 ;;
   esac

@@ -41,6 +41,12 @@ typedef struct {
   double efficiency_matmul;    /* matmul, dense */
   double efficiency_conv;      /* conv2d forward, backward data, backward weights */
   double efficiency_attention; /* fused attention forward and backward */
+  /* measured by `tessera calibrate` on several hosts (0: priced from the links above):
+   * the broadcast inside a node, ceil(log2 g) rounds of intra_bcast_latency + bytes / intra_bcast_bw;
+   * the flat all-reduce over every device of nodes x devices_per_node as it ran there (OpenMPI's
+   * algorithm, whatever it was), flat_allreduce_latency + bytes / flat_allreduce_bw */
+  double intra_bcast_latency, intra_bcast_bw;
+  double flat_allreduce_latency, flat_allreduce_bw;
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s
@@ -78,15 +84,27 @@ typedef enum {
  * the links between nodes when the group spans nodes (span = 1), else inside one. */
 double ts_cluster_coll_time(const ts_cluster *c, ts_cost_coll kind, int group, int span, double bytes);
 /* Seconds of an all-reduce of `bytes` over `hosts` hosts of `local` ranks each, the ranks of a host
- * consecutive (mpirun's by-slot placement), the node's links to other nodes carrying
- * inter_bw * local bytes/s per direction (inter_bw is a device's share of them):
- *  - flat: one ring over every rank; its 2(N-1) steps each move bytes/N over every edge, paced by
- *    the edges between hosts (one per host and direction): 2(N-1)/N bytes/link + 2(N-1) inter
- *    latencies (one host: ts_cluster_coll_time inside the node);
- *  - hierarchical: an all-reduce inside each host, a ring between the hosts' leaders over the
- *    whole link, a broadcast inside each host. */
+ * consecutive (mpirun's by-slot placement), a node's link to the others carrying
+ * link = inter_bw * local bytes/s per direction (inter_bw is a device's share of it), priced as
+ * OpenMPI runs Tessera's all-reduce (in place, non-blocking: libnbc's binomial tree, a reduce to
+ * rank 0 then a broadcast from it, the whole message in every round; docs/cluster.md):
+ *  - flat: the reduce's log2(L) rounds inside a host and log2(H) between hosts (one stream per
+ *    link), the broadcast's log2(L) inside and log2(H) between hosts in which every rank of a
+ *    sending host sends (L streams share its link):
+ *      2 log2(L) (intra_latency + bytes/intra_bw) + log2(H) (2 inter_latency + (1 + L) bytes/link);
+ *    the measured flat_allreduce_* instead when set and the layout is the calibrated one
+ *    (hosts == nodes, local == devices_per_node); one host: ts_cluster_coll_time inside the node;
+ *  - hierarchical: the binomial all-reduce inside each host (2 log2(L) intra rounds), between the
+ *    hosts' leaders (2 log2(H) rounds of inter_latency + bytes/link), a broadcast inside each host
+ *    (log2(L) rounds of intra_bcast_*, or intra_* when not measured).
+ * log2 rounds up. */
 double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, double bytes);
 double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes);
+/* The least-squares fit of secs[i] = latency + bytes[i] * sec_per_byte over n >= 2 points, each
+ * weighted by 1/secs[i]^2 (relative errors: small and large messages count alike); a negative
+ * latency is refitted as 0. TS_EINVAL when n < 2, a point is not positive, or the slope is not
+ * positive (the times do not grow with the size). Exact on data that follow the line. */
+int ts_cluster_fit_alpha_beta(const double *bytes, const double *secs, int n, double *latency, double *sec_per_byte);
 /* Whether a group of `group` ranks whose members are `stride` ranks apart spans several nodes
  * (ranks are numbered node by node). */
 int ts_cluster_spans(const ts_cluster *c, int group, int stride);

@@ -76,10 +76,27 @@ void ts_plan_free(ts_plan *p);
 /* Binds caller-owned memory to a value (input, param, state, or a kept value such as a gradient,
  * which is then written in place). Must be bound before run for inputs/params/states. */
 int ts_plan_bind(ts_plan *p, ts_val v, void *data);
-/* Fusions the executor makes when it plans memory (default on): a bf16 MATMUL whose only use is
- * a CAST to f32 into caller memory (a mixed-precision weight gradient) writes the f32 result
- * directly (FAST backend). Off runs every node as written (as the REF backend does). */
+/* Fusions the executor makes when it plans memory (default on; taken on the FAST backend):
+ *   TS_FUSION_MATMUL_CAST  a bf16 MATMUL whose only use is a CAST to f32 into caller memory (a
+ *                          mixed-precision weight gradient) writes the f32 result directly;
+ *   TS_FUSION_BN_RELU      a BATCHNORM (f32/bf16, with spatial dims) whose output only feeds a
+ *                          relu writes the relu's output (bitwise the two nodes);
+ *   TS_FUSION_BN_RELU_BWD  and that relu's gradient feeds only the BATCHNORM_BWD: the
+ *                          BATCHNORM_BWD applies it itself (bitwise the two nodes).
+ * The nodes whose work a fusion does still run (their hooks fire in their place) but do nothing.
+ * Off runs every node as written (as the REF backend does). */
+typedef enum {
+  TS_FUSION_MATMUL_CAST = 0,
+  TS_FUSION_BN_RELU = 1,
+  TS_FUSION_BN_RELU_BWD = 2,
+  TS_FUSION_COUNT
+} ts_fusion;
 void ts_plan_set_fusion(ts_plan *p, int on);
+/* Fusions of `kind` the plan makes (plans the memory first if needed; 0 when off or failed). */
+int ts_plan_num_fusions(const ts_plan *p, ts_fusion kind);
+/* Fusions of `kind` taken by the last ts_plan_run (or the run ranges since the last one that
+ * started at node 0): 0 on the REF backend. */
+int ts_plan_fusions_taken(const ts_plan *p, ts_fusion kind);
 /* Runs all nodes. `step` feeds dropout's random stream. */
 int ts_plan_run(ts_plan *p, uint64_t step);
 /* Runs nodes first..end-1 only (end < 0: to the last), e.g. a pipeline stage's forward now and

@@ -66,6 +66,24 @@ static inline float elem(const void *t, ts_dtype dt, int64_t i) {
   return v;
 }
 
+/* Batch norm fused with a following ReLU (the executor's fusion, ts__bn_relu): the ReLU as the
+ * unfused ELTWISE node (oneDNN's, the FAST backend's: the only one fused) computes it on the
+ * stored batch-norm value z: z > 0 ? z : +0 (not z*0 = -0) for a plain ReLU, z*alpha for a leaky
+ * one (f32 only: exec.c fuses bf16 with alpha = 0 only; other cases are refused). For lp, z is v rounded to bf16, and
+ * relu(round(v)) = round(v > 0 ? v : +0) (rounding keeps the sign and maps 0 to 0), so the fused
+ * output is the unfused one bit for bit without an extra rounding. The backward recomputes v
+ * from x and the forward's scale and shift (the same expression: the same rounding) and applies
+ * ReLU's gradient as oneDNN's ELTWISE_BWD does from the output y (y > 0 ? dy : dy*alpha) before
+ * the batch-norm sums; for lp, y > 0 iff round(v) > 0 iff v > 2^-134 (below that, v rounds to
+ * bf16's +0). */
+BN_INLINE float bn_relu(float v, int lp, float alpha) {
+  if (lp) return v > 0 ? v : 0.0f;
+  return v > 0 ? v : alpha == 0.0f ? 0.0f : v * alpha;
+}
+BN_INLINE float bn_relu_grad(float g, float v, int lp, float alpha) {
+  return v > (lp ? 0x1p-134f : 0.0f) ? g : g * alpha;
+}
+
 /* The per-run kernels. Plane runs (S > 1) share one channel's scalars; (N,C) row runs (S == 1)
  * index per-channel arrays by the element. */
 // fwd statistics: t1 += sum (x - k), t2 += sum (x - k)^2 over a plane run (float partials)
@@ -89,23 +107,29 @@ BN_INLINE void k_sums_nc(const void *x, int lp, int64_t len, const float *k, dou
     a2[c] += d * d;
   }
 }
-// y = x*a + b
-BN_INLINE void k_apply(const void *x, void *y, int lp, int64_t len, float a, float b) {
+// y = x*a + b (relu: then the ReLU of it, negative slope alpha)
+BN_INLINE void k_apply(const void *x, void *y, int lp, int64_t len, float a, float b, int relu, float alpha) {
 #pragma omp simd
-  for (int64_t j = 0; j < len; j++) st(y, lp, j, ld(x, lp, j) * a + b);
+  for (int64_t j = 0; j < len; j++) {
+    const float v = ld(x, lp, j) * a + b;
+    st(y, lp, j, relu ? bn_relu(v, lp, alpha) : v);
+  }
 }
 BN_INLINE void k_apply_nc(const void *x, void *y, int lp, int64_t len, const float *a, const float *b) {
 #pragma omp simd
   for (int64_t c = 0; c < len; c++) st(y, lp, c, ld(x, lp, c) * a[c] + b[c]);
 }
-// bwd sums: s1 += sum dy, s2 += sum dy*(x - m)
-BN_INLINE void k_bsums(const void *g, const void *p, int lp, int64_t len, float m, double *s1, double *s2) {
+// bwd sums: s1 += sum dy, s2 += sum dy*(x - m) (relu: dy through the ReLU of x*ra + rb first)
+BN_INLINE void k_bsums(const void *g, const void *p, int lp, int64_t len, float m, double *s1, double *s2, int relu,
+                       float ra, float rb, float alpha) {
   float a = 0, b = 0;
 #pragma omp simd simdlen(16) reduction(+ : a, b)
   for (int64_t j = 0; j < len; j++) {
+    const float xv = ld(p, lp, j);
     float gg = ld(g, lp, j);
+    if (relu) gg = bn_relu_grad(gg, xv * ra + rb, lp, alpha);
     a += gg;
-    b += gg * (ld(p, lp, j) - m);
+    b += gg * (xv - m);
   }
   *s1 += a;
   *s2 += b;
@@ -118,10 +142,16 @@ BN_INLINE void k_bsums_nc(const void *g, const void *p, int lp, int64_t len, con
     s2[c] += (double)gg * (double)(ld(p, lp, c) - m[c]);
   }
 }
-// dx = a*dy + b*x + k
-BN_INLINE void k_dx(const void *g, const void *p, void *q, int lp, int64_t len, float a, float b, float k) {
+// dx = a*dy + b*x + k (relu: dy through the ReLU of x*ra + rb first)
+BN_INLINE void k_dx(const void *g, const void *p, void *q, int lp, int64_t len, float a, float b, float k, int relu,
+                    float ra, float rb, float alpha) {
 #pragma omp simd
-  for (int64_t j = 0; j < len; j++) st(q, lp, j, a * ld(g, lp, j) + b * ld(p, lp, j) + k);
+  for (int64_t j = 0; j < len; j++) {
+    const float xv = ld(p, lp, j);
+    float gg = ld(g, lp, j);
+    if (relu) gg = bn_relu_grad(gg, xv * ra + rb, lp, alpha);
+    st(q, lp, j, a * gg + b * xv + k);
+  }
 }
 BN_INLINE void k_dx_nc(const void *g, const void *p, void *q, int lp, int64_t len, const float *a, const float *b,
                        const float *k) {
@@ -152,9 +182,9 @@ static void bn_update_running(float *rmean, float *rvar, const float *mean, cons
   }
 }
 
-/* y = x*a[c] + b[c] over (N,C,S) of dtype dt. */
+/* y = x*a[c] + b[c] over (N,C,S) of dtype dt; relu (S > 1 only): its ReLU. */
 static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const float *b, int64_t N, int64_t C,
-                     int64_t S) {
+                     int64_t S, const ts__bn_relu *relu) {
   const int lp = lp_of(dt);
   if (S == 1) {
 #pragma omp parallel for schedule(static) if (N * C > PAR_MIN)
@@ -179,8 +209,13 @@ static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const 
       const int64_t len = min64(CHUNK, S - j0), off = nc * S + j0;
       const void *p = src_run(x, dt, off, len, bi);
       void *q = dst_run(y, dt, off, bo);
-      if (lp) k_apply(p, q, 1, len, ac, bc);
-      else k_apply(p, q, 0, len, ac, bc);
+      if (relu) {
+        if (lp) k_apply(p, q, 1, len, ac, bc, 1, relu->alpha);
+        else k_apply(p, q, 0, len, ac, bc, 1, relu->alpha);
+      } else {
+        if (lp) k_apply(p, q, 1, len, ac, bc, 0, 0.0f);
+        else k_apply(p, q, 0, len, ac, bc, 0, 0.0f);
+      }
       dst_done(bo, y, dt, off, len);
     }
   }
@@ -193,7 +228,7 @@ static void bn_apply(ts_dtype dt, const void *x, void *y, const float *a, const 
  * depend on the traversal or the thread count. (A channel-major traversal jumps to a new short
  * plane N times per channel and streamed bf16 at half the byte rate of this one.) */
 static int bn_plane_sums(ts_dtype dt, const void *g, const void *x, int64_t N, int64_t C, int64_t S, const float *k,
-                         double *s1, double *s2) {
+                         double *s1, double *s2, const ts__bn_relu *relu) {
   const int lp = lp_of(dt);
   const int64_t nr = (S + CHUNK - 1) / CHUNK; /* runs per plane */
   float *part = malloc(sizeof(float) * (size_t)(N * C * nr * 2));
@@ -202,14 +237,20 @@ static int bn_plane_sums(ts_dtype dt, const void *g, const void *x, int64_t N, i
   for (int64_t nc = 0; nc < N * C; nc++) {
     float bg[CHUNK] __attribute__((aligned(64))), bp[CHUNK] __attribute__((aligned(64)));
     const float kc = k[nc % C];
+    const float ra = relu ? relu->ab[nc % C] : 0.0f, rb = relu ? relu->ab[C + nc % C] : 0.0f;
     for (int64_t r = 0; r < nr; r++) {
       const int64_t j0 = r * CHUNK, len = min64(CHUNK, S - j0), off = nc * S + j0;
       const void *p = src_run(x, dt, off, len, bp);
       double a = 0, b = 0; /* the kernels add their float partials to these */
       if (g) {
         const void *q = src_run(g, dt, off, len, bg);
-        if (lp) k_bsums(q, p, 1, len, kc, &a, &b);
-        else k_bsums(q, p, 0, len, kc, &a, &b);
+        if (relu) {
+          if (lp) k_bsums(q, p, 1, len, kc, &a, &b, 1, ra, rb, relu->alpha);
+          else k_bsums(q, p, 0, len, kc, &a, &b, 1, ra, rb, relu->alpha);
+        } else {
+          if (lp) k_bsums(q, p, 1, len, kc, &a, &b, 0, 0.0f, 0.0f, 0.0f);
+          else k_bsums(q, p, 0, len, kc, &a, &b, 0, 0.0f, 0.0f, 0.0f);
+        }
       } else {
         if (lp) k_sums(p, 1, len, kc, &a, &b);
         else k_sums(p, 0, len, kc, &a, &b);
@@ -255,7 +296,7 @@ static int bn_sums(ts_dtype dt, const void *x, int64_t N, int64_t C, int64_t S, 
     }
     return TS_OK;
   }
-  return bn_plane_sums(dt, NULL, x, N, C, S, K, s1, s2);
+  return bn_plane_sums(dt, NULL, x, N, C, S, K, s1, s2, NULL);
 }
 
 /* mean = K + s1/M, biased var = s2/M - (s1/M)^2 (clamped at 0). */
@@ -271,13 +312,14 @@ static void bn_finish_stats(const float *K, const double *s1, const double *s2, 
 /* Normalise with (mean, var), then update the running stats counting M values per channel. */
 static void bn_normalise(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean,
                          float *rvar, void *y, const float *mean, const float *var, int64_t N, int64_t C, int64_t S,
-                         float momentum, float eps, int training, int64_t M, float *ab) {
+                         float momentum, float eps, int training, int64_t M, float *ab, const ts__bn_relu *relu) {
   for (int64_t c = 0; c < C; c++) {
     float a = gamma[c] / sqrtf(var[c] + eps);
     ab[c] = a;
     ab[C + c] = beta[c] - mean[c] * a;
   }
-  bn_apply(dt, x, y, ab, ab + C, N, C, S);
+  if (relu) memcpy(relu->ab, ab, sizeof(float) * (size_t)(2 * C)); /* for the fused backward's ReLU mask */
+  bn_apply(dt, x, y, ab, ab + C, N, C, S, relu);
   if (training) bn_update_running(rmean, rvar, mean, var, C, M, momentum);
 }
 
@@ -285,21 +327,25 @@ static void bn_normalise(ts_dtype dt, const void *x, const float *gamma, const f
 int ts__batchnorm_fwd_ref(const float *x, const float *gamma, const float *beta, float *rmean,
                           float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
                           int64_t S, float momentum, float eps, int training) {
-  return ts__bn_fwd(TS_F32, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, NULL);
+  return ts__bn_fwd(TS_F32, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, NULL, NULL);
 }
 
 int ts__batchnorm_fwd_sync(const float *x, const float *gamma, const float *beta, float *rmean,
                            float *rvar, float *y, float *mean, float *var, int64_t N, int64_t C,
                            int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red) {
-  return ts__bn_fwd(TS_F32, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red);
+  return ts__bn_fwd(TS_F32, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red, NULL);
 }
 
 // x (N,C,S) dt, gamma, beta (C), rmean, rvar (C) -> y (N,C,S) dt, mean, var (C)
 int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,
                void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
-               int training, const ts__bn_reducer *red) {
+               int training, const ts__bn_reducer *red, const ts__bn_relu *relu) {
   int rc = bn_check("batchnorm", dt, N, C, S, training);
   if (rc) return rc;
+  if (relu && (S == 1 || dt == TS_F16 || (dt == TS_BF16 && relu->alpha != 0.0f)))
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "batchnorm+relu: fused only for f32 or bf16 (plain relu) with spatial dims (x %s, S=%lld)",
+                        ts_dtype_name(dt), (long long)S);
   /* ab: 2C floats (scale, shift); K: C shifts; sums: s1, s2 (C each) and the count */
   float *ab = malloc(sizeof(float) * (size_t)(3 * C));
   double *sums = malloc(sizeof(double) * (size_t)(2 * C + 1));
@@ -327,7 +373,7 @@ int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta
     if (mean != rmean) memcpy(mean, rmean, sizeof(float) * (size_t)C);
     if (var != rvar) memcpy(var, rvar, sizeof(float) * (size_t)C);
   }
-  bn_normalise(dt, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, M, ab);
+  bn_normalise(dt, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, M, ab, relu);
   free(ab);
   free(sums);
   return TS_OK;
@@ -337,21 +383,25 @@ int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta
 int ts__batchnorm_bwd_ref(const float *dy, const float *x, const float *gamma, const float *mean,
                           const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                           int64_t C, int64_t S, float eps, int training) {
-  return ts__bn_bwd(TS_F32, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, NULL);
+  return ts__bn_bwd(TS_F32, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, NULL, NULL);
 }
 
 int ts__batchnorm_bwd_sync(const float *dy, const float *x, const float *gamma, const float *mean,
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                            int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red) {
-  return ts__bn_bwd(TS_F32, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, red);
+  return ts__bn_bwd(TS_F32, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, red, NULL);
 }
 
 // dy, x (N,C,S) dt, gamma, mean, var (C) -> dx (N,C,S) dt, dgamma, dbeta (C)
 int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, const float *mean, const float *var,
                void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S, float eps, int training,
-               const ts__bn_reducer *red) {
+               const ts__bn_reducer *red, const ts__bn_relu *relu) {
   int rc = bn_check("batchnorm_bwd", dt, N, C, S, training);
   if (rc) return rc;
+  if (relu && (S == 1 || dt == TS_F16 || (dt == TS_BF16 && relu->alpha != 0.0f)))
+    return ts_error_set(TS_EUNSUPPORTED,
+                        "batchnorm_bwd+relu: fused only for f32 or bf16 (plain relu) with spatial dims (x %s, S=%lld)",
+                        ts_dtype_name(dt), (long long)S);
   const int lp = lp_of(dt);
   /* Per channel: sdy = sum dy, sdx = sum dy*(x-mean); then the count; then the reduced copy. */
   double *sums = malloc(sizeof(double) * (size_t)(4 * C + 2));
@@ -378,7 +428,7 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
         sums[C + c0 + c] = s2[c];
       }
     }
-  } else if ((rc = bn_plane_sums(dt, dy, x, N, C, S, mean, sums, sums + C))) {
+  } else if ((rc = bn_plane_sums(dt, dy, x, N, C, S, mean, sums, sums + C, relu))) {
     free(sums);
     free(abk);
     return rc;
@@ -435,12 +485,18 @@ int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, c
           bq[CHUNK] __attribute__((aligned(64)));
       const int64_t c = nc % C;
       const float a = A[c], b = B[c], k = K[c];
+      const float ra = relu ? relu->ab[c] : 0.0f, rb = relu ? relu->ab[C + c] : 0.0f;
       for (int64_t j0 = 0; j0 < S; j0 += CHUNK) {
         const int64_t len = min64(CHUNK, S - j0), off = nc * S + j0;
         const void *g = src_run(dy, dt, off, len, bg), *p = src_run(x, dt, off, len, bp);
         void *q = dst_run(dx, dt, off, bq);
-        if (lp) k_dx(g, p, q, 1, len, a, b, k);
-        else k_dx(g, p, q, 0, len, a, b, k);
+        if (relu) {
+          if (lp) k_dx(g, p, q, 1, len, a, b, k, 1, ra, rb, relu->alpha);
+          else k_dx(g, p, q, 0, len, a, b, k, 1, ra, rb, relu->alpha);
+        } else {
+          if (lp) k_dx(g, p, q, 1, len, a, b, k, 0, 0.0f, 0.0f, 0.0f);
+          else k_dx(g, p, q, 0, len, a, b, k, 0, 0.0f, 0.0f, 0.0f);
+        }
         dst_done(bq, dx, dt, off, len);
       }
     }

@@ -52,6 +52,17 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
                            const float *var, float *dx, float *dgamma, float *dbeta, int64_t N,
                            int64_t C, int64_t S, float eps, int training);
 
+/* Batch norm fused with the ReLU that follows it (the executor's BN+ReLU fusion, exec.c): the
+ * forward writes y = relu(bn(x)) (negative slope alpha) and copies its per-channel scale and shift
+ * (y = relu(x*ab[c] + ab[C+c]), 2C floats) to ab; the backward takes dy of the ReLU's output and
+ * the same ab, recomputes where the ReLU's output was positive from x, and gives the pair's dx,
+ * dgamma, dbeta. Each result is bitwise that of batch norm, then ELTWISE relu / its ELTWISE_BWD
+ * (from the output) on the stored tensors. f32 and bf16 with spatial dims (S > 1) only. */
+typedef struct {
+  float alpha;
+  float *ab; /* 2C floats: written by the forward, read by the backward */
+} ts__bn_relu;
+
 /* The batch-norm loops behind the f32 reference/sync kernels above, for x/y (dy/dx) of dtype dt
  * (f32, bf16 or f16: bf16 converted inside the same loops, f16 runs widened into f32 buffers;
  * the f32 arithmetic either way, each 16-bit output rounded once); gamma, beta, the statistics
@@ -60,11 +71,11 @@ int ts__batchnorm_bwd_dnnl(const float *dy, const float *x, const float *gamma, 
 // x (N,C,S) dt, gamma, beta (C), rmean, rvar (C, in/out) -> y (N,C,S) dt, mean, var (C)
 int ts__bn_fwd(ts_dtype dt, const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,
                void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
-               int training, const ts__bn_reducer *red);
+               int training, const ts__bn_reducer *red, const ts__bn_relu *relu);
 // dy, x (N,C,S) dt, gamma, mean, var (C) -> dx (N,C,S) dt, dgamma, dbeta (C)
 int ts__bn_bwd(ts_dtype dt, const void *dy, const void *x, const float *gamma, const float *mean, const float *var,
                void *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S, float eps, int training,
-               const ts__bn_reducer *red);
+               const ts__bn_reducer *red, const ts__bn_relu *relu);
 
 /* 16-bit batch norm (norm_bf16.c): x, y, dy, dx of dtype dt (TS_BF16/TS_F16); gamma/beta and
  * dgamma/dbeta of gdt (f32 or dt; widened once, C values); rmean/rvar/mean/var f32. With dnnl = 1,
@@ -78,6 +89,18 @@ int ts__batchnorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *g
 int ts__batchnorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                          const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N,
                          int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red, int dnnl);
+/* The same with the ReLU fused (ts__bn_relu above; relu not NULL), for x of dt f32 or bf16 and
+ * gamma of gdt f32 or dt; always the native loops (no oneDNN). */
+// x (N,C,S) dt, gamma, beta (C) gdt, rmean, rvar (C) f32 in/out -> y = relu(bn(x)) (N,C,S) dt, mean, var (C) f32
+int ts__batchnorm_relu_fwd(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                           float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C,
+                           int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red,
+                           const ts__bn_relu *relu);
+// dy (of the ReLU's output), x (N,C,S) dt, gamma (C) gdt, mean, var (C) f32 -> dx (N,C,S) dt, dgamma, dbeta (C) gdt
+int ts__batchnorm_relu_bwd(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                           const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N,
+                           int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red,
+                           const ts__bn_relu *relu);
 /* The oneDNN bf16 kernels behind them (norm.c); running statistics as ts__batchnorm_fwd_dnnl. */
 // x (N,C,S) bf16, gamma, beta (C) f32, rmean, rvar (C) f32 -> y (N,C,S) bf16, mean, var (C) f32
 int ts__batchnorm_fwd_bf16_dnnl(const void *x, const float *gamma, const float *beta, float *rmean, float *rvar,

@@ -124,10 +124,44 @@ int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *
 
 /* ---------------------------------------------------------------- batch norm */
 
+/* The 16-bit entry points and the fused BN+ReLU ones (relu not NULL; dnnl 0) share these. */
+static int bn_fwd_gdt(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta, float *rmean,
+                      float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum,
+                      float eps, int training, const ts__bn_reducer *red, int dnnl, const ts__bn_relu *relu);
+static int bn_bwd_gdt(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma, const float *mean,
+                      const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C, int64_t S,
+                      float eps, int training, const ts__bn_reducer *red, int dnnl, const ts__bn_relu *relu);
+
 // x (N,C,S) dt, gamma, beta (C) gdt, rmean, rvar (C) f32 in/out -> y (N,C,S) dt, mean, var (C) f32
 int ts__batchnorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
                          float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C,
                          int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red, int dnnl) {
+  return bn_fwd_gdt(dt, gdt, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red, dnnl,
+                    NULL);
+}
+
+// x (N,C,S) dt, gamma, beta (C) gdt, rmean, rvar (C) f32 in/out -> y = relu(bn(x)) (N,C,S) dt, mean, var (C) f32
+int ts__batchnorm_relu_fwd(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                           float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C,
+                           int64_t S, float momentum, float eps, int training, const ts__bn_reducer *red,
+                           const ts__bn_relu *relu) {
+  if (!relu || !relu->ab) return ts_error_set(TS_EINVAL, "batchnorm+relu: no scale/shift buffer");
+  return bn_fwd_gdt(dt, gdt, x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red, 0,
+                    relu);
+}
+
+// dy (of the ReLU's output), x (N,C,S) dt, gamma (C) gdt, mean, var (C) f32 -> dx (N,C,S) dt, dgamma, dbeta (C) gdt
+int ts__batchnorm_relu_bwd(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                           const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N,
+                           int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red,
+                           const ts__bn_relu *relu) {
+  if (!relu || !relu->ab) return ts_error_set(TS_EINVAL, "batchnorm_bwd+relu: no scale/shift buffer");
+  return bn_bwd_gdt(dt, gdt, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, red, 0, relu);
+}
+
+static int bn_fwd_gdt(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta, float *rmean,
+                      float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum,
+                      float eps, int training, const ts__bn_reducer *red, int dnnl, const ts__bn_relu *relu) {
   if (C < 1)
     return ts_error_set(TS_ESHAPE, "batchnorm (16-bit): bad dims N=%lld C=%lld S=%lld", (long long)N, (long long)C,
                         (long long)S);
@@ -138,7 +172,8 @@ int ts__batchnorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *g
   const int rc = dnnl && dt == TS_BF16 && !red
                      ? ts__batchnorm_fwd_bf16_dnnl(x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps,
                                                    training)
-                     : ts__bn_fwd(dt, x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red);
+                     : ts__bn_fwd(dt, x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red,
+                                  relu);
   free(gb);
   return rc;
 }
@@ -147,6 +182,12 @@ int ts__batchnorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *g
 int ts__batchnorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                          const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N,
                          int64_t C, int64_t S, float eps, int training, const ts__bn_reducer *red, int dnnl) {
+  return bn_bwd_gdt(dt, gdt, dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training, red, dnnl, NULL);
+}
+
+static int bn_bwd_gdt(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma, const float *mean,
+                      const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C, int64_t S,
+                      float eps, int training, const ts__bn_reducer *red, int dnnl, const ts__bn_relu *relu) {
   if (C < 1)
     return ts_error_set(TS_ESHAPE, "batchnorm_bwd (16-bit): bad dims N=%lld C=%lld S=%lld", (long long)N,
                         (long long)C, (long long)S);
@@ -157,7 +198,7 @@ int ts__batchnorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *
   float *dg = buf + C, *db = buf + 2 * C;
   const int rc = dnnl && dt == TS_BF16 && !red
                      ? ts__batchnorm_bwd_bf16_dnnl(dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training)
-                     : ts__bn_bwd(dt, dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training, red);
+                     : ts__bn_bwd(dt, dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training, red, relu);
   if (rc == TS_OK) {
     ts__lp_narrow(dg, dgamma, gdt, C);
     ts__lp_narrow(db, dbeta, gdt, C);

@@ -43,6 +43,12 @@ static const field fields[] = {
       "achieved fraction of the peak by convolutions, forward and backward (0: gemm_efficiency)"),
     F(efficiency_attention, 2, OPT_ZERO | OPT_ABSENT,
       "achieved fraction of the peak by fused attention, forward and backward (0: gemm_efficiency)"),
+    F(intra_bcast_latency, 2, OPT_ZERO | OPT_ABSENT, "latency of a broadcast round inside a node, s (0: intra_latency)"),
+    F(intra_bcast_bw, 2, OPT_ZERO | OPT_ABSENT, "bytes/s of a broadcast round inside a node (0: intra_bw)"),
+    F(flat_allreduce_latency, 2, OPT_ZERO | OPT_ABSENT,
+      "latency of the flat all-reduce over nodes x devices_per_node as measured, s (with flat_allreduce_bw)"),
+    F(flat_allreduce_bw, 2, OPT_ZERO | OPT_ABSENT,
+      "bytes/s of the flat all-reduce over nodes x devices_per_node as measured (0: priced from the links)"),
 };
 #undef F
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -60,9 +66,9 @@ static const field fields[] = {
  * to fit it: the table checks them. */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
-                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0};
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0};
 static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
-                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0};
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0};
 
 /* The cache `tessera calibrate` writes for "local". */
 static void local_path(char *buf, size_t cap) {
@@ -243,17 +249,58 @@ double ts_cluster_efficiency(const ts_cluster *c, ts_op op) {
 
 /* ---- the alpha-beta model ---- */
 
+/* ceil(log2 g) for g >= 1 */
+static int log2_up(int g) {
+  int r = 0;
+  while ((1 << r) < g) r++;
+  return r;
+}
+
 double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, double bytes) {
-  int n = hosts * local;
-  if (hosts <= 1) return ts_cluster_coll_time(c, TS_COST_ALLREDUCE, n, 0, bytes);
+  if (hosts <= 1) return ts_cluster_coll_time(c, TS_COST_ALLREDUCE, hosts * local, 0, bytes);
+  if (c->flat_allreduce_bw > 0 && hosts == c->nodes && local == c->devices_per_node)
+    return c->flat_allreduce_latency + bytes / c->flat_allreduce_bw;
   double link = c->inter_bw * local;
-  return 2.0 * (n - 1) / n * bytes / link + 2.0 * (n - 1) * c->inter_latency;
+  return 2.0 * log2_up(local) * (c->intra_latency + bytes / c->intra_bw) +
+         log2_up(hosts) * (2.0 * c->inter_latency + (1.0 + local) * bytes / link);
 }
 
 double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes) {
-  double t = ts_cluster_coll_time(c, TS_COST_ALLREDUCE, local, 0, bytes) + ts_cluster_coll_time(c, TS_COST_BROADCAST, local, 0, bytes);
-  if (hosts > 1) t += 2.0 * (hosts - 1) / hosts * bytes / (c->inter_bw * local) + 2.0 * (hosts - 1) * c->inter_latency;
-  return t;
+  double bl = c->intra_bcast_bw > 0 ? c->intra_bcast_latency : c->intra_latency;
+  double bb = c->intra_bcast_bw > 0 ? c->intra_bcast_bw : c->intra_bw;
+  int rl = log2_up(local), rh = log2_up(hosts);
+  return 2.0 * rl * (c->intra_latency + bytes / c->intra_bw) + 2.0 * rh * (c->inter_latency + bytes / (c->inter_bw * local)) +
+         rl * (bl + bytes / bb);
+}
+
+int ts_cluster_fit_alpha_beta(const double *bytes, const double *secs, int n, double *latency, double *sec_per_byte) {
+  if (n < 2) return ts_error_set(TS_EINVAL, "alpha-beta fit: %d point(s), need 2 or more", n);
+  double sw = 0, sx = 0, sxx = 0, sy = 0, sxy = 0;
+  for (int i = 0; i < n; i++) {
+    double x = bytes[i], y = secs[i];
+    if (!(x > 0) || !(y > 0) || !isfinite(x) || !isfinite(y))
+      return ts_error_set(TS_EINVAL, "alpha-beta fit: point %d (%g bytes, %g s) is not positive", i, x, y);
+    double w = 1.0 / (y * y);
+    sw += w;
+    sx += w * x;
+    sxx += w * x * x;
+    sy += w * y;
+    sxy += w * x * y;
+  }
+  double det = sw * sxx - sx * sx;
+  double a = 0, b = 0;
+  if (det > 0) {
+    a = (sy * sxx - sx * sxy) / det;
+    b = (sw * sxy - sx * sy) / det;
+  }
+  if (!(det > 0) || a < 0) { /* one size only, or the line crosses below 0: through the origin */
+    a = 0;
+    b = sxy / sxx;
+  }
+  if (!(b > 0)) return ts_error_set(TS_EINVAL, "alpha-beta fit: the times do not grow with the size (slope %g s/byte)", b);
+  *latency = a;
+  *sec_per_byte = b;
+  return TS_OK;
 }
 
 int ts_cluster_spans(const ts_cluster *c, int group, int stride) {

@@ -73,6 +73,16 @@ struct ts_plan {
    * CAST node j's result was written by its matmul this run */
   int *fuse_out;
   char *fuse_done;
+  /* BN+ReLU fusion (plan_fusions): per node its role (FZ_*) and partner (BATCHNORM: its RELU;
+   * RELU: its BATCHNORM; the relu's ELTWISE_BWD: the BATCHNORM_BWD; BATCHNORM_BWD: the forward
+   * BATCHNORM); per fused BATCHNORM its 2C-float scale/shift buffer (the backward's ReLU mask)
+   * and whether the last run of it wrote that buffer (ran fused) */
+  char *fz_role;
+  int *fz_peer;
+  float **fz_ab;
+  char *fz_valid;
+  int nfused[TS_FUSION_COUNT]; /* planned, per ts_fusion kind */
+  int ntaken[TS_FUSION_COUNT]; /* taken by the last run */
   int no_fusion;   /* ts_plan_set_fusion(p, 0) */
   int nlive;
   size_t peak, naive;
@@ -188,8 +198,13 @@ static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_p
   p->in_scratch = calloc((size_t)p->nvals + 1, 1);
   p->fuse_out = malloc(sizeof(int) * ((size_t)p->nnodes + 1));
   p->fuse_done = calloc((size_t)p->nnodes + 1, 1);
+  p->fz_role = calloc((size_t)p->nnodes + 1, 1);
+  p->fz_peer = malloc(sizeof(int) * ((size_t)p->nnodes + 1));
+  p->fz_ab = calloc((size_t)p->nnodes + 1, sizeof(float *));
+  p->fz_valid = calloc((size_t)p->nnodes + 1, 1);
   p->split = -1;
-  if (!p->live || !p->in_scratch || !p->fuse_out || !p->fuse_done || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
+  if (!p->fz_role || !p->fz_peer || !p->fz_ab || !p->fz_valid || !p->live || !p->in_scratch || !p->fuse_out ||
+      !p->fuse_done || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
   }
@@ -214,6 +229,12 @@ void ts_plan_free(ts_plan *p) {
   free(p->in_scratch);
   free(p->fuse_out);
   free(p->fuse_done);
+  if (p->fz_ab)
+    for (int i = 0; i < p->nnodes; i++) free(p->fz_ab[i]);
+  free(p->fz_ab);
+  free(p->fz_role);
+  free(p->fz_peer);
+  free(p->fz_valid);
   ts_free(p->scratch);
   free(p->offset);
   free(p->bytes);
@@ -377,16 +398,46 @@ static int fl_free(freelist *f, size_t off, size_t len) {
  * bf16 (it is the f32 sum the cast would have widened, before rounding). The cast node still
  * "runs" (its hooks fire: a data-parallel bucket is ready after it, as without the fusion).
  * Planned with the memory (binding decides which results are caller memory); taken at run time
- * on the FAST backend for bf16 only (REF and f16 run both nodes as written). */
+ * on the FAST backend for bf16 only (REF and f16 run both nodes as written).
+ *
+ * BN+ReLU fusion (ResNet's conv-bn-relu): a BATCHNORM (x f32, or bf16 with a plain relu; with
+ * spatial dims) whose output z has no use but an ELTWISE relu writes the relu's output y itself
+ * (the relu node does nothing), keeping its per-channel scale and shift (2C floats, plan
+ * memory). When the relu's ELTWISE_BWD (from y, as autodiff emits it) produces dz whose only use
+ * is that BATCHNORM's BATCHNORM_BWD, the ELTWISE_BWD does nothing and the BATCHNORM_BWD reads dy (of y) instead of dz
+ * and recomputes where y > 0 from x and the scale and shift: z and dz are never written, and
+ * y > 0 needs no read of y. Same arithmetic in the same order: bitwise the unfused nodes. For
+ * the memory plan y is produced at the BATCHNORM and dy lives until the BATCHNORM_BWD (the plan
+ * is the same with the fusion taken or not: REF runs every node as written). */
+enum { FZ_NONE = 0, FZ_BN, FZ_RELU, FZ_RELU_BWD, FZ_BN_BWD };
+
+/* Spatial elements per channel of a batch norm's x (N,C,...). */
+static int64_t bn_spatial(const ts_shape *s) {
+  int64_t S = 1;
+  for (int d = 2; d < s->ndim; d++) S *= s->dims[d];
+  return S;
+}
+
 static void plan_fusions(ts_plan *p) {
-  for (int i = 0; i < p->nnodes; i++) p->fuse_out[i] = -1, p->fuse_done[i] = 0;
+  for (int i = 0; i < p->nnodes; i++) {
+    p->fuse_out[i] = -1, p->fuse_done[i] = 0;
+    p->fz_role[i] = FZ_NONE, p->fz_peer[i] = -1, p->fz_valid[i] = 0;
+    free(p->fz_ab[i]);
+    p->fz_ab[i] = NULL;
+  }
+  memset(p->nfused, 0, sizeof p->nfused);
   if (p->no_fusion) return;
-  int *uses = calloc((size_t)p->nvals + 1, sizeof(int));
-  if (!uses) return; /* no fusion: the nodes run as written */
+  int *uses = calloc((size_t)p->nvals + 1, sizeof(int)), *cons = malloc(sizeof(int) * ((size_t)p->nvals + 1));
+  if (!uses || !cons) { /* no fusion: the nodes run as written */
+    free(uses);
+    free(cons);
+    return;
+  }
+  for (int v = 0; v < p->nvals; v++) cons[v] = -1; /* the last live node reading v */
   for (int i = 0; i < p->nnodes; i++) {
     if (!p->live[i]) continue;
     const int *in = node_in(p, i);
-    for (int k = 0; k < p->nodes[i].nin; k++) uses[in[k]]++;
+    for (int k = 0; k < p->nodes[i].nin; k++) uses[in[k]]++, cons[in[k]] = i;
   }
   for (int v = 0; v < p->nvals; v++) /* a view of a value is a use of it */
     if (p->vals[v].alias_of >= 0) uses[p->vals[v].alias_of]++;
@@ -398,8 +449,62 @@ static void plan_fusions(ts_plan *p) {
         uses[u] != 1 || i < 0 || i >= j || !p->live[i] || p->nodes[i].op != TS_OP_MATMUL || p->nodes[i].nout != 1)
       continue;
     p->fuse_out[i] = w;
+    p->nfused[TS_FUSION_MATMUL_CAST]++;
+  }
+  /* BN+ReLU forward: relu j of z = BATCHNORM i's y, z used by j only */
+  for (int j = 0; j < p->nnodes; j++) {
+    const ts__run_node *n = &p->nodes[j];
+    if (!p->live[j] || n->op != TS_OP_ELTWISE || n->nin != 1 || n->nout != 1 ||
+        ts_attr_eltwise_alg(&n->a) != TS_ELT_RELU)
+      continue;
+    const int z = node_in(p, j)[0], i = p->vals[z].producer;
+    if (i < 0 || i >= j || !p->live[i] || p->nodes[i].op != TS_OP_BATCHNORM || p->nodes[i].nout != 3 ||
+        node_out(p, i)[0] != z || p->bound[z] || p->keep[z] || uses[z] != 1 || p->fz_role[i] ||
+        (p->vals[z].dtype != TS_F32 && (p->vals[z].dtype != TS_BF16 || ts_attr_eltwise_alpha(&n->a) != 0.0f)) ||
+        bn_spatial(&p->vals[z].shape) < 2)
+      continue;
+    if (!p->dry) {
+      p->fz_ab[i] = malloc(sizeof(float) * (size_t)(2 * p->vals[z].shape.dims[1]));
+      if (!p->fz_ab[i]) continue; /* not fused */
+    }
+    p->fz_role[i] = FZ_BN, p->fz_peer[i] = j;
+    p->fz_role[j] = FZ_RELU, p->fz_peer[j] = i;
+    p->nfused[TS_FUSION_BN_RELU]++;
+  }
+  /* BN+ReLU backward: the relu's ELTWISE_BWD e (from y) -> dz used only by BATCHNORM_BWD k of i */
+  for (int e = 0; e < p->nnodes; e++) {
+    const ts__run_node *n = &p->nodes[e];
+    if (!p->live[e] || n->op != TS_OP_ELTWISE_BWD || n->nin != 2 || n->nout != 1 ||
+        ts_attr_eltwise_alg(&n->a) != TS_ELT_RELU || !ts_attr_eltwise_use_dst(&n->a))
+      continue;
+    const int y = node_in(p, e)[1], dz = node_out(p, e)[0], j = p->vals[y].producer;
+    if (j < 0 || p->fz_role[j] != FZ_RELU || ts_attr_eltwise_alpha(&p->nodes[j].a) != ts_attr_eltwise_alpha(&n->a) ||
+        p->bound[dz] || p->keep[dz] || uses[dz] != 1)
+      continue;
+    const int i = p->fz_peer[j], k = cons[dz]; /* -1 when dz's one use is a view */
+    if (k <= e || !p->live[k] || p->nodes[k].op != TS_OP_BATCHNORM_BWD || p->nodes[k].nin != 5) continue;
+    const int *ki = node_in(p, k), *io = node_out(p, i);
+    if (ki[0] != dz ||
+        ki[1] != node_in(p, i)[0] || ki[3] != io[1] || ki[4] != io[2] || p->fz_role[k] ||
+        p->vals[node_in(p, e)[0]].dtype != p->vals[dz].dtype)
+      continue;
+    p->fz_role[e] = FZ_RELU_BWD, p->fz_peer[e] = k;
+    p->fz_role[k] = FZ_BN_BWD, p->fz_peer[k] = i;
+    p->nfused[TS_FUSION_BN_RELU_BWD]++;
   }
   free(uses);
+  free(cons);
+}
+
+int ts_plan_num_fusions(const ts_plan *p, ts_fusion kind) {
+  if (!p || (int)kind < 0 || kind >= TS_FUSION_COUNT) return 0;
+  if (!p->planned && plan_memory((ts_plan *)p)) return 0;
+  return p->nfused[kind];
+}
+
+int ts_plan_fusions_taken(const ts_plan *p, ts_fusion kind) {
+  if (!p || (int)kind < 0 || kind >= TS_FUSION_COUNT) return 0;
+  return p->ntaken[kind];
 }
 
 void ts_plan_set_fusion(ts_plan *p, int on) {
@@ -437,6 +542,7 @@ static int plan_memory(ts_plan *p) {
     }
     free(need);
   }
+  plan_fusions(p); /* before the liveness below: a fusion moves a write and extends a read */
   for (int v = 0; v < nv; v++) {
     last[v] = p->vals[v].producer;
     p->offset[v] = -1;
@@ -451,6 +557,10 @@ static int plan_memory(ts_plan *p) {
     }
     for (int k = 0; k < n->nout; k++) { /* a view extends its root's life to its own uses */
       int r = root_of(p, out[k]);
+      if (i > last[r]) last[r] = i;
+    }
+    if (p->fz_role[i] == FZ_BN_BWD) { /* reads the relu's dy in place of its ELTWISE_BWD's result */
+      int r = root_of(p, node_in(p, p->vals[node_in(p, i)[0]].producer)[0]);
       if (i > last[r]) last[r] = i;
     }
   }
@@ -479,8 +589,11 @@ static int plan_memory(ts_plan *p) {
     const ts__run_node *n = &p->nodes[i];
     const int *out = node_out(p, i);
     if (!p->live[i]) continue;
-    for (int k = 0; k < n->nout; k++) {
-      int v = out[k];
+    /* a fused BATCHNORM writes its relu's output: placed with the BATCHNORM's own outputs */
+    const int ny = p->fz_role[i] == FZ_BN ? 1 : 0;
+    for (int k = 0; k < n->nout + ny; k++) {
+      int v = k < n->nout ? out[k] : node_out(p, p->fz_peer[i])[0];
+      if (p->fz_role[i] == FZ_RELU && k == 0) continue; /* placed at its BATCHNORM */
       if (p->bound[v] || root_of(p, v) != v) continue;
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
@@ -515,7 +628,6 @@ static int plan_memory(ts_plan *p) {
     }
     p->arena_cap = p->peak;
   }
-  plan_fusions(p);
   p->planned = 1;
   goto done;
 oom:
@@ -592,7 +704,9 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms};
+  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL};
+  const int fast = ctx.backend == TS_BACKEND_FAST;
+  if (first == 0) memset(p->ntaken, 0, sizeof p->ntaken);
   ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
   ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
   if (p->nhooks) emit(p, &ev);
@@ -613,12 +727,48 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
       ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, p->opname[i], n->name, step};
       emit(p, &ev);
     }
-    if (p->fuse_out[i] >= 0 && ctx.backend == TS_BACKEND_FAST) { /* matmul writing its cast's f32 result */
+    if (p->fuse_out[i] >= 0 && fast) { /* matmul writing its cast's f32 result */
       const int w = p->fuse_out[i], j = p->vals[w].producer;
       ts_tensor_view(&out[0], TS_F32, p->vals[w].shape, data_of(p, w));
       p->fuse_done[j] = 1;
+      p->ntaken[TS_FUSION_MATMUL_CAST]++;
     }
-    if (p->fuse_done[i] && n->op == TS_OP_CAST) /* that cast: its result is there */
+    ts__fuse fz;
+    ctx.fuse = NULL;
+    int skip = 0;
+    switch (p->fz_role[i]) {
+      case FZ_BN: /* writes relu(bn(x)) into the relu's output */
+        p->fz_valid[i] = (char)fast;
+        if (fast) {
+          const int j = p->fz_peer[i], y = node_out(p, j)[0];
+          ts_tensor_view(&out[0], p->vals[y].dtype, p->vals[y].shape, data_of(p, y));
+          fz = (ts__fuse){TS__FUSE_BN_RELU, ts_attr_eltwise_alpha(&p->nodes[j].a), p->fz_ab[i]};
+          ctx.fuse = &fz;
+          p->fuse_done[j] = 1;
+          p->ntaken[TS_FUSION_BN_RELU]++;
+        }
+        break;
+      case FZ_RELU: /* its result is there */
+        skip = p->fuse_done[i];
+        p->fuse_done[i] = 0;
+        break;
+      case FZ_RELU_BWD: /* its BATCHNORM_BWD reads dy itself, if the forward ran fused */
+        if (fast && p->fz_valid[p->fz_peer[p->fz_peer[i]]]) skip = 1, p->fuse_done[p->fz_peer[i]] = 1;
+        break;
+      case FZ_BN_BWD:
+        if (p->fuse_done[i]) {
+          const int e = p->vals[vin[0]].producer, dy = node_in(p, e)[0], bn = p->fz_peer[i];
+          ts_tensor_view(&in[0], p->vals[dy].dtype, p->vals[dy].shape, data_of(p, dy));
+          fz = (ts__fuse){TS__FUSE_BN_RELU_BWD, ts_attr_eltwise_alpha(&p->nodes[p->fz_peer[bn]].a), p->fz_ab[bn]};
+          ctx.fuse = &fz;
+          p->fuse_done[i] = 0;
+          p->ntaken[TS_FUSION_BN_RELU_BWD]++;
+        }
+        break;
+      default:
+        break;
+    }
+    if (skip || (p->fuse_done[i] && n->op == TS_OP_CAST)) /* that cast or relu: its result is there */
       p->fuse_done[i] = 0, rc = TS_OK;
     else
       rc = ts__run[n->op](&ctx, n, in, out);

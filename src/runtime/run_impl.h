@@ -6,12 +6,26 @@
 
 #include "tessera/runtime.h"
 
+/* A fusion the executor asks a node's adapter to carry out (exec.c, plan_fusions). */
+typedef enum {
+  TS__FUSE_NONE = 0,
+  TS__FUSE_BN_RELU,     /* BATCHNORM: out[0] is the following ReLU's output: write relu(bn(x)) */
+  TS__FUSE_BN_RELU_BWD, /* BATCHNORM_BWD: in[0] is dy of that ReLU's output (its ELTWISE_BWD skipped) */
+} ts__fuse_kind;
+
+typedef struct {
+  ts__fuse_kind kind;
+  float alpha; /* the ReLU's negative slope */
+  float *ab;   /* 2C floats the forward writes and the backward reads (its scale and shift) */
+} ts__fuse;
+
 typedef struct {
   const ts_graph *g;
   uint64_t step;     /* current step (dropout stream) */
   ts_backend backend;
   ts_comm *const *comms; /* ncomms slots (ts_plan_set_comm), entries may be NULL */
   int ncomms;
+  const ts__fuse *fuse;  /* the fusion this node carries out, NULL: run the node as written */
 } ts__runctx;
 
 /* What an adapter sees of a node: copied from the graph once per plan. */

@@ -10,7 +10,9 @@
  * statistics, running statistics and SyncBatchNorm's exchange stay f32) on
  * both backends. oneDNN 2.6 does have bf16 batch norm, but on plain NCHW it is the same generic
  * ncsp_bnorm:any, ~27x slower than the bf16 loops on (32,64,56,56) (bench_bf16 batchnorm,
- * docs/mixed-precision.md), so TS_BATCHNORM_BF16_DNNL is 0; it is tested in test_norm_bf16.c. */
+ * docs/mixed-precision.md), so TS_BATCHNORM_BF16_DNNL is 0; it is tested in test_norm_bf16.c.
+ * The executor's BN+ReLU fusion (exec.c, ctx->fuse) runs the same loops with the ReLU inside
+ * (ts__batchnorm_relu_fwd/_bwd): bitwise the unfused pair. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +79,13 @@ static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
+  if (ctx->fuse && ctx->fuse->kind == TS__FUSE_BN_RELU) { /* out[0]: the ReLU's output (exec.c) */
+    const ts__bn_relu r = {ctx->fuse->alpha, ctx->fuse->ab};
+    return ts__batchnorm_relu_fwd(in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                  in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
+                                  ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
+                                  (int)ts_attr_batchnorm_training(&n->a), red, &r);
+  }
   if (in[0].dtype != TS_F32) /* 16-bit x/y; gamma/beta f32 or x's dtype; statistics f32 */
     return ts__batchnorm_fwd_lp(in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                 out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
@@ -102,6 +111,12 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
+  if (ctx->fuse && ctx->fuse->kind == TS__FUSE_BN_RELU_BWD) { /* in[0]: dy of the ReLU's output (exec.c) */
+    const ts__bn_relu r = {ctx->fuse->alpha, ctx->fuse->ab};
+    return ts__batchnorm_relu_bwd(in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                  in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
+                                  ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a), red, &r);
+  }
   if (in[1].dtype != TS_F32)
     return ts__batchnorm_bwd_lp(in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
                                 out[0].data, out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),

@@ -118,25 +118,61 @@ static double op_overhead(void) {
   return best;
 }
 
-/* Alpha-beta of the ring all-reduce over c (g ranks): the latency from 8 B, the bandwidth from
- * 16 MiB, as 2(g-1) steps of alpha plus 2(g-1)/g bytes / bw. */
-static int alpha_beta(ts_comm *c, double *alpha, double *bw) {
-  double small = 0, big = 0, g = ts_comm_size(c);
-  size_t nb = (size_t)4 << 20; /* 16 MiB */
-  int rc = allreduce_time(c, 2, &small);
-  if (!rc) rc = allreduce_time(c, nb, &big);
+/* ---- the links between hosts (docs/cluster.md) ----
+ * Measured as they are used: a flat all-reduce over every rank and the hierarchical one, whose three
+ * parts (the all-reduce inside each host, the one between the hosts' leaders, the broadcast inside
+ * each host) are timed apart, at 1, 4, 16 and 64 MiB, flat and hierarchical alternating;
+ * medians per size, then one alpha-beta line per collective fitted over the sizes
+ * (ts_cluster_fit_alpha_beta, relative errors). The lines are turned into the description's
+ * per-round figures by the rounds of the algorithm OpenMPI runs for Tessera's in-place
+ * non-blocking all-reduce (libnbc's binomial tree: ts_cluster_allreduce_hier), so the model
+ * reproduces each part; the flat one is kept as measured (flat_allreduce_*). */
+#define NFIT 4
+static const double k_fit_mib[NFIT] = {1, 4, 16, 64};
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One hierarchical all-reduce of n floats, its parts timed: part[0..2] = the slowest rank's end of
+ * the all-reduce inside the hosts, of the leaders' one, of the broadcast, each from the previous
+ * end (the first from the barrier). */
+static int hier_once(ts_comm *w, ts_comm_topo *t, float *buf, size_t n, double part[3]) {
+  int rc = ts_comm_barrier(w);
+  double e[4] = {0};
+  e[0] = ts_time_now();
+  if (!rc) rc = ts_comm_allreduce(ts_comm_topo_node(t), buf, buf, n, TS_F32, TS_REDUCE_SUM);
+  e[1] = ts_time_now();
+  if (!rc && ts_comm_topo_leaders(t)) rc = ts_comm_allreduce(ts_comm_topo_leaders(t), buf, buf, n, TS_F32, TS_REDUCE_SUM);
+  e[2] = ts_time_now();
+  if (!rc) rc = ts_comm_broadcast(ts_comm_topo_node(t), buf, n, TS_F32, 0);
+  e[3] = ts_time_now();
   if (rc) return rc;
-  double steps = 2.0 * (g - 1), frac = 2.0 * (g - 1) / g;
-  *alpha = small / steps;
-  double tb = big - steps * *alpha;
-  *bw = tb > 0 ? frac * (double)nb * sizeof(float) / tb : 0;
+  float m[3] = {(float)(e[1] - e[0]), (float)(e[2] - e[0]), (float)(e[3] - e[0])}; /* from each rank's barrier */
+  rc = ts_comm_allreduce(w, m, m, 3, TS_F32, TS_REDUCE_MAX);
+  if (rc) return rc;
+  part[0] = m[0];
+  part[1] = m[1] - m[0];
+  part[2] = m[2] - m[1];
+  for (int i = 0; i < 3; i++)
+    if (part[i] < 1e-9) part[i] = 1e-9;
   return TS_OK;
 }
 
-/* Several hosts (ts_comm_topo, the same number of ranks on each): the links inside a host from an
- * all-reduce over each host's ranks (all hosts at once), those between hosts from an all-reduce
- * over one rank per host, whose bandwidth is the node's link: a device's share is it divided by
- * the ranks of a host. 1 when measured so, 0 when the job is on one host (or hosts differ). */
+/* One flat all-reduce of n floats from a barrier: the slowest rank's seconds. */
+static int flat_once(ts_comm *w, float *buf, size_t n, double *out) {
+  int rc = ts_comm_barrier(w);
+  double t0 = ts_time_now();
+  if (!rc) rc = ts_comm_allreduce(w, buf, buf, n, TS_F32, TS_REDUCE_SUM);
+  float dt = (float)(ts_time_now() - t0);
+  if (!rc) rc = ts_comm_allreduce(w, &dt, &dt, 1, TS_F32, TS_REDUCE_MAX);
+  *out = dt;
+  return rc;
+}
+
+/* Several hosts (ts_comm_topo, the same number of ranks on each, consecutive): 1 when measured,
+ * 0 when the job is on one host (or hosts differ). */
 static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
   *measured = 0;
   ts_comm_topo *t = NULL;
@@ -147,24 +183,74 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
     ts_comm_topo_free(t);
     return TS_OK;
   }
-  double v[4] = {2e-6, out->mem_bandwidth / 2, 0, 0}; /* intra alpha, bw; inter alpha, link bw */
-  if (L > 1) rc = alpha_beta(ts_comm_topo_node(t), &v[0], &v[1]);
-  if (!rc && ts_comm_topo_leaders(t)) rc = alpha_beta(ts_comm_topo_leaders(t), &v[2], &v[3]);
-  if (!rc) rc = ts_comm_broadcast(world, v, sizeof v, TS_U8, 0); /* rank 0 leads host 0 */
-  if (!rc && (v[1] <= 0 || v[3] <= 0)) rc = ts_error_set(TS_ECOMM, "calibrate: an all-reduce of 16 MiB took no longer than its latency");
+  size_t nmax = (size_t)(k_fit_mib[NFIT - 1] * 1024 * 1024 / sizeof(float));
+  float *buf = calloc(nmax, sizeof(float));
+  if (!buf) {
+    ts_comm_topo_free(t);
+    return ts_error_set(TS_ENOMEM, "calibrate: out of memory (%zu floats)", nmax);
+  }
+  double bytes[NFIT], med[4][NFIT]; /* flat, inside, leaders, broadcast */
+  double part[3], f = 0;
+  rc = flat_once(world, buf, (size_t)1 << 16, &f); /* warm-up: connections, buffers */
+  if (!rc) rc = hier_once(world, t, buf, (size_t)1 << 16, part);
+  for (int k = 0; k < NFIT && !rc; k++) {
+    size_t n = (size_t)(k_fit_mib[k] * 1024 * 1024 / sizeof(float));
+    bytes[k] = (double)n * sizeof(float);
+    int reps = k_fit_mib[k] >= 16 ? 3 : 5;
+    double v[4][5];
+    for (int r = 0; r < reps && !rc; r++) { /* flat and hierarchical alternating, ABBA */
+      if (r % 2 == 0) rc = flat_once(world, buf, n, &v[0][r]);
+      if (!rc) rc = hier_once(world, t, buf, n, part);
+      if (!rc && r % 2 == 1) rc = flat_once(world, buf, n, &v[0][r]);
+      for (int i = 0; i < 3; i++) v[i + 1][r] = part[i];
+    }
+    for (int i = 0; i < 4 && !rc; i++) {
+      qsort(v[i], (size_t)reps, sizeof(double), cmp_dbl);
+      med[i][k] = v[i][reps / 2];
+    }
+    if (!rc && ts_comm_rank(world) == 0)
+      ts_log(TS_LOG_INFO, "calibrate: %g MiB: flat all-reduce %.2f ms; hierarchical: inside %.2f + leaders %.2f + broadcast %.2f ms",
+             k_fit_mib[k], 1e3 * med[0][k], 1e3 * med[1][k], 1e3 * med[2][k], 1e3 * med[3][k]);
+  }
+  free(buf);
+  double a[4] = {0}, b[4] = {0};
+  for (int i = 0; i < 4 && !rc; i++) {
+    if (i != 2 && L < 2) continue; /* one rank a host: nothing inside */
+    rc = ts_cluster_fit_alpha_beta(bytes, med[i], NFIT, &a[i], &b[i]);
+    if (rc) {
+      static const char *what[4] = {"the flat all-reduce", "the all-reduce inside a host", "the all-reduce between hosts",
+                                    "the broadcast inside a host"};
+      rc = ts_error_wrap(rc, "calibrate: %s", what[i]);
+    }
+  }
   if (!rc) {
+    int rl = 0, rh = 0;
+    while ((1 << rl) < L) rl++;
+    while ((1 << rh) < H) rh++;
     out->devices_per_node = L;
     out->nodes = H;
-    out->intra_latency = v[0];
-    out->intra_bw = v[1];
-    out->inter_latency = v[2];
-    out->inter_bw = v[3] / L;
+    if (L > 1) { /* binomial inside: 2 rl rounds of the whole message; broadcast rl rounds */
+      out->intra_latency = a[1] / (2 * rl);
+      out->intra_bw = 2 * rl / b[1];
+      out->intra_bcast_latency = a[3] / rl;
+      out->intra_bcast_bw = rl / b[3];
+    } else {
+      out->intra_latency = 2e-6;
+      out->intra_bw = out->mem_bandwidth / 2;
+    }
+    double link = 2 * rh / b[2];
+    out->inter_latency = a[2] / (2 * rh);
+    out->inter_bw = link / L;
+    out->flat_allreduce_latency = L > 1 ? a[0] : 0;
+    out->flat_allreduce_bw = L > 1 ? 1 / b[0] : 0;
     char desc[400];
+    const char *alg = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
     snprintf(out->source, sizeof out->source,
              "measured by tessera calibrate on %d ranks of %s: sgemm and bf16 512^3 peaks, a 1024x128x384 GEMM, a 64 MiB "
-             "memory pass, 96 small operators; all-reduces of 8 B and 16 MiB inside each host%s and between one rank "
-             "per host (the node's link %.3g GB/s, inter_bw its share per device)",
-             N, ts_comm_topo_describe(t, desc, sizeof desc), L > 1 ? "" : " (one rank a host: estimated)", v[3] / 1e9);
+             "memory pass, 96 small operators; flat and hierarchical all-reduces of 1-64 MiB, alpha-beta per part "
+             "fitted over the sizes (the node's link %.3g GB/s, inter_bw its share per device; libnbc iallreduce "
+             "algorithm %s)",
+             N, ts_comm_topo_describe(t, desc, sizeof desc), link / 1e9, alg && *alg ? alg : "default");
     *measured = 1;
   }
   ts_comm_topo_free(t);

@@ -11,7 +11,9 @@
 #     and exports the OMPI_MCA_* variables (rsh agent, TCP between hosts, the veth subnet only).
 #   on_host I CMD...               runs CMD inside host I (its namespace; /etc/hosts is the cluster's)
 #   cluster_link I up|down         the link of host I (its veth end in the hub)
-#   cluster_shape I RATE           tbf on host I's link, both directions (e.g. 1gbit)
+#   cluster_shape I RATE [BURST LATENCY]  tbf on host I's link, both directions (e.g. 1gbit; burst
+#                                  128kb, latency 10ms by default: the full rate, and a 1 MiB message
+#                                  no longer slips through as one burst)
 #   cluster_down                   removes everything of this run (also from the EXIT trap)
 #   cluster_sweep                  removes what killed earlier runs left (prefix tsc<pid>, pid dead)
 # Requirements: root, iproute2 (ip netns), the kernel's veth and bridge; otherwise cluster_up
@@ -109,7 +111,8 @@ AGENT
   export OMPI_MCA_btl_tcp_if_include=$cl_sub.0/24
   export OMPI_MCA_oob_tcp_if_include=$cl_sub.0/24
   export OMPI_MCA_rmaps_base_oversubscribe=1
-  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  # (vader's single copy left to its default, CMA: with it off (=none) every large message inside a
+  # host crawled through 32 KiB fragments, a 64 MiB broadcast 710 ms instead of 12; docs/cluster.md)
   for ((i = 0; i < k; i++)); do cl_wait_link "$i" || { echo "FAIL: host $i's link did not come up within 10 s"; exit 1; }; done
 }
 
@@ -146,7 +149,7 @@ cl_wait_link() {
 # tbf on both directions of host $1's link: egress of the hub side (towards the host) and of the
 # host's eth0 (from the host)
 cluster_shape() {
-  local i=$1 rate=$2 burst=${3:-1mb} lat=${4:-100ms}
+  local i=$1 rate=$2 burst=${3:-128kb} lat=${4:-10ms}
   command -v tc >/dev/null || { echo "cluster_shape: no tc (iproute2)" >&2; return 1; }
   ip netns exec "${cl_id}-hub" tc qdisc replace dev "h$i" root tbf rate "$rate" burst "$burst" latency "$lat" &&
     ip netns exec "${cl_ns[i]}" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency "$lat"

@@ -23,11 +23,36 @@ static void test_cost(void) {
   double b = 64.0 * 1024 * 1024;
   /* one host: the flat ring inside */
   CHECK(fabs(ts_cluster_allreduce_flat(&c, 1, 4, b) - ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 4, 0, b)) < 1e-12);
-  /* 2 x 2: 2(N-1)/N b / (inter_bw L) + 2(N-1) alpha */
-  double link = 2e8, f = 2 * 3.0 / 4 * b / link + 6 * 1e-5;
+  /* 2 x 2, libnbc's binomial tree: the reduce's round inside each host and its round between the
+   * hosts (one stream), the broadcast's round inside and its round between the hosts (both ranks
+   * of host 0 send: 2 streams on the link) */
+  double link = 2e8, in = 1e-6 + b / 1e10, f = 2 * in + 2 * 1e-5 + 3 * b / link;
   CHECK(fabs(ts_cluster_allreduce_flat(&c, 2, 2, b) - f) < 1e-9 * f);
-  double h = (2 * 0.5 * b / 1e10 + 2 * 1e-6) + (b / 1e10 + 1e-6) + (2 * 0.5 * b / link + 2 * 1e-5);
+  /* hierarchical: binomial inside (2 rounds), between the leaders (2 rounds), broadcast (1) */
+  double h = 2 * in + 2 * (1e-5 + b / link) + in;
   CHECK(fabs(ts_cluster_allreduce_hier(&c, 2, 2, b) - h) < 1e-9 * h);
+  /* 4 hosts x 4: log2 rounds, the broadcast's rounds between hosts with 4 streams */
+  double link4 = 4e8, in4 = 1e-6 + b / 1e10;
+  f = 4 * in4 + 2 * (2 * 1e-5 + 5 * b / link4);
+  CHECK(fabs(ts_cluster_allreduce_flat(&c, 4, 4, b) - f) < 1e-9 * f);
+  h = 4 * in4 + 4 * (1e-5 + b / link4) + 2 * in4;
+  CHECK(fabs(ts_cluster_allreduce_hier(&c, 4, 4, b) - h) < 1e-9 * h);
+  /* a measured broadcast inside replaces intra_* in the broadcast's rounds */
+  c.intra_bcast_latency = 3e-6;
+  c.intra_bcast_bw = 2e10;
+  h = 2 * in + 2 * (1e-5 + b / link) + 3e-6 + b / 2e10;
+  CHECK(fabs(ts_cluster_allreduce_hier(&c, 2, 2, b) - h) < 1e-9 * h);
+  /* the measured flat line: used on the calibrated layout only */
+  c.flat_allreduce_latency = 1e-3;
+  c.flat_allreduce_bw = 5e7;
+  CHECK(fabs(ts_cluster_allreduce_flat(&c, 2, 2, b) - (1e-3 + b / 5e7)) < 1e-12);
+  f = 4 * in4 + 2 * (2 * 1e-5 + 5 * b / link4);
+  CHECK(fabs(ts_cluster_allreduce_flat(&c, 4, 4, b) - f) < 1e-9 * f);
+  /* the choice follows the prices: the measured flat line slower than hierarchical, then faster */
+  CHECK(ts_cluster_allreduce_hier(&c, 2, 2, b) < ts_cluster_allreduce_flat(&c, 2, 2, b));
+  c.flat_allreduce_bw = 1e9;
+  CHECK(ts_cluster_allreduce_flat(&c, 2, 2, b) < ts_cluster_allreduce_hier(&c, 2, 2, b));
+  c.flat_allreduce_latency = c.flat_allreduce_bw = c.intra_bcast_latency = c.intra_bcast_bw = 0;
   /* links between hosts as fast as inside: flat wins; 8 ranks a host behind a slow link: hierarchical */
   c.inter_bw = c.intra_bw;
   c.inter_latency = c.intra_latency;
@@ -37,8 +62,29 @@ static void test_cost(void) {
   CHECK(ts_cluster_allreduce_hier(&c, 2, 8, 1024) < ts_cluster_allreduce_flat(&c, 2, 8, 1024));
 }
 
+/* ts_cluster_fit_alpha_beta: exact on a line; a line through the origin when the intercept would be
+ * negative; refusals */
+static void test_fit(void) {
+  double x[4] = {1 << 20, 4 << 20, 16 << 20, 64 << 20}, y[4], a = 0, k = 0;
+  for (int i = 0; i < 4; i++) y[i] = 2.5e-4 + x[i] / 1.19e8;
+  CHECK_OK(ts_cluster_fit_alpha_beta(x, y, 4, &a, &k));
+  CHECK(fabs(a - 2.5e-4) < 1e-12 && fabs(k * 1.19e8 - 1) < 1e-12);
+  for (int i = 0; i < 4; i++) y[i] = x[i] / 2e9; /* no latency */
+  CHECK_OK(ts_cluster_fit_alpha_beta(x, y, 2, &a, &k));
+  CHECK(fabs(a) < 1e-15 && fabs(k * 2e9 - 1) < 1e-12);
+  y[0] = 1e-4; y[1] = 2e-2; y[2] = 8e-2; y[3] = 3.2e-1; /* the line would cross below 0 */
+  CHECK_OK(ts_cluster_fit_alpha_beta(x, y, 4, &a, &k));
+  CHECK(a == 0 && k > 0);
+  CHECK(ts_cluster_fit_alpha_beta(x, y, 1, &a, &k) == TS_EINVAL);
+  y[2] = 0;
+  CHECK(ts_cluster_fit_alpha_beta(x, y, 4, &a, &k) == TS_EINVAL);
+  double flat[2] = {1e-2, 1e-2};
+  CHECK(ts_cluster_fit_alpha_beta(x, flat, 2, &a, &k) == TS_EINVAL); /* no growth with the size */
+}
+
 int main(int argc, char **argv) {
   test_cost();
+  test_fit();
   CHECK_OK(ts_comm_init(&argc, &argv));
   ts_comm *w = NULL;
   CHECK_OK(ts_comm_world(&w));
