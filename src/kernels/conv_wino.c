@@ -1,0 +1,537 @@
+/* bf16 Winograd F(2x2,3x3) convolution for 3x3 stride-1 pad-1 layers (see conv.h).
+ *
+ * Transforms (Lavin & Gray), 1-D, applied along rows then columns (input tile d 4x4, kernel g
+ * 3x3, output tile y 2x2; position p = 4a + b of the 4x4 transformed tile):
+ *   input   V = B^T d B:  v0 = d0 - d2, v1 = d1 + d2, v2 = d2 - d1, v3 = d1 - d3
+ *   weights U = G g G^T:  u0 = g0, u1 = (g0 + g1 + g2)/2, u2 = (g0 - g1 + g2)/2, u3 = g2
+ *   output  y = A^T M A:  y0 = m0 + m1 + m2, y1 = m1 - m2 - m3
+ * with M_p = V_p U_p a GEMM per position (tiles x in-channels times in-channels x out-channels).
+ * Backward-data is the same forward with the kernel rotated 180 degrees and the channels swapped.
+ * Backward-weights is the adjoint: dM = A dY A^T (dm0 = y0, dm1 = y0 + y1, dm2 = y0 - y1,
+ * dm3 = -y1), dU_p = V_p^T dM_p (a GEMM whose K is the tile count), dW = G^T dU G.
+ *
+ * Numbers: the activations and weights arrive in bf16; the transforms run in f32 (AVX-512, 16
+ * channels per vector: the plain NCHW planes are transposed 16x16 into pixel-major staging
+ * buffers and back, so no separate reorder pass exists); V, U and dM are stored rounded to bf16
+ * (round to nearest even); the GEMMs are AVX512-BF16 dot products (vdpbf16ps) accumulating in
+ * f32; M and dU stay f32; outputs are rounded to bf16 once. F(2x2,3x3)'s transforms have
+ * entries 0, +-1/2 and +-1, so the rounding of V and U adds ~2 bf16 half-ulps per product to
+ * the direct algorithm's error (docs/mixed-precision.md has the figures).
+ *
+ * Layouts (bf16 pairs are what vdpbf16ps multiplies: element 2i with 2i, 2i+1 with 2i+1):
+ *   V  [p][t][Cp]          forward: tile t = (n TH + th) TW + tw, in-channels padded to 16
+ *   U  [p][Cp/2][Op][2]    forward weights, in-channel pairs, out-channels padded to 32
+ *   V2 [p][T2][Cp][2]      backward-weights: tile pairs (T2 = ceil(T/2))
+ *   dM [p][T2][Op][2]      backward-weights
+ *   dU [p][Cp][Op] f32
+ * Threads: OpenMP (oneDNN's thread count, omp_get_max_threads()); every output element is
+ * computed by one thread in a fixed order (no cross-thread sums), so results are bitwise the
+ * same run to run and for any thread count. */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "conv.h"
+#include "lowp.h"
+#include "tessera/base.h"
+#include "tessera/tensor.h"
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define AI static inline __attribute__((always_inline))
+
+enum { NP = 16, MR = 14, KB = 256 }; /* positions; GEMM micro-kernel rows; bwd-weights K block */
+
+int ts__conv_wino_cpu(void) {
+  static int v = -1;
+  if (v < 0) {
+    __builtin_cpu_init();
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bf16");
+  }
+  return v;
+}
+
+int ts__conv_wino_shape(const ts__conv_desc *d) {
+  return d->KH == 3 && d->KW == 3 && d->sh == 1 && d->sw == 1 && d->ph == 1 && d->pw == 1 && d->dh == 1 &&
+         d->dw == 1 && d->groups == 1 && d->OH == d->H && d->OW == d->W && d->N >= 1 && d->C >= 1 && d->O >= 1 &&
+         d->O * d->C * 9 < ((int64_t)1 << 30) && d->H >= 1 && d->W >= 1;
+}
+
+static double g_wstat[3][3];
+void ts__conv_wino_stats(double out[3][3], int reset) {
+  if (out) memcpy(out, g_wstat, sizeof g_wstat);
+  if (reset) memset(g_wstat, 0, sizeof g_wstat);
+}
+
+/* Process-wide scratch, grown to the largest size seen (kernels run from one thread at a time). */
+static void *g_scr[4];
+static size_t g_scap[4];
+static void *scratch(int i, size_t bytes) {
+  if (bytes > g_scap[i]) {
+    ts_free(g_scr[i]);
+    g_scr[i] = ts_alloc(bytes);
+    g_scap[i] = g_scr[i] ? bytes : 0;
+  }
+  return g_scr[i];
+}
+
+/* Equivalent forward convolution: Ci in-channels, Co out-channels, H x W in and out. */
+typedef struct {
+  int64_t N, Ci, Co, H, W;
+  int64_t TH, TW, TI, T, T2; /* tiles per column / row / image, total, pairs */
+  int64_t Cp, Op;            /* Ci padded to 16, Co padded to 32 */
+  int nthr;
+} geom;
+
+static void geom_init(geom *g, int64_t N, int64_t Ci, int64_t Co, int64_t H, int64_t W) {
+  g->N = N, g->Ci = Ci, g->Co = Co, g->H = H, g->W = W;
+  g->TH = (H + 1) / 2, g->TW = (W + 1) / 2, g->TI = g->TH * g->TW, g->T = N * g->TI, g->T2 = (g->T + 1) / 2;
+  g->Cp = (Ci + 15) / 16 * 16, g->Op = (Co + 31) / 32 * 32;
+  g->nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (g->nthr < 1) g->nthr = 1;
+}
+
+/* ---------------------------------------------------------------- vector helpers */
+
+TGT AI __m512 widen16(__mmask16 m, const uint16_t *p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+TGT AI __m256i narrow16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+/* r[i] = row i of a 16x16 f32 block -> r[j] = column j. */
+TGT AI void tr16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; c++) { /* u[c], u[4+c], u[8+c], u[12+c] hold columns c, c+4, c+8, c+12 */
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+    r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+    r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+    r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+  }
+}
+
+// src: nc (<= 16) channel rows of W bf16 pixels, plane stride ps -> dst: W pixels x 16 channels f32
+TGT static void stage_row(const uint16_t *src, int64_t ps, int nc, int64_t W, float *dst) {
+  for (int64_t w0 = 0; w0 < W; w0 += 16) {
+    const int nw = W - w0 < 16 ? (int)(W - w0) : 16;
+    const __mmask16 m = lanes(nw);
+    __m512 r[16];
+    for (int c = 0; c < 16; c++) r[c] = c < nc ? widen16(m, src + c * ps + w0) : _mm512_setzero_ps();
+    tr16(r);
+    for (int k = 0; k < nw; k++) _mm512_storeu_ps(dst + (w0 + k) * 16, r[k]);
+  }
+}
+
+// src: W pixels x 16 channels f32 -> dst: nc channel rows of W bf16 pixels, plane stride ps
+TGT static void unstage_row(const float *src, int64_t W, uint16_t *dst, int64_t ps, int nc) {
+  for (int64_t w0 = 0; w0 < W; w0 += 16) {
+    const int nw = W - w0 < 16 ? (int)(W - w0) : 16;
+    const __mmask16 m = lanes(nw);
+    __m512 r[16];
+    for (int k = 0; k < 16; k++) r[k] = k < nw ? _mm512_loadu_ps(src + (w0 + k) * 16) : _mm512_setzero_ps();
+    tr16(r);
+    for (int c = 0; c < nc; c++) _mm256_mask_storeu_epi16(dst + c * ps + w0, m, narrow16(r[c]));
+  }
+}
+
+/* Stores 16 bf16 values of tile t into a pair layout row (base points at pair t/2, channel c0). */
+TGT AI void store_pair(uint16_t *base, int64_t t, __m512 v) {
+  __m512i e = _mm512_cvtepu16_epi32(narrow16(v));
+  if (t & 1) e = _mm512_slli_epi32(e, 16);
+  _mm512_mask_storeu_epi16(base, (t & 1) ? (__mmask32)0xAAAAAAAAu : (__mmask32)0x55555555u, e);
+}
+
+/* ---------------------------------------------------------------- GEMM micro-kernel */
+
+/* C (R x 32, f32, row stride ldc) (+)= A (R x 2K bf16) B (2K x 32 bf16), K counted in bf16 pairs.
+ * A row r, pair k: the 32-bit word A[r ars + k aks]; B pair k, columns 16 j..16 j+15: the 16
+ * words at B + k bks + 16 j (each word the pair of one column). */
+TGT AI void mk(const int R, int64_t K, const uint32_t *A, int64_t ars, int64_t aks, const uint32_t *B, int64_t bks,
+               float *C, int64_t ldc, int acc) {
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; r++) {
+    c0[r] = acc ? _mm512_loadu_ps(C + r * ldc) : _mm512_setzero_ps();
+    c1[r] = acc ? _mm512_loadu_ps(C + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < K; k++) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(B + k * bks), b1 = (__m512bh)_mm512_loadu_si512(B + k * bks + 16);
+    const uint32_t *a = A + k * aks;
+#pragma GCC unroll 14
+    for (int r = 0; r < R; r++) {
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r * ars]);
+      c0[r] = _mm512_dpbf16_ps(c0[r], ar, b0);
+      c1[r] = _mm512_dpbf16_ps(c1[r], ar, b1);
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; r++) {
+    _mm512_storeu_ps(C + r * ldc, c0[r]);
+    _mm512_storeu_ps(C + r * ldc + 16, c1[r]);
+  }
+}
+
+TGT static void gemm_rows(int R, int64_t K, const uint32_t *A, int64_t ars, int64_t aks, const uint32_t *B, int64_t bks,
+                          float *C, int64_t ldc, int acc) {
+  switch (R) {
+#define MKC(n) \
+  case n: mk(n, K, A, ars, aks, B, bks, C, ldc, acc); break;
+    MKC(1) MKC(2) MKC(3) MKC(4) MKC(5) MKC(6) MKC(7) MKC(8) MKC(9) MKC(10) MKC(11) MKC(12) MKC(13) MKC(14)
+#undef MKC
+    default: break;
+  }
+}
+
+/* ---------------------------------------------------------------- transforms */
+
+/* V (16 vectors, p = 4a + b) of the 4x4 input tile whose top-left pixel is S (16 floats per
+ * pixel, row stride ws pixels). */
+TGT AI void in_tf(const float *S, int64_t ws, __m512 v[NP]) {
+  __m512 d[4][4], t[4][4];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) d[i][j] = _mm512_loadu_ps(S + (i * ws + j) * 16);
+  for (int j = 0; j < 4; j++) {
+    t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+    t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+    t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+    t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+  }
+  for (int a = 0; a < 4; a++) {
+    v[4 * a + 0] = _mm512_sub_ps(t[a][0], t[a][2]);
+    v[4 * a + 1] = _mm512_add_ps(t[a][1], t[a][2]);
+    v[4 * a + 2] = _mm512_sub_ps(t[a][2], t[a][1]);
+    v[4 * a + 3] = _mm512_sub_ps(t[a][1], t[a][3]);
+  }
+}
+
+/* Input transform of every tile: src (N, Ci, H, W) bf16 -> V (pairs = 0) or V2 (pairs = 1). */
+TGT static void phase_in(const geom *g, const uint16_t *src, uint16_t *V, int pairs, float *loc, size_t locf) {
+  const int64_t ncb = g->Cp / 16, Ws = 2 * g->TW + 2, Hs = 2 * g->TH + 2, HW = g->H * g->W;
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    float *S = loc + (size_t)omp_get_thread_num() * locf;
+    memset(S, 0, sizeof(float) * (size_t)(Hs * Ws * 16)); /* the border stays zero: the padding */
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < g->N * ncb; task++) {
+      const int64_t n = task / ncb, c0 = task % ncb * 16;
+      const int nc = g->Ci - c0 < 16 ? (int)(g->Ci - c0) : 16;
+      for (int64_t h = 0; h < g->H; h++)
+        stage_row(src + ((n * g->Ci + c0) * g->H + h) * g->W, HW, nc, g->W, S + ((h + 1) * Ws + 1) * 16);
+      for (int64_t th = 0; th < g->TH; th++)
+        for (int64_t tw = 0; tw < g->TW; tw++) {
+          const int64_t t = n * g->TI + th * g->TW + tw;
+          __m512 v[NP];
+          in_tf(S + (2 * th * Ws + 2 * tw) * 16, Ws, v);
+          for (int p = 0; p < NP; p++) {
+            if (pairs)
+              store_pair(V + ((p * g->T2 + t / 2) * g->Cp + c0) * 2, t, v[p]);
+            else
+              _mm256_storeu_si256((__m256i *)(V + (p * g->T + t) * g->Cp + c0), narrow16(v[p]));
+          }
+        }
+    }
+  }
+}
+
+/* One bf16 weight element per lane: elements e (lanes in m) of w, through 32-bit gathers. */
+TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __mmask16 z = _mm512_cmpeq_epi32_mask(e, zero);
+  /* the word ending at element e (so nothing past the buffer is read); element 0: the word at 0 */
+  __m512i off = _mm512_mask_mov_epi32(_mm512_sub_epi32(_mm512_slli_epi32(e, 1), _mm512_set1_epi32(2)), z, zero);
+  __m512i v = _mm512_mask_i32gather_epi32(zero, m, off, (const void *)w, 1);
+  __m512i hi = _mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(hi, z, _mm512_slli_epi32(v, 16)));
+}
+
+/* Weight transform of the equivalent forward conv: element (i in, j out), tap k (kh 3 + kw) is
+ * w[j sj + i si + (rot ? 8 - k : k)] -> U [p][Cp/2][Op][2]; zero outside Ci x Co. */
+TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
+  const int64_t nkk = g->Cp / 2, njb = g->Op / 16;
+  static const short pidx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
+  for (int64_t task = 0; task < nkk * njb; task++) {
+    const int64_t kk = task / njb, j0 = task % njb * 16;
+    __m512 u[2][NP];
+    for (int e = 0; e < 2; e++) {
+      const int64_t i = 2 * kk + e;
+      const __mmask16 m = i < g->Ci ? lanes(g->Co - j0) : 0;
+      const __m512i base = _mm512_add_epi32(
+          _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)j0), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+                             _mm512_set1_epi32((int)sj)),
+          _mm512_set1_epi32((int)(i * si)));
+      __m512 gk[3][3], t[4][3];
+      for (int k = 0; k < 9; k++)
+        gk[k / 3][k % 3] = gather_bf16(w, _mm512_add_epi32(base, _mm512_set1_epi32(rot ? 8 - k : k)), m);
+      const __m512 half = _mm512_set1_ps(0.5f);
+      for (int j = 0; j < 3; j++) {
+        t[0][j] = gk[0][j];
+        t[1][j] = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(gk[0][j], gk[1][j]), gk[2][j]), half);
+        t[2][j] = _mm512_mul_ps(_mm512_add_ps(_mm512_sub_ps(gk[0][j], gk[1][j]), gk[2][j]), half);
+        t[3][j] = gk[2][j];
+      }
+      for (int a = 0; a < 4; a++) {
+        u[e][4 * a + 0] = t[a][0];
+        u[e][4 * a + 1] = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(t[a][0], t[a][1]), t[a][2]), half);
+        u[e][4 * a + 2] = _mm512_mul_ps(_mm512_add_ps(_mm512_sub_ps(t[a][0], t[a][1]), t[a][2]), half);
+        u[e][4 * a + 3] = t[a][2];
+      }
+    }
+    const __m512i idx = _mm512_loadu_si512(pidx);
+    for (int p = 0; p < NP; p++) {
+      /* cvtne2ps_pbh(hi, lo): words 0-15 = lo (e = 0), 16-31 = hi (e = 1); interleave them */
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(u[1][p], u[0][p]);
+      _mm512_storeu_si512(U + ((p * nkk + kk) * g->Op + j0) * 2, _mm512_permutexvar_epi16(idx, both));
+    }
+  }
+}
+
+/* GEMMs and output transform of the equivalent forward conv, fused per chunk of tile rows:
+ * V, U -> dst (N, Co, H, W) bf16 (+ bias (Co) bf16). */
+TGT static void phase_out(const geom *g, const uint16_t *V, const uint16_t *U, const uint16_t *bias, uint16_t *dst,
+                          float *loc, size_t locf, int64_t rpc) {
+  const int64_t NTH = g->N * g->TH, nch = (NTH + rpc - 1) / rpc, TB = rpc * g->TW, Ws = 2 * g->TW;
+  const int64_t HW = g->H * g->W, K2 = g->Cp / 2;
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    float *Ml = loc + (size_t)omp_get_thread_num() * locf, *So = Ml + NP * TB * 32;
+#pragma omp for schedule(static)
+    for (int64_t ch = 0; ch < nch; ch++) {
+      const int64_t gr0 = ch * rpc, gr1 = gr0 + rpc < NTH ? gr0 + rpc : NTH, t0 = gr0 * g->TW, nt = (gr1 - gr0) * g->TW;
+      for (int64_t ob = 0; ob < g->Op; ob += 32) {
+        for (int p = 0; p < NP; p++)
+          for (int64_t r0 = 0; r0 < nt; r0 += MR)
+            gemm_rows(nt - r0 < MR ? (int)(nt - r0) : MR, K2, (const uint32_t *)(V + (p * g->T + t0 + r0) * g->Cp), K2, 1,
+                      (const uint32_t *)U + p * K2 * g->Op + ob, g->Op, Ml + (p * TB + r0) * 32, 32, 0);
+        for (int hf = 0; hf < 2; hf++) {
+          const int64_t og = ob + hf * 16;
+          if (og >= g->Co) break;
+          const int nc = g->Co - og < 16 ? (int)(g->Co - og) : 16;
+          const __m512 bv = bias ? widen16(lanes(nc), bias + og) : _mm512_setzero_ps();
+          for (int64_t tl = 0; tl < nt; tl++) {
+            const int64_t lr = tl / g->TW, tw = tl % g->TW;
+            __m512 m[NP], s[2][4];
+            for (int p = 0; p < NP; p++) m[p] = _mm512_loadu_ps(Ml + (p * TB + tl) * 32 + hf * 16);
+            for (int b = 0; b < 4; b++) {
+              s[0][b] = _mm512_add_ps(_mm512_add_ps(m[b], m[4 + b]), m[8 + b]);
+              s[1][b] = _mm512_sub_ps(_mm512_sub_ps(m[4 + b], m[8 + b]), m[12 + b]);
+            }
+            for (int i = 0; i < 2; i++) {
+              float *o = So + ((lr * 2 + i) * Ws + 2 * tw) * 16;
+              _mm512_storeu_ps(o, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[i][0], s[i][1]), s[i][2]), bv));
+              _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3]), bv));
+            }
+          }
+          for (int64_t lr = 0; lr < gr1 - gr0; lr++) {
+            const int64_t gr = gr0 + lr, n = gr / g->TH, th = gr % g->TH;
+            for (int i = 0; i < 2; i++) {
+              const int64_t h = 2 * th + i;
+              if (h < g->H)
+                unstage_row(So + (lr * 2 + i) * Ws * 16, g->W, dst + ((n * g->Co + og) * g->H + h) * g->W, HW, nc);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+/* Rows of tiles per chunk of phase_out (about 64 tiles, at least one row). */
+static int64_t chunk_rows(const geom *g) { return g->TW >= 64 ? 1 : 64 / g->TW; }
+
+/* Per-thread floats phase_in and phase_out need. */
+static size_t loc_fwd(const geom *g, int64_t rpc) {
+  const size_t in = (size_t)((2 * g->TH + 2) * (2 * g->TW + 2) * 16);
+  const size_t out = (size_t)(NP * rpc * g->TW * 32 + 2 * rpc * 2 * g->TW * 16);
+  return (in > out ? in : out) + 16;
+}
+
+static int wino_fwd(const geom *g, const uint16_t *src, const uint16_t *w, int64_t si, int64_t sj, int rot,
+                    const uint16_t *bias, uint16_t *dst, double st[3], const char *what) {
+  const int64_t rpc = chunk_rows(g);
+  const size_t locf = loc_fwd(g, rpc);
+  uint16_t *V = scratch(0, (size_t)(NP * g->T * g->Cp) * 2), *U = scratch(1, (size_t)(NP * g->Cp * g->Op) * 2);
+  float *loc = scratch(3, locf * sizeof(float) * (size_t)g->nthr);
+  if (!V || !U || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
+  double t0 = ts_time_now();
+  phase_wtf(g, w, si, sj, rot, U);
+  phase_in(g, src, V, 0, loc, locf);
+  double t1 = ts_time_now();
+  phase_out(g, V, U, bias, dst, loc, locf, rpc);
+  double t2 = ts_time_now();
+  if (st) st[0] += t1 - t0, st[1] += t2 - t1;
+  return TS_OK;
+}
+
+static int check(const ts__conv_desc *d, const void *a, const void *b, const void *c, const char *what) {
+  int rc = ts__conv_check(d, what);
+  if (rc) return rc;
+  if (!ts__conv_wino_shape(d))
+    return ts_error_set(TS_EINVAL, "%s: not a 3x3 stride-1 pad-1 ungrouped conv (N%lld C%lld %lldx%lld O%lld K%lldx%lld)",
+                        what, (long long)d->N, (long long)d->C, (long long)d->H, (long long)d->W, (long long)d->O,
+                        (long long)d->KH, (long long)d->KW);
+  if (!ts__conv_wino_cpu()) return ts_error_set(TS_EBACKEND, "%s: the CPU has no AVX512-BF16", what);
+  if (!a || !b || !c) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  return TS_OK;
+}
+
+int ts__conv2d_fwd_wino(const ts__conv_desc *d, const void *x, const void *w, const void *b, void *y, double st[3]) {
+  const char *what = "conv2d (bf16 Winograd)";
+  int rc = check(d, x, w, y, what);
+  if (rc) return rc;
+  geom g;
+  geom_init(&g, d->N, d->C, d->O, d->H, d->W);
+  return wino_fwd(&g, x, w, 9, d->C * 9, 0, b, y, st, what);
+}
+
+int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void *w, void *dx, double st[3]) {
+  const char *what = "conv2d_bwd_data (bf16 Winograd)";
+  int rc = check(d, dy, w, dx, what);
+  if (rc) return rc;
+  geom g;
+  geom_init(&g, d->N, d->O, d->C, d->H, d->W);
+  return wino_fwd(&g, dy, w, d->C * 9, 9, 1, NULL, dx, st, what);
+}
+
+/* ---------------------------------------------------------------- backward weights */
+
+/* dM = A dY A^T of every tile: dy (N, Co, H, W) bf16 -> dM [p][T2][Op][2]. */
+TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float *loc, size_t locf) {
+  const int64_t nob = g->Op / 16, Ws = 2 * g->TW, Hs = 2 * g->TH, HW = g->H * g->W;
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    float *S = loc + (size_t)omp_get_thread_num() * locf;
+    memset(S, 0, sizeof(float) * (size_t)(Hs * Ws * 16)); /* rows and columns past H, W stay zero */
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < g->N * nob; task++) {
+      const int64_t n = task / nob, o0 = task % nob * 16;
+      const int nc = g->Co - o0 < 16 ? (int)(g->Co - o0) : 16;
+      for (int64_t h = 0; h < g->H; h++) {
+        if (nc > 0)
+          stage_row(dy + ((n * g->Co + o0) * g->H + h) * g->W, HW, nc, g->W, S + h * Ws * 16);
+        else
+          memset(S + h * Ws * 16, 0, sizeof(float) * (size_t)(g->W * 16));
+      }
+      for (int64_t th = 0; th < g->TH; th++)
+        for (int64_t tw = 0; tw < g->TW; tw++) {
+          const int64_t t = n * g->TI + th * g->TW + tw;
+          const float *s = S + (2 * th * Ws + 2 * tw) * 16;
+          __m512 y[2][2], r[4][2];
+          for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) y[i][j] = _mm512_loadu_ps(s + (i * Ws + j) * 16);
+          for (int j = 0; j < 2; j++) {
+            r[0][j] = y[0][j];
+            r[1][j] = _mm512_add_ps(y[0][j], y[1][j]);
+            r[2][j] = _mm512_sub_ps(y[0][j], y[1][j]);
+            r[3][j] = _mm512_sub_ps(_mm512_setzero_ps(), y[1][j]);
+          }
+          for (int a = 0; a < 4; a++) {
+            uint16_t *base = dM + ((4 * a * g->T2 + t / 2) * g->Op + o0) * 2;
+            const int64_t ps = g->T2 * g->Op * 2; /* one position further */
+            store_pair(base, t, r[a][0]);
+            store_pair(base + ps, t, _mm512_add_ps(r[a][0], r[a][1]));
+            store_pair(base + 2 * ps, t, _mm512_sub_ps(r[a][0], r[a][1]));
+            store_pair(base + 3 * ps, t, _mm512_sub_ps(_mm512_setzero_ps(), r[a][1]));
+          }
+        }
+    }
+  }
+}
+
+/* dU [p][Cp][Op] = sum over tiles of V2_p^T dM_p: one task per (position, 32 out-channels),
+ * the tile sum in blocks of KB pairs, each in the same order every run. */
+TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, float *dU) {
+  const int64_t nob = g->Op / 32;
+#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
+  for (int64_t task = 0; task < NP * nob; task++) {
+    const int64_t p = task / nob, ob = task % nob * 32;
+    for (int64_t k0 = 0; k0 < g->T2; k0 += KB) {
+      const int64_t kn = g->T2 - k0 < KB ? g->T2 - k0 : KB;
+      for (int64_t c0 = 0; c0 < g->Cp; c0 += MR)
+        gemm_rows(g->Cp - c0 < MR ? (int)(g->Cp - c0) : MR, kn, (const uint32_t *)V2 + (p * g->T2 + k0) * g->Cp + c0, 1,
+                  g->Cp, (const uint32_t *)dM + (p * g->T2 + k0) * g->Op + ob, g->Op, dU + (p * g->Cp + c0) * g->Op + ob,
+                  g->Op, k0 > 0);
+    }
+  }
+}
+
+/* dW = G^T dU G per (o, c) -> dw (Co, Ci, 3, 3) bf16. */
+static void phase_dw(const geom *g, const float *dU, uint16_t *dw) {
+  const int64_t pst = g->Cp * g->Op;
+#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
+  for (int64_t o = 0; o < g->Co; o++)
+    for (int64_t c = 0; c < g->Ci; c++) {
+      const float *u = dU + c * g->Op + o;
+      float r[4][3], out[9];
+      for (int a = 0; a < 4; a++) {
+        const float u0 = u[(4 * a) * pst], u1 = u[(4 * a + 1) * pst], u2 = u[(4 * a + 2) * pst], u3 = u[(4 * a + 3) * pst];
+        const float s = 0.5f * (u1 + u2);
+        r[a][0] = u0 + s, r[a][1] = 0.5f * (u1 - u2), r[a][2] = s + u3;
+      }
+      for (int j = 0; j < 3; j++) {
+        const float s = 0.5f * (r[1][j] + r[2][j]);
+        out[j] = r[0][j] + s, out[3 + j] = 0.5f * (r[1][j] - r[2][j]), out[6 + j] = s + r[3][j];
+      }
+      uint16_t *q = dw + (o * g->Ci + c) * 9;
+      for (int k = 0; k < 9; k++) q[k] = ts__f2bf(out[k]);
+    }
+}
+
+int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db,
+                               double st[3]) {
+  const char *what = "conv2d_bwd_weight (bf16 Winograd)";
+  int rc = check(d, x, dy, dw, what);
+  if (rc) return rc;
+  geom g;
+  geom_init(&g, d->N, d->C, d->O, d->H, d->W);
+  const size_t locf = (size_t)((2 * g.TH + 2) * (2 * g.TW + 2) * 16) + 16;
+  uint16_t *V2 = scratch(0, (size_t)(NP * g.T2 * 2 * g.Cp) * 2), *dM = scratch(1, (size_t)(NP * g.T2 * 2 * g.Op) * 2);
+  float *dU = scratch(2, (size_t)(NP * g.Cp * g.Op) * sizeof(float)), *loc = scratch(3, locf * sizeof(float) * (size_t)g.nthr);
+  if (!V2 || !dM || !dU || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
+  double t0 = ts_time_now();
+  if (g.T & 1) /* the pad tile of the last pair is zero */
+    for (int p = 0; p < NP; p++) {
+      memset(V2 + (p * g.T2 + g.T2 - 1) * g.Cp * 2, 0, (size_t)g.Cp * 4);
+      memset(dM + (p * g.T2 + g.T2 - 1) * g.Op * 2, 0, (size_t)g.Op * 4);
+    }
+  phase_in(&g, x, V2, 1, loc, locf);
+  phase_dm(&g, dy, dM, loc, locf);
+  double t1 = ts_time_now();
+  phase_du(&g, V2, dM, dU);
+  double t2 = ts_time_now();
+  phase_dw(&g, dU, dw);
+  if (db) { /* bias gradient: per out-channel sums over (n, h, w) in a fixed order */
+    const uint16_t *y = dy;
+    uint16_t *b = db;
+    const int64_t HW = d->H * d->W;
+#pragma omp parallel for num_threads(g.nthr) if (g.nthr > 1) schedule(static)
+    for (int64_t o = 0; o < d->O; o++) {
+      float s = 0;
+      for (int64_t n = 0; n < d->N; n++) {
+        const uint16_t *q = y + (n * d->O + o) * HW;
+        float sn = 0;
+        for (int64_t i = 0; i < HW; i++) sn += ts__bf2f(q[i]);
+        s += sn;
+      }
+      b[o] = ts__f2bf(s);
+    }
+  }
+  double t3 = ts_time_now();
+  if (st) st[0] += t1 - t0, st[1] += t2 - t1, st[2] += t3 - t2;
+  return TS_OK;
+}
