@@ -104,16 +104,19 @@ static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xffff : 
 /* r[i] = row i of a 16x16 f32 block -> r[j] = column j. */
 TGT AI void tr16(__m512 r[16]) {
   __m512 t[16], u[16];
+  #pragma GCC unroll 16
   for (int i = 0; i < 8; i++) {
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
   }
+  #pragma GCC unroll 16
   for (int i = 0; i < 4; i++) {
     u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
     u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
     u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
     u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
   }
+  #pragma GCC unroll 16
   for (int c = 0; c < 4; c++) { /* u[c], u[4+c], u[8+c], u[12+c] hold columns c, c+4, c+8, c+12 */
     const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
     const __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
@@ -130,6 +133,7 @@ TGT static void stage_row(const uint16_t *src, int64_t ps, int nc, int64_t W, fl
     const int nw = W - w0 < 16 ? (int)(W - w0) : 16;
     const __mmask16 m = lanes(nw);
     __m512 r[16];
+    #pragma GCC unroll 16
     for (int c = 0; c < 16; c++) r[c] = c < nc ? widen16(m, src + c * ps + w0) : _mm512_setzero_ps();
     tr16(r);
     for (int k = 0; k < nw; k++) _mm512_storeu_ps(dst + (w0 + k) * 16, r[k]);
@@ -142,6 +146,7 @@ TGT static void unstage_row(const float *src, int64_t W, uint16_t *dst, int64_t 
     const int nw = W - w0 < 16 ? (int)(W - w0) : 16;
     const __mmask16 m = lanes(nw);
     __m512 r[16];
+    #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) r[k] = k < nw ? _mm512_loadu_ps(src + (w0 + k) * 16) : _mm512_setzero_ps();
     tr16(r);
     for (int c = 0; c < nc; c++) _mm256_mask_storeu_epi16(dst + c * ps + w0, m, narrow16(r[c]));
@@ -202,14 +207,18 @@ TGT static void gemm_rows(int R, int64_t K, const uint32_t *A, int64_t ars, int6
  * pixel, row stride ws pixels). */
 TGT AI void in_tf(const float *S, int64_t ws, __m512 v[NP]) {
   __m512 d[4][4], t[4][4];
+  #pragma GCC unroll 16
   for (int i = 0; i < 4; i++)
+    #pragma GCC unroll 16
     for (int j = 0; j < 4; j++) d[i][j] = _mm512_loadu_ps(S + (i * ws + j) * 16);
+  #pragma GCC unroll 16
   for (int j = 0; j < 4; j++) {
     t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
     t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
     t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
     t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
   }
+  #pragma GCC unroll 16
   for (int a = 0; a < 4; a++) {
     v[4 * a + 0] = _mm512_sub_ps(t[a][0], t[a][2]);
     v[4 * a + 1] = _mm512_add_ps(t[a][1], t[a][2]);
@@ -218,31 +227,49 @@ TGT AI void in_tf(const float *S, int64_t ws, __m512 v[NP]) {
   }
 }
 
-/* Input transform of every tile: src (N, Ci, H, W) bf16 -> V (pairs = 0) or V2 (pairs = 1). */
-TGT static void phase_in(const geom *g, const uint16_t *src, uint16_t *V, int pairs, float *loc, size_t locf) {
-  const int64_t ncb = g->Cp / 16, Ws = 2 * g->TW + 2, Hs = 2 * g->TH + 2, HW = g->H * g->W;
+/* bf16 pairs (a_i, b_i) of two vectors: 32 words a0 b0 a1 b1 ... (cvtne2ps_pbh(b, a) puts a in
+ * words 0-15 and b in words 16-31; the permutation interleaves them). */
+static const short g_pidx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+TGT AI __m512i interleave_bf16(__m512 a, __m512 b) {
+  return _mm512_permutexvar_epi16(_mm512_loadu_si512(g_pidx), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+/* Input transform of every tile into the pair layout (backward-weights): src (N, Ci, H, W) bf16
+ * -> V2 [p][T2][Cp][2]. One task per image; tiles in pairs where both are in the image. */
+TGT static void phase_in_pairs(const geom *g, const uint16_t *src, uint16_t *V2, float *loc, size_t locf) {
+  const int64_t ncb = g->Cp / 16, Ws = 2 * g->TW + 2, Hs = 2 * g->TH + 2, HW = g->H * g->W, cbs = Hs * Ws * 16;
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
-    float *S = loc + (size_t)omp_get_thread_num() * locf;
-    memset(S, 0, sizeof(float) * (size_t)(Hs * Ws * 16)); /* the border stays zero: the padding */
+    float *S = loc + (size_t)omp_get_thread_num() * locf; /* [cb][Hs][Ws][16] */
+    memset(S, 0, sizeof(float) * (size_t)(ncb * cbs));  /* the border stays zero: the padding */
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < g->N * ncb; task++) {
-      const int64_t n = task / ncb, c0 = task % ncb * 16;
-      const int nc = g->Ci - c0 < 16 ? (int)(g->Ci - c0) : 16;
-      for (int64_t h = 0; h < g->H; h++)
-        stage_row(src + ((n * g->Ci + c0) * g->H + h) * g->W, HW, nc, g->W, S + ((h + 1) * Ws + 1) * 16);
-      for (int64_t th = 0; th < g->TH; th++)
-        for (int64_t tw = 0; tw < g->TW; tw++) {
-          const int64_t t = n * g->TI + th * g->TW + tw;
-          __m512 v[NP];
-          in_tf(S + (2 * th * Ws + 2 * tw) * 16, Ws, v);
-          for (int p = 0; p < NP; p++) {
-            if (pairs)
-              store_pair(V + ((p * g->T2 + t / 2) * g->Cp + c0) * 2, t, v[p]);
-            else
-              _mm256_storeu_si256((__m256i *)(V + (p * g->T + t) * g->Cp + c0), narrow16(v[p]));
+    for (int64_t n = 0; n < g->N; n++) {
+      for (int64_t cb = 0; cb < ncb; cb++) {
+        const int nc = g->Ci - cb * 16 < 16 ? (int)(g->Ci - cb * 16) : 16;
+        for (int64_t h = 0; h < g->H; h++)
+          stage_row(src + ((n * g->Ci + cb * 16) * g->H + h) * g->W, HW, nc, g->W, S + cb * cbs + ((h + 1) * Ws + 1) * 16);
+      }
+      for (int64_t ti = 0; ti < g->TI;) {
+        const int64_t t = n * g->TI + ti;
+        const int two = !(t & 1) && ti + 1 < g->TI;
+        for (int64_t cb = 0; cb < ncb; cb++) {
+          __m512 va[NP], vb[NP];
+          const int64_t th = ti / g->TW, tw = ti % g->TW;
+          in_tf(S + cb * cbs + (2 * th * Ws + 2 * tw) * 16, Ws, va);
+          if (two) {
+            const int64_t th1 = (ti + 1) / g->TW, tw1 = (ti + 1) % g->TW;
+            in_tf(S + cb * cbs + (2 * th1 * Ws + 2 * tw1) * 16, Ws, vb);
+            #pragma GCC unroll 16
+            for (int p = 0; p < NP; p++)
+              _mm512_storeu_si512(V2 + ((p * g->T2 + t / 2) * g->Cp + cb * 16) * 2, interleave_bf16(va[p], vb[p]));
+          } else {
+            #pragma GCC unroll 16
+            for (int p = 0; p < NP; p++) store_pair(V2 + ((p * g->T2 + t / 2) * g->Cp + cb * 16) * 2, t, va[p]);
           }
         }
+        ti += two ? 2 : 1;
+      }
     }
   }
 }
@@ -262,12 +289,11 @@ TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
  * w[j sj + i si + (rot ? 8 - k : k)] -> U [p][Cp/2][Op][2]; zero outside Ci x Co. */
 TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
   const int64_t nkk = g->Cp / 2, njb = g->Op / 16;
-  static const short pidx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 #pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
   for (int64_t task = 0; task < nkk * njb; task++) {
     const int64_t kk = task / njb, j0 = task % njb * 16;
     __m512 u[2][NP];
+    #pragma GCC unroll 16
     for (int e = 0; e < 2; e++) {
       const int64_t i = 2 * kk + e;
       const __mmask16 m = i < g->Ci ? lanes(g->Co - j0) : 0;
@@ -276,15 +302,18 @@ TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t 
                              _mm512_set1_epi32((int)sj)),
           _mm512_set1_epi32((int)(i * si)));
       __m512 gk[3][3], t[4][3];
+      #pragma GCC unroll 16
       for (int k = 0; k < 9; k++)
         gk[k / 3][k % 3] = gather_bf16(w, _mm512_add_epi32(base, _mm512_set1_epi32(rot ? 8 - k : k)), m);
       const __m512 half = _mm512_set1_ps(0.5f);
+      #pragma GCC unroll 16
       for (int j = 0; j < 3; j++) {
         t[0][j] = gk[0][j];
         t[1][j] = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(gk[0][j], gk[1][j]), gk[2][j]), half);
         t[2][j] = _mm512_mul_ps(_mm512_add_ps(_mm512_sub_ps(gk[0][j], gk[1][j]), gk[2][j]), half);
         t[3][j] = gk[2][j];
       }
+      #pragma GCC unroll 16
       for (int a = 0; a < 4; a++) {
         u[e][4 * a + 0] = t[a][0];
         u[e][4 * a + 1] = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(t[a][0], t[a][1]), t[a][2]), half);
@@ -292,32 +321,79 @@ TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t 
         u[e][4 * a + 3] = t[a][2];
       }
     }
-    const __m512i idx = _mm512_loadu_si512(pidx);
-    for (int p = 0; p < NP; p++) {
-      /* cvtne2ps_pbh(hi, lo): words 0-15 = lo (e = 0), 16-31 = hi (e = 1); interleave them */
-      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(u[1][p], u[0][p]);
-      _mm512_storeu_si512(U + ((p * nkk + kk) * g->Op + j0) * 2, _mm512_permutexvar_epi16(idx, both));
-    }
+    #pragma GCC unroll 16
+    for (int p = 0; p < NP; p++) _mm512_storeu_si512(U + ((p * nkk + kk) * g->Op + j0) * 2, interleave_bf16(u[0][p], u[1][p]));
   }
 }
 
-/* GEMMs and output transform of the equivalent forward conv, fused per chunk of tile rows:
- * V, U -> dst (N, Co, H, W) bf16 (+ bias (Co) bf16). */
-TGT static void phase_out(const geom *g, const uint16_t *V, const uint16_t *U, const uint16_t *bias, uint16_t *dst,
-                          float *loc, size_t locf, int64_t rpc) {
-  const int64_t NTH = g->N * g->TH, nch = (NTH + rpc - 1) / rpc, TB = rpc * g->TW, Ws = 2 * g->TW;
-  const int64_t HW = g->H * g->W, K2 = g->Cp / 2;
+/* The equivalent forward conv, fused per chunk of rpc tile rows (which may span images), all in
+ * per-thread buffers: stage the chunk's input rows (with their zero padding), input transform
+ * -> Vl [p][tile][Cp] bf16, then per 32 out-channels the 16 GEMMs -> Ml [p][tile][32] f32 and
+ * the output transform (+ bias) -> So [row][col][16] -> dst (N, Co, H, W) bf16. */
+typedef struct {
+  int64_t rpc, TB, SR, Ws, Wo; /* tile rows and tiles per chunk; staged rows per 16 channels; widths */
+  size_t s, v, m, o;            /* floats of each per-thread buffer */
+} fwd_plan;
+
+static void fwd_plan_init(const geom *g, fwd_plan *f) {
+  const int64_t target = g->Cp <= 128 ? 64 : 32; /* tiles per chunk: Vl and Ml in L2 */
+  f->rpc = g->TW >= target ? 1 : target / g->TW;
+  if (f->rpc > 64) f->rpc = 64;
+  f->TB = f->rpc * g->TW, f->SR = 4 * f->rpc + 2, f->Ws = 2 * g->TW + 2, f->Wo = 2 * g->TW;
+  f->s = (size_t)(g->Cp / 16 * f->SR * f->Ws * 16), f->v = (size_t)(NP * f->TB * g->Cp / 2);
+  f->m = (size_t)(NP * f->TB * 32), f->o = (size_t)(2 * f->rpc * f->Wo * 16);
+}
+static size_t fwd_plan_floats(const fwd_plan *f) { return f->s + f->v + f->m + f->o + 64; }
+
+TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src, const uint16_t *U, const uint16_t *bias,
+                          uint16_t *dst, float *loc) {
+  const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, TB = f->TB, Ws = f->Ws, Wo = f->Wo;
+  const int64_t HW = g->H * g->W, K2 = g->Cp / 2, ncb = g->Cp / 16, cbs = f->SR * Ws * 16;
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
-    float *Ml = loc + (size_t)omp_get_thread_num() * locf, *So = Ml + NP * TB * 32;
+    float *S = loc + (size_t)omp_get_thread_num() * fwd_plan_floats(f), *Ml = S + f->s + f->v, *So = Ml + f->m;
+    uint16_t *Vl = (uint16_t *)(S + f->s);
+    int64_t rb[64]; /* staged row of each tile row's first input row */
 #pragma omp for schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
-      const int64_t gr0 = ch * rpc, gr1 = gr0 + rpc < NTH ? gr0 + rpc : NTH, t0 = gr0 * g->TW, nt = (gr1 - gr0) * g->TW;
+      const int64_t gr0 = ch * f->rpc, gr1 = gr0 + f->rpc < NTH ? gr0 + f->rpc : NTH, nt = (gr1 - gr0) * g->TW;
+      /* stage: per image segment of the chunk, input rows 2 th0 - 1 .. 2 th1 + 2 */
+      int64_t srow = 0;
+      for (int64_t gr = gr0; gr < gr1;) {
+        const int64_t n = gr / g->TH, th0 = gr % g->TH, nth = g->TH - th0 < gr1 - gr ? g->TH - th0 : gr1 - gr;
+        for (int64_t r = 0; r < 2 * nth + 2; r++) {
+          const int64_t h = 2 * th0 - 1 + r;
+          for (int64_t cb = 0; cb < ncb; cb++) {
+            float *row = S + cb * cbs + (srow + r) * Ws * 16;
+            if (h < 0 || h >= g->H) {
+              memset(row, 0, sizeof(float) * (size_t)(Ws * 16));
+              continue;
+            }
+            const int nc = g->Ci - cb * 16 < 16 ? (int)(g->Ci - cb * 16) : 16;
+            memset(row, 0, sizeof(float) * 16);
+            stage_row(src + ((n * g->Ci + cb * 16) * g->H + h) * g->W, HW, nc, g->W, row + 16);
+            memset(row + (g->W + 1) * 16, 0, sizeof(float) * (size_t)((Ws - 1 - g->W) * 16));
+          }
+        }
+        for (int64_t k = 0; k < nth; k++) rb[gr - gr0 + k] = srow + 2 * k;
+        srow += 2 * nth + 2, gr += nth;
+      }
+      for (int64_t tl = 0; tl < nt; tl++) {
+        const int64_t lr = tl / g->TW, tw = tl % g->TW;
+        for (int64_t cb = 0; cb < ncb; cb++) {
+          __m512 v[NP];
+          in_tf(S + cb * cbs + (rb[lr] * Ws + 2 * tw) * 16, Ws, v);
+          #pragma GCC unroll 16
+          for (int p = 0; p < NP; p++) _mm256_storeu_si256((__m256i *)(Vl + (p * TB + tl) * g->Cp + cb * 16), narrow16(v[p]));
+        }
+      }
       for (int64_t ob = 0; ob < g->Op; ob += 32) {
+        #pragma GCC unroll 16
         for (int p = 0; p < NP; p++)
           for (int64_t r0 = 0; r0 < nt; r0 += MR)
-            gemm_rows(nt - r0 < MR ? (int)(nt - r0) : MR, K2, (const uint32_t *)(V + (p * g->T + t0 + r0) * g->Cp), K2, 1,
+            gemm_rows(nt - r0 < MR ? (int)(nt - r0) : MR, K2, (const uint32_t *)(Vl + (p * TB + r0) * g->Cp), K2, 1,
                       (const uint32_t *)U + p * K2 * g->Op + ob, g->Op, Ml + (p * TB + r0) * 32, 32, 0);
+        #pragma GCC unroll 16
         for (int hf = 0; hf < 2; hf++) {
           const int64_t og = ob + hf * 16;
           if (og >= g->Co) break;
@@ -326,23 +402,27 @@ TGT static void phase_out(const geom *g, const uint16_t *V, const uint16_t *U, c
           for (int64_t tl = 0; tl < nt; tl++) {
             const int64_t lr = tl / g->TW, tw = tl % g->TW;
             __m512 m[NP], s[2][4];
+            #pragma GCC unroll 16
             for (int p = 0; p < NP; p++) m[p] = _mm512_loadu_ps(Ml + (p * TB + tl) * 32 + hf * 16);
+            #pragma GCC unroll 16
             for (int b = 0; b < 4; b++) {
               s[0][b] = _mm512_add_ps(_mm512_add_ps(m[b], m[4 + b]), m[8 + b]);
               s[1][b] = _mm512_sub_ps(_mm512_sub_ps(m[4 + b], m[8 + b]), m[12 + b]);
             }
+            #pragma GCC unroll 16
             for (int i = 0; i < 2; i++) {
-              float *o = So + ((lr * 2 + i) * Ws + 2 * tw) * 16;
+              float *o = So + ((lr * 2 + i) * Wo + 2 * tw) * 16;
               _mm512_storeu_ps(o, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[i][0], s[i][1]), s[i][2]), bv));
               _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3]), bv));
             }
           }
           for (int64_t lr = 0; lr < gr1 - gr0; lr++) {
             const int64_t gr = gr0 + lr, n = gr / g->TH, th = gr % g->TH;
+            #pragma GCC unroll 16
             for (int i = 0; i < 2; i++) {
               const int64_t h = 2 * th + i;
               if (h < g->H)
-                unstage_row(So + (lr * 2 + i) * Ws * 16, g->W, dst + ((n * g->Co + og) * g->H + h) * g->W, HW, nc);
+                unstage_row(So + (lr * 2 + i) * Wo * 16, g->W, dst + ((n * g->Co + og) * g->H + h) * g->W, HW, nc);
             }
           }
         }
@@ -351,28 +431,17 @@ TGT static void phase_out(const geom *g, const uint16_t *V, const uint16_t *U, c
   }
 }
 
-/* Rows of tiles per chunk of phase_out (about 64 tiles, at least one row). */
-static int64_t chunk_rows(const geom *g) { return g->TW >= 64 ? 1 : 64 / g->TW; }
-
-/* Per-thread floats phase_in and phase_out need. */
-static size_t loc_fwd(const geom *g, int64_t rpc) {
-  const size_t in = (size_t)((2 * g->TH + 2) * (2 * g->TW + 2) * 16);
-  const size_t out = (size_t)(NP * rpc * g->TW * 32 + 2 * rpc * 2 * g->TW * 16);
-  return (in > out ? in : out) + 16;
-}
-
 static int wino_fwd(const geom *g, const uint16_t *src, const uint16_t *w, int64_t si, int64_t sj, int rot,
                     const uint16_t *bias, uint16_t *dst, double st[3], const char *what) {
-  const int64_t rpc = chunk_rows(g);
-  const size_t locf = loc_fwd(g, rpc);
-  uint16_t *V = scratch(0, (size_t)(NP * g->T * g->Cp) * 2), *U = scratch(1, (size_t)(NP * g->Cp * g->Op) * 2);
-  float *loc = scratch(3, locf * sizeof(float) * (size_t)g->nthr);
-  if (!V || !U || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
+  fwd_plan f;
+  fwd_plan_init(g, &f);
+  uint16_t *U = scratch(1, (size_t)(NP * g->Cp * g->Op) * 2);
+  float *loc = scratch(3, fwd_plan_floats(&f) * sizeof(float) * (size_t)g->nthr);
+  if (!U || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
   double t0 = ts_time_now();
   phase_wtf(g, w, si, sj, rot, U);
-  phase_in(g, src, V, 0, loc, locf);
   double t1 = ts_time_now();
-  phase_out(g, V, U, bias, dst, loc, locf, rpc);
+  phase_fwd(g, &f, src, U, bias, dst, loc);
   double t2 = ts_time_now();
   if (st) st[0] += t1 - t0, st[1] += t2 - t1;
   return TS_OK;
@@ -410,45 +479,63 @@ int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void 
 
 /* ---------------------------------------------------------------- backward weights */
 
-/* dM = A dY A^T of every tile: dy (N, Co, H, W) bf16 -> dM [p][T2][Op][2]. */
+/* dM = A dY A^T of every tile: dy (N, Co, H, W) bf16 -> dM [p][T2][Op][2]. One task per image,
+ * tiles in pairs where both are in the image. */
+TGT AI void dm_tf(const float *s, int64_t Ws, __m512 out[NP]) {
+  __m512 y[2][2], r[4][2];
+  #pragma GCC unroll 16
+  for (int i = 0; i < 2; i++)
+    #pragma GCC unroll 16
+    for (int j = 0; j < 2; j++) y[i][j] = _mm512_loadu_ps(s + (i * Ws + j) * 16);
+  #pragma GCC unroll 16
+  for (int j = 0; j < 2; j++) {
+    r[0][j] = y[0][j];
+    r[1][j] = _mm512_add_ps(y[0][j], y[1][j]);
+    r[2][j] = _mm512_sub_ps(y[0][j], y[1][j]);
+    r[3][j] = _mm512_sub_ps(_mm512_setzero_ps(), y[1][j]);
+  }
+  #pragma GCC unroll 16
+  for (int a = 0; a < 4; a++) {
+    out[4 * a] = r[a][0];
+    out[4 * a + 1] = _mm512_add_ps(r[a][0], r[a][1]);
+    out[4 * a + 2] = _mm512_sub_ps(r[a][0], r[a][1]);
+    out[4 * a + 3] = _mm512_sub_ps(_mm512_setzero_ps(), r[a][1]);
+  }
+}
+
 TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float *loc, size_t locf) {
-  const int64_t nob = g->Op / 16, Ws = 2 * g->TW, Hs = 2 * g->TH, HW = g->H * g->W;
+  const int64_t nob = g->Op / 16, Ws = 2 * g->TW, Hs = 2 * g->TH, HW = g->H * g->W, obs = Hs * Ws * 16;
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
-    float *S = loc + (size_t)omp_get_thread_num() * locf;
-    memset(S, 0, sizeof(float) * (size_t)(Hs * Ws * 16)); /* rows and columns past H, W stay zero */
+    float *S = loc + (size_t)omp_get_thread_num() * locf; /* [ob][Hs][Ws][16] */
+    memset(S, 0, sizeof(float) * (size_t)(nob * obs));   /* rows and columns past H, W stay zero */
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < g->N * nob; task++) {
-      const int64_t n = task / nob, o0 = task % nob * 16;
-      const int nc = g->Co - o0 < 16 ? (int)(g->Co - o0) : 16;
-      for (int64_t h = 0; h < g->H; h++) {
-        if (nc > 0)
-          stage_row(dy + ((n * g->Co + o0) * g->H + h) * g->W, HW, nc, g->W, S + h * Ws * 16);
-        else
-          memset(S + h * Ws * 16, 0, sizeof(float) * (size_t)(g->W * 16));
+    for (int64_t n = 0; n < g->N; n++) {
+      for (int64_t ob = 0; ob < nob; ob++) {
+        const int nc = g->Co - ob * 16 < 16 ? (int)(g->Co - ob * 16) : 16;
+        for (int64_t h = 0; h < g->H; h++)
+          stage_row(dy + ((n * g->Co + ob * 16) * g->H + h) * g->W, HW, nc, g->W, S + ob * obs + h * Ws * 16);
       }
-      for (int64_t th = 0; th < g->TH; th++)
-        for (int64_t tw = 0; tw < g->TW; tw++) {
-          const int64_t t = n * g->TI + th * g->TW + tw;
-          const float *s = S + (2 * th * Ws + 2 * tw) * 16;
-          __m512 y[2][2], r[4][2];
-          for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 2; j++) y[i][j] = _mm512_loadu_ps(s + (i * Ws + j) * 16);
-          for (int j = 0; j < 2; j++) {
-            r[0][j] = y[0][j];
-            r[1][j] = _mm512_add_ps(y[0][j], y[1][j]);
-            r[2][j] = _mm512_sub_ps(y[0][j], y[1][j]);
-            r[3][j] = _mm512_sub_ps(_mm512_setzero_ps(), y[1][j]);
-          }
-          for (int a = 0; a < 4; a++) {
-            uint16_t *base = dM + ((4 * a * g->T2 + t / 2) * g->Op + o0) * 2;
-            const int64_t ps = g->T2 * g->Op * 2; /* one position further */
-            store_pair(base, t, r[a][0]);
-            store_pair(base + ps, t, _mm512_add_ps(r[a][0], r[a][1]));
-            store_pair(base + 2 * ps, t, _mm512_sub_ps(r[a][0], r[a][1]));
-            store_pair(base + 3 * ps, t, _mm512_sub_ps(_mm512_setzero_ps(), r[a][1]));
+      for (int64_t ti = 0; ti < g->TI;) {
+        const int64_t t = n * g->TI + ti;
+        const int two = !(t & 1) && ti + 1 < g->TI;
+        for (int64_t ob = 0; ob < nob; ob++) {
+          __m512 va[NP], vb[NP];
+          const int64_t th = ti / g->TW, tw = ti % g->TW;
+          dm_tf(S + ob * obs + (2 * th * Ws + 2 * tw) * 16, Ws, va);
+          if (two) {
+            const int64_t th1 = (ti + 1) / g->TW, tw1 = (ti + 1) % g->TW;
+            dm_tf(S + ob * obs + (2 * th1 * Ws + 2 * tw1) * 16, Ws, vb);
+            #pragma GCC unroll 16
+            for (int p = 0; p < NP; p++)
+              _mm512_storeu_si512(dM + ((p * g->T2 + t / 2) * g->Op + ob * 16) * 2, interleave_bf16(va[p], vb[p]));
+          } else {
+            #pragma GCC unroll 16
+            for (int p = 0; p < NP; p++) store_pair(dM + ((p * g->T2 + t / 2) * g->Op + ob * 16) * 2, t, va[p]);
           }
         }
+        ti += two ? 2 : 1;
+      }
     }
   }
 }
@@ -470,26 +557,45 @@ TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, 
   }
 }
 
-/* dW = G^T dU G per (o, c) -> dw (Co, Ci, 3, 3) bf16. */
-static void phase_dw(const geom *g, const float *dU, uint16_t *dw) {
-  const int64_t pst = g->Cp * g->Op;
-#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
-  for (int64_t o = 0; o < g->Co; o++)
-    for (int64_t c = 0; c < g->Ci; c++) {
-      const float *u = dU + c * g->Op + o;
-      float r[4][3], out[9];
-      for (int a = 0; a < 4; a++) {
-        const float u0 = u[(4 * a) * pst], u1 = u[(4 * a + 1) * pst], u2 = u[(4 * a + 2) * pst], u3 = u[(4 * a + 3) * pst];
-        const float s = 0.5f * (u1 + u2);
-        r[a][0] = u0 + s, r[a][1] = 0.5f * (u1 - u2), r[a][2] = s + u3;
+/* dW = G^T dU G per (o, c) -> dw (Co, Ci, 3, 3) bf16: one task per 16 in-channels, vectors over
+ * 16 out-channels (contiguous in dU), through a small buffer so dw is written row by row. */
+TGT static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *loc, size_t locf) {
+  const int64_t pst = g->Cp * g->Op, ncb = (g->Ci + 15) / 16;
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    float *tmp = loc + (size_t)omp_get_thread_num() * locf; /* [16 c][9][16 o] */
+#pragma omp for schedule(static)
+    for (int64_t cb = 0; cb < ncb; cb++) {
+      const int64_t c0 = cb * 16, ncc = g->Ci - c0 < 16 ? g->Ci - c0 : 16;
+      for (int64_t o0 = 0; o0 < g->Co; o0 += 16) {
+        for (int64_t c = 0; c < ncc; c++) {
+          const float *u = dU + (c0 + c) * g->Op + o0;
+          __m512 r[4][3];
+          const __m512 half = _mm512_set1_ps(0.5f);
+          #pragma GCC unroll 16
+          for (int a = 0; a < 4; a++) {
+            const __m512 u0 = _mm512_loadu_ps(u + 4 * a * pst), u1 = _mm512_loadu_ps(u + (4 * a + 1) * pst),
+                         u2 = _mm512_loadu_ps(u + (4 * a + 2) * pst), u3 = _mm512_loadu_ps(u + (4 * a + 3) * pst);
+            const __m512 s = _mm512_mul_ps(half, _mm512_add_ps(u1, u2));
+            r[a][0] = _mm512_add_ps(u0, s), r[a][1] = _mm512_mul_ps(half, _mm512_sub_ps(u1, u2)), r[a][2] = _mm512_add_ps(s, u3);
+          }
+          float *q = tmp + c * 9 * 16;
+          #pragma GCC unroll 16
+          for (int j = 0; j < 3; j++) {
+            const __m512 s = _mm512_mul_ps(half, _mm512_add_ps(r[1][j], r[2][j]));
+            _mm512_storeu_ps(q + j * 16, _mm512_add_ps(r[0][j], s));
+            _mm512_storeu_ps(q + (3 + j) * 16, _mm512_mul_ps(half, _mm512_sub_ps(r[1][j], r[2][j])));
+            _mm512_storeu_ps(q + (6 + j) * 16, _mm512_add_ps(s, r[3][j]));
+          }
+        }
+        const int64_t no = g->Co - o0 < 16 ? g->Co - o0 : 16;
+        for (int64_t o = 0; o < no; o++) {
+          uint16_t *row = dw + ((o0 + o) * g->Ci + c0) * 9;
+          for (int64_t e = 0; e < ncc * 9; e++) row[e] = ts__f2bf(tmp[e * 16 + o]);
+        }
       }
-      for (int j = 0; j < 3; j++) {
-        const float s = 0.5f * (r[1][j] + r[2][j]);
-        out[j] = r[0][j] + s, out[3 + j] = 0.5f * (r[1][j] - r[2][j]), out[6 + j] = s + r[3][j];
-      }
-      uint16_t *q = dw + (o * g->Ci + c) * 9;
-      for (int k = 0; k < 9; k++) q[k] = ts__f2bf(out[k]);
     }
+  }
 }
 
 int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db,
@@ -499,22 +605,24 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
   if (rc) return rc;
   geom g;
   geom_init(&g, d->N, d->C, d->O, d->H, d->W);
-  const size_t locf = (size_t)((2 * g.TH + 2) * (2 * g.TW + 2) * 16) + 16;
+  const size_t in = (size_t)(g.Cp / 16 * (2 * g.TH + 2) * (2 * g.TW + 2) * 16),
+               dm = (size_t)(g.Op / 16 * (2 * g.TH) * (2 * g.TW) * 16), locf = (in > dm ? in : dm) + 16 * 9 * 16 + 64;
   uint16_t *V2 = scratch(0, (size_t)(NP * g.T2 * 2 * g.Cp) * 2), *dM = scratch(1, (size_t)(NP * g.T2 * 2 * g.Op) * 2);
   float *dU = scratch(2, (size_t)(NP * g.Cp * g.Op) * sizeof(float)), *loc = scratch(3, locf * sizeof(float) * (size_t)g.nthr);
   if (!V2 || !dM || !dU || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
   double t0 = ts_time_now();
   if (g.T & 1) /* the pad tile of the last pair is zero */
+    #pragma GCC unroll 16
     for (int p = 0; p < NP; p++) {
       memset(V2 + (p * g.T2 + g.T2 - 1) * g.Cp * 2, 0, (size_t)g.Cp * 4);
       memset(dM + (p * g.T2 + g.T2 - 1) * g.Op * 2, 0, (size_t)g.Op * 4);
     }
-  phase_in(&g, x, V2, 1, loc, locf);
+  phase_in_pairs(&g, x, V2, loc, locf);
   phase_dm(&g, dy, dM, loc, locf);
   double t1 = ts_time_now();
   phase_du(&g, V2, dM, dU);
   double t2 = ts_time_now();
-  phase_dw(&g, dU, dw);
+  phase_dw(&g, dU, dw, loc, locf);
   if (db) { /* bias gradient: per out-channel sums over (n, h, w) in a fixed order */
     const uint16_t *y = dy;
     uint16_t *b = db;
