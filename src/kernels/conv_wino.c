@@ -82,6 +82,8 @@ typedef struct {
   int64_t N, Ci, Co, H, W;
   int64_t TH, TW, TI, T, T2; /* tiles per column / row / image, total, pairs */
   int64_t Cp, Op;            /* Ci padded to 16, Co padded to 32 */
+  int64_t vps, mps, ups;     /* position strides of V2, dM (bf16) and dU (f32): padded by a cache
+                              * line so the 16 positions of a tile do not share an L1 set */
   int nthr;
 } geom;
 
@@ -89,6 +91,7 @@ static void geom_init(geom *g, int64_t N, int64_t Ci, int64_t Co, int64_t H, int
   g->N = N, g->Ci = Ci, g->Co = Co, g->H = H, g->W = W;
   g->TH = (H + 1) / 2, g->TW = (W + 1) / 2, g->TI = g->TH * g->TW, g->T = N * g->TI, g->T2 = (g->T + 1) / 2;
   g->Cp = (Ci + 15) / 16 * 16, g->Op = (Co + 31) / 32 * 32;
+  g->vps = g->T2 * g->Cp * 2 + 32, g->mps = g->T2 * g->Op * 2 + 32, g->ups = g->Cp * g->Op + 16;
   g->nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (g->nthr < 1) g->nthr = 1;
 }
@@ -262,10 +265,10 @@ TGT static void phase_in_pairs(const geom *g, const uint16_t *src, uint16_t *V2,
             in_tf(S + cb * cbs + (2 * th1 * Ws + 2 * tw1) * 16, Ws, vb);
             #pragma GCC unroll 16
             for (int p = 0; p < NP; p++)
-              _mm512_storeu_si512(V2 + ((p * g->T2 + t / 2) * g->Cp + cb * 16) * 2, interleave_bf16(va[p], vb[p]));
+              _mm512_storeu_si512(V2 + p * g->vps + (t / 2 * g->Cp + cb * 16) * 2, interleave_bf16(va[p], vb[p]));
           } else {
             #pragma GCC unroll 16
-            for (int p = 0; p < NP; p++) store_pair(V2 + ((p * g->T2 + t / 2) * g->Cp + cb * 16) * 2, t, va[p]);
+            for (int p = 0; p < NP; p++) store_pair(V2 + p * g->vps + (t / 2 * g->Cp + cb * 16) * 2, t, va[p]);
           }
         }
         ti += two ? 2 : 1;
@@ -326,12 +329,43 @@ TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t 
   }
 }
 
+/* Stages the input rows of tile rows [gr0, gr1) (global: n TH + th) of src (N, Cs, H, W) bf16,
+ * 16 channels per block (nb blocks, zero past Cs): S [block][SR][ws][16] f32. pad 1: the rows
+ * 2 th - 1 .. 2 th + 2 of each tile row with a zero column left and zeros right (forward input);
+ * pad 0: rows 2 th, 2 th + 1 from column 0 (output gradient). Rows outside the image are zero.
+ * rb[k]: the staged row of tile row gr0 + k's first row. */
+TGT static void stage_chunk(const geom *g, const uint16_t *src, int64_t Cs, int64_t nb, int64_t gr0, int64_t gr1,
+                            int pad, float *S, int64_t SR, int64_t ws, int64_t *rb) {
+  const int64_t HW = g->H * g->W, bs = SR * ws * 16;
+  int64_t srow = 0;
+  for (int64_t gr = gr0; gr < gr1;) {
+    const int64_t n = gr / g->TH, th0 = gr % g->TH, nth = g->TH - th0 < gr1 - gr ? g->TH - th0 : gr1 - gr;
+    for (int64_t r = 0; r < 2 * nth + 2 * pad; r++) {
+      const int64_t h = 2 * th0 - pad + r;
+      for (int64_t cb = 0; cb < nb; cb++) {
+        float *row = S + cb * bs + (srow + r) * ws * 16;
+        if (h < 0 || h >= g->H) {
+          memset(row, 0, sizeof(float) * (size_t)(ws * 16));
+          continue;
+        }
+        const int nc = Cs - cb * 16 < 16 ? (int)(Cs - cb * 16) : 16;
+        if (pad) memset(row, 0, sizeof(float) * 16);
+        stage_row(src + ((n * Cs + cb * 16) * g->H + h) * g->W, HW, nc, g->W, row + pad * 16);
+        if (ws > g->W + pad) memset(row + (g->W + pad) * 16, 0, sizeof(float) * (size_t)((ws - pad - g->W) * 16));
+      }
+    }
+    for (int64_t k = 0; k < nth; k++) rb[gr - gr0 + k] = srow + 2 * k;
+    srow += 2 * nth + 2 * pad, gr += nth;
+  }
+}
+
 /* The equivalent forward conv, fused per chunk of rpc tile rows (which may span images), all in
  * per-thread buffers: stage the chunk's input rows (with their zero padding), input transform
  * -> Vl [p][tile][Cp] bf16, then per 32 out-channels the 16 GEMMs -> Ml [p][tile][32] f32 and
  * the output transform (+ bias) -> So [row][col][16] -> dst (N, Co, H, W) bf16. */
 typedef struct {
   int64_t rpc, TB, SR, Ws, Wo; /* tile rows and tiles per chunk; staged rows per 16 channels; widths */
+  int64_t VP, MP;               /* position strides of Vl (bf16) and Ml (f32), a line over a multiple */
   size_t s, v, m, o;            /* floats of each per-thread buffer */
 } fwd_plan;
 
@@ -340,14 +374,15 @@ static void fwd_plan_init(const geom *g, fwd_plan *f) {
   f->rpc = g->TW >= target ? 1 : target / g->TW;
   if (f->rpc > 64) f->rpc = 64;
   f->TB = f->rpc * g->TW, f->SR = 4 * f->rpc + 2, f->Ws = 2 * g->TW + 2, f->Wo = 2 * g->TW;
-  f->s = (size_t)(g->Cp / 16 * f->SR * f->Ws * 16), f->v = (size_t)(NP * f->TB * g->Cp / 2);
-  f->m = (size_t)(NP * f->TB * 32), f->o = (size_t)(2 * f->rpc * f->Wo * 16);
+  f->VP = f->TB * g->Cp + 32, f->MP = f->TB * 32 + 16;
+  f->s = (size_t)(g->Cp / 16 * f->SR * f->Ws * 16), f->v = (size_t)(NP * f->VP / 2);
+  f->m = (size_t)(NP * f->MP), f->o = (size_t)(2 * f->rpc * f->Wo * 16);
 }
 static size_t fwd_plan_floats(const fwd_plan *f) { return f->s + f->v + f->m + f->o + 64; }
 
 TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src, const uint16_t *U, const uint16_t *bias,
                           uint16_t *dst, float *loc) {
-  const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, TB = f->TB, Ws = f->Ws, Wo = f->Wo;
+  const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, Ws = f->Ws, Wo = f->Wo;
   const int64_t HW = g->H * g->W, K2 = g->Cp / 2, ncb = g->Cp / 16, cbs = f->SR * Ws * 16;
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
@@ -357,42 +392,22 @@ TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src,
 #pragma omp for schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
       const int64_t gr0 = ch * f->rpc, gr1 = gr0 + f->rpc < NTH ? gr0 + f->rpc : NTH, nt = (gr1 - gr0) * g->TW;
-      /* stage: per image segment of the chunk, input rows 2 th0 - 1 .. 2 th1 + 2 */
-      int64_t srow = 0;
-      for (int64_t gr = gr0; gr < gr1;) {
-        const int64_t n = gr / g->TH, th0 = gr % g->TH, nth = g->TH - th0 < gr1 - gr ? g->TH - th0 : gr1 - gr;
-        for (int64_t r = 0; r < 2 * nth + 2; r++) {
-          const int64_t h = 2 * th0 - 1 + r;
-          for (int64_t cb = 0; cb < ncb; cb++) {
-            float *row = S + cb * cbs + (srow + r) * Ws * 16;
-            if (h < 0 || h >= g->H) {
-              memset(row, 0, sizeof(float) * (size_t)(Ws * 16));
-              continue;
-            }
-            const int nc = g->Ci - cb * 16 < 16 ? (int)(g->Ci - cb * 16) : 16;
-            memset(row, 0, sizeof(float) * 16);
-            stage_row(src + ((n * g->Ci + cb * 16) * g->H + h) * g->W, HW, nc, g->W, row + 16);
-            memset(row + (g->W + 1) * 16, 0, sizeof(float) * (size_t)((Ws - 1 - g->W) * 16));
-          }
-        }
-        for (int64_t k = 0; k < nth; k++) rb[gr - gr0 + k] = srow + 2 * k;
-        srow += 2 * nth + 2, gr += nth;
-      }
+      stage_chunk(g, src, g->Ci, ncb, gr0, gr1, 1, S, f->SR, Ws, rb);
       for (int64_t tl = 0; tl < nt; tl++) {
         const int64_t lr = tl / g->TW, tw = tl % g->TW;
         for (int64_t cb = 0; cb < ncb; cb++) {
           __m512 v[NP];
           in_tf(S + cb * cbs + (rb[lr] * Ws + 2 * tw) * 16, Ws, v);
           #pragma GCC unroll 16
-          for (int p = 0; p < NP; p++) _mm256_storeu_si256((__m256i *)(Vl + (p * TB + tl) * g->Cp + cb * 16), narrow16(v[p]));
+          for (int p = 0; p < NP; p++) _mm256_storeu_si256((__m256i *)(Vl + p * f->VP + tl * g->Cp + cb * 16), narrow16(v[p]));
         }
       }
       for (int64_t ob = 0; ob < g->Op; ob += 32) {
         #pragma GCC unroll 16
         for (int p = 0; p < NP; p++)
           for (int64_t r0 = 0; r0 < nt; r0 += MR)
-            gemm_rows(nt - r0 < MR ? (int)(nt - r0) : MR, K2, (const uint32_t *)(Vl + (p * TB + r0) * g->Cp), K2, 1,
-                      (const uint32_t *)U + p * K2 * g->Op + ob, g->Op, Ml + (p * TB + r0) * 32, 32, 0);
+            gemm_rows(nt - r0 < MR ? (int)(nt - r0) : MR, K2, (const uint32_t *)(Vl + p * f->VP + r0 * g->Cp), K2, 1,
+                      (const uint32_t *)U + p * K2 * g->Op + ob, g->Op, Ml + p * f->MP + r0 * 32, 32, 0);
         #pragma GCC unroll 16
         for (int hf = 0; hf < 2; hf++) {
           const int64_t og = ob + hf * 16;
@@ -403,7 +418,7 @@ TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src,
             const int64_t lr = tl / g->TW, tw = tl % g->TW;
             __m512 m[NP], s[2][4];
             #pragma GCC unroll 16
-            for (int p = 0; p < NP; p++) m[p] = _mm512_loadu_ps(Ml + (p * TB + tl) * 32 + hf * 16);
+            for (int p = 0; p < NP; p++) m[p] = _mm512_loadu_ps(Ml + p * f->MP + tl * 32 + hf * 16);
             #pragma GCC unroll 16
             for (int b = 0; b < 4; b++) {
               s[0][b] = _mm512_add_ps(_mm512_add_ps(m[b], m[4 + b]), m[8 + b]);
@@ -528,10 +543,10 @@ TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float 
             dm_tf(S + ob * obs + (2 * th1 * Ws + 2 * tw1) * 16, Ws, vb);
             #pragma GCC unroll 16
             for (int p = 0; p < NP; p++)
-              _mm512_storeu_si512(dM + ((p * g->T2 + t / 2) * g->Op + ob * 16) * 2, interleave_bf16(va[p], vb[p]));
+              _mm512_storeu_si512(dM + p * g->mps + (t / 2 * g->Op + ob * 16) * 2, interleave_bf16(va[p], vb[p]));
           } else {
             #pragma GCC unroll 16
-            for (int p = 0; p < NP; p++) store_pair(dM + ((p * g->T2 + t / 2) * g->Op + ob * 16) * 2, t, va[p]);
+            for (int p = 0; p < NP; p++) store_pair(dM + p * g->mps + (t / 2 * g->Op + ob * 16) * 2, t, va[p]);
           }
         }
         ti += two ? 2 : 1;
@@ -550,8 +565,8 @@ TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, 
     for (int64_t k0 = 0; k0 < g->T2; k0 += KB) {
       const int64_t kn = g->T2 - k0 < KB ? g->T2 - k0 : KB;
       for (int64_t c0 = 0; c0 < g->Cp; c0 += MR)
-        gemm_rows(g->Cp - c0 < MR ? (int)(g->Cp - c0) : MR, kn, (const uint32_t *)V2 + (p * g->T2 + k0) * g->Cp + c0, 1,
-                  g->Cp, (const uint32_t *)dM + (p * g->T2 + k0) * g->Op + ob, g->Op, dU + (p * g->Cp + c0) * g->Op + ob,
+        gemm_rows(g->Cp - c0 < MR ? (int)(g->Cp - c0) : MR, kn, (const uint32_t *)V2 + p * g->vps / 2 + k0 * g->Cp + c0, 1,
+                  g->Cp, (const uint32_t *)dM + p * g->mps / 2 + k0 * g->Op + ob, g->Op, dU + p * g->ups + c0 * g->Op + ob,
                   g->Op, k0 > 0);
     }
   }
@@ -560,7 +575,7 @@ TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, 
 /* dW = G^T dU G per (o, c) -> dw (Co, Ci, 3, 3) bf16: one task per 16 in-channels, vectors over
  * 16 out-channels (contiguous in dU), through a small buffer so dw is written row by row. */
 TGT static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *loc, size_t locf) {
-  const int64_t pst = g->Cp * g->Op, ncb = (g->Ci + 15) / 16;
+  const int64_t pst = g->ups, ncb = (g->Ci + 15) / 16;
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     float *tmp = loc + (size_t)omp_get_thread_num() * locf; /* [16 c][9][16 o] */
@@ -598,6 +613,84 @@ TGT static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *lo
   }
 }
 
+/* Backward-weights fused per chunk of tile rows, for layers whose dU fits in L2: each thread
+ * transforms its chunks' x and dy into per-thread pair layouts (V2l, dMl) and accumulates
+ * dU_t [p][Cp][Op] += V2l_p^T dMl_p; the threads' dU_t are then summed in thread order (so the
+ * result is the same run to run for a given thread count). */
+typedef struct {
+  int64_t rpc, SRx, SRy, wx, wy, LVP, LMP; /* tile rows per chunk; staged rows / widths of x, dy */
+  size_t sx, sy, v, m;                      /* floats of each per-thread buffer */
+} bww_plan;
+
+static void bww_plan_init(const geom *g, bww_plan *f) {
+  f->rpc = g->TW >= 64 ? 1 : 64 / g->TW;
+  if (f->rpc > 64) f->rpc = 64;
+  const int64_t TB2 = (f->rpc * g->TW + 1) / 2;
+  f->SRx = 4 * f->rpc + 2, f->SRy = 2 * f->rpc, f->wx = 2 * g->TW + 2, f->wy = 2 * g->TW;
+  f->LVP = TB2 * g->Cp * 2 + 32, f->LMP = TB2 * g->Op * 2 + 32;
+  f->sx = (size_t)(g->Cp / 16 * f->SRx * f->wx * 16), f->sy = (size_t)(g->Op / 16 * f->SRy * f->wy * 16);
+  f->v = (size_t)(NP * f->LVP / 2), f->m = (size_t)(NP * f->LMP / 2);
+}
+static size_t bww_plan_floats(const bww_plan *f) { return f->sx + f->sy + f->v + f->m + 64; }
+
+TGT static void phase_bww_fused(const geom *g, const bww_plan *f, const uint16_t *x, const uint16_t *dy, float *dUt,
+                                float *loc) {
+  const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, ncb = g->Cp / 16, nob = g->Op / 16;
+  const int64_t xbs = f->SRx * f->wx * 16, ybs = f->SRy * f->wy * 16;
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    const int tid = omp_get_thread_num();
+    float *Sx = loc + (size_t)tid * bww_plan_floats(f), *Sy = Sx + f->sx, *dU = dUt + (size_t)tid * (size_t)(NP * g->ups);
+    uint16_t *V2 = (uint16_t *)(Sy + f->sy), *dM = (uint16_t *)(Sy + f->sy + f->v);
+    int64_t rbx[64], rby[64];
+    memset(dU, 0, sizeof(float) * (size_t)(NP * g->ups));
+#pragma omp for schedule(static)
+    for (int64_t ch = 0; ch < nch; ch++) {
+      const int64_t gr0 = ch * f->rpc, gr1 = gr0 + f->rpc < NTH ? gr0 + f->rpc : NTH, nt = (gr1 - gr0) * g->TW;
+      stage_chunk(g, x, g->Ci, ncb, gr0, gr1, 1, Sx, f->SRx, f->wx, rbx);
+      stage_chunk(g, dy, g->Co, nob, gr0, gr1, 0, Sy, f->SRy, f->wy, rby);
+      for (int64_t tl = 0; tl < nt; tl += 2) {
+        const int two = tl + 1 < nt;
+        const int64_t l0 = tl / g->TW, w0 = tl % g->TW, l1 = (tl + 1) / g->TW, w1 = (tl + 1) % g->TW;
+        for (int64_t cb = 0; cb < ncb; cb++) {
+          __m512 va[NP], vb[NP];
+          in_tf(Sx + cb * xbs + (rbx[l0] * f->wx + 2 * w0) * 16, f->wx, va);
+          if (two) in_tf(Sx + cb * xbs + (rbx[l1] * f->wx + 2 * w1) * 16, f->wx, vb);
+#pragma GCC unroll 16
+          for (int p = 0; p < NP; p++) {
+            if (!two) vb[p] = _mm512_setzero_ps();
+            _mm512_storeu_si512(V2 + p * f->LVP + (tl / 2 * g->Cp + cb * 16) * 2, interleave_bf16(va[p], vb[p]));
+          }
+        }
+        for (int64_t ob = 0; ob < nob; ob++) {
+          __m512 va[NP], vb[NP];
+          dm_tf(Sy + ob * ybs + (rby[l0] * f->wy + 2 * w0) * 16, f->wy, va);
+          if (two) dm_tf(Sy + ob * ybs + (rby[l1] * f->wy + 2 * w1) * 16, f->wy, vb);
+#pragma GCC unroll 16
+          for (int p = 0; p < NP; p++) {
+            if (!two) vb[p] = _mm512_setzero_ps();
+            _mm512_storeu_si512(dM + p * f->LMP + (tl / 2 * g->Op + ob * 16) * 2, interleave_bf16(va[p], vb[p]));
+          }
+        }
+      }
+      const int64_t kn = (nt + 1) / 2;
+      for (int p = 0; p < NP; p++)
+        for (int64_t ob = 0; ob < g->Op; ob += 32)
+          for (int64_t c0 = 0; c0 < g->Cp; c0 += MR)
+            gemm_rows(g->Cp - c0 < MR ? (int)(g->Cp - c0) : MR, kn, (const uint32_t *)V2 + p * f->LVP / 2 + c0, 1, g->Cp,
+                      (const uint32_t *)dM + p * f->LMP / 2 + ob, g->Op, dU + p * g->ups + c0 * g->Op + ob, g->Op, 1);
+    }
+  }
+  /* dUt[0] += dUt[1] + ... in thread order */
+  const int64_t n = NP * g->ups;
+#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += 1024) {
+    const int64_t i1 = i0 + 1024 < n ? i0 + 1024 : n;
+    for (int t = 1; t < g->nthr; t++)
+      for (int64_t i = i0; i < i1; i++) dUt[i] += dUt[(size_t)t * (size_t)n + (size_t)i];
+  }
+}
+
 int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db,
                                double st[3]) {
   const char *what = "conv2d_bwd_weight (bf16 Winograd)";
@@ -606,21 +699,32 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
   geom g;
   geom_init(&g, d->N, d->C, d->O, d->H, d->W);
   const size_t in = (size_t)(g.Cp / 16 * (2 * g.TH + 2) * (2 * g.TW + 2) * 16),
-               dm = (size_t)(g.Op / 16 * (2 * g.TH) * (2 * g.TW) * 16), locf = (in > dm ? in : dm) + 16 * 9 * 16 + 64;
-  uint16_t *V2 = scratch(0, (size_t)(NP * g.T2 * 2 * g.Cp) * 2), *dM = scratch(1, (size_t)(NP * g.T2 * 2 * g.Op) * 2);
-  float *dU = scratch(2, (size_t)(NP * g.Cp * g.Op) * sizeof(float)), *loc = scratch(3, locf * sizeof(float) * (size_t)g.nthr);
-  if (!V2 || !dM || !dU || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
-  double t0 = ts_time_now();
-  if (g.T & 1) /* the pad tile of the last pair is zero */
-    #pragma GCC unroll 16
-    for (int p = 0; p < NP; p++) {
-      memset(V2 + (p * g.T2 + g.T2 - 1) * g.Cp * 2, 0, (size_t)g.Cp * 4);
-      memset(dM + (p * g.T2 + g.T2 - 1) * g.Op * 2, 0, (size_t)g.Op * 4);
+               dm = (size_t)(g.Op / 16 * (2 * g.TH) * (2 * g.TW) * 16), dwf = 16 * 9 * 16;
+  size_t locf = (in > dm ? in : dm) + dwf + 64;
+  /* fused when every thread's dU fits in L2 with room to spare (ResNet's first two stages) */
+  const int fused = (size_t)(NP * g.ups) * sizeof(float) <= ((size_t)1 << 20);
+  bww_plan f;
+  bww_plan_init(&g, &f);
+  if (fused && bww_plan_floats(&f) > locf) locf = bww_plan_floats(&f);
+  uint16_t *V2 = fused ? NULL : scratch(0, (size_t)(NP * g.vps) * 2), *dM = fused ? NULL : scratch(1, (size_t)(NP * g.mps) * 2);
+  float *dU = scratch(2, (size_t)(NP * g.ups) * sizeof(float) * (size_t)(fused ? g.nthr : 1)),
+        *loc = scratch(3, locf * sizeof(float) * (size_t)g.nthr);
+  if ((!fused && (!V2 || !dM)) || !dU || !loc) return ts_error_set(TS_ENOMEM, "%s: out of memory for Winograd buffers", what);
+  double t0 = ts_time_now(), t1 = t0;
+  if (fused) {
+    phase_bww_fused(&g, &f, x, dy, dU, loc);
+  } else {
+    if (g.T & 1) { /* the pad tile of the last pair is zero */
+      for (int p = 0; p < NP; p++) {
+        memset(V2 + p * g.vps + (g.T2 - 1) * g.Cp * 2, 0, (size_t)g.Cp * 4);
+        memset(dM + p * g.mps + (g.T2 - 1) * g.Op * 2, 0, (size_t)g.Op * 4);
+      }
     }
-  phase_in_pairs(&g, x, V2, loc, locf);
-  phase_dm(&g, dy, dM, loc, locf);
-  double t1 = ts_time_now();
-  phase_du(&g, V2, dM, dU);
+    phase_in_pairs(&g, x, V2, loc, locf);
+    phase_dm(&g, dy, dM, loc, locf);
+    t1 = ts_time_now();
+    phase_du(&g, V2, dM, dU);
+  }
   double t2 = ts_time_now();
   phase_dw(&g, dU, dw, loc, locf);
   if (db) { /* bias gradient: per out-channel sums over (n, h, w) in a fixed order */

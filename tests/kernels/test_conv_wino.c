@@ -1,6 +1,6 @@
 /* bf16 Winograd F(2x2,3x3) convolution (conv_wino.c): every direction against the f32
  * reference kernel (conv.c) on the same bf16-valued inputs, the backward directions against
- * forward by adjointness, bitwise determinism (reruns, 1 vs 2 threads), and the dispatch
+ * forward by adjointness, bitwise determinism (reruns; fwd/bwd-data also 1 vs 2 threads), the dispatch
  * (conv_dnnl.c: the default bf16 path of a ResNet 3x3 layer is this kernel).
  *
  * Tolerance, derived from bf16 rounding (unit roundoff u = 2^-8, round to nearest even): the
@@ -200,10 +200,10 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
   CHECK_OK(ts__conv2d_fwd_ref(&d, x, w, bias ? b : NULL, yr));
   CHECK_OK(ts__conv2d_bwd_data_ref(&d, dy, w, dxr));
   CHECK_OK(ts__conv2d_bwd_weight_ref(&d, x, dy, dwr, dbr));
-  /* the kernel, twice on 2 threads and once on 1 */
-  uint16_t *y16[3], *dx16[3], *dw16[3], *db16[3];
-  for (int r = 0; r < 3; r++) {
-    omp_set_num_threads(r == 2 ? 1 : 2);
+  /* the kernel, twice on 2 threads and twice on 1 */
+  uint16_t *y16[4], *dx16[4], *dw16[4], *db16[4];
+  for (int r = 0; r < 4; r++) {
+    omp_set_num_threads(r >= 2 ? 1 : 2);
     y16[r] = malloc((size_t)ny * 2), dx16[r] = malloc((size_t)nx * 2), dw16[r] = malloc((size_t)nw * 2), db16[r] = malloc((size_t)O * 2);
     memset(y16[r], 0xff, (size_t)ny * 2), memset(dx16[r], 0xff, (size_t)nx * 2), memset(dw16[r], 0xff, (size_t)nw * 2);
     CHECK_OK(ts__conv2d_fwd_wino(&d, x16, w16, bias ? b16 : NULL, y16[r], NULL));
@@ -211,12 +211,16 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
     CHECK_OK(ts__conv2d_bwd_weight_wino(&d, x16, dy16, dw16[r], bias ? db16[r] : NULL, NULL));
   }
   omp_set_num_threads(2);
-  for (int r = 1; r < 3; r++) {
-    CHECK_MSG(!memcmp(y16[0], y16[r], (size_t)ny * 2), "%s: fwd differs between runs (%s)", what, r == 1 ? "rerun" : "1 thread");
-    CHECK_MSG(!memcmp(dx16[0], dx16[r], (size_t)nx * 2), "%s: bwd_data differs (%s)", what, r == 1 ? "rerun" : "1 thread");
-    CHECK_MSG(!memcmp(dw16[0], dw16[r], (size_t)nw * 2), "%s: bwd_weight differs (%s)", what, r == 1 ? "rerun" : "1 thread");
-    if (bias) CHECK_MSG(!memcmp(db16[0], db16[r], (size_t)O * 2), "%s: db differs (%s)", what, r == 1 ? "rerun" : "1 thread");
+  /* forward and backward-data: the same bits on any thread count; backward-weights: the same bits
+   * run to run on a thread count (its small layers sum per-thread partials in thread order) */
+  for (int r = 1; r < 4; r++) {
+    CHECK_MSG(!memcmp(y16[0], y16[r], (size_t)ny * 2), "%s: fwd differs between runs (run %d)", what, r);
+    CHECK_MSG(!memcmp(dx16[0], dx16[r], (size_t)nx * 2), "%s: bwd_data differs (run %d)", what, r);
+    if (bias) CHECK_MSG(!memcmp(db16[0], db16[r], (size_t)O * 2), "%s: db differs (run %d)", what, r);
   }
+  CHECK_MSG(!memcmp(dw16[0], dw16[1], (size_t)nw * 2), "%s: bwd_weight differs between runs on 2 threads", what);
+  CHECK_MSG(!memcmp(dw16[2], dw16[3], (size_t)nw * 2), "%s: bwd_weight differs between runs on 1 thread", what);
+  float *dw1 = from_bf16(dw16[2], nw);
   float *y = from_bf16(y16[0], ny), *dx = from_bf16(dx16[0], nx), *dw = from_bf16(dw16[0], nw);
   /* bounds: forward (x, w); backward-data = forward of dy with w rotated and transposed */
   double *Sy = malloc(sizeof(double) * (size_t)ny), *Sdx = malloc(sizeof(double) * (size_t)nx), *Sdw = malloc(sizeof(double) * (size_t)nw);
@@ -232,7 +236,9 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
   abs_wino_dw(N, C, O, H, W, x, dy, Sdw);
   const int64_t T = N * ((H + 1) / 2) * ((W + 1) / 2);
   const double ry = bound_ratio(y, yr, Sy, ny, 16 * C, By), rdx = bound_ratio(dx, dxr, Sdx, nx, 16 * O, Bdx),
-               rdw = bound_ratio(dw, dwr, Sdw, nw, T, Bdw);
+               rdw = bound_ratio(dw, dwr, Sdw, nw, T, Bdw), rdw1 = bound_ratio(dw1, dwr, Sdw, nw, T, NULL);
+  CHECK_MSG(rdw1 <= 1, "%s: bwd_weight on 1 thread: error %.3f x the bound", what, rdw1);
+  free(dw1);
   /* normwise: the kernel's relative L2 error against oneDNN's direct bf16 primitive's (both
    * against the f32 reference), and at most 2u */
   uint16_t *yn16 = malloc((size_t)ny * 2), *dxn16 = malloc((size_t)nx * 2), *dwn16 = malloc((size_t)nw * 2);
@@ -281,7 +287,7 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
       free(wt), free(y2);
     }
   }
-  for (int r = 0; r < 3; r++) free(y16[r]), free(dx16[r]), free(dw16[r]), free(db16[r]);
+  for (int r = 0; r < 4; r++) free(y16[r]), free(dx16[r]), free(dw16[r]), free(db16[r]);
   free(x), free(w), free(b), free(dy), free(x16), free(w16), free(b16), free(dy16), free(yr), free(dxr), free(dwr), free(dbr);
   free(y), free(dx), free(dw), free(Sy), free(Sdx), free(Sdw), free(By), free(Bdx), free(Bdw), free(wr);
 }
