@@ -293,8 +293,8 @@ TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
 TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
   const int64_t nkk = g->Cp / 2, njb = g->Op / 16;
 #pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
-  for (int64_t task = 0; task < nkk * njb; task++) {
-    const int64_t kk = task / njb, j0 = task % njb * 16;
+  for (int64_t task = 0; task < nkk * njb; task++) { /* kk inner: the 16 rows' lines stay in L1 */
+    const int64_t kk = task % nkk, j0 = task / nkk * 16;
     __m512 u[2][NP];
     #pragma GCC unroll 16
     for (int e = 0; e < 2; e++) {
@@ -702,7 +702,7 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
                dm = (size_t)(g.Op / 16 * (2 * g.TH) * (2 * g.TW) * 16), dwf = 16 * 9 * 16;
   size_t locf = (in > dm ? in : dm) + dwf + 64;
   /* fused when every thread's dU fits in L2 with room to spare (ResNet's first two stages) */
-  const int fused = (size_t)(NP * g.ups) * sizeof(float) <= ((size_t)1 << 20);
+  const int fused = (size_t)(NP * g.ups) * sizeof(float) <= ((size_t)5 << 20);
   bww_plan f;
   bww_plan_init(&g, &f);
   if (fused && bww_plan_floats(&f) > locf) locf = bww_plan_floats(&f);
