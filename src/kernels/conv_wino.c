@@ -402,11 +402,11 @@ TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src,
           for (int p = 0; p < NP; p++) _mm256_storeu_si256((__m256i *)(Vl + p * f->VP + tl * g->Cp + cb * 16), narrow16(v[p]));
         }
       }
+      const int64_t rpb = (nt + (nt + MR - 1) / MR - 1) / ((nt + MR - 1) / MR); /* balanced row blocks */
       for (int64_t ob = 0; ob < g->Op; ob += 32) {
-        #pragma GCC unroll 16
         for (int p = 0; p < NP; p++)
-          for (int64_t r0 = 0; r0 < nt; r0 += MR)
-            gemm_rows(nt - r0 < MR ? (int)(nt - r0) : MR, K2, (const uint32_t *)(Vl + p * f->VP + r0 * g->Cp), K2, 1,
+          for (int64_t r0 = 0; r0 < nt; r0 += rpb)
+            gemm_rows(nt - r0 < rpb ? (int)(nt - r0) : (int)rpb, K2, (const uint32_t *)(Vl + p * f->VP + r0 * g->Cp), K2, 1,
                       (const uint32_t *)U + p * K2 * g->Op + ob, g->Op, Ml + p * f->MP + r0 * 32, 32, 0);
         #pragma GCC unroll 16
         for (int hf = 0; hf < 2; hf++) {
@@ -558,14 +558,14 @@ TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float 
 /* dU [p][Cp][Op] = sum over tiles of V2_p^T dM_p: one task per (position, 32 out-channels),
  * the tile sum in blocks of KB pairs, each in the same order every run. */
 TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, float *dU) {
-  const int64_t nob = g->Op / 32;
+  const int64_t nob = g->Op / 32, cpb = (g->Cp + (g->Cp + MR - 1) / MR - 1) / ((g->Cp + MR - 1) / MR);
 #pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
   for (int64_t task = 0; task < NP * nob; task++) {
     const int64_t p = task / nob, ob = task % nob * 32;
     for (int64_t k0 = 0; k0 < g->T2; k0 += KB) {
       const int64_t kn = g->T2 - k0 < KB ? g->T2 - k0 : KB;
-      for (int64_t c0 = 0; c0 < g->Cp; c0 += MR)
-        gemm_rows(g->Cp - c0 < MR ? (int)(g->Cp - c0) : MR, kn, (const uint32_t *)V2 + p * g->vps / 2 + k0 * g->Cp + c0, 1,
+      for (int64_t c0 = 0; c0 < g->Cp; c0 += cpb)
+        gemm_rows(g->Cp - c0 < cpb ? (int)(g->Cp - c0) : (int)cpb, kn, (const uint32_t *)V2 + p * g->vps / 2 + k0 * g->Cp + c0, 1,
                   g->Cp, (const uint32_t *)dM + p * g->mps / 2 + k0 * g->Op + ob, g->Op, dU + p * g->ups + c0 * g->Op + ob,
                   g->Op, k0 > 0);
     }
@@ -637,6 +637,7 @@ TGT static void phase_bww_fused(const geom *g, const bww_plan *f, const uint16_t
                                 float *loc) {
   const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, ncb = g->Cp / 16, nob = g->Op / 16;
   const int64_t xbs = f->SRx * f->wx * 16, ybs = f->SRy * f->wy * 16;
+  const int64_t cpb = (g->Cp + (g->Cp + MR - 1) / MR - 1) / ((g->Cp + MR - 1) / MR); /* balanced row blocks */
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     const int tid = omp_get_thread_num();
@@ -676,8 +677,8 @@ TGT static void phase_bww_fused(const geom *g, const bww_plan *f, const uint16_t
       const int64_t kn = (nt + 1) / 2;
       for (int p = 0; p < NP; p++)
         for (int64_t ob = 0; ob < g->Op; ob += 32)
-          for (int64_t c0 = 0; c0 < g->Cp; c0 += MR)
-            gemm_rows(g->Cp - c0 < MR ? (int)(g->Cp - c0) : MR, kn, (const uint32_t *)V2 + p * f->LVP / 2 + c0, 1, g->Cp,
+          for (int64_t c0 = 0; c0 < g->Cp; c0 += cpb)
+            gemm_rows(g->Cp - c0 < cpb ? (int)(g->Cp - c0) : (int)cpb, kn, (const uint32_t *)V2 + p * f->LVP / 2 + c0, 1, g->Cp,
                       (const uint32_t *)dM + p * f->LMP / 2 + ob, g->Op, dU + p * g->ups + c0 * g->Op + ob, g->Op, 1);
     }
   }

@@ -113,7 +113,8 @@ int main(void) {
     check(dts[i], 1, 8, 7, 7, 8, 3, 1, 1, 4);   /* grouped */
   }
   /* the bf16 fast path is native bf16, not a conversion, except where the default rule runs
-   * f32 (backward-weights of a 3x3 layer with >= 32 channels: Winograd there, as f32) */
+   * f32 (backward-weights of a 3x3 layer with >= 32 channels: Winograd there, as f32) or, for
+   * 3x3 stride-1 layers on AVX512-BF16 CPUs, the bf16 Winograd kernel */
   ts__conv_desc d = {2, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
   ts__conv_desc stem = {2, 3, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1, 1};
   ts__conv_desc ds = {2, 64, 8, 8, 128, 1, 1, 4, 4, 2, 2, 0, 0, 1, 1, 1};
@@ -125,7 +126,11 @@ int main(void) {
       const char *impl = ts__conv_dnnl_impl_bf16(&d, dir);
       printf("bf16 conv, %d thread(s), mode %d dir %d: %s\n", nt, mode, dir, impl);
       CHECK_MSG(impl[0] != 0 && strstr(impl, "ref") == NULL, "dir %d impl '%s'", dir, impl);
-      const int f32 = mode == TS_CONV_LP_F32 || (mode == TS_CONV_LP_DEFAULT && dir == 2 && nt > 1);
+      /* the default runs the bf16 Winograd kernel (conv_wino.c) on this 3x3 stride-1 layer where
+       * the CPU has AVX512-BF16 (test_conv_wino checks it) */
+      const int wino = mode == TS_CONV_LP_DEFAULT && ts__conv_wino_cpu();
+      if (wino) CHECK_MSG(!strcmp(impl, TS_CONV_WINO_IMPL), "default dir %d impl '%s'", dir, impl);
+      const int f32 = mode == TS_CONV_LP_F32 || (mode == TS_CONV_LP_DEFAULT && !wino && dir == 2 && nt > 1);
       CHECK_MSG(f32 == (strstr(impl, "bf16") == NULL), "mode %d dir %d impl '%s'", mode, dir, impl);
       if (f32) CHECK_MSG(strstr(impl, "wino") != NULL, "mode %d dir %d: f32 should run Winograd: '%s'", mode, dir, impl);
       if (mode == TS_CONV_LP_DEFAULT) { /* the stem and the 1x1 downsample keep the native primitive */
