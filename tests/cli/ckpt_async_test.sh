@@ -31,8 +31,8 @@ cat /usr/share/common-licenses/GPL-3 > input.txt 2>/dev/null || seq 1 20000 > in
 idx_split d train 256 28 28
 idx_split d t10k 64 28 28
 mlp_cfg mlp.yaml d 6 32 "checkpoint: {save_steps: 2, keep_max: 0}"
-gpt() { # tp dp [extra yaml lines]
-  local tp=$1 dp=$2; shift 2
+gpt() { # d t [extra yaml lines under parallel:]: the small GPT, TP t x DP d
+  local d=$1 t=$2; shift 2
   cat <<YAML
 model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 16, vocab_size: 256, tie_weights: true}
 data: {name: text, path: input.txt, seq_len: 16, val_fraction: 0.05, transforms: []}
@@ -43,28 +43,12 @@ checkpoint: {save_steps: 2, keep_max: 0}
 parallel:
   mode: semi_auto_parallel
   full_batch: true
-  strategies:
-    transformer.embedding: "(($dp,1),($tp,1))"
-    transformer.h.*.attn.c_attn.dense*: "(($dp,1,1),($tp,1),($tp,))"
-    transformer.h.*.attn.attention: "(($dp,$tp,1,1),($dp,$tp,1,1),($dp,$tp,1,1))"
-    transformer.h.*.attn.c_proj.dense: "(($dp,1,$tp),(1,$tp))"
-    transformer.h.*.mlp.c_fc.dense: "(($dp,1,1),($tp,1))"
-    transformer.h.*.mlp.c_proj.dense: "(($dp,1,$tp),(1,$tp))"
-    dense: "(($dp,1,1),($tp,1))"
-    softmax_ce: "(($dp,$tp),($dp,))"
 YAML
+  gpt_strategies "$d" "$t"
   for l in "$@"; do echo "  $l"; done
 }
-gpt 2 1 > tp2.yaml
+gpt 1 2 > tp2.yaml
 gpt 2 2 "optimizer_shard: 1" > tp2dp2.yaml
-train() { # n config dir [--set ...]: sets out, rc
-  local n=$1 c=$2 d=$3; shift 3
-  if [ "$n" = 1 ]; then out=$("$bin" train "$c" --set checkpoint.dir="$d" "$@" 2>&1); rc=$?
-  else out=$("${mpi[@]}" "$bin" train "$c" --set checkpoint.dir="$d" "$@" 2>&1); rc=$?; fi
-}
-mpin() { mpi=(mpirun --oversubscribe -n "$1"); [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root); }
-# as_file CKPT OUT: a whole file of the checkpoint (a folder merged)
-as_file() { if [ -d "$1" ]; then "$bin" ckpt merge "$1" -o "$2" >/dev/null 2>&1; else cp "$1" "$2"; fi; }
 # same_ckpts A B STEPS...: every step's checkpoint of A equals B's (bitwise); prints the first difference
 same_ckpts() {
   local a=$1 b=$2 s; shift 2
@@ -80,8 +64,8 @@ same_ckpts() {
 
 # 1. one process
 for fmt in whole sliced; do
-  train 1 mlp.yaml s1$fmt --set checkpoint.format=$fmt; r1=$rc
-  train 1 mlp.yaml a1$fmt --set checkpoint.format=$fmt --set checkpoint.async=true
+  train_in 1 mlp.yaml s1$fmt --set checkpoint.format=$fmt; r1=$rc
+  train_in 1 mlp.yaml a1$fmt --set checkpoint.format=$fmt --set checkpoint.async=true
   [ "$r1" = 0 ] && [ "$rc" = 0 ] && grep -q "checkpoint a1$fmt/ckpt-00000004.* (written in the background" <<<"$out" &&
     why=$(same_ckpts s1$fmt a1$fmt 2 4 6) && ok "one process, $fmt: async = sync at steps 2, 4, 6 (bitwise)" ||
     bad "one process, $fmt: exit $r1/$rc: ${why:-}: $out"
@@ -90,10 +74,9 @@ done
 # 2. several ranks
 for job in "2 tp2.yaml sliced" "4 tp2dp2.yaml sliced" "2 mlp.yaml whole"; do
   set -- $job
-  mpin "$1"
   extra=(); [ "$2" = mlp.yaml ] && extra=(--set parallel.mode=data_parallel)
-  train "$1" "$2" s$1$3 "${extra[@]}"; r1=$rc
-  train "$1" "$2" a$1$3 "${extra[@]}" --set checkpoint.async=true
+  train_in "$1" "$2" s$1$3 "${extra[@]}"; r1=$rc
+  train_in "$1" "$2" a$1$3 "${extra[@]}" --set checkpoint.async=true
   kind=$( [ "$3" = sliced ] && echo "folder" || echo "file" )
   [ "$r1" = 0 ] && [ "$rc" = 0 ] && { [ "$3" = whole ] || [ -f a$1$3/ckpt-00000006/manifest.json ]; } &&
     why=$(same_ckpts s$1$3 a$1$3 2 4 6) && ok "$1 ranks, $2 ($3 ${kind}s): async = sync at steps 2, 4, 6 (bitwise)" ||
@@ -103,16 +86,15 @@ done
 # 3. killed while an async save is in flight
 for job in "2 tp2.yaml" "1 mlp.yaml"; do
   set -- $job
-  mpin "$1"
   rm -f trace.txt
-  TESSERA_IO_TRACE=$tmp/trace.txt train "$1" "$2" ref$1 --set checkpoint.async=true; r1=$rc
+  TESSERA_IO_TRACE=$tmp/trace.txt train_in "$1" "$2" ref$1 --set checkpoint.async=true; r1=$rc
   # rank 0's first call of the writer thread on the step-4 save's files
   line=$(awk '$1 == 0 && $4 == "thread" && $5 ~ /ckpt-00000004/ { print; exit }' trace.txt)
   k=$(awk '{print $2}' <<<"$line")
   [ "$r1" = 0 ] && [ -n "$k" ] || { bad "$2: no writer-thread call found in the trace (exit $r1): $out"; continue; }
-  TESSERA_IO_FAULT="call:$k,rank:0" train "$1" "$2" k$1 --set checkpoint.async=true; rk=$rc
+  TESSERA_IO_FAULT="call:$k,rank:0" train_in "$1" "$2" k$1 --set checkpoint.async=true; rk=$rc
   left=$(ls k$1 | tr '\n' ' ')
-  train "$1" "$2" k$1 --set checkpoint.async=true --set checkpoint.resume=auto; rr=$rc
+  train_in "$1" "$2" k$1 --set checkpoint.async=true --set checkpoint.resume=auto; rr=$rc
   [ "$rk" != 0 ] && [[ "$left" != *"ckpt-00000004 "* && "$left" != *"ckpt-00000004.safetensors "* ]] &&
     [ "$rr" = 0 ] && grep -q "resumed from k$1/ckpt-00000002.* at step 2" <<<"$out" &&
     why=$(same_ckpts ref$1 k$1 6) &&
@@ -121,11 +103,10 @@ for job in "2 tp2.yaml" "1 mlp.yaml"; do
 done
 
 # 4. a failed background write: an error at the next save, naming the file
-mpin 2
 rm -f trace.txt
-TESSERA_IO_TRACE=$tmp/trace.txt train 2 tp2.yaml tr2 --set checkpoint.async=true
+TESSERA_IO_TRACE=$tmp/trace.txt train_in 2 tp2.yaml tr2 --set checkpoint.async=true
 k=$(awk '$1 == 1 && $3 == "fsync" && $4 == "thread" && $5 ~ /ckpt-00000004.*rank00001/ { print $2; exit }' trace.txt)
-TESSERA_IO_FAULT="call:$k,rank:1,kind:fail" train 2 tp2.yaml f2 --set checkpoint.async=true
+TESSERA_IO_FAULT="call:$k,rank:1,kind:fail" train_in 2 tp2.yaml f2 --set checkpoint.async=true
 named=$(grep -c "f2/ckpt-00000004.tmp.[0-9]*/rank00001.safetensors: write failed" <<<"$out")
 [ -n "$k" ] && [ "$rc" = 1 ] && [ "$named" -ge 2 ] && [ ! -e f2/ckpt-00000004 ] && [ ! -e f2/ckpt-00000006 ] &&
   "$bin" ckpt verify f2/ckpt-00000002 >/dev/null 2>&1 &&

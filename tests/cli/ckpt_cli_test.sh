@@ -32,20 +32,7 @@ log: {progress: lines}
 YAML
 }
 base > "$tmp/one.yaml"
-{ base; cat <<YAML
-parallel:
-  mode: semi_auto_parallel
-  full_batch: true
-  strategies:
-    transformer.embedding: "((1,1),(4,1))"
-    transformer.h.*.attn.c_attn.dense*: "((1,1,1),(4,1),(4,))"
-    transformer.h.*.attn.attention: "((1,4,1,1),(1,4,1,1),(1,4,1,1))"
-    transformer.h.*.attn.c_proj.dense: "((1,1,4),(1,4))"
-    transformer.h.*.mlp.c_fc.dense: "((1,1,1),(4,1))"
-    transformer.h.*.mlp.c_proj.dense: "((1,1,4),(1,4))"
-    dense: "((1,1,1),(4,1))"
-    softmax_ce: "((1,4),(1,))"
-YAML
+{ base; printf "parallel:\n  mode: semi_auto_parallel\n  full_batch: true\n"; gpt_strategies 1 4
 } > "$tmp/tp4.yaml"
 losses() { python3 -c "
 import json,sys

@@ -30,7 +30,7 @@ cat /usr/share/common-licenses/GPL-3 > input.txt 2>/dev/null || seq 1 20000 > in
 idx_split d train 256 28 28
 idx_split d t10k 64 28 28
 mlp_cfg mlp.yaml d 6 32 "checkpoint: {save_steps: 2, keep_max: 2}"
-cat > tp2.yaml <<YAML
+{ cat <<YAML
 model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 16, vocab_size: 256, tie_weights: true}
 data: {name: text, path: input.txt, seq_len: 16, val_fraction: 0.05, transforms: []}
 train: {steps: 6, batch_size: 8, eval_every: -1, log_every: 1, eval_batch_size: 8, seed: 5}
@@ -40,22 +40,8 @@ checkpoint: {save_steps: 2, keep_max: 2}
 parallel:
   mode: semi_auto_parallel
   full_batch: true
-  strategies:
-    transformer.embedding: "((1,1),(2,1))"
-    transformer.h.*.attn.c_attn.dense*: "((1,1,1),(2,1),(2,))"
-    transformer.h.*.attn.attention: "((1,2,1,1),(1,2,1,1),(1,2,1,1))"
-    transformer.h.*.attn.c_proj.dense: "((1,1,2),(1,2))"
-    transformer.h.*.mlp.c_fc.dense: "((1,1,1),(2,1))"
-    transformer.h.*.mlp.c_proj.dense: "((1,1,2),(1,2))"
-    dense: "((1,1,1),(2,1))"
-    softmax_ce: "((1,2),(1,))"
 YAML
-train() { # n config dir [--set ...]: sets out, rc
-  local n=$1 c=$2 d=$3; shift 3
-  if [ "$n" = 1 ]; then out=$("$bin" train "$c" --set checkpoint.dir="$d" "$@" 2>&1); rc=$?
-  else out=$(mpirun --oversubscribe --allow-run-as-root -n "$n" "$bin" train "$c" --set checkpoint.dir="$d" "$@" 2>&1); rc=$?; fi
-}
-as_file() { if [ -d "$1" ]; then "$bin" ckpt merge "$1" -o "$2" >/dev/null 2>&1; else cp "$1" "$2"; fi; }
+  gpt_strategies 1 2; } > tp2.yaml
 final_of() { ls -d "$1"/ckpt-00000006* 2>/dev/null | grep -v '\.tmp\.\|\.old\.' | head -1; }
 # every checkpoint in dir (a whole file, or a folder with its manifest) verifies; prints the bad one
 all_verify() {
@@ -76,7 +62,7 @@ for case in "1 mlp.yaml false" "1 mlp.yaml true" "2 tp2.yaml false" "2 tp2.yaml 
   n=$1 cfg=$2 as=$3
   name="$n rank(s) $cfg async=$as"
   rm -rf trace.txt ref
-  TESSERA_IO_TRACE=$tmp/trace.txt train "$n" "$cfg" ref --set checkpoint.async="$as"
+  TESSERA_IO_TRACE=$tmp/trace.txt train_in "$n" "$cfg" ref --set checkpoint.async="$as"
   as_file "$(final_of ref)" ref.st
   # candidates: "rank n op thread path" lines, writes only at a file's first and last
   awk '$3 != "write" { print; next } { k = $1 " " $5; if (!(k in first)) { first[k] = 1; print; last[k] = "" } else last[k] = $0 }
@@ -89,10 +75,10 @@ for case in "1 mlp.yaml false" "1 mlp.yaml true" "2 tp2.yaml false" "2 tp2.yaml 
     line=$(sed -n "$((RANDOM % nc + 1))p" cand.txt)
     read -r r k op th path <<<"$line"
     rm -rf ck
-    TESSERA_IO_FAULT="call:$k,rank:$r" train "$n" "$cfg" ck --set checkpoint.async="$as"; rk=$rc
+    TESSERA_IO_FAULT="call:$k,rank:$r" train_in "$n" "$cfg" ck --set checkpoint.async="$as"; rk=$rc
     left=$(ls ck 2>/dev/null | tr '\n' ' ')
     v=$(all_verify ck); rv=$?
-    train "$n" "$cfg" ck --set checkpoint.async="$as" --set checkpoint.resume=auto; rr=$rc
+    train_in "$n" "$cfg" ck --set checkpoint.async="$as" --set checkpoint.resume=auto; rr=$rc
     from=$(grep -o "resumed from [^ ]* at step [0-9]*" <<<"$out" | head -1)
     f=$(final_of ck)
     short="$op/$th $(basename "$path" | sed 's/\.tmp\.[0-9.]*$/.tmp/') of $(grep -o 'ckpt-[0-9]*' <<<"$path" | head -1)"

@@ -37,3 +37,31 @@ mpi_job() { # n: sets mpi=(mpirun ... -n n) for jobs on this host (root allowed)
   [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
   export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 }
+
+gpt_strategies() { # D T: the `strategies:` block (indented under `parallel:`) that cuts the tests'
+                   # small GPT Megatron's way: tensor parallel T inside data parallel D (D x T ranks)
+  local d=$1 t=$2
+  cat <<YAML
+  strategies:
+    transformer.embedding: "(($d,1),($t,1))"
+    transformer.h.*.ln_*.layernorm: "(($d,1,1),(1,),(1,))"
+    transformer.h.*.attn.c_attn.dense*: "(($d,1,1),($t,1),($t,))"
+    transformer.h.*.attn.attention: "(($d,$t,1,1),($d,$t,1,1),($d,$t,1,1))"
+    transformer.h.*.attn.c_proj.dense: "(($d,1,$t),(1,$t))"
+    transformer.h.*.mlp.c_fc.dense: "(($d,1,1),($t,1))"
+    transformer.h.*.mlp.c_proj.dense: "(($d,1,$t),(1,$t))"
+    transformer.ln_f.layernorm: "(($d,1,1),(1,),(1,))"
+    dense: "(($d,1,1),($t,1))"
+    softmax_ce: "(($d,$t),($d,))"
+YAML
+}
+
+train_in() { # n config dir [args...]: `tessera train` on n ranks (1: no mpirun) with
+             # checkpoint.dir=dir; sets out, rc
+  local n=$1 c=$2 d=$3; shift 3
+  local m=(); [ "$n" = 1 ] || { m=(mpirun --oversubscribe -n "$n"); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root); }
+  out=$("${m[@]}" "$bin" train "$c" --set checkpoint.dir="$d" "$@" 2>&1); rc=$?
+}
+as_file() { # ckpt out: a whole file of the checkpoint (a sliced folder merged)
+  if [ -d "$1" ]; then "$bin" ckpt merge "$1" -o "$2" >/dev/null 2>&1; else cp "$1" "$2"; fi
+}

@@ -23,23 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 # any text will do; Debian always has its licence texts
 cat /usr/share/common-licenses/GPL-3 > "$tmp/input.txt" 2>/dev/null || seq 1 20000 > "$tmp/input.txt"
 
-# strategies for tensor parallel T x data parallel D (D*T = 4)
-strat() {
-  local d=$1 t=$2
-  cat <<YAML
-  strategies:
-    transformer.embedding: "(($d,1),($t,1))"
-    transformer.h.*.ln_*.layernorm: "(($d,1,1),(1,),(1,))"
-    transformer.h.*.attn.c_attn.dense*: "(($d,1,1),($t,1),($t,))"
-    transformer.h.*.attn.attention: "(($d,$t,1,1),($d,$t,1,1),($d,$t,1,1))"
-    transformer.h.*.attn.c_proj.dense: "(($d,1,$t),(1,$t))"
-    transformer.h.*.mlp.c_fc.dense: "(($d,1,1),($t,1))"
-    transformer.h.*.mlp.c_proj.dense: "(($d,1,$t),(1,$t))"
-    transformer.ln_f.layernorm: "(($d,1,1),(1,),(1,))"
-    dense: "(($d,1,1),($t,1))"
-    softmax_ce: "(($d,$t),($d,))"
-YAML
-}
+strat() { gpt_strategies "$@"; } # D T (tests/cli/lib.sh)
 base() {
   cat <<YAML
 model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, vocab_size: 256}
