@@ -111,5 +111,8 @@ int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void 
 // x (N,C,H,W) bf16, dy (N,O,H,W) bf16 -> dw (O,C,3,3) bf16, db (O) bf16 if not NULL
 int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db,
                                double st[3]);
+/* Seconds the Winograd kernels spent since the last reset, out[dir][k] split as st above (they
+ * are also in ts__conv_dnnl_stats' bf16 row when called through the 16-bit entry points). */
+void ts__conv_wino_stats(double out[3][3], int reset);
 
 #endif

@@ -447,7 +447,7 @@ TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src,
 }
 
 static int wino_fwd(const geom *g, const uint16_t *src, const uint16_t *w, int64_t si, int64_t sj, int rot,
-                    const uint16_t *bias, uint16_t *dst, double st[3], const char *what) {
+                    const uint16_t *bias, uint16_t *dst, double st[3], int dir, const char *what) {
   fwd_plan f;
   fwd_plan_init(g, &f);
   uint16_t *U = scratch(1, (size_t)(NP * g->Cp * g->Op) * 2);
@@ -459,6 +459,7 @@ static int wino_fwd(const geom *g, const uint16_t *src, const uint16_t *w, int64
   phase_fwd(g, &f, src, U, bias, dst, loc);
   double t2 = ts_time_now();
   if (st) st[0] += t1 - t0, st[1] += t2 - t1;
+  g_wstat[dir][0] += t1 - t0, g_wstat[dir][1] += t2 - t1;
   return TS_OK;
 }
 
@@ -480,7 +481,7 @@ int ts__conv2d_fwd_wino(const ts__conv_desc *d, const void *x, const void *w, co
   if (rc) return rc;
   geom g;
   geom_init(&g, d->N, d->C, d->O, d->H, d->W);
-  return wino_fwd(&g, x, w, 9, d->C * 9, 0, b, y, st, what);
+  return wino_fwd(&g, x, w, 9, d->C * 9, 0, b, y, st, 0, what);
 }
 
 int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void *w, void *dx, double st[3]) {
@@ -489,7 +490,7 @@ int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void 
   if (rc) return rc;
   geom g;
   geom_init(&g, d->N, d->O, d->C, d->H, d->W);
-  return wino_fwd(&g, dy, w, d->C * 9, 9, 1, NULL, dx, st, what);
+  return wino_fwd(&g, dy, w, d->C * 9, 9, 1, NULL, dx, st, 1, what);
 }
 
 /* ---------------------------------------------------------------- backward weights */
@@ -746,5 +747,6 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
   }
   double t3 = ts_time_now();
   if (st) st[0] += t1 - t0, st[1] += t2 - t1, st[2] += t3 - t2;
+  g_wstat[2][0] += t1 - t0, g_wstat[2][1] += t2 - t1, g_wstat[2][2] += t3 - t2;
   return TS_OK;
 }
