@@ -604,10 +604,13 @@ TGT static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *lo
             _mm512_storeu_ps(q + (6 + j) * 16, _mm512_add_ps(s, r[3][j]));
           }
         }
-        const int64_t no = g->Co - o0 < 16 ? g->Co - o0 : 16;
-        for (int64_t o = 0; o < no; o++) {
-          uint16_t *row = dw + ((o0 + o) * g->Ci + c0) * 9;
-          for (int64_t e = 0; e < ncc * 9; e++) row[e] = ts__f2bf(tmp[e * 16 + o]);
+        const int64_t no = g->Co - o0 < 16 ? g->Co - o0 : 16, ne = ncc * 9;
+        for (int64_t e0 = 0; e0 < ne; e0 += 16) { /* [e][16 o] -> [o][e], 16 x 16 at a time */
+          __m512 r[16];
+          for (int k = 0; k < 16; k++) r[k] = e0 + k < ne ? _mm512_loadu_ps(tmp + (e0 + k) * 16) : _mm512_setzero_ps();
+          tr16(r);
+          const __mmask16 m = lanes(ne - e0);
+          for (int64_t o = 0; o < no; o++) _mm256_mask_storeu_epi16(dw + ((o0 + o) * g->Ci + c0) * 9 + e0, m, narrow16(r[o]));
         }
       }
     }
