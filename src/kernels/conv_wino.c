@@ -15,18 +15,22 @@
  * buffers and back, so no separate reorder pass exists); V, U and dM are stored rounded to bf16
  * (round to nearest even); the GEMMs are AVX512-BF16 dot products (vdpbf16ps) accumulating in
  * f32; M and dU stay f32; outputs are rounded to bf16 once. F(2x2,3x3)'s transforms have
- * entries 0, +-1/2 and +-1, so the rounding of V and U adds ~2 bf16 half-ulps per product to
- * the direct algorithm's error (docs/mixed-precision.md has the figures).
+ * entries 0, +-1/2 and +-1, so the rounding of V and U (or V and dM) adds about one bf16 unit
+ * roundoff relative to the output (docs/mixed-precision.md, test_conv_wino have the figures).
  *
  * Layouts (bf16 pairs are what vdpbf16ps multiplies: element 2i with 2i, 2i+1 with 2i+1):
- *   V  [p][t][Cp]          forward: tile t = (n TH + th) TW + tw, in-channels padded to 16
- *   U  [p][Cp/2][Op][2]    forward weights, in-channel pairs, out-channels padded to 32
- *   V2 [p][T2][Cp][2]      backward-weights: tile pairs (T2 = ceil(T/2))
- *   dM [p][T2][Op][2]      backward-weights
- *   dU [p][Cp][Op] f32
- * Threads: OpenMP (oneDNN's thread count, omp_get_max_threads()); every output element is
- * computed by one thread in a fixed order (no cross-thread sums), so results are bitwise the
- * same run to run and for any thread count. */
+ *   U  [p][Cp/2][Op][2]    forward weights: in-channel pairs, in-channels padded to 16,
+ *                          out-channels to 32 (the whole array, per call)
+ *   Vl [p][tile][Cp]       forward, per thread, for one chunk of tile rows (phase_fwd): the
+ *                          transformed input never goes to memory
+ *   V2 [p][pair][Cp][2]    backward-weights, tile pairs; dM [p][pair][Op][2]; dU [p][Cp][Op] f32
+ *                          (per chunk and per thread when dU is small, else whole arrays)
+ * Tiles: t = (n TH + th) TW + tw. Position strides are padded by a cache line.
+ * Threads: OpenMP (oneDNN's thread count, omp_get_max_threads()), static schedules, no atomics.
+ * Forward and backward-data: every output element is computed by one thread in a fixed order, so
+ * the bits are the same for any thread count. Backward-weights: fused layers sum per-thread
+ * partial dU in thread order (the same bits run to run for a given thread count); the others
+ * give every dU element to one thread. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
