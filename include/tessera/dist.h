@@ -195,7 +195,10 @@ typedef struct {
   ts_dtype dtype;    /* of the input samples */
   ts_shape sample;   /* one sample (no batch dim) */
   int text;          /* targets are (rows, sample...) token ids, else (rows) labels */
-  int custom;        /* written with the C API by the user (hybrid_parallel needs one) */
+  int custom;        /* built by a user's callback (ts_trainer_create_custom: the C API, Python
+                        cells), not the config's zoo model */
+  int per_rank;      /* that callback writes one rank's part (hybrid_parallel), not the whole
+                        network: such a model cannot be cut into stages or searched */
   const ts_strategy_set *strategies; /* shard strategies for its operators (semi_auto_parallel;
                                         not owned, read during ts_dist_build; NULL: none) */
 } ts_dist_model;

@@ -69,7 +69,9 @@ typedef struct {
 } ts_callback;
 
 /* ts_trainer_create with the model from `model` instead of model.name (the config's model.*
- * keys other than num_classes are then ignored). */
+ * keys other than num_classes are then ignored). A builder of the whole network runs under every
+ * layout a zoo model does: pipeline stages (cut balanced or by parallel.stages) and auto_parallel
+ * (every candidate plan built through it); under hybrid_parallel it writes one rank's part. */
 int ts_trainer_create_custom(const ts_config *cfg, ts_model_fn model, void *user, ts_trainer **out);
 
 /* What semi_auto_parallel makes of cfg on `ndevices` devices, without MPI and without training
@@ -177,6 +179,12 @@ void ts_trainer_free(ts_trainer *t);
 int ts_trainer_add_callback(ts_trainer *t, const ts_callback *cb);
 /* Trains to the configured number of steps/epochs. */
 int ts_trainer_fit(ts_trainer *t);
+/* Lengthens the run to `epochs` epochs' steps after the current step (train.epochs becomes the
+ * run's length in epochs; the learning-rate schedule is re-made for it) and clears a stop
+ * request, so the next ts_trainer_fit continues with the same parameters, optimizer state, step
+ * count and data order: after a run of E1 epochs, as one run of E1 + epochs (MindSpore's second
+ * Model.train). TS_EINVAL for epochs < 0 or a run whose length train.steps fixes. */
+int ts_trainer_continue(ts_trainer *t, int64_t epochs);
 /* Evaluates the current parameters on the test split. TS_ENOTFOUND if there is no test data. */
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out);
 /* Loads parameters (and with_optimizer: optimizer state and position) from a checkpoint: a whole

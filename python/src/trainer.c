@@ -1,7 +1,12 @@
 /* tessera._C.Trainer: a ts_trainer made from config keys and, for a model written in Python, a
  * ts_model_fn that calls back into Python (builder(Builder, x, targets|None) -> (logits, loss)).
  * Python callbacks become ts_callbacks; an exception raised in one stops training and propagates
- * out of fit(). */
+ * out of fit(). The C calls that run long (creation, which builds and may search a plan; fit;
+ * evaluate) release the GIL, and every call back into Python takes it again
+ * (PyGILState_Ensure), so other Python threads run meanwhile. In a job of several ranks, a Python
+ * exception that ends creation or fit on one rank ends the whole job at once (the traceback
+ * printed with the rank first, then MPI_Abort, as `tessera train` does for a failed rank): its
+ * peers would otherwise wait in their next collective until parallel.comm_timeout. */
 #include "tsp.h"
 
 typedef struct pycb {
@@ -14,10 +19,61 @@ typedef struct {
   ts_trainer *t;
   PyObject *build; /* the model builder (NULL: the config's zoo model) */
   pycb *cbs;
+  unsigned long busy; /* the thread running a C call that released the GIL on this trainer (0: none):
+                         its callbacks may use the trainer, other threads may not */
+  char plan[512];  /* auto_parallel: the library's line naming the plan it chose ("" otherwise) */
 } Trainer;
 
+/* The log hook while a trainer is created: auto_parallel's INFO line naming the searched plan is
+ * kept (Trainer.info()["plan"]); warnings and errors are written as the default hook does. Called
+ * without the GIL: no Python here. */
+static char *plan_sink;
+static void creation_log(ts_log_level level, const char *msg, void *user) {
+  (void)user;
+  if (level == TS_LOG_INFO && plan_sink && !strncmp(msg, "auto_parallel", 13)) {
+    snprintf(plan_sink, 512, "%s", msg);
+    return;
+  }
+  if (level < TS_LOG_WARN) return;
+  int r, n;
+  ts_job_rank(&r, &n);
+  char who[48] = "";
+  if (n > 1) snprintf(who, sizeof who, "[rank %d of %d] ", r, n);
+  fprintf(stderr, "tessera %s: %s%s\n", level == TS_LOG_WARN ? "warning" : "error", who, msg);
+  fflush(stderr);
+}
+
+/* In a job of several ranks: prints the pending Python exception (its traceback, the rank first)
+ * and ends the job with MPI_Abort; returns only when the job has one rank or none is pending. */
+static void abort_job_on_exception(const char *what) {
+  ts_comm *w = NULL;
+  if (!PyErr_Occurred() || !ts_comm_initialized() || ts_comm_world(&w) != TS_OK || ts_comm_size(w) < 2) return;
+  int r = ts_comm_rank(w), n = ts_comm_size(w);
+  PySys_WriteStderr("tessera: rank %d of %d: a Python exception ended %s; ending the job (MPI_Abort) so the "
+                    "other ranks do not wait for the communication timeout:\n", r, n, what);
+  PyErr_Print();
+  PyObject *o;
+  if ((o = PySys_GetObject("stdout")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
+  if ((o = PySys_GetObject("stderr")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
+  fflush(stdout);
+  fflush(stderr);
+  ts_comm_abort(w, 1);
+}
+
+static int model_fn_locked(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits,
+                           ts_val *loss, void *user);
+
+/* Called by the library (the GIL released by the caller of ts_trainer_create*): takes it. */
 static int model_fn(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits, ts_val *loss,
                     void *user) {
+  PyGILState_STATE gs = PyGILState_Ensure();
+  int rc = model_fn_locked(nn, x, targets, info, logits, loss, user);
+  PyGILState_Release(gs);
+  return rc;
+}
+
+static int model_fn_locked(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits,
+                           ts_val *loss, void *user) {
   Trainer *self = user;
   PyObject *b = tsp_builder_new(nn, info);
   if (!b) return tsp_pending_stash("model builder");
@@ -57,33 +113,43 @@ static PyObject *eval_dict(const ts_eval_info *e) {
                        "seconds", e->seconds);
 }
 
-static int call(PyObject *fn, PyObject *arg, const char *where) {
-  if (!arg) return tsp_pending_stash(where);
-  PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
-  Py_DECREF(arg);
-  if (!r) return tsp_pending_stash(where);
-  Py_DECREF(r);
-  return TS_OK;
+/* Calls fn(arg) holding the GIL (arg made by mk under it); a callback whose slot was cleared
+ * (clear_callbacks: an earlier Model.train's) does nothing. */
+typedef PyObject *(*mkarg)(const void *);
+static int call(PyObject *const *slot, mkarg mk, const void *a, const char *where) {
+  PyGILState_STATE gs = PyGILState_Ensure();
+  int rc = TS_OK;
+  PyObject *fn = *slot;
+  if (fn) {
+    PyObject *arg = mk ? mk(a) : NULL, *r = NULL;
+    if (!mk || arg) r = arg ? PyObject_CallFunctionObjArgs(fn, arg, NULL) : PyObject_CallNoArgs(fn);
+    Py_XDECREF(arg);
+    if (!r) rc = tsp_pending_stash(where);
+    Py_XDECREF(r);
+  }
+  PyGILState_Release(gs);
+  return rc;
 }
+
+static PyObject *mk_step(const void *a) { return step_dict(a); }
+static PyObject *mk_eval(const void *a) { return eval_dict(a); }
+static PyObject *mk_epoch(const void *a) { return PyLong_FromLongLong(*(const int64_t *)a); }
 
 static int cb_step(ts_trainer *t, const ts_step_info *s, void *user) {
   (void)t;
-  return call(((pycb *)user)->step_end, step_dict(s), "step_end callback");
+  return call(&((pycb *)user)->step_end, mk_step, s, "step_end callback");
 }
 static int cb_eval(ts_trainer *t, const ts_eval_info *e, void *user) {
   (void)t;
-  return call(((pycb *)user)->eval_end, eval_dict(e), "eval_end callback");
+  return call(&((pycb *)user)->eval_end, mk_eval, e, "eval_end callback");
 }
 static int cb_epoch(ts_trainer *t, int64_t epoch, void *user) {
   (void)t;
-  return call(((pycb *)user)->epoch_end, PyLong_FromLongLong(epoch), "epoch_end callback");
+  return call(&((pycb *)user)->epoch_end, mk_epoch, &epoch, "epoch_end callback");
 }
 static int cb_end(ts_trainer *t, void *user) {
   (void)t;
-  PyObject *r = PyObject_CallNoArgs(((pycb *)user)->train_end);
-  if (!r) return tsp_pending_stash("train_end callback");
-  Py_DECREF(r);
-  return TS_OK;
+  return call(&((pycb *)user)->train_end, NULL, NULL, "train_end callback");
 }
 
 /* Trainer(pairs, build=None) */
@@ -127,15 +193,27 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
     PyMem_Free(cfg);
     return -1;
   }
+  ts_trainer *t = NULL;
   if (build != Py_None) {
     Py_INCREF(build);
     self->build = build;
-    rc = ts_trainer_create_custom(cfg, model_fn, self, &self->t);
-  } else {
-    rc = ts_trainer_create(cfg, &self->t);
   }
+  self->busy = PyThread_get_thread_ident();
+  self->plan[0] = 0;
+  plan_sink = self->plan; /* trainers are created one at a time: the GIL is taken to start one */
+  ts_log_set_hook(creation_log, NULL);
+  Py_BEGIN_ALLOW_THREADS /* the builder (and a plan search's builds) take the GIL back */
+  rc = self->build ? ts_trainer_create_custom(cfg, model_fn, self, &t) : ts_trainer_create(cfg, &t);
+  Py_END_ALLOW_THREADS
+  ts_log_set_hook(NULL, NULL); /* the library's default */
+  plan_sink = NULL;
+  self->busy = 0;
+  self->t = t;
   PyMem_Free(cfg);
-  if (tsp_pending_restore()) return -1;
+  if (tsp_pending_restore()) {
+    abort_job_on_exception("building the model (construct)");
+    return -1;
+  }
   if (rc) {
     tsp_raise(rc);
     return -1;
@@ -158,8 +236,24 @@ static void tr_dealloc(Trainer *self) {
 }
 
 static ts_trainer *T(Trainer *self) {
-  if (!self->t) PyErr_SetString(PyExc_RuntimeError, "Trainer: not created");
+  if (!self->t) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer: not created");
+    return NULL;
+  }
+  if (self->busy && self->busy != PyThread_get_thread_ident()) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer: busy (fit or evaluate is running in another thread)");
+    return NULL;
+  }
   return self->t;
+}
+
+/* The trainer for a call that runs it (fit, evaluate): not from inside one (a callback). */
+static ts_trainer *T_idle(Trainer *self) {
+  if (self->busy && self->busy == PyThread_get_thread_ident()) {
+    PyErr_SetString(PyExc_RuntimeError, "Trainer: fit or evaluate called from inside fit or evaluate (a callback)");
+    return NULL;
+  }
+  return T(self);
 }
 
 /* add_callback(step_end=None, epoch_end=None, eval_end=None, train_end=None) */
@@ -167,37 +261,75 @@ static PyObject *tr_add_callback(Trainer *self, PyObject *args, PyObject *kw) {
   static char *kwl[] = {"step_end", "epoch_end", "eval_end", "train_end", NULL};
   PyObject *f[4] = {Py_None, Py_None, Py_None, Py_None};
   if (!T(self) || !PyArg_ParseTupleAndKeywords(args, kw, "|OOOO", kwl, &f[0], &f[1], &f[2], &f[3])) return NULL;
-  pycb *c = PyMem_Calloc(1, sizeof *c);
-  if (!c) return PyErr_NoMemory();
+  /* a set emptied by clear_callbacks is refilled (the trainer keeps its registration) */
+  pycb *c = self->cbs;
+  while (c && (c->step_end || c->epoch_end || c->eval_end || c->train_end)) c = c->next;
+  int fresh = c == NULL;
+  if (fresh && !(c = PyMem_Calloc(1, sizeof *c))) return PyErr_NoMemory();
   PyObject **slots[4] = {&c->step_end, &c->epoch_end, &c->eval_end, &c->train_end};
   for (int i = 0; i < 4; i++)
     if (f[i] != Py_None) {
       Py_INCREF(f[i]);
       *slots[i] = f[i];
     }
+  if (!fresh) Py_RETURN_NONE;
   c->next = self->cbs;
   self->cbs = c;
-  ts_callback cb = {"python", c->step_end ? cb_step : NULL, c->eval_end ? cb_eval : NULL,
-                    c->epoch_end ? cb_epoch : NULL, c->train_end ? cb_end : NULL, c};
+  ts_callback cb = {"python", cb_step, cb_eval, cb_epoch, cb_end, c};
   int rc = ts_trainer_add_callback(self->t, &cb);
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
+/* clear_callbacks(): the Python callbacks added so far are no longer called. */
+static PyObject *tr_clear_callbacks(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  for (pycb *c = self->cbs; c; c = c->next) {
+    Py_CLEAR(c->step_end);
+    Py_CLEAR(c->epoch_end);
+    Py_CLEAR(c->eval_end);
+    Py_CLEAR(c->train_end);
+  }
+  Py_RETURN_NONE;
+}
+
+/* continue_epochs(n): the run lengthened by n epochs from where it is (ts_trainer_continue). */
+static PyObject *tr_continue(Trainer *self, PyObject *args) {
+  long long n;
+  if (!T(self) || !PyArg_ParseTuple(args, "L", &n)) return NULL;
+  int rc = ts_trainer_continue(self->t, n);
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }
 
 static PyObject *tr_fit(Trainer *self, PyObject *args) {
   (void)args;
-  if (!T(self)) return NULL;
-  int rc = ts_trainer_fit(self->t);
-  if (tsp_pending_restore()) return NULL;
+  if (!T_idle(self)) return NULL;
+  int rc;
+  self->busy = PyThread_get_thread_ident();
+  Py_BEGIN_ALLOW_THREADS /* callbacks take the GIL back */
+  rc = ts_trainer_fit(self->t);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (tsp_pending_restore()) {
+    abort_job_on_exception("training (a callback)");
+    return NULL;
+  }
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }
 
 static PyObject *tr_evaluate(Trainer *self, PyObject *args) {
   (void)args;
-  if (!T(self)) return NULL;
+  if (!T_idle(self)) return NULL;
   ts_eval_info e;
-  int rc = ts_trainer_evaluate(self->t, &e);
+  int rc;
+  self->busy = PyThread_get_thread_ident();
+  Py_BEGIN_ALLOW_THREADS
+  rc = ts_trainer_evaluate(self->t, &e);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
   if (tsp_pending_restore()) return NULL;
   if (rc) return tsp_raise(rc);
   return eval_dict(&e);
@@ -254,14 +386,16 @@ static PyObject *tr_params(Trainer *self, PyObject *args) {
 static PyObject *tr_info(Trainer *self, PyObject *args) {
   (void)args;
   if (!T(self)) return NULL;
-  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L}", "rank", ts_trainer_rank(self->t), "world_size",
+  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:s}", "rank", ts_trainer_rank(self->t), "world_size",
                        ts_trainer_world_size(self->t), "step", (long long)ts_trainer_step(self->t), "num_params",
                        (long long)ts_trainer_num_params(self->t), "steps_per_epoch",
-                       (long long)ts_trainer_steps_per_epoch(self->t));
+                       (long long)ts_trainer_steps_per_epoch(self->t), "plan", self->plan);
 }
 
 static PyMethodDef tmethods[] = {
     {"add_callback", (PyCFunction)(void (*)(void))tr_add_callback, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"clear_callbacks", (PyCFunction)tr_clear_callbacks, METH_NOARGS, NULL},
+    {"continue_epochs", (PyCFunction)tr_continue, METH_VARARGS, NULL},
     {"fit", (PyCFunction)tr_fit, METH_NOARGS, NULL},
     {"evaluate", (PyCFunction)tr_evaluate, METH_NOARGS, NULL},
     {"save", (PyCFunction)tr_save, METH_VARARGS, NULL},

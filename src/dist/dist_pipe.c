@@ -73,7 +73,8 @@ static int check_pipe(const ts_dist_config *c, const ts_dist_model *m) {
   if (c->pipeline_stages < 2)
     return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: the pipeline layout needs 2 or more stages, got %d",
                         c->pipeline_stages);
-  if (m && m->custom)
+  /* a callback building the whole network (C API, Python cells) is cut like a zoo model */
+  if (m && m->per_rank)
     return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: models written per rank (hybrid_parallel) cannot be "
                         "cut into stages; build the whole model");
   if (c->full_batch && !c->pipeline_semi)

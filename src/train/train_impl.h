@@ -95,17 +95,27 @@ int ts__tprof_finish(ts_trainer *t);
 /* The machine's sgemm GFLOP/s (512^3 through the kernels), measured on the first call. */
 double ts__train_peak_gflops(void);
 /* parallel.mode auto_parallel: the searched plan for N devices of parallel.cluster applied to c
- * (its parallel keys, optimizer shard, recompute), logged. */
-int ts__train_auto(ts_config *c, int N);
+ * (its parallel keys, optimizer shard, recompute), logged. model: the network's builder (a
+ * callback building the whole network: C API, Python cells), NULL for c's zoo model; every
+ * candidate is built through it as the run would build it. */
+int ts__train_auto(ts_config *c, int N, ts_model_fn model, void *user);
+/* ts_trainer_search / ts_trainer_predict for the model built by `model` (NULL: cfg's zoo model). */
+int ts__trainer_search_model(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan_choice *out, int cap,
+                             int *nout, int *best, ts_model_fn model, void *user);
+/* ts_config_apply_plan_on for the model built by `model` (its operators searched through it). */
+int ts__config_apply_plan_model(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, ts_model_fn model,
+                                void *user);
+int ts__trainer_predict_model(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c,
+                              ts_step_prediction *out, ts_model_fn model, void *user);
 /* auto_parallel's per-operator search (trainer_opsearch.c): c's model as one process's forward
  * graph, searched by parallel.search_mode on dp x tp devices of cl (the batch cut dp ways); the
  * strategies into *out (parallel.strategies form), the cost graph's total into *cost (may be NULL). */
 /* parallel.auto_tp > 0: the plan dp = N / (auto_tp x stages) x tp = auto_tp x parallel.pipeline_stages
  * (micro-batches: parallel.micro_batches, else the stages; no shard, no recompute), its operators
  * searched on cl, applied to c and logged. */
-int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl);
+int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl, ts_model_fn model, void *user);
 int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl, ts_cfg_strategies *out,
-                        double *cost);
+                        double *cost, ts_model_fn model, void *user);
 
 /* The trainer (trainer.c; `tessera plan` in trainer_plan.c). */
 #define MAX_CB 16

@@ -95,6 +95,7 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
   m->fn = fn ? fn : zoo_model;
   m->user = fn ? user : (void *)c;
   m->custom = fn != NULL;
+  m->per_rank = fn != NULL && c->parallel.mode == TS_PARALLEL_HYBRID;
   return TS_OK;
 }
 
@@ -396,11 +397,11 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   int rc = ts_config_validate(c);
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
-    rc = fn ? ts_error_set(TS_ECONFIG, "parallel.mode: auto_parallel searches plans for zoo models, not models "
-                           "written with the C API")
-            : ts_comm_init(NULL, NULL);
+    /* a callback's model (the whole network: C API, Python cells) is built through it for every
+     * candidate, as the zoo's is */
+    rc = ts_comm_init(NULL, NULL);
     if (!rc) rc = ts_comm_world(&w);
-    if (!rc) rc = ts__train_auto(c, ts_comm_size(w));
+    if (!rc) rc = ts__train_auto(c, ts_comm_size(w), fn, user);
   }
   if (!rc) rc = ts__train_layout(c, fn, user, &vt, &dc, &t->model);
   if (rc) goto fail;
@@ -771,6 +772,36 @@ int ts_trainer_fit(ts_trainer *t) {
     if (!rc) ts__progress_message(&t->prog, "curves: %s", c->log.plot);
   }
   return rc;
+}
+
+int ts_trainer_continue(ts_trainer *t, int64_t epochs) {
+  ts_config *c = &t->cfg;
+  int64_t spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
+  if (epochs < 0 || epochs > (INT64_C(1) << 40) / spe)
+    return ts_error_set(TS_EINVAL, "ts_trainer_continue: %lld more epochs", (long long)epochs);
+  if (c->train.steps > 0)
+    return ts_error_set(TS_EINVAL, "ts_trainer_continue: train.steps (%lld) fixes the run's length; continue by "
+                        "epochs without it", (long long)c->train.steps);
+  int64_t total = t->step + epochs * spe, ep = (total + spe - 1) / spe;
+  if (ep > 1000000000) return ts_error_set(TS_EINVAL, "ts_trainer_continue: %lld epochs in all", (long long)ep);
+  int old = c->train.epochs;
+  c->train.epochs = (int)ep; /* the run's length as checkpoints and the schedule see it */
+  ts_lr_schedule s;
+  char *yaml = NULL; /* what checkpoints record: the longer run's config */
+  int rc = ts_config_lr_schedule(c, t->steps_per_epoch, &s);
+  if (!rc) rc = ts_config_dump_string(c, &yaml);
+  if (rc) {
+    c->train.epochs = old;
+    return rc;
+  }
+  free(t->cfg_yaml);
+  t->cfg_yaml = yaml;
+  t->sched = s;
+  t->total_steps = total;
+  t->prog.total_steps = total;
+  t->prog.epochs = ep;
+  t->stop = 0;
+  return TS_OK;
 }
 
 /* ---- built-in callbacks ---- */

@@ -117,7 +117,7 @@ out:
 }
 
 int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl, ts_cfg_strategies *out,
-                        double *cost) {
+                        double *cost, ts_model_fn model, void *user) {
   int D = dp * tp;
   ts_search_mode mode = (ts_search_mode)c->parallel.search_mode;
   int rc = TS_OK;
@@ -139,7 +139,7 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   ts_params *p = NULL;
   ts_costgraph *cg = NULL;
   int *choice = NULL;
-  rc = ts__train_layout(&t->cfg, NULL, NULL, &vt, &dc, &t->model);
+  rc = ts__train_layout(&t->cfg, model, user, &vt, &dc, &t->model);
   int have = 0; /* the sample's shape without opening a data set where the config tells it */
   if (!rc) rc = ts__train_dry_sample(t, &have);
   if (!rc && !have) rc = ts__train_prepare(t);
@@ -189,7 +189,7 @@ int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl
   return rc;
 }
 
-int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl) {
+int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl, ts_model_fn model, void *user) {
   int T = c->parallel.auto_tp, P = c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1;
   if (N % T)
     return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d does not divide the %d ranks", T, N);
@@ -202,7 +202,7 @@ int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl) {
   p.micro_batches = P > 1 ? (c->parallel.micro_batches > 0 ? c->parallel.micro_batches : P) : 1;
   static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
   int m = c->parallel.search_mode;
-  int rc = ts_config_apply_plan_on(c, &p, cl);
+  int rc = ts__config_apply_plan_model(c, &p, cl, model, user);
   if (!rc) rc = ts_config_validate(c);
   if (!rc)
     ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: data parallel %d x tensor parallel %d x %d stages (parallel.auto_tp), "

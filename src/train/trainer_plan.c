@@ -75,7 +75,7 @@ static void dry_free(dry *x) {
 int ts__train_dry_sample(ts_trainer *t, int *done) {
   ts_config *c = &t->cfg;
   *done = 0;
-  if (c->model.name == TS_MODEL_GPT) {
+  if (c->model.name == TS_MODEL_GPT && !t->model.custom) { /* a callback's model: its data set's sample */
     if (c->data.seq_len < 1) return ts_error_set(TS_ECONFIG, "data.seq_len: GPT needs a sequence length, got %d", c->data.seq_len);
     t->model.sample = ts_shape1(c->data.seq_len);
     t->model.dtype = TS_I32;
@@ -91,7 +91,7 @@ int ts__train_dry_sample(ts_trainer *t, int *done) {
     case TS_DATA_CIFAR100: raw = ts_shape3(32, 32, 3); break;
     default: return TS_OK;
   }
-  if (c->model.num_classes == 0) return TS_OK; /* the data set's own count: open it */
+  if (c->model.num_classes == 0 && !t->model.custom) return TS_OK; /* the zoo model needs the data set's count */
   int rc = ts_config_transforms(c, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) return rc;
   t->ntf_train = rc;
@@ -130,10 +130,10 @@ static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_f
   t->cfg = *cfg;
   ts_dist_config dc;
   int rc = ts_config_validate(&t->cfg);
-  if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices);
+  if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices, model, user);
   if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
   int have = 0;
-  if (!rc && !model) rc = ts__train_dry_sample(t, &have); /* no data set opened where the config tells the sample */
+  if (!rc) rc = ts__train_dry_sample(t, &have); /* no data set opened where the config tells the sample */
   if (!rc && !have) rc = ts__train_prepare(t);
   x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
   if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
@@ -263,10 +263,11 @@ typedef struct {
   int P, V, replicas, semi;
 } priced;
 
-static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c, priced *out) {
+static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c, priced *out, ts_model_fn model,
+                      void *user) {
   memset(out, 0, sizeof *out);
   dry x;
-  int rc = dry_build(cfg, N, rank, NULL, NULL, 0, &x);
+  int rc = dry_build(cfg, N, rank, model, user, 0, &x);
   const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
   const ts_config *k = x.t ? &x.t->cfg : cfg;
   /* one micro-batch: every piece the rank runs (a pipeline's virtual stages), each node that runs */
@@ -308,6 +309,11 @@ static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c
 }
 
 int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out) {
+  return ts__trainer_predict_model(cfg, ndevices, rank, c, out, NULL, NULL);
+}
+
+int ts__trainer_predict_model(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c,
+                              ts_step_prediction *out, ts_model_fn model, void *user) {
   memset(out, 0, sizeof *out);
   int rc = ts_cluster_validate(c, c->name);
   if (rc) return rc;
@@ -325,7 +331,7 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
     if (rank != last) ranks[++np] = last;
   }
   np++;
-  for (int i = 0; i < np && !rc; i++) rc = price_rank(cfg, ndevices, ranks[i], c, &pr[i]);
+  for (int i = 0; i < np && !rc; i++) rc = price_rank(cfg, ndevices, ranks[i], c, &pr[i], model, user);
   if (rc) return rc;
   const priced *a = &pr[0];
   double piece = 0, gemm = 0, other = 0, comm = 0, flops = 0, mem = 0;

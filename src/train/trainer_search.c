@@ -61,7 +61,14 @@ typedef struct {
   int n, cap;
 } op_cache;
 
-static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache) {
+/* the network being searched: a builder callback (C API, Python cells), or NULL for the zoo's */
+typedef struct {
+  ts_model_fn fn;
+  void *user;
+} model_ref;
+
+static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache,
+                    const model_ref *m) {
   int M = p->micro_batches > 0 ? p->micro_batches : 1; /* the rows the operators see */
   for (int i = 0; cache && i < cache->n; i++) {
     const op_entry *e = &cache->e[i];
@@ -75,7 +82,7 @@ static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl,
   if (!cl && (rc = ts_cluster_load(c->parallel.cluster, &own))) return ts_error_wrap(rc, "parallel.cluster");
   ts_cfg_strategies *st = malloc(sizeof *st);
   if (!st) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
-  rc = ts__train_op_search(c, p->dp, p->tp, cl ? cl : &own, st, NULL);
+  rc = ts__train_op_search(c, p->dp, p->tp, cl ? cl : &own, st, NULL, m ? m->fn : NULL, m ? m->user : NULL);
   if (!rc) c->parallel.strategies = *st;
   if (cache && cache->n == cache->cap) {
     int nc = cache->cap ? 2 * cache->cap : 16;
@@ -92,11 +99,17 @@ static int searched(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl,
   return rc;
 }
 
-static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache);
+static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache,
+                      const model_ref *m);
 
-int ts_config_apply_plan(ts_config *c, const ts_plan_choice *p) { return apply_plan(c, p, NULL, NULL); }
+int ts_config_apply_plan(ts_config *c, const ts_plan_choice *p) { return apply_plan(c, p, NULL, NULL, NULL); }
 int ts_config_apply_plan_on(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl) {
-  return apply_plan(c, p, cl, NULL);
+  return apply_plan(c, p, cl, NULL, NULL);
+}
+int ts__config_apply_plan_model(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, ts_model_fn model,
+                                void *user) {
+  model_ref m = {model, user};
+  return apply_plan(c, p, cl, NULL, &m);
 }
 /* ---- end opsearch ---- */
 
@@ -105,7 +118,8 @@ int ts_plan_choice_micro_batch_size(const ts_config *cfg, const ts_plan_choice *
   return (int)(cfg->train.batch_size / d);
 }
 
-static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache) {
+static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, op_cache *cache,
+                      const model_ref *m) {
   int M = p->micro_batches > 0 ? p->micro_batches : 1, V = p->virtual_stages > 1 ? p->virtual_stages : 1;
   c->parallel.pipeline_stages = p->pp;
   c->parallel.micro_batches = p->pp > 1 ? M : 0;
@@ -124,7 +138,7 @@ static int apply_plan(ts_config *c, const ts_plan_choice *p, const ts_cluster *c
   if (p->tp > 1) {
     c->parallel.mode = TS_PARALLEL_SEMI_AUTO;
     c->parallel.full_batch = 0;
-    if (!p->megatron) return searched(c, p, cl, cache); /* opsearch */
+    if (!p->megatron) return searched(c, p, cl, cache, m); /* opsearch */
     return megatron(c, p->dp, p->tp);
   }
   c->parallel.mode = p->dp * p->pp > 1 ? TS_PARALLEL_DATA : TS_PARALLEL_STAND_ALONE;
@@ -228,11 +242,11 @@ static int add_degrees(const ts_config *cfg, const ts_cluster *cl, int dp, int t
 
 /* Builds plan p dry and prices it (its fit against the limits). */
 static void price_candidate(const ts_config *cfg, int N, const ts_cluster *cl, double limit, double budget,
-                            ts_plan_choice *p, op_cache *cache) {
+                            ts_plan_choice *p, op_cache *cache, const model_ref *m) {
   ts_config c = *cfg;
-  int rc = apply_plan(&c, p, cl, cache);
+  int rc = apply_plan(&c, p, cl, cache, m);
   if (!rc) rc = ts_config_validate(&c);
-  if (!rc) rc = ts_trainer_predict(&c, N, 0, cl, &p->pred);
+  if (!rc) rc = ts__trainer_predict_model(&c, N, 0, cl, &p->pred, m->fn, m->user);
   if (rc) {
     snprintf(p->why, sizeof p->why, "%s", ts_last_error());
     return;
@@ -249,7 +263,7 @@ static void price_candidate(const ts_config *cfg, int N, const ts_cluster *cl, d
 /* Prices p unless its bounds rule it out (over the memory; or its step bound above the best
  * plan priced so far), keeping *best. */
 static void price_one(const ts_config *cfg, int N, const ts_cluster *cl, double limit, double budget, double cut,
-                      ts_plan_choice *p, ts_plan_choice *out, int *best, op_cache *cache) {
+                      ts_plan_choice *p, ts_plan_choice *out, int *best, op_cache *cache, const model_ref *m) {
   if (p->mem_bound > cut) {
     snprintf(p->why, sizeof p->why, "not built: needs at least %.1f MiB per device (parameters, gradients, "
              "optimizer state, stashed layer inputs), over %.1f MiB", p->mem_bound / 1048576.0, cut / 1048576.0);
@@ -260,12 +274,18 @@ static void price_one(const ts_config *cfg, int N, const ts_cluster *cl, double 
              p->time_bound, out[*best].pred.step_s);
     return;
   }
-  price_candidate(cfg, N, cl, limit, budget, p, cache);
+  price_candidate(cfg, N, cl, limit, budget, p, cache, m);
   if (p->priced && (*best < 0 || better(p, &out[*best]))) *best = (int)(p - out);
 }
 
 int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan_choice *out, int cap, int *nout,
                       int *best) {
+  return ts__trainer_search_model(cfg, N, cl, out, cap, nout, best, NULL, NULL);
+}
+
+int ts__trainer_search_model(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan_choice *out, int cap,
+                             int *nout, int *best, ts_model_fn model, void *user) {
+  model_ref m = {model, user};
   *nout = 0;
   *best = -1;
   if (N < 1) return ts_error_set(TS_EINVAL, "search: %d devices", N);
@@ -319,7 +339,7 @@ int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan
         snprintf(p->why, sizeof p->why, "not built: needs more memory than %s, which does not fit", s);
         continue;
       }
-      price_one(cfg, N, cl, limit, budget, cut, p, out, best, &cache);
+      price_one(cfg, N, cl, limit, budget, cut, p, out, best, &cache, &m);
     }
   free(order);
   free(cache.e);
@@ -356,21 +376,21 @@ void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap) {
   if (p->tp > 1) snprintf(buf + n, cap > n ? cap - n : 0, "%s", p->megatron ? ",cuts=megatron" : ",cuts=search");
 }
 
-int ts__train_auto(ts_config *c, int N) {
+int ts__train_auto(ts_config *c, int N, ts_model_fn model, void *user) {
   ts_cluster cl;
   int rc = ts_cluster_load(c->parallel.cluster, &cl);
   if (rc) return ts_error_wrap(rc, "parallel.cluster");
-  if (c->parallel.auto_tp > 0) return ts__train_auto_tp(c, N, &cl); /* opsearch: the degrees given */
+  if (c->parallel.auto_tp > 0) return ts__train_auto_tp(c, N, &cl, model, user); /* opsearch: the degrees given */
   int cap = 16384, cnt = 0, best = -1;
   ts_plan_choice *all = calloc((size_t)cap, sizeof *all);
   if (!all) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
   ts_config base = *c;
   base.parallel.mode = TS_PARALLEL_DATA; /* the candidates set their own layout */
-  rc = ts_trainer_search(&base, N, &cl, all, cap, &cnt, &best);
+  rc = ts__trainer_search_model(&base, N, &cl, all, cap, &cnt, &best, model, user);
   if (!rc) {
     char s[160];
     ts_plan_choice_str(&all[best], s, sizeof s);
-    rc = ts_config_apply_plan_on(c, &all[best], &cl);
+    rc = ts__config_apply_plan_model(c, &all[best], &cl, model, user);
     if (!rc) rc = ts_config_validate(c);
     if (!rc)
       ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: %s (predicted %.3f ms per step, %.2f MiB per device; "

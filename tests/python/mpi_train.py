@@ -1,7 +1,9 @@
 """Run under mpirun by test_pyapi_mpi.py: trains models.MLP through the package in the current
 directory. argv[1]: "dp" (data_parallel, the data sharded as MindSpore scripts do) or "semi"
 (semi_auto_parallel, the strategies given with Dense.matmul.shard) or "pipe" (the zoo's mlp in 2
-pipeline stages), argv[2]: epochs."""
+pipeline stages) or "cellpipe" (models.MLP cut by its cells' pipeline_stage) or "auto" / "autotp"
+(auto_parallel on models.MLP) or "raise_cb" / "raise_construct" (a Python exception on rank 1),
+argv[2]: epochs."""
 import os
 import sys
 
@@ -19,6 +21,49 @@ if mode == "dp":
     # from a checkpoint of the first
     r = m.eval(models.dataset(64, 8, ts.get_group_size(), ts.get_rank(), usage="test"))
     print("eval rank %d: acc %.6f loss %.6f" % (ts.get_rank(), r["acc"], r["loss"]))
+elif mode == "cellpipe":
+    # models.MLP written in Python, cut into 2 stages by its cells' pipeline_stage (one process:
+    # no pipeline, the stages ignored). First a cut whose values flow backwards: refused
+    n = ts.get_group_size()
+    if n > 1:
+        ts.set_auto_parallel_context(parallel_mode="data_parallel", pipeline_stages=2, micro_batches=4)
+        bad = models.MLP(64, 32)
+        bad.fc1.pipeline_stage, bad.fc2.pipeline_stage, bad.fc3.pipeline_stage = 1, 0, 1
+        try:
+            models.train(bad, epochs, 256, 32)
+        except ValueError as e:
+            print("rank %d refused: %s" % (ts.get_rank(), e))
+    net = models.MLP(64, 32)
+    net.fc1.pipeline_stage = 0
+    net.fc2.pipeline_stage = 1
+    net.fc3.pipeline_stage = 1
+    m = models.train(net, epochs, 256, 32)
+    print("rank %d holds %s" % (ts.get_rank(), ",".join(sorted(m._trainer.params()))))
+elif mode in ("auto", "autotp"):
+    # models.MLP under auto_parallel: the plan searched through the Python builder (autotp: the
+    # tensor-parallel degree given, its operators searched)
+    ts.set_auto_parallel_context(parallel_mode="auto_parallel", cluster="dgx-a100-80g",
+                                 strategy_ckpt_save_file="strategy.json",
+                                 auto_tp=ts.get_group_size() if mode == "autotp" else 0)
+    models.train(models.MLP(64, 32), epochs, 256, 32)
+elif mode in ("raise_cb", "raise_construct"):
+    # a Python exception on rank 1 only: the job ends at once (not at the communication timeout)
+    class Boom(ts.Callback):
+        def step_end(self, rc):
+            if ts.get_rank() == 1 and rc.original_args().cur_step_num == 3:
+                raise RuntimeError("boom on rank 1 at step 3")
+
+    class Net(models.MLP):
+        def construct(self, x):
+            if ts.get_rank() == 1:
+                raise RuntimeError("boom on rank 1 in construct")
+            return super().construct(x)
+
+    ts.set_auto_parallel_context(parallel_mode="data_parallel")
+    if mode == "raise_cb":
+        models.train(models.MLP(64, 32), epochs, 256, 32, callbacks=[Boom()])
+    else:
+        models.train(Net(64, 32), epochs, 256, 32)
 elif mode == "pipe":
     ts.set_auto_parallel_context(parallel_mode="data_parallel", pipeline_stages=2, micro_batches=4)
     models.train(ts.zoo.mlp((64, 32)), epochs, 256, 32)

@@ -133,14 +133,43 @@ class TestGraph(Tmp):
         with self.assertRaises(Oops):
             self._train_custom(Net())
 
-    def test_pipeline_stage_on_a_python_cell_is_refused(self):
+    def test_pipeline_stage_rules_and_checks(self):
+        from tessera.train.model import _stage_rules
         net = models.MLP(16, 16)
         net.fc3.pipeline_stage = 1
         self.assertEqual(net.fc3.pipeline_stage, 1)
-        with self.assertRaisesRegex(ValueError, "pipeline_stage: .*zoo"):
-            self._train_custom(net)
         with self.assertRaisesRegex(ValueError, "pipeline_stage"):
             net.fc3.pipeline_stage = -1
+        # no pipeline: the stages are ignored (MindSpore's pipeline_stages 1); one process trains
+        self._train_custom(net)
+        # the rules: each largest subtree on one stage; sub-cells inherit, and may override
+        net.fc1.pipeline_stage = 0
+        self.assertEqual(_stage_rules(net, 2), {"fc1": 0, "fc3": 1})
+        self.assertIsNone(_stage_rules(net, 1))
+
+        class Blocks(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.a = models.MLP(16, 16)
+                self.b = models.MLP(16, 16)
+
+        blocks = Blocks()
+        blocks.a.pipeline_stage = 0
+        blocks.b.pipeline_stage = 1
+        blocks.b.fc1.pipeline_stage = 0  # an override inside: b's other cells keep stage 1
+        self.assertEqual(_stage_rules(blocks, 2), {"a": 0, "b.flatten": 1, "b.fc1": 0, "b.fc2": 1,
+                                                   "b.relu": 1, "b.fc3": 1})
+        blocks.pipeline_stage = 0  # the root assigned: every cell is on a stage
+        blocks.b.fc1.pipeline_stage = 1
+        self.assertEqual(_stage_rules(blocks, 2), {"a": 0, "b": 1})
+        # MindSpore's refusals: a stage >= pipeline_stages, a stage no cell is on
+        ts.set_auto_parallel_context(pipeline_stages=2)
+        net.fc3.pipeline_stage = 2
+        with self.assertRaisesRegex(ValueError, "cell 'fc3' is on stage 2.*pipeline_stages=2\\) has stages 0..1"):
+            self._train_custom(net)
+        net.fc3.pipeline_stage = 0
+        with self.assertRaisesRegex(ValueError, "no cell is on stage 1 of the 2 pipeline stages"):
+            self._train_custom(net)
 
     def test_custom_parameter_and_ops_train(self):
         class Net(nn.Cell):
@@ -210,6 +239,83 @@ class TestModel(Tmp):
 
         with self.assertRaisesRegex(Stop, "at step 2"):
             models.train(models.MLP(16, 16), 1, 128, 32, callbacks=[Cb()])
+
+    def test_train_twice_continues(self):
+        """A second Model.train continues (MindSpore): the losses and parameters of 1 + 1 epochs
+        bitwise those of one train of 2 epochs; callbacks count this call's steps."""
+        class Rec(ts.Callback):
+            def __init__(self):
+                self.loss, self.steps = [], []
+
+            def step_end(self, rc):
+                a = rc.original_args()
+                self.loss.append(a.net_outputs)
+                self.steps.append((a.cur_epoch_num, a.cur_step_num))
+
+        def make():
+            ts.set_seed(3)
+            net = models.MLP(16, 16)
+            return net, ts.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                                 nn.Momentum(net.trainable_params(), 0.05, 0.9),
+                                 config={"data.test_limit": 64})
+
+        one_net, one = make()
+        r1 = Rec()
+        one.train(2, models.dataset(128, 32), callbacks=[r1])
+        two_net, two = make()
+        ra, rb = Rec(), Rec()
+        two.train(1, models.dataset(128, 32), callbacks=[ra])
+        two.train(1, models.dataset(128, 32), callbacks=[rb])
+        self.assertEqual(len(r1.loss), 8)
+        self.assertEqual(ra.loss + rb.loss, r1.loss)  # bitwise: the same floats
+        self.assertEqual(ra.steps, [(1, 1), (1, 2), (1, 3), (1, 4)])
+        self.assertEqual(rb.steps, ra.steps)  # per call, as MindSpore counts them
+        self.assertEqual(two._trainer.info()["step"], 8)
+        p1, p2 = one_net._trainer.params(), two_net._trainer.params()
+        for k in p1:
+            self.assertTrue(p1[k].tobytes() == p2[k].tobytes(), k)
+        # another data set (another batch): a trainer resumed from the state reached continues
+        rc_ = Rec()
+        two.train(1, models.dataset(128, 16), callbacks=[rc_])
+        self.assertEqual(len(rc_.loss), 8)
+        self.assertEqual(two._trainer.info()["step"], 16)
+        self.assertEqual(rc_.steps[0], (1, 1))
+
+    def test_train_releases_the_gil(self):
+        """Another Python thread keeps running while the C training loop runs (no Python
+        callbacks in the loop: before, the thread stood still for the whole of fit)."""
+        import threading
+        import time
+        ticks, stop, busy = [], threading.Event(), []
+        net = models.MLP(256, 128)
+
+        def count():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                t = net.__dict__.get("_trainer")
+                if t is not None and not busy:
+                    try:  # the trainer is not used from another thread while it runs
+                        t.info()
+                    except RuntimeError as e:
+                        busy.append(str(e))
+                time.sleep(0.001)
+
+        th = threading.Thread(target=count)
+        th.start()
+        try:
+            t0 = time.monotonic()
+            models.train(net, 3, 1024, 32)  # 96 steps in C
+            t1 = time.monotonic()
+        finally:
+            stop.set()
+            th.join()
+        inside = [t for t in ticks if t0 <= t <= t1]
+        gaps = [b - a for a, b in zip(inside, inside[1:])]
+        self.assertGreater(len(inside), 20)
+        # the longest pause of the counting thread is a small part of train (a fit holding the
+        # GIL stops it for all of the loop)
+        self.assertLess(max(gaps), 0.5 * (t1 - t0), "thread stalled %.3f s of %.3f s" % (max(gaps), t1 - t0))
+        self.assertEqual(busy, ["Trainer: busy (fit or evaluate is running in another thread)"])
 
     def test_request_stop(self):
         n = []

@@ -58,6 +58,7 @@ class Model:
         for k, v in self.extra.items():
             context.check_key(k, v)
         self._trainer = None
+        self._trained_epochs = 0  # epochs trained so far (a second train continues)
         self._pairs = None
         self._eval_sig = None
 
@@ -75,11 +76,19 @@ class Model:
             elif rec:
                 k["model.recompute"] = "full"
                 k["model.recompute_layers"] = rec
-            if any(c._stage is not None for _, c in self.network.cells_and_names()):
-                raise ValueError("pipeline_stage: Tessera's pipeline layout cuts only the C zoo's models into "
-                                 "stages (a model built by a callback, as a Python Cell is, is refused); use a "
-                                 "tessera.zoo model with set_auto_parallel_context(pipeline_stages=N)")
+            rules = _stage_rules(self.network, self._pipeline_stages())
+            if rules:
+                k["parallel.stages"] = rules
         return k
+
+    def _pipeline_stages(self):
+        """The job's pipeline stages as set (1 under auto_parallel: its search picks the stages and
+        their cut itself, the cells' pipeline_stage is not used)."""
+        mode = self.extra.get("parallel.mode", context.get_auto_parallel_context("parallel_mode"))
+        if mode == "auto_parallel":
+            return 1
+        p = self.extra.get("parallel.pipeline_stages", context.get_auto_parallel_context("pipeline_stages"))
+        return int(p) if p is not None else 1
 
     def _shards(self, ds):
         n = ds.num_shards or 1
@@ -125,12 +134,35 @@ class Model:
             pairs.append(("checkpoint.resume", yaml_value(resume)))
         zoo = getattr(self.network, "_zoo_keys", None) is not None
         t = _C.Trainer(pairs, None if zoo else self._build)
+        plan = t.info()["plan"]  # auto_parallel: the searched plan, said once by rank 0
+        if plan and plan != getattr(self, "parallel_plan", None) and t.info()["rank"] == 0:
+            print("tessera: %s" % plan, flush=True)
+        self.parallel_plan = plan or None
         self.network.__dict__["_trainer"] = t
         pending = self.network.__dict__.pop("_pending_params", None)
         if pending:
             from ..checkpoint import load_param_into_net
             load_param_into_net(self.network, pending)
         self._trainer, self._keys_used = t, keys
+        return t
+
+    def _resumed(self, keys, strict=True):
+        """A trainer for keys resumed from the current trainer's state (a checkpoint in $TMPDIR,
+        removed once every rank has read it). strict=False: another configuration (its config
+        hash differs; the library warns)."""
+        h = hashlib.sha1(repr(sorted(keys.items())).encode() + os.getcwd().encode()).hexdigest()[:12]
+        path = os.path.join(tempfile.gettempdir(), "tessera-eval-%d-%s.safetensors" % (os.getuid(), h))
+        self._trainer.save(path)
+        _C.barrier()  # rank 0 has written it before any rank reads it
+        if not strict:
+            keys = dict(keys)
+            keys["checkpoint.strict"] = False
+        try:
+            t = self._create(keys, resume=path)
+        finally:
+            _C.barrier()  # every rank has read it
+            if context.get_rank() == 0:
+                os.unlink(path)
         return t
 
     def _build(self, b, x, targets):
@@ -151,20 +183,47 @@ class Model:
         and ModelCheckpoint. A Python exception raised in a callback stops training and is
         re-raised here."""
         cbs = _flatten(callbacks)
+        epochs = int(epoch)
+        if epochs < 0:
+            raise ValueError("Model.train: epoch must be >= 0, got %r" % (epoch,))
         keys = self._keys(epoch, train_dataset, valid_dataset, cbs)
-        t = self._create(keys)
+        done = self._trained_epochs
+        t = self._trainer
+        if t is not None and done:
+            # MindSpore's second train continues the same network: parameters, optimizer state,
+            # step count and data order carried over (as one train of the summed epochs)
+            keys["train.epochs"] = done + epochs
+            same = {k: v for k, v in keys.items() if k != "train.epochs"} == \
+                {k: v for k, v in self._keys_used.items() if k != "train.epochs"}
+            if same:  # the same run, lengthened
+                t.clear_callbacks()
+                t.continue_epochs(epochs)
+                self._keys_used = keys
+            else:  # another data set or config: a trainer resumed from the state reached
+                t = self._resumed(keys, strict=False)
+                t.continue_epochs(epochs)  # its steps per epoch may differ: `epochs` from here
+        else:
+            t = self._create(keys)
+        self._trained_epochs = done + epochs
         info = t.info()
-        spe, epochs = info["steps_per_epoch"], int(epoch)
-        last = {"loss": None}
+        spe = info["steps_per_epoch"]
+        base_step = info["step"]
+        # the trainer's epoch index at this call's first step (a run stopped inside an epoch
+        # continues in it); this call's epochs count from it
+        last = {"loss": None, "base_epoch": None}
         net = self.network
 
         def args(step, ep, loss, s=None):
-            return dict(cur_step_num=step, cur_epoch_num=ep + 1, batch_num=spe, epoch_num=epochs, net_outputs=loss,
-                        step_info=s, train_network=net, rank=info["rank"])
+            # this call's steps and epochs (MindSpore counts them per train call)
+            b = last["base_epoch"] if last["base_epoch"] is not None else ep
+            return dict(cur_step_num=step - base_step, cur_epoch_num=ep - b + 1, batch_num=spe,
+                        epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net, rank=info["rank"])
 
         user = [c for c in cbs if isinstance(c, Callback) and not isinstance(c, ModelCheckpoint)]
         if user:
             def step_end(s):
+                if last["base_epoch"] is None:
+                    last["base_epoch"] = s["epoch"]
                 last["loss"] = s["loss"]
                 last["step"] = s["step"]
                 rc = RunContext(args(s["step"], s["epoch"], s["loss"], s), t)
@@ -172,17 +231,18 @@ class Model:
                     c.on_train_step_end(rc)
 
             def epoch_end(e):
-                rc = RunContext(args(last.get("step", 0), e, last["loss"]), t)
+                rc = RunContext(args(last.get("step", base_step), e, last["loss"]), t)
                 for c in user:
                     c.on_train_epoch_end(rc)
 
             def train_end():
-                rc = RunContext(args(last.get("step", 0), epochs - 1, last["loss"]), t)
+                b = last["base_epoch"] or 0
+                rc = RunContext(args(last.get("step", base_step), b + epochs - 1, last["loss"]), t)
                 for c in user:
                     c.on_train_end(rc)
 
             t.add_callback(step_end=step_end, epoch_end=epoch_end, train_end=train_end)
-            rc0 = RunContext(args(0, 0, None), t)
+            rc0 = RunContext(args(base_step, 0, None), t)
             for c in user:
                 c.on_train_begin(rc0)
         t.fit()
@@ -207,14 +267,7 @@ class Model:
                 if k.startswith("data.test_") or k == "train.eval_batch_size":
                     del keys[k]
             keys.update(ek)
-            h = hashlib.sha1(repr(sorted(keys.items())).encode() + os.getcwd().encode()).hexdigest()[:12]
-            path = os.path.join(tempfile.gettempdir(), "tessera-eval-%d-%s.safetensors" % (os.getuid(), h))
-            t.save(path)
-            _C.barrier()  # rank 0 has written it before any rank reads it
-            t = self._create(keys, resume=path)
-            _C.barrier()  # every rank has read it
-            if context.get_rank() == 0:
-                os.unlink(path)
+            t = self._resumed(keys)
         r = t.evaluate()
         out = {}
         for m in self.metrics or ["acc"]:
@@ -224,6 +277,55 @@ class Model:
     @property
     def train_network(self):
         return self.network
+
+
+def _stage_rules(net, P):
+    """parallel.stages rules (cell path -> stage) from the cells' pipeline_stage, as MindSpore
+    assigns them: a cell's operators are on its stage; a sub-cell inherits its parent's stage
+    unless it sets its own. A rule is written for each largest subtree on one stage; operators of
+    a cell whose subtree spans stages (and of cells no staged cell contains) follow their inputs.
+    None when no cell sets a stage or the job has no pipeline (pipeline_stages 1: ignored, as in
+    MindSpore). ValueError for a stage outside 0..P-1 or a stage no cell is on."""
+    eff, explicit, kids = {}, {}, {}
+
+    def walk(path, cell, inherited):
+        s = cell._stage if cell._stage is not None else inherited
+        eff[path] = s
+        if cell._stage is not None:
+            explicit[path] = cell._stage
+        kids[path] = [(path + "." + k if path else k, c) for k, c in cell._cells.items()]
+        for p, c in kids[path]:
+            walk(p, c, s)
+
+    walk("", net, None)
+    if not explicit or P <= 1:
+        return None
+    for path, s in explicit.items():
+        if s >= P:
+            raise ValueError("pipeline_stage: cell '%s' is on stage %d, but set_auto_parallel_context("
+                             "pipeline_stages=%d) has stages 0..%d" % (path or type(net).__name__, s, P, P - 1))
+    missing = sorted(set(range(P)) - {s for s in eff.values() if s is not None})
+    if missing:
+        raise ValueError("pipeline_stage: no cell is on stage %s of the %d pipeline stages (every stage needs "
+                         "cells: set cell.pipeline_stage on the network's cells)"
+                         % (", ".join(str(m) for m in missing), P))
+    rules = {}
+
+    def subtree(path):
+        yield eff[path]
+        for p, _ in kids[path]:
+            yield from subtree(p)
+
+    def emit(path):
+        st = set(subtree(path))
+        if path and len(st) == 1 and eff[path] is not None:
+            rules[path] = eff[path]
+            return
+        for p, _ in kids[path]:
+            emit(p)
+
+    emit("")
+    return rules
 
 
 def _flatten(cbs):
