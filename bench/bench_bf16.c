@@ -470,7 +470,8 @@ static void bench_resnet_conv(void) {
   double tot[4][3] = {{0}}, totp[4][3] = {{0}};
   printf("resnet_conv: ResNet-18 CIFAR batch %lld, ms per step (x count), (oneDNN primitive; the rest are reorders)\n"
          "  f32: f32 default (Winograd on 3x3 s1) | bf16: bf16 direct | bf16f: bf16 buffers on the f32 Winograd\n"
-         "  or direct primitive (f32's choice) between converting reorders | lp: the 16-bit default\n",
+         "  or direct primitive (f32's choice) between converting reorders | lp: the 16-bit default (the bf16\n"
+         "  Winograd kernel, wino_f2x2, on 3x3 stride-1 layers; its transforms count as reorders, GEMMs as prim)\n",
          (long long)N);
   printf("%-26s %-5s %22s %22s %22s  %s\n", "layer (C,H->O,k,s) x n", "", "fwd ms (prim)", "bwd_data ms (prim)",
          "bwd_weight ms (prim)", "impl fwd");
@@ -481,7 +482,9 @@ static void bench_resnet_conv(void) {
     const int64_t nx = N * y->C * y->H * y->H, ny = N * y->O * OH * OH, nw = y->O * y->C * y->K * y->K;
     buf x = mk(nx, 1), w = mk(nw, 2), yy = mk(ny, 3), dy = mk(ny, 4), dx = mk(nx, 5), dw = mk(nw, 6);
     double t[4][3][64], pr[4][3][64], st[2][3][3];
+    ts__conv_dnnl_set_lp_mode(0, TS_CONV_LP_NATIVE);
     const char *impl[4] = {ts__conv_dnnl_impl(&d, 0), ts__conv_dnnl_impl_bf16(&d, 0), "", ""};
+    ts__conv_dnnl_set_lp_mode(0, TS_CONV_LP_DEFAULT);
     for (int r = -1; r < reps; r++)
       for (int v = 0; v < 4; v++)
         for (int dir = 0; dir < 3; dir++) {

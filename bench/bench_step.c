@@ -293,14 +293,16 @@ static double bench_amp(const options *o, const char *model, const char *name, i
       memset(pr, 0, sizeof pr);
       for (int j = 0; j < 2; j++)
         if (ts_plan_add_hook(t[j].plan, prof_hook, &pr[j])) die("profiler hook");
-      double conv[2][3][3] = {{{0}}};
+      double conv[2][3][3] = {{{0}}}, wino[2][3] = {{0}}, ws[3][3];
       for (int i = 0; i < o->steps; i++, s++)
         for (int j = 0; j < 2; j++) {
           ts__conv_dnnl_stats(NULL, 1);
+          ts__conv_wino_stats(NULL, 1);
           train_step(&t[j], s, &pr[j]);
           ts__conv_dnnl_stats(cs, 1);
+          ts__conv_wino_stats(ws, 1);
           for (int d = 0; d < 3; d++)
-            for (int q = 0; q < 3; q++) conv[j][d][q] += cs[0][d][q] + cs[1][d][q];
+            for (int q = 0; q < 3; q++) conv[j][d][q] += cs[0][d][q] + cs[1][d][q], wino[j][d] += ws[d][q];
         }
       for (int j = 0; j < 2; j++) ts_plan_remove_hook(t[j].plan, prof_hook, &pr[j]);
       for (int j = 0; j < 2; j++) {
@@ -312,11 +314,13 @@ static double bench_amp(const options *o, const char *model, const char *name, i
                  name, j ? "amp" : "f32", pr[j].op[i], pr[j].sec[i] * 1e3 / o->steps,
                  total > 0 ? pr[j].sec[i] / total : 0.0);
         static const char *dn[3] = {"fwd", "bwd_data", "bwd_weight"};
+        /* wino_ms: the part of the three that is the bf16 Winograd kernels (conv_wino.c: their
+         * transforms count as reorders, their GEMMs as the primitive) */
         for (int d = 0; d < 3; d++)
           printf("{\"name\":\"conv_split\",\"model\":\"%s\",\"variant\":\"%s\",\"dir\":\"%s\","
-                 "\"reorder_in_ms\":%.3f,\"primitive_ms\":%.3f,\"reorder_out_ms\":%.3f}\n",
+                 "\"reorder_in_ms\":%.3f,\"primitive_ms\":%.3f,\"reorder_out_ms\":%.3f,\"wino_ms\":%.3f}\n",
                  name, j ? "amp" : "f32", dn[d], conv[j][d][0] * 1e3 / o->steps,
-                 conv[j][d][1] * 1e3 / o->steps, conv[j][d][2] * 1e3 / o->steps);
+                 conv[j][d][1] * 1e3 / o->steps, conv[j][d][2] * 1e3 / o->steps, wino[j][d] * 1e3 / o->steps);
         printf("{\"name\":\"profile_total\",\"model\":\"%s\",\"variant\":\"%s\",\"ms\":%.3f}\n", name,
                j ? "amp" : "f32", total * 1e3 / o->steps);
       }

@@ -85,10 +85,34 @@ int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, cons
  * runs on more than one thread (omp_get_max_threads() > 1), native otherwise (why: lp_wants_f32
  * in conv_dnnl.c). dir: 0 fwd, 1 bwd_data, 2 bwd_weight. The setter
  * is for benchmarks and tests (process-wide, like ts__conv_dnnl_set_algo). */
-enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32 };
+enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32, TS_CONV_LP_WINO };
 void ts__conv_dnnl_set_lp_mode(int dir, int mode);
 int ts__conv_dnnl_get_lp_mode(int dir);
-/* oneDNN's implementation name of the bf16 primitive of a direction ("" if unavailable). */
+/* The implementation name of the bf16 kernel of a direction: oneDNN's primitive, or
+ * TS_CONV_WINO_IMPL for the Winograd kernels below ("" if unavailable). */
 const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir);
+
+/* bf16 Winograd F(2x2,3x3) (conv_wino.c) for 3x3, stride 1, pad 1, undilated, ungrouped convs
+ * (ts__conv_wino_shape) on CPUs with AVX512-BF16 (ts__conv_wino_cpu): transforms in f32, the
+ * transformed tensors in bf16, the 16 per-position GEMMs in bf16 with f32 accumulation, outputs
+ * rounded once; plain NCHW/OIHW buffers in and out (no reorders); bitwise deterministic for any
+ * thread count. TS_CONV_LP_WINO forces it (where the shape and CPU allow); TS_CONV_LP_DEFAULT
+ * uses it for every direction of such convs with >= 32 channels in and out unless the
+ * environment sets TESSERA_CONV_WINO=0 (then the rule above applies). st (may be NULL) gets
+ * seconds added: [0] input/weight transforms, [1] GEMMs (fwd/bwd-data: with the fused output
+ * transform), [2] bwd-weights' output transform and bias sum. */
+#define TS_CONV_WINO_IMPL "wino_f2x2:avx512_bf16"
+int ts__conv_wino_shape(const ts__conv_desc *d);
+int ts__conv_wino_cpu(void);
+// x (N,C,H,W) bf16, w (O,C,3,3) bf16, b (O) bf16 or NULL -> y (N,O,H,W) bf16
+int ts__conv2d_fwd_wino(const ts__conv_desc *d, const void *x, const void *w, const void *b, void *y, double st[3]);
+// dy (N,O,H,W) bf16, w (O,C,3,3) bf16 -> dx (N,C,H,W) bf16
+int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void *w, void *dx, double st[3]);
+// x (N,C,H,W) bf16, dy (N,O,H,W) bf16 -> dw (O,C,3,3) bf16, db (O) bf16 if not NULL
+int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db,
+                               double st[3]);
+/* Seconds the Winograd kernels spent since the last reset, out[dir][k] split as st above (they
+ * are also in ts__conv_dnnl_stats' bf16 row when called through the 16-bit entry points). */
+void ts__conv_wino_stats(double out[3][3], int reset);
 
 #endif
