@@ -84,21 +84,7 @@ log: {progress: lines}
 YAML
 }
 gpt > "$tmp/gpt1.yaml"
-{ gpt; cat <<YAML
-parallel:
-  mode: semi_auto_parallel
-  strategies:
-    transformer.embedding: "((2,1),(2,1))"
-    transformer.h.*.ln_*.layernorm: "((2,1,1),(1,),(1,))"
-    transformer.h.*.attn.c_attn.dense*: "((2,1,1),(2,1),(2,))"
-    transformer.h.*.attn.attention: "((2,2,1,1),(2,2,1,1),(2,2,1,1))"
-    transformer.h.*.attn.c_proj.dense: "((2,1,2),(1,2))"
-    transformer.h.*.mlp.c_fc.dense: "((2,1,1),(2,1))"
-    transformer.h.*.mlp.c_proj.dense: "((2,1,2),(1,2))"
-    transformer.ln_f.layernorm: "((2,1,1),(1,),(1,))"
-    dense: "((2,1,1),(2,1))"
-    softmax_ce: "((2,2),(2,))"
-YAML
+{ gpt; printf "parallel:\n  mode: semi_auto_parallel\n"; gpt_strategies 2 2
 } > "$tmp/tp2dp2.yaml"
 out=$(timeout 240 "$bin" train "$tmp/gpt1.yaml" --set log.metrics="$tmp/gpt1.jsonl" 2>&1) || bad "one process GPT: $out"
 out=$(on_host 0 timeout 240 "$bin" launch -n 4 --hostfile "$cl_hostfile" -- train "$tmp/tp2dp2.yaml" \
