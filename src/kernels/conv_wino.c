@@ -19,7 +19,9 @@
  * roundoff relative to the output (docs/mixed-precision.md, test_conv_wino have the figures).
  *
  * Layouts (bf16 pairs are what vdpbf16ps multiplies: element 2i with 2i, 2i+1 with 2i+1):
- *   U  [p][Cp/2][Op][2]    forward weights: in-channel pairs, in-channels padded to 16,
+ *   U  [p][Op/32][Cp/2][32][2]  forward weights in 32-column panels (each GEMM's B is one
+ *                          contiguous panel: no cache-set conflicts from an Op-word stride):
+ *                          in-channel pairs, in-channels padded to 16,
  *                          out-channels to 32 (the whole array, per call)
  *   Vl [p][tile][Cp]       forward, per thread, for one chunk of tile rows (phase_fwd): the
  *                          transformed input never goes to memory
@@ -293,7 +295,7 @@ TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
 }
 
 /* Weight transform of the equivalent forward conv: element (i in, j out), tap k (kh 3 + kw) is
- * w[j sj + i si + (rot ? 8 - k : k)] -> U [p][Cp/2][Op][2]; zero outside Ci x Co. */
+ * w[j sj + i si + (rot ? 8 - k : k)] -> U [p][Op/32][Cp/2][32][2]; zero outside Ci x Co. */
 TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
   const int64_t nkk = g->Cp / 2, njb = g->Op / 16;
 #pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
@@ -329,7 +331,7 @@ TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t 
       }
     }
     #pragma GCC unroll 16
-    for (int p = 0; p < NP; p++) _mm512_storeu_si512(U + ((p * nkk + kk) * g->Op + j0) * 2, interleave_bf16(u[0][p], u[1][p]));
+    for (int p = 0; p < NP; p++) _mm512_storeu_si512(U + (((p * njb / 2 + j0 / 32) * nkk + kk) * 32 + j0 % 32) * 2, interleave_bf16(u[0][p], u[1][p]));
   }
 }
 
@@ -411,7 +413,7 @@ TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src,
         for (int p = 0; p < NP; p++)
           for (int64_t r0 = 0; r0 < nt; r0 += rpb)
             gemm_rows(nt - r0 < rpb ? (int)(nt - r0) : (int)rpb, K2, (const uint32_t *)(Vl + p * f->VP + r0 * g->Cp), K2, 1,
-                      (const uint32_t *)U + p * K2 * g->Op + ob, g->Op, Ml + p * f->MP + r0 * 32, 32, 0);
+                      (const uint32_t *)U + (p * g->Op + ob) * K2, 32, Ml + p * f->MP + r0 * 32, 32, 0);
         #pragma GCC unroll 16
         for (int hf = 0; hf < 2; hf++) {
           const int64_t og = ob + hf * 16;
@@ -710,8 +712,9 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
   const size_t in = (size_t)(g.Cp / 16 * (2 * g.TH + 2) * (2 * g.TW + 2) * 16),
                dm = (size_t)(g.Op / 16 * (2 * g.TH) * (2 * g.TW) * 16), dwf = 16 * 9 * 16;
   size_t locf = (in > dm ? in : dm) + dwf + 64;
-  /* fused when every thread's dU fits in L2 with room to spare (ResNet's first two stages) */
-  const int fused = (size_t)(NP * g.ups) * sizeof(float) <= ((size_t)5 << 20);
+  /* fused when every thread's dU fits in a 1 MiB L2 (ResNet's first two stages: 0.26 and 1.05 MB;
+   * the 256-channel stage's 4.2 MB per thread ran 4% slower fused, bench_bf16 resnet_conv) */
+  const int fused = (size_t)(NP * g.ups) * sizeof(float) <= (size_t)1100000;
   bww_plan f;
   bww_plan_init(&g, &f);
   if (fused && bww_plan_floats(&f) > locf) locf = bww_plan_floats(&f);
