@@ -85,7 +85,7 @@ int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, cons
  * runs on more than one thread (omp_get_max_threads() > 1), native otherwise (why: lp_wants_f32
  * in conv_dnnl.c). dir: 0 fwd, 1 bwd_data, 2 bwd_weight. The setter
  * is for benchmarks and tests (process-wide, like ts__conv_dnnl_set_algo). */
-enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32, TS_CONV_LP_WINO };
+enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32, TS_CONV_LP_WINO, TS_CONV_LP_GEMM };
 void ts__conv_dnnl_set_lp_mode(int dir, int mode);
 int ts__conv_dnnl_get_lp_mode(int dir);
 /* The implementation name of the bf16 kernel of a direction: oneDNN's primitive, or
@@ -111,6 +111,24 @@ int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void 
 // x (N,C,H,W) bf16, dy (N,O,H,W) bf16 -> dw (O,C,3,3) bf16, db (O) bf16 if not NULL
 int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db,
                                double st[3]);
+/* bf16 im2col GEMM convolution (conv_gemm.c) for ungrouped convs of any kernel size, stride,
+ * padding and dilation whose output has an even pixel count per image (ts__conv_gemm_shape), on
+ * CPUs with AVX512-BF16 (ts__conv_wino_cpu): plain NCHW/OIHW bf16 in and out (no reorders), the
+ * bf16 micro-kernel of bf16_mk.h with f32 accumulation, outputs rounded once; bitwise the same
+ * for any thread count. TS_CONV_LP_GEMM forces it (where shape and CPU allow); TS_CONV_LP_DEFAULT
+ * uses it for the bf16 convs the Winograd kernel does not take, unless the environment sets
+ * TESSERA_CONV_GEMM=0 (then oneDNN's primitives, by the rule above). */
+#define TS_CONV_GEMM_IMPL "gemm_nchw:avx512_bf16"
+int ts__conv_gemm_shape(const ts__conv_desc *d);
+// x (N,C,H,W) bf16, w (O,C,KH,KW) bf16, b (O) bf16 or NULL -> y (N,O,OH,OW) bf16
+int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *x, const void *w, const void *b, void *y);
+// dy (N,O,OH,OW) bf16, w (O,C,KH,KW) bf16 -> dx (N,C,H,W) bf16
+int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dy, const void *w, void *dx);
+// x (N,C,H,W) bf16, dy (N,O,OH,OW) bf16 -> dw (O,C,KH,KW) bf16, db (O) bf16 if not NULL
+int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db);
+/* Seconds per direction (out[dir][0]) the GEMM kernels spent since the last reset. */
+void ts__conv_gemm_stats(double out[3][2], int reset);
+
 /* Seconds the Winograd kernels spent since the last reset, out[dir][k] split as st above (they
  * are also in ts__conv_dnnl_stats' bf16 row when called through the 16-bit entry points). */
 void ts__conv_wino_stats(double out[3][3], int reset);

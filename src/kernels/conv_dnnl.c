@@ -91,7 +91,7 @@ static void *scratch(int slot, size_t bytes) {
 /* bf16 per direction (ts__conv_dnnl_set_lp_mode): see conv.h. */
 static int g_lp_mode[3] = {TS_CONV_LP_DEFAULT, TS_CONV_LP_DEFAULT, TS_CONV_LP_DEFAULT};
 void ts__conv_dnnl_set_lp_mode(int dir, int mode) {
-  if (dir >= 0 && dir < 3 && mode >= TS_CONV_LP_DEFAULT && mode <= TS_CONV_LP_WINO) g_lp_mode[dir] = mode;
+  if (dir >= 0 && dir < 3 && mode >= TS_CONV_LP_DEFAULT && mode <= TS_CONV_LP_GEMM) g_lp_mode[dir] = mode;
 }
 
 /* Whether bf16 direction dir of d runs the Winograd kernels (conv.h, conv_wino.c). */
@@ -106,6 +106,20 @@ static int lp_wants_wino(const ts__conv_desc *d, int dir) {
   }
   return env && d->C >= 32 && d->O >= 32;
 }
+/* Whether bf16 direction dir of d runs the im2col GEMM kernels (conv.h, conv_gemm.c): the
+ * default for what Winograd does not take. */
+static int lp_wants_gemm(const ts__conv_desc *d, int dir) {
+  static int env = -1;
+  if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT && g_lp_mode[dir] != TS_CONV_LP_GEMM) return 0;
+  if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu()) return 0;
+  if (g_lp_mode[dir] == TS_CONV_LP_GEMM) return 1;
+  if (env < 0) {
+    const char *e = getenv("TESSERA_CONV_GEMM");
+    env = !(e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")));
+  }
+  return env;
+}
+
 int ts__conv_dnnl_get_lp_mode(int dir) { return dir >= 0 && dir < 3 ? g_lp_mode[dir] : -1; }
 
 /* Whether the f32 default would run Winograd for d (3x3 stride 1, undilated, ungrouped, >= 32
@@ -375,6 +389,7 @@ const char *ts__conv_dnnl_impl(const ts__conv_desc *d, int dir) {
 const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir) {
   if (dir < 0 || dir > 2 || ts__conv_check(d, "conv2d")) return "";
   if (lp_wants_wino(d, dir)) return TS_CONV_WINO_IMPL;
+  if (lp_wants_gemm(d, dir)) return TS_CONV_GEMM_IMPL;
   conv_key key;
   ts__dnnl_prim *p = get_prim(d, dir, 0, dnnl_bf16, &key);
   return p && p->aux ? ((const conv_aux *)p->aux)->impl : "";
@@ -427,6 +442,14 @@ static int conv_lp(const ts__conv_desc *d, int dir, ts_dtype dt, void *const buf
     if (dir == DIR_FWD) return ts__conv2d_fwd_wino(d, bufs[0], bufs[1], bufs[2], bufs[3], st);
     if (dir == DIR_BWD_DATA) return ts__conv2d_bwd_data_wino(d, bufs[0], bufs[1], bufs[3], st);
     return ts__conv2d_bwd_weight_wino(d, bufs[0], bufs[1], bufs[3], bufs[2], st);
+  }
+  if (dnnl && dt == TS_BF16 && lp_wants_gemm(d, dir)) {
+    const double t0 = ts_time_now();
+    const int rc = dir == DIR_FWD        ? ts__conv2d_fwd_gemm(d, bufs[0], bufs[1], bufs[2], bufs[3])
+                   : dir == DIR_BWD_DATA ? ts__conv2d_bwd_data_gemm(d, bufs[0], bufs[1], bufs[3])
+                                         : ts__conv2d_bwd_weight_gemm(d, bufs[0], bufs[1], bufs[3], bufs[2]);
+    g_stat[1][dir][1] += ts_time_now() - t0;
+    return rc;
   }
   if (dnnl && dt == TS_BF16) return run_conv(d, dir, dnnl_bf16, bufs, what);
   return conv_converted(d, dir, dt, bufs, dnnl, what);

@@ -1,0 +1,458 @@
+/* bf16 convolution as im2col GEMMs on plain NCHW/OIHW buffers (see conv.h), for the ungrouped
+ * layers the Winograd kernel does not take: strided (ResNet's stride-2 3x3), 1x1 (its stride-2
+ * downsamples), thin (the RGB stem). oneDNN's bf16 kernels want blocked layouts, so each call
+ * there reorders the activations in and out (a third of those layers' time in a ResNet-18 O2
+ * step); these kernels read and write NCHW directly and run on the AVX512-BF16 micro-kernel of
+ * bf16_mk.h with f32 accumulation, outputs rounded once.
+ *
+ * The im2col matrix: row k = (c KH + kh) KW + kw (the OIHW weight order, K = C KH KW rows),
+ * column j = a pixel (n, oh, ow) of the output; col(k, j) = x[n][c][oh sh - ph + kh dh]
+ * [ow sw - pw + kw dw], zero in the padding. Columns go in panels of 32 (a panel never splits an
+ * image's pixels across threads: P = OH OW >= 32 gives ceil(P / 32) panels per image; smaller
+ * images are grouped whole, 32 / P of them per panel), packed as bf16 pairs of rows,
+ * [K/2][32][2], straight from the NCHW rows with masked vector loads (no transposes).
+ *   forward:          y[n][o][j]  = sum_k W[o][k] col(k, j)          A = W (rows o), B = panel
+ *   backward-data:    dcol(k, j)  = sum_o W[o][k] dy[n][o][j]        A = W^T packed in o pairs,
+ *                     dx += col2im(dcol), per task in an f32 buffer  B = the dy panel
+ *   backward-weights: dW[o][k]    = sum_j dy[n][o][j] col(k, j)      A = dy rows (pixel pairs),
+ *                                                                    B = col^T, [P/2][32 k][2]
+ * Threads: OpenMP static schedules, no atomics; forward and backward-data give every output
+ * element to one thread, backward-weights gives every thread its own 32-column panels of dW, each
+ * summed over the images in order: the bits are the same for any thread count. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16_mk.h"
+#include "conv.h"
+#include "lowp.h"
+#include "tessera/base.h"
+#include "tessera/tensor.h"
+
+enum { KBLK = 256 }; /* pairs of the reduction per micro-kernel call (B block in L1) */
+
+typedef struct {
+  int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw;
+  int64_t K, K2, P; /* rows of im2col, its pairs, pixels per image */
+  int64_t ppi, gi;  /* panels per image (P >= 32), else images per panel */
+  int64_t npan;
+  int nthr;
+} cg;
+
+static void cg_init(cg *g, const ts__conv_desc *d) {
+  g->N = d->N, g->C = d->C, g->H = d->H, g->W = d->W, g->O = d->O, g->KH = d->KH, g->KW = d->KW;
+  g->OH = d->OH, g->OW = d->OW, g->sh = d->sh, g->sw = d->sw, g->ph = d->ph, g->pw = d->pw, g->dh = d->dh, g->dw = d->dw;
+  g->K = d->C * d->KH * d->KW, g->K2 = (g->K + 1) / 2, g->P = d->OH * d->OW;
+  if (g->P >= 32) g->ppi = (g->P + 31) / 32, g->gi = 1, g->npan = g->N * g->ppi;
+  else g->ppi = 0, g->gi = 32 / g->P, g->npan = (g->N + g->gi - 1) / g->gi;
+  g->nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (g->nthr < 1) g->nthr = 1;
+}
+
+/* Process-wide scratch, grown to the largest size seen (kernels run from one thread at a time). */
+static void *g_scr[4];
+static size_t g_scap[4];
+static void *scratch(int i, size_t bytes) {
+  if (bytes > g_scap[i]) {
+    ts_free(g_scr[i]);
+    g_scr[i] = ts_alloc(bytes);
+    g_scap[i] = g_scr[i] ? bytes : 0;
+  }
+  return g_scr[i];
+}
+
+static double g_gstat[3][2];
+void ts__conv_gemm_stats(double out[3][2], int reset) {
+  if (out) memcpy(out, g_gstat, sizeof g_gstat);
+  if (reset) memset(g_gstat, 0, sizeof g_gstat);
+}
+
+int ts__conv_gemm_shape(const ts__conv_desc *d) {
+  /* P even: backward-weights reads dy's pixel pairs in place */
+  return d->groups == 1 && d->N >= 1 && d->C >= 1 && d->O >= 1 && (d->OH * d->OW) % 2 == 0 &&
+         d->C * d->KH * d->KW < ((int64_t)1 << 28) && d->O < ((int64_t)1 << 28);
+}
+
+/* ---------------------------------------------------------------- panels */
+
+/* A run of a panel's columns inside one output row: image n, row oh, columns ow0.. (len of
+ * them), at panel lanes jj0.. */
+typedef struct {
+  int64_t n, oh, ow0;
+  int jj0, len;
+} seg;
+
+/* The runs of panel i (at most 32); *cols: its columns; *n0, *nimg: its images. */
+static int panel_segs(const cg *g, int64_t i, seg *s, int *cols, int64_t *n0, int64_t *nimg) {
+  int64_t q0, nc;
+  if (g->ppi) *n0 = i / g->ppi, *nimg = 1, q0 = i % g->ppi * 32, nc = g->P - q0 < 32 ? g->P - q0 : 32;
+  else *n0 = i * g->gi, *nimg = g->N - *n0 < g->gi ? g->N - *n0 : g->gi, q0 = 0, nc = *nimg * g->P;
+  int ns = 0;
+  for (int64_t jj = 0; jj < nc;) {
+    const int64_t n = *n0 + (q0 + jj) / g->P, q = (q0 + jj) % g->P, oh = q / g->OW, ow = q % g->OW;
+    const int64_t len = g->OW - ow < nc - jj ? g->OW - ow : nc - jj;
+    s[ns++] = (seg){n, oh, ow, (int)jj, (int)len};
+    jj += len;
+  }
+  *cols = (int)nc;
+  return ns;
+}
+
+static inline __mmask32 rmask32(int64_t lo, int64_t hi) { /* bits [lo, hi) */
+  const uint32_t a = hi >= 32 ? 0xffffffffu : (1u << hi) - 1, b = lo >= 32 ? 0xffffffffu : (1u << lo) - 1;
+  return (__mmask32)(a & ~b);
+}
+static inline __mmask64 rmask64(int64_t lo, int64_t hi) {
+  const uint64_t a = hi >= 64 ? ~0ull : (1ull << hi) - 1, b = lo >= 64 ? ~0ull : (1ull << lo) - 1;
+  return (__mmask64)(a & ~b);
+}
+/* p + i elements as an address (i may be negative: only lanes inside the buffer are touched by
+ * the masked accesses that use it) */
+#define AT(p, i) ((void *)((uintptr_t)(p) + (uintptr_t)((i) * (int64_t)sizeof *(p))))
+
+/* Where a panel's run gets row (c, kh, kw) of the im2col matrix from, for one (kh, kw): lanes
+ * lm of the panel, from the elements at plane c + off (lane j0 + l: + l sw; sw 1 and 2 read
+ * vectors, sw 2 the even words of the 64-word span sm, other strides element by element). No
+ * lanes: the run's row is in the padding. Computed once per panel (the divisions stay out of
+ * the per-channel loop). */
+typedef struct {
+  int64_t off;
+  __mmask64 sm;
+  __mmask32 lm;
+  int lo, hi, j0;
+} tap;
+
+/* taps [kh][kw][run] of a panel's ns runs, for a source of Cs channels, H x W. */
+static void plan_taps(const seg *s, int ns, int64_t Cs, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t sh, int64_t sw,
+                      int64_t ph, int64_t pw, int64_t dh, int64_t dw, tap *t) {
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++)
+      for (int i = 0; i < ns; i++) {
+        tap *q = t + (kh * KW + kw) * ns + i;
+        memset(q, 0, sizeof *q);
+        const int64_t ih = s[i].oh * sh - ph + kh * dh, iw0 = s[i].ow0 * sw - pw + kw * dw;
+        if (ih < 0 || ih >= H) continue;
+        int64_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0, hi = iw0 >= W ? 0 : (W - 1 - iw0) / sw + 1;
+        if (hi > s[i].len) hi = s[i].len;
+        if (lo >= hi) continue;
+        const int64_t j0 = s[i].jj0, row = (s[i].n * Cs * H + ih) * W;
+        q->lm = rmask32(j0 + lo, j0 + hi), q->lo = (int)lo, q->hi = (int)hi, q->j0 = (int)j0;
+        if (sw == 1) q->off = row + iw0 - j0;
+        else if (sw == 2) q->off = row + iw0 - 2 * j0, q->sm = rmask64(2 * (j0 + lo), 2 * (j0 + hi) - 1);
+        else q->off = row + iw0;
+      }
+}
+
+/* Row (c, kh, kw) of the im2col matrix of src (plane = H W elements per channel) over a panel's
+ * runs (t: their taps for this kh, kw): 32 bf16 lanes, zero outside the runs and in the padding. */
+TGT AI __m512i krow(const uint16_t *src, int64_t plane, int64_t c, const tap *t, int ns, int64_t sw, __m512i ev) {
+  __m512i v = _mm512_setzero_si512();
+  const uint16_t *base = src + c * plane;
+  for (int i = 0; i < ns; i++) {
+    if (!t[i].lm) continue;
+    if (sw == 1) {
+      v = _mm512_mask_loadu_epi16(v, t[i].lm, AT(base, t[i].off));
+    } else if (sw == 2) { /* lane jj <- the span's word 2 jj */
+      const uint16_t *b = AT(base, t[i].off);
+      const __m512i a0 = _mm512_maskz_loadu_epi16((__mmask32)t[i].sm, b), a1 = _mm512_maskz_loadu_epi16((__mmask32)(t[i].sm >> 32), AT(b, 32));
+      v = _mm512_mask_mov_epi16(v, t[i].lm, _mm512_permutex2var_epi16(a0, ev, a1));
+    } else {
+      uint16_t tmp[32] = {0};
+      const uint16_t *r = base + t[i].off;
+      for (int l = t[i].lo; l < t[i].hi; l++) tmp[t[i].j0 + l] = r[l * sw];
+      v = _mm512_mask_mov_epi16(v, t[i].lm, _mm512_loadu_si512(tmp));
+    }
+  }
+  return v;
+}
+
+static const short g_ev[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                               32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+
+/* Packs rows 0..K-1 (K/2 pairs) of the im2col matrix of src over a panel into B [K/2][32][2]:
+ * the convolution's (ident 0; Cs = C) or dy itself as a 1x1 stride-1 one (ident 1; Cs = O). */
+TGT static void pack_panel(const cg *g, const uint16_t *src, int64_t Cs, int64_t K, const seg *s, int ns, int ident,
+                           tap *t, uint16_t *B) {
+  static const short lo_i[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  static const short hi_i[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i il = _mm512_loadu_si512(lo_i), ih = _mm512_loadu_si512(hi_i), ev = _mm512_loadu_si512(g_ev);
+  const int64_t KH = ident ? 1 : g->KH, KW = ident ? 1 : g->KW, sw = ident ? 1 : g->sw;
+  const int64_t plane = ident ? g->OH * g->OW : g->H * g->W;
+  if (ident) plan_taps(s, ns, Cs, g->OH, g->OW, 1, 1, 1, 1, 0, 0, 1, 1, t);
+  else plan_taps(s, ns, Cs, g->H, g->W, KH, KW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, t);
+  __m512i a = _mm512_setzero_si512();
+  int64_t c = 0, kh = 0, kw = 0; /* row k = (c KH + kh) KW + kw, counted up */
+  for (int64_t k = 0; k < K; k++) {
+    const __m512i v = krow(src, plane, c, t + (kh * KW + kw) * ns, ns, sw, ev);
+    if (++kw == KW) kw = 0, kh = kh + 1 == KH ? (c++, 0) : kh + 1;
+    if (!(k & 1)) {
+      a = v;
+      if (k + 1 < K) continue;
+    }
+    const __m512i b = k & 1 ? v : _mm512_setzero_si512();
+    _mm512_storeu_si512(B + (k & ~(int64_t)1) * 32, _mm512_permutex2var_epi16(a, il, b));
+    _mm512_storeu_si512(B + (k & ~(int64_t)1) * 32 + 32, _mm512_permutex2var_epi16(a, ih, b));
+  }
+}
+
+/* Balanced row blocks of at most MR rows for R rows. */
+static int64_t rows_per_block(int64_t R) { return (R + (R + MR - 1) / MR - 1) / ((R + MR - 1) / MR); }
+
+/* C (R x 32) = A (R rows, K2 pairs, row stride ars words) B (K2 x 32), K blocked by KBLK. */
+TGT static void gemm_k(int R, int64_t K2, const uint32_t *A, int64_t ars, const uint16_t *B, float *C) {
+  for (int64_t k0 = 0; k0 < K2; k0 += KBLK) {
+    const int64_t kn = K2 - k0 < KBLK ? K2 - k0 : KBLK;
+    gemm_rows(R, kn, A + k0, ars, 1, (const uint32_t *)B + k0 * 32, 32, C, 32, k0 > 0);
+  }
+}
+
+/* ---------------------------------------------------------------- forward */
+
+int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, const void *bv, void *yv) {
+  const char *what = "conv2d (bf16 im2col GEMM)";
+  int rc = ts__conv_check(d, what);
+  if (rc) return rc;
+  if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu())
+    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported", what);
+  if (!xv || !wv || !yv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  cg g;
+  cg_init(&g, d);
+  const uint16_t *x = xv, *w = wv, *bias = bv;
+  uint16_t *y = yv;
+  double t0 = ts_time_now();
+  /* A: the weights as rows of K2 pairs (a zero column appended when K is odd) */
+  const uint16_t *Wp = w;
+  if (g.K & 1) {
+    uint16_t *t = scratch(0, (size_t)(g.O * g.K2 * 2) * 2);
+    if (!t) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+    for (int64_t o = 0; o < g.O; o++) {
+      memcpy(t + o * g.K2 * 2, w + o * g.K, (size_t)g.K * 2);
+      t[o * g.K2 * 2 + g.K] = 0;
+    }
+    Wp = t;
+  }
+  const size_t bw = (size_t)(g.K2 * 64);
+  uint16_t *Bs = scratch(1, bw * 2 * (size_t)g.nthr);
+  float *Cs = scratch(2, (size_t)(MR * 32) * sizeof(float) * (size_t)g.nthr);
+  tap *Ts = scratch(3, sizeof(tap) * (size_t)(32 * g.KH * g.KW) * (size_t)g.nthr);
+  if (!Bs || !Cs || !Ts) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+  const int64_t rpb = rows_per_block(g.O);
+#pragma omp parallel num_threads(g.nthr) if (g.nthr > 1)
+  {
+    const int tid = omp_get_thread_num();
+    uint16_t *B = Bs + bw * (size_t)tid;
+    float *C = Cs + (size_t)(MR * 32) * (size_t)tid;
+    tap *t = Ts + (size_t)(32 * g.KH * g.KW) * (size_t)tid;
+    seg s[32];
+#pragma omp for schedule(static)
+    for (int64_t pi = 0; pi < g.npan; pi++) {
+      int cols;
+      int64_t n0, ni;
+      const int ns = panel_segs(&g, pi, s, &cols, &n0, &ni);
+      pack_panel(&g, x, g.C, g.K, s, ns, 0, t, B);
+      for (int64_t o0 = 0; o0 < g.O; o0 += rpb) {
+        const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
+        gemm_k(R, g.K2, (const uint32_t *)Wp + o0 * g.K2, g.K2, B, C);
+        for (int r = 0; r < R; r++) {
+          const int64_t o = o0 + r;
+          const __m512 bo = bias ? _mm512_set1_ps(ts__bf2f(bias[o])) : _mm512_setzero_ps();
+          const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_add_ps(_mm512_loadu_ps(C + r * 32), bo))),
+                                               narrow16(_mm512_add_ps(_mm512_loadu_ps(C + r * 32 + 16), bo)), 1);
+          for (int i = 0; i < ns; i++) {
+            uint16_t *dst = y + ((s[i].n * g.O + o) * g.OH + s[i].oh) * g.OW + s[i].ow0;
+            _mm512_mask_storeu_epi16(AT(dst, -(int64_t)s[i].jj0), rmask32(s[i].jj0, s[i].jj0 + s[i].len), v);
+          }
+        }
+      }
+    }
+  }
+  g_gstat[0][0] += ts_time_now() - t0;
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------- backward data */
+
+int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dyv, const void *wv, void *dxv) {
+  const char *what = "conv2d_bwd_data (bf16 im2col GEMM)";
+  int rc = ts__conv_check(d, what);
+  if (rc) return rc;
+  if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu())
+    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported", what);
+  if (!dyv || !wv || !dxv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  cg g;
+  cg_init(&g, d);
+  const uint16_t *dy = dyv, *w = wv;
+  uint16_t *dx = dxv;
+  double t0 = ts_time_now();
+  const int64_t O2 = (g.O + 1) / 2, CHW = g.C * g.H * g.W;
+  /* A: W^T, row k, pair (W[2 o2][k], W[2 o2 + 1][k]) */
+  uint32_t *Wt = scratch(0, (size_t)(g.K * O2) * 4);
+  const size_t bw = (size_t)(O2 * 64), aw = (size_t)(g.gi * CHW);
+  uint16_t *Bs = scratch(1, bw * 2 * (size_t)g.nthr);
+  float *Cs = scratch(2, ((size_t)(MR * 32) + aw) * sizeof(float) * (size_t)g.nthr);
+  tap *Ts = scratch(3, sizeof(tap) * 32 * (size_t)g.nthr);
+  if (!Wt || !Bs || !Cs || !Ts) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+#pragma omp parallel for num_threads(g.nthr) if (g.nthr > 1) schedule(static)
+  for (int64_t k = 0; k < g.K; k++)
+    for (int64_t o2 = 0; o2 < O2; o2++) {
+      const uint32_t lo = w[2 * o2 * g.K + k], hi = 2 * o2 + 1 < g.O ? w[(2 * o2 + 1) * g.K + k] : 0;
+      Wt[k * O2 + o2] = lo | hi << 16;
+    }
+  const int64_t rpb = rows_per_block(g.K), ntask = g.ppi ? g.N : g.npan, KHW = g.KH * g.KW;
+#pragma omp parallel num_threads(g.nthr) if (g.nthr > 1)
+  {
+    const int tid = omp_get_thread_num();
+    uint16_t *B = Bs + bw * (size_t)tid;
+    float *C = Cs + ((size_t)(MR * 32) + aw) * (size_t)tid, *acc = C + MR * 32;
+    tap *t = Ts + 32 * (size_t)tid;
+    seg s[32];
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < ntask; task++) {
+      /* the task's images: one (P >= 32, its ppi panels) or one panel's group */
+      const int64_t p0 = g.ppi ? task * g.ppi : task, p1 = g.ppi ? p0 + g.ppi : p0 + 1;
+      const int64_t tn0 = g.ppi ? task : task * g.gi, tni = g.ppi ? 1 : (g.N - tn0 < g.gi ? g.N - tn0 : g.gi);
+      memset(acc, 0, sizeof(float) * (size_t)(tni * CHW));
+      for (int64_t pi = p0; pi < p1; pi++) {
+        int cols;
+        int64_t n0, ni;
+        const int ns = panel_segs(&g, pi, s, &cols, &n0, &ni);
+        pack_panel(&g, dy, g.O, g.O, s, ns, 1, t, B);
+        for (int64_t k0 = 0; k0 < g.K; k0 += rpb) {
+          const int R = (int)(g.K - k0 < rpb ? g.K - k0 : rpb);
+          gemm_k(R, O2, Wt + k0 * O2, O2, B, C);
+          for (int r = 0; r < R; r++) { /* col2im: dx[c][ih][iw] += dcol(k, j) */
+            const int64_t k = k0 + r, c = k / KHW, kh = k / g.KW % g.KH, kw = k % g.KW;
+            const float *cr = C + r * 32;
+            for (int i = 0; i < ns; i++) {
+              const int64_t ih = s[i].oh * g.sh - g.ph + kh * g.dh;
+              if (ih < 0 || ih >= g.H) continue;
+              const int64_t iw0 = s[i].ow0 * g.sw - g.pw + kw * g.dw;
+              int64_t lo = iw0 < 0 ? (-iw0 + g.sw - 1) / g.sw : 0, hi = iw0 >= g.W ? 0 : (g.W - 1 - iw0) / g.sw + 1;
+              if (hi > s[i].len) hi = s[i].len;
+              if (lo >= hi) continue;
+              float *ar = acc + ((s[i].n - tn0) * g.C + c) * g.H * g.W + ih * g.W + iw0 + lo * g.sw;
+              const float *cj = cr + s[i].jj0 + lo;
+              const int64_t nl = hi - lo;
+              if (g.sw == 1) {
+                for (int64_t l = 0; l < nl; l += 16) {
+                  const __mmask16 m = lanes(nl - l);
+                  _mm512_mask_storeu_ps(ar + l, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, ar + l), _mm512_maskz_loadu_ps(m, cj + l)));
+                }
+              } else {
+                for (int64_t l = 0; l < nl; l++) ar[l * g.sw] += cj[l];
+              }
+            }
+          }
+        }
+      }
+      const int64_t ne = tni * CHW;
+      uint16_t *o = dx + tn0 * CHW;
+      for (int64_t e = 0; e < ne; e += 16) {
+        const __mmask16 m = lanes(ne - e);
+        _mm256_mask_storeu_epi16(o + e, m, narrow16(_mm512_maskz_loadu_ps(m, acc + e)));
+      }
+    }
+  }
+  g_gstat[1][0] += ts_time_now() - t0;
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------- backward weights */
+
+int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const void *dyv, void *dwv, void *dbv) {
+  const char *what = "conv2d_bwd_weight (bf16 im2col GEMM)";
+  int rc = ts__conv_check(d, what);
+  if (rc) return rc;
+  if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu())
+    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported", what);
+  if (!xv || !dyv || !dwv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  cg g;
+  cg_init(&g, d);
+  const uint16_t *x = xv, *dy = dyv;
+  uint16_t *dw = dwv;
+  double t0 = ts_time_now();
+  /* B per image (or per group of small images): col^T [pixel pairs][32 k][2], built 16 pixel
+   * pairs x 16 k at a time by transposing krow's 32-bit pixel pairs */
+  const int64_t nkp = (g.K + 31) / 32, npx = g.ppi ? g.ppi * 32 : g.gi * g.P; /* pixels per B */
+  const size_t bw = (size_t)(npx * 32), cw = (size_t)(g.O * 32);
+  uint16_t *Bs = scratch(1, bw * 2 * (size_t)g.nthr);
+  float *Cs = scratch(2, cw * sizeof(float) * (size_t)g.nthr);
+  tap *Ts = scratch(3, sizeof(tap) * (size_t)(32 * g.KH * g.KW) * (size_t)g.nthr);
+  if (!Bs || !Cs || !Ts) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+  const int64_t rpb = rows_per_block(g.O), nb = g.ppi ? g.N : g.npan;
+#pragma omp parallel num_threads(g.nthr) if (g.nthr > 1)
+  {
+    const int tid = omp_get_thread_num();
+    uint16_t *B = Bs + bw * (size_t)tid;
+    float *C = Cs + cw * (size_t)tid;
+    tap *t = Ts + (size_t)(32 * g.KH * g.KW) * (size_t)tid;
+    const __m512i ev = _mm512_loadu_si512(g_ev);
+    seg s[32];
+#pragma omp for schedule(static)
+    for (int64_t kp = 0; kp < nkp; kp++) {
+      const int64_t k0 = kp * 32, nk = g.K - k0 < 32 ? g.K - k0 : 32;
+      memset(C, 0, sizeof(float) * cw);
+      for (int64_t b = 0; b < nb; b++) {
+        const int64_t p0 = g.ppi ? b * g.ppi : b, p1 = g.ppi ? p0 + g.ppi : p0 + 1;
+        int64_t bn0 = 0, bni = 0;
+        for (int64_t pi = p0; pi < p1; pi++) { /* B rows (pi - p0) 16 .. +16 */
+          int cols;
+          int64_t n0, ni;
+          const int ns = panel_segs(&g, pi, s, &cols, &n0, &ni);
+          if (pi == p0) bn0 = n0, bni = ni;
+          plan_taps(s, ns, g.C, g.H, g.W, g.KH, g.KW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, t);
+          __m512 r[2][16];
+          int64_t c = k0 / (g.KH * g.KW), kh = k0 / g.KW % g.KH, kw = k0 % g.KW;
+          for (int64_t kk = 0; kk < 32; kk++) {
+            const __m512i v = kk < nk ? krow(x, g.H * g.W, c, t + (kh * g.KW + kw) * ns, ns, g.sw, ev)
+                                      : _mm512_setzero_si512();
+            if (++kw == g.KW) kw = 0, kh = kh + 1 == g.KH ? (c++, 0) : kh + 1;
+            r[kk / 16][kk % 16] = _mm512_castsi512_ps(v);
+          }
+          tr16(r[0]), tr16(r[1]); /* r[h][jp]: pixel pair jp of k's 16 h .. 16 h + 15 */
+          uint16_t *Bp = B + (pi - p0) * 16 * 64;
+          for (int jp = 0; jp < 16; jp++) {
+            _mm512_storeu_ps((float *)(Bp + jp * 64), r[0][jp]);
+            _mm512_storeu_ps((float *)(Bp + jp * 64 + 32), r[1][jp]);
+          }
+        }
+        /* dW[o][k0..] += dy[n][o][pixels] B, per image in the block */
+        for (int64_t n = bn0; n < bn0 + bni; n++) {
+          const int64_t jb = g.ppi ? 0 : (n - bn0) * g.P / 2; /* the image's first pixel pair in B */
+          for (int64_t o0 = 0; o0 < g.O; o0 += rpb) {
+            const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
+            const uint32_t *A = (const uint32_t *)(dy + (n * g.O + o0) * g.P);
+            for (int64_t q0 = 0; q0 < g.P / 2; q0 += KBLK) {
+              const int64_t qn = g.P / 2 - q0 < KBLK ? g.P / 2 - q0 : KBLK;
+              gemm_rows(R, qn, A + q0, g.P / 2, 1, (const uint32_t *)B + (jb + q0) * 32, 32, C + o0 * 32, 32, 1);
+            }
+          }
+        }
+      }
+      for (int64_t o = 0; o < g.O; o++) {
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_loadu_ps(C + o * 32))),
+                                             narrow16(_mm512_loadu_ps(C + o * 32 + 16)), 1);
+        _mm512_mask_storeu_epi16(dw + o * g.K + k0, rmask32(0, nk), v);
+      }
+    }
+  }
+  if (dbv) { /* bias gradient: per out-channel sums over (n, h, w) in a fixed order */
+    uint16_t *db = dbv;
+#pragma omp parallel for num_threads(g.nthr) if (g.nthr > 1) schedule(static)
+    for (int64_t o = 0; o < g.O; o++) {
+      float sum = 0;
+      for (int64_t n = 0; n < g.N; n++) {
+        const uint16_t *q = dy + (n * g.O + o) * g.P;
+        float sn = 0;
+        for (int64_t i = 0; i < g.P; i++) sn += ts__bf2f(q[i]);
+        sum += sn;
+      }
+      db[o] = ts__f2bf(sum);
+    }
+  }
+  g_gstat[2][0] += ts_time_now() - t0;
+  return TS_OK;
+}
