@@ -209,6 +209,218 @@ TGT static void gemm_k(int R, int64_t K2, const uint32_t *A, int64_t ars, const 
   }
 }
 
+/* ---------------------------------------------------------------- direct (forward, backward-data) */
+/* Forward and backward-data run as direct convolutions: the source image staged once as channel
+ * pairs, pixel-major, with a zero border (xs [Hs][Ws][C2p] 32-bit words), the weights packed per
+ * 32 output channels and tap as B [tap][pairs][32][2]; the micro-kernel's rows are any 14 output
+ * pixels (a pointer each into xs), its reduction the taps times the channel pairs, so nothing is
+ * expanded 9-fold as in im2col. Results go to a pixel-major f32 buffer and out to NCHW planes by
+ * 16x16 transposes. Backward-data with stride s splits the input pixels into s x s classes by
+ * position mod s; each class is a stride-1 direct convolution of the staged dy with the taps that
+ * reach it. */
+
+/* Stages src (Cs, H, W) bf16 as channel pairs: dst [Hs][Ws][C2p] words (pair p: channels 2p,
+ * 2p + 1), the image at row bh, column bw; border, extra rows/columns and channels past Cs zero. */
+TGT static void stage_pairs(const uint16_t *src, int64_t Cs, int64_t H, int64_t W, int64_t Hs, int64_t Ws, int64_t bh,
+                            int64_t bw, int64_t C2p, uint32_t *dst) {
+  memset(dst, 0, (size_t)(Hs * Ws * C2p) * 4);
+  for (int64_t h = 0; h < H; h++)
+    for (int64_t cb = 0; cb * 32 < Cs; cb++)
+      for (int64_t w0 = 0; w0 < W; w0 += 16) {
+        const int nw = W - w0 < 16 ? (int)(W - w0) : 16;
+        const __mmask16 m = lanes(nw);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+          const int64_t c = cb * 32 + 2 * i;
+          const __m512i e = c < Cs ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + (c * H + h) * W + w0)) : _mm512_setzero_si512();
+          const __m512i o = c + 1 < Cs ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + ((c + 1) * H + h) * W + w0))
+                                       : _mm512_setzero_si512();
+          r[i] = _mm512_castsi512_ps(_mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+        }
+        tr16(r);
+        for (int w = 0; w < nw; w++) _mm512_storeu_ps((float *)(dst + ((h + bh) * Ws + w0 + w + bw) * C2p + cb * 16), r[w]);
+      }
+}
+
+/* C (R x 32, f32, rows of 32) = sum over taps t < nt and pairs k < K of A[ap[r] + toff[t] + k]
+ * B_t[k] (B_t: bt[t], K rows of 32 pair words). */
+TGT AI void mkd(const int R, int nt, const int64_t *toff, const uint32_t *const *bt, int64_t K, const uint32_t *const *ap,
+                float *C) {
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; r++) c0[r] = _mm512_setzero_ps(), c1[r] = _mm512_setzero_ps();
+  for (int t = 0; t < nt; t++) {
+    const uint32_t *a[MR], *b = bt[t];
+#pragma GCC unroll 14
+    for (int r = 0; r < R; r++) a[r] = ap[r] + toff[t];
+    for (int64_t k = 0; k < K; k++) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + k * 32), b1 = (__m512bh)_mm512_loadu_si512(b + k * 32 + 16);
+#pragma GCC unroll 14
+      for (int r = 0; r < R; r++) {
+        const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r][k]);
+        c0[r] = _mm512_dpbf16_ps(c0[r], ar, b0);
+        c1[r] = _mm512_dpbf16_ps(c1[r], ar, b1);
+      }
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; r++) _mm512_storeu_ps(C + r * 32, c0[r]), _mm512_storeu_ps(C + r * 32 + 16, c1[r]);
+}
+
+TGT static void gemm_direct(int R, int nt, const int64_t *toff, const uint32_t *const *bt, int64_t K, const uint32_t *const *ap,
+                            float *C) {
+  switch (R) {
+#define MKD(n) \
+  case n: mkd(n, nt, toff, bt, K, ap, C); break;
+    MKD(1) MKD(2) MKD(3) MKD(4) MKD(5) MKD(6) MKD(7) MKD(8) MKD(9) MKD(10) MKD(11) MKD(12) MKD(13) MKD(14)
+#undef MKD
+    default: break;
+  }
+}
+
+/* Writes channels c0 .. c0 + 31 (< Cn) of a pixel-major buffer ys [P][32] f32 (+ bias) to the
+ * NCHW planes of one image (dst: its channel 0), rounded to bf16. */
+TGT static void store_planes(const float *ys, int64_t P, int64_t Cn, int64_t c0, const uint16_t *bias, uint16_t *dst) {
+  for (int hf = 0; hf < 2; hf++) {
+    const int64_t cb = c0 + hf * 16;
+    if (cb >= Cn) break;
+    const int nc = Cn - cb < 16 ? (int)(Cn - cb) : 16;
+    const __m512 bv = bias ? widen16(lanes(nc), bias + cb) : _mm512_setzero_ps();
+    for (int64_t q0 = 0; q0 < P; q0 += 16) {
+      const int nq = P - q0 < 16 ? (int)(P - q0) : 16;
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) r[i] = i < nq ? _mm512_add_ps(_mm512_loadu_ps(ys + (q0 + i) * 32 + hf * 16), bv) : _mm512_setzero_ps();
+      tr16(r);
+      const __mmask16 m = lanes(nq);
+      for (int c = 0; c < nc; c++) _mm256_mask_storeu_epi16(dst + (cb + c) * P + q0, m, narrow16(r[c]));
+    }
+  }
+}
+
+/* Packs w (O, C, KH, KW) bf16 as B [O/32 panels][tap][C/2 pairs][32][2] (trans 0: output
+ * channels as columns, input-channel pairs; trans 1 (backward-data): input channels as columns,
+ * output-channel pairs); zero past the edges. */
+static void pack_weights(const uint16_t *w, int64_t O, int64_t C, int64_t KH, int64_t KW, int trans, uint32_t *B, int nthr) {
+  const int64_t T = KH * KW, cols = trans ? C : O, rows = trans ? O : C, K = (rows + 1) / 2, np = (cols + 31) / 32;
+#pragma omp parallel for num_threads(nthr) if (nthr > 1) schedule(static)
+  for (int64_t pt = 0; pt < np * T; pt++) {
+    const int64_t pn = pt / T, t = pt % T;
+    uint32_t *b = B + pt * K * 32;
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t j = 0; j < 32; j++) {
+        const int64_t col = pn * 32 + j, r0 = 2 * k, r1 = 2 * k + 1;
+        uint32_t lo = 0, hi = 0;
+        if (col < cols) {
+          const int64_t o0 = trans ? r0 : col, c0 = trans ? col : r0, o1 = trans ? r1 : col, c1 = trans ? col : r1;
+          lo = w[(o0 * C + c0) * T + t];
+          if (r1 < rows) hi = w[(o1 * C + c1) * T + t];
+        }
+        b[k * 32 + j] = lo | hi << 16;
+      }
+  }
+}
+
+/* y = conv(x, w) + b, direct (see above); one task per image. */
+static int fwd_direct(const cg *g, const uint16_t *x, const uint16_t *w, const uint16_t *bias, uint16_t *y, const char *what) {
+  const int64_t T = g->KH * g->KW, K = (g->C + 1) / 2, C2p = (g->C + 31) / 32 * 16, np = (g->O + 31) / 32;
+  const int64_t Hs = g->H + 2 * g->ph, Ws = g->W + 2 * g->pw, P = g->P;
+  const size_t xsw = (size_t)(Hs * Ws * C2p), ysf = (size_t)(P * 32), bw = (size_t)(np * T * K * 32);
+  uint32_t *B = scratch(0, bw * 4), *XS = scratch(1, xsw * 4 * (size_t)g->nthr);
+  float *YS = scratch(2, ysf * sizeof(float) * (size_t)g->nthr);
+  int64_t *TO = scratch(3, (size_t)(T + P) * sizeof(int64_t) * (size_t)g->nthr);
+  if (!B || !XS || !YS || !TO) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+  if (T > 1024) return ts_error_set(TS_EINVAL, "%s: kernel of %lld taps (at most 1024)", what, (long long)T);
+  pack_weights(w, g->O, g->C, g->KH, g->KW, 0, B, g->nthr);
+  const int64_t rpb = rows_per_block(P);
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    const int tid = omp_get_thread_num();
+    uint32_t *xs = XS + xsw * (size_t)tid;
+    float *ys = YS + ysf * (size_t)tid;
+    int64_t *toff = TO + (size_t)(T + P) * (size_t)tid, *aoff = toff + T;
+    for (int64_t t = 0; t < T; t++) toff[t] = ((t / g->KW) * g->dh * Ws + (t % g->KW) * g->dw) * C2p;
+    for (int64_t q = 0; q < P; q++) aoff[q] = ((q / g->OW) * g->sh * Ws + (q % g->OW) * g->sw) * C2p;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g->N; n++) {
+      stage_pairs(x + n * g->C * g->H * g->W, g->C, g->H, g->W, Hs, Ws, g->ph, g->pw, C2p, xs);
+      for (int64_t pn = 0; pn < np; pn++) {
+        const uint32_t *btp[1024];
+        for (int64_t t = 0; t < T; t++) btp[t] = B + (pn * T + t) * K * 32;
+        for (int64_t q0 = 0; q0 < P; q0 += rpb) {
+          const int R = (int)(P - q0 < rpb ? P - q0 : rpb);
+          const uint32_t *ap[MR];
+          for (int r = 0; r < R; r++) ap[r] = xs + aoff[q0 + r];
+          gemm_direct(R, (int)T, toff, btp, K, ap, ys + q0 * 32);
+        }
+        store_planes(ys, P, g->O, pn * 32, bias, y + n * g->O * P);
+      }
+    }
+  }
+  return TS_OK;
+}
+
+/* dx = conv^T(dy, w), direct per position class (see above); one task per image. */
+static int bwd_data_direct(const cg *g, const uint16_t *dy, const uint16_t *w, uint16_t *dx, const char *what) {
+  const int64_t T = g->KH * g->KW, K = (g->O + 1) / 2, O2p = (g->O + 31) / 32 * 16, np = (g->C + 31) / 32;
+  const int64_t eh = ((g->KH - 1) * g->dh + g->sh - 1) / g->sh, ew = ((g->KW - 1) * g->dw + g->sw - 1) / g->sw;
+  const int64_t hn = (g->H - 1 + g->ph) / g->sh + 1, wn = (g->W - 1 + g->pw) / g->sw + 1;
+  const int64_t Hs = 2 * eh + (g->OH > hn ? g->OH : hn), Ws = 2 * ew + (g->OW > wn ? g->OW : wn), PI = g->H * g->W;
+  const size_t xsw = (size_t)(Hs * Ws * O2p), ysf = (size_t)(PI * 32), bw = (size_t)(np * T * K * 32);
+  uint32_t *B = scratch(0, bw * 4), *XS = scratch(1, xsw * 4 * (size_t)g->nthr);
+  float *YS = scratch(2, ysf * sizeof(float) * (size_t)g->nthr);
+  if (!B || !XS || !YS) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+  if (T > 1024) return ts_error_set(TS_EINVAL, "%s: kernel of %lld taps (at most 1024)", what, (long long)T);
+  pack_weights(w, g->O, g->C, g->KH, g->KW, 1, B, g->nthr);
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    const int tid = omp_get_thread_num();
+    uint32_t *xs = XS + xsw * (size_t)tid;
+    float *ys = YS + ysf * (size_t)tid;
+    int64_t toff[1024];
+    const uint32_t *btp[1024];
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g->N; n++) {
+      stage_pairs(dy + n * g->O * g->P, g->O, g->OH, g->OW, Hs, Ws, eh, ew, O2p, xs);
+      for (int64_t pn = 0; pn < np; pn++) {
+        for (int64_t a = 0; a < g->sh && a < g->H; a++)
+          for (int64_t b = 0; b < g->sw && b < g->W; b++) {
+            /* class (a, b): input pixels (a + sh i, b + sw j); tap (kh, kw) reaches them when
+             * a + ph - kh dh and b + pw - kw dw are multiples of the strides, from dy row
+             * i + (a + ph - kh dh) / sh (column likewise) */
+            int nt = 0;
+            for (int64_t kh = 0; kh < g->KH; kh++) {
+              const int64_t rh = g->ph + a - kh * g->dh;
+              if (((rh % g->sh) + g->sh) % g->sh) continue;
+              for (int64_t kw = 0; kw < g->KW; kw++) {
+                const int64_t rw = g->pw + b - kw * g->dw;
+                if (((rw % g->sw) + g->sw) % g->sw) continue;
+                toff[nt] = ((rh / g->sh + eh) * Ws + rw / g->sw + ew) * O2p;
+                btp[nt++] = B + (pn * T + kh * g->KW + kw) * K * 32;
+              }
+            }
+            const int64_t ni = (g->H - 1 - a) / g->sh + 1, nj = (g->W - 1 - b) / g->sw + 1, nc = ni * nj, rpb = rows_per_block(nc);
+            for (int64_t r0 = 0; r0 < nc; r0 += rpb) {
+              const int R = (int)(nc - r0 < rpb ? nc - r0 : rpb);
+              const uint32_t *ap[MR];
+              float C[MR * 32];
+              for (int r = 0; r < R; r++) ap[r] = xs + ((r0 + r) / nj * Ws + (r0 + r) % nj) * O2p;
+              if (nt) gemm_direct(R, nt, toff, btp, K, ap, C);
+              else memset(C, 0, sizeof C);
+              for (int r = 0; r < R; r++) {
+                const int64_t ih = a + (r0 + r) / nj * g->sh, iw = b + (r0 + r) % nj * g->sw;
+                memcpy(ys + (ih * g->W + iw) * 32, C + r * 32, 32 * sizeof(float));
+              }
+            }
+          }
+        store_planes(ys, PI, g->C, pn * 32, NULL, dx + n * g->C * PI);
+      }
+    }
+  }
+  return TS_OK;
+}
+
 /* ---------------------------------------------------------------- forward */
 
 int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, const void *bv, void *yv) {
@@ -223,6 +435,11 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
   const uint16_t *x = xv, *w = wv, *bias = bv;
   uint16_t *y = yv;
   double t0 = ts_time_now();
+  if (g.P >= 28) { /* direct; small images fill the micro-kernel's rows better grouped, below */
+    rc = fwd_direct(&g, x, w, bias, y, what);
+    g_gstat[0][0] += ts_time_now() - t0;
+    return rc;
+  }
   /* A: the weights as rows of K2 pairs (a zero column appended when K is odd) */
   const uint16_t *Wp = w;
   if (g.K & 1) {
@@ -287,6 +504,11 @@ int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dyv, const void
   const uint16_t *dy = dyv, *w = wv;
   uint16_t *dx = dxv;
   double t0 = ts_time_now();
+  if (g.C >= 32) { /* direct; thin inputs (the RGB stem) waste the 32 columns, below */
+    rc = bwd_data_direct(&g, dy, w, dx, what);
+    g_gstat[1][0] += ts_time_now() - t0;
+    return rc;
+  }
   const int64_t O2 = (g.O + 1) / 2, CHW = g.C * g.H * g.W;
   /* A: W^T, row k, pair (W[2 o2][k], W[2 o2 + 1][k]) */
   uint32_t *Wt = scratch(0, (size_t)(g.K * O2) * 4);
@@ -376,7 +598,7 @@ int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const voi
   double t0 = ts_time_now();
   /* B per image (or per group of small images): col^T [pixel pairs][32 k][2], built 16 pixel
    * pairs x 16 k at a time by transposing krow's 32-bit pixel pairs */
-  const int64_t nkp = (g.K + 31) / 32, npx = g.ppi ? g.ppi * 32 : g.gi * g.P; /* pixels per B */
+  const int64_t nkp = (g.K + 31) / 32, npx = g.ppi ? g.ppi * 32 : 32; /* pixels per B (whole panels) */
   const size_t bw = (size_t)(npx * 32), cw = (size_t)(g.O * 32);
   uint16_t *Bs = scratch(1, bw * 2 * (size_t)g.nthr);
   float *Cs = scratch(2, cw * sizeof(float) * (size_t)g.nthr);

@@ -4,6 +4,10 @@
  * kernels, output images of more and of fewer than 32 pixels, panels crossing output rows and
  * images, a partial last group); bitwise determinism on 1 and 2 threads; the dispatch.
  *
+ * Forward runs direct for images of >= 28 output pixels and as im2col for smaller ones;
+ * backward-data direct (per position class) for >= 32 input channels, else as im2col; the
+ * shapes below take every path.
+ *
  * Tolerance: the kernel multiplies bf16 values exactly into f32 and sums K products in f32, as
  * the reference does in another order, then rounds once to bf16 (unit roundoff u = 2^-8). So
  * elementwise |out - ref| <= u |ref| + 2 (K + 2) 2^-24 S, with S the same convolution on
@@ -176,6 +180,10 @@ int main(void) {
   check(2, 8, 12, 10, 16, 3, 1, 2, 1, 1, 0, 1, 1, 0);  /* asymmetric kernel, stride and padding */
   check(2, 32, 6, 6, 32, 1, 1, 1, 1, 0, 0, 1, 1, 0);   /* 36 pixels: a 4-column last panel */
   check(2, 40, 9, 11, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1);  /* 5x6 output: odd row count, 30-pixel images one per panel */
+  /* backward-data's direct path (C >= 32): position classes a 1x1 stride-2 kernel never reaches
+   * (zero), stride 3 with dilation 2 and an odd channel count */
+  check(2, 32, 8, 8, 16, 1, 1, 2, 2, 0, 0, 1, 1, 0);
+  check(2, 33, 13, 13, 8, 3, 3, 3, 3, 1, 1, 2, 2, 1);
   check_dispatch();
   ts__dnnl_cache_clear();
   return ts_test_finish("test_conv_gemm");
