@@ -596,67 +596,89 @@ int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const voi
   const uint16_t *x = xv, *dy = dyv;
   uint16_t *dw = dwv;
   double t0 = ts_time_now();
-  /* B per image (or per group of small images): col^T [pixel pairs][32 k][2], built 16 pixel
-   * pairs x 16 k at a time by transposing krow's 32-bit pixel pairs */
-  const int64_t nkp = (g.K + 31) / 32, npx = g.ppi ? g.ppi * 32 : 32; /* pixels per B (whole panels) */
-  const size_t bw = (size_t)(npx * 32), cw = (size_t)(g.O * 32);
-  uint16_t *Bs = scratch(1, bw * 2 * (size_t)g.nthr);
+  /* Blocks of whole images with >= 256 output pixels between them (their panels pa .. pb): per
+   * block, A is dy (in place for one image, else the images' rows copied side by side) and B
+   * col^T [pixel pairs][32 k][2] for one 32-row panel of dW, built 16 pixel pairs x 16 k at a
+   * time by transposing krow's 32-bit pixel pairs. Every thread owns a contiguous range of dW's
+   * panels and sums them over the blocks in order (dy's block stays in L2 across them). */
+  int64_t ipb = (256 + g.P - 1) / g.P;
+  if (!g.ppi) ipb = (ipb + g.gi - 1) / g.gi * g.gi;
+  if (ipb > g.N) ipb = g.N;
+  const int64_t nblk = (g.N + ipb - 1) / ipb, T = g.KH * g.KW, nkp = (g.K + 31) / 32;
+  const int64_t ppb = g.ppi ? ipb * g.ppi : (ipb + g.gi - 1) / g.gi, bpmax = ipb * g.P / 2;
+  const int64_t kpt = (nkp + g.nthr - 1) / g.nthr; /* dW panels per thread */
+  const size_t bw = (size_t)((bpmax + 16) * 64), aw = ipb > 1 ? (size_t)(g.O * ipb * g.P) : 0, cw = (size_t)(kpt * g.O * 32),
+               tw = (size_t)(ppb * 32 * T);
+  uint16_t *Bs = scratch(0, (bw + aw) * 2 * (size_t)g.nthr);
   float *Cs = scratch(2, cw * sizeof(float) * (size_t)g.nthr);
-  tap *Ts = scratch(3, sizeof(tap) * (size_t)(32 * g.KH * g.KW) * (size_t)g.nthr);
-  if (!Bs || !Cs || !Ts) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
-  const int64_t rpb = rows_per_block(g.O), nb = g.ppi ? g.N : g.npan;
+  tap *Ts = scratch(3, sizeof(tap) * tw * (size_t)g.nthr);
+  int64_t *Ps = scratch(1, sizeof(int64_t) * (size_t)(2 * ppb) * (size_t)g.nthr);
+  if (!Bs || !Cs || !Ts || !Ps) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
+  const int64_t rpb = rows_per_block(g.O);
 #pragma omp parallel num_threads(g.nthr) if (g.nthr > 1)
   {
     const int tid = omp_get_thread_num();
-    uint16_t *B = Bs + bw * (size_t)tid;
+    uint16_t *B = Bs + (bw + aw) * (size_t)tid, *Ap = B + bw;
     float *C = Cs + cw * (size_t)tid;
-    tap *t = Ts + (size_t)(32 * g.KH * g.KW) * (size_t)tid;
+    tap *tt = Ts + tw * (size_t)tid;
+    int64_t *pns = Ps + (size_t)(2 * ppb) * (size_t)tid, *prow = pns + ppb; /* per panel: runs, first B row */
     const __m512i ev = _mm512_loadu_si512(g_ev);
+    const int64_t kp0 = tid * kpt, kp1 = kp0 + kpt < nkp ? kp0 + kpt : nkp;
     seg s[32];
-#pragma omp for schedule(static)
-    for (int64_t kp = 0; kp < nkp; kp++) {
-      const int64_t k0 = kp * 32, nk = g.K - k0 < 32 ? g.K - k0 : 32;
-      memset(C, 0, sizeof(float) * cw);
-      for (int64_t b = 0; b < nb; b++) {
-        const int64_t p0 = g.ppi ? b * g.ppi : b, p1 = g.ppi ? p0 + g.ppi : p0 + 1;
-        int64_t bn0 = 0, bni = 0;
-        for (int64_t pi = p0; pi < p1; pi++) { /* B rows (pi - p0) 16 .. +16 */
-          int cols;
-          int64_t n0, ni;
-          const int ns = panel_segs(&g, pi, s, &cols, &n0, &ni);
-          if (pi == p0) bn0 = n0, bni = ni;
-          plan_taps(s, ns, g.C, g.H, g.W, g.KH, g.KW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, t);
+    if (kp1 > kp0) memset(C, 0, sizeof(float) * (size_t)((kp1 - kp0) * g.O * 32));
+    for (int64_t blk = 0; blk < nblk && kp1 > kp0; blk++) {
+      const int64_t n0 = blk * ipb, n1 = n0 + ipb < g.N ? n0 + ipb : g.N, bp = (n1 - n0) * g.P / 2;
+      const int64_t pa = g.ppi ? n0 * g.ppi : n0 / g.gi, pb = g.ppi ? n1 * g.ppi : (n1 + g.gi - 1) / g.gi;
+      for (int64_t pi = pa; pi < pb; pi++) {
+        int cols;
+        int64_t pn0, ni;
+        const int ns = panel_segs(&g, pi, s, &cols, &pn0, &ni);
+        pns[pi - pa] = ns;
+        prow[pi - pa] = ((pn0 - n0) * g.P + (g.ppi ? pi % g.ppi * 32 : 0)) / 2;
+        plan_taps(s, ns, g.C, g.H, g.W, g.KH, g.KW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, tt + (pi - pa) * 32 * T);
+      }
+      const uint32_t *A = (const uint32_t *)(dy + n0 * g.O * g.P);
+      int64_t ars = g.P / 2;
+      if (n1 - n0 > 1) { /* the block's rows o side by side */
+        for (int64_t o = 0; o < g.O; o++)
+          for (int64_t n = n0; n < n1; n++) memcpy(Ap + (o * (n1 - n0) + n - n0) * g.P, dy + (n * g.O + o) * g.P, (size_t)g.P * 2);
+        A = (const uint32_t *)Ap, ars = bp;
+      }
+      for (int64_t kp = kp0; kp < kp1; kp++) {
+        const int64_t k0 = kp * 32, nk = g.K - k0 < 32 ? g.K - k0 : 32;
+        for (int64_t pi = pa; pi < pb; pi++) { /* B rows prow .. prow + 16 (a partial panel's extra rows are overwritten next) */
+          const int ns = (int)pns[pi - pa];
+          const tap *t = tt + (pi - pa) * 32 * T;
           __m512 r[2][16];
-          int64_t c = k0 / (g.KH * g.KW), kh = k0 / g.KW % g.KH, kw = k0 % g.KW;
+          int64_t c = k0 / T, kh = k0 / g.KW % g.KH, kw = k0 % g.KW;
           for (int64_t kk = 0; kk < 32; kk++) {
-            const __m512i v = kk < nk ? krow(x, g.H * g.W, c, t + (kh * g.KW + kw) * ns, ns, g.sw, ev)
-                                      : _mm512_setzero_si512();
+            const __m512i v = kk < nk ? krow(x, g.H * g.W, c, t + (kh * g.KW + kw) * ns, ns, g.sw, ev) : _mm512_setzero_si512();
             if (++kw == g.KW) kw = 0, kh = kh + 1 == g.KH ? (c++, 0) : kh + 1;
             r[kk / 16][kk % 16] = _mm512_castsi512_ps(v);
           }
           tr16(r[0]), tr16(r[1]); /* r[h][jp]: pixel pair jp of k's 16 h .. 16 h + 15 */
-          uint16_t *Bp = B + (pi - p0) * 16 * 64;
+          uint16_t *Bp = B + prow[pi - pa] * 64;
           for (int jp = 0; jp < 16; jp++) {
             _mm512_storeu_ps((float *)(Bp + jp * 64), r[0][jp]);
             _mm512_storeu_ps((float *)(Bp + jp * 64 + 32), r[1][jp]);
           }
         }
-        /* dW[o][k0..] += dy[n][o][pixels] B, per image in the block */
-        for (int64_t n = bn0; n < bn0 + bni; n++) {
-          const int64_t jb = g.ppi ? 0 : (n - bn0) * g.P / 2; /* the image's first pixel pair in B */
-          for (int64_t o0 = 0; o0 < g.O; o0 += rpb) {
-            const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
-            const uint32_t *A = (const uint32_t *)(dy + (n * g.O + o0) * g.P);
-            for (int64_t q0 = 0; q0 < g.P / 2; q0 += KBLK) {
-              const int64_t qn = g.P / 2 - q0 < KBLK ? g.P / 2 - q0 : KBLK;
-              gemm_rows(R, qn, A + q0, g.P / 2, 1, (const uint32_t *)B + (jb + q0) * 32, 32, C + o0 * 32, 32, 1);
-            }
+        float *Ck = C + (kp - kp0) * g.O * 32;
+        for (int64_t o0 = 0; o0 < g.O; o0 += rpb) { /* dW[o][k0 ..] += dy rows x B */
+          const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
+          for (int64_t q0 = 0; q0 < bp; q0 += KBLK) {
+            const int64_t qn = bp - q0 < KBLK ? bp - q0 : KBLK;
+            gemm_rows(R, qn, A + o0 * ars + q0, ars, 1, (const uint32_t *)B + q0 * 32, 32, Ck + o0 * 32, 32, 1);
           }
         }
       }
+    }
+    for (int64_t kp = kp0; kp < kp1; kp++) {
+      const int64_t k0 = kp * 32, nk = g.K - k0 < 32 ? g.K - k0 : 32;
+      const float *Ck = C + (kp - kp0) * g.O * 32;
       for (int64_t o = 0; o < g.O; o++) {
-        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_loadu_ps(C + o * 32))),
-                                             narrow16(_mm512_loadu_ps(C + o * 32 + 16)), 1);
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_loadu_ps(Ck + o * 32))),
+                                             narrow16(_mm512_loadu_ps(Ck + o * 32 + 16)), 1);
         _mm512_mask_storeu_epi16(dw + o * g.K + k0, rmask32(0, nk), v);
       }
     }
