@@ -229,8 +229,10 @@ TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
 TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
   const int64_t nkk = g->Cp / 2, njb = g->Op / 16;
 #pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
-  for (int64_t task = 0; task < nkk * njb; task++) { /* kk inner: the 16 rows' lines stay in L1 */
-    const int64_t kk = task % nkk, j0 = task / nkk * 16;
+  for (int64_t task = 0; task < nkk * njb; task++) {
+    /* the order that reads w sequentially: forward (lanes j a row apart) kk inner; backward-data
+     * (lanes j 9 elements apart, rows i = kk) j inner */
+    const int64_t kk = rot ? task / njb : task % nkk, j0 = (rot ? task % njb : task / nkk) * 16;
     __m512 u[2][NP];
     #pragma GCC unroll 16
     for (int e = 0; e < 2; e++) {
