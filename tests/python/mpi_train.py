@@ -11,6 +11,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tessera as ts  # noqa: E402
 import models  # noqa: E402
 
+
+
+def say(text):
+    """One line to stdout in one write() (atomic on a pipe), so mpirun never interleaves two
+    ranks' lines within a line."""
+    sys.stdout.flush()
+    os.write(1, (text + "\n").encode())
+
+
 ts.init()
 mode, epochs = sys.argv[1], int(sys.argv[2])
 if mode == "dp":
@@ -20,7 +29,7 @@ if mode == "dp":
     # another evaluation set than the trainer's (batch 8 per rank): a second trainer resumed
     # from a checkpoint of the first
     r = m.eval(models.dataset(64, 8, ts.get_group_size(), ts.get_rank(), usage="test"))
-    print("eval rank %d: acc %.6f loss %.6f" % (ts.get_rank(), r["acc"], r["loss"]))
+    say("eval rank %d: acc %.6f loss %.6f" % (ts.get_rank(), r["acc"], r["loss"]))
 elif mode == "cellpipe":
     # models.MLP written in Python, cut into 2 stages by its cells' pipeline_stage (one process:
     # no pipeline, the stages ignored). First a cut whose values flow backwards: refused
@@ -32,13 +41,13 @@ elif mode == "cellpipe":
         try:
             models.train(bad, epochs, 256, 32)
         except ValueError as e:
-            print("rank %d refused: %s" % (ts.get_rank(), e))
+            say("rank %d refused: %s" % (ts.get_rank(), e))
     net = models.MLP(64, 32)
     net.fc1.pipeline_stage = 0
     net.fc2.pipeline_stage = 1
     net.fc3.pipeline_stage = 1
     m = models.train(net, epochs, 256, 32)
-    print("rank %d holds %s" % (ts.get_rank(), ",".join(sorted(m._trainer.params()))))
+    say("rank %d holds %s" % (ts.get_rank(), ",".join(sorted(m._trainer.params()))))
 elif mode in ("auto", "autotp"):
     # models.MLP under auto_parallel: the plan searched through the Python builder (autotp: the
     # tensor-parallel degree given, its operators searched)
@@ -74,4 +83,4 @@ else:
     st = {"fc1": ((1, 1), (n, 1), (n,)), "fc2": ((1, n), (1, n), (1,))} if mode == "semi" else {}
     net = models.MLP(64, 32, strategies=st)
     models.train(net, epochs, 256, 32)
-print("rank %d done" % ts.get_rank())
+say("rank %d done" % ts.get_rank())
