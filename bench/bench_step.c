@@ -369,7 +369,7 @@ static void bench_fusion_ab(const options *o, const char *model, const char *nam
   printf(",\"f32_arena_mb\":%.2f,\"f32_nofusion_arena_mb\":%.2f,\"amp_arena_mb\":%.2f,\"amp_nofusion_arena_mb\":%.2f",
          ts_plan_peak_bytes(t[0].plan) / 1048576.0, ts_plan_peak_bytes(t[1].plan) / 1048576.0,
          ts_plan_peak_bytes(t[2].plan) / 1048576.0, ts_plan_peak_bytes(t[3].plan) / 1048576.0);
-  static const char *fn[TS_FUSION_COUNT] = {"matmul_cast", "bn_relu", "bn_relu_bwd"};
+  static const char *fn[TS_FUSION_COUNT] = {"matmul_cast", "bn_relu", "bn_relu_bwd", "matmul_bias_gelu"};
   for (int f = 0; f < TS_FUSION_COUNT; f++)
     printf(",\"f32_%s\":%d,\"amp_%s\":%d", fn[f], ts_plan_fusions_taken(t[0].plan, (ts_fusion)f), fn[f],
            ts_plan_fusions_taken(t[2].plan, (ts_fusion)f));
