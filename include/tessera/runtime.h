@@ -88,8 +88,9 @@ int ts_plan_bind(ts_plan *p, ts_val v, void *data);
  *                          writes the gelu's output, one oneDNN matmul with a gelu post-op. The
  *                          pre-activation is never written, so only where nothing else reads
  *                          it: plans without backward (evaluation, predict; gelu's backward
- *                          reads it). Not bitwise: within 1e-6 relative at f32, one bf16
- *                          rounding fewer at bf16 (docs/mixed-precision.md, Fusions).
+ *                          reads it). f32: bitwise the two nodes in every shape measured (not
+ *                          guaranteed: another GEMM kernel); bf16: one rounding fewer (gelu of
+ *                          the f32 sum, not of its bf16 rounding; docs/mixed-precision.md).
  * The nodes whose work a fusion does still run (their hooks fire in their place) but do nothing.
  * Off runs every node as written (as the REF backend does). */
 typedef enum {

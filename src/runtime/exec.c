@@ -417,8 +417,9 @@ static int fl_free(freelist *f, size_t off, size_t len) {
  * rounded once; O1: z bf16 widened by a CAST to f32 whose only use is the f32 gelu, so the
  * primitive writes f32 y and the cast does nothing too). GeLU's backward reads z, so a plan with
  * backward never has the pattern: it is taken by plans without backward (evaluation, predict).
- * Not bitwise: the primitive's accumulation order (f32: the unfused dense is dnnl_sgemm) and, at
- * bf16, gelu of the f32 sum instead of its bf16 rounding (docs/mixed-precision.md, Fusions).
+ * f32: bitwise the unfused nodes in every shape measured (the unfused dense is dnnl_sgemm, the
+ * same oneDNN GEMM kernels; not guaranteed for every shape); bf16: gelu of the f32 sum instead of
+ * its bf16 rounding, one rounding fewer (docs/mixed-precision.md, Fusions).
  * For the memory plan y is produced at the matmul; z (and the cast's result) keep their buffers
  * (REF, or a plan run both ways, writes them). */
 enum { FZ_NONE = 0, FZ_BN, FZ_RELU, FZ_RELU_BWD, FZ_BN_BWD, FZ_MM_GELU, FZ_GELU };
