@@ -750,7 +750,10 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   }
   ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL};
   const int fast = ctx.backend == TS_BACKEND_FAST;
-  if (first == 0) memset(p->ntaken, 0, sizeof p->ntaken);
+  if (first == 0) { /* nothing of an earlier (partial) run is skipped in this one */
+    memset(p->ntaken, 0, sizeof p->ntaken);
+    memset(p->fuse_done, 0, (size_t)p->nnodes);
+  }
   ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
   ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
   if (p->nhooks) emit(p, &ev);

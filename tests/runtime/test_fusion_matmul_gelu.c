@@ -8,19 +8,20 @@
  *    and a batched matmul with both operands batched and b transposed (the primitive's own batch)
  *    + gelu_erf; each at f32, amp O1 and O2 (bf16): 1 fusion planned and taken; fused and
  *    unfused (ts_plan_set_fusion(p, 0)) both within tolerance of a double reference (gelu of the
- *    sum of the operands as the plan sees them, bf16-rounded under amp): f32 3e-6 of the sum of
- *    |terms| (accumulation) + 1e-6 (a tanh/erf swap is ~5e-4, a dropped bias O(0.1));
- *    bf16 one bf16 rounding of y (2^-8 relative) + 1e-3 of the |terms| sum (O1's f32 y: the
- *    sum's own bf16 error is not there fused, so the fused error is at most the unfused one's);
- *    fused vs unfused: f32 within 1e-5 (measured below it, printed), bf16 within 2 bf16 ulps;
+ *    sum of the operands as the plan sees them, bf16-rounded under amp). f32: 3e-6 of the sum of
+ *    |terms| + 1e-6 (accumulation; a tanh/erf swap is ~5e-4, a dropped bias O(0.1)), and fused
+ *    vs unfused within 1e-5 (bitwise as measured). bf16: fused within one rounding of y
+ *    (|y|/256) + 1e-4 of the |terms| sum, unfused within two (z's and y's, |y|/128) + 1e-3, and
+ *    the fused maximum error at most the unfused one (one rounding fewer: O1's f32 y has none);
  *    the same sequence of node-end hook events (the gelu and the cast still "run");
  *  - a GPT MLP block h = x + c_proj(gelu_tanh(c_fc(ln(x)))) (c_fc 64 -> 256), at O0, O1, O2:
- *    1 fusion planned and taken, fused vs unfused h within 1e-5 (f32) / 2^-6 of max|h| (bf16);
+ *    1 fusion planned and taken, fused vs unfused h within 1e-5 (f32) / 1/64 of max|h| (bf16);
  *    its training plan (loss = sum(h * r), backward: gelu's backward reads c_fc's output) plans
  *    no fusion and the loss, dx and every parameter gradient are bitwise equal with fusion on
  *    and off;
  *  - the zoo GPT (2 layers) evaluation graph plans one fusion per layer (c_fc), at O0 and O2;
- *    its training graph none;
+ *    its training graph (the loss and every parameter gradient kept, as the trainer plans it)
+ *    none;
  *  - no fusion when the pre-activation is kept, or has a second use; f16 is not fused;
  *  - the REF backend takes none and gives its unfused results bitwise. */
 #include <math.h>
