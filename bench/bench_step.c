@@ -23,6 +23,13 @@
  *                                                fusions, steps of the four interleaved; gain =
  *                                                unfused/fused; planned arenas; the fusions
  *                                                taken per step
+ *   {"name":"gpt_6l_384d_eval_fusion","f32_ms":..,"f32_nofusion_ms":..,...}  with --eval-fusion-ab
+ *                                                (only this, --amp default O2): the GPT's
+ *                                                evaluation forward (logits, no backward: the
+ *                                                matmul+bias+gelu fusion applies) in f32 and at
+ *                                                --amp, each fused and unfused, runs of the four
+ *                                                interleaved; gain = unfused/fused; the fusions
+ *                                                taken per run; max |logits fused - unfused|
  *   with --amp and PyTorch, the model rows also get "tessera_amp_ms", "torch_autocast_bf16_ms"
  *   (torch_step.py --amp bf16: the forward under torch.autocast), "torch_best" (f32 or
  *   autocast_bf16, the faster), "torch_best_ms" and "amp_ratio" = torch_best_ms/tessera_amp_ms
@@ -55,6 +62,7 @@ typedef struct {
   ts_dtype amp_dtype; /* --amp-dtype bf16|f16 */
   int no_fusion;      /* --no-fusion: the amp models' plans without the executor's fusions */
   int fusion_ab;      /* --fusion-ab: f32 and --amp, each with and without fusions, interleaved */
+  int eval_fusion_ab; /* --eval-fusion-ab: the same for the GPT's evaluation forward */
   const char *torch_script;
 } options;
 
@@ -369,13 +377,109 @@ static void bench_fusion_ab(const options *o, const char *model, const char *nam
   printf(",\"f32_arena_mb\":%.2f,\"f32_nofusion_arena_mb\":%.2f,\"amp_arena_mb\":%.2f,\"amp_nofusion_arena_mb\":%.2f",
          ts_plan_peak_bytes(t[0].plan) / 1048576.0, ts_plan_peak_bytes(t[1].plan) / 1048576.0,
          ts_plan_peak_bytes(t[2].plan) / 1048576.0, ts_plan_peak_bytes(t[3].plan) / 1048576.0);
-  static const char *fn[TS_FUSION_COUNT] = {"matmul_cast", "bn_relu", "bn_relu_bwd"};
+  static const char *fn[TS_FUSION_COUNT] = {"matmul_cast", "bn_relu", "bn_relu_bwd", "matmul_bias_gelu"};
   for (int f = 0; f < TS_FUSION_COUNT; f++)
     printf(",\"f32_%s\":%d,\"amp_%s\":%d", fn[f], ts_plan_fusions_taken(t[0].plan, (ts_fusion)f), fn[f],
            ts_plan_fusions_taken(t[2].plan, (ts_fusion)f));
   printf("}\n");
   fflush(stdout);
   for (int k = 0; k < 4; k++) trainer_free(&t[k]);
+  free(ms);
+}
+
+/* --eval-fusion-ab: the GPT's evaluation forward (graph in inference mode, plan keeps the logits
+ * only, no backward), as the trainer's eval pass and `tessera eval` plan it, in f32 and at --amp,
+ * each with the executor's fusions and without, runs of the four interleaved. */
+typedef struct {
+  ts_graph *g;
+  ts_params *ps;
+  ts_plan *plan;
+  ts_val logits;
+  int32_t *ids;
+} evaluator;
+
+static void eval_build(evaluator *e, int amp_level, ts_dtype amp_dtype, int batch, int seq) {
+  const int V = 8192;
+  memset(e, 0, sizeof *e);
+  if (ts_graph_create(&e->g) || ts_params_create(&e->ps)) die("creating the graph");
+  ts_graph_set_training(e->g, 0);
+  ts_nn nn = {e->g, e->ps};
+  ts_val x = ts_input(e->g, "ids", TS_I32, ts_shape2(batch, seq));
+  ts_gpt_config cfg = {.vocab_size = V, .block_size = seq, .n_layer = 6, .n_head = 6, .n_embd = 384};
+  if (ts_zoo_gpt(&nn, &cfg, x, TS_NONE, &e->logits, NULL)) die("building the GPT");
+  if (amp_level > 0) {
+    ts_val v[2] = {x, e->logits};
+    if (ts_graph_amp(e->g, amp_level, amp_dtype, v, 2)) die("the amp pass");
+    x = v[0], e->logits = v[1];
+  }
+  if (ts_params_alloc(e->ps, 1234)) die("allocating parameters");
+  if (ts_plan_create(e->g, &e->logits, 1, &e->plan)) die("planning the evaluation forward");
+  if (ts_params_bind(e->ps, e->g, e->plan)) die("binding parameters");
+  e->ids = ts_alloc(sizeof(int32_t) * (size_t)batch * (size_t)seq);
+  uint64_t key = ts_hash_name("gpt-batch", 7);
+  for (int64_t i = 0; i < (int64_t)batch * seq; i++) e->ids[i] = (int32_t)(ts_rng_uniform_at(key, (uint64_t)(2 * i)) * V) % V;
+  if (ts_plan_bind(e->plan, x, e->ids)) die("binding the batch");
+}
+
+static void bench_eval_fusion_ab(const options *o, int batch, int seq) {
+  evaluator e[4]; /* f32, f32 unfused, amp, amp unfused */
+  for (int k = 0; k < 4; k++) {
+    eval_build(&e[k], k >= 2 ? o->amp_level : 0, o->amp_dtype, batch, seq);
+    if (k % 2) ts_plan_set_fusion(e[k].plan, 0);
+  }
+  for (int i = 0; i < o->warmup; i++)
+    for (int k = 0; k < 4; k++)
+      if (ts_plan_run(e[k].plan, 0)) die("running the evaluation forward");
+  double *ms = malloc(sizeof(double) * (size_t)(4 * o->steps)), med[4];
+  for (int i = 0; i < o->steps; i++)
+    for (int k = 0; k < 4; k++) {
+      double t0 = ts_time_now();
+      if (ts_plan_run(e[k].plan, 0)) die("running the evaluation forward");
+      ms[k * o->steps + i] = (ts_time_now() - t0) * 1e3;
+    }
+  for (int k = 0; k < 4; k++) med[k] = median(ms + k * o->steps, o->steps);
+  if (o->profile) { /* per op of each plan, runs interleaved as above */
+    static const char *vn[4] = {"f32", "f32_nofusion", "amp", "amp_nofusion"};
+    profile pr[4];
+    memset(pr, 0, sizeof pr);
+    for (int k = 0; k < 4; k++)
+      if (ts_plan_add_hook(e[k].plan, prof_hook, &pr[k])) die("profiler hook");
+    double wall[4] = {0, 0, 0, 0};
+    for (int i = 0; i < o->steps; i++)
+      for (int k = 0; k < 4; k++) {
+        double t0 = ts_time_now();
+        if (ts_plan_run(e[k].plan, 0)) die("running the evaluation forward");
+        wall[k] += ts_time_now() - t0;
+      }
+    for (int k = 0; k < 4; k++) {
+      ts_plan_remove_hook(e[k].plan, prof_hook, &pr[k]);
+      printf("{\"name\":\"profile_total\",\"model\":\"gpt_6l_384d_eval\",\"variant\":\"%s\",\"ms\":%.3f}\n", vn[k],
+             wall[k] * 1e3 / o->steps);
+      for (int i = 0; i < pr[k].n; i++)
+        printf("{\"name\":\"profile\",\"model\":\"gpt_6l_384d_eval\",\"variant\":\"%s\",\"op\":\"%s\",\"ms\":%.3f}\n",
+               vn[k], pr[k].op[i], pr[k].sec[i] * 1e3 / o->steps);
+    }
+  }
+  double d[2] = {0, 0}, mx[2] = {0, 0}; /* max |fused - unfused| and max |unfused| of the logits */
+  const size_t nl = (size_t)batch * (size_t)seq * 8192;
+  for (int j = 0; j < 2; j++) {
+    const float *f = ts_plan_data(e[2 * j].plan, e[2 * j].logits), *u = ts_plan_data(e[2 * j + 1].plan, e[2 * j + 1].logits);
+    for (size_t i = 0; i < nl; i++) d[j] = fmax(d[j], fabs((double)f[i] - u[i])), mx[j] = fmax(mx[j], fabs((double)u[i]));
+  }
+  printf("{\"name\":\"gpt_6l_384d_eval_fusion\",\"threads\":%d,\"batch\":%d,\"seq\":%d,\"amp_level\":\"O%d\","
+         "\"f32_ms\":%.3f,\"f32_nofusion_ms\":%.3f,\"f32_gain\":%.4f,\"amp_ms\":%.3f,\"amp_nofusion_ms\":%.3f,"
+         "\"amp_gain\":%.4f,\"f32_matmul_bias_gelu\":%d,\"amp_matmul_bias_gelu\":%d,"
+         "\"f32_max_logit_diff\":%.3g,\"amp_max_logit_diff\":%.3g,\"f32_max_logit\":%.3g,\"amp_max_logit\":%.3g}\n",
+         o->threads, batch, seq, o->amp_level, med[0], med[1], med[1] / med[0], med[2], med[3], med[3] / med[2],
+         ts_plan_fusions_taken(e[0].plan, TS_FUSION_MATMUL_BIAS_GELU),
+         ts_plan_fusions_taken(e[2].plan, TS_FUSION_MATMUL_BIAS_GELU), d[0], d[1], mx[0], mx[1]);
+  fflush(stdout);
+  for (int k = 0; k < 4; k++) {
+    ts_plan_free(e[k].plan);
+    ts_params_free(e[k].ps);
+    ts_graph_free(e[k].g);
+    ts_free(e[k].ids);
+  }
   free(ms);
 }
 
@@ -429,7 +533,7 @@ static void usage(void) {
           "                  [--torch | --no-torch] [--torch-script PATH] [--only sgemm,resnet,gpt]\n"
           "                  [--resnet-batch N] [--gpt-batch N] [--gpt-seq N]\n"
           "                  [--amp O1|O2|O3] [--amp-dtype bf16|f16] [--conv-native]\n"
-          "                  [--no-fusion] [--fusion-ab]\n");
+          "                  [--no-fusion] [--fusion-ab] [--eval-fusion-ab]\n");
 }
 
 static int parse_int(const char *opt, const char *s, int lo) {
@@ -473,6 +577,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--conv-native")) o.conv_native = 1;
     else if (!strcmp(a, "--no-fusion")) o.no_fusion = 1;
     else if (!strcmp(a, "--fusion-ab")) o.fusion_ab = 1;
+    else if (!strcmp(a, "--eval-fusion-ab")) o.eval_fusion_ab = 1;
     else if (!strcmp(a, "--amp") && v && v[0] == 'O' && v[1] >= '1' && v[1] <= '3' && !v[2]) o.amp_level = v[1] - '0', i++;
     else if (!strcmp(a, "--amp-dtype") && v && (!strcmp(v, "bf16") || !strcmp(v, "f16")))
       o.amp_dtype = v[0] == 'b' ? TS_BF16 : TS_F16, i++;
@@ -491,6 +596,11 @@ int main(int argc, char **argv) {
   }
   ts_threads_set(o.threads);
 
+  if (o.eval_fusion_ab) { /* only this comparison (the GPT's evaluation forward) */
+    if (!o.amp_level) o.amp_level = 2;
+    bench_eval_fusion_ab(&o, o.gpt_batch, o.gpt_seq);
+    return 0;
+  }
   if (o.do_sgemm) {
     bench_gemm("sgemm_1024", 1024, 1024, 1024, o.gemm_reps);
     bench_gemm("sgemm_4096x768x768", 4096, 768, 768, o.gemm_reps);

@@ -82,13 +82,22 @@ int ts_plan_bind(ts_plan *p, ts_val v, void *data);
  *   TS_FUSION_BN_RELU      a BATCHNORM (f32/bf16, with spatial dims) whose output only feeds a
  *                          relu writes the relu's output (bitwise the two nodes);
  *   TS_FUSION_BN_RELU_BWD  and that relu's gradient feeds only the BATCHNORM_BWD: the
- *                          BATCHNORM_BWD applies it itself (bitwise the two nodes).
+ *                          BATCHNORM_BWD applies it itself (bitwise the two nodes);
+ *   TS_FUSION_MATMUL_BIAS_GELU  a MATMUL or DENSE (+ its bias; f32 or bf16) whose output only
+ *                          feeds a gelu (directly, or through a bf16 -> f32 cast at amp O1)
+ *                          writes the gelu's output, one oneDNN matmul with a gelu post-op. The
+ *                          pre-activation is never written, so only where nothing else reads
+ *                          it: plans without backward (evaluation, predict; gelu's backward
+ *                          reads it). f32: bitwise the two nodes in every shape measured (not
+ *                          guaranteed: another GEMM kernel); bf16: one rounding fewer (gelu of
+ *                          the f32 sum, not of its bf16 rounding; docs/mixed-precision.md).
  * The nodes whose work a fusion does still run (their hooks fire in their place) but do nothing.
  * Off runs every node as written (as the REF backend does). */
 typedef enum {
   TS_FUSION_MATMUL_CAST = 0,
   TS_FUSION_BN_RELU = 1,
   TS_FUSION_BN_RELU_BWD = 2,
+  TS_FUSION_MATMUL_BIAS_GELU = 3,
   TS_FUSION_COUNT
 } ts_fusion;
 void ts_plan_set_fusion(ts_plan *p, int on);

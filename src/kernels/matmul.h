@@ -51,6 +51,16 @@ int ts__dense_lp_ref(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x
 int ts__dense_lp_dnnl(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x, const void *w,
                       const void *bias, void *y);
 
+/* c = act(op(a) op(b) + bias) in one oneDNN matmul primitive (matmul_act.c): `act` a gelu
+ * (TS_ELT_GELU_TANH or TS_ELT_GELU_ERF, tessera/ops.h) applied as an eltwise post-op to the f32
+ * accumulator, c rounded once to its dtype; the pre-activation is never stored. a, b and bias
+ * (N, broadcast over rows and batch; NULL: none) of dtype ab_dt (TS_F32 or TS_BF16); c of c_dt
+ * (ab_dt or TS_F32). Dense is d = {1, M, N, K, 0, 1, 0, 0} with w (N,K). The executor's
+ * matmul+bias+gelu fusion (src/runtime/exec.c). */
+// a (B?,M,K)|(B?,K,M) ab_dt, b (B?,K,N)|(B?,N,K) ab_dt, bias (N) ab_dt or NULL -> c (B,M,N) c_dt
+int ts__matmul_act_dnnl(const ts__mm_desc *d, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,
+                        const void *bias, void *c, int act);
+
 /* bf16 GEMMs for kernels that run many small products inside their own OpenMP regions (the
  * fused attention): C (M,N) = alpha op(A) op(B), or C += alpha op(A) op(B) with `accumulate`;
  * row-major with leading dimensions as dnnl_sgemm's ('N'/'T'), A and B bf16, f32 accumulation,

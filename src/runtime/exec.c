@@ -408,8 +408,26 @@ static int fl_free(freelist *f, size_t off, size_t len) {
  * and recomputes where y > 0 from x and the scale and shift: z and dz are never written, and
  * y > 0 needs no read of y. Same arithmetic in the same order: bitwise the unfused nodes. For
  * the memory plan y is produced at the BATCHNORM and dy lives until the BATCHNORM_BWD (the plan
- * is the same with the fusion taken or not: REF runs every node as written). */
-enum { FZ_NONE = 0, FZ_BN, FZ_RELU, FZ_RELU_BWD, FZ_BN_BWD };
+ * is the same with the fusion taken or not: REF runs every node as written).
+ *
+ * Matmul+bias+GeLU (GPT's c_fc in an evaluation plan): a MATMUL or DENSE (with its bias) whose
+ * output z has no use but a gelu (tanh or erf) writes the gelu's output y itself, through one
+ * oneDNN matmul primitive with the gelu as an eltwise post-op on the f32 accumulator (the gelu
+ * node does nothing; z is never written). f32 (z, y f32) and bf16 (amp O2/O3: z, y bf16, y
+ * rounded once; O1: z bf16 widened by a CAST to f32 whose only use is the f32 gelu, so the
+ * primitive writes f32 y and the cast does nothing too). GeLU's backward reads z, so a plan with
+ * backward never has the pattern: it is taken by plans without backward (evaluation, predict).
+ * f32: bitwise the unfused nodes in every shape measured (the unfused dense is dnnl_sgemm, the
+ * same oneDNN GEMM kernels; not guaranteed for every shape); bf16: gelu of the f32 sum instead of
+ * its bf16 rounding, one rounding fewer (docs/mixed-precision.md, Fusions).
+ * For the memory plan y is produced at the matmul; z (and the cast's result) keep their buffers
+ * (REF, or a plan run both ways, writes them). */
+enum { FZ_NONE = 0, FZ_BN, FZ_RELU, FZ_RELU_BWD, FZ_BN_BWD, FZ_MM_GELU, FZ_GELU };
+
+/* v is a temporary read by node r only (no other reader, no view, not kept or bound). */
+static int only_use(const ts_plan *p, const int *uses, const int *cons, int v, int r) {
+  return !p->bound[v] && !p->keep[v] && uses[v] == 1 && cons[v] == r;
+}
 
 /* Spatial elements per channel of a batch norm's x (N,C,...). */
 static int64_t bn_spatial(const ts_shape *s) {
@@ -491,6 +509,32 @@ static void plan_fusions(ts_plan *p) {
     p->fz_role[e] = FZ_RELU_BWD, p->fz_peer[e] = k;
     p->fz_role[k] = FZ_BN_BWD, p->fz_peer[k] = i;
     p->nfused[TS_FUSION_BN_RELU_BWD]++;
+  }
+  /* matmul+bias+gelu: gelu j of z, z = MATMUL/DENSE i's output, or the bf16 -> f32 CAST c of it */
+  for (int j = 0; j < p->nnodes; j++) {
+    const ts__run_node *n = &p->nodes[j];
+    if (!p->live[j] || n->op != TS_OP_ELTWISE || n->nin != 1 || n->nout != 1 ||
+        (ts_attr_eltwise_alg(&n->a) != TS_ELT_GELU_TANH && ts_attr_eltwise_alg(&n->a) != TS_ELT_GELU_ERF))
+      continue;
+    int z = node_in(p, j)[0], i = p->vals[z].producer, r = j;
+    if (i < 0 || !only_use(p, uses, cons, z, j)) continue;
+    if (p->nodes[i].op == TS_OP_CAST) { /* O1: bf16 matmul, f32 gelu */
+      if (p->vals[z].dtype != TS_F32 || p->nodes[i].nin != 1 || p->fz_role[i]) continue;
+      r = i, z = node_in(p, i)[0], i = p->vals[z].producer;
+      if (i < 0 || p->vals[z].dtype != TS_BF16 || !only_use(p, uses, cons, z, r)) continue;
+    }
+    const ts__run_node *m = &p->nodes[i];
+    if (i >= r || !p->live[i] || (m->op != TS_OP_MATMUL && m->op != TS_OP_DENSE) || m->nout != 1 ||
+        node_out(p, i)[0] != z || p->fz_role[i] || p->fuse_out[i] >= 0)
+      continue;
+    const ts_dtype dt = p->vals[z].dtype, ydt = p->vals[node_out(p, j)[0]].dtype;
+    if ((dt != TS_F32 && dt != TS_BF16) || (ydt != dt && r == j)) continue;
+    int same = 1; /* operands of the node's dtype (the graph ensures it; the kernel relies on it) */
+    for (int k = 0; k < m->nin; k++) same &= p->vals[node_in(p, i)[k]].dtype == dt;
+    if (!same) continue;
+    p->fz_role[i] = FZ_MM_GELU, p->fz_peer[i] = j;
+    p->fz_role[j] = FZ_GELU, p->fz_peer[j] = i;
+    p->nfused[TS_FUSION_MATMUL_BIAS_GELU]++;
   }
   free(uses);
   free(cons);
@@ -589,11 +633,11 @@ static int plan_memory(ts_plan *p) {
     const ts__run_node *n = &p->nodes[i];
     const int *out = node_out(p, i);
     if (!p->live[i]) continue;
-    /* a fused BATCHNORM writes its relu's output: placed with the BATCHNORM's own outputs */
-    const int ny = p->fz_role[i] == FZ_BN ? 1 : 0;
+    /* a fused BATCHNORM (matmul) writes its relu's (gelu's) output: placed with its own outputs */
+    const int ny = p->fz_role[i] == FZ_BN || p->fz_role[i] == FZ_MM_GELU ? 1 : 0;
     for (int k = 0; k < n->nout + ny; k++) {
       int v = k < n->nout ? out[k] : node_out(p, p->fz_peer[i])[0];
-      if (p->fz_role[i] == FZ_RELU && k == 0) continue; /* placed at its BATCHNORM */
+      if ((p->fz_role[i] == FZ_RELU || p->fz_role[i] == FZ_GELU) && k == 0) continue; /* placed at its producer */
       if (p->bound[v] || root_of(p, v) != v) continue;
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
@@ -706,7 +750,10 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   }
   ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL};
   const int fast = ctx.backend == TS_BACKEND_FAST;
-  if (first == 0) memset(p->ntaken, 0, sizeof p->ntaken);
+  if (first == 0) { /* nothing of an earlier (partial) run is skipped in this one */
+    memset(p->ntaken, 0, sizeof p->ntaken);
+    memset(p->fuse_done, 0, (size_t)p->nnodes);
+  }
   ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
   ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
   if (p->nhooks) emit(p, &ev);
@@ -742,15 +789,27 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
         if (fast) {
           const int j = p->fz_peer[i], y = node_out(p, j)[0];
           ts_tensor_view(&out[0], p->vals[y].dtype, p->vals[y].shape, data_of(p, y));
-          fz = (ts__fuse){TS__FUSE_BN_RELU, ts_attr_eltwise_alpha(&p->nodes[j].a), p->fz_ab[i]};
+          fz = (ts__fuse){TS__FUSE_BN_RELU, ts_attr_eltwise_alpha(&p->nodes[j].a), p->fz_ab[i], 0};
           ctx.fuse = &fz;
           p->fuse_done[j] = 1;
           p->ntaken[TS_FUSION_BN_RELU]++;
         }
         break;
       case FZ_RELU: /* its result is there */
+      case FZ_GELU:
         skip = p->fuse_done[i];
         p->fuse_done[i] = 0;
+        break;
+      case FZ_MM_GELU: /* writes gelu(x w + b) into the gelu's output */
+        if (fast) {
+          const int j = p->fz_peer[i], y = node_out(p, j)[0], c = p->vals[node_in(p, j)[0]].producer;
+          ts_tensor_view(&out[0], p->vals[y].dtype, p->vals[y].shape, data_of(p, y));
+          fz = (ts__fuse){TS__FUSE_MM_GELU, 0.0f, NULL, (int)ts_attr_eltwise_alg(&p->nodes[j].a)};
+          ctx.fuse = &fz;
+          p->fuse_done[j] = 1;
+          if (c != i) p->fuse_done[c] = 1; /* O1: the widening cast between them */
+          p->ntaken[TS_FUSION_MATMUL_BIAS_GELU]++;
+        }
         break;
       case FZ_RELU_BWD: /* its BATCHNORM_BWD reads dy itself, if the forward ran fused */
         if (fast && p->fz_valid[p->fz_peer[p->fz_peer[i]]]) skip = 1, p->fuse_done[p->fz_peer[i]] = 1;
@@ -759,7 +818,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
         if (p->fuse_done[i]) {
           const int e = p->vals[vin[0]].producer, dy = node_in(p, e)[0], bn = p->fz_peer[i];
           ts_tensor_view(&in[0], p->vals[dy].dtype, p->vals[dy].shape, data_of(p, dy));
-          fz = (ts__fuse){TS__FUSE_BN_RELU_BWD, ts_attr_eltwise_alpha(&p->nodes[p->fz_peer[bn]].a), p->fz_ab[bn]};
+          fz = (ts__fuse){TS__FUSE_BN_RELU_BWD, ts_attr_eltwise_alpha(&p->nodes[p->fz_peer[bn]].a), p->fz_ab[bn], 0};
           ctx.fuse = &fz;
           p->fuse_done[i] = 0;
           p->ntaken[TS_FUSION_BN_RELU_BWD]++;

@@ -11,12 +11,15 @@ typedef enum {
   TS__FUSE_NONE = 0,
   TS__FUSE_BN_RELU,     /* BATCHNORM: out[0] is the following ReLU's output: write relu(bn(x)) */
   TS__FUSE_BN_RELU_BWD, /* BATCHNORM_BWD: in[0] is dy of that ReLU's output (its ELTWISE_BWD skipped) */
+  TS__FUSE_MM_GELU,     /* MATMUL/DENSE: out[0] is the following gelu's output (f32, or the node's
+                         * dtype): write gelu(x w + b) (activation `act`) */
 } ts__fuse_kind;
 
 typedef struct {
   ts__fuse_kind kind;
   float alpha; /* the ReLU's negative slope */
   float *ab;   /* 2C floats the forward writes and the backward reads (its scale and shift) */
+  int act;     /* MM_GELU: the gelu's ts_eltwise_alg */
 } ts__fuse;
 
 typedef struct {

@@ -365,9 +365,8 @@ int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, cons
     if (!rc && !(hs[r] = malloc(sizeof(uint64_t) * ((size_t)lists[r].n + 1)))) rc = ts_error_set(TS_ENOMEM, "reshard: out of memory");
     for (int i = 0; !rc && i < lists[r].n; i++) hs[r][i] = ts_piece_hash(&lists[r].v[i]);
   }
-  ts_config c = *cfg;
-  char *yaml = NULL;
-  if (!rc) rc = ts_config_dump_string(&c, &yaml);
+  char *yaml = NULL; /* cfg itself, not a struct copy: a copy would alias its owned lists */
+  if (!rc) rc = ts_config_dump_string(cfg, &yaml);
   ts_ckpt_info info;
   memset(&info, 0, sizeof info);
   if (!rc) rc = ts_ckpt_manifest_info(m, &info);
