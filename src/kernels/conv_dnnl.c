@@ -106,8 +106,12 @@ static int lp_wants_wino(const ts__conv_desc *d, int dir) {
   }
   return env && d->C >= 32 && d->O >= 32;
 }
-/* Whether bf16 direction dir of d runs the im2col GEMM kernels (conv.h, conv_gemm.c): the
- * default for what Winograd does not take. */
+/* Whether bf16 direction dir of d runs the GEMM kernels (conv.h, conv_gemm.c): by default for
+ * what Winograd does not take, where they beat oneDNN's bf16 primitive plus its reorders
+ * (bench_bf16 resnet_conv; thin layers measured with a ResNet-20 shape): the forward when there
+ * are >= 32 output channels (its 32 columns), backward-data when there are >= 32 input channels
+ * (likewise), backward-weights when a 32-column panel of dW per thread exists (C KH KW >= 256)
+ * or the kernel is 1x1. */
 static int lp_wants_gemm(const ts__conv_desc *d, int dir) {
   static int env = -1;
   if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT && g_lp_mode[dir] != TS_CONV_LP_GEMM) return 0;
@@ -117,7 +121,10 @@ static int lp_wants_gemm(const ts__conv_desc *d, int dir) {
     const char *e = getenv("TESSERA_CONV_GEMM");
     env = !(e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")));
   }
-  return env;
+  if (!env) return 0;
+  if (dir == DIR_FWD) return d->O >= 32;
+  if (dir == DIR_BWD_DATA) return d->C >= 32;
+  return d->C * d->KH * d->KW >= 256 || (d->KH == 1 && d->KW == 1);
 }
 
 int ts__conv_dnnl_get_lp_mode(int dir) { return dir >= 0 && dir < 3 ? g_lp_mode[dir] : -1; }

@@ -1,21 +1,23 @@
-/* bf16 convolution as im2col GEMMs on plain NCHW/OIHW buffers (see conv.h), for the ungrouped
- * layers the Winograd kernel does not take: strided (ResNet's stride-2 3x3), 1x1 (its stride-2
+/* bf16 convolution as GEMMs on plain NCHW/OIHW buffers (see conv.h), for the ungrouped layers
+ * the Winograd kernel does not take: strided (ResNet's stride-2 3x3), 1x1 (its stride-2
  * downsamples), thin (the RGB stem). oneDNN's bf16 kernels want blocked layouts, so each call
  * there reorders the activations in and out (a third of those layers' time in a ResNet-18 O2
  * step); these kernels read and write NCHW directly and run on the AVX512-BF16 micro-kernel of
  * bf16_mk.h with f32 accumulation, outputs rounded once.
  *
+ *   forward, images of >= 28 output pixels: direct (below): rows = 14 output pixels, columns =
+ *     32 out-channels, reduction = taps x in-channel pairs of the image staged once;
+ *   forward, smaller images: im2col, y[n][o][j] = sum_k W[o][k] col(k, j), A = W, B = a panel
+ *     of col (32 columns from several images);
+ *   backward-data: direct on dy, per position class of the stride;
+ *   backward-weights: dW[o][k] = sum_j dy[n][o][j] col(k, j), A = dy's rows (pixel pairs, in
+ *     place), B = col^T [pixel pairs][32 k][2].
  * The im2col matrix: row k = (c KH + kh) KW + kw (the OIHW weight order, K = C KH KW rows),
  * column j = a pixel (n, oh, ow) of the output; col(k, j) = x[n][c][oh sh - ph + kh dh]
  * [ow sw - pw + kw dw], zero in the padding. Columns go in panels of 32 (a panel never splits an
  * image's pixels across threads: P = OH OW >= 32 gives ceil(P / 32) panels per image; smaller
- * images are grouped whole, 32 / P of them per panel), packed as bf16 pairs of rows,
- * [K/2][32][2], straight from the NCHW rows with masked vector loads (no transposes).
- *   forward:          y[n][o][j]  = sum_k W[o][k] col(k, j)          A = W (rows o), B = panel
- *   backward-data:    dcol(k, j)  = sum_o W[o][k] dy[n][o][j]        A = W^T packed in o pairs,
- *                     dx += col2im(dcol), per task in an f32 buffer  B = the dy panel
- *   backward-weights: dW[o][k]    = sum_j dy[n][o][j] col(k, j)      A = dy rows (pixel pairs),
- *                                                                    B = col^T, [P/2][32 k][2]
+ * images are grouped whole, 32 / P of them per panel), gathered straight from the NCHW rows with
+ * masked vector loads.
  * Threads: OpenMP static schedules, no atomics; forward and backward-data give every output
  * element to one thread, backward-weights gives every thread its own 32-column panels of dW, each
  * summed over the images in order: the bits are the same for any thread count. */
@@ -170,24 +172,19 @@ TGT AI __m512i krow(const uint16_t *src, int64_t plane, int64_t c, const tap *t,
 static const short g_ev[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
                                32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
 
-/* Packs rows 0..K-1 (K/2 pairs) of the im2col matrix of src over a panel into B [K/2][32][2]:
- * the convolution's (ident 0; Cs = C) or dy itself as a 1x1 stride-1 one (ident 1; Cs = O). */
-TGT static void pack_panel(const cg *g, const uint16_t *src, int64_t Cs, int64_t K, const seg *s, int ns, int ident,
-                           tap *t, uint16_t *B) {
+/* Packs rows 0..K-1 (K/2 pairs) of the im2col matrix of x over a panel into B [K/2][32][2]. */
+TGT static void pack_panel(const cg *g, const uint16_t *x, int64_t K, const seg *s, int ns, tap *t, uint16_t *B) {
   static const short lo_i[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   static const short hi_i[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                  24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i il = _mm512_loadu_si512(lo_i), ih = _mm512_loadu_si512(hi_i), ev = _mm512_loadu_si512(g_ev);
-  const int64_t KH = ident ? 1 : g->KH, KW = ident ? 1 : g->KW, sw = ident ? 1 : g->sw;
-  const int64_t plane = ident ? g->OH * g->OW : g->H * g->W;
-  if (ident) plan_taps(s, ns, Cs, g->OH, g->OW, 1, 1, 1, 1, 0, 0, 1, 1, t);
-  else plan_taps(s, ns, Cs, g->H, g->W, KH, KW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, t);
+  plan_taps(s, ns, g->C, g->H, g->W, g->KH, g->KW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, t);
   __m512i a = _mm512_setzero_si512();
   int64_t c = 0, kh = 0, kw = 0; /* row k = (c KH + kh) KW + kw, counted up */
   for (int64_t k = 0; k < K; k++) {
-    const __m512i v = krow(src, plane, c, t + (kh * KW + kw) * ns, ns, sw, ev);
-    if (++kw == KW) kw = 0, kh = kh + 1 == KH ? (c++, 0) : kh + 1;
+    const __m512i v = krow(x, g->H * g->W, c, t + (kh * g->KW + kw) * ns, ns, g->sw, ev);
+    if (++kw == g->KW) kw = 0, kh = kh + 1 == g->KH ? (c++, 0) : kh + 1;
     if (!(k & 1)) {
       a = v;
       if (k + 1 < K) continue;
@@ -435,7 +432,7 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
   const uint16_t *x = xv, *w = wv, *bias = bv;
   uint16_t *y = yv;
   double t0 = ts_time_now();
-  if (g.P >= 28) { /* direct; small images fill the micro-kernel's rows better grouped, below */
+  if (g.P >= 28) { /* direct; small images fill the micro-kernel's rows better as im2col panels of several images */
     rc = fwd_direct(&g, x, w, bias, y, what);
     g_gstat[0][0] += ts_time_now() - t0;
     return rc;
@@ -469,7 +466,7 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
       int cols;
       int64_t n0, ni;
       const int ns = panel_segs(&g, pi, s, &cols, &n0, &ni);
-      pack_panel(&g, x, g.C, g.K, s, ns, 0, t, B);
+      pack_panel(&g, x, g.K, s, ns, t, B);
       for (int64_t o0 = 0; o0 < g.O; o0 += rpb) {
         const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
         gemm_k(R, g.K2, (const uint32_t *)Wp + o0 * g.K2, g.K2, B, C);
@@ -501,85 +498,10 @@ int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dyv, const void
   if (!dyv || !wv || !dxv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
   cg g;
   cg_init(&g, d);
-  const uint16_t *dy = dyv, *w = wv;
-  uint16_t *dx = dxv;
-  double t0 = ts_time_now();
-  if (g.C >= 32) { /* direct; thin inputs (the RGB stem) waste the 32 columns, below */
-    rc = bwd_data_direct(&g, dy, w, dx, what);
-    g_gstat[1][0] += ts_time_now() - t0;
-    return rc;
-  }
-  const int64_t O2 = (g.O + 1) / 2, CHW = g.C * g.H * g.W;
-  /* A: W^T, row k, pair (W[2 o2][k], W[2 o2 + 1][k]) */
-  uint32_t *Wt = scratch(0, (size_t)(g.K * O2) * 4);
-  const size_t bw = (size_t)(O2 * 64), aw = (size_t)(g.gi * CHW);
-  uint16_t *Bs = scratch(1, bw * 2 * (size_t)g.nthr);
-  float *Cs = scratch(2, ((size_t)(MR * 32) + aw) * sizeof(float) * (size_t)g.nthr);
-  tap *Ts = scratch(3, sizeof(tap) * 32 * (size_t)g.nthr);
-  if (!Wt || !Bs || !Cs || !Ts) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
-#pragma omp parallel for num_threads(g.nthr) if (g.nthr > 1) schedule(static)
-  for (int64_t k = 0; k < g.K; k++)
-    for (int64_t o2 = 0; o2 < O2; o2++) {
-      const uint32_t lo = w[2 * o2 * g.K + k], hi = 2 * o2 + 1 < g.O ? w[(2 * o2 + 1) * g.K + k] : 0;
-      Wt[k * O2 + o2] = lo | hi << 16;
-    }
-  const int64_t rpb = rows_per_block(g.K), ntask = g.ppi ? g.N : g.npan, KHW = g.KH * g.KW;
-#pragma omp parallel num_threads(g.nthr) if (g.nthr > 1)
-  {
-    const int tid = omp_get_thread_num();
-    uint16_t *B = Bs + bw * (size_t)tid;
-    float *C = Cs + ((size_t)(MR * 32) + aw) * (size_t)tid, *acc = C + MR * 32;
-    tap *t = Ts + 32 * (size_t)tid;
-    seg s[32];
-#pragma omp for schedule(static)
-    for (int64_t task = 0; task < ntask; task++) {
-      /* the task's images: one (P >= 32, its ppi panels) or one panel's group */
-      const int64_t p0 = g.ppi ? task * g.ppi : task, p1 = g.ppi ? p0 + g.ppi : p0 + 1;
-      const int64_t tn0 = g.ppi ? task : task * g.gi, tni = g.ppi ? 1 : (g.N - tn0 < g.gi ? g.N - tn0 : g.gi);
-      memset(acc, 0, sizeof(float) * (size_t)(tni * CHW));
-      for (int64_t pi = p0; pi < p1; pi++) {
-        int cols;
-        int64_t n0, ni;
-        const int ns = panel_segs(&g, pi, s, &cols, &n0, &ni);
-        pack_panel(&g, dy, g.O, g.O, s, ns, 1, t, B);
-        for (int64_t k0 = 0; k0 < g.K; k0 += rpb) {
-          const int R = (int)(g.K - k0 < rpb ? g.K - k0 : rpb);
-          gemm_k(R, O2, Wt + k0 * O2, O2, B, C);
-          for (int r = 0; r < R; r++) { /* col2im: dx[c][ih][iw] += dcol(k, j) */
-            const int64_t k = k0 + r, c = k / KHW, kh = k / g.KW % g.KH, kw = k % g.KW;
-            const float *cr = C + r * 32;
-            for (int i = 0; i < ns; i++) {
-              const int64_t ih = s[i].oh * g.sh - g.ph + kh * g.dh;
-              if (ih < 0 || ih >= g.H) continue;
-              const int64_t iw0 = s[i].ow0 * g.sw - g.pw + kw * g.dw;
-              int64_t lo = iw0 < 0 ? (-iw0 + g.sw - 1) / g.sw : 0, hi = iw0 >= g.W ? 0 : (g.W - 1 - iw0) / g.sw + 1;
-              if (hi > s[i].len) hi = s[i].len;
-              if (lo >= hi) continue;
-              float *ar = acc + ((s[i].n - tn0) * g.C + c) * g.H * g.W + ih * g.W + iw0 + lo * g.sw;
-              const float *cj = cr + s[i].jj0 + lo;
-              const int64_t nl = hi - lo;
-              if (g.sw == 1) {
-                for (int64_t l = 0; l < nl; l += 16) {
-                  const __mmask16 m = lanes(nl - l);
-                  _mm512_mask_storeu_ps(ar + l, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, ar + l), _mm512_maskz_loadu_ps(m, cj + l)));
-                }
-              } else {
-                for (int64_t l = 0; l < nl; l++) ar[l * g.sw] += cj[l];
-              }
-            }
-          }
-        }
-      }
-      const int64_t ne = tni * CHW;
-      uint16_t *o = dx + tn0 * CHW;
-      for (int64_t e = 0; e < ne; e += 16) {
-        const __mmask16 m = lanes(ne - e);
-        _mm256_mask_storeu_epi16(o + e, m, narrow16(_mm512_maskz_loadu_ps(m, acc + e)));
-      }
-    }
-  }
+  const double t0 = ts_time_now();
+  rc = bwd_data_direct(&g, dyv, wv, dxv, what);
   g_gstat[1][0] += ts_time_now() - t0;
-  return TS_OK;
+  return rc;
 }
 
 /* ---------------------------------------------------------------- backward weights */

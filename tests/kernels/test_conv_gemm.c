@@ -4,8 +4,8 @@
  * kernels, output images of more and of fewer than 32 pixels, panels crossing output rows and
  * images, a partial last group); bitwise determinism on 1 and 2 threads; the dispatch.
  *
- * Forward runs direct for images of >= 28 output pixels and as im2col for smaller ones;
- * backward-data direct (per position class) for >= 32 input channels, else as im2col; the
+ * Forward runs direct for images of >= 28 output pixels and as im2col for smaller ones,
+ * backward-data direct (per position class of the stride), backward-weights as im2col^T; the
  * shapes below take every path.
  *
  * Tolerance: the kernel multiplies bf16 values exactly into f32 and sums K products in f32, as
@@ -126,17 +126,25 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t
   free(Sy), free(Sdx), free(Sdw), free(Sdb), free(ax), free(aw), free(ab), free(ady), free(y), free(dx), free(dwv);
 }
 
-/* The dispatch: the bf16 default for the layers Winograd does not take is this kernel (same bits
- * as a direct call); TS_CONV_LP_NATIVE turns it off; an odd output pixel count falls back. */
+/* The dispatch: the bf16 default for the layers Winograd does not take is this kernel where it
+ * was measured faster (forward >= 32 output channels, backward-data >= 32 input channels,
+ * backward-weights C KH KW >= 256 or 1x1), with the same bits as a direct call;
+ * TS_CONV_LP_NATIVE turns it off; an odd output pixel count falls back. */
 static void check_dispatch(void) {
   ts__conv_desc wino = {2, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
-  ts__conv_desc stem = {2, 3, 8, 8, 16, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
+  ts__conv_desc stem = {2, 3, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
+  ts__conv_desc thin = {2, 16, 8, 8, 16, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
+  ts__conv_desc ds = {2, 16, 8, 8, 32, 1, 1, 4, 4, 2, 2, 0, 0, 1, 1, 1};
   ts__conv_desc s2 = {2, 32, 8, 8, 64, 3, 3, 4, 4, 2, 2, 1, 1, 1, 1, 1};
   ts__conv_desc odd = {2, 8, 5, 5, 8, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1}; /* 3x3 output */
   ts__conv_desc grp = {2, 32, 8, 8, 64, 3, 3, 4, 4, 2, 2, 1, 1, 1, 1, 2};
   CHECK(!ts__conv_gemm_shape(&odd) && !ts__conv_gemm_shape(&grp));
   for (int dir = 0; dir < 3; dir++) {
-    CHECK_MSG(!strcmp(ts__conv_dnnl_impl_bf16(&stem, dir), TS_CONV_GEMM_IMPL), "dir %d: %s", dir, ts__conv_dnnl_impl_bf16(&stem, dir));
+    /* the RGB stem: forward only (3 input channels; a K of 27 is one dW panel) */
+    CHECK_MSG(!strcmp(ts__conv_dnnl_impl_bf16(&stem, dir), TS_CONV_GEMM_IMPL) == (dir == 0), "dir %d: %s", dir,
+              ts__conv_dnnl_impl_bf16(&stem, dir));
+    CHECK(strcmp(ts__conv_dnnl_impl_bf16(&thin, dir), TS_CONV_GEMM_IMPL) != 0); /* 16 channels in and out */
+    CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&ds, dir), TS_CONV_GEMM_IMPL) == (dir != 1)); /* 1x1, 16 in */
     CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&s2, dir), TS_CONV_GEMM_IMPL));
     CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&wino, dir), TS_CONV_WINO_IMPL));
     CHECK(strcmp(ts__conv_dnnl_impl_bf16(&odd, dir), TS_CONV_GEMM_IMPL) != 0);
