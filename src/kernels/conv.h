@@ -116,8 +116,10 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
  * CPUs with AVX512-BF16 (ts__conv_wino_cpu): plain NCHW/OIHW bf16 in and out (no reorders), the
  * bf16 micro-kernel of bf16_mk.h with f32 accumulation, outputs rounded once; bitwise the same
  * for any thread count. TS_CONV_LP_GEMM forces it (where shape and CPU allow); TS_CONV_LP_DEFAULT
- * uses it for the bf16 convs the Winograd kernel does not take, unless the environment sets
- * TESSERA_CONV_GEMM=0 (then oneDNN's primitives, by the rule above). */
+ * uses it for the bf16 convs the Winograd kernel does not take, per direction where it was
+ * measured faster (lp_wants_gemm in conv_dnnl.c), unless the environment sets
+ * TESSERA_CONV_GEMM=0 (then oneDNN's primitives, by the rule above). Its time is in
+ * ts__conv_dnnl_stats' bf16 row (as the primitive's) when called through the entry points above. */
 #define TS_CONV_GEMM_IMPL "gemm_nchw:avx512_bf16"
 int ts__conv_gemm_shape(const ts__conv_desc *d);
 // x (N,C,H,W) bf16, w (O,C,KH,KW) bf16, b (O) bf16 or NULL -> y (N,O,OH,OW) bf16
@@ -126,8 +128,6 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *x, const void *w, co
 int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dy, const void *w, void *dx);
 // x (N,C,H,W) bf16, dy (N,O,OH,OW) bf16 -> dw (O,C,KH,KW) bf16, db (O) bf16 if not NULL
 int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *x, const void *dy, void *dw, void *db);
-/* Seconds per direction (out[dir][0]) the GEMM kernels spent since the last reset. */
-void ts__conv_gemm_stats(double out[3][2], int reset);
 
 /* Seconds the Winograd kernels spent since the last reset, out[dir][k] split as st above (they
  * are also in ts__conv_dnnl_stats' bf16 row when called through the 16-bit entry points). */

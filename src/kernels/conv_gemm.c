@@ -64,11 +64,6 @@ static void *scratch(int i, size_t bytes) {
   return g_scr[i];
 }
 
-static double g_gstat[3][2];
-void ts__conv_gemm_stats(double out[3][2], int reset) {
-  if (out) memcpy(out, g_gstat, sizeof g_gstat);
-  if (reset) memset(g_gstat, 0, sizeof g_gstat);
-}
 
 int ts__conv_gemm_shape(const ts__conv_desc *d) {
   /* P even: backward-weights reads dy's pixel pairs in place */
@@ -431,10 +426,8 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
   cg_init(&g, d);
   const uint16_t *x = xv, *w = wv, *bias = bv;
   uint16_t *y = yv;
-  double t0 = ts_time_now();
   if (g.P >= 28) { /* direct; small images fill the micro-kernel's rows better as im2col panels of several images */
     rc = fwd_direct(&g, x, w, bias, y, what);
-    g_gstat[0][0] += ts_time_now() - t0;
     return rc;
   }
   /* A: the weights as rows of K2 pairs (a zero column appended when K is odd) */
@@ -483,7 +476,6 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
       }
     }
   }
-  g_gstat[0][0] += ts_time_now() - t0;
   return TS_OK;
 }
 
@@ -498,10 +490,7 @@ int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dyv, const void
   if (!dyv || !wv || !dxv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
   cg g;
   cg_init(&g, d);
-  const double t0 = ts_time_now();
-  rc = bwd_data_direct(&g, dyv, wv, dxv, what);
-  g_gstat[1][0] += ts_time_now() - t0;
-  return rc;
+  return bwd_data_direct(&g, dyv, wv, dxv, what);
 }
 
 /* ---------------------------------------------------------------- backward weights */
@@ -517,7 +506,6 @@ int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const voi
   cg_init(&g, d);
   const uint16_t *x = xv, *dy = dyv;
   uint16_t *dw = dwv;
-  double t0 = ts_time_now();
   /* Blocks of whole images with >= 256 output pixels between them (their panels pa .. pb): per
    * block, A is dy (in place for one image, else the images' rows copied side by side) and B
    * col^T [pixel pairs][32 k][2] for one 32-row panel of dW, built 16 pixel pairs x 16 k at a
@@ -619,6 +607,5 @@ int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const voi
       db[o] = ts__f2bf(sum);
     }
   }
-  g_gstat[2][0] += ts_time_now() - t0;
   return TS_OK;
 }
