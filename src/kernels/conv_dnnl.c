@@ -109,9 +109,10 @@ static int lp_wants_wino(const ts__conv_desc *d, int dir) {
 /* Whether bf16 direction dir of d runs the GEMM kernels (conv.h, conv_gemm.c): by default for
  * what Winograd does not take, where they beat oneDNN's bf16 primitive plus its reorders
  * (bench_bf16 resnet_conv; thin layers measured with a ResNet-20 shape): the forward when there
- * are >= 32 output channels (its 32 columns), backward-data when there are >= 32 input channels
- * (likewise), backward-weights when a 32-column panel of dW per thread exists (C KH KW >= 256)
- * or the kernel is 1x1. */
+ * are >= 32 output channels (its 32 columns) and it runs direct (>= 28 output pixels per image)
+ * or the kernel is 1x1 (ResNet-18's last 3x3 stride-2 layer, 4x4 outputs through im2col: 3.1 ms
+ * vs oneDNN's 2.7), backward-data when there are >= 32 input channels (likewise), backward-weights
+ * when a 32-column panel of dW per thread exists (C KH KW >= 256) or the kernel is 1x1. */
 static int lp_wants_gemm(const ts__conv_desc *d, int dir) {
   static int env = -1;
   if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT && g_lp_mode[dir] != TS_CONV_LP_GEMM) return 0;
@@ -122,7 +123,7 @@ static int lp_wants_gemm(const ts__conv_desc *d, int dir) {
     env = !(e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")));
   }
   if (!env) return 0;
-  if (dir == DIR_FWD) return d->O >= 32;
+  if (dir == DIR_FWD) return d->O >= 32 && (d->OH * d->OW >= 28 || (d->KH == 1 && d->KW == 1));
   if (dir == DIR_BWD_DATA) return d->C >= 32;
   return d->C * d->KH * d->KW >= 256 || (d->KH == 1 && d->KW == 1);
 }
