@@ -135,7 +135,8 @@ static void check_dispatch(void) {
   ts__conv_desc stem = {2, 3, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
   ts__conv_desc thin = {2, 16, 8, 8, 16, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1};
   ts__conv_desc ds = {2, 16, 8, 8, 32, 1, 1, 4, 4, 2, 2, 0, 0, 1, 1, 1};
-  ts__conv_desc s2 = {2, 32, 8, 8, 64, 3, 3, 4, 4, 2, 2, 1, 1, 1, 1, 1};
+  ts__conv_desc s2 = {2, 32, 16, 16, 64, 3, 3, 8, 8, 2, 2, 1, 1, 1, 1, 1};
+  ts__conv_desc s2small = {2, 32, 8, 8, 64, 3, 3, 4, 4, 2, 2, 1, 1, 1, 1, 1}; /* 16 output pixels */
   ts__conv_desc odd = {2, 8, 5, 5, 8, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1}; /* 3x3 output */
   ts__conv_desc grp = {2, 32, 8, 8, 64, 3, 3, 4, 4, 2, 2, 1, 1, 1, 1, 2};
   CHECK(!ts__conv_gemm_shape(&odd) && !ts__conv_gemm_shape(&grp));
@@ -145,6 +146,8 @@ static void check_dispatch(void) {
               ts__conv_dnnl_impl_bf16(&stem, dir));
     CHECK(strcmp(ts__conv_dnnl_impl_bf16(&thin, dir), TS_CONV_GEMM_IMPL) != 0); /* 16 channels in and out */
     CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&ds, dir), TS_CONV_GEMM_IMPL) == (dir != 1)); /* 1x1, 16 in */
+    /* a 3x3 layer with 16-pixel outputs: its forward stays on oneDNN */
+    CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&s2small, dir), TS_CONV_GEMM_IMPL) == (dir != 0));
     CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&s2, dir), TS_CONV_GEMM_IMPL));
     CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&wino, dir), TS_CONV_WINO_IMPL));
     CHECK(strcmp(ts__conv_dnnl_impl_bf16(&odd, dir), TS_CONV_GEMM_IMPL) != 0);
@@ -154,7 +157,7 @@ static void check_dispatch(void) {
     CHECK(!strcmp(ts__conv_dnnl_impl_bf16(&wino, dir), TS_CONV_GEMM_IMPL));
     ts__conv_dnnl_set_lp_mode(dir, TS_CONV_LP_DEFAULT);
   }
-  const int64_t nx = 2 * 32 * 64, nw = 64 * 32 * 9, ny = 2 * 64 * 16;
+  const int64_t nx = 2 * 32 * 256, nw = 64 * 32 * 9, ny = 2 * 64 * 64;
   float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4);
   ts_test_fill(x, nx, 1, -1, 1), ts_test_fill(w, nw, 2, -1, 1), ts_test_fill(dy, ny, 3, -1, 1);
   uint16_t *x16 = to_bf16(x, nx), *w16 = to_bf16(w, nw), *dy16 = to_bf16(dy, ny), *a = malloc(nx * 2), *b = malloc(nx * 2),
