@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "tessera/nn.h"
 #include "tessera/comm.h"
 #include "tessera/runtime.h"
+#include "kernels/lowp.h"
 
 int ts_test_failures = 0;
 int ts_test_checks = 0;
@@ -125,3 +127,22 @@ const char *const ts_test_gpt_tp2 =
     "transformer.h.*.attn.attention: '((1,2,1,1),(1,2,1,1),(1,2,1,1))', "
     "transformer.h.*.attn.c_proj.dense: '((1,1,2),(1,2))', transformer.h.*.mlp.c_fc.dense: '((1,1,1),(2,1))', "
     "transformer.h.*.mlp.c_proj.dense: '((1,1,2),(1,2))', dense: '((1,1,1),(2,1))', softmax_ce: '((1,2),(1,))'}";
+
+uint16_t *ts_test_to_bf16(float *x, int64_t n) {
+  uint16_t *h = malloc((size_t)n * 2);
+  ts__lp_from_f32(x, h, TS_BF16, n);
+  ts__lp_to_f32(h, TS_BF16, x, n);
+  return h;
+}
+
+float *ts_test_from_bf16(const uint16_t *h, int64_t n) {
+  float *f = malloc((size_t)n * 4);
+  ts__lp_to_f32(h, TS_BF16, f, n);
+  return f;
+}
+
+double ts_test_rel_l2(const float *a, const float *b, int64_t n) {
+  double e2 = 0, r2 = 0;
+  for (int64_t i = 0; i < n; i++) e2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r2 += (double)b[i] * b[i];
+  return sqrt(e2 / r2);
+}

@@ -46,6 +46,11 @@ extern int ts_test_checks;
 
 /* Deterministic fill with uniform values in [lo, hi) from (seed, index). */
 void ts_test_fill(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* bf16 helpers of the 16-bit kernel tests: x rounded to bf16 in place and its bf16 copy
+ * (malloc'd); a bf16 array widened to a new f32 one; ||a - b||_2 / ||b||_2. */
+uint16_t *ts_test_to_bf16(float *x, int64_t n);
+float *ts_test_from_bf16(const uint16_t *h, int64_t n);
+double ts_test_rel_l2(const float *a, const float *b, int64_t n);
 /* Max |a-b| / (atol + rtol*|b|) over n: <= 1 means within tolerance. Reports worst index. */
 double ts_test_close(const float *a, const float *b, size_t n, double atol, double rtol,
                      size_t *worst);

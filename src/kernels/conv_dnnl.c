@@ -79,14 +79,7 @@ void ts__conv_dnnl_stats(double out[2][3][3], int reset) {
 static void *g_buf[NSLOT];
 static size_t g_cap[NSLOT];
 
-static void *scratch(int slot, size_t bytes) {
-  if (bytes > g_cap[slot]) {
-    ts_free(g_buf[slot]);
-    g_buf[slot] = ts_alloc(bytes);
-    g_cap[slot] = g_buf[slot] ? bytes : 0;
-  }
-  return g_buf[slot];
-}
+static void *scratch(int slot, size_t bytes) { return ts__scratch_grow(&g_buf[slot], &g_cap[slot], bytes); }
 
 /* bf16 per direction (ts__conv_dnnl_set_lp_mode): see conv.h. */
 static int g_lp_mode[3] = {TS_CONV_LP_DEFAULT, TS_CONV_LP_DEFAULT, TS_CONV_LP_DEFAULT};

@@ -28,6 +28,7 @@
 
 #include "bf16_mk.h"
 #include "conv.h"
+#include "dnnl_ctx.h"
 #include "lowp.h"
 #include "tessera/base.h"
 #include "tessera/tensor.h"
@@ -55,14 +56,7 @@ static void cg_init(cg *g, const ts__conv_desc *d) {
 /* Process-wide scratch, grown to the largest size seen (kernels run from one thread at a time). */
 static void *g_scr[4];
 static size_t g_scap[4];
-static void *scratch(int i, size_t bytes) {
-  if (bytes > g_scap[i]) {
-    ts_free(g_scr[i]);
-    g_scr[i] = ts_alloc(bytes);
-    g_scap[i] = g_scr[i] ? bytes : 0;
-  }
-  return g_scr[i];
-}
+static void *scratch(int i, size_t bytes) { return ts__scratch_grow(&g_scr[i], &g_scap[i], bytes); }
 
 
 int ts__conv_gemm_shape(const ts__conv_desc *d) {
@@ -413,17 +407,27 @@ static int bwd_data_direct(const cg *g, const uint16_t *dy, const uint16_t *w, u
   return TS_OK;
 }
 
-/* ---------------------------------------------------------------- forward */
-
-int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, const void *bv, void *yv) {
-  const char *what = "conv2d (bf16 im2col GEMM)";
+/* The entry points' checks (shape, CPU, buffers) and geometry. */
+static int entry(const ts__conv_desc *d, const void *a, const void *b, const void *c, const char *what, cg *g) {
   int rc = ts__conv_check(d, what);
   if (rc) return rc;
   if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu())
-    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported", what);
-  if (!xv || !wv || !yv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported (ungrouped, an even number of output pixels, "
+                        "AVX512-BF16; N%lld C%lld %lldx%lld O%lld K%lldx%lld groups %lld)", what, (long long)d->N,
+                        (long long)d->C, (long long)d->H, (long long)d->W, (long long)d->O, (long long)d->KH,
+                        (long long)d->KW, (long long)d->groups);
+  if (!a || !b || !c) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  cg_init(g, d);
+  return TS_OK;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, const void *bv, void *yv) {
+  const char *what = "conv2d (bf16 GEMM)";
   cg g;
-  cg_init(&g, d);
+  int rc = entry(d, xv, wv, yv, what, &g);
+  if (rc) return rc;
   const uint16_t *x = xv, *w = wv, *bias = bv;
   uint16_t *y = yv;
   if (g.P >= 28) { /* direct; small images fill the micro-kernel's rows better as im2col panels of several images */
@@ -482,28 +486,20 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
 /* ---------------------------------------------------------------- backward data */
 
 int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dyv, const void *wv, void *dxv) {
-  const char *what = "conv2d_bwd_data (bf16 im2col GEMM)";
-  int rc = ts__conv_check(d, what);
-  if (rc) return rc;
-  if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu())
-    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported", what);
-  if (!dyv || !wv || !dxv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  const char *what = "conv2d_bwd_data (bf16 GEMM)";
   cg g;
-  cg_init(&g, d);
+  int rc = entry(d, dyv, wv, dxv, what, &g);
+  if (rc) return rc;
   return bwd_data_direct(&g, dyv, wv, dxv, what);
 }
 
 /* ---------------------------------------------------------------- backward weights */
 
 int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const void *dyv, void *dwv, void *dbv) {
-  const char *what = "conv2d_bwd_weight (bf16 im2col GEMM)";
-  int rc = ts__conv_check(d, what);
-  if (rc) return rc;
-  if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu())
-    return ts_error_set(TS_EINVAL, "%s: shape or CPU not supported", what);
-  if (!xv || !dyv || !dwv) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
+  const char *what = "conv2d_bwd_weight (bf16 GEMM)";
   cg g;
-  cg_init(&g, d);
+  int rc = entry(d, xv, dyv, dwv, what, &g);
+  if (rc) return rc;
   const uint16_t *x = xv, *dy = dyv;
   uint16_t *dw = dwv;
   /* Blocks of whole images with >= 256 output pixels between them (their panels pa .. pb): per

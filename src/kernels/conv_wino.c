@@ -40,6 +40,7 @@
 
 #include "bf16_mk.h"
 #include "conv.h"
+#include "dnnl_ctx.h"
 #include "lowp.h"
 #include "tessera/base.h"
 #include "tessera/tensor.h"
@@ -73,14 +74,7 @@ void ts__conv_wino_stats(double out[3][3], int reset) {
 /* Process-wide scratch, grown to the largest size seen (kernels run from one thread at a time). */
 static void *g_scr[4];
 static size_t g_scap[4];
-static void *scratch(int i, size_t bytes) {
-  if (bytes > g_scap[i]) {
-    ts_free(g_scr[i]);
-    g_scr[i] = ts_alloc(bytes);
-    g_scap[i] = g_scr[i] ? bytes : 0;
-  }
-  return g_scr[i];
-}
+static void *scratch(int i, size_t bytes) { return ts__scratch_grow(&g_scr[i], &g_scap[i], bytes); }
 
 /* Equivalent forward convolution: Ci in-channels, Co out-channels, H x W in and out. */
 typedef struct {

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/tensor.h"
+
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
 
@@ -164,4 +166,13 @@ int ts__dnnl_md3(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t co
   dnnl_dims_t strides = {rows * cols, trans ? 1 : cols, trans ? rows : 1};
   return ts__dnnl_check(dnnl_memory_desc_init_by_strides(md, 3, dims, dt, strides),
                         dt == dnnl_bf16 ? "bf16 matmul memory descriptor" : "matmul memory descriptor");
+}
+
+void *ts__scratch_grow(void **buf, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    ts_free(*buf);
+    *buf = ts_alloc(bytes);
+    *cap = *buf ? bytes : 0;
+  }
+  return *buf;
 }

@@ -27,6 +27,11 @@ ts__dnnl_prim *ts__dnnl_cache_put(const void *key, size_t keylen, dnnl_primitive
 ts__dnnl_prim *ts__dnnl_cache_put_pd(const void *key, size_t keylen, dnnl_primitive_desc_t pd);
 /* Releases all cached primitives (e.g. at exit or in tests). */
 void ts__dnnl_cache_clear(void);
+
+/* A process-wide scratch buffer (kept in *buf, *cap bytes) grown to at least `bytes` (its
+ * contents are not kept when it grows); NULL when out of memory. Kernels run from one thread at
+ * a time, so each kernel file keeps a few such slots of its own. */
+void *ts__scratch_grow(void **buf, size_t *cap, size_t bytes);
 size_t ts__dnnl_cache_size(void);
 
 /* Wraps a plain user buffer as a oneDNN memory for descriptor md (no copy). */

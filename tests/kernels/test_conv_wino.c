@@ -31,20 +31,6 @@
 static const double U_BF16 = 1.0 / 256;
 static uint64_t seed = 5;
 
-/* x rounded to bf16 in place; returns the bf16 copy. */
-static uint16_t *to_bf16(float *x, int64_t n) {
-  uint16_t *h = malloc((size_t)n * 2);
-  ts__lp_from_f32(x, h, TS_BF16, n);
-  ts__lp_to_f32(h, TS_BF16, x, n);
-  return h;
-}
-
-static float *from_bf16(const uint16_t *h, int64_t n) {
-  float *f = malloc((size_t)n * 4);
-  ts__lp_to_f32(h, TS_BF16, f, n);
-  return f;
-}
-
 /* |B^T| |d| |B| of a 4x4 tile (B^T rows: 1 0 -1 0 / 0 1 1 0 / 0 -1 1 0 / 0 1 0 -1). */
 static void abs_in(const double d[4][4], double v[16]) {
   static const int BT[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};
@@ -176,13 +162,6 @@ static double dot(const float *a, const float *b, int64_t n) {
 }
 static double nrm(const float *a, int64_t n) { return sqrt(dot(a, a, n)); }
 
-/* ||a - b||_2 / ||b||_2 */
-static double rel_l2(const float *a, const float *b, int64_t n) {
-  double e2 = 0, r2 = 0;
-  for (int64_t i = 0; i < n; i++) e2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r2 += (double)b[i] * b[i];
-  return sqrt(e2 / r2);
-}
-
 static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bias) {
   ts__conv_desc d = {N, C, H, W, O, 3, 3, H, W, 1, 1, 1, 1, 1, 1, 1};
   const int64_t nx = N * C * H * W, nw = O * C * 9, ny = N * O * H * W;
@@ -194,7 +173,7 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
   ts_test_fill(w, (size_t)nw, seed++, -1, 1);
   ts_test_fill(b, (size_t)O, seed++, -1, 1);
   ts_test_fill(dy, (size_t)ny, seed++, -1, 1);
-  uint16_t *x16 = to_bf16(x, nx), *w16 = to_bf16(w, nw), *b16 = to_bf16(b, O), *dy16 = to_bf16(dy, ny);
+  uint16_t *x16 = ts_test_to_bf16(x, nx), *w16 = ts_test_to_bf16(w, nw), *b16 = ts_test_to_bf16(b, O), *dy16 = ts_test_to_bf16(dy, ny);
   /* f32 references on the bf16 values */
   float *yr = malloc((size_t)ny * 4), *dxr = malloc((size_t)nx * 4), *dwr = malloc((size_t)nw * 4), *dbr = malloc((size_t)O * 4);
   CHECK_OK(ts__conv2d_fwd_ref(&d, x, w, bias ? b : NULL, yr));
@@ -220,8 +199,8 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
   }
   CHECK_MSG(!memcmp(dw16[0], dw16[1], (size_t)nw * 2), "%s: bwd_weight differs between runs on 2 threads", what);
   CHECK_MSG(!memcmp(dw16[2], dw16[3], (size_t)nw * 2), "%s: bwd_weight differs between runs on 1 thread", what);
-  float *dw1 = from_bf16(dw16[2], nw);
-  float *y = from_bf16(y16[0], ny), *dx = from_bf16(dx16[0], nx), *dw = from_bf16(dw16[0], nw);
+  float *dw1 = ts_test_from_bf16(dw16[2], nw);
+  float *y = ts_test_from_bf16(y16[0], ny), *dx = ts_test_from_bf16(dx16[0], nx), *dw = ts_test_from_bf16(dw16[0], nw);
   /* bounds: forward (x, w); backward-data = forward of dy with w rotated and transposed */
   double *Sy = malloc(sizeof(double) * (size_t)ny), *Sdx = malloc(sizeof(double) * (size_t)nx), *Sdw = malloc(sizeof(double) * (size_t)nw);
   double *By = malloc(sizeof(double) * (size_t)ny), *Bdx = malloc(sizeof(double) * (size_t)nx), *Bdw = malloc(sizeof(double) * (size_t)nw);
@@ -247,18 +226,18 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int bia
   CHECK_OK(ts__conv2d_bwd_data_lp(&d, TS_BF16, 1, dy16, w16, dxn16));
   CHECK_OK(ts__conv2d_bwd_weight_lp(&d, TS_BF16, 1, x16, dy16, dwn16, NULL));
   for (int k = 0; k < 3; k++) ts__conv_dnnl_set_lp_mode(k, TS_CONV_LP_DEFAULT);
-  float *yn = from_bf16(yn16, ny), *dxn = from_bf16(dxn16, nx), *dwn = from_bf16(dwn16, nw);
-  const double l2[3] = {rel_l2(y, yr, ny), rel_l2(dx, dxr, nx), rel_l2(dw, dwr, nw)};
+  float *yn = ts_test_from_bf16(yn16, ny), *dxn = ts_test_from_bf16(dxn16, nx), *dwn = ts_test_from_bf16(dwn16, nw);
+  const double l2[3] = {ts_test_rel_l2(y, yr, ny), ts_test_rel_l2(dx, dxr, nx), ts_test_rel_l2(dw, dwr, nw)};
   printf("%s: error / bound fwd %.3f, bwd_data %.3f, bwd_weight %.3f; relative L2 error wino (direct bf16): fwd %.2e "
          "(%.2e) bwd_data %.2e (%.2e) bwd_weight %.2e (%.2e)\n",
-         what, ry, rdx, rdw, l2[0], rel_l2(yn, yr, ny), l2[1], rel_l2(dxn, dxr, nx), l2[2], rel_l2(dwn, dwr, nw));
+         what, ry, rdx, rdw, l2[0], ts_test_rel_l2(yn, yr, ny), l2[1], ts_test_rel_l2(dxn, dxr, nx), l2[2], ts_test_rel_l2(dwn, dwr, nw));
   for (int k = 0; k < 3; k++) CHECK_MSG(l2[k] <= 2 * U_BF16, "%s: dir %d relative L2 error %.3g", what, k, l2[k]);
   free(yn16), free(dxn16), free(dwn16), free(yn), free(dxn), free(dwn);
   CHECK_MSG(ry <= 1, "%s: fwd error %.3f x the bound", what, ry);
   CHECK_MSG(rdx <= 1, "%s: bwd_data error %.3f x the bound", what, rdx);
   CHECK_MSG(rdw <= 1, "%s: bwd_weight error %.3f x the bound", what, rdw);
   if (bias) {
-    float *db = from_bf16(db16[0], O);
+    float *db = ts_test_from_bf16(db16[0], O);
     /* an f32 sum of K = N H W terms of magnitude <= 1, rounded once to bf16 */
     CHECK_CLOSE(db, dbr, (size_t)O, (double)(N * H * W) * (double)(N * H * W) * ldexp(1, -24), U_BF16, "wino db");
     free(db);
@@ -312,7 +291,7 @@ static void check_dispatch(void) {
   const int64_t nx = 2 * 64 * 64, nw = 64 * 64 * 9;
   float *x = malloc(nx * 4), *w = malloc(nw * 4);
   ts_test_fill(x, nx, 1, -1, 1), ts_test_fill(w, nw, 2, -1, 1);
-  uint16_t *x16 = to_bf16(x, nx), *w16 = to_bf16(w, nw), *a = malloc(nx * 2), *b = malloc(nx * 2), *dwa = malloc(nw * 2),
+  uint16_t *x16 = ts_test_to_bf16(x, nx), *w16 = ts_test_to_bf16(w, nw), *a = malloc(nx * 2), *b = malloc(nx * 2), *dwa = malloc(nw * 2),
            *dwb = malloc(nw * 2);
   CHECK_OK(ts__conv2d_fwd_lp(&d, TS_BF16, 1, x16, w16, NULL, a));
   CHECK_OK(ts__conv2d_fwd_wino(&d, x16, w16, NULL, b, NULL));
