@@ -87,17 +87,23 @@ void ts__conv_dnnl_set_lp_mode(int dir, int mode) {
   if (dir >= 0 && dir < 3 && mode >= TS_CONV_LP_DEFAULT && mode <= TS_CONV_LP_GEMM) g_lp_mode[dir] = mode;
 }
 
+/* Whether the environment variable `name` leaves a default on (unset, or not 0/off/false);
+ * read once per process into *cache. */
+static int env_on(const char *name, int *cache) {
+  if (*cache < 0) {
+    const char *e = getenv(name);
+    *cache = !(e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")));
+  }
+  return *cache;
+}
+
 /* Whether bf16 direction dir of d runs the Winograd kernels (conv.h, conv_wino.c). */
 static int lp_wants_wino(const ts__conv_desc *d, int dir) {
   static int env = -1;
   if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT && g_lp_mode[dir] != TS_CONV_LP_WINO) return 0;
   if (!ts__conv_wino_shape(d) || !ts__conv_wino_cpu()) return 0;
   if (g_lp_mode[dir] == TS_CONV_LP_WINO) return 1;
-  if (env < 0) {
-    const char *e = getenv("TESSERA_CONV_WINO");
-    env = !(e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")));
-  }
-  return env && d->C >= 32 && d->O >= 32;
+  return env_on("TESSERA_CONV_WINO", &env) && d->C >= 32 && d->O >= 32;
 }
 /* Whether bf16 direction dir of d runs the GEMM kernels (conv.h, conv_gemm.c): by default for
  * what Winograd does not take, where they beat oneDNN's bf16 primitive plus its reorders
@@ -111,11 +117,7 @@ static int lp_wants_gemm(const ts__conv_desc *d, int dir) {
   if (g_lp_mode[dir] != TS_CONV_LP_DEFAULT && g_lp_mode[dir] != TS_CONV_LP_GEMM) return 0;
   if (!ts__conv_gemm_shape(d) || !ts__conv_wino_cpu()) return 0;
   if (g_lp_mode[dir] == TS_CONV_LP_GEMM) return 1;
-  if (env < 0) {
-    const char *e = getenv("TESSERA_CONV_GEMM");
-    env = !(e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")));
-  }
-  if (!env) return 0;
+  if (!env_on("TESSERA_CONV_GEMM", &env)) return 0;
   if (dir == DIR_FWD) return d->O >= 32 && (d->OH * d->OW >= 28 || (d->KH == 1 && d->KW == 1));
   if (dir == DIR_BWD_DATA) return d->C >= 32;
   return d->C * d->KH * d->KW >= 256 || (d->KH == 1 && d->KW == 1);
