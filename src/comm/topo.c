@@ -78,7 +78,9 @@ int ts_comm_topo_create(ts_comm *c, ts_comm_topo **out) {
   int len = 0;
   if (mrc == MPI_SUCCESS) mrc = MPI_Get_processor_name(me, &len);
   char mine[HOSTNAME_CAP];
-  snprintf(mine, sizeof mine, "%s", me);
+  const size_t nlen = strnlen(me, sizeof mine - 1); /* a longer host name is cut to the cap */
+  memcpy(mine, me, nlen);
+  mine[nlen] = 0;
   if (mrc == MPI_SUCCESS) mrc = MPI_Allgather(&lead, 1, MPI_INT, leader_of, 1, MPI_INT, c->mc);
   if (mrc == MPI_SUCCESS) mrc = MPI_Allgather(mine, HOSTNAME_CAP, MPI_CHAR, rank_names, HOSTNAME_CAP, MPI_CHAR, c->mc);
   if (mrc != MPI_SUCCESS) {

@@ -93,9 +93,12 @@ static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_con
                bucket_mb, th * 1e3, tf * 1e3, cname);
     }
   }
-  if ((hosts > 1 || hier) && !r->note[0])
-    snprintf(r->note, sizeof r->note, "gradient reduction over %d ranks on %s: buckets all-reduced %s%s", r->size[k], desc,
-             hier ? "hierarchically (inside each host, between hosts, broadcast inside; after backward)" : "flat", why);
+  if ((hosts > 1 || hier) && !r->note[0]) { /* a note longer than its buffer is cut */
+    const int nn = snprintf(r->note, sizeof r->note, "gradient reduction over %d ranks on %s: buckets all-reduced %s%.300s",
+                            r->size[k], desc,
+                            hier ? "hierarchically (inside each host, between hosts, broadcast inside; after backward)" : "flat", why);
+    (void)nn;
+  }
   if (lead && (hosts > 1 || hier)) ts_log(TS_LOG_INFO, "%s", r->note);
   if (!hier) {
     ts_comm_topo_free(t);
