@@ -4,8 +4,10 @@
  *   build/bench_dp [--models resnet18,gpt,mlp] [--warmup N] [--steps N] [--ranks N]
  *                  [--resnet-batch B] [--gpt-batch B] [--gpt-seq T] [--mlp-batch B]
  *                  [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]
- *                  [--blocking native,polled] [--rounds K]
+ *                  [--blocking native,polled] [--rounds K] [--amp O0|O1|O2|O3]
  *
+ * --amp: Tessera's models at that amp_level in bf16 (f32 master weights, so the buckets reduced
+ * are f32 as at O0); the PyTorch side stays f32 (use --no-torch).
  * For each model, with B samples PER RANK and one thread per rank (weak scaling, as the issue's
  * reference figures):
  *   1 x 1   the stand-alone step (no communication), under mpirun -n 1;
@@ -58,6 +60,7 @@ typedef struct {
   int alone; /* N ranks each training alone, no communication (the machine's contention) */
   const char *blocking; /* driver: the modes; worker: its mode */
   int rounds;
+  int amp; /* 0: f32; 1..3: the models at amp_level O1..O3, bf16 (f32 master weights and gradients) */
 } options;
 
 static int batch_of(const options *o, const char *model) {
@@ -71,7 +74,8 @@ static int worker(const options *o, int *argc, char ***argv) {
   if (ts_comm_world(&w)) die("world communicator");
   int rank = ts_comm_rank(w), size = ts_comm_size(w);
   trainer t;
-  bench_model_opts mo = {.batch = batch_of(o, o->model), .seq = o->gpt_seq, .data_seed = (uint64_t)rank};
+  bench_model_opts mo = {.batch = batch_of(o, o->model), .seq = o->gpt_seq, .data_seed = (uint64_t)rank,
+                         .amp_level = o->amp, .amp_dtype = TS_BF16};
   bench_model_build(&t, o->model, &mo);
   ts_grad_reducer *dp = NULL;
   int native = !strcmp(o->blocking, "native");
@@ -108,9 +112,9 @@ static int worker(const options *o, int *argc, char ***argv) {
   if (rank == 0) {
     printf("{\"name\":\"dp_run\",\"framework\":\"tessera\",\"model\":\"%s\",\"world\":%d,\"overlap\":%d,\"alone\":%d,"
            "\"blocking\":\"%s\",\"batch_per_rank\":%d,\"step_ms\":%.3f,\"wait_ms\":%.3f,\"samples_per_s\":%.2f,"
-           "\"params\":%zu,\"buckets\":%d,\"bucket_mb\":%g}\n",
+           "\"params\":%zu,\"buckets\":%d,\"bucket_mb\":%g,\"amp_level\":%d}\n",
            o->model, size, o->overlap, o->alone, o->blocking, mo.batch, step, exposed, 1e3 * size * mo.batch / step,
-           ts_params_numel(t.ps), dp ? ts_grad_reducer_num_buckets(dp) : 0, o->bucket_mb);
+           ts_params_numel(t.ps), dp ? ts_grad_reducer_num_buckets(dp) : 0, o->bucket_mb, o->amp);
     fflush(stdout);
   }
   free(msf);
@@ -170,8 +174,8 @@ static void bench_model(const options *o, const char *model, const char *self, c
   int nm = 0;
   snprintf(common, sizeof common,
            "--worker --model %s --warmup %d --steps %d --resnet-batch %d --gpt-batch %d --gpt-seq %d "
-           "--mlp-batch %d --bucket-mb %g",
-           model, o->warmup, o->steps, o->resnet_batch, o->gpt_batch, o->gpt_seq, o->mlp_batch, o->bucket_mb);
+           "--mlp-batch %d --bucket-mb %g --amp O%d",
+           model, o->warmup, o->steps, o->resnet_batch, o->gpt_batch, o->gpt_seq, o->mlp_batch, o->bucket_mb, o->amp);
   snprintf(modes, sizeof modes, "%s", o->blocking);
   char *save = NULL; /* strtok_r: main's loop over the models uses strtok */
   for (char *m = strtok_r(modes, ",", &save); m && nm < MAXMODES; m = strtok_r(NULL, ",", &save)) mode[nm++] = m;
@@ -231,7 +235,7 @@ static void usage(void) {
           "usage: bench_dp [--models resnet18,gpt,mlp] [--warmup N] [--steps N] [--ranks N]\n"
           "                [--resnet-batch B] [--gpt-batch B] [--gpt-seq T] [--mlp-batch B]\n"
           "                [--bucket-mb M] [--torch-bucket-mb M] [--no-torch]\n"
-          "                [--blocking native,polled] [--rounds K]\n");
+          "                [--blocking native,polled] [--rounds K] [--amp O0|O1|O2|O3]\n");
   exit(2);
 }
 
@@ -262,10 +266,11 @@ int main(int argc, char **argv) {
     else if (ARG("--mlp-batch")) o.mlp_batch = atoi(v);
     else if (ARG("--bucket-mb")) o.bucket_mb = atof(v);
     else if (ARG("--torch-bucket-mb")) o.torch_bucket_mb = atof(v);
+    else if (ARG("--amp")) o.amp = (v[0] == 'O' || v[0] == 'o') && v[1] >= '0' && v[1] <= '3' && !v[2] ? v[1] - '0' : -1;
     else usage();
 #undef ARG
   }
-  if (o.steps < 1 || o.warmup < 0 || o.ranks < 2 || o.rounds < 1 || o.rounds > MAXROUNDS) usage();
+  if (o.steps < 1 || o.warmup < 0 || o.ranks < 2 || o.rounds < 1 || o.rounds > MAXROUNDS || o.amp < 0) usage();
   if (is_worker && strchr(o.blocking, ',')) o.blocking = "native"; /* runs without a reducer */
   if (is_worker && strcmp(o.blocking, "native") && strcmp(o.blocking, "polled")) usage();
   if (is_worker) return worker(&o, &argc, &argv);
