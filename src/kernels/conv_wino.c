@@ -168,6 +168,45 @@ TGT AI void in_tf(const float *S, int64_t ws, __m512 v[NP]) {
 }
 
 
+/* Input transform of every tile into the pair layout (backward-weights): src (N, Ci, H, W) bf16
+ * -> V2 [p][T2][Cp][2]. One task per image; tiles in pairs where both are in the image. */
+TGT static void phase_in_pairs(const geom *g, const uint16_t *src, uint16_t *V2, float *loc, size_t locf) {
+  const int64_t ncb = g->Cp / 16, Ws = 2 * g->TW + 2, Hs = 2 * g->TH + 2, HW = g->H * g->W, cbs = Hs * Ws * 16;
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  {
+    float *S = loc + (size_t)omp_get_thread_num() * locf; /* [cb][Hs][Ws][16] */
+    memset(S, 0, sizeof(float) * (size_t)(ncb * cbs));  /* the border stays zero: the padding */
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g->N; n++) {
+      for (int64_t cb = 0; cb < ncb; cb++) {
+        const int nc = g->Ci - cb * 16 < 16 ? (int)(g->Ci - cb * 16) : 16;
+        for (int64_t h = 0; h < g->H; h++)
+          stage_row(src + ((n * g->Ci + cb * 16) * g->H + h) * g->W, HW, nc, g->W, S + cb * cbs + ((h + 1) * Ws + 1) * 16);
+      }
+      for (int64_t ti = 0; ti < g->TI;) {
+        const int64_t t = n * g->TI + ti;
+        const int two = !(t & 1) && ti + 1 < g->TI;
+        for (int64_t cb = 0; cb < ncb; cb++) {
+          __m512 va[NP], vb[NP];
+          const int64_t th = ti / g->TW, tw = ti % g->TW;
+          in_tf(S + cb * cbs + (2 * th * Ws + 2 * tw) * 16, Ws, va);
+          if (two) {
+            const int64_t th1 = (ti + 1) / g->TW, tw1 = (ti + 1) % g->TW;
+            in_tf(S + cb * cbs + (2 * th1 * Ws + 2 * tw1) * 16, Ws, vb);
+            #pragma GCC unroll 16
+            for (int p = 0; p < NP; p++)
+              _mm512_storeu_si512(V2 + p * g->vps + (t / 2 * g->Cp + cb * 16) * 2, interleave_bf16(va[p], vb[p]));
+          } else {
+            #pragma GCC unroll 16
+            for (int p = 0; p < NP; p++) store_pair(V2 + p * g->vps + (t / 2 * g->Cp + cb * 16) * 2, t, va[p]);
+          }
+        }
+        ti += two ? 2 : 1;
+      }
+    }
+  }
+}
+
 /* One bf16 weight element per lane: elements e (lanes in m) of w, through 32-bit gathers. */
 TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
   const __m512i zero = _mm512_setzero_si512();
@@ -388,8 +427,8 @@ int ts__conv2d_bwd_data_wino(const ts__conv_desc *d, const void *dy, const void 
 
 /* ---------------------------------------------------------------- backward weights */
 
-/* dM = A dY A^T of the 2x2 output-gradient tile whose top-left pixel is s (16 floats per pixel,
- * row stride Ws pixels). */
+/* dM = A dY A^T of every tile: dy (N, Co, H, W) bf16 -> dM [p][T2][Op][2]. One task per image,
+ * tiles in pairs where both are in the image. */
 TGT AI void dm_tf(const float *s, int64_t Ws, __m512 out[NP]) {
   __m512 y[2][2], r[4][2];
   #pragma GCC unroll 16
@@ -412,43 +451,35 @@ TGT AI void dm_tf(const float *s, int64_t Ws, __m512 out[NP]) {
   }
 }
 
-/* The transform of every tile into a pair layout (backward-weights): src (N, Cs, H, W) bf16 ->
- * dst [p][T2][Csp][2] (position stride ps), by in_tf with the input's zero padding (dm 0: V2)
- * or by dm_tf of the output gradient (dm 1: dM, rows and columns past H, W zero). One task per
- * image; tiles in pairs where both are in the image. */
-TGT static void phase_pairs(const geom *g, const uint16_t *src, int64_t Cs, int64_t Csp, int64_t ps, int dm, uint16_t *dst,
-                            float *loc, size_t locf) {
-  const int64_t pad = !dm, nb = Csp / 16, Ws = 2 * g->TW + 2 * pad, Hs = 2 * g->TH + 2 * pad, HW = g->H * g->W,
-                bs = Hs * Ws * 16;
+TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float *loc, size_t locf) {
+  const int64_t nob = g->Op / 16, Ws = 2 * g->TW, Hs = 2 * g->TH, HW = g->H * g->W, obs = Hs * Ws * 16;
 #pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
-    float *S = loc + (size_t)omp_get_thread_num() * locf; /* [cb][Hs][Ws][16] */
-    memset(S, 0, sizeof(float) * (size_t)(nb * bs));    /* the border stays zero */
+    float *S = loc + (size_t)omp_get_thread_num() * locf; /* [ob][Hs][Ws][16] */
+    memset(S, 0, sizeof(float) * (size_t)(nob * obs));   /* rows and columns past H, W stay zero */
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g->N; n++) {
-      for (int64_t cb = 0; cb < nb; cb++) {
-        const int nc = Cs - cb * 16 < 16 ? (int)(Cs - cb * 16) : 16;
+      for (int64_t ob = 0; ob < nob; ob++) {
+        const int nc = g->Co - ob * 16 < 16 ? (int)(g->Co - ob * 16) : 16;
         for (int64_t h = 0; h < g->H; h++)
-          stage_row(src + ((n * Cs + cb * 16) * g->H + h) * g->W, HW, nc, g->W, S + cb * bs + ((h + pad) * Ws + pad) * 16);
+          stage_row(dy + ((n * g->Co + ob * 16) * g->H + h) * g->W, HW, nc, g->W, S + ob * obs + h * Ws * 16);
       }
       for (int64_t ti = 0; ti < g->TI;) {
         const int64_t t = n * g->TI + ti;
         const int two = !(t & 1) && ti + 1 < g->TI;
-        for (int64_t cb = 0; cb < nb; cb++) {
+        for (int64_t ob = 0; ob < nob; ob++) {
           __m512 va[NP], vb[NP];
-          const float *s0 = S + cb * bs + (2 * (ti / g->TW) * Ws + 2 * (ti % g->TW)) * 16;
-          if (dm) dm_tf(s0, Ws, va);
-          else in_tf(s0, Ws, va);
-          uint16_t *o = dst + (t / 2 * Csp + cb * 16) * 2;
+          const int64_t th = ti / g->TW, tw = ti % g->TW;
+          dm_tf(S + ob * obs + (2 * th * Ws + 2 * tw) * 16, Ws, va);
           if (two) {
-            const float *s1 = S + cb * bs + (2 * ((ti + 1) / g->TW) * Ws + 2 * ((ti + 1) % g->TW)) * 16;
-            if (dm) dm_tf(s1, Ws, vb);
-            else in_tf(s1, Ws, vb);
+            const int64_t th1 = (ti + 1) / g->TW, tw1 = (ti + 1) % g->TW;
+            dm_tf(S + ob * obs + (2 * th1 * Ws + 2 * tw1) * 16, Ws, vb);
             #pragma GCC unroll 16
-            for (int p = 0; p < NP; p++) _mm512_storeu_si512(o + p * ps, interleave_bf16(va[p], vb[p]));
+            for (int p = 0; p < NP; p++)
+              _mm512_storeu_si512(dM + p * g->mps + (t / 2 * g->Op + ob * 16) * 2, interleave_bf16(va[p], vb[p]));
           } else {
             #pragma GCC unroll 16
-            for (int p = 0; p < NP; p++) store_pair(o + p * ps, t, va[p]);
+            for (int p = 0; p < NP; p++) store_pair(dM + p * g->mps + (t / 2 * g->Op + ob * 16) * 2, t, va[p]);
           }
         }
         ti += two ? 2 : 1;
@@ -627,8 +658,8 @@ int ts__conv2d_bwd_weight_wino(const ts__conv_desc *d, const void *x, const void
         memset(dM + p * g.mps + (g.T2 - 1) * g.Op * 2, 0, (size_t)g.Op * 4);
       }
     }
-    phase_pairs(&g, x, g.Ci, g.Cp, g.vps, 0, V2, loc, locf);
-    phase_pairs(&g, dy, g.Co, g.Op, g.mps, 1, dM, loc, locf);
+    phase_in_pairs(&g, x, V2, loc, locf);
+    phase_dm(&g, dy, dM, loc, locf);
     t1 = ts_time_now();
     phase_du(&g, V2, dM, dU);
   }
