@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist/dist_impl.h"
+#include "distribution/dist_impl.h"
 #include "tessera/comm.h"
 #include "tessera/data.h"
 #include "tessera/train.h"

@@ -61,7 +61,7 @@ typedef struct {
 /* Seconds of a flat and of a hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks
  * on the cluster description `cluster` (a file or built-in name), and the description's name;
  * TS_OK, or a status with the reason (no such description). The trainer passes the planner's
- * (ts_cluster_allreduce_flat / _hier: dist/ does not depend on planner/). */
+ * (ts_cluster_allreduce_flat / _hier: distribution/ does not depend on planner/). */
 typedef int (*ts_allreduce_price_fn)(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
                                      char *name, size_t cap);
 
@@ -139,7 +139,7 @@ typedef int (*ts_model_fn)(ts_nn *nn, ts_val x, ts_val targets, const ts_model_i
  * asking twice for the same group gives the same slot. Negative status on error. */
 int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis);
 /* ---- distribution objects ---- */
-typedef struct ts_dist_vt ts_dist_vt; /* the interface one layout implements (src/dist/dist_impl.h) */
+typedef struct ts_dist_vt ts_dist_vt; /* the interface one layout implements (src/distribution/dist_impl.h) */
 typedef struct ts_dist ts_dist;
 
 /* The layout for a parallel.mode name ("stand_alone", "data_parallel", "semi_auto_parallel",
@@ -178,7 +178,7 @@ typedef struct {
   double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
   int shard_group;        /* optimizer_shard: ranks per shard group (0: every rank holding the same
                              slice); the groups' parts are all-reduced across them (hybrid sharding) */
-  /* pipeline parallel (layout "pipeline", src/dist/dist_pipe.c): stages > 1; accum is then the
+  /* pipeline parallel (layout "pipeline", src/distribution/dist_pipe.c): stages > 1; accum is then the
    * number of micro-batches; data parallel over the ranks / stages replicas of each stage */
   int pipeline_stages;
   int pipeline_semi;      /* semi_auto_parallel inside each stage (else data parallel replicas) */
@@ -303,7 +303,7 @@ int ts_dist_clip_scaled(ts_dist *d, float *g, float max_norm, float inv_scale, f
 /* The rank's optimizer over the trainable parameters described by segs (one segment per whole
  * parameter at its offset in the rank's store, as for ts_optim_create). Without
  * parallel.optimizer_shard it is ts_optim_create(segs). With it (data_parallel) the optimizer
- * works on the rank's part only (src/dist/dist_zero.c): the replicated small parameters and its
+ * works on the rank's part only (src/distribution/dist_zero.c): the replicated small parameters and its
  * chunk of the sharded ones, so its state is about (replicated + sharded / ranks) per slot; use
  * it only through ts_dist_optim_step and ts_dist_move. Call after ts_dist_build. */
 int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
@@ -392,7 +392,7 @@ void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd);
  * and its plans: the same function answers for a real job (the trainer's measurement, the
  * train.max_memory_mb check) and for a dry run (`tessera plan`'s prediction). Every layout's
  * numbers come from here (a new layout or sharding stage adds its buffers in
- * src/dist/dist_memory.c). */
+ * src/distribution/dist_memory.c). */
 typedef struct {
   int64_t param_bytes;           /* parameters and states of the rank's store; under
                                     parallel.optimizer_shard also the optimizer's working copy

@@ -98,7 +98,7 @@ int ts_params_alloc_dry(ts_params *p);
 /* 1 for a store laid out by ts_params_alloc_dry. */
 int ts_params_is_dry(const ts_params *p);
 /* As ts_params_alloc, but without the trainable parameters' flat buffer: for a layout that holds
- * the parameters elsewhere (ZeRO-3: each rank keeps its shard, src/dist/dist_zero.c). Gradients
+ * the parameters elsewhere (ZeRO-3: each rank keeps its shard, src/distribution/dist_zero.c). Gradients
  * and states are allocated and the states initialised; ts_params_data and ts_params_ptr of a
  * trainable entry are NULL, and ts_params_each_binding gives parameter values NULL memory. The
  * initial values come from ts_params_fill. TS_EINVAL on a store already allocated with its
@@ -106,7 +106,7 @@ int ts_params_is_dry(const ts_params *p);
 int ts_params_alloc_external(ts_params *p, uint64_t seed);
 /* Before allocation: external = 1 makes the store allocate no gradient buffer, for a layout that
  * places each gradient elsewhere (ZeRO stages 2 and 3: the gradient buckets' staging slots,
- * src/dist/dist_zero.c). ts_params_grads and ts_params_grad_ptr are then NULL and
+ * src/distribution/dist_zero.c). ts_params_grads and ts_params_grad_ptr are then NULL and
  * ts_params_each_binding gives gradient values NULL memory (the caller binds them). TS_EINVAL
  * once allocated. */
 int ts_params_set_grads_external(ts_params *p, int external);

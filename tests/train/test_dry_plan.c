@@ -1,4 +1,4 @@
-/* Planning without allocating (src/train/trainer_plan.c, src/dist/dist.c's sizing path): the
+/* Planning without allocating (src/train/trainer_plan.c, src/distribution/dist.c's sizing path): the
  * figures of a dry build that allocates nothing (the store laid out by ts_params_alloc_dry, the
  * plans made by ts_plan_create_dry) equal, field by field and byte for byte, those of the same
  * build allocating the store and arenas as the job does (ts_dist_config.dry_allocate), for the MLP,

@@ -23,7 +23,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dist/dist_impl.h"
+#include "distribution/dist_impl.h"
 #include "tessera/comm.h"
 #include "tessera/train.h"
 #include "test_util.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist/dist_impl.h"
+#include "distribution/dist_impl.h"
 #include "tessera/comm.h"
 #include "tessera/train.h"
 #include "test_util.h"
