@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "tessera/comm.h"
-#include "tessera/planner.h"
+#include "planner/planner.h"
 #include "tessera/tessera.h"
 
 static void die(const char *what) {

@@ -44,7 +44,7 @@
 
 #include "bench_common.h"
 #include "tessera/comm.h"
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 
 #define TORCH_PY "/usr/bin/python3"
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "tessera/comm.h"
-#include "tessera/schedule.h"
+#include "parallel/schedule.h"
 #include "tessera/train.h"
 
 #define MAXS 64

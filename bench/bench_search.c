@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "tessera/nn.h"
-#include "tessera/search.h"
+#include "planner/search.h"
 #include "tessera/tessera.h"
 #include "tessera/zoo.h"
 

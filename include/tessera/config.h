@@ -29,8 +29,8 @@
 #include <stdio.h>
 
 #include "tessera/data.h"
-#include "tessera/dist.h"
 #include "tessera/optim.h"
+#include "tessera/strategy.h"
 #include "tessera/zoo.h"
 
 #ifdef __cplusplus
@@ -118,7 +118,7 @@ typedef struct {
  * name pattern -> stage number (text). Any number of entries: v is malloc'd and owned by the
  * ts_config holding it (ts_config_free releases it, ts_config_copy duplicates it); n entries,
  * room for cap. */
-typedef ts_op_text ts_cfg_strategy; /* dist.h: op[160], text[96] */
+typedef ts_op_text ts_cfg_strategy; /* strategy.h: op[160], text[96] */
 typedef struct {
   int n, cap;
   ts_cfg_strategy *v;
@@ -393,10 +393,6 @@ void ts_config_lenet5(const ts_config *cfg, ts_lenet5_config *out);
 void ts_config_convnet(const ts_config *cfg, ts_convnet_config *out);
 void ts_config_resnet(const ts_config *cfg, ts_resnet_config *out);
 void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out);
-/* The distribution keys (train.* batch sizes and seed, parallel.*, the optimizer's needs) as a
- * distribution object's configuration (include/tessera/dist.h). Its fusion splits and stage
- * rules point into cfg (valid while cfg lives unchanged; ts_dist_create copies them). */
-void ts_config_dist(const ts_config *cfg, ts_dist_config *out);
 
 #ifdef __cplusplus
 }

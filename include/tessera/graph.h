@@ -29,6 +29,12 @@ typedef int32_t ts_val;
 
 typedef struct ts_graph ts_graph;
 
+/* Communicator slots an op may record (collectives, class-sharded cross-entropy,
+ * SyncBatchNorm): 0..TS_GRAPH_MAX_COMM_SLOTS-1. A bound on the slot number (a sanity check of the
+ * attribute), not a table size: a plan's table grows to the highest slot set (ts_plan_set_comm),
+ * so a job may bind as many communicators as its groups need (TS_PLAN_MAX_COMMS). */
+#define TS_GRAPH_MAX_COMM_SLOTS 65536
+
 
 /* Kinds of values. */
 typedef enum {
@@ -296,5 +302,4 @@ int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int m
 }
 #endif
 
-#include "tessera/graph_ir.h" /* reading the IR, op attributes, ts_graph_add_node */
 #endif

@@ -18,6 +18,13 @@
 extern "C" {
 #endif
 
+/* An operator name or pattern with a text value: parallel.strategies' shard strategy, or
+ * parallel.stages' stage number in decimal (config.h's lists hold these: ts_cfg_strategy). */
+typedef struct {
+  char op[160];
+  char text[96];
+} ts_op_text;
+
 /* Most tensor inputs an operator strategy describes. */
 #define TS_STRATEGY_MAX_INPUTS 8
 

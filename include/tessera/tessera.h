@@ -1,5 +1,5 @@
 /* Tessera: deep-learning training in C, on one process or many.
- * Umbrella header: every public header (tests/tools/header_examples_test.sh checks that none is
+ * Umbrella header: every public (installed) header (tests/tools/header_examples_test.sh checks that none is
  * missing); see each header for its contract. */
 #ifndef TESSERA_H
 #define TESSERA_H
@@ -9,19 +9,13 @@
 #include "tessera/layout.h"
 #include "tessera/ops.h"
 #include "tessera/graph.h"
-#include "tessera/graph_ir.h"
 #include "tessera/params.h"
 #include "tessera/runtime.h"
 #include "tessera/comm.h"
 #include "tessera/nn.h"
 #include "tessera/strategy.h"
-#include "tessera/sharding.h"
-#include "tessera/parallel.h"
-#include "tessera/schedule.h"
-#include "tessera/stage.h"
-#include "tessera/planner.h"
-#include "tessera/search.h"
-#include "tessera/dist.h"
+#include "tessera/cluster.h"
+#include "tessera/model.h"
 #include "tessera/optim.h"
 #include "tessera/io.h"
 #include "tessera/checkpoint.h"

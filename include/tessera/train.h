@@ -14,9 +14,11 @@
 #define TESSERA_TRAIN_H
 
 #include "tessera/config.h"
-#include "tessera/dist.h"
-#include "tessera/planner.h"
+#include "tessera/cluster.h"
+#include "tessera/comm.h"
+#include "tessera/model.h"
 #include "tessera/nn.h"
+#include "tessera/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,7 +102,7 @@ int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_mode
 int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                            char **text, ts_dist_memory_info *mem, int64_t *baseline);
 
-/* The step time the cost model predicts for rank `rank` of the job on cluster c (planner.h):
+/* The step time the cost model predicts for rank `rank` of the job on cluster c (cluster.h):
  * the rank's training graph priced per micro-step (GEMM-like ops by FLOPs, the rest by bytes,
  * its collectives and pipeline sends by the alpha-beta model), times the micro-steps, plus the
  * data-parallel gradient reduction (hidden behind backward where it overlaps), a pipeline's

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "buckets.h"
-#include "tessera/graph_ir.h"
+#include "graph/graph_ir.h"
 
 #define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
 #define TAIL_FLOPS 0.01 /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */

@@ -8,7 +8,7 @@
 #ifndef TS_DIST_IMPL_H
 #define TS_DIST_IMPL_H
 
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 
 /* One global-norm clipping of gradients scaled by the loss scale (ts_dist_clip_scaled). Every
  * path computes the global sum of squares of the scaled gradients, each parameter counted once

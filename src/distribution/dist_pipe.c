@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "dist_impl.h"
-#include "tessera/schedule.h"
-#include "tessera/stage.h"
+#include "parallel/schedule.h"
+#include "parallel/stage.h"
 
 /* the pipeline's p2p communicator: the slot after those of the pass inside the stages (or after
  * slot 0, SyncBatchNorm's, without), so the plans' tables stay as small as the job's groups */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "buckets.h"
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 
 struct ts_grad_reducer {
   int ngroups, cap; /* the groups, and room for them (grown by doubling: no fixed limit) */

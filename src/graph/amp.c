@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 enum { AMP_FOLLOW, AMP_WHITE, AMP_BLACK, AMP_LOSS, AMP_NORM, AMP_OTHER, AMP_KEEP };

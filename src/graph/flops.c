@@ -1,6 +1,6 @@
 /* Floating-point operations of a node (ts_graph_node_flops, graph_ir.h): the profiler's
  * achieved-FLOP/s column and the pipeline's stage balancing read the same count. */
-#include "tessera/graph_ir.h"
+#include "graph/graph_ir.h"
 
 static int64_t numel_of(const ts_graph *g, int v) { return ts_shape_numel(ts_graph_value_shape(g, v)); }
 

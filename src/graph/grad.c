@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 static int fail_oom(ts_graph *g) { return ts__graph_fail(g, TS_ENOMEM, "backward: out of memory"); }

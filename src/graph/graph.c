@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 ts__opdef ts__ops[TS_OP_COUNT];

@@ -3,6 +3,7 @@
 #ifndef TS_GRAPH_IMPL_H
 #define TS_GRAPH_IMPL_H
 
+#include "graph_ir.h"
 #include "tessera/graph.h"
 
 typedef struct {

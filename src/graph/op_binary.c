@@ -15,6 +15,7 @@
  * Inputs marked no-grad get no gradient ops. */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)

@@ -17,6 +17,7 @@
  * the conv has a bias). The *_BWD ops are not differentiable. */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)

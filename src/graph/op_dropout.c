@@ -12,6 +12,7 @@
  * layers must use distinct seeds, or they drop the same positions. */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 static int infer_dropout(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {

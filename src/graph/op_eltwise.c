@@ -14,6 +14,7 @@
  * a neg of dy. ELTWISE_BWD itself is not differentiable (no second-order gradients). */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)

@@ -14,6 +14,7 @@
  * (TS_ERANGE naming the position and id). */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)

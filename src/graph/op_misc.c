@@ -10,6 +10,7 @@
  * none); COPY passes dy through. */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 /* ---------------------------------------------------------------- CONST */

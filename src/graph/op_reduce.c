@@ -20,6 +20,7 @@
  *                 ties (like torch.amax). */
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 
 #define VS(v, buf) ts__vstr(g, (v), buf, sizeof buf)

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_ir.h"
 #include "graph_impl.h"
 #include "tessera/params.h"
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_ir.h"
 #include "../base/text.h"
 #include "graph_impl.h"
 

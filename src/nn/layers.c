@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "tessera/nn.h"
 
 static void full_name(ts_nn *nn, const char *name, char *buf, size_t cap) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "pass_impl.h"
 
 /* ---- small layout helpers ---- */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "pass_impl.h"
 
 /* The index of value h of the rank's graph (-1 for TS_NONE). */

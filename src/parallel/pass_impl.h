@@ -4,9 +4,10 @@
 #ifndef TS_PASS_IMPL_H
 #define TS_PASS_IMPL_H
 
+#include "graph/graph_ir.h"
 #include "tessera/graph.h"
-#include "tessera/parallel.h"
-#include "tessera/sharding.h"
+#include "parallel/parallel.h"
+#include "parallel/sharding.h"
 #include "pass_rules.h"
 
 /* A node of the global graph as the pass reads it (a copy, through the IR API). */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "pass_impl.h"
 
 /* ---- reshape: carrying cuts between shapes of the same row-major data ----

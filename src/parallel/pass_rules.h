@@ -8,7 +8,7 @@
 #define TS_PASS_RULES_H
 
 #include "tessera/graph.h"
-#include "tessera/sharding.h"
+#include "parallel/sharding.h"
 
 typedef struct {
   int sop;                          /* ts_shard_op, -1: none */

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "tessera/base.h"
-#include "tessera/schedule.h"
+#include "parallel/schedule.h"
 #include "parallel_impl.h"
 #include "schedule_internal.h"
 

@@ -3,7 +3,7 @@
 #ifndef TS_PARALLEL_SCHEDULE_INTERNAL_H
 #define TS_PARALLEL_SCHEDULE_INTERNAL_H
 
-#include "tessera/schedule.h"
+#include "parallel/schedule.h"
 
 /* A schedule of P stages whose stage s runs lists[s][0..counts[s]) as given (copied; nothing is
  * validated beyond P, M, V >= 1 and counts >= 0: that is ts_schedule_check's job). TS_EINVAL,

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tessera/sharding.h"
+#include "parallel/sharding.h"
 
 #define MAXT (TS_STRATEGY_MAX_INPUTS + 1) /* inputs + the output */
 #define MAXLOOP 16

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "../base/text.h"
-#include "tessera/graph_ir.h"
-#include "tessera/parallel.h"
-#include "tessera/stage.h"
+#include "graph/graph_ir.h"
+#include "parallel/parallel.h"
+#include "parallel/stage.h"
 
 /* ---- assignment ---- */
 

@@ -9,7 +9,7 @@
 #include "../base/rfile.h"
 #include <stddef.h>
 #include "../base/text.h"
-#include "tessera/planner.h"
+#include "planner/planner.h"
 
 /* The fields, for files and messages: name, offset, 0 string / 1 int / 2 double, and whether the
  * value may be 0 (OPT_ZERO) and the key left out of a file (OPT_ABSENT: it is then 0). */

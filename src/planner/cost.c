@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tessera/planner.h"
+#include "planner/planner.h"
 
 static int is_gemm(ts_op op) {
   switch (op) {

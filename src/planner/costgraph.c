@@ -36,8 +36,8 @@
 #include <string.h>
 
 #include "../parallel/pass_rules.h"
-#include "tessera/parallel.h"
-#include "tessera/search.h"
+#include "parallel/parallel.h"
+#include "planner/search.h"
 #include "search_impl.h"
 
 

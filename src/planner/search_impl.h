@@ -4,7 +4,7 @@
 #define TS_SEARCH_IMPL_H
 
 #include "../parallel/pass_rules.h"
-#include "tessera/search.h"
+#include "planner/search.h"
 
 typedef struct {
   int node;                  /* graph node */

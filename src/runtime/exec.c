@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 
 ts__run_fn ts__run[TS_OP_COUNT];

@@ -1,6 +1,7 @@
 /* Executor adapters for causal attention: fused blocked kernels (FAST) or naive loops (REF), on
  * f32 or 16-bit tensors (the _lp entry points call the f32 kernels for f32; lse is always f32).
  * Attribute layouts: src/graph/op_attention.c. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/attention.h"
 

@@ -6,6 +6,7 @@
  * operand, which oneDNN does not. ts__binary_dnnl stays available and tested
  * (tests/kernels/test_binary.c); set TS_BINARY_DNNL to 1 below to route FAST through it.
  * bf16/f16 nodes call the 16-bit kernels (binary.h) on either backend. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/binary.h"
 

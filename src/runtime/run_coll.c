@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/shape.h"
 

@@ -1,6 +1,7 @@
 /* Executor adapters for the conv family: build a ts__conv_desc from the node's attributes and
  * the bound tensors' shapes, then call the oneDNN (TS_BACKEND_FAST) or reference kernel; bf16/f16
  * nodes call the 16-bit kernels (conv.h), f32 ones the f32 kernels. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/conv.h"
 

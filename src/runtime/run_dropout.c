@@ -1,4 +1,5 @@
 /* Executor adapter for dropout: the mask stream is keyed by (seed attr, ctx->step). */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/dropout.h"
 

@@ -5,6 +5,7 @@
  *        (log(1.0197) off by 7e-5 relative), so the forward uses libm's logf (the backward,
  *        dy/x, is exact either way).
  * bf16/f16 nodes call the 16-bit kernels (eltwise.h): native bf16 oneDNN or 16-bit streaming. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/eltwise.h"
 

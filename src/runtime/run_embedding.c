@@ -1,5 +1,6 @@
 /* Executor adapters for the embedding family (attribute layouts: src/graph/op_embedding.c). The
  * forward gathers rows of any element size (f32 or 16-bit); the backward dispatches on dtype. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/embedding.h"
 

@@ -4,6 +4,7 @@
 #ifndef TS_RUN_IMPL_H
 #define TS_RUN_IMPL_H
 
+#include "graph/graph_ir.h"
 #include "tessera/runtime.h"
 
 /* A fusion the executor asks a node's adapter to carry out (exec.c, plan_fusions). */

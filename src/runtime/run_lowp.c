@@ -12,6 +12,7 @@
  * f32. f16 nodes of the families without native loops take it too (no f16 compute in oneDNN 2.6
  * on CPUs without avx512_core_fp16); the 16-bit kernels listed below convert f16 themselves where
  * they need an f32 oneDNN kernel (matmul, conv, pooling on the fast backend). */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/lowp.h"
 

@@ -3,6 +3,7 @@
  * f32 calls the f32 kernels (unchanged), bf16/f16 the 16-bit kernels (matmul.h). Asked to carry
  * out the executor's matmul+bias+gelu fusion (ctx->fuse), out[0] is the gelu's output and the
  * node runs the fused primitive (ts__matmul_act_dnnl). */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/matmul.h"
 

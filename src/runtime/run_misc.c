@@ -1,4 +1,5 @@
 /* Executor adapters for the misc family: CONST, CAST, COPY. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/misc.h"
 #include "../kernels/shape.h"

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/norm.h"
 

@@ -4,6 +4,7 @@
  * communicator's timeout names the peer). */
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 
 /* The slot's communicator, of any size; the peer must be one of its ranks. */

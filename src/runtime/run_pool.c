@@ -2,6 +2,7 @@
  * same backend (the plan's) and dtype (dy has y's), so each backward reads the workspace encoding
  * its forward wrote. bf16/f16 nodes call the 16-bit kernels (pool.h). Global average pooling is
  * AVGPOOL2D with the whole plane as the window. */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/pool.h"
 

@@ -6,6 +6,7 @@
  * ts__reduce_dnnl stays available and tested (tests/kernels/test_reduce.c). 16-bit tensors run
  * the reference kernels' native 16-bit versions (the _lp entry points; f32 goes to the f32
  * kernels as before). */
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/reduce.h"
 

@@ -1,6 +1,7 @@
 /* Executor adapters for the shape family (attribute layouts: src/graph/op_shape.c). */
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/shape.h"
 

@@ -15,6 +15,7 @@
  * the sum of every rank's loss, op_coll.c's convention), then each rank writes its block. */
 #include <stdlib.h>
 
+#include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "../kernels/softmax.h"
 

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "planner/planner.h"
+#include "graph/graph_ir.h"
 #include "../kernels/matmul.h"
 #include "tessera/comm.h"
 #include "train_impl.h"

@@ -10,8 +10,9 @@
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
+#include "config_dist.h"
 #include "config_impl.h"
-#include "tessera/planner.h"
+#include "planner/planner.h"
 
 /* ------------------------------------------------------------------ validation */
 static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -8,7 +8,7 @@
 #include "tessera/checkpoint.h"
 #include "tessera/data.h"
 #include "tessera/optim.h"
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 #include "tessera/prof.h"
 #include "tessera/train.h"
 

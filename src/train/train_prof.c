@@ -8,7 +8,7 @@
 
 #include "../base/text.h"
 #include "../kernels/matmul.h"
-#include "tessera/graph_ir.h"
+#include "graph/graph_ir.h"
 #include "train_impl.h"
 
 typedef struct {

@@ -10,6 +10,7 @@
 #include "tessera/checkpoint.h"
 #include "tessera/plot.h"
 #include "tessera/zoo.h"
+#include "config_dist.h"
 #include "train_impl.h"
 
 ts_params *ts_trainer_params(ts_trainer *t) { return t->run->params; }

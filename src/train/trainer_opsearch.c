@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tessera/search.h"
+#include "planner/search.h"
 #include "train_impl.h"
 
 /* "transformer.h.12.attn.c_attn.dense_1" -> "transformer.h.*.attn.c_attn.dense_1": every part

@@ -9,7 +9,7 @@
 
 #include "test_util.h"
 #include "tessera/comm.h"
-#include "tessera/planner.h"
+#include "planner/planner.h"
 
 static void test_cost(void) {
   ts_cluster c;

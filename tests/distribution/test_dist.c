@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "tessera/comm.h"
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
 

@@ -3,6 +3,7 @@
  * that runs like the builder's, and ts_graph_fail records a sticky error. */
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "tessera/tessera.h"
 #include "test_util.h"
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "tessera/graph.h"
 #include "tessera/nn.h"
 #include "tessera/params.h"

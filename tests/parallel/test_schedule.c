@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "parallel/schedule_internal.h"
-#include "tessera/schedule.h"
+#include "parallel/schedule.h"
 #include "test_util.h"
 
 /* The number of leading forwards of a stage's list (the warm-up plus the first steady forward). */

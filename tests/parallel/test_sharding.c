@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "redist_sim.h"
-#include "tessera/sharding.h"
+#include "parallel/sharding.h"
 #include "test_util.h"
 
 static int n_accepted, n_refused, n_sims, n_partial_sims;

@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "tessera/graph.h"
 #include "tessera/params.h"
-#include "tessera/stage.h"
+#include "parallel/stage.h"
 #include "test_util.h"
 
 #define NV 300

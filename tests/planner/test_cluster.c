@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tessera/planner.h"
+#include "planner/planner.h"
 #include "tessera/tessera.h"
 #include "test_util.h"
 

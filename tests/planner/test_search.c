@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "tessera/nn.h"
-#include "tessera/parallel.h"
-#include "tessera/search.h"
+#include "parallel/parallel.h"
+#include "planner/search.h"
 #include "tessera/tessera.h"
 #include "test_util.h"
 

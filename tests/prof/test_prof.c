@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "tessera/comm.h"
-#include "tessera/graph_ir.h"
+#include "graph/graph_ir.h"
 #include "tessera/prof.h"
 #include "tessera/train.h"
 #include "test_util.h"

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tessera/config.h"
+#include "train/config_dist.h"
 #include "test_util.h"
 
 #ifndef TS_FIXTURE_DIR

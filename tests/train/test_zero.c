@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "tessera/comm.h"
-#include "tessera/dist.h"
+#include "distribution/dist.h"
 #include "tessera/train.h"
 #include "test_util.h"
 

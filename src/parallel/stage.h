@@ -16,8 +16,8 @@
  *   ts_stage_graph sg;  ts_stage_build(whole, wp, piece, P, k, &net, loss, &sg);
  *   ts_graph_backward(sg.g, sg.objective, seed);  ts_stage_finish_backward(&sg, &net);
  */
-#ifndef TESSERA_STAGE_H
-#define TESSERA_STAGE_H
+#ifndef TS_PARALLEL_STAGE_H
+#define TS_PARALLEL_STAGE_H
 
 #include "tessera/graph.h"
 #include "tessera/params.h"

@@ -1,13 +1,13 @@
-/* Tessera graph IR, read side: op attributes, reading nodes and values, and adding a node of
- * any kind. Included by tessera/graph.h. For passes and executors that walk a graph (the
+/* Internal (not installed): the graph IR, read side: op attributes, reading nodes and values, and adding a node of
+ * any kind. For passes and executors that walk a graph (the
  * runtime, the parallel pass, tools); models use the builders of graph.h.
  *
  * Nodes are numbered 0..ts_graph_num_nodes-1 in order of addition (a node's inputs come before
  * it). Values are numbered 0..ts_graph_num_values-1; ts_graph_value / ts_graph_value_index
  * convert between such an index and the ts_val handle the builders use. The functions below
  * that take a node or value index expect a valid one (they do not check, like array access). */
-#ifndef TESSERA_GRAPH_IR_H
-#define TESSERA_GRAPH_IR_H
+#ifndef TS_GRAPH_GRAPH_IR_H
+#define TS_GRAPH_GRAPH_IR_H
 
 #include "tessera/graph.h"
 
@@ -17,11 +17,6 @@ extern "C" {
 
 /* Inputs and outputs a node may have. */
 #define TS_GRAPH_MAX_IO 16
-/* Communicator slots an op may record (collectives, class-sharded cross-entropy,
- * SyncBatchNorm): 0..TS_GRAPH_MAX_COMM_SLOTS-1. A bound on the slot number (a sanity check of the
- * attribute), not a table size: a plan's table grows to the highest slot set (ts_plan_set_comm),
- * so a job may bind as many communicators as its groups need (TS_PLAN_MAX_COMMS). */
-#define TS_GRAPH_MAX_COMM_SLOTS 65536
 
 /* ---- op attributes ----
  * A node's attributes. Read and write them through the accessors generated from the A(...)

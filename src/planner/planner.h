@@ -1,4 +1,4 @@
-/* Tessera planner: cluster descriptions and the cost model (pure: no MPI, no tensors).
+/* Internal (not installed): the planner, cluster descriptions and the cost model (pure: no MPI, no tensors).
  *
  * A cluster says what one device computes and holds and how fast its links are, per level
  * (inside a node, between nodes), as an alpha-beta model; the cost model prices a rank's graph
@@ -12,61 +12,21 @@
  *   ts_cost_graph(&c, g, TS_F32, live, &b);           // b.compute_s, b.comm_s per run of g
  *   double t = ts_cluster_coll_time(&c, TS_COST_ALLREDUCE, 8, 0, 64e6);
  */
-#ifndef TESSERA_PLANNER_H
-#define TESSERA_PLANNER_H
+#ifndef TS_PLANNER_PLANNER_H
+#define TS_PLANNER_PLANNER_H
 
 #include <stdio.h>
 
-#include "tessera/graph_ir.h"
+#include "graph/graph_ir.h"
+#include "tessera/cluster.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct {
-  char name[64];
-  char device[64];
-  char source[512];          /* where the numbers come from (measured here, a datasheet) */
-  int devices_per_node, nodes;
-  double peak_flops_f32;     /* per device, FLOP/s */
-  double peak_flops_bf16;    /* per device, FLOP/s (0: as f32) */
-  double gemm_efficiency;    /* achieved fraction of the peak by GEMM-like ops (matmul, conv, attention) */
-  double mem_bandwidth;      /* achieved bytes/s of memory-bound ops */
-  double mem_bytes;          /* per device */
-  double intra_bw, intra_latency; /* a device's link inside a node: bytes/s per direction, seconds */
-  double inter_bw, inter_latency; /* a device's share of its node's links to other nodes */
-  double op_overhead;        /* seconds every operator costs beyond its work (dispatch, launch) */
-  /* achieved fraction of the peak (of the dtype they run in) per GEMM-like family, measured on a
-   * model's own operators by `tessera calibrate CONFIG` (ts_calibrate_model); 0: gemm_efficiency */
-  double efficiency_matmul;    /* matmul, dense */
-  double efficiency_conv;      /* conv2d forward, backward data, backward weights */
-  double efficiency_attention; /* fused attention forward and backward */
-  /* measured by `tessera calibrate` on several hosts (0: priced from the links above):
-   * the broadcast inside a node, ceil(log2 g) rounds of intra_bcast_latency + bytes / intra_bcast_bw;
-   * the flat all-reduce over every device of nodes x devices_per_node as it ran there (OpenMPI's
-   * algorithm, whatever it was), flat_allreduce_latency + bytes / flat_allreduce_bw */
-  double intra_bcast_latency, intra_bcast_bw;
-  double flat_allreduce_latency, flat_allreduce_bw;
-} ts_cluster;
-
-/* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s
- * InfiniBand), "p3.16xlarge" (8 x V100 16 GB, NVLink, 25 Gb/s between nodes) and "local" (this
- * machine: the calibration cached by `tessera calibrate`, else measured now without links).
- * TS_ECONFIG naming the known names for another name (and for "local" never calibrated). */
-int ts_cluster_builtin(const char *name, ts_cluster *out);
-/* A cluster from a YAML file (the keys of ts_cluster, as ts_cluster_save writes them); a name
- * that is not a readable file is tried as a built-in. Errors name the file, the key and the
- * reason (unknown key, not a positive number, missing key). */
-int ts_cluster_load(const char *path_or_name, ts_cluster *out);
-/* Writes c as YAML to path atomically (temp file, fsync, rename). */
-int ts_cluster_save(const ts_cluster *c, const char *path);
-/* Checks that every field is usable (positive, devices > 0); TS_ECONFIG naming the field. */
-int ts_cluster_validate(const ts_cluster *c, const char *label);
 /* The achieved fraction of the peak the cost model prices GEMM-like op `op` at: its family's
  * efficiency_* when set, else gemm_efficiency. */
 double ts_cluster_efficiency(const ts_cluster *c, ts_op op);
-/* Writes a one-paragraph description. */
-void ts_cluster_describe(const ts_cluster *c, FILE *out);
 
 typedef enum {
   TS_COST_ALLREDUCE = 0,

@@ -27,8 +27,8 @@
  * rank's loss. A scalar loss that is partial over some device axes and replicated over the rest
  * is therefore seeded with ts_parallel_loss_seed (1 / number of replicas), and the gradient of a
  * parameter is the SUM over the ranks holding the same slice (ts_grad_reducer in dist.h, mean = 0). */
-#ifndef TESSERA_PARALLEL_H
-#define TESSERA_PARALLEL_H
+#ifndef TS_PARALLEL_PARALLEL_H
+#define TS_PARALLEL_PARALLEL_H
 
 #include "tessera/graph.h"
 #include "tessera/params.h"

@@ -11,8 +11,8 @@
  * Everything here is pure computation: no MPI, no tensors; nothing printed except to a FILE* the
  * caller passes (ts_schedule_draw). Errors set ts_last_error(): TS_ECONFIG for sizes a user
  * configured (naming the config key), TS_EINVAL for bad arguments and invalid schedules. */
-#ifndef TESSERA_SCHEDULE_H
-#define TESSERA_SCHEDULE_H
+#ifndef TS_PARALLEL_SCHEDULE_H
+#define TS_PARALLEL_SCHEDULE_H
 
 #include <stdio.h>
 

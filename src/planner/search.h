@@ -29,11 +29,11 @@
  *    symbolic cost; linear in the graph.
  *
  * Pure: no MPI, no tensors, nothing printed. Errors set ts_last_error() naming the op or key. */
-#ifndef TESSERA_SEARCH_H
-#define TESSERA_SEARCH_H
+#ifndef TS_PLANNER_SEARCH_H
+#define TS_PLANNER_SEARCH_H
 
-#include "tessera/graph_ir.h"
-#include "tessera/planner.h"
+#include "graph/graph_ir.h"
+#include "planner/planner.h"
 #include "tessera/strategy.h"
 
 #ifdef __cplusplus

@@ -20,8 +20,8 @@
  * Everything is pure computation: nothing allocated, nothing printed. Errors are refused before
  * anything runs, with a message (ts_last_error()) naming the op, the input, the dimension and
  * the sizes at fault. */
-#ifndef TESSERA_SHARDING_H
-#define TESSERA_SHARDING_H
+#ifndef TS_PARALLEL_SHARDING_H
+#define TS_PARALLEL_SHARDING_H
 
 #include "tessera/strategy.h"
 
