@@ -1,4 +1,4 @@
-/* The per-operator strategy searches (include/tessera/search.h) on the zoo's GPT and ResNet-20:
+/* The per-operator strategy searches (src/planner/search.h) on the zoo's GPT and ResNet-20:
  * cost-graph size, the time to build it and to search it with each mode, the plan's predicted
  * cost, on D devices of dgx-a100-80g.
  *   build/bench_search [D...]          (default: 8 64)

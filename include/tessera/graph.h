@@ -243,7 +243,7 @@ ts_val ts_recv(ts_graph *g, ts_val dep, int slot, int peer, int tag, ts_dtype dt
 /* ---- operator-level parallelism ----
  * The shard strategy of the operator that produced v, as MindSpore's `op.shard(...)`:
  *   ts_val h = ts_matmul(g, x, w, 0, 0);  ts_shard(g, h, "((1,1),(1,2))");
- * Only recorded here; the parallel pass (tessera/parallel.h) reads it under semi_auto_parallel,
+ * Only recorded here; the parallel pass (parallel/parallel.h) reads it under semi_auto_parallel,
  * in preference to a strategy set's entry for the same operator, and checks it then. TS_EINVAL
  * if v is a leaf (input, parameter, constant) or not a value of g. */
 int ts_shard(ts_graph *g, ts_val v, const char *strategy);

@@ -147,7 +147,7 @@ int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cl
 typedef struct {
   int dp, tp, pp, micro_batches, zero, recompute;
   int megatron;     /* tp > 1: 1 = Megatron-LM's cuts (GPT), 0 = the
-                       per-operator search of parallel.search_mode (include/tessera/search.h) */
+                       per-operator search of parallel.search_mode (src/planner/search.h) */
   int virtual_stages;      /* pieces per pipeline rank (interleaved 1F1B when > 1; 0 or 1: one) */
   ts_step_prediction pred;
   int fits;

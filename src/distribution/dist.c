@@ -1,4 +1,4 @@
-/* Distribution objects (include/tessera/dist.h): the object every layout shares, and the layouts
+/* Distribution objects (src/distribution/dist.h): the object every layout shares, and the layouts
  * whose model is built per rank: stand_alone (one process), data_parallel (the batch cut over
  * the ranks, every parameter replicated, gradients averaged) and hybrid_parallel (the model
  * written per rank with hand-placed collectives; parameters several ranks hold are summed).
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "dist_impl.h"
 
 /* ---- the model builder, with this object's rank and groups ---- */

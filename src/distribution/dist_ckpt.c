@@ -1,4 +1,4 @@
-/* The training state a rank holds, as pieces of the whole model's tensors (include/tessera/dist.h,
+/* The training state a rank holds, as pieces of the whole model's tensors (src/distribution/dist.h,
  * region.h): what a sliced checkpoint writes and what a rank loads, in any layout. A parameter or
  * state of the rank's store is its slice's box (layout.h: the cut of a semi_auto, hybrid or
  * pipeline-stage slice) or the whole tensor; under parallel.optimizer_shard the optimizer's work

@@ -1,5 +1,5 @@
 /* Internal: the interface a parallel layout implements, and the object's state
- * (include/tessera/dist.h). One file per layout family: dist.c (the object, stand_alone,
+ * (src/distribution/dist.h). One file per layout family: dist.c (the object, stand_alone,
  * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
  * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
  * slices), dist_zero.c (optimizer-state sharding, parallel.optimizer_shard, under data_parallel,

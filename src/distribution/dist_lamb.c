@@ -1,4 +1,4 @@
-/* LAMB over parameters held in pieces (include/tessera/dist.h, ts_dist_optim_create): its trust
+/* LAMB over parameters held in pieces (src/distribution/dist.h, ts_dist_optim_create): its trust
  * ratio needs each parameter's whole norm and its whole update's norm, so the optimizer's
  * per-segment sums of squares (ts_optim_set_norm_reduce) are summed over the ranks holding the
  * pieces: a slice once, a copy several ranks hold weighted by 1/holders. A rank's segments are

@@ -1,4 +1,4 @@
-/* The memory one rank holds (include/tessera/dist.h, ts_dist_memory): every buffer a layout
+/* The memory one rank holds (src/distribution/dist.h, ts_dist_memory): every buffer a layout
  * allocates for training, counted from the object's store, its optimizer-state sharding and its
  * plans. A real job and a dry run of the same rank give the same figures: the trainer measures
  * with this, `tessera plan` predicts with it and train.max_memory_mb is checked against it

@@ -1,4 +1,4 @@
-/* Pipeline parallel as a distribution object (include/tessera/dist.h, layout "pipeline"):
+/* Pipeline parallel as a distribution object (src/distribution/dist.h, layout "pipeline"):
  * parallel.pipeline_stages P, the ranks arranged (dp, pp) with the stage fastest (rank =
  * dp_index * P + stage), data parallel over the dp replicas of each stage.
  *
@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "graph/graph_ir.h"
 #include "dist_impl.h"
 #include "parallel/schedule.h"

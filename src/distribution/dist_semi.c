@@ -1,5 +1,5 @@
-/* semi_auto_parallel as a distribution object (include/tessera/dist.h): the model is built
- * whole (global shapes), the parallel pass (include/tessera/parallel.h) cuts it for this rank by
+/* semi_auto_parallel as a distribution object (src/distribution/dist.h): the model is built
+ * whole (global shapes), the parallel pass (src/parallel/parallel.h) cuts it for this rank by
  * the strategies, the batch piece the rank reads is the one the pass gives its inputs, gradients
  * are summed over the ranks holding the same slice, and every communicator slot of the rank's
  * graphs gets its group. */

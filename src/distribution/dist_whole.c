@@ -1,4 +1,4 @@
-/* The whole model from the ranks' slices (include/tessera/dist.h): the store checkpoints hold
+/* The whole model from the ranks' slices (src/distribution/dist.h): the store checkpoints hold
  * (interchangeable between layouts and device counts), moving slices into it and back, and
  * global-norm clipping with each slice counted once. */
 #include <math.h>

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "graph/graph_ir.h"
 #include "gather.h"
 

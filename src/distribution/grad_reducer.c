@@ -1,4 +1,4 @@
-/* Gradient reduction over the ranks that hold the same parameter slice (include/tessera/dist.h):
+/* Gradient reduction over the ranks that hold the same parameter slice (src/distribution/dist.h):
  * one bucketed reducer (dp.c) per group of parameters that share a partition of the ranks, each
  * on its own communicator; and the communicators of a pass's slots. */
 #include <stdio.h>

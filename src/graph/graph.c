@@ -89,7 +89,7 @@ int ts_graph_num_values(const ts_graph *g) { return g->nvals; }
 #include "tessera/ops.def"
 #undef A
 
-/* ---- reading the IR (tessera/graph_ir.h) ---- */
+/* ---- reading the IR (graph/graph_ir.h) ---- */
 ts_val ts_graph_value(const ts_graph *g, int index) {
   return g && index >= 0 && index < g->nvals ? ts__handle(g, index) : TS_NONE;
 }

@@ -1,5 +1,5 @@
 /* Internal view of the graph IR: for src/graph/ only. Everything else reads and builds graphs
- * through tessera/graph.h and tessera/graph_ir.h. */
+ * through tessera/graph.h and graph/graph_ir.h. */
 #ifndef TS_GRAPH_IMPL_H
 #define TS_GRAPH_IMPL_H
 

@@ -1,6 +1,6 @@
 /* The parallel pass, phase 1 and the public API: decides every value's layout and every
  * operator's strategy on the global graph (pass_rules.c per op), records the redistributions
- * with their cost, then has pass_emit.c build the rank's graph. See include/tessera/parallel.h
+ * with their cost, then has pass_emit.c build the rank's graph. See src/parallel/parallel.h
  * and docs/parallel-pass.md. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Internal: the parallel pass (include/tessera/parallel.h). Phase 1 (pass.c, pass_rules.c)
+/* Internal: the parallel pass (src/parallel/parallel.h). Phase 1 (pass.c, pass_rules.c)
  * decides every value's layout and every operator's strategy on the global graph without
  * building anything; phase 2 (pass_emit.c) emits the rank's graph from those decisions. */
 #ifndef TS_PASS_IMPL_H

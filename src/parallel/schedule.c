@@ -1,4 +1,4 @@
-/* Pipeline-parallel schedules as data (include/tessera/schedule.h, docs/pipeline.md).
+/* Pipeline-parallel schedules as data (src/parallel/schedule.h, docs/pipeline.md).
  *
  * Generation follows the published algorithms:
  *  - GPipe: every forward, then every backward, both in micro-batch order.

@@ -1,5 +1,5 @@
 /* Operator sharding rules: strategy + device count -> device matrix and layouts
- * (see include/tessera/sharding.h and docs/layout.md, "Sharding rules"). */
+ * (see src/parallel/sharding.h and docs/layout.md, "Sharding rules"). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Pipeline stage cuts (include/tessera/stage.h): assigning nodes to pieces, and building one
+/* Pipeline stage cuts (src/parallel/stage.h): assigning nodes to pieces, and building one
  * piece's graph with SEND/RECV on its cut edges. Pure: graphs and stores only. */
 #include <float.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Cluster descriptions (include/tessera/planner.h): built-ins, YAML files, the alpha-beta model. */
+/* Cluster descriptions (src/planner/planner.h): built-ins, YAML files, the alpha-beta model. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

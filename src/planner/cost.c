@@ -1,4 +1,4 @@
-/* The cost model of one rank's graph on a cluster (include/tessera/planner.h). Compute: GEMM-like
+/* The cost model of one rank's graph on a cluster (src/planner/planner.h). Compute: GEMM-like
  * ops (matmul, dense, convolution and its backward, attention) at their family's achieved fraction
  * (ts_cluster_efficiency: efficiency_matmul/conv/attention, else gemm_efficiency) of the peak of
  * the dtype they run in (their first input's: a graph rewritten by the amp pass is priced as it

@@ -1,4 +1,4 @@
-/* The cost graph of the per-operator strategy search (include/tessera/search.h): operators with a
+/* The cost graph of the per-operator strategy search (src/planner/search.h): operators with a
  * sharding rule and their candidate strategies priced on a cluster, and the redistribution cost
  * matrices between them.
  *

@@ -1,4 +1,4 @@
-/* The per-operator strategy searches on a cost graph (include/tessera/search.h).
+/* The per-operator strategy searches on a cost graph (src/planner/search.h).
  *
  * dynamic_programming: MindSpore's elimination (its graph_costmodel: operator, edge, merge,
  * contract, triangle and star eliminations, then pick and replay), written as variable

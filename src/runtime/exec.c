@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec.h"
 #include "graph/graph_ir.h"
 #include "run_impl.h"
 

@@ -1,6 +1,6 @@
 /* Internal executor interface: one adapter per op kind turns a node and its bound tensors into
  * kernel calls. Adapters live in src/runtime/run_<family>.c. The runtime reads graphs only through
- * the public IR API (tessera/graph_ir.h); a plan copies what its nodes need at ts_plan_create. */
+ * the public IR API (graph/graph_ir.h); a plan copies what its nodes need at ts_plan_create. */
 #ifndef TS_RUN_IMPL_H
 #define TS_RUN_IMPL_H
 

@@ -1,4 +1,4 @@
-/* `tessera calibrate`: the cluster description of this machine (include/tessera/planner.h), measured:
+/* `tessera calibrate`: the cluster description of this machine (src/planner/planner.h), measured:
  * the GEMM peak (the best of 512^3 sgemms) and the fraction a model-sized GEMM reaches, the
  * bandwidth of a memory-bound pass, and, on 2 or more ranks, the all-reduce latency and bandwidth
  * between them (alpha-beta from a small and a large message). Several hosts: the links inside a
@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/exec.h"
 #include "planner/planner.h"
 #include "graph/graph_ir.h"
 #include "../kernels/matmul.h"

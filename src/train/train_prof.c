@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "../base/text.h"
 #include "../kernels/matmul.h"
 #include "graph/graph_ir.h"

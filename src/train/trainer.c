@@ -1,4 +1,4 @@
-/* The training loop: a distribution object (include/tessera/dist.h) for the layout builds
+/* The training loop: a distribution object (src/distribution/dist.h) for the layout builds
  * this rank's graphs and reduces what crosses ranks; the trainer feeds batches, accumulates
  * gradients over micro-batches, steps the optimizer and schedule, evaluates, calls back, writes
  * checkpoints of the whole model and resumes exactly. */

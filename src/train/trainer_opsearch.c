@@ -1,4 +1,4 @@
-/* auto_parallel's per-operator strategies (parallel.search_mode, include/tessera/search.h): the
+/* auto_parallel's per-operator strategies (parallel.search_mode, src/planner/search.h): the
  * config's model built once as one process's forward graph (global shapes, the micro-batch's
  * rows), its cost graph on the devices of one pipeline stage (data x tensor degrees) of the
  * cluster, the search, and the chosen strategies written as parallel.strategies (operator keys,

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "planner/planner.h"
 #include "../base/text.h"
 #include "train_impl.h"

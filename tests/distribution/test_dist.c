@@ -1,4 +1,4 @@
-/* Distribution objects (include/tessera/dist.h): the layouts by name and their refusals; dry runs
+/* Distribution objects (src/distribution/dist.h): the layouts by name and their refusals; dry runs
  * for jobs that do not exist (the data cut, slices, describe, reduction bytes); and, in a real job
  * (this program under mpirun -n 1, 2, 4), one training step of data_parallel and
  * semi_auto_parallel against stand_alone on the whole batch: the step's loss, the reduced

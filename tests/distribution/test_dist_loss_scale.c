@@ -1,4 +1,4 @@
-/* Loss scaling in the distribution objects (include/tessera/dist.h): ts_dist_set_loss_scale puts
+/* Loss scaling in the distribution objects (src/distribution/dist.h): ts_dist_set_loss_scale puts
  * the scale into the plan's loss-gradient seed (ts_plan_set_const), ts_dist_clip_scaled unscales,
  * clips and reports overflow. For stand_alone, data_parallel and semi_auto_parallel (fc1 cut over
  * the ranks: the sliced path) on this job (mpirun -n 1, 2, 4), one step with the scale against the
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "tessera/comm.h"
 #include "distribution/dist.h"
 #include "tessera/zoo.h"

@@ -2,6 +2,7 @@
  * values, memory planning by liveness, executor hook and binding errors. */
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "tessera/tessera.h"
 #include "test_util.h"
 

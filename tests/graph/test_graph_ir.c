@@ -1,4 +1,4 @@
-/* The public IR read API (tessera/graph_ir.h): generated attribute accessors round-trip, nodes
+/* The public IR read API (graph/graph_ir.h): generated attribute accessors round-trip, nodes
  * and values read back as built, handles and indices convert, ts_graph_add_node builds a node
  * that runs like the builder's, and ts_graph_fail records a sticky error. */
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Pipeline schedules (include/tessera/schedule.h): every kind over P 1..8, M 1..32, V 1..4 is
+/* Pipeline schedules (src/parallel/schedule.h): every kind over P 1..8, M 1..32, V 1..4 is
  * valid (each op once, FIFO order per (phase, chunk), no deadlock), holds the activations the
  * algorithm promises (1f1b: min(P-s, M); gpipe: M), and its simulated bubble with uniform costs
  * and free transfers is the textbook (P-1)/(V*M+P-1) exactly (interleaved included: Megatron's

@@ -1,4 +1,4 @@
-/* The stage cut (include/tessera/stage.h) at scale: a model whose stage boundary is crossed by
+/* The stage cut (src/parallel/stage.h) at scale: a model whose stage boundary is crossed by
  * many values (300 here; the piece graph's lists were fixed at 256 before, "piece 1 reads more
  * than 256 values of other pieces"). Piece 0 computes v_i = (i + 1) * w for i < 300 from one
  * parameter w; piece 1 sums them into the loss. Checked against the graph itself: every cut edge

@@ -1,4 +1,4 @@
-/* Cluster descriptions and the cost model (include/tessera/planner.h): the built-ins load and
+/* Cluster descriptions and the cost model (src/planner/planner.h): the built-ins load and
  * validate; a description written by ts_cluster_save reads back equal; bad files are refused
  * naming the file, the line and the key; the alpha-beta times follow the ring formulas; the cost
  * of a small graph is the sum of its operators' prices, collectives on the link level their

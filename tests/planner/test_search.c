@@ -1,4 +1,4 @@
-/* The per-operator strategy searches (include/tessera/search.h) on small graphs where the optimum
+/* The per-operator strategy searches (src/planner/search.h) on small graphs where the optimum
  * is known: an exhaustive search over every combination of the cost graph's candidates (a
  * depth-first enumeration that skips only branches whose cost already exceeds the best found,
  * costs being non-negative) gives the minimum, and dynamic_programming must reach it on every

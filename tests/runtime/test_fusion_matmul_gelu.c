@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "tessera/runtime.h"
 #include "tessera/zoo.h"
 #include "test_util.h"

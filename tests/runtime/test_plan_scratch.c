@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "tessera/runtime.h"
 #include "test_util.h"
 
