@@ -12,8 +12,8 @@
  *            (decimal text; the loss scale with 17 significant digits, exact), and the CRC-32 of
  *            the data that ts_st_write adds.
  *
- *   ts_ckpt_state st = {.params = ps, .optim = opt, .step = step, .epoch = ep,
- *                       .batch_index = b, .seed = cfg.train.seed, .model = "resnet",
+ *   ts_ckpt_state st = {.params = ps, .optim = opt, .model = "resnet",
+ *                       .pos = {.step = step, .epoch = ep, .batch_index = b, .seed = cfg.train.seed},
  *                       .config_hash = ts_config_hash(&cfg), .config_yaml = yaml};
  *   char path[1024];
  *   ts_ckpt_path(path, sizeof path, cfg.checkpoint.dir, cfg.checkpoint.prefix, step);
@@ -21,7 +21,7 @@
  *   ts_ckpt_rotate(cfg.checkpoint.dir, cfg.checkpoint.prefix, cfg.checkpoint.keep_max);
  *   ...
  *   if (ts_ckpt_latest(dir, prefix, path, sizeof path) == TS_OK)
- *     rc = ts_ckpt_load(path, &st, 1);            // st.step, st.epoch, ... are filled in
+ *     rc = ts_ckpt_load(path, &st, 1);            // st.pos (step, epoch, ...) is filled in
  *
  * Library code never prints: non-strict loading reports differences through ts_log (WARN). */
 #ifndef TESSERA_CHECKPOINT_H
@@ -38,18 +38,25 @@ extern "C" {
 
 #define TS_CKPT_FORMAT "checkpoint/1"
 
+/* Where training stands, as a checkpoint records it (the tessera.* metadata; the same fields in
+ * whole files and sliced checkpoints' manifests): step = optimizer steps done; (epoch,
+ * batch_index) = where training continues; the data order's seed and the dropout stream's
+ * counter; the loss scale and its growth tracker (train.loss_scale dynamic). */
+typedef struct {
+  int64_t step, epoch, batch_index;
+  uint64_t seed, rng_counter;
+  double loss_scale;
+  int64_t loss_scale_growth_tracker;
+} ts_ckpt_position;
+
 typedef struct {
   /* What is saved / loaded into (either may be NULL: not saved; on load, the file's tensors of
    * that kind are ignored). The params store must be allocated (ts_params_alloc). */
   ts_params *params;
   ts_optim *optim;
-  /* Training position: written by save; filled by load from the file's metadata (left as they
-   * are when the file is not a tessera checkpoint, e.g. an exported parameters file).
-   * step = optimizer steps done; (epoch, batch_index) = where training continues. */
-  int64_t step, epoch, batch_index;
-  uint64_t seed, rng_counter;
-  double loss_scale;
-  int64_t loss_scale_growth_tracker;
+  /* Training position: written by save; filled by load from the file's metadata (left as it is
+   * when the file is not a tessera checkpoint, e.g. an exported parameters file). */
+  ts_ckpt_position pos;
   /* Identity. Save: written (NULL = not stored). Load: the expected values; a checkpoint of
    * another model (model name) or another configuration (config hash) is refused in strict mode
    * and warned about otherwise. NULL / "" / 0 (here or in the file) = not checked; a hash of 0
@@ -103,10 +110,7 @@ typedef struct {
   char model[64];        /* "" if absent */
   int has_config_hash;
   uint64_t config_hash;
-  int64_t step, epoch, batch_index;
-  uint64_t seed, rng_counter;
-  double loss_scale;
-  int64_t loss_scale_growth_tracker;
+  ts_ckpt_position pos;  /* the training position (zero if absent) */
   char *config_yaml;     /* malloc'd copy of tessera.config, NULL if absent */
   int ntensors;
   int64_t param_numel;   /* elements of "param.*" (or of every tensor of a plain file) */

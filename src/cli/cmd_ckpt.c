@@ -70,9 +70,9 @@ static int inspect_json(const char *path, const ts_st_file *f, const ts_ckpt_inf
   cJSON_AddStringToObject(o, "format", in->format);
   cJSON_AddStringToObject(o, "version", in->version);
   cJSON_AddStringToObject(o, "model", in->model);
-  cJSON_AddItemToObject(o, "step", raw_num("%" PRId64, in->step));
-  cJSON_AddItemToObject(o, "epoch", raw_num("%" PRId64, in->epoch));
-  cJSON_AddItemToObject(o, "batch_index", raw_num("%" PRId64, in->batch_index));
+  cJSON_AddItemToObject(o, "step", raw_num("%" PRId64, in->pos.step));
+  cJSON_AddItemToObject(o, "epoch", raw_num("%" PRId64, in->pos.epoch));
+  cJSON_AddItemToObject(o, "batch_index", raw_num("%" PRId64, in->pos.batch_index));
   if (in->has_config_hash) {
     char h[32];
     snprintf(h, sizeof h, "%016" PRIx64, in->config_hash);
@@ -80,11 +80,11 @@ static int inspect_json(const char *path, const ts_st_file *f, const ts_ckpt_inf
   } else {
     cJSON_AddNullToObject(o, "config_hash");
   }
-  cJSON_AddItemToObject(o, "seed", raw_num("%" PRIu64, in->seed));
-  cJSON_AddItemToObject(o, "rng_counter", raw_num("%" PRIu64, in->rng_counter));
-  cJSON_AddNumberToObject(o, "loss_scale", in->loss_scale);
+  cJSON_AddItemToObject(o, "seed", raw_num("%" PRIu64, in->pos.seed));
+  cJSON_AddItemToObject(o, "rng_counter", raw_num("%" PRIu64, in->pos.rng_counter));
+  cJSON_AddNumberToObject(o, "loss_scale", in->pos.loss_scale);
   cJSON_AddItemToObject(o, "loss_scale_growth_tracker",
-                        raw_num("%" PRId64, in->loss_scale_growth_tracker));
+                        raw_num("%" PRId64, in->pos.loss_scale_growth_tracker));
   cJSON_AddItemToObject(o, "num_params", raw_num("%" PRId64, in->param_numel));
   cJSON_AddItemToObject(o, "num_buffers", raw_num("%" PRId64, in->state_numel));
   cJSON_AddItemToObject(o, "num_optimizer_state", raw_num("%" PRId64, in->optim_numel));
@@ -124,13 +124,13 @@ static int inspect_text(const char *path, const ts_st_file *f, const ts_ckpt_inf
     printf("format       %s%s%s\n", in->format, in->version[0] ? ", written by tessera " : "",
            in->version);
     printf("model        %s\n", in->model[0] ? in->model : "-");
-    printf("step         %" PRId64 "   epoch %" PRId64 "   batch index %" PRId64 "\n", in->step,
-           in->epoch, in->batch_index);
+    printf("step         %" PRId64 "   epoch %" PRId64 "   batch index %" PRId64 "\n", in->pos.step,
+           in->pos.epoch, in->pos.batch_index);
     if (in->has_config_hash)
       printf("config hash  %016" PRIx64 "\n", in->config_hash);
-    printf("seed         %" PRIu64 "   rng counter %" PRIu64 "\n", in->seed, in->rng_counter);
-    printf("loss scale   %.17g   growth tracker %" PRId64 "\n", in->loss_scale,
-           in->loss_scale_growth_tracker);
+    printf("seed         %" PRIu64 "   rng counter %" PRIu64 "\n", in->pos.seed, in->pos.rng_counter);
+    printf("loss scale   %.17g   growth tracker %" PRId64 "\n", in->pos.loss_scale,
+           in->pos.loss_scale_growth_tracker);
   }
   printf("parameters   %" PRId64 "%s", in->param_numel, in->is_tessera ? " trainable" : "");
   if (in->is_tessera)
@@ -181,11 +181,11 @@ static int inspect_sliced(const char *dir, int json, int config) {
     printf("checkpoint   %s (sliced: %d files, %d tensors, %s)\n", dir, nf, nt, hb);
     printf("format       %s, written by tessera %s, id %s\n", in.format, in.version, ts_ckpt_manifest_id(m));
     printf("model        %s\n", in.model[0] ? in.model : "-");
-    printf("step         %" PRId64 "   epoch %" PRId64 "   batch index %" PRId64 "\n", in.step, in.epoch,
-           in.batch_index);
+    printf("step         %" PRId64 "   epoch %" PRId64 "   batch index %" PRId64 "\n", in.pos.step, in.pos.epoch,
+           in.pos.batch_index);
     if (in.has_config_hash) printf("config hash  %016" PRIx64 "\n", in.config_hash);
-    printf("seed         %" PRIu64 "   rng counter %" PRIu64 "\n", in.seed, in.rng_counter);
-    printf("loss scale   %.17g   growth tracker %" PRId64 "\n", in.loss_scale, in.loss_scale_growth_tracker);
+    printf("seed         %" PRIu64 "   rng counter %" PRIu64 "\n", in.pos.seed, in.pos.rng_counter);
+    printf("loss scale   %.17g   growth tracker %" PRId64 "\n", in.pos.loss_scale, in.pos.loss_scale_growth_tracker);
     printf("layout       %s (%d ranks)\n", ts_ckpt_manifest_layout(m), ts_ckpt_manifest_world_size(m));
     printf("parameters   %" PRId64 " trainable   buffers %" PRId64 "   optimizer state %" PRId64 " values\n\n",
            in.param_numel, in.state_numel, in.optim_numel);
@@ -355,7 +355,7 @@ static int cmd_merge(int argc, char **argv) {
   if (rc) return ts_cli_fail(1, "merge: %s", ts_last_error());
   ts_ckpt_info info;
   if (ts_ckpt_read_info(out, &info) == TS_OK) {
-    printf("wrote %s: %d tensors, step %" PRId64 "\n", out, info.ntensors, info.step);
+    printf("wrote %s: %d tensors, step %" PRId64 "\n", out, info.ntensors, info.pos.step);
     ts_ckpt_info_free(&info);
   }
   return 0;

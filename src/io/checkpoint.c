@@ -187,19 +187,19 @@ int ts__ckpt_write(const char *path, const ts_ckpt_state *st, const ts__ckpt_ten
     SETM("config_hash", num);
   }
   if (st->config_yaml) SETM("config", st->config_yaml);
-  snprintf(num, sizeof num, "%" PRId64, st->step);
+  snprintf(num, sizeof num, "%" PRId64, st->pos.step);
   SETM("step", num);
-  snprintf(num, sizeof num, "%" PRId64, st->epoch);
+  snprintf(num, sizeof num, "%" PRId64, st->pos.epoch);
   SETM("epoch", num);
-  snprintf(num, sizeof num, "%" PRId64, st->batch_index);
+  snprintf(num, sizeof num, "%" PRId64, st->pos.batch_index);
   SETM("batch_index", num);
-  snprintf(num, sizeof num, "%" PRIu64, st->seed);
+  snprintf(num, sizeof num, "%" PRIu64, st->pos.seed);
   SETM("seed", num);
-  snprintf(num, sizeof num, "%" PRIu64, st->rng_counter);
+  snprintf(num, sizeof num, "%" PRIu64, st->pos.rng_counter);
   SETM("rng_counter", num);
-  snprintf(num, sizeof num, "%.17g", st->loss_scale);
+  snprintf(num, sizeof num, "%.17g", st->pos.loss_scale);
   SETM("loss_scale", num);
-  snprintf(num, sizeof num, "%" PRId64, st->loss_scale_growth_tracker);
+  snprintf(num, sizeof num, "%" PRId64, st->pos.loss_scale_growth_tracker);
   SETM("loss_scale_growth_tracker", num);
 #undef SETM
   if (rc) {
@@ -386,18 +386,18 @@ int ts_ckpt_info_get(const ts_st_file *f, ts_ckpt_info *info) {
   int rc;
   info->has_config_hash = ts_st_meta(f, META("config_hash")) != NULL;
   if ((rc = meta_u64(f, META("config_hash"), 16, &info->config_hash)) ||
-      (rc = meta_i64(f, META("step"), &info->step)) ||
-      (rc = meta_i64(f, META("epoch"), &info->epoch)) ||
-      (rc = meta_i64(f, META("batch_index"), &info->batch_index)) ||
-      (rc = meta_u64(f, META("seed"), 10, &info->seed)) ||
-      (rc = meta_u64(f, META("rng_counter"), 10, &info->rng_counter)) ||
-      (rc = meta_f64(f, META("loss_scale"), &info->loss_scale)) ||
-      (rc = meta_i64(f, META("loss_scale_growth_tracker"), &info->loss_scale_growth_tracker)))
+      (rc = meta_i64(f, META("step"), &info->pos.step)) ||
+      (rc = meta_i64(f, META("epoch"), &info->pos.epoch)) ||
+      (rc = meta_i64(f, META("batch_index"), &info->pos.batch_index)) ||
+      (rc = meta_u64(f, META("seed"), 10, &info->pos.seed)) ||
+      (rc = meta_u64(f, META("rng_counter"), 10, &info->pos.rng_counter)) ||
+      (rc = meta_f64(f, META("loss_scale"), &info->pos.loss_scale)) ||
+      (rc = meta_i64(f, META("loss_scale_growth_tracker"), &info->pos.loss_scale_growth_tracker)))
     return rc;
   /* a position no run can reach is a damaged or forged header, not a place to resume from */
-  if (info->step < 0 || info->epoch < 0 || info->batch_index < 0 || info->epoch > info->step)
+  if (info->pos.step < 0 || info->pos.epoch < 0 || info->pos.batch_index < 0 || info->pos.epoch > info->pos.step)
     return ts_error_set(TS_EFORMAT, "%s: impossible position in the header: step %lld, epoch %lld, batch %lld",
-                        ts_st_path(f), (long long)info->step, (long long)info->epoch, (long long)info->batch_index);
+                        ts_st_path(f), (long long)info->pos.step, (long long)info->pos.epoch, (long long)info->pos.batch_index);
   s = ts_st_meta(f, META("config"));
   if (s && !(info->config_yaml = strdup(s)))
     return ts_error_set(TS_ENOMEM, "%s: out of memory", ts_st_path(f));
@@ -673,13 +673,7 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
     st->nloaded++;
   }
   if (info.is_tessera) {
-    st->step = info.step;
-    st->epoch = info.epoch;
-    st->batch_index = info.batch_index;
-    st->seed = info.seed;
-    st->rng_counter = info.rng_counter;
-    st->loss_scale = info.loss_scale;
-    st->loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+    st->pos = info.pos;
   }
   if (!strict && (missing.n || unexpected.n || mism.n))
     ts_log(TS_LOG_WARN, "%s: loaded %d of %d tensors (%d missing, %d unexpected, %d mismatched)",

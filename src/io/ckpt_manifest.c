@@ -42,9 +42,7 @@ struct ts_ckpt_manifest {
   int has_hash;
   uint64_t hash;
   char *config, *layout;
-  int64_t step, epoch, batch, growth;
-  uint64_t seed, rng;
-  double loss_scale;
+  ts_ckpt_position pos;
   int world;
   mfile *f;
   int nf, fcap;
@@ -188,13 +186,7 @@ int ts_ckpt_manifest_create(const ts_ckpt_state *st, const char *id, int world_s
   snprintf(m->model, sizeof m->model, "%s", st->model ? st->model : "");
   m->has_hash = st->config_hash != 0;
   m->hash = st->config_hash;
-  m->step = st->step;
-  m->epoch = st->epoch;
-  m->batch = st->batch_index;
-  m->seed = st->seed;
-  m->rng = st->rng_counter;
-  m->loss_scale = st->loss_scale;
-  m->growth = st->loss_scale_growth_tracker;
+  m->pos = st->pos;
   m->world = world_size;
   if ((st->config_yaml && !(m->config = strdup(st->config_yaml))) || !(m->dir = strdup(""))) {
     ts_ckpt_manifest_free(m);
@@ -416,16 +408,16 @@ static int to_json(const ts_ckpt_manifest *m, char **out) {
     snprintf(num, sizeof num, "%016" PRIx64, m->hash);
     cJSON_AddStringToObject(o, "config_hash", num);
   }
-  cJSON_AddItemToObject(o, "step", jint(m->step));
-  cJSON_AddItemToObject(o, "epoch", jint(m->epoch));
-  cJSON_AddItemToObject(o, "batch_index", jint(m->batch));
-  snprintf(num, sizeof num, "%" PRIu64, m->seed);
+  cJSON_AddItemToObject(o, "step", jint(m->pos.step));
+  cJSON_AddItemToObject(o, "epoch", jint(m->pos.epoch));
+  cJSON_AddItemToObject(o, "batch_index", jint(m->pos.batch_index));
+  snprintf(num, sizeof num, "%" PRIu64, m->pos.seed);
   cJSON_AddStringToObject(o, "seed", num);
-  snprintf(num, sizeof num, "%" PRIu64, m->rng);
+  snprintf(num, sizeof num, "%" PRIu64, m->pos.rng_counter);
   cJSON_AddStringToObject(o, "rng_counter", num);
-  snprintf(num, sizeof num, "%.17g", m->loss_scale);
+  snprintf(num, sizeof num, "%.17g", m->pos.loss_scale);
   cJSON_AddItemToObject(o, "loss_scale", cJSON_CreateRaw(num));
-  cJSON_AddItemToObject(o, "loss_scale_growth_tracker", jint(m->growth));
+  cJSON_AddItemToObject(o, "loss_scale_growth_tracker", jint(m->pos.loss_scale_growth_tracker));
   cJSON_AddItemToObject(o, "world_size", jint(m->world));
   cJSON *lay = m->layout ? cJSON_Parse(m->layout) : cJSON_CreateObject();
   cJSON_AddItemToObject(o, "layout", lay ? lay : cJSON_CreateObject());
@@ -525,18 +517,18 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
     if ((rc = get_u64(o, "config_hash", path, 16, &m->hash))) return rc;
     m->has_hash = 1;
   }
-  if ((rc = get_int(o, "step", path, 0, &m->step)) || (rc = get_int(o, "epoch", path, 0, &m->epoch)) ||
-      (rc = get_int(o, "batch_index", path, 0, &m->batch)) || (rc = get_u64(o, "seed", path, 10, &m->seed)) ||
-      (rc = get_u64(o, "rng_counter", path, 10, &m->rng)) ||
-      (rc = get_int(o, "loss_scale_growth_tracker", path, -MAX_INT53, &m->growth)) ||
+  if ((rc = get_int(o, "step", path, 0, &m->pos.step)) || (rc = get_int(o, "epoch", path, 0, &m->pos.epoch)) ||
+      (rc = get_int(o, "batch_index", path, 0, &m->pos.batch_index)) || (rc = get_u64(o, "seed", path, 10, &m->pos.seed)) ||
+      (rc = get_u64(o, "rng_counter", path, 10, &m->pos.rng_counter)) ||
+      (rc = get_int(o, "loss_scale_growth_tracker", path, -MAX_INT53, &m->pos.loss_scale_growth_tracker)) ||
       (rc = get_int(o, "world_size", path, 1, &v)))
     return rc;
   m->world = (int)v;
-  if (m->epoch > m->step)
-    return ts_error_set(TS_EFORMAT, "%s: impossible position: step %" PRId64 ", epoch %" PRId64, path, m->step, m->epoch);
+  if (m->pos.epoch > m->pos.step)
+    return ts_error_set(TS_EFORMAT, "%s: impossible position: step %" PRId64 ", epoch %" PRId64, path, m->pos.step, m->pos.epoch);
   const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
   if (!cJSON_IsNumber(ls)) return ts_error_set(TS_EFORMAT, "%s: \"loss_scale\" is missing or not a number", path);
-  m->loss_scale = ls->valuedouble;
+  m->pos.loss_scale = ls->valuedouble;
   const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
   if (lay) {
     if (!cJSON_IsObject(lay)) return ts_error_set(TS_EFORMAT, "%s: \"layout\" is not an object", path);
@@ -675,13 +667,7 @@ int ts_ckpt_manifest_info(const ts_ckpt_manifest *m, ts_ckpt_info *info) {
   snprintf(info->model, sizeof info->model, "%s", m->model);
   info->has_config_hash = m->has_hash;
   info->config_hash = m->hash;
-  info->step = m->step;
-  info->epoch = m->epoch;
-  info->batch_index = m->batch;
-  info->seed = m->seed;
-  info->rng_counter = m->rng;
-  info->loss_scale = m->loss_scale;
-  info->loss_scale_growth_tracker = m->growth;
+  info->pos = m->pos;
   if (m->config && !(info->config_yaml = strdup(m->config))) return ts_error_set(TS_ENOMEM, "manifest: out of memory");
   info->ntensors = m->nt;
   for (int k = 0; k < m->nt; k++) {

@@ -433,13 +433,7 @@ int ts_ckpt_merge(const char *dir, const char *out, const char *config_yaml) {
     st.config_hash = info.has_config_hash ? info.config_hash : 0;
     st.config_yaml = config_yaml ? config_yaml : info.config_yaml;
     st.version = info.version;
-    st.step = info.step;
-    st.epoch = info.epoch;
-    st.batch_index = info.batch_index;
-    st.seed = info.seed;
-    st.rng_counter = info.rng_counter;
-    st.loss_scale = info.loss_scale;
-    st.loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+    st.pos = info.pos;
     rc = ts__ckpt_write(out, &st, t, nt);
   }
   ts_ckpt_info_free(&info);

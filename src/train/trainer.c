@@ -229,13 +229,13 @@ void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st) {
   memset(st, 0, sizeof *st);
   st->params = t->run->params;
   st->optim = t->opt;
-  st->step = t->step;
-  st->epoch = t->epoch;
-  st->batch_index = t->batch;
-  st->seed = t->cfg.train.seed;
-  st->rng_counter = (uint64_t)t->step;
-  st->loss_scale = t->scaler.scale; /* 1 without loss scaling */
-  st->loss_scale_growth_tracker = t->scaler.growth;
+  st->pos.step = t->step;
+  st->pos.epoch = t->epoch;
+  st->pos.batch_index = t->batch;
+  st->pos.seed = t->cfg.train.seed;
+  st->pos.rng_counter = (uint64_t)t->step;
+  st->pos.loss_scale = t->scaler.scale; /* 1 without loss scaling */
+  st->pos.loss_scale_growth_tracker = t->scaler.growth;
   st->model = ts_model_kind_name(t->cfg.model.name);
   st->config_hash = ts_config_hash(&t->cfg);
   st->config_yaml = t->cfg_yaml;
@@ -315,12 +315,12 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
     if (!rc) rc = ts_dist_move(t->dist, w.full, with_optimizer ? t->opt : NULL, w.fopt, 0); /* cut into slices */
   }
   if (!rc && with_optimizer) {
-    t->step = st.step;
-    t->epoch = st.epoch;
-    t->batch = st.batch_index;
+    t->step = st.pos.step;
+    t->epoch = st.pos.epoch;
+    t->batch = st.pos.batch_index;
     if (t->train_pipe) rc = ts_pipeline_seek(t->train_pipe, t->epoch, t->batch);
     /* a dynamic scale continues where it was (fixed: the configured one) */
-    if (!rc) rc = ts_loss_scaler_restore(&t->scaler, st.loss_scale, st.loss_scale_growth_tracker);
+    if (!rc) rc = ts_loss_scaler_restore(&t->scaler, st.pos.loss_scale, st.pos.loss_scale_growth_tracker);
     if (rc) rc = ts_error_wrap(rc, "%s: tessera.loss_scale", path);
     if (!rc) rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale);
   }

@@ -314,13 +314,7 @@ int ts__trainer_load_sliced(ts_trainer *t, const char *dir, int strict, int with
   memset(&info, 0, sizeof info);
   if (!rc) rc = ts_ckpt_manifest_info(m, &info);
   if (!rc) {
-    st->step = info.step;
-    st->epoch = info.epoch;
-    st->batch_index = info.batch_index;
-    st->seed = info.seed;
-    st->rng_counter = info.rng_counter;
-    st->loss_scale = info.loss_scale;
-    st->loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+    st->pos = info.pos;
     if (opt) ts_optim_set_step(t->opt, step);
   }
   ts_ckpt_info_free(&info);
@@ -376,19 +370,13 @@ int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, cons
   st.config_hash = ts_config_hash(cfg);
   if (!rc) rc = ts_ckpt_manifest_match(m, &st, tens.v, tens.n, 1, 1);
   char staging[4096] = "", id[64];
-  snprintf(id, sizeof id, "%08" PRId64 "-%" PRIx64 "-%lx-reshard", info.step, (uint64_t)(ts_time_now() * 1e9),
+  snprintf(id, sizeof id, "%08" PRId64 "-%" PRIx64 "-%lx-reshard", info.pos.step, (uint64_t)(ts_time_now() * 1e9),
            (long)getpid());
   ts_ckpt_manifest *nm = NULL;
   if (!rc) {
     st.config_yaml = yaml;
     st.version = info.version;
-    st.step = info.step;
-    st.epoch = info.epoch;
-    st.batch_index = info.batch_index;
-    st.seed = info.seed;
-    st.rng_counter = info.rng_counter;
-    st.loss_scale = info.loss_scale;
-    st.loss_scale_growth_tracker = info.loss_scale_growth_tracker;
+    st.pos = info.pos;
     rc = ts_ckpt_manifest_create(&st, id, ndevices, &nm);
   }
   if (!rc) {
@@ -418,7 +406,7 @@ int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, cons
     if (!rc) qsort(seen, seen_n, sizeof *seen, cmp_u64);
     char *rec = NULL;
     if (!rc) rc = ts_ckpt_sliced_read(m, own.v, own.n, 1);
-    if (!rc) rc = ts_ckpt_slice_write(staging, r, id, info.step, own.v, own.n, &rec);
+    if (!rc) rc = ts_ckpt_slice_write(staging, r, id, info.pos.step, own.v, own.n, &rec);
     if (!rc) rc = ts_ckpt_manifest_add_record(nm, rec);
     free(rec);
     ts_piece_list_free(&own);

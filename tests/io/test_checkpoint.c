@@ -96,13 +96,13 @@ static ts_ckpt_state full_state(ts_params *ps, ts_optim *o, const char *yaml, ui
   memset(&st, 0, sizeof st);
   st.params = ps;
   st.optim = o;
-  st.step = 3;
-  st.epoch = 1;
-  st.batch_index = 7;
-  st.seed = 0xfedcba9876543210ULL;
-  st.rng_counter = 12345;
-  st.loss_scale = 1.0 / 3.0;
-  st.loss_scale_growth_tracker = 17;
+  st.pos.step = 3;
+  st.pos.epoch = 1;
+  st.pos.batch_index = 7;
+  st.pos.seed = 0xfedcba9876543210ULL;
+  st.pos.rng_counter = 12345;
+  st.pos.loss_scale = 1.0 / 3.0;
+  st.pos.loss_scale_growth_tracker = 17;
   st.model = "mlp";
   st.config_hash = hash;
   st.config_yaml = yaml;
@@ -148,9 +148,9 @@ static void test_round_trip(void) {
   CHECK_OK(ts_ckpt_load(path, &ld, 1));
   CHECK(same_state(a, oa, b, ob));
   CHECK(ts_optim_get_step(ob) == 3);
-  CHECK(ld.step == 3 && ld.epoch == 1 && ld.batch_index == 7);
-  CHECK(ld.seed == 0xfedcba9876543210ULL && ld.rng_counter == 12345);
-  CHECK(ld.loss_scale == 1.0 / 3.0 && ld.loss_scale_growth_tracker == 17);
+  CHECK(ld.pos.step == 3 && ld.pos.epoch == 1 && ld.pos.batch_index == 7);
+  CHECK(ld.pos.seed == 0xfedcba9876543210ULL && ld.pos.rng_counter == 12345);
+  CHECK(ld.pos.loss_scale == 1.0 / 3.0 && ld.pos.loss_scale_growth_tracker == 17);
   CHECK(ld.nloaded == 5 + 9 && ld.nmissing == 0 && ld.nunexpected == 0 && ld.nmismatched == 0);
   /* params only (no optimizer): the optim.* tensors are not asked for */
   ts_params *c = make_params(0, 5);
@@ -168,7 +168,7 @@ static void test_round_trip(void) {
   ts_ckpt_info in;
   CHECK_OK(ts_ckpt_read_info(path, &in));
   CHECK(in.is_tessera && !strcmp(in.model, "mlp") && in.has_config_hash && in.config_hash == hash);
-  CHECK(in.step == 3 && in.epoch == 1 && in.batch_index == 7 && in.loss_scale == 1.0 / 3.0);
+  CHECK(in.pos.step == 3 && in.pos.epoch == 1 && in.pos.batch_index == 7 && in.pos.loss_scale == 1.0 / 3.0);
   CHECK(in.config_yaml && !strcmp(in.config_yaml, yaml));
   CHECK(in.param_numel == 32 + 8 + 24 + 3 && in.state_numel == 8);
   CHECK(in.optim_numel == 1 + 2 * (32 + 8 + 24 + 3));
@@ -186,11 +186,11 @@ static void test_round_trip(void) {
     ts_params *x = make_params(0, 3), *y = make_params(0, 4);
     ts_optim *ox = make_optim(x, kind), *oy = make_optim(y, kind);
     train(x, ox, 2, 11);
-    ts_ckpt_state s = {.params = x, .optim = ox, .step = 2};
+    ts_ckpt_state s = {.params = x, .optim = ox, .pos.step = 2};
     CHECK_OK(ts_ckpt_save(tpath("k.safetensors"), &s));
     ts_ckpt_state l = {.params = y, .optim = oy};
     CHECK_OK(ts_ckpt_load(tpath("k.safetensors"), &l, 1));
-    CHECK(same_state(x, ox, y, oy) && l.step == 2);
+    CHECK(same_state(x, ox, y, oy) && l.pos.step == 2);
     ts_optim_free(ox);
     ts_optim_free(oy);
     ts_params_free(x);
@@ -255,7 +255,7 @@ static void test_mismatch(void) {
   CHECK(!memcmp(ts_params_ptr(a, w1a), ts_params_ptr(b, w1b), 32 * sizeof(float)));
   int w2 = ts_params_find(b, "fc2.weight");
   CHECK(!memcmp(ts_params_ptr(b, w2), snap + ts_params_offset(b, w2), 32 * sizeof(float)));
-  CHECK(ts_optim_get_step(ob) == 2 && ld.step == 3);
+  CHECK(ts_optim_get_step(ob) == 2 && ld.pos.step == 3);
 
   /* another model: refused in strict mode, warned about otherwise */
   ts_params *c = make_params(0, 5);
@@ -420,7 +420,7 @@ static void test_rotate_latest(void) {
   for (int i = 0; i < 4; i++) {
     char p[700];
     CHECK_OK(ts_ckpt_path(p, sizeof p, dir, "ckpt", steps[i]));
-    st.step = steps[i];
+    st.pos.step = steps[i];
     CHECK_OK(ts_ckpt_save(p, &st));
   }
   CHECK_OK(ts_ckpt_path(buf, sizeof buf, dir, "ckpt", 5));
@@ -441,7 +441,7 @@ static void test_rotate_latest(void) {
   CHECK_MSG(has(buf, "/rot/ckpt-00000100.safetensors"), "%s", buf);
   ts_ckpt_state ld = {.params = a};
   CHECK_OK(ts_ckpt_load(buf, &ld, 1));
-  CHECK(ld.step == 100);
+  CHECK(ld.pos.step == 100);
   /* ts_ckpt_find walks the series down from `before` (newest first), by name */
   int64_t found = -1, want[] = {100, 10, 7, 5};
   int64_t before = INT64_MAX;
@@ -506,10 +506,10 @@ static void test_export(void) {
   ts_st_close(f);
   /* the export loads back as parameters (plain names) */
   ts_params *b = make_params(0, 7);
-  ts_ckpt_state ld = {.params = b, .model = "resnet", .config_hash = 1, .step = 42};
+  ts_ckpt_state ld = {.params = b, .model = "resnet", .config_hash = 1, .pos.step = 42};
   CHECK_OK(ts_ckpt_load(out, &ld, 1)); /* no identity metadata: nothing to refuse */
   CHECK(same_state(a, NULL, b, NULL));
-  CHECK(ld.step == 42); /* no training position in an export */
+  CHECK(ld.pos.step == 42); /* no training position in an export */
   ts_ckpt_info in;
   CHECK_OK(ts_ckpt_read_info(out, &in));
   CHECK(!in.is_tessera && in.param_numel == 32 + 8 + 8 + 24 + 3);
@@ -640,7 +640,7 @@ static void test_clean_temps(void) {
   snprintf(p, sizeof p, "%s/%s", dir, stale[0]);
   spit(p, "x", 1);
   ts_params *a = make_params(0, 1);
-  ts_ckpt_state st = {.params = a, .step = 20};
+  ts_ckpt_state st = {.params = a, .pos.step = 20};
   char cp[700];
   CHECK_OK(ts_ckpt_path(cp, sizeof cp, dir, "ckpt", 20));
   CHECK_OK(ts_ckpt_save(cp, &st));
@@ -684,7 +684,7 @@ static void test_snapshot(void) {
   CHECK(same_file(tpath("snap_sync2.safetensors"), tpath("snap_async2.safetensors")));
   /* the later state: the store changed, so the files differ; the same buffer serves */
   st = full_state(a, oa, yaml, 0x1234);
-  st.step = 4;
+  st.pos.step = 4;
   CHECK_OK(ts_ckpt_snapshot_take(&st, &snap));
   CHECK(ts_ckpt_snapshot_bytes(snap) == cap);
   CHECK_OK(ts_ckpt_save(tpath("snap_sync3.safetensors"), &st));
@@ -696,7 +696,7 @@ static void test_snapshot(void) {
   ts_optim *ob = make_optim(b, TS_OPTIM_ADAMW);
   ts_ckpt_state ld = full_state(b, ob, NULL, 0x1234);
   CHECK_OK(ts_ckpt_load(tpath("snap_async3.safetensors"), &ld, 1));
-  CHECK(ld.step == 4 && same_state(a, oa, b, ob));
+  CHECK(ld.pos.step == 4 && same_state(a, oa, b, ob));
   CHECK(ts_ckpt_snapshot_take(NULL, &snap) == TS_EINVAL && ts_ckpt_snapshot_save(snap, NULL) == TS_EINVAL);
   ts_ckpt_snapshot_free(snap);
   ts_ckpt_snapshot_free(NULL);

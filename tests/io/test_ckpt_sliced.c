@@ -66,13 +66,13 @@ static ts_ckpt_state meta(void) {
   st.model = "toy";
   st.config_hash = 0x1234abcdull;
   st.config_yaml = "model: {name: toy}\n";
-  st.step = 42;
-  st.epoch = 1;
-  st.batch_index = 2;
-  st.seed = 18446744073709551615ull;
-  st.rng_counter = 42;
-  st.loss_scale = 0.1;
-  st.loss_scale_growth_tracker = 3;
+  st.pos.step = 42;
+  st.pos.epoch = 1;
+  st.pos.batch_index = 2;
+  st.pos.seed = 18446744073709551615ull;
+  st.pos.rng_counter = 42;
+  st.pos.loss_scale = 0.1;
+  st.pos.loss_scale_growth_tracker = 3;
   return st;
 }
 
@@ -199,8 +199,8 @@ int main(void) {
   if (m) {
     ts_ckpt_info in;
     CHECK_OK(ts_ckpt_manifest_info(m, &in));
-    CHECK(in.step == 42 && in.epoch == 1 && in.batch_index == 2 && in.seed == 18446744073709551615ull &&
-          in.loss_scale == 0.1 && in.loss_scale_growth_tracker == 3 && in.config_hash == 0x1234abcdull &&
+    CHECK(in.pos.step == 42 && in.pos.epoch == 1 && in.pos.batch_index == 2 && in.pos.seed == 18446744073709551615ull &&
+          in.pos.loss_scale == 0.1 && in.pos.loss_scale_growth_tracker == 3 && in.config_hash == 0x1234abcdull &&
           !strcmp(in.model, "toy") && in.config_yaml && !strcmp(in.config_yaml, "model: {name: toy}\n") &&
           in.param_numel == 128 + 26 && in.optim_numel == 129 && in.ntensors == 4);
     ts_ckpt_info_free(&in);
