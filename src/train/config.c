@@ -1082,6 +1082,28 @@ static void fmt_tf(ts__sb *b, const ts_transform *t) {
 }
 
 /* A key's value in flow style. */
+/* One element of a list-valued key (list = the list's array, i = the element). */
+typedef void (*fmt_elem_fn)(ts__sb *b, const void *list, int i);
+static void fmt_int_at(ts__sb *b, const void *list, int i) { ts__sb_printf(b, "%d", ((const int *)list)[i]); }
+static void fmt_double_at(ts__sb *b, const void *list, int i) { fmt_double(b, ((const double *)list)[i]); }
+static void fmt_str_at(ts__sb *b, const void *list, int i) { fmt_string(b, ((const char (*)[160])list)[i]); }
+static void fmt_tf_at(ts__sb *b, const void *list, int i) { fmt_tf(b, &((const ts_transform *)list)[i]); }
+static void fmt_pair_at(ts__sb *b, const void *list, int i) {
+  const ts_cfg_strategy *e = &((const ts_cfg_strategy *)list)[i];
+  fmt_string(b, e->op);
+  ts__sb_puts(b, ": ");
+  fmt_string(b, e->text);
+}
+/* A YAML flow sequence ("[]") or mapping ("{}") of n elements, ", " between them. */
+static void fmt_list(ts__sb *b, const char *brackets, const void *list, int n, fmt_elem_fn elem) {
+  ts__sb_put(b, brackets, 1);
+  for (int i = 0; i < n; i++) {
+    if (i) ts__sb_puts(b, ", ");
+    elem(b, list, i);
+  }
+  ts__sb_put(b, brackets + 1, 1);
+}
+
 static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
   const char *p = (const char *)cfg + k->off;
   switch (k->type) {
@@ -1107,67 +1129,16 @@ static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
     case CT_BOOL: ts__sb_puts(b, *(const int *)p ? "true" : "false"); break;
     case CT_STR: fmt_string(b, p); break;
     case CT_ENUM: ts__sb_puts(b, enum_name(k->names, *(const int *)p)); break;
-    case CT_INTS: {
-      const ts_cfg_ints *v = (const ts_cfg_ints *)p;
-      ts__sb_puts(b, "[");
-      for (int i = 0; i < v->n; i++) ts__sb_printf(b, "%s%d", i ? ", " : "", v->v[i]);
-      ts__sb_puts(b, "]");
-      break;
-    }
-    case CT_FLOATS: {
-      const ts_cfg_floats *v = (const ts_cfg_floats *)p;
-      ts__sb_puts(b, "[");
-      for (int i = 0; i < v->n; i++) {
-        if (i) ts__sb_puts(b, ", ");
-        fmt_double(b, v->v[i]);
-      }
-      ts__sb_puts(b, "]");
-      break;
-    }
-    case CT_ILIST: {
-      const ts_cfg_ilist *v = (const ts_cfg_ilist *)p;
-      ts__sb_puts(b, "[");
-      for (int i = 0; i < v->n; i++) ts__sb_printf(b, "%s%d", i ? ", " : "", v->v[i]);
-      ts__sb_puts(b, "]");
-      break;
-    }
+    case CT_INTS: fmt_list(b, "[]", ((const ts_cfg_ints *)p)->v, ((const ts_cfg_ints *)p)->n, fmt_int_at); break;
+    case CT_FLOATS: fmt_list(b, "[]", ((const ts_cfg_floats *)p)->v, ((const ts_cfg_floats *)p)->n, fmt_double_at); break;
+    case CT_ILIST: fmt_list(b, "[]", ((const ts_cfg_ilist *)p)->v, ((const ts_cfg_ilist *)p)->n, fmt_int_at); break;
     case CT_STAGES:
-    case CT_STRATS: {
-      const ts_cfg_strategies *v = (const ts_cfg_strategies *)p;
-      ts__sb_puts(b, "{");
-      for (int i = 0; i < v->n; i++) {
-        if (i) ts__sb_puts(b, ", ");
-        fmt_string(b, v->v[i].op);
-        ts__sb_puts(b, ": ");
-        fmt_string(b, v->v[i].text);
-      }
-      ts__sb_puts(b, "}");
+    case CT_STRATS: fmt_list(b, "{}", ((const ts_cfg_strategies *)p)->v, ((const ts_cfg_strategies *)p)->n, fmt_pair_at); break;
+    case CT_STRS: fmt_list(b, "[]", ((const ts_cfg_strs *)p)->v, ((const ts_cfg_strs *)p)->n, fmt_str_at); break;
+    case CT_TFS:
+      if (((const ts_cfg_transforms *)p)->n < 0) ts__sb_puts(b, "auto");
+      else fmt_list(b, "[]", ((const ts_cfg_transforms *)p)->v, ((const ts_cfg_transforms *)p)->n, fmt_tf_at);
       break;
-    }
-    case CT_STRS: {
-      const ts_cfg_strs *v = (const ts_cfg_strs *)p;
-      ts__sb_puts(b, "[");
-      for (int i = 0; i < v->n; i++) {
-        if (i) ts__sb_puts(b, ", ");
-        fmt_string(b, v->v[i]);
-      }
-      ts__sb_puts(b, "]");
-      break;
-    }
-    case CT_TFS: {
-      const ts_cfg_transforms *v = (const ts_cfg_transforms *)p;
-      if (v->n < 0) {
-        ts__sb_puts(b, "auto");
-        break;
-      }
-      ts__sb_puts(b, "[");
-      for (int i = 0; i < v->n; i++) {
-        if (i) ts__sb_puts(b, ", ");
-        fmt_tf(b, &v->v[i]);
-      }
-      ts__sb_puts(b, "]");
-      break;
-    }
   }
 }
 
