@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "../train/train_search_bridge.h"
 
 /* parallel.strategies for GPT: tensor parallel tp, data parallel dp on the batch dimension. */
 static int megatron(ts_config *c, int dp, int tp) {

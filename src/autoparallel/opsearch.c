@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tessera/search.h"
-#include "train_impl.h"
+#include "../train/train_search_bridge.h"
 
 /* "transformer.h.12.attn.c_attn.dense_1" -> "transformer.h.*.attn.c_attn.dense_1": every part
  * made only of digits becomes '*'. */
