@@ -22,6 +22,7 @@
 #include "tessera/planner.h"
 #include "tessera/search.h"
 #include "tessera/dist.h"
+#include "tessera/autoparallel.h"
 #include "tessera/optim.h"
 #include "tessera/io.h"
 #include "tessera/checkpoint.h"

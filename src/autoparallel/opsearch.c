@@ -1,14 +1,14 @@
 /* auto_parallel's per-operator strategies (parallel.search_mode, include/tessera/search.h): the
- * config's model built once as one process's forward graph (global shapes, the micro-batch's
- * rows), its cost graph on the devices of one pipeline stage (data x tensor degrees) of the
- * cluster, the search, and the chosen strategies written as parallel.strategies (operator keys,
- * folded into '*' rules where every layer takes the same strategy) so the semi_auto pass runs
- * them, strategy files save them and `tessera plan` shows them. */
+ * model built once as one process's forward graph (global shapes, the micro-batch's rows), its
+ * cost graph on the devices of one pipeline stage (data x tensor degrees) of the cluster, the
+ * search, and the chosen strategies as a strategy set (operator keys, folded into '*' rules where
+ * every layer takes the same strategy), the value the semi_auto pass runs, strategy files save
+ * and `tessera plan` shows. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tessera/search.h"
-#include "../train/train_search_bridge.h"
+#include "autoplan.h"
 
 /* "transformer.h.12.attn.c_attn.dense_1" -> "transformer.h.*.attn.c_attn.dense_1": every part
  * made only of digits becomes '*'. */
@@ -50,11 +50,13 @@ static int rule_exact(const ts_graph *g, char **keys, int nk, const char *pat, c
   return ok;
 }
 
-/* The chosen strategies as parallel.strategies, folded into rules where safe. */
-static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int *choice, int D, ts_cfg_strategies *out) {
+/* The chosen strategies as a set for D devices, folded into rules where safe (in the order of
+ * the cost graph's operators, each rule where its first member stands). */
+static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int *choice, int D, ts_strategy_set **out) {
   int n = ts_costgraph_num_ops(cg), nk = ts_graph_num_nodes(g), rc = TS_OK;
   char **keys = calloc((size_t)nk + 1, sizeof *keys);
   char *want = calloc((size_t)nk + 1, 1), *done = calloc((size_t)n + 1, 1);
+  *out = NULL;
   if (!keys || !want || !done) {
     rc = ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
     goto out;
@@ -64,10 +66,10 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
     ts_parallel_op_key(g, j, k, sizeof k);
     if (!(keys[j] = strdup(k))) rc = ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
   }
-  memset(out, 0, sizeof *out); /* *out is the caller's to free (also on error) */
+  if (!rc) rc = ts_strategy_set_create(D, 0, out);
   for (int i = 0; i < n && !rc; i++) {
     if (done[i]) continue;
-    char pat[512], other[512], text[256];
+    char pat[512], other[512];
     generalise(ts_costgraph_op_key(cg, i), pat, sizeof pat);
     const ts_op_strategy *st = ts_costgraph_candidate(cg, i, choice[i]);
     /* the group: the ops with the same pattern; a rule if they all take st and it matches them only */
@@ -88,117 +90,65 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
       }
     else done[i] = 1;
     const char *name = rule ? pat : ts_costgraph_op_key(cg, i);
-    if (strlen(name) >= sizeof out->v[0].op) {
-      rc = ts_error_set(TS_ECONFIG, "auto_parallel: operator key '%s' is longer than %zu characters", name,
-                        sizeof out->v[0].op - 1);
-      break;
-    }
-    ts_op_strategy_str(st, text, sizeof text);
-    if (strlen(text) >= sizeof out->v[0].text) {
-      rc = ts_error_set(TS_ECONFIG, "auto_parallel: the strategy %s of '%s' is too long", text, name);
-      break;
-    }
-    if ((rc = ts_cfg_strategies_add(out, name, text))) rc = ts_error_wrap(rc, "auto_parallel: parallel.strategies");
+    if ((rc = ts_strategy_set_put(*out, name, st))) rc = ts_error_wrap(rc, "auto_parallel: the strategy of %s", name);
   }
 out:
   for (int j = 0; keys && j < nk; j++) free(keys[j]);
   free(keys);
   free(want);
   free(done);
+  if (rc) {
+    ts_strategy_set_free(*out);
+    *out = NULL;
+  }
   return rc;
 }
 
-int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl, ts_cfg_strategies *out,
-                        double *cost, ts_model_fn model, void *user) {
-  int D = dp * tp;
-  ts_search_mode mode = (ts_search_mode)c->parallel.search_mode;
-  int rc = TS_OK;
-  ts_trainer *t = calloc(1, sizeof *t);
-  if (!t) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
-  t->cfg = *c; /* a view of c (not freed here): only scalars change, and the strategies are hidden */
-  /* the rows one pass sees: a pipeline's micro-batch, else train.micro_batch_size (0: the batch) */
-  int64_t rows = c->parallel.pipeline_stages > 1 && c->parallel.micro_batches > 0
-                     ? c->train.batch_size / c->parallel.micro_batches
-                 : c->train.micro_batch_size > 0 ? c->train.micro_batch_size
-                                                 : c->train.batch_size;
-  t->cfg.parallel.mode = TS_PARALLEL_SEMI_AUTO;
-  t->cfg.parallel.pipeline_stages = 1;
-  memset(&t->cfg.parallel.strategies, 0, sizeof t->cfg.parallel.strategies);
-  t->cfg.parallel.strategy_ckpt_load_file[0] = 0;
-  const ts_dist_vt *vt;
-  ts_dist_config dc;
+int ts__autoparallel_op_search(const ts_dist_model *m, int64_t rows, int dp, int tp, const ts_cluster *cl,
+                               double max_memory_mb, int optim_slots, int mode, const ts_op_text *fixed, int nfixed,
+                               ts_strategy_set **out, double *cost) {
+  int D = dp * tp, rc = TS_OK;
+  *out = NULL;
   ts_graph *g = NULL;
   ts_params *p = NULL;
   ts_costgraph *cg = NULL;
   int *choice = NULL;
-  rc = ts__train_layout(&t->cfg, model, user, &vt, &dc, &t->model);
-  int have = 0; /* the sample's shape without opening a data set where the config tells it */
-  if (!rc) rc = ts__train_dry_sample(t, &have);
-  if (!rc && !have) rc = ts__train_prepare(t);
-  if (!rc && (!(rc = ts_graph_create(&g))) && !(rc = ts_params_create(&p))) {
+  if (!(rc = ts_graph_create(&g)) && !(rc = ts_params_create(&p))) {
     ts_nn nn = {g, p};
-    ts_val x = ts_input(g, "x", t->model.dtype, ts_shape_batch(rows, &t->model.sample));
+    ts_val x = ts_input(g, "x", m->dtype, ts_shape_batch(rows, &m->sample));
     ts_val_set_requires_grad(g, x, 0);
-    ts_val y = t->model.text ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &t->model.sample))
-                             : ts_input(g, "y", TS_I32, ts_shape1(rows));
+    ts_val y = m->text ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &m->sample)) : ts_input(g, "y", TS_I32, ts_shape1(rows));
     ts_model_info info = {0, D, 1, NULL};
     ts_val lg = TS_NONE, ls = TS_NONE;
-    rc = t->model.fn(&nn, x, y, &info, &lg, &ls, t->model.user);
+    rc = m->fn(&nn, x, y, &info, &lg, &ls, m->user);
     if (!rc && ts_graph_status(g)) rc = ts_error_set(TS_EGRAPH, "auto_parallel: model: %s", ts_graph_error(g));
   }
   if (!rc) {
     double lim = cl->mem_bytes;
-    if (c->train.max_memory_mb > 0 && c->train.max_memory_mb * 1048576.0 < lim) lim = c->train.max_memory_mb * 1048576.0;
-    ts_costgraph_config cc = {.ndevices = D, .cluster = cl, .mem_limit = lim, .batch_cut = dp,
-                              .opt_slots = ts_optim_kind_num_slots(c->optimizer.name)};
+    if (max_memory_mb > 0 && max_memory_mb * 1048576.0 < lim) lim = max_memory_mb * 1048576.0;
+    ts_costgraph_config cc = {.ndevices = D, .cluster = cl, .mem_limit = lim, .batch_cut = dp, .opt_slots = optim_slots};
     rc = ts_costgraph_build(g, &cc, &cg);
   }
   if (!rc && !(choice = calloc((size_t)ts_costgraph_num_ops(cg) + 1, sizeof(int))))
     rc = ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
   ts_search_result res;
-  ts_strategy_set *fixed = NULL;
-  if (!rc && mode == TS_SEARCH_PROPAGATION && c->parallel.strategies.n > 0) {
-    rc = ts_strategy_set_create(D, 0, &fixed);
-    for (int i = 0; !rc && i < c->parallel.strategies.n; i++)
-      rc = ts_strategy_set_put_text(fixed, c->parallel.strategies.v[i].op, c->parallel.strategies.v[i].text);
+  ts_strategy_set *fix = NULL;
+  if (!rc && mode == TS_SEARCH_PROPAGATION && nfixed > 0) { /* the user's own, as written */
+    rc = ts_strategy_set_create(D, 0, &fix);
+    for (int i = 0; !rc && i < nfixed; i++) rc = ts_strategy_set_put_text(fix, fixed[i].op, fixed[i].text);
     if (rc) rc = ts_error_wrap(rc, "parallel.strategies (sharding_propagation's fixed operators)");
   }
-  if (!rc) rc = ts_search_run(cg, mode, fixed, choice, &res);
+  if (!rc) rc = ts_search_run(cg, (ts_search_mode)mode, fix, choice, &res);
   if (rc == TS_ERANGE && mode == TS_SEARCH_DP) { /* an elimination table too big: not exact, said so */
     ts_log(TS_LOG_WARN, "auto_parallel: %s; the operators are searched by sharding_propagation instead", ts_last_error());
     rc = ts_search_run(cg, TS_SEARCH_PROPAGATION, NULL, choice, &res);
   }
   if (!rc) rc = write_strategies(g, cg, choice, D, out);
   if (!rc && cost) *cost = res.cost;
-  ts_strategy_set_free(fixed);
+  ts_strategy_set_free(fix);
   free(choice);
   ts_costgraph_free(cg);
   ts_graph_free(g);
   ts_params_free(p);
-  ts_source_free(t->train_src);
-  ts_source_free(t->test_src);
-  free(t);
-  return rc;
-}
-
-int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl, ts_model_fn model, void *user) {
-  int T = c->parallel.auto_tp, P = c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1;
-  if (N % T)
-    return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d does not divide the %d ranks", T, N);
-  if (N % (T * P))
-    return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d x parallel.pipeline_stages %d does not divide the %d ranks",
-                        T, P, N);
-  ts_plan_choice p;
-  memset(&p, 0, sizeof p);
-  p.dp = N / T / P, p.tp = T, p.pp = P;
-  p.micro_batches = P > 1 ? (c->parallel.micro_batches > 0 ? c->parallel.micro_batches : P) : 1;
-  static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
-  int m = c->parallel.search_mode;
-  int rc = ts__config_apply_plan_model(c, &p, cl, model, user);
-  if (!rc) rc = ts_config_validate(c);
-  if (!rc)
-    ts_log(TS_LOG_INFO, "auto_parallel on %d devices of %s: data parallel %d x tensor parallel %d x %d stages (parallel.auto_tp), "
-           "operators searched by %s: %d strategies", N, cl->name, p.dp, p.tp, p.pp, m >= 0 && m < 3 ? modes[m] : "?",
-           T > 1 ? c->parallel.strategies.n : 0);
   return rc;
 }
