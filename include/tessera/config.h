@@ -67,7 +67,9 @@ typedef enum {
   TS_DATA_COUNT
 } ts_data_kind;
 
-/* MindSpore's parallel modes; only STAND_ALONE is run by the trainer so far, all five parse. */
+/* MindSpore's parallel modes; the trainer runs all five: each is a distribution layout
+ * (include/tessera/dist.h), and auto_parallel is the layout of the plan the search
+ * (src/autoparallel/, include/tessera/autoparallel.h) returns for the job's devices. */
 typedef enum {
   TS_PARALLEL_STAND_ALONE = 0,
   TS_PARALLEL_DATA,      /* data_parallel */

@@ -16,6 +16,7 @@
 #include "tessera/strategy.h"
 #include "tessera/cluster.h"
 #include "tessera/model.h"
+#include "tessera/autoparallel.h"
 #include "tessera/optim.h"
 #include "tessera/io.h"
 #include "tessera/checkpoint.h"

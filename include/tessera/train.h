@@ -13,6 +13,7 @@
 #ifndef TESSERA_TRAIN_H
 #define TESSERA_TRAIN_H
 
+#include "tessera/autoparallel.h"
 #include "tessera/config.h"
 #include "tessera/cluster.h"
 #include "tessera/comm.h"
@@ -102,21 +103,6 @@ int ts_trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, ts_mode
 int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                            char **text, ts_dist_memory_info *mem, int64_t *baseline);
 
-/* The step time the cost model predicts for rank `rank` of the job on cluster c (cluster.h):
- * the rank's training graph priced per micro-step (GEMM-like ops by FLOPs, the rest by bytes,
- * its collectives and pipeline sends by the alpha-beta model), times the micro-steps, plus the
- * data-parallel gradient reduction (hidden behind backward where it overlaps), a pipeline's
- * bubble ((P-1)/(V*M) of its micro-steps) and the optimizer's pass over its state. */
-typedef struct {
-  double step_s, samples_per_s;
-  double compute_s, gemm_s, other_s; /* per step (all micro-steps) */
-  double collectives_s;              /* the graph's collectives and p2p, per step */
-  double reduce_s, reduce_exposed_s; /* gradient reduction and its part not hidden */
-  double bubble_s, optimizer_s;
-  double flops;                      /* per step on the rank */
-  int64_t micro_steps;
-  int64_t memory_bytes;              /* per device (ts_dist_memory's total) */
-} ts_step_prediction;
 /* Measures this machine as a cluster description (`tessera calibrate`): the sgemm peak, the
  * fraction a model-sized GEMM reaches, the memory bandwidth, and with world (2 or more ranks;
  * collective, NULL alone) the all-reduce latency and bandwidth between the ranks. */
@@ -139,45 +125,35 @@ typedef struct {
  * bytes the other operators move per second net of c->op_overhead each; appends to c->source.
  * The model's data set is opened (the run is real). Fills *rep (may be NULL). */
 int ts_calibrate_model(const ts_config *cfg, int warmup, int steps, ts_cluster *c, ts_calibration_report *rep);
+/* The step time the cost model predicts for rank `rank` of cfg's job on cluster c (planner.h;
+ * ts_step_prediction in autoparallel.h): the job's layout built dry and priced by the search's
+ * predictor. Under auto_parallel, the searched plan's. */
 int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out);
+/* The same for plan p (its degrees, micro-batching, shard stage, recompute and strategies) in
+ * place of cfg's layout keys. */
+int ts_trainer_predict_autoplan(const ts_config *cfg, const ts_autoplan *p, int ndevices, int rank,
+                                const ts_cluster *c, ts_step_prediction *out);
+/* `tessera plan`'s report (ts_trainer_plan_report) for plan p in place of cfg's layout keys. */
+int ts_trainer_plan_report_autoplan(const ts_config *cfg, const ts_autoplan *p, int ndevices, int rank, char **text,
+                                    ts_dist_memory_info *mem, int64_t *baseline);
 
-/* One plan of the auto_parallel search: the degrees (dp * tp * pp = devices), a pipeline's
- * micro-batches, the optimizer shard stage, recompute (0 none, 1 full); its prediction; whether it
- * fits the device memory and train.max_memory_mb, and else (or when the layouts refuse it) why. */
-typedef struct {
-  int dp, tp, pp, micro_batches, zero, recompute;
-  int megatron;     /* tp > 1: 1 = Megatron-LM's cuts (GPT), 0 = the
-                       per-operator search of parallel.search_mode (src/planner/search.h) */
-  int virtual_stages;      /* pieces per pipeline rank (interleaved 1F1B when > 1; 0 or 1: one) */
-  ts_step_prediction pred;
-  int fits;
-  int priced;              /* built and priced (0: refused, or pruned by its bounds before building) */
-  double mem_bound, time_bound; /* arithmetic lower bounds of its memory (bytes) and step (s); 0: none */
-  char why[256];
-} ts_plan_choice;
-/* The rows of one micro-batch on each data-parallel replica: batch / (dp * micro_batches). */
-int ts_plan_choice_micro_batch_size(const ts_config *cfg, const ts_plan_choice *p);
-/* Every plan of the outer search for cfg's model on N devices of cluster c (out: up to cap of
- * them, *n written): data x tensor x pipeline degrees (tensor parallelism inside a node when the
- * job spans nodes), micro-batch counts (a pipeline's P, 2P, 4P and those of 1, 2, 4, 8 rows per
- * replica), interleaved 1F1B with 2 pieces per rank (M a multiple of P), the optimizer shard
- * stage and recompute. For GPT each gets arithmetic lower bounds of
- * its memory and step first; the candidates are priced in the order of their step bound, and one
- * whose memory bound exceeds the device (or train.max_memory_mb), or whose step bound exceeds the
- * best plan priced so far, is not built (its why says so). The rest are built dry (sized, nothing
- * allocated) and priced; *best the fastest that fits. Deterministic. TS_ECONFIG when none fits
- * (saying by how much the smallest exceeds the memory). */
-int ts_trainer_search(const ts_config *cfg, int N, const ts_cluster *c, ts_plan_choice *out, int cap, int *n,
-                      int *best);
-/* Sets cfg's parallel keys (mode, stages, micro-batches, strategies: Megatron-LM's cuts for GPT,
- * or the per-operator search's on parallel.cluster), optimizer shard and recompute to plan p.
- * The strategies replace (and free) cfg's own: cfg must own its lists (not a by-value view of
- * another config; see ts_config_copy). */
-int ts_config_apply_plan(ts_config *cfg, const ts_plan_choice *p);
-/* The same with the per-operator search priced on cluster c (NULL: parallel.cluster). */
-int ts_config_apply_plan_on(ts_config *cfg, const ts_plan_choice *p, const ts_cluster *c);
-/* "dp=2,tp=1,pp=1,micro_batches=1,zero=0,recompute=none" */
-void ts_plan_choice_str(const ts_plan_choice *p, char *buf, size_t cap);
+/* The auto_parallel search (include/tessera/autoparallel.h, src/autoparallel/) for cfg's zoo
+ * model on N devices of cluster c: every candidate plan into cands (up to cap, *n written;
+ * without strategies) and the chosen one, with its strategies, into *chosen (free with
+ * ts_autoplan_free). TS_ECONFIG when none fits. */
+int ts_trainer_autoplan_search(const ts_config *cfg, int N, const ts_cluster *c, ts_autoplan *cands, int cap, int *n,
+                               ts_autoplan *chosen);
+/* Plan p's strategies for cfg's zoo model (the degrees given: Megatron-LM's cuts, or the
+ * per-operator search priced on c) into p->strategies (free with ts_autoplan_free), and cfg's
+ * keys with p applied validated (TS_ECONFIG naming the key). */
+int ts_trainer_autoplan_build(const ts_config *cfg, const ts_cluster *c, ts_autoplan *p);
+/* Sets cfg's layout keys to plan p's (parallel.mode, stages, micro-batches, schedule, optimizer
+ * shard, model.recompute, the micro-batch and evaluation rows) and clears parallel.strategies:
+ * the plan's strategies travel as its set, never as text. cfg must own its lists (ts_config_copy). */
+int ts_config_apply_autoplan(ts_config *cfg, const ts_autoplan *p);
+/* The plan a trainer runs (parallel.mode auto_parallel; its strategies are those the layout
+ * was built with), NULL for the other modes. Owned by the trainer. */
+const ts_autoplan *ts_trainer_autoplan(const ts_trainer *t);
 
 /* The training and test sources cfg's data.* keys describe (the trainer's own: data.path, splits,
  * train_limit / test_limit applied), for a binding that iterates a data set by itself (the Python

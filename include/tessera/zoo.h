@@ -24,6 +24,7 @@
 #define TESSERA_ZOO_H
 
 #include "tessera/nn.h"
+#include "tessera/strategy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,6 +93,13 @@ int ts_zoo_gpt(ts_nn *nn, const ts_gpt_config *cfg, ts_val ids, ts_val targets, 
 /* Trainable parameter count of ts_zoo_gpt for this config and sequence length T (block_size
  * if set), counting a tied head once. -1 for an invalid config. */
 int64_t ts_zoo_gpt_num_params(const ts_gpt_config *cfg, int64_t T);
+/* Megatron-LM's tensor-parallel cuts of ts_zoo_gpt, tp ways, times data parallel dp on the
+ * batch, recorded into `out` (a set for dp * tp devices; entries named by the builder's operator
+ * keys and '*' rules over the blocks): column-parallel attn.c_attn (q|k|v) and mlp.c_fc,
+ * row-parallel attn.c_proj and mlp.c_proj, attention by heads, the vocabulary of the embedding,
+ * the head ("dense") and the loss. TS_ECONFIG naming the field when tp does not divide n_head or
+ * vocab_size; TS_EINVAL for dp or tp < 1 or a set of another device count. */
+int ts_gpt_megatron_strategies(const ts_gpt_config *cfg, int dp, int tp, ts_strategy_set *out);
 
 /* ---- small classifiers ----
  * MLP: x (N,...) is flattened to (N,F); fc1..fc<k> are Linear layers of the hidden sizes, each

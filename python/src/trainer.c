@@ -21,19 +21,14 @@ typedef struct {
   pycb *cbs;
   unsigned long busy; /* the thread running a C call that released the GIL on this trainer (0: none):
                          its callbacks may use the trainer, other threads may not */
-  char plan[512];  /* auto_parallel: the library's line naming the plan it chose ("" otherwise) */
+  char plan[512];  /* auto_parallel: the plan the trainer runs, described (ts_autoplan_describe; "" otherwise) */
 } Trainer;
 
-/* The log hook while a trainer is created: auto_parallel's INFO line naming the searched plan is
- * kept (Trainer.info()["plan"]); warnings and errors are written as the default hook does. Called
- * without the GIL: no Python here. */
-static char *plan_sink;
+/* The log hook while a trainer is created: warnings and errors are written as the default hook
+ * does, information is dropped (auto_parallel's plan is read from the trainer as a value:
+ * ts_trainer_autoplan). Called without the GIL: no Python here. */
 static void creation_log(ts_log_level level, const char *msg, void *user) {
   (void)user;
-  if (level == TS_LOG_INFO && plan_sink && !strncmp(msg, "auto_parallel", 13)) {
-    snprintf(plan_sink, 512, "%s", msg);
-    return;
-  }
   if (level < TS_LOG_WARN) return;
   int r, n;
   ts_job_rank(&r, &n);
@@ -200,15 +195,15 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
   }
   self->busy = PyThread_get_thread_ident();
   self->plan[0] = 0;
-  plan_sink = self->plan; /* trainers are created one at a time: the GIL is taken to start one */
   ts_log_set_hook(creation_log, NULL);
   Py_BEGIN_ALLOW_THREADS /* the builder (and a plan search's builds) take the GIL back */
   rc = self->build ? ts_trainer_create_custom(cfg, model_fn, self, &t) : ts_trainer_create(cfg, &t);
   Py_END_ALLOW_THREADS
   ts_log_set_hook(NULL, NULL); /* the library's default */
-  plan_sink = NULL;
   self->busy = 0;
   self->t = t;
+  const ts_autoplan *plan = t ? ts_trainer_autoplan(t) : NULL; /* Trainer.info()["plan"] */
+  if (plan) ts_autoplan_describe(plan, self->plan, sizeof self->plan);
   tsp_config_release(cfg);
   if (tsp_pending_restore()) {
     abort_job_on_exception("building the model (construct)");

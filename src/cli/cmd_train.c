@@ -188,7 +188,7 @@ int ts_cli_plot(int argc, char **argv) {
 /* `tessera plan CONFIG -n N [--rank R] [--set k=v ...]` */
 /* "dp=2,tp=1,pp=1,micro_batches=4,zero=1,recompute=full" (keys may be left out: 1, 1, 1, the
  * pipeline's stages, 0, none) */
-static int parse_fix(const char *spec, int n, int cfg_batch, ts_plan_choice *p) {
+static int parse_fix(const char *spec, int n, int cfg_batch, ts_autoplan *p) {
   memset(p, 0, sizeof *p);
   p->dp = p->tp = p->pp = 1;
   int mb = 0, mbs = 0, dp_given = 0;
@@ -236,7 +236,7 @@ static int parse_fix(const char *spec, int n, int cfg_batch, ts_plan_choice *p) 
 }
 
 static int cmp_choice(const void *a, const void *b) {
-  const ts_plan_choice *x = a, *y = b;
+  const ts_autoplan *x = a, *y = b;
   if (x->fits != y->fits) return y->fits - x->fits;
   if (!x->fits) return 0;
   /* as the search's choice: faster by more than 1e-9, else less memory */
@@ -245,54 +245,52 @@ static int cmp_choice(const void *a, const void *b) {
   return (x->pred.memory_bytes > y->pred.memory_bytes) - (x->pred.memory_bytes < y->pred.memory_bytes);
 }
 
+/* The operator strategies of plan p, one "name":"strategy" pair each (JSON) or one line each. */
+static void print_strategies(const ts_autoplan *p, int json) {
+  int n = p->strategies ? ts_strategy_set_count(p->strategies) : 0;
+  for (int i = 0; i < n; i++) {
+    char t[256];
+    ts_op_strategy_str(ts_strategy_set_at(p->strategies, i), t, sizeof t);
+    if (json) printf("%s\"%s\":\"%s\"", i ? "," : "", ts_strategy_set_name(p->strategies, i), t);
+    else printf("  %-48s %s\n", ts_strategy_set_name(p->strategies, i), t);
+  }
+}
+
 /* A plan as one JSON object (--json): the degrees, the micro-batching (rows per replica), the
  * predicted step and rates (tokens for text models), the memory, whether it fits, the strategies. */
-static void print_plan_json(const ts_config *cfg, int n, const ts_cluster *cl, const ts_plan_choice *p) {
-  TS_CLI_CONFIG(c);
-  if (ts_config_copy(&c, cfg)) { /* its own: the plan replaces the strategies */
-    ts_cli_fail(1, "%s", ts_last_error());
-    return;
-  }
-  ts_config_apply_plan_on(&c, p, cl);
-  int gpt = c.model.name == TS_MODEL_GPT;
-  double rate = p->pred.samples_per_s * (gpt ? (double)c.data.seq_len : 1.0);
+static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
+  int gpt = cfg->model.name == TS_MODEL_GPT;
+  double rate = p->pred.samples_per_s * (gpt ? (double)cfg->data.seq_len : 1.0);
   printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
          "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"amp_level\":\"O%d\",\"step_time_s\":%.6g,"
          "\"%s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"fits\":%s,"
          "\"strategies\":{",
-         n, p->dp, p->tp, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1, ts_plan_choice_micro_batch_size(&c, p),
-         p->micro_batches > 0 ? p->micro_batches : 1, p->zero, p->recompute ? "full" : "none", c.train.amp_level,
-         p->pred.step_s, gpt ? "tokens_per_s" : "samples_per_s", rate,
-         p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
+         n, p->dp, p->tp, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1,
+         ts_autoplan_micro_batch_size(p, cfg->train.batch_size), p->micro_batches > 0 ? p->micro_batches : 1, p->zero,
+         p->recompute ? "full" : "none", cfg->train.amp_level, p->pred.step_s, gpt ? "tokens_per_s" : "samples_per_s",
+         rate, p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
          p->fits ? "true" : "false");
-  for (int i = 0; i < c.parallel.strategies.n; i++)
-    printf("%s\"%s\":\"%s\"", i ? "," : "", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);
+  print_strategies(p, 1);
   printf("}}\n");
 }
 
 /* tessera plan --search: every plan, the chosen one first, with --json one object. */
 static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int json) {
-  int cap = 16384, cnt = 0, best = -1;
-  ts_plan_choice *all = calloc((size_t)cap, sizeof *all);
+  int cap = 16384, cnt = 0;
+  ts_autoplan *all = calloc((size_t)cap, sizeof *all), chosen;
   if (!all) return ts_cli_fail(1, "plan: out of memory");
   double t0 = ts_time_now();
-  int rc = ts_trainer_search(cfg, n, cl, all, cap, &cnt, &best);
+  int rc = ts_trainer_autoplan_search(cfg, n, cl, all, cap, &cnt, &chosen);
   double dt = ts_time_now() - t0;
   if (rc) {
     free(all);
     return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   }
-  ts_plan_choice chosen = all[best];
-  TS_CLI_CONFIG(c);
-  if ((rc = ts_config_copy(&c, cfg))) {
-    free(all);
-    return ts_cli_fail(1, "%s", ts_last_error());
-  }
-  ts_config_apply_plan_on(&c, &chosen, cl);
   char s[160];
-  ts_plan_choice_str(&chosen, s, sizeof s);
+  ts_autoplan_str(&chosen, s, sizeof s);
   if (json) {
-    print_plan_json(cfg, n, cl, &chosen);
+    print_plan_json(cfg, n, &chosen);
+    ts_autoplan_free(&chosen);
     free(all);
     return 0;
   }
@@ -300,25 +298,20 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   static const char *const smodes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
   int built = 0;
   for (int i = 0; i < cnt; i++) built += all[i].priced;
+  int m = cfg->parallel.search_mode;
   printf("search on %d devices of %s: %d candidate plans, %d built and priced (the others refused or beyond their "
-         "bounds) in %.1f s (per-operator search: %s)\n", n, cl->name, cnt, built, dt,
-         cfg->parallel.search_mode >= 0 && cfg->parallel.search_mode < 3 ? smodes[cfg->parallel.search_mode] : "?");
+         "bounds) in %.1f s (per-operator search: %s)\n", n, cl->name, cnt, built, dt, m >= 0 && m < 3 ? smodes[m] : "?");
   printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
          chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
   if (chosen.tp > 1) {
-    static const char *const modes[] = {"dynamic_programming", "sharding_propagation", "recursive_programming"};
-    int m = c.parallel.search_mode;
-    printf("operator strategies (%s):\n",
-           chosen.megatron ? "Megatron-LM's cuts"
-                                            : m >= 0 && m < 3 ? modes[m] : "?");
-    for (int i = 0; i < c.parallel.strategies.n; i++)
-      printf("  %-48s %s\n", c.parallel.strategies.v[i].op, c.parallel.strategies.v[i].text);
+    printf("operator strategies (%s):\n", chosen.megatron ? "Megatron-LM's cuts" : m >= 0 && m < 3 ? smodes[m] : "?");
+    print_strategies(&chosen, 0);
   }
   printf("  %-62s %10s %12s\n", "plan", "step ms", "MiB/device");
   int shown = 0;
   for (int i = 0; i < cnt && shown < 12; i++) {
     if (!all[i].fits) continue;
-    ts_plan_choice_str(&all[i], s, sizeof s);
+    ts_autoplan_str(&all[i], s, sizeof s);
     printf("  %-62s %10.3f %12.2f\n", s, 1e3 * all[i].pred.step_s, all[i].pred.memory_bytes / 1048576.0);
     shown++;
   }
@@ -327,10 +320,11 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   if (rej) printf("rejected (%d):\n", rej);
   for (int i = 0, k = 0; i < cnt && k < 12; i++) {
     if (all[i].fits) continue;
-    ts_plan_choice_str(&all[i], s, sizeof s);
+    ts_autoplan_str(&all[i], s, sizeof s);
     printf("  %-62s %s\n", s, all[i].why);
     k++;
   }
+  ts_autoplan_free(&chosen);
   free(all);
   return 0;
 }
@@ -443,18 +437,25 @@ int ts_cli_plan(int argc, char **argv) {
   if ((search || fix || json) && !cluster) cluster = "local";
   if (cluster && (e = ts_cluster_load(cluster, &cl))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
   if (search || (json && !fix)) return plan_search(&cfg, n, &cl, json);
+  ts_autoplan fp; /* --fix: the plan given, priced and reported as a value (its strategies a set) */
+  memset(&fp, 0, sizeof fp);
+  const ts_autoplan *given = NULL;
   if (fix) {
-    ts_plan_choice p;
     TS_CLI_CONFIG(base);
     if ((e = ts_config_copy(&base, &cfg))) return ts_cli_fail(1, "%s", ts_last_error());
-    if ((e = parse_fix(fix, n, cfg.train.batch_size, &p)) || (e = ts_config_apply_plan_on(&cfg, &p, &cl)) ||
-        (e = ts_config_validate(&cfg)))
+    if ((e = parse_fix(fix, n, cfg.train.batch_size, &fp)) || (e = ts_trainer_autoplan_build(&cfg, &cl, &fp)) ||
+        (e = ts_config_apply_autoplan(&cfg, &fp)) || (e = ts_config_validate(&cfg)))
       return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
+    given = &fp;
     if (json) { /* the given plan priced, as one object */
-      if ((e = ts_trainer_predict(&cfg, n, rank, &cl, &p.pred))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
-      double total = (double)p.pred.memory_bytes, budget = cfg.train.max_memory_mb * 1048576.0;
-      p.fits = total <= cl.mem_bytes && (budget <= 0 || total <= budget);
-      print_plan_json(&base, n, &cl, &p);
+      if ((e = ts_trainer_predict_autoplan(&base, &fp, n, rank, &cl, &fp.pred))) {
+        ts_autoplan_free(&fp);
+        return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
+      }
+      double total = (double)fp.pred.memory_bytes, budget = cfg.train.max_memory_mb * 1048576.0;
+      fp.fits = total <= cl.mem_bytes && (budget <= 0 || total <= budget);
+      print_plan_json(&base, n, &fp);
+      ts_autoplan_free(&fp);
       fflush(stdout);
       return 0;
     }
@@ -463,7 +464,8 @@ int ts_cli_plan(int argc, char **argv) {
   ts_dist_memory_info m;
   int64_t base = 0;
   /* the report, the rank's figures and the process's baseline from one dry build */
-  int rc = ts_trainer_plan_report(&cfg, n, rank, NULL, NULL, &text, &m, &base);
+  int rc = given ? ts_trainer_plan_report_autoplan(&cfg, given, n, rank, &text, &m, &base)
+                 : ts_trainer_plan_report(&cfg, n, rank, NULL, NULL, &text, &m, &base);
   if (text) fputs(text, stdout); /* also when it would not fit train.max_memory_mb */
   free(text);
   const char *mem_from = device_mem > 0 ? "--device-memory" : "the cluster's devices";
@@ -491,7 +493,7 @@ int ts_cli_plan(int argc, char **argv) {
   }
   if (!rc && cluster) {
     ts_step_prediction p;
-    rc = ts_trainer_predict(&cfg, n, rank, &cl, &p);
+    rc = given ? ts_trainer_predict_autoplan(&cfg, given, n, rank, &cl, &p) : ts_trainer_predict(&cfg, n, rank, &cl, &p);
     if (!rc) {
       printf("\n");
       ts_cluster_describe(&cl, stdout);
@@ -507,6 +509,7 @@ int ts_cli_plan(int argc, char **argv) {
     }
   }
   fflush(stdout);
+  ts_autoplan_free(&fp);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   if (no_fit)
     return ts_cli_fail(2, "plan: rank %d's memory does not fit the device (%s); see the verdict above", rank, mem_from);

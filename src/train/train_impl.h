@@ -11,6 +11,8 @@
 #include "distribution/dist.h"
 #include "tessera/prof.h"
 #include "tessera/train.h"
+#include "tessera/zoo.h"
+#include "../autoparallel/autoplan.h"
 
 /* Train and test sources for a config (test may come back NULL: no test data). */
 int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test);
@@ -94,28 +96,23 @@ void ts__tprof_step_end(ts__tprof *tp, double t, ts_step_info *info);
 int ts__tprof_finish(ts_trainer *t);
 /* The machine's sgemm GFLOP/s (512^3 through the kernels), measured on the first call. */
 double ts__train_peak_gflops(void);
-/* parallel.mode auto_parallel: the searched plan for N devices of parallel.cluster applied to c
- * (its parallel keys, optimizer shard, recompute), logged. model: the network's builder (a
- * callback building the whole network: C API, Python cells), NULL for c's zoo model; every
- * candidate is built through it as the run would build it. */
-int ts__train_auto(ts_config *c, int N, ts_model_fn model, void *user);
-/* ts_trainer_search / ts_trainer_predict for the model built by `model` (NULL: cfg's zoo model). */
-int ts__trainer_search_model(const ts_config *cfg, int N, const ts_cluster *cl, ts_plan_choice *out, int cap,
-                             int *nout, int *best, ts_model_fn model, void *user);
-/* ts_config_apply_plan_on for the model built by `model` (its operators searched through it). */
-int ts__config_apply_plan_model(ts_config *c, const ts_plan_choice *p, const ts_cluster *cl, ts_model_fn model,
-                                void *user);
-int ts__trainer_predict_model(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c,
-                              ts_step_prediction *out, ts_model_fn model, void *user);
-/* auto_parallel's per-operator search (trainer_opsearch.c): c's model as one process's forward
- * graph, searched by parallel.search_mode on dp x tp devices of cl (the batch cut dp ways); the
- * strategies into *out (parallel.strategies form), the cost graph's total into *cost (may be NULL). */
-/* parallel.auto_tp > 0: the plan dp = N / (auto_tp x stages) x tp = auto_tp x parallel.pipeline_stages
- * (micro-batches: parallel.micro_batches, else the stages; no shard, no recompute), its operators
- * searched on cl, applied to c and logged. */
-int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl, ts_model_fn model, void *user);
-int ts__train_op_search(const ts_config *c, int dp, int tp, const ts_cluster *cl, ts_cfg_strategies *out,
-                        double *cost, ts_model_fn model, void *user);
+/* parallel.mode auto_parallel (trainer_auto.c): the plan for N devices of parallel.cluster
+ * (searched, or with parallel.auto_tp the degrees given and the operators searched) into *out
+ * (its strategies owned: ts_autoplan_free), its scalars applied to c (ts_config_apply_autoplan:
+ * layout, stages, micro-batches, optimizer shard, recompute; no strategy text), logged. model: the
+ * network's builder (a callback building the whole network: C API, Python cells), NULL for c's
+ * zoo model; every candidate is built through it as the run would build it. */
+int ts__train_auto(ts_config *c, int N, ts_model_fn model, void *user, ts_autoplan *out);
+/* What the search needs of c's job (the model's builder and sample, the distribution config of
+ * c's keys, the batch, budget and GPT dimensions; the config's validation as its check): valid
+ * while c (not copied) lives. Free with ts__train_auto_job_free (also after a failure). */
+typedef struct {
+  ts_autoparallel_job job;
+  ts_gpt_config gpt;
+  struct ts_trainer *t; /* scratch: the config view, the sample, data sets opened for it */
+} ts__auto_job;
+int ts__train_auto_job(const ts_config *c, ts_model_fn fn, void *user, ts__auto_job *a);
+void ts__train_auto_job_free(ts__auto_job *a);
 
 /* The trainer (trainer.c; `tessera plan` in trainer_plan.c). */
 #define MAX_CB 16
@@ -150,10 +147,14 @@ struct ts_trainer {
   char *cfg_yaml;
   ts__tprof *prof; /* log.profile; NULL when off */
   struct ts__ckpt_async *async; /* checkpoint.async: the background writer (NULL until the first save) */
+  ts_autoplan plan;            /* auto_parallel: the plan the run follows (has_plan); its strategies
+                                  are what the distribution object was built with */
+  int has_plan;
 };
 
 /* The layout for c's parallel.mode (the one place the mode is read), the distribution config
- * from c's keys and the model (fn NULL: c's zoo model). TS_EUNSUPPORTED for auto_parallel. */
+ * from c's keys and the model (fn NULL: c's zoo model). TS_EUNSUPPORTED for auto_parallel, which has
+ * no layout of its own: ts__train_auto first replaces it by the searched plan's. */
 int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_dist_vt **vt, ts_dist_config *dc,
                      ts_dist_model *m);
 /* The user's operator strategies (strategy_ckpt_load_file, then parallel.strategies) for

@@ -89,8 +89,10 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
   }
   *vt = ts_dist_find(mode);
   if (!*vt)
-    return ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s (the strategy search) is not available yet "
-                        "(use semi_auto_parallel with parallel.strategies, data_parallel or hybrid_parallel)", mode);
+    /* auto_parallel has no layout of its own: the trainer and `tessera plan` run the search first
+     * (ts__train_auto) and build the layout of the plan it returns */
+    return ts_error_set(TS_EUNSUPPORTED, "parallel.mode: %s has no layout of its own (its plan's layout is built "
+                        "once the search has run)", mode);
   ts_config_dist(c, dc);
   memset(m, 0, sizeof *m);
   m->fn = fn ? fn : zoo_model;
@@ -402,9 +404,13 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
      * candidate, as the zoo's is */
     rc = ts_comm_init(NULL, NULL);
     if (!rc) rc = ts_comm_world(&w);
-    if (!rc) rc = ts__train_auto(c, ts_comm_size(w), fn, user);
+    if (!rc) rc = ts__train_auto(c, ts_comm_size(w), fn, user, &t->plan);
+    t->has_plan = !rc;
   }
   if (!rc) rc = ts__train_layout(c, fn, user, &vt, &dc, &t->model);
+  /* a searched plan goes to the distribution config as a value (its degrees, micro-batching,
+   * shard stage, recompute) and its strategies as a set, below */
+  if (!rc && t->has_plan) ts__autoplan_dist(&t->plan, c->train.batch_size, &dc, &vt, NULL);
   if (rc) goto fail;
   ts_comm_set_timeout(c->parallel.comm_timeout);
   if (c->parallel.debug_check) ts_comm_set_debug_check(1);
@@ -432,9 +438,9 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_trainer_add_callback(t, &lm);
   t->eb = c->train.eval_batch_size;
   t->accum = dc.accum; /* micro-steps per step (a pipeline's micro-batches) */
-  if ((rc = ts__train_prepare(t)) || (rc = ts__train_strategies(c, t->run->size, &set))) goto fail;
+  if ((rc = ts__train_prepare(t)) || (!t->has_plan && (rc = ts__train_strategies(c, t->run->size, &set)))) goto fail;
   if ((rc = ts_config_dump_string(c, &t->cfg_yaml))) goto fail; /* with what prepare resolved */
-  t->model.strategies = set;
+  t->model.strategies = t->has_plan ? t->plan.strategies : set; /* the user's (parsed), or the plan's */
   ts_dist_set_span(t->dist, dist_span, t);
   rc = ts_dist_build(t->dist, &t->model);
   t->model.strategies = NULL;
@@ -524,6 +530,7 @@ void ts_trainer_free(ts_trainer *t) {
   ts_free(t->acc);
   free(t->segs);
   free(t->cfg_yaml);
+  ts_autoplan_free(&t->plan);
   ts_config_free(&t->cfg);
   free(t);
 }

@@ -52,9 +52,11 @@ static int plan_memory(const ts_config *c, ts_dist *d, int rank, int ndevices, i
  * strategies and the distribution object; and one process's, for comparison (d1, when asked). */
 typedef struct {
   ts_trainer *t;
-  ts_strategy_set *set;
+  ts_strategy_set *set; /* the user's strategies, parsed (NULL: none, or a plan's) */
+  ts_autoplan plan;     /* auto_parallel: the searched plan (its strategies are the build's) */
   ts_dist *d, *d1;
   const ts_dist_vt *vt;
+  ts_dist_config dc;
   int64_t baseline; /* resident bytes once the data sets are open, before the model is built */
 } dry;
 
@@ -62,6 +64,7 @@ static void dry_free(dry *x) {
   ts_dist_free(x->d);
   ts_dist_free(x->d1);
   ts_strategy_set_free(x->set);
+  ts_autoplan_free(&x->plan);
   if (x->t) {
     ts_source_free(x->t->train_src);
     ts_source_free(x->t->test_src);
@@ -114,42 +117,58 @@ int ts__train_dry_sample(ts_trainer *t, int *done) {
   return rc ? ts_error_wrap(rc, "data.transforms (planning on a zero %s sample)", ts_data_kind_name(c->data.name)) : TS_OK;
 }
 
-static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one,
-                        int allocate, dry *x);
-
-/* One rank of the job as `tessera plan` builds it: sized, nothing allocated. */
-static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one, dry *x) {
-  return dry_build_as(cfg, ndevices, rank, model, user, one, 0, x);
-}
-
-/* allocate = 1: the store and the arenas allocated as the job would (ts_dist_config.dry_allocate). */
-static int dry_build_as(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one,
-                        int allocate, dry *x) {
+/* The job's layout for one rank without building it: the config copied and validated, the plan
+ * (given: applied to it; auto_parallel: searched), the layout and its distribution config (the
+ * plan on it as a value), the sample, and the strategies (the plan's set, or the user's parsed)
+ * in x->t->model.strategies. */
+static int dry_setup(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, ts_model_fn model,
+                     void *user, dry *x) {
   memset(x, 0, sizeof *x);
   if (ndevices < 1 || rank < 0 || rank >= ndevices)
     return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, ndevices);
   ts_trainer *t = x->t = calloc(1, sizeof *t);
   if (!t) return ts_error_set(TS_ENOMEM, "plan: out of memory");
-  ts_dist_config dc;
-  int rc = ts_config_copy(&t->cfg, cfg); /* its own: auto_parallel replaces the strategies */
+  int rc = ts_config_copy(&t->cfg, cfg); /* its own: a plan replaces the layout keys */
   if (!rc) rc = ts_config_validate(&t->cfg);
-  if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) rc = ts__train_auto(&t->cfg, ndevices, model, user);
-  if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &dc, &t->model);
+  if (!rc && given) {
+    if (!(rc = ts_autoplan_copy(&x->plan, given))) rc = ts_config_apply_autoplan(&t->cfg, &x->plan);
+    if (!rc) rc = ts_config_validate(&t->cfg);
+  } else if (!rc && t->cfg.parallel.mode == TS_PARALLEL_AUTO) {
+    rc = ts__train_auto(&t->cfg, ndevices, model, user, &x->plan);
+    given = &x->plan;
+  }
+  if (!rc) rc = ts__train_layout(&t->cfg, model, user, &x->vt, &x->dc, &t->model);
+  if (!rc && given) ts__autoplan_dist(&x->plan, t->cfg.train.batch_size, &x->dc, &x->vt, NULL);
   int have = 0;
   if (!rc) rc = ts__train_dry_sample(t, &have); /* no data set opened where the config tells the sample */
   if (!rc && !have) rc = ts__train_prepare(t);
   x->baseline = ts_mem_rss(); /* libraries, config, the data sets as the run holds them */
-  if (!rc) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
-  t->model.strategies = x->set;
+  if (!rc && !given) rc = ts__train_strategies(&t->cfg, ndevices, &x->set);
+  t->model.strategies = given ? x->plan.strategies : x->set;
+  return rc;
+}
+
+/* allocate = 1: the store and the arenas allocated as the job would (ts_dist_config.dry_allocate). */
+static int dry_build_as(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, ts_model_fn model,
+                        void *user, int one, int allocate, dry *x) {
+  int rc = dry_setup(cfg, given, ndevices, rank, model, user, x);
+  if (rc) return rc;
+  ts_trainer *t = x->t;
+  ts_dist_config dc = x->dc;
   dc.dry_allocate = allocate;
   if (!rc) rc = ts_dist_create(x->vt, &dc, &t->model, ndevices, rank, &x->d);
   if (!rc && (rc = ts_dist_build(x->d, &t->model))) rc = ts_error_as_config(rc);
-  t->model.strategies = NULL;
   ts_dist_config dc1 = dc;
   dc1.optimizer_shard = 0; /* one process: nothing to shard over */
   if (!rc && one) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &x->d1);
   if (!rc && one) rc = ts_dist_build(x->d1, &t->model);
+  t->model.strategies = NULL;
   return rc;
+}
+
+/* One rank of the job as `tessera plan` builds it: sized, nothing allocated. */
+static int dry_build(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user, int one, dry *x) {
+  return dry_build_as(cfg, NULL, ndevices, rank, model, user, one, 0, x);
 }
 
 int ts__train_dry_pieces(const ts_config *cfg, int ndevices, int rank, int nslots, const char *const *slot_names,
@@ -166,7 +185,7 @@ int ts__trainer_plan_memory(const ts_config *cfg, int ndevices, int rank, int al
                             int *sized) {
   memset(out, 0, sizeof *out);
   dry x;
-  int rc = dry_build_as(cfg, ndevices, rank, NULL, NULL, 0, allocate, &x);
+  int rc = dry_build_as(cfg, NULL, ndevices, rank, NULL, NULL, 0, allocate, &x);
   if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(x.t->cfg.optimizer.name), out);
   if (!rc && sized) {
     const ts_dist_run *r = ts_dist_get(x.d);
@@ -192,8 +211,21 @@ int ts_trainer_plan(const ts_config *cfg, int ndevices, int rank, ts_model_fn mo
   return ts_trainer_plan_report(cfg, ndevices, rank, model, user, text, NULL, NULL);
 }
 
+static int plan_report(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, ts_model_fn model,
+                       void *user, char **text, ts_dist_memory_info *mem, int64_t *baseline);
+
 int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_model_fn model, void *user,
                            char **text, ts_dist_memory_info *mem, int64_t *baseline) {
+  return plan_report(cfg, NULL, ndevices, rank, model, user, text, mem, baseline);
+}
+
+int ts_trainer_plan_report_autoplan(const ts_config *cfg, const ts_autoplan *plan, int ndevices, int rank, char **text,
+                                    ts_dist_memory_info *mem, int64_t *baseline) {
+  return plan_report(cfg, plan, ndevices, rank, NULL, NULL, text, mem, baseline);
+}
+
+static int plan_report(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, ts_model_fn model,
+                       void *user, char **text, ts_dist_memory_info *mem, int64_t *baseline) {
   *text = NULL;
   if (mem) memset(mem, 0, sizeof *mem);
   if (baseline) *baseline = 0;
@@ -204,7 +236,7 @@ int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_mode
   dry x;
   int refused = TS_OK; /* over train.max_memory_mb: the report is still given */
   char why[1024] = "";
-  int rc = dry_build(cfg, ndevices, rank, model, user, 1, &x);
+  int rc = dry_build_as(cfg, given, ndevices, rank, model, user, 1, 0, &x);
   ts_dist *d = x.d, *d1 = x.d1;
   if (!rc && baseline) *baseline = x.baseline > 0 ? x.baseline : 0;
   if (!rc && mem) rc = ts_dist_memory(d, ts_optim_kind_num_slots(x.t->cfg.optimizer.name), mem);
@@ -264,125 +296,28 @@ int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_mode
 
 /* ---- the predicted step ---- */
 
-
-/* One rank of the job, built dry (sized, nothing allocated) and priced: its training graph per
- * micro-step, its memory, the gradient reduction it sends, its optimizer pass. */
-typedef struct {
-  ts_cost_breakdown b;
-  ts_dist_memory_info m;
-  double red, optimizer_s;
-  int64_t M;
-  int P, V, replicas, semi;
-} priced;
-
-static int price_rank(const ts_config *cfg, int N, int rank, const ts_cluster *c, priced *out, ts_model_fn model,
-                      void *user) {
+/* The job's layout set up dry (dry_setup) and priced by the search's predictor
+ * (src/autoparallel/predict.c). */
+static int predict(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, const ts_cluster *c,
+                   ts_step_prediction *out, ts_model_fn model, void *user) {
   memset(out, 0, sizeof *out);
+  int rc = ts_cluster_validate(c, c->name);
+  if (rc) return rc;
   dry x;
-  int rc = dry_build(cfg, N, rank, model, user, 0, &x);
-  const ts_dist_run *r = rc ? NULL : ts_dist_get(x.d);
-  const ts_config *k = x.t ? &x.t->cfg : cfg;
-  /* one micro-batch: every piece the rank runs (a pipeline's virtual stages), each node that runs */
-  const ts_plan *pl = NULL;
-  const ts_graph *g = NULL;
-  for (int i = 0; !rc && (g = ts_dist_train_piece(x.d, i, &pl)) != NULL; i++) {
-    int n = ts_graph_num_nodes(g);
-    char *live = malloc((size_t)n + 1);
-    if (!live) rc = ts_error_set(TS_ENOMEM, "plan: out of memory");
-    for (int j = 0; !rc && j < n; j++) {
-      int l = ts_plan_node_live(pl, j);
-      if (l < 0) rc = l;
-      live[j] = (char)(l > 0);
-    }
-    ts_cost_breakdown b;
-    if (!rc) rc = ts_cost_graph(c, g, TS_F32, live, &b) /* built with the amp pass: priced as it runs */;
-    free(live);
-    if (rc) break;
-    out->b.compute_s += b.compute_s, out->b.gemm_s += b.gemm_s, out->b.other_s += b.other_s;
-    out->b.comm_s += b.comm_s, out->b.flops += b.flops, out->b.bytes += b.bytes, out->b.nodes += b.nodes;
-  }
-  if (!rc) {
-    out->P = k->parallel.pipeline_stages > 1 ? k->parallel.pipeline_stages : 1;
-    out->V = out->P > 1 && k->parallel.virtual_stages > 1 ? k->parallel.virtual_stages : 1;
-    out->M = k->train.batch_size / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
-    out->replicas = r->data_parts > 1 ? r->data_parts : 1;
-    out->semi = k->parallel.mode == TS_PARALLEL_SEMI_AUTO;
-    rc = ts_dist_reduce_bytes(x.d, &out->red);
-  }
-  if (!rc) rc = ts_dist_memory(x.d, ts_optim_kind_num_slots(k->optimizer.name), &out->m);
-  if (!rc) {
-    /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
-    out->optimizer_s = 2.0 * (double)(out->m.param_bytes + out->m.optimizer_state_bytes) / c->mem_bandwidth +
-                       (double)ts_params_numel(r->params) * 4 / c->mem_bandwidth +
-                       (double)ts_params_count(r->params) * c->op_overhead; /* a pass per parameter */
-  }
+  rc = dry_setup(cfg, given, ndevices, rank, model, user, &x);
+  if (!rc)
+    rc = ts__autoparallel_predict(x.vt, &x.dc, &x.t->model, ts_optim_kind_num_slots(x.t->cfg.optimizer.name),
+                                  x.t->cfg.train.batch_size, ndevices, rank, c, out);
+  x.t->model.strategies = NULL;
   dry_free(&x);
   return rc;
 }
 
 int ts_trainer_predict(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c, ts_step_prediction *out) {
-  return ts__trainer_predict_model(cfg, ndevices, rank, c, out, NULL, NULL);
+  return predict(cfg, NULL, ndevices, rank, c, out, NULL, NULL);
 }
 
-int ts__trainer_predict_model(const ts_config *cfg, int ndevices, int rank, const ts_cluster *c,
-                              ts_step_prediction *out, ts_model_fn model, void *user) {
-  memset(out, 0, sizeof *out);
-  int rc = ts_cluster_validate(c, c->name);
-  if (rc) return rc;
-  /* the rank asked for; with pipeline stages also the first and the last stage's first rank
-   * (the embedding, the head and loss, the most activations in flight): the step is set by the
-   * slowest piece and the memory by the fullest rank, and every middle stage is a copy of one
-   * of them, so three builds price a job of any number of ranks */
-  priced pr[3];
-  int np = 0, ranks[3] = {rank, -1, -1};
-  int P = cfg->parallel.pipeline_stages > 1 ? cfg->parallel.pipeline_stages : 1;
-  if (P > 1 && ndevices % P == 0) {
-    int semi = cfg->parallel.mode == TS_PARALLEL_SEMI_AUTO, sub = ndevices / P;
-    int first = 0, last = semi ? (P - 1) * sub : P - 1; /* (dp, pp, tp): tp innermost, then pp */
-    if (rank != first) ranks[++np] = first;
-    if (rank != last) ranks[++np] = last;
-  }
-  np++;
-  for (int i = 0; i < np && !rc; i++) rc = price_rank(cfg, ndevices, ranks[i], c, &pr[i], model, user);
-  if (rc) return rc;
-  const priced *a = &pr[0];
-  double piece = 0, gemm = 0, other = 0, comm = 0, flops = 0, mem = 0;
-  int slow = 0;
-  for (int i = 0; i < np; i++) {
-    double t = pr[i].b.compute_s + pr[i].b.comm_s;
-    if (t > piece) piece = t, slow = i;
-    flops += pr[i].b.flops / np;
-    if ((double)pr[i].m.total_bytes > mem) mem = (double)pr[i].m.total_bytes;
-  }
-  gemm = pr[slow].b.gemm_s, other = pr[slow].b.other_s, comm = pr[slow].b.comm_s;
-  int64_t M = a->M;
-  int V = a->V;
-  out->micro_steps = M;
-  out->gemm_s = (double)M * gemm;
-  out->other_s = (double)M * other;
-  out->compute_s = out->gemm_s + out->other_s;
-  out->collectives_s = (double)M * comm;
-  out->flops = (double)M * flops;
-  /* a pipeline's idle time: (P-1) piece-times of warm-up and cool-down over V*M (balanced pieces) */
-  if (P > 1) out->bubble_s = (double)(P - 1) / (double)V * piece;
-  /* the gradient reduction: the ring all-reduce bytes this rank sends, over the links the
-   * replicas span (data parallel's are all the ranks; a pipeline's are P ranks apart) */
-  double red = 0, opt = 0;
-  for (int i = 0; i < np; i++) {
-    red = pr[i].red > red ? pr[i].red : red;
-    opt = pr[i].optimizer_s > opt ? pr[i].optimizer_s : opt;
-  }
-  int replicas = a->replicas;
-  int span = ts_cluster_spans(c, replicas, a->semi ? ndevices / (P * replicas) : P);
-  double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
-  out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
-  /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
-  double bwd = 2.0 / 3.0 * piece;
-  int overlap = cfg->parallel.overlap && M == 1 && P == 1;
-  out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
-  out->memory_bytes = (int64_t)mem;
-  out->optimizer_s = opt;
-  out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
-  out->samples_per_s = out->step_s > 0 ? (double)cfg->train.batch_size / out->step_s : 0;
-  return TS_OK;
+int ts_trainer_predict_autoplan(const ts_config *cfg, const ts_autoplan *plan, int ndevices, int rank,
+                                const ts_cluster *c, ts_step_prediction *out) {
+  return predict(cfg, plan, ndevices, rank, c, out, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* GPT-2 / nanoGPT-style decoder-only transformer with nanoGPT parameter names and init. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tessera/zoo.h"
 
@@ -209,5 +210,50 @@ int ts_zoo_gpt(ts_nn *nn, const ts_gpt_config *cfg, ts_val ids, ts_val targets, 
   if (rc) return rc;
   if (logits) *logits = out;
   if (loss) *loss = l;
+  return TS_OK;
+}
+
+/* One strategy of up to three inputs from its cut tuples (k dims each, 0-terminated rows). */
+static ts_op_strategy mstrat(int n, const int64_t (*cuts)[4], const int *ndim) {
+  ts_op_strategy s;
+  memset(&s, 0, sizeof s);
+  s.ninputs = n;
+  for (int i = 0; i < n; i++) {
+    s.ndim[i] = ndim[i];
+    for (int d = 0; d < ndim[i]; d++) s.cuts[i][d] = cuts[i][d];
+  }
+  return s;
+}
+
+int ts_gpt_megatron_strategies(const ts_gpt_config *cfg, int dp, int tp, ts_strategy_set *out) {
+  if (!cfg || !out || dp < 1 || tp < 1)
+    return ts_error_set(TS_EINVAL, "gpt megatron strategies: dp %d, tp %d (need >= 1 and a set)", dp, tp);
+  if (ts_strategy_set_device_num(out) != dp * tp)
+    return ts_error_set(TS_EINVAL, "gpt megatron strategies: a set for %d devices, not dp %d x tp %d",
+                        ts_strategy_set_device_num(out), dp, tp);
+  if (cfg->n_head % tp) return ts_error_set(TS_ECONFIG, "model.n_head: %d heads cannot be cut %d ways", cfg->n_head, tp);
+  if (cfg->vocab_size % tp)
+    return ts_error_set(TS_ECONFIG, "model.vocab_size: %d cannot be cut %d ways", cfg->vocab_size, tp);
+  int64_t d = dp, t = tp;
+  /* (op, inputs): the cuts of each input, as Megatron-LM places them */
+  struct {
+    const char *op;
+    int n, ndim[3];
+    int64_t cuts[3][4];
+  } r[] = {
+      {"transformer.embedding", 2, {2, 2}, {{d, 1}, {t, 1}}},                          /* ids by batch, wte by vocab */
+      {"transformer.h.*.attn.c_attn.dense*", 3, {3, 2, 1}, {{d, 1, 1}, {t, 1}, {t}}},  /* column parallel */
+      {"transformer.h.*.attn.attention", 3, {4, 4, 4}, {{d, t, 1, 1}, {d, t, 1, 1}, {d, t, 1, 1}}}, /* heads */
+      {"transformer.h.*.attn.c_proj.dense", 2, {3, 2}, {{d, 1, t}, {1, t}}},           /* row parallel */
+      {"transformer.h.*.mlp.c_fc.dense", 2, {3, 2}, {{d, 1, 1}, {t, 1}}},
+      {"transformer.h.*.mlp.c_proj.dense", 2, {3, 2}, {{d, 1, t}, {1, t}}},
+      {"dense", 2, {3, 2}, {{d, 1, 1}, {t, 1}}},                                       /* the head by vocabulary */
+      {"softmax_ce", 2, {2, 1}, {{d, t}, {d}}},                                        /* the loss by class */
+  };
+  for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
+    ts_op_strategy s = mstrat(r[k].n, r[k].cuts, r[k].ndim);
+    int rc = ts_strategy_set_put(out, r[k].op, &s);
+    if (rc) return ts_error_wrap(rc, "gpt megatron strategies: %s", r[k].op);
+  }
   return TS_OK;
 }

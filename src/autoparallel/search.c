@@ -1,0 +1,382 @@
+/* The outer plan search of auto_parallel (src/autoparallel/autoplan.h, ts__autoparallel_search):
+ * every (data, tensor, pipeline) degree whose product is the device count, the micro-batch count
+ * of a pipeline, the optimizer shard stage and recompute, each built dry as the job would build
+ * it (the same distribution objects, no MPI, no step run) and priced by the cost model on the
+ * cluster (predict.c); the fastest plan that fits the device memory (and train.max_memory_mb)
+ * wins. Tensor parallelism is offered for any model with the per-operator search's strategies
+ * (parallel.search_mode, opsearch.c) and for the zoo's GPT also with Megatron-LM's cuts (the
+ * zoo's ts_gpt_megatron_strategies: column-parallel q|k|v and c_fc, row-parallel c_proj, heads,
+ * the vocabulary of the embedding, head and loss), times the data parallel degree on the batch.
+ * A plan is a value (include/tessera/autoparallel.h): its strategies a strategy set, its degrees
+ * set on a copy of the caller's distribution config (ts__autoplan_dist). A plan the layouts
+ * refuse is kept with the reason. Exhaustive: for the device counts of one host (the candidates
+ * grow with the divisors of N). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/search.h"
+#include "autoplan.h"
+
+/* ---- the per-operator search's strategies, cached per (dp, tp, micro-batches) ---- */
+typedef struct {
+  int dp, tp, M, rc;
+  ts_strategy_set *st;
+  char why[256];
+} op_entry;
+
+typedef struct {
+  op_entry *e;
+  int n, cap;
+} op_cache;
+
+/* The strategies of plan p (dc: p applied to the job's distribution config): *set points at them
+ * (the cache's, or *own's: the caller frees *own); NULL for tp 1. */
+static int plan_strategies(const ts_autoparallel_job *job, const ts_autoplan *p, const ts_dist_config *dc,
+                           const ts_cluster *cl, op_cache *cache, const ts_strategy_set **set, ts_strategy_set **own) {
+  *set = NULL, *own = NULL;
+  if (p->tp <= 1) return TS_OK;
+  int rc;
+  if (p->megatron) {
+    if (!job->gpt) return ts_error_set(TS_ECONFIG, "auto_parallel: Megatron-LM's cuts are the zoo GPT's (model.name gpt)");
+    if ((rc = ts_strategy_set_create(p->dp * p->tp, 0, own))) return rc;
+    if ((rc = ts_gpt_megatron_strategies(job->gpt, p->dp, p->tp, *own))) {
+      ts_strategy_set_free(*own);
+      *own = NULL;
+      return rc;
+    }
+    *set = *own;
+    return TS_OK;
+  }
+  int M = p->micro_batches > 0 ? p->micro_batches : 1; /* the rows the operators see */
+  for (int i = 0; cache && i < cache->n; i++) {
+    const op_entry *e = &cache->e[i];
+    if (e->dp != p->dp || e->tp != p->tp || e->M != M) continue;
+    if (e->rc) return ts_error_set(e->rc, "%s", e->why);
+    *set = e->st;
+    return TS_OK;
+  }
+  ts_strategy_set *st = NULL;
+  rc = ts__autoparallel_op_search(&job->model, dc->micro_batch, p->dp, p->tp, cl, job->max_memory_mb, job->optim_slots,
+                                  job->search_mode, job->fixed, job->nfixed, &st, NULL);
+  if (cache && cache->n == cache->cap) {
+    int nc = cache->cap ? 2 * cache->cap : 16;
+    op_entry *ne = realloc(cache->e, sizeof *ne * (size_t)nc);
+    if (ne) cache->e = ne, cache->cap = nc;
+  }
+  if (cache && cache->n < cache->cap) {
+    op_entry *e = &cache->e[cache->n++];
+    e->dp = p->dp, e->tp = p->tp, e->M = M, e->rc = rc, e->st = st; /* the cache owns it now */
+    snprintf(e->why, sizeof e->why, "%s", rc ? ts_last_error() : "");
+    *set = st;
+  } else if (!rc) {
+    *own = st;
+    *set = st;
+  }
+  return rc;
+}
+
+static void cache_free(op_cache *cache) {
+  for (int i = 0; i < cache->n; i++) ts_strategy_set_free(cache->e[i].st);
+  free(cache->e);
+  memset(cache, 0, sizeof *cache);
+}
+
+void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, const ts_dist_vt **vt, int *semi) {
+  int64_t M = p->micro_batches > 0 ? p->micro_batches : 1, V = p->virtual_stages > 1 ? p->virtual_stages : 1;
+  int pp = p->pp > 1 ? p->pp : 1;
+  dc->pipeline_stages = p->pp;
+  dc->pipeline_schedule = pp > 1 && V > 1 ? 2 : 1; /* interleaved_1f1b, or 1f1b (ts_sched_kind) */
+  dc->virtual_stages = pp > 1 ? (int)V : 1;
+  if (pp > 1) { /* the pipeline's micro-batches */
+    dc->accum = M;
+    dc->micro_batch = batch / M;
+  } else { /* without stages, micro-batches are gradient accumulation: rows of one micro-step */
+    dc->micro_batch = batch % M ? batch : batch / M;
+    dc->accum = batch / dc->micro_batch;
+  }
+  /* evaluation in micro-batches too (the plan's memory counts its arena) */
+  int64_t rows = batch / M;
+  if (rows > 0 && (dc->eval_batch == 0 || dc->eval_batch > rows)) dc->eval_batch = rows;
+  dc->optimizer_shard = p->zero;
+  dc->recompute = p->recompute ? TS_RECOMPUTE_FULL : TS_RECOMPUTE_NONE;
+  dc->n_recompute_layers = 0;
+  int cut = p->tp > 1; /* the operators cut by strategies: semi_auto_parallel */
+  if (cut) dc->full_batch = 0;
+  dc->pipeline_semi = cut;
+  if (semi) *semi = cut;
+  *vt = ts_dist_find(pp > 1 ? "pipeline" : cut ? "semi_auto_parallel" : p->dp * pp > 1 ? "data_parallel" : "stand_alone");
+}
+
+int ts__autoplan_strategies(const ts_autoparallel_job *job, const ts_cluster *cl, ts_autoplan *p) {
+  ts_strategy_set_free(p->strategies);
+  p->strategies = NULL;
+  p->devices = p->dp * p->tp * p->pp;
+  p->search_mode = job->search_mode;
+  snprintf(p->cluster, sizeof p->cluster, "%s", cl->name);
+  ts_dist_config dc = job->base;
+  const ts_dist_vt *vt;
+  ts__autoplan_dist(p, job->batch_size, &dc, &vt, NULL);
+  const ts_strategy_set *set;
+  ts_strategy_set *own;
+  int rc = plan_strategies(job, p, &dc, cl, NULL, &set, &own);
+  if (!rc) p->strategies = own;
+  return rc;
+}
+
+static int better(const ts_autoplan *a, const ts_autoplan *b) {
+  if (a->fits != b->fits) return a->fits > b->fits;
+  if (!a->fits) return 0;
+  if (a->pred.step_s < b->pred.step_s * (1 - 1e-9)) return 1;
+  /* equally fast (within 1e-9): the one needing less memory */
+  return a->pred.step_s <= b->pred.step_s * (1 + 1e-9) && a->pred.memory_bytes < b->pred.memory_bytes;
+}
+
+/* ---- arithmetic bounds (GPT): what a plan needs at least, before it is built ----
+ * Memory: the parameters of the rank's share of the transformer blocks (12 h^2 per layer; a
+ * stage's share taken as 3/4 of l/pp layers, since the balanced cut gives the embedding's stage
+ * fewer) at the bytes per parameter of its precision (parameter, gradient, accumulation, the
+ * optimizer's slots, over the shard group under optimizer_shard), plus the layer inputs the first
+ * stage stashes for min(P, M) micro-batches in flight (s * rows * h each). Step: the model's
+ * FLOPs (6, or 8 with recompute, per parameter and token) spread evenly over the N devices at the
+ * cluster's GEMM rate, stretched by the pipeline's bubble (1 + (P-1)/(V M)), times 0.9. Both are
+ * below what the build gives, so pruning by them never drops a plan that would win. */
+static void gpt_bounds(const ts_autoparallel_job *job, const ts_cluster *cl, int N, ts_autoplan *p) {
+  p->mem_bound = p->time_bound = 0;
+  if (!job->gpt) return;
+  double l = job->gpt->n_layer, h = job->gpt->n_embd, s = job->seq_len > 0 ? job->seq_len : 1;
+  int M = p->micro_batches > 0 ? p->micro_batches : 1, V = p->virtual_stages > 1 ? p->virtual_stages : 1;
+  double rows = (double)ts_autoplan_micro_batch_size(p, job->batch_size);
+  int amp = job->amp_level >= 2, slots = job->optim_slots;
+  double layers = 0.75 * l / p->pp, np = layers * 12 * h * h / p->tp;
+  double pb = amp ? (job->amp_level == 2 ? 6 : 2) : 4, gb = amp ? 2 : 4, ob = 4.0 * slots;
+  if (M > 1 && p->zero < 2) gb *= 2; /* the accumulation buffer */
+  if (p->zero >= 1) ob /= p->dp;
+  if (p->zero >= 3) pb /= p->dp;
+  double inflight = p->pp > 1 ? (M < p->pp ? M : p->pp) : 1;
+  p->mem_bound = np * (pb + gb + ob) + inflight * layers * s * rows * h * (amp ? 2 : 4);
+  double peak = amp || job->amp_level == 1 ? (cl->peak_flops_bf16 > 0 ? cl->peak_flops_bf16 : cl->peak_flops_f32)
+                                            : cl->peak_flops_f32;
+  double flops = (p->recompute ? 8.0 : 6.0) * l * 12 * h * h * s * (double)job->batch_size / N;
+  p->time_bound = 0.9 * flops / (peak * cl->gemm_efficiency) * (1 + (p->pp - 1.0) / (V * (double)M));
+}
+
+/* Whether a, then b, is the order to price in: the smaller step bound first (generation order on
+ * ties: deterministic). */
+static int cmp_bound(const void *x, const void *y) {
+  const ts_autoplan *a = *(ts_autoplan *const *)x, *b = *(ts_autoplan *const *)y;
+  if (a->time_bound != b->time_bound) return a->time_bound < b->time_bound ? -1 : 1;
+  return a < b ? -1 : a > b;
+}
+
+/* ---- the candidates (delimited: the per-operator search of tp > 1 plugs in here) ---- */
+
+/* Appends the plans for degrees (dp, tp, pp): micro-batch counts, shard stages, recompute. */
+static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int dp, int tp, int pp, ts_autoplan *out,
+                       int cap, int *n) {
+  int64_t B = job->batch_size;
+  /* tensor parallel: the per-operator search's cuts (any model), and Megatron-LM's for GPT. A GPT
+   * job spanning nodes takes Megatron's only: its graphs are large (an operator search per split
+   * of the devices would take minutes, and its elimination tables outgrow the exact search) and
+   * Megatron's cuts are what such jobs are known to run best with; a tp their cuts cannot take (it
+   * divides not the heads or the vocabulary) is then not offered either (it fell back to the
+   * operator search: GPT-145B's tp 64 took over 10 minutes and 7 GB) */
+  int gpt = job->gpt != NULL;
+  int mega = gpt && job->gpt->n_head % tp == 0 && job->gpt->vocab_size % tp == 0;
+  int searched_ok = !(gpt && dp * tp * pp > cl->devices_per_node);
+  int Ms[16], nm = 0;
+  /* a pipeline's P, 2P, 4P micro-batches; and 1, 2, 4, 8 rows per replica (Megatron-LM's 1..8) */
+  int cand[7] = {pp > 1 ? pp : 1, 2 * pp, 4 * pp, 0, 0, 0, 0};
+  int nc = pp > 1 ? 3 : 1;
+  for (int r = 1; r <= 8; r *= 2)
+    if (B % ((int64_t)dp * r) == 0) cand[nc++] = B / (dp * r);
+  for (int k = 0; k < nc; k++) {
+    int M = cand[k], dup = 0;
+    if (M < 1 || B % M || (B / M) % dp || (pp > 1 && M < pp)) continue;
+    for (int q = 0; q < nm; q++) dup |= Ms[q] == M;
+    if (!dup) Ms[nm++] = M;
+  }
+  for (int mi = 0; mi < nm; mi++)
+    for (int zero = 0; zero <= 3; zero++) {
+      /* shard over the data-parallel repeat: stage 3 under data parallel alone */
+      if (zero && (dp < 2 || (zero == 3 && (tp > 1 || pp > 1)))) continue;
+      for (int rec = 0; rec <= 1; rec++)
+        /* interleaved 1F1B with 2 pieces per rank: M a multiple of P, a layer or more per piece */
+        for (int V = 1; V <= 2; V++)
+          for (int mg = 0; mg <= 1; mg++) { /* Megatron's cuts (1) or the search's (0) */
+            if ((tp == 1 && mg) || (tp > 1 && mg && !mega) || (tp > 1 && !mg && !searched_ok)) continue;
+            if (V > 1 && (pp < 2 || Ms[mi] % pp || (gpt && job->gpt->n_layer < 2 * pp)))
+              continue;
+            if (*n == cap) return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
+            ts_autoplan *p = &out[(*n)++];
+            memset(p, 0, sizeof *p);
+            p->dp = dp, p->tp = tp, p->pp = pp, p->micro_batches = Ms[mi], p->zero = zero, p->recompute = rec;
+            p->virtual_stages = V;
+            p->megatron = mg;
+          }
+    }
+  return TS_OK;
+}
+
+/* Builds plan p dry and prices it (its fit against the limits). */
+static void price_candidate(const ts_autoparallel_job *job, int N, const ts_cluster *cl, double limit, double budget,
+                            ts_autoplan *p, op_cache *cache) {
+  ts_dist_config dc = job->base;
+  const ts_dist_vt *vt;
+  ts__autoplan_dist(p, job->batch_size, &dc, &vt, NULL);
+  const ts_strategy_set *set = NULL;
+  ts_strategy_set *own = NULL;
+  int rc = plan_strategies(job, p, &dc, cl, cache, &set, &own);
+  if (!rc && job->check) rc = job->check(p, job->check_user);
+  ts_dist_model m = job->model;
+  m.strategies = set;
+  if (!rc) rc = ts__autoparallel_predict(vt, &dc, &m, job->optim_slots, job->batch_size, N, 0, cl, &p->pred);
+  ts_strategy_set_free(own);
+  if (rc) {
+    snprintf(p->why, sizeof p->why, "%s", ts_last_error());
+    return;
+  }
+  p->priced = 1;
+  double total = (double)p->pred.memory_bytes;
+  p->fits = total <= limit && (budget <= 0 || total <= budget);
+  if (!p->fits)
+    snprintf(p->why, sizeof p->why, "needs %.1f MiB per device, over %s (%.1f MiB)", total / 1048576.0,
+             budget > 0 && total > budget ? "train.max_memory_mb" : "the device memory",
+             (budget > 0 && total > budget ? budget : limit) / 1048576.0);
+}
+
+/* Prices p unless its bounds rule it out (over the memory; or its step bound above the best
+ * plan priced so far), keeping *best. */
+static void price_one(const ts_autoparallel_job *job, int N, const ts_cluster *cl, double limit, double budget,
+                      double cut, ts_autoplan *p, ts_autoplan *out, int *best, op_cache *cache) {
+  if (p->mem_bound > cut) {
+    snprintf(p->why, sizeof p->why, "not built: needs at least %.1f MiB per device (parameters, gradients, "
+             "optimizer state, stashed layer inputs), over %.1f MiB", p->mem_bound / 1048576.0, cut / 1048576.0);
+    return;
+  }
+  if (*best >= 0 && out[*best].fits && p->time_bound > out[*best].pred.step_s) {
+    snprintf(p->why, sizeof p->why, "not built: its step is at least %.3f s, above the best plan's %.3f s",
+             p->time_bound, out[*best].pred.step_s);
+    return;
+  }
+  price_candidate(job, N, cl, limit, budget, p, cache);
+  if (p->priced && (*best < 0 || better(p, &out[*best]))) *best = (int)(p - out);
+}
+
+/* The search over cands[0..cap-1] (*nout written, *best the index of the chosen, -1 if none fits). */
+static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, ts_autoplan *out, int cap, int *nout,
+                  int *best, op_cache *cache) {
+  *nout = 0;
+  *best = -1;
+  if (N < 1) return ts_error_set(TS_EINVAL, "search: %d devices", N);
+  int gpt = job->gpt != NULL;
+  int64_t B = job->batch_size;
+  int rc = TS_OK;
+  double budget = job->max_memory_mb > 0 ? job->max_memory_mb * 1048576.0 : 0;
+  double limit = cl->mem_bytes, cut = budget > 0 && budget < limit ? budget : limit;
+  for (int tp = 1; tp <= N && !rc; tp++) {
+    if (N % tp) continue;
+    /* tensor parallelism inside a node once the job spans nodes (its all-reduces are per layer) */
+    if (tp > 1 && N > cl->devices_per_node && tp > cl->devices_per_node) continue;
+    for (int pp = 1; pp <= N / tp && !rc; pp++) {
+      if ((N / tp) % pp) continue;
+      if (gpt && pp > job->gpt->n_layer + 1) continue;
+      int dp = N / tp / pp;
+      if (B % dp) continue;
+      rc = add_degrees(job, cl, dp, tp, pp, out, cap, nout);
+    }
+  }
+  if (rc) return rc;
+  ts_autoplan **order = malloc(sizeof *order * ((size_t)*nout + 1));
+  if (!order) return ts_error_set(TS_ENOMEM, "search: out of memory");
+  for (int i = 0; i < *nout; i++) {
+    gpt_bounds(job, cl, N, &out[i]);
+    order[i] = &out[i];
+  }
+  qsort(order, (size_t)*nout, sizeof *order, cmp_bound);
+  /* first, each (dp, tp, pp) group's most frugal plan (the most micro-batches, recompute, the
+   * highest shard stage, one piece per rank): memory only grows from it, so when it does not fit none of the group
+   * does; then every plan in the order of its step bound */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < *nout; i++) {
+      ts_autoplan *p = order[i];
+      if (p->priced || p->why[0]) continue;
+      int frugal = 1, over = 0;
+      for (int q = 0; q < *nout; q++) {
+        const ts_autoplan *o = &out[q];
+        if (o == p || o->dp != p->dp || o->tp != p->tp || o->pp != p->pp) continue;
+        if (o->micro_batches > p->micro_batches || o->recompute > p->recompute || o->zero > p->zero ||
+            o->virtual_stages < p->virtual_stages)
+          frugal = 0;
+        if (o->priced && !o->fits && o->micro_batches >= p->micro_batches && o->recompute >= p->recompute &&
+            o->zero >= p->zero && o->virtual_stages <= p->virtual_stages)
+          over = 1 + q;
+      }
+      if (pass == 0 && !frugal) continue;
+      if (over) {
+        char s[160];
+        ts_autoplan_str(&out[over - 1], s, sizeof s);
+        snprintf(p->why, sizeof p->why, "not built: needs more memory than %s, which does not fit", s);
+        continue;
+      }
+      price_one(job, N, cl, limit, budget, cut, p, out, best, cache);
+    }
+  free(order);
+  if (*best < 0 || !out[*best].fits) {
+    double least = 0, lb = 0;
+    for (int i = 0; i < *nout; i++) {
+      if (out[i].pred.memory_bytes > 0 && (least == 0 || out[i].pred.memory_bytes < least))
+        least = (double)out[i].pred.memory_bytes;
+      if (out[i].mem_bound > 0 && (lb == 0 || out[i].mem_bound < lb)) lb = out[i].mem_bound;
+    }
+    *best = -1;
+    if (least > 0)
+      return ts_error_set(TS_ECONFIG, "auto_parallel: no plan fits %d devices of %s: the smallest needs %.1f MiB per "
+                          "device, %.1f MiB over the limit of %.1f MiB",
+                          N, cl->name, least / 1048576.0, (least - cut) / 1048576.0, cut / 1048576.0);
+    if (lb > 0)
+      return ts_error_set(TS_ECONFIG, "auto_parallel: no plan fits %d devices of %s: the smallest needs at least "
+                          "%.1f MiB per device, %.1f MiB over the limit of %.1f MiB",
+                          N, cl->name, lb / 1048576.0, (lb - cut) / 1048576.0, cut / 1048576.0);
+    return ts_error_set(TS_ECONFIG, "auto_parallel: no plan for %d devices can be built (%s)", N,
+                        *nout ? out[0].why : "no candidate");
+  }
+  return TS_OK;
+}
+
+int ts__autoparallel_search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, ts_autoplan *cands, int cap,
+                            int *n, ts_autoplan *out) {
+  memset(out, 0, sizeof *out);
+  int own = !cands, cnt = 0, best = -1;
+  if (own) {
+    cap = 16384;
+    if (!(cands = calloc((size_t)cap, sizeof *cands))) return ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
+  }
+  op_cache cache = {0}; /* the per-operator search's strategies per (dp, tp, micro-batches) */
+  int rc = search(job, N, cl, cands, cap, &cnt, &best, &cache);
+  if (n) *n = cnt;
+  for (int i = 0; i < cnt; i++) {
+    cands[i].devices = N, cands[i].searched = cnt, cands[i].search_mode = job->search_mode;
+    snprintf(cands[i].cluster, sizeof cands[i].cluster, "%s", cl->name);
+  }
+  if (!rc) {
+    *out = cands[best];
+    out->strategies = NULL;
+    /* the chosen plan's strategies: the cache's (taken from it), or built again (Megatron's) */
+    int M = out->micro_batches > 0 ? out->micro_batches : 1;
+    for (int i = 0; out->tp > 1 && !out->megatron && i < cache.n; i++)
+      if (cache.e[i].dp == out->dp && cache.e[i].tp == out->tp && cache.e[i].M == M && !cache.e[i].rc) {
+        out->strategies = cache.e[i].st;
+        cache.e[i].st = NULL;
+      }
+    if (out->tp > 1 && !out->strategies) rc = ts__autoplan_strategies(job, cl, out);
+    out->searched = cnt;
+  }
+  cache_free(&cache);
+  if (own) free(cands);
+  if (rc) {
+    ts_autoplan_free(out);
+    memset(out, 0, sizeof *out);
+  }
+  return rc;
+}

@@ -1,0 +1,235 @@
+/* The automatic-parallel search's plan as a value (include/tessera/autoparallel.h,
+ * src/autoparallel/): it equals what the config-text path produced before the plan travelled as
+ * a value, and the layers consuming it agree on it.
+ *   - GPT's Megatron-LM cuts (ts_gpt_megatron_strategies, src/zoo/gpt.c) for dp x tp equal the
+ *     strategy strings the search used to print into parallel.strategies, parsed (same entries,
+ *     same order, same cuts), for several (dp, tp); a tp the heads cannot take is refused;
+ *   - the plan searched for the MLP on 2 and 4 devices of a slow cluster (where cutting pays): its
+ *     strategies written as text and parsed back (the old path) give the same set; the same
+ *     degrees built alone (`tessera plan --fix`) give the same strategies and the same prediction;
+ *     the description names it;
+ *   - a plan applied to the distribution config directly (ts__autoplan_dist) gives the same
+ *     fields as the plan applied to the config keys and converted (ts_config_apply_autoplan,
+ *     ts_config_dist), for plans with and without stages, accumulation, shards, recompute, tp. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autoparallel/autoplan.h"
+#include "tessera/train.h"
+#include "train/config_dist.h"
+#include "tessera/zoo.h"
+#include "test_util.h"
+
+static const char *k_mlp =
+    "model: {name: mlp, hidden: [64, 32]}\n"
+    "data: {name: fashion_mnist, path: /nonexistent/fashion}\n"
+    "train: {steps: 1, batch_size: 32}\n"
+    "optimizer: {name: sgd, lr: 0.01}\n";
+static const char *k_gpt =
+    "model: {name: gpt, n_layer: 4, n_head: 4, n_embd: 32, block_size: 16, vocab_size: 256}\n"
+    "data: {name: text, path: /nonexistent/input.txt, seq_len: 16, transforms: []}\n"
+    "train: {steps: 1, batch_size: 16}\n"
+    "optimizer: {name: adamw, lr: 0.001}\n";
+
+/* The strategies the search printed for GPT before (trainer_search.c's megatron()), parsed. */
+static ts_strategy_set *old_megatron(int dp, int tp) {
+  const char *op[] = {"transformer.embedding",          "transformer.h.*.attn.c_attn.dense*",
+                      "transformer.h.*.attn.attention", "transformer.h.*.attn.c_proj.dense",
+                      "transformer.h.*.mlp.c_fc.dense", "transformer.h.*.mlp.c_proj.dense",
+                      "dense",                          "softmax_ce"};
+  char t[8][96];
+  snprintf(t[0], 96, "((%d,1),(%d,1))", dp, tp);
+  snprintf(t[1], 96, "((%d,1,1),(%d,1),(%d,))", dp, tp, tp);
+  snprintf(t[2], 96, "((%d,%d,1,1),(%d,%d,1,1),(%d,%d,1,1))", dp, tp, dp, tp, dp, tp);
+  snprintf(t[3], 96, "((%d,1,%d),(1,%d))", dp, tp, tp);
+  snprintf(t[4], 96, "((%d,1,1),(%d,1))", dp, tp);
+  snprintf(t[5], 96, "((%d,1,%d),(1,%d))", dp, tp, tp);
+  snprintf(t[6], 96, "((%d,1,1),(%d,1))", dp, tp);
+  snprintf(t[7], 96, "((%d,%d),(%d,))", dp, tp, dp);
+  ts_strategy_set *s = NULL;
+  CHECK_OK(ts_strategy_set_create(dp * tp, 0, &s));
+  for (int i = 0; s && i < 8; i++) CHECK_OK(ts_strategy_set_put_text(s, op[i], t[i]));
+  return s;
+}
+
+/* a and b: the same entries in the same order (names and cuts), and equal as sets. */
+static void check_same_set(const char *what, const ts_strategy_set *a, const ts_strategy_set *b) {
+  CHECK_MSG(a && b, "%s: a set is missing", what);
+  if (!a || !b) return;
+  CHECK_MSG(ts_strategy_set_equal(a, b), "%s: the sets differ", what);
+  CHECK_MSG(ts_strategy_set_count(a) == ts_strategy_set_count(b), "%s: %d entries, %d expected", what,
+            ts_strategy_set_count(a), ts_strategy_set_count(b));
+  for (int i = 0; i < ts_strategy_set_count(a) && i < ts_strategy_set_count(b); i++) {
+    char x[256], y[256];
+    ts_op_strategy_str(ts_strategy_set_at(a, i), x, sizeof x);
+    ts_op_strategy_str(ts_strategy_set_at(b, i), y, sizeof y);
+    CHECK_MSG(!strcmp(ts_strategy_set_name(a, i), ts_strategy_set_name(b, i)) && !strcmp(x, y),
+              "%s: entry %d is %s %s, expected %s %s", what, i, ts_strategy_set_name(a, i), x,
+              ts_strategy_set_name(b, i), y);
+  }
+}
+
+static void test_megatron(void) {
+  ts_gpt_config g = {.vocab_size = 256, .n_layer = 2, .n_head = 4, .n_embd = 32};
+  const int cases[][2] = {{1, 2}, {2, 2}, {1, 4}, {4, 2}, {2, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int dp = cases[k][0], tp = cases[k][1];
+    ts_strategy_set *want = old_megatron(dp, tp), *got = NULL;
+    CHECK_OK(ts_strategy_set_create(dp * tp, 0, &got));
+    CHECK_OK(ts_gpt_megatron_strategies(&g, dp, tp, got));
+    char what[64];
+    snprintf(what, sizeof what, "megatron dp %d tp %d", dp, tp);
+    check_same_set(what, got, want);
+    ts_strategy_set_free(got);
+    ts_strategy_set_free(want);
+  }
+  /* through the search's layer, as `tessera plan --fix ...,cuts=megatron` and the search build it */
+  ts_config cfg;
+  CHECK_OK(ts_config_load_string(k_gpt, "gpt", NULL, 0, &cfg));
+  ts_cluster cl;
+  CHECK_OK(ts_cluster_builtin("dgx-a100-80g", &cl));
+  ts_autoplan p;
+  memset(&p, 0, sizeof p);
+  p.dp = 2, p.tp = 2, p.pp = 1, p.micro_batches = 1, p.megatron = 1;
+  CHECK_OK(ts_trainer_autoplan_build(&cfg, &cl, &p));
+  ts_strategy_set *want = old_megatron(2, 2);
+  check_same_set("megatron plan dp 2 tp 2", p.strategies, want);
+  ts_strategy_set_free(want);
+  ts_autoplan_free(&p);
+  CHECK(p.strategies == NULL);
+  ts_config_free(&cfg);
+  ts_strategy_set *s = NULL;
+  CHECK_OK(ts_strategy_set_create(3, 0, &s));
+  EXPECT_ERR(ts_gpt_megatron_strategies(&g, 1, 3, s), TS_ECONFIG, "n_head", "3");
+  EXPECT_ERR(ts_gpt_megatron_strategies(&g, 1, 2, s), TS_EINVAL, "3 devices");
+  ts_strategy_set_free(s);
+}
+
+/* A cluster whose devices are slow and whose links are free: cutting the work pays. */
+static void slow_cluster(ts_cluster *c) {
+  CHECK_OK(ts_cluster_builtin("dgx-a100-80g", c));
+  snprintf(c->name, sizeof c->name, "slow");
+  c->devices_per_node = 8, c->nodes = 1;
+  c->peak_flops_f32 = 1e9, c->peak_flops_bf16 = 0, c->gemm_efficiency = 1, c->mem_bandwidth = 1e9;
+  c->mem_bytes = 8e9, c->intra_bw = c->inter_bw = 1e11, c->intra_latency = c->inter_latency = 0;
+  c->op_overhead = 0;
+}
+
+static void test_searched(const char *name, const char *yaml, int N) {
+  ts_config cfg;
+  int rc = ts_config_load_string(yaml, name, NULL, 0, &cfg);
+  CHECK_MSG(rc == TS_OK, "%s: %s", name, ts_last_error());
+  if (rc) return;
+  ts_cluster cl;
+  slow_cluster(&cl);
+  int cap = 4096, n = 0;
+  ts_autoplan *all = calloc((size_t)cap, sizeof *all), best;
+  rc = ts_trainer_autoplan_search(&cfg, N, &cl, all, cap, &n, &best);
+  CHECK_MSG(rc == TS_OK, "%s on %d: %s", name, N, ts_last_error());
+  if (!rc) {
+    char s[160], line[512];
+    ts_autoplan_str(&best, s, sizeof s);
+    printf("%s on %d devices: %s, %.3f ms, %lld bytes, %d strategies\n", name, N, s, 1e3 * best.pred.step_s,
+           (long long)best.pred.memory_bytes, best.strategies ? ts_strategy_set_count(best.strategies) : 0);
+    CHECK(n > 1 && best.fits && best.priced && best.dp * best.tp * best.pp == N && best.searched == n);
+    CHECK(best.devices == N && !strcmp(best.cluster, "slow"));
+    CHECK_MSG((best.tp > 1) == (best.strategies != NULL), "%s: tp %d with%s strategies", name, best.tp,
+              best.strategies ? "" : "out");
+    for (int i = 0; i < n; i++) CHECK(all[i].strategies == NULL); /* the listing carries none */
+    ts_autoplan_describe(&best, line, sizeof line);
+    char head[256];
+    snprintf(head, sizeof head, "auto_parallel on %d devices of slow: %s (predicted", N, s);
+    CHECK_MSG(!strncmp(line, head, strlen(head)) && strstr(line, "plans searched)"), "describe: %s", line);
+    if (best.strategies) {
+      /* the old path: each strategy as text (parallel.strategies), parsed again */
+      ts_strategy_set *old = NULL;
+      CHECK_OK(ts_strategy_set_create(ts_strategy_set_device_num(best.strategies), 0, &old));
+      CHECK(ts_strategy_set_device_num(best.strategies) == best.dp * best.tp);
+      for (int i = 0; old && i < ts_strategy_set_count(best.strategies); i++) {
+        char t[256];
+        ts_op_strategy_str(ts_strategy_set_at(best.strategies, i), t, sizeof t);
+        CHECK_OK(ts_strategy_set_put_text(old, ts_strategy_set_name(best.strategies, i), t));
+      }
+      check_same_set("searched vs text", best.strategies, old);
+      ts_strategy_set_free(old);
+    }
+    /* the same degrees alone (tessera plan --fix): the same strategies, the same prediction */
+    ts_autoplan fix;
+    memset(&fix, 0, sizeof fix);
+    fix.dp = best.dp, fix.tp = best.tp, fix.pp = best.pp, fix.micro_batches = best.micro_batches;
+    fix.zero = best.zero, fix.recompute = best.recompute, fix.virtual_stages = best.virtual_stages;
+    fix.megatron = best.megatron;
+    CHECK_OK(ts_trainer_autoplan_build(&cfg, &cl, &fix));
+    if (best.strategies) check_same_set("searched vs built alone", fix.strategies, best.strategies);
+    ts_step_prediction p;
+    CHECK_OK(ts_trainer_predict_autoplan(&cfg, &fix, N, 0, &cl, &p));
+    CHECK_MSG(p.step_s == best.pred.step_s && p.memory_bytes == best.pred.memory_bytes,
+              "%s: predicted alone %.9f s %lld B, searched %.9f s %lld B", name, p.step_s, (long long)p.memory_bytes,
+              best.pred.step_s, (long long)best.pred.memory_bytes);
+    ts_autoplan copy;
+    CHECK_OK(ts_autoplan_copy(&copy, &best));
+    CHECK(copy.strategies != best.strategies || !best.strategies);
+    if (best.strategies) check_same_set("copy", copy.strategies, best.strategies);
+    ts_autoplan_free(&copy);
+    ts_autoplan_free(&fix);
+    ts_autoplan_free(&best);
+  }
+  free(all);
+  ts_config_free(&cfg);
+}
+
+/* The plan on the distribution config directly equals the plan on the config keys, converted. */
+static void test_dist_fields(void) {
+  ts_config cfg;
+  CHECK_OK(ts_config_load_string(k_gpt, "gpt", NULL, 0, &cfg));
+  const ts_autoplan plans[] = {
+      {.dp = 4, .tp = 1, .pp = 1, .micro_batches = 1},
+      {.dp = 2, .tp = 1, .pp = 1, .micro_batches = 4, .zero = 2, .recompute = 1},
+      {.dp = 1, .tp = 1, .pp = 1, .micro_batches = 3}, /* 16 rows do not split 3 ways: no accumulation */
+      {.dp = 1, .tp = 2, .pp = 2, .micro_batches = 4, .virtual_stages = 2, .recompute = 1},
+      {.dp = 2, .tp = 1, .pp = 2, .micro_batches = 8, .zero = 1},
+      {.dp = 2, .tp = 2, .pp = 1, .micro_batches = 2, .zero = 1, .megatron = 1},
+  };
+  ts_dist_config base;
+  ts_config view = cfg;
+  view.parallel.mode = TS_PARALLEL_DATA;
+  ts_config_dist(&view, &base);
+  for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+    ts_config c;
+    CHECK_OK(ts_config_copy(&c, &cfg));
+    CHECK_OK(ts_config_apply_autoplan(&c, &plans[k]));
+    CHECK_MSG(ts_config_validate(&c) == TS_OK, "plan %zu: %s", k, ts_last_error());
+    CHECK(c.parallel.strategies.n == 0); /* no strategy text */
+    ts_dist_config want, got = base;
+    ts_config_dist(&c, &want);
+    const ts_dist_vt *vt;
+    int semi = -1;
+    ts__autoplan_dist(&plans[k], cfg.train.batch_size, &got, &vt, &semi);
+    const char *mode = c.parallel.pipeline_stages > 1 ? "pipeline" : ts_parallel_mode_name(c.parallel.mode);
+    CHECK_MSG(vt == ts_dist_find(mode), "plan %zu: layout %s, expected %s", k, vt ? ts_dist_name(vt) : "none", mode);
+    CHECK(semi == (plans[k].tp > 1));
+    long long a[] = {got.micro_batch, got.eval_batch, got.accum, got.pipeline_stages, got.pipeline_semi,
+                     got.pipeline_schedule, got.virtual_stages, got.optimizer_shard, got.recompute,
+                     got.n_recompute_layers, got.full_batch};
+    long long b[] = {want.micro_batch, want.eval_batch, want.accum, want.pipeline_stages, want.pipeline_semi,
+                     want.pipeline_schedule, want.virtual_stages, want.optimizer_shard, want.recompute,
+                     want.n_recompute_layers, want.full_batch};
+    const char *f[] = {"micro_batch", "eval_batch", "accum", "pipeline_stages", "pipeline_semi", "pipeline_schedule",
+                       "virtual_stages", "optimizer_shard", "recompute", "n_recompute_layers", "full_batch"};
+    for (int i = 0; i < 11; i++)
+      CHECK_MSG(a[i] == b[i], "plan %zu: %s %lld on the distribution config, %lld from the config keys", k, f[i], a[i],
+                b[i]);
+    ts_config_free(&c);
+  }
+  ts_config_free(&cfg);
+}
+
+int main(void) {
+  test_megatron();
+  test_dist_fields();
+  test_searched("mlp", k_mlp, 2);
+  test_searched("mlp", k_mlp, 4);
+  test_searched("gpt", k_gpt, 4);
+  return ts_test_finish("test_autoplan");
+}
