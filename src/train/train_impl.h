@@ -110,7 +110,7 @@ int ts__trainer_predict_model(const ts_config *cfg, int ndevices, int rank, cons
 /* auto_parallel's per-operator search (trainer_opsearch.c): c's model as one process's forward
  * graph, searched by parallel.search_mode on dp x tp devices of cl (the batch cut dp ways); the
  * strategies into *out (parallel.strategies form), the cost graph's total into *cost (may be NULL). */
-/* parallel.auto_tp > 0: the plan dp = N / (auto_tp x stages) x tp = auto_tp x parallel.pipeline_stages
+/* parallel.auto_tp > 0: the plan dp = N / (auto_tp x stages) x tp = auto_tp x the pipeline stages
  * (micro-batches: parallel.micro_batches, else the stages; no shard, no recompute), its operators
  * searched on cl, applied to c and logged. */
 int ts__train_auto_tp(ts_config *c, int N, const ts_cluster *cl, ts_model_fn model, void *user);
