@@ -14,4 +14,8 @@ void ts__config_compat_key(const ts_config *cfg, ts__compat_key *k);
  * it), else ndevices. */
 int ts__config_stage_ranks(const ts_config *cfg, int ndevices);
 
+/* The pipeline stages of a trainer's distribution object (1 without a pipeline; trainer.c). */
+struct ts_trainer;
+int ts__trainer_stages(const struct ts_trainer *t);
+
 #endif

@@ -10,6 +10,7 @@
 #include "tessera/checkpoint.h"
 #include "tessera/plot.h"
 #include "tessera/zoo.h"
+#include "distribution/query.h"
 #include "train_compat.h"
 #include "train_impl.h"
 
@@ -834,3 +835,5 @@ ts_callback ts_callback_early_stop(ts_early_stop_state *state) {
   ts_callback cb = {"early_stop", NULL, early_stop, NULL, NULL, state};
   return cb;
 }
+
+int ts__trainer_stages(const ts_trainer *t) { return t && t->dist ? ts__dist_stages(t->dist) : 1; }
