@@ -42,7 +42,8 @@ static const entry table[] = {
       "parallel.virtual_stages, parallel.pipeline_schedule",
       "only the interleaved schedule runs several pieces per rank"},
      A_VSTAGES, "parallel.virtual_stages: %d pieces per rank need parallel.pipeline_schedule interleaved_1f1b"},
-    {{TS__COMPAT_CONFIG_PIPE, NULL, 0, ANY, ANY, ANY, ANY, ANY, TS__COMPAT_X_RULES, 1, "parallel.stages, parallel.pipeline_stages",
+    {{TS__COMPAT_CONFIG_PIPE, NULL, 0, ANY, ANY, ANY, ANY, ANY, TS__COMPAT_X_RULES, 1,
+      "parallel.stages, parallel.pipeline_stages",
       "stage patterns place operators in pipeline stages: without stages there is nothing to place"},
      A_STAGES, "parallel.stages: given, but parallel.pipeline_stages is %d"},
     /* ---- config validation: the sharding's keys ---- */
@@ -92,13 +93,15 @@ static const entry table[] = {
       "a shard group is a number of ranks"},
      A_GROUP,
      "parallel.optimizer_shard_group: %d is not a number of ranks (>= 1, or 0 for the whole data-parallel group)"},
-    {{TS__COMPAT_OBJECT, NULL, ANY, ANY, 1, 3, ANY, 1, TS__COMPAT_X_NONE, 1, "parallel.comm_dtype, parallel.optimizer_shard",
+    {{TS__COMPAT_OBJECT, NULL, ANY, ANY, 1, 3, ANY, 1, TS__COMPAT_X_NONE, 1,
+      "parallel.comm_dtype, parallel.optimizer_shard",
       "the sharded optimizer reduce-scatters f32 gradients (its buckets have no wire copy)"},
      A_NONE, "parallel.comm_dtype: gradient compression is not implemented with parallel.optimizer_shard (use f32)"},
     {{TS__COMPAT_OBJECT, "data_parallel", ANY, ANY, 1, 3, ANY, 0, TS__COMPAT_X_NONE, 0, "parallel.optimizer_shard",
       "ZeRO 1, 2 and 3 over data_parallel's ranks"},
      A_NONE, NULL},
-    {{TS__COMPAT_OBJECT, "semi_auto_parallel|pipeline", ANY, ANY, 1, 2, ANY, 0, TS__COMPAT_X_NONE, 0, "parallel.optimizer_shard",
+    {{TS__COMPAT_OBJECT, "semi_auto_parallel|pipeline", ANY, ANY, 1, 2, ANY, 0, TS__COMPAT_X_NONE, 0,
+      "parallel.optimizer_shard",
       "ZeRO 1 and 2 over each slice's data-parallel repeat, or a stage's ranks"},
      A_NONE, NULL},
     /* ---- the pipeline layout's check ---- */
@@ -183,7 +186,9 @@ int ts__compat_match(const ts__compat_row *r, const ts__compat_key *k) {
 
 static void format(const entry *e, const ts__compat_key *k, char *msg, size_t cap) {
   const char *mode = k->mode ? k->mode : "?";
-  const char *inside = strcmp(mode, "pipeline") ? "" : !k->semi ? " stages of data_parallel" : " stages of semi_auto_parallel";
+  const char *inside = strcmp(mode, "pipeline") ? ""
+                       : !k->semi               ? " stages of data_parallel"
+                                                : " stages of semi_auto_parallel";
   if (!cap) return;
   switch (e->args) {
     case A_SHARD: snprintf(msg, cap, e->msg, k->shard); break;

@@ -345,6 +345,7 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (!d) return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");
   d->vt = vt;
   d->cfg = *cfg;
+  d->sync.vt = ts__sync_choose(cfg); /* all-reduce buckets, or ZeRO's sharding */
   /* the config's lists are the caller's: the object keeps copies */
   if (cfg->nfusion_splits > 0) {
     d->own_splits = malloc(sizeof(int) * (size_t)cfg->nfusion_splits);
@@ -362,7 +363,6 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   }
   d->loss_scale = 1;
   d->seed_val = TS_NONE;
-  d->sync.vt = ts__sync_choose(&d->cfg); /* all-reduce buckets, or ZeRO's sharding */
   d->dry = dry;
   d->r.rank = dry ? rank : 0;
   d->r.size = dry ? dry : 1;
@@ -387,7 +387,7 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
 
 void ts_dist_free(ts_dist *d) {
   if (!d) return;
-  d->sync.vt->free(d);
+  if (d->sync.vt) d->sync.vt->free(d);
   ts__lamb_free(d->sync.lamb);
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);

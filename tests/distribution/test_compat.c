@@ -2,11 +2,13 @@
  * row's own example is decided by that row (no row is shadowed by an earlier one of its phase),
  * refused with a message naming its key(s) or allowed; today's refusals word for word; the
  * object's phase over every (layout, shard stage, virtual stages, wire, shard group) against the
- * if-chain it replaced; and ts_dist_create refusing through it. */
+ * if-chain it replaced; ts_dist_create refusing through it; and the checkpoint manifest's layout
+ * object (the layout's and the sync object's keys) byte for byte as the trainer wrote it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "distribution/compat.h"
+#include "distribution/query.h"
 #include "tessera/dist.h"
 #include "test_util.h"
 
@@ -248,7 +250,30 @@ static void test_create(void) {
   ts_dist_free(d);
 }
 
+/* The checkpoint manifest's layout object, written by the layout and the sync object, has the bytes
+ * the trainer wrote before (the same keys, order and values). */
+static void test_manifest(void) {
+  static const int cases[][5] = {{1, 0, 0, 8, 0}, {4, 2, 2, 16, 1}, {2, 1, 0, 4, 0}, {0, 3, 4, 8, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ts_dist_config c;
+    memset(&c, 0, sizeof c);
+    c.pipeline_stages = cases[i][0];
+    c.optimizer_shard = cases[i][1];
+    c.shard_group = cases[i][2];
+    char got[600], want[600];
+    ts__dist_manifest_layout(&c, "data_parallel", cases[i][3], cases[i][4], cases[i][4], got, sizeof got);
+    snprintf(want, sizeof want,
+             "{\"mode\": \"%s\", \"world_size\": %d, \"pipeline_stages\": %d, \"optimizer_shard\": %d, "
+             "\"optimizer_shard_group\": %d, \"sliced_parameters\": %s%s}",
+             "data_parallel", cases[i][3], c.pipeline_stages > 1 ? c.pipeline_stages : 1, c.optimizer_shard,
+             c.shard_group, cases[i][4] ? "true" : "false",
+             cases[i][4] ? ", \"strategy_file\": \"strategy.json\"" : "");
+    CHECK_MSG(!strcmp(got, want), "manifest layout '%s', before '%s'", got, want);
+  }
+}
+
 int main(void) {
+  test_manifest();
   test_rows();
   test_messages();
   test_object_exhaustive();
