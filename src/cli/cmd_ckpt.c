@@ -31,7 +31,7 @@ static int usage(FILE *f) {
           "merge    writes the whole checkpoint of a sliced one: the file checkpoint.format whole\n"
           "         writes at that step (its config with checkpoint.format: whole)\n"
           "reshard  re-cuts a sliced checkpoint for N ranks under its config (or --config FILE) with the --set changes\n"
-          "         (parallel.mode, strategies, optimizer_shard, pipeline_stages...) into DIR2, a\n"
+          "         (parallel.mode, strategies, sharding stage, pipeline stages...) into DIR2, a\n"
           "         sliced checkpoint such a job resumes from (checkpoint.resume=DIR2); the old\n"
           "         layout's strategies stay unless replaced (--set parallel.strategies={} for none)\n"
           "example: tessera ckpt inspect checkpoints/resnet20_fashion/ckpt-00007035.safetensors\n"

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "rank_table.h"
 #include "../base/rfile.h"
+#include "train/train_compat.h"
 #include "tessera/base.h"
 #include "tessera/checkpoint.h"
 #include "tessera/comm.h"
@@ -360,8 +361,9 @@ static int load_train_config(int argc, char **argv, ts_config *cfg) {
  * evenly (the trainer's own check), and a hybrid shard group divides the ranks. */
 static int ranks_fit(const ts_config *cfg, int n) {
   int b = cfg->train.batch_size, mb = cfg->train.micro_batch_size > 0 ? cfg->train.micro_batch_size : b;
-  int g = cfg->parallel.optimizer_shard_group;
-  return n >= 1 && b % n == 0 && mb % n == 0 && (g <= 0 || n % g == 0);
+  ts__compat_key k;
+  ts__config_compat_key(cfg, &k);
+  return ts__compat_ranks_fit(&k, b, mb, n); /* the compatibility table's (shard groups) */
 }
 
 /* The largest rank count in [lo, hi] that ranks_fit, or 0. */
@@ -473,15 +475,15 @@ int ts_cli_launch(int argc, char **argv) {
   if (n <= 0) rc = ts_cli_fail(2, "launch: -n N (number of ranks) is required (or parallel.device_num in the config)");
   if (!rc && min_ranks > n) rc = ts_cli_fail(2, "launch: --min-ranks %d is more than the %d ranks (-n)", min_ranks, n);
   if (!rc && min_ranks && min_ranks < n) {
-    if (cfg.parallel.mode != TS_PARALLEL_DATA || cfg.parallel.pipeline_stages > 1)
-      rc = ts_cli_fail(2, "launch: --min-ranks %d: only a data_parallel job (without pipeline stages) can go on with fewer "
-                       "ranks; parallel.mode %s%s lays the model out for its %d ranks", min_ranks,
-                       ts_parallel_mode_name(cfg.parallel.mode), cfg.parallel.pipeline_stages > 1 ? " with pipeline stages" : "", n);
+    ts__compat_key key;
+    char why[512];
+    ts__config_compat_key(&cfg, &key);
+    if (ts__compat_find(TS__COMPAT_ELASTIC, &key, why, sizeof why) >= 0) /* the layout is cut for n ranks */
+      rc = ts_cli_fail(2, "launch: --min-ranks %d: %s for its %d ranks", min_ranks, why, n);
     else if (!fitting_ranks(&cfg, min_ranks, n - 1))
       rc = ts_cli_fail(2, "launch: --min-ranks %d: no rank count from %d to %d divides train.batch_size %d%s (the global "
                        "batch is kept, so each rank's share must be whole)", min_ranks, min_ranks, n - 1,
-                       cfg.train.batch_size,
-                       cfg.parallel.optimizer_shard_group > 0 ? " and is a multiple of parallel.optimizer_shard_group" : "");
+                       cfg.train.batch_size, ts__compat_fit_note(&key));
   }
   if (!min_ranks) min_ranks = n; /* restarts keep the rank count */
   char self[4096];

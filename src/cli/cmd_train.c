@@ -11,6 +11,7 @@
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/train.h"
+#include "train/train_compat.h"
 
 /* Exit status for a library status: configuration problems are usage errors (2). */
 int ts_cli_exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED ? 2 : 1; }
@@ -82,9 +83,10 @@ int ts_cli_train(int argc, char **argv) {
   if (ts_trainer_rank(t) == 0) {
     char where[160] = "";
     int64_t all = ts_trainer_num_params(t), mine = (int64_t)ts_params_numel(ts_trainer_params(t));
-    if (ts_trainer_world_size(t) > 1 && cfg.parallel.pipeline_stages > 1)
+    int stages = ts__trainer_stages(t); /* the distribution object's */
+    if (ts_trainer_world_size(t) > 1 && stages > 1)
       snprintf(where, sizeof where, ", pipeline of %d stages x %d %s %s (%s, %d micro-batches) on %d ranks",
-               cfg.parallel.pipeline_stages, ts_trainer_world_size(t) / cfg.parallel.pipeline_stages,
+               stages, ts_trainer_world_size(t) / stages,
                ts_parallel_mode_name(cfg.parallel.mode),
                cfg.parallel.mode == TS_PARALLEL_SEMI_AUTO ? "ranks" : "replicas",
                cfg.parallel.pipeline_schedule == 0 ? "gpipe" : cfg.parallel.pipeline_schedule == 1 ? "1f1b" : "interleaved_1f1b",

@@ -8,7 +8,28 @@
 #include <string.h>
 
 #include "runtime/exec.h"
+#include "compat.h"
 #include "dist_impl.h"
+
+/* ---- models built per rank: their private state ---- */
+
+/* The state of stand_alone, data_parallel and hybrid_parallel (d->priv): the groups a hybrid
+ * model asked for (ts_model_group) and their communicators. */
+typedef struct {
+  int ngroups, groups_cap; /* any number (grown by ts_model_group) */
+  struct ts__dist_group {
+    int ndev, dev[TS_LAYOUT_MAX_AXES], axis;
+  } *group;
+  ts_comm **group_comm; /* ngroups, made by the build in a real job */
+} per_rank;
+
+static const ts_dist_vt stand_alone, data_parallel, hybrid_parallel;
+
+/* The per-rank state of d, NULL for layouts that build the whole model. */
+static per_rank *per_rank_of(const ts_dist *d) {
+  int mine = d->vt == &stand_alone || d->vt == &data_parallel || d->vt == &hybrid_parallel;
+  return mine ? d->priv : NULL;
+}
 
 /* ---- the model builder, with this object's rank and groups ---- */
 
@@ -16,28 +37,32 @@ int ts_model_group(const ts_model_info *info, int ndev, const int *dev, int axis
   ts_dist *d = info ? info->priv : NULL;
   if (!d || ndev < 1 || ndev > TS_LAYOUT_MAX_AXES || axis < 0 || axis >= ndev)
     return ts_error_set(TS_EINVAL, "ts_model_group: bad device matrix or axis");
+  per_rank *pr = per_rank_of(d);
+  if (!pr)
+    return ts_error_set(TS_EINVAL, "ts_model_group: parallel.mode %s builds the whole model (groups are for models "
+                        "written per rank: hybrid_parallel)", d->vt->name);
   int prod = 1;
   for (int a = 0; a < ndev; a++) prod *= dev[a] > 0 ? dev[a] : 0;
   if (prod != info->size)
     return ts_error_set(TS_EINVAL, "ts_model_group: the device matrix has %d devices, the job %d ranks", prod,
                         info->size);
-  for (int k = 0; k < d->ngroups; k++)
-    if (d->group[k].ndev == ndev && d->group[k].axis == axis &&
-        !memcmp(d->group[k].dev, dev, sizeof(int) * (size_t)ndev))
+  for (int k = 0; k < pr->ngroups; k++)
+    if (pr->group[k].ndev == ndev && pr->group[k].axis == axis &&
+        !memcmp(pr->group[k].dev, dev, sizeof(int) * (size_t)ndev))
       return k + 1;
-  if (d->ngroups + 1 >= TS_PLAN_MAX_COMMS)
+  if (pr->ngroups + 1 >= TS_PLAN_MAX_COMMS)
     return ts_error_set(TS_ERANGE, "ts_model_group: at most %d groups (plan communicator slots)", TS_PLAN_MAX_COMMS - 1);
-  if (d->ngroups == d->groups_cap) {
-    int nc = d->groups_cap ? 2 * d->groups_cap : 8;
-    struct ts__dist_group *ng = realloc(d->group, sizeof *ng * (size_t)nc);
+  if (pr->ngroups == pr->groups_cap) {
+    int nc = pr->groups_cap ? 2 * pr->groups_cap : 8;
+    struct ts__dist_group *ng = realloc(pr->group, sizeof *ng * (size_t)nc);
     if (!ng) return ts_error_set(TS_ENOMEM, "ts_model_group: out of memory");
-    d->group = ng;
-    d->groups_cap = nc;
+    pr->group = ng;
+    pr->groups_cap = nc;
   }
-  int k = d->ngroups++;
-  d->group[k].ndev = ndev;
-  memcpy(d->group[k].dev, dev, sizeof(int) * (size_t)ndev);
-  d->group[k].axis = axis;
+  int k = pr->ngroups++;
+  pr->group[k].ndev = ndev;
+  memcpy(pr->group[k].dev, dev, sizeof(int) * (size_t)ndev);
+  pr->group[k].axis = axis;
   return k + 1;
 }
 
@@ -101,21 +126,16 @@ int ts__dist_backward(ts_dist *d) {
 int ts__dist_sizing(const ts_dist *d) { return d->dry > 0 && !d->cfg.dry_allocate; }
 
 int ts__dist_alloc_store(ts_dist *d, ts_params *p) {
-  /* optimizer_shard 2 and 3: no whole-model gradient buffer (every gradient is bound into its
-   * bucket's staging slot or the replicated remainder by ts__zero_plan) */
-  int rc = ts_params_set_grads_external(p, d->cfg.optimizer_shard >= 2);
+  /* the sync object may bind the gradients (and, in a real job, the parameter values) itself */
+  int no_grads = 0, no_params = 0;
+  d->sync.vt->store(d, &no_grads, &no_params);
+  int rc = ts_params_set_grads_external(p, no_grads);
   if (rc) return rc;
   if (ts__dist_sizing(d)) return ts_params_alloc_dry(p);
-  /* optimizer_shard 3 in a real job: no whole copy of the parameters (each rank's shard and the
-   * gather slots are bound into the plans by ts__zero_plan; here parameter values get NULL) */
-  return d->cfg.optimizer_shard >= 3 && d->world ? ts_params_alloc_external(p, d->cfg.seed)
-                                                 : ts_params_alloc(p, d->cfg.seed);
+  return no_params ? ts_params_alloc_external(p, d->cfg.seed) : ts_params_alloc(p, d->cfg.seed);
 }
 
-int ts_dist_grad_buckets(const ts_dist *d) {
-  if (!d) return 0;
-  return d->red ? ts_grad_reducer_num_buckets(d->red) : ts__zero_num_buckets(d->zero);
-}
+int ts_dist_grad_buckets(const ts_dist *d) { return d ? d->sync.vt->num_buckets(d) : 0; }
 
 int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   return ts__dist_sizing(d) ? ts_plan_create_dry(g, keep, nkeep, out) : ts_plan_create(g, keep, nkeep, out);
@@ -157,6 +177,9 @@ static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
                         "train.batch_size %lld (micro_batch_size %lld) is the global batch and must divide "
                         "by the %d ranks",
                         (long long)(c->micro_batch * c->accum), (long long)c->micro_batch, r->size);
+  per_rank *pr = calloc(1, sizeof *pr);
+  if (!pr) return ts_error_set(TS_ENOMEM, "%s: out of memory", d->vt->name);
+  d->priv = pr;
   r->data_parts = cut ? r->size : 1;
   r->data_index = cut ? r->rank : 0;
   r->eval_parts = 1;
@@ -183,14 +206,14 @@ static int build_per_rank(ts_dist *d, int cut, int seed_mean) {
   if ((rc = ts__dist_build_model(d, &nne, &r->xe, NULL, &r->logits, NULL))) return rc;
   if ((rc = ts__dist_plans(d)) || !d->world) return rc;
   /* communicators: slot 0 every rank, then the groups a hybrid model asked for */
-  if (d->ngroups > 0 && !(d->group_comm = calloc((size_t)d->ngroups, sizeof *d->group_comm)))
-    return ts_error_set(TS_ENOMEM, "hybrid_parallel: out of memory (%d groups)", d->ngroups);
-  for (int k = 0; k < d->ngroups && !rc; k++)
-    rc = ts_comm_grid_axis(d->world, d->group[k].ndev, d->group[k].dev, d->group[k].axis, &d->group_comm[k]);
+  if (pr->ngroups > 0 && !(pr->group_comm = calloc((size_t)pr->ngroups, sizeof *pr->group_comm)))
+    return ts_error_set(TS_ENOMEM, "hybrid_parallel: out of memory (%d groups)", pr->ngroups);
+  for (int k = 0; k < pr->ngroups && !rc; k++)
+    rc = ts_comm_grid_axis(d->world, pr->group[k].ndev, pr->group[k].dev, pr->group[k].axis, &pr->group_comm[k]);
   ts_plan *plans[2] = {r->plan, r->plan_e};
   for (int p = 0; p < 2 && !rc; p++) {
     rc = ts_plan_set_comm(plans[p], 0, d->world);
-    for (int k = 0; k < d->ngroups && !rc; k++) rc = ts_plan_set_comm(plans[p], k + 1, d->group_comm[k]);
+    for (int k = 0; k < pr->ngroups && !rc; k++) rc = ts_plan_set_comm(plans[p], k + 1, pr->group_comm[k]);
   }
   return rc;
 }
@@ -205,9 +228,9 @@ static int build_data(ts_dist *d, const ts_dist_model *m) {
   (void)m;
   d->loss_op = TS_REDUCE_MEAN;
   d->loss_weight = 1;
-  d->reduce_mean = d->cfg.gradients_mean;
+  d->sync.mean = d->cfg.gradients_mean;
   int rc = build_per_rank(d, 1, 0);
-  if (!rc && d->cfg.optimizer_shard) rc = ts__zero_plan(d); /* the shard layout, for plans too */
+  if (!rc) rc = d->sync.vt->plan(d); /* the sync object's layout of the store (ZeRO's shards), for plans too */
   return rc;
 }
 
@@ -215,7 +238,7 @@ static int build_hybrid(ts_dist *d, const ts_dist_model *m) {
   (void)m;
   d->loss_op = TS_REDUCE_MEAN; /* the ranks' losses averaged, as data parallel */
   d->loss_weight = 1;
-  d->reduce_mean = 0;
+  d->sync.mean = 0;
   return build_per_rank(d, !d->cfg.full_batch, d->cfg.gradients_mean);
 }
 
@@ -227,35 +250,15 @@ static int check_hybrid(const ts_dist_config *c, const ts_dist_model *m) {
   return TS_OK;
 }
 
-/* optimizer_shard: stages 1 and 2 under data_parallel, semi_auto_parallel and pipeline stages, 3
- * under data_parallel; f32 gradients (lamb's norms are summed over the parts, dist_lamb.c) */
-static int check_shard(const ts_dist_vt *vt, const ts_dist_config *c) {
-  if (!c->optimizer_shard) return TS_OK;
-  if (c->optimizer_shard < 0 || c->optimizer_shard > 3)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: %d is not a stage (1, 2 or 3)", c->optimizer_shard);
-  int dp = !strcmp(vt->name, "data_parallel"), pipe = !strcmp(vt->name, "pipeline");
-  if (!dp && !pipe && strcmp(vt->name, "semi_auto_parallel"))
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: implemented for parallel.mode data_parallel and "
-                        "semi_auto_parallel (with or without parallel.pipeline_stages), not %s", vt->name);
-  if (c->optimizer_shard >= 3 && !dp)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for parallel.mode "
-                        "data_parallel without pipeline stages only (not %s%s); use 1 or 2", vt->name,
-                        pipe && !c->pipeline_semi ? " stages of data_parallel" : pipe ? " stages of semi_auto_parallel" : "");
-  if (c->optimizer_shard == 2 && pipe && c->virtual_stages > 1)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 2 with parallel.virtual_stages %d is not implemented "
-                        "(each micro-batch's reduce-scatter needs every piece's backward); use 1",
-                        c->virtual_stages);
-  if (c->shard_group < 0)
-    return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard_group: %d is not a number of ranks (>= 1, or 0 "
-                        "for the whole data-parallel group)", c->shard_group);
-  if (c->wire != TS_F32)
-    return ts_error_set(TS_ECONFIG, "parallel.comm_dtype: gradient compression is not implemented with "
-                        "parallel.optimizer_shard (use f32)");
-  return TS_OK;
-}
-
 static void free_per_rank(ts_dist *d) {
-  for (int k = 0; d->group_comm && k < d->ngroups; k++) ts_comm_free(d->group_comm[k]);
+  per_rank *pr = d->priv;
+  for (int k = 0; pr && pr->group_comm && k < pr->ngroups; k++) ts_comm_free(pr->group_comm[k]);
+  if (pr) {
+    free(pr->group);
+    free(pr->group_comm);
+    free(pr);
+  }
+  d->priv = NULL;
   ts_graph_free(d->r.g);
   ts_graph_free(d->r.ge);
   ts_params_free(d->r.params);
@@ -269,22 +272,14 @@ int ts__dist_start_world(ts_dist *d) {
     return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
                         "initialises its own from the counter-based RNG, identical to the whole model's)");
   if (c->parameter_broadcast) {
-    /* optimizer_shard 3: no whole copy to send; each rank's shard is initialised from the
-     * counter-based RNG at its global positions, the values rank 0 has there */
+    /* a sync object holding the parameters (ZeRO-3): no whole copy to send; each rank's shard is
+     * initialised from the counter-based RNG at its global positions, the values rank 0 has there */
     if (ts_params_data(p)) rc = ts_comm_broadcast(d->world, ts_params_data(p), ts_params_numel(p), TS_F32, 0);
     if (!rc && ts_params_state_numel(p))
       rc = ts_comm_broadcast(d->world, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
-  if (c->optimizer_shard) return ts__zero_start(d); /* reduce-scatter + all-gather instead (dist_zero.c) */
-  ts_grad_reducer_config rcfg = {.bucket_mb = c->bucket_mb, .mean = d->reduce_mean, .wire = c->wire,
-                                 .fusion_splits = c->fusion_splits, .nfusion_splits = c->nfusion_splits,
-                                 .allreduce = c->allreduce, .cluster = c->cluster, .price = c->allreduce_price};
-  if ((rc = ts_grad_reducer_create(d->world, p, d->r.g, &rcfg, &d->red))) return rc;
-  /* accumulation reduces once, after the last micro-step */
-  d->overlap = c->overlap && c->accum == 1;
-  if (d->overlap) rc = ts_grad_reducer_attach(d->red, d->r.plan);
-  return rc;
+  return d->sync.vt->start(d, d->world, 1); /* over every rank, overlapped with backward where it can */
 }
 
 /* Without sync_batchnorm each rank's running statistics follow its own batches; before they are
@@ -303,11 +298,11 @@ static int describe_per_rank(ts_dist *d, FILE *out) {
   for (int i = 0; i < ts_params_count(r->params); i++) sharded += ts_params_is_sharded(r->params, i);
   fprintf(out, "every parameter %s; the batch %s; gradients of parameters several ranks hold %s over them\n",
           sharded                                    ? "as the model registers it (slices where it registers them sharded)"
-          : d->zero && d->cfg.optimizer_shard >= 3 ? "cut over the ranks (optimizer_shard 3, below)"
-                                                   : "replicated",
+          : d->sync.vt->params_note(d) ? d->sync.vt->params_note(d)
+                                     : "replicated",
           r->data_parts > 1 ? "cut over the ranks" : "read whole by every rank",
-          d->reduce_mean ? "averaged" : "summed");
-  ts__zero_describe(d, out);
+          d->sync.mean ? "averaged" : "summed");
+  d->sync.vt->describe(d, out);
   return TS_OK;
 }
 
@@ -342,13 +337,16 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (dry > 1 && !vt->world)
     return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
                         "semi_auto_parallel) to plan for %d", vt->name, dry);
-  int rc = check_shard(vt, cfg);
+  ts__compat_key key; /* the compatibility table's refusals, then the layout's own */
+  ts__compat_key_of(vt->name, cfg, &key);
+  int rc = ts__compat_check(TS__COMPAT_OBJECT, &key);
   if (!rc && vt->check) rc = vt->check(cfg, m);
   if (rc) return rc;
   ts_dist *d = calloc(1, sizeof *d);
   if (!d) return ts_error_set(TS_ENOMEM, "ts_dist_create: out of memory");
   d->vt = vt;
   d->cfg = *cfg;
+  d->sync.vt = ts__sync_choose(cfg); /* all-reduce buckets, or ZeRO's sharding */
   /* the config's lists are the caller's: the object keeps copies */
   if (cfg->nfusion_splits > 0) {
     d->own_splits = malloc(sizeof(int) * (size_t)cfg->nfusion_splits);
@@ -390,19 +388,14 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
 
 void ts_dist_free(ts_dist *d) {
   if (!d) return;
-  ts_grad_reducer_free(d->red);
-  ts__zero_free(d->zero);
-  ts__lamb_free(d->lamb);
+  if (d->sync.vt) d->sync.vt->free(d);
+  ts__lamb_free(d->sync.lamb);
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   if (d->vt->free) d->vt->free(d);
   ts_comm_free(d->world);
   free(d->own_splits);
   free(d->own_rules);
-  free(d->group);
-  free(d->group_comm);
-  free(d->slots);
-  free(d->eslots);
   free(d);
 }
 
@@ -420,10 +413,7 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
 
 int ts_dist_start(ts_dist *d) { return d->world && d->vt->start ? d->vt->start(d) : TS_OK; }
 
-void ts_dist_step_begin(ts_dist *d, float *grads) {
-  if (d->zero) ts__zero_begin(d, grads); /* arms the overlapped or staged reduce-scatters */
-  if (d->red && d->overlap) ts_grad_reducer_begin(d->red, grads);
-}
+void ts_dist_step_begin(ts_dist *d, float *grads) { d->sync.vt->begin(d, grads); /* arms overlapped reductions */ }
 
 void ts_dist_set_span(ts_dist *d, ts_dist_span_fn fn, void *user) {
   d->span = fn;
@@ -453,7 +443,7 @@ int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t s
     sum += *(const float *)ts_plan_data(r->plan, r->loss);
     if (accum > 1) {
       double ta = ts_time_now();
-      rc = ts_dist_accumulate(d, grads, acc, k); /* may reduce it now (optimizer_shard 2) */
+      rc = ts_dist_accumulate(d, grads, acc, k); /* the sync object may reduce it now (ZeRO-2) */
       if (rc) return rc;
       if (d->span) d->span("grad_accumulate", 0, ta, ts_time_now(), d->span_user);
     }
@@ -478,19 +468,8 @@ int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   *wait_ms = 0;
   if (!d->world) return TS_OK;
-  if (d->zero) {
-    double t0 = ts_time_now();
-    int rc = ts__zero_reduce(d, g);
-    /* and, staged, what backward waited for a staging slot */
-    *wait_ms = 1e3 * (ts_time_now() - t0 + ts__zero_take_slot_wait(d));
-    if (rc) return rc;
-  }
-  if (d->red) { /* its errors name the reduction and the group */
-    if (!d->overlap) ts_grad_reducer_begin(d->red, g);
-    int rc = ts_grad_reducer_finish(d->red);
-    *wait_ms = 1e3 * ts_grad_reducer_wait_seconds(d->red);
-    if (rc) return rc;
-  }
+  int src = d->sync.vt->reduce(d, g, wait_ms); /* its errors name the reduction and the group */
+  if (src) return src;
   if (d->vt->reduce) {
     int rc = d->vt->reduce(d, g);
     if (rc) return rc;
@@ -504,22 +483,10 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   return TS_OK;
 }
 
-size_t ts_dist_accum_numel(const ts_dist *d) {
-  if (d->cfg.accum < 2) return 0;
-  if (d->zero && d->world && d->cfg.optimizer_shard >= 2) return 0; /* the reduced shard accumulates */
-  return ts_params_numel(d->r.params);
-}
+size_t ts_dist_accum_numel(const ts_dist *d) { return d->cfg.accum < 2 ? 0 : d->sync.vt->accum_numel(d); }
 
 int ts_dist_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k) {
-  if (d->zero && d->world && d->cfg.optimizer_shard >= 2) return ts__zero_accumulate(d, grads, k);
-  size_t n = ts_params_numel(d->r.params);
-  if (k == 0) {
-    memcpy(acc, grads, n * sizeof(float));
-    return TS_OK;
-  }
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) acc[i] += grads[i];
-  return TS_OK;
+  return d->sync.vt->accumulate(d, grads, acc, k); /* acc, or the sync object's reduced part */
 }
 
 /* ---- loss scaling and global-norm clipping ----
@@ -542,7 +509,7 @@ int ts_dist_set_loss_scale(ts_dist *d, float scale) {
     return ts_error_set(TS_EINVAL, "loss scale %g: the loss seed %g x the scale must be a finite positive f32",
                         (double)scale, (double)d->seed);
   int rc = TS_OK;
-  if (d->pipe) rc = ts__pipe_set_seed(d, seed); /* every piece's every instance */
+  if (d->vt->set_seed) rc = d->vt->set_seed(d, seed); /* e.g. every pipeline piece's every instance */
   else if (d->r.plan) rc = ts_plan_set_const(d->r.plan, d->seed_val, seed);
   if (rc) return ts_error_wrap(rc, "setting the loss scale %g", (double)scale);
   d->loss_scale = scale;
@@ -567,15 +534,11 @@ int ts_dist_clip_scaled(ts_dist *d, float *g, float max_norm, float inv_scale, f
   if (overflow) *overflow = 0;
   if (!(inv_scale > 0) || !isfinite(inv_scale))
     return ts_error_set(TS_EINVAL, "gradient clipping: 1 / the loss scale is %g", (double)inv_scale);
-  int rc;
+  int rc, mine = 0;
   if (d->vt->clip) rc = d->vt->clip(d, g, &c);
-  else if (d->zero && d->world) rc = ts__zero_clip(d, &c);
-  else if (d->r.sliced) rc = ts__dist_clip_sliced(d, g, &c);
-  else { /* every gradient whole on every rank (reduced already): the norm locally */
-    size_t n = ts_params_numel(d->r.params);
-    double s = (double)inv_scale;
-    ts__dist_clip_finish(ts_sum_squares(g, n) * s * s, g, n, &c);
-    rc = TS_OK;
+  else { /* the sync object's parts, or the layout's reduced gradients g */
+    rc = d->sync.vt->clip(d, g, &c, &mine);
+    if (!rc && !mine) rc = ts__dist_clip_default(d, g, &c);
   }
   *norm = c.norm;
   if (overflow) *overflow = c.overflow;
@@ -598,31 +561,11 @@ int ts_dist_sum(ts_dist *d, int64_t *cnt, int n, double *x) {
 }
 
 int ts_dist_reduce_bytes(const ts_dist *d, double *reduce_bytes) {
-  const ts_dist_run *r = &d->r;
   *reduce_bytes = 0;
-  if (d->pipe) { /* over the stage's replicas (ts__pipe_reduce_bytes) */
-    *reduce_bytes = ts__pipe_reduce_bytes(d);
-    return TS_OK;
-  }
-  if (d->zero) { /* reduce-scatter, all-gather, stage 3's gathers (ts__zero_comm_bytes) */
-    *reduce_bytes = ts__zero_comm_bytes(d);
-    return TS_OK;
-  }
-  /* each parameter over the ranks holding its slice (ring all-reduce) */
-  double red = 0;
-  int *part = malloc(sizeof(int) * (size_t)r->size);
-  if (!part) return ts_error_set(TS_ENOMEM, "plan: out of memory");
-  for (int i = 0; i < ts_params_count(r->params); i++) {
-    if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
-    if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
-    int h = 0;
-    for (int k = 0; k < r->size; k++) h += part[k] == part[r->rank];
-    ts_shape s = ts_params_shape(r->params, i);
-    if (h > 1) red += 2.0 * (h - 1) / h * (double)ts_shape_numel(&s) * 4;
-  }
-  free(part);
-  *reduce_bytes = red;
-  return TS_OK;
+  if (d->vt->reduce_bytes) return d->vt->reduce_bytes(d, reduce_bytes); /* e.g. over a stage's replicas */
+  /* the sync object's: each parameter over the ranks holding its slice (ring all-reduce), or
+   * ZeRO's reduce-scatter, all-gather and stage 3's gathers */
+  return d->sync.vt->comm_bytes(d, reduce_bytes);
 }
 
 int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
@@ -632,8 +575,8 @@ int ts_dist_describe(ts_dist *d, FILE *out, double *reduce_bytes) {
 }
 
 void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
-  if (d->pipe) {
-    ts__pipe_activation_bytes(d, measured, train, eval);
+  if (d->vt->activation_bytes) {
+    d->vt->activation_bytes(d, measured, train, eval);
     return;
   }
   const ts_dist_run *r = &d->r;
@@ -643,7 +586,7 @@ void ts_dist_activation_bytes(const ts_dist *d, int measured, int64_t *train, in
 
 const ts_graph *ts_dist_train_piece(const ts_dist *d, int i, const ts_plan **plan) {
   if (plan) *plan = NULL;
-  if (d->pipe) return ts__pipe_piece(d, i, plan);
+  if (d->vt->train_piece) return d->vt->train_piece(d, i, plan);
   if (i != 0 || !d->r.g) return NULL;
   if (plan) *plan = d->r.plan;
   return d->r.g;
@@ -654,4 +597,53 @@ void ts_dist_comm_bytes(const ts_dist *d, int64_t *fwd, int64_t *bwd) {
   *bwd = ts_parallel_comm_bytes(d->r.g, 1);
 }
 
-const char *ts_dist_reduction_note(const ts_dist *d) { return d && d->red ? ts_grad_reducer_note(d->red) : ""; }
+const char *ts_dist_reduction_note(const ts_dist *d) { return d ? d->sync.vt->note(d) : ""; }
+
+/* ---- the optimizer, through the sync object ---- */
+
+int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
+                         ts_optim **out) {
+  *out = NULL;
+  return d->sync.vt->optim_create(d, cfg, segs, nseg, out);
+}
+
+int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
+  return d->sync.vt->optim_step(d, opt, params, grads, lr);
+}
+
+int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
+  return d->sync.vt->sharded(d, replicated, sharded);
+}
+
+/* ---- the layout's answers (dist_impl.h, query.h) ---- */
+
+int ts__dist_stages(const ts_dist *d) { return d->vt->stages ? d->vt->stages(d) : 1; }
+
+int ts__dist_train_plans(const ts_dist *d, ts_plan ***plans) {
+  if (d->vt->train_plans) return d->vt->train_plans(d, plans);
+  *plans = (ts_plan **)&d->r.plan;
+  return d->r.plan ? 1 : 0;
+}
+
+void ts__dist_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r) {
+  if (d->vt->shard_base) {
+    d->vt->shard_base(d, c, n, r);
+    return;
+  }
+  *c = d->world;
+  *n = d->r.size;
+  *r = d->r.rank;
+}
+
+int ts__dist_tied(const ts_dist *d, int i) { return d->vt->tied ? d->vt->tied(d, i) : 0; }
+int ts__dist_tied_shardable(const ts_dist *d) { return d->vt->tied_shardable ? d->vt->tied_shardable(d) : 1; }
+float ts__dist_norm_weight(const ts_dist *d, int i) { return d->vt->norm_weight ? d->vt->norm_weight(d, i) : 1; }
+ts_params *ts__dist_whole_params(const ts_dist *d) { return d->vt->whole_params ? d->vt->whole_params(d) : NULL; }
+
+int ts_dist_pipeline_times(const ts_dist *d, double *wall, double *bubble, double *recv_wait) {
+  if (d->vt->times) return d->vt->times(d, wall, bubble, recv_wait);
+  *wall = *bubble = *recv_wait = 0;
+  return 0;
+}
+
+const ts_strategy_set *ts_dist_strategies(const ts_dist *d) { return d->vt->strategies ? d->vt->strategies(d) : NULL; }

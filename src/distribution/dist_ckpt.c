@@ -1,7 +1,7 @@
 /* The training state a rank holds, as pieces of the whole model's tensors (src/distribution/dist.h,
  * region.h): what a sliced checkpoint writes and what a rank loads, in any layout. A parameter or
  * state of the rank's store is its slice's box (layout.h: the cut of a semi_auto, hybrid or
- * pipeline-stage slice) or the whole tensor; under parallel.optimizer_shard the optimizer's work
+ * pipeline-stage slice) or the whole tensor; under a sharded optimizer (ZeRO, sync.h) the optimizer's work
  * buffer (dist_zero.c) holds whole replicated parameters and the rank's part of every gradient
  * bucket, a range of the store's flat buffer that is cut at parameter boundaries into ranges of
  * each parameter's slice; under stage 3 the parameters themselves live there. */
@@ -12,9 +12,10 @@
 
 /* The whole model's own shape of rank-store entry i (the whole checkpoint's). */
 static ts_shape own_shape(const ts_dist *d, ts_params *lp, int i) {
-  if (d->gp) {
-    int g = ts_params_find(d->gp, ts_params_name(lp, i));
-    if (g >= 0) return ts_params_shape(d->gp, g);
+  ts_params *wp = ts__dist_whole_params(d);
+  if (wp) {
+    int g = ts_params_find(wp, ts_params_name(lp, i));
+    if (g >= 0) return ts_params_shape(wp, g);
   }
   return ts_params_is_sharded(lp, i) ? ts_params_init_shape(lp, i) : ts_params_shape(lp, i);
 }
@@ -80,13 +81,13 @@ static int add_range(void *user, size_t flat, size_t n, size_t work) {
 int ts_dist_pieces(ts_dist *d, int nslots, const char *const *slot_names, float *const *slot_data, ts_piece_list *out) {
   ts_params *lp = d->r.params;
   if (!lp) return ts_error_set(TS_EINVAL, "checkpoint: the model is not built");
-  int rc = d->cfg.optimizer_shard && !d->zero ? ts__zero_plan(d) : TS_OK;
+  int rc = d->sync.vt->plan(d); /* the sync object's slot layout (idempotent) */
   if (rc) return rc;
   int np = ts_params_count(lp), *ids = malloc(sizeof(int) * ((size_t)np + 1)), nids = 0;
   if (!ids) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
   for (int i = 0; i < np; i++)
     if (!(ts_params_flags(lp, i) & TS_PARAM_STATE)) ids[nids++] = i; /* offsets grow with the ids */
-  float *held = ts__zero_held_params(d); /* stage 3: the parameters are the work buffer's */
+  float *held = d->sync.vt->held_params(d); /* ZeRO-3: the parameters are the work buffer's */
   for (int i = 0; i < np && !rc; i++) {
     int state = ts_params_flags(lp, i) & TS_PARAM_STATE;
     if (!state && held) continue;
@@ -98,14 +99,14 @@ int ts_dist_pieces(ts_dist *d, int nslots, const char *const *slot_names, float 
   range_ctx c = {d, lp, ids, nids, "param.", NULL, NULL, out};
   if (!rc && held) {
     c.base = ts_params_is_dry(lp) ? NULL : held;
-    rc = ts__zero_each_range(d, add_range, &c);
+    rc = d->sync.vt->each_range(d, add_range, &c);
   }
   for (int k = 0; k < nslots && !rc; k++) {
     c.pre = "optim.";
     c.slot = slot_names[k];
     c.base = slot_data ? slot_data[k] : NULL;
-    if (d->zero) {
-      rc = ts__zero_each_range(d, add_range, &c);
+    if (d->sync.vt->sharded(d, NULL, NULL)) { /* the slots are laid out as the sync object's */
+      rc = d->sync.vt->each_range(d, add_range, &c);
       continue;
     }
     for (int q = 0; q < nids && !rc; q++) {
@@ -121,11 +122,11 @@ int ts_dist_pieces(ts_dist *d, int nslots, const char *const *slot_names, float 
 }
 
 int ts_dist_tensors(ts_dist *d, int with_optimizer, int nslots, const char *const *slot_names, ts_piece_list *out) {
-  ts_params *src = d->gp ? d->gp : d->r.params;
+  ts_params *src = ts__dist_whole_params(d) ? ts__dist_whole_params(d) : d->r.params;
   if (!src) return ts_error_set(TS_EINVAL, "checkpoint: the model is not built");
   int np = ts_params_count(src), rc = TS_OK;
   for (int i = 0; i < np && !rc; i++) {
-    ts_shape s = d->gp ? ts_params_shape(src, i) : ts_params_init_shape(src, i);
+    ts_shape s = ts__dist_whole_params(d) ? ts_params_shape(src, i) : ts_params_init_shape(src, i);
     ts_region r;
     ts_region_whole(&r, &s);
     rc = add(out, ts_params_flags(src, i) & TS_PARAM_STATE ? "state." : "param.", NULL, ts_params_name(src, i), &s, &r,
@@ -139,10 +140,19 @@ int ts_dist_tensors(ts_dist *d, int with_optimizer, int nslots, const char *cons
   for (int k = 0; k < nslots && !rc; k++)
     for (int i = 0; i < np && !rc; i++) {
       if (ts_params_flags(src, i) & TS_PARAM_STATE) continue;
-      ts_shape s = d->gp ? ts_params_shape(src, i) : ts_params_init_shape(src, i), f = ts_shape1(ts_shape_numel(&s));
+      ts_shape s = ts__dist_whole_params(d) ? ts_params_shape(src, i) : ts_params_init_shape(src, i), f = ts_shape1(ts_shape_numel(&s));
       ts_region r;
       ts_region_whole(&r, &f);
       rc = add(out, "optim.", slot_names[k], ts_params_name(src, i), &f, &r, NULL);
     }
   return rc;
+}
+
+void ts__dist_manifest_layout(const ts_dist_config *c, const char *mode, int world, int sliced, int strategy_file,
+                              char *buf, size_t cap) {
+  char stages[64], shard[128];
+  ts__pipe_manifest_key(c, stages, sizeof stages); /* the pipeline layout's key */
+  ts__sync_manifest_keys(c, shard, sizeof shard);  /* the sync object's keys */
+  snprintf(buf, cap, "{\"mode\": \"%s\", \"world_size\": %d, %s, %s, \"sliced_parameters\": %s%s}", mode, world, stages,
+           shard, sliced ? "true" : "false", strategy_file ? ", \"strategy_file\": \"strategy.json\"" : "");
 }

@@ -1,13 +1,17 @@
-/* Internal: the interface a parallel layout implements, and the object's state
- * (src/distribution/dist.h). One file per layout family: dist.c (the object, stand_alone,
- * data_parallel, hybrid_parallel: models built per rank), dist_semi.c (semi_auto_parallel: the
- * whole model cut by the parallel pass), dist_whole.c (whole-model checkpoints and clipping over
- * slices), dist_zero.c (optimizer-state sharding, parallel.optimizer_shard, under data_parallel,
- * semi_auto_parallel and pipeline stages; parameter sharding, stage 3, under data_parallel, its
- * gathers in gather.c). */
+/* Internal: the interface a parallel layout implements, and the object's shared state
+ * (src/distribution/dist.h). Each layout keeps its own state behind d->priv: dist.c (the object,
+ * and stand_alone, data_parallel, hybrid_parallel: models built per rank), dist_semi.c
+ * (semi_auto_parallel: the whole model cut by the parallel pass, semi.h), dist_pipe.c (pipeline
+ * stages). Every layout composes with one gradient synchronisation object (sync.h: all-reduce
+ * buckets in sync_allreduce.c, or ZeRO stages 1-3 in dist_zero.c with its gathers in gather.c),
+ * and the combinations they run in are one table (compat.h). dist_whole.c: whole-model
+ * checkpoints and clipping over slices; dist_ckpt.c: pieces for sliced checkpoints;
+ * dist_memory.c: the bytes a rank holds. */
 #ifndef TS_DIST_IMPL_H
 #define TS_DIST_IMPL_H
 
+#include "query.h"
+#include "sync.h"
 #include "distribution/dist.h"
 
 /* One global-norm clipping of gradients scaled by the loss scale (ts_dist_clip_scaled). Every
@@ -49,6 +53,27 @@ struct ts_dist_vt {
   int (*reduce)(ts_dist *d, float *g);                    /* after the gradient reducer */
   int (*clip)(ts_dist *d, float *g, ts__clip *c);
   int (*move)(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
+  /* Queries about the layout's own state (NULL: the answer of a layout with one training graph
+   * over the whole job, given beside each wrapper below). */
+  int (*stages)(const ts_dist *d);                       /* pipeline stages (1) */
+  int (*set_seed)(ts_dist *d, float seed);               /* every training plan's loss seed (r.plan's) */
+  int (*reduce_bytes)(const ts_dist *d, double *bytes);  /* the gradient reduction's (the sync object's) */
+  void (*activation_bytes)(const ts_dist *d, int measured, int64_t *train, int64_t *eval); /* r.plan's, r.plan_e's */
+  const ts_graph *(*train_piece)(const ts_dist *d, int i, const ts_plan **plan); /* r.g */
+  const ts_strategy_set *(*strategies)(const ts_dist *d); /* operator strategies in force (NULL) */
+  ts_params *(*whole_params)(const ts_dist *d);          /* the whole model's store, when built (NULL) */
+  int (*times)(const ts_dist *d, double *wall, double *bubble, double *recv_wait); /* a schedule's (0) */
+  /* what the sync object needs of the layout: the training plans backward runs in (r.plan), the
+   * ranks sharding partitions (the world), parameters several stages hold (none), and each
+   * entry's weight in the global norm */
+  int (*train_plans)(const ts_dist *d, ts_plan ***plans);
+  void (*shard_base)(const ts_dist *d, ts_comm **c, int *n, int *r);
+  int (*tied)(const ts_dist *d, int i);
+  int (*tied_shardable)(const ts_dist *d);
+  float (*norm_weight)(const ts_dist *d, int i);
+  /* LAMB: the group over which parameters are sliced (1 with *c, *n), 0: whole on every rank
+   * (NULL: the world where the store is sliced) */
+  int (*norm_group)(ts_dist *d, ts_comm **c, int *n);
 };
 
 struct ts_dist {
@@ -66,42 +91,31 @@ struct ts_dist {
   float loss_scale;            /* ts_dist_set_loss_scale: the plans' seeds are seed * loss_scale */
   ts_reduce_op loss_op;        /* the step's loss: loss_op over ranks of (mean loss * loss_weight) */
   float loss_weight;
-  ts_grad_reducer *red;        /* NULL: nothing to reduce */
-  int reduce_mean;             /* the reducer averages (data parallel) or sums */
-  int overlap;
-  /* models built per rank: the groups a hybrid model asked for (ts_model_group) */
-  int ngroups, groups_cap;     /* any number (grown by ts_model_group) */
-  struct ts__dist_group {
-    int ndev, dev[TS_LAYOUT_MAX_AXES], axis;
-  } *group;
-  ts_comm **group_comm;        /* ngroups, made by the start */
-  /* semi_auto_parallel: the pass over the whole model's graphs */
-  ts_parallel *pp, *pe;
-  ts_graph *gg, *gge;
-  ts_params *gp;
-  ts_comm **slots, **eslots;   /* the passes' slot communicators (nslots, neslots; malloc'd) */
-  int nslots, neslots;
-  /* parallel.optimizer_shard (dist_zero.c); NULL: off */
-  struct ts__zero *zero;
-  /* pipeline (dist_pipe.c) */
-  struct ts__pipe *pipe;
-  /* LAMB's norms over pieces of parameters (dist_lamb.c); NULL: not needed */
-  struct ts__lamb *lamb;
+  ts__sync sync;               /* gradient synchronisation across replicas (sync.h) */
+  void *priv;                  /* the layout's own state (its file's private struct; freed by vt->free) */
   ts_dist_span_fn span;
   void *span_user;
 };
 
 extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;
-/* The arenas of every plan a pipeline rank holds (ts_dist_activation_bytes). */
-void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval);
-/* Every training plan instance of every piece of a pipeline rank seeded with `seed`. */
-int ts__pipe_set_seed(ts_dist *d, float seed);
-/* Piece i of a pipeline rank (its virtual stages in order) and its first plan; NULL past them. */
-const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan);
-/* Bytes a pipeline rank sends per step reducing gradients: ring all-reduce over the stage's
- * replicas, and the parameters several stages hold summed over the pipeline. */
-double ts__pipe_reduce_bytes(const ts_dist *d);
+/* The layout's answers (its vtable's queries, or the defaults of one training graph over the whole
+ * job): pipeline stages (1 without); the training plan instances backward runs in (*plans; their
+ * number); the ranks optimizer sharding partitions (the world: *c NULL in dry runs, *n ranks,
+ * this one *r); whether rank-store entry i is held by several stages (its gradient summed over the
+ * pipeline) and whether such parameters may be sharded (stages of data_parallel: every stage's
+ * replicas cut them alike); entry i's weight in the global norm (1 / the stage's ranks holding
+ * its slice, 0 when an earlier stage counts it; NULL layouts: 1); the whole model's store (NULL
+ * when the rank's store is it). */
+int ts__dist_train_plans(const ts_dist *d, ts_plan ***plans);
+void ts__dist_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r);
+int ts__dist_tied(const ts_dist *d, int i);
+int ts__dist_tied_shardable(const ts_dist *d);
+float ts__dist_norm_weight(const ts_dist *d, int i);
+ts_params *ts__dist_whole_params(const ts_dist *d);
+/* The pipeline layout's manifest key of a configuration: its stages (1 without), as
+ * trainer_ckpt.c always wrote it (dist_pipe.c). */
+void ts__pipe_manifest_key(const ts_dist_config *c, char *buf, size_t cap);
 
 /* Calls the model builder (with this object's rank, size and groups) on *x and the targets *y
  * (y NULL for the evaluation graph), checks it gave logits (and a loss), and runs the amp pass
@@ -124,7 +138,7 @@ int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int 
 int ts__dist_backward(ts_dist *d);
 int ts__dist_plans(ts_dist *d);
 /* Parameter broadcast (refused when parameters are sliced), then the reduction of the gradients
- * of parameters several ranks hold (sum, or mean by d->reduce_mean), attached for overlap. */
+ * of parameters several ranks hold (sum, or mean by d->sync.mean), attached for overlap. */
 int ts__dist_start_world(ts_dist *d);
 /* One sharded entry i of lp between the rank's slice l and the whole tensor w: gather = 1
  * all-gathers every rank's slice over c (N ranks: the layout's devices) into w; 0 cuts rank
@@ -142,90 +156,26 @@ int ts__lamb_install(ts_dist *d, ts_optim *opt, ts_comm *c, int nglob, int nloc,
  * parameters are sliced (semi_auto, hybrid, pipeline stages under semi_auto). */
 int ts__lamb_install_sliced(ts_dist *d, ts_optim *opt, const ts_optim_segment *segs, int nseg);
 void ts__lamb_free(struct ts__lamb *L);
-/* A pipeline's group over which parameters are sliced (its stage's semi_auto ranks): 1 with *c
- * and its size *n, 0 when every rank holds its parameters whole. */
-int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n);
-/* The ranks optimizer sharding partitions under a pipeline: the stage's (its data-parallel
- * replicas, or its semi_auto ranks): their communicator *c (NULL in dry runs), *n of them, this
- * rank's place *r. */
-void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r);
-/* The training plan instances of the rank's first piece (every instance of d->r.g: the
- * schedule's micro-batches in flight), *plans pointing at them; their number. */
-int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans);
-/* The parameters several stages hold may be sharded by optimizer_shard: stages of data_parallel
- * (every stage's replicas cut them alike), not of semi_auto_parallel. */
-int ts__pipe_tied_shardable(const ts_dist *d);
-/* Rank-store entry i is held by several stages (its gradient summed over the pipeline). */
-int ts__pipe_tied(const ts_dist *d, int i);
-/* Rank-store entry i's weight in the global norm: 1 / the stage's ranks holding its slice, 0 when
- * an earlier stage counts it. */
-float ts__pipe_norm_weight(const ts_dist *d, int i);
+/* ---- the whole store (dist_whole.c) ---- */
+/* For each entry of kind `states` (0 trainable, 1 state): whole[...] (laid out as full) <-> the
+ * rank's slice loc[...] (laid out as its store). Gathering is collective (every rank's slice
+ * travels); scattering is local. */
+int ts__dist_move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int states, int gather);
+/* Global-norm clipping of g, the layout's reduced gradient buffer, without a layout override:
+ * over slices where the store holds them (ts__dist_clip_sliced), else locally. */
+int ts__dist_clip_default(ts_dist *d, float *g, ts__clip *c);
 
-/* ---- optimizer-state sharding (dist_zero.c) ---- */
-/* The shard layout over the rank's store (idempotent; needs the built store). */
-int ts__zero_plan(ts_dist *d);
-void ts__zero_free(struct ts__zero *z);
-/* Gradient buckets of the sharded optimizer's reduce-scatter, over all its groups. */
-int ts__zero_num_buckets(const struct ts__zero *z);
-/* The reduce-scatter buckets attached to the plan for overlap (start). */
-int ts__zero_start(ts_dist *d);
-/* Arms the overlapped reduce-scatter of a run writing its gradients into grads. */
-void ts__zero_begin(ts_dist *d, float *grads);
-/* Waits for (or runs) the reduce-scatter of the sharded gradients of g and all-reduces the
- * replicated ones, into the optimizer's work buffer. */
-int ts__zero_reduce(ts_dist *d, const float *g);
-/* Stages 2 and 3: micro-step k's gradients (reduce-scattered during its backward) accumulated
- * into the work buffer; the next micro-step armed. */
-int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k);
-/* The global norm over the work buffer (shards summed over the ranks, replicated once), and
- * clipping of it. */
-int ts__zero_clip(ts_dist *d, ts__clip *c);
-/* One slot of the rank's optimizer (loc) <-> the same slot over the rank's store (whole: the
- * store's layout; gathering is collective over the groups). full, when not NULL, is checked to
- * have the store's layout. */
-int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
-/* A sharded optimizer slot (the work buffer loc) <-> the whole model's (whole) where the store
- * holds slices (semi_auto_parallel; dist_whole.c). */
-int ts__dist_zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
-/* Under a pipeline of data-parallel stages, a parameter several stages hold (store offset flat,
- * numel elements) is sharded in a bucket of its own: the rank's reduced part of its gradient in the
- * work buffer, elements [*lo, *lo + *n) of the parameter (the same on every stage at this rank's
- * replica place); NULL when it is not sharded. */
-float *ts__zero_tied_part(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n);
-/* The reduced gradient of the replicated parameter at store offset flat in the work buffer (NULL:
- * sharded, or no sharding). */
-float *ts__zero_rep_grad(ts_dist *d, size_t flat);
-/* Stage 3: the rank's parameters (the layout of an optimizer slot: replicated, then its parts),
- * moved to and from a whole store like a slot; NULL under other stages (the store holds them). */
-float *ts__zero_held_params(ts_dist *d);
-/* fn(user, flat, n, work) for every range of the rank's store its optimizer's work buffer holds:
- * each replicated (or unreduced) parameter whole, then the rank's part of every bucket (store
- * elements [flat, flat + n) at `work` in the work buffer); stops at the first non-zero return. */
-int ts__zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, size_t n, size_t work), void *user);
-/* Bytes of parameters the rank holds persistently: the store's (the whole model) without
- * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
- * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */
+/* ---- ZeRO's own figures (dist_zero.c), for tests and benchmarks: 0 / nothing without it ---- */
+/* Bytes of parameters the rank holds persistently (the store's without sharding). */
 size_t ts__zero_param_bytes(const ts_dist *d);
-/* Stages 2 and 3: bytes of gradients the rank holds besides the optimizer's work buffer (whose
- * R + P floats take the reduced gradients): the buckets' staging slots (with accumulation, each
- * with room for a reduced part) and, with accumulation, the replicated gradients of a
- * micro-step (R). No whole-model gradient buffer exists. 0 under stage 1 or without sharding. */
-size_t ts__zero_staged_grad_bytes(const ts_dist *d);
-/* Of which the gather slots (stage 3; 0 otherwise). */
+/* Stage 3's gather slots (0 otherwise). */
 size_t ts__zero_slot_bytes(const ts_dist *d);
-/* Bytes one rank sends per optimizer step through the data-parallel gradient reduction and
- * parameter gathers, counted as ring algorithms send them ((N-1)/N of an all-gather's or a
- * reduce-scatter's elements, 2(N-1)/N of an all-reduce's): plain data parallel's all-reduce
- * without sharding; stages 1 and 2 the same volume; stage 3 the gathers of the training plan's
- * runs instead of one all-gather (about 1.5x). */
+/* Bytes one rank sends per step through the reduction and gathers (ring algorithms; without
+ * sharding the all-reduce's). */
 double ts__zero_comm_bytes(const ts_dist *d);
-/* Stages 2 and 3: seconds backward waited for a staging slot (its previous bucket's
- * reduce-scatter) since the last call; 0 otherwise. */
-double ts__zero_take_slot_wait(ts_dist *d);
-/* Stage 3: seconds the plans' hooks waited for parameter gathers since the last call (the
- * gathers' communication not hidden behind compute); 0 otherwise. */
-double ts__zero_take_gather_wait(ts_dist *d);
 /* The line(s) of `tessera plan` for the sharding (nothing without it). */
 void ts__zero_describe(const ts_dist *d, FILE *out);
+/* Stage 3: seconds the plans' hooks waited for parameter gathers since the last call. */
+double ts__zero_take_gather_wait(ts_dist *d);
 
 #endif

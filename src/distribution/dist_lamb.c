@@ -60,8 +60,8 @@ int ts__lamb_install(ts_dist *d, ts_optim *opt, ts_comm *c, int nglob, int nloc,
   }
   memcpy(L->glob, glob, sizeof(int) * (size_t)nloc);
   memcpy(L->w, w, sizeof(float) * (size_t)nloc);
-  ts__lamb_free(d->lamb);
-  d->lamb = L;
+  ts__lamb_free(d->sync.lamb);
+  d->sync.lamb = L;
   ts_optim_set_norm_reduce(opt, lamb_reduce, L);
   return TS_OK;
 }
@@ -70,8 +70,8 @@ int ts__lamb_install_sliced(ts_dist *d, ts_optim *opt, const ts_optim_segment *s
   ts_params *p = d->r.params;
   ts_comm *c = NULL;
   int n = d->r.size;
-  if (d->pipe) {
-    if (!ts__pipe_norm_group(d, &c, &n)) return TS_OK; /* whole parameters on every rank */
+  if (d->vt->norm_group) {
+    if (!d->vt->norm_group(d, &c, &n)) return TS_OK; /* whole parameters on every rank */
   } else if (d->r.sliced) {
     c = d->world;
   }

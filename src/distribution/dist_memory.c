@@ -28,28 +28,6 @@ static int reduced_numel(const ts_dist *d, size_t *out) {
   return TS_OK;
 }
 
-/* Under optimizer_shard: the elements of the rank's optimizer work buffer (replicated + its parts),
- * as the extent of a stateless optimizer over the store's parameters built through
- * ts_dist_optim_create (the very cut the rank's optimizer gets, in a real job or a dry run). */
-static int zero_work(ts_dist *d, size_t *work) {
-  ts_params *p = d->r.params;
-  int np = ts_params_count(p), nseg = 0;
-  ts_optim_segment *segs = calloc((size_t)np + 1, sizeof *segs);
-  if (!segs) return ts_error_set(TS_ENOMEM, "memory figures: out of memory");
-  for (int i = 0; i < np; i++) {
-    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
-    ts_shape s = ts_params_shape(p, i);
-    segs[nseg++] = (ts_optim_segment){ts_params_name(p, i), ts_params_offset(p, i), (size_t)ts_shape_numel(&s), 0};
-  }
-  ts_optim_config sgd = ts_optim_config_default(TS_OPTIM_SGD); /* no slots: nothing large allocated */
-  ts_optim *o = NULL;
-  int rc = ts_dist_optim_create(d, &sgd, segs, nseg, &o);
-  *work = rc ? 0 : ts_optim_extent(o);
-  ts_optim_free(o);
-  free(segs);
-  return rc;
-}
-
 int64_t ts_dist_memory_sum(const ts_dist_memory_info *m) {
   return m->param_bytes + m->grad_bytes + m->optimizer_state_bytes + m->activation_bytes + m->eval_activation_bytes;
 }
@@ -64,25 +42,10 @@ int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
   out->param_bytes = (n + ns) * f;
   out->grad_bytes = n * f;
   int64_t opt_elems = n; /* the rank's optimizer covers every trainable element of its store */
-  /* optimizer_shard (dist_zero.c): the optimizer works on [replicated][the rank's parts] (R + P):
-   * a copy of those parameters and their reduced gradients; stages 2 and 3 have no whole-model
-   * gradient buffer: backward writes the sharded gradients into the buckets' staging slots (with
-   * accumulation, each with room for a reduced part) and the replicated ones into the work buffer
-   * (with accumulation, into a buffer of R they are added up from) */
-  if (d->cfg.optimizer_shard) {
-    size_t work = 0;
-    int rc = zero_work(d, &work);
-    if (rc) return rc;
-    /* stages 1, 2: the store and the optimizer's copy of the part; stage 3: the part and the
-     * replicated parameters, plus the gather slots, no whole copy (ts__zero_param_bytes) */
-    out->param_bytes = (int64_t)ts__zero_param_bytes(d) + ns * f;
-    if (d->cfg.optimizer_shard >= 2) out->grad_bytes = (int64_t)ts__zero_staged_grad_bytes(d);
-    out->grad_bytes += (int64_t)work * f;
-    opt_elems = (int64_t)work;
-  }
-  /* accumulation over micro-steps: a whole-model buffer, except under optimizer_shard 2 where the
-   * rank's reduced part accumulates (the figure of the job, also in a dry run) */
-  if (d->cfg.accum > 1 && d->cfg.optimizer_shard < 2) out->accum_bytes = n * f;
+  /* the sync object's buffers (sync.h): ZeRO's work buffer, staging slots and gather slots in
+   * place of whole-model ones; the accumulation buffer where the caller provides one */
+  int rc = d->sync.vt->memory(d, out, &opt_elems);
+  if (rc) return rc;
   out->grad_bytes += out->accum_bytes;
   /* gradient compression: the reducer's wire copy of every gradient reduced over several ranks */
   if (d->cfg.wire != TS_F32) {

@@ -22,10 +22,12 @@
 #include "dist_impl.h"
 #include "parallel/schedule.h"
 #include "parallel/stage.h"
+#include "compat.h"
+#include "semi.h"
 
 /* the pipeline's p2p communicator: the slot after those of the pass inside the stages (or after
  * slot 0, SyncBatchNorm's, without), so the plans' tables stay as small as the job's groups */
-#define PIPE_SLOT (d->pipe->slot)
+#define PIPE_SLOT (PIPE(d)->slot)
 #define MAX_CHUNKS 64
 
 typedef struct {
@@ -41,7 +43,9 @@ typedef struct {
   ts_val seed;            /* the CONST seeding the piece's backward (ts_dist_set_loss_scale) */
 } pchunk;
 
+/* The pipeline layout's private state (d->priv). */
 struct ts__pipe {
+  ts__semi pass;          /* semi_auto inside the stages: the pass over the whole model (semi.h) */
   int P, V, dp, stage, dpi, M;
   int semi, sub, j;       /* semi_auto inside the stages: each stage's `sub` ranks cut it by the
                              strategies (this rank is j of them); else data-parallel replicas */
@@ -72,6 +76,8 @@ struct ts__pipe {
   float semi_seed;
 };
 
+#define PIPE(d) ((struct ts__pipe *)(d)->priv)
+
 static int pipe_fail(const char *what, int rc) { return ts_error_wrap(rc, "pipeline: %s", what); }
 
 static int check_pipe(const ts_dist_config *c, const ts_dist_model *m) {
@@ -82,9 +88,10 @@ static int check_pipe(const ts_dist_config *c, const ts_dist_model *m) {
   if (m && m->per_rank)
     return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: models written per rank (hybrid_parallel) cannot be "
                         "cut into stages; build the whole model");
-  if (c->full_batch && !c->pipeline_semi)
-    return ts_error_set(TS_ECONFIG, "parallel.full_batch: with parallel.pipeline_stages under data_parallel the "
-                        "stage's replicas read different rows; full_batch is for semi_auto_parallel stages");
+  ts__compat_key key; /* the compatibility table's rules for stages (full_batch) */
+  ts__compat_key_of("pipeline", c, &key);
+  int rc = ts__compat_check(TS__COMPAT_STAGES, &key);
+  if (rc) return rc;
   if (c->virtual_stages > MAX_CHUNKS)
     return ts_error_set(TS_ECONFIG, "parallel.virtual_stages: at most %d", MAX_CHUNKS);
   return TS_OK;
@@ -117,8 +124,8 @@ static void recv_hook(const ts_hook_info *e, void *user) {
   else if (e->event == TS_HOOK_NODE_END) pp->wait_s += ts_time_now() - pp->recv_t0;
 }
 
-int ts_dist_pipeline_times(const ts_dist *d, double *wall, double *bubble, double *recv_wait) {
-  const struct ts__pipe *pp = d->pipe;
+static int times_pipe(const ts_dist *d, double *wall, double *bubble, double *recv_wait) {
+  const struct ts__pipe *pp = PIPE(d);
   *wall = pp ? pp->wall_s : 0;
   *bubble = pp ? pp->wall_s - pp->busy_s : 0;
   *recv_wait = pp ? pp->wait_s : 0;
@@ -148,15 +155,15 @@ static int build_chunk_plans_with(ts_dist *d, pchunk *c, ts_val *keep, int cap) 
   if ((rc = grad_ranges(p, c->sg.g, c))) return rc;
   c->plan = calloc((size_t)c->K, sizeof *c->plan);
   c->free_inst = malloc(sizeof(int) * (size_t)c->K);
-  c->inst_of = malloc(sizeof(int) * (size_t)d->pipe->M);
+  c->inst_of = malloc(sizeof(int) * (size_t)PIPE(d)->M);
   if (!c->plan || !c->free_inst || !c->inst_of) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
   /* the micro-batches in flight keep only what their backward reads; the forward and backward
    * temporaries of every piece of the rank share one scratch arena (one runs at a time) */
   for (int k = 0; k < c->K; k++) {
     if ((rc = ts__dist_plan_create(d, c->sg.g, keep, nk, &c->plan[k])) || (rc = ts_params_bind(p, c->sg.g, c->plan[k])) ||
-        (rc = ts_plan_add_hook(c->plan[k], recv_hook, d->pipe)))
+        (rc = ts_plan_add_hook(c->plan[k], recv_hook, PIPE(d))))
       return rc;
-    ts_plan *owner = d->pipe->ch[0].plan ? d->pipe->ch[0].plan[0] : c->plan[k];
+    ts_plan *owner = PIPE(d)->ch[0].plan ? PIPE(d)->ch[0].plan[0] : c->plan[k];
     if ((rc = ts_plan_share_scratch(c->plan[k], c->sg.nfwd, owner))) return rc;
   }
   ts_val *ke = malloc(sizeof *ke * ((size_t)c->se.ntokens + 1));
@@ -176,7 +183,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   ts_dist_run *r = &d->r;
   struct ts__pipe *pp = calloc(1, sizeof *pp);
   if (!pp) return ts_error_set(TS_ENOMEM, "pipeline: out of memory");
-  d->pipe = pp;
+  d->priv = pp;
   int P = c->pipeline_stages, V = c->virtual_stages > 0 ? c->virtual_stages : 1, rc;
   if (r->size % P)
     return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d stages do not divide the %d ranks", P, r->size);
@@ -210,53 +217,53 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   r->eval_split = 0;
   r->sliced = 1; /* the rank holds a part of the model: checkpoints collect it */
   d->loss_op = TS_REDUCE_SUM;
-  d->reduce_mean = c->gradients_mean;
+  d->sync.mean = c->gradients_mean;
   d->seed = 1.0f / (float)c->accum;
   /* the whole model, one micro-batch of the rank's rows */
   ts_val x, y, loss, logits, xe, le;
-  if ((rc = ts_params_create(&d->gp)) || (rc = ts_graph_create(&d->gg)) || (rc = ts_graph_create(&d->gge)) ||
+  if ((rc = ts_params_create(&PIPE(d)->pass.gp)) || (rc = ts_graph_create(&PIPE(d)->pass.gg)) || (rc = ts_graph_create(&PIPE(d)->pass.gge)) ||
       (rc = ts_params_create(&r->params)))
     return rc;
-  ts_graph_set_training(d->gge, 0);
+  ts_graph_set_training(PIPE(d)->pass.gge, 0);
   if (d->vt->world && c->sync_batchnorm && !c->pipeline_semi)
-    ts_graph_set_batchnorm_sync(d->gg, 0); /* slot 0: the stage's replicas */
-  ts_nn nn = {d->gg, d->gp};
-  ts__dist_inputs(d, d->gg, r->micro_batch, 1, &x, &y);
+    ts_graph_set_batchnorm_sync(PIPE(d)->pass.gg, 0); /* slot 0: the stage's replicas */
+  ts_nn nn = {PIPE(d)->pass.gg, PIPE(d)->pass.gp};
+  ts__dist_inputs(d, PIPE(d)->pass.gg, r->micro_batch, 1, &x, &y);
   if ((rc = ts__dist_build_model(d, &nn, &x, &y, &logits, &loss))) return rc;
-  ts_nn nne = {d->gge, d->gp};
-  ts__dist_inputs(d, d->gge, c->eval_batch, 0, &xe, NULL);
+  ts_nn nne = {PIPE(d)->pass.gge, PIPE(d)->pass.gp};
+  ts__dist_inputs(d, PIPE(d)->pass.gge, c->eval_batch, 0, &xe, NULL);
   if ((rc = ts__dist_build_model(d, &nne, &xe, NULL, &le, NULL))) return rc;
-  r->logits_shape = ts_val_shape(d->gge, le);
+  r->logits_shape = ts_val_shape(PIPE(d)->pass.gge, le);
   /* semi_auto inside the stages: the parallel pass cuts the whole model for the stage's ranks
    * first; the pipeline then cuts the rank's graph into pieces (every stage's ranks run the
    * same pass, so the pieces of one pipeline agree) */
-  pp->cg = d->gg;
-  pp->cge = d->gge;
-  pp->cp = d->gp;
+  pp->cg = PIPE(d)->pass.gg;
+  pp->cge = PIPE(d)->pass.gge;
+  pp->cp = PIPE(d)->pass.gp;
   if (pp->semi) {
     ts_parallel_config pc = {pp->sub, pp->j, d->model.strategies, c->full_batch ? 1 : 0, 0};
-    if ((rc = ts_parallel_run(d->gg, d->gp, &loss, 1, NULL, &pc, &d->pp))) return ts_error_as_config(rc);
+    if ((rc = ts_parallel_run(PIPE(d)->pass.gg, PIPE(d)->pass.gp, &loss, 1, NULL, &pc, &PIPE(d)->pass.pp))) return ts_error_as_config(rc);
     int parts, index, one = 1;
-    ts_parallel_input_piece(d->pp, x, &parts, &index);
+    ts_parallel_input_piece(PIPE(d)->pass.pp, x, &parts, &index);
     if (c->micro_batch % parts || c->eval_batch % parts)
       return ts_error_set(TS_ECONFIG,
                           "semi_auto_parallel: the batch is cut in %d pieces, which must divide each micro-batch "
                           "(%lld rows) and train.eval_batch_size (%lld)",
                           parts, (long long)c->micro_batch, (long long)c->eval_batch);
-    ts_parallel_config pce = {pp->sub, pp->j, ts_parallel_strategies(d->pp), parts, 1};
-    if ((rc = ts_parallel_run(d->gge, d->gp, &le, 1, &one, &pce, &d->pe))) return ts_error_wrap(rc, "evaluation graph");
-    pp->cg = ts_parallel_graph(d->pp);
-    pp->cp = ts_parallel_params(d->pp);
-    pp->cge = ts_parallel_graph(d->pe);
-    float pseed = ts_parallel_loss_seed(d->pp, loss);
-    loss = ts_parallel_value(d->pp, loss);
-    le = ts_parallel_value(d->pe, le);
+    ts_parallel_config pce = {pp->sub, pp->j, ts_parallel_strategies(PIPE(d)->pass.pp), parts, 1};
+    if ((rc = ts_parallel_run(PIPE(d)->pass.gge, PIPE(d)->pass.gp, &le, 1, &one, &pce, &PIPE(d)->pass.pe))) return ts_error_wrap(rc, "evaluation graph");
+    pp->cg = ts_parallel_graph(PIPE(d)->pass.pp);
+    pp->cp = ts_parallel_params(PIPE(d)->pass.pp);
+    pp->cge = ts_parallel_graph(PIPE(d)->pass.pe);
+    float pseed = ts_parallel_loss_seed(PIPE(d)->pass.pp, loss);
+    loss = ts_parallel_value(PIPE(d)->pass.pp, loss);
+    le = ts_parallel_value(PIPE(d)->pass.pe, le);
     r->data_parts = parts;
     r->data_index = index;
     r->micro_batch = c->micro_batch / parts;
-    ts_parallel_input_piece(d->pe, xe, &r->eval_parts, &r->eval_index);
+    ts_parallel_input_piece(PIPE(d)->pass.pe, xe, &r->eval_parts, &r->eval_index);
     d->seed = pseed / (float)c->accum;
-    d->reduce_mean = 0; /* the pass's seeds make the sum right (as semi_auto_parallel) */
+    d->sync.mean = 0; /* the pass's seeds make the sum right (as semi_auto_parallel) */
     pp->semi_seed = pseed;
   }
   /* the cut */
@@ -280,7 +287,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   /* after the passes' slots (semi_auto inside the stages) and slot 0 (SyncBatchNorm) */
   pp->slot = 1;
   if (pp->semi) {
-    int ns = ts_parallel_num_slots(d->pp), nse = ts_parallel_num_slots(d->pe);
+    int ns = ts_parallel_num_slots(PIPE(d)->pass.pp), nse = ts_parallel_num_slots(PIPE(d)->pass.pe);
     pp->slot = ns > nse ? ns : nse;
     if (pp->slot < 1) pp->slot = 1;
   }
@@ -319,7 +326,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   r->xe = pp->ch[0].se.x;
   r->logits = pp->ch[0].se.out;
   /* parameters held by several stages, and who counts / saves each */
-  int nw = ts_params_count(d->gp), nl = ts_params_count(r->params);
+  int nw = ts_params_count(PIPE(d)->pass.gp), nl = ts_params_count(r->params);
   pp->owner = malloc(sizeof(int) * (size_t)(nw + 1));
   pp->tied = calloc((size_t)nl + 1, sizeof(int));
   pp->count_once = calloc((size_t)nl + 1, sizeof(int));
@@ -336,7 +343,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     for (int j = 0; j < ts_graph_num_nodes(gs[q]); j++)
       for (int k = 0; k < ts_graph_node_num_inputs(gs[q], j); k++) {
         int cid = ts_graph_value_param_id(gs[q], ts_graph_node_input(gs[q], j, k));
-        int id = cid < 0 ? -1 : ts_params_find(d->gp, ts_params_name(pp->cp, cid));
+        int id = cid < 0 ? -1 : ts_params_find(PIPE(d)->pass.gp, ts_params_name(pp->cp, cid));
         if (id < 0) continue;
         int st = ps[q][j] % P;
         lo[id] = st < lo[id] ? st : lo[id];
@@ -351,14 +358,14 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   }
   for (int i = 0; i < nw; i++) {
     pp->owner[i] = lo[i] < P ? lo[i] : 0;
-    int l = ts_params_find(r->params, ts_params_name(d->gp, i));
+    int l = ts_params_find(r->params, ts_params_name(PIPE(d)->pass.gp, i));
     if (hi[i] > lo[i]) { /* the size of this rank position's slice, held here or not */
-      int c = ts_params_find(pp->cp, ts_params_name(d->gp, i));
+      int c = ts_params_find(pp->cp, ts_params_name(PIPE(d)->pass.gp, i));
       if (c < 0) {
         free(lo);
         free(hi);
         return ts_error_set(TS_EGRAPH, "pipeline: parameter '%s' is not in the rank's cut model",
-                            ts_params_name(d->gp, i));
+                            ts_params_name(PIPE(d)->pass.gp, i));
       }
       ts_shape sh = ts_params_shape(pp->cp, c);
       pp->tied_local[pp->ntied] = l;
@@ -407,21 +414,21 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   if (pp->semi) {
     if ((rc = ts_comm_grid_axis(d->world, 2, sdims, 0, &pp->pp)) || (rc = ts_comm_grid_axis(d->world, 2, sdims, 1, &pp->dpc)))
       return rc;
-    int ns = ts_parallel_num_slots(d->pp), nse = ts_parallel_num_slots(d->pe);
+    int ns = ts_parallel_num_slots(PIPE(d)->pass.pp), nse = ts_parallel_num_slots(PIPE(d)->pass.pe);
     if (ns > PIPE_SLOT || nse > PIPE_SLOT) /* the slot was placed after them (build_pipe): 0..ns-1 */
       return ts_error_set(TS_EGRAPH, "pipeline: the passes' %d and %d communicator slots reach the pipeline's slot %d",
                           ns, nse, PIPE_SLOT);
-    d->slots = calloc((size_t)ns + 1, sizeof *d->slots);
-    d->eslots = calloc((size_t)nse + 1, sizeof *d->eslots);
-    if (!d->slots || !d->eslots) return ts_error_set(TS_ENOMEM, "pipeline: out of memory (%d communicators)", ns + nse);
-    d->nslots = ns;
-    d->neslots = nse;
-    if ((rc = ts_dist_slot_comms(d->pp, pp->dpc, NULL, d->slots))) {
-      d->nslots = 0;
+    PIPE(d)->pass.slots = calloc((size_t)ns + 1, sizeof *PIPE(d)->pass.slots);
+    PIPE(d)->pass.eslots = calloc((size_t)nse + 1, sizeof *PIPE(d)->pass.eslots);
+    if (!PIPE(d)->pass.slots || !PIPE(d)->pass.eslots) return ts_error_set(TS_ENOMEM, "pipeline: out of memory (%d communicators)", ns + nse);
+    PIPE(d)->pass.nslots = ns;
+    PIPE(d)->pass.neslots = nse;
+    if ((rc = ts_dist_slot_comms(PIPE(d)->pass.pp, pp->dpc, NULL, PIPE(d)->pass.slots))) {
+      PIPE(d)->pass.nslots = 0;
       return rc;
     }
-    if ((rc = ts_dist_slot_comms(d->pe, pp->dpc, NULL, d->eslots))) {
-      d->neslots = 0;
+    if ((rc = ts_dist_slot_comms(PIPE(d)->pass.pe, pp->dpc, NULL, PIPE(d)->pass.eslots))) {
+      PIPE(d)->pass.neslots = 0;
       return rc;
     }
   } else if ((rc = ts_comm_grid_axis(d->world, 2, ddims, 1, &pp->pp)) ||
@@ -434,11 +441,11 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     for (int k = 0; k < ch->K && !rc; k++) {
       rc = ts_plan_set_comm(ch->plan[k], PIPE_SLOT, pp->p2p);
       if (!rc && !pp->semi) rc = ts_plan_set_comm(ch->plan[k], 0, pp->dpc); /* SyncBatchNorm */
-      for (int q = 0; !rc && q < d->nslots; q++) rc = ts_plan_set_comm(ch->plan[k], q, d->slots[q]);
+      for (int q = 0; !rc && q < PIPE(d)->pass.nslots; q++) rc = ts_plan_set_comm(ch->plan[k], q, PIPE(d)->pass.slots[q]);
     }
     if (!rc) rc = ts_plan_set_comm(ch->plan_e, PIPE_SLOT, pp->p2p);
     if (!rc && !pp->semi) rc = ts_plan_set_comm(ch->plan_e, 0, pp->dpc);
-    for (int q = 0; !rc && q < d->neslots; q++) rc = ts_plan_set_comm(ch->plan_e, q, d->eslots[q]);
+    for (int q = 0; !rc && q < PIPE(d)->pass.neslots; q++) rc = ts_plan_set_comm(ch->plan_e, q, PIPE(d)->pass.eslots[q]);
   }
   return rc;
 }
@@ -447,12 +454,12 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
  * runs too, for the plan's figures). */
 static int build_pipe_zero(ts_dist *d, const ts_dist_model *m) {
   int rc = build_pipe(d, m);
-  if (!rc && d->cfg.optimizer_shard) rc = ts__zero_plan(d);
+  if (!rc) rc = d->sync.vt->plan(d);
   return rc;
 }
 
 static int start_pipe(ts_dist *d) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   ts_params *p = d->r.params;
   const ts_dist_config *c = &d->cfg;
   int rc = TS_OK;
@@ -465,19 +472,15 @@ static int start_pipe(ts_dist *d) {
       rc = ts_comm_broadcast(pp->dpc, ts_params_states(p), ts_params_state_numel(p), TS_F32, 0);
     if (rc) return rc;
   }
-  d->overlap = 0; /* the stage's reduction starts after its last backward */
-  /* optimizer_shard: reduce-scattered over the stage's groups instead (dist_zero.c) */
-  if (c->optimizer_shard) return ts__zero_start(d);
-  if (pp->dp * pp->sub < 2) return TS_OK;
-  ts_grad_reducer_config rcfg = {.bucket_mb = c->bucket_mb, .mean = d->reduce_mean, .wire = c->wire,
-                                 .fusion_splits = c->fusion_splits, .nfusion_splits = c->nfusion_splits,
-                                 .allreduce = c->allreduce, .cluster = c->cluster, .price = c->allreduce_price};
-  return ts_grad_reducer_create(pp->dpc, p, d->r.g, &rcfg, &d->red);
+  /* over the stage's ranks (none when the stage has one), after its last backward (no overlap;
+   * ZeRO reduce-scatters over the stage's groups, staged buckets as they complete) */
+  d->sync.overlap = 0;
+  return d->sync.vt->start(d, pp->dp * pp->sub < 2 ? NULL : pp->dpc, 0);
 }
 
-int ts__pipe_train_plans(const ts_dist *d, ts_plan ***plans) {
-  *plans = d->pipe->ch[0].plan;
-  return d->pipe->ch[0].K;
+static int train_plans_pipe(const ts_dist *d, ts_plan ***plans) {
+  *plans = PIPE(d)->ch[0].plan;
+  return PIPE(d)->ch[0].K;
 }
 
 /* ---- a step ---- */
@@ -487,7 +490,7 @@ static void span(ts_dist *d, const char *name, int comm, double t0) {
 }
 
 static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss, float **g) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
@@ -530,8 +533,8 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
       span(d, "pipeline_backward", 0, t0);
       if (rc || pp->M < 2) continue;
       double ta = ts_time_now();
-      if (d->zero && d->cfg.optimizer_shard >= 2) { /* reduce-scattered now, the stage's parts accumulate */
-        rc = ts__zero_accumulate(d, grads, ch->nbwd++);
+      if (!d->sync.vt->accum_numel(d)) { /* the sync object's: reduce-scattered now, the stage's parts accumulate */
+        rc = d->sync.vt->accumulate(d, grads, NULL, ch->nbwd++);
         span(d, "grad_accumulate", 1, ta);
         if (rc) rc = ts_error_wrap(rc, "pipeline stage %d, backward of micro-batch %d", op->chunk * pp->P + pp->stage, mi);
         continue;
@@ -559,7 +562,7 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
 }
 
 /* Where rank-store entry l's reduced gradient is, elements [*lo, *lo + *n) of it: the whole in g,
- * or under optimizer_shard in the work buffer: the whole (replicated) or, sharded over the stage's
+ * or where the sync object holds it (ZeRO's work buffer): the whole (replicated) or, sharded over the stage's
  * replicas, the rank's part (the same part on every stage at this replica place: the pipeline sums
  * the parts). */
 static float *tied_grad(ts_dist *d, float *g, int l, size_t *lo, size_t *n) {
@@ -567,13 +570,12 @@ static float *tied_grad(ts_dist *d, float *g, int l, size_t *lo, size_t *n) {
   size_t off = ts_params_offset(d->r.params, l), numel = (size_t)ts_shape_numel(&s);
   *lo = 0;
   *n = numel;
-  float *w = d->zero ? ts__zero_tied_part(d, off, numel, lo, n) : NULL;
-  if (!w && d->zero) w = ts__zero_rep_grad(d, off);
+  float *w = d->sync.vt->reduced_at(d, off, numel, lo, n); /* ZeRO's work buffer holds it */
   return w ? w : g + off;
 }
 
 static int reduce_pipe(ts_dist *d, float *g) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   /* the step's last sends (gradients to the previous stage) complete while the stage's replicas
    * reduce; wait for them before the next step reuses nothing but their copies */
   double tf = ts_time_now();
@@ -604,8 +606,8 @@ static int reduce_pipe(ts_dist *d, float *g) {
   return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
 }
 
-int ts__pipe_set_seed(ts_dist *d, float seed) {
-  struct ts__pipe *pp = d->pipe;
+static int set_seed_pipe(ts_dist *d, float seed) {
+  struct ts__pipe *pp = PIPE(d);
   for (int cc = 0; cc < pp->V; cc++)
     for (int k = 0; pp->ch[cc].plan && k < pp->ch[cc].K; k++) {
       int rc = ts_plan_set_const(pp->ch[cc].plan[k], pp->ch[cc].seed, seed);
@@ -615,8 +617,9 @@ int ts__pipe_set_seed(ts_dist *d, float seed) {
 }
 
 static int clip_pipe(ts_dist *d, float *g, ts__clip *c) {
-  struct ts__pipe *pp = d->pipe;
-  if (d->zero && d->world) return ts__zero_clip(d, c); /* parts and replicated, weighted the same */
+  struct ts__pipe *pp = PIPE(d);
+  int mine = 0, rc = d->sync.vt->clip(d, g, c, &mine); /* ZeRO's parts and replicated, weighted the same */
+  if (rc || mine) return rc;
   ts_params *p = d->r.params;
   double sq = 0;
   for (int i = 0; i < ts_params_count(p); i++) {
@@ -628,7 +631,7 @@ static int clip_pipe(ts_dist *d, float *g, ts__clip *c) {
    * all-reduce over every stage: each rank gets the same global sum (an overflow anywhere is
    * everyone's) */
   float f = (float)(sq * c->inv_scale * c->inv_scale);
-  int rc = d->world ? ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
+  rc = d->world ? ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM) : TS_OK;
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the stages");
   ts__dist_clip_finish(f, g, ts_params_numel(p), c);
   return TS_OK;
@@ -636,7 +639,7 @@ static int clip_pipe(ts_dist *d, float *g, ts__clip *c) {
 
 /* ---- evaluation: the pieces in order, the logits broadcast from the last ---- */
 static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   int rc = TS_OK;
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
@@ -658,7 +661,7 @@ static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
 }
 
 static int sync_pipe(ts_dist *d) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   ts_params *p = d->r.params;
   if (!pp->dpc || pp->dp < 2 || pp->semi || d->cfg.sync_batchnorm || !ts_params_state_numel(p)) return TS_OK;
   int rc = ts_comm_allreduce(pp->dpc, ts_params_states(p), ts_params_states(p), ts_params_state_numel(p), TS_F32,
@@ -669,7 +672,7 @@ static int sync_pipe(ts_dist *d) {
 /* ---- checkpoints: each entry broadcast over the pipeline from the stage that holds it ---- */
 static int move_one(ts_dist *d, const char *name, float *loc_base, ts_params *lp, int lid, float *whole, size_t n,
                     int owner, int gather) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   float *loc = lid >= 0 ? loc_base + ts_params_offset(lp, lid) : NULL;
   int sliced = lid >= 0 && ts_params_is_sharded(lp, lid), rc;
   if (!gather) {
@@ -688,22 +691,23 @@ static int move_one(ts_dist *d, const char *name, float *loc_base, ts_params *lp
 }
 
 static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   ts_params *lp = d->r.params;
   if (gather && !d->world && pp->P > 1 && d->dry == 0)
     return ts_error_set(TS_EINVAL, "checkpoint: collecting the stages needs the job's ranks");
   int nslots = opt && fopt ? ts_optim_num_slots(fopt) : 0, rc = TS_OK;
-  /* optimizer_shard: each slot through one over the rank's store, its parts gathered over the
-   * stage's groups first (or cut out of it after) */
-  float **sl = d->zero && nslots ? calloc((size_t)nslots, sizeof(float *)) : NULL;
-  if (d->zero && nslots && !sl) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  /* a sharded optimizer (ZeRO): each slot through one over the rank's store, its parts gathered
+   * over the stage's groups first (or cut out of it after) */
+  int sharded = d->sync.vt->sharded(d, NULL, NULL);
+  float **sl = sharded && nslots ? calloc((size_t)nslots, sizeof(float *)) : NULL;
+  if (sharded && nslots && !sl) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
   for (int k = 0; sl && k < nslots && !rc; k++) {
     if (!(sl[k] = calloc(ts_params_numel(lp) + 1, sizeof(float)))) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
-    else if (gather) rc = ts__zero_move_slot(d, NULL, ts_optim_slot_data(opt, k), sl[k], 1);
+    else if (gather) rc = d->sync.vt->move(d, NULL, ts_optim_slot_data(opt, k), sl[k], 1);
   }
   for (int i = 0; i < ts_params_count(full) && !rc; i++) {
     const char *name = ts_params_name(full, i);
-    int w = ts_params_find(d->gp, name), lid = ts_params_find(lp, name);
+    int w = ts_params_find(PIPE(d)->pass.gp, name), lid = ts_params_find(lp, name);
     if (w < 0) {
       rc = ts_error_set(TS_EINVAL, "checkpoint: '%s' is not a parameter of the model", name);
       break;
@@ -719,7 +723,7 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
                     ts_optim_slot_data(fopt, k) + ts_params_offset(full, i), n, pp->owner[w], gather);
   }
   for (int k = 0; sl && k < nslots; k++) {
-    if (!rc && !gather) rc = ts__zero_move_slot(d, NULL, ts_optim_slot_data(opt, k), sl[k], 0);
+    if (!rc && !gather) rc = d->sync.vt->move(d, NULL, ts_optim_slot_data(opt, k), sl[k], 0);
     free(sl[k]);
   }
   free(sl);
@@ -731,15 +735,15 @@ static int move_pipe(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt,
   return rc;
 }
 
-const ts_graph *ts__pipe_piece(const ts_dist *d, int i, const ts_plan **plan) {
-  const struct ts__pipe *pp = d->pipe;
+static const ts_graph *piece_pipe(const ts_dist *d, int i, const ts_plan **plan) {
+  const struct ts__pipe *pp = PIPE(d);
   if (i < 0 || i >= pp->V || !pp->ch[i].sg.g) return NULL;
   if (plan) *plan = pp->ch[i].plan ? pp->ch[i].plan[0] : NULL;
   return pp->ch[i].sg.g;
 }
 
-void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
-  const struct ts__pipe *pp = d->pipe;
+static void activation_bytes_pipe(const ts_dist *d, int measured, int64_t *train, int64_t *eval) {
+  const struct ts__pipe *pp = PIPE(d);
   *train = *eval = 0;
   size_t scratch = 0; /* shared by the rank's training plans: the largest need, held once */
   for (int cc = 0; cc < pp->V; cc++) {
@@ -755,32 +759,32 @@ void ts__pipe_activation_bytes(const ts_dist *d, int measured, int64_t *train, i
   *train += (int64_t)scratch;
 }
 
-int ts__pipe_norm_group(ts_dist *d, ts_comm **c, int *n) {
-  struct ts__pipe *pp = d->pipe;
+static int norm_group_pipe(ts_dist *d, ts_comm **c, int *n) {
+  struct ts__pipe *pp = PIPE(d);
   if (!pp->semi || !pp->dpc) return 0;
   *c = pp->dpc;
   *n = pp->sub;
   return 1;
 }
 
-void ts__pipe_shard_base(const ts_dist *d, ts_comm **c, int *n, int *r) {
-  const struct ts__pipe *pp = d->pipe;
+static void shard_base_pipe(const ts_dist *d, ts_comm **c, int *n, int *r) {
+  const struct ts__pipe *pp = PIPE(d);
   *c = pp->dpc;
   *n = pp->semi ? pp->sub : pp->dp;
   *r = pp->semi ? pp->j : pp->dpi;
 }
 
-int ts__pipe_tied(const ts_dist *d, int i) { return d->pipe->tied && d->pipe->tied[i]; }
+static int tied_pipe(const ts_dist *d, int i) { return PIPE(d)->tied && PIPE(d)->tied[i]; }
 
-int ts__pipe_tied_shardable(const ts_dist *d) { return !d->pipe->semi; }
+static int tied_shardable_pipe(const ts_dist *d) { return !PIPE(d)->semi; }
 
-float ts__pipe_norm_weight(const ts_dist *d, int i) {
-  const struct ts__pipe *pp = d->pipe;
+static float norm_weight_pipe(const ts_dist *d, int i) {
+  const struct ts__pipe *pp = PIPE(d);
   return pp->count_once[i] ? pp->holders_w[i] : 0.0f;
 }
 
-double ts__pipe_reduce_bytes(const ts_dist *d) {
-  const struct ts__pipe *pp = d->pipe;
+static int reduce_bytes_pipe(const ts_dist *d, double *bytes) {
+  const struct ts__pipe *pp = PIPE(d);
   ts_params *p = d->r.params;
   double red = 0, tied = 0;
   for (int i = 0; i < ts_params_count(p); i++) {
@@ -790,12 +794,13 @@ double ts__pipe_reduce_bytes(const ts_dist *d) {
     if (pp->dp > 1) red += 2.0 * (pp->dp - 1) / pp->dp * b;
     if (pp->tied[i]) tied += 2.0 * (pp->P - 1) / pp->P * b;
   }
-  return red + tied;
+  *bytes = red + tied;
+  return TS_OK;
 }
 
 /* ---- tessera plan ---- */
 static int describe_pipe(ts_dist *d, FILE *out) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   const ts_dist_config *c = &d->cfg;
   int np = pp->P * pp->V;
   double *cost = calloc((size_t)np, sizeof(double));
@@ -804,10 +809,10 @@ static int describe_pipe(ts_dist *d, FILE *out) {
   double tot = 0;
   for (int k = 0; k < np; k++) tot += cost[k];
   if (pp->semi) {
-    size_t need = ts_parallel_report(d->pp, NULL, 0);
+    size_t need = ts_parallel_report(PIPE(d)->pass.pp, NULL, 0);
     char *rep = malloc(need + 1);
     if (!rep) return ts_error_set(TS_ENOMEM, "plan: out of memory");
-    ts_parallel_report(d->pp, rep, need + 1);
+    ts_parallel_report(PIPE(d)->pass.pp, rep, need + 1);
     fprintf(out, "inside each stage, semi_auto_parallel on its %d ranks (rank = stage * %d + its place):\n%s\n",
             pp->sub, pp->sub, rep);
     free(rep);
@@ -821,7 +826,7 @@ static int describe_pipe(ts_dist *d, FILE *out) {
             (long long)d->r.micro_batch);
   }
   if (pp->V > 1) fprintf(out, "  %d virtual stages per rank: piece k runs on stage k %% %d\n", pp->V, pp->P);
-  ts__zero_describe(d, out);
+  d->sync.vt->describe(d, out);
   fprintf(out, "  %-6s %-44s %-44s %8s %6s\n", "piece", "first op", "last op", "ops", "cost");
   int n = ts_graph_num_nodes(pp->cg);
   for (int k = 0; k < np; k++) {
@@ -857,7 +862,7 @@ static int describe_pipe(ts_dist *d, FILE *out) {
 }
 
 static void free_pipe(ts_dist *d) {
-  struct ts__pipe *pp = d->pipe;
+  struct ts__pipe *pp = PIPE(d);
   if (pp) {
     for (int cc = 0; cc < pp->V; cc++) {
       pchunk *ch = &pp->ch[cc];
@@ -887,16 +892,26 @@ static void free_pipe(ts_dist *d) {
     free(pp->count_once);
     free(pp->logits);
     free(pp->holders_w);
+    ts__semi_release(&pp->pass);
     free(pp);
   }
-  for (int q = 0; q < d->nslots; q++) ts_comm_free(d->slots[q]);
-  for (int q = 0; q < d->neslots; q++) ts_comm_free(d->eslots[q]);
-  ts_parallel_free(d->pp);
-  ts_parallel_free(d->pe);
-  ts_graph_free(d->gg);
-  ts_graph_free(d->gge);
-  ts_params_free(d->gp);
+  d->priv = NULL;
   ts_params_free(d->r.params);
+}
+
+/* Stages of the pipeline (the configured number before the build). */
+static int stages_pipe(const ts_dist *d) { return PIPE(d) ? PIPE(d)->P : d->cfg.pipeline_stages; }
+
+/* The strategies in force inside the stages (semi_auto_parallel's pass), NULL otherwise. */
+static const ts_strategy_set *strategies_pipe(const ts_dist *d) {
+  return PIPE(d) && PIPE(d)->pass.pp ? ts_parallel_strategies(PIPE(d)->pass.pp) : NULL;
+}
+
+/* The whole model's store the stages were cut from. */
+static ts_params *whole_pipe(const ts_dist *d) { return PIPE(d) ? PIPE(d)->pass.gp : NULL; }
+
+void ts__pipe_manifest_key(const ts_dist_config *c, char *buf, size_t cap) {
+  snprintf(buf, cap, "\"pipeline_stages\": %d", c->pipeline_stages > 1 ? c->pipeline_stages : 1);
 }
 
 const ts_dist_vt ts__dist_pipeline = {
@@ -913,4 +928,18 @@ const ts_dist_vt ts__dist_pipeline = {
     .reduce = reduce_pipe,
     .clip = clip_pipe,
     .move = move_pipe,
+    .stages = stages_pipe,
+    .set_seed = set_seed_pipe,
+    .reduce_bytes = reduce_bytes_pipe,
+    .activation_bytes = activation_bytes_pipe,
+    .train_piece = piece_pipe,
+    .strategies = strategies_pipe,
+    .whole_params = whole_pipe,
+    .times = times_pipe,
+    .train_plans = train_plans_pipe,
+    .shard_base = shard_base_pipe,
+    .tied = tied_pipe,
+    .tied_shardable = tied_shardable_pipe,
+    .norm_weight = norm_weight_pipe,
+    .norm_group = norm_group_pipe,
 };

@@ -11,16 +11,16 @@ int ts_dist_whole_store(ts_dist *d, ts_params **full, int *owned) {
   *full = NULL;
   *owned = 0;
   ts_params *lp = d->r.params;
-  if (!d->r.sliced && !d->zero) {
+  if (!d->r.sliced && !d->sync.vt->sharded(d, NULL, NULL)) {
     *full = lp;
     return TS_OK;
   }
   /* names, shapes, initialisers: of the whole model's store under semi_auto_parallel; of the
    * slices' own shapes when a model registers sharded parameters itself */
-  ts_params *src = d->gp ? d->gp : lp;
+  ts_params *src = ts__dist_whole_params(d) ? ts__dist_whole_params(d) : lp;
   int rc = ts_params_create(full);
   for (int i = 0; i < ts_params_count(src) && !rc; i++) {
-    ts_shape sh = d->gp ? ts_params_shape(src, i) : ts_params_init_shape(src, i);
+    ts_shape sh = ts__dist_whole_params(d) ? ts_params_shape(src, i) : ts_params_init_shape(src, i);
     int id = ts_params_add(*full, ts_params_name(src, i), sh, ts_params_init_of(src, i), ts_params_flags(src, i));
     if (id < 0) rc = id;
   }
@@ -73,9 +73,7 @@ int ts__dist_move_slices(ts_comm *c, int N, int rank, ts_params *lp, int i, floa
   return rc;
 }
 
-/* For each entry of kind `states` (0 trainable, 1 state): whole[...] <-> the rank's slice loc[...].
- * Gathering is collective (every rank's slice travels); scattering is local. */
-static int move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int states, int gather) {
+int ts__dist_move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int states, int gather) {
   ts_params *lp = d->r.params;
   int N = d->r.size, rc = TS_OK;
   for (int i = 0; i < ts_params_count(lp) && !rc; i++) {
@@ -93,33 +91,19 @@ static int move_flat(ts_dist *d, ts_params *full, float *loc, float *whole, int 
   return rc;
 }
 
-/* A sharded optimizer slot (the rank's work buffer, loc) <-> the whole model's (whole) where the
- * store holds slices: through a slot over the rank's store, its groups' parts gathered (or cut)
- * first, then its slices moved as the parameters are. */
-int ts__dist_zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
-  float *st = calloc(ts_params_numel(d->r.params) + 1, sizeof(float));
-  if (!st) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
-  int rc = gather ? ts__zero_move_slot(d, NULL, loc, st, 1) : move_flat(d, full, st, whole, 0, 0);
-  if (!rc) rc = gather ? move_flat(d, full, st, whole, 0, 1) : ts__zero_move_slot(d, NULL, loc, st, 0);
-  free(st);
-  return rc;
-}
-
 int ts_dist_move(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather) {
   ts_params *lp = d->r.params;
   if (full == lp) return TS_OK;
   if (d->vt->move) return d->vt->move(d, full, opt, fopt, gather);
-  float *held = ts__zero_held_params(d); /* optimizer_shard 3: the rank's part, not the store */
-  int rc = held ? ts__zero_move_slot(d, full, held, ts_params_data(full), gather)
-                : move_flat(d, full, ts_params_data(lp), ts_params_data(full), 0, gather);
+  float *held = d->sync.vt->held_params(d); /* ZeRO-3: the rank's part, not the store */
+  int rc = held ? d->sync.vt->move(d, full, held, ts_params_data(full), gather)
+                : ts__dist_move_flat(d, full, ts_params_data(lp), ts_params_data(full), 0, gather);
   if (rc && held) rc = ts_error_wrap(rc, "checkpoint: %s the parameters' shards", gather ? "gathering" : "cutting");
   if (!rc && ts_params_state_numel(lp))
-    rc = move_flat(d, full, ts_params_states(lp), ts_params_states(full), 1, gather);
+    rc = ts__dist_move_flat(d, full, ts_params_states(lp), ts_params_states(full), 1, gather);
   for (int k = 0; opt && fopt && !rc && k < ts_optim_num_slots(fopt); k++) {
     float *loc = ts_optim_slot_data(opt, k), *whole = ts_optim_slot_data(fopt, k);
-    if (!d->zero) rc = move_flat(d, full, loc, whole, 0, gather);
-    else if (!d->r.sliced) rc = ts__zero_move_slot(d, full, loc, whole, gather); /* the store is whole */
-    else rc = ts__dist_zero_move_sliced(d, full, loc, whole, gather);
+    rc = d->sync.vt->move(d, full, loc, whole, gather); /* the slot's layout is the sync object's */
   }
   if (!rc && opt && fopt) {
     if (gather) ts_optim_set_step(fopt, ts_optim_get_step(opt));
@@ -158,12 +142,21 @@ int ts__dist_clip_sliced(ts_dist *d, float *g, ts__clip *c) {
 }
 
 int64_t ts_dist_num_params(const ts_dist *d) {
-  const ts_params *p = d->gp ? d->gp : d->r.params;
+  const ts_params *p = ts__dist_whole_params(d) ? ts__dist_whole_params(d) : d->r.params;
   int64_t n = 0;
   for (int i = 0; p && i < ts_params_count(p); i++)
     if (!(ts_params_flags(p, i) & TS_PARAM_STATE)) {
-      ts_shape s = d->gp ? ts_params_shape(p, i) : ts_params_init_shape(p, i);
+      ts_shape s = ts__dist_whole_params(d) ? ts_params_shape(p, i) : ts_params_init_shape(p, i);
       n += ts_shape_numel(&s);
     }
   return n;
+}
+
+int ts__dist_clip_default(ts_dist *d, float *g, ts__clip *c) {
+  if (d->r.sliced) return ts__dist_clip_sliced(d, g, c);
+  /* every gradient whole on every rank (reduced already): the norm locally */
+  size_t n = ts_params_numel(d->r.params);
+  double s = (double)c->inv_scale;
+  ts__dist_clip_finish(ts_sum_squares(g, n) * s * s, g, n, c);
+  return TS_OK;
 }

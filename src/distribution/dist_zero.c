@@ -133,9 +133,14 @@ struct ts__zero {
 
 static void zero_hook(const ts_hook_info *e, void *user);
 
-int ts__zero_num_buckets(const struct ts__zero *z) { return z ? z->nb : 0; }
+/* The object's sharding state: NULL before it is planned (or under another sync implementation). */
+static struct ts__zero *zof(const ts_dist *d) {
+  return d->sync.vt == &ts__sync_zero ? (struct ts__zero *)d->sync.priv : NULL;
+}
 
-void ts__zero_free(struct ts__zero *z) {
+static int zero_num_buckets(const ts_dist *d) { return zof(d) ? zof(d)->nb : 0; }
+
+static void zero_free_state(struct ts__zero *z) {
   if (!z) return;
   ts__gather_free(z->gt);
   ts_comm_free(z->gcomm);
@@ -160,12 +165,12 @@ void ts__zero_free(struct ts__zero *z) {
 
 /* Under a pipeline, a parameter several stages hold (GPT's tied embedding) is sharded only over
  * data-parallel stages (every stage's replicas cut it alike: a bucket of its own, so the stages'
- * parts align and are summed over the pipeline after the reduction, ts__zero_tied_part); under
+ * parts align and are summed over the pipeline after the reduction, zero_reduced_at); under
  * semi_auto stages it stays replicated. */
 static int is_sharded(const ts_dist *d, ts_params *p, int i) {
   ts_shape s = ts_params_shape(p, i);
   double n = (double)ts_shape_numel(&s);
-  if (d->pipe && ts__pipe_tied(d, i) && !ts__pipe_tied_shardable(d)) return 0;
+  if (ts__dist_tied(d, i) && !ts__dist_tied_shardable(d)) return 0;
   return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
 }
 
@@ -174,7 +179,7 @@ static int is_sharded(const ts_dist *d, ts_params *p, int i) {
 static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
   zgroup *G = &z->g[k];
   int rc = ts__buckets_create_split(G->scomm, d->r.params, d->r.g,
-                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->reduce_mean, TS_F32,
+                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, TS_F32,
                                     member, d->cfg.fusion_splits, d->cfg.nfusion_splits, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
   if (rc) return rc;
@@ -194,11 +199,11 @@ static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) 
     q->work = z->R + G->out + out_off;
     q->grp = k;
     q->cw = 1;
-    if (d->pipe) /* a tied parameter is a bucket of its own: counted by one stage only */
+    if (ts__dist_stages(d) > 1) /* a tied parameter is a bucket of its own: counted by one stage only */
       for (int i = 0; i < ts_params_count(d->r.params); i++)
         if (!(ts_params_flags(d->r.params, i) & TS_PARAM_STATE) && ts_params_offset(d->r.params, i) == q->flat &&
-            ts__pipe_tied(d, i))
-          q->cw = ts__pipe_norm_weight(d, i) > 0 ? 1.0f : 0.0f;
+            ts__dist_tied(d, i))
+          q->cw = ts__dist_norm_weight(d, i) > 0 ? 1.0f : 0.0f;
   }
   z->nb += G->nb;
   z->P += G->P;
@@ -292,12 +297,6 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
 
 /* ---- stages 2 and 3: the gradients in the buckets' staging slots ---- */
 
-/* The training plans backward runs in: the rank's plan, or a pipeline piece's instances. */
-static int train_plans(ts_dist *d, ts_plan ***plans) {
-  if (d->pipe) return ts__pipe_train_plans(d, plans);
-  *plans = &d->r.plan;
-  return d->r.plan ? 1 : 0;
-}
 
 /* Stages 2 and 3 (also in dry runs: the binding is what the plans' figures see): the store has no
  * gradient buffer (ts__dist_plans); each group's buckets get staging slots, and every gradient
@@ -321,7 +320,7 @@ static int stage_grads(ts_dist *d, struct ts__zero *z) { /* before anything plan
     return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
   z->staged = 1;
   ts_plan **plans;
-  int np = train_plans(d, &plans);
+  int np = ts__dist_train_plans(d, &plans);
   for (int i = 0; i < ts_params_count(p) && !rc; i++) {
     ts_val gv = ts_params_grad_value(p, i);
     if ((ts_params_flags(p, i) & TS_PARAM_STATE) || gv == TS_NONE) continue;
@@ -342,13 +341,8 @@ static int stage_grads(ts_dist *d, struct ts__zero *z) { /* before anything plan
  * semi_auto ranks); *n of them, this rank *r; NULL in dry runs. */
 static ts_comm *base_ranks(ts_dist *d, int *n, int *r) {
   ts_comm *c = NULL;
-  if (d->pipe) {
-    ts__pipe_shard_base(d, &c, n, r);
-    return c;
-  }
-  *n = d->r.size;
-  *r = d->r.rank;
-  return d->world;
+  ts__dist_shard_base(d, &c, n, r); /* the layout's: the world, or a pipeline stage's ranks */
+  return c;
 }
 
 /* Hybrid sharding (parallel.optimizer_shard_group G): the group's NF ranks cut into NF / G shard
@@ -448,7 +442,7 @@ static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, in
         continue;
       }
       float lw = 1.0f / (float)(hold[i] > 0 ? hold[i] : 1);
-      float cw = d->pipe ? ts__pipe_norm_weight(d, i) : lw;
+      float cw = ts__dist_stages(d) > 1 ? ts__dist_norm_weight(d, i) : lw;
       z->rep[z->nrep++] = (piece){ts_params_offset(p, i), n, z->R, kk, cw, lw};
       z->R += n;
     }
@@ -458,14 +452,14 @@ static int plan_groups(ts_dist *d, struct ts__zero *z, int *grp, int *member, in
     }
   }
   for (int k = 0; k < z->ng && !rc; k++) {
-    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i] ? (d->pipe && ts__pipe_tied(d, i) ? 2 : 1) : 0;
+    for (int i = 0; i < np; i++) member[i] = grp[i] == k && sh[i] ? (ts__dist_tied(d, i) ? 2 : 1) : 0;
     rc = plan_parts(d, z, k, member);
   }
   return rc;
 }
 
 int ts__zero_plan(ts_dist *d) {
-  if (d->zero) return TS_OK;
+  if (zof(d)) return TS_OK;
   ts_params *p = d->r.params;
   if (!p) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: the model is not built");
   struct ts__zero *z = calloc(1, sizeof *z);
@@ -482,7 +476,7 @@ int ts__zero_plan(ts_dist *d) {
     z->N = NB;
     z->rank = rb;
     z->base = B;
-    z->plain = !d->pipe && !d->r.sliced;
+    z->plain = ts__dist_stages(d) == 1 && !d->r.sliced;
     rc = plan_groups(d, z, grp, member, part, &parts, hold, sh);
   }
   free(grp);
@@ -507,10 +501,10 @@ int ts__zero_plan(ts_dist *d) {
     rc = stage_grads(d, z);
   }
   if (rc) {
-    ts__zero_free(z);
+    zero_free_state(z);
     return rc;
   }
-  d->zero = z;
+  d->sync.priv = z;
   return TS_OK;
 }
 
@@ -519,18 +513,21 @@ static void zero_hook(const ts_hook_info *e, void *user) {
   for (int k = 0; k < z->ng; k++) ts__buckets_hook(e, z->g[k].bk);
 }
 
-int ts__zero_start(ts_dist *d) {
+/* The reduce-scatter buckets attached to the training plans (the groups are the plan's: base is
+ * not read). */
+static int zero_start(ts_dist *d, ts_comm *base, int may_overlap) {
+  (void)base;
   int rc = ts__zero_plan(d);
   if (rc || !d->world) return rc;
-  struct ts__zero *z = d->zero;
+  struct ts__zero *z = zof(d);
   /* stage 1 reduces once per step (after the last micro-step with accumulation); stage 2 each
-   * micro-step, so it overlaps with accumulation too; a pipeline reduces after its schedule
-   * (stage 1) or, staged, as each bucket completes (staged_overlap) */
-  d->overlap = !d->pipe && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
+   * micro-step, so it overlaps with accumulation too; a pipeline (!may_overlap) reduces after its
+   * schedule (stage 1) or, staged, as each bucket completes (staged_overlap) */
+  d->sync.overlap = may_overlap && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
   /* staged (stages 2 and 3) the hook runs whatever the overlap: the slots are reused within backward */
-  if ((d->overlap || z->staged) && !z->attached) {
+  if ((d->sync.overlap || z->staged) && !z->attached) {
     ts_plan **plans;
-    int np = train_plans(d, &plans);
+    int np = ts__dist_train_plans(d, &plans);
     if (!(z->hooked = calloc((size_t)np + 1, sizeof *z->hooked)))
       return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
     for (int q = 0; q < np && !rc; q++)
@@ -545,9 +542,10 @@ int ts__zero_start(ts_dist *d) {
  * false blocking as soon as the bucket is complete. */
 static int staged_overlap(const ts_dist *d) { return d->cfg.overlap; }
 
-void ts__zero_begin(ts_dist *d, float *grads) {
-  struct ts__zero *z = d->zero;
-  if (!d->world || (!d->overlap && !z->staged)) return;
+/* Arms the overlapped reduce-scatter of a run writing its gradients into grads. */
+static void zero_begin(ts_dist *d, float *grads) {
+  struct ts__zero *z = zof(d);
+  if (!z || !d->world || (!d->sync.overlap && !z->staged)) return;
   z->accumulated = 0;
   for (int k = 0; k < z->ng; k++) {
     ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out); /* micro-step 0 writes the parts */
@@ -556,20 +554,14 @@ void ts__zero_begin(ts_dist *d, float *grads) {
   }
 }
 
-int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
-                         ts_optim **out) {
+/* The rank's optimizer over its work buffer: each segment the replicated parameter or the rank's
+ * part of it. */
+static int zero_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
+                             ts_optim **out) {
   *out = NULL;
-  if (!d->cfg.optimizer_shard) {
-    int rc = ts_optim_create(out, cfg, segs, nseg);
-    if (!rc && d->world && (rc = ts__lamb_install_sliced(d, *out, segs, nseg))) {
-      ts_optim_free(*out);
-      *out = NULL;
-    }
-    return rc;
-  }
   int rc = ts__zero_plan(d);
   if (rc) return rc;
-  struct ts__zero *z = d->zero;
+  struct ts__zero *z = zof(d);
   ts_optim_segment *ws = calloc((size_t)nseg + 1, sizeof *ws);
   /* LAMB: each of the rank's segments is a whole replicated parameter (weight 1 / the base ranks
    * holding it) or the rank's part of one (weight 1); their norms are summed by parameter over
@@ -623,9 +615,8 @@ int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_
  * during its backward (the hook; k > 0 added to the rank's parts as each completes): wait for
  * them; the replicated ones added up locally (all-reduced once, at the step's end); the next
  * micro-step's reduce-scatters armed, adding. */
-int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
-  struct ts__zero *z = d->zero;
-  (void)grads;
+static int zero_accumulate_staged(ts_dist *d, int64_t k) {
+  struct ts__zero *z = zof(d);
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: reducing needs the job's ranks");
   if (!z->staged || !z->rg)
     return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: accumulation without staged gradients",
@@ -650,14 +641,14 @@ int ts__zero_accumulate(ts_dist *d, const float *grads, int64_t k) {
   return TS_OK;
 }
 
-int ts__zero_reduce(ts_dist *d, const float *g) {
-  struct ts__zero *z = d->zero;
-  ts_reduce_op op = d->reduce_mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
+static int zero_reduce_parts(ts_dist *d, const float *g) {
+  struct ts__zero *z = zof(d);
+  ts_reduce_op op = d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
   int rc = z->gt ? ts__gather_status(z->gt) : TS_OK; /* a parameter gather of the step failed */
   if (rc) return rc;
   if (!z->accumulated) {
     for (int k = 0; k < z->ng && !rc; k++) {
-      if (!d->overlap && !z->staged) ts__buckets_begin(z->g[k].bk, (float *)g);
+      if (!d->sync.overlap && !z->staged) ts__buckets_begin(z->g[k].bk, (float *)g);
       rc = ts__buckets_finish(z->g[k].bk);
     }
     if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
@@ -678,8 +669,8 @@ int ts__zero_reduce(ts_dist *d, const float *g) {
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
 }
 
-int ts__zero_clip(ts_dist *d, ts__clip *c) {
-  struct ts__zero *z = d->zero;
+static int zero_clip_parts(ts_dist *d, ts__clip *c) {
+  struct ts__zero *z = zof(d);
   int hybrid = 0;
   for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
   /* squares unscaled (x inv_scale^2) before each narrowing to f32: a large loss scale stays in range */
@@ -717,7 +708,7 @@ int ts__zero_clip(ts_dist *d, ts__clip *c) {
 /* Every bucket's parts, each rank's from send (at its part of the bucket, or at the work offset
  * when from_work), gathered over its group into dst (at the bucket's flat offset). */
 static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst) {
-  struct ts__zero *z = d->zero;
+  struct ts__zero *z = zof(d);
   for (int k = 0; k < z->nb; k++) {
     const part *q = &z->pt[k];
     const zgroup *G = &z->g[q->grp];
@@ -733,8 +724,10 @@ static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst
   return TS_OK;
 }
 
-int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
-  struct ts__zero *z = d->zero;
+/* The update of the rank's part, then the all-gather of the updated parameters (stage 3: in
+ * place, nothing gathered). */
+static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
+  struct ts__zero *z = zof(d);
   if (!z) return ts_optim_step(opt, params, grads, lr);
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
   if (z->stage3) return ts_optim_step(opt, z->wp, z->wg, lr); /* in place; the next run gathers them */
@@ -750,8 +743,11 @@ int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *gr
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
 }
 
-int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
-  struct ts__zero *z = d->zero;
+/* One slot of the rank's optimizer (loc) <-> the same slot over the rank's store (whole: the
+ * store's layout; gathering is collective over the groups). full, when not NULL, is checked to
+ * have the store's layout. */
+static int zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
+  struct ts__zero *z = zof(d);
   ts_params *lp = d->r.params;
   for (int i = 0; full && i < ts_params_count(lp); i++)
     if (ts_params_offset(full, i) != ts_params_offset(lp, i))
@@ -770,35 +766,36 @@ int ts__zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole, in
   return TS_OK;
 }
 
-float *ts__zero_tied_part(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n) {
-  struct ts__zero *z = d->zero;
+/* A parameter sharded in a bucket of its own (a pipeline's tied one): the rank's reduced part in
+ * the work buffer, elements [*lo, *lo + *n) of it; a replicated one: its whole reduced gradient
+ * there; NULL otherwise. */
+static float *zero_reduced_at(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n) {
+  struct ts__zero *z = zof(d);
   for (int k = 0; z && k < z->nb; k++)
     if (z->pt[k].flat == flat && z->pt[k].len == numel) { /* the parameter's own bucket */
       *lo = z->pt[k].lo;
       *n = z->pt[k].n;
       return z->wg + z->pt[k].work;
     }
-  return NULL;
-}
-
-float *ts__zero_rep_grad(ts_dist *d, size_t flat) {
-  struct ts__zero *z = d->zero;
   for (int k = 0; z && k < z->nrep; k++)
-    if (z->rep[k].flat == flat) return z->wg + z->rep[k].packed;
+    if (z->rep[k].flat == flat) return z->wg + z->rep[k].packed; /* [lo, n) stay the whole */
   return NULL;
 }
 
-int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
-  const struct ts__zero *z = d->zero;
+static int zero_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
+  const struct ts__zero *z = zof(d);
   if (replicated) *replicated = z ? z->R : 0;
   if (sharded) *sharded = z ? z->S : 0;
   return z != NULL;
 }
 
-float *ts__zero_held_params(ts_dist *d) { return d->zero && d->zero->stage3 ? d->zero->wp : NULL; }
+/* Stage 3: the rank's parameters (the layout of an optimizer slot: replicated, then its parts);
+ * NULL under other stages (the store holds them). */
+static float *zero_held_params(ts_dist *d) { return zof(d) && zof(d)->stage3 ? zof(d)->wp : NULL; }
 
-int ts__zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, size_t n, size_t work), void *user) {
-  const struct ts__zero *z = d->zero;
+/* Each replicated (or unreduced) parameter whole, then the rank's part of every bucket. */
+static int zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, size_t n, size_t work), void *user) {
+  const struct ts__zero *z = zof(d);
   int rc = TS_OK;
   for (int k = 0; z && k < z->nrep && !rc; k++) rc = fn(user, z->rep[k].flat, z->rep[k].n, z->rep[k].packed);
   for (int k = 0; z && k < z->nb && !rc; k++)
@@ -806,39 +803,44 @@ int ts__zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, siz
   return rc;
 }
 
-size_t ts__zero_param_bytes(const ts_dist *d) {
-  const struct ts__zero *z = d->zero;
+/* Bytes of parameters the rank holds persistently: the store's (the whole model) without
+ * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
+ * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */
+static size_t zero_param_bytes(const ts_dist *d) {
+  const struct ts__zero *z = zof(d);
   size_t whole = ts_params_numel(d->r.params);
   if (!z) return whole * sizeof(float);
   if (!z->stage3) return (whole + z->R + z->P) * sizeof(float); /* the store and the optimizer's copy of its part */
   return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
 }
 
-double ts__zero_take_slot_wait(ts_dist *d) {
+/* Stages 2 and 3: seconds backward waited for a staging slot (its previous bucket's
+ * reduce-scatter) since the last call; 0 otherwise. */
+static double zero_take_slot_wait(ts_dist *d) {
   double t = 0;
-  for (int k = 0; d->zero && k < d->zero->ng; k++) t += ts__buckets_take_claim_wait(d->zero->g[k].bk);
+  for (int k = 0; zof(d) && k < zof(d)->ng; k++) t += ts__buckets_take_claim_wait(zof(d)->g[k].bk);
   return t;
 }
 
-double ts__zero_take_gather_wait(ts_dist *d) {
-  return d->zero && d->zero->gt ? ts__gather_take_wait(d->zero->gt) : 0;
-}
-
-size_t ts__zero_staged_grad_bytes(const ts_dist *d) {
-  const struct ts__zero *z = d->zero;
+/* Stages 2 and 3: bytes of gradients the rank holds besides the optimizer's work buffer (whose
+ * R + P floats take the reduced gradients): the buckets' staging slots (with accumulation, each
+ * with room for a reduced part) and, with accumulation, the replicated gradients of a
+ * micro-step (R). No whole-model gradient buffer exists. 0 under stage 1. */
+static size_t zero_staged_grad_bytes(const ts_dist *d) {
+  const struct ts__zero *z = zof(d);
   if (!z || !z->staged) return 0;
   return (z->stage_numel + (z->rg ? z->R : 0)) * sizeof(float);
 }
 
-size_t ts__zero_slot_bytes(const ts_dist *d) {
-  const struct ts__zero *z = d->zero;
-  return z && z->stage3 ? ts__gather_slot_numel(z->gt, NULL, NULL) * sizeof(float) : 0;
-}
-
-double ts__zero_comm_bytes(const ts_dist *d) {
-  const struct ts__zero *z = d->zero;
+/* Bytes one rank sends per optimizer step through the data-parallel gradient reduction and
+ * parameter gathers, counted as ring algorithms send them ((N-1)/N of an all-gather's or a
+ * reduce-scatter's elements, 2(N-1)/N of an all-reduce's): stages 1 and 2 the volume of the
+ * all-reduce they replace; stage 3 the gathers of the training plan's runs instead of one
+ * all-gather (about 1.5x). Before the sharding is planned: the all-reduce's figure. */
+static int zero_comm_bytes(const ts_dist *d, double *bytes) {
+  const struct ts__zero *z = zof(d);
   double f = (double)(d->r.size - 1) / (double)d->r.size, A = (double)d->cfg.accum;
-  if (!z) return 2 * f * (double)ts_params_numel(d->r.params) * sizeof(float); /* ring all-reduce */
+  if (!z) return ts__sync_allreduce.comm_bytes(d, bytes);
   double rs = f * (double)z->S * (d->cfg.optimizer_shard >= 2 ? A : 1), ar = 2 * f * (double)z->R;
   double ag = z->stage3 ? A * f * (double)ts__gather_run_numel(z->gt, 0, NULL) : f * (double)z->S;
   int hybrid = 0;
@@ -853,11 +855,13 @@ double ts__zero_comm_bytes(const ts_dist *d) {
       ag += fs * (double)G->S * fa;
     }
   }
-  return (rs + ar + ag) * sizeof(float);
+  *bytes = (rs + ar + ag) * sizeof(float);
+  return TS_OK;
 }
 
-void ts__zero_describe(const ts_dist *d, FILE *out) {
-  const struct ts__zero *z = d->zero;
+/* The line(s) of `tessera plan` for the sharding. */
+static void zero_describe(const ts_dist *d, FILE *out) {
+  const struct ts__zero *z = zof(d);
   if (!z) return;
   int st = d->cfg.optimizer_shard;
   if (z->ng && z->g[0].X > 1 && z->plain) {
@@ -876,13 +880,13 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
     fprintf(out, "optimizer state sharded over the data-parallel repeat of each parameter slice (optimizer_shard %d): "
             "%d group%s of ranks holding the same slices among %s%d ranks; this rank's optimizer covers %zu of its "
             "store's %zu trainable elements\n",
-            st, z->ng, z->ng == 1 ? "" : "s", d->pipe ? "the stage's " : "the ", z->N, z->R + z->P,
+            st, z->ng, z->ng == 1 ? "" : "s", ts__dist_stages(d) > 1 ? "the stage's " : "the ", z->N, z->R + z->P,
             ts_params_numel(d->r.params));
     for (int k = 0; k < z->ng; k++) {
       fprintf(out, "  group %d: %d ranks, %zu elements reduce-scattered by gradient bucket (%zu on this rank), %zu "
               "replicated (parameters under %g KiB%s) all-reduced\n",
               k, z->g[k].NF, z->g[k].S, z->g[k].P, z->g[k].rn, d->cfg.shard_threshold_kb,
-              d->pipe && !ts__pipe_tied_shardable(d) ? ", or held by several stages" : "");
+              ts__dist_stages(d) > 1 && !ts__dist_tied_shardable(d) ? ", or held by several stages" : "");
       if (z->g[k].X > 1)
         fprintf(out, "    in %d shard groups of %d ranks (optimizer_shard_group): parts all-reduced across them\n",
                 z->g[k].X, z->g[k].N);
@@ -908,3 +912,153 @@ void ts__zero_describe(const ts_dist *d, FILE *out) {
           "gathers (%zu elements) per training micro-step, %d (%zu) per evaluation batch\n",
           z->R + z->P, ts_params_numel(d->r.params), z->nb, ns, ns == 1 ? "" : "s", slots, ded, ng, run, nge, rune);
 }
+
+/* ---- the sync interface (sync.h) ---- */
+
+static void zero_store(const ts_dist *d, int *no_grads, int *no_params) {
+  /* stages 2 and 3: no whole-model gradient buffer (every gradient is bound into its bucket's
+   * staging slot or the replicated remainder by ts__zero_plan); stage 3 in a real job: no whole
+   * copy of the parameters (each rank's shard and the gather slots are bound into the plans) */
+  *no_grads = d->cfg.optimizer_shard >= 2;
+  *no_params = d->cfg.optimizer_shard >= 3 && d->world;
+}
+
+/* Stages 2 and 3 in a real job accumulate the rank's reduced part (no caller's buffer). */
+static int zero_own_accum(const ts_dist *d) { return zof(d) && d->world && d->cfg.optimizer_shard >= 2; }
+
+static size_t zero_accum_numel(const ts_dist *d) {
+  if (d->cfg.accum < 2 || zero_own_accum(d)) return 0;
+  return ts__sync_accum_numel_whole(d);
+}
+
+static int zero_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k) {
+  if (zero_own_accum(d)) return zero_accumulate_staged(d, k);
+  return ts__sync_accumulate_whole(d, grads, acc, k);
+}
+
+/* The reduce-scatter of the sharded gradients and the all-reduce of the replicated ones into the
+ * work buffer; the wait includes what backward waited for a staging slot. */
+static int zero_reduce(ts_dist *d, float *g, double *wait_ms) {
+  double t0 = ts_time_now();
+  int rc = zero_reduce_parts(d, g);
+  *wait_ms = 1e3 * (ts_time_now() - t0 + zero_take_slot_wait(d));
+  return rc;
+}
+
+static int zero_clip(ts_dist *d, float *g, ts__clip *c, int *mine) {
+  (void)g;
+  *mine = zof(d) && d->world; /* the reduced parts are the work buffer's */
+  return *mine ? zero_clip_parts(d, c) : TS_OK;
+}
+
+/* A sharded optimizer slot (the work buffer loc) <-> the whole model's (whole) where the store
+ * holds slices (semi_auto_parallel): through a slot over the rank's store, its groups' parts
+ * gathered (or cut) first, then its slices moved as the parameters are. */
+static int zero_move_sliced(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
+  float *st = calloc(ts_params_numel(d->r.params) + 1, sizeof(float));
+  if (!st) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  int rc = gather ? zero_move_slot(d, NULL, loc, st, 1) : ts__dist_move_flat(d, full, st, whole, 0, 0);
+  if (!rc) rc = gather ? ts__dist_move_flat(d, full, st, whole, 0, 1) : zero_move_slot(d, NULL, loc, st, 0);
+  free(st);
+  return rc;
+}
+
+static int zero_move(ts_dist *d, ts_params *full, float *loc, float *whole, int gather) {
+  if (!full || !d->r.sliced) return zero_move_slot(d, full, loc, whole, gather); /* the store is whole */
+  return zero_move_sliced(d, full, loc, whole, gather);
+}
+
+/* The elements of the rank's optimizer work buffer (replicated + its parts), as the extent of a
+ * stateless optimizer over the store's parameters built through ts_dist_optim_create (the very
+ * cut the rank's optimizer gets, in a real job or a dry run). */
+static int zero_work(ts_dist *d, size_t *work) {
+  ts_params *p = d->r.params;
+  int np = ts_params_count(p), nseg = 0;
+  ts_optim_segment *segs = calloc((size_t)np + 1, sizeof *segs);
+  if (!segs) return ts_error_set(TS_ENOMEM, "memory figures: out of memory");
+  for (int i = 0; i < np; i++) {
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    ts_shape s = ts_params_shape(p, i);
+    segs[nseg++] = (ts_optim_segment){ts_params_name(p, i), ts_params_offset(p, i), (size_t)ts_shape_numel(&s), 0};
+  }
+  ts_optim_config sgd = ts_optim_config_default(TS_OPTIM_SGD); /* no slots: nothing large allocated */
+  ts_optim *o = NULL;
+  int rc = ts_dist_optim_create(d, &sgd, segs, nseg, &o);
+  *work = rc ? 0 : ts_optim_extent(o);
+  ts_optim_free(o);
+  free(segs);
+  return rc;
+}
+
+/* The optimizer works on [replicated][the rank's parts] (R + P): a copy of those parameters and
+ * their reduced gradients; stages 2 and 3 have no whole-model gradient buffer: backward writes
+ * the sharded gradients into the buckets' staging slots (with accumulation, each with room for a
+ * reduced part) and the replicated ones into the work buffer (with accumulation, into a buffer
+ * of R they are added up from); accumulation over micro-steps is a whole-model buffer only under
+ * stage 1 (stages 2, 3: the rank's reduced part accumulates; the job's figure, also dry). */
+static int zero_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
+  size_t work = 0;
+  const int64_t f = (int64_t)sizeof(float);
+  int rc = zero_work(d, &work);
+  if (rc) return rc;
+  /* stages 1, 2: the store and the optimizer's copy of the part; stage 3: the part and the
+   * replicated parameters, plus the gather slots, no whole copy */
+  m->param_bytes += (int64_t)zero_param_bytes(d) - (int64_t)ts_params_numel(d->r.params) * f;
+  if (d->cfg.optimizer_shard >= 2) m->grad_bytes = (int64_t)zero_staged_grad_bytes(d);
+  m->grad_bytes += (int64_t)work * f;
+  *opt_elems = (int64_t)work;
+  if (d->cfg.accum > 1 && d->cfg.optimizer_shard < 2) m->accum_bytes = (int64_t)ts_params_numel(d->r.params) * f;
+  return TS_OK;
+}
+
+static const char *zero_params_note(const ts_dist *d) {
+  return zof(d) && d->cfg.optimizer_shard >= 3 ? "cut over the ranks (optimizer_shard 3, below)" : NULL;
+}
+
+static const char *zero_note(const ts_dist *d) {
+  (void)d;
+  return "";
+}
+
+void ts__sync_manifest_keys(const ts_dist_config *c, char *buf, size_t cap) {
+  snprintf(buf, cap, "\"optimizer_shard\": %d, \"optimizer_shard_group\": %d", c->optimizer_shard, c->shard_group);
+}
+
+static void zero_free(ts_dist *d) {
+  zero_free_state(zof(d));
+  d->sync.priv = NULL;
+}
+
+const ts__sync_vt ts__sync_zero = {.name = "zero", .plan = ts__zero_plan, .store = zero_store, .start = zero_start,
+                                   .begin = zero_begin, .accum_numel = zero_accum_numel,
+                                   .accumulate = zero_accumulate, .reduce = zero_reduce, .clip = zero_clip,
+                                   .optim_create = zero_optim_create, .optim_step = zero_optim_step,
+                                   .held_params = zero_held_params, .move = zero_move,
+                                   .reduced_at = zero_reduced_at, .each_range = zero_each_range,
+                                   .memory = zero_memory, .num_buckets = zero_num_buckets, .sharded = zero_sharded,
+                                   .comm_bytes = zero_comm_bytes, .describe = zero_describe,
+                                   .params_note = zero_params_note, .note = zero_note, .free = zero_free};
+
+const ts__sync_vt *ts__sync_choose(const ts_dist_config *c) {
+  return c->optimizer_shard ? &ts__sync_zero : &ts__sync_allreduce;
+}
+
+/* ---- ZeRO's own figures (dist_impl.h; tests and benchmarks read them) ---- */
+
+size_t ts__zero_param_bytes(const ts_dist *d) { return zero_param_bytes(d); }
+
+size_t ts__zero_slot_bytes(const ts_dist *d) {
+  const struct ts__zero *z = zof(d);
+  return z && z->stage3 ? ts__gather_slot_numel(z->gt, NULL, NULL) * sizeof(float) : 0;
+}
+
+double ts__zero_comm_bytes(const ts_dist *d) {
+  double b = 0, f = (double)(d->r.size - 1) / (double)d->r.size;
+  if (!zof(d)) return 2 * f * (double)ts_params_numel(d->r.params) * sizeof(float); /* ring all-reduce */
+  zero_comm_bytes(d, &b);
+  return b;
+}
+
+void ts__zero_describe(const ts_dist *d, FILE *out) { zero_describe(d, out); }
+
+double ts__zero_take_gather_wait(ts_dist *d) { return zof(d) && zof(d)->gt ? ts__gather_take_wait(zof(d)->gt) : 0; }

@@ -13,6 +13,7 @@
 #include "config_dist.h"
 #include "config_impl.h"
 #include "planner/planner.h"
+#include "train_compat.h"
 
 /* ------------------------------------------------------------------ validation */
 static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -23,6 +24,36 @@ static int vfail(const ts_config *cfg, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   return ts_error_set(TS_ECONFIG, "%s: %s", cfg->source[0] ? cfg->source : "config", msg);
+}
+
+void ts__config_compat_key(const ts_config *cfg, ts__compat_key *k) {
+  const typeof(cfg->parallel) *pl = &cfg->parallel;
+  static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
+  memset(k, 0, sizeof *k);
+  k->mode = ts_parallel_mode_name(pl->mode);
+  k->stages = pl->pipeline_stages;
+  k->semi = pl->mode == TS_PARALLEL_SEMI_AUTO;
+  k->shard = pl->optimizer_shard;
+  k->shard_group = pl->optimizer_shard_group;
+  k->virtual_stages = pl->virtual_stages;
+  k->interleaved = pl->pipeline_schedule == 2;
+  k->wire = pl->comm_dtype >= 0 && pl->comm_dtype < 3 ? wire[pl->comm_dtype] : TS_F32;
+  k->micro_batches = pl->micro_batches;
+  k->stage_rules = pl->stages.n > 0;
+  k->full_batch = pl->full_batch;
+}
+
+int ts__config_stage_ranks(const ts_config *cfg, int ndevices) {
+  int p = cfg->parallel.pipeline_stages;
+  return p > 1 && ndevices % p == 0 ? ndevices / p : ndevices;
+}
+
+/* The compatibility table's refusal of phase ph (src/distribution/compat.c), as vfail's. */
+static int compat(const ts_config *cfg, ts__compat_phase ph) {
+  ts__compat_key k;
+  char msg[512];
+  ts__config_compat_key(cfg, &k);
+  return ts__compat_find(ph, &k, msg, sizeof msg) < 0 ? TS_OK : vfail(cfg, "%s", msg);
 }
 
 static int data_channels(ts_data_kind k) {
@@ -91,10 +122,9 @@ int ts_config_validate(ts_config *cfg) {
   if (cfg->train.batch_size % cfg->train.micro_batch_size)
     return vfail(cfg, "train.batch_size (%d) must be divisible by train.micro_batch_size (%d)",
                  cfg->train.batch_size, cfg->train.micro_batch_size);
+  int rc;
+  if ((rc = compat(cfg, TS__COMPAT_CONFIG_MICRO))) return rc;
   if (cfg->parallel.micro_batches > 0) {
-    if (cfg->parallel.pipeline_stages < 2)
-      return vfail(cfg, "parallel.micro_batches: set for a pipeline (parallel.pipeline_stages > 1); use "
-                   "train.micro_batch_size for gradient accumulation");
     if (cfg->train.batch_size % cfg->parallel.micro_batches)
       return vfail(cfg, "parallel.micro_batches (%d) must divide train.batch_size (%d)", cfg->parallel.micro_batches,
                    cfg->train.batch_size);
@@ -103,11 +133,7 @@ int ts_config_validate(ts_config *cfg) {
       return vfail(cfg, "parallel.micro_batches (%d) and train.micro_batch_size (%d) disagree for train.batch_size %d; "
                    "give one of them", cfg->parallel.micro_batches, cfg->train.micro_batch_size, cfg->train.batch_size);
   }
-  if (cfg->parallel.virtual_stages > 1 && cfg->parallel.pipeline_schedule != 2)
-    return vfail(cfg, "parallel.virtual_stages: %d pieces per rank need parallel.pipeline_schedule interleaved_1f1b",
-                 cfg->parallel.virtual_stages);
-  if (cfg->parallel.stages.n && cfg->parallel.pipeline_stages < 2)
-    return vfail(cfg, "parallel.stages: given, but parallel.pipeline_stages is %d", cfg->parallel.pipeline_stages);
+  if ((rc = compat(cfg, TS__COMPAT_CONFIG_PIPE))) return rc;
   if (cfg->train.eval_batch_size == 0) cfg->train.eval_batch_size = cfg->train.batch_size;
   /* loss scaling: f16 gradients underflow without it; a dynamic scale starts at or above its floor */
   const typeof(cfg->train) *tr = &cfg->train;
@@ -203,7 +229,6 @@ int ts_config_validate(ts_config *cfg) {
     else
       return vfail(cfg, "data.path: required for data.name '%s'", dn);
   }
-  int rc;
   if ((rc = check_transforms(cfg, "data.transforms", &d->transforms))) return rc;
   if (d->test_transforms.n >= 0 &&
       (rc = check_transforms(cfg, "data.test_transforms", &d->test_transforms)))
@@ -225,9 +250,7 @@ int ts_config_validate(ts_config *cfg) {
   if (pl->enable_parallel_optimizer && !pl->optimizer_shard && !gs) pl->optimizer_shard = 1;
   if (ge && !gs && !pl->enable_parallel_optimizer) pl->optimizer_shard = 0;
   pl->enable_parallel_optimizer = pl->optimizer_shard != 0;
-  if (pl->optimizer_shard_group && !pl->optimizer_shard)
-    return vfail(cfg, "parallel.optimizer_shard_group: %d ranks per shard group given without "
-                 "parallel.optimizer_shard (set a stage, or 0 here)", pl->optimizer_shard_group);
+  if ((rc = compat(cfg, TS__COMPAT_CONFIG_SHARD))) return rc;
   /* ---- checkpoint ---- */
   if (!cfg->checkpoint.prefix[0] || strchr(cfg->checkpoint.prefix, '/'))
     return vfail(cfg, "checkpoint.prefix: must be a non-empty file-name prefix without '/' "

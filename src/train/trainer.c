@@ -11,6 +11,8 @@
 #include "tessera/plot.h"
 #include "tessera/zoo.h"
 #include "config_dist.h"
+#include "distribution/query.h"
+#include "train_compat.h"
 #include "train_impl.h"
 
 ts_params *ts_trainer_params(ts_trainer *t) { return t->run->params; }
@@ -79,14 +81,11 @@ static void dist_span(const char *name, int comm, double t0, double t1, void *us
 int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_dist_vt **vt, ts_dist_config *dc,
                      ts_dist_model *m) {
   /* the one place the layout is chosen: everything after asks the distribution object */
-  const char *mode = ts_parallel_mode_name(c->parallel.mode);
-  if (c->parallel.pipeline_stages > 1) { /* stages, data parallel inside each */
-    if (c->parallel.mode != TS_PARALLEL_DATA && c->parallel.mode != TS_PARALLEL_SEMI_AUTO)
-      return ts_error_set(TS_ECONFIG, "parallel.pipeline_stages: %d stages run with parallel.mode data_parallel (data "
-                          "parallel inside each stage) or semi_auto_parallel (each stage cut by the strategies), "
-                          "not %s", c->parallel.pipeline_stages, mode);
-    mode = "pipeline";
-  }
+  ts__compat_key key;
+  ts__config_compat_key(c, &key);
+  int rc = ts__compat_check(TS__COMPAT_LAYOUT, &key); /* the layouts stages run inside */
+  if (rc) return rc;
+  const char *mode = ts__compat_layout(key.mode, key.stages); /* "pipeline" with stages */
   *vt = ts_dist_find(mode);
   if (!*vt)
     /* auto_parallel has no layout of its own: the trainer and `tessera plan` run the search first
@@ -105,9 +104,7 @@ int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_di
 int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out) {
   int rc;
   *out = NULL;
-  /* with pipeline stages the strategies cut each stage over its ranks */
-  if (c->parallel.pipeline_stages > 1 && ndevices % c->parallel.pipeline_stages == 0)
-    ndevices /= c->parallel.pipeline_stages;
+  ndevices = ts__config_stage_ranks(c, ndevices); /* with pipeline stages the strategies cut each stage */
   if (!c->parallel.strategy_ckpt_load_file[0] && !c->parallel.strategies.n) return TS_OK;
   if (c->parallel.strategy_ckpt_load_file[0])
     rc = ts_strategy_set_load(c->parallel.strategy_ckpt_load_file, ndevices, out);
@@ -688,7 +685,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   float lr = ts_lr_at(&t->sched, t->step);
   int skip = ts_loss_scaler_update(&t->scaler, overflow);
   /* skipped: no update at all (parameters, optimizer state and its step count as they were; under
-   * optimizer_shard nothing changed, so nothing is gathered) */
+   * a sharded optimizer nothing changed, so nothing is gathered) */
   if (!skip && (rc = ts_dist_optim_step(t->dist, t->opt, ts_params_data(r->params), g, lr))) return rc;
   ts__tprof_span(t->prof, "optimizer", TS_PROF_OPTIMIZER, t2, ts_time_now());
   info->loss = loss;
@@ -846,3 +843,5 @@ ts_callback ts_callback_early_stop(ts_early_stop_state *state) {
   ts_callback cb = {"early_stop", NULL, early_stop, NULL, NULL, state};
   return cb;
 }
+
+int ts__trainer_stages(const ts_trainer *t) { return t && t->dist ? ts__dist_stages(t->dist) : 1; }

@@ -22,6 +22,8 @@
 
 #include "tessera/checkpoint.h"
 #include "tessera/strategy.h"
+#include "distribution/query.h"
+#include "config_dist.h"
 #include "train_impl.h"
 
 #define MAX_SLOTS 8
@@ -49,17 +51,14 @@ int ts__trainer_ckpt_format(const ts_trainer *t) {
   if (f != TS_CFG_CKPT_AUTO) return f;
   size_t rep = 0, sh = 0;
   int sharded = ts_dist_optim_sharded(t->dist, &rep, &sh);
-  return t->run->sliced || sharded || t->cfg.parallel.pipeline_stages > 1 ? TS_CFG_CKPT_SLICED : TS_CFG_CKPT_WHOLE;
+  return t->run->sliced || sharded || ts__dist_stages(t->dist) > 1 ? TS_CFG_CKPT_SLICED : TS_CFG_CKPT_WHOLE;
 }
 
 /* The layout in force, for the manifest. */
 static void layout_json(const ts_config *c, int world, int sliced, int strategy_file, char *buf, size_t cap) {
-  snprintf(buf, cap,
-           "{\"mode\": \"%s\", \"world_size\": %d, \"pipeline_stages\": %d, \"optimizer_shard\": %d, "
-           "\"optimizer_shard_group\": %d, \"sliced_parameters\": %s%s}",
-           ts_parallel_mode_name(c->parallel.mode), world, c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1,
-           c->parallel.optimizer_shard, c->parallel.optimizer_shard_group, sliced ? "true" : "false",
-           strategy_file ? ", \"strategy_file\": \"strategy.json\"" : "");
+  ts_dist_config dc; /* the layout and the sync object write their own keys */
+  ts_config_dist(c, &dc);
+  ts__dist_manifest_layout(&dc, ts_parallel_mode_name(c->parallel.mode), world, sliced, strategy_file, buf, cap);
 }
 
 /* keep[i] = 1 for the pieces no lower rank holds (of each rank's list of hashes, in rank order). */

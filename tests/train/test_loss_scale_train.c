@@ -121,7 +121,7 @@ static float *train(const char *const *sets, int nsets, int inject, rec *r, int 
   ts_trainer_add_callback(t, &cb);
   int done = 0, ninst = 1;
   ts_plan **plans = NULL, *one = ts_trainer_plan_handle(t);
-  if (t->dist->pipe) ninst = ts__pipe_train_plans(t->dist, &plans);
+  if (ts__dist_stages(t->dist) > 1) ninst = ts__dist_train_plans(t->dist, &plans);
   else plans = &one;
   inj js[16];
   int who = t->run->x != TS_NONE ? g_rank : -1; /* the last rank reading inputs injects */
