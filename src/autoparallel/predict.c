@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/exec.h"
+#include "distribution/compat.h"
 #include "autoplan.h"
 
 /* One rank of the job, built dry and priced. */
@@ -74,7 +75,7 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
    * of them, so three builds price a job of any number of ranks */
   priced pr[3];
   int np = 0, ranks[3] = {rank, -1, -1};
-  int P = dc->pipeline_stages > 1 ? dc->pipeline_stages : 1;
+  int P = ts__dist_config_stages(dc);
   int V = P > 1 && dc->virtual_stages > 1 ? dc->virtual_stages : 1;
   int semi = dc->pipeline_semi; /* the operators cut by strategies (semi_auto_parallel) */
   if (P > 1 && N % P == 0) {

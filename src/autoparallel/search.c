@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "planner/search.h"
+#include "distribution/compat.h"
 #include "autoplan.h"
 
 /* ---- the per-operator search's strategies, cached per (dp, tp, micro-batches) ---- */
@@ -85,7 +86,7 @@ static void cache_free(op_cache *cache) {
 void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, const ts_dist_vt **vt, int *semi) {
   int64_t M = p->micro_batches > 0 ? p->micro_batches : 1, V = p->virtual_stages > 1 ? p->virtual_stages : 1;
   int pp = p->pp > 1 ? p->pp : 1;
-  dc->pipeline_stages = p->pp;
+  ts__dist_config_set_layout(dc, p->pp, p->zero);
   dc->pipeline_schedule = pp > 1 && V > 1 ? 2 : 1; /* interleaved_1f1b, or 1f1b (ts_sched_kind) */
   dc->virtual_stages = pp > 1 ? (int)V : 1;
   if (pp > 1) { /* the pipeline's micro-batches */
@@ -98,7 +99,6 @@ void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, 
   /* evaluation in micro-batches too (the plan's memory counts its arena) */
   int64_t rows = batch / M;
   if (rows > 0 && (dc->eval_batch == 0 || dc->eval_batch > rows)) dc->eval_batch = rows;
-  dc->optimizer_shard = p->zero;
   dc->recompute = p->recompute ? TS_RECOMPUTE_FULL : TS_RECOMPUTE_NONE;
   dc->n_recompute_layers = 0;
   int cut = p->tp > 1; /* the operators cut by strategies: semi_auto_parallel */
@@ -136,7 +136,7 @@ static int better(const ts_autoplan *a, const ts_autoplan *b) {
  * Memory: the parameters of the rank's share of the transformer blocks (12 h^2 per layer; a
  * stage's share taken as 3/4 of l/pp layers, since the balanced cut gives the embedding's stage
  * fewer) at the bytes per parameter of its precision (parameter, gradient, accumulation, the
- * optimizer's slots, over the shard group under optimizer_shard), plus the layer inputs the first
+ * optimizer's slots, over the shard group under optimizer-state sharding), plus the layer inputs the first
  * stage stashes for min(P, M) micro-batches in flight (s * rows * h each). Step: the model's
  * FLOPs (6, or 8 with recompute, per parameter and token) spread evenly over the N devices at the
  * cluster's GEMM rate, stretched by the pipeline's bubble (1 + (P-1)/(V M)), times 0.9. Both are

@@ -131,6 +131,13 @@ const ts__compat_row *ts__compat_rows(int *n) {
   return rows;
 }
 
+void ts__dist_config_set_layout(ts_dist_config *c, int stages, int shard_stage) {
+  c->pipeline_stages = stages;
+  c->optimizer_shard = shard_stage;
+}
+
+int ts__dist_config_stages(const ts_dist_config *c) { return c->pipeline_stages > 1 ? c->pipeline_stages : 1; }
+
 void ts__compat_key_of(const char *layout, const ts_dist_config *c, ts__compat_key *k) {
   memset(k, 0, sizeof *k);
   k->mode = layout;

@@ -40,6 +40,13 @@ typedef struct {
   int full_batch;     /* parallel.full_batch */
 } ts__compat_key;
 
+/* The layout fields of a distribution configuration, for those who fill one from a plan (the
+ * auto_parallel search, `tessera plan`'s one-process baseline): the pipeline stages and the
+ * optimizer-sharding stage set, and the stages (1 without a pipeline). The table's file is the one
+ * place outside the layouts and the sharding that names these fields. */
+void ts__dist_config_set_layout(ts_dist_config *c, int stages, int shard_stage);
+int ts__dist_config_stages(const ts_dist_config *c);
+
 /* The key of a distribution object's configuration for layout `layout` (its name). */
 void ts__compat_key_of(const char *layout, const ts_dist_config *c, ts__compat_key *k);
 

@@ -13,6 +13,7 @@
 #include "graph/graph_ir.h"
 #include "../kernels/matmul.h"
 #include "tessera/comm.h"
+#include "train_compat.h"
 #include "train_impl.h"
 
 /* GFLOP/s of n x k by k x m matmuls in dtype dt (f32: oneDNN's sgemm path; bf16: its bf16
@@ -383,9 +384,8 @@ int ts_calibrate_model(const ts_config *cfg_in, int warmup, int steps, ts_cluste
   ts_config cfg = *cfg_in;
   /* one device's view of the model: no layout, no pipeline, nothing written */
   cfg.parallel.mode = TS_PARALLEL_STAND_ALONE;
-  cfg.parallel.pipeline_stages = 1;
+  ts__config_set_layout(&cfg, 1, 0);
   cfg.parallel.micro_batches = 0;
-  cfg.parallel.optimizer_shard = 0;
   cfg.parallel.strategies.n = 0;
   cfg.checkpoint.dir[0] = 0;
   cfg.checkpoint.resume[0] = 0;

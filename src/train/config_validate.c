@@ -10,10 +10,65 @@
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
+#include "../base/text.h"
 #include "config_dist.h"
 #include "config_impl.h"
 #include "planner/planner.h"
 #include "train_compat.h"
+
+/* ------------------------------------------------------------------ layout keys
+ * The config's pipeline and sharding keys are read and written here and in the schema only;
+ * the rest of the trainer asks these functions (and the distribution layer's table, compat.h). */
+const char *const ts__config_memory_cuts_none = "none of parallel.optimizer_shard or model.recompute applies here";
+
+void ts__config_memory_cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, char *buf, size_t cap) {
+  size_t n = 0;
+  char h[32];
+  buf[0] = 0;
+  /* stages 1 and 2: data_parallel and semi_auto_parallel, with or without pipeline stages (the
+   * repeat of each slice; on a stage's replicas); stage 3: data_parallel alone */
+  int data = c->parallel.mode == TS_PARALLEL_DATA || c->parallel.mode == TS_PARALLEL_SEMI_AUTO;
+  int data3 = c->parallel.mode == TS_PARALLEL_DATA && c->parallel.pipeline_stages < 2;
+  int accum = c->train.batch_size / (c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size);
+  if (m->optimizer_state_bytes > 0 && data && ranks > 1 && !c->parallel.optimizer_shard)
+    ts__app(buf, cap, &n, "parallel.optimizer_shard: 1 or 2 (the optimizer state, %s, split over the %d ranks%s)",
+            ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h), ranks,
+            c->parallel.mode == TS_PARALLEL_DATA && c->parallel.pipeline_stages < 2 ? "" : " holding each slice");
+  else if (m->optimizer_state_bytes > 0 && (!data || ranks < 2) && !c->parallel.optimizer_shard)
+    ts__app(buf, cap, &n, "parallel.mode: data_parallel or semi_auto_parallel on several ranks with parallel.optimizer_shard (the "
+            "optimizer state, %s, split over them)", ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h));
+  if (data && ranks > 1 && c->parallel.optimizer_shard == 1 && accum > 1)
+    ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 2 (no whole-model accumulation buffer, %s)", n ? "; " : "",
+            ts__human_bytes((double)m->accum_bytes, h, sizeof h));
+  if (data3 && ranks > 1 && c->parallel.optimizer_shard && c->parallel.optimizer_shard < 3)
+    ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 3 (the parameters, %s, split over the ranks too)", n ? "; " : "",
+            ts__human_bytes((double)m->param_bytes, h, sizeof h));
+  if (c->model.recompute != TS_CFG_RECOMPUTE_FULL && m->activation_bytes > 0)
+    ts__app(buf, cap, &n, "%smodel.recompute: %s (the activations, %s)", n ? "; " : "",
+            c->model.recompute == TS_CFG_RECOMPUTE_NONE ? "full or selective" : "full",
+            ts__human_bytes((double)m->activation_bytes, h, sizeof h));
+  if (m->activation_bytes > 0)
+    ts__app(buf, cap, &n, "%sa smaller train.micro_batch_size (%d now; activations scale with it)", n ? "; " : "",
+            c->train.micro_batch_size);
+}
+
+
+void ts__config_set_layout(ts_config *c, int stages, int shard_stage) {
+  c->parallel.pipeline_stages = stages;
+  c->parallel.optimizer_shard = shard_stage;
+  c->parallel.enable_parallel_optimizer = shard_stage > 0;
+}
+
+int ts__config_stages(const ts_config *c) { return c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1; }
+
+int ts__config_check_auto_tp(const ts_config *c, int N) {
+  int T = c->parallel.auto_tp, P = ts__config_stages(c);
+  if (N % T) return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d does not divide the %d ranks", T, N);
+  if (N % (T * P))
+    return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d x parallel.pipeline_stages %d does not divide the %d ranks",
+                        T, P, N);
+  return TS_OK;
+}
 
 /* ------------------------------------------------------------------ validation */
 static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -14,6 +14,17 @@ void ts__config_compat_key(const ts_config *cfg, ts__compat_key *k);
  * it), else ndevices. */
 int ts__config_stage_ranks(const ts_config *cfg, int ndevices);
 
+/* The config's layout keys for the rest of the trainer (config_validate.c): stages and sharding
+ * stage set (enable_parallel_optimizer follows the stage), the stages (1 without a pipeline),
+ * parallel.auto_tp's fit on N ranks (TS_ECONFIG naming the keys), and the settings that would cut
+ * a rank's memory m on `ranks` ranks as a list for train.max_memory_mb's refusal ("" when none
+ * applies: then the text of ts__config_memory_cuts_none). */
+void ts__config_set_layout(ts_config *c, int stages, int shard_stage);
+int ts__config_stages(const ts_config *c);
+int ts__config_check_auto_tp(const ts_config *c, int N);
+void ts__config_memory_cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, char *buf, size_t cap);
+extern const char *const ts__config_memory_cuts_none;
+
 /* The pipeline stages of a trainer's distribution object (1 without a pipeline; trainer.c). */
 struct ts_trainer;
 int ts__trainer_stages(const struct ts_trainer *t);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/text.h"
+#include "train_compat.h"
 #include "train_impl.h"
 
 int ts_trainer_memory(ts_trainer *t, ts_dist_memory_info *out) {
@@ -22,52 +23,20 @@ int ts_trainer_memory(ts_trainer *t, ts_dist_memory_info *out) {
   return TS_OK;
 }
 
-/* Settings that would cut m under c on `ranks` ranks, as a list ("" when none applies). */
-static void cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, char *buf, size_t cap) {
-  size_t n = 0;
-  char h[32];
-  buf[0] = 0;
-  /* stages 1 and 2: data_parallel and semi_auto_parallel, with or without pipeline stages (the
-   * repeat of each slice; on a stage's replicas); stage 3: data_parallel alone */
-  int data = c->parallel.mode == TS_PARALLEL_DATA || c->parallel.mode == TS_PARALLEL_SEMI_AUTO;
-  int data3 = c->parallel.mode == TS_PARALLEL_DATA && c->parallel.pipeline_stages < 2;
-  int accum = c->train.batch_size / (c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size);
-  if (m->optimizer_state_bytes > 0 && data && ranks > 1 && !c->parallel.optimizer_shard)
-    ts__app(buf, cap, &n, "parallel.optimizer_shard: 1 or 2 (the optimizer state, %s, split over the %d ranks%s)",
-            ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h), ranks,
-            c->parallel.mode == TS_PARALLEL_DATA && c->parallel.pipeline_stages < 2 ? "" : " holding each slice");
-  else if (m->optimizer_state_bytes > 0 && (!data || ranks < 2) && !c->parallel.optimizer_shard)
-    ts__app(buf, cap, &n, "parallel.mode: data_parallel or semi_auto_parallel on several ranks with parallel.optimizer_shard (the "
-            "optimizer state, %s, split over them)", ts__human_bytes((double)m->optimizer_state_bytes, h, sizeof h));
-  if (data && ranks > 1 && c->parallel.optimizer_shard == 1 && accum > 1)
-    ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 2 (no whole-model accumulation buffer, %s)", n ? "; " : "",
-            ts__human_bytes((double)m->accum_bytes, h, sizeof h));
-  if (data3 && ranks > 1 && c->parallel.optimizer_shard && c->parallel.optimizer_shard < 3)
-    ts__app(buf, cap, &n, "%sparallel.optimizer_shard: 3 (the parameters, %s, split over the ranks too)", n ? "; " : "",
-            ts__human_bytes((double)m->param_bytes, h, sizeof h));
-  if (c->model.recompute != TS_CFG_RECOMPUTE_FULL && m->activation_bytes > 0)
-    ts__app(buf, cap, &n, "%smodel.recompute: %s (the activations, %s)", n ? "; " : "",
-            c->model.recompute == TS_CFG_RECOMPUTE_NONE ? "full or selective" : "full",
-            ts__human_bytes((double)m->activation_bytes, h, sizeof h));
-  if (m->activation_bytes > 0)
-    ts__app(buf, cap, &n, "%sa smaller train.micro_batch_size (%d now; activations scale with it)", n ? "; " : "",
-            c->train.micro_batch_size);
-}
-
 int ts__train_memory_budget(const ts_config *c, const ts_dist_memory_info *m, int ranks, int max_over_ranks) {
   double budget = c->train.max_memory_mb * 1024.0 * 1024.0;
   int64_t need = ts_dist_memory_sum(m);
   if (!(c->train.max_memory_mb > 0) || (double)need <= budget) return TS_OK;
   char line[512], how[900], hn[32];
   ts_dist_memory_format(m, line, sizeof line);
-  cuts(c, m, ranks, how, sizeof how);
+  ts__config_memory_cuts(c, m, ranks, how, sizeof how);
   return ts_error_set(TS_ECONFIG,
                       "train.max_memory_mb: %g MiB per rank is less than the %s the plan needs %s (%s); "
                       "settings that cut it: %s",
                       c->train.max_memory_mb,
                       ts__human_bytes((double)need, hn, sizeof hn),
                       max_over_ranks ? "on the largest rank" : "on this rank", line,
-                      how[0] ? how : "none of parallel.optimizer_shard or model.recompute applies here");
+                      how[0] ? how : ts__config_memory_cuts_none);
 }
 
 /* The rank's figures, and with several ranks each field's maximum over them (collective). */

@@ -7,12 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train_compat.h"
 #include "train_impl.h"
 
 int ts_config_apply_autoplan(ts_config *c, const ts_autoplan *p) {
   int M = p->micro_batches > 0 ? p->micro_batches : 1, V = p->virtual_stages > 1 ? p->virtual_stages : 1;
   int pp = p->pp > 1 ? p->pp : 1;
-  c->parallel.pipeline_stages = p->pp;
+  ts__config_set_layout(c, p->pp, p->zero);
   c->parallel.micro_batches = pp > 1 ? M : 0;
   c->parallel.pipeline_schedule = pp > 1 && V > 1 ? 2 : 1; /* interleaved_1f1b, or 1f1b */
   c->parallel.virtual_stages = pp > 1 ? V : 1;
@@ -22,8 +23,6 @@ int ts_config_apply_autoplan(ts_config *c, const ts_autoplan *p) {
   /* evaluation in micro-batches too (the plan's memory counts its arena) */
   int rows = c->train.batch_size / M;
   if (rows > 0 && (c->train.eval_batch_size == 0 || c->train.eval_batch_size > rows)) c->train.eval_batch_size = rows;
-  c->parallel.optimizer_shard = p->zero;
-  c->parallel.enable_parallel_optimizer = p->zero > 0;
   c->model.recompute = p->recompute ? TS_CFG_RECOMPUTE_FULL : TS_CFG_RECOMPUTE_NONE;
   c->model.recompute_layers.n = 0;
   if (p->tp > 1) {
@@ -88,15 +87,13 @@ void ts__train_auto_job_free(ts__auto_job *a) {
   memset(a, 0, sizeof *a);
 }
 
-/* parallel.auto_tp > 0: the plan dp = N / (auto_tp x stages) x tp = auto_tp x parallel.pipeline_stages
+/* parallel.auto_tp > 0: the plan dp = N / (auto_tp x stages) x tp = auto_tp x the pipeline stages
  * (micro-batches: parallel.micro_batches, else the stages; no shard, no recompute), its operators
  * searched on cl. */
 static int auto_tp(const ts_config *c, int N, const ts_cluster *cl, const ts__auto_job *a, ts_autoplan *out) {
-  int T = c->parallel.auto_tp, P = c->parallel.pipeline_stages > 1 ? c->parallel.pipeline_stages : 1;
-  if (N % T) return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d does not divide the %d ranks", T, N);
-  if (N % (T * P))
-    return ts_error_set(TS_ECONFIG, "parallel.auto_tp: %d x parallel.pipeline_stages %d does not divide the %d ranks",
-                        T, P, N);
+  int rc = ts__config_check_auto_tp(c, N);
+  if (rc) return rc;
+  int T = c->parallel.auto_tp, P = ts__config_stages(c);
   ts_autoplan *p = out;
   memset(p, 0, sizeof *p);
   p->dp = N / T / P, p->tp = T, p->pp = P;

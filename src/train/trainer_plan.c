@@ -8,12 +8,13 @@
 #include "runtime/exec.h"
 #include "planner/planner.h"
 #include "../base/text.h"
+#include "distribution/compat.h"
 #include "train_impl.h"
 
 /* The figures of one built layout: parameters and the planned activation arena of the step. */
 static void figures(ts_dist *d, double *param_bytes, double *arena) {
   const ts_dist_run *r = ts_dist_get(d);
-  /* the trainable parameters the rank holds (optimizer_shard 3: its part and the gather slots) */
+  /* the trainable parameters the rank holds (ZeRO-3: its part and the gather slots) */
   ts_dist_memory_info m;
   *param_bytes = (double)ts_params_numel(r->params) * 4;
   if (!ts_dist_memory(d, 0, &m) && ts_dist_optim_sharded(d, NULL, NULL))
@@ -159,7 +160,7 @@ static int dry_build_as(const ts_config *cfg, const ts_autoplan *given, int ndev
   if (!rc) rc = ts_dist_create(x->vt, &dc, &t->model, ndevices, rank, &x->d);
   if (!rc && (rc = ts_dist_build(x->d, &t->model))) rc = ts_error_as_config(rc);
   ts_dist_config dc1 = dc;
-  dc1.optimizer_shard = 0; /* one process: nothing to shard over */
+  ts__dist_config_set_layout(&dc1, ts__dist_config_stages(&dc1), 0); /* one process: nothing to shard over */
   if (!rc && one) rc = ts_dist_create(ts_dist_find("stand_alone"), &dc1, &t->model, 1, 0, &x->d1);
   if (!rc && one) rc = ts_dist_build(x->d1, &t->model);
   t->model.strategies = NULL;
@@ -263,7 +264,7 @@ static int plan_report(const ts_config *cfg, const ts_autoplan *given, int ndevi
       size_t rep, sh;
       double ob = pb * slots; /* optimizer state: of the rank's parameters, or of its shard */
       ts_dist_memory_info om;
-      double gb = pb; /* gradients: the store's buffer, or under optimizer_shard what ts_dist_memory counts */
+      double gb = pb; /* gradients: the store's buffer, or under optimizer-state sharding what ts_dist_memory counts */
       if (ts_dist_optim_sharded(d, &rep, &sh) && !ts_dist_memory(d, slots, &om)) {
         ob = (double)om.optimizer_state_bytes; /* the rank's optimizer: its groups' parts + replicated */
         gb = (double)(om.grad_bytes - om.accum_bytes); /* stages 2, 3: staging slots + reduced parts */
