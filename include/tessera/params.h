@@ -160,6 +160,10 @@ int ts_params_each_binding(ts_params *p, const ts_graph *g, ts_params_binding_fn
  * of parameter id share it; an unsharded entry: every rank in piece 0); returns the number of
  * pieces or a negative status (TS_EINVAL for a layout on another number of devices). */
 int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part);
+/* How many of the nranks ranks hold the same slice of parameter id as rank `rank` (nranks for an
+ * unsharded entry): the group its gradient is reduced over. A negative status as for
+ * ts_params_rank_partition (and TS_EINVAL for a rank outside 0..nranks-1). */
+int ts_params_holders(const ts_params *p, int id, int nranks, int rank);
 
 #ifdef __cplusplus
 }

@@ -14,17 +14,13 @@ static int reduced_numel(const ts_dist *d, size_t *out) {
   const ts_dist_run *r = &d->r;
   *out = 0;
   if (!d->vt->world || r->size < 2) return TS_OK;
-  int *part = malloc(sizeof(int) * (size_t)r->size);
-  if (!part) return ts_error_set(TS_ENOMEM, "memory figures: out of memory");
   for (int i = 0; i < ts_params_count(r->params); i++) {
     if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
-    if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
-    int h = 0;
-    for (int k = 0; k < r->size; k++) h += part[k] == part[r->rank];
+    int h = ts_params_holders(r->params, i, r->size, r->rank);
+    if (h == TS_ENOMEM) return ts_error_wrap(h, "memory figures");
     ts_shape s = ts_params_shape(r->params, i);
     if (h > 1) *out += (size_t)ts_shape_numel(&s);
   }
-  free(part);
   return TS_OK;
 }
 

@@ -134,17 +134,13 @@ static int ar_comm_bytes(const ts_dist *d, double *bytes) {
   const ts_dist_run *r = &d->r;
   double red = 0;
   *bytes = 0;
-  int *part = malloc(sizeof(int) * (size_t)r->size);
-  if (!part) return ts_error_set(TS_ENOMEM, "plan: out of memory");
   for (int i = 0; i < ts_params_count(r->params); i++) {
     if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
-    if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
-    int h = 0;
-    for (int k = 0; k < r->size; k++) h += part[k] == part[r->rank];
+    int h = ts_params_holders(r->params, i, r->size, r->rank);
+    if (h == TS_ENOMEM) return ts_error_wrap(h, "plan");
     ts_shape s = ts_params_shape(r->params, i);
     if (h > 1) red += 2.0 * (h - 1) / h * (double)ts_shape_numel(&s) * 4;
   }
-  free(part);
   *bytes = red;
   return TS_OK;
 }

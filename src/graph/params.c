@@ -457,3 +457,13 @@ int ts_params_rank_partition(const ts_params *p, int id, int nranks, int *part) 
   free(first);
   return nparts;
 }
+
+int ts_params_holders(const ts_params *p, int id, int nranks, int rank) {
+  if (rank < 0 || rank >= nranks) return ts_error_set(TS_EINVAL, "ts_params_holders: rank %d of %d", rank, nranks);
+  int *part = malloc(sizeof(int) * (size_t)nranks);
+  if (!part) return ts_error_set(TS_ENOMEM, "ts_params_holders: out of memory");
+  int rc = ts_params_rank_partition(p, id, nranks, part), h = 0;
+  for (int k = 0; rc >= 0 && k < nranks; k++) h += part[k] == part[rank];
+  free(part);
+  return rc < 0 ? rc : h;
+}

@@ -246,17 +246,13 @@ int ts__tprof_create(ts_trainer *t) {
   /* the gradient reduction's bytes per step per rank: each parameter over its holders (ring) */
   ts_comm *world = ts_dist_world(t->dist);
   if (world && r->size > 1) {
-    int *part = malloc(sizeof(int) * (size_t)r->size);
     double wire = c->parallel.comm_dtype == 0 ? 4 : 2;
-    for (int i = 0; part && i < ts_params_count(r->params); i++) {
+    for (int i = 0; i < ts_params_count(r->params); i++) {
       if (ts_params_flags(r->params, i) & TS_PARAM_STATE) continue;
-      if (ts_params_rank_partition(r->params, i, r->size, part) < 0) continue;
-      int h = 0;
-      for (int k = 0; k < r->size; k++) h += part[k] == part[r->rank];
+      int h = ts_params_holders(r->params, i, r->size, r->rank);
       ts_shape s = ts_params_shape(r->params, i);
       if (h > 1) tp->reduce_bytes += 2.0 * (h - 1) / h * (double)ts_shape_numel(&s) * wire;
     }
-    free(part);
   }
   tp->peak = ts__train_peak_gflops();
   /* time 0 of the trace: every rank's clock read right after one barrier */

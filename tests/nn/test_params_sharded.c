@@ -106,6 +106,40 @@ static void each_tmap(const char *name, ts_shape g, int ndev, const int *dev, in
   }
 }
 
+/* ts_params_holders: on dev(2,4), a weight cut on both axes is held by 1 rank, on the inner axis
+ * only by the 2 ranks that differ on the outer one, on the outer axis by 4, a whole one by all 8;
+ * the same counts as ts_params_rank_partition's pieces give; refusals for a bad rank or device
+ * count. */
+static void check_holders(void) {
+  ts_params *p;
+  CHECK_OK(ts_params_create(&p));
+  ts_init init = {TS_INIT_NORMAL, 0, 1, 0};
+  int dev[2] = {2, 4}, maps[3][2] = {{0, 1}, {-1, 1}, {0, -1}}, want[3] = {1, 2, 4};
+  char name[32];
+  for (int k = 0; k < 3; k++) {
+    ts_layout l;
+    CHECK_OK(ts_layout_init(&l, 2, dev, 2, maps[k], 0));
+    snprintf(name, sizeof name, "w%d", k);
+    CHECK(ts_params_add_sharded(p, name, ts_shape2(8, 8), &l, 0, init, 0) == k);
+  }
+  CHECK(ts_params_add(p, "whole", ts_shape2(8, 8), init, 0) == 3);
+  for (int k = 0; k < 4; k++) {
+    int part[8];
+    CHECK(ts_params_rank_partition(p, k, 8, part) > 0);
+    for (int r = 0; r < 8; r++) {
+      int same = 0;
+      for (int q = 0; q < 8; q++) same += part[q] == part[r];
+      int h = ts_params_holders(p, k, 8, r);
+      CHECK_MSG(h == (k < 3 ? want[k] : 8) && h == same, "entry %d rank %d: %d holders, want %d", k, r, h,
+                k < 3 ? want[k] : 8);
+    }
+  }
+  CHECK(ts_params_holders(p, 0, 8, 8) == TS_EINVAL && ts_params_holders(p, 0, 8, -1) == TS_EINVAL);
+  CHECK(ts_params_holders(p, 0, 4, 0) == TS_EINVAL && strstr(ts_last_error(), "w0"));
+  CHECK(ts_params_holders(p, 9, 8, 0) == TS_EINVAL);
+  ts_params_free(p);
+}
+
 static void check_refusals(void) {
   ts_params *p;
   CHECK_OK(ts_params_create(&p));
@@ -223,6 +257,7 @@ int main(void) {
          n_layouts, n_slices, n_elems, ninit);
   check_mixed();
   printf("checked: unsharded entries unchanged next to sharded ones; replicated layout == full\n");
+  check_holders();
   check_refusals();
   printf("checked: refusals (indivisible, partial, bad rank, dims mismatch, NULL/invalid layout, "
          "non-positive dim, duplicate, after alloc) name the parameter, layout and shape\n");
