@@ -382,7 +382,7 @@ int ts_ckpt_manifest_check(const ts_ckpt_manifest *m) {
       }
     }
     if (rc) break;
-    qsort(v, n, sizeof *v, cmp_run);
+    if (n) qsort(v, n, sizeof *v, cmp_run); /* v is NULL until a run is seen */
     int64_t at = 0;
     for (size_t i = 0; i < n && !rc; i++) {
       if (v[i].pos > at)
