@@ -80,8 +80,12 @@ int ts__ckpt_json_shape(const cJSON *j, ts_shape *out) {
   memset(out, 0, sizeof *out);
   if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > TS_MAX_DIMS) return 0;
   out->ndim = cJSON_GetArraySize(j);
-  for (int d = 0; d < out->ndim; d++)
+  int64_t n = 1;
+  for (int d = 0; d < out->ndim; d++) {
     if (!ts__ckpt_json_int(cJSON_GetArrayItem(j, d), 0, &out->dims[d])) return 0;
+    if (out->dims[d] && n > MAX_INT53 / out->dims[d]) return 0; /* every partial product fits: ts_shape_numel */
+    n *= out->dims[d];
+  }
   return 1;
 }
 
@@ -109,7 +113,8 @@ int ts__ckpt_region_from_json(const cJSON *o, const ts_shape *shape, ts_region *
   const cJSON *jv = cJSON_GetObjectItemCaseSensitive(o, "view"), *jo = cJSON_GetObjectItemCaseSensitive(o, "offset"),
               *jb = cJSON_GetObjectItemCaseSensitive(o, "box"), *jr = cJSON_GetObjectItemCaseSensitive(o, "range");
   if (jv && !ts__ckpt_json_shape(jv, &view))
-    return ts_error_set(TS_EFORMAT, "%s: \"view\" is not a list of at most %d sizes", where, TS_MAX_DIMS);
+    return ts_error_set(TS_EFORMAT, "%s: \"view\" is not a list of at most %d sizes of at most 2^53 elements", where,
+                        TS_MAX_DIMS);
   if (ts_shape_numel(&view) != ts_shape_numel(shape))
     return ts_error_set(TS_EFORMAT, "%s: \"view\" has another element count than \"shape\"", where);
   if (!jo != !jb) return ts_error_set(TS_EFORMAT, "%s: \"offset\" and \"box\" go together", where);
@@ -567,7 +572,8 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
     ts_dtype dt;
     if ((rc = get_str(t, "name", w, 1, &name)) || (rc = get_str(t, "dtype", w, 1, &dts))) return rc;
     if (!ts__ckpt_json_shape(cJSON_GetObjectItemCaseSensitive(t, "shape"), &shape))
-      return ts_error_set(TS_EFORMAT, "%s: \"shape\" is not a list of at most %d sizes", w, TS_MAX_DIMS);
+      return ts_error_set(TS_EFORMAT, "%s: \"shape\" is not a list of at most %d sizes of at most 2^53 elements", w,
+                          TS_MAX_DIMS);
     if (ts_st_dtype_parse(dts, &dt)) return ts_error_set(TS_EFORMAT, "%s: %s", w, ts_last_error());
     if ((rc = ts_ckpt_manifest_add_tensor(m, name, dt, &shape))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
     snprintf(w, sizeof w, "%s: tensor '%s'", path, name);

@@ -1,6 +1,8 @@
 /* Hostile sliced-checkpoint manifests (src/io/ckpt_manifest.c) that tests/fuzz/fuzz_manifest.c
  * found mishandled, each now refused or handled cleanly (the inputs are also in
- * tests/fuzz/corpus/manifest/). Run under the Asan build, the undefined behaviour itself fails. */
+ * tests/fuzz/corpus/manifest/). Run under the Asan build, the undefined behaviour itself fails:
+ *  - a tensor without pieces (the cover check sorted a NULL array);
+ *  - sizes whose product overflows (ts_shape_numel's signed overflow). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,24 @@ int main(void) {
   char sum[300];
   int rc = ts_ckpt_verify(g_dir, sum, sizeof sum);
   CHECK_MSG(rc == TS_EINVAL && strstr(ts_last_error(), "no piece holds it"), "%d %s", rc, ts_last_error());
+
+  /* sizes whose product overflows int64: ts_shape_numel of the piece's region overflowed (signed) */
+  rc = load(HEAD "\"loss_scale\":1,\"files\":[{\"name\":\"r\",\"rank\":0,\"bytes\":1,\"sha256\":"
+                 "\"0000000000000000000000000000000000000000000000000000000000000000\"}],\"tensors\":[{\"name\":\"c\","
+                 "\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"pieces\":[{\"file\":\"r\",\"entry\":\"c\"}]}]}",
+            &m);
+  CHECK_MSG(rc == TS_EFORMAT && !m && strstr(ts_last_error(), "tensors[0]: \"shape\" is not a list of at most") &&
+                strstr(ts_last_error(), "2^53 elements"),
+            "%d %s", rc, ts_last_error());
+  /* ... and a product that overflows before a 0 size */
+  rc = load(HEAD "\"loss_scale\":1,\"files\":[],\"tensors\":[{\"name\":\"c\",\"dtype\":\"F32\","
+                 "\"shape\":[4294967296,4294967296,0],\"pieces\":[]}]}", &m);
+  CHECK_MSG(rc == TS_EFORMAT && !m, "%d %s", rc, ts_last_error());
+  /* a tensor of 2^53 elements still loads */
+  CHECK_OK(load(HEAD "\"loss_scale\":1,\"files\":[],\"tensors\":[{\"name\":\"c\",\"dtype\":\"U8\","
+                     "\"shape\":[2,4,1048576,1073741824],\"pieces\":[]}]}", &m));
+  ts_ckpt_manifest_free(m);
+  m = NULL;
 
   char path[400];
   snprintf(path, sizeof path, "%s/%s", g_dir, TS_CKPT_MANIFEST);
