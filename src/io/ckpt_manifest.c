@@ -368,7 +368,7 @@ int ts_ckpt_manifest_check(const ts_ckpt_manifest *m) {
     int64_t numel = ts_shape_numel(&t->shape), sum = 0;
     size_t n = 0;
     for (int j = 0; j < t->np && !rc; j++) {
-      sum += ts_region_numel(&t->p[j].r);
+      if (__builtin_add_overflow(sum, ts_region_numel(&t->p[j].r), &sum)) sum = INT64_MAX; /* held twice anyway */
       ts_region_runs it;
       ts_region_runs_init(&it, &t->p[j].r);
       int64_t pos, local, len;
@@ -564,6 +564,7 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
     if ((rc = add_file(m, name, (int)rank, (uint64_t)bytes, sha))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
   }
   i = 0;
+  int64_t total = 0; /* elements of all tensors: at most 2^53, so that sums of them fit (info) */
   for (const cJSON *t = ts->child; t; t = t->next, i++) {
     char w[4200];
     snprintf(w, sizeof w, "%s: tensors[%d]", path, i);
@@ -575,6 +576,9 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
       return ts_error_set(TS_EFORMAT, "%s: \"shape\" is not a list of at most %d sizes of at most 2^53 elements", w,
                           TS_MAX_DIMS);
     if (ts_st_dtype_parse(dts, &dt)) return ts_error_set(TS_EFORMAT, "%s: %s", w, ts_last_error());
+    if (ts_shape_numel(&shape) > MAX_INT53 - total)
+      return ts_error_set(TS_EFORMAT, "%s: the tensors up to this one hold more than 2^53 elements", w);
+    total += ts_shape_numel(&shape);
     if ((rc = ts_ckpt_manifest_add_tensor(m, name, dt, &shape))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
     snprintf(w, sizeof w, "%s: tensor '%s'", path, name);
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(t, "pieces");

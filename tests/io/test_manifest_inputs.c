@@ -2,13 +2,15 @@
  * found mishandled, each now refused or handled cleanly (the inputs are also in
  * tests/fuzz/corpus/manifest/). Run under the Asan build, the undefined behaviour itself fails:
  *  - a tensor without pieces (the cover check sorted a NULL array);
- *  - sizes whose product overflows (ts_shape_numel's signed overflow). */
+ *  - sizes whose product overflows (ts_shape_numel's signed overflow);
+ *  - tensors of more than 2^63 elements in all (the sums of ts_ckpt_manifest_info overflowed). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/text.h"
 #include "tessera/checkpoint.h"
 #include "test_util.h"
 
@@ -65,6 +67,22 @@ int main(void) {
                      "\"shape\":[2,4,1048576,1073741824],\"pieces\":[]}]}", &m));
   ts_ckpt_manifest_free(m);
   m = NULL;
+
+  /* 1100 tensors of 2^53 elements: more than 2^63 in all */
+  {
+    ts__sb b = {0};
+    ts__sb_printf(&b, HEAD "\"loss_scale\":1,\"files\":[],\"tensors\":[");
+    for (int i = 0; i < 1100; i++)
+      ts__sb_printf(&b, "%s{\"name\":\"param.t%d\",\"dtype\":\"U8\",\"shape\":[9007199254740992],\"pieces\":[]}",
+                    i ? "," : "", i);
+    ts__sb_printf(&b, "]}");
+    rc = load(b.s, &m);
+    CHECK_MSG(rc == TS_EFORMAT && !m && strstr(ts_last_error(), "tensors[1]: the tensors up to this one hold more than 2^53"),
+              "%d %s", rc, ts_last_error());
+    free(b.s);
+    ts_ckpt_manifest_free(m);
+    m = NULL;
+  }
 
   char path[400];
   snprintf(path, sizeof path, "%s/%s", g_dir, TS_CKPT_MANIFEST);
