@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -536,11 +538,13 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
       (rc = get_int(o, "loss_scale_growth_tracker", path, -MAX_INT53, &m->growth)) ||
       (rc = get_int(o, "world_size", path, 1, &v)))
     return rc;
+  if (v > INT_MAX) return ts_error_set(TS_EFORMAT, "%s: \"world_size\" %" PRId64 " is too large", path, v);
   m->world = (int)v;
   if (m->epoch > m->step)
     return ts_error_set(TS_EFORMAT, "%s: impossible position: step %" PRId64 ", epoch %" PRId64, path, m->step, m->epoch);
   const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
-  if (!cJSON_IsNumber(ls)) return ts_error_set(TS_EFORMAT, "%s: \"loss_scale\" is missing or not a number", path);
+  if (!cJSON_IsNumber(ls) || !isfinite(ls->valuedouble)) /* 1e999 parses as infinity, which JSON cannot hold */
+    return ts_error_set(TS_EFORMAT, "%s: \"loss_scale\" is missing or not a finite number", path);
   m->loss_scale = ls->valuedouble;
   const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
   if (lay) {
@@ -561,6 +565,7 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
         (rc = get_int(f, "bytes", w, 0, &bytes)))
       return rc;
     if (cJSON_GetObjectItemCaseSensitive(f, "rank") && (rc = get_int(f, "rank", w, 0, &rank))) return rc;
+    if (rank > INT_MAX) return ts_error_set(TS_EFORMAT, "%s: \"rank\" %" PRId64 " is too large", w, rank);
     if ((rc = add_file(m, name, (int)rank, (uint64_t)bytes, sha))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
   }
   i = 0;

@@ -3,11 +3,14 @@
  * tests/fuzz/corpus/manifest/). Run under the Asan build, the undefined behaviour itself fails:
  *  - a tensor without pieces (the cover check sorted a NULL array);
  *  - sizes whose product overflows (ts_shape_numel's signed overflow);
- *  - tensors of more than 2^63 elements in all (the sums of ts_ckpt_manifest_info overflowed). */
+ *  - tensors of more than 2^63 elements in all (the sums of ts_ckpt_manifest_info overflowed);
+ *  - values that loaded but could not be written back: an infinite loss scale (written as "inf",
+ *    not JSON), a world size or rank beyond int (cut to an int). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/text.h"
@@ -82,6 +85,41 @@ int main(void) {
     free(b.s);
     ts_ckpt_manifest_free(m);
     m = NULL;
+  }
+
+  rc = load(HEAD "\"loss_scale\":1e999,\"files\":[],\"tensors\":[]}", &m);
+  CHECK_MSG(rc == TS_EFORMAT && !m && strstr(ts_last_error(), "\"loss_scale\" is missing or not a finite number"),
+            "%d %s", rc, ts_last_error());
+  rc = load("{\"format\":\"tessera-sliced/1\",\"id\":\"x\",\"version\":\"0.1.0\",\"model\":\"m\",\"step\":4,\"epoch\":2,"
+            "\"batch_index\":0,\"seed\":\"4\",\"rng_counter\":\"5\",\"loss_scale_growth_tracker\":3,"
+            "\"world_size\":4294967298,\"loss_scale\":1,\"files\":[],\"tensors\":[]}", &m);
+  CHECK_MSG(rc == TS_EFORMAT && !m && strstr(ts_last_error(), "\"world_size\" 4294967298 is too large"), "%d %s", rc,
+            ts_last_error());
+  rc = load(HEAD "\"loss_scale\":1,\"files\":[{\"name\":\"r\",\"rank\":2147483648,\"bytes\":1,\"sha256\":"
+                 "\"0000000000000000000000000000000000000000000000000000000000000000\"}],\"tensors\":[]}", &m);
+  CHECK_MSG(rc == TS_EFORMAT && !m && strstr(ts_last_error(), "files[0]: \"rank\" 2147483648 is too large"), "%d %s", rc,
+            ts_last_error());
+  /* the largest of each still loads, and a manifest written loads again */
+  CHECK_OK(load("{\"format\":\"tessera-sliced/1\",\"id\":\"x\",\"version\":\"0.1.0\",\"model\":\"m\",\"step\":4,"
+                "\"epoch\":2,\"batch_index\":0,\"seed\":\"4\",\"rng_counter\":\"5\",\"loss_scale_growth_tracker\":3,"
+                "\"world_size\":2147483647,\"loss_scale\":1.7976931348623157e308,\"files\":[{\"name\":\"r\",\"rank\":"
+                "2147483647,\"bytes\":1,\"sha256\":\"0000000000000000000000000000000000000000000000000000000000000000\"}],"
+                "\"tensors\":[]}", &m));
+  if (m) {
+    char copy[300];
+    snprintf(copy, sizeof copy, "%s/copy", g_dir);
+    mkdir(copy, 0700);
+    CHECK_OK(ts_ckpt_manifest_write(m, copy));
+    ts_ckpt_manifest *m2 = NULL;
+    CHECK_OK(ts_ckpt_manifest_load(copy, &m2));
+    CHECK(m2 && ts_ckpt_manifest_world_size(m2) == 2147483647);
+    ts_ckpt_manifest_free(m2);
+    ts_ckpt_manifest_free(m);
+    m = NULL;
+    snprintf(copy, sizeof copy, "%s/copy/%s", g_dir, TS_CKPT_MANIFEST);
+    unlink(copy);
+    snprintf(copy, sizeof copy, "%s/copy", g_dir);
+    rmdir(copy);
   }
 
   char path[400];
