@@ -7,7 +7,7 @@
 #               bench/: without OpenBLAS, Debian's torch falls back to the reference BLAS, ~25x
 #               slower, which would make every comparison meaningless). --bench also iperf3 (the
 #               raw TCP rate of the test cluster's shaped link, bench/cluster_bench.sh's net step).
-#   --fuzz      also install clang and its libFuzzer runtime (tests/fuzz/run.sh).
+#   --fuzz      also install clang, its libFuzzer runtime and its omp.h (tests/fuzz/run.sh).
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
       libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist
@@ -16,7 +16,7 @@ for a in "$@"; do
   case "$a" in
     --fixtures) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp" ;;
     --bench) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp iperf3" ;;
-    --fuzz) pkgs="$pkgs clang libclang-rt-14-dev" ;;
+    --fuzz) pkgs="$pkgs clang libclang-rt-14-dev libomp-14-dev" ;;
     *) echo "install-deps.sh: unknown option '$a'" >&2; exit 2 ;;
   esac
 done

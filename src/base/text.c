@@ -26,20 +26,39 @@ const char *ts__human_bytes(double bytes, char *buf, size_t cap) {
   return buf;
 }
 
-int ts__name_match(const char *pat, const char *s) {
-  while (*pat) {
-    if (*pat == '*') {
-      pat++;
-      for (const char *t = s;; t++) {
-        if (ts__name_match(pat, t)) return 1;
-        if (!*t || *t == '.') return 0;
-      }
+/* One name part (no '.'): pat[0..pn) against s[0..sn), '*' any run of characters. Greedy, going
+ * back to the last '*' on a mismatch: O(pn * sn), where trying every split was exponential in the
+ * stars ("a*****...*b" against a long name). */
+static int part_match(const char *pat, size_t pn, const char *s, size_t sn) {
+  size_t i = 0, j = 0, star = (size_t)-1, from = 0;
+  while (j < sn) {
+    if (i < pn && pat[i] == '*') {
+      star = i++;
+      from = j;
+    } else if (i < pn && pat[i] == s[j]) {
+      i++;
+      j++;
+    } else if (star != (size_t)-1) {
+      i = star + 1; /* the last '*' takes one more character */
+      j = ++from;
+    } else {
+      return 0;
     }
-    if (*pat != *s) return 0;
-    pat++;
-    s++;
   }
-  return *s == 0;
+  while (i < pn && pat[i] == '*') i++;
+  return i == pn;
+}
+
+int ts__name_match(const char *pat, const char *s) {
+  /* '*' never matches '.', so the pattern's parts and the name's parts pair up one to one */
+  for (;;) {
+    const char *pe = strchr(pat, '.'), *se = strchr(s, '.');
+    size_t pn = pe ? (size_t)(pe - pat) : strlen(pat), sn = se ? (size_t)(se - s) : strlen(s);
+    if (!part_match(pat, pn, s, sn)) return 0;
+    if (!pe || !se) return !pe && !se;
+    pat = pe + 1;
+    s = se + 1;
+  }
 }
 
 void ts__sb_put(ts__sb *b, const char *s, size_t n) {

@@ -40,7 +40,8 @@ int ts__ckpt_region_to_json(cJSON *o, const ts_shape *shape, const ts_region *r)
 int ts__ckpt_region_from_json(const cJSON *o, const ts_shape *shape, ts_region *r, const char *where);
 /* A JSON integer in [lo, 2^53]. */
 int ts__ckpt_json_int(const cJSON *j, int64_t lo, int64_t *out);
-/* A JSON array of at most TS_MAX_DIMS non-negative integers as a shape. */
+/* A JSON array of at most TS_MAX_DIMS non-negative integers as a shape, of at most 2^53 elements
+ * (and so every product of its leading sizes). */
 int ts__ckpt_json_shape(const cJSON *j, ts_shape *out);
 
 #endif

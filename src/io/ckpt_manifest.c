@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,8 +80,12 @@ int ts__ckpt_json_shape(const cJSON *j, ts_shape *out) {
   memset(out, 0, sizeof *out);
   if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > TS_MAX_DIMS) return 0;
   out->ndim = cJSON_GetArraySize(j);
-  for (int d = 0; d < out->ndim; d++)
+  int64_t n = 1;
+  for (int d = 0; d < out->ndim; d++) {
     if (!ts__ckpt_json_int(cJSON_GetArrayItem(j, d), 0, &out->dims[d])) return 0;
+    if (out->dims[d] && n > MAX_INT53 / out->dims[d]) return 0; /* every partial product fits: ts_shape_numel */
+    n *= out->dims[d];
+  }
   return 1;
 }
 
@@ -107,7 +113,8 @@ int ts__ckpt_region_from_json(const cJSON *o, const ts_shape *shape, ts_region *
   const cJSON *jv = cJSON_GetObjectItemCaseSensitive(o, "view"), *jo = cJSON_GetObjectItemCaseSensitive(o, "offset"),
               *jb = cJSON_GetObjectItemCaseSensitive(o, "box"), *jr = cJSON_GetObjectItemCaseSensitive(o, "range");
   if (jv && !ts__ckpt_json_shape(jv, &view))
-    return ts_error_set(TS_EFORMAT, "%s: \"view\" is not a list of at most %d sizes", where, TS_MAX_DIMS);
+    return ts_error_set(TS_EFORMAT, "%s: \"view\" is not a list of at most %d sizes of at most 2^53 elements", where,
+                        TS_MAX_DIMS);
   if (ts_shape_numel(&view) != ts_shape_numel(shape))
     return ts_error_set(TS_EFORMAT, "%s: \"view\" has another element count than \"shape\"", where);
   if (!jo != !jb) return ts_error_set(TS_EFORMAT, "%s: \"offset\" and \"box\" go together", where);
@@ -355,7 +362,7 @@ int ts_ckpt_manifest_check(const ts_ckpt_manifest *m) {
     int64_t numel = ts_shape_numel(&t->shape), sum = 0;
     size_t n = 0;
     for (int j = 0; j < t->np && !rc; j++) {
-      sum += ts_region_numel(&t->p[j].r);
+      if (__builtin_add_overflow(sum, ts_region_numel(&t->p[j].r), &sum)) sum = INT64_MAX; /* held twice anyway */
       ts_region_runs it;
       ts_region_runs_init(&it, &t->p[j].r);
       int64_t pos, local, len;
@@ -374,7 +381,7 @@ int ts_ckpt_manifest_check(const ts_ckpt_manifest *m) {
       }
     }
     if (rc) break;
-    qsort(v, n, sizeof *v, cmp_run);
+    if (n) qsort(v, n, sizeof *v, cmp_run); /* v is NULL until a run is seen */
     int64_t at = 0;
     for (size_t i = 0; i < n && !rc; i++) {
       if (v[i].pos > at)
@@ -523,11 +530,13 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
       (rc = get_int(o, "loss_scale_growth_tracker", path, -MAX_INT53, &m->pos.loss_scale_growth_tracker)) ||
       (rc = get_int(o, "world_size", path, 1, &v)))
     return rc;
+  if (v > INT_MAX) return ts_error_set(TS_EFORMAT, "%s: \"world_size\" %" PRId64 " is too large", path, v);
   m->world = (int)v;
   if (m->pos.epoch > m->pos.step)
     return ts_error_set(TS_EFORMAT, "%s: impossible position: step %" PRId64 ", epoch %" PRId64, path, m->pos.step, m->pos.epoch);
   const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
-  if (!cJSON_IsNumber(ls)) return ts_error_set(TS_EFORMAT, "%s: \"loss_scale\" is missing or not a number", path);
+  if (!cJSON_IsNumber(ls) || !isfinite(ls->valuedouble)) /* 1e999 parses as infinity, which JSON cannot hold */
+    return ts_error_set(TS_EFORMAT, "%s: \"loss_scale\" is missing or not a finite number", path);
   m->pos.loss_scale = ls->valuedouble;
   const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
   if (lay) {
@@ -548,9 +557,11 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
         (rc = get_int(f, "bytes", w, 0, &bytes)))
       return rc;
     if (cJSON_GetObjectItemCaseSensitive(f, "rank") && (rc = get_int(f, "rank", w, 0, &rank))) return rc;
+    if (rank > INT_MAX) return ts_error_set(TS_EFORMAT, "%s: \"rank\" %" PRId64 " is too large", w, rank);
     if ((rc = add_file(m, name, (int)rank, (uint64_t)bytes, sha))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
   }
   i = 0;
+  int64_t total = 0; /* elements of all tensors: at most 2^53, so that sums of them fit (info) */
   for (const cJSON *t = ts->child; t; t = t->next, i++) {
     char w[4200];
     snprintf(w, sizeof w, "%s: tensors[%d]", path, i);
@@ -559,8 +570,12 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
     ts_dtype dt;
     if ((rc = get_str(t, "name", w, 1, &name)) || (rc = get_str(t, "dtype", w, 1, &dts))) return rc;
     if (!ts__ckpt_json_shape(cJSON_GetObjectItemCaseSensitive(t, "shape"), &shape))
-      return ts_error_set(TS_EFORMAT, "%s: \"shape\" is not a list of at most %d sizes", w, TS_MAX_DIMS);
+      return ts_error_set(TS_EFORMAT, "%s: \"shape\" is not a list of at most %d sizes of at most 2^53 elements", w,
+                          TS_MAX_DIMS);
     if (ts_st_dtype_parse(dts, &dt)) return ts_error_set(TS_EFORMAT, "%s: %s", w, ts_last_error());
+    if (ts_shape_numel(&shape) > MAX_INT53 - total)
+      return ts_error_set(TS_EFORMAT, "%s: the tensors up to this one hold more than 2^53 elements", w);
+    total += ts_shape_numel(&shape);
     if ((rc = ts_ckpt_manifest_add_tensor(m, name, dt, &shape))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
     snprintf(w, sizeof w, "%s: tensor '%s'", path, name);
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(t, "pieces");

@@ -528,8 +528,9 @@ static const char *describe(const cJSON *j, char *buf, size_t cap) {
 static int get_int(const char *file, const char *key, const cJSON *j, int64_t lo, int64_t hi,
                    const char *what, int64_t *out) {
   char g[96];
-  if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int64_t)j->valuedouble ||
-      j->valuedouble < (double)lo || j->valuedouble > (double)hi)
+  /* in range before the cast: a double beyond int64 (1e300) does not convert */
+  if (!cJSON_IsNumber(j) || !(j->valuedouble >= (double)lo && j->valuedouble <= (double)hi) ||
+      j->valuedouble != (double)(int64_t)j->valuedouble)
     return ts_error_set(TS_EFORMAT, "%s: %s: expected %s, got %s", file, key, what, describe(j, g, sizeof g));
   *out = (int64_t)j->valuedouble;
   return TS_OK;

@@ -369,11 +369,16 @@ int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out
   out->base_lr = cfg->optimizer.lr;
   out->warmup_steps =
       s->warmup_epochs > 0 ? (int64_t)llround(s->warmup_epochs * (double)spe) : s->warmup_steps;
-  out->step_size = s->step_size * unit;
+  /* epochs to steps: a config's step_size (up to 1e18) times the steps per epoch may not fit */
+  if (__builtin_mul_overflow(s->step_size, unit, &out->step_size))
+    return ts_error_set(TS_ECONFIG, "%s: optimizer.schedule.step_size: %lld epochs x %lld steps per epoch is more "
+                        "steps than a run can have", src, (long long)s->step_size, (long long)spe);
   out->gamma = s->gamma;
   out->nmilestones = s->milestones.n;
   for (int i = 0; i < s->milestones.n && i < TS_LR_MAX_MILESTONES; i++)
-    out->milestones[i] = (int64_t)s->milestones.v[i] * unit;
+    if (__builtin_mul_overflow((int64_t)s->milestones.v[i], unit, &out->milestones[i]))
+      return ts_error_set(TS_ECONFIG, "%s: optimizer.schedule.milestones[%d]: %lld epochs x %lld steps per epoch is "
+                          "more steps than a run can have", src, i, (long long)s->milestones.v[i], (long long)spe);
   out->total_steps = ts_config_total_steps(cfg, spe);
   out->min_lr = s->min_lr;
   if (s->name == TS_LR_COSINE && out->total_steps < out->warmup_steps) { /* both keys, and where each comes from */

@@ -242,7 +242,8 @@ static double plot_value(const cJSON *v) {
  * (printf's spelling): those read as null, so a diverging run's old file still plots. */
 static cJSON *parse_legacy(const char *text, size_t len) {
   if (len > (1u << 26)) return NULL;
-  char *b = malloc(len + 1);
+  /* "nan" / "inf" become "null": one byte more for each (a ':' and 3 letters at least) */
+  char *b = malloc(len + len / 4 + 1);
   if (!b) return NULL;
   size_t n = 0;
   int changed = 0;
