@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "tessera/config.h"
+#include "train/config_dist.h"
 
 #define MAX_OVERRIDES 8
 
