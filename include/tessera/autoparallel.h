@@ -39,8 +39,10 @@ typedef struct {
  * pipeline rank, the optimizer shard stage, recompute; for tp > 1 the operators' strategies;
  * its prediction; whether it fits the device memory and train.max_memory_mb, else (or when the
  * layouts refuse it, or its bounds ruled it out before it was built) why.
- * Stage cuts: a pipeline plan (pp > 1) runs the pipeline layout's balanced cut of the model into
- * pp * virtual_stages pieces (the config's parallel.stages rules where it gives any). */
+ * Stage cuts: a pipeline plan (pp > 1) carries its cut of the model into pp * virtual_stages
+ * pieces as stage rules (parallel.stages' form: an operator-name prefix -> its piece, piece k
+ * running on stage k % pp), read back from the plan's dry build (the pipeline layout's balanced
+ * cut, or the config's parallel.stages where it gives any); the run builds exactly that cut. */
 typedef struct {
   int dp, tp, pp;
   int micro_batches;   /* per step: a pipeline's micro-batches, or gradient accumulation's (1: none) */
@@ -52,6 +54,10 @@ typedef struct {
   ts_strategy_set *strategies; /* tp > 1: the operators' strategies on dp * tp devices (owned:
                                   ts_autoplan_free); NULL for tp 1 and for a candidate of a search
                                   listing (only the chosen plan carries them) */
+  ts_op_text *stage_rules;     /* pp > 1: the stage cut, n_stage_rules rules (owned: ts_autoplan_free;
+                                  op: the prefix, text: the piece in decimal); NULL for pp 1 and for a
+                                  candidate of a search listing */
+  int n_stage_rules;
   ts_step_prediction pred;     /* predicted step and memory per device (pred.memory_bytes) */
   int fits;
   int priced;          /* built and priced (0: refused, or pruned by its bounds before building) */
@@ -64,9 +70,11 @@ typedef struct {
   char cluster[64];    /* the cluster description it was priced on */
 } ts_autoplan;
 
-/* Frees p's strategies (p itself is the caller's); p->strategies is NULL after. NULL is fine. */
+/* Frees p's strategies and stage rules (p itself is the caller's); both are NULL after. NULL is
+ * fine. */
 void ts_autoplan_free(ts_autoplan *p);
-/* A deep copy of src into *dst (its own strategies); TS_ENOMEM. *dst is overwritten, not freed. */
+/* A deep copy of src into *dst (its own strategies and stage rules); TS_ENOMEM. *dst is
+ * overwritten, not freed. */
 int ts_autoplan_copy(ts_autoplan *dst, const ts_autoplan *src);
 /* The rows of one micro-batch on each data-parallel replica: batch / (dp * micro_batches). */
 int ts_autoplan_micro_batch_size(const ts_autoplan *p, int64_t batch_size);

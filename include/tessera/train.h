@@ -140,11 +140,13 @@ int ts_trainer_plan_report_autoplan(const ts_config *cfg, const ts_autoplan *p, 
 /* The auto_parallel search (include/tessera/autoparallel.h, src/autoparallel/) for cfg's zoo
  * model on N devices of cluster c: every candidate plan into cands (up to cap, *n written;
  * without strategies) and the chosen one, with its strategies, into *chosen (free with
- * ts_autoplan_free). TS_ECONFIG when none fits. */
+ * ts_autoplan_free). The chosen one also carries its stage cut (pp > 1: stage_rules).
+ * TS_ECONFIG when none fits. */
 int ts_trainer_autoplan_search(const ts_config *cfg, int N, const ts_cluster *c, ts_autoplan *cands, int cap, int *n,
                                ts_autoplan *chosen);
 /* Plan p's strategies for cfg's zoo model (the degrees given: Megatron-LM's cuts, or the
- * per-operator search priced on c) into p->strategies (free with ts_autoplan_free), and cfg's
+ * per-operator search priced on c) into p->strategies and its stage cut (pp > 1) into
+ * p->stage_rules (free both with ts_autoplan_free), and cfg's
  * keys with p applied validated (TS_ECONFIG naming the key). */
 int ts_trainer_autoplan_build(const ts_config *cfg, const ts_cluster *c, ts_autoplan *p);
 /* Sets cfg's layout keys to plan p's (parallel.mode, stages, micro-batches, schedule, optimizer

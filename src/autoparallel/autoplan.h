@@ -51,10 +51,16 @@ int ts__autoparallel_search(const ts_autoparallel_job *job, int N, const ts_clus
 int ts__autoplan_strategies(const ts_autoparallel_job *job, const ts_cluster *cl, ts_autoplan *p);
 /* Plan p applied to the distribution config dc (the caller's keys: ts_autoparallel_job.base):
  * pipeline stages, micro-batches and schedule, the rows of a micro-step and of evaluation,
- * optimizer shard stage, recompute, full batch; *vt the layout it runs (stand_alone,
+ * optimizer shard stage, recompute, full batch, the stage cut (p's stage rules, when it has any:
+ * dc then borrows them); *vt the layout it runs (stand_alone,
  * data_parallel, semi_auto_parallel, or pipeline), *semi 1 when the operators are cut by
  * strategies (semi_auto_parallel); batch: global rows per step. */
 void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, const ts_dist_vt **vt, int *semi);
+/* Plan p's stage cut (pp > 1) into p->stage_rules: rank 0 of the plan built dry (p's strategies
+ * and its stage rules, if any, in force: else the layout's balanced cut or the config's
+ * parallel.stages) and its cut read back as rules (ts__dist_stage_rules), replacing p's; none
+ * for pp 1. The errors of the build (p unchanged). */
+int ts__autoplan_cuts(const ts_autoparallel_job *job, ts_autoplan *p);
 /* The step of rank `rank` of a job of N devices running layout vt with dc and model m (its
  * strategies in m->strategies) predicted on cluster cl: the rank (and, with pipeline stages, the
  * first and last stage's first rank) built dry and priced (ts_step_prediction). optim_slots: the

@@ -10,6 +10,9 @@ void ts_autoplan_free(ts_autoplan *p) {
   if (!p) return;
   ts_strategy_set_free(p->strategies);
   p->strategies = NULL;
+  free(p->stage_rules);
+  p->stage_rules = NULL;
+  p->n_stage_rules = 0;
 }
 
 /* A copy of set s: the same device count, stage, strategies (in order) and layouts. */
@@ -34,7 +37,17 @@ static int set_clone(const ts_strategy_set *s, ts_strategy_set **out) {
 int ts_autoplan_copy(ts_autoplan *dst, const ts_autoplan *src) {
   *dst = *src;
   dst->strategies = NULL;
-  return src->strategies ? set_clone(src->strategies, &dst->strategies) : TS_OK;
+  dst->stage_rules = NULL;
+  dst->n_stage_rules = 0;
+  if (src->n_stage_rules > 0) {
+    size_t bytes = sizeof *src->stage_rules * (size_t)src->n_stage_rules;
+    if (!(dst->stage_rules = malloc(bytes))) return ts_error_set(TS_ENOMEM, "ts_autoplan_copy: out of memory");
+    memcpy(dst->stage_rules, src->stage_rules, bytes);
+    dst->n_stage_rules = src->n_stage_rules;
+  }
+  int rc = src->strategies ? set_clone(src->strategies, &dst->strategies) : TS_OK;
+  if (rc) ts_autoplan_free(dst);
+  return rc;
 }
 
 int ts_autoplan_micro_batch_size(const ts_autoplan *p, int64_t batch_size) {

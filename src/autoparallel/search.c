@@ -17,6 +17,7 @@
 
 #include "planner/search.h"
 #include "distribution/compat.h"
+#include "distribution/query.h"
 #include "autoplan.h"
 
 /* ---- the per-operator search's strategies, cached per (dp, tp, micro-batches) ---- */
@@ -105,7 +106,38 @@ void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, 
   if (cut) dc->full_batch = 0;
   dc->pipeline_semi = cut;
   if (semi) *semi = cut;
+  if (pp > 1 && p->n_stage_rules > 0) { /* the plan's cut, as a value */
+    dc->stage_rules = p->stage_rules;
+    dc->n_stage_rules = p->n_stage_rules;
+  }
   *vt = ts_dist_find(pp > 1 ? "pipeline" : cut ? "semi_auto_parallel" : p->dp * pp > 1 ? "data_parallel" : "stand_alone");
+}
+
+int ts__autoplan_cuts(const ts_autoparallel_job *job, ts_autoplan *p) {
+  if (p->pp <= 1) {
+    free(p->stage_rules);
+    p->stage_rules = NULL;
+    p->n_stage_rules = 0;
+    return TS_OK;
+  }
+  ts_dist_config dc = job->base; /* with p's rules when it has any (the cut they make, read back) */
+  const ts_dist_vt *vt;
+  ts__autoplan_dist(p, job->batch_size, &dc, &vt, NULL);
+  dc.dry_allocate = 0; /* sized only */
+  ts_dist_model m = job->model;
+  m.strategies = p->strategies;
+  ts_dist *d = NULL;
+  int rc = ts_dist_create(vt, &dc, &m, p->dp * p->tp * p->pp, 0, &d);
+  if (!rc && (rc = ts_dist_build(d, &m))) rc = ts_error_as_config(rc);
+  ts_op_text *rules = NULL;
+  int n = 0;
+  if (!rc) rc = ts__dist_stage_rules(d, &rules, &n);
+  ts_dist_free(d);
+  if (rc) return rc;
+  free(p->stage_rules);
+  p->stage_rules = rules;
+  p->n_stage_rules = n;
+  return TS_OK;
 }
 
 int ts__autoplan_strategies(const ts_autoparallel_job *job, const ts_cluster *cl, ts_autoplan *p) {
@@ -370,6 +402,7 @@ int ts__autoparallel_search(const ts_autoparallel_job *job, int N, const ts_clus
         cache.e[i].st = NULL;
       }
     if (out->tp > 1 && !out->strategies) rc = ts__autoplan_strategies(job, cl, out);
+    if (!rc) rc = ts__autoplan_cuts(job, out);
     out->searched = cnt;
   }
   cache_free(&cache);

@@ -258,8 +258,31 @@ static void print_strategies(const ts_autoplan *p, int json) {
   }
 }
 
+/* Plan p's stage cut (pp > 1): as JSON, "prefix":piece pairs (parallel.stages' form); else one
+ * line per piece: the stage running it and its operator-name prefixes (the first 8 shown). */
+static void print_stage_rules(const ts_autoplan *p, int json) {
+  if (json) {
+    for (int i = 0; i < p->n_stage_rules; i++)
+      printf("%s\"%s\":%s", i ? "," : "", p->stage_rules[i].op, p->stage_rules[i].text);
+    return;
+  }
+  int pieces = p->pp * (p->virtual_stages > 1 ? p->virtual_stages : 1);
+  for (int k = 0; k < pieces; k++) {
+    printf("  piece %d on stage %d:", k, k % p->pp);
+    int shown = 0, total = 0;
+    for (int i = 0; i < p->n_stage_rules; i++) {
+      if (atoi(p->stage_rules[i].text) != k) continue;
+      if (shown < 8) printf("%s %s", shown ? "," : "", p->stage_rules[i].op), shown++;
+      total++;
+    }
+    if (total > shown) printf(", ... (%d more)", total - shown);
+    printf("\n");
+  }
+}
+
 /* A plan as one JSON object (--json): the degrees, the micro-batching (rows per replica), the
- * predicted step and rates (tokens for text models), the memory, whether it fits, the strategies. */
+ * predicted step and rates (tokens for text models), the memory, whether it fits, the strategies,
+ * the stage cut. */
 static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
   int gpt = cfg->model.name == TS_MODEL_GPT;
   double rate = p->pred.samples_per_s * (gpt ? (double)cfg->data.seq_len : 1.0);
@@ -273,6 +296,8 @@ static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
          rate, p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
          p->fits ? "true" : "false");
   print_strategies(p, 1);
+  printf("},\"stages\":{");
+  print_stage_rules(p, 1);
   printf("}}\n");
 }
 
@@ -308,6 +333,10 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   if (chosen.tp > 1) {
     printf("operator strategies (%s):\n", chosen.megatron ? "Megatron-LM's cuts" : m >= 0 && m < 3 ? smodes[m] : "?");
     print_strategies(&chosen, 0);
+  }
+  if (chosen.pp > 1) {
+    printf("stage cuts (%d rules, as parallel.stages):\n", chosen.n_stage_rules);
+    print_stage_rules(&chosen, 0);
   }
   printf("  %-62s %10s %12s\n", "plan", "step ms", "MiB/device");
   int shown = 0;

@@ -619,6 +619,12 @@ int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded)
 
 int ts__dist_stages(const ts_dist *d) { return d->vt->stages ? d->vt->stages(d) : 1; }
 
+int ts__dist_stage_rules(const ts_dist *d, ts_op_text **rules, int *n) {
+  *rules = NULL;
+  *n = 0;
+  return d->vt->stage_rules ? d->vt->stage_rules(d, rules, n) : TS_OK;
+}
+
 int ts__dist_train_plans(const ts_dist *d, ts_plan ***plans) {
   if (d->vt->train_plans) return d->vt->train_plans(d, plans);
   *plans = (ts_plan **)&d->r.plan;

@@ -56,6 +56,7 @@ struct ts_dist_vt {
   /* Queries about the layout's own state (NULL: the answer of a layout with one training graph
    * over the whole job, given beside each wrapper below). */
   int (*stages)(const ts_dist *d);                       /* pipeline stages (1) */
+  int (*stage_rules)(const ts_dist *d, ts_op_text **rules, int *n); /* the cut as rules (none) */
   int (*set_seed)(ts_dist *d, float seed);               /* every training plan's loss seed (r.plan's) */
   int (*reduce_bytes)(const ts_dist *d, double *bytes);  /* the gradient reduction's (the sync object's) */
   void (*activation_bytes)(const ts_dist *d, int measured, int64_t *train, int64_t *eval); /* r.plan's, r.plan_e's */

@@ -907,6 +907,14 @@ static const ts_strategy_set *strategies_pipe(const ts_dist *d) {
   return PIPE(d) && PIPE(d)->pass.pp ? ts_parallel_strategies(PIPE(d)->pass.pp) : NULL;
 }
 
+/* The cut as parallel.stages rules (after the build; none before). */
+static int stage_rules_pipe(const ts_dist *d, ts_op_text **rules, int *n) {
+  const struct ts__pipe *pp = PIPE(d);
+  *rules = NULL;
+  *n = 0;
+  return pp && pp->piece ? ts_stage_rules_of(pp->cg, pp->piece, pp->P * pp->V, rules, n) : TS_OK;
+}
+
 /* The whole model's store the stages were cut from. */
 static ts_params *whole_pipe(const ts_dist *d) { return PIPE(d) ? PIPE(d)->pass.gp : NULL; }
 
@@ -929,6 +937,7 @@ const ts_dist_vt ts__dist_pipeline = {
     .clip = clip_pipe,
     .move = move_pipe,
     .stages = stages_pipe,
+    .stage_rules = stage_rules_pipe,
     .set_seed = set_seed_pipe,
     .reduce_bytes = reduce_bytes_pipe,
     .activation_bytes = activation_bytes_pipe,

@@ -21,6 +21,7 @@
 
 #include "tessera/graph.h"
 #include "tessera/params.h"
+#include "tessera/strategy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,12 @@ int ts_stage_assign(const ts_graph *g, int npieces, const ts_stage_rule *rules, 
 int ts_stage_assign_like(const ts_graph *ref, const int *ref_piece, const ts_graph *g, int npieces, int *piece);
 /* Total cost of each piece (npieces entries) as ts_stage_assign balances it. */
 void ts_stage_costs(const ts_graph *g, const int *piece, int npieces, double *cost);
+/* The cut piece[] of g (npieces pieces) as parallel.stages rules: for each node the shortest
+ * dot-part prefix of its operator name under which every node sits on one piece, each prefix
+ * once, in node order (op: the prefix, text: the piece in decimal), checked to rebuild exactly
+ * this cut through ts_stage_assign. *rules malloc'ed (free), *nrules of them; none for one piece.
+ * TS_ECONFIG when no rules can (two operators of one name on different pieces). */
+int ts_stage_rules_of(const ts_graph *g, const int *piece, int npieces, ts_op_text **rules, int *nrules);
 
 /* Where pieces live: piece k on rank k % stages of the pipeline communicator in plan slot
  * `slot`; message tags are tag_base + 2 * edge (+1 for its gradient). */

@@ -932,6 +932,30 @@ static void escape_text(const char *s, char *out, size_t cap) {
 }
 
 /* Sets key (a key or a section) from YAML value text; label names the source in messages. */
+/* Offset of the first byte of s that does not belong to a well-formed UTF-8 sequence (RFC 3629:
+ * no overlong forms, no surrogates, nothing above U+10FFFF), or (size_t)-1 when s is valid. YAML
+ * is UTF-8, so a string that is not could be set but never dumped and loaded again. */
+static size_t utf8_invalid_at(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (p[i]) {
+    unsigned c = p[i];
+    int n = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : -1;
+    if (n < 0) return i;
+    unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+    for (int j = 1; j <= n; j++) {
+      unsigned d = p[i + j];
+      if (d < (j == 1 ? lo : 0x80) || d > (j == 1 ? hi : 0xbf)) return i;
+    }
+    i += 1 + (size_t)n;
+  }
+  return (size_t)-1;
+}
+
 static int set_text(ts_config *cfg, const char *key, const char *value, const char *label) {
   const ts__cfg_key *k = find_key(key);
   pctx c = {label, 0, NULL, NULL};
@@ -947,6 +971,10 @@ static int set_text(ts_config *cfg, const char *key, const char *value, const ch
       if (*q < 0x20 || *q == 0x7f)
         return ts_error_set(TS_ECONFIG, "%s: %s: the value contains a control character (byte 0x%02x "
                             "at offset %zu)", label, key, *q, (size_t)(q - (const unsigned char *)value));
+    size_t bad = utf8_invalid_at(value);
+    if (bad != (size_t)-1)
+      return ts_error_set(TS_ECONFIG, "%s: %s: the value is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                          label, key, (unsigned char)value[bad], bad);
     size_t len = strlen(value);
     if (len >= k->size)
       return ts_error_set(TS_ECONFIG, "%s: %s: too long (%zu bytes, at most %zu)", label, key, len,

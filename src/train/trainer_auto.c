@@ -98,7 +98,8 @@ static int auto_tp(const ts_config *c, int N, const ts_cluster *cl, const ts__au
   memset(p, 0, sizeof *p);
   p->dp = N / T / P, p->tp = T, p->pp = P;
   p->micro_batches = P > 1 ? (c->parallel.micro_batches > 0 ? c->parallel.micro_batches : P) : 1;
-  return ts__autoplan_strategies(&a->job, cl, p);
+  int rc2 = ts__autoplan_strategies(&a->job, cl, p);
+  return rc2 ? rc2 : ts__autoplan_cuts(&a->job, p);
 }
 
 int ts__train_auto(ts_config *c, int N, ts_model_fn model, void *user, ts_autoplan *out) {
@@ -137,8 +138,11 @@ int ts_trainer_autoplan_search(const ts_config *cfg, int N, const ts_cluster *cl
 int ts_trainer_autoplan_build(const ts_config *cfg, const ts_cluster *cl, ts_autoplan *p) {
   ts__auto_job a;
   p->strategies = NULL;
+  p->stage_rules = NULL; /* the caller's degrees: nothing of ours yet */
+  p->n_stage_rules = 0;
   int rc = ts__train_auto_job(cfg, NULL, NULL, &a);
   if (!rc) rc = ts__autoplan_strategies(&a.job, cl, p);
+  if (!rc) rc = ts__autoplan_cuts(&a.job, p);
   if (!rc) rc = check_plan(p, (void *)cfg);
   ts__train_auto_job_free(&a);
   if (rc) ts_autoplan_free(p);

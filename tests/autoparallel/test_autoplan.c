@@ -10,7 +10,13 @@
  *     the description names it;
  *   - a plan applied to the distribution config directly (ts__autoplan_dist) gives the same
  *     fields as the plan applied to the config keys and converted (ts_config_apply_autoplan,
- *     ts_config_dist), for plans with and without stages, accumulation, shards, recompute, tp. */
+ *     ts_config_dist), for plans with and without stages, accumulation, shards, recompute, tp;
+ *   - a pipeline plan carries its stage cut as rules (ts__autoplan_cuts): one or more per piece,
+ *     the run's distribution config borrows them, the cut they build reads back as the same rules,
+ *     and the plan priced with them equals the plan priced with the layout's own balanced cut
+ *     (the same pieces: the same step and memory, bitwise); a rule moved to the next piece reads
+ *     back moved and changes the first stage's memory (the rules are in force, not ignored);
+ *     copies own their rules. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +24,7 @@
 #include "autoparallel/autoplan.h"
 #include "tessera/train.h"
 #include "train/config_dist.h"
+#include "train/train_impl.h"
 #include "tessera/zoo.h"
 #include "test_util.h"
 
@@ -225,7 +232,114 @@ static void test_dist_fields(void) {
   ts_config_free(&cfg);
 }
 
+/* Pipeline plans' stage cuts as values. */
+static void test_stage_cuts(void) {
+  ts_config cfg;
+  CHECK_OK(ts_config_load_string(k_gpt, "gpt", NULL, 0, &cfg));
+  ts_cluster cl;
+  slow_cluster(&cl);
+  const ts_autoplan plans[] = {
+      {.dp = 1, .tp = 1, .pp = 2, .micro_batches = 4},
+      {.dp = 1, .tp = 1, .pp = 4, .micro_batches = 4},
+      {.dp = 2, .tp = 1, .pp = 2, .micro_batches = 4, .zero = 1},
+      {.dp = 1, .tp = 1, .pp = 2, .micro_batches = 4, .virtual_stages = 2},
+      {.dp = 1, .tp = 2, .pp = 2, .micro_batches = 4, .megatron = 1},
+  };
+  for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+    ts_autoplan p = plans[k], bare, copy;
+    char s[160];
+    ts_autoplan_str(&p, s, sizeof s);
+    int rc = ts_trainer_autoplan_build(&cfg, &cl, &p);
+    CHECK_MSG(rc == TS_OK, "%s: %s", s, ts_last_error());
+    if (rc) continue;
+    int V = p.virtual_stages > 1 ? p.virtual_stages : 1, np = p.pp * V;
+    CHECK_MSG(p.n_stage_rules >= np && p.stage_rules, "%s: %d stage rules for %d pieces", s, p.n_stage_rules, np);
+    int *seen = calloc((size_t)np, sizeof(int));
+    for (int i = 0; i < p.n_stage_rules; i++) {
+      int piece = atoi(p.stage_rules[i].text);
+      CHECK_MSG(piece >= 0 && piece < np, "%s: rule %s -> %s", s, p.stage_rules[i].op, p.stage_rules[i].text);
+      if (piece >= 0 && piece < np) seen[piece] = 1;
+    }
+    for (int i = 0; i < np; i++) CHECK_MSG(seen[i], "%s: no rule puts anything on piece %d", s, i);
+    free(seen);
+    /* the distribution config borrows them */
+    ts_dist_config dc;
+    ts_config view = cfg;
+    view.parallel.mode = TS_PARALLEL_DATA;
+    ts_config_dist(&view, &dc);
+    const ts_dist_vt *vt;
+    ts__autoplan_dist(&p, cfg.train.batch_size, &dc, &vt, NULL);
+    CHECK(dc.stage_rules == p.stage_rules && dc.n_stage_rules == p.n_stage_rules);
+    /* the cut the rules build reads back as the same rules */
+    CHECK_OK(ts_autoplan_copy(&copy, &p));
+    CHECK(copy.stage_rules != p.stage_rules && copy.n_stage_rules == p.n_stage_rules &&
+          !memcmp(copy.stage_rules, p.stage_rules, sizeof *p.stage_rules * (size_t)p.n_stage_rules));
+    ts__auto_job a;
+    CHECK_OK(ts__train_auto_job(&cfg, NULL, NULL, &a));
+    CHECK_OK(ts__autoplan_cuts(&a.job, &copy)); /* built with copy's rules, read back */
+    ts__train_auto_job_free(&a);
+    CHECK_MSG(copy.n_stage_rules == p.n_stage_rules &&
+              !memcmp(copy.stage_rules, p.stage_rules, sizeof *p.stage_rules * (size_t)p.n_stage_rules),
+              "%s: the rules' cut reads back as %d other rules", s, copy.n_stage_rules);
+    /* priced with the rules and with the layout's balanced cut: the same pieces, the same figures */
+    CHECK_OK(ts_autoplan_copy(&bare, &p));
+    free(bare.stage_rules);
+    bare.stage_rules = NULL;
+    bare.n_stage_rules = 0;
+    ts_step_prediction with, without;
+    int N = p.dp * p.tp * p.pp;
+    CHECK_OK(ts_trainer_predict_autoplan(&cfg, &p, N, 0, &cl, &with));
+    CHECK_OK(ts_trainer_predict_autoplan(&cfg, &bare, N, 0, &cl, &without));
+    CHECK_MSG(with.step_s == without.step_s && with.memory_bytes == without.memory_bytes &&
+                  with.flops == without.flops && with.collectives_s == without.collectives_s,
+              "%s: with its rules %.9g s %lld B, balanced %.9g s %lld B", s, with.step_s, (long long)with.memory_bytes,
+              without.step_s, (long long)without.memory_bytes);
+    /* the rules are in force: the last rule of piece 0 moved to piece 1 reads back moved, and
+     * the first stage holds less */
+    if (k == 0) {
+      ts_autoplan moved;
+      CHECK_OK(ts_autoplan_copy(&moved, &p));
+      int last0 = -1;
+      for (int i = 0; i < moved.n_stage_rules; i++)
+        if (!strcmp(moved.stage_rules[i].text, "0")) last0 = i;
+      CHECK(last0 > 0);
+      if (last0 > 0) {
+        snprintf(moved.stage_rules[last0].text, sizeof moved.stage_rules[last0].text, "1");
+        char op[160];
+        snprintf(op, sizeof op, "%s", moved.stage_rules[last0].op);
+        ts_step_prediction mp;
+        CHECK_OK(ts_trainer_predict_autoplan(&cfg, &moved, N, 0, &cl, &mp));
+        CHECK_OK(ts__train_auto_job(&cfg, NULL, NULL, &a));
+        CHECK_OK(ts__autoplan_cuts(&a.job, &moved));
+        ts__train_auto_job_free(&a);
+        int back = -1;
+        for (int i = 0; i < moved.n_stage_rules; i++)
+          if (!strncmp(op, moved.stage_rules[i].op, strlen(moved.stage_rules[i].op)) &&
+              (op[strlen(moved.stage_rules[i].op)] == '.' || !op[strlen(moved.stage_rules[i].op)]))
+            back = atoi(moved.stage_rules[i].text);
+        CHECK_MSG(back == 1, "%s: %s moved to piece 1 reads back on piece %d", s, op, back);
+        CHECK_MSG(mp.memory_bytes != with.memory_bytes, "%s: moving %s changed nothing (%lld bytes)", s, op,
+                  (long long)mp.memory_bytes);
+      }
+      ts_autoplan_free(&moved);
+    }
+    printf("%s: %d stage rules (first %s -> %s, last %s -> %s)\n", s, p.n_stage_rules, p.stage_rules[0].op,
+           p.stage_rules[0].text, p.stage_rules[p.n_stage_rules - 1].op, p.stage_rules[p.n_stage_rules - 1].text);
+    ts_autoplan_free(&bare);
+    ts_autoplan_free(&copy);
+    ts_autoplan_free(&p);
+    CHECK(p.stage_rules == NULL && p.n_stage_rules == 0);
+  }
+  /* a plan without stages has none */
+  ts_autoplan flat = {.dp = 2, .tp = 1, .pp = 1, .micro_batches = 1};
+  CHECK_OK(ts_trainer_autoplan_build(&cfg, &cl, &flat));
+  CHECK(flat.stage_rules == NULL && flat.n_stage_rules == 0);
+  ts_autoplan_free(&flat);
+  ts_config_free(&cfg);
+}
+
 int main(void) {
+  test_stage_cuts();
   test_megatron();
   test_dist_fields();
   test_searched("mlp", k_mlp, 2);

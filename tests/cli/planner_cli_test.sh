@@ -2,7 +2,7 @@
 # The cost model from the command line: `tessera calibrate` writes a cluster description (to -o and
 # to the cache "local" reads) that loads back; `tessera plan --cluster` prints the predicted step
 # for a built-in, the calibrated machine and a file; an unknown cluster or a bad file is one line
-# naming it, exit 2.
+# naming it, exit 2; a pipeline plan's stage cut is printed and, given back, is the same cut.
 # Usage: planner_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -64,6 +64,21 @@ run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --fix dp=1,tp=2,pp=2,micro_
 if [ $rc = 0 ] && echo "$out" | grep -q "pipeline: 2 stages of 2 semi_auto_parallel ranks" && echo "$out" | grep -q "^predicted step"; then
   ok "plan --fix dp=1,tp=2,pp=2"
 else bad "plan --fix: rc $rc: $out"; fi
+# a pipeline plan carries its stage cut: --json's "stages" (parallel.stages' form) covers both
+# pieces, and given back as parallel.stages it is the same cut (the same pieces, the same price)
+run plan "$tmp/gpt.yaml" -n 2 --cluster dgx-a100-80g --fix dp=1,tp=1,pp=2,micro_batches=4 --json
+stages=$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin)["stages"]; assert sorted(set(d.values()))==[0,1]; print("{"+", ".join("%s: %d" % (k, v) for k, v in d.items())+"}")' 2>/dev/null)
+if [ $rc = 0 ] && [ -n "$stages" ]; then
+  first=$out
+  run plan "$tmp/gpt.yaml" -n 2 --cluster dgx-a100-80g --fix dp=1,tp=1,pp=2,micro_batches=4 --json --set parallel.pipeline_stages=2 --set "parallel.stages=$stages"
+  if [ $rc = 0 ] && [ "$out" = "$first" ]; then ok "plan --fix pp=2: its stage cut ($stages) given back is the same plan"
+  else bad "the stage cut given back: rc $rc: $out (first: $first)"; fi
+else bad "plan --fix pp=2 --json stages: rc $rc: $out"; fi
+run plan "$(dirname "$0")/../../examples/megatron/gpt-18b.yaml" -n 16 --cluster dgx-a100-80g --search
+if [ $rc = 0 ] && echo "$out" | grep -q "^chosen: .*pp=[2-9]" && echo "$out" | grep -q "^stage cuts ([0-9]* rules, as parallel.stages):" &&
+   echo "$out" | grep -q "^  piece 0 on stage 0: transformer.embedding" && echo "$out" | grep -q "^  piece 1 on stage 1: "; then
+  ok "plan --search prints the chosen pipeline's stage cut: $(echo "$out" | grep '^stage cuts')"
+else bad "plan --search stage cuts: rc $rc: $out"; fi
 run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --fix dp=3,tp=2
 if [ $rc = 2 ] && echo "$out" | grep -q "is not the 4 devices"; then ok "--fix not matching the devices: exit 2"
 else bad "--fix mismatch: rc $rc: $out"; fi

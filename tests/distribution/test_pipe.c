@@ -7,12 +7,16 @@
  * whole-model checkpoint loaded into a one-process trainer), the evaluation the same, and the
  * same configuration twice bitwise identical; LAMB (whose trust ratio needs whole-parameter norms)
  * under semi_auto_parallel alone and with stages. Bad stage assignments are refused before
- * anything runs, naming the key. */
+ * anything runs, naming the key. The stage cut a searched plan carries (ts_autoplan.stage_rules)
+ * given as parallel.stages trains the same losses and evaluation bitwise as the pipeline's own
+ * balanced cut (GPT: 2 and 4 stages, and interleaved). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "tessera/autoparallel.h"
+#include "tessera/cluster.h"
 #include "tessera/comm.h"
 #include "tessera/train.h"
 #include "test_util.h"
@@ -31,7 +35,8 @@ static int rec_cb(ts_trainer *t, const ts_step_info *s, void *u) {
 
 static char text_path[256];
 
-static int make(const char *model, const char *const *sets, int nsets, ts_trainer **t) {
+/* The test's config of `model` with the overrides sets[0..nsets-1]. */
+static int load(const char *model, const char *const *sets, int nsets, ts_config *cfg) {
   char y[2048];
   if (!strcmp(model, "gpt"))
     snprintf(y, sizeof y,
@@ -51,10 +56,36 @@ static int make(const char *model, const char *const *sets, int nsets, ts_traine
              "optimizer: {name: momentum, lr: 0.05, momentum: 0.9}\n"
              "log: {progress: off}\n",
              ts_test_fashion_mnist_dir(), STEPS);
+  return ts_config_load_string(y, "pipe-test.yaml", sets, nsets, cfg);
+}
+
+static int make(const char *model, const char *const *sets, int nsets, ts_trainer **t) {
   ts_config cfg;
-  int rc = ts_config_load_string(y, "pipe-test.yaml", sets, nsets, &cfg);
+  int rc = load(model, sets, nsets, &cfg);
   if (!rc) rc = ts_trainer_create(&cfg, t);
   ts_config_free(&cfg);
+  return rc;
+}
+
+/* The stage cut of the plan dp x P stages (M micro-batches, V pieces per rank) for `model`, as
+ * the search's plan carries it (ts_autoplan.stage_rules), written as a parallel.stages override
+ * into buf. */
+static int plan_rules(const char *model, int dp, int P, int M, int V, char *buf, size_t cap) {
+  ts_config cfg;
+  const char *sets[] = {"parallel.mode=data_parallel"};
+  int rc = load(model, sets, 1, &cfg);
+  ts_cluster cl;
+  if (!rc) rc = ts_cluster_builtin("dgx-a100-80g", &cl); /* priced anywhere; the cut is the model's */
+  ts_autoplan p = {.dp = dp, .tp = 1, .pp = P, .micro_batches = M, .virtual_stages = V};
+  if (!rc) rc = ts_trainer_autoplan_build(&cfg, &cl, &p);
+  ts_config_free(&cfg);
+  size_t n = (size_t)snprintf(buf, cap, "parallel.stages={");
+  for (int i = 0; !rc && i < p.n_stage_rules && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s'%s': %s", i ? ", " : "", p.stage_rules[i].op, p.stage_rules[i].text);
+  if (!rc && n < cap) snprintf(buf + n, cap - n, "}");
+  if (!rc && (p.n_stage_rules < P * V || n >= cap))
+    rc = ts_error_set(TS_EINVAL, "%d stage rules for %d pieces (%zu bytes)", p.n_stage_rules, P * V, n);
+  ts_autoplan_free(&p);
   return rc;
 }
 
@@ -93,7 +124,7 @@ static float *params_of(const char *model, const char *const *sets, int nsets, c
  * semi_auto_parallel ranks cut by ts_test_gpt_tp2), schedule, M, V. */
 static const char *opt_set = "optimizer.name=adamw";
 
-static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V, int tp) {
+static void compare_rules(ts_comm *w, const char *model, int P, const char *sched, int M, int V, int tp, int rules) {
   int rank = ts_comm_rank(w), N = ts_comm_size(w), dp = tp ? 1 : N / P;
   char what[160], s1[64], s2[64], s3[64], s4[64], s5[64], path[256], refp[256];
   if (tp) snprintf(what, sizeof what, "%s PP%d x TP%d %s M=%d V=%d %s", model, P, N / P, sched, M, V, opt_set + 15);
@@ -125,6 +156,27 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
   if (rank == 0) train(model, ref, 2, &ra, refp, &ea);
   train(model, pipe, npipe, &rb, path, &eb);
   train(model, pipe, npipe, &rc2, NULL, &ec);
+  /* the plan's stage cut as a value (its rules) builds the pipeline's own balanced cut: the same
+   * run, bitwise */
+  rec rr;
+  memset(&rr, 0, sizeof rr);
+  ts_eval_info er;
+  static char srules[8192];
+  if (rules) {
+    int rc = plan_rules(model, dp, P, M, V, srules, sizeof srules);
+    CHECK_MSG(rc == TS_OK, "%s: the plan's stage rules: %s", what, ts_last_error());
+    const char *with[9];
+    memcpy(with, pipe, sizeof(const char *) * 8);
+    with[8] = srules;
+    if (!rc) train(model, with, 9, &rr, NULL, &er);
+    if (rank == 0 && !rc) {
+      for (int k = 1; k <= STEPS; k++)
+        CHECK_MSG(rr.loss[k] == rb.loss[k], "%s: with the plan's stage rules, step %d: %.9g vs %.9g", what, k,
+                  rr.loss[k], rb.loss[k]);
+      CHECK_MSG(er.loss == eb.loss && er.top1 == eb.top1, "%s: evaluation differs with the plan's stage rules", what);
+      printf("%-44s the plan's stage rules: the same losses bitwise (%s)\n", what, srules);
+    }
+  }
   ts_comm_barrier(w); /* rank 0 has written the checkpoint */
   if (rank == 0) {
     double worst = 0;
@@ -156,6 +208,10 @@ static void compare(ts_comm *w, const char *model, int P, const char *sched, int
   ts_comm_barrier(w);
 }
 
+static void compare(ts_comm *w, const char *model, int P, const char *sched, int M, int V, int tp) {
+  compare_rules(w, model, P, sched, M, V, tp, 0);
+}
+
 static void refused(const char *const *sets, int n, const char *key) {
   ts_trainer *t = NULL;
   int rc = make("gpt", sets, n, &t);
@@ -177,14 +233,14 @@ int main(int argc, char **argv) {
   ts_comm_barrier(w);
   /* GPT: 2 stages on 2 ranks, or 4 stages and 2 x 2 on 4 */
   compare(w, "gpt", 2, "gpipe", 1, 1, 0);
-  compare(w, "gpt", 2, "1f1b", 4, 1, 0);
+  compare_rules(w, "gpt", 2, "1f1b", 4, 1, 0, 1);
   if (N == 2) {
     compare(w, "gpt", 2, "gpipe", 4, 1, 0);
     compare(w, "gpt", 2, "1f1b", 8, 1, 0);
-    compare(w, "gpt", 2, "interleaved_1f1b", 4, 2, 0);
+    compare_rules(w, "gpt", 2, "interleaved_1f1b", 4, 2, 0, 1);
   }
   if (N == 4) {
-    compare(w, "gpt", 4, "1f1b", 4, 1, 0);
+    compare_rules(w, "gpt", 4, "1f1b", 4, 1, 0, 1);
     compare(w, "gpt", 4, "gpipe", 8, 1, 0);
     compare(w, "gpt", 4, "1f1b", 8, 1, 0);
     compare(w, "gpt", 2, "1f1b", 4, 1, 1); /* PP2 x TP2 */

@@ -8,6 +8,8 @@
 #                                                without clang's libFuzzer it prints "SKIP: reason"
 #                                                and exits 77 instead of installing it (the ctests
 #                                                fuzz_<target>)
+#   FUZZ_SEED=N tests/fuzz/run.sh ...          libFuzzer's -seed (default 0: a new one each run); CI
+#                                                fixes it so that its short run repeats the same inputs
 #   FUZZ_MERGE=1 tests/fuzz/run.sh ...           afterwards, merge what was found into the
 #                                                committed corpus tests/fuzz/corpus/TARGET (minimised)
 # Every src/**/*.c but src/cli/ is compiled once, instrumented, into build-fuzz/lib/libtessera.a (an
@@ -113,7 +115,7 @@ flock -u 9
 
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-opts="-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024"
+opts="-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -seed=${FUZZ_SEED:-0}"
 # run_one TARGET: replays or fuzzes it into build-fuzz/fuzz_TARGET.log, its status into .rc
 run_one() {
   local t=$1 seeds=$root/tests/fuzz/corpus/$1 work=$out/corpus/$1 rc=0

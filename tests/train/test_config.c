@@ -879,7 +879,40 @@ static void test_long_lists(void) {
   free(y);
 }
 
+/* --set takes a string verbatim; one that is not UTF-8 is refused (YAML is UTF-8: it could never be
+ * dumped and loaded again), naming the key and the byte; real UTF-8 round-trips. Found by fuzz_config. */
+static void test_utf8_strings(void) {
+  static const char *bad[] = {"data.path=/d/\xff", "data.path=ab\xc3", "data.path=\xc0\xaf", "data.path=\xed\xa0\x80",
+                              "data.path=\xf4\x90\x80\x80", "data.path=x\xe2\x82"};
+  static const size_t off[] = {3, 2, 0, 0, 0, 1};
+  for (int i = 0; i < 6; i++) {
+    ts_config c;
+    ts_config_defaults(&c);
+    int rc = ts_config_override(&c, bad[i]);
+    char want[80];
+    snprintf(want, sizeof want, "not valid UTF-8 (byte 0x%02x at offset %zu)",
+             (unsigned char)bad[i][strlen("data.path=") + off[i]], off[i]);
+    CHECK_MSG(rc == TS_ECONFIG && has(ts_last_error(), "data.path: the value is not valid UTF-8") &&
+              has(ts_last_error(), want), "case %d: %d %s", i, rc, ts_last_error());
+    ts_config_free(&c);
+  }
+  ts_config c, r;
+  ts_config_defaults(&c);
+  CHECK_OK(ts_config_override(&c, "data.path=/d/caf\xc3\xa9/\xe2\x82\xac/\xf0\x9f\x98\x80"));
+  char *dump = NULL;
+  CHECK_OK(ts_config_dump_string(&c, &dump));
+  int rc = dump ? ts_config_load_string(dump, "dump.yaml", NULL, 0, &r) : TS_ENOMEM;
+  CHECK_MSG(rc == TS_OK, "%s", ts_last_error());
+  if (!rc) {
+    CHECK(!strcmp(r.data.path, c.data.path));
+    ts_config_free(&r);
+  }
+  free(dump);
+  ts_config_free(&c);
+}
+
 int main(void) {
+  test_utf8_strings();
   test_long_lists();
   test_defaults();
   test_every_key_round_trips();
