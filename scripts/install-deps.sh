@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, through apt-get, what Tessera needs and is missing. Idempotent; fast when nothing is
 # missing (dpkg-query only). python3-protobuf: the TensorBoard event file read back by Python
-# (tests/cli/tensorboard_py_test.sh). Usage: scripts/install-deps.sh [--fixtures] [--bench] [--fuzz]
+# (tests/cli/tensorboard_py_test.sh). clang: compiles the GPU kernels to PTX (src/device/cuda/; no
+# CUDA install is needed). Usage: scripts/install-deps.sh [--fixtures] [--bench] [--fuzz]
 #   --fixtures, --bench  also install python3-torch, python3-torchvision and OpenBLAS (only needed
 #               to regenerate the PyTorch fixtures under tests/fixtures and for the PyTorch side of
 #               bench/: without OpenBLAS, Debian's torch falls back to the reference BLAS, ~25x
@@ -11,7 +12,7 @@
 set -eu
 pkgs="build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libyaml-dev
       libcjson-dev zlib1g-dev nettle-dev libpng-dev libjpeg-dev dataset-fashion-mnist
-      python3-dev python3-numpy python3-protobuf"
+      python3-dev python3-numpy python3-protobuf clang"
 for a in "$@"; do
   case "$a" in
     --fixtures) pkgs="$pkgs python3-torch python3-torchvision libopenblas0-openmp" ;;

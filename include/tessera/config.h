@@ -153,7 +153,12 @@ typedef enum {
  * optimizer state or cuts the model into pipeline stages; whole otherwise; docs/checkpoints.md) */
 typedef enum { TS_CFG_CKPT_AUTO = 0, TS_CFG_CKPT_WHOLE = 1, TS_CFG_CKPT_SLICED = 2 } ts_cfg_ckpt_format;
 
+/* device_target (MindSpore's context key): where the job's graphs run. */
+typedef enum { TS_CFG_DEVICE_CPU = 0, TS_CFG_DEVICE_GPU = 1 } ts_cfg_device;
+
 typedef struct {
+  ts_cfg_device device_target; /* CPU (the default and the reference) or GPU (NVIDIA, CUDA) */
+  int device_id;               /* the GPU of this process (0-based; under mpirun, rank % GPUs when -1) */
   struct {
     ts_model_kind name;
     int num_classes;        /* 0 = from the data set (resolved by validation where known) */

@@ -5,6 +5,7 @@
 #define TESSERA_H
 #include "tessera/base.h"
 #include "tessera/tensor.h"
+#include "tessera/device.h"
 #include "tessera/region.h"
 #include "tessera/layout.h"
 #include "tessera/ops.h"

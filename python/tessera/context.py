@@ -29,6 +29,7 @@ _PARALLEL_KEYS = {
 _CONTEXT_KEYS = {
     "seed": "train.seed",
     "threads": "train.threads",
+    "device_id": "device_id",
 
 }
 
@@ -129,16 +130,19 @@ def reset_auto_parallel_context():
 
 def set_context(**kwargs):
     """MindSpore's set_context for what maps: mode (GRAPH_MODE only: Tessera compiles the whole
-    step), device_target ("CPU"), and Tessera's seed, threads, amp_level. Others: ValueError."""
+    step), device_target ("CPU" or "GPU": a GPU is looked for when training starts, and a machine
+    without a usable one refuses the job with the reason), device_id, and Tessera's seed, threads.
+    Others: ValueError."""
     staged = {}
     for k, v in kwargs.items():
         if k == "mode":
             if v not in (0, "GRAPH_MODE", "graph"):
                 raise ValueError("set_context: mode: only GRAPH_MODE (0); Tessera runs whole-step graphs")
             continue
-        if k == "device_target":
-            if str(v).upper() != "CPU":
-                raise ValueError("set_context: device_target: only 'CPU' here, got %r" % (v,))
+        if k == "device_target":  # "cpu"/"gpu" as MindSpore accepts them; a GPU is looked for when training starts
+            v = str(v).upper()
+            _C.check_key("device_target", v)
+            staged["device_target"] = v
             continue
         if k not in _CONTEXT_KEYS:
             raise ValueError("set_context: unknown key '%s' (expected one of: %s)"

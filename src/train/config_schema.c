@@ -26,6 +26,7 @@ static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
 static const char *const loss_scale_names[] = {"auto", "none", "fixed", "dynamic", NULL};
 static const char *const sampler_names[] = {"distributed", "stratified", NULL};
+static const char *const device_names[] = {"CPU", "GPU", NULL};
 static const char *const ckpt_format_names[] = {"auto", "whole", "sliced", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
@@ -42,6 +43,13 @@ const char *const *ts__cfg_lr_names = lr_names;
 
 /* path, type, field, default, enum names, lo, hi, min count, max count, flags, doc */
 const ts__cfg_key ts__cfg_keys[] = {
+    /* ---- the device (MindSpore's context keys) ---- */
+    {"device_target", CT_ENUM, FLD(device_target), "CPU", device_names, 0, 0, 0, 0, 0,
+     "where the job runs: CPU (the reference) or GPU (an NVIDIA GPU through CUDA, found at run time; "
+     "refused before step 1 with the reason where there is none; docs/gpu.md)"},
+    {"device_id", CT_INT, FLD(device_id), "-1", NULL, -1, 1023, 0, 0, 0,
+     "device_target GPU: the GPU this process uses; -1 = the local rank's (one GPU per process "
+     "under mpirun, or GPU 0)"},
     /* ---- model ---- */
     {"model.name", CT_ENUM, FLD(model.name), "mlp", model_names, 0, 0, 0, 0, CF_HASH,
      "model architecture"},

@@ -395,6 +395,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_strategy_set *set = NULL;
   int rc = ts_config_copy(c, cfg_in); /* the trainer's own (freed by ts_trainer_free) */
   if (!rc) rc = ts_config_validate(c);
+  if (!rc) rc = ts__train_device_check(c); /* before anything is built */
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
     /* a callback's model (the whole network: C API, Python cells) is built through it for every

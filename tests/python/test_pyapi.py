@@ -69,6 +69,29 @@ class TestContext(Tmp):
         with self.assertRaisesRegex(ValueError, "train.seed"):
             ts.set_context(seed=-1)
 
+    def test_device_target(self):
+        """set_context(device_target=...) as MindSpore spells it: an unknown target is refused at
+        once; GPU is looked for when training starts and, without a usable one (no driver here,
+        or a build whose executor does not run on it), the job is refused with the library's
+        one line naming device_target; CPU trains."""
+        with self.assertRaisesRegex(ValueError, "device_target: unknown value 'ASCEND'"):
+            ts.set_context(device_target="Ascend")
+        with self.assertRaisesRegex(ValueError, "device_id"):
+            ts.set_context(device_id=-5)
+        ts.set_context(device_target="gpu")
+        try:
+            net = models.MLP(16, 16)
+            model = ts.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                             nn.SGD(net.trainable_params(), 0.1))
+            with self.assertRaisesRegex(Exception, "device_target GPU: "):
+                model.train(1, models.dataset(64, 32))
+        finally:
+            ts.set_context(device_target="CPU")
+        net = models.MLP(16, 16)
+        model = ts.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.SGD(net.trainable_params(), 0.1))
+        model.train(1, models.dataset(64, 32))
+
     def test_model_config_error(self):
         net = models.MLP()
         with self.assertRaisesRegex(ValueError, "optimizer.lrr"):

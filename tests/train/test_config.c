@@ -51,6 +51,8 @@ static int cfg_equal(const ts_config *a, const ts_config *b) {
 static const struct {
   const char *key, *value;
 } k_all[] = {
+    {"device_target", "GPU"},
+    {"device_id", "3"},
     {"model.name", "resnet"},
     {"model.num_classes", "100"},
     {"model.hidden", "[300, 200, 100]"},

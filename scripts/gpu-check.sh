@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The one command to run on a GPU machine (docs/gpu.md): what the machine is, then the GPU tests
+# (the kernels' math, every GPU kernel against the CPU kernels, the device_target refusal or run),
+# each with a time limit, into OUT/gpu-check.log and a summary OUT/gpu-check.json; prints the
+# summary. Exit 0 when every step passed (or was SKIPPED with its reason), 1 otherwise.
+#   scripts/gpu-check.sh OUT
+# Runs the binaries of gpu-bundle/ (scripts/gpu-bundle.sh, made on the build machine and carried:
+# the GPU machine has no Debian packages) if it is there, else those of build/. Well under 8
+# minutes on one H200 (the tests take seconds; the first launch compiles the PTX).
+set -u
+out=${1:?usage: gpu-check.sh OUT}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+log=$out/gpu-check.log
+json=$out/gpu-check.json
+: >"$log"
+if [ -x "$root/gpu-bundle/run" ]; then runner=("$root/gpu-bundle/run"); where="gpu-bundle"
+else runner=(); where="build"; fi
+# argv of a bundled (or built) binary: cmd NAME ARGS...
+cmd() { if [ ${#runner[@]} -gt 0 ]; then argv=("${runner[@]}" "$@"); else argv=("$root/build/$1" "${@:2}"); fi; }
+say() { echo "$*" | tee -a "$log"; }
+
+say "== gpu-check $(date -u +%FT%TZ) on $(hostname), binaries from $where"
+{ echo "== machine"; uname -a; nproc; (nvidia-smi 2>&1 || echo "nvidia-smi: not found") | head -30
+  (python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' 2>&1 || true) | tail -1
+  ldd --version 2>&1 | head -1; } >>"$log" 2>&1
+
+steps=()
+# step NAME TIMEOUT [REFUSED_RC] BINARY ARGS...: runs it, keeps its rc and output in the log;
+# status pass (0), skipped (77), refused (REFUSED_RC: an expected refusal, its reason logged), fail
+step() {
+  local name=$1 t=$2 refused=-1; shift 2
+  case "$1" in [0-9]*) refused=$1; shift ;; esac
+  local t0 rc o dt st=fail
+  cmd "$@"
+  t0=$(date +%s%N)
+  o=$(timeout "$t" "${argv[@]}" 2>&1); rc=$?
+  dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+  { echo "== $name (rc $rc, ${dt}s): ${argv[*]}"; echo "$o"; } >>"$log"
+  [ $rc = 0 ] && st=pass
+  [ $rc = 77 ] && st=skipped
+  [ $rc = "$refused" ] && st=refused
+  local last; last=$(echo "$o" | grep -E "checks, [0-9]+ failures|^SKIP|^tessera: |FAIL" | tail -1 | tr -d '"\\' | cut -c1-300)
+  say "$(printf '%-22s %-8s %6.1fs  %s' "$name" "$st" "$dt" "$last")"
+  steps+=("{\"name\":\"$name\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$last\"}")
+}
+step math 60 test_cuda_math
+step kernels 300 test_device
+# the job-level view: device_target GPU: refused with the reason (exit 2: no usable GPU, or the
+# executor's GPU path not built yet), or trained
+cfg=$out/mlp-gpu.yaml
+cat >"$cfg" <<Y
+model: {name: mlp, hidden: [64]}
+data: {name: fashion_mnist, path: /nonexistent, train_limit: 64}
+train: {steps: 1, batch_size: 16}
+device_target: GPU
+Y
+step train_device_target 60 2 tessera train "$cfg"
+desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
+fails=0
+for s in "${steps[@]}"; do case "$s" in *'"status":"fail"'*) fails=$((fails + 1)) ;; esac; done
+{ printf '{"date":"%s","binaries":"%s","device":"%s","steps":[' "$(date -u +%FT%TZ)" "$where" "$desc"
+  (IFS=,; printf '%s' "${steps[*]}"); printf '],"failed":%d}\n' "$fails"; } >"$json"
+say "summary: $json"
+cat "$json"
+[ "$fails" = 0 ]

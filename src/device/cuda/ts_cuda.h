@@ -1,0 +1,145 @@
+/* The prelude of Tessera's CUDA kernels (the .cu files of src/device/cuda/). They are compiled to PTX by
+ * Debian's clang without a CUDA install (-nocudainc -nocudalib: no CUDA headers, no libdevice),
+ * so what CUDA's headers would give is spelled here with clang's NVPTX builtins, and the math
+ * functions libdevice would give are written out with PTX's own instructions (ex2/lg2 approx,
+ * IEEE sqrt/div) to the accuracy the tests state against the CPU's libm (docs/gpu.md).
+ * Conventions: every kernel is extern "C" ts_k_<op>_<dtype>, grid-stride over int64 sizes,
+ * deterministic (reductions in a fixed tree per block, no atomics on values). */
+#ifndef TS_CUDA_PRELUDE_H
+#define TS_CUDA_PRELUDE_H
+
+typedef long long i64;
+typedef unsigned short bf16; /* bfloat16 bits */
+
+#ifdef __CUDA__
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define KERNEL extern "C" __global__ void
+#define DEV static __device__ inline
+DEV float i2f(int i) { return __builtin_bit_cast(float, i); }
+DEV int f2i(float f) { return __builtin_bit_cast(int, f); }
+#else
+/* Host C (tests/device/test_cuda_math.c): the math below checked against libm on any machine,
+ * PTX's approximate exp2/log2 replaced by libm's. */
+#include <math.h>
+#include <string.h>
+#define DEV static inline
+#define __nvvm_ex2_approx_f exp2f
+#define __nvvm_lg2_approx_f log2f
+#define __nvvm_sqrt_rn_f sqrtf
+DEV float i2f(int i) { float f; memcpy(&f, &i, 4); return f; }
+DEV int f2i(float f) { int i; memcpy(&i, &f, 4); return i; }
+#endif
+
+#ifdef __CUDA__
+DEV int tid() { return __nvvm_read_ptx_sreg_tid_x(); }
+DEV int ntid() { return __nvvm_read_ptx_sreg_ntid_x(); }
+DEV int bid() { return __nvvm_read_ptx_sreg_ctaid_x(); }
+DEV int nbid() { return __nvvm_read_ptx_sreg_nctaid_x(); }
+DEV int bidy() { return __nvvm_read_ptx_sreg_ctaid_y(); }
+/* this thread's first index and the stride of a grid-stride loop */
+DEV i64 gidx() { return (i64)bid() * ntid() + tid(); }
+DEV i64 gstride() { return (i64)nbid() * ntid(); }
+#endif
+
+/* ---- math (f32) ---- */
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+DEV float fexp(float x) { return __nvvm_ex2_approx_f(x * LOG2E); }
+DEV float flog(float x) { return __nvvm_lg2_approx_f(x) * LN2; }
+DEV float fsqrt(float x) { return __nvvm_sqrt_rn_f(x); }
+DEV float fabs_(float x) { return x < 0 ? -x : x; }
+DEV float fmax_(float a, float b) { return a > b ? a : b; }
+/* tanh through exp, the sign folded out (no overflow for large |x|) */
+DEV float ftanh(float x) {
+  float a = fabs_(x);
+  if (a < 0.3f) { /* its Taylor series (1 - e cancels here); the next term is below 2e-9 */
+    float z = x * x;
+    return x + x * z * (-0.333333333f + z * (0.133333333f + z * (-0.053968254f + z * (0.021869489f + z * -0.008863236f))));
+  }
+  float e = fexp(-2.0f * a), t = (1.0f - e) / (1.0f + e);
+  return x < 0 ? -t : t;
+}
+DEV float fsigmoid(float x) {
+  if (x >= 0) return 1.0f / (1.0f + fexp(-x));
+  float e = fexp(x);
+  return e / (1.0f + e);
+}
+/* erf(x): Abramowitz & Stegun 7.1.26 is too coarse (1.5e-7 absolute is fine, but its relative
+ * error near 0 is not); this is W. J. Cody's rational form as in glibc's float erf, split at
+ * |x| = 0.84375: for small x, x + x*P(x^2)/Q(x^2); beyond, 1 - erfc via exp(-x^2) times a
+ * rational function. Max error against glibc's erff about 2 ulp. */
+DEV float ferf(float x) {
+  float a = fabs_(x);
+  if (a < 0.84375f) {
+    float z = x * x;
+    float r = 1.28379166e-01f + z * (-3.25042099e-01f + z * (-2.84817495e-02f + z * (-5.77027029e-03f + z * -2.37630166e-05f)));
+    float s = 1.0f + z * (3.97917223e-01f + z * (6.50222525e-02f + z * (5.08130631e-03f + z * (1.32494737e-04f + z * -3.96022827e-06f))));
+    return x + x * (r / s);
+  }
+  if (a < 1.25f) {
+    float s = a - 1.0f;
+    float P = -2.36211856e-03f + s * (4.14856118e-01f + s * (-3.72207475e-01f + s * (3.18346621e-01f + s * (-1.10894695e-01f + s * (3.54783031e-02f + s * -2.16637552e-03f)))));
+    float Q = 1.0f + s * (1.06420882e-01f + s * (5.40397918e-01f + s * (7.18286526e-02f + s * (1.26171222e-01f + s * (1.36370844e-02f + s * 1.19844998e-02f)))));
+    float e = 8.45062911e-01f + P / Q;
+    return x < 0 ? -e : e;
+  }
+  if (a >= 6.0f) return x < 0 ? -1.0f : 1.0f;
+  float s = 1.0f / (a * a), R, S;
+  if (a < 2.85714285f) {
+    R = -9.86494403e-03f + s * (-6.93858172e-01f + s * (-1.05586262e+01f + s * (-6.23753357e+01f + s * (-1.62396660e+02f + s * (-1.84605094e+02f + s * (-8.12874374e+01f + s * -9.81432915e+00f))))));
+    S = 1.0f + s * (1.96512716e+01f + s * (1.37657754e+02f + s * (4.34565887e+02f + s * (6.45387268e+02f + s * (4.29008148e+02f + s * (1.08635002e+02f + s * (6.57024976e+00f + s * -6.04244152e-02f)))))));
+  } else {
+    R = -9.86494310e-03f + s * (-7.99283242e-01f + s * (-1.77579546e+01f + s * (-1.60636383e+02f + s * (-6.37566467e+02f + s * (-1.02509510e+03f + s * -4.83519192e+02f)))));
+    S = 1.0f + s * (3.03380604e+01f + s * (3.25792511e+02f + s * (1.53672961e+03f + s * (3.19985815e+03f + s * (2.55305029e+03f + s * (4.74528542e+02f + s * -2.24409524e+01f))))));
+  }
+  /* erfc(a) = exp(-a^2 - 0.5625 + R/S) / a, with a^2 split as glibc does (z = a rounded to 12 bits) */
+  float z = i2f(f2i(a) & (int)0xfffff000);
+  float r = fexp(-z * z - 0.5625f) * fexp((z - a) * (z + a) + R / S);
+  float e = 1.0f - r / a;
+  return x < 0 ? -e : e;
+}
+
+/* ---- bf16 (round to nearest even, NaN kept quiet: as src/kernels/lowp.c) ---- */
+DEV float bf2f(bf16 h) { return i2f((int)((unsigned)h << 16)); }
+DEV bf16 f2bf(float f) {
+  unsigned u = (unsigned)f2i(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40); /* NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (bf16)(u >> 16);
+}
+
+#ifdef __CUDA__
+/* ---- block reductions: a fixed tree (warp shuffles, then the warps' sums), deterministic ---- */
+DEV float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 31);
+  return v;
+}
+DEV float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmax_(v, __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 31));
+  return v;
+}
+/* the sum over the block (blockDim a multiple of 32, at most 1024), on every thread; sh: 32 floats */
+DEV float block_sum(float v, float *sh) {
+  v = warp_sum(v);
+  int w = tid() >> 5, l = tid() & 31, nw = ntid() >> 5;
+  __syncthreads(); /* sh free from an earlier use */
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  v = l < nw ? sh[l] : 0.0f;
+  return warp_sum(v);
+}
+DEV float block_max(float v, float *sh) {
+  v = warp_max(v);
+  int w = tid() >> 5, l = tid() & 31, nw = ntid() >> 5;
+  __syncthreads();
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  v = l < nw ? sh[l] : -3.402823466e38f;
+  return warp_max(v);
+}
+
+#endif /* __CUDA__ */
+
+#endif

@@ -1,0 +1,88 @@
+/* The CUDA driver API loaded at run time (cuda_api.h). TESSERA_LIBCUDA names another library to
+ * load instead of libcuda.so.1 (tests use a stand-in driver; a machine may keep the driver
+ * elsewhere). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/base.h"
+#include "device/cuda_api.h"
+
+static ts__cuda_fns fns;
+static int loaded_rc = 1; /* 1: not tried; TS_OK; or the failure, kept with its message */
+static char loaded_msg[512];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+const char *ts__cuda_error(CUresult r, char *buf, size_t cap) {
+  const char *name = NULL, *text = NULL;
+  if (fns.GetErrorName) fns.GetErrorName(r, &name);
+  if (fns.GetErrorString) fns.GetErrorString(r, &text);
+  if (name && text) snprintf(buf, cap, "%s: %s", name, text);
+  else snprintf(buf, cap, "CUDA error %d", r);
+  return buf;
+}
+
+static void load(void) {
+  const char *lib = getenv("TESSERA_LIBCUDA");
+  if (!lib || !*lib) lib = "libcuda.so.1";
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    snprintf(loaded_msg, sizeof loaded_msg, "no NVIDIA driver on this machine (%s)", e ? e : lib);
+    loaded_rc = TS_EUNSUPPORTED;
+    return;
+  }
+  static const struct {
+    const char *name;
+    size_t off;
+  } want[] = {
+#define F(field, sym) {sym, offsetof(ts__cuda_fns, field)}
+      F(Init, "cuInit"), F(DriverGetVersion, "cuDriverGetVersion"), F(DeviceGetCount, "cuDeviceGetCount"),
+      F(DeviceGet, "cuDeviceGet"), F(DeviceGetName, "cuDeviceGetName"),
+      F(DeviceGetAttribute, "cuDeviceGetAttribute"), F(DeviceTotalMem, "cuDeviceTotalMem_v2"),
+      F(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+      F(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"), F(CtxSetCurrent, "cuCtxSetCurrent"),
+      F(CtxSynchronize, "cuCtxSynchronize"), F(MemGetInfo, "cuMemGetInfo_v2"), F(MemAlloc, "cuMemAlloc_v2"),
+      F(MemFree, "cuMemFree_v2"), F(MemAllocHost, "cuMemAllocHost_v2"), F(MemFreeHost, "cuMemFreeHost"),
+      F(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"), F(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+      F(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"), F(MemsetD8Async, "cuMemsetD8Async"),
+      F(StreamCreate, "cuStreamCreate"), F(StreamSynchronize, "cuStreamSynchronize"),
+      F(StreamDestroy, "cuStreamDestroy_v2"), F(StreamWaitEvent, "cuStreamWaitEvent"),
+      F(EventCreate, "cuEventCreate"), F(EventRecord, "cuEventRecord"), F(EventSynchronize, "cuEventSynchronize"),
+      F(EventElapsedTime, "cuEventElapsedTime"), F(EventDestroy, "cuEventDestroy_v2"),
+      F(ModuleLoadDataEx, "cuModuleLoadDataEx"), F(ModuleGetFunction, "cuModuleGetFunction"),
+      F(ModuleUnload, "cuModuleUnload"), F(LaunchKernel, "cuLaunchKernel"), F(GetErrorName, "cuGetErrorName"),
+      F(GetErrorString, "cuGetErrorString"),
+#undef F
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    void *sym = dlsym(h, want[i].name);
+    if (!sym) {
+      snprintf(loaded_msg, sizeof loaded_msg, "the NVIDIA driver %s lacks %s (too old a driver?)", lib, want[i].name);
+      loaded_rc = TS_EUNSUPPORTED;
+      memset(&fns, 0, sizeof fns);
+      return; /* the handle stays open: harmless, and dlclose of a driver is not */
+    }
+    memcpy((char *)&fns + want[i].off, &sym, sizeof sym);
+  }
+  CUresult r = fns.Init(0);
+  if (r) {
+    char e[200];
+    snprintf(loaded_msg, sizeof loaded_msg, "the NVIDIA driver does not start (cuInit: %s)%s", ts__cuda_error(r, e, sizeof e),
+             r == 100 ? ": no GPU on this machine" : "");
+    loaded_rc = TS_EUNSUPPORTED;
+    return;
+  }
+  loaded_rc = TS_OK;
+}
+
+const ts__cuda_fns *ts__cuda_api(void) {
+  pthread_once(&once, load);
+  if (loaded_rc) {
+    ts_error_set(loaded_rc, "%s", loaded_msg);
+    return NULL;
+  }
+  return &fns;
+}

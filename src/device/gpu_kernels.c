@@ -1,0 +1,169 @@
+/* The GPU's kernel table (gpu_kernels.h): launch shapes from the sizes, then ts__cuda_launch. */
+#include "device/gpu_kernels.h"
+
+#define BLOCK 256
+#define MAX_GRID 4096 /* grid-stride beyond: the shape, and so a reduction's order, depends on n only */
+
+static unsigned grid_for(int64_t n) {
+  int64_t g = (n + BLOCK - 1) / BLOCK;
+  return (unsigned)(g < 1 ? 1 : g > MAX_GRID ? MAX_GRID : g);
+}
+
+static int launch_n(ts__dev *d, const char *k, unsigned gx, unsigned gy, unsigned bx, ts__dev_stream *s, void **args,
+                    int nargs) {
+  const unsigned grid[3] = {gx, gy, 1}, block[3] = {bx, 1, 1};
+  return ts__cuda_launch(d, k, grid, block, 0, s, args, nargs);
+}
+/* args: an array of this scope (its count taken here) */
+#define launch(d, k, gx, gy, bx, s, args) launch_n(d, k, gx, gy, bx, s, args, (int)(sizeof(args) / sizeof(args[0])))
+
+static int dt_ok(ts_dtype dt, const char *what) {
+  return dt == TS_F32 || dt == TS_BF16 ? TS_OK
+                                       : ts_error_set(TS_EDTYPE, "GPU %s: dtype %s (f32 or bf16)", what, ts_dtype_name(dt));
+}
+
+int ts__gpu_eltwise_fwd(ts__dev *d, int alg, float alpha, ts_dtype dt, const void *x, void *y, int64_t n,
+                        ts__dev_stream *s) {
+  int rc = dt_ok(dt, "eltwise");
+  if (rc || n == 0) return rc;
+  void *a[] = {&alg, &alpha, &x, &y, &n};
+  return launch(d, dt == TS_F32 ? "ts_k_eltwise_fwd_f32" : "ts_k_eltwise_fwd_bf16", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_eltwise_bwd(ts__dev *d, int alg, float alpha, int use_dst, ts_dtype dt, const void *dy, const void *src,
+                        void *dx, int64_t n, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "eltwise backward");
+  if (rc || n == 0) return rc;
+  void *a[] = {&alg, &alpha, &use_dst, &dy, &src, &dx, &n};
+  return launch(d, dt == TS_F32 ? "ts_k_eltwise_bwd_f32" : "ts_k_eltwise_bwd_bf16", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_cast(ts__dev *d, ts_dtype from, ts_dtype to, const void *x, void *y, int64_t n, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&x, &y, &n};
+  if (from == TS_F32 && to == TS_BF16) return launch(d, "ts_k_cast_f32_bf16", grid_for(n), 1, BLOCK, s, a);
+  if (from == TS_BF16 && to == TS_F32) return launch(d, "ts_k_cast_bf16_f32", grid_for(n), 1, BLOCK, s, a);
+  if (from == to) return ts__dev_copy(d, y, x, (size_t)n * ts_dtype_size(from), TS__D2D, s);
+  return ts_error_set(TS_EDTYPE, "GPU cast: %s -> %s (f32 <-> bf16)", ts_dtype_name(from), ts_dtype_name(to));
+}
+
+int ts__gpu_fill(ts__dev *d, float *y, float v, int64_t n, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&y, &v, &n};
+  return launch(d, "ts_k_fill_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_axpby(ts__dev *d, float a_, const float *x, float b, float *y, int64_t n, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&a_, &x, &b, &y, &n};
+  return launch(d, "ts_k_axpby_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int64_t ts__gpu_sum_scratch(int64_t n) { return grid_for(n); }
+
+/* the partials of x (n) into scratch (grid_for(n) of them) */
+static int partials(ts__dev *d, int sq, const float *x, int64_t n, float *scratch, ts__dev_stream *s) {
+  void *a[] = {&x, &n, &scratch};
+  return launch(d, sq ? "ts_k_sumsq_part_f32" : "ts_k_sum_part_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_sum(ts__dev *d, int sq, const float *x, int64_t n, float *scratch, float *out, ts__dev_stream *s) {
+  int rc = partials(d, sq, x, n, scratch, s);
+  if (rc) return rc;
+  /* one block sums the partials (a row of grid_for(n) values) */
+  int64_t one = 1, np = grid_for(n);
+  void *a[] = {&scratch, &one, &np, &out};
+  return launch(d, "ts_k_row_sum_f32", 1, 1, 1024, s, a);
+}
+
+int ts__gpu_nonfinite(ts__dev *d, const float *x, int64_t n, int *flag, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&x, &n, &flag};
+  return launch(d, "ts_k_nonfinite_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+/* one block per row (grid-stride beyond MAX_GRID rows), a block's threads over the row */
+static unsigned row_block(int64_t cols) { return cols >= 1024 ? 1024 : cols >= 512 ? 512 : cols >= 256 ? 256 : 128; }
+static unsigned row_grid(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows); }
+
+int ts__gpu_softmax_ce_fwd(ts__dev *d, ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N,
+                           int64_t C, float smoothing, int64_t ignore_index, float *loss, float *lse, float *count,
+                           float *rowloss, int64_t *bad, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "softmax_ce");
+  if (!rc) rc = ts__dev_memset0(d, bad, sizeof(int64_t), s);
+  if (rc) return rc;
+  if (N > 0) {
+    void *a[] = {&logits, &labels, &labels_i64, &N, &C, &smoothing, &ignore_index, &rowloss, &lse, &bad};
+    rc = launch(d, dt == TS_F32 ? "ts_k_softmax_ce_rows_f32" : "ts_k_softmax_ce_rows_bf16", row_grid(N), 1,
+                row_block(C), s, a);
+  }
+  if (rc) return rc;
+  void *b[] = {&rowloss, &labels, &labels_i64, &N, &ignore_index, &loss, &count};
+  return launch(d, "ts_k_softmax_ce_mean", 1, 1, 1024, s, b);
+}
+
+int ts__gpu_softmax_ce_bwd(ts__dev *d, ts_dtype dt, const float *dloss, const void *logits, const void *labels,
+                           int labels_i64, const float *lse, int64_t N, int64_t C, float smoothing,
+                           int64_t ignore_index, const float *count, void *dlogits, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "softmax_ce backward");
+  if (rc || N == 0 || C == 0) return rc;
+  void *a[] = {&dloss, &logits, &labels, &labels_i64, &lse, &N, &C, &smoothing, &ignore_index, &count, &dlogits};
+  unsigned gx = (unsigned)((C + BLOCK - 1) / BLOCK);
+  if (gx > 64) gx = 64;
+  return launch(d, dt == TS_F32 ? "ts_k_softmax_ce_bwd_f32" : "ts_k_softmax_ce_bwd_bf16", gx, row_grid(N), BLOCK, s,
+                a);
+}
+
+int ts__gpu_layernorm_fwd(ts__dev *d, ts_dtype dt, const void *x, const float *gamma, const float *beta, void *y,
+                          float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "layernorm");
+  if (rc || R == 0) return rc;
+  void *a[] = {&x, &gamma, &beta, &y, &mean, &var, &R, &D, &eps};
+  return launch(d, dt == TS_F32 ? "ts_k_layernorm_fwd_f32" : "ts_k_layernorm_fwd_bf16", row_grid(R), 1, row_block(D),
+                s, a);
+}
+
+int ts__gpu_layernorm_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const float *gamma,
+                          const float *mean, const float *var, void *dx, float *dgamma, float *dbeta, int64_t R,
+                          int64_t D, float eps, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "layernorm backward");
+  if (rc || R == 0) return rc;
+  int f32 = dt == TS_F32;
+  void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &R, &D, &eps};
+  rc = launch(d, f32 ? "ts_k_layernorm_bwd_dx_f32" : "ts_k_layernorm_bwd_dx_bf16", row_grid(R), 1, row_block(D), s, a);
+  if (rc || (!dgamma && !dbeta)) return rc;
+  void *b[] = {&dy, &x, &mean, &var, &dgamma, &dbeta, &R, &D, &eps};
+  return launch(d, f32 ? "ts_k_layernorm_bwd_params_f32" : "ts_k_layernorm_bwd_params_bf16", grid_for(D), 1, BLOCK, s,
+                b);
+}
+
+int ts__gpu_sgd(ts__dev *d, float *p, const float *g, int64_t n, float lr, float wd, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&p, &g, &n, &lr, &wd};
+  return launch(d, "ts_k_sgd_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_momentum(ts__dev *d, float *p, const float *g, float *buf, int64_t n, float lr, float wd, float mu,
+                     float one_m_damp, int first, int nesterov, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&p, &g, &buf, &n, &lr, &wd, &mu, &one_m_damp, &first, &nesterov};
+  return launch(d, "ts_k_momentum_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_adam(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float l2, float decay_mul,
+                 float b1, float one_m_b1, float b2, float one_m_b2, float bc2_sqrt, float eps, float neg_step,
+                 ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&p, &g, &m, &v, &n, &l2, &decay_mul, &b1, &one_m_b1, &b2, &one_m_b2, &bc2_sqrt, &eps, &neg_step};
+  return launch(d, "ts_k_adam_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch, float *fs, ts__dev_stream *s) {
+  int rc = partials(d, 1, g, n, scratch, s);
+  if (rc) return rc;
+  int np = (int)grid_for(n);
+  void *a[] = {&scratch, &np, &max_norm, &fs};
+  if ((rc = launch(d, "ts_k_clip_factor_f32", 1, 1, 1024, s, a))) return rc;
+  void *b[] = {&g, &n, &fs};
+  return launch(d, "ts_k_scale_by_f32", grid_for(n), 1, BLOCK, s, b);
+}

@@ -1,0 +1,36 @@
+/* device_target / device_id (MindSpore's context keys) at trainer creation: the GPU asked for is
+ * looked up before anything is built, and a machine without a usable one refuses the job in one
+ * line naming what is missing (docs/gpu.md). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tessera/device.h"
+#include "train_impl.h"
+
+/* The GPU of this process: device_id, or (-1) the local rank's under mpirun, else 0. */
+static int gpu_of(const ts_config *c, int count) {
+  if (c->device_id >= 0) return c->device_id;
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!lr) lr = getenv("MPI_LOCALRANKID"); /* MPICH */
+  if (!lr) lr = getenv("SLURM_LOCALID");
+  int r = lr ? atoi(lr) : 0;
+  return count > 0 && r >= 0 ? r % count : 0;
+}
+
+int ts__train_device_check(const ts_config *c) {
+  if (c->device_target == TS_CFG_DEVICE_CPU) return TS_OK;
+  const char *src = c->source[0] ? c->source : "config";
+  int n = 0, rc = ts_device_count(TS_DEVICE_GPU, &n);
+  ts_device_info gi;
+  if (!rc) rc = ts_device_query(TS_DEVICE_GPU, gpu_of(c, n), &gi);
+  if (rc) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ts_last_error()); /* the message is rewritten below */
+    return ts_error_set(TS_ECONFIG, "%s: device_target GPU: %s (device_target: CPU runs here)", src, why);
+  }
+  char s[256];
+  ts_device_describe(&gi, s, sizeof s);
+  return ts_error_set(TS_EUNSUPPORTED, "%s: device_target GPU: %s is usable, but this build does not run training "
+                      "graphs on a GPU yet (the device layer and kernels are built, the executor's GPU path is not; "
+                      "docs/gpu.md)", src, s);
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# device_target / device_id from the command line: GPU on a machine without a usable one is one
+# line naming what is missing, exit 2, before anything is built (no metrics file written); with
+# the stand-in driver (TS_FAKECUDA, tests/device/fake_cuda.c): a device_id beyond the GPUs, a
+# compute capability below 8.0 and a driver that does not start each name themselves; a usable
+# GPU is refused saying the executor's GPU path is not built yet (exit 1); CPU trains.
+# Usage: device_cli_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
+set -u
+bin=$1
+fail=0
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+idx_split "$tmp/d" train 64 28 28
+idx_split "$tmp/d" t10k 32 28 28
+mlp_cfg "$tmp/c.yaml" "$tmp/d" 2 16
+sed -i "s|^log: {progress: lines}|log: {progress: off, metrics: '$tmp/m.jsonl'}|" "$tmp/c.yaml"
+one_line() { [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^tessera: "; }
+
+if [ -e /dev/nvidiactl ] || ldconfig -p 2>/dev/null | grep -q "libcuda.so.1"; then
+  echo "SKIP part: this machine has an NVIDIA driver (the no-driver refusal is checked where there is none)"
+else
+  run train "$tmp/c.yaml" --set device_target=GPU
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "c.yaml: device_target GPU: no NVIDIA driver on this machine (libcuda.so.1" &&
+     [ ! -e "$tmp/m.jsonl" ]; then ok "GPU without a driver: exit 2, one line, nothing written"
+  else bad "GPU without a driver: rc $rc: $out"; fi
+fi
+run train "$tmp/c.yaml" --set device_target=Ascend
+if [ $rc = 2 ] && echo "$out" | grep -q "device_target: unknown value 'Ascend' (expected one of: CPU, GPU)"; then ok "device_target Ascend: exit 2"
+else bad "device_target Ascend: rc $rc: $out"; fi
+if [ -n "${TS_FAKECUDA:-}" ]; then
+  export TESSERA_LIBCUDA=$TS_FAKECUDA
+  run train "$tmp/c.yaml" --set device_target=GPU --set device_id=3
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: GPU 3 of 1"; then ok "device_id 3 of 1 GPU: exit 2"
+  else bad "device_id 3: rc $rc: $out"; fi
+  out=$(FAKE_CUDA_CC=7.5 "$bin" train "$tmp/c.yaml" --set device_target=GPU 2>&1); rc=$?
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "compute capability 7.5, below 8.0"; then ok "compute capability 7.5: exit 2"
+  else bad "compute capability 7.5: rc $rc: $out"; fi
+  out=$(FAKE_CUDA_INIT=100 "$bin" train "$tmp/c.yaml" --set device_target=GPU 2>&1); rc=$?
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "the NVIDIA driver does not start (cuInit: CUDA_ERROR_NO_DEVICE"; then
+    ok "cuInit without a device: exit 2"
+  else bad "cuInit NO_DEVICE: rc $rc: $out"; fi
+  run train "$tmp/c.yaml" --set device_target=GPU
+  if [ $rc != 0 ] && one_line && echo "$out" | grep -q "GPU 0: Fake GPU 0, compute capability 9.0.* is usable, but this build does not run training graphs on a GPU yet"; then
+    ok "a usable GPU: refused, saying what is missing (rc $rc)"
+  else bad "usable GPU: rc $rc: $out"; fi
+  unset TESSERA_LIBCUDA
+else echo "SKIP part: TS_FAKECUDA not set (the stand-in driver)"; fi
+run train "$tmp/c.yaml" --set device_target=CPU
+if [ $rc = 0 ] && [ -s "$tmp/m.jsonl" ]; then ok "device_target CPU trains"; else bad "CPU: rc $rc: $out"; fi
+exit $fail

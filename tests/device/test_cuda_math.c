@@ -1,0 +1,53 @@
+/* The GPU kernels' math (src/device/cuda/ts_cuda.h), compiled here as host C with libm's exp2
+ * and log2 standing in for PTX's approximations: erf against glibc's erff (relative 2e-7 over
+ * [-7, 7] and down to 1e-30), tanh against tanhf (relative 5e-7, the small-argument series
+ * included), sigmoid against its definition in double (1e-6: f32's exp), and the bf16 rounding against the CPU kernels'
+ * (src/kernels/lowp.c: round to nearest even, NaN kept a NaN) on every f32 pattern of a stride. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device/cuda/ts_cuda.h"
+#include "kernels/lowp.h"
+#include "test_util.h"
+
+static double rel(double got, double want) { return want == 0 ? fabs(got) : fabs(got - want) / fabs(want); }
+
+int main(void) {
+  double we = 0, wt = 0, ws = 0;
+  float xe = 0, xt = 0;
+  for (float x = -7.0f; x <= 7.0f; x += 0.000371f) {
+    double e = rel(ferf(x), erff(x)), t = rel(ftanh(x), tanhf(x)), s = rel(fsigmoid(x), 1.0 / (1.0 + exp(-(double)x)));
+    if (e > we) we = e, xe = x;
+    if (t > wt) wt = t, xt = x;
+    if (s > ws) ws = s;
+  }
+  for (float x = 1e-30f; x < 1.0f; x *= 1.37f) {
+    double e = rel(ferf(x), erff(x)), t = rel(ftanh(-x), tanhf(-x));
+    if (e > we) we = e, xe = x;
+    if (t > wt) wt = t, xt = -x;
+  }
+  printf("erf: worst relative error %.3g at %g; tanh %.3g at %g; sigmoid %.3g\n", we, xe, wt, xt, ws);
+  CHECK_MSG(we <= 2e-7, "erf: %.3g at %g", we, xe);
+  CHECK_MSG(wt <= 5e-7, "tanh: %.3g at %g", wt, xt);
+  CHECK_MSG(ws <= 1e-6, "sigmoid: %.3g", ws); /* f32 exp near -7: as the CPU's sigmoidf */
+  CHECK(ferf(INFINITY) == 1.0f && ferf(-INFINITY) == -1.0f && ftanh(50.0f) == 1.0f && ftanh(-50.0f) == -1.0f);
+  /* bf16: every 997th f32 pattern (both signs, denormals, infinities, NaNs) */
+  int64_t bad = 0, n = 0;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 997, n++) {
+    uint32_t b = (uint32_t)u;
+    float f;
+    memcpy(&f, &b, 4);
+    uint16_t mine = f2bf(f), cpu;
+    ts__lp_from_f32(&f, &cpu, TS_BF16, 1);
+    int same = mine == cpu || (isnan(f) && (mine & 0x7fff) > 0x7f80 && (cpu & 0x7fff) > 0x7f80);
+    if (!same && bad++ < 3) fprintf(stderr, "bf16 of %08x: GPU %04x, CPU %04x\n", b, mine, cpu);
+    float back = bf2f(cpu), want;
+    uint32_t wb = (uint32_t)cpu << 16;
+    memcpy(&want, &wb, 4);
+    if (memcmp(&back, &want, 4) && bad++ < 3) fprintf(stderr, "f32 of bf16 %04x differs\n", cpu);
+  }
+  CHECK_MSG(bad == 0, "bf16 rounding: %lld of %lld patterns differ from the CPU's", (long long)bad, (long long)n);
+  return ts_test_finish("test_cuda_math");
+}

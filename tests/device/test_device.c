@@ -1,0 +1,417 @@
+/* The device layer (src/device/):
+ *   - the CPU device: memory, copies in every direction, zeroing, streams, events (timed);
+ *   - `real` (the default): on a machine with a usable NVIDIA GPU, every GPU kernel of the table
+ *     (gpu_kernels.h) against the CPU kernels on the same inputs, f32 and bf16, with the stated
+ *     tolerances (docs/gpu.md), each run twice and compared bitwise (determinism); elsewhere the
+ *     GPU is refused with its one-line reason and the GPU part is SKIPPED with it;
+ *   - `fake` (TESSERA_LIBCUDA = the stand-in driver, tests/device/fake_cuda.c): the GPU device's
+ *     host side on any machine: the query and describe, compute capability and device_id refusals,
+ *     memory and copies through the driver's entry points, streams and events, the embedded PTX
+ *     loaded, every launcher's kernel found in it with the parameter count its .entry declares
+ *     (a launcher passing one too many or too few is refused, not launched);
+ *   - `fake-noinit`: cuInit failing (no device) is refused with the driver's words. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dlfcn.h>
+
+#include "device/dev.h"
+#include "device/gpu_kernels.h"
+#include "kernels/eltwise.h"
+#include "kernels/lowp.h"
+#include "kernels/norm.h"
+#include "kernels/softmax.h"
+#include "tessera/device.h"
+#include "tessera/optim.h"
+#include "test_util.h"
+
+static void test_cpu_device(void) {
+  ts_device_info ci;
+  CHECK_OK(ts_device_query(TS_DEVICE_CPU, 0, &ci));
+  CHECK(ci.kind == TS_DEVICE_CPU && !strcmp(ci.name, "CPU"));
+  int n = 0;
+  CHECK_OK(ts_device_count(TS_DEVICE_CPU, &n));
+  CHECK(n == 1);
+  EXPECT_ERR(ts_device_query(TS_DEVICE_CPU, 1, &ci), TS_EUNSUPPORTED, "device_id 1", "the CPU is device 0");
+  ts__dev *d;
+  CHECK_OK(ts__dev_open(TS_DEVICE_CPU, 0, &d));
+  float host[100], back[100];
+  for (int i = 0; i < 100; i++) host[i] = (float)i * 0.5f;
+  void *a, *b, *pin;
+  CHECK_OK(ts__dev_alloc(d, sizeof host, &a));
+  CHECK_OK(ts__dev_alloc(d, sizeof host, &b));
+  CHECK_OK(ts__dev_host_alloc(d, sizeof host, &pin));
+  EXPECT_ERR(ts__dev_alloc(d, 0, &pin), TS_EINVAL, "0 bytes");
+  ts__dev_stream *s;
+  ts__dev_event *e0, *e1;
+  CHECK_OK(ts__dev_stream_create(d, &s));
+  CHECK_OK(ts__dev_event_create(d, &e0));
+  CHECK_OK(ts__dev_event_create(d, &e1));
+  CHECK_OK(ts__dev_event_record(d, e0, NULL));
+  CHECK_OK(ts__dev_copy(d, a, host, sizeof host, TS__H2D, s));
+  CHECK_OK(ts__dev_event_record(d, e1, s));
+  CHECK_OK(ts__dev_stream_wait(d, NULL, e1));
+  CHECK_OK(ts__dev_copy(d, b, a, sizeof host, TS__D2D, NULL));
+  CHECK_OK(ts__dev_memset0(d, a, sizeof host, NULL));
+  CHECK_OK(ts__dev_copy(d, back, b, sizeof host, TS__D2H, NULL));
+  CHECK_OK(ts__dev_sync(d));
+  CHECK_OK(ts__dev_stream_sync(d, s));
+  CHECK(!memcmp(back, host, sizeof host));
+  CHECK_OK(ts__dev_copy(d, back, a, sizeof host, TS__D2H, NULL));
+  CHECK(back[0] == 0 && back[99] == 0);
+  double ms = -1;
+  CHECK_OK(ts__dev_event_elapsed(d, e0, e1, &ms));
+  CHECK(ms >= 0 && ms < 1000);
+  const unsigned g[3] = {1, 1, 1};
+  EXPECT_ERR(ts__cuda_launch(d, "ts_k_fill_f32", g, g, 0, NULL, NULL, 0), TS_EUNSUPPORTED, "ts_k_fill_f32", "not a GPU");
+  ts__dev_event_destroy(d, e0);
+  ts__dev_event_destroy(d, e1);
+  ts__dev_stream_destroy(d, s);
+  ts__dev_host_free(d, pin);
+  ts__dev_free(d, a);
+  ts__dev_free(d, b);
+  ts__dev_close(d);
+}
+
+/* ---- the GPU against the CPU ---- */
+
+typedef struct {
+  ts__dev *d;
+  int fake; /* the stand-in driver: kernels are not run, only launched */
+} gpu;
+
+static void *up(gpu *G, const void *h, size_t bytes) {
+  void *p = NULL;
+  CHECK_OK(ts__dev_alloc(G->d, bytes, &p));
+  if (p && h) CHECK_OK(ts__dev_copy(G->d, p, h, bytes, TS__H2D, NULL));
+  else if (p) CHECK_OK(ts__dev_memset0(G->d, p, bytes, NULL));
+  return p;
+}
+static void down(gpu *G, void *h, const void *p, size_t bytes) {
+  CHECK_OK(ts__dev_copy(G->d, h, p, bytes, TS__D2H, NULL));
+  CHECK_OK(ts__dev_sync(G->d));
+}
+
+/* GPU result vs CPU reference: f32 within (atol, rtol); skipped under the stand-in */
+static void same(gpu *G, const char *what, const float *got, const float *want, size_t n, double atol, double rtol) {
+  if (G->fake) return;
+  CHECK_CLOSE(got, want, n, atol, rtol, what);
+}
+
+#define N_ELT 4099 /* not a multiple of the block */
+
+static void check_eltwise(gpu *G) {
+  static float x[N_ELT], dy[N_ELT], y[N_ELT], dx[N_ELT], gy[N_ELT], gdx[N_ELT];
+  ts_test_fill(x, N_ELT, 1, -4.0f, 4.0f);
+  ts_test_fill(dy, N_ELT, 2, -1.0f, 1.0f);
+  for (int alg = 0; alg < TS_ELT_COUNT; alg++) {
+    float xin[N_ELT];
+    for (int i = 0; i < N_ELT; i++) /* log and sqrt on positive inputs */
+      xin[i] = alg == TS_ELT_LOG || alg == TS_ELT_SQRT ? fabsf(x[i]) + 0.01f : x[i];
+    float alpha = alg == TS_ELT_RELU ? 0.1f : 0.0f;
+    CHECK_OK(ts__eltwise_fwd_ref(alg, alpha, 0, xin, y, N_ELT));
+    int use_dst = ts__eltwise_bwd_uses_dst(alg);
+    CHECK_OK(ts__eltwise_bwd_ref(alg, alpha, 0, use_dst, dy, use_dst ? y : xin, dx, N_ELT));
+    void *px = up(G, xin, sizeof xin), *py = up(G, NULL, sizeof y), *pdy = up(G, dy, sizeof dy), *pdx = up(G, NULL, sizeof dx);
+    CHECK_OK(ts__gpu_eltwise_fwd(G->d, alg, alpha, TS_F32, px, py, N_ELT, NULL));
+    CHECK_OK(ts__gpu_eltwise_bwd(G->d, alg, alpha, use_dst, TS_F32, pdy, use_dst ? py : px, pdx, N_ELT, NULL));
+    down(G, gy, py, sizeof gy);
+    down(G, gdx, pdx, sizeof gdx);
+    char what[64];
+    snprintf(what, sizeof what, "eltwise %d forward (f32)", alg);
+    same(G, what, gy, y, N_ELT, 1e-6, 2e-6);
+    snprintf(what, sizeof what, "eltwise %d backward (f32)", alg);
+    same(G, what, gdx, dx, N_ELT, 1e-6, 4e-6);
+    /* bf16: the CPU's 16-bit kernel on the same bf16 inputs; one bf16 ulp */
+    uint16_t hx[N_ELT], hy[N_ELT], hyg[N_ELT];
+    ts__lp_from_f32(xin, hx, TS_BF16, N_ELT);
+    CHECK_OK(ts__eltwise_fwd_lp(alg, alpha, 0, TS_BF16, 0, hx, hy, N_ELT));
+    CHECK_OK(ts__dev_copy(G->d, px, hx, sizeof hx, TS__H2D, NULL));
+    CHECK_OK(ts__gpu_eltwise_fwd(G->d, alg, alpha, TS_BF16, px, py, N_ELT, NULL));
+    down(G, hyg, py, sizeof hyg);
+    float fy[N_ELT], fyg[N_ELT];
+    ts__lp_to_f32(hy, TS_BF16, fy, N_ELT);
+    ts__lp_to_f32(hyg, TS_BF16, fyg, N_ELT);
+    snprintf(what, sizeof what, "eltwise %d forward (bf16)", alg);
+    same(G, what, fyg, fy, N_ELT, 1e-5, 1.0 / 128);
+    ts__dev_free(G->d, px), ts__dev_free(G->d, py), ts__dev_free(G->d, pdy), ts__dev_free(G->d, pdx);
+  }
+  /* casts: bitwise the CPU's rounding */
+  uint16_t h[N_ELT], hg[N_ELT];
+  ts__lp_from_f32(x, h, TS_BF16, N_ELT);
+  void *px = up(G, x, sizeof x), *ph = up(G, NULL, sizeof h), *pf = up(G, NULL, sizeof x);
+  CHECK_OK(ts__gpu_cast(G->d, TS_F32, TS_BF16, px, ph, N_ELT, NULL));
+  CHECK_OK(ts__gpu_cast(G->d, TS_BF16, TS_F32, ph, pf, N_ELT, NULL));
+  down(G, hg, ph, sizeof hg);
+  down(G, gy, pf, sizeof gy);
+  if (!G->fake) {
+    CHECK_MSG(!memcmp(hg, h, sizeof h), "cast f32 -> bf16 differs from the CPU's rounding");
+    float w[N_ELT];
+    ts__lp_to_f32(h, TS_BF16, w, N_ELT);
+    CHECK_MSG(!memcmp(gy, w, sizeof w), "cast bf16 -> f32 differs");
+  }
+  EXPECT_ERR(ts__gpu_cast(G->d, TS_F32, TS_I32, px, ph, N_ELT, NULL), TS_EDTYPE, "f32 -> i32");
+  EXPECT_ERR(ts__gpu_eltwise_fwd(G->d, 0, 0, TS_I32, px, ph, 4, NULL), TS_EDTYPE, "eltwise", "i32");
+  ts__dev_free(G->d, px), ts__dev_free(G->d, ph), ts__dev_free(G->d, pf);
+}
+
+static void check_sum_and_clip(gpu *G) {
+  enum { N = 300001 };
+  float *x = malloc(sizeof(float) * N);
+  ts_test_fill(x, N, 3, -1.0f, 1.0f);
+  double s = 0, q = 0;
+  for (int i = 0; i < N; i++) s += x[i], q += (double)x[i] * x[i];
+  int64_t ns = ts__gpu_sum_scratch(N);
+  void *px = up(G, x, sizeof(float) * N), *sc = up(G, NULL, sizeof(float) * (size_t)ns), *out = up(G, NULL, 8);
+  float r[2] = {0, 0}, r2[2] = {1, 1};
+  CHECK_OK(ts__gpu_sum(G->d, 0, px, N, sc, out, NULL));
+  down(G, r, out, 4);
+  CHECK_OK(ts__gpu_sum(G->d, 1, px, N, sc, (float *)out + 1, NULL));
+  down(G, r + 1, (float *)out + 1, 4);
+  CHECK_OK(ts__gpu_sum(G->d, 0, px, N, sc, out, NULL)); /* again: the same bits */
+  down(G, r2, out, 4);
+  if (!G->fake) {
+    CHECK_MSG(fabs(r[0] - s) <= 1e-3 + 1e-5 * fabs(s), "sum %.7g, double %.7g", r[0], s);
+    CHECK_MSG(fabs(r[1] - q) <= 1e-5 * q, "sum of squares %.7g, double %.7g", r[1], q);
+    CHECK_MSG(r2[0] == r[0], "sum not repeatable: %.9g vs %.9g", r2[0], r[0]);
+  }
+  /* clipping to max_norm 10 (the norm is ~316): g *= 10 / (norm + 1e-6) on the device */
+  float fs[2];
+  void *pfs = up(G, NULL, 8);
+  CHECK_OK(ts__gpu_clip(G->d, px, N, 10.0f, sc, pfs, NULL));
+  down(G, fs, pfs, 8);
+  float *g = malloc(sizeof(float) * N);
+  down(G, g, px, sizeof(float) * N);
+  if (!G->fake) {
+    double norm = sqrt(q), f = 10.0 / (norm + 1e-6);
+    CHECK_MSG(fabs(fs[1] - norm) <= 1e-5 * norm && fabs(fs[0] - f) <= 1e-5 * f, "clip: norm %.7g factor %.7g, want %.7g %.7g",
+              fs[1], fs[0], norm, f);
+    for (int i = 0; i < N; i++) x[i] *= fs[0];
+    same(G, "clip: scaled gradient", g, x, N, 0, 1e-7);
+  }
+  free(g);
+  free(x);
+  ts__dev_free(G->d, px), ts__dev_free(G->d, sc), ts__dev_free(G->d, out), ts__dev_free(G->d, pfs);
+}
+
+static void check_softmax_ce(gpu *G) {
+  enum { R = 37, C = 1000 };
+  static float x[R * C], dx[R * C], gdx[R * C], lse[R], glse[R];
+  int lab[R];
+  ts_test_fill(x, R * C, 4, -6.0f, 6.0f);
+  for (int i = 0; i < R; i++) lab[i] = (i * 7919) % C;
+  lab[5] = -100; /* ignored */
+  for (int sm = 0; sm < 2; sm++) {
+    float s = sm ? 0.1f : 0.0f, loss = 0, gl[2] = {0, 0};
+    CHECK_OK(ts__softmax_ce_fwd_ref(x, lab, 0, R, C, s, -100, &loss, lse));
+    CHECK_OK(ts__softmax_ce_bwd_ref(2.0f, x, lab, 0, lse, R, C, s, -100, dx));
+    void *px = up(G, x, sizeof x), *pl = up(G, lab, sizeof lab), *plse = up(G, NULL, sizeof lse), *sc = up(G, NULL, 16),
+         *rows = up(G, NULL, sizeof(float) * (R + 1)), *bad = up(G, NULL, 8), *pdx = up(G, NULL, sizeof dx);
+    float two = 2.0f;
+    void *pd = up(G, &two, 4);
+    CHECK_OK(ts__gpu_softmax_ce_fwd(G->d, TS_F32, px, pl, 0, R, C, s, -100, sc, plse, (float *)sc + 1, rows, bad, NULL));
+    CHECK_OK(ts__gpu_softmax_ce_bwd(G->d, TS_F32, pd, px, pl, 0, plse, R, C, s, -100, (float *)sc + 1, pdx, NULL));
+    down(G, gl, sc, 8);
+    down(G, glse, plse, sizeof glse);
+    down(G, gdx, pdx, sizeof gdx);
+    int64_t b = -1;
+    down(G, &b, bad, 8);
+    if (!G->fake) {
+      CHECK_MSG(fabsf(gl[0] - loss) <= 2e-6f * fabsf(loss) && gl[1] == R - 1 && b == 0, "ce: loss %.8g vs %.8g, count %g",
+                gl[0], loss, gl[1]);
+      same(G, "ce: lse", glse, lse, R, 1e-6, 1e-6);
+      same(G, "ce: dlogits", gdx, dx, (size_t)R * C, 1e-9, 1e-5);
+    }
+    ts__dev_free(G->d, px), ts__dev_free(G->d, pl), ts__dev_free(G->d, plse), ts__dev_free(G->d, sc);
+    ts__dev_free(G->d, rows), ts__dev_free(G->d, bad), ts__dev_free(G->d, pdx), ts__dev_free(G->d, pd);
+  }
+}
+
+static void check_layernorm(gpu *G) {
+  enum { R = 19, D = 768 };
+  static float x[R * D], dy[R * D], y[R * D], dx[R * D], gy[R * D], gdx[R * D];
+  float gam[D], bet[D], mean[R], var[R], gmean[R], gvar[R], dg[D], db[D], gdg[D], gdb[D];
+  ts_test_fill(x, R * D, 5, -2.0f, 3.0f);
+  ts_test_fill(dy, R * D, 6, -1.0f, 1.0f);
+  ts_test_fill(gam, D, 7, 0.5f, 1.5f);
+  ts_test_fill(bet, D, 8, -0.5f, 0.5f);
+  CHECK_OK(ts__layernorm_fwd_ref(x, gam, bet, y, mean, var, R, D, 1e-5f));
+  CHECK_OK(ts__layernorm_bwd_ref(dy, x, gam, mean, var, dx, dg, db, R, D, 1e-5f));
+  void *px = up(G, x, sizeof x), *pdy = up(G, dy, sizeof dy), *pg = up(G, gam, sizeof gam), *pb = up(G, bet, sizeof bet),
+       *py = up(G, NULL, sizeof y), *pm = up(G, NULL, sizeof mean), *pv = up(G, NULL, sizeof var),
+       *pdx = up(G, NULL, sizeof dx), *pdg = up(G, NULL, sizeof dg), *pdb = up(G, NULL, sizeof db);
+  CHECK_OK(ts__gpu_layernorm_fwd(G->d, TS_F32, px, pg, pb, py, pm, pv, R, D, 1e-5f, NULL));
+  CHECK_OK(ts__gpu_layernorm_bwd(G->d, TS_F32, pdy, px, pg, pm, pv, pdx, pdg, pdb, R, D, 1e-5f, NULL));
+  down(G, gy, py, sizeof gy), down(G, gmean, pm, sizeof gmean), down(G, gvar, pv, sizeof gvar);
+  down(G, gdx, pdx, sizeof gdx), down(G, gdg, pdg, sizeof gdg), down(G, gdb, pdb, sizeof gdb);
+  same(G, "layernorm: y", gy, y, R * D, 1e-5, 1e-5);
+  same(G, "layernorm: mean", gmean, mean, R, 1e-6, 1e-6);
+  same(G, "layernorm: var", gvar, var, R, 1e-6, 1e-5);
+  same(G, "layernorm: dx", gdx, dx, R * D, 1e-5, 1e-4);
+  same(G, "layernorm: dgamma", gdg, dg, D, 1e-5, 1e-4);
+  same(G, "layernorm: dbeta", gdb, db, D, 1e-6, 1e-5);
+  ts__dev_free(G->d, px), ts__dev_free(G->d, pdy), ts__dev_free(G->d, pg), ts__dev_free(G->d, pb);
+  ts__dev_free(G->d, py), ts__dev_free(G->d, pm), ts__dev_free(G->d, pv), ts__dev_free(G->d, pdx);
+  ts__dev_free(G->d, pdg), ts__dev_free(G->d, pdb);
+}
+
+/* Adam(W) and SGD/momentum steps against ts_optim_step (the CPU's fused loops) */
+static void check_optim(gpu *G) {
+  enum { N = 5003 };
+  static const ts_optim_kind kinds[] = {TS_OPTIM_SGD, TS_OPTIM_MOMENTUM, TS_OPTIM_ADAM, TS_OPTIM_ADAMW};
+  for (int k = 0; k < 4; k++) {
+    static float p[N], g[N], gp[N];
+    ts_test_fill(p, N, 9, -1.0f, 1.0f);
+    ts_test_fill(g, N, 10, -0.1f, 0.1f);
+    ts_optim_config c = ts_optim_config_default(kinds[k]);
+    if (kinds[k] != TS_OPTIM_ADAMW) c.weight_decay = 0.01;
+    ts_optim_segment seg = {"w", 0, N, 0};
+    ts_optim *o = NULL;
+    CHECK_OK(ts_optim_create(&o, &c, &seg, 1));
+    void *pp = up(G, p, sizeof p), *pg = up(G, g, sizeof g), *m = up(G, NULL, sizeof p), *v = up(G, NULL, sizeof p);
+    float lr = 0.01f;
+    for (int step = 1; step <= 3 && o; step++) {
+      CHECK_OK(ts_optim_step(o, p, g, lr));
+      double t = step, bc1 = 1.0 - pow(c.beta1, t), bc2 = 1.0 - pow(c.beta2, t);
+      float neg_step = (float)(-((double)lr / bc1)), bc2s = (float)sqrt(bc2);
+      float b1 = (float)c.beta1, b2 = (float)c.beta2, omb1 = (float)(1.0 - c.beta1), omb2 = (float)(1.0 - c.beta2);
+      switch (kinds[k]) {
+        case TS_OPTIM_SGD: CHECK_OK(ts__gpu_sgd(G->d, pp, pg, N, lr, (float)c.weight_decay, NULL)); break;
+        case TS_OPTIM_MOMENTUM:
+          CHECK_OK(ts__gpu_momentum(G->d, pp, pg, m, N, lr, (float)c.weight_decay, (float)c.momentum,
+                                    (float)(1.0 - c.dampening), step == 1, c.nesterov, NULL));
+          break;
+        case TS_OPTIM_ADAM:
+          CHECK_OK(ts__gpu_adam(G->d, pp, pg, m, v, N, (float)c.weight_decay, 1.0f, b1, omb1, b2, omb2, bc2s,
+                                (float)c.eps, neg_step, NULL));
+          break;
+        default:
+          CHECK_OK(ts__gpu_adam(G->d, pp, pg, m, v, N, 0.0f, (float)(1.0 - (double)lr * c.weight_decay), b1, omb1, b2,
+                                omb2, bc2s, (float)c.eps, neg_step, NULL));
+      }
+    }
+    down(G, gp, pp, sizeof gp);
+    char what[64];
+    snprintf(what, sizeof what, "optimizer %d: parameters after 3 steps", (int)kinds[k]);
+    same(G, what, gp, p, N, 1e-7, 1e-6);
+    ts_optim_free(o);
+    ts__dev_free(G->d, pp), ts__dev_free(G->d, pg), ts__dev_free(G->d, m), ts__dev_free(G->d, v);
+  }
+}
+
+static void gpu_suite(gpu *G) {
+  check_eltwise(G);
+  check_sum_and_clip(G);
+  check_softmax_ce(G);
+  check_layernorm(G);
+  check_optim(G);
+}
+
+/* The stand-in driver: the host side of the GPU device on any machine. */
+static void test_fake(void) {
+  int n = 0;
+  CHECK_OK(ts_device_count(TS_DEVICE_GPU, &n));
+  CHECK(n == 1);
+  ts_device_info gi;
+  CHECK_OK(ts_device_query(TS_DEVICE_GPU, 0, &gi));
+  char s[256];
+  ts_device_describe(&gi, s, sizeof s);
+  CHECK_MSG(!strcmp(s, "GPU 0: Fake GPU 0, compute capability 9.0, 4 SMs, 1.0 GiB (driver 13.0)"), "%s", s);
+  EXPECT_ERR(ts_device_query(TS_DEVICE_GPU, 1, &gi), TS_EUNSUPPORTED, "GPU 1 of 1");
+  setenv("FAKE_CUDA_CC", "7.0", 1);
+  EXPECT_ERR(ts_device_query(TS_DEVICE_GPU, 0, &gi), TS_EUNSUPPORTED, "compute capability 7.0, below 8.0", "sm_80");
+  ts__dev *d = NULL;
+  EXPECT_ERR(ts__dev_open(TS_DEVICE_GPU, 0, &d), TS_EUNSUPPORTED, "compute capability 7.0");
+  setenv("FAKE_CUDA_COUNT", "0", 1);
+  EXPECT_ERR(ts_device_count(TS_DEVICE_GPU, &n), TS_EUNSUPPORTED, "sees no GPU");
+  unsetenv("FAKE_CUDA_CC");
+  unsetenv("FAKE_CUDA_COUNT");
+  CHECK_OK(ts__dev_open(TS_DEVICE_GPU, 0, &d));
+  if (!d) return;
+  CHECK(d->info.free_bytes == (int64_t)1 << 29);
+  /* memory through the driver: a round trip H2D, D2D, D2H; zeroing; a stream and events */
+  float h[64], back[64];
+  for (int i = 0; i < 64; i++) h[i] = (float)i;
+  void *a, *b;
+  CHECK_OK(ts__dev_alloc(d, sizeof h, &a));
+  CHECK_OK(ts__dev_alloc(d, sizeof h, &b));
+  ts__dev_stream *st;
+  ts__dev_event *e0, *e1;
+  CHECK_OK(ts__dev_stream_create(d, &st));
+  CHECK_OK(ts__dev_event_create(d, &e0));
+  CHECK_OK(ts__dev_event_create(d, &e1));
+  CHECK_OK(ts__dev_event_record(d, e0, st));
+  CHECK_OK(ts__dev_copy(d, a, h, sizeof h, TS__H2D, st));
+  CHECK_OK(ts__dev_event_record(d, e1, st));
+  CHECK_OK(ts__dev_stream_wait(d, NULL, e1));
+  CHECK_OK(ts__dev_copy(d, b, a, sizeof h, TS__D2D, NULL));
+  CHECK_OK(ts__dev_copy(d, back, b, sizeof h, TS__D2H, NULL));
+  CHECK_OK(ts__dev_sync(d));
+  CHECK(!memcmp(back, h, sizeof h));
+  double ms = -1;
+  CHECK_OK(ts__dev_event_elapsed(d, e0, e1, &ms));
+  CHECK(ms >= 0);
+  void *huge = NULL;
+  EXPECT_ERR(ts__dev_alloc(d, (size_t)1 << 31, &huge), TS_ENOMEM, "allocating 2147483648 bytes", "out of memory",
+             "MiB free of");
+  /* launches: the kernel found in the PTX, the parameter count checked */
+  int v = 7;
+  void *args[] = {&b, &v, &v, &v};
+  const unsigned g1[3] = {1, 1, 1}, b1[3] = {32, 1, 1};
+  EXPECT_ERR(ts__cuda_launch(d, "ts_k_fill_f32", g1, b1, 0, NULL, args, 2), TS_EINVAL, "ts_k_fill_f32 takes 3 parameters, given 2");
+  EXPECT_ERR(ts__cuda_launch(d, "ts_k_fill_f32", g1, b1, 0, NULL, args, 4), TS_EINVAL, "given 4");
+  EXPECT_ERR(ts__cuda_launch(d, "ts_k_no_such", g1, b1, 0, NULL, args, 1), TS_ENOTFOUND, "no kernel ts_k_no_such");
+  void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  int *launches = fk ? dlsym(fk, "fake_cuda_launches") : NULL;
+  const char *last = fk ? dlsym(fk, "fake_cuda_last_kernel") : NULL;
+  CHECK(launches && last);
+  int before = launches ? *launches : 0;
+  gpu G = {d, 1};
+  gpu_suite(&G); /* every launcher: its kernel and parameter count checked, nothing run */
+  int after = launches ? *launches : 0;
+  printf("the stand-in driver took %d launches of the GPU kernel table (last %s)\n", after - before, last ? last : "?");
+  CHECK_MSG(after - before >= 40, "%d launches", after - before);
+  ts__dev_event_destroy(d, e0);
+  ts__dev_event_destroy(d, e1);
+  ts__dev_stream_destroy(d, st);
+  ts__dev_free(d, a);
+  ts__dev_free(d, b);
+  int *live = fk ? dlsym(fk, "fake_cuda_live_allocs") : NULL;
+  CHECK_MSG(live && *live == 0, "%d device allocations not freed", live ? *live : -1);
+  ts__dev_close(d);
+  if (fk) dlclose(fk);
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "real";
+  test_cpu_device();
+  if (!strcmp(mode, "fake")) {
+    test_fake();
+  } else if (!strcmp(mode, "fake-noinit")) {
+    int n = -1;
+    EXPECT_ERR(ts_device_count(TS_DEVICE_GPU, &n), TS_EUNSUPPORTED, "the NVIDIA driver does not start",
+               "CUDA_ERROR_NO_DEVICE", "no GPU on this machine");
+    CHECK(n == 0);
+  } else {
+    int n = 0, rc = ts_device_count(TS_DEVICE_GPU, &n);
+    if (rc) {
+      CHECK_MSG(rc == TS_EUNSUPPORTED && ts_last_error()[0] && !strchr(ts_last_error(), '\n'), "%d %s", rc,
+                ts_last_error());
+      ts_test_skip("no GPU: %s", ts_last_error());
+    } else {
+      ts__dev *d = NULL;
+      rc = ts__dev_open(TS_DEVICE_GPU, 0, &d);
+      if (rc) ts_test_skip("GPU 0 refused: %s", ts_last_error());
+      else {
+        char s[256];
+        ts_device_describe(&d->info, s, sizeof s);
+        printf("%s\n", s);
+        gpu G = {d, 0};
+        gpu_suite(&G);
+        ts__dev_close(d);
+      }
+    }
+  }
+  return ts_test_finish("test_device");
+}
