@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one command to run on a GPU machine (docs/gpu.md): what the machine is, then the GPU tests
-# (the kernels' math, every GPU kernel against the CPU kernels, the device_target refusal or run),
+# (the kernels' math, every GPU kernel against the CPU kernels, a training graph's plan on the GPU
+# against the CPU's, the device_target refusal or run),
 # each with a time limit, into OUT/gpu-check.log and a summary OUT/gpu-check.json; prints the
 # summary. Exit 0 when every step passed (or was SKIPPED with its reason), 1 otherwise.
 #   scripts/gpu-check.sh OUT
@@ -46,6 +47,7 @@ step() {
 }
 step math 60 test_cuda_math
 step kernels 300 test_device
+step graph 300 test_exec_gpu
 # the job-level view: device_target GPU: refused with the reason (exit 2: no usable GPU, or the
 # executor's GPU path not built yet), or trained
 cfg=$out/mlp-gpu.yaml

@@ -94,6 +94,10 @@ int ts__dev_mem_info(ts__dev *d, size_t *free_bytes, size_t *total);
 int ts__cuda_launch(ts__dev *d, const char *name, const unsigned grid[3], const unsigned block[3], unsigned shmem,
                     ts__dev_stream *s, void **args, int nargs);
 
+/* The CUstream of s (NULL: compute) on a GPU device, for libraries that take one (cuBLAS); NULL
+ * on the CPU. */
+void *ts__cuda_stream(ts__dev *d, ts__dev_stream *s);
+
 extern const ts__dev_vt ts__dev_cpu, ts__dev_cuda;
 
 #endif

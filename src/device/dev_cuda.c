@@ -56,6 +56,10 @@ static int cur(ts__dev *d) {
 
 static CUstream stream_of(ts__dev *d, ts__dev_stream *s) { return s ? s->s : CU(d)->compute; }
 
+void *ts__cuda_stream(ts__dev *d, ts__dev_stream *s) {
+  return d->vt == &ts__dev_cuda ? (void *)stream_of(d, s) : NULL;
+}
+
 int ts_device_count(ts_device_kind k, int *n) {
   *n = 0;
   if (k == TS_DEVICE_CPU) {

@@ -1,5 +1,10 @@
 /* The GPU's kernel table (gpu_kernels.h): launch shapes from the sizes, then ts__cuda_launch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "device/gpu_kernels.h"
+#include "tessera/ops.h"
 
 #define BLOCK 256
 #define MAX_GRID 4096 /* grid-stride beyond: the shape, and so a reduction's order, depends on n only */
@@ -166,4 +171,165 @@ int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch
   if ((rc = launch(d, "ts_k_clip_factor_f32", 1, 1, 1024, s, a))) return rc;
   void *b[] = {&g, &n, &fs};
   return launch(d, "ts_k_scale_by_f32", grid_for(n), 1, BLOCK, s, b);
+}
+
+const char *ts__gpu_gemm_impl(const char **why) {
+  const char *force = getenv("TESSERA_GPU_GEMM");
+  if (why) *why = ts__cublas_why();
+  if (force && !strcmp(force, "tessera")) return "tessera";
+  if (force && !strcmp(force, "cublas")) return "cublas";
+  return ts__cublas_available() ? "cublas" : "tessera";
+}
+
+int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,
+                 const void *bias, void *c, ts__dev_stream *s) {
+  int rc = ts__mm_check(m, "GPU gemm");
+  if (rc) return rc;
+  const char *k = ab_dt == TS_F32 && c_dt == TS_F32     ? "ts_k_gemm_f32"
+                  : ab_dt == TS_BF16 && c_dt == TS_BF16 ? "ts_k_gemm_bf16"
+                  : ab_dt == TS_BF16 && c_dt == TS_F32  ? "ts_k_gemm_bf16_f32"
+                                                        : NULL;
+  if (!k)
+    return ts_error_set(TS_EDTYPE, "GPU gemm: %s operands -> %s (f32, bf16, bf16 -> f32)", ts_dtype_name(ab_dt),
+                        ts_dtype_name(c_dt));
+  if (!strcmp(ts__gpu_gemm_impl(NULL), "cublas")) return ts__cublas_gemm(d, m, ab_dt, c_dt, a, b, bias, c, s);
+  if (m->batch > 65535 || (m->M + 63) / 64 > 65535)
+    return ts_error_set(TS_ERANGE, "GPU gemm: batch %lld x %lld rows is beyond the launch grid", (long long)m->batch,
+                        (long long)m->M);
+  int64_t M = m->M, N = m->N, K = m->K;
+  int ta = m->trans_a, tb = m->trans_b, ab = m->a_batched, bb = m->b_batched;
+  void *args[] = {&a, &b, &bias, &c, &M, &N, &K, &ta, &tb, &ab, &bb};
+  const unsigned grid[3] = {(unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64), (unsigned)m->batch};
+  const unsigned block[3] = {256, 1, 1};
+  return ts__cuda_launch(d, k, grid, block, 0, s, args, 11);
+}
+
+int ts__gpu_col_sum(ts__dev *d, ts_dtype dt, const void *x, int64_t R, int64_t C, void *y, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "column sum");
+  if (rc || C == 0) return rc;
+  void *a[] = {&x, &R, &C, &y};
+  return launch(d, dt == TS_F32 ? "ts_k_col_sum_f32" : "ts_k_col_sum_bf16", grid_for(C), 1, BLOCK, s, a);
+}
+
+int ts__gpu_dropout(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float p, uint64_t seed, uint64_t step,
+                    uint64_t offset, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "dropout");
+  if (rc || n == 0) return rc;
+  if (!(p >= 0.0f && p <= 1.0f)) return ts_error_set(TS_EINVAL, "GPU dropout: probability %g outside [0,1]", (double)p);
+  size_t es = ts_dtype_size(dt);
+  if (p == 0.0f) return x == y ? TS_OK : ts__dev_copy(d, y, x, (size_t)n * es, TS__D2D, s);
+  if (p >= 1.0f) return ts__dev_memset0(d, y, (size_t)n * es, s);
+  unsigned thr = (unsigned)ceil((double)p * 16777216.0); /* as src/kernels/dropout.c */
+  float scale = 1.0f / (1.0f - p);
+  unsigned long long sd = seed, st = step, of = offset;
+  void *a[] = {&x, &y, &n, &thr, &scale, &sd, &st, &of};
+  return launch(d, dt == TS_F32 ? "ts_k_dropout_f32" : "ts_k_dropout_bf16", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, const void *ids,
+                          int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "embedding");
+  if (!rc) rc = ts__dev_memset0(d, bad, sizeof(int64_t), s);
+  if (rc || N == 0) return rc;
+  void *a[] = {&table, &ids, &ids_i64, &N, &V, &D, &y, &bad};
+  unsigned gx = (unsigned)((D + BLOCK - 1) / BLOCK);
+  return launch(d, dt == TS_F32 ? "ts_k_embedding_fwd_f32" : "ts_k_embedding_fwd_bf16", gx > 64 ? 64 : gx, row_grid(N),
+                BLOCK, s, a);
+}
+
+int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
+                          float *dtable, ts__dev_stream *s) {
+  int rc = ts__dev_memset0(d, dtable, (size_t)V * (size_t)D * sizeof(float), s);
+  if (rc || N == 0) return rc;
+  void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &dtable};
+  return launch(d, "ts_k_embedding_bwd_f32", grid_for(D), 1, BLOCK, s, a);
+}
+
+/* the kernels' shape struct (binary.cu: struct bshape) */
+#define MAXD 8
+typedef struct {
+  int nd;
+  int64_t dims[MAXD], sa[MAXD], sb[MAXD];
+} bshape;
+
+/* strides of operand shape o (right-aligned) against y's dims, 0 where o broadcasts */
+static int bstrides(const ts_shape *o, const ts_shape *y, int64_t *st, const char *what) {
+  int off = y->ndim - o->ndim;
+  if (off < 0) return ts_error_set(TS_ESHAPE, "GPU %s: an operand has more dims (%d) than the result (%d)", what, o->ndim, y->ndim);
+  int64_t stride = 1;
+  for (int d = y->ndim - 1; d >= 0; d--) {
+    int od = d - off;
+    int64_t n = od >= 0 ? o->dims[od] : 1;
+    if (n != 1 && n != y->dims[d])
+      return ts_error_set(TS_ESHAPE, "GPU %s: dim %d of size %lld does not broadcast to %lld", what, d, (long long)n,
+                          (long long)y->dims[d]);
+    st[d] = n == 1 ? 0 : stride;
+    stride *= n;
+  }
+  return TS_OK;
+}
+
+int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
+                   const ts_shape *bs, void *y, const ts_shape *ys, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "binary");
+  if (rc) return rc;
+  if (ys->ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU binary: %d dims (at most %d)", ys->ndim, MAXD);
+  if (alg < 0 || alg >= TS_BIN_COUNT) return ts_error_set(TS_EINVAL, "GPU binary: algorithm %d", alg);
+  bshape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.nd = ys->ndim;
+  for (int k = 0; k < ys->ndim; k++) sh.dims[k] = ys->dims[k];
+  if ((rc = bstrides(as, ys, sh.sa, "binary")) || (rc = bstrides(bs, ys, sh.sb, "binary"))) return rc;
+  int64_t n = ts_shape_numel(ys);
+  if (n == 0) return TS_OK;
+  void *args[] = {&alg, &a, &b, &y, &sh, &n};
+  return launch(d, dt == TS_F32 ? "ts_k_binary_f32" : "ts_k_binary_bf16", grid_for(n), 1, BLOCK, s, args);
+}
+
+int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                   ts__dev_stream *s) {
+  int rc = dt_ok(dt, "sum_to");
+  if (rc) return rc;
+  if (xs->ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU sum_to: %d dims (at most %d)", xs->ndim, MAXD);
+  bshape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.nd = xs->ndim;
+  int off = xs->ndim - ys->ndim;
+  if (off < 0) return ts_error_set(TS_ESHAPE, "GPU sum_to: the result has more dims than x");
+  int64_t per = 1;
+  for (int k = 0; k < xs->ndim; k++) {
+    int64_t yd = k - off >= 0 ? ys->dims[k - off] : 1;
+    if (yd != 1 && yd != xs->dims[k])
+      return ts_error_set(TS_ESHAPE, "GPU sum_to: dim %d: %lld to %lld", k, (long long)xs->dims[k], (long long)yd);
+    sh.dims[k] = xs->dims[k];
+    sh.sa[k] = yd == 1 && xs->dims[k] > 1 ? 0 : 1; /* 0: summed */
+    if (!sh.sa[k]) per *= xs->dims[k];
+  }
+  sh.sb[0] = per;
+  int64_t ny = ts_shape_numel(ys);
+  if (ny == 0) return TS_OK;
+  void *args[] = {&x, &y, &sh, &ny};
+  return launch(d, dt == TS_F32 ? "ts_k_sum_to_f32" : "ts_k_sum_to_bf16", grid_for(ny), 1, BLOCK, s, args);
+}
+
+int ts__gpu_scale(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta,
+                  ts__dev_stream *s) {
+  int rc = dt_ok(dt, "scale");
+  if (rc || n == 0) return rc;
+  void *a[] = {&x, &y, &n, &alpha, &beta};
+  return launch(d, dt == TS_F32 ? "ts_k_scale_f32" : "ts_k_scale_bf16", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_fill_dt(ts__dev *d, ts_dtype dt, void *y, float v, int64_t n, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "fill");
+  if (rc || n == 0) return rc;
+  if (dt == TS_F32) return ts__gpu_fill(d, y, v, n, s);
+  void *a[] = {&y, &v, &n};
+  return launch(d, "ts_k_fill_bf16", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t ignore_index, float *count,
+                        ts__dev_stream *s) {
+  void *a[] = {&labels, &labels_i64, &N, &ignore_index, &count};
+  return launch(d, "ts_k_label_count", 1, 1, 1024, s, a);
 }

@@ -11,6 +11,7 @@
 
 #include "tessera/tensor.h"
 #include "device/dev.h"
+#include "kernels/matmul.h"
 
 /* x (n) -> y (n), activation alg (ts_eltwise_alg), alpha the ReLU slope */
 int ts__gpu_eltwise_fwd(ts__dev *d, int alg, float alpha, ts_dtype dt, const void *x, void *y, int64_t n,
@@ -60,5 +61,50 @@ int ts__gpu_adam(ts__dev *d, float *p, const float *g, float *m, float *v, int64
 /* Global-norm clipping on the device: the norm of g (n) from its partial sums (scratch as
  * ts__gpu_sum's), fs[0] = min(1, max_norm / (norm + 1e-6)) and fs[1] = the norm, then g *= fs[0] */
 int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch, float *fs, ts__dev_stream *s);
+
+/* GEMM (src/kernels/matmul.h's ts__mm_desc): c = op(a) op(b) (+ bias (N) broadcast over rows and
+ * batch; NULL: none); ab_dt the operands' and bias's dtype (f32, bf16), c_dt c's (ab_dt, or f32
+ * from bf16 operands). Dense y = x w^T + b is {1, M, N, K, 0, 1, 0, 0}. */
+int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,
+                 const void *bias, void *c, ts__dev_stream *s);
+/* Which GEMM ts__gpu_gemm runs: cuBLAS where it is found (cublas.c), else Tessera's own kernel
+ * (gemm.cu); TESSERA_GPU_GEMM=tessera forces the own kernel, =cublas refuses to run without
+ * cuBLAS. The name of the one in use, and the reason when cuBLAS is not ("" else). */
+const char *ts__gpu_gemm_impl(const char **why);
+/* cuBLAS (cublas.c): loaded at the first call; TS_EUNSUPPORTED with the reason when absent */
+int ts__cublas_available(void);
+const char *ts__cublas_why(void);
+int ts__cublas_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,
+                    const void *bias, void *c, ts__dev_stream *s);
+/* y (C) = the column sums of x (R, C) (a bias's gradient), rows in order; f32 or bf16 */
+int ts__gpu_col_sum(ts__dev *d, ts_dtype dt, const void *x, int64_t R, int64_t C, void *y, ts__dev_stream *s);
+/* Dropout with the CPU's mask bit for bit (ts__dropout_ref): x (n) -> y (n), elements numbered
+ * from offset; p in [0, 1] */
+int ts__gpu_dropout(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float p, uint64_t seed, uint64_t step,
+                    uint64_t offset, ts__dev_stream *s);
+/* Embedding: table (V, D) dt, ids (N) i32/i64 -> y (N, D); bad (1 int64 of device memory): 1 + a
+ * position whose id is outside [0, V) (its row zeroed), 0 when none (the caller checks it after
+ * synchronising). Backward: dy (N, D) f32 -> dtable (V, D) f32, overwritten, as
+ * ts__embedding_bwd_ref (each element summed in token order). */
+int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, const void *ids,
+                          int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s);
+int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
+                          float *dtable, ts__dev_stream *s);
+
+/* y (ys) = a (as) op b (bs) with numpy broadcasting (ts_binary_alg), f32 or bf16; TS_ESHAPE when
+ * an operand does not broadcast to y; at most 8 dims */
+int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
+                   const ts_shape *bs, void *y, const ts_shape *ys, ts__dev_stream *s);
+/* SUM_TO: x (xs) summed to y (ys: xs with some dims 1, or fewer leading dims) */
+int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                   ts__dev_stream *s);
+/* y (n) = alpha x + beta */
+int ts__gpu_scale(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta,
+                  ts__dev_stream *s);
+/* y (n) of dtype dt (f32, bf16) = v */
+int ts__gpu_fill_dt(ts__dev *d, ts_dtype dt, void *y, float v, int64_t n, ts__dev_stream *s);
+/* count[0] = the labels (N) that are not ignore_index */
+int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t ignore_index, float *count,
+                        ts__dev_stream *s);
 
 #endif

@@ -12,10 +12,12 @@
 #include <string.h>
 
 #include "exec.h"
+#include "device/dev.h"
 #include "graph/graph_ir.h"
 #include "run_impl.h"
 
 ts__run_fn ts__run[TS_OP_COUNT];
+ts__run_fn ts__run_gpu[TS_OP_COUNT];
 
 #define X(e, name, fam) void ts__register_run_##fam(ts__run_fn *tab);
 #include "tessera/ops.def"
@@ -27,6 +29,7 @@ static void run_init_once(void) {
 #include "tessera/ops.def"
 #undef X
   ts__run_lowp_install(ts__run);
+  ts__register_run_gpu(ts__run_gpu);
 }
 
 void ts__run_init(void) {
@@ -97,7 +100,26 @@ struct ts_plan {
   int nhooks;
   ts_comm **comms; /* ncomms slots (grown by ts_plan_set_comm) */
   int ncomms;
+  /* ts_plan_set_device: a GPU (NULL: the CPU); then arena and scratch are device memory, and the
+   * plan keeps a device scratch for nodes (dscratch) and one error flag per node (dflags) */
+  ts__dev *dev;
+  void *dscratch;
+  size_t dscratch_cap;
+  int64_t *dflags;
 };
+
+static int on_gpu(const ts_plan *p) { return p->dev && p->dev->info.kind == TS_DEVICE_GPU; }
+/* arena memory on the plan's device */
+static void *arena_alloc(ts_plan *p, size_t n) {
+  if (!on_gpu(p)) return ts_alloc(n);
+  void *x = NULL;
+  return ts__dev_alloc(p->dev, n ? n : 64, &x) ? NULL : x;
+}
+static void arena_free(ts_plan *p, void *x) {
+  if (!x) return;
+  if (!on_gpu(p)) ts_free(x);
+  else ts__dev_free(p->dev, x);
+}
 
 static size_t val_bytes(const pval *v) {
   return (size_t)ts_shape_numel(&v->shape) * ts_dtype_size(v->dtype);
@@ -237,7 +259,12 @@ void ts_plan_free(ts_plan *p) {
   free(p->fz_role);
   free(p->fz_peer);
   free(p->fz_valid);
-  ts_free(p->scratch);
+  if (p->owner == p) arena_free(p, p->scratch);
+  else ts_free(p->scratch);
+  if (p->dev) {
+    arena_free(p, p->dscratch);
+    arena_free(p, p->dflags);
+  }
   free(p->offset);
   free(p->bytes);
   free(p->vals);
@@ -245,9 +272,48 @@ void ts_plan_free(ts_plan *p) {
   free(p->opname);
   free(p->io);
   free(p->io_off);
-  ts_free(p->arena);
+  arena_free(p, p->arena);
   free(p->comms);
   free(p);
+}
+
+int ts_plan_set_device(ts_plan *p, ts__dev *d) {
+  if (!p) return ts_error_set(TS_EINVAL, "ts_plan_set_device: NULL plan");
+  if (d && d->info.kind != TS_DEVICE_GPU) d = NULL; /* the CPU: host memory, as without */
+  if (d == p->dev) return TS_OK;
+  if (p->owner && p->owner != p)
+    return ts_error_set(TS_EUNSUPPORTED, "ts_plan_set_device: a plan sharing another's scratch stays on its device");
+  if (p->dev) { /* leaving a GPU: its memory goes with it */
+    ts__dev_sync(p->dev);
+    arena_free(p, p->dscratch), arena_free(p, p->dflags);
+    p->dscratch = NULL, p->dflags = NULL, p->dscratch_cap = 0;
+  }
+  arena_free(p, p->arena);
+  if (p->owner == p) arena_free(p, p->scratch), p->scratch = NULL, p->scratch_cap = 0;
+  p->arena = NULL;
+  p->arena_cap = 0;
+  p->dev = d;
+  p->no_fusion = d != NULL; /* the fusions are the CPU kernels' */
+  p->planned = 0;
+  return TS_OK;
+}
+
+int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out) {
+  ts_plan *p = ctx->plan;
+  *out = NULL;
+  if (!on_gpu(p)) return ts_error_set(TS_EINVAL, "device scratch: not a GPU plan");
+  if (bytes > p->dscratch_cap) {
+    size_t cap = p->dscratch_cap ? p->dscratch_cap : 1 << 16;
+    while (cap < bytes) cap *= 2;
+    int rc = ts__dev_sync(p->dev); /* earlier nodes' kernels may still read the old one */
+    if (rc) return rc;
+    arena_free(p, p->dscratch);
+    p->dscratch = NULL, p->dscratch_cap = 0;
+    if ((rc = ts__dev_alloc(p->dev, cap, &p->dscratch))) return rc;
+    p->dscratch_cap = cap;
+  }
+  *out = p->dscratch;
+  return TS_OK;
 }
 
 int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
@@ -588,6 +654,15 @@ static int plan_memory(ts_plan *p) {
     }
     free(need);
   }
+  if (on_gpu(p)) /* every node that runs needs a GPU kernel */
+    for (int i = 0; i < nn; i++)
+      if (p->live[i] && !ts__run_gpu[p->nodes[i].op]) {
+        rc = ts_error_set(TS_EUNSUPPORTED, "node %s: op %s has no GPU kernel yet (docs/gpu.md)", p->nodes[i].name,
+                          p->opname[i]);
+        free(last);
+        free(ndying);
+        return rc;
+      }
   plan_fusions(p); /* before the liveness below: a fusion moves a write and extends a read */
   for (int v = 0; v < nv; v++) {
     last[v] = p->vals[v].producer;
@@ -660,14 +735,14 @@ static int plan_memory(ts_plan *p) {
   p->scratch_peak = fs.top;
   if (p->owner && !p->dry && p->scratch_peak > p->owner->scratch_cap) {
     /* nothing lives in the scratch between runs: it can move */
-    ts_free(p->owner->scratch);
-    p->owner->scratch = ts_alloc(p->scratch_peak);
+    arena_free(p->owner, p->owner->scratch);
+    p->owner->scratch = arena_alloc(p->owner, p->scratch_peak);
     p->owner->scratch_cap = p->owner->scratch ? p->scratch_peak : 0;
     if (!p->owner->scratch) goto oom;
   }
   if (p->peak > p->arena_cap && !p->dry) {
-    ts_free(p->arena);
-    p->arena = ts_alloc(p->peak);
+    arena_free(p, p->arena);
+    p->arena = arena_alloc(p, p->peak);
     if (!p->arena) {
       p->arena_cap = 0;
       goto oom;
@@ -730,6 +805,21 @@ void *ts_plan_data(ts_plan *p, ts_val v) {
 
 int ts_plan_run(ts_plan *p, uint64_t step) { return ts_plan_run_range(p, step, 0, -1); }
 
+/* A GPU run's end: waits for its kernels, then reports the first node whose kernel flagged its
+ * data (a label or an id out of range, at position flag - 1). */
+static int gpu_flags(ts_plan *p) {
+  int64_t *f = malloc(sizeof(int64_t) * (size_t)(p->nnodes + 1));
+  if (!f) return ts_error_set(TS_ENOMEM, "ts_plan_run: out of memory");
+  int rc = ts__dev_copy(p->dev, f, p->dflags, sizeof(int64_t) * (size_t)(p->nnodes + 1), TS__D2H, NULL);
+  if (!rc) rc = ts__dev_sync(p->dev);
+  for (int i = 0; !rc && i < p->nnodes; i++)
+    if (f[i] > 0)
+      rc = ts_error_set(TS_ERANGE, "node %s (%s): row %lld holds a class or id outside the valid range", p->nodes[i].name,
+                        p->opname[i], (long long)(f[i] - 1));
+  free(f);
+  return rc;
+}
+
 int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   ts_graph *g = p->g;
   if (p->dry) return ts_error_set(TS_EINVAL, "ts_plan_run: a dry plan (ts_plan_create_dry) is for sizing only");
@@ -750,8 +840,17 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL};
+  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p};
   const int fast = ctx.backend == TS_BACKEND_FAST;
+  const int gpu = on_gpu(p);
+  ts__run_fn *tab = gpu ? ts__run_gpu : ts__run;
+  if (gpu) {
+    ctx.dev = p->dev;
+    int rc0 = TS_OK;
+    if (!p->dflags) rc0 = ts__dev_alloc(p->dev, sizeof(int64_t) * (size_t)(p->nnodes + 1), (void **)&p->dflags);
+    if (!rc0) rc0 = ts__dev_memset0(p->dev, p->dflags, sizeof(int64_t) * (size_t)(p->nnodes + 1), NULL);
+    if (rc0) return rc0;
+  }
   if (first == 0) { /* nothing of an earlier (partial) run is skipped in this one */
     memset(p->ntaken, 0, sizeof p->ntaken);
     memset(p->fuse_done, 0, (size_t)p->nnodes);
@@ -784,6 +883,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     }
     ts__fuse fz;
     ctx.fuse = NULL;
+    if (gpu) ctx.flag = p->dflags + i;
     int skip = 0;
     switch (p->fz_role[i]) {
       case FZ_BN: /* writes relu(bn(x)) into the relu's output */
@@ -832,7 +932,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     if (skip || (p->fuse_done[i] && n->op == TS_OP_CAST)) /* that cast or relu: its result is there */
       p->fuse_done[i] = 0, rc = TS_OK;
     else
-      rc = ts__run[n->op](&ctx, n, in, out);
+      rc = tab[n->op](&ctx, n, in, out);
     if (p->nhooks) {
       ev.event = TS_HOOK_NODE_END;
       emit(p, &ev);
@@ -843,6 +943,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     }
   }
   if (rc != TS_OK) memset(p->fuse_done, 0, (size_t)p->nnodes); /* a failed run leaves no cast skipped */
+  if (gpu && rc == TS_OK) rc = gpu_flags(p); /* the run's one synchronisation */
   if (p->nhooks) {
     ev = (ts_hook_info){TS_HOOK_RUN_END, g, -1, NULL, NULL, step};
     emit(p, &ev);

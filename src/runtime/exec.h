@@ -49,4 +49,15 @@ size_t ts_plan_naive_bytes(const ts_plan *p);
  * run or ts_plan_peak_bytes), then the largest planned peak so far (the arena never shrinks). */
 size_t ts_plan_arena_bytes(const ts_plan *p);
 
+/* Puts p on device d (src/device/dev.h; NULL or the CPU: host memory and the CPU kernels, the
+ * default). On a GPU the arenas are allocated on it, every node runs through the GPU's kernel
+ * table (src/runtime/run_gpu.c) on its compute stream, and the fusions are off; the caller binds
+ * device memory (ts_plan_bind) and ts_plan_data gives device pointers. Planning (the next run or
+ * ts_plan_peak_bytes) refuses with TS_EUNSUPPORTED, naming the node and its op, a live node whose
+ * op has no GPU kernel yet. A run ends with one synchronisation: what the kernels flagged on the
+ * device (a label or id out of range) is reported then, naming the node. The device must outlive
+ * the plan. */
+struct ts__dev;
+int ts_plan_set_device(ts_plan *p, struct ts__dev *d);
+
 #endif

@@ -30,6 +30,10 @@ typedef struct {
   ts_comm *const *comms; /* ncomms slots (ts_plan_set_comm), entries may be NULL */
   int ncomms;
   const ts__fuse *fuse;  /* the fusion this node carries out, NULL: run the node as written */
+  struct ts__dev *dev;   /* a GPU plan's device (run_gpu.c), NULL on the CPU */
+  int64_t *flag;         /* a GPU plan: this node's error flag in device memory (0: none; else 1 +
+                            the position at fault, reported after the run) */
+  struct ts_plan *plan;
 } ts__runctx;
 
 /* What an adapter sees of a node: copied from the graph once per plan. */
@@ -53,6 +57,12 @@ static inline void ts__outer_inner(const ts_shape *s, int axis, int64_t *outer, 
 }
 
 extern ts__run_fn ts__run[TS_OP_COUNT];
+/* The GPU's kernel table (run_gpu.c): NULL where an op has no GPU kernel. */
+extern ts__run_fn ts__run_gpu[TS_OP_COUNT];
+void ts__register_run_gpu(ts__run_fn *tab);
+/* Device memory of at least `bytes` for the running node of a GPU plan (valid until the node
+ * returns; grown by the plan, kept between runs). */
+int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out);
 /* Wraps every f32-only adapter in tab so it also runs bf16/f16 nodes by converting around it
  * (run_lowp.c); called once by ts__run_init after the families registered. */
 void ts__run_lowp_install(ts__run_fn *tab);

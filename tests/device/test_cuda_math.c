@@ -1,7 +1,8 @@
 /* The GPU kernels' math (src/device/cuda/ts_cuda.h), compiled here as host C with libm's exp2
  * and log2 standing in for PTX's approximations: erf against glibc's erff (relative 2e-7 over
  * [-7, 7] and down to 1e-30), tanh against tanhf (relative 5e-7, the small-argument series
- * included), sigmoid against its definition in double (1e-6: f32's exp), and the bf16 rounding against the CPU kernels'
+ * included), sigmoid against its definition in double (1e-6: f32's exp), Philox-4x32-10
+ * against src/base/rng.c's (dropout's mask on the GPU is the CPU's, bit for bit), and the bf16 rounding against the CPU kernels'
  * (src/kernels/lowp.c: round to nearest even, NaN kept a NaN) on every f32 pattern of a stride. */
 #include <math.h>
 #include <stdint.h>
@@ -33,6 +34,14 @@ int main(void) {
   CHECK_MSG(wt <= 5e-7, "tanh: %.3g at %g", wt, xt);
   CHECK_MSG(ws <= 1e-6, "sigmoid: %.3g", ws); /* f32 exp near -7: as the CPU's sigmoidf */
   CHECK(ferf(INFINITY) == 1.0f && ferf(-INFINITY) == -1.0f && ftanh(50.0f) == 1.0f && ftanh(-50.0f) == -1.0f);
+  /* Philox: every word of (key; hi, lo) as src/base/rng.c's */
+  int pbad = 0;
+  for (uint64_t i = 0; i < 5000; i++) {
+    uint64_t key = 0x9E3779B97F4A7C15ull * (i + 1), hi = i * 7, lo = i * 0x100000001ull;
+    ts_philox_out o = ts_philox4x32(key, hi, lo);
+    for (int w = 0; w < 4; w++) pbad += philox_word(key, hi, lo, w) != o.v[w];
+  }
+  CHECK_MSG(pbad == 0, "philox: %d words differ from ts_philox4x32", pbad);
   /* bf16: every 997th f32 pattern (both signs, denormals, infinities, NaNs) */
   int64_t bad = 0, n = 0;
   for (uint64_t u = 0; u <= 0xffffffffull; u += 997, n++) {

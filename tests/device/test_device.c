@@ -2,13 +2,16 @@
  *   - the CPU device: memory, copies in every direction, zeroing, streams, events (timed);
  *   - `real` (the default): on a machine with a usable NVIDIA GPU, every GPU kernel of the table
  *     (gpu_kernels.h) against the CPU kernels on the same inputs, f32 and bf16, with the stated
- *     tolerances (docs/gpu.md), each run twice and compared bitwise (determinism); elsewhere the
+ *     tolerances (docs/gpu.md; bitwise for casts, dropout and embedding), the sum run twice and
+ *     compared bitwise (determinism); elsewhere the
  *     GPU is refused with its one-line reason and the GPU part is SKIPPED with it;
  *   - `fake` (TESSERA_LIBCUDA = the stand-in driver, tests/device/fake_cuda.c): the GPU device's
  *     host side on any machine: the query and describe, compute capability and device_id refusals,
  *     memory and copies through the driver's entry points, streams and events, the embedded PTX
  *     loaded, every launcher's kernel found in it with the parameter count its .entry declares
- *     (a launcher passing one too many or too few is refused, not launched);
+ *     (a launcher passing one too many or too few is refused, not launched); with the stand-in
+ *     cuBLAS (TESSERA_LIBCUBLAS, fake_cublas.c), which computes, the GEMMs' results against
+ *     the CPU's (the row-major mapping onto cuBLAS's column-major calls);
  *   - `fake-noinit`: cuInit failing (no device) is refused with the driver's words. */
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +21,10 @@
 
 #include "device/dev.h"
 #include "device/gpu_kernels.h"
+#include "kernels/dropout.h"
 #include "kernels/eltwise.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
 #include "kernels/lowp.h"
 #include "kernels/norm.h"
 #include "kernels/softmax.h"
@@ -78,7 +84,8 @@ static void test_cpu_device(void) {
 
 typedef struct {
   ts__dev *d;
-  int fake; /* the stand-in driver: kernels are not run, only launched */
+  int fake;   /* the stand-in driver: kernels are not run, only launched */
+  int cublas; /* GEMMs through cuBLAS (under the stand-in: fake_cublas.c, which computes them) */
 } gpu;
 
 static void *up(gpu *G, const void *h, size_t bytes) {
@@ -300,7 +307,119 @@ static void check_optim(gpu *G) {
   }
 }
 
+/* GEMMs: f32 against the reference (every transpose, a shared and a batched operand, sizes not
+ * multiples of the tiles), bf16 against the CPU's 16-bit reference, dense with its bias, the
+ * bias gradient's column sums */
+static void check_gemm(gpu *G) {
+  static const ts__mm_desc ds[] = {
+      {1, 67, 129, 70, 0, 0, 0, 0}, {3, 33, 65, 17, 1, 0, 1, 1}, {2, 64, 64, 64, 0, 1, 1, 0},
+      {4, 5, 200, 300, 1, 1, 0, 1}, {1, 1, 1, 1, 0, 0, 0, 0},
+  };
+  for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+    const ts__mm_desc *m = &ds[k];
+    size_t na = (size_t)(m->a_batched ? m->batch : 1) * m->M * m->K, nb = (size_t)(m->b_batched ? m->batch : 1) * m->K * m->N,
+           nc = (size_t)m->batch * m->M * m->N;
+    float *a = malloc(4 * na), *b = malloc(4 * nb), *c = malloc(4 * nc), *gc = malloc(4 * nc);
+    ts_test_fill(a, na, 20 + k, -1.0f, 1.0f);
+    ts_test_fill(b, nb, 30 + k, -1.0f, 1.0f);
+    CHECK_OK(ts__matmul_ref(m, a, b, c));
+    void *pa = up(G, a, 4 * na), *pb = up(G, b, 4 * nb), *pc = up(G, NULL, 4 * nc);
+    CHECK_OK(ts__gpu_gemm(G->d, m, TS_F32, TS_F32, pa, pb, NULL, pc, NULL));
+    down(G, gc, pc, 4 * nc);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %zu (f32, batch %lld, %lldx%lldx%lld, trans %d%d, %s)", k, (long long)m->batch,
+             (long long)m->M, (long long)m->N, (long long)m->K, m->trans_a, m->trans_b, G->cublas ? "cuBLAS" : "own kernel");
+    if (G->fake && G->cublas) CHECK_CLOSE(gc, c, nc, 1e-5, 1e-5, what); /* the stand-in cuBLAS computes */
+    same(G, what, gc, c, nc, 1e-5, 1e-5);
+    /* bf16: the same bf16 inputs on both sides, one bf16 ulp apart at most */
+    uint16_t *ha = malloc(2 * na), *hb = malloc(2 * nb), *hc = malloc(2 * nc), *hg = malloc(2 * nc);
+    ts__lp_from_f32(a, ha, TS_BF16, (int64_t)na);
+    ts__lp_from_f32(b, hb, TS_BF16, (int64_t)nb);
+    CHECK_OK(ts__matmul_lp_ref(m, TS_BF16, ha, hb, hc));
+    CHECK_OK(ts__dev_copy(G->d, pa, ha, 2 * na, TS__H2D, NULL));
+    CHECK_OK(ts__dev_copy(G->d, pb, hb, 2 * nb, TS__H2D, NULL));
+    CHECK_OK(ts__gpu_gemm(G->d, m, TS_BF16, TS_BF16, pa, pb, NULL, pc, NULL));
+    down(G, hg, pc, 2 * nc);
+    ts__lp_to_f32(hc, TS_BF16, c, (int64_t)nc);
+    ts__lp_to_f32(hg, TS_BF16, gc, (int64_t)nc);
+    snprintf(what, sizeof what, "gemm %zu (bf16)", k);
+    if (G->fake && G->cublas) CHECK_CLOSE(gc, c, nc, 1e-3, 1.0 / 128, what);
+    same(G, what, gc, c, nc, 1e-3, 1.0 / 128);
+    free(a), free(b), free(c), free(gc), free(ha), free(hb), free(hc), free(hg);
+    ts__dev_free(G->d, pa), ts__dev_free(G->d, pb), ts__dev_free(G->d, pc);
+  }
+  /* dense y = x w^T + b, and db = column sums of dy */
+  enum { M = 50, N = 70, K = 90 };
+  static float x[M * K], w[N * K], bias[N], y[M * N], gy[M * N], db[N], gdb[N];
+  ts_test_fill(x, M * K, 40, -1, 1), ts_test_fill(w, N * K, 41, -1, 1), ts_test_fill(bias, N, 42, -1, 1);
+  CHECK_OK(ts__dense_ref(M, N, K, x, w, bias, y));
+  const ts__mm_desc dd = {1, M, N, K, 0, 1, 0, 0};
+  void *px = up(G, x, sizeof x), *pw = up(G, w, sizeof w), *pbias = up(G, bias, sizeof bias), *py = up(G, NULL, sizeof y),
+       *pdb = up(G, NULL, sizeof db);
+  CHECK_OK(ts__gpu_gemm(G->d, &dd, TS_F32, TS_F32, px, pw, pbias, py, NULL));
+  CHECK_OK(ts__gpu_col_sum(G->d, TS_F32, py, M, N, pdb, NULL));
+  down(G, gy, py, sizeof gy), down(G, gdb, pdb, sizeof gdb);
+  for (int j = 0; j < N; j++) {
+    double t = 0;
+    for (int i = 0; i < M; i++) t += y[i * N + j];
+    db[j] = (float)t;
+  }
+  same(G, "dense with bias", gy, y, M * N, 1e-5, 1e-5);
+  same(G, "bias gradient (column sums)", gdb, db, N, 1e-4, 1e-5);
+  EXPECT_ERR(ts__gpu_gemm(G->d, &dd, TS_F32, TS_BF16, px, pw, NULL, py, NULL), TS_EDTYPE, "f32 operands -> bf16");
+  ts__dev_free(G->d, px), ts__dev_free(G->d, pw), ts__dev_free(G->d, pbias), ts__dev_free(G->d, py), ts__dev_free(G->d, pdb);
+}
+
+/* dropout bitwise the CPU's (f32 and bf16, an offset not on a block boundary); embedding's
+ * gather and its backward bitwise the CPU's (same order of additions) */
+static void check_dropout_embedding(gpu *G) {
+  enum { N = 10007 };
+  static float x[N], y[N], gy[N];
+  ts_test_fill(x, N, 50, -1, 1);
+  CHECK_OK(ts__dropout_ref(x, y, N, 0.3f, 1234, 7, 77));
+  void *px = up(G, x, sizeof x), *py = up(G, NULL, sizeof y);
+  CHECK_OK(ts__gpu_dropout(G->d, TS_F32, px, py, N, 0.3f, 1234, 7, 77, NULL));
+  down(G, gy, py, sizeof gy);
+  if (!G->fake) CHECK_MSG(!memcmp(gy, y, sizeof y), "dropout (f32) differs from the CPU's mask or scaling");
+  uint16_t hx[N], hy[N], hg[N];
+  ts__lp_from_f32(x, hx, TS_BF16, N);
+  CHECK_OK(ts__dropout_lp(TS_BF16, hx, hy, N, 0.1f, 99, 3, 0));
+  CHECK_OK(ts__dev_copy(G->d, px, hx, sizeof hx, TS__H2D, NULL));
+  CHECK_OK(ts__gpu_dropout(G->d, TS_BF16, px, py, N, 0.1f, 99, 3, 0, NULL));
+  down(G, hg, py, sizeof hg);
+  if (!G->fake) CHECK_MSG(!memcmp(hg, hy, sizeof hy), "dropout (bf16) differs from the CPU's");
+  EXPECT_ERR(ts__gpu_dropout(G->d, TS_F32, px, py, N, 1.5f, 1, 1, 0, NULL), TS_EINVAL, "probability 1.5");
+  ts__dev_free(G->d, px), ts__dev_free(G->d, py);
+  enum { V = 300, D = 96, T = 517 };
+  static float table[V * D], e[T * D], ge[T * D], dt[V * D], gdt[V * D];
+  int ids[T];
+  ts_test_fill(table, V * D, 51, -1, 1);
+  ts_test_fill(e, T * D, 52, -1, 1); /* dy */
+  for (int t = 0; t < T; t++) ids[t] = (t * 37) % V;
+  CHECK_OK(ts__embedding_bwd_ref(e, ids, TS_I32, T, V, D, dt));
+  void *ptab = up(G, table, sizeof table), *pids = up(G, ids, sizeof ids), *pe = up(G, NULL, sizeof e),
+       *pdy = up(G, e, sizeof e), *pdt = up(G, NULL, sizeof dt), *bad = up(G, NULL, 8);
+  CHECK_OK(ts__gpu_embedding_bwd(G->d, pdy, pids, 0, T, V, D, pdt, NULL));
+  down(G, gdt, pdt, sizeof gdt);
+  if (!G->fake) CHECK_MSG(!memcmp(gdt, dt, sizeof dt), "embedding backward differs from the CPU's sums");
+  CHECK_OK(ts__embedding_fwd_ref(table, 4, V, D, ids, TS_I32, T, e));
+  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, pids, 0, T, pe, bad, NULL));
+  down(G, ge, pe, sizeof ge);
+  int64_t b = -1;
+  down(G, &b, bad, 8);
+  if (!G->fake) CHECK_MSG(!memcmp(ge, e, sizeof e) && b == 0, "embedding forward differs (bad %lld)", (long long)b);
+  ids[100] = V; /* out of range: named */
+  CHECK_OK(ts__dev_copy(G->d, pids, ids, sizeof ids, TS__H2D, NULL));
+  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, pids, 0, T, pe, bad, NULL));
+  down(G, &b, bad, 8);
+  if (!G->fake) CHECK_MSG(b == 101, "embedding: an id out of range at 100 reported as %lld", (long long)b);
+  ts__dev_free(G->d, ptab), ts__dev_free(G->d, pids), ts__dev_free(G->d, pe), ts__dev_free(G->d, pdy);
+  ts__dev_free(G->d, pdt), ts__dev_free(G->d, bad);
+}
+
 static void gpu_suite(gpu *G) {
+  check_gemm(G);
+  check_dropout_embedding(G);
   check_eltwise(G);
   check_sum_and_clip(G);
   check_softmax_ce(G);
@@ -367,8 +486,14 @@ static void test_fake(void) {
   const char *last = fk ? dlsym(fk, "fake_cuda_last_kernel") : NULL;
   CHECK(launches && last);
   int before = launches ? *launches : 0;
-  gpu G = {d, 1};
+  const char *why = NULL;
+  gpu G = {d, 1, !strcmp(ts__gpu_gemm_impl(&why), "cublas")};
+  CHECK_MSG(G.cublas, "the stand-in cuBLAS was not loaded: %s", why ? why : "");
   gpu_suite(&G); /* every launcher: its kernel and parameter count checked, nothing run */
+  void *fb = dlopen(getenv("TESSERA_LIBCUBLAS"), RTLD_NOW | RTLD_NOLOAD);
+  int *calls = fb ? dlsym(fb, "fake_cublas_calls") : NULL;
+  CHECK_MSG(calls && *calls >= 10, "%d cuBLAS calls", calls ? *calls : -1);
+  if (fb) dlclose(fb);
   int after = launches ? *launches : 0;
   printf("the stand-in driver took %d launches of the GPU kernel table (last %s)\n", after - before, last ? last : "?");
   CHECK_MSG(after - before >= 40, "%d launches", after - before);
@@ -407,8 +532,16 @@ int main(int argc, char **argv) {
         char s[256];
         ts_device_describe(&d->info, s, sizeof s);
         printf("%s\n", s);
-        gpu G = {d, 0};
+        const char *why = NULL;
+        gpu G = {d, 0, !strcmp(ts__gpu_gemm_impl(&why), "cublas")};
+        printf("GEMM: %s%s%s\n", G.cublas ? "cuBLAS" : "Tessera's kernel", why && *why ? ": " : "", why ? why : "");
         gpu_suite(&G);
+        if (G.cublas) { /* and the own kernel, which runs where cuBLAS is not found */
+          setenv("TESSERA_GPU_GEMM", "tessera", 1);
+          G.cublas = 0;
+          check_gemm(&G);
+          unsetenv("TESSERA_GPU_GEMM");
+        }
         ts__dev_close(d);
       }
     }

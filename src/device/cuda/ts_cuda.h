@@ -101,6 +101,23 @@ DEV float ferf(float x) {
   return x < 0 ? -e : e;
 }
 
+/* ---- Philox-4x32-10 (src/base/rng.c's ts_philox4x32): word w of (key; ctr_hi, ctr_lo) ---- */
+DEV unsigned philox_word(unsigned long long key, unsigned long long hi, unsigned long long lo, int w) {
+  unsigned c0 = (unsigned)lo, c1 = (unsigned)(lo >> 32), c2 = (unsigned)hi, c3 = (unsigned)(hi >> 32);
+  unsigned k0 = (unsigned)key, k1 = (unsigned)(key >> 32);
+  for (int r = 0; r < 10; r++) {
+    unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+    unsigned n0 = (unsigned)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (unsigned)p1;
+    c3 = (unsigned)p0;
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
+}
+
 /* ---- bf16 (round to nearest even, NaN kept quiet: as src/kernels/lowp.c) ---- */
 DEV float bf2f(bf16 h) { return i2f((int)((unsigned)h << 16)); }
 DEV bf16 f2bf(float f) {

@@ -1,0 +1,91 @@
+// Broadcasting element-wise kernels: y = a (op) b with numpy broadcasting (ts_binary_alg: add,
+// sub, mul, div), the sum of x over the dimensions y keeps as 1 (SUM_TO: a broadcast's
+// gradient), y = alpha x + beta, fill. f32 arithmetic on f32 or bf16 storage. Shapes come as a
+// struct by value: y's dims and each operand's strides (0 along a broadcast dimension).
+// CPU reference: src/kernels/binary.c, src/kernels/reduce.c.
+#include "ts_cuda.h"
+
+#define MAXD 8
+struct bshape {
+  int nd;
+  i64 dims[MAXD];      // y's
+  i64 sa[MAXD], sb[MAXD]; // elements, 0 where the operand is broadcast
+};
+
+DEV float b_ld(const float *p, i64 i) { return p[i]; }
+DEV float b_ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
+DEV void b_st(float *p, i64 i, float v) { p[i] = v; }
+DEV void b_st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
+
+template <typename T>
+DEV void binary(int alg, const T *a, const T *b, T *y, bshape s, i64 n) {
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    i64 r = i, ia = 0, ib = 0;
+    for (int d = s.nd - 1; d >= 0; d--) {
+      i64 c = r % s.dims[d];
+      r /= s.dims[d];
+      ia += c * s.sa[d];
+      ib += c * s.sb[d];
+    }
+    float u = b_ld(a, ia), v = b_ld(b, ib);
+    b_st(y, i, alg == 0 ? u + v : alg == 1 ? u - v : alg == 2 ? u * v : u / v);
+  }
+}
+KERNEL ts_k_binary_f32(int alg, const float *a, const float *b, float *y, bshape s, i64 n) { binary(alg, a, b, y, s, n); }
+KERNEL ts_k_binary_bf16(int alg, const bf16 *a, const bf16 *b, bf16 *y, bshape s, i64 n) { binary(alg, a, b, y, s, n); }
+
+// SUM_TO: x (s.dims: x's shape) summed into y where y's dims are 1 (s.sa: y's strides, 0 along a
+// summed dimension). Each y element is summed by one thread over its x elements in index order:
+// the thread of y element o walks x with the kept dims fixed at o's. ny: y's elements; s.sb[0]:
+// the number of x elements per y element.
+template <typename T>
+DEV void sum_to(const T *x, T *y, bshape s, i64 ny) {
+  i64 per = s.sb[0];
+  for (i64 o = gidx(); o < ny; o += gstride()) {
+    float acc = 0.0f;
+    // the x elements of o: decode k (0..per) over the summed dims, o over the kept ones
+    for (i64 k = 0; k < per; k++) {
+      i64 ro = o, rk = k, ix = 0, stride = 1;
+      for (int d = s.nd - 1; d >= 0; d--) {
+        i64 c;
+        if (s.sa[d] == 0 && s.dims[d] > 1) { // summed
+          c = rk % s.dims[d];
+          rk /= s.dims[d];
+        } else {
+          i64 yd = s.dims[d];
+          c = ro % yd;
+          ro /= yd;
+        }
+        ix += c * stride;
+        stride *= s.dims[d];
+      }
+      acc += b_ld(x, ix);
+    }
+    b_st(y, o, acc);
+  }
+}
+KERNEL ts_k_sum_to_f32(const float *x, float *y, bshape s, i64 ny) { sum_to(x, y, s, ny); }
+KERNEL ts_k_sum_to_bf16(const bf16 *x, bf16 *y, bshape s, i64 ny) { sum_to(x, y, s, ny); }
+
+// y (n) = alpha x + beta
+KERNEL ts_k_scale_f32(const float *x, float *y, i64 n, float alpha, float beta) {
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = alpha * x[i] + beta;
+}
+KERNEL ts_k_scale_bf16(const bf16 *x, bf16 *y, i64 n, float alpha, float beta) {
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = f2bf(alpha * bf2f(x[i]) + beta);
+}
+KERNEL ts_k_fill_bf16(bf16 *y, float v, i64 n) {
+  bf16 h = f2bf(v);
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = h;
+}
+// the rows whose label is not ignore_index (softmax_ce's backward), one block: count[0]
+KERNEL ts_k_label_count(const void *labels, int i64l, i64 N, i64 ignore, float *count) {
+  __shared__ float sh[32];
+  float k = 0.0f;
+  for (i64 r = tid(); r < N; r += ntid()) {
+    i64 y = i64l ? ((const i64 *)labels)[r] : (i64)((const int *)labels)[r];
+    k += y != ignore ? 1.0f : 0.0f;
+  }
+  k = block_sum(k, sh);
+  if (tid() == 0) count[0] = k;
+}

@@ -1,0 +1,32 @@
+// Embedding: the forward gathers rows of the table; the backward adds each token's gradient row
+// into its id's row, tokens in order for every column (thread j owns column j of every row it
+// touches): deterministic, and the same order of additions as the CPU's loop over tokens.
+// CPU reference: src/kernels/embedding.c.
+#include "ts_cuda.h"
+
+DEV i64 e_id(const void *ids, int i64ids, i64 t) { return i64ids ? ((const i64 *)ids)[t] : (i64)((const int *)ids)[t]; }
+
+// table (V, D), ids (T) -> y (T, D); bad[0] = 1 + a token whose id is outside [0, V) (its row zeroed)
+template <typename T>
+DEV void emb_fwd(const T *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, T *y, i64 *bad) {
+  for (i64 t = bidy(); t < Tn; t += __nvvm_read_ptx_sreg_nctaid_y()) {
+    i64 id = e_id(ids, i64ids, t);
+    int ok = id >= 0 && id < V;
+    if (!ok && gidx() == 0) bad[0] = t + 1;
+    for (i64 j = gidx(); j < D; j += gstride()) y[t * D + j] = ok ? table[id * D + j] : (T)0;
+  }
+}
+KERNEL ts_k_embedding_fwd_f32(const float *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, float *y, i64 *bad) {
+  emb_fwd(table, ids, i64ids, Tn, V, D, y, bad);
+}
+KERNEL ts_k_embedding_fwd_bf16(const bf16 *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, bf16 *y, i64 *bad) {
+  emb_fwd(table, ids, i64ids, Tn, V, D, y, bad);
+}
+// dy (T, D), ids (T) -> dtable (V, D) += (the caller zeroes it first when it is not accumulating)
+KERNEL ts_k_embedding_bwd_f32(const float *dy, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, float *dtable) {
+  for (i64 j = gidx(); j < D; j += gstride())
+    for (i64 t = 0; t < Tn; t++) {
+      i64 id = e_id(ids, i64ids, t);
+      if (id >= 0 && id < V) dtable[id * D + j] += dy[t * D + j];
+    }
+}

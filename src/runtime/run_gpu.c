@@ -1,0 +1,166 @@
+/* The GPU's executor adapters: the kernel table entries of a plan run on a GPU (ts_plan_set_device),
+ * one per op the GPU has kernels for, each turning a node and its device tensors into launches of
+ * src/device/gpu_kernels.h on the device's compute stream. An op without an entry here is refused
+ * when the plan is put on the GPU (naming it). Sharded and synchronised variants (vocabulary-
+ * parallel cross-entropy and embedding) and the fusions stay CPU-only for now. Errors the CPU
+ * kernels find by looking at the data (a label or id out of range) are flagged on the device and
+ * reported after the run (ts__runctx.flag). */
+#include "graph/graph_ir.h"
+#include "run_impl.h"
+#include "device/gpu_kernels.h"
+
+static int run_const(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)in;
+  return ts__gpu_fill_dt(ctx->dev, out[0].dtype, out[0].data, ts_attr_const_value(&n->a), ts_tensor_numel(&out[0]), NULL);
+}
+
+static int run_cast(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)n;
+  return ts__gpu_cast(ctx->dev, in[0].dtype, out[0].dtype, in[0].data, out[0].data, ts_tensor_numel(&in[0]), NULL);
+}
+
+static int run_copy(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)n;
+  if (out[0].data == in[0].data) return TS_OK; /* RESHAPE: a view the planner aliased */
+  return ts__dev_copy(ctx->dev, out[0].data, in[0].data, ts_tensor_nbytes(&in[0]), TS__D2D, NULL);
+}
+
+static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const ts_shape *as = &in[0].shape, *bs = &in[1].shape, *ys = &out[0].shape;
+  ts__mm_desc d;
+  d.trans_a = (int)ts_attr_matmul_trans_a(&n->a);
+  d.trans_b = (int)ts_attr_matmul_trans_b(&n->a);
+  d.M = ys->dims[ys->ndim - 2];
+  d.N = ys->dims[ys->ndim - 1];
+  d.K = as->dims[as->ndim - (d.trans_a ? 2 : 1)];
+  d.batch = ts_shape_numel(ys) / (d.M * d.N);
+  d.a_batched = as->ndim > 2;
+  d.b_batched = bs->ndim > 2;
+  return ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data, NULL, out[0].data, NULL);
+}
+
+static int run_dense(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int64_t K = in[1].shape.dims[1], N = in[1].shape.dims[0], M = ts_tensor_numel(&in[0]) / K;
+  const ts__mm_desc d = {1, M, N, K, 0, 1, 0, 0}; /* w (N,K) is the (K,N) operand transposed */
+  return ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data, n->nin == 3 ? in[2].data : NULL,
+                      out[0].data, NULL);
+}
+
+static int run_eltwise(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__gpu_eltwise_fwd(ctx->dev, (int)ts_attr_eltwise_alg(&n->a), ts_attr_eltwise_alpha(&n->a), out[0].dtype,
+                             in[0].data, out[0].data, ts_tensor_numel(&in[0]), NULL);
+}
+
+static int run_eltwise_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__gpu_eltwise_bwd(ctx->dev, (int)ts_attr_eltwise_alg(&n->a), ts_attr_eltwise_alpha(&n->a),
+                             (int)ts_attr_eltwise_use_dst(&n->a), out[0].dtype, in[0].data, in[1].data, out[0].data,
+                             ts_tensor_numel(&in[0]), NULL);
+}
+
+static int run_binary(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__gpu_binary(ctx->dev, (int)ts_attr_binary_alg(&n->a), out[0].dtype, in[0].data, &in[0].shape, in[1].data,
+                        &in[1].shape, out[0].data, &out[0].shape, NULL);
+}
+
+static int run_scale(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__gpu_scale(ctx->dev, out[0].dtype, in[0].data, out[0].data, ts_tensor_numel(&in[0]),
+                       ts_attr_scale_alpha(&n->a), ts_attr_scale_beta(&n->a), NULL);
+}
+
+static int run_sum_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)n;
+  return ts__gpu_sum_to(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, NULL);
+}
+
+static int unsharded(const ts__run_node *n, int sharded) {
+  return sharded ? ts_error_set(TS_EUNSUPPORTED, "%s (node %s): the sharded form has no GPU kernel yet", ts_op_name(n->op),
+                                n->name)
+                 : TS_OK;
+}
+
+/* softmax_ce: out[0] the loss, out[1] the rows' log-sum-exp (if asked); device scratch for the
+ * rows' losses, the count and the range flag */
+static int run_ce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = unsharded(n, ts_attr_softmax_ce_sync(&n->a) != 0);
+  if (rc) return rc;
+  const int64_t N = in[0].shape.dims[0], C = in[0].shape.dims[1];
+  float *tmp = NULL;
+  if ((rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(2 * N + 2), (void **)&tmp))) return rc;
+  float *lse = n->nout > 1 ? out[1].data : tmp + N + 2;
+  return ts__gpu_softmax_ce_fwd(ctx->dev, in[0].dtype, in[0].data, in[1].data, in[1].dtype == TS_I64, N, C,
+                                ts_attr_softmax_ce_smoothing(&n->a), ts_attr_softmax_ce_ignore(&n->a), out[0].data, lse,
+                                tmp + N + 1, tmp, ctx->flag, NULL);
+}
+
+static int run_ce_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = unsharded(n, ts_attr_softmax_ce_sync(&n->a) != 0);
+  if (rc) return rc;
+  if (n->nin < 4) return ts_error_set(TS_EUNSUPPORTED, "softmax_ce_bwd (node %s): without lse on the GPU", n->name);
+  const int64_t N = in[1].shape.dims[0], C = in[1].shape.dims[1];
+  const int i64 = in[2].dtype == TS_I64;
+  const int64_t ignore = ts_attr_softmax_ce_ignore(&n->a);
+  float *count = NULL;
+  if ((rc = ts__run_dev_scratch(ctx, sizeof(float), (void **)&count)) ||
+      (rc = ts__gpu_label_count(ctx->dev, in[2].data, i64, N, ignore, count, NULL)))
+    return rc;
+  return ts__gpu_softmax_ce_bwd(ctx->dev, in[1].dtype, in[0].data, in[1].data, in[2].data, i64, in[3].data, N, C,
+                                ts_attr_softmax_ce_smoothing(&n->a), ignore, count, out[0].data, NULL);
+}
+
+static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int64_t D = in[0].shape.dims[in[0].shape.ndim - 1], R = ts_tensor_numel(&in[0]) / D;
+  if (in[1].dtype != TS_F32)
+    return ts_error_set(TS_EUNSUPPORTED, "layernorm (node %s): %s gamma on the GPU", n->name, ts_dtype_name(in[1].dtype));
+  return ts__gpu_layernorm_fwd(ctx->dev, in[0].dtype, in[0].data, in[1].data, in[2].data, out[0].data, out[1].data,
+                               out[2].data, R, D, ts_attr_layernorm_eps(&n->a), NULL);
+}
+
+static int run_layernorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int64_t D = in[1].shape.dims[in[1].shape.ndim - 1], R = ts_tensor_numel(&in[1]) / D;
+  if (in[2].dtype != TS_F32)
+    return ts_error_set(TS_EUNSUPPORTED, "layernorm_bwd (node %s): %s gamma on the GPU", n->name, ts_dtype_name(in[2].dtype));
+  return ts__gpu_layernorm_bwd(ctx->dev, in[1].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                               out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a), NULL);
+}
+
+static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = unsharded(n, ts_attr_embedding_sharded(&n->a) != 0);
+  if (rc) return rc;
+  return ts__gpu_embedding_fwd(ctx->dev, in[0].dtype, in[0].data, in[0].shape.dims[0], in[0].shape.dims[1], in[1].data,
+                               in[1].dtype == TS_I64, ts_tensor_numel(&in[1]), out[0].data, ctx->flag, NULL);
+}
+
+static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = unsharded(n, ts_attr_embedding_bwd_sharded(&n->a) != 0);
+  if (rc) return rc;
+  if (out[0].dtype != TS_F32)
+    return ts_error_set(TS_EUNSUPPORTED, "embedding_bwd (node %s): %s on the GPU", n->name, ts_dtype_name(out[0].dtype));
+  return ts__gpu_embedding_bwd(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64, ts_tensor_numel(&in[1]),
+                               out[0].shape.dims[0], out[0].shape.dims[1], out[0].data, NULL);
+}
+
+static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  return ts__gpu_dropout(ctx->dev, out[0].dtype, in[0].data, out[0].data, ts_tensor_numel(&in[0]), ts_attr_dropout_p(&n->a),
+                         (uint64_t)ts_attr_dropout_seed(&n->a), ctx->step, (uint64_t)ts_attr_dropout_offset(&n->a), NULL);
+}
+
+void ts__register_run_gpu(ts__run_fn *tab) {
+  tab[TS_OP_CONST] = run_const;
+  tab[TS_OP_CAST] = run_cast;
+  tab[TS_OP_COPY] = run_copy;
+  tab[TS_OP_RESHAPE] = run_copy;
+  tab[TS_OP_MATMUL] = run_matmul;
+  tab[TS_OP_DENSE] = run_dense;
+  tab[TS_OP_ELTWISE] = run_eltwise;
+  tab[TS_OP_ELTWISE_BWD] = run_eltwise_bwd;
+  tab[TS_OP_BINARY] = run_binary;
+  tab[TS_OP_SCALE] = run_scale;
+  tab[TS_OP_SUM_TO] = run_sum_to;
+  tab[TS_OP_SOFTMAX_CE] = run_ce;
+  tab[TS_OP_SOFTMAX_CE_BWD] = run_ce_bwd;
+  tab[TS_OP_LAYERNORM] = run_layernorm;
+  tab[TS_OP_LAYERNORM_BWD] = run_layernorm_bwd;
+  tab[TS_OP_EMBEDDING] = run_embedding;
+  tab[TS_OP_EMBEDDING_BWD] = run_embedding_bwd;
+  tab[TS_OP_DROPOUT] = run_dropout;
+}
