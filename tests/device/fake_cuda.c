@@ -5,7 +5,11 @@
  * the driver would: that the PTX loads (its header), that a launched kernel exists in it and is
  * given as many parameters as its .entry declares. It runs no kernel (a launch records its name).
  * Its GPU is set by the environment, read at each call: FAKE_CUDA_INIT (cuInit's result, default
- * 0), FAKE_CUDA_COUNT (GPUs, default 1), FAKE_CUDA_CC ("major.minor", default 9.0). */
+ * 0), FAKE_CUDA_COUNT (GPUs, default 1), FAKE_CUDA_CC ("major.minor", default 9.0).
+ * Launches run the kernel itself, compiled for the host, through the emulator (emu.cpp: CUDA's
+ * block and barrier semantics on fibers), so the GPU paths compute; FAKE_CUDA_EMULATE=0 only
+ * records them. Not under AddressSanitizer (its stack checks and fiber switches do not mix):
+ * there launches are recorded only, and fake_cuda_emulates says so. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +24,24 @@ static int envi(const char *k, int def) {
   return v && *v ? atoi(v) : def;
 }
 
+#include "emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define NO_EMU 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NO_EMU 1
+#endif
+#endif
+#ifndef NO_EMU
+#define NO_EMU 0
+#endif
+
 /* what the tests ask of the stand-in (dlsym) */
 char fake_cuda_last_kernel[160];
 int fake_cuda_launches, fake_cuda_live_allocs;
+/* 1 when launches run the kernels (the emulator), 0 when they are only recorded */
+int fake_cuda_emulates = !NO_EMU;
 
 CUresult cuInit(unsigned f) { (void)f; return envi("FAKE_CUDA_INIT", 0); }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
@@ -99,7 +118,7 @@ CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 
 /* a module: its PTX text; a function: its entry's name and parameter count */
 typedef struct { const char *ptx; } module;
-typedef struct { char name[128]; int nparams; } function;
+typedef struct { char name[128]; int nparams; ts_emu_fn emu; } function;
 CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *o, void **v) {
   (void)n, (void)o, (void)v;
   const char *p = image;
@@ -128,6 +147,7 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   snprintf(fn->name, sizeof fn->name, "%s", name);
   fn->nparams = 0;
   for (const char *q = strstr(e, ".param"); q && q < end; q = strstr(q + 1, ".param")) fn->nparams++;
+  fn->emu = ts_emu_find(name);
   *f = fn;
   return OK;
 }
@@ -142,6 +162,13 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   /* (that the launcher gave exactly nparams is checked by src/device/dev_cuda.c itself) */
   snprintf(fake_cuda_last_kernel, sizeof fake_cuda_last_kernel, "%.120s:%d", fn->name, fn->nparams);
   fake_cuda_launches++;
+  const char *e = getenv("FAKE_CUDA_EMULATE");
+  fake_cuda_emulates = !NO_EMU && !(e && !strcmp(e, "0"));
+  if (fake_cuda_emulates) {
+    if (!fn->emu) return NOT_FOUND; /* a kernel of the PTX the emulator was not built with */
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    if (ts_emu_launch(fn->emu, params, grid, block)) return INVALID_VALUE;
+  }
   return OK;
 }
 CUresult cuGetErrorName(CUresult r, const char **s) {

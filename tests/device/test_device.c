@@ -5,8 +5,9 @@
  *     tolerances (docs/gpu.md; bitwise for casts, dropout and embedding), the sum run twice and
  *     compared bitwise (determinism); elsewhere the
  *     GPU is refused with its one-line reason and the GPU part is SKIPPED with it;
- *   - `fake` (TESSERA_LIBCUDA = the stand-in driver, tests/device/fake_cuda.c): the GPU device's
- *     host side on any machine: the query and describe, compute capability and device_id refusals,
+ *   - `fake` (TESSERA_LIBCUDA = the stand-in driver, tests/device/fake_cuda.c, whose launches run
+ *     the kernels compiled for the host on an emulator of CUDA's blocks and barriers): every
+ *     comparison of `real` on any machine (not under ASan: launches only recorded there), and: the query and describe, compute capability and device_id refusals,
  *     memory and copies through the driver's entry points, streams and events, the embedded PTX
  *     loaded, every launcher's kernel found in it with the parameter count its .entry declares
  *     (a launcher passing one too many or too few is refused, not launched); with the stand-in
@@ -482,18 +483,28 @@ static void test_fake(void) {
   EXPECT_ERR(ts__cuda_launch(d, "ts_k_fill_f32", g1, b1, 0, NULL, args, 4), TS_EINVAL, "given 4");
   EXPECT_ERR(ts__cuda_launch(d, "ts_k_no_such", g1, b1, 0, NULL, args, 1), TS_ENOTFOUND, "no kernel ts_k_no_such");
   void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-  int *launches = fk ? dlsym(fk, "fake_cuda_launches") : NULL;
+  int *launches = fk ? dlsym(fk, "fake_cuda_launches") : NULL, *emulates = fk ? dlsym(fk, "fake_cuda_emulates") : NULL;
   const char *last = fk ? dlsym(fk, "fake_cuda_last_kernel") : NULL;
-  CHECK(launches && last);
+  CHECK(launches && last && emulates);
   int before = launches ? *launches : 0;
   const char *why = NULL;
-  gpu G = {d, 1, !strcmp(ts__gpu_gemm_impl(&why), "cublas")};
+  /* the stand-in runs the kernels on its emulator (not under ASan): then every comparison with
+   * the CPU is made, as on a GPU */
+  int emu = emulates && *emulates && !(getenv("FAKE_CUDA_EMULATE") && !strcmp(getenv("FAKE_CUDA_EMULATE"), "0"));
+  printf("the stand-in driver %s the kernels\n", emu ? "emulates" : "only records");
+  gpu G = {d, !emu, !strcmp(ts__gpu_gemm_impl(&why), "cublas")};
   CHECK_MSG(G.cublas, "the stand-in cuBLAS was not loaded: %s", why ? why : "");
   gpu_suite(&G); /* every launcher: its kernel and parameter count checked, nothing run */
   void *fb = dlopen(getenv("TESSERA_LIBCUBLAS"), RTLD_NOW | RTLD_NOLOAD);
   int *calls = fb ? dlsym(fb, "fake_cublas_calls") : NULL;
   CHECK_MSG(calls && *calls >= 10, "%d cuBLAS calls", calls ? *calls : -1);
   if (fb) dlclose(fb);
+  if (emu) { /* and Tessera's own GEMM kernel, emulated */
+    setenv("TESSERA_GPU_GEMM", "tessera", 1);
+    G.cublas = 0;
+    check_gemm(&G);
+    unsetenv("TESSERA_GPU_GEMM");
+  }
   int after = launches ? *launches : 0;
   printf("the stand-in driver took %d launches of the GPU kernel table (last %s)\n", after - before, last ? last : "?");
   CHECK_MSG(after - before >= 40, "%d launches", after - before);

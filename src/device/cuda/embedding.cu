@@ -9,7 +9,7 @@ DEV i64 e_id(const void *ids, int i64ids, i64 t) { return i64ids ? ((const i64 *
 // table (V, D), ids (T) -> y (T, D); bad[0] = 1 + a token whose id is outside [0, V) (its row zeroed)
 template <typename T>
 DEV void emb_fwd(const T *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, T *y, i64 *bad) {
-  for (i64 t = bidy(); t < Tn; t += __nvvm_read_ptx_sreg_nctaid_y()) {
+  for (i64 t = bidy(); t < Tn; t += nbidy()) {
     i64 id = e_id(ids, i64ids, t);
     int ok = id >= 0 && id < V;
     if (!ok && gidx() == 0) bad[0] = t + 1;

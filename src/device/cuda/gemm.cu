@@ -19,7 +19,7 @@ DEV void g_st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 template <typename TA, typename TC>
 DEV void gemm(const TA *a, const TA *b, const TA *bias, TC *c, i64 M, i64 N, i64 K, int ta, int tb, int ab, int bb) {
   __shared__ float As[TK][TM + 4], Bs[TK][TN + 4];
-  i64 z = __nvvm_read_ptx_sreg_ctaid_z();
+  i64 z = bidz();
   const TA *A = a + (ab ? z * M * K : 0), *B = b + (bb ? z * K * N : 0);
   TC *C = c + z * M * N;
   i64 m0 = (i64)bidy() * TM, n0 = (i64)bid() * TN;

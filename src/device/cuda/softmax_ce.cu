@@ -74,7 +74,7 @@ template <typename T>
 DEV void ce_bwd(const float *dloss, const T *x, const void *labels, int i64l, const float *lse, i64 N, i64 C, float s,
                 i64 ignore, const float *count, T *dx) {
   float k = count[0], f = k > 0 ? dloss[0] / k : 0.0f;
-  for (i64 r = bidy(); r < N; r += __nvvm_read_ptx_sreg_nctaid_y()) {
+  for (i64 r = bidy(); r < N; r += nbidy()) {
     i64 y = label_of(labels, i64l, r);
     float l = lse[r];
     for (i64 c = gidx(); c < C; c += gstride()) {

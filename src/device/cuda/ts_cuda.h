@@ -11,7 +11,7 @@
 typedef long long i64;
 typedef unsigned short bf16; /* bfloat16 bits */
 
-#ifdef __CUDA__
+#if defined(__CUDA__)
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
@@ -20,8 +20,9 @@ typedef unsigned short bf16; /* bfloat16 bits */
 DEV float i2f(int i) { return __builtin_bit_cast(float, i); }
 DEV int f2i(float f) { return __builtin_bit_cast(int, f); }
 #else
-/* Host C (tests/device/test_cuda_math.c): the math below checked against libm on any machine,
- * PTX's approximate exp2/log2 replaced by libm's. */
+/* Host C (tests/device/test_cuda_math.c: the math below checked against libm on any machine) and
+ * host C++ (TS_CUDA_EMU: the kernels themselves run by the stand-in driver's emulator,
+ * tests/device/emu.cpp, one fiber per thread): PTX's approximate exp2/log2 replaced by libm's. */
 #include <math.h>
 #include <string.h>
 #define DEV static inline
@@ -30,14 +31,34 @@ DEV int f2i(float f) { return __builtin_bit_cast(int, f); }
 #define __nvvm_sqrt_rn_f sqrtf
 DEV float i2f(int i) { float f; memcpy(&f, &i, 4); return f; }
 DEV int f2i(float f) { int i; memcpy(&i, &f, 4); return i; }
+#ifdef TS_CUDA_EMU
+#define KERNEL extern "C" void
+#define __shared__ static /* blocks run one at a time: one copy is the block's */
+extern "C" {
+int ts_emu_sreg(int which); /* 0..2 tid xyz, 3..5 ntid, 6..8 ctaid, 9..11 nctaid */
+void ts_emu_sync(void);
+float ts_emu_shfl_bfly(float v, int lane_mask);
+}
+#define __syncthreads() ts_emu_sync()
+#define __nvvm_shfl_sync_bfly_f32(m, v, o, c) ts_emu_shfl_bfly((v), (o))
+#define __nvvm_read_ptx_sreg_tid_x() ts_emu_sreg(0)
+#define __nvvm_read_ptx_sreg_ntid_x() ts_emu_sreg(3)
+#define __nvvm_read_ptx_sreg_ctaid_x() ts_emu_sreg(6)
+#define __nvvm_read_ptx_sreg_ctaid_y() ts_emu_sreg(7)
+#define __nvvm_read_ptx_sreg_ctaid_z() ts_emu_sreg(8)
+#define __nvvm_read_ptx_sreg_nctaid_x() ts_emu_sreg(9)
+#define __nvvm_read_ptx_sreg_nctaid_y() ts_emu_sreg(10)
+#endif
 #endif
 
-#ifdef __CUDA__
+#if defined(__CUDA__) || defined(TS_CUDA_EMU)
 DEV int tid() { return __nvvm_read_ptx_sreg_tid_x(); }
 DEV int ntid() { return __nvvm_read_ptx_sreg_ntid_x(); }
 DEV int bid() { return __nvvm_read_ptx_sreg_ctaid_x(); }
 DEV int nbid() { return __nvvm_read_ptx_sreg_nctaid_x(); }
 DEV int bidy() { return __nvvm_read_ptx_sreg_ctaid_y(); }
+DEV int nbidy() { return __nvvm_read_ptx_sreg_nctaid_y(); }
+DEV int bidz() { return __nvvm_read_ptx_sreg_ctaid_z(); }
 /* this thread's first index and the stride of a grid-stride loop */
 DEV i64 gidx() { return (i64)bid() * ntid() + tid(); }
 DEV i64 gstride() { return (i64)nbid() * ntid(); }
@@ -127,7 +148,7 @@ DEV bf16 f2bf(float f) {
   return (bf16)(u >> 16);
 }
 
-#ifdef __CUDA__
+#if defined(__CUDA__) || defined(TS_CUDA_EMU)
 /* ---- block reductions: a fixed tree (warp shuffles, then the warps' sums), deterministic ---- */
 DEV float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 31);
@@ -157,6 +178,6 @@ DEV float block_max(float v, float *sh) {
   return warp_max(v);
 }
 
-#endif /* __CUDA__ */
+#endif /* __CUDA__ || TS_CUDA_EMU */
 
 #endif

@@ -1,0 +1,127 @@
+// The stand-in driver's kernel emulator (tests/device/fake_cuda.c): Tessera's CUDA kernels
+// (src/device/cuda/*.cu) compiled as host C++ (ts_cuda.h's TS_CUDA_EMU mode) and run with CUDA's
+// semantics: the blocks of a grid one after another, the threads of a block as fibers (ucontext)
+// that run until a barrier (__syncthreads; a warp shuffle is two barriers around a shared slot)
+// and all resume once every live thread has reached it; shared memory is the kernel's static
+// arrays (one block at a time). So every GPU kernel, and the executor's and the trainer's GPU
+// paths above them, run numerically on a machine without a GPU, against the CPU kernels, in CI.
+// Not emulated: the PTX's approximate exp2/log2 (libm's here) and FMA contraction: results differ
+// from a real GPU in the last bits, as the tests' tolerances allow. The kernels' registry (name ->
+// an unpacker of the driver's void **params into the host function's typed arguments) is made by
+// cmake/emu_registry.sh from the KERNEL declarations.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <map>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "emu.h"
+
+namespace {
+
+struct fiber {
+  ucontext_t ctx;
+  int tid, state; // 0 runnable, 1 at a barrier, 2 done
+};
+
+struct block_run {
+  ucontext_t sched;
+  fiber *f = nullptr;
+  char *stacks = nullptr;
+  int n = 0, cur = -1;
+  int sreg[12];
+  float shfl[1024];
+  void (*body)(void **) = nullptr;
+  void **args = nullptr;
+};
+
+block_run B;
+const size_t kStack = 64 * 1024;
+
+void fiber_main() {
+  B.body(B.args);
+  B.f[B.cur].state = 2;
+  // returning resumes uc_link: the scheduler
+}
+
+std::map<std::string, ts_emu_fn> &registry() {
+  static std::map<std::string, ts_emu_fn> r;
+  return r;
+}
+
+} // namespace
+
+extern "C" {
+
+int ts_emu_sreg(int which) { return which == 0 ? B.f[B.cur].tid : B.sreg[which]; }
+
+void ts_emu_sync(void) {
+  B.f[B.cur].state = 1;
+  swapcontext(&B.f[B.cur].ctx, &B.sched);
+}
+
+float ts_emu_shfl_bfly(float v, int mask) {
+  int t = B.f[B.cur].tid;
+  B.shfl[t] = v;
+  ts_emu_sync();
+  float r = B.shfl[(t & ~31) | ((t & 31) ^ mask)];
+  ts_emu_sync(); // every lane has read before a next shuffle writes
+  return r;
+}
+
+void ts_emu_register(const char *name, ts_emu_fn fn) { registry()[name] = fn; }
+
+ts_emu_fn ts_emu_find(const char *name) {
+  auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+int ts_emu_launch(ts_emu_fn fn, void **args, const unsigned grid[3], const unsigned block[3]) {
+  int n = (int)(block[0] * block[1] * block[2]);
+  if (n < 1 || n > 1024 || block[1] != 1 || block[2] != 1) return -1; // the kernels use x blocks only
+  if (n > B.n) {
+    free(B.f);
+    free(B.stacks);
+    B.f = (fiber *)calloc((size_t)n, sizeof(fiber));
+    B.stacks = (char *)malloc(kStack * (size_t)n);
+    if (!B.f || !B.stacks) return -2;
+    B.n = n;
+  }
+  B.body = fn;
+  B.args = args;
+  for (int k = 0; k < 3; k++) B.sreg[3 + k] = (int)block[k], B.sreg[9 + k] = (int)grid[k];
+  for (volatile unsigned z = 0; z < grid[2]; z++) // volatile: live across swapcontext (a setjmp)
+    for (volatile unsigned y = 0; y < grid[1]; y++)
+      for (volatile unsigned x = 0; x < grid[0]; x++) {
+        B.sreg[6] = (int)x, B.sreg[7] = (int)y, B.sreg[8] = (int)z;
+        for (int t = 0; t < n; t++) {
+          fiber &f = B.f[t];
+          f.tid = t;
+          f.state = 0;
+          getcontext(&f.ctx);
+          f.ctx.uc_stack.ss_sp = B.stacks + kStack * (size_t)t;
+          f.ctx.uc_stack.ss_size = kStack;
+          f.ctx.uc_link = &B.sched;
+          makecontext(&f.ctx, fiber_main, 0);
+        }
+        for (;;) {
+          int live = 0;
+          for (int t = 0; t < n; t++)
+            if (B.f[t].state == 0) {
+              B.cur = t;
+              swapcontext(&B.sched, &B.f[t].ctx);
+            }
+          for (int t = 0; t < n; t++)
+            if (B.f[t].state == 1) B.f[t].state = 0, live++;
+          if (!live) break; // every thread done
+        }
+      }
+  return 0;
+}
+
+} // extern "C"
