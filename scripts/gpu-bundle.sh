@@ -37,6 +37,10 @@ b=$1; shift
 exec "$here/lib/ld-linux-x86-64.so.2" --library-path "$here/lib$drv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$here/bin/$b" "$@"
 R
 chmod +x "$out.tmp/run"
+for b in $bins; do # gpu-bundle/NAME: the binary as a command (what tests/cli scripts take as their tessera)
+  printf '#!/bin/sh\nexec "$(dirname "$0")/run" %s "$@"\n' "$b" >"$out.tmp/$b"
+  chmod +x "$out.tmp/$b"
+done
 # the test finds its fixtures and the CPU kernels' data by the source tree's paths: none needed
 rm -rf "$out"
 mv "$out.tmp" "$out"

@@ -26,6 +26,13 @@ say "== gpu-check $(date -u +%FT%TZ) on $(hostname), binaries from $where"
   (python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' 2>&1 || true) | tail -1
   ldd --version 2>&1 | head -1; } >>"$log" 2>&1
 
+# cuBLAS: NVIDIA's wheel inside the machine's PyTorch environment, when there is one
+if [ -z "${TESSERA_LIBCUBLAS:-}" ]; then
+  cb=$(python3 -c 'import nvidia.cublas, os, glob; d = os.path.join(list(nvidia.cublas.__path__)[0], "lib"); print((sorted(glob.glob(d + "/libcublas.so.*")) or [""])[-1])' 2>/dev/null || true)
+  if [ -n "$cb" ]; then export TESSERA_LIBCUBLAS=$cb LD_LIBRARY_PATH=$(dirname "$cb")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+fi
+say "cuBLAS: ${TESSERA_LIBCUBLAS:-libcublas.so.13/.12/.11 on the library path, if any}"
+
 steps=()
 # step NAME TIMEOUT [REFUSED_RC] BINARY ARGS...: runs it, keeps its rc and output in the log;
 # status pass (0), skipped (77), refused (REFUSED_RC: an expected refusal, its reason logged), fail
@@ -58,6 +65,16 @@ train: {steps: 1, batch_size: 16}
 device_target: GPU
 Y
 step train_device_target 60 2 tessera train "$cfg"
+# 20 steps against the CPU, checkpoints across devices, accumulation (tests/cli/gpu_train_test.sh)
+tbin=$root/build/tessera
+[ ${#runner[@]} -gt 0 ] && tbin=$root/gpu-bundle/tessera
+t0=$(date +%s%N)
+o=$(timeout 300 bash "$root/tests/cli/gpu_train_test.sh" "$tbin" 2>&1); rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+{ echo "== train_vs_cpu (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
+st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
+say "$(printf '%-22s %-8s %6.1fs  %s' train_vs_cpu "$st" "$dt" "$(echo "$o" | grep -c '^ok:') ok, $(echo "$o" | grep -c '^FAIL') failed")"
+steps+=("{\"name\":\"train_vs_cpu\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$(echo "$o" | grep -c '^ok:') ok\"}")
 desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
 fails=0
 for s in "${steps[@]}"; do case "$s" in *'"status":"fail"'*) fails=$((fails + 1)) ;; esac; done

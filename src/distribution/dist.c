@@ -382,12 +382,17 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
     d->r.rank = ts_comm_rank(d->world);
     d->r.size = ts_comm_size(d->world);
   }
+  if (cfg->device == 1 && !dry && (rc = ts__dist_dev_open(d))) {
+    ts_dist_free(d);
+    return rc;
+  }
   *out = d;
   return TS_OK;
 }
 
 void ts_dist_free(ts_dist *d) {
   if (!d) return;
+  ts__dist_dev_free(d); /* the plans' device memory first (a GPU job) */
   if (d->sync.vt) d->sync.vt->free(d);
   ts__lamb_free(d->sync.lamb);
   ts_plan_free(d->r.plan);
@@ -408,6 +413,7 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
   d->model = *m;
   int rc = d->vt->build(d, m);
   d->model.strategies = NULL; /* read during the build only */
+  if (!rc && d->gpu) rc = ts__dist_dev_bind(d);
   return rc;
 }
 
@@ -428,6 +434,7 @@ void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys) {
 
 int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,
                              float **g) {
+  if (d->gpu) return ts__dist_dev_fwd_bwd(d, x, y, step, loss, g);
   if (d->vt->forward_backward) return d->vt->forward_backward(d, x, y, step, acc, loss, g);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
@@ -454,6 +461,7 @@ int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t s
 }
 
 int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
+  if (d->gpu) return ts__dist_dev_eval(d, x, logits);
   if (d->vt->eval_forward) return d->vt->eval_forward(d, x, logits);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
@@ -535,7 +543,8 @@ int ts_dist_clip_scaled(ts_dist *d, float *g, float max_norm, float inv_scale, f
   if (!(inv_scale > 0) || !isfinite(inv_scale))
     return ts_error_set(TS_EINVAL, "gradient clipping: 1 / the loss scale is %g", (double)inv_scale);
   int rc, mine = 0;
-  if (d->vt->clip) rc = d->vt->clip(d, g, &c);
+  if (d->gpu) rc = ts__dist_dev_clip(d, g, &c);
+  else if (d->vt->clip) rc = d->vt->clip(d, g, &c);
   else { /* the sync object's parts, or the layout's reduced gradients g */
     rc = d->sync.vt->clip(d, g, &c, &mine);
     if (!rc && !mine) rc = ts__dist_clip_default(d, g, &c);
@@ -604,10 +613,16 @@ const char *ts_dist_reduction_note(const ts_dist *d) { return d ? d->sync.vt->no
 int ts_dist_optim_create(ts_dist *d, const ts_optim_config *cfg, const ts_optim_segment *segs, int nseg,
                          ts_optim **out) {
   *out = NULL;
-  return d->sync.vt->optim_create(d, cfg, segs, nseg, out);
+  int rc = d->sync.vt->optim_create(d, cfg, segs, nseg, out);
+  if (!rc && d->gpu && (rc = ts__dist_dev_optim_create(d, segs, nseg, *out))) {
+    ts_optim_free(*out);
+    *out = NULL;
+  }
+  return rc;
 }
 
 int ts_dist_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
+  if (d->gpu) return ts__dist_dev_optim_step(d, opt, grads, lr); /* params and grads on the device */
   return d->sync.vt->optim_step(d, opt, params, grads, lr);
 }
 

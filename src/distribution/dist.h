@@ -108,6 +108,15 @@ int ts_dist_slot_comms(const ts_parallel *p, ts_comm *world, ts_plan *plan, ts_c
 typedef struct ts_dist_vt ts_dist_vt; /* the interface one layout implements (src/distribution/dist_impl.h) */
 typedef struct ts_dist ts_dist;
 
+/* device_target GPU (dist_device.c): the host copies of the store and the optimizer's state (o,
+ * may be NULL) brought up to date with the device's (before a checkpoint is written or the store
+ * is read), and the device's set from the host's (after a checkpoint is loaded or the store
+ * written). Nothing to do on the CPU. */
+int ts_dist_to_host(ts_dist *d, ts_optim *o);
+int ts_dist_to_device(ts_dist *d, ts_optim *o);
+/* 1 and the device's description in buf when d runs on a GPU, else 0 and "". */
+int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap);
+
 /* The layout for a parallel.mode name ("stand_alone", "data_parallel", "semi_auto_parallel",
  * "hybrid_parallel"), NULL for others. */
 const ts_dist_vt *ts_dist_find(const char *mode);
@@ -153,6 +162,8 @@ typedef struct {
   int n_stage_rules;      /* parallel.stages: pattern (op) -> stage (text, decimal); any number; not
                              owned: ts_dist_create copies them */
   const ts_op_text *stage_rules;
+  int device;             /* device_target: 0 the CPU, 1 a GPU (stand_alone; src/distribution/dist_device.c) */
+  int device_id;          /* the GPU (device_id; -1: 0) */
 } ts_dist_config;
 
 /* The model: a builder (called for the training graph with targets and for the evaluation graph

@@ -96,7 +96,19 @@ struct ts_dist {
   void *priv;                  /* the layout's own state (its file's private struct; freed by vt->free) */
   ts_dist_span_fn span;
   void *span_user;
+  struct ts__dist_dev *gpu;    /* device_target GPU: the device and its copies (dist_device.c), else NULL */
 };
+
+/* dist_device.c (device_target GPU): the device opened at create (the layouts it runs), the plans
+ * and store put on it after the build, the step's parts on it, its end with the object. */
+int ts__dist_dev_open(ts_dist *d);
+int ts__dist_dev_bind(ts_dist *d);
+void ts__dist_dev_free(ts_dist *d);
+int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step, double *loss, float **g);
+int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits);
+int ts__dist_dev_clip(ts_dist *d, float *g, ts__clip *c);
+int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg, ts_optim *o);
+int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *g, float lr);
 
 extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;

@@ -156,8 +156,9 @@ struct ts_trainer {
  * from c's keys and the model (fn NULL: c's zoo model). TS_EUNSUPPORTED for auto_parallel, which has
  * no layout of its own: ts__train_auto first replaces it by the searched plan's. */
 /* device_target GPU: TS_ECONFIG naming the config and why there is no usable GPU (no driver, no
- * device, device_id out of range, compute capability too old); TS_OK for the CPU. */
-int ts__train_device_check(const ts_config *c);
+ * device, device_id out of range, compute capability too old); else TS_OK and *device_id the GPU
+ * this process uses (-1 for the CPU). */
+int ts__train_device_check(const ts_config *c, int *device_id);
 int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_dist_vt **vt, ts_dist_config *dc,
                      ts_dist_model *m);
 /* The user's operator strategies (strategy_ckpt_load_file, then parallel.strategies) for

@@ -15,7 +15,11 @@
 #include "train_compat.h"
 #include "train_impl.h"
 
-ts_params *ts_trainer_params(ts_trainer *t) { return t->run->params; }
+ts_params *ts_trainer_params(ts_trainer *t) {
+  /* a GPU job: the host copy brought up to date first */
+  if (ts_dist_to_host(t->dist, t->opt)) ts_log(TS_LOG_WARN, "%s", ts_last_error());
+  return t->run->params;
+}
 int64_t ts_trainer_step(const ts_trainer *t) { return t->step; }
 int ts_trainer_rank(const ts_trainer *t) { return t->run->rank; }
 int ts_trainer_world_size(const ts_trainer *t) { return t->run->size; }
@@ -267,7 +271,9 @@ static void whole_close(whole_model *w) {
 /* Opens the whole model and moves every rank's slices into it; on rank 0 fills *st with it.
  * The caller closes w whatever the result. Collective. */
 static int whole_gather(ts_trainer *t, whole_model *w, ts_ckpt_state *st) {
-  int rc = whole_open(t, 1, w);
+  memset(w, 0, sizeof *w);
+  int rc = ts_dist_to_host(t->dist, t->opt); /* a GPU job: the device's state is the newest */
+  if (!rc) rc = whole_open(t, 1, w);
   if (!rc) rc = ts_dist_move(t->dist, w->full, t->opt, w->fopt, 1); /* every rank's slices */
   if (!rc && t->run->rank == 0) {
     ts__trainer_ckpt_state(t, st);
@@ -323,6 +329,7 @@ int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimi
     if (rc) rc = ts_error_wrap(rc, "%s: tessera.loss_scale", path);
     if (!rc) rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale);
   }
+  if (!rc) rc = ts_dist_to_device(t->dist, t->opt); /* a GPU job: the loaded state onto the device */
   if (!sliced) whole_close(&w);
   return rc;
 }
@@ -395,7 +402,8 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_strategy_set *set = NULL;
   int rc = ts_config_copy(c, cfg_in); /* the trainer's own (freed by ts_trainer_free) */
   if (!rc) rc = ts_config_validate(c);
-  if (!rc) rc = ts__train_device_check(c); /* before anything is built */
+  int gpu_id = -1;
+  if (!rc) rc = ts__train_device_check(c, &gpu_id); /* before anything is built */
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
     /* a callback's model (the whole network: C API, Python cells) is built through it for every
@@ -409,6 +417,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   /* a searched plan goes to the distribution config as a value (its degrees, micro-batching,
    * shard stage, recompute) and its strategies as a set, below */
   if (!rc && t->has_plan) ts__autoplan_dist(&t->plan, c->train.batch_size, &dc, &vt, NULL);
+  if (!rc && gpu_id >= 0) dc.device = 1, dc.device_id = gpu_id; /* the layout runs the job there */
   if (rc) goto fail;
   ts_comm_set_timeout(c->parallel.comm_timeout);
   if (c->parallel.debug_check) ts_comm_set_debug_check(1);

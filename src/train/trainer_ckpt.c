@@ -107,6 +107,8 @@ static int gather_texts(ts_comm *w, int N, const char *mine, char **all, size_t 
  * job's communication (every rank sees it) or of rank 0's staging directory is returned. */
 int ts__sliced_begin(ts_trainer *t, const char *final, ts__sliced_job *j) {
   memset(j, 0, sizeof *j);
+  int hrc = ts_dist_to_host(t->dist, t->opt); /* a GPU job: the device's state is the newest */
+  if (hrc) return hrc;
   ts_comm *w = ts_dist_world(t->dist);
   int N = w ? ts_comm_size(w) : 1, rank = w ? ts_comm_rank(w) : 0, rc = TS_OK, rc0 = TS_OK;
   j->rank = rank;

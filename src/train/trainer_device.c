@@ -1,6 +1,7 @@
 /* device_target / device_id (MindSpore's context keys) at trainer creation: the GPU asked for is
  * looked up before anything is built, and a machine without a usable one refuses the job in one
- * line naming what is missing (docs/gpu.md). */
+ * line naming what is missing (docs/gpu.md); the distribution object then runs the job on it
+ * (src/distribution/dist_device.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,12 +18,14 @@ static int gpu_of(const ts_config *c, int count) {
   return count > 0 && r >= 0 ? r % count : 0;
 }
 
-int ts__train_device_check(const ts_config *c) {
+int ts__train_device_check(const ts_config *c, int *device_id) {
+  *device_id = -1;
   if (c->device_target == TS_CFG_DEVICE_CPU) return TS_OK;
   const char *src = c->source[0] ? c->source : "config";
   int n = 0, rc = ts_device_count(TS_DEVICE_GPU, &n);
   ts_device_info gi;
-  if (!rc) rc = ts_device_query(TS_DEVICE_GPU, gpu_of(c, n), &gi);
+  int id = gpu_of(c, n);
+  if (!rc) rc = ts_device_query(TS_DEVICE_GPU, id, &gi);
   if (rc) {
     char why[512];
     snprintf(why, sizeof why, "%s", ts_last_error()); /* the message is rewritten below */
@@ -30,7 +33,7 @@ int ts__train_device_check(const ts_config *c) {
   }
   char s[256];
   ts_device_describe(&gi, s, sizeof s);
-  return ts_error_set(TS_EUNSUPPORTED, "%s: device_target GPU: %s is usable, but this build does not run training "
-                      "graphs on a GPU yet (the device layer and kernels are built, the executor's GPU path is not; "
-                      "docs/gpu.md)", src, s);
+  ts_log(TS_LOG_INFO, "device_target GPU: %s", s);
+  *device_id = id;
+  return TS_OK;
 }

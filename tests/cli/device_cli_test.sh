@@ -3,7 +3,7 @@
 # line naming what is missing, exit 2, before anything is built (no metrics file written); with
 # the stand-in driver (TS_FAKECUDA, tests/device/fake_cuda.c): a device_id beyond the GPUs, a
 # compute capability below 8.0 and a driver that does not start each name themselves; a usable
-# GPU is refused saying the executor's GPU path is not built yet (exit 1); CPU trains.
+# GPU trains the job (its kernels emulated) to the CPU's loss; LAMB there is refused; CPU trains.
 # Usage: device_cli_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -40,10 +40,21 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
   if [ $rc = 2 ] && one_line && echo "$out" | grep -q "the NVIDIA driver does not start (cuInit: CUDA_ERROR_NO_DEVICE"; then
     ok "cuInit without a device: exit 2"
   else bad "cuInit NO_DEVICE: rc $rc: $out"; fi
-  run train "$tmp/c.yaml" --set device_target=GPU
-  if [ $rc != 0 ] && one_line && echo "$out" | grep -q "GPU 0: Fake GPU 0, compute capability 9.0.* is usable, but this build does not run training graphs on a GPU yet"; then
-    ok "a usable GPU: refused, saying what is missing (rc $rc)"
-  else bad "usable GPU: rc $rc: $out"; fi
+  # a usable GPU: the job runs there (the stand-in's emulator computes the kernels), with the
+  # CPU's losses; a layout it does not run yet is refused naming the key
+  if [ "${TS_EMU:-1}" = 0 ]; then echo "SKIP part: the sanitizers' build does not emulate the kernels"; else
+  out_cpu=$("$bin" train "$tmp/c.yaml" --set log.progress=lines 2>&1 | grep "^step 2/2" | awk '{print $6}')
+  rm -f "$tmp/m.jsonl"
+  out=$(TESSERA_GPU_GEMM=tessera "$bin" train "$tmp/c.yaml" --set device_target=GPU --set log.progress=lines 2>&1); rc=$?
+  gpu_loss=$(echo "$out" | grep "^step 2/2" | awk '{print $6}')
+  if [ $rc = 0 ] && [ -s "$tmp/m.jsonl" ] && [ -n "$gpu_loss" ] && [ "$gpu_loss" = "$out_cpu" ]; then
+    ok "a usable GPU trains the job: step 2 loss $gpu_loss, the CPU's $out_cpu"
+  else bad "usable GPU: rc $rc, loss '$gpu_loss' vs CPU '$out_cpu': $out"; fi
+  fi
+  run train "$tmp/c.yaml" --set device_target=GPU --set optimizer.name=lamb
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: optimizer.name lamb does not run on GPUs yet"; then
+    ok "LAMB on the GPU: refused naming the key"
+  else bad "LAMB on the GPU: rc $rc: $out"; fi
   unset TESSERA_LIBCUDA
 else echo "SKIP part: TS_FAKECUDA not set (the stand-in driver)"; fi
 run train "$tmp/c.yaml" --set device_target=CPU

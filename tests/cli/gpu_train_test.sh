@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Training on the GPU against the CPU (issue 28's end-to-end checks), on the stand-in driver
+# (TS_FAKECUDA: its emulator runs the GPU kernels compiled for the host) where there is no GPU,
+# on the GPU where there is one (TS_FAKECUDA unset and a driver present):
+#   1. 20 steps of an MLP (adamw, clipping, evaluation every 10) on the GPU follow the CPU: every
+#      step's loss within 1e-4 relative, the evaluations' accuracy equal; two GPU runs bitwise;
+#   2. checkpoints are device-neutral: the GPU's checkpoint of step 10 resumed on the CPU to step
+#      20 ends where the CPU's uninterrupted run does (1e-4), and the CPU's resumed on the GPU too;
+#   3. gradient accumulation (2 micro-batches) and SGD with momentum on the GPU follow the CPU.
+# Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
+set -u
+bin=$1
+fail=0
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -n "${TS_FAKECUDA:-}" ] && [ "${TS_EMU:-1}" = 0 ]; then
+  echo "SKIP: the sanitizers' build: the stand-in driver records launches without running them"; exit 77
+elif [ -n "${TS_FAKECUDA:-}" ]; then
+  export TESSERA_LIBCUDA=$TS_FAKECUDA TESSERA_GPU_GEMM=tessera
+  where="the stand-in driver's emulated GPU"
+else where="the GPU"; fi
+idx_split "$tmp/d" train 256 28 28
+idx_split "$tmp/d" t10k 64 28 28
+mlp_cfg "$tmp/c.yaml" "$tmp/d" 20 16
+if [ "$where" = "the GPU" ]; then # a machine without one says so: skipped with its reason
+  why=$("$bin" train "$tmp/c.yaml" --set device_target=GPU --set train.steps=1 --set log.progress=off 2>&1 | grep "device_target GPU: ")
+  if [ -n "$why" ]; then echo "SKIP: no usable GPU and no stand-in driver (TS_FAKECUDA): $why"; exit 77; fi
+fi
+sed -i 's/^train: {steps: 20, batch_size: 16, eval_batch_size: 16, log_every: 1}/train: {steps: 20, batch_size: 16, eval_batch_size: 16, log_every: 1, eval_every: 10, seed: 7}/;
+        s/^optimizer: {name: sgd, lr: 0.01}/optimizer: {name: adamw, lr: 0.003, clip_grad_norm: 0.5}/;
+        s/^log: {progress: lines}/log: {progress: off}/' "$tmp/c.yaml"
+losses() { python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r.get('type')=='step': print('%d %.9g'%(r['step'],r['loss']))
+    if r.get('type')=='eval': print('eval %d %.6f'%(r['step'],r['top1']))
+" "$1"; }
+close() { python3 -c "
+import sys
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
+ok=len(a)==len(b) and len(a)>0
+for x,y in zip(a,b):
+    if x[0]=='eval': ok=ok and x==y
+    else: ok=ok and x[0]==y[0] and abs(float(x[1])-float(y[1]))<=1e-4*abs(float(y[1]))
+sys.exit(0 if ok else 1)" "$1" "$2"; }
+train() { # name device [--set ...]: metrics into $tmp/name.jsonl, losses into $tmp/name.txt
+  local n=$1 dev=$2; shift 2
+  "$bin" train "$tmp/c.yaml" --set device_target="$dev" --set log.metrics="$tmp/$n.jsonl" "$@" > "$tmp/$n.out" 2>&1 ||
+    bad "$n ($dev): $(tail -3 "$tmp/$n.out")"
+  losses "$tmp/$n.jsonl" > "$tmp/$n.txt" 2>/dev/null
+}
+# 1. 20 steps
+train cpu CPU
+train gpu GPU
+train gpu2 GPU
+close "$tmp/gpu.txt" "$tmp/cpu.txt" && ok "20 steps on $where follow the CPU: final loss $(grep '^20 ' "$tmp/gpu.txt" | cut -d' ' -f2) vs $(grep '^20 ' "$tmp/cpu.txt" | cut -d' ' -f2), accuracy $(grep '^eval 20' "$tmp/gpu.txt" | cut -d' ' -f3)" ||
+  bad "GPU vs CPU: $(paste "$tmp/gpu.txt" "$tmp/cpu.txt" | head -5)"
+cmp -s "$tmp/gpu.txt" "$tmp/gpu2.txt" && ok "two GPU runs: bitwise the same losses" || bad "GPU runs differ"
+# 2. device-neutral checkpoints
+for pair in "GPU CPU" "CPU GPU"; do
+  set -- $pair
+  rm -rf "$tmp/ck"
+  train "half_$1" "$1" --set checkpoint.dir="$tmp/ck" --set checkpoint.save_steps=10 --set checkpoint.keep_max=0
+  train "rest_$2" "$2" --set checkpoint.resume="$tmp/ck/ckpt-00000010.safetensors"
+  grep "^20 \|^eval 20" "$tmp/rest_$2.txt" > "$tmp/r.txt"
+  grep "^20 \|^eval 20" "$tmp/cpu.txt" > "$tmp/c20.txt"
+  close "$tmp/r.txt" "$tmp/c20.txt" && ok "10 steps on the $1, saved, resumed on the $2: step 20 as the CPU's uninterrupted run" ||
+    bad "resume $1 -> $2: $(cat "$tmp/r.txt") vs $(cat "$tmp/c20.txt")"
+done
+# 3. accumulation and momentum
+train acc_cpu CPU --set train.micro_batch_size=8 --set optimizer.name=momentum --set optimizer.lr=0.05
+train acc_gpu GPU --set train.micro_batch_size=8 --set optimizer.name=momentum --set optimizer.lr=0.05
+close "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" && ok "2 micro-batches, momentum: the GPU follows the CPU" ||
+  bad "accumulation: $(paste "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" | head -3)"
+exit $fail
