@@ -1,5 +1,6 @@
 /* The GPU's kernel table (gpu_kernels.h): launch shapes from the sizes, then ts__cuda_launch. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -332,4 +333,89 @@ int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t 
                         ts__dev_stream *s) {
   void *a[] = {&labels, &labels_i64, &N, &ignore_index, &count};
   return launch(d, "ts_k_label_count", 1, 1, 1024, s, a);
+}
+
+typedef struct {
+  int nd;
+  int64_t ydims[MAXD], xs[MAXD];
+} pshape;
+
+static const char *sized(const char *base, size_t esize, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s_%zu", base, esize);
+  return buf;
+}
+
+int ts__gpu_permute(ts__dev *d, size_t esize, const void *x, void *y, int ndim, const int64_t *dims, const int *perm,
+                    ts__dev_stream *s) {
+  if (esize != 2 && esize != 4 && esize != 8) return ts_error_set(TS_EDTYPE, "GPU permute: %zu-byte elements", esize);
+  if (ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU permute: %d dims (at most %d)", ndim, MAXD);
+  pshape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.nd = ndim;
+  int64_t xst[MAXD], st = 1, n = 1;
+  for (int k = ndim - 1; k >= 0; k--) xst[k] = st, st *= dims[k];
+  for (int k = 0; k < ndim; k++) sh.ydims[k] = dims[perm[k]], sh.xs[k] = xst[perm[k]], n *= dims[k];
+  if (n == 0) return TS_OK;
+  char k[32];
+  void *a[] = {&x, &y, &sh, &n};
+  return launch(d, sized("ts_k_permute", esize, k, sizeof k), grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_blocks(ts__dev *d, size_t esize, const void *x, int64_t xstride, int64_t xoff, void *y, int64_t ystride,
+                   int64_t yoff, int64_t rows, int64_t len, ts__dev_stream *s) {
+  if (esize != 2 && esize != 4 && esize != 8) return ts_error_set(TS_EDTYPE, "GPU copy: %zu-byte elements", esize);
+  if (rows * len == 0) return TS_OK;
+  char k[32];
+  void *a[] = {&x, &xstride, &xoff, &y, &ystride, &yoff, &rows, &len};
+  return launch(d, sized("ts_k_blocks", esize, k, sizeof k), grid_for(rows * len), 1, BLOCK, s, a);
+}
+
+/* the kernels' strides (attention.cu: struct astr) of a layout */
+typedef struct {
+  int64_t sb, sh, st, ob, oh, ot, B, H, T, D;
+} astr;
+
+static int astrides(int layout, int64_t B, int64_t H, int64_t T, int64_t D, astr *a) {
+  a->B = B, a->H = H, a->T = T, a->D = D;
+  int64_t C = H * D;
+  switch (layout) {
+    case 0: a->sb = H * T * D, a->sh = T * D, a->st = D; break;     /* BHTD */
+    case 1: a->sb = T * C, a->sh = D, a->st = C; break;             /* BTHD */
+    case 2: a->sb = T * 3 * C, a->sh = D, a->st = 3 * C; break;     /* QKV */
+    default: return ts_error_set(TS_EINVAL, "GPU attention: layout %d", layout);
+  }
+  if (layout == 2) a->ob = T * C, a->oh = D, a->ot = C;
+  else a->ob = a->sb, a->oh = a->sh, a->ot = a->st;
+  if (D > 256) return ts_error_set(TS_EUNSUPPORTED, "GPU attention: head dimension %lld (at most 256)", (long long)D);
+  return TS_OK;
+}
+
+static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > (1 << 20) ? (1 << 20) : rows); }
+
+int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
+                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s) {
+  astr st;
+  int rc = dt_ok(dt, "attention");
+  if (!rc) rc = astrides(layout, B, H, T, D, &st);
+  if (rc || B * H * T == 0) return rc;
+  void *a[] = {&q, &k, &v, &o, &lse, &st, &scale};
+  return launch(d, dt == TS_F32 ? "ts_k_attention_fwd_f32" : "ts_k_attention_fwd_bf16", row_blocks(B * H * T), 1, 32, s,
+                a);
+}
+
+int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void *q, const void *k, const void *v,
+                          const void *o, const float *lse, void *dq, void *dk, void *dv, float *Dr, int64_t B,
+                          int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s) {
+  astr st;
+  int rc = dt_ok(dt, "attention backward");
+  if (!rc) rc = astrides(layout, B, H, T, D, &st);
+  if (rc || B * H * T == 0) return rc;
+  int f32 = dt == TS_F32;
+  unsigned g = row_blocks(B * H * T);
+  void *a0[] = {&dout, &o, &Dr, &st};
+  if ((rc = launch(d, f32 ? "ts_k_attention_dot_f32" : "ts_k_attention_dot_bf16", g, 1, 32, s, a0))) return rc;
+  void *a1[] = {&dout, &q, &k, &v, &lse, &Dr, &dq, &st, &scale};
+  if ((rc = launch(d, f32 ? "ts_k_attention_dq_f32" : "ts_k_attention_dq_bf16", g, 1, 32, s, a1))) return rc;
+  void *a2[] = {&dout, &q, &k, &v, &lse, &Dr, &dk, &dv, &st, &scale};
+  return launch(d, f32 ? "ts_k_attention_dkv_f32" : "ts_k_attention_dkv_bf16", g, 1, 32, s, a2);
 }

@@ -107,4 +107,21 @@ int ts__gpu_fill_dt(ts__dev *d, ts_dtype dt, void *y, float v, int64_t n, ts__de
 int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t ignore_index, float *count,
                         ts__dev_stream *s);
 
+/* PERMUTE (ts__permute_ref): x (dims, ndim <= 8) -> y with y.dims[k] = dims[perm[k]]; elements
+ * of esize 2, 4 or 8 bytes */
+int ts__gpu_permute(ts__dev *d, size_t esize, const void *x, void *y, int ndim, const int64_t *dims, const int *perm,
+                    ts__dev_stream *s);
+/* rows of len elements: y[r * ystride + yoff + c] = x[r * xstride + xoff + c] (concat, split,
+ * slice and slice's backward are made of it); esize 2, 4 or 8 */
+int ts__gpu_blocks(ts__dev *d, size_t esize, const void *x, int64_t xstride, int64_t xoff, void *y, int64_t ystride,
+                   int64_t yoff, int64_t rows, int64_t len, ts__dev_stream *s);
+/* Causal attention (src/kernels/attention.h: layouts TS_ATTN_BHTD, BTHD, QKV with q, k, v the
+ * blocks of the packed tensor), f32 or bf16, D <= 256: q, k, v -> o, lse (B, H, T) */
+int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
+                          int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s);
+/* (do, q, k, v, o, lse) -> dq, dk, dv (overwritten); Dr: B*H*T floats of device scratch */
+int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void *q, const void *k, const void *v,
+                          const void *o, const float *lse, void *dq, void *dk, void *dv, float *Dr, int64_t B,
+                          int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s);
+
 #endif

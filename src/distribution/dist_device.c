@@ -130,6 +130,11 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc && r->plan) rc = ts_plan_bind(r->plan, r->y, g->y);
   if (!rc && r->plan_e) rc = put_plan(d, r->plan_e, r->ge);
   if (!rc && r->plan_e) rc = ts_plan_bind(r->plan_e, r->xe, g->xe);
+  /* planned now: an op without a GPU kernel is refused before the first step, naming the node */
+  int l = 0;
+  if (!rc && r->plan && (l = ts_plan_node_live(r->plan, 0)) < 0) rc = l;
+  if (!rc && r->plan_e && (l = ts_plan_node_live(r->plan_e, 0)) < 0) rc = l;
+  if (rc == TS_EUNSUPPORTED) return ts_error_wrap(rc, "device_target GPU");
   if (!rc) rc = ts__dev_sync(v);
   return rc ? ts_error_wrap(rc, "device_target GPU: putting the model on %s", v->info.name) : TS_OK;
 }

@@ -144,7 +144,114 @@ static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *
                          (uint64_t)ts_attr_dropout_seed(&n->a), ctx->step, (uint64_t)ts_attr_dropout_offset(&n->a), NULL);
 }
 
+static int run_permute(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int perm[TS_MAX_DIMS];
+  for (int k = 0; k < in[0].shape.ndim; k++) perm[k] = (int)ts_attr_permute_perm(&n->a, k);
+  return ts__gpu_permute(ctx->dev, ts_dtype_size(in[0].dtype), in[0].data, out[0].data, in[0].shape.ndim,
+                         in[0].shape.dims, perm, NULL);
+}
+
+/* concat: each input's rows (outer, len_k * inner) into its place in y's rows */
+static int run_concat(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int axis = (int)ts_attr_concat_axis(&n->a), rc = TS_OK;
+  int64_t outer, inner, off = 0, total = out[0].shape.dims[axis];
+  ts__outer_inner(&out[0].shape, axis, &outer, &inner);
+  for (int k = 0; k < n->nin && !rc; k++) {
+    int64_t len = in[k].shape.dims[axis] * inner;
+    rc = ts__gpu_blocks(ctx->dev, ts_dtype_size(out[0].dtype), in[k].data, len, 0, out[0].data, total * inner, off, outer,
+                        len, NULL);
+    off += len;
+  }
+  return rc;
+}
+
+static int run_split(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int axis = (int)ts_attr_split_axis(&n->a), rc = TS_OK;
+  int64_t outer, inner, off = 0, total = in[0].shape.dims[axis];
+  ts__outer_inner(&in[0].shape, axis, &outer, &inner);
+  for (int k = 0; k < n->nout && !rc; k++) {
+    int64_t len = out[k].shape.dims[axis] * inner;
+    rc = ts__gpu_blocks(ctx->dev, ts_dtype_size(in[0].dtype), in[0].data, total * inner, off, out[k].data, len, 0, outer,
+                        len, NULL);
+    off += len;
+  }
+  return rc;
+}
+
+static int run_slice(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int axis = (int)ts_attr_slice_axis(&n->a);
+  int64_t outer, inner, L = in[0].shape.dims[axis], a = ts_attr_slice_start(&n->a), b = ts_attr_slice_end(&n->a);
+  ts__outer_inner(&in[0].shape, axis, &outer, &inner);
+  return ts__gpu_blocks(ctx->dev, ts_dtype_size(in[0].dtype), in[0].data, L * inner, a * inner, out[0].data,
+                        (b - a) * inner, 0, outer, (b - a) * inner, NULL);
+}
+
+static int run_slice_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int axis = (int)ts_attr_slice_axis(&n->a);
+  int64_t outer, inner, L = out[0].shape.dims[axis], a = ts_attr_slice_start(&n->a), b = ts_attr_slice_end(&n->a);
+  ts__outer_inner(&out[0].shape, axis, &outer, &inner);
+  int rc = ts__dev_memset0(ctx->dev, out[0].data, ts_tensor_nbytes(&out[0]), NULL);
+  return rc ? rc : ts__gpu_blocks(ctx->dev, ts_dtype_size(out[0].dtype), in[0].data, (b - a) * inner, 0, out[0].data,
+                                  L * inner, a * inner, outer, (b - a) * inner, NULL);
+}
+
+/* B, H, T, D of q's shape under the node's layout */
+static void attn_dims(const ts_shape *s, int layout, int heads, int64_t *B, int64_t *H, int64_t *T, int64_t *D) {
+  *B = s->dims[0];
+  if (layout == 2) { /* QKV: (B, T, 3C) */
+    *T = s->dims[1], *H = heads, *D = s->dims[2] / 3 / heads;
+  } else if (layout == 1) { /* BTHD */
+    *T = s->dims[1], *H = s->dims[2], *D = s->dims[3];
+  } else { /* BHTD */
+    *H = s->dims[1], *T = s->dims[2], *D = s->dims[3];
+  }
+}
+
+static const void *blk(const ts_tensor *t, int j, int64_t C) {
+  return (const char *)t->data + (size_t)(j * C) * ts_dtype_size(t->dtype);
+}
+
+static int run_attention(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int layout = (int)ts_attr_attention_layout(&n->a);
+  int64_t B, H, T, D;
+  attn_dims(&in[0].shape, layout, (int)ts_attr_attention_heads(&n->a), &B, &H, &T, &D);
+  const float scale = ts_attr_attention_scale(&n->a);
+  if (layout == 2) {
+    int64_t C = H * D;
+    return ts__gpu_attention_fwd(ctx->dev, out[0].dtype, blk(&in[0], 0, C), blk(&in[0], 1, C), blk(&in[0], 2, C),
+                                 out[0].data, out[1].data, B, H, T, D, scale, layout, NULL);
+  }
+  return ts__gpu_attention_fwd(ctx->dev, out[0].dtype, in[0].data, in[1].data, in[2].data, out[0].data, out[1].data, B,
+                               H, T, D, scale, layout, NULL);
+}
+
+static int run_attention_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int layout = (int)ts_attr_attention_layout(&n->a);
+  int64_t B, H, T, D;
+  attn_dims(&in[1].shape, layout, (int)ts_attr_attention_heads(&n->a), &B, &H, &T, &D);
+  const float scale = ts_attr_attention_scale(&n->a);
+  float *Dr = NULL;
+  int rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(B * H * T), (void **)&Dr);
+  if (rc) return rc;
+  if (layout == 2) { /* (do, qkv, o, lse) -> dqkv */
+    int64_t C = H * D;
+    return ts__gpu_attention_bwd(ctx->dev, out[0].dtype, in[0].data, blk(&in[1], 0, C), blk(&in[1], 1, C),
+                                 blk(&in[1], 2, C), in[2].data, in[3].data, (void *)blk(&out[0], 0, C),
+                                 (void *)blk(&out[0], 1, C), (void *)blk(&out[0], 2, C), Dr, B, H, T, D, scale, layout,
+                                 NULL);
+  }
+  return ts__gpu_attention_bwd(ctx->dev, out[0].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                               in[5].data, out[0].data, out[1].data, out[2].data, Dr, B, H, T, D, scale, layout, NULL);
+}
+
 void ts__register_run_gpu(ts__run_fn *tab) {
+  tab[TS_OP_PERMUTE] = run_permute;
+  tab[TS_OP_CONCAT] = run_concat;
+  tab[TS_OP_SPLIT] = run_split;
+  tab[TS_OP_SLICE] = run_slice;
+  tab[TS_OP_SLICE_BWD] = run_slice_bwd;
+  tab[TS_OP_ATTENTION] = run_attention;
+  tab[TS_OP_ATTENTION_BWD] = run_attention_bwd;
   tab[TS_OP_CONST] = run_const;
   tab[TS_OP_CAST] = run_cast;
   tab[TS_OP_COPY] = run_copy;

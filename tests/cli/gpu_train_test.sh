@@ -6,7 +6,8 @@
 #      step's loss within 1e-4 relative, the evaluations' accuracy equal; two GPU runs bitwise;
 #   2. checkpoints are device-neutral: the GPU's checkpoint of step 10 resumed on the CPU to step
 #      20 ends where the CPU's uninterrupted run does (1e-4), and the CPU's resumed on the GPU too;
-#   3. gradient accumulation (2 micro-batches) and SGD with momentum on the GPU follow the CPU.
+#   3. gradient accumulation (2 micro-batches) and SGD with momentum on the GPU follow the CPU;
+#   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation.
 # Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -74,4 +75,21 @@ train acc_cpu CPU --set train.micro_batch_size=8 --set optimizer.name=momentum -
 train acc_gpu GPU --set train.micro_batch_size=8 --set optimizer.name=momentum --set optimizer.lr=0.05
 close "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" && ok "2 micro-batches, momentum: the GPU follows the CPU" ||
   bad "accumulation: $(paste "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" | head -3)"
+# 4. the zoo's GPT (attention, layer norm, GeLU, embedding, tied weights): 4 steps and the
+#    evaluation follow the CPU
+for i in $(seq 1 200); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"
+cat > "$tmp/gpt.yaml" <<YAML
+model: {name: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 16, vocab_size: 256, tie_weights: true, dropout: 0.1}
+data: {name: text, path: '$tmp/in.txt', seq_len: 16, val_fraction: 0.05, transforms: []}
+train: {steps: 4, batch_size: 8, seed: 5}
+optimizer: {name: adamw, lr: 0.003}
+log: {progress: off}
+YAML
+for dev in CPU GPU; do
+  "$bin" train "$tmp/gpt.yaml" --set device_target=$dev --set log.metrics="$tmp/gpt_$dev.jsonl" > "$tmp/gpt_$dev.out" 2>&1 ||
+    bad "GPT on the $dev: $(tail -2 "$tmp/gpt_$dev.out")"
+  losses "$tmp/gpt_$dev.jsonl" > "$tmp/gpt_$dev.txt" 2>/dev/null
+done
+close "$tmp/gpt_GPU.txt" "$tmp/gpt_CPU.txt" && ok "GPT (attention, dropout, tied embeddings): 4 steps and the evaluation on $where follow the CPU" ||
+  bad "GPT: $(paste "$tmp/gpt_GPU.txt" "$tmp/gpt_CPU.txt" | head -5)"
 exit $fail

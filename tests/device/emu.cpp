@@ -9,6 +9,7 @@
 // from a real GPU in the last bits, as the tests' tolerances allow. The kernels' registry (name ->
 // an unpacker of the driver's void **params into the host function's typed arguments) is made by
 // cmake/emu_registry.sh from the KERNEL declarations.
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +25,17 @@
 
 namespace {
 
+// A fiber starts on its own stack through makecontext/swapcontext (one signal-mask syscall) and
+// from then on switches with _setjmp/_longjmp (no syscall): barriers are cheap.
 struct fiber {
   ucontext_t ctx;
-  int tid, state; // 0 runnable, 1 at a barrier, 2 done
+  jmp_buf jb;
+  int tid, state, started; // state: 0 runnable, 1 at a barrier, 2 done
 };
 
 struct block_run {
   ucontext_t sched;
+  jmp_buf sched_jb;
   fiber *f = nullptr;
   char *stacks = nullptr;
   int n = 0, cur = -1;
@@ -46,7 +51,7 @@ const size_t kStack = 64 * 1024;
 void fiber_main() {
   B.body(B.args);
   B.f[B.cur].state = 2;
-  // returning resumes uc_link: the scheduler
+  _longjmp(B.sched_jb, 1); // never returns: uc_link is not used
 }
 
 std::map<std::string, ts_emu_fn> &registry() {
@@ -61,8 +66,9 @@ extern "C" {
 int ts_emu_sreg(int which) { return which == 0 ? B.f[B.cur].tid : B.sreg[which]; }
 
 void ts_emu_sync(void) {
-  B.f[B.cur].state = 1;
-  swapcontext(&B.f[B.cur].ctx, &B.sched);
+  fiber &f = B.f[B.cur];
+  f.state = 1;
+  if (!_setjmp(f.jb)) _longjmp(B.sched_jb, 1);
 }
 
 float ts_emu_shfl_bfly(float v, int mask) {
@@ -103,6 +109,7 @@ int ts_emu_launch(ts_emu_fn fn, void **args, const unsigned grid[3], const unsig
           fiber &f = B.f[t];
           f.tid = t;
           f.state = 0;
+          f.started = 0;
           getcontext(&f.ctx);
           f.ctx.uc_stack.ss_sp = B.stacks + kStack * (size_t)t;
           f.ctx.uc_stack.ss_size = kStack;
@@ -111,10 +118,17 @@ int ts_emu_launch(ts_emu_fn fn, void **args, const unsigned grid[3], const unsig
         }
         for (;;) {
           int live = 0;
-          for (int t = 0; t < n; t++)
+          for (volatile int t = 0; t < n; t++) // volatile: live across _setjmp
             if (B.f[t].state == 0) {
               B.cur = t;
-              swapcontext(&B.sched, &B.f[t].ctx);
+              if (!_setjmp(B.sched_jb)) {
+                if (!B.f[t].started) {
+                  B.f[t].started = 1;
+                  swapcontext(&B.sched, &B.f[t].ctx);
+                } else {
+                  _longjmp(B.f[t].jb, 1);
+                }
+              }
             }
           for (int t = 0; t < n; t++)
             if (B.f[t].state == 1) B.f[t].state = 0, live++;

@@ -27,7 +27,9 @@
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/lowp.h"
+#include "kernels/attention.h"
 #include "kernels/norm.h"
+#include "kernels/shape.h"
 #include "kernels/softmax.h"
 #include "tessera/device.h"
 #include "tessera/optim.h"
@@ -418,7 +420,76 @@ static void check_dropout_embedding(gpu *G) {
   ts__dev_free(G->d, pdt), ts__dev_free(G->d, bad);
 }
 
+/* permute and the block copies bitwise the CPU's; attention in its three layouts, forward and
+ * backward, against the CPU's reference (double sums) */
+static void check_shape_attention(gpu *G) {
+  enum { A = 3, Bd = 4, Cd = 5, Dd = 6, N = A * Bd * Cd * Dd };
+  static float x[N], y[N], gy[N];
+  ts_test_fill(x, N, 60, -1, 1);
+  const int64_t dims[4] = {A, Bd, Cd, Dd};
+  const int perm[4] = {2, 0, 3, 1};
+  CHECK_OK(ts__permute_ref(x, y, 4, 4, dims, perm));
+  void *px = up(G, x, sizeof x), *py = up(G, NULL, sizeof y);
+  CHECK_OK(ts__gpu_permute(G->d, 4, px, py, 4, dims, perm, NULL));
+  down(G, gy, py, sizeof gy);
+  if (!G->fake) CHECK_MSG(!memcmp(gy, y, sizeof y), "permute differs from the CPU's");
+  /* rows 3 of 40 elements from a stride of 120 at 30 into a stride of 50 at 5 */
+  CHECK_OK(ts__dev_memset0(G->d, py, sizeof y, NULL));
+  CHECK_OK(ts__gpu_blocks(G->d, 4, px, 120, 30, py, 50, 5, 3, 40, NULL));
+  down(G, gy, py, sizeof gy);
+  int ok = 1;
+  for (int r = 0; r < 3; r++)
+    for (int c = 0; c < 40; c++) ok &= gy[r * 50 + 5 + c] == x[r * 120 + 30 + c];
+  if (!G->fake) CHECK_MSG(ok && gy[0] == 0 && gy[4] == 0, "block copy");
+  ts__dev_free(G->d, px), ts__dev_free(G->d, py);
+  for (int layout = 0; layout < 3; layout++) {
+    const int64_t B = 2, H = 3, T = 17, D = 40, C = H * D;
+    size_t nq = (size_t)(B * H * T * D), nqkv = (size_t)(B * T * 3 * C);
+    size_t nin = layout == 2 ? nqkv : nq; /* each of q, k, v's allocation (the packed tensor for QKV) */
+    float *q = malloc(4 * nin), *k = malloc(4 * nin), *v = malloc(4 * nin), *o = malloc(4 * nq), *dout = malloc(4 * nq);
+    float *lse = malloc(4 * (size_t)(B * H * T)), *dq = calloc(nin, 4), *dk = calloc(nin, 4), *dv = calloc(nin, 4);
+    float *go = malloc(4 * nq), *glse = malloc(4 * (size_t)(B * H * T)), *gdq = malloc(4 * nin), *gdk = malloc(4 * nin),
+          *gdv = malloc(4 * nin);
+    ts_test_fill(q, nin, 61 + layout, -1, 1), ts_test_fill(k, nin, 64, -1, 1), ts_test_fill(v, nin, 65, -1, 1);
+    ts_test_fill(dout, nq, 66, -1, 1);
+    const float scale = 0.158f;
+    const float *qq = q, *kk = layout == 2 ? q + C : k, *vv = layout == 2 ? q + 2 * C : v;
+    float *dqq = dq, *dkk = layout == 2 ? dq + C : dk, *dvv = layout == 2 ? dq + 2 * C : dv;
+    CHECK_OK(ts__attention_fwd_ref(qq, kk, vv, o, lse, B, H, T, D, scale, layout));
+    CHECK_OK(ts__attention_bwd_ref(dout, qq, kk, vv, o, lse, dqq, dkk, dvv, B, H, T, D, scale, layout));
+    float *pq = up(G, q, 4 * nin), *pk = up(G, k, 4 * nin), *pv = up(G, v, 4 * nin), *po = up(G, NULL, 4 * nq),
+          *pdo = up(G, dout, 4 * nq), *plse = up(G, NULL, 4 * (size_t)(B * H * T)), *pdq = up(G, NULL, 4 * nin),
+          *pdk = up(G, NULL, 4 * nin), *pdv = up(G, NULL, 4 * nin), *Dr = up(G, NULL, 4 * (size_t)(B * H * T));
+    const float *gq = pq, *gk = layout == 2 ? pq + C : pk, *gv = layout == 2 ? pq + 2 * C : pv;
+    float *gdqq = pdq, *gdkk = layout == 2 ? pdq + C : pdk, *gdvv = layout == 2 ? pdq + 2 * C : pdv;
+    CHECK_OK(ts__gpu_attention_fwd(G->d, TS_F32, gq, gk, gv, po, plse, B, H, T, D, scale, layout, NULL));
+    CHECK_OK(ts__gpu_attention_bwd(G->d, TS_F32, pdo, gq, gk, gv, po, plse, gdqq, gdkk, gdvv, Dr, B, H, T, D, scale,
+                                   layout, NULL));
+    down(G, go, po, 4 * nq), down(G, glse, plse, 4 * (size_t)(B * H * T));
+    down(G, gdq, pdq, 4 * nin), down(G, gdk, pdk, 4 * nin), down(G, gdv, pdv, 4 * nin);
+    char what[64];
+    snprintf(what, sizeof what, "attention layout %d: o", layout);
+    same(G, what, go, o, nq, 1e-5, 1e-4);
+    snprintf(what, sizeof what, "attention layout %d: lse", layout);
+    same(G, what, glse, lse, (size_t)(B * H * T), 1e-5, 1e-5);
+    snprintf(what, sizeof what, "attention layout %d: dq (dq|dk|dv for QKV)", layout);
+    same(G, what, gdq, dq, nin, 1e-5, 1e-4);
+    if (layout != 2) {
+      snprintf(what, sizeof what, "attention layout %d: dk", layout);
+      same(G, what, gdk, dk, nin, 1e-5, 1e-4);
+      snprintf(what, sizeof what, "attention layout %d: dv", layout);
+      same(G, what, gdv, dv, nin, 1e-5, 1e-4);
+    }
+    free(q), free(k), free(v), free(o), free(dout), free(lse), free(dq), free(dk), free(dv);
+    free(go), free(glse), free(gdq), free(gdk), free(gdv);
+    ts__dev_free(G->d, pq), ts__dev_free(G->d, pk), ts__dev_free(G->d, pv), ts__dev_free(G->d, po);
+    ts__dev_free(G->d, pdo), ts__dev_free(G->d, plse), ts__dev_free(G->d, pdq), ts__dev_free(G->d, pdk);
+    ts__dev_free(G->d, pdv), ts__dev_free(G->d, Dr);
+  }
+}
+
 static void gpu_suite(gpu *G) {
+  check_shape_attention(G);
   check_gemm(G);
   check_dropout_embedding(G);
   check_eltwise(G);
