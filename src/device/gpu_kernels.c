@@ -6,6 +6,8 @@
 
 #include "device/gpu_kernels.h"
 #include "tessera/ops.h"
+#include "kernels/conv.h"
+#include "kernels/pool.h"
 
 #define BLOCK 256
 #define MAX_GRID 4096 /* grid-stride beyond: the shape, and so a reduction's order, depends on n only */
@@ -418,4 +420,105 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
   if ((rc = launch(d, f32 ? "ts_k_attention_dq_f32" : "ts_k_attention_dq_bf16", g, 1, 32, s, a1))) return rc;
   void *a2[] = {&dout, &q, &k, &v, &lse, &Dr, &dk, &dv, &st, &scale};
   return launch(d, f32 ? "ts_k_attention_dkv_f32" : "ts_k_attention_dkv_bf16", g, 1, 32, s, a2);
+}
+
+/* conv.cu's struct cdesc and pdesc: the descriptors' fields in the kernels' order */
+typedef struct {
+  int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
+} cdesc;
+typedef struct {
+  int64_t N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw;
+} pdesc;
+
+static int conv_of(const ts__conv_desc *c, cdesc *k) {
+  int rc = ts__conv_check(c, "GPU conv2d");
+  *k = (cdesc){c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->OH, c->OW, c->sh, c->sw, c->ph, c->pw, c->dh, c->dw, c->groups};
+  return rc;
+}
+static pdesc pool_of(const ts__pool_desc *p) {
+  return (pdesc){p->N, p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->ph, p->pw};
+}
+
+int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, const float *x, const float *w, const float *b,
+                       float *y, ts__dev_stream *s) {
+  cdesc k;
+  int rc = conv_of(c, &k);
+  if (rc) return rc;
+  void *a[] = {&x, &w, &b, &y, &k};
+  return launch(d, "ts_k_conv2d_fwd_f32", grid_for(c->N * c->O * c->OH * c->OW), 1, BLOCK, s, a);
+}
+
+int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, const float *dy, const float *w, float *dx,
+                            ts__dev_stream *s) {
+  cdesc k;
+  int rc = conv_of(c, &k);
+  if (rc) return rc;
+  void *a[] = {&dy, &w, &dx, &k};
+  return launch(d, "ts_k_conv2d_bwd_data_f32", grid_for(c->N * c->C * c->H * c->W), 1, BLOCK, s, a);
+}
+
+int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, const float *x, const float *dy, float *dw,
+                              float *db, ts__dev_stream *s) {
+  cdesc k;
+  int rc = conv_of(c, &k);
+  if (rc) return rc;
+  void *a[] = {&x, &dy, &dw, &db, &k};
+  return launch(d, "ts_k_conv2d_bwd_weight_f32", grid_for(c->O * (c->C / c->groups) * c->KH * c->KW + c->O), 1, BLOCK, s,
+                a);
+}
+
+int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, uint8_t *ws,
+                        ts__dev_stream *s) {
+  if (p->kh * p->kw > 256) return ts_error_set(TS_EUNSUPPORTED, "GPU max pooling: a %lldx%lld window", (long long)p->kh,
+                                               (long long)p->kw);
+  pdesc k = pool_of(p);
+  void *a[] = {&x, &y, &ws, &k};
+  return launch(d, "ts_k_maxpool_fwd_f32", grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
+}
+
+int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, const uint8_t *ws, float *dx,
+                        ts__dev_stream *s) {
+  pdesc k = pool_of(p);
+  void *a[] = {&dy, &ws, &dx, &k};
+  return launch(d, "ts_k_maxpool_bwd_f32", grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
+}
+
+int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, ts__dev_stream *s) {
+  pdesc k = pool_of(p);
+  void *a[] = {&x, &y, &k};
+  return launch(d, "ts_k_avgpool_fwd_f32", grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
+}
+
+int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, float *dx, ts__dev_stream *s) {
+  pdesc k = pool_of(p);
+  void *a[] = {&dy, &dx, &k};
+  return launch(d, "ts_k_avgpool_bwd_f32", grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
+}
+
+int ts__gpu_batchnorm_fwd(ts__dev *d, const float *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+                          float *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
+                          int training, ts__dev_stream *s) {
+  if (training && N * S < 2) return ts_error_set(TS_EINVAL, "GPU batch norm: training statistics of %lld values",
+                                                 (long long)(N * S));
+  void *a[] = {&x, &gamma, &beta, &rmean, &rvar, &y, &mean, &var, &N, &C, &S, &momentum, &eps, &training};
+  return launch(d, "ts_k_batchnorm_fwd_f32", row_grid(C), 1, row_block(N * S), s, a);
+}
+
+int ts__gpu_batchnorm_bwd(ts__dev *d, const float *dy, const float *x, const float *gamma, const float *mean,
+                          const float *var, float *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S,
+                          float eps, int training, ts__dev_stream *s) {
+  void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &dgamma, &dbeta, &N, &C, &S, &eps, &training};
+  return launch(d, "ts_k_batchnorm_bwd_f32", row_grid(C), 1, row_block(N * S), s, a);
+}
+
+int ts__gpu_softmax_fwd(ts__dev *d, const float *x, float *y, int64_t outer, int64_t len, int64_t inner, int lg,
+                        ts__dev_stream *s) {
+  void *a[] = {&x, &y, &outer, &len, &inner, &lg};
+  return launch(d, "ts_k_softmax_fwd_f32", grid_for(outer * inner), 1, BLOCK, s, a);
+}
+
+int ts__gpu_softmax_bwd(ts__dev *d, const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+                        int64_t inner, int lg, ts__dev_stream *s) {
+  void *a[] = {&dy, &y, &dx, &outer, &len, &inner, &lg};
+  return launch(d, "ts_k_softmax_bwd_f32", grid_for(outer * inner), 1, BLOCK, s, a);
 }

@@ -11,7 +11,9 @@
 
 #include "tessera/tensor.h"
 #include "device/dev.h"
+#include "kernels/conv.h"
 #include "kernels/matmul.h"
+#include "kernels/pool.h"
 
 /* x (n) -> y (n), activation alg (ts_eltwise_alg), alpha the ReLU slope */
 int ts__gpu_eltwise_fwd(ts__dev *d, int alg, float alpha, ts_dtype dt, const void *x, void *y, int64_t n,
@@ -123,5 +125,32 @@ int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k,
 int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void *q, const void *k, const void *v,
                           const void *o, const float *lse, void *dq, void *dk, void *dv, float *Dr, int64_t B,
                           int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s);
+
+/* Convolution (src/kernels/conv.h's ts__conv_desc; NCHW, OIHW, groups, dilation), pooling
+ * (pool.h's ts__pool_desc; max with its u8 window-index workspace, average excluding padding),
+ * batch norm (norm.h: training statistics and running averages, or inference), softmax (log
+ * when lg) over (outer, len, inner): f32, one thread per output element (direct kernels). */
+int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, const float *x, const float *w, const float *b,
+                       float *y, ts__dev_stream *s);
+int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, const float *dy, const float *w, float *dx,
+                            ts__dev_stream *s);
+int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, const float *x, const float *dy, float *dw,
+                              float *db, ts__dev_stream *s);
+int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, uint8_t *ws,
+                        ts__dev_stream *s);
+int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, const uint8_t *ws, float *dx,
+                        ts__dev_stream *s);
+int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, ts__dev_stream *s);
+int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, float *dx, ts__dev_stream *s);
+int ts__gpu_batchnorm_fwd(ts__dev *d, const float *x, const float *gamma, const float *beta, float *rmean, float *rvar,
+                          float *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
+                          int training, ts__dev_stream *s);
+int ts__gpu_batchnorm_bwd(ts__dev *d, const float *dy, const float *x, const float *gamma, const float *mean,
+                          const float *var, float *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S,
+                          float eps, int training, ts__dev_stream *s);
+int ts__gpu_softmax_fwd(ts__dev *d, const float *x, float *y, int64_t outer, int64_t len, int64_t inner, int lg,
+                        ts__dev_stream *s);
+int ts__gpu_softmax_bwd(ts__dev *d, const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+                        int64_t inner, int lg, ts__dev_stream *s);
 
 #endif

@@ -8,6 +8,8 @@
 #include "graph/graph_ir.h"
 #include "run_impl.h"
 #include "device/gpu_kernels.h"
+#include "kernels/conv.h"
+#include "kernels/pool.h"
 
 static int run_const(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)in;
@@ -244,7 +246,136 @@ static int run_attention_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
                                in[5].data, out[0].data, out[1].data, out[2].data, Dr, B, H, T, D, scale, layout, NULL);
 }
 
+static int f32_only(const ts__run_node *n, ts_dtype dt) {
+  return dt == TS_F32 ? TS_OK
+                      : ts_error_set(TS_EUNSUPPORTED, "%s (node %s): %s on the GPU (f32 only so far)", ts_op_name(n->op),
+                                     n->name, ts_dtype_name(dt));
+}
+
+static ts__conv_desc conv_desc(const ts__run_node *n, const ts_shape *x, const ts_shape *w, const ts_shape *y) {
+  ts__conv_desc d;
+  d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
+  d.O = w->dims[0], d.KH = w->dims[2], d.KW = w->dims[3];
+  d.OH = y->dims[2], d.OW = y->dims[3];
+  d.sh = ts_attr_conv2d_stride_h(&n->a), d.sw = ts_attr_conv2d_stride_w(&n->a);
+  d.ph = ts_attr_conv2d_pad_h(&n->a), d.pw = ts_attr_conv2d_pad_w(&n->a);
+  d.dh = ts_attr_conv2d_dil_h(&n->a), d.dw = ts_attr_conv2d_dil_w(&n->a), d.groups = ts_attr_conv2d_groups(&n->a);
+  return d;
+}
+
+static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, out[0].dtype);
+  if (rc) return rc;
+  ts__conv_desc d = conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
+  return ts__gpu_conv2d_fwd(ctx->dev, &d, in[0].data, in[1].data, n->nin == 3 ? in[2].data : NULL, out[0].data, NULL);
+}
+
+static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, out[0].dtype);
+  if (rc) return rc;
+  ts__conv_desc d = conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
+  return ts__gpu_conv2d_bwd_data(ctx->dev, &d, in[0].data, in[1].data, out[0].data, NULL);
+}
+
+static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, out[0].dtype);
+  if (rc) return rc;
+  ts__conv_desc d = conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
+  return ts__gpu_conv2d_bwd_weight(ctx->dev, &d, in[0].data, in[1].data, out[0].data, n->nout == 2 ? out[1].data : NULL,
+                                   NULL);
+}
+
+static ts__pool_desc pool_desc(const ts__run_node *n, const ts_shape *x, const ts_shape *y) {
+  ts__pool_desc d;
+  d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
+  d.OH = y->dims[2], d.OW = y->dims[3];
+  d.kh = ts_attr_pool2d_kh(&n->a), d.kw = ts_attr_pool2d_kw(&n->a), d.sh = ts_attr_pool2d_sh(&n->a);
+  d.sw = ts_attr_pool2d_sw(&n->a), d.ph = ts_attr_pool2d_ph(&n->a), d.pw = ts_attr_pool2d_pw(&n->a);
+  return d;
+}
+
+static int run_maxpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, in[0].dtype);
+  ts__pool_desc d = pool_desc(n, &in[0].shape, &out[0].shape);
+  return rc ? rc : ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].data, out[0].data, out[1].data, NULL);
+}
+
+static int run_maxpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, in[0].dtype);
+  ts__pool_desc d = pool_desc(n, &out[0].shape, &in[0].shape);
+  return rc ? rc : ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].data, in[1].data, out[0].data, NULL);
+}
+
+static int run_avgpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, in[0].dtype);
+  ts__pool_desc d = pool_desc(n, &in[0].shape, &out[0].shape);
+  return rc ? rc : ts__gpu_avgpool_fwd(ctx->dev, &d, in[0].data, out[0].data, NULL);
+}
+
+static int run_avgpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, in[0].dtype);
+  ts__pool_desc d = pool_desc(n, &out[0].shape, &in[0].shape);
+  return rc ? rc : ts__gpu_avgpool_bwd(ctx->dev, &d, in[0].data, out[0].data, NULL);
+}
+
+/* x (N, C, spatial...) as (N, C, S) */
+static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
+  *N = s->dims[0], *C = s->dims[1], *S = 1;
+  for (int k = 2; k < s->ndim; k++) *S *= s->dims[k];
+}
+
+static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, in[0].dtype); /* local statistics: one process per GPU (SyncBatchNorm: issue #29) */
+  if (rc) return rc;
+  int64_t N, C, S;
+  bn_dims(&in[0].shape, &N, &C, &S);
+  return ts__gpu_batchnorm_fwd(ctx->dev, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out[0].data,
+                               out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
+                               ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a), NULL);
+}
+
+static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, in[1].dtype);
+  if (rc) return rc;
+  int64_t N, C, S;
+  bn_dims(&in[1].shape, &N, &C, &S);
+  return ts__gpu_batchnorm_bwd(ctx->dev, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out[0].data,
+                               out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
+                               (int)ts_attr_batchnorm_training(&n->a), NULL);
+}
+
+static int run_softmax(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, out[0].dtype);
+  if (rc) return rc;
+  int axis = (int)ts_attr_softmax_axis(&n->a);
+  int64_t o, i;
+  ts__outer_inner(&in[0].shape, axis, &o, &i);
+  return ts__gpu_softmax_fwd(ctx->dev, in[0].data, out[0].data, o, in[0].shape.dims[axis], i,
+                             (int)ts_attr_softmax_log(&n->a), NULL);
+}
+
+static int run_softmax_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  int rc = f32_only(n, out[0].dtype);
+  if (rc) return rc;
+  int axis = (int)ts_attr_softmax_axis(&n->a);
+  int64_t o, i;
+  ts__outer_inner(&in[1].shape, axis, &o, &i);
+  return ts__gpu_softmax_bwd(ctx->dev, in[0].data, in[1].data, out[0].data, o, in[1].shape.dims[axis], i,
+                             (int)ts_attr_softmax_log(&n->a), NULL);
+}
+
 void ts__register_run_gpu(ts__run_fn *tab) {
+  tab[TS_OP_CONV2D] = run_conv2d;
+  tab[TS_OP_CONV2D_BWD_DATA] = run_conv2d_bwd_data;
+  tab[TS_OP_CONV2D_BWD_WEIGHT] = run_conv2d_bwd_weight;
+  tab[TS_OP_MAXPOOL2D] = run_maxpool;
+  tab[TS_OP_MAXPOOL2D_BWD] = run_maxpool_bwd;
+  tab[TS_OP_AVGPOOL2D] = run_avgpool;
+  tab[TS_OP_AVGPOOL2D_BWD] = run_avgpool_bwd;
+  tab[TS_OP_BATCHNORM] = run_batchnorm;
+  tab[TS_OP_BATCHNORM_BWD] = run_batchnorm_bwd;
+  tab[TS_OP_SOFTMAX] = run_softmax;
+  tab[TS_OP_SOFTMAX_BWD] = run_softmax_bwd;
   tab[TS_OP_PERMUTE] = run_permute;
   tab[TS_OP_CONCAT] = run_concat;
   tab[TS_OP_SPLIT] = run_split;

@@ -7,7 +7,8 @@
 #   2. checkpoints are device-neutral: the GPU's checkpoint of step 10 resumed on the CPU to step
 #      20 ends where the CPU's uninterrupted run does (1e-4), and the CPU's resumed on the GPU too;
 #   3. gradient accumulation (2 micro-batches) and SGD with momentum on the GPU follow the CPU;
-#   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation.
+#   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation;
+#   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation.
 # Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -92,4 +93,25 @@ for dev in CPU GPU; do
 done
 close "$tmp/gpt_GPU.txt" "$tmp/gpt_CPU.txt" && ok "GPT (attention, dropout, tied embeddings): 4 steps and the evaluation on $where follow the CPU" ||
   bad "GPT: $(paste "$tmp/gpt_GPU.txt" "$tmp/gpt_CPU.txt" | head -5)"
+# 5. a ResNet (convolution, batch norm, pooling, residual adds) on Fashion-MNIST's shape: 3 steps
+#    and the evaluation follow the CPU
+cat > "$tmp/res.yaml" <<YAML
+model: {name: resnet, depth: 8}
+data:
+  name: fashion_mnist
+  path: $tmp/d
+  train_limit: 64
+  test_limit: 32
+  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
+train: {steps: 3, batch_size: 8, eval_batch_size: 16, seed: 2}
+optimizer: {name: momentum, lr: 0.05}
+log: {progress: off}
+YAML
+for dev in CPU GPU; do
+  "$bin" train "$tmp/res.yaml" --set device_target=$dev --set log.metrics="$tmp/res_$dev.jsonl" > "$tmp/res_$dev.out" 2>&1 ||
+    bad "ResNet on the $dev: $(tail -2 "$tmp/res_$dev.out")"
+  losses "$tmp/res_$dev.jsonl" > "$tmp/res_$dev.txt" 2>/dev/null
+done
+close "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" && ok "ResNet-8 (convolution, batch norm, pooling): 3 steps and the evaluation on $where follow the CPU" ||
+  bad "ResNet: $(paste "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" | head -5)"
 exit $fail

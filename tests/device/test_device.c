@@ -28,6 +28,8 @@
 #include "kernels/matmul.h"
 #include "kernels/lowp.h"
 #include "kernels/attention.h"
+#include "kernels/conv.h"
+#include "kernels/pool.h"
 #include "kernels/norm.h"
 #include "kernels/shape.h"
 #include "kernels/softmax.h"
@@ -198,7 +200,7 @@ static void check_sum_and_clip(gpu *G) {
     CHECK_MSG(fabs(fs[1] - norm) <= 1e-5 * norm && fabs(fs[0] - f) <= 1e-5 * f, "clip: norm %.7g factor %.7g, want %.7g %.7g",
               fs[1], fs[0], norm, f);
     for (int i = 0; i < N; i++) x[i] *= fs[0];
-    same(G, "clip: scaled gradient", g, x, N, 0, 1e-7);
+    same(G, "clip: scaled gradient", g, x, N, 1e-9, 1e-7);
   }
   free(g);
   free(x);
@@ -488,7 +490,101 @@ static void check_shape_attention(gpu *G) {
   }
 }
 
+/* convolution (stride, padding, dilation, groups, bias) in its three directions, max and average
+ * pooling with padding, batch norm in training and inference, softmax and log_softmax, against
+ * the CPU's reference kernels */
+static void check_conv_pool_bn(gpu *G) {
+  const ts__conv_desc cd = {2, 4, 9, 7, 6, 3, 3, 5, 4, 2, 2, 1, 1, 1, 1, 2};
+  CHECK_OK(ts__conv_check(&cd, "test"));
+  size_t nx = 2 * 4 * 9 * 7, nw = 6 * 2 * 3 * 3, ny = 2 * 6 * 5 * 4;
+  float *x = malloc(4 * nx), *w = malloc(4 * nw), *b = malloc(4 * 6), *y = malloc(4 * ny), *gy = malloc(4 * ny);
+  float *dx = malloc(4 * nx), *gdx = malloc(4 * nx), *dw = malloc(4 * nw), *gdw = malloc(4 * nw), *db = malloc(24),
+        *gdb = malloc(24);
+  ts_test_fill(x, nx, 70, -1, 1), ts_test_fill(w, nw, 71, -1, 1), ts_test_fill(b, 6, 72, -1, 1);
+  CHECK_OK(ts__conv2d_fwd_ref(&cd, x, w, b, y));
+  CHECK_OK(ts__conv2d_bwd_data_ref(&cd, y, w, dx)); /* y as dy */
+  CHECK_OK(ts__conv2d_bwd_weight_ref(&cd, x, y, dw, db));
+  float *px = up(G, x, 4 * nx), *pw = up(G, w, 4 * nw), *pb = up(G, b, 24), *py = up(G, NULL, 4 * ny),
+        *pdx = up(G, NULL, 4 * nx), *pdw = up(G, NULL, 4 * nw), *pdb = up(G, NULL, 24);
+  CHECK_OK(ts__gpu_conv2d_fwd(G->d, &cd, px, pw, pb, py, NULL));
+  CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, &cd, py, pw, pdx, NULL));
+  CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, &cd, px, py, pdw, pdb, NULL));
+  down(G, gy, py, 4 * ny), down(G, gdx, pdx, 4 * nx), down(G, gdw, pdw, 4 * nw), down(G, gdb, pdb, 24);
+  same(G, "conv2d forward", gy, y, ny, 1e-5, 1e-5);
+  same(G, "conv2d backward data", gdx, dx, nx, 1e-5, 1e-5);
+  same(G, "conv2d backward weight", gdw, dw, nw, 1e-5, 1e-5);
+  same(G, "conv2d backward bias", gdb, db, 6, 1e-5, 1e-5);
+  free(y), free(gy), free(dw), free(gdw), free(db), free(gdb), free(w), free(b);
+  ts__dev_free(G->d, pw), ts__dev_free(G->d, pb), ts__dev_free(G->d, py), ts__dev_free(G->d, pdw), ts__dev_free(G->d, pdb);
+  /* pooling on x (2,4,9,7): 3x3 windows, stride 2, padding 1 */
+  const ts__pool_desc pd = {2, 4, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1};
+  size_t np = 2 * 4 * 5 * 4;
+  float *pyh = malloc(4 * np), *pyg = malloc(4 * np);
+  uint8_t *ws = malloc(np), *gws = malloc(np);
+  float *pp = up(G, NULL, 4 * np);
+  uint8_t *pws = up(G, NULL, np);
+  CHECK_OK(ts__maxpool2d_fwd_ref(&pd, x, pyh, ws));
+  CHECK_OK(ts__maxpool2d_bwd_ref(&pd, pyh, ws, dx));
+  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, px, pp, pws, NULL));
+  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, pp, pws, pdx, NULL));
+  down(G, pyg, pp, 4 * np), down(G, gws, pws, np), down(G, gdx, pdx, 4 * nx);
+  if (!G->fake) CHECK_MSG(!memcmp(pyg, pyh, 4 * np) && !memcmp(gws, ws, np), "max pooling differs from the CPU's");
+  same(G, "max pooling backward", gdx, dx, nx, 1e-7, 1e-7);
+  CHECK_OK(ts__avgpool2d_fwd_ref(&pd, x, pyh));
+  CHECK_OK(ts__avgpool2d_bwd_ref(&pd, pyh, dx));
+  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, px, pp, NULL));
+  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, pp, pdx, NULL));
+  down(G, pyg, pp, 4 * np), down(G, gdx, pdx, 4 * nx);
+  same(G, "average pooling", pyg, pyh, np, 1e-6, 1e-6);
+  same(G, "average pooling backward", gdx, dx, nx, 1e-6, 1e-6);
+  free(pyh), free(pyg), free(ws), free(gws);
+  ts__dev_free(G->d, pp), ts__dev_free(G->d, pws);
+  /* batch norm on x as (N 2, C 4, S 63), training then inference */
+  for (int training = 1; training >= 0; training--) {
+    float ga[4] = {1.1f, 0.9f, 1.3f, 0.7f}, be[4] = {0.1f, -0.2f, 0.3f, 0}, rm[4] = {0.1f, 0, -0.1f, 0.2f},
+          rv[4] = {1, 0.8f, 1.2f, 0.9f}, mean[4], var[4], dg[4], dbb[4];
+    float grm[4], grv[4], gmean[4], gvar[4], gdg[4], gdbb[4];
+    float *by = malloc(4 * nx), *bdx = malloc(4 * nx), *gby = malloc(4 * nx);
+    float *pga = up(G, ga, 16), *pbe = up(G, be, 16), *prm = up(G, rm, 16), *prv = up(G, rv, 16), *pby = up(G, NULL, 4 * nx),
+          *pm = up(G, NULL, 16), *pv = up(G, NULL, 16), *pdg = up(G, NULL, 16), *pdbb = up(G, NULL, 16);
+    CHECK_OK(ts__batchnorm_fwd_ref(x, ga, be, rm, rv, by, mean, var, 2, 4, 63, 0.1f, 1e-5f, training));
+    CHECK_OK(ts__batchnorm_bwd_ref(by, x, ga, mean, var, bdx, dg, dbb, 2, 4, 63, 1e-5f, training));
+    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training, NULL));
+    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL));
+    down(G, gby, pby, 4 * nx), down(G, grm, prm, 16), down(G, grv, prv, 16), down(G, gmean, pm, 16);
+    down(G, gvar, pv, 16), down(G, gdx, pdx, 4 * nx), down(G, gdg, pdg, 16), down(G, gdbb, pdbb, 16);
+    char what[64];
+    snprintf(what, sizeof what, "batch norm (training %d): y", training);
+    same(G, what, gby, by, nx, 1e-5, 1e-5);
+    snprintf(what, sizeof what, "batch norm (training %d): running mean, var", training);
+    same(G, what, grm, rm, 4, 1e-6, 1e-5), same(G, what, grv, rv, 4, 1e-6, 1e-5);
+    same(G, what, gmean, mean, 4, 1e-6, 1e-5), same(G, what, gvar, var, 4, 1e-6, 1e-5);
+    snprintf(what, sizeof what, "batch norm (training %d): dx, dgamma, dbeta", training);
+    same(G, what, gdx, bdx, nx, 1e-5, 1e-4), same(G, what, gdg, dg, 4, 1e-5, 1e-4), same(G, what, gdbb, dbb, 4, 1e-5, 1e-4);
+    free(by), free(bdx), free(gby);
+    ts__dev_free(G->d, pga), ts__dev_free(G->d, pbe), ts__dev_free(G->d, prm), ts__dev_free(G->d, prv);
+    ts__dev_free(G->d, pby), ts__dev_free(G->d, pm), ts__dev_free(G->d, pv), ts__dev_free(G->d, pdg);
+    ts__dev_free(G->d, pdbb);
+  }
+  /* softmax and log_softmax over the middle axis of (6, 7, 9) (x's first 378 values) */
+  for (int lg = 0; lg < 2; lg++) {
+    float sy[378], sdx[378], gsy[378], gsdx[378];
+    CHECK_OK(ts__softmax_fwd_ref(x, sy, 6, 7, 9, lg));
+    CHECK_OK(ts__softmax_bwd_ref(x, sy, sdx, 6, 7, 9, lg)); /* x as dy */
+    float *psy = up(G, NULL, sizeof sy), *psdx = up(G, NULL, sizeof sdx);
+    CHECK_OK(ts__gpu_softmax_fwd(G->d, px, psy, 6, 7, 9, lg, NULL));
+    CHECK_OK(ts__gpu_softmax_bwd(G->d, px, psy, psdx, 6, 7, 9, lg, NULL));
+    down(G, gsy, psy, sizeof gsy), down(G, gsdx, psdx, sizeof gsdx);
+    same(G, lg ? "log_softmax" : "softmax", gsy, sy, 378, 1e-6, 1e-5);
+    same(G, lg ? "log_softmax backward" : "softmax backward", gsdx, sdx, 378, 1e-6, 1e-5);
+    ts__dev_free(G->d, psy), ts__dev_free(G->d, psdx);
+  }
+  free(x), free(dx), free(gdx);
+  ts__dev_free(G->d, px), ts__dev_free(G->d, pdx);
+}
+
 static void gpu_suite(gpu *G) {
+  check_conv_pool_bn(G);
   check_shape_attention(G);
   check_gemm(G);
   check_dropout_embedding(G);
