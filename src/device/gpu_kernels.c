@@ -522,3 +522,37 @@ int ts__gpu_softmax_bwd(ts__dev *d, const float *dy, const float *y, float *dx, 
   void *a[] = {&dy, &y, &dx, &outer, &len, &inner, &lg};
   return launch(d, "ts_k_softmax_bwd_f32", grid_for(outer * inner), 1, BLOCK, s, a);
 }
+
+int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
+                               void *dtable, float *acc, ts__dev_stream *s) {
+  int rc = ts__dev_memset0(d, acc, (size_t)V * (size_t)D * sizeof(float), s);
+  if (!rc && N > 0) {
+    void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &acc};
+    rc = launch(d, "ts_k_embedding_bwd_bf16", grid_for(D), 1, BLOCK, s, a);
+  }
+  return rc ? rc : ts__gpu_cast(d, TS_F32, TS_BF16, acc, dtable, V * D, s);
+}
+
+int ts__gpu_layernorm_fwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                            void *y, float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s) {
+  if (gdt == TS_F32) return ts__gpu_layernorm_fwd(d, dt, x, gamma, beta, y, mean, var, R, D, eps, s);
+  if (gdt != TS_BF16 || dt != TS_BF16)
+    return ts_error_set(TS_EDTYPE, "GPU layernorm: %s x with %s gamma", ts_dtype_name(dt), ts_dtype_name(gdt));
+  if (R == 0) return TS_OK;
+  void *a[] = {&x, &gamma, &beta, &y, &mean, &var, &R, &D, &eps};
+  return launch(d, "ts_k_layernorm_fwd_bf16g", row_grid(R), 1, row_block(D), s, a);
+}
+
+int ts__gpu_layernorm_bwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                            const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t R,
+                            int64_t D, float eps, ts__dev_stream *s) {
+  if (gdt == TS_F32) return ts__gpu_layernorm_bwd(d, dt, dy, x, gamma, mean, var, dx, dgamma, dbeta, R, D, eps, s);
+  if (gdt != TS_BF16 || dt != TS_BF16)
+    return ts_error_set(TS_EDTYPE, "GPU layernorm backward: %s x with %s gamma", ts_dtype_name(dt), ts_dtype_name(gdt));
+  if (R == 0) return TS_OK;
+  void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &R, &D, &eps};
+  int rc = launch(d, "ts_k_layernorm_bwd_dx_bf16g", row_grid(R), 1, row_block(D), s, a);
+  if (rc || (!dgamma && !dbeta)) return rc;
+  void *b[] = {&dy, &x, &mean, &var, &dgamma, &dbeta, &R, &D, &eps};
+  return launch(d, "ts_k_layernorm_bwd_params_bf16g", grid_for(D), 1, BLOCK, s, b);
+}

@@ -46,7 +46,13 @@ int ts__gpu_softmax_ce_bwd(ts__dev *d, ts_dtype dt, const float *dloss, const vo
                            int labels_i64, const float *lse, int64_t N, int64_t C, float smoothing,
                            int64_t ignore_index, const float *count, void *dlogits, ts__dev_stream *s);
 
-/* Layer norm over rows of D (ts__layernorm_fwd_ref / _bwd_ref): gamma, beta f32 (D) or NULL */
+/* Layer norm over rows of D (ts__layernorm_fwd_ref / _bwd_ref): gamma, beta f32 (D) or NULL;
+ * the _g variants take gamma, beta, dgamma, dbeta of dtype gdt (f32, or bf16 with bf16 x) */
+int ts__gpu_layernorm_fwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                            void *y, float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s);
+int ts__gpu_layernorm_bwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                            const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t R,
+                            int64_t D, float eps, ts__dev_stream *s);
 int ts__gpu_layernorm_fwd(ts__dev *d, ts_dtype dt, const void *x, const float *gamma, const float *beta, void *y,
                           float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s);
 int ts__gpu_layernorm_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const float *gamma,
@@ -92,6 +98,10 @@ int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V,
                           int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s);
 int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
                           float *dtable, ts__dev_stream *s);
+/* the same from bf16 dy into bf16 dtable (ts__embedding_bwd_lp: f32 sums in token order, rounded
+ * once); acc: V * D floats of device scratch */
+int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
+                               void *dtable, float *acc, ts__dev_stream *s);
 
 /* y (ys) = a (as) op b (bs) with numpy broadcasting (ts_binary_alg), f32 or bf16; TS_ESHAPE when
  * an operand does not broadcast to y; at most 8 dims */

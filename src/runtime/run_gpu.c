@@ -111,18 +111,15 @@ static int run_ce_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
 
 static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[0].shape.dims[in[0].shape.ndim - 1], R = ts_tensor_numel(&in[0]) / D;
-  if (in[1].dtype != TS_F32)
-    return ts_error_set(TS_EUNSUPPORTED, "layernorm (node %s): %s gamma on the GPU", n->name, ts_dtype_name(in[1].dtype));
-  return ts__gpu_layernorm_fwd(ctx->dev, in[0].dtype, in[0].data, in[1].data, in[2].data, out[0].data, out[1].data,
-                               out[2].data, R, D, ts_attr_layernorm_eps(&n->a), NULL);
+  return ts__gpu_layernorm_fwd_g(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, out[0].data,
+                                 out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a), NULL);
 }
 
 static int run_layernorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[1].shape.dims[in[1].shape.ndim - 1], R = ts_tensor_numel(&in[1]) / D;
-  if (in[2].dtype != TS_F32)
-    return ts_error_set(TS_EUNSUPPORTED, "layernorm_bwd (node %s): %s gamma on the GPU", n->name, ts_dtype_name(in[2].dtype));
-  return ts__gpu_layernorm_bwd(ctx->dev, in[1].dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
-                               out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a), NULL);
+  return ts__gpu_layernorm_bwd_g(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                 in[4].data, out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a),
+                                 NULL);
 }
 
 static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
@@ -135,6 +132,13 @@ static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = unsharded(n, ts_attr_embedding_bwd_sharded(&n->a) != 0);
   if (rc) return rc;
+  if (out[0].dtype == TS_BF16) {
+    float *acc = NULL;
+    rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)ts_tensor_numel(&out[0]), (void **)&acc);
+    return rc ? rc : ts__gpu_embedding_bwd_bf16(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64,
+                                                ts_tensor_numel(&in[1]), out[0].shape.dims[0], out[0].shape.dims[1],
+                                                out[0].data, acc, NULL);
+  }
   if (out[0].dtype != TS_F32)
     return ts_error_set(TS_EUNSUPPORTED, "embedding_bwd (node %s): %s on the GPU", n->name, ts_dtype_name(out[0].dtype));
   return ts__gpu_embedding_bwd(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64, ts_tensor_numel(&in[1]),

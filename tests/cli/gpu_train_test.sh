@@ -8,7 +8,8 @@
 #      20 ends where the CPU's uninterrupted run does (1e-4), and the CPU's resumed on the GPU too;
 #   3. gradient accumulation (2 micro-batches) and SGD with momentum on the GPU follow the CPU;
 #   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation;
-#   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation.
+#   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation;
+#   6. the GPT in bf16 (amp O2 and O3): 4 steps within 2e-3 of the CPU's bf16 run.
 # Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -41,12 +42,12 @@ for l in open(sys.argv[1]):
 " "$1"; }
 close() { python3 -c "
 import sys
-a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]; tol=float(sys.argv[3])
 ok=len(a)==len(b) and len(a)>0
 for x,y in zip(a,b):
-    if x[0]=='eval': ok=ok and x==y
-    else: ok=ok and x[0]==y[0] and abs(float(x[1])-float(y[1]))<=1e-4*abs(float(y[1]))
-sys.exit(0 if ok else 1)" "$1" "$2"; }
+    if x[0]=='eval': ok=ok and (x==y or tol>1e-4)
+    else: ok=ok and x[0]==y[0] and abs(float(x[1])-float(y[1]))<=tol*abs(float(y[1]))
+sys.exit(0 if ok else 1)" "$1" "$2" "${3:-1e-4}"; }
 train() { # name device [--set ...]: metrics into $tmp/name.jsonl, losses into $tmp/name.txt
   local n=$1 dev=$2; shift 2
   "$bin" train "$tmp/c.yaml" --set device_target="$dev" --set log.metrics="$tmp/$n.jsonl" "$@" > "$tmp/$n.out" 2>&1 ||
@@ -114,4 +115,15 @@ for dev in CPU GPU; do
 done
 close "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" && ok "ResNet-8 (convolution, batch norm, pooling): 3 steps and the evaluation on $where follow the CPU" ||
   bad "ResNet: $(paste "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" | head -5)"
+# 6. mixed precision (bf16, train.amp_level O2: bf16 compute, f32 masters; O3: every parameter
+#    bf16 too) on the GPT: 4 steps within 2e-3 of the CPU's bf16 run (the two round differently)
+for lvl in O2 O3; do
+  for dev in CPU GPU; do
+    "$bin" train "$tmp/gpt.yaml" --set device_target=$dev --set train.amp_level=$lvl --set log.metrics="$tmp/amp_$dev.jsonl" \
+      > "$tmp/amp_$dev.out" 2>&1 || bad "GPT amp $lvl on the $dev: $(tail -2 "$tmp/amp_$dev.out")"
+    losses "$tmp/amp_$dev.jsonl" | grep -v '^eval' > "$tmp/amp_$dev.txt" 2>/dev/null
+  done
+  close "$tmp/amp_GPU.txt" "$tmp/amp_CPU.txt" 2e-3 && ok "GPT in bf16 (amp $lvl): 4 steps on $where within 2e-3 of the CPU's" ||
+    bad "amp $lvl: $(paste "$tmp/amp_GPU.txt" "$tmp/amp_CPU.txt" | head -5)"
+done
 exit $fail

@@ -30,3 +30,11 @@ KERNEL ts_k_embedding_bwd_f32(const float *dy, const void *ids, int i64ids, i64 
       if (id >= 0 && id < V) dtable[id * D + j] += dy[t * D + j];
     }
 }
+// the same sums from bf16 dy, in f32 (the caller zeroes acc and rounds it to bf16 once)
+KERNEL ts_k_embedding_bwd_bf16(const bf16 *dy, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, float *acc) {
+  for (i64 j = gidx(); j < D; j += gstride())
+    for (i64 t = 0; t < Tn; t++) {
+      i64 id = e_id(ids, i64ids, t);
+      if (id >= 0 && id < V) acc[id * D + j] += bf2f(dy[t * D + j]);
+    }
+}

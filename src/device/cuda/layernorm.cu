@@ -10,8 +10,8 @@ DEV void sv(float *p, i64 i, float v) { p[i] = v; }
 DEV void sv(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 // x (R,D), gamma, beta (D) f32 -> y (R,D), mean, var (R)
-template <typename T>
-DEV void ln_fwd(const T *x, const float *gamma, const float *beta, T *y, float *mean, float *var, i64 R, i64 D,
+template <typename T, typename TG>
+DEV void ln_fwd(const T *x, const TG *gamma, const TG *beta, T *y, float *mean, float *var, i64 R, i64 D,
                 float eps) {
   __shared__ float sh[32];
   for (i64 r = bid(); r < R; r += nbid()) {
@@ -26,7 +26,7 @@ DEV void ln_fwd(const T *x, const float *gamma, const float *beta, T *y, float *
     }
     float v = block_sum(q, sh) / (float)D, rs = 1.0f / fsqrt(v + eps);
     for (i64 j = tid(); j < D; j += ntid())
-      sv(y, r * D + j, (lv(p, j) - m) * rs * (gamma ? gamma[j] : 1.0f) + (beta ? beta[j] : 0.0f));
+      sv(y, r * D + j, (lv(p, j) - m) * rs * (gamma ? lv(gamma, j) : 1.0f) + (beta ? lv(beta, j) : 0.0f));
     if (tid() == 0) {
       mean[r] = m;
       var[r] = v;
@@ -44,28 +44,28 @@ KERNEL ts_k_layernorm_fwd_bf16(const bf16 *x, const float *gamma, const float *b
 
 // dy, x (R,D), gamma (D), mean, var (R) -> dx (R,D):
 // dx = rs (g - mean_j g - xhat mean_j(g xhat)), g = dy gamma, xhat = (x - m) rs
-template <typename T>
-DEV void ln_bwd_dx(const T *dy, const T *x, const float *gamma, const float *mean, const float *var, T *dx, i64 R,
+template <typename T, typename TG>
+DEV void ln_bwd_dx(const T *dy, const T *x, const TG *gamma, const float *mean, const float *var, T *dx, i64 R,
                    i64 D, float eps) {
   __shared__ float sh[32];
   for (i64 r = bid(); r < R; r += nbid()) {
     float m = mean[r], rs = 1.0f / fsqrt(var[r] + eps), a = 0.0f, b = 0.0f;
     for (i64 j = tid(); j < D; j += ntid()) {
-      float g = lv(dy, r * D + j) * (gamma ? gamma[j] : 1.0f), xh = (lv(x, r * D + j) - m) * rs;
+      float g = lv(dy, r * D + j) * (gamma ? lv(gamma, j) : 1.0f), xh = (lv(x, r * D + j) - m) * rs;
       a += g;
       b += g * xh;
     }
     a = block_sum(a, sh) / (float)D;
     b = block_sum(b, sh) / (float)D;
     for (i64 j = tid(); j < D; j += ntid()) {
-      float g = lv(dy, r * D + j) * (gamma ? gamma[j] : 1.0f), xh = (lv(x, r * D + j) - m) * rs;
+      float g = lv(dy, r * D + j) * (gamma ? lv(gamma, j) : 1.0f), xh = (lv(x, r * D + j) - m) * rs;
       sv(dx, r * D + j, rs * (g - a - xh * b));
     }
   }
 }
 // dgamma (D) = sum_r dy xhat, dbeta (D) = sum_r dy: thread j sums its column over the rows in order
-template <typename T>
-DEV void ln_bwd_params(const T *dy, const T *x, const float *mean, const float *var, float *dgamma, float *dbeta, i64 R,
+template <typename T, typename TG>
+DEV void ln_bwd_params(const T *dy, const T *x, const float *mean, const float *var, TG *dgamma, TG *dbeta, i64 R,
                        i64 D, float eps) {
   for (i64 j = gidx(); j < D; j += gstride()) {
     float sg = 0.0f, sb = 0.0f;
@@ -74,8 +74,8 @@ DEV void ln_bwd_params(const T *dy, const T *x, const float *mean, const float *
       sg += g * (lv(x, r * D + j) - mean[r]) * (1.0f / fsqrt(var[r] + eps));
       sb += g;
     }
-    if (dgamma) dgamma[j] = sg;
-    if (dbeta) dbeta[j] = sb;
+    if (dgamma) sv(dgamma, j, sg);
+    if (dbeta) sv(dbeta, j, sb);
   }
 }
 KERNEL ts_k_layernorm_bwd_dx_f32(const float *dy, const float *x, const float *gamma, const float *mean,
@@ -92,5 +92,18 @@ KERNEL ts_k_layernorm_bwd_params_f32(const float *dy, const float *x, const floa
 }
 KERNEL ts_k_layernorm_bwd_params_bf16(const bf16 *dy, const bf16 *x, const float *mean, const float *var,
                                       float *dgamma, float *dbeta, i64 R, i64 D, float eps) {
+  ln_bwd_params(dy, x, mean, var, dgamma, dbeta, R, D, eps);
+}
+// bf16 gamma and beta (amp O3: every parameter bf16); dgamma, dbeta rounded once
+KERNEL ts_k_layernorm_fwd_bf16g(const bf16 *x, const bf16 *gamma, const bf16 *beta, bf16 *y, float *mean, float *var,
+                                i64 R, i64 D, float eps) {
+  ln_fwd(x, gamma, beta, y, mean, var, R, D, eps);
+}
+KERNEL ts_k_layernorm_bwd_dx_bf16g(const bf16 *dy, const bf16 *x, const bf16 *gamma, const float *mean, const float *var,
+                                   bf16 *dx, i64 R, i64 D, float eps) {
+  ln_bwd_dx(dy, x, gamma, mean, var, dx, R, D, eps);
+}
+KERNEL ts_k_layernorm_bwd_params_bf16g(const bf16 *dy, const bf16 *x, const float *mean, const float *var, bf16 *dgamma,
+                                       bf16 *dbeta, i64 R, i64 D, float eps) {
   ln_bwd_params(dy, x, mean, var, dgamma, dbeta, R, D, eps);
 }
