@@ -289,30 +289,69 @@ int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_sha
   return launch(d, dt == TS_F32 ? "ts_k_binary_f32" : "ts_k_binary_bf16", grid_for(n), 1, BLOCK, s, args);
 }
 
-int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
-                   ts__dev_stream *s) {
-  int rc = dt_ok(dt, "sum_to");
-  if (rc) return rc;
-  if (xs->ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU sum_to: %d dims (at most %d)", xs->ndim, MAXD);
-  bshape sh;
-  memset(&sh, 0, sizeof sh);
-  sh.nd = xs->ndim;
+/* the reduce kernels' shape: x's dims, 0 along the dims y reduces, the elements per y element */
+static int reduce_shape(const ts_shape *xs, const ts_shape *ys, bshape *sh, const char *what) {
+  if (xs->ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU %s: %d dims (at most %d)", what, xs->ndim, MAXD);
+  memset(sh, 0, sizeof *sh);
+  sh->nd = xs->ndim;
   int off = xs->ndim - ys->ndim;
-  if (off < 0) return ts_error_set(TS_ESHAPE, "GPU sum_to: the result has more dims than x");
+  if (off < 0) return ts_error_set(TS_ESHAPE, "GPU %s: the result has more dims than x", what);
   int64_t per = 1;
   for (int k = 0; k < xs->ndim; k++) {
     int64_t yd = k - off >= 0 ? ys->dims[k - off] : 1;
     if (yd != 1 && yd != xs->dims[k])
-      return ts_error_set(TS_ESHAPE, "GPU sum_to: dim %d: %lld to %lld", k, (long long)xs->dims[k], (long long)yd);
-    sh.dims[k] = xs->dims[k];
-    sh.sa[k] = yd == 1 && xs->dims[k] > 1 ? 0 : 1; /* 0: summed */
-    if (!sh.sa[k]) per *= xs->dims[k];
+      return ts_error_set(TS_ESHAPE, "GPU %s: dim %d: %lld to %lld", what, k, (long long)xs->dims[k], (long long)yd);
+    sh->dims[k] = xs->dims[k];
+    sh->sa[k] = yd == 1 && xs->dims[k] > 1 ? 0 : 1; /* 0: reduced */
+    if (!sh->sa[k]) per *= xs->dims[k];
   }
-  sh.sb[0] = per;
+  sh->sb[0] = per;
+  return TS_OK;
+}
+
+int ts__gpu_reduce(ts__dev *d, int alg, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                   ts__dev_stream *s) {
+  bshape sh;
+  int rc = dt_ok(dt, "reduce");
+  if (!rc && (alg < 0 || alg > 2)) rc = ts_error_set(TS_EINVAL, "GPU reduce: algorithm %d", alg);
+  if (!rc) rc = reduce_shape(xs, ys, &sh, "reduce");
   int64_t ny = ts_shape_numel(ys);
-  if (ny == 0) return TS_OK;
-  void *args[] = {&x, &y, &sh, &ny};
-  return launch(d, dt == TS_F32 ? "ts_k_sum_to_f32" : "ts_k_sum_to_bf16", grid_for(ny), 1, BLOCK, s, args);
+  if (rc || ny == 0) return rc;
+  void *args[] = {&x, &y, &sh, &ny, &alg};
+  return launch(d, dt == TS_F32 ? "ts_k_reduce_f32" : "ts_k_reduce_bf16", grid_for(ny), 1, BLOCK, s, args);
+}
+
+int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                   ts__dev_stream *s) {
+  return ts__gpu_reduce(d, 0, dt, x, xs, y, ys, s);
+}
+
+int ts__gpu_reduce_max_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const ts_shape *xs, const void *y,
+                           const ts_shape *ys, void *dx, ts__dev_stream *s) {
+  bshape sh;
+  int rc = dt_ok(dt, "reduce max backward");
+  if (!rc) rc = reduce_shape(xs, ys, &sh, "reduce max backward");
+  int64_t ny = ts_shape_numel(ys);
+  if (rc || ny == 0) return rc;
+  void *args[] = {&dy, &x, &y, &dx, &sh, &ny};
+  return launch(d, dt == TS_F32 ? "ts_k_reduce_max_bwd_f32" : "ts_k_reduce_max_bwd_bf16", grid_for(ny), 1, BLOCK, s,
+                args);
+}
+
+int ts__gpu_broadcast(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                      ts__dev_stream *s) {
+  int rc = dt_ok(dt, "broadcast");
+  if (rc) return rc;
+  if (ys->ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU broadcast: %d dims (at most %d)", ys->ndim, MAXD);
+  bshape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.nd = ys->ndim;
+  for (int k = 0; k < ys->ndim; k++) sh.dims[k] = ys->dims[k];
+  if ((rc = bstrides(xs, ys, sh.sa, "broadcast"))) return rc;
+  int64_t n = ts_shape_numel(ys);
+  if (n == 0) return TS_OK;
+  void *args[] = {&x, &y, &sh, &n};
+  return launch(d, dt == TS_F32 ? "ts_k_broadcast_f32" : "ts_k_broadcast_bf16", grid_for(n), 1, BLOCK, s, args);
 }
 
 int ts__gpu_scale(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta,

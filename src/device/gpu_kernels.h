@@ -110,6 +110,14 @@ int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_sha
 /* SUM_TO: x (xs) summed to y (ys: xs with some dims 1, or fewer leading dims) */
 int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
                    ts__dev_stream *s);
+/* REDUCE (src/kernels/reduce.h: ys in keepdim form): alg ts_reduce_alg (sum, mean, max); max's
+ * backward (ties share dy equally); BROADCAST_TO (x up to ys, NumPy rules) */
+int ts__gpu_reduce(ts__dev *d, int alg, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                   ts__dev_stream *s);
+int ts__gpu_reduce_max_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const ts_shape *xs, const void *y,
+                           const ts_shape *ys, void *dx, ts__dev_stream *s);
+int ts__gpu_broadcast(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+                      ts__dev_stream *s);
 /* y (n) = alpha x + beta */
 int ts__gpu_scale(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta,
                   ts__dev_stream *s);

@@ -74,6 +74,31 @@ static int run_sum_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
   return ts__gpu_sum_to(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, NULL);
 }
 
+/* keepdim shape of a REDUCE node's output (its memory layout) */
+static ts_shape keep_shape(const ts_shape *xs, uint32_t mask) {
+  ts_shape k = *xs;
+  for (int d = 0; d < xs->ndim; d++)
+    if (mask >> d & 1) k.dims[d] = 1;
+  return k;
+}
+
+static int run_reduce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_shape ks = keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  return ts__gpu_reduce(ctx->dev, (int)ts_attr_reduce_alg(&n->a), out[0].dtype, in[0].data, &in[0].shape, out[0].data,
+                        &ks, NULL);
+}
+
+static int run_reduce_max_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ts_shape ks = keep_shape(&in[1].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  return ts__gpu_reduce_max_bwd(ctx->dev, out[0].dtype, in[0].data, in[1].data, &in[1].shape, in[2].data, &ks,
+                                out[0].data, NULL);
+}
+
+static int run_broadcast_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)n;
+  return ts__gpu_broadcast(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, NULL);
+}
+
 static int unsharded(const ts__run_node *n, int sharded) {
   return sharded ? ts_error_set(TS_EUNSUPPORTED, "%s (node %s): the sharded form has no GPU kernel yet", ts_op_name(n->op),
                                 n->name)
@@ -398,6 +423,9 @@ void ts__register_run_gpu(ts__run_fn *tab) {
   tab[TS_OP_BINARY] = run_binary;
   tab[TS_OP_SCALE] = run_scale;
   tab[TS_OP_SUM_TO] = run_sum_to;
+  tab[TS_OP_REDUCE] = run_reduce;
+  tab[TS_OP_REDUCE_MAX_BWD] = run_reduce_max_bwd;
+  tab[TS_OP_BROADCAST_TO] = run_broadcast_to;
   tab[TS_OP_SOFTMAX_CE] = run_ce;
   tab[TS_OP_SOFTMAX_CE_BWD] = run_ce_bwd;
   tab[TS_OP_LAYERNORM] = run_layernorm;

@@ -30,6 +30,7 @@
 #include "kernels/attention.h"
 #include "kernels/conv.h"
 #include "kernels/pool.h"
+#include "kernels/reduce.h"
 #include "kernels/norm.h"
 #include "kernels/shape.h"
 #include "kernels/softmax.h"
@@ -583,7 +584,35 @@ static void check_conv_pool_bn(gpu *G) {
   ts__dev_free(G->d, px), ts__dev_free(G->d, pdx);
 }
 
+/* reductions (sum, mean, max over axes 0 and 2 of (3,4,5)), max's backward with ties, and
+ * broadcast_to, against the CPU's */
+static void check_reduce(gpu *G) {
+  float x[60], y[4], gy[4], dx[60], gdx[60], b[60], gb[60];
+  ts_test_fill(x, 60, 80, -1, 1);
+  x[7] = x[3] = 2.0f; /* a tie for the max of one group (both in column 3: (0,0,3)? and (0,1,2)) */
+  const ts_shape xs = ts_shape3(3, 4, 5), ys = ts_shape3(1, 4, 1);
+  float *px = up(G, x, sizeof x), *py = up(G, NULL, sizeof y), *pdx = up(G, NULL, sizeof dx), *pb = up(G, NULL, sizeof b);
+  for (int alg = 0; alg < 3; alg++) {
+    CHECK_OK(ts__reduce_ref(alg, x, &xs, y, &ys));
+    CHECK_OK(ts__gpu_reduce(G->d, alg, TS_F32, px, &xs, py, &ys, NULL));
+    down(G, gy, py, sizeof gy);
+    same(G, alg == 0 ? "reduce sum" : alg == 1 ? "reduce mean" : "reduce max", gy, y, 4, 1e-6, 1e-6);
+  }
+  float dyv[4] = {1, 2, 3, 4};
+  float *pdy = up(G, dyv, sizeof dyv);
+  CHECK_OK(ts__reduce_max_bwd_ref(dyv, x, &xs, y, &ys, dx));
+  CHECK_OK(ts__gpu_reduce_max_bwd(G->d, TS_F32, pdy, px, &xs, py, &ys, pdx, NULL));
+  down(G, gdx, pdx, sizeof gdx);
+  same(G, "reduce max backward", gdx, dx, 60, 1e-7, 1e-6);
+  CHECK_OK(ts__broadcast_ref(y, &ys, b, &xs));
+  CHECK_OK(ts__gpu_broadcast(G->d, TS_F32, py, &ys, pb, &xs, NULL));
+  down(G, gb, pb, sizeof gb);
+  if (!G->fake) CHECK_MSG(!memcmp(gb, b, sizeof b), "broadcast_to differs");
+  ts__dev_free(G->d, px), ts__dev_free(G->d, py), ts__dev_free(G->d, pdx), ts__dev_free(G->d, pb), ts__dev_free(G->d, pdy);
+}
+
 static void gpu_suite(gpu *G) {
+  check_reduce(G);
   check_conv_pool_bn(G);
   check_shape_attention(G);
   check_gemm(G);

@@ -2,8 +2,9 @@
  * a training graph (embedding -> dense -> layer norm -> gelu -> dropout -> dense -> relu -> dense
  * -> softmax cross-entropy, with its backward) run on both, the loss within 1e-5 and every
  * parameter's gradient within 1e-4 relative (f32; the GPU's sums run in another order), the
- * dropout mask the CPU's; twice on the GPU, bitwise the same. A node of an op without a GPU
- * kernel (REDUCE) is refused when the plan is put on the GPU, naming it; a label out of range is reported after the run, naming the
+ * dropout mask the CPU's; twice on the GPU, bitwise the same (the graph also centres rows on
+ * their maximum: REDUCE max, its backward, a broadcasting subtract). A node of an op without a
+ * GPU kernel (a collective) is refused when the plan is put on the GPU, naming it; a label out of range is reported after the run, naming the
  * node and the row.
  *   test_exec_gpu        a real GPU (SKIPPED with the reason without one)
  *   test_exec_gpu fake   the stand-in driver (TESSERA_LIBCUDA), whose emulator runs the kernels
@@ -41,8 +42,10 @@ static void build(net *m, int conv) {
   m->ids = ts_input(m->g, "ids", TS_I32, ts_shape1(B));
   m->labels = ts_input(m->g, "labels", TS_I32, ts_shape1(B));
   ts_val h = ts_nn_embedding(&nn, "emb", m->ids, V, D);
-  if (conv) /* a node of an op the GPU has no kernel for (REDUCE max over the rows) */
-    h = ts_binary(m->g, h, ts_reduce(m->g, h, TS_RED_MAX, 1u, 1), TS_BIN_SUB);
+  /* rows centred on their maximum: REDUCE max (and its backward), a broadcasting subtract */
+  h = ts_binary(m->g, h, ts_reduce(m->g, h, TS_RED_MAX, 2u, 1), TS_BIN_SUB);
+  if (conv) /* a node of an op the GPU has no kernel for (a collective over a group of 2) */
+    h = ts_allreduce(m->g, h, 0, 2, TS_REDUCE_SUM);
   h = ts_gelu(m->g, ts_nn_layernorm(&nn, "ln", ts_nn_dense(&nn, "fc1", h, 48, 1), 1e-5f), 1);
   h = ts_dropout(m->g, h, 0.1f, 77);
   h = ts_relu(m->g, ts_nn_dense(&nn, "fc2", h, 40, 1));
@@ -152,7 +155,7 @@ static void run(ts__dev *d, int fake) {
   CHECK_OK(ts_params_bind(c.p, c.g, gp)); /* host pointers: never used, planning refuses first */
   CHECK_OK(ts_plan_bind(gp, c.ids, ids));
   CHECK_OK(ts_plan_bind(gp, c.labels, labels));
-  EXPECT_ERR(ts_plan_run(gp, 1), TS_EUNSUPPORTED, "op reduce", "no GPU kernel yet");
+  EXPECT_ERR(ts_plan_run(gp, 1), TS_EUNSUPPORTED, "op allreduce", "no GPU kernel yet");
   ts_plan_free(gp);
   ts_graph_free(c.g);
   ts_params_free(c.p);

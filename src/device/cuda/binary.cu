@@ -34,38 +34,72 @@ DEV void binary(int alg, const T *a, const T *b, T *y, bshape s, i64 n) {
 KERNEL ts_k_binary_f32(int alg, const float *a, const float *b, float *y, bshape s, i64 n) { binary(alg, a, b, y, s, n); }
 KERNEL ts_k_binary_bf16(int alg, const bf16 *a, const bf16 *b, bf16 *y, bshape s, i64 n) { binary(alg, a, b, y, s, n); }
 
-// SUM_TO: x (s.dims: x's shape) summed into y where y's dims are 1 (s.sa: y's strides, 0 along a
-// summed dimension). Each y element is summed by one thread over its x elements in index order:
-// the thread of y element o walks x with the kept dims fixed at o's. ny: y's elements; s.sb[0]:
-// the number of x elements per y element.
+// REDUCE / SUM_TO: x (s.dims: x's shape) reduced into y where y's dims are 1 (s.sa: 0 along a
+// reduced dimension; s.sb[0]: the x elements per y element); alg 0 sum, 1 mean, 2 max. Each y
+// element is reduced by one thread over its x elements in index order. ix_of gives the x index of
+// y element o's k-th element.
+DEV i64 ix_of(const bshape &s, i64 o, i64 k) {
+  i64 ro = o, rk = k, ix = 0, stride = 1;
+  for (int d = s.nd - 1; d >= 0; d--) {
+    i64 c;
+    if (s.sa[d] == 0 && s.dims[d] > 1) { // reduced
+      c = rk % s.dims[d];
+      rk /= s.dims[d];
+    } else {
+      c = ro % s.dims[d];
+      ro /= s.dims[d];
+    }
+    ix += c * stride;
+    stride *= s.dims[d];
+  }
+  return ix;
+}
 template <typename T>
-DEV void sum_to(const T *x, T *y, bshape s, i64 ny) {
+DEV void reduce(const T *x, T *y, bshape s, i64 ny, int alg) {
   i64 per = s.sb[0];
   for (i64 o = gidx(); o < ny; o += gstride()) {
-    float acc = 0.0f;
-    // the x elements of o: decode k (0..per) over the summed dims, o over the kept ones
+    float acc = alg == 2 ? -3.402823466e38f : 0.0f;
     for (i64 k = 0; k < per; k++) {
-      i64 ro = o, rk = k, ix = 0, stride = 1;
-      for (int d = s.nd - 1; d >= 0; d--) {
-        i64 c;
-        if (s.sa[d] == 0 && s.dims[d] > 1) { // summed
-          c = rk % s.dims[d];
-          rk /= s.dims[d];
-        } else {
-          i64 yd = s.dims[d];
-          c = ro % yd;
-          ro /= yd;
-        }
-        ix += c * stride;
-        stride *= s.dims[d];
-      }
-      acc += b_ld(x, ix);
+      float v = b_ld(x, ix_of(s, o, k));
+      acc = alg == 2 ? fmax_(acc, v) : acc + v;
     }
-    b_st(y, o, acc);
+    b_st(y, o, alg == 1 ? acc / (float)per : acc);
   }
 }
-KERNEL ts_k_sum_to_f32(const float *x, float *y, bshape s, i64 ny) { sum_to(x, y, s, ny); }
-KERNEL ts_k_sum_to_bf16(const bf16 *x, bf16 *y, bshape s, i64 ny) { sum_to(x, y, s, ny); }
+KERNEL ts_k_reduce_f32(const float *x, float *y, bshape s, i64 ny, int alg) { reduce(x, y, s, ny, alg); }
+KERNEL ts_k_reduce_bf16(const bf16 *x, bf16 *y, bshape s, i64 ny, int alg) { reduce(x, y, s, ny, alg); }
+// max's backward: dx = dy * (x == y) / (ties in the group), one thread per y element writing its group
+template <typename T>
+DEV void max_bwd(const T *dy, const T *x, const T *y, T *dx, bshape s, i64 ny) {
+  i64 per = s.sb[0];
+  for (i64 o = gidx(); o < ny; o += gstride()) {
+    float m = b_ld(y, o), g = b_ld(dy, o), ties = 0.0f;
+    for (i64 k = 0; k < per; k++) ties += b_ld(x, ix_of(s, o, k)) == m ? 1.0f : 0.0f;
+    for (i64 k = 0; k < per; k++) {
+      i64 ix = ix_of(s, o, k);
+      b_st(dx, ix, b_ld(x, ix) == m ? g / ties : 0.0f);
+    }
+  }
+}
+KERNEL ts_k_reduce_max_bwd_f32(const float *dy, const float *x, const float *y, float *dx, bshape s, i64 ny) {
+  max_bwd(dy, x, y, dx, s, ny);
+}
+KERNEL ts_k_reduce_max_bwd_bf16(const bf16 *dy, const bf16 *x, const bf16 *y, bf16 *dx, bshape s, i64 ny) {
+  max_bwd(dy, x, y, dx, s, ny);
+}
+// BROADCAST_TO: y (s.dims) from x with strides s.sa (0 along a broadcast dimension)
+template <typename T> DEV void bcast(const T *x, T *y, bshape s, i64 n) {
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    i64 r = i, ix = 0;
+    for (int d = s.nd - 1; d >= 0; d--) {
+      ix += (r % s.dims[d]) * s.sa[d];
+      r /= s.dims[d];
+    }
+    y[i] = x[ix];
+  }
+}
+KERNEL ts_k_broadcast_f32(const float *x, float *y, bshape s, i64 n) { bcast(x, y, s, n); }
+KERNEL ts_k_broadcast_bf16(const bf16 *x, bf16 *y, bshape s, i64 n) { bcast(x, y, s, n); }
 
 // y (n) = alpha x + beta
 KERNEL ts_k_scale_f32(const float *x, float *y, i64 n, float alpha, float beta) {
