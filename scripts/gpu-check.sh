@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command to run on a GPU machine (docs/gpu.md): what the machine is, then the GPU tests
 # (the kernels' math, every GPU kernel against the CPU kernels, a training graph's plan on the GPU
-# against the CPU's, the device_target refusal or run),
+# against the CPU's, training the MLP, GPT and ResNet against the CPU, GPT-2 124M's speed against
+# PyTorch's),
 # each with a time limit, into OUT/gpu-check.log and a summary OUT/gpu-check.json; prints the
 # summary. Exit 0 when every step passed (or was SKIPPED with its reason), 1 otherwise.
 #   scripts/gpu-check.sh OUT
@@ -55,16 +56,6 @@ step() {
 step math 60 test_cuda_math
 step kernels 300 test_device
 step graph 300 test_exec_gpu
-# the job-level view: device_target GPU: refused with the reason (exit 2: no usable GPU, or the
-# executor's GPU path not built yet), or trained
-cfg=$out/mlp-gpu.yaml
-cat >"$cfg" <<Y
-model: {name: mlp, hidden: [64]}
-data: {name: fashion_mnist, path: /nonexistent, train_limit: 64}
-train: {steps: 1, batch_size: 16}
-device_target: GPU
-Y
-step train_device_target 60 2 tessera train "$cfg"
 # 20 steps against the CPU, checkpoints across devices, accumulation (tests/cli/gpu_train_test.sh)
 tbin=$root/build/tessera
 [ ${#runner[@]} -gt 0 ] && tbin=$root/gpu-bundle/tessera
@@ -75,6 +66,15 @@ dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }
 st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
 say "$(printf '%-22s %-8s %6.1fs  %s' train_vs_cpu "$st" "$dt" "$(echo "$o" | grep -c '^ok:') ok, $(echo "$o" | grep -c '^FAIL') failed")"
 steps+=("{\"name\":\"train_vs_cpu\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$(echo "$o" | grep -c '^ok:') ok\"}")
+# speed: GPT-2 124M bf16 steps, Tessera against PyTorch eager and torch.compile (bench/gpu_gpt2.sh)
+t0=$(date +%s%N)
+o=$(timeout 300 bash "$root/bench/gpu_gpt2.sh" "$tbin" "$out" 3 2>&1); rc=$? # 3 steps: the kernels are not tuned yet
+dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+{ echo "== bench_gpt2 (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
+st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
+say "$(printf '%-22s %-8s %6.1fs' bench_gpt2 "$st" "$dt")"
+echo "$o" | sed 's/^/  /' | tee -a "$log"
+steps+=("{\"name\":\"bench_gpt2\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see gpu_gpt2.jsonl\"}")
 desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
 fails=0
 for s in "${steps[@]}"; do case "$s" in *'"status":"fail"'*) fails=$((fails + 1)) ;; esac; done

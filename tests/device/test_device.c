@@ -54,7 +54,8 @@ static void test_cpu_device(void) {
   CHECK_OK(ts__dev_alloc(d, sizeof host, &a));
   CHECK_OK(ts__dev_alloc(d, sizeof host, &b));
   CHECK_OK(ts__dev_host_alloc(d, sizeof host, &pin));
-  EXPECT_ERR(ts__dev_alloc(d, 0, &pin), TS_EINVAL, "0 bytes");
+  void *none = NULL;
+  EXPECT_ERR(ts__dev_alloc(d, 0, &none), TS_EINVAL, "0 bytes");
   ts__dev_stream *s;
   ts__dev_event *e0, *e1;
   CHECK_OK(ts__dev_stream_create(d, &s));
