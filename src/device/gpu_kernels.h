@@ -66,6 +66,12 @@ int ts__gpu_momentum(ts__dev *d, float *p, const float *g, float *buf, int64_t n
 int ts__gpu_adam(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float l2, float decay_mul,
                  float b1, float one_m_b1, float b2, float one_m_b2, float bc2_sqrt, float eps, float neg_step,
                  ts__dev_stream *s);
+/* LAMB over one segment (optim.c's step_lamb): pass 1 updates m, v and writes the direction u
+ * (n floats of scratch), the sums of squares of p and u go to sq[0], sq[1] (device; scratch as
+ * ts__gpu_sum's), pass 2 applies the trust ratio (adapt: lamb_always_adapt or wd != 0) */
+int ts__gpu_lamb(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float b1, float omb1, float b2,
+                 float omb2, float inv_bc1, float inv_bc2, float eps, float wd, float lr, int adapt, float *u,
+                 float *scratch, float *sq, ts__dev_stream *s);
 /* Global-norm clipping on the device: the norm of g (n) from its partial sums (scratch as
  * ts__gpu_sum's), fs[0] = min(1, max_norm / (norm + 1e-6)) and fs[1] = the norm, then g *= fs[0] */
 int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch, float *fs, ts__dev_stream *s);

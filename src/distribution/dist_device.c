@@ -32,6 +32,7 @@ struct ts__dist_dev {
   float *scratch;          /* partial sums (clipping) and the results (2 floats) */
   size_t nscratch;
   float *slots[2];         /* the optimizer's state on the device */
+  float *lamb_u, *lamb_part, *lamb_sq; /* LAMB: a segment's direction, sums' partials, sums (2 a segment) */
   ts_optim_segment *segs;  /* its segments (offsets into the flat buffers) */
   int nseg;
   int host_stale;          /* the host copies are older than the device's */
@@ -43,7 +44,6 @@ int ts__dist_dev_open(ts_dist *d) {
   if (strcmp(d->vt->name, "stand_alone"))
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone does; "
                         "several ranks on GPUs come with NCCL, docs/gpu.md)", d->vt->name);
-  if (d->cfg.lamb) return ts_error_set(TS_ECONFIG, "device_target GPU: optimizer.name lamb does not run on GPUs yet");
   struct ts__dist_dev *g = calloc(1, sizeof *g);
   if (!g) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   int rc = ts__dev_open(TS_DEVICE_GPU, d->cfg.device_id >= 0 ? d->cfg.device_id : 0, &g->dev);
@@ -63,6 +63,7 @@ void ts__dist_dev_free(ts_dist *d) {
   for (int k = 0; k < 3; k++) ts__dev_free(v, g->dbase[k]);
   ts__dev_free(v, g->acc), ts__dev_free(v, g->x), ts__dev_free(v, g->y), ts__dev_free(v, g->xe);
   ts__dev_free(v, g->scratch), ts__dev_free(v, g->slots[0]), ts__dev_free(v, g->slots[1]);
+  ts__dev_free(v, g->lamb_u), ts__dev_free(v, g->lamb_part), ts__dev_free(v, g->lamb_sq);
   ts__dev_host_free(v, g->logits);
   free(g->segs);
   d->gpu = NULL;
@@ -212,6 +213,13 @@ int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg
     rc = alloc0(g->dev, sizeof(float) * ext, (void **)&g->slots[k]);
     if (!rc) rc = ts__dev_copy(g->dev, g->slots[k], ts_optim_slot_data(o, k), sizeof(float) * ext, TS__H2D, NULL);
   }
+  if (!rc && ts_optim_get_config(o)->kind == TS_OPTIM_LAMB) {
+    size_t most = 1;
+    for (int i = 0; i < nseg; i++) most = segs[i].numel > most ? segs[i].numel : most;
+    rc = alloc0(g->dev, sizeof(float) * most, (void **)&g->lamb_u);
+    if (!rc) rc = alloc0(g->dev, sizeof(float) * (size_t)ts__gpu_sum_scratch((int64_t)most), (void **)&g->lamb_part);
+    if (!rc) rc = alloc0(g->dev, sizeof(float) * 2 * (size_t)(nseg ? nseg : 1), (void **)&g->lamb_sq);
+  }
   return rc;
 }
 
@@ -249,6 +257,13 @@ int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *gd, float lr) 
         rc = ts__gpu_adam(g->dev, p + off, gd + off, g->slots[0] + off, g->slots[1] + off, n, 0.0f,
                           (float)(1.0 - (double)lr * wd), b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step, NULL);
         break;
+      case TS_OPTIM_LAMB: {
+        float ib1 = (float)(1.0 / bc1), ib2 = (float)(1.0 / bc2);
+        int adapt = c->lamb_always_adapt || wd != 0.0;
+        rc = ts__gpu_lamb(g->dev, p + off, gd + off, g->slots[0] + off, g->slots[1] + off, n, b1, omb1, b2, omb2, ib1,
+                          ib2, eps, (float)wd, lr, adapt, g->lamb_u, g->lamb_part, g->lamb_sq + 2 * s, NULL);
+        break;
+      }
       default: rc = ts_error_set(TS_EUNSUPPORTED, "GPU: optimizer %d has no GPU update", (int)c->kind);
     }
   }

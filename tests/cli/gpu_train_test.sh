@@ -6,7 +6,7 @@
 #      step's loss within 1e-4 relative, the evaluations' accuracy equal; two GPU runs bitwise;
 #   2. checkpoints are device-neutral: the GPU's checkpoint of step 10 resumed on the CPU to step
 #      20 ends where the CPU's uninterrupted run does (1e-4), and the CPU's resumed on the GPU too;
-#   3. gradient accumulation (2 micro-batches) and SGD with momentum on the GPU follow the CPU;
+#   3. gradient accumulation (2 micro-batches) with momentum, and LAMB, on the GPU follow the CPU;
 #   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation;
 #   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation;
 #   6. the GPT in bf16 (amp O2 and O3): 4 steps within 2e-3 of the CPU's bf16 run.
@@ -77,6 +77,10 @@ train acc_cpu CPU --set train.micro_batch_size=8 --set optimizer.name=momentum -
 train acc_gpu GPU --set train.micro_batch_size=8 --set optimizer.name=momentum --set optimizer.lr=0.05
 close "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" && ok "2 micro-batches, momentum: the GPU follows the CPU" ||
   bad "accumulation: $(paste "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" | head -3)"
+train lamb_cpu CPU --set optimizer.name=lamb --set optimizer.lr=0.01 --set train.steps=10
+train lamb_gpu GPU --set optimizer.name=lamb --set optimizer.lr=0.01 --set train.steps=10
+close "$tmp/lamb_gpu.txt" "$tmp/lamb_cpu.txt" && ok "LAMB (trust ratios per parameter on the device): the GPU follows the CPU" ||
+  bad "LAMB: $(paste "$tmp/lamb_gpu.txt" "$tmp/lamb_cpu.txt" | head -3)"
 # 4. the zoo's GPT (attention, layer norm, GeLU, embedding, tied weights): 4 steps and the
 #    evaluation follow the CPU
 for i in $(seq 1 200); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"

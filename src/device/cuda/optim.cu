@@ -52,3 +52,21 @@ KERNEL ts_k_clip_factor_f32(const float *part, int np, float max_norm, float *s)
     s[1] = norm;
   }
 }
+// LAMB (optim.c's step_lamb), pass 1: m, v updated, the update direction u into u
+KERNEL ts_k_lamb1_f32(const float *p, const float *g, float *m, float *v, i64 n, float b1, float omb1, float b2,
+                      float omb2, float inv_bc1, float inv_bc2, float eps, float wd, float *u) {
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    float mi = m[i] * b1 + omb1 * g[i];
+    float vi = v[i] * b2 + omb2 * (g[i] * g[i]);
+    m[i] = mi;
+    v[i] = vi;
+    u[i] = (mi * inv_bc1) / (fsqrt(vi * inv_bc2) + eps) + wd * p[i];
+  }
+}
+// pass 2: the trust ratio ||p|| / ||u|| from the sums of squares sq[0], sq[1] (1 unless adapt and
+// both non-zero), then p -= lr ratio u
+KERNEL ts_k_lamb2_f32(float *p, const float *u, i64 n, float lr, const float *sq, int adapt) {
+  float pn = fsqrt(sq[0]), un = fsqrt(sq[1]);
+  float ratio = adapt && pn != 0.0f && un != 0.0f ? pn / un : 1.0f, neg = -(lr * ratio);
+  for (i64 i = gidx(); i < n; i += gstride()) p[i] = p[i] + neg * u[i];
+}
