@@ -337,6 +337,9 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (dry > 1 && !vt->world)
     return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
                         "semi_auto_parallel) to plan for %d", vt->name, dry);
+  if (cfg->device == 1 && !dry && strcmp(vt->name, "stand_alone")) /* before MPI starts */
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone does; "
+                        "several ranks on GPUs come with NCCL, docs/gpu.md)", vt->name);
   ts__compat_key key; /* the compatibility table's refusals, then the layout's own */
   ts__compat_key_of(vt->name, cfg, &key);
   int rc = ts__compat_check(TS__COMPAT_OBJECT, &key);
