@@ -5,11 +5,8 @@
  * parallel cross-entropy and embedding) and the fusions stay CPU-only for now. Errors the CPU
  * kernels find by looking at the data (a label or id out of range) are flagged on the device and
  * reported after the run (ts__runctx.flag). */
-#include "graph/graph_ir.h"
-#include "run_impl.h"
+#include "run_desc.h"
 #include "device/gpu_kernels.h"
-#include "kernels/conv.h"
-#include "kernels/pool.h"
 
 static int run_const(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)in;
@@ -28,16 +25,7 @@ static int run_copy(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
 }
 
 static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  const ts_shape *as = &in[0].shape, *bs = &in[1].shape, *ys = &out[0].shape;
-  ts__mm_desc d;
-  d.trans_a = (int)ts_attr_matmul_trans_a(&n->a);
-  d.trans_b = (int)ts_attr_matmul_trans_b(&n->a);
-  d.M = ys->dims[ys->ndim - 2];
-  d.N = ys->dims[ys->ndim - 1];
-  d.K = as->dims[as->ndim - (d.trans_a ? 2 : 1)];
-  d.batch = ts_shape_numel(ys) / (d.M * d.N);
-  d.a_batched = as->ndim > 2;
-  d.b_batched = bs->ndim > 2;
+  ts__mm_desc d = ts__run_mm_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
   return ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data, NULL, out[0].data, NULL);
 }
 
@@ -74,22 +62,14 @@ static int run_sum_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *i
   return ts__gpu_sum_to(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, NULL);
 }
 
-/* keepdim shape of a REDUCE node's output (its memory layout) */
-static ts_shape keep_shape(const ts_shape *xs, uint32_t mask) {
-  ts_shape k = *xs;
-  for (int d = 0; d < xs->ndim; d++)
-    if (mask >> d & 1) k.dims[d] = 1;
-  return k;
-}
-
 static int run_reduce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts_shape ks = keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  ts_shape ks = ts__run_keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
   return ts__gpu_reduce(ctx->dev, (int)ts_attr_reduce_alg(&n->a), out[0].dtype, in[0].data, &in[0].shape, out[0].data,
                         &ks, NULL);
 }
 
 static int run_reduce_max_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts_shape ks = keep_shape(&in[1].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  ts_shape ks = ts__run_keep_shape(&in[1].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
   return ts__gpu_reduce_max_bwd(ctx->dev, out[0].dtype, in[0].data, in[1].data, &in[1].shape, in[2].data, &ks,
                                 out[0].data, NULL);
 }
@@ -281,83 +261,57 @@ static int f32_only(const ts__run_node *n, ts_dtype dt) {
                                      n->name, ts_dtype_name(dt));
 }
 
-static ts__conv_desc conv_desc(const ts__run_node *n, const ts_shape *x, const ts_shape *w, const ts_shape *y) {
-  ts__conv_desc d;
-  d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
-  d.O = w->dims[0], d.KH = w->dims[2], d.KW = w->dims[3];
-  d.OH = y->dims[2], d.OW = y->dims[3];
-  d.sh = ts_attr_conv2d_stride_h(&n->a), d.sw = ts_attr_conv2d_stride_w(&n->a);
-  d.ph = ts_attr_conv2d_pad_h(&n->a), d.pw = ts_attr_conv2d_pad_w(&n->a);
-  d.dh = ts_attr_conv2d_dil_h(&n->a), d.dw = ts_attr_conv2d_dil_w(&n->a), d.groups = ts_attr_conv2d_groups(&n->a);
-  return d;
-}
-
 static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, out[0].dtype);
   if (rc) return rc;
-  ts__conv_desc d = conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
+  ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
   return ts__gpu_conv2d_fwd(ctx->dev, &d, in[0].data, in[1].data, n->nin == 3 ? in[2].data : NULL, out[0].data, NULL);
 }
 
 static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, out[0].dtype);
   if (rc) return rc;
-  ts__conv_desc d = conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
+  ts__conv_desc d = ts__run_conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
   return ts__gpu_conv2d_bwd_data(ctx->dev, &d, in[0].data, in[1].data, out[0].data, NULL);
 }
 
 static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, out[0].dtype);
   if (rc) return rc;
-  ts__conv_desc d = conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
+  ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
   return ts__gpu_conv2d_bwd_weight(ctx->dev, &d, in[0].data, in[1].data, out[0].data, n->nout == 2 ? out[1].data : NULL,
                                    NULL);
 }
 
-static ts__pool_desc pool_desc(const ts__run_node *n, const ts_shape *x, const ts_shape *y) {
-  ts__pool_desc d;
-  d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
-  d.OH = y->dims[2], d.OW = y->dims[3];
-  d.kh = ts_attr_pool2d_kh(&n->a), d.kw = ts_attr_pool2d_kw(&n->a), d.sh = ts_attr_pool2d_sh(&n->a);
-  d.sw = ts_attr_pool2d_sw(&n->a), d.ph = ts_attr_pool2d_ph(&n->a), d.pw = ts_attr_pool2d_pw(&n->a);
-  return d;
-}
-
 static int run_maxpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, in[0].dtype);
-  ts__pool_desc d = pool_desc(n, &in[0].shape, &out[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
   return rc ? rc : ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].data, out[0].data, out[1].data, NULL);
 }
 
 static int run_maxpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, in[0].dtype);
-  ts__pool_desc d = pool_desc(n, &out[0].shape, &in[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
   return rc ? rc : ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].data, in[1].data, out[0].data, NULL);
 }
 
 static int run_avgpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, in[0].dtype);
-  ts__pool_desc d = pool_desc(n, &in[0].shape, &out[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
   return rc ? rc : ts__gpu_avgpool_fwd(ctx->dev, &d, in[0].data, out[0].data, NULL);
 }
 
 static int run_avgpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, in[0].dtype);
-  ts__pool_desc d = pool_desc(n, &out[0].shape, &in[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
   return rc ? rc : ts__gpu_avgpool_bwd(ctx->dev, &d, in[0].data, out[0].data, NULL);
-}
-
-/* x (N, C, spatial...) as (N, C, S) */
-static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
-  *N = s->dims[0], *C = s->dims[1], *S = 1;
-  for (int k = 2; k < s->ndim; k++) *S *= s->dims[k];
 }
 
 static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int rc = f32_only(n, in[0].dtype); /* local statistics: one process per GPU (SyncBatchNorm: issue #29) */
   if (rc) return rc;
   int64_t N, C, S;
-  bn_dims(&in[0].shape, &N, &C, &S);
+  ts__run_bn_dims(&in[0].shape, &N, &C, &S);
   return ts__gpu_batchnorm_fwd(ctx->dev, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out[0].data,
                                out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
                                ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a), NULL);
@@ -367,7 +321,7 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
   int rc = f32_only(n, in[1].dtype);
   if (rc) return rc;
   int64_t N, C, S;
-  bn_dims(&in[1].shape, &N, &C, &S);
+  ts__run_bn_dims(&in[1].shape, &N, &C, &S);
   return ts__gpu_batchnorm_bwd(ctx->dev, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out[0].data,
                                out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
                                (int)ts_attr_batchnorm_training(&n->a), NULL);

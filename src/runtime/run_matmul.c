@@ -3,21 +3,10 @@
  * f32 calls the f32 kernels (unchanged), bf16/f16 the 16-bit kernels (matmul.h). Asked to carry
  * out the executor's matmul+bias+gelu fusion (ctx->fuse), out[0] is the gelu's output and the
  * node runs the fused primitive (ts__matmul_act_dnnl). */
-#include "graph/graph_ir.h"
-#include "run_impl.h"
-#include "../kernels/matmul.h"
+#include "run_desc.h"
 
 static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  const ts_shape *as = &in[0].shape, *bs = &in[1].shape, *ys = &out[0].shape;
-  ts__mm_desc d;
-  d.trans_a = (int)ts_attr_matmul_trans_a(&n->a);
-  d.trans_b = (int)ts_attr_matmul_trans_b(&n->a);
-  d.M = ys->dims[ys->ndim - 2];
-  d.N = ys->dims[ys->ndim - 1];
-  d.K = as->dims[as->ndim - (d.trans_a ? 2 : 1)];
-  d.batch = ts_shape_numel(ys) / (d.M * d.N);
-  d.a_batched = as->ndim > 2;
-  d.b_batched = bs->ndim > 2;
+  ts__mm_desc d = ts__run_mm_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
   const ts_dtype dt = out[0].dtype;
   if (ctx->fuse && ctx->fuse->kind == TS__FUSE_MM_GELU) /* matmul+gelu fusion (exec.c, FAST only) */
     return ts__matmul_act_dnnl(&d, in[0].dtype, dt, in[0].data, in[1].data, NULL, out[0].data, ctx->fuse->act);

@@ -17,18 +17,11 @@
 #include <string.h>
 
 #include "graph/graph_ir.h"
-#include "run_impl.h"
+#include "run_desc.h"
 #include "../kernels/norm.h"
 
 #define TS_BATCHNORM_DNNL 0
 #define TS_BATCHNORM_BF16_DNNL 0
-
-static void bn_dims(const ts_shape *s, int64_t *N, int64_t *C, int64_t *S) {
-  *N = s->dims[0];
-  *C = s->dims[1];
-  *S = 1;
-  for (int d = 2; d < s->ndim; d++) *S *= s->dims[d];
-}
 
 /* SyncBatchNorm's reduction: every rank's doubles gathered (as bytes, so nothing is rounded)
  * and summed in rank order, which gives the same result on every rank. */
@@ -76,7 +69,7 @@ static const ts__bn_reducer *bn_reducer(ts__runctx *ctx, const ts__run_node *n, 
 
 static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t N, C, S;
-  bn_dims(&in[0].shape, &N, &C, &S);
+  ts__run_bn_dims(&in[0].shape, &N, &C, &S);
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);
@@ -108,7 +101,7 @@ static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t N, C, S;
-  bn_dims(&in[1].shape, &N, &C, &S);
+  ts__run_bn_dims(&in[1].shape, &N, &C, &S);
   bn_sync bs;
   ts__bn_reducer rb;
   const ts__bn_reducer *red = bn_reducer(ctx, n, &bs, &rb);

@@ -2,22 +2,10 @@
  * same backend (the plan's) and dtype (dy has y's), so each backward reads the workspace encoding
  * its forward wrote. bf16/f16 nodes call the 16-bit kernels (pool.h). Global average pooling is
  * AVGPOOL2D with the whole plane as the window. */
-#include "graph/graph_ir.h"
-#include "run_impl.h"
-#include "../kernels/pool.h"
-
-/* x (N,C,H,W), y (N,C,OH,OW); attrs as documented in op_pool.c. */
-static ts__pool_desc desc(const ts__run_node *n, const ts_shape *x, const ts_shape *y) {
-  ts__pool_desc d;
-  d.N = x->dims[0], d.C = x->dims[1], d.H = x->dims[2], d.W = x->dims[3];
-  d.OH = y->dims[2], d.OW = y->dims[3];
-  d.kh = ts_attr_pool2d_kh(&n->a), d.kw = ts_attr_pool2d_kw(&n->a), d.sh = ts_attr_pool2d_sh(&n->a), d.sw = ts_attr_pool2d_sw(&n->a);
-  d.ph = ts_attr_pool2d_ph(&n->a), d.pw = ts_attr_pool2d_pw(&n->a);
-  return d;
-}
+#include "run_desc.h"
 
 static int run_maxpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = desc(n, &in[0].shape, &out[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
   if (in[0].dtype != TS_F32)
     return ts__maxpool2d_fwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, out[0].data, out[1].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__maxpool2d_fwd_ref(&d, in[0].data, out[0].data, out[1].data);
@@ -26,7 +14,7 @@ static int run_maxpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 /* (dy, ws) -> dx */
 static int run_maxpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = desc(n, &out[0].shape, &in[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
   if (in[0].dtype != TS_F32)
     return ts__maxpool2d_bwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, in[1].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__maxpool2d_bwd_ref(&d, in[0].data, in[1].data, out[0].data);
@@ -34,7 +22,7 @@ static int run_maxpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
 }
 
 static int run_avgpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = desc(n, &in[0].shape, &out[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
   if (in[0].dtype != TS_F32)
     return ts__avgpool2d_fwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__avgpool2d_fwd_ref(&d, in[0].data, out[0].data);
@@ -43,7 +31,7 @@ static int run_avgpool2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 /* (dy) -> dx */
 static int run_avgpool2d_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = desc(n, &out[0].shape, &in[0].shape);
+  ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
   if (in[0].dtype != TS_F32)
     return ts__avgpool2d_bwd_lp(&d, in[0].dtype, ctx->backend != TS_BACKEND_REF, in[0].data, out[0].data);
   if (ctx->backend == TS_BACKEND_REF) return ts__avgpool2d_bwd_ref(&d, in[0].data, out[0].data);

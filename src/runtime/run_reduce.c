@@ -7,16 +7,8 @@
  * the reference kernels' native 16-bit versions (the _lp entry points; f32 goes to the f32
  * kernels as before). */
 #include "graph/graph_ir.h"
-#include "run_impl.h"
+#include "run_desc.h"
 #include "../kernels/reduce.h"
-
-/* keepdim shape of a REDUCE node's output (same memory layout as the node's output) */
-static ts_shape keep_shape(const ts_shape *xs, uint32_t mask) {
-  ts_shape k = *xs;
-  for (int d = 0; d < xs->ndim; d++)
-    if (mask >> d & 1) k.dims[d] = 1;
-  return k;
-}
 
 static int run_sum_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx, (void)n;
@@ -30,13 +22,13 @@ static int run_broadcast_to(ts__runctx *ctx, const ts__run_node *n, const ts_ten
 
 static int run_reduce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx;
-  ts_shape ks = keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  ts_shape ks = ts__run_keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
   return ts__reduce_lp((int)ts_attr_reduce_alg(&n->a), out[0].dtype, in[0].data, &in[0].shape, out[0].data, &ks);
 }
 
 static int run_reduce_max_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)ctx;
-  ts_shape ks = keep_shape(&in[1].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
+  ts_shape ks = ts__run_keep_shape(&in[1].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
   return ts__reduce_max_bwd_lp(out[0].dtype, in[0].data, in[1].data, &in[1].shape, in[2].data, &ks, out[0].data);
 }
 
