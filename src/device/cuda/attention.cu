@@ -14,10 +14,6 @@ struct astr {
   i64 B, H, T, D;
 };
 
-DEV float a_ld(const float *p, i64 i) { return p[i]; }
-DEV float a_ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
-DEV void a_st(float *p, i64 i, float v) { p[i] = v; }
-DEV void a_st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 // rows: blockIdx.x over (b, h, t) rows (grid-stride), a block of 32 threads
 template <typename T>
@@ -29,24 +25,24 @@ DEV void attn_fwd(const T *q, const T *k, const T *v, T *o, float *lse, astr s, 
     i64 qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
     float qv[MAXL], acc[MAXL];
     int nl = 0;
-    for (i64 d = l; d < s.D; d += 32) qv[nl] = a_ld(q, qb + t * s.st + d), acc[nl++] = 0.0f;
+    for (i64 d = l; d < s.D; d += 32) qv[nl] = ld(q, qb + t * s.st + d), acc[nl++] = 0.0f;
     float m = -3.402823466e38f, den = 0.0f;
     for (i64 j = 0; j <= t; j++) {
       float p = 0.0f;
       int c = 0;
-      for (i64 d = l; d < s.D; d += 32) p += qv[c++] * a_ld(k, qb + j * s.st + d);
+      for (i64 d = l; d < s.D; d += 32) p += qv[c++] * ld(k, qb + j * s.st + d);
       float sc = warp_sum(p) * scale, mn = fmax_(m, sc);
       float corr = fexp(m - mn), e = fexp(sc - mn);
       den = den * corr + e;
       c = 0;
       for (i64 d = l; d < s.D; d += 32) {
-        acc[c] = acc[c] * corr + e * a_ld(v, qb + j * s.st + d);
+        acc[c] = acc[c] * corr + e * ld(v, qb + j * s.st + d);
         c++;
       }
       m = mn;
     }
     int c = 0;
-    for (i64 d = l; d < s.D; d += 32) a_st(o, ob + t * s.ot + d, acc[c++] / den);
+    for (i64 d = l; d < s.D; d += 32) st(o, ob + t * s.ot + d, acc[c++] / den);
     if (l == 0) lse[row] = m + flog(den);
   }
 }
@@ -65,7 +61,7 @@ template <typename T> DEV void attn_dot(const T *dout, const T *o, float *Dr, as
     i64 t = row % s.T, h = (row / s.T) % s.H, b = row / (s.T * s.H);
     i64 ob = b * s.ob + h * s.oh + t * s.ot;
     float p = 0.0f;
-    for (i64 d = l; d < s.D; d += 32) p += a_ld(dout, ob + d) * a_ld(o, ob + d);
+    for (i64 d = l; d < s.D; d += 32) p += ld(dout, ob + d) * ld(o, ob + d);
     p = warp_sum(p);
     if (l == 0) Dr[row] = p;
   }
@@ -85,8 +81,8 @@ DEV void attn_dq(const T *dout, const T *q, const T *k, const T *v, const float 
     float qv[MAXL], dov[MAXL], acc[MAXL];
     int nl = 0;
     for (i64 d = l; d < s.D; d += 32) {
-      qv[nl] = a_ld(q, qb + t * s.st + d);
-      dov[nl] = a_ld(dout, ob + t * s.ot + d);
+      qv[nl] = ld(q, qb + t * s.st + d);
+      dov[nl] = ld(dout, ob + t * s.ot + d);
       acc[nl++] = 0.0f;
     }
     float li = lse[row], Di = Dr[row];
@@ -94,16 +90,16 @@ DEV void attn_dq(const T *dout, const T *q, const T *k, const T *v, const float 
       float pq = 0.0f, pv = 0.0f;
       int c = 0;
       for (i64 d = l; d < s.D; d += 32) {
-        pq += qv[c] * a_ld(k, qb + j * s.st + d);
-        pv += dov[c] * a_ld(v, qb + j * s.st + d);
+        pq += qv[c] * ld(k, qb + j * s.st + d);
+        pv += dov[c] * ld(v, qb + j * s.st + d);
         c++;
       }
       float p = fexp(warp_sum(pq) * scale - li), ds = p * (warp_sum(pv) - Di);
       c = 0;
-      for (i64 d = l; d < s.D; d += 32) acc[c++] += ds * a_ld(k, qb + j * s.st + d);
+      for (i64 d = l; d < s.D; d += 32) acc[c++] += ds * ld(k, qb + j * s.st + d);
     }
     int c = 0;
-    for (i64 d = l; d < s.D; d += 32) a_st(dq, qb + t * s.st + d, scale * acc[c++]);
+    for (i64 d = l; d < s.D; d += 32) st(dq, qb + t * s.st + d, scale * acc[c++]);
   }
 }
 KERNEL ts_k_attention_dq_f32(const float *dout, const float *q, const float *k, const float *v, const float *lse,
@@ -127,8 +123,8 @@ DEV void attn_dkv(const T *dout, const T *q, const T *k, const T *v, const float
     float kv[MAXL], vv[MAXL], ak[MAXL], av[MAXL];
     int nl = 0;
     for (i64 d = l; d < s.D; d += 32) {
-      kv[nl] = a_ld(k, qb + j * s.st + d);
-      vv[nl] = a_ld(v, qb + j * s.st + d);
+      kv[nl] = ld(k, qb + j * s.st + d);
+      vv[nl] = ld(v, qb + j * s.st + d);
       ak[nl] = av[nl] = 0.0f;
       nl++;
     }
@@ -136,22 +132,22 @@ DEV void attn_dkv(const T *dout, const T *q, const T *k, const T *v, const float
       float pq = 0.0f, pv = 0.0f;
       int c = 0;
       for (i64 d = l; d < s.D; d += 32) {
-        pq += a_ld(q, qb + i * s.st + d) * kv[c];
-        pv += a_ld(dout, ob + i * s.ot + d) * vv[c];
+        pq += ld(q, qb + i * s.st + d) * kv[c];
+        pv += ld(dout, ob + i * s.ot + d) * vv[c];
         c++;
       }
       float p = fexp(warp_sum(pq) * scale - lse[lb + i]), ds = p * (warp_sum(pv) - Dr[lb + i]);
       c = 0;
       for (i64 d = l; d < s.D; d += 32) {
-        ak[c] += ds * a_ld(q, qb + i * s.st + d);
-        av[c] += p * a_ld(dout, ob + i * s.ot + d);
+        ak[c] += ds * ld(q, qb + i * s.st + d);
+        av[c] += p * ld(dout, ob + i * s.ot + d);
         c++;
       }
     }
     int c = 0;
     for (i64 d = l; d < s.D; d += 32) {
-      a_st(dk, qb + j * s.st + d, scale * ak[c]);
-      a_st(dv, qb + j * s.st + d, av[c]);
+      st(dk, qb + j * s.st + d, scale * ak[c]);
+      st(dv, qb + j * s.st + d, av[c]);
       c++;
     }
   }

@@ -12,10 +12,6 @@ struct bshape {
   i64 sa[MAXD], sb[MAXD]; // elements, 0 where the operand is broadcast
 };
 
-DEV float b_ld(const float *p, i64 i) { return p[i]; }
-DEV float b_ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
-DEV void b_st(float *p, i64 i, float v) { p[i] = v; }
-DEV void b_st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 template <typename T>
 DEV void binary(int alg, const T *a, const T *b, T *y, bshape s, i64 n) {
@@ -27,8 +23,8 @@ DEV void binary(int alg, const T *a, const T *b, T *y, bshape s, i64 n) {
       ia += c * s.sa[d];
       ib += c * s.sb[d];
     }
-    float u = b_ld(a, ia), v = b_ld(b, ib);
-    b_st(y, i, alg == 0 ? u + v : alg == 1 ? u - v : alg == 2 ? u * v : u / v);
+    float u = ld(a, ia), v = ld(b, ib);
+    st(y, i, alg == 0 ? u + v : alg == 1 ? u - v : alg == 2 ? u * v : u / v);
   }
 }
 KERNEL ts_k_binary_f32(int alg, const float *a, const float *b, float *y, bshape s, i64 n) { binary(alg, a, b, y, s, n); }
@@ -60,10 +56,10 @@ DEV void reduce(const T *x, T *y, bshape s, i64 ny, int alg) {
   for (i64 o = gidx(); o < ny; o += gstride()) {
     float acc = alg == 2 ? -3.402823466e38f : 0.0f;
     for (i64 k = 0; k < per; k++) {
-      float v = b_ld(x, ix_of(s, o, k));
+      float v = ld(x, ix_of(s, o, k));
       acc = alg == 2 ? fmax_(acc, v) : acc + v;
     }
-    b_st(y, o, alg == 1 ? acc / (float)per : acc);
+    st(y, o, alg == 1 ? acc / (float)per : acc);
   }
 }
 KERNEL ts_k_reduce_f32(const float *x, float *y, bshape s, i64 ny, int alg) { reduce(x, y, s, ny, alg); }
@@ -73,11 +69,11 @@ template <typename T>
 DEV void max_bwd(const T *dy, const T *x, const T *y, T *dx, bshape s, i64 ny) {
   i64 per = s.sb[0];
   for (i64 o = gidx(); o < ny; o += gstride()) {
-    float m = b_ld(y, o), g = b_ld(dy, o), ties = 0.0f;
-    for (i64 k = 0; k < per; k++) ties += b_ld(x, ix_of(s, o, k)) == m ? 1.0f : 0.0f;
+    float m = ld(y, o), g = ld(dy, o), ties = 0.0f;
+    for (i64 k = 0; k < per; k++) ties += ld(x, ix_of(s, o, k)) == m ? 1.0f : 0.0f;
     for (i64 k = 0; k < per; k++) {
       i64 ix = ix_of(s, o, k);
-      b_st(dx, ix, b_ld(x, ix) == m ? g / ties : 0.0f);
+      st(dx, ix, ld(x, ix) == m ? g / ties : 0.0f);
     }
   }
 }

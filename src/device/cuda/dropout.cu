@@ -4,10 +4,6 @@
 // backward is this kernel on dy with the same seed and step.
 #include "ts_cuda.h"
 
-DEV float d_ld(const float *p, i64 i) { return p[i]; }
-DEV float d_ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
-DEV void d_st(float *p, i64 i, float v) { p[i] = v; }
-DEV void d_st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 // x (n) -> y (n), elements numbered from `offset`; thr = ceil(p 2^24) (host), scale = 1/(1-p)
 template <typename T>
@@ -16,7 +12,7 @@ DEV void dropout(const T *x, T *y, i64 n, unsigned thr, float scale, unsigned lo
   for (i64 e = gidx(); e < n; e += gstride()) {
     unsigned long long i = offset + (unsigned long long)e;
     unsigned w = philox_word(seed, step, (i / 64) * 16 + i % 16, (int)((i / 16) % 4));
-    d_st(y, e, (w >> 8) >= thr ? d_ld(x, e) * scale : 0.0f);
+    st(y, e, (w >> 8) >= thr ? ld(x, e) * scale : 0.0f);
   }
 }
 KERNEL ts_k_dropout_f32(const float *x, float *y, i64 n, unsigned thr, float scale, unsigned long long seed,

@@ -11,10 +11,6 @@ enum { RELU, GELU_TANH, GELU_ERF, SIGMOID, TANH, EXP, LOG, SQRT, SQUARE, ABS, NE
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
 
-DEV float ld(const float *p, i64 i) { return p[i]; }
-DEV float ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
-DEV void st(float *p, i64 i, float v) { p[i] = v; }
-DEV void st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 DEV float fwd1(int alg, float alpha, float v) {
   switch (alg) {

@@ -11,10 +11,6 @@
 #define TN 64
 #define TK 16
 
-DEV float g_ld(const float *p, i64 i) { return p[i]; }
-DEV float g_ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
-DEV void g_st(float *p, i64 i, float v) { p[i] = v; }
-DEV void g_st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 template <typename TA, typename TC>
 DEV void gemm(const TA *a, const TA *b, const TA *bias, TC *c, i64 M, i64 N, i64 K, int ta, int tb, int ab, int bb) {
@@ -32,14 +28,14 @@ DEV void gemm(const TA *a, const TA *b, const TA *bias, TC *c, i64 M, i64 N, i64
       int mm = e / TK, kk = e % TK;
       i64 m = m0 + mm, k = k0 + kk;
       float v = 0.0f;
-      if (m < M && k < K) v = g_ld(A, ta ? k * M + m : m * K + k);
+      if (m < M && k < K) v = ld(A, ta ? k * M + m : m * K + k);
       As[kk][mm] = v;
     }
     for (int e = t; e < TK * TN; e += 256) { // op(B) tile: (k, n)
       int kk = e / TN, nn = e % TN;
       i64 k = k0 + kk, n = n0 + nn;
       float v = 0.0f;
-      if (k < K && n < N) v = g_ld(B, tb ? n * K + k : k * N + n);
+      if (k < K && n < N) v = ld(B, tb ? n * K + k : k * N + n);
       Bs[kk][nn] = v;
     }
     __syncthreads();
@@ -55,7 +51,7 @@ DEV void gemm(const TA *a, const TA *b, const TA *bias, TC *c, i64 M, i64 N, i64
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) {
       i64 m = m0 + tr * 4 + i, n = n0 + tc * 4 + j;
-      if (m < M && n < N) g_st(C, m * N + n, acc[i][j] + (bias ? g_ld(bias, n) : 0.0f));
+      if (m < M && n < N) st(C, m * N + n, acc[i][j] + (bias ? ld(bias, n) : 0.0f));
     }
 }
 
@@ -92,7 +88,7 @@ KERNEL ts_k_col_sum_bf16(const bf16 *x, i64 R, i64 C, bf16 *y) {
 template <typename TB, typename TC>
 DEV void fill_rows(const TB *bias, TC *c, i64 rows, i64 N) {
   i64 n = rows * N;
-  for (i64 i = gidx(); i < n; i += gstride()) g_st(c, i, g_ld(bias, i % N));
+  for (i64 i = gidx(); i < n; i += gstride()) st(c, i, ld(bias, i % N));
 }
 KERNEL ts_k_fill_rows_f32(const float *bias, float *c, i64 rows, i64 N) { fill_rows(bias, c, rows, N); }
 KERNEL ts_k_fill_rows_bf16(const bf16 *bias, bf16 *c, i64 rows, i64 N) { fill_rows(bias, c, rows, N); }

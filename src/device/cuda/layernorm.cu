@@ -4,10 +4,6 @@
 // order (deterministic, no atomics).
 #include "ts_cuda.h"
 
-DEV float lv(const float *p, i64 i) { return p[i]; }
-DEV float lv(const bf16 *p, i64 i) { return bf2f(p[i]); }
-DEV void sv(float *p, i64 i, float v) { p[i] = v; }
-DEV void sv(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
 
 // x (R,D), gamma, beta (D) f32 -> y (R,D), mean, var (R)
 template <typename T, typename TG>
@@ -17,16 +13,16 @@ DEV void ln_fwd(const T *x, const TG *gamma, const TG *beta, T *y, float *mean, 
   for (i64 r = bid(); r < R; r += nbid()) {
     const T *p = x + r * D;
     float s = 0.0f;
-    for (i64 j = tid(); j < D; j += ntid()) s += lv(p, j);
+    for (i64 j = tid(); j < D; j += ntid()) s += ld(p, j);
     float m = block_sum(s, sh) / (float)D;
     float q = 0.0f;
     for (i64 j = tid(); j < D; j += ntid()) {
-      float d = lv(p, j) - m;
+      float d = ld(p, j) - m;
       q += d * d;
     }
     float v = block_sum(q, sh) / (float)D, rs = 1.0f / fsqrt(v + eps);
     for (i64 j = tid(); j < D; j += ntid())
-      sv(y, r * D + j, (lv(p, j) - m) * rs * (gamma ? lv(gamma, j) : 1.0f) + (beta ? lv(beta, j) : 0.0f));
+      st(y, r * D + j, (ld(p, j) - m) * rs * (gamma ? ld(gamma, j) : 1.0f) + (beta ? ld(beta, j) : 0.0f));
     if (tid() == 0) {
       mean[r] = m;
       var[r] = v;
@@ -51,15 +47,15 @@ DEV void ln_bwd_dx(const T *dy, const T *x, const TG *gamma, const float *mean, 
   for (i64 r = bid(); r < R; r += nbid()) {
     float m = mean[r], rs = 1.0f / fsqrt(var[r] + eps), a = 0.0f, b = 0.0f;
     for (i64 j = tid(); j < D; j += ntid()) {
-      float g = lv(dy, r * D + j) * (gamma ? lv(gamma, j) : 1.0f), xh = (lv(x, r * D + j) - m) * rs;
+      float g = ld(dy, r * D + j) * (gamma ? ld(gamma, j) : 1.0f), xh = (ld(x, r * D + j) - m) * rs;
       a += g;
       b += g * xh;
     }
     a = block_sum(a, sh) / (float)D;
     b = block_sum(b, sh) / (float)D;
     for (i64 j = tid(); j < D; j += ntid()) {
-      float g = lv(dy, r * D + j) * (gamma ? lv(gamma, j) : 1.0f), xh = (lv(x, r * D + j) - m) * rs;
-      sv(dx, r * D + j, rs * (g - a - xh * b));
+      float g = ld(dy, r * D + j) * (gamma ? ld(gamma, j) : 1.0f), xh = (ld(x, r * D + j) - m) * rs;
+      st(dx, r * D + j, rs * (g - a - xh * b));
     }
   }
 }
@@ -70,12 +66,12 @@ DEV void ln_bwd_params(const T *dy, const T *x, const float *mean, const float *
   for (i64 j = gidx(); j < D; j += gstride()) {
     float sg = 0.0f, sb = 0.0f;
     for (i64 r = 0; r < R; r++) {
-      float g = lv(dy, r * D + j);
-      sg += g * (lv(x, r * D + j) - mean[r]) * (1.0f / fsqrt(var[r] + eps));
+      float g = ld(dy, r * D + j);
+      sg += g * (ld(x, r * D + j) - mean[r]) * (1.0f / fsqrt(var[r] + eps));
       sb += g;
     }
-    if (dgamma) sv(dgamma, j, sg);
-    if (dbeta) sv(dbeta, j, sb);
+    if (dgamma) st(dgamma, j, sg);
+    if (dbeta) st(dbeta, j, sb);
   }
 }
 KERNEL ts_k_layernorm_bwd_dx_f32(const float *dy, const float *x, const float *gamma, const float *mean,

@@ -7,8 +7,6 @@
 DEV i64 label_of(const void *labels, int i64l, i64 r) {
   return i64l ? ((const i64 *)labels)[r] : (i64)((const int *)labels)[r];
 }
-DEV float ldx(const float *p, i64 i) { return p[i]; }
-DEV float ldx(const bf16 *p, i64 i) { return bf2f(p[i]); }
 
 // logits (N,C), labels (N) -> rowloss (N) (0 for ignored rows), lse (N); bad[0] = 1 + the first
 // row whose label is out of [0,C) and not ignored (kept as the smallest such row: the host names it)
@@ -19,11 +17,11 @@ DEV void ce_rows(const T *x, const void *labels, int i64l, i64 N, i64 C, float s
   for (i64 r = bid(); r < N; r += nbid()) {
     const T *row = x + r * C;
     float m = -3.402823466e38f;
-    for (i64 c = tid(); c < C; c += ntid()) m = fmax_(m, ldx(row, c));
+    for (i64 c = tid(); c < C; c += ntid()) m = fmax_(m, ld(row, c));
     m = block_max(m, sh);
     float se = 0.0f, sx = 0.0f;
     for (i64 c = tid(); c < C; c += ntid()) {
-      float v = ldx(row, c);
+      float v = ld(row, c);
       se += fexp(v - m);
       sx += v;
     }
@@ -37,7 +35,7 @@ DEV void ce_rows(const T *x, const void *labels, int i64l, i64 N, i64 C, float s
         if (y < 0 || y >= C) {
           if (bad[0] == 0 || bad[0] > r + 1) bad[0] = r + 1; // a benign race: the host rechecks
         } else {
-          loss = (1.0f - s) * (l - ldx(row, y)) + s * (l - sx / (float)C);
+          loss = (1.0f - s) * (l - ld(row, y)) + s * (l - sx / (float)C);
         }
       }
       rowloss[r] = loss;
@@ -79,9 +77,8 @@ DEV void ce_bwd(const float *dloss, const T *x, const void *labels, int i64l, co
     float l = lse[r];
     for (i64 c = gidx(); c < C; c += gstride()) {
       float g = 0.0f;
-      if (y != ignore) g = f * (fexp(ldx(x, r * C + c) - l) - (c == y ? 1.0f - s : 0.0f) - s / (float)C);
-      if (sizeof(T) == 4) ((float *)dx)[r * C + c] = g;
-      else ((bf16 *)dx)[r * C + c] = f2bf(g);
+      if (y != ignore) g = f * (fexp(ld(x, r * C + c) - l) - (c == y ? 1.0f - s : 0.0f) - s / (float)C);
+      st(dx, r * C + c, g);
     }
   }
 }

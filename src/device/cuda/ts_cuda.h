@@ -149,6 +149,13 @@ DEV bf16 f2bf(float f) {
 }
 
 #if defined(__CUDA__) || defined(TS_CUDA_EMU)
+/* ---- element i of f32 or bf16 storage as f32, and back (C++ overloads: the kernels' templates
+ * over the storage type call these) ---- */
+DEV float ld(const float *p, i64 i) { return p[i]; }
+DEV float ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
+DEV void st(float *p, i64 i, float v) { p[i] = v; }
+DEV void st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
+
 /* ---- block reductions: a fixed tree (warp shuffles, then the warps' sums), deterministic ---- */
 DEV float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 31);
