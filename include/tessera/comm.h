@@ -78,6 +78,16 @@ const char *ts_reduce_op_name(ts_reduce_op op);
  * TESSERA_COMM_BLOCKING (polled/native) (a malformed value is TS_ECONFIG); ts_comm_set_timeout
  * and ts_comm_set_debug_check calls made after it take precedence. */
 int ts_comm_init(int *argc, char ***argv);
+/* Checks the rank and job size other launchers put in the environment against this process's
+ * rank and size: MindSpore's RANK_ID / RANK_SIZE (its run.sh starts one process per device,
+ * without mpirun) and torchrun's RANK / WORLD_SIZE. Each one set must be a whole number equal to
+ * the rank / the size. A size above 1 in a job of one rank is a process started without mpirun,
+ * which Tessera cannot join to the others: TS_ECONFIG with one line saying how to start the job
+ * (`tessera launch --rank-table $RANK_TABLE_FILE -- COMMAND`, or `-n N`). DEVICE_ID, LOCAL_RANK
+ * and RANK_TABLE_FILE are not checked. ts_comm_init checks every rank this way (collectively: all
+ * ranks fail with the first bad rank's message, and MPI is finalised again if it started it); a
+ * process that trains without MPI calls it with ts_job_rank's rank and size. */
+int ts_comm_check_env(int rank, int size);
 /* 1 between ts_comm_init and ts_comm_finalize. */
 int ts_comm_initialized(void);
 /* Stops the watchdog thread (if it started), frees the world communicator and finalises MPI if

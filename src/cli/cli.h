@@ -16,6 +16,12 @@ int ts_cli_check_input(const char *path, const char *what);
  * config; 0, or the exit status after printing the error. */
 int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, const char **ckpt,
                        const char **plot_out);
+/* The job's layout, for commands that train (train, profile), before the trainer starts: the
+ * environment's RANK_ID/RANK_SIZE and RANK/WORLD_SIZE checked against the launcher's rank and
+ * size (ts_comm_check_env; refused when they disagree, or set on a process started alone); on
+ * several ranks, a config that sets no parallel.mode runs data_parallel (said once, on rank 0)
+ * and one that sets stand_alone is refused. 0, or the exit status after printing the error. */
+int ts_cli_job_config(ts_config *cfg);
 /* A command's config, freed (its lists: ts_config_free) on every return path of the block that
  * declares it; starts zeroed (owning nothing) so an early return frees nothing:
  *   TS_CLI_CONFIG(cfg);  ... ts_cli_load_config(..., &cfg, ...) ... */
@@ -33,5 +39,7 @@ int ts_cli_ckpt(int argc, char **argv);
 int ts_cli_eval(int argc, char **argv);
 int ts_cli_plot(int argc, char **argv);
 int ts_cli_launch(int argc, char **argv);
+/* 1 when name is one of the `tessera` command's subcommands (train, plan, ...). */
+int ts_cli_is_command(const char *name);
 int ts_cli_data(int argc, char **argv);
 #endif

@@ -98,6 +98,22 @@ static int read_rank_table(const char *table, ts_rank_table *t) {
   return rc ? rc : t->nranks;
 }
 
+/* Whether `name` can be run: an executable file (a name with a '/'), or one found in PATH. */
+static int find_program(const char *name) {
+  if (strchr(name, '/')) return access(name, X_OK) == 0;
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+  char buf[4096];
+  for (const char *p = path;; p++) {
+    const char *e = strchr(p, ':');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    snprintf(buf, sizeof buf, "%.*s/%s", len ? (int)len : 1, len ? p : ".", name);
+    if (access(buf, X_OK) == 0) return 1;
+    if (!e) return 0;
+    p = e;
+  }
+}
+
 /* ---- one attempt: mpirun as a child ---- */
 
 /* What an attempt's stderr said about how it ended (read while it is passed through). */
@@ -421,8 +437,25 @@ int ts_cli_launch(int argc, char **argv) {
   if (threads <= 0) return ts_cli_fail(2, "launch: --threads must be positive");
   if (n < 0) return ts_cli_fail(2, "launch: -n must be a positive number of ranks");
 
+  /* COMMAND: a tessera command (train, profile, an option), the same after the program's own
+   * name (`-- tessera profile ...`; a path to another tessera runs that one), or any other
+   * program (`-- python3 train.py`), which each rank runs through `tessera __exec` */
+  const char *tessera_exe = NULL;
+  const char *base = strrchr(argv[cmd_at], '/');
+  base = base ? base + 1 : argv[cmd_at];
+  int program = 0;
+  if (!strcmp(base, "tessera")) {
+    if (strchr(argv[cmd_at], '/')) tessera_exe = argv[cmd_at];
+    if (++cmd_at >= argc) return ts_cli_fail(2, "launch: missing the command after 'tessera' (e.g. -- tessera train config.yaml)");
+  } else if (argv[cmd_at][0] != '-' && !ts_cli_is_command(argv[cmd_at])) {
+    program = 1;
+    if (!hostfile && !table && !find_program(argv[cmd_at]))
+      return ts_cli_fail(2, "launch: '%s' is not a tessera command (train, profile, ...) and no such program was found%s",
+                         argv[cmd_at], strchr(argv[cmd_at], '/') ? "" : " in PATH");
+  }
+
   /* a training job's config: train.restarts, and what restarts need */
-  int is_train = !strcmp(argv[cmd_at], "train"), given = restarts >= 0;
+  int is_train = !program && !strcmp(argv[cmd_at], "train"), given = restarts >= 0;
   TS_CLI_CONFIG(cfg);
   int cfg_rc = is_train ? load_train_config(argc - cmd_at - 1, argv + cmd_at + 1, &cfg) : TS_ECONFIG;
   int have_cfg = cfg_rc == TS_OK;
@@ -431,6 +464,9 @@ int ts_cli_launch(int argc, char **argv) {
   if (min_ranks && restarts <= 0)
     return ts_cli_fail(2, "launch: --min-ranks is the rank count a restart may go down to: give --restarts K too");
   if (restarts > 0) {
+    if (program)
+      return ts_cli_fail(2, "launch: --restarts restarts `-- train CONFIG` from its checkpoints; a program ('%s') runs "
+                         "once (resuming from its checkpoints is its own script's part)", argv[cmd_at]);
     if (!is_train)
       return ts_cli_fail(2, "launch: --restarts restarts `-- train CONFIG` from its checkpoints, not '%s'", argv[cmd_at]);
     if (!have_cfg) return ts_cli_fail(ts_cli_exit_code(cfg_rc), "launch: %s", ts_last_error());
@@ -474,6 +510,10 @@ int ts_cli_launch(int argc, char **argv) {
   int rc = 0;
   if (n <= 0) rc = ts_cli_fail(2, "launch: -n N (number of ranks) is required (or parallel.device_num in the config)");
   if (!rc && min_ranks > n) rc = ts_cli_fail(2, "launch: --min-ranks %d is more than the %d ranks (-n)", min_ranks, n);
+  /* the ranks' own default (ts_cli_job_config): a config without parallel.mode is data_parallel
+   * on several ranks, which restarts on fewer ranks may need to know */
+  if (!rc && have_cfg && n > 1 && !ts_config_given(&cfg, "parallel.mode"))
+    ts_config_set(&cfg, "parallel.mode", "data_parallel");
   if (!rc && min_ranks && min_ranks < n) {
     ts__compat_key key;
     char why[512];
@@ -489,6 +529,12 @@ int ts_cli_launch(int argc, char **argv) {
   char self[4096];
   ssize_t sl = rc ? 0 : readlink("/proc/self/exe", self, sizeof self - 1);
   if (!rc && sl <= 0) rc = ts_cli_fail(1, "launch: cannot find the tessera executable");
+  char table_env[4200] = "";
+  if (!rc && program && table) { /* the program may read it, as MindSpore's scripts do */
+    char *abs = realpath(table, NULL);
+    snprintf(table_env, sizeof table_env, "RANK_TABLE_FILE=%s", abs ? abs : table);
+    free(abs);
+  }
   char hf[4096] = "";
   if (!rc && table && write_hostfile(&hosts, hf, sizeof hf)) rc = ts_cli_fail(1, "launch: %s", ts_last_error());
   if (rc) {
@@ -521,7 +567,9 @@ int ts_cli_launch(int argc, char **argv) {
     av[k++] = "-x"; av[k++] = tbuf;
     av[k++] = "-x"; av[k++] = "OMP_WAIT_POLICY=passive";
     av[k++] = "-x"; av[k++] = rbuf; /* the restart number: TESSERA_FAULT fires only in attempt 0 */
-    av[k++] = self;
+    if (table_env[0]) { av[k++] = "-x"; av[k++] = table_env; }
+    av[k++] = tessera_exe ? tessera_exe : self;
+    if (program) av[k++] = "__exec"; /* sets RANK_ID, RANK_SIZE, DEVICE_ID, ..., then runs it */
     for (int i = cmd_at; i < argc; i++) av[k++] = argv[i];
     if (resume) { av[k++] = "--set"; av[k++] = "checkpoint.resume=auto"; }
     av[k] = NULL;

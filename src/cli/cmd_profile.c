@@ -94,6 +94,7 @@ int ts_cli_profile(int argc, char **argv) {
   TS_CLI_CONFIG(cfg);
   int e = ts_cli_load_config("profile", nrest, rest, &cfg, NULL, NULL);
   free(rest);
+  if (!e) e = ts_cli_job_config(&cfg);
   if (e) return e;
   if (out) snprintf(cfg.log.trace, sizeof cfg.log.trace, "%s", out);
   else if (!cfg.log.trace[0]) {

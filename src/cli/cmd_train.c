@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "fault.h"
 #include "tessera/checkpoint.h"
+#include "tessera/comm.h"
 #include "tessera/plot.h"
 #include "tessera/tessera.h"
 #include "tessera/train.h"
@@ -57,6 +58,26 @@ int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, c
   return 0;
 }
 
+int ts_cli_job_config(ts_config *cfg) {
+  int r = 0, n = 1;
+  ts_job_rank(&r, &n);
+  if (ts_comm_check_env(r, n)) return ts_cli_fail(2, "%s", ts_last_error());
+  if (n < 2) return 0;
+  const char *src = cfg->source[0] ? cfg->source : "config";
+  if (!ts_config_given(cfg, "parallel.mode")) {
+    if (ts_config_set(cfg, "parallel.mode", "data_parallel")) return ts_cli_fail(1, "%s", ts_last_error());
+    if (r == 0)
+      ts_cli_note("%s sets no parallel.mode: data_parallel on the job's %d ranks (train.batch_size %d is the global "
+                  "batch; set parallel.mode to choose another layout)", src, n, cfg->train.batch_size);
+    return 0;
+  }
+  if (cfg->parallel.mode == TS_PARALLEL_STAND_ALONE)
+    return ts_cli_fail(2, "%s: parallel.mode stand_alone trains in one process, but the job has %d ranks (they would "
+                       "train %d separate copies, writing the same checkpoint.dir): set parallel.mode: data_parallel "
+                       "(or another layout), or run one process", src, n, n);
+  return 0;
+}
+
 int ts_cli_train(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -69,6 +90,7 @@ int ts_cli_train(int argc, char **argv) {
     }
   TS_CLI_CONFIG(cfg);
   int e = ts_cli_load_config("train", argc, argv, &cfg, NULL, NULL);
+  if (!e) e = ts_cli_job_config(&cfg);
   if (e) return e;
   ts__faults faults; /* TESSERA_FAULT (tests of restarts); outlives the trainer */
   if (ts__faults_parse(getenv("TESSERA_FAULT"), &faults)) return ts_cli_fail(2, "%s", ts_last_error());

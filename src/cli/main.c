@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <unistd.h>
@@ -96,6 +97,60 @@ static int usage(FILE *f) {
   return f == stderr ? 2 : 0;
 }
 
+static const char *const k_commands[] = {"train", "eval", "plan", "calibrate", "profile", "plot", "launch", "ckpt",
+                                          "data", NULL};
+
+int ts_cli_is_command(const char *name) {
+  for (int i = 0; name && k_commands[i]; i++)
+    if (!strcmp(name, k_commands[i])) return 1;
+  return 0;
+}
+
+/* A decimal environment variable >= 0, or -1. */
+static long env_index(const char *name) {
+  const char *e = getenv(name);
+  if (!e || !*e) return -1;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(e, &end, 10);
+  return errno || *end || v < 0 ? -1 : v;
+}
+
+/* `tessera __exec PROGRAM ARGS...`, what `tessera launch` runs on each rank for a program that is
+ * not a tessera command: puts the rank in MindSpore's and PyTorch's environment variables
+ * (RANK_ID, RANK_SIZE, DEVICE_ID = the rank on its host; RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE), from mpirun's, then becomes PROGRAM. Returns only on failure (127). */
+static int exec_rank(int argc, char **argv) {
+  if (argc < 1) return ts_cli_fail(2, "__exec: missing PROGRAM");
+  int r = 0, n = 1;
+  ts_job_rank(&r, &n);
+  static const char *const local_vars[][2] = {{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+                                              {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+                                              {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}};
+  long lr = -1, ln = -1;
+  for (size_t i = 0; i < sizeof local_vars / sizeof local_vars[0] && lr < 0; i++) {
+    lr = env_index(local_vars[i][0]);
+    ln = env_index(local_vars[i][1]);
+  }
+  if (lr < 0) lr = r, ln = n;
+  if (ln < 1) ln = n;
+  char v[6][24];
+  snprintf(v[0], sizeof v[0], "%d", r);
+  snprintf(v[1], sizeof v[1], "%d", n);
+  snprintf(v[2], sizeof v[2], "%ld", lr);
+  snprintf(v[3], sizeof v[3], "%ld", ln);
+  setenv("RANK_ID", v[0], 1);
+  setenv("RANK_SIZE", v[1], 1);
+  setenv("DEVICE_ID", v[2], 1);
+  setenv("RANK", v[0], 1);
+  setenv("WORLD_SIZE", v[1], 1);
+  setenv("LOCAL_RANK", v[2], 1);
+  setenv("LOCAL_WORLD_SIZE", v[3], 1);
+  execvp(argv[0], argv);
+  int e = errno;
+  return ts_cli_fail(127, "launch: cannot run '%s': %s", argv[0], strerror(e));
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
   const char *cmd = argv[1];
@@ -114,6 +169,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "plot")) rc = ts_cli_plot(argc - 2, argv + 2);
   else if (!strcmp(cmd, "launch")) rc = ts_cli_launch(argc - 2, argv + 2);
   else if (!strcmp(cmd, "data")) rc = ts_cli_data(argc - 2, argv + 2);
+  else if (!strcmp(cmd, "__exec")) return exec_rank(argc - 2, argv + 2);
   else return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
   if (ts_comm_initialized()) {
     ts_comm *w = NULL;

@@ -385,6 +385,118 @@ static int read_env(void) {
   return TS_OK;
 }
 
+/* ---- other launchers' variables (ts_comm_check_env) ---- */
+
+/* The families: MindSpore's (its run.sh starts one process per device) and torchrun's. */
+static const char *const k_env[2][2] = {{"RANK_ID", "RANK_SIZE"}, {"RANK", "WORLD_SIZE"}};
+enum { ENV_UNSET = -1, ENV_BAD = -2, ENV_N = 4 };
+
+/* A variable as a number >= 0, ENV_UNSET, or ENV_BAD (not a whole number). */
+static int env_value(const char *name) {
+  const char *e = getenv(name);
+  if (!e || !*e) return ENV_UNSET;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(e, &end, 10);
+  while (end && (*end == ' ' || *end == '\t' || *end == '\n')) end++;
+  return errno || end == e || *end || v < 0 || v > INT_MAX ? ENV_BAD : (int)v;
+}
+
+/* This rank's values: RANK_ID, RANK_SIZE, RANK, WORLD_SIZE. */
+static void env_values(int v[ENV_N]) {
+  for (int f = 0; f < 2; f++)
+    for (int k = 0; k < 2; k++) v[2 * f + k] = env_value(k_env[f][k]);
+}
+
+/* This process's command line ("python3 train.py"), cut to fit, or "COMMAND". */
+static void own_command(char *buf, size_t cap) {
+  snprintf(buf, cap, "COMMAND");
+  FILE *f = fopen("/proc/self/cmdline", "r");
+  if (!f) return;
+  char raw[512];
+  size_t n = fread(raw, 1, sizeof raw - 1, f);
+  int whole = feof(f);
+  fclose(f);
+  if (n == 0) return;
+  raw[n] = 0;
+  size_t len = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < n;) {
+    const char *a = raw + i;
+    size_t al = strnlen(a, n - i);
+    int quote = strpbrk(a, " \t'\"$") != NULL || al == 0;
+    ts__app(buf, cap, &len, "%s%s%s%s", len ? " " : "", quote ? "'" : "", a, quote ? "'" : "");
+    i += al + 1;
+  }
+  if (!whole) ts__app(buf, cap, &len, " ...");
+}
+
+/* The verdict on rank r's values v (of a job of `size` ranks): TS_OK, or TS_ECONFIG with the
+ * message; self: r is this process (the message may quote its variables and command line). */
+static int env_verdict(int r, int size, const int v[ENV_N], int self) {
+  char who[64] = "";
+  if (!self) snprintf(who, sizeof who, "rank %d: ", r);
+  for (int f = 0; f < 2; f++) {
+    const char *rn = k_env[f][0], *sn = k_env[f][1];
+    int R = v[2 * f], S = v[2 * f + 1];
+    const char *owner = f ? "torchrun's" : "MindSpore's";
+    for (int k = 0; k < 2; k++)
+      if (v[2 * f + k] == ENV_BAD) {
+        const char *name = k_env[f][k], *text = self ? getenv(name) : NULL;
+        return ts_error_set(TS_ECONFIG, "%s%s%s%s%s in the environment is not a whole number (%s %s): unset it, "
+                            "or start the job with `tessera launch`, which sets it", who, name, text ? "='" : "",
+                            text ? text : "", text ? "'" : "", owner, k ? "rank count" : "rank");
+      }
+    if (S > 1 && size == 1) { /* started alone: one of S separate jobs */
+      char cmd[400], how[600];
+      own_command(cmd, sizeof cmd);
+      const char *table = getenv("RANK_TABLE_FILE");
+      if (!f && table && *table)
+        snprintf(how, sizeof how, "tessera launch --rank-table %s -- %s", table, cmd);
+      else
+        snprintf(how, sizeof how, "tessera launch -n %d -- %s", S, cmd);
+      return ts_error_set(TS_ECONFIG, "%s%s=%d in the environment (%s), but this process was not started by mpirun: "
+                          "it would train alone, one of %d separate jobs (%s); start the job with `%s` (or mpirun "
+                          "-n %d), one command for all its ranks", who, sn, S, owner, S,
+                          f ? "Tessera joins ranks through MPI, not torchrun's rendezvous"
+                            : "processes started one by one, as MindSpore's run.sh does, are not joined",
+                          how, S);
+    }
+    if (S >= 0 && S != size)
+      return ts_error_set(TS_ECONFIG, "%s%s=%d in the environment (%s), but MPI started %d rank%s: unset %s, or "
+                          "start %d ranks (tessera launch -n %d sets it)", who, sn, S, owner, size,
+                          size == 1 ? "" : "s", sn, S, S);
+    if (R >= 0 && R != r)
+      return ts_error_set(TS_ECONFIG, "%s%s=%d in the environment (%s), but MPI made %s process rank %d of %d: unset "
+                          "%s (tessera launch sets it for each rank)", who, rn, R, owner, self ? "this" : "that", r, size, rn);
+  }
+  return TS_OK;
+}
+
+int ts_comm_check_env(int rank, int size) {
+  int v[ENV_N];
+  env_values(v);
+  return env_verdict(rank, size, v, 1);
+}
+
+/* ts_comm_check_env on every rank of the world (dup), all ranks agreeing: the first rank whose
+ * variables disagree fails them all, with its message. Collective. */
+static int check_env_world(MPI_Comm dup) {
+  int r = 0, n = 1;
+  MPI_Comm_rank(dup, &r);
+  MPI_Comm_size(dup, &n);
+  int mine[ENV_N];
+  env_values(mine);
+  if (n == 1) return env_verdict(r, n, mine, 1);
+  int *all = malloc(sizeof(int) * ENV_N * (size_t)n);
+  if (!all) return ts_error_set(TS_ENOMEM, "ts_comm_init: out of memory");
+  int mrc = MPI_Allgather(mine, ENV_N, MPI_INT, all, ENV_N, MPI_INT, dup);
+  int rc = mrc == MPI_SUCCESS ? TS_OK : ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Allgather failed (%d)", mrc);
+  for (int q = 0; q < n && !rc; q++) rc = env_verdict(q, n, all + ENV_N * q, q == r);
+  free(all);
+  return rc;
+}
+
 int ts_comm_init(int *argc, char ***argv) {
   if (g_init) return TS_OK;
   if (g_finalized) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI was already finalized");
@@ -411,6 +523,15 @@ int ts_comm_init(int *argc, char ***argv) {
   int mrc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   if (mrc != MPI_SUCCESS) return ts_error_set(TS_ECOMM, "ts_comm_init: MPI_Comm_dup failed (%d)", mrc);
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  if ((rc = check_env_world(dup))) { /* refused: MPI is left as it was found */
+    MPI_Comm_free(&dup);
+    if (g_owns_mpi) {
+      MPI_Finalize();
+      g_owns_mpi = 0;
+      g_finalized = 1;
+    }
+    return rc;
+  }
   g_world = comm_wrap(dup, 1);
   if (!g_world) {
     MPI_Comm_free(&dup);
