@@ -48,8 +48,9 @@ typedef struct {
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s
  * InfiniBand), "p3.16xlarge" (8 x V100 16 GB, NVLink, 25 Gb/s between nodes) and "local" (this
- * machine: the calibration cached by `tessera calibrate`, else measured now without links).
- * TS_ECONFIG naming the known names for another name (and for "local" never calibrated). */
+ * machine: the calibration cached by `tessera calibrate`; before one, a conservative built-in
+ * estimate whose source says so, announced once per process on rank 0 through the logging hook).
+ * TS_ECONFIG naming the known names for another name. */
 int ts_cluster_builtin(const char *name, ts_cluster *out);
 /* A cluster from a YAML file (the keys of ts_cluster, as ts_cluster_save writes them); a name
  * that is not a readable file is tried as a built-in. Errors name the file, the key and the

@@ -19,7 +19,9 @@ static void cache_path(char *buf, size_t cap, char *dir, size_t dcap) {
     dir[0] = 0;
     return;
   }
-  snprintf(dir, dcap, "%s/.cache/tessera", h && *h ? h : "/tmp");
+  const char *x = getenv("XDG_CACHE_HOME"); /* as src/planner/cluster.c reads it */
+  if (x && x[0] == '/') snprintf(dir, dcap, "%s/tessera", x);
+  else snprintf(dir, dcap, "%s/.cache/tessera", h && *h ? h : "/tmp");
   snprintf(buf, cap, "%s/cluster-local.yaml", dir);
 }
 
@@ -40,7 +42,7 @@ int ts_cli_calibrate(int argc, char **argv) {
              "share of the peak per family (efficiency_matmul, efficiency_conv, efficiency_attention) and the\n"
              "bandwidth of the rest, and the cost model's price of the measured step beside it. Writes the cluster\n"
              "description to FILE (if given) and to the cache the built-in cluster 'local' reads\n"
-             "($TESSERA_CLUSTER_CACHE, else ~/.cache/tessera/cluster-local.yaml).\n"
+             "($TESSERA_CLUSTER_CACHE, else $XDG_CACHE_HOME or ~/.cache, then tessera/cluster-local.yaml).\n"
              "examples: mpirun -n 2 tessera calibrate -o local.yaml\n"
              "          tessera calibrate examples/gpt_text.yaml --set data.path=input.txt -o local.yaml\n");
       return 0;

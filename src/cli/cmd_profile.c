@@ -17,7 +17,9 @@ static int usage(void) {
          "data / forward / backward /\n"
          "exposed communication / optimizer / other, the per-op-type and per-operator tables with\n"
          "achieved GFLOP/s, communication per collective, memory and, on several ranks, the slowest\n"
-         "rank; and writes a Chrome trace (open it in https://ui.perfetto.dev). Default --steps 6:25;\n"
+         "rank; and writes a Chrome trace (open it in https://ui.perfetto.dev). Default --steps 6:25,\n"
+         "clamped to a shorter run (said in the header); an explicit window past the run's last step\n"
+         "is refused;\n"
          "-o defaults to log.trace (<checkpoint.dir or .>/trace.json). No checkpoint is written.\n"
          "--summary reads a trace file back and prints its per-op tables (docs/profiling.md).\n"
          "example: tessera profile examples/mlp_fashion.yaml --steps 3:12 -o mlp-trace.json\n");
@@ -27,6 +29,25 @@ static int usage(void) {
 static int stop_after(ts_trainer *t, const ts_step_info *s, void *last) {
   if (s->step >= *(const long long *)last) ts_trainer_request_stop(t);
   return TS_OK;
+}
+
+/* The window A..B against a run of `total` steps. The default window (explicit = 0) is clamped
+ * to the run: B = total when the run is shorter, and A then half-way (the first half warms up),
+ * with a note for the header in note; an explicit one past the run's last step is refused (exit
+ * status 2 after the message). 0, or the exit status. */
+static int fit_window(long long total, int explicit, const char *why, long long *A, long long *B, char *note,
+                      size_t cap) {
+  note[0] = 0;
+  if (total < 1) return ts_cli_fail(2, "profile: the run has no steps to profile (%s)", why);
+  if (*B <= total) return 0;
+  if (explicit)
+    return ts_cli_fail(2, "profile: --steps %lld:%lld ends after the run's last step %lld (%s): give a window "
+                       "within 1:%lld, or lengthen the run", *A, *B, total, why, total);
+  long long a0 = *A, b0 = *B;
+  *B = total;
+  if (*A > total / 2 + 1) *A = total / 2 + 1;
+  snprintf(note, cap, " (the default %lld:%lld clamped to the run's %lld step%s)", a0, b0, total, total == 1 ? "" : "s");
+  return 0;
 }
 
 static int parse_steps(const char *s, long long *a, long long *b) {
@@ -41,6 +62,7 @@ static int parse_steps(const char *s, long long *a, long long *b) {
 
 int ts_cli_profile(int argc, char **argv) {
   const char *out = NULL, *summary = NULL, *steps = "6:25";
+  int explicit = 0;
   int top = 15;
   char **rest = calloc((size_t)argc + 8, sizeof *rest);
   if (!rest) return ts_cli_fail(1, "profile: out of memory");
@@ -58,7 +80,7 @@ int ts_cli_profile(int argc, char **argv) {
       }
       const char *v = argv[++i];
       if (a[1] == 'o') out = v;
-      else if (a[2] == 's' && a[3] == 't') steps = v;
+      else if (a[2] == 's' && a[3] == 't') steps = v, explicit = 1;
       else if (a[2] == 's') summary = v;
       else if ((top = atoi(v)) < 1) {
         free(rest);
@@ -105,12 +127,36 @@ int ts_cli_profile(int argc, char **argv) {
   }
   cfg.checkpoint.dir[0] = 0; /* profiling writes no checkpoints */
   if (cfg.log.progress == TS_PROGRESS_AUTO || cfg.log.progress == TS_PROGRESS_OFF) cfg.log.progress = TS_PROGRESS_LINES;
+  /* the window within the run: its length is the config's train.steps, else known once the
+   * trainer has the data (epochs x steps per epoch; the trainer is then made again for a
+   * clamped window's first step) */
+  const char *src = cfg.source[0] ? cfg.source : "config";
+  char note[160] = "", why[400];
+  long long total = cfg.train.steps > 0 ? cfg.train.steps : -1;
+  snprintf(why, sizeof why, "%.300s: train.steps %lld", src, total);
+  if (total > 0 && (e = fit_window(total, explicit, why, &A, &B, note, sizeof note))) return e;
+  cfg.log.profile_start = A;
   ts_trainer *t;
   int rc = ts_trainer_create(&cfg, &t);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  if (total < 0) {
+    total = (long long)ts_config_total_steps(&cfg, ts_trainer_steps_per_epoch(t));
+    snprintf(why, sizeof why, "%.300s: train.epochs %d x %lld steps per epoch", src, cfg.train.epochs,
+             (long long)ts_trainer_steps_per_epoch(t));
+    long long a0 = A;
+    if ((e = fit_window(total, explicit, why, &A, &B, note, sizeof note))) {
+      ts_trainer_free(t);
+      return e;
+    }
+    if (A != a0) {
+      ts_trainer_free(t);
+      cfg.log.profile_start = A;
+      if ((rc = ts_trainer_create(&cfg, &t))) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+    }
+  }
   if (ts_trainer_rank(t) == 0) {
-    printf("tessera %s profile: %s on %s, steps %lld..%lld recorded of %lld, batch %d, %d threads, %d rank(s)\n",
-           ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name), A, B, B,
+    printf("tessera %s profile: %s on %s, steps %lld..%lld recorded of %lld%s, batch %d, %d threads, %d rank(s)\n",
+           ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name), A, B, B, note,
            cfg.train.batch_size, ts_threads_get(), ts_trainer_world_size(t));
     fflush(stdout);
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tessera profile`: a short profiled run of the MLP on a slice of Fashion-MNIST writes a trace
 # that parses (python3, when there) and a profile record in the metrics, prints the step
-# breakdown and tables; --summary reads the trace back; bad arguments exit 2 with one line.
+# breakdown and tables; --summary reads the trace back; bad arguments exit 2 with one line; the
+# default window is clamped to a shorter run, an explicit one past the run's end refused.
 # Usage: profile_test.sh path/to/tessera
 set -u
 bin=$1
@@ -55,6 +56,15 @@ print("ok: trace parses,", len(xs), "X events, steps", steps)
 PY
 fi
 expect 0 "6 steps.*op type.*dense" -- profile --summary "$tmp/t.json"
+# a run shorter than the default window 6:25: the window clamped to it, said in the header, and a
+# table of the steps recorded (it was "steps 6..25 recorded" and an all-zero table); an explicit
+# window past the run's last step: exit 2 naming both numbers
+expect 0 "steps 3\.\.4 recorded of 4 \(the default 6:25 clamped to the run's 4 steps\).*profile: 2 steps \(3\.\.4\).*dense +4 " \
+  -- profile "$tmp/mlp.yaml" --set train.steps=4 -o "$tmp/t4.json"
+expect 2 "^tessera: profile: --steps 6:25 ends after the run's last step 4 \([^)]*train.steps 4\)" \
+  -- profile "$tmp/mlp.yaml" --set train.steps=4 --steps 6:25
+expect 2 "--steps 10:20 ends after the run's last step 16 \([^)]*train.epochs 1 x 16 steps per epoch\)" \
+  -- profile "$tmp/mlp.yaml" --set train.epochs=1 --steps 10:20
 # the default trace path: <checkpoint.dir>/trace.json
 expect 0 "trace: $tmp/ck/trace.json" -- profile "$tmp/mlp.yaml" --steps 1:2
 exit $fail
