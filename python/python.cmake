@@ -30,6 +30,14 @@ if(TS_PY_REASON STREQUAL "")
   target_link_libraries(tessera_python PRIVATE tessera_static Python3::NumPy)
   # the pure-Python files next to the extension in the build tree
   file(GLOB_RECURSE TS_PY_FILES CONFIGURE_DEPENDS RELATIVE ${CMAKE_SOURCE_DIR}/python ${CMAKE_SOURCE_DIR}/python/tessera/*.py)
+  # a copy whose source is gone (a module turned into a package: dataset.py -> dataset/) is removed,
+  # so the build tree imports what the source tree has
+  file(GLOB_RECURSE TS_PY_BUILT RELATIVE ${CMAKE_BINARY_DIR}/python ${CMAKE_BINARY_DIR}/python/tessera/*.py)
+  foreach(f ${TS_PY_BUILT})
+    if(NOT EXISTS ${CMAKE_SOURCE_DIR}/python/${f})
+      file(REMOVE ${CMAKE_BINARY_DIR}/python/${f})
+    endif()
+  endforeach()
   set(TS_PY_OUT "")
   foreach(f ${TS_PY_FILES})
     add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/python/${f}

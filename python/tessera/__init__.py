@@ -24,18 +24,25 @@ try:
 finally:
     _sys.setdlopenflags(_flags)
 
-from . import context, dataset, nn, ops, zoo
+from . import common, communication, context, dataset, nn, ops, zoo
+from .common import dtype
+from .common.dtype import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8)
 from .checkpoint import (load_checkpoint, load_distributed_checkpoint, load_param_into_net, save_checkpoint)
-from .context import (GRAPH_MODE, PYNATIVE_MODE, ParallelMode, get_auto_parallel_context, get_group_size, get_rank,
-                      init, reset_auto_parallel_context, set_auto_parallel_context, set_context, set_seed)
+from .context import (GRAPH_MODE, PYNATIVE_MODE, ParallelMode, get_auto_parallel_context, get_context, get_group_size,
+                      get_rank, get_seed, init, reset_auto_parallel_context, set_auto_parallel_context, set_context,
+                      set_seed)
 from .tensor import Parameter, Tensor
 from .train import (Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint, RunContext, TimeMonitor)
 
 Error = _C.Error
 __version__ = _C.version()
+# `import tessera.dtype` as well as `from tessera import dtype` (mindspore.dtype is mindspore.common.dtype)
+_sys.modules[__name__ + ".dtype"] = dtype
 
 __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "get_auto_parallel_context",
            "reset_auto_parallel_context", "set_context", "set_seed", "ParallelMode", "GRAPH_MODE", "PYNATIVE_MODE",
            "nn", "ops", "dataset", "zoo", "context", "Model", "Callback", "RunContext", "LossMonitor", "TimeMonitor",
            "ModelCheckpoint", "CheckpointConfig", "save_checkpoint", "load_checkpoint", "load_param_into_net",
-           "load_distributed_checkpoint", "Parameter", "Tensor", "Error"]
+           "load_distributed_checkpoint", "Parameter", "Tensor", "Error", "communication", "common", "dtype",
+           "get_context", "get_seed", "float32", "float16", "bfloat16", "int32", "int64", "uint8", "float64", "int8",
+           "int16", "bool_"]

@@ -9,10 +9,11 @@ config keys (docs/config.md); nothing here computes."""
 import collections
 import zlib
 
-from .tensor import Parameter, Tensor, as_tensor, as_value, builder, ELT
+from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT
 
 __all__ = ["Cell", "SequentialCell", "CellList", "Dense", "Conv2d", "BatchNorm2d", "LayerNorm", "Embedding",
-           "ReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d",
+           "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d",
+           "AdaptiveAvgPool2d",
            "Dropout", "MultiHeadAttention", "SoftmaxCrossEntropyWithLogits", "CrossEntropyLoss", "Optimizer",
            "SGD", "Momentum", "Adam", "AdamWeightDecay", "AdamW", "Lamb", "Parameter"]
 
@@ -57,15 +58,24 @@ class Cell:
             v._init_cell()
             self._cells[k] = v
             v.__dict__["_name"] = k
+            # initial values of Parameters made from data, by path: the root's are loaded by the
+            # Model when it creates its trainer (as load_param_into_net before a Model)
+            for name, a in (v.__dict__.get("_pending_params") or {}).items():
+                self._pending()[k + "." + name] = a
         elif isinstance(v, Parameter):
             self._params[k] = v
             v._local = k
+            if v._data is not None:
+                self._pending()[k] = v._data
         elif k == "pipeline_stage":
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError("pipeline_stage: expected a stage number >= 0, got %r" % (v,))
             self.__dict__["_stage"] = v
             return
         object.__setattr__(self, k, v)
+
+    def _pending(self):
+        return self.__dict__.setdefault("_pending_params", {})
 
     @property
     def pipeline_stage(self):
@@ -229,32 +239,85 @@ def _activation(a):
     return m[a]()
 
 
+def _pair(v, what, cls):
+    """(h, w) of an int or a 1- or 2-tuple."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    t = tuple(v)
+    if len(t) == 1:
+        return (t[0], t[0])
+    if len(t) != 2:
+        raise ValueError("%s: %s: an int or (h, w), got %r" % (cls, what, v))
+    return t
+
+
+def _pad_mode(pad_mode, padding, cls):
+    m = str(pad_mode).lower()
+    if m not in ("same", "valid", "pad"):
+        raise ValueError("%s: pad_mode: 'same', 'valid' or 'pad', got %r" % (cls, pad_mode))
+    zero = padding == 0 or (isinstance(padding, (tuple, list)) and all(p == 0 for p in padding))
+    if m != "pad" and not zero:
+        raise ValueError("%s(padding=%r, pad_mode=%r): a non-zero padding needs pad_mode='pad' (MindSpore refuses "
+                         "it too)" % (cls, padding, pad_mode))
+    return m
+
+
+def _same_pads(size, k, s, d):
+    """MindSpore's (TensorFlow's) "same": output ceil(size / s), the total padding split evenly,
+    an odd one's extra row/column at the bottom/right. (before, after)."""
+    out = -(-size // s)
+    total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def _pad_rows(x, axis, before, after, edge):
+    """x with `before`/`after` extra rows along axis (2: H, 3: W): zeros, or (edge) copies of the
+    first/last row (for max pooling: the same maxima as padding excluded from the window)."""
+    if not before and not after:
+        return x
+    b = x._b
+    n = x.shape[axis]
+    first = b.slice(x._v, axis, 0, 1)
+    last = b.slice(x._v, axis, n - 1, n) if after else None
+    if not edge:
+        first = b.scale(first, 0.0, 0.0)
+        last = first
+    parts = [first] * before + [x._v] + [last] * after
+    return Tensor(b, b.concat(parts, axis))
+
+
 class Conv2d(Cell):
     """Conv2d(in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0,
-    dilation=1, group=1, has_bias=False) on NCHW; square kernels; pad_mode "same" pads
-    (kernel_size-1)//2 * dilation (odd kernels), "valid" 0, "pad" `padding`."""
+    dilation=1, group=1, has_bias=False) on NCHW, square kernels. pad_mode "same" pads as
+    MindSpore does (output ceil(H / stride); an odd total padding's extra row/column at the
+    bottom/right), "valid" not at all, "pad" by `padding`: an int or (top, bottom, left, right).
+    A non-zero padding with another pad_mode is refused, as MindSpore refuses it."""
 
     _leaf = True
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
-                 group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW"):
+                 group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW", dtype=None):
         super().__init__()
-        k = kernel_size if isinstance(kernel_size, int) else kernel_size[0]
-        if not isinstance(kernel_size, int) and len(set(kernel_size)) != 1:
+        kh, kw = _pair(kernel_size, "kernel_size", "Conv2d")
+        if kh != kw:
             raise ValueError("Conv2d: only square kernels, got %r" % (kernel_size,))
+        sh, sw = _pair(stride, "stride", "Conv2d")
+        dh, dw = _pair(dilation, "dilation", "Conv2d")
+        if sh != sw or dh != dw:
+            raise ValueError("Conv2d: stride and dilation the same along H and W, got %r, %r" % (stride, dilation))
         if data_format != "NCHW":
             raise ValueError("Conv2d: data_format: only NCHW")
-        if pad_mode == "same":
-            pad = (k - 1) // 2 * dilation
-        elif pad_mode == "valid":
-            pad = 0
-        elif pad_mode == "pad":
-            pad = padding if isinstance(padding, int) else padding[0]
-        else:
-            raise ValueError("Conv2d: pad_mode: 'same', 'valid' or 'pad', got %r" % (pad_mode,))
-        self.in_channels, self.out_channels, self.k = int(in_channels), int(out_channels), int(k)
-        self.stride = stride if isinstance(stride, int) else stride[0]
-        self.pad, self.dilation, self.group, self.has_bias = pad, dilation, group, bool(has_bias)
+        if weight_init not in (None, "torch_default") or bias_init not in (None, "torch_default"):
+            raise ValueError("Conv2d: weight_init/bias_init: Tessera initialises Conv2d as PyTorch's (use a "
+                             "Parameter for another initializer)")
+        self.pad_mode = _pad_mode(pad_mode, padding, "Conv2d")
+        if self.pad_mode == "pad":
+            p = (padding,) * 4 if isinstance(padding, int) else tuple(padding)
+            if len(p) != 4 or any(not isinstance(v, int) or v < 0 for v in p):
+                raise ValueError("Conv2d: padding: an int or (top, bottom, left, right) >= 0, got %r" % (padding,))
+            self.padding = p
+        self.in_channels, self.out_channels, self.k = int(in_channels), int(out_channels), int(kh)
+        self.stride, self.dilation, self.group, self.has_bias = int(sh), int(dh), group, bool(has_bias)
 
     def _param_specs(self):
         w = ("weight", (self.out_channels, self.in_channels // self.group, self.k, self.k))
@@ -264,7 +327,16 @@ class Conv2d(Cell):
         x = as_tensor(x)
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError("Conv2d '%s': input %s, expected (N, %d, H, W)" % (self._name, x.shape, self.in_channels))
-        return Tensor(x._b, x._b.conv2d(_scoped_name(self), x._v, self.out_channels, self.k, self.stride, self.pad,
+        if self.pad_mode == "valid":
+            t = b_ = l_ = r_ = 0
+        elif self.pad_mode == "pad":
+            t, b_, l_, r_ = self.padding
+        else:
+            t, b_ = _same_pads(x.shape[2], self.k, self.stride, self.dilation)
+            l_, r_ = _same_pads(x.shape[3], self.k, self.stride, self.dilation)
+        p = min(t, b_, l_, r_)  # the library's symmetric padding; the rest as zero rows/columns
+        x = _pad_rows(_pad_rows(x, 2, t - p, b_ - p, False), 3, l_ - p, r_ - p, False)
+        return Tensor(x._b, x._b.conv2d(_scoped_name(self), x._v, self.out_channels, self.k, self.stride, p,
                                         self.dilation, self.group, self.has_bias))
 
 
@@ -389,32 +461,107 @@ class _Pool(Cell):
     _leaf = True
     _avg = False
 
-    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", data_format="NCHW", padding=0):
-        super().__init__()
-        k = kernel_size if isinstance(kernel_size, (tuple, list)) else (kernel_size, kernel_size)
-        s = stride if isinstance(stride, (tuple, list)) else (stride, stride)
-        if pad_mode == "valid":
-            p = (0, 0)
-        elif pad_mode == "same":
-            p = ((k[0] - 1) // 2, (k[1] - 1) // 2)
-        elif pad_mode == "pad":
-            p = padding if isinstance(padding, (tuple, list)) else (padding, padding)
-        else:
-            raise ValueError("%s: pad_mode: 'valid', 'same' or 'pad', got %r" % (type(self).__name__, pad_mode))
-        self.k, self.s, self.p = tuple(k), tuple(s), tuple(p)
+    def _setup(self, kernel_size, stride, pad_mode, padding, ceil_mode, data_format):
+        cls = type(self).__name__
+        self.k = _pair(kernel_size, "kernel_size", cls)
+        self.s = _pair(stride, "stride", cls)
+        self.pad_mode = _pad_mode(pad_mode, padding, cls)
+        self.p = _pair(padding, "padding", cls) if self.pad_mode == "pad" else (0, 0)
+        if ceil_mode:
+            raise ValueError("%s(ceil_mode=True): not supported (the output size is rounded down)" % cls)
+        if data_format != "NCHW":
+            raise ValueError("%s: data_format: only NCHW" % cls)
 
     def construct(self, x):
         x = as_tensor(x)
-        return Tensor(x._b, x._b.pool(x._v, self._avg, self.k[0], self.k[1], self.s[0], self.s[1], self.p[0], self.p[1]))
+        if x.ndim != 4:
+            raise ValueError("%s '%s': input %s, expected (N, C, H, W)" % (type(self).__name__, self._name, x.shape))
+        ph, pw = self.p
+        if self.pad_mode == "same":
+            (th, bh), (tw, bw) = (_same_pads(x.shape[2], self.k[0], self.s[0], 1),
+                                  _same_pads(x.shape[3], self.k[1], self.s[1], 1))
+            ph, pw = th, tw
+            if bh != th or bw != tw:
+                if self._avg:
+                    raise ValueError("%s '%s': pad_mode 'same' on %s pads one more row/column at the bottom/right "
+                                     "(MindSpore's rule), which Tessera's average pooling cannot exclude from the "
+                                     "divisor; use pad_mode='pad' or an input size that needs an even padding"
+                                     % (type(self).__name__, self._name, x.shape))
+                x = _pad_rows(_pad_rows(x, 2, 0, bh - th, True), 3, 0, bw - tw, True)
+        return Tensor(x._b, x._b.pool(x._v, self._avg, self.k[0], self.k[1], self.s[0], self.s[1], ph, pw))
 
 
 class MaxPool2d(_Pool):
-    pass
+    """MaxPool2d(kernel_size=1, stride=1, pad_mode="valid", padding=0, ...) as MindSpore 2.x's:
+    pad_mode "same" pads as MindSpore does (an odd total padding's extra row/column at the
+    bottom/right), "pad" by `padding` (int or (h, w)); padded elements never win. A non-zero
+    padding with another pad_mode is refused, as MindSpore refuses it; dilation,
+    return_indices and ceil_mode only at their defaults."""
+
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False, data_format="NCHW"):
+        super().__init__()
+        if dilation not in (1, (1, 1)) or return_indices:
+            raise ValueError("MaxPool2d: dilation and return_indices: only the defaults (1, False)")
+        self._setup(kernel_size, stride, pad_mode, padding, ceil_mode, data_format)
 
 
 class AvgPool2d(_Pool):
-    """Padded elements are excluded from the divisor."""
+    """AvgPool2d(kernel_size=1, stride=1, pad_mode="valid", padding=0, ceil_mode=False,
+    count_include_pad=True, divisor_override=None) as MindSpore 2.x's. Tessera leaves padded
+    elements out of the divisor: pad_mode "pad" with a non-zero padding needs
+    count_include_pad=False ("same" pads as MindSpore, outside the divisor)."""
     _avg = True
+
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None, data_format="NCHW"):
+        super().__init__()
+        self._setup(kernel_size, stride, pad_mode, padding, ceil_mode, data_format)
+        if divisor_override:
+            raise ValueError("AvgPool2d(divisor_override=%r): not supported" % (divisor_override,))
+        if self.pad_mode == "pad" and self.p != (0, 0) and count_include_pad:
+            raise ValueError("AvgPool2d(padding=%r, count_include_pad=True): Tessera leaves padded elements out of "
+                             "the divisor; give count_include_pad=False" % (padding,))
+
+
+class AdaptiveAvgPool2d(Cell):
+    """AdaptiveAvgPool2d(output_size): output_size 1 (or (1, 1)) is the global average; another
+    size must divide the input's H and W (then it is an average pool of kernel = stride =
+    input / output)."""
+
+    _leaf = True
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.out = _pair(output_size, "output_size", "AdaptiveAvgPool2d")
+        if any(o is None or o < 1 for o in self.out):
+            raise ValueError("AdaptiveAvgPool2d(output_size=%r): positive sizes only" % (output_size,))
+
+    def construct(self, x):
+        x = as_tensor(x)
+        if x.ndim != 4:
+            raise ValueError("AdaptiveAvgPool2d '%s': input %s, expected (N, C, H, W)" % (self._name, x.shape))
+        H, W = x.shape[2], x.shape[3]
+        oh, ow = self.out
+        if (oh, ow) == (1, 1):
+            return Tensor(x._b, x._b.reshape(x._b.global_avgpool(x._v), [x.shape[0], x.shape[1], 1, 1]))
+        if H % oh or W % ow:
+            raise ValueError("AdaptiveAvgPool2d '%s': output %s does not divide the input's %dx%d (Tessera pools with "
+                             "equal windows)" % (self._name, self.out, H, W))
+        return Tensor(x._b, x._b.pool(x._v, True, H // oh, W // ow, H // oh, W // ow, 0, 0))
+
+
+class ReLU6(Cell):
+    """min(max(x, 0), 6), as relu(x) - relu(x - 6)."""
+
+    _leaf = True
+
+    def construct(self, x):
+        x = as_tensor(x)
+        b = x._b
+        r = b.eltwise(x._v, ELT["relu"])
+        r6 = b.eltwise(b.scale(x._v, 1.0, -6.0), ELT["relu"])
+        return Tensor(b, b.binary(r, r6, BIN["sub"]))
 
 
 class Dropout(Cell):

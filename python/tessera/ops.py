@@ -7,7 +7,9 @@ from .tensor import Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_
 
 __all__ = ["Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
            "Tanh", "Exp", "Log", "Sqrt", "Square", "Softmax", "LogSoftmax", "Reshape", "Transpose", "Flatten",
-           "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd"]
+           "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd", "OneHot", "flatten", "reshape",
+           "transpose", "cast", "matmul", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "square", "softmax",
+           "log_softmax", "add", "sub", "mul", "div", "concat", "mean", "sum"]
 
 
 class Primitive:
@@ -181,5 +183,106 @@ class Concat(Primitive):
 
 
 class Cast(Primitive):
+    """Cast()(x, dtype): dtype a MindSpore type (tessera.float16), numpy dtype or name."""
+
     def _emit(self, b, x, dtype):
-        return b.cast(as_value(x), _dtype_name(dtype))
+        return b.cast(as_value(x), _dtype_name(dtype, "Cast"))
+
+
+class OneHot(Primitive):
+    """Refused: a one-hot matrix needs constants in the graph, which Tessera's builder does not
+    record; its losses take class ids."""
+
+    def __init__(self, axis=-1):
+        raise ValueError("ops.OneHot: not supported (the graph has no constant tensors); Tessera's losses take "
+                         "class ids: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction='mean')")
+
+
+# ---- MindSpore 2.x's functional forms ----
+def flatten(input, order="C", *, start_dim=1, end_dim=-1):
+    """(N, ...) -> (N, prod(...)) (ops.flatten's defaults); only start_dim=1, end_dim=-1."""
+    if order != "C" or start_dim != 1 or end_dim != -1:
+        raise ValueError("ops.flatten: only order='C', start_dim=1, end_dim=-1")
+    x = as_tensor(input)
+    return Tensor(x._b, x._b.flatten(x._v, 1))
+
+
+def reshape(input, shape):
+    return Reshape()(input, shape)
+
+
+def transpose(input, input_perm):
+    return Transpose()(input, input_perm)
+
+
+def cast(input, dtype):
+    """input as dtype (tessera.float16, ...)."""
+    return Cast()(input, dtype)
+
+
+def matmul(input, other):
+    return MatMul()(input, other)
+
+
+def relu(input):
+    return ReLU()(input)
+
+
+def sigmoid(input):
+    return Sigmoid()(input)
+
+
+def tanh(input):
+    return Tanh()(input)
+
+
+def exp(input):
+    return Exp()(input)
+
+
+def log(input):
+    return Log()(input)
+
+
+def sqrt(x):
+    return Sqrt()(x)
+
+
+def square(input):
+    return Square()(input)
+
+
+def softmax(input, axis=-1):
+    return Softmax(axis)(input)
+
+
+def log_softmax(logits, axis=-1):
+    return LogSoftmax(axis)(logits)
+
+
+def add(input, other):
+    return Add()(input, other)
+
+
+def sub(input, other):
+    return Sub()(input, other)
+
+
+def mul(input, other):
+    return Mul()(input, other)
+
+
+def div(input, other):
+    return Div()(input, other)
+
+
+def concat(tensors, axis=0):
+    return Concat(axis)(tensors)
+
+
+def mean(x, axis=None, keep_dims=False):
+    return ReduceMean(keep_dims)(x, () if axis is None else axis)
+
+
+def sum(input, dim=None, keepdim=False):
+    return ReduceSum(keepdim)(input, () if dim is None else dim)

@@ -21,27 +21,62 @@ def builder():
 
 
 class Tensor:
-    """A value of the graph being built (shape and dtype known, data not)."""
+    """A value of the graph being built (shape and dtype known, data not), or, made by a user as
+    MindSpore's Tensor(input_data, dtype), a tensor of values (numpy underneath: asnumpy(),
+    shape, dtype; Parameter(Tensor(...)) initialises a parameter with them). A Tensor of values
+    cannot be an operand in construct: make it a Parameter (requires_grad=False for a constant)."""
 
-    __slots__ = ("_b", "_v")
+    __slots__ = ("_b", "_v", "_data")
 
-    def __init__(self, b, v):
-        self._b = b
-        self._v = v
+    def __init__(self, input_data=None, dtype=None, *args, **kwargs):
+        if isinstance(input_data, _C.Builder):  # a graph value: Tensor(builder, value id)
+            self._b, self._v, self._data = input_data, dtype, None
+            return
+        import numpy as np
+        from .common.dtype import from_tessera, to_tessera
+        if input_data is None:
+            raise ValueError("Tensor: input_data is required (shape-only Tensors: use Parameter(shape, init))")
+        if isinstance(input_data, Tensor):
+            input_data = input_data.asnumpy()
+        a = np.asarray(input_data)
+        if dtype is not None:
+            ts = to_tessera(dtype, "Tensor(dtype)")
+            a = a.astype(_NP.get(ts, "float32"))
+        elif a.dtype == np.float64:
+            a = a.astype(np.float32)  # MindSpore: a float64 array stays float64; Tessera has no float64
+        elif a.dtype == np.bool_ or a.dtype.kind == "i" and a.dtype != np.int32:
+            a = a.astype(np.int64 if a.dtype.kind == "i" else np.int32)
+        to_tessera(a.dtype, "Tensor")
+        self._b, self._v, self._data = None, None, a
+
+    def asnumpy(self):
+        """The values (a Tensor of values only)."""
+        if self._data is None:
+            raise RuntimeError("asnumpy: a graph value has no data while the graph is built (Tessera runs the "
+                               "whole step compiled)")
+        return self._data
 
     @property
     def shape(self):
+        if self._data is not None:
+            return tuple(self._data.shape)
         return self._b.info(self._v)[0]
 
     @property
     def dtype(self):
-        return self._b.info(self._v)[1]
+        """The MindSpore Type (tessera.float32, ...)."""
+        from .common.dtype import from_tessera, to_tessera
+        if self._data is not None:
+            return from_tessera(to_tessera(self._data.dtype))
+        return from_tessera(self._b.info(self._v)[1])
 
     @property
     def ndim(self):
         return len(self.shape)
 
     def __repr__(self):
+        if self._data is not None:
+            return "Tensor(shape=%s, dtype=%s, value=%s)" % (self.shape, self.dtype, self._data)
         return "Tensor(shape=%s, dtype=%s)" % (self.shape, self.dtype)
 
     def _bin(self, other, alg, swap=False):
@@ -103,12 +138,18 @@ class Tensor:
         return _reduce(self, "sum", axis, keep_dims)
 
     def astype(self, dtype):
-        return Tensor(self._b, self._b.cast(self._v, _dtype_name(dtype)))
+        if self._data is not None:
+            return Tensor(self._data, dtype)
+        return Tensor(self._b, self._b.cast(self._v, _dtype_name(dtype, "astype")))
 
 
-def _dtype_name(dt):
-    s = getattr(dt, "__name__", str(dt)).lower().replace("mindspore.", "")
-    return dict(float32="f32", float16="f16", bfloat16="bf16", int32="i32", int64="i64", uint8="u8").get(s, s)
+_NP = dict(f32="float32", f16="float16", i32="int32", i64="int64", u8="uint8")
+
+
+def _dtype_name(dt, where="dtype"):
+    """Tessera's dtype name of a MindSpore Type, numpy dtype or name (ValueError naming where)."""
+    from .common.dtype import to_tessera
+    return to_tessera(dt, where)
 
 
 def _reduce(x, alg, axis, keep):
@@ -121,12 +162,31 @@ def _reduce(x, alg, axis, keep):
 
 class Parameter:
     """A trainable (or, requires_grad=False, persistent state) tensor of a Cell, created in the
-    graph's parameter store under its attribute path when the model is built. init: "normal"
-    (std sigma, default 0.01 as MindSpore's), "uniform" (U(-scale, scale)), "zeros", "ones",
-    "xavier_uniform", "he_uniform", "he_normal", "torch_default", or a float constant."""
+    graph's parameter store under its attribute path when the model is built. The first argument
+    is a shape with init: "normal" (std sigma, default 0.01 as MindSpore's), "uniform" (U(-scale,
+    scale)), "zeros", "ones", "xavier_uniform", "he_uniform", "he_normal", "torch_default", or a
+    float constant; or MindSpore's default_input: a Tensor / numpy array of the initial values
+    (Parameter(Tensor(np.ones((4, 4)), ms.float32), name="w")): the Model loads them into the
+    trainer when it is created (a data set of uniform values is the constant initializer)."""
 
     def __init__(self, shape, init="normal", name=None, requires_grad=True, sigma=0.01, scale=0.07,
-                 weight_decay=True):
+                 weight_decay=True, **kw):
+        self._data = None
+        if isinstance(shape, Tensor) or hasattr(shape, "__array__") and not isinstance(shape, (tuple, list)):
+            import numpy as np
+            t = shape if isinstance(shape, Tensor) else Tensor(np.asarray(shape))
+            a = t.asnumpy()
+            if _dtype_name(a.dtype, "Parameter") != "f32":
+                raise ValueError("Parameter %r: initial values of type %s (parameters are float32)" % (name, t.dtype))
+            shape = a.shape
+            flat = a.reshape(-1)
+            if flat.size and (flat == flat[0]).all():
+                init = float(flat[0])  # uniform values: the constant initializer, exact
+            else:
+                self._data = a
+                init = "zeros"  # the values are loaded when the Model creates its trainer
+        elif isinstance(init, Tensor) and init._data is not None:
+            raise ValueError("Parameter: give the values first: Parameter(Tensor(values), name=...)")
         self.shape = tuple(int(d) for d in shape)
         self.init = init
         self.name = name
@@ -134,6 +194,10 @@ class Parameter:
         self.sigma, self.scale = sigma, scale
         self.weight_decay = weight_decay
         self._local = None  # attribute name in its cell (set by Cell.__setattr__)
+
+    def asnumpy(self):
+        """The initial values given (None when initialised by an initializer)."""
+        return self._data
 
     def _spec(self):
         i = self.init
@@ -160,6 +224,9 @@ class Parameter:
 def as_value(x, like=None):
     """The graph value of a Tensor or Parameter (the parameter registered in the current scope)."""
     if isinstance(x, Tensor):
+        if x._data is not None:
+            raise ValueError("a Tensor of values %s used as an operand in construct: Tessera records a graph; make "
+                             "it a Parameter(Tensor(...), requires_grad=False) of the cell" % (x.shape,))
         return x._v
     if isinstance(x, Parameter):
         return x._value(builder())

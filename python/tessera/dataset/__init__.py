@@ -5,123 +5,22 @@ into data.* config keys, so the trainer reads it with its own multi-threaded pip
 one directly (create_tuple_iterator, create_dict_iterator, for) runs the same C pipeline and yields
 numpy arrays. Differences from MindSpore: .batch(n) is the batch of ONE shard (as MindSpore's), so
 the job's global batch is n x num_shards; transforms are Tessera's (vision.* below map onto them);
-labels are always int32 (TypeCast on the label column is accepted and does nothing)."""
+labels are always int32 (TypeCast on the label column is accepted and does nothing).
+.shuffle(buffer_size) is MindSpore's buffer shuffle (data.shuffle_buffer) on top of the source's
+own shuffle; .repeat(count) repeats the data set when iterated (as the Model's training set the
+trainer's epoch is one pass: repeat(n > 1) there is refused, saying to train n times the epochs).
+vision and transforms are packages as MindSpore's (c_transforms / py_transforms aliases)."""
 import copy
 import os
 
-from . import _C
-from .context import yaml_value
+from .. import _C
+from ..context import yaml_value
+from . import transforms, vision
+from ._op import Op as _Op
+from .transforms import Compose as _Compose, TypeCast as _TypeCast
 
 __all__ = ["MnistDataset", "FashionMnistDataset", "Cifar10Dataset", "Cifar100Dataset", "ImageFolderDataset",
            "RecordDataset", "vision", "transforms"]
-
-
-class _Op:
-    """A transform: its data.transforms items (dicts) given whether a to_float came before."""
-
-    def items(self, have_float):
-        raise NotImplementedError
-
-
-class _Simple(_Op):
-    def __init__(self, **item):
-        self.item = item
-
-    def items(self, have_float):
-        return [dict(self.item)]
-
-
-class _Vision:
-    """vision.*: MindSpore's image transforms that Tessera's pipeline has."""
-
-    class Rescale(_Op):
-        def __init__(self, rescale, shift=0.0):
-            self.rescale, self.shift = float(rescale), float(shift)
-
-        def items(self, have_float):
-            return [{"name": "to_float", "scale": self.rescale, "shift": self.shift}]
-
-    class Normalize(_Op):
-        """Per-channel (x - mean) / std; on u8 images (MindSpore's usual place, mean/std in pixel
-        units) a to_float with scale 1 is inserted first."""
-
-        def __init__(self, mean, std, is_hwc=True):
-            if not is_hwc:
-                raise ValueError("Normalize: only is_hwc=True (put HWC2CHW after it)")
-            self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]
-
-        def items(self, have_float):
-            pre = [] if have_float else [{"name": "to_float", "scale": 1.0}]
-            return pre + [{"name": "normalize", "mean": self.mean, "std": self.std}]
-
-    class HWC2CHW(_Op):
-        def items(self, have_float):
-            return [{"name": "hwc_to_chw"}]
-
-    class ToTensor(_Op):
-        """u8 HWC -> f32 CHW in [0, 1]."""
-
-        def items(self, have_float):
-            return [{"name": "to_float", "scale": 1.0 / 255}, {"name": "hwc_to_chw"}]
-
-    class RandomCrop(_Op):
-        def __init__(self, size, padding=0, pad_if_needed=False, fill_value=0):
-            p = padding if isinstance(padding, int) else padding[0]
-            if fill_value != 0:
-                raise ValueError("RandomCrop: fill_value: only 0")
-            self.size, self.p = size, p
-
-        def items(self, have_float):
-            s = self.size if isinstance(self.size, int) else list(self.size)
-            return [{"name": "random_crop", "size": s, "padding": self.p}]
-
-    class CenterCrop(_Op):
-        def __init__(self, size):
-            self.size = size
-
-        def items(self, have_float):
-            return [{"name": "center_crop", "size": self.size if isinstance(self.size, int) else list(self.size)}]
-
-    class Resize(_Op):
-        def __init__(self, size, interpolation=None):
-            self.size = size
-
-        def items(self, have_float):
-            return [{"name": "resize", "size": self.size if isinstance(self.size, int) else list(self.size)}]
-
-    class RandomHorizontalFlip(_Op):
-        def __init__(self, prob=0.5):
-            self.p = float(prob)
-
-        def items(self, have_float):
-            return [{"name": "hflip", "p": self.p}]
-
-    class RandomVerticalFlip(RandomHorizontalFlip):
-        def items(self, have_float):
-            return [{"name": "vflip", "p": self.p}]
-
-    class RandomErasing(_Op):
-        def __init__(self, prob=0.5):
-            self.p = float(prob)
-
-        def items(self, have_float):
-            return [{"name": "random_erasing", "p": self.p}]
-
-
-class _Transforms:
-    class TypeCast(_Op):
-        """On the label column: accepted, labels are int32 already. On images: a cast."""
-
-        def __init__(self, data_type):
-            self.dtype = getattr(data_type, "__name__", str(data_type)).lower().replace("mindspore.", "")
-
-        def items(self, have_float):
-            m = dict(float32="f32", float16="f16", bfloat16="bf16", int32="i32", int64="i64", uint8="u8")
-            return [{"name": "cast", "dtype": m.get(self.dtype, self.dtype)}]
-
-
-vision = _Vision
-transforms = _Transforms
 
 
 class _Dataset:
@@ -140,7 +39,10 @@ class _Dataset:
         if self.usage not in ("train", "test"):
             raise ValueError("%s: usage: 'train' or 'test', got %r" % (type(self).__name__, usage))
         self.num_samples = num_samples
-        self.shuffle = True if shuffle is None else bool(shuffle)
+        self._shuffle = True if shuffle is None else bool(shuffle)
+        self._buffer = 0       # .shuffle(buffer_size): data.shuffle_buffer
+        self._repeat = 1       # .repeat(count): passes when iterated (-1: endless)
+        self._batched = False  # .batch called (shuffle/repeat after it are refused)
         self.num_shards, self.shard_id = num_shards, shard_id
         self.workers = num_parallel_workers
         self.ops = []
@@ -148,35 +50,71 @@ class _Dataset:
         self.drop_remainder = False
 
     # ---- pipeline operations (each returns a new data set, like MindSpore's) ----
-    def map(self, operations, input_columns=None, output_columns=None, num_parallel_workers=None, **kw):
+    def map(self, operations=None, input_columns=None, output_columns=None, num_parallel_workers=None, **kw):
+        """The transforms (vision.*, transforms.TypeCast, transforms.Compose of them) applied to
+        input_columns ("image" by default; on "label" only TypeCast, labels being class ids)."""
         ops = operations if isinstance(operations, (list, tuple)) else [operations]
+        flat = []
+        for op in ops:
+            flat += op.flat() if isinstance(op, _Compose) else [op]
         d = copy.copy(self)
         col = input_columns[0] if isinstance(input_columns, (list, tuple)) else input_columns
         if col == "label":
-            for op in ops:
-                if not isinstance(op, _Transforms.TypeCast):
-                    raise ValueError("map on 'label': only TypeCast (labels are class ids)")
+            for op in flat:
+                if not isinstance(op, _TypeCast):
+                    raise ValueError("map(input_columns='label'): only transforms.TypeCast (labels are class ids), "
+                                     "got %s" % type(op).__name__)
+                if op.dtype not in ("i32", "i64"):
+                    raise ValueError("map(input_columns='label'): TypeCast to %s: labels are class ids (int32 or "
+                                     "int64)" % op.dtype)
             return d
-        for op in ops:
+        if self._batched:
+            raise ValueError("map after batch: Tessera's transforms act on samples (map before batch)")
+        for op in flat:
             if not isinstance(op, _Op):
-                raise ValueError("map: %r is not a tessera.dataset transform (vision.*, transforms.TypeCast); "
-                                 "Python functions cannot run in the C pipeline" % (op,))
-        d.ops = self.ops + list(ops)
+                raise ValueError("map: %r is not a tessera.dataset transform (vision.*, transforms.TypeCast, "
+                                 "transforms.Compose); Python functions cannot run in the C pipeline" % (op,))
+        d.ops = self.ops + flat
         if num_parallel_workers:
             d.workers = num_parallel_workers
         return d
 
-    def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None):
+    def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, **kw):
+        """Batches of batch_size samples of this shard (the job's batch: times num_shards)."""
+        if self._batched:
+            raise ValueError("batch: this data set is batched already (one batch per pipeline)")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError("batch(batch_size=%r): expected a positive integer" % (batch_size,))
         d = copy.copy(self)
         d.batch_size, d.drop_remainder = int(batch_size), bool(drop_remainder)
+        d._batched = True
         return d
 
     def repeat(self, count=None):
-        return self  # epochs are Model.train's
+        """The data set repeated count times (None or -1: endlessly) when iterated, each pass in a
+        new shuffled order, as MindSpore's. As the Model's training set only repeat(1) (the
+        trainer's epoch is one pass: train n times the epochs instead), see keys()."""
+        if count is None:
+            count = -1
+        if not isinstance(count, int) or isinstance(count, bool) or (count < 1 and count != -1):
+            raise ValueError("repeat(count=%r): expected a positive integer, or None / -1 (endless)" % (count,))
+        d = copy.copy(self)
+        if count == -1 or self._repeat == -1:
+            d._repeat = -1
+        else:
+            d._repeat = self._repeat * count
+        return d
 
     def shuffle(self, buffer_size):
+        """MindSpore's buffer shuffle: samples pass through a buffer of buffer_size from which each
+        next one is drawn at random (data.shuffle_buffer), after the source's own order (shuffled
+        unless the source was made with shuffle=False). buffer_size 1 changes nothing."""
+        if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
+            raise ValueError("shuffle(buffer_size=%r): expected a positive integer" % (buffer_size,))
+        if self._batched:
+            raise ValueError("shuffle after batch: Tessera shuffles samples, not batches (shuffle before batch)")
         d = copy.copy(self)
-        d.shuffle = True
+        d._buffer = max(self._buffer, buffer_size) if buffer_size > 1 else self._buffer
         return d
 
     # ---- config keys ----
@@ -200,7 +138,14 @@ class _Dataset:
         items = self.transform_items()
         if train:
             k["data.transforms"] = items
-            k["data.shuffle"] = self.shuffle
+            if self._repeat != 1:
+                raise ValueError("repeat(%s) on the training set: Tessera's epoch is one pass over the data; "
+                                 "drop the repeat and train %s the epochs (Model.train(epoch * count, ...))"
+                                 % ("None" if self._repeat == -1 else self._repeat,
+                                    "endlessly many" if self._repeat == -1 else "%d times" % self._repeat))
+            k["data.shuffle"] = self._shuffle
+            if self._buffer > 1:
+                k["data.shuffle_buffer"] = int(self._buffer)
             k["data.drop_last"] = self.drop_remainder
             if self.num_samples:
                 k["data.train_limit"] = int(self.num_samples)
@@ -218,14 +163,29 @@ class _Dataset:
     # ---- iteration (the C pipeline, numpy out) ----
     def _data(self, epoch=0):
         train = self.usage == "train"
+        if self._buffer > 1:
+            raise ValueError("iterating a data set with shuffle(buffer_size=%d): the Python iterator does not "
+                             "apply the buffer yet (Model.train does); iterate without .shuffle(...)" % self._buffer)
         shards = self.num_shards or 1
         shard = self.shard_id or 0
-        pairs = self._pairs(train)  # as the training set, or (usage "test") as the evaluation set
-        return _C.Data(pairs, train, self.batch_size, shards, shard, self.shuffle and train, self.drop_remainder,
+        pairs = self._pairs(train) if self._repeat == 1 else _no_repeat(self)._pairs(train)
+        return _C.Data(pairs, train, self.batch_size, shards, shard, self._shuffle and train, self.drop_remainder,
                        1, epoch)
 
+    def _passes(self, num_epochs):
+        """The passes over the source, epoch by epoch: (epoch index) of each, repeat included."""
+        e = 0
+        for _ in range(num_epochs if num_epochs and num_epochs > 0 else 1):
+            r = 0
+            while self._repeat == -1 or r < self._repeat:
+                yield e
+                e += 1
+                r += 1
+
     def create_tuple_iterator(self, columns=None, num_epochs=1, output_numpy=True, do_copy=True):
-        for e in range(num_epochs if num_epochs and num_epochs > 0 else 1):
+        """(data, label) numpy arrays, batch by batch, num_epochs times the data set (each pass of a
+        repeated set in a new order)."""
+        for e in self._passes(num_epochs):
             yield from self._data(e)
 
     def create_dict_iterator(self, num_epochs=1, output_numpy=True):
@@ -233,14 +193,22 @@ class _Dataset:
             yield {"image": x, "label": y}
 
     def __iter__(self):
-        return iter(self._data(0))
+        return self.create_tuple_iterator()
 
     def get_dataset_size(self):
-        """Batches per epoch of this shard."""
-        return self._data(0).batches()
+        """Batches per epoch of this shard (times the repeat count)."""
+        if self._repeat == -1:
+            raise ValueError("get_dataset_size: the data set repeats endlessly (repeat(None))")
+        return self._data(0).batches() * self._repeat
 
     def get_batch_size(self):
         return self.batch_size
+
+
+def _no_repeat(ds):
+    d = copy.copy(ds)
+    d._repeat = 1
+    return d
 
 
 class MnistDataset(_Dataset):

@@ -1,0 +1,4 @@
+"""tessera.common: MindSpore's mindspore.common names (dtype)."""
+from . import dtype
+
+__all__ = ["dtype"]

@@ -1,0 +1,2 @@
+"""mindspore.dataset.transforms.py_transforms (MindSpore 1.x): the same classes as tessera.dataset.transforms."""
+from . import *  # noqa: F401,F403
