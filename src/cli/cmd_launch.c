@@ -1,5 +1,7 @@
-/* `tessera launch`: runs a tessera command on N ranks through mpirun, the way users of mpirun
- * and Slurm expect; also accepts a MindSpore/HCCL rank table and turns it into a host file.
+/* `tessera launch`: runs a tessera command, or any program (a Python script), on N ranks through
+ * mpirun, the way users of mpirun and Slurm expect; also accepts a MindSpore/HCCL rank table and
+ * turns it into a host file. A program runs through `tessera __exec` (main.c), which puts the
+ * rank in MindSpore's and torchrun's variables first.
  * With --restarts K, a training job that fails (a rank killed or crashed, or stuck past the
  * watchdog's parallel.comm_timeout) is run again from its newest readable checkpoint, up to K
  * times, with --min-ranks M on fewer ranks (docs/parallel.md, "Surviving a lost rank"). */
@@ -27,7 +29,11 @@ static int usage(FILE *f) {
           "usage: tessera launch -n N [--hostfile FILE | --rank-table rank_table.json]\n"
           "                      [--restarts K [--min-ranks M]] [--mpirun PATH] [--threads T] [--dry-run]\n"
           "                      -- COMMAND [ARGS...]\n"
-          "Runs `tessera COMMAND ARGS` on N ranks with mpirun (OpenMPI): adds --allow-run-as-root when\n"
+          "Runs `tessera COMMAND ARGS` (COMMAND a tessera command: train, profile, ..., also written\n"
+          "`tessera profile ...`) or any other program (`python3 train.py`) on N ranks; a program gets\n"
+          "RANK_ID, RANK_SIZE, DEVICE_ID (the rank on its host), RANK, WORLD_SIZE, LOCAL_RANK,\n"
+          "LOCAL_WORLD_SIZE and, with --rank-table, RANK_TABLE_FILE, and is not restarted.\n"
+          "Through mpirun (OpenMPI): adds --allow-run-as-root when\n"
           "run as root, --oversubscribe when N exceeds the cores of a single host, exports\n"
           "OMP_NUM_THREADS (T, default 1 per rank). A rank table (MindSpore/HCCL JSON: server_list[].\n"
           "server_id, device[].rank_id) becomes a host file with one slot per device, in rank order.\n"
@@ -42,6 +48,7 @@ static int usage(FILE *f) {
           "when -n is absent, and must equal -n when both are given.\n"
           "Plain `mpirun -n N tessera train ...` and `srun tessera train ...` work too (no restarts).\n"
           "example: tessera launch -n 2 -- train examples/mlp_fashion.yaml --set parallel.mode=data_parallel\n"
+          "         tessera launch --rank-table rank_table_2pcs.json -- python3 train.py\n"
           "         tessera launch -n 4 --restarts 2 --min-ranks 2 -- train my.yaml --set checkpoint.save_steps=100\n");
   return f == stderr ? 2 : 0;
 }
