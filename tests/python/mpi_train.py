@@ -3,7 +3,8 @@ directory. argv[1]: "dp" (data_parallel, the data sharded as MindSpore scripts d
 (semi_auto_parallel, the strategies given with Dense.matmul.shard) or "pipe" (the zoo's mlp in 2
 pipeline stages) or "cellpipe" (models.MLP cut by its cells' pipeline_stage) or "auto" / "autotp"
 (auto_parallel on models.MLP) or "raise_cb" / "raise_construct" (a Python exception on rank 1),
-argv[2]: epochs."""
+argv[2]: epochs. gradients_mean=True where the YAML it is compared with has the CLI's default (true;
+Python's default is MindSpore's False)."""
 import os
 import sys
 
@@ -35,7 +36,8 @@ elif mode == "cellpipe":
     # no pipeline, the stages ignored). First a cut whose values flow backwards: refused
     n = ts.get_group_size()
     if n > 1:
-        ts.set_auto_parallel_context(parallel_mode="data_parallel", pipeline_stages=2, micro_batches=4)
+        ts.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True, pipeline_stages=2,
+                                     micro_batches=4)
         bad = models.MLP(64, 32)
         bad.fc1.pipeline_stage, bad.fc2.pipeline_stage, bad.fc3.pipeline_stage = 1, 0, 1
         try:
@@ -51,7 +53,7 @@ elif mode == "cellpipe":
 elif mode in ("auto", "autotp"):
     # models.MLP under auto_parallel: the plan searched through the Python builder (autotp: the
     # tensor-parallel degree given, its operators searched)
-    ts.set_auto_parallel_context(parallel_mode="auto_parallel", cluster="dgx-a100-80g",
+    ts.set_auto_parallel_context(parallel_mode="auto_parallel", gradients_mean=True, cluster="dgx-a100-80g",
                                  strategy_ckpt_save_file="strategy.json",
                                  auto_tp=ts.get_group_size() if mode == "autotp" else 0)
     models.train(models.MLP(64, 32), epochs, 256, 32)
@@ -74,7 +76,7 @@ elif mode in ("raise_cb", "raise_construct"):
     else:
         models.train(Net(64, 32), epochs, 256, 32)
 elif mode == "pipe":
-    ts.set_auto_parallel_context(parallel_mode="data_parallel", pipeline_stages=2, micro_batches=4)
+    ts.set_auto_parallel_context(parallel_mode="data_parallel", gradients_mean=True, pipeline_stages=2, micro_batches=4)
     models.train(ts.zoo.mlp((64, 32)), epochs, 256, 32)
 else:
     ts.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=ts.get_group_size(),
