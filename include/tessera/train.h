@@ -184,9 +184,18 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out);
  * checkpoint's directory (each rank reads only the pieces it holds, whatever layout wrote them;
  * collective: every rank fails when one does). Any layout loads either. */
 int ts_trainer_load(ts_trainer *t, const char *path, int strict, int with_optimizer);
-/* Saves a whole checkpoint (parameters, optimizer, position) to the file path: every rank's
- * slices gathered to rank 0, which writes (collective). */
+/* Saves a whole checkpoint (parameters, optimizer, position) to the file path. Where every rank
+ * holds the whole state (ts_trainer_whole_is_local: stand-alone, data parallel without optimizer
+ * sharding), the calling rank writes path from its own state, without the others (any rank may
+ * call it alone). Otherwise collective: every rank's slices are gathered, rank 0 writes, and a
+ * rank whose path differs from those of the ranks before it gets a copy at its path; a rank that
+ * does not call it within min(parallel.comm_timeout, 30 s) makes it fail on the others, naming
+ * the missing ranks and the call. */
 int ts_trainer_save(ts_trainer *t, const char *path);
+/* 1 when this rank holds the whole state itself (nothing cut: one rank, or data parallel without
+ * optimizer sharding, one pipeline stage): ts_trainer_save and loading a whole file need no other
+ * rank. */
+int ts_trainer_whole_is_local(ts_trainer *t);
 /* Saves a sliced checkpoint as the directory `dir` (collective; docs/checkpoints.md): each rank
  * writes its own pieces (a piece several ranks hold, by the lowest of them) into a staging
  * directory, rank 0 writes the manifest last and renames the directory into place (an existing

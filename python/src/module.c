@@ -3,6 +3,8 @@
 #define TSP_MAIN
 #include "tsp.h"
 
+#include <time.h>
+
 PyObject *tsp_Error;
 
 PyObject *tsp_raise(int rc) {
@@ -99,10 +101,17 @@ int tsp_config_from_pairs(PyObject *pairs, ts_config *cfg) {
 }
 
 /* ---- context ---- */
+
+/* A duplicate of the world made at init(): the ranks that saw a collective call fail agree on it
+ * here (tsp_agree_failure), apart from whatever the others are waiting in on the world. */
+static ts_comm *g_agree;
+
 static PyObject *py_init(PyObject *self, PyObject *args) {
   (void)self;
   (void)args;
   int rc = ts_comm_initialized() ? TS_OK : ts_comm_init(NULL, NULL);
+  ts_comm *w = NULL;
+  if (!rc && !g_agree && !(rc = ts_comm_world(&w)) && ts_comm_size(w) > 1) rc = ts_comm_dup(w, &g_agree);
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }
@@ -110,8 +119,48 @@ static PyObject *py_init(PyObject *self, PyObject *args) {
 static PyObject *py_finalize(PyObject *self, PyObject *args) {
   (void)self;
   (void)args;
+  ts_comm_free(g_agree);
+  g_agree = NULL;
   if (ts_comm_initialized()) ts_comm_finalize();
   Py_RETURN_NONE;
+}
+
+void tsp_agree_failure(int rc, const char *what) {
+  if (!g_agree || !rc) return;
+  char msg[2048];
+  snprintf(msg, sizeof msg, "%s", ts_last_error());
+  int r = ts_comm_rank(g_agree), n = ts_comm_size(g_agree), done = 0, trc;
+  int32_t one = 1, sum = 0;
+  ts_comm_req *req = NULL;
+  double grace = ts_comm_get_timeout();
+  grace = grace > 0 && grace < 10 ? grace : 10;
+  Py_BEGIN_ALLOW_THREADS
+  trc = ts_comm_iallreduce(g_agree, &one, &sum, 1, TS_I32, TS_REDUCE_SUM, &req);
+  double t0 = ts_time_now();
+  while (!trc && !done && ts_time_now() - t0 < grace) {
+    trc = ts_comm_test(req, &done);
+    if (!done) {
+      struct timespec ts = {0, 2000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  Py_END_ALLOW_THREADS
+  if (!trc && done) { /* every rank failed alike (a configuration error, ...): raised on each */
+    ts_comm_req_free(req);
+    ts_error_set(rc, "%s", msg);
+    return;
+  }
+  PySys_WriteStderr("tessera: rank %d of %d: %s failed on this rank (the other ranks did not fail within %g s): %s\n"
+                    "tessera: rank %d of %d: ending the job (MPI_Abort) so the other ranks do not wait for the "
+                    "communication timeout\n", r, n, what, grace, msg, r, n);
+  PyObject *o;
+  if ((o = PySys_GetObject("stdout")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
+  if ((o = PySys_GetObject("stderr")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
+  fflush(stdout);
+  fflush(stderr);
+  ts_comm *w = NULL;
+  if (ts_comm_world(&w) == TS_OK) ts_comm_abort(w, 1);
+  ts_error_set(rc, "%s", msg);
 }
 
 static PyObject *py_initialized(PyObject *self, PyObject *args) {

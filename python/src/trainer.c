@@ -210,6 +210,7 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
     return -1;
   }
   if (rc) {
+    tsp_agree_failure(rc, "creating the trainer");
     tsp_raise(rc);
     return -1;
   }
@@ -311,6 +312,7 @@ static PyObject *tr_fit(Trainer *self, PyObject *args) {
     abort_job_on_exception("training (a callback)");
     return NULL;
   }
+  if (rc) tsp_agree_failure(rc, "training (fit)");
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }
@@ -326,6 +328,7 @@ static PyObject *tr_evaluate(Trainer *self, PyObject *args) {
   Py_END_ALLOW_THREADS
   self->busy = 0;
   if (tsp_pending_restore()) return NULL;
+  if (rc) tsp_agree_failure(rc, "evaluating");
   if (rc) return tsp_raise(rc);
   return eval_dict(&e);
 }
@@ -334,7 +337,11 @@ static PyObject *tr_save(Trainer *self, PyObject *args) {
   const char *path;
   int sliced = 0;
   if (!T(self) || !PyArg_ParseTuple(args, "s|p", &path, &sliced)) return NULL;
-  int rc = sliced ? ts_trainer_save_sliced(self->t, path) : ts_trainer_save(self->t, path);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = sliced ? ts_trainer_save_sliced(self->t, path) : ts_trainer_save(self->t, path);
+  Py_END_ALLOW_THREADS
+  if (rc && (sliced || !ts_trainer_whole_is_local(self->t))) tsp_agree_failure(rc, "saving a checkpoint");
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }
@@ -343,7 +350,11 @@ static PyObject *tr_load(Trainer *self, PyObject *args) {
   const char *path;
   int strict = 1, opt = 0;
   if (!T(self) || !PyArg_ParseTuple(args, "s|pp", &path, &strict, &opt)) return NULL;
-  int rc = ts_trainer_load(self->t, path, strict, opt);
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ts_trainer_load(self->t, path, strict, opt);
+  Py_END_ALLOW_THREADS
+  if (rc && (ts_ckpt_is_sliced(path) || !ts_trainer_whole_is_local(self->t))) tsp_agree_failure(rc, "loading a checkpoint");
   if (rc) return tsp_raise(rc);
   Py_RETURN_NONE;
 }

@@ -32,6 +32,13 @@ extern PyObject *tsp_Error;
  * while the C call unwinds, then re-raised by tsp_pending_restore (returns 1 if it did). */
 int tsp_pending_stash(const char *where);
 int tsp_pending_restore(void);
+/* After a call that is collective over the job's ranks (trainer creation, fit, evaluate, save,
+ * load) failed with rc on this rank: waits up to min(parallel.comm_timeout, 10 s) for every other
+ * rank to report a failure too (a configuration error fails on each alike: returns, the message
+ * kept, and the caller raises); a rank that fails alone prints the rank and the message and ends
+ * the job with MPI_Abort, as the others would otherwise wait in the call's collectives until the
+ * communication timeout. Nothing in a job of one rank or before init(). */
+void tsp_agree_failure(int rc, const char *what);
 /* A ts_config from a list of (key, YAML value) pairs over the defaults; not validated. */
 int tsp_config_from_pairs(PyObject *pairs, ts_config *cfg);
 /* Frees a PyMem_Malloc'd config and the lists it owns (ts_config_free). */

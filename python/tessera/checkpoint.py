@@ -10,13 +10,28 @@ import tempfile
 from . import _C
 
 
-def save_checkpoint(save_obj, ckpt_file_name, append_dict=None):
+def save_checkpoint(save_obj, ckpt_file_name, integrated_save=True, async_save=False, append_dict=None,
+                    enc_key=None, enc_mode="AES-GCM", choice_func=None, **kwargs):
     """save_obj: a dict {name: numpy array} (or a list of {"name", "data"}), or a network trained
-    through a Model (its whole training checkpoint: parameters, optimizer state, position;
-    collective under mpirun). The file is written atomically."""
+    through a Model: its whole training checkpoint (parameters, optimizer state, position). Where
+    every rank holds the whole model (stand-alone, data parallel) the calling rank writes it alone
+    (`if rank == 0: save_checkpoint(net, f)` works); where the layout cuts it, the call is
+    collective (every rank must make it; a rank missing for min(comm_timeout, 30 s) makes it fail,
+    naming the rank) and each rank with its own file name gets a copy. integrated_save=False: a
+    sliced checkpoint, the directory ckpt_file_name (collective). The file is written atomically."""
+    if kwargs:
+        raise TypeError("save_checkpoint: unexpected argument(s) %s" % ", ".join(sorted(kwargs)))
+    if enc_key is not None or choice_func is not None:
+        raise ValueError("save_checkpoint: %s is not supported" % ("enc_key" if enc_key is not None else "choice_func"))
+    if async_save:
+        raise ValueError("save_checkpoint: async_save is not supported here (CheckpointConfig(async_save=True) "
+                         "saves in the background during training)")
     t = getattr(save_obj, "_trainer", None) if not isinstance(save_obj, (dict, list)) else None
     if t is not None:
-        t.save(ckpt_file_name)
+        if append_dict:
+            raise ValueError("save_checkpoint: append_dict with a trained network is not supported (the "
+                             "checkpoint holds its position and configuration)")
+        t.save(ckpt_file_name, not integrated_save)
         return
     if isinstance(save_obj, list):
         save_obj = {d["name"]: d["data"] for d in save_obj}

@@ -150,6 +150,9 @@ struct ts_trainer {
   ts_autoplan plan;            /* auto_parallel: the plan the run follows (has_plan); its strategies
                                   are what the distribution object was built with */
   int has_plan;
+  int ckpt_writer;             /* this rank writes the trainer's whole checkpoints into its checkpoint.dir
+                                  (rank 0, and a rank whose directory no lower rank has) */
+  int ckpt_copies;             /* some rank other than 0 does (per-rank directories) */
 };
 
 /* The layout for c's parallel.mode (the one place the mode is read), the distribution config
@@ -201,6 +204,15 @@ size_t ts__sliced_job_bytes(const ts__sliced_job *j);
 void ts__sliced_job_snapshot(ts__sliced_job *j, unsigned char *buf);
 int ts__sliced_finish(ts__sliced_job *j, ts_comm *w);
 void ts__sliced_job_free(ts__sliced_job *j);
+/* checkpoint.dir on every rank (collective over the world; at creation): sets t->ckpt_writer and
+ * t->ckpt_copies. TS_ECONFIG on every rank when the directories differ and the checkpoint is
+ * sliced (one directory every rank writes into). */
+int ts__ckpt_dirs(ts_trainer *t);
+/* After rank 0 wrote path (its status rc0): collective over w (NULL or one rank: returns rc0).
+ * The file is copied from rank 0 to every rank whose path (made absolute) differs from those of
+ * the ranks before it, and written there atomically. Every rank returns the same status; a
+ * failing rank's message names it and its path. */
+int ts__ckpt_copy_out(ts_comm *w, const char *path, int rc0);
 /* The whole checkpoint's state gathered (collective, as ts_trainer_save) and, on rank 0, copied
  * into *snap (reused). */
 int ts__trainer_whole_snapshot(ts_trainer *t, ts_ckpt_snapshot **snap);

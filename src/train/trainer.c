@@ -283,13 +283,57 @@ static int whole_gather(ts_trainer *t, whole_model *w, ts_ckpt_state *st) {
   return rc;
 }
 
-int ts_trainer_save(ts_trainer *t, const char *path) {
+int ts_trainer_whole_is_local(ts_trainer *t) {
+  ts_params *full = NULL;
+  int owned = 0;
+  size_t rep = 0, sh = 0;
+  if (t->run->size < 2) return 1;
+  if (ts_dist_whole_store(t->dist, &full, &owned)) return 0;
+  if (owned) ts_params_free(full);
+  return !owned && !ts_dist_optim_sharded(t->dist, &rep, &sh) && ts__dist_stages(t->dist) <= 1;
+}
+
+/* The whole checkpoint written by this rank from its own state (whole_is_local). */
+static int save_local(ts_trainer *t, const char *path) {
+  ts_ckpt_state st;
+  int rc = ts_dist_to_host(t->dist, t->opt); /* a GPU job: the device's state is the newest */
+  if (rc) return rc;
+  ts__trainer_ckpt_state(t, &st);
+  return ts_ckpt_save(path, &st);
+}
+
+/* Gathered from every rank (collective), written by rank 0 and copied to every rank whose path
+ * differs from those of the ranks before it (per-rank directories). arrive: first waits at most
+ * min(parallel.comm_timeout, 30 s) for every rank to call it, so a save called on one rank only
+ * fails promptly naming the ranks missing and the call, not a collective inside it. */
+static int save_gathered(ts_trainer *t, const char *path, int arrive) {
+  ts_comm *wc = ts_dist_world(t->dist);
+  int rc = TS_OK;
+  if (arrive && wc && ts_comm_size(wc) > 1) {
+    double g = ts_comm_get_timeout(), lim = g > 0 && g < 30 ? g : 30;
+    int32_t one = 1, n = 0;
+    ts_comm_req *req = NULL;
+    ts_comm_set_timeout(lim); /* polled (a blocking barrier's timeout ends the job): the ranks missing named */
+    rc = ts_comm_iallreduce(wc, &one, &n, 1, TS_I32, TS_REDUCE_SUM, &req);
+    if (!rc) rc = ts_comm_wait(req);
+    ts_comm_set_timeout(g);
+    if (!rc) ts_comm_req_free(req);
+    /* on a timeout the request stays in flight (the job is broken: the caller ends it) */
+    if (rc)
+      return ts_error_wrap(rc, "saving checkpoint %s: under %s the checkpoint is gathered from every rank, so every "
+                           "rank must call the save (not only rank 0)", path, ts_parallel_mode_name(t->cfg.parallel.mode));
+  }
   whole_model w;
   ts_ckpt_state st;
-  int rc = whole_gather(t, &w, &st);
+  rc = whole_gather(t, &w, &st);
   if (!rc && t->run->rank == 0) rc = ts_ckpt_save(path, &st);
   whole_close(&w);
-  return rc;
+  return ts__ckpt_copy_out(wc, path, rc);
+}
+
+int ts_trainer_save(ts_trainer *t, const char *path) {
+  if (ts_trainer_whole_is_local(t)) return save_local(t, path);
+  return save_gathered(t, path, 1);
 }
 
 int ts__trainer_whole_snapshot(ts_trainer *t, ts_ckpt_snapshot **snap) {
@@ -342,10 +386,14 @@ static int save_checkpoint(ts_trainer *t) {
   int sliced = ts__trainer_ckpt_format(t) == TS_CFG_CKPT_SLICED;
   int rc = sliced ? ts_ckpt_dir_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step)
                   : ts_ckpt_path(path, sizeof path, c->checkpoint.dir, c->checkpoint.prefix, t->step);
-  if (!rc && c->checkpoint.async) return ts__ckpt_async_save(t, path, sliced, 1); /* rotation and message: its writer */
-  if (!rc) rc = sliced ? ts_trainer_save_sliced(t, path)  /* collective; every rank writes its pieces */
-                       : ts_trainer_save(t, path);        /* collective; rank 0 writes */
-  if (rc || t->run->rank != 0) return rc;
+  /* per-rank directories (t->ckpt_copies): written synchronously, a copy in each */
+  if (!rc && c->checkpoint.async && !t->ckpt_copies) return ts__ckpt_async_save(t, path, sliced, 1);
+  if (!rc) {
+    if (sliced) rc = ts_trainer_save_sliced(t, path);                    /* collective; every rank writes its pieces */
+    else if (!ts_trainer_whole_is_local(t)) rc = save_gathered(t, path, 0); /* collective; rank 0 writes, copies */
+    else if (t->ckpt_writer) rc = save_local(t, path); /* rank 0, and each rank with its own directory */
+  }
+  if (rc || !t->ckpt_writer) return rc;
   if (c->checkpoint.keep_max > 0) {
     int r = ts_ckpt_rotate(c->checkpoint.dir, c->checkpoint.prefix, c->checkpoint.keep_max);
     if (r < 0) rc = r;
@@ -437,8 +485,10 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     c->log.plot[0] = 0;
     c->log.tensorboard[0] = 0;
   }
+  /* checkpoint.dir per rank: who writes the trainer's checkpoints (collective) */
+  if ((rc = ts__ckpt_dirs(t))) goto fail;
   /* temp files of saves a killed run left behind (only the atomic writer's own names) */
-  if (t->run->rank == 0 && c->checkpoint.dir[0] && ts_ckpt_clean_temps(c->checkpoint.dir, c->checkpoint.prefix) < 0)
+  if (t->ckpt_writer && c->checkpoint.dir[0] && ts_ckpt_clean_temps(c->checkpoint.dir, c->checkpoint.prefix) < 0)
     ts_log(TS_LOG_WARN, "%s", ts_last_error());
   if (c->train.threads > 0) ts_threads_set(c->train.threads);
   ts_callback lm = ts_callback_loss_monitor();

@@ -25,6 +25,9 @@
 #include "distribution/query.h"
 #include "config_dist.h"
 #include "train_impl.h"
+#include "base/afile.h"
+#include "base/rfile.h"
+#include "io/ckpt_impl.h"
 
 #define MAX_SLOTS 8
 
@@ -429,4 +432,135 @@ int ts_trainer_reshard(const ts_config *cfg, int ndevices, const char *src, cons
   ts_ckpt_manifest_free(m);
   free(yaml);
   return rc;
+}
+
+/* ---- per-rank checkpoint directories ---- */
+
+/* path made absolute against the working directory (malloc'ed; NULL out of memory). */
+static char *abs_path(const char *path) {
+  if (path[0] == '/') return strdup(path);
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd)) return strdup(path);
+  size_t n = strlen(cwd) + strlen(path) + 2;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "%s/%s", cwd, path);
+  return s;
+}
+
+/* Every rank's absolute path; owner[r] = the lowest rank with r's path. Collective. */
+static int gather_paths(ts_comm *w, const char *path, int **owner_out) {
+  int N = ts_comm_size(w);
+  char *mine = abs_path(path), *texts = NULL;
+  size_t *lens = calloc((size_t)N, sizeof *lens);
+  int *owner = calloc((size_t)N, sizeof *owner);
+  int rc = !mine || !lens || !owner ? ts_error_set(TS_ENOMEM, "checkpoint: out of memory") : TS_OK;
+  if (!rc) rc = gather_texts(w, N, mine, &texts, lens);
+  size_t *off = rc ? NULL : calloc((size_t)N, sizeof *off);
+  if (!rc && !off) rc = ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  for (int r = 0; !rc && r < N; r++) {
+    off[r] = r ? off[r - 1] + lens[r - 1] : 0;
+    owner[r] = r;
+    for (int q = 0; q < r; q++)
+      if (lens[q] == lens[r] && !memcmp(texts + off[q], texts + off[r], lens[r])) {
+        owner[r] = q;
+        break;
+      }
+  }
+  free(off);
+  free(texts);
+  free(lens);
+  free(mine);
+  if (rc) free(owner);
+  else *owner_out = owner;
+  return rc;
+}
+
+int ts__ckpt_dirs(ts_trainer *t) {
+  ts_comm *w = ts_dist_world(t->dist);
+  t->ckpt_writer = t->run->rank == 0;
+  t->ckpt_copies = 0;
+  if (!w || ts_comm_size(w) < 2) return TS_OK;
+  const char *dir = t->cfg.checkpoint.dir[0] ? t->cfg.checkpoint.dir : ".";
+  int *owner = NULL, rc = gather_paths(w, dir, &owner);
+  if (rc) return ts_error_wrap(rc, "checkpoint.dir: comparing the ranks' directories");
+  int N = ts_comm_size(w), other = -1;
+  for (int r = 1; r < N; r++)
+    if (owner[r] == r && other < 0) other = r;
+  t->ckpt_writer = owner[t->run->rank] == t->run->rank;
+  t->ckpt_copies = other > 0;
+  free(owner);
+  if (other > 0 && t->cfg.checkpoint.format == TS_CFG_CKPT_SLICED)
+    return ts_error_set(TS_ECONFIG, "%s: checkpoint.dir differs between the ranks (rank %d's is not rank 0's): a sliced "
+                        "checkpoint (checkpoint.format: sliced) is one directory every rank writes its pieces into; "
+                        "give every rank the same checkpoint.dir, or checkpoint.format: whole (Python: "
+                        "CheckpointConfig(integrated_save=True)) for a whole copy in each", 
+                        t->cfg.source[0] ? t->cfg.source : "config", other);
+  return TS_OK;
+}
+
+#define COPY_TAG 7301
+#define COPY_CHUNK ((size_t)1 << 30)
+
+int ts__ckpt_copy_out(ts_comm *w, const char *path, int rc0) {
+  if (!w || ts_comm_size(w) < 2) return rc0;
+  int N = ts_comm_size(w), rank = ts_comm_rank(w);
+  char msg0[1200] = "";
+  if (rc0) snprintf(msg0, sizeof msg0, "%s", ts_last_error());
+  int32_t st0 = rc0;
+  int rc = ts_comm_broadcast(w, &st0, 1, TS_I32, 0); /* rank 0's result */
+  if (rc) return ts_error_wrap(rc, "checkpoint %s", path);
+  if (st0) return rank == 0 ? ts_error_set(rc0, "%s", msg0)
+                            : ts_error_set(st0, "checkpoint %s: not written (rank 0 reports why)", path);
+  int *owner = NULL;
+  if ((rc = gather_paths(w, path, &owner))) return ts_error_wrap(rc, "checkpoint %s", path);
+  char *data = NULL;
+  size_t len = 0;
+  int lrc = TS_OK; /* this rank's own failure (reading on rank 0, writing on a copy's rank) */
+  char lmsg[1200] = "";
+  int copies = 0;
+  for (int r = 1; r < N; r++) copies += owner[r] == r;
+  if (rank == 0 && copies) lrc = ts__file_read_all(path, "checkpoint", &data, &len);
+  for (int r = 1; r < N && !rc; r++) {
+    if (owner[r] != r || (rank != 0 && rank != r)) continue;
+    int64_t n = lrc ? -1 : (int64_t)len; /* -1: rank 0 cannot send it */
+    if (rank == 0) rc = ts_comm_send(w, &n, 1, TS_I64, r, COPY_TAG);
+    else rc = ts_comm_recv(w, &n, 1, TS_I64, 0, COPY_TAG);
+    if (rc) break;
+    if (n < 0) { /* rank 0 said why (its status below) */
+      if (rank == r) lrc = ts_error_set(TS_EIO, "%s: rank 0 could not read its checkpoint to copy it here", path);
+      continue;
+    }
+    if (rank != 0 && !(data = malloc(n ? (size_t)n : 1))) {
+      rc = ts_error_set(TS_ENOMEM, "checkpoint %s: out of memory receiving %lld bytes", path, (long long)n);
+      break;
+    }
+    for (size_t o = 0; !rc && o < (size_t)n; o += COPY_CHUNK) {
+      size_t k = (size_t)n - o < COPY_CHUNK ? (size_t)n - o : COPY_CHUNK;
+      rc = rank == 0 ? ts_comm_send(w, data + o, k, TS_U8, r, COPY_TAG) : ts_comm_recv(w, data + o, k, TS_U8, 0, COPY_TAG);
+    }
+    if (rank == r && !rc && !lrc) {
+      ts__afile *f = NULL;
+      lrc = ts__ckpt_make_parent_dirs(path);
+      if (!lrc) lrc = ts__afile_open(path, &f);
+      if (!lrc && (lrc = ts__afile_write(f, data, (size_t)n))) ts__afile_abort(f);
+      else if (!lrc) lrc = ts__afile_commit(f);
+    }
+  }
+  if (lrc) snprintf(lmsg, sizeof lmsg, "%s", ts_last_error());
+  free(data);
+  free(owner);
+  if (rc) return ts_error_wrap(rc, "checkpoint %s: copying it to the ranks with their own path", path);
+  int32_t *all = calloc((size_t)N, sizeof *all), mine = lrc;
+  if (!all) return ts_error_set(TS_ENOMEM, "checkpoint: out of memory");
+  rc = ts_comm_allgather(w, &mine, all, 1, TS_I32);
+  int bad = -1;
+  for (int r = 0; r < N && !rc; r++)
+    if (all[r] && bad < 0) bad = r;
+  free(all);
+  if (rc) return ts_error_wrap(rc, "checkpoint %s: agreeing on the copies", path);
+  if (lrc) return ts_error_set(lrc, "checkpoint: rank %d: %s", rank, lmsg);
+  if (bad >= 0)
+    return ts_error_set(TS_EIO, "checkpoint %s: rank %d could not write its copy (its message names the file)", path,
+                        bad);
+  return TS_OK;
 }

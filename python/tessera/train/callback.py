@@ -95,22 +95,41 @@ class TimeMonitor(Callback):
 
 
 class CheckpointConfig:
-    """save_checkpoint_steps (checkpoint.save_steps), keep_checkpoint_max (checkpoint.keep_max);
-    save_checkpoint_seconds and keep_checkpoint_per_n_minutes are not supported (0 only)."""
+    """save_checkpoint_steps (checkpoint.save_steps), keep_checkpoint_max (checkpoint.keep_max),
+    integrated_save (checkpoint.format: True = whole files, the model gathered from every rank;
+    False = sliced, each rank writing its own slices into one directory per checkpoint; None,
+    Tessera's default: whole where nothing is cut, sliced otherwise), async_save
+    (checkpoint.async). save_checkpoint_seconds, keep_checkpoint_per_n_minutes, saved_network,
+    append_info, enc_key and exception_save are refused when given (ValueError naming them)."""
 
     def __init__(self, save_checkpoint_steps=1, save_checkpoint_seconds=0, keep_checkpoint_max=5,
-                 keep_checkpoint_per_n_minutes=0, integrated_save=True, async_save=False, saved_network=None,
+                 keep_checkpoint_per_n_minutes=0, integrated_save=None, async_save=False, saved_network=None,
                  append_info=None, enc_key=None, exception_save=False):
         if save_checkpoint_seconds or keep_checkpoint_per_n_minutes:
-            raise ValueError("CheckpointConfig: time-based saving is not supported (save_checkpoint_steps)")
+            raise ValueError("CheckpointConfig: save_checkpoint_seconds / keep_checkpoint_per_n_minutes: time-based "
+                             "saving is not supported (use save_checkpoint_steps)")
+        for name, v in (("saved_network", saved_network), ("append_info", append_info), ("enc_key", enc_key)):
+            if v is not None:
+                raise ValueError("CheckpointConfig: %s is not supported (Tessera saves the trained network, "
+                                 "unencrypted, with its position and configuration)" % name)
+        if exception_save:
+            raise ValueError("CheckpointConfig: exception_save is not supported (checkpoint.resume: auto resumes "
+                             "from the newest readable checkpoint)")
+        if integrated_save is not None and not isinstance(integrated_save, bool):
+            raise ValueError("CheckpointConfig: integrated_save must be True, False or None, got %r"
+                             % (integrated_save,))
         self.save_steps = int(save_checkpoint_steps or 0)
         self.keep_max = int(keep_checkpoint_max or 0)
+        self.integrated_save = integrated_save
+        self.async_save = bool(async_save)
 
 
 class ModelCheckpoint(Callback):
     """Checkpoints <directory>/<prefix>-<step>.safetensors (Tessera's files; sliced layouts write
     a directory per step), written by the trainer: checkpoint.dir, .prefix, .save_steps,
-    .keep_max, and the last step's."""
+    .keep_max, and the last step's. A directory per rank (directory="./ckpt_" + str(get_rank()))
+    gets a whole copy on each rank (refused with integrated_save=False: a sliced checkpoint is one
+    directory all ranks write into)."""
 
     def __init__(self, prefix="CKP", directory=None, config=None):
         self.prefix = prefix
@@ -118,6 +137,11 @@ class ModelCheckpoint(Callback):
         self.config = config or CheckpointConfig()
 
     def keys(self):
-        return {"checkpoint.dir": self.directory, "checkpoint.prefix": self.prefix,
-                "checkpoint.save_steps": self.config.save_steps, "checkpoint.keep_max": self.config.keep_max,
-                "checkpoint.save_last": True}
+        k = {"checkpoint.dir": self.directory, "checkpoint.prefix": self.prefix,
+             "checkpoint.save_steps": self.config.save_steps, "checkpoint.keep_max": self.config.keep_max,
+             "checkpoint.save_last": True}
+        if self.config.integrated_save is not None:
+            k["checkpoint.format"] = "whole" if self.config.integrated_save else "sliced"
+        if self.config.async_save:
+            k["checkpoint.async"] = True
+        return k

@@ -151,18 +151,22 @@ class Model:
         removed once every rank has read it). strict=False: another configuration (its config
         hash differs; the library warns)."""
         h = hashlib.sha1(repr(sorted(keys.items())).encode() + os.getcwd().encode()).hexdigest()[:12]
-        path = os.path.join(tempfile.gettempdir(), "tessera-eval-%d-%s.safetensors" % (os.getuid(), h))
+        # each rank its own file (where the layout cuts the model, rank 0 writes and the save copies
+        # it to the others: ts_trainer_save), so ranks with other checkpoint keys, other working
+        # directories or no shared $TMPDIR all find theirs
+        path = os.path.join(tempfile.gettempdir(), "tessera-eval-%d-%s-r%d.safetensors"
+                            % (os.getuid(), h, context.get_rank()))
         self._trainer.save(path)
-        _C.barrier()  # rank 0 has written it before any rank reads it
         if not strict:
             keys = dict(keys)
             keys["checkpoint.strict"] = False
         try:
             t = self._create(keys, resume=path)
         finally:
-            _C.barrier()  # every rank has read it
-            if context.get_rank() == 0:
+            try:
                 os.unlink(path)
+            except FileNotFoundError:
+                pass
         return t
 
     def _build(self, b, x, targets):
