@@ -76,7 +76,8 @@ const char *ts_reduce_op_name(ts_reduce_op op);
  * mixes with the application's). Works without mpirun as a 1-rank singleton. argc/argv may be
  * NULL. Idempotent. Reads TESSERA_COMM_TIMEOUT (seconds), TESSERA_COMM_CHECK (0/1) and
  * TESSERA_COMM_BLOCKING (polled/native) (a malformed value is TS_ECONFIG); ts_comm_set_timeout
- * and ts_comm_set_debug_check calls made after it take precedence. */
+ * and ts_comm_set_debug_check calls made after it take precedence. Refuses (TS_ECONFIG) other
+ * launchers' rank variables that disagree with MPI's (ts_comm_check_env, below). */
 int ts_comm_init(int *argc, char ***argv);
 /* Checks the rank and job size other launchers put in the environment against this process's
  * rank and size: MindSpore's RANK_ID / RANK_SIZE (its run.sh starts one process per device,

@@ -43,7 +43,7 @@ if [ "$rc" = 0 ] && grep -q "profile: 2 steps (2..3)" <<<"$out" && grep -q "2 ra
 then ok "launch -n 2 -- tessera profile"; else bad "launch -- tessera profile -> $rc: $out"; fi
 py=$(command -v python3 || true)
 if [ -n "$py" ]; then
-  printf 'import os\nv = [os.environ.get(k, "-") for k in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK_TABLE_FILE")]\nprint("env " + " ".join(v), flush=True)\n' > "$tmp/env.py"
+  printf 'import os\nv = [os.environ.get(k, "-") for k in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK_TABLE_FILE")]\nos.write(1, ("env " + " ".join(v) + "\\n").encode())\n' > "$tmp/env.py"
   run launch -n 2 -- "$py" "$tmp/env.py"
   if [ "$rc" = 0 ] && grep -qx "env 0 2 0 0 2 0 -" <<<"$out" && grep -qx "env 1 2 1 1 2 1 -" <<<"$out"
   then ok "launch -n 2 -- python3 script.py: each rank's variables"; else bad "launch -- python3 -> $rc: $out"; fi
@@ -59,7 +59,7 @@ for p in "${PYTHON:-}" /usr/bin/python3 "$(command -v python3)"; do
   [ -n "$p" ] && [ -x "$p" ] && PYTHONPATH=$pydir "$p" -c 'import tessera' 2>/dev/null && { py=$p; break; }
 done
 if [ -n "$py" ]; then
-  init='import tessera; tessera.init(); print("world", tessera.get_rank(), tessera.get_group_size(), flush=True)'
+  init='import os, tessera; tessera.init(); os.write(1, b"world %d %d\n" % (tessera.get_rank(), tessera.get_group_size()))'
   out=$(PYTHONPATH=$pydir "$bin" launch -n 2 -- "$py" -c "$init" 2>&1); rc=$?
   if [ "$rc" = 0 ] && grep -qx "world 0 2" <<<"$out" && grep -qx "world 1 2" <<<"$out"; then ok "launch -- python3 -c 'tessera.init()': ranks 0 and 1 of 2"
   else bad "launch -- python3 tessera.init() -> $rc: $out"; fi
