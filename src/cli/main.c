@@ -97,6 +97,7 @@ static int usage(FILE *f) {
   return f == stderr ? 2 : 0;
 }
 
+/* The subcommands main() dispatches (tessera launch runs anything else as a program). */
 static const char *const k_commands[] = {"train", "eval", "plan", "calibrate", "profile", "plot", "launch", "ckpt",
                                           "data", NULL};
 
@@ -134,7 +135,7 @@ static int exec_rank(int argc, char **argv) {
   }
   if (lr < 0) lr = r, ln = n;
   if (ln < 1) ln = n;
-  char v[6][24];
+  char v[4][24];
   snprintf(v[0], sizeof v[0], "%d", r);
   snprintf(v[1], sizeof v[1], "%d", n);
   snprintf(v[2], sizeof v[2], "%ld", lr);
