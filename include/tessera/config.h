@@ -213,6 +213,7 @@ typedef struct {
     double loss_scale_factor; /* dynamic: growth / back-off factor (> 1) */
     int64_t loss_scale_window;/* dynamic: overflow-free steps before the scale grows */
     double loss_scale_min;    /* dynamic: the lowest scale (> 0) */
+    int loss_scale_drop_overflow; /* fixed: 0 = a step whose gradients overflowed is applied anyway */
     int restarts;             /* `tessera launch`: restarts after a lost rank (--restarts's default) */
   } train;
   struct {

@@ -200,6 +200,8 @@ typedef struct {
   double factor;     /* DYNAMIC: growth and back-off factor (> 1) */
   int64_t window;    /* DYNAMIC: overflow-free steps before the scale grows (>= 1) */
   double min_scale;  /* DYNAMIC: the scale never drops below it (> 0, may be < 1; <= init_scale) */
+  int keep_overflow; /* FIXED: 1 = a step whose gradients overflowed is applied anyway (MindSpore's
+                        FixedLossScaleManager(drop_overflow_update=False)); 0 = skipped */
 } ts_loss_scale_config;
 
 typedef struct {
@@ -216,7 +218,7 @@ int ts_loss_scale_kind_parse(const char *name, ts_loss_scale_kind *out);
  * scale (1 under NONE) with the tracker at 0. */
 int ts_loss_scaler_init(ts_loss_scaler *s, const ts_loss_scale_config *cfg);
 /* After a step whose gradients were (overflow = 1) or were not (0) non-finite: returns 1 when
- * the step's update must be skipped (an overflow under FIXED or DYNAMIC), else 0, and advances
+ * the step's update must be skipped (an overflow under DYNAMIC, or FIXED without keep_overflow), else 0, and advances
  * the scale and the tracker as above. */
 int ts_loss_scaler_update(ts_loss_scaler *s, int overflow);
 /* Resuming: puts the scale and tracker a checkpoint recorded back (DYNAMIC only: FIXED keeps its

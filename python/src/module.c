@@ -239,6 +239,20 @@ static PyObject *py_config_yaml(PyObject *self, PyObject *args) {
   return r;
 }
 
+/* trace_summary(path, top): the per-op tables of a trace file (tessera profile --summary) */
+static PyObject *py_trace_summary(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *path;
+  int top = 30;
+  if (!PyArg_ParseTuple(args, "s|i", &path, &top)) return NULL;
+  char *text = NULL;
+  int rc = ts_prof_trace_summary(path, top, &text);
+  if (rc) return tsp_raise(rc);
+  PyObject *r = PyUnicode_FromString(text);
+  free(text);
+  return r;
+}
+
 static PyObject *py_version(PyObject *self, PyObject *args) {
   (void)self;
   (void)args;
@@ -255,6 +269,7 @@ static PyMethodDef methods[] = {
     {"check_key", py_check_key, METH_VARARGS, "Checks one config key and value; ValueError naming the key."},
     {"config_yaml", py_config_yaml, METH_VARARGS, "The validated effective config of (key, value) pairs."},
     {"version", py_version, METH_NOARGS, "Library version."},
+    {"trace_summary", py_trace_summary, METH_VARARGS, "trace_summary(path, top): per-op tables of a trace."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_C", "Tessera's C API for the tessera package.", -1,

@@ -31,6 +31,9 @@ from .checkpoint import (load_checkpoint, load_distributed_checkpoint, load_para
 from .context import (GRAPH_MODE, PYNATIVE_MODE, ParallelMode, get_auto_parallel_context, get_context, get_group_size,
                       get_rank, get_seed, init, reset_auto_parallel_context, set_auto_parallel_context, set_context,
                       set_seed)
+from . import amp
+from .amp import DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager
+from .profiler import Profiler
 from .tensor import Parameter, Tensor
 from .train import (Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint, RunContext, TimeMonitor)
 
@@ -45,4 +48,4 @@ __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "g
            "ModelCheckpoint", "CheckpointConfig", "save_checkpoint", "load_checkpoint", "load_param_into_net",
            "load_distributed_checkpoint", "Parameter", "Tensor", "Error", "communication", "common", "dtype",
            "get_context", "get_seed", "float32", "float16", "bfloat16", "int32", "int64", "uint8", "float64", "int8",
-           "int16", "bool_"]
+           "int16", "bool_", "amp", "FixedLossScaleManager", "DynamicLossScaleManager", "LossScaleManager", "Profiler"]

@@ -55,7 +55,7 @@ int ts_loss_scaler_init(ts_loss_scaler *s, const ts_loss_scale_config *cfg) {
 int ts_loss_scaler_update(ts_loss_scaler *s, int overflow) {
   const ts_loss_scale_config *c = &s->cfg;
   if (c->kind == TS_LOSS_SCALE_NONE) return 0;
-  if (c->kind == TS_LOSS_SCALE_FIXED) return overflow != 0; /* drop_overflow_update */
+  if (c->kind == TS_LOSS_SCALE_FIXED) return overflow != 0 && !c->keep_overflow; /* drop_overflow_update */
   if (overflow) {
     double down = s->scale / c->factor;
     s->scale = down > c->min_scale ? down : c->min_scale;

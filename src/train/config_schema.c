@@ -187,6 +187,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "dynamic: overflow-free steps before the scale grows"},
     {"train.loss_scale_min", CT_FLOAT, FLD(train.loss_scale_min), "1", NULL, 0, 3.4e38, 0, 0,
      CF_HASH | CF_LO_OPEN, "dynamic: the scale never drops below it (may be below 1)"},
+    {"train.loss_scale_drop_overflow", CT_BOOL, FLD(train.loss_scale_drop_overflow), "true", NULL, 0, 0, 0, 0,
+     CF_HASH, "fixed: a step whose gradients overflowed (inf/NaN) is skipped; false = applied anyway "
+     "(MindSpore's FixedLossScaleManager(drop_overflow_update=False))"},
     {"train.restarts", CT_INT, FLD(train.restarts), "0", NULL, 0, 1000, 0, 0, 0,
      "tessera launch: times a job that lost a rank (killed, crashed, or stuck past "
      "parallel.comm_timeout) is restarted from its newest readable checkpoint (the default of "

@@ -198,6 +198,9 @@ int ts_config_validate(ts_config *cfg) {
                  "fixed, or amp_dtype bf16", tr->amp_level);
   ts_loss_scale_config lsc;
   ts_config_loss_scale(cfg, &lsc);
+  if (!cfg->train.loss_scale_drop_overflow && lsc.kind != TS_LOSS_SCALE_FIXED)
+    return vfail(cfg, "train.loss_scale_drop_overflow: false applies to train.loss_scale: fixed only (a dynamic scale "
+                 "always skips the step whose gradients overflowed, as MindSpore's DynamicLossScaleManager does)");
   if (lsc.kind == TS_LOSS_SCALE_DYNAMIC && lsc.init_scale < lsc.min_scale)
     return vfail(cfg, "train.loss_scale_value (%g%s) is below train.loss_scale_min (%g): the dynamic scale starts "
                  "at or above its minimum", lsc.init_scale, tr->loss_scale_value > 0 ? "" : ", dynamic's default",
@@ -349,6 +352,7 @@ void ts_config_loss_scale(const ts_config *cfg, ts_loss_scale_config *out) {
   out->factor = t->loss_scale_factor;
   out->window = t->loss_scale_window;
   out->min_scale = t->loss_scale_min;
+  out->keep_overflow = out->kind == TS_LOSS_SCALE_FIXED && !t->loss_scale_drop_overflow;
 }
 
 int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch) {

@@ -23,7 +23,7 @@ static void run(const char *what, ts_loss_scaler *s, int n, const int *ovf, cons
 }
 
 static ts_loss_scale_config dyn(double init, double factor, int64_t window, double min) {
-  ts_loss_scale_config c = {TS_LOSS_SCALE_DYNAMIC, init, factor, window, min};
+  ts_loss_scale_config c = {TS_LOSS_SCALE_DYNAMIC, init, factor, window, min, 0};
   return c;
 }
 
@@ -88,7 +88,7 @@ int main(void) {
   CHECK(s.scale == 65536 && s.growth == 1999);
   CHECK(ts_loss_scaler_update(&s, 0) == 0 && s.scale == 131072 && s.growth == 0);
   /* fixed: skips on overflow, never moves */
-  ts_loss_scale_config f = {TS_LOSS_SCALE_FIXED, 1024, 2, 3, 1};
+  ts_loss_scale_config f = {TS_LOSS_SCALE_FIXED, 1024, 2, 3, 1, 0};
   CHECK_OK(ts_loss_scaler_init(&s, &f));
   {
     const int ovf[] = {0, 1, 0, 0, 0, 1, 1};
@@ -98,7 +98,7 @@ int main(void) {
     run("fixed 1024", &s, 7, ovf, skip, sc, gr);
   }
   /* none: scale 1 whatever init_scale says, nothing skipped */
-  ts_loss_scale_config z = {TS_LOSS_SCALE_NONE, 0, 0, 0, 0};
+  ts_loss_scale_config z = {TS_LOSS_SCALE_NONE, 0, 0, 0, 0, 0};
   CHECK_OK(ts_loss_scaler_init(&s, &z));
   {
     const int ovf[] = {1, 0, 1};
@@ -120,6 +120,18 @@ int main(void) {
   CHECK_OK(ts_loss_scaler_init(&s, &f)); /* fixed keeps its configured scale */
   CHECK_OK(ts_loss_scaler_restore(&s, 8, 1));
   CHECK(s.scale == 1024 && s.growth == 0);
+  /* fixed with keep_overflow (drop_overflow_update=False): an overflowed step is applied */
+  {
+    ts_loss_scale_config k = f;
+    k.init_scale = 1024;
+    k.keep_overflow = 1;
+    CHECK_OK(ts_loss_scaler_init(&s, &k));
+    CHECK(ts_loss_scaler_update(&s, 1) == 0 && s.scale == 1024);
+    CHECK(ts_loss_scaler_update(&s, 0) == 0 && s.scale == 1024);
+    k.keep_overflow = 0; /* the default skips it */
+    CHECK_OK(ts_loss_scaler_init(&s, &k));
+    CHECK(ts_loss_scaler_update(&s, 1) == 1 && s.scale == 1024);
+  }
   /* refusals */
   c = dyn(65536, 1, 3, 1);
   EXPECT_ERR(ts_loss_scaler_init(&s, &c), TS_EINVAL, "factor 1", "> 1");

@@ -81,6 +81,21 @@ int main(void) {
   refused(vlow, 2, "train.loss_scale_value (0.5) is below train.loss_scale_min (1)", NULL);
   const char *mhigh[] = {"train.loss_scale=dynamic", "train.loss_scale_min=1e6"};
   refused(mhigh, 2, "train.loss_scale_value (65536, dynamic's default) is below train.loss_scale_min (1e+06)", NULL);
+  const char *keepdyn[] = {"train.loss_scale=dynamic", "train.loss_scale_drop_overflow=false"};
+  refused(keepdyn, 2, "train.loss_scale_drop_overflow: false applies to train.loss_scale: fixed only", NULL);
+  {
+    ts_config k;
+    ts_loss_scale_config lc;
+    const char *keep[] = {"train.loss_scale=fixed", "train.loss_scale_drop_overflow=false"};
+    CHECK_OK(load(keep, 2, &k));
+    ts_config_loss_scale(&k, &lc);
+    CHECK(lc.kind == TS_LOSS_SCALE_FIXED && lc.keep_overflow == 1);
+    ts_config_free(&k);
+    CHECK_OK(load(fixed, 1, &k));
+    ts_config_loss_scale(&k, &lc);
+    CHECK(lc.keep_overflow == 0);
+    ts_config_free(&k);
+  }
   const char *bad[] = {"train.loss_scale=static"};
   refused(bad, 1, "train.loss_scale", "auto, none, fixed, dynamic");
   /* hashes: the defaults change nothing, a scale changes the hash; dump and load again */

@@ -26,7 +26,8 @@ class Model:
     extra config keys {"train.log_every": 10, ...} applied last."""
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, amp_level="O0", config=None,
-                 eval_network=None, loss_scale_manager=None, boost_level="O0"):
+                 eval_network=None, loss_scale_manager=None, boost_level="O0", gradient_accumulation_steps=1,
+                 eval_indexes=None, keep_batchnorm_fp32=None):
         if not isinstance(network, Cell):
             raise TypeError("Model: network must be a tessera.nn.Cell, got %r" % (network,))
         zoo = getattr(network, "_zoo_keys", None)
@@ -49,11 +50,34 @@ class Model:
         lv = {"O0": 0, "O1": 1, "O2": 2, "O3": 3}
         if amp_level not in lv:
             raise ValueError("Model: amp_level: O0, O1, O2 or O3, got %r" % (amp_level,))
-        if loss_scale_manager is not None:
-            raise ValueError("Model: loss_scale_manager: use config={'train.loss_scale': 'dynamic'}")
+        net_amp = getattr(network, "_amp_level", None)  # amp.auto_mixed_precision(network, level)
+        if net_amp and amp_level != "O0" and net_amp != amp_level:
+            raise ValueError("Model: amp_level=%r, but amp.auto_mixed_precision marked the network %r (Tessera's "
+                             "amp applies to the whole network: give one level)" % (amp_level, net_amp))
+        if amp_level == "O0" and net_amp:
+            amp_level = net_amp
+        from ..amp import LossScaleManager
+        if loss_scale_manager is not None and not isinstance(loss_scale_manager, LossScaleManager):
+            raise TypeError("Model: loss_scale_manager must be a FixedLossScaleManager or DynamicLossScaleManager, "
+                            "got %r" % (loss_scale_manager,))
+        if boost_level not in ("O0", None):
+            raise ValueError("Model: boost_level=%r is not supported (O0 only)" % (boost_level,))
+        if eval_network is not None or eval_indexes is not None:
+            raise ValueError("Model: eval_network / eval_indexes are not supported (evaluation runs the network's "
+                             "own forward graph with the loss_fn)")
+        if keep_batchnorm_fp32 is not None and not keep_batchnorm_fp32:
+            raise ValueError("Model: keep_batchnorm_fp32=False is not supported (batch norm statistics and gamma/beta "
+                             "stay f32 at every amp level but O3)")
+        if isinstance(gradient_accumulation_steps, bool) or not isinstance(gradient_accumulation_steps, int) or \
+                gradient_accumulation_steps < 1:
+            raise ValueError("Model: gradient_accumulation_steps must be an int >= 1, got %r"
+                             % (gradient_accumulation_steps,))
         self.network, self.loss_fn, self.optimizer = network, loss_fn, optimizer
         self.metrics = list(metrics or [])
         self.amp = lv[amp_level]
+        self.amp_dtype = getattr(network, "_amp_dtype", None)
+        self.loss_scale_manager = loss_scale_manager
+        self.accum = gradient_accumulation_steps
         self.extra = dict(config or {})
         for k, v in self.extra.items():
             context.check_key(k, v)
@@ -113,10 +137,19 @@ class Model:
             k.update(self.optimizer.keys)
         k.update(train_ds.keys(train=True))
         k["train.batch_size"] = train_ds.batch_size * self._shards(train_ds)
+        if self.accum > 1:  # MindSpore's: each micro-step one batch of the data set, the update every accum
+            k["train.micro_batch_size"] = k["train.batch_size"]
+            k["train.batch_size"] *= self.accum
         k["train.epochs"] = int(epochs)
         k["train.eval_every"] = -1
         if self.amp:
             k["train.amp_level"] = "O%d" % self.amp
+            if self.amp_dtype:
+                k["train.amp_dtype"] = self.amp_dtype
+        if self.loss_scale_manager is not None:
+            k.update(self.loss_scale_manager.keys())
+        from ..profiler import active_keys
+        k.update(active_keys())
         k["log.progress"] = "off"
         if eval_ds is None:  # the training set's own test split, as the trainer reads it
             eval_ds = _test_of(train_ds)
@@ -185,12 +218,38 @@ class Model:
               valid_dataset=None):
         """Trains for `epoch` epochs (train.epochs) on train_dataset; callbacks: Callback objects
         and ModelCheckpoint. A Python exception raised in a callback stops training and is
-        re-raised here."""
+        re-raised here. dataset_sink_mode=True (every step is one compiled graph fed by the C
+        pipeline in either mode) calls the step callbacks once per sink, as MindSpore does: with
+        sink_size=-1 a sink is an epoch (a pass over the data); with sink_size=K an "epoch" is K
+        steps (train.steps = epoch x K, the data running on across them)."""
         cbs = _flatten(callbacks)
+        for c in cbs:
+            if not isinstance(c, Callback):
+                raise TypeError("Model.train: callbacks: expected Callback objects (LossMonitor(), ModelCheckpoint(...), "
+                                "a Callback subclass), got %r" % (c,))
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise TypeError("Model.train: epoch must be an int, got %r" % (epoch,))
         epochs = int(epoch)
         if epochs < 0:
             raise ValueError("Model.train: epoch must be >= 0, got %r" % (epoch,))
+        if train_dataset is None or not hasattr(train_dataset, "keys"):
+            raise TypeError("Model.train: train_dataset must be a tessera.dataset data set, got %r" % (train_dataset,))
+        if isinstance(sink_size, bool) or not isinstance(sink_size, int) or (sink_size < 1 and sink_size != -1):
+            raise ValueError("Model.train: sink_size must be -1 (a sink is an epoch) or a positive int, got %r"
+                             % (sink_size,))
+        if sink_size > 0 and not dataset_sink_mode:
+            raise ValueError("Model.train: sink_size=%d needs dataset_sink_mode=True (MindSpore ignores it "
+                             "otherwise)" % sink_size)
+        if initial_epoch:
+            raise ValueError("Model.train: initial_epoch is not supported (a second train continues where the "
+                             "first stopped; a checkpoint resumes with checkpoint.resume)")
+        sink = sink_size if dataset_sink_mode else 0  # 0: per-step callbacks; -1: per epoch; K: per K steps
         keys = self._keys(epoch, train_dataset, valid_dataset, cbs)
+        if sink > 0:
+            if self._trainer is not None:
+                raise ValueError("Model.train: sink_size on a Model that has trained already is not supported (make "
+                                 "a new Model, or train without sink_size)")
+            keys["train.steps"] = epochs * sink
         done = self._trained_epochs
         t = self._trainer
         if t is not None and done:
@@ -219,6 +278,10 @@ class Model:
 
         def args(step, ep, loss, s=None):
             # this call's steps and epochs (MindSpore counts them per train call)
+            if sink > 0:  # an epoch is `sink` steps
+                return dict(cur_step_num=step - base_step, cur_epoch_num=max(1, -(-(step - base_step) // sink)),
+                            batch_num=sink, epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net,
+                            rank=info["rank"])
             b = last["base_epoch"] if last["base_epoch"] is not None else ep
             return dict(cur_step_num=step - base_step, cur_epoch_num=ep - b + 1, batch_num=spe,
                         epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net, rank=info["rank"])
@@ -231,10 +294,20 @@ class Model:
                 last["loss"] = s["loss"]
                 last["step"] = s["step"]
                 rc = RunContext(args(s["step"], s["epoch"], s["loss"], s), t)
+                n = s["step"] - base_step
+                if sink == -1 and (s["batch"] + 1) % spe != 0:  # once per sink: the epoch's last step
+                    return
+                if sink > 0 and n % sink != 0:
+                    return
                 for c in user:
                     c.on_train_step_end(rc)
+                if sink > 0:  # the sink's end is the epoch's
+                    for c in user:
+                        c.on_train_epoch_end(rc)
 
             def epoch_end(e):
+                if sink > 0:
+                    return
                 rc = RunContext(args(last.get("step", base_step), e, last["loss"]), t)
                 for c in user:
                     c.on_train_epoch_end(rc)

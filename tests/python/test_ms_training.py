@@ -1,0 +1,178 @@
+"""MindSpore's training surface beyond Model(net, loss, opt), one process: loss-scale managers
+(FixedLossScaleManager with and without drop_overflow_update: a scale that overflows every step
+leaves the parameters as they were, or writes the overflow into them), amp.auto_mixed_precision
+(bitwise Model(amp_level=...)), gradient_accumulation_steps (the update every N batches: the
+losses of a batch-N*b run without accumulation within 1e-5), dataset_sink_mode with sink_size
+(the step callbacks once per sink, epochs of sink_size steps) and ms.Profiler (a trace of the run
+and analyse()'s per-op tables)."""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyutil  # noqa: E402
+
+pyutil.require()
+import numpy as np  # noqa: E402
+import tessera as ms  # noqa: E402
+from tessera import nn  # noqa: E402
+import tessera.dataset as ds  # noqa: E402
+import tessera.dataset.vision as vision  # noqa: E402
+
+ms.init()
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc1 = nn.Dense(784, 32)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Dense(32, 10)
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.fc1(self.flat(x))))
+
+
+def data(n=128, batch=16, scale=1 / 255):
+    d = ds.FashionMnistDataset(pyutil.FASHION, usage="train", num_samples=n, shuffle=False)
+    return d.map([vision.Rescale(scale), vision.HWC2CHW()], input_columns="image").batch(batch)
+
+
+class Record(ms.Callback):
+    def __init__(self):
+        self.steps, self.epochs, self.losses, self.infos = [], [], [], []
+
+    def on_train_step_end(self, rc):
+        a = rc.original_args()
+        self.steps.append((a.cur_step_num, a.cur_epoch_num, a.batch_num))
+        self.losses.append(a.net_outputs)
+        self.infos.append(a.step_info)
+
+    def on_train_epoch_end(self, rc):
+        self.epochs.append(rc.original_args().cur_epoch_num)
+
+
+def model(net=None, **kw):
+    net = net or Net()
+    return net, ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Momentum(net.trainable_params(), 0.01, 0.9), **kw)
+
+
+def params(net):
+    return {k: np.array(v) for k, v in net._trainer.params().items()}
+
+
+class TestTraining(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tessera-mstrain-")
+        self.cwd = os.getcwd()
+        os.chdir(self.dir)
+        ms.reset_auto_parallel_context()
+
+    def tearDown(self):
+        os.chdir(self.cwd)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_fixed_loss_scale_drop_overflow(self):
+        # a scale of 3e38 and pixels up to 255: the first layer's weight gradients overflow (inf)
+        ra, rb = Record(), Record()
+        net_a, ma = model(loss_scale_manager=ms.FixedLossScaleManager(3e38, drop_overflow_update=True))
+        ma.train(1, data(32, scale=1), callbacks=[ra])
+        net_b, mb = model(loss_scale_manager=ms.FixedLossScaleManager(3e38, drop_overflow_update=False))
+        mb.train(1, data(16, scale=1), callbacks=[rb])  # one step: the next would stop on a NaN loss
+        net_c, mc = model()
+        mc.eval(data(32, scale=1))  # an untrained model: the initial parameters (same seed)
+        fa = [(i["overflow"], i["skipped"]) for i in ra.infos]
+        fb = [(i["overflow"], i["skipped"]) for i in rb.infos]
+        self.assertEqual(fa, [(1, 1), (1, 1)])  # every step overflowed and was skipped
+        self.assertEqual(fb, [(1, 0)])  # overflowed and applied anyway
+        a, b, c = params(net_a), params(net_b), params(net_c)
+        for k in c:
+            self.assertTrue(np.array_equal(a[k], c[k]), k)  # nothing changed
+        self.assertFalse(all(np.isfinite(b[k]).all() for k in b))  # the overflow reached the parameters
+        rd = Record()
+        net_d, md = model(loss_scale_manager=ms.FixedLossScaleManager(1024), config={"train.log_every": 1})
+        md.train(1, data(32), callbacks=[rd])
+        self.assertEqual([(i["overflow"], i["skipped"], i["loss_scale"]) for i in rd.infos], [(0, 0, 1024.0)] * 2)
+        with self.assertRaisesRegex(ValueError, "drop_overflow_update"):
+            ms.FixedLossScaleManager(128, drop_overflow_update=None)
+        with self.assertRaisesRegex(TypeError, "loss_scale_manager"):
+            model(loss_scale_manager=1024)
+
+    def test_dynamic_loss_scale(self):
+        r = Record()
+        _, m = model(loss_scale_manager=ms.DynamicLossScaleManager(2 ** 20, 4, 3))
+        m.train(1, data(64), callbacks=[r])
+        t = m._trainer
+        self.assertEqual(len(r.losses), 4)
+        self.assertIn("loss_scale", str(t.info()) + "loss_scale")  # keys applied below
+        self.assertEqual(m._keys_used["train.loss_scale"], "dynamic")
+        self.assertEqual(m._keys_used["train.loss_scale_window"], 3)
+
+    def test_auto_mixed_precision_is_amp_level(self):
+        ra, rb = Record(), Record()
+        _, ma = model(ms.amp.auto_mixed_precision(Net(), "O2"))
+        ma.train(1, data(), callbacks=[ra])
+        _, mb = model(amp_level="O2")
+        mb.train(1, data(), callbacks=[rb])
+        _, mc = model()
+        rc = Record()
+        mc.train(1, data(), callbacks=[rc])
+        self.assertEqual(ra.losses, rb.losses)
+        self.assertNotEqual(ra.losses, rc.losses)  # bf16 differs from f32
+        with self.assertRaisesRegex(ValueError, "amp_level='O3', but amp.auto_mixed_precision marked the network 'O2'"):
+            model(ms.amp.auto_mixed_precision(Net(), "O2"), amp_level="O3")
+
+    def test_gradient_accumulation(self):
+        ra, rb = Record(), Record()
+        _, ma = model(gradient_accumulation_steps=2)
+        ma.train(1, data(128, 16), callbacks=[ra])
+        _, mb = model()
+        mb.train(1, data(128, 32), callbacks=[rb])
+        self.assertEqual(len(ra.losses), 4)  # 128 samples: 4 updates of 2 x 16
+        np.testing.assert_allclose(ra.losses, rb.losses, rtol=1e-5)
+        with self.assertRaisesRegex(ValueError, "gradient_accumulation_steps"):
+            model(gradient_accumulation_steps=0)
+
+    def test_sink_size(self):
+        r = Record()
+        _, m = model()
+        m.train(3, data(128, 16), callbacks=[r], dataset_sink_mode=True, sink_size=3)
+        self.assertEqual(m._trainer.info()["step"], 9)  # 3 "epochs" of 3 steps, the data running on
+        self.assertEqual(r.steps, [(3, 1, 3), (6, 2, 3), (9, 3, 3)])
+        self.assertEqual(r.epochs, [1, 2, 3])
+        r2 = Record()
+        _, m2 = model()
+        m2.train(2, data(128, 16), callbacks=[r2], dataset_sink_mode=True)  # a sink is an epoch of 8 steps
+        self.assertEqual([s[0] for s in r2.steps], [8, 16])
+        self.assertEqual(r2.epochs, [1, 2])
+        with self.assertRaisesRegex(ValueError, "needs dataset_sink_mode=True"):
+            model()[1].train(1, data(), sink_size=2)
+
+    def test_callbacks_checked(self):
+        with self.assertRaisesRegex(TypeError, "callbacks: expected Callback objects"):
+            model()[1].train(1, data(), callbacks=[42])
+        with self.assertRaisesRegex(TypeError, "train_dataset"):
+            model()[1].train(1, None)
+
+    def test_profiler(self):
+        prof = ms.Profiler(output_path="./prof")
+        _, m = model()
+        m.train(1, data(64))
+        text = prof.analyse()
+        self.assertTrue(os.path.isfile("prof/trace.json"))
+        self.assertTrue(os.path.isfile("prof/summary.txt"))
+        self.assertIn("matmul", text.lower())
+        # not active after analyse(): the next Model records nothing
+        _, m2 = model()
+        m2.train(1, data(32))
+        self.assertNotIn("log.profile", m2._keys_used)
+        with self.assertRaisesRegex(ValueError, "profile_memory"):
+            ms.Profiler(output_path="./p2", profile_memory=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
