@@ -177,6 +177,23 @@ int ts_trainer_fit(ts_trainer *t);
  * count and data order: after a run of E1 epochs, as one run of E1 + epochs (MindSpore's second
  * Model.train). TS_EINVAL for epochs < 0 or a run whose length train.steps fixes. */
 int ts_trainer_continue(ts_trainer *t, int64_t epochs);
+/* One optimizer step on a batch the caller gives (a Python loop calling TrainOneStepCell): b
+ * holds this rank's rows of the global batch as the trainer's own pipeline would feed them
+ * (train.batch_size / the data-parallel parts; the sample shape and dtype the model was built
+ * for; labels, or targets for text). The step counter, learning-rate schedule, loss scaling,
+ * clipping and the step callbacks run as in ts_trainer_fit; evaluation, epochs and checkpoints
+ * do not (the caller's loop owns them). TS_ESHAPE naming both shapes for a wrong batch.
+ * Collective. */
+int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info);
+/* The evaluation graph's forward on n samples x (the model's sample shape and dtype, n at most
+ * ts_trainer_forward_batch): their logits (ts_trainer_logits_per_sample floats each) into
+ * logits (cap floats). Where the layout cuts the model every rank must call it with the same
+ * rows (collective); in data parallel each rank computes its own. */
+int ts_trainer_forward(ts_trainer *t, const void *x, int64_t n, float *logits, size_t cap);
+int64_t ts_trainer_forward_batch(const ts_trainer *t);
+size_t ts_trainer_logits_per_sample(const ts_trainer *t);
+/* The shape and dtype of one input sample the model was built for. */
+void ts_trainer_sample(const ts_trainer *t, ts_shape *shape, ts_dtype *dtype);
 /* Evaluates the current parameters on the test split. TS_ENOTFOUND if there is no test data. */
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out);
 /* Loads parameters (and with_optimizer: optimizer state and position) from a checkpoint: a whole

@@ -398,6 +398,146 @@ static PyObject *tr_info(Trainer *self, PyObject *args) {
                        (long long)ts_trainer_steps_per_epoch(self->t), "plan", self->plan);
 }
 
+/* layouts(): {name: (device matrix, tensor map (MindSpore's: axes counted from the right, -1
+ * replicated), slice shape, full shape)} of the trainable parameters, as this rank holds them */
+static PyObject *tr_layouts(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T(self)) return NULL;
+  ts_params *p = ts_trainer_params(self->t);
+  int N = ts_trainer_world_size(self->t);
+  PyObject *d = PyDict_New();
+  for (int i = 0; d && i < ts_params_count(p); i++) {
+    ts_shape ls = ts_params_shape(p, i), gs = ts_params_global_shape(p, i);
+    const ts_layout *L = ts_params_is_sharded(p, i) ? ts_params_layout(p, i) : NULL;
+    int ms[TS_MAX_DIMS];
+    PyObject *dev, *tm, *o;
+    if (L) {
+      ts_layout_tmap_to_mindspore(L->ndev, L->ndim, L->tmap, ms);
+      dev = PyList_New(L->ndev);
+      for (int k = 0; dev && k < L->ndev; k++) PyList_SET_ITEM(dev, k, PyLong_FromLong(L->dev[k]));
+    } else {
+      for (int k = 0; k < gs.ndim; k++) ms[k] = -1;
+      dev = Py_BuildValue("[i]", N);
+    }
+    tm = PyList_New(gs.ndim);
+    for (int k = 0; tm && k < gs.ndim; k++) PyList_SET_ITEM(tm, k, PyLong_FromLong(ms[k]));
+    o = dev && tm ? Py_BuildValue("(OONN)", dev, tm, tsp_shape_to_tuple(&ls), tsp_shape_to_tuple(&gs)) : NULL;
+    Py_XDECREF(dev);
+    Py_XDECREF(tm);
+    if (!o || PyDict_SetItemString(d, ts_params_name(p, i), o)) {
+      Py_XDECREF(o);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(o);
+  }
+  return d;
+}
+
+/* step_batch(x, labels) -> step dict: one optimizer step on this rank's rows (numpy arrays of the
+ * model's sample dtype and shape, and int32 labels / targets) */
+static PyObject *tr_step_batch(Trainer *self, PyObject *args) {
+  PyObject *xo, *yo;
+  if (!T_idle(self) || !PyArg_ParseTuple(args, "OO", &xo, &yo)) return NULL;
+  PyArrayObject *x = (PyArrayObject *)PyArray_FROM_OF(xo, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+  PyArrayObject *y = x ? (PyArrayObject *)PyArray_FROMANY(yo, NPY_INT32, 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
+                       : NULL;
+  ts_batch b;
+  memset(&b, 0, sizeof b);
+  ts_dtype dt;
+  int rc = TS_OK;
+  if (!x || !y) goto fail;
+  if (tsp_dtype_from_npy(PyArray_TYPE(x), &dt)) {
+    PyErr_SetString(PyExc_ValueError, "step: the input's dtype has no Tessera dtype");
+    goto fail;
+  }
+  b.data.dtype = dt;
+  b.data.shape.ndim = PyArray_NDIM(x);
+  for (int k = 0; k < b.data.shape.ndim && k < TS_MAX_DIMS; k++) b.data.shape.dims[k] = PyArray_DIM(x, k);
+  b.data.data = PyArray_DATA(x);
+  b.size = b.data.shape.ndim ? (int)b.data.shape.dims[0] : 0;
+  b.labels.dtype = b.target.dtype = TS_I32;
+  b.labels.shape.ndim = b.target.shape.ndim = PyArray_NDIM(y);
+  for (int k = 0; k < PyArray_NDIM(y) && k < TS_MAX_DIMS; k++) b.labels.shape.dims[k] = b.target.shape.dims[k] = PyArray_DIM(y, k);
+  b.labels.data = b.target.data = PyArray_DATA(y);
+  if (PyArray_NDIM(y) < 1 || PyArray_DIM(y, 0) != b.size) {
+    PyErr_Format(PyExc_ValueError, "step: %d samples but labels of %d rows", b.size,
+                 PyArray_NDIM(y) ? (int)PyArray_DIM(y, 0) : 0);
+    goto fail;
+  }
+  ts_step_info info;
+  self->busy = PyThread_get_thread_ident();
+  Py_BEGIN_ALLOW_THREADS
+  rc = ts_trainer_step_batch(self->t, &b, &info);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  Py_DECREF(x);
+  Py_DECREF(y);
+  if (tsp_pending_restore()) {
+    abort_job_on_exception("training (a callback)");
+    return NULL;
+  }
+  if (rc) {
+    if (rc != TS_ESHAPE) tsp_agree_failure(rc, "a training step");
+    return tsp_raise(rc);
+  }
+  return step_dict(&info);
+fail:
+  Py_XDECREF(x);
+  Py_XDECREF(y);
+  return NULL;
+}
+
+/* forward(x) -> logits: the evaluation graph on x (numpy, n samples of the model's shape), in
+ * pieces of the evaluation batch */
+static PyObject *tr_forward(Trainer *self, PyObject *args) {
+  PyObject *xo;
+  if (!T_idle(self) || !PyArg_ParseTuple(args, "O", &xo)) return NULL;
+  PyArrayObject *x = (PyArrayObject *)PyArray_FROM_OF(xo, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+  if (!x) return NULL;
+  ts_shape ss;
+  ts_dtype sd, xd;
+  ts_trainer_sample(self->t, &ss, &sd);
+  int same = !tsp_dtype_from_npy(PyArray_TYPE(x), &xd) && xd == sd && PyArray_NDIM(x) == ss.ndim + 1;
+  for (int k = 0; same && k < ss.ndim; k++) same = PyArray_DIM(x, k + 1) == ss.dims[k];
+  if (!same) {
+    char want[96];
+    ts_shape_str(&ss, want, sizeof want);
+    PyErr_Format(PyExc_ValueError, "predict: expected samples of shape (n, %s and dtype %s (the network's input), "
+                 "got an array of %d dimensions and numpy type %d", want + 1, ts_dtype_name(sd), PyArray_NDIM(x),
+                 PyArray_TYPE(x));
+    Py_DECREF(x);
+    return NULL;
+  }
+  int64_t n = PyArray_NDIM(x) ? PyArray_DIM(x, 0) : 0, eb = ts_trainer_forward_batch(self->t);
+  size_t per = ts_trainer_logits_per_sample(self->t);
+  size_t row = n ? (size_t)PyArray_NBYTES(x) / (size_t)n : 0;
+  npy_intp dims[2] = {(npy_intp)n, (npy_intp)per};
+  PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_FLOAT32);
+  if (!out) {
+    Py_DECREF(x);
+    return NULL;
+  }
+  int rc = TS_OK;
+  const char *src = PyArray_DATA(x);
+  float *dst = PyArray_DATA(out);
+  self->busy = PyThread_get_thread_ident();
+  Py_BEGIN_ALLOW_THREADS
+  for (int64_t i = 0; i < n && !rc; i += eb) {
+    int64_t k = n - i < eb ? n - i : eb;
+    rc = ts_trainer_forward(self->t, src + (size_t)i * row, k, dst + (size_t)i * per, per * (size_t)k);
+  }
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  Py_DECREF(x);
+  if (rc) {
+    Py_DECREF(out);
+    tsp_agree_failure(rc, "a forward pass");
+    return tsp_raise(rc);
+  }
+  return (PyObject *)out;
+}
+
 static PyMethodDef tmethods[] = {
     {"add_callback", (PyCFunction)(void (*)(void))tr_add_callback, METH_VARARGS | METH_KEYWORDS, NULL},
     {"clear_callbacks", (PyCFunction)tr_clear_callbacks, METH_NOARGS, NULL},
@@ -409,6 +549,9 @@ static PyMethodDef tmethods[] = {
     {"request_stop", (PyCFunction)tr_request_stop, METH_NOARGS, NULL},
     {"params", (PyCFunction)tr_params, METH_NOARGS, NULL},
     {"info", (PyCFunction)tr_info, METH_NOARGS, NULL},
+    {"layouts", (PyCFunction)tr_layouts, METH_NOARGS, NULL},
+    {"step_batch", (PyCFunction)tr_step_batch, METH_VARARGS, NULL},
+    {"forward", (PyCFunction)tr_forward, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject tsp_TrainerType = {

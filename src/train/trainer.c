@@ -843,6 +843,77 @@ int ts_trainer_fit(ts_trainer *t) {
   return rc;
 }
 
+int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
+  if (!t || !b || !info) return ts_error_set(TS_EINVAL, "ts_trainer_step_batch: NULL argument");
+  memset(info, 0, sizeof *info);
+  int64_t want = t->cfg.train.batch_size / t->run->data_parts;
+  ts_shape s = b->data.shape;
+  int ok = b->size == want && b->data.dtype == t->model.dtype && s.ndim == t->model.sample.ndim + 1 &&
+           s.dims[0] == want && (t->model.text ? b->target.data != NULL : b->labels.data != NULL);
+  for (int k = 0; ok && k < t->model.sample.ndim; k++) ok = s.dims[k + 1] == t->model.sample.dims[k];
+  if (!ok) {
+    char got[96], exp[96];
+    ts_shape e = t->model.sample;
+    ts_shape_str(&s, got, sizeof got);
+    ts_shape_str(&e, exp, sizeof exp);
+    return ts_error_set(TS_ESHAPE, "step %lld: a batch of %d samples %s %s%s, but this rank's batch is %lld samples of "
+                        "%s %s (train.batch_size %d over %d data-parallel part%s)", (long long)t->step + 1, b->size, got,
+                        ts_dtype_name(b->data.dtype), (t->model.text ? b->target.data : b->labels.data) ? "" : " without labels",
+                        (long long)want, exp, ts_dtype_name(t->model.dtype), t->cfg.train.batch_size,
+                        t->run->data_parts, t->run->data_parts == 1 ? "" : "s");
+  }
+  info->epoch = t->epoch;
+  info->batch = t->batch;
+  double t0 = ts_time_now();
+  int rc = train_step(t, b, info);
+  if (rc) return rc;
+  t->step++;
+  double now = ts_time_now();
+  info->step = t->step;
+  info->step_ms = 1e3 * (now - t0);
+  info->samples_per_s = (double)t->cfg.train.batch_size / (now - t0);
+  t->last_loss = info->loss;
+  for (int i = 0; i < t->ncb && rc == TS_OK; i++)
+    if (t->cb[i].on_step_end) rc = t->cb[i].on_step_end(t, info, t->cb[i].user);
+  return rc;
+}
+
+int ts_trainer_forward(ts_trainer *t, const void *x, int64_t n, float *logits, size_t cap) {
+  if (!t || (!x && n) || (!logits && n)) return ts_error_set(TS_EINVAL, "ts_trainer_forward: NULL argument");
+  if (n < 0 || n > t->eb)
+    return ts_error_set(TS_EINVAL, "ts_trainer_forward: %lld samples, at most the evaluation batch %lld "
+                        "(train.eval_batch_size) at a time", (long long)n, (long long)t->eb);
+  int rc = ts_dist_sync_states(t->dist);
+  if (rc) return rc;
+  ts_shape ls = t->run->logits_shape;
+  size_t per = (size_t)(ts_shape_numel(&ls) / t->eb); /* logits per sample */
+  if (cap < per * (size_t)n)
+    return ts_error_set(TS_EINVAL, "ts_trainer_forward: room for %zu logits, %lld samples need %zu", cap, (long long)n,
+                        per * (size_t)n);
+  size_t xbytes = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
+  char *xbuf = ts_calloc(xbytes * (size_t)t->eb);
+  if (!xbuf) return ts_error_set(TS_ENOMEM, "ts_trainer_forward: out of memory");
+  if (n) memcpy(xbuf, x, xbytes * (size_t)n);
+  const float *lg = NULL;
+  rc = ts_dist_eval_forward(t->dist, xbuf, &lg);
+  if (!rc && n) memcpy(logits, lg, sizeof(float) * per * (size_t)n);
+  ts_free(xbuf);
+  return rc;
+}
+
+int64_t ts_trainer_forward_batch(const ts_trainer *t) { return t ? t->eb : 0; }
+
+void ts_trainer_sample(const ts_trainer *t, ts_shape *shape, ts_dtype *dtype) {
+  if (shape) *shape = t->model.sample;
+  if (dtype) *dtype = t->model.dtype;
+}
+
+size_t ts_trainer_logits_per_sample(const ts_trainer *t) {
+  if (!t || t->eb <= 0) return 0;
+  ts_shape ls = t->run->logits_shape;
+  return (size_t)(ts_shape_numel(&ls) / t->eb);
+}
+
 int ts_trainer_continue(ts_trainer *t, int64_t epochs) {
   ts_config *c = &t->cfg;
   int64_t spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;

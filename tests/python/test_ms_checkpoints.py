@@ -73,6 +73,12 @@ class TestCheckpoints(unittest.TestCase):
         self.assertIn("checkpoint.dir differs between the ranks", out)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "ckpt_0", "net-00000004")))
 
+    def test_no_parallel_mode_refused(self):
+        out = self.job("unset", "dirs")
+        self.assertIn("rank 1 refused: Model: the job has 2 processes (mpirun -n 2) but parallel_mode is stand_alone "
+                      "(not set)", out)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "ckpt_0")))
+
     def test_integrated_save_false_is_sliced(self):
         # data parallel writes whole files by default; integrated_save=False: sliced directories
         self.job("data_parallel", "sliced_same")
@@ -100,6 +106,28 @@ class TestCheckpoints(unittest.TestCase):
         self.assertLess(self.elapsed, 60, out)
         self.assertIn("rank 1 of 2: loading a checkpoint failed on this rank", out)
         self.assertIn("missing.safetensors", out)
+
+    def test_layouts_and_predict(self):
+        import json
+        import numpy as np
+        script = os.path.join(os.path.dirname(SCRIPT), "layout_predict.py")
+        rc, out = pyutil.run(pyutil.mpirun(2) + [sys.executable, script, pyutil.FASHION, self.dir], self.dir)
+        self.assertEqual(rc, 0, out)
+        with open(os.path.join(self.dir, "layout.json")) as f:
+            lay = json.load(f)
+        self.assertEqual(lay["train"], lay["predict"])
+        w1, w2 = lay["train"]["fc1.weight"], lay["train"]["fc2.weight"]
+        self.assertEqual(w1[1:3], [[0, -1], [16, 784]])  # rows cut over the 2 ranks (MindSpore's tensor map)
+        self.assertEqual(w2[1:3], [[-1, 1], [10, 16]])   # its consumer's columns follow
+        self.assertEqual(lay["train"]["fc2.bias"][:3], [[2], [-1], [10]])
+        import tessera
+        p = tessera.load_checkpoint(os.path.join(self.dir, "net.safetensors"))
+        x = np.load(os.path.join(self.dir, "x.npy")).reshape(20, -1)
+        h = np.maximum(x @ p["fc1.weight"].T + p["fc1.bias"], 0)
+        want = h @ p["fc2.weight"].T + p["fc2.bias"]
+        got = np.load(os.path.join(self.dir, "logits.npy"))
+        self.assertEqual(got.shape, (20, 10))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,15 @@ class Model:
 
     def _create(self, keys, resume=None):
         pairs = context.config_pairs() + [(k, yaml_value(v)) for k, v in keys.items()]
+        size = context.get_group_size()
+        mode = dict(pairs).get("parallel.mode", '"stand_alone"').strip('"')
+        if size > 1 and mode == "stand_alone":
+            # MindSpore would train `size` independent copies (each on the whole data, writing the
+            # same checkpoints); `tessera train` on several ranks defaults to data_parallel instead
+            raise ValueError("Model: the job has %d processes (mpirun -n %d) but parallel_mode is stand_alone%s: each "
+                             "would train its own copy; set ms.set_auto_parallel_context(parallel_mode="
+                             "ms.ParallelMode.DATA_PARALLEL, gradients_mean=True) (or another layout), or run one "
+                             "process" % (size, size, "" if "parallel.mode" in dict(pairs) else " (not set)"))
         if resume:
             pairs.append(("checkpoint.resume", yaml_value(resume)))
         zoo = getattr(self.network, "_zoo_keys", None) is not None
@@ -265,6 +274,8 @@ class Model:
             else:  # another data set or config: a trainer resumed from the state reached
                 t = self._resumed(keys, strict=False)
                 t.continue_epochs(epochs)  # its steps per epoch may differ: `epochs` from here
+        elif t is not None and keys == self._keys_used:  # built by infer_train_layout for these keys
+            t.clear_callbacks()
         else:
             t = self._create(keys)
         self._trained_epochs = done + epochs
@@ -350,6 +361,48 @@ class Model:
         for m in self.metrics or ["acc"]:
             out[m] = r[_METRICS[m]]
         return out
+
+    def predict(self, *predict_data):
+        """The network's output (logits, numpy) on predict_data: a Tensor or numpy array of
+        samples of the network's input shape and dtype, run through the evaluation graph with
+        the current parameters (under a layout that cuts the model, every rank gives the same
+        samples). The Model must have a trainer: after train, eval, or load_distributed_checkpoint
+        into its network."""
+        if len(predict_data) != 1:
+            raise ValueError("Model.predict: one input (the network's), got %d" % len(predict_data))
+        t = self._need_trainer("predict")
+        import numpy as np
+        x = predict_data[0]
+        x = np.ascontiguousarray(x.asnumpy() if hasattr(x, "asnumpy") else x)
+        return t.forward(x)
+
+    def _need_trainer(self, what):
+        t = self._trainer or getattr(self.network, "_trainer", None)
+        if t is None:
+            raise ValueError("Model.%s: the network has not been built yet: train or eval it first (Tessera builds "
+                             "the network with its data set's sample shape)" % what)
+        return t
+
+    @staticmethod
+    def _layout_dict(t):
+        # MindSpore's layout list: [device matrix, tensor map, slice shape, field size, uniform split,
+        # optimizer shard group]
+        return {k: [dev, tm, list(sl), 0, True, ""] for k, (dev, tm, sl, _) in t.layouts().items()}
+
+    def infer_train_layout(self, train_dataset, dataset_sink_mode=True, sink_size=-1):
+        """{parameter name: [device matrix, tensor map, slice shape, field size, uniform split,
+        optimizer shard group]} of the training network under the parallel context, as
+        MindSpore returns it (the tensor map counting device axes from the right, -1
+        replicated). Builds the trainer train() would (the next train uses it)."""
+        if self._trainer is None:
+            self._create(self._keys(1, train_dataset, None, []))
+        return self._layout_dict(self._trainer)
+
+    def infer_predict_layout(self, *predict_data):
+        """The parameters' layouts of the network for prediction (infer_train_layout's form):
+        Tessera predicts with the training network's layout, so this is the trained (or
+        evaluated) network's."""
+        return self._layout_dict(self._need_trainer("infer_predict_layout"))
 
     @property
     def train_network(self):

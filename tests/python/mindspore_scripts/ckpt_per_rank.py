@@ -2,7 +2,7 @@
 the import lines changed): a checkpoint directory per rank, saving from rank 0 only, evaluating
 on another data set, and CheckpointConfig(integrated_save=...). Run by test_ms_checkpoints.py.
 
-usage: ckpt_per_rank.py MODE CASE   (MODE: data_parallel | semi_auto_parallel)"""
+usage: ckpt_per_rank.py MODE CASE DATA   (MODE: data_parallel | semi_auto_parallel | unset)"""
 import sys
 
 import tessera as ms
@@ -14,7 +14,8 @@ from tessera.communication import init, get_rank, get_group_size
 mode, case = sys.argv[1], sys.argv[2]
 init()
 rank, size = get_rank(), get_group_size()
-ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, full_batch=(mode != "data_parallel"))
+if mode != "unset":  # unset: MindSpore's stand_alone default on 2 ranks, refused by Model
+    ms.set_auto_parallel_context(parallel_mode=mode, gradients_mean=True, full_batch=(mode != "data_parallel"))
 
 
 class Net(nn.Cell):

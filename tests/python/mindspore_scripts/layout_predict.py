@@ -1,0 +1,52 @@
+"""MindSpore's distributed-inference steps under mpirun -n 2, semi_auto_parallel (only the import
+lines changed): model.infer_train_layout(dataset) before training, model.train, model.predict on
+test images, model.infer_predict_layout, and save_checkpoint on every rank. Prints the layouts
+and the predictions for test_ms_checkpoints.py to check against numpy.
+
+usage: layout_predict.py DATA OUTDIR"""
+import json
+import sys
+
+import numpy as np
+import tessera as ms
+from tessera import nn
+import tessera.dataset as ds
+import tessera.dataset.vision as vision
+from tessera.communication import init, get_rank, get_group_size
+
+init()
+rank, size = get_rank(), get_group_size()
+ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL, full_batch=True)
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc1 = nn.Dense(784, 32)
+        self.fc1.matmul.shard(((1, 1), (size, 1)))
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Dense(32, 10)
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.fc1(self.flat(x))))
+
+
+data = ds.FashionMnistDataset(sys.argv[1], usage="train", num_samples=128)
+data = data.map([vision.Rescale(1 / 255), vision.HWC2CHW()], input_columns="image").batch(16)
+net = Net()
+model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                 nn.Momentum(net.trainable_params(), 0.01, 0.9))
+layout = model.infer_train_layout(data)
+model.train(1, data)
+x = np.stack([img for img, _ in ds.FashionMnistDataset(sys.argv[1], usage="test", num_samples=20)
+              .map([vision.Rescale(1 / 255), vision.HWC2CHW()], input_columns="image")
+              .create_tuple_iterator(output_numpy=True)]).astype(np.float32).reshape(-1, 1, 28, 28)
+logits = model.predict(ms.Tensor(x))
+ms.save_checkpoint(net, "%s/net.safetensors" % sys.argv[2])
+if rank == 0:
+    np.save("%s/x.npy" % sys.argv[2], x)
+    np.save("%s/logits.npy" % sys.argv[2], logits)
+    with open("%s/layout.json" % sys.argv[2], "w") as f:
+        json.dump({"train": layout, "predict": model.infer_predict_layout(ms.Tensor(x))}, f)
+print("rank %d done" % rank, flush=True)
