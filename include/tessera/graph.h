@@ -169,6 +169,12 @@ ts_val ts_embedding(ts_graph *g, ts_val table, ts_val ids);
  * row_offset < 0 is TS_EINVAL. Gradient: the scatter-add of the ids in range (at id - row_offset)
  * into a (Vl,D) table, the others ignored. No communication. */
 ts_val ts_embedding_sharded(ts_graph *g, ts_val table, ts_val ids, int64_t row_offset);
+/* One-hot encoding, as MindSpore's OneHot and TensorFlow's one_hot: ids i32/i64 of shape S ->
+ * y of dtype dt and S's shape with a dim of `depth` inserted at `axis` (0..ndim(S); negative
+ * counts from the end of y's dims, -1 the last): y is on_value where the id equals the index
+ * along that dim, off_value elsewhere; an id outside [0, depth) gives a row of off_value (not an
+ * error). Not differentiable (ids are integers); y is a constant of the graph for autodiff. */
+ts_val ts_one_hot(ts_graph *g, ts_val ids, int64_t depth, int axis, float on_value, float off_value, ts_dtype dt);
 /* Inverted dropout with drop probability p; the mask comes from Philox(seed, step, index). */
 ts_val ts_dropout(ts_graph *g, ts_val x, float p, uint64_t seed);
 /* Causal scaled-dot-product attention: q,k,v (B,H,T,D) -> (B,H,T,D); scale 1/sqrt(D) if 0. */

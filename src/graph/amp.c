@@ -49,7 +49,7 @@ static int op_class(ts_op op) {
     case TS_OP_ELTWISE: case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_DROPOUT: case TS_OP_MAXPOOL2D:
     case TS_OP_AVGPOOL2D: case TS_OP_EMBEDDING: case TS_OP_BROADCAST_TO:
       return AMP_OTHER;
-    case TS_OP_CAST: case TS_OP_CONST:
+    case TS_OP_CAST: case TS_OP_CONST: case TS_OP_ONE_HOT:
       return AMP_KEEP;
     default: /* views, copies, concat/split/slice, collectives, p2p, and backward ops */
       return AMP_FOLLOW;

@@ -1,4 +1,4 @@
-/* Embedding family: EMBEDDING, EMBEDDING_BWD.
+/* Embedding family: EMBEDDING, EMBEDDING_BWD, ONE_HOT (the ops indexed by integer ids).
  *
  * Attributes (ts_attr_* accessors; tessera/ops.def):
  *   EMBEDDING     (table (V,D) float, ids i32/i64 of shape S) -> y (S...,D)
@@ -8,6 +8,10 @@
  * Sharded (Megatron's vocab-parallel embedding): the table holds rows [offset, offset+V) of the
  * full table; an id in that range gives row id - offset, any other id >= 0 a row of zeros (so
  * the sum over the shards is the full lookup), and the backward scatter-adds only those ids.
+ *
+ *   ONE_HOT       (ids i32/i64 of shape S) -> y: S with a dim of `depth` inserted at `axis`
+ *                 depth, axis (0..ndim(S)), dtype (y's), on, off: y = on where the id equals
+ *                 the index along axis, off elsewhere (ids outside [0,depth): all off)
  *
  * Gradients: table gets EMBEDDING_BWD (a deterministic scatter-add, sharded like the forward),
  * ids get none. Ids outside [0,V) (sharded: negative ids) are caught when the kernel runs
@@ -118,7 +122,53 @@ static int infer_embedding_bwd(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape
   return TS_OK;
 }
 
+/* ---------------------------------------------------------------- ONE_HOT */
+
+static int infer_one_hot(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh) {
+  char b[160];
+  if (n->nin != 1 || n->nout != 1)
+    return ts__graph_fail(g, TS_EINVAL, "one_hot: expects 1 input (ids) and 1 output, got %d/%d", n->nin, n->nout);
+  const ts__value *ids = ts__val(g, n->in[0]);
+  if (ids->dtype != TS_I32 && ids->dtype != TS_I64)
+    return ts__graph_fail(g, TS_EDTYPE, "one_hot: ids %s must be i32 or i64 (class ids)", VS(n->in[0], b));
+  if (ids->shape.ndim >= TS_MAX_DIMS)
+    return ts__graph_fail(g, TS_ESHAPE, "one_hot: ids %s have more than %d dims", VS(n->in[0], b), TS_MAX_DIMS - 1);
+  int64_t depth = ts_attr_one_hot_depth(&n->a), axis = ts_attr_one_hot_axis(&n->a), dt = ts_attr_one_hot_dtype(&n->a);
+  if (depth <= 0)
+    return ts__graph_fail(g, TS_EINVAL, "one_hot: depth %lld must be positive (ids %s)", (long long)depth,
+                          VS(n->in[0], b));
+  if (axis < 0 || axis > ids->shape.ndim)
+    return ts__graph_fail(g, TS_EINVAL, "one_hot: axis %lld out of range 0..%d for ids %s", (long long)axis,
+                          ids->shape.ndim, VS(n->in[0], b));
+  if (dt < 0 || dt >= TS_DTYPE_COUNT)
+    return ts__graph_fail(g, TS_EDTYPE, "one_hot: invalid dtype %lld", (long long)dt);
+  ts_shape s = ids->shape;
+  for (int d = s.ndim; d > axis; d--) s.dims[d] = s.dims[d - 1];
+  s.dims[axis] = depth;
+  s.ndim++;
+  odt[0] = (ts_dtype)dt;
+  osh[0] = s;
+  return TS_OK;
+}
+
+ts_val ts_one_hot(ts_graph *g, ts_val ids, int64_t depth, int axis, float on_value, float off_value, ts_dtype dt) {
+  if (!g) return TS_NONE;
+  int in = ts__vidx(g, ids, "one_hot");
+  if (in < 0) return TS_NONE;
+  int nd = g->vals[in].shape.ndim;
+  ts_attrs a;
+  memset(&a, 0, sizeof a);
+  ts_attr_set_one_hot_depth(&a, depth);
+  ts_attr_set_one_hot_axis(&a, axis < 0 ? axis + nd + 1 : axis);
+  if (axis < -(nd + 1)) ts_attr_set_one_hot_axis(&a, -1); /* out of range either way: the message says so */
+  ts_attr_set_one_hot_dtype(&a, dt);
+  ts_attr_set_one_hot_on(&a, on_value);
+  ts_attr_set_one_hot_off(&a, off_value);
+  return ts__add1(g, TS_OP_ONE_HOT, &in, 1, &a);
+}
+
 void ts__register_embedding(ts__opdef *tab) {
   tab[TS_OP_EMBEDDING] = (ts__opdef){"embedding", infer_embedding, grad_embedding, 0};
   tab[TS_OP_EMBEDDING_BWD] = (ts__opdef){"embedding_bwd", infer_embedding_bwd, NULL, 0};
+  tab[TS_OP_ONE_HOT] = (ts__opdef){"one_hot", infer_one_hot, NULL, 0};
 }

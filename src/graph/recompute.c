@@ -89,7 +89,7 @@ static int cheap(ts_op op) {
     case TS_OP_CONST: case TS_OP_CAST: case TS_OP_COPY: case TS_OP_LAYERNORM: case TS_OP_ELTWISE:
     case TS_OP_SOFTMAX: case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_BROADCAST_TO:
     case TS_OP_RESHAPE: case TS_OP_PERMUTE: case TS_OP_CONCAT: case TS_OP_SPLIT: case TS_OP_SLICE:
-    case TS_OP_DROPOUT:
+    case TS_OP_DROPOUT: case TS_OP_ONE_HOT:
       return 1;
     default: return 0;
   }

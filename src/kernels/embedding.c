@@ -188,3 +188,24 @@ int ts__embedding_shard_bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_
     return ts_error_set(TS_EINVAL, "embedding_bwd: row offset %lld is negative", (long long)offset);
   return bwd_lp(dt, dy, ids, idt, N, Vl, D, offset, 1, dtable);
 }
+
+/* ---- one-hot ---- */
+
+int ts__one_hot_ref(const void *ids, ts_dtype idt, int64_t outer, int64_t depth, int64_t inner, float on, float off,
+                    void *y, ts_dtype dt) {
+  size_t es = ts_dtype_size(dt);
+  if (!es || es > 8) return ts_error_set(TS_EDTYPE, "one_hot: invalid dtype %d", (int)dt);
+  unsigned char pon[8], poff[8];
+  int rc = ts_convert(&on, TS_F32, pon, dt, 1);
+  if (!rc) rc = ts_convert(&off, TS_F32, poff, dt, 1);
+  if (rc) return rc;
+  unsigned char *out = y;
+#pragma omp parallel for schedule(static) if (outer * depth * inner >= (1 << 15) && !omp_in_parallel())
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t d = 0; d < depth; d++) {
+      unsigned char *row = out + (size_t)((o * depth + d) * inner) * es;
+      for (int64_t i = 0; i < inner; i++)
+        memcpy(row + (size_t)i * es, id_at(ids, idt, o * inner + i) == d ? pon : poff, es);
+    }
+  return TS_OK;
+}

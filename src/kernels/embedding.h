@@ -38,4 +38,10 @@ int ts__embedding_bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_dtype 
 int ts__embedding_shard_bwd_lp(ts_dtype dt, const void *dy, const void *ids, ts_dtype idt, int64_t N, int64_t Vl,
                                int64_t D, int64_t offset, void *dtable);
 
+/* One-hot: ids (outer*inner) i32/i64 -> y (outer, depth, inner) of dtype dt: y[o,d,i] = on if
+ * ids[o*inner+i] == d else off (values converted to dt as ts__fill_ref does); ids outside
+ * [0,depth) give all off. Never fails but for a bad dtype (TS_EDTYPE). */
+int ts__one_hot_ref(const void *ids, ts_dtype idt, int64_t outer, int64_t depth, int64_t inner, float on, float off,
+                    void *y, ts_dtype dt);
+
 #endif

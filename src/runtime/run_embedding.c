@@ -23,7 +23,17 @@ static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
                               out[0].shape.dims[0], out[0].shape.dims[1], out[0].data);
 }
 
+static int run_one_hot(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  (void)ctx;
+  const int64_t axis = ts_attr_one_hot_axis(&n->a), depth = ts_attr_one_hot_depth(&n->a);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < in[0].shape.ndim; d++) *(d < axis ? &outer : &inner) *= in[0].shape.dims[d];
+  return ts__one_hot_ref(in[0].data, in[0].dtype, outer, depth, inner, ts_attr_one_hot_on(&n->a),
+                         ts_attr_one_hot_off(&n->a), out[0].data, out[0].dtype);
+}
+
 void ts__register_run_embedding(ts__run_fn *tab) {
   tab[TS_OP_EMBEDDING] = run_embedding;
   tab[TS_OP_EMBEDDING_BWD] = run_embedding_bwd;
+  tab[TS_OP_ONE_HOT] = run_one_hot;
 }

@@ -32,7 +32,7 @@ static int native16(ts_op op) {
     /* native 16-bit kernels (run_<family>.c dispatch on dtype) */
     case TS_OP_ATTENTION: case TS_OP_ATTENTION_BWD:
     case TS_OP_SUM_TO: case TS_OP_BROADCAST_TO: case TS_OP_REDUCE: case TS_OP_REDUCE_MAX_BWD:
-    case TS_OP_EMBEDDING: case TS_OP_EMBEDDING_BWD:
+    case TS_OP_EMBEDDING: case TS_OP_EMBEDDING_BWD: case TS_OP_ONE_HOT:
     case TS_OP_SOFTMAX_CE: case TS_OP_SOFTMAX_CE_BWD:
     case TS_OP_MATMUL: case TS_OP_DENSE:
     case TS_OP_CONV2D: case TS_OP_CONV2D_BWD_DATA: case TS_OP_CONV2D_BWD_WEIGHT:
