@@ -77,19 +77,72 @@ def load_checkpoint(ckpt_file_name, net=None, strict_load=False, raw=False):
 
 
 def load_distributed_checkpoint(network, checkpoint_filenames, predict_strategy=None, train_strategy_filename=None,
-                                strict_load=False):
-    """A sliced checkpoint (the directory of a distributed run) into network: through its trainer
-    (each rank reads only its pieces, whatever layout wrote them) when the network has one, else
-    merged and kept until a Model builds it. checkpoint_filenames: the directory."""
-    path = checkpoint_filenames if isinstance(checkpoint_filenames, str) else None
-    if path is None or not _C.ckpt_is_sliced(path):
-        raise ValueError("load_distributed_checkpoint: Tessera's sliced checkpoints are one directory "
-                         "(checkpoint.format: sliced); got %r" % (checkpoint_filenames,))
+                                strict_load=False, dec_key=None, dec_mode="AES-GCM", format="ckpt"):
+    """A distributed run's checkpoint into network, cut for the network's own layout: each rank
+    reads only its pieces, whatever layout wrote them (through its trainer when it has one;
+    else merged and kept until a Model builds it). checkpoint_filenames: the sliced checkpoint's
+    directory, or MindSpore's list of per-rank files: the rank files of one sliced checkpoint
+    (rank00000.safetensors, ... beside its manifest), or whole checkpoints (one per rank, each the
+    whole model: the first is read). predict_strategy (infer_predict_layout's dict), when given,
+    must be the network's own layout (Tessera re-cuts to it: None is enough);
+    train_strategy_filename is not needed (the pieces carry their layouts) and is refused."""
+    if dec_key is not None:
+        raise ValueError("load_distributed_checkpoint: dec_key: encrypted checkpoints are not supported")
+    if train_strategy_filename is not None:
+        raise ValueError("load_distributed_checkpoint: train_strategy_filename is not needed: a Tessera sliced "
+                         "checkpoint records each piece's layout (give None)")
+    path = _distributed_path(checkpoint_filenames)
     t = getattr(network, "_trainer", None)
+    if predict_strategy is not None:
+        if not isinstance(predict_strategy, dict):
+            raise TypeError("load_distributed_checkpoint: predict_strategy must be the dict infer_predict_layout "
+                            "returns, got %r" % (predict_strategy,))
+        if t is not None:
+            from .train.model import Model
+            mine = Model._layout_dict(t)
+            bad = sorted(k for k in predict_strategy if k in mine and
+                         list(predict_strategy[k][:3]) != [list(v) for v in mine[k][:3]])
+            unknown = sorted(k for k in predict_strategy if k not in mine)
+            if bad or unknown:
+                raise ValueError("load_distributed_checkpoint: predict_strategy differs from the network's layout for "
+                                 "%s: Tessera cuts the checkpoint for the network's own layout (pass "
+                                 "model.infer_predict_layout(...) or None)" % ", ".join((bad + unknown)[:5]))
     if t is not None:
         t.load(path, bool(strict_load), False)
         return
     load_checkpoint(path, net=network, strict_load=strict_load)
+
+
+def _distributed_path(names):
+    """The one path a distributed checkpoint is read from (see load_distributed_checkpoint)."""
+    if isinstance(names, (str, os.PathLike)):
+        names = os.fspath(names)
+        if _C.ckpt_is_sliced(names):
+            return names
+        raise ValueError("load_distributed_checkpoint: %s is not a sliced checkpoint directory (a whole file: "
+                         "load_checkpoint / load_param_into_net)" % names)
+    if not isinstance(names, (list, tuple)) or not names:
+        raise ValueError("load_distributed_checkpoint: checkpoint_filenames must be a sliced checkpoint's directory "
+                         "or a list of files, got %r" % (names,))
+    names = [os.fspath(n) for n in names]
+    dirs = {os.path.dirname(os.path.abspath(n)) for n in names}
+    if len(dirs) == 1:
+        d = dirs.pop()
+        if _C.ckpt_is_sliced(d):  # the rank files of one sliced checkpoint: read through its manifest
+            have = {n for n in os.listdir(d) if n.startswith("rank") and n.endswith(".safetensors")}
+            given = {os.path.basename(n) for n in names}
+            if given != have:
+                raise ValueError("load_distributed_checkpoint: %s holds %d rank files, the list names %d (%s): give "
+                                 "every rank's file, or the directory" % (d, len(have), len(given),
+                                                                          ", ".join(sorted(given ^ have)[:3])))
+            return d
+    for n in names:
+        if _C.ckpt_is_sliced(n) or _C.ckpt_is_sliced(os.path.dirname(os.path.abspath(n))):
+            raise ValueError("load_distributed_checkpoint: %s is part of a sliced checkpoint but the list spans other "
+                             "directories: give that checkpoint's directory" % n)
+        if not os.path.isfile(n):
+            raise FileNotFoundError("load_distributed_checkpoint: %s: no such file" % n)
+    return names[0]  # whole checkpoints, one per rank (per-rank directories): each is the whole model
 
 
 def load_param_into_net(net, parameter_dict, strict_load=False):
@@ -98,7 +151,9 @@ def load_param_into_net(net, parameter_dict, strict_load=False):
     names of the network's parameters that were not in the dict."""
     t = getattr(net, "_trainer", None)
     if t is None:
-        net.__dict__["_pending_params"] = dict(parameter_dict)
+        pending = dict(net.__dict__.get("_pending_params") or {})  # e.g. Parameter(Tensor(...)) values
+        pending.update(parameter_dict)
+        net.__dict__["_pending_params"] = pending
         return []
     import numpy as np
     store = t.params()
