@@ -270,6 +270,31 @@ static PyObject *b_cast(Builder *b, PyObject *args) {
   return ret(b, ts_cast(g, x, d));
 }
 
+/* const(dtype, shape, value): a tensor of one value (ts_const) */
+static PyObject *b_const(Builder *b, PyObject *args) {
+  const char *dt;
+  PyObject *shp;
+  float v;
+  PRE("sOf", &dt, &shp, &v);
+  ts_dtype d;
+  if (ts_dtype_parse(dt, &d)) return PyErr_Format(PyExc_ValueError, "const: unknown dtype '%s'", dt);
+  ts_shape s;
+  if (tsp_shape_from_seq(shp, &s)) return NULL;
+  return ret(b, ts_const(g, d, s, v));
+}
+
+/* one_hot(ids, depth, axis, on, off, dtype) (ts_one_hot) */
+static PyObject *b_one_hot(Builder *b, PyObject *args) {
+  int x, axis;
+  long long depth;
+  float on, off;
+  const char *dt;
+  PRE("iLiffs", &x, &depth, &axis, &on, &off, &dt);
+  ts_dtype d;
+  if (ts_dtype_parse(dt, &d)) return PyErr_Format(PyExc_ValueError, "one_hot: unknown dtype '%s'", dt);
+  return ret(b, ts_one_hot(g, x, depth, axis, on, off, d));
+}
+
 static PyObject *b_shard(Builder *b, PyObject *args) {
   int x;
   const char *st;
@@ -313,7 +338,7 @@ static PyMethodDef bmethods[] = {M(dense),    M(conv2d),   M(batchnorm),  M(laye
                                  M(param),    M(eltwise),  M(softmax),    M(binary),    M(scale),
                                  M(matmul),   M(dense_op), M(reshape),    M(flatten),   M(permute),
                                  M(transpose), M(concat),  M(slice),      M(reduce),    M(pool),
-                                 M(global_avgpool), M(dropout), M(attention), M(softmax_ce), M(cast),
+                                 M(global_avgpool), M(dropout), M(attention), M(softmax_ce), M(cast), M(const), M(one_hot),
                                  M(shard),    M(push_scope), {"pop_scope", (PyCFunction)b_pop_scope, METH_NOARGS, NULL},
                                  M(info),     {NULL, NULL, 0, NULL}};
 static PyGetSetDef bgetset[] = {{"training", (getter)b_get, NULL, "1: the training graph", (void *)0},

@@ -9,12 +9,13 @@ config keys (docs/config.md); nothing here computes."""
 import collections
 import zlib
 
-from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT
+from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
 
 __all__ = ["Cell", "SequentialCell", "CellList", "Dense", "Conv2d", "BatchNorm2d", "LayerNorm", "Embedding",
            "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d",
            "AdaptiveAvgPool2d",
-           "Dropout", "MultiHeadAttention", "SoftmaxCrossEntropyWithLogits", "CrossEntropyLoss", "Optimizer",
+           "Dropout", "MultiHeadAttention", "LossBase", "SoftmaxCrossEntropyWithLogits", "CrossEntropyLoss",
+           "WithLossCell", "Optimizer",
            "SGD", "Momentum", "Adam", "AdamWeightDecay", "AdamW", "Lamb", "Parameter"]
 
 
@@ -612,30 +613,212 @@ class MultiHeadAttention(Cell):
 
 
 # ---- losses ----
-class _Loss:
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+class LossBase(Cell):
+    """MindSpore's nn.LossBase(reduction="mean"): subclasses write construct(logits, labels) with
+    ops and return self.get_loss(x) (x times weights, then the reduction: "mean" over every
+    element, "sum", or "none"). Any Cell whose construct(logits, labels) records ops and returns
+    a scalar is a Model's loss_fn."""
+
     smoothing = 0.0
+    _sparse_ce = False  # the loss is the mean sparse softmax cross-entropy (the trainer's eval loss)
 
-    def __call__(self, logits, labels):
-        logits, labels = as_tensor(logits), as_tensor(labels)
-        return Tensor(logits._b, logits._b.softmax_ce(logits._v, labels._v, float(self.smoothing)))
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        if reduction not in _REDUCTIONS:
+            raise ValueError("%s: reduction must be 'mean', 'sum' or 'none', got %r" % (type(self).__name__, reduction))
+        self.reduction = reduction
+
+    def get_loss(self, x, weights=1.0):
+        x = as_tensor(x)
+        if not (isinstance(weights, (int, float)) and weights == 1.0):
+            x = Tensor(x._b, x._b.binary(x._v, as_value(weights, like=x), BIN["mul"]))
+        if self.reduction == "none" or x.ndim == 0:
+            return x
+        return Tensor(x._b, x._b.reduce(x._v, RED[self.reduction], list(range(x.ndim)), False))
+
+    def get_axis(self, x):
+        return tuple(range(as_tensor(x).ndim))
 
 
-class SoftmaxCrossEntropyWithLogits(_Loss):
-    """sparse=True, reduction="mean": the mean softmax cross-entropy over the batch (labels are
-    class ids). Tessera has only this form: other arguments raise ValueError."""
+def _dense_ce(logits, labels, cls):
+    """-sum(labels * log_softmax(logits), -1) per row: labels dense (the logits' shape, float)."""
+    b = logits._b
+    if labels.shape != logits.shape:
+        raise ValueError("%s(sparse=False): labels %s must have the logits' shape %s (class probabilities); "
+                         "class ids need sparse=True" % (cls, labels.shape, logits.shape))
+    if labels.dtype != logits.dtype:
+        raise ValueError("%s(sparse=False): labels of dtype %s with %s logits: class ids need sparse=True, or "
+                         "ops.OneHot(...)(labels, depth, Tensor(1.0, ms.float32), Tensor(0.0, ms.float32)) first"
+                         % (cls, labels.dtype, logits.dtype))
+    ls = b.softmax(logits._v, -1, True)
+    per = b.reduce(b.binary(ls, labels._v, BIN["mul"]), RED["sum"], [logits.ndim - 1], False)
+    return Tensor(b, b.scale(per, -1.0, 0.0))
+
+
+class SoftmaxCrossEntropyWithLogits(LossBase):
+    """SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none"), MindSpore's: logits (N, C);
+    labels class ids (N,) with sparse=True, or (N, C) probabilities (e.g. ops.OneHot's) with
+    sparse=False; reduction "mean" / "sum" over the rows, or "none" (the (N,) losses: a Model
+    trains a scalar, so give "mean" there). sparse=True with "mean" is Tessera's fused loss
+    (ts_softmax_cross_entropy); the other forms are recorded from ops."""
 
     def __init__(self, sparse=False, reduction="none", label_smoothing=0.0):
-        if not sparse or reduction != "mean":
-            raise ValueError("SoftmaxCrossEntropyWithLogits: Tessera's loss is sparse=True, reduction='mean' "
-                             "(got sparse=%r, reduction=%r)" % (sparse, reduction))
+        super().__init__(reduction)
+        self.sparse = bool(sparse)
         self.smoothing = float(label_smoothing)
+        if self.smoothing and not (self.sparse and reduction == "mean"):
+            raise ValueError("SoftmaxCrossEntropyWithLogits: label_smoothing only with sparse=True, reduction='mean'")
+        self._sparse_ce = self.sparse and reduction == "mean"
+
+    def construct(self, logits, labels):
+        logits, labels = as_tensor(logits), as_tensor(labels)
+        b = logits._b
+        if self.sparse:
+            if labels.dtype not in (_int("int32"), _int("int64")):
+                raise ValueError("SoftmaxCrossEntropyWithLogits(sparse=True): labels must be class ids (int32/int64), "
+                                 "got %s" % (labels.dtype,))
+            if self.reduction == "mean":
+                return Tensor(b, b.softmax_ce(logits._v, labels._v, float(self.smoothing)))
+            C = logits.shape[-1]
+            labels = Tensor(b, b.one_hot(labels._v, C, -1, 1.0, 0.0, _dtype_name(logits.dtype)))
+        return self.get_loss(_dense_ce(logits, labels, "SoftmaxCrossEntropyWithLogits"))
 
 
-class CrossEntropyLoss(_Loss):
+def _int(name):
+    from .common import dtype
+    return getattr(dtype, name)
+
+
+class CrossEntropyLoss(LossBase):
+    """CrossEntropyLoss(weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    class ids (Tessera's fused loss, ignore_index -100 ignored) or, labels of the logits' shape,
+    class probabilities."""
+
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        super().__init__(reduction)
         if weight is not None or ignore_index != -100 or reduction != "mean":
             raise ValueError("CrossEntropyLoss: only weight=None, ignore_index=-100, reduction='mean'")
         self.smoothing = float(label_smoothing)
+        self._sparse_ce = True
+
+    def construct(self, logits, labels):
+        logits, labels = as_tensor(logits), as_tensor(labels)
+        if labels.shape == logits.shape and labels.dtype == logits.dtype:
+            if self.smoothing:
+                raise ValueError("CrossEntropyLoss: label_smoothing with class probabilities is not supported")
+            return self.get_loss(_dense_ce(logits, labels, "CrossEntropyLoss"))
+        return Tensor(logits._b, logits._b.softmax_ce(logits._v, labels._v, float(self.smoothing)))
+
+
+_Loss = LossBase  # the name Model and older code use
+
+
+class WithLossCell(Cell):
+    """WithLossCell(backbone, loss_fn): construct(data, label) = loss_fn(backbone(data), label).
+    As MindSpore's (auto_prefix=False), the parameters keep the backbone's names.
+    Model(WithLossCell(net, loss), optimizer=opt) trains exactly as Model(net, loss, opt);
+    metrics need the backbone's logits: Model(net, loss, opt, metrics=...)."""
+
+    def __init__(self, backbone, loss_fn):
+        super().__init__(auto_prefix=False)
+        if not isinstance(backbone, Cell):
+            raise TypeError("WithLossCell: backbone must be an nn.Cell, got %r" % (backbone,))
+        if not isinstance(loss_fn, Cell):
+            raise TypeError("WithLossCell: loss_fn must be an nn.Cell (a loss), got %r" % (loss_fn,))
+        backbone._init_cell()
+        # not sub-cells by attribute: no name prefix (MindSpore's auto_prefix=False)
+        self.__dict__["_backbone"] = backbone
+        self.__dict__["_loss_fn"] = loss_fn
+
+    @property
+    def backbone_network(self):
+        return self._backbone
+
+    @property
+    def _trainer(self):  # a Model's trainer sits on the backbone (save_checkpoint(net_with_loss))
+        return self._backbone.__dict__.get("_trainer")
+
+    def construct(self, data, label):
+        return self._loss_fn(self._backbone(data), label)
+
+    def cells_and_names(self, prefix=""):
+        yield prefix, self
+        for p, c in self._backbone.cells_and_names(prefix):
+            if c is not self._backbone:
+                yield p, c
+
+    def parameters_and_names(self, prefix=""):
+        yield from self._backbone.parameters_and_names(prefix)
+
+    def set_train(self, mode=True):
+        self._backbone.set_train(mode)
+        self.__dict__["training"] = bool(mode)
+        return self
+
+
+def _unwrap_with_loss(network, metrics):
+    """Model(network, loss_fn=None): (backbone, loss_fn) of an nn.WithLossCell, trained as
+    Model(backbone, loss_fn) (the trainer needs the logits apart from the loss: evaluation,
+    metrics). Any other network is refused, saying what to write."""
+    if not isinstance(network, WithLossCell) or type(network).construct is not WithLossCell.construct:
+        raise ValueError("Model(network, loss_fn=None): Tessera takes the loss apart from the network's logits "
+                         "(the trainer evaluates and reports metrics from the logits); give Model(backbone, "
+                         "loss_fn=..., optimizer=...) or Model(nn.WithLossCell(backbone, loss_fn), optimizer=...), "
+                         "got %s" % type(network).__name__)
+    if metrics:
+        # MindSpore refuses this too: "If `metrics` is set, `eval_network` must not be None"
+        raise ValueError("Model(nn.WithLossCell(...), loss_fn=None, metrics=%r): metrics need an eval_network when "
+                         "loss_fn is None (as in MindSpore), and Tessera has no eval_network: give Model(backbone, "
+                         "loss_fn, optimizer, metrics=...) (the same training)" % (metrics,))
+    return network._backbone, network._loss_fn
+
+
+def _check_loss_fn(loss_fn, zoo, metrics):
+    """Model's loss_fn: an nn.Cell (a tessera.nn loss, or a Cell whose construct(logits, labels)
+    records ops and returns a scalar)."""
+    if not isinstance(loss_fn, Cell):
+        raise ValueError("Model: loss_fn must be an nn.Cell: a tessera.nn loss or a Cell whose construct(logits, "
+                         "labels) returns a scalar loss, got %r" % (loss_fn,))
+    ce = bool(getattr(loss_fn, "_sparse_ce", False))
+    if zoo and not ce:
+        raise ValueError("Model: a tessera.zoo network trains with Tessera's sparse softmax cross-entropy "
+                         "(built in C); loss_fn must be nn.SoftmaxCrossEntropyWithLogits(sparse=True, "
+                         "reduction='mean'), got %s (write the network as a Cell for another loss)"
+                         % type(loss_fn).__name__)
+    if isinstance(loss_fn, LossBase) and loss_fn.reduction == "none":
+        raise ValueError("Model: loss_fn %s(reduction='none') gives one loss per sample; Tessera trains a scalar "
+                         "loss: give reduction='mean' (MindSpore would follow the gradient of their sum and "
+                         "report their mean)" % type(loss_fn).__name__)
+    if not ce and "loss" in (metrics or ()):
+        raise ValueError("Model: metrics 'loss' with loss_fn %s: Tessera's evaluation loss is the mean softmax "
+                         "cross-entropy of the logits, not this loss_fn's; drop 'loss' from metrics, or use "
+                         "nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction='mean')" % type(loss_fn).__name__)
+
+
+def _loss_value(loss, loss_fn):
+    """The graph value of what loss_fn returned: a float scalar (one element is taken as one)."""
+    name = type(loss_fn).__name__
+    if isinstance(loss, (tuple, list)):
+        raise ValueError("loss_fn %s returned %d values: the loss must be one scalar Tensor" % (name, len(loss)))
+    if not isinstance(loss, Tensor) or loss._data is not None:
+        raise ValueError("loss_fn %s returned %r: the loss must be a Tensor computed from the logits and labels "
+                         "with ops" % (name, loss))
+    from .common.dtype import float32, float16, bfloat16
+    if loss.dtype not in (float32, float16, bfloat16):
+        raise ValueError("loss_fn %s returned a %s Tensor: the loss must be a float" % (name, loss.dtype))
+    shp = loss.shape
+    n = 1
+    for d in shp:
+        n *= d
+    if shp and n == 1:
+        return loss._b.reshape(loss._v, [])
+    if shp:
+        raise ValueError("loss_fn %s returned a Tensor of shape %s: Tessera trains a scalar loss; reduce it (e.g. "
+                         "ops.ReduceMean()(loss), or reduction='mean')" % (name, shp))
+    return loss._v
 
 
 # ---- optimizers: descriptions turned into optimizer.* keys ----

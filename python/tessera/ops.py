@@ -3,13 +3,15 @@ construct; `.shard(((1, 1), (1, 4)))` records the operator's strategy (ts_shard)
 parallel pass applies under semi_auto_parallel (docs/parallel-pass.md). The operator's name for
 parallel.strategies is its cell's path plus the op ("block.matmul")."""
 from .nn import _strategy_text
-from .tensor import Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
+from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
 
 __all__ = ["Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
            "Tanh", "Exp", "Log", "Sqrt", "Square", "Softmax", "LogSoftmax", "Reshape", "Transpose", "Flatten",
-           "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd", "OneHot", "flatten", "reshape",
+           "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd", "OneHot", "Shape", "Neg", "Abs",
+           "ScalarToTensor", "ScalarToArray", "flatten", "reshape",
            "transpose", "cast", "matmul", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "square", "softmax",
-           "log_softmax", "add", "sub", "mul", "div", "concat", "mean", "sum"]
+           "log_softmax", "add", "sub", "mul", "div", "concat", "mean", "sum", "neg", "abs", "one_hot", "shape",
+           "scalar_to_tensor", "scalar_to_array", "fill", "ones", "zeros", "ones_like", "zeros_like"]
 
 
 class Primitive:
@@ -47,10 +49,12 @@ BatchMatMul = MatMul
 
 
 class _Bin(Primitive):
+    """Tensors, Parameters, Tensors of one value and Python numbers (constants: a number takes the
+    other operand's dtype); NumPy broadcasting."""
     alg = None
 
     def _emit(self, b, x, y):
-        return b.binary(as_value(x), as_value(y), BIN[self.alg])
+        return b.binary(as_value(x, like=y), as_value(y, like=x), BIN[self.alg])
 
 
 class Add(_Bin):
@@ -189,13 +193,82 @@ class Cast(Primitive):
         return b.cast(as_value(x), _dtype_name(dtype, "Cast"))
 
 
+def _scalar(x, what):
+    """The Python value of a constant operand: a number or a Tensor of one value."""
+    if isinstance(x, Tensor) and x._data is not None:
+        a = x._data.reshape(-1)
+        if a.size != 1:
+            raise ValueError("%s: expected one value, got a Tensor of shape %s" % (what, x.shape))
+        return a[0].item(), _dtype_name(x._data.dtype)
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x, None
+    raise ValueError("%s: expected a constant (a number or Tensor(1.0, ms.float32)), got %r: Tessera takes on/off "
+                     "values and the depth when the graph is recorded" % (what, x))
+
+
 class OneHot(Primitive):
-    """Refused: a one-hot matrix needs constants in the graph, which Tessera's builder does not
-    record; its losses take class ids."""
+    """OneHot(axis=-1)(indices, depth, on_value, off_value), as MindSpore's: indices int32/int64
+    (class ids: the labels a Model feeds), depth an int, on_value/off_value constants (numbers or
+    Tensors of one value; the output takes their dtype, float32 for Python floats). An index
+    outside [0, depth) gives off_value everywhere (MindSpore's semantics). No gradient flows to
+    the indices (ts_one_hot)."""
 
     def __init__(self, axis=-1):
-        raise ValueError("ops.OneHot: not supported (the graph has no constant tensors); Tessera's losses take "
-                         "class ids: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction='mean')")
+        super().__init__()
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ValueError("OneHot: axis must be an int, got %r" % (axis,))
+        self.axis = axis
+
+    def _emit(self, b, indices, depth, on_value=1.0, off_value=0.0):
+        d, _ = _scalar(depth, "OneHot depth")
+        if isinstance(d, float) and d != int(d) or int(d) <= 0:
+            raise ValueError("OneHot: depth must be a positive int, got %r" % (depth,))
+        on, dt_on = _scalar(on_value, "OneHot on_value")
+        off, dt_off = _scalar(off_value, "OneHot off_value")
+        dt = dt_on or dt_off or "f32"
+        if dt_on and dt_off and dt_on != dt_off:
+            raise ValueError("OneHot: on_value (%s) and off_value (%s) must have the same dtype" % (dt_on, dt_off))
+        t = as_tensor(indices)
+        if t.dtype not in (_int32(), _int64()):
+            raise ValueError("OneHot: indices must be int32 or int64 (class ids), got %s" % (t.dtype,))
+        return b.one_hot(t._v, int(d), self.axis, float(on), float(off), dt)
+
+
+def _int32():
+    from .common.dtype import int32
+    return int32
+
+
+def _int64():
+    from .common.dtype import int64
+    return int64
+
+
+class Shape(Primitive):
+    """Shape()(x): the shape of x as a tuple of ints (known when the graph is recorded)."""
+
+    def __call__(self, x):
+        return shape(x)
+
+
+class Neg(_Elt):
+    alg = "neg"
+
+
+class Abs(_Elt):
+    alg = "abs"
+
+
+class ScalarToTensor(Primitive):
+    """ScalarToTensor()(x, dtype=float32): a Tensor of one value (a constant in construct)."""
+
+    def __call__(self, input_x, dtype=None):
+        return scalar_to_tensor(input_x, dtype)
+
+
+class ScalarToArray(Primitive):
+    def __call__(self, input_x):
+        return scalar_to_array(input_x)
 
 
 # ---- MindSpore 2.x's functional forms ----
@@ -286,3 +359,64 @@ def mean(x, axis=None, keep_dims=False):
 
 def sum(input, dim=None, keepdim=False):
     return ReduceSum(keepdim)(input, () if dim is None else dim)
+
+
+def neg(input):
+    return Neg()(input)
+
+
+def abs(input):
+    return Abs()(input)
+
+
+def one_hot(indices, depth, on_value=1.0, off_value=0.0, axis=-1):
+    """MindSpore 2.x's ops.one_hot (OneHot(axis)(indices, depth, on_value, off_value))."""
+    return OneHot(axis)(indices, depth, on_value, off_value)
+
+
+def shape(input_x):
+    """The shape of input_x as a tuple of ints (MindSpore's ops.shape; known at record time)."""
+    if isinstance(input_x, Parameter):
+        return tuple(input_x.shape)
+    if isinstance(input_x, Tensor):
+        return tuple(input_x.shape)
+    raise TypeError("ops.shape: expected a Tensor, got %r" % (input_x,))
+
+
+def scalar_to_tensor(input_x, dtype=None):
+    """A Tensor of one value, float32 unless dtype says otherwise (a constant when used in
+    construct)."""
+    import numpy as np
+    from .common.dtype import float32
+    if isinstance(input_x, bool) or not isinstance(input_x, (int, float)):
+        raise TypeError("scalar_to_tensor: expected a number, got %r" % (input_x,))
+    return Tensor(np.asarray(input_x), float32 if dtype is None else dtype)
+
+
+def scalar_to_array(input_x):
+    """MindSpore 1.x's ScalarToArray: a float32 Tensor of one value."""
+    return scalar_to_tensor(float(input_x))
+
+
+def fill(type, shape, value):
+    """A Tensor of `shape` filled with value (a constant when used in construct)."""
+    import numpy as np
+    return Tensor(np.full(tuple(shape), value), type)
+
+
+def ones(shape, dtype=None):
+    from .common.dtype import float32
+    return fill(dtype or float32, (shape,) if isinstance(shape, int) else shape, 1)
+
+
+def zeros(shape, dtype=None):
+    from .common.dtype import float32
+    return fill(dtype or float32, (shape,) if isinstance(shape, int) else shape, 0)
+
+
+def ones_like(input, dtype=None):
+    return fill(dtype or input.dtype, input.shape, 1)
+
+
+def zeros_like(input, dtype=None):
+    return fill(dtype or input.dtype, input.shape, 0)

@@ -24,7 +24,9 @@ class Tensor:
     """A value of the graph being built (shape and dtype known, data not), or, made by a user as
     MindSpore's Tensor(input_data, dtype), a tensor of values (numpy underneath: asnumpy(),
     shape, dtype; Parameter(Tensor(...)) initialises a parameter with them). A Tensor of values
-    cannot be an operand in construct: make it a Parameter (requires_grad=False for a constant)."""
+    whose elements are all one value (Tensor(1.0, ms.float32), ops.scalar_to_tensor(-1.0)) is a
+    constant when used as an operand in construct; one of several values is refused there (make
+    it a Parameter(..., requires_grad=False))."""
 
     __slots__ = ("_b", "_v", "_data")
 
@@ -80,40 +82,54 @@ class Tensor:
         return "Tensor(shape=%s, dtype=%s)" % (self.shape, self.dtype)
 
     def _bin(self, other, alg, swap=False):
+        if self._data is not None and (_is_number(other) or isinstance(other, Tensor) and other._data is not None):
+            import numpy as np  # values with values: computed here, a Tensor of values
+            o = other._data if isinstance(other, Tensor) else np.asarray(other, self._data.dtype)
+            a, c = (o, self._data) if swap else (self._data, o)
+            return Tensor({"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}[alg](a, c))
+        if self._data is not None:  # a constant with a graph value: the graph's op
+            return as_tensor(other)._bin(self, alg, not swap)
         o = as_value(other, like=self)
-        a, b = (o, self._v) if swap else (self._v, o)
-        return Tensor(self._b, self._b.binary(a, b, BIN[alg]))
+        a, c = (o, self._v) if swap else (self._v, o)
+        return Tensor(self._b, self._b.binary(a, c, BIN[alg]))
 
     def __add__(self, o):
-        if isinstance(o, (int, float)):
+        if _is_number(o) and self._data is None:
             return Tensor(self._b, self._b.scale(self._v, 1.0, float(o)))
         return self._bin(o, "add")
 
-    __radd__ = __add__
+    def __radd__(self, o):
+        return self.__add__(o) if _is_number(o) else self._bin(o, "add", swap=True)
 
     def __sub__(self, o):
-        if isinstance(o, (int, float)):
+        if _is_number(o) and self._data is None:
             return Tensor(self._b, self._b.scale(self._v, 1.0, -float(o)))
         return self._bin(o, "sub")
 
     def __rsub__(self, o):
-        if isinstance(o, (int, float)):
+        if _is_number(o) and self._data is None:
             return Tensor(self._b, self._b.scale(self._v, -1.0, float(o)))
         return self._bin(o, "sub", swap=True)
 
     def __mul__(self, o):
-        if isinstance(o, (int, float)):
+        if _is_number(o) and self._data is None:
             return Tensor(self._b, self._b.scale(self._v, float(o), 0.0))
         return self._bin(o, "mul")
 
-    __rmul__ = __mul__
+    def __rmul__(self, o):
+        return self.__mul__(o) if _is_number(o) else self._bin(o, "mul", swap=True)
 
     def __truediv__(self, o):
-        if isinstance(o, (int, float)):
+        if _is_number(o) and self._data is None:
             return Tensor(self._b, self._b.scale(self._v, 1.0 / float(o), 0.0))
         return self._bin(o, "div")
 
+    def __rtruediv__(self, o):
+        return self._bin(o, "div", swap=True)
+
     def __neg__(self):
+        if self._data is not None:
+            return Tensor(-self._data)
         return Tensor(self._b, self._b.scale(self._v, -1.0, 0.0))
 
     def __matmul__(self, o):
@@ -221,19 +237,38 @@ class Parameter:
         return "Parameter(name=%r, shape=%s)" % (self.name, self.shape)
 
 
+def _is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _const(a, what="a Tensor of values"):
+    """The graph constant of numpy array a: every element one value (ts_const), else ValueError."""
+    flat = a.reshape(-1)
+    if flat.size == 0 or not (flat == flat[0]).all():
+        raise ValueError("%s %s used as an operand in construct: Tessera's graph constants hold one value "
+                         "(Tensor(1.0, ms.float32), ops.scalar_to_tensor); for other values make it a "
+                         "Parameter(Tensor(...), requires_grad=False) of the cell" % (what, tuple(a.shape)))
+    return builder().const(_dtype_name(a.dtype, "Tensor"), list(a.shape), float(flat[0]))
+
+
 def as_value(x, like=None):
-    """The graph value of a Tensor or Parameter (the parameter registered in the current scope)."""
+    """The graph value of a Tensor or Parameter (the parameter registered in the current scope); a
+    Tensor of values whose elements are one value, and a Python number, are constants (a number
+    takes the dtype of `like`, the op's other operand, else float32)."""
     if isinstance(x, Tensor):
         if x._data is not None:
-            raise ValueError("a Tensor of values %s used as an operand in construct: Tessera records a graph; make "
-                             "it a Parameter(Tensor(...), requires_grad=False) of the cell" % (x.shape,))
+            return _const(x._data)
         return x._v
     if isinstance(x, Parameter):
         return x._value(builder())
-    if isinstance(x, (int, float)) and like is not None:
-        raise ValueError("a Python number here needs a Tensor op (use x * 2.0, x + 1.0)")
+    if _is_number(x):
+        dt = _dtype_name(like.dtype) if isinstance(like, Tensor) else "f32"
+        if isinstance(x, float) and dt not in ("f32", "f16", "bf16"):
+            dt = "f32"
+        return builder().const(dt, [], float(x))
     raise TypeError("expected a Tensor or Parameter, got %r" % (x,))
 
 
 def as_tensor(x):
-    return x if isinstance(x, Tensor) else Tensor(builder(), as_value(x))
+    """x as a graph Tensor (Parameters, constants and numbers recorded)."""
+    return x if isinstance(x, Tensor) and x._data is None else Tensor(builder(), as_value(x))

@@ -31,11 +31,11 @@ class Model:
         if not isinstance(network, Cell):
             raise TypeError("Model: network must be a tessera.nn.Cell, got %r" % (network,))
         zoo = getattr(network, "_zoo_keys", None)
-        if loss_fn is None:
-            raise ValueError("Model: loss_fn is required (nn.SoftmaxCrossEntropyWithLogits(sparse=True, "
-                             "reduction='mean'))")
-        if not isinstance(loss_fn, _Loss):
-            raise ValueError("Model: loss_fn must be a tessera.nn loss, got %r" % (loss_fn,))
+        from .. import nn as _nn
+        if loss_fn is None:  # MindSpore's form where the network outputs the loss: nn.WithLossCell
+            network, loss_fn = _nn._unwrap_with_loss(network, metrics)
+            zoo = getattr(network, "_zoo_keys", None)
+        _nn._check_loss_fn(loss_fn, zoo is not None, metrics)
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ValueError("Model: optimizer must be a tessera.nn optimizer, got %r" % (optimizer,))
         if optimizer is not None and zoo is None and optimizer.parameters:
@@ -142,6 +142,12 @@ class Model:
             k["train.batch_size"] *= self.accum
         k["train.epochs"] = int(epochs)
         k["train.eval_every"] = -1
+        every = getattr(self, "_fit_eval_every", None)  # Model.fit's valid_frequency (epochs)
+        if every == 1:
+            k["train.eval_every"] = 0  # at every epoch's end
+        elif every:
+            spe = train_ds.get_dataset_size() // self.accum  # this shard's batches per epoch: the steps
+            k["train.eval_every"] = every * spe
         if self.amp:
             k["train.amp_level"] = "O%d" % self.amp
             if self.amp_dtype:
@@ -218,7 +224,8 @@ class Model:
             self.network.set_train(bool(b.training))
             logits = self.network(Tensor(b, x))
             loss = self.loss_fn(logits, Tensor(b, targets)) if targets is not None else None
-            return as_value(logits), (as_value(loss) if loss is not None else None)
+            from ..nn import _loss_value
+            return as_value(logits), (_loss_value(loss, self.loss_fn) if loss is not None else None)
         finally:
             _tensor._current[0] = prev
 
@@ -337,12 +344,33 @@ class Model:
 
     def fit(self, epoch, train_dataset, valid_dataset=None, valid_frequency=1, callbacks=None,
             dataset_sink_mode=False, valid_dataset_sink_mode=False, sink_size=-1, initial_epoch=0):
-        self.train(epoch, train_dataset, callbacks=callbacks, valid_dataset=valid_dataset)
+        """train, evaluating valid_dataset every valid_frequency epochs (the trainer's evaluation
+        of it after those epochs' last steps; the callbacks' on_eval_end... are the trainer's
+        eval records), then returns eval(valid_dataset) of the final parameters."""
+        if isinstance(valid_frequency, bool) or not isinstance(valid_frequency, int) or valid_frequency < 1:
+            raise ValueError("Model.fit: valid_frequency must be an int >= 1 (epochs), got %r" % (valid_frequency,))
+        extra = None
+        if valid_dataset is not None and valid_frequency < epoch:
+            if sink_size > 0 and dataset_sink_mode:
+                raise ValueError("Model.fit: valid_frequency with sink_size is not supported (evaluate at the end: "
+                                 "valid_frequency >= epoch)")
+            extra = valid_frequency
+        self._fit_eval_every = extra
+        try:
+            self.train(epoch, train_dataset, callbacks=callbacks, valid_dataset=valid_dataset,
+                       dataset_sink_mode=dataset_sink_mode, sink_size=sink_size, initial_epoch=initial_epoch)
+        finally:
+            self._fit_eval_every = None
         return self.eval(valid_dataset) if valid_dataset is not None else None
 
     def eval(self, valid_dataset, callbacks=None, dataset_sink_mode=False):
         """Evaluates the current parameters on valid_dataset: {metric name: value} for the
-        metrics given to Model (acc/accuracy/top_1_accuracy as a fraction, top_5_accuracy, loss)."""
+        metrics given to Model (acc/accuracy/top_1_accuracy as a fraction, top_5_accuracy, loss).
+        dataset_sink_mode changes nothing (the C pipeline feeds either way); callbacks are refused."""
+        if callbacks:
+            raise ValueError("Model.eval: callbacks are not supported (the returned dict holds the metrics)")
+        if valid_dataset is None or not hasattr(valid_dataset, "keys"):
+            raise TypeError("Model.eval: valid_dataset must be a tessera.dataset data set, got %r" % (valid_dataset,))
         ek = self._eval_keys(valid_dataset)
         t = self._trainer
         if t is None:  # an untrained model: its initial parameters
