@@ -66,7 +66,30 @@ typedef struct ts_source ts_source;
 
 /* A user source (the C callback source): vt is copied; self is passed to every call. */
 int ts_source_create(const ts_source_vtable *vt, void *self, ts_source **out);
+/* Sources are reference-counted: a created source holds one reference, ts_source_ref adds one
+ * (and returns s), ts_source_free drops one and destroys the source (vt.destroy) at the last.
+ * Safe from any thread. */
+ts_source *ts_source_ref(ts_source *s);
 void ts_source_free(ts_source *s);
+
+/* ---- named sources: a source of the program's own given to the trainer ----
+ * A config's split "source:NAME" (data.train_split / data.test_split; TS_SOURCE_SCHEME) is the
+ * source registered as NAME, whatever data.name and data.path say (ts_config_sources, the
+ * trainer, tessera._C.Data). This is how a program hands the trainer a source with no file
+ * behind it: the Python package's GeneratorDataset registers one over a Python object, a C
+ * program its ts_source_create source.
+ * Contract: ts_source_register takes a reference (the caller keeps its own) and fails with
+ * TS_EINVAL if NAME is taken; a trainer or pipeline that looked the source up holds its own
+ * reference, so ts_source_unregister (which drops the table's) never frees a source in use.
+ * Names are 1..TS_SOURCE_NAME_MAX bytes; the table is process-wide and locked (any thread). The
+ * source's get is called from the pipeline's worker threads, several at once. */
+#define TS_SOURCE_SCHEME "source:"
+#define TS_SOURCE_NAME_MAX 48
+int ts_source_register(const char *name, ts_source *s);
+int ts_source_unregister(const char *name); /* TS_ENOTFOUND if NAME is not registered */
+/* A new reference to the source registered as NAME (*out; the caller frees it), or
+ * TS_ENOTFOUND naming it. */
+int ts_source_lookup(const char *name, ts_source **out);
 int64_t ts_source_len(const ts_source *s);
 const char *ts_source_kind(const ts_source *s);
 int ts_source_get(ts_source *s, int64_t index, ts_sample *out);

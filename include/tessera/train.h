@@ -160,7 +160,10 @@ const ts_autoplan *ts_trainer_autoplan(const ts_trainer *t);
 /* The training and test sources cfg's data.* keys describe (the trainer's own: data.path, splits,
  * train_limit / test_limit applied), for a binding that iterates a data set by itself (the Python
  * package's datasets). *test may be NULL (no test split). Free both with ts_source_free. Errors
- * name the key and the file (TS_ECONFIG, TS_ENOTFOUND, TS_EFORMAT). */
+ * name the key and the file (TS_ECONFIG, TS_ENOTFOUND, TS_EFORMAT). A split "source:NAME" is the
+ * source registered as NAME (ts_source_register, data.h: a program's own source for the trainer;
+ * with data.name records, data.path is then not read); with a registered training split and no
+ * data.test_split there is no test split. */
 int ts_config_sources(const ts_config *cfg, ts_source **train, ts_source **test);
 
 /* Builds data pipelines, model graphs, parameters and optimizer from a validated config (the

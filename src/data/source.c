@@ -1,6 +1,8 @@
 /* The source object: a table of functions over a random-access collection of samples. Every
  * built-in source (IDX, CIFAR, image folder, records, text) is created through ts_source_create
  * with its own vtable, exactly like a user's callback source. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -9,6 +11,7 @@
 struct ts_source {
   ts_source_vtable vt;
   void *self;
+  atomic_int refs; /* ts_source_ref / ts_source_free; destroyed at 0 */
 };
 
 void ts_sample_free(ts_sample *s) {
@@ -30,14 +33,95 @@ int ts_source_create(const ts_source_vtable *vt, void *self, ts_source **out) {
   s->vt = *vt;
   if (!s->vt.kind) s->vt.kind = "callback";
   s->self = self;
+  atomic_init(&s->refs, 1);
   *out = s;
   return TS_OK;
 }
 
+ts_source *ts_source_ref(ts_source *s) {
+  if (s) atomic_fetch_add(&s->refs, 1);
+  return s;
+}
+
 void ts_source_free(ts_source *s) {
-  if (!s) return;
+  if (!s || atomic_fetch_sub(&s->refs, 1) > 1) return;
   if (s->vt.destroy) s->vt.destroy(s->self);
   free(s);
+}
+
+/* ---- named sources (a process-wide table; a handful of entries) ---- */
+
+typedef struct named {
+  char *name;
+  ts_source *src;
+  struct named *next;
+} named;
+
+static named *g_named;
+static pthread_mutex_t g_named_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int name_ok(const char *name) {
+  if (!name || !name[0]) return ts_error_set(TS_EINVAL, "source registry: empty name");
+  if (strlen(name) > TS_SOURCE_NAME_MAX)
+    return ts_error_set(TS_EINVAL, "source registry: name '%.40s...' longer than %d bytes", name, TS_SOURCE_NAME_MAX);
+  return TS_OK;
+}
+
+int ts_source_register(const char *name, ts_source *s) {
+  int rc = name_ok(name);
+  if (rc) return rc;
+  if (!s) return ts_error_set(TS_EINVAL, "ts_source_register('%s'): NULL source", name);
+  named *e = malloc(sizeof *e);
+  char *n = strdup(name);
+  if (!e || !n) {
+    free(e);
+    free(n);
+    return ts_error_set(TS_ENOMEM, "ts_source_register: out of memory");
+  }
+  pthread_mutex_lock(&g_named_mu);
+  for (named *x = g_named; x; x = x->next)
+    if (!strcmp(x->name, name)) {
+      pthread_mutex_unlock(&g_named_mu);
+      free(e);
+      free(n);
+      return ts_error_set(TS_EINVAL, "ts_source_register: a source named '%s' is registered already", name);
+    }
+  e->name = n;
+  e->src = ts_source_ref(s);
+  e->next = g_named;
+  g_named = e;
+  pthread_mutex_unlock(&g_named_mu);
+  return TS_OK;
+}
+
+int ts_source_unregister(const char *name) {
+  named *e = NULL;
+  pthread_mutex_lock(&g_named_mu);
+  for (named **pp = &g_named; name && *pp; pp = &(*pp)->next)
+    if (!strcmp((*pp)->name, name)) {
+      e = *pp;
+      *pp = e->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_named_mu);
+  if (!e) return ts_error_set(TS_ENOTFOUND, "ts_source_unregister: no source named '%s'", name ? name : "(null)");
+  ts_source_free(e->src); /* outside the lock: a destroy may take other locks */
+  free(e->name);
+  free(e);
+  return TS_OK;
+}
+
+int ts_source_lookup(const char *name, ts_source **out) {
+  if (out) *out = NULL;
+  if (!out) return ts_error_set(TS_EINVAL, "ts_source_lookup: NULL output");
+  pthread_mutex_lock(&g_named_mu);
+  for (named *x = g_named; name && x; x = x->next)
+    if (!strcmp(x->name, name)) *out = ts_source_ref(x->src);
+  pthread_mutex_unlock(&g_named_mu);
+  if (!*out)
+    return ts_error_set(TS_ENOTFOUND, "no source is registered as '%s' (ts_source_register; in Python, the data "
+                        "set that registered it is gone)", name ? name : "(null)");
+  return TS_OK;
 }
 
 int64_t ts_source_len(const ts_source *s) { return s ? s->vt.len(s->self) : 0; }

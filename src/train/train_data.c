@@ -123,7 +123,7 @@ static const char *missing_hint(ts_data_kind k) {
   }
 }
 
-int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
+static int file_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
   *train = *test = NULL;
   const char *path = cfg->data.path;
   const char *trs = cfg->data.train_split[0] ? cfg->data.train_split : NULL;
@@ -197,6 +197,54 @@ int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test)
     return rc;
   }
   return TS_OK;
+}
+
+/* A split named "source:NAME" is the source registered as NAME (ts_source_register, data.h); the
+ * other split comes from the files of data.name / data.path as before, or is absent when the
+ * training split is registered and data.test_split is empty. */
+static const char *registered(const char *split) {
+  size_t n = strlen(TS_SOURCE_SCHEME);
+  return strncmp(split, TS_SOURCE_SCHEME, n) ? NULL : split + n;
+}
+
+static int lookup_split(const ts_config *cfg, const char *key, const char *name, int64_t lim, ts_source **out) {
+  int rc = ts_source_lookup(name, out);
+  if (!rc) rc = limit(out, lim);
+  if (rc) {
+    ts_source_free(*out);
+    *out = NULL;
+    return ts_error_wrap(rc, "%s: %s", cfg->source[0] ? cfg->source : "config", key);
+  }
+  return TS_OK;
+}
+
+int ts__train_sources(const ts_config *cfg, ts_source **train, ts_source **test) {
+  const char *rtr = registered(cfg->data.train_split), *rte = registered(cfg->data.test_split);
+  if (!rtr && !rte) return file_sources(cfg, train, test);
+  *train = *test = NULL;
+  int rc = TS_OK;
+  if (!rtr || (!rte && cfg->data.test_split[0])) { /* one split from files */
+    ts_config c = *cfg; /* a shallow copy: only its split names change, nothing of it is freed */
+    if (rtr) snprintf(c.data.train_split, sizeof c.data.train_split, "%s", c.data.test_split);
+    if (rte) c.data.test_split[0] = 0;
+    rc = file_sources(&c, train, test);
+    if (!rc && rtr) {
+      ts_source_free(*train);
+      *train = NULL;
+    }
+    if (!rc && rte) {
+      ts_source_free(*test);
+      *test = NULL;
+    }
+  }
+  if (!rc && rtr) rc = lookup_split(cfg, "data.train_split", rtr, cfg->data.train_limit, train);
+  if (!rc && rte) rc = lookup_split(cfg, "data.test_split", rte, cfg->data.test_limit, test);
+  if (rc) {
+    ts_source_free(*train);
+    ts_source_free(*test);
+    *train = *test = NULL;
+  }
+  return rc;
 }
 
 int ts_config_sources(const ts_config *cfg, ts_source **train, ts_source **test) {

@@ -9,25 +9,46 @@ labels are always int32 (TypeCast on the label column is accepted and does nothi
 .shuffle(buffer_size) is MindSpore's buffer shuffle (data.shuffle_buffer) on top of the source's
 own shuffle; .repeat(count) repeats the data set when iterated (as the Model's training set the
 trainer's epoch is one pass: repeat(n > 1) there is refused, saying to train n times the epochs).
-vision and transforms are packages as MindSpore's (c_transforms / py_transforms aliases)."""
+vision and transforms are packages as MindSpore's (c_transforms / py_transforms aliases).
+GeneratorDataset (generator.py) is a source written in Python (random-access, iterable or a
+generator), with Python functions in map run by the pipeline's workers under the GIL; samplers
+(samplers.py) map onto Tessera's sampler keys."""
 import copy
 import os
 
 from .. import _C
-from ..context import yaml_value
-from . import transforms, vision
+from ..context import get_seed, yaml_value
+from . import samplers as _samplers, transforms, vision
 from ._op import Op as _Op
+from .samplers import (DistributedSampler, PKSampler, RandomSampler, SequentialSampler, StratifiedSampler,
+                       SubsetRandomSampler, SubsetSampler, WeightedRandomSampler)
 from .transforms import Compose as _Compose, TypeCast as _TypeCast
 
 __all__ = ["MnistDataset", "FashionMnistDataset", "Cifar10Dataset", "Cifar100Dataset", "ImageFolderDataset",
-           "RecordDataset", "vision", "transforms"]
+           "RecordDataset", "GeneratorDataset", "DistributedSampler", "RandomSampler", "SequentialSampler",
+           "StratifiedSampler", "SubsetRandomSampler", "SubsetSampler", "WeightedRandomSampler", "PKSampler",
+           "vision", "transforms"]
+
+# keywords MindSpore's map / batch take that Tessera's pipeline accepts as performance hints (the
+# pipeline's threads run every operation; results do not depend on them)
+_HINTS = ("python_multiprocessing", "max_rowsize", "cache", "num_parallel_workers")
+
+
+def _check_kw(where, kw, refused):
+    for k, v in kw.items():
+        if k in _HINTS:
+            continue
+        if v is None or (k in ("offload",) and v is False):
+            continue
+        raise ValueError("%s(%s=%r): not supported%s" % (where, k, v, refused.get(k, "")))
 
 
 class _Dataset:
     kind = None
 
     def __init__(self, dataset_dir, usage=None, num_samples=None, shuffle=None, num_shards=None, shard_id=None,
-                 num_parallel_workers=None):
+                 num_parallel_workers=None, sampler=None, **kw):
+        _check_kw(type(self).__name__, kw, {})
         if not os.path.isdir(dataset_dir):
             raise FileNotFoundError("%s: dataset_dir '%s' is not a directory" % (type(self).__name__, dataset_dir))
         if (num_shards is None) != (shard_id is None):
@@ -48,11 +69,36 @@ class _Dataset:
         self.ops = []
         self.batch_size = 1
         self.drop_remainder = False
+        self._stratified = False
+        self.sampler = None
+        if sampler is not None:
+            self._set_sampler(sampler, shuffle)
+
+    def _set_sampler(self, sampler, shuffle=None):
+        where = type(self).__name__
+        if shuffle is not None:
+            raise ValueError("%s: sampler and shuffle cannot both be given (the sampler decides the order)" % where)
+        if self.num_shards is not None:
+            raise ValueError("%s: sampler and num_shards / shard_id cannot both be given (DistributedSampler("
+                             "num_shards, shard_id) shards)" % where)
+        _samplers.apply(self, sampler, where)
+
+    def use_sampler(self, new_sampler):
+        """MindSpore's use_sampler: this data set read through new_sampler (a new data set)."""
+        d = copy.copy(self)
+        d.num_shards = d.shard_id = None
+        _samplers.apply(d, new_sampler, "use_sampler")
+        return d
 
     # ---- pipeline operations (each returns a new data set, like MindSpore's) ----
     def map(self, operations=None, input_columns=None, output_columns=None, num_parallel_workers=None, **kw):
         """The transforms (vision.*, transforms.TypeCast, transforms.Compose of them) applied to
-        input_columns ("image" by default; on "label" only TypeCast, labels being class ids)."""
+        input_columns ("image" by default; on "label" only TypeCast, labels being class ids).
+        Python functions: GeneratorDataset's map."""
+        _check_kw("map", kw, {"column_order": " (use project(columns))", "callbacks": ""})
+        if output_columns is not None and _cols(output_columns) != _cols(input_columns):
+            raise ValueError("map(output_columns=%r): %s's columns are image and label (renaming columns: "
+                             "GeneratorDataset)" % (output_columns, type(self).__name__))
         ops = operations if isinstance(operations, (list, tuple)) else [operations]
         flat = []
         for op in ops:
@@ -73,7 +119,8 @@ class _Dataset:
         for op in flat:
             if not isinstance(op, _Op):
                 raise ValueError("map: %r is not a tessera.dataset transform (vision.*, transforms.TypeCast, "
-                                 "transforms.Compose); Python functions cannot run in the C pipeline" % (op,))
+                                 "transforms.Compose): %s is read by the C pipeline; Python functions run in map "
+                                 "of a GeneratorDataset (a source written in Python)" % (op, type(self).__name__))
         d.ops = self.ops + flat
         if num_parallel_workers:
             d.workers = num_parallel_workers
@@ -81,6 +128,9 @@ class _Dataset:
 
     def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, **kw):
         """Batches of batch_size samples of this shard (the job's batch: times num_shards)."""
+        _check_kw("batch", kw, {"per_batch_map": " (Tessera stacks samples in C: do the work per sample in map)",
+                                "pad_info": " (samples of a batch must have one shape)",
+                                "input_columns": "", "output_columns": "", "column_order": ""})
         if self._batched:
             raise ValueError("batch: this data set is batched already (one batch per pipeline)")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -144,6 +194,8 @@ class _Dataset:
                                  % ("None" if self._repeat == -1 else self._repeat,
                                     "endlessly many" if self._repeat == -1 else "%d times" % self._repeat))
             k["data.shuffle"] = self._shuffle
+            if self._stratified:
+                k["data.sampler"] = "stratified"
             if self._buffer > 1:
                 k["data.shuffle_buffer"] = int(self._buffer)
             k["data.drop_last"] = self.drop_remainder
@@ -161,16 +213,14 @@ class _Dataset:
         return [(k, yaml_value(v)) for k, v in self.keys(train).items()]
 
     # ---- iteration (the C pipeline, numpy out) ----
-    def _data(self, epoch=0):
+    def _data(self, epoch=0, target=False):
+        """The C pipeline over one epoch (the trainer's order: its seed, sampler, shuffle buffer)."""
         train = self.usage == "train"
-        if self._buffer > 1:
-            raise ValueError("iterating a data set with shuffle(buffer_size=%d): the Python iterator does not "
-                             "apply the buffer yet (Model.train does); iterate without .shuffle(...)" % self._buffer)
         shards = self.num_shards or 1
         shard = self.shard_id or 0
         pairs = self._pairs(train) if self._repeat == 1 else _no_repeat(self)._pairs(train)
         return _C.Data(pairs, train, self.batch_size, shards, shard, self._shuffle and train, self.drop_remainder,
-                       1, epoch)
+                       get_seed(), epoch, target, self._stratified)
 
     def _passes(self, num_epochs):
         """The passes over the source, epoch by epoch: (epoch index) of each, repeat included."""
@@ -203,6 +253,10 @@ class _Dataset:
 
     def get_batch_size(self):
         return self.batch_size
+
+
+def _cols(c):
+    return list(c) if isinstance(c, (list, tuple)) else [c]
 
 
 def _no_repeat(ds):
@@ -261,3 +315,6 @@ class RecordDataset(_Dataset):
         k = {"data.name": self.kind, "data.path": self.dir}
         k["data.train_split" if train else "data.test_split"] = self.usage
         return k
+
+
+from .generator import GeneratorDataset  # noqa: E402

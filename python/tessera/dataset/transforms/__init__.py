@@ -19,14 +19,14 @@ class TypeCast(Op):
 
 class Compose(Op):
     """A list of transforms applied in order (dataset.map(operations=Compose([...])) is map of
-    the list)."""
+    the list). Python functions in it run where map runs them (GeneratorDataset)."""
 
     def __init__(self, transforms):
         ts = list(transforms)
         for t in ts:
-            if not isinstance(t, Op):
-                raise ValueError("Compose: %r is not a tessera.dataset transform (vision.*, transforms.TypeCast); "
-                                 "Python functions cannot run in the C pipeline" % (t,))
+            if not isinstance(t, Op) and not callable(t):
+                raise ValueError("Compose: %r is neither a tessera.dataset transform (vision.*, transforms.TypeCast) "
+                                 "nor a Python function" % (t,))
         self.transforms = ts
 
     def flat(self):
