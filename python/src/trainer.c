@@ -218,7 +218,10 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
 }
 
 static void tr_dealloc(Trainer *self) {
-  ts_trainer_free(self->t);
+  ts_trainer *t = self->t;
+  Py_BEGIN_ALLOW_THREADS /* its data pipeline's workers are joined: one may wait for the GIL (GeneratorDataset) */
+  ts_trainer_free(t);
+  Py_END_ALLOW_THREADS
   for (pycb *c = self->cbs, *n; c; c = n) {
     n = c->next;
     Py_XDECREF(c->step_end);
