@@ -206,7 +206,7 @@ class GeneratorDataset(_Dataset):
         self._columns = names
         self._types = None
         if column_types is not None:
-            from ...common.dtype import to_tessera
+            from ..common.dtype import to_tessera
             ct = list(column_types)
             if len(ct) != len(names):
                 raise ValueError("GeneratorDataset: %d column_types for %d column_names" % (len(ct), len(names)))
