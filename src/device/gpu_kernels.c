@@ -248,6 +248,24 @@ int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_
   return launch(d, "ts_k_embedding_bwd_f32", grid_for(D), 1, BLOCK, s, a);
 }
 
+int ts__gpu_one_hot(ts__dev *d, ts_dtype dt, const void *ids, int ids_i64, int64_t outer, int64_t depth,
+                    int64_t inner, float on, float off, void *y, ts__dev_stream *s) {
+  size_t es = ts_dtype_size(dt);
+  if (es != 4 && es != 2)
+    return ts_error_set(TS_EDTYPE, "GPU one_hot: dtype %s (a 4- or 2-byte type)", ts_dtype_name(dt));
+  int64_t n = outer * depth * inner;
+  if (n == 0) return TS_OK;
+  unsigned char pon[8] = {0}, poff[8] = {0};
+  int rc = ts_convert(&on, TS_F32, pon, dt, 1);
+  if (!rc) rc = ts_convert(&off, TS_F32, poff, dt, 1);
+  if (rc) return rc;
+  unsigned won = 0, woff = 0;
+  memcpy(&won, pon, es);
+  memcpy(&woff, poff, es);
+  void *a[] = {&ids, &ids_i64, &outer, &depth, &inner, &won, &woff, &y};
+  return launch(d, es == 4 ? "ts_k_one_hot_b32" : "ts_k_one_hot_b16", grid_for(n), 1, BLOCK, s, a);
+}
+
 /* the kernels' shape struct (binary.cu: struct bshape) */
 #define MAXD 8
 typedef struct {

@@ -96,6 +96,11 @@ int ts__gpu_col_sum(ts__dev *d, ts_dtype dt, const void *x, int64_t R, int64_t C
  * from offset; p in [0, 1] */
 int ts__gpu_dropout(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float p, uint64_t seed, uint64_t step,
                     uint64_t offset, ts__dev_stream *s);
+/* One-hot (ts__one_hot_ref): ids (outer*inner, i32 or i64) -> y (outer, depth, inner) of dtype dt
+ * (f32, i32, bf16, f16: 4- or 2-byte types; others TS_EDTYPE): on where the id equals the index
+ * along depth, off elsewhere. */
+int ts__gpu_one_hot(ts__dev *d, ts_dtype dt, const void *ids, int ids_i64, int64_t outer, int64_t depth,
+                    int64_t inner, float on, float off, void *y, ts__dev_stream *s);
 /* Embedding: table (V, D) dt, ids (N) i32/i64 -> y (N, D); bad (1 int64 of device memory): 1 + a
  * position whose id is outside [0, V) (its row zeroed), 0 when none (the caller checks it after
  * synchronising). Backward: dy (N, D) f32 -> dtable (V, D) f32, overwritten, as

@@ -347,6 +347,15 @@ static int run_softmax_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tens
                              (int)ts_attr_softmax_log(&n->a), NULL);
 }
 
+static int run_one_hot(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int64_t axis = ts_attr_one_hot_axis(&n->a);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < in[0].shape.ndim; d++) *(d < axis ? &outer : &inner) *= in[0].shape.dims[d];
+  return ts__gpu_one_hot(ctx->dev, out[0].dtype, in[0].data, in[0].dtype == TS_I64, outer,
+                         ts_attr_one_hot_depth(&n->a), inner, ts_attr_one_hot_on(&n->a), ts_attr_one_hot_off(&n->a),
+                         out[0].data, NULL);
+}
+
 void ts__register_run_gpu(ts__run_fn *tab) {
   tab[TS_OP_CONV2D] = run_conv2d;
   tab[TS_OP_CONV2D_BWD_DATA] = run_conv2d_bwd_data;
@@ -386,5 +395,6 @@ void ts__register_run_gpu(ts__run_fn *tab) {
   tab[TS_OP_LAYERNORM_BWD] = run_layernorm_bwd;
   tab[TS_OP_EMBEDDING] = run_embedding;
   tab[TS_OP_EMBEDDING_BWD] = run_embedding_bwd;
+  tab[TS_OP_ONE_HOT] = run_one_hot;
   tab[TS_OP_DROPOUT] = run_dropout;
 }

@@ -4,11 +4,19 @@
  * ids get no gradient and a float value multiplied by the one-hot matrix gets the right one
  * (the gradient harness: central finite differences of a double-precision forward, and a sparse
  * cross-entropy written from one_hot, log_softmax, mul and reduce against SOFTMAX_CE's loss and
- * gradient); shape inference and its errors. */
+ * gradient); shape inference and its errors.
+ *   test_one_hot        the above
+ *   test_one_hot fake   the GPU kernel (run_gpu.c) through the stand-in driver (TESSERA_LIBCUDA),
+ *                       whose emulator runs the kernels compiled for the host, against the CPU:
+ *                       bitwise, i32/i64 ids, axes 0..2, f32/bf16/i32 outputs (a real GPU: `gpu`) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <dlfcn.h>
+
+#include "device/dev.h"
+#include "runtime/exec.h"
 #include "tessera/tessera.h"
 #include "grad_harness.h"
 
@@ -165,7 +173,79 @@ static void bad_inputs(void) {
   printf("bad input: float ids, depth 0, axis past the end either way, 8-dim ids\n");
 }
 
-int main(void) {
+/* the same one-hot on the GPU and on the CPU: bitwise */
+static void gpu_case(ts__dev *d, ts_dtype idt, ts_shape is, int64_t depth, int axis, float on, float off, ts_dtype dt) {
+  ts_graph *g;
+  CHECK_OK(ts_graph_create(&g));
+  ts_val x = ts_input(g, "ids", idt, is);
+  ts_val y = ts_one_hot(g, x, depth, axis, on, off, dt);
+  int64_t n = ts_shape_numel(&is);
+  ts_shape ys = ts_val_shape(g, y);
+  size_t ybytes = (size_t)ts_shape_numel(&ys) * ts_dtype_size(dt), ibytes = (size_t)n * ts_dtype_size(idt);
+  char *ids = malloc(ibytes), *hy = malloc(ybytes), *gy = malloc(ybytes);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = (i * 5) % (depth + 2) - 1; /* -1 and depth: out of range */
+    if (idt == TS_I32) ((int32_t *)ids)[i] = (int32_t)v;
+    else ((int64_t *)ids)[i] = v;
+  }
+  ts_plan *cpu = NULL, *gp = NULL;
+  CHECK_OK(ts_plan_create(g, &y, 1, &cpu));
+  CHECK_OK(ts_plan_bind(cpu, x, ids));
+  CHECK_OK(ts_plan_run(cpu, 0));
+  memcpy(hy, ts_plan_data(cpu, y), ybytes);
+  CHECK_OK(ts_plan_create(g, &y, 1, &gp));
+  CHECK_OK(ts_plan_set_device(gp, d));
+  void *dids = NULL;
+  CHECK_OK(ts__dev_alloc(d, ibytes, &dids));
+  CHECK_OK(ts__dev_copy(d, dids, ids, ibytes, TS__H2D, NULL));
+  CHECK_OK(ts_plan_bind(gp, x, dids));
+  int rc = ts_plan_run(gp, 0);
+  CHECK_MSG(rc == TS_OK, "GPU one_hot: %s", ts_last_error());
+  CHECK_OK(ts__dev_copy(d, gy, ts_plan_data(gp, y), ybytes, TS__D2H, NULL));
+  CHECK_OK(ts__dev_sync(d));
+  char s[64];
+  CHECK_MSG(!memcmp(hy, gy, ybytes), "GPU one_hot ids %s %s depth %lld axis %d -> %s differs from the CPU's",
+            ts_shape_str(&is, s, sizeof s), ts_dtype_name(idt), (long long)depth, axis, ts_dtype_name(dt));
+  ts__dev_free(d, dids);
+  ts_plan_free(gp);
+  ts_plan_free(cpu);
+  free(ids), free(hy), free(gy);
+  ts_graph_free(g);
+}
+
+static int gpu_main(int fake) {
+  ts__dev *d = NULL;
+  if (ts__dev_open(TS_DEVICE_GPU, 0, &d)) {
+    CHECK_MSG(!fake, "the stand-in driver did not open: %s", ts_last_error());
+    ts_test_skip("no GPU: %s", ts_last_error());
+    return ts_test_finish("test_one_hot (GPU)");
+  }
+  int numbers = !fake;
+  if (fake) {
+    void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+    int *emu = fk ? dlsym(fk, "fake_cuda_emulates") : NULL;
+    const char *off = getenv("FAKE_CUDA_EMULATE");
+    numbers = emu && *emu && !(off && !strcmp(off, "0"));
+    if (fk) dlclose(fk);
+  }
+  if (!numbers) { /* the stand-in only records launches (ASan): nothing to compare */
+    ts__dev_close(d);
+    ts_test_skip("the stand-in driver does not emulate the kernels here");
+    return ts_test_finish("test_one_hot (GPU)");
+  }
+  gpu_case(d, TS_I32, ts_shape1(40), 7, -1, 1.0f, 0.0f, TS_F32);
+  gpu_case(d, TS_I64, ts_shape2(6, 5), 4, 0, 0.9f, 0.025f, TS_F32);
+  gpu_case(d, TS_I32, ts_shape2(6, 5), 9, 1, 1.0f, -1.0f, TS_BF16);
+  gpu_case(d, TS_I64, ts_shape2(3, 4), 3, 2, 7.0f, 1.0f, TS_I32);
+  gpu_case(d, TS_I32, ts_shape2(64, 64), 13, 1, 1.0f, 0.0f, TS_F16);
+  printf("one_hot on the GPU%s: bitwise the CPU's (i32/i64 ids, axes 0..2, f32/bf16/i32/f16)\n",
+         fake ? " (the stand-in driver's emulator)" : "");
+  ts__dev_close(d);
+  return ts_test_finish("test_one_hot (GPU)");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && (!strcmp(argv[1], "fake") || !strcmp(argv[1], "gpu"))) return gpu_main(!strcmp(argv[1], "fake"));
   int64_t ids6[6] = {3, 0, 3, 9, -1, 2};
   case_values(TS_I32, ts_shape1(6), ids6, 4, -1, 1.0f, 0.0f, TS_F32);
   case_values(TS_I64, ts_shape1(6), ids6, 4, 0, 1.0f, 0.0f, TS_F32);

@@ -38,3 +38,23 @@ KERNEL ts_k_embedding_bwd_bf16(const bf16 *dy, const void *ids, int i64ids, i64 
       if (id >= 0 && id < V) acc[id * D + j] += bf2f(dy[t * D + j]);
     }
 }
+
+// One-hot: ids (outer * inner) -> y (outer, depth, inner) of 4- or 2-byte elements, `on` where the
+// id equals the index along depth, `off` elsewhere (the values' bits, converted by the caller).
+// CPU reference: ts__one_hot_ref (src/kernels/embedding.c).
+template <typename T>
+DEV void one_hot(const void *ids, int i64ids, i64 outer, i64 depth, i64 inner, T on, T off, T *y) {
+  const i64 n = outer * depth * inner;
+  for (i64 k = gidx(); k < n; k += gstride()) {
+    const i64 i = k % inner, d = (k / inner) % depth, o = k / (inner * depth);
+    y[k] = e_id(ids, i64ids, o * inner + i) == d ? on : off;
+  }
+}
+KERNEL ts_k_one_hot_b32(const void *ids, int i64ids, i64 outer, i64 depth, i64 inner, unsigned on, unsigned off,
+                        unsigned *y) {
+  one_hot(ids, i64ids, outer, depth, inner, on, off, y);
+}
+KERNEL ts_k_one_hot_b16(const void *ids, int i64ids, i64 outer, i64 depth, i64 inner, unsigned on, unsigned off,
+                        bf16 *y) {
+  one_hot(ids, i64ids, outer, depth, inner, (bf16)on, (bf16)off, y);
+}
