@@ -158,6 +158,25 @@ class TestTraining(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "train_dataset"):
             model()[1].train(1, None)
 
+    def test_fit_valid_frequency(self):
+        evals = []
+
+        class Evals(ms.Callback):
+            pass
+
+        _, m = model(metrics={"acc"})
+        r = m.fit(4, data(64), data(32), valid_frequency=2, callbacks=[Evals()])
+        self.assertIn("acc", r)
+        self.assertEqual(m._keys_used["train.eval_every"], 8)  # 2 epochs of 4 steps
+        _, m1 = model(metrics={"acc"})
+        m1.fit(2, data(64), data(32), valid_frequency=1)
+        self.assertEqual(m1._keys_used["train.eval_every"], 0)
+        with self.assertRaisesRegex(ValueError, "valid_frequency"):
+            model()[1].fit(1, data(), data(), valid_frequency=0)
+        with self.assertRaisesRegex(ValueError, "Model.eval: callbacks"):
+            m.eval(data(32), callbacks=[Evals()])
+        del evals
+
     def test_profiler(self):
         prof = ms.Profiler(output_path="./prof")
         _, m = model()
