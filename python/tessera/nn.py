@@ -894,3 +894,11 @@ class Lamb(_AdamLike):
 
     def __init__(self, params, learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, **kw):
         super().__init__(params, learning_rate, beta1, beta2, eps, weight_decay, **kw)
+
+
+def __getattr__(name):
+    """nn.TrainOneStepCell lives with the trainer (tessera.train.one_step): loaded on first use."""
+    if name == "TrainOneStepCell":
+        from .train.one_step import TrainOneStepCell
+        return TrainOneStepCell
+    raise AttributeError("module 'tessera.nn' has no attribute '%s'" % name)

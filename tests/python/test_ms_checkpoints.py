@@ -133,6 +133,21 @@ class TestCheckpoints(unittest.TestCase):
         self.assertEqual(got.shape, (20, 10))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
+    def test_train_one_step_cell_loop_dp(self):
+        import ast
+        script = os.path.join(os.path.dirname(SCRIPT), "loop_train.py")
+        rc, out = pyutil.run(pyutil.mpirun(2) + [sys.executable, script, pyutil.FASHION], self.dir)
+        self.assertEqual(rc, 0, out)
+        got = {}
+        for line in out.splitlines():
+            if line.startswith("rank ") and (" loop " in line or " model " in line):
+                r, kind, v = line.split(" ", 3)[1:]
+                got[(int(r), kind)] = ast.literal_eval(v)
+        self.assertEqual(len(got[(0, "loop")]), 6)  # 192 samples, 2 shards of batch 16
+        for r in (0, 1):  # the per-batch loop is bitwise Model.train's run; the loss is the global batch's
+            self.assertEqual(got[(r, "loop")], got[(r, "model")])
+        self.assertEqual(got[(0, "loop")], got[(1, "loop")])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -177,6 +177,32 @@ class TestTraining(unittest.TestCase):
             m.eval(data(32), callbacks=[Evals()])
         del evals
 
+    def test_train_one_step_cell_loop(self):
+        # MindSpore's own loop: each call one compiled step on the batch given; bitwise Model.train
+        net = Net()
+        train_net = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
+                                                                                              reduction="mean")),
+                                        nn.Momentum(net.trainable_params(), 0.01, 0.9))
+        train_net.set_train()
+        losses = []
+        for d in data(96, 16).create_dict_iterator(output_numpy=True):
+            losses.append(float(train_net(d["image"], d["label"]).asnumpy()))
+        r = Record()
+        net_b, mb = model()
+        mb.train(1, data(96, 16), callbacks=[r])
+        self.assertEqual(len(losses), 6)
+        self.assertEqual(losses, r.losses)
+        a, b = params(net), params(net_b)
+        for k in b:
+            self.assertTrue(np.array_equal(a[k], b[k]), k)
+        with self.assertRaisesRegex(ValueError, "built for"):
+            train_net(np.zeros((8, 1, 28, 28), np.float32), np.zeros(8, np.int32))
+        with self.assertRaisesRegex(TypeError, "WithLossCell"):
+            nn.TrainOneStepCell(net, nn.Momentum(net.trainable_params(), 0.01, 0.9))
+        with self.assertRaisesRegex(ValueError, "sens"):
+            nn.TrainOneStepCell(nn.WithLossCell(Net(), nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                                nn.Momentum(net.trainable_params(), 0.01, 0.9), sens=1024.0)
+
     def test_profiler(self):
         prof = ms.Profiler(output_path="./prof")
         _, m = model()

@@ -1,0 +1,100 @@
+"""MindSpore's nn.TrainOneStepCell: a training step called from the user's own Python loop.
+
+    net_with_loss = nn.WithLossCell(net, loss_fn)
+    train_net = nn.TrainOneStepCell(net_with_loss, optimizer)
+    train_net.set_train()
+    for data in dataset.create_dict_iterator():
+        loss = train_net(data["image"], data["label"])
+
+Each call is one optimizer step of Tessera's compiled training graph (ts_trainer_step_batch) on
+the batch given: the first call builds the trainer for that batch's shape (a Model of the
+WithLossCell's backbone and loss), every call after feeds the next batch. Under data parallel
+each rank gives its own shard's batch, as MindSpore's scripts do."""
+import numpy as np
+
+from .. import context
+from ..nn import Cell, Optimizer, WithLossCell
+from ..tensor import Tensor
+
+
+class _OneBatch:
+    """A random-access source over one batch repeated over the ranks: only its sample shape and
+    dtype matter (it is what the trainer is built for; the steps are fed by the caller)."""
+
+    def __init__(self, x, y, copies):
+        self.x, self.y, self.n = x, y, len(x) * copies
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        i %= len(self.x)
+        return self.x[i], self.y[i]
+
+
+def _numpy(v, what):
+    if isinstance(v, Tensor):
+        v = v.asnumpy()
+    try:
+        return np.ascontiguousarray(v)
+    except Exception as e:  # noqa: BLE001
+        raise TypeError("TrainOneStepCell: %s must be a Tensor or a numpy array, got %r (%s)" % (what, v, e))
+
+
+class TrainOneStepCell(Cell):
+    """TrainOneStepCell(network, optimizer, sens=1.0): network an nn.WithLossCell(backbone,
+    loss_fn); calling it with (data, label) runs one optimizer step and returns the loss (a
+    Tensor). sens other than 1.0 is refused (use a loss-scale manager with Model); the step's
+    learning rate, clipping and loss scale are the optimizer's and the context's keys."""
+
+    def __init__(self, network, optimizer, sens=1.0, return_grad=False):
+        super().__init__()
+        if not isinstance(network, WithLossCell):
+            raise TypeError("TrainOneStepCell: network must be an nn.WithLossCell(backbone, loss_fn) (Tessera takes "
+                            "the loss apart from the logits), got %s" % type(network).__name__)
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError("TrainOneStepCell: optimizer must be a tessera.nn optimizer, got %r" % (optimizer,))
+        if sens != 1.0:
+            raise ValueError("TrainOneStepCell: sens=%r is not supported (1.0 only; for loss scaling use "
+                             "Model(..., loss_scale_manager=...))" % (sens,))
+        if return_grad:
+            raise ValueError("TrainOneStepCell: return_grad=True is not supported (gradients stay inside the step)")
+        self.__dict__["network"] = network
+        self.__dict__["optimizer"] = optimizer
+        self.__dict__["_model"] = None
+        self.__dict__["_shape"] = None
+
+    @property
+    def _trainer(self):
+        return self._model._trainer if self._model is not None else None
+
+    def _build(self, x, y):
+        from ..dataset import GeneratorDataset
+        from .model import Model
+        size, rank = context.get_group_size(), context.get_rank()
+        mode = context.get_auto_parallel_context("parallel_mode")
+        shard = size > 1 and mode in ("data_parallel", "hybrid_parallel", "auto_parallel", "semi_auto_parallel") and \
+            not context.get_auto_parallel_context("full_batch")
+        src = _OneBatch(x, y, size if shard else 1)
+        kw = dict(num_shards=size, shard_id=rank) if shard else {}
+        data = GeneratorDataset(src, ["data", "label"], shuffle=False, **kw).batch(len(x))
+        model = Model(self.network, optimizer=self.optimizer, config={"train.eval_every": -1})
+        model._create(model._keys(1, data, None, []))
+        self.__dict__["_model"] = model
+        self.__dict__["_shape"] = (x.shape, x.dtype)
+
+    def construct(self, *inputs):
+        if len(inputs) != 2:
+            raise ValueError("TrainOneStepCell: call it with (data, label), got %d inputs" % len(inputs))
+        x, y = _numpy(inputs[0], "data"), _numpy(inputs[1], "label").astype(np.int32, copy=False)
+        if self._model is None:
+            self._build(x, y)
+        elif (x.shape, x.dtype) != self._shape:
+            raise ValueError("TrainOneStepCell: a batch of shape %s %s, but the step was built for %s %s (the first "
+                             "call's; give batches of one size: dataset.batch(n, drop_remainder=True))"
+                             % (x.shape, x.dtype, self._shape[0], self._shape[1]))
+        info = self._trainer.step_batch(x, y)
+        return Tensor(np.float32(info["loss"]))
+
+    def __call__(self, *inputs):
+        return self.construct(*inputs)
