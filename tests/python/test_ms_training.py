@@ -203,6 +203,20 @@ class TestTraining(unittest.TestCase):
             nn.TrainOneStepCell(nn.WithLossCell(Net(), nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
                                 nn.Momentum(net.trainable_params(), 0.01, 0.9), sens=1024.0)
 
+    def test_predict_only_model(self):
+        net = Net()
+        m = ms.Model(net)  # MindSpore's inference Model
+        x = np.random.default_rng(3).random((5, 1, 28, 28), dtype=np.float32)
+        got = m.predict(ms.Tensor(x))  # built for x: the initial parameters
+        p = params(net)
+        want = np.maximum(x.reshape(5, -1) @ p["fc1.weight"].T + p["fc1.bias"], 0) @ p["fc2.weight"].T + p["fc2.bias"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        self.assertEqual(sorted(m.infer_predict_layout(ms.Tensor(x))), sorted(p))
+        with self.assertRaisesRegex(ValueError, "only predicts"):
+            m.train(1, data())
+        with self.assertRaisesRegex(ValueError, "expected samples of shape"):
+            m.predict(np.zeros((2, 784), np.float32))
+
     def test_profiler(self):
         prof = ms.Profiler(output_path="./prof")
         _, m = model()

@@ -32,6 +32,12 @@ class Model:
             raise TypeError("Model: network must be a tessera.nn.Cell, got %r" % (network,))
         zoo = getattr(network, "_zoo_keys", None)
         from .. import nn as _nn
+        self._predict_only = False
+        if loss_fn is None and optimizer is None and not metrics and not isinstance(network, _nn.WithLossCell):
+            # MindSpore's Model(network) for inference: predict / infer_predict_layout only. The
+            # trainer still builds a training graph: with the sparse cross-entropy, never trained.
+            self._predict_only = True
+            loss_fn = _nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         if loss_fn is None:  # MindSpore's form where the network outputs the loss: nn.WithLossCell
             network, loss_fn = _nn._unwrap_with_loss(network, metrics)
             zoo = getattr(network, "_zoo_keys", None)
@@ -238,6 +244,9 @@ class Model:
         pipeline in either mode) calls the step callbacks once per sink, as MindSpore does: with
         sink_size=-1 a sink is an epoch (a pass over the data); with sink_size=K an "epoch" is K
         steps (train.steps = epoch x K, the data running on across them)."""
+        if self._predict_only:
+            raise ValueError("Model.train: Model(network) without loss_fn and optimizer only predicts; give "
+                             "Model(network, loss_fn, optimizer)")
         cbs = _flatten(callbacks)
         for c in cbs:
             if not isinstance(c, Callback):
@@ -367,6 +376,9 @@ class Model:
         """Evaluates the current parameters on valid_dataset: {metric name: value} for the
         metrics given to Model (acc/accuracy/top_1_accuracy as a fraction, top_5_accuracy, loss).
         dataset_sink_mode changes nothing (the C pipeline feeds either way); callbacks are refused."""
+        if self._predict_only:
+            raise ValueError("Model.eval: Model(network) without loss_fn only predicts; give Model(network, loss_fn, "
+                             "optimizer, metrics=...)")
         if callbacks:
             raise ValueError("Model.eval: callbacks are not supported (the returned dict holds the metrics)")
         if valid_dataset is None or not hasattr(valid_dataset, "keys"):
@@ -398,17 +410,36 @@ class Model:
         into its network."""
         if len(predict_data) != 1:
             raise ValueError("Model.predict: one input (the network's), got %d" % len(predict_data))
-        t = self._need_trainer("predict")
-        import numpy as np
-        x = predict_data[0]
-        x = np.ascontiguousarray(x.asnumpy() if hasattr(x, "asnumpy") else x)
-        return t.forward(x)
+        x = self._input(predict_data[0])
+        return self._need_trainer("predict", x).forward(x)
 
-    def _need_trainer(self, what):
+    @staticmethod
+    def _input(x):
+        import numpy as np
+        return np.ascontiguousarray(x.asnumpy() if hasattr(x, "asnumpy") else x)
+
+    def _need_trainer(self, what, x=None):
+        """The trainer; none yet and x given (samples): built for x's sample shape (the network's
+        parameters as initialised, or as loaded into it)."""
         t = self._trainer or getattr(self.network, "_trainer", None)
+        if t is None and x is not None:
+            import numpy as np
+            from ..dataset import GeneratorDataset
+            from .one_step import _OneBatch
+            if x.ndim < 1 or len(x) < 1:
+                raise ValueError("Model.%s: expected a batch of samples, got an array of shape %s" % (what, x.shape))
+            size, rank = context.get_group_size(), context.get_rank()
+            mode = context.get_auto_parallel_context("parallel_mode")
+            shard = size > 1 and mode != "stand_alone" and not context.get_auto_parallel_context("full_batch")
+            y = np.zeros(len(x), np.int32)  # labels only shape the training graph built beside
+            data = GeneratorDataset(_OneBatch(x, y, size if shard else 1), ["data", "label"], shuffle=False,
+                                    **(dict(num_shards=size, shard_id=rank) if shard else {})).batch(len(x))
+            keys = self._keys(1, data, None, [])
+            keys["train.eval_batch_size"] = len(x)
+            t = self._create(keys)
         if t is None:
-            raise ValueError("Model.%s: the network has not been built yet: train or eval it first (Tessera builds "
-                             "the network with its data set's sample shape)" % what)
+            raise ValueError("Model.%s: the network has not been built yet: train or eval it first, or give the "
+                             "samples (Tessera builds the network for their shape)" % what)
         return t
 
     @staticmethod
@@ -430,7 +461,8 @@ class Model:
         """The parameters' layouts of the network for prediction (infer_train_layout's form):
         Tessera predicts with the training network's layout, so this is the trained (or
         evaluated) network's."""
-        return self._layout_dict(self._need_trainer("infer_predict_layout"))
+        x = self._input(predict_data[0]) if predict_data else None
+        return self._layout_dict(self._need_trainer("infer_predict_layout", x))
 
     @property
     def train_network(self):

@@ -48,11 +48,10 @@ ms.save_checkpoint(net, "%s/net.safetensors" % sys.argv[2])
 # predicting layout, then predict
 ms.save_checkpoint(net, "%s/sliced" % sys.argv[2], integrated_save=False)
 net2 = Net()
-model2 = ms.Model(net2, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                  nn.Momentum(net2.trainable_params(), 0.01, 0.9), metrics={"acc"})
-model2.eval(data)  # builds it (its initial parameters)
+model2 = ms.Model(net2)  # inference only, as the tutorial's
+predict_strategy = model2.infer_predict_layout(ms.Tensor(x))  # builds it for x (its initial parameters)
 files = ["%s/sliced/rank%05d.safetensors" % (sys.argv[2], r) for r in range(size)]
-ms.load_distributed_checkpoint(net2, files, predict_strategy=model2.infer_predict_layout(ms.Tensor(x)))
+ms.load_distributed_checkpoint(net2, files, predict_strategy=predict_strategy)
 same = np.array_equal(model2.predict(ms.Tensor(x)), logits)
 print("rank %d reloaded predict equal: %s" % (rank, same), flush=True)
 try:
