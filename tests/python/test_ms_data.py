@@ -220,6 +220,8 @@ class TestGenerator(unittest.TestCase):
             (lambda: ds.FashionMnistDataset(pyutil.FASHION).map(lambda x: x),
              "Python functions run in map of a GeneratorDataset"),
             (lambda: ds.GeneratorDataset(3, ["data"]), "is neither random-access"),
+            (lambda: model().train(1, ds.GeneratorDataset(src, ["data", "label"]).project("data").batch(4)),
+             "GeneratorDataset with the one column ['data'] as the training set: the loss needs a label column"),
         )
         for make, msg in cases:
             with self.assertRaises((ValueError, TypeError)) as cm:

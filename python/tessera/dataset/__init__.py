@@ -47,8 +47,11 @@ class _Dataset:
     kind = None
 
     def __init__(self, dataset_dir, usage=None, num_samples=None, shuffle=None, num_shards=None, shard_id=None,
-                 num_parallel_workers=None, sampler=None, **kw):
-        _check_kw(type(self).__name__, kw, {})
+                 num_parallel_workers=None, sampler=None, decode=None, **kw):
+        """decode (ImageFolderDataset's) is accepted: Tessera's sources always decode."""
+        _check_kw(type(self).__name__, kw, {
+            "extensions": " (image folders read .png, .jpg and .jpeg)",
+            "class_indexing": " (classes are the sub-folders in sorted order)"})
         if not os.path.isdir(dataset_dir):
             raise FileNotFoundError("%s: dataset_dir '%s' is not a directory" % (type(self).__name__, dataset_dir))
         if (num_shards is None) != (shard_id is None):

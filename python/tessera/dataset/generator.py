@@ -337,6 +337,19 @@ class GeneratorDataset(_Dataset):
             return {"data.test_split": name}
         return {"data.name": "records", "data.path": "(GeneratorDataset)", "data.train_split": name}
 
+    def keys(self, train=True):
+        """The data.* keys as the Model's training (train=True) or evaluation set: the loss needs a
+        label (or target) column."""
+        names = self.get_col_names()
+        if len(names) < 2:
+            raise ValueError("GeneratorDataset with the one column %r as %s set: the loss needs a label column "
+                             "(column_names=['data', 'label'])" % (names, "the training" if train else "an evaluation"))
+        return super().keys(train)
+
+    def _pairs(self, train):  # iteration: any number of columns up to two
+        from ..context import yaml_value
+        return [(k, yaml_value(v)) for k, v in _Dataset.keys(self, train).items()]
+
     # ---- iteration ----
     def create_tuple_iterator(self, columns=None, num_epochs=1, output_numpy=True, do_copy=True):
         """[column, ...] numpy arrays per batch, num_epochs times the data set, in the order the
