@@ -155,8 +155,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      "evaluation batch size; 0 = batch_size"},
     {"train.seed", CT_U64, FLD(train.seed), "1", NULL, 0, 0, 0, 0, CF_HASH,
      "seed of parameter initialisation, data order, augmentation and dropout"},
-    {"train.eval_every", CT_I64, FLD(train.eval_every), "0", NULL, -1, BIG, 0, 0, 0,
-     "evaluate every N steps; 0 = at the end of every epoch; -1 = only at the end"},
+    {"train.eval_every", CT_I64, FLD(train.eval_every), "0", NULL, -2, BIG, 0, 0, 0,
+     "evaluate every N steps; 0 = at the end of every epoch; -1 = only at the end; -2 = never (Python's Model.train, "
+     "as MindSpore's)"},
     {"train.log_every", CT_I64, FLD(train.log_every), "50", NULL, 1, BIG, 0, 0, 0,
      "steps between progress lines and metrics records"},
     {"train.threads", CT_INT, FLD(train.threads), "0", NULL, 0, 4096, 0, 0, 0,

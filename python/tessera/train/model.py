@@ -147,10 +147,10 @@ class Model:
             k["train.micro_batch_size"] = k["train.batch_size"]
             k["train.batch_size"] *= self.accum
         k["train.epochs"] = int(epochs)
-        k["train.eval_every"] = -1
+        k["train.eval_every"] = -2  # MindSpore's train evaluates nothing (Model.eval / fit do)
         every = getattr(self, "_fit_eval_every", None)  # Model.fit's valid_frequency (epochs)
         if every == 1:
-            k["train.eval_every"] = 0  # at every epoch's end
+            k["train.eval_every"] = 0  # at every epoch's end (and the last step)
         elif every:
             spe = train_ds.get_dataset_size() // self.accum  # this shard's batches per epoch: the steps
             k["train.eval_every"] = every * spe

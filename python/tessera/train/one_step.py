@@ -78,7 +78,7 @@ class TrainOneStepCell(Cell):
         src = _OneBatch(x, y, size if shard else 1)
         kw = dict(num_shards=size, shard_id=rank) if shard else {}
         data = GeneratorDataset(src, ["data", "label"], shuffle=False, **kw).batch(len(x))
-        model = Model(self.network, optimizer=self.optimizer, config={"train.eval_every": -1})
+        model = Model(self.network, optimizer=self.optimizer, config={})
         model._create(model._keys(1, data, None, []))
         self.__dict__["_model"] = model
         self.__dict__["_shape"] = (x.shape, x.dtype)
