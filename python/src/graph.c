@@ -8,15 +8,21 @@ typedef struct {
   PyObject_HEAD
   ts_nn *nn;
   int training, rank, size;
+  int mode;        /* the job's ts_parallel_mode (hybrid_parallel: collectives and layer-wise slices) */
+  char scope[512]; /* the pushed cell scopes joined with '.' (parameter names: ts_nn_param's) */
+  int depth, mark[64]; /* scope lengths before each push (pushes past 64 are not tracked) */
 } Builder;
 
-PyObject *tsp_builder_new(ts_nn *nn, const ts_model_info *info) {
+PyObject *tsp_builder_new(ts_nn *nn, const ts_model_info *info, int mode) {
   Builder *b = PyObject_New(Builder, &tsp_BuilderType);
   if (!b) return NULL;
   b->nn = nn;
   b->training = info ? info->training : 1;
   b->rank = info ? info->rank : 0;
-  b->size = info ? info->size : 1;
+  b->size = info && info->size > 0 ? info->size : 1;
+  b->mode = mode;
+  b->scope[0] = 0;
+  b->depth = 0;
   return (PyObject *)b;
 }
 
@@ -109,6 +115,68 @@ static PyObject *b_param(Builder *b, PyObject *args) {
   if (k < 0) return PyErr_Format(PyExc_ValueError, "parameter '%s': unknown initializer '%s'", name, init);
   ts_init in = {(ts_init_kind)k, a, bb, 0};
   return ret(b, ts_nn_param(b->nn, name, s, in, (nodecay ? TS_PARAM_NO_DECAY : 0) | (state ? TS_PARAM_STATE : 0)));
+}
+
+/* param_sharded(name, slice_shape, axis, init, a, b, no_decay, state): hybrid_parallel's
+ * layer-wise parallel parameter: this rank's slice of a tensor whose global shape is the slice
+ * stacked over the job's ranks along `axis` (ts_params_add_sharded on the device matrix (size,)),
+ * initialised with exactly the values the unsharded parameter of the same name has there. */
+static PyObject *b_param_sharded(Builder *b, PyObject *args) {
+  const char *name, *init;
+  PyObject *shp;
+  int axis, nodecay, state;
+  float a, bb;
+  PRE("sOisffpp", &name, &shp, &axis, &init, &a, &bb, &nodecay, &state);
+  if (b->mode != TS_PARALLEL_HYBRID)
+    return PyErr_Format(PyExc_ValueError, "parameter '%s': layer-wise parallel parameters need parallel_mode "
+                        "'hybrid_parallel', the job runs '%s'", name, ts_parallel_mode_name((ts_parallel_mode)b->mode));
+  ts_shape local;
+  if (tsp_shape_from_seq(shp, &local)) return NULL;
+  if (axis < 0) axis += local.ndim;
+  if (axis < 0 || axis >= local.ndim)
+    return PyErr_Format(PyExc_ValueError, "parameter '%s': shard_axis out of range for %d dims", name, local.ndim);
+  static const char *kinds[] = {"zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
+                                "xavier_normal", "he_uniform", "he_normal", "torch_default"};
+  int k = -1;
+  for (int i = 0; i < 10; i++)
+    if (!strcmp(init, kinds[i])) k = i;
+  if (k < 0) return PyErr_Format(PyExc_ValueError, "parameter '%s': unknown initializer '%s'", name, init);
+  ts_init in = {(ts_init_kind)k, a, bb, 0};
+  int flags = (nodecay ? TS_PARAM_NO_DECAY : 0) | (state ? TS_PARAM_STATE : 0);
+  char full[600];
+  snprintf(full, sizeof full, "%s%s%s", b->scope, b->scope[0] ? "." : "", name);
+  ts_shape global = local;
+  global.dims[axis] *= b->size;
+  int id = ts_params_find(b->nn->p, full);
+  if (id < 0) {
+    int dev[1] = {b->size}, tmap[TS_MAX_DIMS];
+    for (int i = 0; i < local.ndim; i++) tmap[i] = i == axis ? 0 : -1;
+    ts_layout l;
+    int rc = ts_layout_init(&l, 1, dev, local.ndim, tmap, 0);
+    if (!rc) id = ts_params_add_sharded(b->nn->p, full, global, &l, b->rank, in, flags);
+    if (rc || id < 0) return tsp_raise(rc ? rc : id);
+  } else if (!ts_params_is_sharded(b->nn->p, id)) {
+    return PyErr_Format(PyExc_ValueError, "parameter '%s': registered as a whole (replicated) parameter, used "
+                        "again as a layer-wise parallel slice", full);
+  }
+  return ret(b, ts_nn_param(b->nn, name, local, in, flags));
+}
+
+/* collective(kind, x, op): hybrid_parallel's hand-placed collectives over every rank (plan
+ * communicator slot 0): kind 0 AllReduce, 1 AllGather (dim 0), 2 ReduceScatter (dim 0). */
+static PyObject *b_collective(Builder *b, PyObject *args) {
+  int kind, x, op;
+  PRE("iii", &kind, &x, &op);
+  static const char *names[] = {"AllReduce", "AllGather", "ReduceScatter"};
+  if (kind < 0 || kind > 2 || op < 0 || op >= TS_REDUCE_COUNT)
+    return PyErr_Format(PyExc_ValueError, "collective: bad kind %d or op %d", kind, op);
+  if (b->mode != TS_PARALLEL_HYBRID)
+    return PyErr_Format(PyExc_ValueError, "ops.%s: collectives placed by hand need parallel_mode 'hybrid_parallel', "
+                        "the job runs '%s'", names[kind], ts_parallel_mode_name((ts_parallel_mode)b->mode));
+  ts_val y = kind == 0 ? ts_allreduce(g, x, 0, b->size, op)
+             : kind == 1 ? ts_allgather(g, x, 0, b->size, 0)
+                         : ts_reduce_scatter(g, x, 0, b->size, 0, op);
+  return ret(b, y);
 }
 
 static PyObject *b_eltwise(Builder *b, PyObject *args) {
@@ -308,6 +376,10 @@ static PyObject *b_push_scope(Builder *b, PyObject *args) {
   const char *s;
   PRE("s", &s);
   ts_graph_push_scope(g, s);
+  if (b->depth < 64) b->mark[b->depth] = (int)strlen(b->scope);
+  b->depth++;
+  size_t n = strlen(b->scope);
+  snprintf(b->scope + n, sizeof b->scope - n, "%s%s", n ? "." : "", s);
   Py_RETURN_NONE;
 }
 
@@ -316,6 +388,7 @@ static PyObject *b_pop_scope(Builder *b, PyObject *args) {
   (void)args;
   if (!g) return NULL;
   ts_graph_pop_scope(g);
+  if (b->depth > 0 && --b->depth < 64) b->scope[b->mark[b->depth]] = 0;
   Py_RETURN_NONE;
 }
 
@@ -330,12 +403,13 @@ static PyObject *b_info(Builder *b, PyObject *args) {
 
 static PyObject *b_get(Builder *b, void *which) {
   intptr_t w = (intptr_t)which;
+  if (w == 3) return PyUnicode_FromString(ts_parallel_mode_name((ts_parallel_mode)b->mode));
   return PyLong_FromLong(w == 0 ? b->training : w == 1 ? b->rank : b->size);
 }
 
 #define M(n) {#n, (PyCFunction)b_##n, METH_VARARGS, NULL}
 static PyMethodDef bmethods[] = {M(dense),    M(conv2d),   M(batchnorm),  M(layernorm), M(embedding),
-                                 M(param),    M(eltwise),  M(softmax),    M(binary),    M(scale),
+                                 M(param),    M(param_sharded), M(collective), M(eltwise),  M(softmax),    M(binary),    M(scale),
                                  M(matmul),   M(dense_op), M(reshape),    M(flatten),   M(permute),
                                  M(transpose), M(concat),  M(slice),      M(reduce),    M(pool),
                                  M(global_avgpool), M(dropout), M(attention), M(softmax_ce), M(cast), M(const), M(one_hot),
@@ -344,6 +418,7 @@ static PyMethodDef bmethods[] = {M(dense),    M(conv2d),   M(batchnorm),  M(laye
 static PyGetSetDef bgetset[] = {{"training", (getter)b_get, NULL, "1: the training graph", (void *)0},
                                 {"rank", (getter)b_get, NULL, "this rank", (void *)1},
                                 {"size", (getter)b_get, NULL, "the job's ranks", (void *)2},
+                                {"mode", (getter)b_get, NULL, "the job's parallel_mode", (void *)3},
                                 {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject tsp_BuilderType = {

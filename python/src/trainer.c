@@ -21,6 +21,7 @@ typedef struct {
   pycb *cbs;
   unsigned long busy; /* the thread running a C call that released the GIL on this trainer (0: none):
                          its callbacks may use the trainer, other threads may not */
+  int mode;        /* the config's ts_parallel_mode (the builder's: collectives under hybrid_parallel) */
   char plan[512];  /* auto_parallel: the plan the trainer runs, described (ts_autoplan_describe; "" otherwise) */
 } Trainer;
 
@@ -70,7 +71,7 @@ static int model_fn(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *in
 static int model_fn_locked(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits,
                            ts_val *loss, void *user) {
   Trainer *self = user;
-  PyObject *b = tsp_builder_new(nn, info);
+  PyObject *b = tsp_builder_new(nn, info, self->mode);
   if (!b) return tsp_pending_stash("model builder");
   PyObject *tg = targets == TS_NONE ? Py_None : PyLong_FromLong(targets);
   if (targets == TS_NONE) Py_INCREF(Py_None);
@@ -195,6 +196,7 @@ static int tr_init(Trainer *self, PyObject *args, PyObject *kw) {
   }
   self->busy = PyThread_get_thread_ident();
   self->plan[0] = 0;
+  self->mode = (int)cfg->parallel.mode;
   ts_log_set_hook(creation_log, NULL);
   Py_BEGIN_ALLOW_THREADS /* the builder (and a plan search's builds) take the GIL back */
   rc = self->build ? ts_trainer_create_custom(cfg, model_fn, self, &t) : ts_trainer_create(cfg, &t);

@@ -56,7 +56,8 @@ PyObject *tsp_shape_to_tuple(const ts_shape *s);
 
 /* graph.c */
 extern PyTypeObject tsp_BuilderType;
-PyObject *tsp_builder_new(ts_nn *nn, const ts_model_info *info);
+/* mode: the job's ts_parallel_mode (what the model may record: collectives under hybrid_parallel) */
+PyObject *tsp_builder_new(ts_nn *nn, const ts_model_info *info, int mode);
 void tsp_builder_close(PyObject *b);
 /* trainer.c, data.c, checkpoint.c */
 extern PyTypeObject tsp_TrainerType;

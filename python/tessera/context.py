@@ -297,7 +297,16 @@ def set_auto_parallel_context(**kwargs):
     _values.update(kwargs)
 
 
+# hybrid_parallel's defaults in Python (docs/python.md "What differs"): the rank's graph is written by
+# hand, model-parallel ranks read the same samples (full_batch), and each rank's loss is seeded 1/N
+# with the gradients of parameters several ranks hold summed (gradients_mean: the library's rule,
+# docs/parallel-pass.md "Hybrid parallel"), so the job trains as one process does
+_HYBRID_DEFAULTS = {"parallel.gradients_mean": True, "parallel.full_batch": True}
+
+
 def _get_default(key):
+    if key not in _cfg and key in _HYBRID_DEFAULTS and _cfg.get("parallel.mode") == "hybrid_parallel":
+        return _HYBRID_DEFAULTS[key]
     return _cfg.get(key, _CONFIG_DEFAULTS.get(key))
 
 
@@ -448,8 +457,12 @@ def _resolved():
 
 def config_pairs():
     """The context's config keys as (key, YAML text) pairs. parallel.gradients_mean is False
-    unless set (MindSpore's default; the YAML/CLI default is true)."""
+    unless set (MindSpore's default; the YAML/CLI default is true); under hybrid_parallel
+    gradients_mean and full_batch are True unless set (_HYBRID_DEFAULTS)."""
     par = dict(_parallel)
+    if _cfg.get("parallel.mode") == "hybrid_parallel":
+        for k, v in _HYBRID_DEFAULTS.items():
+            par.setdefault(k, yaml_value(v))
     par.setdefault("parallel.gradients_mean", "false")
     par.update(_resolved())
     return list(_context.items()) + list(par.items())

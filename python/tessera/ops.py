@@ -8,7 +8,8 @@ from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, R
 __all__ = ["Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
            "Tanh", "Exp", "Log", "Sqrt", "Square", "Softmax", "LogSoftmax", "Reshape", "Transpose", "Flatten",
            "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd", "OneHot", "Shape", "Neg", "Abs",
-           "ScalarToTensor", "ScalarToArray", "flatten", "reshape",
+           "ScalarToTensor", "ScalarToArray", "ReduceOp", "AllReduce", "AllGather", "ReduceScatter", "flatten",
+           "reshape",
            "transpose", "cast", "matmul", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "square", "softmax",
            "log_softmax", "add", "sub", "mul", "div", "concat", "mean", "sum", "neg", "abs", "one_hot", "shape",
            "scalar_to_tensor", "scalar_to_array", "fill", "ones", "zeros", "ones_like", "zeros_like"]
@@ -272,6 +273,78 @@ class ScalarToArray(Primitive):
 
 
 # ---- MindSpore 2.x's functional forms ----
+
+# ---- collectives placed by hand (parallel_mode="hybrid_parallel") ----
+
+class ReduceOp:
+    """MindSpore's ReduceOp for AllReduce / ReduceScatter. SUM and Tessera's MEAN differentiate;
+    MAX and MIN record (forward) but have no gradient in Tessera (the training graph is refused
+    at its backward, naming the op: use them on values that need none); PROD is refused."""
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    PROD = "prod"
+    MEAN = "mean"  # Tessera's extension (the C op's TS_REDUCE_MEAN)
+
+
+_REDUCE = {"sum": 0, "mean": 1, "max": 2, "min": 3}
+
+
+class _Collective(Primitive):
+    """A collective over every rank of the job (the world group; plan communicator slot 0),
+    recorded where construct calls it. Only under parallel_mode="hybrid_parallel", where the
+    network is each rank's own graph (semi_auto/auto_parallel insert the collectives their layout
+    needs themselves; data_parallel reduces the gradients itself)."""
+    kind = None
+
+    def __init__(self, op=ReduceOp.SUM, group=None):
+        super().__init__()
+        from .communication.management import _world
+        _world("ops." + type(self).__name__, group)
+        if op not in _REDUCE:
+            raise ValueError("ops.%s(op=%r): Tessera's collectives reduce with ReduceOp.SUM, MEAN, MAX or MIN "
+                             "(PROD is not supported)" % (type(self).__name__, op))
+        self.op, self.group = op, group
+
+    def shard(self, in_strategy, out_strategy=None):
+        raise ValueError("ops.%s.shard: a collective placed by hand has no strategy (hybrid_parallel)"
+                         % type(self).__name__)
+
+    def _emit(self, b, x):
+        if b.mode != "hybrid_parallel":
+            raise ValueError("ops.%s: collectives placed by hand in construct run under "
+                             "set_auto_parallel_context(parallel_mode=\"hybrid_parallel\") (each rank's own graph); "
+                             "this job's parallel_mode is %r%s" % (type(self).__name__, b.mode, {
+                                 "semi_auto_parallel": ", where the parallel pass inserts the collectives the "
+                                                       "op.shard(...) strategies need itself",
+                                 "auto_parallel": ", where the searched layout's collectives are inserted by the "
+                                                  "parallel pass",
+                                 "data_parallel": ", where the gradients are reduced over the ranks by Tessera",
+                             }.get(b.mode, "")))
+        return b.collective(self.kind, as_value(x), _REDUCE[self.op])
+
+
+class AllReduce(_Collective):
+    """AllReduce(op=ReduceOp.SUM, group=GlobalComm.WORLD_COMM_GROUP)(x): op over the ranks, the
+    same shape on every rank. Gradient (SUM): the AllReduce(SUM) of the output's gradients."""
+    kind = 0
+
+
+class AllGather(_Collective):
+    """AllGather(group)(x): the ranks' x concatenated along dim 0 (rank order). Gradient: each
+    rank's block of the ReduceScatter(SUM) of the output's gradients."""
+    kind = 1
+
+    def __init__(self, group=None):
+        super().__init__(ReduceOp.SUM, group)
+
+
+class ReduceScatter(_Collective):
+    """ReduceScatter(op=ReduceOp.SUM, group)(x): op over the ranks, then rank r keeps block r of
+    dim 0 (x.shape[0] divisible by the ranks). Gradient (SUM): the AllGather of the gradients."""
+    kind = 2
+
+
 def flatten(input, order="C", *, start_dim=1, end_dim=-1):
     """(N, ...) -> (N, prod(...)) (ops.flatten's defaults); only start_dim=1, end_dim=-1."""
     if order != "C" or start_dim != 1 or end_dim != -1:

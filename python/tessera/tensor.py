@@ -186,8 +186,19 @@ class Parameter:
     trainer when it is created (a data set of uniform values is the constant initializer)."""
 
     def __init__(self, shape, init="normal", name=None, requires_grad=True, sigma=0.01, scale=0.07,
-                 weight_decay=True, **kw):
+                 weight_decay=True, layerwise_parallel=False, shard_axis=None, **kw):
         self._data = None
+        # hybrid_parallel's layer-wise parallel parameter: `shape` is THIS rank's slice (as in
+        # MindSpore's scripts); the whole tensor is the slice stacked over the job's ranks along
+        # shard_axis (Tessera's extension: the dimension the ranks cut; a 1-dim slice needs none)
+        self.layerwise_parallel = bool(layerwise_parallel)
+        if shard_axis is not None and not self.layerwise_parallel:
+            raise ValueError("Parameter%s: shard_axis=%r is for layerwise_parallel=True parameters"
+                             % (_named(name), shard_axis))
+        if shard_axis is not None and (isinstance(shard_axis, bool) or not isinstance(shard_axis, int)):
+            raise ValueError("Parameter%s: shard_axis must be an int (the dimension the ranks cut), got %r"
+                             % (_named(name), shard_axis))
+        self.shard_axis = shard_axis
         if isinstance(shape, Tensor) or hasattr(shape, "__array__") and not isinstance(shape, (tuple, list)):
             import numpy as np
             t = shape if isinstance(shape, Tensor) else Tensor(np.asarray(shape))
@@ -203,7 +214,25 @@ class Parameter:
                 init = "zeros"  # the values are loaded when the Model creates its trainer
         elif isinstance(init, Tensor) and init._data is not None:
             raise ValueError("Parameter: give the values first: Parameter(Tensor(values), name=...)")
+        if self.layerwise_parallel and self._data is not None:
+            raise ValueError("Parameter%s: layerwise_parallel=True with initial values of several elements: a "
+                             "layer-wise slice is initialised by an initializer (\"normal\", ...) so that it holds "
+                             "exactly the unsharded parameter's values there; load values with a checkpoint" % _named(name))
         self.shape = tuple(int(d) for d in shape)
+        if self.layerwise_parallel:
+            nd = len(self.shape)
+            if shard_axis is None and nd == 1:
+                self.shard_axis = 0
+            elif shard_axis is None:
+                raise ValueError("Parameter%s %s: layerwise_parallel=True: which dimension do the ranks cut? Give "
+                                 "shard_axis=0..%d (Tessera's extension: the whole tensor, which checkpoints hold and "
+                                 "initialisation follows, is the slice stacked over the ranks along it)"
+                                 % (_named(name), self.shape, nd - 1))
+            elif not -nd <= shard_axis < nd:
+                raise ValueError("Parameter%s %s: shard_axis=%d is out of range for %d dims"
+                                 % (_named(name), self.shape, shard_axis, nd))
+            else:
+                self.shard_axis = shard_axis % nd
         self.init = init
         self.name = name
         self.requires_grad = requires_grad
@@ -231,10 +260,22 @@ class Parameter:
 
     def _value(self, b):
         kind, a, c = self._spec()
+        if self.layerwise_parallel:
+            if b.mode != "hybrid_parallel":
+                raise ValueError("Parameter %r: layerwise_parallel=True is a slice of hybrid_parallel (the rank's own, "
+                                 "not replicated); this job's parallel_mode is %r: use "
+                                 "set_auto_parallel_context(parallel_mode=\"hybrid_parallel\"), or under "
+                                 "semi_auto_parallel a whole Parameter cut by op.shard(...)" % (self.name or self._local, b.mode))
+            return b.param_sharded(self._local, list(self.shape), self.shard_axis, kind, a, c, not self.weight_decay,
+                                   not self.requires_grad)
         return b.param(self._local, list(self.shape), kind, a, c, not self.weight_decay, not self.requires_grad)
 
     def __repr__(self):
         return "Parameter(name=%r, shape=%s)" % (self.name, self.shape)
+
+
+def _named(name):
+    return " %r" % (name,) if name else ""
 
 
 def _is_number(x):

@@ -122,7 +122,7 @@ class Model:
 
     def _shards(self, ds):
         n = ds.num_shards or 1
-        full = context._parallel.get("parallel.full_batch") == "true"
+        full = bool(context.get_auto_parallel_context("full_batch"))  # hybrid_parallel: True unless set
         if ds.num_shards and not full:
             size, rank = context.get_group_size(), context.get_rank()
             if ds.num_shards != size or ds.shard_id != rank:
