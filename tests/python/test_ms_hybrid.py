@@ -2,8 +2,8 @@
 network written as a Cell (column-parallel w1 and row-parallel w2 as layerwise_parallel slices,
 ops.AllReduce placed by hand, a replicated bias) under mpirun -n 2 and -n 4 against the same
 network trained in one process: every step's loss within 1e-5 relative, the gathered checkpoint
-(save_checkpoint and ModelCheckpoint(integrated_save=True): whole tensors) and Model.predict
-within 1e-5; the checkpoint loaded into the one-process network predicts the same; with
+(save_checkpoint and ModelCheckpoint(integrated_save=True): whole tensors), Model.eval and
+Model.predict within 1e-5; the checkpoint loaded into the one-process network predicts the same; with
 gradients_mean=False (each rank's loss seeded 1, so every gradient is N times the one process's)
 the run equals the one process with N times the learning rate (Momentum is linear in the
 gradient; its buffers hold N times the gradients); every refusal's message (hybrid_train.py refusals)."""
@@ -74,6 +74,11 @@ class TestHybrid(unittest.TestCase):
             for k in a:
                 self.close(b[k], a[k] * (buf_scale if "momentum_buffer" in k else 1.0), "%s: %s" % (f, k))
         self.close(np.load(os.path.join(d, "predict.npy")), np.load(os.path.join(single, "predict.npy")), "predict")
+        with open(os.path.join(single, "eval.json")) as f, open(os.path.join(d, "eval.json")) as g:
+            ea, eb = json.load(f), json.load(g)
+        self.assertEqual(sorted(ea), sorted(eb))
+        self.assertEqual(ea["acc"], eb["acc"])
+        self.close(eb["loss"], ea["loss"], "eval loss")
 
     def test_np2(self):
         d = self.job(2, "hybrid", "h2")

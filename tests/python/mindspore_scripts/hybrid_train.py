@@ -14,7 +14,8 @@ ranks cut, so checkpoints hold the whole tensor):
 and full_batch left unset: Tessera's hybrid defaults, every rank reads the whole batch, its loss
 seeded 1/N, gradients of the bias summed over the ranks; --no-mean sets gradients_mean=False) and
 writes OUT/losses.json (rank 0), OUT/whole.safetensors (save_checkpoint, every rank calls it),
-OUT/ck/ (ModelCheckpoint, integrated_save=True: whole) and OUT/predict.npy (Model.predict). `single`
+OUT/ck/ (ModelCheckpoint, integrated_save=True: whole), OUT/eval.json (Model.eval) and
+OUT/predict.npy (Model.predict). `single`
 trains the unsharded network (the same parameter names, so the same initial values) and writes
 the same files; with --load it loads CKPT into the one-process network first and only predicts."""
 import argparse
@@ -108,7 +109,7 @@ def dataset():
 def model_of(net):
     return ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                     nn.Momentum(net.trainable_params(), learning_rate=args.lr, momentum=0.9),
-                    config={"model.num_classes": NC})
+                    metrics={"acc", "loss"}, config={"model.num_classes": NC})
 
 
 def write(name, obj):
@@ -125,6 +126,7 @@ def train(net):
                                                                  config=cfg)])
     write("losses.json", rec.losses)
     ms.save_checkpoint(net, os.path.join(args.out, "whole.safetensors"))  # every rank: gathered via the layouts
+    write("eval.json", model.eval(dataset()))
     pred = model.predict(ms.Tensor(Source().x[:B]))
     if RANK == 0:
         np.save(os.path.join(args.out, "predict.npy"), pred)
