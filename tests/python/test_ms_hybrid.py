@@ -6,7 +6,8 @@ network trained in one process: every step's loss within 1e-5 relative, the gath
 Model.predict within 1e-5; the checkpoint loaded into the one-process network predicts the same; with
 gradients_mean=False (each rank's loss seeded 1, so every gradient is N times the one process's)
 the run equals the one process with N times the learning rate (Momentum is linear in the
-gradient; its buffers hold N times the gradients); every refusal's message (hybrid_train.py refusals)."""
+gradient; its buffers hold N times the gradients); the same network through AllGather and
+ReduceScatter(MEAN) under -n 2 against one process too; every refusal's message (hybrid_train.py refusals)."""
 import json
 import os
 import shutil
@@ -96,6 +97,10 @@ class TestHybrid(unittest.TestCase):
         d = self.job(2, "hybrid", "nomean", "--no-mean")
         self.same_run(d, self.job(None, "single", "s_lr2", "--lr", "0.4"), buf_scale=2.0)
         self.assertGreater(abs(self.losses(d)[2] - self.losses(self.single)[2]), 1e-3)
+
+    def test_gather_scatter(self):
+        # the same function through AllGather (the hidden units) and ReduceScatter(MEAN) + AllGather
+        self.same_run(self.job(2, "hybrid", "g2", "--gather"))
 
     def test_refusals(self):
         self.job(None, "refusals", "r")

@@ -6,7 +6,7 @@ ranks cut, so checkpoints hold the whole tensor):
              -> relu -> @ w2[block r, :]  (row-parallel: a partial sum)
              -> AllReduce(SUM) placed by hand -> + bias (replicated) -> softmax cross-entropy
 
-    mpirun -n N python3 hybrid_train.py hybrid OUT [--no-mean] [--lr LR]
+    mpirun -n N python3 hybrid_train.py hybrid OUT [--no-mean] [--lr LR] [--gather]
     python3 hybrid_train.py single OUT [--lr LR] [--load CKPT]       (the same network, one process)
     python3 hybrid_train.py refusals OUT                              (every refusal's message)
 
@@ -36,6 +36,7 @@ parser.add_argument("out")
 parser.add_argument("--no-mean", action="store_true")
 parser.add_argument("--lr", type=float, default=0.2)
 parser.add_argument("--load")
+parser.add_argument("--gather", action="store_true", help="hybrid: GatherNet (AllGather, ReduceScatter)")
 args = parser.parse_args()
 
 ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
@@ -77,6 +78,31 @@ class HybridNet(nn.Cell):
         h = self.relu(self.matmul1(x, self.w1))
         z = self.all_reduce(self.matmul2(h, self.w2))
         return self.add(z, self.bias)
+
+
+class GatherNet(nn.Cell):
+    """The same function through AllGather and ReduceScatter: the column-parallel hidden units
+    gathered whole (AllGather concatenates along dim 0, so along the transposed units), a whole
+    (replicated) w2, then the logits' rows scattered (ReduceScatter MEAN of the ranks' equal
+    logits: this rank's block of rows) and gathered back."""
+
+    def __init__(self):
+        super().__init__()
+        n = get_group_size()
+        self.w1 = ms.Parameter((IN, HID // n), "normal", sigma=0.4, layerwise_parallel=True, shard_axis=1)
+        self.w2 = ms.Parameter((HID, NC), "normal", sigma=0.3)
+        self.bias = ms.Parameter((NC,), "uniform", scale=0.5)
+        self.matmul = ops.MatMul()
+        self.relu = ops.ReLU()
+        self.transpose = ops.Transpose()
+        self.gather = ops.AllGather()
+        self.scatter = ops.ReduceScatter(ops.ReduceOp.MEAN)
+
+    def construct(self, x):
+        h = self.relu(self.matmul(x, self.w1))                                    # (B, HID/n)
+        h = self.transpose(self.gather(self.transpose(h, (1, 0))), (1, 0))        # (B, HID)
+        z = self.matmul(h, self.w2) + self.bias                                   # (B, NC), equal on every rank
+        return self.gather(self.scatter(z))
 
 
 class SingleNet(nn.Cell):
@@ -151,10 +177,11 @@ if args.mode == "hybrid":
     ms.set_auto_parallel_context(**ctx)
     assert ms.get_auto_parallel_context("full_batch") is True
     assert ms.get_auto_parallel_context("gradients_mean") is (not args.no_mean)
-    net = HybridNet()
+    net = GatherNet() if args.gather else HybridNet()
     model = train(net)
     p = net._trainer.params()  # this rank's slices
-    assert p["w1"].shape == (IN, HID // SIZE) and p["w2"].shape == (HID // SIZE, NC) and p["bias"].shape == (NC,), \
+    w2 = (HID, NC) if args.gather else (HID // SIZE, NC)
+    assert p["w1"].shape == (IN, HID // SIZE) and p["w2"].shape == w2 and p["bias"].shape == (NC,), \
         {k: v.shape for k, v in p.items()}
     print("rank %d done" % RANK, flush=True)
 elif args.mode == "single":
