@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "iofault.h"
@@ -96,5 +97,32 @@ int ts__afile_commit(ts__afile *f) {
     close(dfd);
   }
   afile_free(f);
+  return TS_OK;
+}
+
+int ts__mkdir_parents(const char *path) {
+  char *d = strdup(path);
+  if (!d) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  char *slash = strrchr(d, '/');
+  if (!slash || slash == d) {
+    free(d);
+    return TS_OK;
+  }
+  *slash = 0;
+  for (char *p = d + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      if (mkdir(d, 0777) != 0 && errno != EEXIST) {
+        int e = errno;
+        int rc = ts_error_set(TS_EIO, "%s: cannot create directory %s: %s", path, d, strerror(e));
+        free(d);
+        return rc;
+      }
+      *p = c;
+      if (!c) break;
+    }
+  }
+  free(d);
   return TS_OK;
 }

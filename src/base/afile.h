@@ -21,5 +21,7 @@ int ts__afile_write(ts__afile *f, const void *buf, size_t n);
 int ts__afile_commit(ts__afile *f);
 /* Closes and removes the temporary; frees f (NULL is ignored). */
 void ts__afile_abort(ts__afile *f);
+/* mkdir -p of the directory part of path (TS_EIO naming path and the directory that failed). */
+int ts__mkdir_parents(const char *path);
 
 #endif

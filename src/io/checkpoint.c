@@ -14,6 +14,7 @@
 
 #include "tessera/checkpoint.h"
 #include "ckpt_impl.h"
+#include "../base/afile.h"
 #include "../base/iofault.h"
 #include "../base/text.h"
 
@@ -34,33 +35,6 @@ static char *join(const char *a, const char *b) {
   return s;
 }
 
-/* mkdir -p of the directory part of path. */
-int ts__ckpt_make_parent_dirs(const char *path) {
-  char *d = strdup(path);
-  if (!d) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
-  char *slash = strrchr(d, '/');
-  if (!slash || slash == d) {
-    free(d);
-    return TS_OK;
-  }
-  *slash = 0;
-  for (char *p = d + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char c = *p;
-      *p = 0;
-      if (mkdir(d, 0777) != 0 && errno != EEXIST) {
-        int e = errno;
-        int rc = ts_error_set(TS_EIO, "%s: cannot create directory %s: %s", path, d, strerror(e));
-        free(d);
-        return rc;
-      }
-      *p = c;
-      if (!c) break;
-    }
-  }
-  free(d);
-  return TS_OK;
-}
 
 /* ------------------------------------------------------------------ temporary files */
 /* Length of the run of decimal digits at s (0 if none, or more than 19). */
@@ -206,7 +180,7 @@ int ts__ckpt_write(const char *path, const ts_ckpt_state *st, const ts__ckpt_ten
     ts_error_wrap(rc, "%s", path);
     goto out;
   }
-  if ((rc = ts__ckpt_make_parent_dirs(path))) goto out;
+  if ((rc = ts__mkdir_parents(path))) goto out;
   rc = ts_st_write(w, path);
 out:
   ts_st_writer_free(w);
@@ -729,7 +703,7 @@ int ts_ckpt_export_params(const char *in, const char *out) {
   if (!rc && step) rc = ts_st_writer_set_meta(w, META("step"), step);
   if (rc)
     ts_error_wrap(rc, "exporting %s", in);
-  else if (!(rc = ts__ckpt_make_parent_dirs(out)))
+  else if (!(rc = ts__mkdir_parents(out)))
     rc = ts_st_write(w, out);
   ts_st_writer_free(w);
   ts_st_close(f);

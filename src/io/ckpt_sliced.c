@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt_impl.h"
+#include "../base/afile.h"
 #include "../base/iofault.h"
 #include "../base/text.h"
 
@@ -107,7 +108,7 @@ int ts_ckpt_stage_begin(const char *final, char *staging, size_t cap) {
   if (!final || !*final || !staging) return ts_error_set(TS_EINVAL, "ts_ckpt_stage_begin: NULL argument");
   int n = snprintf(staging, cap, "%s.tmp.%ld", final, (long)getpid());
   if (n < 0 || (size_t)n >= cap) return ts_error_set(TS_ERANGE, "%s: the path is too long", final);
-  int rc = ts__ckpt_make_parent_dirs(staging);
+  int rc = ts__mkdir_parents(staging);
   if (rc) return rc;
   struct stat sb;
   if (lstat(staging, &sb) == 0 && (rc = ts__ckpt_remove_dir(staging))) return rc;

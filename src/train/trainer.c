@@ -287,7 +287,6 @@ int ts_trainer_whole_is_local(ts_trainer *t) {
   ts_params *full = NULL;
   int owned = 0;
   size_t rep = 0, sh = 0;
-  if (t->run->size < 2) return 1;
   if (ts_dist_whole_store(t->dist, &full, &owned)) return 0;
   if (owned) ts_params_free(full);
   return !owned && !ts_dist_optim_sharded(t->dist, &rep, &sh) && ts__dist_stages(t->dist) <= 1;

@@ -27,7 +27,6 @@
 #include "train_impl.h"
 #include "base/afile.h"
 #include "base/rfile.h"
-#include "io/ckpt_impl.h"
 
 #define MAX_SLOTS 8
 
@@ -540,7 +539,7 @@ int ts__ckpt_copy_out(ts_comm *w, const char *path, int rc0) {
     }
     if (rank == r && !rc && !lrc) {
       ts__afile *f = NULL;
-      lrc = ts__ckpt_make_parent_dirs(path);
+      lrc = ts__mkdir_parents(path);
       if (!lrc) lrc = ts__afile_open(path, &f);
       if (!lrc && (lrc = ts__afile_write(f, data, (size_t)n))) ts__afile_abort(f);
       else if (!lrc) lrc = ts__afile_commit(f);
