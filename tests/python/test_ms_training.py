@@ -157,6 +157,10 @@ class TestTraining(unittest.TestCase):
             model()[1].train(1, data(), callbacks=[42])
         with self.assertRaisesRegex(TypeError, "train_dataset"):
             model()[1].train(1, None)
+        # the library's refusals name the Python argument behind the config key
+        with self.assertRaisesRegex(ValueError, r"train.batch_size 128 is larger than the 64 training samples "
+                                                r"\[in Python: the data set's batch\(n\)"):
+            model()[1].train(1, data(64, 128))
 
     def test_fit_valid_frequency(self):
         evals = []

@@ -187,7 +187,10 @@ class Model:
         if resume:
             pairs.append(("checkpoint.resume", yaml_value(resume)))
         zoo = getattr(self.network, "_zoo_keys", None) is not None
-        t = _C.Trainer(pairs, None if zoo else self._build)
+        try:
+            t = _C.Trainer(pairs, None if zoo else self._build)
+        except ValueError as e:  # the library names config keys: say which Python argument set each
+            raise ValueError(_python_names(str(e))) from None
         plan = t.info()["plan"]  # auto_parallel: the searched plan, said once by rank 0
         if plan and plan != getattr(self, "parallel_plan", None) and t.info()["rank"] == 0:
             print("tessera: %s" % plan, flush=True)
@@ -516,6 +519,34 @@ def _stage_rules(net, P):
 
     emit("")
     return rules
+
+
+# config keys the Model sets -> the Python argument that set them (for the library's messages)
+_PY_ARGS = [
+    ("train.batch_size", "the data set's batch(n) (x num_shards; x gradient_accumulation_steps)"),
+    ("train.micro_batch_size", "the data set's batch(n) with gradient_accumulation_steps"),
+    ("train.eval_batch_size", "the evaluation data set's batch(n)"),
+    ("train.epochs", "Model.train's epoch"),
+    ("train.steps", "Model.train's epoch x sink_size"),
+    ("train.amp_level", "Model's amp_level / amp.auto_mixed_precision"),
+    ("train.loss_scale", "Model's loss_scale_manager"),
+    ("optimizer.lr", "the optimizer's learning_rate"),
+    ("optimizer.", "the optimizer's arguments"),
+    ("data.train_limit", "the data set's num_samples"),
+    ("data.", "the data set's arguments"),
+    ("checkpoint.", "ModelCheckpoint / CheckpointConfig"),
+    ("parallel.", "set_auto_parallel_context"),
+    ("model.", "the network"),
+]
+
+
+def _python_names(msg):
+    """The library's message with the Python arguments behind the config keys it names."""
+    seen = []
+    for key, arg in _PY_ARGS:
+        if key in msg and arg not in seen and not any(k != key and k.startswith(key) and a in seen for k, a in _PY_ARGS):
+            seen.append(arg)
+    return msg + (" [in Python: %s]" % "; ".join(seen) if seen else "")
 
 
 def _flatten(cbs):
