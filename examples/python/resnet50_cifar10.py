@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--depth", type=int, default=50)
     ap.add_argument("--ckpt", default="")
     ap.add_argument("--cluster", default="local",
-                    help="auto: the cluster searched for (local: `tessera calibrate`'s measurement; or dgx-a100-80g, ...)")
+                    help="auto: the cluster searched for (local: `tessera calibrate`'s measurement, else a built-in estimate; or dgx-a100-80g, ...)")
     a = ap.parse_args()
     ts.init()
     rank, size = ts.get_rank(), ts.get_group_size()
