@@ -3,6 +3,7 @@ the import lines changed): a checkpoint directory per rank, saving from rank 0 o
 on another data set, and CheckpointConfig(integrated_save=...). Run by test_ms_checkpoints.py.
 
 usage: ckpt_per_rank.py MODE CASE DATA   (MODE: data_parallel | semi_auto_parallel | unset)"""
+import os
 import sys
 
 import tessera as ms
@@ -10,6 +11,11 @@ from tessera import nn
 import tessera.dataset as ds
 import tessera.dataset.vision as vision
 from tessera.communication import init, get_rank, get_group_size
+
+
+def say(line):
+    """One line in one write: mpirun interleaves the ranks' print() output."""
+    os.write(1, (line + "\n").encode())
 
 mode, case = sys.argv[1], sys.argv[2]
 init()
@@ -53,10 +59,10 @@ else:
 try:
     model.train(1, data("train", 256 if mode == "data_parallel" else 128, 16), callbacks=[ms.ModelCheckpoint("net", directory, cfg)])
 except ValueError as e:
-    print("rank %d refused: %s" % (rank, e), flush=True)
+    say("rank %d refused: %s" % (rank, e))
     sys.exit(0)
 if case == "dirs":
-    print("rank %d eval %s" % (rank, model.eval(data("test", 64, 16))), flush=True)
+    say("rank %d eval %s" % (rank, model.eval(data("test", 64, 16))))
 if case == "rank0":
     if rank == 0:                                  # the common MindSpore pattern
         ms.save_checkpoint(net, "rank0.safetensors")
@@ -65,4 +71,4 @@ if case == "every":
 if case == "load_one":                           # a collective call failing on one rank only
     ms.save_checkpoint(net, "present.safetensors")
     net._trainer.load("present.safetensors" if rank == 0 else "missing.safetensors")
-print("rank %d done" % rank, flush=True)
+say("rank %d done" % rank)

@@ -96,7 +96,7 @@ class StepLoss(ms.Callback):
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
         if get_rank() == 0:
-            print("step %d loss %r" % (cb.cur_step_num, float(cb.net_outputs)), flush=True)
+            os.write(1, ("step %d loss %r" % (cb.cur_step_num, float(cb.net_outputs)) + "\n").encode())  # one write: mpirun interleaves print()
 
 
 data_set = create_dataset(32 // get_group_size())
@@ -106,4 +106,4 @@ optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9
 model = ms.Model(net, loss_fn=loss_fn, optimizer=optimizer)
 config = ms.CheckpointConfig(save_checkpoint_steps=8)
 model.train(1, data_set, callbacks=[StepLoss(), ms.ModelCheckpoint(prefix="run", directory="ck", config=config)])
-print("rank %d done" % get_rank(), flush=True)
+os.write(1, ("rank %d done" % get_rank() + "\n").encode())  # one write: mpirun interleaves print()

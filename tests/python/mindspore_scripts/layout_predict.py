@@ -5,6 +5,7 @@ and the predictions for test_ms_checkpoints.py to check against numpy.
 
 usage: layout_predict.py DATA OUTDIR"""
 import json
+import os
 import sys
 
 import numpy as np
@@ -13,6 +14,11 @@ from tessera import nn
 import tessera.dataset as ds
 import tessera.dataset.vision as vision
 from tessera.communication import init, get_rank, get_group_size
+
+
+def say(line):
+    """One line in one write: mpirun interleaves the ranks' print() output."""
+    os.write(1, (line + "\n").encode())
 
 init()
 rank, size = get_rank(), get_group_size()
@@ -53,14 +59,14 @@ predict_strategy = model2.infer_predict_layout(ms.Tensor(x))  # builds it for x 
 files = ["%s/sliced/rank%05d.safetensors" % (sys.argv[2], r) for r in range(size)]
 ms.load_distributed_checkpoint(net2, files, predict_strategy=predict_strategy)
 same = np.array_equal(model2.predict(ms.Tensor(x)), logits)
-print("rank %d reloaded predict equal: %s" % (rank, same), flush=True)
+say("rank %d reloaded predict equal: %s" % (rank, same))
 try:
     ms.load_distributed_checkpoint(net2, files[:1])
 except ValueError as e:
-    print("rank %d refused: %s" % (rank, e), flush=True)
+    say("rank %d refused: %s" % (rank, e))
 if rank == 0:
     np.save("%s/x.npy" % sys.argv[2], x)
     np.save("%s/logits.npy" % sys.argv[2], logits)
     with open("%s/layout.json" % sys.argv[2], "w") as f:
         json.dump({"train": layout, "predict": model.infer_predict_layout(ms.Tensor(x))}, f)
-print("rank %d done" % rank, flush=True)
+say("rank %d done" % rank)

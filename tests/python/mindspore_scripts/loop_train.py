@@ -3,6 +3,7 @@ changed): nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt) called per batch 
 shard, then the same through Model.train; prints both runs' losses for test_ms_checkpoints.py.
 
 usage: loop_train.py DATA"""
+import os
 import sys
 
 import tessera as ms
@@ -10,6 +11,11 @@ from tessera import nn
 import tessera.dataset as ds
 import tessera.dataset.vision as vision
 from tessera.communication import init, get_rank, get_group_size
+
+
+def say(line):
+    """One line in one write: mpirun interleaves the ranks' print() output."""
+    os.write(1, (line + "\n").encode())
 
 init()
 rank, size = get_rank(), get_group_size()
@@ -52,5 +58,5 @@ class Losses(ms.Callback):
 net2 = Net()
 cb = Losses()
 ms.Model(net2, loss, nn.Momentum(net2.trainable_params(), 0.01, 0.9)).train(1, data(), callbacks=[cb])
-print("rank %d loop %r" % (rank, a), flush=True)
-print("rank %d model %r" % (rank, cb.v), flush=True)
+say("rank %d loop %r" % (rank, a))
+say("rank %d model %r" % (rank, cb.v))

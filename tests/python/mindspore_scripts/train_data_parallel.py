@@ -3,6 +3,7 @@ run as `mpirun -n 2 python3 train_data_parallel.py [--no-mean] [--buffer N]`. Th
 named as Tessera's zoo mlp (fc1, fc2, fc3), so test_mindspore_scripts.py compares this run with
 `tessera train` of the same model and keys. --no-mean: gradients_mean not given (MindSpore's
 default, False)."""
+import os
 import argparse
 
 import tessera as ms
@@ -63,7 +64,7 @@ class StepLoss(ms.Callback):
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
         if get_rank() == 0:
-            print("step %d loss %r" % (cb.cur_step_num, float(cb.net_outputs)), flush=True)
+            os.write(1, ("step %d loss %r" % (cb.cur_step_num, float(cb.net_outputs)) + "\n").encode())  # one write: mpirun interleaves print()
 
 
 data_set = create_dataset(32 // get_group_size())
@@ -73,4 +74,4 @@ optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9
 model = ms.Model(net, loss_fn=loss_fn, optimizer=optimizer)
 config = ms.CheckpointConfig(save_checkpoint_steps=8)
 model.train(1, data_set, callbacks=[StepLoss(), ms.ModelCheckpoint(prefix="run", directory="ck", config=config)])
-print("rank %d done" % get_rank(), flush=True)
+os.write(1, ("rank %d done" % get_rank() + "\n").encode())  # one write: mpirun interleaves print()
