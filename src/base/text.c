@@ -1,4 +1,6 @@
 /* Bounded text building (src/base/text.h). */
+#include <ctype.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,3 +118,46 @@ void ts__sb_json_str(ts__sb *b, const char *s) {
 }
 
 void ts__sb_puts(ts__sb *b, const char *s) { ts__sb_put(b, s, strlen(s)); }
+
+/* ---- did you mean ---- */
+
+static int lev(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  if (na > 127) na = 127;
+  if (nb > 127) nb = 127;
+  int row[128];
+  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= na; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= nb; j++) {
+      int up = row[j];
+      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      int v = diag + cost;
+      if (up + 1 < v) v = up + 1;
+      if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
+      row[j] = v;
+      diag = up;
+    }
+  }
+  return row[nb];
+}
+
+static int close_enough(const char *typed, const char *cand, int d) {
+  int lt = (int)strlen(typed), lc = (int)strlen(cand);
+  int lim = (lt + 1) / 3 > 1 ? (lt + 1) / 3 : 1;
+  return d <= lim && d < (lt > lc ? lt : lc);
+}
+
+const char *ts__text_closest(const char *typed, const char *const *names, int n) {
+  const char *best = NULL;
+  int bd = INT_MAX;
+  for (int i = 0; i < n; i++) {
+    int d = lev(typed, names[i]);
+    if (d < bd) {
+      bd = d;
+      best = names[i];
+    }
+  }
+  return best && close_enough(typed, best, bd) ? best : NULL;
+}

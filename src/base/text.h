@@ -15,6 +15,10 @@ const char *ts__human_bytes(double bytes, char *buf, size_t cap);
  * '*' matches any run (possibly empty) of characters other than '.', i.e. within one name part. */
 int ts__name_match(const char *pat, const char *s);
 
+/* The closest of names[0..n) to typed by edit distance (case-insensitive), or NULL when none is
+ * close enough to suggest (at most about a third of typed's letters differ): "did you mean". */
+const char *ts__text_closest(const char *typed, const char *const *names, int n);
+
 /* A growing text buffer (not for hot paths); on allocation failure `failed` is set and later
  * appends do nothing. Start from {0}; the text is b.s (NUL-terminated once anything was put),
  * freed by the owner. */

@@ -171,7 +171,12 @@ int main(int argc, char **argv) {
   else if (!strcmp(cmd, "launch")) rc = ts_cli_launch(argc - 2, argv + 2);
   else if (!strcmp(cmd, "data")) rc = ts_cli_data(argc - 2, argv + 2);
   else if (!strcmp(cmd, "__exec")) return exec_rank(argc - 2, argv + 2);
-  else return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
+  else {
+    static const char *const cmds[] = {"train", "plan", "calibrate", "ckpt", "eval", "profile", "plot", "launch", "data"};
+    const char *near = ts__text_closest(cmd, cmds, (int)(sizeof cmds / sizeof *cmds));
+    if (near) return ts_cli_fail(2, "unknown command '%s' (did you mean '%s'? see tessera --help)", cmd, near);
+    return ts_cli_fail(2, "unknown command '%s' (see tessera --help)", cmd);
+  }
   if (ts_comm_initialized()) {
     ts_comm *w = NULL;
     /* A rank that failed ends the whole job now (its peers would otherwise wait in their next

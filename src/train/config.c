@@ -57,47 +57,6 @@ static int is_section(const char *path) {
 }
 
 /* ------------------------------------------------------------------ edit distance */
-static int lev(const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  if (na > 127) na = 127;
-  if (nb > 127) nb = 127;
-  int row[128];
-  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= na; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= nb; j++) {
-      int up = row[j];
-      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-      int v = diag + cost;
-      if (up + 1 < v) v = up + 1;
-      if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
-      row[j] = v;
-      diag = up;
-    }
-  }
-  return row[nb];
-}
-
-static int close_enough(const char *typed, const char *cand, int d) {
-  int lt = (int)strlen(typed), lc = (int)strlen(cand);
-  int lim = (lt + 1) / 3 > 1 ? (lt + 1) / 3 : 1;
-  return d <= lim && d < (lt > lc ? lt : lc);
-}
-
-/* Closest of names[0..n) to typed, or NULL. */
-static const char *closest(const char *typed, const char *const *names, int n) {
-  const char *best = NULL;
-  int bd = INT_MAX;
-  for (int i = 0; i < n; i++) {
-    int d = lev(typed, names[i]);
-    if (d < bd) {
-      bd = d;
-      best = names[i];
-    }
-  }
-  return best && close_enough(typed, best, bd) ? best : NULL;
-}
 
 /* " (did you mean 'x.y'?)" or " (valid keys in 'x': ...)" for an unknown full key path. */
 static void suggest_key(const char *full, char *out, size_t cap) {
@@ -124,7 +83,7 @@ static void suggest_key(const char *full, char *out, size_t cap) {
     kids[nk] = kbuf[nk];
     nk++;
   }
-  const char *best = closest(leaf, kids, nk);
+  const char *best = ts__text_closest(leaf, kids, nk);
   if (!best) /* a sibling that contains what was typed ("warmup" -> "warmup_steps") */
     for (int j = 0; j < nk && !best && strlen(leaf) >= 3; j++)
       if (strcasestr(kids[j], leaf)) best = kids[j];
@@ -304,7 +263,7 @@ static int node_enum(const pctx *c, const yaml_node_t *n, const char *what,
       if (!strcasecmp(sval(n), names[i])) return *out = i, TS_OK;
   }
   list_names(list, sizeof list, names, cnt);
-  const char *best = n && n->type == YAML_SCALAR_NODE ? closest(sval(n), names, cnt) : NULL;
+  const char *best = n && n->type == YAML_SCALAR_NODE ? ts__text_closest(sval(n), names, cnt) : NULL;
   if (n && n->type == YAML_SCALAR_NODE && !is_null(n)) {
     if (best)
       return perr(c, n, "%s: unknown value %s (did you mean '%s'? expected one of: %s)", what,
@@ -460,7 +419,7 @@ static int parse_tf(const pctx *c, const yaml_node_t *item, const char *what, ts
       if (!known) {
         int np = 0;
         while (def->params[np]) np++;
-        const char *best = closest(pn, def->params, np);
+        const char *best = ts__text_closest(pn, def->params, np);
         if (best)
           return perr(c, k, "%s (%s): unknown parameter '%s' (did you mean '%s'?)", what,
                       def->name, pn, best);

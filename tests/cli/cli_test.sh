@@ -20,6 +20,8 @@ expect 0 "tessera [0-9]+\.[0-9]+\.[0-9]+" -- --version
 expect 0 "usage" -- --help
 expect 0 "example" -- train --help
 expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 2 "unknown command 'tarin' \(did you mean 'train'\?" -- tarin
+expect 2 "unknown command 'porfile' \(did you mean 'profile'\?" -- porfile
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 expect 2 "missing CONFIG" -- train
