@@ -131,6 +131,8 @@ typedef struct {
   char last[320];           /* the last line with words (mpirun draws lines of dashes) */
   int lost[MAX_LOST];       /* world ranks killed or crashed, or named stuck by the watchdog */
   int nlost;
+  int named[MAX_LOST];      /* of those, the ones only the watchdog named (alive or not: unknown) */
+  int nnamed;
   char lost_host[8][128];   /* hosts whose daemon mpirun lost ("Remote daemon: ... on node X") */
   int nlost_host;
   double abort_at;          /* when a rank's watchdog said it ends the job (0: not seen) */
@@ -145,6 +147,17 @@ static void add_lost(attempt_log *a, int r) {
   for (int i = 0; i < a->nlost; i++)
     if (a->lost[i] == r) return;
   if (a->nlost < MAX_LOST && r >= 0) a->lost[a->nlost++] = r;
+}
+static void add_named(attempt_log *a, int r) {
+  add_lost(a, r);
+  for (int i = 0; i < a->nnamed; i++)
+    if (a->named[i] == r) return;
+  if (a->nnamed < MAX_LOST && r >= 0) a->named[a->nnamed++] = r;
+}
+static int in_list(const int *v, int n, int r) {
+  for (int i = 0; i < n; i++)
+    if (v[i] == r) return 1;
+  return 0;
 }
 
 /* The ranks of the watchdog's "...: rank 1 of 4 never reached it" or ": ranks 1 (waiting in
@@ -163,7 +176,7 @@ static void scan_watchdog(attempt_log *a, const char *l) {
       while (p < end && *p != ')') p++;
       p++;
     } else if (*p >= '0' && *p <= '9') {
-      add_lost(a, (int)strtol(p, (char **)&p, 10));
+      add_named(a, (int)strtol(p, (char **)&p, 10));
     } else if (!strncmp(p, " of ", 4)) {
       break;
     } else {
@@ -609,11 +622,26 @@ int ts_cli_launch(int argc, char **argv) {
         if (!strcmp(hosts.servers[s].host, log.lost_host[h]))
           for (int r = 0; r < hosts.servers[s].slots; r++) add_lost(&log, hosts.servers[s].first_rank + r);
     }
-    /* a rank that reported its own timeout was waiting, not lost */
+    /* a rank that reported its own timeout was waiting, not lost; so, on a job over hosts, was
+     * a rank only the watchdog named whose host is up (another of its ranks reported) while a
+     * whole other host went silent: it waited in an earlier collective behind that host (seen in
+     * CI: link to node1 down, node0's rank 1 still in the ring step that needed node1) */
+    int host_gone = 0; /* a host none of whose ranks reported */
+    for (int s = 0; have_hosts && s < hosts.nservers; s++) {
+      int any = 0;
+      for (int r = 0; r < hosts.servers[s].slots; r++) any |= in_list(log.alive, log.nalive, hosts.servers[s].first_rank + r);
+      int all_lost = 1;
+      for (int r = 0; r < hosts.servers[s].slots; r++) all_lost &= in_list(log.lost, log.nlost, hosts.servers[s].first_rank + r);
+      host_gone |= !any && all_lost;
+    }
     for (int i = 0; i < log.nlost;) {
-      int alive = 0;
-      for (int j = 0; j < log.nalive; j++) alive |= log.alive[j] == log.lost[i];
-      if (alive && log.nlost > 1) log.lost[i] = log.lost[--log.nlost];
+      int r = log.lost[i], waiting = in_list(log.alive, log.nalive, r);
+      for (int s = 0; !waiting && host_gone && in_list(log.named, log.nnamed, r) && s < hosts.nservers; s++) {
+        const ts_rt_server *sv = &hosts.servers[s];
+        if (r < sv->first_rank || r >= sv->first_rank + sv->slots) continue;
+        for (int q = 0; q < sv->slots; q++) waiting |= in_list(log.alive, log.nalive, sv->first_rank + q);
+      }
+      if (waiting && log.nlost > 1) log.lost[i] = log.lost[--log.nlost];
       else i++;
     }
     /* in rank order, as the notes list them */

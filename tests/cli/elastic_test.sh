@@ -199,6 +199,25 @@ if [ "$rc" = 137 ] && [ "$log" = "n=4 restart=0 resume=no hosts=
 n=4 restart=1 resume=no hosts=" ] && grep -q "no checkpoint yet: starting again on 4 ranks" <<<"$out"; then
   ok "fake mpirun: no checkpoint yet: the same command again, not resume=auto; same ranks without --min-ranks"
 else bad "fake mpirun without checkpoints: exit $rc"; echo "$log"; echo "$out"; fi
+# the watchdog's line when host nodeB's link went down (CI, stop 37): rank 1 of nodeA was still
+# in the ring step that needed nodeB, so rank 0 named it too; nodeA is up (rank 0 reported), so
+# only nodeB's ranks are lost and the job goes on on nodeA's 2 ranks
+cat > "$tmp/watch-mpirun" <<EOF2
+#!/usr/bin/env bash
+restart=
+while [ \$# -gt 0 ]; do case \$1 in -x) case \$2 in TESSERA_RESTART=*) restart=\${2#*=};; esac; shift;; esac; shift; done
+echo "n=\$n restart=\$restart" >> "$tmp/fake.log"
+[ "\$restart" = 0 ] || exit 0
+echo "tessera error: [rank 0 of 4] rank 0: allreduce(mean) #23 (f32 x 1) did not complete within 3 s: ranks 1 (host nodeA), 2 (host nodeB), 3 (host nodeB) of 4 never reached it (stalled or dead); the watchdog ends the job (exit 75: a blocking MPI call cannot be interrupted)" >&2
+exit 75
+EOF2
+chmod +x "$tmp/watch-mpirun"
+printf 'nodeA slots=2\nnodeB slots=2\n' > "$tmp/hosts2"
+rm -f "$tmp/fake.log"
+run launch --mpirun "$tmp/watch-mpirun" -n 4 --hostfile "$tmp/hosts2" --restarts 1 --min-ranks 2 -- train "$tmp/dp.yaml" --set checkpoint.dir="$tmp/fk"
+if [ "$rc" = 0 ] && [ "$(wc -l < "$tmp/fake.log")" = 2 ] && grep -q "restart 1 of 1 .* on 2 ranks (ranks 2, 3 lost, with their hosts)" <<<"$out"; then
+  ok "watchdog naming a rank of a live host behind a dead one: only the dead host's ranks are lost"
+else bad "watchdog across hosts: exit $rc"; cat "$tmp/fake.log"; echo "$out"; fi
 FAKE_RC=2 fake -n 4 --restarts 2 -- train "$tmp/dp.yaml" --set checkpoint.dir="$tmp/fk"
 [ "$rc" = 2 ] && [ "$(wc -l <<<"$log")" = 1 ] && grep -q "not restarting: exit status 2 is a usage or configuration error" <<<"$out" &&
   ok "exit 2 is not restarted" || { bad "exit 2: exit $rc"; echo "$log"; echo "$out"; }
