@@ -97,6 +97,21 @@ static PyObject *b_embedding(Builder *b, PyObject *args) {
   return ret(b, ts_nn_embedding(b->nn, name, x, v, d));
 }
 
+/* The initializer named init (Python's names, ts_init_kind's order) with arguments a, b; -1 with
+ * ValueError naming the parameter when unknown. */
+static int init_from_name(const char *name, const char *init, float a, float b, ts_init *out) {
+  static const char *kinds[] = {"zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
+                                "xavier_normal", "he_uniform", "he_normal", "torch_default"};
+  for (int i = 0; i < 10; i++)
+    if (!strcmp(init, kinds[i])) {
+      ts_init in = {(ts_init_kind)i, a, b, 0};
+      *out = in;
+      return 0;
+    }
+  PyErr_Format(PyExc_ValueError, "parameter '%s': unknown initializer '%s'", name, init);
+  return -1;
+}
+
 /* param(name, shape, init, a, b, no_decay, state): a parameter in the current scope */
 static PyObject *b_param(Builder *b, PyObject *args) {
   const char *name, *init;
@@ -107,13 +122,8 @@ static PyObject *b_param(Builder *b, PyObject *args) {
   (void)g;
   ts_shape s;
   if (tsp_shape_from_seq(shp, &s)) return NULL;
-  static const char *kinds[] = {"zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
-                                "xavier_normal", "he_uniform", "he_normal", "torch_default"};
-  int k = -1;
-  for (int i = 0; i < 10; i++)
-    if (!strcmp(init, kinds[i])) k = i;
-  if (k < 0) return PyErr_Format(PyExc_ValueError, "parameter '%s': unknown initializer '%s'", name, init);
-  ts_init in = {(ts_init_kind)k, a, bb, 0};
+  ts_init in;
+  if (init_from_name(name, init, a, bb, &in)) return NULL;
   return ret(b, ts_nn_param(b->nn, name, s, in, (nodecay ? TS_PARAM_NO_DECAY : 0) | (state ? TS_PARAM_STATE : 0)));
 }
 
@@ -135,13 +145,8 @@ static PyObject *b_param_sharded(Builder *b, PyObject *args) {
   if (axis < 0) axis += local.ndim;
   if (axis < 0 || axis >= local.ndim)
     return PyErr_Format(PyExc_ValueError, "parameter '%s': shard_axis out of range for %d dims", name, local.ndim);
-  static const char *kinds[] = {"zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
-                                "xavier_normal", "he_uniform", "he_normal", "torch_default"};
-  int k = -1;
-  for (int i = 0; i < 10; i++)
-    if (!strcmp(init, kinds[i])) k = i;
-  if (k < 0) return PyErr_Format(PyExc_ValueError, "parameter '%s': unknown initializer '%s'", name, init);
-  ts_init in = {(ts_init_kind)k, a, bb, 0};
+  ts_init in;
+  if (init_from_name(name, init, a, bb, &in)) return NULL;
   int flags = (nodecay ? TS_PARAM_NO_DECAY : 0) | (state ? TS_PARAM_STATE : 0);
   char full[600];
   snprintf(full, sizeof full, "%s%s%s", b->scope, b->scope[0] ? "." : "", name);

@@ -153,6 +153,11 @@ void tsp_agree_failure(int rc, const char *what) {
   PySys_WriteStderr("tessera: rank %d of %d: %s failed on this rank (the other ranks did not fail within %g s): %s\n"
                     "tessera: rank %d of %d: ending the job (MPI_Abort) so the other ranks do not wait for the "
                     "communication timeout\n", r, n, what, grace, msg, r, n);
+  tsp_abort_job();
+  ts_error_set(rc, "%s", msg);
+}
+
+void tsp_abort_job(void) {
   PyObject *o;
   if ((o = PySys_GetObject("stdout")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
   if ((o = PySys_GetObject("stderr")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
@@ -160,7 +165,6 @@ void tsp_agree_failure(int rc, const char *what) {
   fflush(stderr);
   ts_comm *w = NULL;
   if (ts_comm_world(&w) == TS_OK) ts_comm_abort(w, 1);
-  ts_error_set(rc, "%s", msg);
 }
 
 static PyObject *py_initialized(PyObject *self, PyObject *args) {

@@ -48,12 +48,7 @@ static void abort_job_on_exception(const char *what) {
   PySys_WriteStderr("tessera: rank %d of %d: a Python exception ended %s; ending the job (MPI_Abort) so the "
                     "other ranks do not wait for the communication timeout:\n", r, n, what);
   PyErr_Print();
-  PyObject *o;
-  if ((o = PySys_GetObject("stdout")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
-  if ((o = PySys_GetObject("stderr")) && o != Py_None && !PyObject_CallMethod(o, "flush", NULL)) PyErr_Clear();
-  fflush(stdout);
-  fflush(stderr);
-  ts_comm_abort(w, 1);
+  tsp_abort_job();
 }
 
 static int model_fn_locked(ts_nn *nn, ts_val x, ts_val targets, const ts_model_info *info, ts_val *logits,

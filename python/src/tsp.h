@@ -39,6 +39,9 @@ int tsp_pending_restore(void);
  * the job with MPI_Abort, as the others would otherwise wait in the call's collectives until the
  * communication timeout. Nothing in a job of one rank or before init(). */
 void tsp_agree_failure(int rc, const char *what);
+/* Flushes Python's and C's stdout and stderr, then ends the whole job (MPI_Abort; nothing when
+ * MPI is not up). */
+void tsp_abort_job(void);
 /* A ts_config from a list of (key, YAML value) pairs over the defaults; not validated. */
 int tsp_config_from_pairs(PyObject *pairs, ts_config *cfg);
 /* Frees a PyMem_Malloc'd config and the lists it owns (ts_config_free). */

@@ -153,6 +153,8 @@ struct ts_trainer {
   int ckpt_writer;             /* this rank writes the trainer's whole checkpoints into its checkpoint.dir
                                   (rank 0, and a rank whose directory no lower rank has) */
   int ckpt_copies;             /* some rank other than 0 does (per-rank directories) */
+  int whole_local;             /* this rank's store and optimizer are the whole model's
+                                  (ts_trainer_whole_is_local; set once the optimizer exists) */
 };
 
 /* The layout for c's parallel.mode (the one place the mode is read), the distribution config

@@ -283,7 +283,9 @@ static int whole_gather(ts_trainer *t, whole_model *w, ts_ckpt_state *st) {
   return rc;
 }
 
-int ts_trainer_whole_is_local(ts_trainer *t) {
+/* Whether the layout leaves the whole state on this rank (computed once, at creation: the
+ * whole store is built here only to be freed). */
+static int whole_is_local(ts_trainer *t) {
   ts_params *full = NULL;
   int owned = 0;
   size_t rep = 0, sh = 0;
@@ -291,6 +293,8 @@ int ts_trainer_whole_is_local(ts_trainer *t) {
   if (owned) ts_params_free(full);
   return !owned && !ts_dist_optim_sharded(t->dist, &rep, &sh) && ts__dist_stages(t->dist) <= 1;
 }
+
+int ts_trainer_whole_is_local(ts_trainer *t) { return t->whole_local; }
 
 /* The whole checkpoint written by this rank from its own state (whole_is_local). */
 static int save_local(ts_trainer *t, const char *path) {
@@ -516,6 +520,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
     if (rc == TS_ECONFIG) rc = ts_error_wrap(rc, "%s", c->source[0] ? c->source : "config");
     goto fail;
   }
+  t->whole_local = whole_is_local(t);
   ts_loss_scale_config lsc;
   ts_config_loss_scale(c, &lsc); /* auto and the default value resolved */
   if ((rc = ts_loss_scaler_init(&t->scaler, &lsc)) || (rc = ts_dist_set_loss_scale(t->dist, (float)t->scaler.scale))) {
@@ -592,6 +597,18 @@ void ts_trainer_free(ts_trainer *t) {
 }
 
 /* ---- evaluation ---- */
+/* The forward of the evaluation batch: n <= t->eb samples x into xbuf (room for t->eb), the rest
+ * of it zeros; *lg: the logits of the whole batch (the rank feeds its piece; they come back whole). */
+static size_t sample_bytes(const ts_trainer *t) {
+  return (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
+}
+static int forward_padded(ts_trainer *t, char *xbuf, const void *x, int64_t n, const float **lg) {
+  size_t xbytes = sample_bytes(t);
+  if (n) memcpy(xbuf, x, xbytes * (size_t)n);
+  if (n < t->eb) memset(xbuf + xbytes * (size_t)n, 0, xbytes * (size_t)(t->eb - n));
+  return ts_dist_eval_forward(t->dist, xbuf, lg);
+}
+
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   memset(out, 0, sizeof *out);
   if (!t->test_src) return ts_error_set(TS_ENOTFOUND, "evaluate: the data set has no test split");
@@ -624,8 +641,7 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
     ts_source_free(view);
     return rc;
   }
-  size_t xbytes = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
-  char *xbuf = ts_calloc(xbytes * (size_t)t->eb);
+  char *xbuf = ts_calloc(sample_bytes(t) * (size_t)t->eb);
   if (!xbuf) {
     ts_pipeline_free(p);
     ts_source_free(view);
@@ -639,10 +655,8 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   int64_t n = 0, c1 = 0, c5 = 0, bad = 0; /* bad: rows with non-finite logits, counted as wrong */
   ts_batch b;
   while (p && rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
-    memcpy(xbuf, b.data.data, xbytes * (size_t)b.size);
-    if (b.size < t->eb) memset(xbuf + xbytes * (size_t)b.size, 0, xbytes * (size_t)(t->eb - b.size));
-    const float *lg = NULL; /* the rank feeds its piece of the batch; the logits come back whole */
-    if ((rc = ts_dist_eval_forward(t->dist, xbuf, &lg))) break;
+    const float *lg = NULL;
+    if ((rc = forward_padded(t, xbuf, b.data.data, b.size, &lg))) break;
     for (int64_t r = 0; r < (int64_t)b.size * rows_per_sample; r++) {
       int64_t lab = t->model.text ? ((const int32_t *)b.target.data)[r] : ((const int32_t *)b.labels.data)[r];
       if (lab < 0 || lab >= C) {
@@ -889,12 +903,10 @@ int ts_trainer_forward(ts_trainer *t, const void *x, int64_t n, float *logits, s
   if (cap < per * (size_t)n)
     return ts_error_set(TS_EINVAL, "ts_trainer_forward: room for %zu logits, %lld samples need %zu", cap, (long long)n,
                         per * (size_t)n);
-  size_t xbytes = (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
-  char *xbuf = ts_calloc(xbytes * (size_t)t->eb);
+  char *xbuf = ts_calloc(sample_bytes(t) * (size_t)t->eb);
   if (!xbuf) return ts_error_set(TS_ENOMEM, "ts_trainer_forward: out of memory");
-  if (n) memcpy(xbuf, x, xbytes * (size_t)n);
   const float *lg = NULL;
-  rc = ts_dist_eval_forward(t->dist, xbuf, &lg);
+  rc = forward_padded(t, xbuf, x, n, &lg);
   if (!rc && n) memcpy(logits, lg, sizeof(float) * per * (size_t)n);
   ts_free(xbuf);
   return rc;
