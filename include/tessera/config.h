@@ -389,6 +389,10 @@ int ts_config_optim(const ts_config *cfg, ts_optim_config *out);
 void ts_config_loss_scale(const ts_config *cfg, ts_loss_scale_config *out);
 /* Optimizer steps of the whole run: train.steps, or train.epochs * steps_per_epoch. */
 int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch);
+/* TESSERA_MAX_STEPS (environment): the most optimizer steps any run takes (the trainer runs as if
+ * train.steps = min(the run's steps, N) were set). *n = 0 when unset or empty; a value that is not a
+ * positive integer is TS_ECONFIG naming the variable. */
+int ts_config_max_steps(int64_t *n);
 /* The learning-rate schedule in optimizer steps (epoch units converted with steps_per_epoch;
  * cosine's total_steps = ts_config_total_steps). Checked with ts_lr_check. */
 int ts_config_lr_schedule(const ts_config *cfg, int64_t steps_per_epoch, ts_lr_schedule *out);

@@ -588,6 +588,8 @@ int ts_cli_launch(int argc, char **argv) {
     av[k++] = "-x"; av[k++] = "OMP_WAIT_POLICY=passive";
     av[k++] = "-x"; av[k++] = rbuf; /* the restart number: TESSERA_FAULT fires only in attempt 0 */
     if (table_env[0]) { av[k++] = "-x"; av[k++] = table_env; }
+    if (getenv("TESSERA_MAX_STEPS")) { av[k++] = "-x"; av[k++] = "TESSERA_MAX_STEPS"; } /* to every host's ranks */
+    if (isatty(STDOUT_FILENO)) { av[k++] = "-x"; av[k++] = "TESSERA_TTY=1"; } /* rank 0 may draw its bar here */
     av[k++] = tessera_exe ? tessera_exe : self;
     if (program) av[k++] = "__exec"; /* sets RANK_ID, RANK_SIZE, DEVICE_ID, ..., then runs it */
     for (int i = cmd_at; i < argc; i++) av[k++] = argv[i];

@@ -134,6 +134,11 @@ int ts_cli_profile(int argc, char **argv) {
   char note[160] = "", why[400];
   long long total = cfg.train.steps > 0 ? cfg.train.steps : -1;
   snprintf(why, sizeof why, "%.300s: train.steps %lld", src, total);
+  int64_t cap; /* TESSERA_MAX_STEPS: the run is that much shorter, any window clamped to it */
+  if (ts_config_max_steps(&cap)) return ts_cli_fail(2, "%s", ts_last_error());
+  long long a0 = A, b0 = B;
+  int capped = cap > 0 && total > cap;
+  if (capped) total = cap, explicit = 0;
   if (total > 0 && (e = fit_window(total, explicit, why, &A, &B, note, sizeof note))) return e;
   cfg.log.profile_start = A;
   ts_trainer *t;
@@ -141,9 +146,10 @@ int ts_cli_profile(int argc, char **argv) {
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   if (total < 0) {
     total = (long long)ts_config_total_steps(&cfg, ts_trainer_steps_per_epoch(t));
+    capped = cap > 0 && total > cap;
+    if (capped) total = cap, explicit = 0;
     snprintf(why, sizeof why, "%.300s: train.epochs %d x %lld steps per epoch", src, cfg.train.epochs,
              (long long)ts_trainer_steps_per_epoch(t));
-    long long a0 = A;
     if ((e = fit_window(total, explicit, why, &A, &B, note, sizeof note))) {
       ts_trainer_free(t);
       return e;
@@ -154,6 +160,8 @@ int ts_cli_profile(int argc, char **argv) {
       if ((rc = ts_trainer_create(&cfg, &t))) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
     }
   }
+  if (capped && b0 > cap)
+    snprintf(note, sizeof note, " (%lld:%lld clamped to TESSERA_MAX_STEPS=%lld)", a0, b0, (long long)cap);
   if (ts_trainer_rank(t) == 0) {
     printf("tessera %s profile: %s on %s, steps %lld..%lld recorded of %lld%s, batch %d, %d threads, %d rank(s)\n",
            ts_version(), ts_model_kind_name(cfg.model.name), ts_data_kind_name(cfg.data.name), A, B, B, note,

@@ -360,6 +360,20 @@ int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch) {
   return (int64_t)cfg->train.epochs * (steps_per_epoch > 0 ? steps_per_epoch : 0);
 }
 
+int ts_config_max_steps(int64_t *out) {
+  *out = 0;
+  const char *e = getenv("TESSERA_MAX_STEPS");
+  if (!e || !*e) return TS_OK;
+  char *end;
+  errno = 0;
+  long long n = strtoll(e, &end, 10);
+  if (*end || end == e || errno || n <= 0 || e[0] < '0' || e[0] > '9')
+    return ts_error_set(TS_ECONFIG, "TESSERA_MAX_STEPS: '%.40s' is not a positive integer (the most optimizer steps "
+                        "a run takes; unset it for the config's own length)", e);
+  *out = n;
+  return TS_OK;
+}
+
 int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out) {
   if (!cfg || !out) return ts_error_set(TS_EINVAL, "ts_config_lr_schedule: NULL argument");
   const typeof(cfg->optimizer.schedule) *s = &cfg->optimizer.schedule;

@@ -137,6 +137,7 @@ struct ts_trainer {
   ts_lr_schedule sched;
   ts_loss_scaler scaler;       /* train.loss_scale: the scale the plans' loss seeds carry */
   int64_t step, epoch, batch, steps_per_epoch, total_steps;
+  int64_t max_steps, cap_steps0; /* TESSERA_MAX_STEPS (0: none); train.steps before the cap applied it */
   int stop;
   double last_loss;
   ts_eval_info last_eval;

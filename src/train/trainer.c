@@ -193,6 +193,26 @@ int ts__train_prepare(ts_trainer *t) {
   return probe(t);
 }
 
+/* The cap applied as if train.steps = min(the run's steps, N) were set, the run's config (what
+ * checkpoints record, the lr schedule) that of the shorter run: t->total_steps is the configured
+ * length of the run from step `from` (0 at creation; the continued part of ts_trainer_continue). */
+static int apply_max_steps(ts_trainer *t, int64_t from) {
+  if (t->max_steps <= 0 || t->total_steps - from <= t->max_steps) return TS_OK;
+  int64_t m = t->total_steps - from;
+  t->total_steps = from + t->max_steps;
+  t->cfg.train.steps = t->total_steps;
+  if (t->run->rank == 0)
+    ts_log(TS_LOG_WARN, "TESSERA_MAX_STEPS=%lld: the run stops after %lld of its %lld steps", (long long)t->max_steps,
+           (long long)t->max_steps, (long long)m);
+  if (from) return TS_OK; /* ts_trainer_continue dumps the config itself */
+  char *yaml = NULL; /* what checkpoints record: the shorter run's config */
+  int rc = ts_config_dump_string(&t->cfg, &yaml);
+  if (rc) return rc;
+  free(t->cfg_yaml);
+  t->cfg_yaml = yaml;
+  return TS_OK;
+}
+
 static int make_train_pipe(ts_trainer *t) {
   ts_pipeline_config pc = ts_pipeline_config_default();
   pc.source = t->train_src;
@@ -224,7 +244,7 @@ static int make_train_pipe(ts_trainer *t) {
     return ts_error_set(TS_ECONFIG, "train.batch_size %d is larger than the %lld training samples",
                         t->cfg.train.batch_size, (long long)ts_source_len(t->train_src));
   t->total_steps = ts_config_total_steps(&t->cfg, t->steps_per_epoch);
-  return TS_OK;
+  return apply_max_steps(t, 0);
 }
 
 /* ---- checkpoints: the whole model, whatever the layout ---- */
@@ -453,6 +473,8 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   ts_strategy_set *set = NULL;
   int rc = ts_config_copy(c, cfg_in); /* the trainer's own (freed by ts_trainer_free) */
   if (!rc) rc = ts_config_validate(c);
+  if (!rc) rc = ts_config_max_steps(&t->max_steps); /* TESSERA_MAX_STEPS */
+  t->cap_steps0 = c->train.steps;
   int gpu_id = -1;
   if (!rc) rc = ts__train_device_check(c, &gpu_id); /* before anything is built */
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
@@ -930,27 +952,33 @@ int ts_trainer_continue(ts_trainer *t, int64_t epochs) {
   int64_t spe = t->steps_per_epoch > 0 ? t->steps_per_epoch : 1;
   if (epochs < 0 || epochs > (INT64_C(1) << 40) / spe)
     return ts_error_set(TS_EINVAL, "ts_trainer_continue: %lld more epochs", (long long)epochs);
-  if (c->train.steps > 0)
+  int64_t steps0 = c->train.steps, total0 = t->total_steps;
+  int capped = t->max_steps > 0 && t->cap_steps0 <= 0 && steps0 > 0; /* train.steps is TESSERA_MAX_STEPS's */
+  if (steps0 > 0 && !capped)
     return ts_error_set(TS_EINVAL, "ts_trainer_continue: train.steps (%lld) fixes the run's length; continue by "
                         "epochs without it", (long long)c->train.steps);
   int64_t total = t->step + epochs * spe, ep = (total + spe - 1) / spe;
   if (ep > 1000000000) return ts_error_set(TS_EINVAL, "ts_trainer_continue: %lld epochs in all", (long long)ep);
   int old = c->train.epochs;
   c->train.epochs = (int)ep; /* the run's length as checkpoints and the schedule see it */
+  c->train.steps = 0;
+  t->total_steps = total;
+  apply_max_steps(t, t->step); /* at most TESSERA_MAX_STEPS more (train.steps then says where it stops) */
   ts_lr_schedule s;
   char *yaml = NULL; /* what checkpoints record: the longer run's config */
   int rc = ts_config_lr_schedule(c, t->steps_per_epoch, &s);
   if (!rc) rc = ts_config_dump_string(c, &yaml);
   if (rc) {
     c->train.epochs = old;
+    c->train.steps = steps0;
+    t->total_steps = total0;
     return rc;
   }
   free(t->cfg_yaml);
   t->cfg_yaml = yaml;
   t->sched = s;
-  t->total_steps = total;
-  t->prog.total_steps = total;
-  t->prog.epochs = ep;
+  t->prog.total_steps = t->total_steps;
+  t->prog.epochs = (t->total_steps + spe - 1) / spe;
   t->stop = 0;
   return TS_OK;
 }
