@@ -394,7 +394,8 @@ int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch);
  * positive integer is TS_ECONFIG naming the variable. */
 int ts_config_max_steps(int64_t *n);
 /* The learning-rate schedule in optimizer steps (epoch units converted with steps_per_epoch;
- * cosine's total_steps = ts_config_total_steps). Checked with ts_lr_check. */
+ * cosine's total_steps = ts_config_total_steps). A warm-up longer than the run is clipped to the run
+ * (one warning through ts_log, naming the keys and values). Checked with ts_lr_check. */
 int ts_config_lr_schedule(const ts_config *cfg, int64_t steps_per_epoch, ts_lr_schedule *out);
 /* The transforms for training (train = 1) or evaluation (train = 0, "auto" resolved) into
  * out[0..cap); returns the count (>= 0) or a negative status. */

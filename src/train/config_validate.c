@@ -399,7 +399,9 @@ int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out
                           "more steps than a run can have", src, i, (long long)s->milestones.v[i], (long long)spe);
   out->total_steps = ts_config_total_steps(cfg, spe);
   out->min_lr = s->min_lr;
-  if (s->name == TS_LR_COSINE && out->total_steps < out->warmup_steps) { /* both keys, and where each comes from */
+  if (out->total_steps > 0 && out->total_steps < out->warmup_steps) {
+    /* a warm-up longer than the run (a run shortened by --set train.steps or TESSERA_MAX_STEPS, an
+     * epoch-based warm-up over a few steps): clipped to the run, said once with both keys */
     char w[160], tot[160];
     if (s->warmup_epochs > 0)
       snprintf(w, sizeof w, "optimizer.schedule.warmup_epochs %g x %lld steps per epoch = %lld warm-up steps",
@@ -411,8 +413,12 @@ int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out
     else
       snprintf(tot, sizeof tot, "train.epochs %d x %lld steps per epoch = %lld steps", cfg->train.epochs,
                (long long)spe, (long long)out->total_steps);
-    return ts_error_set(TS_ECONFIG, "%s: optimizer.schedule (cosine): %s is longer than the run (%s); "
-                        "shorten the warm-up or train longer", src, w, tot);
+    int rank, size;
+    ts_job_rank(&rank, &size);
+    if (rank == 0)
+      ts_log(TS_LOG_WARN, "%s: optimizer.schedule (%s): %s is longer than the run (%s): the warm-up is clipped to "
+             "the run's %lld steps", src, ts_lr_kind_name(s->name), w, tot, (long long)out->total_steps);
+    out->warmup_steps = out->total_steps;
   }
   int rc = ts_lr_check(out);
   if (rc) return ts_error_wrap(TS_ECONFIG, "%s: optimizer.schedule", src);
