@@ -9,6 +9,24 @@
 
 static int fail_oom(ts_graph *g) { return ts__graph_fail(g, TS_ENOMEM, "backward: out of memory"); }
 
+/* Backward nodes are named after the forward node they differentiate: nodes [from, g->nnodes)
+ * get "<forward name>:bwd" (fc1/dense_1 -> fc1/dense_1:bwd; the profiler's tables and trace show
+ * them so), instead of the generic "<op>_<index>" ts__add_node gave them. Several backward nodes
+ * of one forward node (a dense's dx, dw and db) share the name; their ops tell them apart. */
+static int name_backward(ts_graph *g, int from, const char *fwd) {
+  if (!fwd) return TS_OK;
+  size_t n = strlen(fwd);
+  for (int j = from; j < g->nnodes; j++) {
+    char *nm = malloc(n + sizeof ":bwd");
+    if (!nm) return fail_oom(g);
+    memcpy(nm, fwd, n);
+    memcpy(nm + n, ":bwd", sizeof ":bwd");
+    free(g->nodes[j].name);
+    g->nodes[j].name = nm;
+  }
+  return TS_OK;
+}
+
 int ts_graph_backward(ts_graph *g, ts_val loss, float dloss) {
   if (!g) return ts_error_set(TS_EINVAL, "ts_graph_backward: null graph");
   if (g->status) return g->status;
@@ -68,6 +86,9 @@ int ts_graph_backward(ts_graph *g, ts_val loss, float dloss) {
     if (seed < 0) { rc = g->status; goto done; }
     g->nodes[seed].is_backward = 1;
     grad[L] = g->nodes[seed].out[0];
+    /* the seed d loss / d loss: named after the loss's producer ("loss" for a leaf) */
+    int lp = g->vals[L].producer;
+    if ((rc = name_backward(g, seed, lp >= 0 ? g->nodes[lp].name : "loss"))) goto done;
   }
   for (int i = nfwd - 1; i >= 0 && rc == TS_OK; i--) {
     ts__node n = g->nodes[i]; /* copy: the node array may grow while rules emit */
@@ -111,6 +132,8 @@ int ts_graph_backward(ts_graph *g, ts_val loss, float dloss) {
         if (grad[in] < 0) { rc = g->status ? g->status : TS_EGRAPH; break; }
       }
     }
+    /* the rule's nodes and the sums of gradients it fed: the forward node's backward */
+    if (rc == TS_OK) rc = name_backward(g, first_new, n.name);
   }
   if (rc == TS_OK) {
     g->grad = malloc(sizeof(int) * (size_t)g->nvals);

@@ -378,7 +378,18 @@ int ts_params_attach_grads(ts_params *p, ts_graph *g, ts_val *keep, int cap, int
         break;
       }
       gi = c & ((1 << TS__VAL_BITS) - 1);
-      g->nodes[g->nnodes - 1].is_backward = 1;
+      ts__node *cn = &g->nodes[g->nnodes - 1];
+      cn->is_backward = 1;
+      /* named as backward nodes are (graph/grad.c): the parameter's name + ":bwd" */
+      const char *pn = g->vals[v].name;
+      size_t pl = pn ? strlen(pn) : 0;
+      char *nm = pn ? malloc(pl + sizeof ":bwd") : NULL;
+      if (nm) {
+        memcpy(nm, pn, pl);
+        memcpy(nm + pl, ":bwd", sizeof ":bwd");
+        free(cn->name);
+        cn->name = nm;
+      }
     }
     owned[gi] = 1;
     p->e[id].grad_val = gi;

@@ -284,12 +284,40 @@ static double num(const cJSON *o, const char *k) {
   return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* "<op>_<digits>" as a whole (the leaf after the last '/'): the generic node name. */
+static int generic_name(const char *nm) {
+  const char *leaf = strrchr(nm, '/');
+  leaf = leaf ? leaf + 1 : nm;
+  const char *u = strrchr(leaf, '_');
+  if (!u || !u[1] || u == leaf) return 0;
+  for (const char *c = u + 1; *c; c++)
+    if (*c < '0' || *c > '9') return 0;
+  return 1;
+}
+
+/* A backward operator's name: "<forward>:bwd" where <forward> is the name of a forward node
+ * event of the trace (or a parameter's, for its gradient's copy: "fc1/weight:bwd"), not generic. */
+static int backward_named(const char *nm, const cJSON *evs) {
+  size_t L = strlen(nm);
+  if (L <= 4 || strcmp(nm + L - 4, ":bwd") || generic_name(nm)) return 0;
+  if (strstr(nm, "/weight:bwd") || strstr(nm, "/bias:bwd")) return 1;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, evs) {
+    const cJSON *args = cJSON_GetObjectItem(e, "args"), *ph = cJSON_GetObjectItem(args, "phase");
+    const char *fn = cJSON_GetObjectItem(e, "name")->valuestring;
+    if (cJSON_IsString(ph) && !strcmp(ph->valuestring, "forward") && strlen(fn) == L - 4 && !strncmp(fn, nm, L - 4))
+      return 1;
+  }
+  return 0;
+}
+
 static void test_trace_run(const char *dir) {
   const int steps = 10;
   if (run(dir, "stand_alone", "trace", steps, NULL)) return;
   double ms[32] = {0};
   cJSON *prof = read_metrics(dir, ms, 32);
   CHECK(prof && num(prof, "steps") == steps - 2);
+  cJSON *profops = prof ? cJSON_DetachItemFromObject(prof, "operators") : NULL;
   cJSON_Delete(prof);
   char path[512];
   snprintf(path, sizeof path, "%s/t.json", dir);
@@ -342,6 +370,17 @@ static void test_trace_run(const char *dir) {
   CHECK(bad == 0);
   CHECK(overlap == 0);
   CHECK(nodes > 0 && nx > nodes);
+  /* backward nodes carry their forward node's name + ":bwd" (not "matmul_12") */
+  int nbwd = 0, misnamed = 0;
+  cJSON_ArrayForEach(e, evs) {
+    const cJSON *args = cJSON_GetObjectItem(e, "args"), *ph = cJSON_GetObjectItem(args, "phase");
+    if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") || !cJSON_IsString(ph) || strcmp(ph->valuestring, "backward"))
+      continue;
+    nbwd++;
+    const char *nm = cJSON_GetObjectItem(e, "name")->valuestring;
+    if (!backward_named(nm, evs) && misnamed++ < 3) CHECK_MSG(0, "backward event named '%s'", nm);
+  }
+  CHECK_MSG(nbwd > 0 && misnamed == 0, "%d of %d backward events without a forward name + ':bwd'", misnamed, nbwd);
   /* every node event lies inside a forward or backward span */
   cJSON_ArrayForEach(e, evs) {
     if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X")) continue;
@@ -360,6 +399,18 @@ static void test_trace_run(const char *dir) {
     CHECK(fabs(step_dur[s] / 1e3 - ms[s]) <= 0.01 * ms[s] + 0.002);
   }
   CHECK(step_dur[1] == 0 && step_dur[2] == 0); /* before log.profile_start */
+  /* the summary's per-operator rows (the profile record) of backward: named the same way */
+  int nrows = 0, brows = 0;
+  const cJSON *o;
+  cJSON_ArrayForEach(o, profops) {
+    nrows++;
+    const char *nm = cJSON_GetObjectItem(o, "name")->valuestring;
+    if (strcmp(cJSON_GetObjectItem(o, "phase")->valuestring, "backward")) continue;
+    brows++;
+    CHECK_MSG(backward_named(nm, evs), "summary row '%s' (backward)", nm);
+  }
+  CHECK(nrows > 0 && brows > 0);
+  cJSON_Delete(profops);
   cJSON_Delete(root);
   char *text = NULL;
   CHECK_OK(ts_prof_trace_summary(path, 10, &text));
