@@ -472,6 +472,19 @@ static void summarize(char *buf, size_t cap, const strlist *l, const char *what,
   *first = 0;
 }
 
+static ts__ckpt_config_diff_fn g_config_diff;
+void ts__ckpt_set_config_diff(ts__ckpt_config_diff_fn fn) { g_config_diff = fn; }
+
+int ts__ckpt_config_refusal(const char *where, uint64_t ckpt_hash, uint64_t now_hash, const char *ckpt_yaml,
+                            const char *now_yaml) {
+  char keys[1400] = "";
+  int n = g_config_diff && ckpt_yaml && now_yaml ? g_config_diff(ckpt_yaml, now_yaml, 8, keys, sizeof keys) : 0;
+  return ts_error_set(TS_ECONFIG,
+                      "%s: written by another configuration (config hash %016" PRIx64 ", this run %016" PRIx64
+                      "): its training-relevant keys differ%s%s; `--set checkpoint.strict=false` resumes anyway",
+                      where, ckpt_hash, now_hash, n ? ": " : " (see tessera ckpt inspect --config)", keys);
+}
+
 int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
   if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_load: NULL argument");
   st->nloaded = st->nmissing = st->nunexpected = st->nmismatched = 0;
@@ -512,11 +525,7 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
   if (info.is_tessera && st->config_hash && info.has_config_hash && info.config_hash &&
       st->config_hash != info.config_hash) {
     if (strict) {
-      rc = ts_error_set(TS_ECONFIG,
-                        "%s: written by another configuration (config hash %016" PRIx64
-                        ", this run %016" PRIx64 "): its training-relevant keys differ (see "
-                        "tessera ckpt inspect --config)",
-                        path, info.config_hash, st->config_hash);
+      rc = ts__ckpt_config_refusal(path, info.config_hash, st->config_hash, info.config_yaml, st->config_yaml);
       goto out;
     }
     ts_log(TS_LOG_WARN, "%s: written by another configuration (config hash %016" PRIx64

@@ -729,9 +729,7 @@ int ts_ckpt_manifest_match(const ts_ckpt_manifest *m, const ts_ckpt_state *expec
   }
   if (expect && expect->config_hash && m->has_hash && m->hash && expect->config_hash != m->hash) {
     if (strict)
-      return ts_error_set(TS_ECONFIG, "%s: written by another configuration (config hash %016" PRIx64 ", this run %016"
-                          PRIx64 "): its training-relevant keys differ (see tessera ckpt inspect --config)", dir,
-                          m->hash, expect->config_hash);
+      return ts__ckpt_config_refusal(dir, m->hash, expect->config_hash, m->config, expect->config_yaml);
     ts_log(TS_LOG_WARN, "%s: written by another configuration (config hash %016" PRIx64 ", this run %016" PRIx64 ")", dir,
            m->hash, expect->config_hash);
   }

@@ -1366,6 +1366,40 @@ uint64_t ts_config_hash(const ts_config *cfg) {
   return h;
 }
 
+/* The training-relevant keys (those of the hash) whose values differ between two configs' YAML
+ * (a checkpoint's and this run's): "key: A in the checkpoint, B now; ..." in out, at most `max`
+ * of them, then "... and K more". Returns how many differ (0 when either text does not load). */
+int ts__config_diff(const char *ckpt_yaml, const char *now_yaml, int max, char *out, size_t cap) {
+  if (cap) out[0] = 0;
+  if (!ckpt_yaml || !now_yaml) return 0;
+  ts_config *a = calloc(2, sizeof *a);
+  if (!a) return 0;
+  int ndiff = 0;
+  if (!ts_config_load_string(ckpt_yaml, "checkpoint", NULL, 0, &a[0]) &&
+      !ts_config_load_string(now_yaml, "this run", NULL, 0, &a[1])) {
+    size_t len = 0;
+    for (int i = 0; i < ts__cfg_nkeys; i++) {
+      const ts__cfg_key *k = &ts__cfg_keys[i];
+      if (!(k->flags & CF_HASH)) continue;
+      ts__sb x = {0}, y = {0};
+      fmt_value(&x, k, &a[0]);
+      fmt_value(&y, k, &a[1]);
+      if (x.s && y.s && strcmp(x.s, y.s)) {
+        if (ndiff < max)
+          ts__app(out, cap, &len, "%s%s: %.80s in the checkpoint, %.80s now", ndiff ? "; " : "", k->path, x.s, y.s);
+        ndiff++;
+      }
+      free(x.s);
+      free(y.s);
+    }
+    if (ndiff > max) ts__app(out, cap, &len, "; ... and %d more", ndiff - max);
+  }
+  ts_config_free(&a[0]);
+  ts_config_free(&a[1]);
+  free(a);
+  return ndiff;
+}
+
 int ts_config_key_count(void) { return ts__cfg_nkeys; }
 
 int ts_config_key_info(int i, ts_config_key *out) {

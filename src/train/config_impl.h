@@ -58,5 +58,8 @@ typedef struct {
 } tfdef;
 const tfdef *ts__cfg_tf_by_kind(ts_transform_kind k);
 int ts__cfg_enum_count(const char *const *names);
+/* The training-relevant keys that differ between a checkpoint's config and this run's (YAML
+ * text), "key: A in the checkpoint, B now; ..." (at most max, then "... and K more"); returns the count. */
+int ts__config_diff(const char *ckpt_yaml, const char *now_yaml, int max, char *out, size_t cap);
 
 #endif

@@ -13,6 +13,8 @@
 #include "config_dist.h"
 #include "distribution/query.h"
 #include "train_compat.h"
+#include "config_impl.h"
+#include "io/ckpt_impl.h"
 #include "train_impl.h"
 
 ts_params *ts_trainer_params(ts_trainer *t) {
@@ -474,6 +476,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   int rc = ts_config_copy(c, cfg_in); /* the trainer's own (freed by ts_trainer_free) */
   if (!rc) rc = ts_config_validate(c);
   if (!rc) rc = ts_config_max_steps(&t->max_steps); /* TESSERA_MAX_STEPS */
+  ts__ckpt_set_config_diff(ts__config_diff); /* a resume refused for another config names the keys */
   t->cap_steps0 = c->train.steps;
   int gpu_id = -1;
   if (!rc) rc = ts__train_device_check(c, &gpu_id); /* before anything is built */
