@@ -6,14 +6,10 @@
 #include <cjson/cJSON.h>
 
 #include "tessera/checkpoint.h"
+#include "ckpt_config.h"
 
-/* How a checkpoint's config differs from this run's (YAML text of each): the training-relevant keys
- * that differ, "key: A in the checkpoint, B now; ..." (at most max, then "... and K more"), their count
- * returned. Configs are the train layer's: it sets the function (ts__ckpt_set_config_diff). */
-typedef int (*ts__ckpt_config_diff_fn)(const char *ckpt_yaml, const char *now_yaml, int max, char *out, size_t cap);
-void ts__ckpt_set_config_diff(ts__ckpt_config_diff_fn fn);
 /* The strict refusal of a checkpoint (`where`) written by another configuration: TS_ECONFIG with
- * both hashes, each differing key with both values (when the configs are known) and the override. */
+ * both hashes, each differing key with both values (ts__ckpt_set_config_diff's) and the override. */
 int ts__ckpt_config_refusal(const char *where, uint64_t ckpt_hash, uint64_t now_hash, const char *ckpt_yaml,
                             const char *now_yaml);
 

@@ -14,7 +14,7 @@
 #include "distribution/query.h"
 #include "train_compat.h"
 #include "config_impl.h"
-#include "io/ckpt_impl.h"
+#include "io/ckpt_config.h"
 #include "train_impl.h"
 
 ts_params *ts_trainer_params(ts_trainer *t) {
