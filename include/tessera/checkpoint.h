@@ -136,7 +136,8 @@ int ts_ckpt_path(char *buf, size_t cap, const char *dir, const char *prefix, int
 /* Deletes the checkpoints "<prefix>-<digits>.safetensors" and complete sliced directories
  * "<prefix>-<digits>/" in dir with the smallest steps beyond the newest keep_max (keep_max <= 0:
  * keeps all); a directory loses its manifest first, then its files. Returns the number deleted, or
- * a negative status (TS_EIO naming the file). A missing dir deletes nothing. */
+ * a negative status (TS_EIO naming the file). A missing dir deletes nothing. The checkpoint that
+ * "<dir>/latest" names (ts_ckpt_write_latest) is never deleted, wherever its step falls. */
 int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max);
 /* Deletes the temporary files that killed saves of the series left in dir: only the atomic
  * writer's own naming, "<prefix>-<digits>.safetensors.tmp.<pid>.<counter>", and sliced saves'
@@ -144,13 +145,33 @@ int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max);
  * longer runs (or that have not changed for a day); never this process's; and sliced directories
  * "<prefix>-<digits>/" without a manifest (a deletion cut short). Of a directory only checkpoint
  * files are removed (manifest, rank files, strategy file, their temporaries), then the directory
- * if that empties it. ts_ckpt_save does it for the series of the path it writes. Returns the
+ * if that empties it; and the `latest` pointer's temporaries "latest.tmp.<pid>.<counter>" of a
+ * writer that is gone. ts_ckpt_save does it for the series of the path it writes. Returns the
  * number deleted, or a negative status (TS_EIO naming the file). A missing dir deletes nothing. */
 int ts_ckpt_clean_temps(const char *dir, const char *prefix);
 /* The path of the checkpoint with the largest step in dir, a whole file or a complete sliced
  * directory (one with its manifest; at equal steps the whole file); TS_ENOTFOUND if there is none
  * (or no dir). */
 int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap);
+/* The `latest` pointer (as DeepSpeed writes it): the file "<dir>/latest" (TS_CKPT_LATEST), one
+ * line naming the checkpoint of dir saved last ("ckpt-00000500.safetensors", "ckpt-00000500"),
+ * written atomically after the checkpoint itself is complete. ts_ckpt_rotate never deletes the
+ * checkpoint it names. Every function here taking a checkpoint's path (load, read_info, export,
+ * is_sliced, manifest_load, verify, merge) takes "<dir>/latest" for the checkpoint it names. */
+#define TS_CKPT_LATEST "latest"
+/* Writes "<dir>/latest" naming `name` (an entry of dir: no '/'); atomic. TS_EIO naming the file. */
+int ts_ckpt_write_latest(const char *dir, const char *name);
+/* The name "<dir>/latest" holds; TS_ENOTFOUND if there is none, TS_EFORMAT if the file is not
+ * a pointer (one line naming an entry of its folder). */
+int ts_ckpt_read_latest(const char *dir, char *name, size_t cap);
+/* buf = the checkpoint a path names: for ".../latest" holding a pointer, ".../<the name in it>"
+ * (1, or TS_ENOTFOUND naming both when that does not exist); any other path as it is (0; also a
+ * file called latest that is not a pointer). A negative status on failure. */
+int ts_ckpt_resolve(const char *path, char *buf, size_t cap);
+/* After a save of the series in dir (path: the checkpoint just written, complete): writes the
+ * `latest` pointer naming it, then rotates (ts_ckpt_rotate with keep_max). Returns the number of
+ * checkpoints deleted, or a negative status. */
+int ts_ckpt_series_saved(const char *dir, const char *prefix, const char *path, int keep_max);
 /* The path of the checkpoint of the series with the largest step below `before` (INT64_MAX: the
  * newest, as ts_ckpt_latest), by its file name only (the file is not opened); *step (may be
  * NULL) gets that step. Walking down with before = the last step found lists the series newest

@@ -238,8 +238,12 @@ static int cmd_inspect(int argc, char **argv) {
       path = a;
   }
   if (!path) return ts_cli_fail(2, "ckpt inspect: which checkpoint? (tessera ckpt inspect FILE)");
+  char rpath[4096];
+  int e = ts_cli_resolve_ckpt(path, rpath, sizeof rpath);
+  if (e) return e;
+  path = rpath;
   if (ts_ckpt_is_sliced(path)) return inspect_sliced(path, json, config);
-  int e = ts_cli_check_input(path, "cannot open the checkpoint");
+  e = ts_cli_check_input(path, "cannot open the checkpoint");
   if (e) return e;
   ts_st_file *f;
   if (ts_st_open(path, &f)) return ts_cli_fail(1, "%s", ts_last_error());
@@ -282,7 +286,11 @@ static int cmd_export(int argc, char **argv) {
   }
   if (!in || !out)
     return ts_cli_fail(2, "ckpt export: usage: tessera ckpt export FILE -o OUT");
-  int e = ts_cli_check_input(in, "cannot open the checkpoint");
+  char rin[4096];
+  int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  if (e) return e;
+  in = rin;
+  e = ts_cli_check_input(in, "cannot open the checkpoint");
   if (e) return e;
   if (ts_ckpt_export_params(in, out)) return ts_cli_fail(1, "%s", ts_last_error());
   ts_ckpt_info info;
@@ -303,10 +311,11 @@ static int cmd_verify(int argc, char **argv) {
     path = a;
   }
   if (!path) return ts_cli_fail(2, "ckpt verify: which checkpoint? (tessera ckpt verify FILE|DIR)");
-  if (!ts_ckpt_is_sliced(path)) {
-    int e = ts_cli_check_input(path, "cannot open the checkpoint");
-    if (e) return e;
-  }
+  char rpath[4096];
+  int e = ts_cli_resolve_ckpt(path, rpath, sizeof rpath);
+  if (e) return e;
+  path = rpath;
+  if (!ts_ckpt_is_sliced(path) && (e = ts_cli_check_input(path, "cannot open the checkpoint"))) return e;
   char sum[1200];
   if (ts_ckpt_verify(path, sum, sizeof sum)) return ts_cli_fail(1, "verify: %s", ts_last_error());
   printf("ok: %s\n", sum);
@@ -347,6 +356,10 @@ static int cmd_merge(int argc, char **argv) {
     }
   }
   if (!in || !out) return ts_cli_fail(2, "ckpt merge: usage: tessera ckpt merge DIR -o OUT.safetensors");
+  char rin[4096];
+  int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  if (e) return e;
+  in = rin;
   if (!ts_ckpt_is_sliced(in))
     return ts_cli_fail(2, "ckpt merge: %s is not a sliced checkpoint (a directory with a %s)", in, TS_CKPT_MANIFEST);
   char *yaml = whole_config(in);
@@ -398,6 +411,10 @@ static int cmd_reshard(int argc, char **argv) {
     }
   }
   if (!in || !out || !n) return ts_cli_fail(2, "ckpt reshard: usage: tessera ckpt reshard DIR -n N [--set k=v ...] -o DIR2");
+  char rin[4096];
+  int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  if (e) return e;
+  in = rin;
   ts_ckpt_manifest *m;
   if (ts_ckpt_manifest_load(in, &m)) return ts_cli_fail(1, "reshard: %s", ts_last_error());
   ts_ckpt_info info;

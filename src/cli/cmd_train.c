@@ -55,6 +55,13 @@ int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, c
   int rc = ts_config_load(path, sets, nsets, cfg);
   free(sets);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
+  const char *res = cfg->checkpoint.resume;
+  if (res[0] && strcmp(res, "auto")) { /* checkpoint.resume: DIR/latest -> the checkpoint it names */
+    char r[4096];
+    int e = ts_cli_resolve_ckpt(res, r, sizeof r);
+    if (e) return e;
+    if (strcmp(r, res) && ts_config_set(cfg, "checkpoint.resume", r)) return ts_cli_fail(2, "%s", ts_last_error());
+  }
   return 0;
 }
 
@@ -156,6 +163,9 @@ int ts_cli_eval(int argc, char **argv) {
   int e = ts_cli_load_config("eval", argc, argv, &cfg, &ckpt, NULL);
   if (e) return e;
   if (!ckpt) return ts_cli_fail(2, "eval: --checkpoint FILE is required");
+  char rckpt[4096];
+  if ((e = ts_cli_resolve_ckpt(ckpt, rckpt, sizeof rckpt))) return e;
+  ckpt = rckpt;
   if (ts_ckpt_is_sliced(ckpt)) { /* a sliced checkpoint: a folder with its manifest */
     char man[4200];
     snprintf(man, sizeof man, "%s/%s", ckpt, TS_CKPT_MANIFEST);

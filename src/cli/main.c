@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "../base/rfile.h"
 #include "../base/text.h"
+#include "tessera/checkpoint.h"
 #include "tessera/comm.h"
 #include "tessera/tessera.h"
 
@@ -75,6 +76,15 @@ int ts_cli_check_input(const char *path, const char *what) {
   int fd;
   if (ts__file_open_read(path, what, &fd, NULL)) return ts_cli_fail(2, "%s", ts_last_error());
   close(fd);
+  return 0;
+}
+
+int ts_cli_resolve_ckpt(const char *path, char *buf, size_t cap) {
+  int r = ts_ckpt_resolve(path, buf, cap);
+  if (r < 0) return ts_cli_fail(r == TS_ENOTFOUND ? 2 : 1, "%s", ts_last_error());
+  int rank = 0, n = 1;
+  ts_job_rank(&rank, &n);
+  if (r == 1 && rank == 0) ts_cli_note("%s: the checkpoint saved last, %s", path, buf);
   return 0;
 }
 

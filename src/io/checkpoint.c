@@ -16,6 +16,7 @@
 #include "ckpt_impl.h"
 #include "../base/afile.h"
 #include "../base/iofault.h"
+#include "../base/rfile.h"
 #include "../base/text.h"
 
 #define P_PARAM "param."
@@ -72,6 +73,18 @@ static int name_kind(const char *name, const char *prefix, long *pid_out) {
   return nc && !s[nc] ? NM_FILE_TEMP : NM_OTHER;
 }
 
+/* "latest.tmp.<pid>.<counter>": the atomic writer's temporary of the `latest` pointer. */
+static int latest_temp(const char *name, long *pid_out) {
+  size_t l = strlen(TS_CKPT_LATEST);
+  if (strncmp(name, TS_CKPT_LATEST, l) || strncmp(name + l, ".tmp.", 5)) return NM_OTHER;
+  const char *s = name + l + 5;
+  size_t np = digit_run(s);
+  if (!np || s[np] != '.') return NM_OTHER;
+  *pid_out = strtol(s, NULL, 10);
+  size_t nc = digit_run(s + np + 1);
+  return nc && !s[np + 1 + nc] ? NM_FILE_TEMP : NM_OTHER;
+}
+
 int ts_ckpt_clean_temps(const char *dir, const char *prefix) {
   if (!prefix || !*prefix) return ts_error_set(TS_EINVAL, "ts_ckpt_clean_temps: empty prefix");
   const char *d = dir && *dir ? dir : ".";
@@ -87,6 +100,7 @@ int ts_ckpt_clean_temps(const char *dir, const char *prefix) {
   while ((e = readdir(dh))) {
     long pid = 0;
     int kind = name_kind(e->d_name, prefix, &pid);
+    if (kind == NM_OTHER) kind = latest_temp(e->d_name, &pid);
     if (kind == NM_OTHER || (kind != NM_DIR && pid == self)) continue;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", d, e->d_name);
@@ -395,6 +409,10 @@ int ts_ckpt_info_get(const ts_st_file *f, ts_ckpt_info *info) {
 int ts_ckpt_read_info(const char *path, ts_ckpt_info *info) {
   if (!path || !info) return ts_error_set(TS_EINVAL, "ts_ckpt_read_info: NULL argument");
   memset(info, 0, sizeof *info);
+  char rpath[4096]; /* DIR/latest: the checkpoint it names */
+  int rr = ts_ckpt_resolve(path, rpath, sizeof rpath);
+  if (rr < 0) return rr;
+  path = rpath;
   struct stat sb;
   if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* a sliced checkpoint: its manifest */
     ts_ckpt_manifest *m = NULL;
@@ -487,6 +505,10 @@ int ts__ckpt_config_refusal(const char *where, uint64_t ckpt_hash, uint64_t now_
 
 int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
   if (!path || !st) return ts_error_set(TS_EINVAL, "ts_ckpt_load: NULL argument");
+  char rpath[4096]; /* DIR/latest: the checkpoint it names */
+  int rr = ts_ckpt_resolve(path, rpath, sizeof rpath);
+  if (rr < 0) return rr;
+  path = rpath;
   st->nloaded = st->nmissing = st->nunexpected = st->nmismatched = 0;
   ts_params *ps = st->params;
   if (ps && ts_params_count(ps) > 0 && !ts_params_ptr(ps, 0))
@@ -679,6 +701,10 @@ out:
 /* ------------------------------------------------------------------ export */
 int ts_ckpt_export_params(const char *in, const char *out) {
   if (!in || !out) return ts_error_set(TS_EINVAL, "ts_ckpt_export_params: NULL argument");
+  char rin[4096]; /* DIR/latest: the checkpoint it names */
+  int rr = ts_ckpt_resolve(in, rin, sizeof rin);
+  if (rr < 0) return rr;
+  in = rin;
   ts_st_file *f;
   int rc = ts_st_open(in, &f);
   if (rc) return rc;
@@ -809,8 +835,11 @@ int ts_ckpt_rotate(const char *dir, const char *prefix, int keep_max) {
   ck_entry *v;
   int n, rc = list_ckpts(dir, prefix, &v, &n);
   if (rc) return rc;
+  char keep[256] = ""; /* the checkpoint the `latest` pointer names is never deleted */
+  if (keep_max > 0 && ts_ckpt_read_latest(dir, keep, sizeof keep) != TS_OK) keep[0] = 0;
   int deleted = 0;
   for (int i = 0; keep_max > 0 && i < n - keep_max; i++) {
+    if (keep[0] && !strcmp(v[i].name, keep)) continue;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ".", v[i].name);
     if (v[i].is_dir) {
@@ -862,4 +891,99 @@ int ts_ckpt_find(const char *dir, const char *prefix, int64_t before, char *buf,
 
 int ts_ckpt_latest(const char *dir, const char *prefix, char *buf, size_t cap) {
   return ts_ckpt_find(dir, prefix, INT64_MAX, buf, cap, NULL);
+}
+
+/* ------------------------------------------------------------------ the `latest` pointer */
+#define LATEST_MAX 4096 /* bytes: a longer file is not a pointer */
+
+/* The pointer's text: one line naming an entry of its own directory (no '/', not "." or "..",
+ * printable, shorter than 256 bytes); name gets it without the line end. 0, or -1 when the text
+ * is not such a line. */
+static int parse_pointer(const char *txt, size_t len, char *name, size_t cap) {
+  while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r')) len--;
+  if (!len || len >= 256 || len >= cap) return -1;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)txt[i];
+    if (c < 0x20 || c == 0x7f || c == '/') return -1;
+  }
+  if ((len == 1 && txt[0] == '.') || (len == 2 && txt[0] == '.' && txt[1] == '.')) return -1;
+  memcpy(name, txt, len);
+  name[len] = 0;
+  return 0;
+}
+
+/* Reads the pointer file at path into name: TS_ENOTFOUND when there is none, TS_EFORMAT when the
+ * file is not a pointer (binary, several lines, a path). */
+static int read_pointer(const char *path, char *name, size_t cap) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) return ts_error_set(TS_ENOTFOUND, "%s: no such file", path);
+  if (!S_ISREG(sb.st_mode) || sb.st_size > LATEST_MAX)
+    return ts_error_set(TS_EFORMAT, "%s: not a `latest` pointer (a one-line file naming a checkpoint)", path);
+  char *txt = NULL;
+  size_t len = 0;
+  int rc = ts__file_read_all(path, "cannot read the pointer", &txt, &len);
+  if (rc) return rc;
+  if (memchr(txt, 0, len) || parse_pointer(txt, len, name, cap))
+    rc = ts_error_set(TS_EFORMAT, "%s: not a `latest` pointer (a one-line file naming a checkpoint of its folder)",
+                      path);
+  free(txt);
+  return rc;
+}
+
+int ts_ckpt_read_latest(const char *dir, char *name, size_t cap) {
+  if (!name || !cap) return ts_error_set(TS_EINVAL, "ts_ckpt_read_latest: NULL argument");
+  name[0] = 0;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ".", TS_CKPT_LATEST);
+  int rc = read_pointer(path, name, cap);
+  if (rc) name[0] = 0;
+  return rc;
+}
+
+int ts_ckpt_write_latest(const char *dir, const char *name) {
+  if (!name) return ts_error_set(TS_EINVAL, "ts_ckpt_write_latest: NULL name");
+  char path[4200], line[300];
+  snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ".", TS_CKPT_LATEST);
+  char check[256];
+  if (parse_pointer(name, strlen(name), check, sizeof check) || strcmp(check, name))
+    return ts_error_set(TS_EINVAL, "%s: '%s' is not a checkpoint name of the folder", path, name);
+  int n = snprintf(line, sizeof line, "%s\n", name);
+  ts__afile *f = NULL;
+  int rc = ts__afile_open(path, &f);
+  if (!rc && (rc = ts__afile_write(f, line, (size_t)n))) ts__afile_abort(f);
+  else if (!rc) rc = ts__afile_commit(f);
+  return rc ? ts_error_wrap(rc, "writing the `latest` pointer") : TS_OK;
+}
+
+int ts_ckpt_resolve(const char *path, char *buf, size_t cap) {
+  if (!path || !buf || !cap) return ts_error_set(TS_EINVAL, "ts_ckpt_resolve: NULL argument");
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  struct stat sb;
+  int is_ptr = !strcmp(base, TS_CKPT_LATEST) && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+  char name[256];
+  if (is_ptr) {
+    int rc = read_pointer(path, name, sizeof name);
+    if (rc == TS_EFORMAT) is_ptr = 0; /* another file that happens to be called so: used as it is */
+    else if (rc) return rc;
+  }
+  if (!is_ptr) {
+    if ((size_t)snprintf(buf, cap, "%s", path) >= cap)
+      return ts_error_set(TS_ERANGE, "%s: the path does not fit in %zu bytes", path, cap);
+    return 0;
+  }
+  int w = snprintf(buf, cap, "%.*s%s", (int)(base - path), path, name);
+  if (w < 0 || (size_t)w >= cap) return ts_error_set(TS_ERANGE, "%s: the path does not fit in %zu bytes", path, cap);
+  if (stat(buf, &sb) != 0)
+    return ts_error_set(TS_ENOTFOUND, "%s names %s, which does not exist (deleted since?): %s: %s", path, name, buf,
+                        strerror(errno));
+  return 1;
+}
+
+int ts_ckpt_series_saved(const char *dir, const char *prefix, const char *path, int keep_max) {
+  if (!path) return ts_error_set(TS_EINVAL, "ts_ckpt_series_saved: NULL path");
+  const char *base = strrchr(path, '/');
+  int rc = ts_ckpt_write_latest(dir, base ? base + 1 : path);
+  if (rc) return rc;
+  return keep_max > 0 ? ts_ckpt_rotate(dir, prefix, keep_max) : 0;
 }

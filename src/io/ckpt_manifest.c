@@ -602,6 +602,10 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
 int ts_ckpt_manifest_load(const char *dir, ts_ckpt_manifest **out) {
   *out = NULL;
   if (!dir) return ts_error_set(TS_EINVAL, "ts_ckpt_manifest_load: NULL directory");
+  char rdir[4000]; /* DIR/latest: the checkpoint it names */
+  int rr = ts_ckpt_resolve(dir, rdir, sizeof rdir);
+  if (rr < 0) return rr;
+  dir = rdir;
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, TS_CKPT_MANIFEST);
   char *txt = NULL;

@@ -32,6 +32,8 @@ int ts_ckpt_dir_path(char *buf, size_t cap, const char *dir, const char *prefix,
 
 int ts_ckpt_is_sliced(const char *path) {
   struct stat sb;
+  char r[4096]; /* DIR/latest: the checkpoint it names */
+  if (path && ts_ckpt_resolve(path, r, sizeof r) == 1) path = r;
   return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
@@ -477,6 +479,10 @@ static int check_header(const ts_ckpt_manifest *m, int fi, ts_st_file *f) {
 int ts_ckpt_verify(const char *path, char *summary, size_t cap) {
   if (!path) return ts_error_set(TS_EINVAL, "ts_ckpt_verify: NULL path");
   if (summary && cap) summary[0] = 0;
+  char rpath[4096]; /* DIR/latest: the checkpoint it names */
+  int rr = ts_ckpt_resolve(path, rpath, sizeof rpath);
+  if (rr < 0) return rr;
+  path = rpath;
   if (!ts_ckpt_is_sliced(path)) {
     ts_st_file *f;
     int rc = ts_st_open(path, &f);

@@ -419,10 +419,8 @@ static int save_checkpoint(ts_trainer *t) {
     else if (t->ckpt_writer) rc = save_local(t, path); /* rank 0, and each rank with its own directory */
   }
   if (rc || !t->ckpt_writer) return rc;
-  if (c->checkpoint.keep_max > 0) {
-    int r = ts_ckpt_rotate(c->checkpoint.dir, c->checkpoint.prefix, c->checkpoint.keep_max);
-    if (r < 0) rc = r;
-  }
+  int r = ts_ckpt_series_saved(c->checkpoint.dir, c->checkpoint.prefix, path, c->checkpoint.keep_max); /* latest, keep_max */
+  if (r < 0) rc = r;
   if (!rc) ts__progress_message(&t->prog, "checkpoint %s", path);
   return rc;
 }

@@ -12,7 +12,7 @@
  *     rank 0 into a snapshot kept between saves (ts_ckpt_snapshot).
  * and starts the writer thread, which runs phases 2 and 3 (the rank file with its SHA-256, fsync
  * and rename; the records to rank 0 and rank 0's manifest, written last, and commit) or writes the
- * whole file, then on rank 0 removes the checkpoints beyond keep_max. Phase 3's collectives run on
+ * whole file, then on rank 0 writes the `latest` pointer and removes the checkpoints beyond keep_max. Phase 3's collectives run on
  * the writer's own communicator, a duplicate of the world made by the first save (collectively,
  * on the main thread), polled rather than native so that they never share the watchdog's one slot
  * with the main thread's native calls: no collective of the writer is ever on a communicator
@@ -41,6 +41,7 @@ struct ts__ckpt_async {
   char path[2200];
   char dir[4096], prefix[256];
   int keep_max, rank;
+  int series;           /* a save of checkpoint.dir's series: `latest` and keep_max after it */
   int rc;               /* the writer's status */
   char msg[1200];
   double t0, t1;        /* the writer's start and end */
@@ -50,8 +51,8 @@ static void *writer(void *arg) {
   struct ts__ckpt_async *a = arg;
   a->t0 = ts_time_now();
   int rc = a->sliced ? ts__sliced_finish(&a->job, a->comm) : a->rank == 0 ? ts_ckpt_snapshot_save(a->snap, a->path) : TS_OK;
-  if (!rc && a->rank == 0 && a->keep_max > 0) {
-    int r = ts_ckpt_rotate(a->dir, a->prefix, a->keep_max);
+  if (!rc && a->rank == 0 && a->series) { /* the `latest` pointer, then keep_max */
+    int r = ts_ckpt_series_saved(a->dir, a->prefix, a->path, a->keep_max);
     if (r < 0) rc = r;
   }
   if (rc) snprintf(a->msg, sizeof a->msg, "%s", ts_last_error());
@@ -145,6 +146,7 @@ int ts__ckpt_async_save(ts_trainer *t, const char *path, int sliced, int rotate)
   snprintf(a->dir, sizeof a->dir, "%s", c->checkpoint.dir);
   snprintf(a->prefix, sizeof a->prefix, "%s", c->checkpoint.prefix);
   a->keep_max = rotate ? c->checkpoint.keep_max : 0;
+  a->series = rotate;
   a->sliced = sliced;
   if (sliced) {
     if ((rc = ts__sliced_begin(t, path, &a->job))) return rc; /* the job's communication failed */
