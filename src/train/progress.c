@@ -51,11 +51,54 @@ void ts__run_title(const ts_config *cfg, char *out, size_t cap) {
            model, data, opt, lr, batch, mode, strcmp(amp, "O0") ? ", amp " : "", strcmp(amp, "O0") ? amp : "");
 }
 
+/* Whether stdout is the user's terminal. Under mpirun (and so under `tessera launch`) a rank's
+ * stdout is a pseudo-terminal of the launcher's daemon whatever the launcher's own stdout is (a log
+ * file included), so there it is taken from TESSERA_TTY=1, which `tessera launch` sets when its
+ * own stdout is a terminal; elsewhere isatty. */
+static int stdout_is_terminal(void) {
+  static const char *const launched[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof launched / sizeof launched[0]; i++)
+    if (getenv(launched[i])) {
+      const char *t = getenv("TESSERA_TTY");
+      return t && !strcmp(t, "1");
+    }
+  return isatty(STDOUT_FILENO);
+}
+
+/* log.metrics of a run that is not a resume, when the file exists (a previous run's): that file
+ * is kept under the first free numbered name beside it (metrics.jsonl -> metrics.1.jsonl,
+ * metrics.2.jsonl, ...: numbers grow with time, as Lightning's version_N) and the new run writes
+ * the configured path, said in the run's first line. */
+static int keep_previous_metrics(ts__progress *p, const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return TS_OK;
+  const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+  size_t stem = dot && dot > (slash ? slash + 1 : path) ? (size_t)(dot - path) : strlen(path);
+  char kept[1100];
+  for (int n = 1; n < 100000; n++) {
+    int k = snprintf(kept, sizeof kept, "%.*s.%d%s", (int)stem, path, n, path + stem);
+    if (k < 0 || (size_t)k >= sizeof kept)
+      return ts_error_set(TS_EIO, "log.metrics: '%s' exists and its path is too long to number", path);
+    if (access(kept, F_OK) == 0) continue;
+    if (rename(path, kept) != 0)
+      return ts_error_set(TS_EIO, "log.metrics: '%s' exists (a previous run's) and cannot be kept as '%s': %s", path,
+                          kept, strerror(errno));
+    if (p->mode != TS_PROGRESS_OFF) {
+      printf("metrics: %s (the previous run's kept as %s)\n", path, kept);
+      fflush(stdout);
+    } else {
+      ts_log(TS_LOG_WARN, "log.metrics: %s exists (a previous run's): kept as %s", path, kept);
+    }
+    return TS_OK;
+  }
+  return ts_error_set(TS_EIO, "log.metrics: '%s' exists and so do 99999 numbered copies beside it", path);
+}
+
 int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps,
                       int64_t steps_per_epoch, int resumed) {
   memset(p, 0, sizeof *p);
   p->mode = cfg->log.progress;
-  p->tty = isatty(STDOUT_FILENO);
+  p->tty = stdout_is_terminal();
   p->columns = ts__terminal_columns(STDOUT_FILENO);
   if (p->mode == TS_PROGRESS_AUTO) p->mode = p->tty ? TS_PROGRESS_BAR : TS_PROGRESS_LINES;
   p->t_start = ts_time_now();
@@ -66,6 +109,8 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
   if (cfg->log.metrics[0]) {
     snprintf(p->metrics_path, sizeof p->metrics_path, "%s", cfg->log.metrics);
     ts__make_parent_dirs(cfg->log.metrics);
+    int rc = resumed ? TS_OK : keep_previous_metrics(p, cfg->log.metrics);
+    if (rc) return rc;
     p->metrics = fopen(cfg->log.metrics, resumed ? "a" : "w");
     if (!p->metrics)
       return ts_error_set(TS_EIO, "log.metrics: cannot open '%s' for writing: %s", cfg->log.metrics,
@@ -171,7 +216,7 @@ int ts__progress_step(ts__progress *p, const ts_step_info *s) {
     if (o) {
       cJSON_AddStringToObject(o, "type", "step");
       cJSON_AddNumberToObject(o, "step", (double)s->step);
-      cJSON_AddNumberToObject(o, "epoch", (double)s->epoch);
+      cJSON_AddNumberToObject(o, "epoch", (double)s->epoch + 1); /* 1-based, as the console's */
       jnum(o, "loss", s->loss);
       jnum(o, "lr", s->lr);
       jnum(o, "grad_norm", s->grad_norm);
@@ -278,7 +323,7 @@ int ts__progress_eval(ts__progress *p, const ts_eval_info *e) {
     if (o) {
       cJSON_AddStringToObject(o, "type", "eval");
       cJSON_AddNumberToObject(o, "step", (double)e->step);
-      cJSON_AddNumberToObject(o, "epoch", (double)e->epoch);
+      cJSON_AddNumberToObject(o, "epoch", (double)e->epoch + 1);
       cJSON_AddNumberToObject(o, "samples", (double)e->samples);
       jnum(o, "loss", e->loss);
       jnum(o, "top1", e->top1);
