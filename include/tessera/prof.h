@@ -41,6 +41,9 @@ typedef enum {
   TS_PROF_CKPT,      /* checkpoint (between steps, not step time) */
   TS_PROF_OTHER,     /* other spans inside a step */
   TS_PROF_STEP,      /* the step itself (recorded by ts_prof_step_end) */
+  TS_PROF_COLLECTIVE, /* a collective in flight, from its issue to its observed completion (a
+                         gradient bucket's all-reduce), overlapping other work: shown on its own
+                         track, not a part of the step breakdown */
   TS_PROF_KIND_COUNT
 } ts_prof_kind;
 
@@ -58,7 +61,13 @@ typedef struct {
   uint8_t kind;      /* ts_prof_kind */
   uint8_t phase;     /* 0 forward, 1 backward (nodes) */
   uint8_t coll;      /* 1: a collective (bytes and group are meaningful) */
+  uint16_t track;    /* 0: the recording thread's row of the trace; k > 0: the process's track k
+                        (trace tid TS_PROF_TRACK_TID + k, named after its first event), for spans
+                        that overlap the thread's own (one track per gradient bucket) */
 } ts_prof_event;
+
+/* The trace tid of track k > 0: TS_PROF_TRACK_TID + k. */
+#define TS_PROF_TRACK_TID 1000
 
 typedef struct {
   ts_prof_mode mode;

@@ -33,6 +33,7 @@
 
 #include "buckets.h"
 #include "graph/graph_ir.h"
+#include "tessera/prof.h"
 
 #define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
 #define TAIL_FLOPS 0.01 /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */
@@ -48,7 +49,16 @@ typedef struct {
   int first, last; /* the first node writing one of its gradients, the last touching one (nnodes: none) */
   int slot;        /* staged mode: its staging slot */
   int tail;        /* completed when less than TAIL_FLOPS of the step's FLOPs remain */
+  /* profiling (ts__buckets_set_prof): its span's name, args by how its completion was observed
+   * (OBS_*), track, and when it was issued */
+  char *pname, *pargs[3];
+  int track;
+  double t_issue;
 } bucket;
+
+/* How a bucket's completion was observed: a ts_comm_test after a node (the end of its span is
+ * within a node of the real completion), a wait, or a blocking call (the span is the call). */
+enum { OBS_TEST, OBS_WAIT, OBS_BLOCKING };
 
 struct ts__buckets {
   ts_comm *comm;
@@ -76,6 +86,7 @@ struct ts__buckets {
   size_t *hole_off, *hole_len; /* parameters of a bucket that get no gradient: zeros in its slot */
   int *hole_bucket, nholes;
   int defer_tail; /* this run: the tail buckets wait for finish (the communicator is native) */
+  ts_prof *prof;  /* each bucket's collective recorded as a span (NULL: nothing, no clock read) */
 };
 
 /* The bucket's data as it travels: the gradients themselves, or their 16-bit copy. */
@@ -86,7 +97,26 @@ static void *payload(ts__buckets *d, bucket *b) {
   return b->wire;
 }
 
-static void finish_bucket(ts__buckets *d, bucket *b) {
+/* The bucket's collective as a span from its issue to now (profiling on only). */
+static void record(ts__buckets *d, bucket *b, int how) {
+  if (!ts_prof_active(d->prof)) return;
+  ts_prof_event e;
+  memset(&e, 0, sizeof e);
+  e.name = b->pname;
+  e.cat = d->nranks ? "reduce_scatter" : "allreduce";
+  e.args = b->pargs[how];
+  e.t0 = b->t_issue;
+  e.t1 = ts_time_now();
+  e.bytes = (int64_t)(b->len * (d->nranks ? sizeof(float) : ts_dtype_size(d->wire)));
+  e.group = d->comm ? ts_comm_size(d->comm) : 0;
+  e.kind = TS_PROF_COLLECTIVE;
+  e.coll = 1;
+  e.track = (uint16_t)b->track;
+  ts_prof_record(d->prof, &e);
+}
+
+static void finish_bucket(ts__buckets *d, bucket *b, int how) {
+  if (d->prof) record(d, b, how);
   b->done = 1;
   ts_comm_req_free(b->req);
   b->req = NULL;
@@ -115,6 +145,7 @@ static int reduce_now(ts__buckets *d, bucket *b);
 static int start_bucket(ts__buckets *d, bucket *b) {
   if (d->blocking || d->hier) return reduce_now(d, b);
   b->started = 1;
+  if (d->prof) b->t_issue = ts_time_now();
   if (d->out) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   void *p = payload(d, b);
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
@@ -125,15 +156,16 @@ static int start_bucket(ts__buckets *d, bucket *b) {
  * the non-blocking one polled to completion on a polled one (ts_comm_set_blocking). */
 static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
+  if (d->prof) b->t_issue = ts_time_now();
   if (d->out) {
     int rc = ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
-    if (!rc) finish_bucket(d, b);
+    if (!rc) finish_bucket(d, b, OBS_BLOCKING);
     return rc;
   }
   void *p = payload(d, b);
   int rc = d->hier ? ts_comm_allreduce_hier(d->hier, p, b->len, d->wire, d->op)
                    : ts_comm_allreduce(d->comm, p, p, b->len, d->wire, d->op);
-  if (!rc) finish_bucket(d, b);
+  if (!rc) finish_bucket(d, b, OBS_BLOCKING);
   return rc;
 }
 
@@ -299,6 +331,8 @@ void ts__buckets_free(ts__buckets *d) {
     if (d->b[k].req) ts_comm_req_free(d->b[k].req);
     free(d->b[k].wire);
     free(d->b[k].counts);
+    free(d->b[k].pname);
+    for (int h = 0; h < 3; h++) free(d->b[k].pargs[h]);
   }
   for (int k = 0; k < d->nslots; k++) {
     if (d->slot) ts_free(d->slot[k]);
@@ -321,6 +355,36 @@ void ts__buckets_free(ts__buckets *d) {
 }
 
 int ts__buckets_num_buckets(const ts__buckets *d) { return d->nb; }
+
+int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track) {
+  static const char *const obs[3] = {"test", "wait", "blocking"};
+  d->prof = NULL;
+  if (!p || !d->comm) return TS_OK;
+  const char *kind = d->nranks ? "reduce_scatter" : "allreduce";
+  for (int k = 0; k < d->nb; k++) {
+    bucket *b = &d->b[k];
+    char nm[64], a[320];
+    b->track = track + k < 65536 ? track + k : 0;
+    if (!b->pname) {
+      snprintf(nm, sizeof nm, "%s bucket %d", kind, first + k);
+      if (!(b->pname = strdup(nm))) return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+    }
+    for (int h = 0; h < 3; h++) {
+      if (b->pargs[h]) continue;
+      /* the call issued: non-blocking (completion seen by a test or a wait) or blocking */
+      const char *call = h == OBS_BLOCKING ? (d->hier ? "allreduce_hier" : d->nranks ? "reduce_scatter" : "allreduce")
+                                           : (d->nranks ? "ireduce_scatter" : "iallreduce");
+      snprintf(a, sizeof a,
+               "\"bucket\":%d,\"params\":%d,\"elements\":%zu,\"dtype\":\"%s\",\"ranks\":%d,\"call\":\"%s\"%s,"
+               "\"observed_at\":\"%s\"",
+               first + k, b->nparams, b->len, ts_dtype_name(d->nranks ? TS_F32 : d->wire), ts_comm_size(d->comm), call,
+               d->hier ? ",\"algorithm\":\"hierarchical\"" : "", obs[h]);
+      if (!(b->pargs[h] = strdup(a))) return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+    }
+  }
+  d->prof = p;
+  return TS_OK;
+}
 
 int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total) {
   if (d->comm && (N != ts_comm_size(d->comm) || r != ts_comm_rank(d->comm)))
@@ -478,7 +542,7 @@ static void claim_slots(ts__buckets *d, int node) {
         fail(d);
         return;
       }
-      finish_bucket(d, q);
+      finish_bucket(d, q, OBS_WAIT);
     }
   }
   d->t_comm_wait += ts_time_now() - t0;
@@ -494,7 +558,7 @@ static void poll(ts__buckets *d) {
       fail(d);
       return;
     }
-    if (done) finish_bucket(d, b);
+    if (done) finish_bucket(d, b, OBS_TEST);
   }
 }
 
@@ -524,7 +588,7 @@ int ts__buckets_finish(ts__buckets *d) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;
     rc = ts_comm_wait(b->req);
-    if (!rc) finish_bucket(d, b);
+    if (!rc) finish_bucket(d, b, OBS_WAIT);
   }
   for (int k = 0; k < d->nb && !rc; k++)
     if (!d->b[k].started) rc = reduce_now(d, &d->b[k]);

@@ -5,6 +5,7 @@
 
 #include "tessera/comm.h"
 #include "tessera/params.h"
+#include "tessera/prof.h"
 #include "tessera/runtime.h"
 
 typedef struct ts__buckets ts__buckets;
@@ -28,6 +29,12 @@ void ts__buckets_free(ts__buckets *d);
  * communicator, owned by the caller), none during backward. NULL: flat (the default). */
 void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t);
 int ts__buckets_num_buckets(const ts__buckets *d);
+/* Profiling: each bucket's collective recorded into p (when active) as a span from its issue to
+ * its observed completion (kind TS_PROF_COLLECTIVE, named "allreduce bucket <first + k>" or
+ * "reduce_scatter bucket ..", on track `track + k`; args: bucket, params, elements, dtype, ranks,
+ * the call, observed_at test / wait / blocking; bytes: the bucket's payload). NULL: off (no clock
+ * read). Buckets without a communicator are never recorded. */
+int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track);
 /* Reduce-scatter mode (optimizer sharding; f32 only): each bucket [off, off + len) is cut into
  * the N ranks' parts of ceil(len / N) elements (the last ones shorter or empty), and the reduced
  * part of rank r goes to out + out_off (ts__buckets_set_out) instead of back into the gradients;

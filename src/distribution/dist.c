@@ -136,6 +136,7 @@ int ts__dist_alloc_store(ts_dist *d, ts_params *p) {
 }
 
 int ts_dist_grad_buckets(const ts_dist *d) { return d ? d->sync.vt->num_buckets(d) : 0; }
+int ts_dist_set_prof(ts_dist *d, ts_prof *p) { return d ? d->sync.vt->set_prof(d, p) : TS_OK; }
 
 int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
   return ts__dist_sizing(d) ? ts_plan_create_dry(g, keep, nkeep, out) : ts_plan_create(g, keep, nkeep, out);

@@ -33,6 +33,7 @@
 #include "tessera/nn.h"
 #include "tessera/optim.h"
 #include "tessera/params.h"
+#include "tessera/prof.h"
 #include "parallel/parallel.h"
 #include "tessera/region.h"
 #include "tessera/runtime.h"
@@ -97,6 +98,9 @@ void ts_grad_reducer_begin(ts_grad_reducer *r, float *grads);
 int ts_grad_reducer_finish(ts_grad_reducer *r);
 /* Seconds the last finish spent waiting (communication not hidden behind backward). */
 double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r);
+/* Each group's buckets recorded into p (ts__buckets_set_prof): numbered over the groups, bucket k
+ * on track 1 + k; NULL: off. */
+int ts_grad_reducer_set_prof(ts_grad_reducer *r, ts_prof *p);
 
 /* ---- communicators of a pass's rank graph ----
  * Creates the communicator of every slot of p (collective over `world`, which must have
@@ -308,6 +312,10 @@ int ts_dist_optim_sharded(const ts_dist *d, size_t *replicated, size_t *sharded)
 /* Gradient buckets this rank reduces (all-reduce, or the sharded optimizer's reduce-scatter),
  * after ts_dist_start; 0 when nothing is reduced. */
 int ts_dist_grad_buckets(const ts_dist *d);
+/* Profiling (after ts_dist_start): each gradient bucket's collective (all-reduce, or the sharded
+ * optimizer's reduce-scatter and all-gather) recorded into p while it is active, as a span from
+ * issue to completion on a track of its own (buckets.h); NULL: off (before p is freed). */
+int ts_dist_set_prof(ts_dist *d, ts_prof *p);
 /* Before evaluation or a checkpoint: states every rank should agree on (BatchNorm running
  * statistics under data parallel without sync_batchnorm) are averaged. */
 int ts_dist_sync_states(ts_dist *d);

@@ -129,6 +129,8 @@ struct ts__zero {
   int nhooked;
   size_t *displs;  /* N: scratch for the all-gathers */
   float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
+  ts_prof *prof;   /* profiling: the buckets' all-gathers after the update recorded (zero_set_prof) */
+  char **agname, **agargs; /* nb: their spans' names and args */
 };
 
 static void zero_hook(const ts_hook_info *e, void *user);
@@ -154,6 +156,12 @@ static void zero_free_state(struct ts__zero *z) {
   free(z->g);
   free(z->rep);
   free(z->pt);
+  for (int k = 0; z->agname && k < z->nb; k++) {
+    free(z->agname[k]);
+    free(z->agargs[k]);
+  }
+  free(z->agname);
+  free(z->agargs);
   for (int k = 0; k < z->nhooked; k++) ts_plan_remove_hook(z->hooked[k], zero_hook, z); /* the plans outlive it */
   free(z->hooked);
   free(z->displs);
@@ -707,9 +715,11 @@ static int zero_clip_parts(ts_dist *d, ts__clip *c) {
 
 /* Every bucket's parts, each rank's from send (at its part of the bucket, or at the work offset
  * when from_work), gathered over its group into dst (at the bucket's flat offset). */
-static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst) {
+static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst, int record) {
   struct ts__zero *z = zof(d);
+  record = record && ts_prof_active(z->prof);
   for (int k = 0; k < z->nb; k++) {
+    double t0 = record ? ts_time_now() : 0;
     const part *q = &z->pt[k];
     const zgroup *G = &z->g[q->grp];
     size_t o = 0;
@@ -720,7 +730,50 @@ static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst
     const float *sb = from_work ? send + q->work : send + q->flat + q->lo;
     int rc = ts_comm_allgatherv(G->scomm, sb, dst + q->flat, q->counts, z->displs, TS_F32);
     if (rc) return rc;
+    if (record) { /* the bucket's all-gather: a blocking call, its own span */
+      ts_prof_event e;
+      memset(&e, 0, sizeof e);
+      e.name = z->agname[k];
+      e.cat = "allgather";
+      e.args = z->agargs[k];
+      e.t0 = t0;
+      e.t1 = ts_time_now();
+      e.bytes = (int64_t)(q->len * sizeof(float));
+      e.group = G->N;
+      e.kind = TS_PROF_COLLECTIVE;
+      e.coll = 1;
+      e.track = (uint16_t)(1 + z->nb + k < 65536 ? 1 + z->nb + k : 0);
+      ts_prof_record(z->prof, &e);
+    }
   }
+  return TS_OK;
+}
+
+/* Profiling: the buckets' reduce-scatters (buckets.c, bucket k on track 1 + k) and their
+ * all-gathers after the update (track 1 + nb + k). */
+static int zero_set_prof(ts_dist *d, ts_prof *p) {
+  struct ts__zero *z = zof(d);
+  if (!z) return TS_OK;
+  z->prof = NULL;
+  for (int k = 0; k < z->ng; k++) {
+    int rc = z->g[k].bk ? ts__buckets_set_prof(z->g[k].bk, p, z->g[k].first, 1 + z->g[k].first) : TS_OK;
+    if (rc) return rc;
+  }
+  if (!p || !d->world || z->stage3) return TS_OK; /* stage 3 gathers parameters before use, not after */
+  if (!z->agname && (!(z->agname = calloc((size_t)z->nb + 1, sizeof(char *))) ||
+                     !(z->agargs = calloc((size_t)z->nb + 1, sizeof(char *)))))
+    return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+  for (int k = 0; k < z->nb; k++) {
+    char nm[64], a[256];
+    if (z->agname[k]) continue;
+    snprintf(nm, sizeof nm, "allgather bucket %d", k);
+    snprintf(a, sizeof a,
+             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"f32\",\"ranks\":%d,\"call\":\"allgatherv\","
+             "\"observed_at\":\"blocking\"", k, z->pt[k].len, z->g[z->pt[k].grp].N);
+    if (!(z->agname[k] = strdup(nm)) || !(z->agargs[k] = strdup(a)))
+      return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
+  }
+  z->prof = p;
   return TS_OK;
 }
 
@@ -739,7 +792,7 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
   for (int k = 0; k < z->nrep; k++) memcpy(params + z->rep[k].flat, z->wp + z->rep[k].packed, z->rep[k].n * sizeof(float));
   for (int k = 0; k < z->nb; k++)
     memcpy(params + z->pt[k].flat + z->pt[k].lo, z->wp + z->pt[k].work, z->pt[k].n * sizeof(float));
-  rc = gather_parts(d, params, 0, params); /* in place: each rank's part already sits in params */
+  rc = gather_parts(d, params, 0, params, 1); /* in place: each rank's part already sits in params */
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
 }
 
@@ -755,7 +808,7 @@ static int zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole,
                           ts_params_name(lp, i));
   if (gather) {
     if (!d->world) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
-    int rc = gather_parts(d, loc, 1, whole);
+    int rc = gather_parts(d, loc, 1, whole, 0);
     if (rc) return ts_error_wrap(rc, "checkpoint: gathering the optimizer state's shards");
     for (int k = 0; k < z->nrep; k++) memcpy(whole + z->rep[k].flat, loc + z->rep[k].packed, z->rep[k].n * sizeof(float));
     return TS_OK;
@@ -1035,7 +1088,8 @@ const ts__sync_vt ts__sync_zero = {.name = "zero", .plan = ts__zero_plan, .store
                                    .optim_create = zero_optim_create, .optim_step = zero_optim_step,
                                    .held_params = zero_held_params, .move = zero_move,
                                    .reduced_at = zero_reduced_at, .each_range = zero_each_range,
-                                   .memory = zero_memory, .num_buckets = zero_num_buckets, .sharded = zero_sharded,
+                                   .memory = zero_memory, .num_buckets = zero_num_buckets,
+                                   .set_prof = zero_set_prof, .sharded = zero_sharded,
                                    .comm_bytes = zero_comm_bytes, .describe = zero_describe,
                                    .params_note = zero_params_note, .note = zero_note, .free = zero_free};
 

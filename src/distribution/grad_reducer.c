@@ -192,6 +192,15 @@ int ts_grad_reducer_finish(ts_grad_reducer *r) {
 
 double ts_grad_reducer_wait_seconds(const ts_grad_reducer *r) { return r ? r->wait : 0; }
 
+int ts_grad_reducer_set_prof(ts_grad_reducer *r, ts_prof *p) {
+  int first = 0, rc = TS_OK;
+  for (int k = 0; r && k < r->ngroups && !rc; k++) {
+    rc = ts__buckets_set_prof(r->dp[k], p, first, 1 + first);
+    first += ts__buckets_num_buckets(r->dp[k]);
+  }
+  return rc;
+}
+
 int ts_grad_reducer_num_buckets(const ts_grad_reducer *r) {
   int n = 0;
   for (int k = 0; r && k < r->ngroups; k++) n += ts__buckets_num_buckets(r->dp[k]);

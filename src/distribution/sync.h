@@ -84,6 +84,8 @@ struct ts__sync_vt {
   int (*memory)(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems);
   /* Gradient buckets it reduces (0 before start / without reduction). */
   int (*num_buckets)(const ts_dist *d);
+  /* Its buckets' collectives recorded into the profiler p (NULL: off; ts_dist_set_prof). */
+  int (*set_prof)(ts_dist *d, ts_prof *p);
   /* Whether the optimizer state is sharded, and the replicated / sharded elements. */
   int (*sharded)(const ts_dist *d, size_t *replicated, size_t *sharded);
   /* Bytes one rank sends per step (ring algorithms) into *bytes. */

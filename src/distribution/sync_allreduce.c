@@ -121,6 +121,7 @@ static int ar_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
 }
 
 static int ar_num_buckets(const ts_dist *d) { return red_of(d) ? ts_grad_reducer_num_buckets(red_of(d)) : 0; }
+static int ar_set_prof(ts_dist *d, ts_prof *p) { return ts_grad_reducer_set_prof(red_of(d), p); }
 
 static int ar_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
   (void)d;
@@ -165,6 +166,7 @@ const ts__sync_vt ts__sync_allreduce = {.name = "allreduce", .plan = ar_plan, .s
                                         .clip = ar_clip, .optim_create = ts__sync_optim_create_whole,
                                         .optim_step = ar_optim_step, .held_params = ar_held, .move = ar_move,
                                         .reduced_at = ar_reduced_at, .each_range = ar_each_range,
-                                        .memory = ar_memory, .num_buckets = ar_num_buckets, .sharded = ar_sharded,
+                                        .memory = ar_memory, .num_buckets = ar_num_buckets,
+                                        .set_prof = ar_set_prof, .sharded = ar_sharded,
                                         .comm_bytes = ar_comm_bytes, .describe = ar_describe,
                                         .params_note = ar_params_note, .note = ar_note, .free = ar_free};

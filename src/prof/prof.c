@@ -412,15 +412,17 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
   double step_s = p->sum.total_ms / 1e3; /* all profiled steps */
   ts__sb b = {0};
   cJSON *j = cJSON_CreateObject();
-  row *ops = NULL, *named = NULL, *colls = NULL, *spans = NULL;
+  row *ops = NULL, *named = NULL, *colls = NULL, *spans = NULL, *fly = NULL;
   int nops = rows_of(p, TS_PROF_NODE, 0, 1, &ops), nnamed = rows_of(p, TS_PROF_NODE, 0, 0, &named);
   int ncoll = rows_of(p, TS_PROF_NODE, 1, 1, &colls), nspan = rows_of(p, TS_PROF_COMM, 0, 0, &spans);
-  if (!j || nops < 0 || nnamed < 0 || ncoll < 0 || nspan < 0) {
+  int nfly = rows_of(p, TS_PROF_COLLECTIVE, 0, 1, &fly); /* gradient buckets, issue to completion */
+  if (!j || nops < 0 || nnamed < 0 || ncoll < 0 || nspan < 0 || nfly < 0) {
     cJSON_Delete(j);
     free(ops);
     free(named);
     free(colls);
     free(spans);
+    free(fly);
     return ts_error_set(TS_ENOMEM, "profiler report: out of memory");
   }
   cJSON_AddStringToObject(j, "type", "profile");
@@ -500,21 +502,23 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
   }
   /* communication */
   cJSON *jc = cJSON_AddArrayToObject(j, "comm");
-  if (ncoll || nspan) {
+  if (ncoll || nspan || nfly) {
     ts__sb_printf(&b, "\n%-28s %6s %6s %10s %12s %10s\n", "communication", "group", "calls", "total ms", "MB/call",
                   "GB/s");
-    for (int pass = 0; pass < 2; pass++) {
-      const row *rs = pass ? spans : colls;
-      for (int i = 0; i < (pass ? nspan : ncoll); i++) {
+    /* pass 0: collective nodes; 1: buckets in flight (MB/call: a bucket's payload); 2: exposed waits */
+    for (int pass = 0; pass < 3; pass++) {
+      const row *rs = pass == 2 ? spans : pass ? fly : colls;
+      for (int i = 0; i < (pass == 2 ? nspan : pass ? nfly : ncoll); i++) {
         const row *r = &rs[i];
         double mb = r->bytes / (double)r->calls / 1e6, bw = r->total_s > 0 ? r->bytes / r->total_s / 1e9 : 0;
         char nm[64];
-        snprintf(nm, sizeof nm, "%s%s", r->name, pass ? " (exposed)" : "");
+        snprintf(nm, sizeof nm, "%s%s", r->name, pass == 2 ? " (exposed)" : pass ? " buckets" : "");
         ts__sb_printf(&b, "%-28s %6d %6lld %10.3f %12.3f %10.3f\n", nm, r->group, (long long)r->calls, 1e3 * r->total_s,
                       mb, bw);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "kind", r->name);
-        cJSON_AddBoolToObject(o, "exposed_wait", pass);
+        cJSON_AddBoolToObject(o, "exposed_wait", pass == 2);
+        if (pass == 1) cJSON_AddBoolToObject(o, "buckets", 1);
         cJSON_AddNumberToObject(o, "group", r->group);
         cJSON_AddNumberToObject(o, "calls", (double)r->calls);
         cJSON_AddNumberToObject(o, "total_ms", 1e3 * r->total_s);
@@ -523,6 +527,9 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
         cJSON_AddItemToArray(jc, o);
       }
     }
+    if (nfly)
+      ts__sb_printf(&b, "  (buckets: each gradient bucket's collective from its issue to its observed completion, "
+                        "overlapping backward; MB/call = its payload)\n");
     if (nspan)
       ts__sb_printf(&b, "  (exposed: the wait after backward for reductions started during it; GB/s = bytes / "
                         "exposed time, a lower bound of what overlap hides)\n");
@@ -538,6 +545,7 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
   free(named);
   free(colls);
   free(spans);
+  free(fly);
   char *js = json ? cJSON_PrintUnformatted(j) : NULL;
   cJSON_Delete(j);
   if (b.failed || (json && !js)) {

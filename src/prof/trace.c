@@ -12,12 +12,14 @@
 
 static const char *kind_name(int k) {
   static const char *const names[TS_PROF_KIND_COUNT] = {"node", "data",  "forward", "backward", "comm",
-                                                        "optimizer", "eval", "checkpoint", "other", "step"};
+                                                        "optimizer", "eval", "checkpoint", "other", "step",
+                                                        "collective"};
   return k >= 0 && k < TS_PROF_KIND_COUNT ? names[k] : "other";
 }
 
 static void event_json(ts__sb *b, const ts_prof *p, const ts_prof_event *e) {
-  ts__sb_printf(b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":\"", p->rank, e->tid);
+  ts__sb_printf(b, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":\"", p->rank,
+                e->track ? TS_PROF_TRACK_TID + e->track : e->tid);
   ts__sb_json_str(b, e->name ? e->name : "?");
   ts__sb_put(b, "\",\"cat\":\"", 9);
   ts__sb_json_str(b, e->cat ? e->cat : "?");
@@ -43,17 +45,30 @@ int ts_prof_trace_events(const ts_prof *p, char **buf, size_t *len) {
                 "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}",
                 p->rank, p->rank, p->rank, p->rank);
   int n = atomic_load(&p->nrings);
-  for (int k = 0; k < n && k < p->cfg.max_threads; k++) {
+  uint8_t *named = calloc(65536, 1); /* tracks given a name (their first event's) */
+  if (!named) b.failed = 1;
+  for (int k = 0; named && k < n && k < p->cfg.max_threads; k++) {
     const ts__prof_ring *r = &p->rings[k];
     if (!atomic_load_explicit(&r->ready, memory_order_acquire)) continue;
     ts__sb_printf(&b, ",{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"%s %d\"}}",
                   p->rank, r->tid, r->tid ? "thread" : "main", r->tid);
     uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire), cap = r->mask + 1;
     for (uint64_t i = h > cap ? h - cap : 0; i < h; i++) {
+      const ts_prof_event *e = &r->ev[i & r->mask];
+      if (e->track && !named[e->track]) { /* a track: named after its first event, below the threads */
+        named[e->track] = 1;
+        int tid = TS_PROF_TRACK_TID + e->track;
+        ts__sb_printf(&b, ",{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"",
+                      p->rank, tid);
+        ts__sb_json_str(&b, e->name ? e->name : "track");
+        ts__sb_printf(&b, "\"}},{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_sort_index\","
+                      "\"args\":{\"sort_index\":%d}}", p->rank, tid, tid);
+      }
       ts__sb_put(&b, ",", 1);
-      event_json(&b, p, &r->ev[i & r->mask]);
+      event_json(&b, p, e);
     }
   }
+  free(named);
   if (b.failed) {
     free(b.s);
     return ts_error_set(TS_ENOMEM, "profiler trace: out of memory");

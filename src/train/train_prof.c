@@ -23,6 +23,7 @@ typedef struct {
 struct ts__tprof {
   ts_prof *p;
   int owns_p;
+  ts_dist *dist; /* its gradient buckets record into p (ts_dist_set_prof), until freed */
   ts_plan *plan;
   const ts_graph *g;
   node_info *ni;
@@ -179,6 +180,7 @@ static void hook(const ts_hook_info *h, void *user) {
       e.kind = TS_PROF_NODE;
       e.phase = n->phase;
       e.coll = n->coll;
+      e.track = 0; /* the training thread's row */
       ts_prof_record(tp->p, &e);
       break;
     }
@@ -193,6 +195,7 @@ static void hook(const ts_hook_info *h, void *user) {
 void ts__tprof_free(ts__tprof *tp) {
   if (!tp) return;
   if (tp->plan) ts_plan_remove_hook(tp->plan, hook, tp);
+  if (tp->dist) ts_dist_set_prof(tp->dist, NULL);
   for (int j = 0; tp->ni && j < tp->nnodes; j++) free(tp->ni[j].args);
   free(tp->ni);
   if (tp->owns_p) ts_prof_free(tp->p);
@@ -253,6 +256,12 @@ int ts__tprof_create(ts_trainer *t) {
       ts_shape s = ts_params_shape(r->params, i);
       if (h > 1) tp->reduce_bytes += 2.0 * (h - 1) / h * (double)ts_shape_numel(&s) * wire;
     }
+  }
+  /* each gradient bucket's collective as a span of its own (issue to completion) */
+  tp->dist = t->dist; /* set first: freeing tp turns the recording off again */
+  if ((rc = ts_dist_set_prof(t->dist, p))) {
+    ts__tprof_free(tp);
+    return ts_error_wrap(rc, "log.profile");
   }
   tp->peak = ts__train_peak_gflops();
   /* time 0 of the trace: every rank's clock read right after one barrier */

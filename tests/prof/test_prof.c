@@ -227,16 +227,17 @@ static void slow_hook(const ts_hook_info *e, void *u) {
   }
 }
 
-static int run(const char *dir, const char *mode, const char *profile, int steps, slow_ctx *slow) {
+/* par: more keys of the parallel section (", key: value ..."), or "" */
+static int run_par(const char *dir, const char *mode, const char *par, const char *profile, int steps, slow_ctx *slow) {
   char y[2048];
   snprintf(y, sizeof y,
            "model: {name: mlp, hidden: [128]}\n"
            "data: {name: fashion_mnist, path: '%s', train_limit: 2048, test_limit: 256, num_workers: 1}\n"
            "train: {steps: %d, batch_size: 64, seed: 3, eval_every: -1, log_every: 1}\n"
            "optimizer: {name: momentum, lr: 0.05}\n"
-           "parallel: {mode: %s}\n"
+           "parallel: {mode: %s%s}\n"
            "log: {progress: off, metrics: '%s/m.jsonl', profile: %s, trace: '%s/t.json', profile_start: 3}\n",
-           ts_test_fashion_mnist_dir(), steps, mode, dir, profile, dir);
+           ts_test_fashion_mnist_dir(), steps, mode, par, dir, profile, dir);
   ts_config cfg;
   int rc = ts_config_load_string(y, "prof-test.yaml", NULL, 0, &cfg);
   CHECK_OK(rc);
@@ -247,6 +248,10 @@ static int run(const char *dir, const char *mode, const char *profile, int steps
   CHECK_OK(rc = ts_trainer_fit(t));
   ts_trainer_free(t);
   return rc;
+}
+
+static int run(const char *dir, const char *mode, const char *profile, int steps, slow_ctx *slow) {
+  return run_par(dir, mode, "", profile, steps, slow);
 }
 
 /* The metrics file's records: step_ms per step into ms[], the profile record returned. */
@@ -455,6 +460,112 @@ static void test_straggler(const char *dir, int rank) {
   cJSON_Delete(prof);
 }
 
+static cJSON *read_trace(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/t.json", dir);
+  FILE *f = fopen(path, "rb");
+  CHECK(f != NULL);
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *buf = malloc((size_t)n + 1);
+  CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n);
+  buf[n] = 0;
+  fclose(f);
+  cJSON *root = cJSON_Parse(buf);
+  free(buf);
+  CHECK_MSG(root != NULL, "%s does not parse as JSON", path);
+  return root;
+}
+
+/* Data parallel on 2 ranks with small buckets (the MLP 784-128-10 in several): on each rank, every
+ * step has one span per bucket of `cat` (allreduce, reduce_scatter, allgather), each on its
+ * bucket's own track, from issue to completion inside the step, with the bucket's payload as bytes
+ * (summing to the gradients' bytes) and args dtype, ranks and observed_at. */
+#define MLP_GRAD_BYTES (4 * (784 * 128 + 128 + 128 * 10 + 10))
+static void check_bucket_spans(const cJSON *evs, const char *cat, int steps) {
+  enum { MAXB = 64, MAXS = 32 };
+  double st0[2][MAXS], st1[2][MAXS];
+  memset(st0, 0, sizeof st0);
+  memset(st1, 0, sizeof st1);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, evs) { /* the steps' intervals, per rank */
+    const cJSON *args = cJSON_GetObjectItem(e, "args");
+    if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") || strcmp(cJSON_GetObjectItem(args, "kind")->valuestring, "step"))
+      continue;
+    int pid = (int)num(e, "pid"), s = (int)num(args, "step");
+    if (pid < 0 || pid > 1 || s < 0 || s >= MAXS) continue;
+    st0[pid][s] = num(e, "ts");
+    st1[pid][s] = num(e, "ts") + num(e, "dur");
+  }
+  int count[2][MAXS][MAXB], tid_of[2][MAXB], nbk[2] = {0, 0}, bad_args = 0, outside = 0, negative = 0, bad_tid = 0;
+  double bytes[2][MAXS];
+  memset(count, 0, sizeof count);
+  memset(bytes, 0, sizeof bytes);
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < MAXB; k++) tid_of[r][k] = -1;
+  cJSON_ArrayForEach(e, evs) {
+    const cJSON *args = cJSON_GetObjectItem(e, "args");
+    if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") || strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, cat))
+      continue;
+    int pid = (int)num(e, "pid"), s = (int)num(args, "step"), k = (int)num(args, "bucket"), tid = (int)num(e, "tid");
+    char want[64];
+    snprintf(want, sizeof want, "%s bucket %d", cat, k);
+    CHECK_MSG(!strcmp(cJSON_GetObjectItem(e, "name")->valuestring, want), "span '%s', want '%s'",
+              cJSON_GetObjectItem(e, "name")->valuestring, want);
+    CHECK(!strcmp(cJSON_GetObjectItem(args, "kind")->valuestring, "collective"));
+    if (pid < 0 || pid > 1 || s < 3 || s > steps || k < 0 || k >= MAXB) {
+      CHECK_MSG(0, "%s span of rank %d step %d bucket %d", cat, pid, s, k);
+      continue;
+    }
+    count[pid][s][k]++;
+    if (k + 1 > nbk[pid]) nbk[pid] = k + 1;
+    bytes[pid][s] += num(args, "bytes");
+    const cJSON *dt = cJSON_GetObjectItem(args, "dtype"), *ob = cJSON_GetObjectItem(args, "observed_at");
+    bad_args += !cJSON_IsString(dt) || strcmp(dt->valuestring, "f32") || num(args, "ranks") != 2 || !cJSON_IsString(ob) ||
+                (strcmp(ob->valuestring, "test") && strcmp(ob->valuestring, "wait") && strcmp(ob->valuestring, "blocking"));
+    double t0 = num(e, "ts"), d = num(e, "dur");
+    negative += !(d >= 0);
+    outside += !(st1[pid][s] > 0 && t0 >= st0[pid][s] - 0.01 && t0 + d <= st1[pid][s] + 0.01);
+    if (tid_of[pid][k] < 0) tid_of[pid][k] = tid;
+    bad_tid += tid < TS_PROF_TRACK_TID || tid != tid_of[pid][k];
+  }
+  CHECK_MSG(bad_args == 0, "%s: %d spans without dtype f32, ranks 2 and observed_at", cat, bad_args);
+  CHECK_MSG(negative == 0 && outside == 0, "%s: %d spans of negative duration, %d outside their step", cat, negative, outside);
+  CHECK_MSG(bad_tid == 0, "%s: %d spans not on their bucket's own track", cat, bad_tid);
+  for (int r = 0; r < 2; r++) {
+    CHECK_MSG(nbk[r] >= 2, "%s: rank %d has %d buckets (want several)", cat, r, nbk[r]);
+    CHECK(nbk[r] == nbk[0]);
+    for (int k = 0; k < nbk[r]; k++)
+      for (int j = 0; j < k; j++) CHECK(tid_of[r][k] != tid_of[r][j]);
+    for (int s = 3; s <= steps; s++) {
+      for (int k = 0; k < nbk[r]; k++)
+        CHECK_MSG(count[r][s][k] == 1, "%s: rank %d step %d bucket %d: %d spans", cat, r, s, k, count[r][s][k]);
+      CHECK_MSG(bytes[r][s] == MLP_GRAD_BYTES, "%s: rank %d step %d: buckets of %.0f bytes, the gradients are %d", cat,
+                r, s, bytes[r][s], MLP_GRAD_BYTES);
+    }
+  }
+}
+
+static void test_bucket_spans(const char *dir, int rank, ts_comm *w) {
+  static const char *const par[] = {", bucket_size_mb: 0.1", ", bucket_size_mb: 0.1, optimizer_shard: 1, optimizer_shard_threshold_kb: 0"};
+  const int steps = 5;
+  for (int v = 0; v < 2; v++) {
+    if (run_par(dir, "data_parallel", par[v], "trace", steps, NULL)) return;
+    if (rank == 0) {
+      cJSON *root = read_trace(dir);
+      const cJSON *evs = root ? cJSON_GetObjectItem(root, "traceEvents") : NULL;
+      if (evs) {
+        check_bucket_spans(evs, v ? "reduce_scatter" : "allreduce", steps);
+        if (v) check_bucket_spans(evs, "allgather", steps);
+      }
+      cJSON_Delete(root);
+    }
+    ts_comm_barrier(w); /* the trace read before the next run rewrites it */
+  }
+}
+
 int main(int argc, char **argv) {
   test_ring();
   test_summary();
@@ -471,6 +582,7 @@ int main(int argc, char **argv) {
     test_slow_op(dir);
   } else {
     test_straggler(dir, rank);
+    if (size == 2) test_bucket_spans(dir, rank, w);
   }
   ts_comm_barrier(w);
   if (rank == 0) {
