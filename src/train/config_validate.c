@@ -233,9 +233,7 @@ int ts_config_validate(ts_config *cfg) {
         return vfail(cfg, "optimizer.schedule.milestones: must increase ([%d] = %d after %d)", i,
                      s->milestones.v[i], s->milestones.v[i - 1]);
   }
-  if (s->name == TS_LR_COSINE && cfg->train.steps > 0 && s->warmup_steps > cfg->train.steps)
-    return vfail(cfg, "optimizer.schedule.warmup_steps (%lld) exceeds train.steps (%lld)",
-                 (long long)s->warmup_steps, (long long)cfg->train.steps);
+  /* a warm-up longer than the run is clipped to it where the schedule is built (ts_config_lr_schedule) */
   /* ---- model vs data ---- */
   typeof(cfg->model) *m = &cfg->model;
   typeof(cfg->data) *d = &cfg->data;

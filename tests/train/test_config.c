@@ -777,6 +777,15 @@ static void test_conversions(void) {
   CHECK_OK(ts_config_lr_schedule(&c, 10, &s));
   warn_capture_stop();
   CHECK(s.warmup_steps == 20 && g_nwarn == 0);
+  /* warmup_steps larger than --set train.steps under cosine: loads, and is clipped */
+  const char *ov2c[] = {"optimizer.schedule={name: cosine, warmup_steps: 10}", "train.steps=3"};
+  CHECK_MSG(ts_config_load(NULL, ov2c, 2, &c) == TS_OK, "%s", ts_last_error());
+  warn_capture_start();
+  CHECK_OK(ts_config_lr_schedule(&c, 10, &s));
+  warn_capture_stop();
+  CHECK(s.warmup_steps == 3 && g_nwarn == 1 &&
+        has(g_warn, "optimizer.schedule.warmup_steps 10 is longer than the run (train.steps 3): the warm-up is "
+                    "clipped to the run's 3 steps"));
 
   /* transforms: training list as given, evaluation list "auto" without the random ones */
   const char *ov3[] = {"data.transforms=[{name: random_crop, size: 28, padding: 2}, hflip, "
