@@ -305,7 +305,7 @@ static int generic_name(const char *nm) {
 static int backward_named(const char *nm, const cJSON *evs) {
   size_t L = strlen(nm);
   if (L <= 4 || strcmp(nm + L - 4, ":bwd") || generic_name(nm)) return 0;
-  if (strstr(nm, "/weight:bwd") || strstr(nm, "/bias:bwd")) return 1;
+  if (strstr(nm, ".weight:bwd") || strstr(nm, ".bias:bwd")) return 1; /* fc1.weight:bwd */
   const cJSON *e;
   cJSON_ArrayForEach(e, evs) {
     const cJSON *args = cJSON_GetObjectItem(e, "args"), *ph = cJSON_GetObjectItem(args, "phase");
