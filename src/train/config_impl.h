@@ -61,5 +61,8 @@ int ts__cfg_enum_count(const char *const *names);
 /* The training-relevant keys that differ between a checkpoint's config and this run's (YAML
  * text), "key: A in the checkpoint, B now; ..." (at most max, then "... and K more"); returns the count. */
 int ts__config_diff(const char *ckpt_yaml, const char *now_yaml, int max, char *out, size_t cap);
+/* Keys set explicitly (given, not at their default) that have no effect given another key's value
+ * (milestones under a cosine schedule, momentum under adam, ...): "key (why), ..." into out; the count. */
+int ts__config_unused(const ts_config *cfg, char *out, size_t cap);
 
 #endif

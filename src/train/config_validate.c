@@ -358,6 +358,67 @@ int64_t ts_config_total_steps(const ts_config *cfg, int64_t steps_per_epoch) {
   return (int64_t)cfg->train.epochs * (steps_per_epoch > 0 ? steps_per_epoch : 0);
 }
 
+/* Keys set explicitly (given, and not at their default) that have no effect given another key's
+ * value: "key (why), key (why), ..." into out; returns how many. */
+typedef struct {
+  const ts_config *cfg, *def;
+  char *out;
+  size_t cap, len;
+  int n;
+} unused_list;
+
+static void unused_if(unused_list *u, int cond, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void unused_if(unused_list *u, int cond, const char *key, const char *fmt, ...) {
+  if (!cond || !ts_config_given(u->cfg, key)) return;
+  char a[256], b[256];
+  if (ts_config_get(u->cfg, key, a, sizeof a) || ts_config_get(u->def, key, b, sizeof b) || !strcmp(a, b)) return;
+  char why[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  ts__app(u->out, u->cap, &u->len, "%s%s (%s)", u->n ? ", " : "", key, why);
+  u->n++;
+}
+
+int ts__config_unused(const ts_config *cfg, char *out, size_t cap) {
+  if (cap) out[0] = 0;
+  ts_config *def = malloc(sizeof *def);
+  if (!def) return 0;
+  ts_config_defaults(def);
+  (void)ts_config_validate(def); /* resolved like a loaded config */
+  unused_list u = {cfg, def, out, cap, 0, 0};
+  const typeof(cfg->optimizer) *o = &cfg->optimizer;
+  const typeof(cfg->optimizer.schedule) *s = &o->schedule;
+  const typeof(cfg->train) *t = &cfg->train;
+  const char *sn = ts_lr_kind_name(s->name), *on = ts_optim_kind_name(o->name);
+  int stepped = s->name == TS_LR_STEP || s->name == TS_LR_MULTISTEP;
+  unused_if(&u, s->name != TS_LR_MULTISTEP, "optimizer.schedule.milestones", "schedule %s uses none", sn);
+  unused_if(&u, s->name != TS_LR_STEP, "optimizer.schedule.step_size", "schedule %s has none", sn);
+  unused_if(&u, !stepped, "optimizer.schedule.gamma", "schedule %s has no decay steps", sn);
+  unused_if(&u, !stepped, "optimizer.schedule.unit", "it counts step_size and milestones; schedule %s has neither", sn);
+  unused_if(&u, s->name != TS_LR_COSINE, "optimizer.schedule.min_lr", "only cosine decays to it, not %s", sn);
+  unused_if(&u, o->name != TS_OPTIM_MOMENTUM, "optimizer.momentum", "optimizer %s has none", on);
+  unused_if(&u, o->name != TS_OPTIM_MOMENTUM, "optimizer.dampening", "optimizer %s has no momentum", on);
+  int adam = o->name == TS_OPTIM_ADAM || o->name == TS_OPTIM_ADAMW || o->name == TS_OPTIM_LAMB;
+  unused_if(&u, !adam, "optimizer.betas", "optimizer %s has no moments", on);
+  unused_if(&u, !adam, "optimizer.eps", "optimizer %s has no second moment", on);
+  unused_if(&u, o->name != TS_OPTIM_LAMB, "optimizer.lamb_always_adapt", "optimizer %s", on);
+  unused_if(&u, t->amp_level == 0, "train.amp_dtype", "train.amp_level is O0: no mixed precision");
+  ts_loss_scale_config lsc;
+  ts_config_loss_scale(cfg, &lsc);
+  const char *ln = lsc.kind == TS_LOSS_SCALE_NONE ? "none" : lsc.kind == TS_LOSS_SCALE_FIXED ? "fixed" : "dynamic";
+  unused_if(&u, lsc.kind == TS_LOSS_SCALE_NONE, "train.loss_scale_value", "the loss scale is none");
+  unused_if(&u, lsc.kind != TS_LOSS_SCALE_DYNAMIC, "train.loss_scale_factor", "the loss scale is %s, not dynamic", ln);
+  unused_if(&u, lsc.kind != TS_LOSS_SCALE_DYNAMIC, "train.loss_scale_window", "the loss scale is %s, not dynamic", ln);
+  unused_if(&u, lsc.kind != TS_LOSS_SCALE_DYNAMIC, "train.loss_scale_min", "the loss scale is %s, not dynamic", ln);
+  unused_if(&u, t->steps > 0, "train.epochs", "train.steps %lld sets the run's length", (long long)t->steps);
+  ts_config_free(def);
+  free(def);
+  return u.n;
+}
+
 int ts_config_max_steps(int64_t *out) {
   *out = 0;
   const char *e = getenv("TESSERA_MAX_STEPS");

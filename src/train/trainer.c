@@ -475,6 +475,13 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if (!rc) rc = ts_config_validate(c);
   if (!rc) rc = ts_config_max_steps(&t->max_steps); /* TESSERA_MAX_STEPS */
   ts__ckpt_set_config_diff(ts__config_diff); /* a resume refused for another config names the keys */
+  if (!rc) { /* keys set that change nothing (said once, by rank 0 of the job) */
+    char unused[1500];
+    int jr, jn;
+    ts_job_rank(&jr, &jn);
+    if (ts__config_unused(c, unused, sizeof unused) && jr == 0)
+      ts_log(TS_LOG_WARN, "%s: keys set but unused: %s", c->source[0] ? c->source : "config", unused);
+  }
   t->cap_steps0 = c->train.steps;
   int gpu_id = -1;
   if (!rc) rc = ts__train_device_check(c, &gpu_id); /* before anything is built */
