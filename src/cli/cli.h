@@ -12,6 +12,10 @@ void ts_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * folder fails at once instead of hanging or failing later). 0, or ts_cli_fail(2, ...) with
  * "<path>: <what>: <reason>". */
 int ts_cli_check_input(const char *path, const char *what);
+/* Checks that a file or folder named on the command line (or by a config key) exists: 0, or
+ * ts_cli_fail(2, "<path>: <what>: No such file or directory"). Every subcommand exits 2 with one
+ * line naming the path when a file it is given does not exist. */
+int ts_cli_check_exists(const char *path, const char *what);
 /* buf = the checkpoint a path given on the command line names: "DIR/latest" (the pointer every
  * save writes) resolved to DIR/<the name in it>, with a note naming it (rank 0); any other path as
  * it is. 0, or the exit status after printing the error (2: the pointer names nothing). */

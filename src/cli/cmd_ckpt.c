@@ -157,7 +157,8 @@ static int inspect_text(const char *path, const ts_st_file *f, const ts_ckpt_inf
 /* A sliced checkpoint: its manifest, files and every tensor's pieces. */
 static int inspect_sliced(const char *dir, int json, int config) {
   ts_ckpt_manifest *m;
-  if (ts_ckpt_manifest_load(dir, &m)) return ts_cli_fail(1, "%s", ts_last_error());
+  int lrc = ts_ckpt_manifest_load(dir, &m);
+  if (lrc) return ts_cli_fail(ts_cli_exit_code(lrc), "%s", ts_last_error());
   ts_ckpt_info in;
   if (ts_ckpt_manifest_info(m, &in)) {
     ts_ckpt_manifest_free(m);
@@ -358,6 +359,7 @@ static int cmd_merge(int argc, char **argv) {
   if (!in || !out) return ts_cli_fail(2, "ckpt merge: usage: tessera ckpt merge DIR -o OUT.safetensors");
   char rin[4096];
   int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  if (!e) e = ts_cli_check_exists(rin, "cannot open the checkpoint");
   if (e) return e;
   in = rin;
   if (!ts_ckpt_is_sliced(in))
@@ -413,10 +415,12 @@ static int cmd_reshard(int argc, char **argv) {
   if (!in || !out || !n) return ts_cli_fail(2, "ckpt reshard: usage: tessera ckpt reshard DIR -n N [--set k=v ...] -o DIR2");
   char rin[4096];
   int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  if (!e) e = ts_cli_check_exists(rin, "cannot open the checkpoint");
+  if (!e && cfgfile) e = ts_cli_check_exists(cfgfile, "cannot read the config");
   if (e) return e;
   in = rin;
   ts_ckpt_manifest *m;
-  if (ts_ckpt_manifest_load(in, &m)) return ts_cli_fail(1, "reshard: %s", ts_last_error());
+  if ((e = ts_ckpt_manifest_load(in, &m))) return ts_cli_fail(ts_cli_exit_code(e), "reshard: %s", ts_last_error());
   ts_ckpt_info info;
   int rc = ts_ckpt_manifest_info(m, &info);
   ts_ckpt_manifest_free(m);

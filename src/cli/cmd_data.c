@@ -84,6 +84,18 @@ static int cmd_convert(int argc, char **argv) {
   if (is_text && !seq_len) return ts_cli_fail(2, "data convert: --source text needs --seq-len");
   if (!is_text && (seq_len || stride))
     return ts_cli_fail(2, "data convert: --seq-len and --stride apply to --source text only");
+  int e = ts_cli_check_exists(input, "cannot open the input");
+  if (e) return e;
+  ts_source *src = NULL;
+  int rc;
+  if (!strcmp(source, "cifar10")) rc = ts_source_cifar(input, 0, train, &src);
+  else if (!strcmp(source, "cifar100")) rc = ts_source_cifar(input, 1, train, &src);
+  else if (!strcmp(source, "mnist")) rc = ts_source_mnist(input, train ? "train" : "t10k", &src);
+  else if (!strcmp(source, "image-folder")) rc = ts_source_image_folder(input, &src);
+  else if (is_text) rc = ts_source_text(input, seq_len, stride, &src);
+  else
+    return ts_cli_fail(2, "data convert: unknown --source '%s' (cifar10, cifar100, mnist, image-folder, text)", source);
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   /* the folders of the prefix (data/ in `--output data/fm-train`) are created like mkdir -p */
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", output);
@@ -95,26 +107,21 @@ static int cmd_convert(int argc, char **argv) {
       if (*c == '/' || end) {
         *c = 0;
         struct stat st;
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+          int err = errno;
+          ts_source_free(src);
           return ts_cli_fail(1, "data convert: --output %s: cannot create the folder '%s': %s", output, dir,
-                             strerror(errno));
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+                             strerror(err));
+        }
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+          ts_source_free(src);
           return ts_cli_fail(1, "data convert: --output %s: '%s' is not a folder", output, dir);
+        }
         if (end) break;
         *c = '/';
       }
     }
   }
-  ts_source *src = NULL;
-  int rc;
-  if (!strcmp(source, "cifar10")) rc = ts_source_cifar(input, 0, train, &src);
-  else if (!strcmp(source, "cifar100")) rc = ts_source_cifar(input, 1, train, &src);
-  else if (!strcmp(source, "mnist")) rc = ts_source_mnist(input, train ? "train" : "t10k", &src);
-  else if (!strcmp(source, "image-folder")) rc = ts_source_image_folder(input, &src);
-  else if (is_text) rc = ts_source_text(input, seq_len, stride, &src);
-  else
-    return ts_cli_fail(2, "data convert: unknown --source '%s' (cifar10, cifar100, mnist, image-folder, text)", source);
-  if (rc) return ts_cli_fail(1, "%s", ts_last_error());
   double t0 = ts_time_now();
   char **paths = NULL;
   rc = ts_records_write(src, output, shards, &paths);
@@ -192,6 +199,8 @@ static int cmd_inspect(int argc, char **argv) {
     else file = a;
   }
   if (!file) return ts_cli_fail(2, "data inspect: which file? (tessera data inspect FILE.tsr)");
+  int e = ts_cli_check_exists(file, "cannot open the record file");
+  if (e) return e;
   ts_records_info info;
   if (ts_records_info_read(file, &info)) return ts_cli_fail(1, "%s", ts_last_error());
   ts_source *src;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -388,6 +389,9 @@ static int load_train_config(int argc, char **argv, ts_config *cfg) {
     }
   }
   if (!rc && !path) rc = ts_error_set(TS_ECONFIG, "train: missing CONFIG.yaml");
+  struct stat sb;
+  if (!rc && stat(path, &sb) != 0 && errno == ENOENT)
+    rc = ts_error_set(TS_ENOTFOUND, "%s: cannot read the config: %s", path, strerror(ENOENT));
   if (!rc) rc = ts_config_load(path, sets, nsets, cfg);
   free(sets);
   return rc;
@@ -454,6 +458,10 @@ int ts_cli_launch(int argc, char **argv) {
   }
   if (cmd_at < 0 || cmd_at >= argc) return ts_cli_fail(2, "launch: missing '-- COMMAND' (e.g. -- train config.yaml)");
   if (hostfile && table) return ts_cli_fail(2, "launch: --hostfile and --rank-table exclude each other");
+  int ferr = 0; /* a file named that does not exist: exit 2, as every command */
+  if ((hostfile && (ferr = ts_cli_check_exists(hostfile, "cannot open the host file"))) ||
+      (table && (ferr = ts_cli_check_exists(table, "cannot open the rank table"))))
+    return ferr;
   if (threads <= 0) return ts_cli_fail(2, "launch: --threads must be positive");
   if (n < 0) return ts_cli_fail(2, "launch: -n must be a positive number of ranks");
 
@@ -479,6 +487,8 @@ int ts_cli_launch(int argc, char **argv) {
   TS_CLI_CONFIG(cfg);
   int cfg_rc = is_train ? load_train_config(argc - cmd_at - 1, argv + cmd_at + 1, &cfg) : TS_ECONFIG;
   int have_cfg = cfg_rc == TS_OK;
+  char cfg_missing[1200] = ""; /* the config file is not there: said once, before mpirun (not under --dry-run) */
+  if (is_train && cfg_rc == TS_ENOTFOUND) snprintf(cfg_missing, sizeof cfg_missing, "%s", ts_last_error());
   if (restarts < 0) restarts = have_cfg ? cfg.train.restarts : 0; /* the ranks report a bad config themselves */
   const char *what = given ? "--restarts" : "train.restarts";
   if (min_ranks && restarts <= 0)
@@ -529,6 +539,7 @@ int ts_cli_launch(int argc, char **argv) {
   }
   int rc = 0;
   if (n <= 0) rc = ts_cli_fail(2, "launch: -n N (number of ranks) is required (or parallel.device_num in the config)");
+  if (!rc && !dry && cfg_missing[0]) rc = ts_cli_fail(2, "%s", cfg_missing);
   if (!rc && min_ranks > n) rc = ts_cli_fail(2, "launch: --min-ranks %d is more than the %d ranks (-n)", min_ranks, n);
   /* the ranks' own default (ts_cli_job_config): a config without parallel.mode is data_parallel
    * on several ranks, which restarts on fewer ranks may need to know */

@@ -14,8 +14,9 @@
 #include "tessera/train.h"
 #include "train/train_compat.h"
 
-/* Exit status for a library status: configuration problems are usage errors (2). */
-int ts_cli_exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED ? 2 : 1; }
+/* Exit status for a library status: configuration problems, and a file named by the command line or
+ * the config that does not exist (TS_ENOTFOUND), are usage errors (2). */
+int ts_cli_exit_code(int rc) { return rc == TS_ECONFIG || rc == TS_EUNSUPPORTED || rc == TS_ENOTFOUND ? 2 : 1; }
 
 void ts_cli_config_release(ts_config *cfg) { ts_config_free(cfg); }
 
@@ -61,6 +62,7 @@ int ts_cli_load_config(const char *cmd, int argc, char **argv, ts_config *cfg, c
     int e = ts_cli_resolve_ckpt(res, r, sizeof r);
     if (e) return e;
     if (strcmp(r, res) && ts_config_set(cfg, "checkpoint.resume", r)) return ts_cli_fail(2, "%s", ts_last_error());
+    if ((e = ts_cli_check_exists(r, "checkpoint.resume: cannot open the checkpoint"))) return e;
   }
   return 0;
 }
@@ -213,6 +215,8 @@ int ts_cli_plot(int argc, char **argv) {
     }
   }
   if (!in || !out) return ts_cli_fail(2, "plot: usage: tessera plot METRICS.jsonl -o CURVES.png");
+  int e = ts_cli_check_exists(in, "cannot open the metrics file");
+  if (e) return e;
   int rc = ts_plot_metrics(in, out);
   if (rc) return ts_cli_fail(1, "%s", ts_last_error());
   printf("wrote %s\n", out);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -77,6 +78,14 @@ int ts_cli_check_input(const char *path, const char *what) {
   if (ts__file_open_read(path, what, &fd, NULL)) return ts_cli_fail(2, "%s", ts_last_error());
   close(fd);
   return 0;
+}
+
+int ts_cli_check_exists(const char *path, const char *what) {
+  struct stat sb;
+  if (stat(path, &sb) == 0) return 0;
+  int e = errno;
+  if (e == ENOENT || e == ENOTDIR) return ts_cli_fail(2, "%s: %s: %s", path, what, strerror(ENOENT));
+  return ts_cli_fail(2, "%s: %s: %s", path, what, strerror(e));
 }
 
 int ts_cli_resolve_ckpt(const char *path, char *buf, size_t cap) {

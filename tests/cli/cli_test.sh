@@ -37,7 +37,7 @@ printf 'optimizer: {lrr: 0.1}\n' > "$tmp/key.yaml"
 expect 2 "unknown key 'optimizer.lrr' \(did you mean 'optimizer.lr'" -- train "$tmp/key.yaml"
 expect 2 "none.yaml: cannot read the config: No such file" -- train "$tmp/none.yaml"
 printf 'model: {name: mlp, hidden: [16]}\ndata: {name: fashion_mnist, path: /nonexistent/fm}\n' > "$tmp/nodata.yaml"
-expect 1 "/nonexistent/fm" -- train "$tmp/nodata.yaml"
+expect 2 "/nonexistent/fm" -- train "$tmp/nodata.yaml"
 expect 2 "usage" -- plot
 # a FIFO or a folder given as a config or a checkpoint: one line naming it, exit 2, at once
 # (opening a FIFO used to block forever; `timeout` turns a regression into a failure, rc 124)
@@ -68,7 +68,7 @@ expect 2 "missing '-- COMMAND'" -- launch -n 2
 expect 2 "-n N" -- launch -- train x.yaml
 if command -v mpirun >/dev/null; then expect 0 "tessera [0-9.]+" -- launch -n 2 -- --version
 else echo "SKIP: no mpirun in PATH: launch -n 2 not run"; skipped="$skipped mpirun"; fi
-expect 1 "cannot open" -- plot "$tmp/none.jsonl" -o "$tmp/x.png"
+expect 2 "none.jsonl: cannot open the metrics file: No such file" -- plot "$tmp/none.jsonl" -o "$tmp/x.png"
 if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
   cat > "$tmp/mlp.yaml" <<YAML
 model: {name: mlp, hidden: [32]}
