@@ -45,6 +45,10 @@ if(TS_PY_REASON STREQUAL "")
                        DEPENDS ${CMAKE_SOURCE_DIR}/python/${f})
     list(APPEND TS_PY_OUT ${CMAKE_BINARY_DIR}/python/${f})
   endforeach()
+  # what the extension was built for: named when another interpreter cannot load it
+  set(TS_PY_BUILD_INFO "# written by CMake (python/python.cmake): the interpreter tessera._C was built for\n")
+  string(APPEND TS_PY_BUILD_INFO "python = '${Python3_EXECUTABLE}'\nversion = '${Python3_VERSION}'\nnumpy = '${Python3_NumPy_VERSION}'\n")
+  file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/python/tessera/_build.py CONTENT "${TS_PY_BUILD_INFO}")
   add_custom_target(tessera_python_files ALL DEPENDS ${TS_PY_OUT})
   add_dependencies(tessera_python tessera_python_files)
   # the site directory relative to the prefix: Debian's python reads <prefix>/lib/python3.X/dist-packages
@@ -54,6 +58,7 @@ if(TS_PY_REASON STREQUAL "")
   set(TS_PYTHON_SITE "${TS_PY_SITE_DEFAULT}" CACHE STRING "Python package install directory (relative to the prefix)")
   install(TARGETS tessera_python LIBRARY DESTINATION ${TS_PYTHON_SITE}/tessera)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/python/tessera DESTINATION ${TS_PYTHON_SITE} FILES_MATCHING PATTERN "*.py")
+  install(FILES ${CMAKE_BINARY_DIR}/python/tessera/_build.py DESTINATION ${TS_PYTHON_SITE}/tessera)
   set(TS_PY_ENV "PYTHONPATH=${CMAKE_BINARY_DIR}/python;TESSERA_BUILD=${CMAKE_BINARY_DIR};TESSERA_PY_SITE=${TS_PYTHON_SITE};TESSERA_BIN=$<TARGET_FILE:tessera>;TESSERA_SRC=${CMAKE_SOURCE_DIR};MPIEXEC=${MPIEXEC_EXECUTABLE};OMP_NUM_THREADS=1;OMP_WAIT_POLICY=passive")
   if(CMAKE_BUILD_TYPE STREQUAL "Asan")
     # an instrumented extension in an uninstrumented interpreter: the sanitizer runtimes are

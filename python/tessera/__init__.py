@@ -21,6 +21,23 @@ _flags = _sys.getdlopenflags()
 _sys.setdlopenflags(_flags | _os.RTLD_GLOBAL)
 try:
     from . import _C
+except ImportError as _e:  # another interpreter than the build's (a venv's numpy, another Python)
+    try:
+        from . import _build as _b
+        _for = "%s (Python %s, numpy %s)" % (_b.python, _b.version, _b.numpy)
+        _run = _b.python
+    except ImportError:
+        _for, _run = "the interpreter the build found", "/usr/bin/python3"
+    try:
+        import numpy as _np
+        _np_ver = ", numpy " + _np.__version__
+    except Exception:  # numpy itself may be what fails
+        _np_ver = ""
+    raise ImportError("tessera: its C extension (tessera._C) cannot be loaded by %s (Python %d.%d.%d%s): %s; it was "
+                      "built for %s: run that one (e.g. `PYTHONPATH=build/python %s -m tessera`), or rebuild with "
+                      "`cmake -DPython3_EXECUTABLE=%s`" % (_sys.executable, _sys.version_info[0], _sys.version_info[1],
+                                                          _sys.version_info[2], _np_ver, _e, _for, _run,
+                                                          _sys.executable)) from _e
 finally:
     _sys.setdlopenflags(_flags)
 

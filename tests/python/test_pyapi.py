@@ -5,7 +5,9 @@ checkpoints (round trip, zero-copy views), data set iteration against the IDX fi
 import gzip
 import os
 import shutil
+import subprocess
 import sys
+import sysconfig
 import tempfile
 import unittest
 
@@ -40,6 +42,27 @@ class Tmp(unittest.TestCase):
     def tearDown(self):
         os.chdir(self.cwd)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TestImport(Tmp):
+    def test_an_extension_that_does_not_load_names_both_interpreters(self):
+        """python3 -m tessera under another interpreter than the build's (a venv's numpy, another
+        Python) failed with numpy's bare "numpy.core.multiarray failed to import"; the package's
+        copy here has an extension that cannot load, and the message names this interpreter and
+        the one the build was made for (python/python.cmake writes _build.py)."""
+        import tessera
+        src = os.path.dirname(tessera.__file__)
+        pkg = os.path.join(self.dir, "tessera")
+        shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("_C*.so", "__pycache__"))
+        with open(os.path.join(pkg, "_C" + sysconfig.get_config_var("EXT_SUFFIX")), "wb") as f:
+            f.write(b"not an ELF file")
+        p = subprocess.run([sys.executable, "-c", "import tessera"], cwd=self.dir, env=dict(os.environ, PYTHONPATH=self.dir),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        from tessera import _build
+        self.assertIn("cannot be loaded by %s (Python %d.%d" % (sys.executable, *sys.version_info[:2]), p.stdout)
+        self.assertIn("it was built for %s (Python %s, numpy %s)" % (_build.python, _build.version, _build.numpy), p.stdout)
+        self.assertIn("-DPython3_EXECUTABLE=", p.stdout)
 
 
 class TestContext(Tmp):
