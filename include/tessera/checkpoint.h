@@ -127,7 +127,9 @@ void ts_ckpt_info_free(ts_ckpt_info *info);
 
 /* Writes the model tensors of checkpoint `in` ("param.*" and "state.*") to `out` under their
  * plain names ("fc1.weight", "bn1.running_mean": a PyTorch state_dict), without optimizer
- * state, with metadata {"format": "pt", "tessera.model", "tessera.step"}. Atomic. */
+ * state, with metadata {"format": "pt", "tessera.model", "tessera.step"}. Atomic. `in` may be a
+ * whole file or a sliced checkpoint's folder (each tensor read whole from its pieces: the same
+ * file as the export of the merged checkpoint). */
 int ts_ckpt_export_params(const char *in, const char *out);
 
 /* "<dir>/<prefix>-<step %08lld>.safetensors" ("<prefix>-..." if dir is empty). TS_ERANGE if it

@@ -17,14 +17,15 @@
 static int usage(FILE *f) {
   fprintf(f,
           "usage: tessera ckpt inspect FILE|DIR [--json] [--config]\n"
-          "       tessera ckpt export FILE -o OUT\n"
+          "       tessera ckpt export FILE|DIR -o OUT\n"
           "       tessera ckpt verify FILE|DIR\n"
           "       tessera ckpt merge DIR -o OUT.safetensors\n"
           "       tessera ckpt reshard DIR -n N [--config FILE] [--set key=value ...] [--strategy FILE] -o DIR2\n"
           "inspect  prints the step, epoch, model, config hash and the table of tensors; of a sliced\n"
           "         checkpoint (a directory) also the layout, the files and every tensor's pieces\n"
           "         (--json: the same as one JSON object, a sliced one's manifest; --config: the YAML)\n"
-          "export   writes the parameters and buffers only, under their PyTorch names, to OUT\n"
+          "export   writes the parameters and buffers only, under their PyTorch names, to OUT (of a\n"
+          "         sliced checkpoint too: each tensor merged from its pieces as it is read)\n"
           "verify   checks a whole file's checksums, or a sliced checkpoint's files against the\n"
           "         manifest (sizes, SHA-256), their checksums and pieces, and that every tensor is\n"
           "         covered once; exit 1 naming the first file at fault\n"
@@ -286,14 +287,14 @@ static int cmd_export(int argc, char **argv) {
     }
   }
   if (!in || !out)
-    return ts_cli_fail(2, "ckpt export: usage: tessera ckpt export FILE -o OUT");
+    return ts_cli_fail(2, "ckpt export: usage: tessera ckpt export FILE|DIR -o OUT");
   char rin[4096];
   int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
   if (e) return e;
   in = rin;
-  e = ts_cli_check_input(in, "cannot open the checkpoint");
-  if (e) return e;
-  if (ts_ckpt_export_params(in, out)) return ts_cli_fail(1, "%s", ts_last_error());
+  if (!ts_ckpt_is_sliced(in) && (e = ts_cli_check_input(in, "cannot open the checkpoint"))) return e;
+  /* a sliced checkpoint (TP, pipeline, sharded optimizer): its tensors merged as they are read */
+  if ((e = ts_ckpt_export_params(in, out))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
   ts_ckpt_info info;
   if (ts_ckpt_read_info(out, &info) == TS_OK) {
     printf("wrote %s: %d tensors, %" PRId64 " values\n", out, info.ntensors, info.param_numel);

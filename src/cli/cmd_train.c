@@ -152,6 +152,42 @@ int ts_cli_train(int argc, char **argv) {
   return 0;
 }
 
+/* Evaluation on one process of a config whose layout is cut for several ranks (semi_auto or
+ * auto_parallel, pipeline stages, a sharded optimizer): the whole model stand-alone instead, said
+ * in one line; the checkpoint, sliced or whole, loads into it (a sliced one is merged as it is
+ * read: each tensor whole from the pieces of every rank file). 0, or the exit status. */
+static int eval_stand_alone(ts_config *cfg, const char *ckpt) {
+  int rank = 0, n = 1;
+  ts_job_rank(&rank, &n);
+  const ts_parallel_mode mode = cfg->parallel.mode;
+  int cut = mode == TS_PARALLEL_SEMI_AUTO || mode == TS_PARALLEL_AUTO || cfg->parallel.pipeline_stages > 1 ||
+            cfg->parallel.optimizer_shard > 0 || cfg->parallel.device_num > 1;
+  if (n > 1 || !cut || mode == TS_PARALLEL_HYBRID) return 0; /* hybrid: the program's own model */
+  char was[160];
+  int len = snprintf(was, sizeof was, "%s", ts_parallel_mode_name(mode));
+  if (cfg->parallel.pipeline_stages > 1 && len < (int)sizeof was)
+    len += snprintf(was + len, sizeof was - (size_t)len, ", %d pipeline stages", cfg->parallel.pipeline_stages);
+  if (cfg->parallel.optimizer_shard > 0 && len < (int)sizeof was)
+    snprintf(was + len, sizeof was - (size_t)len, ", optimizer_shard %d", cfg->parallel.optimizer_shard);
+  /* the keys of a layout over several ranks, back to one process's (only those set: a key left
+   * at its default stays unset) */
+  static const char *const reset[][2] = {
+      {"parallel.mode", "stand_alone"},        {"parallel.strategies", "{}"},
+      {"parallel.stages", "{}"},               {"parallel.pipeline_stages", "1"},
+      {"parallel.micro_batches", "0"},         {"parallel.virtual_stages", "1"},
+      {"parallel.optimizer_shard", "off"},     {"parallel.enable_parallel_optimizer", "false"},
+      {"parallel.device_num", "0"},            {"parallel.strategy_ckpt_load_file", "\"\""}};
+  for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+    if ((i == 0 || ts_config_given(cfg, reset[i][0])) && ts_config_set(cfg, reset[i][0], reset[i][1]))
+      return ts_cli_fail(1, "eval: %s", ts_last_error());
+  int rc = ts_config_validate(cfg);
+  if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "eval: one process: %s", ts_last_error());
+  ts_cli_note("eval: %s's layout (%s) is cut for several ranks: evaluating the whole model on this one process "
+              "(parallel.mode stand_alone%s)", cfg->source[0] ? cfg->source : "the config", was,
+              ts_ckpt_is_sliced(ckpt) ? "; the sliced checkpoint is merged as it loads" : "");
+  return 0;
+}
+
 int ts_cli_eval(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -177,6 +213,7 @@ int ts_cli_eval(int argc, char **argv) {
   } else if ((e = ts_cli_check_input(ckpt, "cannot open the checkpoint"))) {
     return e;
   }
+  if ((e = eval_stand_alone(&cfg, ckpt))) return e;
   cfg.checkpoint.resume[0] = 0;
   cfg.checkpoint.dir[0] = 0;
   cfg.log.metrics[0] = 0;
@@ -187,10 +224,12 @@ int ts_cli_eval(int argc, char **argv) {
   if (!rc) rc = ts_trainer_load(t, ckpt, 1, 0);
   ts_eval_info ev;
   if (!rc) rc = ts_trainer_evaluate(t, &ev);
+  int rank = rc ? 0 : ts_trainer_rank(t);
   ts_trainer_free(t);
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
-  printf("eval %s: %lld samples  loss %.4f  top1 %.2f%%  top5 %.2f%%  (%.1f s)\n", ckpt,
-         (long long)ev.samples, ev.loss, 100 * ev.top1, 100 * ev.top5, ev.seconds);
+  if (rank == 0) /* a job's ranks agree on the figures: rank 0 reports them */
+    printf("eval %s: %lld samples  loss %.4f  top1 %.2f%%  top5 %.2f%%  (%.1f s)\n", ckpt,
+           (long long)ev.samples, ev.loss, 100 * ev.top1, 100 * ev.top5, ev.seconds);
   return 0;
 }
 

@@ -705,6 +705,7 @@ int ts_ckpt_export_params(const char *in, const char *out) {
   int rr = ts_ckpt_resolve(in, rin, sizeof rin);
   if (rr < 0) return rr;
   in = rin;
+  if (ts_ckpt_is_sliced(in)) return ts__ckpt_sliced_export(in, out); /* merged as it is read */
   ts_st_file *f;
   int rc = ts_st_open(in, &f);
   if (rc) return rc;

@@ -24,6 +24,9 @@ typedef struct {
 /* Writes a whole checkpoint of the n tensors, in that order, with st's metadata (ts_ckpt_save's
  * file, whoever gathered the tensors). Atomic; parents created. */
 int ts__ckpt_write(const char *path, const ts_ckpt_state *st, const ts__ckpt_tensor *t, int n);
+/* ts_ckpt_export_params of a sliced checkpoint: the parameters and buffers read whole from the
+ * rank files (merged as they are read; optimizer state never read), written as a whole export. */
+int ts__ckpt_sliced_export(const char *dir, const char *out);
 /* 1 if a file of that name belongs in a sliced checkpoint directory: the manifest, a rank file,
  * the strategy file, or the atomic writer's temporary of one of them. */
 int ts__ckpt_dir_own(const char *name);

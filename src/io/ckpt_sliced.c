@@ -447,6 +447,56 @@ int ts_ckpt_merge(const char *dir, const char *out, const char *config_yaml) {
   return rc;
 }
 
+/* ---- export ---- */
+
+int ts__ckpt_sliced_export(const char *dir, const char *out) {
+  ts_ckpt_manifest *m;
+  int rc = ts_ckpt_manifest_load(dir, &m);
+  if (rc) return rc;
+  int nt = ts_ckpt_manifest_num_tensors(m), n = 0;
+  ts_piece *want = calloc((size_t)nt + 1, sizeof *want);
+  const char **plain = calloc((size_t)nt + 1, sizeof *plain);
+  if (!want || !plain) rc = ts_error_set(TS_ENOMEM, "%s: out of memory", out);
+  for (int k = 0; k < nt && !rc; k++) { /* the model's tensors, whole: parameters and buffers */
+    const char *name;
+    ts_dtype dt;
+    ts_shape shape;
+    ts_ckpt_manifest_tensor(m, k, &name, &dt, &shape, NULL);
+    const char *p = !strncmp(name, "param.", 6) ? name + 6 : !strncmp(name, "state.", 6) ? name + 6 : NULL;
+    if (!p) continue;
+    ts_piece *w = &want[n];
+    w->name = (char *)name;
+    w->dtype = dt;
+    w->shape = shape;
+    ts_region_whole(&w->region, &w->shape);
+    size_t nb = ts_piece_nbytes(w);
+    if (!(w->data = ts_alloc(nb ? nb : 1))) rc = ts_error_set(TS_ENOMEM, "%s: out of memory for '%s'", out, name);
+    plain[n++] = p;
+  }
+  if (!rc && !n) rc = ts_error_set(TS_EFORMAT, "%s: the checkpoint holds no parameters", dir);
+  if (!rc) rc = ts_ckpt_sliced_read(m, want, n, 1); /* only the chunks holding them */
+  ts_ckpt_info info;
+  memset(&info, 0, sizeof info);
+  if (!rc) rc = ts_ckpt_manifest_info(m, &info);
+  ts_st_writer *w = NULL;
+  if (!rc) rc = ts_st_writer_create(&w);
+  for (int k = 0; k < n && !rc; k++) rc = ts_st_writer_add(w, plain[k], want[k].dtype, want[k].shape, want[k].data);
+  char step[32];
+  snprintf(step, sizeof step, "%" PRId64, info.pos.step);
+  if (!rc) rc = ts_st_writer_set_meta(w, "format", "pt");
+  if (!rc && info.model[0]) rc = ts_st_writer_set_meta(w, "tessera.model", info.model);
+  if (!rc) rc = ts_st_writer_set_meta(w, "tessera.step", step);
+  if (rc) ts_error_wrap(rc, "exporting %s", dir);
+  else if (!(rc = ts__mkdir_parents(out))) rc = ts_st_write(w, out);
+  ts_st_writer_free(w);
+  ts_ckpt_info_free(&info);
+  for (int k = 0; want && k < n; k++) ts_free(want[k].data);
+  free(want);
+  free(plain);
+  ts_ckpt_manifest_free(m);
+  return rc;
+}
+
 /* ---- verify ---- */
 
 /* The pieces of rank file fi's header equal the manifest's pieces in that file (both ways). */
