@@ -288,6 +288,7 @@ typedef struct {
     char metrics[TS_CFG_PATH_MAX]; /* JSON-lines file, "" = none */
     ts_progress_mode progress;
     char plot[TS_CFG_PATH_MAX]; /* PNG of the curves at the end, "" = none */
+    char plot_size[32];         /* its size "WIDTHxHEIGHT" in pixels, "" = 1000x420 */
     ts_log_level level;
     int profile;               /* ts_prof_mode: 0 off, 1 summary, 2 trace (tessera/prof.h) */
     char trace[TS_CFG_PATH_MAX]; /* Chrome trace file (profile: trace); "" = <checkpoint.dir or .>/trace.json */

@@ -233,30 +233,46 @@ int ts_cli_eval(int argc, char **argv) {
   return 0;
 }
 
+#define PLOT_USAGE "usage: tessera plot METRICS.jsonl -o CURVES.png [--size WxH] [--log-y] [--log-lr]"
+
 int ts_cli_plot(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
+  ts_plot_options po = {0};
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: tessera plot METRICS.jsonl -o CURVES.png\n"
-             "Draws loss and accuracy curves from a trainer metrics file.\n"
-             "example: tessera plot runs/mlp/metrics.jsonl -o runs/mlp/curves.png\n");
+      printf(PLOT_USAGE "\n"
+             "Draws loss, accuracy and learning-rate curves against step from a trainer metrics file.\n"
+             "  -o CURVES.png   the PNG to write\n"
+             "  --size WxH      its size in pixels (default %dx%d; %d..%d x %d..%d)\n"
+             "  --log-y         the loss panel on a log scale (losses <= 0 left out, with a warning)\n"
+             "  --log-lr        the learning-rate panel on a log scale (rates <= 0 left out, with a warning)\n"
+             "example: tessera plot runs/mlp/metrics.jsonl -o runs/mlp/curves.png --size 1600x600 --log-y\n",
+             TS_PLOT_W, TS_PLOT_H, TS_PLOT_MIN_W, TS_PLOT_MAX_SIDE, TS_PLOT_MIN_H, TS_PLOT_MAX_SIDE);
       return 0;
     }
     if (!strcmp(argv[i], "-o")) {
       if (i + 1 >= argc) return ts_cli_fail(2, "plot: -o needs a file");
       out = argv[++i];
+    } else if (!strcmp(argv[i], "--size")) {
+      if (i + 1 >= argc) return ts_cli_fail(2, "plot: --size needs WIDTHxHEIGHT (e.g. 1600x600)");
+      if (ts_plot_parse_size(argv[++i], "plot: --size", &po.width, &po.height))
+        return ts_cli_fail(2, "%s", ts_last_error());
+    } else if (!strcmp(argv[i], "--log-y")) {
+      po.log_loss = 1;
+    } else if (!strcmp(argv[i], "--log-lr")) {
+      po.log_lr = 1;
     } else if (argv[i][0] == '-') {
-      return ts_cli_fail(2, "plot: unknown option '%s'", argv[i]);
+      return ts_cli_fail(2, "plot: unknown option '%s' (" PLOT_USAGE ")", argv[i]);
     } else if (!in) {
       in = argv[i];
     } else {
       return ts_cli_fail(2, "plot: unexpected argument '%s'", argv[i]);
     }
   }
-  if (!in || !out) return ts_cli_fail(2, "plot: usage: tessera plot METRICS.jsonl -o CURVES.png");
+  if (!in || !out) return ts_cli_fail(2, "plot: " PLOT_USAGE);
   int e = ts_cli_check_exists(in, "cannot open the metrics file");
   if (e) return e;
-  int rc = ts_plot_metrics(in, out);
+  int rc = ts_plot_metrics_with(in, out, &po);
   if (rc) return ts_cli_fail(1, "%s", ts_last_error());
   printf("wrote %s\n", out);
   return 0;

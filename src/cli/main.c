@@ -108,7 +108,7 @@ static int usage(FILE *f) {
           "  calibrate measure this machine for the cost model (tessera calibrate --help)\n"
           "  profile train a few steps with the profiler: step breakdown, per-op table, trace\n"
           "          (tessera profile --help)\n"
-          "  plot    draw loss/accuracy curves from a metrics file (tessera plot --help)\n"
+          "  plot    draw loss, accuracy and learning-rate curves from a metrics file (tessera plot --help)\n"
           "  launch  run a command on N ranks through mpirun (tessera launch --help)\n"
           "  ckpt    inspect a checkpoint or export its parameters (tessera ckpt --help)\n"
           "  data    convert data sets to record shards, inspect shards (tessera data --help)\n"

@@ -375,6 +375,8 @@ const ts__cfg_key ts__cfg_keys[] = {
      "progress display: auto = a bar on a terminal, lines otherwise"},
     {"log.plot", CT_STR, FLD(log.plot), "\"\"", NULL, 0, 0, 0, 0, 0,
      "PNG of the loss and accuracy curves written at the end; empty = none"},
+    {"log.plot_size", CT_STR, FLD(log.plot_size), "\"\"", NULL, 0, 0, 0, 0, 0,
+     "size of log.plot's PNG, WIDTHxHEIGHT in pixels (e.g. 1600x600); empty = 1000x420"},
     {"log.level", CT_ENUM, FLD(log.level), "info", level_names, 0, 0, 0, 0, 0,
      "least severe library log message shown"},
     {"log.profile", CT_ENUM, FLD(log.profile), "off", profile_names, 0, 0, 0, 0, 0,

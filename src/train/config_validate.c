@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <yaml.h>
 #include "../base/text.h"
+#include "tessera/plot.h"
 #include "config_dist.h"
 #include "config_impl.h"
 #include "planner/planner.h"
@@ -165,6 +166,10 @@ int ts_config_validate(ts_config *cfg) {
   if (cfg->log.plot[0] && !cfg->log.metrics[0])
     return vfail(cfg, "log.plot: the curves are drawn from the metrics file: set log.metrics too "
                  "(e.g. log.metrics: runs/metrics.jsonl)");
+  if (cfg->log.plot_size[0]) {
+    int w, h;
+    if (ts_plot_parse_size(cfg->log.plot_size, "log.plot_size", &w, &h)) return vfail(cfg, "%s", ts_last_error());
+  }
   /* ---- train ---- */
   if (cfg->train.epochs <= 0 && cfg->train.steps <= 0)
     return vfail(cfg, "train.epochs and train.steps are both 0: set one of them");
@@ -414,6 +419,7 @@ int ts__config_unused(const ts_config *cfg, char *out, size_t cap) {
   unused_if(&u, lsc.kind != TS_LOSS_SCALE_DYNAMIC, "train.loss_scale_window", "the loss scale is %s, not dynamic", ln);
   unused_if(&u, lsc.kind != TS_LOSS_SCALE_DYNAMIC, "train.loss_scale_min", "the loss scale is %s, not dynamic", ln);
   unused_if(&u, t->steps > 0, "train.epochs", "train.steps %lld sets the run's length", (long long)t->steps);
+  unused_if(&u, !cfg->log.plot[0], "log.plot_size", "log.plot is empty: no curves drawn");
   ts_config_free(def);
   free(def);
   return u.n;

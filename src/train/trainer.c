@@ -880,7 +880,9 @@ int ts_trainer_fit(ts_trainer *t) {
     rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval, mem);
   if (rc == TS_OK && c->log.plot[0] && c->log.metrics[0]) {
     if (t->prog.metrics) fflush(t->prog.metrics);
-    rc = ts_plot_metrics(c->log.metrics, c->log.plot);
+    ts_plot_options po = {0};
+    if (c->log.plot_size[0]) rc = ts_plot_parse_size(c->log.plot_size, "log.plot_size", &po.width, &po.height);
+    if (!rc) rc = ts_plot_metrics_with(c->log.metrics, c->log.plot, &po);
     if (!rc) ts__progress_message(&t->prog, "curves: %s", c->log.plot);
   }
   return rc;

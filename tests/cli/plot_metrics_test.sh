@@ -2,7 +2,8 @@
 # `tessera plot` on hostile metrics files (what tests/fuzz/fuzz_metrics.c found): huge losses
 # (an infinite axis span), steps out of range (a line walk of billions of pixels), a truncated
 # last line (a run still writing), missing fields, a very long line. `timeout` turns a hang into
-# a failure (rc 124).
+# a failure (rc 124). Then the options: --size (the PNG's size; a bad one is exit 2 with one line),
+# --log-y / --log-lr (values <= 0 left out with a warning).
 # Usage: plot_metrics_test.sh path/to/tessera
 set -u
 bin=$1
@@ -33,4 +34,33 @@ expect 0 "wrote" "$tmp/legacy.jsonl"
 # and what the trainer writes now: null, with the keys listed under "nonfinite"
 printf '{"type":"run","title":"x"}\n{"type":"step","step":1,"loss":2.3}\n{"type":"step","step":2,"loss":null,"nonfinite":["loss"]}\n' > "$tmp/nulls.jsonl"
 expect 0 "wrote" "$tmp/nulls.jsonl"
+
+# options: expect_opt CODE PATTERN ARGS...
+expect_opt() {
+  local code=$1 pat=$2 out rc; shift 2
+  out=$(timeout 30 "$bin" plot "$@" 2>&1); rc=$?
+  if [ "$rc" = "$code" ] && grep -qE -- "$pat" <<<"$out"; then echo "ok: plot $* -> exit $rc: $out"
+  else echo "FAIL: plot $* -> exit $rc (want $code): $out"; fail=1; fi
+}
+png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{print $3*256+$4 "x" $7*256+$8}'; }
+printf '{"type":"step","step":1,"loss":2.3,"lr":0.1}\n{"type":"step","step":2,"loss":0,"lr":0.05}\n{"type":"step","step":3,"loss":1.5,"lr":0}\n' > "$tmp/opt.jsonl"
+rm -f "$tmp/s.png"
+expect_opt 0 "wrote" "$tmp/opt.jsonl" -o "$tmp/s.png" --size 640x360
+if [ "$(png_size "$tmp/s.png" 2>/dev/null)" = 640x360 ]; then echo "ok: --size 640x360 -> 640x360"
+else echo "FAIL: --size 640x360 -> $(png_size "$tmp/s.png" 2>&1)"; fail=1; fi
+expect_opt 0 "wrote" "$tmp/opt.jsonl" -o "$tmp/d.png"
+if [ "$(png_size "$tmp/d.png" 2>/dev/null)" = 1000x420 ]; then echo "ok: default size 1000x420"
+else echo "FAIL: default size -> $(png_size "$tmp/d.png" 2>&1)"; fail=1; fi
+for bad in 640 640x 0x0 99999x360 abc 640x360x -640x360; do
+  out=$(timeout 30 "$bin" plot "$tmp/opt.jsonl" -o "$tmp/b.png" --size "$bad" 2>&1); rc=$?
+  if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -qF -- "--size '$bad': expected WIDTHxHEIGHT" <<<"$out"; then
+    echo "ok: --size $bad -> exit 2: $out"
+  else echo "FAIL: --size $bad -> exit $rc (want 2 and one line): $out"; fail=1; fi
+done
+expect_opt 2 "--size needs WIDTHxHEIGHT" "$tmp/opt.jsonl" -o "$tmp/b.png" --size
+expect_opt 0 "log scale: 1 loss value <= 0 not drawn" "$tmp/opt.jsonl" -o "$tmp/l.png" --log-y
+expect_opt 0 "log scale: 1 learning rate <= 0 not drawn" "$tmp/opt.jsonl" -o "$tmp/l.png" --log-lr
+out=$(timeout 30 "$bin" plot "$tmp/opt.jsonl" -o "$tmp/l.png" 2>&1)
+if grep -q "log scale" <<<"$out"; then echo "FAIL: a warning without --log-y: $out"; fail=1; fi
+expect_opt 0 "--size WxH.*--log-y.*--log-lr" --help
 exit $fail

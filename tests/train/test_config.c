@@ -191,6 +191,7 @@ static const struct {
     {"log.metrics", "runs/x/metrics.jsonl"},
     {"log.progress", "lines"},
     {"log.plot", "runs/x/curves.png"},
+    {"log.plot_size", "1600x600"},
     {"log.level", "debug"},
     {"log.profile", "trace"},
     {"log.trace", "runs/x/trace.json"},
