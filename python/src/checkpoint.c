@@ -124,7 +124,19 @@ static PyObject *py_ckpt_is_sliced(PyObject *self, PyObject *args) {
   return PyBool_FromLong(ts_ckpt_is_sliced(p));
 }
 
+/* ckpt_resolve(path): the checkpoint "<dir>/latest" names, or path itself (ts_ckpt_resolve) */
+static PyObject *py_ckpt_resolve(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *p;
+  if (!PyArg_ParseTuple(args, "s", &p)) return NULL;
+  char buf[4096];
+  int rc = ts_ckpt_resolve(p, buf, sizeof buf);
+  if (rc < 0) return tsp_raise(rc);
+  return PyUnicode_FromString(buf);
+}
+
 PyMethodDef tsp_checkpoint_methods[] = {
+    {"ckpt_resolve", py_ckpt_resolve, METH_VARARGS, "ckpt_resolve(path): the checkpoint DIR/latest names, else path"},
     {"st_load", py_st_load, METH_VARARGS, "st_load(path) -> (tensors as numpy views, metadata)"},
     {"st_save", py_st_save, METH_VARARGS, "st_save(path, tensors, metadata): atomic safetensors write"},
     {"ckpt_merge", py_ckpt_merge, METH_VARARGS, "ckpt_merge(dir, out): merge a sliced checkpoint"},

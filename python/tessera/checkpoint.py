@@ -56,9 +56,9 @@ def _strip(d):
 
 def load_checkpoint(ckpt_file_name, net=None, strict_load=False, raw=False):
     """{name: numpy array} of a safetensors file (views, no copy), or of a sliced checkpoint
-    directory (merged first, into a temporary file). With net: also loaded into it
-    (load_param_into_net)."""
-    path = ckpt_file_name
+    directory (merged first, into a temporary file); DIR/latest: the checkpoint that pointer names.
+    With net: also loaded into it (load_param_into_net)."""
+    path = _C.ckpt_resolve(ckpt_file_name)
     tmp = None
     if _C.ckpt_is_sliced(path):
         fd, tmp = tempfile.mkstemp(suffix=".safetensors")

@@ -58,7 +58,7 @@ expect_fast 2 "dir.yaml: cannot read the config: is a directory" -- train "$tmp/
 expect_fast 2 "fifo.safetensors: cannot open the checkpoint: is a FIFO" -- eval "$tmp/nodata.yaml" --checkpoint "$tmp/fifo.safetensors"
 expect_fast 2 "dir.safetensors: cannot open the checkpoint: is a directory" -- eval "$tmp/nodata.yaml" --checkpoint "$tmp/dir.safetensors"
 expect_fast 2 "fifo.safetensors: cannot open the checkpoint: is a FIFO" -- ckpt inspect "$tmp/fifo.safetensors"
-expect_fast 2 "dir.safetensors: cannot open the checkpoint: is a directory" -- ckpt export "$tmp/dir.safetensors" -o "$tmp/x.safetensors"
+expect_fast 2 "dir.safetensors: no manifest.json: not a complete checkpoint" -- ckpt export "$tmp/dir.safetensors" -o "$tmp/x.safetensors"
 # launcher: mpirun command line, MindSpore rank table, errors
 here=$(cd "$(dirname "$0")" && pwd)
 expect 0 "mpirun .*-n 2 .*train x.yaml" -- launch -n 2 --dry-run -- train x.yaml

@@ -36,7 +36,8 @@ for np in 2 4; do
     check "missing config, $np ranks, run $i" $np 2 $rc "$out" 0
   done
 done
-# 2. a data error every rank sees after MPI started (the job is aborted by the first)
+# 2. a data error every rank sees after MPI started (the job is aborted by the first; a missing
+#    path is a usage error, exit 2)
 cat > "$tmp/nodata.yaml" <<YAML
 model: {name: mlp, hidden: [16]}
 data: {name: fashion_mnist, path: '$tmp/none', train_limit: 256, test_limit: 64}
@@ -44,5 +45,5 @@ train: {steps: 4, batch_size: 32}
 parallel: {mode: data_parallel}
 YAML
 out=$(timeout 120 "${mpi[@]}" -n 2 "$bin" train "$tmp/nodata.yaml" 2>&1); rc=$?
-check "missing data after MPI start, 2 ranks" 2 1 $rc "$out" 0
+check "missing data after MPI start, 2 ranks" 2 2 $rc "$out" 0   # a path that does not exist: exit 2 in every command
 exit $fail

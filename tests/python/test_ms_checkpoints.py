@@ -46,8 +46,11 @@ class TestCheckpoints(unittest.TestCase):
 
     def same_dirs(self):
         a, b = self.files("ckpt_0"), self.files("ckpt_1")
-        self.assertEqual(a, ["net-00000004.safetensors", "net-00000008.safetensors"])
+        self.assertEqual(a, ["latest", "net-00000004.safetensors", "net-00000008.safetensors"])
         self.assertEqual(a, b)
+        for d in ("ckpt_0", "ckpt_1"):  # the pointer to the newest, in every rank's directory
+            with open(os.path.join(self.dir, d, "latest")) as f:
+                self.assertEqual(f.read().strip(), "net-00000008.safetensors")
         for f in a:  # every tensor (data parallel: each rank's own file, its own config in the metadata)
             self.assertGreater(pyutil.ckpt_equal(self, os.path.join(self.dir, "ckpt_0", f),
                                                  os.path.join(self.dir, "ckpt_1", f)), 4)
