@@ -393,7 +393,7 @@ static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
 }
 
 /* tessera plan --search: every plan, the chosen one first, with --json one object. */
-static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int json) {
+static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, const char *cl_from, int json) {
   int cap = 16384, cnt = 0;
   ts_autoplan *all = calloc((size_t)cap, sizeof *all), chosen;
   if (!all) return ts_cli_fail(1, "plan: out of memory");
@@ -418,7 +418,8 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, int js
   for (int i = 0; i < cnt; i++) built += all[i].priced;
   int m = cfg->parallel.search_mode;
   printf("search on %d devices of %s: %d candidate plans, %d built and priced (the others refused or beyond their "
-         "bounds) in %.1f s (per-operator search: %s)\n", n, cl->name, cnt, built, dt, m >= 0 && m < 3 ? smodes[m] : "?");
+         "bounds) in %.1f s (per-operator search: %s; the cluster from %s)\n", n, cl->name, cnt, built, dt,
+         m >= 0 && m < 3 ? smodes[m] : "?", cl_from);
   printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
          chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
   if (chosen.tp > 1) {
@@ -496,7 +497,8 @@ int ts_cli_plan(int argc, char **argv) {
              "whether they fit train.max_memory_mb (exit 2 when not). N is at most 1048576 (2^20);\n"
              "the time grows linearly with N (about 0.3 s per 100,000 devices for the GPT example).\n"
              "--cluster: also the step time the cost model predicts on that cluster (a YAML file, or\n"
-             "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it).\n"
+             "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it); --search, --fix\n"
+             "and --json without --cluster use the config's parallel.cluster (default local), as train does.\n"
              "--fix dp=..,tp=..,pp=..,micro_batches=..(or micro_batch_size=.. rows per replica),virtual_stages=..,\n"
              "zero=..,recompute=none|full,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
              "tensor-parallel plan's operator strategies from parallel.search_mode's per-operator search, the\n"
@@ -556,9 +558,16 @@ int ts_cli_plan(int argc, char **argv) {
                        cfg.parallel.device_num, n);
   if (rank >= n) return ts_cli_fail(2, "plan: --rank %d is not below -n %d", rank, n);
   ts_cluster cl;
-  if ((search || fix || json) && !cluster) cluster = "local";
+  /* the cluster: --cluster, else the config's parallel.cluster (default local), as train reads it */
+  const char *cl_from = "--cluster";
+  if (cluster && strcmp(cfg.parallel.cluster, "local") && strcmp(cfg.parallel.cluster, cluster))
+    fprintf(stderr, "plan: --cluster %s is used, not parallel.cluster=%s\n", cluster, cfg.parallel.cluster);
+  if ((search || fix || json) && !cluster) {
+    cluster = cfg.parallel.cluster[0] ? cfg.parallel.cluster : "local";
+    cl_from = "parallel.cluster";
+  }
   if (cluster && (e = ts_cluster_load(cluster, &cl))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
-  if (search || (json && !fix)) return plan_search(&cfg, n, &cl, json);
+  if (search || (json && !fix)) return plan_search(&cfg, n, &cl, cl_from, json);
   ts_autoplan fp; /* --fix: the plan given, priced and reported as a value (its strategies a set) */
   memset(&fp, 0, sizeof fp);
   const ts_autoplan *given = NULL;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue #33, the planner's and the data's checks: plan --search honours parallel.cluster (--cluster
+# wins, said); cluster files refuse duplicated keys (file:line, as the config loader) and a missing
+# file or folder is a configuration error (exit 2), as is a recompute pattern matching nothing;
+# --device-memory out of range is refused; memory figures print in a unit that shows them; a
+# memory budget is checked before parameters are allocated; a huge resize names the transform; a
+# normalize std that is 0 in f32 is refused; non-finite inputs are found on the first batch.
+# Usage: plan_reliability_test.sh path/to/tessera
+set -u
+bin=$1
+fail=0
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TESSERA_CLUSTER_CACHE=$tmp/cache.yaml OMP_NUM_THREADS=2
+for i in $(seq 1 300); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"
+cat > "$tmp/gpt.yaml" <<YAML
+model: {name: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 16, vocab_size: 256}
+data: {name: text, path: '$tmp/in.txt', seq_len: 16, val_fraction: 0.1, transforms: []}
+train: {steps: 2, batch_size: 8}
+YAML
+cluster() { # file mem_bytes [extra line]
+  { cat <<YAML
+name: tiny
+devices_per_node: 4
+nodes: 1
+peak_flops_f32: 1.0e12
+gemm_efficiency: 0.5
+mem_bandwidth: 1.0e11
+mem_bytes: $2
+intra_bw: 1.0e10
+intra_latency: 1.0e-6
+inter_bw: 1.0e9
+inter_latency: 1.0e-5
+YAML
+    [ $# -gt 2 ] && echo "$3"; } > "$1"
+}
+cluster "$tmp/tiny.yaml" 8.0e9
+
+# 1. plan --search reads parallel.cluster; --cluster wins and says so
+run plan "$tmp/gpt.yaml" -n 2 --search --set parallel.cluster="$tmp/tiny.yaml"
+if [ $rc = 0 ] && echo "$out" | grep -q "^search on 2 devices of tiny: .*the cluster from parallel.cluster)" &&
+   ! echo "$out" | grep -q "not calibrated"; then ok "plan --search --set parallel.cluster=FILE plans for FILE"
+else bad "plan --search parallel.cluster: rc $rc: $out"; fi
+run plan "$tmp/gpt.yaml" -n 2 --search --set parallel.cluster="$tmp/tiny.yaml" --cluster dgx-a100-80g
+if [ $rc = 0 ] && echo "$out" | grep -q "^search on 2 devices of dgx-a100-80g: .*the cluster from --cluster)" &&
+   echo "$out" | grep -q "^plan: --cluster dgx-a100-80g is used, not parallel.cluster=$tmp/tiny.yaml"; then
+  ok "--cluster wins over parallel.cluster, said"
+else bad "plan --cluster over parallel.cluster: rc $rc: $out"; fi
+
+exit $fail
