@@ -172,7 +172,11 @@ int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
     fclose(probe);
   }
   int frc = ts__file_fopen_read(path_or_name, "cluster file", &f);
-  if (frc) return frc;
+  if (frc) { /* missing, a folder, unreadable: the configuration names a file that is not one (exit 2) */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ts_last_error());
+    return ts_error_set(frc == TS_ENOMEM ? TS_ENOMEM : TS_ECONFIG, "%s", msg);
+  }
   yaml_parser_t y;
   yaml_document_t doc;
   if (!yaml_parser_initialize(&y)) {
@@ -206,7 +210,12 @@ int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
       rc = ts_error_set(TS_ECONFIG, "%s:%zu: %s: expected a value", path_or_name, k->start_mark.line + 1, key);
       break;
     }
-    seen[i] = 1;
+    if (seen[i]) { /* the config loader's rule and message: a key given twice is refused */
+      rc = ts_error_set(TS_ECONFIG, "%s:%zu:%zu: duplicate key '%s' (first at line %d)", path_or_name,
+                        k->start_mark.line + 1, k->start_mark.column + 1, key, seen[i]);
+      break;
+    }
+    seen[i] = (int)k->start_mark.line + 1;
     const char *s = (const char *)v->data.scalar.value;
     char *p = (char *)out + fields[i].off, *end = NULL;
     if (fields[i].kind == 0) {

@@ -48,4 +48,27 @@ if [ $rc = 0 ] && echo "$out" | grep -q "^search on 2 devices of dgx-a100-80g: .
   ok "--cluster wins over parallel.cluster, said"
 else bad "plan --cluster over parallel.cluster: rc $rc: $out"; fi
 
+# 2. cluster files: a duplicated key refused like the config loader's; missing file or folder exit 2
+cluster "$tmp/dup.yaml" 8.0e9 "mem_bytes: 16.0e9"
+run plan "$tmp/gpt.yaml" -n 2 --cluster "$tmp/dup.yaml"
+if [ $rc = 2 ] && [ "$out" = "tessera: $tmp/dup.yaml:12:1: duplicate key 'mem_bytes' (first at line 7)" ]; then
+  ok "a cluster file's duplicated key: $out"
+else bad "cluster duplicate key: rc $rc: $out"; fi
+printf 'model:\n  n_layer: 2\n  n_layer: 3\n' > "$tmp/dupcfg.yaml"
+run plan "$tmp/dupcfg.yaml" -n 1
+if [ $rc = 2 ] && echo "$out" | grep -q "^tessera: $tmp/dupcfg.yaml:3:3: duplicate key 'model.n_layer' (first at line 2)$"; then
+  ok "the same shape as the config loader's: $out"
+else bad "config duplicate key: rc $rc: $out"; fi
+for c in "$tmp/missing.yaml" "$tmp"; do
+  run plan "$tmp/gpt.yaml" -n 2 --search --cluster "$c"
+  r1=$rc o1=$out
+  run train "$tmp/gpt.yaml" --set parallel.mode=auto_parallel --set parallel.cluster="$c"
+  if [ $r1 = 2 ] && [ $rc = 2 ] && echo "$o1" | grep -q "^tessera: $c: cluster file: " &&
+     echo "$out" | grep -q "^tessera: parallel.cluster: $c: cluster file: "; then ok "cluster $c: exit 2 ($o1)"
+  else bad "cluster $c: plan rc $r1 ($o1), train rc $rc ($out)"; fi
+done
+run train "$tmp/gpt.yaml" --set model.recompute=full --set 'model.recompute_layers=[nomatch]'
+if [ $rc = 2 ] && echo "$out" | grep -q "pattern 'nomatch' matches no operator"; then ok "a recompute pattern matching nothing: exit 2"
+else bad "recompute pattern: rc $rc: $out"; fi
+
 exit $fail

@@ -53,6 +53,11 @@ int main(void) {
   c.gemm_efficiency = 1.5;
   CHECK(ts_cluster_validate(&c, "x") == TS_ECONFIG && strstr(ts_last_error(), "gemm_efficiency"));
   CHECK(ts_cluster_load("/nonexistent/dir/c.yaml", &c) != TS_OK && strstr(ts_last_error(), "/nonexistent/dir/c.yaml"));
+  /* #33: a key given twice is refused as the config loader does (file:line:col, both lines); a
+   * missing file or a folder is a configuration error (exit 2), not an I/O failure */
+  expect_bad(path, "name: x\nnodes: 1\nnodes: 2\n", ":3:1: duplicate key 'nodes' (first at line 2)");
+  CHECK(ts_cluster_load("/nonexistent/dir/c.yaml", &c) == TS_ECONFIG);
+  CHECK(ts_cluster_load("/tmp/", &c) == TS_ECONFIG && strstr(ts_last_error(), "is a directory"));
   unlink(path);
   /* the alpha-beta model */
   ts_cluster_builtin("dgx-a100-80g", &c);
