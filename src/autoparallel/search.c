@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "planner/search.h"
 #include "distribution/compat.h"
 #include "distribution/query.h"
@@ -271,10 +272,12 @@ static void price_candidate(const ts_autoparallel_job *job, int N, const ts_clus
   p->priced = 1;
   double total = (double)p->pred.memory_bytes;
   p->fits = total <= limit && (budget <= 0 || total <= budget);
-  if (!p->fits)
-    snprintf(p->why, sizeof p->why, "needs %.1f MiB per device, over %s (%.1f MiB)", total / 1048576.0,
+  if (!p->fits) {
+    char h1[32], h2[32];
+    snprintf(p->why, sizeof p->why, "needs %s per device, over %s (%s)", ts__human_bytes(total, h1, sizeof h1),
              budget > 0 && total > budget ? "train.max_memory_mb" : "the device memory",
-             (budget > 0 && total > budget ? budget : limit) / 1048576.0);
+             ts__human_bytes(budget > 0 && total > budget ? budget : limit, h2, sizeof h2));
+  }
 }
 
 /* Prices p unless its bounds rule it out (over the memory; or its step bound above the best
@@ -282,8 +285,10 @@ static void price_candidate(const ts_autoparallel_job *job, int N, const ts_clus
 static void price_one(const ts_autoparallel_job *job, int N, const ts_cluster *cl, double limit, double budget,
                       double cut, ts_autoplan *p, ts_autoplan *out, int *best, op_cache *cache) {
   if (p->mem_bound > cut) {
-    snprintf(p->why, sizeof p->why, "not built: needs at least %.1f MiB per device (parameters, gradients, "
-             "optimizer state, stashed layer inputs), over %.1f MiB", p->mem_bound / 1048576.0, cut / 1048576.0);
+    char h1[32], h2[32];
+    snprintf(p->why, sizeof p->why, "not built: needs at least %s per device (parameters, gradients, "
+             "optimizer state, stashed layer inputs), over %s", ts__human_bytes(p->mem_bound, h1, sizeof h1),
+             ts__human_bytes(cut, h2, sizeof h2));
     return;
   }
   if (*best >= 0 && out[*best].fits && p->time_bound > out[*best].pred.step_s) {
@@ -362,14 +367,17 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
       if (out[i].mem_bound > 0 && (lb == 0 || out[i].mem_bound < lb)) lb = out[i].mem_bound;
     }
     *best = -1;
+    char h1[32], h2[32], h3[32]; /* in a unit that shows the numbers (bytes to TiB) */
     if (least > 0)
-      return ts_error_set(TS_ECONFIG, "auto_parallel: no plan fits %d devices of %s: the smallest needs %.1f MiB per "
-                          "device, %.1f MiB over the limit of %.1f MiB",
-                          N, cl->name, least / 1048576.0, (least - cut) / 1048576.0, cut / 1048576.0);
+      return ts_error_set(TS_ECONFIG, "auto_parallel: no plan fits %d devices of %s: the smallest needs %s per "
+                          "device, %s over the limit of %s",
+                          N, cl->name, ts__human_bytes(least, h1, sizeof h1), ts__human_bytes(least - cut, h2, sizeof h2),
+                          ts__human_bytes(cut, h3, sizeof h3));
     if (lb > 0)
       return ts_error_set(TS_ECONFIG, "auto_parallel: no plan fits %d devices of %s: the smallest needs at least "
-                          "%.1f MiB per device, %.1f MiB over the limit of %.1f MiB",
-                          N, cl->name, lb / 1048576.0, (lb - cut) / 1048576.0, cut / 1048576.0);
+                          "%s per device, %s over the limit of %s",
+                          N, cl->name, ts__human_bytes(lb, h1, sizeof h1), ts__human_bytes(lb - cut, h2, sizeof h2),
+                          ts__human_bytes(cut, h3, sizeof h3));
     return ts_error_set(TS_ECONFIG, "auto_parallel: no plan for %d devices can be built (%s)", N,
                         *nout ? out[0].why : "no candidate");
   }

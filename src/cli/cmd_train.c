@@ -452,7 +452,8 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, const 
   return 0;
 }
 
-/* "16G", "80GiB", "512MB", "1.5T", "1073741824": bytes (binary units); -1 if not a size. */
+/* "16G", "80GiB", "512MB", "1.5T", "1073741824": bytes (binary units); -1 if not a size, -2 if out of
+ * range (below one byte, or 2^63 bytes and more: no device, and beyond the byte counts' int64). */
 static double parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
@@ -467,7 +468,9 @@ static double parse_size(const char *s) {
   }
   if (unit > 1 && *end == 'i') end++;
   if (*end == 'B' || *end == 'b') end++;
-  return *end ? -1 : v * unit;
+  if (*end) return -1;
+  v *= unit;
+  return v >= 1 && v < 9223372036854775807.0 ? v : -2; /* -2: out of range (below a byte, from 8 EiB up) */
 }
 
 static const char *human(double b, char *buf, size_t cap) {
@@ -529,6 +532,10 @@ int ts_cli_plan(int argc, char **argv) {
     }
     if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
       device_mem = parse_size(argv[i + 1]);
+      if (device_mem == -2) {
+        free(rest);
+        return ts_cli_fail(2, "plan: --device-memory '%s' is out of range (from 1 byte to below 8 EiB)", argv[i + 1]);
+      }
       if (device_mem <= 0) {
         free(rest);
         return ts_cli_fail(2, "plan: --device-memory needs a size such as 16G, 80GiB or 512M, got '%s'", argv[i + 1]);

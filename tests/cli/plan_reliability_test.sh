@@ -71,4 +71,19 @@ run train "$tmp/gpt.yaml" --set model.recompute=full --set 'model.recompute_laye
 if [ $rc = 2 ] && echo "$out" | grep -q "pattern 'nomatch' matches no operator"; then ok "a recompute pattern matching nothing: exit 2"
 else bad "recompute pattern: rc $rc: $out"; fi
 
+# 3. --device-memory out of range refused; a 1-byte device's shortfall in a unit that shows it
+for m in 99999999999999999999T 8E 0.5; do
+  run plan "$tmp/gpt.yaml" -n 1 --device-memory "$m"
+  if [ $rc = 2 ] && echo "$out" | grep -q -- "--device-memory"; then ok "--device-memory $m: exit 2 ($out)"
+  else bad "--device-memory $m: rc $rc: $out"; fi
+done
+run plan "$tmp/gpt.yaml" -n 1 --device-memory 9999999T
+if [ $rc = 2 ] && echo "$out" | grep -q "out of range"; then ok "--device-memory 9999999T (2^63 bytes and more): out of range"
+else bad "--device-memory 9999999T: rc $rc: $out"; fi
+cluster "$tmp/one.yaml" 1
+run plan "$tmp/gpt.yaml" -n 2 --search --cluster "$tmp/one.yaml"
+if [ $rc = 2 ] && echo "$out" | grep -q "the smallest needs .*[0-9.]* [KMG]iB per device, [0-9.]* [KMG]iB over the limit of 1 B$" &&
+   ! echo "$out" | grep -q " 0\.0 MiB"; then ok "a 1-byte device: $(echo "$out" | tail -1)"
+else bad "mem_bytes 1: rc $rc: $out"; fi
+
 exit $fail

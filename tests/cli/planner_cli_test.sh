@@ -88,7 +88,7 @@ run plan "$tmp/gpt.yaml" -n 4 --cluster dgx-a100-80g --fix dp=3,tp=2
 if [ $rc = 2 ] && echo "$out" | grep -q "is not the 4 devices"; then ok "--fix not matching the devices: exit 2"
 else bad "--fix mismatch: rc $rc: $out"; fi
 run plan "$tmp/gpt.yaml" -n 2 --cluster dgx-a100-80g --search --set train.max_memory_mb=0.01
-if [ $rc = 2 ] && echo "$out" | grep -q "no plan fits 2 devices of dgx-a100-80g: the smallest needs .* MiB over the limit"; then
+if [ $rc = 2 ] && echo "$out" | grep -q "no plan fits 2 devices of dgx-a100-80g: the smallest needs .* [KMGT]*i*B over the limit"; then
   ok "nothing fits: exit 2 saying by how much"
 else bad "nothing fits: rc $rc: $out"; fi
 # auto_parallel trains the searched plan, as the single process does
