@@ -3,12 +3,18 @@
  * plain safetensors state_dict, verify it (hashes, checksums, pieces), merge a sliced one into
  * the whole file, or re-cut it for another layout (reshard). docs/checkpoints.md. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "../io/ckpt_impl.h"
 #include "cli.h"
 #include "tessera/checkpoint.h"
 #include "tessera/tessera.h"
@@ -17,10 +23,11 @@
 static int usage(FILE *f) {
   fprintf(f,
           "usage: tessera ckpt inspect FILE|DIR [--json] [--config]\n"
-          "       tessera ckpt export FILE|DIR -o OUT\n"
+          "       tessera ckpt export FILE|DIR -o OUT [--overwrite]\n"
           "       tessera ckpt verify FILE|DIR\n"
-          "       tessera ckpt merge DIR -o OUT.safetensors\n"
+          "       tessera ckpt merge DIR -o OUT.safetensors [--overwrite]\n"
           "       tessera ckpt reshard DIR -n N [--config FILE] [--set key=value ...] [--strategy FILE] -o DIR2\n"
+          "                           [--overwrite]\n"
           "inspect  prints the step, epoch, model, config hash and the table of tensors; of a sliced\n"
           "         checkpoint (a directory) also the layout, the files and every tensor's pieces\n"
           "         (--json: the same as one JSON object, a sliced one's manifest; --config: the YAML)\n"
@@ -35,6 +42,8 @@ static int usage(FILE *f) {
           "         (parallel.mode, strategies, sharding stage, pipeline stages...) into DIR2, a\n"
           "         sliced checkpoint such a job resumes from (checkpoint.resume=DIR2); the old\n"
           "         layout's strategies stay unless replaced (--set parallel.strategies={} for none)\n"
+          "-o OUT   never the checkpoint read, inside it or holding it; an existing OUT is left as it is unless\n"
+          "         it is a checkpoint Tessera wrote and --overwrite is given (then replaced whole, atomically)\n"
           "example: tessera ckpt inspect checkpoints/resnet20_fashion/ckpt-00007035.safetensors\n"
           "         tessera ckpt export checkpoints/mlp_fashion/ckpt-00002340.safetensors -o "
           "mlp.safetensors\n"
@@ -270,14 +279,144 @@ static int cmd_inspect(int argc, char **argv) {
   return rc;
 }
 
+/* ---- outputs: never an input, never someone else's folder ---- */
+
+/* buf = path made absolute: the realpath of its longest existing part, the rest appended with "."
+ * and ".." applied to the text (what creating the missing folders would give). 0, or -1. */
+static int abs_path(const char *path, char *buf, size_t cap) {
+  char head[PATH_MAX], tail[PATH_MAX] = "", r[PATH_MAX];
+  if (!*path || strlen(path) >= sizeof head) return -1;
+  if (path[0] == '/') snprintf(head, sizeof head, "%s", path);
+  else if (!getcwd(r, sizeof r) || snprintf(head, sizeof head, "%s/%s", r, path) >= (int)sizeof head) return -1;
+  for (;;) { /* strip trailing components until what is left exists */
+    size_t l = strlen(head);
+    while (l > 1 && head[l - 1] == '/') head[--l] = 0;
+    if (realpath(head, r)) break;
+    char *sl = strrchr(head, '/');
+    if (!sl) return -1;
+    char t[PATH_MAX];
+    snprintf(t, sizeof t, "%s%s%s", sl + 1, tail[0] ? "/" : "", tail);
+    snprintf(tail, sizeof tail, "%s", t);
+    if (sl == head) {
+      snprintf(r, sizeof r, "/");
+      break;
+    }
+    *sl = 0;
+  }
+  snprintf(buf, cap, "%s", r);
+  for (char *save = NULL, *c = strtok_r(tail, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    size_t l = strlen(buf);
+    if (!strcmp(c, ".")) continue;
+    if (!strcmp(c, "..")) {
+      char *sl = strrchr(buf, '/');
+      if (sl == buf) buf[1] = 0;
+      else if (sl) *sl = 0;
+      continue;
+    }
+    if (l + 1 + strlen(c) >= cap) return -1;
+    snprintf(buf + l, cap - l, "%s%s", l == 1 ? "" : "/", c);
+  }
+  return 0;
+}
+
+/* 1 when inner is outer or lies inside it (absolute, normalised paths). */
+static int path_within(const char *inner, const char *outer) {
+  size_t l = strlen(outer);
+  if (!strcmp(outer, "/")) return 1;
+  return !strncmp(inner, outer, l) && (inner[l] == 0 || inner[l] == '/');
+}
+
+/* A folder holding a checkpoint Tessera wrote: a manifest and nothing but checkpoint files
+ * (foreign: the first other name, "" when none; *empty: the folder holds nothing). */
+static int tessera_dir(const char *dir, char *foreign, size_t cap, int *empty) {
+  char p[PATH_MAX + 32];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/%s", dir, TS_CKPT_MANIFEST);
+  int manifest = stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+  foreign[0] = 0;
+  *empty = 1;
+  DIR *d = opendir(dir);
+  if (!d) return *empty = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    *empty = 0;
+    if (ts__ckpt_dir_own(e->d_name)) continue;
+    snprintf(foreign, cap, "%s", e->d_name);
+    break;
+  }
+  closedir(d);
+  return manifest && !foreign[0];
+}
+
+/* A whole safetensors file with tessera metadata (a checkpoint, a merge or an export). */
+static int tessera_file(const char *path) {
+  ts_st_file *f;
+  if (ts_st_open(path, &f)) return 0;
+  int yes = 0;
+  for (int i = 0; i < ts_st_meta_count(f) && !yes; i++) yes = !strncmp(ts_st_meta_key(f, i), "tessera.", 8);
+  ts_st_close(f);
+  return yes;
+}
+
+/* Before anything is written: out (a file, or a folder when dir) is not the input checkpoint in,
+ * does not lie inside it nor contain it (compared as real paths), and is either new, an empty
+ * folder (dir), or a checkpoint Tessera wrote that the user asked to replace (--overwrite).
+ * 0, or ts_cli_fail(2, one line naming both). */
+static int check_output(const char *cmd, const char *in, const char *out, int dir, int overwrite) {
+  char ai[PATH_MAX], ao[PATH_MAX];
+  if (abs_path(in, ai, sizeof ai) || abs_path(out, ao, sizeof ao))
+    return ts_cli_fail(2, "ckpt %s: cannot resolve the paths %s and %s", cmd, in, out);
+  if (!strcmp(ai, ao))
+    return ts_cli_fail(2, "ckpt %s: the output %s is the checkpoint %s it reads: nothing written (choose another -o)",
+                       cmd, out, in);
+  if (path_within(ao, ai))
+    return ts_cli_fail(2, "ckpt %s: the output %s lies inside the checkpoint %s it reads: nothing written (choose a "
+                       "path outside it)", cmd, out, in);
+  if (path_within(ai, ao))
+    return ts_cli_fail(2, "ckpt %s: the output %s contains the checkpoint %s it reads: nothing written (choose a "
+                       "path outside it)", cmd, out, in);
+  struct stat sb;
+  if (stat(out, &sb) != 0) {
+    if (errno == ENOENT) return 0;
+    return ts_cli_fail(2, "ckpt %s: %s: %s", cmd, out, strerror(errno));
+  }
+  if (dir) {
+    char foreign[256];
+    int empty;
+    if (!S_ISDIR(sb.st_mode))
+      return ts_cli_fail(2, "ckpt %s: the output %s exists and is not a folder: nothing written (choose another -o)",
+                         cmd, out);
+    if (tessera_dir(out, foreign, sizeof foreign, &empty)) {
+      if (overwrite) return 0;
+      return ts_cli_fail(2, "ckpt %s: the output %s already holds a checkpoint: nothing written (--overwrite "
+                         "replaces it)", cmd, out);
+    }
+    if (empty) return 0; /* an empty folder (made for the output): nothing in it to lose */
+    return ts_cli_fail(2, "ckpt %s: the output %s is a folder that is not a checkpoint Tessera wrote%s%s%s: left as "
+                       "it is, nothing written (choose another -o)", cmd, out, foreign[0] ? " (it holds '" : "",
+                       foreign, foreign[0] ? "')" : "");
+  }
+  if (S_ISDIR(sb.st_mode))
+    return ts_cli_fail(2, "ckpt %s: the output %s is a folder: nothing written (-o names the file to write)", cmd,
+                       out);
+  if (!tessera_file(out))
+    return ts_cli_fail(2, "ckpt %s: the output %s exists and is not a checkpoint Tessera wrote: left as it is, "
+                       "nothing written (choose another -o)", cmd, out);
+  if (overwrite) return 0;
+  return ts_cli_fail(2, "ckpt %s: the output %s already exists: nothing written (--overwrite replaces it)", cmd, out);
+}
+
 static int cmd_export(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
+  int overwrite = 0;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
     if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       if (i + 1 >= argc) return ts_cli_fail(2, "ckpt export: option %s needs a value", a);
       out = argv[++i];
+    } else if (!strcmp(a, "--overwrite") || !strcmp(a, "--force")) {
+      overwrite = 1;
     } else if (a[0] == '-' && a[1]) {
       return ts_cli_fail(2, "ckpt export: unknown option '%s' (see tessera ckpt --help)", a);
     } else if (in) {
@@ -293,6 +432,7 @@ static int cmd_export(int argc, char **argv) {
   if (e) return e;
   in = rin;
   if (!ts_ckpt_is_sliced(in) && (e = ts_cli_check_input(in, "cannot open the checkpoint"))) return e;
+  if ((e = check_output("export", in, out, 0, overwrite))) return e;
   /* a sliced checkpoint (TP, pipeline, sharded optimizer): its tensors merged as they are read */
   if ((e = ts_ckpt_export_params(in, out))) return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
   ts_ckpt_info info;
@@ -343,12 +483,15 @@ static char *whole_config(const char *dir) {
 
 static int cmd_merge(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
+  int overwrite = 0;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
     if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       if (i + 1 >= argc) return ts_cli_fail(2, "ckpt merge: option %s needs a value", a);
       out = argv[++i];
+    } else if (!strcmp(a, "--overwrite") || !strcmp(a, "--force")) {
+      overwrite = 1;
     } else if (a[0] == '-' && a[1]) {
       return ts_cli_fail(2, "ckpt merge: unknown option '%s' (see tessera ckpt --help)", a);
     } else if (in) {
@@ -365,6 +508,7 @@ static int cmd_merge(int argc, char **argv) {
   in = rin;
   if (!ts_ckpt_is_sliced(in))
     return ts_cli_fail(2, "ckpt merge: %s is not a sliced checkpoint (a directory with a %s)", in, TS_CKPT_MANIFEST);
+  if ((e = check_output("merge", in, out, 0, overwrite))) return e;
   char *yaml = whole_config(in);
   int rc = ts_ckpt_merge(in, out, yaml);
   free(yaml);
@@ -381,7 +525,7 @@ static int cmd_merge(int argc, char **argv) {
 
 static int cmd_reshard(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *cfgfile = NULL, *sets[MAX_SETS + 2];
-  int n = 0, ns = 0;
+  int n = 0, ns = 0, overwrite = 0;
   char strat[4200];
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -391,6 +535,8 @@ static int cmd_reshard(int argc, char **argv) {
     if (val && i + 1 >= argc) return ts_cli_fail(2, "ckpt reshard: option %s needs a value", a);
     if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       out = argv[++i];
+    } else if (!strcmp(a, "--overwrite") || !strcmp(a, "--force")) {
+      overwrite = 1;
     } else if (!strcmp(a, "-n")) {
       char *e;
       long v = strtol(argv[++i], &e, 10);
@@ -418,6 +564,7 @@ static int cmd_reshard(int argc, char **argv) {
   int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
   if (!e) e = ts_cli_check_exists(rin, "cannot open the checkpoint");
   if (!e && cfgfile) e = ts_cli_check_exists(cfgfile, "cannot read the config");
+  if (!e) e = check_output("reshard", rin, out, 1, overwrite);
   if (e) return e;
   in = rin;
   ts_ckpt_manifest *m;

@@ -131,6 +131,17 @@ int ts_ckpt_stage_commit(const char *staging, const char *final) {
     return TS_OK;
   }
   if (!S_ISDIR(sb.st_mode)) return ts_error_set(TS_EIO, "%s: exists and is not a directory", final);
+  /* only a checkpoint folder is replaced: one holding anything else is left where it is, untouched */
+  DIR *dh = opendir(final);
+  if (!dh) return ts_error_set(TS_EIO, "%s: cannot list: %s", final, strerror(errno));
+  char foreign[256] = "";
+  for (struct dirent *e; !foreign[0] && (e = readdir(dh));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !ts__ckpt_dir_own(e->d_name))
+      snprintf(foreign, sizeof foreign, "%s", e->d_name);
+  closedir(dh);
+  if (foreign[0])
+    return ts_error_set(TS_EIO, "%s: exists and holds '%s', which is not a checkpoint file: not replaced",
+                        final, foreign);
   /* the step was saved before (a resumed run saving it again): swap atomically, drop the old */
   if (!ts__io_fault("exchange", final) && renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
     fsync_dir(parent);

@@ -63,5 +63,5 @@ train_in() { # n config dir [args...]: `tessera train` on n ranks (1: no mpirun)
   out=$("${m[@]}" "$bin" train "$c" --set checkpoint.dir="$d" "$@" 2>&1); rc=$?
 }
 as_file() { # ckpt out: a whole file of the checkpoint (a sliced folder merged)
-  if [ -d "$1" ]; then "$bin" ckpt merge "$1" -o "$2" >/dev/null 2>&1; else cp "$1" "$2"; fi
+  if [ -d "$1" ]; then "$bin" ckpt merge "$1" -o "$2" --overwrite >/dev/null 2>&1; else cp "$1" "$2"; fi
 }
