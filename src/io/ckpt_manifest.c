@@ -54,6 +54,16 @@ struct ts_ckpt_manifest {
   int hcap;
 };
 
+/* The error now set, prefixed with where: "where: reason", the reason copied first (the message
+ * buffer is both the source and the destination) and its own "manifest: " dropped. */
+static int with_where(int code, const char *where) {
+  char why[1024];
+  const char *e = ts_last_error();
+  if (!strncmp(e, "manifest: ", 10)) e += 10;
+  snprintf(why, sizeof why, "%s", e);
+  return ts_error_set(code, "%s: %s", where, why);
+}
+
 /* ---- JSON helpers shared with the rank files (ckpt_impl.h) ---- */
 
 static cJSON *jint(int64_t v) {
@@ -123,13 +133,13 @@ int ts__ckpt_region_from_json(const cJSON *o, const ts_shape *shape, ts_region *
     return ts_error_set(TS_EFORMAT, "%s: \"offset\" and \"box\" must be lists of %d non-negative integers", where,
                         view.ndim);
   int rc = ts_region_box(r, &view, jo ? off.dims : NULL, jb ? box.dims : NULL);
-  if (rc) return ts_error_set(TS_EFORMAT, "%s: %s", where, ts_last_error());
+  if (rc) return with_where(TS_EFORMAT, where);
   if (jr) {
     int64_t lo, hi;
     if (!cJSON_IsArray(jr) || cJSON_GetArraySize(jr) != 2 || !ts__ckpt_json_int(cJSON_GetArrayItem(jr, 0), 0, &lo) ||
         !ts__ckpt_json_int(cJSON_GetArrayItem(jr, 1), 0, &hi))
       return ts_error_set(TS_EFORMAT, "%s: \"range\" must be [begin, end]", where);
-    if ((rc = ts_region_restrict(r, lo, hi))) return ts_error_set(TS_EFORMAT, "%s: %s", where, ts_last_error());
+    if ((rc = ts_region_restrict(r, lo, hi))) return with_where(TS_EFORMAT, where);
   }
   return TS_OK;
 }
@@ -299,7 +309,7 @@ static int add_pieces(ts_ckpt_manifest *m, int file, const cJSON *arr, const cha
     ts_dtype dt;
     if (!cJSON_IsString(jn) || !cJSON_IsString(je) || !cJSON_IsString(jd) || !ts__ckpt_json_shape(js, &shape))
       return ts_error_set(TS_EFORMAT, "%s: needs \"name\", \"entry\", \"dtype\" and \"shape\"", w);
-    if (ts_st_dtype_parse(jd->valuestring, &dt)) return ts_error_set(TS_EFORMAT, "%s: %s", w, ts_last_error());
+    if (ts_st_dtype_parse(jd->valuestring, &dt)) return with_where(TS_EFORMAT, w);
     int k = find_tensor(m, jn->valuestring);
     if (k >= 0 && (m->t[k].dt != dt || !ts_shape_equal(&m->t[k].shape, &shape)))
       return ts_error_set(TS_EFORMAT, "%s: '%s' is not of the tensor's dtype and shape", w, jn->valuestring);
@@ -558,7 +568,7 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
       return rc;
     if (cJSON_GetObjectItemCaseSensitive(f, "rank") && (rc = get_int(f, "rank", w, 0, &rank))) return rc;
     if (rank > INT_MAX) return ts_error_set(TS_EFORMAT, "%s: \"rank\" %" PRId64 " is too large", w, rank);
-    if ((rc = add_file(m, name, (int)rank, (uint64_t)bytes, sha))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
+    if ((rc = add_file(m, name, (int)rank, (uint64_t)bytes, sha))) return with_where(TS_EFORMAT, w);
   }
   i = 0;
   int64_t total = 0; /* elements of all tensors: at most 2^53, so that sums of them fit (info) */
@@ -572,11 +582,11 @@ static int from_json(ts_ckpt_manifest *m, const cJSON *o, const char *path) {
     if (!ts__ckpt_json_shape(cJSON_GetObjectItemCaseSensitive(t, "shape"), &shape))
       return ts_error_set(TS_EFORMAT, "%s: \"shape\" is not a list of at most %d sizes of at most 2^53 elements", w,
                           TS_MAX_DIMS);
-    if (ts_st_dtype_parse(dts, &dt)) return ts_error_set(TS_EFORMAT, "%s: %s", w, ts_last_error());
+    if (ts_st_dtype_parse(dts, &dt)) return with_where(TS_EFORMAT, w);
     if (ts_shape_numel(&shape) > MAX_INT53 - total)
       return ts_error_set(TS_EFORMAT, "%s: the tensors up to this one hold more than 2^53 elements", w);
     total += ts_shape_numel(&shape);
-    if ((rc = ts_ckpt_manifest_add_tensor(m, name, dt, &shape))) return ts_error_set(TS_EFORMAT, "%s: %s", path, ts_last_error());
+    if ((rc = ts_ckpt_manifest_add_tensor(m, name, dt, &shape))) return with_where(TS_EFORMAT, w);
     snprintf(w, sizeof w, "%s: tensor '%s'", path, name);
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(t, "pieces");
     if (!cJSON_IsArray(ps)) return ts_error_set(TS_EFORMAT, "%s: \"pieces\" is not a list", w);
