@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/text.h"
 #include "transform_internal.h"
 
 /* ---- constructors ---- */
@@ -468,7 +469,14 @@ static int apply_one(const ts_transform *t, int j, int n, ts_tensor *x, uint64_t
         return tf_err(TS_EDTYPE, t, j, x, "bilinear resize supports u8 and f32 images");
       if (g.H == 0 || g.W == 0) return tf_err(TS_ESHAPE, t, j, x, "empty image");
       if (g.H == t->h && g.W == t->w) return TS_OK;
-      return do_resize(x, t->chw, &g, t->h, t->w);
+      int rc = do_resize(x, t->chw, &g, t->h, t->w);
+      if (rc == TS_ENOMEM) { /* the size asked for, named: not the allocator's byte count alone */
+        char hb[32];
+        double nb = (double)g.outer * (double)t->h * (double)t->w * (double)g.inner * (double)g.es;
+        return tf_err(rc, t, j, x, "resizing to %dx%d needs %s per sample (%.0f bytes), which cannot be allocated",
+                      t->h, t->w, ts__human_bytes(nb, hb, sizeof hb), nb);
+      }
+      return rc;
     }
     case TS_TF_HFLIP:
     case TS_TF_VFLIP: {
@@ -625,6 +633,11 @@ int ts__transforms_apply_traced(const ts_transform *t, int n, ts_sample *s, uint
     memset(dr, 0, sizeof dr);
     int consumed = 1;
     int rc = apply_one(&t[j], j, n, &s->data, key, &dr[0], &consumed, t);
+    if (rc == TS_ENOMEM && !strstr(ts_last_error(), tf_name(t[j].kind))) { /* name the transform */
+      char why[512];
+      snprintf(why, sizeof why, "%s", ts_last_error());
+      return tf_err(rc, &t[j], j, &s->data, "%s", why);
+    }
     if (rc) return rc;
     if (draws) { /* a fused run (to_float + normalize [+ hwc_to_chw]) draws nothing */
       draws[j] = dr[0];

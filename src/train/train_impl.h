@@ -248,6 +248,9 @@ int ts__train_memory_budget(const ts_config *c, const ts_dist_memory_info *m, in
 /* After ts_dist_build, before the optimizer and the arenas exist: the budget against the largest
  * rank's planned figures (collective under MPI; nothing without a budget). */
 int ts__train_memory_check(ts_trainer *t);
+/* train.max_memory_mb against the figures predicted by a sized dry build of the rank (the largest
+ * rank's), before the real build allocates the parameters: a 1 TB model is refused naming the budget. */
+int ts__train_memory_precheck(ts_trainer *t, ts_model_fn fn, void *user);
 /* The end record's memory fields into buf (see ts__progress_end), this rank's and, on several
  * ranks of a job writing metrics, each one's maximum over them (then collective). */
 int ts__train_memory_record(ts_trainer *t, char *buf, size_t cap);

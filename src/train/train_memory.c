@@ -1,6 +1,7 @@
 /* The trainer's memory figures (include/tessera/train.h, docs/memory.md): the rank's buffers
- * measured where they were allocated (ts_trainer_memory), the train.max_memory_mb check before
- * step 1 and in `tessera plan` (ts__train_memory_budget), and the fields of the metrics' end
+ * measured where they were allocated (ts_trainer_memory), the train.max_memory_mb check before the
+ * parameters are allocated (predicted, ts__train_memory_precheck), before step 1 and in `tessera plan`
+ * (ts__train_memory_budget), and the fields of the metrics' end
  * record with the maximum over the ranks (ts__train_memory_record). The per-buffer figures come
  * from the distribution object (ts_dist_memory). */
 #include <string.h>
@@ -54,6 +55,23 @@ int ts__train_memory_check(ts_trainer *t) {
   int rc = ts_dist_memory(t->dist, ts_optim_kind_num_slots(c->optimizer.name), &m);
   if (rc) return rc;
   /* every rank decides on the largest rank's figures, so the ranks refuse together */
+  int64_t v[7] = {m.param_bytes, m.grad_bytes, m.accum_bytes, m.optimizer_state_bytes, m.activation_bytes,
+                  m.eval_activation_bytes, m.total_bytes};
+  if ((rc = job_max(t, v, 7))) return rc;
+  m = (ts_dist_memory_info){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+  return ts__train_memory_budget(c, &m, t->run->size, t->run->size > 1);
+}
+
+int ts__train_memory_precheck(ts_trainer *t, ts_model_fn fn, void *user) {
+  const ts_config *c = &t->cfg;
+  if (!(c->train.max_memory_mb > 0)) return TS_OK;
+  /* the rank's figures as `tessera plan` predicts them: the same build, sized, nothing allocated;
+   * a model over the budget is refused here naming it, not by the allocator of its parameters */
+  ts_dist_memory_info m;
+  /* what the dry build refuses, the real build says again in its own words: figures of 0, and the
+   * rank still takes part in the maximum (collective) */
+  if (ts_trainer_plan_memory(c, t->run->size, t->run->rank, fn, user, &m)) memset(&m, 0, sizeof m);
+  int rc;
   int64_t v[7] = {m.param_bytes, m.grad_bytes, m.accum_bytes, m.optimizer_state_bytes, m.activation_bytes,
                   m.eval_activation_bytes, m.total_bytes};
   if ((rc = job_max(t, v, 7))) return rc;

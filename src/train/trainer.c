@@ -532,6 +532,11 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if ((rc = ts_config_dump_string(c, &t->cfg_yaml))) goto fail; /* with what prepare resolved */
   t->model.strategies = t->has_plan ? t->plan.strategies : set; /* the user's (parsed), or the plan's */
   ts_dist_set_span(t->dist, dist_span, t);
+  if (!t->has_plan && (rc = ts__train_memory_precheck(t, fn, user))) { /* a searched plan fits it already */
+    t->model.strategies = NULL;
+    ts_strategy_set_free(set);
+    goto fail;
+  }
   rc = ts_dist_build(t->dist, &t->model);
   t->model.strategies = NULL;
   ts_strategy_set_free(set);

@@ -86,4 +86,18 @@ if [ $rc = 2 ] && echo "$out" | grep -q "the smallest needs .*[0-9.]* [KMG]iB pe
    ! echo "$out" | grep -q " 0\.0 MiB"; then ok "a 1-byte device: $(echo "$out" | tail -1)"
 else bad "mem_bytes 1: rc $rc: $out"; fi
 
+# 4. a 1 TB model under train.max_memory_mb: refused naming the budget before its parameters are
+# allocated; a resize too large to allocate names the transform and its size
+run train "$tmp/gpt.yaml" --set model.n_embd=16384 --set model.n_head=16 --set model.n_layer=77 --set train.max_memory_mb=1000
+if [ $rc = 2 ] && echo "$out" | grep -q "^tessera: train.max_memory_mb: 1000 MiB per rank is less than the .* TiB the plan needs" &&
+   ! echo "$out" | grep -q "cannot allocate"; then ok "a 1 TB model over the budget: $(echo "$out" | cut -c1-110)..."
+else bad "1 TB model: rc $rc: $out"; fi
+idx_split "$tmp/fm" train 32 28 28
+idx_split "$tmp/fm" t10k 16 28 28
+mlp_cfg "$tmp/mlp.yaml" "$tmp/fm" 2 8
+run train "$tmp/mlp.yaml" --set 'data.transforms=[{name: resize, size: [1048576, 1048576]}, to_float, hwc_to_chw]'
+if [ $rc != 0 ] && echo "$out" | grep -q "data.transforms\[0\] (resize) .*resizing to 1048576x1048576 needs 1.00 TiB per sample"; then
+  ok "a resize too large: $(echo "$out" | tail -1)"
+else bad "huge resize: rc $rc: $out"; fi
+
 exit $fail
