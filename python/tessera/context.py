@@ -109,7 +109,21 @@ def check_key(key, value, where=None):
 
 def _check_kw(fn, kw, value, key, shown=None):
     """check_key for the Python keyword kw of function fn (the message names fn(kw=value))."""
-    check_key(key, value, "%s(%s=%r)" % (fn, kw, value if shown is None else shown))
+    try:
+        check_key(key, value, "%s(%s=%r)" % (fn, kw, value if shown is None else shown))
+    except ValueError as e:
+        # a value of the wrong Python type (1.5 or True for an integer, 1 for a bool) is a TypeError,
+        # as in MindSpore; a value of the right type out of range stays a ValueError
+        m = str(e)
+        if ("integer" in m and (isinstance(value, bool) or not _int_like(value))) or \
+                ("true or false" in m and not isinstance(value, bool)):
+            raise TypeError(m) from None
+        raise
+
+
+def _int_like(v):
+    import numbers
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 class _Raw:
@@ -141,13 +155,13 @@ def _did_you_mean(word, names):
     return " (did you mean '%s'?)" % m[0] if m else ""
 
 
-def _bad(kw, v, why):
-    return ValueError("set_auto_parallel_context(%s=%r): %s" % (kw, v, why))
+def _bad(kw, v, why, exc=ValueError):
+    return exc("set_auto_parallel_context(%s=%r): %s" % (kw, v, why))
 
 
 def _bool(kw, v):
     if not isinstance(v, bool):
-        raise _bad(kw, v, "expected True or False")
+        raise _bad(kw, v, "expected True or False", TypeError)
     return v
 
 
@@ -164,7 +178,9 @@ def _special(kw, v, stage):
     """The keywords that are not one config key: stage(config key, value) for what they map to.
     True if kw was handled."""
     if kw == "device_num":
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not _int_like(v):
+            raise _bad(kw, v, "expected a positive integer", TypeError)
+        if v < 1:
             raise _bad(kw, v, "expected a positive integer")
         n = get_group_size()
         if v != n:

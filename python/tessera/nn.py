@@ -9,6 +9,7 @@ config keys (docs/config.md); nothing here computes."""
 import collections
 import zlib
 
+from ._validator import check_bool, check_float, check_int, check_int_or_tuple, describe
 from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
 
 __all__ = ["Cell", "SequentialCell", "CellList", "Dense", "Conv2d", "BatchNorm2d", "LayerNorm", "Embedding",
@@ -206,7 +207,9 @@ class Dense(Cell):
         if weight_init not in (None, "torch_default") or bias_init not in (None, "torch_default"):
             raise ValueError("Dense: weight_init/bias_init: Tessera initialises Dense layers as PyTorch's "
                              "Linear (use a Parameter and ops.MatMul for another initializer)")
-        self.in_channels, self.out_channels, self.has_bias = int(in_channels), int(out_channels), bool(has_bias)
+        self.in_channels = check_int(in_channels, "in_channels", "Dense", 1)
+        self.out_channels = check_int(out_channels, "out_channels", "Dense", 1)
+        self.has_bias = check_bool(has_bias, "has_bias", "Dense")
         self.activation = activation
         self._strategy = None
         self.matmul = _ShardProxy(self)
@@ -240,16 +243,9 @@ def _activation(a):
     return m[a]()
 
 
-def _pair(v, what, cls):
-    """(h, w) of an int or a 1- or 2-tuple."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return (v, v)
-    t = tuple(v)
-    if len(t) == 1:
-        return (t[0], t[0])
-    if len(t) != 2:
-        raise ValueError("%s: %s: an int or (h, w), got %r" % (cls, what, v))
-    return t
+def _pair(v, what, cls, minimum=1):
+    """(h, w) of an int or a 1- or 2-tuple of ints (TypeError for anything else: no truncation)."""
+    return check_int_or_tuple(v, what, cls, 2, minimum)
 
 
 def _pad_mode(pad_mode, padding, cls):
@@ -299,6 +295,10 @@ class Conv2d(Cell):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
                  group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW", dtype=None):
         super().__init__()
+        in_channels = check_int(in_channels, "in_channels", "Conv2d", 1)
+        out_channels = check_int(out_channels, "out_channels", "Conv2d", 1)
+        group = check_int(group, "group", "Conv2d", 1)
+        has_bias = check_bool(has_bias, "has_bias", "Conv2d")
         kh, kw = _pair(kernel_size, "kernel_size", "Conv2d")
         if kh != kw:
             raise ValueError("Conv2d: only square kernels, got %r" % (kernel_size,))
@@ -311,12 +311,11 @@ class Conv2d(Cell):
         if weight_init not in (None, "torch_default") or bias_init not in (None, "torch_default"):
             raise ValueError("Conv2d: weight_init/bias_init: Tessera initialises Conv2d as PyTorch's (use a "
                              "Parameter for another initializer)")
+        if not isinstance(padding, (tuple, list)):
+            check_int(padding, "padding", "Conv2d", 0)
         self.pad_mode = _pad_mode(pad_mode, padding, "Conv2d")
         if self.pad_mode == "pad":
-            p = (padding,) * 4 if isinstance(padding, int) else tuple(padding)
-            if len(p) != 4 or any(not isinstance(v, int) or v < 0 for v in p):
-                raise ValueError("Conv2d: padding: an int or (top, bottom, left, right) >= 0, got %r" % (padding,))
-            self.padding = p
+            self.padding = check_int_or_tuple(padding, "padding", "Conv2d", 4, 0, lengths=(4,))
         self.in_channels, self.out_channels, self.k = int(in_channels), int(out_channels), int(kh)
         self.stride, self.dilation, self.group, self.has_bias = int(sh), int(dh), group, bool(has_bias)
 
@@ -350,9 +349,11 @@ class BatchNorm2d(Cell):
 
     def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, use_batch_statistics=None):
         super().__init__()
-        if not affine:
+        if not check_bool(affine, "affine", "BatchNorm2d"):
             raise ValueError("BatchNorm2d: affine=False is not supported")
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+        self.num_features = check_int(num_features, "num_features", "BatchNorm2d", 1)
+        self.eps = check_float(eps, "eps", "BatchNorm2d", 0.0, min_open=True)
+        self.momentum = check_float(momentum, "momentum", "BatchNorm2d", 0.0, 1.0)
 
     def _param_specs(self):
         return [("weight", (self.num_features,)), ("bias", (self.num_features,))]
@@ -369,10 +370,15 @@ class LayerNorm(Cell):
 
     def __init__(self, normalized_shape, begin_norm_axis=-1, begin_params_axis=-1, epsilon=1e-7):
         super().__init__()
-        shp = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        shp = check_int_or_tuple(normalized_shape, "normalized_shape", "LayerNorm", 1, 1,
+                                 lengths=tuple(range(1, 9)))
+        if not isinstance(normalized_shape, (tuple, list)):
+            shp = shp[:1]
+        begin_norm_axis = check_int(begin_norm_axis, "begin_norm_axis", "LayerNorm")
+        begin_params_axis = check_int(begin_params_axis, "begin_params_axis", "LayerNorm")
         if len(shp) != 1 or begin_norm_axis != -1 or begin_params_axis != -1:
             raise ValueError("LayerNorm: only the last dimension (normalized_shape of one size)")
-        self.d, self.eps = int(shp[0]), float(epsilon)
+        self.d, self.eps = shp[0], check_float(epsilon, "epsilon", "LayerNorm", 0.0, min_open=True)
 
     def _param_specs(self):
         return [("weight", (self.d,)), ("bias", (self.d,))]
@@ -393,7 +399,8 @@ class Embedding(Cell):
         super().__init__()
         if use_one_hot or padding_idx is not None:
             raise ValueError("Embedding: use_one_hot and padding_idx are not supported")
-        self.vocab, self.dim = int(vocab_size), int(embedding_size)
+        self.vocab = check_int(vocab_size, "vocab_size", "Embedding", 1)
+        self.dim = check_int(embedding_size, "embedding_size", "Embedding", 1)
 
     def _param_specs(self):
         return [("weight", (self.vocab, self.dim))]
@@ -435,7 +442,7 @@ class Softmax(Cell):
 
     def __init__(self, axis=-1):
         super().__init__()
-        self.axis = axis
+        self.axis = check_int(axis, "axis", type(self).__name__)
 
     def construct(self, x):
         x = as_tensor(x)
@@ -467,8 +474,9 @@ class _Pool(Cell):
         self.k = _pair(kernel_size, "kernel_size", cls)
         self.s = _pair(stride, "stride", cls)
         self.pad_mode = _pad_mode(pad_mode, padding, cls)
-        self.p = _pair(padding, "padding", cls) if self.pad_mode == "pad" else (0, 0)
-        if ceil_mode:
+        p = _pair(padding, "padding", cls, 0)
+        self.p = p if self.pad_mode == "pad" else (0, 0)
+        if check_bool(ceil_mode, "ceil_mode", cls):
             raise ValueError("%s(ceil_mode=True): not supported (the output size is rounded down)" % cls)
         if data_format != "NCHW":
             raise ValueError("%s: data_format: only NCHW" % cls)
@@ -535,8 +543,6 @@ class AdaptiveAvgPool2d(Cell):
     def __init__(self, output_size):
         super().__init__()
         self.out = _pair(output_size, "output_size", "AdaptiveAvgPool2d")
-        if any(o is None or o < 1 for o in self.out):
-            raise ValueError("AdaptiveAvgPool2d(output_size=%r): positive sizes only" % (output_size,))
 
     def construct(self, x):
         x = as_tensor(x)
@@ -574,7 +580,10 @@ class Dropout(Cell):
     def __init__(self, keep_prob=None, p=None, dtype=None):
         super().__init__()
         if p is None:
+            keep_prob = check_float(keep_prob, "keep_prob", "Dropout", allow_none=True)
             p = 0.5 if keep_prob is None else 1.0 - keep_prob
+        else:
+            p = check_float(p, "p", "Dropout")
         if not 0 <= p < 1:
             raise ValueError("Dropout: drop probability %r not in [0, 1)" % (p,))
         self.p = float(p)
@@ -593,6 +602,9 @@ class MultiHeadAttention(Cell):
 
     def __init__(self, embed_dim, num_heads, has_bias=True, causal=True):
         super().__init__()
+        embed_dim = check_int(embed_dim, "embed_dim", "MultiHeadAttention", 1)
+        num_heads = check_int(num_heads, "num_heads", "MultiHeadAttention", 1)
+        has_bias = check_bool(has_bias, "has_bias", "MultiHeadAttention")
         if embed_dim % num_heads:
             raise ValueError("MultiHeadAttention: embed_dim %d not divisible by num_heads %d" % (embed_dim, num_heads))
         if not causal:
@@ -667,8 +679,8 @@ class SoftmaxCrossEntropyWithLogits(LossBase):
 
     def __init__(self, sparse=False, reduction="none", label_smoothing=0.0):
         super().__init__(reduction)
-        self.sparse = bool(sparse)
-        self.smoothing = float(label_smoothing)
+        self.sparse = check_bool(sparse, "sparse", "SoftmaxCrossEntropyWithLogits")
+        self.smoothing = check_float(label_smoothing, "label_smoothing", "SoftmaxCrossEntropyWithLogits", 0.0, 1.0)
         if self.smoothing and not (self.sparse and reduction == "mean"):
             raise ValueError("SoftmaxCrossEntropyWithLogits: label_smoothing only with sparse=True, reduction='mean'")
         self._sparse_ce = self.sparse and reduction == "mean"
@@ -701,7 +713,7 @@ class CrossEntropyLoss(LossBase):
         super().__init__(reduction)
         if weight is not None or ignore_index != -100 or reduction != "mean":
             raise ValueError("CrossEntropyLoss: only weight=None, ignore_index=-100, reduction='mean'")
-        self.smoothing = float(label_smoothing)
+        self.smoothing = check_float(label_smoothing, "label_smoothing", "CrossEntropyLoss", 0.0, 1.0)
         self._sparse_ce = True
 
     def construct(self, logits, labels):
@@ -832,16 +844,18 @@ class Optimizer:
 
     def __init__(self, params, learning_rate, weight_decay=0.0, schedule=None, clip_grad_norm=0.0, **extra):
         if not isinstance(learning_rate, (int, float)) or isinstance(learning_rate, bool):
-            raise ValueError("%s: learning_rate: a float (schedules: schedule={...})" % type(self).__name__)
+            raise TypeError("For '%s', the 'learning_rate' must be a float (schedules: schedule={...}), but got %s."
+                            % (type(self).__name__, describe(learning_rate)))
         if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
             raise ValueError("%s: parameter groups are not supported (one weight decay for all; "
                              "optimizer.exclude_bias_and_norm)" % type(self).__name__)
         self.parameters = list(params) if params is not None else []
+        where = type(self).__name__
         self.keys = {"optimizer.name": self.name, "optimizer.lr": float(learning_rate),
-                     "optimizer.weight_decay": float(weight_decay)}
+                     "optimizer.weight_decay": check_float(weight_decay, "weight_decay", where, 0.0)}
         if schedule is not None:
             self.keys["optimizer.schedule"] = dict(schedule)
-        if clip_grad_norm:
+        if check_float(clip_grad_norm, "clip_grad_norm", where, 0.0):
             self.keys["optimizer.clip_grad_norm"] = float(clip_grad_norm)
         for k, v in extra.items():
             self.keys["optimizer." + k] = v
@@ -852,10 +866,11 @@ class SGD(Optimizer):
 
     def __init__(self, params, learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  loss_scale=1.0, **kw):
-        if momentum:
+        if check_float(momentum, "momentum", "SGD", 0.0):
             self.name = "momentum"
             super().__init__(params, learning_rate, weight_decay, momentum=float(momentum),
-                             dampening=float(dampening), nesterov=bool(nesterov), **kw)
+                             dampening=check_float(dampening, "dampening", "SGD"),
+                             nesterov=check_bool(nesterov, "nesterov", "SGD"), **kw)
         else:
             super().__init__(params, learning_rate, weight_decay, **kw)
 
@@ -865,13 +880,16 @@ class Momentum(Optimizer):
     name = "momentum"
 
     def __init__(self, params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, **kw):
-        super().__init__(params, learning_rate, weight_decay, momentum=float(momentum), nesterov=bool(use_nesterov),
-                         **kw)
+        super().__init__(params, learning_rate, weight_decay, momentum=check_float(momentum, "momentum", "Momentum", 0.0),
+                         nesterov=check_bool(use_nesterov, "use_nesterov", "Momentum"), **kw)
 
 
 class _AdamLike(Optimizer):
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, **kw):
-        super().__init__(params, learning_rate, weight_decay, betas=[float(beta1), float(beta2)], eps=float(eps), **kw)
+        w = type(self).__name__
+        super().__init__(params, learning_rate, weight_decay,
+                         betas=[check_float(beta1, "beta1", w, 0.0, 1.0), check_float(beta2, "beta2", w, 0.0, 1.0)],
+                         eps=check_float(eps, "eps", w, 0.0, min_open=True), **kw)
 
 
 class Adam(_AdamLike):

@@ -3,6 +3,7 @@ construct; `.shard(((1, 1), (1, 4)))` records the operator's strategy (ts_shard)
 parallel pass applies under semi_auto_parallel (docs/parallel-pass.md). The operator's name for
 parallel.strategies is its cell's path plus the op ("block.matmul")."""
 from .nn import _strategy_text
+from ._validator import check_bool, check_int, check_int_list
 from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
 
 __all__ = ["Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
@@ -40,7 +41,8 @@ class Primitive:
 class MatMul(Primitive):
     def __init__(self, transpose_a=False, transpose_b=False):
         super().__init__()
-        self.ta, self.tb = transpose_a, transpose_b
+        self.ta = check_bool(transpose_a, "transpose_a", type(self).__name__)
+        self.tb = check_bool(transpose_b, "transpose_b", type(self).__name__)
 
     def _emit(self, b, x, w):
         return b.matmul(as_value(x), as_value(w), self.ta, self.tb)
@@ -125,7 +127,12 @@ class Softmax(Primitive):
 
     def __init__(self, axis=-1):
         super().__init__()
-        self.axis = axis if isinstance(axis, int) else axis[0]
+        w = type(self).__name__
+        if isinstance(axis, (tuple, list)):
+            if len(axis) != 1:
+                raise ValueError("For '%s', the 'axis' must be an int or a tuple of one int, but got %r." % (w, axis))
+            axis = axis[0]
+        self.axis = check_int(axis, "axis", w)
 
     def _emit(self, b, x):
         return b.softmax(as_value(x), self.axis, self.log)
@@ -137,12 +144,12 @@ class LogSoftmax(Softmax):
 
 class Reshape(Primitive):
     def _emit(self, b, x, shape):
-        return b.reshape(as_value(x), list(shape))
+        return b.reshape(as_value(x), check_int_list(shape, "input_shape", "Reshape", -1))
 
 
 class Transpose(Primitive):
     def _emit(self, b, x, perm):
-        return b.permute(as_value(x), list(perm))
+        return b.permute(as_value(x), check_int_list(perm, "input_perm", "Transpose"))
 
 
 class Flatten(Primitive):
@@ -155,12 +162,13 @@ class _Red(Primitive):
 
     def __init__(self, keep_dims=False):
         super().__init__()
-        self.keep = keep_dims
+        self.keep = check_bool(keep_dims, "keep_dims", type(self).__name__)
 
     def _emit(self, b, x, axis=()):
         t = as_tensor(x)
-        if isinstance(axis, int):
-            axis = (axis,)
+        if not isinstance(axis, (tuple, list)):
+            axis = (check_int(axis, "axis", type(self).__name__),)
+        axis = check_int_list(axis, "axis", type(self).__name__)
         if not axis:
             axis = tuple(range(t.ndim))
         return b.reduce(t._v, RED[self.alg], list(axis), self.keep)
@@ -181,7 +189,7 @@ class ReduceMax(_Red):
 class Concat(Primitive):
     def __init__(self, axis=0):
         super().__init__()
-        self.axis = axis
+        self.axis = check_int(axis, "axis", "Concat")
 
     def _emit(self, b, xs):
         return b.concat([as_value(x) for x in xs], self.axis)
@@ -216,14 +224,11 @@ class OneHot(Primitive):
 
     def __init__(self, axis=-1):
         super().__init__()
-        if isinstance(axis, bool) or not isinstance(axis, int):
-            raise ValueError("OneHot: axis must be an int, got %r" % (axis,))
-        self.axis = axis
+        self.axis = check_int(axis, "axis", "OneHot", -1)
 
     def _emit(self, b, indices, depth, on_value=1.0, off_value=0.0):
         d, _ = _scalar(depth, "OneHot depth")
-        if isinstance(d, float) and d != int(d) or int(d) <= 0:
-            raise ValueError("OneHot: depth must be a positive int, got %r" % (depth,))
+        check_int(d, "depth", "OneHot", 1)
         on, dt_on = _scalar(on_value, "OneHot on_value")
         off, dt_off = _scalar(off_value, "OneHot off_value")
         dt = dt_on or dt_off or "f32"

@@ -5,6 +5,7 @@ op is recorded (shapes are inferred at once, so a bad shape raises ValueError ri
 the library's message). Parameters are created in the graph's parameter store the first time a
 construct uses them, named by their attribute path ("layer1.0.conv1.weight")."""
 from . import _C
+from ._validator import _is_int, check_bool, check_int_list
 
 ELT = dict(relu=0, gelu_tanh=1, gelu=2, sigmoid=3, tanh=4, exp=5, log=6, sqrt=7, square=8, abs=9, neg=10)
 BIN = dict(add=0, sub=1, mul=2, div=3)
@@ -188,10 +189,13 @@ class Parameter:
     def __init__(self, shape, init="normal", name=None, requires_grad=True, sigma=0.01, scale=0.07,
                  weight_decay=True, layerwise_parallel=False, shard_axis=None, **kw):
         self._data = None
+        if name is not None and not isinstance(name, str):
+            raise TypeError("For 'Parameter', the 'name' must be a str or None, but got %s %r." % (type(name).__name__, name))
+        requires_grad = check_bool(requires_grad, "requires_grad", "Parameter")
         # hybrid_parallel's layer-wise parallel parameter: `shape` is THIS rank's slice (as in
         # MindSpore's scripts); the whole tensor is the slice stacked over the job's ranks along
         # shard_axis (Tessera's extension: the dimension the ranks cut; a 1-dim slice needs none)
-        self.layerwise_parallel = bool(layerwise_parallel)
+        self.layerwise_parallel = check_bool(layerwise_parallel, "layerwise_parallel", "Parameter")
         if shard_axis is not None and not self.layerwise_parallel:
             raise ValueError("Parameter%s: shard_axis=%r is for layerwise_parallel=True parameters"
                              % (_named(name), shard_axis))
@@ -218,7 +222,11 @@ class Parameter:
             raise ValueError("Parameter%s: layerwise_parallel=True with initial values of several elements: a "
                              "layer-wise slice is initialised by an initializer (\"normal\", ...) so that it holds "
                              "exactly the unsharded parameter's values there; load values with a checkpoint" % _named(name))
-        self.shape = tuple(int(d) for d in shape)
+        if not isinstance(shape, (tuple, list)) and not _is_int(shape):
+            raise TypeError("For 'Parameter', the 'shape' must be a tuple of ints (or initial values: a Tensor or numpy "
+                            "array), but got %s %r." % (type(shape).__name__, shape))
+        self.shape = tuple(check_int_list(shape if isinstance(shape, (tuple, list)) else (shape,), "shape",
+                                          "Parameter", 0))
         if self.layerwise_parallel:
             nd = len(self.shape)
             if shard_axis is None and nd == 1:

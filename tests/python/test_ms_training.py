@@ -153,7 +153,7 @@ class TestTraining(unittest.TestCase):
             model()[1].train(1, data(), sink_size=2)
 
     def test_callbacks_checked(self):
-        with self.assertRaisesRegex(TypeError, "callbacks: expected Callback objects"):
+        with self.assertRaisesRegex(TypeError, "the 'callbacks' must be a Callback or a list/tuple of Callback"):
             model()[1].train(1, data(), callbacks=[42])
         with self.assertRaisesRegex(TypeError, "train_dataset"):
             model()[1].train(1, None)

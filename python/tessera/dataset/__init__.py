@@ -17,6 +17,7 @@ import copy
 import os
 
 from .. import _C
+from .._validator import check_bool, check_int
 from ..context import get_seed, yaml_value
 from . import samplers as _samplers, transforms, vision
 from ._op import Op as _Op
@@ -32,6 +33,21 @@ __all__ = ["MnistDataset", "FashionMnistDataset", "Cifar10Dataset", "Cifar100Dat
 # keywords MindSpore's map / batch take that Tessera's pipeline accepts as performance hints (the
 # pipeline's threads run every operation; results do not depend on them)
 _HINTS = ("python_multiprocessing", "max_rowsize", "cache", "num_parallel_workers")
+
+
+def _check_common(where, num_samples, shuffle, num_shards, shard_id, num_parallel_workers):
+    """The arguments every source takes: ints are ints (no truncation), shuffle a bool or None.
+    (num_shards, shard_id) as checked."""
+    check_int(num_samples, "num_samples", where, 0, allow_none=True)
+    check_bool(shuffle, "shuffle", where, allow_none=True)
+    check_int(num_parallel_workers, "num_parallel_workers", where, 1, allow_none=True)
+    num_shards = check_int(num_shards, "num_shards", where, 1, allow_none=True)
+    shard_id = check_int(shard_id, "shard_id", where, 0, allow_none=True)
+    if (num_shards is None) != (shard_id is None):
+        raise ValueError("%s: num_shards and shard_id go together" % where)
+    if num_shards is not None and not 0 <= shard_id < num_shards:
+        raise ValueError("%s: shard_id %r not in [0, num_shards %r)" % (where, shard_id, num_shards))
+    return num_shards, shard_id
 
 
 def _check_kw(where, kw, refused):
@@ -52,12 +68,13 @@ class _Dataset:
         _check_kw(type(self).__name__, kw, {
             "extensions": " (image folders read .png, .jpg and .jpeg)",
             "class_indexing": " (classes are the sub-folders in sorted order)"})
+        if not isinstance(dataset_dir, (str, bytes)) and not hasattr(dataset_dir, "__fspath__"):
+            raise TypeError("For '%s', the 'dataset_dir' must be a str, but got %s %r."
+                            % (type(self).__name__, type(dataset_dir).__name__, dataset_dir))
         if not os.path.isdir(dataset_dir):
             raise FileNotFoundError("%s: dataset_dir '%s' is not a directory" % (type(self).__name__, dataset_dir))
-        if (num_shards is None) != (shard_id is None):
-            raise ValueError("%s: num_shards and shard_id go together" % type(self).__name__)
-        if num_shards is not None and not 0 <= shard_id < num_shards:
-            raise ValueError("%s: shard_id %r not in [0, num_shards %r)" % (type(self).__name__, shard_id, num_shards))
+        num_shards, shard_id = _check_common(type(self).__name__, num_samples, shuffle, num_shards, shard_id,
+                                             num_parallel_workers)
         self.dir = os.path.abspath(dataset_dir)
         self.usage = usage or "train"
         if self.usage not in ("train", "test"):
@@ -125,7 +142,7 @@ class _Dataset:
                                  "transforms.Compose): %s is read by the C pipeline; Python functions run in map "
                                  "of a GeneratorDataset (a source written in Python)" % (op, type(self).__name__))
         d.ops = self.ops + flat
-        if num_parallel_workers:
+        if check_int(num_parallel_workers, "num_parallel_workers", "map", 1, allow_none=True):
             d.workers = num_parallel_workers
         return d
 
@@ -136,10 +153,11 @@ class _Dataset:
                                 "input_columns": "", "output_columns": "", "column_order": ""})
         if self._batched:
             raise ValueError("batch: this data set is batched already (one batch per pipeline)")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError("batch(batch_size=%r): expected a positive integer" % (batch_size,))
+        batch_size = check_int(batch_size, "batch_size", "batch", 1)
+        drop_remainder = check_bool(drop_remainder, "drop_remainder", "batch")
+        check_int(num_parallel_workers, "num_parallel_workers", "batch", 1, allow_none=True)
         d = copy.copy(self)
-        d.batch_size, d.drop_remainder = int(batch_size), bool(drop_remainder)
+        d.batch_size, d.drop_remainder = batch_size, drop_remainder
         d._batched = True
         return d
 
@@ -149,8 +167,7 @@ class _Dataset:
         trainer's epoch is one pass: train n times the epochs instead), see keys()."""
         if count is None:
             count = -1
-        if not isinstance(count, int) or isinstance(count, bool) or (count < 1 and count != -1):
-            raise ValueError("repeat(count=%r): expected a positive integer, or None / -1 (endless)" % (count,))
+        count = check_int(count, "count", "repeat", 1, also=(-1,))
         d = copy.copy(self)
         if count == -1 or self._repeat == -1:
             d._repeat = -1
@@ -162,8 +179,7 @@ class _Dataset:
         """MindSpore's buffer shuffle: samples pass through a buffer of buffer_size from which each
         next one is drawn at random (data.shuffle_buffer), after the source's own order (shuffled
         unless the source was made with shuffle=False). buffer_size 1 changes nothing."""
-        if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
-            raise ValueError("shuffle(buffer_size=%r): expected a positive integer" % (buffer_size,))
+        buffer_size = check_int(buffer_size, "buffer_size", "shuffle", 1)
         if self._batched:
             raise ValueError("shuffle after batch: Tessera shuffles samples, not batches (shuffle before batch)")
         d = copy.copy(self)

@@ -31,7 +31,7 @@ import threading
 import numpy as np
 
 from .. import _C
-from . import _check_kw, _cols, _Dataset
+from . import _check_common, _check_kw, _cols, _Dataset
 from ._op import Op
 from .transforms import Compose, TypeCast
 
@@ -193,15 +193,10 @@ class GeneratorDataset(_Dataset):
         names = [column_names] if isinstance(column_names, str) else list(column_names)
         if not names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
             raise ValueError("GeneratorDataset(column_names=%r): expected distinct column names" % (column_names,))
-        if (num_shards is None) != (shard_id is None):
-            raise ValueError("GeneratorDataset: num_shards and shard_id go together")
-        if num_shards is not None and not 0 <= shard_id < num_shards:
-            raise ValueError("GeneratorDataset: shard_id %r not in [0, num_shards %r)" % (shard_id, num_shards))
-        if num_samples is not None and (not isinstance(num_samples, int) or num_samples < 0):
-            raise ValueError("GeneratorDataset(num_samples=%r): expected a non-negative integer" % (num_samples,))
-        if not isinstance(num_parallel_workers, int) or num_parallel_workers < 1:
-            raise ValueError("GeneratorDataset(num_parallel_workers=%r): expected a positive integer"
-                             % (num_parallel_workers,))
+        num_shards, shard_id = _check_common("GeneratorDataset", num_samples, shuffle, num_shards, shard_id,
+                                             num_parallel_workers)
+        if num_parallel_workers is None:
+            num_parallel_workers = 1
         self._src = _Source(source)
         self._columns = names
         self._types = None

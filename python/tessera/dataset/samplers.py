@@ -8,6 +8,7 @@ StratifiedSampler (Tessera's) is the distributed sampler with the same class pro
 shard (data.sampler: stratified). Anything MindSpore's samplers do that Tessera's pipeline cannot
 (replacement, a random subset of num_samples, subsets, weights, PK) is refused where the sampler
 is made, saying what to use instead."""
+from .._validator import check_bool, check_int
 
 __all__ = ["DistributedSampler", "RandomSampler", "SequentialSampler", "StratifiedSampler", "SubsetRandomSampler",
            "SubsetSampler", "WeightedRandomSampler", "PKSampler"]
@@ -36,10 +37,9 @@ class Sampler:
 
 
 def _shard_args(cls, num_shards, shard_id):
-    for k, v in (("num_shards", num_shards), ("shard_id", shard_id)):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ValueError("%s(%s=%r): expected an integer" % (cls, k, v))
-    if num_shards < 1 or not 0 <= shard_id < num_shards:
+    num_shards = check_int(num_shards, "num_shards", cls, 1)
+    shard_id = check_int(shard_id, "shard_id", cls, 0)
+    if not 0 <= shard_id < num_shards:
         raise ValueError("%s(num_shards=%r, shard_id=%r): shard_id must be in [0, num_shards)"
                          % (cls, num_shards, shard_id))
 
@@ -58,7 +58,8 @@ class DistributedSampler(Sampler):
         if offset not in (-1, 0):
             raise ValueError("DistributedSampler(offset=%r): not supported (Tessera's shard r takes positions r, "
                              "r + num_shards, ... of the epoch's order)" % (offset,))
-        self.num_shards, self.shard_id, self.shuffle = num_shards, shard_id, bool(shuffle)
+        self.num_shards, self.shard_id = int(num_shards), int(shard_id)
+        self.shuffle = check_bool(shuffle, "shuffle", "DistributedSampler")
 
 
 class StratifiedSampler(DistributedSampler):
@@ -92,8 +93,7 @@ class SequentialSampler(Sampler):
         if start_index not in (None, 0):
             raise ValueError("SequentialSampler(start_index=%r): not supported (Tessera starts at sample 0: slice "
                              "the source instead)" % (start_index,))
-        if num_samples is not None and (not isinstance(num_samples, int) or num_samples < 1):
-            raise ValueError("SequentialSampler(num_samples=%r): expected a positive integer" % (num_samples,))
+        num_samples = check_int(num_samples, "num_samples", "SequentialSampler", 1, allow_none=True)
         self.shuffle = False
         self.limit = num_samples
 

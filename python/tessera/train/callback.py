@@ -4,6 +4,8 @@ one stops training and propagates out of Model.train. ModelCheckpoint is a descr
 trainer's own checkpointing (checkpoint.* keys) writes the files."""
 import time
 
+from .._validator import check_bool, check_int
+
 
 class _Args(dict):
     __getattr__ = dict.__getitem__
@@ -61,9 +63,7 @@ class LossMonitor(Callback):
     """Prints "epoch: E step: S, loss is L" every per_print_times steps (step within the epoch)."""
 
     def __init__(self, per_print_times=1):
-        if not isinstance(per_print_times, int) or per_print_times < 0:
-            raise ValueError("LossMonitor: per_print_times must be an int >= 0")
-        self.per = per_print_times
+        self.per = check_int(per_print_times, "per_print_times", "LossMonitor", 0)
 
     def step_end(self, run_context):
         a = run_context.original_args()
@@ -76,7 +76,7 @@ class TimeMonitor(Callback):
     """Prints the epoch's time and the time per step at the end of every epoch."""
 
     def __init__(self, data_size=None):
-        self.data_size = data_size
+        self.data_size = check_int(data_size, "data_size", "TimeMonitor", 1, allow_none=True)
         self.t0 = None
 
     def begin(self, run_context):
@@ -118,10 +118,12 @@ class CheckpointConfig:
         if integrated_save is not None and not isinstance(integrated_save, bool):
             raise ValueError("CheckpointConfig: integrated_save must be True, False or None, got %r"
                              % (integrated_save,))
-        self.save_steps = int(save_checkpoint_steps or 0)
-        self.keep_max = int(keep_checkpoint_max or 0)
+        self.save_steps = check_int(save_checkpoint_steps, "save_checkpoint_steps", "CheckpointConfig", 0,
+                                    allow_none=True) or 0
+        self.keep_max = check_int(keep_checkpoint_max, "keep_checkpoint_max", "CheckpointConfig", 0,
+                                  allow_none=True) or 0
         self.integrated_save = integrated_save
-        self.async_save = bool(async_save)
+        self.async_save = check_bool(async_save, "async_save", "CheckpointConfig")
 
 
 class ModelCheckpoint(Callback):
@@ -132,6 +134,15 @@ class ModelCheckpoint(Callback):
     directory all ranks write into)."""
 
     def __init__(self, prefix="CKP", directory=None, config=None):
+        if not isinstance(prefix, str) or not prefix:
+            raise TypeError("For 'ModelCheckpoint', the 'prefix' must be a non-empty str, but got %s %r."
+                            % (type(prefix).__name__, prefix))
+        if directory is not None and not isinstance(directory, (str, bytes)) and not hasattr(directory, "__fspath__"):
+            raise TypeError("For 'ModelCheckpoint', the 'directory' must be a str or None, but got %s %r."
+                            % (type(directory).__name__, directory))
+        if config is not None and not isinstance(config, CheckpointConfig):
+            raise TypeError("For 'ModelCheckpoint', the 'config' must be a CheckpointConfig or None, but got %s %r."
+                            % (type(config).__name__, config))
         self.prefix = prefix
         self.directory = directory or "."
         self.config = config or CheckpointConfig()
@@ -145,3 +156,45 @@ class ModelCheckpoint(Callback):
         if self.config.async_save:
             k["checkpoint.async"] = True
         return k
+
+
+_METHODS = ("on_train_begin", "on_train_step_end", "on_train_epoch_end", "on_train_end",
+            "begin", "step_end", "epoch_end", "end", "on_train_step_begin", "on_train_epoch_begin",
+            "step_begin", "epoch_begin")
+
+
+class _Duck(Callback):
+    """An object that is not a Callback but has its methods (MindSpore calls callbacks by their
+    methods): each of Tessera's calls goes to the object's 2.x method, else its 1.x one."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def _call(self, new, old, rc):
+        f = getattr(self.obj, new, None) or getattr(self.obj, old, None)
+        if callable(f):
+            f(rc)
+
+    def on_train_begin(self, rc):
+        self._call("on_train_begin", "begin", rc)
+
+    def on_train_step_end(self, rc):
+        self._call("on_train_step_end", "step_end", rc)
+
+    def on_train_epoch_end(self, rc):
+        self._call("on_train_epoch_end", "epoch_end", rc)
+
+    def on_train_end(self, rc):
+        self._call("on_train_end", "end", rc)
+
+
+def _as_callback(c):
+    """c as a Callback: itself, an object with callback methods wrapped, or None (not a callback:
+    a number, a string, a class instead of an instance, ...)."""
+    if isinstance(c, Callback):
+        return c
+    if c is None or isinstance(c, type) or isinstance(c, (str, bytes, int, float, list, tuple, dict)):
+        return None
+    if any(callable(getattr(c, m, None)) for m in _METHODS):
+        return _Duck(c)
+    return None

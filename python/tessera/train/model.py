@@ -15,7 +15,8 @@ from .. import tensor as _tensor
 from ..context import yaml_value
 from ..nn import Cell, Optimizer, _Loss
 from ..tensor import Tensor, as_value
-from .callback import Callback, ModelCheckpoint, RunContext
+from .._validator import check_bool, check_int, describe
+from .callback import ModelCheckpoint, RunContext, _as_callback
 
 _METRICS = {"acc": "top1", "accuracy": "top1", "top_1_accuracy": "top1", "top_5_accuracy": "top5", "loss": "loss"}
 
@@ -88,6 +89,7 @@ class Model:
         for k, v in self.extra.items():
             context.check_key(k, v)
         self._trainer = None
+        self._in_fit = False
         self._trained_epochs = 0  # epochs trained so far (a second train continues)
         self._pairs = None
         self._eval_sig = None
@@ -250,21 +252,15 @@ class Model:
         if self._predict_only:
             raise ValueError("Model.train: Model(network) without loss_fn and optimizer only predicts; give "
                              "Model(network, loss_fn, optimizer)")
-        cbs = _flatten(callbacks)
-        for c in cbs:
-            if not isinstance(c, Callback):
-                raise TypeError("Model.train: callbacks: expected Callback objects (LossMonitor(), ModelCheckpoint(...), "
-                                "a Callback subclass), got %r" % (c,))
-        if isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise TypeError("Model.train: epoch must be an int, got %r" % (epoch,))
-        epochs = int(epoch)
-        if epochs < 0:
-            raise ValueError("Model.train: epoch must be >= 0, got %r" % (epoch,))
-        if train_dataset is None or not hasattr(train_dataset, "keys"):
-            raise TypeError("Model.train: train_dataset must be a tessera.dataset data set, got %r" % (train_dataset,))
-        if isinstance(sink_size, bool) or not isinstance(sink_size, int) or (sink_size < 1 and sink_size != -1):
-            raise ValueError("Model.train: sink_size must be -1 (a sink is an epoch) or a positive int, got %r"
-                             % (sink_size,))
+        where = "Model.fit" if getattr(self, "_in_fit", False) else "Model.train"
+        epochs = check_int(epoch, "epoch", where, 1)
+        _check_dataset(train_dataset, "train_dataset", where)
+        if valid_dataset is not None:
+            _check_dataset(valid_dataset, "valid_dataset", where)
+        cbs = _check_callbacks(callbacks, where)
+        dataset_sink_mode = check_bool(dataset_sink_mode, "dataset_sink_mode", where)
+        sink_size = check_int(sink_size, "sink_size", where, 1, also=(-1,))
+        initial_epoch = check_int(initial_epoch, "initial_epoch", where, 0)
         if sink_size > 0 and not dataset_sink_mode:
             raise ValueError("Model.train: sink_size=%d needs dataset_sink_mode=True (MindSpore ignores it "
                              "otherwise)" % sink_size)
@@ -316,7 +312,7 @@ class Model:
             return dict(cur_step_num=step - base_step, cur_epoch_num=ep - b + 1, batch_num=spe,
                         epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net, rank=info["rank"])
 
-        user = [c for c in cbs if isinstance(c, Callback) and not isinstance(c, ModelCheckpoint)]
+        user = [c for c in cbs if not isinstance(c, ModelCheckpoint)]
         if user:
             def step_end(s):
                 if last["base_epoch"] is None:
@@ -359,8 +355,12 @@ class Model:
         """train, evaluating valid_dataset every valid_frequency epochs (the trainer's evaluation
         of it after those epochs' last steps; the callbacks' on_eval_end... are the trainer's
         eval records), then returns eval(valid_dataset) of the final parameters."""
-        if isinstance(valid_frequency, bool) or not isinstance(valid_frequency, int) or valid_frequency < 1:
-            raise ValueError("Model.fit: valid_frequency must be an int >= 1 (epochs), got %r" % (valid_frequency,))
+        check_int(epoch, "epoch", "Model.fit", 1)
+        _check_dataset(train_dataset, "train_dataset", "Model.fit")
+        if valid_dataset is not None:
+            _check_dataset(valid_dataset, "valid_dataset", "Model.fit")
+        valid_frequency = check_int(valid_frequency, "valid_frequency", "Model.fit", 1)
+        check_bool(valid_dataset_sink_mode, "valid_dataset_sink_mode", "Model.fit")
         extra = None
         if valid_dataset is not None and valid_frequency < epoch:
             if sink_size > 0 and dataset_sink_mode:
@@ -368,11 +368,13 @@ class Model:
                                  "valid_frequency >= epoch)")
             extra = valid_frequency
         self._fit_eval_every = extra
+        self._in_fit = True
         try:
             self.train(epoch, train_dataset, callbacks=callbacks, valid_dataset=valid_dataset,
                        dataset_sink_mode=dataset_sink_mode, sink_size=sink_size, initial_epoch=initial_epoch)
         finally:
             self._fit_eval_every = None
+            self._in_fit = False
         return self.eval(valid_dataset) if valid_dataset is not None else None
 
     def eval(self, valid_dataset, callbacks=None, dataset_sink_mode=False):
@@ -382,10 +384,10 @@ class Model:
         if self._predict_only:
             raise ValueError("Model.eval: Model(network) without loss_fn only predicts; give Model(network, loss_fn, "
                              "optimizer, metrics=...)")
-        if callbacks:
+        _check_dataset(valid_dataset, "valid_dataset", "Model.eval")
+        if _check_callbacks(callbacks, "Model.eval"):
             raise ValueError("Model.eval: callbacks are not supported (the returned dict holds the metrics)")
-        if valid_dataset is None or not hasattr(valid_dataset, "keys"):
-            raise TypeError("Model.eval: valid_dataset must be a tessera.dataset data set, got %r" % (valid_dataset,))
+        check_bool(dataset_sink_mode, "dataset_sink_mode", "Model.eval")
         ek = self._eval_keys(valid_dataset)
         t = self._trainer
         if t is None:  # an untrained model: its initial parameters
@@ -413,13 +415,22 @@ class Model:
         into its network."""
         if len(predict_data) != 1:
             raise ValueError("Model.predict: one input (the network's), got %d" % len(predict_data))
-        x = self._input(predict_data[0])
+        x = self._input(predict_data[0], "Model.predict")
         return self._need_trainer("predict", x).forward(x)
 
     @staticmethod
-    def _input(x):
+    def _input(x, where="Model.predict", name="predict_data"):
+        """A Tensor or numpy array (or nested lists of numbers) as a contiguous numpy array."""
         import numpy as np
-        return np.ascontiguousarray(x.asnumpy() if hasattr(x, "asnumpy") else x)
+        if x is None or isinstance(x, (str, bytes, dict, bool)) or (not hasattr(x, "asnumpy") and not hasattr(
+                x, "__array__") and not isinstance(x, (list, tuple))):
+            raise TypeError("For '%s', the '%s' must be a Tensor or a numpy array, but got %s."
+                            % (where, name, describe(x)))
+        a = np.ascontiguousarray(x.asnumpy() if hasattr(x, "asnumpy") else x)
+        if a.dtype.kind not in "biuf":
+            raise TypeError("For '%s', the '%s' must hold numbers, but got an array of dtype %s."
+                            % (where, name, a.dtype))
+        return a
 
     def _need_trainer(self, what, x=None):
         """The trainer; none yet and x given (samples): built for x's sample shape (the network's
@@ -456,6 +467,7 @@ class Model:
         optimizer shard group]} of the training network under the parallel context, as
         MindSpore returns it (the tensor map counting device axes from the right, -1
         replicated). Builds the trainer train() would (the next train uses it)."""
+        _check_dataset(train_dataset, "train_dataset", "Model.infer_train_layout")
         if self._trainer is None:
             self._create(self._keys(1, train_dataset, None, []))
         return self._layout_dict(self._trainer)
@@ -464,7 +476,7 @@ class Model:
         """The parameters' layouts of the network for prediction (infer_train_layout's form):
         Tessera predicts with the training network's layout, so this is the trained (or
         evaluated) network's."""
-        x = self._input(predict_data[0]) if predict_data else None
+        x = self._input(predict_data[0], "Model.infer_predict_layout") if predict_data else None
         return self._layout_dict(self._need_trainer("infer_predict_layout", x))
 
     @property
@@ -549,10 +561,30 @@ def _python_names(msg):
     return msg + (" [in Python: %s]" % "; ".join(seen) if seen else "")
 
 
-def _flatten(cbs):
+def _check_dataset(d, name, where):
+    """A tessera.dataset data set (a MindSpore-shaped one: keys() for the trainer, batch_size)."""
+    if d is None or not (callable(getattr(d, "keys", None)) and hasattr(d, "batch_size")) or isinstance(d, dict):
+        raise TypeError("For '%s', the '%s' must be a tessera.dataset data set (FashionMnistDataset(...), "
+                        "GeneratorDataset(...), ... .batch(n)), but got %s." % (where, name, describe(d)))
+
+
+def _check_callbacks(cbs, where):
+    """callbacks: None, a Callback (or an object with MindSpore's callback methods), or a list /
+    tuple of them: the list, duck-typed objects wrapped as Callbacks. TypeError naming the
+    argument, the element's index and type otherwise."""
     if cbs is None:
         return []
-    return list(cbs) if isinstance(cbs, (list, tuple)) else [cbs]
+    one = not isinstance(cbs, (list, tuple))
+    items = [cbs] if one else list(cbs)
+    out = []
+    for i, c in enumerate(items):
+        w = _as_callback(c)
+        if w is None:
+            raise TypeError("For '%s', the 'callbacks' must be a Callback or a list/tuple of Callback (objects with "
+                            "on_train_step_end, on_train_epoch_end, ... methods), but %s is %s."
+                            % (where, "it" if one else "element %d" % i, describe(c)))
+        out.append(w)
+    return out
 
 
 def _test_of(ds):
