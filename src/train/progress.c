@@ -368,8 +368,16 @@ int ts__progress_record(ts__progress *p, const char *json) {
 }
 
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc, int have_acc,
-                     const char *extra) {
+                     const char *extra, int64_t ran, int64_t applied) {
   double wall = ts_time_now() - p->t_start;
+  /* a resume at the run's end trained nothing: no loss of its own (a checkpoint records none) */
+  char note[300] = "";
+  if (ran == 0)
+    snprintf(note, sizeof note, "nothing trained: the checkpoint resumed is at the run's end (step %lld); it records "
+             "no loss", (long long)steps);
+  else if (applied == 0)
+    snprintf(note, sizeof note, "warning: no step was applied: all %lld overflowed and were skipped (parameters as "
+             "they started; lower train.loss_scale_value or use train.loss_scale dynamic)", (long long)ran);
   int rc = TS_OK;
   if (p->metrics) {
     /* extra is fields with trailing commas: parsed as an object, its members appended */
@@ -384,7 +392,9 @@ int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double t
     if (o) {
       cJSON_AddStringToObject(o, "type", "end");
       cJSON_AddNumberToObject(o, "steps", (double)steps);
-      jnum(o, "final_loss", final_loss);
+      cJSON_AddNumberToObject(o, "steps_run", (double)ran);
+      cJSON_AddNumberToObject(o, "steps_applied", (double)applied);
+      if (ran > 0) jnum(o, "final_loss", final_loss);
       if (have_acc) jnum(o, "test_accuracy", test_acc);
       for (cJSON *it = xo ? xo->child : NULL; it;) {
         cJSON *next = it->next;
@@ -398,9 +408,17 @@ int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double t
     rc = write_record(p, o, 1);
   }
   if (!rc) rc = ts__tboard_flush(&p->tb);
+  if (!rc && p->mode == TS_PROGRESS_OFF && note[0]) ts_log(TS_LOG_WARN, "%s", note);
   if (rc || p->mode == TS_PROGRESS_OFF) return rc;
   clear_bar(p);
-  if (have_acc)
+  if (ran == 0)
+    printf("done: %s\n", note);
+  else if (note[0] && have_acc)
+    printf("done: %lld steps in %.1f s, final loss %.4f, test accuracy %.2f%%; %s\n", (long long)steps, wall,
+           final_loss, 100 * test_acc, note);
+  else if (note[0])
+    printf("done: %lld steps in %.1f s, final loss %.4f; %s\n", (long long)steps, wall, final_loss, note);
+  else if (have_acc)
     printf("done: %lld steps in %.1f s, final loss %.4f, test accuracy %.2f%%\n", (long long)steps,
            wall, final_loss, 100 * test_acc);
   else

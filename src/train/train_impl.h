@@ -62,9 +62,11 @@ void ts__progress_message(ts__progress *p, const char *fmt, ...) __attribute__((
 /* Writes one JSON line (a record such as {"type":"profile",...}) to the metrics file, if any. */
 int ts__progress_record(ts__progress *p, const char *json);
 /* extra: JSON fields for the end record, each followed by a comma ("" for none). Non-finite
- * numbers are written as null and named in the record's "nonfinite" list (JSON has no NaN). */
+ * numbers are written as null and named in the record's "nonfinite" list (JSON has no NaN).
+ * ran: the steps this run trained (0: it resumed at its end: "nothing trained", no final loss);
+ * applied: those not skipped for an overflow (0 of ran > 0: a warning in the end line). */
 int ts__progress_end(ts__progress *p, int64_t steps, double final_loss, double test_acc,
-                     int have_acc, const char *extra);
+                     int have_acc, const char *extra, int64_t ran, int64_t applied);
 void ts__progress_close(ts__progress *p);
 /* The run's name (the config file's name without folder and extension) and the title line of
  * its plot ("name (file): model on data, optimizer lr, batch, parallel mode[, amp]"). */

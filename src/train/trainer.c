@@ -817,6 +817,7 @@ int ts_trainer_fit(ts_trainer *t) {
   const ts_config *c = &t->cfg;
   ts_batch b;
   double t_prev = ts_time_now();
+  int64_t step0 = t->step, applied = 0; /* the end line: steps trained here, steps not skipped */
   while (t->step < t->total_steps && !t->stop) {
     ts__tprof_step_begin(t->prof, t->step + 1, t_prev);
     double td = ts_time_now();
@@ -841,6 +842,7 @@ int ts_trainer_fit(ts_trainer *t) {
     info.samples_per_s = (double)c->train.batch_size / (now - t_prev);
     t_prev = now;
     t->last_loss = info.loss;
+    applied += !info.skipped;
     if ((rc = ts__progress_step(&t->prog, &info))) break;
     for (int i = 0; i < t->ncb && rc == TS_OK; i++)
       if (t->cb[i].on_step_end) rc = t->cb[i].on_step_end(t, &info, t->cb[i].user);
@@ -882,7 +884,8 @@ int ts_trainer_fit(ts_trainer *t) {
   char mem[1024] = "";
   if (rc == TS_OK) rc = ts__train_memory_record(t, mem, sizeof mem); /* collective with metrics: the max over the ranks */
   if (rc == TS_OK) /* a failed run reports its error, not a summary */
-    rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval, mem);
+    rc = ts__progress_end(&t->prog, t->step, t->last_loss, t->have_eval ? t->last_eval.top1 : 0, t->have_eval, mem,
+                          t->step - step0, applied);
   if (rc == TS_OK && c->log.plot[0] && c->log.metrics[0]) {
     if (t->prog.metrics) fflush(t->prog.metrics);
     ts_plot_options po = {0};

@@ -56,7 +56,7 @@ static void test_metrics_nonfinite(void) {
   CHECK_OK(ts__progress_step(&p, &s));
   ts_eval_info e = {.step = 3, .epoch = 0, .samples = 8, .loss = NAN, .top1 = 0.25, .top5 = 0.5, .seconds = 0.1};
   CHECK_OK(ts__progress_eval(&p, &e));
-  CHECK_OK(ts__progress_end(&p, 3, NAN, 0.25, 1, "\"param_bytes\":4840,\"x\":{\"ranks\":2},"));
+  CHECK_OK(ts__progress_end(&p, 3, NAN, 0.25, 1, "\"param_bytes\":4840,\"x\":{\"ranks\":2},", 3, 3));
   ts__progress_close(&p);
 
   size_t n;
