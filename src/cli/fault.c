@@ -131,8 +131,16 @@ static int on_step(ts_trainer *t, const ts_step_info *s, void *user) {
     } else if (f->kind == TS__FAULT_SLOW && s->step >= f->step) {
       nap(f->secs);
     } else if (f->kind == TS__FAULT_CORRUPT_CKPT && s->step == f->step + 1) {
-      char path[2200];
+      char path[2300], dir[2200];
+      struct stat sb;
       int rc = ts_ckpt_path(path, sizeof path, fs->dir, fs->prefix, f->step);
+      /* a sliced checkpoint (a folder): this rank's file, else the lowest rank's there is */
+      if (!rc && stat(path, &sb) != 0 && !(rc = ts_ckpt_dir_path(dir, sizeof dir, fs->dir, fs->prefix, f->step)) &&
+          stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(path, sizeof path, "%s/rank%05d.safetensors", dir, fs->rank);
+        for (int r = 0; r < 65536 && stat(path, &sb) != 0; r++)
+          snprintf(path, sizeof path, "%s/rank%05d.safetensors", dir, r);
+      }
       if (!rc) rc = corrupt(path);
       if (rc) return rc;
     }
