@@ -237,6 +237,25 @@ static int ensure_tensor(ts_tensor *t, ts_dtype dt, ts_shape shp) {
   return ts_tensor_init(t, dt, shp);
 }
 
+/* The first element of x[0..n) that is inf or NaN, -1 if none: a branch-free scan of the exponent
+ * bits in blocks (vectorised; bench/bench_nonfinite.c measures it against a batch's transforms). */
+static int64_t first_nonfinite_f32(const float *x, int64_t n) {
+  const uint32_t *u = (const uint32_t *)x;
+  for (int64_t b = 0; b < n; b += 64) {
+    uint32_t bad = 0;
+    if (n - b >= 64) { /* a fixed trip count: vectorised at -O2 too */
+      const uint32_t *v = u + b;
+      for (int i = 0; i < 64; i++) bad |= (v[i] & 0x7f800000u) == 0x7f800000u;
+    } else {
+      bad = 1;
+    }
+    if (!bad) continue;
+    for (int64_t i = b; i < n && i < b + 64; i++)
+      if ((u[i] & 0x7f800000u) == 0x7f800000u) return i;
+  }
+  return -1;
+}
+
 /* Stacks the samples of a finished slot (no lock held; the slot is not shared any more). */
 static void stack_slot(const ts_pipeline *p, slot *s) {
   char msg[2048];
@@ -285,6 +304,19 @@ static void stack_slot(const ts_pipeline *p, slot *s) {
       slot_set_error(s, i, TS_ESHAPE, msg);
       goto done;
     }
+  }
+  for (int i = 0; d0->dtype == TS_F32 && i < s->n; i++) { /* inf/NaN inputs train at a constant loss, silently */
+    const ts_tensor *d = &s->smp[i].data;
+    int64_t e = first_nonfinite_f32(d->data, ts_tensor_numel(d));
+    if (e < 0) continue;
+    char sd[700], pre[128];
+    snprintf(msg, sizeof msg,
+             "%s%s (batch %lld of epoch %lld) has a non-finite input after the transforms (element %lld is %g): "
+             "check the transforms' parameters (normalize's mean and std, to_float's scale) and the data",
+             split_prefix(p, pre, sizeof pre), sample_desc(p, s->idx[i], NULL, sd, sizeof sd), (long long)s->index,
+             (long long)s->epoch, (long long)e, (double)((const float *)d->data)[e]);
+    slot_set_error(s, i, TS_EFORMAT, msg);
+    goto done;
   }
   int rc = ensure_tensor(&s->data, d0->dtype, ts_shape_batch(s->n, &d0->shape));
   if (!rc) rc = ensure_tensor(&s->labels, TS_I32, ts_shape1(s->n));

@@ -11,6 +11,7 @@
  *
  * Random draws: transform j of a sample with key k uses Philox(k, counter (j, i)) for its i-th
  * 128-bit draw, so a sample's augmentation depends only on (key, transform position). */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -339,8 +340,9 @@ static inline float tofl_apply(const tofl *f, float v) {
 static int check_normalize(const ts_transform *t, int j, const ts_tensor *x, int64_t *C) {
   if (t->nch < 1 || t->nch > 8) return tf_err(TS_EINVAL, t, j, x, "nch %d not in 1..8", t->nch);
   for (int c = 0; c < t->nch; c++)
-    if (!(t->std[c] != 0.0f))
-      return tf_err(TS_EINVAL, t, j, x, "std[%d] is %g (must be non-zero)", c, (double)t->std[c]);
+    if (!(fabsf(t->std[c]) >= FLT_MIN) || !isfinite(t->std[c]))
+      return tf_err(TS_EINVAL, t, j, x, "std[%d] is %g (must be a normal, finite f32: 0, denormal and inf make the "
+                    "inputs inf or NaN)", c, (double)t->std[c]);
   int64_t ch;
   if (x->shape.ndim == 2) ch = 1;
   else if (x->shape.ndim == 3) ch = t->chw ? x->shape.dims[0] : x->shape.dims[2];

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -490,6 +491,12 @@ static int parse_tf(const pctx *c, const yaml_node_t *item, const char *what, ts
                   nstd);
     t.nch = nmean;
     for (int i = 0; i < nmean; i++) t.mean[i] = (float)mean[i], t.std[i] = (float)stdv[i];
+    /* in the dtype it divides in (f32): a positive double can be 0 or denormal there, and 1/std inf */
+    for (int i = 0; i < nmean; i++)
+      if (!(t.std[i] >= FLT_MIN) || !isfinite(1.0f / t.std[i]))
+        return perr(c, item, "%s (normalize): std[%d] is %g, which is %g in f32, where inputs are normalized "
+                    "(below the smallest normal f32, %g: the inputs would be inf or NaN)", what, i, stdv[i],
+                    (double)t.std[i], (double)FLT_MIN);
   }
   /* the layout the samples have at this point of the list */
   if (def->kind == TS_TF_HWC_TO_CHW)

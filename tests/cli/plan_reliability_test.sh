@@ -100,4 +100,14 @@ if [ $rc != 0 ] && echo "$out" | grep -q "data.transforms\[0\] (resize) .*resizi
   ok "a resize too large: $(echo "$out" | tail -1)"
 else bad "huge resize: rc $rc: $out"; fi
 
+# 5. a normalize std that is 0 in f32 refused (exit 2 naming the key); inf inputs found on the first batch
+run train "$tmp/mlp.yaml" --set 'data.transforms=[to_float, {name: normalize, mean: [0.5], std: [1.0e-45]}, hwc_to_chw]'
+if [ $rc = 2 ] && echo "$out" | grep -q "data.transforms\[1\] (normalize): std\[0\] is 1e-45, which is 1.4013e-45 in f32"; then
+  ok "std 1e-45 (denormal in f32): exit 2"
+else bad "std 1e-45: rc $rc: $out"; fi
+run train "$tmp/mlp.yaml" --set 'data.transforms=[{name: to_float, scale: 1.0e30}, {name: normalize, mean: [0.5], std: [1.0e-30]}, hwc_to_chw]'
+if [ $rc != 0 ] && echo "$out" | grep -q "^tessera: training split: sample [0-9]* (.*train-images-idx3-ubyte, image [0-9]*) (batch 0 of epoch 0) has a non-finite input after the transforms" &&
+   ! echo "$out" | grep -q "^done"; then ok "inf inputs: found on the first batch, the sample named"
+else bad "inf inputs: rc $rc: $out"; fi
+
 exit $fail
