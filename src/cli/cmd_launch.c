@@ -533,8 +533,13 @@ int ts_cli_launch(int argc, char **argv) {
   } else if (hostfile) { /* hosts known by their slots: a lost host's ranks go with it */
     char *buf = NULL;
     size_t len = 0;
-    if (ts__file_read_all(hostfile, "cannot open the host file", &buf, &len) == TS_OK)
+    if (ts__file_read_all(hostfile, "cannot open the host file", &buf, &len) == TS_OK) {
+      if (ts__hostfile_check(buf, len) != TS_OK) { /* before mpirun's multi-line parse error */
+        free(buf);
+        return ts_cli_fail(2, "launch: %s: %s", hostfile, ts_last_error());
+      }
       have_hosts = ts__hostfile_parse(buf, len, &hosts) == TS_OK;
+    }
     free(buf);
   }
   int rc = 0;

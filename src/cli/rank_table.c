@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,6 +319,38 @@ size_t ts__rank_table_hostfile(const ts_rank_table *t, char *buf, size_t cap) {
   }
   if (cap && n >= cap) buf[cap - 1] = 0;
   return n;
+}
+
+int ts__hostfile_check(const char *text, size_t len) {
+  int hosts = 0, lineno = 0;
+  for (size_t i = 0; i < len;) {
+    size_t e = i;
+    while (e < len && text[e] != '\n') e++;
+    char line[1024];
+    size_t l = e - i < sizeof line - 1 ? e - i : sizeof line - 1;
+    memcpy(line, text + i, l);
+    line[l] = 0;
+    i = e + 1;
+    lineno++;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *save = NULL, *host = strtok_r(line, " \t\r", &save);
+    if (!host) continue;
+    for (const char *c = host; *c; c++)
+      if (!isalnum((unsigned char)*c) && !strchr(".-_:@[]", *c))
+        return ts_error_set(TS_EFORMAT, "line %d: '%s' is not a host name or address", lineno, host);
+    for (char *tok = strtok_r(NULL, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save)) {
+      const char *eq = strchr(tok, '=');
+      int ok = eq && eq > tok && eq[1];
+      for (const char *c = tok; ok && c < eq; c++) ok = isalpha((unsigned char)*c) || *c == '_' || *c == '-';
+      for (const char *c = eq ? eq + 1 : tok; ok && *c; c++) ok = isdigit((unsigned char)*c);
+      if (!ok)
+        return ts_error_set(TS_EFORMAT, "line %d: '%s' after host %s is not KEY=N (slots=N, max_slots=N, ...)", lineno,
+                            tok, host);
+    }
+    hosts++;
+  }
+  return hosts ? TS_OK : ts_error_set(TS_ENOTFOUND, "no host in it");
 }
 
 int ts__hostfile_parse(const char *text, size_t len, ts_rank_table *out) {

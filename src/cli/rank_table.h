@@ -41,6 +41,12 @@ size_t ts__rank_table_hostfile(const ts_rank_table *t, char *buf, size_t cap);
  * which the launcher cannot know) or there is no host; TS_EFORMAT for a bad slots=; TS_ENOMEM.
  * Nothing is left in *out on error. */
 int ts__hostfile_parse(const char *text, size_t len, ts_rank_table *out);
+/* Checks an OpenMPI host file's syntax before mpirun reads it (mpirun's own parse error is a
+ * multi-line box): every line "HOST [KEY=N ...]" (a comment after '#'), HOST a host name or
+ * address (letters, digits, '.', '-', '_', ':', '@', '[', ']'), each KEY a word of letters, '_'
+ * and '-' with a whole number. TS_EFORMAT naming the line and token, or TS_ENOTFOUND for a file
+ * with no host. */
+int ts__hostfile_check(const char *text, size_t len);
 
 /* Removes from t every host that holds one of the ranks lost[0..nlost) (ranks beyond the table
  * are ignored) and renumbers the others' ranks, in order. Returns the number of hosts removed. */

@@ -31,6 +31,17 @@ run launch --rank-table "$tmp/bad.json" -- --version
 if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -qF 'bad.json: server_list[0]: server_id "localhost\nevil slots=64"' <<<"$out" && [ -z "$(left $pid)" ]
 then echo "ok: bad rank table -> exit 2: $out"; else echo "FAIL: bad rank table -> exit $rc: $out; left: $(left $pid)"; fail=1; fi
 
+# a malformed host file (issue 33): exit 2 in one line naming the file, line and token, before
+# mpirun (whose own parse error is a multi-line box); a line without slots is OpenMPI's and passes
+printf 'node0 slots=2\nthis is : not a hostfile ===\n' > "$tmp/bad-hosts"
+run launch -n 2 --hostfile "$tmp/bad-hosts" --mpirun /bin/false -- --version
+if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -qF "bad-hosts: line 2: 'is' after host this is not KEY=N" <<<"$out"
+then echo "ok: malformed host file -> exit 2: $out"; else echo "FAIL: malformed host file -> exit $rc: $out"; fail=1; fi
+printf 'localhost\n' > "$tmp/plain-hosts"
+run launch -n 2 --hostfile "$tmp/plain-hosts" --dry-run -- --version
+if [ "$rc" = 0 ] && grep -q -- "--hostfile $tmp/plain-hosts" <<<"$out"
+then echo "ok: a host without slots passes to mpirun"; else echo "FAIL: plain host file -> exit $rc: $out"; fail=1; fi
+
 # a fake mpirun: the host file exists while it runs; SIGTERM to the launcher reaches it
 cat > "$tmp/fake-mpirun" <<EOF2
 #!/usr/bin/env bash

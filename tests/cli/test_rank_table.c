@@ -138,5 +138,17 @@ int main(void) {
   CHECK(ts__hostfile_parse("a slots=x\n", 10, &t) == TS_EFORMAT && strstr(ts_last_error(), "'slots=x'"));
   CHECK(ts__hostfile_parse("a slots=0\n", 10, &t) == TS_EFORMAT);
   CHECK(ts__hostfile_parse("# nothing\n\n", 11, &t) == TS_ENOTFOUND);
+  /* the syntax check before mpirun (whose parse error is a multi-line box, issue 33): OpenMPI's
+   * lines pass, a host without slots included; garbage is refused naming its line and token */
+  const char *good = "# hosts\nnode-1.example slots=4 max_slots=8\n10.0.0.2\nuser@gpu_b slots=2 # spare\n[fe80::1] slots=1\n";
+  CHECK_MSG(ts__hostfile_check(good, strlen(good)) == TS_OK, "%s", ts_last_error());
+  const char *bad = "a slots=2\nthis is : not a hostfile ===\n";
+  CHECK(ts__hostfile_check(bad, strlen(bad)) == TS_EFORMAT);
+  CHECK_MSG(strstr(ts_last_error(), "line 2: 'is' after host this is not KEY=N"), "%s", ts_last_error());
+  CHECK(ts__hostfile_check("n slots=abc\n", 12) == TS_EFORMAT && strstr(ts_last_error(), "'slots=abc'"));
+  CHECK(ts__hostfile_check("n slots=\n", 9) == TS_EFORMAT);
+  CHECK(ts__hostfile_check("n =3\n", 5) == TS_EFORMAT);
+  CHECK(ts__hostfile_check("ho$t slots=1\n", 13) == TS_EFORMAT && strstr(ts_last_error(), "line 1: 'ho$t'"));
+  CHECK(ts__hostfile_check("# only a comment\n", 17) == TS_ENOTFOUND);
   return ts_test_finish("test_rank_table");
 }
