@@ -13,8 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
-#include "tessera/data.h"
+#include "tessera/tessera.h"
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_nonfinite: %s: %s\n", what, ts_last_error());
+  exit(1);
+}
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 static int64_t first_nonfinite_f32(const float *x, int64_t n) { /* = src/data/pipeline.c's */
   const uint32_t *u = (const uint32_t *)x;
@@ -60,7 +72,6 @@ static void one(const char *name, int h, int w, int ch, const ts_transform *tf, 
 }
 
 int main(int argc, char **argv) {
-  bench_prog = "bench_nonfinite";
   int reps = 31;
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
