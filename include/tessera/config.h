@@ -264,6 +264,8 @@ typedef struct {
     char cluster[TS_CFG_PATH_MAX]; /* auto_parallel: the cluster searched for (file or built-in name) */
     int search_mode;         /* auto_parallel: ts_search_mode (0 dynamic_programming, 1 sharding_propagation,
                                 2 recursive_programming) */
+    double search_time_budget; /* auto_parallel: seconds the plan search may take; at the end the best plan
+                                  found so far (0: no limit) */
     int auto_tp;             /* auto_parallel: 0 = the outer search picks the degrees; T > 0 = the plan is
                                 data parallel N/T x tensor parallel T, the operators searched */
     int pipeline_stages;     /* pipeline parallel: stages (1 = none) */

@@ -61,11 +61,7 @@ static int write_strategies(const ts_graph *g, const ts_costgraph *cg, const int
     rc = ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
     goto out;
   }
-  for (int j = 0; j < nk && !rc; j++) {
-    char k[512];
-    ts_parallel_op_key(g, j, k, sizeof k);
-    if (!(keys[j] = strdup(k))) rc = ts_error_set(TS_ENOMEM, "auto_parallel: out of memory");
-  }
+  if (!rc) rc = ts__parallel_op_keys(g, nk, keys); /* linear: per node it was quadratic in depth (#33) */
   if (!rc) rc = ts_strategy_set_create(D, 0, out);
   for (int i = 0; i < n && !rc; i++) {
     if (done[i]) continue;

@@ -331,6 +331,11 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
     order[i] = &out[i];
   }
   qsort(order, (size_t)*nout, sizeof *order, cmp_bound);
+  /* progress after 3 s, then every 5 s (rank 0; through the logging hook), and the time budget:
+   * checked between plans, so one plan's build and operator search may overrun it */
+  double t0 = ts_time_now(), next_log = t0 + 3;
+  int done_n = 0, out_of_time = 0, jr = 0, jn = 1;
+  ts_job_rank(&jr, &jn);
   /* first, each (dp, tp, pp) group's most frugal plan (the most micro-batches, recompute, the
    * highest shard stage, one piece per rank): memory only grows from it, so when it does not fit none of the group
    * does; then every plan in the order of its step bound */
@@ -350,6 +355,26 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
           over = 1 + q;
       }
       if (pass == 0 && !frugal) continue;
+      double now = ts_time_now();
+      if (!out_of_time && job->time_budget > 0 && now - t0 >= job->time_budget) out_of_time = 1;
+      if (out_of_time) {
+        snprintf(p->why, sizeof p->why, "not built: the search's time budget (%g s, parallel.search_time_budget) "
+                 "ran out first", job->time_budget);
+        continue;
+      }
+      if (now >= next_log && jr == 0) {
+        char bs[160] = "none yet";
+        if (*best >= 0 && out[*best].fits) {
+          char ps[128];
+          ts_autoplan_str(&out[*best], ps, sizeof ps);
+          snprintf(bs, sizeof bs, "%s, %.3f ms per step", ps, 1e3 * out[*best].pred.step_s);
+        }
+        ts_log(TS_LOG_WARN, "auto_parallel: searching %d devices of %s: %d of %d plans done in %.0f s%s; the best so "
+               "far: %s", N, cl->name, done_n, *nout, now - t0,
+               job->time_budget > 0 ? " (parallel.search_time_budget / --time-budget stops it)" : "", bs);
+        next_log = now + 5;
+      }
+      done_n++;
       if (over) {
         char s[160];
         ts_autoplan_str(&out[over - 1], s, sizeof s);
@@ -359,6 +384,17 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
       price_one(job, N, cl, limit, budget, cut, p, out, best, cache);
     }
   free(order);
+  if (out_of_time && jr == 0 && *best >= 0 && out[*best].fits) {
+    char ps[128];
+    ts_autoplan_str(&out[*best], ps, sizeof ps);
+    ts_log(TS_LOG_WARN, "auto_parallel: the time budget of %g s (parallel.search_time_budget) ran out after %d of %d "
+           "plans: taking the best plan found so far, %s (%.3f ms per step); it may not be the fastest",
+           job->time_budget, done_n, *nout, ps, 1e3 * out[*best].pred.step_s);
+  }
+  if (out_of_time && (*best < 0 || !out[*best].fits))
+    return ts_error_set(TS_ECONFIG, "auto_parallel: no plan that fits was found within the time budget of %g s "
+                        "(parallel.search_time_budget; %d of %d plans done): raise it, or 0 for no limit",
+                        job->time_budget, done_n, *nout);
   if (*best < 0 || !out[*best].fits) {
     double least = 0, lb = 0;
     for (int i = 0; i < *nout; i++) {

@@ -420,6 +420,11 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, const 
   printf("search on %d devices of %s: %d candidate plans, %d built and priced (the others refused or beyond their "
          "bounds) in %.1f s (per-operator search: %s; the cluster from %s)\n", n, cl->name, cnt, built, dt,
          m >= 0 && m < 3 ? smodes[m] : "?", cl_from);
+  int unbuilt = 0; /* plans the time budget left out */
+  for (int i = 0; i < cnt; i++) unbuilt += strstr(all[i].why, "time budget") != NULL;
+  if (unbuilt)
+    printf("stopped by the time budget of %g s: %d plans not built; the chosen plan is the best found so far\n",
+           cfg->parallel.search_time_budget, unbuilt);
   printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
          chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
   if (chosen.tp > 1) {
@@ -483,7 +488,7 @@ static const char *human(double b, char *buf, size_t cap) {
 
 int ts_cli_plan(int argc, char **argv) {
   int n = 0, rank = 0, search = 0, json = 0;
-  double device_mem = 0;
+  double device_mem = 0, time_budget = -1;
   const char *cluster = NULL, *fix = NULL;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   int nrest = 0;
@@ -491,7 +496,7 @@ int ts_cli_plan(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       free(rest);
       printf("usage: tessera plan CONFIG.yaml -n N [--rank R] [--cluster NAME|FILE] [--device-memory SIZE]\n"
-             "       [--fix PLAN | --search] [--json] [--set key=value ...]\n"
+             "       [--fix PLAN | --search [--time-budget S]] [--json] [--set key=value ...]\n"
              "Prints what the config's parallel.mode does on N devices, without MPI and without\n"
              "training: the data cut, every operator's strategy and layouts (semi_auto_parallel),\n"
              "the collectives inserted with bytes per step, and per-rank memory for parameters,\n"
@@ -507,7 +512,8 @@ int ts_cli_plan(int argc, char **argv) {
              "tensor-parallel plan's operator strategies from parallel.search_mode's per-operator search, the\n"
              "default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"
-             "--json: the chosen plan as one JSON object.\n"
+             "--json: the chosen plan as one JSON object. --time-budget S: the search stops after S seconds\n"
+             "with the best plan found so far, and says so (parallel.search_time_budget; 0 = no limit).\n"
              "--device-memory SIZE (16G, 80GiB, 512M): the memory of one device; the plan ends with a verdict,\n"
              "whether rank R's figures (the total above) fit it (exit 2 when not). Without it, --cluster's\n"
              "device memory is used. -n may be left out when the config sets parallel.device_num.\n"
@@ -543,6 +549,17 @@ int ts_cli_plan(int argc, char **argv) {
       i++;
       continue;
     }
+    if (!strcmp(argv[i], "--time-budget") && i + 1 < argc) {
+      char *end;
+      double v = strtod(argv[i + 1], &end);
+      if (end == argv[i + 1] || *end || !(v >= 0) || v > 1e7) {
+        free(rest);
+        return ts_cli_fail(2, "plan: --time-budget needs seconds from 0 to 1e7 (0: no limit), got '%s'", argv[i + 1]);
+      }
+      time_budget = v;
+      i++;
+      continue;
+    }
     if (!strcmp(argv[i], "--fix") && i + 1 < argc) {
       fix = argv[++i];
       continue;
@@ -558,6 +575,7 @@ int ts_cli_plan(int argc, char **argv) {
   int e = ts_cli_load_config("plan", nrest, rest, &cfg, NULL, NULL);
   free(rest);
   if (e) return e;
+  if (time_budget >= 0) cfg.parallel.search_time_budget = time_budget; /* --time-budget over the key */
   if (n < 1) n = cfg.parallel.device_num; /* MindSpore's device_num stands for -n */
   if (n < 1) return ts_cli_fail(2, "plan: give the device count with -n N or parallel.device_num (see tessera plan --help)");
   if (cfg.parallel.device_num > 0 && cfg.parallel.device_num != n)

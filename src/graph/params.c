@@ -1,4 +1,5 @@
 /* The parameter store: flat buffers with named views. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +32,37 @@ struct ts_params {
   int external; /* ts_params_alloc_external: the trainable parameters are held elsewhere (data NULL) */
   int grads_external; /* ts_params_set_grads_external: no gradient buffer (grads NULL) */
   int dry;      /* ts_params_alloc_dry: laid out, nothing allocated (every buffer NULL) */
+  int *hslot;   /* the entries by name (open addressing, -1 free): ts_params_find in O(1), where a
+                 * scan per lookup made building a deep model's store quadratic (#33) */
+  size_t hcap;
 };
+
+static size_t name_slot(const char *s, size_t cap) { /* FNV-1a */
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return (size_t)h & (cap - 1);
+}
+
+static void hash_put(ts_params *p, int id) {
+  size_t h = name_slot(p->e[id].name, p->hcap);
+  while (p->hslot[h] >= 0) h = (h + 1) & (p->hcap - 1);
+  p->hslot[h] = id;
+}
+
+/* Room for one more entry in the index (rebuilt twice as large at half full); 0 on failure: then
+ * ts_params_find scans. */
+static int hash_grow(ts_params *p) {
+  if (p->hslot && 2 * ((size_t)p->n + 1) <= p->hcap) return 1;
+  size_t cap = p->hcap ? 2 * p->hcap : 64;
+  int *ns = malloc(sizeof(int) * cap);
+  free(p->hslot);
+  p->hslot = ns;
+  p->hcap = ns ? cap : 0;
+  if (!ns) return 0;
+  for (size_t i = 0; i < cap; i++) ns[i] = -1;
+  for (int i = 0; i < p->n; i++) hash_put(p, i);
+  return 1;
+}
 
 int ts_params_create(ts_params **out) {
   ts_params *p = calloc(1, sizeof *p);
@@ -44,6 +75,7 @@ void ts_params_free(ts_params *p) {
   if (!p) return;
   for (int i = 0; i < p->n; i++) free(p->e[i].name);
   free(p->e);
+  free(p->hslot);
   ts_free(p->data);
   ts_free(p->grads);
   ts_free(p->states);
@@ -51,6 +83,11 @@ void ts_params_free(ts_params *p) {
 }
 
 int ts_params_find(const ts_params *p, const char *name) {
+  if (p->hslot) { /* the first entry of that name: insertion order along the probe chain */
+    for (size_t h = name_slot(name, p->hcap); p->hslot[h] >= 0; h = (h + 1) & (p->hcap - 1))
+      if (!strcmp(p->e[p->hslot[h]].name, name)) return p->hslot[h];
+    return -1;
+  }
   for (int i = 0; i < p->n; i++)
     if (!strcmp(p->e[i].name, name)) return i;
   return -1;
@@ -77,6 +114,7 @@ static int add_entry(ts_params *p, const char *fn, const char *name, ts_shape sh
   e->init = init;
   e->flags = flags;
   e->grad_val = -1;
+  if (hash_grow(p)) hash_put(p, p->n);
   size_t n = (size_t)ts_shape_numel(&shape);
   if (flags & TS_PARAM_STATE) {
     e->offset = p->state_numel;

@@ -102,6 +102,9 @@ const ts_strategy_set *ts_parallel_strategies(const ts_parallel *p);
  * ("transformer.h.0.mlp.c_fc.dense"); the k-th further node with the same key gets "_k"
  * appended ("..attn.reshape_1"). Writes at most cap bytes; returns buf. */
 char *ts_parallel_op_key(const ts_graph *g, int node, char *buf, size_t cap);
+/* The keys of nodes 0..n-1 at once in linear time (keys[j] malloc'ed, the caller frees them):
+ * ts_parallel_op_key per node rescans the nodes before it, quadratic over a graph. */
+int ts__parallel_op_keys(const ts_graph *g, int n, char **keys);
 
 /* Bytes one rank sends per run of g through its collective ops (ring formulas of
  * docs/layout.md with each op's group size): which = 0 forward ops only, 1 backward ops only

@@ -244,7 +244,9 @@ fail: {
 
 /* Lays out every deferred shape op hanging off parameter `root`, in node order. */
 static int flush_deferred(ts_parallel *p, int root) {
-  for (int j = 0; j < p->nfwd; j++) {
+  /* def_lo/def_hi re-read: laying a node out may defer or flush others (they keep the range a
+   * superset of the deferred nodes) */
+  for (int j = p->def_lo; j <= p->def_hi && j < p->nfwd; j++) {
     ts__nst *ns = &p->n[j];
     if (!ns->deferred) continue;
     const ts__pnode nd_ = ts__pnode_get(p->g, j), *nd = &nd_;
@@ -254,6 +256,10 @@ static int flush_deferred(ts_parallel *p, int root) {
     int rc = ts__pass_node(p, j);
     if (rc) return rc;
   }
+  /* narrow the range to the deferred nodes left (at most what was just scanned) */
+  while (p->def_lo <= p->def_hi && !p->n[p->def_lo].deferred) p->def_lo++;
+  while (p->def_hi >= p->def_lo && !p->n[p->def_hi].deferred) p->def_hi--;
+  if (p->def_lo > p->def_hi) p->def_lo = p->nfwd, p->def_hi = -1;
   return TS_OK;
 }
 
@@ -536,6 +542,7 @@ int ts_parallel_run(const ts_graph *g, const ts_params *gp, const ts_val *outs, 
   p->N = cfg->ndevices;
   p->rank = cfg->rank;
   p->nfwd = ts_graph_num_nodes(g);
+  p->def_lo = p->nfwd, p->def_hi = -1;
   p->nouts = nout;
   p->v = calloc((size_t)ts_graph_num_values(g) + 1, sizeof *p->v);
   p->n = calloc((size_t)ts_graph_num_nodes(g) + 1, sizeof *p->n);

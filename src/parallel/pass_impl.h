@@ -125,6 +125,8 @@ struct ts_parallel {
   ts__vst *v;       /* per global value */
   ts__nst *n;       /* per global node */
   int nfwd;         /* forward nodes (all nodes of g) */
+  int def_lo, def_hi; /* every deferred node lies in [def_lo, def_hi] (empty: lo > hi), so a flush
+                         scans that range, not the graph: a scan per parameter was quadratic (#33) */
   ts__redist_rec *rd;
   int nrd, caprd;
   ts__slot *slots;

@@ -547,6 +547,8 @@ int ts__pass_node(ts_parallel *p, int ni) {
    * is not known yet wait for the parameter's consumer */
   if ((is_view_op(nd->op) || nd->op == TS_OP_CAST || nd->op == TS_OP_COPY) && p->v[nd->in[0]].pending) {
     ns->deferred = 1;
+    if (ni < p->def_lo) p->def_lo = ni;
+    if (ni > p->def_hi) p->def_hi = ni;
     ns->how = TS__HOW_VIEW;
     for (int k = 0; k < nd->nout; k++) {
       ts__vst *o = &p->v[nd->out[k]];

@@ -1,6 +1,7 @@
 /* Pipeline stage cuts (src/parallel/stage.h): assigning nodes to pieces, and building one
  * piece's graph with SEND/RECV on its cut edges. Pure: graphs and stores only. */
 #include <float.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,22 +274,37 @@ int ts_stage_assign(const ts_graph *g, int npieces, const ts_stage_rule *rules, 
   return nrules > 0 ? assign_rules(g, npieces, rules, nrules, piece) : assign_auto(g, npieces, piece);
 }
 
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
 int ts_stage_assign_like(const ts_graph *ref, const int *ref_piece, const ts_graph *g, int npieces, int *piece) {
   int n = ts_graph_num_nodes(g), nr = ts_graph_num_nodes(ref);
-  /* names are unique per graph; both graphs are built in the same order, so a forward scan
-   * with a moving start finds namesakes in near-linear time */
-  int at = 0;
+  /* names are unique per graph: each node takes its namesake's piece, found through a hash of the
+   * reference's names (a scan per node was quadratic where g has nodes ref lacks: a search
+   * building hundreds of plans of a deep model spent a third of its time here, #33) */
+  size_t cap = 16;
+  while (cap < 2 * (size_t)nr + 1) cap *= 2;
+  int *slot = malloc(sizeof(int) * cap);
+  if (!slot) return ts_error_set(TS_ENOMEM, "stage cut: out of memory");
+  for (size_t i = 0; i < cap; i++) slot[i] = -1;
+  for (int r = 0; r < nr; r++) {
+    size_t h = (size_t)name_hash(ts_graph_node_name(ref, r)) & (cap - 1);
+    while (slot[h] >= 0) h = (h + 1) & (cap - 1);
+    slot[h] = r;
+  }
   for (int j = 0; j < n; j++) {
     piece[j] = -1;
     const char *nm = ts_graph_node_name(g, j);
-    for (int t = 0; t < nr && piece[j] < 0; t++) {
-      int r = (at + t) % nr;
-      if (!strcmp(ts_graph_node_name(ref, r), nm)) {
-        piece[j] = ref_piece[r];
-        at = r + 1;
+    for (size_t h = (size_t)name_hash(nm) & (cap - 1); slot[h] >= 0; h = (h + 1) & (cap - 1))
+      if (!strcmp(ts_graph_node_name(ref, slot[h]), nm)) {
+        piece[j] = ref_piece[slot[h]];
+        break;
       }
-    }
   }
+  free(slot);
   fill_free(g, piece);
   /* an evaluation graph may lack the last pieces' loss-only nodes: do not require every piece */
   for (int j = 0; j < n; j++)

@@ -682,11 +682,16 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
   cg->chain_rev = malloc(sizeof(int) * (size_t)(nn + 1));
   cg->ops = calloc((size_t)nn + 1, sizeof *cg->ops);
   owner_t *owner = malloc(sizeof *owner * (size_t)(nv + 1));
+  char **keys = NULL;
   if (!cg->op_of_node || !cg->chain || !cg->chain_rev || !cg->ops || !owner) {
     rc = ts_error_set(TS_ENOMEM, "search: out of memory");
     goto done;
   }
   for (int v = 0; v < nv; v++) owner[v].op = -1;
+  /* every node's key at once (per node, a rescan of the nodes before it: quadratic in depth, #33) */
+  keys = calloc((size_t)nn + 1, sizeof *keys);
+  if (!keys) rc = ts_error_set(TS_ENOMEM, "search: out of memory");
+  if (rc || (rc = ts__parallel_op_keys(g, nn, keys))) goto done;
   for (int j = 0; j < nn; j++) {
     cg->op_of_node[j] = -1;
     if (ts_graph_node_is_backward(g, j)) {
@@ -697,10 +702,9 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
     ts__cg_op *o = &cg->ops[cg->nops];
     memset(o, 0, sizeof *o);
     if (!ts__pass_map_op(g, j, &o->m)) continue;
-    char key[512];
-    ts_parallel_op_key(g, j, key, sizeof key);
     o->node = j;
-    o->key = strdup(key);
+    o->key = keys[j]; /* taken */
+    keys[j] = NULL;
     o->dataset_input = -1;
     for (int k = 0; k < o->m.nin; k++) o->shapes[k] = *ts_graph_value_shape(g, ts_graph_node_input(g, j, o->m.gin[k]));
     cg->op_of_node[j] = cg->nops++;
@@ -769,6 +773,8 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
     for (int k = 0; k < cg->ops[i].m.nin && !rc; k++) rc = connect_input(cg, i, k, owner);
   if (!rc) connect_sinks(cg);
 done:
+  for (int j = 0; keys && j < nn; j++) free(keys[j]);
+  free(keys);
   free(owner);
   if (rc) {
     ts_costgraph_free(cg);

@@ -72,12 +72,18 @@ typedef struct {
 } step;
 
 typedef struct {
+  int n, cap, *t; /* the tables mentioning a node, ascending (dead ones dropped as met) */
+} inc_list;
+
+typedef struct {
   const ts_costgraph *cg;
   table *t;
   int nt, capt;
   step *s;
   int ns;
   double constant;
+  inc_list *inc; /* per node: so a node's tables are found without scanning them all (#33: the
+                  * scans made the search cubic in the layer count) */
 } elim;
 
 static size_t scope_size(const ts_costgraph *cg, const int *vars, int n) {
@@ -97,12 +103,33 @@ static int push_table(elim *E, int n, const int *vars, double *t) {
     E->t = q;
     E->capt = nc;
   }
+  for (int k = 0; k < n; k++) {
+    inc_list *l = &E->inc[vars[k]];
+    if (l->n == l->cap) {
+      int nc = l->cap ? 2 * l->cap : 8;
+      int *q = realloc(l->t, sizeof *q * (size_t)nc);
+      if (!q) return ts_error_set(TS_ENOMEM, "search: out of memory");
+      l->t = q;
+      l->cap = nc;
+    }
+    l->t[l->n++] = E->nt;
+  }
   table *x = &E->t[E->nt++];
   x->n = n;
   memcpy(x->vars, vars, sizeof(int) * (size_t)n);
   x->t = t;
   x->alive = 1;
   return TS_OK;
+}
+
+/* The alive tables mentioning v, ascending (the list compacted in place). */
+static const inc_list *live(const elim *E, int v) {
+  inc_list *l = &E->inc[v];
+  int k = 0;
+  for (int i = 0; i < l->n; i++)
+    if (E->t[l->t[i]].alive) l->t[k++] = l->t[i];
+  l->n = k;
+  return l;
 }
 
 /* Adds table b into a (same scope). */
@@ -114,7 +141,9 @@ static void add_into(const ts_costgraph *cg, table *a, const table *b) {
 /* Merges table `ti` with an alive table over the same nodes (edge elimination). 1 if merged. */
 static int merge_same(elim *E, int ti) {
   table *x = &E->t[ti];
-  for (int j = 0; j < E->nt; j++) {
+  const inc_list *l = live(E, x->vars[0]); /* a table over the same nodes mentions the first */
+  for (int li = 0; li < l->n; li++) {
+    int j = l->t[li];
     table *y = &E->t[j];
     if (j == ti || !y->alive || y->n != x->n || memcmp(y->vars, x->vars, sizeof(int) * (size_t)x->n)) continue;
     add_into(E->cg, y, x);
@@ -131,6 +160,8 @@ static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(co
 static void free_elim(elim *E) {
   for (int i = 0; i < E->nt; i++) free(E->t[i].t);
   for (int i = 0; i < E->ns; i++) free(E->s[i].arg);
+  for (int v = 0; E->inc && v < E->cg->nops; v++) free(E->inc[v].t);
+  free(E->inc);
   free(E->t);
   free(E->s);
 }
@@ -138,12 +169,9 @@ static void free_elim(elim *E) {
 /* The neighbours of v among the alive tables (ascending), their count. */
 static int neighbours(const elim *E, int v, int *nb) {
   int n = 0;
-  for (int i = 0; i < E->nt; i++) {
-    const table *x = &E->t[i];
-    if (!x->alive) continue;
-    int has = 0;
-    for (int k = 0; k < x->n; k++) has |= x->vars[k] == v;
-    if (!has) continue;
+  const inc_list *l = live(E, v);
+  for (int li = 0; li < l->n; li++) {
+    const table *x = &E->t[l->t[li]];
     for (int k = 0; k < x->n; k++) {
       int w = x->vars[k], dup = w == v;
       for (int q = 0; q < n && !dup; q++) dup = nb[q] == w;
@@ -158,24 +186,16 @@ static int neighbours(const elim *E, int v, int *nb) {
 }
 
 static int joined(const elim *E, int a, int b) {
-  for (int i = 0; i < E->nt; i++) {
-    const table *x = &E->t[i];
-    if (!x->alive) continue;
-    int ha = 0, hb = 0;
-    for (int k = 0; k < x->n; k++) ha |= x->vars[k] == a, hb |= x->vars[k] == b;
-    if (ha && hb) return 1;
+  const inc_list *l = live(E, a);
+  for (int li = 0; li < l->n; li++) {
+    const table *x = &E->t[l->t[li]];
+    for (int k = 0; k < x->n; k++)
+      if (x->vars[k] == b) return 1;
   }
   return 0;
 }
 
-/* 1 if op v has an incoming edge in the cost graph (it consumes another op's output). */
-static int has_in_edge(const ts_costgraph *cg, int v) {
-  for (int e = 0; e < cg->nedges; e++)
-    if (cg->edges[e].v == v) return 1;
-  return 0;
-}
-
-static int eliminate(elim *E, int v, ts_search_result *res) {
+static int eliminate(elim *E, int v, const char *in_edge, ts_search_result *res) {
   const ts_costgraph *cg = E->cg;
   int nb[MAX_SCOPE + 1];
   int n = neighbours(E, v, nb);
@@ -187,24 +207,22 @@ static int eliminate(elim *E, int v, ts_search_result *res) {
                         cg->ops[v].key, n);
   int kind;
   if (n == 0) kind = 6;
-  else if (n == 1) kind = has_in_edge(cg, v) ? 3 : 2;
+  else if (n == 1) kind = in_edge[v] ? 3 : 2;
   else if (n == 2) kind = joined(E, nb[0], nb[1]) ? 4 : 0;
   else kind = 5;
   /* the tables mentioning v, with each var's stride in them */
-  int nf = 0, *fi = malloc(sizeof(int) * (size_t)E->nt + 1);
-  size_t *stride = malloc(sizeof(size_t) * ((size_t)E->nt + 1) * (MAX_SCOPE + 1)); /* [f][pos in nb, then v] */
+  const inc_list *lv = live(E, v);
+  int nf = 0, *fi = malloc(sizeof(int) * ((size_t)lv->n + 1));
+  size_t *stride = malloc(sizeof(size_t) * ((size_t)lv->n + 1) * (MAX_SCOPE + 1)); /* [f][pos in nb, then v] */
   double *nt = malloc(sizeof(double) * P);
   int *arg = malloc(sizeof(int) * P);
   if (!fi || !stride || !nt || !arg) {
     free(fi), free(stride), free(nt), free(arg);
     return ts_error_set(TS_ENOMEM, "search: out of memory");
   }
-  for (int i = 0; i < E->nt; i++) {
+  for (int li = 0; li < lv->n; li++) {
+    int i = lv->t[li];
     table *x = &E->t[i];
-    if (!x->alive) continue;
-    int has = 0;
-    for (int k = 0; k < x->n; k++) has |= x->vars[k] == v;
-    if (!has) continue;
     size_t *st = &stride[(size_t)nf * (MAX_SCOPE + 1)];
     for (int q = 0; q <= n; q++) st[q] = 0;
     size_t s = 1;
@@ -271,12 +289,16 @@ static int run_dp(const ts_costgraph *cg, int *choice, ts_search_result *res, do
   E.cg = cg;
   int N = cg->nops, rc = TS_OK;
   E.s = calloc((size_t)N + 1, sizeof *E.s);
-  char *done = calloc((size_t)N + 1, 1);
-  if (!E.s || !done) {
-    free(done);
-    free(E.s);
+  E.inc = calloc((size_t)N + 1, sizeof *E.inc);
+  char *done = calloc((size_t)N + 1, 1), *in_edge = calloc((size_t)N + 1, 1);
+  int *kn = malloc(sizeof(int) * ((size_t)N + 1));
+  size_t *ks = malloc(sizeof(size_t) * ((size_t)N + 1));
+  if (!E.s || !E.inc || !done || !in_edge || !kn || !ks) {
+    free(done), free(in_edge), free(kn), free(ks);
+    free(E.s), free(E.inc);
     return ts_error_set(TS_ENOMEM, "search: out of memory");
   }
+  for (int e = 0; e < cg->nedges; e++) in_edge[cg->edges[e].v] = 1; /* it consumes another op's output */
   for (int i = 0; i < N && !rc; i++) {
     double *t = malloc(sizeof(double) * (size_t)cg->ops[i].ncand);
     if (!t) rc = ts_error_set(TS_ENOMEM, "search: out of memory");
@@ -309,19 +331,32 @@ static int run_dp(const ts_costgraph *cg, int *choice, ts_search_result *res, do
     }
     if (merge_same(&E, E.nt - 1) && res) res->eliminated[1]++;
   }
-  /* eliminate: fewest neighbours, then the smallest table, then the lowest index */
+  /* eliminate: fewest neighbours, then the smallest table, then the lowest index. Each node's
+   * (neighbours, table size) is kept and recomputed only for the eliminated node's neighbours (the
+   * only nodes whose tables changed): linear work per step where recomputing every node's from
+   * every table was cubic in the graph's size overall */
+  int nb[MAX_SCOPE + 1];
+  for (int v = 0; v < N && !rc; v++) {
+    kn[v] = neighbours(&E, v, nb);
+    ks[v] = kn[v] > MAX_SCOPE ? MAX_TABLE + 1 : scope_size(cg, nb, kn[v]);
+  }
   for (int it = 0; it < N && !rc; it++) {
     int best = -1, bn = 0;
     size_t bs = 0;
-    int nb[MAX_SCOPE + 1];
     for (int v = 0; v < N; v++) {
       if (done[v]) continue;
-      int n = neighbours(&E, v, nb);
-      size_t s = n > MAX_SCOPE ? MAX_TABLE + 1 : scope_size(cg, nb, n);
-      if (best < 0 || n < bn || (n == bn && s < bs)) best = v, bn = n, bs = s;
+      if (best < 0 || kn[v] < bn || (kn[v] == bn && ks[v] < bs)) best = v, bn = kn[v], bs = ks[v];
     }
     done[best] = 1;
-    rc = eliminate(&E, best, res);
+    int n = neighbours(&E, best, nb), around[MAX_SCOPE + 1];
+    if (n > MAX_SCOPE) n = 0; /* eliminate refuses it below */
+    memcpy(around, nb, sizeof(int) * (size_t)n);
+    rc = eliminate(&E, best, in_edge, res);
+    for (int q = 0; q < n && !rc; q++) {
+      int w = around[q];
+      kn[w] = neighbours(&E, w, nb);
+      ks[w] = kn[w] > MAX_SCOPE ? MAX_TABLE + 1 : scope_size(cg, nb, kn[w]);
+    }
   }
   if (!rc) {
     /* replay backwards */
@@ -333,7 +368,7 @@ static int run_dp(const ts_costgraph *cg, int *choice, ts_search_result *res, do
     }
     if (res) res->elim_cost = E.constant;
   }
-  free(done);
+  free(done), free(in_edge), free(kn), free(ks);
   free_elim(&E);
   return rc;
 }

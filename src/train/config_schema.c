@@ -309,6 +309,10 @@ const ts__cfg_key ts__cfg_keys[] = {
      "names): dynamic_programming (the cost graph's exact optimum by elimination), sharding_propagation "
      "(from the operators in parallel.strategies to their neighbours), recursive_programming (fast "
      "symbolic cuts); docs/auto-parallel.md"},
+    {"parallel.search_time_budget", CT_FLOAT, FLD(parallel.search_time_budget), "0", NULL, 0, 1e7, 0, 0, 0,
+     "auto_parallel and `tessera plan --search`: seconds the plan search may take; when they are spent "
+     "the best plan priced so far is taken and the search says so (the plans not built yet are listed "
+     "as such); 0 = no limit. The search logs its progress every few seconds once it has run 3 s"},
     {"parallel.auto_tp", CT_INT, FLD(parallel.auto_tp), "0", NULL, 0, 1048576, 0, 0, 0,
      "auto_parallel: 0 = the outer search picks the data, tensor and pipeline degrees; T > 0 = the plan is "
      "data parallel N/(T P) x tensor parallel T x parallel.pipeline_stages P with the operator strategies "

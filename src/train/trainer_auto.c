@@ -66,6 +66,7 @@ int ts__train_auto_job(const ts_config *c, ts_model_fn fn, void *user, ts__auto_
   j->optim_slots = ts_optim_kind_num_slots(c->optimizer.name);
   j->amp_level = c->train.amp_level;
   j->search_mode = c->parallel.search_mode;
+  j->time_budget = c->parallel.search_time_budget;
   if (c->model.name == TS_MODEL_GPT) {
     ts_config_gpt(c, &a->gpt);
     j->gpt = &a->gpt;

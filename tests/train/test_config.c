@@ -172,6 +172,7 @@ static const struct {
     {"parallel.enable_parallel_optimizer", "true"}, /* agrees with optimizer_shard 1 */
     {"parallel.cluster", "dgx-a100-80g"},
     {"parallel.search_mode", "sharding_propagation"},
+    {"parallel.search_time_budget", "30"},
     {"parallel.auto_tp", "4"},
     {"parallel.pipeline_stages", "4"},
     {"parallel.micro_batches", "4"}, /* agrees with micro_batch_size 64 of 256 */
