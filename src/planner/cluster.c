@@ -161,6 +161,16 @@ int ts_cluster_validate(const ts_cluster *c, const char *label) {
   return TS_OK;
 }
 
+/* s for a one-line message: control characters escaped as JSON does, cut at 60 characters. */
+static const char *shown(const char *s, char *buf, size_t cap) {
+  ts__sb b;
+  memset(&b, 0, sizeof b);
+  ts__sb_json_str(&b, s);
+  snprintf(buf, cap, "%.60s%s", b.s ? b.s : "", b.s && b.n > 60 ? "..." : "");
+  free(b.s);
+  return buf;
+}
+
 int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
   memset(out, 0, sizeof *out);
   if (!path_or_name) return ts_error_set(TS_EINVAL, "ts_cluster_load: no name");
@@ -202,8 +212,9 @@ int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
       char known[512] = "";
       size_t n = 0;
       for (int q = 0; q < NFIELDS; q++) ts__app(known, sizeof known, &n, "%s%s", q ? ", " : "", fields[q].key);
+      char kb[80];
       rc = ts_error_set(TS_ECONFIG, "%s:%zu: unknown cluster key '%s' (known: %s)", path_or_name, k->start_mark.line + 1,
-                        key, known);
+                        shown(key, kb, sizeof kb), known);
       break;
     }
     if (!v || v->type != YAML_SCALAR_NODE) {
@@ -225,8 +236,9 @@ int ts_cluster_load(const char *path_or_name, ts_cluster *out) {
     errno = 0;
     double d = strtod(s, &end);
     if (end == s || *end || errno || !isfinite(d) || (fields[i].kind == 1 && (d != floor(d) || d > 1e9))) {
+      char vb[80];
       rc = ts_error_set(TS_ECONFIG, "%s:%zu: %s: expected %s, got '%s'", path_or_name, v->start_mark.line + 1, key,
-                        fields[i].kind == 1 ? "a whole number" : "a number", s);
+                        fields[i].kind == 1 ? "a whole number" : "a number", shown(s, vb, sizeof vb));
       break;
     }
     if (fields[i].kind == 1) *(int *)p = (int)d;

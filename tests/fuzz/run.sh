@@ -3,7 +3,7 @@
 # build, into build-fuzz/, and runs each for a while on a copy of the committed seed corpus.
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]      SECONDS per target (default 120); TARGET: records,
 #                                                idx, rank_table, metrics, safetensors, manifest,
-#                                                config, strategy (default all)
+#                                                config, strategy, cluster (default all)
 #   tests/fuzz/run.sh --replay [TARGET...]       only runs every committed input once (no fuzzing);
 #                                                without clang's libFuzzer it prints "SKIP: reason"
 #                                                and exits 77 instead of installing it (the ctests
@@ -21,7 +21,7 @@
 # statistics (stat::number_of_executed_units, ...) are printed for each target.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-all="records idx rank_table metrics safetensors manifest config strategy"
+all="records idx rank_table metrics safetensors manifest config strategy cluster"
 replay=0
 if [ "${1:-}" = "--replay" ]; then
   replay=1
