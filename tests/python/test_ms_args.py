@@ -224,6 +224,30 @@ class TestArgs(unittest.TestCase):
         self.raises(TypeError, "For 'SequentialSampler', the 'num_samples'", ds.SequentialSampler, None, 4.0)
         self.assertEqual(d.batch(np.int64(16)).batch_size, 16)
 
+    def test_vision(self):
+        """The image transforms truncated or coerced (RandomCrop(padding=2.5) -> 2, prob="0.5")."""
+        self.raises(TypeError, "For 'RandomCrop', the 'padding' must be an int or a tuple", vision.RandomCrop, 28,
+                    padding=2.5)
+        self.raises(TypeError, "For 'RandomCrop', the 'size' must be an int", vision.RandomCrop, 28.0)
+        self.raises(ValueError, "For 'Resize', the 'size[0]' must be a positive int, but got 0.", vision.Resize, (0, 32))
+        self.raises(TypeError, "For 'Resize', the 'size' must be an int or a tuple of ints, but element 1 is float",
+                    vision.Resize, (32, 32.5))
+        self.raises(TypeError, "For 'CenterCrop', the 'size' must be an int", vision.CenterCrop, "24")
+        self.raises(TypeError, "For 'RandomHorizontalFlip', the 'prob' must be a float, but got str '0.5'.",
+                    vision.RandomHorizontalFlip, "0.5")
+        self.raises(ValueError, "For 'RandomVerticalFlip', the 'prob' must be >= 0 and <= 1, but got 1.5.",
+                    vision.RandomVerticalFlip, 1.5)
+        self.raises(ValueError, "For 'Normalize', the 'std[0]' must be > 0, but got 0.0.", vision.Normalize, [0.5],
+                    [0.0])
+        self.raises(TypeError, "For 'Normalize', the 'mean' must be a list or tuple of floats", vision.Normalize, 0.5,
+                    [1.0])
+        self.raises(TypeError, "For 'Rescale', the 'rescale' must be a float", vision.Rescale, "1/255")
+        self.raises(ValueError, "For 'RandomErasing', the 'scale' and 'ratio' must be (min, max) pairs",
+                    vision.RandomErasing, scale=(0.1,))
+        self.assertEqual(vision.RandomCrop(28, padding=(2, 2, 2, 2)).p, 2)
+        self.assertEqual(vision.Resize(np.int64(32)).items(False)[0]["size"], 32)
+        self.assertEqual(vision.Resize([32, 24]).items(False)[0]["size"], [32, 24])
+
     # ---- callbacks' own arguments, Parameter, contexts ----
     def test_misc(self):
         self.raises(TypeError, "For 'LossMonitor', the 'per_print_times' must be an int, but got float 1.5.",

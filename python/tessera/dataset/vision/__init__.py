@@ -5,6 +5,14 @@ classes under MindSpore 1.x's module names."""
 import enum
 
 from .._op import Op
+from ..._validator import check_float, check_int, check_int_or_tuple
+
+
+def _floats(value, name, where, minimum=None, min_open=False):
+    if not isinstance(value, (list, tuple)):
+        raise TypeError("For '%s', the '%s' must be a list or tuple of floats, but got %s %r."
+                        % (where, name, type(value).__name__, value))
+    return [check_float(v, "%s[%d]" % (name, i), where, minimum, min_open=min_open) for i, v in enumerate(value)]
 
 __all__ = ["Rescale", "Normalize", "HWC2CHW", "ToTensor", "RandomCrop", "CenterCrop", "Resize",
            "RandomHorizontalFlip", "RandomVerticalFlip", "RandomErasing", "Decode", "Inter", "Border"]
@@ -30,15 +38,17 @@ class Border(str, enum.Enum):
     SYMMETRIC = "symmetric"
 
 
-def _size(size):
-    return size if isinstance(size, int) else list(size)
+def _size(size, where="size"):
+    """An int (the shorter side / a square), or (height, width): positive ints."""
+    t = check_int_or_tuple(size, "size", where, n=2, minimum=1, lengths=(1, 2))
+    return [int(v) for v in size] if isinstance(size, (tuple, list)) else t[0]
 
 
 class Rescale(Op):
     """x * rescale + shift, to float32."""
 
     def __init__(self, rescale, shift=0.0):
-        self.rescale, self.shift = float(rescale), float(shift)
+        self.rescale, self.shift = check_float(rescale, "rescale", "Rescale"), check_float(shift, "shift", "Rescale")
 
     def items(self, have_float):
         return [{"name": "to_float", "scale": self.rescale, "shift": self.shift}]
@@ -51,7 +61,8 @@ class Normalize(Op):
     def __init__(self, mean, std, is_hwc=True):
         if not is_hwc:
             raise ValueError("Normalize(is_hwc=False): only HWC images (put HWC2CHW after Normalize)")
-        self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]
+        self.mean = _floats(mean, "mean", "Normalize")
+        self.std = _floats(std, "std", "Normalize", 0.0, min_open=True)
 
     def items(self, have_float):
         pre = [] if have_float else [{"name": "to_float", "scale": 1.0}]
@@ -83,21 +94,21 @@ class RandomCrop(Op):
     """Zero padding (int, or 2/4 equal values) then a crop at a random offset."""
 
     def __init__(self, size, padding=None, pad_if_needed=False, fill_value=0, padding_mode=Border.CONSTANT):
+        _size(size, "RandomCrop")
         if padding is None:
             p = 0
-        elif isinstance(padding, int):
-            p = padding
         else:
-            if len(set(padding)) != 1:
+            pads = check_int_or_tuple(padding, "padding", "RandomCrop", n=4, minimum=0, lengths=(1, 2, 4))
+            if len(set(pads)) != 1:
                 raise ValueError("RandomCrop(padding=%r): only the same padding on every side" % (padding,))
-            p = padding[0]
+            p = pads[0]
         if fill_value not in (0, (0, 0, 0)):
             raise ValueError("RandomCrop(fill_value=%r): Tessera pads with 0" % (fill_value,))
         if padding_mode not in (Border.CONSTANT, "constant"):
             raise ValueError("RandomCrop(padding_mode=%r): only Border.CONSTANT (zeros)" % (padding_mode,))
         if pad_if_needed:
             raise ValueError("RandomCrop(pad_if_needed=True): not supported (Resize first)")
-        self.size, self.p = size, int(p)
+        self.size, self.p = size, p
 
     def items(self, have_float):
         return [{"name": "random_crop", "size": _size(self.size), "padding": self.p}]
@@ -105,6 +116,7 @@ class RandomCrop(Op):
 
 class CenterCrop(Op):
     def __init__(self, size):
+        _size(size, "CenterCrop")
         self.size = size
 
     def items(self, have_float):
@@ -117,6 +129,7 @@ class Resize(Op):
     def __init__(self, size, interpolation=Inter.LINEAR):
         if interpolation != Inter.LINEAR:
             raise ValueError("Resize(interpolation=%r): Tessera's resize is bilinear (Inter.LINEAR)" % (interpolation,))
+        _size(size, "Resize")
         self.size = size
 
     def items(self, have_float):
@@ -125,7 +138,7 @@ class Resize(Op):
 
 class RandomHorizontalFlip(Op):
     def __init__(self, prob=0.5):
-        self.p = float(prob)
+        self.p = check_float(prob, "prob", type(self).__name__, 0.0, 1.0)
 
     def items(self, have_float):
         return [{"name": "hflip", "p": self.p}]
@@ -142,7 +155,12 @@ class RandomErasing(Op):
     def __init__(self, prob=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False, max_attempts=10):
         if value != 0:
             raise ValueError("RandomErasing(value=%r): Tessera erases with 0" % (value,))
-        self.p, self.scale, self.ratio = float(prob), [float(x) for x in scale], [float(x) for x in ratio]
+        self.p = check_float(prob, "prob", "RandomErasing", 0.0, 1.0)
+        self.scale = _floats(scale, "scale", "RandomErasing", 0.0)
+        self.ratio = _floats(ratio, "ratio", "RandomErasing", 0.0, min_open=True)
+        if len(self.scale) != 2 or len(self.ratio) != 2:
+            raise ValueError("For 'RandomErasing', the 'scale' and 'ratio' must be (min, max) pairs, but got %r and %r."
+                             % (scale, ratio))
 
     def items(self, have_float):
         return [{"name": "random_erasing", "p": self.p, "scale": self.scale, "ratio": self.ratio}]
