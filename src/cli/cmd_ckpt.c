@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../io/ckpt_impl.h"
+#include "io/ckpt_files.h"
 #include "cli.h"
 #include "tessera/checkpoint.h"
 #include "tessera/tessera.h"

@@ -27,9 +27,7 @@ int ts__ckpt_write(const char *path, const ts_ckpt_state *st, const ts__ckpt_ten
 /* ts_ckpt_export_params of a sliced checkpoint: the parameters and buffers read whole from the
  * rank files (merged as they are read; optimizer state never read), written as a whole export. */
 int ts__ckpt_sliced_export(const char *dir, const char *out);
-/* 1 if a file of that name belongs in a sliced checkpoint directory: the manifest, a rank file,
- * the strategy file, or the atomic writer's temporary of one of them. */
-int ts__ckpt_dir_own(const char *name);
+#include "ckpt_files.h" /* ts__ckpt_dir_own */
 /* Removes a sliced checkpoint directory's own files (the manifest first) and the directory when
  * that empties it. Returns TS_OK, or TS_EIO naming what could not be removed (foreign files left
  * in it: TS_EIO naming one of them). */
