@@ -21,6 +21,12 @@ data: {name: text, path: '$tmp/in.txt', seq_len: 128, val_fraction: 0.1, transfo
 train: {steps: 2, batch_size: 32}
 YAML
 bound=150
+if [ -n "${TESSERA_TEST_SANITIZED:-}" ]; then
+  # under ASan + UBSan the whole search is pure search compute several times slower (the Release
+  # run makes it, as planner_cli_test.sh's big searches): only the budget's stop is checked here
+  echo "ok: the whole 200-layer search: SKIPPED under sanitizers (the Release run checks its time)"
+  dt=1000000
+else
 t0=$(date +%s.%N)
 run plan "$tmp/deep.yaml" -n 4 --search --cluster dgx-a100-80g
 dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
@@ -32,6 +38,7 @@ else bad "200 layers: rc $rc, $dt s (bound $bound s): $(echo "$out" | grep -v '^
 if [ "$(awk -v t="$dt" 'BEGIN { print (t >= 8) }')" = 0 ] || echo "$out" | grep -q "^tessera warning: auto_parallel: searching 4 devices of dgx-a100-80g: [0-9]* of 156 plans done in [0-9]* s"; then
   ok "progress on stderr after a few seconds"
 else bad "no progress line in a $dt s search"; fi
+fi
 for how in "--time-budget 3" "--set parallel.search_time_budget=3"; do
   t0=$(date +%s.%N)
   run plan "$tmp/deep.yaml" -n 4 --search --cluster dgx-a100-80g $how
