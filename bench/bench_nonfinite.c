@@ -1,9 +1,9 @@
-/* The cost of the data pipeline's non-finite check (src/data/pipeline.c, first_nonfinite_f32: every
- * f32 batch is scanned for inf/NaN before it is stacked, issue #33) next to what the batch costs
- * anyway: the transforms that made it. Batches of 64 CIFAR-shaped images (32x32x3 u8 -> random
+/* The cost of the data pipeline's non-finite check (ts__first_nonfinite_f32, src/data/pipeline.c:
+ * every f32 batch is scanned for inf/NaN before it is stacked, issue #33) next to what the batch
+ * costs anyway: the transforms that made it. Batches of 64 CIFAR-shaped images (32x32x3 u8 -> random
  * crop 32 pad 4, hflip, to_float, normalize, HWC->CHW: bench_data's chain) and of 64 Fashion-MNIST
- * ones (28x28x1 -> to_float, normalize); the scan is the same loop as the pipeline's (copied: it
- * is static there). One JSON line per shape: microseconds per batch for each, and the ratio.
+ * ones (28x28x1 -> to_float, normalize); the scan is the pipeline's own function (src/data/
+ * data_internal.h). One JSON line per shape: microseconds per batch for each, and the ratio.
  *
  *   bench_nonfinite [--reps R]
  *
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/data_internal.h"
 #include "tessera/tessera.h"
 
 static void die(const char *what) {
@@ -26,23 +27,6 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int64_t first_nonfinite_f32(const float *x, int64_t n) { /* = src/data/pipeline.c's */
-  const uint32_t *u = (const uint32_t *)x;
-  for (int64_t b = 0; b < n; b += 64) {
-    uint32_t bad = 0;
-    if (n - b >= 64) { /* a fixed trip count: vectorised at -O2 too */
-      const uint32_t *v = u + b;
-      for (int i = 0; i < 64; i++) bad |= (v[i] & 0x7f800000u) == 0x7f800000u;
-    } else {
-      bad = 1;
-    }
-    if (!bad) continue;
-    for (int64_t i = b; i < n && i < b + 64; i++)
-      if ((u[i] & 0x7f800000u) == 0x7f800000u) return i;
-  }
-  return -1;
 }
 
 static void one(const char *name, int h, int w, int ch, const ts_transform *tf, int ntf, int reps) {
@@ -61,7 +45,7 @@ static void one(const char *name, int h, int w, int ch, const ts_transform *tf, 
       if (ts_transforms_apply(tf, ntf, &s[i], (uint64_t)(r * B + i))) die("transforms");
     }
     double t1 = ts_time_now();
-    for (int i = 0; i < B; i++) sink += first_nonfinite_f32(s[i].data.data, ts_tensor_numel(&s[i].data));
+    for (int i = 0; i < B; i++) sink += ts__first_nonfinite_f32(s[i].data.data, ts_tensor_numel(&s[i].data));
     double t2 = ts_time_now();
     tt[r] = t1 - t0, ts_[r] = t2 - t1;
     for (int i = 0; i < B; i++) ts_sample_free(&s[i]);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_internal.h"
 #include "transform_internal.h"
 
 #define STREAM_AUG 0x4155474d454e54ULL  /* augmentation keys */
@@ -237,9 +238,8 @@ static int ensure_tensor(ts_tensor *t, ts_dtype dt, ts_shape shp) {
   return ts_tensor_init(t, dt, shp);
 }
 
-/* The first element of x[0..n) that is inf or NaN, -1 if none: a branch-free scan of the exponent
- * bits in blocks (vectorised; bench/bench_nonfinite.c measures it against a batch's transforms). */
-static int64_t first_nonfinite_f32(const float *x, int64_t n) {
+/* data_internal.h (bench/bench_nonfinite.c measures it against a batch's transforms). */
+int64_t ts__first_nonfinite_f32(const float *x, int64_t n) {
   const uint32_t *u = (const uint32_t *)x;
   for (int64_t b = 0; b < n; b += 64) {
     uint32_t bad = 0;
@@ -307,7 +307,7 @@ static void stack_slot(const ts_pipeline *p, slot *s) {
   }
   for (int i = 0; d0->dtype == TS_F32 && i < s->n; i++) { /* inf/NaN inputs train at a constant loss, silently */
     const ts_tensor *d = &s->smp[i].data;
-    int64_t e = first_nonfinite_f32(d->data, ts_tensor_numel(d));
+    int64_t e = ts__first_nonfinite_f32(d->data, ts_tensor_numel(d));
     if (e < 0) continue;
     char sd[700], pre[128];
     snprintf(msg, sizeof msg,
