@@ -30,6 +30,23 @@ YAML
     for l in "$@"; do echo "$l"; done; } > "$f"
 }
 
+plan_setup() { # the planner tests' start: the scratch folder $tmp (removed at exit) with its own
+               # cluster cache (calibrate writes it, `--cluster local` reads it), 2 OpenMP threads,
+               # and $tmp/in.txt, 300 lines of text for the GPTs' text data set
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  export TESSERA_CLUSTER_CACHE=$tmp/cache.yaml OMP_NUM_THREADS=2
+  local i
+  for i in $(seq 1 300); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"
+}
+small_gpt_cfg() { # file: a 2-layer GPT of width 32 on $tmp/in.txt (plan_setup), 2 steps of 8
+  cat > "$1" <<YAML
+model: {name: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 16, vocab_size: 256}
+data: {name: text, path: '$tmp/in.txt', seq_len: 16, val_fraction: 0.1, transforms: []}
+train: {steps: 2, batch_size: 8}
+YAML
+}
+
 mpi_job() { # n: sets mpi=(mpirun ... -n n) for jobs on this host (root allowed), one thread per rank
             # and passive OpenMP waits; exits 77 (skipped) where there is no mpirun
   command -v mpirun >/dev/null || { echo "SKIP: no mpirun in PATH"; exit 77; }

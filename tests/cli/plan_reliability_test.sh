@@ -10,15 +10,8 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export TESSERA_CLUSTER_CACHE=$tmp/cache.yaml OMP_NUM_THREADS=2
-for i in $(seq 1 300); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"
-cat > "$tmp/gpt.yaml" <<YAML
-model: {name: gpt, n_layer: 2, n_head: 2, n_embd: 32, block_size: 16, vocab_size: 256}
-data: {name: text, path: '$tmp/in.txt', seq_len: 16, val_fraction: 0.1, transforms: []}
-train: {steps: 2, batch_size: 8}
-YAML
+plan_setup
+small_gpt_cfg "$tmp/gpt.yaml"
 cluster() { # file mem_bytes [extra line]
   { cat <<YAML
 name: tiny

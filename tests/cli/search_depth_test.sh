@@ -11,10 +11,7 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export TESSERA_CLUSTER_CACHE=$tmp/cache.yaml OMP_NUM_THREADS=2
-for i in $(seq 1 300); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"
+plan_setup
 cat > "$tmp/deep.yaml" <<YAML
 model: {name: gpt, n_layer: 200, n_head: 1, n_embd: 16, block_size: 128, vocab_size: 256}
 data: {name: text, path: '$tmp/in.txt', seq_len: 128, val_fraction: 0.1, transforms: []}
