@@ -221,7 +221,9 @@ int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t count, ts
 int ts_comm_allgatherv(ts_comm *c, const void *send, void *recv, const size_t *counts,
                        const size_t *displs, ts_dtype dtype);
 /* send holds sum(counts) elements; rank r receives block r (counts[r] elements, at the prefix
- * sum of counts) reduced over ranks. Counts may be uneven and zero. */
+ * sum of counts) reduced over ranks. Counts may be uneven and zero. In place when recv == send +
+ * the rank's prefix sum of counts: its reduced block is written at its own place in send (the
+ * rest of send is then undefined); the same for the _block and non-blocking forms. */
 int ts_comm_reduce_scatter(ts_comm *c, const void *send, void *recv, const size_t *counts,
                            ts_dtype dtype, ts_reduce_op op);
 /* Equal blocks: send holds size*count elements, recv count. */

@@ -100,6 +100,13 @@ size_t ts_optim_extent(const ts_optim *opt);
 
 /* One update of every segment with learning rate lr. Increments the step count first. */
 int ts_optim_step(ts_optim *opt, float *params, const float *grads, float lr);
+/* The same update where segment s's parameters and gradients are params[s] and grads[s] (numel
+ * floats each) instead of the flat buffers at its offset; the state stays at the offsets. For an
+ * optimizer over a shard whose parameters live apart (ZeRO: the rank's parts of a whole store). */
+int ts_optim_step_segments(ts_optim *opt, float *const *params, const float *const *grads, float lr);
+/* The segments, in the order given to ts_optim_create (names owned by the optimizer). */
+int ts_optim_num_segments(const ts_optim *opt);
+const ts_optim_segment *ts_optim_segment_at(const ts_optim *opt, int s);
 /* Number of steps taken (PyTorch's state["step"]); settable when resuming. */
 int64_t ts_optim_get_step(const ts_optim *opt);
 void ts_optim_set_step(ts_optim *opt, int64_t step);

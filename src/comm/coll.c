@@ -333,7 +333,19 @@ static int issue_allreduce(ts_comm *c, const void *send, void *recv, size_t coun
   return rc;
 }
 
-/* counts == NULL: equal blocks of `block` elements (reduce_scatter_block). */
+/* In place (native dtypes): MPI_IN_PLACE leaves the rank's reduced block at the start of the
+ * buffer; the mean (if any) is taken there, then the block moves to the rank's own place. */
+static int stage_rs_inplace(ts_comm_req *r) {
+  int rc = r->op == TS_REDUCE_MEAN ? stage_mean(r) : TS_OK;
+  size_t esz = ts_dtype_size(r->dtype);
+  if (r->move_to && r->n_local) memmove((char *)r->recv + r->move_to * esz, r->recv, r->n_local * esz);
+  r->done = 1;
+  return rc;
+}
+
+/* counts == NULL: equal blocks of `block` elements (reduce_scatter_block). In place when recv ==
+ * send + the rank's block offset (its prefix sum of counts): the rank's reduced block is written
+ * at its own place in send, the rest of send is left undefined. */
 static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const size_t *counts,
                                 size_t block, ts_dtype dt, ts_reduce_op op, int blocking, ts_comm_req **out) {
   int kind = counts ? TS_COLL_REDUCE_SCATTER : TS_COLL_REDUCE_SCATTER_BLOCK;
@@ -350,9 +362,11 @@ static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const 
   if ((rc = check_count(c, &s, total, "total count"))) return rc;
   if ((rc = check_buf(c, &s, send, total, "send")) || (rc = check_buf(c, &s, recv, mine, "recv")))
     return rc;
-  size_t esz = ts_dtype_size(dt);
-  if (overlap(send, total * esz, recv, mine * esz))
-    return ts__arg_fail(c, TS_EINVAL, &s, "send and recv overlap");
+  size_t esz = ts_dtype_size(dt), mydispl = 0;
+  for (int i = 0; i < me; i++) mydispl += counts ? counts[i] : block;
+  int inplace = recv == (const char *)send + mydispl * esz;
+  if (!inplace && overlap(send, total * esz, recv, mine * esz))
+    return ts__arg_fail(c, TS_EINVAL, &s, "send and recv overlap (in place needs recv == send + the rank's block offset)");
   ts_comm_req *r = new_req(c, &s, counts || is16(dt) ? 4 * p : 0, blocking);
   if (!r) return oom(c, &s);
   r->dtype = dt;
@@ -363,6 +377,13 @@ static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const 
   r->off_local = 0;
   if (!is16(dt)) {
     r->on_stage = op == TS_REDUCE_MEAN ? stage_mean : NULL;
+    const void *sb = send;
+    if (inplace) { /* MPI's result lands at the buffer's start: moved to the rank's place after */
+      sb = MPI_IN_PLACE;
+      recv = r->recv = (void *)(uintptr_t)send;
+      r->move_to = mydispl;
+      r->on_stage = stage_rs_inplace;
+    }
     MPI_Datatype mdt = ts__mpi_dtype(dt);
     MPI_Op mop = mpi_op(op);
     int mrc;
@@ -373,12 +394,12 @@ static int issue_reduce_scatter(ts_comm *c, const void *send, void *recv, const 
       return rc;
     }
     if (!counts) {
-      mrc = r->native ? MPI_Reduce_scatter_block(send, recv, (int)block, mdt, mop, c->mc)
-                      : MPI_Ireduce_scatter_block(send, recv, (int)block, mdt, mop, c->mc, &r->mr);
+      mrc = r->native ? MPI_Reduce_scatter_block(sb, recv, (int)block, mdt, mop, c->mc)
+                      : MPI_Ireduce_scatter_block(sb, recv, (int)block, mdt, mop, c->mc, &r->mr);
       return issued(r, mrc, r->native ? "MPI_Reduce_scatter_block" : "MPI_Ireduce_scatter_block", out);
     }
-    mrc = r->native ? MPI_Reduce_scatter(send, recv, r->iarr, mdt, mop, c->mc)
-                    : MPI_Ireduce_scatter(send, recv, r->iarr, mdt, mop, c->mc, &r->mr);
+    mrc = r->native ? MPI_Reduce_scatter(sb, recv, r->iarr, mdt, mop, c->mc)
+                    : MPI_Ireduce_scatter(sb, recv, r->iarr, mdt, mop, c->mc, &r->mr);
     return issued(r, mrc, r->native ? "MPI_Reduce_scatter" : "MPI_Ireduce_scatter", out);
   }
   int *sc = r->iarr, *sd = sc + p, *rcn = sd + p, *rd = rcn + p;

@@ -102,6 +102,8 @@ struct ts_comm_req {
   void *recv;
   size_t n_local;         /* elements of recv this rank owns after the reduction */
   size_t off_local;       /* their offset in recv (bf16/f16 allreduce) */
+  size_t move_to;         /* in-place f32/i32/i64 reduce-scatter: MPI leaves the rank's block at the
+                             start of the buffer; moved to this element offset (its own place) */
   void *tmp;              /* library-owned staging buffer */
   int *iarr;              /* counts/displacements passed to MPI (must outlive the request) */
   struct ts_comm_req *next; /* orphan list */

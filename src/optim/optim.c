@@ -371,7 +371,13 @@ static void k_lamb_pass2(float *restrict p, const float *restrict m, const float
   }
 }
 
-static int step_lamb(ts_optim *o, float *params, const float *grads, float lr) {
+/* Segment s's parameters and gradients: at their offset in the flat buffers, or where pp / gp
+ * (ts_optim_step_segments) say. */
+#define SEG_P(s) (pp ? pp[s] : params + o->seg[s].offset)
+#define SEG_G(s) (gp ? gp[s] : grads + o->seg[s].offset)
+
+static int step_lamb(ts_optim *o, float *params, const float *grads, float *const *pp, const float *const *gp,
+                     float lr) {
   const ts_optim_config *c = &o->cfg;
   double t = (double)o->step;
   float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
@@ -384,7 +390,7 @@ static int step_lamb(ts_optim *o, float *params, const float *grads, float lr) {
     if (sg->flags & TS_SEG_FROZEN) continue;
     float wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0f : (float)c->weight_decay;
     size_t off = sg->offset, n = sg->numel, nb = (n + OPT_BLOCK - 1) / OPT_BLOCK;
-    k_lamb_pass1(params + off, grads + off, o->slot[0] + off, o->slot[1] + off, n, o->part, b1,
+    k_lamb_pass1(SEG_P(s), SEG_G(s), o->slot[0] + off, o->slot[1] + off, n, o->part, b1,
                  omb1, b2, omb2, inv_bc1, inv_bc2, eps, wd);
     double sp = 0, su = 0;
     for (size_t b = 0; b < nb; b++) {
@@ -409,18 +415,17 @@ static int step_lamb(ts_optim *o, float *params, const float *grads, float lr) {
       if (pn != 0.0f && un != 0.0f) ratio = pn / un;
     }
     size_t off = sg->offset;
-    k_lamb_pass2(params + off, o->slot[0] + off, o->slot[1] + off, sg->numel, -(lr * ratio),
+    k_lamb_pass2(SEG_P(s), o->slot[0] + off, o->slot[1] + off, sg->numel, -(lr * ratio),
                  inv_bc1, inv_bc2, eps, wd);
   }
   return TS_OK;
 }
 
-int ts_optim_step(ts_optim *o, float *params, const float *grads, float lr) {
-  if (!o || ((!params || !grads) && o->extent))
-    return ts_error_set(TS_EINVAL, "ts_optim_step: NULL argument");
+static int step(ts_optim *o, float *params, const float *grads, float *const *pp, const float *const *gp,
+                float lr) {
   o->step++;
   const ts_optim_config *c = &o->cfg;
-  if (c->kind == TS_OPTIM_LAMB) return step_lamb(o, params, grads, lr);
+  if (c->kind == TS_OPTIM_LAMB) return step_lamb(o, params, grads, pp, gp, lr);
   double t = (double)o->step;
   /* Scalars as ATen receives them (Python floats -> f32 in the kernel). */
   float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
@@ -432,8 +437,8 @@ int ts_optim_step(ts_optim *o, float *params, const float *grads, float lr) {
     if (sg->flags & TS_SEG_FROZEN) continue;
     double wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
     size_t off = sg->offset, n = sg->numel;
-    float *p = params + off;
-    const float *g = grads + off;
+    float *p = SEG_P(s);
+    const float *g = SEG_G(s);
     switch (c->kind) {
       case TS_OPTIM_SGD: k_sgd(p, g, n, lr, (float)wd); break;
       case TS_OPTIM_MOMENTUM:
@@ -452,4 +457,26 @@ int ts_optim_step(ts_optim *o, float *params, const float *grads, float lr) {
     }
   }
   return TS_OK;
+}
+
+int ts_optim_step(ts_optim *o, float *params, const float *grads, float lr) {
+  if (!o || ((!params || !grads) && o->extent))
+    return ts_error_set(TS_EINVAL, "ts_optim_step: NULL argument");
+  return step(o, params, grads, NULL, NULL, lr);
+}
+
+int ts_optim_step_segments(ts_optim *o, float *const *params, const float *const *grads, float lr) {
+  if (!o || ((!params || !grads) && o->nseg))
+    return ts_error_set(TS_EINVAL, "ts_optim_step_segments: NULL argument");
+  for (int s = 0; s < o->nseg; s++)
+    if (o->seg[s].numel && (!params[s] || !grads[s]))
+      return ts_error_set(TS_EINVAL, "ts_optim_step_segments: segment '%s' has no %s", o->seg[s].name,
+                          params[s] ? "gradients" : "parameters");
+  return step(o, NULL, NULL, params, grads, lr);
+}
+
+int ts_optim_num_segments(const ts_optim *o) { return o ? o->nseg : 0; }
+
+const ts_optim_segment *ts_optim_segment_at(const ts_optim *o, int s) {
+  return o && s >= 0 && s < o->nseg ? &o->seg[s] : NULL;
 }

@@ -247,6 +247,25 @@ static void test_reduce_scatter(const size_t *sizes, int nsizes) {
           EXPECT_ELEMS(what, dt, o, counts[R], ref_elem(dt, (ts_reduce_op)op, i, P, src_rank_off));
           free(s);
           free(o);
+          /* in place: the rank's block reduced at its own place in the buffer (blocking, then
+           * non-blocking) */
+          for (int nb = 0; nb < 2; nb++) {
+            void *b = xalloc(n, dt);
+            for (size_t i = 0; i < n; i++) put(dt, b, i, val(R, i));
+            void *mine = (char *)b + off * ts_dtype_size(dt);
+            if (nb) {
+              ts_comm_req *q = NULL;
+              CHECK_OK(ts_comm_ireduce_scatter(W, b, mine, counts, dt, (ts_reduce_op)op, &q));
+              CHECK_OK(ts_comm_wait(q));
+              ts_comm_req_free(q);
+            } else {
+              CHECK_OK(ts_comm_reduce_scatter(W, b, mine, counts, dt, (ts_reduce_op)op));
+            }
+            snprintf(what, sizeof what, "%sreduce_scatter(%s) in place n=%zu v%d", nb ? "i" : "",
+                     ts_reduce_op_name((ts_reduce_op)op), n, variant);
+            EXPECT_ELEMS(what, dt, mine, counts[R], ref_elem(dt, (ts_reduce_op)op, i, P, src_rank_off));
+            free(b);
+          }
         }
         if (n > 1000) continue;
         /* equal blocks of n */

@@ -388,7 +388,61 @@ static void test_lamb_hook(void) {
   ts_optim_free(b);
 }
 
+/* ts_optim_step_segments: segments whose parameters and gradients live in separate arrays (in
+ * another order than their offsets) update bitwise as ts_optim_step on the flat buffers, for every
+ * kind (frozen and no-decay segments included); the state stays at the offsets. */
+static void test_step_segments(void) {
+  ts_optim_segment seg[3] = {{"a", 0, 5000, 0}, {"b", 5000, 7, TS_SEG_NO_DECAY}, {"c", 5007, 300, TS_SEG_FROZEN}};
+  const size_t n = 5307;
+  float *x = malloc(n * sizeof *x), *g = malloc(n * sizeof *g), *flat = malloc(n * sizeof *flat);
+  float *pa[3], *ga[3];
+  ts_test_fill(x, n, 11, -1, 1);
+  ts_test_fill(g, n, 12, -1, 1);
+  for (int kind = TS_OPTIM_SGD; kind < TS_OPTIM_COUNT; kind++) {
+    ts_optim_config cfg = ts_optim_config_default((ts_optim_kind)kind);
+    ts_optim *a = NULL, *b = NULL;
+    CHECK_OK(ts_optim_create(&a, &cfg, seg, 3));
+    CHECK_OK(ts_optim_create(&b, &cfg, seg, 3));
+    if (!a || !b) break;
+    memcpy(flat, x, n * sizeof *x);
+    for (int s = 2; s >= 0; s--) { /* allocated apart, in reverse order */
+      pa[s] = malloc(seg[s].numel * sizeof(float));
+      ga[s] = malloc(seg[s].numel * sizeof(float));
+      memcpy(pa[s], x + seg[s].offset, seg[s].numel * sizeof(float));
+      memcpy(ga[s], g + seg[s].offset, seg[s].numel * sizeof(float));
+    }
+    for (int k = 0; k < 3; k++) {
+      CHECK_OK(ts_optim_step(a, flat, g, 0.01f));
+      CHECK_OK(ts_optim_step_segments(b, pa, (const float *const *)ga, 0.01f));
+    }
+    for (int s = 0; s < 3; s++) {
+      CHECK_MSG(memcmp(pa[s], flat + seg[s].offset, seg[s].numel * sizeof(float)) == 0, "%s: segment %s differs",
+                ts_optim_kind_name((ts_optim_kind)kind), seg[s].name);
+      for (int k = 0; k < ts_optim_num_slots(a); k++)
+        CHECK(memcmp(ts_optim_slot_data(a, k), ts_optim_slot_data(b, k), n * sizeof(float)) == 0);
+      const ts_optim_segment *q = ts_optim_segment_at(b, s);
+      CHECK(q && q->offset == seg[s].offset && q->numel == seg[s].numel && strcmp(q->name, seg[s].name) == 0);
+    }
+    CHECK(ts_optim_num_segments(b) == 3 && ts_optim_segment_at(b, 3) == NULL);
+    float *keep = pa[1];
+    pa[1] = NULL;
+    CHECK(ts_optim_step_segments(b, pa, (const float *const *)ga, 0.01f) == TS_EINVAL &&
+          strstr(ts_last_error(), "'b'") != NULL);
+    pa[1] = keep;
+    for (int s = 0; s < 3; s++) {
+      free(pa[s]);
+      free(ga[s]);
+    }
+    ts_optim_free(a);
+    ts_optim_free(b);
+  }
+  free(x);
+  free(g);
+  free(flat);
+}
+
 int main(void) {
+  test_step_segments();
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
     run_case(k_cases[i], 0, 99);
     run_case(k_cases[i], 1, 99);
