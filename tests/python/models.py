@@ -1,5 +1,12 @@
 """Models written with tessera.nn that mirror the C zoo's mlp and convnet (same names, same ops),
-and the data set / Model set-up matching pyutil.YAML_BASE, for the YAML-vs-Python tests."""
+and the data set / Model set-up matching pyutil.YAML_BASE, for the YAML-vs-Python tests; the
+MindSpore-surface tests' data, Model and scratch-folder test case (test_ms_*.py). Imported after
+pyutil.require()."""
+import os
+import shutil
+import tempfile
+import unittest
+
 import tessera as ts
 from tessera import nn
 from tessera import dataset as ds
@@ -70,3 +77,33 @@ def train(net, epochs, limit, batch, opt="momentum", shards=None, callbacks=(), 
                 callbacks=[ts.ModelCheckpoint("run", "ck", ts.CheckpointConfig(save_checkpoint_steps=0))] +
                 list(callbacks))
     return model
+
+
+# ---- the MindSpore-surface tests (test_ms_*.py) ----
+def ms_data(n, batch=16, scale=1 / 255):
+    """The first n Fashion-MNIST training images in order (no shuffle), rescaled by scale (no
+    normalisation), CHW, in batches of batch."""
+    d = ds.FashionMnistDataset(FASHION, usage="train", num_samples=n, shuffle=False)
+    return d.map([vision.Rescale(scale), vision.HWC2CHW()], input_columns="image").batch(batch)
+
+
+def ms_model(net, **kw):
+    """Model(net) with sparse softmax cross-entropy (mean) and Momentum(lr 0.01, 0.9); kw go to Model."""
+    return ts.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                    nn.Momentum(net.trainable_params(), 0.01, 0.9), **kw)
+
+
+class ScratchCase(unittest.TestCase):
+    """Each test runs in a scratch folder of its own (the working directory; prefix names it), with
+    the auto-parallel context reset; the folder is removed afterwards."""
+    prefix = "tessera-py-"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.prefix)
+        self.cwd = os.getcwd()
+        os.chdir(self.dir)
+        ts.reset_auto_parallel_context()
+
+    def tearDown(self):
+        os.chdir(self.cwd)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -5,9 +5,7 @@ truncated or coerced silently. Model.train/eval/fit/predict, callbacks (Callback
 objects with the callback methods), nn layers and optimizers, ops primitives, zoo networks, data
 sets and samplers, Parameter, set_context / set_auto_parallel_context."""
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -19,6 +17,7 @@ import tessera as ms  # noqa: E402
 from tessera import nn, ops, zoo  # noqa: E402
 import tessera.dataset as ds  # noqa: E402
 import tessera.dataset.vision as vision  # noqa: E402
+import models  # noqa: E402
 
 ms.init()
 
@@ -34,14 +33,11 @@ class Net(nn.Cell):
 
 
 def data(n=32, batch=16):
-    d = ds.FashionMnistDataset(pyutil.FASHION, usage="train", num_samples=n, shuffle=False)
-    return d.map([vision.Rescale(1 / 255), vision.HWC2CHW()], input_columns="image").batch(batch)
+    return models.ms_data(n, batch)
 
 
 def model():
-    net = Net()
-    return ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                    nn.Momentum(net.trainable_params(), 0.01, 0.9), metrics={"acc"})
+    return models.ms_model(Net(), metrics={"acc"})
 
 
 class Steps:
@@ -64,16 +60,8 @@ class OldStyle:
         self.ends += 1
 
 
-class TestArgs(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="tessera-msargs-")
-        self.cwd = os.getcwd()
-        os.chdir(self.dir)
-        ms.reset_auto_parallel_context()
-
-    def tearDown(self):
-        os.chdir(self.cwd)
-        shutil.rmtree(self.dir, ignore_errors=True)
+class TestArgs(models.ScratchCase):
+    prefix = "tessera-msargs-"
 
     def raises(self, exc, text, f, *a, **kw):
         with self.assertRaises(exc) as cm:

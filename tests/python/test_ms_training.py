@@ -6,9 +6,7 @@ losses of a batch-N*b run without accumulation within 1e-5), dataset_sink_mode w
 (the step callbacks once per sink, epochs of sink_size steps) and ms.Profiler (a trace of the run
 and analyse()'s per-op tables)."""
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -18,8 +16,7 @@ pyutil.require()
 import numpy as np  # noqa: E402
 import tessera as ms  # noqa: E402
 from tessera import nn  # noqa: E402
-import tessera.dataset as ds  # noqa: E402
-import tessera.dataset.vision as vision  # noqa: E402
+import models  # noqa: E402
 
 ms.init()
 
@@ -37,8 +34,7 @@ class Net(nn.Cell):
 
 
 def data(n=128, batch=16, scale=1 / 255):
-    d = ds.FashionMnistDataset(pyutil.FASHION, usage="train", num_samples=n, shuffle=False)
-    return d.map([vision.Rescale(scale), vision.HWC2CHW()], input_columns="image").batch(batch)
+    return models.ms_data(n, batch, scale)
 
 
 class Record(ms.Callback):
@@ -57,24 +53,15 @@ class Record(ms.Callback):
 
 def model(net=None, **kw):
     net = net or Net()
-    return net, ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                         nn.Momentum(net.trainable_params(), 0.01, 0.9), **kw)
+    return net, models.ms_model(net, **kw)
 
 
 def params(net):
     return {k: np.array(v) for k, v in net._trainer.params().items()}
 
 
-class TestTraining(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="tessera-mstrain-")
-        self.cwd = os.getcwd()
-        os.chdir(self.dir)
-        ms.reset_auto_parallel_context()
-
-    def tearDown(self):
-        os.chdir(self.cwd)
-        shutil.rmtree(self.dir, ignore_errors=True)
+class TestTraining(models.ScratchCase):
+    prefix = "tessera-mstrain-"
 
     def test_fixed_loss_scale_drop_overflow(self):
         # a scale of 3e38 and pixels up to 255: the first layer's weight gradients overflow (inf)
