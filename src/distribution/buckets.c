@@ -46,6 +46,7 @@ typedef struct {
   uint16_t *wire; /* bf16/f16 copy when compressing */
   size_t *counts; /* reduce-scatter mode: the ranks' parts (elements, in rank order) */
   size_t out_off; /* reduce-scatter mode: where this rank's part goes in `out` */
+  size_t lo;      /* reduce-scatter mode: this rank's part's offset in the bucket */
   int first, last; /* the first node writing one of its gradients, the last touching one (nnodes: none) */
   int slot;        /* staged mode: its staging slot */
   int tail;        /* completed when less than TAIL_FLOPS of the step's FLOPs remain */
@@ -74,7 +75,8 @@ struct ts__buckets {
   double t_comm_wait;
   double t_claim; /* staged mode: seconds first writers waited for their slot (ts__buckets_take_claim_wait) */
   int nranks, rank;
-  float *out; /* reduce-scatter mode (ts__buckets_scatter): the rank's parts, bucket after bucket */
+  float *out; /* reduce-scatter mode (ts__buckets_scatter): the rank's parts, bucket after bucket;
+                 NULL: in place, each at its own place in the gradients */
   /* staged mode (ts__buckets_stage) */
   int staged, blocking, accumulate;
   ts_comm_topo *hier; /* hierarchical mode: buckets reduced after backward over this topology */
@@ -130,14 +132,17 @@ static void finish_bucket(ts__buckets *d, bucket *b, int how) {
 
 /* Where a reduce-scatter of b reads the gradients and writes the rank's part. */
 static const float *rs_src(ts__buckets *d, bucket *b) {
-  if (!d->staged) return d->grads + b->off;
-  float *s = d->slot[b->slot];
-  for (int h = 0; h < d->nholes; h++) /* parameters without a gradient: zeros, as a fresh buffer */
+  if (!d->staged && d->out) return d->grads + b->off;
+  /* a slot, or the gradients reduced in place (whose other parts the last step's reduction left
+   * undefined): parameters without a gradient are zeros, as in a fresh buffer */
+  float *s = d->staged ? d->slot[b->slot] : d->grads + b->off;
+  for (int h = 0; h < d->nholes; h++)
     if (d->hole_bucket[h] == (int)(b - d->b)) memset(s + (d->hole_off[h] - b->off), 0, d->hole_len[h] * sizeof(float));
   return s;
 }
 static float *rs_dst(ts__buckets *d, bucket *b) {
-  return d->staged && d->accumulate ? d->slot_out[b->slot] : d->out + b->out_off;
+  if (d->staged && d->accumulate) return d->slot_out[b->slot];
+  return d->out ? d->out + b->out_off : d->grads + b->off + b->lo; /* in place: at the part's own place */
 }
 
 static int reduce_now(ts__buckets *d, bucket *b);
@@ -146,7 +151,7 @@ static int start_bucket(ts__buckets *d, bucket *b) {
   if (d->blocking || d->hier) return reduce_now(d, b);
   b->started = 1;
   if (d->prof) b->t_issue = ts_time_now();
-  if (d->out) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
+  if (d->nranks) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   void *p = payload(d, b);
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
 }
@@ -157,7 +162,7 @@ static int start_bucket(ts__buckets *d, bucket *b) {
 static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   if (d->prof) b->t_issue = ts_time_now();
-  if (d->out) {
+  if (d->nranks) {
     int rc = ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
     if (!rc) finish_bucket(d, b, OBS_BLOCKING);
     return rc;
@@ -403,6 +408,8 @@ int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total) {
       b->counts[q] = lo >= b->len ? 0 : b->len - lo < part ? b->len - lo : part;
     }
     b->out_off = t;
+    b->lo = 0;
+    for (int q = 0; q < r; q++) b->lo += b->counts[q];
     t += b->counts[r];
   }
   *total = t;
@@ -498,7 +505,7 @@ float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat) {
 }
 
 void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t) {
-  if (d && !d->out && !d->staged) d->hier = t;
+  if (d && !d->nranks) d->hier = t; /* all-reduce mode only */
 }
 
 void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate) {

@@ -42,6 +42,9 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track);
  * (checked), or any rank of N for buckets made without one (comm NULL: the layout of a dry run;
  * such buckets are never started). */
 int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total);
+/* out NULL (not staged): in place, the rank's reduced part written at its own place in the
+ * gradients (off + the prefix sum of counts), the rest of each bucket left undefined (parameters
+ * without a gradient are zeroed before each reduction). */
 void ts__buckets_set_out(ts__buckets *d, float *out);
 /* Bucket k: its flat range, its ranks' parts (reduce-scatter mode; NULL otherwise) and where this
  * rank's part sits in out. Parts start at the prefix sums of counts. */

@@ -530,13 +530,18 @@ int ts_dist_set_loss_scale(ts_dist *d, float scale) {
 
 float ts_dist_loss_scale(const ts_dist *d) { return d->loss_scale; }
 
-void ts__dist_clip_finish(double sq, float *g, size_t n, ts__clip *c) {
+float ts__dist_clip_factor(double sq, ts__clip *c) {
   double nrm = sqrt(sq);
   c->norm = (float)nrm;
   c->overflow = !isfinite(c->norm);
-  if (c->overflow) return;
+  if (c->overflow) return 1.0f;
   float f = c->max_norm > 0 ? ts_clip_coef(c->norm, c->max_norm) : 1.0f;
   if (c->inv_scale != 1.0f) f *= c->inv_scale; /* one pass: unscaled and clipped */
+  return f;
+}
+
+void ts__dist_clip_finish(double sq, float *g, size_t n, ts__clip *c) {
+  float f = ts__dist_clip_factor(sq, c);
   if (f != 1.0f) ts_scale_f32(g, n, f);
 }
 

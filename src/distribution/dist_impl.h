@@ -29,6 +29,9 @@ typedef struct ts__clip {
  * the true norm (none when that is 1, nor on overflow: the step is skipped or the gradients are
  * not finite anyway). */
 void ts__dist_clip_finish(double sq, float *g, size_t n, ts__clip *c);
+/* The norm and overflow of ts__dist_clip_finish set in c, and the factor the reduced gradients
+ * are to be multiplied by (1: nothing to do; also on overflow), for gradients held in pieces. */
+float ts__dist_clip_factor(double sq, ts__clip *c);
 
 /* A layout: each entry may be NULL where the layout has nothing to do. */
 struct ts_dist_vt {

@@ -570,7 +570,7 @@ static float *tied_grad(ts_dist *d, float *g, int l, size_t *lo, size_t *n) {
   size_t off = ts_params_offset(d->r.params, l), numel = (size_t)ts_shape_numel(&s);
   *lo = 0;
   *n = numel;
-  float *w = d->sync.vt->reduced_at(d, off, numel, lo, n); /* ZeRO's work buffer holds it */
+  float *w = d->sync.vt->reduced_at(d, g, off, numel, lo, n); /* ZeRO's part of it */
   return w ? w : g + off;
 }
 

@@ -16,17 +16,24 @@
  * parameters are grouped into gradient buckets (buckets.c, parallel.bucket_size_mb: contiguous
  * ranges of the flat buffer, never spanning another parameter), each bucket cut into the group's
  * N parts of ceil(len / N) elements: the rank owns its place's part of every bucket of its groups
- * (a parameter may straddle two ranks, each then holds a segment of it). The rank's optimizer sees
- * a work buffer of R + P elements, [replicated, group after group, then the unreduced][its parts,
- * group after group, bucket after bucket], so its state is (R + P) per slot instead of the store's.
+ * (a parameter may straddle two ranks, each then holds a segment of it). The rank's optimizer
+ * state is laid out as a work buffer of R + P elements, [replicated, group after group, then the
+ * unreduced][its parts, group after group, bucket after bucket], so it is (R + P) per slot instead
+ * of the store's; the parameters and gradients it updates stay where they live
+ * (ts_optim_step_segments): the store's parameters (stage 3: wp, the rank's only copy), the
+ * reduced replicated gradients packed in wg, the reduced parts in place in the gradient buffer
+ * (stage 1) or in wg after the replicated ones (stages 2 and 3, whose store has no gradients).
+ * So the model states per rank are DeepSpeed's: stage 1 4 + 4 + 8/N bytes per parameter (Adam),
+ * stage 2 4 + (4 + 8)/N plus the staging slots, stage 3 16/N plus the gather and staging slots.
  *
  * A step. Each bucket is reduce-scattered over its group as soon as backward has written its
  * gradients (the plan hook; after backward when overlap is off, with accumulation or under a
- * pipeline): the rank's reduced part lands in the work buffer; ts_dist_step_end waits for them
- * and all-reduces each group's packed replicated gradients; clipping sums the squares of the
- * rank's parts and of the replicated ones (each weighted by its count over the ranks) over the
- * job; ts_dist_optim_step copies the rank's parameters into the work buffer, steps the optimizer
- * there, copies them back and all-gathers every bucket's parts over its group in place.
+ * pipeline): stage 1 in place (the rank's reduced part at its own place in the gradient buffer,
+ * the rest of the bucket left undefined), stages 2 and 3 from the bucket's staging slot into wg;
+ * ts_dist_step_end waits for them and all-reduces each group's packed replicated gradients;
+ * clipping sums the squares of the rank's parts and of the replicated ones (each weighted by its
+ * count over the ranks) over the job; ts_dist_optim_step steps the optimizer on the rank's
+ * segments where they live and all-gathers every bucket's parts over its group in place.
  * Communication per step: a reduce-scatter and an all-gather of each group's S (the volume of the
  * all-reduce they replace) plus an all-reduce of its R.
  *
@@ -57,6 +64,7 @@
  * shard group (xcomm) before the update; the replicated parameters are all-reduced over the group
  * (comm). Clipping and LAMB weight the parts 1 / the number of shard groups; checkpoints gather
  * within the shard group. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +129,7 @@ struct ts__zero {
   ts_comm *gcomm;  /* stage 3: the gathers' own communicator (a duplicate of the world) */
   size_t *rep_at;  /* stage 3: per parameter id, its offset in [0, R) if replicated, else SIZE_MAX */
   int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
+  int inplace;     /* stage 1: the reduced parts in place in the gradient buffer; wg holds R */
   int staged;      /* stages 2 and 3: no whole-model gradient buffer; the buckets' staging slots */
   size_t stage_numel; /* the slots' floats (with accumulation, their reduced parts too) */
   float *rg;       /* staged with accumulation: R, the replicated gradients of a micro-step (else
@@ -128,12 +137,24 @@ struct ts__zero {
   ts_plan **hooked; /* the plans zero_hook is attached to */
   int nhooked;
   size_t *displs;  /* N: scratch for the all-gathers */
-  float *wp, *wg;  /* R + P: the rank's parameters and reduced gradients, as its optimizer sees them */
+  float *wp;       /* stage 3: R + P, the rank's parameters (replicated, then its parts) */
+  float *wg;       /* the reduced gradients: the replicated ones [0, R), then (stages 2, 3) the parts */
+  float **sp;      /* nsp: the optimizer's segments' parameters and gradients, per step */
+  const float **sg;
+  int nsp;
   ts_prof *prof;   /* profiling: the buckets' all-gathers after the update recorded (zero_set_prof) */
   char **agname, **agargs; /* nb: their spans' names and args */
 };
 
 static void zero_hook(const ts_hook_info *e, void *user);
+
+/* Where group k's buckets write the rank's reduced parts: in place (stage 1: NULL) or wg. */
+static float *zero_out(struct ts__zero *z, int k) { return z->inplace ? NULL : z->wg + z->R + z->g[k].out; }
+
+/* The rank's reduced gradient of its part of bucket k: in place in g (stage 1), or in wg. */
+static float *part_grad(const struct ts__zero *z, const float *g, int k) {
+  return z->inplace ? (float *)g + z->pt[k].flat + z->pt[k].lo : z->wg + z->pt[k].work;
+}
 
 /* The object's sharding state: NULL before it is planned (or under another sync implementation). */
 static struct ts__zero *zof(const ts_dist *d) {
@@ -168,6 +189,8 @@ static void zero_free_state(struct ts__zero *z) {
   free(z->rg);
   free(z->wp);
   free(z->wg);
+  free(z->sp);
+  free(z->sg);
   free(z);
 }
 
@@ -493,12 +516,14 @@ int ts__zero_plan(ts_dist *d) {
   free(sh);
   free(part);
   free(parts);
-  if (!rc) {
-    z->wp = calloc(z->R + z->P + 1, sizeof(float));
-    z->wg = calloc(z->R + z->P + 1, sizeof(float));
-    if (!z->wp || !z->wg) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  if (!rc) { /* stage 1 reduces the parts in place: wg holds the replicated gradients only */
+    z->inplace = d->cfg.optimizer_shard == 1;
+    z->wg = calloc((z->inplace ? z->R : z->R + z->P) + 1, sizeof(float));
+    if (d->cfg.optimizer_shard >= 3) z->wp = calloc(z->R + z->P + 1, sizeof(float));
+    if (!z->wg || (d->cfg.optimizer_shard >= 3 && !z->wp))
+      rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory (%zu elements)", z->R + z->P);
   }
-  for (int k = 0; !rc && k < z->ng; k++) ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out);
+  for (int k = 0; !rc && k < z->ng; k++) ts__buckets_set_out(z->g[k].bk, zero_out(z, k));
   if (!rc && d->cfg.optimizer_shard >= 3) {
     if (!z->plain || z->ng != 1 || z->N != d->r.size)
       rc = ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for "
@@ -556,7 +581,7 @@ static void zero_begin(ts_dist *d, float *grads) {
   if (!z || !d->world || (!d->sync.overlap && !z->staged)) return;
   z->accumulated = 0;
   for (int k = 0; k < z->ng; k++) {
-    ts__buckets_set_out(z->g[k].bk, z->wg + z->R + z->g[k].out); /* micro-step 0 writes the parts */
+    ts__buckets_set_out(z->g[k].bk, zero_out(z, k)); /* micro-step 0 writes the parts */
     if (z->staged) ts__buckets_set_mode(z->g[k].bk, !staged_overlap(d), 0);
     ts__buckets_begin(z->g[k].bk, grads);
   }
@@ -667,8 +692,10 @@ static int zero_reduce_parts(ts_dist *d, const float *g) {
   z->accumulated = 0;
   for (int k = 0; k < z->ng && !rc; k++) /* hybrid: the shard groups' reduced parts over the groups */
     if (z->g[k].X > 1 && z->g[k].P) {
-      float *w = z->wg + z->R + z->g[k].out;
-      rc = ts_comm_allreduce(z->g[k].xcomm, w, w, z->g[k].P, TS_F32, op);
+      const zgroup *G = &z->g[k];
+      if (!z->inplace) rc = ts_comm_allreduce(G->xcomm, z->wg + z->R + G->out, z->wg + z->R + G->out, G->P, TS_F32, op);
+      for (int b = G->first; z->inplace && b < G->first + G->nb && !rc; b++) /* each part where it is */
+        if (z->pt[b].n) rc = ts_comm_allreduce(G->xcomm, part_grad(z, g, b), part_grad(z, g, b), z->pt[b].n, TS_F32, op);
       if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard_group: all-reduce of the reduced parts across the "
                                    "%d shard groups", z->g[k].X);
     }
@@ -677,23 +704,26 @@ static int zero_reduce_parts(ts_dist *d, const float *g) {
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-reduce of the replicated gradients") : TS_OK;
 }
 
-static int zero_clip_parts(ts_dist *d, ts__clip *c) {
+static int zero_clip_parts(ts_dist *d, float *g, ts__clip *c) {
   struct ts__zero *z = zof(d);
   int hybrid = 0;
   for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
   /* squares unscaled (x inv_scale^2) before each narrowing to f32: a large loss scale stays in range */
-  double is2 = (double)c->inv_scale * c->inv_scale;
-  float sq = (float)(ts_sum_squares(z->wg + z->R, z->P) * is2);
+  double is2 = (double)c->inv_scale * c->inv_scale, ps = 0;
+  if (z->inplace)
+    for (int k = 0; k < z->nb; k++) ps += ts_sum_squares(part_grad(z, g, k), z->pt[k].n);
+  else ps = ts_sum_squares(z->wg + z->R, z->P);
+  float sq = (float)(ps * is2);
   int tied = 0; /* a pipeline's tied parameter sharded: its parts counted by one stage */
   for (int k = 0; k < z->nb; k++) tied |= z->pt[k].cw != 1;
   if (tied) {
     double s = 0;
     for (int k = 0; k < z->nb; k++)
-      s += ts_sum_squares(z->wg + z->pt[k].work, z->pt[k].n) * z->pt[k].cw / z->g[z->pt[k].grp].X;
+      s += ts_sum_squares(part_grad(z, g, k), z->pt[k].n) * z->pt[k].cw / z->g[z->pt[k].grp].X;
     sq = (float)(s * is2);
   } else if (hybrid) { /* every shard group holds every part: each counted once over the job */
     double s = 0;
-    for (int k = 0; k < z->ng; k++) s += ts_sum_squares(z->wg + z->R + z->g[k].out, z->g[k].P) / z->g[k].X;
+    for (int k = 0; k < z->nb; k++) s += ts_sum_squares(part_grad(z, g, k), z->pt[k].n) / z->g[z->pt[k].grp].X;
     sq = (float)(s * is2);
   }
   double rep = 0;
@@ -709,7 +739,11 @@ static int zero_clip_parts(ts_dist *d, ts__clip *c) {
   /* the parts' squares summed over the ranks in one all-reduce: a rank's inf or NaN is every rank's */
   int rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
-  ts__dist_clip_finish((float)((double)sq + rep), z->wg, z->R + z->P, c);
+  float f = ts__dist_clip_factor((float)((double)sq + rep), c);
+  if (f != 1.0f) {
+    ts_scale_f32(z->wg, z->inplace ? z->R : z->R + z->P, f);
+    for (int k = 0; z->inplace && k < z->nb; k++) ts_scale_f32(part_grad(z, g, k), z->pt[k].n, f);
+  }
   return TS_OK;
 }
 
@@ -777,21 +811,62 @@ static int zero_set_prof(ts_dist *d, ts_prof *p) {
   return TS_OK;
 }
 
-/* The update of the rank's part, then the all-gather of the updated parameters (stage 3: in
+/* Work-buffer offset w (of an optimizer segment) -> the store's flat offset *flat; returns the
+ * part holding it (k >= 0), -1 for a replicated parameter, INT_MIN for none. Both lists are in
+ * increasing work order. */
+static int work_locate(const struct ts__zero *z, size_t w, size_t *flat) {
+  *flat = 0;
+  if (w < z->R) {
+    int lo = 0, hi = z->nrep - 1;
+    while (lo < hi) { /* the last piece starting at or before w */
+      int m = (lo + hi + 1) / 2;
+      if (z->rep[m].packed <= w) lo = m;
+      else hi = m - 1;
+    }
+    if (z->nrep && w >= z->rep[lo].packed && w < z->rep[lo].packed + z->rep[lo].n) {
+      *flat = z->rep[lo].flat + (w - z->rep[lo].packed);
+      return -1;
+    }
+    return INT_MIN;
+  }
+  int lo = 0, hi = z->nb - 1;
+  while (lo < hi) {
+    int m = (lo + hi + 1) / 2;
+    if (z->pt[m].work <= w) lo = m;
+    else hi = m - 1;
+  }
+  if (!z->nb || w < z->pt[lo].work || w >= z->pt[lo].work + z->pt[lo].n) return INT_MIN;
+  *flat = z->pt[lo].flat + z->pt[lo].lo + (w - z->pt[lo].work);
+  return lo;
+}
+
+/* The update of the rank's segments, then the all-gather of the updated parameters (stage 3: in
  * place, nothing gathered). */
 static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
   struct ts__zero *z = zof(d);
   if (!z) return ts_optim_step(opt, params, grads, lr);
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
   if (z->stage3) return ts_optim_step(opt, z->wp, z->wg, lr); /* in place; the next run gathers them */
-  for (int k = 0; k < z->nrep; k++) memcpy(z->wp + z->rep[k].packed, params + z->rep[k].flat, z->rep[k].n * sizeof(float));
-  for (int k = 0; k < z->nb; k++)
-    memcpy(z->wp + z->pt[k].work, params + z->pt[k].flat + z->pt[k].lo, z->pt[k].n * sizeof(float));
-  int rc = ts_optim_step(opt, z->wp, z->wg, lr);
+  /* each segment (its state at its work offset) updated where its parameters and gradients are */
+  int ns = ts_optim_num_segments(opt), rc = TS_OK;
+  if (ns > z->nsp) {
+    float **sp = realloc(z->sp, sizeof *sp * (size_t)ns);
+    if (sp) z->sp = sp;
+    const float **sg = sp ? realloc(z->sg, sizeof *sg * (size_t)ns) : NULL;
+    if (!sg) return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory (%d segments)", ns);
+    z->sg = sg;
+    z->nsp = ns;
+  }
+  for (int s = 0; s < ns && !rc; s++) {
+    size_t w = ts_optim_segment_at(opt, s)->offset, flat;
+    int k = work_locate(z, w, &flat);
+    if (k == INT_MIN) rc = ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no "
+                                         "part of this rank", ts_optim_segment_at(opt, s)->name, w);
+    z->sp[s] = params + flat;
+    z->sg[s] = k >= 0 ? part_grad(z, grads, k) + (w - z->pt[k].work) : z->wg + w;
+  }
+  if (!rc) rc = ts_optim_step_segments(opt, z->sp, z->sg, lr);
   if (rc) return rc;
-  for (int k = 0; k < z->nrep; k++) memcpy(params + z->rep[k].flat, z->wp + z->rep[k].packed, z->rep[k].n * sizeof(float));
-  for (int k = 0; k < z->nb; k++)
-    memcpy(params + z->pt[k].flat + z->pt[k].lo, z->wp + z->pt[k].work, z->pt[k].n * sizeof(float));
   rc = gather_parts(d, params, 0, params, 1); /* in place: each rank's part already sits in params */
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
 }
@@ -822,13 +897,13 @@ static int zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole,
 /* A parameter sharded in a bucket of its own (a pipeline's tied one): the rank's reduced part in
  * the work buffer, elements [*lo, *lo + *n) of it; a replicated one: its whole reduced gradient
  * there; NULL otherwise. */
-static float *zero_reduced_at(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n) {
+static float *zero_reduced_at(ts_dist *d, float *g, size_t flat, size_t numel, size_t *lo, size_t *n) {
   struct ts__zero *z = zof(d);
   for (int k = 0; z && k < z->nb; k++)
     if (z->pt[k].flat == flat && z->pt[k].len == numel) { /* the parameter's own bucket */
       *lo = z->pt[k].lo;
       *n = z->pt[k].n;
-      return z->wg + z->pt[k].work;
+      return part_grad(z, g, k);
     }
   for (int k = 0; z && k < z->nrep; k++)
     if (z->rep[k].flat == flat) return z->wg + z->rep[k].packed; /* [lo, n) stay the whole */
@@ -857,13 +932,13 @@ static int zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, 
 }
 
 /* Bytes of parameters the rank holds persistently: the store's (the whole model) without
- * sharding; plus the optimizer's copy of its part under stages 1 and 2; under stage 3 its part
- * and the replicated parameters plus the gather slots (no whole copy). Dry runs: the job's. */
+ * sharding and under stages 1 and 2 (the optimizer updates the rank's part in it); under stage 3
+ * its part and the replicated parameters plus the gather slots (no whole copy). Dry runs: the
+ * job's. */
 static size_t zero_param_bytes(const ts_dist *d) {
   const struct ts__zero *z = zof(d);
   size_t whole = ts_params_numel(d->r.params);
-  if (!z) return whole * sizeof(float);
-  if (!z->stage3) return (whole + z->R + z->P) * sizeof(float); /* the store and the optimizer's copy of its part */
+  if (!z || !z->stage3) return whole * sizeof(float);
   return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
 }
 
@@ -1001,7 +1076,7 @@ static int zero_reduce(ts_dist *d, float *g, double *wait_ms) {
 static int zero_clip(ts_dist *d, float *g, ts__clip *c, int *mine) {
   (void)g;
   *mine = zof(d) && d->world; /* the reduced parts are the work buffer's */
-  return *mine ? zero_clip_parts(d, c) : TS_OK;
+  return *mine ? zero_clip_parts(d, g, c) : TS_OK;
 }
 
 /* A sharded optimizer slot (the work buffer loc) <-> the whole model's (whole) where the store
@@ -1043,8 +1118,8 @@ static int zero_work(ts_dist *d, size_t *work) {
   return rc;
 }
 
-/* The optimizer works on [replicated][the rank's parts] (R + P): a copy of those parameters and
- * their reduced gradients; stages 2 and 3 have no whole-model gradient buffer: backward writes
+/* The optimizer's state covers [replicated][the rank's parts] (R + P); the reduced gradients: the
+ * whole buffer (stage 1: the parts reduced in place) and the replicated ones packed; stages 2 and 3 have no whole-model gradient buffer: backward writes
  * the sharded gradients into the buckets' staging slots (with accumulation, each with room for a
  * reduced part) and the replicated ones into the work buffer (with accumulation, into a buffer
  * of R they are added up from); accumulation over micro-steps is a whole-model buffer only under
@@ -1058,7 +1133,9 @@ static int zero_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
    * replicated parameters, plus the gather slots, no whole copy */
   m->param_bytes += (int64_t)zero_param_bytes(d) - (int64_t)ts_params_numel(d->r.params) * f;
   if (d->cfg.optimizer_shard >= 2) m->grad_bytes = (int64_t)zero_staged_grad_bytes(d);
-  m->grad_bytes += (int64_t)work * f;
+  /* the reduced gradients apart from the store's: the replicated ones (stage 1: the parts are
+   * reduced in place), or all of the work buffer's */
+  m->grad_bytes += (int64_t)(zof(d)->inplace ? zof(d)->R : work) * f;
   *opt_elems = (int64_t)work;
   if (d->cfg.accum > 1 && d->cfg.optimizer_shard < 2) m->accum_bytes = (int64_t)ts_params_numel(d->r.params) * f;
   return TS_OK;

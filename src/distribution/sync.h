@@ -72,9 +72,9 @@ struct ts__sync_vt {
    * gather = 1 collects (collective), 0 cuts. */
   int (*move)(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);
   /* Where it holds the reduced gradient of the store's elements [flat, flat + numel) (one
-   * parameter): elements [*lo, *lo + *n) of it (the whole, or the rank's part); NULL: in the
-   * gradient buffer the layout reduced. */
-  float *(*reduced_at)(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n);
+   * parameter), g being the gradient buffer the layout reduced: elements [*lo, *lo + *n) of it
+   * (the whole, or the rank's part); NULL: the whole, in g. */
+  float *(*reduced_at)(ts_dist *d, float *g, size_t flat, size_t numel, size_t *lo, size_t *n);
   /* fn(user, flat, n, work) for every range of the store its optimizer's slots hold apart from
    * the store's layout (store elements [flat, flat + n) at `work` of a slot); none when the slots
    * have the store's layout. Stops at the first non-zero return. */

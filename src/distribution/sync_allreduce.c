@@ -103,8 +103,8 @@ static int ar_move(ts_dist *d, ts_params *full, float *loc, float *whole, int ga
   return ts__dist_move_flat(d, full, loc, whole, 0, gather);
 }
 
-static float *ar_reduced_at(ts_dist *d, size_t flat, size_t numel, size_t *lo, size_t *n) {
-  (void)d, (void)flat, (void)numel, (void)lo, (void)n;
+static float *ar_reduced_at(ts_dist *d, float *g, size_t flat, size_t numel, size_t *lo, size_t *n) {
+  (void)d, (void)g, (void)flat, (void)numel, (void)lo, (void)n;
   return NULL; /* in the gradient buffer */
 }
 
