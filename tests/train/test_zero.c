@@ -303,6 +303,34 @@ static void grad_memory(ts_comm *w) {
       CHECK_MSG(c.whole_buffer && g >= whole, "gpt %s: grad_bytes %.0f, below the whole model's %.0f", cs[k].what, g,
                 whole);
     }
+    /* model states per rank against DeepSpeed's formulas (issue 32): S sharded, R replicated
+     * elements; bytes per sharded parameter f32 Adam stage 1 4+4+8/N, stage 2 4+12/N, stage 3
+     * 16/N, a replicated one 16 (stage 1: + 4, its reduced gradient packed for one all-reduce);
+     * on top only the staging buffers, bounded by the bucket (stage 2: two gradient slots; stage
+     * 3: also two gather slots; with accumulation R more and the slots' reduced parts), and each
+     * bucket's part rounded up (under one element per bucket) */
+    {
+      double S = (double)(c.n - c.rep), Rr = (double)c.rep, st = cs[k].stage;
+      double per = st == 1 ? 8 + 8.0 / N : st == 2 ? 4 + 12.0 / N : 16.0 / N;
+      double formula = per * S + 16 * Rr + (st == 1 ? 4 * Rr : 0);
+      double staging = st == 2 ? 2 * B : st == 3 ? 4 * B : 0;
+      if (cs[k].accum) staging += 4 * Rr + 2 * (B / N + 4);
+      double states = (double)(c.meas.param_bytes + c.meas.grad_bytes + c.meas.optimizer_state_bytes);
+      double slack = 16.0 * c.nparams;
+      CHECK_MSG(states >= formula - slack && states <= formula + staging + slack,
+                "gpt %s on %d ranks: model states %.0f B, DeepSpeed's formula %.0f B (+ staging up to %.0f)",
+                cs[k].what, N, states, formula, staging);
+      if (st < 3)
+        CHECK_MSG(c.meas.param_bytes == (int64_t)(4 * c.n), "gpt %s: param_bytes %lld, not the store's %zu floats "
+                  "(no optimizer copy)", cs[k].what, (long long)c.meas.param_bytes, c.n);
+      if (st == 1)
+        CHECK_MSG(c.meas.grad_bytes == (int64_t)(4 * (c.n + (size_t)c.rep)), "gpt %s: grad_bytes %lld, not the "
+                  "store's %zu floats + the %lld replicated (parts reduced in place)", cs[k].what,
+                  (long long)c.meas.grad_bytes, c.n, (long long)c.rep);
+      if (rank == 0)
+        printf("gpt %-36s model states %.0f B = formula %.0f + %.0f (staging bound %.0f)\n", cs[k].what, states, formula,
+               states - formula, staging);
+    }
     /* as plain data parallel (the existing tolerance: 1e-5; accumulation rounds differently) */
     double maxd = 0, worst = 0;
     CHECK(c.n == b->n);
