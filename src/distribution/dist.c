@@ -466,6 +466,8 @@ int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t s
 
 int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
   if (d->gpu) return ts__dist_dev_eval(d, x, logits);
+  int rc0 = d->sync.vt->settle ? d->sync.vt->settle(d) : TS_OK; /* the parameters' updates landed */
+  if (rc0) return rc0;
   if (d->vt->eval_forward) return d->vt->eval_forward(d, x, logits);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;

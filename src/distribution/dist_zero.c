@@ -72,6 +72,8 @@
 #include "buckets.h"
 #include "dist_impl.h"
 #include "gather.h"
+#include "graph/graph_ir.h"
+#include "runtime/exec.h"
 
 
 typedef struct {
@@ -144,6 +146,25 @@ struct ts__zero {
   int nsp;
   ts_prof *prof;   /* profiling: the buckets' all-gathers after the update recorded (zero_set_prof) */
   char **agname, **agargs; /* nb: their spans' names and args */
+  /* Prefetch (stages 1, 2 under data_parallel with parallel.overlap): the all-gathers after the
+   * update run non-blocking, in the order the next forward reads the buckets, and that forward
+   * waits for each bucket before the first node reading it (zero_hook); anything else reading the
+   * parameters first waits for them all (zero_settle: the store's settle hook, the evaluation
+   * and checkpoint paths, the next update). */
+  int prefetch;
+  int rs_hook;           /* the buckets' reduce-scatters run from the hook (overlap, or staged) */
+  const ts_graph *pg;    /* the training plan's graph */
+  int pnodes;
+  int *rd_start, *rd;    /* CSR: node -> the buckets it is the first live reader of */
+  int *ag_order;         /* nb: the buckets by their first reader */
+  ts_comm_req **agreq;   /* nb: in flight */
+  double *ag_t0;         /* nb: issued at (profiling) */
+  size_t *agdispl;       /* nb x N: the parts' displacements, per bucket */
+  int ag_pending;        /* some all-gather is in flight */
+  int ag_err;            /* a failure seen by the hook or the settle hook, reported next */
+  char ag_msg[512];
+  double ag_wait_s;      /* seconds spent waiting for them since the last reduction */
+  ts_params *settle_p;   /* the store whose settle hook is armed (NULL: none) */
 };
 
 static void zero_hook(const ts_hook_info *e, void *user);
@@ -163,8 +184,18 @@ static struct ts__zero *zof(const ts_dist *d) {
 
 static int zero_num_buckets(const ts_dist *d) { return zof(d) ? zof(d)->nb : 0; }
 
+static void zero_settle(struct ts__zero *z);
+
 static void zero_free_state(struct ts__zero *z) {
   if (!z) return;
+  zero_settle(z); /* nothing left in flight into the store */
+  if (z->settle_p) ts__params_set_settle(z->settle_p, NULL, NULL);
+  free(z->rd_start);
+  free(z->rd);
+  free(z->ag_order);
+  free(z->agreq);
+  free(z->ag_t0);
+  free(z->agdispl);
   ts__gather_free(z->gt);
   ts_comm_free(z->gcomm);
   free(z->rep_at);
@@ -541,9 +572,141 @@ int ts__zero_plan(ts_dist *d) {
   return TS_OK;
 }
 
+/* One prefetched all-gather complete: its span recorded, the request freed. */
+static void ag_done(struct ts__zero *z, int k, const char *how) {
+  if (ts_prof_active(z->prof) && z->agname && z->agname[k]) {
+    ts_prof_event e;
+    memset(&e, 0, sizeof e);
+    e.name = z->agname[k];
+    e.cat = "allgather";
+    e.args = z->agargs[k];
+    e.t0 = z->ag_t0[k];
+    e.t1 = ts_time_now();
+    e.bytes = (int64_t)(z->pt[k].len * sizeof(float));
+    e.group = z->g[z->pt[k].grp].N;
+    e.kind = TS_PROF_COLLECTIVE;
+    e.coll = 1;
+    e.track = (uint16_t)(1 + z->nb + k < 65536 ? 1 + z->nb + k : 0);
+    ts_prof_record(z->prof, &e);
+  }
+  (void)how;
+  ts_comm_req_free(z->agreq[k]);
+  z->agreq[k] = NULL;
+}
+
+static void ag_fail(struct ts__zero *z) {
+  if (!z->ag_err) {
+    z->ag_err = TS_ECOMM;
+    snprintf(z->ag_msg, sizeof z->ag_msg, "%s", ts_last_error());
+  }
+}
+
+static void ag_wait(struct ts__zero *z, int k) {
+  if (!z->agreq[k]) return;
+  double t0 = ts_time_now();
+  if (ts_comm_wait(z->agreq[k])) ag_fail(z);
+  z->ag_wait_s += ts_time_now() - t0;
+  ag_done(z, k, "wait");
+}
+
+/* Every prefetched all-gather complete (the store's settle hook calls it too). */
+static void zero_settle(struct ts__zero *z) {
+  if (!z || !z->ag_pending) return;
+  for (int j = 0; j < z->nb; j++) ag_wait(z, z->ag_order[j]);
+  z->ag_pending = 0;
+}
+
+static void settle_cb(void *user) { zero_settle(user); }
+
 static void zero_hook(const ts_hook_info *e, void *user) {
   struct ts__zero *z = user;
-  for (int k = 0; k < z->ng; k++) ts__buckets_hook(e, z->g[k].bk);
+  if (z->ag_pending && e->g == z->pg && e->node >= 0 && e->node < z->pnodes) {
+    if (e->event == TS_HOOK_NODE_BEGIN) /* the buckets this node is the first to read */
+      for (int j = z->rd_start[e->node]; j < z->rd_start[e->node + 1]; j++) ag_wait(z, z->rd[j]);
+    else if (e->event == TS_HOOK_NODE_END) { /* MPI progresses the rest only inside its calls */
+      int left = 0;
+      for (int j = 0; j < z->nb; j++) {
+        int k = z->ag_order[j], done = 0;
+        if (!z->agreq[k]) continue;
+        if (ts_comm_test(z->agreq[k], &done)) ag_fail(z);
+        if (done) ag_done(z, k, "test");
+        else left = 1;
+      }
+      z->ag_pending = left;
+    }
+  }
+  for (int k = 0; z->rs_hook && k < z->ng; k++) ts__buckets_hook(e, z->g[k].bk);
+}
+
+/* Prefetch's schedule from the training plan: each bucket's first live reader (its inputs and
+ * outputs, views followed to the parameter they show), the buckets in that order (never read:
+ * last, waited for by zero_settle). */
+static int plan_prefetch(ts_dist *d, struct ts__zero *z) {
+  const ts_graph *g = d->r.g;
+  ts_params *p = d->r.params;
+  int nn = ts_graph_num_nodes(g), np = ts_params_count(p), rc = TS_OK;
+  int *first = malloc(sizeof(int) * ((size_t)z->nb + 1)), *bof = malloc(sizeof(int) * ((size_t)np + 1));
+  z->rd_start = calloc((size_t)nn + 2, sizeof(int));
+  z->rd = malloc(sizeof(int) * ((size_t)z->nb + 1));
+  z->ag_order = malloc(sizeof(int) * ((size_t)z->nb + 1));
+  z->agreq = calloc((size_t)z->nb + 1, sizeof *z->agreq);
+  z->ag_t0 = calloc((size_t)z->nb + 1, sizeof(double));
+  z->agdispl = malloc(sizeof(size_t) * ((size_t)z->nb * (size_t)z->N + 1));
+  if (!first || !bof || !z->rd_start || !z->rd || !z->ag_order || !z->agreq || !z->ag_t0 || !z->agdispl) {
+    free(first);
+    free(bof);
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  }
+  for (int i = 0; i < np; i++) { /* parameter -> its bucket */
+    bof[i] = -1;
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    size_t o = ts_params_offset(p, i);
+    for (int k = 0; k < z->nb && bof[i] < 0; k++)
+      if (o >= z->pt[k].flat && o < z->pt[k].flat + z->pt[k].len) bof[i] = k;
+  }
+  for (int k = 0; k < z->nb; k++) {
+    first[k] = nn;
+    const zgroup *G = &z->g[z->pt[k].grp];
+    size_t o = 0;
+    for (int r = 0; r < G->N; r++) {
+      z->agdispl[(size_t)k * (size_t)z->N + (size_t)r] = o;
+      o += z->pt[k].counts[r];
+    }
+  }
+  for (int n = 0; n < nn && !rc; n++) {
+    int live = ts_plan_node_live(d->r.plan, n);
+    if (live < 0) rc = ts_error_wrap(live, "parallel.optimizer_shard: planning the prefetch");
+    int nin = ts_graph_node_num_inputs(g, n), nout = ts_graph_node_num_outputs(g, n);
+    for (int j = 0; live > 0 && j < nin + nout; j++) {
+      int v = j < nin ? ts_graph_node_input(g, n, j) : ts_graph_node_output(g, n, j - nin);
+      for (int a; (a = ts_graph_value_alias_of(g, v)) >= 0;) v = a;
+      if (ts_graph_value_kind(g, v) != TS_VAL_PARAM) continue;
+      int id = ts_graph_value_param_id(g, v), k = id >= 0 && id < np ? bof[id] : -1;
+      if (k >= 0 && first[k] > n) first[k] = n;
+    }
+  }
+  for (int k = 0; k < z->nb; k++) z->ag_order[k] = k;
+  for (int a = 1; a < z->nb; a++) /* stable insertion sort by first reader (a few dozen buckets) */
+    for (int b = a; b > 0 && first[z->ag_order[b - 1]] > first[z->ag_order[b]]; b--) {
+      int t = z->ag_order[b];
+      z->ag_order[b] = z->ag_order[b - 1];
+      z->ag_order[b - 1] = t;
+    }
+  for (int k = 0; k < z->nb; k++)
+    if (first[k] < nn) z->rd_start[first[k] + 1]++;
+  for (int n = 0; n < nn; n++) z->rd_start[n + 1] += z->rd_start[n];
+  int *fill = calloc((size_t)nn + 1, sizeof(int));
+  if (!fill) rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  for (int j = 0; !rc && j < z->nb; j++) {
+    int k = z->ag_order[j];
+    if (first[k] < nn) z->rd[z->rd_start[first[k]] + fill[first[k]]++] = k;
+  }
+  free(fill);
+  free(first);
+  free(bof);
+  z->pg = g;
+  z->pnodes = nn;
+  return rc;
 }
 
 /* The reduce-scatter buckets attached to the training plans (the groups are the plan's: base is
@@ -557,8 +720,19 @@ static int zero_start(ts_dist *d, ts_comm *base, int may_overlap) {
    * micro-step, so it overlaps with accumulation too; a pipeline (!may_overlap) reduces after its
    * schedule (stage 1) or, staged, as each bucket completes (staged_overlap) */
   d->sync.overlap = may_overlap && d->cfg.overlap && (d->cfg.accum == 1 || d->cfg.optimizer_shard >= 2);
+  /* the all-gathers after the update prefetched into the next forward: data_parallel's one
+   * training plan, stages 1 and 2 (stage 3 gathers before use) */
+  if (!z->prefetch && may_overlap && d->cfg.overlap && z->plain && !z->stage3 && d->r.plan && d->r.g &&
+      ts__dist_stages(d) == 1) {
+    ts_plan **plans;
+    if (ts__dist_train_plans(d, &plans) == 1 && plans[0] == d->r.plan) {
+      if ((rc = plan_prefetch(d, z))) return rc;
+      z->prefetch = 1;
+    }
+  }
   /* staged (stages 2 and 3) the hook runs whatever the overlap: the slots are reused within backward */
-  if ((d->sync.overlap || z->staged) && !z->attached) {
+  z->rs_hook = d->sync.overlap || z->staged;
+  if ((z->rs_hook || z->prefetch) && !z->attached) {
     ts_plan **plans;
     int np = ts__dist_train_plans(d, &plans);
     if (!(z->hooked = calloc((size_t)np + 1, sizeof *z->hooked)))
@@ -802,8 +976,9 @@ static int zero_set_prof(ts_dist *d, ts_prof *p) {
     if (z->agname[k]) continue;
     snprintf(nm, sizeof nm, "allgather bucket %d", k);
     snprintf(a, sizeof a,
-             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"f32\",\"ranks\":%d,\"call\":\"allgatherv\","
-             "\"observed_at\":\"blocking\"", k, z->pt[k].len, z->g[z->pt[k].grp].N);
+             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"f32\",\"ranks\":%d,\"call\":\"%s\","
+             "\"observed_at\":\"%s\"", k, z->pt[k].len, z->g[z->pt[k].grp].N, z->prefetch ? "iallgatherv" : "allgatherv",
+             z->prefetch ? "next forward" : "blocking");
     if (!(z->agname[k] = strdup(nm)) || !(z->agargs[k] = strdup(a)))
       return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
   }
@@ -847,6 +1022,9 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
   if (!z) return ts_optim_step(opt, params, grads, lr);
   if (!d->world) return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: stepping needs the job's ranks");
   if (z->stage3) return ts_optim_step(opt, z->wp, z->wg, lr); /* in place; the next run gathers them */
+  zero_settle(z); /* the last update's all-gathers (read by the forward already) */
+  if (z->ag_err) return ts_error_set(z->ag_err, "parallel.optimizer_shard: all-gather of the updated parameters: %s",
+                                     z->ag_msg);
   /* each segment (its state at its work offset) updated where its parameters and gradients are */
   int ns = ts_optim_num_segments(opt), rc = TS_OK;
   if (ns > z->nsp) {
@@ -867,6 +1045,20 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
   }
   if (!rc) rc = ts_optim_step_segments(opt, z->sp, z->sg, lr);
   if (rc) return rc;
+  if (z->prefetch) { /* non-blocking, in the next forward's order; it waits for each before use */
+    for (int j = 0; j < z->nb && !rc; j++) {
+      int k = z->ag_order[j];
+      const part *q = &z->pt[k];
+      if (z->prof && ts_prof_active(z->prof)) z->ag_t0[k] = ts_time_now();
+      rc = ts_comm_iallgatherv(z->g[q->grp].scomm, params + q->flat + q->lo, params + q->flat, q->counts,
+                               z->agdispl + (size_t)k * (size_t)z->N, TS_F32, &z->agreq[k]);
+    }
+    z->ag_pending = 1;
+    z->settle_p = d->r.params;
+    ts__params_set_settle(d->r.params, settle_cb, z); /* any other reader of the store waits for them */
+    if (rc) zero_settle(z);
+    return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
+  }
   rc = gather_parts(d, params, 0, params, 1); /* in place: each rank's part already sits in params */
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
 }
@@ -1064,12 +1256,24 @@ static int zero_accumulate(ts_dist *d, const float *grads, float *acc, int64_t k
   return ts__sync_accumulate_whole(d, grads, acc, k);
 }
 
+static int zero_settle_vt(ts_dist *d) {
+  struct ts__zero *z = zof(d);
+  zero_settle(z);
+  if (z && z->ag_err) return ts_error_set(z->ag_err, "parallel.optimizer_shard: all-gather of the updated parameters: "
+                                          "%s", z->ag_msg);
+  return TS_OK;
+}
+
 /* The reduce-scatter of the sharded gradients and the all-reduce of the replicated ones into the
- * work buffer; the wait includes what backward waited for a staging slot. */
+ * work buffer; the wait includes what backward waited for a staging slot and what the forward
+ * waited for the prefetched all-gathers. */
 static int zero_reduce(ts_dist *d, float *g, double *wait_ms) {
   double t0 = ts_time_now();
-  int rc = zero_reduce_parts(d, g);
-  *wait_ms = 1e3 * (ts_time_now() - t0 + zero_take_slot_wait(d));
+  int rc = zero_settle_vt(d); /* buckets the forward never read */
+  if (!rc) rc = zero_reduce_parts(d, g);
+  double ag = zof(d) ? zof(d)->ag_wait_s : 0;
+  if (zof(d)) zof(d)->ag_wait_s = 0;
+  *wait_ms = 1e3 * (ts_time_now() - t0 + zero_take_slot_wait(d) + ag);
   return rc;
 }
 
@@ -1166,7 +1370,7 @@ const ts__sync_vt ts__sync_zero = {.name = "zero", .plan = ts__zero_plan, .store
                                    .held_params = zero_held_params, .move = zero_move,
                                    .reduced_at = zero_reduced_at, .each_range = zero_each_range,
                                    .memory = zero_memory, .num_buckets = zero_num_buckets,
-                                   .set_prof = zero_set_prof, .sharded = zero_sharded,
+                                   .set_prof = zero_set_prof, .settle = zero_settle_vt, .sharded = zero_sharded,
                                    .comm_bytes = zero_comm_bytes, .describe = zero_describe,
                                    .params_note = zero_params_note, .note = zero_note, .free = zero_free};
 

@@ -86,6 +86,9 @@ struct ts__sync_vt {
   int (*num_buckets)(const ts_dist *d);
   /* Its buckets' collectives recorded into the profiler p (NULL: off; ts_dist_set_prof). */
   int (*set_prof)(ts_dist *d, ts_prof *p);
+  /* Optional: completes its writes into the store's parameters still in flight (ZeRO's
+   * prefetched all-gathers) before something other than the training plan reads them. */
+  int (*settle)(ts_dist *d);
   /* Whether the optimizer state is sharded, and the replicated / sharded elements. */
   int (*sharded)(const ts_dist *d, size_t *replicated, size_t *sharded);
   /* Bytes one rank sends per step (ring algorithms) into *bytes. */

@@ -10,6 +10,7 @@
 #define TS_GRAPH_GRAPH_IR_H
 
 #include "tessera/graph.h"
+#include "tessera/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,4 +127,11 @@ int ts_graph_fail(ts_graph *g, int code, const char *fmt, ...) __attribute__((fo
 #ifdef __cplusplus
 }
 #endif
+/* Writes into a parameter store still in flight (ZeRO's all-gathers of the updated parameters,
+ * overlapped with the next forward): fn(user) is called once, before ts_params_data or
+ * ts_params_ptr next hands out the parameters, and must complete them (and record any failure
+ * for its owner to report). fn NULL disarms. The plans bound to the store read it directly and
+ * wait for what they read themselves. */
+void ts__params_set_settle(ts_params *p, void (*fn)(void *user), void *user);
+
 #endif

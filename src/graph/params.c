@@ -35,7 +35,22 @@ struct ts_params {
   int *hslot;   /* the entries by name (open addressing, -1 free): ts_params_find in O(1), where a
                  * scan per lookup made building a deep model's store quadratic (#33) */
   size_t hcap;
+  void (*settle)(void *user); /* ts__params_set_settle: writes in flight into the parameters */
+  void *settle_user;
 };
+
+void ts__params_set_settle(ts_params *p, void (*fn)(void *user), void *user) {
+  p->settle = fn;
+  p->settle_user = user;
+}
+
+/* Before the parameters are handed out: the writes in flight complete (once per arming). */
+static void settle(ts_params *p) {
+  void (*fn)(void *) = p->settle;
+  if (!fn) return;
+  p->settle = NULL;
+  fn(p->settle_user);
+}
 
 static size_t name_slot(const char *s, size_t cap) { /* FNV-1a */
   uint64_t h = 1469598103934665603ull;
@@ -332,6 +347,7 @@ int ts_params_shard_rank(const ts_params *p, int id) {
 size_t ts_params_offset(const ts_params *p, int id) { return id >= 0 && id < p->n ? p->e[id].offset : 0; }
 float *ts_params_ptr(ts_params *p, int id) {
   if (id < 0 || id >= p->n || !p->allocated) return NULL;
+  settle(p);
   float *base = p->e[id].flags & TS_PARAM_STATE ? p->states : p->data;
   return base ? base + p->e[id].offset : NULL; /* NULL: held elsewhere (ts_params_alloc_external) */
 }
@@ -339,7 +355,10 @@ float *ts_params_grad_ptr(ts_params *p, int id) {
   if (id < 0 || id >= p->n || !p->allocated || !p->grads || (p->e[id].flags & TS_PARAM_STATE)) return NULL;
   return p->grads + p->e[id].offset;
 }
-float *ts_params_data(ts_params *p) { return p->data; }
+float *ts_params_data(ts_params *p) {
+  settle(p);
+  return p->data;
+}
 float *ts_params_grads(ts_params *p) { return p->grads; }
 float *ts_params_states(ts_params *p) { return p->states; }
 size_t ts_params_numel(const ts_params *p) { return p->numel; }
