@@ -573,7 +573,7 @@ int ts__zero_plan(ts_dist *d) {
 }
 
 /* One prefetched all-gather complete: its span recorded, the request freed. */
-static void ag_done(struct ts__zero *z, int k, const char *how) {
+static void ag_done(struct ts__zero *z, int k) {
   if (ts_prof_active(z->prof) && z->agname && z->agname[k]) {
     ts_prof_event e;
     memset(&e, 0, sizeof e);
@@ -589,7 +589,6 @@ static void ag_done(struct ts__zero *z, int k, const char *how) {
     e.track = (uint16_t)(1 + z->nb + k < 65536 ? 1 + z->nb + k : 0);
     ts_prof_record(z->prof, &e);
   }
-  (void)how;
   ts_comm_req_free(z->agreq[k]);
   z->agreq[k] = NULL;
 }
@@ -606,7 +605,7 @@ static void ag_wait(struct ts__zero *z, int k) {
   double t0 = ts_time_now();
   if (ts_comm_wait(z->agreq[k])) ag_fail(z);
   z->ag_wait_s += ts_time_now() - t0;
-  ag_done(z, k, "wait");
+  ag_done(z, k);
 }
 
 /* Every prefetched all-gather complete (the store's settle hook calls it too). */
@@ -629,7 +628,7 @@ static void zero_hook(const ts_hook_info *e, void *user) {
         int k = z->ag_order[j], done = 0;
         if (!z->agreq[k]) continue;
         if (ts_comm_test(z->agreq[k], &done)) ag_fail(z);
-        if (done) ag_done(z, k, "test");
+        if (done) ag_done(z, k);
         else left = 1;
       }
       z->ag_pending = left;
