@@ -44,6 +44,9 @@ typedef struct {
    * algorithm, whatever it was), flat_allreduce_latency + bytes / flat_allreduce_bw */
   double intra_bcast_latency, intra_bcast_bw;
   double flat_allreduce_latency, flat_allreduce_bw;
+  /* the same flat all-reduce from a separate send buffer (the gradients copied first): OpenMPI may
+   * then run a ring or Rabenseifner's algorithm where in place it runs a binomial tree */
+  double flat_allreduce_send_latency, flat_allreduce_send_bw;
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s

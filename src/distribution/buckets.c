@@ -49,6 +49,9 @@ typedef struct {
   size_t lo;      /* reduce-scatter mode: this rank's part's offset in the bucket */
   int first, last; /* the first node writing one of its gradients, the last touching one (nnodes: none) */
   int slot;        /* staged mode: its staging slot */
+  int send;        /* all-reduce mode: from a separate send buffer (ts__buckets_set_send); -1 while not
+                      in flight, else the send slot it holds */
+  int use_send;
   int tail;        /* completed when less than TAIL_FLOPS of the step's FLOPs remain */
   /* profiling (ts__buckets_set_prof): its span's name, args by how its completion was observed
    * (OBS_*), track, and when it was issued */
@@ -88,6 +91,9 @@ struct ts__buckets {
   size_t *hole_off, *hole_len; /* parameters of a bucket that get no gradient: zeros in its slot */
   int *hole_bucket, nholes;
   int defer_tail; /* this run: the tail buckets wait for finish (the communicator is native) */
+  float *sslot[2]; /* all-reduce mode, ts__buckets_set_send: the send slots (each the largest such bucket) */
+  int sowner[2];   /* the bucket holding each (-1: free) */
+  size_t send_numel;
   ts_prof *prof;  /* each bucket's collective recorded as a span (NULL: nothing, no clock read) */
 };
 
@@ -122,6 +128,10 @@ static void finish_bucket(ts__buckets *d, bucket *b, int how) {
   b->done = 1;
   ts_comm_req_free(b->req);
   b->req = NULL;
+  if (b->use_send && b->send >= 0) { /* its send slot free again */
+    d->sowner[b->send] = -1;
+    b->send = -1;
+  }
   if (d->wire != TS_F32) ts_convert(b->wire, d->wire, d->grads + b->off, TS_F32, b->len);
   if (d->staged && d->accumulate) { /* a later micro-step: its reduced part added to the rank's */
     float *dst = d->out + b->out_off;
@@ -147,11 +157,36 @@ static float *rs_dst(ts__buckets *d, bucket *b) {
 
 static int reduce_now(ts__buckets *d, bucket *b);
 
+/* A send slot for bucket b (all-reduce from a separate send buffer): a free one, else the one
+ * whose bucket was issued first, once its all-reduce completes; the gradients copied in. */
+static int claim_send(ts__buckets *d, bucket *b) {
+  int s = d->sowner[0] < 0 ? 0 : d->sowner[1] < 0 ? 1 : -1;
+  if (s < 0) {
+    s = d->b[d->sowner[0]].t_issue <= d->b[d->sowner[1]].t_issue ? 0 : 1;
+    bucket *o = &d->b[d->sowner[s]];
+    double t0 = ts_time_now();
+    if (!o->done) {
+      int rc = ts_comm_wait(o->req);
+      if (rc) return rc;
+      finish_bucket(d, o, OBS_WAIT);
+    }
+    d->t_comm_wait += ts_time_now() - t0;
+  }
+  d->sowner[s] = (int)(b - d->b);
+  b->send = s;
+  memcpy(d->sslot[s], d->grads + b->off, b->len * sizeof(float));
+  return TS_OK;
+}
+
 static int start_bucket(ts__buckets *d, bucket *b) {
   if (d->blocking || d->hier) return reduce_now(d, b);
   b->started = 1;
-  if (d->prof) b->t_issue = ts_time_now();
+  b->t_issue = ts_time_now();
   if (d->nranks) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
+  if (b->use_send) { /* OpenMPI picks ring / Rabenseifner only out of place */
+    int rc = claim_send(d, b);
+    return rc ? rc : ts_comm_iallreduce(d->comm, d->sslot[b->send], d->grads + b->off, b->len, TS_F32, d->op, &b->req);
+  }
   void *p = payload(d, b);
   return ts_comm_iallreduce(d->comm, p, p, b->len, d->wire, d->op, &b->req);
 }
@@ -164,6 +199,12 @@ static int reduce_now(ts__buckets *d, bucket *b) {
   if (d->prof) b->t_issue = ts_time_now();
   if (d->nranks) {
     int rc = ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
+    if (!rc) finish_bucket(d, b, OBS_BLOCKING);
+    return rc;
+  }
+  if (b->use_send && !d->hier) {
+    int rc = claim_send(d, b);
+    if (!rc) rc = ts_comm_allreduce(d->comm, d->sslot[b->send], d->grads + b->off, b->len, TS_F32, d->op);
     if (!rc) finish_bucket(d, b, OBS_BLOCKING);
     return rc;
   }
@@ -339,6 +380,8 @@ void ts__buckets_free(ts__buckets *d) {
     free(d->b[k].pname);
     for (int h = 0; h < 3; h++) free(d->b[k].pargs[h]);
   }
+  ts_free(d->sslot[0]);
+  ts_free(d->sslot[1]);
   for (int k = 0; k < d->nslots; k++) {
     if (d->slot) ts_free(d->slot[k]);
     if (d->slot_out) ts_free(d->slot_out[k]);
@@ -513,14 +556,38 @@ void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate) {
   d->accumulate = accumulate && d->slot_out;
 }
 
+int ts__buckets_set_send(ts__buckets *d, const unsigned char *use, size_t *numel) {
+  size_t big = 0;
+  *numel = 0;
+  if (d->nranks || d->wire != TS_F32)
+    return ts_error_set(TS_EINVAL, "gradient buckets: a separate send buffer is for f32 all-reduces only");
+  for (int k = 0; k < d->nb; k++) {
+    d->b[k].use_send = use[k] != 0;
+    d->b[k].send = -1;
+    if (use[k] && d->b[k].len > big) big = d->b[k].len;
+  }
+  for (int s = 0; s < 2; s++) {
+    ts_free(d->sslot[s]);
+    d->sslot[s] = NULL;
+    d->sowner[s] = -1;
+    if (big && !(d->sslot[s] = ts_alloc(big * sizeof(float))))
+      return ts_error_set(TS_ENOMEM, "gradient buckets: cannot allocate a send slot of %zu floats", big);
+  }
+  d->send_numel = big ? 2 * big : 0;
+  *numel = d->send_numel;
+  return TS_OK;
+}
+
 void ts__buckets_begin(ts__buckets *d, float *grads) {
   d->grads = grads;
+  d->sowner[0] = d->sowner[1] = -1;
   d->err = 0;
   d->defer_tail = d->comm && ts_comm_get_blocking(d->comm) == TS_COMM_BLOCKING_NATIVE;
   d->t_comm_wait = 0;
   for (int k = 0; k < d->nb; k++) {
     d->b[k].nready = d->b[k].pre_ready;
     d->b[k].started = d->b[k].done = 0;
+    d->b[k].send = -1;
   }
   for (int q = 0; d->staged && q < d->nslots; q++) d->slot_owner[q] = -1;
 }

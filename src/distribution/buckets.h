@@ -29,6 +29,13 @@ void ts__buckets_free(ts__buckets *d);
  * communicator, owned by the caller), none during backward. NULL: flat (the default). */
 void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t);
 int ts__buckets_num_buckets(const ts__buckets *d);
+/* All-reduce mode, f32: bucket k (use[k] != 0) is all-reduced from a separate send buffer instead
+ * of in place (OpenMPI's libnbc runs an in-place all-reduce as a binomial tree whatever the size;
+ * out of place it may take a ring or Rabenseifner's algorithm, which send about half as much over
+ * the slowest link on 4 or more ranks). Two send slots, each as large as the largest such bucket,
+ * taken in turn (a bucket waits for the older one's all-reduce when both are in flight); *numel:
+ * their floats. */
+int ts__buckets_set_send(ts__buckets *d, const unsigned char *use, size_t *numel);
 /* Profiling: each bucket's collective recorded into p (when active) as a span from its issue to
  * its observed completion (kind TS_PROF_COLLECTIVE, named "allreduce bucket <first + k>" or
  * "reduce_scatter bucket ..", on track `track + k`; args: bucket, params, elements, dtype, ranks,

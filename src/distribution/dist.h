@@ -55,12 +55,13 @@ extern "C" {
  * those holding the same slice (ts_params_rank_partition) and reduces each group's gradients
  * over its part (sum, or mean); parameters every rank holds a different slice of are left alone.
  * Bucketed, and overlapped with backward when attached to the plan. */
-/* Seconds of a flat and of a hierarchical all-reduce of `bytes` over `hosts` hosts of `local` ranks
- * on the cluster description `cluster` (a file or built-in name), and the description's name;
+/* Seconds of a flat, of a hierarchical and of a flat all-reduce from a separate send buffer
+ * (HUGE_VAL: not measured) of `bytes` over `hosts` hosts of `local` ranks on the cluster
+ * description `cluster` (a file or built-in name), and the description's name;
  * TS_OK, or a status with the reason (no such description). The trainer passes the planner's
  * (ts_cluster_allreduce_flat / _hier: distribution/ does not depend on planner/). */
 typedef int (*ts_allreduce_price_fn)(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
-                                     char *name, size_t cap);
+                                     double *flat_send, char *name, size_t cap);
 
 typedef struct {
   double bucket_mb; /* bucket size in MiB (<= 0: TS_BUCKET_MB_DEFAULT) */
@@ -75,7 +76,7 @@ typedef struct {
   ts_allreduce_price_fn price; /* TS_ALLREDUCE_AUTO: prices the two (NULL: flat) */
 } ts_grad_reducer_config;
 /* How a data-parallel group spanning several hosts reduces its buckets (parallel.allreduce). */
-enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2 };
+enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2, TS_ALLREDUCE_FLAT_SEND = 3 };
 
 typedef struct ts_grad_reducer ts_grad_reducer;
 /* Collective over world: every rank calls it with a store of the same entries. g is the graph
@@ -90,6 +91,9 @@ int ts_grad_reducer_num_groups(const ts_grad_reducer *r);
 const char *ts_grad_reducer_note(const ts_grad_reducer *r);
 /* Buckets over all groups (for reports and tests). */
 int ts_grad_reducer_num_buckets(const ts_grad_reducer *r);
+/* Bytes of the buckets' send slots (parallel.allreduce flat_send, or auto where the send buffer was
+ * chosen): two of the largest such bucket per group; 0 for in-place all-reduces. */
+size_t ts_grad_reducer_send_bytes(const ts_grad_reducer *r);
 /* Starts each bucket's reduction as soon as backward has written its gradients (plan hook). */
 int ts_grad_reducer_attach(ts_grad_reducer *r, ts_plan *plan);
 /* Before the run whose gradients (flat buffer `grads`) are to be reduced. */

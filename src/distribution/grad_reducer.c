@@ -1,6 +1,7 @@
 /* Gradient reduction over the ranks that hold the same parameter slice (src/distribution/dist.h):
  * one bucketed reducer (dp.c) per group of parameters that share a partition of the ranks, each
  * on its own communicator; and the communicators of a pass's slots. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,21 @@ struct ts_grad_reducer {
   ts_comm_topo **topo; /* groups spanning hosts: their topology (hierarchical reduction) */
   char note[1024];    /* the first group spanning hosts: its hosts and how it reduces */
   double wait;
+  size_t send_numel;  /* the buckets' send slots (floats, all groups) */
 };
+
+/* Group k's buckets all-reduced from a separate send buffer where use says (NULL: all). */
+static int set_send(ts_grad_reducer *r, int k, const unsigned char *use) {
+  int nb = ts__buckets_num_buckets(r->dp[k]);
+  unsigned char *all = NULL;
+  if (!use && !(use = all = malloc((size_t)nb + 1))) return ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
+  if (all) memset(all, 1, (size_t)nb + 1);
+  size_t n = 0;
+  int rc = ts__buckets_set_send(r->dp[k], use, &n);
+  r->send_numel += n;
+  free(all);
+  return rc;
+}
 
 /* Room for at least n groups in r (and n partitions of N ranks in *parts). */
 static int grow(ts_grad_reducer *r, int n, int N, int **parts) {
@@ -62,9 +77,10 @@ static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_con
   int mode = cfg->allreduce;
   if (r->size[k] < 2) return TS_OK;
   if (cfg->wire != TS_F32 && mode != TS_ALLREDUCE_FLAT) {
-    if (mode == TS_ALLREDUCE_HIER)
-      return ts_error_set(TS_ECONFIG, "parallel.allreduce hierarchical: the gradients travel in %s "
-                          "(parallel.comm_dtype); the hierarchical reduction is f32 only", ts_dtype_name(cfg->wire));
+    if (mode == TS_ALLREDUCE_HIER || mode == TS_ALLREDUCE_FLAT_SEND)
+      return ts_error_set(TS_ECONFIG, "parallel.allreduce %s: the gradients travel in %s (parallel.comm_dtype); it "
+                          "is for f32 only", mode == TS_ALLREDUCE_HIER ? "hierarchical" : "flat_send",
+                          ts_dtype_name(cfg->wire));
     return TS_OK;
   }
   ts_comm_topo *t = NULL;
@@ -73,11 +89,21 @@ static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_con
   int hosts = ts_comm_topo_num_hosts(t), lead = ts_comm_rank(r->comm[k]) == 0;
   char desc[512], why[512] = "";
   ts_comm_topo_describe(t, desc, sizeof desc);
-  int hier = mode == TS_ALLREDUCE_HIER;
+  int hier = mode == TS_ALLREDUCE_HIER, nsend = 0, nb = ts__buckets_num_buckets(r->dp[k]);
+  unsigned char *use = calloc((size_t)nb + 1, 1);
+  if (!use) {
+    ts_comm_topo_free(t);
+    return ts_error_set(TS_ENOMEM, "gradient reducer: out of memory");
+  }
   if (mode == TS_ALLREDUCE_FLAT) snprintf(why, sizeof why, " (parallel.allreduce flat)");
+  if (mode == TS_ALLREDUCE_FLAT_SEND) { /* forced, on any number of hosts */
+    snprintf(why, sizeof why, " from a separate send buffer (parallel.allreduce flat_send)");
+    memset(use, 1, (size_t)nb);
+    nsend = nb;
+  }
   if (mode == TS_ALLREDUCE_AUTO) {
     const char *name = cfg->cluster && cfg->cluster[0] ? cfg->cluster : "local";
-    double bytes = bucket_mb * 1024 * 1024, tf = 0, th = 0;
+    double bytes = bucket_mb * 1024 * 1024, tf = 0, th = 0, ts = HUGE_VAL;
     char cname[64] = "";
     if (hosts < 2) {
       hier = 0;
@@ -85,21 +111,42 @@ static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_con
       snprintf(why, sizeof why, " (auto: hosts of unequal rank counts, which the cost model does not price)");
     } else if (!cfg->price) {
       snprintf(why, sizeof why, " (auto: no cost model given)");
-    } else if (cfg->price(name, hosts, r->size[k] / hosts, bytes, &tf, &th, cname, sizeof cname)) {
+    } else if (cfg->price(name, hosts, r->size[k] / hosts, bytes, &tf, &th, &ts, cname, sizeof cname)) {
       snprintf(why, sizeof why, " (auto: no cluster description to price it: %s)", ts_last_error());
     } else {
-      hier = th < tf;
-      snprintf(why, sizeof why, " (auto: a %.3g MiB bucket predicted %.3g ms hierarchical vs %.3g ms flat on cluster %s)",
-               bucket_mb, th * 1e3, tf * 1e3, cname);
+      hier = th < fmin(tf, ts); /* against the better flat variant (ts: HUGE_VAL where not measured) */
+      /* flat: each bucket from a separate send buffer where that is predicted faster for its size
+       * (measured by tessera calibrate on this layout; never otherwise) */
+      for (int b = 0; !hier && b < nb; b++) {
+        size_t off, len, o2;
+        const size_t *cnt;
+        double f1 = 0, h1 = 0, s1 = 0;
+        ts__buckets_part(r->dp[k], b, &off, &len, &cnt, &o2);
+        if (!cfg->price(name, hosts, r->size[k] / hosts, (double)len * sizeof(float), &f1, &h1, &s1, cname, sizeof cname))
+          nsend += use[b] = s1 < f1;
+      }
+      char sb[160] = "; flat from a separate send buffer not measured";
+      if (isfinite(ts))
+        snprintf(sb, sizeof sb, "; flat from a separate send buffer %.3g ms: %d of %d buckets from one, predicted "
+                 "faster for their size", ts * 1e3, nsend, nb);
+      snprintf(why, sizeof why, " (auto: a %.3g MiB bucket predicted %.3g ms hierarchical vs %.3g ms flat on cluster "
+               "%s%s)", bucket_mb, th * 1e3, tf * 1e3, cname, hier ? "" : sb);
     }
   }
-  if ((hosts > 1 || hier) && !r->note[0]) { /* a note longer than its buffer is cut */
+  int rc0 = nsend ? set_send(r, k, use) : TS_OK;
+  free(use);
+  if (rc0) {
+    ts_comm_topo_free(t);
+    return rc0;
+  }
+  int say = hosts > 1 || hier || nsend;
+  if (say && !r->note[0]) { /* a note longer than its buffer is cut */
     const int nn = snprintf(r->note, sizeof r->note, "gradient reduction over %d ranks on %s: buckets all-reduced %s%.300s",
                             r->size[k], desc,
                             hier ? "hierarchically (inside each host, between hosts, broadcast inside; after backward)" : "flat", why);
     (void)nn;
   }
-  if (lead && (hosts > 1 || hier)) ts_log(TS_LOG_INFO, "%s", r->note);
+  if (lead && say) ts_log(TS_LOG_INFO, "%s", r->note);
   if (!hier) {
     ts_comm_topo_free(t);
     return TS_OK;
@@ -200,6 +247,8 @@ int ts_grad_reducer_set_prof(ts_grad_reducer *r, ts_prof *p) {
   }
   return rc;
 }
+
+size_t ts_grad_reducer_send_bytes(const ts_grad_reducer *r) { return r ? r->send_numel * sizeof(float) : 0; }
 
 int ts_grad_reducer_num_buckets(const ts_grad_reducer *r) {
   int n = 0;

@@ -117,6 +117,9 @@ static int ar_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
   (void)opt_elems; /* the optimizer covers the store */
   /* accumulation over micro-steps: a whole-model buffer */
   if (d->cfg.accum > 1) m->accum_bytes = (int64_t)ts_params_numel(d->r.params) * (int64_t)sizeof(float);
+  /* the send slots, where buckets are all-reduced from a separate send buffer (a real job's
+   * choice: it depends on the hosts the ranks run on) */
+  m->grad_bytes += (int64_t)ts_grad_reducer_send_bytes(red_of(d));
   return TS_OK;
 }
 

@@ -50,6 +50,11 @@ static const field fields[] = {
       "latency of the flat all-reduce over nodes x devices_per_node as measured, s (with flat_allreduce_bw)"),
     F(flat_allreduce_bw, 2, OPT_ZERO | OPT_ABSENT,
       "bytes/s of the flat all-reduce over nodes x devices_per_node as measured (0: priced from the links)"),
+    F(flat_allreduce_send_latency, 2, OPT_ZERO | OPT_ABSENT,
+      "latency of the flat all-reduce from a separate send buffer over nodes x devices_per_node as measured, s"),
+    F(flat_allreduce_send_bw, 2, OPT_ZERO | OPT_ABSENT,
+      "bytes/s of the flat all-reduce from a separate send buffer, its copy included, as measured (0: not measured: "
+      "never chosen)"),
 };
 #undef F
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -67,9 +72,9 @@ static const field fields[] = {
  * to fit it: the table checks them. */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
-                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0};
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
-                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0};
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* The cache `tessera calibrate` writes for "local": $TESSERA_CLUSTER_CACHE, else
  * $XDG_CACHE_HOME/tessera/cluster-local.yaml, else ~/.cache/tessera/cluster-local.yaml. */
@@ -327,6 +332,12 @@ double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, doub
   double link = c->inter_bw * local;
   return 2.0 * log2_up(local) * (c->intra_latency + bytes / c->intra_bw) +
          log2_up(hosts) * (2.0 * c->inter_latency + (1.0 + local) * bytes / link);
+}
+
+double ts_cluster_allreduce_flat_send(const ts_cluster *c, int hosts, int local, double bytes) {
+  if (c->flat_allreduce_send_bw > 0 && hosts == c->nodes && local == c->devices_per_node)
+    return c->flat_allreduce_send_latency + bytes / c->flat_allreduce_send_bw;
+  return HUGE_VAL; /* only measured: which algorithm MPI then runs is its choice */
 }
 
 double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes) {

@@ -60,6 +60,10 @@ double ts_cluster_coll_time(const ts_cluster *c, ts_cost_coll kind, int group, i
  * log2 rounds up. */
 double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, double bytes);
 double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes);
+/* The flat all-reduce from a separate send buffer (its copy included), priced only where
+ * measured: flat_allreduce_send_* on the calibrated layout; HUGE_VAL otherwise (never chosen: the
+ * algorithm MPI runs out of place is its own choice, which only a measurement shows). */
+double ts_cluster_allreduce_flat_send(const ts_cluster *c, int hosts, int local, double bytes);
 /* The least-squares fit of secs[i] = latency + bytes[i] * sec_per_byte over n >= 2 points, each
  * weighted by 1/secs[i]^2 (relative errors: small and large messages count alike); a negative
  * latency is refitted as 0. TS_EINVAL when n < 2, a point is not positive, or the slope is not

@@ -14,7 +14,7 @@ static const char *const unit_names[] = {"steps", "epochs", NULL};
 static const char *const parallel_names[] = {"stand_alone", "data_parallel", "semi_auto_parallel",
                                              "auto_parallel", "hybrid_parallel", NULL};
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
-static const char *const allreduce_names[] = {"auto", "flat", "hierarchical", NULL};
+static const char *const allreduce_names[] = {"auto", "flat", "hierarchical", "flat_send", NULL};
 static const char *const shard_names[] = {"off", "1", "2", "3", NULL};
 static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved_1f1b", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
@@ -256,8 +256,9 @@ const ts__cfg_key ts__cfg_keys[] = {
      0, "data_parallel: dtype gradients travel in (bf16/f16 compress; sums accumulate in f32)"},
     {"parallel.allreduce", CT_ENUM, FLD(parallel.allreduce), "auto", allreduce_names, 0, 0, 0, 0, 0,
      "data_parallel on several hosts: the buckets' all-reduce flat (one over every rank) or "
-     "hierarchical (inside each host, between hosts, broadcast inside; f32, after backward); auto: "
-     "the faster by the cost model of parallel.cluster's links (flat on one host)"},
+     "hierarchical (inside each host, between hosts, broadcast inside; f32, after backward); flat_send: "
+     "flat from a separate send buffer (f32; MPI may then run a ring or Rabenseifner's algorithm); auto: "
+     "the faster by the cost model of parallel.cluster's links, per bucket size (flat on one host)"},
     {"parallel.overlap", CT_BOOL, FLD(parallel.overlap), "true", NULL, 0, 0, 0, 0, 0,
      "data_parallel: all-reduce each bucket as soon as its gradients are ready, during backward"},
     {"parallel.parameter_broadcast", CT_BOOL, FLD(parallel.parameter_broadcast), "false", NULL, 0, 0,

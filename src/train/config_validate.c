@@ -564,12 +564,13 @@ void ts_config_gpt(const ts_config *cfg, ts_gpt_config *out) {
 
 /* parallel.allreduce auto: the planner's prices of the two all-reduces (dist/ cannot call it) */
 static int allreduce_price(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
-                           char *name, size_t cap) {
+                           double *flat_send, char *name, size_t cap) {
   ts_cluster c;
   int rc = ts_cluster_load(cluster, &c);
   if (rc) return rc;
   *flat = ts_cluster_allreduce_flat(&c, hosts, local, bytes);
   *hier = ts_cluster_allreduce_hier(&c, hosts, local, bytes);
+  *flat_send = ts_cluster_allreduce_flat_send(&c, hosts, local, bytes);
   snprintf(name, cap, "%s", c.name);
   return TS_OK;
 }

@@ -8,7 +8,11 @@
 #     process within 1e-5;
 #  3. parallel.allreduce auto chooses by the cost model of parallel.cluster's links: a cluster
 #     whose links between hosts are 100x slower than inside chooses hierarchical, one whose links
-#     are equal chooses flat, and the choice is printed with both predictions.
+#     are equal chooses flat, and the choice is printed with both predictions; where the cluster
+#     has the flat all-reduce from a separate send buffer measured (flat_allreduce_send_*) and
+#     predicted faster, the buckets are all-reduced from one (issue 32), and the job equals flat.
+#  3b. parallel.allreduce flat_send (every bucket from a separate send buffer) across the hosts and
+#     on one host: equal to flat within 1e-6 and to one process within 1e-5.
 #  4. test_topo (tests/comm/test_topo.c) on the 2 hosts: the topology's communicators and the
 #     hierarchical all-reduce against the exact sums and the flat all-reduce.
 # Usage: topo_test.sh path/to/tessera path/to/ckpt_compare [path/to/test_topo]
@@ -79,8 +83,29 @@ job auto_slow --set parallel.cluster="$tmp/slow.yaml"
 if [ $rc = 0 ] && grep -qE "all-reduced hierarchically .*\(auto: a 0.01 MiB bucket predicted [0-9.e+-]+ ms hierarchical vs [0-9.e+-]+ ms flat on cluster test-slow\)" <<<"$out"
 then ok "auto, slow links between hosts: $(grep -o 'auto: [^)]*' <<<"$out")"; else bad "auto slow: exit $rc: $out"; fi
 job auto_even --set parallel.cluster="$tmp/even.yaml"
-if [ $rc = 0 ] && grep -qE "all-reduced flat \(auto: .* on cluster test-even\)" <<<"$out"
+if [ $rc = 0 ] && grep -qE "all-reduced flat \(auto: .* on cluster test-even; flat from a separate send buffer not measured\)" <<<"$out"
 then ok "auto, links as fast between hosts as inside: $(grep -o 'auto: [^)]*' <<<"$out")"; else bad "auto even: exit $rc: $out"; fi
+# the send buffer measured faster (as tessera calibrate writes it for this layout): every bucket from one
+cluster_yaml "$tmp/send.yaml" 5.0e7 5.0e-5
+printf 'flat_allreduce_latency: 1.0e-4\nflat_allreduce_bw: 1.0e8\nflat_allreduce_send_latency: 1.0e-4\nflat_allreduce_send_bw: 2.0e8\n' >> "$tmp/send.yaml"
+job auto_send --set parallel.cluster="$tmp/send.yaml"; asend=$ck
+if [ $rc = 0 ] && grep -qE "all-reduced flat \(auto: .* on cluster test-send; flat from a separate send buffer [0-9.e+-]+ ms: ([1-9][0-9]*) of \1 buckets from one" <<<"$out"
+then ok "auto, send buffer measured faster: $(grep -o 'flat from a separate[^)]*' <<<"$out")"; else bad "auto send: exit $rc: $out"; fi
+# 3b. flat_send forced
+job send --set parallel.allreduce=flat_send; send=$ck
+if [ $rc = 0 ] && grep -q "buckets all-reduced flat from a separate send buffer (parallel.allreduce flat_send)" <<<"$out"
+then ok "flat_send across the hosts ran"; else bad "flat_send job: exit $rc: $out"; fi
+for c in "$send" "$asend"; do
+  if [ -n "$flat" ] && [ -n "$c" ]; then
+    r=$("$cmp" "$flat" "$c" 1e-6 2>&1) && ok "from a send buffer = flat within 1e-6: $r" || bad "send buffer vs flat: $r"
+    r=$("$cmp" "$one" "$c" 1e-5 2>&1) && ok "from a send buffer = one process within 1e-5" || bad "send buffer vs one process: $r"
+  fi
+done
+out=$(timeout 120 "$bin" launch -n 2 -- train "$tmp/mlp.yaml" --set parallel.allreduce=flat_send \
+      --set checkpoint.dir="$tmp/ck_send1" --set checkpoint.save_last=true 2>&1); rc=$?
+c=$(ls "$tmp/ck_send1"/*.safetensors 2>/dev/null | tail -1)
+if [ $rc = 0 ] && grep -q "over 2 ranks on 1 host: .*from a separate send buffer" <<<"$out" && r=$("$cmp" "$one" "$c" 1e-5 2>&1)
+then ok "flat_send on one host = one process within 1e-5"; else bad "flat_send on one host: exit $rc: $out $r"; fi
 
 # 4. the comm layer's own test across the hosts
 if [ -n "$topo" ]; then
