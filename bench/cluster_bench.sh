@@ -10,7 +10,11 @@
 #             cost model's choice against the one measured faster;
 #  tp         a TP2 x DP2 GPT step with the tensor-parallel pairs inside hosts (mpirun's by-slot
 #             placement) and across hosts (--map-by node), each rank's host printed, interleaved
-#             rounds, median step time of each.
+#             rounds, median step time of each;
+#  dp         a data-parallel GPT on the 4 ranks, its gradient buckets all-reduced flat in place,
+#             flat from a separate send buffer (parallel.allreduce flat_send) and as auto chooses on
+#             DIR/cluster.yaml (the calibrate step's), interleaved rounds, median step time and
+#             comm_wait_ms of each (issue 32).
 # Each step fits in a quiet window of under 6 minutes (run them one by one under
 # /work/shared/bin/quiet on a shared machine). Needs root.
 # Usage: bench/cluster_bench.sh BUILD_DIR [RATE] [REPS] [STEPS]   e.g. build 1gbit 5 calibrate,allreduce
@@ -19,7 +23,7 @@ set -u
 B=$(cd "${1:-build}" && pwd)
 rate=${2:-1gbit}
 reps=${3:-5}
-steps=,${4:-net,calibrate,allreduce,tp},
+steps=,${4:-net,calibrate,allreduce,tp,dp},
 dir=${CLUSTER_BENCH_DIR:-/tmp/tessera-cluster-bench}
 mkdir -p "$dir"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -110,4 +114,41 @@ if i and a:
     mi, ma = statistics.median(i), statistics.median(a)
     print("TP inside hosts %.1f ms, across hosts %.1f ms a step (medians of the rounds): across/inside %.2f: %s" %
           (mi, ma, ma / mi, "PASS, inside wins" if mi < ma else "FAIL, inside does not win"))' "${all[inside]}" "${all[across]}"
+fi
+
+if [[ $steps == *,dp,* ]]; then
+  [ -f "$dir/cluster.yaml" ] || { echo "dp: no $dir/cluster.yaml: run the calibrate step first"; exit 1; }
+  [ -f "$w/in.txt" ] || awk 'BEGIN { srand(3); for (i = 0; i < 200000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"
+  # 6.5 M parameters (26 MiB of gradients a step, 4 MiB buckets) over a shaped link
+  cat > "$w/dp.yaml" <<YAML
+model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}
+data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
+train: {steps: 8, batch_size: 16, eval_every: -1, log_every: 1, seed: 5}
+optimizer: {name: adamw, lr: 1.0e-3}
+log: {progress: lines}
+parallel: {mode: data_parallel, bucket_size_mb: 4, cluster: $dir/cluster.yaml}
+YAML
+  dp_stat() { /usr/bin/python3 -c "
+import json,sys,statistics
+t=[json.loads(l) for l in open(sys.argv[1])]
+s=[r for r in t if r.get('type')=='step'][2:]
+print('%.1f %.1f' % (statistics.median(r['step_ms'] for r in s), statistics.median(r.get('comm_wait_ms', 0) for r in s)) if s else 'n/a n/a')" "$1"; }
+  declare -A dpall
+  for round in $(seq 1 "${DP_ROUNDS:-3}"); do
+    for m in flat flat_send auto; do
+      on_host 0 "${mpi[@]}" "$B/tessera" train "$w/dp.yaml" --set parallel.allreduce=$m --set log.metrics="$w/dp_$m$round.jsonl" \
+        > "$w/dp_$m$round.log" 2>&1 || { echo "DP $m: the job failed:"; tail -5 "$w/dp_$m$round.log"; }
+      read -r ms wt <<<"$(dp_stat "$w/dp_$m$round.jsonl")"
+      dpall[$m]="${dpall[$m]:-} $ms"
+      how=$(grep -o 'buckets all-reduced.*' "$w/dp_$m$round.log" | head -1 | cut -c1-200)
+      echo "DP GPT (8 x 256, 6.5 M parameters) on 2 hosts x 2, parallel.allreduce $m (round $round): median step $ms ms, comm_wait $wt ms; $how"
+    done
+  done
+  /usr/bin/python3 -c '
+import sys, statistics
+f, s, a = ([float(x) for x in v.split() if x != "n/a"] for v in sys.argv[1:4])
+if f and s and a:
+    mf, ms, ma = statistics.median(f), statistics.median(s), statistics.median(a)
+    print("DP step, medians of the rounds: flat in place %.1f ms, from a send buffer %.1f ms (%.2fx), auto %.1f ms" %
+          (mf, ms, mf / ms, ma))' "${dpall[flat]}" "${dpall[flat_send]}" "${dpall[auto]}"
 fi
