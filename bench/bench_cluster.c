@@ -1,15 +1,17 @@
 /* bench_cluster: all-reduce across hosts, measured against the alpha-beta prediction of a cluster
- * description, flat against hierarchical (docs/cluster.md). Run under mpirun on several hosts
+ * description: flat in place, hierarchical, and flat from a separate send buffer (docs/cluster.md). Run under mpirun on several hosts
  * (bench/cluster_bench.sh builds a test cluster of network namespaces and runs it):
  *
  *   mpirun -n 4 --hostfile H build/bench_cluster --cluster local.yaml [--reps R] [--mib 1,8,64]
  *
- * For each size: R repeats of flat (ts_comm_allreduce over every rank) and hierarchical
- * (ts_comm_allreduce_hier: inside each host, between hosts, broadcast inside), in alternating
- * order (ABBA), each timed from a barrier to the slowest rank's end; medians. Prints per size the
- * measured and predicted times (ts_cluster_allreduce_flat / _hier on the description), their
- * ratio, which is faster measured and which the cost model chooses. Rank 0 prints; JSON lines
- * then a table. */
+ * For each size: R repeats of flat (ts_comm_iallreduce in place over every rank, waited for, as the
+ * gradient buckets issue it), hierarchical (inside each host, between hosts, broadcast inside) and
+ * flat from a separate send buffer (the copy included), the order rotating each repeat, each timed
+ * from a barrier to the slowest rank's end; medians. Prints per size the measured and predicted
+ * times (ts_cluster_allreduce_flat / _hier / _flat_send on the description), their ratio, which
+ * is fastest measured and which the cost model chooses (the reducer's rule: hierarchical against
+ * the better flat one, then per bucket in place or from a send buffer). Rank 0 prints; JSON
+ * lines then a table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,7 @@ static double median(double *v, int n) {
 /* one timed all-reduce of n floats: flat or hierarchical; seconds of the slowest rank, each from
  * its barrier. Hierarchical: part[0..2] = the all-reduce inside the hosts, the leaders' one, the
  * broadcast inside (each the slowest rank's end less the previous one's). */
-static double timed(ts_comm *w, ts_comm_topo *t, float *buf, size_t n, int hier, double part[3]) {
+static double timed(ts_comm *w, ts_comm_topo *t, float *buf, float *snd, size_t n, int hier, double part[3]) {
   if (ts_comm_barrier(w)) die("barrier");
   double e[4];
   e[0] = ts_time_now();
@@ -45,8 +47,12 @@ static double timed(ts_comm *w, ts_comm_topo *t, float *buf, size_t n, int hier,
     if (!rc && ts_comm_topo_leaders(t)) rc = ts_comm_allreduce(ts_comm_topo_leaders(t), buf, buf, n, TS_F32, TS_REDUCE_SUM);
     e[2] = ts_time_now();
     if (!rc) rc = ts_comm_broadcast(ts_comm_topo_node(t), buf, n, TS_F32, 0);
-  } else {
-    rc = ts_comm_allreduce(w, buf, buf, n, TS_F32, TS_REDUCE_SUM);
+  } else { /* flat, non-blocking as the buckets issue it: in place, or from the send buffer snd */
+    ts_comm_req *q = NULL;
+    if (snd) memcpy(snd, buf, n * sizeof(float));
+    rc = ts_comm_iallreduce(w, snd ? snd : buf, buf, n, TS_F32, TS_REDUCE_SUM, &q);
+    if (!rc) rc = ts_comm_wait(q);
+    ts_comm_req_free(q);
     e[1] = e[2] = ts_time_now();
   }
   e[3] = ts_time_now();
@@ -87,27 +93,32 @@ int main(int argc, char **argv) {
     printf("# %d ranks on %s; cluster %s: inside %.3g GB/s %.3g us, between hosts %.3g GB/s per device (link %.3g GB/s) %.3g us\n",
            N, desc, c.name, c.intra_bw / 1e9, c.intra_latency * 1e6, c.inter_bw / 1e9, c.inter_bw * L / 1e9,
            c.inter_latency * 1e6);
-  double rows[16][6];
+  double rows[16][8];
   int nrows = 0;
   for (const char *p = mib; *p && nrows < 16;) {
     double m = strtod(p, (char **)&p);
     if (*p == ',') p++;
     if (m <= 0) break;
     size_t n = (size_t)(m * 1024 * 1024 / sizeof(float));
-    float *buf = calloc(n, sizeof(float));
-    if (!buf) die("memory");
-    double *tf = malloc(sizeof(double) * (size_t)reps * 5), *th = tf + reps, *tp = th + reps, part[3];
-    timed(w, t, buf, n, 0, NULL); /* warm-up both */
-    timed(w, t, buf, n, 1, NULL);
-    for (int r = 0; r < reps; r++) { /* ABBA */
-      int first = r % 2;
-      double a = timed(w, t, buf, n, first, part), b = timed(w, t, buf, n, !first, part);
-      tf[r] = first ? b : a;
-      th[r] = first ? a : b;
-      for (int i = 0; i < 3; i++) tp[i * reps + r] = part[i];
-    }
+    float *buf = calloc(n, sizeof(float)), *snd = calloc(n, sizeof(float));
+    double *tf = malloc(sizeof(double) * (size_t)reps * 6), *th = tf + reps, *ts = th + reps, *tp = ts + reps, part[3];
+    if (!buf || !snd || !tf) die("memory");
+    timed(w, t, buf, NULL, n, 0, NULL); /* warm-up all three */
+    timed(w, t, buf, NULL, n, 1, NULL);
+    timed(w, t, buf, snd, n, 0, NULL);
+    for (int r = 0; r < reps; r++) /* the order rotating: flat, hier, send; hier, send, flat; ... */
+      for (int j = 0; j < 3; j++) {
+        int v = (r + j) % 3;
+        double x = timed(w, t, buf, v == 2 ? snd : NULL, n, v == 1, part);
+        if (v == 0) tf[r] = x;
+        if (v == 2) ts[r] = x;
+        if (v == 1) {
+          th[r] = x;
+          for (int i = 0; i < 3; i++) tp[i * reps + r] = part[i];
+        }
+      }
     double bytes = (double)n * sizeof(float);
-    double mf = median(tf, reps), mh = median(th, reps);
+    double mf = median(tf, reps), mh = median(th, reps), ms = median(ts, reps);
     double mp[3] = {median(tp, reps), median(tp + reps, reps), median(tp + 2 * reps, reps)};
     /* the model's parts (ts_cluster_allreduce_hier): inside, between the leaders, broadcast */
     ts_cluster in = c, lead = c;
@@ -125,28 +136,35 @@ int main(int argc, char **argv) {
     if (!me && c.flat_allreduce_bw > 0)
       printf("# %g MiB flat priced from the links alone (libnbc's binomial tree): %.2f ms, measured/predicted %.2f\n", m,
              pfl * 1e3, mf / pfl);
+    double ps = ts_cluster_allreduce_flat_send(&c, H, L, bytes);
     double *row = rows[nrows++];
-    row[0] = m; row[1] = mf; row[2] = pf; row[3] = mh; row[4] = ph; row[5] = 0;
+    row[0] = m; row[1] = mf; row[2] = pf; row[3] = mh; row[4] = ph; row[5] = ms; row[6] = ps; row[7] = 0;
     if (!me)
       printf("{\"name\":\"cluster_allreduce\",\"mib\":%g,\"ranks\":%d,\"hosts\":%d,\"flat_ms\":%.3f,\"flat_pred_ms\":%.3f,"
-             "\"hier_ms\":%.3f,\"hier_pred_ms\":%.3f,\"reps\":%d}\n",
-             m, N, H, mf * 1e3, pf * 1e3, mh * 1e3, ph * 1e3, reps);
+             "\"hier_ms\":%.3f,\"hier_pred_ms\":%.3f,\"send_ms\":%.3f,\"send_pred_ms\":%.3f,\"reps\":%d}\n",
+             m, N, H, mf * 1e3, pf * 1e3, mh * 1e3, ph * 1e3, ms * 1e3, ps * 1e3, reps);
     free(tf);
     free(buf);
+    free(snd);
   }
   if (!me) {
     /* the issue's checks: each prediction within 20% of its measurement; the model's choice the
      * one measured faster */
     int fails = 0;
-    printf("%6s %9s %9s %6s %5s %9s %9s %6s %5s %7s %7s %6s\n", "MiB", "flat ms", "pred", "ratio", "", "hier ms", "pred",
-           "ratio", "", "faster", "model", "choice");
+    static const char *name[3] = {"flat", "hier", "send"};
+    printf("%6s %9s %9s %6s %5s %9s %9s %6s %5s %9s %9s %6s %5s %7s %7s %6s\n", "MiB", "flat ms", "pred", "ratio", "",
+           "hier ms", "pred", "ratio", "", "send ms", "pred", "ratio", "", "fastest", "model", "choice");
     for (int i = 0; i < nrows; i++) {
-      double *r = rows[i], qf = r[1] / r[2], qh = r[3] / r[4];
-      int okf = qf >= 1 / 1.2 && qf <= 1.2, okh = qh >= 1 / 1.2 && qh <= 1.2, okc = (r[3] < r[1]) == (r[4] < r[2]);
-      fails += !okf + !okh + !okc;
-      printf("%6g %9.2f %9.2f %6.2f %5s %9.2f %9.2f %6.2f %5s %7s %7s %6s\n", r[0], r[1] * 1e3, r[2] * 1e3, qf,
-             okf ? "PASS" : "FAIL", r[3] * 1e3, r[4] * 1e3, qh, okh ? "PASS" : "FAIL", r[3] < r[1] ? "hier" : "flat",
-             r[4] < r[2] ? "hier" : "flat", okc ? "PASS" : "FAIL");
+      double *r = rows[i], qf = r[1] / r[2], qh = r[3] / r[4], qs = r[6] < 1e300 ? r[5] / r[6] : 0;
+      int okf = qf >= 1 / 1.2 && qf <= 1.2, okh = qh >= 1 / 1.2 && qh <= 1.2, oks = qs >= 1 / 1.2 && qs <= 1.2;
+      int fast = r[3] < r[1] && r[3] < r[5] ? 1 : r[5] < r[1] ? 2 : 0;
+      int model = r[4] < (r[2] < r[6] ? r[2] : r[6]) ? 1 : r[6] < r[2] ? 2 : 0; /* the reducer's rule */
+      int okc = fast == model;
+      fails += !okf + !okh + (r[6] < 1e300 && !oks) + !okc;
+      printf("%6g %9.2f %9.2f %6.2f %5s %9.2f %9.2f %6.2f %5s %9.2f %9.2f %6.2f %5s %7s %7s %6s\n", r[0], r[1] * 1e3,
+             r[2] * 1e3, qf, okf ? "PASS" : "FAIL", r[3] * 1e3, r[4] * 1e3, qh, okh ? "PASS" : "FAIL", r[5] * 1e3,
+             r[6] < 1e300 ? r[6] * 1e3 : 0.0, qs, r[6] < 1e300 ? (oks ? "PASS" : "FAIL") : "-", name[fast], name[model],
+             okc ? "PASS" : "FAIL");
     }
     printf("# within 20%%: measured/predicted in [0.83, 1.2]; choice: the model picks the one measured faster; %d check%s "
            "failed\n", fails, fails == 1 ? "" : "s");

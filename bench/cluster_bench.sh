@@ -5,9 +5,10 @@
 #  net        the raw TCP rate of the shaped link (iperf3 between the hosts, when installed);
 #  calibrate  `tessera calibrate` across the hosts: flat and hierarchical all-reduces of 1-64 MiB,
 #             alpha-beta per part fitted over the sizes (written to DIR/cluster.yaml);
-#  allreduce  bench_cluster: all-reduce of 1, 8, 64 MiB flat and hierarchical, measured (ABBA,
-#             medians) against DIR/cluster.yaml's prediction, PASS/FAIL per the 20% rule, and the
-#             cost model's choice against the one measured faster;
+#  allreduce  bench_cluster: all-reduce of 1, 8, 64 MiB flat in place, hierarchical and flat from a
+#             separate send buffer, measured (rotating order, medians) against DIR/cluster.yaml's
+#             prediction, PASS/FAIL per the 20% rule, and the cost model's choice against the one
+#             measured fastest;
 #  tp         a TP2 x DP2 GPT step with the tensor-parallel pairs inside hosts (mpirun's by-slot
 #             placement) and across hosts (--map-by node), each rank's host printed, interleaved
 #             rounds, median step time of each;
