@@ -975,9 +975,9 @@ static int zero_set_prof(ts_dist *d, ts_prof *p) {
     if (z->agname[k]) continue;
     snprintf(nm, sizeof nm, "allgather bucket %d", k);
     snprintf(a, sizeof a,
-             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"f32\",\"ranks\":%d,\"call\":\"%s\","
+             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"f32\",\"ranks\":%d,\"call\":\"%s\",%s"
              "\"observed_at\":\"%s\"", k, z->pt[k].len, z->g[z->pt[k].grp].N, z->prefetch ? "iallgatherv" : "allgatherv",
-             z->prefetch ? "next forward" : "blocking");
+             z->prefetch ? "\"prefetched\":true," : "", z->prefetch ? "wait" : "blocking");
     if (!(z->agname[k] = strdup(nm)) || !(z->agargs[k] = strdup(a)))
       return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
   }
@@ -1048,7 +1048,7 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
     for (int j = 0; j < z->nb && !rc; j++) {
       int k = z->ag_order[j];
       const part *q = &z->pt[k];
-      if (z->prof && ts_prof_active(z->prof)) z->ag_t0[k] = ts_time_now();
+      z->ag_t0[k] = ts_time_now(); /* also while the profiler is off: it may start before they complete */
       rc = ts_comm_iallgatherv(z->g[q->grp].scomm, params + q->flat + q->lo, params + q->flat, q->counts,
                                z->agdispl + (size_t)k * (size_t)z->N, TS_F32, &z->agreq[k]);
     }
