@@ -36,6 +36,8 @@ echo "# links of both hosts: $(ip netns exec "${cl_ns[0]}" tc qdisc show dev eth
 w=$cl_dir/work; mkdir -p "$w"
 export TESSERA_CLUSTER_CACHE=$w/cluster-local.yaml # not the machine's own "local" calibration
 mpi=(mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile")
+# the text the GPT steps train on: 200,000 random letters of "etaoin shrdlu"
+make_text() { awk 'BEGIN { srand(3); for (i = 0; i < 200000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"; }
 
 if [[ $steps == *,net,* ]]; then
   if command -v iperf3 >/dev/null; then
@@ -60,7 +62,7 @@ if [[ $steps == *,allreduce,* ]]; then
 fi
 
 if [[ $steps == *,tp,* ]]; then
-  awk 'BEGIN { srand(3); for (i = 0; i < 200000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"
+  make_text
   # big enough that the tensor-parallel all-reduces (4 a layer, forward and backward, of the
   # activations: 16 x 128 x 128 floats = 1 MiB each) outweigh the data-parallel gradients (half of
   # 0.8 M parameters a rank) over a 1 Gbit/s link
@@ -119,7 +121,7 @@ fi
 
 if [[ $steps == *,dp,* ]]; then
   [ -f "$dir/cluster.yaml" ] || { echo "dp: no $dir/cluster.yaml: run the calibrate step first"; exit 1; }
-  [ -f "$w/in.txt" ] || awk 'BEGIN { srand(3); for (i = 0; i < 200000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"
+  [ -f "$w/in.txt" ] || make_text
   # 6.5 M parameters (26 MiB of gradients a step, 4 MiB buckets) over a shaped link
   cat > "$w/dp.yaml" <<YAML
 model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,16 +31,7 @@ def yaml_cfg(path, model, epochs, limit, batch, opt):
         f.write("optimizer: %s\n" % opt)
 
 
-class Tmp(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="tessera-py-")
-        self.cwd = os.getcwd()
-        os.chdir(self.dir)
-        ts.reset_auto_parallel_context()
-
-    def tearDown(self):
-        os.chdir(self.cwd)
-        shutil.rmtree(self.dir, ignore_errors=True)
+Tmp = models.ScratchCase  # each test in its own scratch folder, the auto-parallel context reset
 
 
 class TestImport(Tmp):
