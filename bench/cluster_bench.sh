@@ -12,6 +12,8 @@
 #  tp         a TP2 x DP2 GPT step with the tensor-parallel pairs inside hosts (mpirun's by-slot
 #             placement) and across hosts (--map-by node), each rank's host printed, interleaved
 #             rounds, median step time of each;
+#  han        bench_allreduce_variants across the hosts with coll/han off and on (priority 100):
+#             blocking MPI_Allreduce, iallreduce in place and from a send buffer, 1-64 MiB;
 #  dp         a data-parallel GPT on the 4 ranks, its gradient buckets all-reduced flat in place,
 #             flat from a separate send buffer (parallel.allreduce flat_send) and as auto chooses on
 #             DIR/cluster.yaml (the calibrate step's), interleaved rounds, median step time and
@@ -24,7 +26,7 @@ set -u
 B=$(cd "${1:-build}" && pwd)
 rate=${2:-1gbit}
 reps=${3:-5}
-steps=,${4:-net,calibrate,allreduce,tp,dp},
+steps=,${4:-net,calibrate,allreduce,tp,han,dp},
 dir=${CLUSTER_BENCH_DIR:-/tmp/tessera-cluster-bench}
 mkdir -p "$dir"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -117,6 +119,13 @@ if i and a:
     mi, ma = statistics.median(i), statistics.median(a)
     print("TP inside hosts %.1f ms, across hosts %.1f ms a step (medians of the rounds): across/inside %.2f: %s" %
           (mi, ma, ma / mi, "PASS, inside wins" if mi < ma else "FAIL, inside does not win"))' "${all[inside]}" "${all[across]}"
+fi
+
+if [[ $steps == *,han,* ]]; then
+  for p in 0 100; do
+    echo "han: coll_han_priority $p"
+    on_host 0 "${mpi[@]}" --mca coll_han_priority $p "$B/bench_allreduce_variants" 2>&1 | grep -E 'MiB|signal|abort' | head -5
+  done
 fi
 
 if [[ $steps == *,dp,* ]]; then
