@@ -3,6 +3,7 @@
  * training graph per micro-step, its memory, the gradient reduction it sends, its optimizer pass;
  * with pipeline stages also the first and the last stage. The search prices every candidate
  * here, and so does `tessera plan --cluster` (ts_trainer_predict) for the config's layout. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,9 +118,30 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
   int span = ts_cluster_spans(c, replicas, semi ? N / (P * replicas) : P);
   double bw = span ? c->inter_bw : c->intra_bw, lat = span ? c->inter_latency : c->intra_latency;
   out->reduce_s = red > 0 ? red / bw + 2.0 * (replicas - 1) * lat : 0;
-  /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be */
+  /* plain data parallel over every device of a cluster whose flat all-reduces were measured on
+   * this very layout (tessera calibrate across its hosts): the reduction the reducer runs, as
+   * measured, bucket by bucket (each its latency): the faster flat variant, in place or from a
+   * send buffer, or the hierarchical one (after backward) where parallel.allreduce says so or auto
+   * finds it faster, as ts_grad_reducer chooses */
+  int hier = 0;
+  if (red > 0 && span && P == 1 && !semi && !dc->optimizer_shard && replicas == N && N > 1 &&
+      N == c->nodes * c->devices_per_node && c->nodes > 1 && c->flat_allreduce_bw > 0 && dc->wire == TS_F32) {
+    double msg = red / (2.0 * (replicas - 1) / replicas), mb = (dc->bucket_mb > 0 ? dc->bucket_mb : TS_BUCKET_MB_DEFAULT);
+    double nb = ceil(msg / (mb * 1024 * 1024)), per = msg / (nb > 0 ? nb : 1);
+    int H = c->nodes, L = c->devices_per_node;
+    double tf = ts_cluster_allreduce_flat(c, H, L, per), ts = ts_cluster_allreduce_flat_send(c, H, L, per);
+    double flat = dc->allreduce == TS_ALLREDUCE_FLAT_SEND ? ts : dc->allreduce == TS_ALLREDUCE_FLAT ? tf : fmin(tf, ts);
+    if (!isfinite(flat)) flat = tf; /* flat_send forced without a measurement: priced as in place */
+    hier = dc->allreduce == TS_ALLREDUCE_HIER ||
+           (dc->allreduce == TS_ALLREDUCE_AUTO && ts_cluster_allreduce_hier(c, H, L, mb * 1024 * 1024) <
+                                                     fmin(ts_cluster_allreduce_flat(c, H, L, mb * 1024 * 1024),
+                                                          ts_cluster_allreduce_flat_send(c, H, L, mb * 1024 * 1024)));
+    out->reduce_s = nb * (hier ? ts_cluster_allreduce_hier(c, H, L, per) : flat);
+  }
+  /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be
+   * (the hierarchical reduction runs after backward) */
   double bwd = 2.0 / 3.0 * piece;
-  int overlap = dc->overlap && M == 1 && P == 1;
+  int overlap = dc->overlap && M == 1 && P == 1 && !hier;
   out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
   out->memory_bytes = (int64_t)mem;
   out->optimizer_s = opt;

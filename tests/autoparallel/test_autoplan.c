@@ -17,6 +17,7 @@
  *     (the same pieces: the same step and memory, bitwise); a rule moved to the next piece reads
  *     back moved and changes the first stage's memory (the rules are in force, not ignored);
  *     copies own their rules. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,7 +339,61 @@ static void test_stage_cuts(void) {
   ts_config_free(&cfg);
 }
 
+/* Plain data parallel across the hosts of a cluster whose flat all-reduces were measured on this
+ * layout (tessera calibrate): the reduction priced as the reducer runs it, bucket by bucket
+ * (buckets of bucket_size_mb, each its latency): in place, from a send buffer (flat_send, and auto
+ * when it is faster), hierarchical (not overlapped); without the measurement the ring formula. */
+static void test_reduce_measured(void) {
+  ts_cluster c;
+  slow_cluster(&c);
+  snprintf(c.name, sizeof c.name, "measured");
+  c.devices_per_node = 2, c.nodes = 2;
+  c.inter_bw = 6e7, c.inter_latency = 0, c.intra_bw = 2e9, c.intra_latency = 0;
+  c.flat_allreduce_latency = 1e-4, c.flat_allreduce_bw = 4e7;
+  c.flat_allreduce_send_latency = 2e-4, c.flat_allreduce_send_bw = 1e8;
+  const int64_t W = 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10; /* the MLP's parameters */
+  const double msg = 4.0 * (double)W, mb = 0.05, nb = ceil(msg / (mb * 1024 * 1024)), per = msg / nb;
+  struct {
+    const char *mode;
+    double want;
+    int exposed_all; /* not overlapped with backward */
+  } cs[] = {
+      {"flat", nb * (1e-4 + per / 4e7), 0},
+      {"flat_send", nb * (2e-4 + per / 1e8), 0},
+      {"auto", nb * fmin(1e-4 + per / 4e7, 2e-4 + per / 1e8), 0},
+      {"hierarchical", nb * ts_cluster_allreduce_hier(&c, 2, 2, per), 1},
+  };
+  for (int k = 0; k < 4; k++) {
+    char y[1024], m[64];
+    snprintf(y, sizeof y, "%sparallel: {mode: data_parallel, bucket_size_mb: %g}\n", k_mlp, mb);
+    snprintf(m, sizeof m, "parallel.allreduce=%s", cs[k].mode);
+    const char *sets[1] = {m};
+    ts_config cfg;
+    CHECK_OK(ts_config_load_string(y, "measured.yaml", sets, 1, &cfg));
+    ts_step_prediction p;
+    CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
+    CHECK_MSG(fabs(p.reduce_s - cs[k].want) <= 1e-9 * cs[k].want, "allreduce %s: reduce %.9f s, want %.9f",
+              cs[k].mode, p.reduce_s, cs[k].want);
+    if (cs[k].exposed_all) CHECK(p.reduce_exposed_s == p.reduce_s);
+    printf("measured cluster, allreduce %-12s: reduction %.3f ms (%g buckets of %.0f bytes), exposed %.3f ms\n",
+           cs[k].mode, 1e3 * p.reduce_s, nb, per, 1e3 * p.reduce_exposed_s);
+    ts_config_free(&cfg);
+  }
+  /* without the measurement: the ring's bytes over the link, as before */
+  c.flat_allreduce_bw = c.flat_allreduce_latency = c.flat_allreduce_send_bw = c.flat_allreduce_send_latency = 0;
+  char y[1024];
+  snprintf(y, sizeof y, "%sparallel: {mode: data_parallel, bucket_size_mb: %g}\n", k_mlp, mb);
+  ts_config cfg;
+  CHECK_OK(ts_config_load_string(y, "ring.yaml", NULL, 0, &cfg));
+  ts_step_prediction p;
+  CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
+  double ring = 2.0 * 3 / 4 * msg / c.inter_bw;
+  CHECK_MSG(fabs(p.reduce_s - ring) <= 1e-9 * ring, "unmeasured: reduce %.9f s, ring %.9f", p.reduce_s, ring);
+  ts_config_free(&cfg);
+}
+
 int main(void) {
+  test_reduce_measured();
   test_stage_cuts();
   test_megatron();
   test_dist_fields();
