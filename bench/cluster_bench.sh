@@ -14,10 +14,13 @@
 #             rounds, median step time of each;
 #  han        bench_allreduce_variants across the hosts with coll/han off and on (priority 100):
 #             blocking MPI_Allreduce, iallreduce in place and from a send buffer, 1-64 MiB;
-#  dp         a data-parallel GPT on the 4 ranks, its gradient buckets all-reduced flat in place,
-#             flat from a separate send buffer (parallel.allreduce flat_send) and as auto chooses on
-#             DIR/cluster.yaml (the calibrate step's), interleaved rounds, median step time and
-#             comm_wait_ms of each (issue 32).
+#  dp         data-parallel GPT (6.5 M parameters) and ResNet-18 (11.2 M) on the 4 ranks, their
+#             gradient buckets all-reduced flat in place, flat from a separate send buffer
+#             (parallel.allreduce flat_send), hierarchically and as auto chooses on DIR/cluster.yaml
+#             (the calibrate step's), and the same job on one host (its step: the compute);
+#             interleaved rounds, median step time and comm_wait_ms of each, and auto's step against
+#             the bound compute + a ring all-reduce of the gradients at the link's rate (PASS within
+#             15%; issue 32). DP_MODELS (default "gpt resnet18"), DP_ROUNDS (3).
 # Each step fits in a quiet window of under 6 minutes (run them one by one under
 # /work/shared/bin/quiet on a shared machine). Needs root.
 # Usage: bench/cluster_bench.sh BUILD_DIR [RATE] [REPS] [STEPS]   e.g. build 1gbit 5 calibrate,allreduce
@@ -131,36 +134,79 @@ fi
 if [[ $steps == *,dp,* ]]; then
   [ -f "$dir/cluster.yaml" ] || { echo "dp: no $dir/cluster.yaml: run the calibrate step first"; exit 1; }
   [ -f "$w/in.txt" ] || make_text
-  # 6.5 M parameters (26 MiB of gradients a step, 4 MiB buckets) over a shaped link
-  cat > "$w/dp.yaml" <<YAML
+  # GPT: 6.5 M parameters (26 MiB of gradients a step); ResNet-18 (CIFAR stem) on Fashion-MNIST:
+  # 11.2 M (43 MiB); buckets of 4 MiB over the shaped link
+  cat > "$w/dp_gpt.yaml" <<YAML
 model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}
 data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
-train: {steps: 8, batch_size: 16, eval_every: -1, log_every: 1, seed: 5}
+train: {steps: 8, batch_size: 16, eval_every: -2, log_every: 1, seed: 5}
 optimizer: {name: adamw, lr: 1.0e-3}
 log: {progress: lines}
 parallel: {mode: data_parallel, bucket_size_mb: 4, cluster: $dir/cluster.yaml}
 YAML
+  cat > "$w/dp_resnet18.yaml" <<YAML
+model: {name: resnet, depth: 18, cifar_stem: true}
+data: {name: fashion_mnist, transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]}
+train: {steps: 8, batch_size: 8, eval_every: -2, log_every: 1, seed: 5}
+optimizer: {name: momentum, lr: 0.01, momentum: 0.9}
+log: {progress: lines}
+parallel: {mode: data_parallel, bucket_size_mb: 4, cluster: $dir/cluster.yaml}
+YAML
+  # median step_ms and comm_wait_ms over steps 3.., and the gradient bytes (the end record)
   dp_stat() { /usr/bin/python3 -c "
 import json,sys,statistics
 t=[json.loads(l) for l in open(sys.argv[1])]
 s=[r for r in t if r.get('type')=='step'][2:]
-print('%.1f %.1f' % (statistics.median(r['step_ms'] for r in s), statistics.median(r.get('comm_wait_ms', 0) for r in s)) if s else 'n/a n/a')" "$1"; }
-  declare -A dpall
-  for round in $(seq 1 "${DP_ROUNDS:-3}"); do
-    for m in flat flat_send auto; do
-      on_host 0 "${mpi[@]}" "$B/tessera" train "$w/dp.yaml" --set parallel.allreduce=$m --set log.metrics="$w/dp_$m$round.jsonl" \
-        > "$w/dp_$m$round.log" 2>&1 || { echo "DP $m: the job failed:"; tail -5 "$w/dp_$m$round.log"; }
-      read -r ms wt <<<"$(dp_stat "$w/dp_$m$round.jsonl")"
-      dpall[$m]="${dpall[$m]:-} $ms"
-      how=$(grep -o 'buckets all-reduced.*' "$w/dp_$m$round.log" | head -1 | cut -c1-200)
-      echo "DP GPT (8 x 256, 6.5 M parameters) on 2 hosts x 2, parallel.allreduce $m (round $round): median step $ms ms, comm_wait $wt ms; $how"
+e=[r for r in t if r.get('type')=='end']
+print('%.1f %.1f %d' % (statistics.median(r['step_ms'] for r in s), statistics.median(r.get('comm_wait_ms', 0) for r in s),
+      e[0]['grad_bytes'] if e else 0) if s else 'n/a n/a 0')" "$1" 2>/dev/null || echo "n/a n/a 0"; }
+  # the link's rate in bytes/s from tc's notation (1gbit, 500mbit, ...)
+  rate_bps=$(/usr/bin/python3 -c "
+import re,sys
+m=re.fullmatch(r'([0-9.]+)([kmg]?)(bit|bps)', sys.argv[1].lower())
+print(float(m.group(1)) * {'':1,'k':1e3,'m':1e6,'g':1e9}[m.group(2)] / (8 if m.group(3)=='bit' else 1) if m else 0)" "$rate")
+  # the same job on one host (4 ranks on this machine's cores, as on the test cluster, shared
+  # memory instead of the shaped link): its step time is the compute term of the bound
+  local_mpi() { env $(env | grep -o '^OMPI_MCA_[A-Za-z0-9_]*' | sed 's/^/-u /') mpirun --oversubscribe --allow-run-as-root -n 4 "$@"; }
+  modes="flat flat_send hierarchical auto"
+  for model in ${DP_MODELS:-gpt resnet18}; do
+    declare -A dpall=()
+    for round in $(seq 1 "${DP_ROUNDS:-3}"); do
+      for m in local $modes; do
+        log=$w/dp_${model}_$m$round
+        if [ $m = local ]; then
+          local_mpi "$B/tessera" train "$w/dp_$model.yaml" --set log.metrics="$log.jsonl" > "$log.log" 2>&1
+        else
+          on_host 0 "${mpi[@]}" "$B/tessera" train "$w/dp_$model.yaml" --set parallel.allreduce=$m \
+            --set log.metrics="$log.jsonl" > "$log.log" 2>&1
+        fi || { echo "DP $model $m: the job failed:"; tail -5 "$log.log"; }
+        read -r ms wt gb <<<"$(dp_stat "$log.jsonl")"
+        dpall[$m]="${dpall[$m]:-} $ms"
+        [ "$gb" -gt 0 ] 2>/dev/null && grad=$gb
+        how=$(grep -o 'buckets all-reduced.*' "$log.log" | head -1 | cut -c1-200)
+        [ $m = local ] && how="one host, shared memory"
+        echo "DP $model on 2 hosts x 2, parallel.allreduce $m (round $round): median step $ms ms, comm_wait $wt ms; $how"
+      done
     done
-  done
-  /usr/bin/python3 -c '
+    # the bound: compute (the one-host step) + a ring all-reduce of the gradients at the link's
+    # rate: with 2 ranks a host each link carries 2 (N - 1) / N of the bytes each way (N = 4)
+    /usr/bin/python3 -c '
 import sys, statistics
-f, s, a = ([float(x) for x in v.split() if x != "n/a"] for v in sys.argv[1:4])
-if f and s and a:
-    mf, ms, ma = statistics.median(f), statistics.median(s), statistics.median(a)
-    print("DP step, medians of the rounds: flat in place %.1f ms, from a send buffer %.1f ms (%.2fx), auto %.1f ms" %
-          (mf, ms, mf / ms, ma))' "${dpall[flat]}" "${dpall[flat_send]}" "${dpall[auto]}"
+model, grad, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+med = {}
+for kv in sys.argv[4:]:
+    k, v = kv.split("=", 1)
+    x = [float(y) for y in v.split() if y != "n/a"]
+    med[k] = statistics.median(x) if x else float("nan")
+link = 2 * 3 / 4 * grad / rate * 1e3 if rate > 0 else float("nan")
+bound = med["local"] + link
+print("DP %s, medians of the rounds: one host %.1f ms (compute); %s" % (model, med["local"], ", ".join(
+      "%s %.1f ms" % (m, med[m]) for m in med if m != "local")))
+print("DP %s bound: compute %.1f ms + ring all-reduce of %.1f MiB of gradients over a %.0f MB/s link %.1f ms = %.1f ms; "
+      "auto %.1f ms = %.2fx the bound (%s: within 15%%), flat in place %.2fx" % (model, med["local"], grad / 2**20,
+      rate / 1e6, link, bound, med["auto"], med["auto"] / bound, "PASS" if med["auto"] <= 1.15 * bound else "FAIL",
+      med["flat"] / bound))' "$model" "${grad:-0}" "$rate_bps" "local=${dpall[local]}" "flat=${dpall[flat]}" \
+      "flat_send=${dpall[flat_send]}" "hierarchical=${dpall[hierarchical]}" "auto=${dpall[auto]}"
+    unset dpall
+  done
 fi

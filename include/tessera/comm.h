@@ -189,6 +189,19 @@ char *ts_comm_topo_describe(const ts_comm_topo *t, char *buf, size_t cap);
  * any blocking call). The sum's order is (host 0's ranks) + (host 1's) + ..., so it may differ
  * from the flat all-reduce's in the last bits. TS_EDTYPE for another dtype or op. */
 int ts_comm_allreduce_hier(ts_comm_topo *t, void *buf, size_t count, ts_dtype dtype, ts_reduce_op op);
+/* Non-blocking ts_comm_allreduce_hier (the same sums, host by host): the three steps are issued one
+ * after another as each completes, advanced by ts_comm_hier_test / ts_comm_hier_wait on any of
+ * t's requests (each test advances all of them). The requests of one topology advance in the
+ * order they were started (MPI needs each communicator's collectives in the same order on every
+ * rank): start them in the same order on every rank. buf is not to be touched until done. Each
+ * step waits under the timeout like ts_comm_wait. A request freed before it completes fails its
+ * communicator as ts_comm_req_free does. */
+typedef struct ts_comm_hier_req ts_comm_hier_req;
+int ts_comm_iallreduce_hier(ts_comm_topo *t, void *buf, size_t count, ts_dtype dtype, ts_reduce_op op,
+                            ts_comm_hier_req **out);
+int ts_comm_hier_test(ts_comm_hier_req *r, int *done);
+int ts_comm_hier_wait(ts_comm_hier_req *r);
+void ts_comm_hier_req_free(ts_comm_hier_req *r);
 
 /* Chooses how the blocking collectives on c wait (allreduce, allgather(v), reduce_scatter(_block),
  * broadcast, alltoall(v), barrier, bf16/f16 reductions included; the results are those of the

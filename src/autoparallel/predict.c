@@ -121,7 +121,7 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
   /* plain data parallel over every device of a cluster whose flat all-reduces were measured on
    * this very layout (tessera calibrate across its hosts): the reduction the reducer runs, as
    * measured, bucket by bucket (each its latency): the faster flat variant, in place or from a
-   * send buffer, or the hierarchical one (after backward) where parallel.allreduce says so or auto
+   * send buffer, or the hierarchical one where parallel.allreduce says so or auto
    * finds it faster, as ts_grad_reducer chooses */
   int hier = 0;
   if (red > 0 && span && P == 1 && !semi && !dc->optimizer_shard && replicas == N && N > 1 &&
@@ -139,9 +139,9 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
     out->reduce_s = nb * (hier ? ts_cluster_allreduce_hier(c, H, L, per) : flat);
   }
   /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be
-   * (the hierarchical reduction runs after backward) */
+   * (the hierarchical reduction too: its three steps chained as each completes) */
   double bwd = 2.0 / 3.0 * piece;
-  int overlap = dc->overlap && M == 1 && P == 1 && !hier;
+  int overlap = dc->overlap && M == 1 && P == 1;
   out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
   out->memory_bytes = (int64_t)mem;
   out->optimizer_s = opt;

@@ -42,6 +42,7 @@ typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
   int nparams, nready, pre_ready;
   ts_comm_req *req;
+  ts_comm_hier_req *hreq; /* hierarchical mode: its non-blocking hierarchical all-reduce */
   int started, done;
   uint16_t *wire; /* bf16/f16 copy when compressing */
   size_t *counts; /* reduce-scatter mode: the ranks' parts (elements, in rank order) */
@@ -82,7 +83,7 @@ struct ts__buckets {
                  NULL: in place, each at its own place in the gradients */
   /* staged mode (ts__buckets_stage) */
   int staged, blocking, accumulate;
-  ts_comm_topo *hier; /* hierarchical mode: buckets reduced after backward over this topology */
+  ts_comm_topo *hier; /* hierarchical mode: buckets all-reduced hierarchically over this topology */
   int nslots;
   float **slot, **slot_out;   /* per slot: the staging buffer; with accumulation its reduced part */
   size_t *slot_len, *slot_part;
@@ -128,6 +129,8 @@ static void finish_bucket(ts__buckets *d, bucket *b, int how) {
   b->done = 1;
   ts_comm_req_free(b->req);
   b->req = NULL;
+  ts_comm_hier_req_free(b->hreq);
+  b->hreq = NULL;
   if (b->use_send && b->send >= 0) { /* its send slot free again */
     d->sowner[b->send] = -1;
     b->send = -1;
@@ -179,9 +182,10 @@ static int claim_send(ts__buckets *d, bucket *b) {
 }
 
 static int start_bucket(ts__buckets *d, bucket *b) {
-  if (d->blocking || d->hier) return reduce_now(d, b);
+  if (d->blocking) return reduce_now(d, b);
   b->started = 1;
   b->t_issue = ts_time_now();
+  if (d->hier) return ts_comm_iallreduce_hier(d->hier, d->grads + b->off, b->len, TS_F32, d->op, &b->hreq);
   if (d->nranks) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   if (b->use_send) { /* OpenMPI picks ring / Rabenseifner only out of place */
     int rc = claim_send(d, b);
@@ -375,6 +379,7 @@ void ts__buckets_free(ts__buckets *d) {
   if (!d) return;
   for (int k = 0; k < d->nb; k++) {
     if (d->b[k].req) ts_comm_req_free(d->b[k].req);
+    ts_comm_hier_req_free(d->b[k].hreq);
     free(d->b[k].wire);
     free(d->b[k].counts);
     free(d->b[k].pname);
@@ -421,7 +426,7 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track) {
       if (b->pargs[h]) continue;
       /* the call issued: non-blocking (completion seen by a test or a wait) or blocking */
       const char *call = h == OBS_BLOCKING ? (d->hier ? "allreduce_hier" : d->nranks ? "reduce_scatter" : "allreduce")
-                                           : (d->nranks ? "ireduce_scatter" : "iallreduce");
+                                           : (d->hier ? "iallreduce_hier" : d->nranks ? "ireduce_scatter" : "iallreduce");
       snprintf(a, sizeof a,
                "\"bucket\":%d,\"params\":%d,\"elements\":%zu,\"dtype\":\"%s\",\"ranks\":%d,\"call\":\"%s\"%s,"
                "\"observed_at\":\"%s\"",
@@ -628,7 +633,7 @@ static void poll(ts__buckets *d) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;
     int done = 0;
-    if (ts_comm_test(b->req, &done)) {
+    if (b->hreq ? ts_comm_hier_test(b->hreq, &done) : ts_comm_test(b->req, &done)) {
       fail(d);
       return;
     }
@@ -644,7 +649,7 @@ void ts__buckets_hook(const ts_hook_info *e, void *user) {
   if (e->event != TS_HOOK_NODE_END) return;
   for (int j = d->node_start[node]; j < d->node_start[node + 1]; j++) {
     bucket *b = &d->b[d->node_bucket[j]];
-    if (++b->nready == b->nparams && !b->started && !(b->tail && d->defer_tail) && !d->hier && start_bucket(d, b)) {
+    if (++b->nready == b->nparams && !b->started && !(b->tail && d->defer_tail) && start_bucket(d, b)) {
       fail(d);
       return;
     }
@@ -661,7 +666,7 @@ int ts__buckets_finish(ts__buckets *d) {
   for (int k = 0; k < d->nb && !rc; k++) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;
-    rc = ts_comm_wait(b->req);
+    rc = b->hreq ? ts_comm_hier_wait(b->hreq) : ts_comm_wait(b->req);
     if (!rc) finish_bucket(d, b, OBS_WAIT);
   }
   for (int k = 0; k < d->nb && !rc; k++)

@@ -25,8 +25,10 @@ int ts__buckets_create_split(ts_comm *comm, ts_params *p, const ts_graph *g, dou
                              ts_dtype wire, const int *member, const int *splits, int nsplits, ts__buckets **out);
 void ts__buckets_free(ts__buckets *d);
 /* Hierarchical mode (parallel.allreduce; all-reduce mode, f32 SUM or MEAN): every bucket is
- * reduced after backward by ts_comm_allreduce_hier over t (the topology of the buckets'
- * communicator, owned by the caller), none during backward. NULL: flat (the default). */
+ * all-reduced over t (the topology of the buckets' communicator, owned by the caller) by
+ * ts_comm_iallreduce_hier, started during backward as it completes like the flat ones (the tail
+ * on a native communicator, and every bucket in blocking mode, by the blocking
+ * ts_comm_allreduce_hier after backward). NULL: flat (the default). */
 void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t);
 int ts__buckets_num_buckets(const ts__buckets *d);
 /* All-reduce mode, f32: bucket k (use[k] != 0) is all-reduced from a separate send buffer instead

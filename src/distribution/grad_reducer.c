@@ -143,7 +143,7 @@ static int choose_reduction(ts_grad_reducer *r, int k, const ts_grad_reducer_con
   if (say && !r->note[0]) { /* a note longer than its buffer is cut */
     const int nn = snprintf(r->note, sizeof r->note, "gradient reduction over %d ranks on %s: buckets all-reduced %s%.300s",
                             r->size[k], desc,
-                            hier ? "hierarchically (inside each host, between hosts, broadcast inside; after backward)" : "flat", why);
+                            hier ? "hierarchically (inside each host, between hosts, broadcast inside; overlapped with backward)" : "flat", why);
     (void)nn;
   }
   if (lead && say) ts_log(TS_LOG_INFO, "%s", r->note);

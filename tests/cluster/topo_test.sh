@@ -5,7 +5,8 @@
 #  2. parallel.allreduce hierarchical (inside each host, between the leaders, broadcast inside)
 #     against flat: the final checkpoints (parameters and optimizer state) compared bitwise where
 #     the order allows, else within 1e-6 (the order of the sum differs), and both against one
-#     process within 1e-5;
+#     process within 1e-5; its buckets' all-reduces non-blocking, overlapped with backward (the
+#     profiler's trace: every span an iallreduce_hier);
 #  3. parallel.allreduce auto chooses by the cost model of parallel.cluster's links: a cluster
 #     whose links between hosts are 100x slower than inside chooses hierarchical, one whose links
 #     are equal chooses flat, and the choice is printed with both predictions; where the cluster
@@ -14,7 +15,8 @@
 #  3b. parallel.allreduce flat_send (every bucket from a separate send buffer) across the hosts and
 #     on one host: equal to flat within 1e-6 and to one process within 1e-5.
 #  4. test_topo (tests/comm/test_topo.c) on the 2 hosts: the topology's communicators and the
-#     hierarchical all-reduce against the exact sums and the flat all-reduce.
+#     hierarchical all-reduce against the exact sums and the flat all-reduce, the non-blocking one
+#     (several in flight, completing in different orders on different ranks) against both.
 # Usage: topo_test.sh path/to/tessera path/to/ckpt_compare [path/to/test_topo]
 set -u
 bin=$1
@@ -48,9 +50,17 @@ one=$(ls "$tmp/ck_one"/*.safetensors 2>/dev/null | tail -1)
 job flat --set parallel.allreduce=flat; flat=$ck
 if [ $rc = 0 ] && grep -q "gradient reduction over 4 ranks on 2 hosts: node0 (ranks 0-1), node1 (ranks 2-3): buckets all-reduced flat" <<<"$out"
 then ok "the job's hosts: $(grep -o '2 hosts: [^:]*' <<<"$out")"; else bad "flat job: exit $rc: $out"; fi
-job hier --set parallel.allreduce=hierarchical; hier=$ck
-if [ $rc = 0 ] && grep -q "buckets all-reduced hierarchically" <<<"$out"; then ok "hierarchical job ran"
+job hier --set parallel.allreduce=hierarchical --set log.profile=trace --set log.trace="$tmp/hier_trace.json"; hier=$ck
+if [ $rc = 0 ] && grep -q "buckets all-reduced hierarchically .*overlapped with backward" <<<"$out"; then ok "hierarchical job ran"
 else bad "hierarchical job: exit $rc: $out"; fi
+# its buckets' all-reduces were non-blocking (started during backward, seen complete by a test
+# between nodes or by the wait after backward), all but the tail's: the first layer's bucket,
+# completed by the last node, is left to a blocking call after backward on the trainer's native
+# communicators (src/distribution/buckets.c)
+n_nb=$(grep -o '"call":"iallreduce_hier"' "$tmp/hier_trace.json" 2>/dev/null | wc -l)
+n_bl=$(grep -o '"name":"allreduce bucket [0-9]*"[^}]*"call":"allreduce_hier"' "$tmp/hier_trace.json" 2>/dev/null | grep -vc '"allreduce bucket 0"')
+[ "$n_nb" -gt 0 ] && [ "$n_bl" = 0 ] && ok "hierarchical buckets non-blocking, during backward: $n_nb spans (the tail's blocking)" \
+  || bad "hierarchical trace: $n_nb non-blocking spans, $n_bl blocking ones of buckets other than the tail's"
 if [ -n "$flat" ] && [ -n "$hier" ]; then
   if "$cmp" "$flat" "$hier" 0 >/dev/null 2>&1; then ok "hierarchical = flat bitwise (parameters and optimizer state)"
   elif r=$("$cmp" "$flat" "$hier" 1e-6 2>&1); then ok "hierarchical = flat within 1e-6 (not bitwise: the sum's order differs): $r"

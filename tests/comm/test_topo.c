@@ -1,10 +1,12 @@
 /* Topology (src/comm/topo.c): hosts learned by MPI_Comm_split_type(SHARED), the node and leaders'
  * communicators, the hierarchical all-reduce against the exact sum and against the flat one, its
+ * non-blocking form (several in flight) against the exact sums and the blocking one, their
  * refusals; the cost model's flat and hierarchical all-reduce times (planner). Runs as one process,
  * under mpirun -n 2 and 4 on this host (one host), and on the test cluster of 2 hosts x 2 ranks
  * (tests/cluster/topo_test.sh) with TS_TOPO_EXPECT set to the description it must print. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <mpi.h>
 
 #include "test_util.h"
@@ -82,6 +84,82 @@ static void test_fit(void) {
   CHECK(ts_cluster_fit_alpha_beta(x, flat, 2, &a, &k) == TS_EINVAL); /* no growth with the size */
 }
 
+/* The non-blocking hierarchical all-reduce: six requests of very different sizes in flight at
+ * once (so their steps complete in different orders on different ranks), SUM and MEAN, tested
+ * in a rank-dependent order with rank-dependent pauses, the last waited for first (its wait must
+ * drive the older ones): integer values (exact in f32, any order) against the closed form, and
+ * random floats bitwise against the blocking call on the same data where each step sums at most
+ * two ranks (exact in any order), else within rounding of the order. Then the refusals. */
+static void test_nonblocking(ts_comm_topo *t, int R, int N) {
+  enum { K = 6 };
+  const size_t len[K] = {1, 3000001, 17, 250000, 65536, 999};
+  float *v[K], *ref[K];
+  ts_comm_hier_req *q[K];
+  for (int k = 0; k < K; k++) {
+    v[k] = malloc(len[k] * sizeof(float));
+    ref[k] = malloc(len[k] * sizeof(float));
+    CHECK(v[k] && ref[k]);
+  }
+  for (int pass = 0; pass < 2; pass++) { /* 0: integers, SUM and MEAN; 1: random floats */
+    uint64_t s = 777 + 31 * (uint64_t)R;
+    for (int k = 0; k < K; k++)
+      for (size_t i = 0; i < len[k]; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        v[k][i] = pass ? (float)((double)(s >> 40) / (double)(1ULL << 24) - 0.5) : (float)(R * 1000 + k + (int)(i % 89));
+        ref[k][i] = v[k][i];
+      }
+    for (int k = 0; k < K; k++)
+      CHECK_OK(ts_comm_iallreduce_hier(t, v[k], len[k], TS_F32, k % 2 ? TS_REDUCE_MEAN : TS_REDUCE_SUM, &q[k]));
+    CHECK_OK(ts_comm_hier_wait(q[K - 1]));
+    int left = K - 1, spins = 0;
+    while (left > 0 && spins < 10000000) {
+      for (int j = 0; j < K - 1; j++) {
+        int k = (j + R) % (K - 1), done = 0;
+        if (!q[k]) continue;
+        CHECK_OK(ts_comm_hier_test(q[k], &done));
+        if (done) {
+          ts_comm_hier_req_free(q[k]);
+          q[k] = NULL;
+          left--;
+        }
+        if (R % 2) usleep(50);
+      }
+      spins++;
+    }
+    CHECK_MSG(left == 0, "%d requests still in flight", left);
+    ts_comm_hier_req_free(q[K - 1]);
+    int bad = 0;
+    double worst = 0;
+    int exact = ts_comm_topo_local_size(t) <= 2 && ts_comm_topo_num_hosts(t) <= 2;
+    for (int k = 0; k < K; k++) {
+      if (!pass) {
+        for (size_t i = 0; i < len[k]; i++) {
+          double sum = 1000.0 * N * (N - 1) / 2 + (double)N * (k + (int)(i % 89));
+          bad += v[k][i] != (float)(k % 2 ? sum / N : sum);
+        }
+        continue;
+      }
+      CHECK_OK(ts_comm_allreduce_hier(t, ref[k], len[k], TS_F32, k % 2 ? TS_REDUCE_MEAN : TS_REDUCE_SUM));
+      for (size_t i = 0; i < len[k]; i++) {
+        double d = fabs((double)v[k][i] - ref[k][i]);
+        worst = d > worst ? d : worst;
+      }
+    }
+    CHECK_MSG(bad == 0, "non-blocking hierarchical: %d sums wrong", bad);
+    CHECK_MSG(exact ? worst == 0 : worst <= 1e-5, "non-blocking vs blocking hierarchical: %g", worst);
+  }
+  float x[4] = {0};
+  ts_comm_hier_req *r = NULL;
+  CHECK(ts_comm_iallreduce_hier(t, x, 4, TS_F16, TS_REDUCE_SUM, &r) == TS_EDTYPE && !r);
+  CHECK(ts_comm_iallreduce_hier(t, x, 4, TS_F32, TS_REDUCE_MIN, &r) == TS_EDTYPE && !r);
+  CHECK(ts_comm_iallreduce_hier(NULL, x, 4, TS_F32, TS_REDUCE_SUM, &r) == TS_EINVAL && !r);
+  CHECK(ts_comm_hier_wait(NULL) == TS_EINVAL);
+  for (int k = 0; k < K; k++) {
+    free(v[k]);
+    free(ref[k]);
+  }
+}
+
 int main(int argc, char **argv) {
   test_cost();
   test_fit();
@@ -149,6 +227,7 @@ int main(int argc, char **argv) {
     if (d > worst) worst = d;
   }
   CHECK_MSG(worst <= 1e-5, "hierarchical vs flat: %g", worst);
+  test_nonblocking(t, R, N);
   /* refusals */
   CHECK(ts_comm_allreduce_hier(t, a, 4, TS_BF16, TS_REDUCE_SUM) == TS_EDTYPE);
   CHECK(ts_comm_allreduce_hier(t, a, 4, TS_F32, TS_REDUCE_MAX) == TS_EDTYPE);
