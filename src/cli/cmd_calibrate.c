@@ -22,7 +22,7 @@ static void cache_path(char *buf, size_t cap, char *dir, size_t dcap) {
   const char *x = getenv("XDG_CACHE_HOME"); /* as src/planner/cluster.c reads it */
   if (x && x[0] == '/') snprintf(dir, dcap, "%s/tessera", x);
   else snprintf(dir, dcap, "%s/.cache/tessera", h && *h ? h : "/tmp");
-  snprintf(buf, cap, "%s/cluster-local.yaml", dir);
+  if (snprintf(buf, cap, "%s/cluster-local.yaml", dir) >= (int)cap) buf[0] = 0; /* too long: no default */
 }
 
 int ts_cli_calibrate(int argc, char **argv) {
@@ -108,7 +108,8 @@ int ts_cli_calibrate(int argc, char **argv) {
       }
       mkdir(dir, 0755);
     }
-    rc = ts_cluster_save(&c, path);
+    rc = path[0] ? ts_cluster_save(&c, path)
+                 : ts_error_set(TS_ECONFIG, "calibrate: the cache path %s/cluster-local.yaml is too long", dir);
     if (!rc && out) rc = ts_cluster_save(&c, out);
     if (!rc) {
       ts_cluster_describe(&c, stdout);

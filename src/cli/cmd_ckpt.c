@@ -295,8 +295,8 @@ static int abs_path(const char *path, char *buf, size_t cap) {
     char *sl = strrchr(head, '/');
     if (!sl) return -1;
     char t[PATH_MAX];
-    snprintf(t, sizeof t, "%s%s%s", sl + 1, tail[0] ? "/" : "", tail);
-    snprintf(tail, sizeof tail, "%s", t);
+    if (snprintf(t, sizeof t, "%s%s%s", sl + 1, tail[0] ? "/" : "", tail) >= (int)sizeof t) return -1;
+    memcpy(tail, t, sizeof tail);
     if (sl == head) {
       snprintf(r, sizeof r, "/");
       break;

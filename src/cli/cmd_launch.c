@@ -746,7 +746,7 @@ int ts_cli_launch(int argc, char **argv) {
     char from[4400];
     if (found) snprintf(from, sizeof from, "resuming from %s (step %lld)", path, (long long)step);
     else snprintf(from, sizeof from, "no checkpoint yet: starting again");
-    char ranks_note[128] = "";
+    char ranks_note[320] = "";
     if (next != cur)
       snprintf(ranks_note, sizeof ranks_note, " (rank%s %s lost%s)", log.nlost > 1 ? "s" : "", lost,
                dropped ? ", with their hosts" : "");
