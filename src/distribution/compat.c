@@ -53,6 +53,13 @@ static const entry table[] = {
      A_GROUP,
      "parallel.optimizer_shard_group: %d ranks per shard group given without parallel.optimizer_shard (set a stage, "
      "or 0 here)"},
+    /* ---- config validation: sequence parallelism ---- */
+    {{TS__COMPAT_CONFIG_SEQ, "!semi_auto_parallel|auto_parallel", ANY, ANY, ANY, ANY, ANY, ANY,
+      TS__COMPAT_X_SEQ_PARALLEL, 1, "parallel.sequence_parallel, parallel.mode",
+      "the sequence is cut over a tensor-parallel axis, which only operator-level layouts have"},
+     A_MODE,
+     "parallel.sequence_parallel: cuts the sequence over the tensor-parallel axis of semi_auto_parallel or "
+     "auto_parallel; parallel.mode is %s"},
     /* ---- the trainer choosing the layout ---- */
     {{TS__COMPAT_LAYOUT, "!data_parallel|semi_auto_parallel", 1, ANY, ANY, ANY, ANY, ANY, TS__COMPAT_X_NONE, 1,
       "parallel.pipeline_stages, parallel.mode",
@@ -149,6 +156,7 @@ void ts__compat_key_of(const char *layout, const ts_dist_config *c, ts__compat_k
   k->interleaved = c->pipeline_schedule == 2; /* TS_SCHED_INTERLEAVED */
   k->wire = c->wire;
   k->full_batch = c->full_batch;
+  k->seq_parallel = c->sequence_parallel;
 }
 
 const char *ts__compat_layout(const char *mode, int stages) { return stages > 1 ? "pipeline" : mode; }
@@ -177,6 +185,7 @@ static int extra_holds(int x, const ts__compat_key *k) {
     case TS__COMPAT_X_RULES: return k->stage_rules;
     case TS__COMPAT_X_NOT_INTERLEAVED: return !k->interleaved;
     case TS__COMPAT_X_FULL_BATCH: return k->full_batch;
+    case TS__COMPAT_X_SEQ_PARALLEL: return k->seq_parallel;
     default: return 1;
   }
 }

@@ -17,6 +17,7 @@ typedef enum {
   TS__COMPAT_CONFIG_MICRO = 0, /* config validation (src/train/config_validate.c): micro-batches */
   TS__COMPAT_CONFIG_PIPE,  /* config validation: the pipeline's keys */
   TS__COMPAT_CONFIG_SHARD, /* config validation: the sharding's keys (after the alias is resolved) */
+  TS__COMPAT_CONFIG_SEQ,   /* config validation: parallel.sequence_parallel */
   TS__COMPAT_LAYOUT,     /* the trainer choosing the layout from parallel.mode and the stages */
   TS__COMPAT_OBJECT,     /* ts_dist_create, before the layout's own check */
   TS__COMPAT_STAGES,     /* the pipeline layout's check (after its model check) */
@@ -38,6 +39,7 @@ typedef struct {
   int micro_batches;  /* parallel.micro_batches given (> 0) */
   int stage_rules;    /* parallel.stages given (patterns) */
   int full_batch;     /* parallel.full_batch */
+  int seq_parallel;   /* parallel.sequence_parallel */
 } ts__compat_key;
 
 /* The layout fields of a distribution configuration, for those who fill one from a plan (the
@@ -60,6 +62,7 @@ enum {
   TS__COMPAT_X_RULES,           /* stage patterns given */
   TS__COMPAT_X_NOT_INTERLEAVED, /* the schedule is not interleaved_1f1b */
   TS__COMPAT_X_FULL_BATCH,      /* full_batch */
+  TS__COMPAT_X_SEQ_PARALLEL,    /* seq_parallel */
 };
 
 /* One row: a pattern over the key (-1: any) and its verdict. */

@@ -139,6 +139,7 @@ typedef struct {
   int overlap;            /* start bucket reductions during backward (when accum == 1) */
   int sync_batchnorm;     /* batch-norm statistics over the ranks' rows */
   int full_batch;         /* every rank reads the whole batch */
+  int sequence_parallel;  /* ts_parallel_config's */
   int parameter_broadcast;/* rank 0's initial parameters to every rank */
   double bucket_mb;       /* gradient bucket size (<= 0: TS_BUCKET_MB_DEFAULT) */
   const int *fusion_splits; /* all_reduce_fusion_config: bucket split points (any number; not owned:

@@ -241,8 +241,8 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
   pp->cge = PIPE(d)->pass.gge;
   pp->cp = PIPE(d)->pass.gp;
   if (pp->semi) {
-    ts_parallel_config pc = {pp->sub, pp->j, d->model.strategies, c->full_batch ? 1 : 0, 0};
-    if ((rc = ts_parallel_run(PIPE(d)->pass.gg, PIPE(d)->pass.gp, &loss, 1, NULL, &pc, &PIPE(d)->pass.pp))) return ts_error_as_config(rc);
+    ts_parallel_config pc = {pp->sub, pp->j, d->model.strategies, c->full_batch ? 1 : 0, 0, c->sequence_parallel};
+      if ((rc = ts_parallel_run(PIPE(d)->pass.gg, PIPE(d)->pass.gp, &loss, 1, NULL, &pc, &PIPE(d)->pass.pp))) return ts_error_as_config(rc);
     int parts, index, one = 1;
     ts_parallel_input_piece(PIPE(d)->pass.pp, x, &parts, &index);
     if (c->micro_batch % parts || c->eval_batch % parts)
@@ -250,8 +250,8 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
                           "semi_auto_parallel: the batch is cut in %d pieces, which must divide each micro-batch "
                           "(%lld rows) and train.eval_batch_size (%lld)",
                           parts, (long long)c->micro_batch, (long long)c->eval_batch);
-    ts_parallel_config pce = {pp->sub, pp->j, ts_parallel_strategies(PIPE(d)->pass.pp), parts, 1};
-    if ((rc = ts_parallel_run(PIPE(d)->pass.gge, PIPE(d)->pass.gp, &le, 1, &one, &pce, &PIPE(d)->pass.pe))) return ts_error_wrap(rc, "evaluation graph");
+    ts_parallel_config pce = {pp->sub, pp->j, ts_parallel_strategies(PIPE(d)->pass.pp), parts, 1, c->sequence_parallel};
+      if ((rc = ts_parallel_run(PIPE(d)->pass.gge, PIPE(d)->pass.gp, &le, 1, &one, &pce, &PIPE(d)->pass.pe))) return ts_error_wrap(rc, "evaluation graph");
     pp->cg = ts_parallel_graph(PIPE(d)->pass.pp);
     pp->cp = ts_parallel_params(PIPE(d)->pass.pp);
     pp->cge = ts_parallel_graph(PIPE(d)->pass.pe);

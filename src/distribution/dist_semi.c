@@ -56,7 +56,7 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
   ts__dist_inputs(d, S->gge, eb, 0, &xe, NULL);
   if ((rc = ts__dist_build_model(d, &nne, &xe, NULL, &le, NULL))) return rc;
   /* the pass: training graph by the user's strategies, evaluation graph by the ones in force */
-  ts_parallel_config pc = {r->size, r->rank, d->model.strategies, c->full_batch ? 1 : 0, 0};
+  ts_parallel_config pc = {r->size, r->rank, d->model.strategies, c->full_batch ? 1 : 0, 0, c->sequence_parallel};
   if ((rc = ts_parallel_run(S->gg, S->gp, &loss, 1, NULL, &pc, &S->pp))) return ts_error_as_config(rc);
   int parts, index;
   ts_parallel_input_piece(S->pp, x, &parts, &index);
@@ -66,7 +66,7 @@ static int build_semi(ts_dist *d, const ts_dist_model *m) {
                         "train.micro_batch_size (%lld) and train.eval_batch_size (%lld)",
                         parts, (long long)mb, (long long)eb);
   int one = 1;
-  ts_parallel_config pce = {r->size, r->rank, ts_parallel_strategies(S->pp), parts, 1};
+  ts_parallel_config pce = {r->size, r->rank, ts_parallel_strategies(S->pp), parts, 1, c->sequence_parallel};
   if ((rc = ts_parallel_run(S->gge, S->gp, &le, 1, &one, &pce, &S->pe)))
     return ts_error_wrap(rc, "evaluation graph");
   r->g = ts_parallel_graph(S->pp);

@@ -3,7 +3,11 @@
  * Attribute layout (ts_attrs):
  *   DROPOUT (x f32) -> y     p (drop probability, 0 <= p <= 1), seed (the uint64
  *                            bit pattern), offset = element offset of this tensor in the global
- *                            numbering of the mask (0; for sharded tensors)
+ *                            numbering of the mask (0; for sharded tensors); run, stride: a
+ *                            slice that is not one run of the global numbering (cut in a dim
+ *                            after the first: sequence parallelism's (batch, sequence/t, hidden))
+ *                            is runs of `run` elements, run k numbered from offset + k * stride
+ *                            (run 0: the whole tensor is one run)
  *
  * The mask is regenerated from Philox(seed, step, element index) by the kernel (see
  * kernels/dropout.h), so the gradient is another DROPOUT node with the same attributes applied to
@@ -29,6 +33,10 @@ static int infer_dropout(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
                           ts__vstr(g, n->in[0], b, sizeof b));
   if (ts_attr_dropout_offset(&n->a) < 0)
     return ts__graph_fail(g, TS_EINVAL, "dropout: negative element offset %lld", (long long)ts_attr_dropout_offset(&n->a));
+  int64_t run = ts_attr_dropout_run(&n->a), stride = ts_attr_dropout_stride(&n->a);
+  if (run < 0 || (run > 0 && (stride < run || ts_shape_numel(&x->shape) % run)))
+    return ts__graph_fail(g, TS_EINVAL, "dropout: runs of %lld elements %lld apart do not tile %s", (long long)run,
+                          (long long)stride, ts__vstr(g, n->in[0], b, sizeof b));
   odt[0] = x->dtype;
   osh[0] = x->shape;
   return TS_OK;

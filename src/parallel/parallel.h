@@ -52,6 +52,16 @@ typedef struct {
   int allow_unmatched;                /* 1: strategies that match no operator are fine (a
                                          training set reused for the evaluation graph);
                                          0: refused (a typo would be silently ignored) */
+  int sequence_parallel;              /* 1: Megatron's sequence parallelism: an operator whose
+                                         output is a (batch, sequence, hidden) activation of
+                                         partial sums over one device axis (row-parallel dense,
+                                         vocabulary-parallel embedding) reduce-scatters it onto
+                                         the sequence (cut by that axis; a bias added to the
+                                         slice) instead of leaving it partial or all-reducing it,
+                                         so the norms, adds and dropouts after it follow the cut
+                                         (1/t of the activations) and the column-parallel
+                                         operators' inputs are all-gathered along it: the same
+                                         volume as the all-reduce it replaces */
 } ts_parallel_config;
 
 typedef struct ts_parallel ts_parallel;

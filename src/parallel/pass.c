@@ -679,7 +679,9 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
     if (nd->nout > 0 && p->v[nd->out[0]].known) {
       char s[96];
       OUT("  -> %s %s%s", ts_shape_str(&p->v[nd->out[0]].gs, s, sizeof s),
-          ts_layout_str(&p->v[nd->out[0]].L, l, sizeof l), ns->bias_after ? " (bias added after the reduction)" : "");
+          ts_layout_str(&p->v[nd->out[0]].L, l, sizeof l), ns->seq_cut ? (ns->bias_after ? " (reduce-scattered onto the sequence, bias added after)"
+                                                  : " (reduce-scattered onto the sequence)")
+                   : ns->bias_after ? " (bias added after the reduction)" : "");
     }
     OUT("\n");
   }
@@ -710,7 +712,8 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
     }
     OUT("  %s %s%s for %s: %s -> %s, %d op(s), %.0f bytes per rank\n%s", pn, vn ? vn : "?",
         ts_shape_str(&r->gs, s, sizeof s),
-        r->input == -2 ? "its bias" : r->node >= 0 ? p->n[r->node].key : "the output",
+        r->input == -2 ? (p->n[r->node].seq_cut ? "the sequence cut" : "its bias")
+                       : r->node >= 0 ? p->n[r->node].key : "the output",
         ts_layout_str(&r->from, a, sizeof a), ts_layout_str(&r->to, b, sizeof b), r->nops, r->cost,
         r->text ? r->text : "");
   }

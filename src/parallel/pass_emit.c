@@ -279,7 +279,10 @@ static int emit_node(ts_parallel *p, int ni) {
       break;
     }
     case TS_OP_DROPOUT: {
-      /* exact when only dim 0 is cut (the slice is one run of the global numbering) */
+      /* the slice's first element in the global numbering; cut in a dim k > 0 (sequence
+       * parallelism: (batch, sequence/t, hidden)) it is runs over dims k.. (the dims after k
+       * uncut), one per index of dims 0..k-1, run j starting j * (the global size of dims k..)
+       * further (exact when dims 1..k-1 are uncut; else refused) */
       const ts_layout *l = &ns->req[0];
       const ts_shape *gs = &p->v[nd->in[0]].gs;
       ts_layout_offsets(l, gs, p->rank, off);
@@ -289,6 +292,23 @@ static int emit_node(ts_parallel *p, int ni) {
         st *= gs->dims[d];
       }
       ts_attr_set_dropout_offset(&a, ts_attr_dropout_offset(&nd->a) + o);
+      int last = -1;
+      for (int d = 0; d < gs->ndim; d++)
+        if (l->tmap[d] >= 0 && l->dev[l->tmap[d]] > 1) last = d;
+      if (last > 0) {
+        for (int d = 1; d < last; d++)
+          if (l->tmap[d] >= 0 && l->dev[l->tmap[d]] > 1)
+            return ts_error_set(TS_EUNSUPPORTED, "parallel: operator '%s' (dropout): cut in dims %d and %d of %d; "
+                                "a dropout input may be cut in dim 0 and one other dim", ns->key, d, last, gs->ndim);
+        int64_t run = 1, stride = 1;
+        for (int d = last; d < gs->ndim; d++) {
+          int64_t c = l->tmap[d] >= 0 ? l->dev[l->tmap[d]] : 1;
+          run *= gs->dims[d] / c;
+          stride *= gs->dims[d];
+        }
+        ts_attr_set_dropout_run(&a, run);
+        ts_attr_set_dropout_stride(&a, stride);
+      }
       break;
     }
     default:
@@ -298,11 +318,15 @@ static int emit_node(ts_parallel *p, int ni) {
   int node = ts_graph_add_node(lg, nd->op, li, nin, nd->nout, &a);
   if (node < 0) return lg_fail(p, ns->key);
   for (int k = 0; k < nd->nout; k++) lout[k] = ts_graph_node_output(lg, node, k);
-  if (ns->bias_after) {
+  if (ns->reduce_after) { /* all-reduced, or reduce-scattered onto the sequence */
     int y;
     if ((rc = emit_redist(p, lout[0], ts_graph_value_dtype(lg, lout[0]), &p->v[nd->out[0]].gs,
                           &ns->pre_bias, &ns->out[0], &y)))
       return ts_error_wrap(rc, "operator '%s': reducing the partial sums", ns->key);
+    lout[0] = y;
+  }
+  if (ns->bias_after) {
+    int y = lout[0];
     ts_val b = ts_graph_value(lg, li[2]);
     if (nd->op == TS_OP_CONV2D) {
       ts_shape bs = (*ts_graph_value_shape(lg, li[2]));

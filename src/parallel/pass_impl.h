@@ -94,7 +94,10 @@ typedef struct {
   int nout;
   ts_layout out[TS_GRAPH_MAX_IO];  /* layout of each output */
   int bias_after;            /* dense/conv: partial output, bias added after the reduction */
-  ts_layout pre_bias;        /* the partial layout before the bias is added */
+  int reduce_after;          /* the partial output reduced inside the node (bias_after, or
+                                sequence_parallel's reduce-scatter onto the sequence) */
+  int seq_cut;               /* sequence_parallel: reduce-scattered onto dim 1 */
+  ts_layout pre_bias;        /* the partial layout before the reduction (and the bias) */
   char *key;
 } ts__nst;
 

@@ -282,6 +282,22 @@ static ts_layout no_partial(const ts_layout *l) {
   return r;
 }
 
+/* sequence_parallel: l's values are partial sums over exactly one device axis a of size > 1, the
+ * value is (batch, sequence, hidden) with the sequence uncut and divisible by a's size, and a cuts
+ * no other dim: *sq = l reduce-scattered onto the sequence (dim 1 cut by a). 1 if so, else 0. */
+static int seq_cut_of(const ts_layout *l, const ts_shape *s, ts_layout *sq) {
+  if (!l->partial || (l->partial & (l->partial - 1)) || l->ndim != 3 || !s || s->ndim != 3) return 0;
+  int a = 0;
+  while (!(l->partial & (1u << a))) a++;
+  if (a >= l->ndev || l->dev[a] < 2 || l->tmap[1] >= 0 || s->dims[1] % l->dev[a]) return 0;
+  for (int d = 0; d < 3; d++)
+    if (l->tmap[d] == a) return 0;
+  *sq = *l;
+  sq->partial = 0;
+  sq->tmap[1] = a;
+  return 1;
+}
+
 static void uncut(ts_layout *l, int dim) {
   if (dim >= 0 && dim < l->ndim) l->tmap[dim] = -1;
 }
@@ -502,14 +518,17 @@ static int rule_node(ts_parallel *p, int ni, opmap *m) {
     ts_layout_init(&ns->req[2], req[1].ndev, req[1].dev, 1, tm, 0);
   }
   ns->out[0] = out;
-  if ((nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D) && nd->nin > 2 && out.partial) {
-    ns->bias_after = 1;
+  ts_layout sq;
+  ns->seq_cut = p->cfg.sequence_parallel && seq_cut_of(&out, ts_graph_value_shape(g, nd->out[0]), &sq);
+  if (((nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D) && nd->nin > 2 && out.partial) || ns->seq_cut) {
+    ns->bias_after = (nd->op == TS_OP_DENSE || nd->op == TS_OP_CONV2D) && nd->nin > 2;
+    ns->reduce_after = 1;
     ns->pre_bias = out;
-    ns->out[0] = no_partial(&out);
+    ns->out[0] = ns->seq_cut ? sq : no_partial(&out);
   }
   rule_extras(p, ni, m);
   if ((rc = settle_inputs(p, ni))) return rc;
-  if (ns->bias_after) { /* the partial sum is reduced inside the node, before the bias */
+  if (ns->reduce_after) { /* the partial sum is reduced inside the node, before the bias */
     ts_redist_plan pl;
     int oc = nd->out[0];
     if ((rc = ts_redist_plan_make(ts_graph_value_shape(g, oc), 4, &ns->pre_bias, &ns->out[0], &pl)) ||

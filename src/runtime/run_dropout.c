@@ -4,11 +4,21 @@
 #include "../kernels/dropout.h"
 
 static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  if (out[0].dtype != TS_F32) /* 16-bit: streamed, same mask */
-    return ts__dropout_lp(out[0].dtype, in[0].data, out[0].data, (size_t)ts_tensor_numel(&in[0]), ts_attr_dropout_p(&n->a),
-                          (uint64_t)ts_attr_dropout_seed(&n->a), ctx->step, (uint64_t)ts_attr_dropout_offset(&n->a));
-  return ts__dropout_ref(in[0].data, out[0].data, (size_t)ts_tensor_numel(&in[0]), ts_attr_dropout_p(&n->a),
-                         (uint64_t)ts_attr_dropout_seed(&n->a), ctx->step, (uint64_t)ts_attr_dropout_offset(&n->a));
+  size_t numel = (size_t)ts_tensor_numel(&in[0]), run = (size_t)ts_attr_dropout_run(&n->a), es = ts_dtype_size(out[0].dtype);
+  uint64_t off = (uint64_t)ts_attr_dropout_offset(&n->a), stride = (uint64_t)ts_attr_dropout_stride(&n->a);
+  if (!run) run = numel ? numel : 1;
+  int rc = TS_OK;
+  for (size_t k = 0; k * run < numel && !rc; k++) { /* a slice of the global numbering: run by run */
+    const char *x = (const char *)in[0].data + k * run * es;
+    char *y = (char *)out[0].data + k * run * es;
+    if (out[0].dtype != TS_F32) /* 16-bit: streamed, same mask */
+      rc = ts__dropout_lp(out[0].dtype, x, y, run, ts_attr_dropout_p(&n->a), (uint64_t)ts_attr_dropout_seed(&n->a),
+                          ctx->step, off + k * stride);
+    else
+      rc = ts__dropout_ref((const float *)x, (float *)y, run, ts_attr_dropout_p(&n->a),
+                           (uint64_t)ts_attr_dropout_seed(&n->a), ctx->step, off + k * stride);
+  }
+  return rc;
 }
 
 void ts__register_run_dropout(ts__run_fn *tab) { tab[TS_OP_DROPOUT] = run_dropout; }

@@ -285,6 +285,12 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.full_batch", CT_BOOL, FLD(parallel.full_batch), "false", NULL, 0, 0, 0, 0, 0,
      "semi_auto_parallel/hybrid_parallel: every rank reads the whole global batch (false: the "
      "batch is cut as the first operator's strategy cuts it, else over all ranks)"},
+    {"parallel.sequence_parallel", CT_BOOL, FLD(parallel.sequence_parallel), "false", NULL, 0, 0, 0, 0, 0,
+     "semi_auto_parallel/auto_parallel with tensor parallelism: Megatron's sequence parallelism: "
+     "the partial sums of a row-parallel dense or a vocabulary-parallel embedding over a "
+     "(batch, sequence, hidden) activation are reduce-scattered onto the sequence instead of "
+     "all-reduced, so the norms, residual adds and dropouts between tensor-parallel blocks run "
+     "on 1/t of the sequence, and the column-parallel inputs are all-gathered along it"},
     {"parallel.optimizer_shard", CT_ENUM, FLD(parallel.optimizer_shard), "off", shard_names, 0, 0, 0, 0,
      0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
      "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "

@@ -97,6 +97,7 @@ void ts__config_compat_key(const ts_config *cfg, ts__compat_key *k) {
   k->micro_batches = pl->micro_batches;
   k->stage_rules = pl->stages.n > 0;
   k->full_batch = pl->full_batch;
+  k->seq_parallel = pl->sequence_parallel;
 }
 
 int ts__config_stage_ranks(const ts_config *cfg, int ndevices) {
@@ -312,6 +313,7 @@ int ts_config_validate(ts_config *cfg) {
   if (ge && !gs && !pl->enable_parallel_optimizer) pl->optimizer_shard = 0;
   pl->enable_parallel_optimizer = pl->optimizer_shard != 0;
   if ((rc = compat(cfg, TS__COMPAT_CONFIG_SHARD))) return rc;
+  if ((rc = compat(cfg, TS__COMPAT_CONFIG_SEQ))) return rc;
   /* ---- checkpoint ---- */
   if (!cfg->checkpoint.prefix[0] || strchr(cfg->checkpoint.prefix, '/'))
     return vfail(cfg, "checkpoint.prefix: must be a non-empty file-name prefix without '/' "
@@ -589,6 +591,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   snprintf(out->cluster, sizeof out->cluster, "%s", cfg->parallel.cluster);
   out->sync_batchnorm = cfg->parallel.sync_batchnorm;
   out->full_batch = cfg->parallel.full_batch;
+  out->sequence_parallel = cfg->parallel.sequence_parallel;
   out->parameter_broadcast = cfg->parallel.parameter_broadcast;
   out->bucket_mb = cfg->parallel.bucket_size_mb;
   out->fusion_splits = cfg->parallel.all_reduce_fusion_config.v; /* borrowed; ts_dist_create copies */

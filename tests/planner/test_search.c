@@ -222,7 +222,7 @@ static void pass_accepts(const model *m, const ts_costgraph *cg, const int *ch, 
   CHECK_OK(ts_strategy_set_create(D, 0, &s));
   CHECK_OK(ts_costgraph_put_strategies(cg, ch, s));
   for (int r = 0; r < D; r++) {
-    ts_parallel_config pc = {D, r, s, 0, 0};
+    ts_parallel_config pc = {D, r, s, 0, 0, 0};
     ts_parallel *pp = NULL;
     int rc = ts_parallel_run(m->g, m->p, &m->loss, 1, NULL, &pc, &pp);
     CHECK_MSG(rc == TS_OK, "%s %s D=%d rank %d: the pass refuses: %s", m->name, what, D, r, ts_last_error());

@@ -166,6 +166,7 @@ static const struct {
     {"parallel.strategy_ckpt_load_file", "in/strategy.json"},
     {"parallel.strategy_ckpt_save_file", "out/strategy.json"},
     {"parallel.full_batch", "true"},
+    {"parallel.sequence_parallel", "true"},
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
     {"parallel.optimizer_shard_group", "2"},

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Megatron's sequence parallelism (parallel.sequence_parallel, issue 34) from the command line,
+# against one process:
+#  0. a small GPT with dropout (its masks on the sequence slices numbered as in the whole
+#     tensor), cut Megatron's way without strategies for its norms (they follow the cut):
+#     tensor-parallel 2 + SP on 2 ranks: every step's loss and the final evaluation equal the
+#     single-process run (within 2e-4 relative: only the summation order differs); TP2 x DP2 + SP
+#     with selective recomputation and optimizer_shard 1, and 2 pipeline stages of TP2 + SP, on 4
+#     ranks: equal to the same layout without SP, and without dropout to one process;
+#  1. `tessera plan`: the row-parallel denses' and the embedding's partial sums reduce-scattered
+#     onto the sequence (no all-reduce left in the forward), the norms cut by the sequence, and the
+#     activations per rank below TP2's without SP, as the job measures them (the end record);
+#  2. the TP2 + SP job's sliced checkpoint (the position embedding cut along the sequence) evaluated
+#     by one process gives the job's accuracy;
+#  3. refused before anything runs, one line, exit 2: sequence_parallel under data_parallel.
+# Usage: seqpar_cli_test.sh path/to/tessera
+set -u
+bin=$1
+fail=0
+. "$(dirname "$0")/lib.sh"
+mpi_job 4
+command -v python3 >/dev/null || { echo "SKIP: no python3 in PATH (compares the loss listings)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat /usr/share/common-licenses/GPL-3 > "$tmp/input.txt" 2>/dev/null || seq 1 20000 > "$tmp/input.txt"
+base() {
+  cat <<YAML
+model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, vocab_size: 256, dropout: 0.1}
+data: {name: text, path: $tmp/input.txt, seq_len: 32, val_fraction: 0.05, transforms: []}
+train: {steps: 6, batch_size: 8, eval_every: -1, log_every: 1, eval_batch_size: 8, seed: 5}
+optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 1.0, schedule: {name: constant}}
+log: {progress: lines}
+YAML
+}
+# Megatron's cuts (tests/cli/lib.sh) without the norms' strategies: under SP they follow the sequence cut
+strat() { gpt_strategies "$@" | grep -v 'ln_'; }
+base > "$tmp/one.yaml"
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; strat 1 2; } > "$tmp/tp2.yaml"
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; strat 2 2; } > "$tmp/tp2dp2.yaml"
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; echo "  pipeline_stages: 2"
+  echo "  micro_batches: 2"; strat 1 2; } > "$tmp/pp2tp2.yaml"
+losses() { python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r.get('type')=='step': print('%d %.9g'%(r['step'],r['loss']))
+    if r.get('type')=='eval': print('eval %.9g %.9g'%(r['loss'],r['top1']))
+" "$1"; }
+same() { python3 -c "
+import sys
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
+ok=len(a)==len(b) and len(a)>0
+for x,y in zip(a,b):
+    for u,v in zip(x[1:],y[1:]):
+        u,v=float(u),float(v); ok=ok and abs(u-v)<=2e-4*max(1,abs(v))
+sys.exit(0 if ok else 1)" "$1" "$2"; }
+run() { # name ranks config args...: trains with log.metrics $tmp/name.jsonl; sets out, rc
+  local name=$1 n=$2 c=$3; shift 3
+  local m=(); [ "$n" = 1 ] || { m=(mpirun --oversubscribe -n "$n"); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root); }
+  out=$(timeout 300 "${m[@]}" "$bin" train "$c" --set log.metrics="$tmp/$name.jsonl" "$@" 2>&1); rc=$?
+  losses "$tmp/$name.jsonl" > "$tmp/$name.txt" 2>/dev/null
+}
+run one 1 "$tmp/one.yaml" --set checkpoint.dir="$tmp/ck1"
+[ "$rc" = 0 ] || { echo "FAIL: one process: $out"; fail=1; }
+check() { # name what
+  if [ "$rc" = 0 ] && same "$tmp/$1.txt" "$tmp/one.txt"; then echo "ok: $2 = one process: $(tr '\n' ' ' < "$tmp/$1.txt" | cut -c1-120)"
+  else echo "FAIL: $2 (exit $rc): $(paste "$tmp/$1.txt" "$tmp/one.txt" | tr '\n' ';') $out"; fail=1; fi
+}
+sp=(--set parallel.sequence_parallel=true)
+# 0.
+run tp2sp 2 "$tmp/tp2.yaml" "${sp[@]}" --set checkpoint.dir="$tmp/ck_tp2sp" --set checkpoint.save_last=true
+check tp2sp "TP2 + SP on 2 ranks"
+# on 4 ranks against the same layout without SP (with dropout, a batch cut by DP or into
+# micro-batches draws other masks than one process's whole batch: layouts differ there, not SP)
+check_vs() { # name base what
+  if [ "$rc" = 0 ] && same "$tmp/$1.txt" "$tmp/$2.txt" && [ -s "$tmp/$2.txt" ]; then echo "ok: $3: $(tr '\n' ' ' < "$tmp/$1.txt" | cut -c1-120)"
+  else echo "FAIL: $3 (exit $rc): $(paste "$tmp/$1.txt" "$tmp/$2.txt" | tr '\n' ';') $out"; fail=1; fi
+}
+run one0 1 "$tmp/one.yaml" --set model.dropout=0
+for v in tp2dp2 pp2tp2; do
+  extra=(); [ $v = tp2dp2 ] && extra=(--set model.recompute=selective --set parallel.optimizer_shard=1)
+  run $v 4 "$tmp/$v.yaml" "${extra[@]}"
+  [ "$rc" = 0 ] || { echo "FAIL: $v without SP: $out"; fail=1; }
+  run ${v}sp 4 "$tmp/$v.yaml" "${sp[@]}" "${extra[@]}"
+  check_vs ${v}sp $v "$v + SP${extra:+, selective recompute, optimizer_shard 1} on 4 ranks = without SP"
+  run ${v}sp0 4 "$tmp/$v.yaml" "${sp[@]}" "${extra[@]}" --set model.dropout=0
+  check_vs ${v}sp0 one0 "$v + SP, no dropout, on 4 ranks = one process"
+done
+# 1. the plan, and the activations the jobs measure
+pl=$("$bin" plan "$tmp/tp2.yaml" -n 2 "${sp[@]}" 2>&1); prc=$?
+pl0=$("$bin" plan "$tmp/tp2.yaml" -n 2 2>&1)
+act() { sed -n 's/^  activations (step) *\([0-9.]*\) \([KM]\)iB.*/\1 \2/p' <<<"$1" | awk '{print $2 == "M" ? $1 * 1024 : $1}'; }
+a1=$(act "$pl"); a0=$(act "$pl0")
+fwd=$(sed -n '/^redistributions inserted/,/^communicator groups/p' <<<"$pl")
+nrs=$(grep -c 'reduce_scatter axis' <<<"$fwd"); nar=$(grep -c 'allreduce axis' <<<"$fwd")
+if [ "$prc" = 0 ] && [ "$nrs" = 5 ] && [ "$nar" = 0 ] && grep -q "transformer.h.1.attn.c_proj.dense .*(reduce-scattered onto the sequence, bias added after)" <<<"$pl" &&
+   grep -q "transformer.h.0.ln_2.layernorm .*follow .*((1,2,1),(1,),(1,))" <<<"$pl" &&
+   python3 -c "import sys; sys.exit(0 if float('$a1') < float('$a0') else 1)" 2>/dev/null; then
+  echo "ok: tessera plan TP2 + SP: $nrs reduce-scatters onto the sequence, no all-reduce in the forward; activations $a1 KiB (TP2 alone $a0 KiB)"
+else echo "FAIL: tessera plan TP2 + SP (exit $prc, $nrs reduce-scatters, $nar all-reduces, activations '$a1' vs '$a0'): $pl"; fail=1; fi
+run tp2 2 "$tmp/tp2.yaml"
+m1=$(python3 -c "import json; print([json.loads(l) for l in open('$tmp/tp2sp.jsonl') if '\"end\"' in l][-1]['activation_peak_bytes'])" 2>/dev/null)
+m0=$(python3 -c "import json; print([json.loads(l) for l in open('$tmp/tp2.jsonl') if '\"end\"' in l][-1]['activation_peak_bytes'])" 2>/dev/null)
+if [ -n "$m1" ] && [ -n "$m0" ] && [ "$m1" -lt "$m0" ] && [ "$((m1 / 1024))" = "${a1%.*}" ]; then
+  echo "ok: measured activations per rank: TP2 + SP $m1 bytes (the plan's $a1 KiB), TP2 alone $m0"
+else echo "FAIL: measured activations: TP2 + SP '$m1', TP2 '$m0', plan '$a1' KiB"; fail=1; fi
+# 2. the sliced checkpoint, evaluated by one process
+ck=$(ls -d "$tmp"/ck_tp2sp/ckpt-* 2>/dev/null | tail -1)
+if [ -n "$ck" ]; then
+  ev=$(OMP_NUM_THREADS=2 "$bin" eval "$tmp/one.yaml" --checkpoint "$ck" 2>&1)
+  top1=$(sed -n 's/.*top1 \([0-9.]*\)%.*/\1/p' <<<"$ev" | head -1)
+  want=$(python3 -c "print('%.2f'%(100*float(open('$tmp/tp2sp.txt').read().split('eval')[1].split()[1])))" 2>/dev/null)
+  if [ -n "$top1" ] && [ "$top1" = "$want" ]; then echo "ok: the TP2 + SP checkpoint evaluated by one process: top1 $top1% (the job: $want%)"
+  else echo "FAIL: eval alone '$top1' vs the job's '$want': $ev"; fail=1; fi
+else echo "FAIL: the TP2 + SP job wrote no sliced checkpoint: $(ls "$tmp/ck_tp2sp" 2>&1)"; fail=1; fi
+# 3. refusal
+out=$(timeout 60 "$bin" train "$tmp/one.yaml" --set parallel.mode=data_parallel "${sp[@]}" 2>&1); rc=$?
+if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "parallel.sequence_parallel: .*parallel.mode is data_parallel" <<<"$out"
+then echo "ok: refused: $out"; else echo "FAIL: sequence_parallel under data_parallel: exit $rc: $out"; fail=1; fi
+exit $fail
