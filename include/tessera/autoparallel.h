@@ -48,9 +48,10 @@ typedef struct {
   int micro_batches;   /* per step: a pipeline's micro-batches, or gradient accumulation's (1: none) */
   int virtual_stages;  /* pieces per pipeline rank (interleaved 1F1B when > 1; 0 or 1: one) */
   int zero;            /* optimizer shard stage 0..3 (parallel.optimizer_shard) */
-  int recompute;       /* 0 none, 1 full (model.recompute) */
+  int recompute;       /* 0 none, 1 full, 2 selective (model.recompute) */
   int megatron;        /* tp > 1: 1 = Megatron-LM's cuts (the zoo's GPT), 0 = the per-operator
                           search of parallel.search_mode (include/tessera/search.h) */
+  int sp;              /* tp > 1: Megatron's sequence parallelism (parallel.sequence_parallel) */
   ts_strategy_set *strategies; /* tp > 1: the operators' strategies on dp * tp devices (owned:
                                   ts_autoplan_free); NULL for tp 1 and for a candidate of a search
                                   listing (only the chosen plan carries them) */
@@ -76,6 +77,8 @@ void ts_autoplan_free(ts_autoplan *p);
 /* A deep copy of src into *dst (its own strategies and stage rules); TS_ENOMEM. *dst is
  * overwritten, not freed. */
 int ts_autoplan_copy(ts_autoplan *dst, const ts_autoplan *src);
+/* "none", "full" or "selective" for a plan's recompute (0, 1, 2). */
+const char *ts_autoplan_recompute_name(int recompute);
 /* The rows of one micro-batch on each data-parallel replica: batch / (dp * micro_batches). */
 int ts_autoplan_micro_batch_size(const ts_autoplan *p, int64_t batch_size);
 /* "dp=2,tp=1,pp=1,micro_batches=1,zero=0,recompute=none" (",virtual_stages=V" when > 1,

@@ -58,13 +58,18 @@ int ts_autoplan_micro_batch_size(const ts_autoplan *p, int64_t batch_size) {
 void ts_autoplan_str(const ts_autoplan *p, char *buf, size_t cap) {
   if (!buf || !cap) return;
   snprintf(buf, cap, "dp=%d,tp=%d,pp=%d,micro_batches=%d,zero=%d,recompute=%s", p->dp, p->tp, p->pp, p->micro_batches,
-           p->zero, p->recompute ? "full" : "none");
+           p->zero, ts_autoplan_recompute_name(p->recompute));
   size_t n = strlen(buf);
   if (p->virtual_stages > 1) {
     snprintf(buf + n, cap > n ? cap - n : 0, ",virtual_stages=%d", p->virtual_stages);
     n = strlen(buf);
   }
-  if (p->tp > 1) snprintf(buf + n, cap > n ? cap - n : 0, "%s", p->megatron ? ",cuts=megatron" : ",cuts=search");
+  if (p->tp > 1) snprintf(buf + n, cap > n ? cap - n : 0, "%s%s", p->megatron ? ",cuts=megatron" : ",cuts=search",
+                          p->sp ? ",sp=1" : "");
+}
+
+const char *ts_autoplan_recompute_name(int recompute) {
+  return recompute == 2 ? "selective" : recompute ? "full" : "none";
 }
 
 void ts_autoplan_describe(const ts_autoplan *p, char *buf, size_t cap) {

@@ -101,7 +101,8 @@ void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, 
   /* evaluation in micro-batches too (the plan's memory counts its arena) */
   int64_t rows = batch / M;
   if (rows > 0 && (dc->eval_batch == 0 || dc->eval_batch > rows)) dc->eval_batch = rows;
-  dc->recompute = p->recompute ? TS_RECOMPUTE_FULL : TS_RECOMPUTE_NONE;
+  dc->recompute = p->recompute == 2 ? TS_RECOMPUTE_SELECTIVE : p->recompute ? TS_RECOMPUTE_FULL : TS_RECOMPUTE_NONE;
+  dc->sequence_parallel = p->sp && p->tp > 1;
   dc->n_recompute_layers = 0;
   int cut = p->tp > 1; /* the operators cut by strategies: semi_auto_parallel */
   if (cut) dc->full_batch = 0;
@@ -190,7 +191,7 @@ static void gpt_bounds(const ts_autoparallel_job *job, const ts_cluster *cl, int
   p->mem_bound = np * (pb + gb + ob) + inflight * layers * s * rows * h * (amp ? 2 : 4);
   double peak = amp || job->amp_level == 1 ? (cl->peak_flops_bf16 > 0 ? cl->peak_flops_bf16 : cl->peak_flops_f32)
                                             : cl->peak_flops_f32;
-  double flops = (p->recompute ? 8.0 : 6.0) * l * 12 * h * h * s * (double)job->batch_size / N;
+  double flops = (p->recompute == 1 ? 8.0 : 6.0) * l * 12 * h * h * s * (double)job->batch_size / N;
   p->time_bound = 0.9 * flops / (peak * cl->gemm_efficiency) * (1 + (p->pp - 1.0) / (V * (double)M));
 }
 
@@ -246,6 +247,7 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
             p->dp = dp, p->tp = tp, p->pp = pp, p->micro_batches = Ms[mi], p->zero = zero, p->recompute = rec;
             p->virtual_stages = V;
             p->megatron = mg;
+            p->sp = tp > 1 && job->base.sequence_parallel; /* the caller's parallel.sequence_parallel */
           }
     }
   return TS_OK;

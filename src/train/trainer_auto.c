@@ -23,7 +23,9 @@ int ts_config_apply_autoplan(ts_config *c, const ts_autoplan *p) {
   /* evaluation in micro-batches too (the plan's memory counts its arena) */
   int rows = c->train.batch_size / M;
   if (rows > 0 && (c->train.eval_batch_size == 0 || c->train.eval_batch_size > rows)) c->train.eval_batch_size = rows;
-  c->model.recompute = p->recompute ? TS_CFG_RECOMPUTE_FULL : TS_CFG_RECOMPUTE_NONE;
+  c->model.recompute = p->recompute == 2 ? TS_CFG_RECOMPUTE_SELECTIVE : p->recompute ? TS_CFG_RECOMPUTE_FULL
+                                                                                  : TS_CFG_RECOMPUTE_NONE;
+  c->parallel.sequence_parallel = p->sp && p->tp > 1;
   c->model.recompute_layers.n = 0;
   if (p->tp > 1) {
     c->parallel.mode = TS_PARALLEL_SEMI_AUTO;

@@ -10,6 +10,8 @@
 #  1. `tessera plan`: the row-parallel denses' and the embedding's partial sums reduce-scattered
 #     onto the sequence (no all-reduce left in the forward), the norms cut by the sequence, and the
 #     activations per rank below TP2's without SP, as the job measures them (the end record);
+#     `tessera plan --fix dp=1,tp=2,sp=1,recompute=selective` plans it (JSON: sequence_parallel),
+#     sp=1 without tp refused; TP2 + SP under amp O2 = TP2 under amp O2 (within 2e-3);
 #  2. the TP2 + SP job's sliced checkpoint (the position embedding cut along the sequence) evaluated
 #     by one process gives the job's accuracy;
 #  3. refused before anything runs, one line, exit 2: sequence_parallel under data_parallel.
@@ -104,6 +106,25 @@ m0=$(python3 -c "import json; print([json.loads(l) for l in open('$tmp/tp2.jsonl
 if [ -n "$m1" ] && [ -n "$m0" ] && [ "$m1" -lt "$m0" ] && [ "$((m1 / 1024))" = "${a1%.*}" ]; then
   echo "ok: measured activations per rank: TP2 + SP $m1 bytes (the plan's $a1 KiB), TP2 alone $m0"
 else echo "FAIL: measured activations: TP2 + SP '$m1', TP2 '$m0', plan '$a1' KiB"; fail=1; fi
+# --fix sp=1 (tessera plan's and auto_parallel's plans): the plan says so and its graph has the cut
+fx=$("$bin" plan "$tmp/one.yaml" -n 2 --fix "dp=1,tp=2,sp=1,recompute=selective,cuts=megatron" 2>&1); frc=$?
+js=$("$bin" plan "$tmp/one.yaml" -n 2 --fix "dp=1,tp=2,sp=1,recompute=selective,cuts=megatron" --json 2>/dev/null)
+if [ "$frc" = 0 ] && [ "$(grep -c 'reduce-scattered onto the sequence' <<<"$fx")" = 5 ] &&
+   python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d['sequence_parallel'] is True and d['recompute'] == 'selective' else 1)" "$js"
+then echo "ok: tessera plan --fix sp=1,recompute=selective: 5 reduce-scatters onto the sequence; JSON sequence_parallel true"
+else echo "FAIL: plan --fix sp=1 (exit $frc): $js $fx"; fail=1; fi
+out=$("$bin" plan "$tmp/one.yaml" -n 2 --fix "dp=2,sp=1" 2>&1); rc=$?
+if [ "$rc" = 2 ] && grep -q "sp=1 .*needs tp > 1" <<<"$out"; then echo "ok: refused: --fix dp=2,sp=1: $(tail -1 <<<"$out")"
+else echo "FAIL: --fix dp=2,sp=1: exit $rc: $out"; fail=1; fi
+# amp O2 under SP: the same run as TP2's amp O2 without SP (bf16 rounding: 2e-3)
+run tp2amp 2 "$tmp/tp2.yaml" --set train.amp_level=O2
+run tp2spamp 2 "$tmp/tp2.yaml" --set train.amp_level=O2 "${sp[@]}"
+if [ "$rc" = 0 ] && python3 -c "
+import sys
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
+sys.exit(0 if len(a)==len(b)>0 and all(abs(float(u)-float(v))<=2e-3*max(1,abs(float(v))) for x,y in zip(a,b) for u,v in zip(x[1:],y[1:])) else 1)" "$tmp/tp2spamp.txt" "$tmp/tp2amp.txt"
+then echo "ok: TP2 + SP under amp O2 = TP2 under amp O2 (2e-3): $(tr '\n' ' ' < "$tmp/tp2spamp.txt" | cut -c1-100)"
+else echo "FAIL: amp O2 with SP: $(paste "$tmp/tp2spamp.txt" "$tmp/tp2amp.txt" | tr '\n' ';') $out"; fail=1; fi
 # 2. the sliced checkpoint, evaluated by one process
 ck=$(ls -d "$tmp"/ck_tp2sp/ckpt-* 2>/dev/null | tail -1)
 if [ -n "$ck" ]; then
