@@ -36,6 +36,7 @@ _DIRECT = {
     "cluster": "parallel.cluster",
     "auto_tp": "parallel.auto_tp",
     "comm_timeout": "parallel.comm_timeout",
+    "sequence_parallel": "parallel.sequence_parallel",
 }
 # the value a config key has when not set (the library's defaults; gradients_mean: MindSpore's
 # False in Python, see config_pairs). test_mindspore_scripts checks them against the library's.
@@ -48,7 +49,7 @@ _CONFIG_DEFAULTS = {
     "parallel.pipeline_schedule": "1f1b", "parallel.virtual_stages": 1, "parallel.bucket_size_mb": 4.0,
     "parallel.comm_dtype": "f32", "parallel.sync_batchnorm": False, "parallel.cluster": "local",
     "parallel.auto_tp": 0, "parallel.comm_timeout": 300.0, "parallel.optimizer_shard_threshold_kb": 64.0,
-    "parallel.optimizer_shard_group": 0,
+    "parallel.optimizer_shard_group": 0, "parallel.sequence_parallel": False,
 }
 # keywords MindSpore has that Tessera refuses: what to use instead
 _REFUSED = {
