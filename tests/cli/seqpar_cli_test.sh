@@ -13,7 +13,8 @@
 #     `tessera plan --fix dp=1,tp=2,sp=1,recompute=selective` plans it (JSON: sequence_parallel),
 #     sp=1 without tp refused; TP2 + SP under amp O2 = TP2 under amp O2 (within 2e-3);
 #  2. the TP2 + SP job's sliced checkpoint (the position embedding cut along the sequence) evaluated
-#     by one process gives the job's accuracy;
+#     by one process gives the job's accuracy, and resumed as TP2 without SP continues like one
+#     process resumed from its own;
 #  3. refused before anything runs, one line, exit 2: sequence_parallel under data_parallel.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
@@ -62,7 +63,7 @@ run() { # name ranks config args...: trains with log.metrics $tmp/name.jsonl; se
   out=$(timeout 300 "${m[@]}" "$bin" train "$c" --set log.metrics="$tmp/$name.jsonl" "$@" 2>&1); rc=$?
   losses "$tmp/$name.jsonl" > "$tmp/$name.txt" 2>/dev/null
 }
-run one 1 "$tmp/one.yaml" --set checkpoint.dir="$tmp/ck1"
+run one 1 "$tmp/one.yaml" --set checkpoint.dir="$tmp/ck1" --set checkpoint.save_last=true
 [ "$rc" = 0 ] || { echo "FAIL: one process: $out"; fail=1; }
 check() { # name what
   if [ "$rc" = 0 ] && same "$tmp/$1.txt" "$tmp/one.txt"; then echo "ok: $2 = one process: $(tr '\n' ' ' < "$tmp/$1.txt" | cut -c1-120)"
@@ -133,6 +134,14 @@ if [ -n "$ck" ]; then
   want=$(python3 -c "print('%.2f'%(100*float(open('$tmp/tp2sp.txt').read().split('eval')[1].split()[1])))" 2>/dev/null)
   if [ -n "$top1" ] && [ "$top1" = "$want" ]; then echo "ok: the TP2 + SP checkpoint evaluated by one process: top1 $top1% (the job: $want%)"
   else echo "FAIL: eval alone '$top1' vs the job's '$want': $ev"; fail=1; fi
+  # resumed as TP2 without SP (the position table's sequence cut re-cut whole): 3 more steps as
+  # one process's 3 more from its own checkpoint
+  run r_one 1 "$tmp/one.yaml" --set train.steps=9 --set checkpoint.resume="$(ls "$tmp"/ck1/*.safetensors | tail -1)" \
+    --set checkpoint.strict=false
+  run r_tp2 2 "$tmp/tp2.yaml" --set train.steps=9 --set checkpoint.resume="$ck" --set checkpoint.strict=false
+  if [ "$rc" = 0 ] && grep -q "resumed from" <<<"$out" && same "$tmp/r_tp2.txt" "$tmp/r_one.txt"; then
+    echo "ok: the TP2 + SP checkpoint resumed as TP2 without SP continues like one process: $(tr '\n' ' ' < "$tmp/r_tp2.txt" | cut -c1-80)"
+  else echo "FAIL: resume without SP (exit $rc): $(paste "$tmp/r_tp2.txt" "$tmp/r_one.txt" | tr '\n' ';') $out"; fail=1; fi
 else echo "FAIL: the TP2 + SP job wrote no sliced checkpoint: $(ls "$tmp/ck_tp2sp" 2>&1)"; fail=1; fi
 # 3. refusal
 out=$(timeout 60 "$bin" train "$tmp/one.yaml" --set parallel.mode=data_parallel "${sp[@]}" 2>&1); rc=$?
