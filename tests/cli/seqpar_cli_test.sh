@@ -15,7 +15,10 @@
 #  2. the TP2 + SP job's sliced checkpoint (the position embedding cut along the sequence) evaluated
 #     by one process gives the job's accuracy, and resumed as TP2 without SP continues like one
 #     process resumed from its own;
-#  3. refused before anything runs, one line, exit 2: sequence_parallel under data_parallel.
+#  3. refused before anything runs, one line, exit 2: sequence_parallel under data_parallel;
+#  4. context parallelism the Ulysses way, as strategies (the sequence cut from the ids on,
+#     attention by heads over c x t, all-to-alls between): CP2 on 2 ranks and TP2 x CP2 on 4
+#     ranks equal one process with dropout on; the plan's all-to-alls.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -143,6 +146,34 @@ if [ -n "$ck" ]; then
     echo "ok: the TP2 + SP checkpoint resumed as TP2 without SP continues like one process: $(tr '\n' ' ' < "$tmp/r_tp2.txt" | cut -c1-80)"
   else echo "FAIL: resume without SP (exit $rc): $(paste "$tmp/r_tp2.txt" "$tmp/r_one.txt" | tr '\n' ';') $out"; fail=1; fi
 else echo "FAIL: the TP2 + SP job wrote no sliced checkpoint: $(ls "$tmp/ck_tp2sp" 2>&1)"; fail=1; fi
+# 4. context parallelism the Ulysses way, written as strategies: the sequence cut by c from the
+# embedding's ids on (everything without a strategy follows the cut), attention cut by heads over
+# c x t (all-to-alls from the sequence cut to the heads' and back before c_proj), Megatron's
+# tensor-parallel cuts beside it: CP2 on 2 ranks and TP2 x CP2 on 4 ranks = one process (dropout on)
+cpstrat() { # c t
+  local c=$1 t=$2
+  cat <<YAML
+  strategies:
+    transformer.embedding: "((1,$c),($t,1))"
+    transformer.h.*.attn.c_attn.dense*: "((1,$c,1),($t,1),($t,))"
+    transformer.h.*.attn.attention: "((1,$((c * t)),1,1),(1,$((c * t)),1,1),(1,$((c * t)),1,1))"
+    transformer.h.*.attn.c_proj.dense: "((1,$c,$t),(1,$t))"
+    transformer.h.*.mlp.c_fc.dense: "((1,$c,1),($t,1))"
+    transformer.h.*.mlp.c_proj.dense: "((1,$c,$t),(1,$t))"
+    dense: "((1,$c,1),($t,1))"
+    softmax_ce: "(($c,$t),($c,))"
+YAML
+}
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; cpstrat 2 1; } > "$tmp/cp2.yaml"
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; cpstrat 2 2; } > "$tmp/cp2tp2.yaml"
+for v in cp2:2 cp2tp2:4; do
+  run ${v%:*} ${v#*:} "$tmp/${v%:*}.yaml"
+  check ${v%:*} "${v%:*} (Ulysses) on ${v#*:} ranks"
+done
+pl=$("$bin" plan "$tmp/cp2.yaml" -n 2 2>&1)
+n_a2a=$(sed -n '/^redistributions inserted/,/^communicator groups/p' <<<"$pl" | grep -c 'alltoall axis')
+[ "$n_a2a" = 8 ] && echo "ok: CP2's plan: $n_a2a all-to-alls (q, k, v to the heads' cut and back, per layer)" \
+  || { echo "FAIL: CP2's plan: $n_a2a all-to-alls: $pl"; fail=1; }
 # 3. refusal
 out=$(timeout 60 "$bin" train "$tmp/one.yaml" --set parallel.mode=data_parallel "${sp[@]}" 2>&1); rc=$?
 if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "parallel.sequence_parallel: .*parallel.mode is data_parallel" <<<"$out"
