@@ -52,6 +52,9 @@ typedef struct {
   int megatron;        /* tp > 1: 1 = Megatron-LM's cuts (the zoo's GPT), 0 = the per-operator
                           search of parallel.search_mode (include/tessera/search.h) */
   int sp;              /* tp > 1: Megatron's sequence parallelism (parallel.sequence_parallel) */
+  int cp;              /* context parallelism the Ulysses way (0 or 1: none): the sequence cut cp
+                          ways beside tp (dp * cp * tp * pp = devices; Megatron's cuts only,
+                          ts_gpt_context_strategies) */
   ts_strategy_set *strategies; /* tp > 1: the operators' strategies on dp * tp devices (owned:
                                   ts_autoplan_free); NULL for tp 1 and for a candidate of a search
                                   listing (only the chosen plan carries them) */
@@ -77,6 +80,8 @@ void ts_autoplan_free(ts_autoplan *p);
 /* A deep copy of src into *dst (its own strategies and stage rules); TS_ENOMEM. *dst is
  * overwritten, not freed. */
 int ts_autoplan_copy(ts_autoplan *dst, const ts_autoplan *src);
+/* The ranks a plan's operator cuts span: tp * cp (1: none, data parallel or one process). */
+int ts_autoplan_model_ways(const ts_autoplan *p);
 /* "none", "full" or "selective" for a plan's recompute (0, 1, 2). */
 const char *ts_autoplan_recompute_name(int recompute);
 /* The rows of one micro-batch on each data-parallel replica: batch / (dp * micro_batches). */

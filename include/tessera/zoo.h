@@ -100,6 +100,13 @@ int64_t ts_zoo_gpt_num_params(const ts_gpt_config *cfg, int64_t T);
  * the head ("dense") and the loss. TS_ECONFIG naming the field when tp does not divide n_head or
  * vocab_size; TS_EINVAL for dp or tp < 1 or a set of another device count. */
 int ts_gpt_megatron_strategies(const ts_gpt_config *cfg, int dp, int tp, ts_strategy_set *out);
+/* The same with context parallelism the Ulysses way (DeepSpeed-Ulysses) over cp ranks, into a
+ * set for dp * cp * tp devices: the sequence cut cp ways from the token ids on (the operators
+ * without an entry follow the cut), attention cut by heads cp * tp ways (the pass turns q, k, v
+ * from the sequence cut into the heads' with all-to-alls and the output back before c_proj), the
+ * loss's rows cut dp * cp ways. cp 1: ts_gpt_megatron_strategies. TS_ECONFIG naming the field
+ * when cp * tp does not divide n_head or cp the sequence (block_size). */
+int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, ts_strategy_set *out);
 
 /* ---- small classifiers ----
  * MLP: x (N,...) is flattened to (N,F); fc1..fc<k> are Linear layers of the hidden sizes, each

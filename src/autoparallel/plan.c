@@ -64,9 +64,15 @@ void ts_autoplan_str(const ts_autoplan *p, char *buf, size_t cap) {
     snprintf(buf + n, cap > n ? cap - n : 0, ",virtual_stages=%d", p->virtual_stages);
     n = strlen(buf);
   }
-  if (p->tp > 1) snprintf(buf + n, cap > n ? cap - n : 0, "%s%s", p->megatron ? ",cuts=megatron" : ",cuts=search",
-                          p->sp ? ",sp=1" : "");
+  if (p->cp > 1) {
+    snprintf(buf + n, cap > n ? cap - n : 0, ",cp=%d", p->cp);
+    n = strlen(buf);
+  }
+  if (ts_autoplan_model_ways(p) > 1)
+    snprintf(buf + n, cap > n ? cap - n : 0, "%s%s", p->megatron ? ",cuts=megatron" : ",cuts=search", p->sp ? ",sp=1" : "");
 }
+
+int ts_autoplan_model_ways(const ts_autoplan *p) { return p->tp * (p->cp > 1 ? p->cp : 1); }
 
 const char *ts_autoplan_recompute_name(int recompute) {
   return recompute == 2 ? "selective" : recompute ? "full" : "none";

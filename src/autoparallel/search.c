@@ -38,12 +38,15 @@ typedef struct {
 static int plan_strategies(const ts_autoparallel_job *job, const ts_autoplan *p, const ts_dist_config *dc,
                            const ts_cluster *cl, op_cache *cache, const ts_strategy_set **set, ts_strategy_set **own) {
   *set = NULL, *own = NULL;
-  if (p->tp <= 1) return TS_OK;
+  if (ts_autoplan_model_ways(p) <= 1) return TS_OK;
   int rc;
+  if (p->cp > 1 && !p->megatron)
+    return ts_error_set(TS_ECONFIG, "auto_parallel: context parallelism (cp %d) takes Megatron-LM's cuts (cuts=megatron)", p->cp);
   if (p->megatron) {
     if (!job->gpt) return ts_error_set(TS_ECONFIG, "auto_parallel: Megatron-LM's cuts are the zoo GPT's (model.name gpt)");
-    if ((rc = ts_strategy_set_create(p->dp * p->tp, 0, own))) return rc;
-    if ((rc = ts_gpt_megatron_strategies(job->gpt, p->dp, p->tp, *own))) {
+    int cp = p->cp > 1 ? p->cp : 1;
+    if ((rc = ts_strategy_set_create(p->dp * cp * p->tp, 0, own))) return rc;
+    if ((rc = ts_gpt_context_strategies(job->gpt, p->dp, cp, p->tp, *own))) {
       ts_strategy_set_free(*own);
       *own = NULL;
       return rc;
@@ -104,7 +107,7 @@ void ts__autoplan_dist(const ts_autoplan *p, int64_t batch, ts_dist_config *dc, 
   dc->recompute = p->recompute == 2 ? TS_RECOMPUTE_SELECTIVE : p->recompute ? TS_RECOMPUTE_FULL : TS_RECOMPUTE_NONE;
   dc->sequence_parallel = p->sp && p->tp > 1;
   dc->n_recompute_layers = 0;
-  int cut = p->tp > 1; /* the operators cut by strategies: semi_auto_parallel */
+  int cut = ts_autoplan_model_ways(p) > 1; /* the operators cut by strategies: semi_auto_parallel */
   if (cut) dc->full_batch = 0;
   dc->pipeline_semi = cut;
   if (semi) *semi = cut;
@@ -129,7 +132,7 @@ int ts__autoplan_cuts(const ts_autoparallel_job *job, ts_autoplan *p) {
   ts_dist_model m = job->model;
   m.strategies = p->strategies;
   ts_dist *d = NULL;
-  int rc = ts_dist_create(vt, &dc, &m, p->dp * p->tp * p->pp, 0, &d);
+  int rc = ts_dist_create(vt, &dc, &m, p->dp * ts_autoplan_model_ways(p) * p->pp, 0, &d);
   if (!rc && (rc = ts_dist_build(d, &m))) rc = ts_error_as_config(rc);
   ts_op_text *rules = NULL;
   int n = 0;
@@ -145,7 +148,7 @@ int ts__autoplan_cuts(const ts_autoparallel_job *job, ts_autoplan *p) {
 int ts__autoplan_strategies(const ts_autoparallel_job *job, const ts_cluster *cl, ts_autoplan *p) {
   ts_strategy_set_free(p->strategies);
   p->strategies = NULL;
-  p->devices = p->dp * p->tp * p->pp;
+  p->devices = p->dp * ts_autoplan_model_ways(p) * p->pp;
   p->search_mode = job->search_mode;
   snprintf(p->cluster, sizeof p->cluster, "%s", cl->name);
   ts_dist_config dc = job->base;
@@ -188,7 +191,7 @@ static void gpt_bounds(const ts_autoparallel_job *job, const ts_cluster *cl, int
   if (p->zero >= 1) ob /= p->dp;
   if (p->zero >= 3) pb /= p->dp;
   double inflight = p->pp > 1 ? (M < p->pp ? M : p->pp) : 1;
-  p->mem_bound = np * (pb + gb + ob) + inflight * layers * s * rows * h * (amp ? 2 : 4);
+  p->mem_bound = np * (pb + gb + ob) + inflight * layers * s * rows * h * (amp ? 2 : 4) / (p->cp > 1 ? p->cp : 1);
   double peak = amp || job->amp_level == 1 ? (cl->peak_flops_bf16 > 0 ? cl->peak_flops_bf16 : cl->peak_flops_f32)
                                             : cl->peak_flops_f32;
   double flops = (p->recompute == 1 ? 8.0 : 6.0) * l * 12 * h * h * s * (double)job->batch_size / N;
@@ -442,12 +445,12 @@ int ts__autoparallel_search(const ts_autoparallel_job *job, int N, const ts_clus
     out->strategies = NULL;
     /* the chosen plan's strategies: the cache's (taken from it), or built again (Megatron's) */
     int M = out->micro_batches > 0 ? out->micro_batches : 1;
-    for (int i = 0; out->tp > 1 && !out->megatron && i < cache.n; i++)
+    for (int i = 0; out->tp > 1 && out->cp <= 1 && !out->megatron && i < cache.n; i++)
       if (cache.e[i].dp == out->dp && cache.e[i].tp == out->tp && cache.e[i].M == M && !cache.e[i].rc) {
         out->strategies = cache.e[i].st;
         cache.e[i].st = NULL;
       }
-    if (out->tp > 1 && !out->strategies) rc = ts__autoplan_strategies(job, cl, out);
+    if (ts_autoplan_model_ways(out) > 1 && !out->strategies) rc = ts__autoplan_strategies(job, cl, out);
     if (!rc) rc = ts__autoplan_cuts(job, out);
     out->searched = cnt;
   }

@@ -314,12 +314,21 @@ static int parse_fix(const char *spec, int n, int cfg_batch, ts_autoplan *p) {
     else if (!strcmp(k, "virtual_stages")) p->virtual_stages = (int)x;
     else if (!strcmp(k, "zero")) p->zero = (int)x;
     else if (!strcmp(k, "sp") && x <= 1) p->sp = (int)x;
+    else if (!strcmp(k, "cp") && x >= 1) p->cp = (int)x;
     else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, "
-                                                 "micro_batch_size, virtual_stages, zero, recompute, sp=0|1, cuts)", k);
+                                                 "micro_batch_size, virtual_stages, zero, recompute, sp=0|1, cp, cuts)", k);
   }
-  if (!dp_given && p->tp * p->pp > 0) p->dp = n / (p->tp * p->pp);
-  if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->dp * p->tp * p->pp != n)
-    return ts_error_set(TS_ECONFIG, "plan --fix: dp %d x tp %d x pp %d is not the %d devices", p->dp, p->tp, p->pp, n);
+  int cp = p->cp > 1 ? p->cp : 1;
+  if (!dp_given && p->tp * p->pp > 0) p->dp = n / (p->tp * cp * p->pp);
+  if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->dp * cp * p->tp * p->pp != n)
+    return ts_error_set(TS_ECONFIG, "plan --fix: dp %d x cp %d x tp %d x pp %d is not the %d devices", p->dp, cp, p->tp,
+                        p->pp, n);
+  if (cp > 1 && !p->megatron)
+    return ts_error_set(TS_ECONFIG, "plan --fix: cp=%d (context parallelism, the Ulysses way) takes Megatron-LM's cuts: "
+                        "add cuts=megatron", cp);
+  if (cp > 1 && p->sp)
+    return ts_error_set(TS_ECONFIG, "plan --fix: sp=1 with cp=%d: both cut the sequence (not done yet: one dim cut by "
+                        "two device axes)", cp);
   if (p->sp && p->tp < 2)
     return ts_error_set(TS_ECONFIG, "plan --fix: sp=1 cuts the sequence over the tensor-parallel ranks: it needs tp > 1");
   p->micro_batches = mb > 0 ? mb : p->pp;
@@ -381,11 +390,11 @@ static void print_stage_rules(const ts_autoplan *p, int json) {
 static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
   int gpt = cfg->model.name == TS_MODEL_GPT;
   double rate = p->pred.samples_per_s * (gpt ? (double)cfg->data.seq_len : 1.0);
-  printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
+  printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"cp\":%d,\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
          "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"sequence_parallel\":%s,\"amp_level\":\"O%d\",\"step_time_s\":%.6g,"
          "\"%s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"fits\":%s,"
          "\"strategies\":{",
-         n, p->dp, p->tp, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1,
+         n, p->dp, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1,
          ts_autoplan_micro_batch_size(p, cfg->train.batch_size), p->micro_batches > 0 ? p->micro_batches : 1, p->zero,
          ts_autoplan_recompute_name(p->recompute), p->sp ? "true" : "false", cfg->train.amp_level, p->pred.step_s, gpt ? "tokens_per_s" : "samples_per_s",
          rate, p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
@@ -431,7 +440,7 @@ static int plan_search(const ts_config *cfg, int n, const ts_cluster *cl, const 
            cfg->parallel.search_time_budget, unbuilt);
   printf("chosen: %s: %.3f ms per step, %.1f samples/s, %.2f MiB per device\n", s, 1e3 * chosen.pred.step_s,
          chosen.pred.samples_per_s, chosen.pred.memory_bytes / 1048576.0);
-  if (chosen.tp > 1) {
+  if (ts_autoplan_model_ways(&chosen) > 1) {
     printf("operator strategies (%s):\n", chosen.megatron ? "Megatron-LM's cuts" : m >= 0 && m < 3 ? smodes[m] : "?");
     print_strategies(&chosen, 0);
   }
@@ -512,7 +521,7 @@ int ts_cli_plan(int argc, char **argv) {
              "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it); --search, --fix\n"
              "and --json without --cluster use the config's parallel.cluster (default local), as train does.\n"
              "--fix dp=..,tp=..,pp=..,micro_batches=..(or micro_batch_size=.. rows per replica),virtual_stages=..,\n"
-             "zero=..,recompute=none|full|selective,sp=0|1,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
+             "zero=..,recompute=none|full|selective,sp=0|1,cp=..,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
              "tensor-parallel plan's operator strategies from parallel.search_mode's per-operator search, the\n"
              "default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"

@@ -27,7 +27,7 @@ int ts_config_apply_autoplan(ts_config *c, const ts_autoplan *p) {
                                                                                   : TS_CFG_RECOMPUTE_NONE;
   c->parallel.sequence_parallel = p->sp && p->tp > 1;
   c->model.recompute_layers.n = 0;
-  if (p->tp > 1) {
+  if (ts_autoplan_model_ways(p) > 1) {
     c->parallel.mode = TS_PARALLEL_SEMI_AUTO;
     c->parallel.full_batch = 0;
   } else {

@@ -17,8 +17,9 @@
 #     process resumed from its own;
 #  3. refused before anything runs, one line, exit 2: sequence_parallel under data_parallel;
 #  4. context parallelism the Ulysses way, as strategies (the sequence cut from the ids on,
-#     attention by heads over c x t, all-to-alls between): CP2 on 2 ranks and TP2 x CP2 on 4
-#     ranks equal one process with dropout on; the plan's all-to-alls.
+#     attention by heads over c x t, all-to-alls between): CP2 on 2 ranks (written by hand) and
+#     TP2 x CP2 on 4 ranks (the strategies `tessera plan --fix cp=2,tp=2,cuts=megatron --json`
+#     generates) equal one process with dropout on; the plan's all-to-alls.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -165,7 +166,15 @@ cpstrat() { # c t
 YAML
 }
 { base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; cpstrat 2 1; } > "$tmp/cp2.yaml"
-{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; cpstrat 2 2; } > "$tmp/cp2tp2.yaml"
+# TP2 x CP2: the strategies `tessera plan --fix cp=2,tp=2,cuts=megatron --json` generates
+# (ts_gpt_context_strategies), pasted into the config
+js=$("$bin" plan "$tmp/one.yaml" -n 4 --fix "dp=1,cp=2,tp=2,cuts=megatron" --json 2>/dev/null)
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; echo "  strategies:"
+  python3 -c "import json,sys; [print('    %s: \"%s\"' % kv) for kv in json.loads(sys.argv[1])['strategies'].items()]" "$js"
+} > "$tmp/cp2tp2.yaml"
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d['cp'] == 2 and d['tp'] == 2 and d['dp'] == 1 and
+  d['strategies']['transformer.h.*.attn.attention'] == '((1,4,1,1),(1,4,1,1),(1,4,1,1))' else 1)" "$js" 2>/dev/null \
+  && echo "ok: plan --fix dp=1,cp=2,tp=2,cuts=megatron: attention cut by heads 4 ways" || { echo "FAIL: plan --fix cp=2: $js"; fail=1; }
 for v in cp2:2 cp2tp2:4; do
   run ${v%:*} ${v#*:} "$tmp/${v%:*}.yaml"
   check ${v%:*} "${v%:*} (Ulysses) on ${v#*:} ranks"
