@@ -30,6 +30,7 @@ typedef struct ts_autoparallel_job {
   int (*check)(const ts_autoplan *p, void *user);
   void *check_user;
   double time_budget;     /* parallel.search_time_budget: seconds; then the best plan so far (0: none) */
+  int cp;                 /* parallel.context_parallel: every plan's context-parallel degree (<= 1: none) */
 } ts_autoparallel_job;
 
 /* Every plan of the outer search for job on N devices of cluster cl (cands: up to cap of them,

@@ -218,8 +218,8 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
    * Megatron's cuts are what such jobs are known to run best with; a tp their cuts cannot take (it
    * divides not the heads or the vocabulary) is then not offered either (it fell back to the
    * operator search: GPT-145B's tp 64 took over 10 minutes and 7 GB) */
-  int gpt = job->gpt != NULL;
-  int mega = gpt && job->gpt->n_head % tp == 0 && job->gpt->vocab_size % tp == 0;
+  int gpt = job->gpt != NULL, C = job->cp > 1 ? job->cp : 1;
+  int mega = gpt && job->gpt->n_head % (tp * C) == 0 && job->gpt->vocab_size % tp == 0 && job->seq_len % C == 0;
   int searched_ok = !(gpt && dp * tp * pp > cl->devices_per_node);
   int Ms[16], nm = 0;
   /* a pipeline's P, 2P, 4P micro-batches; and 1, 2, 4, 8 rows per replica (Megatron-LM's 1..8) */
@@ -241,7 +241,9 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
         /* interleaved 1F1B with 2 pieces per rank: M a multiple of P, a layer or more per piece */
         for (int V = 1; V <= 2; V++)
           for (int mg = 0; mg <= 1; mg++) { /* Megatron's cuts (1) or the search's (0) */
-            if ((tp == 1 && mg) || (tp > 1 && mg && !mega) || (tp > 1 && !mg && !searched_ok)) continue;
+            /* context parallelism (job->cp): Megatron's cuts with the sequence cut (any tp) */
+            if (C > 1 ? !mg || !mega : (tp == 1 && mg) || (tp > 1 && mg && !mega) || (tp > 1 && !mg && !searched_ok))
+              continue;
             if (V > 1 && (pp < 2 || Ms[mi] % pp || (gpt && job->gpt->n_layer < 2 * pp)))
               continue;
             if (*n == cap) return ts_error_set(TS_ERANGE, "search: more than %d candidate plans", cap);
@@ -251,6 +253,7 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
             p->virtual_stages = V;
             p->megatron = mg;
             p->sp = tp > 1 && job->base.sequence_parallel; /* the caller's parallel.sequence_parallel */
+            p->cp = C > 1 ? C : 0;
           }
     }
   return TS_OK;
@@ -316,6 +319,16 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
   int rc = TS_OK;
   double budget = job->max_memory_mb > 0 ? job->max_memory_mb * 1048576.0 : 0;
   double limit = cl->mem_bytes, cut = budget > 0 && budget < limit ? budget : limit;
+  /* a context-parallel degree (job->cp) takes its share of the devices from every plan */
+  int C = job->cp > 1 ? job->cp : 1, NN = N;
+  if (N % C) return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d does not divide the %d devices", C, N);
+  if (C > 1 && !gpt)
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT (model.name "
+                        "gpt)", C);
+  if (C > 1 && job->base.sequence_parallel)
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.sequence_parallel: both cut the "
+                        "sequence (not done yet: one dim cut by two device axes)", C);
+  N /= C;
   for (int tp = 1; tp <= N && !rc; tp++) {
     if (N % tp) continue;
     /* tensor parallelism inside a node once the job spans nodes (its all-reduces are per layer) */
@@ -329,6 +342,7 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
     }
   }
   if (rc) return rc;
+  N = NN; /* the plans' devices: dp x cp x tp x pp */
   ts_autoplan **order = malloc(sizeof *order * ((size_t)*nout + 1));
   if (!order) return ts_error_set(TS_ENOMEM, "search: out of memory");
   for (int i = 0; i < *nout; i++) {

@@ -60,6 +60,13 @@ static const entry table[] = {
      A_MODE,
      "parallel.sequence_parallel: cuts the sequence over the tensor-parallel axis of semi_auto_parallel or "
      "auto_parallel; parallel.mode is %s"},
+    {{TS__COMPAT_CONFIG_SEQ, "!semi_auto_parallel|auto_parallel", ANY, ANY, ANY, ANY, ANY, ANY,
+      TS__COMPAT_X_CONTEXT_PARALLEL, 1, "parallel.context_parallel, parallel.mode",
+      "the sequence is cut by operator strategies (generated for the zoo's GPT), which only operator-level layouts "
+      "have"},
+     A_MODE,
+     "parallel.context_parallel: cuts the sequence by operator strategies under semi_auto_parallel or auto_parallel; "
+     "parallel.mode is %s"},
     /* ---- the trainer choosing the layout ---- */
     {{TS__COMPAT_LAYOUT, "!data_parallel|semi_auto_parallel", 1, ANY, ANY, ANY, ANY, ANY, TS__COMPAT_X_NONE, 1,
       "parallel.pipeline_stages, parallel.mode",
@@ -186,6 +193,7 @@ static int extra_holds(int x, const ts__compat_key *k) {
     case TS__COMPAT_X_NOT_INTERLEAVED: return !k->interleaved;
     case TS__COMPAT_X_FULL_BATCH: return k->full_batch;
     case TS__COMPAT_X_SEQ_PARALLEL: return k->seq_parallel;
+    case TS__COMPAT_X_CONTEXT_PARALLEL: return k->context_parallel > 1;
     default: return 1;
   }
 }

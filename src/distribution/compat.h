@@ -40,6 +40,7 @@ typedef struct {
   int stage_rules;    /* parallel.stages given (patterns) */
   int full_batch;     /* parallel.full_batch */
   int seq_parallel;   /* parallel.sequence_parallel */
+  int context_parallel; /* parallel.context_parallel (> 1: on) */
 } ts__compat_key;
 
 /* The layout fields of a distribution configuration, for those who fill one from a plan (the
@@ -63,6 +64,7 @@ enum {
   TS__COMPAT_X_NOT_INTERLEAVED, /* the schedule is not interleaved_1f1b */
   TS__COMPAT_X_FULL_BATCH,      /* full_batch */
   TS__COMPAT_X_SEQ_PARALLEL,    /* seq_parallel */
+  TS__COMPAT_X_CONTEXT_PARALLEL, /* context_parallel > 1 */
 };
 
 /* One row: a pattern over the key (-1: any) and its verdict. */

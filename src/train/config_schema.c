@@ -291,6 +291,12 @@ const ts__cfg_key ts__cfg_keys[] = {
      "(batch, sequence, hidden) activation are reduce-scattered onto the sequence instead of "
      "all-reduced, so the norms, residual adds and dropouts between tensor-parallel blocks run "
      "on 1/t of the sequence, and the column-parallel inputs are all-gathered along it"},
+    {"parallel.context_parallel", CT_INT, FLD(parallel.context_parallel), "1", NULL, 1, 4096, 0, 0, 0,
+     "the zoo's GPT with its sequence cut this many ways, the Ulysses way (DeepSpeed-Ulysses: the "
+     "operators on their slice of the sequence, attention cut by heads, all-to-alls between): "
+     "semi_auto_parallel without parallel.strategies: data parallel over ranks / N x context "
+     "parallel N; auto_parallel: every plan takes it beside its tensor and pipeline degrees "
+     "(Megatron's cuts); 1 = none"},
     {"parallel.optimizer_shard", CT_ENUM, FLD(parallel.optimizer_shard), "off", shard_names, 0, 0, 0, 0,
      0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
      "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "

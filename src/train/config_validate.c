@@ -98,6 +98,7 @@ void ts__config_compat_key(const ts_config *cfg, ts__compat_key *k) {
   k->stage_rules = pl->stages.n > 0;
   k->full_batch = pl->full_batch;
   k->seq_parallel = pl->sequence_parallel;
+  k->context_parallel = pl->context_parallel;
 }
 
 int ts__config_stage_ranks(const ts_config *cfg, int ndevices) {

@@ -111,6 +111,34 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
   int rc;
   *out = NULL;
   ndevices = ts__config_stage_ranks(c, ndevices); /* with pipeline stages the strategies cut each stage */
+  int cp = c->parallel.context_parallel;
+  if (cp > 1 && c->parallel.mode == TS_PARALLEL_SEMI_AUTO) {
+    /* the zoo's GPT cut cp ways along the sequence, data parallel over the rest */
+    const typeof(c->parallel) *pl = &c->parallel;
+    if (c->model.name != TS_MODEL_GPT)
+      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT "
+                          "(model.name gpt); cut another model's sequence with parallel.strategies", cp);
+    if (pl->strategies.n || pl->strategy_ckpt_load_file[0])
+      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.%s given: the strategies say the "
+                          "cuts; write the sequence cut into them (docs/parallel-pass.md), or leave them out", cp,
+                          pl->strategies.n ? "strategies" : "strategy_ckpt_load_file");
+    if (pl->sequence_parallel)
+      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.sequence_parallel: both cut the "
+                          "sequence (not done yet: one dim cut by two device axes)", cp);
+    if (ndevices % cp)
+      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d does not divide the %d ranks%s", cp, ndevices,
+                          c->parallel.pipeline_stages > 1 ? " of a pipeline stage" : "");
+    ts_gpt_config m;
+    ts_config_gpt(c, &m);
+    rc = ts_strategy_set_create(ndevices, 0, out);
+    if (!rc) rc = ts_gpt_context_strategies(&m, ndevices / cp, cp, 1, *out);
+    if (rc) {
+      ts_strategy_set_free(*out);
+      *out = NULL;
+      return ts_error_as_config(ts_error_wrap(rc, "parallel.context_parallel %d", cp));
+    }
+    return TS_OK;
+  }
   if (!c->parallel.strategy_ckpt_load_file[0] && !c->parallel.strategies.n) return TS_OK;
   if (c->parallel.strategy_ckpt_load_file[0])
     rc = ts_strategy_set_load(c->parallel.strategy_ckpt_load_file, ndevices, out);

@@ -74,6 +74,7 @@ int ts__train_auto_job(const ts_config *c, ts_model_fn fn, void *user, ts__auto_
     j->gpt = &a->gpt;
   }
   j->seq_len = c->data.seq_len;
+  j->cp = c->parallel.context_parallel;
   j->fixed = c->parallel.strategies.v;
   j->nfixed = c->parallel.strategies.n;
   j->check = check_plan;
@@ -96,6 +97,10 @@ void ts__train_auto_job_free(ts__auto_job *a) {
 static int auto_tp(const ts_config *c, int N, const ts_cluster *cl, const ts__auto_job *a, ts_autoplan *out) {
   int rc = ts__config_check_auto_tp(c, N);
   if (rc) return rc;
+  if (c->parallel.context_parallel > 1)
+    return ts_error_set(TS_ECONFIG, "parallel.auto_tp %d with parallel.context_parallel %d: the per-operator search "
+                        "does not cut the sequence (leave auto_tp 0: the search takes Megatron's cuts with it)",
+                        c->parallel.auto_tp, c->parallel.context_parallel);
   int T = c->parallel.auto_tp, P = ts__config_stages(c);
   ts_autoplan *p = out;
   memset(p, 0, sizeof *p);

@@ -19,7 +19,9 @@
 #  4. context parallelism the Ulysses way, as strategies (the sequence cut from the ids on,
 #     attention by heads over c x t, all-to-alls between): CP2 on 2 ranks (written by hand) and
 #     TP2 x CP2 on 4 ranks (the strategies `tessera plan --fix cp=2,tp=2,cuts=megatron --json`
-#     generates) equal one process with dropout on; the plan's all-to-alls.
+#     generates) equal one process with dropout on; the plan's all-to-alls; parallel.context_parallel
+#     generating them: semi_auto_parallel CP2 (2 ranks) and DP2 x CP2 (4), auto_parallel's search
+#     (its strategies cut the sequence 2 ways) equal one process; refused under data_parallel, with strategies, with SP.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -179,6 +181,32 @@ for v in cp2:2 cp2tp2:4; do
   run ${v%:*} ${v#*:} "$tmp/${v%:*}.yaml"
   check ${v%:*} "${v%:*} (Ulysses) on ${v#*:} ranks"
 done
+# parallel.context_parallel: the same cuts generated (ts_gpt_context_strategies): semi_auto_parallel
+# without strategies (CP2 on 2 ranks; DP2 x CP2 on 4), and auto_parallel's search with every plan
+# taking it (4 ranks; its plan line says cp=2)
+ctx=(--set parallel.mode=semi_auto_parallel --set parallel.context_parallel=2)
+run cpkey 2 "$tmp/one.yaml" "${ctx[@]}"
+check cpkey "parallel.context_parallel 2 (semi_auto_parallel, no strategies) on 2 ranks"
+run cpkey4 4 "$tmp/one.yaml" "${ctx[@]}" --set model.dropout=0
+check_vs cpkey4 one0 "parallel.context_parallel 2 x data parallel 2 on 4 ranks, no dropout = one process"
+run cpauto 4 "$tmp/one.yaml" --set parallel.mode=auto_parallel --set parallel.context_parallel=2 \
+  --set parallel.cluster=dgx-a100-80g --set model.dropout=0 --set parallel.strategy_ckpt_save_file="$tmp/auto.json"
+emb=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['strategies']['transformer.embedding']['inputs'])" \
+      "$tmp/auto.json" 2>/dev/null)
+if [[ "$emb" == "[["[0-9]", 2], "* ]]; then
+  check_vs cpauto one0 "auto_parallel with parallel.context_parallel 2 (its embedding $emb: the sequence cut 2 ways) = one process"
+else echo "FAIL: auto_parallel with context_parallel 2: embedding '$emb': $(head -c 600 "$tmp/auto.json" 2>&1) $out"; fail=1; fi
+refuse() { # what fragment args...
+  local what=$1 want=$2; shift 2
+  out=$(timeout 60 "$bin" train "$tmp/one.yaml" "$@" 2>&1); rc=$?
+  if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q -- "$want" <<<"$out"; then echo "ok: refused: $what: $out"
+  else echo "FAIL: $what: exit $rc: $out"; fail=1; fi
+}
+refuse "context_parallel under data_parallel" "parallel.context_parallel: .*parallel.mode is data_parallel" \
+  --set parallel.mode=data_parallel --set parallel.context_parallel=2
+refuse "context_parallel with strategies" "parallel.context_parallel: 2 with parallel.strategies given" "${ctx[@]}" \
+  --set 'parallel.strategies={"dense": "((1,1,1),(1,1))"}'
+refuse "context_parallel with sequence_parallel" "both cut the sequence" "${ctx[@]}" --set parallel.sequence_parallel=true
 pl=$("$bin" plan "$tmp/cp2.yaml" -n 2 2>&1)
 n_a2a=$(sed -n '/^redistributions inserted/,/^communicator groups/p' <<<"$pl" | grep -c 'alltoall axis')
 [ "$n_a2a" = 8 ] && echo "ok: CP2's plan: $n_a2a all-to-alls (q, k, v to the heads' cut and back, per layer)" \

@@ -51,6 +51,7 @@ static void example(const ts__compat_row *r, ts__compat_key *k) {
     case TS__COMPAT_X_NOT_INTERLEAVED: k->interleaved = 0; break;
     case TS__COMPAT_X_FULL_BATCH: k->full_batch = 1; break;
     case TS__COMPAT_X_SEQ_PARALLEL: k->seq_parallel = 1; break;
+    case TS__COMPAT_X_CONTEXT_PARALLEL: k->context_parallel = 2; break;
     default: break;
   }
 }
@@ -101,81 +102,85 @@ typedef struct {
   ts_dtype wire;
   int micro, rules, full;
   const char *want;
-  int seq;
+  int seq, cp;
 } combo;
 
 static void test_messages(void) {
   static const combo c[] = {
-      {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 3, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
-      {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 2, 2, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
-      {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 0, 0, 1, 0, TS_BF16, 0, 0, 0, NULL, 0},
+      {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 3, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 0},
+      {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 2, 2, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 0},
+      {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 0, 0, 1, 0, TS_BF16, 0, 0, 0, NULL, 0, 0},
       {TS__COMPAT_OBJECT, "semi_auto_parallel", 1, 1, 3, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard: 3 (parameters sharded) is implemented for parallel.mode data_parallel without "
-       "pipeline stages only (not semi_auto_parallel); use 1 or 2", 0},
+       "pipeline stages only (not semi_auto_parallel); use 1 or 2", 0, 0},
       {TS__COMPAT_OBJECT, "pipeline", 2, 0, 3, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard: 3 (parameters sharded) is implemented for parallel.mode data_parallel without "
-       "pipeline stages only (not pipeline stages of data_parallel); use 1 or 2", 0},
+       "pipeline stages only (not pipeline stages of data_parallel); use 1 or 2", 0, 0},
       {TS__COMPAT_OBJECT, "pipeline", 2, 1, 3, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard: 3 (parameters sharded) is implemented for parallel.mode data_parallel without "
-       "pipeline stages only (not pipeline stages of semi_auto_parallel); use 1 or 2", 0},
+       "pipeline stages only (not pipeline stages of semi_auto_parallel); use 1 or 2", 0, 0},
       {TS__COMPAT_OBJECT, "pipeline", 2, 0, 2, 0, 3, 1, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard: 2 with parallel.virtual_stages 3 is not implemented (each micro-batch's "
-       "reduce-scatter needs every piece's backward); use 1", 0},
-      {TS__COMPAT_OBJECT, "pipeline", 2, 0, 1, 0, 3, 1, TS_F32, 0, 0, 0, NULL, 0},
+       "reduce-scatter needs every piece's backward); use 1", 0, 0},
+      {TS__COMPAT_OBJECT, "pipeline", 2, 0, 1, 0, 3, 1, TS_F32, 0, 0, 0, NULL, 0, 0},
       {TS__COMPAT_OBJECT, "stand_alone", 1, 0, 1, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard: implemented for parallel.mode data_parallel and semi_auto_parallel (with or "
-       "without parallel.pipeline_stages), not stand_alone", 0},
+       "without parallel.pipeline_stages), not stand_alone", 0, 0},
       {TS__COMPAT_OBJECT, "hybrid_parallel", 1, 0, 2, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard: implemented for parallel.mode data_parallel and semi_auto_parallel (with or "
-       "without parallel.pipeline_stages), not hybrid_parallel", 0},
+       "without parallel.pipeline_stages), not hybrid_parallel", 0, 0},
       {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 5, 0, 1, 0, TS_F32, 0, 0, 0,
-       "parallel.optimizer_shard: 5 is not a stage (1, 2 or 3)", 0},
+       "parallel.optimizer_shard: 5 is not a stage (1, 2 or 3)", 0, 0},
       {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 1, -2, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard_group: -2 is not a number of ranks (>= 1, or 0 for the whole data-parallel "
-       "group)", 0},
+       "group)", 0, 0},
       {TS__COMPAT_OBJECT, "data_parallel", 1, 0, 1, 0, 1, 0, TS_F16, 0, 0, 0,
-       "parallel.comm_dtype: gradient compression is not implemented with parallel.optimizer_shard (use f32)", 0},
+       "parallel.comm_dtype: gradient compression is not implemented with parallel.optimizer_shard (use f32)", 0, 0},
       {TS__COMPAT_LAYOUT, "hybrid_parallel", 4, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.pipeline_stages: 4 stages run with parallel.mode data_parallel (data parallel inside each "
-       "stage) or semi_auto_parallel (each stage cut by the strategies), not hybrid_parallel", 0},
+       "stage) or semi_auto_parallel (each stage cut by the strategies), not hybrid_parallel", 0, 0},
       {TS__COMPAT_LAYOUT, "stand_alone", 2, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.pipeline_stages: 2 stages run with parallel.mode data_parallel (data parallel inside each "
-       "stage) or semi_auto_parallel (each stage cut by the strategies), not stand_alone", 0},
-      {TS__COMPAT_LAYOUT, "semi_auto_parallel", 2, 1, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
-      {TS__COMPAT_LAYOUT, "hybrid_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
+       "stage) or semi_auto_parallel (each stage cut by the strategies), not stand_alone", 0, 0},
+      {TS__COMPAT_LAYOUT, "semi_auto_parallel", 2, 1, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 0},
+      {TS__COMPAT_LAYOUT, "hybrid_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 0},
       {TS__COMPAT_STAGES, "pipeline", 2, 0, 0, 0, 1, 0, TS_F32, 0, 0, 1,
        "parallel.full_batch: with parallel.pipeline_stages under data_parallel the stage's replicas read "
-       "different rows; full_batch is for semi_auto_parallel stages", 0},
-      {TS__COMPAT_STAGES, "pipeline", 2, 1, 0, 0, 1, 0, TS_F32, 0, 0, 1, NULL, 0},
+       "different rows; full_batch is for semi_auto_parallel stages", 0, 0},
+      {TS__COMPAT_STAGES, "pipeline", 2, 1, 0, 0, 1, 0, TS_F32, 0, 0, 1, NULL, 0, 0},
       {TS__COMPAT_CONFIG_MICRO, "data_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 4, 0, 0,
        "parallel.micro_batches: set for a pipeline (parallel.pipeline_stages > 1); use train.micro_batch_size for "
-       "gradient accumulation", 0},
-      {TS__COMPAT_CONFIG_MICRO, "data_parallel", 2, 0, 0, 0, 1, 0, TS_F32, 4, 0, 0, NULL, 0},
+       "gradient accumulation", 0, 0},
+      {TS__COMPAT_CONFIG_MICRO, "data_parallel", 2, 0, 0, 0, 1, 0, TS_F32, 4, 0, 0, NULL, 0, 0},
       {TS__COMPAT_CONFIG_PIPE, "data_parallel", 2, 0, 0, 0, 2, 0, TS_F32, 0, 0, 0,
-       "parallel.virtual_stages: 2 pieces per rank need parallel.pipeline_schedule interleaved_1f1b", 0},
-      {TS__COMPAT_CONFIG_PIPE, "data_parallel", 2, 0, 0, 0, 2, 1, TS_F32, 0, 1, 0, NULL, 0},
+       "parallel.virtual_stages: 2 pieces per rank need parallel.pipeline_schedule interleaved_1f1b", 0, 0},
+      {TS__COMPAT_CONFIG_PIPE, "data_parallel", 2, 0, 0, 0, 2, 1, TS_F32, 0, 1, 0, NULL, 0, 0},
       {TS__COMPAT_CONFIG_PIPE, "data_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 1, 0,
-       "parallel.stages: given, but parallel.pipeline_stages is 1", 0},
+       "parallel.stages: given, but parallel.pipeline_stages is 1", 0, 0},
       {TS__COMPAT_CONFIG_SHARD, "data_parallel", 1, 0, 0, 4, 1, 0, TS_F32, 0, 0, 0,
        "parallel.optimizer_shard_group: 4 ranks per shard group given without parallel.optimizer_shard (set a "
-       "stage, or 0 here)", 0},
-      {TS__COMPAT_CONFIG_SHARD, "data_parallel", 1, 0, 2, 4, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
+       "stage, or 0 here)", 0, 0},
+      {TS__COMPAT_CONFIG_SHARD, "data_parallel", 1, 0, 2, 4, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 0},
       {TS__COMPAT_CONFIG_SEQ, "data_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0,
        "parallel.sequence_parallel: cuts the sequence over the tensor-parallel axis of semi_auto_parallel or "
-       "auto_parallel; parallel.mode is data_parallel", 1},
-      {TS__COMPAT_CONFIG_SEQ, "semi_auto_parallel", 2, 1, 1, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 1},
-      {TS__COMPAT_CONFIG_SEQ, "auto_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 1},
+       "auto_parallel; parallel.mode is data_parallel", 1, 0},
+      {TS__COMPAT_CONFIG_SEQ, "semi_auto_parallel", 2, 1, 1, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 1, 0},
+      {TS__COMPAT_CONFIG_SEQ, "auto_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 1, 0},
+      {TS__COMPAT_CONFIG_SEQ, "data_parallel", 1, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0,
+       "parallel.context_parallel: cuts the sequence by operator strategies under semi_auto_parallel or "
+       "auto_parallel; parallel.mode is data_parallel", 0, 2},
+      {TS__COMPAT_CONFIG_SEQ, "semi_auto_parallel", 1, 1, 0, 0, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 4},
       {TS__COMPAT_ELASTIC, "semi_auto_parallel", 1, 1, 0, 0, 1, 0, TS_F32, 0, 0, 0,
        "only a data_parallel job (without pipeline stages) can go on with fewer ranks; parallel.mode "
-       "semi_auto_parallel lays the model out", 0},
+       "semi_auto_parallel lays the model out", 0, 0},
       {TS__COMPAT_ELASTIC, "data_parallel", 2, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0,
        "only a data_parallel job (without pipeline stages) can go on with fewer ranks; parallel.mode "
-       "data_parallel with pipeline stages lays the model out", 0},
+       "data_parallel with pipeline stages lays the model out", 0, 0},
       {TS__COMPAT_ELASTIC, "data_parallel", 1, 0, 3, 2, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     ts__compat_key k = {c[i].mode, c[i].stages, c[i].semi, c[i].shard, c[i].group, c[i].vst, c[i].interleaved,
-                        c[i].wire, c[i].micro, c[i].rules, c[i].full, c[i].seq};
+                        c[i].wire, c[i].micro, c[i].rules, c[i].full, c[i].seq, c[i].cp};
     char msg[512];
     int row = ts__compat_find(c[i].ph, &k, msg, sizeof msg);
     if (!c[i].want) CHECK_MSG(row < 0, "combination %zu: refused: %s", i, msg);
@@ -215,7 +220,7 @@ static void test_object_exhaustive(void) {
         for (int v = 1; v <= 3; v++)
           for (int w = 0; w < 3; w++)
             for (int g = -1; g <= 2; g++) {
-              ts__compat_key k = {all_modes[m], m == 5 ? 2 : 1, semi, shard, g, v, 1, wires[w], 0, 0, 0, 0};
+              ts__compat_key k = {all_modes[m], m == 5 ? 2 : 1, semi, shard, g, v, 1, wires[w], 0, 0, 0, 0, 0};
               char want[256], msg[512];
               const char *o = old_object(all_modes[m], &k, want, sizeof want);
               int row = ts__compat_find(TS__COMPAT_OBJECT, &k, msg, sizeof msg);

@@ -167,6 +167,7 @@ static const struct {
     {"parallel.strategy_ckpt_save_file", "out/strategy.json"},
     {"parallel.full_batch", "true"},
     {"parallel.sequence_parallel", "true"},
+    {"parallel.context_parallel", "2"},
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
     {"parallel.optimizer_shard_group", "2"},
