@@ -67,8 +67,7 @@ static int never_recomputed(const ts_graph *g, const ts__node *n) {
   switch (n->op) {
     case TS_OP_BATCHNORM:      /* updates running statistics: once per step */
     case TS_OP_SOFTMAX_CE:     /* the loss */
-    case TS_OP_ALLREDUCE:      /* communication: not redone */
-    case TS_OP_ALLGATHER:
+    case TS_OP_ALLREDUCE:      /* communication: not redone (an all-gather is: below) */
     case TS_OP_REDUCE_SCATTER:
     case TS_OP_ALLTOALL:
     case TS_OP_RANK_SLICE:
@@ -90,6 +89,7 @@ static int cheap(ts_op op) {
     case TS_OP_SOFTMAX: case TS_OP_BINARY: case TS_OP_SCALE: case TS_OP_BROADCAST_TO:
     case TS_OP_RESHAPE: case TS_OP_PERMUTE: case TS_OP_CONCAT: case TS_OP_SPLIT: case TS_OP_SLICE:
     case TS_OP_DROPOUT: case TS_OP_ONE_HOT:
+    case TS_OP_ALLGATHER: /* sequence parallelism's gather of the sequence: gathered again, not kept */
       return 1;
     default: return 0;
   }
