@@ -11,7 +11,9 @@
 #     onto the sequence (no all-reduce left in the forward), the norms cut by the sequence, and the
 #     activations per rank below TP2's without SP, as the job measures them (the end record);
 #     `tessera plan --fix dp=1,tp=2,sp=1,recompute=selective` plans it (JSON: sequence_parallel),
-#     sp=1 without tp refused; TP2 + SP under amp O2 = TP2 under amp O2 (within 2e-3);
+#     sp=1 without tp refused; TP2 + SP under amp O2 = TP2 under amp O2 (within 2e-3); GPT-530B's
+#     layer under TP8 + SP + selective recomputation planned within 10% of Korthikanti et al.'s
+#     34 sbh/t bytes (dry);
 #  2. the TP2 + SP job's sliced checkpoint (the position embedding cut along the sequence) evaluated
 #     by one process gives the job's accuracy, and resumed as TP2 without SP continues like one
 #     process resumed from its own;
@@ -132,6 +134,25 @@ a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2]
 sys.exit(0 if len(a)==len(b)>0 and all(abs(float(u)-float(v))<=2e-3*max(1,abs(float(v))) for x,y in zip(a,b) for u,v in zip(x[1:],y[1:])) else 1)" "$tmp/tp2spamp.txt" "$tmp/tp2amp.txt"
 then echo "ok: TP2 + SP under amp O2 = TP2 under amp O2 (2e-3): $(tr '\n' ' ' < "$tmp/tp2spamp.txt" | cut -c1-100)"
 else echo "FAIL: amp O2 with SP: $(paste "$tmp/tp2spamp.txt" "$tmp/tp2amp.txt" | tr '\n' ';') $out"; fail=1; fi
+# Korthikanti et al. 2022: GPT-530B's layer (s 2048, b 1, h 20480, a 128) under TP 8 + SP + selective
+# recomputation stores 34 s b h / t bytes; the plan's arena per layer (2 layers less 1; dry, nothing
+# allocated) within 10% of it
+k530() { # layers: the plan's activation_peak_bytes (bytes)
+  "$bin" plan "$tmp/k530.yaml" -n 8 --cluster dgx-a100-80g --set model.n_layer="$1" \
+    --fix "dp=1,tp=8,recompute=selective,sp=1,cuts=megatron" 2>&1 | awk '/^  activation_peak_bytes/ {
+      u = $3; v = $2; m = u == "GiB" ? 2^30 : u == "MiB" ? 2^20 : u == "KiB" ? 2^10 : 1; printf "%.0f", v * m }'
+}
+cat > "$tmp/k530.yaml" <<YAML
+model: {name: gpt, n_layer: 2, n_head: 128, n_embd: 20480, block_size: 2048, vocab_size: 51200, dropout: 0.1, tie_weights: true}
+data: {name: text, path: none.txt, seq_len: 2048, transforms: []}
+train: {steps: 1, batch_size: 1, micro_batch_size: 1, amp_level: O2}
+optimizer: {name: adam, lr: 1.0e-4}
+parallel: {mode: data_parallel}
+YAML
+l1=$(k530 1); l2=$(k530 2)
+if python3 -c "import sys; per = $l2 - $l1; want = 34 * 2048 * 1 * 20480 / 8; print('%.3f GiB, formula %.3f GiB' % (per / 2**30, want / 2**30)); sys.exit(0 if abs(per / want - 1) <= 0.10 else 1)" > "$tmp/k.txt" 2>&1
+then echo "ok: GPT-530B's layer under TP8 + SP + selective: $(cat "$tmp/k.txt") (Korthikanti et al.)"
+else echo "FAIL: GPT-530B's layer under TP8 + SP + selective: $(cat "$tmp/k.txt") ('$l1' '$l2')"; fail=1; fi
 # 2. the sliced checkpoint, evaluated by one process
 ck=$(ls -d "$tmp"/ck_tp2sp/ckpt-* 2>/dev/null | tail -1)
 if [ -n "$ck" ]; then
