@@ -110,6 +110,65 @@ ts_plan *ts_test_train_plan(ts_graph *g, ts_params *p, ts_val loss, uint64_t see
   return plan;
 }
 
+int ts_test_fashion_mnist_prefix(const char *dir, int64_t ntrain, int64_t ntest) {
+  static const char *const split[2] = {"train", "t10k"}, *const kind[2] = {"images-idx3-ubyte", "labels-idx1-ubyte"};
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "cannot make %s\n", dir);
+    return -1;
+  }
+  for (int s = 0; s < 2; s++)
+    for (int k = 0; k < 2; k++) {
+      char in[4200], out[4200];
+      snprintf(in, sizeof in, "%s/%s-%s.gz", ts_test_fashion_mnist_dir(), split[s], kind[k]);
+      snprintf(out, sizeof out, "%s/%s-%s", dir, split[s], kind[k]);
+      ts_tensor t;
+      if (ts_idx_load(in, &t) != TS_OK) {
+        fprintf(stderr, "%s\n", ts_last_error());
+        return -1;
+      }
+      int64_t n = s ? ntest : ntrain, row = ts_tensor_numel(&t) / t.shape.dims[0];
+      if (n > t.shape.dims[0]) n = t.shape.dims[0];
+      unsigned char hdr[4 + 4 * TS_MAX_DIMS] = {0, 0, 0x08, (unsigned char)t.shape.ndim};
+      for (int i = 0; i < t.shape.ndim; i++) {
+        uint32_t d = (uint32_t)(i ? t.shape.dims[i] : n);
+        hdr[4 + 4 * i] = (unsigned char)(d >> 24), hdr[5 + 4 * i] = (unsigned char)(d >> 16);
+        hdr[6 + 4 * i] = (unsigned char)(d >> 8), hdr[7 + 4 * i] = (unsigned char)d;
+      }
+      FILE *f = fopen(out, "wb");
+      int ok = f && fwrite(hdr, 1, 4 + 4 * (size_t)t.shape.ndim, f) == 4 + 4 * (size_t)t.shape.ndim &&
+               fwrite(t.data, 1, (size_t)(n * row), f) == (size_t)(n * row);
+      if (f && fclose(f)) ok = 0;
+      ts_tensor_free(&t);
+      if (!ok) {
+        fprintf(stderr, "cannot write %s\n", out);
+        return -1;
+      }
+    }
+  return 0;
+}
+
+static char ts_test_fm_dir[300];
+
+const char *ts_test_fashion_mnist_shared(ts_comm *w, const char *tag, int64_t ntrain, int64_t ntest) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", ts_test_fashion_mnist_dir());
+  if (access(p, R_OK) != 0) return ts_test_fashion_mnist_dir(); /* not installed: the test skips its runs */
+  snprintf(ts_test_fm_dir, sizeof ts_test_fm_dir, "/tmp/%s_%d_fm", tag, (int)getppid());
+  if (ts_comm_rank(w) == 0) CHECK(ts_test_fashion_mnist_prefix(ts_test_fm_dir, ntrain, ntest) == 0);
+  ts_comm_barrier(w);
+  return ts_test_fm_dir;
+}
+
+void ts_test_fashion_mnist_shared_done(ts_comm *w) {
+  ts_comm_barrier(w);
+  if (ts_comm_rank(w) != 0 || !ts_test_fm_dir[0]) return;
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ts_test_fm_dir);
+  CHECK(system(cmd) == 0);
+}
+
 int ts_test_write_text(const char *path, unsigned seed, int bytes) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;

@@ -89,6 +89,18 @@ void ts_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *ts_test_fashion_mnist_dir(void);
 /* 1 if the Fashion-MNIST files the tests read are there; else records a skip naming the folder. */
 int ts_test_have_fashion_mnist(void);
+/* Writes the first ntrain training and ntest test samples of that Fashion-MNIST into dir (made if
+ * missing) as plain IDX files: the very samples data.train_limit / data.test_limit take, for the
+ * tests that train many short runs (each run would otherwise decompress the whole 47 MB training
+ * set, 0.3 s of CPU per rank). 0, or -1 with a message on stderr. */
+int ts_test_fashion_mnist_prefix(const char *dir, int64_t ntrain, int64_t ntest);
+/* The same for the ranks of an MPI test: rank 0 writes it to /tmp/<tag>_<parent pid>_fm (mpirun's
+ * ranks share the parent) while the others wait; returns that folder (static storage), which
+ * ts_test_fashion_mnist_shared_done removes at the end (rank 0, after a barrier). Where
+ * Fashion-MNIST is not installed it returns ts_test_fashion_mnist_dir() and writes nothing. */
+struct ts_comm;
+const char *ts_test_fashion_mnist_shared(struct ts_comm *w, const char *tag, int64_t ntrain, int64_t ntest);
+void ts_test_fashion_mnist_shared_done(struct ts_comm *w);
 
 /* Writes a deterministic text of `bytes` bytes (letters, spaces, newlines; the same for a seed)
  * to path, for the tests that train GPT on a text file. 0, or -1 when it cannot be written. */

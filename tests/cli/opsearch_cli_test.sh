@@ -3,7 +3,9 @@
 # every cut searched; and GPT as 2 pipeline stages of 2 searched ranks) under mpirun -n 2 and 4
 # against one process: an MLP, a small GPT and a ResNet-20 (a few steps) train with every step's
 # loss within 1e-5 of the single process's (ResNet-20: 1e-4, see below), with
-# each search mode on at least one model; the searched strategies are saved by
+# each search mode on at least one model and each model on 2 and on 4 ranks (dynamic_programming,
+# the default, searches GPT on 2 ranks, on 4 as two pipeline stages of 2 and in the outer search,
+# and ResNet-20 on 2 ranks; recursive_programming both on 4); the searched strategies are saved by
 # strategy_ckpt_save_file and really cut something; `tessera plan --search` names the search mode
 # and lists the strategies; a bad auto_tp is refused naming the key.
 # The cluster is a slow device with latency-free links, so cutting the work pays and the plans
@@ -69,8 +71,8 @@ done
 
 # model, ranks, search mode
 for job in "mlp 2 dynamic_programming" "mlp 4 sharding_propagation" "gpt 2 dynamic_programming" \
-           "gpt 4 dynamic_programming" "gpt 4 recursive_programming" "resnet 2 dynamic_programming" \
-           "resnet 4 dynamic_programming" "resnet 4 recursive_programming" "gpt 4 dynamic_programming pp2"; do
+           "gpt 4 recursive_programming" "resnet 2 dynamic_programming" "resnet 4 recursive_programming" \
+           "gpt 4 dynamic_programming pp2"; do
   set -- $job
   m=$1 n=$2 mode=$3 tag=$1.$2.$3${4:+.$4} tol=1e-5 tp=$2 extra=()
   # pp2: two pipeline stages of tensor-parallel ranks, the whole model searched for a stage's ranks

@@ -8,7 +8,9 @@
  * over the ranks: the sharded ones once, the replicated ones on every rank). A checkpoint saved
  * under optimizer_shard 1 after 6 steps resumes under plain data parallel (and one saved under
  * plain data parallel resumes sharded) and continues as the uninterrupted run does. The layouts
- * it does not implement are refused naming the key. */
+ * it does not implement are refused naming the key.
+ * The runs read the first Fashion-MNIST samples, the ones train_limit and test_limit take, from
+ * plain files rank 0 writes once (ts_test_fashion_mnist_shared), not the whole set each run. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +35,9 @@ static int rec_cb(ts_trainer *t, const ts_step_info *s, void *u) {
   return TS_OK;
 }
 
+/* the samples the runs take (train_limit, test_limit), written once (ts_test_fashion_mnist_shared) */
+static const char *g_fm;
+
 /* sets: up to 4 "key=value" (NULL entries skipped) */
 static int make(const char *model, const char *opt, const char *const *sets4, ts_trainer **t) {
   char y[2048];
@@ -44,7 +49,7 @@ static int make(const char *model, const char *opt, const char *const *sets4, ts
            "optimizer: {name: %s, lr: %s, weight_decay: 1.0e-4}\n"
            "parallel: {mode: data_parallel, bucket_size_mb: 0.05, sync_batchnorm: true}\n"
            "log: {progress: off}\n",
-           model, !strcmp(model, "mlp") ? ", hidden: [64]" : ", channels: [8, 16]", ts_test_fashion_mnist_dir(),
+           model, !strcmp(model, "mlp") ? ", hidden: [64]" : ", channels: [8, 16]", g_fm,
            STEPS, opt, !strcmp(opt, "adamw") ? "0.002" : !strcmp(model, "convnet") ? "0.01" : "0.05");
   const char *sets[4];
   int ns = 0;
@@ -375,6 +380,7 @@ int main(int argc, char **argv) {
   ts_comm *w;
   CHECK_OK(ts_comm_world(&w));
   int rank = ts_comm_rank(w), size = ts_comm_size(w);
+  g_fm = ts_test_fashion_mnist_shared(w, "ts_test_zero", 1536, 256);
   if (rank == 0) printf("optimizer_shard 1 vs plain data parallel on %d rank(s), global batch 64\n", size);
   const char *t0 = "parallel.optimizer_shard_threshold_kb=0";
   compare(w, "mlp momentum", "mlp", "momentum", NULL, NULL, NULL);
@@ -401,6 +407,7 @@ int main(int argc, char **argv) {
   refused("parallel.mode=semi_auto_parallel", "adamw", "parallel.optimizer_shard=3", "parallel.optimizer_shard");
   compare(w, "lamb (norms summed over the parts)", "mlp", "lamb", NULL, NULL, "parallel.optimizer_shard_threshold_kb=4");
   refused("parallel.mode=stand_alone", "adamw", "parallel.optimizer_shard=2", "parallel.optimizer_shard");
+  ts_test_fashion_mnist_shared_done(w);
   ts_comm_free(w);
   return ts_test_finish_job("test_zero");
 }

@@ -13,7 +13,16 @@
  * (parallel.optimizer_shard_group=2; on 4 ranks two shard groups of 2): stages 1, 2, 3 of the MLP
  * and the GPT against plain data parallel the same way, each rank's optimizer state (stage 3: its
  * parameters) its half of the sharded elements plus the replicated ones, and checkpoints saved
- * that way resume under plain data parallel. Refusals name the key. */
+ * that way resume under plain data parallel. Refusals name the key.
+ * Where the cases run (CI: 1, 2 and 4 ranks; each on at least one): one rank, where every stage
+ * shards over the one rank, makes the MLP and GPT comparisons of the first lines, the GPT
+ * checkpoint and the refusals; the cases whose code paths are the same on 2 and 4 ranks run on
+ * one of the two: ResNet-20 stages 1-3 (momentum, with and without accumulation) and adamw, the
+ * GPT threshold and MLP LAMB on 2; on 4 ResNet-20 stage 3 against plain, stage 1 with
+ * accumulation, stage 3 against stage 2 bitwise and its checkpoint, overlap off, GPT LAMB and
+ * hybrid sharding (on 2 ranks a shard group of 2 is every rank: one case there). The runs read
+ * the first Fashion-MNIST samples, the ones train_limit and test_limit take, from plain files
+ * rank 0 writes once (ts_test_fashion_mnist_shared). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,7 +41,9 @@
 #define RESNET_STEPS 8
 static int steps_of(const char *model) { return strcmp(model, "resnet") ? STEPS : RESNET_STEPS; }
 
-static char g_text[300];
+/* the text every rank reads, and the first samples of Fashion-MNIST the runs take (train_limit,
+ * test_limit) as plain files: written once by rank 0 rather than decompressed by each run */
+static char g_text[300], g_fm[300];
 
 typedef struct {
   double loss[STEPS + 1];
@@ -105,13 +116,13 @@ static void yaml_of(const char *model, const char *opt, char *y, size_t cap) {
      * weight decay 1e-5 apart), and no two reduction orders could agree to 1e-5 */
     snprintf(m, sizeof m, "{name: resnet, depth: 20, zero_init_residual: true}");
     snprintf(data, sizeof data, "{name: fashion_mnist, path: '%s', train_limit: 1024, test_limit: 128, num_workers: 1, %s}",
-             ts_test_fashion_mnist_dir(), tf);
+             g_fm, tf);
     batch = 32;
     lr = !strcmp(opt, "adamw") ? "0.002" : "0.02";
   } else {
     snprintf(m, sizeof m, "{name: mlp, hidden: [64]}");
     snprintf(data, sizeof data, "{name: fashion_mnist, path: '%s', train_limit: 1536, test_limit: 256, num_workers: 1, %s}",
-             ts_test_fashion_mnist_dir(), tf);
+             g_fm, tf);
     batch = 64;
     lr = !strcmp(opt, "adamw") ? "0.002" : "0.05";
   }
@@ -396,7 +407,8 @@ int main(int argc, char **argv) {
   ts_comm *w;
   CHECK_OK(ts_comm_world(&w));
   int rank = ts_comm_rank(w), size = ts_comm_size(w);
-  /* the text every rank reads (written by rank 0, named by its parent's pid like the checkpoint) */
+  /* the text every rank reads (written by rank 0, named by its parent's pid like the checkpoint)
+   * and the Fashion-MNIST samples the runs take */
   snprintf(g_text, sizeof g_text, "/tmp/ts_test_zero3_%d.txt", (int)getppid());
   if (rank == 0) {
     FILE *f = fopen(g_text, "wb");
@@ -404,48 +416,64 @@ int main(int argc, char **argv) {
     for (int i = 0; f && i < 600; i++) fprintf(f, "line %d: the quick brown fox jumps over the lazy dog %d.\n", i, i * 7);
     if (f) fclose(f);
   }
-  ts_comm_barrier(w);
+  snprintf(g_fm, sizeof g_fm, "%s", ts_test_fashion_mnist_shared(w, "ts_test_zero3", 1536, 256));
   if (rank == 0) printf("optimizer_shard 1, 2, 3 vs plain data parallel on %d rank(s), %d steps\n", size, STEPS);
+  /* which cases run where: the head of this file (`two`: 2 or 3 ranks; `four`: 4 or more) */
+  int multi = size > 1, four = size >= 4, two = multi && !four;
   const char *t0 = "parallel.optimizer_shard_threshold_kb=0", *acc = "train.micro_batch_size=32";
   compare(w, "mlp momentum", "mlp", "momentum", NULL, NULL, NULL, "123");
-  compare(w, "mlp adamw, all sharded, accum 2, clip 0.5", "mlp", "adamw", acc, "optimizer.clip_grad_norm=0.5", t0, "123");
-  compare(w, "mlp adamw, accum 2, overlap off", "mlp", "adamw", acc, "parallel.overlap=false", NULL, "3");
+  if (multi)
+    compare(w, "mlp adamw, all sharded, accum 2, clip 0.5", "mlp", "adamw", acc, "optimizer.clip_grad_norm=0.5", t0, "123");
+  if (four) compare(w, "mlp adamw, accum 2, overlap off", "mlp", "adamw", acc, "parallel.overlap=false", NULL, "3");
   compare(w, "gpt adamw, all sharded, accum 2, clip 1", "gpt", "adamw", "train.micro_batch_size=4",
           "optimizer.clip_grad_norm=1.0", t0, "123");
-  compare(w, "gpt momentum, threshold 8 KiB", "gpt", "momentum", NULL, NULL, "parallel.optimizer_shard_threshold_kb=8",
-          "3");
-  compare(w, "resnet20 momentum, clip 0.5", "resnet", "momentum", "optimizer.clip_grad_norm=0.5", NULL, NULL, "123");
+  /* (four: the threshold of 8 KiB under shard groups below) */
+  if (two)
+    compare(w, "gpt momentum, threshold 8 KiB", "gpt", "momentum", NULL, NULL, "parallel.optimizer_shard_threshold_kb=8",
+            "3");
+  /* ResNet-20: stages 1, 2, 3 against plain on 2 ranks; on 4, stage 3 against plain, stage 1
+   * with accumulation and stage 3 against stage 2 bitwise (below), and the checkpoint */
+  if (multi)
+    compare(w, "resnet20 momentum, clip 0.5", "resnet", "momentum", "optimizer.clip_grad_norm=0.5", NULL, NULL,
+            four ? "3" : "123");
   /* With accumulation stages 2 and 3 reduce each micro-step's gradients and add the reduced parts,
    * which rounds differently from adding first (plain, stage 1); on 4 ranks this ResNet takes
    * those 1e-7 to 1e-4 in its first conv and BatchNorm statistics within 20 steps (measured:
    * losses within 2e-6; stage 2 as stage 3). Stage 3 against stage 2 is the same arithmetic:
    * bitwise. */
   const char *accr = "train.micro_batch_size=16";
-  if (size <= 2) compare(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "123");
-  else compare(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "1");
-  compare_to(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "3", '2', 1);
-  compare(w, "resnet20 adamw", "resnet", "adamw", NULL, NULL, NULL, "3");
-  shared_slot(w);
+  if (two) compare(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "123");
+  if (four) {
+    compare(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "1");
+    compare_to(w, "resnet20 momentum, all sharded, accum 2", "resnet", "momentum", accr, NULL, t0, "3", '2', 1);
+  }
+  if (two) compare(w, "resnet20 adamw", "resnet", "adamw", NULL, NULL, NULL, "3");
+  if (multi) shared_slot(w);
   resume(w, "gpt adamw: saved stage 3, resumed plain", "gpt", "adamw", "parallel.optimizer_shard=3", NULL, NULL);
-  resume(w, "resnet20 momentum: saved plain, resumed stage 3", "resnet", "momentum", NULL, NULL, "parallel.optimizer_shard=3");
+  if (four)
+    resume(w, "resnet20 momentum: saved plain, resumed stage 3", "resnet", "momentum", NULL, NULL,
+           "parallel.optimizer_shard=3");
   /* LAMB: per-parameter trust ratios from norms summed over the ranks' parts */
-  compare(w, "mlp lamb, all sharded, clip 0.5", "mlp", "lamb", "optimizer.clip_grad_norm=0.5", NULL, t0, "123");
-  compare(w, "gpt lamb", "gpt", "lamb", NULL, NULL, NULL, "123");
+  if (two) compare(w, "mlp lamb, all sharded, clip 0.5", "mlp", "lamb", "optimizer.clip_grad_norm=0.5", NULL, t0, "123");
+  if (four) compare(w, "gpt lamb", "gpt", "lamb", NULL, NULL, NULL, "123");
   refused("parallel.mode=stand_alone", "adamw", "parallel.optimizer_shard=3", "parallel.optimizer_shard");
-  /* hybrid sharding: shard groups of 2 ranks (on 4: two groups, their parts all-reduced across) */
+  /* hybrid sharding: shard groups of 2 ranks (on 4: two groups, their parts all-reduced across; on
+   * 2 the one group is every rank: one case) */
   if (size % 2 == 0) {
     const char *g2 = "parallel.optimizer_shard_group=2", *clip = "optimizer.clip_grad_norm=0.5";
-    hybrid(w, 2, "mlp adamw, all sharded, accum 2, clip 0.5", "mlp", "adamw", acc, clip, t0, "123");
+    if (four) hybrid(w, 2, "mlp adamw, all sharded, accum 2, clip 0.5", "mlp", "adamw", acc, clip, t0, "123");
     hybrid(w, 2, "mlp momentum, accum 2", "mlp", "momentum", acc, NULL, NULL, "123");
-    hybrid(w, 2, "gpt adamw, all sharded, accum 2, clip 1", "gpt", "adamw", "train.micro_batch_size=4",
-           "optimizer.clip_grad_norm=1.0", t0, "123");
-    hybrid(w, 2, "gpt momentum, threshold 8 KiB, clip 0.5", "gpt", "momentum", clip, NULL,
-           "parallel.optimizer_shard_threshold_kb=8", "123");
-    hybrid(w, 2, "mlp lamb, all sharded, clip 0.5", "mlp", "lamb", clip, NULL, t0, "13");
-    resume(w, "gpt adamw: saved stage 2 in groups of 2, resumed plain", "gpt", "adamw", "parallel.optimizer_shard=2",
-           g2, NULL);
-    resume(w, "mlp momentum: saved stage 3 in groups of 2, resumed plain", "mlp", "momentum",
-           "parallel.optimizer_shard=3", g2, NULL);
+    if (four) {
+      hybrid(w, 2, "gpt adamw, all sharded, accum 2, clip 1", "gpt", "adamw", "train.micro_batch_size=4",
+             "optimizer.clip_grad_norm=1.0", t0, "123");
+      hybrid(w, 2, "gpt momentum, threshold 8 KiB, clip 0.5", "gpt", "momentum", clip, NULL,
+             "parallel.optimizer_shard_threshold_kb=8", "123");
+      hybrid(w, 2, "mlp lamb, all sharded, clip 0.5", "mlp", "lamb", clip, NULL, t0, "13");
+      resume(w, "gpt adamw: saved stage 2 in groups of 2, resumed plain", "gpt", "adamw", "parallel.optimizer_shard=2",
+             g2, NULL);
+      resume(w, "mlp momentum: saved stage 3 in groups of 2, resumed plain", "mlp", "momentum",
+             "parallel.optimizer_shard=3", g2, NULL);
+    }
   }
   char bad[64];
   snprintf(bad, sizeof bad, "parallel.optimizer_shard_group=%d", size + 1);
@@ -453,6 +481,7 @@ int main(int argc, char **argv) {
   refused("parallel.optimizer_shard_group=2", "adamw", NULL, "parallel.optimizer_shard_group");
   ts_comm_barrier(w);
   if (rank == 0) unlink(g_text);
+  ts_test_fashion_mnist_shared_done(w);
   ts_comm_free(w);
   return ts_test_finish_job("test_zero3");
 }

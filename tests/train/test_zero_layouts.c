@@ -9,7 +9,9 @@
  * the sharded share of the unsharded run's; a checkpoint saved sharded after 6 steps resumes
  * unsharded and continues as the uninterrupted unsharded run does; under stage 2 no rank holds a
  * whole-model gradient buffer, and every run's grad_bytes is what tessera plan predicts. Stage 3
- * outside data_parallel is refused naming the key. */
+ * outside data_parallel is refused naming the key.
+ * The runs read the first Fashion-MNIST samples, the ones train_limit and test_limit take, from
+ * plain files rank 0 writes once (ts_test_fashion_mnist_shared), not the whole set each run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@ static int rec_cb(ts_trainer *t, const ts_step_info *s, void *u) {
 }
 
 static char text_path[256];
+static const char *g_fm; /* the Fashion-MNIST samples the runs take (ts_test_fashion_mnist_shared) */
 
 /* GPT's Megatron cuts (examples/gpt_tp.yaml) on 4 devices as TP2 x DP2 (batch dims cut by 2 too;
  * on 2 devices: ts_test_gpt_tp2) */
@@ -67,7 +70,7 @@ static int make(const char *model, const char *opt, const char *const *sets, ts_
              "train: {steps: %d, batch_size: 64, seed: 3, eval_every: -1}\n"
              "optimizer: {name: %s, lr: %s, weight_decay: 1.0e-4, clip_grad_norm: 0.5}\n"
              "log: {progress: off}\n",
-             ts_test_fashion_mnist_dir(), STEPS, opt, !strcmp(opt, "adamw") ? "0.002" : "0.05");
+             g_fm, STEPS, opt, !strcmp(opt, "adamw") ? "0.002" : "0.05");
   const char *s[MAXSETS];
   int ns = 0;
   for (int k = 0; sets && sets[k] && ns < MAXSETS; k++) s[ns++] = sets[k];
@@ -244,6 +247,7 @@ int main(int argc, char **argv) {
   snprintf(text_path, sizeof text_path, "/tmp/ts_test_zl_%d.txt", (int)getppid());
   if (rank == 0) CHECK_MSG(ts_test_write_text(text_path, 12345, 24576) == 0, "cannot write %s", text_path); /* 24 KiB */
   ts_comm_barrier(w);
+  g_fm = ts_test_fashion_mnist_shared(w, "ts_test_zl", 1536, 256);
   if (rank == 0) printf("optimizer_shard vs the same layout unsharded on %d ranks, %d steps\n", N, STEPS);
   const char *s1 = "parallel.optimizer_shard=1", *s2 = "parallel.optimizer_shard=2";
   /* semi_auto_parallel, GPT: TP2 (2 ranks: the sliced parameters have no repeat, the replicated
@@ -313,6 +317,7 @@ int main(int argc, char **argv) {
   refused(inter2, "parallel.optimizer_shard");
   ts_comm_barrier(w);
   if (rank == 0) unlink(text_path);
+  ts_test_fashion_mnist_shared_done(w);
   ts_comm_free(w);
   ts_config_free(&g_cfg);
   return ts_test_finish_job("test_zero_layouts");
