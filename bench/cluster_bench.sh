@@ -16,7 +16,8 @@
 #             blocking MPI_Allreduce, iallreduce in place and from a send buffer, 1-64 MiB;
 #  dp         data-parallel GPT (6.5 M parameters) and ResNet-18 (11.2 M) on the 4 ranks, their
 #             gradient buckets all-reduced flat in place, flat from a separate send buffer
-#             (parallel.allreduce flat_send), hierarchically and as auto chooses on DIR/cluster.yaml
+#             (parallel.allreduce flat_send), hierarchically (overlapped with backward, and after it:
+#             parallel.overlap false) and as auto chooses on DIR/cluster.yaml
 #             (the calibrate step's), and the same job on one host (its step: the compute);
 #             interleaved rounds, median step time and comm_wait_ms of each, and auto's step against
 #             the bound compute + a ring all-reduce of the gradients at the link's rate (PASS within
@@ -168,7 +169,11 @@ print(float(m.group(1)) * {'':1,'k':1e3,'m':1e6,'g':1e9}[m.group(2)] / (8 if m.g
   # the same job on one host (4 ranks on this machine's cores, as on the test cluster, shared
   # memory instead of the shaped link): its step time is the compute term of the bound
   local_mpi() { env $(env | grep -o '^OMPI_MCA_[A-Za-z0-9_]*' | sed 's/^/-u /') mpirun --oversubscribe --allow-run-as-root -n 4 "$@"; }
-  modes="flat flat_send hierarchical auto"
+  # hier_after: hierarchical with parallel.overlap false, every bucket after backward (as it ran
+  # before it was chained during backward)
+  modes="flat flat_send hierarchical hier_after auto"
+  mode_sets() { case $1 in hier_after) echo "--set parallel.allreduce=hierarchical --set parallel.overlap=false";;
+                *) echo "--set parallel.allreduce=$1";; esac; }
   for model in ${DP_MODELS:-gpt resnet18}; do
     declare -A dpall=()
     for round in $(seq 1 "${DP_ROUNDS:-3}"); do
@@ -177,12 +182,12 @@ print(float(m.group(1)) * {'':1,'k':1e3,'m':1e6,'g':1e9}[m.group(2)] / (8 if m.g
         if [ $m = local ]; then
           local_mpi "$B/tessera" train "$w/dp_$model.yaml" --set log.metrics="$log.jsonl" > "$log.log" 2>&1
         else
-          on_host 0 "${mpi[@]}" "$B/tessera" train "$w/dp_$model.yaml" --set parallel.allreduce=$m \
+          on_host 0 "${mpi[@]}" "$B/tessera" train "$w/dp_$model.yaml" $(mode_sets $m) \
             --set log.metrics="$log.jsonl" > "$log.log" 2>&1
         fi || { echo "DP $model $m: the job failed:"; tail -5 "$log.log"; }
         read -r ms wt gb <<<"$(dp_stat "$log.jsonl")"
         dpall[$m]="${dpall[$m]:-} $ms"
-        [ "$gb" -gt 0 ] 2>/dev/null && grad=$gb
+        [ $m = local ] && [ "$gb" -gt 0 ] 2>/dev/null && grad=$gb # the gradients (no send slots on one host)
         how=$(grep -o 'buckets all-reduced.*' "$log.log" | head -1 | cut -c1-200)
         [ $m = local ] && how="one host, shared memory"
         echo "DP $model on 2 hosts x 2, parallel.allreduce $m (round $round): median step $ms ms, comm_wait $wt ms; $how"
@@ -206,7 +211,8 @@ print("DP %s bound: compute %.1f ms + ring all-reduce of %.1f MiB of gradients o
       "auto %.1f ms = %.2fx the bound (%s: within 15%%), flat in place %.2fx" % (model, med["local"], grad / 2**20,
       rate / 1e6, link, bound, med["auto"], med["auto"] / bound, "PASS" if med["auto"] <= 1.15 * bound else "FAIL",
       med["flat"] / bound))' "$model" "${grad:-0}" "$rate_bps" "local=${dpall[local]}" "flat=${dpall[flat]}" \
-      "flat_send=${dpall[flat_send]}" "hierarchical=${dpall[hierarchical]}" "auto=${dpall[auto]}"
+      "flat_send=${dpall[flat_send]}" "hierarchical=${dpall[hierarchical]}" "hier_after=${dpall[hier_after]}" \
+      "auto=${dpall[auto]}"
     unset dpall
   done
 fi
