@@ -176,7 +176,7 @@ static void test_messages(void) {
       {TS__COMPAT_ELASTIC, "data_parallel", 2, 0, 0, 0, 1, 0, TS_F32, 0, 0, 0,
        "only a data_parallel job (without pipeline stages) can go on with fewer ranks; parallel.mode "
        "data_parallel with pipeline stages lays the model out", 0, 0},
-      {TS__COMPAT_ELASTIC, "data_parallel", 1, 0, 3, 2, 1, 0, TS_F32, 0, 0, 0, NULL, 0},
+      {TS__COMPAT_ELASTIC, "data_parallel", 1, 0, 3, 2, 1, 0, TS_F32, 0, 0, 0, NULL, 0, 0},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     ts__compat_key k = {c[i].mode, c[i].stages, c[i].semi, c[i].shard, c[i].group, c[i].vst, c[i].interleaved,
