@@ -82,3 +82,21 @@ train_in() { # n config dir [args...]: `tessera train` on n ranks (1: no mpirun)
 as_file() { # ckpt out: a whole file of the checkpoint (a sliced folder merged)
   if [ -d "$1" ]; then "$bin" ckpt merge "$1" -o "$2" --overwrite >/dev/null 2>&1; else cp "$1" "$2"; fi
 }
+
+loss_listing() { # metrics.jsonl: "step loss" per step record, "eval loss top1" per eval record
+  python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r.get('type')=='step': print('%d %.9g'%(r['step'],r['loss']))
+    if r.get('type')=='eval': print('eval %.9g %.9g'%(r['loss'],r['top1']))
+" "$1"; }
+same_listing() { # a b: two loss listings of the same length, every value within 2e-4 relative
+  python3 -c "
+import sys
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
+ok=len(a)==len(b) and len(a)>0
+for x,y in zip(a,b):
+    for u,v in zip(x[1:],y[1:]):
+        u,v=float(u),float(v); ok=ok and abs(u-v)<=2e-4*max(1,abs(v))
+sys.exit(0 if ok else 1)" "$1" "$2"; }

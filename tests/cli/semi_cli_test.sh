@@ -37,22 +37,9 @@ base > "$tmp/one.yaml"
 { base; echo "parallel:"; echo "  mode: semi_auto_parallel"; strat 1 4; } > "$tmp/tp4.yaml"
 { base; echo "parallel:"; echo "  mode: semi_auto_parallel"; strat 2 2; } > "$tmp/tp2dp2.yaml"
 
-losses() { python3 -c "
-import json,sys
-for l in open(sys.argv[1]):
-    r=json.loads(l)
-    if r.get('type')=='step': print('%d %.9g'%(r['step'],r['loss']))
-    if r.get('type')=='eval': print('eval %.9g %.9g'%(r['loss'],r['top1']))
-" "$1"; }
+losses() { loss_listing "$1"; }
 # compares two loss listings within 2e-4 relative
-same() { python3 -c "
-import sys
-a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
-ok=len(a)==len(b) and len(a)>0
-for x,y in zip(a,b):
-    for u,v in zip(x[1:],y[1:]):
-        u,v=float(u),float(v); ok=ok and abs(u-v)<=2e-4*max(1,abs(v))
-sys.exit(0 if ok else 1)" "$1" "$2"; }
+same() { same_listing "$1" "$2"; } # within 2e-4 relative (lib.sh)
 
 out=$(timeout 300 "$bin" train "$tmp/one.yaml" --set log.metrics="$tmp/one.jsonl" --set checkpoint.dir="$tmp/ck1" --set checkpoint.save_last=true 2>&1) \
   || { echo "FAIL: one process: $out"; fail=1; }

@@ -50,21 +50,8 @@ base > "$tmp/one.yaml"
 { base; echo "parallel:"; echo "  mode: semi_auto_parallel"; strat 2 2; } > "$tmp/tp2dp2.yaml"
 { base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; echo "  pipeline_stages: 2"
   echo "  micro_batches: 2"; strat 1 2; } > "$tmp/pp2tp2.yaml"
-losses() { python3 -c "
-import json,sys
-for l in open(sys.argv[1]):
-    r=json.loads(l)
-    if r.get('type')=='step': print('%d %.9g'%(r['step'],r['loss']))
-    if r.get('type')=='eval': print('eval %.9g %.9g'%(r['loss'],r['top1']))
-" "$1"; }
-same() { python3 -c "
-import sys
-a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]
-ok=len(a)==len(b) and len(a)>0
-for x,y in zip(a,b):
-    for u,v in zip(x[1:],y[1:]):
-        u,v=float(u),float(v); ok=ok and abs(u-v)<=2e-4*max(1,abs(v))
-sys.exit(0 if ok else 1)" "$1" "$2"; }
+losses() { loss_listing "$1"; }
+same() { same_listing "$1" "$2"; } # within 2e-4 relative (lib.sh)
 run() { # name ranks config args...: trains with log.metrics $tmp/name.jsonl; sets out, rc
   local name=$1 n=$2 c=$3; shift 3
   local m=(); [ "$n" = 1 ] || { m=(mpirun --oversubscribe -n "$n"); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root); }
