@@ -38,7 +38,6 @@ base > "$tmp/one.yaml"
 { base; echo "parallel:"; echo "  mode: semi_auto_parallel"; strat 2 2; } > "$tmp/tp2dp2.yaml"
 
 losses() { loss_listing "$1"; }
-# compares two loss listings within 2e-4 relative
 same() { same_listing "$1" "$2"; } # within 2e-4 relative (lib.sh)
 
 out=$(timeout 300 "$bin" train "$tmp/one.yaml" --set log.metrics="$tmp/one.jsonl" --set checkpoint.dir="$tmp/ck1" --set checkpoint.save_last=true 2>&1) \
