@@ -322,12 +322,8 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
   /* a context-parallel degree (job->cp) takes its share of the devices from every plan */
   int C = job->cp > 1 ? job->cp : 1, NN = N;
   if (N % C) return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d does not divide the %d devices", C, N);
-  if (C > 1 && !gpt)
-    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT (model.name "
-                        "gpt)", C);
-  if (C > 1 && job->base.sequence_parallel)
-    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.sequence_parallel: both cut the "
-                        "sequence (not done yet: one dim cut by two device axes)", C);
+  if (C > 1 && !gpt) /* the caller checked the config (the trainer: ts__config_check_context_parallel) */
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT", C);
   N /= C;
   for (int tp = 1; tp <= N && !rc; tp++) {
     if (N % tp) continue;

@@ -71,6 +71,23 @@ int ts__config_check_auto_tp(const ts_config *c, int N) {
   return TS_OK;
 }
 
+int ts__config_check_context_parallel(const ts_config *c) {
+  const typeof(c->parallel) *pl = &c->parallel;
+  int cp = pl->context_parallel;
+  if (cp <= 1) return TS_OK;
+  if (c->model.name != TS_MODEL_GPT)
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT "
+                        "(model.name gpt); cut another model's sequence with parallel.strategies", cp);
+  if (pl->mode == TS_PARALLEL_SEMI_AUTO && (pl->strategies.n || pl->strategy_ckpt_load_file[0]))
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.%s given: the strategies say the "
+                        "cuts; write the sequence cut into them (docs/parallel-pass.md), or leave them out", cp,
+                        pl->strategies.n ? "strategies" : "strategy_ckpt_load_file");
+  if (pl->sequence_parallel)
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.sequence_parallel: both cut the "
+                        "sequence (not done yet: one dim cut by two device axes)", cp);
+  return TS_OK;
+}
+
 /* ------------------------------------------------------------------ validation */
 static int vfail(const ts_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int vfail(const ts_config *cfg, const char *fmt, ...) {

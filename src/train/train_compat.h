@@ -22,6 +22,10 @@ int ts__config_stage_ranks(const ts_config *cfg, int ndevices);
 void ts__config_set_layout(ts_config *c, int stages, int shard_stage);
 int ts__config_stages(const ts_config *c);
 int ts__config_check_auto_tp(const ts_config *c, int N);
+/* parallel.context_parallel > 1 where its cuts can be generated: the zoo's GPT, no user
+ * strategies under semi_auto_parallel, not with sequence_parallel (TS_ECONFIG naming the keys);
+ * TS_OK when it is 1. The mode itself is the compatibility table's. */
+int ts__config_check_context_parallel(const ts_config *c);
 void ts__config_memory_cuts(const ts_config *c, const ts_dist_memory_info *m, int ranks, char *buf, size_t cap);
 extern const char *const ts__config_memory_cuts_none;
 

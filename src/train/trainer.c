@@ -114,17 +114,7 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
   int cp = c->parallel.context_parallel;
   if (cp > 1 && c->parallel.mode == TS_PARALLEL_SEMI_AUTO) {
     /* the zoo's GPT cut cp ways along the sequence, data parallel over the rest */
-    const typeof(c->parallel) *pl = &c->parallel;
-    if (c->model.name != TS_MODEL_GPT)
-      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT "
-                          "(model.name gpt); cut another model's sequence with parallel.strategies", cp);
-    if (pl->strategies.n || pl->strategy_ckpt_load_file[0])
-      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.%s given: the strategies say the "
-                          "cuts; write the sequence cut into them (docs/parallel-pass.md), or leave them out", cp,
-                          pl->strategies.n ? "strategies" : "strategy_ckpt_load_file");
-    if (pl->sequence_parallel)
-      return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d with parallel.sequence_parallel: both cut the "
-                          "sequence (not done yet: one dim cut by two device axes)", cp);
+    if ((rc = ts__config_check_context_parallel(c))) return rc;
     if (ndevices % cp)
       return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d does not divide the %d ranks%s", cp, ndevices,
                           c->parallel.pipeline_stages > 1 ? " of a pipeline stage" : "");

@@ -56,7 +56,8 @@ int ts__train_auto_job(const ts_config *c, ts_model_fn fn, void *user, ts__auto_
   t->cfg.parallel.mode = TS_PARALLEL_DATA; /* the candidates set their own layout */
   const ts_dist_vt *vt;
   ts_autoparallel_job *j = &a->job;
-  int rc = ts__train_layout(&t->cfg, fn, user, &vt, &j->base, &t->model);
+  int rc = ts__config_check_context_parallel(c); /* every plan takes it */
+  if (!rc) rc = ts__train_layout(&t->cfg, fn, user, &vt, &j->base, &t->model);
   int have = 0; /* the sample's shape without opening a data set where the config tells it */
   if (!rc) rc = ts__train_dry_sample(t, &have);
   if (!rc && !have) rc = ts__train_prepare(t);
