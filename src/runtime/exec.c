@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "pack.h"
 #include "device/dev.h"
 #include "graph/graph_ir.h"
 #include "run_impl.h"
@@ -628,11 +629,14 @@ void ts_plan_set_fusion(ts_plan *p, int on) {
 static int plan_memory(ts_plan *p) {
   int nv = p->nvals, nn = p->nnodes;
   int *last = malloc(sizeof(int) * (size_t)nv);
+  int *first = malloc(sizeof(int) * (size_t)nv); /* the node a placed temporary is placed at, else -1 */
+  ts__interval *items = malloc(sizeof(ts__interval) * (size_t)(nv + 1));
+  size_t *goff = malloc(sizeof(size_t) * (size_t)(nv + 1));
   int **dying = NULL;
   int *ndying = calloc((size_t)nn, sizeof(int));
   freelist f = {0}, fs = {0};
   int rc = TS_OK;
-  if (!last || !ndying) goto oom;
+  if (!last || !ndying || !first || !items || !goff) goto oom;
   /* Dead-node elimination: a node runs only if one of its outputs is kept or bound, feeds a live
    * node, or it updates persistent state (BatchNorm running statistics). Gradients nobody asked
    * for (e.g. of the data input) are never computed. */
@@ -659,14 +663,13 @@ static int plan_memory(ts_plan *p) {
       if (p->live[i] && !ts__run_gpu[p->nodes[i].op]) {
         rc = ts_error_set(TS_EUNSUPPORTED, "node %s: op %s has no GPU kernel yet (docs/gpu.md)", p->nodes[i].name,
                           p->opname[i]);
-        free(last);
-        free(ndying);
-        return rc;
+        goto done;
       }
   plan_fusions(p); /* before the liveness below: a fusion moves a write and extends a read */
   for (int v = 0; v < nv; v++) {
     last[v] = p->vals[v].producer;
     p->offset[v] = -1;
+    first[v] = -1;
   }
   for (int i = 0; i < nn; i++) {
     const ts__run_node *n = &p->nodes[i];
@@ -723,12 +726,33 @@ static int plan_memory(ts_plan *p) {
       p->in_scratch[v] = p->owner && !p->keep[v] && !(i < p->split && last[v] >= p->split);
       p->offset[v] = (int64_t)fl_alloc(p->in_scratch[v] ? &fs : &f, len);
       p->naive += len;
+      first[v] = i;
     }
     for (int k = 0; k < ndying[i]; k++) {
       int v = dying[i][k];
       size_t len = (p->bytes[v] + 63) & ~(size_t)63;
       if (len == 0) len = 64;
       if (fl_free(p->in_scratch[v] ? &fs : &f, (size_t)p->offset[v], len)) goto oom;
+    }
+  }
+  /* the same temporaries placed offline, greedy by size (pack.c): kept per arena where lower */
+  for (int a = 0; a < 2; a++) {
+    freelist *fa = a ? &fs : &f;
+    int n = 0;
+    for (int v = 0; v < nv; v++)
+      if (first[v] >= 0 && p->in_scratch[v] == a) {
+        size_t len = (p->bytes[v] + 63) & ~(size_t)63;
+        items[n].len = len ? len : 64;
+        items[n].first = first[v];
+        items[n].last = p->keep[v] ? nn : last[v];
+        items[n].id = v;
+        n++;
+      }
+    size_t top;
+    if (ts__pack_greedy(items, n, goff, &top)) goto oom;
+    if (top < fa->top) {
+      fa->top = top;
+      for (int k = 0; k < n; k++) p->offset[items[k].id] = (int64_t)goff[items[k].id];
     }
   }
   p->peak = f.top;
@@ -759,6 +783,9 @@ done:
   free(dying);
   free(ndying);
   free(last);
+  free(first);
+  free(items);
+  free(goff);
   free(f.r);
   free(fs.r);
   return rc;
