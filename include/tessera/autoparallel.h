@@ -33,6 +33,7 @@ typedef struct {
   double flops;                      /* per step on the rank */
   int64_t micro_steps;
   int64_t memory_bytes;              /* per device (ts_dist_memory's total, the fullest rank) */
+  int64_t activation_bytes;          /* of memory_bytes: that rank's activation_bytes (its arena) */
 } ts_step_prediction;
 
 /* One plan: the degrees (dp * tp * pp = devices), the micro-batches of a step, the pieces per

@@ -287,6 +287,9 @@ typedef enum {
   TS_RECOMPUTE_NONE = 0,      /* keep every activation backward reads */
   TS_RECOMPUTE_FULL = 1,      /* recompute every op of the segments (PyTorch checkpoint) */
   TS_RECOMPUTE_SELECTIVE = 2, /* only cheap ops: elementwise, softmax, dropout, layernorm, views */
+  /* a flag or'ed into any mode: the all-gathers of activations (sequence parallelism's gathers
+   * of the sequence) are gathered again in backward, not kept (Megatron's sequence parallel) */
+  TS_RECOMPUTE_REGATHER = 16,
 } ts_recompute_mode;
 /* A pass run after ts_graph_backward and before planning: each backward node that reads an
  * activation produced inside a recompute segment reads instead a copy re-emitted (same op and
@@ -297,11 +300,19 @@ typedef enum {
  * prefix is the node's segment. npat 0: every forward node, each in the segment named by its key
  * up to the first all-digit part ("transformer.h.0"; the rest of the model is one segment).
  * Values read by a forward node of another segment are checkpoints and stay. Never recomputed:
- * batch-norm (running statistics are updated once), the loss, collectives and ops reading
- * persistent state; dropout is (its mask is keyed by its attributes and the step). Copies run
+ * batch-norm (running statistics are updated once), the loss, pipeline sends and receives, ops
+ * reading persistent state, and all-reduces, reduce-scatters and all-to-alls but under
+ * TS_RECOMPUTE_FULL (which reruns a segment's forward whole, as Megatron's full recomputation
+ * does, its tensor-parallel all-reduces included); all-gathers are cheap (selective redoes them);
+ * dropout is recomputed (its mask is keyed by its attributes and the step). Copies run
  * the same kernels on the same inputs, so results are bitwise those without the pass.
- * TS_EINVAL for a bad mode or list, TS_EGRAPH before backward, TS_ENOTFOUND naming a pattern
- * that matches no operator (recorded on the graph). TS_RECOMPUTE_NONE does nothing. */
+ * At every mode (TS_RECOMPUTE_NONE included) values made from parameters alone by cheap ops (the
+ * 16-bit casts of mixed precision, reshapes, splits, slices, broadcasts of weights) are made
+ * again before their first backward reader, not kept from forward: the weights' 16-bit copies
+ * live one layer at a time, as where the parameters themselves are 16-bit (Megatron, DeepSpeed).
+ * TS_EINVAL for a bad mode or list, TS_EGRAPH before backward (but for TS_RECOMPUTE_NONE, then
+ * nothing is done), TS_ENOTFOUND naming a pattern that matches no operator (recorded on the
+ * graph; patterns are not read at TS_RECOMPUTE_NONE). */
 int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int mode);
 
 #ifdef __cplusplus

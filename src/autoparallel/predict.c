@@ -89,13 +89,13 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
   for (int i = 0; i < np && !rc; i++) rc = price_rank(vt, dc, m, optim_slots, batch, N, ranks[i], c, &pr[i]);
   if (rc) return rc;
   const priced *a = &pr[0];
-  double piece = 0, gemm = 0, other = 0, comm = 0, flops = 0, mem = 0;
+  double piece = 0, gemm = 0, other = 0, comm = 0, flops = 0, mem = 0, act = 0;
   int slow = 0;
   for (int i = 0; i < np; i++) {
     double t = pr[i].b.compute_s + pr[i].b.comm_s;
     if (t > piece) piece = t, slow = i;
     flops += pr[i].b.flops / np;
-    if ((double)pr[i].m.total_bytes > mem) mem = (double)pr[i].m.total_bytes;
+    if ((double)pr[i].m.total_bytes > mem) mem = (double)pr[i].m.total_bytes, act = (double)pr[i].m.activation_bytes;
   }
   gemm = pr[slow].b.gemm_s, other = pr[slow].b.other_s, comm = pr[slow].b.comm_s;
   int64_t M = a->M;
@@ -144,6 +144,7 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
   int overlap = dc->overlap && M == 1 && P == 1;
   out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
   out->memory_bytes = (int64_t)mem;
+  out->activation_bytes = (int64_t)act;
   out->optimizer_s = opt;
   out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
   out->samples_per_s = out->step_s > 0 ? (double)batch / out->step_s : 0;

@@ -392,13 +392,13 @@ static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
   double rate = p->pred.samples_per_s * (gpt ? (double)cfg->data.seq_len : 1.0);
   printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"cp\":%d,\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
          "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"sequence_parallel\":%s,\"amp_level\":\"O%d\",\"step_time_s\":%.6g,"
-         "\"%s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"fits\":%s,"
+         "\"%s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"activation_bytes\":%lld,\"fits\":%s,"
          "\"strategies\":{",
          n, p->dp, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1,
          ts_autoplan_micro_batch_size(p, cfg->train.batch_size), p->micro_batches > 0 ? p->micro_batches : 1, p->zero,
          ts_autoplan_recompute_name(p->recompute), p->sp ? "true" : "false", cfg->train.amp_level, p->pred.step_s, gpt ? "tokens_per_s" : "samples_per_s",
          rate, p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
-         p->fits ? "true" : "false");
+         (long long)p->pred.activation_bytes, p->fits ? "true" : "false");
   print_strategies(p, 1);
   printf("},\"stages\":{");
   print_stage_rules(p, 1);

@@ -114,7 +114,7 @@ int ts__dist_backward(ts_dist *d) {
   const char *pat[TS_DIST_MAX_RECOMPUTE];
   int n = c->n_recompute_layers < TS_DIST_MAX_RECOMPUTE ? c->n_recompute_layers : TS_DIST_MAX_RECOMPUTE;
   for (int i = 0; i < n; i++) pat[i] = c->recompute_layers[i];
-  if (ts_graph_recompute(r->g, pat, n, c->recompute)) return ts__dist_graph_fail(r->g, "model.recompute_layers");
+  if (ts_graph_recompute(r->g, pat, n, c->recompute | (c->sequence_parallel ? TS_RECOMPUTE_REGATHER : 0))) return ts__dist_graph_fail(r->g, "model.recompute_layers");
   return TS_OK;
 }
 

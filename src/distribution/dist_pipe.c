@@ -307,7 +307,7 @@ static int build_pipe(ts_dist *d, const ts_dist_model *m) {
     const char *pat[TS_DIST_MAX_RECOMPUTE];
     int nr = c->n_recompute_layers < TS_DIST_MAX_RECOMPUTE ? c->n_recompute_layers : TS_DIST_MAX_RECOMPUTE;
     for (int i = 0; i < nr; i++) pat[i] = c->recompute_layers[i];
-    if (ts_graph_recompute(g, pat, nr, c->recompute)) return ts__dist_graph_fail(g, "model.recompute_layers");
+    if (ts_graph_recompute(g, pat, nr, c->recompute | (c->sequence_parallel ? TS_RECOMPUTE_REGATHER : 0))) return ts__dist_graph_fail(g, "model.recompute_layers");
     if ((rc = ts_stage_finish_backward(&ch->sg, &net))) return rc;
     ch->K = ts_schedule_max_inflight(pp->sched, pp->stage, cc);
     if (ch->K < 1) ch->K = 1;

@@ -63,13 +63,14 @@ static void default_segment(char *key) {
   key[0] = 0;
 }
 
-static int never_recomputed(const ts_graph *g, const ts__node *n) {
+static int never_recomputed(const ts_graph *g, const ts__node *n, int mode) {
   switch (n->op) {
+    case TS_OP_ALLREDUCE:      /* tensor/context parallelism's collectives: redone by full */
+    case TS_OP_REDUCE_SCATTER: /* recomputation only (Megatron reruns the layer's forward, its */
+    case TS_OP_ALLTOALL:       /* all-reduces included: else their outputs stay as checkpoints) */
+      return mode != TS_RECOMPUTE_FULL;
     case TS_OP_BATCHNORM:      /* updates running statistics: once per step */
     case TS_OP_SOFTMAX_CE:     /* the loss */
-    case TS_OP_ALLREDUCE:      /* communication: not redone (an all-gather is: below) */
-    case TS_OP_REDUCE_SCATTER:
-    case TS_OP_ALLTOALL:
     case TS_OP_RANK_SLICE:
     case TS_OP_HALO:
     case TS_OP_SEND:           /* pipeline stage cuts */
@@ -90,6 +91,16 @@ static int cheap(ts_op op) {
     case TS_OP_RESHAPE: case TS_OP_PERMUTE: case TS_OP_CONCAT: case TS_OP_SPLIT: case TS_OP_SLICE:
     case TS_OP_DROPOUT: case TS_OP_ONE_HOT:
     case TS_OP_ALLGATHER: /* sequence parallelism's gather of the sequence: gathered again, not kept */
+      return 1;
+    default: return 0;
+  }
+}
+
+/* Ops that make a parameter-derived value from parameter-derived inputs (below). */
+static int param_shape_op(ts_op op) {
+  switch (op) {
+    case TS_OP_CONST: case TS_OP_CAST: case TS_OP_COPY: case TS_OP_RESHAPE: case TS_OP_PERMUTE:
+    case TS_OP_SPLIT: case TS_OP_SLICE: case TS_OP_CONCAT: case TS_OP_BROADCAST_TO:
       return 1;
     default: return 0;
   }
@@ -140,10 +151,15 @@ static int clone_value(rctx *c, int v) {
 int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int mode) {
   if (!g) return ts_error_set(TS_EINVAL, "ts_graph_recompute: null graph");
   if (g->status) return g->status;
-  if (mode == TS_RECOMPUTE_NONE) return TS_OK;
-  if (mode != TS_RECOMPUTE_FULL && mode != TS_RECOMPUTE_SELECTIVE)
+  const int regather = (mode & TS_RECOMPUTE_REGATHER) != 0;
+  mode &= ~TS_RECOMPUTE_REGATHER;
+  if (mode != TS_RECOMPUTE_NONE && mode != TS_RECOMPUTE_FULL && mode != TS_RECOMPUTE_SELECTIVE)
     return ts_graph_fail(g, TS_EINVAL, "recompute: unknown mode %d (none 0, full 1, selective 2)", mode);
-  if (!g->grad) return ts_graph_fail(g, TS_EGRAPH, "recompute: run ts_graph_backward first");
+  if (!g->grad) {
+    if (mode == TS_RECOMPUTE_NONE) return TS_OK;
+    return ts_graph_fail(g, TS_EGRAPH, "recompute: run ts_graph_backward first");
+  }
+  if (mode == TS_RECOMPUTE_NONE) npat = 0; /* no segments: only the values below */
   if (npat < 0 || (npat > 0 && !patterns))
     return ts_graph_fail(g, TS_EINVAL, "recompute: bad pattern list");
   const int n0 = g->nnodes, nv0 = g->nvals;
@@ -178,12 +194,12 @@ int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int m
         memcpy(key, cut, sizeof key);
       }
     }
-    if (!found) continue;
+    if (!found || mode == TS_RECOMPUTE_NONE) continue;
     int s = 0;
     while (s < nsegs && strcmp(segs[s], key)) s++;
     if (s == nsegs) memcpy(segs[nsegs++], key, sizeof key);
     seg[i] = s;
-    mark[i] = !never_recomputed(g, n) && (mode == TS_RECOMPUTE_FULL || cheap(n->op));
+    mark[i] = !never_recomputed(g, n, mode) && (mode == TS_RECOMPUTE_FULL || cheap(n->op));
   }
   for (int k = 0; k < npat; k++)
     if (!hit[k]) {
@@ -210,6 +226,35 @@ int ts_graph_recompute(ts_graph *g, const char *const *patterns, int npat, int m
       /* a view of a value that stays costs nothing: backward reads it */
       c.rec[v] = !cross[v] && (!ts__ops[n->op].view || c.rec[n->in[0]]);
     }
+  }
+  /* At every mode: values made from parameters alone by cheap ops (amp's 16-bit weights, the
+   * pieces of a split weight, broadcast biases) are made again from the parameters, whose bytes
+   * stay anyway; with TS_RECOMPUTE_REGATHER the all-gathers of activations are gathered again
+   * from the slice they gathered (which then stays). A view of such a value is made again too
+   * (else it would keep its original alive). `cross` does not apply: their inputs stay. */
+  {
+    char *pd = calloc((size_t)nv0 + 1, 1); /* per value: made from parameters alone */
+    if (!pd) {
+      rc = ts_graph_fail(g, TS_ENOMEM, "recompute: out of memory");
+      goto done;
+    }
+    for (int v = 0; v < nv0; v++) pd[v] = g->vals[v].kind == TS_VAL_PARAM;
+    for (int i = 0; i < n0; i++) {
+      const ts__node *n = &g->nodes[i];
+      if (n->is_backward) continue;
+      int from_params = param_shape_op(n->op), any_rec = 0;
+      for (int k = 0; k < n->nin; k++) {
+        from_params &= pd[n->in[k]];
+        any_rec |= c.rec[n->in[k]];
+      }
+      int again = from_params || (regather && n->op == TS_OP_ALLGATHER && n->nin == 1 && !pd[n->in[0]]) ||
+                  (ts__ops[n->op].view && any_rec);
+      for (int k = 0; k < n->nout; k++) {
+        pd[n->out[k]] = (char)from_params;
+        if (again) c.rec[n->out[k]] = 1;
+      }
+    }
+    free(pd);
   }
   /* backward nodes read the copies, emitted before the first of them */
   int *owner_end = malloc(sizeof(int) * ((size_t)n0 + 1)); /* nodes count after node i's copies */

@@ -54,7 +54,7 @@ else bad "76B --search: rc $rc, published plan's step $pub_step: $out"; fi
 fi
 # every --json field
 for k in devices dp tp pp virtual_stages micro_batch_size num_micro_batches zero_stage recompute step_time_s \
-  tokens_per_s tflops_per_device memory_per_device_bytes fits strategies; do
+  tokens_per_s tflops_per_device memory_per_device_bytes activation_bytes fits strategies; do
   echo "$out" | grep -q "\"$k\":" || bad "--json has no $k: $out"
 done
 exit $fail

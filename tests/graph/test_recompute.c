@@ -1,6 +1,9 @@
 /* Recomputation pass (ts_graph_recompute): training with recompute full / selective gives
  * bitwise the losses and parameters of training without; the recomputed nodes are backward
- * nodes and the forward originals die earlier; the GPT example's arena shrinks. */
+ * nodes and the forward originals die earlier; the GPT example's arena shrinks. At every mode
+ * the 16-bit casts of the weights (amp) are cast again in backward, not kept: bitwise the
+ * training of the graph without the pass, in a smaller arena; all-gathers of activations are
+ * gathered again under TS_RECOMPUTE_REGATHER, and full recomputation redoes all-reduces. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +21,10 @@ typedef struct {
   int kind;
   int64_t B, T; /* T: gpt sequence length */
   ts_gpt_config gpt;
+  int amp; /* 0, or the amp level run on the forward graph (bf16) */
 } model;
+
+enum { NO_PASS = -1 }; /* train(): ts_graph_recompute is not called */
 
 static int build(const model *m, ts_graph **pg, ts_params **pp, ts_val *x, ts_val *y, ts_val *loss) {
   ts_graph *g;
@@ -45,6 +51,7 @@ static int build(const model *m, ts_graph **pg, ts_params **pp, ts_val *x, ts_va
     rc = ts_zoo_convnet(&nn, &c, *x, *y, &logits, loss);
   }
   CHECK_OK(rc);
+  if (m->amp) CHECK_OK(ts_graph_amp(g, m->amp, TS_BF16, loss, 1));
   ts_val_set_requires_grad(g, *x, 0);
   *pg = g;
   *pp = p;
@@ -59,7 +66,7 @@ static void train(const model *m, int mode, const char *const *pat, int npat, in
   ts_val x, y, loss;
   build(m, &g, &p, &x, &y, &loss);
   CHECK_OK(ts_graph_backward(g, loss, 1.0f));
-  CHECK_OK(ts_graph_recompute(g, pat, npat, mode));
+  if (mode != NO_PASS) CHECK_OK(ts_graph_recompute(g, pat, npat, mode));
   ts_plan *plan = ts_test_train_plan(g, p, loss, 7);
   if (!plan) return;
   *peak = ts_plan_peak_bytes(plan);
@@ -120,7 +127,7 @@ static void compare_modes(const char *name, const model *m, const char *const *p
 /* Graph-level: copies are backward nodes placed before their first reader; the forward
  * original's last reader is now a forward node. */
 static void check_graph(void) {
-  model m = {M_GPT, 2, 8, {.vocab_size = 32, .n_layer = 2, .n_head = 2, .n_embd = 16}};
+  model m = {M_GPT, 2, 8, {.vocab_size = 32, .n_layer = 2, .n_head = 2, .n_embd = 16}, 0};
   ts_graph *g;
   ts_params *p;
   ts_val x, y, loss;
@@ -187,10 +194,121 @@ static void check_graph(void) {
   ts_params_free(p);
 }
 
+/* Made from parameters alone by cheap ops: a parameter, or an output of a cast/view/split/... of
+ * such values only (written out here, independently of the pass's list). */
+static int from_params(const ts_graph *g, ts_val v) {
+  if (ts_val_kind_of(g, v) == TS_VAL_PARAM) return 1;
+  int p = ts_graph_value_producer(g, v);
+  if (p < 0) return 0;
+  ts_op op = ts_graph_node_op(g, p);
+  if (op != TS_OP_CAST && op != TS_OP_RESHAPE && op != TS_OP_SPLIT && op != TS_OP_SLICE && op != TS_OP_PERMUTE &&
+      op != TS_OP_COPY && op != TS_OP_CONCAT && op != TS_OP_BROADCAST_TO && op != TS_OP_CONST)
+    return 0;
+  for (int k = 0; k < ts_graph_node_num_inputs(g, p); k++)
+    if (!from_params(g, ts_graph_node_input(g, p, k))) return 0;
+  return 1;
+}
+
+/* amp O2: the weights' bf16 casts are cast again before their first backward reader at
+ * TS_RECOMPUTE_NONE; training is bitwise that of the graph the pass never ran on, in a smaller
+ * arena (each layer's bf16 weights live from its forward to its backward without the pass). */
+static void amp_recast(void) {
+  model m = {M_GPT, 2, 16, {.vocab_size = 64, .n_layer = 3, .n_head = 2, .n_embd = 64, .dropout = 0.1f,
+                            .dropout_seed = 3}, 2};
+  ts_graph *g;
+  ts_params *p;
+  ts_val x, y, loss;
+  build(&m, &g, &p, &x, &y, &loss);
+  CHECK_OK(ts_graph_backward(g, loss, 1.0f));
+  int nb = ts_graph_num_nodes(g);
+  CHECK_OK(ts_graph_recompute(g, NULL, 0, TS_RECOMPUTE_NONE));
+  int n = ts_graph_num_nodes(g), recast = 0, kept = 0, other = 0;
+  for (int i = 0; i < n; i++) {
+    int bwd = ts_graph_node_is_backward(g, i), copy = strstr(ts_graph_node_name(g, i), ":recompute") != NULL;
+    if (copy) {
+      int ok = 1;
+      for (int k = 0; k < ts_graph_node_num_inputs(g, i); k++) ok &= from_params(g, ts_graph_node_input(g, i, k));
+      other += !ok;
+      recast += ts_graph_node_op(g, i) == TS_OP_CAST;
+      continue;
+    }
+    if (!bwd) continue;
+    /* a backward node reads no forward cast of the weights */
+    for (int k = 0; k < ts_graph_node_num_inputs(g, i); k++) {
+      ts_val v = ts_graph_node_input(g, i, k);
+      int pr = ts_graph_value_producer(g, v);
+      kept += pr >= 0 && ts_graph_node_op(g, pr) == TS_OP_CAST && !ts_graph_node_is_backward(g, pr) &&
+              from_params(g, v);
+    }
+  }
+  CHECK_MSG(n > nb && recast >= 3 * 6, "%d nodes before, %d after, %d casts again (want >= 18: 6 weights a layer)",
+            nb, n, recast);
+  CHECK_MSG(kept == 0, "%d backward reads of forward casts of weights remain", kept);
+  CHECK_MSG(other == 0, "%d copies at TS_RECOMPUTE_NONE read something else than parameters", other);
+  ts_graph_free(g);
+  ts_params_free(p);
+  enum { STEPS = 3 };
+  float l0[STEPS], l1[STEPS];
+  float *w0 = NULL, *w1 = NULL;
+  size_t n0 = 0, n1 = 0, p0 = 0, p1 = 0;
+  train(&m, NO_PASS, NULL, 0, STEPS, l0, &w0, &n0, &p0);
+  train(&m, TS_RECOMPUTE_NONE, NULL, 0, STEPS, l1, &w1, &n1, &p1);
+  CHECK(w0 && w1 && n0 == n1);
+  if (w0 && w1 && n0 == n1) {
+    CHECK_MSG(!memcmp(l0, l1, sizeof l0), "amp recast: losses differ (%.9g vs %.9g)", l0[STEPS - 1], l1[STEPS - 1]);
+    CHECK_MSG(!memcmp(w0, w1, sizeof(float) * n0), "amp recast: parameters differ");
+  }
+  /* 2 of the 3 layers' bf16 weights (12 * 64^2 * 2 bytes each) no longer held through backward */
+  CHECK_MSG(p1 + 2 * 12 * 64 * 64 * 2 * 9 / 10 <= p0, "amp recast: arena %zu, without the pass %zu", p1, p0);
+  printf("amp O2 gpt: arena %zu bytes, %zu without the weights' casts again (%.3f)\n", p1, p0, (double)p1 / (double)p0);
+  free(w0);
+  free(w1);
+}
+
+/* Collectives: with TS_RECOMPUTE_REGATHER the backward of a dense reads an all-gather of its
+ * input made again, not the forward one; full recomputation redoes an all-reduce, selective does
+ * not. */
+static int reads_copy_of(const ts_graph *g, ts_op reader_op, ts_op op) {
+  for (int i = 0; i < ts_graph_num_nodes(g); i++) {
+    if (!ts_graph_node_is_backward(g, i) || ts_graph_node_op(g, i) != reader_op) continue;
+    for (int k = 0; k < ts_graph_node_num_inputs(g, i); k++) {
+      int pr = ts_graph_value_producer(g, ts_graph_node_input(g, i, k));
+      if (pr >= 0 && ts_graph_node_op(g, pr) == op) return strstr(ts_graph_node_name(g, pr), ":recompute") != NULL;
+    }
+  }
+  return -1;
+}
+
+static void collectives(void) {
+  for (int c = 0; c < 4; c++) {
+    ts_graph *g;
+    ts_params *p;
+    CHECK_OK(ts_graph_create(&g));
+    CHECK_OK(ts_params_create(&p));
+    ts_nn nn = {g, p};
+    ts_val x = ts_input(g, "x", TS_F32, ts_shape2(4, 8));
+    ts_val w = ts_nn_param(&nn, "w", ts_shape2(6, 8), (ts_init){TS_INIT_TORCH_DEFAULT, 0, 0, 0}, 0);
+    ts_val h = c < 2 ? ts_dense(g, ts_allgather(g, ts_gelu(g, x, 1), 0, 2, 0), w, TS_NONE)
+                     : ts_gelu(g, ts_allreduce(g, ts_dense(g, x, w, TS_NONE), 0, 2, 0), 1);
+    ts_val loss = ts_sum(g, ts_mul(g, h, h), 3u, 0);
+    CHECK_OK(ts_graph_status(g));
+    CHECK_OK(ts_graph_backward(g, loss, 1.0f));
+    static const int mode[4] = {TS_RECOMPUTE_NONE, TS_RECOMPUTE_NONE | TS_RECOMPUTE_REGATHER, TS_RECOMPUTE_SELECTIVE,
+                                TS_RECOMPUTE_FULL};
+    CHECK_OK(ts_graph_recompute(g, NULL, 0, mode[c]));
+    int r = c < 2 ? reads_copy_of(g, TS_OP_MATMUL, TS_OP_ALLGATHER) : reads_copy_of(g, TS_OP_ELTWISE_BWD, TS_OP_ALLREDUCE);
+    int want = c == 1 || c == 3;
+    CHECK_MSG(r == want, "case %d: the backward reads %s (want %s)", c, r < 0 ? "nothing gathered/reduced"
+              : r ? "a copy" : "the forward collective", want ? "a copy" : "the forward one");
+    ts_graph_free(g);
+    ts_params_free(p);
+  }
+}
+
 /* The GPT of examples/gpt_text.yaml (4 layers, 128 wide, T 128, batch 32): planned arena. */
 static void gpt_example_arena(void) {
   model m = {M_GPT, 32, 128, {.vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 128,
-                              .dropout = 0.1f, .dropout_seed = 1337}};
+                              .dropout = 0.1f, .dropout_seed = 1337}, 0};
   size_t peak[3];
   for (int mode = 0; mode < 3; mode++) {
     ts_graph *g;
@@ -215,13 +333,15 @@ static void gpt_example_arena(void) {
 int main(void) {
   check_graph();
   model gpt = {M_GPT, 2, 16, {.vocab_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32, .dropout = 0.1f,
-                              .dropout_seed = 3}};
+                              .dropout_seed = 3}, 0};
   compare_modes("gpt", &gpt, NULL, 0);
   compare_modes("gpt h.*", &gpt, (const char *const[]){"transformer.h.*"}, 1);
-  model mlp = {M_MLP, 8, 0, {0}};
+  model mlp = {M_MLP, 8, 0, {0}, 0};
   compare_modes("mlp", &mlp, NULL, 0);
-  model conv = {M_CONVNET, 4, 0, {0}};
+  model conv = {M_CONVNET, 4, 0, {0}, 0};
   compare_modes("convnet", &conv, NULL, 0);
   gpt_example_arena();
+  amp_recast();
+  collectives();
   return ts_test_finish("recompute");
 }
