@@ -237,6 +237,18 @@ ts_val ts_rank_slice(ts_graph *g, ts_val x, int slot, int group_size, int dim);
  * gradients of x's rows that the neighbours read, sent back to this rank (itself differentiable,
  * its adjoint is HALO). */
 ts_val ts_halo(ts_graph *g, ts_val x, int slot, int group_size, int dim, int lo, int hi);
+/* Ring attention (context parallelism): causal scaled-dot-product attention, as ts_attention
+ * (layout 0: q, k, v (B,H,T,D)) or ts_attention_bthd (layout 1: (B,T,H,D)), over a sequence of
+ * N T rows cut across the N = group_size ranks of slot's communicator: each rank gives its T rows
+ * of q, k and v and gets its rows of the output (and the f32 log-sum-exp (B,H,T), the second
+ * output). zigzag 0: rank r holds global rows [rT, (r+1)T); 1: the rows of chunks r and 2N-1-r of
+ * 2N chunks of T/2 (T even): under the causal mask every rank then has the same work. The key
+ * and value blocks pass around the ring (rank r sends to r+1), each exchange overlapped with the
+ * attention of the block in hand (online softmax: the blocks' partial outputs merged by their
+ * log-sum-exps); scale 0 means 1/sqrt(D). Gradient: RING_ATTENTION_BWD, whose key/value
+ * gradients travel with their blocks and end on their owner. N 1 is ts_attention. */
+ts_val ts_ring_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale, int layout, int slot, int group_size,
+                         int zigzag);
 /* Point to point, the cut edges of pipeline stages (src/parallel/stage.c builds them):
  * ts_send: x goes to rank `peer` of the communicator in plan slot `slot` with message `tag` (a
  * copy, sent without blocking); returns a token (scalar f32 0) for the stage's objective to sum,

@@ -38,7 +38,7 @@ enum { AMP_FOLLOW, AMP_WHITE, AMP_BLACK, AMP_LOSS, AMP_NORM, AMP_OTHER, AMP_KEEP
 
 static int op_class(ts_op op) {
   switch (op) {
-    case TS_OP_MATMUL: case TS_OP_DENSE: case TS_OP_CONV2D: case TS_OP_ATTENTION:
+    case TS_OP_MATMUL: case TS_OP_DENSE: case TS_OP_CONV2D: case TS_OP_ATTENTION: case TS_OP_RING_ATTENTION:
       return AMP_WHITE;
     case TS_OP_SOFTMAX: case TS_OP_REDUCE: case TS_OP_SUM_TO:
       return AMP_BLACK;

@@ -68,6 +68,7 @@ static int never_recomputed(const ts_graph *g, const ts__node *n, int mode) {
     case TS_OP_ALLREDUCE:      /* tensor/context parallelism's collectives: redone by full */
     case TS_OP_REDUCE_SCATTER: /* recomputation only (Megatron reruns the layer's forward, its */
     case TS_OP_ALLTOALL:       /* all-reduces included: else their outputs stay as checkpoints) */
+    case TS_OP_RING_ATTENTION: /* (context parallelism: the ring's exchanges) */
       return mode != TS_RECOMPUTE_FULL;
     case TS_OP_BATCHNORM:      /* updates running statistics: once per step */
     case TS_OP_SOFTMAX_CE:     /* the loss */

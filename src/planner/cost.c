@@ -18,7 +18,9 @@ static int is_gemm(ts_op op) {
     case TS_OP_CONV2D_BWD_DATA:
     case TS_OP_CONV2D_BWD_WEIGHT:
     case TS_OP_ATTENTION:
-    case TS_OP_ATTENTION_BWD: return 1;
+    case TS_OP_ATTENTION_BWD:
+    case TS_OP_RING_ATTENTION:
+    case TS_OP_RING_ATTENTION_BWD: return 1;
     default: return 0;
   }
 }
@@ -80,8 +82,21 @@ int ts_cost_graph(const ts_cluster *c, const ts_graph *g, ts_dtype dt, const cha
       ts_dtype nd = ts_graph_value_dtype(g, ts_graph_node_input(g, j, 0));
       int lp = low || nd == TS_BF16 || nd == TS_F16;
       out->flops += f;
-      out->gemm_s += f / ((lp && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) *
-                          ts_cluster_efficiency(c, op));
+      double t = f / ((lp && c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) *
+                      ts_cluster_efficiency(c, op));
+      out->gemm_s += t;
+      if (op == TS_OP_RING_ATTENTION || op == TS_OP_RING_ATTENTION_BWD) {
+        /* N-1 key|value blocks passed on (a p2p each, hidden behind the blocks' attention but
+         * what exceeds it); backward also passes the blocks' f32 gradients N times, not hidden */
+        int N = (int)ts_attr_ring_attention_group(ts_graph_node_attrs(g, j));
+        int kin = op == TS_OP_RING_ATTENTION ? 1 : 2;
+        double kv = vbytes(g, ts_graph_node_input(g, j, kin), dt) * 2;
+        double elems = (double)ts_shape_numel(ts_graph_value_shape(g, ts_graph_node_input(g, j, kin)));
+        int span = ts_cluster_spans(c, N, 1);
+        double pass = N > 1 ? (N - 1) * ts_cluster_coll_time(c, TS_COST_P2P, 2, span, kv) : 0;
+        out->comm_s += pass > t ? pass - t : 0;
+        if (op == TS_OP_RING_ATTENTION_BWD && N > 1) out->comm_s += N * ts_cluster_coll_time(c, TS_COST_P2P, 2, span, 8 * elems);
+      }
       continue;
     }
     int v0 = ts_graph_node_output(g, j, 0);

@@ -29,6 +29,7 @@ static int native16(ts_op op) {
     case TS_OP_ALLREDUCE: case TS_OP_ALLGATHER: case TS_OP_REDUCE_SCATTER: case TS_OP_ALLTOALL:
     case TS_OP_RANK_SLICE: case TS_OP_RANK_SLICE_BWD: case TS_OP_HALO: case TS_OP_HALO_BWD:
     case TS_OP_SEND: case TS_OP_RECV:
+    case TS_OP_RING_ATTENTION: case TS_OP_RING_ATTENTION_BWD: /* widens per block itself */
     /* native 16-bit kernels (run_<family>.c dispatch on dtype) */
     case TS_OP_ATTENTION: case TS_OP_ATTENTION_BWD:
     case TS_OP_SUM_TO: case TS_OP_BROADCAST_TO: case TS_OP_REDUCE: case TS_OP_REDUCE_MAX_BWD:
