@@ -53,9 +53,11 @@ typedef struct {
   int megatron;        /* tp > 1: 1 = Megatron-LM's cuts (the zoo's GPT), 0 = the per-operator
                           search of parallel.search_mode (include/tessera/search.h) */
   int sp;              /* tp > 1: Megatron's sequence parallelism (parallel.sequence_parallel) */
-  int cp;              /* context parallelism the Ulysses way (0 or 1: none): the sequence cut cp
-                          ways beside tp (dp * cp * tp * pp = devices; Megatron's cuts only,
+  int cp;              /* context parallelism (0 or 1: none): the sequence cut cp ways beside tp
+                          (dp * cp * tp * pp = devices; Megatron's cuts only,
                           ts_gpt_context_strategies) */
+  int cp_algo;         /* cp > 1: TS_CP_ULYSSES (all-to-alls to the heads' cut) or TS_CP_RING
+                          (ring attention; parallel.context_parallel_algo) */
   ts_strategy_set *strategies; /* tp > 1: the operators' strategies on dp * tp devices (owned:
                                   ts_autoplan_free); NULL for tp 1 and for a candidate of a search
                                   listing (only the chosen plan carries them) */

@@ -106,7 +106,10 @@ int ts_gpt_megatron_strategies(const ts_gpt_config *cfg, int dp, int tp, ts_stra
  * from the sequence cut into the heads' with all-to-alls and the output back before c_proj), the
  * loss's rows cut dp * cp ways. cp 1: ts_gpt_megatron_strategies. TS_ECONFIG naming the field
  * when cp * tp does not divide n_head or cp the sequence (block_size). */
-int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, ts_strategy_set *out);
+/* algo TS_CP_RING instead: attention keeps the sequence cut (heads cut tp ways, the sequence cp
+ * ways) and runs as ring attention (ts_ring_attention), no all-to-all; cp need not divide the heads. */
+enum { TS_CP_ULYSSES = 0, TS_CP_RING = 1 };
+int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, int algo, ts_strategy_set *out);
 
 /* ---- small classifiers ----
  * MLP: x (N,...) is flattened to (N,F); fc1..fc<k> are Linear layers of the hidden sizes, each

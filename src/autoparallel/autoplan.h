@@ -31,6 +31,7 @@ typedef struct ts_autoparallel_job {
   void *check_user;
   double time_budget;     /* parallel.search_time_budget: seconds; then the best plan so far (0: none) */
   int cp;                 /* parallel.context_parallel: every plan's context-parallel degree (<= 1: none) */
+  int cp_algo;            /* parallel.context_parallel_algo: TS_CP_ULYSSES, TS_CP_RING */
 } ts_autoparallel_job;
 
 /* Every plan of the outer search for job on N devices of cluster cl (cands: up to cap of them,

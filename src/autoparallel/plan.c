@@ -65,7 +65,7 @@ void ts_autoplan_str(const ts_autoplan *p, char *buf, size_t cap) {
     n = strlen(buf);
   }
   if (p->cp > 1) {
-    snprintf(buf + n, cap > n ? cap - n : 0, ",cp=%d", p->cp);
+    snprintf(buf + n, cap > n ? cap - n : 0, ",cp=%d%s", p->cp, p->cp_algo == TS_CP_RING ? ",cp_algo=ring" : "");
     n = strlen(buf);
   }
   if (ts_autoplan_model_ways(p) > 1)

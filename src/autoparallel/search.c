@@ -46,7 +46,7 @@ static int plan_strategies(const ts_autoparallel_job *job, const ts_autoplan *p,
     if (!job->gpt) return ts_error_set(TS_ECONFIG, "auto_parallel: Megatron-LM's cuts are the zoo GPT's (model.name gpt)");
     int cp = p->cp > 1 ? p->cp : 1;
     if ((rc = ts_strategy_set_create(p->dp * cp * p->tp, 0, own))) return rc;
-    if ((rc = ts_gpt_context_strategies(job->gpt, p->dp, cp, p->tp, *own))) {
+    if ((rc = ts_gpt_context_strategies(job->gpt, p->dp, cp, p->tp, p->cp_algo, *own))) {
       ts_strategy_set_free(*own);
       *own = NULL;
       return rc;
@@ -254,6 +254,7 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
             p->megatron = mg;
             p->sp = tp > 1 && job->base.sequence_parallel; /* the caller's parallel.sequence_parallel */
             p->cp = C > 1 ? C : 0;
+            p->cp_algo = C > 1 ? job->cp_algo : 0;
           }
     }
   return TS_OK;

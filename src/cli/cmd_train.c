@@ -281,8 +281,9 @@ int ts_cli_plot(int argc, char **argv) {
 /* `tessera plan CONFIG -n N [--rank R] [--set k=v ...]` */
 /* "dp=2,tp=1,pp=1,micro_batches=4,zero=1,recompute=full" (keys may be left out: 1, 1, 1, the
  * pipeline's stages, 0, none) */
-static int parse_fix(const char *spec, int n, int cfg_batch, ts_autoplan *p) {
+static int parse_fix(const char *spec, int n, int cfg_batch, int cfg_cp_algo, ts_autoplan *p) {
   memset(p, 0, sizeof *p);
+  p->cp_algo = cfg_cp_algo; /* parallel.context_parallel_algo unless cp_algo= says */
   p->dp = p->tp = p->pp = 1;
   int mb = 0, mbs = 0, dp_given = 0;
   char buf[256];
@@ -298,6 +299,9 @@ static int parse_fix(const char *spec, int n, int cfg_batch, ts_autoplan *p) {
     if (!strcmp(k, "cuts")) {
       if (strcmp(v, "search") && strcmp(v, "megatron")) return ts_error_set(TS_ECONFIG, "plan --fix: cuts is search or megatron");
       p->megatron = !strcmp(v, "megatron");
+    } else if (!strcmp(k, "cp_algo")) {
+      if (strcmp(v, "ulysses") && strcmp(v, "ring")) return ts_error_set(TS_ECONFIG, "plan --fix: cp_algo is ulysses or ring");
+      p->cp_algo = !strcmp(v, "ring") ? TS_CP_RING : TS_CP_ULYSSES;
     } else if (!strcmp(k, "recompute")) {
       if (strcmp(v, "none") && strcmp(v, "full") && strcmp(v, "selective"))
         return ts_error_set(TS_ECONFIG, "plan --fix: recompute is none, full or selective");
@@ -316,7 +320,7 @@ static int parse_fix(const char *spec, int n, int cfg_batch, ts_autoplan *p) {
     else if (!strcmp(k, "sp") && x <= 1) p->sp = (int)x;
     else if (!strcmp(k, "cp") && x >= 1) p->cp = (int)x;
     else return ts_error_set(TS_ECONFIG, "plan --fix: unknown key '%s' (dp, tp, pp, micro_batches, "
-                                                 "micro_batch_size, virtual_stages, zero, recompute, sp=0|1, cp, cuts)", k);
+                                                 "micro_batch_size, virtual_stages, zero, recompute, sp=0|1, cp, cp_algo, cuts)", k);
   }
   int cp = p->cp > 1 ? p->cp : 1;
   if (!dp_given && p->tp * p->pp > 0) p->dp = n / (p->tp * cp * p->pp);
@@ -324,7 +328,7 @@ static int parse_fix(const char *spec, int n, int cfg_batch, ts_autoplan *p) {
     return ts_error_set(TS_ECONFIG, "plan --fix: dp %d x cp %d x tp %d x pp %d is not the %d devices", p->dp, cp, p->tp,
                         p->pp, n);
   if (cp > 1 && !p->megatron)
-    return ts_error_set(TS_ECONFIG, "plan --fix: cp=%d (context parallelism, the Ulysses way) takes Megatron-LM's cuts: "
+    return ts_error_set(TS_ECONFIG, "plan --fix: cp=%d (context parallelism) takes Megatron-LM's cuts: "
                         "add cuts=megatron", cp);
   if (cp > 1 && p->sp)
     return ts_error_set(TS_ECONFIG, "plan --fix: sp=1 with cp=%d: both cut the sequence (not done yet: one dim cut by "
@@ -390,11 +394,11 @@ static void print_stage_rules(const ts_autoplan *p, int json) {
 static void print_plan_json(const ts_config *cfg, int n, const ts_autoplan *p) {
   int gpt = cfg->model.name == TS_MODEL_GPT;
   double rate = p->pred.samples_per_s * (gpt ? (double)cfg->data.seq_len : 1.0);
-  printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"cp\":%d,\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
+  printf("{\"devices\":%d,\"dp\":%d,\"tp\":%d,\"cp\":%d,\"cp_algo\":\"%s\",\"pp\":%d,\"virtual_stages\":%d,\"micro_batch_size\":%d,"
          "\"num_micro_batches\":%d,\"zero_stage\":%d,\"recompute\":\"%s\",\"sequence_parallel\":%s,\"amp_level\":\"O%d\",\"step_time_s\":%.6g,"
          "\"%s\":%.6g,\"tflops_per_device\":%.6g,\"memory_per_device_bytes\":%lld,\"activation_bytes\":%lld,\"fits\":%s,"
          "\"strategies\":{",
-         n, p->dp, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1,
+         n, p->dp, p->tp, p->cp > 1 ? p->cp : 1, p->cp > 1 && p->cp_algo == TS_CP_RING ? "ring" : "ulysses", p->pp, p->virtual_stages > 1 ? p->virtual_stages : 1,
          ts_autoplan_micro_batch_size(p, cfg->train.batch_size), p->micro_batches > 0 ? p->micro_batches : 1, p->zero,
          ts_autoplan_recompute_name(p->recompute), p->sp ? "true" : "false", cfg->train.amp_level, p->pred.step_s, gpt ? "tokens_per_s" : "samples_per_s",
          rate, p->pred.step_s > 0 ? p->pred.flops / p->pred.step_s / 1e12 : 0, (long long)p->pred.memory_bytes,
@@ -521,7 +525,7 @@ int ts_cli_plan(int argc, char **argv) {
              "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it); --search, --fix\n"
              "and --json without --cluster use the config's parallel.cluster (default local), as train does.\n"
              "--fix dp=..,tp=..,pp=..,micro_batches=..(or micro_batch_size=.. rows per replica),virtual_stages=..,\n"
-             "zero=..,recompute=none|full|selective,sp=0|1,cp=..,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
+             "zero=..,recompute=none|full|selective,sp=0|1,cp=..,cp_algo=ulysses|ring,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
              "tensor-parallel plan's operator strategies from parallel.search_mode's per-operator search, the\n"
              "default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"
@@ -612,7 +616,7 @@ int ts_cli_plan(int argc, char **argv) {
   if (fix) {
     TS_CLI_CONFIG(base);
     if ((e = ts_config_copy(&base, &cfg))) return ts_cli_fail(1, "%s", ts_last_error());
-    if ((e = parse_fix(fix, n, cfg.train.batch_size, &fp)) || (e = ts_trainer_autoplan_build(&cfg, &cl, &fp)) ||
+    if ((e = parse_fix(fix, n, cfg.train.batch_size, cfg.parallel.context_parallel_algo, &fp)) || (e = ts_trainer_autoplan_build(&cfg, &cl, &fp)) ||
         (e = ts_config_apply_autoplan(&cfg, &fp)) || (e = ts_config_validate(&cfg)))
       return ts_cli_fail(ts_cli_exit_code(e), "%s", ts_last_error());
     given = &fp;

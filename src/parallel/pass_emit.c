@@ -197,9 +197,27 @@ static int emit_node(ts_parallel *p, int ni) {
     if ((rc = convert(p, nd->in[k], &ns->req[k], &li[k]))) return ts_error_wrap(rc, "operator '%s'", ns->key);
   set_scope(p, ni);
   ts_attrs a = nd->a;
+  ts_op op = nd->op;
   int nin = nd->nin, lout[TS_GRAPH_MAX_IO];
   int64_t off[TS_MAX_DIMS];
   switch (nd->op) {
+    case TS_OP_ATTENTION: {
+      /* a sequence cut: ring attention over the cut's ranks (their rows in order along the axis) */
+      const ts_layout *l = &ns->req[0];
+      int ax = l->tmap[2];
+      if (ax < 0 || l->dev[ax] <= 1) break;
+      int slot = ts__slot_for(p, l, ax);
+      if (slot < 0) return slot;
+      float sc = ts_attr_attention_scale(&nd->a);
+      memset(&a, 0, sizeof a);
+      ts_attr_set_ring_attention_scale(&a, sc);
+      ts_attr_set_ring_attention_layout(&a, 0);
+      ts_attr_set_ring_attention_slot(&a, slot);
+      ts_attr_set_ring_attention_group(&a, l->dev[ax]);
+      ts_attr_set_ring_attention_zigzag(&a, 0);
+      op = TS_OP_RING_ATTENTION;
+      break;
+    }
     case TS_OP_RESHAPE: {
       ts_shape ls;
       if ((rc = local_shape(&ns->out[0], &p->v[nd->out[0]].gs, &ls))) return rc;
@@ -315,7 +333,7 @@ static int emit_node(ts_parallel *p, int ni) {
       break;
   }
   if (ns->bias_after) nin = 2; /* dense/conv without its bias: added after the reduction */
-  int node = ts_graph_add_node(lg, nd->op, li, nin, nd->nout, &a);
+  int node = ts_graph_add_node(lg, op, li, nin, nd->nout, &a);
   if (node < 0) return lg_fail(p, ns->key);
   for (int k = 0; k < nd->nout; k++) lout[k] = ts_graph_node_output(lg, node, k);
   if (ns->reduce_after) { /* all-reduced, or reduce-scattered onto the sequence */

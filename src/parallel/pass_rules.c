@@ -438,7 +438,7 @@ static void rule_extras(ts_parallel *p, int ni, const opmap *m) {
       for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 1, tm, 0);
       break;
     case TS_SHARD_ATTENTION: /* lse (B,H,T) */
-      tm[0] = x->tmap[0], tm[1] = x->tmap[1], tm[2] = -1;
+      tm[0] = x->tmap[0], tm[1] = x->tmap[1], tm[2] = x->tmap[2]; /* the sequence cut of ring attention */
       for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 3, tm, 0);
       break;
     default: /* maxpool's workspace: like y */

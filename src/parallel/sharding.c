@@ -466,25 +466,26 @@ static int rule_attention(rule *R) {
                           (long long)R->in[i].dims[1], (long long)R->in[i].dims[2],
                           (long long)R->in[i].dims[3], (long long)q->dims[0],
                           (long long)q->dims[1], (long long)q->dims[2], (long long)q->dims[3]);
-  int b = loop_new(R, "B"), h = loop_new(R, "H");
+  /* a sequence cut (T) runs as ring attention: the key/value blocks pass around the cut's ranks;
+   * its device axis comes before the heads' (as the sequence cut of a dense's input comes before
+   * its tensor-parallel cut: the heads' ranks neighbours, the ring across them) */
+  int seq = cutof(R, 0, 2) > 1 || cutof(R, 1, 2) > 1 || cutof(R, 2, 2) > 1;
+  int b = loop_new(R, "B"), t = seq ? loop_new(R, "T") : -1, h = loop_new(R, "H");
   for (int i = 0; i < 3; i++) {
     if ((rc = loop_bind(R, b, i, 0)) || (rc = loop_bind(R, h, i, 1))) return rc;
-    for (int d = 2; d < 4; d++) {
-      R->map[i][d] = -1;
-      if (cutof(R, i, d) != 1)
-        return ts_error_set(
-            TS_EUNSUPPORTED,
-            "%s: input %d (%s) dim %d (%s) is cut %lld: attention cuts q, k and v by batch "
-            "(dim 0) and heads (dim 1) only; %s (size %lld) %s",
-            R->name, i, R->inames[i], d, d == 2 ? "T" : "D", (long long)cutof(R, i, d),
-            d == 2 ? "the sequence" : "the head dim", (long long)R->in[i].dims[d],
-            d == 2 ? "is attended whole (sequence-parallel attention is not supported)"
-                   : "is contracted whole in every score (a cut would make the scores partial "
-                     "sums before the softmax)");
-    }
+    if (seq && (rc = loop_bind(R, t, i, 2))) return rc;
+    R->map[i][2] = seq ? t : -1;
+    R->map[i][3] = -1;
+    if (cutof(R, i, 3) != 1)
+      return ts_error_set(TS_EUNSUPPORTED,
+                          "%s: input %d (%s) dim 3 (D) is cut %lld: attention cuts q, k and v by batch (dim 0), "
+                          "heads (dim 1) and the sequence (dim 2, ring attention) only; the head dim (size %lld) is "
+                          "contracted whole in every score (a cut would make the scores partial sums before the "
+                          "softmax)",
+                          R->name, i, R->inames[i], (long long)cutof(R, i, 3), (long long)R->in[i].dims[3]);
   }
   int *om = R->map[R->nin];
-  om[0] = b, om[1] = h, om[2] = -1, om[3] = -1;
+  om[0] = b, om[1] = h, om[2] = t, om[3] = -1;
   R->out = *q;
   return TS_OK;
 }

@@ -21,6 +21,7 @@ static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
 static const char *const recompute_names[] = {"none", "full", "selective", NULL};
+static const char *const cp_algo_names[] = {"ulysses", "ring", NULL};
 static const char *const search_names[] = {"dynamic_programming", "sharding_propagation", "recursive_programming", NULL};
 static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
@@ -292,11 +293,17 @@ const ts__cfg_key ts__cfg_keys[] = {
      "all-reduced, so the norms, residual adds and dropouts between tensor-parallel blocks run "
      "on 1/t of the sequence, and the column-parallel inputs are all-gathered along it"},
     {"parallel.context_parallel", CT_INT, FLD(parallel.context_parallel), "1", NULL, 1, 4096, 0, 0, 0,
-     "the zoo's GPT with its sequence cut this many ways, the Ulysses way (DeepSpeed-Ulysses: the "
-     "operators on their slice of the sequence, attention cut by heads, all-to-alls between): "
-     "semi_auto_parallel without parallel.strategies: data parallel over ranks / N x context "
-     "parallel N; auto_parallel: every plan takes it beside its tensor and pipeline degrees "
-     "(Megatron's cuts); 1 = none"},
+     "the zoo's GPT with its sequence cut this many ways (the operators on their slice of the "
+     "sequence; attention as parallel.context_parallel_algo says): semi_auto_parallel without "
+     "parallel.strategies: data parallel over ranks / N x context parallel N; auto_parallel: every "
+     "plan takes it beside its tensor and pipeline degrees (Megatron's cuts); 1 = none"},
+    {"parallel.context_parallel_algo", CT_ENUM, FLD(parallel.context_parallel_algo), "ulysses", cp_algo_names, 0, 0, 0,
+     0, 0,
+     "how attention runs over context parallelism's sequence cut: ulysses (DeepSpeed-Ulysses: "
+     "all-to-alls from the sequence cut to the heads' and back, attention cut by heads; the heads "
+     "must divide context x tensor parallel) or ring (ring attention: each rank keeps its rows, "
+     "the key/value blocks pass around the ranks, each exchange overlapped with a block's "
+     "attention; any head count)"},
     {"parallel.optimizer_shard", CT_ENUM, FLD(parallel.optimizer_shard), "off", shard_names, 0, 0, 0, 0,
      0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
      "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "

@@ -121,7 +121,7 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
     ts_gpt_config m;
     ts_config_gpt(c, &m);
     rc = ts_strategy_set_create(ndevices, 0, out);
-    if (!rc) rc = ts_gpt_context_strategies(&m, ndevices / cp, cp, 1, *out);
+    if (!rc) rc = ts_gpt_context_strategies(&m, ndevices / cp, cp, 1, c->parallel.context_parallel_algo, *out);
     if (rc) {
       ts_strategy_set_free(*out);
       *out = NULL;

@@ -76,6 +76,7 @@ int ts__train_auto_job(const ts_config *c, ts_model_fn fn, void *user, ts__auto_
   }
   j->seq_len = c->data.seq_len;
   j->cp = c->parallel.context_parallel;
+  j->cp_algo = c->parallel.context_parallel_algo;
   j->fixed = c->parallel.strategies.v;
   j->nfixed = c->parallel.strategies.n;
   j->check = check_plan;

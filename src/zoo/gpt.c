@@ -225,16 +225,21 @@ static ts_op_strategy mstrat(int n, const int64_t (*cuts)[4], const int *ndim) {
   return s;
 }
 
-int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, ts_strategy_set *out) {
+int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, int algo, ts_strategy_set *out) {
   if (cp == 1) return ts_gpt_megatron_strategies(cfg, dp, tp, out);
   if (!cfg || !out || dp < 1 || tp < 1 || cp < 1)
     return ts_error_set(TS_EINVAL, "gpt context strategies: dp %d, cp %d, tp %d (need >= 1 and a set)", dp, cp, tp);
   if (ts_strategy_set_device_num(out) != dp * cp * tp)
     return ts_error_set(TS_EINVAL, "gpt context strategies: a set for %d devices, not dp %d x cp %d x tp %d",
                         ts_strategy_set_device_num(out), dp, cp, tp);
-  if (cfg->n_head % (cp * tp))
+  if (algo != TS_CP_ULYSSES && algo != TS_CP_RING)
+    return ts_error_set(TS_EINVAL, "gpt context strategies: unknown algorithm %d (0 ulysses, 1 ring)", algo);
+  if (algo == TS_CP_ULYSSES && cfg->n_head % (cp * tp))
     return ts_error_set(TS_ECONFIG, "model.n_head: %d heads cannot be cut %d ways (context parallel %d x tensor "
-                        "parallel %d: the Ulysses way cuts attention by heads)", cfg->n_head, cp * tp, cp, tp);
+                        "parallel %d: the Ulysses way cuts attention by heads; ring attention does not)",
+                        cfg->n_head, cp * tp, cp, tp);
+  if (algo == TS_CP_RING && cfg->n_head % tp)
+    return ts_error_set(TS_ECONFIG, "model.n_head: %d heads cannot be cut %d ways", cfg->n_head, tp);
   if (cfg->block_size % cp)
     return ts_error_set(TS_ECONFIG, "model.block_size: a sequence of %d cannot be cut %d ways", cfg->block_size, cp);
   if (cfg->vocab_size % tp)
@@ -248,6 +253,7 @@ int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, 
       {"transformer.embedding", 2, {2, 2}, {{d, c}, {t, 1}}},                                /* ids by batch and sequence */
       {"transformer.h.*.attn.c_attn.dense*", 3, {3, 2, 1}, {{d, c, 1}, {t, 1}, {t}}},
       {"transformer.h.*.attn.attention", 3, {4, 4, 4}, {{d, ct, 1, 1}, {d, ct, 1, 1}, {d, ct, 1, 1}}}, /* heads */
+      {"transformer.h.*.attn.attention", 3, {4, 4, 4}, {{d, t, c, 1}, {d, t, c, 1}, {d, t, c, 1}}},     /* ring */
       {"transformer.h.*.attn.c_proj.dense", 2, {3, 2}, {{d, c, t}, {1, t}}},
       {"transformer.h.*.mlp.c_fc.dense", 2, {3, 2}, {{d, c, 1}, {t, 1}}},
       {"transformer.h.*.mlp.c_proj.dense", 2, {3, 2}, {{d, c, t}, {1, t}}},
@@ -255,6 +261,7 @@ int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, 
       {"softmax_ce", 2, {2, 1}, {{d * c, t}, {d * c}}},
   };
   for (size_t k = 0; k < sizeof r / sizeof r[0]; k++) {
+    if (k == 2 + (algo == TS_CP_ULYSSES)) continue; /* the attention entry of the other algorithm */
     ts_op_strategy s = mstrat(r[k].n, r[k].cuts, r[k].ndim);
     int rc = ts_strategy_set_put(out, r[k].op, &s);
     if (rc) return ts_error_wrap(rc, "gpt context strategies: %s", r[k].op);

@@ -24,7 +24,10 @@
 #     TP2 x CP2 on 4 ranks (the strategies `tessera plan --fix cp=2,tp=2,cuts=megatron --json`
 #     generates) equal one process with dropout on; the plan's all-to-alls; parallel.context_parallel
 #     generating them: semi_auto_parallel CP2 (2 ranks) and DP2 x CP2 (4), auto_parallel's search
-#     (its strategies cut the sequence 2 ways) equal one process; refused under data_parallel, with strategies, with SP.
+#     (its strategies cut the sequence 2 ways) equal one process; refused under data_parallel, with strategies, with SP;
+#  5. context parallelism with ring attention (parallel.context_parallel_algo: ring): CP2 (2 ranks),
+#     TP2 x CP2 and DP2 x CP2 (4 ranks) equal one process, the plan has no all-to-all, full
+#     recomputation (the ring redone) bitwise equal to without.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -249,6 +252,33 @@ pl=$("$bin" plan "$tmp/cp2.yaml" -n 2 2>&1)
 n_a2a=$(sed -n '/^redistributions inserted/,/^communicator groups/p' <<<"$pl" | grep -c 'alltoall axis')
 [ "$n_a2a" = 8 ] && echo "ok: CP2's plan: $n_a2a all-to-alls (q, k, v to the heads' cut and back, per layer)" \
   || { echo "FAIL: CP2's plan: $n_a2a all-to-alls: $pl"; fail=1; }
+# 5. context parallelism with ring attention (parallel.context_parallel_algo: ring): attention keeps
+# the sequence cut, the key/value blocks pass around the ranks, no all-to-all: CP2 on 2 ranks from
+# the config key, TP2 x CP2 on 4 from `tessera plan --fix ...,cp_algo=ring --json`'s strategies,
+# DP2 x CP2 on 4 without dropout, and with full recomputation (the ring redone in backward): all
+# equal one process
+ring=(--set parallel.context_parallel_algo=ring)
+run cpring 2 "$tmp/one.yaml" "${ctx[@]}" "${ring[@]}"
+check cpring "ring attention, parallel.context_parallel 2 on 2 ranks"
+js=$("$bin" plan "$tmp/one.yaml" -n 4 --fix "dp=1,cp=2,tp=2,cp_algo=ring,cuts=megatron" --json 2>/dev/null)
+{ base; echo "parallel:"; echo "  mode: semi_auto_parallel"; echo "  full_batch: true"; echo "  strategies:"
+  python3 -c "import json,sys; [print('    %s: \"%s\"' % kv) for kv in json.loads(sys.argv[1])['strategies'].items()]" "$js"
+} > "$tmp/cp2tp2ring.yaml"
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d['cp_algo'] == 'ring' and
+  d['strategies']['transformer.h.*.attn.attention'] == '((1,2,2,1),(1,2,2,1),(1,2,2,1))' else 1)" "$js" 2>/dev/null \
+  && echo "ok: plan --fix cp=2,tp=2,cp_algo=ring: attention cut by heads 2 and the sequence 2" || { echo "FAIL: plan --fix cp_algo=ring: $js"; fail=1; }
+pl=$("$bin" plan "$tmp/cp2tp2ring.yaml" -n 4 2>&1)
+n_a2a=$(sed -n '/^redistributions inserted/,/^communicator groups/p' <<<"$pl" | grep -c 'alltoall axis')
+n_ring=$(grep -c 'ring attention over the sequence cut: key/value blocks passed around 2 ranks' <<<"$pl")
+[ "$n_a2a" = 0 ] && [ "$n_ring" = 2 ] && echo "ok: TP2 x CP2 ring's plan: ring attention in both layers, no all-to-all" \
+  || { echo "FAIL: TP2 x CP2 ring's plan: $n_ring ring, $n_a2a all-to-alls: $pl"; fail=1; }
+run cp2tp2ring 4 "$tmp/cp2tp2ring.yaml"
+check cp2tp2ring "ring attention, TP2 x CP2 on 4 ranks"
+run cpring4 4 "$tmp/one.yaml" "${ctx[@]}" "${ring[@]}" --set model.dropout=0
+check_vs cpring4 one0 "ring attention, DP2 x CP2 on 4 ranks, no dropout = one process"
+run cpringfull 2 "$tmp/one.yaml" "${ctx[@]}" "${ring[@]}" --set model.recompute=full
+if [ "$rc" = 0 ] && cmp -s "$tmp/cpringfull.txt" "$tmp/cpring.txt"; then echo "ok: ring attention with full recomputation = without, bitwise"
+else echo "FAIL: ring attention with full recomputation (exit $rc): $(paste "$tmp/cpringfull.txt" "$tmp/cpring.txt" | tr '\n' ';') $out"; fail=1; fi
 # 3. refusal
 out=$(timeout 60 "$bin" train "$tmp/one.yaml" --set parallel.mode=data_parallel "${sp[@]}" 2>&1); rc=$?
 if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "parallel.sequence_parallel: .*parallel.mode is data_parallel" <<<"$out"

@@ -810,38 +810,40 @@ static void test_batchnorm(void) {
          n_sims - before, n_refused - bref);
 }
 
-/* causal attention q, k, v (2,4,3,2): q cut (b,h,t,d) with b in {1,2,4}, h in {1,2,4,8},
- * t in {1,3}, d in {1,2}; k, v cut (b,h,1,1) or one of their cuts changed */
+/* causal attention q, k, v (2,4,4,2): q cut (b,h,t,d) with b in {1,2,4}, h in {1,2,4,8},
+ * t in {1,2}, d in {1,2}; k, v cut (b,h,t,1) or one of their cuts changed. A sequence cut (t 2)
+ * is ring attention: accepted, its device axis before the heads'; its numerics are
+ * tests/runtime/test_ring_attention.c's (the simulation here runs each rank's piece alone) */
 static void test_attention(void) {
-  int before = n_sims, bref = n_refused;
+  int before = n_sims, bref = n_refused, n_ring = 0;
   static const char *const QN[3] = {"q", "k", "v"};
   static const char *const DN[4] = {"B", "H", "T", "D"};
-  const int64_t dims[4] = {2, 4, 3, 2};
+  const int64_t dims[4] = {2, 4, 4, 2};
   ts_shape shapes[3];
   float *full[3];
   for (int i = 0; i < 3; i++) {
     shapes[i] = shp(4, dims);
-    full[i] = malloc(48 * sizeof(float));
-    fill_int(full[i], 48, 101 + i, -2, 2);
+    full[i] = malloc(64 * sizeof(float));
+    fill_int(full[i], 64, 101 + i, -2, 2);
   }
-  static const int64_t BC[3] = {1, 2, 4}, TC[2] = {1, 3}, DC[2] = {1, 2};
+  static const int64_t BC[3] = {1, 2, 4}, TC[2] = {1, 2}, DC[2] = {1, 2};
   for (int ndev = 1; ndev <= 8; ndev *= 2)
     for (int code = 0; code < 3 * 4 * 2 * 2 * 7; code++) {
       int64_t b = BC[code % 3], h = CUTS[code / 3 % 4], t = TC[code / 12 % 2], d = DC[code / 24 % 2];
       int var = code / 48;
-      int64_t c[12] = {b, h, t, d, b, h, 1, 1, b, h, 1, 1};
+      int64_t c[12] = {b, h, t, d, b, h, t, 1, b, h, t, 1};
       switch (var) {
         case 1: c[4] = b == 1 ? 2 : 1; break; /* k's B */
         case 2: c[5] = h == 1 ? 2 : 1; break; /* k's H */
         case 3: c[8] = b == 1 ? 2 : 1; break; /* v's B */
         case 4: c[9] = h == 1 ? 2 : 1; break; /* v's H */
-        case 5: c[6] = 3; break;              /* k's T */
+        case 5: c[6] = t == 1 ? 2 : 1; break; /* k's T */
         case 6: c[11] = 2; break;             /* v's D */
         default: break;
       }
       ts_op_strategy s = strat(3, (int[]){4, 4, 4}, c);
       char what[160];
-      snprintf(what, sizeof what, "attention (2,4,3,2) ((%lld,%lld,%lld,%lld),(%lld,%lld,%lld,%lld),(%lld,%lld,%lld,%lld)) on %d",
+      snprintf(what, sizeof what, "attention (2,4,4,2) ((%lld,%lld,%lld,%lld),(%lld,%lld,%lld,%lld),(%lld,%lld,%lld,%lld)) on %d",
                (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], (long long)c[4],
                (long long)c[5], (long long)c[6], (long long)c[7], (long long)c[8], (long long)c[9],
                (long long)c[10], (long long)c[11], ndev);
@@ -859,49 +861,53 @@ static void test_attention(void) {
       for (int i = 0; i < 3 && !want; i++)
         for (int e = 0; e < 4 && !want; e++) {
           int64_t x = c[i * 4 + e];
-          if (e < 2 && x != c[e]) {
+          if (e < 3 && x != c[e]) {
             want = TS_EUNSUPPORTED;
             snprintf(m1, sizeof m1, "attention: input %d (%s) dim %d (size %lld) is cut %lld", i,
                      QN[i], e, (long long)dims[e], (long long)x);
             snprintf(m2, sizeof m2, "input 0 (q) dim %d, the same dimension %s, is cut %lld", e,
                      DN[e], (long long)c[e]);
             subs[0] = m1, subs[1] = m2;
-          } else if (e >= 2 && x > 1) {
+          } else if (e == 3 && x > 1) {
             want = TS_EUNSUPPORTED;
             snprintf(m1, sizeof m1, "attention: input %d (%s) dim %d (%s) is cut %lld: ", i, QN[i],
                      e, DN[e], (long long)x);
-            subs[0] = m1, subs[1] = "batch (dim 0) and heads (dim 1) only";
+            subs[0] = m1, subs[1] = "heads (dim 1) and the sequence (dim 2, ring attention) only";
           }
         }
-      int64_t loop[2] = {b, h};
-      if (!want && !divides_dev(ndev, 2, loop)) want = TS_EINVAL, subs[0] = "devices";
+      int seq = t > 1 || c[6] > 1 || c[10] > 1;
+      int64_t loop[3] = {b, h, 1}, loop3[3] = {b, t, h};
+      if (!want && !divides_dev(ndev, seq ? 3 : 2, seq ? loop3 : loop)) want = TS_EINVAL, subs[0] = "devices";
       ts_layout lin[3], lout;
       ts_shape osh;
       if (!call_rule(what, TS_SHARD_ATTENTION, &s, ndev, shapes, 3, NULL, want, subs, lin, &lout,
                      &osh))
         continue;
-      int dev[8], nd, f = exp_dev(ndev, 2, loop, &nd, dev), ok = 1;
-      for (int i = 0; i < 3; i++) ok &= layout_is(&lin[i], nd, dev, 4, (int[]){f, f + 1, -1, -1}, 0);
+      int dev[8], nd, f = seq ? exp_dev(ndev, 3, loop3, &nd, dev) : exp_dev(ndev, 2, loop, &nd, dev), ok = 1;
+      for (int i = 0; i < 3; i++)
+        ok &= layout_is(&lin[i], nd, dev, 4, seq ? (int[]){f, f + 2, f + 1, -1} : (int[]){f, f + 1, -1, -1}, 0);
       CHECK_MSG(ok && ts_layout_equal(&lin[0], &lout) && ts_shape_equal(&osh, &shapes[0]),
                 "%s: layouts are not MindSpore's", what);
-      simulate(what, lin, shapes, 3, full, &lout, &osh, k_attention, NULL);
+      if (!seq) simulate(what, lin, shapes, 3, full, &lout, &osh, k_attention, NULL);
+      else n_ring++;
     }
   /* shapes: 4-d, all alike */
   ts_layout lin[3], lout;
-  ts_shape bad[3] = {shapes[0], shp(4, (int64_t[]){2, 4, 6, 2}), shapes[0]};
+  ts_shape bad[3] = {shapes[0], shp(4, (int64_t[]){2, 4, 8, 2}), shapes[0]};
   ts_op_strategy s = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
   EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 3, NULL, lin, &lout, NULL), TS_ESHAPE,
-             "attention: input 1 (k) is (2,4,6,2) but q is (2,4,3,2)");
-  bad[1] = shp(3, (int64_t[]){2, 4, 3});
+             "attention: input 1 (k) is (2,4,8,2) but q is (2,4,4,2)");
+  bad[1] = shp(3, (int64_t[]){2, 4, 4});
   s.ndim[1] = 3;
   EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 3, NULL, lin, &lout, NULL), TS_ESHAPE,
              "attention: input 1 (k) must be 4-d");
   EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 2, NULL, lin, &lout, NULL), TS_EINVAL,
              "attention: takes 3 tensor input(s), got 2");
   for (int i = 0; i < 3; i++) free(full[i]);
-  printf("attention (causal): q,k,v (2,4,3,2), batch x head cuts, T/D cuts and mismatched k/v "
-         "cuts, on 1/2/4/8 devices: %d simulated exactly, %d refused\n",
-         n_sims - before, n_refused - bref);
+  printf("attention (causal): q,k,v (2,4,4,2), batch x head cuts, T/D cuts and mismatched k/v "
+         "cuts, on 1/2/4/8 devices: %d simulated exactly, %d sequence cuts accepted (ring attention), %d refused\n",
+         n_sims - before, n_ring, n_refused - bref);
+  CHECK(n_ring > 0);
 }
 
 /* softmax cross-entropy: logits (4,8), labels (4), cuts {1,2,4,8}^3 */

@@ -168,6 +168,7 @@ static const struct {
     {"parallel.full_batch", "true"},
     {"parallel.sequence_parallel", "true"},
     {"parallel.context_parallel", "2"},
+    {"parallel.context_parallel_algo", "ring"},
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
     {"parallel.optimizer_shard_group", "2"},
