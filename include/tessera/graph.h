@@ -242,7 +242,9 @@ ts_val ts_halo(ts_graph *g, ts_val x, int slot, int group_size, int dim, int lo,
  * N T rows cut across the N = group_size ranks of slot's communicator: each rank gives its T rows
  * of q, k and v and gets its rows of the output (and the f32 log-sum-exp (B,H,T), the second
  * output). zigzag 0: rank r holds global rows [rT, (r+1)T); 1: the rows of chunks r and 2N-1-r of
- * 2N chunks of T/2 (T even): under the causal mask every rank then has the same work. The key
+ * 2N chunks of T/2 (T even): under the causal mask every rank then has the same work; 2: rows as
+ * 0 given and returned, the op exchanges the half-chunks into 1's order and back (the work
+ * balanced for a half-chunk of q, k, v and of o moved each way; backward likewise). The key
  * and value blocks pass around the ring (rank r sends to r+1), each exchange overlapped with the
  * attention of the block in hand (online softmax: the blocks' partial outputs merged by their
  * log-sum-exps); scale 0 means 1/sqrt(D). Gradient: RING_ATTENTION_BWD, whose key/value

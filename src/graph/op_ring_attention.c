@@ -4,7 +4,8 @@
  * Attributes (ts_attr_ring_attention_*; tessera/ops.def), shared by both ops:
  *   slot, group (N)    the communicator slot of the ring and its size
  *   layout             0 = (B,H,T,D), 1 = (B,T,H,D); T is the rank's rows (N T in all)
- *   zigzag             0: rank r holds rows [rT, (r+1)T); 1: chunks r and 2N-1-r of 2N chunks of T/2
+ *   zigzag             0: rank r holds rows [rT, (r+1)T); 1: chunks r and 2N-1-r of 2N chunks of T/2;
+ *                      2: rows in order as 0, reordered to 1's inside the op (balanced work) and back
  *   scale              resolved: 1/sqrt(D) when the builder got 0
  *   RING_ATTENTION     (q,k,v) -> o (q's shape and dtype), lse (B,H,T) f32
  *   RING_ATTENTION_BWD (do,q,k,v,o,lse) -> dq, dk, dv
@@ -41,8 +42,10 @@ static int check(ts_graph *g, const char *op, const ts__node *n, const int *ins,
   float s = ts_attr_ring_attention_scale(a);
   if (!(isfinite(s) && s > 0.0f))
     return ts__graph_fail(g, TS_EINVAL, "%s: scale %g must be positive and finite", op, (double)s);
-  int64_t T = q->shape.dims[layout == 1 ? 1 : 2];
-  if (ts_attr_ring_attention_zigzag(a) && T % 2)
+  int64_t T = q->shape.dims[layout == 1 ? 1 : 2], zig = ts_attr_ring_attention_zigzag(a);
+  if (zig < 0 || zig > 2)
+    return ts__graph_fail(g, TS_EINVAL, "%s: zigzag %lld (0 in order, 1 zigzag rows, 2 balanced)", op, (long long)zig);
+  if (zig && T % 2)
     return ts__graph_fail(g, TS_ESHAPE, "%s: zigzag needs an even number of rows per rank, %s has %lld", op,
                           VS(ins[0], b), (long long)T);
   return TS_OK;
@@ -119,7 +122,7 @@ ts_val ts_ring_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale,
   ts_attr_set_ring_attention_layout(&a, layout);
   ts_attr_set_ring_attention_slot(&a, slot);
   ts_attr_set_ring_attention_group(&a, group_size);
-  ts_attr_set_ring_attention_zigzag(&a, zigzag != 0);
+  ts_attr_set_ring_attention_zigzag(&a, zigzag);
   int nd = ts__add_node(g, TS_OP_RING_ATTENTION, in, 3, 2, &a);
   return nd < 0 ? TS_NONE : ts__handle(g, g->nodes[nd].out[0]);
 }

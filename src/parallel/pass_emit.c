@@ -214,7 +214,9 @@ static int emit_node(ts_parallel *p, int ni) {
       ts_attr_set_ring_attention_layout(&a, 0);
       ts_attr_set_ring_attention_slot(&a, slot);
       ts_attr_set_ring_attention_group(&a, l->dev[ax]);
-      ts_attr_set_ring_attention_zigzag(&a, 0);
+      /* the causal work balanced over the ring (zigzag order inside the op) when the rank's
+       * rows halve */
+      ts_attr_set_ring_attention_zigzag(&a, (p->v[nd->in[0]].gs.dims[2] / l->dev[ax]) % 2 == 0 ? 2 : 0);
       op = TS_OP_RING_ATTENTION;
       break;
     }

@@ -21,7 +21,7 @@
 #include "../kernels/ring_attention.h"
 #include "../kernels/shape.h"
 
-enum { RING_TAG_KV = 7301, RING_TAG_GRAD = 7302 };
+enum { RING_TAG_KV = 7301, RING_TAG_GRAD = 7302, RING_TAG_ORDER = 7303 /* and 7304 */ };
 
 
 typedef struct {
@@ -96,37 +96,36 @@ static int oom(const ts__run_node *n) {
   return ts_error_set(TS_ENOMEM, "%s %s: out of memory for its buffers", ts_op_name(n->op), n->name);
 }
 
-static int run_ring(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ring R;
-  int rc = setup(ctx, n, &in[0], &R);
-  if (rc) return rc;
-  const ts_dtype dt = in[0].dtype;
-  const int64_t ne = R.B * R.H * R.T * R.D, BH = R.B * R.H;
+/* Forward on the rank's rows as R->zig places them: q, k, v (dt, layout) -> o (dt), lse (f32). */
+static int core_fwd(const ts__run_node *n, const ring *R, ts_dtype dt, const void *qin, const void *kin,
+                    const void *vin, void *oout, float *lout) {
+  const int64_t ne = R->B * R->H * R->T * R->D, BH = R->B * R->H;
   const size_t tb = (size_t)ne * ts_dtype_size(dt); /* one tensor's bytes as it travels */
-  float *f = ts_alloc(sizeof(float) * (size_t)(5 * ne + BH * R.T));
+  float *f = ts_alloc(sizeof(float) * (size_t)(5 * ne + BH * R->T));
   char *kv = malloc(tb ? 4 * tb : 1); /* two k|v blocks: in hand and arriving */
-  int64_t *pos = malloc(sizeof(int64_t) * (size_t)(2 * R.T));
+  int64_t *pos = malloc(sizeof(int64_t) * (size_t)(2 * R->T));
   if (!f || !kv || !pos) {
     ts_free(f), free(kv), free(pos);
     return oom(n);
   }
+  int rc = TS_OK;
   float *q = f, *k = f + ne, *v = f + 2 * ne, *o = f + 3 * ne, *tmp = f + 4 * ne, *lse = f + 5 * ne;
-  int64_t *qpos = pos, *kpos = pos + R.T;
-  positions(&R, R.r, qpos);
-  to_heads(&R, in[0].data, dt, q, tmp);
+  int64_t *qpos = pos, *kpos = pos + R->T;
+  positions(R, R->r, qpos);
+  to_heads(R, qin, dt, q, tmp);
   memset(o, 0, sizeof(float) * (size_t)ne);
-  for (int64_t i = 0; i < BH * R.T; i++) lse[i] = -INFINITY;
-  memcpy(kv, in[1].data, tb);
-  memcpy(kv + tb, in[2].data, tb);
-  for (int s = 0; s < R.N && !rc; s++) {
+  for (int64_t i = 0; i < BH * R->T; i++) lse[i] = -INFINITY;
+  memcpy(kv, kin, tb);
+  memcpy(kv + tb, vin, tb);
+  for (int s = 0; s < R->N && !rc; s++) {
     char *cur = kv + (size_t)(s % 2) * 2 * tb, *nxt = kv + (size_t)((s + 1) % 2) * 2 * tb;
     ts_comm_req *reqs[2] = {NULL, NULL};
-    if (s < R.N - 1) rc = shift(&R, cur, nxt, 2 * tb, RING_TAG_KV, reqs);
+    if (s < R->N - 1) rc = shift(R, cur, nxt, 2 * tb, RING_TAG_KV, reqs);
     if (!rc) {
-      positions(&R, (R.r - s + R.N) % R.N, kpos);
-      to_heads(&R, cur, dt, k, tmp);
-      to_heads(&R, cur + tb, dt, v, tmp);
-      rc = ts__ring_attn_fwd_block(q, k, v, qpos, kpos, BH, R.T, R.D, R.scale, o, lse);
+      positions(R, (R->r - s + R->N) % R->N, kpos);
+      to_heads(R, cur, dt, k, tmp);
+      to_heads(R, cur + tb, dt, v, tmp);
+      rc = ts__ring_attn_fwd_block(q, k, v, qpos, kpos, BH, R->T, R->D, R->scale, o, lse);
     }
     if (reqs[0] || reqs[1]) {
       int wc = settle(reqs);
@@ -134,8 +133,8 @@ static int run_ring(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
     }
   }
   if (!rc) { /* lse is (B,H,T) in both layouts */
-    from_heads(&R, o, out[0].data, dt, tmp);
-    memcpy(out[1].data, lse, sizeof(float) * (size_t)(BH * R.T));
+    from_heads(R, o, oout, dt, tmp);
+    memcpy(lout, lse, sizeof(float) * (size_t)(BH * R->T));
   }
   ts_free(f);
   free(kv);
@@ -143,54 +142,53 @@ static int run_ring(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
   return rc;
 }
 
-static int run_ring_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ring R;
-  int rc = setup(ctx, n, &in[1], &R);
-  if (rc) return rc;
-  const ts_dtype dt = in[1].dtype;
-  const int64_t ne = R.B * R.H * R.T * R.D, BH = R.B * R.H;
+/* Backward on the rank's rows as R->zig places them: (do, q, k, v, o: dt; lse f32) -> dq, dk, dv. */
+static int core_bwd(const ts__run_node *n, const ring *R, ts_dtype dt, const void *doin, const void *qin,
+                    const void *kin, const void *vin, const void *oin, const float *lse, void *dqo, void *dko,
+                    void *dvo) {
+  const int64_t ne = R->B * R->H * R->T * R->D, BH = R->B * R->H;
   const size_t tb = (size_t)ne * ts_dtype_size(dt), gb = sizeof(float) * (size_t)ne;
   /* f32: q, do, k, v, dq, tmp, di; the k|v blocks (dt) and the dk|dv accumulators (f32), two each */
-  float *f = ts_alloc(sizeof(float) * (size_t)(6 * ne + BH * R.T));
+  float *f = ts_alloc(sizeof(float) * (size_t)(6 * ne + BH * R->T));
   char *kv = malloc(tb ? 4 * tb : 1), *gr = malloc(gb ? 4 * gb : 1);
-  int64_t *pos = malloc(sizeof(int64_t) * (size_t)(2 * R.T));
+  int64_t *pos = malloc(sizeof(int64_t) * (size_t)(2 * R->T));
   if (!f || !kv || !gr || !pos) {
     ts_free(f), free(kv), free(gr), free(pos);
     return oom(n);
   }
+  int rc = TS_OK;
   float *q = f, *dout = f + ne, *k = f + 2 * ne, *v = f + 3 * ne, *dq = f + 4 * ne, *tmp = f + 5 * ne,
         *di = f + 6 * ne;
-  int64_t *qpos = pos, *kpos = pos + R.T;
-  positions(&R, R.r, qpos);
+  int64_t *qpos = pos, *kpos = pos + R->T;
+  positions(R, R->r, qpos);
   /* di = rowsum(do * o), with o in k's room for now */
-  to_heads(&R, in[0].data, dt, dout, tmp);
-  to_heads(&R, in[4].data, dt, k, tmp);
-  for (int64_t i = 0; i < BH * R.T; i++) {
-    double s = 0;
-    for (int64_t c = 0; c < R.D; c++) s += (double)dout[i * R.D + c] * k[i * R.D + c];
-    di[i] = (float)s;
+  to_heads(R, doin, dt, dout, tmp);
+  to_heads(R, oin, dt, k, tmp);
+  for (int64_t i = 0; i < BH * R->T; i++) {
+    double sum = 0;
+    for (int64_t c = 0; c < R->D; c++) sum += (double)dout[i * R->D + c] * k[i * R->D + c];
+    di[i] = (float)sum;
   }
-  to_heads(&R, in[1].data, dt, q, tmp);
+  to_heads(R, qin, dt, q, tmp);
   memset(dq, 0, gb);
   memset(gr, 0, 2 * gb);
-  memcpy(kv, in[2].data, tb);
-  memcpy(kv + tb, in[3].data, tb);
-  const float *lse = in[5].data;
-  for (int s = 0; s < R.N && !rc; s++) {
+  memcpy(kv, kin, tb);
+  memcpy(kv + tb, vin, tb);
+  for (int s = 0; s < R->N && !rc; s++) {
     char *cur = kv + (size_t)(s % 2) * 2 * tb, *nxt = kv + (size_t)((s + 1) % 2) * 2 * tb;
     char *gcur = gr + (size_t)(s % 2) * 2 * gb, *gnxt = gr + (size_t)((s + 1) % 2) * 2 * gb;
     ts_comm_req *reqs[2] = {NULL, NULL}, *greqs[2] = {NULL, NULL};
-    if (s < R.N - 1) rc = shift(&R, cur, nxt, 2 * tb, RING_TAG_KV, reqs);
+    if (s < R->N - 1) rc = shift(R, cur, nxt, 2 * tb, RING_TAG_KV, reqs);
     if (!rc) {
-      positions(&R, (R.r - s + R.N) % R.N, kpos);
-      to_heads(&R, cur, dt, k, tmp);
-      to_heads(&R, cur + tb, dt, v, tmp);
-      rc = ts__ring_attn_bwd_block(dout, q, k, v, lse, di, qpos, kpos, BH, R.T, R.D, R.scale, dq, (float *)gcur,
+      positions(R, (R->r - s + R->N) % R->N, kpos);
+      to_heads(R, cur, dt, k, tmp);
+      to_heads(R, cur + tb, dt, v, tmp);
+      rc = ts__ring_attn_bwd_block(dout, q, k, v, lse, di, qpos, kpos, BH, R->T, R->D, R->scale, dq, (float *)gcur,
                                    (float *)(gcur + gb));
     }
     /* the block's gradients follow it (the last step brings each home) */
-    if (!rc && R.N > 1) {
-      rc = shift(&R, gcur, gnxt, 2 * gb, RING_TAG_GRAD, greqs);
+    if (!rc && R->N > 1) {
+      rc = shift(R, gcur, gnxt, 2 * gb, RING_TAG_GRAD, greqs);
       int wc = settle(greqs);
       if (!rc) rc = wc;
     }
@@ -201,15 +199,127 @@ static int run_ring_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor 
   }
   if (!rc) {
     /* after N steps the accumulators in hand are this rank's block's: in gr's slot N % 2 */
-    const char *g = gr + (size_t)(R.N > 1 ? R.N % 2 : 0) * 2 * gb;
-    from_heads(&R, dq, out[0].data, dt, tmp);
-    from_heads(&R, (const float *)g, out[1].data, dt, tmp);
-    from_heads(&R, (const float *)(g + gb), out[2].data, dt, tmp);
+    const char *g = gr + (size_t)(R->N > 1 ? R->N % 2 : 0) * 2 * gb;
+    from_heads(R, dq, dqo, dt, tmp);
+    from_heads(R, (const float *)g, dko, dt, tmp);
+    from_heads(R, (const float *)(g + gb), dvo, dt, tmp);
   }
   ts_free(f);
   free(kv);
   free(gr);
   free(pos);
+  return rc;
+}
+
+/* ---- balanced (zigzag 2): rows in order on the ranks, zigzag inside the op ----
+ * Half-chunk h (of 2N, c = T/2 rows each) is held in order by rank h/2 (its half h%2) and zigzag
+ * by rank z(h) = h < N ? h : 2N-1-h (its half h < N ? 0 : 1). The tensors are viewed as (outer, T,
+ * inner) with T the sequence dim (layout (B,H,T,D): outer B*H, inner D; (B,T,H,D): B, H*D; lse:
+ * B*H, 1); all n tensors' rows of one half travel as one message. */
+typedef struct {
+  const void *src;
+  void *dst;
+  size_t es;
+  int64_t outer, inner;
+} part;
+
+static int zrank(const ring *R, int h) { return h < R->N ? h : 2 * R->N - 1 - h; }
+
+/* Copies half `hs` of every part's src into buf (pack) or buf into half `hd` of every dst. */
+static size_t halves(const ring *R, const part *p, int np, int hs, char *buf, int pack) {
+  const int64_t c = R->T / 2;
+  size_t at = 0;
+  for (int j = 0; j < np; j++) {
+    const size_t row = (size_t)p[j].inner * p[j].es, blk = (size_t)c * row;
+    for (int64_t o = 0; o < p[j].outer; o++) {
+      const size_t off = ((size_t)o * (size_t)R->T + (size_t)hs * (size_t)c) * row;
+      if (pack) memcpy(buf + at, (const char *)p[j].src + off, blk);
+      else memcpy((char *)p[j].dst + off, buf + at, blk);
+      at += blk;
+    }
+  }
+  return at;
+}
+
+/* to_zig 1: every part's src (rows in order) -> dst (zigzag rows); 0: back. */
+static int reorder(const ring *R, const part *p, int np, int to_zig) {
+  size_t bytes = 0;
+  for (int j = 0; j < np; j++) bytes += (size_t)(p[j].outer * (R->T / 2) * p[j].inner) * p[j].es;
+  char *buf = malloc(bytes ? 4 * bytes : 1);
+  if (!buf) return ts_error_set(TS_ENOMEM, "ring_attention: out of memory reordering the rows (%zu bytes)", 4 * bytes);
+  ts_comm_req *reqs[4] = {NULL, NULL, NULL, NULL};
+  int rc = TS_OK, N = R->N, r = R->r;
+  for (int k = 0; k < 2 && !rc; k++) { /* receive into buf[2 + k]: my half k of the target order */
+    int h = to_zig ? (k ? 2 * N - 1 - r : r) : 2 * r + k;
+    int from = to_zig ? h / 2 : zrank(R, h);
+    rc = ts_comm_irecv(R->c, buf + (size_t)(2 + k) * bytes, bytes, TS_U8, from, RING_TAG_ORDER + k, &reqs[k]);
+  }
+  for (int k = 0; k < 2 && !rc; k++) { /* send my half k of the source order */
+    int h = to_zig ? 2 * r + k : (k ? 2 * N - 1 - r : r);
+    int to = to_zig ? zrank(R, h) : h / 2, slot = to_zig ? (h < N ? 0 : 1) : h % 2;
+    halves(R, p, np, k, buf + (size_t)k * bytes, 1);
+    rc = ts_comm_isend(R->c, buf + (size_t)k * bytes, bytes, TS_U8, to, RING_TAG_ORDER + slot, &reqs[2 + k]);
+  }
+  int wc = ts_comm_wait_all(reqs, 4);
+  if (!rc) rc = wc;
+  for (int k = 0; k < 4; k++) ts_comm_req_free(reqs[k]);
+  if (!rc)
+    for (int k = 0; k < 2; k++) halves(R, p, np, k, buf + (size_t)(2 + k) * bytes, 0);
+  free(buf);
+  return rc;
+}
+
+static int run_ring(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ring R;
+  int rc = setup(ctx, n, &in[0], &R);
+  if (rc) return rc;
+  const ts_dtype dt = in[0].dtype;
+  if (R.zig != 2 || R.N == 1) {
+    if (R.zig == 2) R.zig = 0;
+    return core_fwd(n, &R, dt, in[0].data, in[1].data, in[2].data, out[0].data, out[1].data);
+  }
+  const size_t tb = ts_tensor_nbytes(&in[0]), lb = ts_tensor_nbytes(&out[1]);
+  char *z = malloc(4 * tb + lb + 1);
+  if (!z) return oom(n);
+  const int64_t BH = R.B * R.H, so = R.layout == 1 ? R.B : BH, si = R.layout == 1 ? R.H * R.D : R.D;
+  const size_t es = ts_dtype_size(dt);
+  part pin[3] = {{in[0].data, z, es, so, si}, {in[1].data, z + tb, es, so, si}, {in[2].data, z + 2 * tb, es, so, si}};
+  R.zig = 1;
+  rc = reorder(&R, pin, 3, 1);
+  if (!rc) rc = core_fwd(n, &R, dt, z, z + tb, z + 2 * tb, z + 3 * tb, (float *)(z + 4 * tb));
+  part pout[2] = {{z + 3 * tb, out[0].data, es, so, si}, {z + 4 * tb, out[1].data, sizeof(float), BH, 1}};
+  if (!rc) rc = reorder(&R, pout, 2, 0);
+  free(z);
+  return rc;
+}
+
+static int run_ring_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ring R;
+  int rc = setup(ctx, n, &in[1], &R);
+  if (rc) return rc;
+  const ts_dtype dt = in[1].dtype;
+  if (R.zig != 2 || R.N == 1) {
+    if (R.zig == 2) R.zig = 0;
+    return core_bwd(n, &R, dt, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, in[5].data,
+                    out[0].data, out[1].data, out[2].data);
+  }
+  const size_t tb = ts_tensor_nbytes(&in[1]), lb = ts_tensor_nbytes(&in[5]);
+  char *z = malloc(8 * tb + lb + 1);
+  if (!z) return oom(n);
+  const int64_t BH = R.B * R.H, so = R.layout == 1 ? R.B : BH, si = R.layout == 1 ? R.H * R.D : R.D;
+  const size_t es = ts_dtype_size(dt);
+  part pin[6];
+  for (int j = 0; j < 5; j++) pin[j] = (part){in[j].data, z + (size_t)j * tb, es, so, si};
+  pin[5] = (part){in[5].data, z + 8 * tb, sizeof(float), BH, 1};
+  R.zig = 1;
+  rc = reorder(&R, pin, 6, 1);
+  if (!rc)
+    rc = core_bwd(n, &R, dt, z, z + tb, z + 2 * tb, z + 3 * tb, z + 4 * tb, (const float *)(z + 8 * tb), z + 5 * tb,
+                  z + 6 * tb, z + 7 * tb);
+  part pout[3];
+  for (int j = 0; j < 3; j++) pout[j] = (part){z + (size_t)(5 + j) * tb, out[j].data, es, so, si};
+  if (!rc) rc = reorder(&R, pout, 3, 0);
+  free(z);
   return rc;
 }
 

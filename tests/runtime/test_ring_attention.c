@@ -4,7 +4,8 @@
  *
  * Every rank builds the whole sequence's q, k, v (deterministic values, exact in bf16) and runs
  * the single-process causal attention (ts_attention / ts_attention_bthd) on it: the reference.
- * Then the ring: each rank gives its rows (in order, or zigzag: chunks r and 2N-1-r of 2N), and
+ * Then the ring: each rank gives its rows (in order, zigzag: chunks r and 2N-1-r of 2N, or in order
+ * reordered to zigzag inside the op and back: zigzag 2, what the parallel pass emits), and
  * its output, log-sum-exp and the gradients of sum(w * o) with respect to its q, k and v rows
  * must be the reference's rows: f32 within 2e-5, bf16 (inputs exact, compute f32, one rounding
  * at the end) within 2^-7 relative + 1e-3. Sizes: rows per rank 6 (3 per chunk) and 70 (past the
@@ -109,7 +110,7 @@ static void check(int layout, int zig, ts_dtype dt, int64_t T, ts_comm *c) {
   const int64_t B = 2, H = 2, D = 8, NT = N * T;
   char what[160];
   snprintf(what, sizeof what, "ring attention N %d, T %lld per rank, layout %d, %s, %s", N, (long long)T, layout,
-           zig ? "zigzag" : "in order", ts_dtype_name(dt));
+           zig == 2 ? "balanced (zigzag inside)" : zig ? "zigzag" : "in order", ts_dtype_name(dt));
   const size_t ng = (size_t)(B * H * NT * D), nloc = (size_t)(B * H * T * D);
   float *q = malloc(sizeof(float) * ng), *k = malloc(sizeof(float) * ng), *v = malloc(sizeof(float) * ng),
         *w = malloc(sizeof(float) * ng);
@@ -123,7 +124,7 @@ static void check(int layout, int zig, ts_dtype dt, int64_t T, ts_comm *c) {
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++)
         for (int64_t d = 0; d < D; d++) {
-          int64_t li = at(layout, H, T, D, b, h, t, d), gi = at(layout, H, NT, D, b, h, grow(zig, N, g_rank, T, t), d);
+          int64_t li = at(layout, H, T, D, b, h, t, d), gi = at(layout, H, NT, D, b, h, grow(zig == 1, N, g_rank, T, t), d);
           ql[li] = q[gi], kl[li] = k[gi], vl[li] = v[gi], wl[li] = w[gi];
         }
   if (!run_graph(layout, zig, N, c, dt, B, H, T, D, ql, kl, vl, wl, &got, what)) {
@@ -133,7 +134,7 @@ static void check(int layout, int zig, ts_dtype dt, int64_t T, ts_comm *c) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t h = 0; h < H; h++)
         for (int64_t t = 0; t < T; t++) {
-          int64_t gt = grow(zig, N, g_rank, T, t);
+          int64_t gt = grow(zig == 1, N, g_rank, T, t);
           double e = fabs(got.lse[(b * H + h) * T + t] - ref.lse[(b * H + h) * NT + gt]);
           if (e > worst[1]) worst[1] = e;
           bad += e > 2e-5 * (1 + fabs(ref.lse[(b * H + h) * NT + gt]));
@@ -185,9 +186,10 @@ int main(int argc, char **argv) {
   static const int64_t Ts[2] = {6, 70};
   for (int ti = 0; ti < 2; ti++)
     for (int layout = 0; layout < 2; layout++)
-      for (int zig = 0; zig < 2; zig++) check(layout, zig, TS_F32, Ts[ti], c);
+      for (int zig = 0; zig < 3; zig++) check(layout, zig, TS_F32, Ts[ti], c);
   check(0, 1, TS_BF16, 70, c);
   check(1, 1, TS_BF16, 6, c);
+  check(1, 2, TS_BF16, 70, c);
   ts_comm_free(world);
   return ts_test_finish_job("test_ring_attention");
 }
