@@ -14,7 +14,8 @@
 #     TP2 and TP2 + SP with full recomputation (collectives redone) bitwise equal to without,
 #     sp=1 without tp refused; TP2 + SP under amp O2 = TP2 under amp O2 (within 2e-3); GPT-530B's
 #     layer under TP8, TP8 + SP and full recomputation planned within 10% of Korthikanti et al.'s
-#     formulas, and the paper's step-time ratio of full recomputation to SP + selective (dry);
+#     formulas, CP 8 (ring and Ulysses) cutting the layer's activations by 8, and the paper's
+#     step-time ratio of full recomputation to SP + selective (dry);
 #  2. the TP2 + SP job's sliced checkpoint (the position embedding cut along the sequence) evaluated
 #     by one process gives the job's accuracy, and resumed as TP2 without SP continues like one
 #     process resumed from its own;
@@ -26,8 +27,8 @@
 #     generating them: semi_auto_parallel CP2 (2 ranks) and DP2 x CP2 (4), auto_parallel's search
 #     (its strategies cut the sequence 2 ways) equal one process; refused under data_parallel, with strategies, with SP;
 #  5. context parallelism with ring attention (parallel.context_parallel_algo: ring): CP2 (2 ranks),
-#     TP2 x CP2 and DP2 x CP2 (4 ranks) equal one process, the plan has no all-to-all, full
-#     recomputation (the ring redone) bitwise equal to without.
+#     TP2 x CP2 and DP2 x CP2 (4 ranks) equal one process, the plan has no all-to-all, CP2's measured
+#     activations = the plan's, full recomputation (the ring redone) bitwise equal to without.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -159,6 +160,18 @@ for row in "recompute=none:8+24/8:TP 8" "recompute=none,sp=1:32/8:TP 8 + SP" "re
   then echo "ok: GPT-530B's layer under $what: $(cat "$tmp/k.txt") (Korthikanti et al.)"
   else echo "FAIL: GPT-530B's layer under $what: $(cat "$tmp/k.txt") ('$l2' '$l3')"; fail=1; fi
 done
+# context parallelism cuts every activation of the layer by N: CP 8 (ring and Ulysses) against one device
+k530n() { # layers devices fix
+  "$bin" plan "$tmp/k530.yaml" -n "$2" --cluster dgx-a100-80g --set model.n_layer="$1" --fix "$3" --json 2>&1 |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['activation_bytes'])" 2>/dev/null
+}
+one2=$(k530n 2 1 "dp=1,tp=1"); one3=$(k530n 3 1 "dp=1,tp=1")
+for algo in ring ulysses; do
+  c2=$(k530n 2 8 "dp=1,cp=8,tp=1,cp_algo=$algo,cuts=megatron"); c3=$(k530n 3 8 "dp=1,cp=8,tp=1,cp_algo=$algo,cuts=megatron")
+  if python3 -c "import sys; sbh = 2048 * 20480; a = ($one3 - $one2) / sbh; b = ($c3 - $c2) / sbh; print('%.3f sbh per layer, one device %.3f (1/%.2f)' % (b, a, a / b)); sys.exit(0 if abs(a / b / 8 - 1) <= 0.10 else 1)" > "$tmp/k.txt" 2>&1
+  then echo "ok: GPT-530B's layer under CP 8 ($algo): $(cat "$tmp/k.txt")"
+  else echo "FAIL: GPT-530B's layer under CP 8 ($algo): $(cat "$tmp/k.txt") ('$one2' '$one3' '$c2' '$c3')"; fail=1; fi
+done
 # ...and their step times: full recomputation against SP + selective on 2,240 A100s (t 8, p 35,
 # batch 2240, micro-batch 1): the paper's 54.2% / 42.1% MFU = 1.287, within 10%, both fitting
 k530step() {
@@ -272,6 +285,14 @@ n_a2a=$(sed -n '/^redistributions inserted/,/^communicator groups/p' <<<"$pl" | 
 n_ring=$(grep -c 'ring attention over the sequence cut: key/value blocks passed around 2 ranks' <<<"$pl")
 [ "$n_a2a" = 0 ] && [ "$n_ring" = 2 ] && echo "ok: TP2 x CP2 ring's plan: ring attention in both layers, no all-to-all" \
   || { echo "FAIL: TP2 x CP2 ring's plan: $n_ring ring, $n_a2a all-to-alls: $pl"; fail=1; }
+# the activations the job measures (end record) = the plan's, and below one process's
+a_r=$(act "$("$bin" plan "$tmp/one.yaml" -n 2 "${ctx[@]}" "${ring[@]}" 2>&1)")
+a_1=$(act "$("$bin" plan "$tmp/one.yaml" -n 1 --set parallel.mode=semi_auto_parallel 2>&1)")
+m_r=$(python3 -c "import json; print([json.loads(l) for l in open('$tmp/cpring.jsonl') if '\"end\"' in l][-1]['activation_peak_bytes'])" 2>/dev/null)
+# (the plan prints MiB to 2 decimals: equal to that)
+if [ -n "$m_r" ] && [ -n "$a_r" ] && [ -n "$a_1" ] && python3 -c "import sys; sys.exit(0 if abs($m_r / 1024 - $a_r) <= 5.2 and $a_r < 0.8 * $a_1 else 1)"; then
+  echo "ok: ring CP2's activations: measured $m_r bytes = the plan's $a_r KiB (one process: $a_1 KiB)"
+else echo "FAIL: ring CP2's activations: measured '$m_r', plan '$a_r' KiB, one process '$a_1' KiB"; fail=1; fi
 run cp2tp2ring 4 "$tmp/cp2tp2ring.yaml"
 check cp2tp2ring "ring attention, TP2 x CP2 on 4 ranks"
 run cpring4 4 "$tmp/one.yaml" "${ctx[@]}" "${ring[@]}" --set model.dropout=0
