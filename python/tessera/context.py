@@ -37,6 +37,8 @@ _DIRECT = {
     "auto_tp": "parallel.auto_tp",
     "comm_timeout": "parallel.comm_timeout",
     "sequence_parallel": "parallel.sequence_parallel",
+    "context_parallel": "parallel.context_parallel",
+    "context_parallel_algo": "parallel.context_parallel_algo",
 }
 # the value a config key has when not set (the library's defaults; gradients_mean: MindSpore's
 # False in Python, see config_pairs). test_mindspore_scripts checks them against the library's.
@@ -50,6 +52,7 @@ _CONFIG_DEFAULTS = {
     "parallel.comm_dtype": "f32", "parallel.sync_batchnorm": False, "parallel.cluster": "local",
     "parallel.auto_tp": 0, "parallel.comm_timeout": 300.0, "parallel.optimizer_shard_threshold_kb": 64.0,
     "parallel.optimizer_shard_group": 0, "parallel.sequence_parallel": False,
+    "parallel.context_parallel": 1, "parallel.context_parallel_algo": "ulysses",
 }
 # keywords MindSpore has that Tessera refuses: what to use instead
 _REFUSED = {

@@ -598,7 +598,10 @@ class Dropout(Cell):
 class MultiHeadAttention(Cell):
     """Causal multi-head self-attention on (B, T, E): q, k, v projections (Dense q_proj, k_proj,
     v_proj), scaled dot-product attention with a causal mask (Tessera's attention op), out_proj.
-    Only causal self-attention: Tessera's attention kernel has no other mask."""
+    Only causal self-attention: Tessera's attention kernel has no other mask. shard(): the
+    attention op's strategy under semi_auto_parallel, q, k, v as (B, T, H, D): heads cut t ways
+    ((1, 1, t, 1),) * 3 (with q_proj/k_proj/v_proj column-parallel, out_proj row-parallel:
+    Megatron's cuts), the sequence c ways ((1, c, 1, 1),) * 3 (ring attention)."""
 
     def __init__(self, embed_dim, num_heads, has_bias=True, causal=True):
         super().__init__()
@@ -614,14 +617,21 @@ class MultiHeadAttention(Cell):
         self.k_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
         self.v_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
         self.out_proj = Dense(embed_dim, embed_dim, has_bias=has_bias)
+        self._strategy = None
+
+    def shard(self, strategy):
+        self._strategy = _strategy_text(strategy)
+        return self
 
     def construct(self, x):
         x = as_tensor(x)
         B, T, E = x.shape
         H, D = self.num_heads, E // self.num_heads
         q, k, v = (p(x).reshape(B, T, H, D) for p in (self.q_proj, self.k_proj, self.v_proj))
-        o = Tensor(x._b, x._b.attention(q._v, k._v, v._v, 0.0, True))
-        return self.out_proj(o.reshape(B, T, E))
+        o = x._b.attention(q._v, k._v, v._v, 0.0, True)
+        if self._strategy:
+            x._b.shard(o, self._strategy)
+        return self.out_proj(Tensor(x._b, o).reshape(B, T, E))
 
 
 # ---- losses ----

@@ -682,9 +682,10 @@ size_t ts_parallel_report(const ts_parallel *p, char *buf, size_t cap) {
           ts_layout_str(&p->v[nd->out[0]].L, l, sizeof l), ns->seq_cut ? (ns->bias_after ? " (reduce-scattered onto the sequence, bias added after)"
                                                   : " (reduce-scattered onto the sequence)")
                    : ns->bias_after ? " (bias added after the reduction)" : "");
-      if (nd->op == TS_OP_ATTENTION && ns->req[0].tmap[2] >= 0 && ns->req[0].dev[ns->req[0].tmap[2]] > 1)
+      int td = nd->op == TS_OP_ATTENTION && ts_attr_attention_layout(&nd->a) == 1 ? 1 : 2;
+      if (nd->op == TS_OP_ATTENTION && ns->req[0].tmap[td] >= 0 && ns->req[0].dev[ns->req[0].tmap[td]] > 1)
         OUT(" (ring attention over the sequence cut: key/value blocks passed around %d ranks)",
-            (int)ns->req[0].dev[ns->req[0].tmap[2]]);
+            (int)ns->req[0].dev[ns->req[0].tmap[td]]);
     }
     OUT("\n");
   }

@@ -204,19 +204,20 @@ static int emit_node(ts_parallel *p, int ni) {
     case TS_OP_ATTENTION: {
       /* a sequence cut: ring attention over the cut's ranks (their rows in order along the axis) */
       const ts_layout *l = &ns->req[0];
-      int ax = l->tmap[2];
+      const int layout = (int)ts_attr_attention_layout(&nd->a), td = layout == 1 ? 1 : 2;
+      int ax = l->tmap[td];
       if (ax < 0 || l->dev[ax] <= 1) break;
       int slot = ts__slot_for(p, l, ax);
       if (slot < 0) return slot;
       float sc = ts_attr_attention_scale(&nd->a);
       memset(&a, 0, sizeof a);
       ts_attr_set_ring_attention_scale(&a, sc);
-      ts_attr_set_ring_attention_layout(&a, 0);
+      ts_attr_set_ring_attention_layout(&a, layout);
       ts_attr_set_ring_attention_slot(&a, slot);
       ts_attr_set_ring_attention_group(&a, l->dev[ax]);
       /* the causal work balanced over the ring (zigzag order inside the op) when the rank's
        * rows halve */
-      ts_attr_set_ring_attention_zigzag(&a, (p->v[nd->in[0]].gs.dims[2] / l->dev[ax]) % 2 == 0 ? 2 : 0);
+      ts_attr_set_ring_attention_zigzag(&a, (p->v[nd->in[0]].gs.dims[td] / l->dev[ax]) % 2 == 0 ? 2 : 0);
       op = TS_OP_RING_ATTENTION;
       break;
     }

@@ -151,8 +151,9 @@ int ts__pass_map_op(const ts_graph *g, int node, ts__opmap *m) {
       for (int k = 0; k < 5; k++) m->gin[k] = k;
       return 1;
     case TS_OP_ATTENTION:
-      if (ts_attr_attention_layout(&nd->a) != 0) return 0; /* (B,H,T,D) only */
-      m->sop = TS_SHARD_ATTENTION, m->nin = 3, m->gin[1] = 1, m->gin[2] = 2;
+      if (ts_attr_attention_layout(&nd->a) > 1) return 0; /* (B,H,T,D) and (B,T,H,D), not packed q|k|v */
+      m->sop = TS_SHARD_ATTENTION, m->nin = 3, m->gin[1] = 1, m->gin[2] = 2, m->has_attrs = 1;
+      m->attrs[0] = (int)ts_attr_attention_layout(&nd->a);
       return 1;
     case TS_OP_SOFTMAX_CE:
       m->sop = TS_SHARD_SOFTMAX_CE, m->nin = 2, m->gin[1] = 1;
@@ -438,7 +439,10 @@ static void rule_extras(ts_parallel *p, int ni, const opmap *m) {
       for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 1, tm, 0);
       break;
     case TS_SHARD_ATTENTION: /* lse (B,H,T) */
-      tm[0] = x->tmap[0], tm[1] = x->tmap[1], tm[2] = x->tmap[2]; /* the sequence cut of ring attention */
+      { /* (the sequence cut of ring attention too) */
+        int bthd = ts_attr_attention_layout(&nd->a) == 1;
+        tm[0] = x->tmap[0], tm[1] = x->tmap[bthd ? 2 : 1], tm[2] = x->tmap[bthd ? 1 : 2];
+      }
       for (int k = 1; k < nd->nout; k++) ts_layout_init(&ns->out[k], x->ndev, x->dev, 3, tm, 0);
       break;
     default: /* maxpool's workspace: like y */

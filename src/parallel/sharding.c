@@ -449,43 +449,46 @@ static int rule_batchnorm(rule *R) {
   return TS_OK;
 }
 
-static int rule_attention(rule *R) {
+/* attrs {layout} (NULL: 0): 0 = q, k, v (B,H,T,D), 1 = (B,T,H,D). */
+static int rule_attention(rule *R, const int *attrs) {
   int rc = check_inputs(R, 3, 3);
   if (rc) return rc;
+  const int layout = attrs ? attrs[0] : 0, hd = layout == 1 ? 2 : 1, td = layout == 1 ? 1 : 2;
+  const char *form = layout == 1 ? "(B,T,H,D)" : "(B,H,T,D)";
   const ts_shape *q = &R->in[0];
   for (int i = 0; i < 3; i++)
     if (R->in[i].ndim != 4)
-      return ts_error_set(TS_ESHAPE, "%s: input %d (%s) must be 4-d (B,H,T,D), got %d-d",
-                          R->name, i, R->inames[i], R->in[i].ndim);
+      return ts_error_set(TS_ESHAPE, "%s: input %d (%s) must be 4-d %s, got %d-d", R->name, i, R->inames[i], form,
+                          R->in[i].ndim);
   for (int i = 1; i < 3; i++)
     if (!ts_shape_equal(&R->in[i], q))
       return ts_error_set(TS_ESHAPE,
                           "%s: input %d (%s) is (%lld,%lld,%lld,%lld) but q is "
-                          "(%lld,%lld,%lld,%lld): q, k and v must have the same shape (B,H,T,D)",
+                          "(%lld,%lld,%lld,%lld): q, k and v must have the same shape %s",
                           R->name, i, R->inames[i], (long long)R->in[i].dims[0],
                           (long long)R->in[i].dims[1], (long long)R->in[i].dims[2],
                           (long long)R->in[i].dims[3], (long long)q->dims[0],
-                          (long long)q->dims[1], (long long)q->dims[2], (long long)q->dims[3]);
+                          (long long)q->dims[1], (long long)q->dims[2], (long long)q->dims[3], form);
   /* a sequence cut (T) runs as ring attention: the key/value blocks pass around the cut's ranks;
    * its device axis comes before the heads' (as the sequence cut of a dense's input comes before
    * its tensor-parallel cut: the heads' ranks neighbours, the ring across them) */
-  int seq = cutof(R, 0, 2) > 1 || cutof(R, 1, 2) > 1 || cutof(R, 2, 2) > 1;
+  int seq = cutof(R, 0, td) > 1 || cutof(R, 1, td) > 1 || cutof(R, 2, td) > 1;
   int b = loop_new(R, "B"), t = seq ? loop_new(R, "T") : -1, h = loop_new(R, "H");
   for (int i = 0; i < 3; i++) {
-    if ((rc = loop_bind(R, b, i, 0)) || (rc = loop_bind(R, h, i, 1))) return rc;
-    if (seq && (rc = loop_bind(R, t, i, 2))) return rc;
-    R->map[i][2] = seq ? t : -1;
+    if ((rc = loop_bind(R, b, i, 0)) || (rc = loop_bind(R, h, i, hd))) return rc;
+    if (seq && (rc = loop_bind(R, t, i, td))) return rc;
+    R->map[i][td] = seq ? t : -1;
     R->map[i][3] = -1;
     if (cutof(R, i, 3) != 1)
       return ts_error_set(TS_EUNSUPPORTED,
                           "%s: input %d (%s) dim 3 (D) is cut %lld: attention cuts q, k and v by batch (dim 0), "
-                          "heads (dim 1) and the sequence (dim 2, ring attention) only; the head dim (size %lld) is "
+                          "heads (dim %d) and the sequence (dim %d, ring attention) only; the head dim (size %lld) is "
                           "contracted whole in every score (a cut would make the scores partial sums before the "
                           "softmax)",
-                          R->name, i, R->inames[i], (long long)cutof(R, i, 3), (long long)R->in[i].dims[3]);
+                          R->name, i, R->inames[i], (long long)cutof(R, i, 3), hd, td, (long long)R->in[i].dims[3]);
   }
   int *om = R->map[R->nin];
-  om[0] = b, om[1] = h, om[2] = t, om[3] = -1;
+  om[0] = b, om[hd] = h, om[td] = t, om[3] = -1;
   R->out = *q;
   return TS_OK;
 }
@@ -578,7 +581,7 @@ int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const t
     case TS_SHARD_EMBEDDING: rc = rule_embedding(&R); break;
     case TS_SHARD_CONV2D: rc = rule_conv2d(&R, attrs); break;
     case TS_SHARD_BATCHNORM: rc = rule_batchnorm(&R); break;
-    case TS_SHARD_ATTENTION: rc = rule_attention(&R); break;
+    case TS_SHARD_ATTENTION: rc = rule_attention(&R, attrs); break;
     case TS_SHARD_SOFTMAX_CE: rc = rule_softmax_ce(&R); break;
     default: rc = rule_pool(&R, attrs); break;
   }

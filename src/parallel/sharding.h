@@ -62,9 +62,12 @@ typedef enum {
                            synchronises the statistics over the n axis (SyncBatchNorm: allreduce
                            of the per-channel sums). attrs unused */
   TS_SHARD_ATTENTION,   /* q, k, v (B,H,T,D), the same shape -> o (B,H,T,D) (causal attention,
-                           whole heads); strategy ((b,h,1,1),(b,h,1,1),(b,h,1,1)); loop axes
-                           (b, h), cut alike by all three; T and D are not cut. Output
-                           map(b,h,-1,-1); no communication. attrs unused */
+                           whole heads); strategy ((b,h,t,1),(b,h,t,1),(b,h,t,1)); loop axes
+                           (b, h), and t when t > 1 (then (b, t, h): the sequence's axis before
+                           the heads'), cut alike by all three; D is not cut. Output
+                           map(b,h,t,-1). A sequence cut runs as ring attention (the pass emits
+                           RING_ATTENTION over its axis); else no communication. attrs {layout}
+                           (NULL: 0): 1 = q, k, v and o (B,T,H,D), the dims read accordingly */
   TS_SHARD_SOFTMAX_CE,  /* logits (N,C), labels (N) -> the mean loss, a 0-dim scalar;
                            strategy ((n,c),(n)); loop axes (n, c). Output PARTIAL over n when
                            n > 1 (each rank's value is the mean over its rows divided by n, so
@@ -103,8 +106,8 @@ const char *ts_shard_op_name(ts_shard_op op);
  * or of strategy dimensions, a cut < 1, attributes out of range, or cuts whose product does not
  * divide ndevices; TS_ESHAPE for shapes the op does not accept (matmul's K differs, ...) or a cut
  * that does not divide its dimension; TS_EUNSUPPORTED for cuts the op forbids (a normalised axis,
- * conv's channels or spatial dims, attention's T and D, a broadcast dimension of size 1, a max
- * over a cut axis) or shared dimensions cut differently (matmul's k, attention's B and H across
+ * conv's channels or spatial dims, attention's D, a broadcast dimension of size 1, a max
+ * over a cut axis) or shared dimensions cut differently (matmul's k, attention's B, H and T across
  * q, k, v, labels' N against logits', a bias or batchnorm parameter against its channel axis);
  * TS_ERANGE if the device matrix would need more than TS_LAYOUT_MAX_AXES axes. */
 int ts_shard_rule(ts_shard_op op, const ts_op_strategy *s, int ndevices, const ts_shape *in_shapes,

@@ -186,7 +186,7 @@ static int is_gemm_sop(int sop) {
 }
 
 /* The loop axes of a rule op: ax[k][d] = the loop axis cutting dim d of rule input k, or -1. */
-int ts__cg_loop_axes(int sop, const ts_shape *sh, int nin, int ax[TS_STRATEGY_MAX_INPUTS][TS_MAX_DIMS]) {
+int ts__cg_loop_axes(int sop, const ts_shape *sh, int nin, const int *attrs, int ax[TS_STRATEGY_MAX_INPUTS][TS_MAX_DIMS]) {
   for (int k = 0; k < TS_STRATEGY_MAX_INPUTS; k++)
     for (int d = 0; d < TS_MAX_DIMS; d++) ax[k][d] = -1;
   int nd = nin > 0 ? sh[0].ndim : 0;
@@ -222,8 +222,8 @@ int ts__cg_loop_axes(int sop, const ts_shape *sh, int nin, int ax[TS_STRATEGY_MA
       for (int i = 0; i < nd; i++) ax[0][i] = i;
       for (int k = 1; k < nin; k++) ax[k][0] = 1;
       return nd;
-    case TS_SHARD_ATTENTION:
-      for (int t = 0; t < nin; t++) ax[t][0] = 0, ax[t][1] = 1;
+    case TS_SHARD_ATTENTION: /* B, H (dim 1, or 2 in the (B,T,H,D) layout: attrs {layout}) */
+      for (int t = 0; t < nin; t++) ax[t][0] = 0, ax[t][attrs && attrs[0] == 1 ? 2 : 1] = 1;
       return 2;
     case TS_SHARD_SOFTMAX_CE:
       ax[0][0] = 0, ax[0][1] = 1, ax[1][0] = 0;
@@ -719,7 +719,7 @@ int ts_costgraph_build(const ts_graph *g, const ts_costgraph_config *cfg, ts_cos
     enum_ctx E;
     memset(&E, 0, sizeof E);
     E.cg = cg, E.o = o, E.cap = cap;
-    E.naxes = ts__cg_loop_axes(o->m.sop, o->shapes, o->m.nin, E.ax);
+    E.naxes = ts__cg_loop_axes(o->m.sop, o->shapes, o->m.nin, o->m.has_attrs ? o->m.attrs : NULL, E.ax);
     for (int d = 1; d <= D && E.ndivs < 64; d++)
       if (D % d == 0) E.divs[E.ndivs++] = d;
     size_t n = 16;

@@ -546,7 +546,7 @@ static int run_recursive(const ts_costgraph *cg, int *choice) {
       for (int d = 0; d < st.ndim[k]; d++) st.cuts[k][d] = 1;
     }
     int ax[TS_STRATEGY_MAX_INPUTS][TS_MAX_DIMS];
-    int na = ts__cg_loop_axes(o->m.sop, o->shapes, o->m.nin, ax);
+    int na = ts__cg_loop_axes(o->m.sop, o->shapes, o->m.nin, o->m.has_attrs ? o->m.attrs : NULL, ax);
     for (int r = 0; r < nfac; r++) {
       int ba = -1;
       double bc = INFINITY;

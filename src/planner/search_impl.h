@@ -48,8 +48,9 @@ struct ts_costgraph {
 double ts__cg_redist_time(const ts_cluster *c, const ts_shape *gs, size_t es, const ts_layout *from,
                           const ts_layout *to);
 
-/* The loop axes of a rule op (sharding.h): ax[k][d] = the loop axis cutting dim d of rule input k,
- * or -1; returns the number of loop axes. */
-int ts__cg_loop_axes(int sop, const ts_shape *sh, int nin, int ax[TS_STRATEGY_MAX_INPUTS][TS_MAX_DIMS]);
+/* The loop axes of a rule op (sharding.h; attrs: the rule's, NULL for none): ax[k][d] = the loop
+ * axis cutting dim d of rule input k, or -1; returns the number of loop axes. The searches cut
+ * these only (attention's sequence, ring attention, is not searched). */
+int ts__cg_loop_axes(int sop, const ts_shape *sh, int nin, const int *attrs, int ax[TS_STRATEGY_MAX_INPUTS][TS_MAX_DIMS]);
 
 #endif

@@ -79,6 +79,39 @@ def train(net, epochs, limit, batch, opt="momentum", shards=None, callbacks=(), 
     return model
 
 
+class Transformer(nn.Cell):
+    """A one-block pre-LN transformer over an image's 28 rows as tokens (28 features each): a
+    Dense embedding to 32, LayerNorm, causal MultiHeadAttention (4 heads) and a GELU MLP with
+    residuals, the mean over the tokens, a Dense classifier. tp > 1: Megatron's cuts given with
+    shard() (q/k/v and fc1 column-parallel, out_proj and fc2 row-parallel, attention by heads);
+    cp > 1: the attention's sequence cut (ring attention)."""
+
+    def __init__(self, tp=1, cp=1):
+        super().__init__()
+        self.embed = nn.Dense(28, 32)
+        self.ln1 = nn.LayerNorm(32, epsilon=1e-5)
+        self.attn = nn.MultiHeadAttention(32, 4)
+        self.ln2 = nn.LayerNorm(32, epsilon=1e-5)
+        self.fc1 = nn.Dense(32, 64)
+        self.gelu = nn.GELU()
+        self.fc2 = nn.Dense(64, 32)
+        self.head = nn.Dense(32, 10)
+        if tp > 1 or cp > 1:
+            col, row = ((1, cp, 1), (tp, 1), (tp,)), ((1, cp, tp), (1, tp), (1,))
+            for d in (self.attn.q_proj, self.attn.k_proj, self.attn.v_proj, self.fc1):
+                d.shard(col)
+            for d in (self.attn.out_proj, self.fc2):
+                d.shard(row)
+            self.attn.shard(((1, cp, tp, 1),) * 3)
+            self.embed.shard(((1, cp, 1), (1, 1), (1,)))
+
+    def construct(self, x):
+        h = self.embed(x.reshape(x.shape[0], 28, 28))
+        h = h + self.attn(self.ln1(h))
+        h = h + self.fc2(self.gelu(self.fc1(self.ln2(h))))
+        return self.head(h.mean(1))
+
+
 # ---- the MindSpore-surface tests (test_ms_*.py) ----
 def ms_data(n, batch=16, scale=1 / 255):
     """The first n Fashion-MNIST training images in order (no shuffle), rescaled by scale (no

@@ -2,7 +2,8 @@
 directory. argv[1]: "dp" (data_parallel, the data sharded as MindSpore scripts do) or "semi"
 (semi_auto_parallel, the strategies given with Dense.matmul.shard) or "pipe" (the zoo's mlp in 2
 pipeline stages) or "cellpipe" (models.MLP cut by its cells' pipeline_stage) or "auto" / "autotp"
-(auto_parallel on models.MLP) or "raise_cb" / "raise_construct" (a Python exception on rank 1),
+(auto_parallel on models.MLP) or "tpsp" / "cpring" (models.Transformer: tensor-parallel + sequence
+parallel, context-parallel with ring attention) or "raise_cb" / "raise_construct" (a Python exception on rank 1),
 argv[2]: epochs. gradients_mean=True where the YAML it is compared with has the CLI's default (true;
 Python's default is MindSpore's False)."""
 import os
@@ -57,6 +58,14 @@ elif mode in ("auto", "autotp"):
                                  strategy_ckpt_save_file="strategy.json",
                                  auto_tp=ts.get_group_size() if mode == "autotp" else 0)
     models.train(models.MLP(64, 32), epochs, 256, 32)
+elif mode in ("tpsp", "cpring"):
+    # models.Transformer (Python cells): tensor-parallel 2 with Megatron's sequence parallelism, or
+    # context-parallel 2 with ring attention (one process: the same cells, no cuts)
+    n = ts.get_group_size()
+    ts.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=n, full_batch=True,
+                                 sequence_parallel=mode == "tpsp" and n > 1, strategy_ckpt_save_file="strategy.json")
+    net = models.Transformer(tp=n if mode == "tpsp" else 1, cp=n if mode == "cpring" else 1)
+    models.train(net, epochs, 256, 32, opt="adam")
 elif mode in ("raise_cb", "raise_construct"):
     # a Python exception on rank 1 only: the job ends at once (not at the communication timeout)
     class Boom(ts.Callback):

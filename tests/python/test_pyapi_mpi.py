@@ -4,7 +4,10 @@ MindSpore scripts do; the per-shard batch times the shards is the YAML's global 
 semi_auto_parallel (the strategies given in Python with Dense.matmul.shard, in YAML as
 parallel.strategies): bitwise identical step losses and checkpoints (the sliced one merged).
 A zoo model in 2 pipeline stages (set_auto_parallel_context(pipeline_stages=2)) alike. Then the data-parallel run
-against one process: the same losses within 1e-4 (reduction order)."""
+against one process: the same losses within 1e-4 (reduction order). A transformer of Python cells under
+tensor parallelism + sequence parallelism and under context parallelism (ring attention) against one
+process."""
+import json
 import os
 import re
 import shutil
@@ -165,6 +168,25 @@ class TestMPI(unittest.TestCase):
         for op in ("fc1.dense", "fc2.dense", "fc3.dense"):
             self.assertIn('"%s"' % op, st)
         self.near(pyutil.steps(t + "/ck/metrics.jsonl"), ref, 1e-4)
+
+    def test_transformer_cells_sequence_and_context_parallel(self):
+        """A transformer written with Python cells (models.Transformer: MultiHeadAttention,
+        LayerNorm, Dense, GELU): tensor-parallel 2 by shard() with Megatron's sequence parallelism
+        (set_auto_parallel_context(sequence_parallel=True)), and context-parallel 2 with ring
+        attention (the attention's sequence cut by shard()), each on 2 ranks: one process's losses
+        (1e-4: reduction order)."""
+        one, rc, out = self.py("one", "tpsp", n=1)
+        self.assertEqual(rc, 0, out)
+        ref = pyutil.steps(one + "/ck/metrics.jsonl")
+        self.assertEqual(len(ref), 8)
+        for name, mode in (("tpsp", "tpsp"), ("cpring", "cpring")):
+            d, rc, out = self.py(name, mode)
+            self.assertEqual(rc, 0, out)
+            self.near(pyutil.steps(d + "/ck/metrics.jsonl"), ref, 1e-4)
+            with open(d + "/strategy.json") as f:
+                st = json.load(f)["strategies"]
+            cut = [1, 1, 2, 1] if mode == "tpsp" else [1, 2, 1, 1]  # heads, or the sequence (B,T,H,D)
+            self.assertEqual(st["attn.attention"]["inputs"], [cut] * 3, mode)
 
     def test_python_exception_on_one_rank_ends_the_job(self):
         """An exception in a callback (or construct) on rank 1 only: the job ends within seconds
