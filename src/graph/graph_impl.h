@@ -68,6 +68,10 @@ typedef struct {
 } ts__opdef;
 
 extern ts__opdef ts__ops[TS_OP_COUNT];
+/* The value indices of q, k, v (in[3]) for a builder of attention (op names it in errors), and
+ * the scale: 0 becomes 1/sqrt(head dim). -1 after failing (the graph's status set). */
+int ts__attention_inputs(ts_graph *g, ts_val q, ts_val k, ts_val v, const char *op, int *in, float *scale);
+
 /* Each family file fills its ops' entries: void ts__register_<family>(ts__opdef *tab). */
 void ts__ops_init(void);
 

@@ -98,18 +98,22 @@ static int infer_attention(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *os
   return TS_OK;
 }
 
-static ts_val attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale, int layout) {
-  if (!g) return TS_NONE;
-  int in[3];
+int ts__attention_inputs(ts_graph *g, ts_val q, ts_val k, ts_val v, const char *op, int *in, float *scale) {
   ts_val h[3] = {q, k, v};
   for (int j = 0; j < 3; j++) {
-    in[j] = ts__vidx(g, h[j], "attention");
-    if (in[j] < 0) return TS_NONE;
+    in[j] = ts__vidx(g, h[j], op);
+    if (in[j] < 0) return -1;
   }
-  if (g->status) return TS_NONE;
+  if (g->status) return -1;
   const ts__value *qv = ts__val(g, in[0]);
-  if (scale == 0.0f && qv->shape.ndim == 4 && qv->shape.dims[3] > 0)
-    scale = (float)(1.0 / sqrt((double)qv->shape.dims[3]));
+  if (*scale == 0.0f && qv->shape.ndim == 4 && qv->shape.dims[3] > 0)
+    *scale = (float)(1.0 / sqrt((double)qv->shape.dims[3]));
+  return 0;
+}
+
+static ts_val attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale, int layout) {
+  int in[3];
+  if (!g || ts__attention_inputs(g, q, k, v, "attention", in, &scale)) return TS_NONE;
   ts_attrs a;
   memset(&a, 0, sizeof a);
   ts_attr_set_attention_scale(&a, scale);

@@ -105,17 +105,8 @@ static int grad_ring(ts_graph *g, int node, const int *dy, int *dx) {
 
 ts_val ts_ring_attention(ts_graph *g, ts_val q, ts_val k, ts_val v, float scale, int layout, int slot, int group_size,
                          int zigzag) {
-  if (!g) return TS_NONE;
   int in[3];
-  ts_val h[3] = {q, k, v};
-  for (int j = 0; j < 3; j++) {
-    in[j] = ts__vidx(g, h[j], "ring_attention");
-    if (in[j] < 0) return TS_NONE;
-  }
-  if (g->status) return TS_NONE;
-  const ts__value *qv = ts__val(g, in[0]);
-  if (scale == 0.0f && qv->shape.ndim == 4 && qv->shape.dims[3] > 0)
-    scale = (float)(1.0 / sqrt((double)qv->shape.dims[3]));
+  if (!g || ts__attention_inputs(g, q, k, v, "ring_attention", in, &scale)) return TS_NONE;
   ts_attrs a;
   memset(&a, 0, sizeof a);
   ts_attr_set_ring_attention_scale(&a, scale);

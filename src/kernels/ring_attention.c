@@ -72,35 +72,59 @@ static int fwd_rows(const float *q, const float *k, const float *v, const int64_
   return 0;
 }
 
-int ts__ring_attn_fwd_block(const float *q, const float *k, const float *v, const int64_t *qpos, const int64_t *kpos,
-                            int64_t BH, int64_t T, int64_t D, float scale, float *o, float *lse) {
-  if (BH <= 0 || T <= 0 || D <= 0) return TS_OK;
-  int64_t nqb = (T + RQ - 1) / RQ, items = BH * nqb;
+/* The work of one call: its arguments and, per item, the function that does it. */
+typedef struct {
+  const float *q, *k, *v, *dout, *lse, *di;
+  const int64_t *qpos, *kpos;
+  int64_t BH, T, D, nqb;
+  float scale;
+  float *o, *olse, *dq, *dk, *dv;
+} job;
+
+typedef int (*item_fn)(const job *J, int64_t item, float *scratch);
+
+/* Runs fn over items 0..n-1 on the OpenMP threads (dynamic, one at a time), each thread with
+ * `scratch` floats of its own; the message names `op` on failure. */
+static int for_items(const char *op, const job *J, int64_t n, size_t scratch, item_fn fn) {
   int err = 0, oom = 0;
   int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
-#pragma omp parallel if (nthr > 1 && items > 1)
+#pragma omp parallel if (nthr > 1 && n > 1)
   {
-    float *S = ts_alloc(sizeof(float) * (size_t)(RQ * T + RQ * D));
+    float *S = ts_alloc(sizeof(float) * scratch);
     if (!S) {
 #pragma omp atomic write
       oom = 1;
     }
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; it++) {
+    for (int64_t it = 0; it < n; it++) {
       if (!S) continue;
-      int64_t bh = it % BH, qb = nqb - 1 - it / BH, r0 = qb * RQ, r1 = r0 + RQ < T ? r0 + RQ : T;
-      const size_t off = (size_t)(bh * T * D);
-      if (fwd_rows(q + off, k + off, v + off, qpos, kpos, T, D, scale, r0, r1, o + off, lse + bh * T, S,
-                   S + RQ * T)) {
+      if (fn(J, it, S)) {
 #pragma omp atomic write
         err = 1;
       }
     }
     ts_free(S);
   }
-  if (oom) return ts_error_set(TS_ENOMEM, "ring_attention: out of memory for scratch (T=%lld)", (long long)T);
-  if (err) return ts_error_set(TS_EBACKEND, "ring_attention: dnnl_sgemm failed (T=%lld D=%lld)", (long long)T, (long long)D);
+  if (oom) return ts_error_set(TS_ENOMEM, "%s: out of memory for scratch (T=%lld)", op, (long long)J->T);
+  if (err) return ts_error_set(TS_EBACKEND, "%s: dnnl_sgemm failed (T=%lld D=%lld)", op, (long long)J->T, (long long)J->D);
   return TS_OK;
+}
+
+/* A head's block of query rows, the latest first (they see the most keys). */
+static int fwd_item(const job *J, int64_t it, float *S) {
+  const int64_t T = J->T, D = J->D, bh = it % J->BH, qb = J->nqb - 1 - it / J->BH, r0 = qb * RQ;
+  const int64_t r1 = r0 + RQ < T ? r0 + RQ : T;
+  const size_t off = (size_t)(bh * T * D);
+  return fwd_rows(J->q + off, J->k + off, J->v + off, J->qpos, J->kpos, T, D, J->scale, r0, r1, J->o + off,
+                  J->olse + bh * T, S, S + RQ * T);
+}
+
+int ts__ring_attn_fwd_block(const float *q, const float *k, const float *v, const int64_t *qpos, const int64_t *kpos,
+                            int64_t BH, int64_t T, int64_t D, float scale, float *o, float *lse) {
+  if (BH <= 0 || T <= 0 || D <= 0) return TS_OK;
+  job J = {.q = q, .k = k, .v = v, .qpos = qpos, .kpos = kpos, .BH = BH, .T = T, .D = D, .nqb = (T + RQ - 1) / RQ,
+           .scale = scale, .o = o, .olse = lse};
+  return for_items("ring_attention", &J, BH * J.nqb, (size_t)(RQ * T + RQ * D), fwd_item);
 }
 
 /* One head, all query blocks (the key gradients of a head are summed over them: one thread per
@@ -134,32 +158,19 @@ static int bwd_head(const float *dout, const float *q, const float *k, const flo
   return 0;
 }
 
+static int bwd_item(const job *J, int64_t bh, float *P) {
+  const int64_t T = J->T, D = J->D;
+  const size_t off = (size_t)(bh * T * D);
+  return bwd_head(J->dout + off, J->q + off, J->k + off, J->v + off, J->lse + bh * T, J->di + bh * T, J->qpos, J->kpos,
+                  T, D, J->scale, J->dq + off, J->dk + off, J->dv + off, P, P + RQ * T);
+}
+
 int ts__ring_attn_bwd_block(const float *dout, const float *q, const float *k, const float *v, const float *lse,
                             const float *di, const int64_t *qpos, const int64_t *kpos, int64_t BH, int64_t T,
                             int64_t D, float scale, float *dq, float *dk, float *dv) {
   if (BH <= 0 || T <= 0 || D <= 0) return TS_OK;
-  int err = 0, oom = 0;
-  int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
-#pragma omp parallel if (nthr > 1 && BH > 1)
-  {
-    float *P = ts_alloc(sizeof(float) * (size_t)(2 * RQ * T));
-    if (!P) {
-#pragma omp atomic write
-      oom = 1;
-    }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < BH; bh++) {
-      if (!P) continue;
-      const size_t off = (size_t)(bh * T * D);
-      if (bwd_head(dout + off, q + off, k + off, v + off, lse + bh * T, di + bh * T, qpos, kpos, T, D, scale,
-                   dq + off, dk + off, dv + off, P, P + RQ * T)) {
-#pragma omp atomic write
-        err = 1;
-      }
-    }
-    ts_free(P);
-  }
-  if (oom) return ts_error_set(TS_ENOMEM, "ring_attention_bwd: out of memory for scratch (T=%lld)", (long long)T);
-  if (err) return ts_error_set(TS_EBACKEND, "ring_attention_bwd: dnnl_sgemm failed (T=%lld D=%lld)", (long long)T, (long long)D);
-  return TS_OK;
+  job J = {.q = q, .k = k, .v = v, .dout = dout, .lse = lse, .di = di, .qpos = qpos, .kpos = kpos, .BH = BH, .T = T,
+           .D = D, .scale = scale, .dq = dq, .dk = dk, .dv = dv};
+  /* one thread per head: a head's key gradients are summed over its query blocks */
+  return for_items("ring_attention_bwd", &J, BH, (size_t)(2 * RQ * T), bwd_item);
 }

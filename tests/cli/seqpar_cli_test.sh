@@ -28,7 +28,8 @@
 #     (its strategies cut the sequence 2 ways) equal one process; refused under data_parallel, with strategies, with SP;
 #  5. context parallelism with ring attention (parallel.context_parallel_algo: ring): CP2 (2 ranks),
 #     TP2 x CP2 and DP2 x CP2 (4 ranks) equal one process, the plan has no all-to-all, CP2's measured
-#     activations = the plan's, full recomputation (the ring redone) bitwise equal to without.
+#     activations = the plan's, full recomputation (the ring redone) bitwise equal to without;
+#     TP2 x CP2's sliced checkpoint evaluated by one process and resumed as CP2 the Ulysses way.
 # Usage: seqpar_cli_test.sh path/to/tessera
 set -u
 bin=$1
@@ -293,8 +294,20 @@ m_r=$(python3 -c "import json; print([json.loads(l) for l in open('$tmp/cpring.j
 if [ -n "$m_r" ] && [ -n "$a_r" ] && [ -n "$a_1" ] && python3 -c "import sys; sys.exit(0 if abs($m_r / 1024 - $a_r) <= 5.2 and $a_r < 0.8 * $a_1 else 1)"; then
   echo "ok: ring CP2's activations: measured $m_r bytes = the plan's $a_r KiB (one process: $a_1 KiB)"
 else echo "FAIL: ring CP2's activations: measured '$m_r', plan '$a_r' KiB, one process '$a_1' KiB"; fail=1; fi
-run cp2tp2ring 4 "$tmp/cp2tp2ring.yaml"
+run cp2tp2ring 4 "$tmp/cp2tp2ring.yaml" --set checkpoint.dir="$tmp/ck_cpr" --set checkpoint.save_last=true
 check cp2tp2ring "ring attention, TP2 x CP2 on 4 ranks"
+# its sliced checkpoint: evaluated by one process (the job's accuracy), and resumed as CP2 the
+# Ulysses way on 2 ranks: 3 more steps as one process's 3 more from its own checkpoint
+ck=$(ls -d "$tmp"/ck_cpr/ckpt-* 2>/dev/null | tail -1)
+ev=$([ -n "$ck" ] && OMP_NUM_THREADS=2 "$bin" eval "$tmp/one.yaml" --checkpoint "$ck" 2>&1)
+top1=$(sed -n 's/.*top1 \([0-9.]*\)%.*/\1/p' <<<"$ev" | head -1)
+want=$(python3 -c "print('%.2f'%(100*float(open('$tmp/cp2tp2ring.txt').read().split('eval')[1].split()[1])))" 2>/dev/null)
+if [ -n "$top1" ] && [ "$top1" = "$want" ]; then echo "ok: the TP2 x CP2 ring checkpoint evaluated by one process: top1 $top1% (the job: $want%)"
+else echo "FAIL: the TP2 x CP2 ring checkpoint: eval alone '$top1' vs the job's '$want': $ev"; fail=1; fi
+run r_cpu 2 "$tmp/one.yaml" "${ctx[@]}" --set train.steps=9 --set checkpoint.resume="$ck" --set checkpoint.strict=false
+if [ -n "$ck" ] && [ "$rc" = 0 ] && grep -q "resumed from" <<<"$out" && same "$tmp/r_cpu.txt" "$tmp/r_one.txt"; then
+  echo "ok: the TP2 x CP2 ring checkpoint resumed as CP2 (Ulysses) continues like one process: $(tr '\n' ' ' < "$tmp/r_cpu.txt" | cut -c1-80)"
+else echo "FAIL: ring checkpoint resumed as CP2 Ulysses (exit $rc): $(paste "$tmp/r_cpu.txt" "$tmp/r_one.txt" | tr '\n' ';') $out"; fail=1; fi
 run cpring4 4 "$tmp/one.yaml" "${ctx[@]}" "${ring[@]}" --set model.dropout=0
 check_vs cpring4 one0 "ring attention, DP2 x CP2 on 4 ranks, no dropout = one process"
 run cpringfull 2 "$tmp/one.yaml" "${ctx[@]}" "${ring[@]}" --set model.recompute=full
