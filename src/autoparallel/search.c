@@ -400,6 +400,21 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
       price_one(job, N, cl, limit, budget, cut, p, out, best, cache);
     }
   free(order);
+  /* Megatron's sequence parallelism, searched: the best plan's twin with it (its activations
+   * between the tensor-parallel blocks cut by tp, the reduce-scatters and all-gathers priced as
+   * the all-reduces they replace, the gathers again in backward), taken when it is at least as
+   * fast (then the less memory). parallel.sequence_parallel true gives it to every plan instead. */
+  if (*best >= 0 && out[*best].fits && out[*best].megatron && out[*best].tp > 1 && !out[*best].sp &&
+      out[*best].cp <= 1 && !out_of_time && *nout < cap) {
+    ts_autoplan *t = &out[(*nout)++];
+    *t = out[*best];
+    t->sp = 1;
+    t->priced = t->fits = 0;
+    t->why[0] = 0;
+    memset(&t->pred, 0, sizeof t->pred);
+    price_candidate(job, N, cl, limit, budget, t, cache);
+    if (t->priced && better(t, &out[*best])) *best = (int)(t - out);
+  }
   if (out_of_time && jr == 0 && *best >= 0 && out[*best].fits) {
     char ps[128];
     ts_autoplan_str(&out[*best], ps, sizeof ps);
