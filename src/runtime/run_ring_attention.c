@@ -5,9 +5,9 @@
  * in hand is rank (r - s) mod N's; while its attention is computed (merged into the running output
  * by the online softmax), the block is sent on to rank r+1 and the next one received from r-1
  * (non-blocking, so the exchange overlaps the compute). Backward, same ring: the key/value block
- * is prefetched as in forward, the block's key/value gradients (f32 accumulators) are summed into
- * as it passes and follow it one step behind the compute; after the N-th step they have reached
- * its owner. Blocks travel in the op's dtype and layout; the compute is f32, head-major.
+ * is prefetched as in forward; its key/value gradients (f32) follow it one step behind: the partial
+ * sum from the rank before is received while this rank computes its share, and the sum sent on
+ * while the next step computes; after the N-th step each block's sum reaches its owner. Blocks travel in the op's dtype and layout; the compute is f32, head-major.
  *
  * Global row positions: zigzag 0, rank r's row i is r T + i; zigzag 1 (T = 2c), rows i < c are
  * chunk r's (r c + i), the rest chunk 2N-1-r's ((2N-1-r) c + i - c). */
@@ -150,7 +150,9 @@ static int core_bwd(const ts__run_node *n, const ring *R, ts_dtype dt, const voi
   const size_t tb = (size_t)ne * ts_dtype_size(dt), gb = sizeof(float) * (size_t)ne;
   /* f32: q, do, k, v, dq, tmp, di; the k|v blocks (dt) and the dk|dv accumulators (f32), two each */
   float *f = ts_alloc(sizeof(float) * (size_t)(6 * ne + BH * R->T));
-  char *kv = malloc(tb ? 4 * tb : 1), *gr = malloc(gb ? 4 * gb : 1);
+  /* gr: the block's dk|dv contributions computed here, two in turn (one may still be sending),
+   * and the partial sums arriving from the rank before */
+  char *kv = malloc(tb ? 4 * tb : 1), *gr = malloc(gb ? 6 * gb : 1);
   int64_t *pos = malloc(sizeof(int64_t) * (size_t)(2 * R->T));
   if (!f || !kv || !gr || !pos) {
     ts_free(f), free(kv), free(gr), free(pos);
@@ -171,35 +173,61 @@ static int core_bwd(const ts__run_node *n, const ring *R, ts_dtype dt, const voi
   }
   to_heads(R, qin, dt, q, tmp);
   memset(dq, 0, gb);
-  memset(gr, 0, 2 * gb);
   memcpy(kv, kin, tb);
   memcpy(kv + tb, vin, tb);
+  /* The gradients of the block in hand at step s: the partial sum from the rank before (which
+   * held it at step s-1; received while this step computes its share from zero), plus the share,
+   * sent on to the next rank while the next step computes. The sum arriving after the last step
+   * is this rank's own block's, complete. */
+  const int nx = (R->r + 1) % R->N, pv = (R->r + R->N - 1) % R->N;
+  char *in = gr + 4 * gb;
+  ts_comm_req *sent[2] = {NULL, NULL};
   for (int s = 0; s < R->N && !rc; s++) {
     char *cur = kv + (size_t)(s % 2) * 2 * tb, *nxt = kv + (size_t)((s + 1) % 2) * 2 * tb;
-    char *gcur = gr + (size_t)(s % 2) * 2 * gb, *gnxt = gr + (size_t)((s + 1) % 2) * 2 * gb;
-    ts_comm_req *reqs[2] = {NULL, NULL}, *greqs[2] = {NULL, NULL};
+    char *mine = gr + (size_t)(s % 2) * 2 * gb;
+    ts_comm_req *reqs[2] = {NULL, NULL}, *got = NULL;
     if (s < R->N - 1) rc = shift(R, cur, nxt, 2 * tb, RING_TAG_KV, reqs);
+    if (!rc && s > 0) rc = ts_comm_irecv(R->c, in, 2 * gb, TS_U8, pv, RING_TAG_GRAD, &got);
+    if (!rc && sent[s % 2]) { /* the send of step s-2 from this buffer */
+      rc = ts_comm_wait(sent[s % 2]);
+      ts_comm_req_free(sent[s % 2]);
+      sent[s % 2] = NULL;
+    }
     if (!rc) {
+      memset(mine, 0, 2 * gb);
       positions(R, (R->r - s + R->N) % R->N, kpos);
       to_heads(R, cur, dt, k, tmp);
       to_heads(R, cur + tb, dt, v, tmp);
-      rc = ts__ring_attn_bwd_block(dout, q, k, v, lse, di, qpos, kpos, BH, R->T, R->D, R->scale, dq, (float *)gcur,
-                                   (float *)(gcur + gb));
+      rc = ts__ring_attn_bwd_block(dout, q, k, v, lse, di, qpos, kpos, BH, R->T, R->D, R->scale, dq, (float *)mine,
+                                   (float *)(mine + gb));
     }
-    /* the block's gradients follow it (the last step brings each home) */
-    if (!rc && R->N > 1) {
-      rc = shift(R, gcur, gnxt, 2 * gb, RING_TAG_GRAD, greqs);
-      int wc = settle(greqs);
+    if (got) {
+      int wc = ts_comm_wait(got);
+      ts_comm_req_free(got);
       if (!rc) rc = wc;
+      if (!rc) {
+        float *a = (float *)mine;
+        const float *b = (const float *)in;
+        for (int64_t i = 0; i < 2 * ne; i++) a[i] += b[i];
+      }
     }
+    if (!rc && R->N > 1) rc = ts_comm_isend(R->c, mine, 2 * gb, TS_U8, nx, RING_TAG_GRAD, &sent[s % 2]);
     if (reqs[0] || reqs[1]) {
       int wc = settle(reqs);
       if (!rc) rc = wc;
     }
   }
+  const char *g = gr; /* one rank: its own share is the whole */
+  if (!rc && R->N > 1) {
+    ts_comm_req *got = NULL;
+    rc = ts_comm_irecv(R->c, in, 2 * gb, TS_U8, pv, RING_TAG_GRAD, &got);
+    if (!rc) rc = ts_comm_wait(got);
+    ts_comm_req_free(got);
+    g = in;
+  }
+  int wc = settle(sent);
+  if (!rc) rc = wc;
   if (!rc) {
-    /* after N steps the accumulators in hand are this rank's block's: in gr's slot N % 2 */
-    const char *g = gr + (size_t)(R->N > 1 ? R->N % 2 : 0) * 2 * gb;
     from_heads(R, dq, dqo, dt, tmp);
     from_heads(R, (const float *)g, dko, dt, tmp);
     from_heads(R, (const float *)(g + gb), dvo, dt, tmp);
