@@ -904,28 +904,20 @@ static void test_attention(void) {
   EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s, 2, bad, 2, NULL, lin, &lout, NULL), TS_EINVAL,
              "attention: takes 3 tensor input(s), got 2");
   /* the (B,T,H,D) layout (attrs {1}): heads are dim 2, the sequence dim 1 */
-  {
-    const int bthd[1] = {1};
-    ts_shape sh[3];
-    for (int i = 0; i < 3; i++) sh[i] = shp(4, (int64_t[]){2, 4, 4, 2});
-    ts_op_strategy hs = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 2, 1});
-    CHECK_OK(ts_shard_rule(TS_SHARD_ATTENTION, &hs, 2, sh, 3, bthd, lin, &lout, NULL));
-    CHECK(layout_is(&lin[0], 2, (int[]){1, 2}, 4, (int[]){0, -1, 1, -1}, 0) && ts_layout_equal(&lin[0], &lout));
-    ts_op_strategy ts2 = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2, 1});
-    CHECK_OK(ts_shard_rule(TS_SHARD_ATTENTION, &ts2, 4, sh, 3, bthd, lin, &lout, NULL));
-    CHECK(layout_is(&lin[2], 3, (int[]){1, 2, 2}, 4, (int[]){0, 1, 2, -1}, 0) && ts_layout_equal(&lin[0], &lout));
-    ts_op_strategy ds = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1});
-    EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &ds, 2, sh, 3, bthd, lin, &lout, NULL), TS_EUNSUPPORTED,
-               "heads (dim 2) and the sequence (dim 1, ring attention) only");
-    ts_shape b3[3] = {sh[0], shp(3, (int64_t[]){2, 4, 4}), sh[0]};
-    ts_op_strategy s3 = strat(3, (int[]){4, 3, 4}, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
-    EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &s3, 2, b3, 3, bthd, lin, &lout, NULL), TS_ESHAPE,
-               "must be 4-d (B,T,H,D)");
-  }
+  const int bthd[1] = {1};
+  ts_shape sh[3] = {shp(4, (int64_t[]){2, 4, 4, 2}), shp(4, (int64_t[]){2, 4, 4, 2}), shp(4, (int64_t[]){2, 4, 4, 2})};
+  ts_op_strategy hs = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 2, 1});
+  CHECK_OK(ts_shard_rule(TS_SHARD_ATTENTION, &hs, 2, sh, 3, bthd, lin, &lout, NULL));
+  CHECK(layout_is(&lin[0], 2, (int[]){1, 2}, 4, (int[]){0, -1, 1, -1}, 0) && ts_layout_equal(&lin[0], &lout));
+  ts_op_strategy ts2 = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2, 1});
+  CHECK_OK(ts_shard_rule(TS_SHARD_ATTENTION, &ts2, 4, sh, 3, bthd, lin, &lout, NULL));
+  CHECK(layout_is(&lin[2], 3, (int[]){1, 2, 2}, 4, (int[]){0, 1, 2, -1}, 0) && ts_layout_equal(&lin[0], &lout));
+  ts_op_strategy ds = strat(3, (int[]){4, 4, 4}, (int64_t[]){1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1});
+  EXPECT_ERR(ts_shard_rule(TS_SHARD_ATTENTION, &ds, 2, sh, 3, bthd, lin, &lout, NULL), TS_EUNSUPPORTED,
+             "heads (dim 2) and the sequence (dim 1, ring attention) only");
   for (int i = 0; i < 3; i++) free(full[i]);
-  printf("attention (causal): q,k,v (2,4,4,2), batch x head cuts, T/D cuts and mismatched k/v "
-         "cuts, on 1/2/4/8 devices: %d simulated exactly, %d sequence cuts accepted (ring attention), %d refused\n",
-         n_sims - before, n_ring, n_refused - bref);
+  printf("attention (causal): q,k,v (2,4,4,2), batch x head x sequence cuts, D cuts and mismatched k/v cuts, on 1/2/4/8 "
+         "devices: %d simulated exactly, %d sequence cuts accepted (ring attention), %d refused\n", n_sims - before, n_ring, n_refused - bref);
   CHECK(n_ring > 0);
 }
 
