@@ -27,28 +27,23 @@ double ts_graph_node_flops(const ts_graph *g, int j) {
                                                   : 0;
     }
     case TS_OP_ATTENTION:
-    case TS_OP_ATTENTION_BWD: { /* causal: QK^T and PV over half the (T, T) scores; backward twice */
-      int lse = op == TS_OP_ATTENTION ? ts_graph_node_output(g, j, 1)
-                                      : (ts_graph_node_num_inputs(g, j) > 5 ? ts_graph_node_input(g, j, 5) : -1);
-      if (lse < 0 || !s0) return 0;
-      const ts_shape *l = ts_graph_value_shape(g, lse);
-      if (l->ndim != 3 || ts_shape_numel(l) <= 0) return 0;
-      double bht = (double)ts_shape_numel(l), T = (double)l->dims[2];
-      double D = (double)ts_shape_numel(s0) / bht, f = 2 * bht * T * D;
-      return op == TS_OP_ATTENTION ? f : 2 * f;
-    }
+    case TS_OP_ATTENTION_BWD:
     case TS_OP_RING_ATTENTION:
-    case TS_OP_RING_ATTENTION_BWD: { /* the rank's T queries against half the N T keys (zigzag: the
-                                      * same on every rank; in order, their average) */
-      int lse = op == TS_OP_RING_ATTENTION ? ts_graph_node_output(g, j, 1)
-                                           : (ts_graph_node_num_inputs(g, j) > 5 ? ts_graph_node_input(g, j, 5) : -1);
+    case TS_OP_RING_ATTENTION_BWD: {
+      /* causal: QK^T and PV over half the (T, T) scores; backward twice. Ring attention: the
+       * rank's T queries against half the N T keys (zigzag: the same on every rank; in order,
+       * their average) */
+      const int fwd = op == TS_OP_ATTENTION || op == TS_OP_RING_ATTENTION;
+      int lse = fwd ? ts_graph_node_output(g, j, 1)
+                    : (ts_graph_node_num_inputs(g, j) > 5 ? ts_graph_node_input(g, j, 5) : -1);
       if (lse < 0 || !s0) return 0;
       const ts_shape *l = ts_graph_value_shape(g, lse);
       if (l->ndim != 3 || ts_shape_numel(l) <= 0) return 0;
-      double N = (double)ts_attr_ring_attention_group(ts_graph_node_attrs(g, j));
+      double N = op == TS_OP_RING_ATTENTION || op == TS_OP_RING_ATTENTION_BWD
+                     ? (double)ts_attr_ring_attention_group(ts_graph_node_attrs(g, j)) : 1.0;
       double bht = (double)ts_shape_numel(l), T = (double)l->dims[2];
       double D = (double)ts_shape_numel(s0) / bht, f = 2 * bht * N * T * D;
-      return op == TS_OP_RING_ATTENTION ? f : 2 * f;
+      return fwd ? f : 2 * f;
     }
     default: return 0;
   }

@@ -297,6 +297,13 @@ static int reorder(const ring *R, const part *p, int np, int to_zig) {
   return rc;
 }
 
+/* The part moving tensor x (dt, the layout's (outer, T, inner) view) from src to dst; lse f32 (B*H, T, 1). */
+static part tensor_part(const ring *R, const void *src, void *dst, ts_dtype dt) {
+  return R->layout == 1 ? (part){src, dst, ts_dtype_size(dt), R->B, R->H * R->D}
+                        : (part){src, dst, ts_dtype_size(dt), R->B * R->H, R->D};
+}
+static part lse_part(const ring *R, const void *src, void *dst) { return (part){src, dst, sizeof(float), R->B * R->H, 1}; }
+
 static int run_ring(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ring R;
   int rc = setup(ctx, n, &in[0], &R);
@@ -309,13 +316,12 @@ static int run_ring(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
   const size_t tb = ts_tensor_nbytes(&in[0]), lb = ts_tensor_nbytes(&out[1]);
   char *z = malloc(4 * tb + lb + 1);
   if (!z) return oom(n);
-  const int64_t BH = R.B * R.H, so = R.layout == 1 ? R.B : BH, si = R.layout == 1 ? R.H * R.D : R.D;
-  const size_t es = ts_dtype_size(dt);
-  part pin[3] = {{in[0].data, z, es, so, si}, {in[1].data, z + tb, es, so, si}, {in[2].data, z + 2 * tb, es, so, si}};
+  part pin[3];
+  for (int j = 0; j < 3; j++) pin[j] = tensor_part(&R, in[j].data, z + (size_t)j * tb, dt);
   R.zig = 1;
   rc = reorder(&R, pin, 3, 1);
   if (!rc) rc = core_fwd(n, &R, dt, z, z + tb, z + 2 * tb, z + 3 * tb, (float *)(z + 4 * tb));
-  part pout[2] = {{z + 3 * tb, out[0].data, es, so, si}, {z + 4 * tb, out[1].data, sizeof(float), BH, 1}};
+  part pout[2] = {tensor_part(&R, z + 3 * tb, out[0].data, dt), lse_part(&R, z + 4 * tb, out[1].data)};
   if (!rc) rc = reorder(&R, pout, 2, 0);
   free(z);
   return rc;
@@ -334,18 +340,16 @@ static int run_ring_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor 
   const size_t tb = ts_tensor_nbytes(&in[1]), lb = ts_tensor_nbytes(&in[5]);
   char *z = malloc(8 * tb + lb + 1);
   if (!z) return oom(n);
-  const int64_t BH = R.B * R.H, so = R.layout == 1 ? R.B : BH, si = R.layout == 1 ? R.H * R.D : R.D;
-  const size_t es = ts_dtype_size(dt);
   part pin[6];
-  for (int j = 0; j < 5; j++) pin[j] = (part){in[j].data, z + (size_t)j * tb, es, so, si};
-  pin[5] = (part){in[5].data, z + 8 * tb, sizeof(float), BH, 1};
+  for (int j = 0; j < 5; j++) pin[j] = tensor_part(&R, in[j].data, z + (size_t)j * tb, dt);
+  pin[5] = lse_part(&R, in[5].data, z + 8 * tb);
   R.zig = 1;
   rc = reorder(&R, pin, 6, 1);
   if (!rc)
     rc = core_bwd(n, &R, dt, z, z + tb, z + 2 * tb, z + 3 * tb, z + 4 * tb, (const float *)(z + 8 * tb), z + 5 * tb,
                   z + 6 * tb, z + 7 * tb);
   part pout[3];
-  for (int j = 0; j < 3; j++) pout[j] = (part){z + (size_t)(5 + j) * tb, out[j].data, es, so, si};
+  for (int j = 0; j < 3; j++) pout[j] = tensor_part(&R, z + (size_t)(5 + j) * tb, out[j].data, dt);
   if (!rc) rc = reorder(&R, pout, 3, 0);
   free(z);
   return rc;
