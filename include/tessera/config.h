@@ -255,8 +255,10 @@ typedef struct {
     char strategy_ckpt_save_file[TS_CFG_PATH_MAX]; /* where to save the strategies in force */
     int full_batch;          /* every rank reads the whole global batch (MindSpore's full_batch) */
     int sequence_parallel;   /* Megatron's sequence parallelism over the tensor-parallel axis */
-    int context_parallel;    /* the sequence cut this many ways (1: none) */
-    int context_parallel_algo; /* how attention runs over the cut: TS_CP_ULYSSES (0), TS_CP_RING (1) */
+    int context_parallel;    /* the sequence cut this many ways (1: none; 0: auto_parallel's search
+                                chooses, none elsewhere) */
+    int context_parallel_algo; /* how attention runs over the cut: TS_CP_ULYSSES (0), TS_CP_RING (1),
+                                  TS_CP_AUTO (2: ulysses where the heads divide, else ring) */
     int optimizer_shard;     /* 0 off, 1: optimizer state sharded over the ranks (ZeRO-1), 2: and the
                                 accumulated gradients (ZeRO-2), 3: and the parameters (ZeRO-3) */
     int enable_parallel_optimizer; /* MindSpore's alias: true = optimizer_shard on (1 unless a stage

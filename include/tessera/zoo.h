@@ -107,9 +107,13 @@ int ts_gpt_megatron_strategies(const ts_gpt_config *cfg, int dp, int tp, ts_stra
  * loss's rows cut dp * cp ways. cp 1: ts_gpt_megatron_strategies. TS_ECONFIG naming the field
  * when cp * tp does not divide n_head or cp the sequence (block_size). */
 /* algo TS_CP_RING instead: attention keeps the sequence cut (heads cut tp ways, the sequence cp
- * ways) and runs as ring attention (ts_ring_attention), no all-to-all; cp need not divide the heads. */
-enum { TS_CP_ULYSSES = 0, TS_CP_RING = 1 };
+ * ways) and runs as ring attention (ts_ring_attention), no all-to-all; cp need not divide the heads.
+ * TS_CP_AUTO: Ulysses where cp * tp divides the heads, else ring (ts_gpt_cp_algo). */
+enum { TS_CP_ULYSSES = 0, TS_CP_RING = 1, TS_CP_AUTO = 2 };
 int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, int algo, ts_strategy_set *out);
+/* algo as it runs: TS_CP_AUTO resolved (TS_CP_ULYSSES when cp * tp divides cfg's heads, else
+ * TS_CP_RING); the others as given. */
+int ts_gpt_cp_algo(const ts_gpt_config *cfg, int cp, int tp, int algo);
 
 /* ---- small classifiers ----
  * MLP: x (N,...) is flattened to (N,F); fc1..fc<k> are Linear layers of the hidden sizes, each

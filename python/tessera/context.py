@@ -52,7 +52,7 @@ _CONFIG_DEFAULTS = {
     "parallel.comm_dtype": "f32", "parallel.sync_batchnorm": False, "parallel.cluster": "local",
     "parallel.auto_tp": 0, "parallel.comm_timeout": 300.0, "parallel.optimizer_shard_threshold_kb": 64.0,
     "parallel.optimizer_shard_group": 0, "parallel.sequence_parallel": False,
-    "parallel.context_parallel": 1, "parallel.context_parallel_algo": "ulysses",
+    "parallel.context_parallel": 0, "parallel.context_parallel_algo": "auto",
 }
 # keywords MindSpore has that Tessera refuses: what to use instead
 _REFUSED = {

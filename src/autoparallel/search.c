@@ -151,6 +151,7 @@ int ts__autoplan_strategies(const ts_autoparallel_job *job, const ts_cluster *cl
   p->devices = p->dp * ts_autoplan_model_ways(p) * p->pp;
   p->search_mode = job->search_mode;
   snprintf(p->cluster, sizeof p->cluster, "%s", cl->name);
+  if (p->cp > 1) p->cp_algo = ts_gpt_cp_algo(job->gpt, p->cp, p->tp, p->cp_algo); /* auto: as it runs */
   ts_dist_config dc = job->base;
   const ts_dist_vt *vt;
   ts__autoplan_dist(p, job->batch_size, &dc, &vt, NULL);
@@ -176,7 +177,8 @@ static int better(const ts_autoplan *a, const ts_autoplan *b) {
  * optimizer's slots, over the shard group under optimizer-state sharding), plus the layer inputs the first
  * stage stashes for min(P, M) micro-batches in flight (s * rows * h each). Step: the model's
  * FLOPs (6, or 8 with recompute, per parameter and token) spread evenly over the N devices at the
- * cluster's GEMM rate, stretched by the pipeline's bubble (1 + (P-1)/(V M)), times 0.9. Both are
+ * cluster's GEMM rate, stretched by the pipeline's bubble (1 + (P-1)/(V M)), times 0.9, plus 0.9 times
+ * context parallelism's exchanges that are never hidden (below). Both are
  * below what the build gives, so pruning by them never drops a plan that would win. */
 static void gpt_bounds(const ts_autoparallel_job *job, const ts_cluster *cl, int N, ts_autoplan *p) {
   p->mem_bound = p->time_bound = 0;
@@ -196,6 +198,17 @@ static void gpt_bounds(const ts_autoparallel_job *job, const ts_cluster *cl, int
                                             : cl->peak_flops_f32;
   double flops = (p->recompute == 1 ? 8.0 : 6.0) * l * 12 * h * h * s * (double)job->batch_size / N;
   p->time_bound = 0.9 * flops / (peak * cl->gemm_efficiency) * (1 + (p->pp - 1.0) / (V * (double)M));
+  if (p->cp > 1) {
+    /* the sequence's exchanges the cost model does not hide, for each of the stage's l/pp layers
+     * and M micro-batches: Ulysses' 8 all-to-alls (q, k, v and the output, forward and backward)
+     * of the rank's (rows, s/C, h/tp) activation; the ring's backward passing the blocks' f32 key
+     * and value gradients C times */
+    int C = p->cp, span = ts_cluster_spans(cl, C, 1);
+    double x = rows * (s / C) * (h / p->tp), by = job->amp_level >= 1 ? 2 : 4;
+    double per = p->cp_algo == TS_CP_RING ? C * ts_cluster_coll_time(cl, TS_COST_P2P, 2, span, 8 * x)
+                                          : 8 * ts_cluster_coll_time(cl, TS_COST_ALLTOALL, C, span, x * by);
+    p->time_bound += 0.9 * M * (l / p->pp) * per;
+  }
 }
 
 /* Whether a, then b, is the order to price in: the smaller step bound first (generation order on
@@ -208,9 +221,19 @@ static int cmp_bound(const void *x, const void *y) {
 
 /* ---- the candidates (delimited: the per-operator search of tp > 1 plugs in here) ---- */
 
-/* Appends the plans for degrees (dp, tp, pp): micro-batch counts, shard stages, recompute. */
-static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int dp, int tp, int pp, ts_autoplan *out,
-                       int cap, int *n) {
+static int64_t gcd(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
+/* Appends the plans for degrees (dp, tp, pp) and context parallelism C (1: none): micro-batch
+ * counts, shard stages, recompute; with C > 1 attention's algorithms (job->cp_algo, or both when
+ * TS_CP_AUTO: Ulysses where the heads divide by tp * C). */
+static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int dp, int tp, int pp, int C,
+                       ts_autoplan *out, int cap, int *n) {
   int64_t B = job->batch_size;
   /* tensor parallel: the per-operator search's cuts (any model), and Megatron-LM's for GPT. A GPT
    * job spanning nodes takes Megatron's only: its graphs are large (an operator search per split
@@ -218,8 +241,21 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
    * Megatron's cuts are what such jobs are known to run best with; a tp their cuts cannot take (it
    * divides not the heads or the vocabulary) is then not offered either (it fell back to the
    * operator search: GPT-145B's tp 64 took over 10 minutes and 7 GB) */
-  int gpt = job->gpt != NULL, C = job->cp > 1 ? job->cp : 1;
-  int mega = gpt && job->gpt->n_head % (tp * C) == 0 && job->gpt->vocab_size % tp == 0 && job->seq_len % C == 0;
+  int gpt = job->gpt != NULL;
+  int mega = gpt && job->gpt->n_head % tp == 0 && job->gpt->vocab_size % tp == 0 && job->seq_len % C == 0;
+  /* attention's algorithms over the sequence cut: Ulysses needs the heads to divide by tp * C */
+  int algos[2], na = 0;
+  if (C <= 1) algos[na++] = 0;
+  else if (mega) {
+    int ul = job->gpt->n_head % (tp * C) == 0;
+    if (job->cp_algo == TS_CP_AUTO) {
+      if (ul) algos[na++] = TS_CP_ULYSSES;
+      algos[na++] = TS_CP_RING;
+    } else if (job->cp_algo == TS_CP_RING || ul) {
+      algos[na++] = job->cp_algo;
+    }
+  }
+  if (C > 1 && !na) return TS_OK; /* the sequence cut cannot be made at these degrees */
   int searched_ok = !(gpt && dp * tp * pp > cl->devices_per_node);
   int Ms[16], nm = 0;
   /* a pipeline's P, 2P, 4P micro-batches; and 1, 2, 4, 8 rows per replica (Megatron-LM's 1..8) */
@@ -230,6 +266,14 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
   for (int k = 0; k < nc; k++) {
     int M = cand[k], dup = 0;
     if (M < 1 || B % M || (B / M) % dp || (pp > 1 && M < pp)) continue;
+    /* a searched sequence cut C whose micro-batch rows r (B / M / dp) share a factor k with it is
+     * not offered: the plan (dp k, C / k, rows r / k, the same M, zero, recompute and pieces)
+     * gives every device the same tokens (the same GEMMs, causal attention FLOPs and
+     * activations), its gradients reduced over the same ranks and the optimizer state sharded
+     * over more, and its exchanges move less over a smaller group (none at k = C): never slower,
+     * never larger. Context parallelism pays where a micro-batch has fewer rows than C (a long
+     * sequence's one row) */
+    if (C > 1 && job->cp == 0 && gcd(B / M / dp, C) > 1) continue;
     for (int q = 0; q < nm; q++) dup |= Ms[q] == M;
     if (!dup) Ms[nm++] = M;
   }
@@ -240,8 +284,9 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
       for (int rec = 0; rec <= 1; rec++)
         /* interleaved 1F1B with 2 pieces per rank: M a multiple of P, a layer or more per piece */
         for (int V = 1; V <= 2; V++)
+          for (int a = 0; a < na; a++)
           for (int mg = 0; mg <= 1; mg++) { /* Megatron's cuts (1) or the search's (0) */
-            /* context parallelism (job->cp): Megatron's cuts with the sequence cut (any tp) */
+            /* context parallelism: Megatron's cuts with the sequence cut (any tp) */
             if (C > 1 ? !mg || !mega : (tp == 1 && mg) || (tp > 1 && mg && !mega) || (tp > 1 && !mg && !searched_ok))
               continue;
             if (V > 1 && (pp < 2 || Ms[mi] % pp || (gpt && job->gpt->n_layer < 2 * pp)))
@@ -254,7 +299,7 @@ static int add_degrees(const ts_autoparallel_job *job, const ts_cluster *cl, int
             p->megatron = mg;
             p->sp = tp > 1 && job->base.sequence_parallel; /* the caller's parallel.sequence_parallel */
             p->cp = C > 1 ? C : 0;
-            p->cp_algo = C > 1 ? job->cp_algo : 0;
+            p->cp_algo = C > 1 ? algos[a] : 0;
           }
     }
   return TS_OK;
@@ -309,60 +354,60 @@ static void price_one(const ts_autoparallel_job *job, int N, const ts_cluster *c
   if (p->priced && (*best < 0 || better(p, &out[*best]))) *best = (int)(p - out);
 }
 
-/* The search over cands[0..cap-1] (*nout written, *best the index of the chosen, -1 if none fits). */
-static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, ts_autoplan *out, int cap, int *nout,
-                  int *best, op_cache *cache) {
-  *nout = 0;
-  *best = -1;
-  if (N < 1) return ts_error_set(TS_EINVAL, "search: %d devices", N);
-  int gpt = job->gpt != NULL;
+/* Appends the candidates of context-parallel phase `phase` (0: the degree given, job->cp > 1, or
+ * none; 1: the searched degrees C > 1) to out[*nout..]. */
+static int enumerate(const ts_autoparallel_job *job, int N, const ts_cluster *cl, int phase, ts_autoplan *out, int cap,
+                     int *nout) {
+  int G = job->cp > 1 ? job->cp : 1, rc = TS_OK;
   int64_t B = job->batch_size;
-  int rc = TS_OK;
-  double budget = job->max_memory_mb > 0 ? job->max_memory_mb * 1048576.0 : 0;
-  double limit = cl->mem_bytes, cut = budget > 0 && budget < limit ? budget : limit;
-  /* a context-parallel degree (job->cp) takes its share of the devices from every plan */
-  int C = job->cp > 1 ? job->cp : 1, NN = N;
-  if (N % C) return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d does not divide the %d devices", C, N);
-  if (C > 1 && !gpt) /* the caller checked the config (the trainer: ts__config_check_context_parallel) */
-    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT", C);
-  N /= C;
-  for (int tp = 1; tp <= N && !rc; tp++) {
-    if (N % tp) continue;
-    /* tensor parallelism inside a node once the job spans nodes (its all-reduces are per layer) */
-    if (tp > 1 && N > cl->devices_per_node && tp > cl->devices_per_node) continue;
-    for (int pp = 1; pp <= N / tp && !rc; pp++) {
-      if ((N / tp) % pp) continue;
-      if (gpt && pp > job->gpt->n_layer + 1) continue;
-      int dp = N / tp / pp;
-      if (B % dp) continue;
-      rc = add_degrees(job, cl, dp, tp, pp, out, cap, nout);
+  for (int C = 1; C <= N && !rc; C++) {
+    if (N % C || (phase == 0 ? C != G : C == 1 || job->seq_len % C)) continue;
+    int n = N / C; /* the devices of the other degrees */
+    for (int tp = 1; tp <= n && !rc; tp++) {
+      if (n % tp) continue;
+      /* tensor parallelism inside a node once the job spans nodes (its all-reduces are per layer) */
+      int span = G > 1 ? tp : tp * C;
+      if (span > 1 && N > cl->devices_per_node && span > cl->devices_per_node) continue;
+      for (int pp = 1; pp <= n / tp && !rc; pp++) {
+        if ((n / tp) % pp) continue;
+        if (job->gpt && pp > job->gpt->n_layer + 1) continue;
+        int dp = n / tp / pp;
+        if (B % dp) continue;
+        rc = add_degrees(job, cl, dp, tp, pp, C, out, cap, nout);
+      }
     }
   }
-  if (rc) return rc;
-  N = NN; /* the plans' devices: dp x cp x tp x pp */
-  ts_autoplan **order = malloc(sizeof *order * ((size_t)*nout + 1));
-  if (!order) return ts_error_set(TS_ENOMEM, "search: out of memory");
-  for (int i = 0; i < *nout; i++) {
+  return rc;
+}
+
+/* The progress of a search (its log and time budget). */
+typedef struct {
+  double t0, next_log;
+  int done_n, out_of_time, jr;
+} progress;
+
+/* Prices out[from..n-1] (bounds first: see search), keeping *best. */
+static void price_all(const ts_autoparallel_job *job, int N, const ts_cluster *cl, double limit, double budget,
+                      double cut, ts_autoplan *out, int from, int n, int *best, op_cache *cache, progress *pg,
+                      ts_autoplan **order) {
+  int k = 0;
+  for (int i = from; i < n; i++) {
     gpt_bounds(job, cl, N, &out[i]);
-    order[i] = &out[i];
+    order[k++] = &out[i];
   }
-  qsort(order, (size_t)*nout, sizeof *order, cmp_bound);
-  /* progress after 3 s, then every 5 s (rank 0; through the logging hook), and the time budget:
-   * checked between plans, so one plan's build and operator search may overrun it */
-  double t0 = ts_time_now(), next_log = t0 + 3;
-  int done_n = 0, out_of_time = 0, jr = 0, jn = 1;
-  ts_job_rank(&jr, &jn);
-  /* first, each (dp, tp, pp) group's most frugal plan (the most micro-batches, recompute, the
+  qsort(order, (size_t)k, sizeof *order, cmp_bound);
+  /* first, each (dp, cp, tp, pp) group's most frugal plan (the most micro-batches, recompute, the
    * highest shard stage, one piece per rank): memory only grows from it, so when it does not fit none of the group
    * does; then every plan in the order of its step bound */
   for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < *nout; i++) {
+    for (int i = 0; i < k; i++) {
       ts_autoplan *p = order[i];
       if (p->priced || p->why[0]) continue;
       int frugal = 1, over = 0;
-      for (int q = 0; q < *nout; q++) {
+      for (int q = from; q < n; q++) {
         const ts_autoplan *o = &out[q];
-        if (o == p || o->dp != p->dp || o->tp != p->tp || o->pp != p->pp) continue;
+        if (o == p || o->dp != p->dp || o->tp != p->tp || o->pp != p->pp || o->cp != p->cp || o->cp_algo != p->cp_algo)
+          continue;
         if (o->micro_batches > p->micro_batches || o->recompute > p->recompute || o->zero > p->zero ||
             o->virtual_stages < p->virtual_stages)
           frugal = 0;
@@ -372,13 +417,13 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
       }
       if (pass == 0 && !frugal) continue;
       double now = ts_time_now();
-      if (!out_of_time && job->time_budget > 0 && now - t0 >= job->time_budget) out_of_time = 1;
-      if (out_of_time) {
+      if (!pg->out_of_time && job->time_budget > 0 && now - pg->t0 >= job->time_budget) pg->out_of_time = 1;
+      if (pg->out_of_time) {
         snprintf(p->why, sizeof p->why, "not built: the search's time budget (%g s, parallel.search_time_budget) "
                  "ran out first", job->time_budget);
         continue;
       }
-      if (now >= next_log && jr == 0) {
+      if (now >= pg->next_log && pg->jr == 0) {
         char bs[160] = "none yet";
         if (*best >= 0 && out[*best].fits) {
           char ps[128];
@@ -386,11 +431,11 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
           snprintf(bs, sizeof bs, "%s, %.3f ms per step", ps, 1e3 * out[*best].pred.step_s);
         }
         ts_log(TS_LOG_WARN, "auto_parallel: searching %d devices of %s: %d of %d plans done in %.0f s%s; the best so "
-               "far: %s", N, cl->name, done_n, *nout, now - t0,
+               "far: %s", N, cl->name, pg->done_n, n, now - pg->t0,
                job->time_budget > 0 ? " (parallel.search_time_budget / --time-budget stops it)" : "", bs);
-        next_log = now + 5;
+        pg->next_log = now + 5;
       }
-      done_n++;
+      pg->done_n++;
       if (over) {
         char s[160];
         ts_autoplan_str(&out[over - 1], s, sizeof s);
@@ -399,7 +444,49 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
       }
       price_one(job, N, cl, limit, budget, cut, p, out, best, cache);
     }
+}
+
+/* The search over cands[0..cap-1] (*nout written, *best the index of the chosen, -1 if none fits). */
+static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, ts_autoplan *out, int cap, int *nout,
+                  int *best, op_cache *cache) {
+  *nout = 0;
+  *best = -1;
+  if (N < 1) return ts_error_set(TS_EINVAL, "search: %d devices", N);
+  int gpt = job->gpt != NULL;
+  double budget = job->max_memory_mb > 0 ? job->max_memory_mb * 1048576.0 : 0;
+  double limit = cl->mem_bytes, cut = budget > 0 && budget < limit ? budget : limit;
+  /* context parallelism: a degree given (job->cp > 1) takes its share of the devices from every
+   * plan; 1: none; 0 (auto), for the zoo's GPT, not beside parallel.sequence_parallel (both cut
+   * the sequence): a second phase offers every degree C > 1 dividing the devices and the
+   * sequence (C x tp inside a node once the job spans nodes: attention's exchanges are per
+   * layer, like tensor parallelism's all-reduces), when the first found no plan that fits or its
+   * best runs one row a micro-batch (the sequence's activations are what limits it; with more
+   * rows a micro-batch, the sequence cut would only trade rows for exchanges: see add_degrees) */
+  int G = job->cp > 1 ? job->cp : 1;
+  if (N % G) return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d does not divide the %d devices", G, N);
+  if (G > 1 && !gpt) /* the caller checked the config (the trainer: ts__config_check_context_parallel) */
+    return ts_error_set(TS_ECONFIG, "parallel.context_parallel: %d: its cuts are generated for the zoo's GPT", G);
+  int searched_cp = job->cp == 0 && gpt && !job->base.sequence_parallel;
+  int rc = enumerate(job, N, cl, 0, out, cap, nout);
+  if (rc) return rc;
+  ts_autoplan **order = malloc(sizeof *order * ((size_t)cap + 1));
+  if (!order) return ts_error_set(TS_ENOMEM, "search: out of memory");
+  /* progress after 3 s, then every 5 s (rank 0; through the logging hook), and the time budget:
+   * checked between plans, so one plan's build and operator search may overrun it */
+  progress pg = {.t0 = ts_time_now()};
+  pg.next_log = pg.t0 + 3;
+  int jn = 1;
+  ts_job_rank(&pg.jr, &jn);
+  price_all(job, N, cl, limit, budget, cut, out, 0, *nout, best, cache, &pg, order);
+  if (searched_cp && !pg.out_of_time &&
+      (*best < 0 || !out[*best].fits || ts_autoplan_micro_batch_size(&out[*best], job->batch_size) == 1)) {
+    int from = *nout;
+    if (!(rc = enumerate(job, N, cl, 1, out, cap, nout)))
+      price_all(job, N, cl, limit, budget, cut, out, from, *nout, best, cache, &pg, order);
+  }
   free(order);
+  if (rc) return rc;
+  int out_of_time = pg.out_of_time, done_n = pg.done_n;
   /* Megatron's sequence parallelism, searched: the best plan's twin with it (its activations
    * between the tensor-parallel blocks cut by tp, the reduce-scatters and all-gathers priced as
    * the all-reduces they replace, the gathers again in backward), taken when it is at least as
@@ -415,7 +502,7 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
     price_candidate(job, N, cl, limit, budget, t, cache);
     if (t->priced && better(t, &out[*best])) *best = (int)(t - out);
   }
-  if (out_of_time && jr == 0 && *best >= 0 && out[*best].fits) {
+  if (out_of_time && pg.jr == 0 && *best >= 0 && out[*best].fits) {
     char ps[128];
     ts_autoplan_str(&out[*best], ps, sizeof ps);
     ts_log(TS_LOG_WARN, "auto_parallel: the time budget of %g s (parallel.search_time_budget) ran out after %d of %d "

@@ -300,8 +300,9 @@ static int parse_fix(const char *spec, int n, int cfg_batch, int cfg_cp_algo, ts
       if (strcmp(v, "search") && strcmp(v, "megatron")) return ts_error_set(TS_ECONFIG, "plan --fix: cuts is search or megatron");
       p->megatron = !strcmp(v, "megatron");
     } else if (!strcmp(k, "cp_algo")) {
-      if (strcmp(v, "ulysses") && strcmp(v, "ring")) return ts_error_set(TS_ECONFIG, "plan --fix: cp_algo is ulysses or ring");
-      p->cp_algo = !strcmp(v, "ring") ? TS_CP_RING : TS_CP_ULYSSES;
+      if (strcmp(v, "ulysses") && strcmp(v, "ring") && strcmp(v, "auto"))
+        return ts_error_set(TS_ECONFIG, "plan --fix: cp_algo is ulysses, ring or auto");
+      p->cp_algo = !strcmp(v, "ring") ? TS_CP_RING : !strcmp(v, "auto") ? TS_CP_AUTO : TS_CP_ULYSSES;
     } else if (!strcmp(k, "recompute")) {
       if (strcmp(v, "none") && strcmp(v, "full") && strcmp(v, "selective"))
         return ts_error_set(TS_ECONFIG, "plan --fix: recompute is none, full or selective");
@@ -525,7 +526,7 @@ int ts_cli_plan(int argc, char **argv) {
              "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it); --search, --fix\n"
              "and --json without --cluster use the config's parallel.cluster (default local), as train does.\n"
              "--fix dp=..,tp=..,pp=..,micro_batches=..(or micro_batch_size=.. rows per replica),virtual_stages=..,\n"
-             "zero=..,recompute=none|full|selective,sp=0|1,cp=..,cp_algo=ulysses|ring,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
+             "zero=..,recompute=none|full|selective,sp=0|1,cp=..,cp_algo=ulysses|ring|auto,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
              "tensor-parallel plan's operator strategies from parallel.search_mode's per-operator search, the\n"
              "default, or Megatron-LM's for GPT). --search: every plan (data, tensor, pipeline degrees, micro-batches, shard stage,\n"
              "recompute) priced on the cluster, the fastest that fits first (what auto_parallel trains);\n"

@@ -21,7 +21,7 @@ static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL
 static const char *const level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
 static const char *const recompute_names[] = {"none", "full", "selective", NULL};
-static const char *const cp_algo_names[] = {"ulysses", "ring", NULL};
+static const char *const cp_algo_names[] = {"ulysses", "ring", "auto", NULL}; /* TS_CP_* */
 static const char *const search_names[] = {"dynamic_programming", "sharding_propagation", "recursive_programming", NULL};
 static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
@@ -292,18 +292,20 @@ const ts__cfg_key ts__cfg_keys[] = {
      "(batch, sequence, hidden) activation are reduce-scattered onto the sequence instead of "
      "all-reduced, so the norms, residual adds and dropouts between tensor-parallel blocks run "
      "on 1/t of the sequence, and the column-parallel inputs are all-gathered along it"},
-    {"parallel.context_parallel", CT_INT, FLD(parallel.context_parallel), "1", NULL, 1, 4096, 0, 0, 0,
+    {"parallel.context_parallel", CT_INT, FLD(parallel.context_parallel), "0", NULL, 0, 4096, 0, 0, 0,
      "the zoo's GPT with its sequence cut this many ways (the operators on their slice of the "
      "sequence; attention as parallel.context_parallel_algo says): semi_auto_parallel without "
      "parallel.strategies: data parallel over ranks / N x context parallel N; auto_parallel: every "
-     "plan takes it beside its tensor and pipeline degrees (Megatron's cuts); 1 = none"},
-    {"parallel.context_parallel_algo", CT_ENUM, FLD(parallel.context_parallel_algo), "ulysses", cp_algo_names, 0, 0, 0,
+     "plan takes it beside its tensor and pipeline degrees (Megatron's cuts); 1 = none; 0 = "
+     "auto_parallel's search chooses (none elsewhere)"},
+    {"parallel.context_parallel_algo", CT_ENUM, FLD(parallel.context_parallel_algo), "auto", cp_algo_names, 0, 0, 0,
      0, 0,
      "how attention runs over context parallelism's sequence cut: ulysses (DeepSpeed-Ulysses: "
      "all-to-alls from the sequence cut to the heads' and back, attention cut by heads; the heads "
      "must divide context x tensor parallel) or ring (ring attention: each rank keeps its rows, "
      "the key/value blocks pass around the ranks, each exchange overlapped with a block's "
-     "attention; any head count)"},
+     "attention; any head count) or auto (ulysses where the heads divide, else ring; "
+     "auto_parallel's search prices both)"},
     {"parallel.optimizer_shard", CT_ENUM, FLD(parallel.optimizer_shard), "off", shard_names, 0, 0, 0, 0,
      0, "data_parallel: optimizer-state sharding (MindSpore's enable_parallel_optimizer, ZeRO): 1 = "
      "gradients reduce-scattered, each rank keeps the optimizer state of 1/N of the parameters and "

@@ -26,6 +26,10 @@ int ts_config_apply_autoplan(ts_config *c, const ts_autoplan *p) {
   c->model.recompute = p->recompute == 2 ? TS_CFG_RECOMPUTE_SELECTIVE : p->recompute ? TS_CFG_RECOMPUTE_FULL
                                                                                   : TS_CFG_RECOMPUTE_NONE;
   c->parallel.sequence_parallel = p->sp && p->tp > 1;
+  if (p->cp > 1 || c->parallel.context_parallel == 0) { /* the degree the search chose (1: none) */
+    c->parallel.context_parallel = p->cp > 1 ? p->cp : 1;
+    if (p->cp > 1) c->parallel.context_parallel_algo = p->cp_algo;
+  }
   c->model.recompute_layers.n = 0;
   if (ts_autoplan_model_ways(p) > 1) {
     c->parallel.mode = TS_PARALLEL_SEMI_AUTO;

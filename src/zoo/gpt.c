@@ -225,7 +225,14 @@ static ts_op_strategy mstrat(int n, const int64_t (*cuts)[4], const int *ndim) {
   return s;
 }
 
+int ts_gpt_cp_algo(const ts_gpt_config *cfg, int cp, int tp, int algo) {
+  if (algo != TS_CP_AUTO) return algo;
+  int64_t ways = (int64_t)(cp > 1 ? cp : 1) * (tp > 1 ? tp : 1);
+  return cfg && cfg->n_head % ways == 0 ? TS_CP_ULYSSES : TS_CP_RING;
+}
+
 int ts_gpt_context_strategies(const ts_gpt_config *cfg, int dp, int cp, int tp, int algo, ts_strategy_set *out) {
+  algo = ts_gpt_cp_algo(cfg, cp, tp, algo);
   if (cp == 1) return ts_gpt_megatron_strategies(cfg, dp, tp, out);
   if (!cfg || !out || dp < 1 || tp < 1 || cp < 1)
     return ts_error_set(TS_EINVAL, "gpt context strategies: dp %d, cp %d, tp %d (need >= 1 and a set)", dp, cp, tp);

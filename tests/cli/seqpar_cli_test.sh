@@ -26,7 +26,10 @@
 #     TP2 x CP2 on 4 ranks (the strategies `tessera plan --fix cp=2,tp=2,cuts=megatron --json`
 #     generates) equal one process with dropout on; the plan's all-to-alls; parallel.context_parallel
 #     generating them: semi_auto_parallel CP2 (2 ranks) and DP2 x CP2 (4), auto_parallel's search
-#     (its strategies cut the sequence 2 ways) equal one process; refused under data_parallel, with strategies, with SP;
+#     (its strategies cut the sequence 2 ways) equal one process; the search choosing DP2 x CP2 ring
+#     itself (parallel.context_parallel 0) under a memory budget, = one process; at 131,072 tokens
+#     `plan --search` choosing CP over every plan without it (none under context_parallel 1);
+#     refused under data_parallel, with strategies, with SP;
 #  5. context parallelism with ring attention (parallel.context_parallel_algo: ring): CP2 (2 ranks),
 #     TP2 x CP2 and DP2 x CP2 (4 ranks) equal one process, the plan has no all-to-all, CP2's measured
 #     activations = the plan's, full recomputation (the ring redone) bitwise equal to without;
@@ -259,6 +262,33 @@ emb=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['strategie
 if [[ "$emb" == "[["[0-9]", 2], "* ]]; then
   check_vs cpauto one0 "auto_parallel with parallel.context_parallel 2 (its embedding $emb: the sequence cut 2 ways) = one process"
 else echo "FAIL: auto_parallel with context_parallel 2: embedding '$emb': $(head -c 600 "$tmp/auto.json" 2>&1) $out"; fail=1; fi
+# ...and the search choosing context parallelism itself (parallel.context_parallel 0, the default):
+# batch 2 under a budget of 0.9 MiB a rank, which on 4 ranks only DP2 x CP2 with ring attention
+# meets (the plan listing says so); the job = one process of batch 2
+b2=(--set model.dropout=0 --set train.batch_size=2 --set train.eval_batch_size=2)
+run one0b2 1 "$tmp/one.yaml" "${b2[@]}"
+srch=$("$bin" plan "$tmp/one.yaml" -n 4 --cluster dgx-a100-80g --set parallel.mode=auto_parallel "${b2[@]}" \
+       --set train.max_memory_mb=0.9 --search 2>&1)
+run cpsearch 4 "$tmp/one.yaml" --set parallel.mode=auto_parallel --set parallel.cluster=dgx-a100-80g "${b2[@]}" \
+  --set train.max_memory_mb=0.9 --set parallel.strategy_ckpt_save_file="$tmp/cpsearch.json"
+att=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['strategies']['transformer.h.1.attn.attention']['inputs'])" \
+      "$tmp/cpsearch.json" 2>/dev/null)
+if grep -q "^chosen: dp=2,tp=1,pp=1,.*,cp=2,cp_algo=ring,cuts=megatron:" <<<"$srch" && [ "$att" = "[[2, 1, 2, 1], [2, 1, 2, 1], [2, 1, 2, 1]]" ]; then
+  check_vs cpsearch one0b2 "auto_parallel's search choosing DP2 x CP2 ring under max_memory_mb 0.9 (attention $att) = one process"
+else echo "FAIL: the search choosing context parallelism: attention '$att': $srch $out"; fail=1; fi
+# a long sequence: GPT of 4 layers x 2560 (20 heads) at 131,072 tokens, batch 8, on 8 A100s: the
+# search takes the sequence cut (ring: 20 heads do not divide 8 ways), faster than every plan
+# without it; parallel.context_parallel 1 keeps it out
+long=(--set model.n_layer=4 --set model.n_head=20 --set model.n_embd=2560 --set model.block_size=131072
+      --set data.seq_len=131072 --set model.vocab_size=51200 --set train.batch_size=8 --set train.amp_level=O2)
+srch=$("$bin" plan "$tmp/one.yaml" -n 8 --cluster dgx-a100-80g "${long[@]}" --search 2>&1)
+chosen=$(sed -n 's/^chosen: \(dp=[^:]*\): \([0-9.]*\) ms per step.*/\1 \2/p' <<<"$srch")
+nocp=$(grep '^  dp=' <<<"$srch" | grep -v ',cp=' | awk 'NR == 1 {print $1, $2}')
+srch1=$("$bin" plan "$tmp/one.yaml" -n 8 --cluster dgx-a100-80g "${long[@]}" --set parallel.context_parallel=1 --search 2>&1)
+if [[ "$chosen" == *",cp_algo=ring,"* ]] && [ -n "$nocp" ] && ! grep -q ',cp=' <<<"$srch1" &&
+   python3 -c "import sys; sys.exit(0 if float('${chosen##* }') < float('${nocp##* }') else 1)"; then
+  echo "ok: plan --search at 131,072 tokens chose context parallelism: $chosen ms (the best without it: $nocp ms)"
+else echo "FAIL: plan --search and context parallelism at 131,072 tokens: chosen '$chosen', without '$nocp': $srch"; fail=1; fi
 refuse() { # what fragment args...
   local what=$1 want=$2; shift 2
   # (the sanitized run's leak checker adds its summary of the MPI runtime's suppressed leaks)
