@@ -22,6 +22,9 @@
 #             interleaved rounds, median step time and comm_wait_ms of each, and auto's step against
 #             the bound compute + a ring all-reduce of the gradients at the link's rate (PASS within
 #             15%; issue 32). DP_MODELS (default "gpt resnet18"), DP_ROUNDS (3).
+#  zero       the dp step's GPT under optimizer_shard 1 and 2 with its buckets reduce-scattered by
+#             MPI's reduce-scatter and by the ring (parallel.reduce_scatter mpi|ring), beside plain
+#             data parallel: interleaved rounds (ZERO_ROUNDS, 3), median step and comm_wait.
 # Each step fits in a quiet window of under 6 minutes (run them one by one under
 # /work/shared/bin/quiet on a shared machine). Needs root.
 # Usage: bench/cluster_bench.sh BUILD_DIR [RATE] [REPS] [STEPS]   e.g. build 1gbit 5 calibrate,allreduce
@@ -30,7 +33,7 @@ set -u
 B=$(cd "${1:-build}" && pwd)
 rate=${2:-1gbit}
 reps=${3:-5}
-steps=,${4:-net,calibrate,allreduce,tp,han,dp},
+steps=,${4:-net,calibrate,allreduce,tp,han,dp,zero},
 dir=${CLUSTER_BENCH_DIR:-/tmp/tessera-cluster-bench}
 mkdir -p "$dir"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -215,4 +218,51 @@ print("DP %s bound: compute %.1f ms + ring all-reduce of %.1f MiB of gradients o
       "auto=${dpall[auto]}"
     unset dpall
   done
+fi
+
+if [[ $steps == *,zero,* ]]; then
+  [ -f "$w/in.txt" ] || make_text
+  cat > "$w/zero_gpt.yaml" <<YAML
+model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}
+data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
+train: {steps: 8, batch_size: 16, eval_every: -2, log_every: 1, seed: 5}
+optimizer: {name: adamw, lr: 1.0e-3}
+log: {progress: lines}
+parallel: {mode: data_parallel, bucket_size_mb: 4, allreduce: flat_send}
+YAML
+  zstat() { /usr/bin/python3 -c "
+import json,sys,statistics
+t=[json.loads(l) for l in open(sys.argv[1])]
+s=[r for r in t if r.get('type')=='step'][2:]
+l=[r['loss'] for r in t if r.get('type')=='step']
+print('%.1f %.1f %.6f' % (statistics.median(r['step_ms'] for r in s), statistics.median(r.get('comm_wait_ms', 0) for r in s), l[-1]) if s else 'n/a n/a n/a')" "$1" 2>/dev/null || echo "n/a n/a n/a"; }
+  # the GPT of the dp step under optimizer_shard 1 and 2, its buckets reduce-scattered by MPI's
+  # reduce-scatter and by the ring (parallel.reduce_scatter), beside plain data parallel (buckets
+  # all-reduced from a send buffer): interleaved rounds, median step and comm_wait of each
+  zmodes="plain s1_mpi s1_ring s2_mpi s2_ring"
+  zsets() { case $1 in plain) echo "";; s1_*) echo "--set parallel.optimizer_shard=1 --set parallel.reduce_scatter=${1#s1_}";;
+            s2_*) echo "--set parallel.optimizer_shard=2 --set parallel.reduce_scatter=${1#s2_}";; esac; }
+  declare -A zall=()
+  for round in $(seq 1 "${ZERO_ROUNDS:-3}"); do
+    for m in $zmodes; do
+      log=$w/zero_$m$round
+      on_host 0 "${mpi[@]}" "$B/tessera" train "$w/zero_gpt.yaml" $(zsets $m) --set log.metrics="$log.jsonl" > "$log.log" 2>&1 \
+        || { echo "ZeRO $m: the job failed:"; tail -5 "$log.log"; }
+      read -r ms wt loss <<<"$(zstat "$log.jsonl")"
+      zall[$m]="${zall[$m]:-} $ms"
+      echo "ZeRO GPT on 2 hosts x 2, $m (round $round): median step $ms ms, comm_wait $wt ms, final loss $loss; $(grep -o 'optimizer_shard: .*' "$log.log" | head -1)"
+    done
+  done
+  /usr/bin/python3 -c '
+import sys, statistics
+med = {}
+for kv in sys.argv[1:]:
+    k, v = kv.split("=", 1)
+    x = [float(y) for y in v.split() if y != "n/a"]
+    med[k] = statistics.median(x) if x else float("nan")
+print("ZeRO GPT, medians of the rounds: " + ", ".join("%s %.1f ms" % (m, med[m]) for m in med))
+for s in ("s1", "s2"):
+    print("ZeRO stage %s: ring %.1f ms vs MPI reduce-scatter %.1f ms (%.2fx); vs plain data parallel %.2fx" % (s[1],
+          med[s + "_ring"], med[s + "_mpi"], med[s + "_mpi"] / med[s + "_ring"], med[s + "_ring"] / med["plain"]))' \
+    "plain=${zall[plain]}" "s1_mpi=${zall[s1_mpi]}" "s1_ring=${zall[s1_ring]}" "s2_mpi=${zall[s2_mpi]}" "s2_ring=${zall[s2_ring]}"
 fi

@@ -203,6 +203,25 @@ int ts_comm_hier_test(ts_comm_hier_req *r, int *done);
 int ts_comm_hier_wait(ts_comm_hier_req *r);
 void ts_comm_hier_req_free(ts_comm_hier_req *r);
 
+/* The ring reduce-scatter (src/comm/ring.c): the result of ts_comm_ireduce_scatter (send holds
+ * sum(counts) f32 elements, rank r gets block r reduced; uneven and zero counts; in place when
+ * recv == send + the rank's prefix sum of counts) by N - 1 steps of point-to-point messages
+ * around the ranks (each rank sends (N - 1) / N of the message once), where MPI's non-blocking
+ * one reduces the whole message up a binomial tree and scatters from rank 0. The steps are issued
+ * one after another as ts_comm_ring_test / ts_comm_ring_wait see each complete; every wait under
+ * the timeout. Its messages carry `tag` (0 <= tag < the watchdog's): every ring in flight on c at
+ * once needs its own, the same on every rank, and no other point-to-point traffic on c may use it
+ * (give the rings a communicator of their own, ts_comm_dup). The sum's order is the ring's,
+ * deterministic, not MPI's. send and recv belong to the request until it completes (send's other
+ * blocks are read, never written). TS_EDTYPE for another dtype or op than f32 sum or mean. */
+typedef struct ts_comm_ring_req ts_comm_ring_req;
+int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, ts_dtype dtype,
+                                 ts_reduce_op op, int tag, ts_comm_ring_req **out);
+int ts_comm_ring_test(ts_comm_ring_req *r, int *done);
+int ts_comm_ring_wait(ts_comm_ring_req *r);
+/* Frees r; one still in flight fails its communicator as ts_comm_req_free does. NULL is ignored. */
+void ts_comm_ring_req_free(ts_comm_ring_req *r);
+
 /* Chooses how the blocking collectives on c wait (allreduce, allgather(v), reduce_scatter(_block),
  * broadcast, alltoall(v), barrier, bf16/f16 reductions included; the results are those of the
  * polled path: bitwise for bf16/f16 and integers, and for f32 on 2 ranks; on 3 or more MPI's

@@ -43,6 +43,7 @@ typedef struct {
   int nparams, nready, pre_ready;
   ts_comm_req *req;
   ts_comm_hier_req *hreq; /* hierarchical mode: its non-blocking hierarchical all-reduce */
+  ts_comm_ring_req *rreq; /* ring mode: its ring reduce-scatter */
   int started, done;
   uint16_t *wire; /* bf16/f16 copy when compressing */
   size_t *counts; /* reduce-scatter mode: the ranks' parts (elements, in rank order) */
@@ -84,6 +85,8 @@ struct ts__buckets {
   /* staged mode (ts__buckets_stage) */
   int staged, blocking, accumulate;
   ts_comm_topo *hier; /* hierarchical mode: buckets all-reduced hierarchically over this topology */
+  ts_comm *ring;      /* ring mode (ts__buckets_set_ring): reduce-scattered around the ranks of this
+                         communicator (a dup of comm: the rings' tags are the bucket numbers) */
   int nslots;
   float **slot, **slot_out;   /* per slot: the staging buffer; with accumulation its reduced part */
   size_t *slot_len, *slot_part;
@@ -131,6 +134,8 @@ static void finish_bucket(ts__buckets *d, bucket *b, int how) {
   b->req = NULL;
   ts_comm_hier_req_free(b->hreq);
   b->hreq = NULL;
+  ts_comm_ring_req_free(b->rreq);
+  b->rreq = NULL;
   if (b->use_send && b->send >= 0) { /* its send slot free again */
     d->sowner[b->send] = -1;
     b->send = -1;
@@ -181,11 +186,22 @@ static int claim_send(ts__buckets *d, bucket *b) {
   return TS_OK;
 }
 
+/* Tests / waits for b's collective, whichever kind it is. */
+static int bucket_test(bucket *b, int *done) {
+  return b->hreq ? ts_comm_hier_test(b->hreq, done) : b->rreq ? ts_comm_ring_test(b->rreq, done) : ts_comm_test(b->req, done);
+}
+static int bucket_wait(bucket *b) {
+  return b->hreq ? ts_comm_hier_wait(b->hreq) : b->rreq ? ts_comm_ring_wait(b->rreq) : ts_comm_wait(b->req);
+}
+
 static int start_bucket(ts__buckets *d, bucket *b) {
   if (d->blocking) return reduce_now(d, b);
   b->started = 1;
   b->t_issue = ts_time_now();
   if (d->hier) return ts_comm_iallreduce_hier(d->hier, d->grads + b->off, b->len, TS_F32, d->op, &b->hreq);
+  if (d->nranks && d->ring) /* the bucket's number as the ring's tag: one ring per bucket in flight */
+    return ts_comm_ireduce_scatter_ring(d->ring, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, (int)(b - d->b),
+                                        &b->rreq);
   if (d->nranks) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   if (b->use_send) { /* OpenMPI picks ring / Rabenseifner only out of place */
     int rc = claim_send(d, b);
@@ -202,7 +218,10 @@ static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   if (d->prof) b->t_issue = ts_time_now();
   if (d->nranks) {
-    int rc = ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
+    int rc = d->ring ? ts_comm_ireduce_scatter_ring(d->ring, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op,
+                                                    (int)(b - d->b), &b->rreq)
+                     : ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
+    if (!rc && b->rreq) rc = ts_comm_ring_wait(b->rreq);
     if (!rc) finish_bucket(d, b, OBS_BLOCKING);
     return rc;
   }
@@ -380,6 +399,7 @@ void ts__buckets_free(ts__buckets *d) {
   for (int k = 0; k < d->nb; k++) {
     if (d->b[k].req) ts_comm_req_free(d->b[k].req);
     ts_comm_hier_req_free(d->b[k].hreq);
+    ts_comm_ring_req_free(d->b[k].rreq);
     free(d->b[k].wire);
     free(d->b[k].counts);
     free(d->b[k].pname);
@@ -431,7 +451,7 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track) {
                "\"bucket\":%d,\"params\":%d,\"elements\":%zu,\"dtype\":\"%s\",\"ranks\":%d,\"call\":\"%s\"%s,"
                "\"observed_at\":\"%s\"",
                first + k, b->nparams, b->len, ts_dtype_name(d->nranks ? TS_F32 : d->wire), ts_comm_size(d->comm), call,
-               d->hier ? ",\"algorithm\":\"hierarchical\"" : "", obs[h]);
+               d->hier ? ",\"algorithm\":\"hierarchical\"" : d->ring && d->nranks ? ",\"algorithm\":\"ring\"" : "", obs[h]);
       if (!(b->pargs[h] = strdup(a))) return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
     }
   }
@@ -556,6 +576,10 @@ void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t) {
   if (d && !d->nranks) d->hier = t; /* all-reduce mode only */
 }
 
+void ts__buckets_set_ring(ts__buckets *d, ts_comm *ring) {
+  if (d && d->nranks) d->ring = ring; /* reduce-scatter mode only */
+}
+
 void ts__buckets_set_mode(ts__buckets *d, int blocking, int accumulate) {
   d->blocking = blocking;
   d->accumulate = accumulate && d->slot_out;
@@ -617,7 +641,7 @@ static void claim_slots(ts__buckets *d, int node) {
       return;
     }
     if (!q->done) {
-      if (ts_comm_wait(q->req)) {
+      if (bucket_wait(q)) {
         fail(d);
         return;
       }
@@ -633,7 +657,7 @@ static void poll(ts__buckets *d) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;
     int done = 0;
-    if (b->hreq ? ts_comm_hier_test(b->hreq, &done) : ts_comm_test(b->req, &done)) {
+    if (bucket_test(b, &done)) {
       fail(d);
       return;
     }
@@ -666,7 +690,7 @@ int ts__buckets_finish(ts__buckets *d) {
   for (int k = 0; k < d->nb && !rc; k++) {
     bucket *b = &d->b[k];
     if (!b->started || b->done) continue;
-    rc = b->hreq ? ts_comm_hier_wait(b->hreq) : ts_comm_wait(b->req);
+    rc = bucket_wait(b);
     if (!rc) finish_bucket(d, b, OBS_WAIT);
   }
   for (int k = 0; k < d->nb && !rc; k++)

@@ -30,6 +30,10 @@ void ts__buckets_free(ts__buckets *d);
  * on a native communicator, and every bucket in blocking mode, by the blocking
  * ts_comm_allreduce_hier after backward). NULL: flat (the default). */
 void ts__buckets_set_hier(ts__buckets *d, ts_comm_topo *t);
+/* Reduce-scatter mode: every bucket reduce-scattered by the ring of point-to-point messages
+ * (ts_comm_ireduce_scatter_ring) on `ring`, a communicator of the same ranks as the buckets' own
+ * kept for the rings alone (its tags are the bucket numbers); not owned. NULL: MPI's. */
+void ts__buckets_set_ring(ts__buckets *d, ts_comm *ring);
 int ts__buckets_num_buckets(const ts__buckets *d);
 /* All-reduce mode, f32: bucket k (use[k] != 0) is all-reduced from a separate send buffer instead
  * of in place (OpenMPI's libnbc runs an in-place all-reduce as a binomial tree whatever the size;

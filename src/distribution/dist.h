@@ -77,6 +77,9 @@ typedef struct {
 } ts_grad_reducer_config;
 /* How a data-parallel group spanning several hosts reduces its buckets (parallel.allreduce). */
 enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2, TS_ALLREDUCE_FLAT_SEND = 3 };
+/* How optimizer sharding reduce-scatters its buckets (parallel.reduce_scatter): auto (the ring
+ * where the shard group spans hosts), MPI's, or the ring (ts_comm_ireduce_scatter_ring). */
+enum { TS_REDUCE_SCATTER_AUTO = 0, TS_REDUCE_SCATTER_MPI = 1, TS_REDUCE_SCATTER_RING = 2 };
 
 typedef struct ts_grad_reducer ts_grad_reducer;
 /* Collective over world: every rank calls it with a store of the same entries. g is the graph
@@ -147,6 +150,7 @@ typedef struct {
   int nfusion_splits;     /* 0: buckets by bucket_mb */
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
   int allreduce;          /* TS_ALLREDUCE_AUTO / FLAT / HIER: the buckets' reduction across hosts */
+  int reduce_scatter;     /* TS_REDUCE_SCATTER_*: optimizer sharding's bucket reduce-scatters */
   ts_allreduce_price_fn allreduce_price; /* auto: prices flat and hierarchical (NULL: flat) */
   char cluster[1024];     /* auto: the cluster description whose links decide (file or built-in) */
   int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */

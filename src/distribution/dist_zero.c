@@ -108,6 +108,7 @@ typedef struct {
   ts_comm *scomm;  /* the shard group's ranks: buckets reduce-scattered and all-gathered (comm if X == 1) */
   ts_comm *xcomm;  /* X > 1: the ranks at the same place of every shard group; parts all-reduced */
   int sowned;
+  ts_comm *rcomm;  /* parallel.reduce_scatter ring: a dup of scomm for the rings (NULL: MPI's) */
   ts__buckets *bk; /* without a communicator in dry runs (the layout only) */
   int nb, first;   /* its buckets: pt[first .. first + nb) */
   size_t S, P;     /* its sharded elements, this rank's parts of them */
@@ -117,6 +118,7 @@ typedef struct {
 
 struct ts__zero {
   int N, rank;     /* the base ranks and this rank's place */
+  char note[256];  /* how the buckets are reduce-scattered, where it is the ring (the start line) */
   ts_comm *base;   /* the job's world, or the pipeline stage's communicator (NULL: dry run) */
   int plain;       /* data_parallel: one group of every rank, every replicated parameter on all */
   size_t S, P, R;  /* sharded elements (of the rank's groups), this rank's parts, replicated elements */
@@ -201,6 +203,7 @@ static void zero_free_state(struct ts__zero *z) {
   free(z->rep_at);
   for (int k = 0; k < z->ng; k++) {
     ts__buckets_free(z->g[k].bk);
+    ts_comm_free(z->g[k].rcomm);
     if (z->g[k].sowned) ts_comm_free(z->g[k].scomm);
     ts_comm_free(z->g[k].xcomm);
     if (z->g[k].owned) ts_comm_free(z->g[k].comm);
@@ -236,6 +239,30 @@ static int is_sharded(const ts_dist *d, ts_params *p, int i) {
   return n > 0 && n * sizeof(float) >= d->cfg.shard_threshold_kb * 1024.0;
 }
 
+/* parallel.reduce_scatter for group G's buckets (collective over its shard group): the ring where
+ * forced, or under auto where the shard group spans several hosts (OpenMPI's non-blocking
+ * reduce-scatter reduces the whole bucket up a binomial tree and scatters it from one rank: on a
+ * link between hosts the ring's (N-1)/N of it, sent once, is what it costs); MPI's otherwise. */
+static int choose_reduce_scatter(ts_dist *d, struct ts__zero *z, zgroup *G) {
+  int mode = d->cfg.reduce_scatter, ring = mode == TS_REDUCE_SCATTER_RING, hosts = 1, rc;
+  if (!G->scomm || G->N < 2 || mode == TS_REDUCE_SCATTER_MPI) return TS_OK;
+  if (mode == TS_REDUCE_SCATTER_AUTO) {
+    ts_comm_topo *t = NULL;
+    if ((rc = ts_comm_topo_create(G->scomm, &t))) return ts_error_wrap(rc, "parallel.reduce_scatter: learning the hosts");
+    hosts = ts_comm_topo_num_hosts(t);
+    ts_comm_topo_free(t);
+    ring = hosts > 1;
+  }
+  if (!ring) return TS_OK;
+  if ((rc = ts_comm_dup(G->scomm, &G->rcomm))) return ts_error_wrap(rc, "parallel.reduce_scatter: the rings' communicator");
+  ts__buckets_set_ring(G->bk, G->rcomm);
+  if (!z->note[0]) /* the first group's (the start line) */
+    snprintf(z->note, sizeof z->note, "optimizer_shard: %d buckets reduce-scattered by a ring over %d ranks "
+             "(parallel.reduce_scatter %s)", G->nb, G->N, mode == TS_REDUCE_SCATTER_RING ? "ring" : "auto: the ranks span "
+             "several hosts");
+  return TS_OK;
+}
+
 /* Group k's buckets and this rank's part of each (in dry runs too: buckets without a
  * communicator). */
 static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
@@ -246,6 +273,7 @@ static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) 
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
   if (rc) return rc;
   G->nb = ts__buckets_num_buckets(G->bk);
+  if ((rc = choose_reduce_scatter(d, z, G))) return rc;
   G->first = z->nb;
   G->out = z->P;
   part *np = realloc(z->pt, sizeof *z->pt * ((size_t)z->nb + (size_t)G->nb + 1));
@@ -1348,10 +1376,7 @@ static const char *zero_params_note(const ts_dist *d) {
   return zof(d) && d->cfg.optimizer_shard >= 3 ? "cut over the ranks (optimizer_shard 3, below)" : NULL;
 }
 
-static const char *zero_note(const ts_dist *d) {
-  (void)d;
-  return "";
-}
+static const char *zero_note(const ts_dist *d) { return zof(d) ? zof(d)->note : ""; }
 
 void ts__sync_manifest_keys(const ts_dist_config *c, char *buf, size_t cap) {
   snprintf(buf, cap, "\"optimizer_shard\": %d, \"optimizer_shard_group\": %d", c->optimizer_shard, c->shard_group);

@@ -15,6 +15,7 @@ static const char *const parallel_names[] = {"stand_alone", "data_parallel", "se
                                              "auto_parallel", "hybrid_parallel", NULL};
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
 static const char *const allreduce_names[] = {"auto", "flat", "hierarchical", "flat_send", NULL};
+static const char *const reduce_scatter_names[] = {"auto", "mpi", "ring", NULL}; /* TS_REDUCE_SCATTER_* */
 static const char *const shard_names[] = {"off", "1", "2", "3", NULL};
 static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved_1f1b", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
@@ -260,6 +261,11 @@ const ts__cfg_key ts__cfg_keys[] = {
      "hierarchical (inside each host, between hosts, broadcast inside; f32, after backward); flat_send: "
      "flat from a separate send buffer (f32; MPI may then run a ring or Rabenseifner's algorithm); auto: "
      "the faster by the cost model of parallel.cluster's links, per bucket size (flat on one host)"},
+    {"parallel.reduce_scatter", CT_ENUM, FLD(parallel.reduce_scatter), "auto", reduce_scatter_names, 0, 0, 0, 0, 0,
+     "optimizer_shard's bucket reduce-scatters: mpi (MPI's non-blocking reduce-scatter: OpenMPI's is a "
+     "binomial reduce of the whole bucket to one rank and a scatter from it) or ring (point-to-point "
+     "messages around the ranks: each sends (N-1)/N of the bucket once); auto: ring where the shard "
+     "group spans several hosts, mpi on one"},
     {"parallel.overlap", CT_BOOL, FLD(parallel.overlap), "true", NULL, 0, 0, 0, 0, 0,
      "data_parallel: all-reduce each bucket as soon as its gradients are ready, during backward"},
     {"parallel.parameter_broadcast", CT_BOOL, FLD(parallel.parameter_broadcast), "false", NULL, 0, 0,

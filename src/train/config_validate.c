@@ -605,6 +605,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->gradients_mean = cfg->parallel.gradients_mean;
   out->overlap = cfg->parallel.overlap;
   out->allreduce = cfg->parallel.allreduce;
+  out->reduce_scatter = cfg->parallel.reduce_scatter;
   out->allreduce_price = allreduce_price;
   snprintf(out->cluster, sizeof out->cluster, "%s", cfg->parallel.cluster);
   out->sync_batchnorm = cfg->parallel.sync_batchnorm;

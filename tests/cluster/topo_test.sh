@@ -14,6 +14,9 @@
 #     predicted faster, the buckets are all-reduced from one (issue 32), and the job equals flat.
 #  3b. parallel.allreduce flat_send (every bucket from a separate send buffer) across the hosts and
 #     on one host: equal to flat within 1e-6 and to one process within 1e-5.
+#  3c. optimizer_shard 1 across the hosts: parallel.reduce_scatter auto reduce-scatters the buckets
+#     by the ring of point-to-point messages (the start line says so), mpi by MPI's; both equal one
+#     process within 1e-5 and each other within 1e-6; on one host auto keeps MPI's.
 #  4. test_topo (tests/comm/test_topo.c) on the 2 hosts: the topology's communicators and the
 #     hierarchical all-reduce against the exact sums and the flat all-reduce, the non-blocking one
 #     (several in flight, completing in different orders on different ranks) against both.
@@ -116,6 +119,26 @@ out=$(timeout 120 "$bin" launch -n 2 -- train "$tmp/mlp.yaml" --set parallel.all
 c=$(ls "$tmp/ck_send1"/*.safetensors 2>/dev/null | tail -1)
 if [ $rc = 0 ] && grep -q "over 2 ranks on 1 host: .*from a separate send buffer" <<<"$out" && r=$("$cmp" "$one" "$c" 1e-5 2>&1)
 then ok "flat_send on one host = one process within 1e-5"; else bad "flat_send on one host: exit $rc: $out $r"; fi
+
+# 3c. optimizer sharding's reduce-scatters across the hosts: auto takes the ring of point-to-point
+# messages (parallel.reduce_scatter), mpi MPI's; both = one process, and on one host auto keeps MPI's
+# (their checkpoints are sliced folders: merged into one file to compare)
+merged() { local d; d=$(ls -d "$tmp/ck_$1"/ckpt-* 2>/dev/null | tail -1)
+  [ -n "$d" ] && "$bin" ckpt merge "$d" -o "$tmp/$1.safetensors" >/dev/null 2>&1 && echo "$tmp/$1.safetensors"; }
+job zring --set parallel.optimizer_shard=1 --set parallel.optimizer_shard_threshold_kb=0; zring=$(merged zring)
+if [ $rc = 0 ] && grep -q "optimizer_shard: [0-9]* buckets reduce-scattered by a ring over 4 ranks (parallel.reduce_scatter auto: the ranks span several hosts)" <<<"$out"
+then ok "optimizer_shard 1 across the hosts: $(grep -o 'optimizer_shard: [0-9]* buckets[^)]*' <<<"$out"))"
+else bad "optimizer_shard 1, reduce_scatter auto, across the hosts: exit $rc: $out"; fi
+job zmpi --set parallel.optimizer_shard=1 --set parallel.optimizer_shard_threshold_kb=0 --set parallel.reduce_scatter=mpi; zmpi=$(merged zmpi)
+[ $rc = 0 ] && ! grep -q "reduce-scattered by a ring" <<<"$out" || bad "optimizer_shard 1, reduce_scatter mpi: exit $rc: $out"
+for c in "$zring" "$zmpi"; do
+  r=$("$cmp" "$one" "$c" 1e-5 2>&1) && ok "optimizer_shard 1 across the hosts ($(basename "$c" .safetensors)) = one process within 1e-5" \
+    || bad "optimizer_shard 1 across the hosts vs one process: $r"
+done
+r=$("$cmp" "$zmpi" "$zring" 1e-6 2>&1) && ok "ring reduce-scatter = MPI's within 1e-6: $r" || bad "ring vs MPI's reduce-scatter: $r"
+out=$(timeout 120 "$bin" launch -n 2 -- train "$tmp/mlp.yaml" --set parallel.optimizer_shard=1 2>&1); rc=$?
+[ $rc = 0 ] && ! grep -q "reduce-scattered by a ring" <<<"$out" && ok "optimizer_shard 1 on one host: MPI's reduce-scatter" \
+  || bad "optimizer_shard 1 on one host: exit $rc: $out"
 
 # 4. the comm layer's own test across the hosts
 if [ -n "$topo" ]; then

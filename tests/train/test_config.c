@@ -158,6 +158,7 @@ static const struct {
     {"parallel.comm_dtype", "bf16"},
     {"parallel.overlap", "false"},
     {"parallel.allreduce", "hierarchical"},
+    {"parallel.reduce_scatter", "ring"},
     {"parallel.parameter_broadcast", "true"},
     {"parallel.sync_batchnorm", "true"},
     {"parallel.comm_timeout", "30"},

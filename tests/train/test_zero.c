@@ -7,8 +7,9 @@
  * state each rank holds is its chunk of the sharded parameters plus the replicated ones (summed
  * over the ranks: the sharded ones once, the replicated ones on every rank). A checkpoint saved
  * under optimizer_shard 1 after 6 steps resumes under plain data parallel (and one saved under
- * plain data parallel resumes sharded) and continues as the uninterrupted run does. The layouts
- * it does not implement are refused naming the key.
+ * plain data parallel resumes sharded) and continues as the uninterrupted run does. Stages 1, 2
+ * and 3 with the buckets reduce-scattered by the ring (parallel.reduce_scatter ring) against plain
+ * data parallel alike. The layouts it does not implement are refused naming the key.
  * The runs read the first Fashion-MNIST samples, the ones train_limit and test_limit take, from
  * plain files rank 0 writes once (ts_test_fashion_mnist_shared), not the whole set each run. */
 #include <stdlib.h>
@@ -280,6 +281,8 @@ static void grad_memory(ts_comm *w) {
       /* recompute: the arena is small next to the gradients, so one planned while they were not yet
        * bound to their slots would show (measured above predicted) */
       {"stage 3, all sharded, recompute full", {path, "parallel.optimizer_shard=3", t0, "model.recompute=full"}, 4, 3, 0, 0},
+      {"stage 3, all sharded, ring reduce-scatter", {path, "parallel.optimizer_shard=3", t0, "parallel.reduce_scatter=ring"},
+       4, 3, 0, 0},
   };
   const int nc = (int)(sizeof cs / sizeof cs[0]);
   gcase base[2], c;
@@ -400,6 +403,12 @@ int main(int argc, char **argv) {
                 "parallel.optimizer_shard_threshold_kb=4", s2);
   compare_stage(w, "stage 2: mlp adamw, accum 2, no overlap", "mlp", "adamw", acc2, "parallel.overlap=false", NULL, s2);
   compare_stage(w, "stage 2: mlp adamw, no accumulation", "mlp", "adamw", NULL, NULL, NULL, s2);
+  /* the buckets reduce-scattered by the ring of point-to-point messages (parallel.reduce_scatter
+   * ring; auto takes it across hosts: tests/cluster/topo_test.sh) instead of MPI's: stages 1 and
+   * 2 (with accumulation) here, 3 in grad_memory */
+  const char *ring = "parallel.reduce_scatter=ring";
+  compare(w, "ring reduce-scatter: mlp adamw, all sharded", "mlp", "adamw", NULL, ring, t0);
+  compare_stage(w, "ring reduce-scatter: stage 2, accum 2", "mlp", "adamw", acc2, ring, t0, s2);
   grad_memory(w);
   resume(w, "adamw: saved sharded, resumed plain", "adamw", "parallel.optimizer_shard=1", NULL);
   resume(w, "momentum: saved plain, resumed sharded", "momentum", NULL, "parallel.optimizer_shard=1");

@@ -1,0 +1,163 @@
+/* The ring reduce-scatter (issue 32): OpenMPI's non-blocking reduce-scatter (coll/libnbc) is a
+ * binomial reduce to rank 0 followed by a linear scatter from it, whatever the size and whether
+ * in place or not: every round carries the whole message, and rank 0 sends every part out. A
+ * ring of N ranks sends each rank's part once around instead: N - 1 steps, in step k rank r
+ * passes the partial sum of block (r - k - 1) mod N to rank r + 1 and receives block
+ * (r - k - 2) mod N from rank r - 1, adds its own contribution to it and passes that on; after
+ * the last step it holds the whole sum of its own block. Each rank sends (N - 1) / N of the
+ * message over one link, once, which is what a link-bound cluster wants.
+ *
+ * Built on the communicator's point-to-point calls (isend/irecv/test/wait: every wait under the
+ * timeout): nothing of MPI's here. The steps advance as the request is tested; the partial sums
+ * live in two scratch buffers of the largest block (one received into while the other is sent).
+ * The sum's order is the ring's: rank r's block is ((r+1) + (r+2) + ... + (r-1)) + r, in f32;
+ * bitwise the same on every run, not MPI's order. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/comm.h"
+
+struct ts_comm_ring_req {
+  ts_comm *c;
+  const float *send;
+  float *recv;
+  size_t *counts, *displs; /* n each */
+  int n, rank, tag, step;  /* step: the one in flight (n - 1: done) */
+  ts_reduce_op op;
+  float *tmp[2];
+  ts_comm_req *sreq, *rreq;
+  int err;
+  char errmsg[512];
+};
+
+static int blk(const ts_comm_ring_req *r, int k) { return ((k % r->n) + r->n) % r->n; }
+
+static int ring_fail(ts_comm_ring_req *r, int rc) {
+  r->err = rc;
+  snprintf(r->errmsg, sizeof r->errmsg, "ring reduce-scatter (f32, %d ranks), step %d of %d: %s", r->n, r->step + 1,
+           r->n - 1, ts_last_error());
+  return rc;
+}
+
+/* Issues step k: the partial of block (rank - k - 1) to the next rank (the rank's own data at
+ * step 0, else the partial the last step made), block (rank - k - 2) from the one before. */
+static int issue(ts_comm_ring_req *r, int k) {
+  int sb = blk(r, r->rank - k - 1), rb = blk(r, r->rank - k - 2);
+  const float *src = k == 0 ? r->send + r->displs[sb] : r->tmp[(k - 1) % 2];
+  int rc = ts_comm_irecv(r->c, r->tmp[k % 2], r->counts[rb], TS_F32, blk(r, r->rank - 1), r->tag, &r->rreq);
+  if (!rc) rc = ts_comm_isend(r->c, src, r->counts[sb], TS_F32, blk(r, r->rank + 1), r->tag, &r->sreq);
+  return rc;
+}
+
+/* Step r->step has completed: its block gets the rank's own contribution (the last step's, the
+ * rank's own block, lands in recv, a MEAN divided there). */
+static void absorb(ts_comm_ring_req *r) {
+  int k = r->step, rb = blk(r, r->rank - k - 2);
+  const float *own = r->send + r->displs[rb];
+  float *acc = r->tmp[k % 2];
+  size_t m = r->counts[rb];
+  if (k < r->n - 2) {
+    for (size_t i = 0; i < m; i++) acc[i] += own[i];
+    return;
+  }
+  float inv = r->op == TS_REDUCE_MEAN ? 1.0f / (float)r->n : 1.0f;
+  for (size_t i = 0; i < m; i++) r->recv[i] = r->op == TS_REDUCE_MEAN ? (acc[i] + own[i]) * inv : acc[i] + own[i];
+}
+
+/* Advances r without waiting. */
+static int advance(ts_comm_ring_req *r) {
+  while (!r->err && r->step < r->n - 1) {
+    int ds = 0, dr = 0, rc = ts_comm_test(r->rreq, &dr);
+    if (!rc) rc = ts_comm_test(r->sreq, &ds);
+    if (rc) return ring_fail(r, rc);
+    if (!dr || !ds) return TS_OK;
+    ts_comm_req_free(r->rreq);
+    ts_comm_req_free(r->sreq);
+    r->rreq = r->sreq = NULL;
+    absorb(r);
+    if (++r->step < r->n - 1 && (rc = issue(r, r->step))) return ring_fail(r, rc);
+  }
+  return r->err;
+}
+
+void ts_comm_ring_req_free(ts_comm_ring_req *r) {
+  if (!r) return;
+  ts_comm_req_free(r->rreq); /* in flight: its communicator is marked failed (ts_comm_req_free) */
+  ts_comm_req_free(r->sreq);
+  free(r->tmp[0]);
+  free(r->counts);
+  free(r);
+}
+
+int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, ts_dtype dtype,
+                                 ts_reduce_op op, int tag, ts_comm_ring_req **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_comm_ireduce_scatter_ring: request pointer is NULL");
+  *out = NULL;
+  if (!c || !counts || (!send && !recv))
+    return ts_error_set(TS_EINVAL, "ring reduce-scatter: NULL communicator, counts or buffers");
+  if (dtype != TS_F32 || (op != TS_REDUCE_SUM && op != TS_REDUCE_MEAN))
+    return ts_error_set(TS_EDTYPE, "ring reduce-scatter: %s %s (f32 sum or mean only)", ts_dtype_name(dtype),
+                        ts_reduce_op_name(op));
+  ts_comm_ring_req *r = calloc(1, sizeof *r);
+  int n = ts_comm_size(c);
+  if (r) r->counts = malloc(sizeof(size_t) * 2 * (size_t)n);
+  if (!r || !r->counts) {
+    free(r);
+    return ts_error_set(TS_ENOMEM, "ring reduce-scatter: out of memory");
+  }
+  r->c = c, r->send = send, r->recv = recv, r->n = n, r->rank = ts_comm_rank(c), r->tag = tag, r->op = op;
+  r->displs = r->counts + n;
+  size_t big = 0, at = 0;
+  for (int i = 0; i < n; i++) {
+    r->counts[i] = counts[i], r->displs[i] = at;
+    at += counts[i];
+    if (counts[i] > big) big = counts[i];
+  }
+  if (n > 1 && !(r->tmp[0] = malloc(sizeof(float) * 2 * (big ? big : 1)))) {
+    ts_comm_ring_req_free(r);
+    return ts_error_set(TS_ENOMEM, "ring reduce-scatter: cannot allocate 2 x %zu floats", big);
+  }
+  r->tmp[1] = r->tmp[0] + (big ? big : 1);
+  if (n == 1) { /* the rank's block is the result */
+    const float *own = r->send;
+    float *dst = r->recv;
+    if (dst != own) memmove(dst, own, sizeof(float) * counts[0]);
+    *out = r;
+    return TS_OK;
+  }
+  int rc = issue(r, 0);
+  if (rc) {
+    ts_comm_ring_req_free(r);
+    return rc;
+  }
+  *out = r;
+  return TS_OK;
+}
+
+int ts_comm_ring_test(ts_comm_ring_req *r, int *done) {
+  if (!r || !done) return ts_error_set(TS_EINVAL, "ts_comm_ring_test: NULL argument");
+  *done = 0;
+  if (r->err) return ts_error_set(r->err, "%s", r->errmsg);
+  int rc = r->n > 1 ? advance(r) : TS_OK;
+  if (rc) return ts_error_set(rc, "%s", r->errmsg);
+  *done = r->n == 1 || r->step == r->n - 1;
+  return TS_OK;
+}
+
+int ts_comm_ring_wait(ts_comm_ring_req *r) {
+  if (!r) return ts_error_set(TS_EINVAL, "ts_comm_ring_wait: request is NULL");
+  for (;;) {
+    int done = 0, rc = ts_comm_ring_test(r, &done);
+    if (rc || done) return rc;
+    /* the step's receive, then its send (each under the timeout) */
+    if (r->rreq && (rc = ts_comm_wait(r->rreq))) {
+      ring_fail(r, rc);
+      return ts_error_set(rc, "%s", r->errmsg);
+    }
+    if (r->sreq && (rc = ts_comm_wait(r->sreq))) {
+      ring_fail(r, rc);
+      return ts_error_set(rc, "%s", r->errmsg);
+    }
+  }
+}

@@ -1,0 +1,110 @@
+/* The ring reduce-scatter (src/comm/ring.c) against the exact sums and against MPI's
+ * reduce-scatter: uneven counts (zero blocks included), in place and out of place, sum and mean,
+ * several rings in flight at once on one communicator (their own tags), tested in different
+ * orders on different ranks and waited in reverse; sums of small integers, exact in f32, so
+ * every order of summation gives the same bits. Refusals (dtype, op). Runs as one process and
+ * under mpirun -n 2, 3 and 4. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "tessera/comm.h"
+
+/* Element i of rank r's send buffer: small integers (exact sums). */
+static float val(int r, size_t i) { return (float)((int)(i % 13) - 6 + 3 * r); }
+
+static void counts_for(int N, size_t n, int variant, size_t *c) {
+  for (int r = 0; r < N; r++)
+    c[r] = variant == 0 ? n / N + (r < (int)(n % N)) : variant == 1 ? (r % 2 ? 0 : n / N + r) : (size_t)r * n / 3 + 1;
+}
+
+static void check_ring(ts_comm *w, size_t n, int variant, int inplace, ts_reduce_op op) {
+  int N = ts_comm_size(w), R = ts_comm_rank(w);
+  size_t *c = malloc(sizeof(size_t) * (size_t)N), tot = 0, at = 0;
+  counts_for(N, n, variant, c);
+  for (int r = 0; r < N; r++) {
+    if (r < R) at += c[r];
+    tot += c[r];
+  }
+  float *s = malloc(sizeof(float) * (tot + 1)), *o = malloc(sizeof(float) * (c[R] + 1)), *m = malloc(sizeof(float) * (c[R] + 1));
+  for (size_t i = 0; i < tot; i++) s[i] = val(R, i);
+  /* MPI's result first (its buffers apart) */
+  CHECK_OK(ts_comm_reduce_scatter(w, s, m, c, TS_F32, op));
+  float *dst = inplace ? s + at : o;
+  ts_comm_ring_req *q = NULL;
+  CHECK_OK(ts_comm_ireduce_scatter_ring(w, s, dst, c, TS_F32, op, 7, &q));
+  CHECK_OK(ts_comm_ring_wait(q));
+  int done = 0;
+  CHECK_OK(ts_comm_ring_test(q, &done));
+  CHECK(done);
+  ts_comm_ring_req_free(q);
+  int bad = 0;
+  for (size_t i = 0; i < c[R]; i++) {
+    double want = 0;
+    for (int r = 0; r < N; r++) want += val(r, at + i);
+    if (op == TS_REDUCE_MEAN) want = (float)want * (1.0f / (float)N);
+    if (dst[i] != (float)want || (op == TS_REDUCE_SUM && dst[i] != m[i])) bad++;
+  }
+  if (bad) printf("rank %d: ring reduce-scatter n=%zu variant %d %s %s: %d of %zu wrong\n", R, n, variant,
+                  inplace ? "in place" : "out of place", ts_reduce_op_name(op), bad, c[R]);
+  CHECK(bad == 0);
+  free(s), free(o), free(m), free(c);
+}
+
+/* Several rings in flight at once (tags 0..K-1), advanced by tests in a rank-dependent order and
+ * waited in reverse. */
+static void check_many(ts_comm *w) {
+  enum { K = 4 };
+  int N = ts_comm_size(w), R = ts_comm_rank(w);
+  size_t n = 1000, *c = malloc(sizeof(size_t) * (size_t)N), at = 0;
+  counts_for(N, n, 0, c);
+  for (int r = 0; r < R; r++) at += c[r];
+  float *s[K], *o[K];
+  ts_comm_ring_req *q[K];
+  for (int k = 0; k < K; k++) {
+    s[k] = malloc(sizeof(float) * n);
+    o[k] = malloc(sizeof(float) * (c[R] + 1));
+    for (size_t i = 0; i < n; i++) s[k][i] = val(R, i) + (float)k;
+    CHECK_OK(ts_comm_ireduce_scatter_ring(w, s[k], o[k], c, TS_F32, TS_REDUCE_SUM, k, &q[k]));
+  }
+  for (int pass = 0; pass < 3; pass++)
+    for (int k = 0; k < K; k++) {
+      int done = 0;
+      CHECK_OK(ts_comm_ring_test(q[(k + R) % K], &done));
+    }
+  for (int k = K - 1; k >= 0; k--) CHECK_OK(ts_comm_ring_wait(q[k]));
+  for (int k = 0; k < K; k++) {
+    int bad = 0;
+    for (size_t i = 0; i < c[R]; i++) {
+      double want = 0;
+      for (int r = 0; r < N; r++) want += val(r, at + i) + k;
+      bad += o[k][i] != (float)want;
+    }
+    CHECK(bad == 0);
+    ts_comm_ring_req_free(q[k]);
+    free(s[k]), free(o[k]);
+  }
+  free(c);
+}
+
+int main(int argc, char **argv) {
+  CHECK_OK(ts_comm_init(&argc, &argv));
+  ts_comm *w = NULL;
+  CHECK_OK(ts_comm_world(&w));
+  size_t sizes[] = {1, 7, 1000, 65537};
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+    for (int variant = 0; variant < 3; variant++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (int op = 0; op < 2; op++) check_ring(w, sizes[z], variant, inplace, op ? TS_REDUCE_MEAN : TS_REDUCE_SUM);
+  check_many(w);
+  /* refusals: another dtype or op, no request pointer */
+  size_t c1[64];
+  for (int i = 0; i < 64; i++) c1[i] = 1;
+  uint16_t h[64];
+  ts_comm_ring_req *q = NULL;
+  CHECK(ts_comm_ireduce_scatter_ring(w, h, h, c1, TS_BF16, TS_REDUCE_SUM, 0, &q) == TS_EDTYPE && !q);
+  float f[64];
+  CHECK(ts_comm_ireduce_scatter_ring(w, f, f, c1, TS_F32, TS_REDUCE_MAX, 0, &q) == TS_EDTYPE && !q);
+  CHECK(ts_comm_ireduce_scatter_ring(w, f, f, c1, TS_F32, TS_REDUCE_SUM, 0, NULL) == TS_EINVAL);
+  return ts_test_finish_job("test_ring");
+}
