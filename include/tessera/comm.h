@@ -217,6 +217,12 @@ void ts_comm_hier_req_free(ts_comm_hier_req *r);
 typedef struct ts_comm_ring_req ts_comm_ring_req;
 int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, ts_dtype dtype,
                                  ts_reduce_op op, int tag, ts_comm_ring_req **out);
+/* The ring all-gather: ts_comm_iallgatherv's result (rank r's counts[r] elements of send land at
+ * displs[r] of recv on every rank; displs NULL: packed; in place when send == recv + displs[rank]
+ * or send is NULL) by N - 1 steps around the ranks, each block passed on from its place in recv
+ * (each rank sends (N - 1)/N of the whole once); any dtype; tags and communicator as above. */
+int ts_comm_iallgatherv_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs,
+                             ts_dtype dtype, int tag, ts_comm_ring_req **out);
 int ts_comm_ring_test(ts_comm_ring_req *r, int *done);
 int ts_comm_ring_wait(ts_comm_ring_req *r);
 /* Frees r; one still in flight fails its communicator as ts_comm_req_free does. NULL is ignored. */

@@ -11,7 +11,10 @@
  * timeout): nothing of MPI's here. The steps advance as the request is tested; the partial sums
  * live in two scratch buffers of the largest block (one received into while the other is sent).
  * The sum's order is the ring's: rank r's block is ((r+1) + (r+2) + ... + (r-1)) + r, in f32;
- * bitwise the same on every run, not MPI's order. */
+ * bitwise the same on every run, not MPI's order.
+ *
+ * The ring all-gather the same way: in step k rank r passes block (r - k) on to r + 1 and receives
+ * block (r - k - 1) from r - 1, each straight from and into its place in the result. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,9 @@
 
 struct ts_comm_ring_req {
   ts_comm *c;
+  int gather;              /* the all-gather (else the reduce-scatter) */
+  size_t esize;            /* the all-gather's element bytes */
+  ts_dtype dtype;
   const float *send;
   float *recv;
   size_t *counts, *displs; /* n each */
@@ -35,14 +41,27 @@ static int blk(const ts_comm_ring_req *r, int k) { return ((k % r->n) + r->n) % 
 
 static int ring_fail(ts_comm_ring_req *r, int rc) {
   r->err = rc;
-  snprintf(r->errmsg, sizeof r->errmsg, "ring reduce-scatter (f32, %d ranks), step %d of %d: %s", r->n, r->step + 1,
-           r->n - 1, ts_last_error());
+  snprintf(r->errmsg, sizeof r->errmsg, "ring %s (%d ranks), step %d of %d: %s", r->gather ? "all-gather" : "reduce-scatter",
+           r->n, r->step + 1, r->n - 1, ts_last_error());
+  return rc;
+}
+
+/* The all-gather's step k: block (rank - k) to the next rank, block (rank - k - 1) from the one
+ * before, each straight from / into its place in recv. */
+static int issue_gather(ts_comm_ring_req *r, int k) {
+  int sb = blk(r, r->rank - k), rb = blk(r, r->rank - k - 1);
+  char *base = (char *)r->recv;
+  int rc = ts_comm_irecv(r->c, base + r->displs[rb] * r->esize, r->counts[rb], r->dtype, blk(r, r->rank - 1), r->tag,
+                         &r->rreq);
+  if (!rc)
+    rc = ts_comm_isend(r->c, base + r->displs[sb] * r->esize, r->counts[sb], r->dtype, blk(r, r->rank + 1), r->tag, &r->sreq);
   return rc;
 }
 
 /* Issues step k: the partial of block (rank - k - 1) to the next rank (the rank's own data at
  * step 0, else the partial the last step made), block (rank - k - 2) from the one before. */
 static int issue(ts_comm_ring_req *r, int k) {
+  if (r->gather) return issue_gather(r, k);
   int sb = blk(r, r->rank - k - 1), rb = blk(r, r->rank - k - 2);
   const float *src = k == 0 ? r->send + r->displs[sb] : r->tmp[(k - 1) % 2];
   int rc = ts_comm_irecv(r->c, r->tmp[k % 2], r->counts[rb], TS_F32, blk(r, r->rank - 1), r->tag, &r->rreq);
@@ -53,6 +72,7 @@ static int issue(ts_comm_ring_req *r, int k) {
 /* Step r->step has completed: its block gets the rank's own contribution (the last step's, the
  * rank's own block, lands in recv, a MEAN divided there). */
 static void absorb(ts_comm_ring_req *r) {
+  if (r->gather) return; /* received in place */
   int k = r->step, rb = blk(r, r->rank - k - 2);
   const float *own = r->send + r->displs[rb];
   float *acc = r->tmp[k % 2];
@@ -127,6 +147,36 @@ int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const
     return TS_OK;
   }
   int rc = issue(r, 0);
+  if (rc) {
+    ts_comm_ring_req_free(r);
+    return rc;
+  }
+  *out = r;
+  return TS_OK;
+}
+
+int ts_comm_iallgatherv_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs,
+                             ts_dtype dtype, int tag, ts_comm_ring_req **out) {
+  if (!out) return ts_error_set(TS_EINVAL, "ts_comm_iallgatherv_ring: request pointer is NULL");
+  *out = NULL;
+  if (!c || !counts || !recv) return ts_error_set(TS_EINVAL, "ring all-gather: NULL communicator, counts or buffer");
+  ts_comm_ring_req *r = calloc(1, sizeof *r);
+  int n = ts_comm_size(c);
+  if (r) r->counts = malloc(sizeof(size_t) * 2 * (size_t)n);
+  if (!r || !r->counts) {
+    free(r);
+    return ts_error_set(TS_ENOMEM, "ring all-gather: out of memory");
+  }
+  r->c = c, r->gather = 1, r->esize = ts_dtype_size(dtype), r->dtype = dtype, r->recv = recv, r->n = n, r->rank = ts_comm_rank(c);
+  r->tag = tag, r->displs = r->counts + n;
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    r->counts[i] = counts[i], r->displs[i] = displs ? displs[i] : at;
+    at += counts[i];
+  }
+  char *mine = (char *)recv + r->displs[r->rank] * r->esize;
+  if (send && (const char *)send != mine) memmove(mine, send, counts[r->rank] * r->esize);
+  int rc = n > 1 ? issue(r, 0) : TS_OK;
   if (rc) {
     ts_comm_ring_req_free(r);
     return rc;

@@ -160,6 +160,7 @@ struct ts__zero {
   int *rd_start, *rd;    /* CSR: node -> the buckets it is the first live reader of */
   int *ag_order;         /* nb: the buckets by their first reader */
   ts_comm_req **agreq;   /* nb: in flight */
+  ts_comm_ring_req **agring; /* nb: in flight, gathered by the ring (the group's rcomm) */
   double *ag_t0;         /* nb: issued at (profiling) */
   size_t *agdispl;       /* nb x N: the parts' displacements, per bucket */
   int ag_pending;        /* some all-gather is in flight */
@@ -196,6 +197,8 @@ static void zero_free_state(struct ts__zero *z) {
   free(z->rd);
   free(z->ag_order);
   free(z->agreq);
+  for (int k = 0; z->agring && k < z->nb; k++) ts_comm_ring_req_free(z->agring[k]);
+  free(z->agring);
   free(z->ag_t0);
   free(z->agdispl);
   ts__gather_free(z->gt);
@@ -619,6 +622,8 @@ static void ag_done(struct ts__zero *z, int k) {
   }
   ts_comm_req_free(z->agreq[k]);
   z->agreq[k] = NULL;
+  ts_comm_ring_req_free(z->agring[k]);
+  z->agring[k] = NULL;
 }
 
 static void ag_fail(struct ts__zero *z) {
@@ -629,9 +634,9 @@ static void ag_fail(struct ts__zero *z) {
 }
 
 static void ag_wait(struct ts__zero *z, int k) {
-  if (!z->agreq[k]) return;
+  if (!z->agreq[k] && !z->agring[k]) return;
   double t0 = ts_time_now();
-  if (ts_comm_wait(z->agreq[k])) ag_fail(z);
+  if (z->agring[k] ? ts_comm_ring_wait(z->agring[k]) : ts_comm_wait(z->agreq[k])) ag_fail(z);
   z->ag_wait_s += ts_time_now() - t0;
   ag_done(z, k);
 }
@@ -654,8 +659,8 @@ static void zero_hook(const ts_hook_info *e, void *user) {
       int left = 0;
       for (int j = 0; j < z->nb; j++) {
         int k = z->ag_order[j], done = 0;
-        if (!z->agreq[k]) continue;
-        if (ts_comm_test(z->agreq[k], &done)) ag_fail(z);
+        if (!z->agreq[k] && !z->agring[k]) continue;
+        if (z->agring[k] ? ts_comm_ring_test(z->agring[k], &done) : ts_comm_test(z->agreq[k], &done)) ag_fail(z);
         if (done) ag_done(z, k);
         else left = 1;
       }
@@ -677,9 +682,10 @@ static int plan_prefetch(ts_dist *d, struct ts__zero *z) {
   z->rd = malloc(sizeof(int) * ((size_t)z->nb + 1));
   z->ag_order = malloc(sizeof(int) * ((size_t)z->nb + 1));
   z->agreq = calloc((size_t)z->nb + 1, sizeof *z->agreq);
+  z->agring = calloc((size_t)z->nb + 1, sizeof *z->agring);
   z->ag_t0 = calloc((size_t)z->nb + 1, sizeof(double));
   z->agdispl = malloc(sizeof(size_t) * ((size_t)z->nb * (size_t)z->N + 1));
-  if (!first || !bof || !z->rd_start || !z->rd || !z->ag_order || !z->agreq || !z->ag_t0 || !z->agdispl) {
+  if (!first || !bof || !z->rd_start || !z->rd || !z->ag_order || !z->agreq || !z->agring || !z->ag_t0 || !z->agdispl) {
     free(first);
     free(bof);
     return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
@@ -1076,9 +1082,14 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
     for (int j = 0; j < z->nb && !rc; j++) {
       int k = z->ag_order[j];
       const part *q = &z->pt[k];
+      const zgroup *G = &z->g[q->grp];
       z->ag_t0[k] = ts_time_now(); /* also while the profiler is off: it may start before they complete */
-      rc = ts_comm_iallgatherv(z->g[q->grp].scomm, params + q->flat + q->lo, params + q->flat, q->counts,
-                               z->agdispl + (size_t)k * (size_t)z->N, TS_F32, &z->agreq[k]);
+      if (G->rcomm) /* the ring too (parallel.reduce_scatter): tags after the reduce-scatters' */
+        rc = ts_comm_iallgatherv_ring(G->rcomm, NULL, params + q->flat, q->counts, z->agdispl + (size_t)k * (size_t)z->N,
+                                      TS_F32, G->nb + (k - G->first), &z->agring[k]);
+      else
+        rc = ts_comm_iallgatherv(G->scomm, params + q->flat + q->lo, params + q->flat, q->counts,
+                                 z->agdispl + (size_t)k * (size_t)z->N, TS_F32, &z->agreq[k]);
     }
     z->ag_pending = 1;
     z->settle_p = d->r.params;

@@ -264,8 +264,8 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"parallel.reduce_scatter", CT_ENUM, FLD(parallel.reduce_scatter), "auto", reduce_scatter_names, 0, 0, 0, 0, 0,
      "optimizer_shard's bucket reduce-scatters: mpi (MPI's non-blocking reduce-scatter: OpenMPI's is a "
      "binomial reduce of the whole bucket to one rank and a scatter from it) or ring (point-to-point "
-     "messages around the ranks: each sends (N-1)/N of the bucket once); auto: ring where the shard "
-     "group spans several hosts, mpi on one"},
+     "messages around the ranks: each sends (N-1)/N of the bucket once; the updated parameters' "
+     "all-gather then a ring too); auto: ring where the shard group spans several hosts, mpi on one"},
     {"parallel.overlap", CT_BOOL, FLD(parallel.overlap), "true", NULL, 0, 0, 0, 0, 0,
      "data_parallel: all-reduce each bucket as soon as its gradients are ready, during backward"},
     {"parallel.parameter_broadcast", CT_BOOL, FLD(parallel.parameter_broadcast), "false", NULL, 0, 0,

@@ -1,8 +1,9 @@
-/* The ring reduce-scatter (src/comm/ring.c) against the exact sums and against MPI's
- * reduce-scatter: uneven counts (zero blocks included), in place and out of place, sum and mean,
+/* The ring reduce-scatter and all-gather (src/comm/ring.c). The reduce-scatter against the exact
+ * sums and against MPI's reduce-scatter: uneven counts (zero blocks included), in place and out of place, sum and mean,
  * several rings in flight at once on one communicator (their own tags), tested in different
  * orders on different ranks and waited in reverse; sums of small integers, exact in f32, so
- * every order of summation gives the same bits. Refusals (dtype, op). Runs as one process and
+ * every order of summation gives the same bits. The all-gather against MPI's allgatherv (blocks
+ * with gaps between them, in place and apart, f32 and bf16). Refusals (dtype, op). Runs as one process and
  * under mpirun -n 2, 3 and 4. */
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,33 @@ static void check_ring(ts_comm *w, size_t n, int variant, int inplace, ts_reduce
   free(s), free(o), free(m), free(c);
 }
 
+/* The ring all-gather: every block at its place (gaps between the blocks untouched), in place or
+ * from a separate buffer, f32 and bf16-sized elements, against MPI's allgatherv. */
+static void check_gather(ts_comm *w, size_t n, int variant, int inplace, ts_dtype dt) {
+  int N = ts_comm_size(w), R = ts_comm_rank(w);
+  size_t *c = malloc(sizeof(size_t) * (size_t)N), *dsp = malloc(sizeof(size_t) * (size_t)N), at = 0;
+  counts_for(N, n, variant, c);
+  for (int r = 0; r < N; r++) dsp[r] = at, at += c[r] + 1; /* a gap of one element after each block */
+  size_t es = ts_dtype_size(dt);
+  unsigned char *o = malloc(at * es + 1), *m = malloc(at * es + 1), *s = malloc(c[R] * es + 1);
+  memset(o, 0xAB, at * es);
+  memset(m, 0xAB, at * es);
+  for (size_t i = 0; i < c[R] * es; i++) s[i] = (unsigned char)(R * 31 + i * 7);
+  CHECK_OK(ts_comm_allgatherv(w, s, m, c, dsp, dt));
+  if (inplace) memcpy(o + dsp[R] * es, s, c[R] * es);
+  ts_comm_ring_req *q = NULL;
+  CHECK_OK(ts_comm_iallgatherv_ring(w, inplace ? o + dsp[R] * es : s, o, c, dsp, dt, 3, &q));
+  CHECK_OK(ts_comm_ring_wait(q));
+  ts_comm_ring_req_free(q);
+  int bad = memcmp(o, m, at * es) != 0;
+  for (int r = 0; r < N && !bad; r++)
+    for (size_t i = 0; i < c[r] * es; i++) bad |= o[dsp[r] * es + i] != (unsigned char)(r * 31 + i * 7);
+  if (bad) printf("rank %d: ring all-gather n=%zu variant %d %s %s wrong\n", R, n, variant, inplace ? "in place" : "apart",
+                  ts_dtype_name(dt));
+  CHECK(!bad);
+  free(o), free(m), free(s), free(c), free(dsp);
+}
+
 /* Several rings in flight at once (tags 0..K-1), advanced by tests in a rank-dependent order and
  * waited in reverse. */
 static void check_many(ts_comm *w) {
@@ -96,6 +124,10 @@ int main(int argc, char **argv) {
     for (int variant = 0; variant < 3; variant++)
       for (int inplace = 0; inplace < 2; inplace++)
         for (int op = 0; op < 2; op++) check_ring(w, sizes[z], variant, inplace, op ? TS_REDUCE_MEAN : TS_REDUCE_SUM);
+  for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+    for (int variant = 0; variant < 3; variant++)
+      for (int inplace = 0; inplace < 2; inplace++)
+        for (int d16 = 0; d16 < 2; d16++) check_gather(w, sizes[z], variant, inplace, d16 ? TS_BF16 : TS_F32);
   check_many(w);
   /* refusals: another dtype or op, no request pointer */
   size_t c1[64];
