@@ -14,6 +14,8 @@
 #     predicted faster, the buckets are all-reduced from one (issue 32), and the job equals flat.
 #  3b. parallel.allreduce flat_send (every bucket from a separate send buffer) across the hosts and
 #     on one host: equal to flat within 1e-6 and to one process within 1e-5.
+#  3d. auto priced on a calibration `tessera calibrate` makes in the test across the hosts: the
+#     start line's choice is the cheapest of its own predictions, and the job equals one process.
 #  3c. optimizer_shard 1 across the hosts: parallel.reduce_scatter auto reduce-scatters the buckets
 #     by the ring of point-to-point messages (the start line says so), mpi by MPI's; both equal one
 #     process within 1e-5 and each other within 1e-6; on one host auto keeps MPI's.
@@ -119,6 +121,30 @@ out=$(timeout 120 "$bin" launch -n 2 -- train "$tmp/mlp.yaml" --set parallel.all
 c=$(ls "$tmp/ck_send1"/*.safetensors 2>/dev/null | tail -1)
 if [ $rc = 0 ] && grep -q "over 2 ranks on 1 host: .*from a separate send buffer" <<<"$out" && r=$("$cmp" "$one" "$c" 1e-5 2>&1)
 then ok "flat_send on one host = one process within 1e-5"; else bad "flat_send on one host: exit $rc: $out $r"; fi
+
+# 3d. auto on a calibration made here: `tessera calibrate` across the 2 hosts (flat in place, from
+# a send buffer and hierarchical, measured), then a job pricing its buckets on it: the start line's
+# choice is the cheapest of its own predictions (hierarchical iff below both flat ones; flat from a
+# send buffer for some bucket only where it was measured), and the job = one process
+export TESSERA_CLUSTER_CACHE=$tmp/cluster-cache.yaml # not the machine's own "local" calibration
+cal=$(on_host 0 timeout 120 mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile" "$bin" calibrate -o "$tmp/cal.yaml" 2>&1); crc=$?
+if [ $crc = 0 ] && grep -q "^flat_allreduce_send_bw: [1-9]" "$tmp/cal.yaml" && grep -q "^nodes: 2" "$tmp/cal.yaml"; then
+  job auto_cal --set parallel.cluster="$tmp/cal.yaml"; acal=$ck
+  line=$(grep -o 'buckets all-reduced.*' <<<"$out" | head -1)
+  if [ $rc = 0 ] && python3 - "$line" <<'PY'
+import re, sys
+l = sys.argv[1]
+m = re.search(r"predicted ([0-9.e+-]+) ms hierarchical vs ([0-9.e+-]+) ms flat on cluster \S+?(?:\)|;)", l)
+h, f = float(m.group(1)), float(m.group(2))
+s = re.search(r"flat from a separate send buffer ([0-9.e+-]+) ms: ([0-9]+) of ([0-9]+) buckets", l)
+hier = l.startswith("buckets all-reduced hierarchically")
+if hier != (h < min(f, float(s.group(1)) if s else f)): sys.exit("choice %s against h %g f %g s %s" % (hier, h, f, s and s.group(1)))
+if not hier and not s: sys.exit("flat without the send buffer's price: " + l)
+PY
+  then ok "auto on a calibration made here: $line"
+  else bad "auto on the test's calibration: exit $rc: $line $out"; fi
+  r=$("$cmp" "$one" "$acal" 1e-5 2>&1) && ok "auto on the calibration = one process within 1e-5" || bad "auto on the calibration vs one process: $r"
+else bad "tessera calibrate across the hosts: exit $crc: $cal $(cat "$tmp/cal.yaml" 2>&1 | head -30)"; fi
 
 # 3c. optimizer sharding's reduce-scatters across the hosts: auto takes the ring of point-to-point
 # messages (parallel.reduce_scatter), mpi MPI's; both = one process, and on one host auto keeps MPI's
