@@ -27,6 +27,7 @@
 #             data parallel: interleaved rounds (ZERO_ROUNDS, 3), median step and comm_wait.
 # Each step fits in a quiet window of under 6 minutes (run them one by one under
 # /work/shared/bin/quiet on a shared machine). Needs root.
+# CLUSTER_HOSTS=4: 4 hosts x 1 rank instead of 2 x 2 (every rank's link its own).
 # Usage: bench/cluster_bench.sh BUILD_DIR [RATE] [REPS] [STEPS]   e.g. build 1gbit 5 calibrate,allreduce
 #        DIR: $CLUSTER_BENCH_DIR (default /tmp/tessera-cluster-bench), kept between runs.
 set -u
@@ -38,10 +39,13 @@ dir=${CLUSTER_BENCH_DIR:-/tmp/tessera-cluster-bench}
 mkdir -p "$dir"
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tests/cluster/lib.sh"
-cluster_up 2 2
+# CLUSTER_HOSTS (2 or 4): 2 hosts x 2 ranks (default) or 4 hosts x 1 rank; 4 ranks either way
+hosts=${CLUSTER_HOSTS:-2}
+case $hosts in 2|4) ;; *) echo "CLUSTER_HOSTS is 2 or 4"; exit 2;; esac
+cluster_up "$hosts" $((4 / hosts))
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-cluster_shape 0 "$rate" && cluster_shape 1 "$rate" || { echo "cannot shape the links"; exit 1; }
-echo "# links of both hosts: $(ip netns exec "${cl_ns[0]}" tc qdisc show dev eth0 | head -1); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((i = 0; i < hosts; i++)); do cluster_shape $i "$rate" || { echo "cannot shape the links"; exit 1; }; done
+echo "# $hosts hosts x $((4 / hosts)) ranks; links of every host: $(ip netns exec "${cl_ns[0]}" tc qdisc show dev eth0 | head -1); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 w=$cl_dir/work; mkdir -p "$w"
 export TESSERA_CLUSTER_CACHE=$w/cluster-local.yaml # not the machine's own "local" calibration
 mpi=(mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile")
@@ -193,7 +197,7 @@ print(float(m.group(1)) * {'':1,'k':1e3,'m':1e6,'g':1e9}[m.group(2)] / (8 if m.g
         [ $m = local ] && [ "$gb" -gt 0 ] 2>/dev/null && grad=$gb # the gradients (no send slots on one host)
         how=$(grep -o 'buckets all-reduced.*' "$log.log" | head -1 | cut -c1-200)
         [ $m = local ] && how="one host, shared memory"
-        echo "DP $model on 2 hosts x 2, parallel.allreduce $m (round $round): median step $ms ms, comm_wait $wt ms; $how"
+        echo "DP $model on $hosts hosts x $((4 / hosts)), parallel.allreduce $m (round $round): median step $ms ms, comm_wait $wt ms; $how"
       done
     done
     # the bound: compute (the one-host step) + a ring all-reduce of the gradients at the link's
@@ -250,7 +254,7 @@ print('%.1f %.1f %.6f' % (statistics.median(r['step_ms'] for r in s), statistics
         || { echo "ZeRO $m: the job failed:"; tail -5 "$log.log"; }
       read -r ms wt loss <<<"$(zstat "$log.jsonl")"
       zall[$m]="${zall[$m]:-} $ms"
-      echo "ZeRO GPT on 2 hosts x 2, $m (round $round): median step $ms ms, comm_wait $wt ms, final loss $loss; $(grep -o 'optimizer_shard: .*' "$log.log" | head -1)"
+      echo "ZeRO GPT on $hosts hosts x $((4 / hosts)), $m (round $round): median step $ms ms, comm_wait $wt ms, final loss $loss; $(grep -o 'optimizer_shard: .*' "$log.log" | head -1)"
     done
   done
   /usr/bin/python3 -c '

@@ -47,6 +47,10 @@ typedef struct {
   /* the same flat all-reduce from a separate send buffer (the gradients copied first): OpenMPI may
    * then run a ring or Rabenseifner's algorithm where in place it runs a binomial tree */
   double flat_allreduce_send_latency, flat_allreduce_send_bw;
+  /* the hierarchical all-reduce as the gradient buckets run it (non-blocking, its three steps
+   * chained as each completes: ts_comm_iallreduce_hier), measured whole over nodes x
+   * devices_per_node: hier_allreduce_latency + bytes / hier_allreduce_bw (0: priced from the parts) */
+  double hier_allreduce_latency, hier_allreduce_bw;
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s

@@ -55,6 +55,11 @@ static const field fields[] = {
     F(flat_allreduce_send_bw, 2, OPT_ZERO | OPT_ABSENT,
       "bytes/s of the flat all-reduce from a separate send buffer, its copy included, as measured (0: not measured: "
       "never chosen)"),
+    F(hier_allreduce_latency, 2, OPT_ZERO | OPT_ABSENT,
+      "latency of the hierarchical all-reduce over nodes x devices_per_node as the buckets run it (non-blocking, "
+      "chained), measured whole, s"),
+    F(hier_allreduce_bw, 2, OPT_ZERO | OPT_ABSENT,
+      "bytes/s of that hierarchical all-reduce as measured (0: priced from the parts: intra_*, inter_*, intra_bcast_*)"),
 };
 #undef F
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -72,9 +77,9 @@ static const field fields[] = {
  * to fit it: the table checks them. */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
-                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
-                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* The cache `tessera calibrate` writes for "local": $TESSERA_CLUSTER_CACHE, else
  * $XDG_CACHE_HOME/tessera/cluster-local.yaml, else ~/.cache/tessera/cluster-local.yaml. */
@@ -341,6 +346,8 @@ double ts_cluster_allreduce_flat_send(const ts_cluster *c, int hosts, int local,
 }
 
 double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes) {
+  if (c->hier_allreduce_bw > 0 && hosts == c->nodes && local == c->devices_per_node)
+    return c->hier_allreduce_latency + bytes / c->hier_allreduce_bw; /* as it runs, measured */
   double bl = c->intra_bcast_bw > 0 ? c->intra_bcast_latency : c->intra_latency;
   double bb = c->intra_bcast_bw > 0 ? c->intra_bcast_bw : c->intra_bw;
   int rl = log2_up(local), rh = log2_up(hosts);

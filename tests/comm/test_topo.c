@@ -54,7 +54,16 @@ static void test_cost(void) {
   CHECK(ts_cluster_allreduce_hier(&c, 2, 2, b) < ts_cluster_allreduce_flat(&c, 2, 2, b));
   c.flat_allreduce_bw = 1e9;
   CHECK(ts_cluster_allreduce_flat(&c, 2, 2, b) < ts_cluster_allreduce_hier(&c, 2, 2, b));
+  /* the hierarchical one measured whole as the buckets run it (chained): its line, on the
+   * calibrated layout only, and the choice follows it */
+  c.hier_allreduce_latency = 3e-4;
+  c.hier_allreduce_bw = 2e9;
+  CHECK(fabs(ts_cluster_allreduce_hier(&c, 2, 2, b) - (3e-4 + b / 2e9)) < 1e-12);
+  CHECK(ts_cluster_allreduce_hier(&c, 2, 2, b) < ts_cluster_allreduce_flat(&c, 2, 2, b));
+  h = 4 * in4 + 4 * (1e-5 + b / link4) + 2 * (3e-6 + b / 2e10); /* another layout: the parts' formula */
+  CHECK(fabs(ts_cluster_allreduce_hier(&c, 4, 4, b) - h) < 1e-9 * h);
   c.flat_allreduce_latency = c.flat_allreduce_bw = c.intra_bcast_latency = c.intra_bcast_bw = 0;
+  c.hier_allreduce_latency = c.hier_allreduce_bw = 0;
   /* links between hosts as fast as inside: flat wins; 8 ranks a host behind a slow link: hierarchical */
   c.inter_bw = c.intra_bw;
   c.inter_latency = c.intra_latency;
