@@ -487,14 +487,19 @@ static int search(const ts_autoparallel_job *job, int N, const ts_cluster *cl, t
   free(order);
   if (rc) return rc;
   int out_of_time = pg.out_of_time, done_n = pg.done_n;
-  /* Megatron's sequence parallelism, searched: the best plan's twin with it (its activations
-   * between the tensor-parallel blocks cut by tp, the reduce-scatters and all-gathers priced as
-   * the all-reduces they replace, the gathers again in backward), taken when it is at least as
-   * fast (then the less memory). parallel.sequence_parallel true gives it to every plan instead. */
-  if (*best >= 0 && out[*best].fits && out[*best].megatron && out[*best].tp > 1 && !out[*best].sp &&
-      out[*best].cp <= 1 && !out_of_time && *nout < cap) {
+  /* Megatron's sequence parallelism, searched: the twin with it of the best plan with Megatron's
+   * tensor-parallel cuts (its activations between the tensor-parallel blocks cut by tp, the
+   * reduce-scatters and all-gathers priced as the all-reduces they replace, the gathers again in
+   * backward), taken when it is at least as fast as the best of all (then the less memory).
+   * parallel.sequence_parallel true gives it to every plan instead. */
+  int bm = -1;
+  for (int i = 0; i < *nout; i++)
+    if (out[i].priced && out[i].fits && out[i].megatron && out[i].tp > 1 && !out[i].sp && out[i].cp <= 1 &&
+        (bm < 0 || better(&out[i], &out[bm])))
+      bm = i;
+  if (bm >= 0 && !out_of_time && *nout < cap) {
     ts_autoplan *t = &out[(*nout)++];
-    *t = out[*best];
+    *t = out[bm];
     t->sp = 1;
     t->priced = t->fits = 0;
     t->why[0] = 0;

@@ -7,7 +7,10 @@
  *                            slice that is not one run of the global numbering (cut in a dim
  *                            after the first: sequence parallelism's (batch, sequence/t, hidden))
  *                            is runs of `run` elements, run k numbered from offset + k * stride
- *                            (run 0: the whole tensor is one run)
+ *                            (run 0: the whole tensor is one run); group, gstride: cut in two
+ *                            dims after the first ((batch, sequence/c, hidden/t)), the runs come
+ *                            in groups of `group`, run k numbered from offset + (k / group) *
+ *                            gstride + (k % group) * stride (group 0: no groups)
  *
  * The mask is regenerated from Philox(seed, step, element index) by the kernel (see
  * kernels/dropout.h), so the gradient is another DROPOUT node with the same attributes applied to
@@ -37,6 +40,10 @@ static int infer_dropout(ts_graph *g, ts__node *n, ts_dtype *odt, ts_shape *osh)
   if (run < 0 || (run > 0 && (stride < run || ts_shape_numel(&x->shape) % run)))
     return ts__graph_fail(g, TS_EINVAL, "dropout: runs of %lld elements %lld apart do not tile %s", (long long)run,
                           (long long)stride, ts__vstr(g, n->in[0], b, sizeof b));
+  int64_t grp = ts_attr_dropout_group(&n->a), gst = ts_attr_dropout_gstride(&n->a);
+  if (grp < 0 || (grp > 0 && (run == 0 || gst < grp * stride || (ts_shape_numel(&x->shape) / run) % grp)))
+    return ts__graph_fail(g, TS_EINVAL, "dropout: groups of %lld runs %lld apart do not tile %s", (long long)grp,
+                          (long long)gst, ts__vstr(g, n->in[0], b, sizeof b));
   odt[0] = x->dtype;
   osh[0] = x->shape;
   return TS_OK;

@@ -303,7 +303,11 @@ static int emit_node(ts_parallel *p, int ni) {
       /* the slice's first element in the global numbering; cut in a dim k > 0 (sequence
        * parallelism: (batch, sequence/t, hidden)) it is runs over dims k.. (the dims after k
        * uncut), one per index of dims 0..k-1, run j starting j * (the global size of dims k..)
-       * further (exact when dims 1..k-1 are uncut; else refused) */
+       * further (exact when dims 1..k-1 are uncut); cut in two dims a < k after the first
+       * ((batch, sequence/c, hidden/t)), the runs come in groups, one per index of dims 0..a-1,
+       * of the local size of dims a..k-1 runs each: group i starts i * (the global size of dims
+       * a..) further (exact when the dims between are uncut); a third cut after the first is
+       * refused */
       const ts_layout *l = &ns->req[0];
       const ts_shape *gs = &p->v[nd->in[0]].gs;
       ts_layout_offsets(l, gs, p->rank, off);
@@ -313,15 +317,18 @@ static int emit_node(ts_parallel *p, int ni) {
         st *= gs->dims[d];
       }
       ts_attr_set_dropout_offset(&a, ts_attr_dropout_offset(&nd->a) + o);
-      int last = -1;
-      for (int d = 0; d < gs->ndim; d++)
-        if (l->tmap[d] >= 0 && l->dev[l->tmap[d]] > 1) last = d;
+      int last = -1, first = -1, ncut = 0;
+      for (int d = 1; d < gs->ndim; d++)
+        if (l->tmap[d] >= 0 && l->dev[l->tmap[d]] > 1) {
+          if (first < 0) first = d;
+          last = d;
+          ncut++;
+        }
+      if (ncut > 2)
+        return ts_error_set(TS_EUNSUPPORTED, "parallel: operator '%s' (dropout): cut in %d dims after the first of %d; "
+                            "a dropout input may be cut in dim 0 and two other dims", ns->key, ncut, gs->ndim);
       if (last > 0) {
-        for (int d = 1; d < last; d++)
-          if (l->tmap[d] >= 0 && l->dev[l->tmap[d]] > 1)
-            return ts_error_set(TS_EUNSUPPORTED, "parallel: operator '%s' (dropout): cut in dims %d and %d of %d; "
-                                "a dropout input may be cut in dim 0 and one other dim", ns->key, d, last, gs->ndim);
-        int64_t run = 1, stride = 1;
+        int64_t run = 1, stride = 1, grp = 1, gst = 1;
         for (int d = last; d < gs->ndim; d++) {
           int64_t c = l->tmap[d] >= 0 ? l->dev[l->tmap[d]] : 1;
           run *= gs->dims[d] / c;
@@ -329,6 +336,15 @@ static int emit_node(ts_parallel *p, int ni) {
         }
         ts_attr_set_dropout_run(&a, run);
         ts_attr_set_dropout_stride(&a, stride);
+        if (ncut == 2) { /* groups over dims first..last-1 (the rank's sizes), one per index before */
+          for (int d = first; d < gs->ndim; d++) {
+            int64_t c = l->tmap[d] >= 0 ? l->dev[l->tmap[d]] : 1;
+            if (d < last) grp *= gs->dims[d] / c;
+            gst *= gs->dims[d];
+          }
+          ts_attr_set_dropout_group(&a, grp);
+          ts_attr_set_dropout_gstride(&a, gst);
+        }
       }
       break;
     }

@@ -102,15 +102,16 @@ assert sys.argv[2] != 'sharding_propagation' or s['fc2.dense']['inputs'] == [[2,
   else bad "$m on $n ranks, $mode (exit $rc, cuts '$cuts'): $(paste "$tmp/$tag.txt" "$tmp/$m.one.txt" | tr '\n' ';') $out"; fi
 done
 
-# the outer search on that cluster picks a plan with searched cuts (tensor x pipeline) for the GPT
-# on 4 ranks; it trains as one process does
+# the outer search on that cluster picks a tensor-parallel plan for the GPT on 4 ranks: searched
+# cuts, or (since the twin of the best Megatron plan is priced with sequence parallelism whichever
+# plan is best) Megatron's with SP, 3% faster there; it trains as one process does
 run plan "$tmp/gpt.yaml" -n 4 --cluster "$tmp/slow.yaml" --search
 chosen=$(echo "$out" | grep '^chosen:')
 mpi_job 4
 out=$(timeout 300 "${mpi[@]}" "$bin" train "$tmp/gpt.yaml" --set parallel.mode=auto_parallel --set parallel.cluster="$tmp/slow.yaml" \
       --set log.metrics="$tmp/outer.jsonl" 2>&1); rc=$?
 losses "$tmp/outer.jsonl" > "$tmp/outer.txt" 2>/dev/null
-if [ $rc = 0 ] && echo "$chosen" | grep -q "tp=[24].*cuts=search" && same "$tmp/outer.txt" "$tmp/gpt.one.txt" 1e-5; then
+if [ $rc = 0 ] && echo "$chosen" | grep -qE "tp=[24].*(cuts=search|cuts=megatron,sp=1)" && same "$tmp/outer.txt" "$tmp/gpt.one.txt" 1e-5; then
   ok "auto_parallel's outer search on 4 ranks: ${chosen%%:*}: ${chosen#*: }" | cut -c1-160
   ok "  and it trains as one process ($(tr '\n' ' ' < "$tmp/outer.txt"))"
 else bad "outer search: rc $rc, '$chosen': $(paste "$tmp/outer.txt" "$tmp/gpt.one.txt" | tr '\n' ';') $out"; fi

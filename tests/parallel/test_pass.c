@@ -247,7 +247,27 @@ static void test_shard_api(void) {
   printf("ts_shard: MindSpore's MatMul.shard(((1,1),(1,2))) on the operator; bad texts refused\n");
 }
 
+/* Dropout cut in three dims after the first: refused naming the op (one and two: test_pass_mpi's
+ * numerics). */
+static void test_dropout_cuts(void) {
+  /* a third cut after the first: refused naming the op */
+  model m;
+  CHECK_OK(ts_graph_create(&m.g));
+  CHECK_OK(ts_params_create(&m.p));
+  ts_val gx = ts_input(m.g, "x", TS_F32, ts_shape4(2, 4, 4, 4));
+  ts_val u = ts_relu(m.g, gx);
+  CHECK_OK(ts_shard(m.g, u, "((1,2,2,2),)"));
+  ts_val y = ts_dropout(m.g, u, 0.5f, 77);
+  m.loss = ts_sum(m.g, y, 15, 0);
+  ts_parallel_config pc = {.ndevices = 8, .rank = 0, .dataset_cut = 1};
+  ts_parallel *pp = NULL;
+  EXPECT_ERR(ts_parallel_run(m.g, m.p, &m.loss, 1, NULL, &pc, &pp), TS_EUNSUPPORTED, "dropout", "cut in 3 dims after the first");
+  model_free(&m);
+  printf("dropout cut in three dims after the first: refused\n");
+}
+
 int main(void) {
+  test_dropout_cuts();
   test_shard_api();
   test_keys();
   test_reshape_rule();

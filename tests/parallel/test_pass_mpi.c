@@ -6,7 +6,9 @@
  *     tensor-parallel N and (4 ranks) tensor-parallel 2 x data-parallel 2;
  *   - the same model with no strategy at all (data parallel through the pass);
  *   - the convnet with output-channel-split convolutions (batch-norm cut by channels, the flatten
- *     carrying the cut into a row-parallel classifier), and data parallel (SyncBatchNorm).
+ *     carrying the cut into a row-parallel classifier), and data parallel (SyncBatchNorm);
+ *   - dropout over a tensor cut in one or two dims after the first: each rank's mask = its slice
+ *     of the whole tensor's.
  * Parameter memory per rank is measured from the rank's store. */
 #include <math.h>
 #include <stdio.h>
@@ -190,12 +192,78 @@ static int64_t run_parallel(const char *what, kind k, ts_strategy_set *set, int 
   return bytes;
 }
 
+/* Dropout cut in one or two dims after the first (sequence x hidden, batch x hidden, ...), taking
+ * its input's cut: every rank's mask (its graph run with the pass's communicators) equals its
+ * slice of the whole tensor's dropout on one process: the pass's offset, runs and groups of runs
+ * number the slice as in the whole tensor. */
+static void test_dropout_cuts(void) {
+  const char *c2[] = {"((1,2,1),)", "((1,1,2),)", "((2,1,1),)"};
+  const char *c4[] = {"((1,2,2),)", "((2,1,2),)", "((1,4,1),)", "((2,2,1),)", "((1,1,4),)", "((4,1,1),)"};
+  const char **cuts = N == 4 ? c4 : c2;
+  int ncut = N == 4 ? 6 : N == 2 ? 3 : 0;
+  const int64_t B = 4, T = 8, H = 12, n = B * T * H;
+  float *x = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+  for (int64_t i = 0; i < n; i++) x[i] = 1.0f + (float)(i % 7);
+  for (int c = 0; c < ncut; c++) {
+    ts_graph *g;
+    ts_params *gp;
+    CHECK_OK(ts_graph_create(&g));
+    CHECK_OK(ts_params_create(&gp));
+    ts_val gx = ts_input(g, "x", TS_F32, ts_shape3(B, T, H));
+    ts_val u = ts_relu(g, gx); /* cut by its strategy; dropout follows its input's cut */
+    CHECK_OK(ts_shard(g, u, cuts[c]));
+    ts_val y = ts_dropout(g, u, 0.5f, 77);
+    ts_val loss = ts_sum(g, y, 7, 0);
+    ts_plan *pl = NULL; /* the whole tensor on one process */
+    CHECK_OK(ts_plan_create(g, &y, 1, &pl));
+    CHECK_OK(ts_plan_bind(pl, gx, x));
+    CHECK_OK(ts_plan_run(pl, 3));
+    memcpy(want, ts_plan_data(pl, y), sizeof(float) * n);
+    ts_plan_free(pl);
+    ts_parallel_config pc = {.ndevices = N, .rank = R, .dataset_cut = 1};
+    ts_parallel *pp = NULL;
+    CHECK_OK(ts_parallel_run(g, gp, &loss, 1, NULL, &pc, &pp));
+    ts_graph *lg = ts_parallel_graph(pp);
+    ts_val lx = ts_parallel_value(pp, gx), ly = ts_parallel_value(pp, y);
+    ts_shape gs, ls = ts_val_shape(lg, ly);
+    const ts_layout *l = ts_parallel_layout(pp, y, &gs);
+    int64_t off[TS_MAX_DIMS] = {0};
+    CHECK(l != NULL);
+    if (l) CHECK_OK(ts_layout_offsets(l, &gs, R, off));
+    CHECK_OK(ts_plan_create(lg, &ly, 1, &pl));
+    int ns = ts_parallel_num_slots(pp);
+    ts_comm **comms = calloc((size_t)ns + 1, sizeof *comms);
+    CHECK_OK(ts_dist_slot_comms(pp, world, pl, comms));
+    CHECK_OK(ts_plan_bind(pl, lx, x)); /* the input whole (dataset_cut 1): sliced in the graph */
+    CHECK_OK(ts_plan_run(pl, 3));
+    const float *got = ts_plan_data(pl, ly);
+    int bad = 0;
+    for (int64_t b = 0; b < ls.dims[0]; b++)
+      for (int64_t t = 0; t < ls.dims[1]; t++)
+        for (int64_t h = 0; h < ls.dims[2]; h++)
+          bad += got[(b * ls.dims[1] + t) * ls.dims[2] + h] != want[((b + off[0]) * T + t + off[1]) * H + h + off[2]];
+    CHECK_MSG(bad == 0, "rank %d: dropout cut %s: %d of %lld elements differ from one process's", R, cuts[c], bad,
+              (long long)ts_shape_numel(&ls));
+    for (int s = 0; s < ns; s++) ts_comm_free(comms[s]);
+    free(comms);
+    ts_plan_free(pl);
+    ts_parallel_free(pp);
+    ts_graph_free(g);
+    ts_params_free(gp);
+  }
+  free(x);
+  free(want);
+  if (R == 0 && ncut) printf("dropout cut %d ways in one or two dims after the first (%d cuts): every rank's mask = its slice "
+                             "of one process's\n", N, ncut);
+}
+
 int main(int argc, char **argv) {
   CHECK_OK(ts_comm_init(&argc, &argv));
   CHECK_OK(ts_comm_world(&world));
   R = ts_comm_rank(world);
   N = ts_comm_size(world);
   ts_threads_set(1);
+  test_dropout_cuts();
 
   double gl[K_STEPS], cl[K_STEPS];
   model gref, cref;
