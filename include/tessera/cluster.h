@@ -51,6 +51,11 @@ typedef struct {
    * chained as each completes: ts_comm_iallreduce_hier), measured whole over nodes x
    * devices_per_node: hier_allreduce_latency + bytes / hier_allreduce_bw (0: priced from the parts) */
   double hier_allreduce_latency, hier_allreduce_bw;
+  /* optimizer sharding's bucket reduce-scatter over nodes x devices_per_node as measured whole
+   * (0: not measured): MPI's non-blocking one (in place), and the ring of point-to-point steps
+   * (ts_comm_ireduce_scatter_ring) */
+  double reduce_scatter_latency, reduce_scatter_bw;
+  double reduce_scatter_ring_latency, reduce_scatter_ring_bw;
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s

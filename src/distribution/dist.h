@@ -62,6 +62,11 @@ extern "C" {
  * (ts_cluster_allreduce_flat / _hier: distribution/ does not depend on planner/). */
 typedef int (*ts_allreduce_price_fn)(const char *cluster, int hosts, int local, double bytes, double *flat, double *hier,
                                      double *flat_send, char *name, size_t cap);
+/* Seconds of MPI's and of the ring's reduce-scatter of a `bytes` buffer over `hosts` hosts of
+ * `local` ranks as measured on the cluster description (HUGE_VAL: not measured), and its name;
+ * the planner's ts_cluster_reduce_scatter_measured, passed in by the trainer. */
+typedef int (*ts_reduce_scatter_price_fn)(const char *cluster, int hosts, int local, double bytes, double *mpi,
+                                          double *ring, char *name, size_t cap);
 
 typedef struct {
   double bucket_mb; /* bucket size in MiB (<= 0: TS_BUCKET_MB_DEFAULT) */
@@ -151,6 +156,7 @@ typedef struct {
   ts_dtype wire;          /* gradient dtype on the wire: f32, bf16, f16 */
   int allreduce;          /* TS_ALLREDUCE_AUTO / FLAT / HIER: the buckets' reduction across hosts */
   int reduce_scatter;     /* TS_REDUCE_SCATTER_*: optimizer sharding's bucket reduce-scatters */
+  ts_reduce_scatter_price_fn reduce_scatter_price; /* auto: the measured prices (NULL: the hosts rule) */
   ts_allreduce_price_fn allreduce_price; /* auto: prices flat and hierarchical (NULL: flat) */
   char cluster[1024];     /* auto: the cluster description whose links decide (file or built-in) */
   int lamb;               /* the optimizer needs whole-parameter norms (refused where sliced) */

@@ -243,26 +243,42 @@ static int is_sharded(const ts_dist *d, ts_params *p, int i) {
 }
 
 /* parallel.reduce_scatter for group G's buckets (collective over its shard group): the ring where
- * forced, or under auto where the shard group spans several hosts (OpenMPI's non-blocking
- * reduce-scatter reduces the whole bucket up a binomial tree and scatters it from one rank: on a
- * link between hosts the ring's (N-1)/N of it, sent once, is what it costs); MPI's otherwise. */
+ * forced; under auto where the shard group spans several hosts, the one the cluster description
+ * (parallel.cluster) measured faster for a bucket of bucket_size_mb on this layout (tessera
+ * calibrate), or without such figures the ring (OpenMPI's non-blocking reduce-scatter reduces the
+ * whole bucket up a binomial tree and scatters it from one rank: on a link between hosts the
+ * ring's (N-1)/N of it, sent once, is what it costs); MPI's on one host. */
 static int choose_reduce_scatter(ts_dist *d, struct ts__zero *z, zgroup *G) {
-  int mode = d->cfg.reduce_scatter, ring = mode == TS_REDUCE_SCATTER_RING, hosts = 1, rc;
+  int mode = d->cfg.reduce_scatter, ring = mode == TS_REDUCE_SCATTER_RING, rc;
+  char why[200] = "ring";
   if (!G->scomm || G->N < 2 || mode == TS_REDUCE_SCATTER_MPI) return TS_OK;
   if (mode == TS_REDUCE_SCATTER_AUTO) {
     ts_comm_topo *t = NULL;
     if ((rc = ts_comm_topo_create(G->scomm, &t))) return ts_error_wrap(rc, "parallel.reduce_scatter: learning the hosts");
-    hosts = ts_comm_topo_num_hosts(t);
+    int hosts = ts_comm_topo_num_hosts(t), uniform = ts_comm_topo_uniform(t);
     ts_comm_topo_free(t);
     ring = hosts > 1;
+    snprintf(why, sizeof why, "auto: the ranks span several hosts");
+    double mpi = HUGE_VAL, rg = HUGE_VAL, mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
+    char cname[64] = "";
+    const char *cl = d->cfg.cluster[0] ? d->cfg.cluster : "local";
+    if (ring && uniform && d->cfg.reduce_scatter_price &&
+        !d->cfg.reduce_scatter_price(cl, hosts, G->N / hosts, mb * 1048576.0, &mpi, &rg, cname, sizeof cname) &&
+        isfinite(mpi) && isfinite(rg)) {
+      ring = rg < mpi;
+      snprintf(why, sizeof why, "auto: a %.3g MiB bucket measured %.3g ms by the ring vs %.3g ms MPI's on cluster %s", mb,
+               rg * 1e3, mpi * 1e3, cname);
+      if (!ring && !z->note[0])
+        snprintf(z->note, sizeof z->note, "optimizer_shard: %d buckets reduce-scattered by MPI's over %d ranks "
+                 "(parallel.reduce_scatter %s)", G->nb, G->N, why);
+    }
   }
   if (!ring) return TS_OK;
   if ((rc = ts_comm_dup(G->scomm, &G->rcomm))) return ts_error_wrap(rc, "parallel.reduce_scatter: the rings' communicator");
   ts__buckets_set_ring(G->bk, G->rcomm);
   if (!z->note[0]) /* the first group's (the start line) */
     snprintf(z->note, sizeof z->note, "optimizer_shard: %d buckets reduce-scattered by a ring over %d ranks "
-             "(parallel.reduce_scatter %s)", G->nb, G->N, mode == TS_REDUCE_SCATTER_RING ? "ring" : "auto: the ranks span "
-             "several hosts");
+             "(parallel.reduce_scatter %s)", G->nb, G->N, why);
   return TS_OK;
 }
 

@@ -60,6 +60,10 @@ double ts_cluster_coll_time(const ts_cluster *c, ts_cost_coll kind, int group, i
  * log2 rounds up. */
 double ts_cluster_allreduce_flat(const ts_cluster *c, int hosts, int local, double bytes);
 double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, double bytes);
+/* Seconds of optimizer sharding's reduce-scatter of a `bytes` buffer over `hosts` hosts of `local`
+ * ranks as `tessera calibrate` measured it on that layout: MPI's (ring 0) or the ring of
+ * point-to-point steps (ring 1); HUGE_VAL where not measured (another layout, or no calibration). */
+double ts_cluster_reduce_scatter_measured(const ts_cluster *c, int hosts, int local, double bytes, int ring);
 /* The flat all-reduce from a separate send buffer (its copy included), priced only where
  * measured: flat_allreduce_send_* on the calibrated layout; HUGE_VAL otherwise (never chosen: the
  * algorithm MPI runs out of place is its own choice, which only a measurement shows). */

@@ -265,7 +265,8 @@ const ts__cfg_key ts__cfg_keys[] = {
      "optimizer_shard's bucket reduce-scatters: mpi (MPI's non-blocking reduce-scatter: OpenMPI's is a "
      "binomial reduce of the whole bucket to one rank and a scatter from it) or ring (point-to-point "
      "messages around the ranks: each sends (N-1)/N of the bucket once; the updated parameters' "
-     "all-gather then a ring too); auto: ring where the shard group spans several hosts, mpi on one"},
+     "all-gather then a ring too); auto: across hosts the one parallel.cluster measured faster (tessera "
+     "calibrate), else ring; mpi on one host"},
     {"parallel.overlap", CT_BOOL, FLD(parallel.overlap), "true", NULL, 0, 0, 0, 0, 0,
      "data_parallel: all-reduce each bucket as soon as its gradients are ready, during backward"},
     {"parallel.parameter_broadcast", CT_BOOL, FLD(parallel.parameter_broadcast), "false", NULL, 0, 0,

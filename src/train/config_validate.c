@@ -595,6 +595,18 @@ static int allreduce_price(const char *cluster, int hosts, int local, double byt
   return TS_OK;
 }
 
+/* parallel.reduce_scatter auto: the two reduce-scatters as calibrated (dist/ cannot call the planner) */
+static int reduce_scatter_price(const char *cluster, int hosts, int local, double bytes, double *mpi, double *ring,
+                                char *name, size_t cap) {
+  ts_cluster c;
+  int rc = ts_cluster_load(cluster, &c);
+  if (rc) return rc;
+  *mpi = ts_cluster_reduce_scatter_measured(&c, hosts, local, bytes, 0);
+  *ring = ts_cluster_reduce_scatter_measured(&c, hosts, local, bytes, 1);
+  snprintf(name, cap, "%s", c.name);
+  return TS_OK;
+}
+
 void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   static const ts_dtype wire[] = {TS_F32, TS_BF16, TS_F16};
   memset(out, 0, sizeof *out);
@@ -606,6 +618,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->overlap = cfg->parallel.overlap;
   out->allreduce = cfg->parallel.allreduce;
   out->reduce_scatter = cfg->parallel.reduce_scatter;
+  out->reduce_scatter_price = reduce_scatter_price;
   out->allreduce_price = allreduce_price;
   snprintf(out->cluster, sizeof out->cluster, "%s", cfg->parallel.cluster);
   out->sync_batchnorm = cfg->parallel.sync_batchnorm;

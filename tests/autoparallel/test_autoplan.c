@@ -167,7 +167,7 @@ static void test_searched(const char *name, const char *yaml, int N) {
     memset(&fix, 0, sizeof fix);
     fix.dp = best.dp, fix.tp = best.tp, fix.pp = best.pp, fix.micro_batches = best.micro_batches;
     fix.zero = best.zero, fix.recompute = best.recompute, fix.virtual_stages = best.virtual_stages;
-    fix.megatron = best.megatron;
+    fix.megatron = best.megatron, fix.sp = best.sp, fix.cp = best.cp, fix.cp_algo = best.cp_algo;
     CHECK_OK(ts_trainer_autoplan_build(&cfg, &cl, &fix));
     if (best.strategies) check_same_set("searched vs built alone", fix.strategies, best.strategies);
     ts_step_prediction p;

@@ -15,7 +15,8 @@
 #  3b. parallel.allreduce flat_send (every bucket from a separate send buffer) across the hosts and
 #     on one host: equal to flat within 1e-6 and to one process within 1e-5.
 #  3d. auto priced on a calibration `tessera calibrate` makes in the test across the hosts: the
-#     start line's choice is the cheapest of its own predictions, and the job equals one process.
+#     start line's choice is the cheapest of its own predictions, and the job equals one process;
+#     optimizer_shard 1's reduce-scatter on it: the one the calibration measured faster.
 #  3c. optimizer_shard 1 across the hosts: parallel.reduce_scatter auto reduce-scatters the buckets
 #     by the ring of point-to-point messages (the start line says so), mpi by MPI's; both equal one
 #     process within 1e-5 and each other within 1e-6; on one host auto keeps MPI's.
@@ -144,6 +145,18 @@ PY
   then ok "auto on a calibration made here: $line"
   else bad "auto on the test's calibration: exit $rc: $line $out"; fi
   r=$("$cmp" "$one" "$acal" 1e-5 2>&1) && ok "auto on the calibration = one process within 1e-5" || bad "auto on the calibration vs one process: $r"
+  # optimizer sharding's reduce-scatter on the same calibration: the one measured faster
+  job zcal --set parallel.cluster="$tmp/cal.yaml" --set parallel.optimizer_shard=1 --set parallel.optimizer_shard_threshold_kb=0
+  line=$(grep -o 'optimizer_shard: [0-9]* buckets reduce-scattered.*' <<<"$out" | head -1)
+  if [ $rc = 0 ] && python3 - "$line" <<'PY'
+import re, sys
+l = sys.argv[1]
+m = re.search(r"measured ([0-9.e+-]+) ms by the ring vs ([0-9.e+-]+) ms MPI's on cluster", l)
+ring = "by a ring" in l
+sys.exit(0 if m and ring == (float(m.group(1)) < float(m.group(2))) else 1)
+PY
+  then ok "optimizer_shard's reduce-scatter on the calibration: $line"
+  else bad "optimizer_shard's reduce-scatter on the test's calibration: exit $rc: '$line' $out"; fi
 else bad "tessera calibrate across the hosts: exit $crc: $cal $(cat "$tmp/cal.yaml" 2>&1 | head -30)"; fi
 
 # 3c. optimizer sharding's reduce-scatters across the hosts: auto takes the ring of point-to-point
@@ -151,7 +164,9 @@ else bad "tessera calibrate across the hosts: exit $crc: $cal $(cat "$tmp/cal.ya
 # (their checkpoints are sliced folders: merged into one file to compare)
 merged() { local d; d=$(ls -d "$tmp/ck_$1"/ckpt-* 2>/dev/null | tail -1)
   [ -n "$d" ] && "$bin" ckpt merge "$d" -o "$tmp/$1.safetensors" >/dev/null 2>&1 && echo "$tmp/$1.safetensors"; }
-job zring --set parallel.optimizer_shard=1 --set parallel.optimizer_shard_threshold_kb=0; zring=$(merged zring)
+# (on a description without measured reduce-scatters: the rule across hosts, the ring)
+job zring --set parallel.optimizer_shard=1 --set parallel.optimizer_shard_threshold_kb=0 --set parallel.cluster="$tmp/slow.yaml"
+zring=$(merged zring)
 if [ $rc = 0 ] && grep -q "optimizer_shard: [0-9]* buckets reduce-scattered by a ring over 4 ranks (parallel.reduce_scatter auto: the ranks span several hosts)" <<<"$out"
 then ok "optimizer_shard 1 across the hosts: $(grep -o 'optimizer_shard: [0-9]* buckets[^)]*' <<<"$out"))"
 else bad "optimizer_shard 1, reduce_scatter auto, across the hosts: exit $rc: $out"; fi
