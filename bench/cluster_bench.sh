@@ -49,6 +49,17 @@ echo "# $hosts hosts x $((4 / hosts)) ranks; links of every host: $(ip netns exe
 w=$cl_dir/work; mkdir -p "$w"
 export TESSERA_CLUSTER_CACHE=$w/cluster-local.yaml # not the machine's own "local" calibration
 mpi=(mpirun --allow-run-as-root -n 4 --hostfile "$cl_hostfile")
+# the GPT of the dp and zero steps (6.5 M parameters, 26 MiB of gradients a step), buckets of 4 MiB,
+# with the parallel keys given: gpt_yaml FILE KEYS
+gpt_yaml() { cat > "$1" <<YAML
+model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}
+data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
+train: {steps: 8, batch_size: 16, eval_every: -2, log_every: 1, seed: 5}
+optimizer: {name: adamw, lr: 1.0e-3}
+log: {progress: lines}
+parallel: {mode: data_parallel, bucket_size_mb: 4, $2}
+YAML
+}
 # the text the GPT steps train on: 200,000 random letters of "etaoin shrdlu"
 make_text() { awk 'BEGIN { srand(3); for (i = 0; i < 200000; i++) printf "%c", substr("etaoin shrdlu\n", int(rand() * 14) + 1, 1) }' > "$w/in.txt"; }
 
@@ -144,14 +155,7 @@ if [[ $steps == *,dp,* ]]; then
   [ -f "$w/in.txt" ] || make_text
   # GPT: 6.5 M parameters (26 MiB of gradients a step); ResNet-18 (CIFAR stem) on Fashion-MNIST:
   # 11.2 M (43 MiB); buckets of 4 MiB over the shaped link
-  cat > "$w/dp_gpt.yaml" <<YAML
-model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}
-data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
-train: {steps: 8, batch_size: 16, eval_every: -2, log_every: 1, seed: 5}
-optimizer: {name: adamw, lr: 1.0e-3}
-log: {progress: lines}
-parallel: {mode: data_parallel, bucket_size_mb: 4, cluster: $dir/cluster.yaml}
-YAML
+  gpt_yaml "$w/dp_gpt.yaml" "cluster: $dir/cluster.yaml"
   cat > "$w/dp_resnet18.yaml" <<YAML
 model: {name: resnet, depth: 18, cifar_stem: true}
 data: {name: fashion_mnist, transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]}
@@ -226,14 +230,7 @@ fi
 
 if [[ $steps == *,zero,* ]]; then
   [ -f "$w/in.txt" ] || make_text
-  cat > "$w/zero_gpt.yaml" <<YAML
-model: {name: gpt, n_layer: 8, n_head: 4, n_embd: 256, block_size: 64, vocab_size: 256}
-data: {name: text, path: $w/in.txt, seq_len: 64, val_fraction: 0.05, transforms: []}
-train: {steps: 8, batch_size: 16, eval_every: -2, log_every: 1, seed: 5}
-optimizer: {name: adamw, lr: 1.0e-3}
-log: {progress: lines}
-parallel: {mode: data_parallel, bucket_size_mb: 4, allreduce: flat_send}
-YAML
+  gpt_yaml "$w/zero_gpt.yaml" "allreduce: flat_send"
   zstat() { /usr/bin/python3 -c "
 import json,sys,statistics
 t=[json.loads(l) for l in open(sys.argv[1])]

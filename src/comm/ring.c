@@ -110,6 +110,37 @@ void ts_comm_ring_req_free(ts_comm_ring_req *r) {
   free(r);
 }
 
+/* A request over c with its copies of counts and displs (NULL: packed); *big: the largest count. */
+static ts_comm_ring_req *ring_new(ts_comm *c, const size_t *counts, const size_t *displs, int tag, size_t *big) {
+  ts_comm_ring_req *r = calloc(1, sizeof *r);
+  int n = ts_comm_size(c);
+  if (r) r->counts = malloc(sizeof(size_t) * 2 * (size_t)n);
+  if (!r || !r->counts) {
+    free(r);
+    return NULL;
+  }
+  r->c = c, r->n = n, r->rank = ts_comm_rank(c), r->tag = tag, r->displs = r->counts + n;
+  size_t at = 0;
+  *big = 0;
+  for (int i = 0; i < n; i++) {
+    r->counts[i] = counts[i], r->displs[i] = displs ? displs[i] : at;
+    at += counts[i];
+    if (counts[i] > *big) *big = counts[i];
+  }
+  return r;
+}
+
+/* Issues r's first step (n > 1); *out = r, or r freed on failure. */
+static int ring_start(ts_comm_ring_req *r, ts_comm_ring_req **out) {
+  int rc = r->n > 1 ? issue(r, 0) : TS_OK;
+  if (rc) {
+    ts_comm_ring_req_free(r);
+    return rc;
+  }
+  *out = r;
+  return TS_OK;
+}
+
 int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, ts_dtype dtype,
                                  ts_reduce_op op, int tag, ts_comm_ring_req **out) {
   if (!out) return ts_error_set(TS_EINVAL, "ts_comm_ireduce_scatter_ring: request pointer is NULL");
@@ -119,40 +150,17 @@ int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const
   if (dtype != TS_F32 || (op != TS_REDUCE_SUM && op != TS_REDUCE_MEAN))
     return ts_error_set(TS_EDTYPE, "ring reduce-scatter: %s %s (f32 sum or mean only)", ts_dtype_name(dtype),
                         ts_reduce_op_name(op));
-  ts_comm_ring_req *r = calloc(1, sizeof *r);
-  int n = ts_comm_size(c);
-  if (r) r->counts = malloc(sizeof(size_t) * 2 * (size_t)n);
-  if (!r || !r->counts) {
-    free(r);
-    return ts_error_set(TS_ENOMEM, "ring reduce-scatter: out of memory");
-  }
-  r->c = c, r->send = send, r->recv = recv, r->n = n, r->rank = ts_comm_rank(c), r->tag = tag, r->op = op;
-  r->displs = r->counts + n;
-  size_t big = 0, at = 0;
-  for (int i = 0; i < n; i++) {
-    r->counts[i] = counts[i], r->displs[i] = at;
-    at += counts[i];
-    if (counts[i] > big) big = counts[i];
-  }
-  if (n > 1 && !(r->tmp[0] = malloc(sizeof(float) * 2 * (big ? big : 1)))) {
+  size_t big = 0;
+  ts_comm_ring_req *r = ring_new(c, counts, NULL, tag, &big);
+  if (!r) return ts_error_set(TS_ENOMEM, "ring reduce-scatter: out of memory");
+  r->send = send, r->recv = recv, r->op = op;
+  if (r->n > 1 && !(r->tmp[0] = malloc(sizeof(float) * 2 * (big ? big : 1)))) {
     ts_comm_ring_req_free(r);
     return ts_error_set(TS_ENOMEM, "ring reduce-scatter: cannot allocate 2 x %zu floats", big);
   }
   r->tmp[1] = r->tmp[0] + (big ? big : 1);
-  if (n == 1) { /* the rank's block is the result */
-    const float *own = r->send;
-    float *dst = r->recv;
-    if (dst != own) memmove(dst, own, sizeof(float) * counts[0]);
-    *out = r;
-    return TS_OK;
-  }
-  int rc = issue(r, 0);
-  if (rc) {
-    ts_comm_ring_req_free(r);
-    return rc;
-  }
-  *out = r;
-  return TS_OK;
+  if (r->n == 1 && r->recv != r->send) memmove(r->recv, r->send, sizeof(float) * counts[0]); /* the result */
+  return ring_start(r, out);
 }
 
 int ts_comm_iallgatherv_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs,
@@ -160,29 +168,13 @@ int ts_comm_iallgatherv_ring(ts_comm *c, const void *send, void *recv, const siz
   if (!out) return ts_error_set(TS_EINVAL, "ts_comm_iallgatherv_ring: request pointer is NULL");
   *out = NULL;
   if (!c || !counts || !recv) return ts_error_set(TS_EINVAL, "ring all-gather: NULL communicator, counts or buffer");
-  ts_comm_ring_req *r = calloc(1, sizeof *r);
-  int n = ts_comm_size(c);
-  if (r) r->counts = malloc(sizeof(size_t) * 2 * (size_t)n);
-  if (!r || !r->counts) {
-    free(r);
-    return ts_error_set(TS_ENOMEM, "ring all-gather: out of memory");
-  }
-  r->c = c, r->gather = 1, r->esize = ts_dtype_size(dtype), r->dtype = dtype, r->recv = recv, r->n = n, r->rank = ts_comm_rank(c);
-  r->tag = tag, r->displs = r->counts + n;
-  size_t at = 0;
-  for (int i = 0; i < n; i++) {
-    r->counts[i] = counts[i], r->displs[i] = displs ? displs[i] : at;
-    at += counts[i];
-  }
+  size_t big = 0;
+  ts_comm_ring_req *r = ring_new(c, counts, displs, tag, &big);
+  if (!r) return ts_error_set(TS_ENOMEM, "ring all-gather: out of memory");
+  r->gather = 1, r->esize = ts_dtype_size(dtype), r->dtype = dtype, r->recv = recv;
   char *mine = (char *)recv + r->displs[r->rank] * r->esize;
   if (send && (const char *)send != mine) memmove(mine, send, counts[r->rank] * r->esize);
-  int rc = n > 1 ? issue(r, 0) : TS_OK;
-  if (rc) {
-    ts_comm_ring_req_free(r);
-    return rc;
-  }
-  *out = r;
-  return TS_OK;
+  return ring_start(r, out);
 }
 
 int ts_comm_ring_test(ts_comm_ring_req *r, int *done) {
