@@ -118,7 +118,7 @@ typedef struct {
 
 struct ts__zero {
   int N, rank;     /* the base ranks and this rank's place */
-  char note[256];  /* how the buckets are reduce-scattered, where it is the ring (the start line) */
+  char note[512];  /* how the buckets are reduce-scattered, where it is the ring (the start line) */
   ts_comm *base;   /* the job's world, or the pipeline stage's communicator (NULL: dry run) */
   int plain;       /* data_parallel: one group of every rank, every replicated parameter on all */
   size_t S, P, R;  /* sharded elements (of the rank's groups), this rank's parts, replicated elements */
