@@ -194,14 +194,18 @@ static int bucket_wait(bucket *b) {
   return b->hreq ? ts_comm_hier_wait(b->hreq) : b->rreq ? ts_comm_ring_wait(b->rreq) : ts_comm_wait(b->req);
 }
 
+/* b reduce-scattered by the ring (the bucket's number its tag: one ring per bucket in flight). */
+static int start_ring(ts__buckets *d, bucket *b) {
+  return ts_comm_ireduce_scatter_ring(d->ring, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, (int)(b - d->b),
+                                      &b->rreq);
+}
+
 static int start_bucket(ts__buckets *d, bucket *b) {
   if (d->blocking) return reduce_now(d, b);
   b->started = 1;
   b->t_issue = ts_time_now();
   if (d->hier) return ts_comm_iallreduce_hier(d->hier, d->grads + b->off, b->len, TS_F32, d->op, &b->hreq);
-  if (d->nranks && d->ring) /* the bucket's number as the ring's tag: one ring per bucket in flight */
-    return ts_comm_ireduce_scatter_ring(d->ring, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, (int)(b - d->b),
-                                        &b->rreq);
+  if (d->nranks && d->ring) return start_ring(d, b);
   if (d->nranks) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
   if (b->use_send) { /* OpenMPI picks ring / Rabenseifner only out of place */
     int rc = claim_send(d, b);
@@ -218,9 +222,7 @@ static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   if (d->prof) b->t_issue = ts_time_now();
   if (d->nranks) {
-    int rc = d->ring ? ts_comm_ireduce_scatter_ring(d->ring, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op,
-                                                    (int)(b - d->b), &b->rreq)
-                     : ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
+    int rc = d->ring ? start_ring(d, b) : ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
     if (!rc && b->rreq) rc = ts_comm_ring_wait(b->rreq);
     if (!rc) finish_bucket(d, b, OBS_BLOCKING);
     return rc;

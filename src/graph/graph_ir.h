@@ -58,6 +58,13 @@ typedef struct {
 #include "tessera/ops.def"
 #undef A
 
+/* DROPOUT: where run k of a slice starts in the mask's global numbering (offset, run, stride,
+ * group, gstride: src/graph/op_dropout.c), for every backend's adapter. */
+static inline uint64_t ts_attr_dropout_run_at(const ts_attrs *a, uint64_t k) {
+  uint64_t grp = (uint64_t)ts_attr_dropout_group(a), st = (uint64_t)ts_attr_dropout_stride(a);
+  return (uint64_t)ts_attr_dropout_offset(a) + (grp ? (k / grp) * (uint64_t)ts_attr_dropout_gstride(a) + (k % grp) * st : k * st);
+}
+
 /* ---- reading a graph ---- */
 /* The handle of value index `index` (0..ts_graph_num_values-1), TS_NONE if out of range. */
 ts_val ts_graph_value(const ts_graph *g, int index);

@@ -151,8 +151,7 @@ static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
 }
 
 static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int64_t numel = ts_tensor_numel(&in[0]), run = ts_attr_dropout_run(&n->a), stride = ts_attr_dropout_stride(&n->a);
-  int64_t grp = ts_attr_dropout_group(&n->a), gst = ts_attr_dropout_gstride(&n->a);
+  int64_t numel = ts_tensor_numel(&in[0]), run = ts_attr_dropout_run(&n->a);
   size_t es = ts_dtype_size(out[0].dtype);
   if (!run) run = numel ? numel : 1;
   int rc = TS_OK;
@@ -160,8 +159,7 @@ static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *
     rc = ts__gpu_dropout(ctx->dev, out[0].dtype, (const char *)in[0].data + (size_t)(k * run) * es,
                          (char *)out[0].data + (size_t)(k * run) * es, run, ts_attr_dropout_p(&n->a),
                          (uint64_t)ts_attr_dropout_seed(&n->a), ctx->step,
-                         (uint64_t)ts_attr_dropout_offset(&n->a) + (uint64_t)(grp ? (k / grp) * gst + (k % grp) * stride : k * stride),
-                         NULL);
+                         ts_attr_dropout_run_at(&n->a, (uint64_t)k), NULL);
   return rc;
 }
 
