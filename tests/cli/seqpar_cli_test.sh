@@ -29,7 +29,8 @@
 #     (its strategies cut the sequence 2 ways) equal one process; the search choosing DP2 x CP2 ring
 #     itself (parallel.context_parallel 0) under a memory budget, = one process; at 131,072 tokens
 #     `plan --search` choosing CP over every plan without it (none under context_parallel 1);
-#     refused under data_parallel, with strategies, with SP;
+#     refused under data_parallel, with strategies, with SP (the sanitized run, TESSERA_TEST_SANITIZED=1,
+#     skips the plan searches on GPT-530B and at 131,072 tokens: pure search compute there);
 #  5. context parallelism with ring attention (parallel.context_parallel_algo: ring): CP2 (2 ranks),
 #     TP2 x CP2 and DP2 x CP2 (4 ranks) equal one process, the plan has no all-to-all, CP2's measured
 #     activations = the plan's, full recomputation (the ring redone) bitwise equal to without;
@@ -165,6 +166,9 @@ for row in "recompute=none:8+24/8:TP 8" "recompute=none,sp=1:32/8:TP 8 + SP" "re
   then echo "ok: GPT-530B's layer under $what: $(cat "$tmp/k.txt") (Korthikanti et al.)"
   else echo "FAIL: GPT-530B's layer under $what: $(cat "$tmp/k.txt") ('$l2' '$l3')"; fail=1; fi
 done
+if [ -n "${TESSERA_TEST_SANITIZED:-}" ]; then # scripts/test.sh --asan: pure search compute there
+  echo "skip: plan --search on GPT-530B's layers under the sanitizers (the Release run checks it)"
+else
 # the search prices sequence parallelism: GPT-530B's 2 layers on 8 A100s, the best Megatron plan
 # (tp 8)'s twin with SP listed, faster and smaller than the same plan without it; the chosen plan is
 # the fastest listed (the per-operator search's tp 8, a hair faster still: its dropouts cut in the
@@ -178,6 +182,7 @@ if [ -n "$spl" ] && [ -n "$plain" ] && [ "$first" = "$chosen" ] &&
    python3 -c "import sys; a = '$spl'.split(); b = '$plain'.split(); sys.exit(0 if float(a[1]) < float(b[0]) and float(a[2]) < float(b[1]) else 1)"; then
   echo "ok: plan --search priced sequence parallelism: $spl ms MiB (without it: $plain); chosen $chosen ms"
 else echo "FAIL: plan --search and sequence parallelism: SP '$spl', without '$plain', chosen '$chosen', first '$first': $srch"; fail=1; fi
+fi
 # context parallelism cuts every activation of the layer by N: CP 8 (ring and Ulysses) against one device
 k530n() { # layers devices fix
   "$bin" plan "$tmp/k530.yaml" -n "$2" --cluster dgx-a100-80g --set model.n_layer="$1" --fix "$3" --json 2>&1 |
@@ -190,6 +195,9 @@ for algo in ring ulysses; do
   then echo "ok: GPT-530B's layer under CP 8 ($algo): $(cat "$tmp/k.txt")"
   else echo "FAIL: GPT-530B's layer under CP 8 ($algo): $(cat "$tmp/k.txt") ('$one2' '$one3' '$c2' '$c3')"; fail=1; fi
 done
+if [ -n "${TESSERA_TEST_SANITIZED:-}" ]; then
+  echo "skip: GPT-530B's step times on 2,240 A100s under the sanitizers (the Release run checks them)"
+else
 # ...and their step times: full recomputation against SP + selective on 2,240 A100s (t 8, p 35,
 # batch 2240, micro-batch 1): the paper's 54.2% / 42.1% MFU = 1.287, within 10%, both fitting
 k530step() {
@@ -202,6 +210,7 @@ full=$(k530step recompute=full); sel=$(k530step recompute=selective,sp=1)
 if python3 -c "import sys; r = $full / $sel; print('%.2f s / %.2f s = %.3f, the paper 1.287 (%.3f)' % ($full, $sel, r, r / 1.287)); sys.exit(0 if abs(r / 1.287 - 1) <= 0.10 else 1)" > "$tmp/k.txt" 2>&1
 then echo "ok: GPT-530B step, full recompute / SP + selective: $(cat "$tmp/k.txt")"
 else echo "FAIL: GPT-530B step, full recompute / SP + selective: '$full' '$sel' $(cat "$tmp/k.txt")"; fail=1; fi
+fi
 # 2. the sliced checkpoint, evaluated by one process
 ck=$(ls -d "$tmp"/ck_tp2sp/ckpt-* 2>/dev/null | tail -1)
 if [ -n "$ck" ]; then
@@ -280,6 +289,9 @@ att=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['strategie
 if grep -q "^chosen: dp=2,tp=1,pp=1,.*,cp=2,cp_algo=ring,cuts=megatron:" <<<"$srch" && [ "$att" = "[[2, 1, 2, 1], [2, 1, 2, 1], [2, 1, 2, 1]]" ]; then
   check_vs cpsearch one0b2 "auto_parallel's search choosing DP2 x CP2 ring under max_memory_mb 0.9 (attention $att) = one process"
 else echo "FAIL: the search choosing context parallelism: attention '$att': $srch $out"; fail=1; fi
+if [ -n "${TESSERA_TEST_SANITIZED:-}" ]; then
+  echo "skip: plan --search at 131,072 tokens under the sanitizers (the Release run checks it)"
+else
 # a long sequence: GPT of 4 layers x 2560 (20 heads) at 131,072 tokens, batch 8, on 8 A100s: the
 # search takes the sequence cut (ring: 20 heads do not divide 8 ways), faster than every plan
 # without it; parallel.context_parallel 1 keeps it out
@@ -293,6 +305,7 @@ if [[ "$chosen" == *",cp_algo=ring,"* ]] && [ -n "$nocp" ] && ! grep -q ',cp=' <
    python3 -c "import sys; sys.exit(0 if float('${chosen##* }') < float('${nocp##* }') else 1)"; then
   echo "ok: plan --search at 131,072 tokens chose context parallelism: $chosen ms (the best without it: $nocp ms)"
 else echo "FAIL: plan --search and context parallelism at 131,072 tokens: chosen '$chosen', without '$nocp': $srch"; fail=1; fi
+fi
 refuse() { # what fragment args...
   local what=$1 want=$2; shift 2
   # (the sanitized run's leak checker adds its summary of the MPI runtime's suppressed leaks)

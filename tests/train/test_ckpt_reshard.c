@@ -13,7 +13,11 @@
  *  - continuing 3 steps: the losses of steps 4-6 equal the uninterrupted one-process run's within
  *    1e-6 relative, and are bitwise those of the saving layout's own uninterrupted run when the
  *    loading layout is the saving one;
- *  - the one-process whole checkpoint loads into every layout exactly (the whole-file path). */
+ *  - the one-process whole checkpoint loads into every layout exactly (the whole-file path).
+ * The sanitized run (TESSERA_TEST_SANITIZED=1, scripts/test.sh --asan; 130 s there for the whole
+ * matrix) resumes each layout from itself, from one process and from the next layout of the list,
+ * and one process from each: every save and every load path, 32 of the 81 pairs; the Release run
+ * makes the whole matrix. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +191,12 @@ int main(int argc, char **argv) {
     }
   /* the matrix: layout b resumes from layout a's sliced checkpoint */
   double worst[NL][NL];
-  int exact[NL][NL];
+  int exact[NL][NL], some = getenv("TESSERA_TEST_SANITIZED") && *getenv("TESSERA_TEST_SANITIZED");
   for (int a = 0; a < NL; a++)
     for (int b = 0; b < NL; b++) {
       worst[a][b] = -1;
       exact[a][b] = 0;
+      if (some && a != b && a != 0 && b != 0 && b != (a + 1) % NL) continue; /* the head of this file */
       if (b == 0 && rank != 0) {
         ts_comm_barrier(w);
         continue;
@@ -240,12 +245,14 @@ int main(int argc, char **argv) {
   }
   if (rank == 0) {
     printf("losses of steps %d-%d resumed from step %d, max relative difference to one process (rows: saved by, "
-           "columns: loaded by; * = not exact)\n%-9s", SAVE_AT + 1, STEPS, SAVE_AT, "");
+           "columns: loaded by; * = not exact, - not run)\n%-9s", SAVE_AT + 1, STEPS, SAVE_AT, "");
     for (int b = 0; b < NL; b++) printf(" %9s", names[b]);
     printf("\n");
     for (int a = 0; a < NL; a++) {
       printf("%-9s", names[a]);
-      for (int b = 0; b < NL; b++) printf(" %8.1e%s", worst[a][b], exact[a][b] ? " " : "*");
+      for (int b = 0; b < NL; b++)
+        if (worst[a][b] < 0) printf(" %9s", "-");
+        else printf(" %8.1e%s", worst[a][b], exact[a][b] ? " " : "*");
       printf("\n");
     }
     printf("own runs vs one process, steps 1-%d:", STEPS);
