@@ -34,6 +34,12 @@ typedef struct {
   int64_t micro_steps;
   int64_t memory_bytes;              /* per device (ts_dist_memory's total, the fullest rank) */
   int64_t activation_bytes;          /* of memory_bytes: that rank's activation_bytes (its arena) */
+  /* optimizer sharding (stages 1, 2) priced by the cluster's measured reduce-scatter and all-gather
+   * lines for this very layout (tessera calibrate across the hosts): its buckets (0: priced from
+   * the links), 1 where they run as rings (0: MPI's), the seconds of their reduce-scatters and of
+   * their all-gathers per step (both inside reduce_s) */
+  int zero_buckets, zero_ring;
+  double zero_reduce_scatter_s, zero_allgather_s;
 } ts_step_prediction;
 
 /* One plan: the degrees (dp * tp * pp = devices), the micro-batches of a step, the pieces per

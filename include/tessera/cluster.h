@@ -56,6 +56,10 @@ typedef struct {
    * (ts_comm_ireduce_scatter_ring) */
   double reduce_scatter_latency, reduce_scatter_bw;
   double reduce_scatter_ring_latency, reduce_scatter_ring_bw;
+  /* and the all-gather of the updated parameters that follows it, measured the same way: MPI's
+   * non-blocking all-gather (in place) and the ring (ts_comm_iallgatherv_ring) */
+  double allgather_latency, allgather_bw;
+  double allgather_ring_latency, allgather_ring_bw;
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s

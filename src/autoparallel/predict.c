@@ -18,6 +18,8 @@ typedef struct {
   double red, optimizer_s;
   int64_t M;
   int replicas;
+  size_t zR, zS; /* optimizer sharding: replicated and sharded elements (0, 0: not sharded) */
+  int nb;        /* its gradient buckets */
 } priced;
 
 /* Rank `rank` of N built dry under (vt, dc, m) and priced on cluster c into *out. */
@@ -54,6 +56,7 @@ static int price_rank(const ts_dist_vt *vt, const ts_dist_config *dc, const ts_d
     out->replicas = r->data_parts > 1 ? r->data_parts : 1;
     rc = ts_dist_reduce_bytes(d, &out->red);
   }
+  if (!rc && ts_dist_optim_sharded(d, &out->zR, &out->zS)) out->nb = ts_dist_grad_buckets(d);
   if (!rc) rc = ts_dist_memory(d, optim_slots, &out->m);
   if (!rc) {
     /* the optimizer: one pass over parameters, gradients and each state slot, read and write */
@@ -138,11 +141,44 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
                                                           ts_cluster_allreduce_flat_send(c, H, L, mb * 1024 * 1024)));
     out->reduce_s = nb * (hier ? ts_cluster_allreduce_hier(c, H, L, per) : flat);
   }
+  /* optimizer sharding (stages 1 and 2, one shard group of every device) on a cluster whose
+   * reduce-scatters and all-gathers were measured on this very layout: each bucket reduce-scattered
+   * (stage 2: every micro-step) and, after the update, all-gathered by the algorithm the sharding
+   * runs (parallel.reduce_scatter; auto: the reduce-scatter measured faster for a bucket of
+   * bucket_size_mb), each as measured; the replicated parameters' all-reduce as the flat one. The
+   * reduce-scatters hide behind backward, the all-gathers behind the next forward (prefetched). */
+  double ag_s = 0;
+  int zm = 0;
+  if (red > 0 && span && P == 1 && !semi && (dc->optimizer_shard == 1 || dc->optimizer_shard == 2) &&
+      dc->shard_group <= 0 && replicas == N && N > 1 && N == c->nodes * c->devices_per_node && c->nodes > 1 &&
+      a->zS > 0 && a->nb > 0 && dc->wire == TS_F32) {
+    int H = c->nodes, L = c->devices_per_node;
+    double mb = (dc->bucket_mb > 0 ? dc->bucket_mb : TS_BUCKET_MB_DEFAULT) * 1048576.0;
+    double per = (double)a->zS * sizeof(float) / a->nb;
+    double rs[2] = {ts_cluster_reduce_scatter_measured(c, H, L, per, 0), ts_cluster_reduce_scatter_measured(c, H, L, per, 1)};
+    double ag[2] = {ts_cluster_allgather_measured(c, H, L, per, 0), ts_cluster_allgather_measured(c, H, L, per, 1)};
+    double bm = ts_cluster_reduce_scatter_measured(c, H, L, mb, 0), br = ts_cluster_reduce_scatter_measured(c, H, L, mb, 1);
+    int ring = dc->reduce_scatter == TS_REDUCE_SCATTER_RING || /* auto: as choose_reduce_scatter (dist_zero.c) */
+               (dc->reduce_scatter == TS_REDUCE_SCATTER_AUTO && !(isfinite(bm) && isfinite(br) && br >= bm));
+    if (isfinite(rs[ring]) && isfinite(ag[ring])) {
+      zm = 1;
+      double A = dc->optimizer_shard == 2 ? (double)M : 1;
+      ag_s = a->nb * ag[ring];
+      out->zero_buckets = a->nb, out->zero_ring = ring;
+      out->zero_reduce_scatter_s = A * a->nb * rs[ring], out->zero_allgather_s = ag_s;
+      out->reduce_s = A * a->nb * rs[ring] + ag_s +
+                      (a->zR ? ts_cluster_allreduce_flat(c, H, L, (double)a->zR * sizeof(float)) : 0);
+    }
+  }
   /* overlapped with the last micro-step's backward (about 2/3 of its compute) when it can be
    * (the hierarchical reduction too: its three steps chained as each completes) */
   double bwd = 2.0 / 3.0 * piece;
   int overlap = dc->overlap && M == 1 && P == 1;
   out->reduce_exposed_s = overlap ? (out->reduce_s > bwd ? out->reduce_s - bwd : 0) : out->reduce_s;
+  if (zm && overlap) { /* the all-gathers behind the next forward (about 1/3 of the compute) */
+    double rs = out->reduce_s - ag_s, fwd = piece / 3.0;
+    out->reduce_exposed_s = (rs > bwd ? rs - bwd : 0) + (ag_s > fwd ? ag_s - fwd : 0);
+  }
   out->memory_bytes = (int64_t)mem;
   out->activation_bytes = (int64_t)act;
   out->optimizer_s = opt;

@@ -679,6 +679,10 @@ int ts_cli_plan(int argc, char **argv) {
       printf("  pipeline bubble  %10.3f ms\n", 1e3 * p.bubble_s);
       printf("  grad reduction   %10.3f ms  (%.3f ms not hidden behind backward)\n", 1e3 * p.reduce_s,
              1e3 * p.reduce_exposed_s);
+      if (p.zero_buckets > 0)
+        printf("    optimizer_shard: %d bucket%s reduce-scattered %.3f ms + all-gathered %.3f ms by %s, as measured on %s\n",
+               p.zero_buckets, p.zero_buckets == 1 ? "" : "s", 1e3 * p.zero_reduce_scatter_s, 1e3 * p.zero_allgather_s,
+               p.zero_ring ? "the ring" : "MPI's", cl.name);
       printf("  optimizer        %10.3f ms\n", 1e3 * p.optimizer_s);
     }
   }

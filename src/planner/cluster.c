@@ -68,6 +68,13 @@ static const field fields[] = {
       "latency of the ring reduce-scatter (point-to-point steps) over nodes x devices_per_node as measured, s"),
     F(reduce_scatter_ring_bw, 2, OPT_ZERO | OPT_ABSENT,
       "bytes/s (of the whole buffer) of the ring reduce-scatter as measured (0: not measured)"),
+    F(allgather_latency, 2, OPT_ZERO | OPT_ABSENT,
+      "latency of MPI's non-blocking all-gather (in place) over nodes x devices_per_node as measured, s"),
+    F(allgather_bw, 2, OPT_ZERO | OPT_ABSENT, "bytes/s (of the whole buffer) of that all-gather as measured (0: not measured)"),
+    F(allgather_ring_latency, 2, OPT_ZERO | OPT_ABSENT,
+      "latency of the ring all-gather (point-to-point steps) over nodes x devices_per_node as measured, s"),
+    F(allgather_ring_bw, 2, OPT_ZERO | OPT_ABSENT,
+      "bytes/s (of the whole buffer) of the ring all-gather as measured (0: not measured)"),
 };
 #undef F
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -85,9 +92,9 @@ static const field fields[] = {
  * to fit it: the table checks them. */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
-                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
-                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 /* The cache `tessera calibrate` writes for "local": $TESSERA_CLUSTER_CACHE, else
  * $XDG_CACHE_HOME/tessera/cluster-local.yaml, else ~/.cache/tessera/cluster-local.yaml. */
@@ -368,6 +375,13 @@ double ts_cluster_reduce_scatter_measured(const ts_cluster *c, int hosts, int lo
   double bw = ring ? c->reduce_scatter_ring_bw : c->reduce_scatter_bw;
   if (bw > 0 && hosts == c->nodes && local == c->devices_per_node) return lat + bytes / bw;
   return HUGE_VAL; /* only measured: the two run other algorithms than the ring formula's */
+}
+
+double ts_cluster_allgather_measured(const ts_cluster *c, int hosts, int local, double bytes, int ring) {
+  double lat = ring ? c->allgather_ring_latency : c->allgather_latency;
+  double bw = ring ? c->allgather_ring_bw : c->allgather_bw;
+  if (bw > 0 && hosts == c->nodes && local == c->devices_per_node) return lat + bytes / bw;
+  return HUGE_VAL;
 }
 
 int ts_cluster_fit_alpha_beta(const double *bytes, const double *secs, int n, double *latency, double *sec_per_byte) {

@@ -64,6 +64,9 @@ double ts_cluster_allreduce_hier(const ts_cluster *c, int hosts, int local, doub
  * ranks as `tessera calibrate` measured it on that layout: MPI's (ring 0) or the ring of
  * point-to-point steps (ring 1); HUGE_VAL where not measured (another layout, or no calibration). */
 double ts_cluster_reduce_scatter_measured(const ts_cluster *c, int hosts, int local, double bytes, int ring);
+/* The all-gather of a buffer of `bytes` (the whole, every rank's part) as calibrated on this very
+ * layout: MPI's (ring 0) or the ring's (1); HUGE_VAL where it was not measured. */
+double ts_cluster_allgather_measured(const ts_cluster *c, int hosts, int local, double bytes, int ring);
 /* The flat all-reduce from a separate send buffer (its copy included), priced only where
  * measured: flat_allreduce_send_* on the calibrated layout; HUGE_VAL otherwise (never chosen: the
  * algorithm MPI runs out of place is its own choice, which only a measurement shows). */

@@ -226,6 +226,35 @@ static int rs_once(ts_comm *w, float *buf, size_t n, int ring, double *out) {
   return rc;
 }
 
+/* One all-gather of n floats (equal parts) as optimizer sharding issues it after the update, in
+ * place, waited from a barrier: MPI's non-blocking one, or (ring) the ring's; the slowest rank's
+ * seconds. */
+static int ag_once(ts_comm *w, float *buf, size_t n, int ring, double *out) {
+  int N = ts_comm_size(w), R = ts_comm_rank(w);
+  size_t *counts = malloc(sizeof(size_t) * (size_t)N), at = 0;
+  if (!counts) return ts_error_set(TS_ENOMEM, "calibrate: out of memory");
+  ts_comm_block_counts(n, N, counts);
+  for (int r = 0; r < R; r++) at += counts[r];
+  int rc = ts_comm_barrier(w);
+  double t0 = ts_time_now();
+  if (ring) {
+    ts_comm_ring_req *q = NULL;
+    if (!rc) rc = ts_comm_iallgatherv_ring(w, buf + at, buf, counts, NULL, TS_F32, 0, &q);
+    if (!rc) rc = ts_comm_ring_wait(q);
+    ts_comm_ring_req_free(q);
+  } else {
+    ts_comm_req *q = NULL;
+    if (!rc) rc = ts_comm_iallgatherv(w, buf + at, buf, counts, NULL, TS_F32, &q);
+    if (!rc) rc = ts_comm_wait(q);
+    ts_comm_req_free(q);
+  }
+  free(counts);
+  float dt = (float)(ts_time_now() - t0);
+  if (!rc) rc = ts_comm_allreduce(w, &dt, &dt, 1, TS_F32, TS_REDUCE_MAX);
+  *out = dt;
+  return rc;
+}
+
 /* Several hosts (ts_comm_topo, the same number of ranks on each, consecutive): 1 when measured,
  * 0 when the job is on one host (or hosts differ). */
 static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
@@ -246,8 +275,9 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
     ts_comm_topo_free(t);
     return ts_error_set(TS_ENOMEM, "calibrate: out of memory (%zu floats)", nmax);
   }
-  double bytes[NFIT], med[8][NFIT]; /* flat, inside, leaders, broadcast, flat from a send buffer, hierarchical
-                                        non-blocking (chained) whole, MPI's reduce-scatter, the ring's */
+  double bytes[NFIT], med[10][NFIT]; /* flat, inside, leaders, broadcast, flat from a send buffer, hierarchical
+                                         non-blocking (chained) whole, MPI's reduce-scatter, the ring's, MPI's
+                                         all-gather, the ring's */
   double part[3], f = 0;
   rc = flat_once(world, buf, NULL, (size_t)1 << 16, &f); /* warm-up: connections, buffers */
   if (!rc) rc = flat_once(world, buf, snd, (size_t)1 << 16, &f);
@@ -256,7 +286,7 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
     size_t n = (size_t)(k_fit_mib[k] * 1024 * 1024 / sizeof(float));
     bytes[k] = (double)n * sizeof(float);
     int reps = k_fit_mib[k] >= 16 ? 3 : 5;
-    double v[8][5];
+    double v[10][5];
     for (int r = 0; r < reps && !rc; r++) { /* flat, hierarchical and flat from a send buffer alternating */
       if (r % 2 == 0) rc = flat_once(world, buf, NULL, n, &v[0][r]);
       if (!rc && r % 2 == 1) rc = flat_once(world, buf, snd, n, &v[4][r]);
@@ -264,31 +294,34 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
       if (!rc) rc = hier_nb_once(world, t, buf, n, &v[5][r]);
       if (!rc) rc = rs_once(world, buf, n, r % 2, &v[6 + r % 2][r]); /* MPI's and the ring's alternating first */
       if (!rc) rc = rs_once(world, buf, n, !(r % 2), &v[6 + !(r % 2)][r]);
+      if (!rc) rc = ag_once(world, buf, n, r % 2, &v[8 + r % 2][r]);
+      if (!rc) rc = ag_once(world, buf, n, !(r % 2), &v[8 + !(r % 2)][r]);
       if (!rc && r % 2 == 0) rc = flat_once(world, buf, snd, n, &v[4][r]);
       if (!rc && r % 2 == 1) rc = flat_once(world, buf, NULL, n, &v[0][r]);
       for (int i = 0; i < 3; i++) v[i + 1][r] = part[i];
     }
-    for (int i = 0; i < 8 && !rc; i++) {
+    for (int i = 0; i < 10 && !rc; i++) {
       qsort(v[i], (size_t)reps, sizeof(double), cmp_dbl);
       med[i][k] = v[i][reps / 2];
     }
     if (!rc && ts_comm_rank(world) == 0)
       ts_log(TS_LOG_INFO, "calibrate: %g MiB: flat all-reduce %.2f ms in place, %.2f ms from a separate send buffer; "
              "hierarchical: inside %.2f + leaders %.2f + broadcast %.2f ms, chained non-blocking %.2f ms; reduce-scatter "
-             "%.2f ms MPI's, %.2f ms the ring's", k_fit_mib[k], 1e3 * med[0][k], 1e3 * med[4][k], 1e3 * med[1][k],
-             1e3 * med[2][k], 1e3 * med[3][k], 1e3 * med[5][k], 1e3 * med[6][k], 1e3 * med[7][k]);
+             "%.2f ms MPI's, %.2f ms the ring's; all-gather %.2f ms MPI's, %.2f ms the ring's", k_fit_mib[k],
+             1e3 * med[0][k], 1e3 * med[4][k], 1e3 * med[1][k], 1e3 * med[2][k], 1e3 * med[3][k], 1e3 * med[5][k],
+             1e3 * med[6][k], 1e3 * med[7][k], 1e3 * med[8][k], 1e3 * med[9][k]);
   }
   free(buf);
   free(snd);
-  double a[8] = {0}, b[8] = {0};
-  for (int i = 0; i < 8 && !rc; i++) {
+  double a[10] = {0}, b[10] = {0};
+  for (int i = 0; i < 10 && !rc; i++) {
     if ((i == 1 || i == 3) && L < 2) continue; /* one rank a host: nothing inside */
     rc = ts_cluster_fit_alpha_beta(bytes, med[i], NFIT, &a[i], &b[i]);
     if (rc) {
-      static const char *what[8] = {"the flat all-reduce", "the all-reduce inside a host", "the all-reduce between hosts",
-                                    "the broadcast inside a host", "the flat all-reduce from a send buffer",
-                                    "the non-blocking hierarchical all-reduce", "MPI's reduce-scatter",
-                                    "the ring reduce-scatter"};
+      static const char *what[10] = {"the flat all-reduce", "the all-reduce inside a host", "the all-reduce between hosts",
+                                     "the broadcast inside a host", "the flat all-reduce from a send buffer",
+                                     "the non-blocking hierarchical all-reduce", "MPI's reduce-scatter",
+                                     "the ring reduce-scatter", "MPI's all-gather", "the ring all-gather"};
       rc = ts_error_wrap(rc, "calibrate: %s", what[i]);
     }
   }
@@ -325,6 +358,11 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
     out->reduce_scatter_bw = 1 / b[6];
     out->reduce_scatter_ring_latency = a[7];
     out->reduce_scatter_ring_bw = 1 / b[7];
+    /* and the all-gathers of the updated parameters after them (the predicted step prices both) */
+    out->allgather_latency = a[8];
+    out->allgather_bw = 1 / b[8];
+    out->allgather_ring_latency = a[9];
+    out->allgather_ring_bw = 1 / b[9];
     if (L < 2) {
       out->flat_allreduce_latency = a[0];
       out->flat_allreduce_bw = 1 / b[0];
@@ -334,7 +372,7 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
     snprintf(out->source, sizeof out->source,
              "measured by tessera calibrate on %d ranks of %s: sgemm and bf16 512^3 peaks, a 1024x128x384 GEMM, a 64 MiB "
              "memory pass, 96 small operators; flat (in place and from a separate send buffer) and hierarchical (blocking parts and "
-             "chained non-blocking whole) all-reduces and reduce-scatters (MPI's, the ring's) of 1-64 MiB, "
+             "chained non-blocking whole) all-reduces, reduce-scatters and all-gathers (MPI's, the ring's) of 1-64 MiB, "
              "alpha-beta per part fitted over the sizes (the node's link %.3g GB/s, inter_bw its share per device; libnbc iallreduce "
              "algorithm %s)",
              N, ts_comm_topo_describe(t, desc, sizeof desc), link / 1e9, alg && *alg ? alg : "default");

@@ -397,8 +397,77 @@ static void test_reduce_measured(void) {
   ts_config_free(&cfg);
 }
 
+/* Optimizer sharding on a cluster whose reduce-scatters and all-gathers were measured on the job's
+ * layout (2 hosts x 2): the reduction is each bucket's reduce-scatter and all-gather as measured, by
+ * the algorithm the sharding runs (auto: the reduce-scatter measured faster for a bucket of
+ * bucket_size_mb; mpi; ring), stage 2's reduce-scatters once per micro-step; without the lines,
+ * priced from the links as before. */
+static void test_zero_measured(void) {
+  ts_cluster c;
+  slow_cluster(&c);
+  snprintf(c.name, sizeof c.name, "measured");
+  c.devices_per_node = 2, c.nodes = 2;
+  c.inter_bw = 6e7, c.inter_latency = 0, c.intra_bw = 2e9, c.intra_latency = 0;
+  c.reduce_scatter_latency = 1e-4, c.reduce_scatter_bw = 4e7;       /* MPI's: less latency, less bandwidth */
+  c.reduce_scatter_ring_latency = 5e-4, c.reduce_scatter_ring_bw = 1e8;
+  c.allgather_latency = 2e-4, c.allgather_bw = 5e7;
+  c.allgather_ring_latency = 3e-4, c.allgather_ring_bw = 9e7;
+  const int64_t W = 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10; /* the MLP's parameters, every one sharded */
+  const double bytes = 4.0 * (double)W;
+  struct {
+    const char *rs;
+    double mb;
+    int stage, accum, ring;
+  } cs[] = {
+      {"auto", 0.05, 1, 1, 1},  /* auto compares a 52 KB bucket: the ring's 0.52 + 0.5 ms, MPI's 0.1 + 1.3 ms */
+      {"auto", 0.002, 1, 1, 0}, /* 2 KB: MPI's 0.15 ms against the ring's 0.52 ms */
+      {"mpi", 0.05, 1, 1, 0},
+      {"ring", 0.002, 2, 4, 1}, /* stage 2, 4 micro-steps: 4 reduce-scatters a bucket, one all-gather */
+  };
+  for (int k = 0; k < 4; k++) {
+    char y[1024], m1[64], m2[64], m3[64];
+    snprintf(y, sizeof y, "%sparallel: {mode: data_parallel, bucket_size_mb: %g, optimizer_shard_threshold_kb: 0}\n",
+             k_mlp, cs[k].mb);
+    snprintf(m1, sizeof m1, "parallel.reduce_scatter=%s", cs[k].rs);
+    snprintf(m2, sizeof m2, "parallel.optimizer_shard=%d", cs[k].stage);
+    snprintf(m3, sizeof m3, "train.micro_batch_size=%d", 32 / cs[k].accum);
+    const char *sets[3] = {m1, m2, m3};
+    ts_config cfg;
+    CHECK_OK(ts_config_load_string(y, "measured.yaml", sets, 3, &cfg));
+    ts_step_prediction p;
+    CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
+    int nb = p.zero_buckets, r = cs[k].ring;
+    double rs = cs[k].accum * (nb * (r ? 5e-4 : 1e-4) + bytes / (r ? 1e8 : 4e7));
+    double ag = nb * (r ? 3e-4 : 2e-4) + bytes / (r ? 9e7 : 5e7);
+    /* (a bucket never cuts a parameter: between 1 and the 6 parameters) */
+    CHECK_MSG(nb >= 1 && nb <= 6 && p.zero_ring == r, "reduce_scatter %s, %g MiB buckets: %d buckets, ring %d (want %d)",
+              cs[k].rs, cs[k].mb, nb, p.zero_ring, r);
+    CHECK_MSG(fabs(p.zero_reduce_scatter_s - rs) <= 1e-9 * rs && fabs(p.zero_allgather_s - ag) <= 1e-9 * ag &&
+                  fabs(p.reduce_s - rs - ag) <= 1e-9 * (rs + ag),
+              "reduce_scatter %s stage %d: reduce-scatters %.9f s (want %.9f), all-gathers %.9f s (want %.9f), reduction "
+              "%.9f s", cs[k].rs, cs[k].stage, p.zero_reduce_scatter_s, rs, p.zero_allgather_s, ag, p.reduce_s);
+    printf("measured cluster, optimizer_shard %d, reduce_scatter %-4s, %g MiB: %d buckets, reduce-scatters %.3f ms + "
+           "all-gathers %.3f ms by %s\n", cs[k].stage, cs[k].rs, cs[k].mb, nb, 1e3 * p.zero_reduce_scatter_s,
+           1e3 * p.zero_allgather_s, r ? "the ring" : "MPI's");
+    ts_config_free(&cfg);
+  }
+  /* without the lines: from the links (no buckets priced as measured) */
+  c.reduce_scatter_bw = c.reduce_scatter_ring_bw = c.allgather_bw = c.allgather_ring_bw = 0;
+  char y[1024];
+  snprintf(y, sizeof y, "%sparallel: {mode: data_parallel, optimizer_shard: 1, optimizer_shard_threshold_kb: 0}\n", k_mlp);
+  ts_config cfg;
+  CHECK_OK(ts_config_load_string(y, "links.yaml", NULL, 0, &cfg));
+  ts_step_prediction p;
+  CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
+  double ring = 2.0 * 3 / 4 * bytes / c.inter_bw;
+  CHECK_MSG(p.zero_buckets == 0 && fabs(p.reduce_s - ring) <= 1e-6 * ring, "unmeasured: %d buckets, reduce %.9f s, ring %.9f",
+            p.zero_buckets, p.reduce_s, ring);
+  ts_config_free(&cfg);
+}
+
 int main(void) {
   test_reduce_measured();
+  test_zero_measured();
   test_stage_cuts();
   test_megatron();
   test_dist_fields();

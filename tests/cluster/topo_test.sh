@@ -16,7 +16,8 @@
 #     on one host: equal to flat within 1e-6 and to one process within 1e-5.
 #  3d. auto priced on a calibration `tessera calibrate` makes in the test across the hosts: the
 #     start line's choice is the cheapest of its own predictions, and the job equals one process;
-#     optimizer_shard 1's reduce-scatter on it: the one the calibration measured faster.
+#     optimizer_shard 1's reduce-scatter on it: the one the calibration measured faster, and `tessera
+#     plan` on it pricing that reduce-scatter and the all-gather after the update by their measured lines.
 #  3c. optimizer_shard 1 across the hosts: parallel.reduce_scatter auto reduce-scatters the buckets
 #     by the ring of point-to-point messages (the start line says so), mpi by MPI's; both equal one
 #     process within 1e-5 and each other within 1e-6; on one host auto keeps MPI's.
@@ -157,6 +158,28 @@ sys.exit(0 if m and ring == (float(m.group(1)) < float(m.group(2))) else 1)
 PY
   then ok "optimizer_shard's reduce-scatter on the calibration: $line"
   else bad "optimizer_shard's reduce-scatter on the test's calibration: exit $rc: '$line' $out"; fi
+  # ...and `tessera plan` on it prices that reduce-scatter and the all-gather after the update as
+  # the calibration measured them (each bucket on the lines of cal.yaml), by the algorithm the job ran
+  pl=$("$bin" plan "$tmp/mlp.yaml" -n 4 --cluster "$tmp/cal.yaml" --set parallel.optimizer_shard=1 \
+       --set parallel.optimizer_shard_threshold_kb=0 2>&1)
+  pz=$(grep -o 'optimizer_shard: [0-9]* buckets\? reduce-scattered [0-9.]* ms + all-gathered .*' <<<"$pl")
+  el=$(grep -o '[0-9]* parameter elements reduce-scattered' <<<"$pl" | awk '{print $1}')
+  if python3 - "$tmp/cal.yaml" "$pz" "${el:-0}" "$line" <<'PY'
+import re, sys
+cal = dict(l.split(":", 1) for l in open(sys.argv[1]) if re.match(r"^(reduce_scatter|allgather)\w*: ", l))
+cal = {k: float(v.split("#")[0]) for k, v in cal.items()}
+m = re.match(r"optimizer_shard: (\d+) buckets? reduce-scattered ([0-9.]+) ms \+ all-gathered ([0-9.]+) ms by (the ring|MPI's)", sys.argv[2])
+nb, rs, ag, ring = int(m.group(1)), float(m.group(2)), float(m.group(3)), m.group(4) == "the ring"
+B = 4.0 * int(sys.argv[3])
+sfx = "_ring" if ring else ""
+want_rs = 1e3 * (nb * cal["reduce_scatter%s_latency" % sfx] + B / cal["reduce_scatter%s_bw" % sfx])
+want_ag = 1e3 * (nb * cal["allgather%s_latency" % sfx] + B / cal["allgather%s_bw" % sfx])
+ok = B > 0 and ring == ("by a ring" in sys.argv[4]) and abs(rs - want_rs) <= 0.002 + 1e-4 * want_rs and abs(ag - want_ag) <= 0.002 + 1e-4 * want_ag
+print("%s: %d buckets, %.0f bytes: reduce-scatters %.3f ms (the lines: %.3f), all-gathers %.3f ms (%.3f)" % (m.group(4), nb, B, rs, want_rs, ag, want_ag))
+sys.exit(0 if ok else 1)
+PY
+  then ok "tessera plan prices optimizer_shard's collectives as calibrated: $pz"
+  else bad "tessera plan on the calibration, optimizer_shard 1: '$pz' ($el elements), the job: '$line': $pl"; fi
 else bad "tessera calibrate across the hosts: exit $crc: $cal $(cat "$tmp/cal.yaml" 2>&1 | head -30)"; fi
 
 # 3c. optimizer sharding's reduce-scatters across the hosts: auto takes the ring of point-to-point
