@@ -11,7 +11,9 @@
  * times (ts_cluster_allreduce_flat / _hier / _flat_send on the description), their ratio, which
  * is fastest measured and which the cost model chooses (the reducer's rule: hierarchical against
  * the better flat one, then per bucket in place or from a send buffer). Rank 0 prints; JSON
- * lines then a table. */
+ * lines then a table. Where the description has optimizer sharding's measured lines (tessera
+ * calibrate across the hosts), a second table: MPI's and the ring's reduce-scatter and all-gather
+ * per size against them, and parallel.reduce_scatter auto's choice. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +67,95 @@ static double timed(ts_comm *w, ts_comm_topo *t, float *buf, float *snd, size_t 
     part[2] = m[2] - m[1];
   }
   return m[2];
+}
+
+/* One timed collective of optimizer sharding on n floats (equal parts, in place), as the buckets
+ * issue it: kind 0 the reduce-scatter, 1 the all-gather; ring 0 MPI's, 1 the ring's; the slowest
+ * rank's seconds from a barrier. */
+static double timed_zero(ts_comm *w, ts_comm *rw, float *buf, size_t n, int kind, int ring) {
+  int N = ts_comm_size(w), R = ts_comm_rank(w);
+  size_t counts[256], at = 0;
+  if (N > 256) die("more than 256 ranks");
+  ts_comm_block_counts(n, N, counts);
+  for (int r = 0; r < R; r++) at += counts[r];
+  if (ts_comm_barrier(w)) die("barrier");
+  double t0 = ts_time_now();
+  int rc;
+  if (ring) {
+    ts_comm_ring_req *q = NULL;
+    rc = kind ? ts_comm_iallgatherv_ring(rw, buf + at, buf, counts, NULL, TS_F32, 0, &q)
+              : ts_comm_ireduce_scatter_ring(rw, buf, buf + at, counts, TS_F32, TS_REDUCE_SUM, 0, &q);
+    if (!rc) rc = ts_comm_ring_wait(q);
+    ts_comm_ring_req_free(q);
+  } else {
+    ts_comm_req *q = NULL;
+    rc = kind ? ts_comm_iallgatherv(w, buf + at, buf, counts, NULL, TS_F32, &q)
+              : ts_comm_ireduce_scatter(w, buf, buf + at, counts, TS_F32, TS_REDUCE_SUM, &q);
+    if (!rc) rc = ts_comm_wait(q);
+    ts_comm_req_free(q);
+  }
+  if (rc) die(kind ? "all-gather" : "reduce-scatter");
+  float dt = (float)(ts_time_now() - t0);
+  if (ts_comm_allreduce(w, &dt, &dt, 1, TS_F32, TS_REDUCE_MAX)) die("max");
+  return dt;
+}
+
+/* Optimizer sharding's collectives per size (issue 32): MPI's and the ring's reduce-scatter and
+ * all-gather measured (the four rotating each repeat, medians) against the description's measured
+ * lines (ts_cluster_reduce_scatter_measured / ts_cluster_allgather_measured, what the planner
+ * prices), and parallel.reduce_scatter auto's choice (the reduce-scatter the lines price faster)
+ * against the one measured faster. Returns the failed checks (rank 0). */
+static int zero_table(ts_comm *w, const ts_cluster *c, int H, int L, const char *mib, int reps) {
+  int me = ts_comm_rank(w), fails = 0;
+  ts_comm *rw = NULL;
+  if (ts_comm_dup(w, &rw)) die("the rings' communicator");
+  if (!me)
+    printf("# optimizer sharding's collectives, measured ms (predicted from %s's lines, ratio); auto's reduce-scatter\n"
+           "%6s %22s %22s %22s %22s %7s %7s %6s\n", c->name, "MiB", "reduce-scatter MPI's", "reduce-scatter ring",
+           "all-gather MPI's", "all-gather ring", "fastest", "model", "choice");
+  for (const char *p = mib; *p;) {
+    double m = strtod(p, (char **)&p);
+    if (*p == ',') p++;
+    if (m <= 0) break;
+    size_t n = (size_t)(m * 1024 * 1024 / sizeof(float));
+    float *buf = calloc(n, sizeof(float));
+    double *t = malloc(sizeof(double) * (size_t)reps * 4), med[4], pred[4], bytes = (double)n * sizeof(float);
+    if (!buf || !t) die("memory");
+    for (int v = 0; v < 4; v++) timed_zero(w, rw, buf, n, v / 2, v % 2); /* warm-up */
+    for (int r = 0; r < reps; r++)
+      for (int j = 0; j < 4; j++) {
+        int v = (r + j) % 4;
+        t[v * reps + r] = timed_zero(w, rw, buf, n, v / 2, v % 2);
+      }
+    for (int v = 0; v < 4; v++) {
+      med[v] = median(t + v * reps, reps);
+      pred[v] = v / 2 ? ts_cluster_allgather_measured(c, H, L, bytes, v % 2)
+                      : ts_cluster_reduce_scatter_measured(c, H, L, bytes, v % 2);
+    }
+    if (!me) {
+      printf("%6g", m);
+      for (int v = 0; v < 4; v++) {
+        double q = pred[v] < 1e300 ? med[v] / pred[v] : 0;
+        int ok = q >= 1 / 1.2 && q <= 1.2;
+        fails += !ok;
+        printf(" %8.2f (%7.2f, %4.2f)%s", med[v] * 1e3, pred[v] < 1e300 ? pred[v] * 1e3 : 0.0, q, ok ? " " : "!");
+      }
+      int fast = med[1] < med[0], model = !(pred[0] < 1e300 && pred[1] < 1e300 && pred[1] >= pred[0]);
+      fails += fast != model;
+      printf(" %7s %7s %6s\n", fast ? "ring" : "mpi", model ? "ring" : "mpi", fast == model ? "PASS" : "FAIL");
+      printf("{\"name\":\"cluster_zero\",\"mib\":%g,\"rs_mpi_ms\":%.3f,\"rs_mpi_pred_ms\":%.3f,\"rs_ring_ms\":%.3f,"
+             "\"rs_ring_pred_ms\":%.3f,\"ag_mpi_ms\":%.3f,\"ag_mpi_pred_ms\":%.3f,\"ag_ring_ms\":%.3f,\"ag_ring_pred_ms\":%.3f}\n",
+             m, med[0] * 1e3, pred[0] * 1e3, med[1] * 1e3, pred[1] * 1e3, med[2] * 1e3, pred[2] * 1e3, med[3] * 1e3,
+             pred[3] * 1e3);
+    }
+    free(t);
+    free(buf);
+  }
+  if (!me)
+    printf("# within 20%% (! marks a miss); choice: auto's reduce-scatter the one measured faster; %d check%s failed\n",
+           fails, fails == 1 ? "" : "s");
+  ts_comm_free(rw);
+  return fails;
 }
 
 int main(int argc, char **argv) {
@@ -169,6 +260,7 @@ int main(int argc, char **argv) {
     printf("# within 20%%: measured/predicted in [0.83, 1.2]; choice: the model picks the one measured faster; %d check%s "
            "failed\n", fails, fails == 1 ? "" : "s");
   }
+  if (c.reduce_scatter_bw > 0 || c.allgather_bw > 0) zero_table(w, &c, H, L, mib, reps);
   ts_comm_topo_free(t);
   ts_comm_finalize();
   return 0;

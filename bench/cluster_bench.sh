@@ -3,12 +3,14 @@
 # namespaces, tests/cluster/lib.sh), every host's link shaped with tbf to RATE (default 1gbit,
 # burst 128kb, latency 10ms), then the steps asked for (default all, in this order):
 #  net        the raw TCP rate of the shaped link (iperf3 between the hosts, when installed);
-#  calibrate  `tessera calibrate` across the hosts: flat and hierarchical all-reduces of 1-64 MiB,
+#  calibrate  `tessera calibrate` across the hosts: flat and hierarchical all-reduces, reduce-scatters
+#             and all-gathers (MPI's, the ring's) of 1-64 MiB,
 #             alpha-beta per part fitted over the sizes (written to DIR/cluster.yaml);
 #  allreduce  bench_cluster: all-reduce of 1, 8, 64 MiB flat in place, hierarchical and flat from a
 #             separate send buffer, measured (rotating order, medians) against DIR/cluster.yaml's
 #             prediction, PASS/FAIL per the 20% rule, and the cost model's choice against the one
-#             measured fastest;
+#             measured fastest; where the calibration has optimizer sharding's lines, MPI's and the
+#             ring's reduce-scatter and all-gather at the same sizes against them, and auto's choice;
 #  tp         a TP2 x DP2 GPT step with the tensor-parallel pairs inside hosts (mpirun's by-slot
 #             placement) and across hosts (--map-by node), each rank's host printed, interleaved
 #             rounds, median step time of each;
@@ -266,4 +268,14 @@ for s in ("s1", "s2"):
     print("ZeRO stage %s: ring %.1f ms vs MPI reduce-scatter %.1f ms (%.2fx); vs plain data parallel %.2fx" % (s[1],
           med[s + "_ring"], med[s + "_mpi"], med[s + "_mpi"] / med[s + "_ring"], med[s + "_ring"] / med["plain"]))' \
     "plain=${zall[plain]}" "s1_mpi=${zall[s1_mpi]}" "s1_ring=${zall[s1_ring]}" "s2_mpi=${zall[s2_mpi]}" "s2_ring=${zall[s2_ring]}"
+  # the planner's prediction of each on the calibrate step's description (its reduce-scatters and
+  # all-gathers on their measured lines), beside the medians
+  if [ -f "$w/cluster.yaml" ]; then
+    for m in $zmodes; do
+      pl=$("$B/tessera" plan "$w/zero_gpt.yaml" -n 4 --cluster "$w/cluster.yaml" $(zsets $m) 2>&1)
+      read -r med <<<"$(/usr/bin/python3 -c 'import statistics,sys; x=[float(y) for y in sys.argv[1:] if y != "n/a"]; print("%.1f" % statistics.median(x) if x else "nan")' ${zall[$m]})"
+      pred=$(sed -n 's/^predicted step on [^:]*: \([0-9.]*\) ms.*/\1/p' <<<"$pl")
+      echo "ZeRO GPT $m: measured $med ms, predicted ${pred:-?} ms on the calibration ($(grep -o 'grad reduction.*' <<<"$pl" | tr -s ' ')$(grep -o '; *optimizer_shard: [0-9]* buckets.*' <<<"$(tr '\n' ';' <<<"$pl")" | cut -d';' -f2 | tr -s ' '))"
+    done
+  fi
 fi
