@@ -212,11 +212,13 @@ int main(int argc, char **argv) {
     double mf = median(tf, reps), mh = median(th, reps), ms = median(ts, reps);
     double mp[3] = {median(tp, reps), median(tp + reps, reps), median(tp + 2 * reps, reps)};
     /* the model's parts (ts_cluster_allreduce_hier): inside, between the leaders, broadcast */
-    ts_cluster in = c, lead = c;
+    ts_cluster parts = c; /* from the parts' links (not the whole's measured line, which prices the whole) */
+    parts.hier_allreduce_bw = parts.hier_allreduce_latency = 0;
+    ts_cluster in = parts, lead = parts;
     in.inter_bw = lead.intra_bw = 1e30; in.inter_latency = lead.intra_latency = 0;
     in.intra_bcast_bw = lead.intra_bcast_bw = 1e30; in.intra_bcast_latency = lead.intra_bcast_latency = 0;
     double pin = ts_cluster_allreduce_hier(&in, H, L, bytes), plead = ts_cluster_allreduce_hier(&lead, H, L, bytes);
-    double pbc = ts_cluster_allreduce_hier(&c, H, L, bytes) - pin - plead;
+    double pbc = ts_cluster_allreduce_hier(&parts, H, L, bytes) - pin - plead;
     if (!me)
       printf("# %g MiB hierarchical parts, measured (predicted) ms: inside %.2f (%.2f), between leaders %.2f (%.2f), "
              "broadcast %.2f (%.2f)\n", m, mp[0] * 1e3, pin * 1e3, mp[1] * 1e3, plead * 1e3, mp[2] * 1e3, pbc * 1e3);

@@ -270,9 +270,9 @@ for s in ("s1", "s2"):
     "plain=${zall[plain]}" "s1_mpi=${zall[s1_mpi]}" "s1_ring=${zall[s1_ring]}" "s2_mpi=${zall[s2_mpi]}" "s2_ring=${zall[s2_ring]}"
   # the planner's prediction of each on the calibrate step's description (its reduce-scatters and
   # all-gathers on their measured lines), beside the medians
-  if [ -f "$w/cluster.yaml" ]; then
+  if [ -f "$dir/cluster.yaml" ]; then
     for m in $zmodes; do
-      pl=$("$B/tessera" plan "$w/zero_gpt.yaml" -n 4 --cluster "$w/cluster.yaml" $(zsets $m) 2>&1)
+      pl=$("$B/tessera" plan "$w/zero_gpt.yaml" -n 4 --cluster "$dir/cluster.yaml" $(zsets $m) 2>&1)
       read -r med <<<"$(/usr/bin/python3 -c 'import statistics,sys; x=[float(y) for y in sys.argv[1:] if y != "n/a"]; print("%.1f" % statistics.median(x) if x else "nan")' ${zall[$m]})"
       pred=$(sed -n 's/^predicted step on [^:]*: \([0-9.]*\) ms.*/\1/p' <<<"$pl")
       echo "ZeRO GPT $m: measured $med ms, predicted ${pred:-?} ms on the calibration ($(grep -o 'grad reduction.*' <<<"$pl" | tr -s ' ')$(grep -o '; *optimizer_shard: [0-9]* buckets.*' <<<"$(tr '\n' ';' <<<"$pl")" | cut -d';' -f2 | tr -s ' '))"
