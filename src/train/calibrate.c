@@ -197,10 +197,11 @@ static int hier_nb_once(ts_comm *w, ts_comm_topo *t, float *buf, size_t n, doubl
   return rc;
 }
 
-/* One reduce-scatter of n floats (equal parts) as optimizer sharding issues it, in place, waited
- * from a barrier: MPI's non-blocking one, or (ring) the ring of point-to-point steps; the
- * slowest rank's seconds. */
-static int rs_once(ts_comm *w, float *buf, size_t n, int ring, double *out) {
+/* One collective of optimizer sharding on n floats (equal parts), in place, as its buckets issue it,
+ * waited from a barrier: the reduce-scatter of the gradients (ag 0) or the all-gather of the updated
+ * parameters (ag 1), MPI's non-blocking one or (ring) the ring of point-to-point steps; the slowest
+ * rank's seconds. */
+static int zero_coll_once(ts_comm *w, float *buf, size_t n, int ag, int ring, double *out) {
   int N = ts_comm_size(w), R = ts_comm_rank(w);
   size_t *counts = malloc(sizeof(size_t) * (size_t)N), at = 0;
   if (!counts) return ts_error_set(TS_ENOMEM, "calibrate: out of memory");
@@ -210,41 +211,14 @@ static int rs_once(ts_comm *w, float *buf, size_t n, int ring, double *out) {
   double t0 = ts_time_now();
   if (ring) {
     ts_comm_ring_req *q = NULL;
-    if (!rc) rc = ts_comm_ireduce_scatter_ring(w, buf, buf + at, counts, TS_F32, TS_REDUCE_SUM, 0, &q);
+    if (!rc) rc = ag ? ts_comm_iallgatherv_ring(w, buf + at, buf, counts, NULL, TS_F32, 0, &q)
+                     : ts_comm_ireduce_scatter_ring(w, buf, buf + at, counts, TS_F32, TS_REDUCE_SUM, 0, &q);
     if (!rc) rc = ts_comm_ring_wait(q);
     ts_comm_ring_req_free(q);
   } else {
     ts_comm_req *q = NULL;
-    if (!rc) rc = ts_comm_ireduce_scatter(w, buf, buf + at, counts, TS_F32, TS_REDUCE_SUM, &q);
-    if (!rc) rc = ts_comm_wait(q);
-    ts_comm_req_free(q);
-  }
-  free(counts);
-  float dt = (float)(ts_time_now() - t0);
-  if (!rc) rc = ts_comm_allreduce(w, &dt, &dt, 1, TS_F32, TS_REDUCE_MAX);
-  *out = dt;
-  return rc;
-}
-
-/* One all-gather of n floats (equal parts) as optimizer sharding issues it after the update, in
- * place, waited from a barrier: MPI's non-blocking one, or (ring) the ring's; the slowest rank's
- * seconds. */
-static int ag_once(ts_comm *w, float *buf, size_t n, int ring, double *out) {
-  int N = ts_comm_size(w), R = ts_comm_rank(w);
-  size_t *counts = malloc(sizeof(size_t) * (size_t)N), at = 0;
-  if (!counts) return ts_error_set(TS_ENOMEM, "calibrate: out of memory");
-  ts_comm_block_counts(n, N, counts);
-  for (int r = 0; r < R; r++) at += counts[r];
-  int rc = ts_comm_barrier(w);
-  double t0 = ts_time_now();
-  if (ring) {
-    ts_comm_ring_req *q = NULL;
-    if (!rc) rc = ts_comm_iallgatherv_ring(w, buf + at, buf, counts, NULL, TS_F32, 0, &q);
-    if (!rc) rc = ts_comm_ring_wait(q);
-    ts_comm_ring_req_free(q);
-  } else {
-    ts_comm_req *q = NULL;
-    if (!rc) rc = ts_comm_iallgatherv(w, buf + at, buf, counts, NULL, TS_F32, &q);
+    if (!rc) rc = ag ? ts_comm_iallgatherv(w, buf + at, buf, counts, NULL, TS_F32, &q)
+                     : ts_comm_ireduce_scatter(w, buf, buf + at, counts, TS_F32, TS_REDUCE_SUM, &q);
     if (!rc) rc = ts_comm_wait(q);
     ts_comm_req_free(q);
   }
@@ -292,10 +266,10 @@ static int calibrate_hosts(ts_comm *world, ts_cluster *out, int *measured) {
       if (!rc && r % 2 == 1) rc = flat_once(world, buf, snd, n, &v[4][r]);
       if (!rc) rc = hier_once(world, t, buf, n, part);
       if (!rc) rc = hier_nb_once(world, t, buf, n, &v[5][r]);
-      if (!rc) rc = rs_once(world, buf, n, r % 2, &v[6 + r % 2][r]); /* MPI's and the ring's alternating first */
-      if (!rc) rc = rs_once(world, buf, n, !(r % 2), &v[6 + !(r % 2)][r]);
-      if (!rc) rc = ag_once(world, buf, n, r % 2, &v[8 + r % 2][r]);
-      if (!rc) rc = ag_once(world, buf, n, !(r % 2), &v[8 + !(r % 2)][r]);
+      for (int ag = 0; ag < 2 && !rc; ag++) { /* MPI's and the ring's alternating first */
+        rc = zero_coll_once(world, buf, n, ag, r % 2, &v[6 + 2 * ag + r % 2][r]);
+        if (!rc) rc = zero_coll_once(world, buf, n, ag, !(r % 2), &v[6 + 2 * ag + !(r % 2)][r]);
+      }
       if (!rc && r % 2 == 0) rc = flat_once(world, buf, snd, n, &v[4][r]);
       if (!rc && r % 2 == 1) rc = flat_once(world, buf, NULL, n, &v[0][r]);
       for (int i = 0; i < 3; i++) v[i + 1][r] = part[i];

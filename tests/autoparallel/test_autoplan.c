@@ -34,6 +34,7 @@ static const char *k_mlp =
     "data: {name: fashion_mnist, path: /nonexistent/fashion}\n"
     "train: {steps: 1, batch_size: 32}\n"
     "optimizer: {name: sgd, lr: 0.01}\n";
+static const int64_t k_mlp_params = 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10; /* k_mlp's parameters */
 static const char *k_gpt =
     "model: {name: gpt, n_layer: 4, n_head: 4, n_embd: 32, block_size: 16, vocab_size: 256}\n"
     "data: {name: text, path: /nonexistent/input.txt, seq_len: 16, transforms: []}\n"
@@ -345,15 +346,20 @@ static void test_stage_cuts(void) {
  * when it is faster), hierarchical; each overlapped with backward alike (the same share hidden:
  * the hierarchical one's steps are chained during backward too); without the measurement the
  * ring formula. */
+/* The slow cluster as 2 hosts x 2 devices with a slow link between them, named "measured". */
+static void two_hosts(ts_cluster *c) {
+  slow_cluster(c);
+  snprintf(c->name, sizeof c->name, "measured");
+  c->devices_per_node = 2, c->nodes = 2;
+  c->inter_bw = 6e7, c->inter_latency = 0, c->intra_bw = 2e9, c->intra_latency = 0;
+}
+
 static void test_reduce_measured(void) {
   ts_cluster c;
-  slow_cluster(&c);
-  snprintf(c.name, sizeof c.name, "measured");
-  c.devices_per_node = 2, c.nodes = 2;
-  c.inter_bw = 6e7, c.inter_latency = 0, c.intra_bw = 2e9, c.intra_latency = 0;
+  two_hosts(&c);
   c.flat_allreduce_latency = 1e-4, c.flat_allreduce_bw = 4e7;
   c.flat_allreduce_send_latency = 2e-4, c.flat_allreduce_send_bw = 1e8;
-  const int64_t W = 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10; /* the MLP's parameters */
+  const int64_t W = k_mlp_params;
   const double msg = 4.0 * (double)W, mb = 0.05, nb = ceil(msg / (mb * 1024 * 1024)), per = msg / nb;
   struct {
     const char *mode;
@@ -404,15 +410,12 @@ static void test_reduce_measured(void) {
  * priced from the links as before. */
 static void test_zero_measured(void) {
   ts_cluster c;
-  slow_cluster(&c);
-  snprintf(c.name, sizeof c.name, "measured");
-  c.devices_per_node = 2, c.nodes = 2;
-  c.inter_bw = 6e7, c.inter_latency = 0, c.intra_bw = 2e9, c.intra_latency = 0;
+  two_hosts(&c);
   c.reduce_scatter_latency = 1e-4, c.reduce_scatter_bw = 4e7;       /* MPI's: less latency, less bandwidth */
   c.reduce_scatter_ring_latency = 5e-4, c.reduce_scatter_ring_bw = 1e8;
   c.allgather_latency = 2e-4, c.allgather_bw = 5e7;
   c.allgather_ring_latency = 3e-4, c.allgather_ring_bw = 9e7;
-  const int64_t W = 784 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10; /* the MLP's parameters, every one sharded */
+  const int64_t W = k_mlp_params; /* every one sharded */
   const double bytes = 4.0 * (double)W;
   struct {
     const char *rs;
