@@ -213,7 +213,8 @@ void ts_comm_hier_req_free(ts_comm_hier_req *r);
  * once needs its own, the same on every rank, and no other point-to-point traffic on c may use it
  * (give the rings a communicator of their own, ts_comm_dup). The sum's order is the ring's,
  * deterministic, not MPI's. send and recv belong to the request until it completes (send's other
- * blocks are read, never written). TS_EDTYPE for another dtype or op than f32 sum or mean. */
+ * blocks are read, never written). f32, bf16 or f16, sum or mean (TS_EDTYPE otherwise); 16-bit data
+ * travels in 16 bits, each hop adding in f32 and rounding once for the next (N - 1 roundings). */
 typedef struct ts_comm_ring_req ts_comm_ring_req;
 int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const size_t *counts, ts_dtype dtype,
                                  ts_reduce_op op, int tag, ts_comm_ring_req **out);

@@ -11,10 +11,13 @@
  * timeout): nothing of MPI's here. The steps advance as the request is tested; the partial sums
  * live in two scratch buffers of the largest block (one received into while the other is sent).
  * The sum's order is the ring's: rank r's block is ((r+1) + (r+2) + ... + (r-1)) + r, in f32;
- * bitwise the same on every run, not MPI's order.
+ * bitwise the same on every run, not MPI's order. bf16 and f16 data travel in 16 bits: each hop
+ * widens the partial it receives, adds the rank's data in f32 and rounds once for the next (N - 1
+ * roundings, as NCCL's ring does; MPI's 16-bit reduce-scatter rounds once, comm.c).
  *
  * The ring all-gather the same way: in step k rank r passes block (r - k) on to r + 1 and receives
  * block (r - k - 1) from r - 1, each straight from and into its place in the result. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,14 +27,14 @@
 struct ts_comm_ring_req {
   ts_comm *c;
   int gather;              /* the all-gather (else the reduce-scatter) */
-  size_t esize;            /* the all-gather's element bytes */
+  size_t esize;            /* element bytes */
   ts_dtype dtype;
-  const float *send;
-  float *recv;
+  const void *send;
+  void *recv;
   size_t *counts, *displs; /* n each */
   int n, rank, tag, step;  /* step: the one in flight (n - 1: done) */
   ts_reduce_op op;
-  float *tmp[2];
+  void *tmp[2];            /* the reduce-scatter's partial sums (its dtype) */
   ts_comm_req *sreq, *rreq;
   int err;
   char errmsg[512];
@@ -63,9 +66,9 @@ static int issue_gather(ts_comm_ring_req *r, int k) {
 static int issue(ts_comm_ring_req *r, int k) {
   if (r->gather) return issue_gather(r, k);
   int sb = blk(r, r->rank - k - 1), rb = blk(r, r->rank - k - 2);
-  const float *src = k == 0 ? r->send + r->displs[sb] : r->tmp[(k - 1) % 2];
-  int rc = ts_comm_irecv(r->c, r->tmp[k % 2], r->counts[rb], TS_F32, blk(r, r->rank - 1), r->tag, &r->rreq);
-  if (!rc) rc = ts_comm_isend(r->c, src, r->counts[sb], TS_F32, blk(r, r->rank + 1), r->tag, &r->sreq);
+  const void *src = k == 0 ? (const char *)r->send + r->displs[sb] * r->esize : r->tmp[(k - 1) % 2];
+  int rc = ts_comm_irecv(r->c, r->tmp[k % 2], r->counts[rb], r->dtype, blk(r, r->rank - 1), r->tag, &r->rreq);
+  if (!rc) rc = ts_comm_isend(r->c, src, r->counts[sb], r->dtype, blk(r, r->rank + 1), r->tag, &r->sreq);
   return rc;
 }
 
@@ -73,16 +76,26 @@ static int issue(ts_comm_ring_req *r, int k) {
  * rank's own block, lands in recv, a MEAN divided there). */
 static void absorb(ts_comm_ring_req *r) {
   if (r->gather) return; /* received in place */
-  int k = r->step, rb = blk(r, r->rank - k - 2);
-  const float *own = r->send + r->displs[rb];
-  float *acc = r->tmp[k % 2];
+  int k = r->step, rb = blk(r, r->rank - k - 2), last = k == r->n - 2, mean = last && r->op == TS_REDUCE_MEAN;
   size_t m = r->counts[rb];
-  if (k < r->n - 2) {
-    for (size_t i = 0; i < m; i++) acc[i] += own[i];
+  float inv = 1.0f / (float)r->n;
+  if (r->dtype == TS_F32) {
+    const float *own = (const float *)r->send + r->displs[rb];
+    float *acc = r->tmp[k % 2], *dst = last ? r->recv : acc;
+    for (size_t i = 0; i < m; i++) dst[i] = mean ? (acc[i] + own[i]) * inv : acc[i] + own[i];
     return;
   }
-  float inv = r->op == TS_REDUCE_MEAN ? 1.0f / (float)r->n : 1.0f;
-  for (size_t i = 0; i < m; i++) r->recv[i] = r->op == TS_REDUCE_MEAN ? (acc[i] + own[i]) * inv : acc[i] + own[i];
+  /* 16-bit: each partial widened, the rank's data added in f32, rounded once for the next hop */
+  const uint16_t *own = (const uint16_t *)r->send + r->displs[rb];
+  uint16_t *acc = r->tmp[k % 2], *dst = last ? r->recv : acc;
+  float a[256], b[256];
+  for (size_t i = 0; i < m; i += 256) {
+    size_t c = m - i < 256 ? m - i : 256;
+    ts_convert(acc + i, r->dtype, a, TS_F32, c);
+    ts_convert(own + i, r->dtype, b, TS_F32, c);
+    for (size_t j = 0; j < c; j++) a[j] = mean ? (a[j] + b[j]) * inv : a[j] + b[j];
+    ts_convert(a, TS_F32, dst + i, r->dtype, c);
+  }
 }
 
 /* Advances r without waiting. */
@@ -147,19 +160,19 @@ int ts_comm_ireduce_scatter_ring(ts_comm *c, const void *send, void *recv, const
   *out = NULL;
   if (!c || !counts || (!send && !recv))
     return ts_error_set(TS_EINVAL, "ring reduce-scatter: NULL communicator, counts or buffers");
-  if (dtype != TS_F32 || (op != TS_REDUCE_SUM && op != TS_REDUCE_MEAN))
-    return ts_error_set(TS_EDTYPE, "ring reduce-scatter: %s %s (f32 sum or mean only)", ts_dtype_name(dtype),
+  if ((dtype != TS_F32 && dtype != TS_BF16 && dtype != TS_F16) || (op != TS_REDUCE_SUM && op != TS_REDUCE_MEAN))
+    return ts_error_set(TS_EDTYPE, "ring reduce-scatter: %s %s (f32, bf16 or f16 sum or mean only)", ts_dtype_name(dtype),
                         ts_reduce_op_name(op));
   size_t big = 0;
   ts_comm_ring_req *r = ring_new(c, counts, NULL, tag, &big);
   if (!r) return ts_error_set(TS_ENOMEM, "ring reduce-scatter: out of memory");
-  r->send = send, r->recv = recv, r->op = op;
-  if (r->n > 1 && !(r->tmp[0] = malloc(sizeof(float) * 2 * (big ? big : 1)))) {
+  r->send = send, r->recv = recv, r->op = op, r->dtype = dtype, r->esize = ts_dtype_size(dtype);
+  if (r->n > 1 && !(r->tmp[0] = malloc(r->esize * 2 * (big ? big : 1)))) {
     ts_comm_ring_req_free(r);
-    return ts_error_set(TS_ENOMEM, "ring reduce-scatter: cannot allocate 2 x %zu floats", big);
+    return ts_error_set(TS_ENOMEM, "ring reduce-scatter: cannot allocate 2 x %zu elements", big);
   }
-  r->tmp[1] = r->tmp[0] + (big ? big : 1);
-  if (r->n == 1 && r->recv != r->send) memmove(r->recv, r->send, sizeof(float) * counts[0]); /* the result */
+  r->tmp[1] = (char *)r->tmp[0] + r->esize * (big ? big : 1);
+  if (r->n == 1 && r->recv != r->send) memmove(r->recv, r->send, r->esize * counts[0]); /* the result */
   return ring_start(r, out);
 }
 

@@ -96,7 +96,10 @@ struct ts__buckets {
   int *hole_bucket, nholes;
   int defer_tail; /* this run: the tail buckets wait for finish (the communicator is native) */
   float *sslot[2]; /* all-reduce mode, ts__buckets_set_send: the send slots (each the largest such bucket) */
-  int sowner[2];   /* the bucket holding each (-1: free) */
+  uint16_t *wslot[2]; /* reduce-scatter mode with a 16-bit wire (ts__buckets_set_wire_slots): each bucket
+                         rounded into one and reduce-scattered there in place (each the largest bucket) */
+  int sowner[2];   /* the bucket holding each send or wire slot (-1: free) */
+  size_t wire_numel; /* the wire slots' elements (both) */
   size_t send_numel;
   ts_prof *prof;  /* each bucket's collective recorded as a span (NULL: nothing, no clock read) */
 };
@@ -119,13 +122,15 @@ static void record(ts__buckets *d, bucket *b, int how) {
   e.args = b->pargs[how];
   e.t0 = b->t_issue;
   e.t1 = ts_time_now();
-  e.bytes = (int64_t)(b->len * (d->nranks ? sizeof(float) : ts_dtype_size(d->wire)));
+  e.bytes = (int64_t)(b->len * ts_dtype_size(d->wire));
   e.group = d->comm ? ts_comm_size(d->comm) : 0;
   e.kind = TS_PROF_COLLECTIVE;
   e.coll = 1;
   e.track = (uint16_t)b->track;
   ts_prof_record(d->prof, &e);
 }
+
+static float *rs_dst(ts__buckets *d, bucket *b);
 
 static void finish_bucket(ts__buckets *d, bucket *b, int how) {
   if (d->prof) record(d, b, how);
@@ -136,11 +141,13 @@ static void finish_bucket(ts__buckets *d, bucket *b, int how) {
   b->hreq = NULL;
   ts_comm_ring_req_free(b->rreq);
   b->rreq = NULL;
-  if (b->use_send && b->send >= 0) { /* its send slot free again */
+  if (d->nranks && d->wire != TS_F32 && b->send >= 0) /* the rank's 16-bit part widened where it goes */
+    ts_convert(d->wslot[b->send] + b->lo, d->wire, rs_dst(d, b), TS_F32, b->counts[d->rank]);
+  if (b->use_send && b->send >= 0) { /* its send or wire slot free again */
     d->sowner[b->send] = -1;
     b->send = -1;
   }
-  if (d->wire != TS_F32) ts_convert(b->wire, d->wire, d->grads + b->off, TS_F32, b->len);
+  if (!d->nranks && d->wire != TS_F32) ts_convert(b->wire, d->wire, d->grads + b->off, TS_F32, b->len);
   if (d->staged && d->accumulate) { /* a later micro-step: its reduced part added to the rank's */
     float *dst = d->out + b->out_off;
     const float *src = d->slot_out[b->slot];
@@ -165,16 +172,18 @@ static float *rs_dst(ts__buckets *d, bucket *b) {
 
 static int reduce_now(ts__buckets *d, bucket *b);
 
-/* A send slot for bucket b (all-reduce from a separate send buffer): a free one, else the one
- * whose bucket was issued first, once its all-reduce completes; the gradients copied in. */
-static int claim_send(ts__buckets *d, bucket *b) {
+static int bucket_wait(bucket *b);
+
+/* A slot for bucket b's outgoing data: a free one, else the one whose bucket was issued first,
+ * once its collective completes. */
+static int claim_slot(ts__buckets *d, bucket *b) {
   int s = d->sowner[0] < 0 ? 0 : d->sowner[1] < 0 ? 1 : -1;
   if (s < 0) {
     s = d->b[d->sowner[0]].t_issue <= d->b[d->sowner[1]].t_issue ? 0 : 1;
     bucket *o = &d->b[d->sowner[s]];
     double t0 = ts_time_now();
     if (!o->done) {
-      int rc = ts_comm_wait(o->req);
+      int rc = bucket_wait(o);
       if (rc) return rc;
       finish_bucket(d, o, OBS_WAIT);
     }
@@ -182,8 +191,22 @@ static int claim_send(ts__buckets *d, bucket *b) {
   }
   d->sowner[s] = (int)(b - d->b);
   b->send = s;
-  memcpy(d->sslot[s], d->grads + b->off, b->len * sizeof(float));
   return TS_OK;
+}
+
+/* All-reduce from a separate send buffer: a send slot, the gradients copied in. */
+static int claim_send(ts__buckets *d, bucket *b) {
+  int rc = claim_slot(d, b);
+  if (!rc) memcpy(d->sslot[b->send], d->grads + b->off, b->len * sizeof(float));
+  return rc;
+}
+
+/* A 16-bit reduce-scatter (parallel.comm_dtype): a wire slot, the bucket's gradients rounded in;
+ * the reduce-scatter runs there in place and finish_bucket widens the rank's part to where it goes. */
+static int claim_wire(ts__buckets *d, bucket *b) {
+  int rc = claim_slot(d, b);
+  if (!rc) rc = ts_convert(rs_src(d, b), TS_F32, d->wslot[b->send], d->wire, b->len);
+  return rc;
 }
 
 /* Tests / waits for b's collective, whichever kind it is. */
@@ -194,10 +217,25 @@ static int bucket_wait(bucket *b) {
   return b->hreq ? ts_comm_hier_wait(b->hreq) : b->rreq ? ts_comm_ring_wait(b->rreq) : ts_comm_wait(b->req);
 }
 
+/* Where b's reduce-scatter reads and writes: the f32 gradients and the rank's part (rs_src,
+ * rs_dst), or with a 16-bit wire its wire slot in place (claimed and filled here). */
+static int rs_bufs(ts__buckets *d, bucket *b, const void **src, void **dst) {
+  if (d->wire == TS_F32) {
+    *src = rs_src(d, b), *dst = rs_dst(d, b);
+    return TS_OK;
+  }
+  int rc = claim_wire(d, b);
+  if (rc) return rc;
+  *src = d->wslot[b->send], *dst = d->wslot[b->send] + b->lo;
+  return TS_OK;
+}
+
 /* b reduce-scattered by the ring (the bucket's number its tag: one ring per bucket in flight). */
 static int start_ring(ts__buckets *d, bucket *b) {
-  return ts_comm_ireduce_scatter_ring(d->ring, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, (int)(b - d->b),
-                                      &b->rreq);
+  const void *src;
+  void *dst;
+  int rc = rs_bufs(d, b, &src, &dst);
+  return rc ? rc : ts_comm_ireduce_scatter_ring(d->ring, src, dst, b->counts, d->wire, d->op, (int)(b - d->b), &b->rreq);
 }
 
 static int start_bucket(ts__buckets *d, bucket *b) {
@@ -206,7 +244,12 @@ static int start_bucket(ts__buckets *d, bucket *b) {
   b->t_issue = ts_time_now();
   if (d->hier) return ts_comm_iallreduce_hier(d->hier, d->grads + b->off, b->len, TS_F32, d->op, &b->hreq);
   if (d->nranks && d->ring) return start_ring(d, b);
-  if (d->nranks) return ts_comm_ireduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op, &b->req);
+  if (d->nranks) {
+    const void *src;
+    void *dst;
+    int rc = rs_bufs(d, b, &src, &dst);
+    return rc ? rc : ts_comm_ireduce_scatter(d->comm, src, dst, b->counts, d->wire, d->op, &b->req);
+  }
   if (b->use_send) { /* OpenMPI picks ring / Rabenseifner only out of place */
     int rc = claim_send(d, b);
     return rc ? rc : ts_comm_iallreduce(d->comm, d->sslot[b->send], d->grads + b->off, b->len, TS_F32, d->op, &b->req);
@@ -222,7 +265,10 @@ static int reduce_now(ts__buckets *d, bucket *b) {
   b->started = 1;
   if (d->prof) b->t_issue = ts_time_now();
   if (d->nranks) {
-    int rc = d->ring ? start_ring(d, b) : ts_comm_reduce_scatter(d->comm, rs_src(d, b), rs_dst(d, b), b->counts, TS_F32, d->op);
+    const void *src;
+    void *dst;
+    int rc = d->ring ? start_ring(d, b) : rs_bufs(d, b, &src, &dst);
+    if (!rc && !d->ring) rc = ts_comm_reduce_scatter(d->comm, src, dst, b->counts, d->wire, d->op);
     if (!rc && b->rreq) rc = ts_comm_ring_wait(b->rreq);
     if (!rc) finish_bucket(d, b, OBS_BLOCKING);
     return rc;
@@ -409,6 +455,8 @@ void ts__buckets_free(ts__buckets *d) {
   }
   ts_free(d->sslot[0]);
   ts_free(d->sslot[1]);
+  ts_free(d->wslot[0]);
+  ts_free(d->wslot[1]);
   for (int k = 0; k < d->nslots; k++) {
     if (d->slot) ts_free(d->slot[k]);
     if (d->slot_out) ts_free(d->slot_out[k]);
@@ -452,7 +500,7 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track) {
       snprintf(a, sizeof a,
                "\"bucket\":%d,\"params\":%d,\"elements\":%zu,\"dtype\":\"%s\",\"ranks\":%d,\"call\":\"%s\"%s,"
                "\"observed_at\":\"%s\"",
-               first + k, b->nparams, b->len, ts_dtype_name(d->nranks ? TS_F32 : d->wire), ts_comm_size(d->comm), call,
+               first + k, b->nparams, b->len, ts_dtype_name(d->wire), ts_comm_size(d->comm), call,
                d->hier ? ",\"algorithm\":\"hierarchical\"" : d->ring && d->nranks ? ",\"algorithm\":\"ring\"" : "", obs[h]);
       if (!(b->pargs[h] = strdup(a))) return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
     }
@@ -464,8 +512,13 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track) {
 int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total) {
   if (d->comm && (N != ts_comm_size(d->comm) || r != ts_comm_rank(d->comm)))
     return ts_error_set(TS_EINVAL, "reduce-scatter buckets: rank %d of %d is not the communicator's", r, N);
-  if (d->wire != TS_F32) return ts_error_set(TS_EINVAL, "reduce-scatter buckets: f32 on the wire only");
   d->nranks = N;
+  for (int k = 0; k < d->nb; k++) { /* a 16-bit wire: two wire slots (ts__buckets_set_wire_slots), no copy a bucket */
+    free(d->b[k].wire);
+    d->b[k].wire = NULL;
+    d->b[k].use_send = d->wire != TS_F32;
+    d->b[k].send = -1;
+  }
   d->rank = r;
   size_t t = 0;
   for (int k = 0; k < d->nb; k++) {
@@ -495,6 +548,24 @@ void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, con
 }
 
 void ts__buckets_set_out(ts__buckets *d, float *out) { d->out = out; }
+
+int ts__buckets_set_wire_slots(ts__buckets *d, int sizing, size_t *numel) {
+  *numel = 0;
+  if (!d->nranks || d->wire == TS_F32) return TS_OK;
+  size_t big = 0;
+  for (int k = 0; k < d->nb; k++) big = d->b[k].len > big ? d->b[k].len : big;
+  for (int s = 0; s < 2; s++) {
+    ts_free(d->wslot[s]);
+    d->wslot[s] = NULL;
+    d->sowner[s] = -1;
+    if (big && !sizing && !(d->wslot[s] = ts_alloc(big * sizeof(uint16_t))))
+      return ts_error_set(TS_ENOMEM, "gradient buckets: cannot allocate a %s wire slot of %zu elements",
+                          ts_dtype_name(d->wire), big);
+  }
+  d->wire_numel = 2 * big;
+  *numel = d->wire_numel;
+  return TS_OK;
+}
 
 static int by_first(const void *a, const void *b) {
   const bucket *x = *(bucket *const *)a, *y = *(bucket *const *)b;
@@ -618,6 +689,7 @@ void ts__buckets_begin(ts__buckets *d, float *grads) {
   for (int k = 0; k < d->nb; k++) {
     d->b[k].nready = d->b[k].pre_ready;
     d->b[k].started = d->b[k].done = 0;
+    d->b[k].send = -1;
     d->b[k].send = -1;
   }
   for (int q = 0; d->staged && q < d->nslots; q++) d->slot_owner[q] = -1;

@@ -48,13 +48,19 @@ int ts__buckets_set_send(ts__buckets *d, const unsigned char *use, size_t *numel
  * the call, observed_at test / wait / blocking; bytes: the bucket's payload). NULL: off (no clock
  * read). Buckets without a communicator are never recorded. */
 int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track);
-/* Reduce-scatter mode (optimizer sharding; f32 only): each bucket [off, off + len) is cut into
+/* Reduce-scatter mode (optimizer sharding): each bucket [off, off + len) is cut into
  * the N ranks' parts of ceil(len / N) elements (the last ones shorter or empty), and the reduced
  * part of rank r goes to out + out_off (ts__buckets_set_out) instead of back into the gradients;
  * *total gets the elements of rank r's parts over all buckets. N and r are the communicator's
  * (checked), or any rank of N for buckets made without one (comm NULL: the layout of a dry run;
  * such buckets are never started). */
 int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total);
+/* Reduce-scatter mode with a 16-bit wire (the buckets' dtype, parallel.comm_dtype): two wire slots of
+ * the largest bucket's elements in that dtype (allocated unless sizing), into which each bucket's
+ * gradients are rounded and reduce-scattered in place (MPI's 16-bit reduce-scatter or the ring),
+ * the rank's part widened to its f32 place after; a third bucket waits for the older one's
+ * collective. *numel: both slots' elements (0 for an f32 wire). */
+int ts__buckets_set_wire_slots(ts__buckets *d, int sizing, size_t *numel);
 /* out NULL (not staged): in place, the rank's reduced part written at its own place in the
  * gradients (off + the prefix sum of counts), the rest of each bucket left undefined (parameters
  * without a gradient are zeroed before each reduction). */

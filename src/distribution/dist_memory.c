@@ -43,8 +43,9 @@ int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
   int rc = d->sync.vt->memory(d, out, &opt_elems);
   if (rc) return rc;
   out->grad_bytes += out->accum_bytes;
-  /* gradient compression: the reducer's wire copy of every gradient reduced over several ranks */
-  if (d->cfg.wire != TS_F32) {
+  /* gradient compression: the reducer's wire copy of every gradient reduced over several ranks
+   * (optimizer sharding's two wire slots instead: counted by its memory above) */
+  if (d->cfg.wire != TS_F32 && !ts_dist_optim_sharded(d, NULL, NULL)) {
     size_t red = 0;
     int rc = reduced_numel(d, &red);
     if (rc) return rc;

@@ -136,6 +136,7 @@ struct ts__zero {
   int inplace;     /* stage 1: the reduced parts in place in the gradient buffer; wg holds R */
   int staged;      /* stages 2 and 3: no whole-model gradient buffer; the buckets' staging slots */
   size_t stage_numel; /* the slots' floats (with accumulation, their reduced parts too) */
+  size_t wire_numel;  /* parallel.comm_dtype bf16/f16: the buckets' 16-bit wire slots' elements */
   float *rg;       /* staged with accumulation: R, the replicated gradients of a micro-step (else
                       backward writes them into wg directly) */
   ts_plan **hooked; /* the plans zero_hook is attached to */
@@ -287,10 +288,13 @@ static int choose_reduce_scatter(ts_dist *d, struct ts__zero *z, zgroup *G) {
 static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
   zgroup *G = &z->g[k];
   int rc = ts__buckets_create_split(G->scomm, d->r.params, d->r.g,
-                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, TS_F32,
+                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, d->cfg.wire,
                                     member, d->cfg.fusion_splits, d->cfg.nfusion_splits, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
+  size_t wn = 0; /* parallel.comm_dtype bf16/f16: the buckets travel in 16 bits through two wire slots */
+  if (!rc) rc = ts__buckets_set_wire_slots(G->bk, ts__dist_sizing(d), &wn);
   if (rc) return rc;
+  z->wire_numel += wn;
   G->nb = ts__buckets_num_buckets(G->bk);
   if ((rc = choose_reduce_scatter(d, z, G))) return rc;
   G->first = z->nb;
@@ -1229,7 +1233,7 @@ static int zero_comm_bytes(const ts_dist *d, double *bytes) {
       ag += fs * (double)G->S * fa;
     }
   }
-  *bytes = (rs + ar + ag) * sizeof(float);
+  *bytes = rs * ts_dtype_size(d->cfg.wire) + (ar + ag) * sizeof(float); /* the reduce-scatters on the wire's dtype */
   return TS_OK;
 }
 
@@ -1277,6 +1281,10 @@ static void zero_describe(const ts_dist *d, FILE *out) {
             z->rg ? ", with room for each slot's reduced part: micro-steps add them" : "",
             z->rg ? " (added up over the micro-steps from a buffer of their size)" : "");
   }
+  if (z->wire_numel)
+    fprintf(out, "gradients on the wire in %s (parallel.comm_dtype): each bucket rounded into one of two wire slots (%zu "
+            "elements) and reduce-scattered there, the rank's part widened to f32\n", ts_dtype_name(d->cfg.wire),
+            z->wire_numel);
   if (!z->stage3) return;
   int ns = 0, ded = 0, ng = 0, nge = 0;
   size_t slots = ts__gather_slot_numel(z->gt, &ns, &ded);
@@ -1394,6 +1402,7 @@ static int zero_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
   /* the reduced gradients apart from the store's: the replicated ones (stage 1: the parts are
    * reduced in place), or all of the work buffer's */
   m->grad_bytes += (int64_t)(zof(d)->inplace ? zof(d)->R : work) * f;
+  m->grad_bytes += (int64_t)(zof(d)->wire_numel * ts_dtype_size(d->cfg.wire)); /* 16-bit wire slots */
   *opt_elems = (int64_t)work;
   if (d->cfg.accum > 1 && d->cfg.optimizer_shard < 2) m->accum_bytes = (int64_t)ts_params_numel(d->r.params) * f;
   return TS_OK;
