@@ -23,14 +23,21 @@ static void counts_for(int N, size_t n, int variant, size_t *c) {
     c[r] = variant == 0 ? n / N + (r < (int)(n % N)) : variant == 1 ? (r % 2 ? 0 : n / N + r) : (size_t)r * n / 3 + 1;
 }
 
-static void check_ring(ts_comm *w, size_t n, int variant, int inplace, ts_reduce_op op) {
+/* The ranks' counts (malloc'd), this rank's offset *at in the whole and the whole *tot. */
+static size_t *layout(ts_comm *w, size_t n, int variant, size_t *at, size_t *tot) {
   int N = ts_comm_size(w), R = ts_comm_rank(w);
-  size_t *c = malloc(sizeof(size_t) * (size_t)N), tot = 0, at = 0;
+  size_t *c = malloc(sizeof(size_t) * (size_t)N);
   counts_for(N, n, variant, c);
   for (int r = 0; r < N; r++) {
-    if (r < R) at += c[r];
-    tot += c[r];
+    if (r < R) *at += c[r];
+    *tot += c[r];
   }
+  return c;
+}
+
+static void check_ring(ts_comm *w, size_t n, int variant, int inplace, ts_reduce_op op) {
+  int N = ts_comm_size(w), R = ts_comm_rank(w);
+  size_t tot = 0, at = 0, *c = layout(w, n, variant, &at, &tot);
   float *s = malloc(sizeof(float) * (tot + 1)), *o = malloc(sizeof(float) * (c[R] + 1)), *m = malloc(sizeof(float) * (c[R] + 1));
   for (size_t i = 0; i < tot; i++) s[i] = val(R, i);
   /* MPI's result first (its buffers apart) */
@@ -61,12 +68,7 @@ static void check_ring(ts_comm *w, size_t n, int variant, int inplace, ts_reduce
  * N - 1 hops) lies within (N - 1) half-ulps of the whole sum's magnitude of the exact f64 sum. */
 static void check_ring16(ts_comm *w, size_t n, int variant, int inplace, ts_reduce_op op, ts_dtype dt) {
   int N = ts_comm_size(w), R = ts_comm_rank(w);
-  size_t *c = malloc(sizeof(size_t) * (size_t)N), tot = 0, at = 0;
-  counts_for(N, n, variant, c);
-  for (int r = 0; r < N; r++) {
-    if (r < R) at += c[r];
-    tot += c[r];
-  }
+  size_t tot = 0, at = 0, *c = layout(w, n, variant, &at, &tot);
   float *f = malloc(sizeof(float) * (tot + 1)), *g = malloc(sizeof(float) * (c[R] + 1));
   uint16_t *s = malloc(2 * (tot + 1)), *o = malloc(2 * (c[R] + 1)), *m = malloc(2 * (c[R] + 1));
   int bad = 0;
