@@ -26,7 +26,12 @@
  * softmax_ce (the loss) reads 16-bit logits natively at every level: its kernel widens each
  * row to f32 and computes the loss, lse and dlogits in f32, the same arithmetic as on an f32
  * copy (bit for bit: tests/kernels/test_softmax_bf16.c), so the cast of the logits to f32 and
- * of dlogits back (2 x 6 bytes per logit: the vocabulary-wide head's largest casts) is saved. */
+ * of dlogits back (2 x 6 bytes per logit: the vocabulary-wide head's largest casts) is saved.
+ * 16-bit parameters (ts__graph_amp_ex with TS__AMP_PARAMS_LOW, O2/O3): the trainable parameters'
+ * leaves are `low` themselves (a store of 16-bit working weights whose f32 masters the optimizer
+ * keeps: ZeRO's mixed-precision layout, docs/memory.md): the low ops read them with no cast, an
+ * f32 op through a widening cast per consumer (the leaf rule), and their gradients are `low`
+ * (a parameter read twice, a tied embedding, sums its two in `low`). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +176,10 @@ static int copy_node(amp_ctx *c, int i) {
 }
 
 int ts_graph_amp(ts_graph *g, int level, ts_dtype low, ts_val *vals, int nvals) {
+  return ts__graph_amp_ex(g, level, low, 0, vals, nvals);
+}
+
+int ts__graph_amp_ex(ts_graph *g, int level, ts_dtype low, int flags, ts_val *vals, int nvals) {
   if (!g || (nvals && !vals)) return ts_error_set(TS_EINVAL, "ts_graph_amp: NULL argument");
   if (g->status) return g->status;
   if (level < 0 || level > 3)
@@ -185,6 +194,9 @@ int ts_graph_amp(ts_graph *g, int level, ts_dtype low, ts_val *vals, int nvals) 
     return ts__graph_fail(g, TS_ERANGE, "amp: at most %d values to remap", (int)(sizeof idx / sizeof idx[0]));
   for (int k = 0; k < nvals; k++)
     if (vals[k] != TS_NONE && (idx[k] = ts__vidx(g, vals[k], "amp")) < 0) return g->status;
+  if ((flags & TS__AMP_PARAMS_LOW) && level < 2)
+    return ts__graph_fail(g, TS_EINVAL, "amp: 16-bit parameters need level O2 or O3 (not O%d): below, f32 ops would read "
+                          "rounded weights", level);
   if (level == 0) return TS_OK;
 
   amp_ctx c = {g, NULL, NULL, NULL, level, low};
@@ -205,7 +217,9 @@ int ts_graph_amp(ts_graph *g, int level, ts_dtype low, ts_val *vals, int nvals) 
   for (int v = 0; v < g->nvals; v++) {
     const ts__value *s = &g->vals[v];
     if (s->producer >= 0) continue;
-    int u = ts__new_value(h, s->dtype, s->shape, s->kind, NULL);
+    ts_dtype dt = s->dtype; /* TS__AMP_PARAMS_LOW: a trainable parameter's leaf is 16-bit itself */
+    if ((flags & TS__AMP_PARAMS_LOW) && s->kind == TS_VAL_PARAM && dt == TS_F32) dt = low;
+    int u = ts__new_value(h, dt, s->shape, s->kind, NULL);
     if (u < 0) break;
     h->vals[u].param_id = s->param_id;
     h->vals[u].no_grad = s->no_grad;

@@ -131,6 +131,15 @@ int ts_graph_add_node(ts_graph *g, ts_op op, const int *ins, int nin, int nout, 
  * builders) and in the thread's last error; returns code. */
 int ts_graph_fail(ts_graph *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The mixed-precision pass (ts_graph_amp) with flags. TS__AMP_PARAMS_LOW: the trainable
+ * parameters (f32 TS_VAL_PARAM leaves) get leaves of dtype `low` instead of f32 masters cast per
+ * use: the low ops read them directly, f32 ops through a widening cast (one per consumer), and
+ * autodiff gives them `low` gradients; the caller binds 16-bit memory to both (a store of 16-bit
+ * working weights whose f32 masters the optimizer holds: ZeRO's mixed-precision layout,
+ * docs/memory.md). Levels O2 and O3 only (TS_EINVAL below: f32 ops would read rounded weights). */
+enum { TS__AMP_PARAMS_LOW = 1 };
+int ts__graph_amp_ex(ts_graph *g, int level, ts_dtype low, int flags, ts_val *vals, int nvals);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,8 @@
  * folded, parameters kept f32 with f32 gradients, names kept, refusals; and the numbers: a GPT,
  * an MLP and a ResNet forward+backward at O2 bf16 / f16 against the same f32 graph on the same
  * parameters (loss within 2% relative; every parameter's gradient within a relative L2 error
- * stated per model), and trained for a few SGD steps next to f32. */
+ * stated per model), and trained for a few SGD steps next to f32. 16-bit parameter leaves
+ * (TS__AMP_PARAMS_LOW) against the f32 masters on the same rounded weights. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,8 +24,8 @@ static ts_gpt_config gpt_cfg(void) {
 }
 
 /* Builds model `kind` (forward + loss) into a new graph and store; applies amp level/dt. */
-static int build(int kind, int level, ts_dtype dt, ts_graph **pg, ts_params **pp, ts_val *x, ts_val *y,
-                 ts_val *logits, ts_val *loss) {
+static int build_ex(int kind, int level, ts_dtype dt, int flags, ts_graph **pg, ts_params **pp, ts_val *x, ts_val *y,
+                    ts_val *logits, ts_val *loss) {
   ts_graph *g;
   ts_params *p;
   CHECK_OK(ts_graph_create(&g));
@@ -51,7 +52,7 @@ static int build(int kind, int level, ts_dtype dt, ts_graph **pg, ts_params **pp
   CHECK_OK(rc);
   ts_val_set_requires_grad(g, *x, 0);
   ts_val v[4] = {*x, *y, *logits, *loss};
-  CHECK_OK(ts_graph_amp(g, level, dt, v, 4));
+  CHECK_OK(ts__graph_amp_ex(g, level, dt, flags, v, 4));
   *x = v[0];
   *y = v[1];
   *logits = v[2];
@@ -59,6 +60,10 @@ static int build(int kind, int level, ts_dtype dt, ts_graph **pg, ts_params **pp
   *pg = g;
   *pp = p;
   return rc;
+}
+static int build(int kind, int level, ts_dtype dt, ts_graph **pg, ts_params **pp, ts_val *x, ts_val *y,
+                 ts_val *logits, ts_val *loss) {
+  return build_ex(kind, level, dt, 0, pg, pp, x, y, logits, loss);
 }
 
 
@@ -256,12 +261,14 @@ typedef struct {
   ts_val x, y, lg, loss;
 } inst;
 
-static void inst_make(inst *m, int kind, int level, ts_dtype dt) {
+static void inst_make_ex(inst *m, int kind, int level, ts_dtype dt, int flags) {
   memset(m, 0, sizeof *m);
-  build(kind, level, dt, &m->g, &m->p, &m->x, &m->y, &m->lg, &m->loss);
+  build_ex(kind, level, dt, flags, &m->g, &m->p, &m->x, &m->y, &m->lg, &m->loss);
   CHECK_OK(ts_graph_backward(m->g, m->loss, 1.0f));
   m->plan = ts_test_train_plan(m->g, m->p, m->loss, 11);
 }
+
+static void inst_make(inst *m, int kind, int level, ts_dtype dt) { inst_make_ex(m, kind, level, dt, 0); }
 
 static void inst_free(inst *m) {
   ts_plan_free(m->plan);
@@ -350,6 +357,101 @@ static void check_numbers(int kind, const char *name, ts_dtype dt, double grad_t
   inst_free(&b);
 }
 
+/* 16-bit parameter leaves (ts__graph_amp_ex, TS__AMP_PARAMS_LOW) at O2 against the f32 masters
+ * cast per use, on the same weights rounded to the 16-bit dtype (so that every cast of a master
+ * is exact): every parameter leaf and its gradient 16-bit, no cast reads a parameter (every op
+ * that reads one runs low at O2 in these models), the loss bitwise the masters', and each
+ * gradient bitwise the masters' (the cast's backward widens exactly) or, where the masters' one is
+ * written in f32 straight from its f32 accumulation (a dense's dW, a norm's dgamma), bitwise its
+ * rounding to 16 bits; a parameter read twice (the GPT's tied embedding) sums its two gradients in
+ * 16 bits: within two roundings. */
+static void check_params_low(int kind, const char *name, ts_dtype dt) {
+  inst a, b;
+  inst_make(&a, kind, 2, dt);
+  inst_make_ex(&b, kind, 2, dt, TS__AMP_PARAMS_LOW);
+  if (!a.plan || !b.plan) return;
+  size_t n = ts_params_numel(a.p);
+  CHECK(n == ts_params_numel(b.p));
+  float *wa = ts_params_data(a.p);
+  uint16_t *w16 = malloc(2 * n), *g16 = malloc(2 * n);
+  CHECK_OK(ts_convert(wa, TS_F32, w16, dt, n)); /* the weights rounded: the masters hold them exactly */
+  CHECK_OK(ts_convert(w16, dt, wa, TS_F32, n));
+  int leaves = 0, casts = 0;
+  for (int v = 0; v < ts_graph_num_values(b.g); v++) {
+    if (ts_graph_value_kind(b.g, v) != TS_VAL_PARAM) continue;
+    ts_val h = ts_graph_value(b.g, v);
+    int id = ts_val_param_id(b.g, h);
+    leaves++;
+    CHECK_MSG(ts_graph_value_dtype(b.g, v) == dt, "%s: parameter leaf '%s' is %s", name, ts_params_name(b.p, id),
+              ts_dtype_name(ts_graph_value_dtype(b.g, v)));
+    CHECK_OK(ts_plan_bind(b.plan, h, w16 + ts_params_offset(b.p, id)));
+  }
+  for (int i = 0; i < ts_graph_num_nodes(b.g); i++)
+    if (ts_graph_node_op(b.g, i) == TS_OP_CAST && ts_graph_value_kind(b.g, ts_graph_node_input(b.g, i, 0)) == TS_VAL_PARAM)
+      casts++;
+  CHECK_MSG(leaves > 0 && casts == 0, "%s: %d parameter leaves, %d casts of them", name, leaves, casts);
+  for (int i = 0; i < ts_params_count(b.p); i++) {
+    ts_val gv = ts_params_grad_value(b.p, i);
+    if (gv == TS_NONE) continue;
+    CHECK_MSG(ts_graph_value_dtype(b.g, ts_graph_value_index(b.g, gv)) == dt, "%s: the gradient of '%s' is not %s", name,
+              ts_params_name(b.p, i), ts_dtype_name(dt));
+    CHECK_OK(ts_plan_bind(b.plan, gv, g16 + ts_params_offset(b.p, i)));
+  }
+  float *xf = malloc(sizeof(float) * 8192), *gb = malloc(sizeof(float) * n);
+  int32_t *xi = malloc(sizeof(int32_t) * 8192), *yi = malloc(sizeof(int32_t) * 8192);
+  feed(&a, kind, 0, xf, xi, yi);
+  feed(&b, kind, 0, xf, xi, yi);
+  CHECK_OK(ts_plan_run(a.plan, 1));
+  CHECK_OK(ts_plan_run(b.plan, 1));
+  float la = *(float *)ts_plan_data(a.plan, a.loss), lb = *(float *)ts_plan_data(b.plan, b.loss);
+  CHECK_MSG(la == lb, "%s: loss %.9g with 16-bit parameters, %.9g with f32 masters", name, (double)lb, (double)la);
+  CHECK_OK(ts_convert(g16, dt, gb, TS_F32, n));
+  const float *ga = ts_params_grads(a.p);
+  uint16_t *ga16 = malloc(2 * n);
+  CHECK_OK(ts_convert(ga, TS_F32, ga16, dt, n));
+  int exact = 0, rounded = 0, near = 0;
+  for (int i = 0; i < ts_params_count(a.p); i++) {
+    if (ts_params_flags(a.p, i) & TS_PARAM_STATE) continue;
+    ts_shape sh = ts_params_shape(a.p, i);
+    size_t off = ts_params_offset(a.p, i), cnt = (size_t)ts_shape_numel(&sh);
+    /* bitwise, or (where the masters' backward writes the f32 gradient straight from its f32
+     * accumulation, a dense's dW, a norm's dgamma) bitwise its rounding to 16 bits */
+    int same = !memcmp(ga + off, gb + off, cnt * sizeof(float));
+    int same16 = !memcmp(ga16 + off, g16 + off, cnt * 2);
+    double e = rel_l2(gb + off, ga + off, cnt);
+    int tied = kind == M_GPT && strstr(ts_params_name(a.p, i), "wte") != NULL;
+    CHECK_MSG(same || same16 || (tied && e <= 1.0 / 128), "%s: gradient of %s: relative L2 %.3g from the masters'%s",
+              name, ts_params_name(a.p, i), e, tied ? " (more than a rounding)" : " (neither bitwise nor its rounding)");
+    exact += same, rounded += !same && same16, near += !same && !same16;
+  }
+  printf("%-6s O2 %s, 16-bit parameter leaves: %d leaves, no casts of them, loss = the masters' (%.6f); %d gradients "
+         "bitwise, %d the masters' rounded, %d within a rounding (summed in 16 bits)\n", name, ts_dtype_name(dt), leaves,
+         (double)lb, exact, rounded, near);
+  free(ga16);
+  free(xf), free(gb), free(xi), free(yi), free(w16), free(g16);
+  inst_free(&a);
+  inst_free(&b);
+}
+
+/* TS__AMP_PARAMS_LOW below O2 is refused. */
+static void check_params_low_refused(void) {
+  ts_graph *g;
+  ts_params *p;
+  ts_val x, y, lg, loss;
+  CHECK_OK(ts_graph_create(&g));
+  CHECK_OK(ts_params_create(&p));
+  ts_nn nn = {g, p};
+  static const int hidden[] = {8};
+  ts_mlp_config c = {4, hidden, 1, 0};
+  x = ts_input(g, "x", TS_F32, ts_shape2(2, 6));
+  y = ts_input(g, "y", TS_I32, ts_shape1(2));
+  CHECK_OK(ts_zoo_mlp(&nn, &c, x, y, &lg, &loss));
+  ts_val v[1] = {loss};
+  EXPECT_ERR(ts__graph_amp_ex(g, 1, TS_BF16, TS__AMP_PARAMS_LOW, v, 1), TS_EINVAL, "16-bit parameters need level O2");
+  ts_params_free(p);
+  ts_graph_free(g);
+}
+
 int main(void) {
   ts_backend_set(TS_BACKEND_FAST);
   static const char *names[] = {"gpt", "mlp", "resnet"};
@@ -370,5 +472,9 @@ int main(void) {
   check_numbers(M_GPT, "gpt", TS_F16, 2e-3, 5e-3, 20, 2e-2, 0.03f);
   check_numbers(M_RESNET, "resnet", TS_BF16, 1.2e-1, 0, 10, 2e-2, 0.02f);
   check_numbers(M_RESNET, "resnet", TS_F16, 5e-2, 0, 10, 5e-3, 0.02f);
+  check_params_low(M_MLP, "mlp", TS_BF16);
+  check_params_low(M_GPT, "gpt", TS_BF16);
+  check_params_low(M_GPT, "gpt", TS_F16);
+  check_params_low_refused();
   return ts_test_finish("amp");
 }
