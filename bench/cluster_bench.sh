@@ -26,7 +26,9 @@
 #             15%; issue 32). DP_MODELS (default "gpt resnet18"), DP_ROUNDS (3).
 #  zero       the dp step's GPT under optimizer_shard 1 and 2 with its buckets reduce-scattered by
 #             MPI's reduce-scatter and by the ring (parallel.reduce_scatter mpi|ring), beside plain
-#             data parallel: interleaved rounds (ZERO_ROUNDS, 3), median step and comm_wait.
+#             data parallel: interleaved rounds (ZERO_ROUNDS, 3), median step and comm_wait;
+#             ZERO_MODES picks modes (plain s1_mpi s1_ring s2_mpi s2_ring; add _bf16 for
+#             parallel.comm_dtype bf16, e.g. "s1_ring s1_ring_bf16").
 # Each step fits in a quiet window of under 6 minutes (run them one by one under
 # /work/shared/bin/quiet on a shared machine). Needs root.
 # CLUSTER_HOSTS=4: 4 hosts x 1 rank instead of 2 x 2 (every rank's link its own).
@@ -242,9 +244,11 @@ print('%.1f %.1f %.6f' % (statistics.median(r['step_ms'] for r in s), statistics
   # the GPT of the dp step under optimizer_shard 1 and 2, its buckets reduce-scattered by MPI's
   # reduce-scatter and by the ring (parallel.reduce_scatter), beside plain data parallel (buckets
   # all-reduced from a send buffer): interleaved rounds, median step and comm_wait of each
-  zmodes="plain s1_mpi s1_ring s2_mpi s2_ring"
-  zsets() { case $1 in plain) echo "";; s1_*) echo "--set parallel.optimizer_shard=1 --set parallel.reduce_scatter=${1#s1_}";;
-            s2_*) echo "--set parallel.optimizer_shard=2 --set parallel.reduce_scatter=${1#s2_}";; esac; }
+  # (ZERO_MODES picks some; a mode ending in _bf16 sends the gradients in bf16: parallel.comm_dtype)
+  zmodes=${ZERO_MODES:-plain s1_mpi s1_ring s2_mpi s2_ring}
+  zsets() { local m=${1%_bf16} w=""; [ "$m" != "$1" ] && w="--set parallel.comm_dtype=bf16"
+            case $m in plain) echo "$w";; s1_*) echo "--set parallel.optimizer_shard=1 --set parallel.reduce_scatter=${m#s1_} $w";;
+            s2_*) echo "--set parallel.optimizer_shard=2 --set parallel.reduce_scatter=${m#s2_} $w";; esac; }
   declare -A zall=()
   for round in $(seq 1 "${ZERO_ROUNDS:-3}"); do
     for m in $zmodes; do
@@ -256,6 +260,7 @@ print('%.1f %.1f %.6f' % (statistics.median(r['step_ms'] for r in s), statistics
       echo "ZeRO GPT on $hosts hosts x $((4 / hosts)), $m (round $round): median step $ms ms, comm_wait $wt ms, final loss $loss; $(grep -o 'optimizer_shard: .*' "$log.log" | head -1)"
     done
   done
+  zargs=(); for m in $zmodes; do zargs+=("$m=${zall[$m]}"); done
   /usr/bin/python3 -c '
 import sys, statistics
 med = {}
@@ -265,9 +270,15 @@ for kv in sys.argv[1:]:
     med[k] = statistics.median(x) if x else float("nan")
 print("ZeRO GPT, medians of the rounds: " + ", ".join("%s %.1f ms" % (m, med[m]) for m in med))
 for s in ("s1", "s2"):
-    print("ZeRO stage %s: ring %.1f ms vs MPI reduce-scatter %.1f ms (%.2fx); vs plain data parallel %.2fx" % (s[1],
-          med[s + "_ring"], med[s + "_mpi"], med[s + "_mpi"] / med[s + "_ring"], med[s + "_ring"] / med["plain"]))' \
-    "plain=${zall[plain]}" "s1_mpi=${zall[s1_mpi]}" "s1_ring=${zall[s1_ring]}" "s2_mpi=${zall[s2_mpi]}" "s2_ring=${zall[s2_ring]}"
+    if s + "_ring" in med and s + "_mpi" in med and "plain" in med:
+        print("ZeRO stage %s: ring %.1f ms vs MPI reduce-scatter %.1f ms (%.2fx); vs plain data parallel %.2fx" % (s[1],
+              med[s + "_ring"], med[s + "_mpi"], med[s + "_mpi"] / med[s + "_ring"], med[s + "_ring"] / med["plain"]))
+    for m in ("ring", "mpi"):
+        k = "%s_%s" % (s, m)
+        if k in med and k + "_bf16" in med:
+            print("ZeRO stage %s, %s: bf16 on the wire %.1f ms vs f32 %.1f ms (%.2fx)" % (s[1], m, med[k + "_bf16"], med[k],
+                  med[k] / med[k + "_bf16"]))' \
+    "${zargs[@]}"
   # the planner's prediction of each on the calibrate step's description (its reduce-scatters and
   # all-gathers on their measured lines), beside the medians
   if [ -f "$dir/cluster.yaml" ]; then

@@ -36,7 +36,8 @@
 #include "tessera/prof.h"
 
 #define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
-#define TAIL_FLOPS 0.01 /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */
+#define TAIL_FLOPS 0.01
+#define WIRE_SLOTS 4  /* 16-bit wire slots (parallel.comm_dtype under sharding): buckets in flight at once */ /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
@@ -96,9 +97,11 @@ struct ts__buckets {
   int *hole_bucket, nholes;
   int defer_tail; /* this run: the tail buckets wait for finish (the communicator is native) */
   float *sslot[2]; /* all-reduce mode, ts__buckets_set_send: the send slots (each the largest such bucket) */
-  uint16_t *wslot[2]; /* reduce-scatter mode with a 16-bit wire (ts__buckets_set_wire_slots): each bucket
-                         rounded into one and reduce-scattered there in place (each the largest bucket) */
-  int sowner[2];   /* the bucket holding each send or wire slot (-1: free) */
+  uint16_t *wslot[WIRE_SLOTS]; /* reduce-scatter mode with a 16-bit wire (ts__buckets_set_wire_slots): each
+                                  bucket rounded into one and reduce-scattered there in place (each the
+                                  largest bucket) */
+  int nclaim;      /* the send (2) or wire (WIRE_SLOTS) slots a bucket claims one of */
+  int sowner[WIRE_SLOTS]; /* the bucket holding each send or wire slot (-1: free) */
   size_t wire_numel; /* the wire slots' elements (both) */
   size_t send_numel;
   ts_prof *prof;  /* each bucket's collective recorded as a span (NULL: nothing, no clock read) */
@@ -177,9 +180,13 @@ static int bucket_wait(bucket *b);
 /* A slot for bucket b's outgoing data: a free one, else the one whose bucket was issued first,
  * once its collective completes. */
 static int claim_slot(ts__buckets *d, bucket *b) {
-  int s = d->sowner[0] < 0 ? 0 : d->sowner[1] < 0 ? 1 : -1;
-  if (s < 0) {
-    s = d->b[d->sowner[0]].t_issue <= d->b[d->sowner[1]].t_issue ? 0 : 1;
+  int s = -1, ns = d->nclaim > 0 ? d->nclaim : 2;
+  for (int k = 0; k < ns && s < 0; k++)
+    if (d->sowner[k] < 0) s = k;
+  if (s < 0) { /* all taken: the one issued first, once its collective completes */
+    s = 0;
+    for (int k = 1; k < ns; k++)
+      if (d->b[d->sowner[k]].t_issue < d->b[d->sowner[s]].t_issue) s = k;
     bucket *o = &d->b[d->sowner[s]];
     double t0 = ts_time_now();
     if (!o->done) {
@@ -455,8 +462,7 @@ void ts__buckets_free(ts__buckets *d) {
   }
   ts_free(d->sslot[0]);
   ts_free(d->sslot[1]);
-  ts_free(d->wslot[0]);
-  ts_free(d->wslot[1]);
+  for (int k = 0; k < WIRE_SLOTS; k++) ts_free(d->wslot[k]);
   for (int k = 0; k < d->nslots; k++) {
     if (d->slot) ts_free(d->slot[k]);
     if (d->slot_out) ts_free(d->slot_out[k]);
@@ -513,7 +519,7 @@ int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total) {
   if (d->comm && (N != ts_comm_size(d->comm) || r != ts_comm_rank(d->comm)))
     return ts_error_set(TS_EINVAL, "reduce-scatter buckets: rank %d of %d is not the communicator's", r, N);
   d->nranks = N;
-  for (int k = 0; k < d->nb; k++) { /* a 16-bit wire: two wire slots (ts__buckets_set_wire_slots), no copy a bucket */
+  for (int k = 0; k < d->nb; k++) { /* a 16-bit wire: WIRE_SLOTS wire slots (ts__buckets_set_wire_slots), no copy a bucket */
     free(d->b[k].wire);
     d->b[k].wire = NULL;
     d->b[k].use_send = d->wire != TS_F32;
@@ -554,7 +560,8 @@ int ts__buckets_set_wire_slots(ts__buckets *d, int sizing, size_t *numel) {
   if (!d->nranks || d->wire == TS_F32) return TS_OK;
   size_t big = 0;
   for (int k = 0; k < d->nb; k++) big = d->b[k].len > big ? d->b[k].len : big;
-  for (int s = 0; s < 2; s++) {
+  d->nclaim = WIRE_SLOTS;
+  for (int s = 0; s < WIRE_SLOTS; s++) {
     ts_free(d->wslot[s]);
     d->wslot[s] = NULL;
     d->sowner[s] = -1;
@@ -562,7 +569,7 @@ int ts__buckets_set_wire_slots(ts__buckets *d, int sizing, size_t *numel) {
       return ts_error_set(TS_ENOMEM, "gradient buckets: cannot allocate a %s wire slot of %zu elements",
                           ts_dtype_name(d->wire), big);
   }
-  d->wire_numel = 2 * big;
+  d->wire_numel = WIRE_SLOTS * big;
   *numel = d->wire_numel;
   return TS_OK;
 }
@@ -663,6 +670,7 @@ int ts__buckets_set_send(ts__buckets *d, const unsigned char *use, size_t *numel
   *numel = 0;
   if (d->nranks || d->wire != TS_F32)
     return ts_error_set(TS_EINVAL, "gradient buckets: a separate send buffer is for f32 all-reduces only");
+  d->nclaim = 2;
   for (int k = 0; k < d->nb; k++) {
     d->b[k].use_send = use[k] != 0;
     d->b[k].send = -1;
@@ -682,7 +690,7 @@ int ts__buckets_set_send(ts__buckets *d, const unsigned char *use, size_t *numel
 
 void ts__buckets_begin(ts__buckets *d, float *grads) {
   d->grads = grads;
-  d->sowner[0] = d->sowner[1] = -1;
+  for (int k = 0; k < WIRE_SLOTS; k++) d->sowner[k] = -1;
   d->err = 0;
   d->defer_tail = d->comm && ts_comm_get_blocking(d->comm) == TS_COMM_BLOCKING_NATIVE;
   d->t_comm_wait = 0;

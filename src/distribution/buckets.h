@@ -55,11 +55,11 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track);
  * (checked), or any rank of N for buckets made without one (comm NULL: the layout of a dry run;
  * such buckets are never started). */
 int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total);
-/* Reduce-scatter mode with a 16-bit wire (the buckets' dtype, parallel.comm_dtype): two wire slots of
- * the largest bucket's elements in that dtype (allocated unless sizing), into which each bucket's
- * gradients are rounded and reduce-scattered in place (MPI's 16-bit reduce-scatter or the ring),
- * the rank's part widened to its f32 place after; a third bucket waits for the older one's
- * collective. *numel: both slots' elements (0 for an f32 wire). */
+/* Reduce-scatter mode with a 16-bit wire (the buckets' dtype, parallel.comm_dtype): four wire slots
+ * of the largest bucket's elements in that dtype (allocated unless sizing), into which each
+ * bucket's gradients are rounded and reduce-scattered in place (MPI's 16-bit reduce-scatter or the
+ * ring), the rank's part widened to its f32 place after; a fifth bucket waits for the oldest one's
+ * collective. *numel: the slots' elements (0 for an f32 wire). */
 int ts__buckets_set_wire_slots(ts__buckets *d, int sizing, size_t *numel);
 /* out NULL (not staged): in place, the rank's reduced part written at its own place in the
  * gradients (off + the prefix sum of counts), the rest of each bucket left undefined (parameters

@@ -44,7 +44,7 @@ int ts_dist_memory(ts_dist *d, int optim_slots, ts_dist_memory_info *out) {
   if (rc) return rc;
   out->grad_bytes += out->accum_bytes;
   /* gradient compression: the reducer's wire copy of every gradient reduced over several ranks
-   * (optimizer sharding's two wire slots instead: counted by its memory above) */
+   * (optimizer sharding's wire slots instead: counted by its memory above) */
   if (d->cfg.wire != TS_F32 && !ts_dist_optim_sharded(d, NULL, NULL)) {
     size_t red = 0;
     int rc = reduced_numel(d, &red);

@@ -291,7 +291,7 @@ static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) 
                                     d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, d->cfg.wire,
                                     member, d->cfg.fusion_splits, d->cfg.nfusion_splits, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
-  size_t wn = 0; /* parallel.comm_dtype bf16/f16: the buckets travel in 16 bits through two wire slots */
+  size_t wn = 0; /* parallel.comm_dtype bf16/f16: the buckets travel in 16 bits through four wire slots */
   if (!rc) rc = ts__buckets_set_wire_slots(G->bk, ts__dist_sizing(d), &wn);
   if (rc) return rc;
   z->wire_numel += wn;
@@ -1282,7 +1282,7 @@ static void zero_describe(const ts_dist *d, FILE *out) {
             z->rg ? " (added up over the micro-steps from a buffer of their size)" : "");
   }
   if (z->wire_numel)
-    fprintf(out, "gradients on the wire in %s (parallel.comm_dtype): each bucket rounded into one of two wire slots (%zu "
+    fprintf(out, "gradients on the wire in %s (parallel.comm_dtype): each bucket rounded into one of four wire slots (%zu "
             "elements) and reduce-scattered there, the rank's part widened to f32\n", ts_dtype_name(d->cfg.wire),
             z->wire_numel);
   if (!z->stage3) return;

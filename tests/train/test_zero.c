@@ -270,7 +270,7 @@ static void grad_memory(ts_comm *w) {
     const char *sets[4];
     int ns, stage, accum;
     double thr;
-    int wire; /* parallel.comm_dtype 16-bit: two wire slots of a bucket's elements each, bf16-sized differences */
+    int wire; /* parallel.comm_dtype 16-bit: four wire slots of a bucket's elements each, bf16-sized differences */
   } cs[] = {
       {"plain", {path}, 1, 0, 0, 64, 0},
       {"plain, accumulation 2", {path, acc}, 2, 0, 1, 64, 0},
@@ -284,7 +284,7 @@ static void grad_memory(ts_comm *w) {
       {"stage 3, all sharded, recompute full", {path, "parallel.optimizer_shard=3", t0, "model.recompute=full"}, 4, 3, 0, 0, 0},
       {"stage 3, all sharded, ring reduce-scatter", {path, "parallel.optimizer_shard=3", t0, "parallel.reduce_scatter=ring"},
        4, 3, 0, 0, 0},
-      /* the buckets reduce-scattered in 16 bits (parallel.comm_dtype) through two wire slots */
+      /* the buckets reduce-scattered in 16 bits (parallel.comm_dtype) through four wire slots */
       {"stage 1, all sharded, comm_dtype bf16", {path, "parallel.optimizer_shard=1", t0, "parallel.comm_dtype=bf16"}, 4, 1,
        0, 0, 1},
       {"stage 2, bf16, ring reduce-scatter", {path, "parallel.optimizer_shard=2", "parallel.comm_dtype=bf16",
@@ -302,7 +302,7 @@ static void grad_memory(ts_comm *w) {
     const gcase *b = &base[cs[k].accum];
     double whole = 4.0 * (double)c.n, R = 4.0 * (double)c.rep, B = fmax(bucket, 4.0 * (double)c.biggest);
     double g = (double)c.meas.grad_bytes - (double)c.meas.accum_bytes;
-    double W = cs[k].wire ? B / 2 * 2 : 0; /* two wire slots of a bucket's elements, 2 bytes each */
+    double W = cs[k].wire ? 4 * (B / 4) * 2 : 0; /* four wire slots of a bucket's elements (B / 4), 2 bytes each */
     double bound = whole / N + R + 2 * B + 4.0 * c.nparams + W;
     if (cs[k].accum) bound += R + 2 * (B / N + 4);
     CHECK_MSG(c.meas.grad_bytes == c.pred.grad_bytes && c.meas.total_bytes == c.pred.total_bytes &&
