@@ -36,8 +36,8 @@
 #include "tessera/prof.h"
 
 #define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
-#define TAIL_FLOPS 0.01
-#define WIRE_SLOTS 4  /* 16-bit wire slots (parallel.comm_dtype under sharding): buckets in flight at once */ /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */
+#define TAIL_FLOPS 0.01 /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */
+#define WIRE_SLOTS 4 /* 16-bit wire slots (parallel.comm_dtype under sharding): buckets in flight at once */
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */
@@ -102,7 +102,7 @@ struct ts__buckets {
                                   largest bucket) */
   int nclaim;      /* the send (2) or wire (WIRE_SLOTS) slots a bucket claims one of */
   int sowner[WIRE_SLOTS]; /* the bucket holding each send or wire slot (-1: free) */
-  size_t wire_numel; /* the wire slots' elements (both) */
+  size_t wire_numel; /* the wire slots' elements (all of them) */
   size_t send_numel;
   ts_prof *prof;  /* each bucket's collective recorded as a span (NULL: nothing, no clock read) */
 };
