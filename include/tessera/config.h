@@ -266,6 +266,7 @@ typedef struct {
                                       is given), false = off; validation keeps it equal to
                                       optimizer_shard != off */
     double optimizer_shard_threshold_kb; /* parameters smaller than this stay replicated */
+    int optimizer_shard_weights; /* 0 auto, 1 f32, 2 low: stages 1, 2 under amp O2/O3 keep 16-bit working weights */
     int optimizer_shard_group; /* ranks per shard group (hybrid sharding); 0: the whole data-parallel group */
     char cluster[TS_CFG_PATH_MAX]; /* auto_parallel: the cluster searched for (file or built-in name) */
     int search_mode;         /* auto_parallel: ts_search_mode (0 dynamic_programming, 1 sharding_propagation,

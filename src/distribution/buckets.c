@@ -104,6 +104,9 @@ struct ts__buckets {
   int sowner[WIRE_SLOTS]; /* the bucket holding each send or wire slot (-1: free) */
   size_t wire_numel; /* the wire slots' elements (all of them) */
   size_t send_numel;
+  int low;         /* ts__buckets_set_low: the gradients are 16-bit (the wire's dtype) where backward writes them */
+  uint16_t *g16;   /* low, not staged: the whole 16-bit gradient buffer (the store's flat layout) */
+  uint16_t *out16; /* low: where the rank's reduced parts go (NULL: in place, at their own places) */
   ts_prof *prof;  /* each bucket's collective recorded as a span (NULL: nothing, no clock read) */
 };
 
@@ -227,6 +230,13 @@ static int bucket_wait(bucket *b) {
 /* Where b's reduce-scatter reads and writes: the f32 gradients and the rank's part (rs_src,
  * rs_dst), or with a 16-bit wire its wire slot in place (claimed and filled here). */
 static int rs_bufs(ts__buckets *d, bucket *b, const void **src, void **dst) {
+  if (d->low) { /* 16-bit gradients reduce-scattered where backward wrote them (holes: zeros) */
+    uint16_t *s16 = d->staged ? (uint16_t *)d->slot[b->slot] : d->g16 + b->off;
+    for (int h = 0; h < d->nholes; h++)
+      if (d->hole_bucket[h] == (int)(b - d->b)) memset(s16 + (d->hole_off[h] - b->off), 0, d->hole_len[h] * sizeof *s16);
+    *src = s16, *dst = d->out16 ? d->out16 + b->out_off : s16 + b->lo;
+    return TS_OK;
+  }
   if (d->wire == TS_F32) {
     *src = rs_src(d, b), *dst = rs_dst(d, b);
     return TS_OK;
@@ -557,7 +567,7 @@ void ts__buckets_set_out(ts__buckets *d, float *out) { d->out = out; }
 
 int ts__buckets_set_wire_slots(ts__buckets *d, int sizing, size_t *numel) {
   *numel = 0;
-  if (!d->nranks || d->wire == TS_F32) return TS_OK;
+  if (!d->nranks || d->wire == TS_F32 || d->low) return TS_OK;
   size_t big = 0;
   for (int k = 0; k < d->nb; k++) big = d->b[k].len > big ? d->b[k].len : big;
   d->nclaim = WIRE_SLOTS;
@@ -583,6 +593,8 @@ int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel)
   *numel = 0;
   if (!d->nranks) return ts_error_set(TS_EINVAL, "staged gradient buckets: reduce-scatter mode only (ts__buckets_scatter)");
   if (d->staged) return ts_error_set(TS_EINVAL, "staged gradient buckets: already staged");
+  if (d->low && accumulate)
+    return ts_error_set(TS_EINVAL, "staged gradient buckets: 16-bit gradients are not accumulated over micro-steps");
   bucket **ord = malloc(sizeof *ord * ((size_t)d->nb + 1));
   int *slast = malloc(sizeof(int) * ((size_t)d->nb + 1));
   d->slot_len = calloc((size_t)d->nb + 1, sizeof(size_t));
@@ -632,7 +644,7 @@ int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel)
   d->staged = 1;
   for (int q = 0; q < d->nslots; q++) {
     void *(*alloc)(size_t) = sizing ? ts_alloc : ts_calloc;
-    d->slot[q] = alloc((d->slot_len[q] ? d->slot_len[q] : 1) * sizeof(float));
+    d->slot[q] = alloc((d->slot_len[q] ? d->slot_len[q] : 1) * (d->low ? sizeof(uint16_t) : sizeof(float)));
     if (accumulate) d->slot_out[q] = alloc((d->slot_part[q] ? d->slot_part[q] : 1) * sizeof(float));
     if (!d->slot[q] || (accumulate && !d->slot_out[q]))
       return ts_error_set(TS_ENOMEM, "staged gradient buckets: cannot allocate a staging slot of %zu floats",
@@ -644,7 +656,27 @@ int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel)
 
 int ts__buckets_num_slots(const ts__buckets *d) { return d->staged ? d->nslots : 0; }
 
+int ts__buckets_set_low(ts__buckets *d, uint16_t *grads16, uint16_t *out16) {
+  if (!d->nranks || (d->wire != TS_BF16 && d->wire != TS_F16) || d->staged || d->wire_numel)
+    return ts_error_set(TS_EINVAL, "gradient buckets: 16-bit gradients need reduce-scatter mode with a bf16/f16 dtype, "
+                        "before staging or wire slots");
+  d->low = 1;
+  d->g16 = grads16;
+  d->out16 = out16;
+  return TS_OK;
+}
+
+void *ts__buckets_grad_ptr(const ts__buckets *d, size_t flat) {
+  for (int k = 0; d->staged && k < d->nb; k++) {
+    const bucket *b = &d->b[k];
+    if (flat >= b->off && flat < b->off + b->len)
+      return d->low ? (void *)((uint16_t *)d->slot[b->slot] + (flat - b->off)) : (void *)(d->slot[b->slot] + (flat - b->off));
+  }
+  return NULL;
+}
+
 float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat) {
+  if (d->low) return NULL;
   for (int k = 0; d->staged && k < d->nb; k++) {
     const bucket *b = &d->b[k];
     if (flat >= b->off && flat < b->off + b->len) return d->slot[b->slot] + (flat - b->off);

@@ -80,6 +80,16 @@ void ts__buckets_part(const ts__buckets *d, int k, size_t *off, size_t *len, con
  * the slots are reserved but never written (no zeroing: a dry build pricing a large model must not
  * touch gigabytes of pages). */
 int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel);
+/* Reduce-scatter mode with 16-bit gradients (ZeRO's mixed precision; before ts__buckets_stage,
+ * instead of wire slots; the buckets' dtype bf16 or f16): backward writes the gradients in that
+ * dtype, into grads16 (the whole flat buffer's layout; NULL when staged: 16-bit staging slots,
+ * ts__buckets_grad_ptr), and each bucket is reduce-scattered there in place, the rank's reduced
+ * part left in 16 bits: at its own place (out16 NULL) or at out16 + its out offset. Nothing is
+ * rounded or widened; no accumulation over micro-steps. */
+int ts__buckets_set_low(ts__buckets *d, uint16_t *grads16, uint16_t *out16);
+/* Staged mode: where the gradient at flat offset `flat` lives, f32 or (ts__buckets_set_low) 16-bit;
+ * NULL outside every bucket or when not staged. */
+void *ts__buckets_grad_ptr(const ts__buckets *d, size_t flat);
 /* Staged mode: the staging slots (0 otherwise). */
 int ts__buckets_num_slots(const ts__buckets *d);
 /* Staged mode: where the gradient element at flat offset `flat` of the store lives (its bucket's

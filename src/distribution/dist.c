@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/graph_ir.h"
 #include "runtime/exec.h"
 #include "compat.h"
 #include "dist_impl.h"
@@ -80,9 +81,12 @@ int ts__dist_build_model(ts_dist *d, ts_nn *nn, ts_val *x, ts_val *y, ts_val *lo
     rc = ts_error_set(TS_EINVAL, "model: the builder returned no %s", lg == TS_NONE ? "logits" : "loss");
   /* mixed precision: the forward graph rewritten with casts (train.amp_level), before autodiff,
    * the parallel pass and the stage cut see it */
+  ts_dtype low = TS_F32; /* ZeRO in mixed precision: the trainable parameters' leaves 16-bit (dist_zero16.c) */
+  if (!rc && !ts_graph_status(nn->g) && d->sync.vt == &ts__sync_zero) rc = ts__zero16_dtype(d, &low);
   if (!rc && !ts_graph_status(nn->g) && d->cfg.amp_level > 0) {
     ts_val v[4] = {*x, yv, lg, ls};
-    if (!ts_graph_amp(nn->g, d->cfg.amp_level, d->cfg.amp_dtype, v, 4)) {
+    int flags = low != TS_F32 ? TS__AMP_PARAMS_LOW : 0;
+    if (!ts__graph_amp_ex(nn->g, d->cfg.amp_level, d->cfg.amp_dtype, flags, v, 4)) {
       *x = v[0];
       if (y) *y = v[1];
       lg = v[2];

@@ -85,6 +85,8 @@ enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2, TS_A
 /* How optimizer sharding reduce-scatters its buckets (parallel.reduce_scatter): auto (the ring
  * where the shard group spans hosts), MPI's, or the ring (ts_comm_ireduce_scatter_ring). */
 enum { TS_REDUCE_SCATTER_AUTO = 0, TS_REDUCE_SCATTER_MPI = 1, TS_REDUCE_SCATTER_RING = 2 };
+/* parallel.optimizer_shard_weights: the working weights of optimizer sharding's stages 1 and 2 */
+enum { TS_SHARD_WEIGHTS_AUTO = 0, TS_SHARD_WEIGHTS_F32 = 1, TS_SHARD_WEIGHTS_LOW = 2 };
 
 typedef struct ts_grad_reducer ts_grad_reducer;
 /* Collective over world: every rank calls it with a store of the same entries. g is the graph
@@ -170,6 +172,8 @@ typedef struct {
   int optimizer_shard;    /* data_parallel: 1 = optimizer state sharded over the ranks (ZeRO-1), 2 = and
                              accumulated gradients (ZeRO-2), 3 = and parameters (ZeRO-3) */
   double shard_threshold_kb; /* optimizer_shard: smaller parameters stay replicated */
+  int shard_weights;      /* TS_SHARD_WEIGHTS_*: stages 1, 2 under amp O2/O3: 16-bit working weights and
+                             gradients, the f32 masters sharded (dist_zero16.c) */
   int shard_group;        /* optimizer_shard: ranks per shard group (0: every rank holding the same
                              slice); the groups' parts are all-reduced across them (hybrid sharding) */
   /* pipeline parallel (layout "pipeline", src/distribution/dist_pipe.c): stages > 1; accum is then the

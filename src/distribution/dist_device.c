@@ -286,9 +286,9 @@ int ts_dist_to_host(ts_dist *d, ts_optim *o) {
 }
 
 int ts_dist_to_device(ts_dist *d, ts_optim *o) {
+  int rc = d && d->sync.vt && d->sync.vt->loaded ? d->sync.vt->loaded(d) : TS_OK; /* ZeRO's 16-bit weights */
   struct ts__dist_dev *g = d ? G(d) : NULL;
-  if (!g) return TS_OK;
-  int rc = TS_OK;
+  if (rc || !g) return rc;
   for (int k = 0; k < 3 && !rc; k++)
     if (g->hlen[k] && k != 1) rc = ts__dev_copy(g->dev, g->dbase[k], g->hbase[k], g->hlen[k], TS__H2D, NULL);
   size_t ext = o ? ts_optim_extent(o) : 0;

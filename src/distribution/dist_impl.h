@@ -146,6 +146,12 @@ void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys);
  * (keeping r.logits), both bound to the store. */
 /* A dry run that sizes without allocating (d->dry and not cfg.dry_allocate). */
 int ts__dist_sizing(const ts_dist *d);
+/* ZeRO in mixed precision (dist_zero16.c): the dtype of the plans' weights and gradients for d's
+ * configuration: cfg.amp_dtype where parallel.optimizer_shard_weights is low, or auto under
+ * train.amp_level O2/O3 with stage 1 or 2 where the layout allows it (data_parallel, no
+ * accumulation, not LAMB, no shard groups, the CPU); else TS_F32. low where the layout does not
+ * allow it: TS_ECONFIG naming the key and the reason. */
+int ts__zero16_dtype(const ts_dist *d, ts_dtype *dt);
 /* The rank's store allocated as the layout needs it, or laid out only when sizing. */
 int ts__dist_alloc_store(ts_dist *d, ts_params *p);
 /* ts_plan_create, or ts_plan_create_dry when sizing. */

@@ -71,120 +71,17 @@
 
 #include "buckets.h"
 #include "dist_impl.h"
+#include "zero_impl.h"
 #include "gather.h"
 #include "graph/graph_ir.h"
+#include "optim/optim_internal.h"
 #include "runtime/exec.h"
 
 
-typedef struct {
-  size_t flat;   /* offset in the store's flat buffers */
-  size_t n;      /* elements */
-  size_t packed; /* offset in [0, R) */
-  int grp;       /* the group all-reducing it; -1: no other rank holds this slice */
-  float cw;      /* its weight in the global norm (1 / its holders; under a pipeline, 0 where another
-                    stage counts it) */
-  float lw;      /* LAMB: its norms' weight, 1 / the base ranks holding it */
-} piece;
-
-/* This rank's part of one bucket */
-typedef struct {
-  size_t flat;          /* the bucket's offset in the flat buffers */
-  size_t len;           /* the bucket's elements */
-  const size_t *counts; /* the group's ranks' parts */
-  size_t lo, n;         /* this rank's part: flat + lo .. flat + lo + n */
-  size_t work;          /* its offset in the work buffer (R + out_off) */
-  int grp;
-  float cw;             /* its weight in the global norm: 1, or 0 for a pipeline's tied parameter on a
-                           stage that does not count it */
-} part;
-
-/* The ranks holding the same slices: a communicator, its buckets, this rank's place */
-typedef struct {
-  ts_comm *comm;   /* NULL in dry runs; the replicated gradients are all-reduced over it */
-  int owned;       /* split for the group (else the base communicator) */
-  int N, rank;     /* the shard group's ranks and this rank's place in it (the whole group's
-                      without parallel.optimizer_shard_group) */
-  int NF, X;       /* the group's ranks; its shard groups (NF = N * X) */
-  ts_comm *scomm;  /* the shard group's ranks: buckets reduce-scattered and all-gathered (comm if X == 1) */
-  ts_comm *xcomm;  /* X > 1: the ranks at the same place of every shard group; parts all-reduced */
-  int sowned;
-  ts_comm *rcomm;  /* parallel.reduce_scatter ring: a dup of scomm for the rings (NULL: MPI's) */
-  ts__buckets *bk; /* without a communicator in dry runs (the layout only) */
-  int nb, first;   /* its buckets: pt[first .. first + nb) */
-  size_t S, P;     /* its sharded elements, this rank's parts of them */
-  size_t out;      /* its parts in the work buffer: R + out .. R + out + P */
-  size_t rlo, rn;  /* its replicated elements: [rlo, rlo + rn) of the work buffer */
-} zgroup;
-
-struct ts__zero {
-  int N, rank;     /* the base ranks and this rank's place */
-  char note[512];  /* how the buckets are reduce-scattered, where it is the ring (the start line) */
-  ts_comm *base;   /* the job's world, or the pipeline stage's communicator (NULL: dry run) */
-  int plain;       /* data_parallel: one group of every rank, every replicated parameter on all */
-  size_t S, P, R;  /* sharded elements (of the rank's groups), this rank's parts, replicated elements */
-  int nrep, nb, ng;
-  piece *rep;
-  part *pt;
-  zgroup *g;       /* ng groups (room for gcap) */
-  int gcap;
-  int attached;
-  int stage3;      /* the parameters live in wp (optimizer_shard 3) */
-  ts__gather *gt;  /* stage 3: the gathers into the plans' slots */
-  ts_comm *gcomm;  /* stage 3: the gathers' own communicator (a duplicate of the world) */
-  size_t *rep_at;  /* stage 3: per parameter id, its offset in [0, R) if replicated, else SIZE_MAX */
-  int accumulated; /* stage 2: this step's gradients are already reduced into the work buffer */
-  int inplace;     /* stage 1: the reduced parts in place in the gradient buffer; wg holds R */
-  int staged;      /* stages 2 and 3: no whole-model gradient buffer; the buckets' staging slots */
-  size_t stage_numel; /* the slots' floats (with accumulation, their reduced parts too) */
-  size_t wire_numel;  /* parallel.comm_dtype bf16/f16: the buckets' 16-bit wire slots' elements */
-  float *rg;       /* staged with accumulation: R, the replicated gradients of a micro-step (else
-                      backward writes them into wg directly) */
-  ts_plan **hooked; /* the plans zero_hook is attached to */
-  int nhooked;
-  size_t *displs;  /* N: scratch for the all-gathers */
-  float *wp;       /* stage 3: R + P, the rank's parameters (replicated, then its parts) */
-  float *wg;       /* the reduced gradients: the replicated ones [0, R), then (stages 2, 3) the parts */
-  float **sp;      /* nsp: the optimizer's segments' parameters and gradients, per step */
-  const float **sg;
-  int nsp;
-  ts_prof *prof;   /* profiling: the buckets' all-gathers after the update recorded (zero_set_prof) */
-  char **agname, **agargs; /* nb: their spans' names and args */
-  /* Prefetch (stages 1, 2 under data_parallel with parallel.overlap): the all-gathers after the
-   * update run non-blocking, in the order the next forward reads the buckets, and that forward
-   * waits for each bucket before the first node reading it (zero_hook); anything else reading the
-   * parameters first waits for them all (zero_settle: the store's settle hook, the evaluation
-   * and checkpoint paths, the next update). */
-  int prefetch;
-  int rs_hook;           /* the buckets' reduce-scatters run from the hook (overlap, or staged) */
-  const ts_graph *pg;    /* the training plan's graph */
-  int pnodes;
-  int *rd_start, *rd;    /* CSR: node -> the buckets it is the first live reader of */
-  int *ag_order;         /* nb: the buckets by their first reader */
-  ts_comm_req **agreq;   /* nb: in flight */
-  ts_comm_ring_req **agring; /* nb: in flight, gathered by the ring (the group's rcomm) */
-  double *ag_t0;         /* nb: issued at (profiling) */
-  size_t *agdispl;       /* nb x N: the parts' displacements, per bucket */
-  int ag_pending;        /* some all-gather is in flight */
-  int ag_err;            /* a failure seen by the hook or the settle hook, reported next */
-  char ag_msg[512];
-  double ag_wait_s;      /* seconds spent waiting for them since the last reduction */
-  ts_params *settle_p;   /* the store whose settle hook is armed (NULL: none) */
-};
-
 static void zero_hook(const ts_hook_info *e, void *user);
 
-/* Where group k's buckets write the rank's reduced parts: in place (stage 1: NULL) or wg. */
-static float *zero_out(struct ts__zero *z, int k) { return z->inplace ? NULL : z->wg + z->R + z->g[k].out; }
 
-/* The rank's reduced gradient of its part of bucket k: in place in g (stage 1), or in wg. */
-static float *part_grad(const struct ts__zero *z, const float *g, int k) {
-  return z->inplace ? (float *)g + z->pt[k].flat + z->pt[k].lo : z->wg + z->pt[k].work;
-}
 
-/* The object's sharding state: NULL before it is planned (or under another sync implementation). */
-static struct ts__zero *zof(const ts_dist *d) {
-  return d->sync.vt == &ts__sync_zero ? (struct ts__zero *)d->sync.priv : NULL;
-}
 
 static int zero_num_buckets(const ts_dist *d) { return zof(d) ? zof(d)->nb : 0; }
 
@@ -229,6 +126,7 @@ static void zero_free_state(struct ts__zero *z) {
   free(z->wg);
   free(z->sp);
   free(z->sg);
+  ts__zero16_free(z);
   free(z);
 }
 
@@ -287,12 +185,14 @@ static int choose_reduce_scatter(ts_dist *d, struct ts__zero *z, zgroup *G) {
  * communicator). */
 static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) {
   zgroup *G = &z->g[k];
+  /* mixed precision: the gradients are 16-bit already (ts__buckets_set_low later, no wire slots) */
+  ts_dtype wire = z->low != TS_F32 ? z->low : d->cfg.wire;
   int rc = ts__buckets_create_split(G->scomm, d->r.params, d->r.g,
-                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, d->cfg.wire,
+                                    d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, wire,
                                     member, d->cfg.fusion_splits, d->cfg.nfusion_splits, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
   size_t wn = 0; /* parallel.comm_dtype bf16/f16: the buckets travel in 16 bits through four wire slots */
-  if (!rc) rc = ts__buckets_set_wire_slots(G->bk, ts__dist_sizing(d), &wn);
+  if (!rc && z->low == TS_F32) rc = ts__buckets_set_wire_slots(G->bk, ts__dist_sizing(d), &wn);
   if (rc) return rc;
   z->wire_numel += wn;
   G->nb = ts__buckets_num_buckets(G->bk);
@@ -351,9 +251,19 @@ static int bind3(ts_val v, void *data, void *user) {
 
 /* The rank's parameters initialised in wp from the counter-based RNG (the values the whole
  * model has at those positions), as ts_params_alloc would fill a whole store. */
-static int init_shard(ts_dist *d, struct ts__zero *z) {
+int ts__zero_init_shard(ts_dist *d, struct ts__zero *z) {
   ts_params *p = d->r.params;
-  for (int i = 0; i < ts_params_count(p); i++) {
+  int np = ts_params_count(p);
+  if (!z->rep_at) {
+    if (!(z->rep_at = malloc(sizeof(size_t) * ((size_t)np + 1))))
+      return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+    for (int i = 0; i < np; i++) {
+      z->rep_at[i] = SIZE_MAX;
+      for (int k = 0; k < z->nrep && !(ts_params_flags(p, i) & TS_PARAM_STATE); k++)
+        if (z->rep[k].flat == ts_params_offset(p, i)) z->rep_at[i] = z->rep[k].packed;
+    }
+  }
+  for (int i = 0; i < np; i++) {
     if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
     ts_shape sh = ts_params_shape(p, i);
     size_t off = ts_params_offset(p, i), n = (size_t)ts_shape_numel(&sh);
@@ -401,7 +311,7 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
   if (rc || !d->world) return rc;
   if (ts_params_data(p)) /* ts__dist_plans allocates it without them: wp is the only copy */
     return ts_error_set(TS_EINVAL, "parallel.optimizer_shard 3: the store was allocated with its parameters");
-  if ((rc = init_shard(d, z))) return rc;
+  if ((rc = ts__zero_init_shard(d, z))) return rc;
   binder bt = {z, r->g, r->plan, p}, be = {z, r->ge, r->plan_e, p};
   if ((rc = ts_params_each_binding(p, r->g, bind3, &bt)) || (rc = ts_params_each_binding(p, r->ge, bind3, &be)))
     return rc;
@@ -590,7 +500,8 @@ int ts__zero_plan(ts_dist *d) {
     z->rank = rb;
     z->base = B;
     z->plain = ts__dist_stages(d) == 1 && !d->r.sliced;
-    rc = plan_groups(d, z, grp, member, part, &parts, hold, sh);
+    rc = ts__zero16_dtype(d, &z->low);
+    if (!rc) rc = plan_groups(d, z, grp, member, part, &parts, hold, sh);
   }
   free(grp);
   free(member);
@@ -600,13 +511,16 @@ int ts__zero_plan(ts_dist *d) {
   free(parts);
   if (!rc) { /* stage 1 reduces the parts in place: wg holds the replicated gradients only */
     z->inplace = d->cfg.optimizer_shard == 1;
-    z->wg = calloc((z->inplace ? z->R : z->R + z->P) + 1, sizeof(float));
-    if (d->cfg.optimizer_shard >= 3) z->wp = calloc(z->R + z->P + 1, sizeof(float));
-    if (!z->wg || (d->cfg.optimizer_shard >= 3 && !z->wp))
+    int low = z->low != TS_F32, own = d->cfg.optimizer_shard >= 3 || low; /* wp: the rank's f32 parameters */
+    z->wg = calloc((z->inplace || low ? z->R : z->R + z->P) + 1, sizeof(float)); /* low: the parts stay 16-bit */
+    if (own) z->wp = calloc(z->R + z->P + 1, sizeof(float));
+    if (!z->wg || (own && !z->wp))
       rc = ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory (%zu elements)", z->R + z->P);
   }
-  for (int k = 0; !rc && k < z->ng; k++) ts__buckets_set_out(z->g[k].bk, zero_out(z, k));
-  if (!rc && d->cfg.optimizer_shard >= 3) {
+  for (int k = 0; !rc && k < z->ng && z->low == TS_F32; k++) ts__buckets_set_out(z->g[k].bk, zero_out(z, k));
+  if (!rc && z->low != TS_F32) {
+    rc = ts__zero16_plan(d, z);
+  } else if (!rc && d->cfg.optimizer_shard >= 3) {
     if (!z->plain || z->ng != 1 || z->N != d->r.size)
       rc = ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 (parameters sharded) is implemented for "
                         "parallel.mode data_parallel only");
@@ -633,7 +547,7 @@ static void ag_done(struct ts__zero *z, int k) {
     e.args = z->agargs[k];
     e.t0 = z->ag_t0[k];
     e.t1 = ts_time_now();
-    e.bytes = (int64_t)(z->pt[k].len * sizeof(float));
+    e.bytes = (int64_t)(z->pt[k].len * ts_dtype_size(z->low)); /* f32, or mixed precision's 16 bits */
     e.group = z->g[z->pt[k].grp].N;
     e.kind = TS_PROF_COLLECTIVE;
     e.coll = 1;
@@ -808,7 +722,7 @@ static void zero_begin(ts_dist *d, float *grads) {
   if (!z || !d->world || (!d->sync.overlap && !z->staged)) return;
   z->accumulated = 0;
   for (int k = 0; k < z->ng; k++) {
-    ts__buckets_set_out(z->g[k].bk, zero_out(z, k)); /* micro-step 0 writes the parts */
+    if (z->low == TS_F32) ts__buckets_set_out(z->g[k].bk, zero_out(z, k)); /* micro-step 0 writes the parts */
     if (z->staged) ts__buckets_set_mode(z->g[k].bk, !staged_overlap(d), 0);
     ts__buckets_begin(z->g[k].bk, grads);
   }
@@ -912,8 +826,10 @@ static int zero_reduce_parts(ts_dist *d, const float *g) {
       rc = ts__buckets_finish(z->g[k].bk);
     }
     if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
-    /* staged: backward wrote the replicated gradients into the work buffer */
-    for (int k = 0; k < z->nrep && !z->staged; k++)
+    /* staged: backward wrote the replicated gradients into the work buffer; mixed precision:
+     * widened into it */
+    if (z->low != TS_F32) ts__zero16_widen_rep(z);
+    for (int k = 0; k < z->nrep && !z->staged && z->low == TS_F32; k++)
       memcpy(z->wg + z->rep[k].packed, g + z->rep[k].flat, z->rep[k].n * sizeof(float));
   }
   z->accumulated = 0;
@@ -937,7 +853,8 @@ static int zero_clip_parts(ts_dist *d, float *g, ts__clip *c) {
   for (int k = 0; k < z->ng; k++) hybrid |= z->g[k].X > 1;
   /* squares unscaled (x inv_scale^2) before each narrowing to f32: a large loss scale stays in range */
   double is2 = (double)c->inv_scale * c->inv_scale, ps = 0;
-  if (z->inplace)
+  if (z->low != TS_F32) ps = ts__zero16_part_squares(z); /* plain: no ties, no shard groups */
+  else if (z->inplace)
     for (int k = 0; k < z->nb; k++) ps += ts_sum_squares(part_grad(z, g, k), z->pt[k].n);
   else ps = ts_sum_squares(z->wg + z->R, z->P);
   float sq = (float)(ps * is2);
@@ -967,6 +884,10 @@ static int zero_clip_parts(ts_dist *d, float *g, ts__clip *c) {
   int rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
   if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
   float f = ts__dist_clip_factor((float)((double)sq + rep), c);
+  if (z->low != TS_F32) { /* applied as the update widens the 16-bit parts (and to the replicated ones) */
+    z->gscale = f;
+    return TS_OK;
+  }
   if (f != 1.0f) {
     ts_scale_f32(z->wg, z->inplace ? z->R : z->R + z->P, f);
     for (int k = 0; z->inplace && k < z->nb; k++) ts_scale_f32(part_grad(z, g, k), z->pt[k].n, f);
@@ -975,8 +896,9 @@ static int zero_clip_parts(ts_dist *d, float *g, ts__clip *c) {
 }
 
 /* Every bucket's parts, each rank's from send (at its part of the bucket, or at the work offset
- * when from_work), gathered over its group into dst (at the bucket's flat offset). */
-static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst, int record) {
+ * when from_work), gathered over its group into dst (at the bucket's flat offset); elements of
+ * dtype dt (mixed precision: the 16-bit weights). */
+static int gather_parts(ts_dist *d, const void *send, int from_work, void *dst, ts_dtype dt, int record) {
   struct ts__zero *z = zof(d);
   record = record && ts_prof_active(z->prof);
   for (int k = 0; k < z->nb; k++) {
@@ -988,8 +910,9 @@ static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst
       z->displs[r] = o;
       o += q->counts[r];
     }
-    const float *sb = from_work ? send + q->work : send + q->flat + q->lo;
-    int rc = ts_comm_allgatherv(G->scomm, sb, dst + q->flat, q->counts, z->displs, TS_F32);
+    size_t es = ts_dtype_size(dt);
+    const char *sb = (const char *)send + es * (from_work ? q->work : q->flat + q->lo);
+    int rc = ts_comm_allgatherv(G->scomm, sb, (char *)dst + es * q->flat, q->counts, z->displs, dt);
     if (rc) return rc;
     if (record) { /* the bucket's all-gather: a blocking call, its own span */
       ts_prof_event e;
@@ -999,7 +922,7 @@ static int gather_parts(ts_dist *d, const float *send, int from_work, float *dst
       e.args = z->agargs[k];
       e.t0 = t0;
       e.t1 = ts_time_now();
-      e.bytes = (int64_t)(q->len * sizeof(float));
+      e.bytes = (int64_t)(q->len * es);
       e.group = G->N;
       e.kind = TS_PROF_COLLECTIVE;
       e.coll = 1;
@@ -1029,8 +952,9 @@ static int zero_set_prof(ts_dist *d, ts_prof *p) {
     if (z->agname[k]) continue;
     snprintf(nm, sizeof nm, "allgather bucket %d", k);
     snprintf(a, sizeof a,
-             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"f32\",\"ranks\":%d,\"call\":\"%s\",%s"
-             "\"observed_at\":\"%s\"", k, z->pt[k].len, z->g[z->pt[k].grp].N, z->prefetch ? "iallgatherv" : "allgatherv",
+             "\"bucket\":%d,\"elements\":%zu,\"dtype\":\"%s\",\"ranks\":%d,\"call\":\"%s\",%s"
+             "\"observed_at\":\"%s\"", k, z->pt[k].len, ts_dtype_name(z->low), z->g[z->pt[k].grp].N,
+             z->prefetch ? "iallgatherv" : "allgatherv",
              z->prefetch ? "\"prefetched\":true," : "", z->prefetch ? "wait" : "blocking");
     if (!(z->agname[k] = strdup(nm)) || !(z->agargs[k] = strdup(a)))
       return ts_error_set(TS_ENOMEM, "log.profile: out of memory");
@@ -1088,16 +1012,36 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
     z->sg = sg;
     z->nsp = ns;
   }
+  int low = z->low != TS_F32;
+  if (low && ns > 0 && (!(z->mg = realloc(z->mg, sizeof *z->mg * (size_t)ns)) ||
+                        !(z->mdt = realloc(z->mdt, sizeof *z->mdt * (size_t)ns))))
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory (%d segments)", ns);
   for (int s = 0; s < ns && !rc; s++) {
     size_t w = ts_optim_segment_at(opt, s)->offset, flat;
     int k = work_locate(z, w, &flat);
     if (k == INT_MIN) rc = ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no "
                                          "part of this rank", ts_optim_segment_at(opt, s)->name, w);
+    if (low) { /* the master weights in wp; the part's 16-bit gradients, or the replicated f32 ones */
+      z->sp[s] = z->wp + w;
+      z->mg[s] = k >= 0 ? (const void *)(ts__part16(z, k) + (w - z->pt[k].work)) : (const void *)(z->wg + w);
+      z->mdt[s] = k >= 0 ? z->low : TS_F32;
+      continue;
+    }
     z->sp[s] = params + flat;
     z->sg[s] = k >= 0 ? part_grad(z, grads, k) + (w - z->pt[k].work) : z->wg + w;
   }
-  if (!rc) rc = ts_optim_step_segments(opt, z->sp, z->sg, lr);
+  if (!rc && low) rc = ts__optim_step_mixed(opt, z->sp, z->mg, z->mdt, z->gscale, lr);
+  else if (!rc) rc = ts_optim_step_segments(opt, z->sp, z->sg, lr);
   if (rc) return rc;
+  /* mixed precision: the masters' rounding into the 16-bit weights at the rank's places */
+  for (int k = 0; low && k < z->nrep && !rc; k++)
+    rc = ts_convert(z->wp + z->rep[k].packed, TS_F32, z->w16 + z->rep[k].flat, z->low, z->rep[k].n);
+  for (int k = 0; low && k < z->nb && !rc; k++)
+    rc = ts_convert(z->wp + z->pt[k].work, TS_F32, z->w16 + z->pt[k].flat + z->pt[k].lo, z->low, z->pt[k].n);
+  if (rc) return rc;
+  ts_dtype dt = low ? z->low : TS_F32;
+  char *base = low ? (char *)z->w16 : (char *)params; /* what is gathered, in place */
+  size_t es = ts_dtype_size(dt);
   if (z->prefetch) { /* non-blocking, in the next forward's order; it waits for each before use */
     for (int j = 0; j < z->nb && !rc; j++) {
       int k = z->ag_order[j];
@@ -1105,11 +1049,11 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
       const zgroup *G = &z->g[q->grp];
       z->ag_t0[k] = ts_time_now(); /* also while the profiler is off: it may start before they complete */
       if (G->rcomm) /* the ring too (parallel.reduce_scatter): tags after the reduce-scatters' */
-        rc = ts_comm_iallgatherv_ring(G->rcomm, NULL, params + q->flat, q->counts, z->agdispl + (size_t)k * (size_t)z->N,
-                                      TS_F32, G->nb + (k - G->first), &z->agring[k]);
+        rc = ts_comm_iallgatherv_ring(G->rcomm, NULL, base + es * q->flat, q->counts, z->agdispl + (size_t)k * (size_t)z->N,
+                                      dt, G->nb + (k - G->first), &z->agring[k]);
       else
-        rc = ts_comm_iallgatherv(G->scomm, params + q->flat + q->lo, params + q->flat, q->counts,
-                                 z->agdispl + (size_t)k * (size_t)z->N, TS_F32, &z->agreq[k]);
+        rc = ts_comm_iallgatherv(G->scomm, base + es * (q->flat + q->lo), base + es * q->flat, q->counts,
+                                 z->agdispl + (size_t)k * (size_t)z->N, dt, &z->agreq[k]);
     }
     z->ag_pending = 1;
     z->settle_p = d->r.params;
@@ -1117,7 +1061,7 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
     if (rc) zero_settle(z);
     return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
   }
-  rc = gather_parts(d, params, 0, params, 1); /* in place: each rank's part already sits in params */
+  rc = gather_parts(d, base, 0, base, dt, 1); /* in place: each rank's part already sits there */
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: all-gather of the updated parameters") : TS_OK;
 }
 
@@ -1133,7 +1077,7 @@ static int zero_move_slot(ts_dist *d, ts_params *full, float *loc, float *whole,
                           ts_params_name(lp, i));
   if (gather) {
     if (!d->world) return ts_error_set(TS_EINVAL, "checkpoint: gathering optimizer shards needs the job's ranks");
-    int rc = gather_parts(d, loc, 1, whole, 0);
+    int rc = gather_parts(d, loc, 1, whole, TS_F32, 0);
     if (rc) return ts_error_wrap(rc, "checkpoint: gathering the optimizer state's shards");
     for (int k = 0; k < z->nrep; k++) memcpy(whole + z->rep[k].flat, loc + z->rep[k].packed, z->rep[k].n * sizeof(float));
     return TS_OK;
@@ -1169,7 +1113,9 @@ static int zero_sharded(const ts_dist *d, size_t *replicated, size_t *sharded) {
 
 /* Stage 3: the rank's parameters (the layout of an optimizer slot: replicated, then its parts);
  * NULL under other stages (the store holds them). */
-static float *zero_held_params(ts_dist *d) { return zof(d) && zof(d)->stage3 ? zof(d)->wp : NULL; }
+static float *zero_held_params(ts_dist *d) {
+  return zof(d) && (zof(d)->stage3 || zof(d)->low != TS_F32) ? zof(d)->wp : NULL;
+}
 
 /* Each replicated (or unreduced) parameter whole, then the rank's part of every bucket. */
 static int zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, size_t n, size_t work), void *user) {
@@ -1188,6 +1134,8 @@ static int zero_each_range(const ts_dist *d, int (*fn)(void *user, size_t flat, 
 static size_t zero_param_bytes(const ts_dist *d) {
   const struct ts__zero *z = zof(d);
   size_t whole = ts_params_numel(d->r.params);
+  if (z && z->low != TS_F32) /* mixed precision: the whole 16-bit copy and the rank's f32 masters */
+    return whole * ts_dtype_size(z->low) + (z->R + z->P) * sizeof(float);
   if (!z || !z->stage3) return whole * sizeof(float);
   return (z->R + z->P + ts__gather_slot_numel(z->gt, NULL, NULL)) * sizeof(float);
 }
@@ -1207,6 +1155,7 @@ static double zero_take_slot_wait(ts_dist *d) {
 static size_t zero_staged_grad_bytes(const ts_dist *d) {
   const struct ts__zero *z = zof(d);
   if (!z || !z->staged) return 0;
+  if (z->low != TS_F32) return (z->stage_numel + z->P + z->R) * ts_dtype_size(z->low); /* slots, p16, r16 */
   return (z->stage_numel + (z->rg ? z->R : 0)) * sizeof(float);
 }
 
@@ -1232,6 +1181,10 @@ static int zero_comm_bytes(const ts_dist *d, double *bytes) {
       rs += fs * (double)G->S * (d->cfg.optimizer_shard >= 2 ? A : 1) + 2 * fx * (double)G->P;
       ag += fs * (double)G->S * fa;
     }
+  }
+  if (z->low != TS_F32) { /* mixed precision: the buckets reduce-scattered and all-gathered in 16 bits */
+    *bytes = (rs + ag) * ts_dtype_size(z->low) + ar * sizeof(float);
+    return TS_OK;
   }
   *bytes = rs * ts_dtype_size(d->cfg.wire) + (ar + ag) * sizeof(float); /* the reduce-scatters on the wire's dtype */
   return TS_OK;
@@ -1281,6 +1234,16 @@ static void zero_describe(const ts_dist *d, FILE *out) {
             z->rg ? ", with room for each slot's reduced part: micro-steps add them" : "",
             z->rg ? " (added up over the micro-steps from a buffer of their size)" : "");
   }
+  if (z->low != TS_F32) {
+    size_t es = ts_dtype_size(z->low);
+    fprintf(out, "mixed precision (parallel.optimizer_shard_weights): the plans' weights and gradients in %s (%zu elements "
+            "each, no f32 copy of either); this rank's f32 master weights %zu elements (replicated + its parts); "
+            "%s, then each bucket reduce-scattered and all-gathered in %s (%zu bytes an element)\n",
+            ts_dtype_name(z->low), z->numel, z->R + z->P,
+            z->staged ? "gradients in the 16-bit staging slots, the rank's reduced parts kept 16-bit"
+                      : "gradients in one whole 16-bit buffer, the rank's parts reduced in place",
+            ts_dtype_name(z->low), es);
+  }
   if (z->wire_numel)
     fprintf(out, "gradients on the wire in %s (parallel.comm_dtype): each bucket rounded into one of four wire slots (%zu "
             "elements) and reduce-scattered there, the rank's part widened to f32\n", ts_dtype_name(d->cfg.wire),
@@ -1301,8 +1264,10 @@ static void zero_store(const ts_dist *d, int *no_grads, int *no_params) {
   /* stages 2 and 3: no whole-model gradient buffer (every gradient is bound into its bucket's
    * staging slot or the replicated remainder by ts__zero_plan); stage 3 in a real job: no whole
    * copy of the parameters (each rank's shard and the gather slots are bound into the plans) */
-  *no_grads = d->cfg.optimizer_shard >= 2;
-  *no_params = d->cfg.optimizer_shard >= 3 && d->world;
+  ts_dtype low = TS_F32;
+  if (ts__zero16_dtype(d, &low)) low = TS_F32; /* refused at planning */
+  *no_grads = d->cfg.optimizer_shard >= 2 || low != TS_F32;
+  *no_params = (d->cfg.optimizer_shard >= 3 || low != TS_F32) && d->world;
 }
 
 /* Stages 2 and 3 in a real job accumulate the rank's reduced part (no caller's buffer). */
@@ -1331,6 +1296,7 @@ static int zero_settle_vt(ts_dist *d) {
  * waited for the prefetched all-gathers. */
 static int zero_reduce(ts_dist *d, float *g, double *wait_ms) {
   double t0 = ts_time_now();
+  if (zof(d)) zof(d)->gscale = 1; /* mixed precision: until clipping says otherwise */
   int rc = zero_settle_vt(d); /* buckets the forward never read */
   if (!rc) rc = zero_reduce_parts(d, g);
   double ag = zof(d) ? zof(d)->ag_wait_s : 0;
@@ -1398,6 +1364,13 @@ static int zero_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
   /* stages 1, 2: the store and the optimizer's copy of the part; stage 3: the part and the
    * replicated parameters, plus the gather slots, no whole copy */
   m->param_bytes += (int64_t)zero_param_bytes(d) - (int64_t)ts_params_numel(d->r.params) * f;
+  const struct ts__zero *z = zof(d);
+  if (z->low != TS_F32) { /* mixed precision: 16-bit gradients (whole, or slots + parts + replicated) and R widened */
+    int64_t es = (int64_t)ts_dtype_size(z->low);
+    m->grad_bytes = (z->staged ? (int64_t)(z->stage_numel + z->P + z->R) : (int64_t)z->numel) * es + (int64_t)z->R * f;
+    *opt_elems = (int64_t)work;
+    return TS_OK;
+  }
   if (d->cfg.optimizer_shard >= 2) m->grad_bytes = (int64_t)zero_staged_grad_bytes(d);
   /* the reduced gradients apart from the store's: the replicated ones (stage 1: the parts are
    * reduced in place), or all of the work buffer's */
@@ -1406,6 +1379,21 @@ static int zero_memory(ts_dist *d, ts_dist_memory_info *m, int64_t *opt_elems) {
   *opt_elems = (int64_t)work;
   if (d->cfg.accum > 1 && d->cfg.optimizer_shard < 2) m->accum_bytes = (int64_t)ts_params_numel(d->r.params) * f;
   return TS_OK;
+}
+
+/* Mixed precision, after the master weights were written (a checkpoint loaded): their rounding
+ * into the 16-bit weights at the rank's places, every bucket all-gathered (collective). */
+static int zero_loaded(ts_dist *d) {
+  struct ts__zero *z = zof(d);
+  if (!z || z->low == TS_F32 || !d->world || !z->w16) return TS_OK;
+  zero_settle(z);
+  int rc = TS_OK;
+  for (int k = 0; k < z->nrep && !rc; k++)
+    rc = ts_convert(z->wp + z->rep[k].packed, TS_F32, z->w16 + z->rep[k].flat, z->low, z->rep[k].n);
+  for (int k = 0; k < z->nb && !rc; k++)
+    rc = ts_convert(z->wp + z->pt[k].work, TS_F32, z->w16 + z->pt[k].flat + z->pt[k].lo, z->low, z->pt[k].n);
+  if (!rc) rc = gather_parts(d, z->w16, 0, z->w16, z->low, 0);
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard_weights: the 16-bit weights from the loaded masters") : TS_OK;
 }
 
 static const char *zero_params_note(const ts_dist *d) {
@@ -1427,7 +1415,7 @@ const ts__sync_vt ts__sync_zero = {.name = "zero", .plan = ts__zero_plan, .store
                                    .begin = zero_begin, .accum_numel = zero_accum_numel,
                                    .accumulate = zero_accumulate, .reduce = zero_reduce, .clip = zero_clip,
                                    .optim_create = zero_optim_create, .optim_step = zero_optim_step,
-                                   .held_params = zero_held_params, .move = zero_move,
+                                   .held_params = zero_held_params, .move = zero_move, .loaded = zero_loaded,
                                    .reduced_at = zero_reduced_at, .each_range = zero_each_range,
                                    .memory = zero_memory, .num_buckets = zero_num_buckets,
                                    .set_prof = zero_set_prof, .settle = zero_settle_vt, .sharded = zero_sharded,

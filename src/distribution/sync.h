@@ -68,6 +68,9 @@ struct ts__sync_vt {
   /* Parameters the implementation holds instead of the store (stage 3), laid out as a slot;
    * NULL: the store holds them. */
   float *(*held_params)(ts_dist *d);
+  /* Optional: after the parameters it holds were written (a checkpoint loaded; ts_dist_to_device),
+   * whatever it derives from them brought up to date (ZeRO's mixed precision: the 16-bit weights). */
+  int (*loaded)(ts_dist *d);
   /* One optimizer slot (the rank's, loc) <-> the same slot of the whole store full (whole):
    * gather = 1 collects (collective), 0 cuts. */
   int (*move)(ts_dist *d, ts_params *full, float *loc, float *whole, int gather);

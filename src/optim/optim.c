@@ -11,7 +11,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "optim_internal.h"
 #include "tessera/optim.h"
+#include "tessera/tensor.h"
 
 #define OPT_PAR_MIN 32768 /* elements below which a loop runs on one thread */
 #define OPT_BLOCK 4096    /* block of the deterministic reductions */
@@ -30,6 +32,7 @@ struct ts_optim {
   double *sums;     /* LAMB: 2 per segment */
   ts_optim_reduce_fn reduce;
   void *reduce_user;
+  float *mix;       /* ts__optim_step_mixed: OPT_MIX_CHUNK floats, the gradients widened chunk by chunk */
 };
 
 static const char *k_kind_names[TS_OPTIM_COUNT] = {"sgd", "momentum", "adam", "adamw", "lamb"};
@@ -177,6 +180,7 @@ void ts_optim_free(ts_optim *o) {
   for (int k = 0; k < 2; k++) ts_free(o->slot[k]);
   free(o->part);
   free(o->sums);
+  ts_free(o->mix);
   free(o);
 }
 
@@ -421,40 +425,55 @@ static int step_lamb(ts_optim *o, float *params, const float *grads, float *cons
   return TS_OK;
 }
 
+/* The update's scalars for the step count o->step (PyTorch's, computed once per step). */
+typedef struct {
+  float b1, b2, eps, omb1, omb2, neg_step, bc2_sqrt;
+} coef;
+
+static coef coefs(const ts_optim *o, float lr) {
+  const ts_optim_config *c = &o->cfg;
+  double t = (double)o->step;
+  /* Scalars as ATen receives them (Python floats -> f32 in the kernel). */
+  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
+  coef k = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)(1.0 - c->beta1), (float)(1.0 - c->beta2),
+            (float)(-((double)lr / bc1)), (float)sqrt(bc2)};
+  return k;
+}
+
+/* Segment s's elements [at, at + n) of its state updated from p and g (n of each). */
+static int update(ts_optim *o, int s, const coef *k, float *p, const float *g, size_t at, size_t n, float lr) {
+  const ts_optim_config *c = &o->cfg;
+  const ts_optim_segment *sg = &o->seg[s];
+  double wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
+  size_t off = sg->offset + at;
+  switch (c->kind) {
+    case TS_OPTIM_SGD: k_sgd(p, g, n, lr, (float)wd); break;
+    case TS_OPTIM_MOMENTUM:
+      k_momentum(p, g, o->slot[0] + off, n, lr, (float)wd, (float)c->momentum, (float)(1.0 - c->dampening),
+                 o->step == 1, c->nesterov);
+      break;
+    case TS_OPTIM_ADAM:
+      k_adam(p, g, o->slot[0] + off, o->slot[1] + off, n, (float)wd, 1.0f, k->b1, k->omb1, k->b2, k->omb2, k->bc2_sqrt,
+             k->eps, k->neg_step);
+      break;
+    case TS_OPTIM_ADAMW:
+      k_adam(p, g, o->slot[0] + off, o->slot[1] + off, n, 0.0f, (float)(1.0 - (double)lr * wd), k->b1, k->omb1, k->b2,
+             k->omb2, k->bc2_sqrt, k->eps, k->neg_step);
+      break;
+    default: return ts_error_set(TS_EINVAL, "ts_optim_step: invalid optimizer kind");
+  }
+  return TS_OK;
+}
+
 static int step(ts_optim *o, float *params, const float *grads, float *const *pp, const float *const *gp,
                 float lr) {
   o->step++;
-  const ts_optim_config *c = &o->cfg;
-  if (c->kind == TS_OPTIM_LAMB) return step_lamb(o, params, grads, pp, gp, lr);
-  double t = (double)o->step;
-  /* Scalars as ATen receives them (Python floats -> f32 in the kernel). */
-  float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
-  float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
-  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
-  float neg_step = (float)(-((double)lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
+  if (o->cfg.kind == TS_OPTIM_LAMB) return step_lamb(o, params, grads, pp, gp, lr);
+  coef k = coefs(o, lr);
   for (int s = 0; s < o->nseg; s++) {
-    const ts_optim_segment *sg = &o->seg[s];
-    if (sg->flags & TS_SEG_FROZEN) continue;
-    double wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
-    size_t off = sg->offset, n = sg->numel;
-    float *p = SEG_P(s);
-    const float *g = SEG_G(s);
-    switch (c->kind) {
-      case TS_OPTIM_SGD: k_sgd(p, g, n, lr, (float)wd); break;
-      case TS_OPTIM_MOMENTUM:
-        k_momentum(p, g, o->slot[0] + off, n, lr, (float)wd, (float)c->momentum,
-                   (float)(1.0 - c->dampening), o->step == 1, c->nesterov);
-        break;
-      case TS_OPTIM_ADAM:
-        k_adam(p, g, o->slot[0] + off, o->slot[1] + off, n, (float)wd, 1.0f, b1, omb1, b2, omb2,
-               bc2_sqrt, eps, neg_step);
-        break;
-      case TS_OPTIM_ADAMW:
-        k_adam(p, g, o->slot[0] + off, o->slot[1] + off, n, 0.0f, (float)(1.0 - (double)lr * wd),
-               b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step);
-        break;
-      default: return ts_error_set(TS_EINVAL, "ts_optim_step: invalid optimizer kind");
-    }
+    if (o->seg[s].flags & TS_SEG_FROZEN) continue;
+    int rc = update(o, s, &k, SEG_P(s), SEG_G(s), 0, o->seg[s].numel, lr);
+    if (rc) return rc;
   }
   return TS_OK;
 }
@@ -473,6 +492,45 @@ int ts_optim_step_segments(ts_optim *o, float *const *params, const float *const
       return ts_error_set(TS_EINVAL, "ts_optim_step_segments: segment '%s' has no %s", o->seg[s].name,
                           params[s] ? "gradients" : "parameters");
   return step(o, NULL, NULL, params, grads, lr);
+}
+
+#define OPT_MIX_CHUNK 65536 /* gradients widened at a time by ts__optim_step_mixed */
+
+int ts__optim_step_mixed(ts_optim *o, float *const *pp, const void *const *gp, const ts_dtype *gdt, float gscale,
+                         float lr) {
+  if (!o || ((!pp || !gp || !gdt) && o->nseg)) return ts_error_set(TS_EINVAL, "ts__optim_step_mixed: NULL argument");
+  if (o->cfg.kind == TS_OPTIM_LAMB)
+    return ts_error_set(TS_EINVAL, "ts__optim_step_mixed: LAMB's trust ratios need whole f32 gradients");
+  for (int s = 0; s < o->nseg; s++) {
+    if (o->seg[s].numel && (!pp[s] || !gp[s]))
+      return ts_error_set(TS_EINVAL, "ts__optim_step_mixed: segment '%s' has no %s", o->seg[s].name,
+                          pp[s] ? "gradients" : "parameters");
+    if (gdt[s] != TS_F32 && gdt[s] != TS_BF16 && gdt[s] != TS_F16)
+      return ts_error_set(TS_EINVAL, "ts__optim_step_mixed: segment '%s': gradients of dtype %s", o->seg[s].name,
+                          ts_dtype_name(gdt[s]));
+  }
+  if (!o->mix && !(o->mix = ts_alloc(OPT_MIX_CHUNK * sizeof(float))))
+    return ts_error_set(TS_ENOMEM, "ts__optim_step_mixed: out of memory");
+  o->step++;
+  coef k = coefs(o, lr);
+  for (int s = 0; s < o->nseg; s++) {
+    if (o->seg[s].flags & TS_SEG_FROZEN) continue;
+    size_t n = o->seg[s].numel, es = ts_dtype_size(gdt[s]);
+    if (gdt[s] == TS_F32 && gscale == 1.0f) { /* read where it is */
+      int rc = update(o, s, &k, pp[s], gp[s], 0, n, lr);
+      if (rc) return rc;
+      continue;
+    }
+    for (size_t at = 0; at < n; at += OPT_MIX_CHUNK) {
+      size_t m = n - at < OPT_MIX_CHUNK ? n - at : OPT_MIX_CHUNK;
+      int rc = ts_convert((const char *)gp[s] + at * es, gdt[s], o->mix, TS_F32, m);
+      if (!rc && gscale != 1.0f)
+        for (size_t i = 0; i < m; i++) o->mix[i] *= gscale;
+      if (!rc) rc = update(o, s, &k, pp[s] + at, o->mix, at, m, lr);
+      if (rc) return rc;
+    }
+  }
+  return TS_OK;
 }
 
 int ts_optim_num_segments(const ts_optim *o) { return o ? o->nseg : 0; }

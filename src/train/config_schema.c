@@ -16,6 +16,7 @@ static const char *const parallel_names[] = {"stand_alone", "data_parallel", "se
 static const char *const comm_dtype_names[] = {"f32", "bf16", "f16", NULL};
 static const char *const allreduce_names[] = {"auto", "flat", "hierarchical", "flat_send", NULL};
 static const char *const reduce_scatter_names[] = {"auto", "mpi", "ring", NULL}; /* TS_REDUCE_SCATTER_* */
+static const char *const shard_weights_names[] = {"auto", "f32", "low", NULL}; /* TS_SHARD_WEIGHTS_* */
 static const char *const shard_names[] = {"off", "1", "2", "3", NULL};
 static const char *const schedule_names[] = {"gpipe", "1f1b", "interleaved_1f1b", NULL};
 static const char *const progress_names[] = {"auto", "bar", "lines", "off", NULL};
@@ -324,6 +325,13 @@ const ts__cfg_key ts__cfg_keys[] = {
      "64", NULL, 0, 1e12, 0, 0, 0,
      "optimizer_shard: parameters smaller than this (KiB of f32) stay replicated: all-reduced and "
      "updated by every rank"},
+    {"parallel.optimizer_shard_weights", CT_ENUM, FLD(parallel.optimizer_shard_weights), "auto", shard_weights_names, 0,
+     0, 0, 0, 0,
+     "optimizer_shard 1 and 2 under train.amp_level O2/O3 (DeepSpeed's mixed-precision ZeRO): low keeps the "
+     "working weights and gradients in train.amp_dtype only (2 + 2 bytes a parameter, no f32 copy of either) and "
+     "shards the f32 master weights with the optimizer state (12/N with Adam); f32 keeps f32 parameters and "
+     "gradients cast per use; auto: low where it applies (data_parallel, one micro-step per update, not LAMB, no "
+     "optimizer_shard_group, the CPU), else f32"},
     {"parallel.optimizer_shard_group", CT_INT, FLD(parallel.optimizer_shard_group), "0", NULL, 0, 1048576, 0, 0, 0,
      "optimizer_shard: hybrid sharding (FSDP's HYBRID_SHARD, MindSpore's optimizer_weight_shard_size): "
      "the N ranks holding the same parameters are cut into N/G shard groups of G consecutive ranks; "

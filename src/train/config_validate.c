@@ -639,6 +639,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->optimizer_shard = cfg->parallel.optimizer_shard;
   out->shard_threshold_kb = cfg->parallel.optimizer_shard_threshold_kb;
   out->shard_group = cfg->parallel.optimizer_shard_group;
+  out->shard_weights = cfg->parallel.optimizer_shard_weights;
   out->pipeline_stages = cfg->parallel.pipeline_stages;
   out->pipeline_semi = cfg->parallel.mode == TS_PARALLEL_SEMI_AUTO;
   out->pipeline_schedule = cfg->parallel.pipeline_schedule;
