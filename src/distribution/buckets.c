@@ -425,8 +425,18 @@ int ts__buckets_create_split(ts_comm *comm, ts_params *p, const ts_graph *g, dou
     }
     /* the span a staging slot holds the bucket: from its first writer to its last touch */
     ts_val gv = ts_params_grad_value(p, i);
-    int pr = ts_graph_value_producer(g, ts_graph_value_index(g, gv));
-    if (pr >= 0 && pr < b->first) b->first = pr;
+    /* the slot is written from the first of: the producer of the gradient or of the value it is a
+     * view of, and where that producer is a CAST, the producer of its input (the runtime's
+     * matmul+cast fusion: under amp a weight's bf16 gradient matmul writes the f32 gradient in
+     * the slot itself, before the cast node runs) */
+    for (int v = ts_graph_value_index(g, gv); v >= 0; v = ts_graph_value_alias_of(g, v)) {
+      int pr = ts_graph_value_producer(g, v);
+      if (pr >= 0 && pr < b->first) b->first = pr;
+      if (pr >= 0 && ts_graph_node_op(g, pr) == TS_OP_CAST && ts_graph_node_num_inputs(g, pr) == 1) {
+        int ip = ts_graph_value_producer(g, ts_graph_node_input(g, pr, 0));
+        if (ip >= 0 && ip < b->first) b->first = ip;
+      }
+    }
     if (b->last == d->nnodes || nd > b->last) b->last = nd;
     node_of[i] = nd;
     cnt[nd]++;
