@@ -16,7 +16,12 @@ one markdown row per (ranks, stage):
   issue wants within 5%; plan = the largest relative difference between the plan's figures and
   the run's, field by field.
 
-usage: bench/zero_memory.py [--ranks 2,4,8] [--stages off,1,2,3] [--build build] [--steps 3]
+With --amp the same under train.amp_level O2 (bf16): stages 1 and 2 keep 16-bit working weights and
+gradients and shard the f32 master weights (parallel.optimizer_shard_weights auto), against DeepSpeed's
+mixed-precision formulas (Adam: stage 1 2+2+12/N, stage 2 2+14/N, stage 3 16/N); a replicated parameter
+then holds 20 bytes (its 16-bit weight and gradient, f32 master, widened gradient and two moments).
+
+usage: bench/zero_memory.py [--ranks 2,4,8] [--stages off,1,2,3] [--build build] [--steps 3] [--amp]
 """
 import argparse
 import json
@@ -46,9 +51,9 @@ def plan_figures(tessera, sets, n):
         mult = {"B": 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB}[m.group(2)]
         fig[key] = float(m.group(1)) * mult
     staging = 0.0
-    m = re.search(r"staging slots? \((\d+) floats", out)
+    m = re.search(r"staging slots? \((\d+) (floats|16-bit elements)", out)
     if m:
-        staging += 4.0 * int(m.group(1))
+        staging += (4.0 if m.group(2) == "floats" else 2.0) * int(m.group(1))
     m = re.search(r"all-gathered into \d+ slots? of (\d+) elements", out)
     if m:
         staging += 4.0 * int(m.group(1))
@@ -63,6 +68,7 @@ def main():
     ap.add_argument("--stages", default="off,1,2,3")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--amp", action="store_true", help="train.amp_level O2: the mixed-precision formulas")
     a = ap.parse_args()
     tessera = os.path.join(a.build, "tessera")
     tmp = tempfile.mkdtemp(prefix="zero_memory_")
@@ -70,6 +76,8 @@ def main():
     subprocess.run([os.path.join(ROOT, "scripts/make-text.sh"), text], check=True, capture_output=True)
     base = ["--set", "model.n_layer=8", "--set", "model.n_embd=256", "--set", "parallel.mode=data_parallel",
             "--set", "data.path=" + text, "--set", "train.batch_size=8", "--set", "data.seq_len=32"]
+    if a.amp:
+        base += ["--set", "train.amp_level=O2"]
     print("| ranks | stage | param MiB | grad MiB | optimizer MiB | model states vs plain | formula (B/param) |"
           " staging MiB | ratio to formula + staging | plan vs run | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -90,19 +98,26 @@ def main():
             states = end["param_bytes"] + end["grad_bytes"] + end["optimizer_state_bytes"]
             if plain is None:
                 plain = states
-            psi = end["param_bytes"] / 4.0 if st in ("off", "1", "2") else None
-            if psi is None:  # stage 3: the store is not whole; the parameters are the plain run's
+            psi = end["param_bytes"] / 4.0 if st in ("off", "1", "2") and not a.amp else None
+            if psi is None:  # stage 3, mixed precision: the store is not whole; the parameters are the plain run's
                 psi = plain / 16.0
-            per = {"off": 16.0, "1": 4 + 4 + 8.0 / n, "2": 4 + 12.0 / n, "3": 16.0 / n}[st]
-            # the replicated parameters keep 16 bytes each instead of the formula's share
-            want = per * psi + rep * (16.0 - per) + staging
+            if a.amp:
+                per = {"off": 16.0, "1": 2 + 2 + 12.0 / n, "2": 2 + 14.0 / n, "3": 16.0 / n}[st]
+                form = {"off": "16", "1": "2+2+12/N", "2": "2+14/N", "3": "16/N"}[st]
+                whole = 20.0 if st in ("1", "2") else 16.0  # a replicated parameter's bytes
+            else:
+                per = {"off": 16.0, "1": 4 + 4 + 8.0 / n, "2": 4 + 12.0 / n, "3": 16.0 / n}[st]
+                form = {"off": "16", "1": "4+4+8/N", "2": "4+12/N", "3": "16/N"}[st]
+                whole = 16.0
+            # the replicated parameters keep their whole bytes each instead of the formula's share
+            want = per * psi + rep * (whole - per) + staging
             ratio = states / want
             pvr = max(abs(pf[k] - end[k]) / end[k] for k in pf)
             if st != "off":
                 worst = max(worst, abs(ratio - 1))
             print("| %d | %s | %.2f | %.2f | %.2f | %.3f | %s = %.2f MiB | %.2f | %.3f | %.4f | %.1f |" %
                   (n, st, end["param_bytes"] / MIB, end["grad_bytes"] / MIB, end["optimizer_state_bytes"] / MIB,
-                   states / plain, {"off": "16", "1": "4+4+8/N", "2": "4+12/N", "3": "16/N"}[st],
+                   states / plain, form,
                    per * psi / MIB, staging / MIB, ratio, pvr, end["peak_rss_bytes"] / MIB))
             sys.stdout.flush()
     print("worst |ratio - 1| over the sharded rows: %.4f (the issue's bound: 0.05)" % worst)

@@ -74,7 +74,7 @@
 #include "zero_impl.h"
 #include "gather.h"
 #include "graph/graph_ir.h"
-#include "optim/optim_internal.h"
+#include "optim/optim_mixed.h"
 #include "runtime/exec.h"
 
 
@@ -1228,11 +1228,12 @@ static void zero_describe(const ts_dist *d, FILE *out) {
     int nsl = 0;
     for (int k = 0; k < z->ng; k++) nsl += ts__buckets_num_slots(z->g[k].bk);
     fprintf(out, "gradients (optimizer_shard %d): no whole-model buffer; backward writes the %d buckets' gradients into "
-            "%d staging slot%s (%zu floats%s), each bucket reduce-scattered from its slot as soon as it is complete; "
+            "%d staging slot%s (%zu %s%s), each bucket reduce-scattered from its slot as soon as it is complete; "
             "the replicated ones into the optimizer's work buffer%s\n",
-            st, z->nb, nsl, nsl == 1 ? "" : "s", z->stage_numel,
+            st, z->nb, nsl, nsl == 1 ? "" : "s", z->stage_numel, z->low != TS_F32 ? "16-bit elements" : "floats",
             z->rg ? ", with room for each slot's reduced part: micro-steps add them" : "",
-            z->rg ? " (added up over the micro-steps from a buffer of their size)" : "");
+            z->rg ? " (added up over the micro-steps from a buffer of their size)"
+                  : z->low != TS_F32 ? " (16-bit, widened there after the reduction)" : "");
   }
   if (z->low != TS_F32) {
     size_t es = ts_dtype_size(z->low);

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "optim_internal.h"
+#include "optim_mixed.h"
 #include "tessera/optim.h"
 #include "tessera/tensor.h"
 

@@ -12,7 +12,9 @@
 #include <cjson/cJSON.h>
 
 #include "tessera/io.h"
+#include "optim/optim_mixed.h"
 #include "tessera/optim.h"
+#include "tessera/tensor.h"
 #include "test_util.h"
 
 #ifndef TS_FIXTURE_DIR
@@ -441,8 +443,79 @@ static void test_step_segments(void) {
   free(flat);
 }
 
+/* ts__optim_step_mixed (ZeRO's mixed precision): segments with bf16, f16 and f32 gradients, each
+ * scaled by gscale as it is read, in segments longer than its 64 Ki-float scratch, update bitwise
+ * as ts_optim_step_segments on the widened, scaled gradients, for every kind but LAMB (refused,
+ * naming it); a dtype other than f32/bf16/f16 is refused naming the segment. */
+static void test_step_mixed(void) {
+  ts_optim_segment seg[3] = {{"a", 0, 150000, 0}, {"b", 150000, 77, TS_SEG_NO_DECAY}, {"c", 150077, 3000, 0}};
+  const ts_dtype dts[3] = {TS_BF16, TS_F32, TS_F16};
+  const size_t n = 153077;
+  const float gscale = 0.37f;
+  float *x = malloc(n * sizeof *x), *g = malloc(n * sizeof *g), *wide = malloc(n * sizeof *wide);
+  uint16_t *g16 = malloc(n * sizeof *g16);
+  float *pa[3], *pb[3];
+  const void *gm[3];
+  const float *gw[3];
+  ts_test_fill(x, n, 21, -1, 1);
+  ts_test_fill(g, n, 22, -1, 1);
+  for (int s = 0; s < 3; s++) { /* each segment's gradients in its dtype; the reference's widened and scaled */
+    size_t o = seg[s].offset, m = seg[s].numel;
+    if (dts[s] == TS_F32) {
+      gm[s] = g + o;
+      memcpy(wide + o, g + o, m * sizeof(float));
+    } else {
+      CHECK_OK(ts_convert(g + o, TS_F32, g16 + o, dts[s], m));
+      CHECK_OK(ts_convert(g16 + o, dts[s], wide + o, TS_F32, m));
+      gm[s] = g16 + o;
+    }
+    for (size_t i = 0; i < m; i++) wide[o + i] *= gscale;
+    gw[s] = wide + o;
+  }
+  for (int kind = TS_OPTIM_SGD; kind < TS_OPTIM_COUNT; kind++) {
+    ts_optim_config cfg = ts_optim_config_default((ts_optim_kind)kind);
+    ts_optim *a = NULL, *b = NULL;
+    CHECK_OK(ts_optim_create(&a, &cfg, seg, 3));
+    CHECK_OK(ts_optim_create(&b, &cfg, seg, 3));
+    if (!a || !b) break;
+    for (int s = 0; s < 3; s++) {
+      pa[s] = malloc(seg[s].numel * sizeof(float));
+      pb[s] = malloc(seg[s].numel * sizeof(float));
+      memcpy(pa[s], x + seg[s].offset, seg[s].numel * sizeof(float));
+      memcpy(pb[s], x + seg[s].offset, seg[s].numel * sizeof(float));
+    }
+    if (kind == TS_OPTIM_LAMB) {
+      CHECK(ts__optim_step_mixed(b, pb, gm, dts, gscale, 0.01f) == TS_EINVAL && strstr(ts_last_error(), "LAMB"));
+    } else {
+      for (int k = 0; k < 3; k++) {
+        CHECK_OK(ts_optim_step_segments(a, pa, gw, 0.01f));
+        CHECK_OK(ts__optim_step_mixed(b, pb, gm, dts, gscale, 0.01f));
+      }
+      for (int s = 0; s < 3; s++)
+        CHECK_MSG(memcmp(pa[s], pb[s], seg[s].numel * sizeof(float)) == 0, "%s: segment %s (%s gradients) differs",
+                  ts_optim_kind_name((ts_optim_kind)kind), seg[s].name, ts_dtype_name(dts[s]));
+      for (int k = 0; k < ts_optim_num_slots(a); k++)
+        CHECK(memcmp(ts_optim_slot_data(a, k), ts_optim_slot_data(b, k), n * sizeof(float)) == 0);
+      CHECK(ts_optim_get_step(a) == 3 && ts_optim_get_step(b) == 3);
+      const ts_dtype bad[3] = {TS_BF16, TS_I32, TS_F16};
+      CHECK(ts__optim_step_mixed(b, pb, gm, bad, 1.0f, 0.01f) == TS_EINVAL && strstr(ts_last_error(), "'b'"));
+    }
+    for (int s = 0; s < 3; s++) {
+      free(pa[s]);
+      free(pb[s]);
+    }
+    ts_optim_free(a);
+    ts_optim_free(b);
+  }
+  free(x);
+  free(g);
+  free(wide);
+  free(g16);
+}
+
 int main(void) {
   test_step_segments();
+  test_step_mixed();
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
     run_case(k_cases[i], 0, 99);
     run_case(k_cases[i], 1, 99);

@@ -173,6 +173,7 @@ static const struct {
     {"parallel.optimizer_shard", "1"},
     {"parallel.optimizer_shard_threshold_kb", "16"},
     {"parallel.optimizer_shard_group", "2"},
+    {"parallel.optimizer_shard_weights", "f32"},
     {"parallel.enable_parallel_optimizer", "true"}, /* agrees with optimizer_shard 1 */
     {"parallel.cluster", "dgx-a100-80g"},
     {"parallel.search_mode", "sharding_propagation"},

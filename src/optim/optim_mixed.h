@@ -1,6 +1,6 @@
 /* Internal: the optimizer's entries for the distribution layer (src/optim/optim.c). */
-#ifndef TS_OPTIM_INTERNAL_H
-#define TS_OPTIM_INTERNAL_H
+#ifndef TS_OPTIM_MIXED_H
+#define TS_OPTIM_MIXED_H
 
 #include "tessera/optim.h"
 #include "tessera/tensor.h"
