@@ -154,12 +154,13 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
       a->zS > 0 && a->nb > 0 && dc->wire == TS_F32) {
     int H = c->nodes, L = c->devices_per_node;
     double mb = (dc->bucket_mb > 0 ? dc->bucket_mb : TS_BUCKET_MB_DEFAULT) * 1048576.0;
-    double per = (double)a->zS * sizeof(float) / a->nb;
+    /* mixed precision (parallel.optimizer_shard_weights): the buckets travel in 16 bits */
+    double es = (double)ts_dtype_size(ts__zero16_config_dtype(dc, "data_parallel", N, NULL));
+    double per = (double)a->zS * es / a->nb;
     double rs[2] = {ts_cluster_reduce_scatter_measured(c, H, L, per, 0), ts_cluster_reduce_scatter_measured(c, H, L, per, 1)};
     double ag[2] = {ts_cluster_allgather_measured(c, H, L, per, 0), ts_cluster_allgather_measured(c, H, L, per, 1)};
     double bm = ts_cluster_reduce_scatter_measured(c, H, L, mb, 0), br = ts_cluster_reduce_scatter_measured(c, H, L, mb, 1);
-    int ring = dc->reduce_scatter == TS_REDUCE_SCATTER_RING || /* auto: as choose_reduce_scatter (dist_zero.c) */
-               (dc->reduce_scatter == TS_REDUCE_SCATTER_AUTO && !(isfinite(bm) && isfinite(br) && br >= bm));
+    int ring = ts__reduce_scatter_ring(dc->reduce_scatter, H, bm, br); /* as the job decides (dist_zero.c) */
     if (isfinite(rs[ring]) && isfinite(ag[ring])) {
       zm = 1;
       double A = dc->optimizer_shard == 2 ? (double)M : 1;

@@ -37,7 +37,7 @@
 
 #define STAGE_SLOTS 2 /* staging slots at least (when there are as many buckets) */
 #define TAIL_FLOPS 0.01 /* the last bucket(s) wait for finish when less than this share of the FLOPs follows */
-#define WIRE_SLOTS 4 /* 16-bit wire slots (parallel.comm_dtype under sharding): buckets in flight at once */
+#define WIRE_SLOTS TS__BUCKET_WIRE_SLOTS
 
 typedef struct {
   size_t off, len; /* elements of the flat gradient buffer */

@@ -10,6 +10,10 @@
 
 typedef struct ts__buckets ts__buckets;
 
+/* 16-bit wire slots (parallel.comm_dtype under sharding, ts__buckets_set_wire_slots): the buckets
+ * in flight at once */
+#define TS__BUCKET_WIRE_SLOTS 4
+
 /* Buckets of about bucket_mb MiB over the trainable parameters of p whose gradients g produces
  * (ts_params_attach_grads done), or only those with member[id] != 0 when member is not NULL
  * (a bucket never spans a parameter left out; member[id] == 2: the parameter is a bucket of its
@@ -55,7 +59,7 @@ int ts__buckets_set_prof(ts__buckets *d, ts_prof *p, int first, int track);
  * (checked), or any rank of N for buckets made without one (comm NULL: the layout of a dry run;
  * such buckets are never started). */
 int ts__buckets_scatter(ts__buckets *d, int N, int r, size_t *total);
-/* Reduce-scatter mode with a 16-bit wire (the buckets' dtype, parallel.comm_dtype): four wire slots
+/* Reduce-scatter mode with a 16-bit wire (the buckets' dtype, parallel.comm_dtype): TS__BUCKET_WIRE_SLOTS wire slots
  * of the largest bucket's elements in that dtype (allocated unless sizing), into which each
  * bucket's gradients are rounded and reduce-scattered in place (MPI's 16-bit reduce-scatter or the
  * ring), the rank's part widened to its f32 place after; a fifth bucket waits for the oldest one's

@@ -85,6 +85,11 @@ enum { TS_ALLREDUCE_AUTO = 0, TS_ALLREDUCE_FLAT = 1, TS_ALLREDUCE_HIER = 2, TS_A
 /* How optimizer sharding reduce-scatters its buckets (parallel.reduce_scatter): auto (the ring
  * where the shard group spans hosts), MPI's, or the ring (ts_comm_ireduce_scatter_ring). */
 enum { TS_REDUCE_SCATTER_AUTO = 0, TS_REDUCE_SCATTER_MPI = 1, TS_REDUCE_SCATTER_RING = 2 };
+/* parallel.reduce_scatter's choice for a shard group spanning `hosts` hosts: forced (mpi, ring), or
+ * under auto MPI's on one host, across hosts the one measured faster for a bucket (mpi_s, ring_s
+ * seconds; not finite: unmeasured, the ring). 1: the ring. The job (dist_zero.c) and the
+ * planner's prediction (predict.c) decide by it alike. */
+int ts__reduce_scatter_ring(int mode, int hosts, double mpi_s, double ring_s);
 /* parallel.optimizer_shard_weights: the working weights of optimizer sharding's stages 1 and 2 */
 enum { TS_SHARD_WEIGHTS_AUTO = 0, TS_SHARD_WEIGHTS_F32 = 1, TS_SHARD_WEIGHTS_LOW = 2 };
 
@@ -188,6 +193,13 @@ typedef struct {
   int device;             /* device_target: 0 the CPU, 1 a GPU (stand_alone; src/distribution/dist_device.c) */
   int device_id;          /* the GPU (device_id; -1: 0) */
 } ts_dist_config;
+
+/* Optimizer sharding in mixed precision (dist_zero16.c): the dtype of the working weights and
+ * gradients stages 1 and 2 keep under c for a job of layout `mode` (a parallel.mode name) on
+ * `ranks` ranks: c->amp_dtype where parallel.optimizer_shard_weights (auto or low) applies, else
+ * TS_F32 with *why (when not NULL) the condition it lacks (NULL when it applies). Pure: the job
+ * (ts__zero16_dtype) and the planner's prediction decide alike. */
+ts_dtype ts__zero16_config_dtype(const ts_dist_config *c, const char *mode, int ranks, const char **why);
 
 /* The model: a builder (called for the training graph with targets and for the evaluation graph
  * without), and one sample's description. */

@@ -130,6 +130,12 @@ static void zero_free_state(struct ts__zero *z) {
   free(z);
 }
 
+int ts__reduce_scatter_ring(int mode, int hosts, double mpi_s, double ring_s) {
+  if (mode != TS_REDUCE_SCATTER_AUTO) return mode == TS_REDUCE_SCATTER_RING;
+  if (hosts < 2) return 0; /* one host: MPI's */
+  return !(isfinite(mpi_s) && isfinite(ring_s) && ring_s >= mpi_s); /* measured: the faster; else the ring */
+}
+
 /* Under a pipeline, a parameter several stages hold (GPT's tied embedding) is sharded only over
  * data-parallel stages (every stage's replicas cut it alike: a bucket of its own, so the stages'
  * parts align and are summed over the pipeline after the reduction, zero_reduced_at); under
@@ -156,7 +162,7 @@ static int choose_reduce_scatter(ts_dist *d, struct ts__zero *z, zgroup *G) {
     if ((rc = ts_comm_topo_create(G->scomm, &t))) return ts_error_wrap(rc, "parallel.reduce_scatter: learning the hosts");
     int hosts = ts_comm_topo_num_hosts(t), uniform = ts_comm_topo_uniform(t);
     ts_comm_topo_free(t);
-    ring = hosts > 1;
+    ring = ts__reduce_scatter_ring(mode, hosts, HUGE_VAL, HUGE_VAL);
     snprintf(why, sizeof why, "auto: the ranks span several hosts");
     double mpi = HUGE_VAL, rg = HUGE_VAL, mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
     char cname[64] = "";
@@ -164,7 +170,7 @@ static int choose_reduce_scatter(ts_dist *d, struct ts__zero *z, zgroup *G) {
     if (ring && uniform && d->cfg.reduce_scatter_price &&
         !d->cfg.reduce_scatter_price(cl, hosts, G->N / hosts, mb * 1048576.0, &mpi, &rg, cname, sizeof cname) &&
         isfinite(mpi) && isfinite(rg)) {
-      ring = rg < mpi;
+      ring = ts__reduce_scatter_ring(mode, hosts, mpi, rg);
       snprintf(why, sizeof why, "auto: a %.3g MiB bucket measured %.3g ms by the ring vs %.3g ms MPI's on cluster %s", mb,
                rg * 1e3, mpi * 1e3, cname);
       if (!ring && !z->note[0])
@@ -191,7 +197,7 @@ static int plan_parts(ts_dist *d, struct ts__zero *z, int k, const int *member) 
                                     d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT, d->sync.mean, wire,
                                     member, d->cfg.fusion_splits, d->cfg.nfusion_splits, &G->bk);
   if (!rc) rc = ts__buckets_scatter(G->bk, G->N, G->rank, &G->P);
-  size_t wn = 0; /* parallel.comm_dtype bf16/f16: the buckets travel in 16 bits through four wire slots */
+  size_t wn = 0; /* parallel.comm_dtype bf16/f16: the buckets travel in 16 bits through the wire slots */
   if (!rc && z->low == TS_F32) rc = ts__buckets_set_wire_slots(G->bk, ts__dist_sizing(d), &wn);
   if (rc) return rc;
   z->wire_numel += wn;
@@ -251,18 +257,24 @@ static int bind3(ts_val v, void *data, void *user) {
 
 /* The rank's parameters initialised in wp from the counter-based RNG (the values the whole
  * model has at those positions), as ts_params_alloc would fill a whole store. */
+/* z->rep_at: per parameter id, its offset in [0, R) if replicated, else SIZE_MAX. */
+static int rep_offsets(ts_params *p, struct ts__zero *z) {
+  int np = ts_params_count(p);
+  if (z->rep_at) return TS_OK;
+  if (!(z->rep_at = malloc(sizeof(size_t) * ((size_t)np + 1))))
+    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  for (int i = 0; i < np; i++) {
+    z->rep_at[i] = SIZE_MAX;
+    for (int k = 0; k < z->nrep && !(ts_params_flags(p, i) & TS_PARAM_STATE); k++)
+      if (z->rep[k].flat == ts_params_offset(p, i)) z->rep_at[i] = z->rep[k].packed;
+  }
+  return TS_OK;
+}
+
 int ts__zero_init_shard(ts_dist *d, struct ts__zero *z) {
   ts_params *p = d->r.params;
-  int np = ts_params_count(p);
-  if (!z->rep_at) {
-    if (!(z->rep_at = malloc(sizeof(size_t) * ((size_t)np + 1))))
-      return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
-    for (int i = 0; i < np; i++) {
-      z->rep_at[i] = SIZE_MAX;
-      for (int k = 0; k < z->nrep && !(ts_params_flags(p, i) & TS_PARAM_STATE); k++)
-        if (z->rep[k].flat == ts_params_offset(p, i)) z->rep_at[i] = z->rep[k].packed;
-    }
-  }
+  int np = ts_params_count(p), rc0 = rep_offsets(p, z);
+  if (rc0) return rc0;
   for (int i = 0; i < np; i++) {
     if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
     ts_shape sh = ts_params_shape(p, i);
@@ -284,7 +296,7 @@ int ts__zero_init_shard(ts_dist *d, struct ts__zero *z) {
 static int plan_stage3(ts_dist *d, struct ts__zero *z) {
   ts_dist_run *r = &d->r;
   ts_params *p = r->params;
-  int np = ts_params_count(p), rc = TS_OK;
+  int rc = TS_OK;
   if (r->sliced)
     return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard: 3 shards whole parameters; this model registers "
                         "slices of its own (ts_params_add_sharded)");
@@ -292,16 +304,12 @@ static int plan_stage3(ts_dist *d, struct ts__zero *z) {
   /* the gathers are collective: every rank runs the evaluation plan on the same batches */
   r->eval_split = 0;
   ts__gather_unit *u = calloc((size_t)z->nb + 1, sizeof *u);
-  if (!(z->rep_at = malloc(sizeof(size_t) * ((size_t)np + 1))) || !u) {
+  if (!u) return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+  if ((rc = rep_offsets(p, z))) {
     free(u);
-    return ts_error_set(TS_ENOMEM, "parallel.optimizer_shard: out of memory");
+    return rc;
   }
   for (int k = 0; k < z->nb; k++) u[k] = (ts__gather_unit){z->pt[k].flat, z->pt[k].len, z->pt[k].counts, z->pt[k].work};
-  for (int i = 0; i < np; i++) {
-    z->rep_at[i] = SIZE_MAX;
-    for (int k = 0; k < z->nrep && !(ts_params_flags(p, i) & TS_PARAM_STATE); k++)
-      if (z->rep[k].flat == ts_params_offset(p, i)) z->rep_at[i] = z->rep[k].packed;
-  }
   if (d->world) rc = ts_comm_dup(z->g[0].scomm, &z->gcomm); /* the shard group's ranks */
   if (!rc) rc = ts__gather_create(z->gcomm, z->g[0].N, p, u, z->nb, &z->gt);
   free(u);
@@ -1246,9 +1254,9 @@ static void zero_describe(const ts_dist *d, FILE *out) {
             ts_dtype_name(z->low), es);
   }
   if (z->wire_numel)
-    fprintf(out, "gradients on the wire in %s (parallel.comm_dtype): each bucket rounded into one of four wire slots (%zu "
+    fprintf(out, "gradients on the wire in %s (parallel.comm_dtype): each bucket rounded into one of %d wire slots (%zu "
             "elements) and reduce-scattered there, the rank's part widened to f32\n", ts_dtype_name(d->cfg.wire),
-            z->wire_numel);
+            TS__BUCKET_WIRE_SLOTS, z->wire_numel);
   if (!z->stage3) return;
   int ns = 0, ded = 0, ng = 0, nge = 0;
   size_t slots = ts__gather_slot_numel(z->gt, &ns, &ded);

@@ -24,28 +24,28 @@
 
 #include "zero_impl.h"
 
+ts_dtype ts__zero16_config_dtype(const ts_dist_config *c, const char *mode, int ranks, const char **why) {
+  const char *w = NULL;
+  if (c->shard_weights == TS_SHARD_WEIGHTS_F32) w = "parallel.optimizer_shard_weights f32";
+  else if (c->optimizer_shard < 1 || c->optimizer_shard > 2)
+    w = c->optimizer_shard ? "stage 3 keeps f32 parameters (its 16 bytes a parameter over N are mixed precision's "
+                             "formula already)"
+                           : "parallel.optimizer_shard 1 or 2 (it shards the f32 master weights)";
+  else if (c->amp_level < 2) w = "train.amp_level O2 or O3 (below O2, f32 ops would read rounded weights)";
+  else if (!mode || strcmp(mode, "data_parallel") || c->pipeline_stages > 1) w = "parallel.mode data_parallel";
+  else if (c->accum > 1) w = "one micro-step per update (train.accumulation_steps 1: 16-bit gradients are not "
+                             "accumulated)";
+  else if (c->lamb) w = "an optimizer other than LAMB (its trust ratios need whole f32 gradients)";
+  else if (c->shard_group > 0 && c->shard_group != ranks) w = "parallel.optimizer_shard_group 0";
+  else if (c->device) w = "device_target CPU";
+  if (why) *why = w;
+  return w ? TS_F32 : c->amp_dtype;
+}
+
 int ts__zero16_dtype(const ts_dist *d, ts_dtype *dt) {
-  const ts_dist_config *c = &d->cfg;
-  *dt = TS_F32;
-  int want = c->shard_weights; /* TS_SHARD_WEIGHTS_* */
-  if (want == TS_SHARD_WEIGHTS_F32) return TS_OK;
   const char *why = NULL;
-  if (c->optimizer_shard < 1 || c->optimizer_shard > 2)
-    why = c->optimizer_shard ? "stage 3 keeps f32 parameters (its 16 bytes a parameter over N are mixed precision's "
-                               "formula already)"
-                             : "parallel.optimizer_shard 1 or 2 (it shards the f32 master weights)";
-  else if (c->amp_level < 2) why = "train.amp_level O2 or O3 (below O2, f32 ops would read rounded weights)";
-  else if (strcmp(d->vt->name, "data_parallel") || c->pipeline_stages > 1) why = "parallel.mode data_parallel";
-  else if (c->accum > 1) why = "one micro-step per update (train.accumulation_steps 1: 16-bit gradients are not "
-                               "accumulated)";
-  else if (c->lamb) why = "an optimizer other than LAMB (its trust ratios need whole f32 gradients)";
-  else if (c->shard_group > 0 && c->shard_group != d->r.size) why = "parallel.optimizer_shard_group 0";
-  else if (c->device) why = "device_target CPU";
-  if (!why) {
-    *dt = c->amp_dtype;
-    return TS_OK;
-  }
-  if (want == TS_SHARD_WEIGHTS_AUTO) return TS_OK;
+  *dt = ts__zero16_config_dtype(&d->cfg, d->vt->name, d->r.size, &why);
+  if (!why || d->cfg.shard_weights != TS_SHARD_WEIGHTS_LOW) return TS_OK;
   return ts_error_set(TS_ECONFIG, "parallel.optimizer_shard_weights: low (16-bit working weights and gradients, f32 "
                       "master weights sharded) needs %s", why);
 }
