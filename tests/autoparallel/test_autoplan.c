@@ -416,27 +416,30 @@ static void test_zero_measured(void) {
   c.allgather_latency = 2e-4, c.allgather_bw = 5e7;
   c.allgather_ring_latency = 3e-4, c.allgather_ring_bw = 9e7;
   const int64_t W = k_mlp_params; /* every one sharded */
-  const double bytes = 4.0 * (double)W;
   struct {
     const char *rs;
     double mb;
-    int stage, accum, ring;
+    int stage, accum, ring, amp;
   } cs[] = {
-      {"auto", 0.05, 1, 1, 1},  /* auto compares a 52 KB bucket: the ring's 0.52 + 0.5 ms, MPI's 0.1 + 1.3 ms */
-      {"auto", 0.002, 1, 1, 0}, /* 2 KB: MPI's 0.15 ms against the ring's 0.52 ms */
-      {"mpi", 0.05, 1, 1, 0},
-      {"ring", 0.002, 2, 4, 1}, /* stage 2, 4 micro-steps: 4 reduce-scatters a bucket, one all-gather */
+      {"auto", 0.05, 1, 1, 1, 0},  /* auto compares a 52 KB bucket: the ring's 0.52 + 0.5 ms, MPI's 0.1 + 1.3 ms */
+      {"auto", 0.002, 1, 1, 0, 0}, /* 2 KB: MPI's 0.15 ms against the ring's 0.52 ms */
+      {"mpi", 0.05, 1, 1, 0, 0},
+      {"ring", 0.002, 2, 4, 1, 0}, /* stage 2, 4 micro-steps: 4 reduce-scatters a bucket, one all-gather */
+      {"mpi", 0.05, 1, 1, 0, 1},   /* amp O2: 16-bit weights and gradients, the buckets in half the bytes */
+      {"ring", 0.05, 2, 1, 1, 1},
   };
-  for (int k = 0; k < 4; k++) {
-    char y[1024], m1[64], m2[64], m3[64];
+  for (int k = 0; k < 6; k++) {
+    const double bytes = (cs[k].amp ? 2.0 : 4.0) * (double)W;
+    char y[1024], m1[64], m2[64], m3[64], m4[64];
     snprintf(y, sizeof y, "%sparallel: {mode: data_parallel, bucket_size_mb: %g, optimizer_shard_threshold_kb: 0}\n",
              k_mlp, cs[k].mb);
     snprintf(m1, sizeof m1, "parallel.reduce_scatter=%s", cs[k].rs);
     snprintf(m2, sizeof m2, "parallel.optimizer_shard=%d", cs[k].stage);
     snprintf(m3, sizeof m3, "train.micro_batch_size=%d", 32 / cs[k].accum);
-    const char *sets[3] = {m1, m2, m3};
+    snprintf(m4, sizeof m4, "train.amp_level=%s", cs[k].amp ? "O2" : "O0");
+    const char *sets[4] = {m1, m2, m3, m4};
     ts_config cfg;
-    CHECK_OK(ts_config_load_string(y, "measured.yaml", sets, 3, &cfg));
+    CHECK_OK(ts_config_load_string(y, "measured.yaml", sets, 4, &cfg));
     ts_step_prediction p;
     CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
     int nb = p.zero_buckets, r = cs[k].ring;
@@ -449,9 +452,9 @@ static void test_zero_measured(void) {
                   fabs(p.reduce_s - rs - ag) <= 1e-9 * (rs + ag),
               "reduce_scatter %s stage %d: reduce-scatters %.9f s (want %.9f), all-gathers %.9f s (want %.9f), reduction "
               "%.9f s", cs[k].rs, cs[k].stage, p.zero_reduce_scatter_s, rs, p.zero_allgather_s, ag, p.reduce_s);
-    printf("measured cluster, optimizer_shard %d, reduce_scatter %-4s, %g MiB: %d buckets, reduce-scatters %.3f ms + "
-           "all-gathers %.3f ms by %s\n", cs[k].stage, cs[k].rs, cs[k].mb, nb, 1e3 * p.zero_reduce_scatter_s,
-           1e3 * p.zero_allgather_s, r ? "the ring" : "MPI's");
+    printf("measured cluster, optimizer_shard %d%s, reduce_scatter %-4s, %g MiB: %d buckets, reduce-scatters %.3f ms + "
+           "all-gathers %.3f ms by %s\n", cs[k].stage, cs[k].amp ? " (amp O2: 16-bit buckets)" : "", cs[k].rs, cs[k].mb,
+           nb, 1e3 * p.zero_reduce_scatter_s, 1e3 * p.zero_allgather_s, r ? "the ring" : "MPI's");
     ts_config_free(&cfg);
   }
   /* without the lines: from the links (no buckets priced as measured) */
@@ -462,9 +465,16 @@ static void test_zero_measured(void) {
   CHECK_OK(ts_config_load_string(y, "links.yaml", NULL, 0, &cfg));
   ts_step_prediction p;
   CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
-  double ring = 2.0 * 3 / 4 * bytes / c.inter_bw;
+  double ring = 2.0 * 3 / 4 * 4.0 * (double)W / c.inter_bw;
   CHECK_MSG(p.zero_buckets == 0 && fabs(p.reduce_s - ring) <= 1e-6 * ring, "unmeasured: %d buckets, reduce %.9f s, ring %.9f",
             p.zero_buckets, p.reduce_s, ring);
+  ts_config_free(&cfg);
+  /* amp O2: the 16-bit buckets' bytes (half) over the links */
+  const char *o2[1] = {"train.amp_level=O2"};
+  CHECK_OK(ts_config_load_string(y, "links.yaml", o2, 1, &cfg));
+  CHECK_OK(ts_trainer_predict(&cfg, 4, 0, &c, &p));
+  CHECK_MSG(fabs(p.reduce_s - ring / 2) <= 1e-6 * ring, "unmeasured, amp O2: reduce %.9f s, want half the ring's %.9f",
+            p.reduce_s, ring);
   ts_config_free(&cfg);
 }
 
