@@ -496,88 +496,135 @@ static pdesc pool_of(const ts__pool_desc *p) {
   return (pdesc){p->N, p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->ph, p->pw};
 }
 
-int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, const float *x, const float *w, const float *b,
-                       float *y, ts__dev_stream *s) {
+/* The kernel of a storage dtype: f32 or bf16 (f16: refused, naming the op). */
+static int kname(char *buf, size_t cap, const char *base, ts_dtype dt, const char *what) {
+  if (dt != TS_F32 && dt != TS_BF16)
+    return ts_error_set(TS_EUNSUPPORTED, "GPU %s: %s (f32 and bf16 on the GPU)", what, ts_dtype_name(dt));
+  snprintf(buf, cap, "%s_%s", base, dt == TS_F32 ? "f32" : "bf16");
+  return TS_OK;
+}
+
+int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *w, const void *b,
+                       void *y, ts__dev_stream *s) {
   cdesc k;
+  char kn[64];
   int rc = conv_of(c, &k);
+  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
   if (rc) return rc;
   void *a[] = {&x, &w, &b, &y, &k};
-  return launch(d, "ts_k_conv2d_fwd_f32", grid_for(c->N * c->O * c->OH * c->OW), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(c->N * c->O * c->OH * c->OW), 1, BLOCK, s, a);
 }
 
-int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, const float *dy, const float *w, float *dx,
+int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *dy, const void *w, void *dx,
                             ts__dev_stream *s) {
   cdesc k;
+  char kn[64];
   int rc = conv_of(c, &k);
+  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_data", dt, "conv2d backward data");
   if (rc) return rc;
   void *a[] = {&dy, &w, &dx, &k};
-  return launch(d, "ts_k_conv2d_bwd_data_f32", grid_for(c->N * c->C * c->H * c->W), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(c->N * c->C * c->H * c->W), 1, BLOCK, s, a);
 }
 
-int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, const float *x, const float *dy, float *dw,
-                              float *db, ts__dev_stream *s) {
+int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *dy, void *dw,
+                              void *db, ts__dev_stream *s) {
   cdesc k;
+  char kn[64];
   int rc = conv_of(c, &k);
+  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_weight", dt, "conv2d backward weight");
   if (rc) return rc;
   void *a[] = {&x, &dy, &dw, &db, &k};
-  return launch(d, "ts_k_conv2d_bwd_weight_f32", grid_for(c->O * (c->C / c->groups) * c->KH * c->KW + c->O), 1, BLOCK, s,
-                a);
+  return launch(d, kn, grid_for(c->O * (c->C / c->groups) * c->KH * c->KW + c->O), 1, BLOCK, s, a);
 }
 
-int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, uint8_t *ws,
+int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, uint8_t *ws,
                         ts__dev_stream *s) {
   if (p->kh * p->kw > 256) return ts_error_set(TS_EUNSUPPORTED, "GPU max pooling: a %lldx%lld window", (long long)p->kh,
                                                (long long)p->kw);
+  char kn[64];
+  int rc = kname(kn, sizeof kn, "ts_k_maxpool_fwd", dt, "max pooling");
+  if (rc) return rc;
   pdesc k = pool_of(p);
   void *a[] = {&x, &y, &ws, &k};
-  return launch(d, "ts_k_maxpool_fwd_f32", grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
 }
 
-int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, const uint8_t *ws, float *dx,
+int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, const uint8_t *ws, void *dx,
                         ts__dev_stream *s) {
+  char kn[64];
+  int rc = kname(kn, sizeof kn, "ts_k_maxpool_bwd", dt, "max pooling backward");
+  if (rc) return rc;
   pdesc k = pool_of(p);
   void *a[] = {&dy, &ws, &dx, &k};
-  return launch(d, "ts_k_maxpool_bwd_f32", grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
 }
 
-int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, ts__dev_stream *s) {
+int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, ts__dev_stream *s) {
+  char kn[64];
+  int rc = kname(kn, sizeof kn, "ts_k_avgpool_fwd", dt, "average pooling");
+  if (rc) return rc;
   pdesc k = pool_of(p);
   void *a[] = {&x, &y, &k};
-  return launch(d, "ts_k_avgpool_fwd_f32", grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
 }
 
-int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, float *dx, ts__dev_stream *s) {
+int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, void *dx, ts__dev_stream *s) {
+  char kn[64];
+  int rc = kname(kn, sizeof kn, "ts_k_avgpool_bwd", dt, "average pooling backward");
+  if (rc) return rc;
   pdesc k = pool_of(p);
   void *a[] = {&dy, &dx, &k};
-  return launch(d, "ts_k_avgpool_bwd_f32", grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
 }
 
-int ts__gpu_batchnorm_fwd(ts__dev *d, const float *x, const float *gamma, const float *beta, float *rmean, float *rvar,
-                          float *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
-                          int training, ts__dev_stream *s) {
+/* Batch norm's kernel: x's dtype (f32, bf16) and gamma/beta's (f32, or bf16 with bf16 x: _bf16g). */
+static int bn_name(char *buf, size_t cap, const char *base, ts_dtype dt, ts_dtype gdt) {
+  int rc = kname(buf, cap, base, dt, "batch norm");
+  if (rc) return rc;
+  if (gdt != TS_F32 && !(gdt == TS_BF16 && dt == TS_BF16))
+    return ts_error_set(TS_EUNSUPPORTED, "GPU batch norm: %s x with %s gamma/beta", ts_dtype_name(dt), ts_dtype_name(gdt));
+  if (gdt == TS_BF16) strncat(buf, "g", cap - strlen(buf) - 1);
+  return TS_OK;
+}
+
+int ts__gpu_batchnorm_fwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                          float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S,
+                          float momentum, float eps, int training, ts__dev_stream *s) {
   if (training && N * S < 2) return ts_error_set(TS_EINVAL, "GPU batch norm: training statistics of %lld values",
                                                  (long long)(N * S));
+  char kn[64];
+  int rc = bn_name(kn, sizeof kn, "ts_k_batchnorm_fwd", dt, gdt);
+  if (rc) return rc;
   void *a[] = {&x, &gamma, &beta, &rmean, &rvar, &y, &mean, &var, &N, &C, &S, &momentum, &eps, &training};
-  return launch(d, "ts_k_batchnorm_fwd_f32", row_grid(C), 1, row_block(N * S), s, a);
+  return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
 }
 
-int ts__gpu_batchnorm_bwd(ts__dev *d, const float *dy, const float *x, const float *gamma, const float *mean,
-                          const float *var, float *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S,
-                          float eps, int training, ts__dev_stream *s) {
+int ts__gpu_batchnorm_bwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                          const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C,
+                          int64_t S, float eps, int training, ts__dev_stream *s) {
+  char kn[64];
+  int rc = bn_name(kn, sizeof kn, "ts_k_batchnorm_bwd", dt, gdt);
+  if (rc) return rc;
   void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &dgamma, &dbeta, &N, &C, &S, &eps, &training};
-  return launch(d, "ts_k_batchnorm_bwd_f32", row_grid(C), 1, row_block(N * S), s, a);
+  return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
 }
 
-int ts__gpu_softmax_fwd(ts__dev *d, const float *x, float *y, int64_t outer, int64_t len, int64_t inner, int lg,
+int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,
                         ts__dev_stream *s) {
+  char kn[64];
+  int rc = kname(kn, sizeof kn, "ts_k_softmax_fwd", dt, "softmax");
+  if (rc) return rc;
   void *a[] = {&x, &y, &outer, &len, &inner, &lg};
-  return launch(d, "ts_k_softmax_fwd_f32", grid_for(outer * inner), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(outer * inner), 1, BLOCK, s, a);
 }
 
-int ts__gpu_softmax_bwd(ts__dev *d, const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+int ts__gpu_softmax_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer, int64_t len,
                         int64_t inner, int lg, ts__dev_stream *s) {
+  char kn[64];
+  int rc = kname(kn, sizeof kn, "ts_k_softmax_bwd", dt, "softmax backward");
+  if (rc) return rc;
   void *a[] = {&dy, &y, &dx, &outer, &len, &inner, &lg};
-  return launch(d, "ts_k_softmax_bwd_f32", grid_for(outer * inner), 1, BLOCK, s, a);
+  return launch(d, kn, grid_for(outer * inner), 1, BLOCK, s, a);
 }
 
 int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,

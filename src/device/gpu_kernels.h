@@ -158,28 +158,32 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
 /* Convolution (src/kernels/conv.h's ts__conv_desc; NCHW, OIHW, groups, dilation), pooling
  * (pool.h's ts__pool_desc; max with its u8 window-index workspace, average excluding padding),
  * batch norm (norm.h: training statistics and running averages, or inference), softmax (log
- * when lg) over (outer, len, inner): f32, one thread per output element (direct kernels). */
-int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, const float *x, const float *w, const float *b,
-                       float *y, ts__dev_stream *s);
-int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, const float *dy, const float *w, float *dx,
+ * when lg) over (outer, len, inner): one thread per output element (direct kernels). Storage of
+ * dtype dt, f32 or bf16 (every buffer of it, the convolution's bias and db included, as the CPU's
+ * 16-bit kernels; f32 sums, each output rounded once); batch norm's gamma, beta, dgamma, dbeta of
+ * gdt (f32, or bf16 with bf16 x), its statistics and running averages f32. Other dtypes:
+ * TS_EUNSUPPORTED naming the op. */
+int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *w, const void *b,
+                       void *y, ts__dev_stream *s);
+int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *dy, const void *w, void *dx,
                             ts__dev_stream *s);
-int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, const float *x, const float *dy, float *dw,
-                              float *db, ts__dev_stream *s);
-int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, uint8_t *ws,
+int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *dy, void *dw,
+                              void *db, ts__dev_stream *s);
+int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, uint8_t *ws,
                         ts__dev_stream *s);
-int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, const uint8_t *ws, float *dx,
+int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, const uint8_t *ws, void *dx,
                         ts__dev_stream *s);
-int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, const float *x, float *y, ts__dev_stream *s);
-int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, const float *dy, float *dx, ts__dev_stream *s);
-int ts__gpu_batchnorm_fwd(ts__dev *d, const float *x, const float *gamma, const float *beta, float *rmean, float *rvar,
-                          float *y, float *mean, float *var, int64_t N, int64_t C, int64_t S, float momentum, float eps,
-                          int training, ts__dev_stream *s);
-int ts__gpu_batchnorm_bwd(ts__dev *d, const float *dy, const float *x, const float *gamma, const float *mean,
-                          const float *var, float *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t S,
-                          float eps, int training, ts__dev_stream *s);
-int ts__gpu_softmax_fwd(ts__dev *d, const float *x, float *y, int64_t outer, int64_t len, int64_t inner, int lg,
+int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, ts__dev_stream *s);
+int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, void *dx, ts__dev_stream *s);
+int ts__gpu_batchnorm_fwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
+                          float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S,
+                          float momentum, float eps, int training, ts__dev_stream *s);
+int ts__gpu_batchnorm_bwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                          const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C,
+                          int64_t S, float eps, int training, ts__dev_stream *s);
+int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,
                         ts__dev_stream *s);
-int ts__gpu_softmax_bwd(ts__dev *d, const float *dy, const float *y, float *dx, int64_t outer, int64_t len,
+int ts__gpu_softmax_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer, int64_t len,
                         int64_t inner, int lg, ts__dev_stream *s);
 
 #endif

@@ -263,96 +263,81 @@ static int run_attention_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
                                in[5].data, out[0].data, out[1].data, out[2].data, Dr, B, H, T, D, scale, layout, NULL);
 }
 
-static int f32_only(const ts__run_node *n, ts_dtype dt) {
-  return dt == TS_F32 ? TS_OK
-                      : ts_error_set(TS_EUNSUPPORTED, "%s (node %s): %s on the GPU (f32 only so far)", ts_op_name(n->op),
-                                     n->name, ts_dtype_name(dt));
+/* convolution, pooling, batch norm, softmax: f32 or bf16 (the kernels refuse others, naming the
+ * op; here the node too) */
+static int node_fail(const ts__run_node *n, int rc) {
+  return rc == TS_EUNSUPPORTED ? ts_error_wrap(rc, "node %s", n->name) : rc;
 }
 
 static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, out[0].dtype);
-  if (rc) return rc;
   ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
-  return ts__gpu_conv2d_fwd(ctx->dev, &d, in[0].data, in[1].data, n->nin == 3 ? in[2].data : NULL, out[0].data, NULL);
+  return node_fail(n, ts__gpu_conv2d_fwd(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data,
+                                         n->nin == 3 ? in[2].data : NULL, out[0].data, NULL));
 }
 
 static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, out[0].dtype);
-  if (rc) return rc;
   ts__conv_desc d = ts__run_conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
-  return ts__gpu_conv2d_bwd_data(ctx->dev, &d, in[0].data, in[1].data, out[0].data, NULL);
+  return node_fail(n, ts__gpu_conv2d_bwd_data(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, out[0].data, NULL));
 }
 
 static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, out[0].dtype);
-  if (rc) return rc;
   ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
-  return ts__gpu_conv2d_bwd_weight(ctx->dev, &d, in[0].data, in[1].data, out[0].data, n->nout == 2 ? out[1].data : NULL,
-                                   NULL);
+  return node_fail(n, ts__gpu_conv2d_bwd_weight(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, out[0].data,
+                                                n->nout == 2 ? out[1].data : NULL, NULL));
 }
 
 static int run_maxpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, in[0].dtype);
   ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
-  return rc ? rc : ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].data, out[0].data, out[1].data, NULL);
+  return node_fail(n, ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].dtype, in[0].data, out[0].data, out[1].data, NULL));
 }
 
 static int run_maxpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, in[0].dtype);
   ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
-  return rc ? rc : ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].data, in[1].data, out[0].data, NULL);
+  return node_fail(n, ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].dtype, in[0].data, in[1].data, out[0].data, NULL));
 }
 
 static int run_avgpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, in[0].dtype);
   ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
-  return rc ? rc : ts__gpu_avgpool_fwd(ctx->dev, &d, in[0].data, out[0].data, NULL);
+  return node_fail(n, ts__gpu_avgpool_fwd(ctx->dev, &d, in[0].dtype, in[0].data, out[0].data, NULL));
 }
 
 static int run_avgpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, in[0].dtype);
   ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
-  return rc ? rc : ts__gpu_avgpool_bwd(ctx->dev, &d, in[0].data, out[0].data, NULL);
+  return node_fail(n, ts__gpu_avgpool_bwd(ctx->dev, &d, in[0].dtype, in[0].data, out[0].data, NULL));
 }
 
 static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, in[0].dtype); /* local statistics: one process per GPU (SyncBatchNorm: issue #29) */
-  if (rc) return rc;
-  int64_t N, C, S;
+  int64_t N, C, S; /* local statistics: one process per GPU (SyncBatchNorm: issue #29) */
   ts__run_bn_dims(&in[0].shape, &N, &C, &S);
-  return ts__gpu_batchnorm_fwd(ctx->dev, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out[0].data,
-                               out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_momentum(&n->a),
-                               ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a), NULL);
+  return node_fail(n, ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data,
+                                            in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
+                                            ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
+                                            (int)ts_attr_batchnorm_training(&n->a), NULL));
 }
 
 static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, in[1].dtype);
-  if (rc) return rc;
   int64_t N, C, S;
   ts__run_bn_dims(&in[1].shape, &N, &C, &S);
-  return ts__gpu_batchnorm_bwd(ctx->dev, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out[0].data,
-                               out[1].data, out[2].data, N, C, S, ts_attr_batchnorm_eps(&n->a),
-                               (int)ts_attr_batchnorm_training(&n->a), NULL);
+  return node_fail(n, ts__gpu_batchnorm_bwd(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data,
+                                            in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
+                                            ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a),
+                                            NULL));
 }
 
 static int run_softmax(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, out[0].dtype);
-  if (rc) return rc;
   int axis = (int)ts_attr_softmax_axis(&n->a);
   int64_t o, i;
   ts__outer_inner(&in[0].shape, axis, &o, &i);
-  return ts__gpu_softmax_fwd(ctx->dev, in[0].data, out[0].data, o, in[0].shape.dims[axis], i,
-                             (int)ts_attr_softmax_log(&n->a), NULL);
+  return node_fail(n, ts__gpu_softmax_fwd(ctx->dev, out[0].dtype, in[0].data, out[0].data, o, in[0].shape.dims[axis], i,
+                                          (int)ts_attr_softmax_log(&n->a), NULL));
 }
 
 static int run_softmax_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = f32_only(n, out[0].dtype);
-  if (rc) return rc;
   int axis = (int)ts_attr_softmax_axis(&n->a);
   int64_t o, i;
   ts__outer_inner(&in[1].shape, axis, &o, &i);
-  return ts__gpu_softmax_bwd(ctx->dev, in[0].data, in[1].data, out[0].data, o, in[1].shape.dims[axis], i,
-                             (int)ts_attr_softmax_log(&n->a), NULL);
+  return node_fail(n, ts__gpu_softmax_bwd(ctx->dev, out[0].dtype, in[0].data, in[1].data, out[0].data, o,
+                                          in[1].shape.dims[axis], i, (int)ts_attr_softmax_log(&n->a), NULL));
 }
 
 static int run_one_hot(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {

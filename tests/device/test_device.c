@@ -508,9 +508,9 @@ static void check_conv_pool_bn(gpu *G) {
   CHECK_OK(ts__conv2d_bwd_weight_ref(&cd, x, y, dw, db));
   float *px = up(G, x, 4 * nx), *pw = up(G, w, 4 * nw), *pb = up(G, b, 24), *py = up(G, NULL, 4 * ny),
         *pdx = up(G, NULL, 4 * nx), *pdw = up(G, NULL, 4 * nw), *pdb = up(G, NULL, 24);
-  CHECK_OK(ts__gpu_conv2d_fwd(G->d, &cd, px, pw, pb, py, NULL));
-  CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, &cd, py, pw, pdx, NULL));
-  CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, &cd, px, py, pdw, pdb, NULL));
+  CHECK_OK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F32, px, pw, pb, py, NULL));
+  CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, &cd, TS_F32, py, pw, pdx, NULL));
+  CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, &cd, TS_F32, px, py, pdw, pdb, NULL));
   down(G, gy, py, 4 * ny), down(G, gdx, pdx, 4 * nx), down(G, gdw, pdw, 4 * nw), down(G, gdb, pdb, 24);
   same(G, "conv2d forward", gy, y, ny, 1e-5, 1e-5);
   same(G, "conv2d backward data", gdx, dx, nx, 1e-5, 1e-5);
@@ -527,15 +527,15 @@ static void check_conv_pool_bn(gpu *G) {
   uint8_t *pws = up(G, NULL, np);
   CHECK_OK(ts__maxpool2d_fwd_ref(&pd, x, pyh, ws));
   CHECK_OK(ts__maxpool2d_bwd_ref(&pd, pyh, ws, dx));
-  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, px, pp, pws, NULL));
-  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, pp, pws, pdx, NULL));
+  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, TS_F32, px, pp, pws, NULL));
+  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, TS_F32, pp, pws, pdx, NULL));
   down(G, pyg, pp, 4 * np), down(G, gws, pws, np), down(G, gdx, pdx, 4 * nx);
   if (!G->fake) CHECK_MSG(!memcmp(pyg, pyh, 4 * np) && !memcmp(gws, ws, np), "max pooling differs from the CPU's");
   same(G, "max pooling backward", gdx, dx, nx, 1e-7, 1e-7);
   CHECK_OK(ts__avgpool2d_fwd_ref(&pd, x, pyh));
   CHECK_OK(ts__avgpool2d_bwd_ref(&pd, pyh, dx));
-  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, px, pp, NULL));
-  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, pp, pdx, NULL));
+  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, TS_F32, px, pp, NULL));
+  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, TS_F32, pp, pdx, NULL));
   down(G, pyg, pp, 4 * np), down(G, gdx, pdx, 4 * nx);
   same(G, "average pooling", pyg, pyh, np, 1e-6, 1e-6);
   same(G, "average pooling backward", gdx, dx, nx, 1e-6, 1e-6);
@@ -551,8 +551,8 @@ static void check_conv_pool_bn(gpu *G) {
           *pm = up(G, NULL, 16), *pv = up(G, NULL, 16), *pdg = up(G, NULL, 16), *pdbb = up(G, NULL, 16);
     CHECK_OK(ts__batchnorm_fwd_ref(x, ga, be, rm, rv, by, mean, var, 2, 4, 63, 0.1f, 1e-5f, training));
     CHECK_OK(ts__batchnorm_bwd_ref(by, x, ga, mean, var, bdx, dg, dbb, 2, 4, 63, 1e-5f, training));
-    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training, NULL));
-    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL));
+    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, TS_F32, TS_F32, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training, NULL));
+    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, TS_F32, TS_F32, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL));
     down(G, gby, pby, 4 * nx), down(G, grm, prm, 16), down(G, grv, prv, 16), down(G, gmean, pm, 16);
     down(G, gvar, pv, 16), down(G, gdx, pdx, 4 * nx), down(G, gdg, pdg, 16), down(G, gdbb, pdbb, 16);
     char what[64];
@@ -574,8 +574,8 @@ static void check_conv_pool_bn(gpu *G) {
     CHECK_OK(ts__softmax_fwd_ref(x, sy, 6, 7, 9, lg));
     CHECK_OK(ts__softmax_bwd_ref(x, sy, sdx, 6, 7, 9, lg)); /* x as dy */
     float *psy = up(G, NULL, sizeof sy), *psdx = up(G, NULL, sizeof sdx);
-    CHECK_OK(ts__gpu_softmax_fwd(G->d, px, psy, 6, 7, 9, lg, NULL));
-    CHECK_OK(ts__gpu_softmax_bwd(G->d, px, psy, psdx, 6, 7, 9, lg, NULL));
+    CHECK_OK(ts__gpu_softmax_fwd(G->d, TS_F32, px, psy, 6, 7, 9, lg, NULL));
+    CHECK_OK(ts__gpu_softmax_bwd(G->d, TS_F32, px, psy, psdx, 6, 7, 9, lg, NULL));
     down(G, gsy, psy, sizeof gsy), down(G, gsdx, psdx, sizeof gsdx);
     same(G, lg ? "log_softmax" : "softmax", gsy, sy, 378, 1e-6, 1e-5);
     same(G, lg ? "log_softmax backward" : "softmax backward", gsdx, sdx, 378, 1e-6, 1e-5);
@@ -583,6 +583,126 @@ static void check_conv_pool_bn(gpu *G) {
   }
   free(x), free(dx), free(gdx);
   ts__dev_free(G->d, px), ts__dev_free(G->d, pdx);
+}
+
+/* bf16 storage (the ResNets under amp O2/O3) of the same: each GPU kernel against the CPU's
+ * 16-bit kernels on the reference path (dnnl = 0: widened, the f32 kernel, rounded once) on the
+ * same bf16 inputs. The f32 sums run in another order, so an output may round to the neighbouring
+ * bf16 value: within 1e-2 absolute + relative (bf16's step is 2^-8 relative); the max pooling's
+ * values and window indices bitwise. Batch norm with gamma/beta f32 and bf16. f16 is refused
+ * naming the op. */
+static void check_conv_pool_bn_bf16(gpu *G) {
+  const ts__conv_desc cd = {2, 4, 9, 7, 6, 3, 3, 5, 4, 2, 2, 1, 1, 1, 1, 2};
+  const ts_dtype B = TS_BF16;
+  size_t nx = 2 * 4 * 9 * 7, nw = 6 * 2 * 3 * 3, ny = 2 * 6 * 5 * 4;
+  float *f = malloc(4 * nx), *gf = malloc(4 * nx), *hf = malloc(4 * nx);
+  uint16_t *x = malloc(2 * nx), *w = malloc(2 * nw), *b = malloc(12), *y = malloc(2 * ny), *dx = malloc(2 * nx),
+           *dw = malloc(2 * nw), *db = malloc(12), *g16 = malloc(2 * nx);
+  ts_test_fill(f, nx, 90, -1, 1), ts__lp_from_f32(f, x, B, (int64_t)nx);
+  ts_test_fill(f, nw, 91, -1, 1), ts__lp_from_f32(f, w, B, (int64_t)nw);
+  ts_test_fill(f, 6, 92, -1, 1), ts__lp_from_f32(f, b, B, 6);
+  CHECK_OK(ts__conv2d_fwd_lp(&cd, B, 0, x, w, b, y));
+  CHECK_OK(ts__conv2d_bwd_data_lp(&cd, B, 0, y, w, dx)); /* y as dy */
+  CHECK_OK(ts__conv2d_bwd_weight_lp(&cd, B, 0, x, y, dw, db));
+  void *px = up(G, x, 2 * nx), *pw = up(G, w, 2 * nw), *pb = up(G, b, 12), *py = up(G, NULL, 2 * ny),
+       *pdx = up(G, NULL, 2 * nx), *pdw = up(G, NULL, 2 * nw), *pdb = up(G, NULL, 12);
+  CHECK_OK(ts__gpu_conv2d_fwd(G->d, &cd, B, px, pw, pb, py, NULL));
+  CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, &cd, B, py, pw, pdx, NULL));
+  CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, &cd, B, px, py, pdw, pdb, NULL));
+  /* GPU bf16 (down into g16) vs the CPU's bf16 (h), both widened */
+#define SAME16(what, p, h, n)                                                                                          \
+  do {                                                                                                                 \
+    down(G, g16, p, 2 * (n));                                                                                          \
+    ts__lp_to_f32(g16, B, gf, (int64_t)(n)), ts__lp_to_f32(h, B, hf, (int64_t)(n));                                    \
+    same(G, what, gf, hf, n, 1e-2, 1e-2);                                                                              \
+  } while (0)
+  SAME16("bf16 conv2d forward", py, y, ny);
+  SAME16("bf16 conv2d backward data", pdx, dx, nx);
+  SAME16("bf16 conv2d backward weight", pdw, dw, nw);
+  SAME16("bf16 conv2d backward bias", pdb, db, 6);
+  CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, px, pw, pb, py, NULL) == TS_EUNSUPPORTED &&
+        strstr(ts_last_error(), "conv2d") && strstr(ts_last_error(), "f16"));
+  /* pooling: 3x3 windows, stride 2, padding 1 */
+  const ts__pool_desc pd = {2, 4, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1};
+  size_t np = 2 * 4 * 5 * 4;
+  uint16_t *pyh = malloc(2 * np), *pyg = malloc(2 * np);
+  uint8_t *ws = malloc(np), *gws = malloc(np), *pws = up(G, NULL, np);
+  void *pp = up(G, NULL, 2 * np);
+  CHECK_OK(ts__maxpool2d_fwd_lp(&pd, B, 0, x, pyh, ws));
+  CHECK_OK(ts__maxpool2d_bwd_lp(&pd, B, 0, pyh, ws, dx));
+  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, B, px, pp, pws, NULL));
+  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, B, pp, pws, pdx, NULL));
+  down(G, pyg, pp, 2 * np), down(G, gws, pws, np);
+  if (!G->fake) CHECK_MSG(!memcmp(pyg, pyh, 2 * np) && !memcmp(gws, ws, np), "bf16 max pooling differs from the CPU's");
+  SAME16("bf16 max pooling backward", pdx, dx, nx);
+  CHECK_OK(ts__avgpool2d_fwd_lp(&pd, B, 0, x, pyh));
+  CHECK_OK(ts__avgpool2d_bwd_lp(&pd, B, 0, pyh, dx));
+  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, B, px, pp, NULL));
+  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, B, pp, pdx, NULL));
+  SAME16("bf16 average pooling", pp, pyh, np);
+  SAME16("bf16 average pooling backward", pdx, dx, nx);
+  /* batch norm on x as (N 2, C 4, S 63), gamma/beta f32 then bf16, training then inference */
+  for (int gb = 0; gb < 2; gb++)
+    for (int training = 1; training >= 0; training--) {
+      const ts_dtype gdt = gb ? TS_BF16 : TS_F32;
+      float ga[4] = {1.1f, 0.9f, 1.3f, 0.7f}, be[4] = {0.1f, -0.2f, 0.3f, 0}, rm[4] = {0.1f, 0, -0.1f, 0.2f},
+            rv[4] = {1, 0.8f, 1.2f, 0.9f}, mean[4], var[4], grm[4], grv[4], gmean[4], gvar[4];
+      float dgf[4], dbf[4], gdg[4], gdb[4];
+      uint16_t ga16[4], be16[4], dg16[4], db16[4], gdg16[4], gdb16[4];
+      ts__lp_from_f32(ga, ga16, B, 4), ts__lp_from_f32(be, be16, B, 4);
+      const void *hga = gb ? (const void *)ga16 : (const void *)ga, *hbe = gb ? (const void *)be16 : (const void *)be;
+      void *hdg = gb ? (void *)dg16 : (void *)dgf, *hdb = gb ? (void *)db16 : (void *)dbf;
+      size_t gs = gb ? 8 : 16;
+      uint16_t *by = malloc(2 * nx), *bdx = malloc(2 * nx);
+      void *pga = up(G, hga, gs), *pbe = up(G, hbe, gs), *pdg = up(G, NULL, gs), *pdbb = up(G, NULL, gs);
+      float *prm = up(G, rm, 16), *prv = up(G, rv, 16), *pm = up(G, NULL, 16), *pv = up(G, NULL, 16);
+      void *pby = up(G, NULL, 2 * nx);
+      CHECK_OK(ts__batchnorm_fwd_lp(B, gdt, x, hga, hbe, rm, rv, by, mean, var, 2, 4, 63, 0.1f, 1e-5f, training, NULL, 0));
+      CHECK_OK(ts__batchnorm_bwd_lp(B, gdt, by, x, hga, mean, var, bdx, hdg, hdb, 2, 4, 63, 1e-5f, training, NULL, 0));
+      CHECK_OK(ts__gpu_batchnorm_fwd(G->d, B, gdt, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training,
+                                     NULL));
+      CHECK_OK(ts__gpu_batchnorm_bwd(G->d, B, gdt, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL));
+      char what[80];
+      snprintf(what, sizeof what, "bf16 batch norm (gamma %s, training %d): y", ts_dtype_name(gdt), training);
+      SAME16(what, pby, by, nx);
+      down(G, grm, prm, 16), down(G, grv, prv, 16), down(G, gmean, pm, 16), down(G, gvar, pv, 16);
+      snprintf(what, sizeof what, "bf16 batch norm (gamma %s, training %d): statistics", ts_dtype_name(gdt), training);
+      same(G, what, grm, rm, 4, 1e-5, 1e-4), same(G, what, grv, rv, 4, 1e-5, 1e-4);
+      same(G, what, gmean, mean, 4, 1e-5, 1e-4), same(G, what, gvar, var, 4, 1e-5, 1e-4);
+      snprintf(what, sizeof what, "bf16 batch norm (gamma %s, training %d): dx", ts_dtype_name(gdt), training);
+      SAME16(what, pdx, bdx, nx);
+      snprintf(what, sizeof what, "bf16 batch norm (gamma %s, training %d): dgamma, dbeta", ts_dtype_name(gdt), training);
+      if (gb) {
+        down(G, gdg16, pdg, 8), down(G, gdb16, pdbb, 8);
+        ts__lp_to_f32(gdg16, B, gdg, 4), ts__lp_to_f32(gdb16, B, gdb, 4);
+        ts__lp_to_f32(dg16, B, dgf, 4), ts__lp_to_f32(db16, B, dbf, 4);
+      } else {
+        down(G, gdg, pdg, 16), down(G, gdb, pdbb, 16);
+      }
+      same(G, what, gdg, dgf, 4, 2e-2, 1e-2), same(G, what, gdb, dbf, 4, 2e-2, 1e-2);
+      free(by), free(bdx);
+      ts__dev_free(G->d, pga), ts__dev_free(G->d, pbe), ts__dev_free(G->d, pdg), ts__dev_free(G->d, pdbb);
+      ts__dev_free(G->d, prm), ts__dev_free(G->d, prv), ts__dev_free(G->d, pm), ts__dev_free(G->d, pv);
+      ts__dev_free(G->d, pby);
+    }
+  /* softmax and log_softmax over the middle axis of (6, 7, 9) (x's first 378 values) */
+  for (int lg = 0; lg < 2; lg++) {
+    uint16_t sy[378], sdx[378];
+    CHECK_OK(ts__softmax_fwd_lp(B, x, sy, 6, 7, 9, lg, 0));
+    CHECK_OK(ts__softmax_bwd_lp(B, x, sy, sdx, 6, 7, 9, lg, 0)); /* x as dy */
+    void *psy = up(G, NULL, sizeof sy), *psdx = up(G, NULL, sizeof sdx);
+    CHECK_OK(ts__gpu_softmax_fwd(G->d, B, px, psy, 6, 7, 9, lg, NULL));
+    CHECK_OK(ts__gpu_softmax_bwd(G->d, B, px, psy, psdx, 6, 7, 9, lg, NULL));
+    SAME16(lg ? "bf16 log_softmax" : "bf16 softmax", psy, sy, 378);
+    SAME16(lg ? "bf16 log_softmax backward" : "bf16 softmax backward", psdx, sdx, 378);
+    ts__dev_free(G->d, psy), ts__dev_free(G->d, psdx);
+  }
+#undef SAME16
+  free(f), free(gf), free(hf), free(x), free(w), free(b), free(y), free(dx), free(dw), free(db), free(g16);
+  free(pyh), free(pyg), free(ws), free(gws);
+  ts__dev_free(G->d, px), ts__dev_free(G->d, pw), ts__dev_free(G->d, pb), ts__dev_free(G->d, py);
+  ts__dev_free(G->d, pdx), ts__dev_free(G->d, pdw), ts__dev_free(G->d, pdb), ts__dev_free(G->d, pp);
+  ts__dev_free(G->d, pws);
 }
 
 /* reductions (sum, mean, max over axes 0 and 2 of (3,4,5)), max's backward with ties, and
@@ -615,6 +735,7 @@ static void check_reduce(gpu *G) {
 static void gpu_suite(gpu *G) {
   check_reduce(G);
   check_conv_pool_bn(G);
+  check_conv_pool_bn_bf16(G);
   check_shape_attention(G);
   check_gemm(G);
   check_dropout_embedding(G);
