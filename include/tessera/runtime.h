@@ -45,6 +45,8 @@ typedef enum {
   TS_HOOK_NODE_END = 1,   /* after it ran (also when it failed) */
   TS_HOOK_RUN_BEGIN = 2,  /* ts_plan_run starts (after validation, before the first node) */
   TS_HOOK_RUN_END = 3,    /* ts_plan_run ends (also on failure) */
+  TS_HOOK_NODE_TIMED = 4, /* a plan on a GPU with device timing on: after the run's last node (before
+                             RUN_END), once per node that ran, in order, with its span on the device */
 } ts_hook_event;
 
 typedef struct {
@@ -54,6 +56,8 @@ typedef struct {
   const char *op_name;   /* "dense"; NULL for run events */
   const char *node_name; /* the node's scoped name; NULL for run events */
   uint64_t step;         /* the step given to ts_plan_run */
+  double t0, t1;         /* NODE_TIMED: the node's start and end on the device (CUDA events), on
+                            ts_time_now()'s clock (the run's start event taken as its start); else 0 */
 } ts_hook_info;
 
 /* A listener: profilers, the gradient overlap of data parallel, pipeline send/recv. */

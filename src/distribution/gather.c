@@ -316,6 +316,8 @@ static void hook(const ts_hook_info *e, void *user) {
       wait_upto(s, 0, 1);
       s->running = 0;
       break;
+    case TS_HOOK_NODE_TIMED: /* the profiler's (a GPU's device times) */
+      break;
   }
 }
 

@@ -107,9 +107,15 @@ struct ts_plan {
   void *dscratch;
   size_t dscratch_cap;
   int64_t *dflags;
+  /* ts_plan_set_device_timing: CUDA events around every node (2 per node + the run's start) */
+  int timing;
+  ts__dev_event **tev;
+  int ntev;
 };
 
 static int on_gpu(const ts_plan *p) { return p->dev && p->dev->info.kind == TS_DEVICE_GPU; }
+static void free_timing(ts_plan *p);
+static void emit(const ts_plan *p, ts_hook_info *e);
 /* arena memory on the plan's device */
 static void *arena_alloc(ts_plan *p, size_t n) {
   if (!on_gpu(p)) return ts_alloc(n);
@@ -266,6 +272,7 @@ void ts_plan_free(ts_plan *p) {
     arena_free(p, p->dscratch);
     arena_free(p, p->dflags);
   }
+  free_timing(p);
   free(p->offset);
   free(p->bytes);
   free(p->vals);
@@ -278,6 +285,38 @@ void ts_plan_free(ts_plan *p) {
   free(p);
 }
 
+static void free_timing(ts_plan *p) {
+  for (int k = 0; k < p->ntev && p->dev; k++) ts__dev_event_destroy(p->dev, p->tev[k]);
+  free(p->tev);
+  p->tev = NULL;
+  p->ntev = 0;
+}
+
+int ts_plan_set_device_timing(ts_plan *p, int on) {
+  if (!p) return ts_error_set(TS_EINVAL, "ts_plan_set_device_timing: NULL plan");
+  p->timing = on != 0;
+  if (!p->timing && p->dev) ts__dev_sync(p->dev), free_timing(p);
+  return TS_OK;
+}
+
+int ts_plan_device_timing(const ts_plan *p) { return p && p->timing && on_gpu(p); }
+
+/* The device's times of the run's nodes [first, end), as NODE_TIMED events on the host's clock
+ * (the run's start event at t_host0); after the run's synchronisation. */
+static int emit_timed(ts_plan *p, const ts_graph *g, uint64_t step, int first, int end, double t_host0) {
+  for (int i = first; i < end; i++) {
+    if (!p->live[i]) continue;
+    double a = 0, b = 0;
+    int rc = ts__dev_event_elapsed(p->dev, p->tev[0], p->tev[1 + 2 * i], &a);
+    if (!rc) rc = ts__dev_event_elapsed(p->dev, p->tev[0], p->tev[2 + 2 * i], &b);
+    if (rc) return ts_error_wrap(rc, "timing node %s on the GPU", p->nodes[i].name);
+    ts_hook_info ev = {TS_HOOK_NODE_TIMED, g, i, p->opname[i], p->nodes[i].name, step, t_host0 + a * 1e-3,
+                       t_host0 + b * 1e-3};
+    emit(p, &ev);
+  }
+  return TS_OK;
+}
+
 int ts_plan_set_device(ts_plan *p, ts__dev *d) {
   if (!p) return ts_error_set(TS_EINVAL, "ts_plan_set_device: NULL plan");
   if (d && d->info.kind != TS_DEVICE_GPU) d = NULL; /* the CPU: host memory, as without */
@@ -286,6 +325,7 @@ int ts_plan_set_device(ts_plan *p, ts__dev *d) {
     return ts_error_set(TS_EUNSUPPORTED, "ts_plan_set_device: a plan sharing another's scratch stays on its device");
   if (p->dev) { /* leaving a GPU: its memory goes with it */
     ts__dev_sync(p->dev);
+    free_timing(p);
     arena_free(p, p->dscratch), arena_free(p, p->dflags);
     p->dscratch = NULL, p->dflags = NULL, p->dscratch_cap = 0;
   }
@@ -876,14 +916,22 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc0 = TS_OK;
     if (!p->dflags) rc0 = ts__dev_alloc(p->dev, sizeof(int64_t) * (size_t)(p->nnodes + 1), (void **)&p->dflags);
     if (!rc0) rc0 = ts__dev_memset0(p->dev, p->dflags, sizeof(int64_t) * (size_t)(p->nnodes + 1), NULL);
+    if (!rc0 && p->timing && !p->tev) { /* the run's start, then before and after each node */
+      if (!(p->tev = calloc((size_t)(2 * p->nnodes + 1), sizeof *p->tev)))
+        rc0 = ts_error_set(TS_ENOMEM, "ts_plan_run: out of memory (GPU timing events)");
+      for (; !rc0 && p->ntev < 2 * p->nnodes + 1; p->ntev++) rc0 = ts__dev_event_create(p->dev, &p->tev[p->ntev]);
+    }
+    if (!rc0 && p->timing) rc0 = ts__dev_event_record(p->dev, p->tev[0], NULL);
     if (rc0) return rc0;
   }
+  const int timed = gpu && p->timing;
+  const double t_host0 = timed ? ts_time_now() : 0;
   if (first == 0) { /* nothing of an earlier (partial) run is skipped in this one */
     memset(p->ntaken, 0, sizeof p->ntaken);
     memset(p->fuse_done, 0, (size_t)p->nnodes);
   }
   ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
-  ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step};
+  ts_hook_info ev = {TS_HOOK_RUN_BEGIN, g, -1, NULL, NULL, step, 0, 0};
   if (p->nhooks) emit(p, &ev);
   int rc = TS_OK;
   for (int i = first; i < end; i++) {
@@ -899,9 +947,10 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
       ts_tensor_view(&out[k], x->dtype, x->shape, data_of(p, vout[k]));
     }
     if (p->nhooks) {
-      ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, p->opname[i], n->name, step};
+      ev = (ts_hook_info){TS_HOOK_NODE_BEGIN, g, i, p->opname[i], n->name, step, 0, 0};
       emit(p, &ev);
     }
+    if (timed) rc = ts__dev_event_record(p->dev, p->tev[1 + 2 * i], NULL); /* (a failure ends the run below) */
     if (p->fuse_out[i] >= 0 && fast) { /* matmul writing its cast's f32 result */
       const int w = p->fuse_out[i], j = p->vals[w].producer;
       ts_tensor_view(&out[0], TS_F32, p->vals[w].shape, data_of(p, w));
@@ -956,10 +1005,12 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
       default:
         break;
     }
-    if (skip || (p->fuse_done[i] && n->op == TS_OP_CAST)) /* that cast or relu: its result is there */
+    if (rc != TS_OK) { /* the node's start event was not recorded: it does not run */
+    } else if (skip || (p->fuse_done[i] && n->op == TS_OP_CAST)) /* that cast or relu: its result is there */
       p->fuse_done[i] = 0, rc = TS_OK;
     else
       rc = tab[n->op](&ctx, n, in, out);
+    if (timed && !rc) rc = ts__dev_event_record(p->dev, p->tev[2 + 2 * i], NULL);
     if (p->nhooks) {
       ev.event = TS_HOOK_NODE_END;
       emit(p, &ev);
@@ -971,8 +1022,9 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
   }
   if (rc != TS_OK) memset(p->fuse_done, 0, (size_t)p->nnodes); /* a failed run leaves no cast skipped */
   if (gpu && rc == TS_OK) rc = gpu_flags(p); /* the run's one synchronisation */
+  if (timed && rc == TS_OK && p->nhooks) rc = emit_timed(p, g, step, first, end, t_host0);
   if (p->nhooks) {
-    ev = (ts_hook_info){TS_HOOK_RUN_END, g, -1, NULL, NULL, step};
+    ev = (ts_hook_info){TS_HOOK_RUN_END, g, -1, NULL, NULL, step, 0, 0};
     emit(p, &ev);
   }
   return rc;

@@ -59,5 +59,12 @@ size_t ts_plan_arena_bytes(const ts_plan *p);
  * the plan. */
 struct ts__dev;
 int ts_plan_set_device(ts_plan *p, struct ts__dev *d);
+/* Device timing (the profiler on a GPU): on a plan on a GPU, every run records a CUDA event at its
+ * start and before and after each node on the compute stream, and after its synchronisation emits
+ * TS_HOOK_NODE_TIMED per node with the node's span on the device (2 events per node, created at
+ * the first such run). The CPU: nothing (its NODE_BEGIN/END are the node's span). */
+int ts_plan_set_device_timing(ts_plan *p, int on);
+/* 1 when p's runs emit NODE_TIMED (device timing on, the plan on a GPU), else 0. */
+int ts_plan_device_timing(const ts_plan *p);
 
 #endif

@@ -30,6 +30,11 @@ struct ts__tprof {
   int nnodes;
   double t_run, t_bwd, t_node;
   int in_bwd;
+  /* a plan on a GPU (ts_plan_set_device_timing): the nodes' spans are the device's (NODE_TIMED),
+   * and the forward and backward spans theirs: the first node's start, the first backward node's,
+   * the last node's end */
+  int timed;
+  double d_first, d_bwd, d_last;
   double reduce_bytes; /* per step per rank, gradient reduction (several ranks) */
   int world_size;
   int64_t start;
@@ -157,8 +162,11 @@ static void hook(const ts_hook_info *h, void *user) {
     case TS_HOOK_RUN_BEGIN:
       tp->t_run = now;
       tp->in_bwd = 0;
+      tp->timed = ts_plan_device_timing(tp->plan);
+      tp->d_first = tp->d_bwd = tp->d_last = 0;
       break;
     case TS_HOOK_NODE_BEGIN:
+      if (tp->timed) break;
       if (tp->ni[h->node].phase && !tp->in_bwd) { /* the first backward node ends the forward span */
         span(tp, "forward", TS_PROF_FORWARD, tp->t_run, now, 0);
         tp->t_bwd = now;
@@ -166,14 +174,21 @@ static void hook(const ts_hook_info *h, void *user) {
       }
       tp->t_node = now;
       break;
-    case TS_HOOK_NODE_END: {
+    case TS_HOOK_NODE_END:
+    case TS_HOOK_NODE_TIMED: {
+      if ((h->event == TS_HOOK_NODE_TIMED) != tp->timed) break; /* a GPU's nodes: their device spans */
       const node_info *n = &tp->ni[h->node];
+      if (tp->timed) {
+        if (!tp->d_first) tp->d_first = h->t0;
+        if (n->phase && !tp->d_bwd) tp->d_bwd = h->t0;
+        tp->d_last = h->t1;
+      }
       ts_prof_event e;
       e.name = h->node_name;
       e.cat = h->op_name;
       e.args = n->args;
-      e.t0 = tp->t_node;
-      e.t1 = now;
+      e.t0 = tp->timed ? h->t0 : tp->t_node;
+      e.t1 = tp->timed ? h->t1 : now;
       e.flops = n->flops;
       e.bytes = n->bytes;
       e.group = n->group;
@@ -185,8 +200,14 @@ static void hook(const ts_hook_info *h, void *user) {
       break;
     }
     case TS_HOOK_RUN_END:
-      if (tp->in_bwd) span(tp, "backward", TS_PROF_BACKWARD, tp->t_bwd, now, 0);
-      else span(tp, "forward", TS_PROF_FORWARD, tp->t_run, now, 0);
+      if (tp->timed && tp->d_first) { /* the device's */
+        span(tp, "forward", TS_PROF_FORWARD, tp->d_first, tp->d_bwd ? tp->d_bwd : tp->d_last, 0);
+        if (tp->d_bwd) span(tp, "backward", TS_PROF_BACKWARD, tp->d_bwd, tp->d_last, 0);
+      } else if (!tp->timed && tp->in_bwd) {
+        span(tp, "backward", TS_PROF_BACKWARD, tp->t_bwd, now, 0);
+      } else if (!tp->timed) {
+        span(tp, "forward", TS_PROF_FORWARD, tp->t_run, now, 0);
+      }
       break;
   }
 }
@@ -194,7 +215,7 @@ static void hook(const ts_hook_info *h, void *user) {
 /* ---- lifetime ---- */
 void ts__tprof_free(ts__tprof *tp) {
   if (!tp) return;
-  if (tp->plan) ts_plan_remove_hook(tp->plan, hook, tp);
+  if (tp->plan) ts_plan_remove_hook(tp->plan, hook, tp), ts_plan_set_device_timing(tp->plan, 0);
   if (tp->dist) ts_dist_set_prof(tp->dist, NULL);
   for (int j = 0; tp->ni && j < tp->nnodes; j++) free(tp->ni[j].args);
   free(tp->ni);
@@ -221,6 +242,7 @@ int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_siz
       rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");
   }
   if (!rc && (rc = ts_plan_add_hook(plan, hook, tp)) == TS_OK) tp->plan = plan;
+  if (!rc) rc = ts_plan_set_device_timing(plan, 1); /* on a GPU: the nodes' device spans (CUDA events) */
   if (rc) {
     ts__tprof_free(tp);
     return rc;

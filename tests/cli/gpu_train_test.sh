@@ -12,6 +12,7 @@
 #   6. the GPT in bf16 (amp O2 and O3): 4 steps within 2e-3 of the CPU's bf16 run.
 #   7. the ResNet-8 in bf16 (amp O2 and O3): step 1 within 1e-3 of the CPU's bf16 run, 3 steps and
 #      the evaluation within 1e-2.
+#   8. the profiler: the nodes' device spans (CUDA events) in the trace, inside each step's spans.
 # Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -132,6 +133,36 @@ for lvl in O2 O3; do
   close "$tmp/amp_GPU.txt" "$tmp/amp_CPU.txt" 2e-3 && ok "GPT in bf16 (amp $lvl): 4 steps on $where within 2e-3 of the CPU's" ||
     bad "amp $lvl: $(paste "$tmp/amp_GPU.txt" "$tmp/amp_CPU.txt" | head -5)"
 done
+# 8. the profiler on the GPU (log.profile trace): the nodes' spans are the device's (CUDA events,
+#    ts_plan_set_device_timing): every step's nodes in the trace, in order and inside its forward
+#    and backward spans, which start at the first node's start and end at the last node's end
+"$bin" train "$tmp/c.yaml" --set device_target=GPU --set train.steps=3 --set log.profile=trace \
+  --set log.trace="$tmp/trace.json" --set checkpoint.dir="$tmp/pck" > "$tmp/prof.out" 2>&1 ||
+  bad "profiled GPU run: $(tail -2 "$tmp/prof.out")"
+python3 - "$tmp/trace.json" <<'PY' && ok "profiler on $where: the nodes' device spans inside each step's forward and backward spans" || bad "GPU trace: see above"
+import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+steps = {}
+for e in ev:
+    if e.get("ph") != "X" or "step" not in e.get("args", {}): continue
+    steps.setdefault(e["args"]["step"], []).append(e)
+ok = len(steps) >= 2
+for st, es in steps.items():
+    nodes = [e for e in es if e["args"].get("kind") == "node"]
+    fw = [e for e in es if e["name"] == "forward"]
+    bw = [e for e in es if e["name"] == "backward"]
+    good = len(nodes) > 10 and len(fw) == 1 and len(bw) == 1 and all(e["dur"] >= 0 for e in nodes)
+    good = good and all(a["ts"] <= b["ts"] + 1e-3 for a, b in zip(nodes, nodes[1:]))
+    if good:
+        f, b = fw[0], bw[0]
+        good = abs(f["ts"] - nodes[0]["ts"]) < 1e-2 and abs(b["ts"] + b["dur"] - (nodes[-1]["ts"] + nodes[-1]["dur"])) < 1e-2
+        good = good and all(f["ts"] - 1e-2 <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"] + 1e-2 for e in nodes)
+    if not good:
+        print("step", st, ":", len(nodes), "nodes,", len(fw), "forward,", len(bw), "backward spans", file=sys.stderr)
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
 # 7. the ResNet in bf16 (amp O2: bf16 convolutions and pooling, f32 batch norm; O3: batch norm and
 #    its parameters bf16 too) against the CPU's bf16 run: step 1's loss (the same weights: the
 #    kernels alone) within 1e-3, and 3 steps and the evaluation within 1e-2 (the GPU's direct

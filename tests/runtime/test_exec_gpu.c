@@ -5,7 +5,9 @@
  * dropout mask the CPU's; twice on the GPU, bitwise the same (the graph also centres rows on
  * their maximum: REDUCE max, its backward, a broadcasting subtract). A node of an op without a
  * GPU kernel (a collective) is refused when the plan is put on the GPU, naming it; a label out of range is reported after the run, naming the
- * node and the row.
+ * node and the row. Device timing (the profiler's, ts_plan_set_device_timing): a run emits one
+ * NODE_TIMED per node that ran, after the last NODE_END and before RUN_END, in node order, each span
+ * within the run's host span, starts not decreasing, end >= start; off: none.
  *   test_exec_gpu        a real GPU (SKIPPED with the reason without one)
  *   test_exec_gpu fake   the stand-in driver (TESSERA_LIBCUDA), whose emulator runs the kernels
  *                        compiled for the host: the same comparisons on any machine (under ASan
@@ -87,6 +89,37 @@ static void mirror_store(mirror *m, ts_params *p, ts_graph *g) {
   CHECK_OK(ts_params_each_binding(p, g, bind_dev, m));
 }
 
+/* NODE_TIMED events of a run (device timing) against its host events */
+typedef struct {
+  int begin_end, timed, after_end, order_ok;
+  double t_run0, t_run1, last_t0;
+  int last_node;
+} timing;
+
+static void timing_hook(const ts_hook_info *e, void *user) {
+  timing *t = user;
+  switch (e->event) {
+    case TS_HOOK_RUN_BEGIN:
+      t->t_run0 = ts_time_now();
+      break;
+    case TS_HOOK_NODE_END:
+      t->begin_end++;
+      t->after_end += t->timed > 0; /* a NODE_END after a NODE_TIMED: out of order */
+      break;
+    case TS_HOOK_NODE_TIMED:
+      t->timed++;
+      t->order_ok &= e->node > t->last_node && e->t0 >= t->last_t0 && e->t1 >= e->t0 && e->t0 >= t->t_run0 - 1e-3 &&
+                     e->t1 <= ts_time_now() + 1e-3;
+      t->last_node = e->node, t->last_t0 = e->t0;
+      break;
+    case TS_HOOK_RUN_END:
+      t->t_run1 = ts_time_now();
+      break;
+    default:
+      break;
+  }
+}
+
 static void run(ts__dev *d, int fake) {
   net m;
   build(&m, 0);
@@ -122,10 +155,24 @@ static void run(ts__dev *d, int fake) {
   CHECK(ts_plan_arena_bytes(gp) > 0);
   CHECK_OK(ts__dev_copy(d, &l_gpu, ts_plan_data(gp, m.loss), 4, TS__D2H, NULL));
   CHECK_OK(ts__dev_copy(d, g_gpu, mr.dbase[1], 4 * ng, TS__D2H, NULL));
+  /* the second run with device timing: one NODE_TIMED per node that ran, in order, after them */
+  timing tm = {0, 0, 0, 1, 0, 0, -1, -1};
+  CHECK_OK(ts_plan_add_hook(gp, timing_hook, &tm));
+  CHECK(!ts_plan_device_timing(gp));
+  CHECK_OK(ts_plan_set_device_timing(gp, 1));
+  CHECK(ts_plan_device_timing(gp));
   CHECK_OK(ts_plan_run(gp, 3));
   CHECK_OK(ts__dev_copy(d, &l_gpu2, ts_plan_data(gp, m.loss), 4, TS__D2H, NULL));
   CHECK_OK(ts__dev_copy(d, g_gpu2, mr.dbase[1], 4 * ng, TS__D2H, NULL));
   CHECK_OK(ts__dev_sync(d));
+  CHECK_MSG(tm.timed == tm.begin_end && tm.timed > 10 && !tm.after_end && tm.order_ok,
+            "device timing: %d NODE_TIMED for %d nodes run (%d NODE_END after them), in order %d", tm.timed, tm.begin_end,
+            tm.after_end, tm.order_ok);
+  CHECK_OK(ts_plan_set_device_timing(gp, 0));
+  tm = (timing){0, 0, 0, 1, 0, 0, -1, -1};
+  CHECK_OK(ts_plan_run(gp, 3));
+  CHECK_MSG(tm.timed == 0 && tm.begin_end > 10, "device timing off: %d NODE_TIMED", tm.timed);
+  ts_plan_remove_hook(gp, timing_hook, &tm);
   if (!fake) {
     printf("loss: CPU %.7f, GPU %.7f\n", l_cpu, l_gpu);
     CHECK_MSG(l_gpu >= l_cpu - 1e-5f * l_cpu && l_gpu <= l_cpu + 1e-5f * l_cpu, "loss: GPU %.8g, CPU %.8g", l_gpu, l_cpu);
