@@ -38,17 +38,46 @@ int ts__dev_open(ts_device_kind k, int id, ts__dev **out) {
 void ts__dev_close(ts__dev *d) {
   if (!d) return;
   d->vt->close(d);
+  free(d->blocks);
   free(d);
 }
+
+struct ts__dev_block {
+  void *p;
+  size_t n;
+};
 
 int ts__dev_alloc(ts__dev *d, size_t bytes, void **p) {
   *p = NULL;
   if (!bytes) return ts_error_set(TS_EINVAL, "device alloc: 0 bytes");
-  return d->vt->alloc(d, bytes, p);
+  if (d->nblocks == d->cap_blocks) { /* a few hundred at most: the store, the plans' arenas, scratch */
+    size_t nc = d->cap_blocks ? 2 * d->cap_blocks : 64;
+    struct ts__dev_block *nb = realloc(d->blocks, nc * sizeof *nb);
+    if (!nb) return ts_error_set(TS_ENOMEM, "device alloc: out of memory (bookkeeping)");
+    d->blocks = nb, d->cap_blocks = nc;
+  }
+  int rc = d->vt->alloc(d, bytes, p);
+  if (rc) return rc;
+  d->blocks[d->nblocks++] = (struct ts__dev_block){*p, bytes};
+  d->live_bytes += bytes;
+  if (d->live_bytes > d->peak_bytes) d->peak_bytes = d->live_bytes;
+  return TS_OK;
 }
 
 void ts__dev_free(ts__dev *d, void *p) {
-  if (p) d->vt->free(d, p);
+  if (!p) return;
+  for (size_t k = d->nblocks; k-- > 0;) /* the newest first: scratch grown and freed */
+    if (d->blocks[k].p == p) {
+      d->live_bytes -= d->blocks[k].n;
+      d->blocks[k] = d->blocks[--d->nblocks];
+      break;
+    }
+  d->vt->free(d, p);
+}
+
+void ts__dev_mem_counts(const ts__dev *d, size_t *live, size_t *peak) {
+  *live = d ? d->live_bytes : 0;
+  *peak = d ? d->peak_bytes : 0;
 }
 
 int ts__dev_host_alloc(ts__dev *d, size_t bytes, void **p) { return d->vt->host_alloc(d, bytes, p); }

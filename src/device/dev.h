@@ -51,6 +51,9 @@ struct ts__dev {
   const ts__dev_vt *vt;
   ts_device_info info;
   void *impl; /* the implementation's state */
+  /* ts__dev_alloc's bookkeeping: each live allocation's size, the bytes live and their peak */
+  struct ts__dev_block *blocks;
+  size_t nblocks, cap_blocks, live_bytes, peak_bytes;
 };
 
 /* Opens device `id` of kind k (the GPU's primary context; the CPU: id 0). The errors of
@@ -85,6 +88,8 @@ void ts__dev_event_destroy(ts__dev *d, ts__dev_event *e);
 int ts__dev_sync(ts__dev *d);
 /* The driver's figures of free and total device memory (the CPU: 0, 0). */
 int ts__dev_mem_info(ts__dev *d, size_t *free_bytes, size_t *total);
+/* Bytes of device memory ts__dev_alloc holds now and at most since the device was opened. */
+void ts__dev_mem_counts(const ts__dev *d, size_t *live, size_t *peak);
 
 /* GPU kernels (the .cu files of src/device/cuda/, compiled to PTX by every build and loaded by the driver at
  * the first launch): kernel `name` on device d (a GPU) with grid x block threads, `shmem` bytes of

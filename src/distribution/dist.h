@@ -139,6 +139,11 @@ int ts_dist_to_host(ts_dist *d, ts_optim *o);
 int ts_dist_to_device(ts_dist *d, ts_optim *o);
 /* 1 and the device's description in buf when d runs on a GPU, else 0 and "". */
 int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap);
+/* 1 when d runs on a GPU, with *peak the most device memory its allocations (store, optimizer
+ * state, the plans' arenas and scratch, batches) held at once and *used the driver's figure of the
+ * device's memory in use now (every process and context on it; 0 if the driver does not say);
+ * else 0 and zeros. */
+int ts_dist_device_memory(ts_dist *d, int64_t *peak, int64_t *used);
 
 /* The layout for a parallel.mode name ("stand_alone", "data_parallel", "semi_auto_parallel",
  * "hybrid_parallel"), NULL for others. */

@@ -307,3 +307,14 @@ int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap) {
   ts_device_describe(&d->gpu->dev->info, buf, cap);
   return 1;
 }
+
+int ts_dist_device_memory(ts_dist *d, int64_t *peak, int64_t *used) {
+  *peak = *used = 0;
+  if (!d || !d->gpu) return 0;
+  size_t live = 0, pk = 0, fr = 0, tot = 0;
+  ts__dev_mem_counts(d->gpu->dev, &live, &pk);
+  if (ts__dev_mem_info(d->gpu->dev, &fr, &tot)) fr = tot = 0; /* the driver's figure unknown: 0 */
+  *peak = (int64_t)pk;
+  *used = (int64_t)(tot - fr);
+  return 1;
+}

@@ -91,6 +91,9 @@ int ts__train_memory_record(ts_trainer *t, char *buf, size_t cap) {
                                       "eval_activation_bytes", "memory_total_bytes", "peak_rss_bytes"};
   buf[0] = 0;
   for (int k = 0; k < 7; k++) ts__app(buf, cap, &n, "\"%s\":%lld,", name[k], (long long)v[k]);
+  int64_t dpeak = 0, dused = 0; /* a GPU: what the device layer allocated at most, and the driver's figure */
+  if (ts_dist_device_memory(t->dist, &dpeak, &dused))
+    ts__app(buf, cap, &n, "\"device_peak_bytes\":%lld,\"device_used_bytes\":%lld,", (long long)dpeak, (long long)dused);
   if (t->run->size < 2 || !t->job_metrics) return TS_OK;
   if ((rc = job_max(t, v, 7))) return rc;
   ts__app(buf, cap, &n, "\"memory_max_over_ranks\":{\"ranks\":%d", t->run->size);

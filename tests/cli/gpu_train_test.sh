@@ -13,6 +13,7 @@
 #   7. the ResNet-8 in bf16 (amp O2 and O3): step 1 within 1e-3 of the CPU's bf16 run, 3 steps and
 #      the evaluation within 1e-2.
 #   8. the profiler: the nodes' device spans (CUDA events) in the trace, inside each step's spans.
+#   9. the end record's device memory: the device layer's peak >= the planned total <= the driver's.
 # Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -133,11 +134,27 @@ for lvl in O2 O3; do
   close "$tmp/amp_GPU.txt" "$tmp/amp_CPU.txt" 2e-3 && ok "GPT in bf16 (amp $lvl): 4 steps on $where within 2e-3 of the CPU's" ||
     bad "amp $lvl: $(paste "$tmp/amp_GPU.txt" "$tmp/amp_CPU.txt" | head -5)"
 done
+# 7. the ResNet in bf16 (amp O2: bf16 convolutions and pooling, f32 batch norm; O3: batch norm and
+#    its parameters bf16 too) against the CPU's bf16 run: step 1's loss (the same weights: the
+#    kernels alone) within 1e-3, and 3 steps and the evaluation within 1e-2 (the GPU's direct
+#    convolutions sum in another order than the CPU's oneDNN ones, so single bf16 roundings differ
+#    and momentum at lr 0.05 carries them on: measured 1.4e-5 at step 1, 3.5e-3 / 4.2e-3 at step 3)
+for lvl in O2 O3; do
+  for dev in CPU GPU; do
+    "$bin" train "$tmp/res.yaml" --set device_target=$dev --set train.amp_level=$lvl --set log.metrics="$tmp/ramp_$dev.jsonl" \
+      > "$tmp/ramp_$dev.out" 2>&1 || bad "ResNet amp $lvl on the $dev: $(tail -2 "$tmp/ramp_$dev.out")"
+    losses "$tmp/ramp_$dev.jsonl" > "$tmp/ramp_$dev.txt" 2>/dev/null
+  done
+  head -1 "$tmp/ramp_GPU.txt" > "$tmp/ramp1_GPU.txt"; head -1 "$tmp/ramp_CPU.txt" > "$tmp/ramp1_CPU.txt"
+  close "$tmp/ramp1_GPU.txt" "$tmp/ramp1_CPU.txt" 1e-3 && close "$tmp/ramp_GPU.txt" "$tmp/ramp_CPU.txt" 1e-2 &&
+    ok "ResNet-8 in bf16 (amp $lvl): step 1 on $where within 1e-3 of the CPU's, 3 steps and the evaluation within 1e-2" ||
+    bad "ResNet amp $lvl: $(paste "$tmp/ramp_GPU.txt" "$tmp/ramp_CPU.txt" | head -5)"
+done
 # 8. the profiler on the GPU (log.profile trace): the nodes' spans are the device's (CUDA events,
 #    ts_plan_set_device_timing): every step's nodes in the trace, in order and inside its forward
 #    and backward spans, which start at the first node's start and end at the last node's end
 "$bin" train "$tmp/c.yaml" --set device_target=GPU --set train.steps=3 --set log.profile=trace \
-  --set log.trace="$tmp/trace.json" --set checkpoint.dir="$tmp/pck" > "$tmp/prof.out" 2>&1 ||
+  --set log.trace="$tmp/trace.json" --set checkpoint.dir="$tmp/pck" --set log.metrics="$tmp/prof.jsonl" > "$tmp/prof.out" 2>&1 ||
   bad "profiled GPU run: $(tail -2 "$tmp/prof.out")"
 python3 - "$tmp/trace.json" <<'PY' && ok "profiler on $where: the nodes' device spans inside each step's forward and backward spans" || bad "GPU trace: see above"
 import json, sys
@@ -163,20 +180,14 @@ for st, es in steps.items():
     ok = ok and good
 sys.exit(0 if ok else 1)
 PY
-# 7. the ResNet in bf16 (amp O2: bf16 convolutions and pooling, f32 batch norm; O3: batch norm and
-#    its parameters bf16 too) against the CPU's bf16 run: step 1's loss (the same weights: the
-#    kernels alone) within 1e-3, and 3 steps and the evaluation within 1e-2 (the GPU's direct
-#    convolutions sum in another order than the CPU's oneDNN ones, so single bf16 roundings differ
-#    and momentum at lr 0.05 carries them on: measured 1.4e-5 at step 1, 3.5e-3 / 4.2e-3 at step 3)
-for lvl in O2 O3; do
-  for dev in CPU GPU; do
-    "$bin" train "$tmp/res.yaml" --set device_target=$dev --set train.amp_level=$lvl --set log.metrics="$tmp/ramp_$dev.jsonl" \
-      > "$tmp/ramp_$dev.out" 2>&1 || bad "ResNet amp $lvl on the $dev: $(tail -2 "$tmp/ramp_$dev.out")"
-    losses "$tmp/ramp_$dev.jsonl" > "$tmp/ramp_$dev.txt" 2>/dev/null
-  done
-  head -1 "$tmp/ramp_GPU.txt" > "$tmp/ramp1_GPU.txt"; head -1 "$tmp/ramp_CPU.txt" > "$tmp/ramp1_CPU.txt"
-  close "$tmp/ramp1_GPU.txt" "$tmp/ramp1_CPU.txt" 1e-3 && close "$tmp/ramp_GPU.txt" "$tmp/ramp_CPU.txt" 1e-2 &&
-    ok "ResNet-8 in bf16 (amp $lvl): step 1 on $where within 1e-3 of the CPU's, 3 steps and the evaluation within 1e-2" ||
-    bad "ResNet amp $lvl: $(paste "$tmp/ramp_GPU.txt" "$tmp/ramp_CPU.txt" | head -5)"
-done
+# 9. device memory in the end record (the profiled run's): the most the device layer allocated at
+#    once covers the planned figures (memory_total_bytes: parameters, gradients, optimizer state,
+#    both plans' arenas), and the driver's figure of the memory in use covers that
+python3 - "$tmp/prof.jsonl" <<'PY' && ok "end record on $where: device_peak_bytes >= the planned total, device_used_bytes >= it" || bad "device memory fields"
+import json, sys
+end = [json.loads(l) for l in open(sys.argv[1]) if '"type":"end"' in l.replace(" ", "")][-1]
+p, u, t = end.get("device_peak_bytes", -1), end.get("device_used_bytes", -1), end["memory_total_bytes"]
+print("device_peak_bytes %d, device_used_bytes %d, memory_total_bytes %d" % (p, u, t))
+sys.exit(0 if p >= t > 0 and u >= p else 1)
+PY
 exit $fail
