@@ -145,7 +145,9 @@ else bad "slow rank: exit $rc after $dt s, compare: $c"; echo "$out"; fi
 out=$(TESSERA_FAULT="rank:3,step:6,kind:kill" timeout 300 "$bin" launch -n 4 --restarts 2 --min-ranks 2 -- train "$tmp/dp.yaml" \
       --set checkpoint.dir="$tmp/min" 2>&1); rc=$?
 c=$("$cmp" "$tmp/ref/$final" "$tmp/min/$final" 1e-6 2>&1); crc=$?
-if [ "$rc" = 0 ] && grep -q "launch: restart 1 of 2 after .*rank 3 (node .*) ended by signal 9.*; resuming from .* on 2 ranks (rank 3 lost)" <<<"$out" &&
+# (under a sanitizer's load mpirun's teardown may also take rank 0 down by signal before the
+# launcher reads it: "(ranks 0, 3 lost)"; either way 2 ranks go on)
+if [ "$rc" = 0 ] && grep -q "launch: restart 1 of 2 after .*rank 3 (node .*) ended by signal 9.*; resuming from .* on 2 ranks (ranks\{0,1\} [0-9, ]*3[0-9, ]* lost)" <<<"$out" &&
    grep -q "data_parallel on 2 ranks" <<<"$out" && grep -q "^resumed from .*ckpt-0000000[56].safetensors at step [56] " <<<"$out" &&
    [ "$crc" = 0 ]; then
   ok "--min-ranks 2: rank 3 killed after step 6, went on with 2 ranks; $c"
