@@ -61,6 +61,8 @@ typedef struct {
   uint8_t kind;      /* ts_prof_kind */
   uint8_t phase;     /* 0 forward, 1 backward (nodes) */
   uint8_t coll;      /* 1: a collective (bytes and group are meaningful) */
+  uint8_t low;       /* 1: a node computing in a 16-bit float type (bf16, f16): its FLOPs count
+                        against the report's peak_gflops_low */
   uint16_t track;    /* 0: the recording thread's row of the trace; k > 0: the process's track k
                         (trace tid TS_PROF_TRACK_TID + k, named after its first event), for spans
                         that overlap the thread's own (one track per gradient bucket) */
@@ -118,7 +120,9 @@ int64_t ts_prof_dropped(const ts_prof *p);
 
 /* ---- the report ---- */
 typedef struct {
-  double peak_gflops;           /* measured peak (0: no %peak column) */
+  double peak_gflops;           /* measured f32 peak (0: no %peak column) */
+  double peak_gflops_low;       /* measured bf16 peak for the events marked low (0: peak_gflops) */
+  const char *peak_what;        /* how the peaks were measured (NULL: "sgemm 512^3 calibration") */
   double arena_bytes, naive_bytes; /* the training plan's memory (0: not shown) */
   int nranks;                   /* ranks[] entries (0 or 1: no rank section) */
   const ts_prof_breakdown *ranks; /* each rank's mean breakdown, index = rank */

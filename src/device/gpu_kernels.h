@@ -85,6 +85,10 @@ int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt
  * (gemm.cu); TESSERA_GPU_GEMM=tessera forces the own kernel, =cublas refuses to run without
  * cuBLAS. The name of the one in use, and the reason when cuBLAS is not ("" else). */
 const char *ts__gpu_gemm_impl(const char **why);
+/* The GEMM peak of dtype dt (f32 or bf16, operands and result) on d, in GFLOP/s, and the size
+ * n of the n^3 products that gave it (gpu_peak.c: grown while a product takes under 1 ms, then
+ * the best of 3 batches of 5, timed with the device's events). */
+int ts__gpu_gemm_peak(ts__dev *d, ts_dtype dt, int64_t *n, double *gflops);
 /* cuBLAS (cublas.c): loaded at the first call; TS_EUNSUPPORTED with the reason when absent */
 int ts__cublas_available(void);
 const char *ts__cublas_why(void);

@@ -153,6 +153,7 @@ static void aggregate(ts_prof *p, const ts_prof_event *e) {
       a->calls++;
       a->total_s += dt;
       a->flops += e->flops;
+      if (e->low) a->low_flops += e->flops;
       a->bytes += (double)e->bytes;
       if (e->group > a->group) a->group = e->group;
     }
@@ -291,6 +292,7 @@ static int rows_of(const ts_prof *p, int kind, int coll_only, int by_cat, row **
     r[j].calls += a->calls;
     r[j].total_s += a->total_s;
     r[j].flops += a->flops;
+    r[j].low_flops += a->low_flops;
     r[j].bytes += a->bytes;
     if (a->group > r[j].group) r[j].group = a->group;
   }
@@ -323,6 +325,15 @@ int ts_prof_straggler(const ts_prof_breakdown *ranks, int n) {
 }
 
 static double gflops(double flops, double s) { return s > 0 ? flops / s / 1e9 : 0; }
+
+/* The share of the peak a row reached: the time its FLOPs would take at the peaks (f32 FLOPs at
+ * the f32 peak, 16-bit ones at the 16-bit peak) over the time they took; 0 without a peak. */
+static double peak_share(const row *r, const ts_prof_report_info *ri) {
+  double low = ri->peak_gflops_low > 0 ? ri->peak_gflops_low : ri->peak_gflops;
+  if (ri->peak_gflops <= 0 || r->total_s <= 0) return 0;
+  double ideal = (r->flops - r->low_flops) / (ri->peak_gflops * 1e9) + r->low_flops / (low * 1e9);
+  return ideal / r->total_s;
+}
 
 static const char *phase_name(int ph) { return ph ? "backward" : "forward"; }
 
@@ -451,8 +462,14 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
   cJSON_AddNumberToObject(jb, "optimizer", m.optimizer_ms);
   cJSON_AddNumberToObject(jb, "other", m.other_ms);
   if (ri.peak_gflops > 0) {
-    ts__sb_printf(&b, "peak %.1f GFLOP/s (sgemm 512^3 calibration)\n", ri.peak_gflops);
+    const char *what = ri.peak_what ? ri.peak_what : "sgemm 512^3 calibration";
+    if (ri.peak_gflops_low > 0)
+      ts__sb_printf(&b, "peak %.1f GFLOP/s f32, %.1f GFLOP/s bf16 (%s)\n", ri.peak_gflops, ri.peak_gflops_low, what);
+    else
+      ts__sb_printf(&b, "peak %.1f GFLOP/s (%s)\n", ri.peak_gflops, what);
     cJSON_AddNumberToObject(j, "peak_gflops", ri.peak_gflops);
+    if (ri.peak_gflops_low > 0) cJSON_AddNumberToObject(j, "peak_gflops_low", ri.peak_gflops_low);
+    cJSON_AddStringToObject(j, "peak_what", what);
   }
   /* per op type */
   ts__sb_printf(&b, "\n%-20s %8s %10s %9s %7s %9s %6s\n", "op type", "calls", "total ms", "mean ms", "step%",
@@ -465,7 +482,7 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
                   1e3 * r->total_s / (double)r->calls, share);
     if (r->flops > 0) {
       ts__sb_printf(&b, " %9.2f", gf);
-      if (ri.peak_gflops > 0) ts__sb_printf(&b, " %5.0f%%", 100 * gf / ri.peak_gflops);
+      if (ri.peak_gflops > 0) ts__sb_printf(&b, " %5.0f%%", 100 * peak_share(r, &ri));
     }
     ts__sb_put(&b, "\n", 1);
     cJSON *o = cJSON_CreateObject();
@@ -475,6 +492,7 @@ int ts_prof_report(ts_prof *p, const ts_prof_report_info *info, char **text, cha
     cJSON_AddNumberToObject(o, "mean_ms", 1e3 * r->total_s / (double)r->calls);
     cJSON_AddNumberToObject(o, "share", share / 100);
     if (r->flops > 0) cJSON_AddNumberToObject(o, "gflops", gf);
+    if (r->flops > 0 && ri.peak_gflops > 0) cJSON_AddNumberToObject(o, "peak_share", peak_share(r, &ri));
     cJSON_AddItemToArray(jo, o);
   }
   /* per operator */

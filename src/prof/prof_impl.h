@@ -24,7 +24,7 @@ typedef struct {
 typedef struct {
   const char *name, *cat;
   int64_t calls;
-  double total_s, flops, bytes;
+  double total_s, flops, low_flops, bytes;
   int32_t group;
   uint8_t kind, phase, coll;
 } ts__prof_agg;

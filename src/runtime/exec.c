@@ -317,6 +317,8 @@ static int emit_timed(ts_plan *p, const ts_graph *g, uint64_t step, int first, i
   return TS_OK;
 }
 
+ts__dev *ts_plan_device(const ts_plan *p) { return p ? p->dev : NULL; }
+
 int ts_plan_set_device(ts_plan *p, ts__dev *d) {
   if (!p) return ts_error_set(TS_EINVAL, "ts_plan_set_device: NULL plan");
   if (d && d->info.kind != TS_DEVICE_GPU) d = NULL; /* the CPU: host memory, as without */

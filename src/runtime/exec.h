@@ -59,6 +59,8 @@ size_t ts_plan_arena_bytes(const ts_plan *p);
  * the plan. */
 struct ts__dev;
 int ts_plan_set_device(ts_plan *p, struct ts__dev *d);
+/* The GPU p runs on, NULL on the CPU. */
+struct ts__dev *ts_plan_device(const ts_plan *p);
 /* Device timing (the profiler on a GPU): on a plan on a GPU, every run records a CUDA event at its
  * start and before and after each node on the compute stream, and after its synchronisation emits
  * TS_HOOK_NODE_TIMED per node with the node's span on the device (2 events per node, created at

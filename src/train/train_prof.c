@@ -1,12 +1,15 @@
 /* The trainer's side of the profiler (include/tessera/prof.h): a plan hook that turns executor
  * events into profiler events (one per executed node: its name, op, phase, FLOPs, the bytes and
  * group of collectives, shapes; and the forward / backward spans of each run), the trainer's own
- * spans, the peak measured once by an sgemm calibration, and at the end of fit the report over
- * the ranks (printed by rank 0 and written to the metrics file) and the merged Chrome trace. */
+ * spans, the peaks measured once (an sgemm calibration on the CPU, f32 and bf16 GEMMs on a GPU),
+ * and at the end of fit the report over the ranks (printed by rank 0 and written to the metrics
+ * file) and the merged Chrome trace. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/exec.h"
+#include "device/gpu_kernels.h"
 #include "../base/text.h"
 #include "../kernels/matmul.h"
 #include "graph/graph_ir.h"
@@ -16,7 +19,7 @@ typedef struct {
   double flops;
   int64_t bytes;
   int32_t group;
-  uint8_t phase, coll;
+  uint8_t phase, coll, low;
   char *args;
 } node_info;
 
@@ -38,7 +41,8 @@ struct ts__tprof {
   double reduce_bytes; /* per step per rank, gradient reduction (several ranks) */
   int world_size;
   int64_t start;
-  double peak;
+  double peak, peak_low; /* GFLOP/s: f32, and bf16 (0: f32's) */
+  char peak_what[96];
 };
 
 /* ---- the peak: a few 512^3 sgemms, measured once per process ----
@@ -69,6 +73,29 @@ double ts__train_peak_gflops(void) {
   free(a);
   g_peak = nn > nt ? nn : nt;
   return g_peak;
+}
+
+/* The peaks of the %peak column: on the CPU the sgemm calibration's (16-bit FLOPs against it
+ * too); on a GPU the device's f32 and bf16 GEMM peaks (ts__gpu_gemm_peak), measured once per
+ * process. */
+static int peaks(ts__tprof *tp, const ts_plan *plan) {
+  static double g32, g16;
+  static int64_t n32, n16;
+  ts__dev *d = ts_plan_device(plan);
+  if (!d) {
+    tp->peak = ts__train_peak_gflops();
+    snprintf(tp->peak_what, sizeof tp->peak_what, "sgemm 512^3 calibration");
+    return TS_OK;
+  }
+  int rc = TS_OK;
+  if (g32 <= 0 && !rc) rc = ts__gpu_gemm_peak(d, TS_F32, &n32, &g32);
+  if (g16 <= 0 && !rc) rc = ts__gpu_gemm_peak(d, TS_BF16, &n16, &g16);
+  if (rc) return ts_error_wrap(rc, "log.profile: measuring the GPU's peak");
+  tp->peak = g32;
+  tp->peak_low = g16;
+  snprintf(tp->peak_what, sizeof tp->peak_what, "GPU GEMMs through %s, f32 %lld^3, bf16 %lld^3",
+           ts__gpu_gemm_impl(NULL), (long long)n32, (long long)n16);
+  return TS_OK;
 }
 
 /* ---- per-node facts, computed once at install ---- */
@@ -195,6 +222,7 @@ static void hook(const ts_hook_info *h, void *user) {
       e.kind = TS_PROF_NODE;
       e.phase = n->phase;
       e.coll = n->coll;
+      e.low = n->low;
       e.track = 0; /* the training thread's row */
       ts_prof_record(tp->p, &e);
       break;
@@ -237,6 +265,9 @@ int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_siz
     node_info *n = &tp->ni[j];
     n->phase = (uint8_t)(ts_graph_node_is_backward(g, j) != 0);
     n->flops = ts_graph_node_flops(g, j);
+    int v = ts_graph_node_num_inputs(g, j) > 0 ? ts_graph_node_input(g, j, 0) : ts_graph_node_output(g, j, 0);
+    ts_dtype dt = v >= 0 ? ts_graph_value_dtype(g, v) : TS_F32;
+    n->low = (uint8_t)(dt == TS_BF16 || dt == TS_F16); /* computes in 16 bits: against the bf16 peak */
     node_comm(g, j, world_size, n);
     if (ts_prof_get_mode(p) == TS_PROF_TRACE && !(n->args = node_args(g, j)))
       rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");
@@ -285,7 +316,10 @@ int ts__tprof_create(ts_trainer *t) {
     ts__tprof_free(tp);
     return ts_error_wrap(rc, "log.profile");
   }
-  tp->peak = ts__train_peak_gflops();
+  if ((rc = peaks(tp, r->plan))) {
+    ts__tprof_free(tp);
+    return rc;
+  }
   /* time 0 of the trace: every rank's clock read right after one barrier */
   if (world && r->size > 1 && (rc = ts_comm_barrier(world))) {
     ts__tprof_free(tp);
@@ -386,6 +420,8 @@ int ts__tprof_finish(ts_trainer *t) {
     ts_prof_report_info ri;
     memset(&ri, 0, sizeof ri);
     ri.peak_gflops = tp->peak;
+    ri.peak_gflops_low = tp->peak_low;
+    ri.peak_what = tp->peak_what;
     ri.arena_bytes = (double)ts_plan_peak_bytes(r->plan);
     ri.naive_bytes = (double)ts_plan_naive_bytes(r->plan);
     ri.nranks = n;

@@ -14,6 +14,7 @@
 #      the evaluation within 1e-2.
 #   8. the profiler: the nodes' device spans (CUDA events) in the trace, inside each step's spans.
 #   9. the end record's device memory: the device layer's peak >= the planned total <= the driver's.
+#  10. the per-op table's %peak on the GPU: against the device's own f32 and bf16 GEMM peaks.
 # Usage: gpu_train_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -189,5 +190,20 @@ end = [json.loads(l) for l in open(sys.argv[1]) if '"type":"end"' in l.replace("
 p, u, t = end.get("device_peak_bytes", -1), end.get("device_used_bytes", -1), end["memory_total_bytes"]
 print("device_peak_bytes %d, device_used_bytes %d, memory_total_bytes %d" % (p, u, t))
 sys.exit(0 if p >= t > 0 and u >= p else 1)
+PY
+# 10. the profile record's peaks are the GPU's (f32 and bf16 GEMMs timed on the device, not the
+#     CPU's sgemm), and every op type with FLOPs has its share of them; on a GPU the GEMMs of this
+#     small MLP stay below the peak (a share above 1.1 would be a wrong denominator)
+python3 - "$tmp/prof.jsonl" "$where" <<'PY' && ok "profile on $where: %peak against the GPU's measured f32 and bf16 GEMM peaks" || bad "GPU %peak: see above"
+import json, sys
+pr = [json.loads(l) for l in open(sys.argv[1]) if '"type":"profile"' in l.replace(" ", "")][-1]
+real = sys.argv[2] == "the GPU"
+print("peaks: %.1f GFLOP/s f32, %.1f bf16 (%s)" % (pr.get("peak_gflops", 0), pr.get("peak_gflops_low", 0), pr.get("peak_what")))
+ok = pr.get("peak_gflops", 0) > 0 and pr.get("peak_gflops_low", 0) > 0 and "GPU GEMMs" in pr.get("peak_what", "")
+fl = [o for o in pr["ops"] if o.get("gflops", 0) > 0]
+ok = ok and len(fl) > 0 and all(o.get("peak_share", 0) > 0 for o in fl)
+if real: ok = ok and all(o["peak_share"] <= 1.1 for o in fl)
+for o in fl: print("  %-16s %10.2f GFLOP/s  %6.2f%% of peak" % (o["op"], o["gflops"], 100 * o.get("peak_share", 0)))
+sys.exit(0 if ok else 1)
 PY
 exit $fail

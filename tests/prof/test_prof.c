@@ -140,8 +140,11 @@ static void test_summary(void) {
         ev("ar", "allreduce", TS_PROF_NODE, b + 0.005, b + 0.006),
         ev("grad_reduce_wait", "trainer", TS_PROF_COMM, b + 0.008, b + 0.009),
         ev("optimizer", "trainer", TS_PROF_OPTIMIZER, b + 0.009, b + 0.0095),
+        ev("fc2/matmul", "matmul", TS_PROF_NODE, b + 0.004, b + 0.006),
     };
     es[2].flops = 2e7; /* 2e7 in 2 ms: 10 GFLOP/s */
+    es[9].flops = 4e7; /* in bf16: against the 16-bit peak */
+    es[9].low = 1;
     es[6].coll = 1;
     es[6].bytes = 1000000; /* 1 MB in 1 ms: 1 GB/s */
     es[6].group = 4;
@@ -162,11 +165,12 @@ static void test_summary(void) {
                                 {.total_ms = 10, .comm_ms = 4}};
   CHECK(ts_prof_straggler(ranks, 3) == 1); /* the rank the others wait for */
   CHECK(ts_prof_straggler(ranks, 1) == -1);
-  ts_prof_report_info ri = {.peak_gflops = 20, .arena_bytes = 1 << 20, .naive_bytes = 2 << 20, .nranks = 3, .ranks = ranks};
+  ts_prof_report_info ri = {.peak_gflops = 20, .peak_gflops_low = 80, .peak_what = "a test's peaks", .arena_bytes = 1 << 20, .naive_bytes = 2 << 20, .nranks = 3, .ranks = ranks};
   char *text, *json;
   CHECK_OK(ts_prof_report(p, &ri, &text, &json));
   CHECK(strstr(text, "slowest rank: rank 1") != NULL);
   CHECK(strstr(text, "fc1/dense") != NULL);
+  CHECK(strstr(text, "peak 20.0 GFLOP/s f32, 80.0 GFLOP/s bf16 (a test's peaks)") != NULL);
   cJSON *j = cJSON_Parse(json);
   CHECK(j != NULL);
   CHECK(!strcmp(cJSON_GetObjectItem(j, "type")->valuestring, "profile"));
@@ -182,10 +186,13 @@ static void test_summary(void) {
       seen++;
       CHECK(calls == 2 && fabs(tot - 4) < 1e-6 && fabs(share - 0.2) < 1e-6);
       CHECK(fabs(cJSON_GetObjectItem(o, "gflops")->valuedouble - 10) < 1e-6);
+      CHECK(fabs(cJSON_GetObjectItem(o, "peak_share")->valuedouble - 0.5) < 1e-9); /* 10 of 20 */
     }
-    if (!strcmp(op, "matmul")) {
+    if (!strcmp(op, "matmul")) { /* 4 ms without FLOPs and 2 ms of bf16 ones: 8e7 FLOPs in 12 ms */
       seen++;
-      CHECK(fabs(tot - 8) < 1e-6 && !cJSON_GetObjectItem(o, "gflops"));
+      CHECK(fabs(tot - 12) < 1e-6 && fabs(cJSON_GetObjectItem(o, "gflops")->valuedouble - 8e7 / 12e-3 / 1e9) < 1e-6);
+      /* 8e7 FLOPs take 1 ms at the bf16 peak of 80 GFLOP/s (not 4 ms at the f32 peak): 1 of 12 */
+      CHECK(fabs(cJSON_GetObjectItem(o, "peak_share")->valuedouble - 1.0 / 12) < 1e-9);
     }
   }
   CHECK(seen == 2);
