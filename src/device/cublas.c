@@ -7,27 +7,21 @@
  * product added (beta 1). cuBLAS's results are bitwise repeatable on one GPU model with one stream
  * (its documented guarantee), so the plans stay deterministic. */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/cublas_abi.h"
 #include "device/cuda_api.h"
 #include "device/gpu_kernels.h"
 
-typedef int cublasStatus_t;
-typedef struct cublasContext *cublasHandle_t;
-enum { OP_N = 0, OP_T = 1, R_32F = 0, R_16BF = 14, COMPUTE_32F = 68, GEMM_DEFAULT = -1 };
+enum { OP_N = TS__CUBLAS_OP_N, OP_T = TS__CUBLAS_OP_T, R_32F = TS__CUDA_R_32F, R_16BF = TS__CUDA_R_16BF };
+enum { COMPUTE_32F = TS__CUBLAS_COMPUTE_32F, GEMM_DEFAULT = TS__CUBLAS_GEMM_DEFAULT };
+typedef ts__cublas_status cublasStatus_t;
 
-static struct {
-  cublasStatus_t (*Create)(cublasHandle_t *h);
-  cublasStatus_t (*Destroy)(cublasHandle_t h);
-  cublasStatus_t (*SetStream)(cublasHandle_t h, CUstream s);
-  cublasStatus_t (*GemmStridedBatchedEx)(cublasHandle_t h, int ta, int tb, int m, int n, int k, const void *alpha,
-                                         const void *A, int Atype, int lda, long long sA, const void *B, int Btype,
-                                         int ldb, long long sB, const void *beta, void *C, int Ctype, int ldc,
-                                         long long sC, int batch, int compute, int algo);
-} cb;
+static ts__cublas_api cb;
 static int cb_rc = 1;
 static char cb_msg[400];
 static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
@@ -46,8 +40,11 @@ static void cb_load(void) {
   static const struct {
     const char *name;
     size_t off;
-  } want[] = {{"cublasCreate_v2", 0}, {"cublasDestroy_v2", sizeof(void *)}, {"cublasSetStream_v2", 2 * sizeof(void *)},
-              {"cublasGemmStridedBatchedEx", 3 * sizeof(void *)}};
+  } want[] = {
+#define F(field, sym) {#sym, offsetof(ts__cublas_api, field)},
+      TS__CUBLAS_SYMBOLS(F)
+#undef F
+  };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     void *sym = dlsym(h, want[i].name);
     if (!sym) {
@@ -71,7 +68,7 @@ const char *ts__cublas_why(void) {
 }
 
 /* one handle per process (the GPU of this process), bound to the stream of each call */
-static cublasHandle_t handle;
+static ts__cublas_handle handle;
 static pthread_mutex_t hlock = PTHREAD_MUTEX_INITIALIZER;
 
 int ts__cublas_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,

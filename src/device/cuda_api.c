@@ -38,23 +38,8 @@ static void load(void) {
     const char *name;
     size_t off;
   } want[] = {
-#define F(field, sym) {sym, offsetof(ts__cuda_fns, field)}
-      F(Init, "cuInit"), F(DriverGetVersion, "cuDriverGetVersion"), F(DeviceGetCount, "cuDeviceGetCount"),
-      F(DeviceGet, "cuDeviceGet"), F(DeviceGetName, "cuDeviceGetName"),
-      F(DeviceGetAttribute, "cuDeviceGetAttribute"), F(DeviceTotalMem, "cuDeviceTotalMem_v2"),
-      F(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
-      F(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"), F(CtxSetCurrent, "cuCtxSetCurrent"),
-      F(CtxSynchronize, "cuCtxSynchronize"), F(MemGetInfo, "cuMemGetInfo_v2"), F(MemAlloc, "cuMemAlloc_v2"),
-      F(MemFree, "cuMemFree_v2"), F(MemAllocHost, "cuMemAllocHost_v2"), F(MemFreeHost, "cuMemFreeHost"),
-      F(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"), F(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
-      F(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"), F(MemsetD8Async, "cuMemsetD8Async"),
-      F(StreamCreate, "cuStreamCreate"), F(StreamSynchronize, "cuStreamSynchronize"),
-      F(StreamDestroy, "cuStreamDestroy_v2"), F(StreamWaitEvent, "cuStreamWaitEvent"),
-      F(EventCreate, "cuEventCreate"), F(EventRecord, "cuEventRecord"), F(EventSynchronize, "cuEventSynchronize"),
-      F(EventElapsedTime, "cuEventElapsedTime"), F(EventDestroy, "cuEventDestroy_v2"),
-      F(ModuleLoadDataEx, "cuModuleLoadDataEx"), F(ModuleGetFunction, "cuModuleGetFunction"),
-      F(ModuleUnload, "cuModuleUnload"), F(LaunchKernel, "cuLaunchKernel"), F(GetErrorName, "cuGetErrorName"),
-      F(GetErrorString, "cuGetErrorString"),
+#define F(field, sym) {#sym, offsetof(ts__cuda_fns, field)},
+      TS__CUDA_SYMBOLS(F)
 #undef F
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {

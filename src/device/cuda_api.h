@@ -67,6 +67,24 @@ typedef struct {
   CUresult (*GetErrorString)(CUresult r, const char **s);
 } ts__cuda_fns;
 
+/* Each member of ts__cuda_fns and the driver's symbol loaded into it (the _v2 names where cuda.h
+ * maps the plain name to one): cuda_api.c loads them; tests/device/test_cuda_abi.cpp checks each
+ * member's prototype against cuda.h's and each symbol in NVIDIA's libcuda stub, where installed. */
+#define TS__CUDA_SYMBOLS(F)                                                                                           \
+  F(Init, cuInit) F(DriverGetVersion, cuDriverGetVersion) F(DeviceGetCount, cuDeviceGetCount)                        \
+  F(DeviceGet, cuDeviceGet) F(DeviceGetName, cuDeviceGetName) F(DeviceGetAttribute, cuDeviceGetAttribute)            \
+  F(DeviceTotalMem, cuDeviceTotalMem_v2) F(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)                         \
+  F(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2) F(CtxSetCurrent, cuCtxSetCurrent)                         \
+  F(CtxSynchronize, cuCtxSynchronize) F(MemGetInfo, cuMemGetInfo_v2) F(MemAlloc, cuMemAlloc_v2)                      \
+  F(MemFree, cuMemFree_v2) F(MemAllocHost, cuMemAllocHost_v2) F(MemFreeHost, cuMemFreeHost)                          \
+  F(MemcpyHtoDAsync, cuMemcpyHtoDAsync_v2) F(MemcpyDtoHAsync, cuMemcpyDtoHAsync_v2)                                  \
+  F(MemcpyDtoDAsync, cuMemcpyDtoDAsync_v2) F(MemsetD8Async, cuMemsetD8Async) F(StreamCreate, cuStreamCreate)         \
+  F(StreamSynchronize, cuStreamSynchronize) F(StreamDestroy, cuStreamDestroy_v2)                                     \
+  F(StreamWaitEvent, cuStreamWaitEvent) F(EventCreate, cuEventCreate) F(EventRecord, cuEventRecord)                  \
+  F(EventSynchronize, cuEventSynchronize) F(EventElapsedTime, cuEventElapsedTime) F(EventDestroy, cuEventDestroy_v2) \
+  F(ModuleLoadDataEx, cuModuleLoadDataEx) F(ModuleGetFunction, cuModuleGetFunction) F(ModuleUnload, cuModuleUnload)  \
+  F(LaunchKernel, cuLaunchKernel) F(GetErrorName, cuGetErrorName) F(GetErrorString, cuGetErrorString)
+
 /* The driver loaded and initialised once per process (thread-safe); NULL when it cannot be, with
  * the reason as the last error (TS_EUNSUPPORTED: "no NVIDIA driver on this machine (libcuda.so.1:
  * ...)", a missing entry point, or cuInit's error, e.g. CUDA_ERROR_NO_DEVICE). */

@@ -504,35 +504,71 @@ static int kname(char *buf, size_t cap, const char *base, ts_dtype dt, const cha
   return TS_OK;
 }
 
+const char *ts__gpu_conv_impl(const char **why) {
+  const char *force = getenv("TESSERA_GPU_CONV");
+  if (why) *why = ts__cudnn_why();
+  if (force && !strcmp(force, "tessera")) return "tessera";
+  if (force && !strcmp(force, "cudnn")) return "cudnn";
+  return ts__cudnn_available() ? "cudnn" : "tessera";
+}
+
+static int conv_cudnn(void) { return !strcmp(ts__gpu_conv_impl(NULL), "cudnn"); }
+
+int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {
+  *bytes = 0;
+  cdesc k;
+  char kn[64];
+  int rc = conv_of(c, &k);
+  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
+  if (rc || !conv_cudnn()) return rc;
+  return ts__cudnn_conv_workspace(c, dt, dir, bytes);
+}
+
 int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *w, const void *b,
-                       void *y, ts__dev_stream *s) {
+                       void *y, void *ws, size_t ws_bytes, ts__dev_stream *s) {
   cdesc k;
   char kn[64];
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
   if (rc) return rc;
+  if (conv_cudnn()) { /* the bias first, then y += the convolution (one rounding) */
+    int64_t N = c->N, O = c->O, S = c->OH * c->OW;
+    if (b && !(rc = kname(kn, sizeof kn, "ts_k_conv_bias_fill", dt, "conv2d"))) {
+      void *a[] = {&b, &y, &N, &O, &S};
+      rc = launch(d, kn, grid_for(N * O * S), 1, BLOCK, s, a);
+    }
+    return rc ? rc : ts__cudnn_conv(d, c, dt, 0, x, w, y, b ? 1.0f : 0.0f, ws, ws_bytes, s);
+  }
   void *a[] = {&x, &w, &b, &y, &k};
   return launch(d, kn, grid_for(c->N * c->O * c->OH * c->OW), 1, BLOCK, s, a);
 }
 
 int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *dy, const void *w, void *dx,
-                            ts__dev_stream *s) {
+                            void *ws, size_t ws_bytes, ts__dev_stream *s) {
   cdesc k;
   char kn[64];
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_data", dt, "conv2d backward data");
   if (rc) return rc;
+  if (conv_cudnn()) return ts__cudnn_conv(d, c, dt, 1, dy, w, dx, 0.0f, ws, ws_bytes, s);
   void *a[] = {&dy, &w, &dx, &k};
   return launch(d, kn, grid_for(c->N * c->C * c->H * c->W), 1, BLOCK, s, a);
 }
 
 int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *dy, void *dw,
-                              void *db, ts__dev_stream *s) {
+                              void *db, void *ws, size_t ws_bytes, ts__dev_stream *s) {
   cdesc k;
   char kn[64];
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_weight", dt, "conv2d backward weight");
   if (rc) return rc;
+  if (conv_cudnn()) { /* dw from cuDNN, db a sum per channel */
+    if ((rc = ts__cudnn_conv(d, c, dt, 2, x, dy, dw, 0.0f, ws, ws_bytes, s)) || !db) return rc;
+    int64_t N = c->N, O = c->O, S = c->OH * c->OW;
+    if ((rc = kname(kn, sizeof kn, "ts_k_conv_bias_grad", dt, "conv2d backward bias"))) return rc;
+    void *a[] = {&dy, &db, &N, &O, &S};
+    return launch(d, kn, (unsigned)(O < MAX_GRID ? O : MAX_GRID), 1, BLOCK, s, a);
+  }
   void *a[] = {&x, &dy, &dw, &db, &k};
   return launch(d, kn, grid_for(c->O * (c->C / c->groups) * c->KH * c->KW + c->O), 1, BLOCK, s, a);
 }

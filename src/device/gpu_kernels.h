@@ -167,12 +167,29 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
  * 16-bit kernels; f32 sums, each output rounded once); batch norm's gamma, beta, dgamma, dbeta of
  * gdt (f32, or bf16 with bf16 x), its statistics and running averages f32. Other dtypes:
  * TS_EUNSUPPORTED naming the op. */
+/* The convolutions run through cuDNN where it is found (cudnn.c: its heuristics' first
+ * deterministic algorithm, real f32 or bf16 with f32 compute), else through the direct kernels
+ * (conv.cu); ws is device scratch of at least ts__gpu_conv2d_workspace's bytes for the direction
+ * (0 forward, 1 backward data, 2 backward weight; 0 bytes with the direct kernels). */
+int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes);
 int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *w, const void *b,
-                       void *y, ts__dev_stream *s);
+                       void *y, void *ws, size_t ws_bytes, ts__dev_stream *s);
 int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *dy, const void *w, void *dx,
-                            ts__dev_stream *s);
+                            void *ws, size_t ws_bytes, ts__dev_stream *s);
 int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *dy, void *dw,
-                              void *db, ts__dev_stream *s);
+                              void *db, void *ws, size_t ws_bytes, ts__dev_stream *s);
+/* Which convolution runs: cuDNN where it is found, else Tessera's direct kernels;
+ * TESSERA_GPU_CONV=tessera forces the own kernels, =cudnn refuses to run without cuDNN. The name
+ * of the one in use ("cudnn" or "tessera"), and the reason when cuDNN is not ("" else). */
+const char *ts__gpu_conv_impl(const char **why);
+/* cuDNN (cudnn.c): loaded at the first call; TS_EUNSUPPORTED with the reason when absent.
+ * ts__cudnn_conv: dir 0 a = x, b = w, out = y; 1 a = dy, b = w, out = dx; 2 a = x, b = dy,
+ * out = dw; out = conv + beta out. */
+int ts__cudnn_available(void);
+const char *ts__cudnn_why(void);
+int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes);
+int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, const void *a, const void *b, void *out,
+                   float beta, void *ws, size_t ws_bytes, ts__dev_stream *s);
 int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, uint8_t *ws,
                         ts__dev_stream *s);
 int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, const uint8_t *ws, void *dx,

@@ -269,21 +269,43 @@ static int node_fail(const ts__run_node *n, int rc) {
   return rc == TS_EUNSUPPORTED ? ts_error_wrap(rc, "node %s", n->name) : rc;
 }
 
+/* a convolution direction's cuDNN workspace, from the plan's device scratch (none with the
+ * direct kernels) */
+static int conv_ws(ts__runctx *ctx, const ts__conv_desc *d, ts_dtype dt, int dir, void **ws, size_t *bytes) {
+  *ws = NULL;
+  int rc = ts__gpu_conv2d_workspace(d, dt, dir, bytes);
+  if (!rc && *bytes) rc = ts__run_dev_scratch(ctx, *bytes, ws);
+  return rc;
+}
+
 static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
-  return node_fail(n, ts__gpu_conv2d_fwd(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data,
-                                         n->nin == 3 ? in[2].data : NULL, out[0].data, NULL));
+  void *ws;
+  size_t wsb;
+  int rc = conv_ws(ctx, &d, out[0].dtype, 0, &ws, &wsb);
+  if (!rc) rc = ts__gpu_conv2d_fwd(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, n->nin == 3 ? in[2].data : NULL,
+                                   out[0].data, ws, wsb, NULL);
+  return node_fail(n, rc);
 }
 
 static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__conv_desc d = ts__run_conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
-  return node_fail(n, ts__gpu_conv2d_bwd_data(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, out[0].data, NULL));
+  void *ws;
+  size_t wsb;
+  int rc = conv_ws(ctx, &d, out[0].dtype, 1, &ws, &wsb);
+  if (!rc) rc = ts__gpu_conv2d_bwd_data(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, out[0].data, ws, wsb, NULL);
+  return node_fail(n, rc);
 }
 
 static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
-  return node_fail(n, ts__gpu_conv2d_bwd_weight(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, out[0].data,
-                                                n->nout == 2 ? out[1].data : NULL, NULL));
+  void *ws;
+  size_t wsb;
+  int rc = conv_ws(ctx, &d, out[0].dtype, 2, &ws, &wsb);
+  if (!rc)
+    rc = ts__gpu_conv2d_bwd_weight(ctx->dev, &d, out[0].dtype, in[0].data, in[1].data, out[0].data,
+                                   n->nout == 2 ? out[1].data : NULL, ws, wsb, NULL);
+  return node_fail(n, rc);
 }
 
 static int run_maxpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {

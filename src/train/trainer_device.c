@@ -4,8 +4,10 @@
  * (src/distribution/dist_device.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tessera/device.h"
+#include "device/gpu_kernels.h"
 #include "train_impl.h"
 
 /* The GPU of this process: device_id, or (-1) the local rank's under mpirun, else 0. */
@@ -33,7 +35,12 @@ int ts__train_device_check(const ts_config *c, int *device_id) {
   }
   char s[256];
   ts_device_describe(&gi, s, sizeof s);
-  ts_log(TS_LOG_INFO, "device_target GPU: %s", s);
+  const char *gwhy = NULL, *cwhy = NULL;
+  int cublas = !strcmp(ts__gpu_gemm_impl(&gwhy), "cublas"), cudnn = !strcmp(ts__gpu_conv_impl(&cwhy), "cudnn");
+  char gemm[240], conv[240]; /* which library runs them, and why not where it is not found */
+  snprintf(gemm, sizeof gemm, cublas ? "cuBLAS" : *gwhy ? "Tessera's (%s)" : "Tessera's", gwhy);
+  snprintf(conv, sizeof conv, cudnn ? "cuDNN" : *cwhy ? "Tessera's (%s)" : "Tessera's", cwhy);
+  ts_log(TS_LOG_INFO, "device_target GPU: %s; GEMMs: %s; convolutions: %s", s, gemm, conv);
   *device_id = id;
   return TS_OK;
 }

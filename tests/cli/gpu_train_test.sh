@@ -26,6 +26,8 @@ if [ -n "${TS_FAKECUDA:-}" ] && [ "${TS_EMU:-1}" = 0 ]; then
   echo "SKIP: the sanitizers' build: the stand-in driver records launches without running them"; exit 77
 elif [ -n "${TS_FAKECUDA:-}" ]; then
   export TESSERA_LIBCUDA=$TS_FAKECUDA TESSERA_GPU_GEMM=tessera
+  # the convolutions through the stand-in cuDNN (tests/device/fake_cudnn.c, computing on the host)
+  if [ -n "${TS_FAKECUDNN:-}" ]; then export TESSERA_LIBCUDNN=$TS_FAKECUDNN; fi
   where="the stand-in driver's emulated GPU"
 else where="the GPU"; fi
 idx_split "$tmp/d" train 256 28 28
@@ -117,13 +119,22 @@ train: {steps: 3, batch_size: 8, eval_batch_size: 16, seed: 2}
 optimizer: {name: momentum, lr: 0.05}
 log: {progress: off}
 YAML
+#    (the convolutions through cuDNN where it is found, then through Tessera's direct kernels)
 for dev in CPU GPU; do
   "$bin" train "$tmp/res.yaml" --set device_target=$dev --set log.metrics="$tmp/res_$dev.jsonl" > "$tmp/res_$dev.out" 2>&1 ||
     bad "ResNet on the $dev: $(tail -2 "$tmp/res_$dev.out")"
   losses "$tmp/res_$dev.jsonl" > "$tmp/res_$dev.txt" 2>/dev/null
 done
-close "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" && ok "ResNet-8 (convolution, batch norm, pooling): 3 steps and the evaluation on $where follow the CPU" ||
-  bad "ResNet: $(paste "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" | head -5)"
+TESSERA_GPU_CONV=tessera "$bin" train "$tmp/res.yaml" --set device_target=GPU --set log.metrics="$tmp/resd_GPU.jsonl" \
+  > "$tmp/resd_GPU.out" 2>&1 || bad "ResNet on the GPU, direct convolutions: $(tail -2 "$tmp/resd_GPU.out")"
+losses "$tmp/resd_GPU.jsonl" > "$tmp/resd_GPU.txt" 2>/dev/null
+conv=$(grep -o "convolutions: [a-zA-Z']*" "$tmp/res_GPU.out" | head -1)
+close "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" && close "$tmp/resd_GPU.txt" "$tmp/res_CPU.txt" &&
+  ok "ResNet-8 (convolution, batch norm, pooling): 3 steps and the evaluation on $where follow the CPU (${conv:-?}, and the direct kernels)" ||
+  bad "ResNet: $(paste "$tmp/res_GPU.txt" "$tmp/resd_GPU.txt" "$tmp/res_CPU.txt" | head -5)"
+if [ -n "${TESSERA_LIBCUDNN:-}" ] && [ "$conv" != "convolutions: cuDNN" ]; then
+  bad "the GPU run names its convolutions '${conv:-nothing}', not cuDNN (TESSERA_LIBCUDNN=$TESSERA_LIBCUDNN)"
+fi
 # 6. mixed precision (bf16, train.amp_level O2: bf16 compute, f32 masters; O3: every parameter
 #    bf16 too) on the GPT: 4 steps within 2e-3 of the CPU's bf16 run (the two round differently)
 for lvl in O2 O3; do

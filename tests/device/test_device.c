@@ -12,7 +12,9 @@
  *     loaded, every launcher's kernel found in it with the parameter count its .entry declares
  *     (a launcher passing one too many or too few is refused, not launched); with the stand-in
  *     cuBLAS (TESSERA_LIBCUBLAS, fake_cublas.c), which computes, the GEMMs' results against
- *     the CPU's (the row-major mapping onto cuBLAS's column-major calls);
+ *     the CPU's (the row-major mapping onto cuBLAS's column-major calls), and with the stand-in
+ *     cuDNN (TESSERA_LIBCUDNN, fake_cudnn.c) the convolutions' (descriptors, workspace, the
+ *     choice of a deterministic real-f32 algorithm), then the direct kernels too;
  *   - `fake-noinit`: cuInit failing (no device) is refused with the driver's words. */
 #include <math.h>
 #include <stdio.h>
@@ -492,6 +494,23 @@ static void check_shape_attention(gpu *G) {
   }
 }
 
+/* the three directions of a convolution on the GPU, each with the workspace it asks for (cuDNN's;
+ * none with the direct kernels) */
+static void gpu_conv3(gpu *G, const ts__conv_desc *cd, ts_dtype dt, const void *x, const void *w, const void *b, void *y,
+                      const void *dy, void *dx, void *dw, void *db) {
+  for (int dir = 0; dir < 3; dir++) {
+    size_t wsb = 0;
+    void *ws = NULL;
+    CHECK_OK(ts__gpu_conv2d_workspace(cd, dt, dir, &wsb));
+    if (wsb) CHECK_OK(ts__dev_alloc(G->d, wsb, &ws));
+    if (dir == 0) CHECK_OK(ts__gpu_conv2d_fwd(G->d, cd, dt, x, w, b, y, ws, wsb, NULL));
+    if (dir == 1) CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, cd, dt, dy, w, dx, ws, wsb, NULL));
+    if (dir == 2) CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, cd, dt, x, dy, dw, db, ws, wsb, NULL));
+    CHECK_OK(ts__dev_sync(G->d));
+    if (ws) ts__dev_free(G->d, ws);
+  }
+}
+
 /* convolution (stride, padding, dilation, groups, bias) in its three directions, max and average
  * pooling with padding, batch norm in training and inference, softmax and log_softmax, against
  * the CPU's reference kernels */
@@ -508,9 +527,7 @@ static void check_conv_pool_bn(gpu *G) {
   CHECK_OK(ts__conv2d_bwd_weight_ref(&cd, x, y, dw, db));
   float *px = up(G, x, 4 * nx), *pw = up(G, w, 4 * nw), *pb = up(G, b, 24), *py = up(G, NULL, 4 * ny),
         *pdx = up(G, NULL, 4 * nx), *pdw = up(G, NULL, 4 * nw), *pdb = up(G, NULL, 24);
-  CHECK_OK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F32, px, pw, pb, py, NULL));
-  CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, &cd, TS_F32, py, pw, pdx, NULL));
-  CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, &cd, TS_F32, px, py, pdw, pdb, NULL));
+  gpu_conv3(G, &cd, TS_F32, px, pw, pb, py, py, pdx, pdw, pdb);
   down(G, gy, py, 4 * ny), down(G, gdx, pdx, 4 * nx), down(G, gdw, pdw, 4 * nw), down(G, gdb, pdb, 24);
   same(G, "conv2d forward", gy, y, ny, 1e-5, 1e-5);
   same(G, "conv2d backward data", gdx, dx, nx, 1e-5, 1e-5);
@@ -606,9 +623,7 @@ static void check_conv_pool_bn_bf16(gpu *G) {
   CHECK_OK(ts__conv2d_bwd_weight_lp(&cd, B, 0, x, y, dw, db));
   void *px = up(G, x, 2 * nx), *pw = up(G, w, 2 * nw), *pb = up(G, b, 12), *py = up(G, NULL, 2 * ny),
        *pdx = up(G, NULL, 2 * nx), *pdw = up(G, NULL, 2 * nw), *pdb = up(G, NULL, 12);
-  CHECK_OK(ts__gpu_conv2d_fwd(G->d, &cd, B, px, pw, pb, py, NULL));
-  CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, &cd, B, py, pw, pdx, NULL));
-  CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, &cd, B, px, py, pdw, pdb, NULL));
+  gpu_conv3(G, &cd, B, px, pw, pb, py, py, pdx, pdw, pdb);
   /* GPU bf16 (down into g16) vs the CPU's bf16 (h), both widened */
 #define SAME16(what, p, h, n)                                                                                          \
   do {                                                                                                                 \
@@ -620,7 +635,7 @@ static void check_conv_pool_bn_bf16(gpu *G) {
   SAME16("bf16 conv2d backward data", pdx, dx, nx);
   SAME16("bf16 conv2d backward weight", pdw, dw, nw);
   SAME16("bf16 conv2d backward bias", pdb, db, 6);
-  CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, px, pw, pb, py, NULL) == TS_EUNSUPPORTED &&
+  CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, px, pw, pb, py, NULL, 0, NULL) == TS_EUNSUPPORTED &&
         strstr(ts_last_error(), "conv2d") && strstr(ts_last_error(), "f16"));
   /* pooling: 3x3 windows, stride 2, padding 1 */
   const ts__pool_desc pd = {2, 4, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1};
@@ -817,11 +832,25 @@ static void test_fake(void) {
   int *calls = fb ? dlsym(fb, "fake_cublas_calls") : NULL;
   CHECK_MSG(calls && *calls >= 10, "%d cuBLAS calls", calls ? *calls : -1);
   if (fb) dlclose(fb);
-  if (emu) { /* and Tessera's own GEMM kernel, emulated */
+  /* the convolutions went through the stand-in cuDNN (fake_cudnn.c), which computes them: of its
+   * four algorithms, the one a real-f32 deterministic choice within the workspace bound allows
+   * (4, plain FMA) for f32, the first deterministic one (1, tensor cores) for bf16 */
+  CHECK_MSG(!strcmp(ts__gpu_conv_impl(&why), "cudnn"), "the stand-in cuDNN was not loaded: %s", why ? why : "");
+  void *fd = dlopen(getenv("TESSERA_LIBCUDNN"), RTLD_NOW | RTLD_NOLOAD);
+  int *dcalls = fd ? dlsym(fd, "fake_cudnn_calls") : NULL, *algo = fd ? dlsym(fd, "fake_cudnn_algo") : NULL;
+  CHECK_MSG(dcalls && *dcalls >= 6, "%d cuDNN convolutions", dcalls ? *dcalls : -1);
+  CHECK_MSG(algo && algo[0] == 4 && algo[1] == 1, "cuDNN algorithms %d (f32), %d (bf16)", algo ? algo[0] : -1,
+            algo ? algo[1] : -1);
+  if (fd) dlclose(fd);
+  if (emu) { /* and Tessera's own GEMM and convolution kernels, emulated */
     setenv("TESSERA_GPU_GEMM", "tessera", 1);
     G.cublas = 0;
     check_gemm(&G);
     unsetenv("TESSERA_GPU_GEMM");
+    setenv("TESSERA_GPU_CONV", "tessera", 1);
+    check_conv_pool_bn(&G);
+    check_conv_pool_bn_bf16(&G);
+    unsetenv("TESSERA_GPU_CONV");
   }
   int after = launches ? *launches : 0;
   printf("the stand-in driver took %d launches of the GPU kernel table (last %s)\n", after - before, last ? last : "?");
@@ -870,6 +899,15 @@ int main(int argc, char **argv) {
           G.cublas = 0;
           check_gemm(&G);
           unsetenv("TESSERA_GPU_GEMM");
+        }
+        const char *cwhy = NULL;
+        printf("convolutions: %s%s%s\n", !strcmp(ts__gpu_conv_impl(&cwhy), "cudnn") ? "cuDNN" : "Tessera's kernels",
+               cwhy && *cwhy ? ": " : "", cwhy ? cwhy : "");
+        if (!strcmp(ts__gpu_conv_impl(NULL), "cudnn")) { /* and the direct kernels */
+          setenv("TESSERA_GPU_CONV", "tessera", 1);
+          check_conv_pool_bn(&G);
+          check_conv_pool_bn_bf16(&G);
+          unsetenv("TESSERA_GPU_CONV");
         }
         ts__dev_close(d);
       }

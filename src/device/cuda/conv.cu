@@ -1,6 +1,6 @@
 // Convolution, pooling and batch normalisation on NCHW (src/kernels/conv.h, pool.h, norm.h), the
 // correctness kernels: one thread per output element summing its terms in a fixed order (direct
-// convolution; cuDNN or implicit-GEMM kernels are the speed work to come, docs/gpu.md). f32, and
+// convolution: what runs where cuDNN is not found, src/device/cudnn.c being the fast path). f32, and
 // bf16 storage (the ResNets under amp O2/O3: every 16-bit tensor read widened, f32 sums in the same
 // order, each output rounded once, as the CPU's 16-bit kernels; batch norm's statistics and running
 // averages f32, its gamma/beta f32 or bf16).
@@ -96,6 +96,25 @@ KERNEL ts_k_conv2d_bwd_weight_f32(const float *x, const float *dy, float *dw, fl
 KERNEL ts_k_conv2d_bwd_weight_bf16(const bf16 *x, const bf16 *dy, bf16 *dw, bf16 *db, cdesc d) {
   conv_bwd_weight(x, dy, dw, db, d);
 }
+
+// the bias around cuDNN's convolutions (src/device/cudnn.c): y (N,O,S) = b[o] before the
+// convolution adds to it; db (O) = the sum of dy over n and s, one block per channel, a fixed tree
+template <typename T> DEV void conv_bias_fill(const T *b, T *y, i64 N, i64 O, i64 S) {
+  for (i64 i = gidx(); i < N * O * S; i += gstride()) st(y, i, ld(b, (i / S) % O));
+}
+KERNEL ts_k_conv_bias_fill_f32(const float *b, float *y, i64 N, i64 O, i64 S) { conv_bias_fill(b, y, N, O, S); }
+KERNEL ts_k_conv_bias_fill_bf16(const bf16 *b, bf16 *y, i64 N, i64 O, i64 S) { conv_bias_fill(b, y, N, O, S); }
+template <typename T> DEV void conv_bias_grad(const T *dy, T *db, i64 N, i64 O, i64 S) {
+  __shared__ float sh[32];
+  for (i64 o = bid(); o < O; o += nbid()) {
+    float s = 0.0f;
+    for (i64 i = tid(); i < N * S; i += ntid()) s += ld(dy, ((i / S) * O + o) * S + i % S);
+    s = block_sum(s, sh);
+    if (tid() == 0) st(db, o, s);
+  }
+}
+KERNEL ts_k_conv_bias_grad_f32(const float *dy, float *db, i64 N, i64 O, i64 S) { conv_bias_grad(dy, db, N, O, S); }
+KERNEL ts_k_conv_bias_grad_bf16(const bf16 *dy, bf16 *db, i64 N, i64 O, i64 S) { conv_bias_grad(dy, db, N, O, S); }
 
 struct pdesc {
   i64 N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw;

@@ -1,0 +1,185 @@
+/* A stand-in for cuDNN (libcudnn.so.9) beside the stand-in driver (fake_cuda.c, whose "device
+ * memory" is host memory), loaded through TESSERA_LIBCUDNN: the entry points src/device/cudnn.c
+ * calls. It checks its arguments as cuDNN documents them (NCHW tensors and filters, the output
+ * size of the convolution descriptor, groups, the workspace given against the one asked for)
+ * and computes the convolutions on the host, so the mapping of cudnn.c is checked numerically on
+ * a machine without a GPU. Its heuristics list four algorithms, in this order, to check the
+ * choice cudnn.c makes: 1 on tensor cores (deterministic, 64 bytes of workspace: not for real
+ * f32), 2 non-deterministic, 3 asking 1 TiB of workspace, 4 plain FMA (deterministic, 4 KiB).
+ * Running 2 or 3, or 1 in f32, or f32 without CUDNN_FMA_MATH set, is refused (NOT_SUPPORTED). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SUCCESS = 0, NOT_INITIALIZED = 1, BAD_PARAM = 3, NOT_SUPPORTED = 9 };
+enum { FLOAT = 0, BFLOAT16 = 9, NCHW = 0, CROSS_CORRELATION = 1, TENSOR_OP = 1, FMA = 3 };
+
+typedef struct {
+  int algo, status;
+  float time;
+  size_t memory;
+  int determinism, mathType, reserved[3];
+} perf_t;
+typedef struct {
+  int dt, n, c, h, w;
+} tdesc;
+typedef struct {
+  int ph, pw, sh, sw, dh, dw, groups, math;
+} cdesc;
+
+static int handle_token;
+int fake_cudnn_calls;    /* convolutions run */
+int fake_cudnn_algo[2];  /* the algorithm of the last f32 and bf16 convolution */
+
+size_t cudnnGetVersion(void) { return 90100; }
+const char *cudnnGetErrorString(int st) {
+  return st == SUCCESS ? "CUDNN_STATUS_SUCCESS" : st == BAD_PARAM ? "CUDNN_STATUS_BAD_PARAM"
+         : st == NOT_SUPPORTED                  ? "CUDNN_STATUS_NOT_SUPPORTED"
+                                                : "CUDNN_STATUS_NOT_INITIALIZED";
+}
+int cudnnCreate(void **h) { *h = &handle_token; return SUCCESS; }
+int cudnnDestroy(void *h) { return h == &handle_token ? SUCCESS : NOT_INITIALIZED; }
+int cudnnSetStream(void *h, void *s) { (void)s; return h == &handle_token ? SUCCESS : NOT_INITIALIZED; }
+
+static int mk(void **d, size_t n) { return (*d = calloc(1, n)) ? SUCCESS : BAD_PARAM; }
+int cudnnCreateTensorDescriptor(void **d) { return mk(d, sizeof(tdesc)); }
+int cudnnCreateFilterDescriptor(void **d) { return mk(d, sizeof(tdesc)); }
+int cudnnCreateConvolutionDescriptor(void **d) {
+  int rc = mk(d, sizeof(cdesc));
+  if (!rc) ((cdesc *)*d)->groups = 1;
+  return rc;
+}
+int cudnnDestroyTensorDescriptor(void *d) { free(d); return SUCCESS; }
+int cudnnDestroyFilterDescriptor(void *d) { free(d); return SUCCESS; }
+int cudnnDestroyConvolutionDescriptor(void *d) { free(d); return SUCCESS; }
+
+static int set4(tdesc *t, int fmt, int dt, int n, int c, int h, int w) {
+  if (fmt != NCHW || (dt != FLOAT && dt != BFLOAT16) || n <= 0 || c <= 0 || h <= 0 || w <= 0) return BAD_PARAM;
+  *t = (tdesc){dt, n, c, h, w};
+  return SUCCESS;
+}
+int cudnnSetTensor4dDescriptor(tdesc *t, int fmt, int dt, int n, int c, int h, int w) { return set4(t, fmt, dt, n, c, h, w); }
+int cudnnSetFilter4dDescriptor(tdesc *t, int dt, int fmt, int k, int c, int h, int w) { return set4(t, fmt, dt, k, c, h, w); }
+int cudnnSetConvolution2dDescriptor(cdesc *c, int ph, int pw, int sh, int sw, int dh, int dw, int mode, int compute) {
+  if (ph < 0 || pw < 0 || sh < 1 || sw < 1 || dh < 1 || dw < 1) return BAD_PARAM;
+  if (mode != CROSS_CORRELATION || compute != FLOAT) return NOT_SUPPORTED;
+  c->ph = ph, c->pw = pw, c->sh = sh, c->sw = sw, c->dh = dh, c->dw = dw;
+  return SUCCESS;
+}
+int cudnnSetConvolutionGroupCount(cdesc *c, int g) {
+  if (g < 1) return BAD_PARAM;
+  c->groups = g;
+  return SUCCESS;
+}
+int cudnnSetConvolutionMathType(cdesc *c, int m) {
+  if (m < 0 || m > 3) return BAD_PARAM;
+  c->math = m;
+  return SUCCESS;
+}
+
+/* x, w, y consistent with the convolution (cuDNN's cudnnGetConvolution2dForwardOutputDim) */
+static int shapes_ok(const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y) {
+  int oh = (x->h + 2 * c->ph - (c->dh * (w->h - 1) + 1)) / c->sh + 1;
+  int ow = (x->w + 2 * c->pw - (c->dw * (w->w - 1) + 1)) / c->sw + 1;
+  return x->dt == w->dt && y->dt == x->dt && x->c == w->c * c->groups && w->n % c->groups == 0 && y->n == x->n &&
+         y->c == w->n && y->h == oh && y->w == ow;
+}
+
+static const size_t mem[5] = {0, 64, 4096, (size_t)1 << 40, 4096};
+static int heuristics(const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, int want, int *got, perf_t *p) {
+  if (!shapes_ok(x, w, c, y) || want < 1) return BAD_PARAM;
+  perf_t all[4] = {{1, 0, 0, mem[1], 1, TENSOR_OP, {0}}, {2, 0, 0, mem[2], 0, FMA, {0}},
+                   {3, 0, 0, mem[3], 1, FMA, {0}}, {4, 0, 0, mem[4], 1, FMA, {0}}};
+  *got = want < 4 ? want : 4;
+  memcpy(p, all, sizeof *p * (size_t)*got);
+  return SUCCESS;
+}
+int cudnnGetConvolutionForwardAlgorithm_v7(void *h, tdesc *x, tdesc *w, cdesc *c, tdesc *y, int want, int *got, perf_t *p) {
+  return h != &handle_token ? NOT_INITIALIZED : heuristics(x, w, c, y, want, got, p);
+}
+int cudnnGetConvolutionBackwardDataAlgorithm_v7(void *h, tdesc *w, tdesc *dy, cdesc *c, tdesc *dx, int want, int *got,
+                                                perf_t *p) {
+  return h != &handle_token ? NOT_INITIALIZED : heuristics(dx, w, c, dy, want, got, p);
+}
+int cudnnGetConvolutionBackwardFilterAlgorithm_v7(void *h, tdesc *x, tdesc *dy, cdesc *c, tdesc *dw, int want, int *got,
+                                                  perf_t *p) {
+  return h != &handle_token ? NOT_INITIALIZED : heuristics(x, dw, c, dy, want, got, p);
+}
+static int ws_size(const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, int algo, size_t *b) {
+  if (!shapes_ok(x, w, c, y) || algo < 1 || algo > 4) return BAD_PARAM;
+  *b = mem[algo];
+  return SUCCESS;
+}
+int cudnnGetConvolutionForwardWorkspaceSize(void *h, tdesc *x, tdesc *w, cdesc *c, tdesc *y, int algo, size_t *b) {
+  return h != &handle_token ? NOT_INITIALIZED : ws_size(x, w, c, y, algo, b);
+}
+int cudnnGetConvolutionBackwardDataWorkspaceSize(void *h, tdesc *w, tdesc *dy, cdesc *c, tdesc *dx, int algo, size_t *b) {
+  return h != &handle_token ? NOT_INITIALIZED : ws_size(dx, w, c, dy, algo, b);
+}
+int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, tdesc *x, tdesc *dy, cdesc *c, tdesc *dw, int algo, size_t *b) {
+  return h != &handle_token ? NOT_INITIALIZED : ws_size(x, dw, c, dy, algo, b);
+}
+
+static float ld(const void *p, int t, size_t i) {
+  if (t == FLOAT) return ((const float *)p)[i];
+  uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static void st(void *p, int t, size_t i, float v) {
+  if (t == FLOAT) {
+    ((float *)p)[i] = v;
+    return;
+  }
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (no NaN here) */
+  ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+}
+
+/* dir 0: y = conv(x, w); 1: dx from dy, w; 2: dw from x, dy; out = alpha acc + beta out */
+static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, const void *X, const void *Wt,
+                const void *Y, void *out, int algo, const void *ws, size_t wsb, const float *alpha, const float *beta) {
+  if (!shapes_ok(x, w, c, y) || algo < 1 || algo > 4 || wsb < mem[algo] || (mem[algo] && !ws) || !out) return BAD_PARAM;
+  if (algo == 2 || algo == 3 || (x->dt == FLOAT && (algo == 1 || c->math != FMA))) return NOT_SUPPORTED;
+  const tdesc *o = dir == 0 ? y : dir == 1 ? x : w;
+  size_t no = (size_t)o->n * o->c * o->h * o->w;
+  float *acc = calloc(no, sizeof *acc);
+  if (!acc) return BAD_PARAM;
+  int cg = w->c, og = w->n / c->groups;
+  for (int n = 0; n < x->n; n++)
+    for (int k = 0; k < y->c; k++)
+      for (int oh = 0; oh < y->h; oh++)
+        for (int ow = 0; ow < y->w; ow++)
+          for (int cl = 0; cl < cg; cl++)
+            for (int kh = 0; kh < w->h; kh++)
+              for (int kw = 0; kw < w->w; kw++) {
+                int ih = oh * c->sh - c->ph + kh * c->dh, iw = ow * c->sw - c->pw + kw * c->dw;
+                if (ih < 0 || ih >= x->h || iw < 0 || iw >= x->w) continue;
+                int ch = (k / og) * cg + cl;
+                size_t xi = (((size_t)n * x->c + ch) * x->h + ih) * x->w + iw;
+                size_t wi = (((size_t)k * cg + cl) * w->h + kh) * w->w + kw;
+                size_t yi = (((size_t)n * y->c + k) * y->h + oh) * y->w + ow;
+                if (dir == 0) acc[yi] += ld(X, x->dt, xi) * ld(Wt, w->dt, wi);
+                else if (dir == 1) acc[xi] += ld(Y, y->dt, yi) * ld(Wt, w->dt, wi);
+                else acc[wi] += ld(X, x->dt, xi) * ld(Y, y->dt, yi);
+              }
+  for (size_t i = 0; i < no; i++) st(out, o->dt, i, *alpha * acc[i] + (*beta != 0.0f ? *beta * ld(out, o->dt, i) : 0.0f));
+  free(acc);
+  fake_cudnn_calls++;
+  fake_cudnn_algo[x->dt == FLOAT ? 0 : 1] = algo;
+  return SUCCESS;
+}
+int cudnnConvolutionForward(void *h, const float *alpha, tdesc *xd, const void *x, tdesc *wd, const void *w, cdesc *c,
+                            int algo, void *ws, size_t wsb, const float *beta, tdesc *yd, void *y) {
+  return h != &handle_token ? NOT_INITIALIZED : conv(0, xd, wd, c, yd, x, w, NULL, y, algo, ws, wsb, alpha, beta);
+}
+int cudnnConvolutionBackwardData(void *h, const float *alpha, tdesc *wd, const void *w, tdesc *dyd, const void *dy,
+                                 cdesc *c, int algo, void *ws, size_t wsb, const float *beta, tdesc *dxd, void *dx) {
+  return h != &handle_token ? NOT_INITIALIZED : conv(1, dxd, wd, c, dyd, NULL, w, dy, dx, algo, ws, wsb, alpha, beta);
+}
+int cudnnConvolutionBackwardFilter(void *h, const float *alpha, tdesc *xd, const void *x, tdesc *dyd, const void *dy,
+                                   cdesc *c, int algo, void *ws, size_t wsb, const float *beta, tdesc *dwd, void *dw) {
+  return h != &handle_token ? NOT_INITIALIZED : conv(2, xd, dwd, c, dyd, x, NULL, dy, dw, algo, ws, wsb, alpha, beta);
+}
