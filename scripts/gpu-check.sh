@@ -32,7 +32,15 @@ if [ -z "${TESSERA_LIBCUBLAS:-}" ]; then
   cb=$(python3 -c 'import nvidia.cublas, os, glob; d = os.path.join(list(nvidia.cublas.__path__)[0], "lib"); print((sorted(glob.glob(d + "/libcublas.so.*")) or [""])[-1])' 2>/dev/null || true)
   if [ -n "$cb" ]; then export TESSERA_LIBCUBLAS=$cb LD_LIBRARY_PATH=$(dirname "$cb")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
 fi
+# cuDNN (and what its engines load: cuBLASLt, NVRTC): every nvidia/*/lib of the wheels on the path
+nvlibs=$(python3 -c 'import nvidia, os, glob; print(":".join(d for p in nvidia.__path__ for d in sorted(glob.glob(os.path.join(p, "*", "lib")))))' 2>/dev/null || true)
+if [ -n "$nvlibs" ]; then export LD_LIBRARY_PATH=$nvlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+if [ -z "${TESSERA_LIBCUDNN:-}" ]; then
+  dn=$(python3 -c 'import nvidia.cudnn, os, glob; d = os.path.join(list(nvidia.cudnn.__path__)[0], "lib"); print((sorted(glob.glob(d + "/libcudnn.so.*")) or [""])[-1])' 2>/dev/null || true)
+  if [ -n "$dn" ]; then export TESSERA_LIBCUDNN=$dn; fi
+fi
 say "cuBLAS: ${TESSERA_LIBCUBLAS:-libcublas.so.13/.12/.11 on the library path, if any}"
+say "cuDNN: ${TESSERA_LIBCUDNN:-libcudnn.so.9/.8 on the library path, if any}"
 
 steps=()
 # step NAME TIMEOUT [REFUSED_RC] BINARY ARGS...: runs it, keeps its rc and output in the log;
