@@ -201,6 +201,7 @@ typedef struct {
    * ("data.transforms", 2 -> "data.transforms[2] (resize): ..."); NULL: "transform <j>" */
   const char *list;
   int list_index;
+  int reserved; /* 0: the struct has no padding, so copies carry every byte (configs compare bytewise) */
 } ts_transform;
 
 ts_transform ts_tf_random_crop(int h, int w, int pad);

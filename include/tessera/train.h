@@ -247,6 +247,11 @@ int ts_trainer_rank(const ts_trainer *t);
 int ts_trainer_world_size(const ts_trainer *t);
 /* The hosts of a job spanning several and how its gradients are reduced across them ("" else). */
 const char *ts_trainer_reduction_note(const ts_trainer *t);
+/* The device this rank trains on, for a person: 0 and "" on the CPU; 1 and, on a GPU, its
+ * description and what runs the heavy ops ("GPU 0: NVIDIA H200, compute capability 9.0, ...;
+ * GEMMs: cuBLAS; convolutions: cuDNN", or "Tessera's kernels (why the library is not used)"),
+ * cut to cap. */
+int ts_trainer_device_info(const ts_trainer *t, char *buf, size_t cap);
 /* Trainable parameters of the whole model (ts_params_numel(ts_trainer_params(t)) counts only
  * this rank's slices under semi_auto_parallel). */
 int64_t ts_trainer_num_params(const ts_trainer *t);

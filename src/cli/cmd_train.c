@@ -142,6 +142,8 @@ int ts_cli_train(int argc, char **argv) {
       ts_dist_memory_format(&m, line, sizeof line);
       printf("memory/rank%s: %s\n", ts_trainer_world_size(t) > 1 ? " (rank 0)" : "", line);
     }
+    char dev[768];
+    if (ts_trainer_device_info(t, dev, sizeof dev)) printf("device: %s\n", dev);
     const char *note = ts_trainer_reduction_note(t);
     if (note[0]) printf("%s\n", note);
     fflush(stdout);

@@ -451,6 +451,14 @@ static int astrides(int layout, int64_t B, int64_t H, int64_t T, int64_t D, astr
 
 static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > (1 << 20) ? (1 << 20) : rows); }
 
+/* The tiled kernels (attention.cu: D <= 64, blocks of 64 rows, 128 threads) unless the head is
+ * wider or TESSERA_GPU_ATTENTION=rows asks for the row kernels (one warp per row, D <= 256). */
+static int attn_tiled(int64_t D) {
+  const char *e = getenv("TESSERA_GPU_ATTENTION");
+  return D <= 64 && !(e && !strcmp(e, "rows"));
+}
+#define ATTN_TBR 64 /* attention.cu's TBR */
+
 int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s) {
   astr st;
@@ -458,8 +466,11 @@ int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k,
   if (!rc) rc = astrides(layout, B, H, T, D, &st);
   if (rc || B * H * T == 0) return rc;
   void *a[] = {&q, &k, &v, &o, &lse, &st, &scale};
-  return launch(d, dt == TS_F32 ? "ts_k_attention_fwd_f32" : "ts_k_attention_fwd_bf16", row_blocks(B * H * T), 1, 32, s,
-                a);
+  int f32 = dt == TS_F32;
+  if (attn_tiled(D))
+    return launch(d, f32 ? "ts_k_attention_fwd_t_f32" : "ts_k_attention_fwd_t_bf16", row_blocks((T + ATTN_TBR - 1) / ATTN_TBR),
+                  (unsigned)(B * H < 65535 ? B * H : 65535), 2 * ATTN_TBR, s, a);
+  return launch(d, f32 ? "ts_k_attention_fwd_f32" : "ts_k_attention_fwd_bf16", row_blocks(B * H * T), 1, 32, s, a);
 }
 
 int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void *q, const void *k, const void *v,
@@ -474,8 +485,14 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
   void *a0[] = {&dout, &o, &Dr, &st};
   if ((rc = launch(d, f32 ? "ts_k_attention_dot_f32" : "ts_k_attention_dot_bf16", g, 1, 32, s, a0))) return rc;
   void *a1[] = {&dout, &q, &k, &v, &lse, &Dr, &dq, &st, &scale};
-  if ((rc = launch(d, f32 ? "ts_k_attention_dq_f32" : "ts_k_attention_dq_bf16", g, 1, 32, s, a1))) return rc;
   void *a2[] = {&dout, &q, &k, &v, &lse, &Dr, &dk, &dv, &st, &scale};
+  if (attn_tiled(D)) {
+    unsigned gx = row_blocks((T + ATTN_TBR - 1) / ATTN_TBR), gy = (unsigned)(B * H < 65535 ? B * H : 65535);
+    if ((rc = launch(d, f32 ? "ts_k_attention_dq_t_f32" : "ts_k_attention_dq_t_bf16", gx, gy, 2 * ATTN_TBR, s, a1)))
+      return rc;
+    return launch(d, f32 ? "ts_k_attention_dkv_t_f32" : "ts_k_attention_dkv_t_bf16", gx, gy, 2 * ATTN_TBR, s, a2);
+  }
+  if ((rc = launch(d, f32 ? "ts_k_attention_dq_f32" : "ts_k_attention_dq_bf16", g, 1, 32, s, a1))) return rc;
   return launch(d, f32 ? "ts_k_attention_dkv_f32" : "ts_k_attention_dkv_bf16", g, 1, 32, s, a2);
 }
 

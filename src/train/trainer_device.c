@@ -35,12 +35,20 @@ int ts__train_device_check(const ts_config *c, int *device_id) {
   }
   char s[256];
   ts_device_describe(&gi, s, sizeof s);
-  const char *gwhy = NULL, *cwhy = NULL;
-  int cublas = !strcmp(ts__gpu_gemm_impl(&gwhy), "cublas"), cudnn = !strcmp(ts__gpu_conv_impl(&cwhy), "cudnn");
-  char gemm[240], conv[240]; /* which library runs them, and why not where it is not found */
-  snprintf(gemm, sizeof gemm, cublas ? "cuBLAS" : *gwhy ? "Tessera's (%s)" : "Tessera's", gwhy);
-  snprintf(conv, sizeof conv, cudnn ? "cuDNN" : *cwhy ? "Tessera's (%s)" : "Tessera's", cwhy);
-  ts_log(TS_LOG_INFO, "device_target GPU: %s; GEMMs: %s; convolutions: %s", s, gemm, conv);
+  ts_log(TS_LOG_INFO, "device_target GPU: %s", s);
   *device_id = id;
   return TS_OK;
+}
+
+int ts_trainer_device_info(const ts_trainer *t, char *buf, size_t cap) {
+  char dev[256];
+  if (cap) buf[0] = 0;
+  if (!t || !ts_dist_device_info(t->dist, dev, sizeof dev)) return 0;
+  const char *gwhy = NULL, *cwhy = NULL;
+  int cublas = !strcmp(ts__gpu_gemm_impl(&gwhy), "cublas"), cudnn = !strcmp(ts__gpu_conv_impl(&cwhy), "cudnn");
+  char gemm[240], conv[240]; /* which library runs them, and why not where it is not used */
+  snprintf(gemm, sizeof gemm, cublas ? "cuBLAS" : *gwhy ? "Tessera's kernels (%s)" : "Tessera's kernels", gwhy);
+  snprintf(conv, sizeof conv, cudnn ? "cuDNN" : *cwhy ? "Tessera's kernels (%s)" : "Tessera's kernels", cwhy);
+  snprintf(buf, cap, "%s; GEMMs: %s; convolutions: %s", dev, gemm, conv);
+  return 1;
 }

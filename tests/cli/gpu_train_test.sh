@@ -128,7 +128,7 @@ done
 TESSERA_GPU_CONV=tessera "$bin" train "$tmp/res.yaml" --set device_target=GPU --set log.metrics="$tmp/resd_GPU.jsonl" \
   > "$tmp/resd_GPU.out" 2>&1 || bad "ResNet on the GPU, direct convolutions: $(tail -2 "$tmp/resd_GPU.out")"
 losses "$tmp/resd_GPU.jsonl" > "$tmp/resd_GPU.txt" 2>/dev/null
-conv=$(grep -o "convolutions: [a-zA-Z']*" "$tmp/res_GPU.out" | head -1)
+conv=$(grep -o "^device: .*convolutions: [a-zA-Z']*" "$tmp/res_GPU.out" | grep -o "convolutions: [a-zA-Z']*" | head -1)
 close "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" && close "$tmp/resd_GPU.txt" "$tmp/res_CPU.txt" &&
   ok "ResNet-8 (convolution, batch norm, pooling): 3 steps and the evaluation on $where follow the CPU (${conv:-?}, and the direct kernels)" ||
   bad "ResNet: $(paste "$tmp/res_GPU.txt" "$tmp/resd_GPU.txt" "$tmp/res_CPU.txt" | head -5)"

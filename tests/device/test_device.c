@@ -448,8 +448,12 @@ static void check_shape_attention(gpu *G) {
     for (int c = 0; c < 40; c++) ok &= gy[r * 50 + 5 + c] == x[r * 120 + 30 + c];
   if (!G->fake) CHECK_MSG(ok && gy[0] == 0 && gy[4] == 0, "block copy");
   ts__dev_free(G->d, px), ts__dev_free(G->d, py);
-  for (int layout = 0; layout < 3; layout++) {
-    const int64_t B = 2, H = 3, T = 17, D = 40, C = H * D;
+  /* the tiled kernels (D <= 64; T = 70: two query tiles of 64, three key tiles of 32, a partial
+   * one of each) and the row kernels (D 72, and D 40 under TESSERA_GPU_ATTENTION=rows) */
+  for (int run = 0; run < 9; run++) {
+    const int layout = run % 3, form = run / 3;
+    const int64_t B = 2, H = 3, T = form == 0 ? 70 : 17, D = form == 1 ? 72 : 40, C = H * D;
+    if (form == 2) setenv("TESSERA_GPU_ATTENTION", "rows", 1);
     size_t nq = (size_t)(B * H * T * D), nqkv = (size_t)(B * T * 3 * C);
     size_t nin = layout == 2 ? nqkv : nq; /* each of q, k, v's allocation (the packed tensor for QKV) */
     float *q = malloc(4 * nin), *k = malloc(4 * nin), *v = malloc(4 * nin), *o = malloc(4 * nq), *dout = malloc(4 * nq);
@@ -473,17 +477,19 @@ static void check_shape_attention(gpu *G) {
                                    layout, NULL));
     down(G, go, po, 4 * nq), down(G, glse, plse, 4 * (size_t)(B * H * T));
     down(G, gdq, pdq, 4 * nin), down(G, gdk, pdk, 4 * nin), down(G, gdv, pdv, 4 * nin);
-    char what[64];
-    snprintf(what, sizeof what, "attention layout %d: o", layout);
+    unsetenv("TESSERA_GPU_ATTENTION");
+    char what[96];
+    const char *kind = form == 0 ? "tiled" : "rows";
+    snprintf(what, sizeof what, "attention (%s, T %lld, D %lld) layout %d: o", kind, (long long)T, (long long)D, layout);
     same(G, what, go, o, nq, 1e-5, 1e-4);
-    snprintf(what, sizeof what, "attention layout %d: lse", layout);
+    snprintf(what, sizeof what, "attention (%s) layout %d: lse", kind, layout);
     same(G, what, glse, lse, (size_t)(B * H * T), 1e-5, 1e-5);
-    snprintf(what, sizeof what, "attention layout %d: dq (dq|dk|dv for QKV)", layout);
+    snprintf(what, sizeof what, "attention (%s) layout %d: dq (dq|dk|dv for QKV)", kind, layout);
     same(G, what, gdq, dq, nin, 1e-5, 1e-4);
     if (layout != 2) {
-      snprintf(what, sizeof what, "attention layout %d: dk", layout);
+      snprintf(what, sizeof what, "attention (%s) layout %d: dk", kind, layout);
       same(G, what, gdk, dk, nin, 1e-5, 1e-4);
-      snprintf(what, sizeof what, "attention layout %d: dv", layout);
+      snprintf(what, sizeof what, "attention (%s) layout %d: dv", kind, layout);
       same(G, what, gdv, dv, nin, 1e-5, 1e-4);
     }
     free(q), free(k), free(v), free(o), free(dout), free(lse), free(dq), free(dk), free(dv);

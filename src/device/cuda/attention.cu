@@ -3,8 +3,8 @@
 // 256), the keys (queries) in order with an online softmax: nothing T x T is stored, every sum
 // runs in a fixed order (deterministic). The layouts come as strides: element (b, h, t, d) of q
 // (likewise k, v) is at b * sb + h * sh + t * st + d from its base (BHTD, BTHD, or a block of a
-// packed q|k|v row); o and do have their own; lse is (B, H, T). This is the correctness kernel;
-// a tiled (flash-attention) one is the performance work to come (docs/gpu.md).
+// packed q|k|v row); o and do have their own; lse is (B, H, T). These row kernels serve any D up
+// to 256; the tiled kernels below (D <= 64: GPT-2's heads and the zoo's) are the faster path.
 #include "ts_cuda.h"
 
 #define MAXL 8 // D / 32 per lane
@@ -159,4 +159,214 @@ KERNEL ts_k_attention_dkv_f32(const float *dout, const float *q, const float *k,
 KERNEL ts_k_attention_dkv_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
                                const float *Dr, bf16 *dk, bf16 *dv, astr s, float scale) {
   attn_dkv(dout, q, k, v, lse, Dr, dk, dv, s, scale);
+}
+
+// ---- tiled kernels (D <= 64): a block owns TBR rows (queries for the forward and dq, keys for
+// dk/dv), two threads per row each holding half of the head dimension in registers (dims 2 i +
+// half: the pair reads neighbouring banks), and walks the other side in tiles of TBC rows staged
+// in shared memory; the pair's dot products meet through one shuffle. Every loop has the same
+// trip count on every thread (causality and the sequence's end are masks, not bounds), so the
+// shuffles and barriers stay convergent. The sums over keys (queries) run in order: as
+// deterministic as the row kernels, and nothing T x T is stored. (SIMT f32 arithmetic: tensor
+// cores are later work.)
+#define TBR 64
+#define TBC 32
+#define TDH 32
+#define TNT (2 * TBR)
+#define NEG_BIG -3.402823466e38f
+
+DEV float pair_sum(float v) { return v + __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 1, 31); }
+
+// rows r0 .. r0 + TBC - 1 of x (row r at base + r * rs, dims contiguous) into sh as f32; rows at or
+// beyond n and dims at or beyond D as zeros
+template <typename T> DEV void tile_load(const T *x, i64 base, i64 rs, i64 r0, i64 n, i64 D, float (*sh)[64]) {
+  for (int e = tid(); e < TBC * 64; e += TNT) {
+    int r = e >> 6, d = e & 63;
+    sh[r][d] = (r0 + r < n && d < D) ? ld(x, base + (r0 + r) * rs + d) : 0.0f;
+  }
+}
+
+template <typename T>
+DEV void attn_fwd_t(const T *q, const T *k, const T *v, T *o, float *lse, astr s, float scale) {
+  __shared__ float ks[TBC][64], vs[TBC][64];
+  const int half = tid() & 1;
+  const i64 ntile = (s.T + TBR - 1) / TBR;
+  for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
+    for (i64 qt = bid(); qt < ntile; qt += nbid()) {
+      i64 b = bh / s.H, h = bh % s.H, qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
+      i64 row = qt * TBR + (tid() >> 1), kend = qt * TBR + TBR < s.T ? qt * TBR + TBR : s.T;
+      int live = row < s.T;
+      float qv[TDH], acc[TDH];
+UNROLL
+      for (int i = 0; i < TDH; i++) {
+        i64 d = 2 * i + half;
+        qv[i] = live && d < s.D ? ld(q, qb + row * s.st + d) : 0.0f;
+        acc[i] = 0.0f;
+      }
+      float m = NEG_BIG, den = 0.0f;
+      for (i64 j0 = 0; j0 < kend; j0 += TBC) {
+        __syncthreads(); // the previous tile read by all
+        tile_load(k, qb, s.st, j0, s.T, s.D, ks);
+        tile_load(v, qb, s.st, j0, s.T, s.D, vs);
+        __syncthreads();
+        float sc[TBC], mt = m;
+UNROLL
+        for (int jj = 0; jj < TBC; jj++) {
+          float p = 0.0f;
+UNROLL
+          for (int i = 0; i < TDH; i++) p += qv[i] * ks[jj][2 * i + half];
+          p = pair_sum(p) * scale;
+          sc[jj] = live && j0 + jj <= row ? p : NEG_BIG;
+          mt = fmax_(mt, sc[jj]);
+        }
+        float corr = fexp(m - mt);
+        den *= corr;
+UNROLL
+        for (int i = 0; i < TDH; i++) acc[i] *= corr;
+UNROLL
+        for (int jj = 0; jj < TBC; jj++) {
+          float e = sc[jj] > NEG_BIG ? fexp(sc[jj] - mt) : 0.0f;
+          den += e;
+UNROLL
+          for (int i = 0; i < TDH; i++) acc[i] += e * vs[jj][2 * i + half];
+        }
+        m = mt;
+      }
+      if (live) {
+UNROLL
+        for (int i = 0; i < TDH; i++)
+          if (2 * i + half < s.D) st(o, ob + row * s.ot + 2 * i + half, acc[i] / den);
+        if (!half) lse[bh * s.T + row] = m + flog(den);
+      }
+    }
+}
+KERNEL ts_k_attention_fwd_t_f32(const float *q, const float *k, const float *v, float *o, float *lse, astr s,
+                                float scale) {
+  attn_fwd_t(q, k, v, o, lse, s, scale);
+}
+KERNEL ts_k_attention_fwd_t_bf16(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *o, float *lse, astr s,
+                                 float scale) {
+  attn_fwd_t(q, k, v, o, lse, s, scale);
+}
+
+// dq_i = scale sum_{j <= i} ds_ij k_j (a block per TBR query rows, key tiles in shared memory)
+template <typename T>
+DEV void attn_dq_t(const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *Dr, T *dq, astr s,
+                   float scale) {
+  __shared__ float ks[TBC][64], vs[TBC][64];
+  const int half = tid() & 1;
+  const i64 ntile = (s.T + TBR - 1) / TBR;
+  for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
+    for (i64 qt = bid(); qt < ntile; qt += nbid()) {
+      i64 b = bh / s.H, h = bh % s.H, qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
+      i64 row = qt * TBR + (tid() >> 1), kend = qt * TBR + TBR < s.T ? qt * TBR + TBR : s.T;
+      int live = row < s.T;
+      float qv[TDH], dov[TDH], acc[TDH];
+UNROLL
+      for (int i = 0; i < TDH; i++) {
+        i64 d = 2 * i + half;
+        qv[i] = live && d < s.D ? ld(q, qb + row * s.st + d) : 0.0f;
+        dov[i] = live && d < s.D ? ld(dout, ob + row * s.ot + d) : 0.0f;
+        acc[i] = 0.0f;
+      }
+      float li = live ? lse[bh * s.T + row] : 0.0f, Di = live ? Dr[bh * s.T + row] : 0.0f;
+      for (i64 j0 = 0; j0 < kend; j0 += TBC) {
+        __syncthreads();
+        tile_load(k, qb, s.st, j0, s.T, s.D, ks);
+        tile_load(v, qb, s.st, j0, s.T, s.D, vs);
+        __syncthreads();
+UNROLL
+        for (int jj = 0; jj < TBC; jj++) {
+          float pq = 0.0f, pv = 0.0f;
+UNROLL
+          for (int i = 0; i < TDH; i++) {
+            pq += qv[i] * ks[jj][2 * i + half];
+            pv += dov[i] * vs[jj][2 * i + half];
+          }
+          pq = pair_sum(pq), pv = pair_sum(pv);
+          float p = live && j0 + jj <= row ? fexp(pq * scale - li) : 0.0f, ds = p * (pv - Di);
+UNROLL
+          for (int i = 0; i < TDH; i++) acc[i] += ds * ks[jj][2 * i + half];
+        }
+      }
+      if (live) {
+UNROLL
+        for (int i = 0; i < TDH; i++)
+          if (2 * i + half < s.D) st(dq, qb + row * s.st + 2 * i + half, scale * acc[i]);
+      }
+    }
+}
+KERNEL ts_k_attention_dq_t_f32(const float *dout, const float *q, const float *k, const float *v, const float *lse,
+                               const float *Dr, float *dq, astr s, float scale) {
+  attn_dq_t(dout, q, k, v, lse, Dr, dq, s, scale);
+}
+KERNEL ts_k_attention_dq_t_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+                                const float *Dr, bf16 *dq, astr s, float scale) {
+  attn_dq_t(dout, q, k, v, lse, Dr, dq, s, scale);
+}
+
+// dk_j = scale sum_{i >= j} ds_ij q_i, dv_j = sum_{i >= j} p_ij do_i (a block per TBR key rows,
+// query tiles (q, do, lse, D) in shared memory, from the block's first key on)
+template <typename T>
+DEV void attn_dkv_t(const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *Dr, T *dk, T *dv,
+                    astr s, float scale) {
+  __shared__ float qs[TBC][64], dos[TBC][64], ls[TBC], drs[TBC];
+  const int half = tid() & 1;
+  const i64 ntile = (s.T + TBR - 1) / TBR;
+  for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
+    for (i64 kt = bid(); kt < ntile; kt += nbid()) {
+      i64 b = bh / s.H, h = bh % s.H, qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
+      i64 j = kt * TBR + (tid() >> 1);
+      int live = j < s.T;
+      float kv[TDH], vv[TDH], ak[TDH], av[TDH];
+UNROLL
+      for (int i = 0; i < TDH; i++) {
+        i64 d = 2 * i + half;
+        kv[i] = live && d < s.D ? ld(k, qb + j * s.st + d) : 0.0f;
+        vv[i] = live && d < s.D ? ld(v, qb + j * s.st + d) : 0.0f;
+        ak[i] = av[i] = 0.0f;
+      }
+      for (i64 i0 = kt * TBR; i0 < s.T; i0 += TBC) {
+        __syncthreads();
+        tile_load(q, qb, s.st, i0, s.T, s.D, qs);
+        tile_load(dout, ob, s.ot, i0, s.T, s.D, dos);
+        for (int e = tid(); e < TBC; e += TNT) {
+          ls[e] = i0 + e < s.T ? lse[bh * s.T + i0 + e] : 0.0f;
+          drs[e] = i0 + e < s.T ? Dr[bh * s.T + i0 + e] : 0.0f;
+        }
+        __syncthreads();
+UNROLL
+        for (int ii = 0; ii < TBC; ii++) {
+          float pq = 0.0f, pv = 0.0f;
+UNROLL
+          for (int i = 0; i < TDH; i++) {
+            pq += qs[ii][2 * i + half] * kv[i];
+            pv += dos[ii][2 * i + half] * vv[i];
+          }
+          pq = pair_sum(pq), pv = pair_sum(pv);
+          float p = live && i0 + ii >= j && i0 + ii < s.T ? fexp(pq * scale - ls[ii]) : 0.0f, ds = p * (pv - drs[ii]);
+UNROLL
+          for (int i = 0; i < TDH; i++) {
+            ak[i] += ds * qs[ii][2 * i + half];
+            av[i] += p * dos[ii][2 * i + half];
+          }
+        }
+      }
+      if (live) {
+UNROLL
+        for (int i = 0; i < TDH; i++)
+          if (2 * i + half < s.D) {
+            st(dk, qb + j * s.st + 2 * i + half, scale * ak[i]);
+            st(dv, qb + j * s.st + 2 * i + half, av[i]);
+          }
+      }
+    }
+}
+KERNEL ts_k_attention_dkv_t_f32(const float *dout, const float *q, const float *k, const float *v, const float *lse,
+                                const float *Dr, float *dk, float *dv, astr s, float scale) {
+  attn_dkv_t(dout, q, k, v, lse, Dr, dk, dv, s, scale);
+}
+KERNEL ts_k_attention_dkv_t_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+                                 const float *Dr, bf16 *dk, bf16 *dv, astr s, float scale) {
+  attn_dkv_t(dout, q, k, v, lse, Dr, dk, dv, s, scale);
 }

@@ -51,6 +51,13 @@ float ts_emu_shfl_bfly(float v, int lane_mask);
 #endif
 #endif
 
+/* a loop fully unrolled on the GPU (register arrays indexed by the loop stay registers) */
+#if defined(__CUDA__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
 #if defined(__CUDA__) || defined(TS_CUDA_EMU)
 DEV int tid() { return __nvvm_read_ptx_sreg_tid_x(); }
 DEV int ntid() { return __nvvm_read_ptx_sreg_ntid_x(); }
