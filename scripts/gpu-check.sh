@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The one command to run on a GPU machine (docs/gpu.md): what the machine is, then the GPU tests
 # (the kernels' math, every GPU kernel against the CPU kernels, a training graph's plan on the GPU
-# against the CPU's, training the MLP, GPT and ResNet against the CPU, GPT-2 124M's speed against
-# PyTorch's),
+# against the CPU's, training the MLP, GPT and ResNet against the CPU, GPT-2 124M's and
+# ResNet-50's speed against PyTorch's),
 # each with a time limit, into OUT/gpu-check.log and a summary OUT/gpu-check.json; prints the
 # summary. Exit 0 when every step passed (or was SKIPPED with its reason), 1 otherwise.
 #   scripts/gpu-check.sh OUT
 # Runs the binaries of gpu-bundle/ (scripts/gpu-bundle.sh, made on the build machine and carried:
-# the GPU machine has no Debian packages) if it is there, else those of build/. Well under 8
-# minutes on one H200 (the tests take seconds; the first launch compiles the PTX).
+# the GPU machine has no Debian packages) if it is there, else those of build/. Meant to stay
+# under 8 minutes on one H200 (the tests take seconds; the first launch compiles the PTX; each
+# benchmark has its own time limit: GPT-2 300 s, ResNet-50 200 s).
 set -u
 out=${1:?usage: gpu-check.sh OUT}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,6 +84,15 @@ st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
 say "$(printf '%-22s %-8s %6.1fs' bench_gpt2 "$st" "$dt")"
 echo "$o" | sed 's/^/  /' | tee -a "$log"
 steps+=("{\"name\":\"bench_gpt2\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see gpu_gpt2.jsonl\"}")
+# speed: ResNet-50 bf16 steps, Tessera against PyTorch eager (channels_last and NCHW) (bench/gpu_resnet50.sh)
+t0=$(date +%s%N)
+o=$(RN50_COMPILE=0 timeout 200 bash "$root/bench/gpu_resnet50.sh" "$tbin" "$out" 3 2>&1); rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+{ echo "== bench_resnet50 (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
+st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
+say "$(printf '%-22s %-8s %6.1fs' bench_resnet50 "$st" "$dt")"
+echo "$o" | sed 's/^/  /' | tee -a "$log"
+steps+=("{\"name\":\"bench_resnet50\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see gpu_resnet50.jsonl\"}")
 desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
 fails=0
 for s in "${steps[@]}"; do case "$s" in *'"status":"fail"'*) fails=$((fails + 1)) ;; esac; done
