@@ -97,6 +97,18 @@ KERNEL ts_k_conv2d_bwd_weight_bf16(const bf16 *x, const bf16 *dy, bf16 *dw, bf16
   conv_bwd_weight(x, dy, dw, db, d);
 }
 
+// A block's walk over the (n, s) positions of one channel of (N, C, S): i = tid, tid + ntid, ...
+// below N S as n = i / S, s = i % S, advanced without a division per step (64-bit division is
+// slow on a GPU); the same order as the flat index, so the sums are what they were.
+struct walk {
+  i64 n, s, dn, ds;
+};
+DEV walk walk_start(i64 S) { return walk{tid() / S, tid() % S, ntid() / S, ntid() % S}; }
+DEV void walk_next(walk &w, i64 S) {
+  w.n += w.dn, w.s += w.ds;
+  if (w.s >= S) w.s -= S, w.n++;
+}
+
 // the bias around cuDNN's convolutions (src/device/cudnn.c): y (N,O,S) = b[o] before the
 // convolution adds to it; db (O) = the sum of dy over n and s, one block per channel, a fixed tree
 template <typename T> DEV void conv_bias_fill(const T *b, T *y, i64 N, i64 O, i64 S) {
@@ -108,7 +120,7 @@ template <typename T> DEV void conv_bias_grad(const T *dy, T *db, i64 N, i64 O, 
   __shared__ float sh[32];
   for (i64 o = bid(); o < O; o += nbid()) {
     float s = 0.0f;
-    for (i64 i = tid(); i < N * S; i += ntid()) s += ld(dy, ((i / S) * O + o) * S + i % S);
+    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) s += ld(dy, (w.n * O + o) * S + w.s);
     s = block_sum(s, sh);
     if (tid() == 0) st(db, o, s);
   }
@@ -220,11 +232,11 @@ DEV void bn_fwd(const T *x, const TG *gamma, const TG *beta, float *rmean, float
     float m, v;
     if (training) {
       float s = 0.0f;
-      for (i64 i = tid(); i < M; i += ntid()) s += ld(x, ((i / S) * C + c) * S + i % S);
+      for (walk w = walk_start(S); w.n < N; walk_next(w, S)) s += ld(x, (w.n * C + c) * S + w.s);
       m = block_sum(s, sh) / (float)M;
       float q = 0.0f;
-      for (i64 i = tid(); i < M; i += ntid()) {
-        float dv = ld(x, ((i / S) * C + c) * S + i % S) - m;
+      for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+        float dv = ld(x, (w.n * C + c) * S + w.s) - m;
         q += dv * dv;
       }
       v = block_sum(q, sh) / (float)M;
@@ -237,8 +249,8 @@ DEV void bn_fwd(const T *x, const TG *gamma, const TG *beta, float *rmean, float
     }
     if (tid() == 0) mean[c] = m, var[c] = v;
     float rs = 1.0f / fsqrt(v + eps), ga = gamma ? ld(gamma, c) : 1.0f, be = beta ? ld(beta, c) : 0.0f;
-    for (i64 i = tid(); i < M; i += ntid()) {
-      i64 k = ((i / S) * C + c) * S + i % S;
+    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+      i64 k = (w.n * C + c) * S + w.s;
       st(y, k, (ld(x, k) - m) * rs * ga + be);
     }
   }
@@ -265,8 +277,8 @@ DEV void bn_bwd(const T *dy, const T *x, const TG *gamma, const float *mean, con
   for (i64 c = bid(); c < C; c += nbid()) {
     float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), ga = gamma ? ld(gamma, c) : 1.0f;
     float sd = 0.0f, sdx = 0.0f;
-    for (i64 i = tid(); i < M; i += ntid()) {
-      i64 k = ((i / S) * C + c) * S + i % S;
+    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+      i64 k = (w.n * C + c) * S + w.s;
       sd += ld(dy, k);
       sdx += ld(dy, k) * (ld(x, k) - m) * rs;
     }
@@ -276,8 +288,8 @@ DEV void bn_bwd(const T *dy, const T *x, const TG *gamma, const float *mean, con
       if (dgamma) st(dgamma, c, sdx);
       if (dbeta) st(dbeta, c, sd);
     }
-    for (i64 i = tid(); i < M; i += ntid()) {
-      i64 k = ((i / S) * C + c) * S + i % S;
+    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+      i64 k = (w.n * C + c) * S + w.s;
       float xh = (ld(x, k) - m) * rs, g = ld(dy, k);
       st(dx, k, training ? ga * rs * (g - sd / (float)M - xh * sdx / (float)M) : ga * rs * g);
     }
