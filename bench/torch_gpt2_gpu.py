@@ -8,16 +8,14 @@ Prints one JSON object per line: {"name": "torch_eager_autocast_bf16", "ms": <me
   python3 bench/torch_gpt2_gpu.py [--batch 8] [--steps 20] [--warmup 5] [--no-compile]
 """
 import argparse
-import json
-import math
-import statistics
 import sys
-import time
 
 try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+
+    import torch_gpu_util  # bench/, beside this script
 except ImportError:
     print("SKIP: no torch")
     sys.exit(77)
@@ -61,19 +59,7 @@ class GPT(nn.Module):
 
 
 def run(name, step, args, flops_per_step, peak):
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    ms = 1e3 * statistics.median(times)
-    tok = args.batch * 1024 / (ms / 1e3)
-    print(json.dumps({"name": name, "ms": round(ms, 3), "tokens_per_s": round(tok),
-                      "mfu": round(flops_per_step / (ms / 1e3) / peak, 4) if peak else None}), flush=True)
+    torch_gpu_util.run(name, step, args.warmup, args.steps, "tokens_per_s", args.batch * 1024, flops_per_step, peak)
 
 
 def main():
@@ -91,16 +77,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     peak = args.peak
     if not peak:  # bf16 GEMM peak measured: 8192^3 products
-        a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-        for _ in range(3):
-            a @ a
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-        peak = 10 * 2 * 8192 ** 3 / (time.perf_counter() - t0)
-        print(json.dumps({"name": "bf16_gemm_peak", "tflops": round(peak / 1e12, 1)}), flush=True)
+        peak = torch_gpu_util.bf16_peak(dev)
     n_params = 124e6
     flops = 6 * n_params * args.batch * 1024 + 12 * 12 * 2 * args.batch * 1024 * 1024 * 768  # + attention
     g = torch.Generator(device="cpu").manual_seed(0)

@@ -10,15 +10,14 @@ Needs CUDA; exits 77 (skipped) without it.
   python3 bench/torch_resnet50_gpu.py [--batch 128] [--steps 20] [--warmup 5] [--no-compile]
 """
 import argparse
-import json
-import statistics
 import sys
-import time
 
 try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+
+    import torch_gpu_util  # bench/, beside this script
 except ImportError:
     print("SKIP: no torch")
     sys.exit(77)
@@ -61,18 +60,7 @@ class ResNet50(nn.Module):
 
 
 def run(name, step, args, flops_per_step, peak):
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    ms = 1e3 * statistics.median(times)
-    print(json.dumps({"name": name, "ms": round(ms, 3), "images_per_s": round(args.batch / (ms / 1e3), 1),
-                      "mfu": round(flops_per_step / (ms / 1e3) / peak, 4) if peak else None}), flush=True)
+    torch_gpu_util.run(name, step, args.warmup, args.steps, "images_per_s", args.batch, flops_per_step, peak)
 
 
 def main():
@@ -91,16 +79,7 @@ def main():
     torch.backends.cudnn.benchmark = True  # PyTorch's fastest setting (Tessera's choice is deterministic)
     peak = args.peak
     if not peak:  # bf16 GEMM peak measured: 8192^3 products
-        a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-        for _ in range(3):
-            a @ a
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-        peak = 10 * 2 * 8192 ** 3 / (time.perf_counter() - t0)
-        print(json.dumps({"name": "bf16_gemm_peak", "tflops": round(peak / 1e12, 1)}), flush=True)
+        peak = torch_gpu_util.bf16_peak(dev)
     # 4.1 G multiply-adds per 224x224 image forward; training about 3x the forward
     flops = 3 * 2 * 4.1e9 * (args.size / 224) ** 2 * args.batch
     g = torch.Generator(device="cpu").manual_seed(0)

@@ -75,24 +75,26 @@ dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }
 st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
 say "$(printf '%-22s %-8s %6.1fs  %s' train_vs_cpu "$st" "$dt" "$(echo "$o" | grep -c '^ok:') ok, $(echo "$o" | grep -c '^FAIL') failed")"
 steps+=("{\"name\":\"train_vs_cpu\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$(echo "$o" | grep -c '^ok:') ok\"}")
-# speed: GPT-2 124M bf16 steps, Tessera against PyTorch eager and torch.compile (bench/gpu_gpt2.sh)
-t0=$(date +%s%N)
-o=$(timeout 300 bash "$root/bench/gpu_gpt2.sh" "$tbin" "$out" 3 2>&1); rc=$? # 3 steps: the kernels are not tuned yet
-dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
-{ echo "== bench_gpt2 (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
-st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
-say "$(printf '%-22s %-8s %6.1fs' bench_gpt2 "$st" "$dt")"
-echo "$o" | sed 's/^/  /' | tee -a "$log"
-steps+=("{\"name\":\"bench_gpt2\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see gpu_gpt2.jsonl\"}")
-# speed: ResNet-50 bf16 steps, Tessera against PyTorch eager (channels_last and NCHW) (bench/gpu_resnet50.sh)
-t0=$(date +%s%N)
-o=$(RN50_COMPILE=0 timeout 200 bash "$root/bench/gpu_resnet50.sh" "$tbin" "$out" 3 2>&1); rc=$?
-dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
-{ echo "== bench_resnet50 (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
-st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
-say "$(printf '%-22s %-8s %6.1fs' bench_resnet50 "$st" "$dt")"
-echo "$o" | sed 's/^/  /' | tee -a "$log"
-steps+=("{\"name\":\"bench_resnet50\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see gpu_resnet50.jsonl\"}")
+# bench NAME TIMEOUT SCRIPT [ENV=VALUE...]: a benchmark script (bench/*.sh TESSERA OUT 3: 3 timed
+# steps, the kernels are not tuned yet), its output into the log and shown, its figures in
+# OUT/<its name>.jsonl
+bench() {
+  local name=$1 t=$2 script=$3; shift 3
+  local t0 o rc dt st=fail
+  t0=$(date +%s%N)
+  o=$(env "$@" timeout "$t" bash "$root/bench/$script" "$tbin" "$out" 3 2>&1); rc=$?
+  dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+  { echo "== $name (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
+  [ $rc = 0 ] && st=pass
+  [ $rc = 77 ] && st=skipped
+  say "$(printf '%-22s %-8s %6.1fs' "$name" "$st" "$dt")"
+  echo "$o" | sed 's/^/  /' | tee -a "$log"
+  steps+=("{\"name\":\"$name\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see ${script%.sh}.jsonl\"}")
+}
+# speed: GPT-2 124M bf16 steps against PyTorch eager and torch.compile; ResNet-50 bf16 steps
+# against PyTorch eager (channels_last and NCHW; torch.compile off for time)
+bench bench_gpt2 300 gpu_gpt2.sh
+bench bench_resnet50 200 gpu_resnet50.sh RN50_COMPILE=0
 desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
 fails=0
 for s in "${steps[@]}"; do case "$s" in *'"status":"fail"'*) fails=$((fails + 1)) ;; esac; done

@@ -209,31 +209,36 @@ static int ready(void) {
   return TS_OK;
 }
 
-int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {
-  *bytes = 0;
-  if (dir < 0 || dir > 2) return ts_error_set(TS_EINVAL, "cuDNN convolution: direction %d", dir);
+/* The shape's entry with the direction's algorithm chosen, locked: *s is the table's entry or tmp
+ * (free it with done()); the lock is held on return whatever rc is. */
+static int prepared(const ts__conv_desc *c, ts_dtype dt, int dir, shape_t *tmp, shape_t **s) {
+  *s = NULL;
+  memset(tmp, 0, sizeof *tmp);
   pthread_mutex_lock(&lock);
-  shape_t tmp, *s = NULL;
-  memset(&tmp, 0, sizeof tmp);
+  if (dir < 0 || dir > 2) return ts_error_set(TS_EINVAL, "cuDNN convolution: direction %d", dir);
   int rc = ready();
-  if (!rc) rc = entry(c, dt, &tmp, &s);
-  if (!rc) rc = choose(s, dir);
-  if (!rc) *bytes = s->ws[dir];
-  if (s == &tmp) shape_free(&tmp);
+  if (!rc) rc = entry(c, dt, tmp, s);
+  if (!rc) rc = choose(*s, dir);
+  return rc;
+}
+static int done(shape_t *tmp, shape_t *s, int rc) {
+  if (s == tmp) shape_free(tmp);
   pthread_mutex_unlock(&lock);
   return rc;
 }
 
+int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {
+  shape_t tmp, *s;
+  int rc = prepared(c, dt, dir, &tmp, &s);
+  *bytes = rc ? 0 : s->ws[dir];
+  return done(&tmp, s, rc);
+}
+
 int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, const void *a, const void *b, void *out,
                    float beta, void *ws, size_t ws_bytes, ts__dev_stream *strm) {
-  if (dir < 0 || dir > 2) return ts_error_set(TS_EINVAL, "cuDNN convolution: direction %d", dir);
   void *stream = ts__cuda_stream(d, strm);
-  pthread_mutex_lock(&lock);
-  shape_t tmp, *s = NULL;
-  memset(&tmp, 0, sizeof tmp);
-  int rc = ready();
-  if (!rc) rc = entry(c, dt, &tmp, &s);
-  if (!rc) rc = choose(s, dir);
+  shape_t tmp, *s;
+  int rc = prepared(c, dt, dir, &tmp, &s);
   if (!rc && ws_bytes < s->ws[dir])
     rc = ts_error_set(TS_EINVAL, "cuDNN %s: %zu bytes of workspace given, %zu needed", dir_name[dir], ws_bytes,
                       s->ws[dir]);
@@ -250,7 +255,5 @@ int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, con
       st = dn.BwdFilter(handle, &one, s->x, a, s->y, b, s->conv, s->algo[2], ws, s->ws[2], &beta, s->w, out);
   }
   if (!rc && st) rc = fail(st, dir_name[dir], c, dt);
-  if (s == &tmp) shape_free(&tmp);
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return done(&tmp, s, rc);
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fake_bf16.h"
+
 enum { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
 enum { R_32F = 0, R_16BF = 14, COMPUTE_32F = 68 };
 
@@ -17,23 +19,8 @@ int cublasCreate_v2(void **h) { *h = &handle_token; return OK; }
 int cublasDestroy_v2(void *h) { return h == &handle_token ? OK : NOT_INITIALIZED; }
 int cublasSetStream_v2(void *h, void *s) { (void)s; return h == &handle_token ? OK : NOT_INITIALIZED; }
 
-static float ld(const void *p, int t, long long i) {
-  if (t == R_32F) return ((const float *)p)[i];
-  uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static void st(void *p, int t, long long i, float v) {
-  if (t == R_32F) {
-    ((float *)p)[i] = v;
-    return;
-  }
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (no NaN here) */
-  ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
-}
+static float ld(const void *p, int t, long long i) { return fake_ld(p, t == R_32F, i); }
+static void st(void *p, int t, long long i, float v) { fake_st(p, t == R_32F, i, v); }
 
 int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int At,
                                int lda, long long sA, const void *B, int Bt, int ldb, long long sB, const void *beta,

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_bf16.h"
+
 enum { SUCCESS = 0, NOT_INITIALIZED = 1, BAD_PARAM = 3, NOT_SUPPORTED = 9 };
 enum { FLOAT = 0, BFLOAT16 = 9, NCHW = 0, CROSS_CORRELATION = 1, TENSOR_OP = 1, FMA = 3 };
 
@@ -120,23 +122,8 @@ int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, tdesc *x, tdesc *dy,
   return h != &handle_token ? NOT_INITIALIZED : ws_size(x, dw, c, dy, algo, b);
 }
 
-static float ld(const void *p, int t, size_t i) {
-  if (t == FLOAT) return ((const float *)p)[i];
-  uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static void st(void *p, int t, size_t i, float v) {
-  if (t == FLOAT) {
-    ((float *)p)[i] = v;
-    return;
-  }
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (no NaN here) */
-  ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
-}
+static float ld(const void *p, int t, long long i) { return fake_ld(p, t == FLOAT, i); }
+static void st(void *p, int t, long long i, float v) { fake_st(p, t == FLOAT, i, v); }
 
 /* dir 0: y = conv(x, w); 1: dx from dy, w; 2: dw from x, dy; out = alpha acc + beta out */
 static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, const void *X, const void *Wt,
