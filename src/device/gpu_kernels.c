@@ -290,6 +290,23 @@ static int bstrides(const ts_shape *o, const ts_shape *y, int64_t *st, const cha
   return TS_OK;
 }
 
+/* Adjacent dims merged where both operands walk them as one (contiguous across the pair, or
+ * broadcast along both): the same elements with fewer index divisions per element in the kernel
+ * (a residual add becomes one contiguous dim, a bias add two). */
+static void bcollapse(bshape *sh) {
+  int m = 0;
+  for (int d = 0; d < sh->nd; d++) {
+    if (m > 0 && sh->sa[m - 1] == sh->sa[d] * sh->dims[d] && sh->sb[m - 1] == sh->sb[d] * sh->dims[d]) {
+      sh->dims[m - 1] *= sh->dims[d];
+      sh->sa[m - 1] = sh->sa[d], sh->sb[m - 1] = sh->sb[d];
+    } else {
+      sh->dims[m] = sh->dims[d], sh->sa[m] = sh->sa[d], sh->sb[m] = sh->sb[d];
+      m++;
+    }
+  }
+  sh->nd = m;
+}
+
 int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
                    const ts_shape *bs, void *y, const ts_shape *ys, ts__dev_stream *s) {
   int rc = dt_ok(dt, "binary");
@@ -303,6 +320,7 @@ int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_sha
   if ((rc = bstrides(as, ys, sh.sa, "binary")) || (rc = bstrides(bs, ys, sh.sb, "binary"))) return rc;
   int64_t n = ts_shape_numel(ys);
   if (n == 0) return TS_OK;
+  bcollapse(&sh);
   void *args[] = {&alg, &a, &b, &y, &sh, &n};
   return launch(d, dt == TS_F32 ? "ts_k_binary_f32" : "ts_k_binary_bf16", grid_for(n), 1, BLOCK, s, args);
 }

@@ -1002,6 +1002,18 @@ static int work_locate(const struct ts__zero *z, size_t w, size_t *flat) {
 
 /* The update of the rank's segments, then the all-gather of the updated parameters (stage 3: in
  * place, nothing gathered). */
+/* Mixed precision: the f32 masters the rank holds (the replicated ones packed, its part of each
+ * bucket) rounded into the 16-bit weights at their places; the other ranks' places come by the
+ * all-gather that follows. */
+static int round_masters(struct ts__zero *z) {
+  int rc = TS_OK;
+  for (int k = 0; k < z->nrep && !rc; k++)
+    rc = ts_convert(z->wp + z->rep[k].packed, TS_F32, z->w16 + z->rep[k].flat, z->low, z->rep[k].n);
+  for (int k = 0; k < z->nb && !rc; k++)
+    rc = ts_convert(z->wp + z->pt[k].work, TS_F32, z->w16 + z->pt[k].flat + z->pt[k].lo, z->low, z->pt[k].n);
+  return rc;
+}
+
 static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
   struct ts__zero *z = zof(d);
   if (!z) return ts_optim_step(opt, params, grads, lr);
@@ -1042,11 +1054,7 @@ static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float
   else if (!rc) rc = ts_optim_step_segments(opt, z->sp, z->sg, lr);
   if (rc) return rc;
   /* mixed precision: the masters' rounding into the 16-bit weights at the rank's places */
-  for (int k = 0; low && k < z->nrep && !rc; k++)
-    rc = ts_convert(z->wp + z->rep[k].packed, TS_F32, z->w16 + z->rep[k].flat, z->low, z->rep[k].n);
-  for (int k = 0; low && k < z->nb && !rc; k++)
-    rc = ts_convert(z->wp + z->pt[k].work, TS_F32, z->w16 + z->pt[k].flat + z->pt[k].lo, z->low, z->pt[k].n);
-  if (rc) return rc;
+  if (low && (rc = round_masters(z))) return rc;
   ts_dtype dt = low ? z->low : TS_F32;
   char *base = low ? (char *)z->w16 : (char *)params; /* what is gathered, in place */
   size_t es = ts_dtype_size(dt);
@@ -1396,11 +1404,7 @@ static int zero_loaded(ts_dist *d) {
   struct ts__zero *z = zof(d);
   if (!z || z->low == TS_F32 || !d->world || !z->w16) return TS_OK;
   zero_settle(z);
-  int rc = TS_OK;
-  for (int k = 0; k < z->nrep && !rc; k++)
-    rc = ts_convert(z->wp + z->rep[k].packed, TS_F32, z->w16 + z->rep[k].flat, z->low, z->rep[k].n);
-  for (int k = 0; k < z->nb && !rc; k++)
-    rc = ts_convert(z->wp + z->pt[k].work, TS_F32, z->w16 + z->pt[k].flat + z->pt[k].lo, z->low, z->pt[k].n);
+  int rc = round_masters(z);
   if (!rc) rc = gather_parts(d, z->w16, 0, z->w16, z->low, 0);
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard_weights: the 16-bit weights from the loaded masters") : TS_OK;
 }

@@ -273,7 +273,8 @@ int ts__tprof_attach(ts_prof *p, ts_plan *plan, const ts_graph *g, int world_siz
       rc = ts_error_set(TS_ENOMEM, "log.profile: out of memory");
   }
   if (!rc && (rc = ts_plan_add_hook(plan, hook, tp)) == TS_OK) tp->plan = plan;
-  if (!rc) rc = ts_plan_set_device_timing(plan, 1); /* on a GPU: the nodes' device spans (CUDA events) */
+  /* on a GPU the nodes' spans are the device's (CUDA events), recorded from the step the profile
+   * starts at (ts__tprof_step_begin): no events before the window */
   if (rc) {
     ts__tprof_free(tp);
     return rc;
@@ -338,7 +339,10 @@ void ts__tprof_span(ts__tprof *tp, const char *name, int kind, double t0, double
 
 void ts__tprof_step_begin(ts__tprof *tp, int64_t step, double t) {
   if (!tp) return;
-  if (!ts_prof_active(tp->p) && step >= tp->start) ts_prof_set_active(tp->p, 1);
+  if (!ts_prof_active(tp->p) && step >= tp->start) {
+    ts_prof_set_active(tp->p, 1);
+    if (tp->plan) ts_plan_set_device_timing(tp->plan, 1); /* cannot fail on a plan */
+  }
   ts_prof_step_begin(tp->p, step, t);
 }
 

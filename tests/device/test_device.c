@@ -30,6 +30,7 @@
 #include "kernels/matmul.h"
 #include "kernels/lowp.h"
 #include "kernels/attention.h"
+#include "kernels/binary.h"
 #include "kernels/conv.h"
 #include "kernels/pool.h"
 #include "kernels/reduce.h"
@@ -753,7 +754,32 @@ static void check_reduce(gpu *G) {
   ts__dev_free(G->d, px), ts__dev_free(G->d, py), ts__dev_free(G->d, pdx), ts__dev_free(G->d, pb), ts__dev_free(G->d, pdy);
 }
 
+/* broadcasting binary ops against the CPU's reference, bitwise (one f32 operation per element):
+ * same shapes (one contiguous dim after the host merges dims), a bias over the last dim, a
+ * column, both operands broadcast, a leading-dims operand */
+static void check_binary(gpu *G) {
+  static const int64_t shp[5][2][4] = {{{2, 3, 4, 5}, {2, 3, 4, 5}}, {{2, 3, 4, 5}, {1, 1, 1, 5}},
+                                       {{2, 3, 4, 5}, {1, 3, 4, 1}}, {{2, 1, 4, 1}, {1, 3, 1, 5}},
+                                       {{2, 3, 4, 5}, {1, 1, 4, 5}}};
+  enum { NY = 120 };
+  static float a[NY], b[NY], y[NY], gy[NY];
+  ts_test_fill(a, NY, 80, -2, 2), ts_test_fill(b, NY, 81, 0.5f, 2);
+  const ts_shape ys = ts_shape4(2, 3, 4, 5);
+  void *pa = up(G, a, sizeof a), *pb = up(G, b, sizeof b), *py = up(G, NULL, sizeof y);
+  for (int c = 0; c < 5; c++)
+    for (int alg = 0; alg < TS_BIN_COUNT; alg++) {
+      ts_shape as = ts_shape4(shp[c][0][0], shp[c][0][1], shp[c][0][2], shp[c][0][3]);
+      ts_shape bs = ts_shape4(shp[c][1][0], shp[c][1][1], shp[c][1][2], shp[c][1][3]);
+      CHECK_OK(ts__binary_ref(alg, a, &as, b, &bs, y, &ys));
+      CHECK_OK(ts__gpu_binary(G->d, alg, TS_F32, pa, &as, pb, &bs, py, &ys, NULL));
+      down(G, gy, py, sizeof gy);
+      if (!G->fake) CHECK_MSG(!memcmp(gy, y, sizeof y), "binary %d, case %d differs from the CPU's", alg, c);
+    }
+  ts__dev_free(G->d, pa), ts__dev_free(G->d, pb), ts__dev_free(G->d, py);
+}
+
 static void gpu_suite(gpu *G) {
+  check_binary(G);
   check_reduce(G);
   check_conv_pool_bn(G);
   check_conv_pool_bn_bf16(G);

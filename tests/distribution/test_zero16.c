@@ -216,12 +216,7 @@ int main(int argc, char **argv) {
   CHECK_OK(ts_comm_world(&w));
   int rank = ts_comm_rank(w), N = ts_comm_size(w);
   snprintf(g_txt, sizeof g_txt, "/tmp/ts_test_zero16_%d.txt", (int)getppid());
-  if (rank == 0) {
-    FILE *f = fopen(g_txt, "wb");
-    CHECK(f != NULL);
-    for (int i = 0; f && i < 400; i++) fprintf(f, "line %d: the quick brown fox jumps over the lazy dog %d.\n", i, i * 7);
-    if (f) fclose(f);
-  }
+  if (rank == 0) CHECK(ts_test_write_text(g_txt, 16, 24000) == 0);
   ts_comm_barrier(w);
   if (rank == 0) printf("optimizer_shard in mixed precision on %d rank(s)\n", N);
   against_f32(N, rank, "stage 1, bf16", 1, NULL, NULL);
