@@ -14,7 +14,8 @@
  *   - Deterministic: of the algorithms cuDNN's heuristics list for a shape (an order that depends
  *     on the GPU and the shape only, not on timing), the first that reports
  *     CUDNN_DETERMINISTIC, succeeds and fits TS__CUDNN_WS_MAX of workspace; never a benchmark
- *     search (cudnnFind*), whose choice varies run to run.
+ *     search (cudnnFind*), whose choice varies run to run. A shape and direction with none runs
+ *     on Tessera's direct kernel (said once as a warning).
  *   - The bias is not cuDNN's: its forward writes b into y first and the convolution adds
  *     (beta 1: one rounding of a bf16 output, as cublas.c does); its gradient is
  *     ts__gpu_conv_bias_grad (a fixed-order sum per channel).
@@ -158,7 +159,8 @@ static const char *dir_name[3] = {"forward", "backward data", "backward filter"}
 /* The direction's algorithm: the heuristics' first deterministic, successful one within the
  * workspace bound (and, in f32, not on tensor cores), with its workspace. */
 static int choose(shape_t *s, int dir) {
-  if (s->chosen[dir]) return TS_OK;
+  if (s->chosen[dir] > 0) return TS_OK;
+  if (s->chosen[dir] < 0) return TS_ENOTFOUND; /* none, said once (below) */
   ts__dnn_perf perf[16];
   int got = 0;
   ts__dnn_status st = dir == 0   ? dn.GetFwdAlgo(handle, s->x, s->w, s->conv, s->y, 16, &got, perf)
@@ -180,10 +182,15 @@ static int choose(shape_t *s, int dir) {
     s->chosen[dir] = 1;
     return TS_OK;
   }
-  return ts_error_set(TS_EUNSUPPORTED,
-                      "cuDNN %s: none of its %d algorithms for this shape is deterministic%s within %zu MiB of "
-                      "workspace (TESSERA_GPU_CONV=tessera runs Tessera's own kernels)",
-                      dir_name[dir], got, s->dt == TS_F32 ? " and real f32" : "", TS__CUDNN_WS_MAX >> 20);
+  s->chosen[dir] = -1;
+  const ts__conv_desc *c = &s->c;
+  ts_log(TS_LOG_WARN,
+         "cuDNN %s (x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, groups %lld, %s): none of its %d algorithms is "
+         "deterministic%s within %zu MiB of workspace: Tessera's direct kernel runs it",
+         dir_name[dir], (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O,
+         (long long)(c->C / c->groups), (long long)c->KH, (long long)c->KW, (long long)c->groups, ts_dtype_name(s->dt),
+         got, s->dt == TS_F32 ? " and real f32" : "", TS__CUDNN_WS_MAX >> 20);
+  return TS_ENOTFOUND;
 }
 
 /* The shape's entry (locked by the caller): found, made, or (table full) made into *tmp */
@@ -225,6 +232,13 @@ static int done(shape_t *tmp, shape_t *s, int rc) {
   if (s == tmp) shape_free(tmp);
   pthread_mutex_unlock(&lock);
   return rc;
+}
+
+int ts__cudnn_conv_has_algo(const ts__conv_desc *c, ts_dtype dt, int dir) {
+  shape_t tmp, *s;
+  int rc = prepared(c, dt, dir, &tmp, &s);
+  done(&tmp, s, rc);
+  return rc != TS_ENOTFOUND;
 }
 
 int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {

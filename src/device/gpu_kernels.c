@@ -547,7 +547,13 @@ const char *ts__gpu_conv_impl(const char **why) {
   return ts__cudnn_available() ? "cudnn" : "tessera";
 }
 
-static int conv_cudnn(void) { return !strcmp(ts__gpu_conv_impl(NULL), "cudnn"); }
+/* cuDNN runs this direction of this shape: it is the convolution in use and (unless forced by
+ * TESSERA_GPU_CONV=cudnn) has a deterministic algorithm for it */
+static int conv_cudnn(const ts__conv_desc *c, ts_dtype dt, int dir) {
+  if (strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
+  const char *force = getenv("TESSERA_GPU_CONV");
+  return (force && !strcmp(force, "cudnn")) || ts__cudnn_conv_has_algo(c, dt, dir);
+}
 
 int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {
   *bytes = 0;
@@ -555,7 +561,7 @@ int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_
   char kn[64];
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
-  if (rc || !conv_cudnn()) return rc;
+  if (rc || !conv_cudnn(c, dt, dir)) return rc;
   return ts__cudnn_conv_workspace(c, dt, dir, bytes);
 }
 
@@ -566,7 +572,7 @@ int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const vo
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
   if (rc) return rc;
-  if (conv_cudnn()) { /* the bias first, then y += the convolution (one rounding) */
+  if (conv_cudnn(c, dt, 0)) { /* the bias first, then y += the convolution (one rounding) */
     int64_t N = c->N, O = c->O, S = c->OH * c->OW;
     if (b && !(rc = kname(kn, sizeof kn, "ts_k_conv_bias_fill", dt, "conv2d"))) {
       void *a[] = {&b, &y, &N, &O, &S};
@@ -585,7 +591,7 @@ int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, con
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_data", dt, "conv2d backward data");
   if (rc) return rc;
-  if (conv_cudnn()) return ts__cudnn_conv(d, c, dt, 1, dy, w, dx, 0.0f, ws, ws_bytes, s);
+  if (conv_cudnn(c, dt, 1)) return ts__cudnn_conv(d, c, dt, 1, dy, w, dx, 0.0f, ws, ws_bytes, s);
   void *a[] = {&dy, &w, &dx, &k};
   return launch(d, kn, grid_for(c->N * c->C * c->H * c->W), 1, BLOCK, s, a);
 }
@@ -597,7 +603,7 @@ int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, c
   int rc = conv_of(c, &k);
   if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_weight", dt, "conv2d backward weight");
   if (rc) return rc;
-  if (conv_cudnn()) { /* dw from cuDNN, db a sum per channel */
+  if (conv_cudnn(c, dt, 2)) { /* dw from cuDNN, db a sum per channel */
     if ((rc = ts__cudnn_conv(d, c, dt, 2, x, dy, dw, 0.0f, ws, ws_bytes, s)) || !db) return rc;
     int64_t N = c->N, O = c->O, S = c->OH * c->OW;
     if ((rc = kname(kn, sizeof kn, "ts_k_conv_bias_grad", dt, "conv2d backward bias"))) return rc;

@@ -188,6 +188,10 @@ const char *ts__gpu_conv_impl(const char **why);
 int ts__cudnn_available(void);
 const char *ts__cudnn_why(void);
 int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes);
+/* 0 when cuDNN has no deterministic (real-f32) algorithm within the workspace bound for the shape
+ * and direction (its convolutions then run on the direct kernels), else 1 (other errors surface at
+ * the call) */
+int ts__cudnn_conv_has_algo(const ts__conv_desc *c, ts_dtype dt, int dir);
 int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, const void *a, const void *b, void *out,
                    float beta, void *ws, size_t ws_bytes, ts__dev_stream *s);
 int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, uint8_t *ws,

@@ -6,7 +6,9 @@
  * a machine without a GPU. Its heuristics list four algorithms, in this order, to check the
  * choice cudnn.c makes: 1 on tensor cores (deterministic, 64 bytes of workspace: not for real
  * f32), 2 non-deterministic, 3 asking 1 TiB of workspace, 4 plain FMA (deterministic, 4 KiB).
- * Running 2 or 3, or 1 in f32, or f32 without CUDNN_FMA_MATH set, is refused (NOT_SUPPORTED). */
+ * Running 2 or 3, or 1 in f32, or f32 without CUDNN_FMA_MATH set, is refused (NOT_SUPPORTED). For
+ * filters of 5x5 and larger it lists only algorithm 2: no deterministic choice, which cudnn.c
+ * answers by running Tessera's direct kernel. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,11 @@ static int heuristics(const tdesc *x, const tdesc *w, const cdesc *c, const tdes
   if (!shapes_ok(x, w, c, y) || want < 1) return BAD_PARAM;
   perf_t all[4] = {{1, 0, 0, mem[1], 1, TENSOR_OP, {0}}, {2, 0, 0, mem[2], 0, FMA, {0}},
                    {3, 0, 0, mem[3], 1, FMA, {0}}, {4, 0, 0, mem[4], 1, FMA, {0}}};
+  if (w->h >= 5) { /* 5x5 filters and larger: only the non-deterministic one (cudnn.c falls back) */
+    *got = 1;
+    p[0] = all[1];
+    return SUCCESS;
+  }
   *got = want < 4 ? want : 4;
   memcpy(p, all, sizeof *p * (size_t)*got);
   return SUCCESS;

@@ -873,6 +873,24 @@ static void test_fake(void) {
   CHECK_MSG(dcalls && *dcalls >= 6, "%d cuDNN convolutions", dcalls ? *dcalls : -1);
   CHECK_MSG(algo && algo[0] == 4 && algo[1] == 1, "cuDNN algorithms %d (f32), %d (bf16)", algo ? algo[0] : -1,
             algo ? algo[1] : -1);
+  /* a shape the stand-in has no deterministic algorithm for (5x5): the direct kernels run it,
+   * the stand-in is not called */
+  {
+    const ts__conv_desc c5 = {1, 2, 8, 8, 3, 5, 5, 4, 4, 1, 1, 0, 0, 1, 1, 1};
+    float x[128], w[150], y[48], gy[48];
+    ts_test_fill(x, 128, 95, -1, 1), ts_test_fill(w, 150, 96, -1, 1);
+    CHECK_OK(ts__conv2d_fwd_ref(&c5, x, w, NULL, y));
+    int before5 = dcalls ? *dcalls : 0;
+    void *px = up(&G, x, sizeof x), *pw = up(&G, w, sizeof w), *py = up(&G, NULL, sizeof y);
+    size_t wsb = 1;
+    CHECK_OK(ts__gpu_conv2d_workspace(&c5, TS_F32, 0, &wsb));
+    CHECK(wsb == 0);
+    CHECK_OK(ts__gpu_conv2d_fwd(d, &c5, TS_F32, px, pw, NULL, py, NULL, 0, NULL));
+    down(&G, gy, py, sizeof gy);
+    same(&G, "conv2d 5x5 forward (no deterministic cuDNN algorithm: the direct kernel)", gy, y, 48, 1e-5, 1e-5);
+    CHECK_MSG(dcalls && *dcalls == before5, "the stand-in cuDNN ran a convolution it has no deterministic algorithm for");
+    ts__dev_free(d, px), ts__dev_free(d, pw), ts__dev_free(d, py);
+  }
   if (fd) dlclose(fd);
   if (emu) { /* and Tessera's own GEMM and convolution kernels, emulated */
     setenv("TESSERA_GPU_GEMM", "tessera", 1);
