@@ -1000,8 +1000,6 @@ static int work_locate(const struct ts__zero *z, size_t w, size_t *flat) {
   return lo;
 }
 
-/* The update of the rank's segments, then the all-gather of the updated parameters (stage 3: in
- * place, nothing gathered). */
 /* Mixed precision: the f32 masters the rank holds (the replicated ones packed, its part of each
  * bucket) rounded into the 16-bit weights at their places; the other ranks' places come by the
  * all-gather that follows. */
@@ -1014,6 +1012,8 @@ static int round_masters(struct ts__zero *z) {
   return rc;
 }
 
+/* The update of the rank's segments, then the all-gather of the updated parameters (stage 3: in
+ * place, nothing gathered). */
 static int zero_optim_step(ts_dist *d, ts_optim *opt, float *params, const float *grads, float lr) {
   struct ts__zero *z = zof(d);
   if (!z) return ts_optim_step(opt, params, grads, lr);
