@@ -81,6 +81,25 @@ void ts__sb_put(ts__sb *b, const char *s, size_t n) {
   b->s[b->n] = 0;
 }
 
+char *ts__str_vprintf(const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int k = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  if (k < 0) return NULL;
+  char *s = malloc((size_t)k + 1);
+  if (s) vsnprintf(s, (size_t)k + 1, fmt, ap);
+  return s;
+}
+
+char *ts__str_printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = ts__str_vprintf(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
 void ts__sb_printf(ts__sb *b, const char *fmt, ...) {
   char tmp[1024];
   va_list ap;

@@ -2,6 +2,7 @@
 #ifndef TS_BASE_TEXT_H
 #define TS_BASE_TEXT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Appends printf output at *n of buf[cap] (cap >= 1): the text is cut at cap-1, *n keeps
@@ -18,6 +19,13 @@ int ts__name_match(const char *pat, const char *s);
 /* The closest of names[0..n) to typed by edit distance (case-insensitive), or NULL when none is
  * close enough to suggest (at most about a third of typed's letters differ): "did you mean". */
 const char *ts__text_closest(const char *typed, const char *const *names, int n);
+
+/* printf output in a new string (malloc'd, the caller frees it), or NULL when out of memory.
+ * Tessera's code uses this rather than asprintf: glibc's asprintf allocates inside libc, where
+ * the sanitizers' fast unwinder cannot follow (scripts/lsan.supp suppresses such stacks: they
+ * come from the MPI runtime). */
+char *ts__str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *ts__str_vprintf(const char *fmt, va_list ap);
 
 /* A growing text buffer (not for hot paths); on allocation failure `failed` is set and later
  * appends do nothing. Start from {0}; the text is b.s (NUL-terminated once anything was put),

@@ -462,9 +462,9 @@ static int sl_add(strlist *l, const char *fmt, ...) {
   }
   va_list ap;
   va_start(ap, fmt);
-  int r = vasprintf(&l->s[l->n], fmt, ap);
+  l->s[l->n] = ts__str_vprintf(fmt, ap);
   va_end(ap);
-  if (r < 0) return TS_ENOMEM;
+  if (!l->s[l->n]) return TS_ENOMEM;
   l->n++;
   return TS_OK;
 }

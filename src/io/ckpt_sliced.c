@@ -201,7 +201,7 @@ int ts_ckpt_slice_write(const char *dir, int rank, const char *id, int64_t step,
     int k = 1;
     for (int j = 0; j < i; j++) k += !strcmp(pieces[j].name, p->name);
     if (k == 1) entries[i] = strdup(p->name);
-    else if (asprintf(&entries[i], "%s#%d", p->name, k) < 0) entries[i] = NULL;
+    else entries[i] = ts__str_printf("%s#%d", p->name, k);
     if (!entries[i]) {
       rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
       break;
