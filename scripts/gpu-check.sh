@@ -65,6 +65,10 @@ step() {
 step math 60 test_cuda_math
 step kernels 300 test_device
 step graph 300 test_exec_gpu
+# the device collectives on the real driver and NCCL, one process (NCCL at world size 1; MPI's
+# singleton start needs OpenMPI's orted, which the bundle does not carry yet: a failure to start
+# MPI here is the bundle's, not the collectives')
+step collectives 120 test_dcoll
 # 20 steps against the CPU, checkpoints across devices, accumulation (tests/cli/gpu_train_test.sh)
 tbin=$root/build/tessera
 [ ${#runner[@]} -gt 0 ] && tbin=$root/gpu-bundle/tessera

@@ -247,6 +247,8 @@ typedef struct {
     int overlap;             /* start each bucket's all-reduce as soon as its gradients are ready */
     int allreduce;           /* 0 auto, 1 flat, 2 hierarchical: the buckets' all-reduce across hosts */
     int reduce_scatter;      /* 0 auto, 1 mpi, 2 ring: optimizer sharding's bucket reduce-scatters */
+    int comm_backend;        /* device_target GPU with several ranks: 0 auto, 1 nccl, 2 mpi (staged
+                                through pinned host memory) for the collectives on device buffers */
     int parameter_broadcast; /* broadcast parameters from rank 0 at start (loaded weights) */
     int sync_batchnorm;      /* BatchNorm training statistics over all ranks (SyncBatchNorm) */
     double comm_timeout;     /* seconds a collective may take before the job fails; 0 = forever */

@@ -34,6 +34,7 @@ typedef struct {
   CUresult (*DeviceGetCount)(int *n);
   CUresult (*DeviceGet)(CUdevice *d, int ordinal);
   CUresult (*DeviceGetName)(char *name, int len, CUdevice d);
+  CUresult (*DeviceGetUuid)(unsigned char uuid[16], CUdevice d);          /* _v2 (CUuuid: 16 bytes) */
   CUresult (*DeviceGetAttribute)(int *v, int attr, CUdevice d);
   CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice d);                  /* cuDeviceTotalMem_v2 */
   CUresult (*DevicePrimaryCtxRetain)(CUcontext *c, CUdevice d);
@@ -72,7 +73,8 @@ typedef struct {
  * member's prototype against cuda.h's and each symbol in NVIDIA's libcuda stub, where installed. */
 #define TS__CUDA_SYMBOLS(F)                                                                                           \
   F(Init, cuInit) F(DriverGetVersion, cuDriverGetVersion) F(DeviceGetCount, cuDeviceGetCount)                        \
-  F(DeviceGet, cuDeviceGet) F(DeviceGetName, cuDeviceGetName) F(DeviceGetAttribute, cuDeviceGetAttribute)            \
+  F(DeviceGet, cuDeviceGet) F(DeviceGetName, cuDeviceGetName) F(DeviceGetUuid, cuDeviceGetUuid_v2)                  \
+  F(DeviceGetAttribute, cuDeviceGetAttribute)                                                                         \
   F(DeviceTotalMem, cuDeviceTotalMem_v2) F(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)                         \
   F(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2) F(CtxSetCurrent, cuCtxSetCurrent)                         \
   F(CtxSynchronize, cuCtxSynchronize) F(MemGetInfo, cuMemGetInfo_v2) F(MemAlloc, cuMemAlloc_v2)                      \

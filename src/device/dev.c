@@ -96,6 +96,7 @@ void ts__dev_stream_destroy(ts__dev *d, ts__dev_stream *s) {
 int ts__dev_event_create(ts__dev *d, ts__dev_event **e) { return d->vt->event_create(d, e); }
 int ts__dev_event_record(ts__dev *d, ts__dev_event *e, ts__dev_stream *s) { return d->vt->event_record(d, e, s); }
 int ts__dev_stream_wait(ts__dev *d, ts__dev_stream *s, ts__dev_event *e) { return d->vt->stream_wait(d, s, e); }
+int ts__dev_event_sync(ts__dev *d, ts__dev_event *e) { return d->vt->event_sync(d, e); }
 int ts__dev_event_elapsed(ts__dev *d, ts__dev_event *a, ts__dev_event *b, double *ms) {
   return d->vt->event_elapsed(d, a, b, ms);
 }

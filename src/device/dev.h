@@ -43,6 +43,7 @@ typedef struct {
   int (*event_record)(ts__dev *d, ts__dev_event *e, ts__dev_stream *s);
   int (*stream_wait)(ts__dev *d, ts__dev_stream *s, ts__dev_event *e);
   int (*event_elapsed)(ts__dev *d, ts__dev_event *a, ts__dev_event *b, double *ms);
+  int (*event_sync)(ts__dev *d, ts__dev_event *e);
   void (*event_destroy)(ts__dev *d, ts__dev_event *e);
   int (*mem_info)(ts__dev *d, size_t *free_bytes, size_t *total);
 } ts__dev_vt;
@@ -50,7 +51,8 @@ typedef struct {
 struct ts__dev {
   const ts__dev_vt *vt;
   ts_device_info info;
-  void *impl; /* the implementation's state */
+  unsigned char uuid[16]; /* the GPU's UUID (cuDeviceGetUuid_v2: a MIG instance's own); the CPU: 0 */
+  void *impl;             /* the implementation's state */
   /* ts__dev_alloc's bookkeeping: each live allocation's size, the bytes live and their peak */
   struct ts__dev_block *blocks;
   size_t nblocks, cap_blocks, live_bytes, peak_bytes;
@@ -81,6 +83,8 @@ void ts__dev_stream_destroy(ts__dev *d, ts__dev_stream *s);
 int ts__dev_event_create(ts__dev *d, ts__dev_event **e);
 int ts__dev_event_record(ts__dev *d, ts__dev_event *e, ts__dev_stream *s);
 int ts__dev_stream_wait(ts__dev *d, ts__dev_stream *s, ts__dev_event *e);
+/* Waits on the host until the work before e's last record has completed. */
+int ts__dev_event_sync(ts__dev *d, ts__dev_event *e);
 /* Milliseconds between a and b once b completed (waits for it). */
 int ts__dev_event_elapsed(ts__dev *d, ts__dev_event *a, ts__dev_event *b, double *ms);
 void ts__dev_event_destroy(ts__dev *d, ts__dev_event *e);

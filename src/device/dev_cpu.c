@@ -73,6 +73,10 @@ static int cpu_event_elapsed(ts__dev *d, ts__dev_event *a, ts__dev_event *b, dou
   *ms = 1e3 * (b->t - a->t);
   return TS_OK;
 }
+static int cpu_event_sync(ts__dev *d, ts__dev_event *e) {
+  (void)d, (void)e;
+  return TS_OK;
+}
 static void cpu_event_destroy(ts__dev *d, ts__dev_event *e) {
   (void)d;
   free(e);
@@ -100,6 +104,7 @@ const ts__dev_vt ts__dev_cpu = {
     .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait,
     .event_elapsed = cpu_event_elapsed,
+    .event_sync = cpu_event_sync,
     .event_destroy = cpu_event_destroy,
     .mem_info = cpu_mem_info,
 };

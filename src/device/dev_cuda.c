@@ -114,6 +114,7 @@ static int cuda_open(ts__dev *d, int id) {
   if (!c) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   c->cu = ts__cuda_api();
   CUresult r = c->cu->DeviceGet(&c->dev, id);
+  if (!r) r = c->cu->DeviceGetUuid(d->uuid, c->dev);
   if (!r) r = c->cu->DevicePrimaryCtxRetain(&c->ctx, c->dev);
   if (r) {
     free(c);
@@ -259,6 +260,13 @@ static int cuda_event_elapsed(ts__dev *d, ts__dev_event *a, ts__dev_event *b, do
   return r ? fail(r, "timing GPU events") : TS_OK;
 }
 
+static int cuda_event_sync(ts__dev *d, ts__dev_event *e) {
+  int rc = cur(d);
+  if (rc) return rc;
+  CUresult r = CU(d)->cu->EventSynchronize(e->e);
+  return r ? fail(r, "cuEventSynchronize") : TS_OK;
+}
+
 static void cuda_event_destroy(ts__dev *d, ts__dev_event *e) {
   if (!cur(d)) CU(d)->cu->EventDestroy(e->e);
   free(e);
@@ -362,6 +370,7 @@ const ts__dev_vt ts__dev_cuda = {
     .event_record = cuda_event_record,
     .stream_wait = cuda_stream_wait,
     .event_elapsed = cuda_event_elapsed,
+    .event_sync = cuda_event_sync,
     .event_destroy = cuda_event_destroy,
     .mem_info = cuda_mem_info,
 };

@@ -334,6 +334,7 @@ const char *ts_dist_name(const ts_dist_vt *vt) { return vt ? vt->name : "?"; }
 int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dist_model *m, int dry, int rank,
                    ts_dist **out) {
   *out = NULL;
+  int rc = TS_OK;
   if (!vt || !cfg) return ts_error_set(TS_EINVAL, "ts_dist_create: no layout or configuration");
   if (dry < 0 || (dry && (rank < 0 || rank >= dry)))
     return ts_error_set(TS_EINVAL, "plan: rank %d of %d devices", rank, dry);
@@ -342,12 +343,10 @@ int ts_dist_create(const ts_dist_vt *vt, const ts_dist_config *cfg, const ts_dis
   if (dry > 1 && !vt->world)
     return ts_error_set(TS_ECONFIG, "parallel.mode: %s runs on one device; set parallel.mode (data_parallel, "
                         "semi_auto_parallel) to plan for %d", vt->name, dry);
-  if (cfg->device == 1 && !dry && strcmp(vt->name, "stand_alone")) /* before MPI starts */
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone does; "
-                        "several ranks on GPUs come with NCCL, docs/gpu.md)", vt->name);
+  if (cfg->device == 1 && !dry && (rc = ts__dist_dev_check(vt->name, cfg))) return rc; /* before MPI starts */
   ts__compat_key key; /* the compatibility table's refusals, then the layout's own */
   ts__compat_key_of(vt->name, cfg, &key);
-  int rc = ts__compat_check(TS__COMPAT_OBJECT, &key);
+  rc = ts__compat_check(TS__COMPAT_OBJECT, &key);
   if (!rc && vt->check) rc = vt->check(cfg, m);
   if (rc) return rc;
   ts_dist *d = calloc(1, sizeof *d);
@@ -425,9 +424,14 @@ int ts_dist_build(ts_dist *d, const ts_dist_model *m) {
   return rc;
 }
 
-int ts_dist_start(ts_dist *d) { return d->world && d->vt->start ? d->vt->start(d) : TS_OK; }
+int ts_dist_start(ts_dist *d) {
+  if (d->gpu && d->world) return ts__dist_dev_start(d); /* the devices' collectives, not the host's buckets */
+  return d->world && d->vt->start ? d->vt->start(d) : TS_OK;
+}
 
-void ts_dist_step_begin(ts_dist *d, float *grads) { d->sync.vt->begin(d, grads); /* arms overlapped reductions */ }
+void ts_dist_step_begin(ts_dist *d, float *grads) {
+  if (!d->gpu) d->sync.vt->begin(d, grads); /* arms overlapped reductions */
+}
 
 void ts_dist_set_span(ts_dist *d, ts_dist_span_fn fn, void *user) {
   d->span = fn;
@@ -486,7 +490,8 @@ int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   *wait_ms = 0;
   if (!d->world) return TS_OK;
-  int src = d->sync.vt->reduce(d, g, wait_ms); /* its errors name the reduction and the group */
+  int src = d->gpu ? ts__dist_dev_reduce(d, g, wait_ms) /* on the devices */
+                   : d->sync.vt->reduce(d, g, wait_ms); /* its errors name the reduction and the group */
   if (src) return src;
   if (d->vt->reduce) {
     int rc = d->vt->reduce(d, g);
@@ -573,7 +578,10 @@ int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
   return ts_dist_clip_scaled(d, g, max_norm, 1.0f, norm, NULL);
 }
 
-int ts_dist_sync_states(ts_dist *d) { return d->vt->sync_states ? d->vt->sync_states(d) : TS_OK; }
+int ts_dist_sync_states(ts_dist *d) {
+  if (d->gpu) return d->world ? ts__dist_dev_sync_states(d) : TS_OK;
+  return d->vt->sync_states ? d->vt->sync_states(d) : TS_OK;
+}
 
 int ts_dist_sum(ts_dist *d, int64_t *cnt, int n, double *x) {
   if (!d->world) return TS_OK;

@@ -197,6 +197,7 @@ typedef struct {
   const ts_op_text *stage_rules;
   int device;             /* device_target: 0 the CPU, 1 a GPU (stand_alone; src/distribution/dist_device.c) */
   int device_id;          /* the GPU (device_id; -1: 0) */
+  int comm_backend;       /* the collectives on device buffers: ts__dcoll_backend (0 auto, 1 nccl, 2 mpi) */
 } ts_dist_config;
 
 /* Optimizer sharding in mixed precision (dist_zero16.c): the dtype of the working weights and

@@ -1,8 +1,11 @@
 /* A job's training on a GPU (device_target: GPU; docs/gpu.md): the distribution object's store,
  * gradients, optimizer state and plans resident on the device, the steps run there, the host
  * copies kept for what reads them (checkpoints, the store's users) and refreshed on demand.
- * One process, one GPU: the stand_alone layout (the layouts over several ranks stay on the CPU
- * until their collectives run on device buffers, issue #29).
+ * One process, one GPU: the stand_alone layout; data_parallel over ranks each driving a GPU (or
+ * sharing one), the gradients all-reduced on the devices after backward through the device
+ * collectives (runtime/dcoll.h: NCCL, or MPI staged through pinned memory), the parameters
+ * broadcast from rank 0 there, BatchNorm's running statistics averaged there (the other layouts
+ * over several ranks stay on the CPU until their collectives run on device buffers, issue #29).
  *   create: the device opened (ts__dist_dev_open); build: the plans put on it, the store's
  *   buffers mirrored there (parameters, gradients, states; each binding moved to the same offset),
  *   inputs bound to device buffers (ts__dist_dev_bind); a step: the batch copied in, the plan run,
@@ -16,10 +19,12 @@
 #include "dist_impl.h"
 #include "device/dev.h"
 #include "device/gpu_kernels.h"
+#include "runtime/dcoll.h"
 #include "runtime/exec.h"
 
 struct ts__dist_dev {
   ts__dev *dev;
+  ts__dcoll *coll;         /* data_parallel: the collectives over the world on device buffers */
   /* the store's buffers: parameters, gradients, states (host base, bytes, device copy) */
   const char *hbase[3];
   size_t hlen[3];
@@ -40,19 +45,68 @@ struct ts__dist_dev {
 
 #define G(d) ((d)->gpu)
 
+int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
+  if (!strcmp(mode, "stand_alone")) return TS_OK;
+  if (strcmp(mode, "data_parallel"))
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone and "
+                        "data_parallel do; the other layouts come with issue #29, docs/gpu.md)", mode);
+  if (cfg->optimizer_shard)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet "
+                        "(data_parallel does without it; docs/gpu.md)", cfg->optimizer_shard);
+  if (cfg->sync_batchnorm)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.sync_batchnorm does not run on GPUs yet (each rank's "
+                        "batch statistics; the running statistics are averaged over the ranks; docs/gpu.md)");
+  return TS_OK;
+}
+
 int ts__dist_dev_open(ts_dist *d) {
-  if (strcmp(d->vt->name, "stand_alone"))
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone does; "
-                        "several ranks on GPUs come with NCCL, docs/gpu.md)", d->vt->name);
   struct ts__dist_dev *g = calloc(1, sizeof *g);
   if (!g) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   int rc = ts__dev_open(TS_DEVICE_GPU, d->cfg.device_id >= 0 ? d->cfg.device_id : 0, &g->dev);
+  /* every rank's collectives on the devices (collective over the world: every rank gets here,
+   * or fails the same way, the choice agreed inside) */
+  if (!rc && d->world) rc = ts__dcoll_create(d->world, g->dev, (ts__dcoll_backend)d->cfg.comm_backend, &g->coll);
   if (rc) {
+    ts__dev_close(g->dev);
     free(g);
     return rc;
   }
   d->gpu = g;
   return TS_OK;
+}
+
+int ts__dist_dev_start(ts_dist *d) {
+  struct ts__dist_dev *g = G(d);
+  ts_params *p = d->r.params;
+  int rc = TS_OK;
+  if (d->cfg.parameter_broadcast) { /* rank 0's parameters and states, device to device */
+    if (g->hlen[0]) rc = ts__dcoll_broadcast(g->coll, g->dbase[0], ts_params_numel(p), TS_F32, 0, NULL);
+    if (!rc && g->hlen[2]) rc = ts__dcoll_broadcast(g->coll, g->dbase[2], ts_params_state_numel(p), TS_F32, 0, NULL);
+    if (!rc) rc = ts__dev_sync(g->dev);
+    g->host_stale = 1;
+  }
+  return rc ? ts_error_wrap(rc, "parallel.parameter_broadcast") : TS_OK;
+}
+
+int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
+  struct ts__dist_dev *g = G(d);
+  double t0 = ts_time_now();
+  int rc = d->r.size > 1 ? ts__dcoll_allreduce(g->coll, gd, gd, ts_params_numel(d->r.params), TS_F32,
+                                               d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL)
+                         : TS_OK;
+  *wait_ms = 1e3 * (ts_time_now() - t0);
+  return rc ? ts_error_wrap(rc, "the gradients over the %d ranks", d->r.size) : TS_OK;
+}
+
+int ts__dist_dev_sync_states(ts_dist *d) {
+  struct ts__dist_dev *g = G(d);
+  ts_params *p = d->r.params;
+  if (d->r.size < 2 || d->cfg.sync_batchnorm || !g->hlen[2]) return TS_OK;
+  int rc = ts__dcoll_allreduce(g->coll, g->dbase[2], g->dbase[2], ts_params_state_numel(p), TS_F32, TS_REDUCE_MEAN,
+                               NULL);
+  if (!rc) rc = ts__dev_sync(g->dev);
+  g->host_stale = 1;
+  return rc ? ts_error_wrap(rc, "averaging BatchNorm running statistics over the ranks") : TS_OK;
 }
 
 void ts__dist_dev_free(ts_dist *d) {
@@ -71,6 +125,7 @@ void ts__dist_dev_free(ts_dist *d) {
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   d->r.plan = d->r.plan_e = NULL;
+  ts__dcoll_free(g->coll);
   ts__dev_close(v);
   free(g);
 }
@@ -305,6 +360,8 @@ int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap) {
     return 0;
   }
   ts_device_describe(&d->gpu->dev->info, buf, cap);
+  size_t n = strlen(buf);
+  if (d->gpu->coll && n < cap) snprintf(buf + n, cap - n, "; collectives: %s", ts__dcoll_describe(d->gpu->coll));
   return 1;
 }
 

@@ -104,6 +104,9 @@ struct ts_dist {
 
 /* dist_device.c (device_target GPU): the device opened at create (the layouts it runs), the plans
  * and store put on it after the build, the step's parts on it, its end with the object. */
+/* What runs on GPUs (before MPI starts): stand_alone; data_parallel without optimizer sharding
+ * and sync_batchnorm; the rest refused naming the key. */
+int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg);
 int ts__dist_dev_open(ts_dist *d);
 int ts__dist_dev_bind(ts_dist *d);
 void ts__dist_dev_free(ts_dist *d);
@@ -112,6 +115,11 @@ int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits);
 int ts__dist_dev_clip(ts_dist *d, float *g, ts__clip *c);
 int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg, ts_optim *o);
 int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *g, float lr);
+/* data_parallel on GPU ranks: the parameter broadcast on the devices (start), the gradients'
+ * all-reduce (the step's end), the running statistics' mean (before evaluation and saving) */
+int ts__dist_dev_start(ts_dist *d);
+int ts__dist_dev_reduce(ts_dist *d, float *g, double *wait_ms);
+int ts__dist_dev_sync_states(ts_dist *d);
 
 extern const ts_dist_vt ts__dist_semi_auto;
 extern const ts_dist_vt ts__dist_pipeline;

@@ -24,6 +24,7 @@ static const char *const level_names[] = {"debug", "info", "warn", "error", NULL
 static const char *const profile_names[] = {"off", "summary", "trace", NULL};
 static const char *const recompute_names[] = {"none", "full", "selective", NULL};
 static const char *const cp_algo_names[] = {"ulysses", "ring", "auto", NULL}; /* TS_CP_* */
+static const char *const comm_backend_names[] = {"auto", "nccl", "mpi", NULL}; /* runtime/dcoll.h's order */
 static const char *const search_names[] = {"dynamic_programming", "sharding_propagation", "recursive_programming", NULL};
 static const char *const amp_level_names[] = {"O0", "O1", "O2", "O3", NULL};
 static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
@@ -262,6 +263,11 @@ const ts__cfg_key ts__cfg_keys[] = {
      "hierarchical (inside each host, between hosts, broadcast inside; f32, after backward); flat_send: "
      "flat from a separate send buffer (f32; MPI may then run a ring or Rabenseifner's algorithm); auto: "
      "the faster by the cost model of parallel.cluster's links, per bucket size (flat on one host)"},
+    {"parallel.comm_backend", CT_ENUM, FLD(parallel.comm_backend), "auto", comm_backend_names, 0, 0, 0, 0, 0,
+     "device_target GPU with several ranks: what carries the collectives on device buffers: nccl "
+     "(NCCL, every rank on a GPU of its own), mpi (MPI staged through pinned host memory: ranks "
+     "sharing a GPU), auto (NCCL where every rank has its own GPU and NCCL loads, else mpi); the "
+     "choice is printed at the start (docs/gpu.md)"},
     {"parallel.reduce_scatter", CT_ENUM, FLD(parallel.reduce_scatter), "auto", reduce_scatter_names, 0, 0, 0, 0, 0,
      "optimizer_shard's bucket reduce-scatters: mpi (MPI's non-blocking reduce-scatter: OpenMPI's is a "
      "binomial reduce of the whole bucket to one rank and a scatter from it) or ring (point-to-point "

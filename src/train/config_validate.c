@@ -618,6 +618,7 @@ void ts_config_dist(const ts_config *cfg, ts_dist_config *out) {
   out->overlap = cfg->parallel.overlap;
   out->allreduce = cfg->parallel.allreduce;
   out->reduce_scatter = cfg->parallel.reduce_scatter;
+  out->comm_backend = cfg->parallel.comm_backend;
   out->reduce_scatter_price = reduce_scatter_price;
   out->allreduce_price = allreduce_price;
   snprintf(out->cluster, sizeof out->cluster, "%s", cfg->parallel.cluster);

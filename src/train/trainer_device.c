@@ -10,9 +10,12 @@
 #include "device/gpu_kernels.h"
 #include "train_impl.h"
 
-/* The GPU of this process: device_id, or (-1) the local rank's under mpirun, else 0. */
+/* The GPU of this process: device_id, or (-1) MindSpore's DEVICE_ID, or the local rank's under
+ * mpirun (modulo the GPUs: ranks beyond them share), else 0. */
 static int gpu_of(const ts_config *c, int count) {
   if (c->device_id >= 0) return c->device_id;
+  const char *di = getenv("DEVICE_ID");
+  if (di && *di) return atoi(di);
   const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!lr) lr = getenv("MPI_LOCALRANKID"); /* MPICH */
   if (!lr) lr = getenv("SLURM_LOCALID");

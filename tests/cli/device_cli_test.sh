@@ -3,7 +3,7 @@
 # line naming what is missing, exit 2, before anything is built (no metrics file written); with
 # the stand-in driver (TS_FAKECUDA, tests/device/fake_cuda.c): a device_id beyond the GPUs, a
 # compute capability below 8.0 and a driver that does not start each name themselves; a usable
-# GPU trains the job (its kernels emulated) to the CPU's loss; data_parallel there is refused;
+# GPU trains the job (its kernels emulated) to the CPU's loss; semi_auto_parallel there is refused;
 # CPU trains.
 # Usage: device_cli_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
@@ -52,10 +52,10 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
     ok "a usable GPU trains the job: step 2 loss $gpu_loss, the CPU's $out_cpu"
   else bad "usable GPU: rc $rc, loss '$gpu_loss' vs CPU '$out_cpu': $out"; fi
   fi
-  run train "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=data_parallel
-  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: parallel.mode data_parallel does not run on GPUs yet"; then
-    ok "data_parallel on the GPU: refused naming the key (several ranks on GPUs: issue 29)"
-  else bad "data_parallel on the GPU: rc $rc: $out"; fi
+  run train "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=semi_auto_parallel
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: parallel.mode semi_auto_parallel does not run on GPUs yet"; then
+    ok "semi_auto_parallel on the GPU: refused naming the key (data_parallel runs: tests/cli/gpu_ranks_test.sh)"
+  else bad "semi_auto_parallel on the GPU: rc $rc: $out"; fi
   unset TESSERA_LIBCUDA
 else echo "SKIP part: TS_FAKECUDA not set (the stand-in driver)"; fi
 run train "$tmp/c.yaml" --set device_target=CPU

@@ -39,4 +39,5 @@ struct abi_report {
 };
 
 void check_driver(abi_report *r);
+void check_nccl(abi_report *r, void *libnccl);
 #endif

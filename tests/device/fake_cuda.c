@@ -60,6 +60,13 @@ CUresult cuDeviceGetAttribute(int *v, int a, int d) {
   *v = a == 75 ? ma : a == 76 ? mi : a == 16 ? 4 : 0;
   return OK;
 }
+/* each GPU's UUID: "FAKEGPU" and its ordinal (two processes opening GPU 0 share it) */
+CUresult cuDeviceGetUuid_v2(unsigned char u[16], int d) {
+  memset(u, 0, 16);
+  memcpy(u, "FAKEGPU", 7);
+  u[15] = (unsigned char)d;
+  return OK;
+}
 CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = (size_t)1 << 30; return OK; }
 static int ctx_token;
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &ctx_token; return OK; }

@@ -1,5 +1,5 @@
 // Tessera declares the C ABIs of NVIDIA's libraries itself (no CUDA install is needed to build):
-// src/device/cuda_api.h (the driver), cublas_abi.h, cudnn_abi.h. Where a CUDA toolkit with cuDNN
+// src/device/cuda_api.h (the driver), cublas_abi.h, cudnn_abi.h, nccl_abi.h. Where a CUDA toolkit with cuDNN
 // is installed (CMake finds cudnn.h; elsewhere the test is SKIPPED), this checks every
 // declaration against NVIDIA's own headers: each entry point's parameter count, each parameter's
 // and the result's kind (pointer, integer or enum, floating point) and size; the enum values; the
@@ -96,6 +96,7 @@ int main() {
           "cublasComputeType_t and cublasGemmAlgo_t values");
   // the driver (its own translation unit: cuda.h's type names clash with Tessera's)
   check_driver(&r);
+  check_nccl(&r, open_lib(TS_LIBNCCL, "NCCL"));
   std::printf("checked against the headers of cuDNN %d.%d.%d, cuBLAS %d.%d and CUDA's runtime %d\ntest_cuda_abi: %d checks, %d failures\n",
               CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUDART_VERSION, r.checks,
               r.failures);

@@ -159,6 +159,7 @@ static const struct {
     {"parallel.overlap", "false"},
     {"parallel.allreduce", "hierarchical"},
     {"parallel.reduce_scatter", "ring"},
+    {"parallel.comm_backend", "mpi"},
     {"parallel.parameter_broadcast", "true"},
     {"parallel.sync_batchnorm", "true"},
     {"parallel.comm_timeout", "30"},

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# data_parallel on GPU ranks (issue 29, first layout) against the same layout on CPU ranks, on the
+# stand-in driver (TS_FAKECUDA: its emulator runs the kernels) and the stand-in NCCL (TS_FAKENCCL:
+# its ranks meet in shared memory), or on the machine's GPUs and NCCL where TS_FAKECUDA is unset:
+#   1. 2 ranks sharing GPU 0: the collectives staged through pinned host memory over MPI (said at
+#      the start, naming the ranks that share the GPU); 20 MLP steps (adamw, clipping, evaluation
+#      every 10) follow 2 CPU ranks within 1e-4 relative, two runs bitwise the same;
+#   2. a GPU per rank: NCCL chosen and said; the same 20 steps within 1e-4 of the CPU ranks', two
+#      runs bitwise; parallel.comm_backend mpi forces the staged path there and agrees too;
+#   3. gradient accumulation (2 micro-batches), gradients summed (gradients_mean false);
+#   4. a ResNet-8 (batch norm: each rank's batch statistics, the running statistics averaged over
+#      the ranks before evaluation and saving): 3 steps and the evaluation follow the CPU ranks;
+#      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process;
+#   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
+#      (naming them), layouts that do not run on GPUs yet (semi_auto_parallel, optimizer_shard,
+#      sync_batchnorm).
+# Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins)
+set -u
+bin=$1
+fail=0
+. "$(dirname "$0")/lib.sh"
+mpi_job 2
+command -v python3 >/dev/null || { echo "SKIP: no python3 in PATH (compares the loss listings)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -n "${TS_FAKECUDA:-}" ] && [ "${TS_EMU:-1}" = 0 ]; then
+  echo "SKIP: the sanitizers' build: the stand-in driver records launches without running them"; exit 77
+elif [ -n "${TS_FAKECUDA:-}" ]; then
+  export TESSERA_LIBCUDA=$TS_FAKECUDA TESSERA_GPU_GEMM=tessera TESSERA_LIBNCCL=${TS_FAKENCCL:-/nonexistent}
+  # the convolutions through the stand-in cuDNN, or the direct kernels (never a real cuDNN here)
+  if [ -n "${TS_FAKECUDNN:-}" ]; then export TESSERA_LIBCUDNN=$TS_FAKECUDNN; else export TESSERA_GPU_CONV=tessera; fi
+  where="the stand-in driver's emulated GPUs"
+else where="the GPUs"; fi
+idx_split "$tmp/d" train 256 28 28
+idx_split "$tmp/d" t10k 64 28 28
+mlp_cfg "$tmp/c.yaml" "$tmp/d" 20 16 "parallel: {mode: data_parallel}"
+sed -i 's/^train: {steps: 20, batch_size: 16, eval_batch_size: 16, log_every: 1}/train: {steps: 20, batch_size: 16, eval_batch_size: 16, log_every: 1, eval_every: 10, seed: 7}/;
+        s/^optimizer: {name: sgd, lr: 0.01}/optimizer: {name: adamw, lr: 0.003, clip_grad_norm: 0.5}/;
+        s/^log: {progress: lines}/log: {progress: off}/' "$tmp/c.yaml"
+if [ "$where" = "the GPUs" ]; then
+  why=$("$bin" train "$tmp/c.yaml" --set device_target=GPU --set train.steps=1 --set parallel.mode=stand_alone 2>&1 | grep "device_target GPU: ")
+  if [ -n "$why" ]; then echo "SKIP: no usable GPU and no stand-in driver (TS_FAKECUDA): $why"; exit 77; fi
+fi
+close() { python3 -c "
+import sys
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]; tol=float(sys.argv[3])
+ok=len(a)==len(b) and len(a)>0
+for x,y in zip(a,b):
+    ok=ok and x[0]==y[0]
+    for u,v in zip(x[1:],y[1:]): ok=ok and abs(float(u)-float(v))<=tol*max(abs(float(v)),1e-6)
+sys.exit(0 if ok else 1)" "$1" "$2" "${3:-1e-4}"; }
+job() { # name config device [--set ...]: 2 ranks; metrics $tmp/name.jsonl, losses $tmp/name.txt, output $tmp/name.out
+  local n=$1 c=$2 dev=$3; shift 3
+  "${mpi[@]}" "$bin" train "$c" --set device_target="$dev" --set log.metrics="$tmp/$n.jsonl" "$@" > "$tmp/$n.out" 2>&1 ||
+    bad "$n ($dev): $(grep -v '^-\|^$' "$tmp/$n.out" | tail -3)"
+  loss_listing "$tmp/$n.jsonl" > "$tmp/$n.txt" 2>/dev/null
+}
+said() { grep -o "collectives: .*" "$tmp/$1.out" | head -1; }
+# 1. two ranks on one GPU: staged MPI
+export FAKE_CUDA_COUNT=1
+job cpu "$tmp/c.yaml" CPU
+job shared "$tmp/c.yaml" GPU --set device_id=0
+job shared2 "$tmp/c.yaml" GPU --set device_id=0
+s=$(said shared)
+echo "$s" | grep -q "MPI staged through pinned host memory (ranks 0 and 1 share GPU 0)" || bad "sharing GPU 0: '$s'"
+close "$tmp/shared.txt" "$tmp/cpu.txt" && ok "2 ranks sharing one GPU ($s): 20 steps and 2 evaluations follow 2 CPU ranks: final loss $(grep '^20 ' "$tmp/shared.txt" | cut -d' ' -f2) vs $(grep '^20 ' "$tmp/cpu.txt" | cut -d' ' -f2)" ||
+  bad "shared GPU vs CPU ranks: $(paste "$tmp/shared.txt" "$tmp/cpu.txt" | head -4)"
+cmp -s "$tmp/shared.txt" "$tmp/shared2.txt" && ok "two runs sharing a GPU: bitwise the same" || bad "shared GPU runs differ"
+# 2. a GPU per rank: NCCL (the local rank's GPU by default)
+export FAKE_CUDA_COUNT=2
+job nccl "$tmp/c.yaml" GPU
+job nccl2 "$tmp/c.yaml" GPU
+s=$(said nccl)
+if [ -n "${TS_FAKECUDA:-}" ] && [ -z "${TS_FAKENCCL:-}" ]; then want="NCCL not found"; else want="NCCL 2."; fi
+echo "$s" | grep -q "$want" || bad "a GPU per rank: '$s' (expected $want)"
+close "$tmp/nccl.txt" "$tmp/cpu.txt" && ok "2 ranks, a GPU each ($s): 20 steps follow 2 CPU ranks" ||
+  bad "GPU per rank vs CPU ranks: $(paste "$tmp/nccl.txt" "$tmp/cpu.txt" | head -4)"
+cmp -s "$tmp/nccl.txt" "$tmp/nccl2.txt" && ok "two runs, a GPU each: bitwise the same" || bad "GPU-per-rank runs differ"
+job mpi "$tmp/c.yaml" GPU --set parallel.comm_backend=mpi
+said mpi | grep -q "MPI staged through pinned host memory (parallel.comm_backend mpi)" || bad "comm_backend mpi: '$(said mpi)'"
+close "$tmp/mpi.txt" "$tmp/cpu.txt" && ok "parallel.comm_backend mpi on a GPU per rank: $(said mpi | cut -c1-60)...: follows the CPU ranks" ||
+  bad "comm_backend mpi: $(paste "$tmp/mpi.txt" "$tmp/cpu.txt" | head -4)"
+# 3. accumulation, summed gradients
+acc=(--set train.micro_batch_size=8 --set parallel.gradients_mean=false --set optimizer.name=momentum --set optimizer.lr=0.01)
+job acc_cpu "$tmp/c.yaml" CPU "${acc[@]}"
+job acc_gpu "$tmp/c.yaml" GPU "${acc[@]}"
+close "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" && ok "2 micro-batches, gradients summed: the GPU ranks follow the CPU ranks" ||
+  bad "accumulation: $(paste "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" | head -4)"
+# 4. a ResNet-8: batch norm's running statistics averaged over the ranks; its checkpoint on the CPU
+cat > "$tmp/res.yaml" <<YAML
+model: {name: resnet, depth: 8}
+data:
+  name: fashion_mnist
+  path: $tmp/d
+  train_limit: 64
+  test_limit: 32
+  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
+train: {steps: 3, batch_size: 8, eval_batch_size: 16, seed: 2}
+optimizer: {name: momentum, lr: 0.05}
+parallel: {mode: data_parallel}
+log: {progress: off}
+YAML
+job res_cpu "$tmp/res.yaml" CPU
+job res_gpu "$tmp/res.yaml" GPU --set checkpoint.dir="$tmp/ck" --set checkpoint.save_last=true
+close "$tmp/res_gpu.txt" "$tmp/res_cpu.txt" 1e-3 && ok "ResNet-8 on 2 GPU ranks: 3 steps and the evaluation follow 2 CPU ranks (1e-3)" ||
+  bad "ResNet: $(paste "$tmp/res_gpu.txt" "$tmp/res_cpu.txt" | head -4)"
+ck=$(ls "$tmp"/ck/*.safetensors 2>/dev/null | tail -1)
+ev=$("$bin" eval "$tmp/res.yaml" --set parallel.mode=stand_alone --checkpoint "$ck" 2>&1 | grep -o "loss [0-9.]*  top1 [0-9.]*%")
+want=$(grep '^eval' "$tmp/res_cpu.txt" | tail -1)
+python3 -c "
+import sys
+e=sys.argv[1].split(); w=sys.argv[2].split()
+sys.exit(0 if abs(float(e[1])-float(w[1]))<=6e-5*max(1,abs(float(w[1]))) and abs(float(e[3].rstrip('%'))/100-float(w[2]))<1e-6 else 1)" \
+  "${ev:-x 0 x 0%}" "${want:-eval 1 1}" 2>/dev/null &&
+  ok "the GPU ranks' checkpoint evaluated by one CPU process: $ev (the CPU ranks' last evaluation: $want)" ||
+  bad "GPU ranks' checkpoint on the CPU: '$ev' vs '$want' ($ck)"
+# 5. refusals: one line, exit 2, nothing trained
+export FAKE_CUDA_COUNT=1
+refuse() { # what expected-text [--set ...]
+  local what=$1 want=$2; shift 2
+  out=$("${mpi[@]}" "$bin" train "$tmp/c.yaml" --set device_target=GPU "$@" 2>&1); local rc=$?
+  if [ $rc = 2 ] && echo "$out" | grep -q "$want" && ! echo "$out" | grep -q '"type": *"step"'; then ok "$what: exit 2 ($(echo "$out" | grep -m1 "$want" | cut -c1-150))"
+  else bad "$what: exit $rc: $(echo "$out" | grep -v '^-\|^$' | head -3)"; fi
+}
+refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
+refuse "semi_auto_parallel on GPUs" "parallel.mode semi_auto_parallel does not run on GPUs yet" --set parallel.mode=semi_auto_parallel
+refuse "optimizer_shard on GPUs" "parallel.optimizer_shard 1 does not run on GPUs yet" --set parallel.optimizer_shard=1
+refuse "sync_batchnorm on GPUs" "parallel.sync_batchnorm does not run on GPUs yet" --set parallel.sync_batchnorm=true
+exit $fail
