@@ -57,6 +57,7 @@ typedef struct {
   CUresult (*EventCreate)(CUevent *e, unsigned flags);
   CUresult (*EventRecord)(CUevent e, CUstream s);
   CUresult (*EventSynchronize)(CUevent e);
+  CUresult (*EventQuery)(CUevent e); /* CUDA_SUCCESS done, CUDA_ERROR_NOT_READY (600) not yet */
   CUresult (*EventElapsedTime)(float *ms, CUevent start, CUevent end);
   CUresult (*EventDestroy)(CUevent e);                                    /* _v2 */
   CUresult (*ModuleLoadDataEx)(CUmodule *m, const void *image, unsigned n, int *opts, void **vals);
@@ -83,7 +84,7 @@ typedef struct {
   F(MemcpyDtoDAsync, cuMemcpyDtoDAsync_v2) F(MemsetD8Async, cuMemsetD8Async) F(StreamCreate, cuStreamCreate)         \
   F(StreamSynchronize, cuStreamSynchronize) F(StreamDestroy, cuStreamDestroy_v2)                                     \
   F(StreamWaitEvent, cuStreamWaitEvent) F(EventCreate, cuEventCreate) F(EventRecord, cuEventRecord)                  \
-  F(EventSynchronize, cuEventSynchronize) F(EventElapsedTime, cuEventElapsedTime) F(EventDestroy, cuEventDestroy_v2) \
+  F(EventSynchronize, cuEventSynchronize) F(EventQuery, cuEventQuery) F(EventElapsedTime, cuEventElapsedTime) F(EventDestroy, cuEventDestroy_v2) \
   F(ModuleLoadDataEx, cuModuleLoadDataEx) F(ModuleGetFunction, cuModuleGetFunction) F(ModuleUnload, cuModuleUnload)  \
   F(LaunchKernel, cuLaunchKernel) F(GetErrorName, cuGetErrorName) F(GetErrorString, cuGetErrorString)
 

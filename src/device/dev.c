@@ -97,6 +97,7 @@ int ts__dev_event_create(ts__dev *d, ts__dev_event **e) { return d->vt->event_cr
 int ts__dev_event_record(ts__dev *d, ts__dev_event *e, ts__dev_stream *s) { return d->vt->event_record(d, e, s); }
 int ts__dev_stream_wait(ts__dev *d, ts__dev_stream *s, ts__dev_event *e) { return d->vt->stream_wait(d, s, e); }
 int ts__dev_event_sync(ts__dev *d, ts__dev_event *e) { return d->vt->event_sync(d, e); }
+int ts__dev_event_query(ts__dev *d, ts__dev_event *e, int *done) { return d->vt->event_query(d, e, done); }
 int ts__dev_event_elapsed(ts__dev *d, ts__dev_event *a, ts__dev_event *b, double *ms) {
   return d->vt->event_elapsed(d, a, b, ms);
 }

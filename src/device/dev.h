@@ -44,6 +44,7 @@ typedef struct {
   int (*stream_wait)(ts__dev *d, ts__dev_stream *s, ts__dev_event *e);
   int (*event_elapsed)(ts__dev *d, ts__dev_event *a, ts__dev_event *b, double *ms);
   int (*event_sync)(ts__dev *d, ts__dev_event *e);
+  int (*event_query)(ts__dev *d, ts__dev_event *e, int *done);
   void (*event_destroy)(ts__dev *d, ts__dev_event *e);
   int (*mem_info)(ts__dev *d, size_t *free_bytes, size_t *total);
 } ts__dev_vt;
@@ -85,6 +86,8 @@ int ts__dev_event_record(ts__dev *d, ts__dev_event *e, ts__dev_stream *s);
 int ts__dev_stream_wait(ts__dev *d, ts__dev_stream *s, ts__dev_event *e);
 /* Waits on the host until the work before e's last record has completed. */
 int ts__dev_event_sync(ts__dev *d, ts__dev_event *e);
+/* *done = 1 when that work has completed, 0 while it runs (never waits). */
+int ts__dev_event_query(ts__dev *d, ts__dev_event *e, int *done);
 /* Milliseconds between a and b once b completed (waits for it). */
 int ts__dev_event_elapsed(ts__dev *d, ts__dev_event *a, ts__dev_event *b, double *ms);
 void ts__dev_event_destroy(ts__dev *d, ts__dev_event *e);

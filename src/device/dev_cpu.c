@@ -77,6 +77,11 @@ static int cpu_event_sync(ts__dev *d, ts__dev_event *e) {
   (void)d, (void)e;
   return TS_OK;
 }
+static int cpu_event_query(ts__dev *d, ts__dev_event *e, int *done) {
+  (void)d, (void)e;
+  *done = 1;
+  return TS_OK;
+}
 static void cpu_event_destroy(ts__dev *d, ts__dev_event *e) {
   (void)d;
   free(e);
@@ -105,6 +110,7 @@ const ts__dev_vt ts__dev_cpu = {
     .stream_wait = cpu_stream_wait,
     .event_elapsed = cpu_event_elapsed,
     .event_sync = cpu_event_sync,
+    .event_query = cpu_event_query,
     .event_destroy = cpu_event_destroy,
     .mem_info = cpu_mem_info,
 };

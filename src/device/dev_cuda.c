@@ -267,6 +267,14 @@ static int cuda_event_sync(ts__dev *d, ts__dev_event *e) {
   return r ? fail(r, "cuEventSynchronize") : TS_OK;
 }
 
+static int cuda_event_query(ts__dev *d, ts__dev_event *e, int *done) {
+  int rc = cur(d);
+  if (rc) return rc;
+  CUresult r = CU(d)->cu->EventQuery(e->e);
+  *done = r == 0;
+  return r && r != 600 ? fail(r, "cuEventQuery") : TS_OK; /* 600: CUDA_ERROR_NOT_READY */
+}
+
 static void cuda_event_destroy(ts__dev *d, ts__dev_event *e) {
   if (!cur(d)) CU(d)->cu->EventDestroy(e->e);
   free(e);
@@ -371,6 +379,7 @@ const ts__dev_vt ts__dev_cuda = {
     .stream_wait = cuda_stream_wait,
     .event_elapsed = cuda_event_elapsed,
     .event_sync = cuda_event_sync,
+    .event_query = cuda_event_query,
     .event_destroy = cuda_event_destroy,
     .mem_info = cuda_mem_info,
 };

@@ -94,6 +94,9 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   int rc = d->r.size > 1 ? ts__dcoll_allreduce(g->coll, gd, gd, ts_params_numel(d->r.params), TS_F32,
                                                d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL)
                          : TS_OK;
+  /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
+   * the stream: polled, aborted past it) */
+  if (!rc && d->r.size > 1) rc = ts__dcoll_wait(g->coll, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
   *wait_ms = 1e3 * (ts_time_now() - t0);
   return rc ? ts_error_wrap(rc, "the gradients over the %d ranks", d->r.size) : TS_OK;
 }

@@ -1,8 +1,10 @@
 /* Collectives on device buffers: NCCL, MPI staged through pinned host memory, or MPI directly on
  * a CPU device (dcoll.h says when each). */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device/nccl.h"
 #include "runtime/dcoll.h"
@@ -21,6 +23,7 @@ struct ts__dcoll {
   char *host[2];
   ts__dev_stream *copy;
   ts__dev_event *ev[2], *ready;
+  int broken; /* NCCL aborted after a failure (ts__dcoll_wait): every call fails */
   char what[300];
 };
 
@@ -34,6 +37,8 @@ const char *ts__dcoll_backend_name(ts__dcoll_backend b) {
 }
 
 ts__dcoll_backend ts__dcoll_backend_of(const ts__dcoll *x) { return x->b; }
+int ts__dcoll_rank(const ts__dcoll *x) { return x->rank; }
+int ts__dcoll_size(const ts__dcoll *x) { return x->size; }
 const char *ts__dcoll_describe(const ts__dcoll *x) { return x->what; }
 
 static int gpu(const ts__dcoll *x) { return x->d->info.kind == TS_DEVICE_GPU; }
@@ -179,6 +184,34 @@ int ts__dcoll_create(ts_comm *c, ts__dev *d, ts__dcoll_backend want, ts__dcoll *
 
 int ts__dcoll_check(ts__dcoll *x) { return x->nccl ? ts__nccl_check(x->nccl) : TS_OK; }
 
+int ts__dcoll_wait(ts__dcoll *x, ts__dev_stream *s, double timeout, const char *what) {
+  if (!x->nccl) return gpu(x) ? ts__dev_stream_sync(x->d, s) : TS_OK;
+  int rc = x->ready ? TS_OK : ts__dev_event_create(x->d, &x->ready); /* (the staged path made its own) */
+  if (!rc) rc = ts__dev_event_record(x->d, x->ready, s);
+  double t0 = ts_time_now();
+  for (int spin = 0; !rc; spin++) {
+    int done = 0;
+    if ((rc = ts__dev_event_query(x->d, x->ready, &done)) || done) break;
+    if ((rc = ts__nccl_check(x->nccl))) break; /* a peer died: NCCL says so */
+    if (timeout > 0 && ts_time_now() - t0 > timeout) {
+      rc = ts_error_set(TS_ECOMM, "device %s over %d ranks (NCCL): not finished after %g s (a rank stalled or died; "
+                        "parallel.comm_timeout)", what, x->size, timeout);
+      break;
+    }
+    if (spin < 100) sched_yield();
+    else nanosleep(&(struct timespec){0, 200000}, NULL);
+  }
+  if (rc) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", ts_last_error());
+    ts__nccl_comm_abort(x->nccl); /* its queued work returns; every later call fails */
+    x->nccl = NULL;
+    x->broken = 1;
+    return ts_error_set(TS_ECOMM, "%s", msg);
+  }
+  return TS_OK;
+}
+
 /* ---- the staged path ----
  * A collective is cut into chunks along each rank's block (elements a..b of it); a chunk's
  * copies in (device -> host buffer k), its MPI call on the host buffer, its copies out (host
@@ -311,7 +344,8 @@ static size_t chunk_of(const ts__dcoll *x, size_t es, size_t parts) {
   return m ? m : 1;
 }
 
-static int check_dt(const char *what, ts_dtype dt) {
+static int check_dt(const ts__dcoll *x, const char *what, ts_dtype dt) {
+  if (x->broken) return ts_error_set(TS_ECOMM, "device %s: the communicator failed earlier (NCCL aborted)", what);
   switch (dt) {
   case TS_F32: case TS_BF16: case TS_F16: case TS_I32: case TS_I64: case TS_U8: return TS_OK;
   default: return ts_error_set(TS_EDTYPE, "device %s: dtype %s", what, ts_dtype_name(dt));
@@ -322,7 +356,7 @@ static int check_dt(const char *what, ts_dtype dt) {
 
 int ts__dcoll_allreduce(ts__dcoll *x, const void *send, void *recv, size_t count, ts_dtype dt, ts_reduce_op op,
                         ts__dev_stream *s) {
-  int rc = check_dt("all-reduce", dt);
+  int rc = check_dt(x, "all-reduce", dt);
   if (rc) return rc;
   if (x->nccl) rc = ts__nccl_allreduce(x->nccl, send, recv, count, dt, op, s);
   else if (!gpu(x)) rc = ts_comm_allreduce(x->c, send, recv, count, dt, op);
@@ -334,7 +368,7 @@ int ts__dcoll_allreduce(ts__dcoll *x, const void *send, void *recv, size_t count
 }
 
 int ts__dcoll_broadcast(ts__dcoll *x, void *buf, size_t count, ts_dtype dt, int root, ts__dev_stream *s) {
-  int rc = check_dt("broadcast", dt);
+  int rc = check_dt(x, "broadcast", dt);
   if (rc) return rc;
   if (root < 0 || root >= x->size) return ts_error_set(TS_EINVAL, "device broadcast: root %d of %d", root, x->size);
   if (x->nccl) rc = ts__nccl_broadcast(x->nccl, buf, count, dt, root, s);
@@ -347,7 +381,7 @@ int ts__dcoll_broadcast(ts__dcoll *x, void *buf, size_t count, ts_dtype dt, int 
 }
 
 int ts__dcoll_allgather(ts__dcoll *x, const void *send, void *recv, size_t count, ts_dtype dt, ts__dev_stream *s) {
-  int rc = check_dt("all-gather", dt);
+  int rc = check_dt(x, "all-gather", dt);
   if (rc) return rc;
   if (x->nccl) rc = ts__nccl_allgather(x->nccl, send, recv, count, dt, s);
   else if (!gpu(x)) rc = ts_comm_allgather(x->c, send, recv, count, dt);
@@ -360,7 +394,7 @@ int ts__dcoll_allgather(ts__dcoll *x, const void *send, void *recv, size_t count
 
 int ts__dcoll_reduce_scatter(ts__dcoll *x, const void *send, void *recv, size_t count, ts_dtype dt, ts_reduce_op op,
                              ts__dev_stream *s) {
-  int rc = check_dt("reduce-scatter", dt);
+  int rc = check_dt(x, "reduce-scatter", dt);
   if (rc) return rc;
   if (x->nccl) rc = ts__nccl_reduce_scatter(x->nccl, send, recv, count, dt, op, s);
   else if (!gpu(x)) rc = ts_comm_reduce_scatter_block(x->c, send, recv, count, dt, op);
@@ -372,7 +406,7 @@ int ts__dcoll_reduce_scatter(ts__dcoll *x, const void *send, void *recv, size_t 
 }
 
 int ts__dcoll_alltoall(ts__dcoll *x, const void *send, void *recv, size_t count, ts_dtype dt, ts__dev_stream *s) {
-  int rc = check_dt("all-to-all", dt);
+  int rc = check_dt(x, "all-to-all", dt);
   if (rc) return rc;
   if (x->nccl) {
     size_t es = ts_dtype_size(dt);
@@ -394,7 +428,7 @@ int ts__dcoll_alltoall(ts__dcoll *x, const void *send, void *recv, size_t count,
 
 int ts__dcoll_sendrecv(ts__dcoll *x, const void *send, size_t send_count, void *recv, size_t recv_count, ts_dtype dt,
                        int peer, ts__dev_stream *s) {
-  int rc = check_dt("send/receive", dt);
+  int rc = check_dt(x, "send/receive", dt);
   if (rc) return rc;
   if (peer < 0 || peer >= x->size || peer == x->rank)
     return ts_error_set(TS_EINVAL, "device send/receive: peer %d (rank %d of %d)", peer, x->rank, x->size);

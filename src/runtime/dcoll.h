@@ -40,6 +40,9 @@ const char *ts__dcoll_backend_name(ts__dcoll_backend b);
  * and must outlive the object. */
 int ts__dcoll_create(ts_comm *c, ts__dev *d, ts__dcoll_backend want, ts__dcoll **out);
 void ts__dcoll_free(ts__dcoll *x);
+/* This rank's place in the group and the group's size (the communicator's). */
+int ts__dcoll_rank(const ts__dcoll *x);
+int ts__dcoll_size(const ts__dcoll *x);
 /* The backend in use: TS__DCOLL_NCCL or TS__DCOLL_MPI. */
 ts__dcoll_backend ts__dcoll_backend_of(const ts__dcoll *x);
 /* One line: "NCCL 2.28.3, 2 ranks, one GPU each" / "MPI staged through pinned host memory
@@ -50,6 +53,12 @@ const char *ts__dcoll_describe(const ts__dcoll *x);
 int ts__dcoll_set_stage_bytes(ts__dcoll *x, size_t bytes);
 /* Its asynchronous failure (NCCL's: a peer died), TS_OK when none. */
 int ts__dcoll_check(ts__dcoll *x);
+/* Waits on the host for the work queued on stream s so far (NULL: compute), as the MPI watchdog
+ * waits for a blocking collective: NCCL's is polled (its event, its asynchronous error) for at
+ * most `timeout` seconds (0: for ever); past it, or on NCCL's error, the communicator is aborted
+ * (every later call fails) and TS_ECOMM says which collective of how many ranks did not finish.
+ * The staged path and the CPU finish inside their calls: a stream synchronisation. */
+int ts__dcoll_wait(ts__dcoll *x, ts__dev_stream *s, double timeout, const char *what);
 
 /* The collectives of tessera/comm.h on device buffers, same arguments and in-place rules
  * (count: each rank's block for allgather, reduce_scatter and alltoall), on stream s. dt: f32,

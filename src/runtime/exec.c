@@ -31,6 +31,7 @@ static void run_init_once(void) {
 #undef X
   ts__run_lowp_install(ts__run);
   ts__register_run_gpu(ts__run_gpu);
+  ts__register_run_gpu_coll(ts__run_gpu);
 }
 
 void ts__run_init(void) {
@@ -101,6 +102,7 @@ struct ts_plan {
   int nhooks;
   ts_comm **comms; /* ncomms slots (grown by ts_plan_set_comm) */
   int ncomms;
+  struct ts__dcoll *dcolls[TS_PLAN_MAX_COMMS]; /* a GPU plan's device collectives per slot */
   /* ts_plan_set_device: a GPU (NULL: the CPU); then arena and scratch are device memory, and the
    * plan keeps a device scratch for nodes (dscratch) and one error flag per node (dflags) */
   ts__dev *dev;
@@ -408,6 +410,13 @@ int ts_plan_set_comm(ts_plan *p, int slot, ts_comm *c) {
     p->ncomms = nc;
   }
   p->comms[slot] = c;
+  return TS_OK;
+}
+
+int ts_plan_set_dcoll(ts_plan *p, int slot, struct ts__dcoll *x) {
+  if (!p || slot < 0 || slot >= TS_PLAN_MAX_COMMS)
+    return ts_error_set(TS_EINVAL, "ts_plan_set_dcoll: slot %d outside 0..%d", slot, TS_PLAN_MAX_COMMS - 1);
+  p->dcolls[slot] = x;
   return TS_OK;
 }
 
@@ -909,7 +918,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p};
+  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p, p->dcolls};
   const int fast = ctx.backend == TS_BACKEND_FAST;
   const int gpu = on_gpu(p);
   ts__run_fn *tab = gpu ? ts__run_gpu : ts__run;

@@ -59,6 +59,11 @@ size_t ts_plan_arena_bytes(const ts_plan *p);
  * the plan. */
 struct ts__dev;
 int ts_plan_set_device(ts_plan *p, struct ts__dev *d);
+/* A GPU plan's collectives: slot's device collectives (runtime/dcoll.h), over the same group as
+ * the slot's communicator (ts_plan_set_comm); NULL clears it. The collective nodes of a plan on a
+ * GPU run through them (run_gpu.c), a slot without one is refused naming the node. Not owned. */
+struct ts__dcoll;
+int ts_plan_set_dcoll(ts_plan *p, int slot, struct ts__dcoll *x);
 /* The GPU p runs on, NULL on the CPU. */
 struct ts__dev *ts_plan_device(const ts_plan *p);
 /* Device timing (the profiler on a GPU): on a plan on a GPU, every run records a CUDA event at its

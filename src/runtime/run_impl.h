@@ -34,6 +34,7 @@ typedef struct {
   int64_t *flag;         /* a GPU plan: this node's error flag in device memory (0: none; else 1 +
                             the position at fault, reported after the run) */
   struct ts_plan *plan;
+  struct ts__dcoll *const *dcolls; /* a GPU plan: the device collectives per slot (TS_PLAN_MAX_COMMS) */
 } ts__runctx;
 
 /* What an adapter sees of a node: copied from the graph once per plan. */
@@ -60,6 +61,7 @@ extern ts__run_fn ts__run[TS_OP_COUNT];
 /* The GPU's kernel table (run_gpu.c): NULL where an op has no GPU kernel. */
 extern ts__run_fn ts__run_gpu[TS_OP_COUNT];
 void ts__register_run_gpu(ts__run_fn *tab);
+void ts__register_run_gpu_coll(ts__run_fn *tab); /* run_gpu_coll.c */
 /* Device memory of at least `bytes` for the running node of a GPU plan (valid until the node
  * returns; grown by the plan, kept between runs). */
 int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out);

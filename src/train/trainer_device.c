@@ -10,12 +10,18 @@
 #include "device/gpu_kernels.h"
 #include "train_impl.h"
 
-/* The GPU of this process: device_id, or (-1) MindSpore's DEVICE_ID, or the local rank's under
- * mpirun (modulo the GPUs: ranks beyond them share), else 0. */
+/* The GPU of this process: device_id, or (-1) MindSpore's DEVICE_ID (`tessera launch` sets it to
+ * the rank on its host for programs), or the local rank under mpirun, else 0; the last two modulo
+ * the GPUs (ranks beyond them share one). */
 static int gpu_of(const ts_config *c, int count) {
   if (c->device_id >= 0) return c->device_id;
   const char *di = getenv("DEVICE_ID");
-  if (di && *di) return atoi(di);
+  if (di && *di) {
+    char *end;
+    long v = strtol(di, &end, 10);
+    if (*end || v < 0 || v > 1023) return -2; /* not an ordinal (refused by the caller) */
+    return count > 0 ? (int)(v % count) : (int)v;
+  }
   const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!lr) lr = getenv("MPI_LOCALRANKID"); /* MPICH */
   if (!lr) lr = getenv("SLURM_LOCALID");
@@ -30,6 +36,9 @@ int ts__train_device_check(const ts_config *c, int *device_id) {
   int n = 0, rc = ts_device_count(TS_DEVICE_GPU, &n);
   ts_device_info gi;
   int id = gpu_of(c, n);
+  if (id == -2)
+    return ts_error_set(TS_ECONFIG, "%s: device_target GPU: DEVICE_ID '%s' (the environment's) is not a GPU "
+                        "ordinal (0..1023)", src, getenv("DEVICE_ID"));
   if (!rc) rc = ts_device_query(TS_DEVICE_GPU, id, &gi);
   if (rc) {
     char why[512];

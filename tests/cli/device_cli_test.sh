@@ -34,6 +34,14 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
   run train "$tmp/c.yaml" --set device_target=GPU --set device_id=3
   if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: GPU 3 of 1"; then ok "device_id 3 of 1 GPU: exit 2"
   else bad "device_id 3: rc $rc: $out"; fi
+  # MindSpore's DEVICE_ID picks the GPU when device_id is not set (modulo the GPUs, as the local
+  # rank: `tessera launch` sets it to the rank on its host), and must be a number
+  out=$(DEVICE_ID=3 FAKE_CUDA_COUNT=2 "$bin" train "$tmp/c.yaml" --set device_target=GPU --set train.steps=1 --set log.metrics="" 2>&1)
+  if echo "$out" | grep -q "^device: GPU 1: Fake GPU 1"; then ok "DEVICE_ID=3 with 2 GPUs: GPU 1"
+  else bad "DEVICE_ID=3 with 2 GPUs: $(echo "$out" | head -3)"; fi
+  out=$(DEVICE_ID=gpu0 "$bin" train "$tmp/c.yaml" --set device_target=GPU 2>&1); rc=$?
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "DEVICE_ID 'gpu0' (the environment's) is not a GPU ordinal"; then ok "DEVICE_ID=gpu0: exit 2"
+  else bad "DEVICE_ID=gpu0: rc $rc: $out"; fi
   out=$(FAKE_CUDA_CC=7.5 "$bin" train "$tmp/c.yaml" --set device_target=GPU 2>&1); rc=$?
   if [ $rc = 2 ] && one_line && echo "$out" | grep -q "compute capability 7.5, below 8.0"; then ok "compute capability 7.5: exit 2"
   else bad "compute capability 7.5: rc $rc: $out"; fi

@@ -120,6 +120,8 @@ CUresult cuEventRecord(void *e, void *s) {
   return OK;
 }
 CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
+/* the stand-in's work is done when queued; FAKE_CUDA_EVENT_PENDING=1: never (a stalled stream) */
+CUresult cuEventQuery(void *e) { (void)e; return envi("FAKE_CUDA_EVENT_PENDING", 0) ? 600 : OK; }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = (float)(1e3 * (((event *)b)->t - ((event *)a)->t)); return OK; }
 CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
 

@@ -11,7 +11,8 @@
  * not), reduce-scatter, broadcast, all-to-all and a send/receive pair of unequal lengths in f32,
  * bf16, i32, i64, at sizes 0, 1, 1000 and 4099 elements, with 256-byte and 4096-byte staging
  * chunks (so chunks are crossed, partial and single). Inputs are small integers: every result is
- * exact in every dtype, so the comparisons are exact (mean: within one rounding).
+ * exact in every dtype, so the comparisons are exact (mean: within one rounding). A plan's
+ * collective nodes on the GPU (ts_plan_set_dcoll) against the same plan on the CPU, bitwise.
  *   test_dcoll               the real driver and NCCL: rank r on GPU r mod count, auto (NCCL
  *                            when every rank has a GPU of its own), then mpi (SKIPPED without a GPU)
  *   test_dcoll fake          the cases above (TESSERA_LIBCUDA, TESSERA_LIBNCCL: the stand-ins)
@@ -25,6 +26,9 @@
 #include "device/dev.h"
 #include "device/nccl.h"
 #include "runtime/dcoll.h"
+#include "runtime/exec.h"
+#include "tessera/graph.h"
+#include "tessera/runtime.h"
 #include "tessera/comm.h"
 #include "test_util.h"
 
@@ -206,6 +210,56 @@ static void run_all(ts__dcoll *x, ts__dev *d, ts_dtype dt, size_t n) {
   free(h);
 }
 
+/* A plan's collective nodes on the GPU (run_gpu_coll.c, through the slot's device collectives)
+ * against the same plan on the CPU (run_coll.c, MPI): all-reduce, all-gather along dims 0 and 1,
+ * reduce-scatter along dims 0 and 1, all-to-all (split 1, concat 2) and rank-slice along dim 1 of
+ * a (2P, 4P, 3) f32 tensor of small integers: bitwise. `numbers` 0 (the sanitizers' stand-in runs
+ * no kernel): the plumbing only. */
+static void run_plan(ts__dcoll *x, ts__dev *d, int numbers) {
+  ts_graph *g = NULL;
+  CHECK_OK(ts_graph_create(&g));
+  if (!g) return;
+  ts_val in = ts_input(g, "x", TS_F32, ts_shape3(2 * P, 4 * P, 3));
+  ts_val y[7] = {ts_allreduce(g, in, 0, P, TS_REDUCE_SUM), ts_allgather(g, in, 0, P, 0), ts_allgather(g, in, 0, P, 1),
+                 ts_reduce_scatter(g, in, 0, P, 0, TS_REDUCE_SUM), ts_reduce_scatter(g, in, 0, P, 1, TS_REDUCE_MAX),
+                 ts_alltoall(g, in, 0, P, 1, 2), ts_rank_slice(g, in, 0, P, 1)};
+  const char *what[7] = {"all-reduce", "all-gather dim 0", "all-gather dim 1", "reduce-scatter dim 0",
+                         "reduce-scatter dim 1 (max)", "all-to-all 1 -> 2", "rank-slice dim 1"};
+  size_t n = (size_t)(2 * P * 4 * P * 3);
+  float *hx = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) hx[i] = (float)val(R, i);
+  ts_plan *pc = NULL, *pg = NULL;
+  CHECK_OK(ts_plan_create(g, y, 7, &pc));
+  CHECK_OK(ts_plan_create(g, y, 7, &pg));
+  dbuf dx = dnew(d, n * sizeof(float));
+  dput(&dx, hx);
+  if (pc && pg) {
+    CHECK_OK(ts_plan_set_comm(pc, 0, W));
+    CHECK_OK(ts_plan_bind(pc, in, hx));
+    CHECK_OK(ts_plan_run(pc, 0));
+    CHECK_OK(ts_plan_set_device(pg, d));
+    CHECK_OK(ts_plan_set_comm(pg, 0, W));
+    CHECK_OK(ts_plan_bind(pg, in, dx.p));
+    EXPECT_ERR(ts_plan_run(pg, 0), TS_EINVAL, "allreduce", "plan slot 0 has no device collectives");
+    CHECK_OK(ts_plan_set_dcoll(pg, 0, x));
+    CHECK_OK(ts_plan_run(pg, 0));
+    for (int k = 0; k < 7; k++) {
+      const ts_shape sh = ts_val_shape(g, y[k]);
+      size_t m = (size_t)ts_shape_numel(&sh);
+      float *got = malloc(m * sizeof(float));
+      CHECK_OK(ts__dev_copy(d, got, ts_plan_data(pg, y[k]), m * sizeof(float), TS__D2H, NULL));
+      CHECK_OK(ts__dev_sync(d));
+      const float *want = ts_plan_data(pc, y[k]);
+      if (numbers) CHECK_MSG(want && !memcmp(got, want, m * sizeof(float)), "plan on the GPU: %s differs from the CPU's", what[k]);
+      free(got);
+    }
+  }
+  dfree(&dx);
+  ts_plan_free(pc), ts_plan_free(pg);
+  ts_graph_free(g);
+  free(hx);
+}
+
 static void run_matrix(ts__dcoll *x, ts__dev *d) {
   const size_t stages[] = {256, 4096};
   for (int k = 0; k < 2; k++) {
@@ -225,6 +279,15 @@ static ts__dcoll *make(ts__dev *d, ts__dcoll_backend want, ts__dcoll_backend exp
   CHECK_MSG(strstr(ts__dcoll_describe(x), says), "'%s' does not say '%s'", ts__dcoll_describe(x), says);
   if (R == 0) printf("%s -> %s\n", ts__dcoll_backend_name(want), ts__dcoll_describe(x));
   return x;
+}
+
+/* 1 when the stand-in driver runs the kernels (not under the sanitizers) */
+static int emulates(void) {
+  void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  int *emu = fk ? (int *)dlsym(fk, "fake_cuda_emulates") : NULL;
+  int v = emu && *emu;
+  if (fk) dlclose(fk);
+  return v;
 }
 
 static int nccl_calls(void) {
@@ -287,7 +350,7 @@ int main(int argc, char **argv) {
   setenv("FAKE_CUDA_COUNT", "1", 1);
   CHECK_OK(ts__dev_open(TS_DEVICE_GPU, 0, &d));
   ts__dcoll *x = make(d, TS__DCOLL_AUTO, P > 1 ? TS__DCOLL_MPI : TS__DCOLL_NCCL, P > 1 ? share : "NCCL");
-  if (x) run_matrix(x, d);
+  if (x) run_matrix(x, d), run_plan(x, d, emulates());
   ts__dcoll_free(x);
   if (P > 1) {
     x = NULL;
@@ -304,10 +367,25 @@ int main(int argc, char **argv) {
   CHECK_OK(ts__dev_open(TS_DEVICE_GPU, R, &d));
   int before = nccl_calls();
   x = make(d, TS__DCOLL_AUTO, TS__DCOLL_NCCL, "NCCL 2.");
-  if (x) run_matrix(x, d);
+  if (x) run_matrix(x, d), run_plan(x, d, emulates());
   ts__dcoll_free(x);
   int after = nccl_calls();
   CHECK_MSG(before >= 0 && after > before + 100, "the stand-in NCCL counted %d calls, then %d", before, after);
+  /* the watchdog of NCCL's queued work: a stream that never finishes (the stand-in's events stay
+   * pending) ends the wait after its timeout, NCCL aborted, every later call refused */
+  x = make(d, TS__DCOLL_AUTO, TS__DCOLL_NCCL, "NCCL 2.");
+  if (x) {
+    CHECK_OK(ts__dcoll_wait(x, NULL, 0.3, "all-reduce"));
+    setenv("FAKE_CUDA_EVENT_PENDING", "1", 1);
+    double t0 = ts_time_now();
+    EXPECT_ERR(ts__dcoll_wait(x, NULL, 0.3, "all-reduce"), TS_ECOMM, "device all-reduce over", "(NCCL): not finished after 0.3 s");
+    double dt = ts_time_now() - t0;
+    CHECK_MSG(dt >= 0.3 && dt < 5, "the wait took %.2f s", dt);
+    unsetenv("FAKE_CUDA_EVENT_PENDING");
+    float one = 1;
+    EXPECT_ERR(ts__dcoll_allreduce(x, &one, &one, 1, TS_F32, TS_REDUCE_SUM, NULL), TS_ECOMM, "failed earlier");
+    ts__dcoll_free(x);
+  }
   x = make(d, TS__DCOLL_MPI, TS__DCOLL_MPI, "parallel.comm_backend mpi");
   if (x) run_matrix(x, d);
   ts__dcoll_free(x);

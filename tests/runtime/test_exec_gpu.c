@@ -4,7 +4,7 @@
  * parameter's gradient within 1e-4 relative (f32; the GPU's sums run in another order), the
  * dropout mask the CPU's; twice on the GPU, bitwise the same (the graph also centres rows on
  * their maximum: REDUCE max, its backward, a broadcasting subtract). A node of an op without a
- * GPU kernel (a collective) is refused when the plan is put on the GPU, naming it; a label out of range is reported after the run, naming the
+ * GPU kernel (a halo exchange) is refused when the plan is put on the GPU, naming it; a label out of range is reported after the run, naming the
  * node and the row. Device timing (the profiler's, ts_plan_set_device_timing): a run emits one
  * NODE_TIMED per node that ran, after the last NODE_END and before RUN_END, in node order, each span
  * within the run's host span, starts not decreasing, end >= start; off: none.
@@ -46,8 +46,8 @@ static void build(net *m, int conv) {
   ts_val h = ts_nn_embedding(&nn, "emb", m->ids, V, D);
   /* rows centred on their maximum: REDUCE max (and its backward), a broadcasting subtract */
   h = ts_binary(m->g, h, ts_reduce(m->g, h, TS_RED_MAX, 2u, 1), TS_BIN_SUB);
-  if (conv) /* a node of an op the GPU has no kernel for (a collective over a group of 2) */
-    h = ts_allreduce(m->g, h, 0, 2, TS_REDUCE_SUM);
+  if (conv) /* a node of an op the GPU has no kernel for (a halo exchange over a group of 2) */
+    h = ts_halo(m->g, h, 0, 2, 1, 1, 1);
   h = ts_gelu(m->g, ts_nn_layernorm(&nn, "ln", ts_nn_dense(&nn, "fc1", h, 48, 1), 1e-5f), 1);
   h = ts_dropout(m->g, h, 0.1f, 77);
   h = ts_relu(m->g, ts_nn_dense(&nn, "fc2", h, 40, 1));
@@ -202,7 +202,7 @@ static void run(ts__dev *d, int fake) {
   CHECK_OK(ts_params_bind(c.p, c.g, gp)); /* host pointers: never used, planning refuses first */
   CHECK_OK(ts_plan_bind(gp, c.ids, ids));
   CHECK_OK(ts_plan_bind(gp, c.labels, labels));
-  EXPECT_ERR(ts_plan_run(gp, 1), TS_EUNSUPPORTED, "op allreduce", "no GPU kernel yet");
+  EXPECT_ERR(ts_plan_run(gp, 1), TS_EUNSUPPORTED, "op halo", "no GPU kernel yet");
   ts_plan_free(gp);
   ts_graph_free(c.g);
   ts_params_free(c.p);
