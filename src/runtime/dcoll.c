@@ -24,7 +24,7 @@ struct ts__dcoll {
   ts__dev_stream *copy;
   ts__dev_event *ev[2], *ready;
   int broken; /* NCCL aborted after a failure (ts__dcoll_wait): every call fails */
-  char what[300];
+  char what[512];
 };
 
 int ts__dcoll_backend_parse(const char *s) {
@@ -170,7 +170,7 @@ int ts__dcoll_create(ts_comm *c, ts__dev *d, ts__dcoll_backend want, ts__dcoll *
       snprintf(other, sizeof other, "NCCL is not available on rank %d", no_nccl);
       const char *reason = want == TS__DCOLL_MPI ? "parallel.comm_backend mpi" : shared ? share : why[0] ? why
                          : !info[3 * x->rank + 2] ? ts__nccl_why() : other;
-      snprintf(x->what, sizeof x->what, "MPI staged through pinned host memory (%s)", reason);
+      snprintf(x->what, sizeof x->what, "MPI staged through pinned host memory (%.440s)", reason);
     }
   }
   free(info), free(uuids), free(ids);
