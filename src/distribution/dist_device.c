@@ -25,6 +25,16 @@
 struct ts__dist_dev {
   ts__dev *dev;
   ts__dcoll *coll;         /* data_parallel: the collectives over the world on device buffers */
+  /* data_parallel through NCCL, one micro-batch: the gradients in buckets all-reduced on a stream
+   * of their own as backward completes them (each bucket: a range of the flat gradients, the
+   * plan's node after which all of it is written), waited for at the step's end */
+  struct ts__gbucket {
+    size_t off, n;
+    int ready; /* the node after which it is complete (-1: none writes it: issued at the end) */
+  } *bk;
+  int nbk, next_bk, async_rc;
+  ts__dev_stream *comm_s;
+  ts__dev_event *ev_node, *ev_comm;
   /* the store's buffers: parameters, gradients, states (host base, bytes, device copy) */
   const char *hbase[3];
   size_t hlen[3];
@@ -88,12 +98,114 @@ int ts__dist_dev_start(ts_dist *d) {
   return rc ? ts_error_wrap(rc, "parallel.parameter_broadcast") : TS_OK;
 }
 
+/* bucket k's all-reduce on the communication stream, after what the compute stream has queued */
+static int issue_bucket(ts_dist *d, int k) {
+  struct ts__dist_dev *g = G(d);
+  const struct ts__gbucket *b = &g->bk[k];
+  float *gd = (float *)g->dbase[1];
+  int rc = ts__dev_event_record(g->dev, g->ev_node, NULL);
+  if (!rc) rc = ts__dev_stream_wait(g->dev, g->comm_s, g->ev_node);
+  if (!rc) rc = ts__dcoll_allreduce(g->coll, gd + b->off, gd + b->off, b->n, TS_F32,
+                                    d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, g->comm_s);
+  return rc;
+}
+
+/* the training plan's hook: at a run's start no bucket is out; after node i, the buckets it
+ * completes (their order is the nodes', the same on every rank) */
+static void bucket_hook(const ts_hook_info *e, void *user) {
+  ts_dist *d = user;
+  struct ts__dist_dev *g = G(d);
+  if (e->event == TS_HOOK_RUN_BEGIN) g->next_bk = 0, g->async_rc = TS_OK;
+  if (e->event != TS_HOOK_NODE_END || g->async_rc) return;
+  while (g->next_bk < g->nbk && g->bk[g->next_bk].ready >= 0 && g->bk[g->next_bk].ready <= e->node)
+    if ((g->async_rc = issue_bucket(d, g->next_bk++))) return;
+}
+
+typedef struct {
+  struct ts__dist_dev *g;
+  const ts_graph *graph;
+  struct ts__gbucket *pg; /* each gradient binding: its range and producer */
+  int n;
+} grad_ctx;
+
+static int grad_one(ts_val v, void *data, void *user) {
+  grad_ctx *c = user;
+  const char *h = c->g->hbase[1];
+  if (!data || (const char *)data < h || (const char *)data >= h + c->g->hlen[1]) return TS_OK;
+  ts_shape sh = ts_val_shape(c->graph, v);
+  c->pg[c->n].off = (size_t)((const char *)data - h) / sizeof(float);
+  c->pg[c->n].n = (size_t)ts_shape_numel(&sh);
+  c->pg[c->n].ready = ts_graph_producer(c->graph, v);
+  c->n++;
+  return TS_OK;
+}
+
+static int by_off(const void *a, const void *b) {
+  const struct ts__gbucket *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+static int by_ready(const void *a, const void *b) { /* -1 (none) last; then by offset */
+  const struct ts__gbucket *x = a, *y = b;
+  int rx = x->ready < 0 ? 1 << 30 : x->ready, ry = y->ready < 0 ? 1 << 30 : y->ready;
+  return rx != ry ? (rx < ry ? -1 : 1) : by_off(a, b);
+}
+
+/* The buckets of the flat gradients (NCCL, one micro-batch, parallel.overlap): ranges of about
+ * bucket_mb cut at the parameters' boundaries, covering every element, each ready after the last
+ * node writing into it; the hook on the training plan. Nothing when overlap does not apply. */
+static int buckets_plan(ts_dist *d) {
+  struct ts__dist_dev *g = G(d);
+  const ts_dist_run *r = &d->r;
+  if (!g->coll || r->size < 2 || ts__dcoll_backend_of(g->coll) != TS__DCOLL_NCCL || d->cfg.accum > 1 ||
+      !d->cfg.overlap || !r->plan || !g->hlen[1])
+    return TS_OK;
+  int np = ts_params_count(r->params);
+  grad_ctx c = {g, r->g, calloc((size_t)np + 1, sizeof *c.pg), 0};
+  if (!c.pg) return ts_error_set(TS_ENOMEM, "GPU: out of memory (gradient buckets)");
+  int rc = ts_params_each_binding(r->params, r->g, grad_one, &c);
+  qsort(c.pg, (size_t)c.n, sizeof *c.pg, by_off);
+  size_t total = g->hlen[1] / sizeof(float);
+  double mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
+  size_t cap = (size_t)(mb * 1048576.0 / sizeof(float));
+  g->bk = calloc((size_t)(2 * c.n + 2), sizeof *g->bk);
+  if (!rc && !g->bk) rc = ts_error_set(TS_ENOMEM, "GPU: out of memory (gradient buckets)");
+  size_t at = 0;
+  for (int i = 0; i <= c.n && !rc; i++) {
+    size_t start = i < c.n ? c.pg[i].off : total;
+    if (start > at) { /* elements no binding covers: their own bucket, at the end */
+      g->bk[g->nbk++] = (struct ts__gbucket){at, start - at, -1};
+      at = start;
+    }
+    if (i == c.n) break;
+    struct ts__gbucket *last = g->nbk ? &g->bk[g->nbk - 1] : NULL;
+    if (last && last->ready >= 0 && last->off + last->n == c.pg[i].off && last->n + c.pg[i].n <= cap && c.pg[i].ready >= 0)
+      last->n += c.pg[i].n, last->ready = c.pg[i].ready > last->ready ? c.pg[i].ready : last->ready;
+    else g->bk[g->nbk++] = c.pg[i];
+    at = c.pg[i].off + c.pg[i].n;
+  }
+  free(c.pg);
+  if (rc) return rc;
+  qsort(g->bk, (size_t)g->nbk, sizeof *g->bk, by_ready);
+  rc = ts__dev_stream_create(g->dev, &g->comm_s);
+  if (!rc) rc = ts__dev_event_create(g->dev, &g->ev_node);
+  if (!rc) rc = ts__dev_event_create(g->dev, &g->ev_comm);
+  if (!rc) rc = ts_plan_add_hook(r->plan, bucket_hook, d);
+  return rc;
+}
+
 int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   struct ts__dist_dev *g = G(d);
   double t0 = ts_time_now();
-  int rc = d->r.size > 1 ? ts__dcoll_allreduce(g->coll, gd, gd, ts_params_numel(d->r.params), TS_F32,
-                                               d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL)
-                         : TS_OK;
+  int rc = TS_OK;
+  if (g->nbk && gd == (float *)g->dbase[1]) { /* the buckets backward left, then the compute stream after them */
+    rc = g->async_rc;
+    while (!rc && g->next_bk < g->nbk) rc = issue_bucket(d, g->next_bk++);
+    if (!rc) rc = ts__dev_event_record(g->dev, g->ev_comm, g->comm_s);
+    if (!rc) rc = ts__dev_stream_wait(g->dev, NULL, g->ev_comm);
+  } else if (d->r.size > 1) {
+    rc = ts__dcoll_allreduce(g->coll, gd, gd, ts_params_numel(d->r.params), TS_F32,
+                             d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
+  }
   /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
    * the stream: polled, aborted past it) */
   if (!rc && d->r.size > 1) rc = ts__dcoll_wait(g->coll, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
@@ -123,6 +235,9 @@ void ts__dist_dev_free(ts_dist *d) {
   ts__dev_free(v, g->lamb_u), ts__dev_free(v, g->lamb_part), ts__dev_free(v, g->lamb_sq);
   ts__dev_host_free(v, g->logits);
   free(g->segs);
+  free(g->bk);
+  ts__dev_event_destroy(v, g->ev_node), ts__dev_event_destroy(v, g->ev_comm);
+  if (g->comm_s) ts__dev_stream_destroy(v, g->comm_s);
   d->gpu = NULL;
   /* the plans hold device memory: they go first (ts_dist_free frees them after this: moved here) */
   ts_plan_free(d->r.plan);
@@ -194,6 +309,7 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc && r->plan && (l = ts_plan_node_live(r->plan, 0)) < 0) rc = l;
   if (!rc && r->plan_e && (l = ts_plan_node_live(r->plan_e, 0)) < 0) rc = l;
   if (rc == TS_EUNSUPPORTED) return ts_error_wrap(rc, "device_target GPU");
+  if (!rc) rc = buckets_plan(d);
   if (!rc) rc = ts__dev_sync(v);
   return rc ? ts_error_wrap(rc, "device_target GPU: putting the model on %s", v->info.name) : TS_OK;
 }
@@ -365,6 +481,9 @@ int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap) {
   ts_device_describe(&d->gpu->dev->info, buf, cap);
   size_t n = strlen(buf);
   if (d->gpu->coll && n < cap) snprintf(buf + n, cap - n, "; collectives: %s", ts__dcoll_describe(d->gpu->coll));
+  n = strlen(buf);
+  if (d->gpu->nbk && n < cap)
+    snprintf(buf + n, cap - n, "; gradients in %d bucket%s overlapped with backward", d->gpu->nbk, d->gpu->nbk > 1 ? "s" : "");
   return 1;
 }
 

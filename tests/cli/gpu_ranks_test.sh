@@ -6,7 +6,9 @@
 #      the start, naming the ranks that share the GPU); 20 MLP steps (adamw, clipping, evaluation
 #      every 10) follow 2 CPU ranks within 1e-4 relative, two runs bitwise the same;
 #   2. a GPU per rank: NCCL chosen and said; the same 20 steps within 1e-4 of the CPU ranks', two
-#      runs bitwise; parallel.comm_backend mpi forces the staged path there and agrees too;
+#      runs bitwise; the gradients' buckets all-reduced during backward (small buckets: several)
+#      and one all-reduce after it (parallel.overlap false) agree within 1e-6;
+#      parallel.comm_backend mpi forces the staged path there and agrees too;
 #   3. gradient accumulation (2 micro-batches), gradients summed (gradients_mean false);
 #   4. a ResNet-8 (batch norm: each rank's batch statistics, the running statistics averaged over
 #      the ranks before evaluation and saving): 3 steps and the evaluation follow the CPU ranks;
@@ -76,6 +78,18 @@ echo "$s" | grep -q "$want" || bad "a GPU per rank: '$s' (expected $want)"
 close "$tmp/nccl.txt" "$tmp/cpu.txt" && ok "2 ranks, a GPU each ($s): 20 steps follow 2 CPU ranks" ||
   bad "GPU per rank vs CPU ranks: $(paste "$tmp/nccl.txt" "$tmp/cpu.txt" | head -4)"
 cmp -s "$tmp/nccl.txt" "$tmp/nccl2.txt" && ok "two runs, a GPU each: bitwise the same" || bad "GPU-per-rank runs differ"
+# the gradients in buckets all-reduced as backward completes them (NCCL, parallel.overlap): small
+# buckets (several), and none (parallel.overlap false: one all-reduce after backward) agree
+if [ "$want" = "NCCL 2." ]; then
+  job buckets "$tmp/c.yaml" GPU --set parallel.bucket_size_mb=0.01
+  job whole "$tmp/c.yaml" GPU --set parallel.overlap=false
+  nb=$(grep -o "gradients in [0-9]* buckets overlapped with backward" "$tmp/buckets.out" | head -1)
+  case "$nb" in "gradients in "[2-9]*|"gradients in "[1-9][0-9]*) ;; *) bad "small buckets: '$(said buckets)'" ;; esac
+  said whole | grep -q "overlapped" && bad "parallel.overlap false still overlaps: '$(said whole)'"
+  close "$tmp/buckets.txt" "$tmp/nccl.txt" 1e-6 && close "$tmp/whole.txt" "$tmp/nccl.txt" 1e-6 &&
+    ok "$nb (0.01 MiB each), and one all-reduce after backward (parallel.overlap false): the same losses" ||
+    bad "buckets vs whole: $(paste "$tmp/buckets.txt" "$tmp/whole.txt" "$tmp/nccl.txt" | head -4)"
+fi
 job mpi "$tmp/c.yaml" GPU --set parallel.comm_backend=mpi
 said mpi | grep -q "MPI staged through pinned host memory (parallel.comm_backend mpi)" || bad "comm_backend mpi: '$(said mpi)'"
 close "$tmp/mpi.txt" "$tmp/cpu.txt" && ok "parallel.comm_backend mpi on a GPU per rank: $(said mpi | cut -c1-60)...: follows the CPU ranks" ||
