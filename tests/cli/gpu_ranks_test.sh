@@ -101,19 +101,7 @@ job acc_gpu "$tmp/c.yaml" GPU "${acc[@]}"
 close "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" && ok "2 micro-batches, gradients summed: the GPU ranks follow the CPU ranks" ||
   bad "accumulation: $(paste "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" | head -4)"
 # 4. a ResNet-8: batch norm's running statistics averaged over the ranks; its checkpoint on the CPU
-cat > "$tmp/res.yaml" <<YAML
-model: {name: resnet, depth: 8}
-data:
-  name: fashion_mnist
-  path: $tmp/d
-  train_limit: 64
-  test_limit: 32
-  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
-train: {steps: 3, batch_size: 8, eval_batch_size: 16, seed: 2}
-optimizer: {name: momentum, lr: 0.05}
-parallel: {mode: data_parallel}
-log: {progress: off}
-YAML
+resnet8_cfg "$tmp/res.yaml" "$tmp/d" "parallel: {mode: data_parallel}"
 job res_cpu "$tmp/res.yaml" CPU
 job res_gpu "$tmp/res.yaml" GPU --set checkpoint.dir="$tmp/ck" --set checkpoint.save_last=true
 close "$tmp/res_gpu.txt" "$tmp/res_cpu.txt" 1e-3 && ok "ResNet-8 on 2 GPU ranks: 3 steps and the evaluation follow 2 CPU ranks (1e-3)" ||

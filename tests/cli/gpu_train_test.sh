@@ -107,18 +107,7 @@ close "$tmp/gpt_GPU.txt" "$tmp/gpt_CPU.txt" && ok "GPT (attention, dropout, tied
   bad "GPT: $(paste "$tmp/gpt_GPU.txt" "$tmp/gpt_CPU.txt" | head -5)"
 # 5. a ResNet (convolution, batch norm, pooling, residual adds) on Fashion-MNIST's shape: 3 steps
 #    and the evaluation follow the CPU
-cat > "$tmp/res.yaml" <<YAML
-model: {name: resnet, depth: 8}
-data:
-  name: fashion_mnist
-  path: $tmp/d
-  train_limit: 64
-  test_limit: 32
-  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
-train: {steps: 3, batch_size: 8, eval_batch_size: 16, seed: 2}
-optimizer: {name: momentum, lr: 0.05}
-log: {progress: off}
-YAML
+resnet8_cfg "$tmp/res.yaml" "$tmp/d"
 #    (the convolutions through cuDNN where it is found, then through Tessera's direct kernels)
 for dev in CPU GPU; do
   "$bin" train "$tmp/res.yaml" --set device_target=$dev --set log.metrics="$tmp/res_$dev.jsonl" > "$tmp/res_$dev.out" 2>&1 ||

@@ -73,6 +73,24 @@ gpt_strategies() { # D T: the `strategies:` block (indented under `parallel:`) t
 YAML
 }
 
+resnet8_cfg() { # file data_dir [extra yaml lines]: the GPU tests' ResNet-8 (3 steps of 8 of an IDX set's
+                # first 64 samples, evaluated on 32; momentum)
+  local f=$1 d=$2; shift 2
+  { cat <<YAML
+model: {name: resnet, depth: 8}
+data:
+  name: fashion_mnist
+  path: $d
+  train_limit: 64
+  test_limit: 32
+  transforms: [{name: to_float, scale: 0.00392156862745098}, hwc_to_chw]
+train: {steps: 3, batch_size: 8, eval_batch_size: 16, seed: 2}
+optimizer: {name: momentum, lr: 0.05}
+log: {progress: off}
+YAML
+    for l in "$@"; do echo "$l"; done; } > "$f"
+}
+
 train_in() { # n config dir [args...]: `tessera train` on n ranks (1: no mpirun) with
              # checkpoint.dir=dir; sets out, rc
   local n=$1 c=$2 d=$3; shift 3
