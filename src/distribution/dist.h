@@ -200,6 +200,11 @@ typedef struct {
   int comm_backend;       /* the collectives on device buffers: ts__dcoll_backend (0 auto, 1 nccl, 2 mpi) */
 } ts_dist_config;
 
+/* What runs on GPUs: stand_alone; data_parallel without optimizer sharding and sync_batchnorm;
+ * the rest TS_ECONFIG naming the key (ts_dist_create asks it before MPI starts; `tessera plan`
+ * says it). mode: a layout's name (ts_dist_name). */
+int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg);
+
 /* Optimizer sharding in mixed precision (dist_zero16.c): the dtype of the working weights and
  * gradients stages 1 and 2 keep under c for a job of layout `mode` (a parallel.mode name) on
  * `ranks` ranks: c->amp_dtype where parallel.optimizer_shard_weights (auto or low) applies, else

@@ -104,9 +104,6 @@ struct ts_dist {
 
 /* dist_device.c (device_target GPU): the device opened at create (the layouts it runs), the plans
  * and store put on it after the build, the step's parts on it, its end with the object. */
-/* What runs on GPUs (before MPI starts): stand_alone; data_parallel without optimizer sharding
- * and sync_batchnorm; the rest refused naming the key. */
-int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg);
 int ts__dist_dev_open(ts_dist *d);
 int ts__dist_dev_bind(ts_dist *d);
 void ts__dist_dev_free(ts_dist *d);

@@ -225,6 +225,34 @@ int ts_trainer_plan_report_autoplan(const ts_config *cfg, const ts_autoplan *pla
   return plan_report(cfg, plan, ndevices, rank, NULL, NULL, text, mem, baseline);
 }
 
+/* device_target GPU: which GPU each rank drives and what carries the collectives on device
+ * buffers, as the job would choose them (dist_device.c, runtime/dcoll.c); a layout that does not
+ * run on GPUs yet says why */
+static void plan_gpus(FILE *b, const ts_config *cfg, const ts_dist_vt *vt, const ts_dist_config *dc, int n) {
+  if (ts__dist_dev_check(ts_dist_name(vt), dc)) {
+    fprintf(b, "devices: GPUs: %s\n\n", ts_last_error());
+    return;
+  }
+  ts_cluster c;
+  int per = 0; /* the GPUs of parallel.cluster's nodes ("local", this machine's cores, says nothing of them) */
+  if (cfg->parallel.cluster[0] && strcmp(cfg->parallel.cluster, "local") && !ts_cluster_load(cfg->parallel.cluster, &c))
+    per = c.devices_per_node;
+  int shared = n > 1 && cfg->device_id >= 0;
+  if (cfg->device_id >= 0) fprintf(b, "devices: %sGPU %d (device_id)", n > 1 ? "every rank on " : "", cfg->device_id);
+  else if (n < 2) fprintf(b, "devices: GPU 0 (DEVICE_ID, where set, instead)");
+  else if (per > 0)
+    fprintf(b, "devices: rank r on GPU r mod %d of node r / %d (%s: %d GPUs a node; DEVICE_ID, where set, instead)", per,
+            per, c.name, per);
+  else fprintf(b, "devices: each rank on its local rank's GPU modulo the host's GPUs (DEVICE_ID, where set, instead)");
+  if (n < 2) fprintf(b, "\n\n");
+  else if (cfg->parallel.comm_backend == 2 || shared)
+    fprintf(b, "; collectives: MPI staged through pinned host memory (%s)\n\n",
+            shared ? "ranks share a GPU" : "parallel.comm_backend mpi");
+  else
+    fprintf(b, "; collectives: NCCL where every rank has a GPU of its own and it loads (else MPI staged through pinned "
+            "host memory)%s\n\n", dc->accum == 1 && dc->overlap ? ", the gradients' buckets overlapped with backward" : "");
+}
+
 static int plan_report(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, ts_model_fn model,
                        void *user, char **text, ts_dist_memory_info *mem, int64_t *baseline) {
   *text = NULL;
@@ -252,6 +280,7 @@ static int plan_report(const ts_config *cfg, const ts_autoplan *given, int ndevi
     fprintf(b, "plan: %s on %s, %s on %d devices, rank %d shown; micro-batch %lld (%s)\n\n",
             model ? "custom model" : ts_model_kind_name(cfg->model.name), ts_data_kind_name(cfg->data.name),
             ts_dist_name(x.vt), ndevices, rank, (long long)mb, piece);
+    if (cfg->device_target == TS_CFG_DEVICE_GPU) plan_gpus(b, cfg, x.vt, &x.dc, ndevices);
     double red = 0;
     rc = ts_dist_describe(d, b, &red);
     if (!rc) {

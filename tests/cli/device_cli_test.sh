@@ -68,4 +68,18 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
 else echo "SKIP part: TS_FAKECUDA not set (the stand-in driver)"; fi
 run train "$tmp/c.yaml" --set device_target=CPU
 if [ $rc = 0 ] && [ -s "$tmp/m.jsonl" ]; then ok "device_target CPU trains"; else bad "CPU: rc $rc: $out"; fi
+# `tessera plan` of a GPU job (no GPU needed): which GPU each rank drives, what carries the collectives
+plan_dev() { "$bin" plan "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=data_parallel "$@" 2>/dev/null | grep "^devices: "; }
+p=$(plan_dev -n 16 --set train.batch_size=32 --set parallel.cluster=dgx-a100-80g)
+echo "$p" | grep -q "rank r on GPU r mod 8 of node r / 8 (dgx-a100-80g: 8 GPUs a node" && echo "$p" | grep -q "collectives: NCCL where every rank has a GPU of its own" &&
+  echo "$p" | grep -q "buckets overlapped with backward" && ok "plan, 16 ranks on dgx-a100-80g: ${p:0:100}..." || bad "plan, 16 ranks: '$p'"
+p=$(plan_dev -n 2 --set device_id=0)
+echo "$p" | grep -q "every rank on GPU 0 (device_id); collectives: MPI staged through pinned host memory (ranks share a GPU)" &&
+  ok "plan, 2 ranks on GPU 0: $p" || bad "plan, 2 ranks on GPU 0: '$p'"
+p=$(plan_dev -n 2 --set parallel.comm_backend=mpi --set train.micro_batch_size=8)
+echo "$p" | grep -q "collectives: MPI staged through pinned host memory (parallel.comm_backend mpi)" && ! echo "$p" | grep -q overlapped &&
+  ok "plan, comm_backend mpi: the staged path" || bad "plan, comm_backend mpi: '$p'"
+p=$(plan_dev -n 2 --set parallel.mode=semi_auto_parallel)
+echo "$p" | grep -q "devices: GPUs: device_target GPU: parallel.mode semi_auto_parallel does not run on GPUs yet" &&
+  ok "plan, semi_auto_parallel on GPUs: says it does not run there yet" || bad "plan, semi_auto_parallel: '$p'"
 exit $fail
