@@ -37,22 +37,16 @@ static void cb_load(void) {
     cb_rc = TS_EUNSUPPORTED;
     return;
   }
-  static const struct {
-    const char *name;
-    size_t off;
-  } want[] = {
+  static const ts__dl_sym want[] = {
 #define F(field, sym) {#sym, offsetof(ts__cublas_api, field)},
       TS__CUBLAS_SYMBOLS(F)
 #undef F
   };
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    void *sym = dlsym(h, want[i].name);
-    if (!sym) {
-      snprintf(cb_msg, sizeof cb_msg, "cuBLAS lacks %s", want[i].name);
-      cb_rc = TS_EUNSUPPORTED;
-      return;
-    }
-    memcpy((char *)&cb + want[i].off, &sym, sizeof sym);
+  const char *miss = ts__dl_fill(h, want, sizeof want / sizeof want[0], &cb);
+  if (miss) {
+    snprintf(cb_msg, sizeof cb_msg, "cuBLAS lacks %s", miss);
+    cb_rc = TS_EUNSUPPORTED;
+    return;
   }
   cb_rc = TS_OK;
 }

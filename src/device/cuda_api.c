@@ -24,6 +24,15 @@ const char *ts__cuda_error(CUresult r, char *buf, size_t cap) {
   return buf;
 }
 
+const char *ts__dl_fill(void *h, const ts__dl_sym *want, size_t n, void *table) {
+  for (size_t i = 0; i < n; i++) {
+    void *sym = dlsym(h, want[i].name);
+    if (!sym) return want[i].name;
+    memcpy((char *)table + want[i].off, &sym, sizeof sym);
+  }
+  return NULL;
+}
+
 static void load(void) {
   const char *lib = getenv("TESSERA_LIBCUDA");
   if (!lib || !*lib) lib = "libcuda.so.1";
@@ -34,23 +43,17 @@ static void load(void) {
     loaded_rc = TS_EUNSUPPORTED;
     return;
   }
-  static const struct {
-    const char *name;
-    size_t off;
-  } want[] = {
+  static const ts__dl_sym want[] = {
 #define F(field, sym) {#sym, offsetof(ts__cuda_fns, field)},
       TS__CUDA_SYMBOLS(F)
 #undef F
   };
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    void *sym = dlsym(h, want[i].name);
-    if (!sym) {
-      snprintf(loaded_msg, sizeof loaded_msg, "the NVIDIA driver %s lacks %s (too old a driver?)", lib, want[i].name);
-      loaded_rc = TS_EUNSUPPORTED;
-      memset(&fns, 0, sizeof fns);
-      return; /* the handle stays open: harmless, and dlclose of a driver is not */
-    }
-    memcpy((char *)&fns + want[i].off, &sym, sizeof sym);
+  const char *miss = ts__dl_fill(h, want, sizeof want / sizeof want[0], &fns);
+  if (miss) {
+    snprintf(loaded_msg, sizeof loaded_msg, "the NVIDIA driver %s lacks %s (too old a driver?)", lib, miss);
+    loaded_rc = TS_EUNSUPPORTED;
+    memset(&fns, 0, sizeof fns);
+    return; /* the handle stays open: harmless, and dlclose of a driver is not */
   }
   CUresult r = fns.Init(0);
   if (r) {

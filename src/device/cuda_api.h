@@ -88,6 +88,16 @@ typedef struct {
   F(ModuleLoadDataEx, cuModuleLoadDataEx) F(ModuleGetFunction, cuModuleGetFunction) F(ModuleUnload, cuModuleUnload)  \
   F(LaunchKernel, cuLaunchKernel) F(GetErrorName, cuGetErrorName) F(GetErrorString, cuGetErrorString)
 
+/* A library's entry points into a struct of function pointers (each entry made from an X-macro's
+ * F(member, symbol): {#symbol, offsetof(struct, member)}): the address of want[i].name in h is
+ * stored at want[i].off of table; returns the first name h does not export (table then partly
+ * filled), or NULL. Shared by the driver's, cuBLAS's and NCCL's loaders. */
+typedef struct {
+  const char *name;
+  size_t off;
+} ts__dl_sym;
+const char *ts__dl_fill(void *h, const ts__dl_sym *want, size_t n, void *table);
+
 /* The driver loaded and initialised once per process (thread-safe); NULL when it cannot be, with
  * the reason as the last error (TS_EUNSUPPORTED: "no NVIDIA driver on this machine (libcuda.so.1:
  * ...)", a missing entry point, or cuInit's error, e.g. CUDA_ERROR_NO_DEVICE). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/cuda_api.h"
 #include "device/nccl.h"
 #include "device/nccl_abi.h"
 
@@ -32,22 +33,17 @@ static void nc_load(void) {
     nc_rc = TS_EUNSUPPORTED;
     return;
   }
-  static const struct {
-    const char *name;
-    size_t off;
-  } want[] = {
+  static const ts__dl_sym want[] = {
 #define F(field, sym) {#sym, offsetof(ts__nccl_api, field)},
       TS__NCCL_SYMBOLS(F)
 #undef F
   };
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    void *sym = dlsym(h, want[i].name);
-    if (!sym) {
-      snprintf(nc_msg, sizeof nc_msg, "NCCL lacks %s", want[i].name);
-      nc_rc = TS_EUNSUPPORTED;
-      return;
-    }
-    memcpy((char *)&nc + want[i].off, &sym, sizeof sym);
+  const char *miss = ts__dl_fill(h, want, sizeof want / sizeof want[0], &nc);
+  if (miss) {
+    snprintf(nc_msg, sizeof nc_msg, "NCCL lacks %s", miss);
+    nc_rc = TS_EUNSUPPORTED;
+    memset(&nc, 0, sizeof nc);
+    return;
   }
   int v = 0;
   nc.GetVersion(&v); /* 2.x: major*10000 + minor*100 + patch (before 2.9: major*1000 + minor*100 + patch) */
