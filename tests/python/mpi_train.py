@@ -24,7 +24,9 @@ def say(text):
 
 ts.init()
 mode, epochs = sys.argv[1], int(sys.argv[2])
-if mode == "dp":
+if mode in ("dp", "gpudp"):
+    if mode == "gpudp":  # each rank on a GPU (test_pyapi_mpi: the stand-in driver's, or real ones)
+        ts.set_context(device_target="GPU")
     ts.set_auto_parallel_context(parallel_mode=ts.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                  device_num=ts.get_group_size())
     m = models.train(models.MLP(64, 32), epochs, 256, 32, shards=ts.get_group_size())

@@ -72,6 +72,43 @@ class TestMPI(unittest.TestCase):
             self.assertEqual(s1, s2)
             self.assertAlmostEqual(float(l1), float(l2), delta=1e-4)
 
+    def test_data_parallel_gpu(self):
+        """set_context(device_target="GPU") with data_parallel on 2 ranks, a GPU each (the stand-in
+        driver's emulated GPUs and the stand-in NCCL built beside TESSERA_BIN; skipped without
+        them): the Python run equals `tessera train` of the same YAML on the GPUs bitwise, and
+        follows the CPU ranks within 1e-4."""
+        b = os.path.dirname(os.path.abspath(shutil.which(pyutil.tessera_bin()) or pyutil.tessera_bin()))
+        fc, fn = os.path.join(b, "libfakecuda.so"), os.path.join(b, "libfakenccl.so")
+        if not (os.path.exists(fc) and os.path.exists(fn)):
+            self.skipTest("no stand-in driver and NCCL beside %s" % pyutil.tessera_bin())
+        keep = dict(os.environ)
+        os.environ.update(TESSERA_LIBCUDA=fc, TESSERA_LIBNCCL=fn, FAKE_CUDA_COUNT="2", TESSERA_GPU_GEMM="tessera")
+        try:
+            par = "parallel: {mode: data_parallel, gradients_mean: true}"
+            y = self.yaml("y", par + "\ndevice_target: GPU")
+            rc, out = pyutil.run(pyutil.mpirun(2) + [pyutil.tessera_bin(), "train", "c.yaml"], y)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("collectives: NCCL", out)
+            p = os.path.join(self.dir, "p")
+            os.makedirs(p)
+            rc, out = pyutil.run(pyutil.mpirun(2) + [sys.executable, os.path.join(HERE, "mpi_train.py"), "gpudp", "1"], p)
+            self.assertEqual(rc, 0, out)
+            self.assertIn("rank 1 done", out)
+            a, g = pyutil.steps(y + "/ck/metrics.jsonl"), pyutil.steps(p + "/ck/metrics.jsonl")
+            self.assertEqual(len(a), 8)
+            self.assertEqual(a, g)
+            with open(p + "/ck/metrics.jsonl") as f:  # the end record's device memory: the job ran on the GPUs
+                self.assertRegex(f.read(), r'"device_peak_bytes":[1-9]')
+        finally:
+            os.environ.clear()
+            os.environ.update(keep)
+        c = self.yaml("c", par)
+        rc, out = pyutil.run(pyutil.mpirun(2) + [pyutil.tessera_bin(), "train", "c.yaml"], c)
+        self.assertEqual(rc, 0, out)
+        for (s1, l1), (s2, l2) in zip(pyutil.steps(c + "/ck/metrics.jsonl"), a):
+            self.assertEqual(s1, s2)
+            self.assertAlmostEqual(float(l1), float(l2), delta=1e-4 * max(1.0, abs(float(l1))))
+
     def test_semi_auto_shard_strategies(self):
         y, p, a = self.both("semi", "parallel:\n  mode: semi_auto_parallel\n  strategies: "
                             "{fc1.dense: '((1,1),(2,1),(2,))', fc2.dense: '((1,2),(1,2),(1,))'}\n"
