@@ -92,7 +92,7 @@ int ts__dist_dev_start(ts_dist *d) {
   if (d->cfg.parameter_broadcast) { /* rank 0's parameters and states, device to device */
     if (g->hlen[0]) rc = ts__dcoll_broadcast(g->coll, g->dbase[0], ts_params_numel(p), TS_F32, 0, NULL);
     if (!rc && g->hlen[2]) rc = ts__dcoll_broadcast(g->coll, g->dbase[2], ts_params_state_numel(p), TS_F32, 0, NULL);
-    if (!rc) rc = ts__dev_sync(g->dev);
+    if (!rc) rc = ts__dcoll_wait(g->coll, NULL, ts_comm_get_timeout(), "broadcast of the parameters");
     g->host_stale = 1;
   }
   return rc ? ts_error_wrap(rc, "parallel.parameter_broadcast") : TS_OK;
@@ -219,7 +219,7 @@ int ts__dist_dev_sync_states(ts_dist *d) {
   if (d->r.size < 2 || d->cfg.sync_batchnorm || !g->hlen[2]) return TS_OK;
   int rc = ts__dcoll_allreduce(g->coll, g->dbase[2], g->dbase[2], ts_params_state_numel(p), TS_F32, TS_REDUCE_MEAN,
                                NULL);
-  if (!rc) rc = ts__dev_sync(g->dev);
+  if (!rc) rc = ts__dcoll_wait(g->coll, NULL, ts_comm_get_timeout(), "all-reduce of the running statistics");
   g->host_stale = 1;
   return rc ? ts_error_wrap(rc, "averaging BatchNorm running statistics over the ranks") : TS_OK;
 }
