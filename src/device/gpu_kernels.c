@@ -113,13 +113,51 @@ int ts__gpu_softmax_ce_fwd(ts__dev *d, ts_dtype dt, const void *logits, const vo
 int ts__gpu_softmax_ce_bwd(ts__dev *d, ts_dtype dt, const float *dloss, const void *logits, const void *labels,
                            int labels_i64, const float *lse, int64_t N, int64_t C, float smoothing,
                            int64_t ignore_index, const float *count, void *dlogits, ts__dev_stream *s) {
+  return ts__gpu_softmax_ce_shard_bwd(d, dt, dloss, logits, labels, labels_i64, lse, N, C, C, 0, smoothing,
+                                      ignore_index, count, dlogits, s);
+}
+
+int ts__gpu_softmax_ce_shard_bwd(ts__dev *d, ts_dtype dt, const float *dloss, const void *logits, const void *labels,
+                                 int labels_i64, const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t off,
+                                 float smoothing, int64_t ignore_index, const float *count, void *dlogits,
+                                 ts__dev_stream *s) {
   int rc = dt_ok(dt, "softmax_ce backward");
-  if (rc || N == 0 || C == 0) return rc;
-  void *a[] = {&dloss, &logits, &labels, &labels_i64, &lse, &N, &C, &smoothing, &ignore_index, &count, &dlogits};
-  unsigned gx = (unsigned)((C + BLOCK - 1) / BLOCK);
+  if (rc || N == 0 || Cl == 0) return rc;
+  void *a[] = {&dloss, &logits, &labels, &labels_i64, &lse, &N, &Cl, &C, &off, &smoothing, &ignore_index, &count, &dlogits};
+  unsigned gx = (unsigned)((Cl + BLOCK - 1) / BLOCK);
   if (gx > 64) gx = 64;
   return launch(d, dt == TS_F32 ? "ts_k_softmax_ce_bwd_f32" : "ts_k_softmax_ce_bwd_bf16", gx, row_grid(N), BLOCK, s,
                 a);
+}
+
+int ts__gpu_softmax_ce_shard_max(ts__dev *d, ts_dtype dt, const void *logits, const void *labels, int labels_i64,
+                                 int64_t N, int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax, int64_t *bad,
+                                 ts__dev_stream *s) {
+  int rc = dt_ok(dt, "softmax_ce (sharded)");
+  if (!rc && (Cl < 1 || C < Cl))
+    rc = ts_error_set(TS_ESHAPE, "GPU softmax_ce (sharded): a block of %lld of %lld classes", (long long)Cl, (long long)C);
+  if (!rc) rc = ts__dev_memset0(d, bad, sizeof(int64_t), s);
+  if (rc || N == 0) return rc;
+  void *a[] = {&logits, &labels, &labels_i64, &N, &Cl, &C, &ignore_index, &rowmax, &bad};
+  return launch(d, dt == TS_F32 ? "ts_k_softmax_ce_shard_max_f32" : "ts_k_softmax_ce_shard_max_bf16", row_grid(N), 1,
+                row_block(Cl), s, a);
+}
+
+int ts__gpu_softmax_ce_shard_stats(ts__dev *d, ts_dtype dt, const void *logits, const void *labels, int labels_i64,
+                                   int64_t N, int64_t Cl, int64_t off, int64_t ignore_index, const float *M,
+                                   float *stats, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "softmax_ce (sharded)");
+  if (rc || N == 0) return rc;
+  void *a[] = {&logits, &labels, &labels_i64, &N, &Cl, &off, &ignore_index, &M, &stats};
+  return launch(d, dt == TS_F32 ? "ts_k_softmax_ce_shard_stats_f32" : "ts_k_softmax_ce_shard_stats_bf16", row_grid(N),
+                1, row_block(Cl), s, a);
+}
+
+int ts__gpu_softmax_ce_shard_loss(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t C,
+                                  float smoothing, int64_t ignore_index, const float *M, const float *stats, float *loss,
+                                  float *lse, float *count, ts__dev_stream *s) {
+  void *a[] = {&labels, &labels_i64, &N, &C, &smoothing, &ignore_index, &M, &stats, &loss, &lse, &count};
+  return launch(d, "ts_k_softmax_ce_shard_loss", 1, 1, 1024, s, a);
 }
 
 int ts__gpu_layernorm_fwd(ts__dev *d, ts_dtype dt, const void *x, const float *gamma, const float *beta, void *y,
@@ -229,22 +267,22 @@ int ts__gpu_dropout(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, 
   return launch(d, dt == TS_F32 ? "ts_k_dropout_f32" : "ts_k_dropout_bf16", grid_for(n), 1, BLOCK, s, a);
 }
 
-int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, const void *ids,
-                          int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s) {
+int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, int64_t off, int sharded,
+                          const void *ids, int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s) {
   int rc = dt_ok(dt, "embedding");
   if (!rc) rc = ts__dev_memset0(d, bad, sizeof(int64_t), s);
   if (rc || N == 0) return rc;
-  void *a[] = {&table, &ids, &ids_i64, &N, &V, &D, &y, &bad};
+  void *a[] = {&table, &ids, &ids_i64, &N, &V, &D, &off, &sharded, &y, &bad};
   unsigned gx = (unsigned)((D + BLOCK - 1) / BLOCK);
   return launch(d, dt == TS_F32 ? "ts_k_embedding_fwd_f32" : "ts_k_embedding_fwd_bf16", gx > 64 ? 64 : gx, row_grid(N),
                 BLOCK, s, a);
 }
 
 int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                          float *dtable, ts__dev_stream *s) {
+                          int64_t off, float *dtable, ts__dev_stream *s) {
   int rc = ts__dev_memset0(d, dtable, (size_t)V * (size_t)D * sizeof(float), s);
   if (rc || N == 0) return rc;
-  void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &dtable};
+  void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &off, &dtable};
   return launch(d, "ts_k_embedding_bwd_f32", grid_for(D), 1, BLOCK, s, a);
 }
 
@@ -705,10 +743,10 @@ int ts__gpu_softmax_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *y, 
 }
 
 int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                               void *dtable, float *acc, ts__dev_stream *s) {
+                               int64_t off, void *dtable, float *acc, ts__dev_stream *s) {
   int rc = ts__dev_memset0(d, acc, (size_t)V * (size_t)D * sizeof(float), s);
   if (!rc && N > 0) {
-    void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &acc};
+    void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &off, &acc};
     rc = launch(d, "ts_k_embedding_bwd_bf16", grid_for(D), 1, BLOCK, s, a);
   }
   return rc ? rc : ts__gpu_cast(d, TS_F32, TS_BF16, acc, dtable, V * D, s);

@@ -45,6 +45,26 @@ int ts__gpu_softmax_ce_fwd(ts__dev *d, ts_dtype dt, const void *logits, const vo
 int ts__gpu_softmax_ce_bwd(ts__dev *d, ts_dtype dt, const float *dloss, const void *logits, const void *labels,
                            int labels_i64, const float *lse, int64_t N, int64_t C, float smoothing,
                            int64_t ignore_index, const float *count, void *dlogits, ts__dev_stream *s);
+/* Class-sharded (ts__softmax_ce_shard_*_ref, Megatron's vocabulary-parallel loss): logits (N,Cl)
+ * are columns [off, off + Cl) of the (N,C) ones; the caller reduces between the steps:
+ *   max: rowmax (N) of the block (0 for ignored rows), bad as ts__gpu_softmax_ce_fwd's
+ *        -> the caller all-reduces MAX into M;
+ *   stats: (N,3) = (sum exp(x - M), x at the label where held else 0, sum x) -> all-reduce SUM;
+ *   loss: lse (N), loss (1) and count (1) from M and the reduced stats (M and lse may not alias);
+ *   bwd: dloss (1, the group's total) -> dlogits (N,Cl) of the block (Cl = C, off 0: unsharded). */
+int ts__gpu_softmax_ce_shard_max(ts__dev *d, ts_dtype dt, const void *logits, const void *labels, int labels_i64,
+                                 int64_t N, int64_t Cl, int64_t C, int64_t ignore_index, float *rowmax, int64_t *bad,
+                                 ts__dev_stream *s);
+int ts__gpu_softmax_ce_shard_stats(ts__dev *d, ts_dtype dt, const void *logits, const void *labels, int labels_i64,
+                                   int64_t N, int64_t Cl, int64_t off, int64_t ignore_index, const float *M,
+                                   float *stats, ts__dev_stream *s);
+int ts__gpu_softmax_ce_shard_loss(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t C,
+                                  float smoothing, int64_t ignore_index, const float *M, const float *stats, float *loss,
+                                  float *lse, float *count, ts__dev_stream *s);
+int ts__gpu_softmax_ce_shard_bwd(ts__dev *d, ts_dtype dt, const float *dloss, const void *logits, const void *labels,
+                                 int labels_i64, const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t off,
+                                 float smoothing, int64_t ignore_index, const float *count, void *dlogits,
+                                 ts__dev_stream *s);
 
 /* Layer norm over rows of D (ts__layernorm_fwd_ref / _bwd_ref): gamma, beta f32 (D) or NULL;
  * the _g variants take gamma, beta, dgamma, dbeta of dtype gdt (f32, or bf16 with bf16 x) */
@@ -108,15 +128,18 @@ int ts__gpu_one_hot(ts__dev *d, ts_dtype dt, const void *ids, int ids_i64, int64
 /* Embedding: table (V, D) dt, ids (N) i32/i64 -> y (N, D); bad (1 int64 of device memory): 1 + a
  * position whose id is outside [0, V) (its row zeroed), 0 when none (the caller checks it after
  * synchronising). Backward: dy (N, D) f32 -> dtable (V, D) f32, overwritten, as
- * ts__embedding_bwd_ref (each element summed in token order). */
-int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, const void *ids,
-                          int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s);
+ * ts__embedding_bwd_ref (each element summed in token order). Vocabulary-sharded (sharded 1, as
+ * ts__embedding_shard_fwd_ref / _bwd_ref): the table holds rows [off, off + V) of the whole one,
+ * other ids give zero rows forward and nothing backward, only negative ids are bad; unsharded: off
+ * 0, sharded 0. */
+int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, int64_t off, int sharded,
+                          const void *ids, int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s);
 int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                          float *dtable, ts__dev_stream *s);
+                          int64_t off, float *dtable, ts__dev_stream *s);
 /* the same from bf16 dy into bf16 dtable (ts__embedding_bwd_lp: f32 sums in token order, rounded
  * once); acc: V * D floats of device scratch */
 int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                               void *dtable, float *acc, ts__dev_stream *s);
+                               int64_t off, void *dtable, float *acc, ts__dev_stream *s);
 
 /* y (ys) = a (as) op b (bs) with numpy broadcasting (ts_binary_alg), f32 or bf16; TS_ESHAPE when
  * an operand does not broadcast to y; at most 8 dims */

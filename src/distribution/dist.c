@@ -269,13 +269,18 @@ static void free_per_rank(ts_dist *d) {
   ts_params_free(d->r.params);
 }
 
+int ts__dist_broadcast_check(const ts_dist *d) {
+  if (d->cfg.parameter_broadcast && d->r.sliced)
+    return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
+                        "initialises its own from the counter-based RNG, identical to the whole model's)");
+  return TS_OK;
+}
+
 int ts__dist_start_world(ts_dist *d) {
   const ts_dist_config *c = &d->cfg;
   ts_params *p = d->r.params;
-  int rc = TS_OK;
-  if (c->parameter_broadcast && d->r.sliced)
-    return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
-                        "initialises its own from the counter-based RNG, identical to the whole model's)");
+  int rc = ts__dist_broadcast_check(d);
+  if (rc) return rc;
   if (c->parameter_broadcast) {
     /* a sync object holding the parameters (ZeRO-3): no whole copy to send; each rank's shard is
      * initialised from the counter-based RNG at its global positions, the values rank 0 has there */
@@ -579,7 +584,7 @@ int ts_dist_clip(ts_dist *d, float *g, float max_norm, float *norm) {
 }
 
 int ts_dist_sync_states(ts_dist *d) {
-  if (d->gpu) return d->world ? ts__dist_dev_sync_states(d) : TS_OK;
+  if (d->gpu) return d->world && d->vt->sync_states ? ts__dist_dev_sync_states(d) : TS_OK; /* data_parallel's */
   return d->vt->sync_states ? d->vt->sync_states(d) : TS_OK;
 }
 

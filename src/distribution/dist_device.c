@@ -1,11 +1,13 @@
 /* A job's training on a GPU (device_target: GPU; docs/gpu.md): the distribution object's store,
  * gradients, optimizer state and plans resident on the device, the steps run there, the host
  * copies kept for what reads them (checkpoints, the store's users) and refreshed on demand.
- * One process, one GPU: the stand_alone layout; data_parallel over ranks each driving a GPU (or
- * sharing one), the gradients all-reduced on the devices after backward through the device
- * collectives (runtime/dcoll.h: NCCL, or MPI staged through pinned memory), the parameters
- * broadcast from rank 0 there, BatchNorm's running statistics averaged there (the other layouts
- * over several ranks stay on the CPU until their collectives run on device buffers, issue #29).
+ * One process, one GPU: the stand_alone layout; data_parallel, semi_auto_parallel and
+ * hybrid_parallel over ranks each driving a GPU (or sharing one): the plans' collectives and the
+ * gradients' all-reduce over the ranks holding each slice run on the devices through the device
+ * collectives (runtime/dcoll.h: NCCL, or MPI staged through pinned memory; one object per group of
+ * ranks), the parameters broadcast from rank 0 there, BatchNorm's running statistics averaged there
+ * (data_parallel), clipping with sliced parameters counted once (the pipeline layout and ZeRO stay
+ * on the CPU until their collectives run on device buffers, issue #29).
  *   create: the device opened (ts__dist_dev_open); build: the plans put on it, the store's
  *   buffers mirrored there (parameters, gradients, states; each binding moved to the same offset),
  *   inputs bound to device buffers (ts__dist_dev_bind); a step: the batch copied in, the plan run,
@@ -24,17 +26,36 @@
 
 struct ts__dist_dev {
   ts__dev *dev;
-  ts__dcoll *coll;         /* data_parallel: the collectives over the world on device buffers */
-  /* data_parallel through NCCL, one micro-batch: the gradients in buckets all-reduced on a stream
-   * of their own as backward completes them (each bucket: a range of the flat gradients, the
-   * plan's node after which all of it is written), waited for at the step's end */
+  ts__dcoll *coll;         /* the collectives over the world on device buffers (grp[0]) */
+  /* device collectives over every group of ranks the job's collectives use, the world's first:
+   * one object per group, shared by the plans' slots and the gradients' groups over the same
+   * ranks (ranks: the members' world ranks; own: a communicator made here for it) */
+  struct ts__dgrp {
+    ts__dcoll *x;
+    ts_comm *own;
+    int *ranks, n;
+  } *grp;
+  int ngrp;
+  /* the gradients' reduction: ranges of the flat gradients, each all-reduced over the group of
+   * the ranks holding the same slice (grp index); with overlap (data_parallel through NCCL, one
+   * micro-batch) about bucket_size_mb each, issued on a stream of their own as backward
+   * completes them and waited for at the step's end; else in the store's order after backward */
   struct ts__gbucket {
     size_t off, n;
     int ready; /* the node after which it is complete (-1: none writes it: issued at the end) */
+    int grp;
   } *bk;
-  int nbk, next_bk, async_rc;
+  int nbk, next_bk, async_rc, overlap;
   ts__dev_stream *comm_s;
   ts__dev_event *ev_node, *ev_comm;
+  /* clipping with sliced parameters: ranges of the flat gradients whose slices `holders` ranks
+   * hold (each counted 1 / holders), their sums of squares (device, and copied out) */
+  struct ts__crange {
+    size_t off, n;
+    int holders;
+  } *cr;
+  int ncr;
+  float *cres, *cres_h;
   /* the store's buffers: parameters, gradients, states (host base, bytes, device copy) */
   const char *hbase[3];
   size_t hlen[3];
@@ -57,30 +78,75 @@ struct ts__dist_dev {
 
 int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
   if (!strcmp(mode, "stand_alone")) return TS_OK;
-  if (strcmp(mode, "data_parallel"))
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone and "
-                        "data_parallel do; the other layouts come with issue #29, docs/gpu.md)", mode);
+  if (!strcmp(mode, "pipeline"))
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.pipeline_stages %d (the pipeline layout) does not run "
+                        "on GPUs yet (stand_alone, data_parallel, semi_auto_parallel and hybrid_parallel do; issue #29, "
+                        "docs/gpu.md)", cfg->pipeline_stages);
+  if (strcmp(mode, "data_parallel") && strcmp(mode, "semi_auto_parallel") && strcmp(mode, "hybrid_parallel"))
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone, "
+                        "data_parallel, semi_auto_parallel and hybrid_parallel do; the others come with issue #29, "
+                        "docs/gpu.md)", mode);
   if (cfg->optimizer_shard)
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet "
-                        "(data_parallel does without it; docs/gpu.md)", cfg->optimizer_shard);
+                        "(%s does without it; docs/gpu.md)", cfg->optimizer_shard, mode);
   if (cfg->sync_batchnorm)
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.sync_batchnorm does not run on GPUs yet (each rank's "
                         "batch statistics; the running statistics are averaged over the ranks; docs/gpu.md)");
   return TS_OK;
 }
 
+static int alloc0(ts__dev *v, size_t bytes, void **p) {
+  int rc = ts__dev_alloc(v, bytes ? bytes : 64, p);
+  return rc ? rc : ts__dev_memset0(v, *p, bytes ? bytes : 64, NULL);
+}
+
+/* The index in g->grp of the device collectives over c's ranks: the ones made before over the
+ * same ranks, else `made` (NULL: made now). Collective over c: its members ask in the same order,
+ * and each finds or misses the same group, every communicator of the job partitioning the world
+ * (a slot's, a gradient group's). own: c was made for this (kept with a new object, freed when an
+ * earlier one serves). On failure nothing is kept (made and an own c freed). */
+static int grp_of(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *made, int backend, int *idx) {
+  int n = ts_comm_size(c), me = ts_comm_world_rank(c);
+  int *ranks = malloc(sizeof(int) * (size_t)n);
+  int rc = ranks ? ts_comm_allgather(c, &me, ranks, 1, TS_I32) : ts_error_set(TS_ENOMEM, "GPU: out of memory");
+  for (int k = 0; !rc && !made && k < g->ngrp; k++)
+    if (g->grp[k].n == n && !memcmp(g->grp[k].ranks, ranks, sizeof(int) * (size_t)n)) {
+      free(ranks);
+      if (own) ts_comm_free(c);
+      *idx = k;
+      return TS_OK;
+    }
+  ts__dcoll *x = made;
+  if (!rc && !x) rc = ts__dcoll_create(c, g->dev, (ts__dcoll_backend)backend, &x);
+  struct ts__dgrp *ng = rc ? NULL : realloc(g->grp, sizeof *ng * (size_t)(g->ngrp + 1));
+  if (!rc && !ng) rc = ts_error_set(TS_ENOMEM, "GPU: out of memory (device collectives)");
+  if (rc) {
+    ts__dcoll_free(x);
+    free(ranks);
+    if (own) ts_comm_free(c);
+    return rc;
+  }
+  g->grp = ng;
+  g->grp[g->ngrp] = (struct ts__dgrp){x, own ? c : NULL, ranks, n};
+  *idx = g->ngrp++;
+  return TS_OK;
+}
+
 int ts__dist_dev_open(ts_dist *d) {
   struct ts__dist_dev *g = calloc(1, sizeof *g);
   if (!g) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
-  int rc = ts__dev_open(TS_DEVICE_GPU, d->cfg.device_id >= 0 ? d->cfg.device_id : 0, &g->dev);
+  int rc = ts__dev_open(TS_DEVICE_GPU, d->cfg.device_id >= 0 ? d->cfg.device_id : 0, &g->dev), k;
   /* every rank's collectives on the devices (collective over the world: every rank gets here,
-   * or fails the same way, the choice agreed inside) */
-  if (!rc && d->world) rc = ts__dcoll_create(d->world, g->dev, (ts__dcoll_backend)d->cfg.comm_backend, &g->coll);
+   * or fails the same way, the choice agreed inside); the world's group first */
+  ts__dcoll *w = NULL;
+  if (!rc && d->world) rc = ts__dcoll_create(d->world, g->dev, (ts__dcoll_backend)d->cfg.comm_backend, &w);
+  if (!rc && d->world) rc = grp_of(g, d->world, 0, w, d->cfg.comm_backend, &k);
   if (rc) {
     ts__dev_close(g->dev);
     free(g);
     return rc;
   }
+  g->coll = w;
   d->gpu = g;
   return TS_OK;
 }
@@ -88,7 +154,8 @@ int ts__dist_dev_open(ts_dist *d) {
 int ts__dist_dev_start(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   ts_params *p = d->r.params;
-  int rc = TS_OK;
+  int rc = ts__dist_broadcast_check(d);
+  if (rc) return rc;
   if (d->cfg.parameter_broadcast) { /* rank 0's parameters and states, device to device */
     if (g->hlen[0]) rc = ts__dcoll_broadcast(g->coll, g->dbase[0], ts_params_numel(p), TS_F32, 0, NULL);
     if (!rc && g->hlen[2]) rc = ts__dcoll_broadcast(g->coll, g->dbase[2], ts_params_state_numel(p), TS_F32, 0, NULL);
@@ -105,7 +172,7 @@ static int issue_bucket(ts_dist *d, int k) {
   float *gd = (float *)g->dbase[1];
   int rc = ts__dev_event_record(g->dev, g->ev_node, NULL);
   if (!rc) rc = ts__dev_stream_wait(g->dev, g->comm_s, g->ev_node);
-  if (!rc) rc = ts__dcoll_allreduce(g->coll, gd + b->off, gd + b->off, b->n, TS_F32,
+  if (!rc) rc = ts__dcoll_allreduce(g->grp[b->grp].x, gd + b->off, gd + b->off, b->n, TS_F32,
                                     d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, g->comm_s);
   return rc;
 }
@@ -121,75 +188,147 @@ static void bucket_hook(const ts_hook_info *e, void *user) {
     if ((g->async_rc = issue_bucket(d, g->next_bk++))) return;
 }
 
+/* every communicator slot of plan p: the device collectives over its ranks */
+static int plan_dcolls(ts_dist *d, ts_plan *p) {
+  int rc = TS_OK, k;
+  for (int s = 0; p && s < TS_PLAN_MAX_COMMS && !rc; s++) {
+    ts_comm *c = ts_plan_comm(p, s);
+    if (!c) continue;
+    rc = grp_of(G(d), c, 0, NULL, d->cfg.comm_backend, &k);
+    if (!rc) rc = ts_plan_set_dcoll(p, s, G(d)->grp[k].x);
+  }
+  return rc ? ts_error_wrap(rc, "the device collectives of the plans' communicator slots") : TS_OK;
+}
+
 typedef struct {
-  struct ts__dist_dev *g;
   const ts_graph *graph;
-  struct ts__gbucket *pg; /* each gradient binding: its range and producer */
-  int n;
+  const char *h;
+  size_t hlen;
+  struct ts__gbucket *b; /* each gradient binding: its offset and producer */
+  int n, cap;
 } grad_ctx;
 
 static int grad_one(ts_val v, void *data, void *user) {
   grad_ctx *c = user;
-  const char *h = c->g->hbase[1];
-  if (!data || (const char *)data < h || (const char *)data >= h + c->g->hlen[1]) return TS_OK;
-  ts_shape sh = ts_val_shape(c->graph, v);
-  c->pg[c->n].off = (size_t)((const char *)data - h) / sizeof(float);
-  c->pg[c->n].n = (size_t)ts_shape_numel(&sh);
-  c->pg[c->n].ready = ts_graph_producer(c->graph, v);
+  if (!data || (const char *)data < c->h || (const char *)data >= c->h + c->hlen || c->n == c->cap) return TS_OK;
+  c->b[c->n].off = (size_t)((const char *)data - c->h) / sizeof(float);
+  c->b[c->n].ready = ts_graph_producer(c->graph, v);
   c->n++;
   return TS_OK;
 }
 
-static int by_off(const void *a, const void *b) {
-  const struct ts__gbucket *x = a, *y = b;
-  return x->off < y->off ? -1 : x->off > y->off;
-}
 static int by_ready(const void *a, const void *b) { /* -1 (none) last; then by offset */
   const struct ts__gbucket *x = a, *y = b;
   int rx = x->ready < 0 ? 1 << 30 : x->ready, ry = y->ready < 0 ? 1 << 30 : y->ready;
-  return rx != ry ? (rx < ry ? -1 : 1) : by_off(a, b);
+  if (rx != ry) return rx < ry ? -1 : 1;
+  return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* The buckets of the flat gradients (NCCL, one micro-batch, parallel.overlap): ranges of about
- * bucket_mb cut at the parameters' boundaries, covering every element, each ready after the last
- * node writing into it; the hook on the training plan. Nothing when overlap does not apply. */
-static int buckets_plan(ts_dist *d) {
+/* The gradients' reduction, as the CPU's reducer groups them (grad_reducer.c): the trainable
+ * parameters grouped by the partition of the ranks into those holding the same slice
+ * (ts_params_rank_partition; none where every rank holds its own), each group's device
+ * collectives over this rank's part (the world's where all hold it), each parameter's range
+ * reduced over them, neighbours of one group merged. With one group through NCCL, one
+ * micro-batch, parallel.overlap and no collective node in the plan (data_parallel): ranges of about
+ * bucket_size_mb, each ready after the last node writing into it, issued by the training plan's
+ * hook on the communication stream. */
+static int reduce_plan(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   const ts_dist_run *r = &d->r;
-  if (!g->coll || r->size < 2 || ts__dcoll_backend_of(g->coll) != TS__DCOLL_NCCL || d->cfg.accum > 1 ||
-      !d->cfg.overlap || !r->plan || !g->hlen[1])
-    return TS_OK;
-  int np = ts_params_count(r->params);
-  grad_ctx c = {g, r->g, calloc((size_t)np + 1, sizeof *c.pg), 0};
-  if (!c.pg) return ts_error_set(TS_ENOMEM, "GPU: out of memory (gradient buckets)");
-  int rc = ts_params_each_binding(r->params, r->g, grad_one, &c);
-  qsort(c.pg, (size_t)c.n, sizeof *c.pg, by_off);
-  size_t total = g->hlen[1] / sizeof(float);
-  double mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
-  size_t cap = (size_t)(mb * 1048576.0 / sizeof(float));
-  g->bk = calloc((size_t)(2 * c.n + 2), sizeof *g->bk);
-  if (!rc && !g->bk) rc = ts_error_set(TS_ENOMEM, "GPU: out of memory (gradient buckets)");
-  size_t at = 0;
-  for (int i = 0; i <= c.n && !rc; i++) {
-    size_t start = i < c.n ? c.pg[i].off : total;
-    if (start > at) { /* elements no binding covers: their own bucket, at the end */
-      g->bk[g->nbk++] = (struct ts__gbucket){at, start - at, -1};
-      at = start;
-    }
-    if (i == c.n) break;
-    struct ts__gbucket *last = g->nbk ? &g->bk[g->nbk - 1] : NULL;
-    if (last && last->ready >= 0 && last->off + last->n == c.pg[i].off && last->n + c.pg[i].n <= cap && c.pg[i].ready >= 0)
-      last->n += c.pg[i].n, last->ready = c.pg[i].ready > last->ready ? c.pg[i].ready : last->ready;
-    else g->bk[g->nbk++] = c.pg[i];
-    at = c.pg[i].off + c.pg[i].n;
+  ts_params *p = r->params;
+  int N = r->size, R = r->rank, np = ts_params_count(p), rc = TS_OK, nparts = 0;
+  if (!d->world || N < 2 || !g->hlen[1]) return TS_OK;
+  int *part = malloc(sizeof(int) * (size_t)N), *parts = malloc(sizeof(int) * (size_t)N * (size_t)(np + 1));
+  int *pg = malloc(sizeof(int) * (size_t)(np + 1)), *gi = malloc(sizeof(int) * (size_t)(np + 1));
+  grad_ctx c = {r->g, g->hbase[1], g->hlen[1], calloc((size_t)(2 * np + 2), sizeof *c.b), 0, 2 * np + 2};
+  g->bk = calloc((size_t)np + 1, sizeof *g->bk);
+  if (!part || !parts || !pg || !gi || !c.b || !g->bk) rc = ts_error_set(TS_ENOMEM, "GPU: out of memory (gradient reduction)");
+  for (int i = 0; i < np && !rc; i++) {
+    pg[i] = -1;
+    if (ts_params_flags(p, i) & TS_PARAM_STATE) continue;
+    int n = ts_params_rank_partition(p, i, N, part), k;
+    if (n < 0) rc = n;
+    if (n < 0 || n == N) continue; /* every rank holds its own slice: nothing to reduce */
+    for (k = 0; k < nparts; k++)
+      if (!memcmp(parts + (size_t)k * N, part, sizeof(int) * (size_t)N)) break;
+    if (k == nparts) memcpy(parts + (size_t)nparts++ * N, part, sizeof(int) * (size_t)N);
+    pg[i] = k;
   }
-  free(c.pg);
-  if (rc) return rc;
+  /* the groups in the same order on every rank (each split collective over the world) */
+  for (int k = 0; k < nparts && !rc; k++) {
+    int whole = 1;
+    for (int q = 0; q < N; q++) whole &= parts[(size_t)k * N + q] == parts[(size_t)k * N];
+    ts_comm *sub = NULL;
+    if (whole) gi[k] = 0; /* the world's */
+    else if (!(rc = ts_comm_split(d->world, parts[(size_t)k * N + R], R, &sub)))
+      rc = grp_of(g, sub, 1, NULL, d->cfg.comm_backend, &gi[k]);
+  }
+  if (!rc && r->plan) rc = ts_params_each_binding(p, r->g, grad_one, &c);
+  /* (not beside the plan's own collectives: NCCL's on one communicator from two streams could
+   * interleave differently on two ranks) */
+  int ov = !rc && r->plan && nparts == 1 && !ts_parallel_comm_bytes(r->g, 0) && !ts_parallel_comm_bytes(r->g, 1) &&
+           d->cfg.accum == 1 && d->cfg.overlap &&
+           ts__dcoll_backend_of(g->grp[gi[0]].x) == TS__DCOLL_NCCL;
+  double mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
+  size_t cap = ov ? (size_t)(mb * 1048576.0 / sizeof(float)) : (size_t)-1;
+  int next = 1; /* the last range ends at the previous parameter (only states, or empty ones, between) */
+  for (int i = 0; i < np && !rc; i++) {
+    ts_shape sh = ts_params_shape(p, i);
+    if (ts_params_flags(p, i) & TS_PARAM_STATE || !ts_shape_numel(&sh)) continue;
+    if (pg[i] < 0) {
+      next = 0;
+      continue;
+    }
+    struct ts__gbucket b = {ts_params_offset(p, i), (size_t)ts_shape_numel(&sh), -1, gi[pg[i]]};
+    for (int j = 0; j < c.n; j++)
+      if (c.b[j].off == b.off) b.ready = c.b[j].ready;
+    struct ts__gbucket *last = g->nbk ? &g->bk[g->nbk - 1] : NULL;
+    size_t end = b.off + b.n; /* merged across the store's alignment gaps (zeros, no one's) */
+    if (last && next && last->grp == b.grp && b.off >= last->off + last->n && end - last->off <= cap &&
+        (!ov || (last->ready >= 0 && b.ready >= 0)))
+      last->n = end - last->off, last->ready = b.ready > last->ready ? b.ready : last->ready;
+    else g->bk[g->nbk++] = b;
+    next = 1;
+  }
+  free(part), free(parts), free(pg), free(gi), free(c.b);
+  if (rc || !ov) return rc;
   qsort(g->bk, (size_t)g->nbk, sizeof *g->bk, by_ready);
   rc = ts__dev_stream_create(g->dev, &g->comm_s);
   if (!rc) rc = ts__dev_event_create(g->dev, &g->ev_node);
   if (!rc) rc = ts__dev_event_create(g->dev, &g->ev_comm);
   if (!rc) rc = ts_plan_add_hook(r->plan, bucket_hook, d);
+  g->overlap = !rc;
+  return rc;
+}
+
+/* Clipping with sliced parameters (as ts__dist_clip_sliced): the ranges of the flat gradients
+ * whose slices the same number of ranks hold, neighbours merged; a device float for each sum. */
+static int clip_plan(ts_dist *d) {
+  struct ts__dist_dev *g = G(d);
+  ts_params *p = d->r.params;
+  int N = d->r.size, np = ts_params_count(p), rc = TS_OK, next = 1;
+  if (!d->r.sliced || !g->hlen[1]) return TS_OK;
+  int *part = malloc(sizeof(int) * (size_t)N);
+  g->cr = calloc((size_t)np + 1, sizeof *g->cr);
+  if (!part || !g->cr) rc = ts_error_set(TS_ENOMEM, "GPU: out of memory (gradient clipping)");
+  for (int i = 0; i < np && !rc; i++) {
+    ts_shape sh = ts_params_shape(p, i);
+    if (ts_params_flags(p, i) & TS_PARAM_STATE || !ts_shape_numel(&sh)) continue;
+    int n = ts_params_rank_partition(p, i, N, part), holders = 0;
+    if (n < 0) {
+      rc = n;
+      break;
+    }
+    for (int q = 0; q < N; q++) holders += part[q] == part[d->r.rank];
+    size_t off = ts_params_offset(p, i), end = off + (size_t)ts_shape_numel(&sh);
+    struct ts__crange *last = g->ncr ? &g->cr[g->ncr - 1] : NULL;
+    if (last && next && last->holders == holders && off >= last->off + last->n) last->n = end - last->off;
+    else g->cr[g->ncr++] = (struct ts__crange){off, end - off, holders};
+    next = 1;
+  }
+  free(part);
+  if (!rc) rc = alloc0(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres);
+  if (!rc) rc = ts__dev_host_alloc(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres_h);
   return rc;
 }
 
@@ -197,18 +336,23 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   struct ts__dist_dev *g = G(d);
   double t0 = ts_time_now();
   int rc = TS_OK;
-  if (g->nbk && gd == (float *)g->dbase[1]) { /* the buckets backward left, then the compute stream after them */
+  if (g->overlap && gd == (float *)g->dbase[1]) { /* the buckets backward left, then the compute stream after them */
     rc = g->async_rc;
     while (!rc && g->next_bk < g->nbk) rc = issue_bucket(d, g->next_bk++);
     if (!rc) rc = ts__dev_event_record(g->dev, g->ev_comm, g->comm_s);
     if (!rc) rc = ts__dev_stream_wait(g->dev, NULL, g->ev_comm);
-  } else if (d->r.size > 1) {
-    rc = ts__dcoll_allreduce(g->coll, gd, gd, ts_params_numel(d->r.params), TS_F32,
-                             d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
+  } else {
+    for (int k = 0; k < g->nbk && !rc; k++)
+      rc = ts__dcoll_allreduce(g->grp[g->bk[k].grp].x, gd + g->bk[k].off, gd + g->bk[k].off, g->bk[k].n, TS_F32,
+                               d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
   }
   /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
-   * the stream: polled, aborted past it) */
-  if (!rc && d->r.size > 1) rc = ts__dcoll_wait(g->coll, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
+   * the stream: polled, aborted past it), each group's waited for once */
+  for (int k = 0; k < g->nbk && !rc; k++) {
+    int seen = 0;
+    for (int j = 0; j < k; j++) seen |= g->bk[j].grp == g->bk[k].grp;
+    if (!seen) rc = ts__dcoll_wait(g->grp[g->bk[k].grp].x, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
+  }
   *wait_ms = 1e3 * (ts_time_now() - t0);
   return rc ? ts_error_wrap(rc, "the gradients over the %d ranks", d->r.size) : TS_OK;
 }
@@ -233,9 +377,12 @@ void ts__dist_dev_free(ts_dist *d) {
   ts__dev_free(v, g->acc), ts__dev_free(v, g->x), ts__dev_free(v, g->y), ts__dev_free(v, g->xe);
   ts__dev_free(v, g->scratch), ts__dev_free(v, g->slots[0]), ts__dev_free(v, g->slots[1]);
   ts__dev_free(v, g->lamb_u), ts__dev_free(v, g->lamb_part), ts__dev_free(v, g->lamb_sq);
+  ts__dev_free(v, g->cres);
   ts__dev_host_free(v, g->logits);
+  ts__dev_host_free(v, g->cres_h);
   free(g->segs);
   free(g->bk);
+  free(g->cr);
   ts__dev_event_destroy(v, g->ev_node), ts__dev_event_destroy(v, g->ev_comm);
   if (g->comm_s) ts__dev_stream_destroy(v, g->comm_s);
   d->gpu = NULL;
@@ -243,14 +390,14 @@ void ts__dist_dev_free(ts_dist *d) {
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   d->r.plan = d->r.plan_e = NULL;
-  ts__dcoll_free(g->coll);
+  for (int k = 0; k < g->ngrp; k++) { /* the device collectives, then the communicators made for them */
+    ts__dcoll_free(g->grp[k].x);
+    ts_comm_free(g->grp[k].own);
+    free(g->grp[k].ranks);
+  }
+  free(g->grp);
   ts__dev_close(v);
   free(g);
-}
-
-static int alloc0(ts__dev *v, size_t bytes, void **p) {
-  int rc = ts__dev_alloc(v, bytes ? bytes : 64, p);
-  return rc ? rc : ts__dev_memset0(v, *p, bytes ? bytes : 64, NULL);
 }
 
 /* each binding of the store moved to the same offset of its device copy */
@@ -309,7 +456,12 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc && r->plan && (l = ts_plan_node_live(r->plan, 0)) < 0) rc = l;
   if (!rc && r->plan_e && (l = ts_plan_node_live(r->plan_e, 0)) < 0) rc = l;
   if (rc == TS_EUNSUPPORTED) return ts_error_wrap(rc, "device_target GPU");
-  if (!rc) rc = buckets_plan(d);
+  /* the plans' collectives and the gradients' reduction on the devices (collective over the
+   * world, in the same order on every rank), clipping's ranges */
+  if (!rc) rc = plan_dcolls(d, r->plan);
+  if (!rc) rc = plan_dcolls(d, r->plan_e);
+  if (!rc) rc = reduce_plan(d);
+  if (!rc) rc = clip_plan(d);
   if (!rc) rc = ts__dev_sync(v);
   return rc ? ts_error_wrap(rc, "device_target GPU: putting the model on %s", v->info.name) : TS_OK;
 }
@@ -360,7 +512,22 @@ int ts__dist_dev_clip(ts_dist *d, float *gd, ts__clip *c) {
   struct ts__dist_dev *g = G(d);
   int64_t n = (int64_t)ts_params_numel(d->r.params);
   float *res = g->scratch + g->nscratch - 2, sq = 0;
-  int rc = ts__gpu_sum(g->dev, 1, gd, n, g->scratch, res, NULL);
+  int rc = TS_OK;
+  if (g->cr) { /* sliced: each range's sum of squares, 1 / its holders, summed over the ranks */
+    for (int k = 0; k < g->ncr && !rc; k++)
+      rc = ts__gpu_sum(g->dev, 1, gd + g->cr[k].off, (int64_t)g->cr[k].n, g->scratch, g->cres + k, NULL);
+    if (!rc) rc = ts__dev_copy(g->dev, g->cres_h, g->cres, sizeof(float) * (size_t)g->ncr, TS__D2H, NULL);
+    if (!rc) rc = ts__dev_sync(g->dev);
+    double s = 0;
+    for (int k = 0; k < g->ncr && !rc; k++) s += (double)g->cres_h[k] / g->cr[k].holders;
+    /* unscaled before narrowing, as the CPU's (a rank's inf or NaN makes every rank's sum so) */
+    float f = (float)(s * c->inv_scale * c->inv_scale);
+    if (!rc && d->world) rc = ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM);
+    if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm");
+    float fac = ts__dist_clip_factor(f, c);
+    return !c->overflow && fac != 1.0f ? ts__gpu_scale(g->dev, TS_F32, gd, gd, n, fac, 0.0f, NULL) : TS_OK;
+  }
+  rc = ts__gpu_sum(g->dev, 1, gd, n, g->scratch, res, NULL);
   if (!rc) rc = ts__dev_copy(g->dev, &sq, res, sizeof sq, TS__D2H, NULL);
   if (!rc) rc = ts__dev_sync(g->dev);
   if (rc) return rc;
@@ -482,7 +649,10 @@ int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap) {
   size_t n = strlen(buf);
   if (d->gpu->coll && n < cap) snprintf(buf + n, cap - n, "; collectives: %s", ts__dcoll_describe(d->gpu->coll));
   n = strlen(buf);
-  if (d->gpu->nbk && n < cap)
+  if (d->gpu->ngrp > 1 && n < cap)
+    snprintf(buf + n, cap - n, " (and over %d groups of ranks: the plans' and the gradients')", d->gpu->ngrp - 1);
+  n = strlen(buf);
+  if (d->gpu->overlap && n < cap)
     snprintf(buf + n, cap - n, "; gradients in %d bucket%s overlapped with backward", d->gpu->nbk, d->gpu->nbk > 1 ? "s" : "");
   return 1;
 }

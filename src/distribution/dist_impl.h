@@ -115,6 +115,8 @@ int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *g, float lr);
 /* data_parallel on GPU ranks: the parameter broadcast on the devices (start), the gradients'
  * all-reduce (the step's end), the running statistics' mean (before evaluation and saving) */
 int ts__dist_dev_start(ts_dist *d);
+/* parallel.parameter_broadcast refused where the parameters are held as slices (dist.c). */
+int ts__dist_broadcast_check(const ts_dist *d);
 int ts__dist_dev_reduce(ts_dist *d, float *g, double *wait_ms);
 int ts__dist_dev_sync_states(ts_dist *d);
 

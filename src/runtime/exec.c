@@ -420,6 +420,10 @@ int ts_plan_set_dcoll(ts_plan *p, int slot, struct ts__dcoll *x) {
   return TS_OK;
 }
 
+ts_comm *ts_plan_comm(const ts_plan *p, int slot) {
+  return p && slot >= 0 && slot < p->ncomms ? p->comms[slot] : NULL;
+}
+
 int ts_plan_set_const(ts_plan *p, ts_val v, float value) {
   if (!p) return ts_error_set(TS_EINVAL, "ts_plan_set_const: NULL plan");
   int i = vindex(p, v, "ts_plan_set_const");

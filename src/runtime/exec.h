@@ -64,6 +64,8 @@ int ts_plan_set_device(ts_plan *p, struct ts__dev *d);
  * GPU run through them (run_gpu.c), a slot without one is refused naming the node. Not owned. */
 struct ts__dcoll;
 int ts_plan_set_dcoll(ts_plan *p, int slot, struct ts__dcoll *x);
+/* The communicator of slot (ts_plan_set_comm), NULL where none is set or slot is out of range. */
+ts_comm *ts_plan_comm(const ts_plan *p, int slot);
 /* The GPU p runs on, NULL on the CPU. */
 struct ts__dev *ts_plan_device(const ts_plan *p);
 /* Device timing (the profiler on a GPU): on a plan on a GPU, every run records a CUDA event at its

@@ -1,12 +1,14 @@
 /* The GPU's executor adapters: the kernel table entries of a plan run on a GPU (ts_plan_set_device),
  * one per op the GPU has kernels for, each turning a node and its device tensors into launches of
  * src/device/gpu_kernels.h on the device's compute stream. An op without an entry here is refused
- * when the plan is put on the GPU (naming it). Sharded and synchronised variants (vocabulary-
- * parallel cross-entropy and embedding) and the fusions stay CPU-only for now. Errors the CPU
+ * when the plan is put on the GPU (naming it). The vocabulary-sharded embedding and cross-entropy
+ * run here too (the latter's reductions through the slot's device collectives, runtime/dcoll.h);
+ * the fusions stay CPU-only for now. Errors the CPU
  * kernels find by looking at the data (a label or id out of range) are flagged on the device and
  * reported after the run (ts__runctx.flag). */
 #include "run_desc.h"
 #include "device/gpu_kernels.h"
+#include "runtime/dcoll.h"
 
 static int run_const(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)in;
@@ -79,39 +81,61 @@ static int run_broadcast_to(ts__runctx *ctx, const ts__run_node *n, const ts_ten
   return ts__gpu_broadcast(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, NULL);
 }
 
-static int unsharded(const ts__run_node *n, int sharded) {
-  return sharded ? ts_error_set(TS_EUNSUPPORTED, "%s (node %s): the sharded form has no GPU kernel yet", ts_op_name(n->op),
-                                n->name)
-                 : TS_OK;
-}
-
 /* softmax_ce: out[0] the loss, out[1] the rows' log-sum-exp (if asked); device scratch for the
- * rows' losses, the count and the range flag */
+ * rows' losses, the count and the range flag. Class-sharded over a group (Megatron's
+ * vocabulary-parallel loss, run_softmax.c's steps): the rows' max all-reduced (MAX), their
+ * statistics all-reduced (SUM) through the slot's device collectives, the loss from them. */
 static int run_ce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = unsharded(n, ts_attr_softmax_ce_sync(&n->a) != 0);
-  if (rc) return rc;
-  const int64_t N = in[0].shape.dims[0], C = in[0].shape.dims[1];
+  const int sync = (int)ts_attr_softmax_ce_sync(&n->a), gs = (int)ts_attr_softmax_ce_group(&n->a);
+  const int64_t N = in[0].shape.dims[0], Cl = in[0].shape.dims[1];
+  const int i64 = in[1].dtype == TS_I64;
+  const float s = ts_attr_softmax_ce_smoothing(&n->a);
+  const int64_t ignore = ts_attr_softmax_ce_ignore(&n->a);
+  struct ts__dcoll *x = NULL;
   float *tmp = NULL;
-  if ((rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(2 * N + 2), (void **)&tmp))) return rc;
+  int rc = sync ? ts__run_dcoll(ctx, n, sync - 1, gs, "class-sharded ", &x) : TS_OK;
+  if (!rc) rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(5 * N + 2), (void **)&tmp);
+  if (rc) return rc;
   float *lse = n->nout > 1 ? out[1].data : tmp + N + 2;
-  return ts__gpu_softmax_ce_fwd(ctx->dev, in[0].dtype, in[0].data, in[1].data, in[1].dtype == TS_I64, N, C,
-                                ts_attr_softmax_ce_smoothing(&n->a), ts_attr_softmax_ce_ignore(&n->a), out[0].data, lse,
-                                tmp + N + 1, tmp, ctx->flag, NULL);
+  if (!x) /* unsharded, or a group of one: the whole row is here */
+    return ts__gpu_softmax_ce_fwd(ctx->dev, in[0].dtype, in[0].data, in[1].data, i64, N, Cl, s, ignore, out[0].data, lse,
+                                  tmp + N + 1, tmp, ctx->flag, NULL);
+  const int64_t C = ts_attr_softmax_ce_classes(&n->a), off = ts_attr_softmax_ce_offset(&n->a);
+  float *M = tmp, *st = tmp + 2 * N + 2, *count = tmp + N + 1; /* M, count, lse (unless out[1]), stats */
+  rc = ts__gpu_softmax_ce_shard_max(ctx->dev, in[0].dtype, in[0].data, in[1].data, i64, N, Cl, C, ignore, M, ctx->flag,
+                                    NULL);
+  if (!rc) rc = ts__dcoll_allreduce(x, M, M, (size_t)N, TS_F32, TS_REDUCE_MAX, NULL);
+  if (!rc) rc = ts__gpu_softmax_ce_shard_stats(ctx->dev, in[0].dtype, in[0].data, in[1].data, i64, N, Cl, off, ignore, M,
+                                               st, NULL);
+  if (!rc) rc = ts__dcoll_allreduce(x, st, st, (size_t)(3 * N), TS_F32, TS_REDUCE_SUM, NULL);
+  if (!rc) rc = ts__gpu_softmax_ce_shard_loss(ctx->dev, in[1].data, i64, N, C, s, ignore, M, st, out[0].data, lse, count,
+                                              NULL);
+  return rc;
 }
 
 static int run_ce_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = unsharded(n, ts_attr_softmax_ce_sync(&n->a) != 0);
-  if (rc) return rc;
+  const int sync = (int)ts_attr_softmax_ce_sync(&n->a), gs = (int)ts_attr_softmax_ce_group(&n->a);
   if (n->nin < 4) return ts_error_set(TS_EUNSUPPORTED, "softmax_ce_bwd (node %s): without lse on the GPU", n->name);
-  const int64_t N = in[1].shape.dims[0], C = in[1].shape.dims[1];
+  const int64_t N = in[1].shape.dims[0], Cl = in[1].shape.dims[1];
   const int i64 = in[2].dtype == TS_I64;
   const int64_t ignore = ts_attr_softmax_ce_ignore(&n->a);
-  float *count = NULL;
-  if ((rc = ts__run_dev_scratch(ctx, sizeof(float), (void **)&count)) ||
-      (rc = ts__gpu_label_count(ctx->dev, in[2].data, i64, N, ignore, count, NULL)))
-    return rc;
-  return ts__gpu_softmax_ce_bwd(ctx->dev, in[1].dtype, in[0].data, in[1].data, in[2].data, i64, in[3].data, N, C,
-                                ts_attr_softmax_ce_smoothing(&n->a), ignore, count, out[0].data, NULL);
+  struct ts__dcoll *x = NULL;
+  float *tmp = NULL;
+  int rc = sync ? ts__run_dcoll(ctx, n, sync - 1, gs, "class-sharded ", &x) : TS_OK;
+  if (!rc) rc = ts__run_dev_scratch(ctx, 2 * sizeof(float), (void **)&tmp);
+  if (!rc) rc = ts__gpu_label_count(ctx->dev, in[2].data, i64, N, ignore, tmp, NULL);
+  if (rc) return rc;
+  const float *dl = in[0].data;
+  int64_t C = Cl, off = 0;
+  if (sync) C = ts_attr_softmax_ce_classes(&n->a), off = ts_attr_softmax_ce_offset(&n->a);
+  if (x) { /* d(sum over ranks of the replicated loss) */
+    rc = ts__dcoll_allreduce(x, in[0].data, tmp + 1, 1, TS_F32, TS_REDUCE_SUM, NULL);
+    dl = tmp + 1;
+  }
+  if (!x && sync && gs == 1) C = Cl, off = 0; /* a group of one: the whole row */
+  return rc ? rc : ts__gpu_softmax_ce_shard_bwd(ctx->dev, in[1].dtype, dl, in[1].data, in[2].data, i64, in[3].data, N,
+                                                Cl, C, off, ts_attr_softmax_ce_smoothing(&n->a), ignore, tmp,
+                                                out[0].data, NULL);
 }
 
 static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
@@ -128,26 +152,28 @@ static int run_layernorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
 }
 
 static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = unsharded(n, ts_attr_embedding_sharded(&n->a) != 0);
-  if (rc) return rc;
-  return ts__gpu_embedding_fwd(ctx->dev, in[0].dtype, in[0].data, in[0].shape.dims[0], in[0].shape.dims[1], in[1].data,
-                               in[1].dtype == TS_I64, ts_tensor_numel(&in[1]), out[0].data, ctx->flag, NULL);
+  const int sh = ts_attr_embedding_sharded(&n->a) != 0; /* vocabulary-sharded: rows [offset, offset+Vl) */
+  const int64_t off = sh ? ts_attr_embedding_offset(&n->a) : 0;
+  if (off < 0) return ts_error_set(TS_EINVAL, "embedding (node %s): row offset %lld is negative", n->name, (long long)off);
+  return ts__gpu_embedding_fwd(ctx->dev, in[0].dtype, in[0].data, in[0].shape.dims[0], in[0].shape.dims[1], off, sh,
+                               in[1].data, in[1].dtype == TS_I64, ts_tensor_numel(&in[1]), out[0].data, ctx->flag, NULL);
 }
 
 static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int rc = unsharded(n, ts_attr_embedding_bwd_sharded(&n->a) != 0);
-  if (rc) return rc;
+  const int64_t off = ts_attr_embedding_bwd_sharded(&n->a) ? ts_attr_embedding_bwd_offset(&n->a) : 0;
+  int rc = TS_OK;
+  if (off < 0) return ts_error_set(TS_EINVAL, "embedding_bwd (node %s): row offset %lld is negative", n->name, (long long)off);
   if (out[0].dtype == TS_BF16) {
     float *acc = NULL;
     rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)ts_tensor_numel(&out[0]), (void **)&acc);
     return rc ? rc : ts__gpu_embedding_bwd_bf16(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64,
                                                 ts_tensor_numel(&in[1]), out[0].shape.dims[0], out[0].shape.dims[1],
-                                                out[0].data, acc, NULL);
+                                                off, out[0].data, acc, NULL);
   }
   if (out[0].dtype != TS_F32)
     return ts_error_set(TS_EUNSUPPORTED, "embedding_bwd (node %s): %s on the GPU", n->name, ts_dtype_name(out[0].dtype));
   return ts__gpu_embedding_bwd(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64, ts_tensor_numel(&in[1]),
-                               out[0].shape.dims[0], out[0].shape.dims[1], out[0].data, NULL);
+                               out[0].shape.dims[0], out[0].shape.dims[1], off, out[0].data, NULL);
 }
 
 static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {

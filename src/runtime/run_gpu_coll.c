@@ -10,21 +10,24 @@
 #include "run_impl.h"
 #include "../kernels/shape.h"
 
-/* the node's device collectives, NULL (a copy) for a group of 1 */
-static int dcoll_of(ts__runctx *ctx, const ts__run_node *n, ts__dcoll **out) {
-  const int slot = (int)ts_attr_coll_slot(&n->a), gs = (int)ts_attr_coll_group(&n->a);
+int ts__run_dcoll(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, ts__dcoll **out) {
   *out = NULL;
   if (gs == 1) return TS_OK;
   ts__dcoll *x = slot >= 0 && slot < TS_PLAN_MAX_COMMS && ctx->dcolls ? ctx->dcolls[slot] : NULL;
   if (!x)
-    return ts_error_set(TS_EINVAL, "%s '%s': plan slot %d has no device collectives (ts_plan_set_dcoll), and the node "
-                        "is over a group of %d ranks", ts_op_name(n->op), n->name ? n->name : "?", slot, gs);
+    return ts_error_set(TS_EINVAL, "%s%s '%s': plan slot %d has no device collectives (ts_plan_set_dcoll), and the "
+                        "node is over a group of %d ranks", what, ts_op_name(n->op), n->name ? n->name : "?", slot, gs);
   if (ts__dcoll_size(x) != gs)
-    return ts_error_set(TS_EINVAL, "%s '%s': the device collectives in plan slot %d have %d rank(s), the node was "
-                        "built for a group of %d", ts_op_name(n->op), n->name ? n->name : "?", slot,
+    return ts_error_set(TS_EINVAL, "%s%s '%s': the device collectives in plan slot %d have %d rank(s), the node was "
+                        "built for a group of %d", what, ts_op_name(n->op), n->name ? n->name : "?", slot,
                         ts__dcoll_size(x), gs);
   *out = x;
   return TS_OK;
+}
+
+/* the node's device collectives, NULL (a copy) for a group of 1 */
+static int dcoll_of(ts__runctx *ctx, const ts__run_node *n, ts__dcoll **out) {
+  return ts__run_dcoll(ctx, n, (int)ts_attr_coll_slot(&n->a), (int)ts_attr_coll_group(&n->a), "", out);
 }
 
 static int copy_through(ts__runctx *ctx, const ts_tensor *in, ts_tensor *out) {

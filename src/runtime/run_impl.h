@@ -75,5 +75,9 @@ void ts__run_init(void);
  * NULL when gs == 1 and the slot is empty (run without communicating); TS_EINVAL naming the slot,
  * `what` + the op and both sizes when the slot is empty or holds another group size. */
 int ts__run_comm(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, ts_comm **out);
+/* The same for a node of a plan on a GPU: the device collectives of the slot (ts_plan_set_dcoll;
+ * run_gpu_coll.c), *out = NULL when gs == 1. */
+struct ts__dcoll;
+int ts__run_dcoll(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, struct ts__dcoll **out);
 
 #endif

@@ -3,7 +3,7 @@
 # line naming what is missing, exit 2, before anything is built (no metrics file written); with
 # the stand-in driver (TS_FAKECUDA, tests/device/fake_cuda.c): a device_id beyond the GPUs, a
 # compute capability below 8.0 and a driver that does not start each name themselves; a usable
-# GPU trains the job (its kernels emulated) to the CPU's loss; semi_auto_parallel there is refused;
+# GPU trains the job (its kernels emulated) to the CPU's loss; pipeline stages there are refused;
 # CPU trains.
 # Usage: device_cli_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
@@ -60,10 +60,10 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
     ok "a usable GPU trains the job: step 2 loss $gpu_loss, the CPU's $out_cpu"
   else bad "usable GPU: rc $rc, loss '$gpu_loss' vs CPU '$out_cpu': $out"; fi
   fi
-  run train "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=semi_auto_parallel
-  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: parallel.mode semi_auto_parallel does not run on GPUs yet"; then
-    ok "semi_auto_parallel on the GPU: refused naming the key (data_parallel runs: tests/cli/gpu_ranks_test.sh)"
-  else bad "semi_auto_parallel on the GPU: rc $rc: $out"; fi
+  run train "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=data_parallel --set parallel.pipeline_stages=2
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet"; then
+    ok "pipeline stages on the GPU: refused naming the key (data_parallel and semi_auto_parallel run: tests/cli/gpu_ranks_test.sh)"
+  else bad "pipeline stages on the GPU: rc $rc: $out"; fi
   unset TESSERA_LIBCUDA
 else echo "SKIP part: TS_FAKECUDA not set (the stand-in driver)"; fi
 run train "$tmp/c.yaml" --set device_target=CPU
@@ -80,6 +80,9 @@ p=$(plan_dev -n 2 --set parallel.comm_backend=mpi --set train.micro_batch_size=8
 echo "$p" | grep -q "collectives: MPI staged through pinned host memory (parallel.comm_backend mpi)" && ! echo "$p" | grep -q overlapped &&
   ok "plan, comm_backend mpi: the staged path" || bad "plan, comm_backend mpi: '$p'"
 p=$(plan_dev -n 2 --set parallel.mode=semi_auto_parallel)
-echo "$p" | grep -q "devices: GPUs: device_target GPU: parallel.mode semi_auto_parallel does not run on GPUs yet" &&
-  ok "plan, semi_auto_parallel on GPUs: says it does not run there yet" || bad "plan, semi_auto_parallel: '$p'"
+echo "$p" | grep -q "devices: each rank on its local rank's GPU.*collectives: NCCL where every rank has a GPU of its own" &&
+  ! echo "$p" | grep -q overlapped && ok "plan, semi_auto_parallel on GPUs: ${p:0:120}..." || bad "plan, semi_auto_parallel: '$p'"
+p=$(plan_dev -n 2 --set parallel.pipeline_stages=2 --set train.micro_batch_size=8)
+echo "$p" | grep -q "devices: GPUs: device_target GPU: parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet" &&
+  ok "plan, pipeline stages on GPUs: says they do not run there yet" || bad "plan, pipeline: '$p'"
 exit $fail

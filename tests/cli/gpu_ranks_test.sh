@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# data_parallel on GPU ranks (issue 29, first layout) against the same layout on CPU ranks, on the
+# data_parallel and semi_auto_parallel on GPU ranks (issue 29) against the same layouts on CPU ranks, on the
 # stand-in driver (TS_FAKECUDA: its emulator runs the kernels) and the stand-in NCCL (TS_FAKENCCL:
 # its ranks meet in shared memory), or on the machine's GPUs and NCCL where TS_FAKECUDA is unset:
 #   1. 2 ranks sharing GPU 0: the collectives staged through pinned host memory over MPI (said at
@@ -14,8 +14,13 @@
 #      the ranks before evaluation and saving): 3 steps and the evaluation follow the CPU ranks;
 #      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), layouts that do not run on GPUs yet (semi_auto_parallel, optimizer_shard,
-#      sync_batchnorm).
+#      (naming them), layouts that do not run on GPUs yet (pipeline stages, optimizer_shard,
+#      sync_batchnorm);
+#   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
+#      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
+#      auto_parallel (the search's layout) follows the CPU ranks;
+#      data parallel 2 x tensor parallel 2 on 4 GPU ranks follows 4 CPU ranks;
+#   7. hybrid_parallel (examples/hybrid_mlp.c, the C API) on 2 GPU ranks follows 2 CPU ranks.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins)
 set -u
 bin=$1
@@ -116,6 +121,75 @@ sys.exit(0 if abs(float(e[1])-float(w[1]))<=6e-5*max(1,abs(float(w[1]))) and abs
   "${ev:-x 0 x 0%}" "${want:-eval 1 1}" 2>/dev/null &&
   ok "the GPU ranks' checkpoint evaluated by one CPU process: $ev (the CPU ranks' last evaluation: $want)" ||
   bad "GPU ranks' checkpoint on the CPU: '$ev' vs '$want' ($ck)"
+# 6. semi_auto_parallel: a small GPT cut Megatron's way (tests/cli/lib.sh gpt_strategies): the
+# plans' collectives, the vocabulary-sharded embedding and cross-entropy on the devices, the
+# replicated parameters' gradients summed over their holders there, clipping with the slices
+# counted once; against the same layout on CPU ranks (2e-4, lib.sh same_listing)
+head -c 30000 /usr/share/common-licenses/GPL-3 > "$tmp/in.txt" 2>/dev/null || seq 1 6000 > "$tmp/in.txt"
+gpt() { # file D T
+  { cat <<YAML
+model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {name: text, path: $tmp/in.txt, seq_len: 32, val_fraction: 0.005, transforms: []}
+train: {steps: 3, batch_size: 8, eval_every: -1, log_every: 1, eval_batch_size: 8, seed: 5}
+optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5, schedule: {name: constant}}
+log: {progress: off}
+YAML
+    if [ $# = 3 ]; then echo "parallel:"; echo "  mode: semi_auto_parallel"; gpt_strategies "$2" "$3"; fi; } > "$1"
+}
+gpt "$tmp/one.yaml"
+gpt "$tmp/tp2.yaml" 1 2
+export FAKE_CUDA_COUNT=2
+job tp2_cpu "$tmp/tp2.yaml" CPU --set checkpoint.dir="$tmp/ck_cpu" --set checkpoint.save_last=true
+job tp2_gpu "$tmp/tp2.yaml" GPU --set checkpoint.dir="$tmp/ck_gpu" --set checkpoint.save_last=true
+job tp2_shared "$tmp/tp2.yaml" GPU --set device_id=0
+same_listing "$tmp/tp2_gpu.txt" "$tmp/tp2_cpu.txt" && same_listing "$tmp/tp2_shared.txt" "$tmp/tp2_cpu.txt" &&
+  ok "GPT tensor-parallel 2 on GPU ranks ($(said tp2_gpu | cut -c1-40)...; and sharing GPU 0, staged): 3 steps and the evaluation follow 2 CPU ranks: $(tr '\n' ' ' < "$tmp/tp2_gpu.txt" | cut -c1-90)" ||
+  bad "GPT TP2 on GPUs vs CPU ranks: $(paste "$tmp/tp2_gpu.txt" "$tmp/tp2_shared.txt" "$tmp/tp2_cpu.txt" | tr '\n' ';')"
+# its sliced checkpoint (each rank's slices, from the GPUs) evaluated by one CPU process
+ck=$(ls -d "$tmp"/ck_gpu/ckpt-* 2>/dev/null | tail -1)
+ev=$("$bin" eval "$tmp/one.yaml" --checkpoint "${ck:-none}" 2>&1 | grep -o "loss [0-9.]*  top1 [0-9.]*%")
+want=$(grep '^eval' "$tmp/tp2_cpu.txt" | tail -1)
+python3 -c "
+import sys
+e=sys.argv[1].split(); w=sys.argv[2].split()
+sys.exit(0 if abs(float(e[1])-float(w[1]))<=2e-4*max(1,abs(float(w[1]))) and abs(float(e[3].rstrip('%'))/100-float(w[2]))<=5.1e-5 else 1)" \
+  "${ev:-x 0 x 0%}" "${want:-eval 1 1}" 2>/dev/null &&
+  ok "the GPU ranks' sliced checkpoint ($(basename "${ck:-none}")) evaluated by one CPU process: $ev (the CPU ranks': $want)" ||
+  bad "GPU ranks' sliced checkpoint on the CPU: '$ev' vs '$want' ($ck)"
+# auto_parallel: the search's layout, run on the GPU ranks as on the CPU ranks
+job ap_cpu "$tmp/one.yaml" CPU --set parallel.mode=auto_parallel --set train.steps=2
+job ap_gpu "$tmp/one.yaml" GPU --set parallel.mode=auto_parallel --set train.steps=2
+same_listing "$tmp/ap_gpu.txt" "$tmp/ap_cpu.txt" && ok "auto_parallel on 2 GPU ranks follows 2 CPU ranks" ||
+  bad "auto_parallel on GPUs vs CPU ranks: $(paste "$tmp/ap_gpu.txt" "$tmp/ap_cpu.txt" | tr '\n' ';')"
+# 4 ranks, data parallel 2 x tensor parallel 2: the slots' groups and the replicated parameters'
+# gradients over their data-parallel pairs (communicators of their own on the devices)
+gpt "$tmp/dp2tp2.yaml" 2 2
+mpi4=("${mpi[@]}"); mpi4[3]=4
+export FAKE_CUDA_COUNT=4
+for dev in CPU GPU; do
+  "${mpi4[@]}" "$bin" train "$tmp/dp2tp2.yaml" --set device_target=$dev --set train.steps=2 --set log.metrics="$tmp/dt_$dev.jsonl" > "$tmp/dt_$dev.out" 2>&1 ||
+    bad "DP2 x TP2 on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/dt_$dev.out" | tail -3)"
+  loss_listing "$tmp/dt_$dev.jsonl" > "$tmp/dt_$dev.txt" 2>/dev/null
+done
+same_listing "$tmp/dt_GPU.txt" "$tmp/dt_CPU.txt" &&
+  ok "GPT data parallel 2 x tensor parallel 2 on 4 GPU ranks ($(grep -o 'collectives: [^;]*' "$tmp/dt_GPU.out" | head -1)): follows 4 CPU ranks" ||
+  bad "DP2 x TP2 on GPUs vs CPU ranks: $(paste "$tmp/dt_GPU.txt" "$tmp/dt_CPU.txt" | tr '\n' ';')"
+# 7. hybrid_parallel: the C API's model of one rank (examples/hybrid_mlp.c: sharded parameters, a
+# hand-placed all-reduce) on 2 GPU ranks follows 2 CPU ranks
+hyb=$(dirname "$bin")/example_hybrid_mlp
+if [ -x "$hyb" ]; then
+  export FAKE_CUDA_COUNT=2
+  for dev in CPU GPU; do
+    "${mpi[@]}" "$hyb" "$(dirname "$0")/../../examples/hybrid_mlp.yaml" --hidden 32 --set data.path="$tmp/d" --set train.epochs=1 \
+      --set train.batch_size=32 --set optimizer.clip_grad_norm=0.5 --set device_target=$dev --set log.progress=off \
+      --set train.log_every=1 --set log.metrics="$tmp/hy_$dev.jsonl" > "$tmp/hy_$dev.out" 2>&1 ||
+      bad "hybrid_parallel on $dev ranks: $(grep -v '^-\|^$' "$tmp/hy_$dev.out" | tail -3)"
+    loss_listing "$tmp/hy_$dev.jsonl" > "$tmp/hy_$dev.txt" 2>/dev/null
+  done
+  same_listing "$tmp/hy_GPU.txt" "$tmp/hy_CPU.txt" &&
+    ok "hybrid_parallel (examples/hybrid_mlp.c) on 2 GPU ranks: 8 steps and the evaluation follow 2 CPU ranks" ||
+    bad "hybrid_parallel on GPUs vs CPU ranks: $(paste "$tmp/hy_GPU.txt" "$tmp/hy_CPU.txt" | tr '\n' ';')"
+else bad "no $hyb (built with the tests)"; fi
 # 5. refusals: one line, exit 2, nothing trained
 export FAKE_CUDA_COUNT=1
 refuse() { # what expected-text [--set ...]
@@ -125,7 +199,7 @@ refuse() { # what expected-text [--set ...]
   else bad "$what: exit $rc: $(echo "$out" | grep -v '^-\|^$' | head -3)"; fi
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
-refuse "semi_auto_parallel on GPUs" "parallel.mode semi_auto_parallel does not run on GPUs yet" --set parallel.mode=semi_auto_parallel
+refuse "pipeline stages on GPUs" "parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet" --set parallel.pipeline_stages=2
 refuse "optimizer_shard on GPUs" "parallel.optimizer_shard 1 does not run on GPUs yet" --set parallel.optimizer_shard=1
 refuse "sync_batchnorm on GPUs" "parallel.sync_batchnorm does not run on GPUs yet" --set parallel.sync_batchnorm=true
 exit $fail

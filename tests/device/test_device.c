@@ -409,20 +409,45 @@ static void check_dropout_embedding(gpu *G) {
   CHECK_OK(ts__embedding_bwd_ref(e, ids, TS_I32, T, V, D, dt));
   void *ptab = up(G, table, sizeof table), *pids = up(G, ids, sizeof ids), *pe = up(G, NULL, sizeof e),
        *pdy = up(G, e, sizeof e), *pdt = up(G, NULL, sizeof dt), *bad = up(G, NULL, 8);
-  CHECK_OK(ts__gpu_embedding_bwd(G->d, pdy, pids, 0, T, V, D, pdt, NULL));
+  CHECK_OK(ts__gpu_embedding_bwd(G->d, pdy, pids, 0, T, V, D, 0, pdt, NULL));
   down(G, gdt, pdt, sizeof gdt);
   if (!G->fake) CHECK_MSG(!memcmp(gdt, dt, sizeof dt), "embedding backward differs from the CPU's sums");
   CHECK_OK(ts__embedding_fwd_ref(table, 4, V, D, ids, TS_I32, T, e));
-  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, pids, 0, T, pe, bad, NULL));
+  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, 0, 0, pids, 0, T, pe, bad, NULL));
   down(G, ge, pe, sizeof ge);
   int64_t b = -1;
   down(G, &b, bad, 8);
   if (!G->fake) CHECK_MSG(!memcmp(ge, e, sizeof e) && b == 0, "embedding forward differs (bad %lld)", (long long)b);
   ids[100] = V; /* out of range: named */
   CHECK_OK(ts__dev_copy(G->d, pids, ids, sizeof ids, TS__H2D, NULL));
-  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, pids, 0, T, pe, bad, NULL));
+  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, 0, 0, pids, 0, T, pe, bad, NULL));
   down(G, &b, bad, 8);
   if (!G->fake) CHECK_MSG(b == 101, "embedding: an id out of range at 100 reported as %lld", (long long)b);
+  /* vocabulary-sharded (rows [120, 220) of the table): other ids zero rows forward, nothing
+   * backward, only a negative id bad; bitwise the CPU's sharded kernels */
+  enum { OFF = 120, VL = 100 };
+  ids[100] = -2; /* bad, at 100 */
+  ids[7] = V + 50; /* beyond the whole table: another shard's (no upper bound when sharded) */
+  CHECK_OK(ts__dev_copy(G->d, pids, ids, sizeof ids, TS__H2D, NULL));
+  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, (float *)ptab + OFF * D, VL, D, OFF, 1, pids, 0, T, pe, bad, NULL));
+  down(G, &b, bad, 8);
+  if (!G->fake) CHECK_MSG(b == 101, "sharded embedding: the negative id at 100 reported as %lld", (long long)b);
+  ids[100] = 3;
+  CHECK_OK(ts__dev_copy(G->d, pids, ids, sizeof ids, TS__H2D, NULL));
+  CHECK_OK(ts__embedding_shard_fwd_ref(table + OFF * D, 4, VL, D, OFF, ids, TS_I32, T, e));
+  CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, (float *)ptab + OFF * D, VL, D, OFF, 1, pids, 0, T, pe, bad, NULL));
+  down(G, ge, pe, sizeof ge);
+  down(G, &b, bad, 8);
+  int nz = 0;
+  for (int i = 0; i < T * D; i++) nz += e[i] != 0;
+  if (!G->fake) CHECK_MSG(!memcmp(ge, e, sizeof e) && b == 0 && nz > 0 && nz < T * D,
+                          "sharded embedding forward differs from the CPU's (bad %lld, %d non-zero)", (long long)b, nz);
+  ts_test_fill(e, T * D, 53, -1, 1);
+  CHECK_OK(ts__dev_copy(G->d, pdy, e, sizeof e, TS__H2D, NULL));
+  CHECK_OK(ts__embedding_shard_bwd_ref(e, ids, TS_I32, T, VL, D, OFF, dt));
+  CHECK_OK(ts__gpu_embedding_bwd(G->d, pdy, pids, 0, T, VL, D, OFF, pdt, NULL));
+  down(G, gdt, pdt, sizeof(float) * VL * D);
+  if (!G->fake) CHECK_MSG(!memcmp(gdt, dt, sizeof(float) * VL * D), "sharded embedding backward differs from the CPU's");
   ts__dev_free(G->d, ptab), ts__dev_free(G->d, pids), ts__dev_free(G->d, pe), ts__dev_free(G->d, pdy);
   ts__dev_free(G->d, pdt), ts__dev_free(G->d, bad);
 }

@@ -6,36 +6,43 @@
 
 DEV i64 e_id(const void *ids, int i64ids, i64 t) { return i64ids ? ((const i64 *)ids)[t] : (i64)((const int *)ids)[t]; }
 
-// table (V, D), ids (T) -> y (T, D); bad[0] = 1 + a token whose id is outside [0, V) (its row zeroed)
+// table (V, D), ids (T) -> y (T, D): rows [off, off + V) of the whole table (off 0 unsharded); bad[0]
+// = 1 + a token whose id is outside [0, V) (sharded: negative; another shard's ids give zero rows)
 template <typename T>
-DEV void emb_fwd(const T *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, T *y, i64 *bad) {
+DEV void emb_fwd(const T *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, i64 off, int sharded, T *y,
+                 i64 *bad) {
   for (i64 t = bidy(); t < Tn; t += nbidy()) {
-    i64 id = e_id(ids, i64ids, t);
-    int ok = id >= 0 && id < V;
-    if (!ok && gidx() == 0) bad[0] = t + 1;
-    for (i64 j = gidx(); j < D; j += gstride()) y[t * D + j] = ok ? table[id * D + j] : (T)0;
+    i64 id = e_id(ids, i64ids, t), r = id - off;
+    int ok = r >= 0 && r < V;
+    if ((sharded ? id < 0 : !ok) && gidx() == 0) bad[0] = t + 1;
+    for (i64 j = gidx(); j < D; j += gstride()) y[t * D + j] = ok ? table[r * D + j] : (T)0;
   }
 }
-KERNEL ts_k_embedding_fwd_f32(const float *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, float *y, i64 *bad) {
-  emb_fwd(table, ids, i64ids, Tn, V, D, y, bad);
+KERNEL ts_k_embedding_fwd_f32(const float *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, i64 off,
+                              int sharded, float *y, i64 *bad) {
+  emb_fwd(table, ids, i64ids, Tn, V, D, off, sharded, y, bad);
 }
-KERNEL ts_k_embedding_fwd_bf16(const bf16 *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, bf16 *y, i64 *bad) {
-  emb_fwd(table, ids, i64ids, Tn, V, D, y, bad);
+KERNEL ts_k_embedding_fwd_bf16(const bf16 *table, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, i64 off,
+                               int sharded, bf16 *y, i64 *bad) {
+  emb_fwd(table, ids, i64ids, Tn, V, D, off, sharded, y, bad);
 }
-// dy (T, D), ids (T) -> dtable (V, D) += (the caller zeroes it first when it is not accumulating)
-KERNEL ts_k_embedding_bwd_f32(const float *dy, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, float *dtable) {
+// dy (T, D), ids (T) -> dtable (V, D) += for the ids in [off, off + V) (the caller zeroes it first
+// when it is not accumulating)
+KERNEL ts_k_embedding_bwd_f32(const float *dy, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, i64 off,
+                              float *dtable) {
   for (i64 j = gidx(); j < D; j += gstride())
     for (i64 t = 0; t < Tn; t++) {
-      i64 id = e_id(ids, i64ids, t);
-      if (id >= 0 && id < V) dtable[id * D + j] += dy[t * D + j];
+      i64 r = e_id(ids, i64ids, t) - off;
+      if (r >= 0 && r < V) dtable[r * D + j] += dy[t * D + j];
     }
 }
 // the same sums from bf16 dy, in f32 (the caller zeroes acc and rounds it to bf16 once)
-KERNEL ts_k_embedding_bwd_bf16(const bf16 *dy, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, float *acc) {
+KERNEL ts_k_embedding_bwd_bf16(const bf16 *dy, const void *ids, int i64ids, i64 Tn, i64 V, i64 D, i64 off,
+                               float *acc) {
   for (i64 j = gidx(); j < D; j += gstride())
     for (i64 t = 0; t < Tn; t++) {
-      i64 id = e_id(ids, i64ids, t);
-      if (id >= 0 && id < V) acc[id * D + j] += bf2f(dy[t * D + j]);
+      i64 r = e_id(ids, i64ids, t) - off;
+      if (r >= 0 && r < V) acc[r * D + j] += bf2f(dy[t * D + j]);
     }
 }
 

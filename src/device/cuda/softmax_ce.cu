@@ -67,26 +67,113 @@ KERNEL ts_k_softmax_ce_mean(const float *rowloss, const void *labels, int i64l, 
     count[0] = k;
   }
 }
-// dloss[0], logits (N,C), lse (N), count[0] -> dlogits (N,C) = dloss/count (softmax - (1-s) onehot - s/C)
+// dloss[0], logits (N,Cl): columns [off, off + Cl) of the (N,C) logits (unsharded: Cl = C, off 0),
+// lse (N), count[0] -> dlogits (N,Cl) = dloss/count (softmax - (1-s) onehot - s/C)
 template <typename T>
-DEV void ce_bwd(const float *dloss, const T *x, const void *labels, int i64l, const float *lse, i64 N, i64 C, float s,
-                i64 ignore, const float *count, T *dx) {
+DEV void ce_bwd(const float *dloss, const T *x, const void *labels, int i64l, const float *lse, i64 N, i64 Cl, i64 C,
+                i64 off, float s, i64 ignore, const float *count, T *dx) {
   float k = count[0], f = k > 0 ? dloss[0] / k : 0.0f;
   for (i64 r = bidy(); r < N; r += nbidy()) {
     i64 y = label_of(labels, i64l, r);
     float l = lse[r];
-    for (i64 c = gidx(); c < C; c += gstride()) {
+    for (i64 c = gidx(); c < Cl; c += gstride()) {
       float g = 0.0f;
-      if (y != ignore) g = f * (fexp(ld(x, r * C + c) - l) - (c == y ? 1.0f - s : 0.0f) - s / (float)C);
-      st(dx, r * C + c, g);
+      if (y != ignore) g = f * (fexp(ld(x, r * Cl + c) - l) - (c + off == y ? 1.0f - s : 0.0f) - s / (float)C);
+      st(dx, r * Cl + c, g);
     }
   }
 }
 KERNEL ts_k_softmax_ce_bwd_f32(const float *dloss, const float *x, const void *labels, int i64l, const float *lse, i64 N,
-                               i64 C, float s, i64 ignore, const float *count, float *dx) {
-  ce_bwd(dloss, x, labels, i64l, lse, N, C, s, ignore, count, dx);
+                               i64 Cl, i64 C, i64 off, float s, i64 ignore, const float *count, float *dx) {
+  ce_bwd(dloss, x, labels, i64l, lse, N, Cl, C, off, s, ignore, count, dx);
 }
 KERNEL ts_k_softmax_ce_bwd_bf16(const float *dloss, const bf16 *x, const void *labels, int i64l, const float *lse,
-                                i64 N, i64 C, float s, i64 ignore, const float *count, bf16 *dx) {
-  ce_bwd(dloss, x, labels, i64l, lse, N, C, s, ignore, count, dx);
+                                i64 N, i64 Cl, i64 C, i64 off, float s, i64 ignore, const float *count, bf16 *dx) {
+  ce_bwd(dloss, x, labels, i64l, lse, N, Cl, C, off, s, ignore, count, dx);
+}
+
+// Class-sharded (Megatron's vocabulary-parallel loss; CPU reference: ts__softmax_ce_shard_*_ref):
+// this rank holds columns [off, off + Cl) of the (N,C) logits; the caller reduces between steps.
+// 1. rowmax (N): the block's max of each row (0 for ignored rows); bad[0] = 1 + the first row
+//    whose label is out of [0,C) and not ignored           caller: all-reduce MAX -> M
+template <typename T>
+DEV void ce_shard_max(const T *x, const void *labels, int i64l, i64 N, i64 Cl, i64 C, i64 ignore, float *rowmax,
+                      i64 *bad) {
+  __shared__ float sh[32];
+  for (i64 r = bid(); r < N; r += nbid()) {
+    i64 y = label_of(labels, i64l, r);
+    float m = -3.402823466e38f;
+    for (i64 c = tid(); c < Cl; c += ntid()) m = fmax_(m, ld(x + r * Cl, c));
+    m = block_max(m, sh);
+    if (tid() == 0) {
+      if (y != ignore && (y < 0 || y >= C) && (bad[0] == 0 || bad[0] > r + 1)) bad[0] = r + 1;
+      rowmax[r] = y == ignore ? 0.0f : m;
+    }
+  }
+}
+KERNEL ts_k_softmax_ce_shard_max_f32(const float *x, const void *labels, int i64l, i64 N, i64 Cl, i64 C, i64 ignore,
+                                     float *rowmax, i64 *bad) {
+  ce_shard_max(x, labels, i64l, N, Cl, C, ignore, rowmax, bad);
+}
+KERNEL ts_k_softmax_ce_shard_max_bf16(const bf16 *x, const void *labels, int i64l, i64 N, i64 Cl, i64 C, i64 ignore,
+                                      float *rowmax, i64 *bad) {
+  ce_shard_max(x, labels, i64l, N, Cl, C, ignore, rowmax, bad);
+}
+// 2. stats (N,3) = (sum exp(x - M), x at the label if this rank holds its column else 0, sum x),
+//    0 for ignored rows                                     caller: all-reduce SUM
+template <typename T>
+DEV void ce_shard_stats(const T *x, const void *labels, int i64l, i64 N, i64 Cl, i64 off, i64 ignore, const float *M,
+                        float *stats) {
+  __shared__ float sh[32];
+  for (i64 r = bid(); r < N; r += nbid()) {
+    i64 y = label_of(labels, i64l, r);
+    const T *row = x + r * Cl;
+    float m = M[r], se = 0.0f, sx = 0.0f;
+    for (i64 c = tid(); c < Cl; c += ntid()) {
+      float v = ld(row, c);
+      se += fexp(v - m);
+      sx += v;
+    }
+    se = block_sum(se, sh);
+    sx = block_sum(sx, sh);
+    if (tid() == 0) {
+      int ig = y == ignore;
+      stats[3 * r] = ig ? 0.0f : se;
+      stats[3 * r + 1] = !ig && y >= off && y < off + Cl ? ld(row, y - off) : 0.0f;
+      stats[3 * r + 2] = ig ? 0.0f : sx;
+    }
+  }
+}
+KERNEL ts_k_softmax_ce_shard_stats_f32(const float *x, const void *labels, int i64l, i64 N, i64 Cl, i64 off, i64 ignore,
+                                       const float *M, float *stats) {
+  ce_shard_stats(x, labels, i64l, N, Cl, off, ignore, M, stats);
+}
+KERNEL ts_k_softmax_ce_shard_stats_bf16(const bf16 *x, const void *labels, int i64l, i64 N, i64 Cl, i64 off,
+                                        i64 ignore, const float *M, float *stats) {
+  ce_shard_stats(x, labels, i64l, N, Cl, off, ignore, M, stats);
+}
+// 3. one block: lse (N) = M + log S (0 for ignored rows), loss[0] = the mean over the rows not
+//    ignored of (1-s)(lse - z) + s(lse - sum x / C), count[0] = their number; a fixed order, so the
+//    ranks holding the same reduced values compute the same loss
+KERNEL ts_k_softmax_ce_shard_loss(const void *labels, int i64l, i64 N, i64 C, float s, i64 ignore, const float *M,
+                                  const float *stats, float *loss, float *lse, float *count) {
+  __shared__ float sh[32];
+  float v = 0.0f, k = 0.0f;
+  for (i64 r = tid(); r < N; r += ntid()) {
+    const float *q = stats + 3 * r;
+    if (label_of(labels, i64l, r) == ignore) {
+      lse[r] = 0.0f;
+      continue;
+    }
+    float l = M[r] + flog(q[0]);
+    lse[r] = l;
+    v += (1.0f - s) * (l - q[1]) + s * (l - q[2] / (float)C);
+    k += 1.0f;
+  }
+  v = block_sum(v, sh);
+  k = block_sum(k, sh);
+  if (tid() == 0) {
+    loss[0] = k > 0 ? v / k : 0.0f;
+    count[0] = k;
+  }
 }
