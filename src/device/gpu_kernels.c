@@ -724,6 +724,48 @@ int ts__gpu_batchnorm_bwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy,
   return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
 }
 
+int ts__gpu_bn_fwd_sums(ts__dev *d, ts_dtype dt, const void *x, const float *K, int64_t N, int64_t C, int64_t S,
+                        float *part, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "batch norm (synchronised)");
+  if (rc) return rc;
+  void *a[] = {&x, &K, &N, &C, &S, &part};
+  return launch(d, dt == TS_F32 ? "ts_k_bn_fwd_sums_f32" : "ts_k_bn_fwd_sums_bf16", row_grid(C), 1, row_block(N * S), s,
+                a);
+}
+
+int ts__gpu_sum_rows(ts__dev *d, const float *all, int64_t P, int64_t n, float *out, ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
+  void *a[] = {&all, &P, &n, &out};
+  return launch(d, "ts_k_sum_rows", grid_for(n), 1, BLOCK, s, a);
+}
+
+int ts__gpu_bn_sync_stats(ts__dev *d, const float *tot, const float *K, int64_t C, float momentum, float *rmean,
+                          float *rvar, float *mean, float *var, ts__dev_stream *s) {
+  void *a[] = {&tot, &K, &C, &momentum, &rmean, &rvar, &mean, &var};
+  return launch(d, "ts_k_bn_sync_stats", grid_for(C), 1, BLOCK, s, a);
+}
+
+int ts__gpu_bn_bwd_sums(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const float *mean,
+                        const float *var, void *dgamma, void *dbeta, int64_t N, int64_t C, int64_t S, float eps,
+                        float *part, ts__dev_stream *s) {
+  char kn[64];
+  int rc = bn_name(kn, sizeof kn, "ts_k_bn_bwd_sums", dt, gdt);
+  if (rc) return rc;
+  void *a[] = {&dy, &x, &mean, &var, &dgamma, &dbeta, &N, &C, &S, &eps, &part};
+  return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
+}
+
+int ts__gpu_bn_bwd_dx(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                      const float *mean, const float *var, const float *tot, void *dx, int64_t N, int64_t C, int64_t S,
+                      float eps, ts__dev_stream *s) {
+  char kn[64];
+  int rc = bn_name(kn, sizeof kn, "ts_k_bn_bwd_dx", dt, gdt);
+  if (rc || N * S == 0) return rc;
+  void *a[] = {&dy, &x, &gamma, &mean, &var, &tot, &dx, &N, &C, &S, &eps};
+  unsigned gx = (unsigned)((N * S + BLOCK - 1) / BLOCK);
+  return launch(d, kn, gx > 64 ? 64 : gx, row_grid(C), BLOCK, s, a);
+}
+
 int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,
                         ts__dev_stream *s) {
   char kn[64];

@@ -229,6 +229,25 @@ int ts__gpu_batchnorm_fwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, 
 int ts__gpu_batchnorm_bwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                           const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C,
                           int64_t S, float eps, int training, ts__dev_stream *s);
+/* SyncBatchNorm's steps around the caller's exchange (an all-gather of every rank's part, summed in
+ * rank order by ts__gpu_sum_rows: the same totals on every rank):
+ *   forward: part (2C+1 floats) = per channel sum (x - K), sum (x - K)^2 (K: the running mean, the
+ *     same shift on every rank) and the count; ts__gpu_bn_sync_stats: mean and biased variance from
+ *     the totals, the running ones updated; then ts__gpu_batchnorm_fwd with them as its running
+ *     statistics (training 0);
+ *   backward: part = per channel sum dy, sum dy xhat and the count, dgamma and dbeta from this
+ *     rank's sums; ts__gpu_bn_bwd_dx: dx through the totals. */
+int ts__gpu_bn_fwd_sums(ts__dev *d, ts_dtype dt, const void *x, const float *K, int64_t N, int64_t C, int64_t S,
+                        float *part, ts__dev_stream *s);
+int ts__gpu_sum_rows(ts__dev *d, const float *all, int64_t P, int64_t n, float *out, ts__dev_stream *s);
+int ts__gpu_bn_sync_stats(ts__dev *d, const float *tot, const float *K, int64_t C, float momentum, float *rmean,
+                          float *rvar, float *mean, float *var, ts__dev_stream *s);
+int ts__gpu_bn_bwd_sums(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const float *mean,
+                        const float *var, void *dgamma, void *dbeta, int64_t N, int64_t C, int64_t S, float eps,
+                        float *part, ts__dev_stream *s);
+int ts__gpu_bn_bwd_dx(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
+                      const float *mean, const float *var, const float *tot, void *dx, int64_t N, int64_t C, int64_t S,
+                      float eps, ts__dev_stream *s);
 int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,
                         ts__dev_stream *s);
 int ts__gpu_softmax_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer, int64_t len,

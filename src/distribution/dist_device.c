@@ -32,7 +32,7 @@ struct ts__dist_dev {
    * ranks (ranks: the members' world ranks; own: a communicator made here for it) */
   struct ts__dgrp {
     ts__dcoll *x;
-    ts_comm *own;
+    ts_comm *c, *own; /* the communicator it was made over; own: made for it */
     int *ranks, n;
   } *grp;
   int ngrp;
@@ -46,6 +46,10 @@ struct ts__dist_dev {
     int grp;
   } *bk;
   int nbk, next_bk, async_rc, overlap;
+  /* with overlap: the buckets' device collectives, over a communicator of their own (a copy of
+   * their group's), so that no other collective of the step shares them from another stream */
+  ts__dcoll *bkx;
+  ts_comm *bkc;
   ts__dev_stream *comm_s;
   ts__dev_event *ev_node, *ev_comm;
   /* clipping with sliced parameters: ranges of the flat gradients whose slices `holders` ranks
@@ -89,9 +93,6 @@ int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
   if (cfg->optimizer_shard)
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet "
                         "(%s does without it; docs/gpu.md)", cfg->optimizer_shard, mode);
-  if (cfg->sync_batchnorm)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.sync_batchnorm does not run on GPUs yet (each rank's "
-                        "batch statistics; the running statistics are averaged over the ranks; docs/gpu.md)");
   return TS_OK;
 }
 
@@ -127,7 +128,7 @@ static int grp_of(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *made, 
     return rc;
   }
   g->grp = ng;
-  g->grp[g->ngrp] = (struct ts__dgrp){x, own ? c : NULL, ranks, n};
+  g->grp[g->ngrp] = (struct ts__dgrp){x, c, own ? c : NULL, ranks, n};
   *idx = g->ngrp++;
   return TS_OK;
 }
@@ -172,7 +173,7 @@ static int issue_bucket(ts_dist *d, int k) {
   float *gd = (float *)g->dbase[1];
   int rc = ts__dev_event_record(g->dev, g->ev_node, NULL);
   if (!rc) rc = ts__dev_stream_wait(g->dev, g->comm_s, g->ev_node);
-  if (!rc) rc = ts__dcoll_allreduce(g->grp[b->grp].x, gd + b->off, gd + b->off, b->n, TS_F32,
+  if (!rc) rc = ts__dcoll_allreduce(g->bkx, gd + b->off, gd + b->off, b->n, TS_F32,
                                     d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, g->comm_s);
   return rc;
 }
@@ -229,7 +230,7 @@ static int by_ready(const void *a, const void *b) { /* -1 (none) last; then by o
  * (ts_params_rank_partition; none where every rank holds its own), each group's device
  * collectives over this rank's part (the world's where all hold it), each parameter's range
  * reduced over them, neighbours of one group merged. With one group through NCCL, one
- * micro-batch, parallel.overlap and no collective node in the plan (data_parallel): ranges of about
+ * micro-batch and parallel.overlap: ranges of about
  * bucket_size_mb, each ready after the last node writing into it, issued by the training plan's
  * hook on the communication stream. */
 static int reduce_plan(ts_dist *d) {
@@ -264,10 +265,7 @@ static int reduce_plan(ts_dist *d) {
       rc = grp_of(g, sub, 1, NULL, d->cfg.comm_backend, &gi[k]);
   }
   if (!rc && r->plan) rc = ts_params_each_binding(p, r->g, grad_one, &c);
-  /* (not beside the plan's own collectives: NCCL's on one communicator from two streams could
-   * interleave differently on two ranks) */
-  int ov = !rc && r->plan && nparts == 1 && !ts_parallel_comm_bytes(r->g, 0) && !ts_parallel_comm_bytes(r->g, 1) &&
-           d->cfg.accum == 1 && d->cfg.overlap &&
+  int ov = !rc && r->plan && nparts == 1 && d->cfg.accum == 1 && d->cfg.overlap &&
            ts__dcoll_backend_of(g->grp[gi[0]].x) == TS__DCOLL_NCCL;
   double mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
   size_t cap = ov ? (size_t)(mb * 1048576.0 / sizeof(float)) : (size_t)-1;
@@ -293,7 +291,12 @@ static int reduce_plan(ts_dist *d) {
   free(part), free(parts), free(pg), free(gi), free(c.b);
   if (rc || !ov) return rc;
   qsort(g->bk, (size_t)g->nbk, sizeof *g->bk, by_ready);
-  rc = ts__dev_stream_create(g->dev, &g->comm_s);
+  /* their own communicator: the plan's collectives (SyncBatchNorm's, a layout's) may use the
+   * group's on the compute stream meanwhile, and NCCL's on one communicator from two streams
+   * could interleave differently on two ranks */
+  rc = ts_comm_dup(g->grp[g->bk[0].grp].c, &g->bkc);
+  if (!rc) rc = ts__dcoll_create(g->bkc, g->dev, TS__DCOLL_NCCL, &g->bkx);
+  if (!rc) rc = ts__dev_stream_create(g->dev, &g->comm_s);
   if (!rc) rc = ts__dev_event_create(g->dev, &g->ev_node);
   if (!rc) rc = ts__dev_event_create(g->dev, &g->ev_comm);
   if (!rc) rc = ts_plan_add_hook(r->plan, bucket_hook, d);
@@ -348,6 +351,7 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   }
   /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
    * the stream: polled, aborted past it), each group's waited for once */
+  if (g->overlap && !rc) rc = ts__dcoll_wait(g->bkx, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
   for (int k = 0; k < g->nbk && !rc; k++) {
     int seen = 0;
     for (int j = 0; j < k; j++) seen |= g->bk[j].grp == g->bk[k].grp;
@@ -390,6 +394,8 @@ void ts__dist_dev_free(ts_dist *d) {
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   d->r.plan = d->r.plan_e = NULL;
+  ts__dcoll_free(g->bkx);
+  ts_comm_free(g->bkc);
   for (int k = 0; k < g->ngrp; k++) { /* the device collectives, then the communicators made for them */
     ts__dcoll_free(g->grp[k].x);
     ts_comm_free(g->grp[k].own);

@@ -354,22 +354,82 @@ static int run_avgpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tens
   return node_fail(n, ts__gpu_avgpool_bwd(ctx->dev, &d, in[0].dtype, in[0].data, out[0].data, NULL));
 }
 
+/* SyncBatchNorm (the node's synchronised slots, up to 3, summed over in turn, as run_norm.c: a
+ * slot without a communicator keeps the statistics local): each slot's device collectives */
+static int bn_dcolls(ts__runctx *ctx, const ts__run_node *n, struct ts__dcoll **x, int *nx, int *most) {
+  const int64_t slots[3] = {ts_attr_batchnorm_sync(&n->a), ts_attr_batchnorm_sync2(&n->a), ts_attr_batchnorm_sync3(&n->a)};
+  *nx = 0, *most = 1;
+  for (int k = 0; k < 3; k++) {
+    const int slot = (int)slots[k] - 1;
+    if (slot < 0 || slot >= ctx->ncomms || !ctx->comms || !ctx->comms[slot]) continue;
+    struct ts__dcoll *d = ctx->dcolls ? ctx->dcolls[slot] : NULL;
+    if (!d)
+      return ts_error_set(TS_EINVAL, "batchnorm '%s': plan slot %d has a communicator but no device collectives "
+                          "(ts_plan_set_dcoll)", n->name ? n->name : "?", slot);
+    x[(*nx)++] = d;
+    if (ts__dcoll_size(d) > *most) *most = ts__dcoll_size(d);
+  }
+  return TS_OK;
+}
+
+/* part (cnt floats, device) replaced by its sum over each group in turn: every rank's part
+ * gathered into all, summed in rank order (the same totals on every rank) */
+static int bn_exchange(ts__runctx *ctx, struct ts__dcoll **x, int nx, float *part, int64_t cnt, float *all) {
+  int rc = TS_OK;
+  for (int k = 0; k < nx && !rc; k++) {
+    rc = ts__dcoll_allgather(x[k], part, all, (size_t)cnt, TS_F32, NULL);
+    if (!rc) rc = ts__gpu_sum_rows(ctx->dev, all, ts__dcoll_size(x[k]), cnt, part, NULL);
+  }
+  return rc;
+}
+
 static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  int64_t N, C, S; /* local statistics: one process per GPU (SyncBatchNorm: issue #29) */
+  int64_t N, C, S;
   ts__run_bn_dims(&in[0].shape, &N, &C, &S);
-  return node_fail(n, ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data,
-                                            in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
-                                            ts_attr_batchnorm_momentum(&n->a), ts_attr_batchnorm_eps(&n->a),
-                                            (int)ts_attr_batchnorm_training(&n->a), NULL));
+  const float mom = ts_attr_batchnorm_momentum(&n->a), eps = ts_attr_batchnorm_eps(&n->a);
+  const int training = (int)ts_attr_batchnorm_training(&n->a);
+  struct ts__dcoll *x[3];
+  int nx = 0, most = 1;
+  int rc = training ? bn_dcolls(ctx, n, x, &nx, &most) : TS_OK;
+  if (rc || !nx) /* local statistics */
+    return rc ? rc : node_fail(n, ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data,
+                                                       in[2].data, in[3].data, in[4].data, out[0].data, out[1].data,
+                                                       out[2].data, N, C, S, mom, eps, training, NULL));
+  /* synchronised: the sums, exchanged, the statistics, then normalised by them */
+  float *part = NULL;
+  const int64_t cnt = 2 * C + 1;
+  rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(cnt * (1 + most)), (void **)&part);
+  if (!rc) rc = ts__gpu_bn_fwd_sums(ctx->dev, in[0].dtype, in[0].data, in[3].data, N, C, S, part, NULL);
+  if (!rc) rc = bn_exchange(ctx, x, nx, part, cnt, part + cnt);
+  if (!rc) rc = ts__gpu_bn_sync_stats(ctx->dev, part, in[3].data, C, mom, in[3].data, in[4].data, out[1].data,
+                                      out[2].data, NULL);
+  if (!rc) rc = ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, out[1].data,
+                                      out[2].data, out[0].data, out[1].data, out[2].data, N, C, S, mom, eps, 0, NULL);
+  return node_fail(n, rc);
 }
 
 static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t N, C, S;
   ts__run_bn_dims(&in[1].shape, &N, &C, &S);
-  return node_fail(n, ts__gpu_batchnorm_bwd(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data,
-                                            in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
-                                            ts_attr_batchnorm_eps(&n->a), (int)ts_attr_batchnorm_training(&n->a),
-                                            NULL));
+  const float eps = ts_attr_batchnorm_eps(&n->a);
+  const int training = (int)ts_attr_batchnorm_training(&n->a);
+  struct ts__dcoll *x[3];
+  int nx = 0, most = 1;
+  int rc = training ? bn_dcolls(ctx, n, x, &nx, &most) : TS_OK;
+  if (rc || !nx)
+    return rc ? rc : node_fail(n, ts__gpu_batchnorm_bwd(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data,
+                                                       in[2].data, in[3].data, in[4].data, out[0].data, out[1].data,
+                                                       out[2].data, N, C, S, eps, training, NULL));
+  /* synchronised: this rank's sums (dgamma, dbeta from them), exchanged, dx through the totals */
+  float *part = NULL;
+  const int64_t cnt = 2 * C + 1;
+  rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(cnt * (1 + most)), (void **)&part);
+  if (!rc) rc = ts__gpu_bn_bwd_sums(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[3].data, in[4].data,
+                                    out[1].data, out[2].data, N, C, S, eps, part, NULL);
+  if (!rc) rc = bn_exchange(ctx, x, nx, part, cnt, part + cnt);
+  if (!rc) rc = ts__gpu_bn_bwd_dx(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                  in[4].data, part, out[0].data, N, C, S, eps, NULL);
+  return node_fail(n, rc);
 }
 
 static int run_softmax(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {

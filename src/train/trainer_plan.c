@@ -252,7 +252,8 @@ static void plan_gpus(FILE *b, const ts_config *cfg, const ts_dist_vt *vt, const
     fprintf(b, "; collectives: NCCL where every rank has a GPU of its own and it loads (else MPI staged through pinned "
             "host memory)%s\n\n", !strcmp(ts_dist_name(vt), "data_parallel") && dc->accum == 1 && dc->overlap
                                       ? ", the gradients' buckets overlapped with backward"
-                                      : ", the gradients all-reduced over their holders after backward");
+                                      : ", the gradients all-reduced over their holders (in buckets overlapped with "
+                                        "backward where one group holds them all)");
 }
 
 static int plan_report(const ts_config *cfg, const ts_autoplan *given, int ndevices, int rank, ts_model_fn model,

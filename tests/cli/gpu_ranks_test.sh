@@ -12,10 +12,10 @@
 #   3. gradient accumulation (2 micro-batches), gradients summed (gradients_mean false);
 #   4. a ResNet-8 (batch norm: each rank's batch statistics, the running statistics averaged over
 #      the ranks before evaluation and saving): 3 steps and the evaluation follow the CPU ranks;
-#      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process;
+#      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process; with SyncBatchNorm
+#      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), layouts that do not run on GPUs yet (pipeline stages, optimizer_shard,
-#      sync_batchnorm);
+#      (naming them), layouts that do not run on GPUs yet (pipeline stages, optimizer_shard);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
 #      auto_parallel (the search's layout) follows the CPU ranks;
@@ -111,6 +111,13 @@ job res_cpu "$tmp/res.yaml" CPU
 job res_gpu "$tmp/res.yaml" GPU --set checkpoint.dir="$tmp/ck" --set checkpoint.save_last=true
 close "$tmp/res_gpu.txt" "$tmp/res_cpu.txt" 1e-3 && ok "ResNet-8 on 2 GPU ranks: 3 steps and the evaluation follow 2 CPU ranks (1e-3)" ||
   bad "ResNet: $(paste "$tmp/res_gpu.txt" "$tmp/res_cpu.txt" | head -4)"
+# SyncBatchNorm: the statistics over both ranks' batches (each rank's sums gathered on the
+# devices, summed in rank order), forward and backward
+job sbn_cpu "$tmp/res.yaml" CPU --set parallel.sync_batchnorm=true
+job sbn_gpu "$tmp/res.yaml" GPU --set parallel.sync_batchnorm=true
+close "$tmp/sbn_gpu.txt" "$tmp/sbn_cpu.txt" 1e-3 && ! cmp -s "$tmp/sbn_cpu.txt" "$tmp/res_cpu.txt" &&
+  ok "ResNet-8 with SyncBatchNorm on 2 GPU ranks follows 2 CPU ranks (1e-3; not the unsynchronised run's figures)" ||
+  bad "SyncBatchNorm: $(paste "$tmp/sbn_gpu.txt" "$tmp/sbn_cpu.txt" "$tmp/res_cpu.txt" | head -4)"
 ck=$(ls "$tmp"/ck/*.safetensors 2>/dev/null | tail -1)
 ev=$("$bin" eval "$tmp/res.yaml" --set parallel.mode=stand_alone --checkpoint "$ck" 2>&1 | grep -o "loss [0-9.]*  top1 [0-9.]*%")
 want=$(grep '^eval' "$tmp/res_cpu.txt" | tail -1)
@@ -201,5 +208,4 @@ refuse() { # what expected-text [--set ...]
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
 refuse "pipeline stages on GPUs" "parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet" --set parallel.pipeline_stages=2
 refuse "optimizer_shard on GPUs" "parallel.optimizer_shard 1 does not run on GPUs yet" --set parallel.optimizer_shard=1
-refuse "sync_batchnorm on GPUs" "parallel.sync_batchnorm does not run on GPUs yet" --set parallel.sync_batchnorm=true
 exit $fail

@@ -245,6 +245,69 @@ static void check_softmax_ce(gpu *G) {
   }
 }
 
+/* the class-sharded cross-entropy's steps: the (R, C) logits cut into two column blocks [0, 400)
+ * and [400, C) held by two "ranks"; their maxima and statistics combined on the host as the
+ * all-reduces would: the loss and lse those of the whole rows (the CPU's), each block's dlogits the
+ * whole backward's columns */
+static void check_softmax_ce_shard(gpu *G) {
+  enum { R = 37, C = 1000, B0 = 400 };
+  static float x[R * C], dx[R * C], blk[R * C], gdx[R * C], lse[R];
+  int lab[R];
+  ts_test_fill(x, R * C, 9, -6.0f, 6.0f);
+  for (int i = 0; i < R; i++) lab[i] = (i * 7919) % C;
+  lab[5] = -100;
+  const int64_t off[2] = {0, B0}, cl[2] = {B0, C - B0};
+  for (int sm = 0; sm < 2; sm++) {
+    float s = sm ? 0.1f : 0.0f, loss = 0;
+    CHECK_OK(ts__softmax_ce_fwd_ref(x, lab, 0, R, C, s, -100, &loss, lse));
+    CHECK_OK(ts__softmax_ce_bwd_ref(2.0f, x, lab, 0, lse, R, C, s, -100, dx));
+    void *pl = up(G, lab, sizeof lab), *bad = up(G, NULL, 8), *pM = up(G, NULL, 4 * R), *pst = up(G, NULL, 12 * R),
+         *plse = up(G, NULL, 4 * R), *sc = up(G, NULL, 16), *pb[2], *pdx[2];
+    float two = 2.0f, M[R], Mr[R], st[3 * R], str[3 * R], glse[R], gl[2] = {0, 0};
+    void *pd = up(G, &two, 4);
+    for (int r = 0; r < 2; r++) {
+      for (int i = 0; i < R; i++) memcpy(blk + i * cl[r], x + i * C + off[r], sizeof(float) * (size_t)cl[r]);
+      pb[r] = up(G, blk, sizeof(float) * R * cl[r]), pdx[r] = up(G, NULL, sizeof(float) * R * cl[r]);
+      CHECK_OK(ts__gpu_softmax_ce_shard_max(G->d, TS_F32, pb[r], pl, 0, R, cl[r], C, -100, pM, bad, NULL));
+      down(G, r ? Mr : M, pM, sizeof M);
+    }
+    for (int i = 0; i < R; i++) M[i] = M[i] > Mr[i] ? M[i] : Mr[i];
+    CHECK_OK(ts__dev_copy(G->d, pM, M, sizeof M, TS__H2D, NULL));
+    for (int r = 0; r < 2; r++) {
+      CHECK_OK(ts__gpu_softmax_ce_shard_stats(G->d, TS_F32, pb[r], pl, 0, R, cl[r], off[r], -100, pM, pst, NULL));
+      down(G, r ? str : st, pst, sizeof st);
+    }
+    for (int i = 0; i < 3 * R; i++) st[i] += str[i];
+    CHECK_OK(ts__dev_copy(G->d, pst, st, sizeof st, TS__H2D, NULL));
+    CHECK_OK(ts__gpu_softmax_ce_shard_loss(G->d, pl, 0, R, C, s, -100, pM, pst, sc, plse, (float *)sc + 1, NULL));
+    for (int r = 0; r < 2; r++)
+      CHECK_OK(ts__gpu_softmax_ce_shard_bwd(G->d, TS_F32, pd, pb[r], pl, 0, plse, R, cl[r], C, off[r], s, -100,
+                                            (float *)sc + 1, pdx[r], NULL));
+    down(G, gl, sc, 8), down(G, glse, plse, sizeof glse);
+    for (int r = 0; r < 2; r++) { /* the blocks put back as whole rows */
+      down(G, blk, pdx[r], sizeof(float) * R * cl[r]);
+      for (int i = 0; i < R; i++) memcpy(gdx + i * C + off[r], blk + i * cl[r], sizeof(float) * (size_t)cl[r]);
+    }
+    int64_t b = -1;
+    down(G, &b, bad, 8);
+    if (!G->fake) {
+      CHECK_MSG(fabsf(gl[0] - loss) <= 2e-6f * fabsf(loss) && gl[1] == R - 1 && b == 0,
+                "class-sharded ce: loss %.8g vs the whole rows' %.8g, count %g, bad %lld", gl[0], loss, gl[1], (long long)b);
+      same(G, "class-sharded ce: lse", glse, lse, R, 1e-6, 1e-6);
+      same(G, "class-sharded ce: dlogits", gdx, dx, (size_t)R * C, 1e-9, 1e-5);
+    }
+    lab[9] = C; /* out of range (not ignored): named */
+    CHECK_OK(ts__dev_copy(G->d, pl, lab, sizeof lab, TS__H2D, NULL));
+    CHECK_OK(ts__gpu_softmax_ce_shard_max(G->d, TS_F32, pb[1], pl, 0, R, cl[1], C, -100, pM, bad, NULL));
+    down(G, &b, bad, 8);
+    if (!G->fake) CHECK_MSG(b == 10, "class-sharded ce: the label out of range at row 9 reported as %lld", (long long)b);
+    lab[9] = (9 * 7919) % C;
+    for (int r = 0; r < 2; r++) ts__dev_free(G->d, pb[r]), ts__dev_free(G->d, pdx[r]);
+    ts__dev_free(G->d, pl), ts__dev_free(G->d, bad), ts__dev_free(G->d, pM), ts__dev_free(G->d, pst);
+    ts__dev_free(G->d, plse), ts__dev_free(G->d, sc), ts__dev_free(G->d, pd);
+  }
+}
+
 static void check_layernorm(gpu *G) {
   enum { R = 19, D = 768 };
   static float x[R * D], dy[R * D], y[R * D], dx[R * D], gy[R * D], gdx[R * D];
@@ -617,6 +680,60 @@ static void check_conv_pool_bn(gpu *G) {
     ts__dev_free(G->d, pby), ts__dev_free(G->d, pm), ts__dev_free(G->d, pv), ts__dev_free(G->d, pdg);
     ts__dev_free(G->d, pdbb);
   }
+  /* SyncBatchNorm's steps: x as (2, 4, 63) held by two "ranks" of one sample each; their parts
+   * concatenated as the all-gather would, summed in rank order: every rank's statistics, y, dx and
+   * the sum of their dgamma/dbeta are those of one batch norm over both samples */
+  {
+    enum { Cn = 4, Sn = 63, Hn = Cn * Sn, Q = 2 * Cn + 1 };
+    float ga[4] = {1.1f, 0.9f, 1.3f, 0.7f}, be[4] = {0.1f, -0.2f, 0.3f, 0}, rm[4] = {0.1f, 0, -0.1f, 0.2f},
+          rv[4] = {1, 0.8f, 1.2f, 0.9f}, mean[4], var[4], dg[4], dbb[4];
+    float by[2 * Hn], bdx[2 * Hn], gy[2 * Hn], gdx2[2 * Hn], grm[4], gdg[2][4], gdb[2][4], sdg[4], sdb[4];
+    float rm0[4], rv0[4];
+    memcpy(rm0, rm, sizeof rm), memcpy(rv0, rv, sizeof rv);
+    CHECK_OK(ts__batchnorm_fwd_ref(x, ga, be, rm, rv, by, mean, var, 2, Cn, Sn, 0.1f, 1e-5f, 1));
+    CHECK_OK(ts__batchnorm_bwd_ref(by, x, ga, mean, var, bdx, dg, dbb, 2, Cn, Sn, 1e-5f, 1)); /* y as dy */
+    float *pga = up(G, ga, 16), *pbe = up(G, be, 16), *pall = up(G, NULL, 4 * 2 * Q), *ptot = up(G, NULL, 4 * Q),
+          *py = up(G, NULL, 4 * 2 * Hn), *pdy = up(G, by, 4 * 2 * Hn), *pd = up(G, NULL, 4 * 2 * Hn);
+    float *prm[2], *prv[2], *pm[2], *pv[2], *pdg[2], *pdb[2];
+    for (int r = 0; r < 2; r++) {
+      prm[r] = up(G, rm0, 16), prv[r] = up(G, rv0, 16), pm[r] = up(G, NULL, 16), pv[r] = up(G, NULL, 16);
+      pdg[r] = up(G, NULL, 16), pdb[r] = up(G, NULL, 16);
+      CHECK_OK(ts__gpu_bn_fwd_sums(G->d, TS_F32, (float *)px + r * Hn, prm[r], 1, Cn, Sn, pall + r * Q, NULL));
+    }
+    for (int r = 0; r < 2; r++) { /* each rank: the totals, its statistics, its half normalised */
+      CHECK_OK(ts__gpu_sum_rows(G->d, pall, 2, Q, ptot, NULL));
+      CHECK_OK(ts__gpu_bn_sync_stats(G->d, ptot, prm[r], Cn, 0.1f, prm[r], prv[r], pm[r], pv[r], NULL));
+      CHECK_OK(ts__gpu_batchnorm_fwd(G->d, TS_F32, TS_F32, (float *)px + r * Hn, pga, pbe, pm[r], pv[r], py + r * Hn, pm[r],
+                                     pv[r], 1, Cn, Sn, 0.1f, 1e-5f, 0, NULL));
+    }
+    for (int r = 0; r < 2; r++)
+      CHECK_OK(ts__gpu_bn_bwd_sums(G->d, TS_F32, TS_F32, pdy + r * Hn, (float *)px + r * Hn, pm[r], pv[r], pdg[r], pdb[r], 1,
+                                   Cn, Sn, 1e-5f, pall + r * Q, NULL));
+    CHECK_OK(ts__gpu_sum_rows(G->d, pall, 2, Q, ptot, NULL));
+    for (int r = 0; r < 2; r++)
+      CHECK_OK(ts__gpu_bn_bwd_dx(G->d, TS_F32, TS_F32, pdy + r * Hn, (float *)px + r * Hn, pga, pm[r], pv[r], ptot,
+                                 pd + r * Hn, 1, Cn, Sn, 1e-5f, NULL));
+    down(G, gy, py, sizeof gy), down(G, gdx2, pd, sizeof gdx2);
+    for (int r = 0; r < 2; r++) {
+      float gm[4], gv[4];
+      down(G, gm, pm[r], 16), down(G, gv, pv[r], 16), down(G, grm, prm[r], 16);
+      down(G, gdg[r], pdg[r], 16), down(G, gdb[r], pdb[r], 16);
+      same(G, "synchronised batch norm: every rank's mean", gm, mean, 4, 1e-6, 1e-5);
+      same(G, "synchronised batch norm: every rank's variance", gv, var, 4, 1e-6, 1e-5);
+      same(G, "synchronised batch norm: every rank's running mean", grm, rm, 4, 1e-6, 1e-5);
+    }
+    for (int c = 0; c < 4; c++) sdg[c] = gdg[0][c] + gdg[1][c], sdb[c] = gdb[0][c] + gdb[1][c];
+    same(G, "synchronised batch norm: y", gy, by, 2 * Hn, 1e-5, 1e-5);
+    same(G, "synchronised batch norm: dx", gdx2, bdx, 2 * Hn, 1e-5, 1e-4);
+    same(G, "synchronised batch norm: the ranks' dgamma summed", sdg, dg, 4, 1e-5, 1e-4);
+    same(G, "synchronised batch norm: the ranks' dbeta summed", sdb, dbb, 4, 1e-5, 1e-4);
+    for (int r = 0; r < 2; r++) {
+      ts__dev_free(G->d, prm[r]), ts__dev_free(G->d, prv[r]), ts__dev_free(G->d, pm[r]), ts__dev_free(G->d, pv[r]);
+      ts__dev_free(G->d, pdg[r]), ts__dev_free(G->d, pdb[r]);
+    }
+    ts__dev_free(G->d, pga), ts__dev_free(G->d, pbe), ts__dev_free(G->d, pall), ts__dev_free(G->d, ptot);
+    ts__dev_free(G->d, py), ts__dev_free(G->d, pdy), ts__dev_free(G->d, pd);
+  }
   /* softmax and log_softmax over the middle axis of (6, 7, 9) (x's first 378 values) */
   for (int lg = 0; lg < 2; lg++) {
     float sy[378], sdx[378], gsy[378], gsdx[378];
@@ -814,6 +931,7 @@ static void gpu_suite(gpu *G) {
   check_eltwise(G);
   check_sum_and_clip(G);
   check_softmax_ce(G);
+  check_softmax_ce_shard(G);
   check_layernorm(G);
   check_optim(G);
 }

@@ -309,6 +309,116 @@ KERNEL ts_k_batchnorm_bwd_bf16g(const bf16 *dy, const bf16 *x, const bf16 *gamma
   bn_bwd(dy, x, gamma, mean, var, dx, dgamma, dbeta, N, C, S, eps, training);
 }
 
+// SyncBatchNorm in steps around the caller's exchange (all-gather of every rank's sums, summed
+// in rank order: the same totals on every rank; CPU reference: ts__bn_fwd/_bwd with a reducer).
+// Forward: part (2C+1) = per channel sum (x - K) and sum (x - K)^2, K the running mean (the same
+// shift on every rank), then the count; the statistics from the totals; then the kernel above with
+// the statistics as its running ones (training 0).
+template <typename T> DEV void bn_fwd_sums(const T *x, const float *K, i64 N, i64 C, i64 S, float *part) {
+  __shared__ float sh[32];
+  for (i64 c = bid(); c < C; c += nbid()) {
+    float k = K[c], s1 = 0.0f, s2 = 0.0f;
+    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+      float v = ld(x, (w.n * C + c) * S + w.s) - k;
+      s1 += v;
+      s2 += v * v;
+    }
+    s1 = block_sum(s1, sh);
+    s2 = block_sum(s2, sh);
+    if (tid() == 0) {
+      part[c] = s1, part[C + c] = s2;
+      if (c == 0) part[2 * C] = (float)(N * S);
+    }
+  }
+}
+KERNEL ts_k_bn_fwd_sums_f32(const float *x, const float *K, i64 N, i64 C, i64 S, float *part) {
+  bn_fwd_sums(x, K, N, C, S, part);
+}
+KERNEL ts_k_bn_fwd_sums_bf16(const bf16 *x, const float *K, i64 N, i64 C, i64 S, float *part) {
+  bn_fwd_sums(x, K, N, C, S, part);
+}
+// out (n) = the sum over the P rows of all (P, n), row after row (rank order)
+KERNEL ts_k_sum_rows(const float *all, i64 P, i64 n, float *out) {
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    float t = 0.0f;
+    for (i64 r = 0; r < P; r++) t += all[r * n + i];
+    out[i] = t;
+  }
+}
+// the statistics from the totals (mean = K + s1/M, the biased variance), the running ones updated
+// with the unbiased variance of the M values
+KERNEL ts_k_bn_sync_stats(const float *tot, const float *K, i64 C, float momentum, float *rmean, float *rvar,
+                          float *mean, float *var) {
+  float M = tot[2 * C];
+  for (i64 c = gidx(); c < C; c += gstride()) {
+    float dm = tot[c] / M, v = tot[C + c] / M - dm * dm, m = K[c] + dm;
+    v = v > 0.0f ? v : 0.0f;
+    mean[c] = m, var[c] = v;
+    rmean[c] = (1.0f - momentum) * rmean[c] + momentum * m;
+    rvar[c] = (1.0f - momentum) * rvar[c] + momentum * v * M / (M - 1.0f);
+  }
+}
+// Backward: part (2C+1) = per channel sum dy and sum dy xhat and the count; dgamma, dbeta from
+// this rank's sums (the gradients' reduction combines them); then dx through the totals.
+template <typename T, typename TG>
+DEV void bn_bwd_sums(const T *dy, const T *x, const float *mean, const float *var, TG *dgamma, TG *dbeta, i64 N, i64 C,
+                     i64 S, float eps, float *part) {
+  __shared__ float sh[32];
+  for (i64 c = bid(); c < C; c += nbid()) {
+    float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), sd = 0.0f, sdx = 0.0f;
+    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+      i64 k = (w.n * C + c) * S + w.s;
+      sd += ld(dy, k);
+      sdx += ld(dy, k) * (ld(x, k) - m) * rs;
+    }
+    sd = block_sum(sd, sh);
+    sdx = block_sum(sdx, sh);
+    if (tid() == 0) {
+      if (dgamma) st(dgamma, c, sdx);
+      if (dbeta) st(dbeta, c, sd);
+      part[c] = sd, part[C + c] = sdx;
+      if (c == 0) part[2 * C] = (float)(N * S);
+    }
+  }
+}
+KERNEL ts_k_bn_bwd_sums_f32(const float *dy, const float *x, const float *mean, const float *var, float *dgamma,
+                            float *dbeta, i64 N, i64 C, i64 S, float eps, float *part) {
+  bn_bwd_sums(dy, x, mean, var, dgamma, dbeta, N, C, S, eps, part);
+}
+KERNEL ts_k_bn_bwd_sums_bf16(const bf16 *dy, const bf16 *x, const float *mean, const float *var, float *dgamma,
+                             float *dbeta, i64 N, i64 C, i64 S, float eps, float *part) {
+  bn_bwd_sums(dy, x, mean, var, dgamma, dbeta, N, C, S, eps, part);
+}
+KERNEL ts_k_bn_bwd_sums_bf16g(const bf16 *dy, const bf16 *x, const float *mean, const float *var, bf16 *dgamma,
+                              bf16 *dbeta, i64 N, i64 C, i64 S, float eps, float *part) {
+  bn_bwd_sums(dy, x, mean, var, dgamma, dbeta, N, C, S, eps, part);
+}
+template <typename T, typename TG>
+DEV void bn_bwd_dx(const T *dy, const T *x, const TG *gamma, const float *mean, const float *var, const float *tot, T *dx,
+                   i64 N, i64 C, i64 S, float eps) {
+  float M = tot[2 * C];
+  for (i64 c = bidy(); c < C; c += nbidy()) {
+    float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), ga = gamma ? ld(gamma, c) : 1.0f, sd = tot[c], sdx = tot[C + c];
+    for (i64 i = gidx(); i < N * S; i += gstride()) {
+      i64 k = ((i / S) * C + c) * S + i % S;
+      float xh = (ld(x, k) - m) * rs;
+      st(dx, k, ga * rs * (ld(dy, k) - sd / M - xh * sdx / M));
+    }
+  }
+}
+KERNEL ts_k_bn_bwd_dx_f32(const float *dy, const float *x, const float *gamma, const float *mean, const float *var,
+                          const float *tot, float *dx, i64 N, i64 C, i64 S, float eps) {
+  bn_bwd_dx(dy, x, gamma, mean, var, tot, dx, N, C, S, eps);
+}
+KERNEL ts_k_bn_bwd_dx_bf16(const bf16 *dy, const bf16 *x, const float *gamma, const float *mean, const float *var,
+                           const float *tot, bf16 *dx, i64 N, i64 C, i64 S, float eps) {
+  bn_bwd_dx(dy, x, gamma, mean, var, tot, dx, N, C, S, eps);
+}
+KERNEL ts_k_bn_bwd_dx_bf16g(const bf16 *dy, const bf16 *x, const bf16 *gamma, const float *mean, const float *var,
+                            const float *tot, bf16 *dx, i64 N, i64 C, i64 S, float eps) {
+  bn_bwd_dx(dy, x, gamma, mean, var, tot, dx, N, C, S, eps);
+}
+
 // softmax (log_softmax when lg) over the middle axis of (outer, len, inner): one thread per row
 template <typename T> DEV void softmax_fwd(const T *x, T *y, i64 outer, i64 len, i64 inner, int lg) {
   i64 rows = outer * inner;
