@@ -18,67 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist_impl.h"
-#include "device/dev.h"
+#include "dist_device.h"
 #include "device/gpu_kernels.h"
-#include "runtime/dcoll.h"
 #include "runtime/exec.h"
+#include "zero_impl.h"
 
-struct ts__dist_dev {
-  ts__dev *dev;
-  ts__dcoll *coll;         /* the collectives over the world on device buffers (grp[0]) */
-  /* device collectives over every group of ranks the job's collectives use, the world's first:
-   * one object per group, shared by the plans' slots and the gradients' groups over the same
-   * ranks (ranks: the members' world ranks; own: a communicator made here for it) */
-  struct ts__dgrp {
-    ts__dcoll *x;
-    ts_comm *c, *own; /* the communicator it was made over; own: made for it */
-    int *ranks, n;
-  } *grp;
-  int ngrp;
-  /* the gradients' reduction: ranges of the flat gradients, each all-reduced over the group of
-   * the ranks holding the same slice (grp index); with overlap (data_parallel through NCCL, one
-   * micro-batch) about bucket_size_mb each, issued on a stream of their own as backward
-   * completes them and waited for at the step's end; else in the store's order after backward */
-  struct ts__gbucket {
-    size_t off, n;
-    int ready; /* the node after which it is complete (-1: none writes it: issued at the end) */
-    int grp;
-  } *bk;
-  int nbk, next_bk, async_rc, overlap;
-  /* with overlap: the buckets' device collectives, over a communicator of their own (a copy of
-   * their group's), so that no other collective of the step shares them from another stream */
-  ts__dcoll *bkx;
-  ts_comm *bkc;
-  ts__dev_stream *comm_s;
-  ts__dev_event *ev_node, *ev_comm;
-  /* clipping with sliced parameters: ranges of the flat gradients whose slices `holders` ranks
-   * hold (each counted 1 / holders), their sums of squares (device, and copied out) */
-  struct ts__crange {
-    size_t off, n;
-    int holders;
-  } *cr;
-  int ncr;
-  float *cres, *cres_h;
-  /* the store's buffers: parameters, gradients, states (host base, bytes, device copy) */
-  const char *hbase[3];
-  size_t hlen[3];
-  char *dbase[3];
-  float *acc;              /* accumulated gradients (accum > 1) */
-  void *x, *y, *xe;        /* the inputs of a micro-step and of an evaluation batch */
-  size_t xs, ys, xes;
-  float *logits;           /* an evaluation batch's logits, copied out */
-  size_t nlogits;
-  float *scratch;          /* partial sums (clipping) and the results (2 floats) */
-  size_t nscratch;
-  float *slots[2];         /* the optimizer's state on the device */
-  float *lamb_u, *lamb_part, *lamb_sq; /* LAMB: a segment's direction, sums' partials, sums (2 a segment) */
-  ts_optim_segment *segs;  /* its segments (offsets into the flat buffers) */
-  int nseg;
-  int host_stale;          /* the host copies are older than the device's */
-};
-
-#define G(d) ((d)->gpu)
 
 int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
   if (!strcmp(mode, "stand_alone")) return TS_OK;
@@ -90,23 +34,24 @@ int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone, "
                         "data_parallel, semi_auto_parallel and hybrid_parallel do; the others come with issue #29, "
                         "docs/gpu.md)", mode);
-  if (cfg->optimizer_shard)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet "
-                        "(%s does without it; docs/gpu.md)", cfg->optimizer_shard, mode);
+  if (cfg->optimizer_shard > 1)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stage 1 "
+                        "does; stages 2 and 3 need the gradient staging slots and parameter gathers on the device; "
+                        "docs/gpu.md)", cfg->optimizer_shard);
   return TS_OK;
 }
 
-static int alloc0(ts__dev *v, size_t bytes, void **p) {
+int ts__dist_dev_alloc0(ts__dev *v, size_t bytes, void **p) {
   int rc = ts__dev_alloc(v, bytes ? bytes : 64, p);
   return rc ? rc : ts__dev_memset0(v, *p, bytes ? bytes : 64, NULL);
 }
 
-/* The index in g->grp of the device collectives over c's ranks: the ones made before over the
+/* (dist_device.h) The index in g->grp of the device collectives over c's ranks: the ones made before over the
  * same ranks, else `made` (NULL: made now). Collective over c: its members ask in the same order,
  * and each finds or misses the same group, every communicator of the job partitioning the world
  * (a slot's, a gradient group's). own: c was made for this (kept with a new object, freed when an
  * earlier one serves). On failure nothing is kept (made and an own c freed). */
-static int grp_of(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *made, int backend, int *idx) {
+int ts__dist_dev_group(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *made, int backend, int *idx) {
   int n = ts_comm_size(c), me = ts_comm_world_rank(c);
   int *ranks = malloc(sizeof(int) * (size_t)n);
   int rc = ranks ? ts_comm_allgather(c, &me, ranks, 1, TS_I32) : ts_error_set(TS_ENOMEM, "GPU: out of memory");
@@ -141,7 +86,7 @@ int ts__dist_dev_open(ts_dist *d) {
    * or fails the same way, the choice agreed inside); the world's group first */
   ts__dcoll *w = NULL;
   if (!rc && d->world) rc = ts__dcoll_create(d->world, g->dev, (ts__dcoll_backend)d->cfg.comm_backend, &w);
-  if (!rc && d->world) rc = grp_of(g, d->world, 0, w, d->cfg.comm_backend, &k);
+  if (!rc && d->world) rc = ts__dist_dev_group(g, d->world, 0, w, d->cfg.comm_backend, &k);
   if (rc) {
     ts__dev_close(g->dev);
     free(g);
@@ -195,7 +140,7 @@ static int plan_dcolls(ts_dist *d, ts_plan *p) {
   for (int s = 0; p && s < TS_PLAN_MAX_COMMS && !rc; s++) {
     ts_comm *c = ts_plan_comm(p, s);
     if (!c) continue;
-    rc = grp_of(G(d), c, 0, NULL, d->cfg.comm_backend, &k);
+    rc = ts__dist_dev_group(G(d), c, 0, NULL, d->cfg.comm_backend, &k);
     if (!rc) rc = ts_plan_set_dcoll(p, s, G(d)->grp[k].x);
   }
   return rc ? ts_error_wrap(rc, "the device collectives of the plans' communicator slots") : TS_OK;
@@ -262,7 +207,7 @@ static int reduce_plan(ts_dist *d) {
     ts_comm *sub = NULL;
     if (whole) gi[k] = 0; /* the world's */
     else if (!(rc = ts_comm_split(d->world, parts[(size_t)k * N + R], R, &sub)))
-      rc = grp_of(g, sub, 1, NULL, d->cfg.comm_backend, &gi[k]);
+      rc = ts__dist_dev_group(g, sub, 1, NULL, d->cfg.comm_backend, &gi[k]);
   }
   if (!rc && r->plan) rc = ts_params_each_binding(p, r->g, grad_one, &c);
   int ov = !rc && r->plan && nparts == 1 && d->cfg.accum == 1 && d->cfg.overlap &&
@@ -330,7 +275,7 @@ static int clip_plan(ts_dist *d) {
     next = 1;
   }
   free(part);
-  if (!rc) rc = alloc0(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres);
+  if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres);
   if (!rc) rc = ts__dev_host_alloc(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres_h);
   return rc;
 }
@@ -339,6 +284,11 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   struct ts__dist_dev *g = G(d);
   double t0 = ts_time_now();
   int rc = TS_OK;
+  if (g->zgrp) { /* optimizer_shard: reduce-scattered, the replicated ones all-reduced */
+    rc = ts__dist_dev_zero_reduce(d, gd);
+    *wait_ms = 1e3 * (ts_time_now() - t0);
+    return rc;
+  }
   if (g->overlap && gd == (float *)g->dbase[1]) { /* the buckets backward left, then the compute stream after them */
     rc = g->async_rc;
     while (!rc && g->next_bk < g->nbk) rc = issue_bucket(d, g->next_bk++);
@@ -396,6 +346,7 @@ void ts__dist_dev_free(ts_dist *d) {
   d->r.plan = d->r.plan_e = NULL;
   ts__dcoll_free(g->bkx);
   ts_comm_free(g->bkc);
+  ts__dist_dev_zero_free(g);
   for (int k = 0; k < g->ngrp; k++) { /* the device collectives, then the communicators made for them */
     ts__dcoll_free(g->grp[k].x);
     ts_comm_free(g->grp[k].own);
@@ -437,7 +388,7 @@ int ts__dist_dev_bind(ts_dist *d) {
   int rc = TS_OK;
   for (int k = 0; k < 3 && !rc; k++) {
     if (!g->hlen[k]) continue;
-    rc = alloc0(v, g->hlen[k], (void **)&g->dbase[k]);
+    rc = ts__dist_dev_alloc0(v, g->hlen[k], (void **)&g->dbase[k]);
     if (!rc && k != 1) rc = ts__dev_copy(v, g->dbase[k], g->hbase[k], g->hlen[k], TS__H2D, NULL);
   }
   size_t xs, ys;
@@ -446,11 +397,11 @@ int ts__dist_dev_bind(ts_dist *d) {
   g->xes = xs * (size_t)(d->cfg.eval_batch / (r->eval_parts > 0 ? r->eval_parts : 1));
   g->nlogits = (size_t)ts_shape_numel(&r->logits_shape);
   g->nscratch = (size_t)ts__gpu_sum_scratch((int64_t)ts_params_numel(r->params)) + 2;
-  if (!rc) rc = alloc0(v, g->xs, &g->x);
-  if (!rc) rc = alloc0(v, g->ys, &g->y);
-  if (!rc) rc = alloc0(v, g->xes, &g->xe);
-  if (!rc) rc = alloc0(v, sizeof(float) * g->nscratch, (void **)&g->scratch);
-  if (!rc && d->cfg.accum > 1) rc = alloc0(v, g->hlen[1], (void **)&g->acc);
+  if (!rc) rc = ts__dist_dev_alloc0(v, g->xs, &g->x);
+  if (!rc) rc = ts__dist_dev_alloc0(v, g->ys, &g->y);
+  if (!rc) rc = ts__dist_dev_alloc0(v, g->xes, &g->xe);
+  if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(float) * g->nscratch, (void **)&g->scratch);
+  if (!rc && d->cfg.accum > 1) rc = ts__dist_dev_alloc0(v, g->hlen[1], (void **)&g->acc);
   if (!rc) rc = ts__dev_host_alloc(v, sizeof(float) * (g->nlogits ? g->nlogits : 1), (void **)&g->logits);
   if (!rc && r->plan) rc = put_plan(d, r->plan, r->g);
   if (!rc && r->plan) rc = ts_plan_bind(r->plan, r->x, g->x);
@@ -466,8 +417,9 @@ int ts__dist_dev_bind(ts_dist *d) {
    * world, in the same order on every rank), clipping's ranges */
   if (!rc) rc = plan_dcolls(d, r->plan);
   if (!rc) rc = plan_dcolls(d, r->plan_e);
-  if (!rc) rc = reduce_plan(d);
-  if (!rc) rc = clip_plan(d);
+  if (!rc && ts__zof(d)) rc = ts__dist_dev_zero_bind(d); /* optimizer_shard: the CPU object's layout */
+  else if (!rc) rc = reduce_plan(d);
+  if (!rc && !ts__zof(d)) rc = clip_plan(d);
   if (!rc) rc = ts__dev_sync(v);
   return rc ? ts_error_wrap(rc, "device_target GPU: putting the model on %s", v->info.name) : TS_OK;
 }
@@ -519,6 +471,7 @@ int ts__dist_dev_clip(ts_dist *d, float *gd, ts__clip *c) {
   int64_t n = (int64_t)ts_params_numel(d->r.params);
   float *res = g->scratch + g->nscratch - 2, sq = 0;
   int rc = TS_OK;
+  if (g->zgrp) return ts__dist_dev_zero_clip(d, gd, c); /* the rank's parts and the replicated ones */
   if (g->cr) { /* sliced: each range's sum of squares, 1 / its holders, summed over the ranks */
     for (int k = 0; k < g->ncr && !rc; k++)
       rc = ts__gpu_sum(g->dev, 1, gd + g->cr[k].off, (int64_t)g->cr[k].n, g->scratch, g->cres + k, NULL);
@@ -549,6 +502,9 @@ int ts__dist_dev_clip(ts_dist *d, float *gd, ts__clip *c) {
 
 int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg, ts_optim *o) {
   struct ts__dist_dev *g = G(d);
+  if (g->zgrp && ts_optim_get_config(o)->kind == TS_OPTIM_LAMB)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: optimizer lamb with parallel.optimizer_shard does not run on "
+                        "GPUs yet (its trust ratios need each parameter's norms summed over the shards; docs/gpu.md)");
   g->segs = malloc(sizeof *segs * (size_t)(nseg ? nseg : 1));
   if (!g->segs) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   memcpy(g->segs, segs, sizeof *segs * (size_t)nseg);
@@ -557,64 +513,64 @@ int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg
   size_t ext = ts_optim_extent(o);
   int rc = TS_OK;
   for (int k = 0; k < ts_optim_num_slots(o) && k < 2 && !rc; k++) {
-    rc = alloc0(g->dev, sizeof(float) * ext, (void **)&g->slots[k]);
+    rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * ext, (void **)&g->slots[k]);
     if (!rc) rc = ts__dev_copy(g->dev, g->slots[k], ts_optim_slot_data(o, k), sizeof(float) * ext, TS__H2D, NULL);
   }
   if (!rc && ts_optim_get_config(o)->kind == TS_OPTIM_LAMB) {
     size_t most = 1;
     for (int i = 0; i < nseg; i++) most = segs[i].numel > most ? segs[i].numel : most;
-    rc = alloc0(g->dev, sizeof(float) * most, (void **)&g->lamb_u);
-    if (!rc) rc = alloc0(g->dev, sizeof(float) * (size_t)ts__gpu_sum_scratch((int64_t)most), (void **)&g->lamb_part);
-    if (!rc) rc = alloc0(g->dev, sizeof(float) * 2 * (size_t)(nseg ? nseg : 1), (void **)&g->lamb_sq);
+    rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * most, (void **)&g->lamb_u);
+    if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (size_t)ts__gpu_sum_scratch((int64_t)most), (void **)&g->lamb_part);
+    if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * 2 * (size_t)(nseg ? nseg : 1), (void **)&g->lamb_sq);
   }
   return rc;
+}
+
+int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
+                        float lr) {
+  struct ts__dist_dev *g = G(d);
+  const ts_optim_config *c = ts_optim_get_config(o);
+  if (flags & TS_SEG_FROZEN) return TS_OK;
+  double t = (double)ts_optim_get_step(o); /* the count already advanced */
+  float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
+  float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
+  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
+  float neg_step = (float)(-((double)lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
+  double wd = (flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
+  switch (c->kind) {
+    case TS_OPTIM_SGD: return ts__gpu_sgd(g->dev, p, gr, n, lr, (float)wd, NULL);
+    case TS_OPTIM_MOMENTUM:
+      return ts__gpu_momentum(g->dev, p, gr, g->slots[0] + w, n, lr, (float)wd, (float)c->momentum,
+                              (float)(1.0 - c->dampening), ts_optim_get_step(o) == 1, c->nesterov, NULL);
+    case TS_OPTIM_ADAM:
+      return ts__gpu_adam(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, (float)wd, 1.0f, b1, omb1, b2, omb2,
+                          bc2_sqrt, eps, neg_step, NULL);
+    case TS_OPTIM_ADAMW:
+      return ts__gpu_adam(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, 0.0f, (float)(1.0 - (double)lr * wd), b1,
+                          omb1, b2, omb2, bc2_sqrt, eps, neg_step, NULL);
+    case TS_OPTIM_LAMB: {
+      float ib1 = (float)(1.0 / bc1), ib2 = (float)(1.0 / bc2);
+      int adapt = c->lamb_always_adapt || wd != 0.0;
+      return ts__gpu_lamb(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, b1, omb1, b2, omb2, ib1, ib2, eps, (float)wd,
+                          lr, adapt, g->lamb_u, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
+    }
+    default: return ts_error_set(TS_EUNSUPPORTED, "GPU: optimizer %d has no GPU update", (int)c->kind);
+  }
 }
 
 /* one update of every segment, as ts_optim_step computes it (optim.c: the step count first, the
  * scalars in double rounded to f32 as there) */
 int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *gd, float lr) {
   struct ts__dist_dev *g = G(d);
-  const ts_optim_config *c = ts_optim_get_config(o);
-  int64_t step = ts_optim_get_step(o) + 1;
-  ts_optim_set_step(o, step);
-  double t = (double)step;
-  float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
-  float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
-  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
-  float neg_step = (float)(-((double)lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
+  ts_optim_set_step(o, ts_optim_get_step(o) + 1);
+  g->host_stale = 1;
+  if (g->zgrp) return ts__dist_dev_zero_step(d, o, gd, lr); /* the rank's parts, then gathered */
   float *p = (float *)g->dbase[0];
   int rc = TS_OK;
   for (int s = 0; s < g->nseg && !rc; s++) {
     const ts_optim_segment *sg = &g->segs[s];
-    if (sg->flags & TS_SEG_FROZEN) continue;
-    double wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
-    size_t off = sg->offset;
-    int64_t n = (int64_t)sg->numel;
-    switch (c->kind) {
-      case TS_OPTIM_SGD: rc = ts__gpu_sgd(g->dev, p + off, gd + off, n, lr, (float)wd, NULL); break;
-      case TS_OPTIM_MOMENTUM:
-        rc = ts__gpu_momentum(g->dev, p + off, gd + off, g->slots[0] + off, n, lr, (float)wd, (float)c->momentum,
-                              (float)(1.0 - c->dampening), step == 1, c->nesterov, NULL);
-        break;
-      case TS_OPTIM_ADAM:
-        rc = ts__gpu_adam(g->dev, p + off, gd + off, g->slots[0] + off, g->slots[1] + off, n, (float)wd, 1.0f, b1, omb1,
-                          b2, omb2, bc2_sqrt, eps, neg_step, NULL);
-        break;
-      case TS_OPTIM_ADAMW:
-        rc = ts__gpu_adam(g->dev, p + off, gd + off, g->slots[0] + off, g->slots[1] + off, n, 0.0f,
-                          (float)(1.0 - (double)lr * wd), b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step, NULL);
-        break;
-      case TS_OPTIM_LAMB: {
-        float ib1 = (float)(1.0 / bc1), ib2 = (float)(1.0 / bc2);
-        int adapt = c->lamb_always_adapt || wd != 0.0;
-        rc = ts__gpu_lamb(g->dev, p + off, gd + off, g->slots[0] + off, g->slots[1] + off, n, b1, omb1, b2, omb2, ib1,
-                          ib2, eps, (float)wd, lr, adapt, g->lamb_u, g->lamb_part, g->lamb_sq + 2 * s, NULL);
-        break;
-      }
-      default: rc = ts_error_set(TS_EUNSUPPORTED, "GPU: optimizer %d has no GPU update", (int)c->kind);
-    }
+    rc = ts__dist_dev_update(d, o, p + sg->offset, gd + sg->offset, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
   }
-  g->host_stale = 1;
   return rc;
 }
 

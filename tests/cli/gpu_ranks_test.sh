@@ -15,12 +15,15 @@
 #      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process; with SyncBatchNorm
 #      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), layouts that do not run on GPUs yet (pipeline stages, optimizer_shard);
+#      (naming them), what does not run on GPUs yet (pipeline stages, optimizer_shard 2, lamb
+#      with optimizer_shard);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
 #      auto_parallel (the search's layout) follows the CPU ranks;
 #      data parallel 2 x tensor parallel 2 on 4 GPU ranks follows 4 CPU ranks;
-#   7. hybrid_parallel (examples/hybrid_mlp.c, the C API) on 2 GPU ranks follows 2 CPU ranks.
+#   7. hybrid_parallel (examples/hybrid_mlp.c, the C API) on 2 GPU ranks follows 2 CPU ranks;
+#   8. optimizer_shard 1 (ZeRO-1) under data_parallel (a GPU each, sharing one) and with the GPT's
+#      tensor parallel 2 follows the CPU ranks; its checkpoint resumed on CPU ranks continues theirs.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins)
 set -u
 bin=$1
@@ -197,6 +200,27 @@ if [ -x "$hyb" ]; then
     ok "hybrid_parallel (examples/hybrid_mlp.c) on 2 GPU ranks: 8 steps and the evaluation follow 2 CPU ranks" ||
     bad "hybrid_parallel on GPUs vs CPU ranks: $(paste "$tmp/hy_GPU.txt" "$tmp/hy_CPU.txt" | tr '\n' ';')"
 else bad "no $hyb (built with the tests)"; fi
+# 8. optimizer_shard 1 (ZeRO-1; small buckets, every parameter sharded): each bucket
+# reduce-scattered and all-gathered on the devices, the optimizer over the rank's parts; against
+# the same on CPU ranks; its checkpoint (the optimizer state in the CPU's shard layout) resumed on
+# CPU ranks continues the CPU's run
+z1=(--set parallel.optimizer_shard=1 --set parallel.bucket_size_mb=0.01 --set parallel.optimizer_shard_threshold_kb=0)
+export FAKE_CUDA_COUNT=2
+job z_cpu "$tmp/c.yaml" CPU "${z1[@]}"
+job z_gpu "$tmp/c.yaml" GPU "${z1[@]}" --set train.steps=10 --set checkpoint.dir="$tmp/zck" --set checkpoint.save_last=true
+job z_shared "$tmp/c.yaml" GPU "${z1[@]}" --set device_id=0
+job z_res "$tmp/c.yaml" CPU "${z1[@]}" --set checkpoint.dir="$tmp/zck" --set checkpoint.resume=auto --set checkpoint.strict=false
+head -10 "$tmp/z_cpu.txt" > "$tmp/z_cpu10.txt"
+grep -v '^eval' "$tmp/z_gpu.txt" > "$tmp/z_gpu10.txt"
+grep -v '^eval' "$tmp/z_cpu10.txt" > "$tmp/z_cpu10s.txt"
+close "$tmp/z_gpu10.txt" "$tmp/z_cpu10s.txt" && close "$tmp/z_shared.txt" "$tmp/z_cpu.txt" &&
+  grep -q '^20 ' "$tmp/z_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z_cpu.txt") &&
+  ok "optimizer_shard 1 on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run (steps 11-20)" ||
+  bad "optimizer_shard 1: $(paste "$tmp/z_gpu.txt" "$tmp/z_shared.txt" "$tmp/z_res.txt" "$tmp/z_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+job zt_cpu "$tmp/tp2.yaml" CPU "${z1[@]}"
+job zt_gpu "$tmp/tp2.yaml" GPU "${z1[@]}"
+same_listing "$tmp/zt_gpu.txt" "$tmp/zt_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 1 on GPU ranks follows the CPU ranks" ||
+  bad "GPT TP2 + optimizer_shard 1: $(paste "$tmp/zt_gpu.txt" "$tmp/zt_cpu.txt" | tr '\n' ';')"
 # 5. refusals: one line, exit 2, nothing trained
 export FAKE_CUDA_COUNT=1
 refuse() { # what expected-text [--set ...]
@@ -207,5 +231,6 @@ refuse() { # what expected-text [--set ...]
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
 refuse "pipeline stages on GPUs" "parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet" --set parallel.pipeline_stages=2
-refuse "optimizer_shard on GPUs" "parallel.optimizer_shard 1 does not run on GPUs yet" --set parallel.optimizer_shard=1
+refuse "optimizer_shard 2 on GPUs" "parallel.optimizer_shard 2 does not run on GPUs yet" --set parallel.optimizer_shard=2
+refuse "optimizer_shard 1 with lamb on GPUs" "optimizer lamb with parallel.optimizer_shard does not run on GPUs yet" --set parallel.optimizer_shard=1 --set optimizer.name=lamb
 exit $fail

@@ -1,0 +1,92 @@
+/* Internal: the device state of a job training on GPUs (dist_device.c), shared with the files that
+ * run a sync object's reduction there (dist_device_zero.c: optimizer-state sharding). Only the
+ * distribution layer's device files include it. */
+#ifndef TS_DIST_DEVICE_H
+#define TS_DIST_DEVICE_H
+
+#include "dist_impl.h"
+#include "device/dev.h"
+#include "runtime/dcoll.h"
+
+struct ts__dist_dev {
+  ts__dev *dev;
+  ts__dcoll *coll;         /* the collectives over the world on device buffers (grp[0]) */
+  /* device collectives over every group of ranks the job's collectives use, the world's first:
+   * one object per group, shared by the plans' slots and the gradients' groups over the same
+   * ranks (ranks: the members' world ranks; own: a communicator made here for it) */
+  struct ts__dgrp {
+    ts__dcoll *x;
+    ts_comm *c, *own; /* the communicator it was made over; own: made for it */
+    int *ranks, n;
+  } *grp;
+  int ngrp;
+  /* the gradients' reduction: ranges of the flat gradients, each all-reduced over the group of
+   * the ranks holding the same slice (grp index); with overlap (data_parallel through NCCL, one
+   * micro-batch) about bucket_size_mb each, issued on a stream of their own as backward
+   * completes them and waited for at the step's end; else in the store's order after backward */
+  struct ts__gbucket {
+    size_t off, n;
+    int ready; /* the node after which it is complete (-1: none writes it: issued at the end) */
+    int grp;
+  } *bk;
+  int nbk, next_bk, async_rc, overlap;
+  /* with overlap: the buckets' device collectives, over a communicator of their own (a copy of
+   * their group's), so that no other collective of the step shares them from another stream */
+  ts__dcoll *bkx;
+  ts_comm *bkc;
+  ts__dev_stream *comm_s;
+  ts__dev_event *ev_node, *ev_comm;
+  /* clipping with sliced parameters: ranges of the flat gradients whose slices `holders` ranks
+   * hold (each counted 1 / holders), their sums of squares (device, and copied out) */
+  struct ts__crange {
+    size_t off, n;
+    int holders;
+  } *cr;
+  int ncr;
+  float *cres, *cres_h;
+  /* optimizer_shard 1 (dist_device_zero.c): each ZeRO group's device collectives (grp index), the
+   * replicated gradients packed as the CPU's work buffer (R), a bucket padded to the group's
+   * equal parts and one part (zpad), clipping's sums (one per part, then per replicated piece) */
+  int *zgrp;
+  float *zwg, *zpad, *zres, *zres_h;
+  /* the store's buffers: parameters, gradients, states (host base, bytes, device copy) */
+  const char *hbase[3];
+  size_t hlen[3];
+  char *dbase[3];
+  float *acc;              /* accumulated gradients (accum > 1) */
+  void *x, *y, *xe;        /* the inputs of a micro-step and of an evaluation batch */
+  size_t xs, ys, xes;
+  float *logits;           /* an evaluation batch's logits, copied out */
+  size_t nlogits;
+  float *scratch;          /* partial sums (clipping) and the results (2 floats) */
+  size_t nscratch;
+  float *slots[2];         /* the optimizer's state on the device */
+  float *lamb_u, *lamb_part, *lamb_sq; /* LAMB: a segment's direction, sums' partials, sums (2 a segment) */
+  ts_optim_segment *segs;  /* its segments (offsets into the flat buffers) */
+  int nseg;
+  int host_stale;          /* the host copies are older than the device's */
+};
+
+#define G(d) ((d)->gpu)
+
+/* bytes (at least 64) of zeroed device memory */
+int ts__dist_dev_alloc0(ts__dev *v, size_t bytes, void **p);
+/* The index in g->grp of the device collectives over c's ranks, made now or found (collective over
+ * c; own: c made for it, kept or freed; made: an object already created over c). */
+int ts__dist_dev_group(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *made, int backend, int *idx);
+/* One optimizer update of n elements: parameters p, gradients gr (device), the state at offset w
+ * of the device slots, the segment's flags, LAMB's sums at lamb_sq + 2 * seg (dist_device.c). */
+int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
+                        float lr);
+
+/* optimizer_shard 1 on the devices (dist_device_zero.c), after the CPU object planned its layout
+ * (zero_impl.h): bind (the groups' collectives, buffers), the step's reduction (buckets
+ * reduce-scattered, replicated gradients all-reduced), clipping over the parts, the update of the
+ * rank's parts and replicated parameters, then every bucket all-gathered. */
+int ts__dist_dev_zero_bind(ts_dist *d);
+int ts__dist_dev_zero_reduce(ts_dist *d, float *gd);
+int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c);
+int ts__dist_dev_zero_step(ts_dist *d, ts_optim *o, const float *gd, float lr);
+void ts__dist_dev_zero_free(struct ts__dist_dev *g);
+
+#endif

@@ -1,0 +1,180 @@
+/* Optimizer-state sharding, stage 1 (ZeRO-1, parallel.optimizer_shard 1), on GPU ranks: the layout
+ * the CPU's sync object planned (dist_zero.c's head, zero_impl.h: the ranks holding the same
+ * slices in groups; each group's sharded parameters in buckets cut into N parts of ceil(len / N)
+ * elements, the rank owning its place's part of each; the replicated parameters packed into a
+ * work buffer of R) run on the devices through each group's device collectives (runtime/dcoll.h):
+ *   reduce: every bucket reduce-scattered over its group (padded to N equal parts in a scratch;
+ *     the rank's reduced part written back in place in the gradients, as the CPU's stage 1), the
+ *     replicated gradients packed as the CPU packs them and all-reduced per group;
+ *   clip: the parts' squares summed over the job in one float, the replicated ones counted as the
+ *     CPU counts them (locally under data_parallel, else weighted by their holders);
+ *   step: the optimizer over the rank's segments (ts_optim's, in the work layout: its state is
+ *     R + P floats a slot, as on the CPU), then every bucket all-gathered in place.
+ * The optimizer's host copy keeps the CPU's layout, so checkpoints (the sync object's moves) and
+ * ts_dist_to_host / ts_dist_to_device work unchanged; a GPU job's checkpoint resumes on CPU ranks
+ * and back. Stages 2 and 3, hybrid shard groups, 16-bit working weights and LAMB are refused
+ * before training (dist_device.c, below). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_device.h"
+#include "device/gpu_kernels.h"
+#include "zero_impl.h"
+
+static ts__dcoll *zx(struct ts__dist_dev *g, int grp) { return g->grp[g->zgrp[grp]].x; }
+
+int ts__dist_dev_zero_bind(ts_dist *d) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  if (!d->world || !z) return TS_OK;
+  if (z->low != TS_F32)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard with 16-bit working weights "
+                        "(parallel.optimizer_shard_weights under amp O2/O3) does not run on GPUs yet; set "
+                        "parallel.optimizer_shard_weights: f32 (docs/gpu.md)");
+  if (z->stage3 || z->staged || !z->inplace)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stage 1 "
+                        "does; docs/gpu.md)", d->cfg.optimizer_shard);
+  int rc = TS_OK;
+  g->zgrp = malloc(sizeof(int) * (size_t)(z->ng + 1));
+  if (!g->zgrp) return ts_error_set(TS_ENOMEM, "GPU: out of memory (optimizer shards)");
+  /* each group's device collectives (collective over it; the groups in the same order on every rank) */
+  for (int k = 0; k < z->ng && !rc; k++) {
+    if (z->g[k].X > 1)
+      rc = ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard_group %d does not run on GPUs yet "
+                        "(plain optimizer_shard 1 does; docs/gpu.md)", d->cfg.shard_group);
+    else rc = ts__dist_dev_group(g, z->g[k].scomm, 0, NULL, d->cfg.comm_backend, &g->zgrp[k]);
+  }
+  size_t most = 1;
+  for (int k = 0; k < z->nb; k++) { /* a bucket padded to its group's N equal parts, and one part */
+    size_t c = z->pt[k].counts[0], n = c * (size_t)z->g[z->pt[k].grp].N + c;
+    most = n > most ? n : most;
+  }
+  if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * most, (void **)&g->zpad);
+  if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + 1), (void **)&g->zwg);
+  size_t nres = (size_t)z->nb + (size_t)z->nrep + 1;
+  if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * nres, (void **)&g->zres);
+  if (!rc) rc = ts__dev_host_alloc(g->dev, sizeof(float) * nres, (void **)&g->zres_h);
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard on the GPUs") : TS_OK;
+}
+
+void ts__dist_dev_zero_free(struct ts__dist_dev *g) {
+  ts__dev_free(g->dev, g->zwg), ts__dev_free(g->dev, g->zpad), ts__dev_free(g->dev, g->zres);
+  ts__dev_host_free(g->dev, g->zres_h);
+  free(g->zgrp);
+  g->zgrp = NULL;
+}
+
+/* every group's queued work finished within parallel.comm_timeout (NCCL's polled) */
+static int wait_groups(struct ts__dist_dev *g, const struct ts__zero *z, const char *what) {
+  int rc = TS_OK;
+  for (int k = 0; k < z->ng && !rc; k++) rc = ts__dcoll_wait(zx(g, k), NULL, ts_comm_get_timeout(), what);
+  return rc;
+}
+
+int ts__dist_dev_zero_reduce(ts_dist *d, float *gd) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  ts_reduce_op op = d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
+  int rc = TS_OK;
+  for (int k = 0; k < z->nb && !rc; k++) { /* the bucket padded with zeros to N parts of c, scattered */
+    const part *q = &z->pt[k];
+    size_t c = q->counts[0], N = (size_t)z->g[q->grp].N;
+    rc = ts__dev_copy(g->dev, g->zpad, gd + q->flat, sizeof(float) * q->len, TS__D2D, NULL);
+    if (!rc && N * c > q->len) rc = ts__dev_memset0(g->dev, g->zpad + q->len, sizeof(float) * (N * c - q->len), NULL);
+    if (!rc) rc = ts__dcoll_reduce_scatter(zx(g, q->grp), g->zpad, g->zpad + N * c, c, TS_F32, op, NULL);
+    if (!rc && q->n) rc = ts__dev_copy(g->dev, gd + q->flat + q->lo, g->zpad + N * c, sizeof(float) * q->n, TS__D2D, NULL);
+  }
+  if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
+  for (int k = 0; k < z->nrep && !rc; k++) /* packed as the CPU's work buffer */
+    rc = ts__dev_copy(g->dev, g->zwg + z->rep[k].packed, gd + z->rep[k].flat, sizeof(float) * z->rep[k].n, TS__D2D, NULL);
+  for (int k = 0; k < z->ng && !rc; k++)
+    if (z->g[k].rn) rc = ts__dcoll_allreduce(zx(g, k), g->zwg + z->g[k].rlo, g->zwg + z->g[k].rlo, z->g[k].rn, TS_F32, op, NULL);
+  if (!rc) rc = wait_groups(g, z, "reduction of the sharded gradients");
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: the gradients over the groups") : TS_OK;
+}
+
+int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  int rc = TS_OK;
+  for (int k = 0; k < z->nb && !rc; k++)
+    if (z->pt[k].n)
+      rc = ts__gpu_sum(g->dev, 1, gd + z->pt[k].flat + z->pt[k].lo, (int64_t)z->pt[k].n, g->scratch, g->zres + k, NULL);
+    else rc = ts__dev_memset0(g->dev, g->zres + k, sizeof(float), NULL);
+  for (int k = 0; k < z->nrep && !rc; k++)
+    rc = ts__gpu_sum(g->dev, 1, g->zwg + z->rep[k].packed, (int64_t)z->rep[k].n, g->scratch, g->zres + z->nb + k, NULL);
+  size_t nres = (size_t)z->nb + (size_t)z->nrep;
+  if (!rc && nres) rc = ts__dev_copy(g->dev, g->zres_h, g->zres, sizeof(float) * nres, TS__D2H, NULL);
+  if (!rc) rc = ts__dev_sync(g->dev);
+  if (rc) return rc;
+  /* as zero_clip_parts: squares unscaled before each narrowing */
+  double is2 = (double)c->inv_scale * c->inv_scale, ps = 0, rep = 0;
+  for (int k = 0; k < z->nb; k++) ps += (double)g->zres_h[k] * z->pt[k].cw;
+  float sq = (float)(ps * is2);
+  if (z->plain) { /* every replicated parameter on every rank, reduced already: counted once, locally */
+    for (int k = 0; k < z->nrep; k++) rep += (double)g->zres_h[z->nb + k];
+    rep *= is2;
+  } else {
+    double s = sq;
+    for (int k = 0; k < z->nrep; k++) s += (double)g->zres_h[z->nb + k] * z->rep[k].cw * is2;
+    sq = (float)s;
+  }
+  rc = ts_comm_allreduce(d->world, &sq, &sq, 1, TS_F32, TS_REDUCE_SUM);
+  if (rc) return ts_error_wrap(rc, "gradient clipping: the global norm over the optimizer shards");
+  float f = ts__dist_clip_factor((float)((double)sq + rep), c);
+  if (c->overflow || f == 1.0f) return TS_OK;
+  if (z->R) rc = ts__gpu_scale(g->dev, TS_F32, g->zwg, g->zwg, (int64_t)z->R, f, 0.0f, NULL);
+  for (int k = 0; k < z->nb && !rc; k++)
+    if (z->pt[k].n) {
+      float *p = gd + z->pt[k].flat + z->pt[k].lo;
+      rc = ts__gpu_scale(g->dev, TS_F32, p, p, (int64_t)z->pt[k].n, f, 0.0f, NULL);
+    }
+  return rc;
+}
+
+/* Where work offset w lives: its parameters' store offset (*flat) and its reduced gradient's
+ * device address (*gr); TS_EINVAL when no replicated piece or part holds it. */
+static int locate(struct ts__dist_dev *g, const struct ts__zero *z, const float *gd, size_t w, size_t *flat,
+                  const float **gr) {
+  for (int k = 0; k < z->nrep; k++)
+    if (w >= z->rep[k].packed && w < z->rep[k].packed + z->rep[k].n) {
+      *flat = z->rep[k].flat + (w - z->rep[k].packed);
+      *gr = g->zwg + w;
+      return TS_OK;
+    }
+  for (int k = 0; k < z->nb; k++)
+    if (w >= z->pt[k].work && w < z->pt[k].work + z->pt[k].n) {
+      *flat = z->pt[k].flat + z->pt[k].lo + (w - z->pt[k].work);
+      *gr = gd + *flat;
+      return TS_OK;
+    }
+  return TS_EINVAL;
+}
+
+int ts__dist_dev_zero_step(ts_dist *d, ts_optim *o, const float *gd, float lr) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  float *params = (float *)g->dbase[0];
+  int rc = TS_OK;
+  for (int s = 0; s < ts_optim_num_segments(o) && !rc; s++) { /* the rank's segments where they live */
+    const ts_optim_segment *sg = ts_optim_segment_at(o, s);
+    size_t flat = 0;
+    const float *gr = NULL;
+    if (locate(g, z, gd, sg->offset, &flat, &gr))
+      return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no part of this "
+                          "rank", sg->name, sg->offset);
+    rc = ts__dist_dev_update(d, o, params + flat, gr, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+  }
+  /* every bucket all-gathered in place: the rank's part padded to c, the N parts gathered */
+  for (int k = 0; k < z->nb && !rc; k++) {
+    const part *q = &z->pt[k];
+    size_t c = q->counts[0], N = (size_t)z->g[q->grp].N;
+    float *mine = g->zpad + N * c;
+    if (q->n) rc = ts__dev_copy(g->dev, mine, params + q->flat + q->lo, sizeof(float) * q->n, TS__D2D, NULL);
+    if (!rc && q->n < c) rc = ts__dev_memset0(g->dev, mine + q->n, sizeof(float) * (c - q->n), NULL);
+    if (!rc) rc = ts__dcoll_allgather(zx(g, q->grp), mine, g->zpad, c, TS_F32, NULL);
+    if (!rc) rc = ts__dev_copy(g->dev, params + q->flat, g->zpad, sizeof(float) * q->len, TS__D2D, NULL);
+  }
+  if (!rc) rc = wait_groups(g, z, "all-gather of the updated parameters");
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: the update and the all-gather of the parameters") : TS_OK;
+}
