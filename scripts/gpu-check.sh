@@ -69,6 +69,9 @@ step graph 300 test_exec_gpu
 # singleton start needs OpenMPI's orted, which the bundle does not carry yet: a failure to start
 # MPI here is the bundle's, not the collectives')
 step collectives 120 test_dcoll
+# the cost model's figures of this GPU (issue #29: docs/gpu.md's table beside dgx-h200's): the
+# machine part of tessera calibrate, into OUT/cluster-gpu.yaml (the cache kept out of HOME)
+TESSERA_CLUSTER_CACHE=$out/cluster-cache.yaml step calibrate 180 tessera calibrate --device GPU -o "$out/cluster-gpu.yaml"
 # 20 steps against the CPU, checkpoints across devices, accumulation (tests/cli/gpu_train_test.sh)
 tbin=$root/build/tessera
 [ ${#runner[@]} -gt 0 ] && tbin=$root/gpu-bundle/tessera

@@ -23,7 +23,8 @@ extern "C" {
  * rank's training graph priced per micro-step (GEMM-like ops by FLOPs, the rest by bytes, its
  * collectives and pipeline sends by the alpha-beta model), times the micro-steps, plus the
  * data-parallel gradient reduction (hidden behind backward where it overlaps), a pipeline's
- * bubble ((P-1)/(V*M) of its micro-steps) and the optimizer's pass over its state. */
+ * bubble ((P-1)/(V*M) of its micro-steps), the optimizer's pass over its state and, on a GPU
+ * cluster, the batches' copies to the device. */
 typedef struct {
   double step_s, samples_per_s;
   double compute_s, gemm_s, other_s; /* per step (all micro-steps) */
@@ -40,6 +41,9 @@ typedef struct {
    * their all-gathers per step (both inside reduce_s) */
   int zero_buckets, zero_ring;
   double zero_reduce_scatter_s, zero_allgather_s;
+  /* a GPU cluster (h2d_bw > 0): each micro-step's batch (inputs and labels) copied to the device
+   * before its run, not overlapped (inside step_s) */
+  double input_s;
 } ts_step_prediction;
 
 /* One plan: the degrees (dp * tp * pp = devices), the micro-batches of a step, the pieces per

@@ -60,9 +60,13 @@ typedef struct {
    * non-blocking all-gather (in place) and the ring (ts_comm_iallgatherv_ring) */
   double allgather_latency, allgather_bw;
   double allgather_ring_latency, allgather_ring_bw;
+  /* a GPU's copies between pinned host memory and the device, bytes/s each way (the batches'
+   * path, and the staged collectives' of ranks sharing a GPU); 0: not measured (a CPU) */
+  double h2d_bw, d2h_bw;
 } ts_cluster;
 
 /* The built-in descriptions: "dgx-a100-80g" (8 x A100 80 GB per node, NVLink, 8 x 200 Gb/s
+ * InfiniBand), "dgx-h100" and "dgx-h200" (8 x H100 80 GB / H200 141 GB, NVLink 4, 8 x 400 Gb/s
  * InfiniBand), "p3.16xlarge" (8 x V100 16 GB, NVLink, 25 Gb/s between nodes) and "local" (this
  * machine: the calibration cached by `tessera calibrate`; before one, a conservative built-in
  * estimate whose source says so, announced once per process on rank 0 through the logging hook).

@@ -107,6 +107,13 @@ int ts_trainer_plan_report(const ts_config *cfg, int ndevices, int rank, ts_mode
  * fraction a model-sized GEMM reaches, the memory bandwidth, and with world (2 or more ranks;
  * collective, NULL alone) the all-reduce latency and bandwidth between the ranks. */
 int ts_calibrate(ts_comm *world, ts_cluster *out);
+/* The same for one GPU per rank (`tessera calibrate` with device_target GPU): the GPU of
+ * device_id (-1: DEVICE_ID, else the local rank, modulo the GPUs, as a job's) measured: its f32
+ * and bf16 GEMM peaks, a model-sized GEMM's share, the memory bandwidth, a kernel launch's cost
+ * (op_overhead), the pinned host<->device copy rates (h2d_bw, d2h_bw), its memory, and with world
+ * (collective) the all-reduce latency and bandwidth through the device collectives (NCCL or MPI
+ * staged). TS_ECONFIG without a usable GPU, naming what is missing. */
+int ts_calibrate_gpu(ts_comm *world, int device_id, ts_cluster *out);
 /* What ts_calibrate_model measured on a model, per GEMM-like family (0 matmul/dense, 1 conv,
  * 2 attention) and for the memory-bound rest, over the timed steps. */
 typedef struct {

@@ -20,6 +20,7 @@ typedef struct {
   int replicas;
   size_t zR, zS; /* optimizer sharding: replicated and sharded elements (0, 0: not sharded) */
   int nb;        /* its gradient buckets */
+  double in_bytes; /* a micro-step's batch on the rank (inputs and labels) */
 } priced;
 
 /* Rank `rank` of N built dry under (vt, dc, m) and priced on cluster c into *out. */
@@ -53,6 +54,8 @@ static int price_rank(const ts_dist_vt *vt, const ts_dist_config *dc, const ts_d
   }
   if (!rc) {
     out->M = batch / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
+    double xs = (double)ts_shape_numel(&m->sample) * (double)ts_dtype_size(m->dtype);
+    out->in_bytes = (double)r->micro_batch * (xs + (m->text ? (double)ts_shape_numel(&m->sample) * 4 : 4));
     out->replicas = r->data_parts > 1 ? r->data_parts : 1;
     rc = ts_dist_reduce_bytes(d, &out->red);
   }
@@ -183,7 +186,11 @@ int ts__autoparallel_predict(const ts_dist_vt *vt, const ts_dist_config *dc, con
   out->memory_bytes = (int64_t)mem;
   out->activation_bytes = (int64_t)act;
   out->optimizer_s = opt;
-  out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s;
+  /* a GPU: the batch of every micro-step copied in before its run (the first stage's, the
+   * inputs' rank, under a pipeline: a's) */
+  if (c->h2d_bw > 0) out->input_s = (double)M * a->in_bytes / c->h2d_bw;
+  out->step_s = out->compute_s + out->collectives_s + out->bubble_s + out->reduce_exposed_s + out->optimizer_s +
+                out->input_s;
   out->samples_per_s = out->step_s > 0 ? (double)batch / out->step_s : 0;
   return TS_OK;
 }

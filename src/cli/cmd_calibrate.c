@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -26,7 +27,7 @@ static void cache_path(char *buf, size_t cap, char *dir, size_t dcap) {
 }
 
 int ts_cli_calibrate(int argc, char **argv) {
-  const char *out = NULL;
+  const char *out = NULL, *device = NULL;
   int steps = 5;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   if (!rest) return ts_cli_fail(1, "calibrate: out of memory");
@@ -34,7 +35,7 @@ int ts_cli_calibrate(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       free(rest);
-      printf("usage: tessera calibrate [CONFIG.yaml [--set key=value ...] [--steps N]] [-o cluster.yaml]\n"
+      printf("usage: tessera calibrate [CONFIG.yaml [--set key=value ...] [--steps N]] [--device CPU|GPU] [-o cluster.yaml]\n"
              "Measures this machine for the cost model (docs/auto-parallel.md): the sgemm and bf16 GEMM peaks, the\n"
              "share of the peak a model-sized GEMM reaches, the memory bandwidth and, under mpirun -n 2 or more, the\n"
              "all-reduce latency and bandwidth between the ranks. With CONFIG, also the model's own operators as one\n"
@@ -43,15 +44,26 @@ int ts_cli_calibrate(int argc, char **argv) {
              "bandwidth of the rest, and the cost model's price of the measured step beside it. Writes the cluster\n"
              "description to FILE (if given) and to the cache the built-in cluster 'local' reads\n"
              "($TESSERA_CLUSTER_CACHE, else $XDG_CACHE_HOME or ~/.cache, then tessera/cluster-local.yaml).\n"
+             "--device GPU (or CONFIG's device_target: GPU) measures one GPU per rank instead (docs/gpu.md): its f32\n"
+             "and bf16 GEMM peaks, a kernel launch's cost, the host<->device copy rates and the links through the\n"
+             "device collectives (NCCL or MPI staged), then the model's operators on the GPU (CUDA events).\n"
              "examples: mpirun -n 2 tessera calibrate -o local.yaml\n"
-             "          tessera calibrate examples/gpt_text.yaml --set data.path=input.txt -o local.yaml\n");
+             "          tessera calibrate examples/gpt_text.yaml --set data.path=input.txt -o local.yaml\n"
+             "          tessera calibrate examples/mlp_fashion.yaml --set device_target=GPU -o h200.yaml\n");
       return 0;
     }
-    if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--steps")) && i + 1 >= argc) {
+    if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--steps") || !strcmp(argv[i], "--device")) && i + 1 >= argc) {
       free(rest);
       return ts_cli_fail(2, "calibrate: %s needs a value (see tessera calibrate --help)", argv[i]);
     }
     if (!strcmp(argv[i], "-o")) out = argv[++i];
+    else if (!strcmp(argv[i], "--device")) {
+      device = argv[++i];
+      if (strcasecmp(device, "CPU") && strcasecmp(device, "GPU")) {
+        free(rest);
+        return ts_cli_fail(2, "calibrate: --device %s: CPU or GPU", device);
+      }
+    }
     else if (!strcmp(argv[i], "--steps")) {
       char *end;
       long v = strtol(argv[++i], &end, 10);
@@ -78,7 +90,10 @@ int ts_cli_calibrate(int argc, char **argv) {
   if (rc) return ts_cli_fail(ts_cli_exit_code(rc), "%s", ts_last_error());
   int rank = ts_comm_rank(w);
   ts_cluster c;
-  rc = ts_calibrate(ts_comm_size(w) > 1 ? w : NULL, &c);
+  if (device) cfg.device_target = strcasecmp(device, "GPU") ? TS_CFG_DEVICE_CPU : TS_CFG_DEVICE_GPU;
+  if (cfg.device_target == TS_CFG_DEVICE_GPU)
+    rc = ts_calibrate_gpu(ts_comm_size(w) > 1 ? w : NULL, cfg.device_id, &c);
+  else rc = ts_calibrate(ts_comm_size(w) > 1 ? w : NULL, &c);
   ts_calibration_report rep;
   if (!rc && have_cfg) rc = ts_calibrate_model(&cfg, 2, steps, &c, &rep);
   if (!rc && rank == 0 && have_cfg) {

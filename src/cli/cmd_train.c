@@ -525,7 +525,7 @@ int ts_cli_plan(int argc, char **argv) {
              "whether they fit train.max_memory_mb (exit 2 when not). N is at most 1048576 (2^20);\n"
              "the time grows linearly with N (about 0.3 s per 100,000 devices for the GPT example).\n"
              "--cluster: also the step time the cost model predicts on that cluster (a YAML file, or\n"
-             "dgx-a100-80g, p3.16xlarge, local = this machine as `tessera calibrate` measured it); --search, --fix\n"
+             "dgx-a100-80g, dgx-h100, dgx-h200, p3.16xlarge, local = this machine as `tessera calibrate` measured it); --search, --fix\n"
              "and --json without --cluster use the config's parallel.cluster (default local), as train does.\n"
              "--fix dp=..,tp=..,pp=..,micro_batches=..(or micro_batch_size=.. rows per replica),virtual_stages=..,\n"
              "zero=..,recompute=none|full|selective,sp=0|1,cp=..,cp_algo=ulysses|ring|auto,cuts=search|megatron: that plan instead of the config's layout (cuts: a\n"
@@ -686,6 +686,7 @@ int ts_cli_plan(int argc, char **argv) {
                p.zero_buckets, p.zero_buckets == 1 ? "" : "s", 1e3 * p.zero_reduce_scatter_s, 1e3 * p.zero_allgather_s,
                p.zero_ring ? "the ring" : "MPI's", cl.name);
       printf("  optimizer        %10.3f ms\n", 1e3 * p.optimizer_s);
+      if (cl.h2d_bw > 0) printf("  batch to device  %10.3f ms  (pinned copies at %.3g GB/s)\n", 1e3 * p.input_s, cl.h2d_bw / 1e9);
     }
   }
   fflush(stdout);

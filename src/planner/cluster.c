@@ -75,6 +75,9 @@ static const field fields[] = {
       "latency of the ring all-gather (point-to-point steps) over nodes x devices_per_node as measured, s"),
     F(allgather_ring_bw, 2, OPT_ZERO | OPT_ABSENT,
       "bytes/s (of the whole buffer) of the ring all-gather as measured (0: not measured)"),
+    F(h2d_bw, 2, OPT_ZERO | OPT_ABSENT,
+      "a GPU's copies from pinned host memory to the device, bytes/s (0: not measured; a CPU)"),
+    F(d2h_bw, 2, OPT_ZERO | OPT_ABSENT, "a GPU's copies from the device to pinned host memory, bytes/s (0: not measured)"),
 };
 #undef F
 #define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -82,19 +85,37 @@ static const field fields[] = {
 /* ---- built-ins ----
  * dgx-a100-80g: NVIDIA DGX A100 datasheet (8 x A100 80 GB SXM, 312 TFLOP/s bf16 dense, 19.5
  * TFLOP/s f32, HBM2e 2,039 GB/s; NVLink 3: 600 GB/s per GPU both directions; 8 x 200 Gb/s HDR
- * InfiniBand per node, one per GPU: 25 GB/s). Achieved fractions from Megatron-LM (Narayanan et
+ * InfiniBand per node, one per GPU: 25 GB/s; PCIe Gen4 x16 to the host, about 25 GB/s each way).
+ * Achieved fractions from Megatron-LM (Narayanan et
  * al. 2021: 135-163 TFLOP/s per GPU end to end on GPT, about 0.5 of the peak; GEMMs alone reach
  * about 0.7) and NCCL's all-reduce bus bandwidth (about 230 GB/s on NVLink 3).
  * p3.16xlarge: AWS instance page and the V100 datasheet (8 x V100 16 GB SXM2, 125 TFLOP/s f16
  * tensor, 15.7 TFLOP/s f32, HBM2 900 GB/s; NVLink 2: 300 GB/s per GPU both directions; 25 Gb/s
- * network per instance shared by its 8 GPUs). Operator overheads: a CUDA kernel launch, 4-5 us.
+ * network per instance shared by its 8 GPUs; PCIe Gen3 x16, about 12 GB/s). Operator overheads:
+ * a CUDA kernel launch, 4-5 us.
  * These numbers predate pricing Megatron-LM's Table 1 (docs/auto-parallel.md) and were not changed
- * to fit it: the table checks them. */
+ * to fit it: the table checks them.
+ * dgx-h100: NVIDIA DGX H100 datasheet and the H100 SXM5 product brief (8 x H100 80 GB SXM5, 989
+ * TFLOP/s bf16 dense, 67 TFLOP/s f32, HBM3 3.35 TB/s; NVLink 4: 900 GB/s per GPU both directions;
+ * 8 x 400 Gb/s NDR InfiniBand per node, one per GPU: 50 GB/s). Achieved: GEMMs about 0.7 of the
+ * bf16 peak (cuBLAS's large bf16 GEMMs, 650-750 TFLOP/s), memory-bound kernels about 0.8 of HBM3,
+ * NCCL's all-reduce bus bandwidth about 370 GB/s on NVLink 4 (without NVLink SHARP), about 46 GB/s
+ * per GPU across NDR, PCIe Gen5 x16 to the host about 55 GB/s each way (of 64).
+ * dgx-h200: the same node with H200 141 GB SXM (HBM3e 4.8 TB/s; the H100's compute and links;
+ * NVIDIA H200 product brief, HGX H200 datasheet); memory-bound kernels about 0.8 of HBM3e.
+ * Both stand beside what `tessera calibrate` measures on an H200 (docs/gpu.md). */
 static const ts_cluster k_dgx = {"dgx-a100-80g", "A100-SXM4-80GB",
                                  "NVIDIA DGX A100 datasheet; Megatron-LM (Narayanan et al. 2021); NCCL bus bandwidth",
-                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                                 8, 1, 19.5e12, 312e12, 0.7, 1.6e12, 80e9, 230e9, 5e-6, 23e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25e9, 25e9};
+static const ts_cluster k_h100 = {"dgx-h100", "H100-SXM5-80GB",
+                                  "NVIDIA DGX H100 datasheet, H100 SXM5 product brief; cuBLAS bf16 GEMM rates; NCCL bus "
+                                  "bandwidth on NVLink 4",
+                                  8, 1, 67e12, 989e12, 0.7, 2.7e12, 80e9, 370e9, 5e-6, 46e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 55e9, 55e9};
+static const ts_cluster k_h200 = {"dgx-h200", "H200-SXM-141GB",
+                                  "NVIDIA H200 product brief, HGX H200 datasheet; the H100's compute and links",
+                                  8, 1, 67e12, 989e12, 0.7, 3.8e12, 141e9, 370e9, 5e-6, 46e9, 10e-6, 4e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 55e9, 55e9};
 static const ts_cluster k_p3 = {"p3.16xlarge", "V100-SXM2-16GB", "AWS p3.16xlarge instance page; NVIDIA V100 datasheet",
-                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                                8, 1, 15.7e12, 125e12, 0.6, 750e9, 16e9, 120e9, 6e-6, 25e9 / 8 / 8, 30e-6, 5e-6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12e9, 12e9};
 
 /* The cache `tessera calibrate` writes for "local": $TESSERA_CLUSTER_CACHE, else
  * $XDG_CACHE_HOME/tessera/cluster-local.yaml, else ~/.cache/tessera/cluster-local.yaml. */
@@ -149,6 +170,8 @@ int ts_cluster_builtin(const char *name, ts_cluster *out) {
   memset(out, 0, sizeof *out);
   if (name && !strcmp(name, "dgx-a100-80g")) *out = k_dgx;
   else if (name && !strcmp(name, "p3.16xlarge")) *out = k_p3;
+  else if (name && !strcmp(name, "dgx-h100")) *out = k_h100;
+  else if (name && !strcmp(name, "dgx-h200")) *out = k_h200;
   else if (name && !strcmp(name, "local")) {
     char p[512];
     local_path(p, sizeof p);
@@ -160,7 +183,8 @@ int ts_cluster_builtin(const char *name, ts_cluster *out) {
     fclose(f);
     return ts_cluster_load(p, out);
   } else {
-    return ts_error_set(TS_ECONFIG, "cluster '%s': not a file and not a built-in (dgx-a100-80g, p3.16xlarge, local)",
+    return ts_error_set(TS_ECONFIG, "cluster '%s': not a file and not a built-in (dgx-a100-80g, dgx-h100, dgx-h200, p3.16xlarge, "
+                        "local)",
                         name ? name : "");
   }
   return TS_OK;
@@ -316,13 +340,17 @@ void ts_cluster_describe(const ts_cluster *c, FILE *out) {
     snprintf(fam, sizeof fam, " (matmul %.0f%%, conv %.0f%%, attention %.0f%%)",
              100 * ts_cluster_efficiency(c, TS_OP_DENSE), 100 * ts_cluster_efficiency(c, TS_OP_CONV2D),
              100 * ts_cluster_efficiency(c, TS_OP_ATTENTION));
+  char host[160] = ""; /* a GPU's copies to and from pinned host memory */
+  if (c->h2d_bw > 0 || c->d2h_bw > 0)
+    snprintf(host, sizeof host, "; host copies %.1f GB/s in, %.1f GB/s out, %.1f us an operator", c->h2d_bw / 1e9,
+             c->d2h_bw / 1e9, 1e6 * c->op_overhead);
   fprintf(out, "cluster %s: %d node%s x %d %s; per device %.1f TFLOP/s f32 (%.1f bf16), GEMMs at %.0f%% of the peak%s, "
           "%.0f GB/s memory-bound, %.0f GB memory; links %.1f GB/s + %.1f us inside a node, %.1f GB/s + %.1f us between "
-          "nodes (%s)\n",
+          "nodes%s (%s)\n",
           c->name, c->nodes, c->nodes == 1 ? "" : "s", c->devices_per_node, c->device[0] ? c->device : "devices",
           c->peak_flops_f32 / 1e12, (c->peak_flops_bf16 > 0 ? c->peak_flops_bf16 : c->peak_flops_f32) / 1e12,
           100 * c->gemm_efficiency, fam, c->mem_bandwidth / 1e9, c->mem_bytes / 1e9, c->intra_bw / 1e9, 1e6 * c->intra_latency,
-          c->inter_bw / 1e9, 1e6 * c->inter_latency, c->source[0] ? c->source : "no source given");
+          c->inter_bw / 1e9, 1e6 * c->inter_latency, host, c->source[0] ? c->source : "no source given");
 }
 
 double ts_cluster_efficiency(const ts_cluster *c, ts_op op) {

@@ -414,6 +414,7 @@ typedef struct {
   const ts_cluster *c;
   double peak_s[3]; /* per family: FLOPs / the peak of each node's dtype, summed */
   int64_t fam_nodes[3];
+  int dev; /* a plan on a GPU: each node's span from CUDA events (NODE_TIMED), not the host's clock */
 } model_timer;
 
 static int family_of(ts_op op) {
@@ -448,10 +449,10 @@ static void model_hook(const ts_hook_info *e, void *user) {
     m->r.steps++;
   }
   if (e->event == TS_HOOK_NODE_BEGIN) m->t0 = now;
-  if (e->event != TS_HOOK_NODE_END) return;
+  if (e->event != (m->dev ? TS_HOOK_NODE_TIMED : TS_HOOK_NODE_END)) return;
   const ts_graph *g = e->g;
   ts_op op = ts_graph_node_op(g, e->node);
-  double dt = now - m->t0;
+  double dt = m->dev ? e->t1 - e->t0 : now - m->t0;
   int f = family_of(op);
   if (f >= 0) {
     double fl = ts_graph_node_flops(g, e->node);
@@ -497,6 +498,11 @@ int ts_calibrate_model(const ts_config *cfg_in, int warmup, int steps, ts_cluste
   ts_trainer *t = NULL;
   int rc = ts_trainer_create(&cfg, &t);
   if (!rc) rc = ts_plan_add_hook(ts_trainer_plan_handle(t), model_hook, &m);
+  /* on a GPU each node's time is its span on the device (the host only queues the launches) */
+  if (!rc && ts_plan_device(ts_trainer_plan_handle(t))) {
+    m.dev = 1;
+    rc = ts_plan_set_device_timing(ts_trainer_plan_handle(t), 1);
+  }
   ts_callback stop = {"calibrate_window", stop_after, NULL, NULL, NULL, &last};
   if (!rc) rc = ts_trainer_add_callback(t, &stop);
   if (!rc) rc = ts_trainer_fit(t);

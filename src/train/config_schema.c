@@ -345,7 +345,7 @@ const ts__cfg_key ts__cfg_keys[] = {
      "replicated across groups, whose reduced parts are all-reduced; G must divide N; 0 = the whole "
      "data-parallel group, 1 = no sharding"},
     {"parallel.cluster", CT_STR, FLD(parallel.cluster), "local", NULL, 0, 0, 0, 0, 0,
-     "auto_parallel: the cluster the plan is searched for (a YAML file, or dgx-a100-80g, p3.16xlarge, "
+     "auto_parallel: the cluster the plan is searched for (a YAML file, or dgx-a100-80g, dgx-h100, dgx-h200, p3.16xlarge, "
      "local = this machine as `tessera calibrate` measured it; docs/auto-parallel.md)"},
     {"parallel.search_mode", CT_ENUM, FLD(parallel.search_mode), "dynamic_programming", search_names, 0, 0, 0, 0, 0,
      "auto_parallel: how the per-operator strategies of a tensor-parallel plan are searched (MindSpore's "

@@ -4,7 +4,8 @@
 # the stand-in driver (TS_FAKECUDA, tests/device/fake_cuda.c): a device_id beyond the GPUs, a
 # compute capability below 8.0 and a driver that does not start each name themselves; a usable
 # GPU trains the job (its kernels emulated) to the CPU's loss; pipeline stages there are refused;
-# CPU trains.
+# `tessera calibrate --device GPU` measures the GPU and times the model's operators there (refused
+# in one line without a driver); CPU trains.
 # Usage: device_cli_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
 set -u
 bin=$1
@@ -25,6 +26,10 @@ else
   if [ $rc = 2 ] && one_line && echo "$out" | grep -q "c.yaml: device_target GPU: no NVIDIA driver on this machine (libcuda.so.1" &&
      [ ! -e "$tmp/m.jsonl" ]; then ok "GPU without a driver: exit 2, one line, nothing written"
   else bad "GPU without a driver: rc $rc: $out"; fi
+  run calibrate --device GPU -o "$tmp/none.yaml"
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: no NVIDIA driver" && [ ! -e "$tmp/none.yaml" ]; then
+    ok "calibrate --device GPU without a driver: exit 2, one line, nothing written"
+  else bad "calibrate --device GPU without a driver: rc $rc: $out"; fi
 fi
 run train "$tmp/c.yaml" --set device_target=Ascend
 if [ $rc = 2 ] && echo "$out" | grep -q "device_target: unknown value 'Ascend' (expected one of: CPU, GPU)"; then ok "device_target Ascend: exit 2"
@@ -64,6 +69,18 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
   if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet"; then
     ok "pipeline stages on the GPU: refused naming the key (data_parallel and semi_auto_parallel run: tests/cli/gpu_ranks_test.sh)"
   else bad "pipeline stages on the GPU: rc $rc: $out"; fi
+  # calibrate on the GPU (the stand-in's figures are the emulator's: only their presence and the
+  # file's use are checked): the GEMM peaks, host copies and launch cost measured, the model's
+  # operators timed by device events; the file prices a plan, its batches' copies included
+  out=$(TESSERA_GPU_GEMM=tessera TESSERA_CLUSTER_CACHE="$tmp/cache.yaml" "$bin" calibrate "$tmp/c.yaml" --device GPU --steps 2 -o "$tmp/gpu.yaml" 2>&1); rc=$?
+  h2d=$(sed -n 's/^h2d_bw: *\([^ ]*\).*/\1/p' "$tmp/gpu.yaml" 2>/dev/null)
+  if [ $rc = 0 ] && grep -q "^device: .*Fake GPU 0" "$tmp/gpu.yaml" && awk -v h="${h2d:-0}" 'BEGIN { exit !(h > 0) }' &&
+     echo "$out" | grep -q "^  matmul/dense .* of the peak" && echo "$out" | grep -q "the cost model prices it"; then
+    ok "calibrate --device GPU: $(grep -o '^device: "[^"]*"' "$tmp/gpu.yaml"), h2d_bw $h2d, the model's operators timed on the device"
+  else bad "calibrate --device GPU: rc $rc: $out"; fi
+  run plan "$tmp/c.yaml" -n 1 --cluster "$tmp/gpu.yaml"
+  if [ $rc = 0 ] && echo "$out" | grep -q "^  batch to device"; then ok "plan --cluster (the GPU's file): prices the batch's copy"
+  else bad "plan --cluster the GPU's file: rc $rc: $out"; fi
   unset TESSERA_LIBCUDA
 else echo "SKIP part: TS_FAKECUDA not set (the stand-in driver)"; fi
 run train "$tmp/c.yaml" --set device_target=CPU

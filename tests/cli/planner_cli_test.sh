@@ -28,14 +28,20 @@ if [ $rc = 0 ] && awk -v m="$(num efficiency_matmul)" -v a="$(num efficiency_att
 else bad "calibrate CONFIG: rc $rc: $out"; fi
 run calibrate "$tmp/gpt.yaml" --steps 0
 if [ $rc = 2 ] && echo "$out" | grep -q -- "--steps needs"; then ok "calibrate --steps 0: exit 2"; else bad "calibrate --steps 0: rc $rc: $out"; fi
-for c in local dgx-a100-80g "$tmp/mine.yaml" "$tmp/model.yaml"; do
+for c in local dgx-a100-80g dgx-h200 "$tmp/mine.yaml" "$tmp/model.yaml"; do
   run plan "$tmp/gpt.yaml" -n 2 --set parallel.mode=data_parallel --cluster "$c"
   if [ $rc = 0 ] && echo "$out" | grep -q "^predicted step on .*: [0-9.]* ms" && echo "$out" | grep -q "grad reduction"; then
     ok "plan --cluster $(basename "$c")"
   else bad "plan --cluster $c: rc $rc: $out"; fi
 done
-run plan "$tmp/gpt.yaml" -n 1 --cluster dgx-h100
-if [ $rc = 2 ] && [ "$(echo "$out" | grep -c "^tessera:")" = 1 ] && echo "$out" | grep -q "dgx-h100"; then ok "unknown cluster: exit 2"
+# a GPU cluster (h2d_bw): the batches' copies to the device priced, from its host link
+run plan "$tmp/gpt.yaml" -n 2 --set parallel.mode=data_parallel --set train.batch_size=4096 --cluster dgx-h200
+bt=$(echo "$out" | sed -n 's/^  batch to device *\([0-9.]*\) ms.*/\1/p')
+if [ $rc = 0 ] && awk -v b="${bt:-0}" 'BEGIN { exit !(b > 0 && b < 1) }' && echo "$out" | grep -q "H200-SXM-141GB" &&
+   echo "$out" | grep -q "host copies 55.0 GB/s in"; then ok "plan --cluster dgx-h200: batch to device $bt ms"
+else bad "plan --cluster dgx-h200: rc $rc: $out"; fi
+run plan "$tmp/gpt.yaml" -n 1 --cluster dgx-b200
+if [ $rc = 2 ] && [ "$(echo "$out" | grep -c "^tessera:")" = 1 ] && echo "$out" | grep -q "dgx-b200"; then ok "unknown cluster: exit 2"
 else bad "unknown cluster: rc $rc: $out"; fi
 printf 'name: x\nnodes: 1\nflops: 3\n' > "$tmp/bad.yaml"
 run plan "$tmp/gpt.yaml" -n 1 --cluster "$tmp/bad.yaml"

@@ -35,7 +35,17 @@ int main(void) {
   CHECK_OK(ts_cluster_validate(&a, "dgx"));
   CHECK_OK(ts_cluster_builtin("p3.16xlarge", &b));
   CHECK(b.mem_bytes == 16e9 && b.inter_bw < a.inter_bw);
-  CHECK(ts_cluster_builtin("dgx-h100", &b) == TS_ECONFIG && strstr(ts_last_error(), "dgx-a100-80g"));
+  /* the Hopper nodes: the datasheets' peaks, the H200's memory and bandwidth above the H100's */
+  ts_cluster h1, h2;
+  CHECK_OK(ts_cluster_builtin("dgx-h100", &h1));
+  CHECK_OK(ts_cluster_builtin("dgx-h200", &h2));
+  CHECK_OK(ts_cluster_validate(&h1, "dgx-h100"));
+  CHECK_OK(ts_cluster_validate(&h2, "dgx-h200"));
+  CHECK(h1.peak_flops_bf16 == 989e12 && h1.peak_flops_f32 == 67e12 && h1.mem_bytes == 80e9 && h2.mem_bytes == 141e9);
+  CHECK(h2.mem_bandwidth > h1.mem_bandwidth && h1.mem_bandwidth > a.mem_bandwidth && h1.intra_bw > a.intra_bw &&
+        h1.inter_bw > a.inter_bw && h2.peak_flops_bf16 == h1.peak_flops_bf16);
+  CHECK(ts_cluster_builtin("dgx-b200", &b) == TS_ECONFIG && strstr(ts_last_error(), "dgx-a100-80g") &&
+        strstr(ts_last_error(), "dgx-h200"));
   /* save and load back */
   char path[256];
   snprintf(path, sizeof path, "/tmp/ts_test_cluster_%d.yaml", (int)getpid());
