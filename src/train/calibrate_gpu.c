@@ -83,10 +83,12 @@ int ts_calibrate_gpu(ts_comm *world, int device_id, ts_cluster *out) {
   ts_config_defaults(&probe);
   probe.device_target = TS_CFG_DEVICE_GPU;
   probe.device_id = device_id;
+  snprintf(probe.source, sizeof probe.source, "calibrate"); /* names the refusal */
   int id = -1, rc = ts__train_device_check(&probe, &id); /* DEVICE_ID, the local rank: as a job's */
   ts_config_free(&probe);
+  if (rc) return rc;
   ts__dev *d = NULL;
-  if (!rc) rc = ts__dev_open(TS_DEVICE_GPU, id, &d);
+  rc = ts__dev_open(TS_DEVICE_GPU, id, &d);
   if (rc) return ts_error_wrap(rc, "calibrate");
   int N = world ? ts_comm_size(world) : 1;
   snprintf(out->name, sizeof out->name, "local");
