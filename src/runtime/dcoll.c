@@ -84,12 +84,13 @@ static int staged_init(ts__dcoll *x) {
   return rc;
 }
 
-/* "ranks 0 and 1 share GPU 0" when two ranks' devices have one UUID, into buf; 0 when none do */
-static int shared_gpu(const unsigned char *uuids, const int *ids, int n, char *buf, size_t cap) {
+/* "ranks 0 and 1 share GPU 0" when two ranks' devices have one UUID, into buf; 0 when none do
+ * (info: each rank's (is a GPU, its ordinal, has NCCL)) */
+static int shared_gpu(const unsigned char *uuids, const int *info, int n, char *buf, size_t cap) {
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++)
       if (!memcmp(uuids + 16 * i, uuids + 16 * j, 16)) {
-        snprintf(buf, cap, "ranks %d and %d share GPU %d", i, j, ids[i]);
+        snprintf(buf, cap, "ranks %d and %d share GPU %d", i, j, info[3 * i + 1]);
         return 1;
       }
   return 0;
@@ -133,15 +134,13 @@ int ts__dcoll_create(ts_comm *c, ts__dev *d, ts__dcoll_backend want, ts__dcoll *
   if (!rc) rc = ts_comm_allgather(c, mine, info, 3, TS_I32);
   if (!rc) rc = ts_comm_allgather(c, d->uuid, uuids, 16, TS_U8);
   int all_gpu = 1, all_nccl = 1, no_nccl = -1;
-  int *ids = info ? malloc(sizeof(int) * (size_t)n) : NULL;
-  if (!rc && !ids) rc = ts_error_set(TS_ENOMEM, "device collectives: out of memory");
   for (int r = 0; !rc && r < n; r++) {
-    all_gpu &= info[3 * r], ids[r] = info[3 * r + 1];
+    all_gpu &= info[3 * r];
     if (!info[3 * r + 2] && no_nccl < 0) no_nccl = r;
     all_nccl &= info[3 * r + 2];
   }
   char share[120] = "", why[300] = "";
-  int shared = !rc && all_gpu && shared_gpu(uuids, ids, n, share, sizeof share);
+  int shared = !rc && all_gpu && shared_gpu(uuids, info, n, share, sizeof share);
   if (!rc && !all_gpu && want == TS__DCOLL_NCCL)
     rc = ts_error_set(TS_ECONFIG, "parallel.comm_backend nccl: rank %d runs on the CPU (NCCL needs a GPU per rank)",
                       no_nccl);
@@ -173,7 +172,7 @@ int ts__dcoll_create(ts_comm *c, ts__dev *d, ts__dcoll_backend want, ts__dcoll *
       snprintf(x->what, sizeof x->what, "MPI staged through pinned host memory (%.440s)", reason);
     }
   }
-  free(info), free(uuids), free(ids);
+  free(info), free(uuids);
   if (rc) {
     ts__dcoll_free(x);
     return rc;
@@ -185,6 +184,7 @@ int ts__dcoll_create(ts_comm *c, ts__dev *d, ts__dcoll_backend want, ts__dcoll *
 int ts__dcoll_check(ts__dcoll *x) { return x->nccl ? ts__nccl_check(x->nccl) : TS_OK; }
 
 int ts__dcoll_wait(ts__dcoll *x, ts__dev_stream *s, double timeout, const char *what) {
+  if (x->broken) return ts_error_set(TS_ECOMM, "device %s: the communicator failed earlier (NCCL aborted)", what);
   if (!x->nccl) return gpu(x) ? ts__dev_stream_sync(x->d, s) : TS_OK;
   int rc = x->ready ? TS_OK : ts__dev_event_create(x->d, &x->ready); /* (the staged path made its own) */
   if (!rc) rc = ts__dev_event_record(x->d, x->ready, s);

@@ -384,6 +384,7 @@ int main(int argc, char **argv) {
     unsetenv("FAKE_CUDA_EVENT_PENDING");
     float one = 1;
     EXPECT_ERR(ts__dcoll_allreduce(x, &one, &one, 1, TS_F32, TS_REDUCE_SUM, NULL), TS_ECOMM, "failed earlier");
+    EXPECT_ERR(ts__dcoll_wait(x, NULL, 0.3, "all-gather"), TS_ECOMM, "device all-gather: the communicator failed earlier");
     ts__dcoll_free(x);
   }
   x = make(d, TS__DCOLL_MPI, TS__DCOLL_MPI, "parallel.comm_backend mpi");
