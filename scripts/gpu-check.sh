@@ -10,6 +10,9 @@
 # the GPU machine has no Debian packages) if it is there, else those of build/. Meant to stay
 # under 8 minutes on one H200 (the tests take seconds; the first launch compiles the PTX; each
 # benchmark has its own time limit: GPT-2 300 s, ResNet-50 200 s).
+# The bundle may come packed (gpu-bundle.tar.xz, the device tool's carry): unpacked first (tar, or
+# Python's tarfile where tar cannot read xz). GPU_CHECK_BENCH=0 leaves the benchmarks out (a
+# correctness call), GPU_CHECK_BENCH=only runs them alone (a second call).
 set -u
 out=${1:?usage: gpu-check.sh OUT}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +20,11 @@ mkdir -p "$out"
 log=$out/gpu-check.log
 json=$out/gpu-check.json
 : >"$log"
+bench_mode=${GPU_CHECK_BENCH:-1}
+if [ ! -x "$root/gpu-bundle/run" ] && [ -f "$root/gpu-bundle.tar.xz" ]; then
+  tar -C "$root" -xJf "$root/gpu-bundle.tar.xz" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/gpu-bundle.tar.xz" "$root"
+fi
 if [ -x "$root/gpu-bundle/run" ]; then runner=("$root/gpu-bundle/run"); where="gpu-bundle"
 else runner=(); where="build"; fi
 # argv of a bundled (or built) binary: cmd NAME ARGS...
@@ -62,6 +70,9 @@ step() {
   say "$(printf '%-22s %-8s %6.1fs  %s' "$name" "$st" "$dt" "$last")"
   steps+=("{\"name\":\"$name\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$last\"}")
 }
+tbin=$root/build/tessera
+[ ${#runner[@]} -gt 0 ] && tbin=$root/gpu-bundle/tessera
+if [ "$bench_mode" != only ]; then
 step math 60 test_cuda_math
 step kernels 300 test_device
 step graph 300 test_exec_gpu
@@ -73,8 +84,6 @@ step collectives 120 test_dcoll
 # machine part of tessera calibrate, into OUT/cluster-gpu.yaml (the cache kept out of HOME)
 TESSERA_CLUSTER_CACHE=$out/cluster-cache.yaml step calibrate 180 tessera calibrate --device GPU -o "$out/cluster-gpu.yaml"
 # 20 steps against the CPU, checkpoints across devices, accumulation (tests/cli/gpu_train_test.sh)
-tbin=$root/build/tessera
-[ ${#runner[@]} -gt 0 ] && tbin=$root/gpu-bundle/tessera
 t0=$(date +%s%N)
 o=$(timeout 300 bash "$root/tests/cli/gpu_train_test.sh" "$tbin" 2>&1); rc=$?
 dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
@@ -82,6 +91,18 @@ dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }
 st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
 say "$(printf '%-22s %-8s %6.1fs  %s' train_vs_cpu "$st" "$dt" "$(echo "$o" | grep -c '^ok:') ok, $(echo "$o" | grep -c '^FAIL') failed")"
 steps+=("{\"name\":\"train_vs_cpu\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$(echo "$o" | grep -c '^ok:') ok\"}")
+# several ranks on the GPU (issue #29: tests/cli/gpu_ranks_test.sh against CPU ranks: data,
+# tensor and hybrid parallel, auto_parallel, SyncBatchNorm, ZeRO-1; on one GPU the ranks share it
+# through the staged path), mpirun from the bundle (OpenMPI relocated into it)
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+t0=$(date +%s%N)
+o=$(PATH="$root/gpu-bundle:$PATH" TS_GPU_COUNT=$ngpu timeout 400 bash "$root/tests/cli/gpu_ranks_test.sh" "$tbin" 2>&1); rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+{ echo "== ranks_vs_cpu (rc $rc, ${dt}s, $ngpu GPUs)"; echo "$o"; } >>"$log"
+st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
+say "$(printf '%-22s %-8s %6.1fs  %s' ranks_vs_cpu "$st" "$dt" "$(echo "$o" | grep -c '^ok:') ok, $(echo "$o" | grep -c '^FAIL') failed")"
+steps+=("{\"name\":\"ranks_vs_cpu\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$(echo "$o" | grep -c '^ok:') ok\"}")
+fi
 # bench NAME TIMEOUT SCRIPT [ENV=VALUE...]: a benchmark script (bench/*.sh TESSERA OUT 3: 3 timed
 # steps, the kernels are not tuned yet), its output into the log and shown, its figures in
 # OUT/<its name>.jsonl
@@ -100,8 +121,10 @@ bench() {
 }
 # speed: GPT-2 124M bf16 steps against PyTorch eager and torch.compile; ResNet-50 bf16 steps
 # against PyTorch eager (channels_last and NCHW; torch.compile off for time)
+if [ "$bench_mode" != 0 ]; then
 bench bench_gpt2 300 gpu_gpt2.sh
 bench bench_resnet50 200 gpu_resnet50.sh RN50_COMPILE=0
+fi
 desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
 fails=0
 for s in "${steps[@]}"; do case "$s" in *'"status":"fail"'*) fails=$((fails + 1)) ;; esac; done
