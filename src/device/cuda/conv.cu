@@ -268,6 +268,19 @@ KERNEL ts_k_batchnorm_fwd_bf16g(const bf16 *x, const bf16 *gamma, const bf16 *be
                                 float *mean, float *var, i64 N, i64 C, i64 S, float momentum, float eps, int training) {
   bn_fwd(x, gamma, beta, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training);
 }
+// channel c's sum dy and sum dy xhat over the block (every thread gets them)
+template <typename T>
+DEV void bn_dsums(const T *dy, const T *x, float m, float rs, i64 N, i64 C, i64 S, i64 c, float *sh, float *sd_out,
+                  float *sdx_out) {
+  float sd = 0.0f, sdx = 0.0f;
+  for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
+    i64 k = (w.n * C + c) * S + w.s;
+    sd += ld(dy, k);
+    sdx += ld(dy, k) * (ld(x, k) - m) * rs;
+  }
+  *sd_out = block_sum(sd, sh);
+  *sdx_out = block_sum(sdx, sh);
+}
 // backward: dgamma = sum dy xhat, dbeta = sum dy; dx through the batch statistics (training) or not
 template <typename T, typename TG>
 DEV void bn_bwd(const T *dy, const T *x, const TG *gamma, const float *mean, const float *var, T *dx, TG *dgamma,
@@ -275,15 +288,8 @@ DEV void bn_bwd(const T *dy, const T *x, const TG *gamma, const float *mean, con
   __shared__ float sh[32];
   i64 M = N * S;
   for (i64 c = bid(); c < C; c += nbid()) {
-    float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), ga = gamma ? ld(gamma, c) : 1.0f;
-    float sd = 0.0f, sdx = 0.0f;
-    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
-      i64 k = (w.n * C + c) * S + w.s;
-      sd += ld(dy, k);
-      sdx += ld(dy, k) * (ld(x, k) - m) * rs;
-    }
-    sd = block_sum(sd, sh);
-    sdx = block_sum(sdx, sh);
+    float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), ga = gamma ? ld(gamma, c) : 1.0f, sd, sdx;
+    bn_dsums(dy, x, m, rs, N, C, S, c, sh, &sd, &sdx);
     if (tid() == 0) {
       if (dgamma) st(dgamma, c, sdx);
       if (dbeta) st(dbeta, c, sd);
@@ -365,14 +371,8 @@ DEV void bn_bwd_sums(const T *dy, const T *x, const float *mean, const float *va
                      i64 S, float eps, float *part) {
   __shared__ float sh[32];
   for (i64 c = bid(); c < C; c += nbid()) {
-    float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), sd = 0.0f, sdx = 0.0f;
-    for (walk w = walk_start(S); w.n < N; walk_next(w, S)) {
-      i64 k = (w.n * C + c) * S + w.s;
-      sd += ld(dy, k);
-      sdx += ld(dy, k) * (ld(x, k) - m) * rs;
-    }
-    sd = block_sum(sd, sh);
-    sdx = block_sum(sdx, sh);
+    float m = mean[c], rs = 1.0f / fsqrt(var[c] + eps), sd, sdx;
+    bn_dsums(dy, x, m, rs, N, C, S, c, sh, &sd, &sdx);
     if (tid() == 0) {
       if (dgamma) st(dgamma, c, sdx);
       if (dbeta) st(dbeta, c, sd);

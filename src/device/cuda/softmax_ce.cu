@@ -8,6 +8,18 @@ DEV i64 label_of(const void *labels, int i64l, i64 r) {
   return i64l ? ((const i64 *)labels)[r] : (i64)((const int *)labels)[r];
 }
 
+// a row's sum exp(x - m) and sum x over the block (every thread gets them)
+template <typename T> DEV void row_sums(const T *row, i64 n, float m, float *sh, float *se_out, float *sx_out) {
+  float se = 0.0f, sx = 0.0f;
+  for (i64 c = tid(); c < n; c += ntid()) {
+    float v = ld(row, c);
+    se += fexp(v - m);
+    sx += v;
+  }
+  *se_out = block_sum(se, sh);
+  *sx_out = block_sum(sx, sh);
+}
+
 // logits (N,C), labels (N) -> rowloss (N) (0 for ignored rows), lse (N); bad[0] = 1 + the first
 // row whose label is out of [0,C) and not ignored (kept as the smallest such row: the host names it)
 template <typename T>
@@ -19,14 +31,8 @@ DEV void ce_rows(const T *x, const void *labels, int i64l, i64 N, i64 C, float s
     float m = -3.402823466e38f;
     for (i64 c = tid(); c < C; c += ntid()) m = fmax_(m, ld(row, c));
     m = block_max(m, sh);
-    float se = 0.0f, sx = 0.0f;
-    for (i64 c = tid(); c < C; c += ntid()) {
-      float v = ld(row, c);
-      se += fexp(v - m);
-      sx += v;
-    }
-    se = block_sum(se, sh);
-    sx = block_sum(sx, sh);
+    float se, sx;
+    row_sums(row, C, m, sh, &se, &sx);
     if (tid() == 0) {
       float l = m + flog(se);
       i64 y = label_of(labels, i64l, r);
@@ -128,14 +134,8 @@ DEV void ce_shard_stats(const T *x, const void *labels, int i64l, i64 N, i64 Cl,
   for (i64 r = bid(); r < N; r += nbid()) {
     i64 y = label_of(labels, i64l, r);
     const T *row = x + r * Cl;
-    float m = M[r], se = 0.0f, sx = 0.0f;
-    for (i64 c = tid(); c < Cl; c += ntid()) {
-      float v = ld(row, c);
-      se += fexp(v - m);
-      sx += v;
-    }
-    se = block_sum(se, sh);
-    sx = block_sum(sx, sh);
+    float se, sx;
+    row_sums(row, Cl, M[r], sh, &se, &sx);
     if (tid() == 0) {
       int ig = y == ignore;
       stats[3 * r] = ig ? 0.0f : se;
