@@ -15,6 +15,7 @@
 #include "pack.h"
 #include "device/dev.h"
 #include "graph/graph_ir.h"
+#include "runtime/dcoll.h"
 #include "run_impl.h"
 
 ts__run_fn ts__run[TS_OP_COUNT];
@@ -887,12 +888,22 @@ void *ts_plan_data(ts_plan *p, ts_val v) {
 
 int ts_plan_run(ts_plan *p, uint64_t step) { return ts_plan_run_range(p, step, 0, -1); }
 
-/* A GPU run's end: waits for its kernels, then reports the first node whose kernel flagged its
- * data (a label or an id out of range, at position flag - 1). */
+/* A GPU run's end: its collectives' queued work waited for within parallel.comm_timeout (NCCL's
+ * polled and aborted past it, TS_ECOMM: a stalled or dead peer ends the run instead of the
+ * synchronisation below waiting for ever), then its kernels; then the first node whose kernel
+ * flagged its data (a label or an id out of range, at position flag - 1). */
 static int gpu_flags(ts_plan *p) {
+  int rc = TS_OK;
+  for (int s = 0; s < p->ncomms && !rc; s++) { /* each slot's device collectives once */
+    struct ts__dcoll *x = p->dcolls[s];
+    int seen = !x;
+    for (int t = 0; t < s && !seen; t++) seen = p->dcolls[t] == x;
+    if (!seen) rc = ts__dcoll_wait(x, NULL, ts_comm_get_timeout(), "collective of the plan");
+  }
+  if (rc) return rc;
   int64_t *f = malloc(sizeof(int64_t) * (size_t)(p->nnodes + 1));
   if (!f) return ts_error_set(TS_ENOMEM, "ts_plan_run: out of memory");
-  int rc = ts__dev_copy(p->dev, f, p->dflags, sizeof(int64_t) * (size_t)(p->nnodes + 1), TS__D2H, NULL);
+  rc = ts__dev_copy(p->dev, f, p->dflags, sizeof(int64_t) * (size_t)(p->nnodes + 1), TS__D2H, NULL);
   if (!rc) rc = ts__dev_sync(p->dev);
   for (int i = 0; !rc && i < p->nnodes; i++)
     if (f[i] > 0)

@@ -387,6 +387,38 @@ int main(int argc, char **argv) {
     EXPECT_ERR(ts__dcoll_wait(x, NULL, 0.3, "all-gather"), TS_ECOMM, "device all-gather: the communicator failed earlier");
     ts__dcoll_free(x);
   }
+  /* a plan's collectives under the same watchdog: its run ends within parallel.comm_timeout
+   * (the synchronisation at its end would wait on a stalled peer for ever) */
+  x = make(d, TS__DCOLL_AUTO, TS__DCOLL_NCCL, "NCCL 2.");
+  if (x) {
+    ts_graph *g = NULL;
+    ts_plan *pg = NULL;
+    CHECK_OK(ts_graph_create(&g));
+    ts_val in = ts_input(g, "x", TS_F32, ts_shape1(8)), y = ts_allreduce(g, in, 0, P, TS_REDUCE_SUM);
+    CHECK_OK(ts_plan_create(g, &y, 1, &pg));
+    dbuf dx = dnew(d, 8 * sizeof(float));
+    double old = ts_comm_get_timeout();
+    if (pg) {
+      CHECK_OK(ts_plan_set_device(pg, d));
+      CHECK_OK(ts_plan_set_comm(pg, 0, W));
+      CHECK_OK(ts_plan_set_dcoll(pg, 0, x));
+      CHECK_OK(ts_plan_bind(pg, in, dx.p));
+      CHECK_OK(ts_plan_run(pg, 0));
+      ts_comm_set_timeout(0.3);
+      setenv("FAKE_CUDA_EVENT_PENDING", "1", 1);
+      double t0 = ts_time_now();
+      EXPECT_ERR(ts_plan_run(pg, 1), TS_ECOMM, "device collective of the plan over", "not finished after 0.3 s");
+      double dt = ts_time_now() - t0;
+      CHECK_MSG(dt >= 0.3 && dt < 5, "the plan's run took %.2f s to give up", dt);
+      unsetenv("FAKE_CUDA_EVENT_PENDING");
+      ts_comm_set_timeout(old);
+    }
+    dfree(&dx);
+    ts_plan_free(pg);
+    ts_graph_free(g);
+    ts__dcoll_free(x);
+  }
+  after = nccl_calls(); /* (the NCCL calls so far: none from comm_backend mpi below) */
   x = make(d, TS__DCOLL_MPI, TS__DCOLL_MPI, "parallel.comm_backend mpi");
   if (x) run_matrix(x, d);
   ts__dcoll_free(x);
