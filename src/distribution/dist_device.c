@@ -254,7 +254,7 @@ static int reduce_plan(ts_dist *d) {
 static int clip_plan(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   ts_params *p = d->r.params;
-  int N = d->r.size, np = ts_params_count(p), rc = TS_OK, next = 1;
+  int N = d->r.size, np = ts_params_count(p), rc = TS_OK;
   if (!d->r.sliced || !g->hlen[1]) return TS_OK;
   int *part = malloc(sizeof(int) * (size_t)N);
   g->cr = calloc((size_t)np + 1, sizeof *g->cr);
@@ -270,9 +270,8 @@ static int clip_plan(ts_dist *d) {
     for (int q = 0; q < N; q++) holders += part[q] == part[d->r.rank];
     size_t off = ts_params_offset(p, i), end = off + (size_t)ts_shape_numel(&sh);
     struct ts__crange *last = g->ncr ? &g->cr[g->ncr - 1] : NULL;
-    if (last && next && last->holders == holders && off >= last->off + last->n) last->n = end - last->off;
+    if (last && last->holders == holders && off >= last->off + last->n) last->n = end - last->off;
     else g->cr[g->ncr++] = (struct ts__crange){off, end - off, holders};
-    next = 1;
   }
   free(part);
   if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres);
@@ -300,9 +299,9 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
                                d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
   }
   /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
-   * the stream: polled, aborted past it), each group's waited for once */
+   * the stream: polled, aborted past it): the buckets' own communicator, or each group's once */
   if (g->overlap && !rc) rc = ts__dcoll_wait(g->bkx, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
-  for (int k = 0; k < g->nbk && !rc; k++) {
+  for (int k = 0; k < g->nbk && !g->overlap && !rc; k++) {
     int seen = 0;
     for (int j = 0; j < k; j++) seen |= g->bk[j].grp == g->bk[k].grp;
     if (!seen) rc = ts__dcoll_wait(g->grp[g->bk[k].grp].x, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");

@@ -888,13 +888,15 @@ void *ts_plan_data(ts_plan *p, ts_val v) {
 
 int ts_plan_run(ts_plan *p, uint64_t step) { return ts_plan_run_range(p, step, 0, -1); }
 
-/* A GPU run's end: its collectives' queued work waited for within parallel.comm_timeout (NCCL's
- * polled and aborted past it, TS_ECOMM: a stalled or dead peer ends the run instead of the
- * synchronisation below waiting for ever), then its kernels; then the first node whose kernel
- * flagged its data (a label or an id out of range, at position flag - 1). */
-static int gpu_flags(ts_plan *p) {
+/* A GPU run's end: the device collectives it queued work on (ctx->used) waited for within
+ * parallel.comm_timeout (NCCL's polled and aborted past it, TS_ECOMM: a stalled or dead peer ends
+ * the run instead of the synchronisation below waiting for ever), then its kernels; then the first
+ * node whose kernel flagged its data (a label or an id out of range, at position flag - 1). */
+static int gpu_flags(ts_plan *p, const ts__runctx *ctx) {
   int rc = TS_OK;
-  for (int s = 0; s < p->ncomms && !rc; s++) { /* each slot's device collectives once */
+  for (int k = 0; k < ctx->nused && !ctx->used_all && !rc; k++)
+    rc = ts__dcoll_wait(ctx->used[k], NULL, ts_comm_get_timeout(), "collective of the plan");
+  for (int s = 0; ctx->used_all && s < p->ncomms && !rc; s++) { /* more than it tracks: each slot's once */
     struct ts__dcoll *x = p->dcolls[s];
     int seen = !x;
     for (int t = 0; t < s && !seen; t++) seen = p->dcolls[t] == x;
@@ -933,7 +935,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p, p->dcolls};
+  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p, p->dcolls, {NULL}, 0, 0};
   const int fast = ctx.backend == TS_BACKEND_FAST;
   const int gpu = on_gpu(p);
   ts__run_fn *tab = gpu ? ts__run_gpu : ts__run;
@@ -1047,7 +1049,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     }
   }
   if (rc != TS_OK) memset(p->fuse_done, 0, (size_t)p->nnodes); /* a failed run leaves no cast skipped */
-  if (gpu && rc == TS_OK) rc = gpu_flags(p); /* the run's one synchronisation */
+  if (gpu && rc == TS_OK) rc = gpu_flags(p, &ctx); /* the run's one synchronisation */
   if (timed && rc == TS_OK && p->nhooks) rc = emit_timed(p, g, step, first, end, t_host0);
   if (p->nhooks) {
     ev = (ts_hook_info){TS_HOOK_RUN_END, g, -1, NULL, NULL, step, 0, 0};

@@ -367,6 +367,7 @@ static int bn_dcolls(ts__runctx *ctx, const ts__run_node *n, struct ts__dcoll **
       return ts_error_set(TS_EINVAL, "batchnorm '%s': plan slot %d has a communicator but no device collectives "
                           "(ts_plan_set_dcoll)", n->name ? n->name : "?", slot);
     x[(*nx)++] = d;
+    ts__run_dcoll_used(ctx, d);
     if (ts__dcoll_size(d) > *most) *most = ts__dcoll_size(d);
   }
   return TS_OK;

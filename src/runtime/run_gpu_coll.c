@@ -10,6 +10,13 @@
 #include "run_impl.h"
 #include "../kernels/shape.h"
 
+void ts__run_dcoll_used(ts__runctx *ctx, ts__dcoll *x) {
+  for (int k = 0; k < ctx->nused; k++)
+    if (ctx->used[k] == x) return;
+  if (ctx->nused < (int)(sizeof ctx->used / sizeof ctx->used[0])) ctx->used[ctx->nused++] = x;
+  else ctx->used_all = 1;
+}
+
 int ts__run_dcoll(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, ts__dcoll **out) {
   *out = NULL;
   if (gs == 1) return TS_OK;
@@ -21,6 +28,7 @@ int ts__run_dcoll(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, cons
     return ts_error_set(TS_EINVAL, "%s%s '%s': the device collectives in plan slot %d have %d rank(s), the node was "
                         "built for a group of %d", what, ts_op_name(n->op), n->name ? n->name : "?", slot,
                         ts__dcoll_size(x), gs);
+  ts__run_dcoll_used(ctx, x);
   *out = x;
   return TS_OK;
 }

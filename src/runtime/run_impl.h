@@ -35,6 +35,10 @@ typedef struct {
                             the position at fault, reported after the run) */
   struct ts_plan *plan;
   struct ts__dcoll *const *dcolls; /* a GPU plan: the device collectives per slot (TS_PLAN_MAX_COMMS) */
+  /* a GPU plan: the distinct device collectives this run queued work on (ts__run_dcoll_used),
+   * waited for at its end; used_all: more than fit, every slot's waited for */
+  struct ts__dcoll *used[16];
+  int nused, used_all;
 } ts__runctx;
 
 /* What an adapter sees of a node: copied from the graph once per plan. */
@@ -79,5 +83,7 @@ int ts__run_comm(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const
  * run_gpu_coll.c), *out = NULL when gs == 1. */
 struct ts__dcoll;
 int ts__run_dcoll(ts__runctx *ctx, const ts__run_node *n, int slot, int gs, const char *what, struct ts__dcoll **out);
+/* Records that this run queues work on x (its end waits for it within the comm timeout). */
+void ts__run_dcoll_used(ts__runctx *ctx, struct ts__dcoll *x);
 
 #endif
