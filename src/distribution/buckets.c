@@ -666,6 +666,22 @@ int ts__buckets_stage(ts__buckets *d, int accumulate, int sizing, size_t *numel)
 
 int ts__buckets_num_slots(const ts__buckets *d) { return d->staged ? d->nslots : 0; }
 
+int ts__buckets_slot_of(const ts__buckets *d, int k, int *last) {
+  *last = k >= 0 && k < d->nb ? d->b[k].last : d->nnodes;
+  return d->staged && k >= 0 && k < d->nb ? d->b[k].slot : -1;
+}
+
+float *ts__buckets_slot_data(const ts__buckets *d, int q, size_t *numel) {
+  *numel = d->staged && q >= 0 && q < d->nslots ? d->slot_len[q] : 0;
+  return *numel ? d->slot[q] : NULL;
+}
+
+int ts__buckets_hole(const ts__buckets *d, int h, int *k, size_t *off, size_t *len) {
+  if (h < 0 || h >= d->nholes) return 0;
+  *k = d->hole_bucket[h], *off = d->hole_off[h], *len = d->hole_len[h];
+  return 1;
+}
+
 int ts__buckets_set_low(ts__buckets *d, uint16_t *grads16, uint16_t *out16) {
   if (!d->nranks || (d->wire != TS_BF16 && d->wire != TS_F16) || d->staged || d->wire_numel)
     return ts_error_set(TS_EINVAL, "gradient buckets: 16-bit gradients need reduce-scatter mode with a bf16/f16 dtype, "

@@ -96,6 +96,15 @@ int ts__buckets_set_low(ts__buckets *d, uint16_t *grads16, uint16_t *out16);
 void *ts__buckets_grad_ptr(const ts__buckets *d, size_t flat);
 /* Staged mode: the staging slots (0 otherwise). */
 int ts__buckets_num_slots(const ts__buckets *d);
+/* Staged mode, for a device running the reduction itself (ZeRO-2 on GPU ranks): bucket k's staging
+ * slot (-1 when not staged) and in *last the node after which its gradients are complete (the
+ * graph's node count when no node writes them: reduced after the run). */
+int ts__buckets_slot_of(const ts__buckets *d, int k, int *last);
+/* Staged mode: slot q's buffer and its elements (NULL when q is not a slot). */
+float *ts__buckets_slot_data(const ts__buckets *d, int q, size_t *numel);
+/* The parameters of the buckets that get no gradient (zeros in their bucket's reduction): hole h's
+ * bucket, flat offset and elements; 0 when h is past the last one. */
+int ts__buckets_hole(const ts__buckets *d, int h, int *k, size_t *off, size_t *len);
 /* Staged mode: where the gradient element at flat offset `flat` of the store lives (its bucket's
  * slot); NULL outside every bucket or when not staged. */
 float *ts__buckets_grad_addr(const ts__buckets *d, size_t flat);

@@ -6,8 +6,9 @@
  * gradients' all-reduce over the ranks holding each slice run on the devices through the device
  * collectives (runtime/dcoll.h: NCCL, or MPI staged through pinned memory; one object per group of
  * ranks), the parameters broadcast from rank 0 there, BatchNorm's running statistics averaged there
- * (data_parallel), clipping with sliced parameters counted once (the pipeline layout and ZeRO stay
- * on the CPU until their collectives run on device buffers, issue #29).
+ * (data_parallel), clipping with sliced parameters counted once; optimizer_shard 1 and 2 in
+ * dist_device_zero.c (the pipeline layout and ZeRO-3 are refused until their sends and gathers run
+ * on device buffers, issue #29).
  *   create: the device opened (ts__dist_dev_open); build: the plans put on it, the store's
  *   buffers mirrored there (parameters, gradients, states; each binding moved to the same offset),
  *   inputs bound to device buffers (ts__dist_dev_bind); a step: the batch copied in, the plan run,
@@ -34,10 +35,10 @@ int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone, "
                         "data_parallel, semi_auto_parallel and hybrid_parallel do; the others come with issue #29, "
                         "docs/gpu.md)", mode);
-  if (cfg->optimizer_shard > 1)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stage 1 "
-                        "does; stages 2 and 3 need the gradient staging slots and parameter gathers on the device; "
-                        "docs/gpu.md)", cfg->optimizer_shard);
+  if (cfg->optimizer_shard > 2)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stages 1 "
+                        "and 2 do; stage 3 needs the parameter gathers on the device; docs/gpu.md)",
+                        cfg->optimizer_shard);
   return TS_OK;
 }
 
@@ -364,9 +365,14 @@ typedef struct {
 
 static int bind_one(ts_val v, void *data, void *user) {
   bind_ctx *b = user;
-  for (int k = 0; k < 3; k++)
-    if (data && (const char *)data >= b->g->hbase[k] && (const char *)data < b->g->hbase[k] + b->g->hlen[k])
-      return ts_plan_bind(b->plan, v, b->g->dbase[k] + ((const char *)data - b->g->hbase[k]));
+  /* no store address (optimizer_shard 2's gradients): where the sync object bound it */
+  const char *h = data ? data : ts_plan_data(b->plan, v);
+  for (int k = 0; h && k < 3; k++)
+    if (h >= b->g->hbase[k] && h < b->g->hbase[k] + b->g->hlen[k])
+      return ts_plan_bind(b->plan, v, b->g->dbase[k] + (h - b->g->hbase[k]));
+  for (int k = 0; h && k < b->g->nmir; k++) /* the sync object's buffers (ZeRO-2's staging slots) */
+    if (h >= b->g->mir[k].h && h < b->g->mir[k].h + b->g->mir[k].n)
+      return ts_plan_bind(b->plan, v, b->g->mir[k].d + (h - b->g->mir[k].h));
   return ts_error_set(TS_EINVAL, "GPU: a value of the plan is bound outside the parameter store");
 }
 
@@ -382,7 +388,8 @@ int ts__dist_dev_bind(ts_dist *d) {
   ts_dist_run *r = &d->r;
   ts__dev *v = g->dev;
   g->hbase[0] = (const char *)ts_params_data(r->params), g->hlen[0] = sizeof(float) * ts_params_numel(r->params);
-  g->hbase[1] = (const char *)ts_params_grads(r->params), g->hlen[1] = sizeof(float) * ts_params_numel(r->params);
+  g->hbase[1] = (const char *)ts_params_grads(r->params); /* none under optimizer_shard 2: the staging slots */
+  g->hlen[1] = g->hbase[1] ? sizeof(float) * ts_params_numel(r->params) : 0;
   g->hbase[2] = (const char *)ts_params_states(r->params), g->hlen[2] = sizeof(float) * ts_params_state_numel(r->params);
   int rc = TS_OK;
   for (int k = 0; k < 3 && !rc; k++) {
@@ -400,7 +407,8 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc) rc = ts__dist_dev_alloc0(v, g->ys, &g->y);
   if (!rc) rc = ts__dist_dev_alloc0(v, g->xes, &g->xe);
   if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(float) * g->nscratch, (void **)&g->scratch);
-  if (!rc && d->cfg.accum > 1) rc = ts__dist_dev_alloc0(v, g->hlen[1], (void **)&g->acc);
+  if (!rc && d->cfg.accum > 1 && g->hlen[1]) rc = ts__dist_dev_alloc0(v, g->hlen[1], (void **)&g->acc);
+  if (!rc) rc = ts__dist_dev_zero_mirror(d); /* optimizer_shard 2: what its plans bind, on the device */
   if (!rc) rc = ts__dev_host_alloc(v, sizeof(float) * (g->nlogits ? g->nlogits : 1), (void **)&g->logits);
   if (!rc && r->plan) rc = put_plan(d, r->plan, r->g);
   if (!rc && r->plan) rc = ts_plan_bind(r->plan, r->x, g->x);
@@ -432,18 +440,20 @@ int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step,
   for (int64_t k = 0; k < accum; k++) {
     int rc = ts__dev_copy(g->dev, g->x, (const char *)x + (size_t)k * g->xs, g->xs, TS__H2D, NULL);
     if (!rc) rc = ts__dev_copy(g->dev, g->y, (const char *)y + (size_t)k * g->ys, g->ys, TS__H2D, NULL);
+    if (g->zord) ts__dist_dev_zero_before(d, k); /* optimizer_shard 2: the hook reduces during backward */
     if (!rc) rc = ts_plan_run(r->plan, (uint64_t)(step * accum + k)); /* ends synchronised */
+    if (!rc && g->zord) rc = ts__dist_dev_zero_after(d, k);
     float l = 0;
     if (!rc) rc = ts__dev_copy(g->dev, &l, ts_plan_data(r->plan, r->loss), sizeof l, TS__D2H, NULL);
     if (!rc) rc = ts__dev_sync(g->dev);
-    if (!rc && accum > 1) /* acc = grads (k 0), acc += grads */
+    if (!rc && g->acc) /* acc = grads (k 0), acc += grads */
       rc = ts__gpu_axpby(g->dev, 1.0f, (const float *)g->dbase[1], k ? 1.0f : 0.0f, g->acc, (int64_t)n, NULL);
     if (rc) return rc;
     sum += l;
   }
   g->host_stale = 1;
   *loss = sum / (double)accum;
-  *gout = accum > 1 ? g->acc : (float *)g->dbase[1]; /* device memory: only this file reads it */
+  *gout = g->acc ? g->acc : (float *)g->dbase[1]; /* device memory: only this file reads it (NULL: staged) */
   return TS_OK;
 }
 

@@ -49,6 +49,24 @@ struct ts__dist_dev {
    * equal parts and one part (zpad), clipping's sums (one per part, then per replicated piece) */
   int *zgrp;
   float *zwg, *zpad, *zres, *zres_h;
+  /* optimizer_shard 2 (staged): the buckets' staging slots on the device (per group, its slots from
+   * zslot[zslot0[group]]), the replicated gradients of a micro-step (zrg, with accumulation), the
+   * buckets in the order they are reduce-scattered (by the node completing them) and this run's
+   * next one; zacc: this micro-step's reduced parts are added to the rank's (k > 0) */
+  float **zslot, *zrg;
+  int *zslot0, nzslot;
+  struct ts__zbk {
+    int k, last;
+  } *zord;
+  int nzord, znext, zacc, zrc;
+  /* host ranges the plans bind besides the store's (optimizer_shard 2: the staging slots, the work
+   * buffer, the replicated micro-step gradients) and their device copies */
+  struct ts__dmir {
+    const char *h;
+    size_t n;
+    char *d;
+  } *mir;
+  int nmir;
   /* the store's buffers: parameters, gradients, states (host base, bytes, device copy) */
   const char *hbase[3];
   size_t hlen[3];
@@ -84,6 +102,15 @@ int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size
  * reduce-scattered, replicated gradients all-reduced), clipping over the parts, the update of the
  * rank's parts and replicated parameters, then every bucket all-gathered. */
 int ts__dist_dev_zero_bind(ts_dist *d);
+/* optimizer_shard 2, before the plans are put on the device: the staging slots, the work buffer and
+ * the micro-step's replicated gradients allocated there, as mirrors of the host's (bound through
+ * them). */
+int ts__dist_dev_zero_mirror(ts_dist *d);
+/* optimizer_shard 2, around each micro-step's run (micro-step k): before, whether the reduced parts
+ * replace or are added to the rank's; after, the buckets the run left reduce-scattered and (with
+ * accumulation) the replicated gradients added up; the hook's failure reported. */
+void ts__dist_dev_zero_before(ts_dist *d, int64_t k);
+int ts__dist_dev_zero_after(ts_dist *d, int64_t k);
 int ts__dist_dev_zero_reduce(ts_dist *d, float *gd);
 int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c);
 int ts__dist_dev_zero_step(ts_dist *d, ts_optim *o, const float *gd, float lr);

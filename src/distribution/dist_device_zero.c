@@ -1,4 +1,4 @@
-/* Optimizer-state sharding, stage 1 (ZeRO-1, parallel.optimizer_shard 1), on GPU ranks: the layout
+/* Optimizer-state sharding, stages 1 and 2 (ZeRO-1/2, parallel.optimizer_shard 1 and 2), on GPU ranks: the layout
  * the CPU's sync object planned (dist_zero.c's head, zero_impl.h: the ranks holding the same
  * slices in groups; each group's sharded parameters in buckets cut into N parts of ceil(len / N)
  * elements, the rank owning its place's part of each; the replicated parameters packed into a
@@ -12,8 +12,17 @@
  *     R + P floats a slot, as on the CPU), then every bucket all-gathered in place.
  * The optimizer's host copy keeps the CPU's layout, so checkpoints (the sync object's moves) and
  * ts_dist_to_host / ts_dist_to_device work unchanged; a GPU job's checkpoint resumes on CPU ranks
- * and back. Stages 2 and 3, hybrid shard groups, 16-bit working weights and LAMB are refused
- * before training (dist_device.c, below). */
+ * and back.
+ * Stage 2 (ZeRO-2; z->staged): no whole gradient buffer. The CPU's staging slots get device copies
+ * (mirrors: the plans' bindings into the host slots, the work buffer and the micro-step's
+ * replicated gradients moved onto them, dist_device.c's bind_one); a hook on the training plan
+ * queues, after the node completing a bucket, its reduce-scatter from the slot on the compute
+ * stream (before any later writer of the slot, in the nodes' order on every rank), the rank's part
+ * written into the work buffer (micro-steps after the first: added); the replicated gradients,
+ * bound into the work buffer (with accumulation: a buffer of R added up there after each
+ * micro-step), are all-reduced per group at the step's end; clipping and the update read the parts
+ * there. Stage 3, hybrid shard groups, 16-bit working weights and LAMB are refused before training
+ * (dist_device.c, below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +32,119 @@
 
 static ts__dcoll *zx(struct ts__dist_dev *g, int grp) { return g->grp[g->zgrp[grp]].x; }
 
+/* the rank's reduced gradient of its part of bucket k on the device: in place (stage 1) or in the
+ * work buffer (stage 2) */
+static float *part_dev(const struct ts__dist_dev *g, const struct ts__zero *z, const float *gd, int k) {
+  return z->staged ? g->zwg + z->pt[k].work : (float *)gd + z->pt[k].flat + z->pt[k].lo;
+}
+
+static int mirror(struct ts__dist_dev *g, const void *h, size_t bytes, void *dv) {
+  if (!h || !bytes) return TS_OK;
+  struct ts__dmir *m = realloc(g->mir, sizeof *m * (size_t)(g->nmir + 1));
+  if (!m) return ts_error_set(TS_ENOMEM, "GPU: out of memory (optimizer shards)");
+  g->mir = m;
+  g->mir[g->nmir++] = (struct ts__dmir){(const char *)h, bytes, (char *)dv};
+  return TS_OK;
+}
+
+int ts__dist_dev_zero_mirror(ts_dist *d) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  if (!d->world || !z || !z->staged || z->stage3 || z->low != TS_F32) return TS_OK; /* (the others refused in bind) */
+  int ns = 0, rc = TS_OK;
+  if (!(g->zslot0 = calloc((size_t)z->ng + 1, sizeof(int)))) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
+  for (int k = 0; k < z->ng; k++) g->zslot0[k] = ns, ns += ts__buckets_num_slots(z->g[k].bk);
+  if (!(g->zslot = calloc((size_t)ns + 1, sizeof(float *)))) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
+  g->nzslot = ns;
+  for (int k = 0; k < z->ng && !rc; k++)
+    for (int q = 0; q < ts__buckets_num_slots(z->g[k].bk) && !rc; q++) {
+      size_t n = 0;
+      float *h = ts__buckets_slot_data(z->g[k].bk, q, &n);
+      if (!h) continue;
+      rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * n, (void **)&g->zslot[g->zslot0[k] + q]);
+      if (!rc) rc = mirror(g, h, sizeof(float) * n, g->zslot[g->zslot0[k] + q]);
+    }
+  /* the work buffer: the replicated gradients (bound there without accumulation), then the parts */
+  if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + z->P + 1), (void **)&g->zwg);
+  if (!rc) rc = mirror(g, z->wg, sizeof(float) * (z->R + z->P), g->zwg);
+  if (!rc && z->rg) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + 1), (void **)&g->zrg);
+  if (!rc && z->rg) rc = mirror(g, z->rg, sizeof(float) * z->R, g->zrg);
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard 2: the staging slots on the GPU") : TS_OK;
+}
+
+static int by_last(const void *a, const void *b) { /* by the node completing it, then bucket order */
+  const struct ts__zbk *x = a, *y = b;
+  return x->last != y->last ? (x->last > y->last) - (x->last < y->last) : (x->k > y->k) - (x->k < y->k);
+}
+
+/* Stage 2: bucket zord[j] reduce-scattered from its staging slot on the compute stream (after the
+ * nodes that wrote it, before any later writer of the slot): copied into the scratch with its
+ * parameters without a gradient zeroed and padded to N equal parts, the rank's reduced part
+ * written into (or, micro-steps after the first, added to) its place in the work buffer. */
+static int issue(ts_dist *d, int j) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  const int k = g->zord[j].k;
+  const part *q = &z->pt[k];
+  const zgroup *G = &z->g[q->grp];
+  int last, s = ts__buckets_slot_of(G->bk, k - G->first, &last), hk;
+  size_t c = q->counts[0], N = (size_t)G->N, off, len;
+  if (s < 0 || !g->zslot[g->zslot0[q->grp] + s])
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard 2: bucket %d has no staging slot on the GPU", k);
+  int rc = ts__dev_copy(g->dev, g->zpad, g->zslot[g->zslot0[q->grp] + s], sizeof(float) * q->len, TS__D2D, NULL);
+  for (int h = 0; !rc && ts__buckets_hole(G->bk, h, &hk, &off, &len); h++)
+    if (hk == k - G->first) rc = ts__dev_memset0(g->dev, g->zpad + (off - q->flat), sizeof(float) * len, NULL);
+  if (!rc && N * c > q->len) rc = ts__dev_memset0(g->dev, g->zpad + q->len, sizeof(float) * (N * c - q->len), NULL);
+  if (!rc)
+    rc = ts__dcoll_reduce_scatter(zx(g, q->grp), g->zpad, g->zpad + N * c, c, TS_F32,
+                                  d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
+  float *dst = g->zwg + q->work;
+  if (!rc && q->n && g->zacc) rc = ts__gpu_axpby(g->dev, 1.0f, g->zpad + N * c, 1.0f, dst, (int64_t)q->n, NULL);
+  else if (!rc && q->n) rc = ts__dev_copy(g->dev, dst, g->zpad + N * c, sizeof(float) * q->n, TS__D2D, NULL);
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard 2: reduce-scatter of gradient bucket %d", k) : TS_OK;
+}
+
+/* the training plan's hook (stage 2): after node i, the buckets it completes, in the order every
+ * rank of their groups issues them (the nodes', from the same graph) */
+static void zero_hook(const ts_hook_info *e, void *user) {
+  ts_dist *d = user;
+  struct ts__dist_dev *g = G(d);
+  if (e->event == TS_HOOK_RUN_BEGIN) g->znext = 0, g->zrc = TS_OK;
+  if (e->event != TS_HOOK_NODE_END || g->zrc) return;
+  while (g->znext < g->nzord && g->zord[g->znext].last <= e->node)
+    if ((g->zrc = issue(d, g->znext++))) return;
+}
+
+void ts__dist_dev_zero_before(ts_dist *d, int64_t k) { G(d)->zacc = k > 0; }
+
+int ts__dist_dev_zero_after(ts_dist *d, int64_t k) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  int rc = g->zrc;
+  while (!rc && g->znext < g->nzord) rc = issue(d, g->znext++); /* those no node completed */
+  if (!rc && g->zrg && z->R) /* the micro-steps' replicated gradients added up in the work buffer */
+    rc = ts__gpu_axpby(g->dev, 1.0f, g->zrg, k ? 1.0f : 0.0f, g->zwg, (int64_t)z->R, NULL);
+  return rc;
+}
+
+/* stage 2: the buckets in the order they complete, the hook on the training plan */
+static int stage_order(ts_dist *d, struct ts__zero *z) {
+  struct ts__dist_dev *g = G(d);
+  ts_plan **plans;
+  if (ts__dist_train_plans(d, &plans) != 1 || plans[0] != d->r.plan)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard 2 with several training plans does "
+                        "not run on GPUs yet (docs/gpu.md)");
+  if (!(g->zord = calloc((size_t)z->nb + 1, sizeof *g->zord))) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
+  for (int k = 0; k < z->nb; k++) {
+    const zgroup *G = &z->g[z->pt[k].grp];
+    g->zord[k].k = k;
+    ts__buckets_slot_of(G->bk, k - G->first, &g->zord[k].last);
+  }
+  g->nzord = z->nb;
+  qsort(g->zord, (size_t)g->nzord, sizeof *g->zord, by_last);
+  return ts_plan_add_hook(d->r.plan, zero_hook, d);
+}
+
 int ts__dist_dev_zero_bind(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   struct ts__zero *z = ts__zof(d);
@@ -31,9 +153,9 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard with 16-bit working weights "
                         "(parallel.optimizer_shard_weights under amp O2/O3) does not run on GPUs yet; set "
                         "parallel.optimizer_shard_weights: f32 (docs/gpu.md)");
-  if (z->stage3 || z->staged || !z->inplace)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stage 1 "
-                        "does; docs/gpu.md)", d->cfg.optimizer_shard);
+  if (z->stage3 || (!z->staged && !z->inplace))
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stages 1 "
+                        "and 2 do; docs/gpu.md)", d->cfg.optimizer_shard);
   int rc = TS_OK;
   g->zgrp = malloc(sizeof(int) * (size_t)(z->ng + 1));
   if (!g->zgrp) return ts_error_set(TS_ENOMEM, "GPU: out of memory (optimizer shards)");
@@ -41,7 +163,7 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
   for (int k = 0; k < z->ng && !rc; k++) {
     if (z->g[k].X > 1)
       rc = ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard_group %d does not run on GPUs yet "
-                        "(plain optimizer_shard 1 does; docs/gpu.md)", d->cfg.shard_group);
+                        "(plain optimizer_shard 1 and 2 do; docs/gpu.md)", d->cfg.shard_group);
     else rc = ts__dist_dev_group(g, z->g[k].scomm, 0, NULL, d->cfg.comm_backend, &g->zgrp[k]);
   }
   size_t most = 1;
@@ -50,18 +172,22 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
     most = n > most ? n : most;
   }
   if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * most, (void **)&g->zpad);
-  if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + 1), (void **)&g->zwg);
+  if (!rc && !z->staged) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + 1), (void **)&g->zwg);
   size_t nres = (size_t)z->nb + (size_t)z->nrep + 1;
   if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * nres, (void **)&g->zres);
   if (!rc) rc = ts__dev_host_alloc(g->dev, sizeof(float) * nres, (void **)&g->zres_h);
+  if (!rc && z->staged) rc = stage_order(d, z);
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard on the GPUs") : TS_OK;
 }
 
 void ts__dist_dev_zero_free(struct ts__dist_dev *g) {
   ts__dev_free(g->dev, g->zwg), ts__dev_free(g->dev, g->zpad), ts__dev_free(g->dev, g->zres);
+  ts__dev_free(g->dev, g->zrg);
+  for (int k = 0; k < g->nzslot; k++) ts__dev_free(g->dev, g->zslot[k]);
   ts__dev_host_free(g->dev, g->zres_h);
-  free(g->zgrp);
-  g->zgrp = NULL;
+  free(g->zgrp), free(g->zslot), free(g->zslot0), free(g->zord), free(g->mir);
+  g->zgrp = NULL, g->zslot = NULL, g->zslot0 = NULL, g->zord = NULL, g->mir = NULL;
+  g->nzslot = g->nzord = g->nmir = 0;
 }
 
 /* every group's queued work finished within parallel.comm_timeout (NCCL's polled) */
@@ -76,7 +202,7 @@ int ts__dist_dev_zero_reduce(ts_dist *d, float *gd) {
   struct ts__zero *z = ts__zof(d);
   ts_reduce_op op = d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM;
   int rc = TS_OK;
-  for (int k = 0; k < z->nb && !rc; k++) { /* the bucket padded with zeros to N parts of c, scattered */
+  for (int k = 0; k < z->nb && !rc && !z->staged; k++) { /* the bucket padded with zeros to N parts of c, scattered */
     const part *q = &z->pt[k];
     size_t c = q->counts[0], N = (size_t)z->g[q->grp].N;
     rc = ts__dev_copy(g->dev, g->zpad, gd + q->flat, sizeof(float) * q->len, TS__D2D, NULL);
@@ -85,7 +211,7 @@ int ts__dist_dev_zero_reduce(ts_dist *d, float *gd) {
     if (!rc && q->n) rc = ts__dev_copy(g->dev, gd + q->flat + q->lo, g->zpad + N * c, sizeof(float) * q->n, TS__D2D, NULL);
   }
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
-  for (int k = 0; k < z->nrep && !rc; k++) /* packed as the CPU's work buffer */
+  for (int k = 0; k < z->nrep && !rc && !z->staged; k++) /* packed as the CPU's work buffer (staged: bound there) */
     rc = ts__dev_copy(g->dev, g->zwg + z->rep[k].packed, gd + z->rep[k].flat, sizeof(float) * z->rep[k].n, TS__D2D, NULL);
   for (int k = 0; k < z->ng && !rc; k++)
     if (z->g[k].rn) rc = ts__dcoll_allreduce(zx(g, k), g->zwg + z->g[k].rlo, g->zwg + z->g[k].rlo, z->g[k].rn, TS_F32, op, NULL);
@@ -99,7 +225,7 @@ int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c) {
   int rc = TS_OK;
   for (int k = 0; k < z->nb && !rc; k++)
     if (z->pt[k].n)
-      rc = ts__gpu_sum(g->dev, 1, gd + z->pt[k].flat + z->pt[k].lo, (int64_t)z->pt[k].n, g->scratch, g->zres + k, NULL);
+      rc = ts__gpu_sum(g->dev, 1, part_dev(g, z, gd, k), (int64_t)z->pt[k].n, g->scratch, g->zres + k, NULL);
     else rc = ts__dev_memset0(g->dev, g->zres + k, sizeof(float), NULL);
   for (int k = 0; k < z->nrep && !rc; k++)
     rc = ts__gpu_sum(g->dev, 1, g->zwg + z->rep[k].packed, (int64_t)z->rep[k].n, g->scratch, g->zres + z->nb + k, NULL);
@@ -126,7 +252,7 @@ int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c) {
   if (z->R) rc = ts__gpu_scale(g->dev, TS_F32, g->zwg, g->zwg, (int64_t)z->R, f, 0.0f, NULL);
   for (int k = 0; k < z->nb && !rc; k++)
     if (z->pt[k].n) {
-      float *p = gd + z->pt[k].flat + z->pt[k].lo;
+      float *p = part_dev(g, z, gd, k);
       rc = ts__gpu_scale(g->dev, TS_F32, p, p, (int64_t)z->pt[k].n, f, 0.0f, NULL);
     }
   return rc;
@@ -145,7 +271,7 @@ static int locate(struct ts__dist_dev *g, const struct ts__zero *z, const float 
   for (int k = 0; k < z->nb; k++)
     if (w >= z->pt[k].work && w < z->pt[k].work + z->pt[k].n) {
       *flat = z->pt[k].flat + z->pt[k].lo + (w - z->pt[k].work);
-      *gr = gd + *flat;
+      *gr = part_dev(g, z, gd, k) + (w - z->pt[k].work);
       return TS_OK;
     }
   return TS_EINVAL;

@@ -15,7 +15,7 @@
 #      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process; with SyncBatchNorm
 #      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), what does not run on GPUs yet (pipeline stages, optimizer_shard 2, lamb
+#      (naming them), what does not run on GPUs yet (pipeline stages, optimizer_shard 3, lamb
 #      with optimizer_shard);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
@@ -23,7 +23,9 @@
 #      data parallel 2 x tensor parallel 2 on 4 GPU ranks follows 4 CPU ranks;
 #   7. hybrid_parallel (examples/hybrid_mlp.c, the C API) on 2 GPU ranks follows 2 CPU ranks;
 #   8. optimizer_shard 1 (ZeRO-1) under data_parallel (a GPU each, sharing one) and with the GPT's
-#      tensor parallel 2 follows the CPU ranks; its checkpoint resumed on CPU ranks continues theirs.
+#      tensor parallel 2 follows the CPU ranks; its checkpoint resumed on CPU ranks continues theirs;
+#      optimizer_shard 2 (ZeRO-2: the gradients in staging slots on the device, reduce-scattered
+#      during backward) with accumulation, and with the GPT's tensor parallel 2, the same.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins;
 #        on a GPU machine TS_GPU_COUNT: its GPUs, with one the "GPU each" jobs share it, staged)
 set -u
@@ -224,6 +226,28 @@ job zt_cpu "$tmp/tp2.yaml" CPU "${z1[@]}"
 job zt_gpu "$tmp/tp2.yaml" GPU "${z1[@]}"
 same_listing "$tmp/zt_gpu.txt" "$tmp/zt_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 1 on GPU ranks follows the CPU ranks" ||
   bad "GPT TP2 + optimizer_shard 1: $(paste "$tmp/zt_gpu.txt" "$tmp/zt_cpu.txt" | tr '\n' ';')"
+# optimizer_shard 2 (ZeRO-2): no whole gradient buffer; backward writes each bucket into a staging
+# slot on the device, reduce-scattered from there as soon as the node completing it is queued;
+# with accumulation (2 micro-batches) the reduced parts added up, some parameters replicated
+# (the 10 biases, under the 0.05 KiB threshold), a bucket a parameter so that the two slots are
+# reused within backward; a GPU each and sharing one; the GPT TP2 (sliced parameters unreduced, the
+# replicated ones over both ranks) on a GPU each; checkpoint resumed on CPU ranks continues theirs
+z2=(--set parallel.optimizer_shard=2 --set parallel.bucket_size_mb=0.0001 --set parallel.optimizer_shard_threshold_kb=0.05 --set train.micro_batch_size=8)
+export FAKE_CUDA_COUNT=2
+job z2_cpu "$tmp/c.yaml" CPU "${z2[@]}"
+job z2_gpu "$tmp/c.yaml" GPU "${z2[@]}" --set train.steps=10 --set checkpoint.dir="$tmp/z2ck" --set checkpoint.save_last=true
+job z2_shared "$tmp/c.yaml" GPU "${z2[@]}" --set device_id=0
+job z2_res "$tmp/c.yaml" CPU "${z2[@]}" --set checkpoint.dir="$tmp/z2ck" --set checkpoint.resume=auto --set checkpoint.strict=false
+grep -v '^eval' "$tmp/z2_gpu.txt" > "$tmp/z2_gpu10.txt"
+head -10 "$tmp/z2_cpu.txt" | grep -v '^eval' > "$tmp/z2_cpu10.txt"
+close "$tmp/z2_gpu10.txt" "$tmp/z2_cpu10.txt" && close "$tmp/z2_shared.txt" "$tmp/z2_cpu.txt" &&
+  grep -q '^20 ' "$tmp/z2_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z2_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z2_cpu.txt") &&
+  ok "optimizer_shard 2 with 2 micro-batches on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run" ||
+  bad "optimizer_shard 2: $(paste "$tmp/z2_gpu.txt" "$tmp/z2_shared.txt" "$tmp/z2_res.txt" "$tmp/z2_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
+job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
+same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||
+  bad "GPT TP2 + optimizer_shard 2: $(paste "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" | tr '\n' ';')"
 # 5. refusals: one line, exit 2, nothing trained
 export FAKE_CUDA_COUNT=1
 refuse() { # what expected-text [--set ...]
@@ -234,6 +258,6 @@ refuse() { # what expected-text [--set ...]
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
 refuse "pipeline stages on GPUs" "parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet" --set parallel.pipeline_stages=2
-refuse "optimizer_shard 2 on GPUs" "parallel.optimizer_shard 2 does not run on GPUs yet" --set parallel.optimizer_shard=2
+refuse "optimizer_shard 3 on GPUs" "parallel.optimizer_shard 3 does not run on GPUs yet" --set parallel.optimizer_shard=3
 refuse "optimizer_shard 1 with lamb on GPUs" "optimizer lamb with parallel.optimizer_shard does not run on GPUs yet" --set parallel.optimizer_shard=1 --set optimizer.name=lamb
 exit $fail
