@@ -143,7 +143,14 @@ int ts_dist_grad_buckets(const ts_dist *d) { return d ? d->sync.vt->num_buckets(
 int ts_dist_set_prof(ts_dist *d, ts_prof *p) { return d ? d->sync.vt->set_prof(d, p) : TS_OK; }
 
 int ts__dist_plan_create(const ts_dist *d, ts_graph *g, const ts_val *keep, int nkeep, ts_plan **out) {
-  return ts__dist_sizing(d) ? ts_plan_create_dry(g, keep, nkeep, out) : ts_plan_create(g, keep, nkeep, out);
+  if (ts__dist_sizing(d)) return ts_plan_create_dry(g, keep, nkeep, out);
+  int rc = ts_plan_create(g, keep, nkeep, out);
+  /* a GPU job's on its device from the start (before plans share a scratch arena) */
+  if (!rc && d->gpu && (rc = ts_plan_set_device(*out, ts__dist_dev_device(d)))) {
+    ts_plan_free(*out);
+    *out = NULL;
+  }
+  return rc;
 }
 
 int ts__dist_plans(ts_dist *d) {
@@ -498,7 +505,7 @@ int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {
   int src = d->gpu ? ts__dist_dev_reduce(d, g, wait_ms) /* on the devices */
                    : d->sync.vt->reduce(d, g, wait_ms); /* its errors name the reduction and the group */
   if (src) return src;
-  if (d->vt->reduce) {
+  if (d->vt->reduce && !d->gpu) { /* (a GPU job's: in ts__dist_dev_reduce) */
     int rc = d->vt->reduce(d, g);
     if (rc) return rc;
   }

@@ -27,10 +27,7 @@
 
 int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
   if (!strcmp(mode, "stand_alone")) return TS_OK;
-  if (!strcmp(mode, "pipeline"))
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.pipeline_stages %d (the pipeline layout) does not run "
-                        "on GPUs yet (stand_alone, data_parallel, semi_auto_parallel and hybrid_parallel do; issue #29, "
-                        "docs/gpu.md)", cfg->pipeline_stages);
+  if (!strcmp(mode, "pipeline")) return ts__dist_dev_pipe_check(cfg);
   if (strcmp(mode, "data_parallel") && strcmp(mode, "semi_auto_parallel") && strcmp(mode, "hybrid_parallel"))
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone, "
                         "data_parallel, semi_auto_parallel and hybrid_parallel do; the others come with issue #29, "
@@ -41,6 +38,8 @@ int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
                         cfg->optimizer_shard);
   return TS_OK;
 }
+
+struct ts__dev *ts__dist_dev_device(const ts_dist *d) { return d->gpu ? d->gpu->dev : NULL; }
 
 int ts__dist_dev_alloc0(ts__dev *v, size_t bytes, void **p) {
   int rc = ts__dev_alloc(v, bytes ? bytes : 64, p);
@@ -101,6 +100,7 @@ int ts__dist_dev_open(ts_dist *d) {
 int ts__dist_dev_start(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   ts_params *p = d->r.params;
+  if (d->vt == &ts__dist_pipeline) return ts__dist_dev_pipe_start(d); /* over a stage's replicas */
   int rc = ts__dist_broadcast_check(d);
   if (rc) return rc;
   if (d->cfg.parameter_broadcast) { /* rank 0's parameters and states, device to device */
@@ -271,8 +271,9 @@ static int clip_plan(ts_dist *d) {
     for (int q = 0; q < N; q++) holders += part[q] == part[d->r.rank];
     size_t off = ts_params_offset(p, i), end = off + (size_t)ts_shape_numel(&sh);
     struct ts__crange *last = g->ncr ? &g->cr[g->ncr - 1] : NULL;
-    if (last && last->holders == holders && off >= last->off + last->n) last->n = end - last->off;
-    else g->cr[g->ncr++] = (struct ts__crange){off, end - off, holders};
+    float w = 1.0f / (float)holders;
+    if (last && last->w == w && off >= last->off + last->n) last->n = end - last->off;
+    else g->cr[g->ncr++] = (struct ts__crange){off, end - off, w};
   }
   free(part);
   if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (size_t)(g->ncr + 1), (void **)&g->cres);
@@ -284,6 +285,11 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   struct ts__dist_dev *g = G(d);
   double t0 = ts_time_now();
   int rc = TS_OK;
+  if (d->vt == &ts__dist_pipeline) {
+    rc = ts__dist_dev_pipe_reduce(d, gd);
+    *wait_ms = 1e3 * (ts_time_now() - t0);
+    return rc;
+  }
   if (g->zgrp) { /* optimizer_shard: reduce-scattered, the replicated ones all-reduced */
     rc = ts__dist_dev_zero_reduce(d, gd);
     *wait_ms = 1e3 * (ts_time_now() - t0);
@@ -314,6 +320,7 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
 int ts__dist_dev_sync_states(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   ts_params *p = d->r.params;
+  if (d->vt == &ts__dist_pipeline) return ts__dist_dev_pipe_sync_states(d);
   if (d->r.size < 2 || d->cfg.sync_batchnorm || !g->hlen[2]) return TS_OK;
   int rc = ts__dcoll_allreduce(g->coll, g->dbase[2], g->dbase[2], ts_params_state_numel(p), TS_F32, TS_REDUCE_MEAN,
                                NULL);
@@ -341,6 +348,8 @@ void ts__dist_dev_free(ts_dist *d) {
   if (g->comm_s) ts__dev_stream_destroy(v, g->comm_s);
   d->gpu = NULL;
   /* the plans hold device memory: they go first (ts_dist_free frees them after this: moved here) */
+  if (d->vt == &ts__dist_pipeline) ts__dist_dev_pipe_free_plans(d); /* its pieces' (but the first, below) */
+  ts__dev_free(v, g->tied);
   ts_plan_free(d->r.plan);
   ts_plan_free(d->r.plan_e);
   d->r.plan = d->r.plan_e = NULL;
@@ -376,7 +385,7 @@ static int bind_one(ts_val v, void *data, void *user) {
   return ts_error_set(TS_EINVAL, "GPU: a value of the plan is bound outside the parameter store");
 }
 
-static int put_plan(ts_dist *d, ts_plan *p, const ts_graph *g) {
+int ts__dist_dev_put_plan(ts_dist *d, ts_plan *p, const ts_graph *g) {
   bind_ctx b = {G(d), p};
   int rc = ts_plan_set_device(p, G(d)->dev);
   if (!rc) rc = ts_params_each_binding(d->r.params, g, bind_one, &b);
@@ -403,17 +412,25 @@ int ts__dist_dev_bind(ts_dist *d) {
   g->xes = xs * (size_t)(d->cfg.eval_batch / (r->eval_parts > 0 ? r->eval_parts : 1));
   g->nlogits = (size_t)ts_shape_numel(&r->logits_shape);
   g->nscratch = (size_t)ts__gpu_sum_scratch((int64_t)ts_params_numel(r->params)) + 2;
-  if (!rc) rc = ts__dist_dev_alloc0(v, g->xs, &g->x);
-  if (!rc) rc = ts__dist_dev_alloc0(v, g->ys, &g->y);
+  const int pipe = d->vt == &ts__dist_pipeline;
+  size_t mult = pipe ? (size_t)d->cfg.accum : 1; /* a pipeline's step copies every micro-batch in at once */
+  if (!rc) rc = ts__dist_dev_alloc0(v, g->xs * mult, &g->x);
+  if (!rc) rc = ts__dist_dev_alloc0(v, g->ys * mult, &g->y);
   if (!rc) rc = ts__dist_dev_alloc0(v, g->xes, &g->xe);
   if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(float) * g->nscratch, (void **)&g->scratch);
   if (!rc && d->cfg.accum > 1 && g->hlen[1]) rc = ts__dist_dev_alloc0(v, g->hlen[1], (void **)&g->acc);
   if (!rc) rc = ts__dist_dev_zero_mirror(d); /* optimizer_shard 2: what its plans bind, on the device */
   if (!rc) rc = ts__dev_host_alloc(v, sizeof(float) * (g->nlogits ? g->nlogits : 1), (void **)&g->logits);
-  if (!rc && r->plan) rc = put_plan(d, r->plan, r->g);
+  if (pipe) { /* its pieces' plans, the stages' collectives */
+    if (!rc) rc = ts__dist_dev_pipe_bind(d);
+    if (!rc) rc = ts__dev_sync(v);
+    if (rc == TS_ECONFIG) return rc;
+    return rc ? ts_error_wrap(rc, "device_target GPU: putting the pipeline's pieces on %s", v->info.name) : TS_OK;
+  }
+  if (!rc && r->plan) rc = ts__dist_dev_put_plan(d, r->plan, r->g);
   if (!rc && r->plan) rc = ts_plan_bind(r->plan, r->x, g->x);
   if (!rc && r->plan) rc = ts_plan_bind(r->plan, r->y, g->y);
-  if (!rc && r->plan_e) rc = put_plan(d, r->plan_e, r->ge);
+  if (!rc && r->plan_e) rc = ts__dist_dev_put_plan(d, r->plan_e, r->ge);
   if (!rc && r->plan_e) rc = ts_plan_bind(r->plan_e, r->xe, g->xe);
   /* planned now: an op without a GPU kernel is refused before the first step, naming the node */
   int l = 0;
@@ -433,6 +450,7 @@ int ts__dist_dev_bind(ts_dist *d) {
 
 int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step, double *loss, float **gout) {
   struct ts__dist_dev *g = G(d);
+  if (d->vt == &ts__dist_pipeline) return ts__dist_dev_pipe_fwd_bwd(d, x, y, step, loss, gout);
   const ts_dist_run *r = &d->r;
   int64_t accum = d->cfg.accum;
   size_t n = ts_params_numel(r->params);
@@ -459,6 +477,7 @@ int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step,
 
 int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits) {
   struct ts__dist_dev *g = G(d);
+  if (d->vt == &ts__dist_pipeline) return ts__dist_dev_pipe_eval(d, x, logits);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
@@ -487,7 +506,7 @@ int ts__dist_dev_clip(ts_dist *d, float *gd, ts__clip *c) {
     if (!rc) rc = ts__dev_copy(g->dev, g->cres_h, g->cres, sizeof(float) * (size_t)g->ncr, TS__D2H, NULL);
     if (!rc) rc = ts__dev_sync(g->dev);
     double s = 0;
-    for (int k = 0; k < g->ncr && !rc; k++) s += (double)g->cres_h[k] / g->cr[k].holders;
+    for (int k = 0; k < g->ncr && !rc; k++) s += (double)g->cres_h[k] * g->cr[k].w;
     /* unscaled before narrowing, as the CPU's (a rank's inf or NaN makes every rank's sum so) */
     float f = (float)(s * c->inv_scale * c->inv_scale);
     if (!rc && d->world) rc = ts_comm_allreduce(d->world, &f, &f, 1, TS_F32, TS_REDUCE_SUM);
@@ -625,6 +644,9 @@ int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap) {
   n = strlen(buf);
   if (d->gpu->overlap && n < cap)
     snprintf(buf + n, cap - n, "; gradients in %d bucket%s overlapped with backward", d->gpu->nbk, d->gpu->nbk > 1 ? "s" : "");
+  n = strlen(buf);
+  if (d->vt == &ts__dist_pipeline && d->world && n < cap)
+    snprintf(buf + n, cap - n, "; the pipeline's activations staged through host memory (MPI send/recv)");
   return 1;
 }
 

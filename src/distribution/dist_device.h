@@ -36,11 +36,11 @@ struct ts__dist_dev {
   ts_comm *bkc;
   ts__dev_stream *comm_s;
   ts__dev_event *ev_node, *ev_comm;
-  /* clipping with sliced parameters: ranges of the flat gradients whose slices `holders` ranks
-   * hold (each counted 1 / holders), their sums of squares (device, and copied out) */
+  /* clipping with sliced parameters (or a pipeline's): ranges of the flat gradients, each
+   * weighted, their sums of squares (device, and copied out) */
   struct ts__crange {
     size_t off, n;
-    int holders;
+    float w; /* its weight in the global norm: 1 / its holders (a pipeline's: 0 where another stage counts it) */
   } *cr;
   int ncr;
   float *cres, *cres_h;
@@ -59,6 +59,10 @@ struct ts__dist_dev {
     int k, last;
   } *zord;
   int nzord, znext, zacc, zrc;
+  /* the pipeline layout (dist_device_pipe.c): the device collectives (grp index, -1: none) of the
+   * stage's replicas and of the pipeline (its tied parameters' gradients summed in `tied`) */
+  int pdp, ppg;
+  float *tied;
   /* host ranges the plans bind besides the store's (optimizer_shard 2: the staging slots, the work
    * buffer, the replicated micro-step gradients) and their device copies */
   struct ts__dmir {
@@ -96,6 +100,25 @@ int ts__dist_dev_group(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *m
  * of the device slots, the segment's flags, LAMB's sums at lamb_sq + 2 * seg (dist_device.c). */
 int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
                         float lr);
+
+/* Plan p of graph gr on the device: the store's bindings moved onto its device copy (and the
+ * mirrors'). */
+int ts__dist_dev_put_plan(ts_dist *d, ts_plan *p, const ts_graph *gr);
+
+/* The pipeline layout on the devices (dist_device_pipe.c): what does not run there yet refused;
+ * bind (after the store's copy: the plans, the stages' collectives, clipping's weights), start
+ * (the parameters' broadcast over the stage's replicas), a step's schedule, the reduction (the
+ * sends completed, replicas all-reduced, tied gradients summed), evaluation, BatchNorm's running
+ * statistics averaged over the replicas. */
+int ts__dist_dev_pipe_check(const ts_dist_config *cfg);
+int ts__dist_dev_pipe_bind(ts_dist *d);
+int ts__dist_dev_pipe_start(ts_dist *d);
+int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step, double *loss, float **gout);
+int ts__dist_dev_pipe_reduce(ts_dist *d, float *gd);
+int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const float **logits);
+int ts__dist_dev_pipe_sync_states(ts_dist *d);
+/* the pieces' plans freed (device memory) but d->r's, which the caller frees last (the scratch's owner) */
+void ts__dist_dev_pipe_free_plans(ts_dist *d);
 
 /* optimizer_shard 1 on the devices (dist_device_zero.c), after the CPU object planned its layout
  * (zero_impl.h): bind (the groups' collectives, buffers), the step's reduction (buckets

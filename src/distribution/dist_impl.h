@@ -106,6 +106,7 @@ struct ts_dist {
  * and store put on it after the build, the step's parts on it, its end with the object. */
 int ts__dist_dev_open(ts_dist *d);
 int ts__dist_dev_bind(ts_dist *d);
+struct ts__dev *ts__dist_dev_device(const ts_dist *d); /* the job's GPU (d->gpu set) */
 void ts__dist_dev_free(ts_dist *d);
 int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step, double *loss, float **g);
 int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits);

@@ -33,6 +33,7 @@ static void run_init_once(void) {
   ts__run_lowp_install(ts__run);
   ts__register_run_gpu(ts__run_gpu);
   ts__register_run_gpu_coll(ts__run_gpu);
+  ts__register_run_gpu_p2p(ts__run_gpu);
 }
 
 void ts__run_init(void) {

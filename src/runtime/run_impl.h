@@ -66,6 +66,7 @@ extern ts__run_fn ts__run[TS_OP_COUNT];
 extern ts__run_fn ts__run_gpu[TS_OP_COUNT];
 void ts__register_run_gpu(ts__run_fn *tab);
 void ts__register_run_gpu_coll(ts__run_fn *tab); /* run_gpu_coll.c */
+void ts__register_run_gpu_p2p(ts__run_fn *tab);  /* run_p2p.c: SEND/RECV staged through host memory */
 /* Device memory of at least `bytes` for the running node of a GPU plan (valid until the node
  * returns; grown by the plan, kept between runs). */
 int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out);
