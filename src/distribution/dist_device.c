@@ -27,7 +27,7 @@
 
 int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
   if (!strcmp(mode, "stand_alone")) return TS_OK;
-  if (!strcmp(mode, "pipeline")) return ts__dist_dev_pipe_check(cfg);
+  if (!strcmp(mode, "pipeline") || cfg->pipeline_stages > 1) return ts__dist_dev_pipe_check(cfg);
   if (strcmp(mode, "data_parallel") && strcmp(mode, "semi_auto_parallel") && strcmp(mode, "hybrid_parallel"))
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone, "
                         "data_parallel, semi_auto_parallel and hybrid_parallel do; the others come with issue #29, "

@@ -248,6 +248,10 @@ static void plan_gpus(FILE *b, const ts_config *cfg, const ts_dist_vt *vt, const
   else if (cfg->parallel.comm_backend == 2 || shared)
     fprintf(b, "; collectives: MPI staged through pinned host memory (%s)\n\n",
             shared ? "ranks share a GPU" : "parallel.comm_backend mpi");
+  else if (!strcmp(ts_dist_name(vt), "pipeline") || dc->pipeline_stages > 1)
+    fprintf(b, "; collectives: NCCL where every rank has a GPU of its own and it loads (else MPI staged through pinned "
+            "host memory), the gradients all-reduced over a stage's replicas; the activations between stages staged "
+            "through host memory (MPI send/recv)\n\n");
   else
     fprintf(b, "; collectives: NCCL where every rank has a GPU of its own and it loads (else MPI staged through pinned "
             "host memory)%s\n\n", !strcmp(ts_dist_name(vt), "data_parallel") && dc->accum == 1 && dc->overlap

@@ -15,8 +15,8 @@
 #      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process; with SyncBatchNorm
 #      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), what does not run on GPUs yet (pipeline stages, optimizer_shard 3, lamb
-#      with optimizer_shard);
+#      (naming them), what does not run on GPUs yet (optimizer sharding under a pipeline,
+#      optimizer_shard 3, lamb with optimizer_shard);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
 #      auto_parallel (the search's layout) follows the CPU ranks;
@@ -25,7 +25,10 @@
 #   8. optimizer_shard 1 (ZeRO-1) under data_parallel (a GPU each, sharing one) and with the GPT's
 #      tensor parallel 2 follows the CPU ranks; its checkpoint resumed on CPU ranks continues theirs;
 #      optimizer_shard 2 (ZeRO-2: the gradients in staging slots on the device, reduce-scattered
-#      during backward) with accumulation, and with the GPT's tensor parallel 2, the same.
+#      during backward) with accumulation, and with the GPT's tensor parallel 2, the same;
+#   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
+#      sharing one; 2 stages x 2 replicas on 4 ranks) follows the CPU ranks, its sliced checkpoint
+#      evaluated by one CPU process.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins;
 #        on a GPU machine TS_GPU_COUNT: its GPUs, with one the "GPU each" jobs share it, staged)
 set -u
@@ -248,6 +251,37 @@ job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
 job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
 same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||
   bad "GPT TP2 + optimizer_shard 2: $(paste "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" | tr '\n' ';')"
+# 9. pipeline stages on GPU ranks: a GPT with tied embeddings (their gradients summed over the
+# stages on the devices) cut in 2 stages, 4 micro-batches (1f1b; the activations between the GPUs
+# staged through host memory), clipping and evaluation: a GPU each, and interleaved_1f1b (2
+# virtual stages) sharing one; 2 stages x 2 data-parallel replicas on 4 GPU ranks; against the
+# same on CPU ranks; the GPU job's sliced checkpoint evaluated by one CPU process
+gpt "$tmp/pp.yaml"
+sed -i 's/^model: {name: gpt, n_layer: 2,/model: {name: gpt, tie_weights: true, n_layer: 4,/; s/eval_every: -1/eval_every: 2/; s/steps: 3,/steps: 4,/' "$tmp/pp.yaml"
+printf 'parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4}\n' >> "$tmp/pp.yaml"
+export FAKE_CUDA_COUNT=2
+job pp_cpu "$tmp/pp.yaml" CPU
+job pp_gpu "$tmp/pp.yaml" GPU --set checkpoint.dir="$tmp/ppck" --set checkpoint.save_last=true
+iv=(--set parallel.pipeline_schedule=interleaved_1f1b --set parallel.virtual_stages=2)
+job ppv_cpu "$tmp/pp.yaml" CPU "${iv[@]}"
+job ppv_shared "$tmp/pp.yaml" GPU "${iv[@]}" --set device_id=0
+grep -q "the pipeline's activations staged through host memory" "$tmp/pp_gpu.out" || bad "pipeline on GPUs: not said at the start: $(grep -m1 'collectives:' "$tmp/pp_gpu.out")"
+same_listing "$tmp/pp_gpu.txt" "$tmp/pp_cpu.txt" && same_listing "$tmp/ppv_shared.txt" "$tmp/ppv_cpu.txt" &&
+  ok "GPT in 2 pipeline stages on GPU ranks (tied embeddings, 4 micro-batches, a GPU each; interleaved sharing one): 4 steps and 2 evaluations follow the CPU ranks: $(tr '\n' ' ' < "$tmp/pp_gpu.txt" | cut -c1-80)" ||
+  bad "pipeline on GPUs vs CPU ranks: $(paste "$tmp/pp_gpu.txt" "$tmp/pp_cpu.txt" "$tmp/ppv_shared.txt" "$tmp/ppv_cpu.txt" | tr '\n' ';')"
+ck=$(ls -d "$tmp"/ppck/ckpt-* 2>/dev/null | tail -1)
+ev=$("$bin" eval "$tmp/pp.yaml" --checkpoint "${ck:-none}" --set parallel.mode=stand_alone --set parallel.pipeline_stages=1 --set parallel.micro_batches=0 2>&1 | grep -o 'loss [0-9.]*')
+want=$(grep '^eval' "$tmp/pp_cpu.txt" | tail -1 | awk '{printf "loss %.4f", $2}')
+[ -n "$ev" ] && [ "$ev" = "$want" ] && ok "the GPU pipeline's sliced checkpoint evaluated by one CPU process: $ev (the CPU ranks' last evaluation)" ||
+  bad "GPU pipeline's checkpoint on the CPU: '$ev' vs '$want' ($ck)"
+export FAKE_CUDA_COUNT=4
+for dev in CPU GPU; do
+  "${mpi4[@]}" "$bin" train "$tmp/pp.yaml" --set device_target=$dev --set train.steps=2 --set train.eval_every=-1 --set log.metrics="$tmp/pp4_$dev.jsonl" > "$tmp/pp4_$dev.out" 2>&1 ||
+    bad "PP2 x DP2 on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/pp4_$dev.out" | tail -3)"
+  loss_listing "$tmp/pp4_$dev.jsonl" > "$tmp/pp4_$dev.txt" 2>/dev/null
+done
+same_listing "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" && ok "2 pipeline stages x 2 data-parallel replicas on 4 GPU ranks follow 4 CPU ranks" ||
+  bad "pipeline x DP2 on GPUs vs CPU ranks: $(paste "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" | tr '\n' ';')"
 # 5. refusals: one line, exit 2, nothing trained
 export FAKE_CUDA_COUNT=1
 refuse() { # what expected-text [--set ...]
@@ -257,7 +291,7 @@ refuse() { # what expected-text [--set ...]
   else bad "$what: exit $rc: $(echo "$out" | grep -v '^-\|^$' | head -3)"; fi
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
-refuse "pipeline stages on GPUs" "parallel.pipeline_stages 2 (the pipeline layout) does not run on GPUs yet" --set parallel.pipeline_stages=2
+refuse "optimizer sharding under a pipeline on GPUs" "parallel.optimizer_shard 1 with parallel.pipeline_stages 2 does not run on GPUs yet" --set parallel.pipeline_stages=2 --set parallel.optimizer_shard=1 --set train.micro_batch_size=8
 refuse "optimizer_shard 3 on GPUs" "parallel.optimizer_shard 3 does not run on GPUs yet" --set parallel.optimizer_shard=3
 refuse "optimizer_shard 1 with lamb on GPUs" "optimizer lamb with parallel.optimizer_shard does not run on GPUs yet" --set parallel.optimizer_shard=1 --set optimizer.name=lamb
 exit $fail
