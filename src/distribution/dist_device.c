@@ -178,13 +178,14 @@ static int by_ready(const void *a, const void *b) { /* -1 (none) last; then by o
  * reduced over them, neighbours of one group merged. With one group through NCCL, one
  * micro-batch and parallel.overlap: ranges of about
  * bucket_size_mb, each ready after the last node writing into it, issued by the training plan's
- * hook on the communication stream. */
-static int reduce_plan(ts_dist *d) {
+ * hook on the communication stream. The ranks are base's (N of them, this one R): the world's, or
+ * a pipeline stage's (ts__dist_dev_reduce_plan, no overlap there). */
+static int reduce_plan_over(ts_dist *d, ts_comm *base, int N, int R, int may_overlap) {
   struct ts__dist_dev *g = G(d);
   const ts_dist_run *r = &d->r;
   ts_params *p = r->params;
-  int N = r->size, R = r->rank, np = ts_params_count(p), rc = TS_OK, nparts = 0;
-  if (!d->world || N < 2 || !g->hlen[1]) return TS_OK;
+  int np = ts_params_count(p), rc = TS_OK, nparts = 0;
+  if (!base || N < 2 || !g->hlen[1]) return TS_OK;
   int *part = malloc(sizeof(int) * (size_t)N), *parts = malloc(sizeof(int) * (size_t)N * (size_t)(np + 1));
   int *pg = malloc(sizeof(int) * (size_t)(np + 1)), *gi = malloc(sizeof(int) * (size_t)(np + 1));
   grad_ctx c = {r->g, g->hbase[1], g->hlen[1], calloc((size_t)(2 * np + 2), sizeof *c.b), 0, 2 * np + 2};
@@ -201,17 +202,17 @@ static int reduce_plan(ts_dist *d) {
     if (k == nparts) memcpy(parts + (size_t)nparts++ * N, part, sizeof(int) * (size_t)N);
     pg[i] = k;
   }
-  /* the groups in the same order on every rank (each split collective over the world) */
+  /* the groups in the same order on every rank (each split collective over base) */
   for (int k = 0; k < nparts && !rc; k++) {
     int whole = 1;
     for (int q = 0; q < N; q++) whole &= parts[(size_t)k * N + q] == parts[(size_t)k * N];
     ts_comm *sub = NULL;
-    if (whole) gi[k] = 0; /* the world's */
-    else if (!(rc = ts_comm_split(d->world, parts[(size_t)k * N + R], R, &sub)))
+    if (whole) rc = ts__dist_dev_group(g, base, 0, NULL, d->cfg.comm_backend, &gi[k]); /* base's (the world's: 0) */
+    else if (!(rc = ts_comm_split(base, parts[(size_t)k * N + R], R, &sub)))
       rc = ts__dist_dev_group(g, sub, 1, NULL, d->cfg.comm_backend, &gi[k]);
   }
   if (!rc && r->plan) rc = ts_params_each_binding(p, r->g, grad_one, &c);
-  int ov = !rc && r->plan && nparts == 1 && d->cfg.accum == 1 && d->cfg.overlap &&
+  int ov = !rc && may_overlap && r->plan && nparts == 1 && d->cfg.accum == 1 && d->cfg.overlap &&
            ts__dcoll_backend_of(g->grp[gi[0]].x) == TS__DCOLL_NCCL;
   double mb = d->cfg.bucket_mb > 0 ? d->cfg.bucket_mb : TS_BUCKET_MB_DEFAULT;
   size_t cap = ov ? (size_t)(mb * 1048576.0 / sizeof(float)) : (size_t)-1;
@@ -250,6 +251,8 @@ static int reduce_plan(ts_dist *d) {
   return rc;
 }
 
+int ts__dist_dev_reduce_plan(ts_dist *d, ts_comm *base, int N, int R) { return reduce_plan_over(d, base, N, R, 0); }
+
 /* Clipping with sliced parameters (as ts__dist_clip_sliced): the ranges of the flat gradients
  * whose slices the same number of ranks hold, neighbours merged; a device float for each sum. */
 static int clip_plan(ts_dist *d) {
@@ -284,12 +287,9 @@ static int clip_plan(ts_dist *d) {
 int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   struct ts__dist_dev *g = G(d);
   double t0 = ts_time_now();
-  int rc = TS_OK;
-  if (d->vt == &ts__dist_pipeline) {
-    rc = ts__dist_dev_pipe_reduce(d, gd);
-    *wait_ms = 1e3 * (ts_time_now() - t0);
-    return rc;
-  }
+  const int pipe = d->vt == &ts__dist_pipeline;
+  int rc = pipe ? ts__dist_dev_pipe_flush(d) : TS_OK; /* a pipeline's sends complete first */
+  if (rc) return rc;
   if (g->zgrp) { /* optimizer_shard: reduce-scattered, the replicated ones all-reduced */
     rc = ts__dist_dev_zero_reduce(d, gd);
     *wait_ms = 1e3 * (ts_time_now() - t0);
@@ -313,8 +313,10 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
     for (int j = 0; j < k; j++) seen |= g->bk[j].grp == g->bk[k].grp;
     if (!seen) rc = ts__dcoll_wait(g->grp[g->bk[k].grp].x, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
   }
+  if (rc) rc = ts_error_wrap(rc, "the gradients over the %d ranks", pipe ? ts__dist_dev_pipe_stage_ranks(d) : d->r.size);
+  if (!rc && pipe) rc = ts__dist_dev_pipe_tied(d, gd); /* then summed over the pipeline where several stages hold them */
   *wait_ms = 1e3 * (ts_time_now() - t0);
-  return rc ? ts_error_wrap(rc, "the gradients over the %d ranks", d->r.size) : TS_OK;
+  return rc;
 }
 
 int ts__dist_dev_sync_states(ts_dist *d) {
@@ -442,7 +444,7 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc) rc = plan_dcolls(d, r->plan);
   if (!rc) rc = plan_dcolls(d, r->plan_e);
   if (!rc && ts__zof(d)) rc = ts__dist_dev_zero_bind(d); /* optimizer_shard: the CPU object's layout */
-  else if (!rc) rc = reduce_plan(d);
+  else if (!rc && d->world) rc = reduce_plan_over(d, d->world, r->size, r->rank, 1);
   if (!rc && !ts__zof(d)) rc = clip_plan(d);
   if (!rc) rc = ts__dev_sync(v);
   return rc ? ts_error_wrap(rc, "device_target GPU: putting the model on %s", v->info.name) : TS_OK;
@@ -640,7 +642,8 @@ int ts_dist_device_info(const ts_dist *d, char *buf, size_t cap) {
   if (d->gpu->coll && n < cap) snprintf(buf + n, cap - n, "; collectives: %s", ts__dcoll_describe(d->gpu->coll));
   n = strlen(buf);
   if (d->gpu->ngrp > 1 && n < cap)
-    snprintf(buf + n, cap - n, " (and over %d groups of ranks: the plans' and the gradients')", d->gpu->ngrp - 1);
+    snprintf(buf + n, cap - n, " (and over %d group%s of ranks: the plans' and the gradients')", d->gpu->ngrp - 1,
+             d->gpu->ngrp > 2 ? "s" : "");
   n = strlen(buf);
   if (d->gpu->overlap && n < cap)
     snprintf(buf + n, cap - n, "; gradients in %d bucket%s overlapped with backward", d->gpu->nbk, d->gpu->nbk > 1 ? "s" : "");

@@ -105,16 +105,24 @@ int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size
  * mirrors'). */
 int ts__dist_dev_put_plan(ts_dist *d, ts_plan *p, const ts_graph *gr);
 
+/* The gradients' reduction over base's N ranks (this one R; no overlap): the trainable parameters
+ * by the partition of those ranks into the ones holding the same slice, each group's ranges
+ * all-reduced through its device collectives after backward (g->bk; a pipeline stage's). */
+int ts__dist_dev_reduce_plan(ts_dist *d, ts_comm *base, int N, int R);
+
 /* The pipeline layout on the devices (dist_device_pipe.c): what does not run there yet refused;
- * bind (after the store's copy: the plans, the stages' collectives, clipping's weights), start
- * (the parameters' broadcast over the stage's replicas), a step's schedule, the reduction (the
- * sends completed, replicas all-reduced, tied gradients summed), evaluation, BatchNorm's running
- * statistics averaged over the replicas. */
+ * bind (after the store's copy: the plans, the stages' collectives, the reduction's groups over
+ * the stage's ranks, clipping's weights), start (the parameters' broadcast over the stage's
+ * replicas), a step's schedule, the reduction's ends (before: the step's sends completed; after
+ * the stage's groups: the tied gradients summed over the pipeline), evaluation, BatchNorm's running
+ * statistics averaged over the replicas; the stage's ranks (messages). */
 int ts__dist_dev_pipe_check(const ts_dist_config *cfg);
 int ts__dist_dev_pipe_bind(ts_dist *d);
 int ts__dist_dev_pipe_start(ts_dist *d);
 int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step, double *loss, float **gout);
-int ts__dist_dev_pipe_reduce(ts_dist *d, float *gd);
+int ts__dist_dev_pipe_flush(ts_dist *d);
+int ts__dist_dev_pipe_tied(ts_dist *d, float *gd);
+int ts__dist_dev_pipe_stage_ranks(const ts_dist *d);
 int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const float **logits);
 int ts__dist_dev_pipe_sync_states(ts_dist *d);
 /* the pieces' plans freed (device memory) but d->r's, which the caller frees last (the scratch's owner) */

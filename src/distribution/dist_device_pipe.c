@@ -2,19 +2,22 @@
  * plan on the rank's GPU, run in the order of the rank's schedule as on the CPU.
  *   bind: the plans put on the device (the store's bindings moved onto its device copy; dist_pipe.c
  *     put them there before sharing one scratch arena), the stage's replicas' device collectives
- *     (their gradients, BatchNorm's statistics, the parameters' broadcast) and, with parameters
- *     several stages hold, the pipeline's (their gradients summed); clipping's ranges (each
- *     parameter weighted as clip_pipe weighs it: counted by one stage, 1 / its holders);
+ *     (BatchNorm's statistics, the parameters' broadcast), semi_auto's slots inside the stages,
+ *     the gradients' groups over the stage's ranks and, with parameters several stages hold, the
+ *     pipeline's (their gradients summed); clipping's ranges (each parameter weighted as clip_pipe
+ *     weighs it: counted by one stage, 1 / its holders);
  *   a step: the rank's rows of every micro-batch copied in once, each forward bound to its
  *     micro-batch's rows, the loss copied out where the piece computes it, each backward's gradient
  *     ranges added up on the device; the activations cross between stages through the SEND/RECV
  *     nodes' GPU adapters (runtime/run_p2p.c: staged through host memory over the pipeline's
  *     communicator, the CPU's messages);
- *   the reduction: the step's sends completed, the gradients all-reduced over the stage's replicas,
- *   the tied ones summed over the pipeline, on the devices;
+ *   the reduction: the step's sends completed, the gradients all-reduced over the stage's ranks
+ *   holding the same slice (dist_device.c's groups), the tied ones summed over the pipeline, on
+ *   the devices;
  *   evaluation: the pieces in order, the logits copied out of the last and broadcast as on the CPU.
- * Not yet on GPUs (refused before training, naming the key): semi_auto_parallel over several ranks
- * inside a stage, and optimizer sharding under a pipeline. */
+ * semi_auto_parallel inside the stages: the pass's slots get device collectives, the gradients are
+ * reduced over the stage's ranks holding the same slice (ts__dist_dev_reduce_plan over the stage).
+ * Not yet on GPUs (refused before training, naming the key): optimizer sharding under a pipeline. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,16 +34,19 @@ int ts__dist_dev_pipe_check(const ts_dist_config *cfg) {
   return TS_OK;
 }
 
-static int put(ts_dist *d, ts_plan *p, const ts_graph *gr) {
+/* plan p of graph gr on the device; its slots' device collectives: semi_auto's (grp indices
+ * slot[0..ns)), or slot 0 the stage's replicas (SyncBatchNorm); the pipeline's slot is its host
+ * messages' */
+static int put(ts_dist *d, ts_plan *p, const ts_graph *gr, const int *slot, int ns) {
   struct ts__dist_dev *g = G(d);
-  struct ts__pipe *pp = PIPE(d);
   int rc = ts__dist_dev_put_plan(d, p, gr), l;
-  /* slot 0: the stage's replicas (SyncBatchNorm); the pipeline's slot is its host messages' */
-  if (!rc && g->pdp >= 0) rc = ts_plan_set_dcoll(p, 0, g->grp[g->pdp].x);
-  (void)pp;
+  for (int q = 0; q < ns && !rc; q++) rc = ts_plan_set_dcoll(p, q, g->grp[slot[q]].x);
+  if (!rc && !ns && g->pdp >= 0) rc = ts_plan_set_dcoll(p, 0, g->grp[g->pdp].x);
   if (!rc && (l = ts_plan_node_live(p, 0)) < 0) rc = l;
   return rc;
 }
+
+int ts__dist_dev_pipe_stage_ranks(const ts_dist *d) { return PIPE(d)->dp * PIPE(d)->sub; }
 
 int ts__dist_dev_pipe_bind(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
@@ -48,21 +54,26 @@ int ts__dist_dev_pipe_bind(ts_dist *d) {
   ts_params *p = d->r.params;
   int rc = ts__dist_dev_pipe_check(&d->cfg);
   if (rc) return rc;
-  if (pp->semi && pp->sub > 1)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: semi_auto_parallel inside pipeline stages (%d ranks a stage: "
-                        "parallel.pipeline_stages %d on %d ranks) does not run on GPUs yet (a rank a stage, and "
-                        "data-parallel replicas of the stages, do; docs/gpu.md)", pp->sub, pp->P, d->r.size);
   g->pdp = g->ppg = -1;
-  /* the device collectives: the stage's replicas', then the pipeline's (each collective over
-   * its ranks, in this order on every rank) */
-  if (d->world && pp->dp > 1) rc = ts__dist_dev_group(g, pp->dpc, 0, NULL, d->cfg.comm_backend, &g->pdp);
+  /* the device collectives (each collective over its ranks, in this order on every rank): the
+   * stage's replicas', semi_auto's slots inside the stage (training, evaluation), the groups
+   * reducing the gradients over the stage's ranks, the pipeline's */
+  int ns = pp->semi ? pp->pass.nslots : 0, nse = pp->semi ? pp->pass.neslots : 0;
+  int *slot = calloc((size_t)(ns + nse) + 1, sizeof(int));
+  if (!slot) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
+  if (d->world && !pp->semi && pp->dp > 1) rc = ts__dist_dev_group(g, pp->dpc, 0, NULL, d->cfg.comm_backend, &g->pdp);
+  for (int q = 0; q < ns + nse && !rc; q++)
+    rc = ts__dist_dev_group(g, q < ns ? pp->pass.slots[q] : pp->pass.eslots[q - ns], 0, NULL, d->cfg.comm_backend,
+                            &slot[q]);
+  if (!rc && d->world) rc = ts__dist_dev_reduce_plan(d, pp->dpc, pp->dp * pp->sub, pp->semi ? pp->j : pp->dpi);
   if (!rc && d->world && pp->tied_total) rc = ts__dist_dev_group(g, pp->pp, 0, NULL, d->cfg.comm_backend, &g->ppg);
   for (int cc = 0; cc < pp->V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
-    for (int k = 0; k < ch->K && !rc; k++) rc = put(d, ch->plan[k], ch->sg.g);
-    if (!rc) rc = put(d, ch->plan_e, ch->se.g);
+    for (int k = 0; k < ch->K && !rc; k++) rc = put(d, ch->plan[k], ch->sg.g, slot, ns);
+    if (!rc) rc = put(d, ch->plan_e, ch->se.g, slot + ns, nse);
     if (!rc && ch->se.x != TS_NONE) rc = ts_plan_bind(ch->plan_e, ch->se.x, g->xe);
   }
+  free(slot);
   if (rc == TS_EUNSUPPORTED) return ts_error_wrap(rc, "device_target GPU");
   if (!rc && pp->tied_total) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * pp->tied_total, (void **)&g->tied);
   /* clipping: each parameter the stage counts, weighted 1 / the stage's ranks holding it */
@@ -82,6 +93,9 @@ int ts__dist_dev_pipe_start(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   struct ts__pipe *pp = PIPE(d);
   ts_params *p = d->r.params;
+  if (d->cfg.parameter_broadcast && pp->semi)
+    return ts_error_set(TS_ECONFIG, "parallel.parameter_broadcast: the parameters are held as slices (each rank "
+                        "initialises its own from the counter-based RNG, identical to the whole model's)");
   if (!d->cfg.parameter_broadcast || g->pdp < 0) return TS_OK;
   /* the first replica's parameters and states to the others of the stage */
   ts__dcoll *x = g->grp[g->pdp].x;
@@ -165,24 +179,22 @@ int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t 
   return rc;
 }
 
-/* the step's sends completed; the gradients over the stage's replicas, the tied ones summed over
- * the pipeline (every rank of it with the same layout: a rank without one adds zeros) */
-int ts__dist_dev_pipe_reduce(ts_dist *d, float *gd) {
-  struct ts__dist_dev *g = G(d);
+int ts__dist_dev_pipe_flush(ts_dist *d) {
   struct ts__pipe *pp = PIPE(d);
-  ts_params *p = d->r.params;
   double tf = ts_time_now();
   int rc = pp->p2p ? ts_comm_flush_sends(pp->p2p) : TS_OK;
   span(d, "pipeline_p2p_flush", 1, tf);
-  if (rc) return ts_error_wrap(rc, "pipeline: completing the step's sends");
-  if (g->pdp >= 0 && g->hlen[1]) {
-    ts__dcoll *x = g->grp[g->pdp].x;
-    rc = ts__dcoll_allreduce(x, gd, gd, ts_params_numel(p), TS_F32, d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
-    if (!rc) rc = ts__dcoll_wait(x, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
-    if (rc) return ts_error_wrap(rc, "the gradients over pipeline stage %d's %d replicas", pp->stage, pp->dp);
-  }
+  return rc ? ts_error_wrap(rc, "pipeline: completing the step's sends") : TS_OK;
+}
+
+/* after the stage's reduction: the tied gradients summed over the pipeline (every rank of it with
+ * the same layout: a rank without one adds zeros) */
+int ts__dist_dev_pipe_tied(ts_dist *d, float *gd) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__pipe *pp = PIPE(d);
+  ts_params *p = d->r.params;
   if (!pp->tied_total || g->ppg < 0) return TS_OK;
-  rc = ts__dev_memset0(g->dev, g->tied, sizeof(float) * pp->tied_total, NULL);
+  int rc = ts__dev_memset0(g->dev, g->tied, sizeof(float) * pp->tied_total, NULL);
   for (int t = 0; t < pp->ntied && !rc; t++) {
     int l = pp->tied_local[t];
     if (l < 0) continue;

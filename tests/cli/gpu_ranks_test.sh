@@ -27,8 +27,8 @@
 #      optimizer_shard 2 (ZeRO-2: the gradients in staging slots on the device, reduce-scattered
 #      during backward) with accumulation, and with the GPT's tensor parallel 2, the same;
 #   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
-#      sharing one; 2 stages x 2 replicas on 4 ranks) follows the CPU ranks, its sliced checkpoint
-#      evaluated by one CPU process.
+#      sharing one; 2 stages x 2 replicas and 2 stages of tensor parallel 2 on 4 ranks) follows the
+#      CPU ranks, its sliced checkpoint evaluated by one CPU process.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins;
 #        on a GPU machine TS_GPU_COUNT: its GPUs, with one the "GPU each" jobs share it, staged)
 set -u
@@ -274,14 +274,21 @@ ev=$("$bin" eval "$tmp/pp.yaml" --checkpoint "${ck:-none}" --set parallel.mode=s
 want=$(grep '^eval' "$tmp/pp_cpu.txt" | tail -1 | awk '{printf "loss %.4f", $2}')
 [ -n "$ev" ] && [ "$ev" = "$want" ] && ok "the GPU pipeline's sliced checkpoint evaluated by one CPU process: $ev (the CPU ranks' last evaluation)" ||
   bad "GPU pipeline's checkpoint on the CPU: '$ev' vs '$want' ($ck)"
+# and 2 stages of tensor parallel 2 (semi_auto_parallel inside the stages: the pass's slots on the
+# devices, the replicated parameters' gradients over their holders in the stage) on 4 GPU ranks
+{ sed '/^parallel:/d; s/tie_weights: true, //' "$tmp/pp.yaml"; printf 'parallel:\n  mode: semi_auto_parallel\n  pipeline_stages: 2\n  micro_batches: 2\n'; gpt_strategies 1 2; } > "$tmp/pptp.yaml"
 export FAKE_CUDA_COUNT=4
-for dev in CPU GPU; do
-  "${mpi4[@]}" "$bin" train "$tmp/pp.yaml" --set device_target=$dev --set train.steps=2 --set train.eval_every=-1 --set log.metrics="$tmp/pp4_$dev.jsonl" > "$tmp/pp4_$dev.out" 2>&1 ||
-    bad "PP2 x DP2 on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/pp4_$dev.out" | tail -3)"
-  loss_listing "$tmp/pp4_$dev.jsonl" > "$tmp/pp4_$dev.txt" 2>/dev/null
+for c in pp pptp; do
+  for dev in CPU GPU; do
+    "${mpi4[@]}" "$bin" train "$tmp/$c.yaml" --set device_target=$dev --set train.steps=2 --set train.eval_every=-1 --set log.metrics="$tmp/${c}4_$dev.jsonl" > "$tmp/${c}4_$dev.out" 2>&1 ||
+      bad "$c on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/${c}4_$dev.out" | tail -3)"
+    loss_listing "$tmp/${c}4_$dev.jsonl" > "$tmp/${c}4_$dev.txt" 2>/dev/null
+  done
 done
 same_listing "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" && ok "2 pipeline stages x 2 data-parallel replicas on 4 GPU ranks follow 4 CPU ranks" ||
   bad "pipeline x DP2 on GPUs vs CPU ranks: $(paste "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" | tr '\n' ';')"
+same_listing "$tmp/pptp4_GPU.txt" "$tmp/pptp4_CPU.txt" && ok "2 pipeline stages of tensor parallel 2 on 4 GPU ranks follow 4 CPU ranks" ||
+  bad "pipeline x TP2 on GPUs vs CPU ranks: $(paste "$tmp/pptp4_GPU.txt" "$tmp/pptp4_CPU.txt" | tr '\n' ';')"
 # 5. refusals: one line, exit 2, nothing trained
 export FAKE_CUDA_COUNT=1
 refuse() { # what expected-text [--set ...]
