@@ -7,7 +7,8 @@ Model.predict within 1e-5; the checkpoint loaded into the one-process network pr
 gradients_mean=False (each rank's loss seeded 1, so every gradient is N times the one process's)
 the run equals the one process with N times the learning rate (Momentum is linear in the
 gradient; its buffers hold N times the gradients); the same network through AllGather and
-ReduceScatter(MEAN) under -n 2 against one process too; every refusal's message (hybrid_train.py refusals)."""
+ReduceScatter(MEAN) under -n 2 against one process too; every refusal's message (hybrid_train.py refusals);
+the -n 2 run on GPUs (device_target="GPU", the stand-ins) against the one CPU process."""
 import json
 import os
 import shutil
@@ -104,6 +105,33 @@ class TestHybrid(unittest.TestCase):
 
     def test_refusals(self):
         self.job(None, "refusals", "r")
+
+    def test_gpu_np2(self):
+        """set_context(device_target="GPU") under -n 2, a GPU each (the stand-in driver's emulated
+        GPUs and the stand-in NCCL built beside TESSERA_BIN; skipped without them): the hand-placed
+        AllReduce and the bias's gradient sum on the devices; the same run as one CPU process
+        (losses, the gathered checkpoints, eval, predict); without a driver the script is refused
+        naming device_target (so the GPU run did run there)."""
+        b = os.path.dirname(os.path.abspath(shutil.which(pyutil.tessera_bin()) or pyutil.tessera_bin()))
+        fc, fn = os.path.join(b, "libfakecuda.so"), os.path.join(b, "libfakenccl.so")
+        if not (os.path.exists(fc) and os.path.exists(fn)):
+            self.skipTest("no stand-in driver and NCCL beside %s" % pyutil.tessera_bin())
+        if os.environ.get("TS_EMU") == "0":  # (set by the build: python/python.cmake)
+            self.skipTest("the sanitizers' build: its stand-in driver records launches without running them")
+        keep = dict(os.environ)
+        os.environ.update(TESSERA_LIBCUDA=fc, TESSERA_LIBNCCL=fn, FAKE_CUDA_COUNT="2", TESSERA_GPU_GEMM="tessera")
+        try:
+            self.same_run(self.job(2, "hybrid", "gpu2", "--device", "GPU"))
+            os.environ["TESSERA_LIBCUDA"] = os.path.join(self.dir, "no-driver.so")
+            d = os.path.join(self.dir, "nodrv")
+            os.makedirs(d, exist_ok=True)
+            rc, log = pyutil.run(pyutil.mpirun(2) + [sys.executable, SCRIPT, "hybrid", d, "--device", "GPU"], self.dir,
+                                 timeout=120)
+            self.assertNotEqual(rc, 0)
+            self.assertIn("device_target GPU: no NVIDIA driver", log)
+        finally:
+            os.environ.clear()
+            os.environ.update(keep)
 
 
 if __name__ == "__main__":

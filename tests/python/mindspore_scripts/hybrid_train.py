@@ -6,7 +6,7 @@ ranks cut, so checkpoints hold the whole tensor):
              -> relu -> @ w2[block r, :]  (row-parallel: a partial sum)
              -> AllReduce(SUM) placed by hand -> + bias (replicated) -> softmax cross-entropy
 
-    mpirun -n N python3 hybrid_train.py hybrid OUT [--no-mean] [--lr LR] [--gather]
+    mpirun -n N python3 hybrid_train.py hybrid OUT [--no-mean] [--lr LR] [--gather] [--device GPU]
     python3 hybrid_train.py single OUT [--lr LR] [--load CKPT]       (the same network, one process)
     python3 hybrid_train.py refusals OUT                              (every refusal's message)
 
@@ -37,9 +37,10 @@ parser.add_argument("--no-mean", action="store_true")
 parser.add_argument("--lr", type=float, default=0.2)
 parser.add_argument("--load")
 parser.add_argument("--gather", action="store_true", help="hybrid: GatherNet (AllGather, ReduceScatter)")
+parser.add_argument("--device", default="CPU", choices=["CPU", "GPU"], help="set_context's device_target")
 args = parser.parse_args()
 
-ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+ms.set_context(mode=ms.GRAPH_MODE, device_target=args.device)
 init()
 ms.set_seed(5)
 RANK, SIZE = get_rank(), get_group_size()
