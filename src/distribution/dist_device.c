@@ -32,10 +32,6 @@ int ts__dist_dev_check(const char *mode, const ts_dist_config *cfg) {
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.mode %s does not run on GPUs yet (stand_alone, "
                         "data_parallel, semi_auto_parallel and hybrid_parallel do; the others come with issue #29, "
                         "docs/gpu.md)", mode);
-  if (cfg->optimizer_shard > 2)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stages 1 "
-                        "and 2 do; stage 3 needs the parameter gathers on the device; docs/gpu.md)",
-                        cfg->optimizer_shard);
   return TS_OK;
 }
 
@@ -398,7 +394,8 @@ int ts__dist_dev_bind(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   ts_dist_run *r = &d->r;
   ts__dev *v = g->dev;
-  g->hbase[0] = (const char *)ts_params_data(r->params), g->hlen[0] = sizeof(float) * ts_params_numel(r->params);
+  g->hbase[0] = (const char *)ts_params_data(r->params); /* none under optimizer_shard 3: the shards */
+  g->hlen[0] = g->hbase[0] ? sizeof(float) * ts_params_numel(r->params) : 0;
   g->hbase[1] = (const char *)ts_params_grads(r->params); /* none under optimizer_shard 2: the staging slots */
   g->hlen[1] = g->hbase[1] ? sizeof(float) * ts_params_numel(r->params) : 0;
   g->hbase[2] = (const char *)ts_params_states(r->params), g->hlen[2] = sizeof(float) * ts_params_state_numel(r->params);
@@ -486,6 +483,7 @@ int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits) {
   const char *src = (const char *)x + xs * (size_t)(d->cfg.eval_batch / r->eval_parts * r->eval_index);
   int rc = ts__dev_copy(g->dev, g->xe, src, g->xes, TS__H2D, NULL);
   if (!rc) rc = ts_plan_run(r->plan_e, 0);
+  if (!rc) rc = ts__dist_dev_zero_gathered(d, 1); /* optimizer_shard 3's gathers */
   if (!rc) rc = ts__dev_copy(g->dev, g->logits, ts_plan_data(r->plan_e, r->logits), sizeof(float) * g->nlogits,
                              TS__D2H, NULL);
   if (!rc) rc = ts__dev_sync(g->dev);
@@ -613,6 +611,7 @@ int ts_dist_to_host(ts_dist *d, ts_optim *o) {
   size_t ext = o ? ts_optim_extent(o) : 0;
   for (int k = 0; o && k < ts_optim_num_slots(o) && k < 2 && g->slots[k] && !rc; k++)
     rc = ts__dev_copy(g->dev, ts_optim_slot_data(o, k), g->slots[k], sizeof(float) * ext, TS__D2H, NULL);
+  if (!rc) rc = ts__dist_dev_zero_move(d, 1); /* optimizer_shard 3's parameters */
   if (!rc) rc = ts__dev_sync(g->dev);
   if (!rc) g->host_stale = 0;
   return rc ? ts_error_wrap(rc, "copying the model from the GPU") : TS_OK;
@@ -627,6 +626,7 @@ int ts_dist_to_device(ts_dist *d, ts_optim *o) {
   size_t ext = o ? ts_optim_extent(o) : 0;
   for (int k = 0; o && k < ts_optim_num_slots(o) && k < 2 && g->slots[k] && !rc; k++)
     rc = ts__dev_copy(g->dev, g->slots[k], ts_optim_slot_data(o, k), sizeof(float) * ext, TS__H2D, NULL);
+  if (!rc) rc = ts__dist_dev_zero_move(d, 0);
   if (!rc) rc = ts__dev_sync(g->dev);
   if (!rc) g->host_stale = 0;
   return rc ? ts_error_wrap(rc, "copying the model to the GPU") : TS_OK;

@@ -59,6 +59,15 @@ struct ts__dist_dev {
     int k, last;
   } *zord;
   int nzord, znext, zacc, zrc;
+  /* optimizer_shard 3: the rank's parameters (wp: R + P), the gather slots on the device, each
+   * plan's gathers in the order they are due (training, evaluation: a hook each) */
+  float *zwp, **zgslot;
+  int nzgslot;
+  struct ts__zgat {
+    ts_dist *d;
+    ts_plan *plan;
+    int next, rc;
+  } zgat[2];
   /* the pipeline layout (dist_device_pipe.c): the device collectives (grp index, -1: none) of the
    * stage's replicas and of the pipeline (its tied parameters' gradients summed in `tied`) */
   int pdp, ppg;
@@ -141,6 +150,12 @@ int ts__dist_dev_zero_mirror(ts_dist *d);
  * replace or are added to the rank's; after, the buckets the run left reduce-scattered and (with
  * accumulation) the replicated gradients added up; the hook's failure reported. */
 void ts__dist_dev_zero_before(ts_dist *d, int64_t k);
+/* optimizer_shard 3: the status of the last run of the training (0) or evaluation (1) plan's
+ * gathers. */
+int ts__dist_dev_zero_gathered(ts_dist *d, int which);
+/* optimizer_shard 3: the rank's parameters (the work layout) copied to the host's wp (to_host) or
+ * from it. */
+int ts__dist_dev_zero_move(ts_dist *d, int to_host);
 int ts__dist_dev_zero_after(ts_dist *d, int64_t k);
 int ts__dist_dev_zero_reduce(ts_dist *d, float *gd);
 int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c);

@@ -1,4 +1,4 @@
-/* Optimizer-state sharding, stages 1 and 2 (ZeRO-1/2, parallel.optimizer_shard 1 and 2), on GPU ranks: the layout
+/* Optimizer-state sharding, stages 1 to 3 (ZeRO-1/2/3, parallel.optimizer_shard), on GPU ranks: the layout
  * the CPU's sync object planned (dist_zero.c's head, zero_impl.h: the ranks holding the same
  * slices in groups; each group's sharded parameters in buckets cut into N parts of ceil(len / N)
  * elements, the rank owning its place's part of each; the replicated parameters packed into a
@@ -21,8 +21,13 @@
  * written into the work buffer (micro-steps after the first: added); the replicated gradients,
  * bound into the work buffer (with accumulation: a buffer of R added up there after each
  * micro-step), are all-reduced per group at the step's end; clipping and the update read the parts
- * there. Stage 3, hybrid shard groups, 16-bit working weights and LAMB are refused before training
- * (dist_device.c, below). */
+ * there.
+ * Stage 3 (ZeRO-3): the rank's parameters (wp, the work layout) and the gather slots get device
+ * copies too; the host's gather hooks are removed and a hook on each plan (training, evaluation)
+ * queues each gather of gather.c's list on the compute stream before the node it names (the rank's
+ * part padded, all-gathered over the group, the unit copied into its slot); the update runs on wp
+ * in place, nothing gathered after it. Hybrid shard groups, 16-bit working weights and LAMB are
+ * refused before training (below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +55,7 @@ static int mirror(struct ts__dist_dev *g, const void *h, size_t bytes, void *dv)
 int ts__dist_dev_zero_mirror(ts_dist *d) {
   struct ts__dist_dev *g = G(d);
   struct ts__zero *z = ts__zof(d);
-  if (!d->world || !z || !z->staged || z->stage3 || z->low != TS_F32) return TS_OK; /* (the others refused in bind) */
+  if (!d->world || !z || !z->staged || z->low != TS_F32) return TS_OK; /* (the others refused in bind) */
   int ns = 0, rc = TS_OK;
   if (!(g->zslot0 = calloc((size_t)z->ng + 1, sizeof(int)))) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   for (int k = 0; k < z->ng; k++) g->zslot0[k] = ns, ns += ts__buckets_num_slots(z->g[k].bk);
@@ -69,7 +74,23 @@ int ts__dist_dev_zero_mirror(ts_dist *d) {
   if (!rc) rc = mirror(g, z->wg, sizeof(float) * (z->R + z->P), g->zwg);
   if (!rc && z->rg) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + 1), (void **)&g->zrg);
   if (!rc && z->rg) rc = mirror(g, z->rg, sizeof(float) * z->R, g->zrg);
-  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard 2: the staging slots on the GPU") : TS_OK;
+  if (!rc && z->stage3) { /* the rank's parameters (initialised on the host) and the gather slots */
+    rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (z->R + z->P + 1), (void **)&g->zwp);
+    if (!rc) rc = ts__dev_copy(g->dev, g->zwp, z->wp, sizeof(float) * (z->R + z->P), TS__H2D, NULL);
+    if (!rc) rc = mirror(g, z->wp, sizeof(float) * (z->R + z->P), g->zwp);
+    int nq = ts__gather_num_slots(z->gt);
+    if (!rc && !(g->zgslot = calloc((size_t)nq + 1, sizeof(float *)))) rc = ts_error_set(TS_ENOMEM, "GPU: out of memory");
+    g->nzgslot = rc ? 0 : nq;
+    for (int q = 0; q < nq && !rc; q++) {
+      size_t n = 0;
+      float *h = ts__gather_slot_buf(z->gt, q, &n);
+      if (!h) continue;
+      rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * n, (void **)&g->zgslot[q]);
+      if (!rc) rc = mirror(g, h, sizeof(float) * n, g->zgslot[q]);
+    }
+  }
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard %d: the staging slots on the GPU", d->cfg.optimizer_shard)
+            : TS_OK;
 }
 
 static int by_last(const void *a, const void *b) { /* by the node completing it, then bucket order */
@@ -115,12 +136,59 @@ static void zero_hook(const ts_hook_info *e, void *user) {
     if ((g->zrc = issue(d, g->znext++))) return;
 }
 
+/* Stage 3: unit u (bucket u) all-gathered into its slot on the compute stream, before the node
+ * that reads it first (after every earlier reader of the slot's previous unit): the rank's part
+ * padded to the group's equal parts, the N parts gathered, the unit's elements copied in. */
+static int gather(ts_dist *d, int u) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  int q = -1;
+  const ts__gather_unit *un = ts__gather_unit_at(z->gt, u, &q);
+  if (!un || u >= z->nb || q < 0 || q >= g->nzgslot || !g->zgslot[q])
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard 3: gather unit %d has no slot on the GPU", u);
+  const part *pt = &z->pt[u];
+  size_t c = pt->counts[0], N = (size_t)z->g[pt->grp].N;
+  float *mine = g->zpad + N * c;
+  int rc = pt->n ? ts__dev_copy(g->dev, mine, g->zwp + un->src, sizeof(float) * pt->n, TS__D2D, NULL) : TS_OK;
+  if (!rc && pt->n < c) rc = ts__dev_memset0(g->dev, mine + pt->n, sizeof(float) * (c - pt->n), NULL);
+  if (!rc) rc = ts__dcoll_allgather(zx(g, pt->grp), mine, g->zpad, c, TS_F32, NULL);
+  if (!rc) rc = ts__dev_copy(g->dev, g->zgslot[q], g->zpad, sizeof(float) * un->len, TS__D2D, NULL);
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard 3: all-gather of parameter unit %d", u) : TS_OK;
+}
+
+/* a plan's gathers (stage 3): each queued as the node waiting for it is about to be, in the order
+ * every rank's same plan has them */
+static void gather_hook(const ts_hook_info *e, void *user) {
+  struct ts__zgat *a = user;
+  struct ts__zero *z = ts__zof(a->d);
+  int node, unit;
+  if (e->event == TS_HOOK_RUN_BEGIN) a->next = 0, a->rc = TS_OK;
+  if (e->event != TS_HOOK_NODE_BEGIN || a->rc) return;
+  while (ts__gather_op(z->gt, a->plan, a->next, &node, &unit) && node <= e->node) {
+    a->next++;
+    if ((a->rc = gather(a->d, unit))) return;
+  }
+}
+
+int ts__dist_dev_zero_gathered(ts_dist *d, int which) {
+  const struct ts__zgat *a = &G(d)->zgat[which & 1];
+  return a->plan ? a->rc : TS_OK;
+}
+
+int ts__dist_dev_zero_move(ts_dist *d, int to_host) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  if (!g || !z || !g->zwp) return TS_OK;
+  size_t b = sizeof(float) * (z->R + z->P);
+  return to_host ? ts__dev_copy(g->dev, z->wp, g->zwp, b, TS__D2H, NULL) : ts__dev_copy(g->dev, g->zwp, z->wp, b, TS__H2D, NULL);
+}
+
 void ts__dist_dev_zero_before(ts_dist *d, int64_t k) { G(d)->zacc = k > 0; }
 
 int ts__dist_dev_zero_after(ts_dist *d, int64_t k) {
   struct ts__dist_dev *g = G(d);
   struct ts__zero *z = ts__zof(d);
-  int rc = g->zrc;
+  int rc = g->zrc ? g->zrc : ts__dist_dev_zero_gathered(d, 0);
   while (!rc && g->znext < g->nzord) rc = issue(d, g->znext++); /* those no node completed */
   if (!rc && g->zrg && z->R) /* the micro-steps' replicated gradients added up in the work buffer */
     rc = ts__gpu_axpby(g->dev, 1.0f, g->zrg, k ? 1.0f : 0.0f, g->zwg, (int64_t)z->R, NULL);
@@ -142,7 +210,16 @@ static int stage_order(ts_dist *d, struct ts__zero *z) {
   }
   g->nzord = z->nb;
   qsort(g->zord, (size_t)g->nzord, sizeof *g->zord, by_last);
-  return ts_plan_add_hook(d->r.plan, zero_hook, d);
+  int rc = TS_OK;
+  if (z->stage3) { /* the gathers: the device's hooks instead of the host's (before the buckets' on the plan) */
+    ts__gather_detach(z->gt);
+    ts_plan *pl[2] = {d->r.plan, d->r.plan_e};
+    for (int k = 0; k < 2 && !rc; k++) {
+      g->zgat[k] = (struct ts__zgat){d, pl[k], 0, TS_OK};
+      if (pl[k]) rc = ts_plan_add_hook(pl[k], gather_hook, &g->zgat[k]);
+    }
+  }
+  return rc ? rc : ts_plan_add_hook(d->r.plan, zero_hook, d);
 }
 
 int ts__dist_dev_zero_bind(ts_dist *d) {
@@ -153,9 +230,9 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard with 16-bit working weights "
                         "(parallel.optimizer_shard_weights under amp O2/O3) does not run on GPUs yet; set "
                         "parallel.optimizer_shard_weights: f32 (docs/gpu.md)");
-  if (z->stage3 || (!z->staged && !z->inplace))
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (stages 1 "
-                        "and 2 do; docs/gpu.md)", d->cfg.optimizer_shard);
+  if (!z->staged && !z->inplace)
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (docs/gpu.md)",
+                        d->cfg.optimizer_shard);
   int rc = TS_OK;
   g->zgrp = malloc(sizeof(int) * (size_t)(z->ng + 1));
   if (!g->zgrp) return ts_error_set(TS_ENOMEM, "GPU: out of memory (optimizer shards)");
@@ -163,7 +240,7 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
   for (int k = 0; k < z->ng && !rc; k++) {
     if (z->g[k].X > 1)
       rc = ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard_group %d does not run on GPUs yet "
-                        "(plain optimizer_shard 1 and 2 do; docs/gpu.md)", d->cfg.shard_group);
+                        "(plain optimizer_shard does; docs/gpu.md)", d->cfg.shard_group);
     else rc = ts__dist_dev_group(g, z->g[k].scomm, 0, NULL, d->cfg.comm_backend, &g->zgrp[k]);
   }
   size_t most = 1;
@@ -182,8 +259,11 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
 
 void ts__dist_dev_zero_free(struct ts__dist_dev *g) {
   ts__dev_free(g->dev, g->zwg), ts__dev_free(g->dev, g->zpad), ts__dev_free(g->dev, g->zres);
-  ts__dev_free(g->dev, g->zrg);
+  ts__dev_free(g->dev, g->zrg), ts__dev_free(g->dev, g->zwp);
   for (int k = 0; k < g->nzslot; k++) ts__dev_free(g->dev, g->zslot[k]);
+  for (int k = 0; k < g->nzgslot; k++) ts__dev_free(g->dev, g->zgslot[k]);
+  free(g->zgslot);
+  g->zgslot = NULL, g->zwp = NULL, g->nzgslot = 0;
   ts__dev_host_free(g->dev, g->zres_h);
   free(g->zgrp), free(g->zslot), free(g->zslot0), free(g->zord), free(g->mir);
   g->zgrp = NULL, g->zslot = NULL, g->zslot0 = NULL, g->zord = NULL, g->mir = NULL;
@@ -289,8 +369,10 @@ int ts__dist_dev_zero_step(ts_dist *d, ts_optim *o, const float *gd, float lr) {
     if (locate(g, z, gd, sg->offset, &flat, &gr))
       return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no part of this "
                           "rank", sg->name, sg->offset);
-    rc = ts__dist_dev_update(d, o, params + flat, gr, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+    float *pw = z->stage3 ? g->zwp + sg->offset : params + flat; /* stage 3: the work layout is the parameters' */
+    rc = ts__dist_dev_update(d, o, pw, gr, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
   }
+  if (z->stage3) return rc; /* gathered before use, not after the update */
   /* every bucket all-gathered in place: the rank's part padded to c, the N parts gathered */
   for (int k = 0; k < z->nb && !rc; k++) {
     const part *q = &z->pt[k];

@@ -331,6 +331,34 @@ int ts__gather_attach(ts__gather *gt, const float *src) {
   return TS_OK;
 }
 
+void ts__gather_detach(ts__gather *gt) {
+  for (int k = 0; gt->src && k < gt->nplans; k++) ts_plan_remove_hook(gt->pl[k].plan, hook, &gt->pl[k]);
+  gt->src = NULL;
+}
+
+int ts__gather_op(const ts__gather *gt, const ts_plan *plan, int i, int *node, int *unit) {
+  for (int k = 0; k < gt->nplans; k++)
+    if (gt->pl[k].plan == plan) {
+      if (i < 0 || i >= gt->pl[k].nop) return 0;
+      *node = gt->pl[k].op[i].node, *unit = gt->pl[k].op[i].unit;
+      return 1;
+    }
+  return 0;
+}
+
+const ts__gather_unit *ts__gather_unit_at(const ts__gather *gt, int u, int *slot) {
+  if (u < 0 || u >= gt->nu) return NULL;
+  *slot = gt->slot[u];
+  return &gt->u[u];
+}
+
+int ts__gather_num_slots(const ts__gather *gt) { return gt->nslots; }
+
+float *ts__gather_slot_buf(const ts__gather *gt, int q, size_t *numel) {
+  *numel = gt->buf && q >= 0 && q < gt->nslots ? gt->slot_len[q] : 0;
+  return *numel ? gt->buf[q] : NULL;
+}
+
 int ts__gather_status(const ts__gather *gt) {
   return gt->err ? ts_error_set(gt->err, "%s", gt->errmsg) : TS_OK;
 }

@@ -42,6 +42,16 @@ int ts__gather_layout(ts__gather *gt);
 float *ts__gather_addr(ts__gather *gt, int id);
 /* Adds the hook that runs the gathers to every registered plan; src holds this rank's parts. */
 int ts__gather_attach(ts__gather *gt, const float *src);
+/* A device running the gathers itself (ZeRO-3 on GPU ranks): the hooks ts__gather_attach added
+ * removed (the host slots then unused). */
+void ts__gather_detach(ts__gather *gt);
+/* Gather i of the run of registered plan `plan` (in the order they are due): *node, the first node
+ * reading the unit (it waits for it), and *unit; 0 past the last one (or an unknown plan). */
+int ts__gather_op(const ts__gather *gt, const ts_plan *plan, int i, int *node, int *unit);
+/* Unit u (NULL past the last) and its slot; slot q's buffer and floats (NULL when none). */
+const ts__gather_unit *ts__gather_unit_at(const ts__gather *gt, int u, int *slot);
+int ts__gather_num_slots(const ts__gather *gt);
+float *ts__gather_slot_buf(const ts__gather *gt, int q, size_t *numel);
 /* TS_OK, or the status of a gather that failed (message set; the slots were filled with NaN so
  * nothing computed from them passes for a result). */
 int ts__gather_status(const ts__gather *gt);

@@ -16,7 +16,7 @@
 #      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
 #      (naming them), what does not run on GPUs yet (optimizer sharding under a pipeline,
-#      optimizer_shard 3, lamb with optimizer_shard);
+#      16-bit working weights under sharding, lamb with optimizer_shard);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
 #      auto_parallel (the search's layout) follows the CPU ranks;
@@ -26,6 +26,8 @@
 #      tensor parallel 2 follows the CPU ranks; its checkpoint resumed on CPU ranks continues theirs;
 #      optimizer_shard 2 (ZeRO-2: the gradients in staging slots on the device, reduce-scattered
 #      during backward) with accumulation, and with the GPT's tensor parallel 2, the same;
+#      optimizer_shard 3 (ZeRO-3: the parameters' buckets all-gathered on the device before use)
+#      the same, its checkpoint resumed on CPU ranks;
 #   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
 #      sharing one; 2 stages x 2 replicas and 2 stages of tensor parallel 2 on 4 ranks) follows the
 #      CPU ranks, its sliced checkpoint evaluated by one CPU process.
@@ -247,6 +249,20 @@ close "$tmp/z2_gpu10.txt" "$tmp/z2_cpu10.txt" && close "$tmp/z2_shared.txt" "$tm
   grep -q '^20 ' "$tmp/z2_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z2_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z2_cpu.txt") &&
   ok "optimizer_shard 2 with 2 micro-batches on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run" ||
   bad "optimizer_shard 2: $(paste "$tmp/z2_gpu.txt" "$tmp/z2_shared.txt" "$tmp/z2_res.txt" "$tmp/z2_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+# optimizer_shard 3 (ZeRO-3): the rank's parameters only, each bucket all-gathered into its gather
+# slot on the device before the node reading it first (forward, and again in backward), the
+# gradients as ZeRO-2's; a GPU each and sharing one; its checkpoint resumed on CPU ranks
+z3=("${z2[@]}" --set parallel.optimizer_shard=3)
+job z3_cpu "$tmp/c.yaml" CPU "${z3[@]}"
+job z3_gpu "$tmp/c.yaml" GPU "${z3[@]}" --set train.steps=10 --set checkpoint.dir="$tmp/z3ck" --set checkpoint.save_last=true
+job z3_shared "$tmp/c.yaml" GPU "${z3[@]}" --set device_id=0
+job z3_res "$tmp/c.yaml" CPU "${z3[@]}" --set checkpoint.dir="$tmp/z3ck" --set checkpoint.resume=auto --set checkpoint.strict=false
+grep -v '^eval' "$tmp/z3_gpu.txt" > "$tmp/z3_gpu10.txt"
+head -10 "$tmp/z3_cpu.txt" | grep -v '^eval' > "$tmp/z3_cpu10.txt"
+close "$tmp/z3_gpu10.txt" "$tmp/z3_cpu10.txt" && close "$tmp/z3_shared.txt" "$tmp/z3_cpu.txt" &&
+  grep -q '^20 ' "$tmp/z3_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z3_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z3_cpu.txt") &&
+  ok "optimizer_shard 3 with 2 micro-batches on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run" ||
+  bad "optimizer_shard 3: $(paste "$tmp/z3_gpu.txt" "$tmp/z3_shared.txt" "$tmp/z3_res.txt" "$tmp/z3_cpu.txt" | tr '\n' ';' | cut -c1-600)"
 job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
 job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
 same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||
@@ -299,6 +315,6 @@ refuse() { # what expected-text [--set ...]
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
 refuse "optimizer sharding under a pipeline on GPUs" "parallel.optimizer_shard 1 with parallel.pipeline_stages 2 does not run on GPUs yet" --set parallel.pipeline_stages=2 --set parallel.optimizer_shard=1 --set train.micro_batch_size=8
-refuse "optimizer_shard 3 on GPUs" "parallel.optimizer_shard 3 does not run on GPUs yet" --set parallel.optimizer_shard=3
+refuse "16-bit working weights under sharding on GPUs" "parallel.optimizer_shard_weights: low (16-bit working weights and gradients, f32 master weights sharded) needs device_target CPU" --set parallel.optimizer_shard=1 --set train.amp_level=O2 --set parallel.optimizer_shard_weights=low
 refuse "optimizer_shard 1 with lamb on GPUs" "optimizer lamb with parallel.optimizer_shard does not run on GPUs yet" --set parallel.optimizer_shard=1 --set optimizer.name=lamb
 exit $fail
