@@ -288,28 +288,27 @@ int ts__dist_dev_reduce(ts_dist *d, float *gd, double *wait_ms) {
   if (rc) return rc;
   if (g->zgrp) { /* optimizer_shard: reduce-scattered, the replicated ones all-reduced */
     rc = ts__dist_dev_zero_reduce(d, gd);
-    *wait_ms = 1e3 * (ts_time_now() - t0);
-    return rc;
-  }
-  if (g->overlap && gd == (float *)g->dbase[1]) { /* the buckets backward left, then the compute stream after them */
-    rc = g->async_rc;
-    while (!rc && g->next_bk < g->nbk) rc = issue_bucket(d, g->next_bk++);
-    if (!rc) rc = ts__dev_event_record(g->dev, g->ev_comm, g->comm_s);
-    if (!rc) rc = ts__dev_stream_wait(g->dev, NULL, g->ev_comm);
   } else {
-    for (int k = 0; k < g->nbk && !rc; k++)
-      rc = ts__dcoll_allreduce(g->grp[g->bk[k].grp].x, gd + g->bk[k].off, gd + g->bk[k].off, g->bk[k].n, TS_F32,
-                               d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
+    if (g->overlap && gd == (float *)g->dbase[1]) { /* the buckets backward left, then the compute stream after them */
+      rc = g->async_rc;
+      while (!rc && g->next_bk < g->nbk) rc = issue_bucket(d, g->next_bk++);
+      if (!rc) rc = ts__dev_event_record(g->dev, g->ev_comm, g->comm_s);
+      if (!rc) rc = ts__dev_stream_wait(g->dev, NULL, g->ev_comm);
+    } else {
+      for (int k = 0; k < g->nbk && !rc; k++)
+        rc = ts__dcoll_allreduce(g->grp[g->bk[k].grp].x, gd + g->bk[k].off, gd + g->bk[k].off, g->bk[k].n, TS_F32,
+                                 d->sync.mean ? TS_REDUCE_MEAN : TS_REDUCE_SUM, NULL);
+    }
+    /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
+     * the stream: polled, aborted past it): the buckets' own communicator, or each group's once */
+    if (g->overlap && !rc) rc = ts__dcoll_wait(g->bkx, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
+    for (int k = 0; k < g->nbk && !g->overlap && !rc; k++) {
+      int seen = 0;
+      for (int j = 0; j < k; j++) seen |= g->bk[j].grp == g->bk[k].grp;
+      if (!seen) rc = ts__dcoll_wait(g->grp[g->bk[k].grp].x, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
+    }
+    if (rc) rc = ts_error_wrap(rc, "the gradients over the %d ranks", pipe ? ts__dist_dev_pipe_stage_ranks(d) : d->r.size);
   }
-  /* done within parallel.comm_timeout, as the CPU's blocking collectives (NCCL's is queued on
-   * the stream: polled, aborted past it): the buckets' own communicator, or each group's once */
-  if (g->overlap && !rc) rc = ts__dcoll_wait(g->bkx, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
-  for (int k = 0; k < g->nbk && !g->overlap && !rc; k++) {
-    int seen = 0;
-    for (int j = 0; j < k; j++) seen |= g->bk[j].grp == g->bk[k].grp;
-    if (!seen) rc = ts__dcoll_wait(g->grp[g->bk[k].grp].x, NULL, ts_comm_get_timeout(), "all-reduce of the gradients");
-  }
-  if (rc) rc = ts_error_wrap(rc, "the gradients over the %d ranks", pipe ? ts__dist_dev_pipe_stage_ranks(d) : d->r.size);
   if (!rc && pipe) rc = ts__dist_dev_pipe_tied(d, gd); /* then summed over the pipeline where several stages hold them */
   *wait_ms = 1e3 * (ts_time_now() - t0);
   return rc;

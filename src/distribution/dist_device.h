@@ -153,6 +153,10 @@ void ts__dist_dev_zero_before(ts_dist *d, int64_t k);
 /* optimizer_shard 3: the status of the last run of the training (0) or evaluation (1) plan's
  * gathers. */
 int ts__dist_dev_zero_gathered(ts_dist *d, int which);
+/* Where the reduced gradient of the parameter at store offset flat (numel elements) is on the
+ * device, elements [*lo, *lo + *n) of it (the rank's part, or a replicated one's whole); NULL when
+ * the sharding has no such parameter (zero_reduced_at's, for a pipeline's tied parameters). */
+float *ts__dist_dev_zero_reduced_at(ts_dist *d, float *gd, size_t flat, size_t numel, size_t *lo, size_t *n);
 /* optimizer_shard 3: the rank's parameters (the work layout) copied to the host's wp (to_host) or
  * from it. */
 int ts__dist_dev_zero_move(ts_dist *d, int to_host);

@@ -17,7 +17,8 @@
  *   evaluation: the pieces in order, the logits copied out of the last and broadcast as on the CPU.
  * semi_auto_parallel inside the stages: the pass's slots get device collectives, the gradients are
  * reduced over the stage's ranks holding the same slice (ts__dist_dev_reduce_plan over the stage).
- * Not yet on GPUs (refused before training, naming the key): optimizer sharding under a pipeline. */
+ * Optimizer sharding (stages 1 and 2, as the CPU allows them under a pipeline) over each stage's
+ * groups (dist_device_zero.c), the tied parameters' parts summed over the pipeline. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,9 +29,7 @@
 #include "zero_impl.h"
 
 int ts__dist_dev_pipe_check(const ts_dist_config *cfg) {
-  if (cfg->optimizer_shard > 0)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d with parallel.pipeline_stages %d "
-                        "does not run on GPUs yet (docs/gpu.md)", cfg->optimizer_shard, cfg->pipeline_stages);
+  (void)cfg; /* (the CPU's refusals cover what the GPU's pipeline would) */
   return TS_OK;
 }
 
@@ -65,7 +64,8 @@ int ts__dist_dev_pipe_bind(ts_dist *d) {
   for (int q = 0; q < ns + nse && !rc; q++)
     rc = ts__dist_dev_group(g, q < ns ? pp->pass.slots[q] : pp->pass.eslots[q - ns], 0, NULL, d->cfg.comm_backend,
                             &slot[q]);
-  if (!rc && d->world) rc = ts__dist_dev_reduce_plan(d, pp->dpc, pp->dp * pp->sub, pp->semi ? pp->j : pp->dpi);
+  if (!rc && d->world && ts__zof(d)) rc = ts__dist_dev_zero_bind(d); /* optimizer_shard over the stage's groups */
+  else if (!rc && d->world) rc = ts__dist_dev_reduce_plan(d, pp->dpc, pp->dp * pp->sub, pp->semi ? pp->j : pp->dpi);
   if (!rc && d->world && pp->tied_total) rc = ts__dist_dev_group(g, pp->pp, 0, NULL, d->cfg.comm_backend, &g->ppg);
   for (int cc = 0; cc < pp->V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
@@ -153,12 +153,14 @@ int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t 
     } else {
       int k = ch->inst_of[mi];
       if (k < 0) return ts_error_set(TS_EINVAL, "pipeline: backward of micro-batch %d before its forward", mi);
+      if (g->zord) ts__dist_dev_zero_before(d, ch->nbwd); /* optimizer_shard 2: reduced during backward */
       rc = ts_plan_run_range(ch->plan[k], seed, ch->sg.nfwd, -1);
+      if (!rc && g->zord) rc = ts__dist_dev_zero_after(d, ch->nbwd++);
       ch->free_inst[ch->nfree++] = k;
       ch->inst_of[mi] = -1;
       busy += ts_time_now() - t0;
       span(d, "pipeline_backward", 0, t0);
-      if (rc || pp->M < 2) continue;
+      if (rc || pp->M < 2 || g->zord) continue;
       /* the ranges this piece wrote added up: its first backward of the step copies */
       double ta = ts_time_now();
       int first = ch->nbwd++ == 0;
@@ -175,8 +177,19 @@ int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t 
   pp->busy_s = busy - pp->wait_s;
   g->host_stale = 1;
   *loss = sum / (double)pp->M;
-  *gout = pp->M > 1 ? g->acc : grads;
+  *gout = pp->M > 1 && g->acc ? g->acc : grads; /* (NULL under optimizer_shard 2: the rank's parts) */
   return rc;
+}
+
+/* Where rank-store entry l's reduced gradient is on the device, elements [*lo, *lo + *n) of it:
+ * the whole in gd, or (optimizer_shard) where the sharding holds it (dist_pipe.c's tied_grad). */
+static float *tied_grad(ts_dist *d, float *gd, int l, size_t *lo, size_t *n) {
+  ts_shape s = ts_params_shape(d->r.params, l);
+  size_t off = ts_params_offset(d->r.params, l), numel = (size_t)ts_shape_numel(&s);
+  *lo = 0;
+  *n = numel;
+  float *w = ts__zof(d) ? ts__dist_dev_zero_reduced_at(d, gd, off, numel, lo, n) : NULL;
+  return w ? w : gd + off;
 }
 
 int ts__dist_dev_pipe_flush(ts_dist *d) {
@@ -192,25 +205,20 @@ int ts__dist_dev_pipe_flush(ts_dist *d) {
 int ts__dist_dev_pipe_tied(ts_dist *d, float *gd) {
   struct ts__dist_dev *g = G(d);
   struct ts__pipe *pp = PIPE(d);
-  ts_params *p = d->r.params;
   if (!pp->tied_total || g->ppg < 0) return TS_OK;
   int rc = ts__dev_memset0(g->dev, g->tied, sizeof(float) * pp->tied_total, NULL);
-  for (int t = 0; t < pp->ntied && !rc; t++) {
-    int l = pp->tied_local[t];
-    if (l < 0) continue;
-    ts_shape s = ts_params_shape(p, l);
-    rc = ts__dev_copy(g->dev, g->tied + pp->tied_off[t], gd + ts_params_offset(p, l),
-                      sizeof(float) * (size_t)ts_shape_numel(&s), TS__D2D, NULL);
+  for (int pass = 0; pass < 2 && !rc; pass++) { /* in, then (after the sum) back */
+    if (pass) rc = ts__dcoll_allreduce(g->grp[g->ppg].x, g->tied, g->tied, pp->tied_total, TS_F32, TS_REDUCE_SUM, NULL);
+    for (int t = 0; t < pp->ntied && !rc; t++) {
+      int l = pp->tied_local[t];
+      if (l < 0) continue;
+      size_t lo = 0, n = 0;
+      float *at = tied_grad(d, gd, l, &lo, &n);
+      float *in = g->tied + pp->tied_off[t] + lo;
+      rc = ts__dev_copy(g->dev, pass ? at : in, pass ? in : at, sizeof(float) * n, TS__D2D, NULL);
+    }
   }
   ts__dcoll *x = g->grp[g->ppg].x;
-  if (!rc) rc = ts__dcoll_allreduce(x, g->tied, g->tied, pp->tied_total, TS_F32, TS_REDUCE_SUM, NULL);
-  for (int t = 0; t < pp->ntied && !rc; t++) {
-    int l = pp->tied_local[t];
-    if (l < 0) continue;
-    ts_shape s = ts_params_shape(p, l);
-    rc = ts__dev_copy(g->dev, gd + ts_params_offset(p, l), g->tied + pp->tied_off[t],
-                      sizeof(float) * (size_t)ts_shape_numel(&s), TS__D2D, NULL);
-  }
   if (!rc) rc = ts__dcoll_wait(x, NULL, ts_comm_get_timeout(), "sum of the tied gradients");
   return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
 }

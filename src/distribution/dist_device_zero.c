@@ -170,6 +170,20 @@ static void gather_hook(const ts_hook_info *e, void *user) {
   }
 }
 
+float *ts__dist_dev_zero_reduced_at(ts_dist *d, float *gd, size_t flat, size_t numel, size_t *lo, size_t *n) {
+  struct ts__dist_dev *g = G(d);
+  struct ts__zero *z = ts__zof(d);
+  for (int k = 0; z && k < z->nb; k++)
+    if (z->pt[k].flat == flat && z->pt[k].len == numel) { /* the parameter's own bucket */
+      *lo = z->pt[k].lo;
+      *n = z->pt[k].n;
+      return part_dev(g, z, gd, k);
+    }
+  for (int k = 0; z && k < z->nrep; k++)
+    if (z->rep[k].flat == flat) return g->zwg + z->rep[k].packed; /* [lo, n) stay the whole */
+  return NULL;
+}
+
 int ts__dist_dev_zero_gathered(ts_dist *d, int which) {
   const struct ts__zgat *a = &G(d)->zgat[which & 1];
   return a->plan ? a->rc : TS_OK;
@@ -198,10 +212,11 @@ int ts__dist_dev_zero_after(ts_dist *d, int64_t k) {
 /* stage 2: the buckets in the order they complete, the hook on the training plan */
 static int stage_order(ts_dist *d, struct ts__zero *z) {
   struct ts__dist_dev *g = G(d);
-  ts_plan **plans;
-  if (ts__dist_train_plans(d, &plans) != 1 || plans[0] != d->r.plan)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard 2 with several training plans does "
-                        "not run on GPUs yet (docs/gpu.md)");
+  ts_plan **plans; /* one, or a pipeline's instances of its one piece (one graph: the buckets' nodes) */
+  int np = ts__dist_train_plans(d, &plans);
+  if (np < 1 || plans[0] != d->r.plan || (d->vt == &ts__dist_pipeline && d->cfg.virtual_stages > 1))
+    return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d: the training plans are not one "
+                        "piece's (docs/gpu.md)", d->cfg.optimizer_shard);
   if (!(g->zord = calloc((size_t)z->nb + 1, sizeof *g->zord))) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   for (int k = 0; k < z->nb; k++) {
     const zgroup *G = &z->g[z->pt[k].grp];
@@ -219,7 +234,8 @@ static int stage_order(ts_dist *d, struct ts__zero *z) {
       if (pl[k]) rc = ts_plan_add_hook(pl[k], gather_hook, &g->zgat[k]);
     }
   }
-  return rc ? rc : ts_plan_add_hook(d->r.plan, zero_hook, d);
+  for (int q = 0; q < np && !rc; q++) rc = ts_plan_add_hook(plans[q], zero_hook, d);
+  return rc;
 }
 
 int ts__dist_dev_zero_bind(ts_dist *d) {

@@ -15,8 +15,8 @@
 #      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process; with SyncBatchNorm
 #      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), what does not run on GPUs yet (optimizer sharding under a pipeline,
-#      16-bit working weights under sharding, lamb with optimizer_shard);
+#      (naming them), what does not run on GPUs yet (16-bit working weights under sharding, lamb
+#      with optimizer_shard);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
 #      auto_parallel (the search's layout) follows the CPU ranks;
@@ -29,8 +29,9 @@
 #      optimizer_shard 3 (ZeRO-3: the parameters' buckets all-gathered on the device before use)
 #      the same, its checkpoint resumed on CPU ranks;
 #   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
-#      sharing one; 2 stages x 2 replicas and 2 stages of tensor parallel 2 on 4 ranks) follows the
-#      CPU ranks, its sliced checkpoint evaluated by one CPU process.
+#      sharing one; 2 stages x 2 replicas, with and without optimizer_shard 2, and 2 stages of
+#      tensor parallel 2 on 4 ranks) follows the CPU ranks, its sliced checkpoint evaluated by one
+#      CPU process.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins;
 #        on a GPU machine TS_GPU_COUNT: its GPUs, with one the "GPU each" jobs share it, staged)
 set -u
@@ -293,14 +294,19 @@ want=$(grep '^eval' "$tmp/pp_cpu.txt" | tail -1 | awk '{printf "loss %.4f", $2}'
 # and 2 stages of tensor parallel 2 (semi_auto_parallel inside the stages: the pass's slots on the
 # devices, the replicated parameters' gradients over their holders in the stage) on 4 GPU ranks
 { sed '/^parallel:/d; s/tie_weights: true, //' "$tmp/pp.yaml"; printf 'parallel:\n  mode: semi_auto_parallel\n  pipeline_stages: 2\n  micro_batches: 2\n'; gpt_strategies 1 2; } > "$tmp/pptp.yaml"
+# and the 2 x 2 with optimizer_shard 2 over each stage's replicas (the tied embeddings' parts
+# summed over the pipeline)
+{ sed '/^parallel:/d' "$tmp/pp.yaml"; printf 'parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4, optimizer_shard: 2, bucket_size_mb: 0.01, optimizer_shard_threshold_kb: 1}\n'; } > "$tmp/ppz.yaml"
 export FAKE_CUDA_COUNT=4
-for c in pp pptp; do
+for c in pp pptp ppz; do
   for dev in CPU GPU; do
     "${mpi4[@]}" "$bin" train "$tmp/$c.yaml" --set device_target=$dev --set train.steps=2 --set train.eval_every=-1 --set log.metrics="$tmp/${c}4_$dev.jsonl" > "$tmp/${c}4_$dev.out" 2>&1 ||
       bad "$c on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/${c}4_$dev.out" | tail -3)"
     loss_listing "$tmp/${c}4_$dev.jsonl" > "$tmp/${c}4_$dev.txt" 2>/dev/null
   done
 done
+same_listing "$tmp/ppz4_GPU.txt" "$tmp/ppz4_CPU.txt" && ok "2 pipeline stages x 2 replicas with optimizer_shard 2 on 4 GPU ranks follow 4 CPU ranks" ||
+  bad "pipeline x DP2 + optimizer_shard 2 on GPUs vs CPU ranks: $(paste "$tmp/ppz4_GPU.txt" "$tmp/ppz4_CPU.txt" | tr '\n' ';')"
 same_listing "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" && ok "2 pipeline stages x 2 data-parallel replicas on 4 GPU ranks follow 4 CPU ranks" ||
   bad "pipeline x DP2 on GPUs vs CPU ranks: $(paste "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" | tr '\n' ';')"
 same_listing "$tmp/pptp4_GPU.txt" "$tmp/pptp4_CPU.txt" && ok "2 pipeline stages of tensor parallel 2 on 4 GPU ranks follow 4 CPU ranks" ||
@@ -314,7 +320,6 @@ refuse() { # what expected-text [--set ...]
   else bad "$what: exit $rc: $(echo "$out" | grep -v '^-\|^$' | head -3)"; fi
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
-refuse "optimizer sharding under a pipeline on GPUs" "parallel.optimizer_shard 1 with parallel.pipeline_stages 2 does not run on GPUs yet" --set parallel.pipeline_stages=2 --set parallel.optimizer_shard=1 --set train.micro_batch_size=8
 refuse "16-bit working weights under sharding on GPUs" "parallel.optimizer_shard_weights: low (16-bit working weights and gradients, f32 master weights sharded) needs device_target CPU" --set parallel.optimizer_shard=1 --set train.amp_level=O2 --set parallel.optimizer_shard_weights=low
 refuse "optimizer_shard 1 with lamb on GPUs" "optimizer lamb with parallel.optimizer_shard does not run on GPUs yet" --set parallel.optimizer_shard=1 --set optimizer.name=lamb
 exit $fail
