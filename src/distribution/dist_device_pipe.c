@@ -122,23 +122,16 @@ int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t 
   /* the rank's rows of every micro-batch, once */
   rc = ts__dev_copy(g->dev, g->x, x, g->xs * (size_t)pp->M, TS__H2D, NULL);
   if (!rc) rc = ts__dev_copy(g->dev, g->y, y, g->ys * (size_t)pp->M, TS__H2D, NULL);
-  for (int cc = 0; cc < pp->V; cc++) {
-    pchunk *ch = &pp->ch[cc];
-    ch->nfree = ch->K;
-    ch->nbwd = 0;
-    for (int k = 0; k < ch->K; k++) ch->free_inst[k] = ch->K - 1 - k;
-    for (int mi = 0; mi < pp->M; mi++) ch->inst_of[mi] = -1;
-  }
+  ts__pipe_begin(pp);
   for (int i = 0; i < nops && !rc; i++) {
     const ts_sched_op *op = &ops[i];
     pchunk *ch = &pp->ch[op->chunk];
     int mi = op->micro;
     uint64_t seed = (uint64_t)(step * pp->M + mi);
     double t0 = ts_time_now();
+    int k = -1;
     if (!op->bwd) {
-      if (!ch->nfree) return ts_error_set(TS_EINVAL, "pipeline: no free plan instance for micro-batch %d", mi);
-      int k = ch->free_inst[--ch->nfree];
-      ch->inst_of[mi] = k;
+      if ((rc = ts__pipe_take(ch, mi, &k))) return rc;
       if (ch->sg.x != TS_NONE) rc = ts_plan_bind(ch->plan[k], ch->sg.x, (char *)g->x + (size_t)mi * g->xs);
       if (!rc && ch->sg.y != TS_NONE) rc = ts_plan_bind(ch->plan[k], ch->sg.y, (char *)g->y + (size_t)mi * g->ys);
       if (!rc) rc = ts_plan_run_range(ch->plan[k], seed, 0, ch->sg.nfwd); /* ends synchronised */
@@ -151,13 +144,10 @@ int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t 
       busy += ts_time_now() - t0;
       span(d, "pipeline_forward", 0, t0);
     } else {
-      int k = ch->inst_of[mi];
-      if (k < 0) return ts_error_set(TS_EINVAL, "pipeline: backward of micro-batch %d before its forward", mi);
+      if ((rc = ts__pipe_give_back(ch, mi, &k))) return rc;
       if (g->zord) ts__dist_dev_zero_before(d, ch->nbwd); /* optimizer_shard 2: reduced during backward */
       rc = ts_plan_run_range(ch->plan[k], seed, ch->sg.nfwd, -1);
       if (!rc && g->zord) rc = ts__dist_dev_zero_after(d, ch->nbwd++);
-      ch->free_inst[ch->nfree++] = k;
-      ch->inst_of[mi] = -1;
       busy += ts_time_now() - t0;
       span(d, "pipeline_backward", 0, t0);
       if (rc || pp->M < 2 || g->zord) continue;

@@ -443,23 +443,16 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
   int nops = ts_schedule_ops(pp->sched, pp->stage, &ops), rc = TS_OK;
   double sum = 0, t_begin = ts_time_now(), busy = 0;
   pp->wait_s = 0;
-  for (int cc = 0; cc < pp->V; cc++) {
-    pchunk *ch = &pp->ch[cc];
-    ch->nfree = ch->K;
-    ch->nbwd = 0;
-    for (int k = 0; k < ch->K; k++) ch->free_inst[k] = ch->K - 1 - k;
-    for (int mi = 0; mi < pp->M; mi++) ch->inst_of[mi] = -1;
-  }
+  ts__pipe_begin(pp);
   for (int i = 0; i < nops && !rc; i++) {
     const ts_sched_op *op = &ops[i];
     pchunk *ch = &pp->ch[op->chunk];
     int mi = op->micro;
     uint64_t seed = (uint64_t)(step * pp->M + mi);
     double t0 = ts_time_now();
+    int k = -1;
     if (!op->bwd) {
-      if (!ch->nfree) return ts_error_set(TS_EINVAL, "pipeline: no free plan instance for micro-batch %d", mi);
-      int k = ch->free_inst[--ch->nfree];
-      ch->inst_of[mi] = k;
+      if ((rc = ts__pipe_take(ch, mi, &k))) return rc;
       if (ch->sg.x != TS_NONE) rc = ts_plan_bind(ch->plan[k], ch->sg.x, (char *)x + (size_t)mi * (size_t)r->micro_batch * xs);
       if (!rc && ch->sg.y != TS_NONE)
         rc = ts_plan_bind(ch->plan[k], ch->sg.y, (char *)y + (size_t)mi * (size_t)r->micro_batch * ys);
@@ -468,11 +461,8 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
       busy += ts_time_now() - t0;
       span(d, "pipeline_forward", 0, t0);
     } else {
-      int k = ch->inst_of[mi];
-      if (k < 0) return ts_error_set(TS_EINVAL, "pipeline: backward of micro-batch %d before its forward", mi);
+      if ((rc = ts__pipe_give_back(ch, mi, &k))) return rc;
       rc = ts_plan_run_range(ch->plan[k], seed, ch->sg.nfwd, -1);
-      ch->free_inst[ch->nfree++] = k;
-      ch->inst_of[mi] = -1;
       busy += ts_time_now() - t0;
       span(d, "pipeline_backward", 0, t0);
       if (rc || pp->M < 2) continue;
@@ -503,6 +493,31 @@ static int fwd_bwd_pipe(ts_dist *d, const void *x, const void *y, int64_t step, 
   *loss = sum / (double)pp->M;
   *g = pp->M > 1 && acc ? acc : grads;
   return rc;
+}
+
+void ts__pipe_begin(struct ts__pipe *pp) {
+  for (int cc = 0; cc < pp->V; cc++) {
+    pchunk *ch = &pp->ch[cc];
+    ch->nfree = ch->K;
+    ch->nbwd = 0;
+    for (int k = 0; k < ch->K; k++) ch->free_inst[k] = ch->K - 1 - k;
+    for (int mi = 0; mi < pp->M; mi++) ch->inst_of[mi] = -1;
+  }
+}
+
+int ts__pipe_take(pchunk *ch, int mi, int *k) {
+  if (!ch->nfree) return ts_error_set(TS_EINVAL, "pipeline: no free plan instance for micro-batch %d", mi);
+  *k = ch->free_inst[--ch->nfree];
+  ch->inst_of[mi] = *k;
+  return TS_OK;
+}
+
+int ts__pipe_give_back(pchunk *ch, int mi, int *k) {
+  *k = ch->inst_of[mi];
+  if (*k < 0) return ts_error_set(TS_EINVAL, "pipeline: backward of micro-batch %d before its forward", mi);
+  ch->free_inst[ch->nfree++] = *k;
+  ch->inst_of[mi] = -1;
+  return TS_OK;
 }
 
 /* Where rank-store entry l's reduced gradient is, elements [*lo, *lo + *n) of it: the whole in g,

@@ -61,4 +61,12 @@ struct ts__pipe {
 
 #define PIPE(d) ((struct ts__pipe *)(d)->priv)
 
+/* A step's start: every piece's plan instances free, no micro-batch in flight (dist_pipe.c). */
+void ts__pipe_begin(struct ts__pipe *pp);
+/* Micro-batch mi's forward on piece ch: a free instance taken for it (*k); its backward: the
+ * instance that ran its forward given back (*k; the backward runs on it next, nothing between).
+ * TS_EINVAL naming the micro-batch when the schedule asks for what it cannot have. */
+int ts__pipe_take(pchunk *ch, int mi, int *k);
+int ts__pipe_give_back(pchunk *ch, int mi, int *k);
+
 #endif

@@ -217,17 +217,21 @@ else bad "no $hyb (built with the tests)"; fi
 # CPU ranks continues the CPU's run
 z1=(--set parallel.optimizer_shard=1 --set parallel.bucket_size_mb=0.01 --set parallel.optimizer_shard_threshold_kb=0)
 export FAKE_CUDA_COUNT=2
-job z_cpu "$tmp/c.yaml" CPU "${z1[@]}"
-job z_gpu "$tmp/c.yaml" GPU "${z1[@]}" --set train.steps=10 --set checkpoint.dir="$tmp/zck" --set checkpoint.save_last=true
-job z_shared "$tmp/c.yaml" GPU "${z1[@]}" --set device_id=0
-job z_res "$tmp/c.yaml" CPU "${z1[@]}" --set checkpoint.dir="$tmp/zck" --set checkpoint.resume=auto --set checkpoint.strict=false
-head -10 "$tmp/z_cpu.txt" > "$tmp/z_cpu10.txt"
-grep -v '^eval' "$tmp/z_gpu.txt" > "$tmp/z_gpu10.txt"
-grep -v '^eval' "$tmp/z_cpu10.txt" > "$tmp/z_cpu10s.txt"
-close "$tmp/z_gpu10.txt" "$tmp/z_cpu10s.txt" && close "$tmp/z_shared.txt" "$tmp/z_cpu.txt" &&
-  grep -q '^20 ' "$tmp/z_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z_cpu.txt") &&
-  ok "optimizer_shard 1 on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run (steps 11-20)" ||
-  bad "optimizer_shard 1: $(paste "$tmp/z_gpu.txt" "$tmp/z_shared.txt" "$tmp/z_res.txt" "$tmp/z_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+zero_case() { # name what [--set ...]: the MLP on CPU ranks; 10 steps on a GPU each, checkpointed; 20 sharing
+              # GPU 0; the checkpoint resumed on CPU ranks (steps 11-20): each follows the CPU ranks
+  local n=$1 what=$2; shift 2
+  job ${n}_cpu "$tmp/c.yaml" CPU "$@"
+  job ${n}_gpu "$tmp/c.yaml" GPU "$@" --set train.steps=10 --set checkpoint.dir="$tmp/${n}ck" --set checkpoint.save_last=true
+  job ${n}_shared "$tmp/c.yaml" GPU "$@" --set device_id=0
+  job ${n}_res "$tmp/c.yaml" CPU "$@" --set checkpoint.dir="$tmp/${n}ck" --set checkpoint.resume=auto --set checkpoint.strict=false
+  grep -v '^eval' "$tmp/${n}_gpu.txt" > "$tmp/${n}_gpu10.txt"
+  head -10 "$tmp/${n}_cpu.txt" | grep -v '^eval' > "$tmp/${n}_cpu10.txt"
+  close "$tmp/${n}_gpu10.txt" "$tmp/${n}_cpu10.txt" && close "$tmp/${n}_shared.txt" "$tmp/${n}_cpu.txt" && grep -q '^20 ' "$tmp/${n}_res.txt" &&
+    close <(grep -E '^(1[1-9]|20) ' "$tmp/${n}_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/${n}_cpu.txt") &&
+    ok "$what on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run (steps 11-20)" ||
+    bad "$what: $(paste "$tmp/${n}_gpu.txt" "$tmp/${n}_shared.txt" "$tmp/${n}_res.txt" "$tmp/${n}_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+}
+zero_case z "optimizer_shard 1" "${z1[@]}"
 job zt_cpu "$tmp/tp2.yaml" CPU "${z1[@]}"
 job zt_gpu "$tmp/tp2.yaml" GPU "${z1[@]}"
 same_listing "$tmp/zt_gpu.txt" "$tmp/zt_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 1 on GPU ranks follows the CPU ranks" ||
@@ -240,30 +244,12 @@ same_listing "$tmp/zt_gpu.txt" "$tmp/zt_cpu.txt" && ok "GPT tensor parallel 2 wi
 # replicated ones over both ranks) on a GPU each; checkpoint resumed on CPU ranks continues theirs
 z2=(--set parallel.optimizer_shard=2 --set parallel.bucket_size_mb=0.0001 --set parallel.optimizer_shard_threshold_kb=0.05 --set train.micro_batch_size=8)
 export FAKE_CUDA_COUNT=2
-job z2_cpu "$tmp/c.yaml" CPU "${z2[@]}"
-job z2_gpu "$tmp/c.yaml" GPU "${z2[@]}" --set train.steps=10 --set checkpoint.dir="$tmp/z2ck" --set checkpoint.save_last=true
-job z2_shared "$tmp/c.yaml" GPU "${z2[@]}" --set device_id=0
-job z2_res "$tmp/c.yaml" CPU "${z2[@]}" --set checkpoint.dir="$tmp/z2ck" --set checkpoint.resume=auto --set checkpoint.strict=false
-grep -v '^eval' "$tmp/z2_gpu.txt" > "$tmp/z2_gpu10.txt"
-head -10 "$tmp/z2_cpu.txt" | grep -v '^eval' > "$tmp/z2_cpu10.txt"
-close "$tmp/z2_gpu10.txt" "$tmp/z2_cpu10.txt" && close "$tmp/z2_shared.txt" "$tmp/z2_cpu.txt" &&
-  grep -q '^20 ' "$tmp/z2_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z2_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z2_cpu.txt") &&
-  ok "optimizer_shard 2 with 2 micro-batches on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run" ||
-  bad "optimizer_shard 2: $(paste "$tmp/z2_gpu.txt" "$tmp/z2_shared.txt" "$tmp/z2_res.txt" "$tmp/z2_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+zero_case z2 "optimizer_shard 2 with 2 micro-batches" "${z2[@]}"
 # optimizer_shard 3 (ZeRO-3): the rank's parameters only, each bucket all-gathered into its gather
 # slot on the device before the node reading it first (forward, and again in backward), the
 # gradients as ZeRO-2's; a GPU each and sharing one; its checkpoint resumed on CPU ranks
 z3=("${z2[@]}" --set parallel.optimizer_shard=3)
-job z3_cpu "$tmp/c.yaml" CPU "${z3[@]}"
-job z3_gpu "$tmp/c.yaml" GPU "${z3[@]}" --set train.steps=10 --set checkpoint.dir="$tmp/z3ck" --set checkpoint.save_last=true
-job z3_shared "$tmp/c.yaml" GPU "${z3[@]}" --set device_id=0
-job z3_res "$tmp/c.yaml" CPU "${z3[@]}" --set checkpoint.dir="$tmp/z3ck" --set checkpoint.resume=auto --set checkpoint.strict=false
-grep -v '^eval' "$tmp/z3_gpu.txt" > "$tmp/z3_gpu10.txt"
-head -10 "$tmp/z3_cpu.txt" | grep -v '^eval' > "$tmp/z3_cpu10.txt"
-close "$tmp/z3_gpu10.txt" "$tmp/z3_cpu10.txt" && close "$tmp/z3_shared.txt" "$tmp/z3_cpu.txt" &&
-  grep -q '^20 ' "$tmp/z3_res.txt" && close <(grep -E '^(1[1-9]|20) ' "$tmp/z3_res.txt") <(grep -E '^(1[1-9]|20) ' "$tmp/z3_cpu.txt") &&
-  ok "optimizer_shard 3 with 2 micro-batches on GPU ranks (a GPU each, and sharing one) follows the CPU ranks; its checkpoint resumed on CPU ranks continues their run" ||
-  bad "optimizer_shard 3: $(paste "$tmp/z3_gpu.txt" "$tmp/z3_shared.txt" "$tmp/z3_res.txt" "$tmp/z3_cpu.txt" | tr '\n' ';' | cut -c1-600)"
+zero_case z3 "optimizer_shard 3 with 2 micro-batches" "${z3[@]}"
 job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
 job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
 same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||

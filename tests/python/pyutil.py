@@ -46,6 +46,19 @@ def mpirun(n):
     return cmd
 
 
+def gpu_standins(test, ngpus=2):
+    """The stand-in driver's emulated GPUs and the stand-in NCCL built beside TESSERA_BIN as the
+    environment a GPU job needs (to update os.environ with), or the test skipped saying why (none
+    built, or the sanitizers' build, whose stand-in records launches without running them)."""
+    b = os.path.dirname(os.path.abspath(shutil.which(tessera_bin()) or tessera_bin()))
+    fc, fn = os.path.join(b, "libfakecuda.so"), os.path.join(b, "libfakenccl.so")
+    if not (os.path.exists(fc) and os.path.exists(fn)):
+        test.skipTest("no stand-in driver and NCCL beside %s" % tessera_bin())
+    if os.environ.get("TS_EMU") == "0":  # (set by the build: python/python.cmake)
+        test.skipTest("the sanitizers' build: its stand-in driver records launches without running them")
+    return dict(TESSERA_LIBCUDA=fc, TESSERA_LIBNCCL=fn, FAKE_CUDA_COUNT=str(ngpus), TESSERA_GPU_GEMM="tessera")
+
+
 def run(cmd, cwd, timeout=240):
     env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
     r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

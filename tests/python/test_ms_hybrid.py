@@ -112,14 +112,9 @@ class TestHybrid(unittest.TestCase):
         AllReduce and the bias's gradient sum on the devices; the same run as one CPU process
         (losses, the gathered checkpoints, eval, predict); without a driver the script is refused
         naming device_target (so the GPU run did run there)."""
-        b = os.path.dirname(os.path.abspath(shutil.which(pyutil.tessera_bin()) or pyutil.tessera_bin()))
-        fc, fn = os.path.join(b, "libfakecuda.so"), os.path.join(b, "libfakenccl.so")
-        if not (os.path.exists(fc) and os.path.exists(fn)):
-            self.skipTest("no stand-in driver and NCCL beside %s" % pyutil.tessera_bin())
-        if os.environ.get("TS_EMU") == "0":  # (set by the build: python/python.cmake)
-            self.skipTest("the sanitizers' build: its stand-in driver records launches without running them")
+        env = pyutil.gpu_standins(self)
         keep = dict(os.environ)
-        os.environ.update(TESSERA_LIBCUDA=fc, TESSERA_LIBNCCL=fn, FAKE_CUDA_COUNT="2", TESSERA_GPU_GEMM="tessera")
+        os.environ.update(env)
         try:
             self.same_run(self.job(2, "hybrid", "gpu2", "--device", "GPU"))
             os.environ["TESSERA_LIBCUDA"] = os.path.join(self.dir, "no-driver.so")

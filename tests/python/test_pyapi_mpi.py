@@ -77,14 +77,9 @@ class TestMPI(unittest.TestCase):
         driver's emulated GPUs and the stand-in NCCL built beside TESSERA_BIN; skipped without
         them): the Python run equals `tessera train` of the same YAML on the GPUs bitwise, and
         follows the CPU ranks within 1e-4."""
-        b = os.path.dirname(os.path.abspath(shutil.which(pyutil.tessera_bin()) or pyutil.tessera_bin()))
-        fc, fn = os.path.join(b, "libfakecuda.so"), os.path.join(b, "libfakenccl.so")
-        if not (os.path.exists(fc) and os.path.exists(fn)):
-            self.skipTest("no stand-in driver and NCCL beside %s" % pyutil.tessera_bin())
-        if os.environ.get("TS_EMU") == "0":  # (set by the build: python/python.cmake)
-            self.skipTest("the sanitizers' build: its stand-in driver records launches without running them")
+        env = pyutil.gpu_standins(self)
         keep = dict(os.environ)
-        os.environ.update(TESSERA_LIBCUDA=fc, TESSERA_LIBNCCL=fn, FAKE_CUDA_COUNT="2", TESSERA_GPU_GEMM="tessera")
+        os.environ.update(env)
         try:
             par = "parallel: {mode: data_parallel, gradients_mean: true}"
             y = self.yaml("y", par + "\ndevice_target: GPU")
