@@ -26,8 +26,11 @@
  * copies too; the host's gather hooks are removed and a hook on each plan (training, evaluation)
  * queues each gather of gather.c's list on the compute stream before the node it names (the rank's
  * part padded, all-gathered over the group, the unit copied into its slot); the update runs on wp
- * in place, nothing gathered after it. Hybrid shard groups, 16-bit working weights and LAMB are
- * refused before training (below). */
+ * in place, nothing gathered after it.
+ * Hybrid shard groups (parallel.optimizer_shard_group): the buckets over the shard group, the
+ * rank's reduced parts then all-reduced across the shard groups, the replicated gradients over the
+ * whole group (three device collectives a group), each part counted 1 / the shard groups in the
+ * norm. 16-bit working weights and LAMB are refused before training (below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +38,12 @@
 #include "device/gpu_kernels.h"
 #include "zero_impl.h"
 
-static ts__dcoll *zx(struct ts__dist_dev *g, int grp) { return g->grp[g->zgrp[grp]].x; }
+/* group grp's device collectives: over its shard group's ranks (the buckets: reduce-scatter,
+ * all-gather), the ranks at its place in every shard group (optimizer_shard_group: the parts'
+ * all-reduce; NULL without), all its ranks (the replicated gradients) */
+static ts__dcoll *zx(struct ts__dist_dev *g, int grp) { return g->grp[g->zgrp[3 * grp]].x; }
+static ts__dcoll *zxx(struct ts__dist_dev *g, int grp) { return g->zgrp[3 * grp + 1] < 0 ? NULL : g->grp[g->zgrp[3 * grp + 1]].x; }
+static ts__dcoll *zxr(struct ts__dist_dev *g, int grp) { return g->grp[g->zgrp[3 * grp + 2]].x; }
 
 /* the rank's reduced gradient of its part of bucket k on the device: in place (stage 1) or in the
  * work buffer (stage 2) */
@@ -250,14 +258,16 @@ int ts__dist_dev_zero_bind(ts_dist *d) {
     return ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard %d does not run on GPUs yet (docs/gpu.md)",
                         d->cfg.optimizer_shard);
   int rc = TS_OK;
-  g->zgrp = malloc(sizeof(int) * (size_t)(z->ng + 1));
+  g->zgrp = malloc(sizeof(int) * (size_t)(3 * z->ng + 1));
   if (!g->zgrp) return ts_error_set(TS_ENOMEM, "GPU: out of memory (optimizer shards)");
-  /* each group's device collectives (collective over it; the groups in the same order on every rank) */
+  /* each group's device collectives (each collective over its ranks; the groups, and in each the
+   * shard group, the cross one and the whole, in the same order on every rank) */
   for (int k = 0; k < z->ng && !rc; k++) {
-    if (z->g[k].X > 1)
-      rc = ts_error_set(TS_ECONFIG, "device_target GPU: parallel.optimizer_shard_group %d does not run on GPUs yet "
-                        "(plain optimizer_shard does; docs/gpu.md)", d->cfg.shard_group);
-    else rc = ts__dist_dev_group(g, z->g[k].scomm, 0, NULL, d->cfg.comm_backend, &g->zgrp[k]);
+    const int b = d->cfg.comm_backend;
+    g->zgrp[3 * k + 1] = -1;
+    rc = ts__dist_dev_group(g, z->g[k].scomm, 0, NULL, b, &g->zgrp[3 * k]);
+    if (!rc && z->g[k].X > 1) rc = ts__dist_dev_group(g, z->g[k].xcomm, 0, NULL, b, &g->zgrp[3 * k + 1]);
+    if (!rc) rc = ts__dist_dev_group(g, z->g[k].comm, 0, NULL, b, &g->zgrp[3 * k + 2]);
   }
   size_t most = 1;
   for (int k = 0; k < z->nb; k++) { /* a bucket padded to its group's N equal parts, and one part */
@@ -289,7 +299,11 @@ void ts__dist_dev_zero_free(struct ts__dist_dev *g) {
 /* every group's queued work finished within parallel.comm_timeout (NCCL's polled) */
 static int wait_groups(struct ts__dist_dev *g, const struct ts__zero *z, const char *what) {
   int rc = TS_OK;
-  for (int k = 0; k < z->ng && !rc; k++) rc = ts__dcoll_wait(zx(g, k), NULL, ts_comm_get_timeout(), what);
+  for (int k = 0; k < z->ng && !rc; k++) {
+    rc = ts__dcoll_wait(zx(g, k), NULL, ts_comm_get_timeout(), what);
+    if (!rc && zxx(g, k)) rc = ts__dcoll_wait(zxx(g, k), NULL, ts_comm_get_timeout(), what);
+    if (!rc && zxr(g, k) != zx(g, k)) rc = ts__dcoll_wait(zxr(g, k), NULL, ts_comm_get_timeout(), what);
+  }
   return rc;
 }
 
@@ -309,8 +323,11 @@ int ts__dist_dev_zero_reduce(ts_dist *d, float *gd) {
   if (rc) return ts_error_wrap(rc, "parallel.optimizer_shard: reduce-scatter of the sharded gradients");
   for (int k = 0; k < z->nrep && !rc && !z->staged; k++) /* packed as the CPU's work buffer (staged: bound there) */
     rc = ts__dev_copy(g->dev, g->zwg + z->rep[k].packed, gd + z->rep[k].flat, sizeof(float) * z->rep[k].n, TS__D2D, NULL);
+  for (int k = 0; k < z->ng && !rc; k++) /* optimizer_shard_group: the reduced parts across the shard groups */
+    for (int b = z->g[k].first; zxx(g, k) && b < z->g[k].first + z->g[k].nb && !rc; b++)
+      if (z->pt[b].n) rc = ts__dcoll_allreduce(zxx(g, k), part_dev(g, z, gd, b), part_dev(g, z, gd, b), z->pt[b].n, TS_F32, op, NULL);
   for (int k = 0; k < z->ng && !rc; k++)
-    if (z->g[k].rn) rc = ts__dcoll_allreduce(zx(g, k), g->zwg + z->g[k].rlo, g->zwg + z->g[k].rlo, z->g[k].rn, TS_F32, op, NULL);
+    if (z->g[k].rn) rc = ts__dcoll_allreduce(zxr(g, k), g->zwg + z->g[k].rlo, g->zwg + z->g[k].rlo, z->g[k].rn, TS_F32, op, NULL);
   if (!rc) rc = wait_groups(g, z, "reduction of the sharded gradients");
   return rc ? ts_error_wrap(rc, "parallel.optimizer_shard: the gradients over the groups") : TS_OK;
 }
@@ -331,7 +348,8 @@ int ts__dist_dev_zero_clip(ts_dist *d, float *gd, ts__clip *c) {
   if (rc) return rc;
   /* as zero_clip_parts: squares unscaled before each narrowing */
   double is2 = (double)c->inv_scale * c->inv_scale, ps = 0, rep = 0;
-  for (int k = 0; k < z->nb; k++) ps += (double)g->zres_h[k] * z->pt[k].cw;
+  /* each part counted once over the job: 1 / the shard groups holding it (optimizer_shard_group) */
+  for (int k = 0; k < z->nb; k++) ps += (double)g->zres_h[k] * z->pt[k].cw / z->g[z->pt[k].grp].X;
   float sq = (float)(ps * is2);
   if (z->plain) { /* every replicated parameter on every rank, reduced already: counted once, locally */
     for (int k = 0; k < z->nrep; k++) rep += (double)g->zres_h[z->nb + k];

@@ -27,7 +27,7 @@
 #      optimizer_shard 2 (ZeRO-2: the gradients in staging slots on the device, reduce-scattered
 #      during backward) with accumulation, and with the GPT's tensor parallel 2, the same;
 #      optimizer_shard 3 (ZeRO-3: the parameters' buckets all-gathered on the device before use)
-#      the same, its checkpoint resumed on CPU ranks;
+#      the same, its checkpoint resumed on CPU ranks; optimizer_shard_group 2 on 4 ranks the same;
 #   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
 #      sharing one; 2 stages x 2 replicas, with and without optimizer_shard 2, and 2 stages of
 #      tensor parallel 2 on 4 ranks) follows the CPU ranks, its sliced checkpoint evaluated by one
@@ -250,6 +250,17 @@ zero_case z2 "optimizer_shard 2 with 2 micro-batches" "${z2[@]}"
 # gradients as ZeRO-2's; a GPU each and sharing one; its checkpoint resumed on CPU ranks
 z3=("${z2[@]}" --set parallel.optimizer_shard=3)
 zero_case z3 "optimizer_shard 3 with 2 micro-batches" "${z3[@]}"
+# optimizer_shard_group 2 on 4 ranks (FSDP's hybrid shard): ZeRO-2 within pairs of ranks, the
+# reduced parts all-reduced across the pairs, the replicated gradients over all four, each part
+# counted once in the norm
+for dev in CPU GPU; do
+  FAKE_CUDA_COUNT=4 "${mpi4[@]}" "$bin" train "$tmp/c.yaml" --set device_target=$dev "${z2[@]}" --set parallel.optimizer_shard_group=2 \
+    --set train.steps=6 --set train.eval_every=3 --set log.metrics="$tmp/hs_$dev.jsonl" > "$tmp/hs_$dev.out" 2>&1 ||
+    bad "optimizer_shard_group 2 on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/hs_$dev.out" | tail -3)"
+  loss_listing "$tmp/hs_$dev.jsonl" > "$tmp/hs_$dev.txt" 2>/dev/null
+done
+close "$tmp/hs_GPU.txt" "$tmp/hs_CPU.txt" && ok "optimizer_shard 2 with optimizer_shard_group 2 on 4 GPU ranks follows 4 CPU ranks" ||
+  bad "optimizer_shard_group 2 on GPUs vs CPU ranks: $(paste "$tmp/hs_GPU.txt" "$tmp/hs_CPU.txt" | tr '\n' ';')"
 job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
 job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
 same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||
