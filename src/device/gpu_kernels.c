@@ -821,12 +821,24 @@ int ts__gpu_layernorm_bwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *d
 int ts__gpu_lamb(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float b1, float omb1, float b2,
                  float omb2, float inv_bc1, float inv_bc2, float eps, float wd, float lr, int adapt, float *u,
                  float *scratch, float *sq, ts__dev_stream *s) {
-  if (n == 0) return TS_OK;
+  int rc = ts__gpu_lamb_dir(d, p, g, m, v, n, b1, omb1, b2, omb2, inv_bc1, inv_bc2, eps, wd, u, scratch, sq, s);
+  return rc ? rc : ts__gpu_lamb_apply(d, p, u, n, lr, sq, adapt, s);
+}
+
+int ts__gpu_lamb_dir(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float b1, float omb1,
+                     float b2, float omb2, float inv_bc1, float inv_bc2, float eps, float wd, float *u, float *scratch,
+                     float *sq, ts__dev_stream *s) {
+  if (n == 0) return ts__dev_memset0(d, sq, 2 * sizeof(float), s); /* (an empty part: its sums are 0) */
   void *a[] = {&p, &g, &m, &v, &n, &b1, &omb1, &b2, &omb2, &inv_bc1, &inv_bc2, &eps, &wd, &u};
   int rc = launch(d, "ts_k_lamb1_f32", grid_for(n), 1, BLOCK, s, a);
   if (!rc) rc = ts__gpu_sum(d, 1, p, n, scratch, sq, s);
   if (!rc) rc = ts__gpu_sum(d, 1, u, n, scratch, sq + 1, s);
-  if (rc) return rc;
+  return rc;
+}
+
+int ts__gpu_lamb_apply(ts__dev *d, float *p, const float *u, int64_t n, float lr, const float *sq, int adapt,
+                       ts__dev_stream *s) {
+  if (n == 0) return TS_OK;
   void *b[] = {&p, &u, &n, &lr, &sq, &adapt};
   return launch(d, "ts_k_lamb2_f32", grid_for(n), 1, BLOCK, s, b);
 }

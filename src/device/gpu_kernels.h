@@ -92,6 +92,13 @@ int ts__gpu_adam(ts__dev *d, float *p, const float *g, float *m, float *v, int64
 int ts__gpu_lamb(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float b1, float omb1, float b2,
                  float omb2, float inv_bc1, float inv_bc2, float eps, float wd, float lr, int adapt, float *u,
                  float *scratch, float *sq, ts__dev_stream *s);
+/* The two passes apart, for norms summed over ranks in between (sliced parameters, optimizer
+ * shards): the direction u and the sums sq[0..1]; then the update from u and the (reduced) sq */
+int ts__gpu_lamb_dir(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float b1, float omb1,
+                     float b2, float omb2, float inv_bc1, float inv_bc2, float eps, float wd, float *u, float *scratch,
+                     float *sq, ts__dev_stream *s);
+int ts__gpu_lamb_apply(ts__dev *d, float *p, const float *u, int64_t n, float lr, const float *sq, int adapt,
+                       ts__dev_stream *s);
 /* Global-norm clipping on the device: the norm of g (n) from its partial sums (scratch as
  * ts__gpu_sum's), fs[0] = min(1, max_norm / (norm + 1e-6)) and fs[1] = the norm, then g *= fs[0] */
 int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch, float *fs, ts__dev_stream *s);

@@ -21,6 +21,7 @@
 
 #include "dist_device.h"
 #include "device/gpu_kernels.h"
+#include "optim/optim_mixed.h"
 #include "runtime/exec.h"
 #include "zero_impl.h"
 
@@ -339,6 +340,7 @@ void ts__dist_dev_free(ts_dist *d) {
   ts__dev_host_free(v, g->logits);
   ts__dev_host_free(v, g->cres_h);
   free(g->segs);
+  free(g->lamb_h);
   free(g->bk);
   free(g->cr);
   ts__dev_event_destroy(v, g->ev_node), ts__dev_event_destroy(v, g->ev_comm);
@@ -529,9 +531,6 @@ int ts__dist_dev_clip(ts_dist *d, float *gd, ts__clip *c) {
 
 int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg, ts_optim *o) {
   struct ts__dist_dev *g = G(d);
-  if (g->zgrp && ts_optim_get_config(o)->kind == TS_OPTIM_LAMB)
-    return ts_error_set(TS_ECONFIG, "device_target GPU: optimizer lamb with parallel.optimizer_shard does not run on "
-                        "GPUs yet (its trust ratios need each parameter's norms summed over the shards; docs/gpu.md)");
   g->segs = malloc(sizeof *segs * (size_t)(nseg ? nseg : 1));
   if (!g->segs) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
   memcpy(g->segs, segs, sizeof *segs * (size_t)nseg);
@@ -544,13 +543,40 @@ int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg
     if (!rc) rc = ts__dev_copy(g->dev, g->slots[k], ts_optim_slot_data(o, k), sizeof(float) * ext, TS__H2D, NULL);
   }
   if (!rc && ts_optim_get_config(o)->kind == TS_OPTIM_LAMB) {
+    int none = 1, ns = ts_optim_num_segments(o) > nseg ? ts_optim_num_segments(o) : nseg; /* (ZeRO's work segments) */
+    ts__optim_reduce_norms(o, NULL, 0, &none);
+    g->lamb_all = !none; /* the norms summed over ranks: every direction kept for the second phase */
+    g->lamb_nseg = ns;
     size_t most = 1;
     for (int i = 0; i < nseg; i++) most = segs[i].numel > most ? segs[i].numel : most;
-    rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * most, (void **)&g->lamb_u);
+    for (int i = 0; i < ts_optim_num_segments(o); i++)
+      most = ts_optim_segment_at(o, i)->numel > most ? ts_optim_segment_at(o, i)->numel : most;
+    rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (g->lamb_all ? ext + 1 : most), (void **)&g->lamb_u);
     if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * (size_t)ts__gpu_sum_scratch((int64_t)most), (void **)&g->lamb_part);
-    if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * 2 * (size_t)(nseg ? nseg : 1), (void **)&g->lamb_sq);
+    if (!rc) rc = ts__dist_dev_alloc0(g->dev, sizeof(float) * 2 * (size_t)(ns ? ns : 1), (void **)&g->lamb_sq);
+    if (!rc && g->lamb_all && !(g->lamb_h = calloc(2 * (size_t)ns + 1, sizeof(double))))
+      rc = ts_error_set(TS_ENOMEM, "GPU: out of memory");
   }
   return rc;
+}
+
+/* LAMB's norms summed over the ranks between the two phases, as the CPU's optimizer does (its norm
+ * reduction: sliced parameters' slices, optimizer shards' parts): the sums copied out, reduced and
+ * copied back (2 floats a segment) */
+int ts__dist_dev_lamb_reduce(ts_dist *d, ts_optim *o, int nseg) {
+  struct ts__dist_dev *g = G(d);
+  size_t n = 2 * (size_t)nseg;
+  float *h = malloc(sizeof(float) * (n + 1));
+  if (!h) return ts_error_set(TS_ENOMEM, "GPU: out of memory");
+  int rc = ts__dev_copy(g->dev, h, g->lamb_sq, sizeof(float) * n, TS__D2H, NULL), none = 0;
+  if (!rc) rc = ts__dev_sync(g->dev);
+  for (size_t k = 0; k < n && !rc; k++) g->lamb_h[k] = h[k];
+  if (!rc) rc = ts__optim_reduce_norms(o, g->lamb_h, (int)n, &none);
+  for (size_t k = 0; k < n && !rc; k++) h[k] = (float)g->lamb_h[k];
+  if (!rc) rc = ts__dev_copy(g->dev, g->lamb_sq, h, sizeof(float) * n, TS__H2D, NULL);
+  if (!rc) rc = ts__dev_sync(g->dev);
+  free(h);
+  return rc ? ts_error_wrap(rc, "LAMB: the norms over the ranks") : TS_OK;
 }
 
 int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
@@ -578,8 +604,13 @@ int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size
     case TS_OPTIM_LAMB: {
       float ib1 = (float)(1.0 / bc1), ib2 = (float)(1.0 / bc2);
       int adapt = c->lamb_always_adapt || wd != 0.0;
-      return ts__gpu_lamb(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, b1, omb1, b2, omb2, ib1, ib2, eps, (float)wd,
-                          lr, adapt, g->lamb_u, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
+      if (!g->lamb_all)
+        return ts__gpu_lamb(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, b1, omb1, b2, omb2, ib1, ib2, eps,
+                            (float)wd, lr, adapt, g->lamb_u, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
+      if (g->lamb_phase == 1) /* every segment's direction and sums, then (reduced) every update */
+        return ts__gpu_lamb_dir(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, b1, omb1, b2, omb2, ib1, ib2, eps,
+                                (float)wd, g->lamb_u + w, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
+      return ts__gpu_lamb_apply(g->dev, p, g->lamb_u + w, n, lr, g->lamb_sq + 2 * seg, adapt, NULL);
     }
     default: return ts_error_set(TS_EUNSUPPORTED, "GPU: optimizer %d has no GPU update", (int)c->kind);
   }
@@ -594,9 +625,13 @@ int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *gd, float lr) 
   if (g->zgrp) return ts__dist_dev_zero_step(d, o, gd, lr); /* the rank's parts, then gathered */
   float *p = (float *)g->dbase[0];
   int rc = TS_OK;
-  for (int s = 0; s < g->nseg && !rc; s++) {
-    const ts_optim_segment *sg = &g->segs[s];
-    rc = ts__dist_dev_update(d, o, p + sg->offset, gd + sg->offset, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+  for (int ph = g->lamb_all ? 1 : 0; ph <= (g->lamb_all ? 2 : 0) && !rc; ph++) { /* (LAMB reduced: two phases) */
+    g->lamb_phase = ph;
+    for (int s = 0; s < g->nseg && !rc; s++) {
+      const ts_optim_segment *sg = &g->segs[s];
+      rc = ts__dist_dev_update(d, o, p + sg->offset, gd + sg->offset, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+    }
+    if (!rc && ph == 1) rc = ts__dist_dev_lamb_reduce(d, o, g->nseg);
   }
   return rc;
 }

@@ -93,6 +93,11 @@ struct ts__dist_dev {
   size_t nscratch;
   float *slots[2];         /* the optimizer's state on the device */
   float *lamb_u, *lamb_part, *lamb_sq; /* LAMB: a segment's direction, sums' partials, sums (2 a segment) */
+  /* LAMB whose norms are summed over ranks (sliced parameters, optimizer shards: the optimizer's
+   * norm reduction): every segment's direction kept (lamb_u over the whole extent), the update in
+   * two phases around the reduction (lamb_phase 1: directions and sums, 2: the updates; 0: both) */
+  int lamb_all, lamb_phase, lamb_nseg;
+  double *lamb_h;
   ts_optim_segment *segs;  /* its segments (offsets into the flat buffers) */
   int nseg;
   int host_stale;          /* the host copies are older than the device's */
@@ -136,6 +141,10 @@ int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const float **logits);
 int ts__dist_dev_pipe_sync_states(ts_dist *d);
 /* the pieces' plans freed (device memory) but d->r's, which the caller frees last (the scratch's owner) */
 void ts__dist_dev_pipe_free_plans(ts_dist *d);
+
+/* LAMB's norms (2 floats a segment, nseg segments) summed over the ranks between its two phases,
+ * through the optimizer's norm reduction. */
+int ts__dist_dev_lamb_reduce(ts_dist *d, ts_optim *o, int nseg);
 
 /* optimizer_shard 1 on the devices (dist_device_zero.c), after the CPU object planned its layout
  * (zero_impl.h): bind (the groups' collectives, buffers), the step's reduction (buckets

@@ -395,16 +395,20 @@ int ts__dist_dev_zero_step(ts_dist *d, ts_optim *o, const float *gd, float lr) {
   struct ts__dist_dev *g = G(d);
   struct ts__zero *z = ts__zof(d);
   float *params = (float *)g->dbase[0];
-  int rc = TS_OK;
-  for (int s = 0; s < ts_optim_num_segments(o) && !rc; s++) { /* the rank's segments where they live */
-    const ts_optim_segment *sg = ts_optim_segment_at(o, s);
-    size_t flat = 0;
-    const float *gr = NULL;
-    if (locate(g, z, gd, sg->offset, &flat, &gr))
-      return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no part of this "
-                          "rank", sg->name, sg->offset);
-    float *pw = z->stage3 ? g->zwp + sg->offset : params + flat; /* stage 3: the work layout is the parameters' */
-    rc = ts__dist_dev_update(d, o, pw, gr, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+  int rc = TS_OK, ns = ts_optim_num_segments(o);
+  for (int ph = g->lamb_all ? 1 : 0; ph <= (g->lamb_all ? 2 : 0) && !rc; ph++) { /* (LAMB: its norms over the parts) */
+    g->lamb_phase = ph;
+    for (int s = 0; s < ns && !rc; s++) { /* the rank's segments where they live */
+      const ts_optim_segment *sg = ts_optim_segment_at(o, s);
+      size_t flat = 0;
+      const float *gr = NULL;
+      if (locate(g, z, gd, sg->offset, &flat, &gr))
+        return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no part of "
+                            "this rank", sg->name, sg->offset);
+      float *pw = z->stage3 ? g->zwp + sg->offset : params + flat; /* stage 3: the work layout is the parameters' */
+      rc = ts__dist_dev_update(d, o, pw, gr, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+    }
+    if (!rc && ph == 1) rc = ts__dist_dev_lamb_reduce(d, o, ns);
   }
   if (z->stage3) return rc; /* gathered before use, not after the update */
   /* every bucket all-gathered in place: the rank's part padded to c, the N parts gathered */

@@ -246,6 +246,11 @@ void ts_optim_set_norm_reduce(ts_optim *o, ts_optim_reduce_fn fn, void *user) {
   o->reduce_user = user;
 }
 
+int ts__optim_reduce_norms(ts_optim *o, double *sums, int n, int *none) {
+  *none = !o || !o->reduce;
+  return *none || !sums ? TS_OK : o->reduce(sums, n, o->reduce_user);
+}
+
 int ts_optim_num_slots(const ts_optim *o) { return o ? o->nslots : 0; }
 int ts_optim_kind_num_slots(ts_optim_kind k) {
   int n = 0;

@@ -14,4 +14,9 @@
 int ts__optim_step_mixed(ts_optim *o, float *const *pp, const void *const *gp, const ts_dtype *gdt, float gscale,
                          float lr);
 
+/* LAMB's norm reduction (ts_optim_set_norm_reduce) run on sums[0..n) as the optimizer's step would
+ * (a device computing the sums itself); 0 without one (*none set to 1), or its status. sums NULL:
+ * only *none said, nothing run. */
+int ts__optim_reduce_norms(ts_optim *o, double *sums, int n, int *none);
+
 #endif

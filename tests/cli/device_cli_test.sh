@@ -3,7 +3,7 @@
 # line naming what is missing, exit 2, before anything is built (no metrics file written); with
 # the stand-in driver (TS_FAKECUDA, tests/device/fake_cuda.c): a device_id beyond the GPUs, a
 # compute capability below 8.0 and a driver that does not start each name themselves; a usable
-# GPU trains the job (its kernels emulated) to the CPU's loss; lamb with optimizer sharding there is refused;
+# GPU trains the job (its kernels emulated) to the CPU's loss; 16-bit working weights under sharding there are refused;
 # `tessera calibrate --device GPU` measures the GPU and times the model's operators there (refused
 # in one line without a driver); CPU trains.
 # Usage: device_cli_test.sh path/to/tessera   (env TS_FAKECUDA: the stand-in driver library)
@@ -65,10 +65,10 @@ if [ -n "${TS_FAKECUDA:-}" ]; then
     ok "a usable GPU trains the job: step 2 loss $gpu_loss, the CPU's $out_cpu"
   else bad "usable GPU: rc $rc, loss '$gpu_loss' vs CPU '$out_cpu': $out"; fi
   fi
-  run train "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=data_parallel --set parallel.optimizer_shard=1 --set optimizer.name=lamb
-  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "device_target GPU: optimizer lamb with parallel.optimizer_shard does not run on GPUs yet"; then
-    ok "lamb with optimizer sharding on the GPU: refused naming the keys (the layouts that run: tests/cli/gpu_ranks_test.sh)"
-  else bad "lamb with optimizer_shard on the GPU: rc $rc: $out"; fi
+  run train "$tmp/c.yaml" --set device_target=GPU --set parallel.mode=data_parallel --set parallel.optimizer_shard=1 --set train.amp_level=O2 --set parallel.optimizer_shard_weights=low
+  if [ $rc = 2 ] && one_line && echo "$out" | grep -q "parallel.optimizer_shard_weights: low .* needs device_target CPU"; then
+    ok "16-bit working weights under sharding on the GPU: refused naming the keys (the layouts that run: tests/cli/gpu_ranks_test.sh)"
+  else bad "optimizer_shard_weights low on the GPU: rc $rc: $out"; fi
   # calibrate on the GPU (the stand-in's figures are the emulator's: only their presence and the
   # file's use are checked): the GEMM peaks, host copies and launch cost measured, the model's
   # operators timed by device events; the file prices a plan, its batches' copies included

@@ -15,8 +15,7 @@
 #      its checkpoint (saved by rank 0 from the GPU) resumed on one CPU process; with SyncBatchNorm
 #      (the statistics over both ranks' batches) it follows the CPU ranks too;
 #   5. refused before training, one line, exit 2: comm_backend nccl with ranks sharing a GPU
-#      (naming them), what does not run on GPUs yet (16-bit working weights under sharding, lamb
-#      with optimizer_shard);
+#      (naming them), what does not run on GPUs yet (16-bit working weights under sharding);
 #   6. semi_auto_parallel: a small GPT as tensor parallel 2 on a GPU each (NCCL) and sharing one
 #      (staged) follows 2 CPU ranks (2e-4), its sliced checkpoint evaluated by one CPU process;
 #      auto_parallel (the search's layout) follows the CPU ranks;
@@ -28,6 +27,7 @@
 #      during backward) with accumulation, and with the GPT's tensor parallel 2, the same;
 #      optimizer_shard 3 (ZeRO-3: the parameters' buckets all-gathered on the device before use)
 #      the same, its checkpoint resumed on CPU ranks; optimizer_shard_group 2 on 4 ranks the same;
+#      LAMB with the GPT's tensor parallel 2 and with optimizer_shard 2 the same;
 #   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
 #      sharing one; 2 stages x 2 replicas, with and without optimizer_shard 2, and 2 stages of
 #      tensor parallel 2 on 4 ranks) follows the CPU ranks, its sliced checkpoint evaluated by one
@@ -261,6 +261,16 @@ for dev in CPU GPU; do
 done
 close "$tmp/hs_GPU.txt" "$tmp/hs_CPU.txt" && ok "optimizer_shard 2 with optimizer_shard_group 2 on 4 GPU ranks follows 4 CPU ranks" ||
   bad "optimizer_shard_group 2 on GPUs vs CPU ranks: $(paste "$tmp/hs_GPU.txt" "$tmp/hs_CPU.txt" | tr '\n' ';')"
+# LAMB, whose trust ratios need each parameter's whole norms: summed over the slices (the GPT's
+# tensor parallel 2) and over the shards (ZeRO-2) between its two phases on the devices
+lamb=(--set optimizer.name=lamb --set optimizer.lr=0.05 --set optimizer.weight_decay=0.01)
+job lt_cpu "$tmp/tp2.yaml" CPU "${lamb[@]}"
+job lt_gpu "$tmp/tp2.yaml" GPU "${lamb[@]}"
+job lz_cpu "$tmp/c.yaml" CPU "${z2[@]}" "${lamb[@]}" --set train.steps=6 --set train.eval_every=3
+job lz_gpu "$tmp/c.yaml" GPU "${z2[@]}" "${lamb[@]}" --set train.steps=6 --set train.eval_every=3
+close "$tmp/lt_gpu.txt" "$tmp/lt_cpu.txt" 1e-5 && close "$tmp/lz_gpu.txt" "$tmp/lz_cpu.txt" 1e-5 &&
+  ok "lamb on GPU ranks with the GPT's tensor parallel 2 and with optimizer_shard 2 follows the CPU ranks (norms summed over slices and shards)" ||
+  bad "lamb on GPU ranks: $(paste "$tmp/lt_gpu.txt" "$tmp/lt_cpu.txt" "$tmp/lz_gpu.txt" "$tmp/lz_cpu.txt" | tr '\n' ';')"
 job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
 job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
 same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||
@@ -318,5 +328,4 @@ refuse() { # what expected-text [--set ...]
 }
 refuse "comm_backend nccl, ranks sharing GPU 0" "parallel.comm_backend nccl: ranks 0 and 1 share GPU 0" --set device_id=0 --set parallel.comm_backend=nccl
 refuse "16-bit working weights under sharding on GPUs" "parallel.optimizer_shard_weights: low (16-bit working weights and gradients, f32 master weights sharded) needs device_target CPU" --set parallel.optimizer_shard=1 --set train.amp_level=O2 --set parallel.optimizer_shard_weights=low
-refuse "optimizer_shard 1 with lamb on GPUs" "optimizer lamb with parallel.optimizer_shard does not run on GPUs yet" --set parallel.optimizer_shard=1 --set optimizer.name=lamb
 exit $fail
