@@ -92,12 +92,15 @@ st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped
 say "$(printf '%-22s %-8s %6.1fs  %s' train_vs_cpu "$st" "$dt" "$(echo "$o" | grep -c '^ok:') ok, $(echo "$o" | grep -c '^FAIL') failed")"
 steps+=("{\"name\":\"train_vs_cpu\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$(echo "$o" | grep -c '^ok:') ok\"}")
 # several ranks on the GPU (issue #29: tests/cli/gpu_ranks_test.sh against CPU ranks: data,
-# tensor and hybrid parallel, auto_parallel, SyncBatchNorm, ZeRO-1/2/3, pipeline stages (with
-# replicas, tensor parallel inside, ZeRO-2); on one GPU the ranks share it through the staged
-# path; ~140 s on the build machine's stand-ins), mpirun from the bundle (OpenMPI relocated into it)
+# tensor and hybrid parallel, auto_parallel, SyncBatchNorm, ZeRO-1/2/3, LAMB; then
+# gpu_pipe_test.sh: pipeline stages with replicas, tensor parallel inside, ZeRO-2, batch norm; on
+# one GPU the ranks share it through the staged path; ~2.5 min on the build machine's stand-ins),
+# mpirun from the bundle (OpenMPI relocated into it)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
 t0=$(date +%s%N)
-o=$(PATH="$root/gpu-bundle:$PATH" TS_GPU_COUNT=$ngpu timeout 400 bash "$root/tests/cli/gpu_ranks_test.sh" "$tbin" 2>&1); rc=$?
+o=$(PATH="$root/gpu-bundle:$PATH" TS_GPU_COUNT=$ngpu timeout 400 bash "$root/tests/cli/gpu_ranks_test.sh" "$tbin" 2>&1; rc=$?
+   [ $rc = 0 ] || [ $rc = 77 ] || exit $rc
+   PATH="$root/gpu-bundle:$PATH" timeout 300 bash "$root/tests/cli/gpu_pipe_test.sh" "$tbin" 2>&1); rc=$?
 dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
 { echo "== ranks_vs_cpu (rc $rc, ${dt}s, $ngpu GPUs)"; echo "$o"; } >>"$log"
 st=fail; [ $rc = 0 ] && st=pass; [ $rc = 77 ] && st=skipped

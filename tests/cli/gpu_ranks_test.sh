@@ -27,11 +27,8 @@
 #      during backward) with accumulation, and with the GPT's tensor parallel 2, the same;
 #      optimizer_shard 3 (ZeRO-3: the parameters' buckets all-gathered on the device before use)
 #      the same, its checkpoint resumed on CPU ranks; optimizer_shard_group 2 on 4 ranks the same;
-#      LAMB with the GPT's tensor parallel 2 and with optimizer_shard 2 the same;
-#   9. pipeline stages: a GPT with tied embeddings in 2 stages (1f1b, a GPU each; interleaved,
-#      sharing one; 2 stages x 2 replicas, with and without optimizer_shard 2, and 2 stages of
-#      tensor parallel 2 on 4 ranks) follows the CPU ranks, its sliced checkpoint evaluated by one
-#      CPU process.
+#      LAMB with the GPT's tensor parallel 2 and with optimizer_shard 2 the same.
+# Pipeline stages on GPU ranks: gpu_pipe_test.sh.
 # Usage: gpu_ranks_test.sh path/to/tessera   (env TS_FAKECUDA, TS_FAKENCCL, TS_FAKECUDNN: the stand-ins;
 #        on a GPU machine TS_GPU_COUNT: its GPUs, with one the "GPU each" jobs share it, staged)
 set -u
@@ -42,39 +39,14 @@ mpi_job 2
 command -v python3 >/dev/null || { echo "SKIP: no python3 in PATH (compares the loss listings)"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ -n "${TS_FAKECUDA:-}" ] && [ "${TS_EMU:-1}" = 0 ]; then
-  echo "SKIP: the sanitizers' build: the stand-in driver records launches without running them"; exit 77
-elif [ -n "${TS_FAKECUDA:-}" ]; then
-  export TESSERA_LIBCUDA=$TS_FAKECUDA TESSERA_GPU_GEMM=tessera TESSERA_LIBNCCL=${TS_FAKENCCL:-/nonexistent}
-  # the convolutions through the stand-in cuDNN, or the direct kernels (never a real cuDNN here)
-  if [ -n "${TS_FAKECUDNN:-}" ]; then export TESSERA_LIBCUDNN=$TS_FAKECUDNN; else export TESSERA_GPU_CONV=tessera; fi
-  where="the stand-in driver's emulated GPUs"
-else where="the GPUs"; fi
+gpu_ranks_env
 idx_split "$tmp/d" train 256 28 28
 idx_split "$tmp/d" t10k 64 28 28
 mlp_cfg "$tmp/c.yaml" "$tmp/d" 20 16 "parallel: {mode: data_parallel}"
 sed -i 's/^train: {steps: 20, batch_size: 16, eval_batch_size: 16, log_every: 1}/train: {steps: 20, batch_size: 16, eval_batch_size: 16, log_every: 1, eval_every: 10, seed: 7}/;
         s/^optimizer: {name: sgd, lr: 0.01}/optimizer: {name: adamw, lr: 0.003, clip_grad_norm: 0.5}/;
         s/^log: {progress: lines}/log: {progress: off}/' "$tmp/c.yaml"
-if [ "$where" = "the GPUs" ]; then
-  why=$("$bin" train "$tmp/c.yaml" --set device_target=GPU --set train.steps=1 --set parallel.mode=stand_alone 2>&1 | grep "device_target GPU: ")
-  if [ -n "$why" ]; then echo "SKIP: no usable GPU and no stand-in driver (TS_FAKECUDA): $why"; exit 77; fi
-fi
-close() { python3 -c "
-import sys
-a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]; tol=float(sys.argv[3])
-ok=len(a)==len(b) and len(a)>0
-for x,y in zip(a,b):
-    ok=ok and x[0]==y[0]
-    for u,v in zip(x[1:],y[1:]): ok=ok and abs(float(u)-float(v))<=tol*max(abs(float(v)),1e-6)
-sys.exit(0 if ok else 1)" "$1" "$2" "${3:-1e-4}"; }
-job() { # name config device [--set ...]: 2 ranks; metrics $tmp/name.jsonl, losses $tmp/name.txt, output $tmp/name.out
-  local n=$1 c=$2 dev=$3; shift 3
-  "${mpi[@]}" "$bin" train "$c" --set device_target="$dev" --set log.metrics="$tmp/$n.jsonl" "$@" > "$tmp/$n.out" 2>&1 ||
-    bad "$n ($dev): $(grep -v '^-\|^$' "$tmp/$n.out" | tail -3)"
-  loss_listing "$tmp/$n.jsonl" > "$tmp/$n.txt" 2>/dev/null
-}
-said() { grep -o "collectives: .*" "$tmp/$1.out" | head -1; }
+gpu_ranks_usable "$tmp/c.yaml"
 # 1. two ranks on one GPU: staged MPI
 export FAKE_CUDA_COUNT=1
 job cpu "$tmp/c.yaml" CPU
@@ -147,18 +119,8 @@ sys.exit(0 if abs(float(e[1])-float(w[1]))<=6e-5*max(1,abs(float(w[1]))) and abs
 # replicated parameters' gradients summed over their holders there, clipping with the slices
 # counted once; against the same layout on CPU ranks (2e-4, lib.sh same_listing)
 head -c 30000 /usr/share/common-licenses/GPL-3 > "$tmp/in.txt" 2>/dev/null || seq 1 6000 > "$tmp/in.txt"
-gpt() { # file D T
-  { cat <<YAML
-model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, vocab_size: 256}
-data: {name: text, path: $tmp/in.txt, seq_len: 32, val_fraction: 0.005, transforms: []}
-train: {steps: 3, batch_size: 8, eval_every: -1, log_every: 1, eval_batch_size: 8, seed: 5}
-optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5, schedule: {name: constant}}
-log: {progress: off}
-YAML
-    if [ $# = 3 ]; then echo "parallel:"; echo "  mode: semi_auto_parallel"; gpt_strategies "$2" "$3"; fi; } > "$1"
-}
-gpt "$tmp/one.yaml"
-gpt "$tmp/tp2.yaml" 1 2
+ranks_gpt "$tmp/one.yaml"
+ranks_gpt "$tmp/tp2.yaml" 1 2
 export FAKE_CUDA_COUNT=2
 job tp2_cpu "$tmp/tp2.yaml" CPU --set checkpoint.dir="$tmp/ck_cpu" --set checkpoint.save_last=true
 job tp2_gpu "$tmp/tp2.yaml" GPU --set checkpoint.dir="$tmp/ck_gpu" --set checkpoint.save_last=true
@@ -184,7 +146,7 @@ same_listing "$tmp/ap_gpu.txt" "$tmp/ap_cpu.txt" && ok "auto_parallel on 2 GPU r
   bad "auto_parallel on GPUs vs CPU ranks: $(paste "$tmp/ap_gpu.txt" "$tmp/ap_cpu.txt" | tr '\n' ';')"
 # 4 ranks, data parallel 2 x tensor parallel 2: the slots' groups and the replicated parameters'
 # gradients over their data-parallel pairs (communicators of their own on the devices)
-gpt "$tmp/dp2tp2.yaml" 2 2
+ranks_gpt "$tmp/dp2tp2.yaml" 2 2
 mpi4=("${mpi[@]}"); mpi4[3]=4
 export FAKE_CUDA_COUNT=4
 for dev in CPU GPU; do
@@ -275,49 +237,6 @@ job z2t_cpu "$tmp/tp2.yaml" CPU "${z1[@]}" --set parallel.optimizer_shard=2
 job z2t_gpu "$tmp/tp2.yaml" GPU "${z1[@]}" --set parallel.optimizer_shard=2
 same_listing "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" && ok "GPT tensor parallel 2 with optimizer_shard 2 on GPU ranks follows the CPU ranks" ||
   bad "GPT TP2 + optimizer_shard 2: $(paste "$tmp/z2t_gpu.txt" "$tmp/z2t_cpu.txt" | tr '\n' ';')"
-# 9. pipeline stages on GPU ranks: a GPT with tied embeddings (their gradients summed over the
-# stages on the devices) cut in 2 stages, 4 micro-batches (1f1b; the activations between the GPUs
-# staged through host memory), clipping and evaluation: a GPU each, and interleaved_1f1b (2
-# virtual stages) sharing one; 2 stages x 2 data-parallel replicas on 4 GPU ranks; against the
-# same on CPU ranks; the GPU job's sliced checkpoint evaluated by one CPU process
-gpt "$tmp/pp.yaml"
-sed -i 's/^model: {name: gpt, n_layer: 2,/model: {name: gpt, tie_weights: true, n_layer: 4,/; s/eval_every: -1/eval_every: 2/; s/steps: 3,/steps: 4,/' "$tmp/pp.yaml"
-printf 'parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4}\n' >> "$tmp/pp.yaml"
-export FAKE_CUDA_COUNT=2
-job pp_cpu "$tmp/pp.yaml" CPU
-job pp_gpu "$tmp/pp.yaml" GPU --set checkpoint.dir="$tmp/ppck" --set checkpoint.save_last=true
-iv=(--set parallel.pipeline_schedule=interleaved_1f1b --set parallel.virtual_stages=2)
-job ppv_cpu "$tmp/pp.yaml" CPU "${iv[@]}"
-job ppv_shared "$tmp/pp.yaml" GPU "${iv[@]}" --set device_id=0
-grep -q "the pipeline's activations staged through host memory" "$tmp/pp_gpu.out" || bad "pipeline on GPUs: not said at the start: $(grep -m1 'collectives:' "$tmp/pp_gpu.out")"
-same_listing "$tmp/pp_gpu.txt" "$tmp/pp_cpu.txt" && same_listing "$tmp/ppv_shared.txt" "$tmp/ppv_cpu.txt" &&
-  ok "GPT in 2 pipeline stages on GPU ranks (tied embeddings, 4 micro-batches, a GPU each; interleaved sharing one): 4 steps and 2 evaluations follow the CPU ranks: $(tr '\n' ' ' < "$tmp/pp_gpu.txt" | cut -c1-80)" ||
-  bad "pipeline on GPUs vs CPU ranks: $(paste "$tmp/pp_gpu.txt" "$tmp/pp_cpu.txt" "$tmp/ppv_shared.txt" "$tmp/ppv_cpu.txt" | tr '\n' ';')"
-ck=$(ls -d "$tmp"/ppck/ckpt-* 2>/dev/null | tail -1)
-ev=$("$bin" eval "$tmp/pp.yaml" --checkpoint "${ck:-none}" --set parallel.mode=stand_alone --set parallel.pipeline_stages=1 --set parallel.micro_batches=0 2>&1 | grep -o 'loss [0-9.]*')
-want=$(grep '^eval' "$tmp/pp_cpu.txt" | tail -1 | awk '{printf "loss %.4f", $2}')
-[ -n "$ev" ] && [ "$ev" = "$want" ] && ok "the GPU pipeline's sliced checkpoint evaluated by one CPU process: $ev (the CPU ranks' last evaluation)" ||
-  bad "GPU pipeline's checkpoint on the CPU: '$ev' vs '$want' ($ck)"
-# and 2 stages of tensor parallel 2 (semi_auto_parallel inside the stages: the pass's slots on the
-# devices, the replicated parameters' gradients over their holders in the stage) on 4 GPU ranks
-{ sed '/^parallel:/d; s/tie_weights: true, //' "$tmp/pp.yaml"; printf 'parallel:\n  mode: semi_auto_parallel\n  pipeline_stages: 2\n  micro_batches: 2\n'; gpt_strategies 1 2; } > "$tmp/pptp.yaml"
-# and the 2 x 2 with optimizer_shard 2 over each stage's replicas (the tied embeddings' parts
-# summed over the pipeline)
-{ sed '/^parallel:/d' "$tmp/pp.yaml"; printf 'parallel: {mode: data_parallel, pipeline_stages: 2, micro_batches: 4, optimizer_shard: 2, bucket_size_mb: 0.01, optimizer_shard_threshold_kb: 1}\n'; } > "$tmp/ppz.yaml"
-export FAKE_CUDA_COUNT=4
-for c in pp pptp ppz; do
-  for dev in CPU GPU; do
-    "${mpi4[@]}" "$bin" train "$tmp/$c.yaml" --set device_target=$dev --set train.steps=2 --set train.eval_every=-1 --set log.metrics="$tmp/${c}4_$dev.jsonl" > "$tmp/${c}4_$dev.out" 2>&1 ||
-      bad "$c on 4 $dev ranks: $(grep -v '^-\|^$' "$tmp/${c}4_$dev.out" | tail -3)"
-    loss_listing "$tmp/${c}4_$dev.jsonl" > "$tmp/${c}4_$dev.txt" 2>/dev/null
-  done
-done
-same_listing "$tmp/ppz4_GPU.txt" "$tmp/ppz4_CPU.txt" && ok "2 pipeline stages x 2 replicas with optimizer_shard 2 on 4 GPU ranks follow 4 CPU ranks" ||
-  bad "pipeline x DP2 + optimizer_shard 2 on GPUs vs CPU ranks: $(paste "$tmp/ppz4_GPU.txt" "$tmp/ppz4_CPU.txt" | tr '\n' ';')"
-same_listing "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" && ok "2 pipeline stages x 2 data-parallel replicas on 4 GPU ranks follow 4 CPU ranks" ||
-  bad "pipeline x DP2 on GPUs vs CPU ranks: $(paste "$tmp/pp4_GPU.txt" "$tmp/pp4_CPU.txt" | tr '\n' ';')"
-same_listing "$tmp/pptp4_GPU.txt" "$tmp/pptp4_CPU.txt" && ok "2 pipeline stages of tensor parallel 2 on 4 GPU ranks follow 4 CPU ranks" ||
-  bad "pipeline x TP2 on GPUs vs CPU ranks: $(paste "$tmp/pptp4_GPU.txt" "$tmp/pptp4_CPU.txt" | tr '\n' ';')"
 # 5. refusals: one line, exit 2, nothing trained
 export FAKE_CUDA_COUNT=1
 refuse() { # what expected-text [--set ...]

@@ -118,3 +118,51 @@ for x,y in zip(a,b):
     for u,v in zip(x[1:],y[1:]):
         u,v=float(u),float(v); ok=ok and abs(u-v)<=2e-4*max(1,abs(v))
 sys.exit(0 if ok else 1)" "$1" "$2"; }
+
+# ---- the GPU-rank tests (gpu_ranks_test.sh, gpu_pipe_test.sh): layouts on GPU ranks against CPU ranks ----
+gpu_ranks_env() { # their devices: the stand-ins (TS_FAKECUDA's emulated GPUs, TS_FAKENCCL, TS_FAKECUDNN) or
+                  # the machine's GPUs; sets $where; exits 77 in the sanitizers' build (its stand-in records
+                  # launches without running them)
+  if [ -n "${TS_FAKECUDA:-}" ] && [ "${TS_EMU:-1}" = 0 ]; then
+    echo "SKIP: the sanitizers' build: the stand-in driver records launches without running them"; exit 77
+  elif [ -n "${TS_FAKECUDA:-}" ]; then
+    export TESSERA_LIBCUDA=$TS_FAKECUDA TESSERA_GPU_GEMM=tessera TESSERA_LIBNCCL=${TS_FAKENCCL:-/nonexistent}
+    # the convolutions through the stand-in cuDNN, or the direct kernels (never a real cuDNN here)
+    if [ -n "${TS_FAKECUDNN:-}" ]; then export TESSERA_LIBCUDNN=$TS_FAKECUDNN; else export TESSERA_GPU_CONV=tessera; fi
+    where="the stand-in driver's emulated GPUs"
+  else where="the GPUs"; fi
+}
+gpu_ranks_usable() { # config: exits 77 on a machine with neither a usable GPU nor the stand-in ($bin)
+  [ "$where" = "the GPUs" ] || return 0
+  local why
+  why=$("$bin" train "$1" --set device_target=GPU --set train.steps=1 --set parallel.mode=stand_alone \
+        --set parallel.pipeline_stages=1 2>&1 | grep "device_target GPU: ")
+  if [ -n "$why" ]; then echo "SKIP: no usable GPU and no stand-in driver (TS_FAKECUDA): $why"; exit 77; fi
+}
+close() { # a b [tol]: two loss listings (loss_listing) of the same length, every value within tol (1e-4) relative
+  python3 -c "
+import sys
+a=[l.split() for l in open(sys.argv[1])]; b=[l.split() for l in open(sys.argv[2])]; tol=float(sys.argv[3])
+ok=len(a)==len(b) and len(a)>0
+for x,y in zip(a,b):
+    ok=ok and x[0]==y[0]
+    for u,v in zip(x[1:],y[1:]): ok=ok and abs(float(u)-float(v))<=tol*max(abs(float(v)),1e-6)
+sys.exit(0 if ok else 1)" "$1" "$2" "${3:-1e-4}"; }
+job() { # name config device [--set ...]: ${mpi[@]} ranks; metrics $tmp/name.jsonl, losses $tmp/name.txt, output $tmp/name.out
+  local n=$1 c=$2 dev=$3; shift 3
+  "${mpi[@]}" "$bin" train "$c" --set device_target="$dev" --set log.metrics="$tmp/$n.jsonl" "$@" > "$tmp/$n.out" 2>&1 ||
+    bad "$n ($dev): $(grep -v '^-\|^$' "$tmp/$n.out" | tail -3)"
+  loss_listing "$tmp/$n.jsonl" > "$tmp/$n.txt" 2>/dev/null
+}
+said() { grep -o "collectives: .*" "$tmp/$1.out" | head -1; } # name: the job's collectives, as it said them
+ranks_gpt() { # file [D T]: a small GPT on $tmp/in.txt (3 steps of 8, adamw, clipping); with D T semi_auto_parallel
+              # cut Megatron's way (gpt_strategies)
+  { cat <<YAML
+model: {name: gpt, n_layer: 2, n_head: 4, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {name: text, path: $tmp/in.txt, seq_len: 32, val_fraction: 0.005, transforms: []}
+train: {steps: 3, batch_size: 8, eval_every: -1, log_every: 1, eval_batch_size: 8, seed: 5}
+optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.1, clip_grad_norm: 0.5, schedule: {name: constant}}
+log: {progress: off}
+YAML
+    if [ $# = 3 ]; then echo "parallel:"; echo "  mode: semi_auto_parallel"; gpt_strategies "$2" "$3"; fi; } > "$1"
+}
