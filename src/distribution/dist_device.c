@@ -6,9 +6,9 @@
  * gradients' all-reduce over the ranks holding each slice run on the devices through the device
  * collectives (runtime/dcoll.h: NCCL, or MPI staged through pinned memory; one object per group of
  * ranks), the parameters broadcast from rank 0 there, BatchNorm's running statistics averaged there
- * (data_parallel), clipping with sliced parameters counted once; optimizer_shard 1 and 2 in
- * dist_device_zero.c (the pipeline layout and ZeRO-3 are refused until their sends and gathers run
- * on device buffers, issue #29).
+ * (data_parallel), clipping with sliced parameters counted once, LAMB's norms summed over the
+ * ranks between its two passes; optimizer sharding (stages 1 to 3, shard groups) in
+ * dist_device_zero.c, the pipeline layout in dist_device_pipe.c.
  *   create: the device opened (ts__dist_dev_open); build: the plans put on it, the store's
  *   buffers mirrored there (parameters, gradients, states; each binding moved to the same offset),
  *   inputs bound to device buffers (ts__dist_dev_bind); a step: the batch copied in, the plan run,

@@ -44,9 +44,11 @@ struct ts__dist_dev {
   } *cr;
   int ncr;
   float *cres, *cres_h;
-  /* optimizer_shard 1 (dist_device_zero.c): each ZeRO group's device collectives (grp index), the
-   * replicated gradients packed as the CPU's work buffer (R), a bucket padded to the group's
-   * equal parts and one part (zpad), clipping's sums (one per part, then per replicated piece) */
+  /* optimizer_shard (dist_device_zero.c): each ZeRO group's three device collectives (grp indices
+   * 3k: its shard group's, 3k + 1: across the shard groups or -1, 3k + 2: all its ranks'), the
+   * reduced gradients in the CPU's work buffer layout (stage 1: R, the parts in place; staged:
+   * R + P), a bucket padded to the group's equal parts and one part (zpad), clipping's sums (one
+   * per part, then per replicated piece) */
   int *zgrp;
   float *zwg, *zpad, *zres, *zres_h;
   /* optimizer_shard 2 (staged): the buckets' staging slots on the device (per group, its slots from

@@ -103,7 +103,6 @@ int ts__dist_dev_pipe_start(ts_dist *d) {
   if (!rc && g->hlen[2]) rc = ts__dcoll_broadcast(x, g->dbase[2], ts_params_state_numel(p), TS_F32, 0, NULL);
   if (!rc) rc = ts__dcoll_wait(x, NULL, ts_comm_get_timeout(), "broadcast of the parameters");
   g->host_stale = 1;
-  (void)pp;
   return rc ? ts_error_wrap(rc, "parallel.parameter_broadcast over a pipeline stage's replicas") : TS_OK;
 }
 

@@ -119,7 +119,8 @@ static int issue(ts_dist *d, int j) {
   int last, s = ts__buckets_slot_of(G->bk, k - G->first, &last), hk;
   size_t c = q->counts[0], N = (size_t)G->N, off, len;
   if (s < 0 || !g->zslot[g->zslot0[q->grp] + s])
-    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard 2: bucket %d has no staging slot on the GPU", k);
+    return ts_error_set(TS_EINVAL, "parallel.optimizer_shard %d: bucket %d has no staging slot on the GPU",
+                        d->cfg.optimizer_shard, k);
   int rc = ts__dev_copy(g->dev, g->zpad, g->zslot[g->zslot0[q->grp] + s], sizeof(float) * q->len, TS__D2D, NULL);
   for (int h = 0; !rc && ts__buckets_hole(G->bk, h, &hk, &off, &len); h++)
     if (hk == k - G->first) rc = ts__dev_memset0(g->dev, g->zpad + (off - q->flat), sizeof(float) * len, NULL);
@@ -130,7 +131,8 @@ static int issue(ts_dist *d, int j) {
   float *dst = g->zwg + q->work;
   if (!rc && q->n && g->zacc) rc = ts__gpu_axpby(g->dev, 1.0f, g->zpad + N * c, 1.0f, dst, (int64_t)q->n, NULL);
   else if (!rc && q->n) rc = ts__dev_copy(g->dev, dst, g->zpad + N * c, sizeof(float) * q->n, TS__D2D, NULL);
-  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard 2: reduce-scatter of gradient bucket %d", k) : TS_OK;
+  return rc ? ts_error_wrap(rc, "parallel.optimizer_shard %d: reduce-scatter of gradient bucket %d", d->cfg.optimizer_shard, k)
+            : TS_OK;
 }
 
 /* the training plan's hook (stage 2): after node i, the buckets it completes, in the order every
