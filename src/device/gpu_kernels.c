@@ -507,13 +507,17 @@ static int astrides(int layout, int64_t B, int64_t H, int64_t T, int64_t D, astr
 
 static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > (1 << 20) ? (1 << 20) : rows); }
 
-/* The tiled kernels (attention.cu: D <= 64, blocks of 64 rows, 128 threads) unless the head is
- * wider or TESSERA_GPU_ATTENTION=rows asks for the row kernels (one warp per row, D <= 256). */
-static int attn_tiled(int64_t D) {
+/* Which attention kernels (attention.cu): for heads up to 64 wide, bf16 on tensor cores (_tc:
+ * blocks of 64 rows, 128 threads) and f32 on the SIMT tiled kernels (_t: blocks of 64 rows, 128
+ * threads); wider heads on the row kernels (one warp per row, D <= 256). TESSERA_GPU_ATTENTION=simt
+ * puts bf16 on the SIMT tiled kernels too, =rows everything on the row kernels. */
+enum { ATTN_ROWS, ATTN_SIMT, ATTN_TC };
+static int attn_kind(ts_dtype dt, int64_t D) {
   const char *e = getenv("TESSERA_GPU_ATTENTION");
-  return D <= 64 && !(e && !strcmp(e, "rows"));
+  if (D > 64 || (e && !strcmp(e, "rows"))) return ATTN_ROWS;
+  return dt == TS_BF16 && !(e && !strcmp(e, "simt")) ? ATTN_TC : ATTN_SIMT;
 }
-#define ATTN_TBR 64 /* attention.cu's TBR */
+#define ATTN_TBR 64 /* attention.cu's TBR and TCR */
 
 int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k, const void *v, void *o, float *lse,
                           int64_t B, int64_t H, int64_t T, int64_t D, float scale, int layout, ts__dev_stream *s) {
@@ -522,10 +526,10 @@ int ts__gpu_attention_fwd(ts__dev *d, ts_dtype dt, const void *q, const void *k,
   if (!rc) rc = astrides(layout, B, H, T, D, &st);
   if (rc || B * H * T == 0) return rc;
   void *a[] = {&q, &k, &v, &o, &lse, &st, &scale};
-  int f32 = dt == TS_F32;
-  if (attn_tiled(D))
-    return launch(d, f32 ? "ts_k_attention_fwd_t_f32" : "ts_k_attention_fwd_t_bf16", row_blocks((T + ATTN_TBR - 1) / ATTN_TBR),
-                  (unsigned)(B * H < 65535 ? B * H : 65535), 2 * ATTN_TBR, s, a);
+  int f32 = dt == TS_F32, kind = attn_kind(dt, D);
+  if (kind != ATTN_ROWS)
+    return launch(d, kind == ATTN_TC ? "ts_k_attention_fwd_tc_bf16" : f32 ? "ts_k_attention_fwd_t_f32" : "ts_k_attention_fwd_t_bf16",
+                  row_blocks((T + ATTN_TBR - 1) / ATTN_TBR), (unsigned)(B * H < 65535 ? B * H : 65535), 2 * ATTN_TBR, s, a);
   return launch(d, f32 ? "ts_k_attention_fwd_f32" : "ts_k_attention_fwd_bf16", row_blocks(B * H * T), 1, 32, s, a);
 }
 
@@ -542,11 +546,14 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
   if ((rc = launch(d, f32 ? "ts_k_attention_dot_f32" : "ts_k_attention_dot_bf16", g, 1, 32, s, a0))) return rc;
   void *a1[] = {&dout, &q, &k, &v, &lse, &Dr, &dq, &st, &scale};
   void *a2[] = {&dout, &q, &k, &v, &lse, &Dr, &dk, &dv, &st, &scale};
-  if (attn_tiled(D)) {
+  const int kind = attn_kind(dt, D);
+  if (kind != ATTN_ROWS) {
     unsigned gx = row_blocks((T + ATTN_TBR - 1) / ATTN_TBR), gy = (unsigned)(B * H < 65535 ? B * H : 65535);
-    if ((rc = launch(d, f32 ? "ts_k_attention_dq_t_f32" : "ts_k_attention_dq_t_bf16", gx, gy, 2 * ATTN_TBR, s, a1)))
+    if ((rc = launch(d, kind == ATTN_TC ? "ts_k_attention_dq_tc_bf16" : f32 ? "ts_k_attention_dq_t_f32" : "ts_k_attention_dq_t_bf16",
+                     gx, gy, 2 * ATTN_TBR, s, a1)))
       return rc;
-    return launch(d, f32 ? "ts_k_attention_dkv_t_f32" : "ts_k_attention_dkv_t_bf16", gx, gy, 2 * ATTN_TBR, s, a2);
+    return launch(d, kind == ATTN_TC ? "ts_k_attention_dkv_tc_bf16" : f32 ? "ts_k_attention_dkv_t_f32" : "ts_k_attention_dkv_t_bf16",
+                  gx, gy, 2 * ATTN_TBR, s, a2);
   }
   if ((rc = launch(d, f32 ? "ts_k_attention_dq_f32" : "ts_k_attention_dq_bf16", g, 1, 32, s, a1))) return rc;
   return launch(d, f32 ? "ts_k_attention_dkv_f32" : "ts_k_attention_dkv_bf16", g, 1, 32, s, a2);

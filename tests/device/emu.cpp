@@ -41,6 +41,7 @@ struct block_run {
   int n = 0, cur = -1;
   int sreg[12];
   float shfl[1024];
+  unsigned mma_a[1024][4], mma_b[1024][2];
   void (*body)(void **) = nullptr;
   void **args = nullptr;
 };
@@ -78,6 +79,38 @@ float ts_emu_shfl_bfly(float v, int mask) {
   float r = B.shfl[(t & ~31) | ((t & 31) ^ mask)];
   ts_emu_sync(); // every lane has read before a next shuffle writes
   return r;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (ts_cuda.h's mma_bf16): every lane's
+// fragments posted, then each lane's four results computed from its warp's, in PTX's fragment
+// layout (ts_cuda.h): the products summed in k order in f32, then added to the accumulator.
+static float emu_bf(unsigned w, int hi) {
+  unsigned u = (hi ? w >> 16 : w & 0xffffu) << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+void ts_emu_mma_bf16(float *d, const unsigned *a, const unsigned *b) {
+  int t = B.f[B.cur].tid, w = t & ~31, l = t & 31, g = l >> 2, q = l & 3;
+  memcpy(B.mma_a[t], a, sizeof B.mma_a[t]);
+  memcpy(B.mma_b[t], b, sizeof B.mma_b[t]);
+  ts_emu_sync();
+  float r[4];
+  for (int i = 0; i < 4; i++) {
+    int row = g + (i >= 2 ? 8 : 0), col = 2 * q + (i & 1);
+    float s = 0.0f;
+    for (int k = 0; k < 16; k++) {
+      // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2
+      float av = emu_bf(B.mma_a[w + 4 * (row & 7) + ((k & 7) >> 1)][(row >> 3) + 2 * (k >> 3)], k & 1);
+      // B[k][col]: lane 4 col + (k % 8) / 2, register k >= 8, half k % 2
+      float bv = emu_bf(B.mma_b[w + 4 * col + ((k & 7) >> 1)][k >> 3], k & 1);
+      s += av * bv;
+    }
+    r[i] = s;
+  }
+  ts_emu_sync(); // every lane has read before a next product posts
+  for (int i = 0; i < 4; i++) d[i] += r[i];
 }
 
 void ts_emu_register(const char *name, ts_emu_fn fn) { registry()[name] = fn; }

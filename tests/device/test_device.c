@@ -589,6 +589,66 @@ static void check_shape_attention(gpu *G) {
   }
 }
 
+/* bf16 attention: the tensor-core kernels (the default for bf16 heads up to 64 wide: T = 70 two
+ * query tiles and a partial one, D 40 padded to 64; T 130 with D 64 and D 16) and the SIMT tiled
+ * kernels (TESSERA_GPU_ATTENTION=simt) against the f32 reference (double sums) on the same
+ * bf16-rounded inputs. The GPU rounds o, dq, dk, dv once and P, dS to bf16 as GEMM operands
+ * (as the CPU's bf16 kernel): within 1e-2 absolute + relative, lse within 2e-3 (an extra or missing
+ * key in a causal row moves lse by log(1 + 1/t): caught). */
+static void check_attention_bf16(gpu *G) {
+  for (int run = 0; run < 6; run++) {
+    const int layout = run < 3 ? run : run == 3 ? 1 : run == 4 ? 0 : 2, simt = run == 5;
+    const int64_t B = 2, H = 3, T = run == 3 || run == 4 ? 130 : 70, D = run == 3 ? 64 : run == 4 ? 16 : 40, C = H * D;
+    if (simt) setenv("TESSERA_GPU_ATTENTION", "simt", 1);
+    size_t nq = (size_t)(B * H * T * D), nqkv = (size_t)(B * T * 3 * C), nl = (size_t)(B * H * T);
+    size_t nin = layout == 2 ? nqkv : nq;
+    float *f = malloc(4 * (3 * nin + nq)), *o = malloc(4 * nq), *lse = malloc(4 * nl), *dg = calloc(3 * nin, 4);
+    float *got = malloc(4 * (3 * nin + nq + nl));
+    uint16_t *h = malloc(2 * (3 * nin + nq)), *g16 = malloc(2 * (3 * nin + nq));
+    ts_test_fill(f, 3 * nin + nq, 70 + run, -1, 1);
+    ts__lp_from_f32(f, h, TS_BF16, (int64_t)(3 * nin + nq)); /* q | k | v | do, rounded */
+    ts__lp_to_f32(h, TS_BF16, f, (int64_t)(3 * nin + nq));
+    const float scale = D == 64 ? 0.125f : 0.158f;
+    float *q = f, *k = f + nin, *v = f + 2 * nin, *dout = f + 3 * nin;
+    const float *qq = q, *kk = layout == 2 ? q + C : k, *vv = layout == 2 ? q + 2 * C : v;
+    float *dq = dg, *dk = dg + nin, *dv = dg + 2 * nin;
+    float *dqq = dq, *dkk = layout == 2 ? dq + C : dk, *dvv = layout == 2 ? dq + 2 * C : dv;
+    CHECK_OK(ts__attention_fwd_ref(qq, kk, vv, o, lse, B, H, T, D, scale, layout));
+    CHECK_OK(ts__attention_bwd_ref(dout, qq, kk, vv, o, lse, dqq, dkk, dvv, B, H, T, D, scale, layout));
+    uint16_t *pin = up(G, h, 2 * (3 * nin + nq)), *po = up(G, NULL, 2 * nq), *pd = up(G, NULL, 2 * 3 * nin);
+    float *plse = up(G, NULL, 4 * nl), *Dr = up(G, NULL, 4 * nl);
+    const uint16_t *gq = pin, *gk = layout == 2 ? pin + C : pin + nin, *gv = layout == 2 ? pin + 2 * C : pin + 2 * nin;
+    uint16_t *gdq = pd, *gdk = layout == 2 ? pd + C : pd + nin, *gdv = layout == 2 ? pd + 2 * C : pd + 2 * nin;
+    CHECK_OK(ts__gpu_attention_fwd(G->d, TS_BF16, gq, gk, gv, po, plse, B, H, T, D, scale, layout, NULL));
+    CHECK_OK(ts__gpu_attention_bwd(G->d, TS_BF16, pin + 3 * nin, gq, gk, gv, po, plse, gdq, gdk, gdv, Dr, B, H, T, D,
+                                   scale, layout, NULL));
+    unsetenv("TESSERA_GPU_ATTENTION");
+    down(G, g16, po, 2 * nq), down(G, got + 3 * nin + nq, plse, 4 * nl);
+    ts__lp_to_f32(g16, TS_BF16, got + 3 * nin, (int64_t)nq);
+    down(G, g16, pd, 2 * 3 * nin);
+    ts__lp_to_f32(g16, TS_BF16, got, (int64_t)(3 * nin));
+    char what[112];
+    const char *kind = simt ? "SIMT" : "tensor cores";
+#define SAME_ATTN(name, g, w, n, tol)                                                                                  \
+  do {                                                                                                                 \
+    snprintf(what, sizeof what, "bf16 attention (%s, T %lld, D %lld) layout %d: %s", kind, (long long)T, (long long)D, \
+             layout, name);                                                                                            \
+    same(G, what, g, w, n, tol, tol);                                                                                  \
+  } while (0)
+    SAME_ATTN("o", got + 3 * nin, o, nq, 1e-2);
+    SAME_ATTN("lse", got + 3 * nin + nq, lse, nl, 2e-3);
+    SAME_ATTN(layout == 2 ? "dq|dk|dv" : "dq", got, dq, nin, 1e-2);
+    if (layout != 2) {
+      SAME_ATTN("dk", got + nin, dk, nin, 1e-2);
+      SAME_ATTN("dv", got + 2 * nin, dv, nin, 1e-2);
+    }
+#undef SAME_ATTN
+    free(f), free(o), free(lse), free(dg), free(got), free(h), free(g16);
+    ts__dev_free(G->d, pin), ts__dev_free(G->d, po), ts__dev_free(G->d, pd), ts__dev_free(G->d, plse);
+    ts__dev_free(G->d, Dr);
+  }
+}
+
 /* the three directions of a convolution on the GPU, each with the workspace it asks for (cuDNN's;
  * none with the direct kernels) */
 static void gpu_conv3(gpu *G, const ts__conv_desc *cd, ts_dtype dt, const void *x, const void *w, const void *b, void *y,
@@ -926,6 +986,7 @@ static void gpu_suite(gpu *G) {
   check_conv_pool_bn(G);
   check_conv_pool_bn_bf16(G);
   check_shape_attention(G);
+  check_attention_bf16(G);
   check_gemm(G);
   check_dropout_embedding(G);
   check_eltwise(G);

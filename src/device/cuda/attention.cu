@@ -370,3 +370,321 @@ KERNEL ts_k_attention_dkv_t_bf16(const bf16 *dout, const bf16 *q, const bf16 *k,
                                  const float *Dr, bf16 *dk, bf16 *dv, astr s, float scale) {
   attn_dkv_t(dout, q, k, v, lse, Dr, dk, dv, s, scale);
 }
+
+// ---- tensor-core kernels (bf16, D <= 64): flash attention 2's structure on mma.sync m16n8k16
+// (ts_cuda.h's mma_bf16: bf16 operands, f32 accumulation). A block of 4 warps owns 64 rows
+// (queries for the forward and dq, keys for dk/dv), a warp 16 of them, their operand fragments
+// in registers (the head dimension padded with zeros to 64); the other side's rows come in tiles
+// of 64 staged in shared memory as bf16 (rows padded to 72 elements, so a warp's fragment loads
+// hit 32 different banks), natural for products over the head dimension, transposed for products
+// over the rows. Scores, probabilities and their gradients stay in the accumulators: P and dS
+// are rounded to bf16 only as the next product's A operand (the CPU's bf16 kernel rounds the same
+// operands). Row statistics (max, sum) meet across the 4 lanes of a row through two shuffles.
+// Every loop has the same trip count in every warp of a block (masks, not bounds, for causality
+// and the sequence's end); sums run in a fixed order: deterministic, nothing T x T stored.
+#define TCR 64 // rows a block owns, and the other side's tile
+#define TCP 72 // a staged row's stride (bf16 elements)
+
+DEV unsigned ld32(const bf16 *p) { // two neighbouring bf16 (p even-aligned) as one .b32
+#if defined(__CUDA__)
+  return *(const unsigned *)p;
+#else
+  unsigned u;
+  memcpy(&u, p, 4);
+  return u;
+#endif
+}
+
+// element (r, d) of x (row r at base + r * rs), zero at or beyond n rows or D dims
+DEV bf16 tc_at(const bf16 *x, i64 base, i64 rs, i64 r, i64 n, i64 D, int d) {
+  return r < n && d < D ? x[base + r * rs + d] : (bf16)0;
+}
+
+// rows r0 .. r0 + 63 of x into nat[r][d] and (unless NULL) tr[d][r]; zeros beyond n rows or D
+DEV void tc_stage(const bf16 *x, i64 base, i64 rs, i64 r0, i64 n, i64 D, bf16 (*nat)[TCP], bf16 (*tr)[TCP]) {
+  for (int e = tid(); e < TCR * 64; e += 128) {
+    int r = e >> 6, d = e & 63;
+    bf16 v = tc_at(x, base, rs, r0 + r, n, D, d);
+    if (nat) nat[r][d] = v;
+    if (tr) tr[d][r] = v;
+  }
+}
+
+// the A fragments of rows r0 .. r0 + 15 of x over the (padded) head dimension: a[kc] covers dims
+// 16 kc .. 16 kc + 15
+DEV void tc_afrag(const bf16 *x, i64 base, i64 rs, i64 r0, i64 n, i64 D, unsigned a[4][4]) {
+  const int g = (tid() & 31) >> 2, t = tid() & 3;
+UNROLL
+  for (int kc = 0; kc < 4; kc++)
+UNROLL
+    for (int h = 0; h < 2; h++) {
+      int d = 16 * kc + 2 * t + 8 * h;
+      a[kc][2 * h] = pack2(tc_at(x, base, rs, r0 + g, n, D, d), tc_at(x, base, rs, r0 + g, n, D, d + 1));
+      a[kc][2 * h + 1] = pack2(tc_at(x, base, rs, r0 + g + 8, n, D, d), tc_at(x, base, rs, r0 + g + 8, n, D, d + 1));
+    }
+}
+
+// the B fragment of a k16 x n8 block whose column n is row nb + n of a staged tile M (B[k][n] =
+// M[nb + n][kb + k])
+DEV void tc_bfrag(bf16 (*M)[TCP], int nb, int kb, unsigned b[2]) {
+  const int g = (tid() & 31) >> 2, t = tid() & 3;
+  b[0] = ld32(&M[nb + g][kb + 2 * t]);
+  b[1] = ld32(&M[nb + g][kb + 2 * t + 8]);
+}
+
+// the four lanes of a row (lanes 4 g .. 4 g + 3) combined
+DEV float quad_max(float v) {
+  v = fmax_(v, __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 1, 31));
+  return fmax_(v, __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 2, 31));
+}
+DEV float quad_sum(float v) {
+  v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 1, 31);
+  return v + __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 2, 31);
+}
+
+// o, lse: a block per 64 queries; key tiles up to the block's diagonal (online softmax per row)
+KERNEL ts_k_attention_fwd_tc_bf16(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *o, float *lse, astr s,
+                                  float scale) {
+  __shared__ bf16 ks[TCR][TCP], vt[64][TCP];
+  const int w = tid() >> 5, g = (tid() & 31) >> 2, t = tid() & 3;
+  const i64 ntile = (s.T + TCR - 1) / TCR;
+  for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
+    for (i64 qt = bid(); qt < ntile; qt += nbid()) {
+      i64 b = bh / s.H, h = bh % s.H, qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
+      i64 q0 = qt * TCR, r0 = q0 + 16 * w, row[2] = {r0 + g, r0 + g + 8};
+      i64 kend = q0 + TCR < s.T ? q0 + TCR : s.T;
+      unsigned qa[4][4];
+      tc_afrag(q, qb, s.st, r0, s.T, s.D, qa);
+      float acc[8][4], m[2] = {NEG_BIG, NEG_BIG}, den[2] = {0.0f, 0.0f};
+UNROLL
+      for (int nt = 0; nt < 8; nt++)
+UNROLL
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+      for (i64 j0 = 0; j0 < kend; j0 += TCR) {
+        __syncthreads(); // the previous tiles read by all
+        tc_stage(k, qb, s.st, j0, s.T, s.D, ks, 0);
+        tc_stage(v, qb, s.st, j0, s.T, s.D, 0, vt);
+        __syncthreads();
+        float sc[8][4], mt[2] = {m[0], m[1]};
+UNROLL
+        for (int nt = 0; nt < 8; nt++) {
+UNROLL
+          for (int i = 0; i < 4; i++) sc[nt][i] = 0.0f;
+UNROLL
+          for (int kc = 0; kc < 4; kc++) {
+            unsigned bb[2];
+            tc_bfrag(ks, 8 * nt, 16 * kc, bb);
+            mma_bf16(sc[nt], qa[kc], bb);
+          }
+UNROLL
+          for (int i = 0; i < 4; i++) {
+            i64 r = row[i >> 1], c = j0 + 8 * nt + 2 * t + (i & 1);
+            sc[nt][i] = r < s.T && c <= r ? sc[nt][i] * scale : NEG_BIG;
+            mt[i >> 1] = fmax_(mt[i >> 1], sc[nt][i]);
+          }
+        }
+        float corr[2];
+UNROLL
+        for (int r = 0; r < 2; r++) {
+          mt[r] = quad_max(mt[r]);
+          corr[r] = fexp(m[r] - mt[r]);
+          den[r] *= corr[r];
+          m[r] = mt[r];
+        }
+UNROLL
+        for (int nt = 0; nt < 8; nt++)
+UNROLL
+          for (int i = 0; i < 4; i++) acc[nt][i] *= corr[i >> 1];
+UNROLL
+        for (int kc = 0; kc < 4; kc++) { // P (16 rows x keys 16 kc ..) as the A operand of P v
+          unsigned pa[4];
+UNROLL
+          for (int hi = 0; hi < 2; hi++) {
+            float e[4];
+UNROLL
+            for (int i = 0; i < 4; i++) {
+              float x = sc[2 * kc + hi][i];
+              e[i] = x > NEG_BIG ? fexp(x - mt[i >> 1]) : 0.0f;
+            }
+            den[0] += e[0] + e[1];
+            den[1] += e[2] + e[3];
+            pa[2 * hi] = pack_bf16(e[0], e[1]);
+            pa[2 * hi + 1] = pack_bf16(e[2], e[3]);
+          }
+UNROLL
+          for (int nt = 0; nt < 8; nt++) {
+            unsigned bb[2];
+            tc_bfrag(vt, 8 * nt, 16 * kc, bb);
+            mma_bf16(acc[nt], pa, bb);
+          }
+        }
+      }
+UNROLL
+      for (int r = 0; r < 2; r++) den[r] = quad_sum(den[r]);
+UNROLL
+      for (int nt = 0; nt < 8; nt++)
+UNROLL
+        for (int i = 0; i < 4; i++) {
+          i64 r = row[i >> 1];
+          int d = 8 * nt + 2 * t + (i & 1);
+          if (r < s.T && d < s.D) st(o, ob + r * s.ot + d, acc[nt][i] / den[i >> 1]);
+        }
+      if (t == 0)
+UNROLL
+        for (int r = 0; r < 2; r++)
+          if (row[r] < s.T) lse[bh * s.T + row[r]] = m[r] + flog(den[r]);
+    }
+}
+
+// dq = scale dS k, dS = P (do v^T - D): a block per 64 queries, key tiles up to its diagonal, a
+// 16-key slice of a tile at a time (its scores and do . v in 2 n-tiles, then dS as an A operand)
+KERNEL ts_k_attention_dq_tc_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+                                 const float *Dr, bf16 *dq, astr s, float scale) {
+  __shared__ bf16 ks[TCR][TCP], vs[TCR][TCP], kt[64][TCP];
+  const int w = tid() >> 5, g = (tid() & 31) >> 2, t = tid() & 3;
+  const i64 ntile = (s.T + TCR - 1) / TCR;
+  for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
+    for (i64 qt = bid(); qt < ntile; qt += nbid()) {
+      i64 b = bh / s.H, h = bh % s.H, qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
+      i64 q0 = qt * TCR, r0 = q0 + 16 * w, row[2] = {r0 + g, r0 + g + 8};
+      i64 kend = q0 + TCR < s.T ? q0 + TCR : s.T;
+      unsigned qa[4][4], da[4][4];
+      tc_afrag(q, qb, s.st, r0, s.T, s.D, qa);
+      tc_afrag(dout, ob, s.ot, r0, s.T, s.D, da);
+      float li[2], Di[2], acc[8][4];
+UNROLL
+      for (int r = 0; r < 2; r++) {
+        li[r] = row[r] < s.T ? lse[bh * s.T + row[r]] : 0.0f;
+        Di[r] = row[r] < s.T ? Dr[bh * s.T + row[r]] : 0.0f;
+      }
+UNROLL
+      for (int nt = 0; nt < 8; nt++)
+UNROLL
+        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+      for (i64 j0 = 0; j0 < kend; j0 += TCR) {
+        __syncthreads();
+        tc_stage(k, qb, s.st, j0, s.T, s.D, ks, kt);
+        tc_stage(v, qb, s.st, j0, s.T, s.D, vs, 0);
+        __syncthreads();
+UNROLL
+        for (int kc = 0; kc < 4; kc++) { // keys j0 + 16 kc ..
+          unsigned dsa[4];
+UNROLL
+          for (int hi = 0; hi < 2; hi++) {
+            int nt = 2 * kc + hi;
+            float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ds[4];
+UNROLL
+            for (int dc = 0; dc < 4; dc++) {
+              unsigned bk[2], bv[2];
+              tc_bfrag(ks, 8 * nt, 16 * dc, bk);
+              tc_bfrag(vs, 8 * nt, 16 * dc, bv);
+              mma_bf16(sc, qa[dc], bk);
+              mma_bf16(dp, da[dc], bv);
+            }
+UNROLL
+            for (int i = 0; i < 4; i++) {
+              i64 r = row[i >> 1], c = j0 + 8 * nt + 2 * t + (i & 1);
+              float p = r < s.T && c <= r ? fexp(sc[i] * scale - li[i >> 1]) : 0.0f;
+              ds[i] = p * (dp[i] - Di[i >> 1]);
+            }
+            dsa[2 * hi] = pack_bf16(ds[0], ds[1]);
+            dsa[2 * hi + 1] = pack_bf16(ds[2], ds[3]);
+          }
+UNROLL
+          for (int nt = 0; nt < 8; nt++) {
+            unsigned bb[2];
+            tc_bfrag(kt, 8 * nt, 16 * kc, bb);
+            mma_bf16(acc[nt], dsa, bb);
+          }
+        }
+      }
+UNROLL
+      for (int nt = 0; nt < 8; nt++)
+UNROLL
+        for (int i = 0; i < 4; i++) {
+          i64 r = row[i >> 1];
+          int d = 8 * nt + 2 * t + (i & 1);
+          if (r < s.T && d < s.D) st(dq, qb + r * s.st + d, scale * acc[nt][i]);
+        }
+    }
+}
+
+// dk = scale dS^T q, dv = P^T do: a block per 64 keys, query tiles from its diagonal to the end,
+// a 16-query slice at a time (S^T = k q^T and v do^T in 2 n-tiles, then P^T and dS^T as A operands)
+KERNEL ts_k_attention_dkv_tc_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+                                  const float *Dr, bf16 *dk, bf16 *dv, astr s, float scale) {
+  __shared__ bf16 qs[TCR][TCP], dos[TCR][TCP], qt[64][TCP], dot[64][TCP];
+  __shared__ float ls[TCR], drs[TCR];
+  const int w = tid() >> 5, g = (tid() & 31) >> 2, t = tid() & 3;
+  const i64 ntile = (s.T + TCR - 1) / TCR;
+  for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
+    for (i64 ktile = bid(); ktile < ntile; ktile += nbid()) {
+      i64 b = bh / s.H, h = bh % s.H, qb = b * s.sb + h * s.sh, ob = b * s.ob + h * s.oh;
+      i64 k0 = ktile * TCR, r0 = k0 + 16 * w, row[2] = {r0 + g, r0 + g + 8};
+      unsigned ka[4][4], va[4][4];
+      tc_afrag(k, qb, s.st, r0, s.T, s.D, ka);
+      tc_afrag(v, qb, s.st, r0, s.T, s.D, va);
+      float ak[8][4], av[8][4];
+UNROLL
+      for (int nt = 0; nt < 8; nt++)
+UNROLL
+        for (int i = 0; i < 4; i++) ak[nt][i] = av[nt][i] = 0.0f;
+      for (i64 i0 = k0; i0 < s.T; i0 += TCR) {
+        __syncthreads();
+        tc_stage(q, qb, s.st, i0, s.T, s.D, qs, qt);
+        tc_stage(dout, ob, s.ot, i0, s.T, s.D, dos, dot);
+        for (int e = tid(); e < TCR; e += 128) {
+          ls[e] = i0 + e < s.T ? lse[bh * s.T + i0 + e] : 0.0f;
+          drs[e] = i0 + e < s.T ? Dr[bh * s.T + i0 + e] : 0.0f;
+        }
+        __syncthreads();
+UNROLL
+        for (int qc = 0; qc < 4; qc++) { // queries i0 + 16 qc ..
+          unsigned pa[4], dsa[4];
+UNROLL
+          for (int hi = 0; hi < 2; hi++) {
+            int nt = 2 * qc + hi;
+            float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p[4], ds[4];
+UNROLL
+            for (int dc = 0; dc < 4; dc++) {
+              unsigned bq[2], bd[2];
+              tc_bfrag(qs, 8 * nt, 16 * dc, bq);
+              tc_bfrag(dos, 8 * nt, 16 * dc, bd);
+              mma_bf16(sc, ka[dc], bq);
+              mma_bf16(dp, va[dc], bd);
+            }
+UNROLL
+            for (int i = 0; i < 4; i++) {
+              i64 j = row[i >> 1];
+              int c = 8 * nt + 2 * t + (i & 1);
+              p[i] = j < s.T && i0 + c >= j && i0 + c < s.T ? fexp(sc[i] * scale - ls[c]) : 0.0f;
+              ds[i] = p[i] * (dp[i] - drs[c]);
+            }
+            pa[2 * hi] = pack_bf16(p[0], p[1]);
+            pa[2 * hi + 1] = pack_bf16(p[2], p[3]);
+            dsa[2 * hi] = pack_bf16(ds[0], ds[1]);
+            dsa[2 * hi + 1] = pack_bf16(ds[2], ds[3]);
+          }
+UNROLL
+          for (int nt = 0; nt < 8; nt++) {
+            unsigned bd[2], bq[2];
+            tc_bfrag(dot, 8 * nt, 16 * qc, bd);
+            tc_bfrag(qt, 8 * nt, 16 * qc, bq);
+            mma_bf16(av[nt], pa, bd);
+            mma_bf16(ak[nt], dsa, bq);
+          }
+        }
+      }
+UNROLL
+      for (int nt = 0; nt < 8; nt++)
+UNROLL
+        for (int i = 0; i < 4; i++) {
+          i64 j = row[i >> 1];
+          int d = 8 * nt + 2 * t + (i & 1);
+          if (j < s.T && d < s.D) {
+            st(dk, qb + j * s.st + d, scale * ak[nt][i]);
+            st(dv, qb + j * s.st + d, av[nt][i]);
+          }
+        }
+    }
+}

@@ -192,6 +192,30 @@ DEV float block_max(float v, float *sh) {
   return warp_max(v);
 }
 
+/* ---- tensor cores: mma.sync m16n8k16, bf16 operands, f32 accumulation (sm_80 and newer) ----
+ * d (16 x 8) += a (16 x 16) b (16 x 8) over one warp; every lane of the warp calls it together.
+ * The fragments as PTX defines them (lane = 4 g + t, g = lane / 4, t = lane % 4; a .b32 holds two
+ * bf16, the lower-indexed element in its low half):
+ *   a[0] = A[g][2t, 2t+1]   a[1] = A[g+8][2t, 2t+1]   a[2] = A[g][2t+8, 2t+9]   a[3] = A[g+8][2t+8, 2t+9]
+ *   b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
+ *   d[0] = D[g][2t]   d[1] = D[g][2t+1]   d[2] = D[g+8][2t]   d[3] = D[g+8][2t+1]
+ * so the accumulator of an m16n8 product, two n-tiles side by side, packs into the A fragment of
+ * the next product's 16-wide k step (flash attention's P and dS never leave the registers). On the
+ * stand-in driver the emulator computes the warp's product from every lane's fragments. */
+DEV unsigned pack_bf16(float lo, float hi) { return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16); }
+DEV unsigned pack2(bf16 lo, bf16 hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+#if defined(__CUDA__)
+DEV void mma_bf16(float d[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#else
+extern "C" void ts_emu_mma_bf16(float *d, const unsigned *a, const unsigned *b);
+DEV void mma_bf16(float d[4], const unsigned a[4], const unsigned b[2]) { ts_emu_mma_bf16(d, a, b); }
+#endif
+
 #endif /* __CUDA__ || TS_CUDA_EMU */
 
 #endif
