@@ -699,45 +699,132 @@ int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const v
   return launch(d, kn, grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
 }
 
-/* Batch norm's kernel: x's dtype (f32, bf16) and gamma/beta's (f32, or bf16 with bf16 x: _bf16g). */
-static int bn_name(char *buf, size_t cap, const char *base, ts_dtype dt, ts_dtype gdt) {
-  int rc = kname(buf, cap, base, dt, "batch norm");
-  if (rc) return rc;
+/* Batch norm (batchnorm.cu): the kernels over x take x's dtype, those over gamma/beta gdt's (f32,
+ * or bf16 with bf16 x). */
+static int bn_types(ts_dtype dt, ts_dtype gdt, const char **xs, const char **gs) {
+  *xs = *gs = "";
+  if (dt != TS_F32 && dt != TS_BF16) return ts_error_set(TS_EUNSUPPORTED, "GPU batch norm: %s x (f32 and bf16 only)", ts_dtype_name(dt));
   if (gdt != TS_F32 && !(gdt == TS_BF16 && dt == TS_BF16))
     return ts_error_set(TS_EUNSUPPORTED, "GPU batch norm: %s x with %s gamma/beta", ts_dtype_name(dt), ts_dtype_name(gdt));
-  if (gdt == TS_BF16) strncat(buf, "g", cap - strlen(buf) - 1);
+  *xs = dt == TS_F32 ? "f32" : "bf16";
+  *gs = gdt == TS_F32 ? "f32" : "bf16";
   return TS_OK;
+}
+static int bn_launch_n(ts__dev *d, const char *base, const char *sfx, unsigned gx, unsigned gy, unsigned block,
+                       ts__dev_stream *s, void **a, int na) {
+  char kn[48];
+  snprintf(kn, sizeof kn, "%s_%s", base, sfx);
+  return launch_n(d, kn, gx, gy, block, s, a, na);
+}
+#define bn_launch(d, base, sfx, gx, gy, bx, s, args) \
+  bn_launch_n(d, base, sfx, gx, gy, bx, s, args, (int)(sizeof(args) / sizeof(args[0])))
+/* the chunks a channel's positions are cut into: about 4096 positions a block, at most 512 (from
+ * the shape only: the same sums on every GPU) */
+static int64_t bn_chunks(int64_t M) {
+  int64_t P = (M + 4095) / 4096;
+  return P < 1 ? 1 : P > 512 ? 512 : P;
+}
+/* the workspace: the chunks' sums (2 C P), the shifts K (C), part (2C + 1), a and b (2C), A, B, K (3C) */
+typedef struct {
+  float *pp, *K, *part, *ab, *abk;
+} bn_ws;
+static bn_ws bn_carve(void *ws, int64_t N, int64_t C, int64_t S) {
+  bn_ws w;
+  w.pp = ws;
+  w.K = w.pp + 2 * C * bn_chunks(N * S);
+  w.part = w.K + C;
+  w.ab = w.part + 2 * C + 1;
+  w.abk = w.ab + 2 * C;
+  return w;
+}
+size_t ts__gpu_bn_workspace(int64_t N, int64_t C, int64_t S) {
+  return sizeof(float) * (size_t)(2 * C * bn_chunks(N * S) + C + 2 * C + 1 + 2 * C + 3 * C);
+}
+/* part (2C + 1): the sums over every chunk of (x - K) and (x - K)^2 (Kin: the shifts; NULL: each
+ * channel's first value, written to Kout), then the count */
+static int bn_fwd_part(ts__dev *d, const char *xs, const void *x, const float *Kin, float *Kout, int64_t N, int64_t C,
+                       int64_t S, float *pp, float *part, ts__dev_stream *s) {
+  int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
+  void *a[] = {&x, &Kin, &Kout, &N, &C, &S, &P, &pp};
+  int rc = bn_launch(d, "ts_k_bn_psums", xs, (unsigned)P, row_grid(C), BLOCK, s, a);
+  void *f[] = {&pp, &C, &P, &M, &part};
+  return rc ? rc : launch(d, "ts_k_bn_fold", grid_for(C2), 1, BLOCK, s, f);
+}
+/* part (2C + 1): the sums of g and g (x - mean) (g: dy, through the ReLU's gradient when fused) */
+static int bn_bwd_part(ts__dev *d, const char *xs, const void *dy, const void *x, const float *mean,
+                       const ts__gpu_bn_relu *relu, int64_t N, int64_t C, int64_t S, float *pp, float *part,
+                       ts__dev_stream *s) {
+  int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
+  const float *ab = relu ? relu->ab : NULL;
+  float alpha = relu ? relu->alpha : 0.0f;
+  void *a[] = {&dy, &x, &mean, &ab, &alpha, &N, &C, &S, &P, &pp};
+  int rc = bn_launch(d, "ts_k_bn_bpsums", xs, (unsigned)P, row_grid(C), BLOCK, s, a);
+  void *f[] = {&pp, &C, &P, &M, &part};
+  return rc ? rc : launch(d, "ts_k_bn_fold", grid_for(C2), 1, BLOCK, s, f);
+}
+/* ab from (mean, var) (copy: from the running statistics, copied into mean, var), then y = x a + b */
+static int bn_normalise(ts__dev *d, const char *xs, const char *gs, const void *x, const void *gamma, const void *beta,
+                        const float *rmean, const float *rvar, float *mean, float *var, void *y, int64_t N, int64_t C,
+                        int64_t S, float eps, int copy, const ts__gpu_bn_relu *relu, float *ab, ts__dev_stream *s) {
+  if (relu) ab = relu->ab;
+  void *a[] = {&rmean, &rvar, &mean, &var, &gamma, &beta, &C, &eps, &copy, &ab};
+  int rc = bn_launch(d, "ts_k_bn_ab", gs, grid_for(C), 1, BLOCK, s, a);
+  int on = relu != NULL;
+  float alpha = relu ? relu->alpha : 0.0f;
+  void *b[] = {&x, &ab, &y, &N, &C, &S, &on, &alpha};
+  return rc || N * C * S == 0 ? rc : bn_launch(d, "ts_k_bn_apply", xs, grid_for(N * C * S), 1, BLOCK, s, b);
+}
+/* the coefficients (dgamma, dbeta from loc; A, B, K from tot), then dx */
+static int bn_backward(ts__dev *d, const char *xs, const char *gs, const void *dy, const void *x, const void *gamma,
+                       const float *mean, const float *var, const float *loc, const float *tot, void *dx, void *dgamma,
+                       void *dbeta, int64_t N, int64_t C, int64_t S, float eps, int training,
+                       const ts__gpu_bn_relu *relu, float *abk, ts__dev_stream *s) {
+  void *a[] = {&loc, &tot, &gamma, &mean, &var, &C, &eps, &training, &dgamma, &dbeta, &abk};
+  int rc = bn_launch(d, "ts_k_bn_coef", gs, grid_for(C), 1, BLOCK, s, a);
+  if (rc || !tot || N * C * S == 0) return rc;
+  const float *ab = relu ? relu->ab : NULL;
+  float alpha = relu ? relu->alpha : 0.0f;
+  void *b[] = {&dy, &x, &abk, &ab, &alpha, &dx, &N, &C, &S};
+  return bn_launch(d, "ts_k_bn_dx", xs, grid_for(N * C * S), 1, BLOCK, s, b);
 }
 
 int ts__gpu_batchnorm_fwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
                           float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S,
-                          float momentum, float eps, int training, ts__dev_stream *s) {
+                          float momentum, float eps, int training, const ts__gpu_bn_relu *relu, void *ws,
+                          ts__dev_stream *s) {
   if (training && N * S < 2) return ts_error_set(TS_EINVAL, "GPU batch norm: training statistics of %lld values",
                                                  (long long)(N * S));
-  char kn[64];
-  int rc = bn_name(kn, sizeof kn, "ts_k_batchnorm_fwd", dt, gdt);
-  if (rc) return rc;
-  void *a[] = {&x, &gamma, &beta, &rmean, &rvar, &y, &mean, &var, &N, &C, &S, &momentum, &eps, &training};
-  return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
+  const char *xs, *gs;
+  int rc = bn_types(dt, gdt, &xs, &gs);
+  if (rc || C == 0) return rc;
+  bn_ws w = bn_carve(ws, N, C, S);
+  if (training) {
+    rc = bn_fwd_part(d, xs, x, NULL, w.K, N, C, S, w.pp, w.part, s);
+    if (!rc) rc = ts__gpu_bn_sync_stats(d, w.part, w.K, C, momentum, rmean, rvar, mean, var, s);
+  }
+  return rc ? rc : bn_normalise(d, xs, gs, x, gamma, beta, rmean, rvar, mean, var, y, N, C, S, eps, !training, relu,
+                                w.ab, s);
 }
 
 int ts__gpu_batchnorm_bwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                           const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C,
-                          int64_t S, float eps, int training, ts__dev_stream *s) {
-  char kn[64];
-  int rc = bn_name(kn, sizeof kn, "ts_k_batchnorm_bwd", dt, gdt);
-  if (rc) return rc;
-  void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &dgamma, &dbeta, &N, &C, &S, &eps, &training};
-  return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
+                          int64_t S, float eps, int training, const ts__gpu_bn_relu *relu, void *ws, ts__dev_stream *s) {
+  const char *xs, *gs;
+  int rc = bn_types(dt, gdt, &xs, &gs);
+  if (rc || C == 0) return rc;
+  bn_ws w = bn_carve(ws, N, C, S);
+  rc = bn_bwd_part(d, xs, dy, x, mean, relu, N, C, S, w.pp, w.part, s);
+  return rc ? rc : bn_backward(d, xs, gs, dy, x, gamma, mean, var, w.part, w.part, dx, dgamma, dbeta, N, C, S, eps,
+                               training, relu, w.abk, s);
 }
 
 int ts__gpu_bn_fwd_sums(ts__dev *d, ts_dtype dt, const void *x, const float *K, int64_t N, int64_t C, int64_t S,
-                        float *part, ts__dev_stream *s) {
-  int rc = dt_ok(dt, "batch norm (synchronised)");
-  if (rc) return rc;
-  void *a[] = {&x, &K, &N, &C, &S, &part};
-  return launch(d, dt == TS_F32 ? "ts_k_bn_fwd_sums_f32" : "ts_k_bn_fwd_sums_bf16", row_grid(C), 1, row_block(N * S), s,
-                a);
+                        float *part, void *ws, ts__dev_stream *s) {
+  const char *xs, *gs;
+  int rc = bn_types(dt, TS_F32, &xs, &gs);
+  if (rc || C == 0) return rc;
+  bn_ws w = bn_carve(ws, N, C, S);
+  return bn_fwd_part(d, xs, x, K, NULL, N, C, S, w.pp, part, s);
 }
 
 int ts__gpu_sum_rows(ts__dev *d, const float *all, int64_t P, int64_t n, float *out, ts__dev_stream *s) {
@@ -754,23 +841,24 @@ int ts__gpu_bn_sync_stats(ts__dev *d, const float *tot, const float *K, int64_t 
 
 int ts__gpu_bn_bwd_sums(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const float *mean,
                         const float *var, void *dgamma, void *dbeta, int64_t N, int64_t C, int64_t S, float eps,
-                        float *part, ts__dev_stream *s) {
-  char kn[64];
-  int rc = bn_name(kn, sizeof kn, "ts_k_bn_bwd_sums", dt, gdt);
-  if (rc) return rc;
-  void *a[] = {&dy, &x, &mean, &var, &dgamma, &dbeta, &N, &C, &S, &eps, &part};
-  return launch(d, kn, row_grid(C), 1, row_block(N * S), s, a);
+                        const ts__gpu_bn_relu *relu, float *part, void *ws, ts__dev_stream *s) {
+  const char *xs, *gs;
+  int rc = bn_types(dt, gdt, &xs, &gs);
+  if (rc || C == 0) return rc;
+  bn_ws w = bn_carve(ws, N, C, S);
+  rc = bn_bwd_part(d, xs, dy, x, mean, relu, N, C, S, w.pp, part, s);
+  return rc ? rc : bn_backward(d, xs, gs, dy, x, NULL, mean, var, part, NULL, NULL, dgamma, dbeta, N, C, S, eps, 1,
+                               relu, w.abk, s);
 }
 
 int ts__gpu_bn_bwd_dx(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                       const float *mean, const float *var, const float *tot, void *dx, int64_t N, int64_t C, int64_t S,
-                      float eps, ts__dev_stream *s) {
-  char kn[64];
-  int rc = bn_name(kn, sizeof kn, "ts_k_bn_bwd_dx", dt, gdt);
-  if (rc || N * S == 0) return rc;
-  void *a[] = {&dy, &x, &gamma, &mean, &var, &tot, &dx, &N, &C, &S, &eps};
-  unsigned gx = (unsigned)((N * S + BLOCK - 1) / BLOCK);
-  return launch(d, kn, gx > 64 ? 64 : gx, row_grid(C), BLOCK, s, a);
+                      float eps, const ts__gpu_bn_relu *relu, void *ws, ts__dev_stream *s) {
+  const char *xs, *gs;
+  int rc = bn_types(dt, gdt, &xs, &gs);
+  if (rc || C == 0) return rc;
+  bn_ws w = bn_carve(ws, N, C, S);
+  return bn_backward(d, xs, gs, dy, x, gamma, mean, var, NULL, tot, dx, NULL, NULL, N, C, S, eps, 1, relu, w.abk, s);
 }
 
 int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,

@@ -230,31 +230,44 @@ int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const v
                         ts__dev_stream *s);
 int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, ts__dev_stream *s);
 int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, void *dx, ts__dev_stream *s);
+/* Batch norm over x (N,C,S) of dtype dt (f32, bf16), gamma/beta (and dgamma/dbeta) of gdt (f32,
+ * or bf16 with bf16 x), as the CPU's ts__bn_fwd/_bwd (batchnorm.cu: sums parallel over each
+ * channel's positions, folded in a fixed order; y = x a + b; dx = A dy + B x + K). ws: device
+ * memory of ts__gpu_bn_workspace(N, C, S) bytes. relu (NULL: none): the following ReLU fused as the
+ * executor's BN+ReLU fusion: the forward writes relu(x a + b) and keeps a, b in relu->ab (2C floats
+ * of device memory); the backward takes dy of the ReLU's output and its gradient through the
+ * ReLU recomputed from x and ab (bitwise the unfused BN and ReLU nodes). */
+typedef struct {
+  float alpha; /* the ReLU's negative slope */
+  float *ab;   /* 2C floats (device) */
+} ts__gpu_bn_relu;
+size_t ts__gpu_bn_workspace(int64_t N, int64_t C, int64_t S);
 int ts__gpu_batchnorm_fwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
                           float *rmean, float *rvar, void *y, float *mean, float *var, int64_t N, int64_t C, int64_t S,
-                          float momentum, float eps, int training, ts__dev_stream *s);
+                          float momentum, float eps, int training, const ts__gpu_bn_relu *relu, void *ws,
+                          ts__dev_stream *s);
 int ts__gpu_batchnorm_bwd(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                           const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t N, int64_t C,
-                          int64_t S, float eps, int training, ts__dev_stream *s);
+                          int64_t S, float eps, int training, const ts__gpu_bn_relu *relu, void *ws, ts__dev_stream *s);
 /* SyncBatchNorm's steps around the caller's exchange (an all-gather of every rank's part, summed in
- * rank order by ts__gpu_sum_rows: the same totals on every rank):
+ * rank order by ts__gpu_sum_rows: the same totals on every rank); ws as above:
  *   forward: part (2C+1 floats) = per channel sum (x - K), sum (x - K)^2 (K: the running mean, the
  *     same shift on every rank) and the count; ts__gpu_bn_sync_stats: mean and biased variance from
  *     the totals, the running ones updated; then ts__gpu_batchnorm_fwd with them as its running
  *     statistics (training 0);
- *   backward: part = per channel sum dy, sum dy xhat and the count, dgamma and dbeta from this
- *     rank's sums; ts__gpu_bn_bwd_dx: dx through the totals. */
+ *   backward: part = per channel sum dy and sum dy (x - mean) and the count, dgamma and dbeta from
+ *     this rank's sums; ts__gpu_bn_bwd_dx: dx through the totals. */
 int ts__gpu_bn_fwd_sums(ts__dev *d, ts_dtype dt, const void *x, const float *K, int64_t N, int64_t C, int64_t S,
-                        float *part, ts__dev_stream *s);
+                        float *part, void *ws, ts__dev_stream *s);
 int ts__gpu_sum_rows(ts__dev *d, const float *all, int64_t P, int64_t n, float *out, ts__dev_stream *s);
 int ts__gpu_bn_sync_stats(ts__dev *d, const float *tot, const float *K, int64_t C, float momentum, float *rmean,
                           float *rvar, float *mean, float *var, ts__dev_stream *s);
 int ts__gpu_bn_bwd_sums(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const float *mean,
                         const float *var, void *dgamma, void *dbeta, int64_t N, int64_t C, int64_t S, float eps,
-                        float *part, ts__dev_stream *s);
+                        const ts__gpu_bn_relu *relu, float *part, void *ws, ts__dev_stream *s);
 int ts__gpu_bn_bwd_dx(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                       const float *mean, const float *var, const float *tot, void *dx, int64_t N, int64_t C, int64_t S,
-                      float eps, ts__dev_stream *s);
+                      float eps, const ts__gpu_bn_relu *relu, void *ws, ts__dev_stream *s);
 int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,
                         ts__dev_stream *s);
 int ts__gpu_softmax_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer, int64_t len,

@@ -265,7 +265,7 @@ void ts_plan_free(ts_plan *p) {
   free(p->fuse_out);
   free(p->fuse_done);
   if (p->fz_ab)
-    for (int i = 0; i < p->nnodes; i++) free(p->fz_ab[i]);
+    for (int i = 0; i < p->nnodes; i++) arena_free(p, p->fz_ab[i]);
   free(p->fz_ab);
   free(p->fz_role);
   free(p->fz_peer);
@@ -329,6 +329,8 @@ int ts_plan_set_device(ts_plan *p, ts__dev *d) {
   if (d == p->dev) return TS_OK;
   if (p->owner && p->owner != p)
     return ts_error_set(TS_EUNSUPPORTED, "ts_plan_set_device: a plan sharing another's scratch stays on its device");
+  for (int i = 0; i < p->nnodes; i++) /* the BN+ReLU fusions' scale and shift, on the device left */
+    arena_free(p, p->fz_ab[i]), p->fz_ab[i] = NULL;
   if (p->dev) { /* leaving a GPU: its memory goes with it */
     ts__dev_sync(p->dev);
     free_timing(p);
@@ -340,8 +342,7 @@ int ts_plan_set_device(ts_plan *p, ts__dev *d) {
   p->arena = NULL;
   p->arena_cap = 0;
   p->dev = d;
-  p->no_fusion = d != NULL; /* the fusions are the CPU kernels' */
-  p->planned = 0;
+  p->planned = 0; /* planned again (the fusions' buffers on the new device) */
   return TS_OK;
 }
 
@@ -566,7 +567,7 @@ static void plan_fusions(ts_plan *p) {
   for (int i = 0; i < p->nnodes; i++) {
     p->fuse_out[i] = -1, p->fuse_done[i] = 0;
     p->fz_role[i] = FZ_NONE, p->fz_peer[i] = -1, p->fz_valid[i] = 0;
-    free(p->fz_ab[i]);
+    arena_free(p, p->fz_ab[i]);
     p->fz_ab[i] = NULL;
   }
   memset(p->nfused, 0, sizeof p->nfused);
@@ -607,8 +608,8 @@ static void plan_fusions(ts_plan *p) {
         (p->vals[z].dtype != TS_F32 && (p->vals[z].dtype != TS_BF16 || ts_attr_eltwise_alpha(&n->a) != 0.0f)) ||
         bn_spatial(&p->vals[z].shape) < 2)
       continue;
-    if (!p->dry) {
-      p->fz_ab[i] = malloc(sizeof(float) * (size_t)(2 * p->vals[z].shape.dims[1]));
+    if (!p->dry) { /* on the plan's device (a GPU's BN+ReLU writes it there) */
+      p->fz_ab[i] = arena_alloc(p, sizeof(float) * (size_t)(2 * p->vals[z].shape.dims[1]));
       if (!p->fz_ab[i]) continue; /* not fused */
     }
     p->fz_role[i] = FZ_BN, p->fz_peer[i] = j;
@@ -937,8 +938,8 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     if (rc) return rc;
   }
   ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p, p->dcolls, {NULL}, 0, 0};
-  const int fast = ctx.backend == TS_BACKEND_FAST;
   const int gpu = on_gpu(p);
+  const int fast = ctx.backend == TS_BACKEND_FAST || gpu; /* the fusions are taken (REF: every node as written) */
   ts__run_fn *tab = gpu ? ts__run_gpu : ts__run;
   if (gpu) {
     ctx.dev = p->dev;

@@ -2,8 +2,8 @@
  * one per op the GPU has kernels for, each turning a node and its device tensors into launches of
  * src/device/gpu_kernels.h on the device's compute stream. An op without an entry here is refused
  * when the plan is put on the GPU (naming it). The vocabulary-sharded embedding and cross-entropy
- * run here too (the latter's reductions through the slot's device collectives, runtime/dcoll.h);
- * the fusions stay CPU-only for now. Errors the CPU
+ * run here too (the latter's reductions through the slot's device collectives, runtime/dcoll.h),
+ * and the executor's fusions (matmul+cast, BN+ReLU, matmul+bias+gelu). Errors the CPU
  * kernels find by looking at the data (a label or id out of range) are flagged on the device and
  * reported after the run (ts__runctx.flag). */
 #include "run_desc.h"
@@ -26,16 +26,28 @@ static int run_copy(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
   return ts__dev_copy(ctx->dev, out[0].data, in[0].data, ts_tensor_nbytes(&in[0]), TS__D2D, NULL);
 }
 
+/* The executor's matmul fusions (exec.c): matmul+cast: out[0] is the cast's f32 result, written by
+ * the bf16 GEMM's f32 output (one rounding fewer, as the CPU's); matmul+bias+gelu (plans without
+ * backward): out[0] is the gelu's output, the GEMM written there (f32 for O1's widening cast) and
+ * the gelu applied in place (z never written; cuBLAS has no GeLU epilogue, cuBLASLt's is not
+ * loaded). */
+static int mm_gelu_after(ts__runctx *ctx, int rc, ts_tensor *out) {
+  if (rc || !ctx->fuse || ctx->fuse->kind != TS__FUSE_MM_GELU) return rc;
+  return ts__gpu_eltwise_fwd(ctx->dev, ctx->fuse->act, 0.0f, out[0].dtype, out[0].data, out[0].data,
+                             ts_tensor_numel(&out[0]), NULL);
+}
+
 static int run_matmul(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__mm_desc d = ts__run_mm_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
-  return ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data, NULL, out[0].data, NULL);
+  return mm_gelu_after(ctx, ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data, NULL,
+                                         out[0].data, NULL), out);
 }
 
 static int run_dense(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t K = in[1].shape.dims[1], N = in[1].shape.dims[0], M = ts_tensor_numel(&in[0]) / K;
   const ts__mm_desc d = {1, M, N, K, 0, 1, 0, 0}; /* w (N,K) is the (K,N) operand transposed */
-  return ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data, n->nin == 3 ? in[2].data : NULL,
-                      out[0].data, NULL);
+  return mm_gelu_after(ctx, ts__gpu_gemm(ctx->dev, &d, in[0].dtype, out[0].dtype, in[0].data, in[1].data,
+                                         n->nin == 3 ? in[2].data : NULL, out[0].data, NULL), out);
 }
 
 static int run_eltwise(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
@@ -384,28 +396,43 @@ static int bn_exchange(ts__runctx *ctx, struct ts__dcoll **x, int nx, float *par
   return rc;
 }
 
+/* the BN+ReLU fusion's parameters (exec.c: ctx->fuse, its ab in device memory), NULL: none */
+static const ts__gpu_bn_relu *bn_relu_of(const ts__runctx *ctx, ts__fuse_kind kind, ts__gpu_bn_relu *r) {
+  if (!ctx->fuse || ctx->fuse->kind != kind) return NULL;
+  r->alpha = ctx->fuse->alpha, r->ab = ctx->fuse->ab;
+  return r;
+}
+
+/* Batch norm (and with the executor's BN+ReLU fusion, the ReLU after it): local statistics, or
+ * synchronised over the node's groups (SyncBatchNorm: each rank's sums exchanged); the device
+ * scratch holds the exchange's buffers, then batchnorm.cu's workspace */
 static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   int64_t N, C, S;
   ts__run_bn_dims(&in[0].shape, &N, &C, &S);
   const float mom = ts_attr_batchnorm_momentum(&n->a), eps = ts_attr_batchnorm_eps(&n->a);
   const int training = (int)ts_attr_batchnorm_training(&n->a);
+  ts__gpu_bn_relu rr;
+  const ts__gpu_bn_relu *relu = bn_relu_of(ctx, TS__FUSE_BN_RELU, &rr);
   struct ts__dcoll *x[3];
   int nx = 0, most = 1;
   int rc = training ? bn_dcolls(ctx, n, x, &nx, &most) : TS_OK;
-  if (rc || !nx) /* local statistics */
-    return rc ? rc : node_fail(n, ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data,
-                                                       in[2].data, in[3].data, in[4].data, out[0].data, out[1].data,
-                                                       out[2].data, N, C, S, mom, eps, training, NULL));
-  /* synchronised: the sums, exchanged, the statistics, then normalised by them */
+  const int64_t cnt = 2 * C + 1, nexch = nx ? cnt * (1 + most) : 0;
   float *part = NULL;
-  const int64_t cnt = 2 * C + 1;
-  rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(cnt * (1 + most)), (void **)&part);
-  if (!rc) rc = ts__gpu_bn_fwd_sums(ctx->dev, in[0].dtype, in[0].data, in[3].data, N, C, S, part, NULL);
+  if (!rc) rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)nexch + ts__gpu_bn_workspace(N, C, S), (void **)&part);
+  if (rc) return rc;
+  void *ws = part + nexch;
+  if (!nx) /* local statistics */
+    return node_fail(n, ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data,
+                                              in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
+                                              mom, eps, training, relu, ws, NULL));
+  /* synchronised: the sums, exchanged, the statistics, then normalised by them */
+  rc = ts__gpu_bn_fwd_sums(ctx->dev, in[0].dtype, in[0].data, in[3].data, N, C, S, part, ws, NULL);
   if (!rc) rc = bn_exchange(ctx, x, nx, part, cnt, part + cnt);
   if (!rc) rc = ts__gpu_bn_sync_stats(ctx->dev, part, in[3].data, C, mom, in[3].data, in[4].data, out[1].data,
                                       out[2].data, NULL);
   if (!rc) rc = ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, in[0].data, in[1].data, in[2].data, out[1].data,
-                                      out[2].data, out[0].data, out[1].data, out[2].data, N, C, S, mom, eps, 0, NULL);
+                                      out[2].data, out[0].data, out[1].data, out[2].data, N, C, S, mom, eps, 0, relu, ws,
+                                      NULL);
   return node_fail(n, rc);
 }
 
@@ -414,22 +441,26 @@ static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_te
   ts__run_bn_dims(&in[1].shape, &N, &C, &S);
   const float eps = ts_attr_batchnorm_eps(&n->a);
   const int training = (int)ts_attr_batchnorm_training(&n->a);
+  ts__gpu_bn_relu rr;
+  const ts__gpu_bn_relu *relu = bn_relu_of(ctx, TS__FUSE_BN_RELU_BWD, &rr);
   struct ts__dcoll *x[3];
   int nx = 0, most = 1;
   int rc = training ? bn_dcolls(ctx, n, x, &nx, &most) : TS_OK;
-  if (rc || !nx)
-    return rc ? rc : node_fail(n, ts__gpu_batchnorm_bwd(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data,
-                                                       in[2].data, in[3].data, in[4].data, out[0].data, out[1].data,
-                                                       out[2].data, N, C, S, eps, training, NULL));
-  /* synchronised: this rank's sums (dgamma, dbeta from them), exchanged, dx through the totals */
+  const int64_t cnt = 2 * C + 1, nexch = nx ? cnt * (1 + most) : 0;
   float *part = NULL;
-  const int64_t cnt = 2 * C + 1;
-  rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)(cnt * (1 + most)), (void **)&part);
-  if (!rc) rc = ts__gpu_bn_bwd_sums(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[3].data, in[4].data,
-                                    out[1].data, out[2].data, N, C, S, eps, part, NULL);
+  if (!rc) rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)nexch + ts__gpu_bn_workspace(N, C, S), (void **)&part);
+  if (rc) return rc;
+  void *ws = part + nexch;
+  if (!nx)
+    return node_fail(n, ts__gpu_batchnorm_bwd(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data,
+                                              in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, N, C, S,
+                                              eps, training, relu, ws, NULL));
+  /* synchronised: this rank's sums (dgamma, dbeta from them), exchanged, dx through the totals */
+  rc = ts__gpu_bn_bwd_sums(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[3].data, in[4].data,
+                           out[1].data, out[2].data, N, C, S, eps, relu, part, ws, NULL);
   if (!rc) rc = bn_exchange(ctx, x, nx, part, cnt, part + cnt);
   if (!rc) rc = ts__gpu_bn_bwd_dx(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
-                                  in[4].data, part, out[0].data, N, C, S, eps, NULL);
+                                  in[4].data, part, out[0].data, N, C, S, eps, relu, ws, NULL);
   return node_fail(n, rc);
 }
 

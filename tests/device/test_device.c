@@ -96,6 +96,7 @@ typedef struct {
   ts__dev *d;
   int fake;   /* the stand-in driver: kernels are not run, only launched */
   int cublas; /* GEMMs through cuBLAS (under the stand-in: fake_cublas.c, which computes them) */
+  void *bnws; /* batch norm's workspace (ts__gpu_bn_workspace of the largest shape checked) */
 } gpu;
 
 static void *up(gpu *G, const void *h, size_t bytes) {
@@ -723,8 +724,9 @@ static void check_conv_pool_bn(gpu *G) {
           *pm = up(G, NULL, 16), *pv = up(G, NULL, 16), *pdg = up(G, NULL, 16), *pdbb = up(G, NULL, 16);
     CHECK_OK(ts__batchnorm_fwd_ref(x, ga, be, rm, rv, by, mean, var, 2, 4, 63, 0.1f, 1e-5f, training));
     CHECK_OK(ts__batchnorm_bwd_ref(by, x, ga, mean, var, bdx, dg, dbb, 2, 4, 63, 1e-5f, training));
-    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, TS_F32, TS_F32, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training, NULL));
-    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, TS_F32, TS_F32, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL));
+    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, TS_F32, TS_F32, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training, NULL, G->bnws, NULL));
+    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, TS_F32, TS_F32, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL,
+                                   G->bnws, NULL));
     down(G, gby, pby, 4 * nx), down(G, grm, prm, 16), down(G, grv, prv, 16), down(G, gmean, pm, 16);
     down(G, gvar, pv, 16), down(G, gdx, pdx, 4 * nx), down(G, gdg, pdg, 16), down(G, gdbb, pdbb, 16);
     char what[64];
@@ -758,21 +760,21 @@ static void check_conv_pool_bn(gpu *G) {
     for (int r = 0; r < 2; r++) {
       prm[r] = up(G, rm0, 16), prv[r] = up(G, rv0, 16), pm[r] = up(G, NULL, 16), pv[r] = up(G, NULL, 16);
       pdg[r] = up(G, NULL, 16), pdb[r] = up(G, NULL, 16);
-      CHECK_OK(ts__gpu_bn_fwd_sums(G->d, TS_F32, (float *)px + r * Hn, prm[r], 1, Cn, Sn, pall + r * Q, NULL));
+      CHECK_OK(ts__gpu_bn_fwd_sums(G->d, TS_F32, (float *)px + r * Hn, prm[r], 1, Cn, Sn, pall + r * Q, G->bnws, NULL));
     }
     for (int r = 0; r < 2; r++) { /* each rank: the totals, its statistics, its half normalised */
       CHECK_OK(ts__gpu_sum_rows(G->d, pall, 2, Q, ptot, NULL));
       CHECK_OK(ts__gpu_bn_sync_stats(G->d, ptot, prm[r], Cn, 0.1f, prm[r], prv[r], pm[r], pv[r], NULL));
       CHECK_OK(ts__gpu_batchnorm_fwd(G->d, TS_F32, TS_F32, (float *)px + r * Hn, pga, pbe, pm[r], pv[r], py + r * Hn, pm[r],
-                                     pv[r], 1, Cn, Sn, 0.1f, 1e-5f, 0, NULL));
+                                     pv[r], 1, Cn, Sn, 0.1f, 1e-5f, 0, NULL, G->bnws, NULL));
     }
     for (int r = 0; r < 2; r++)
       CHECK_OK(ts__gpu_bn_bwd_sums(G->d, TS_F32, TS_F32, pdy + r * Hn, (float *)px + r * Hn, pm[r], pv[r], pdg[r], pdb[r], 1,
-                                   Cn, Sn, 1e-5f, pall + r * Q, NULL));
+                                   Cn, Sn, 1e-5f, NULL, pall + r * Q, G->bnws, NULL));
     CHECK_OK(ts__gpu_sum_rows(G->d, pall, 2, Q, ptot, NULL));
     for (int r = 0; r < 2; r++)
       CHECK_OK(ts__gpu_bn_bwd_dx(G->d, TS_F32, TS_F32, pdy + r * Hn, (float *)px + r * Hn, pga, pm[r], pv[r], ptot,
-                                 pd + r * Hn, 1, Cn, Sn, 1e-5f, NULL));
+                                 pd + r * Hn, 1, Cn, Sn, 1e-5f, NULL, G->bnws, NULL));
     down(G, gy, py, sizeof gy), down(G, gdx2, pd, sizeof gdx2);
     for (int r = 0; r < 2; r++) {
       float gm[4], gv[4];
@@ -884,8 +886,9 @@ static void check_conv_pool_bn_bf16(gpu *G) {
       CHECK_OK(ts__batchnorm_fwd_lp(B, gdt, x, hga, hbe, rm, rv, by, mean, var, 2, 4, 63, 0.1f, 1e-5f, training, NULL, 0));
       CHECK_OK(ts__batchnorm_bwd_lp(B, gdt, by, x, hga, mean, var, bdx, hdg, hdb, 2, 4, 63, 1e-5f, training, NULL, 0));
       CHECK_OK(ts__gpu_batchnorm_fwd(G->d, B, gdt, px, pga, pbe, prm, prv, pby, pm, pv, 2, 4, 63, 0.1f, 1e-5f, training,
-                                     NULL));
-      CHECK_OK(ts__gpu_batchnorm_bwd(G->d, B, gdt, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL));
+                                     NULL, G->bnws, NULL));
+      CHECK_OK(ts__gpu_batchnorm_bwd(G->d, B, gdt, pby, px, pga, pm, pv, pdx, pdg, pdbb, 2, 4, 63, 1e-5f, training, NULL,
+                                     G->bnws, NULL));
       char what[80];
       snprintf(what, sizeof what, "bf16 batch norm (gamma %s, training %d): y", ts_dtype_name(gdt), training);
       SAME16(what, pby, by, nx);
@@ -980,11 +983,96 @@ static void check_binary(gpu *G) {
   ts__dev_free(G->d, pa), ts__dev_free(G->d, pb), ts__dev_free(G->d, py);
 }
 
+/* batch norm with a channel's positions in several chunks (N 3, S 1500: 4500 positions, 2 chunks),
+ * x offset by 40 (the shifted sums keep their digits), f32 and bf16 (gamma/beta f32), with the
+ * ReLU fused (plain; and leaky, f32): against the CPU's fused loops (ts__batchnorm_relu_fwd/_bwd),
+ * and bitwise against the GPU's unfused pair (batch norm, then the ReLU and its backward from the
+ * output, as the executor runs them without the fusion) */
+static void check_bn_chunks_relu(gpu *G) {
+  enum { Nn = 3, Cn = 5, Sn = 1500, NX = Nn * Cn * Sn };
+  float *x = malloc(4 * NX), *dy = malloc(4 * NX), *fy = malloc(4 * NX), *fdx = malloc(4 * NX);
+  float *gy = malloc(4 * NX), *gdx = malloc(4 * NX), *uy = malloc(4 * NX), *udx = malloc(4 * NX);
+  uint16_t *h16 = malloc(2 * NX), *d16 = malloc(2 * NX), *y16 = malloc(2 * NX), *dx16 = malloc(2 * NX), *g16 = malloc(4 * NX);
+  ts_test_fill(x, NX, 90, 39, 41);
+  ts_test_fill(dy, NX, 91, -1, 1);
+  for (int run = 0; run < 3; run++) {
+    const ts_dtype dt = run == 1 ? TS_BF16 : TS_F32;
+    const float alpha = run == 2 ? 0.1f : 0.0f;
+    const size_t es = dt == TS_F32 ? 4 : 2;
+    const void *hx = x, *hdy = dy;
+    if (dt == TS_BF16) {
+      ts__lp_from_f32(x, h16, dt, NX), ts__lp_from_f32(dy, d16, dt, NX);
+      hx = h16, hdy = d16;
+    }
+    float ga[Cn] = {1.1f, 0.9f, 1.3f, 0.7f, 1.0f}, be[Cn] = {0.1f, -0.2f, 0.3f, 0, -0.05f}, rm[Cn] = {0}, rv[Cn] = {1, 1, 1, 1, 1};
+    float mean[Cn], var[Cn], dg[Cn], db[Cn], ab[2 * Cn], gm[Cn], gv[Cn], gdg[Cn], gdb[Cn], udg[Cn], udb[Cn];
+    const ts__bn_relu hr = {alpha, ab};
+    CHECK_OK(ts__batchnorm_relu_fwd(dt, TS_F32, hx, ga, be, rm, rv, dt == TS_F32 ? (void *)fy : (void *)y16, mean, var, Nn, Cn,
+                                    Sn, 0.1f, 1e-5f, 1, NULL, &hr));
+    CHECK_OK(ts__batchnorm_relu_bwd(dt, TS_F32, hdy, hx, ga, mean, var, dt == TS_F32 ? (void *)fdx : (void *)dx16, dg, db, Nn,
+                                    Cn, Sn, 1e-5f, 1, NULL, &hr));
+    if (dt == TS_BF16) ts__lp_to_f32(y16, dt, fy, NX), ts__lp_to_f32(dx16, dt, fdx, NX);
+    const float rm0[Cn] = {0}, rv0[Cn] = {1, 1, 1, 1, 1};
+    void *px = up(G, hx, es * NX), *pdy = up(G, hdy, es * NX), *pz = up(G, NULL, es * NX), *py = up(G, NULL, es * NX),
+         *pdz = up(G, NULL, es * NX), *pdx = up(G, NULL, es * NX);
+    float *pga = up(G, ga, sizeof ga), *pbe = up(G, be, sizeof be), *prm = up(G, rm0, sizeof rm0), *prv = up(G, rv0, sizeof rv0);
+    float *pm = up(G, NULL, sizeof mean), *pv = up(G, NULL, sizeof var), *pdg = up(G, NULL, sizeof dg),
+          *pdb = up(G, NULL, sizeof db), *pab = up(G, NULL, sizeof ab);
+    /* unfused: z = bn(x), y = relu(z); dz from y; bn backward of dz */
+    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, dt, TS_F32, px, pga, pbe, prm, prv, pz, pm, pv, Nn, Cn, Sn, 0.1f, 1e-5f, 1, NULL,
+                                   G->bnws, NULL));
+    CHECK_OK(ts__gpu_eltwise_fwd(G->d, TS_ELT_RELU, alpha, dt, pz, py, NX, NULL));
+    CHECK_OK(ts__gpu_eltwise_bwd(G->d, TS_ELT_RELU, alpha, 1, dt, pdy, py, pdz, NX, NULL));
+    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, dt, TS_F32, pdz, px, pga, pm, pv, pdx, pdg, pdb, Nn, Cn, Sn, 1e-5f, 1, NULL,
+                                   G->bnws, NULL));
+    down(G, g16, py, es * NX);
+    if (dt == TS_F32) memcpy(uy, g16, 4 * NX); else ts__lp_to_f32(g16, dt, uy, NX);
+    down(G, g16, pdx, es * NX);
+    if (dt == TS_F32) memcpy(udx, g16, 4 * NX); else ts__lp_to_f32(g16, dt, udx, NX);
+    down(G, udg, pdg, sizeof udg), down(G, udb, pdb, sizeof udb);
+    /* fused */
+    const ts__gpu_bn_relu gr = {alpha, pab};
+    CHECK_OK(ts__dev_copy(G->d, prm, rm0, sizeof rm0, TS__H2D, NULL));
+    CHECK_OK(ts__dev_copy(G->d, prv, rv0, sizeof rv0, TS__H2D, NULL));
+    CHECK_OK(ts__dev_memset0(G->d, py, es * NX, NULL));
+    CHECK_OK(ts__gpu_batchnorm_fwd(G->d, dt, TS_F32, px, pga, pbe, prm, prv, py, pm, pv, Nn, Cn, Sn, 0.1f, 1e-5f, 1, &gr,
+                                   G->bnws, NULL));
+    CHECK_OK(ts__gpu_batchnorm_bwd(G->d, dt, TS_F32, pdy, px, pga, pm, pv, pdx, pdg, pdb, Nn, Cn, Sn, 1e-5f, 1, &gr,
+                                   G->bnws, NULL));
+    down(G, g16, py, es * NX);
+    if (dt == TS_F32) memcpy(gy, g16, 4 * NX); else ts__lp_to_f32(g16, dt, gy, NX);
+    down(G, g16, pdx, es * NX);
+    if (dt == TS_F32) memcpy(gdx, g16, 4 * NX); else ts__lp_to_f32(g16, dt, gdx, NX);
+    down(G, gm, pm, sizeof gm), down(G, gv, pv, sizeof gv), down(G, gdg, pdg, sizeof gdg), down(G, gdb, pdb, sizeof gdb);
+    char what[96];
+    const double tol = dt == TS_F32 ? 1e-4 : 1e-2;
+    snprintf(what, sizeof what, "batch norm + relu (%s, alpha %g, 2 chunks): y against the CPU's", ts_dtype_name(dt), alpha);
+    same(G, what, gy, fy, NX, tol, tol);
+    snprintf(what, sizeof what, "batch norm + relu (%s, alpha %g): mean, var", ts_dtype_name(dt), alpha);
+    same(G, what, gm, mean, Cn, 1e-5, 1e-5), same(G, what, gv, var, Cn, 1e-5, 1e-3);
+    snprintf(what, sizeof what, "batch norm + relu (%s, alpha %g): dx, dgamma, dbeta", ts_dtype_name(dt), alpha);
+    same(G, what, gdx, fdx, NX, tol, tol), same(G, what, gdg, dg, Cn, 1e-3, 1e-3), same(G, what, gdb, db, Cn, 1e-3, 1e-3);
+    if (!G->fake)
+      CHECK_MSG(!memcmp(gy, uy, 4 * NX) && !memcmp(gdx, udx, 4 * NX) && !memcmp(gdg, udg, sizeof gdg) &&
+                    !memcmp(gdb, udb, sizeof gdb),
+                "batch norm + relu (%s, alpha %g): the fused pair differs from the unfused nodes", ts_dtype_name(dt),
+                alpha);
+    ts__dev_free(G->d, px), ts__dev_free(G->d, pdy), ts__dev_free(G->d, pz), ts__dev_free(G->d, py);
+    ts__dev_free(G->d, pdz), ts__dev_free(G->d, pdx), ts__dev_free(G->d, pga), ts__dev_free(G->d, pbe);
+    ts__dev_free(G->d, prm), ts__dev_free(G->d, prv), ts__dev_free(G->d, pm), ts__dev_free(G->d, pv);
+    ts__dev_free(G->d, pdg), ts__dev_free(G->d, pdb), ts__dev_free(G->d, pab);
+  }
+  free(x), free(dy), free(fy), free(fdx), free(gy), free(gdx), free(uy), free(udx);
+  free(h16), free(d16), free(y16), free(dx16), free(g16);
+}
+
 static void gpu_suite(gpu *G) {
+  CHECK_OK(ts__dev_alloc(G->d, ts__gpu_bn_workspace(3, 5, 1500), &G->bnws)); /* the largest batch norm below */
   check_binary(G);
   check_reduce(G);
   check_conv_pool_bn(G);
   check_conv_pool_bn_bf16(G);
+  check_bn_chunks_relu(G);
   check_shape_attention(G);
   check_attention_bf16(G);
   check_gemm(G);
@@ -995,6 +1083,7 @@ static void gpu_suite(gpu *G) {
   check_softmax_ce_shard(G);
   check_layernorm(G);
   check_optim(G);
+  ts__dev_free(G->d, G->bnws);
 }
 
 /* The stand-in driver: the host side of the GPU device on any machine. */
@@ -1061,7 +1150,7 @@ static void test_fake(void) {
    * the CPU is made, as on a GPU */
   int emu = emulates && *emulates && !(getenv("FAKE_CUDA_EMULATE") && !strcmp(getenv("FAKE_CUDA_EMULATE"), "0"));
   printf("the stand-in driver %s the kernels\n", emu ? "emulates" : "only records");
-  gpu G = {d, !emu, !strcmp(ts__gpu_gemm_impl(&why), "cublas")};
+  gpu G = {d, !emu, !strcmp(ts__gpu_gemm_impl(&why), "cublas"), NULL};
   CHECK_MSG(G.cublas, "the stand-in cuBLAS was not loaded: %s", why ? why : "");
   gpu_suite(&G); /* every launcher: its kernel and parameter count checked, nothing run */
   void *fb = dlopen(getenv("TESSERA_LIBCUBLAS"), RTLD_NOW | RTLD_NOLOAD);
@@ -1145,7 +1234,7 @@ int main(int argc, char **argv) {
         ts_device_describe(&d->info, s, sizeof s);
         printf("%s\n", s);
         const char *why = NULL;
-        gpu G = {d, 0, !strcmp(ts__gpu_gemm_impl(&why), "cublas")};
+        gpu G = {d, 0, !strcmp(ts__gpu_gemm_impl(&why), "cublas"), NULL};
         printf("GEMM: %s%s%s\n", G.cublas ? "cuBLAS" : "Tessera's kernel", why && *why ? ": " : "", why ? why : "");
         gpu_suite(&G);
         if (G.cublas) { /* and the own kernel, which runs where cuBLAS is not found */

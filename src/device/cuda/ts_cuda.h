@@ -77,6 +77,11 @@ DEV i64 gstride() { return (i64)nbid() * ntid(); }
 DEV float fexp(float x) { return __nvvm_ex2_approx_f(x * LOG2E); }
 DEV float flog(float x) { return __nvvm_lg2_approx_f(x) * LN2; }
 DEV float fsqrt(float x) { return __nvvm_sqrt_rn_f(x); }
+#if defined(__CUDA__)
+DEV double dsqrt(double x) { return __nvvm_sqrt_rn_d(x); }
+#else
+DEV double dsqrt(double x) { return sqrt(x); }
+#endif
 DEV float fabs_(float x) { return x < 0 ? -x : x; }
 DEV float fmax_(float a, float b) { return a > b ? a : b; }
 /* tanh through exp, the sign folded out (no overflow for large |x|) */

@@ -1,0 +1,232 @@
+// Batch normalisation over (N, C, S) as the CPU computes it (src/kernels/norm.c, ts__bn_fwd/_bwd),
+// in steps parallel over each channel's M = N S positions (not a block per channel: ResNet-50's
+// first layers have 64 channels of 1.6 million positions each at batch 128):
+//   forward: the positions of a channel cut into P chunks (ts__gpu_bn_chunks: from the shape only,
+//     so the sums are the same on every GPU), a block per (chunk, channel) summing (x - K) and
+//     (x - K)^2, K the channel's first value (close to the mean, so the one-pass variance keeps its
+//     digits; SyncBatchNorm: the running mean, the same on every rank); the chunks' sums folded in
+//     order (double) into part (2C + 1: the sums, then the count); mean = K + s1/M, biased var =
+//     s2/M - (s1/M)^2, the running statistics updated with the unbiased one; a = gamma / sqrt(var +
+//     eps), b = beta - mean a; then y = x a + b element-wise, over the whole tensor;
+//   backward: per (chunk, channel) sum dy and sum dy (x - mean), folded; dbeta = sum dy, dgamma =
+//     sum dy (x - mean) / sqrt(var + eps); dx = A dy + B x + K element-wise (A, B, K per channel).
+// Fused with a following ReLU (the executor's BN+ReLU fusion, as the CPU's): y = relu(x a + b)
+// written in place of the ReLU's output, a and b kept (ab, 2C floats) for the backward, which
+// passes dy through the ReLU's gradient recomputed from x a + b: bitwise the unfused nodes
+// (eltwise.cu's relu on the rounded value: for bf16, round(v) > 0 iff v > 2^-134).
+// f32 and bf16 x/y/dy/dx; gamma, beta, dgamma, dbeta f32 or bf16 (with bf16 x); statistics f32.
+// Every sum in a fixed tree: deterministic.
+#include "ts_cuda.h"
+
+
+// x a + b: one expression (a fused multiply-add) for the forward's value and the backward's mask
+DEV float bn_v(float x, float a, float b) { return __builtin_fmaf(x, a, b); }
+DEV float bn_relu(float v, float alpha) { return v > 0 ? v : alpha * v; } // eltwise.cu's relu
+// the ReLU's gradient from its (rounded) output's sign: for bf16, round(v) > 0 iff v > 2^-134 (f32 bits 0x8000)
+DEV float bn_relu_grad(float g, float v, int lp, float alpha) { return v > (lp ? i2f(0x8000) : 0.0f) ? g : alpha * g; }
+template <typename T> DEV int is_lp(const T *) { return sizeof(T) == 2; }
+
+// channel c of element i of (N, C, S) (32-bit arithmetic while the tensor allows it)
+DEV i64 bn_chan(i64 i, i64 C, i64 S, int small) {
+  return small ? (i64)(((unsigned)i / (unsigned)S) % (unsigned)C) : (i / S) % C;
+}
+
+// chunk p (of P) of channel c's positions [i0, i1): their offsets (n C + c) S + s walked without a
+// division per step
+struct bn_walk {
+  i64 n, s, dn, ds;
+};
+DEV bn_walk bn_walk_at(i64 i, i64 S) { return bn_walk{i / S, i % S, ntid() / S, ntid() % S}; }
+DEV void bn_walk_next(bn_walk &w, i64 S) {
+  w.n += w.dn, w.s += w.ds;
+  if (w.s >= S) w.s -= S, w.n++;
+}
+
+// forward partials: pp[c P + p] = sum (x - K), pp[(C + c) P + p] = sum (x - K)^2 over chunk p of
+// channel c; K = Kin[c] (or the channel's first value), written to Kout[c]; grid (P, C)
+template <typename T> DEV void bn_psums(const T *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, float *pp) {
+  __shared__ float sh[32];
+  const i64 M = N * S, L = (M + P - 1) / P;
+  for (i64 c = bidy(); c < C; c += nbidy())
+    for (i64 p = bid(); p < P; p += nbid()) {
+      const float k = Kin ? Kin[c] : ld(x, c * S);
+      const i64 i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
+      float s1 = 0.0f, s2 = 0.0f;
+      bn_walk w = bn_walk_at(i0 + tid(), S);
+      for (i64 i = i0 + tid(); i < i1; i += ntid(), bn_walk_next(w, S)) {
+        float v = ld(x, (w.n * C + c) * S + w.s) - k;
+        s1 += v;
+        s2 += v * v;
+      }
+      s1 = block_sum(s1, sh);
+      s2 = block_sum(s2, sh);
+      if (tid() == 0) {
+        pp[c * P + p] = s1, pp[(C + c) * P + p] = s2;
+        if (p == 0 && Kout) Kout[c] = k;
+      }
+    }
+}
+KERNEL ts_k_bn_psums_f32(const float *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, float *pp) {
+  bn_psums(x, Kin, Kout, N, C, S, P, pp);
+}
+KERNEL ts_k_bn_psums_bf16(const bf16 *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, float *pp) {
+  bn_psums(x, Kin, Kout, N, C, S, P, pp);
+}
+
+// backward partials: sum g and sum g (x - mean), g = dy (through the fused ReLU's gradient when ab)
+template <typename T>
+DEV void bn_bpsums(const T *dy, const T *x, const float *mean, const float *ab, float alpha, i64 N, i64 C, i64 S, i64 P,
+                   float *pp) {
+  __shared__ float sh[32];
+  const i64 M = N * S, L = (M + P - 1) / P;
+  const int lp = is_lp(x);
+  for (i64 c = bidy(); c < C; c += nbidy())
+    for (i64 p = bid(); p < P; p += nbid()) {
+      const float m = mean[c], ra = ab ? ab[c] : 0.0f, rb = ab ? ab[C + c] : 0.0f;
+      const i64 i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
+      float s1 = 0.0f, s2 = 0.0f;
+      bn_walk w = bn_walk_at(i0 + tid(), S);
+      for (i64 i = i0 + tid(); i < i1; i += ntid(), bn_walk_next(w, S)) {
+        i64 k = (w.n * C + c) * S + w.s;
+        float xv = ld(x, k), g = ld(dy, k);
+        if (ab) g = bn_relu_grad(g, bn_v(xv, ra, rb), lp, alpha);
+        s1 += g;
+        s2 += g * (xv - m);
+      }
+      s1 = block_sum(s1, sh);
+      s2 = block_sum(s2, sh);
+      if (tid() == 0) pp[c * P + p] = s1, pp[(C + c) * P + p] = s2;
+    }
+}
+KERNEL ts_k_bn_bpsums_f32(const float *dy, const float *x, const float *mean, const float *ab, float alpha, i64 N,
+                          i64 C, i64 S, i64 P, float *pp) {
+  bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, pp);
+}
+KERNEL ts_k_bn_bpsums_bf16(const bf16 *dy, const bf16 *x, const float *mean, const float *ab, float alpha, i64 N,
+                           i64 C, i64 S, i64 P, float *pp) {
+  bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, pp);
+}
+
+// part (2C + 1) = the chunks' sums in chunk order (double), then the count M
+KERNEL ts_k_bn_fold(const float *pp, i64 C, i64 P, i64 M, float *part) {
+  for (i64 r = gidx(); r < 2 * C; r += gstride()) {
+    double t = 0.0;
+    for (i64 p = 0; p < P; p++) t += (double)pp[r * P + p];
+    part[r] = (float)t;
+  }
+  if (gidx() == 0) part[2 * C] = (float)M;
+}
+
+// out (n) = the sum over the P rows of all (P, n), row after row (rank order: SyncBatchNorm's
+// totals, the same on every rank)
+KERNEL ts_k_sum_rows(const float *all, i64 P, i64 n, float *out) {
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    float t = 0.0f;
+    for (i64 r = 0; r < P; r++) t += all[r * n + i];
+    out[i] = t;
+  }
+}
+
+// the statistics from part (mean = K + s1/M, biased variance), the running ones updated with the
+// unbiased variance of the M values
+KERNEL ts_k_bn_sync_stats(const float *tot, const float *K, i64 C, float momentum, float *rmean, float *rvar,
+                          float *mean, float *var) {
+  double M = tot[2 * C];
+  for (i64 c = gidx(); c < C; c += gstride()) {
+    double dm = tot[c] / M, v = tot[C + c] / M - dm * dm;
+    float m = (float)(K[c] + dm), vf = (float)(v > 0 ? v : 0);
+    mean[c] = m, var[c] = vf;
+    rmean[c] = (1.0f - momentum) * rmean[c] + momentum * m;
+    rvar[c] = (1.0f - momentum) * rvar[c] + momentum * vf * ((float)M / (float)(M - 1));
+  }
+}
+
+// scale and shift: a = gamma / sqrt(var + eps), b = beta - mean a (mean, var: the batch's, or the
+// running statistics copied into them when not training)
+template <typename TG>
+DEV void bn_ab(const float *rmean, const float *rvar, float *mean, float *var, const TG *gamma, const TG *beta, i64 C,
+               float eps, int copy, float *ab) {
+  for (i64 c = gidx(); c < C; c += gstride()) {
+    if (copy) mean[c] = rmean[c], var[c] = rvar[c];
+    float ga = gamma ? ld(gamma, c) : 1.0f, be = beta ? ld(beta, c) : 0.0f;
+    float a = ga / fsqrt(var[c] + eps);
+    ab[c] = a, ab[C + c] = be - mean[c] * a;
+  }
+}
+KERNEL ts_k_bn_ab_f32(const float *rmean, const float *rvar, float *mean, float *var, const float *gamma,
+                      const float *beta, i64 C, float eps, int copy, float *ab) {
+  bn_ab(rmean, rvar, mean, var, gamma, beta, C, eps, copy, ab);
+}
+KERNEL ts_k_bn_ab_bf16(const float *rmean, const float *rvar, float *mean, float *var, const bf16 *gamma,
+                       const bf16 *beta, i64 C, float eps, int copy, float *ab) {
+  bn_ab(rmean, rvar, mean, var, gamma, beta, C, eps, copy, ab);
+}
+
+// y = x a[c] + b[c] (relu: then the ReLU, slope alpha), element-wise over (N, C, S)
+template <typename T> DEV void bn_apply(const T *x, const float *ab, T *y, i64 N, i64 C, i64 S, int relu, float alpha) {
+  const i64 n = N * C * S;
+  const int small = n < 0x7fffffff;
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    i64 c = bn_chan(i, C, S, small);
+    float v = bn_v(ld(x, i), ab[c], ab[C + c]);
+    st(y, i, relu ? bn_relu(v, alpha) : v);
+  }
+}
+KERNEL ts_k_bn_apply_f32(const float *x, const float *ab, float *y, i64 N, i64 C, i64 S, int relu, float alpha) {
+  bn_apply(x, ab, y, N, C, S, relu, alpha);
+}
+KERNEL ts_k_bn_apply_bf16(const bf16 *x, const float *ab, bf16 *y, i64 N, i64 C, i64 S, int relu, float alpha) {
+  bn_apply(x, ab, y, N, C, S, relu, alpha);
+}
+
+// the backward's coefficients: from loc (this rank's sums; NULL: none) dgamma = sdx rstd and dbeta
+// = sdy; from tot (the sums over every rank's positions, or loc) A = gamma rstd and, training, B =
+// -gamma rstd^3 sdx / M, K = -A sdy / M - B mean, into abk (3C)
+template <typename TG>
+DEV void bn_coef(const float *loc, const float *tot, const TG *gamma, const float *mean, const float *var, i64 C,
+                 float eps, int training, TG *dgamma, TG *dbeta, float *abk) {
+  for (i64 c = gidx(); c < C; c += gstride()) {
+    double rstd = 1.0 / dsqrt((double)var[c] + (double)eps);
+    if (loc) {
+      if (dbeta) st(dbeta, c, loc[c]);
+      if (dgamma) st(dgamma, c, (float)((double)loc[C + c] * rstd));
+    }
+    if (tot) {
+      double M = tot[2 * C], ga = gamma ? ld(gamma, c) : 1.0f, A = ga * rstd, B = 0, K = 0;
+      if (training) {
+        B = -ga * rstd * rstd * rstd * (double)tot[C + c] / M;
+        K = -A * (double)tot[c] / M - B * mean[c];
+      }
+      abk[c] = (float)A, abk[C + c] = (float)B, abk[2 * C + c] = (float)K;
+    }
+  }
+}
+KERNEL ts_k_bn_coef_f32(const float *loc, const float *tot, const float *gamma, const float *mean, const float *var,
+                        i64 C, float eps, int training, float *dgamma, float *dbeta, float *abk) {
+  bn_coef(loc, tot, gamma, mean, var, C, eps, training, dgamma, dbeta, abk);
+}
+KERNEL ts_k_bn_coef_bf16(const float *loc, const float *tot, const bf16 *gamma, const float *mean, const float *var,
+                         i64 C, float eps, int training, bf16 *dgamma, bf16 *dbeta, float *abk) {
+  bn_coef(loc, tot, gamma, mean, var, C, eps, training, dgamma, dbeta, abk);
+}
+
+// dx = A g + B x + K element-wise, g = dy (through the fused ReLU's gradient when ab)
+template <typename T>
+DEV void bn_dx(const T *dy, const T *x, const float *abk, const float *ab, float alpha, T *dx, i64 N, i64 C, i64 S) {
+  const i64 n = N * C * S;
+  const int small = n < 0x7fffffff, lp = is_lp(x);
+  for (i64 i = gidx(); i < n; i += gstride()) {
+    i64 c = bn_chan(i, C, S, small);
+    float xv = ld(x, i), g = ld(dy, i);
+    if (ab) g = bn_relu_grad(g, bn_v(xv, ab[c], ab[C + c]), lp, alpha);
+    st(dx, i, abk[c] * g + abk[C + c] * xv + abk[2 * C + c]);
+  }
+}
+KERNEL ts_k_bn_dx_f32(const float *dy, const float *x, const float *abk, const float *ab, float alpha, float *dx, i64 N,
+                      i64 C, i64 S) {
+  bn_dx(dy, x, abk, ab, alpha, dx, N, C, S);
+}
+KERNEL ts_k_bn_dx_bf16(const bf16 *dy, const bf16 *x, const float *abk, const float *ab, float alpha, bf16 *dx, i64 N,
+                       i64 C, i64 S) {
+  bn_dx(dy, x, abk, ab, alpha, dx, N, C, S);
+}
