@@ -3,7 +3,8 @@
 # check; docs/gpu.md): Tessera's zoo GPT with device_target GPU under amp O2 (bf16 compute, f32
 # masters; AdamW as below), batch 8 x sequence 1024 of synthetic text, then
 # bench/torch_gpt2_gpu.py (eager with bf16 autocast, and torch.compile). Prints each side's median
-# step, tokens/s, and Tessera's time over each PyTorch figure; JSON lines into OUT/gpu_gpt2.jsonl.
+# step, tokens/s, and Tessera's time over each PyTorch figure; JSON lines into OUT/gpu_gpt2.jsonl;
+# then a profiled run's per-op tables into OUT/gpu_gpt2_profile.txt (GPT2_PROFILE=0: not).
 #   bench/gpu_gpt2.sh TESSERA OUT [STEPS]     TESSERA: the binary (or gpu-bundle/tessera); STEPS:
 #                                             Tessera's timed steps after 2 warm-up (default 20;
 #                                             PyTorch times 20 after 5)
@@ -39,6 +40,13 @@ ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") 
 med = statistics.median(ms)
 print(json.dumps({"name": "tessera_gpu_amp_O2", "ms": round(med, 3), "tokens_per_s": round(8 * 1024 / (med / 1e3)), "steps": len(ms)}))
 PY
+# where the time goes (GPT2_PROFILE=0: skipped): 4 more steps with the profiler on the last 2
+# (each node timed with CUDA events): its per-op-type and per-operator tables (GFLOP/s, % of the
+# measured peak) into OUT/gpu_gpt2_profile.txt, for the next round of kernel work
+if [ "${GPT2_PROFILE:-1}" != 0 ]; then
+  "$bin" train "$tmp/gpt2.yaml" --set train.steps=4 --set log.profile=summary --set log.profile_start=3 \
+    --set log.metrics="$tmp/p.jsonl" > "$out/gpu_gpt2_profile.txt" 2>&1 || echo "tessera (profiled): $(tail -2 "$out/gpu_gpt2_profile.txt")"
+fi
 python3 "$root/bench/torch_gpt2_gpu.py" --steps 20 >> "$out/gpu_gpt2.jsonl" 2> "$tmp/torch.err"
 rc=$?
 [ $rc = 0 ] || [ $rc = 77 ] || echo "torch: $(tail -3 "$tmp/torch.err")"

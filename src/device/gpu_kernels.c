@@ -92,6 +92,11 @@ int ts__gpu_nonfinite(ts__dev *d, const float *x, int64_t n, int *flag, ts__dev_
 
 /* one block per row (grid-stride beyond MAX_GRID rows), a block's threads over the row */
 static unsigned row_block(int64_t cols) { return cols >= 1024 ? 1024 : cols >= 512 ? 512 : cols >= 256 ? 256 : 128; }
+/* blocks of BLOCK threads for a warp per row */
+static unsigned warp_blocks(int64_t rows) {
+  int64_t b = (rows + BLOCK / 32 - 1) / (BLOCK / 32);
+  return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
 static unsigned row_grid(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows); }
 
 int ts__gpu_softmax_ce_fwd(ts__dev *d, ts_dtype dt, const void *logits, const void *labels, int labels_i64, int64_t N,
@@ -169,18 +174,34 @@ int ts__gpu_layernorm_fwd(ts__dev *d, ts_dtype dt, const void *x, const float *g
                 s, a);
 }
 
+/* dgamma, dbeta (layernorm.cu): the column sums over chunks of 64 rows, then over the chunks */
+#define LN_CHUNK 64
+size_t ts__gpu_layernorm_bwd_workspace(int64_t R, int64_t D) {
+  return sizeof(float) * (size_t)(2 * D * ((R + LN_CHUNK - 1) / LN_CHUNK));
+}
+static int ln_params(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const float *mean,
+                     const float *var, void *dgamma, void *dbeta, int64_t R, int64_t D, float eps, float *part,
+                     ts__dev_stream *s) {
+  if (!dgamma && !dbeta) return TS_OK;
+  int64_t P = (R + LN_CHUNK - 1) / LN_CHUNK;
+  unsigned gx = (unsigned)((D + BLOCK - 1) / BLOCK);
+  void *a[] = {&dy, &x, &mean, &var, &R, &D, &eps, &P, &part};
+  int rc = launch(d, dt == TS_F32 ? "ts_k_layernorm_bwd_parts_f32" : "ts_k_layernorm_bwd_parts_bf16", gx > 64 ? 64 : gx,
+                  row_grid(P), BLOCK, s, a);
+  void *b[] = {&part, &D, &P, &dgamma, &dbeta};
+  return rc ? rc : launch(d, gdt == TS_F32 ? "ts_k_layernorm_bwd_fold_f32" : "ts_k_layernorm_bwd_fold_bf16", grid_for(D),
+                          1, BLOCK, s, b);
+}
+
 int ts__gpu_layernorm_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const float *gamma,
                           const float *mean, const float *var, void *dx, float *dgamma, float *dbeta, int64_t R,
-                          int64_t D, float eps, ts__dev_stream *s) {
+                          int64_t D, float eps, void *ws, ts__dev_stream *s) {
   int rc = dt_ok(dt, "layernorm backward");
   if (rc || R == 0) return rc;
   int f32 = dt == TS_F32;
   void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &R, &D, &eps};
   rc = launch(d, f32 ? "ts_k_layernorm_bwd_dx_f32" : "ts_k_layernorm_bwd_dx_bf16", row_grid(R), 1, row_block(D), s, a);
-  if (rc || (!dgamma && !dbeta)) return rc;
-  void *b[] = {&dy, &x, &mean, &var, &dgamma, &dbeta, &R, &D, &eps};
-  return launch(d, f32 ? "ts_k_layernorm_bwd_params_f32" : "ts_k_layernorm_bwd_params_bf16", grid_for(D), 1, BLOCK, s,
-                b);
+  return rc ? rc : ln_params(d, dt, TS_F32, dy, x, mean, var, dgamma, dbeta, R, D, eps, ws, s);
 }
 
 int ts__gpu_sgd(ts__dev *d, float *p, const float *g, int64_t n, float lr, float wd, ts__dev_stream *s) {
@@ -202,6 +223,27 @@ int ts__gpu_adam(ts__dev *d, float *p, const float *g, float *m, float *v, int64
   if (n == 0) return TS_OK;
   void *a[] = {&p, &g, &m, &v, &n, &l2, &decay_mul, &b1, &one_m_b1, &b2, &one_m_b2, &bc2_sqrt, &eps, &neg_step};
   return launch(d, "ts_k_adam_f32", grid_for(n), 1, BLOCK, s, a);
+}
+
+int64_t ts__gpu_mchunks(const int64_t *off, const int64_t *numel, const int *decay, int nseg, ts__gpu_mchunk *out,
+                        int64_t cap) {
+  int64_t k = 0;
+  for (int i = 0; i < nseg; i++)
+    for (int64_t lo = off[i]; lo < off[i] + numel[i]; lo += TS__GPU_MCHUNK, k++)
+      if (out && k < cap) {
+        int64_t hi = lo + TS__GPU_MCHUNK < off[i] + numel[i] ? lo + TS__GPU_MCHUNK : off[i] + numel[i];
+        out[k] = (ts__gpu_mchunk){lo, hi, decay[i] != 0};
+      }
+  return k;
+}
+
+int ts__gpu_optim_multi(ts__dev *d, int kind, float *p, const float *g, float *m, float *v, const ts__gpu_mchunk *ch,
+                        int64_t nch, const ts__gpu_optim_args *args, ts__dev_stream *s) {
+  if (kind < 0 || kind > 2) return ts_error_set(TS_EINVAL, "GPU optimizer: kind %d", kind);
+  if (nch == 0) return TS_OK;
+  ts__gpu_optim_args a = *args;
+  void *k[] = {&kind, &p, &g, &m, &v, &ch, &nch, &a};
+  return launch(d, "ts_k_optim_multi_f32", row_grid(nch), 1, BLOCK, s, k);
 }
 
 int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch, float *fs, ts__dev_stream *s) {
@@ -278,12 +320,33 @@ int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V,
                 BLOCK, s, a);
 }
 
-int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                          int64_t off, float *dtable, ts__dev_stream *s) {
-  int rc = ts__dev_memset0(d, dtable, (size_t)V * (size_t)D * sizeof(float), s);
-  if (rc || N == 0) return rc;
-  void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &off, &dtable};
-  return launch(d, "ts_k_embedding_bwd_f32", grid_for(D), 1, BLOCK, s, a);
+/* embedding.cu's token lists up to this many tokens (T^2 comparisons), a thread per column beyond */
+#define EMB_LISTS_MAX 65536
+size_t ts__gpu_embedding_bwd_workspace(ts_dtype dt, int64_t N, int64_t V, int64_t D) {
+  if (N <= EMB_LISTS_MAX) return sizeof(int) * (size_t)(2 * N);
+  return dt == TS_BF16 ? sizeof(float) * (size_t)(V * D) : 0;
+}
+
+int ts__gpu_embedding_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V,
+                          int64_t D, int64_t off, void *dtable, void *ws, ts__dev_stream *s) {
+  int rc = dt_ok(dt, "embedding backward");
+  if (!rc) rc = ts__dev_memset0(d, dtable, (size_t)V * (size_t)D * ts_dtype_size(dt), s);
+  if (rc || N == 0 || D == 0) return rc;
+  const int f32 = dt == TS_F32;
+  unsigned gx = (unsigned)((D + BLOCK - 1) / BLOCK);
+  if (N <= EMB_LISTS_MAX) {
+    int *nxt = ws, *head = nxt + N;
+    void *a[] = {&ids, &ids_i64, &N, &V, &off, &nxt, &head};
+    rc = launch(d, "ts_k_embedding_lists", (unsigned)((N + 255) / 256), 1, 256, s, a);
+    void *b[] = {&dy, &ids, &ids_i64, &N, &D, &off, &nxt, &head, &dtable};
+    return rc ? rc : launch(d, f32 ? "ts_k_embedding_bwd_lists_f32" : "ts_k_embedding_bwd_lists_bf16", gx > 64 ? 64 : gx,
+                            row_grid(N), BLOCK, s, b);
+  }
+  float *acc = f32 ? dtable : ws;
+  if (!f32 && (rc = ts__dev_memset0(d, acc, (size_t)V * (size_t)D * sizeof(float), s))) return rc;
+  void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &off, &acc};
+  rc = launch(d, f32 ? "ts_k_embedding_bwd_f32" : "ts_k_embedding_bwd_bf16", grid_for(D), 1, BLOCK, s, a);
+  return rc || f32 ? rc : ts__gpu_cast(d, TS_F32, TS_BF16, acc, dtable, V * D, s);
 }
 
 int ts__gpu_one_hot(ts__dev *d, ts_dtype dt, const void *ids, int ids_i64, int64_t outer, int64_t depth,
@@ -383,21 +446,65 @@ static int reduce_shape(const ts_shape *xs, const ts_shape *ys, bshape *sh, cons
   return TS_OK;
 }
 
+/* Which reduction kernel (binary.cu): the reduced dims (size > 1) all before the kept ones: x is
+ * (R, ny) reduced over its rows (RED_COLS); all after them: x is (ny, per) reduced along its rows
+ * (RED_ROWS); else the general kernel (a thread per result, ix_of's index arithmetic). */
+enum { RED_ANY, RED_COLS, RED_ROWS };
+#define RED_CHUNK 64 /* rows a block reduces in RED_COLS's first step */
+static int red_layout(const bshape *sh) {
+  int first_kept = -1, last_red = -1, first_red = -1, last_kept = -1;
+  for (int k = 0; k < sh->nd; k++) {
+    if (sh->dims[k] == 1) continue;
+    if (sh->sa[k]) {
+      if (first_kept < 0) first_kept = k;
+      last_kept = k;
+    } else {
+      if (first_red < 0) first_red = k;
+      last_red = k;
+    }
+  }
+  if (first_red < 0) return RED_ROWS; /* nothing reduced: rows of one */
+  if (first_kept < 0 || last_red < first_kept) return RED_COLS;
+  return first_red > last_kept ? RED_ROWS : RED_ANY;
+}
+size_t ts__gpu_reduce_workspace(const ts_shape *xs, const ts_shape *ys) {
+  bshape sh;
+  if (reduce_shape(xs, ys, &sh, "reduce")) return 0; /* ts__gpu_reduce refuses the shapes */
+  if (red_layout(&sh) != RED_COLS) return 0;
+  int64_t R = sh.sb[0], P = (R + RED_CHUNK - 1) / RED_CHUNK;
+  return sizeof(float) * (size_t)(P * ts_shape_numel(ys));
+}
+
 int ts__gpu_reduce(ts__dev *d, int alg, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
-                   ts__dev_stream *s) {
+                   void *ws, ts__dev_stream *s) {
   bshape sh;
   int rc = dt_ok(dt, "reduce");
   if (!rc && (alg < 0 || alg > 2)) rc = ts_error_set(TS_EINVAL, "GPU reduce: algorithm %d", alg);
   if (!rc) rc = reduce_shape(xs, ys, &sh, "reduce");
   int64_t ny = ts_shape_numel(ys);
   if (rc || ny == 0) return rc;
+  const int f32 = dt == TS_F32, lay = red_layout(&sh);
+  int64_t per = sh.sb[0];
+  if (lay == RED_COLS && ws) {
+    int64_t L = RED_CHUNK, P = (per + L - 1) / L;
+    unsigned gx = (unsigned)((ny + BLOCK - 1) / BLOCK);
+    void *a[] = {&x, &per, &ny, &L, &P, &alg, &ws};
+    rc = launch(d, f32 ? "ts_k_reduce_cols_part_f32" : "ts_k_reduce_cols_part_bf16", gx > 64 ? 64 : gx, row_grid(P), BLOCK,
+                s, a);
+    void *b[] = {&ws, &per, &ny, &P, &alg, &y};
+    return rc ? rc : launch(d, f32 ? "ts_k_reduce_cols_fold_f32" : "ts_k_reduce_cols_fold_bf16", grid_for(ny), 1, BLOCK, s, b);
+  }
+  if (lay == RED_ROWS) {
+    void *a[] = {&x, &y, &ny, &per, &alg};
+    return launch(d, f32 ? "ts_k_reduce_rows_f32" : "ts_k_reduce_rows_bf16", warp_blocks(ny), 1, BLOCK, s, a);
+  }
   void *args[] = {&x, &y, &sh, &ny, &alg};
-  return launch(d, dt == TS_F32 ? "ts_k_reduce_f32" : "ts_k_reduce_bf16", grid_for(ny), 1, BLOCK, s, args);
+  return launch(d, f32 ? "ts_k_reduce_f32" : "ts_k_reduce_bf16", grid_for(ny), 1, BLOCK, s, args);
 }
 
-int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys, void *ws,
                    ts__dev_stream *s) {
-  return ts__gpu_reduce(d, 0, dt, x, xs, y, ys, s);
+  return ts__gpu_reduce(d, 0, dt, x, xs, y, ys, ws, s);
 }
 
 int ts__gpu_reduce_max_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const ts_shape *xs, const void *y,
@@ -864,8 +971,12 @@ int ts__gpu_bn_bwd_dx(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, con
 int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int lg,
                         ts__dev_stream *s) {
   char kn[64];
-  int rc = kname(kn, sizeof kn, "ts_k_softmax_fwd", dt, "softmax");
-  if (rc) return rc;
+  int rc = kname(kn, sizeof kn, inner == 1 ? "ts_k_softmax_fwd_rows" : "ts_k_softmax_fwd", dt, "softmax");
+  if (rc || outer * inner == 0) return rc;
+  if (inner == 1) { /* the last axis: a warp per row */
+    void *a[] = {&x, &y, &outer, &len, &lg};
+    return launch(d, kn, warp_blocks(outer), 1, BLOCK, s, a);
+  }
   void *a[] = {&x, &y, &outer, &len, &inner, &lg};
   return launch(d, kn, grid_for(outer * inner), 1, BLOCK, s, a);
 }
@@ -873,20 +984,14 @@ int ts__gpu_softmax_fwd(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t
 int ts__gpu_softmax_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer, int64_t len,
                         int64_t inner, int lg, ts__dev_stream *s) {
   char kn[64];
-  int rc = kname(kn, sizeof kn, "ts_k_softmax_bwd", dt, "softmax backward");
-  if (rc) return rc;
+  int rc = kname(kn, sizeof kn, inner == 1 ? "ts_k_softmax_bwd_rows" : "ts_k_softmax_bwd", dt, "softmax backward");
+  if (rc || outer * inner == 0) return rc;
+  if (inner == 1) {
+    void *a[] = {&dy, &y, &dx, &outer, &len, &lg};
+    return launch(d, kn, warp_blocks(outer), 1, BLOCK, s, a);
+  }
   void *a[] = {&dy, &y, &dx, &outer, &len, &inner, &lg};
   return launch(d, kn, grid_for(outer * inner), 1, BLOCK, s, a);
-}
-
-int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                               int64_t off, void *dtable, float *acc, ts__dev_stream *s) {
-  int rc = ts__dev_memset0(d, acc, (size_t)V * (size_t)D * sizeof(float), s);
-  if (!rc && N > 0) {
-    void *a[] = {&dy, &ids, &ids_i64, &N, &V, &D, &off, &acc};
-    rc = launch(d, "ts_k_embedding_bwd_bf16", grid_for(D), 1, BLOCK, s, a);
-  }
-  return rc ? rc : ts__gpu_cast(d, TS_F32, TS_BF16, acc, dtable, V * D, s);
 }
 
 int ts__gpu_layernorm_fwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
@@ -901,16 +1006,14 @@ int ts__gpu_layernorm_fwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x
 
 int ts__gpu_layernorm_bwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                             const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t R,
-                            int64_t D, float eps, ts__dev_stream *s) {
-  if (gdt == TS_F32) return ts__gpu_layernorm_bwd(d, dt, dy, x, gamma, mean, var, dx, dgamma, dbeta, R, D, eps, s);
+                            int64_t D, float eps, void *ws, ts__dev_stream *s) {
+  if (gdt == TS_F32) return ts__gpu_layernorm_bwd(d, dt, dy, x, gamma, mean, var, dx, dgamma, dbeta, R, D, eps, ws, s);
   if (gdt != TS_BF16 || dt != TS_BF16)
     return ts_error_set(TS_EDTYPE, "GPU layernorm backward: %s x with %s gamma", ts_dtype_name(dt), ts_dtype_name(gdt));
   if (R == 0) return TS_OK;
   void *a[] = {&dy, &x, &gamma, &mean, &var, &dx, &R, &D, &eps};
   int rc = launch(d, "ts_k_layernorm_bwd_dx_bf16g", row_grid(R), 1, row_block(D), s, a);
-  if (rc || (!dgamma && !dbeta)) return rc;
-  void *b[] = {&dy, &x, &mean, &var, &dgamma, &dbeta, &R, &D, &eps};
-  return launch(d, "ts_k_layernorm_bwd_params_bf16g", grid_for(D), 1, BLOCK, s, b);
+  return rc ? rc : ln_params(d, dt, gdt, dy, x, mean, var, dgamma, dbeta, R, D, eps, ws, s);
 }
 
 int ts__gpu_lamb(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float b1, float omb1, float b2,

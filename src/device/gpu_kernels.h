@@ -67,17 +67,20 @@ int ts__gpu_softmax_ce_shard_bwd(ts__dev *d, ts_dtype dt, const float *dloss, co
                                  ts__dev_stream *s);
 
 /* Layer norm over rows of D (ts__layernorm_fwd_ref / _bwd_ref): gamma, beta f32 (D) or NULL;
- * the _g variants take gamma, beta, dgamma, dbeta of dtype gdt (f32, or bf16 with bf16 x) */
+ * the _g variants take gamma, beta, dgamma, dbeta of dtype gdt (f32, or bf16 with bf16 x); the
+ * backward's ws: ts__gpu_layernorm_bwd_workspace(R, D) bytes of device memory (dgamma and dbeta's
+ * partial sums) */
+size_t ts__gpu_layernorm_bwd_workspace(int64_t R, int64_t D);
 int ts__gpu_layernorm_fwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *x, const void *gamma, const void *beta,
                             void *y, float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s);
 int ts__gpu_layernorm_bwd_g(ts__dev *d, ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, const void *gamma,
                             const float *mean, const float *var, void *dx, void *dgamma, void *dbeta, int64_t R,
-                            int64_t D, float eps, ts__dev_stream *s);
+                            int64_t D, float eps, void *ws, ts__dev_stream *s);
 int ts__gpu_layernorm_fwd(ts__dev *d, ts_dtype dt, const void *x, const float *gamma, const float *beta, void *y,
                           float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s);
 int ts__gpu_layernorm_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const float *gamma,
                           const float *mean, const float *var, void *dx, float *dgamma, float *dbeta, int64_t R,
-                          int64_t D, float eps, ts__dev_stream *s);
+                          int64_t D, float eps, void *ws, ts__dev_stream *s);
 
 /* Optimizer updates over a flat buffer (src/optim/optim.c's k_sgd, k_momentum, k_adam) */
 int ts__gpu_sgd(ts__dev *d, float *p, const float *g, int64_t n, float lr, float wd, ts__dev_stream *s);
@@ -86,6 +89,26 @@ int ts__gpu_momentum(ts__dev *d, float *p, const float *g, float *buf, int64_t n
 int ts__gpu_adam(ts__dev *d, float *p, const float *g, float *m, float *v, int64_t n, float l2, float decay_mul,
                  float b1, float one_m_b1, float b2, float one_m_b2, float bc2_sqrt, float eps, float neg_step,
                  ts__dev_stream *s);
+/* SGD, momentum, Adam/AdamW over every segment in one launch (optim.cu's ts_k_optim_multi): ch
+ * (device) lists chunks [lo, hi) of the flat buffers, at most TS__GPU_MCHUNK elements each, none
+ * across segments, frozen ones absent, each with its segment's decay on or off (ts__gpu_mchunks
+ * builds them); a: the step's scalars for a decayed segment (wd for SGD/momentum; l2 and decay_mul
+ * for Adam/AdamW: Adam l2 = wd, decay_mul 1; AdamW l2 0, decay_mul = 1 - lr wd), an undecayed one
+ * gets wd 0, l2 0, decay_mul 1. Bitwise the per-segment kernels. kind: 0 SGD, 1 momentum, 2 Adam. */
+#define TS__GPU_MCHUNK 4096
+typedef struct {
+  int64_t lo, hi, decay;
+} ts__gpu_mchunk;
+typedef struct {
+  float lr, wd, mu, one_m_damp, l2, decay_mul, b1, omb1, b2, omb2, bc2_sqrt, eps, neg_step;
+  int first, nesterov;
+} ts__gpu_optim_args;
+/* the chunks of segments (offset, numel, decay) into out (capacity cap; NULL: count only); returns
+ * how many */
+int64_t ts__gpu_mchunks(const int64_t *off, const int64_t *numel, const int *decay, int nseg, ts__gpu_mchunk *out,
+                        int64_t cap);
+int ts__gpu_optim_multi(ts__dev *d, int kind, float *p, const float *g, float *m, float *v, const ts__gpu_mchunk *ch,
+                        int64_t nch, const ts__gpu_optim_args *a, ts__dev_stream *s);
 /* LAMB over one segment (optim.c's step_lamb): pass 1 updates m, v and writes the direction u
  * (n floats of scratch), the sums of squares of p and u go to sq[0], sq[1] (device; scratch as
  * ts__gpu_sum's), pass 2 applies the trust ratio (adapt: lamb_always_adapt or wd != 0) */
@@ -141,24 +164,27 @@ int ts__gpu_one_hot(ts__dev *d, ts_dtype dt, const void *ids, int ids_i64, int64
  * 0, sharded 0. */
 int ts__gpu_embedding_fwd(ts__dev *d, ts_dtype dt, const void *table, int64_t V, int64_t D, int64_t off, int sharded,
                           const void *ids, int ids_i64, int64_t N, void *y, int64_t *bad, ts__dev_stream *s);
-int ts__gpu_embedding_bwd(ts__dev *d, const float *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                          int64_t off, float *dtable, ts__dev_stream *s);
-/* the same from bf16 dy into bf16 dtable (ts__embedding_bwd_lp: f32 sums in token order, rounded
- * once); acc: V * D floats of device scratch */
-int ts__gpu_embedding_bwd_bf16(ts__dev *d, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V, int64_t D,
-                               int64_t off, void *dtable, float *acc, ts__dev_stream *s);
+/* dtable (V, D) of dt (f32, bf16) = for each id in [off, off + V) the sum of its tokens' dy rows in
+ * token order (f32 sums, bf16 rounded once: ts__embedding_bwd(_lp)'s, bitwise); ws:
+ * ts__gpu_embedding_bwd_workspace(dt, N, V, D) bytes of device memory */
+size_t ts__gpu_embedding_bwd_workspace(ts_dtype dt, int64_t N, int64_t V, int64_t D);
+int ts__gpu_embedding_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *ids, int ids_i64, int64_t N, int64_t V,
+                          int64_t D, int64_t off, void *dtable, void *ws, ts__dev_stream *s);
 
 /* y (ys) = a (as) op b (bs) with numpy broadcasting (ts_binary_alg), f32 or bf16; TS_ESHAPE when
  * an operand does not broadcast to y; at most 8 dims */
 int ts__gpu_binary(ts__dev *d, int alg, ts_dtype dt, const void *a, const ts_shape *as, const void *b,
                    const ts_shape *bs, void *y, const ts_shape *ys, ts__dev_stream *s);
-/* SUM_TO: x (xs) summed to y (ys: xs with some dims 1, or fewer leading dims) */
-int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
+/* SUM_TO: x (xs) summed to y (ys: xs with some dims 1, or fewer leading dims). ws (here and in
+ * ts__gpu_reduce): ts__gpu_reduce_workspace(xs, ys) bytes of device memory (the partial sums when
+ * the reduced dims lead: a bias's gradient), NULL when that is 0 */
+size_t ts__gpu_reduce_workspace(const ts_shape *xs, const ts_shape *ys);
+int ts__gpu_sum_to(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys, void *ws,
                    ts__dev_stream *s);
 /* REDUCE (src/kernels/reduce.h: ys in keepdim form): alg ts_reduce_alg (sum, mean, max); max's
  * backward (ties share dy equally); BROADCAST_TO (x up to ys, NumPy rules) */
 int ts__gpu_reduce(ts__dev *d, int alg, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,
-                   ts__dev_stream *s);
+                   void *ws, ts__dev_stream *s);
 int ts__gpu_reduce_max_bwd(ts__dev *d, ts_dtype dt, const void *dy, const void *x, const ts_shape *xs, const void *y,
                            const ts_shape *ys, void *dx, ts__dev_stream *s);
 int ts__gpu_broadcast(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs, void *y, const ts_shape *ys,

@@ -336,7 +336,7 @@ void ts__dist_dev_free(ts_dist *d) {
   ts__dev_free(v, g->acc), ts__dev_free(v, g->x), ts__dev_free(v, g->y), ts__dev_free(v, g->xe);
   ts__dev_free(v, g->scratch), ts__dev_free(v, g->slots[0]), ts__dev_free(v, g->slots[1]);
   ts__dev_free(v, g->lamb_u), ts__dev_free(v, g->lamb_part), ts__dev_free(v, g->lamb_sq);
-  ts__dev_free(v, g->cres);
+  ts__dev_free(v, g->cres), ts__dev_free(v, g->mch);
   ts__dev_host_free(v, g->logits);
   ts__dev_host_free(v, g->cres_h);
   free(g->segs);
@@ -616,6 +616,48 @@ int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size
   }
 }
 
+/* SGD, momentum, Adam/AdamW: every segment in one launch (ts__gpu_optim_multi), its chunks listed
+ * on the device at the first step; the scalars as ts__dist_dev_update computes them. 1: done, 0:
+ * not this optimizer (the per-segment loop runs), < 0: an error. */
+static int multi_step(struct ts__dist_dev *g, ts_optim *o, float *p, const float *gd, float lr) {
+  const ts_optim_config *c = ts_optim_get_config(o);
+  const int kind = c->kind == TS_OPTIM_SGD ? 0 : c->kind == TS_OPTIM_MOMENTUM ? 1
+                   : c->kind == TS_OPTIM_ADAM || c->kind == TS_OPTIM_ADAMW ? 2 : -1;
+  if (kind < 0 || getenv("TESSERA_GPU_OPTIM_SEGMENTS")) return 0;
+  if (!g->mch) { /* the chunks: frozen segments left out */
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(g->nseg + 1)), *num = malloc(sizeof(int64_t) * (size_t)(g->nseg + 1));
+    int *dec = malloc(sizeof(int) * (size_t)(g->nseg + 1)), ns = 0;
+    ts__gpu_mchunk *h = NULL;
+    int rc = off && num && dec ? TS_OK : ts_error_set(TS_ENOMEM, "GPU optimizer: out of memory");
+    for (int s = 0; !rc && s < g->nseg; s++)
+      if (!(g->segs[s].flags & TS_SEG_FROZEN))
+        off[ns] = (int64_t)g->segs[s].offset, num[ns] = (int64_t)g->segs[s].numel,
+        dec[ns++] = !(g->segs[s].flags & TS_SEG_NO_DECAY);
+    int64_t n = rc ? 0 : ts__gpu_mchunks(off, num, dec, ns, NULL, 0);
+    if (!rc && !(h = malloc(sizeof *h * (size_t)(n + 1)))) rc = ts_error_set(TS_ENOMEM, "GPU optimizer: out of memory");
+    if (!rc) ts__gpu_mchunks(off, num, dec, ns, h, n);
+    if (!rc) rc = ts__dev_alloc(g->dev, sizeof *h * (size_t)(n + 1), &g->mch);
+    if (!rc) rc = ts__dev_copy(g->dev, g->mch, h, sizeof *h * (size_t)n, TS__H2D, NULL);
+    if (!rc) rc = ts__dev_sync(g->dev); /* h is freed below */
+    free(off), free(num), free(dec), free(h);
+    if (rc) {
+      ts__dev_free(g->dev, g->mch), g->mch = NULL;
+      return rc;
+    }
+    g->nmch = n;
+  }
+  double t = (double)ts_optim_get_step(o), wd = c->weight_decay;
+  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
+  ts__gpu_optim_args a = {lr, (float)wd, (float)c->momentum, (float)(1.0 - c->dampening), 0.0f, 1.0f,
+                          (float)c->beta1, (float)(1.0 - c->beta1), (float)c->beta2, (float)(1.0 - c->beta2),
+                          (float)sqrt(bc2), (float)c->eps, (float)(-((double)lr / bc1)), ts_optim_get_step(o) == 1,
+                          c->nesterov};
+  if (c->kind == TS_OPTIM_ADAM) a.l2 = (float)wd;
+  if (c->kind == TS_OPTIM_ADAMW) a.decay_mul = (float)(1.0 - (double)lr * wd);
+  int rc = ts__gpu_optim_multi(g->dev, kind, p, gd, g->slots[0], g->slots[1], g->mch, g->nmch, &a, NULL);
+  return rc ? rc : 1;
+}
+
 /* one update of every segment, as ts_optim_step computes it (optim.c: the step count first, the
  * scalars in double rounded to f32 as there) */
 int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *gd, float lr) {
@@ -624,7 +666,8 @@ int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *gd, float lr) 
   g->host_stale = 1;
   if (g->zgrp) return ts__dist_dev_zero_step(d, o, gd, lr); /* the rank's parts, then gathered */
   float *p = (float *)g->dbase[0];
-  int rc = TS_OK;
+  int rc = multi_step(g, o, p, gd, lr);
+  if (rc) return rc > 0 ? TS_OK : rc;
   for (int ph = g->lamb_all ? 1 : 0; ph <= (g->lamb_all ? 2 : 0) && !rc; ph++) { /* (LAMB reduced: two phases) */
     g->lamb_phase = ph;
     for (int s = 0; s < g->nseg && !rc; s++) {

@@ -102,6 +102,8 @@ struct ts__dist_dev {
   double *lamb_h;
   ts_optim_segment *segs;  /* its segments (offsets into the flat buffers) */
   int nseg;
+  void *mch; /* SGD/momentum/Adam(W): every segment's chunks (ts__gpu_mchunk, device), one launch a step */
+  int64_t nmch;
   int host_stale;          /* the host copies are older than the device's */
 };
 

@@ -73,13 +73,19 @@ static int run_scale(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in
 
 static int run_sum_to(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   (void)n;
-  return ts__gpu_sum_to(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, NULL);
+  size_t wb = ts__gpu_reduce_workspace(&in[0].shape, &out[0].shape);
+  void *ws = NULL;
+  int rc = wb ? ts__run_dev_scratch(ctx, wb, &ws) : TS_OK;
+  return rc ? rc : ts__gpu_sum_to(ctx->dev, out[0].dtype, in[0].data, &in[0].shape, out[0].data, &out[0].shape, ws, NULL);
 }
 
 static int run_reduce(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts_shape ks = ts__run_keep_shape(&in[0].shape, (uint32_t)ts_attr_reduce_axes(&n->a));
-  return ts__gpu_reduce(ctx->dev, (int)ts_attr_reduce_alg(&n->a), out[0].dtype, in[0].data, &in[0].shape, out[0].data,
-                        &ks, NULL);
+  size_t wb = ts__gpu_reduce_workspace(&in[0].shape, &ks);
+  void *ws = NULL;
+  int rc = wb ? ts__run_dev_scratch(ctx, wb, &ws) : TS_OK;
+  return rc ? rc : ts__gpu_reduce(ctx->dev, (int)ts_attr_reduce_alg(&n->a), out[0].dtype, in[0].data, &in[0].shape,
+                                  out[0].data, &ks, ws, NULL);
 }
 
 static int run_reduce_max_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
@@ -158,9 +164,11 @@ static int run_layernorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 static int run_layernorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t D = in[1].shape.dims[in[1].shape.ndim - 1], R = ts_tensor_numel(&in[1]) / D;
-  return ts__gpu_layernorm_bwd_g(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
-                                 in[4].data, out[0].data, out[1].data, out[2].data, R, D, ts_attr_layernorm_eps(&n->a),
-                                 NULL);
+  void *ws = NULL;
+  int rc = ts__run_dev_scratch(ctx, ts__gpu_layernorm_bwd_workspace(R, D), &ws);
+  return rc ? rc : ts__gpu_layernorm_bwd_g(ctx->dev, in[1].dtype, in[2].dtype, in[0].data, in[1].data, in[2].data,
+                                           in[3].data, in[4].data, out[0].data, out[1].data, out[2].data, R, D,
+                                           ts_attr_layernorm_eps(&n->a), ws, NULL);
 }
 
 static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
@@ -173,19 +181,14 @@ static int run_embedding(ts__runctx *ctx, const ts__run_node *n, const ts_tensor
 
 static int run_embedding_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   const int64_t off = ts_attr_embedding_bwd_sharded(&n->a) ? ts_attr_embedding_bwd_offset(&n->a) : 0;
-  int rc = TS_OK;
   if (off < 0) return ts_error_set(TS_EINVAL, "embedding_bwd (node %s): row offset %lld is negative", n->name, (long long)off);
-  if (out[0].dtype == TS_BF16) {
-    float *acc = NULL;
-    rc = ts__run_dev_scratch(ctx, sizeof(float) * (size_t)ts_tensor_numel(&out[0]), (void **)&acc);
-    return rc ? rc : ts__gpu_embedding_bwd_bf16(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64,
-                                                ts_tensor_numel(&in[1]), out[0].shape.dims[0], out[0].shape.dims[1],
-                                                off, out[0].data, acc, NULL);
-  }
-  if (out[0].dtype != TS_F32)
+  if (out[0].dtype != TS_F32 && out[0].dtype != TS_BF16)
     return ts_error_set(TS_EUNSUPPORTED, "embedding_bwd (node %s): %s on the GPU", n->name, ts_dtype_name(out[0].dtype));
-  return ts__gpu_embedding_bwd(ctx->dev, in[0].data, in[1].data, in[1].dtype == TS_I64, ts_tensor_numel(&in[1]),
-                               out[0].shape.dims[0], out[0].shape.dims[1], off, out[0].data, NULL);
+  const int64_t N = ts_tensor_numel(&in[1]), V = out[0].shape.dims[0], D = out[0].shape.dims[1];
+  void *ws = NULL;
+  int rc = ts__run_dev_scratch(ctx, ts__gpu_embedding_bwd_workspace(out[0].dtype, N, V, D) + 64, &ws);
+  return rc ? rc : ts__gpu_embedding_bwd(ctx->dev, out[0].dtype, in[0].data, in[1].data, in[1].dtype == TS_I64, N, V, D,
+                                         off, out[0].data, ws, NULL);
 }
 
 static int run_dropout(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {

@@ -310,7 +310,7 @@ static void check_softmax_ce_shard(gpu *G) {
 }
 
 static void check_layernorm(gpu *G) {
-  enum { R = 19, D = 768 };
+  enum { R = 150, D = 768 }; /* dgamma, dbeta from 3 chunks of rows (64, 64, 22) */
   static float x[R * D], dy[R * D], y[R * D], dx[R * D], gy[R * D], gdx[R * D];
   float gam[D], bet[D], mean[R], var[R], gmean[R], gvar[R], dg[D], db[D], gdg[D], gdb[D];
   ts_test_fill(x, R * D, 5, -2.0f, 3.0f);
@@ -323,7 +323,9 @@ static void check_layernorm(gpu *G) {
        *py = up(G, NULL, sizeof y), *pm = up(G, NULL, sizeof mean), *pv = up(G, NULL, sizeof var),
        *pdx = up(G, NULL, sizeof dx), *pdg = up(G, NULL, sizeof dg), *pdb = up(G, NULL, sizeof db);
   CHECK_OK(ts__gpu_layernorm_fwd(G->d, TS_F32, px, pg, pb, py, pm, pv, R, D, 1e-5f, NULL));
-  CHECK_OK(ts__gpu_layernorm_bwd(G->d, TS_F32, pdy, px, pg, pm, pv, pdx, pdg, pdb, R, D, 1e-5f, NULL));
+  void *lws = up(G, NULL, ts__gpu_layernorm_bwd_workspace(R, D));
+  CHECK_OK(ts__gpu_layernorm_bwd(G->d, TS_F32, pdy, px, pg, pm, pv, pdx, pdg, pdb, R, D, 1e-5f, lws, NULL));
+  ts__dev_free(G->d, lws);
   down(G, gy, py, sizeof gy), down(G, gmean, pm, sizeof gmean), down(G, gvar, pv, sizeof gvar);
   down(G, gdx, pdx, sizeof gdx), down(G, gdg, pdg, sizeof gdg), down(G, gdb, pdb, sizeof gdb);
   same(G, "layernorm: y", gy, y, R * D, 1e-5, 1e-5);
@@ -331,7 +333,7 @@ static void check_layernorm(gpu *G) {
   same(G, "layernorm: var", gvar, var, R, 1e-6, 1e-5);
   same(G, "layernorm: dx", gdx, dx, R * D, 1e-5, 1e-4);
   same(G, "layernorm: dgamma", gdg, dg, D, 1e-5, 1e-4);
-  same(G, "layernorm: dbeta", gdb, db, D, 1e-6, 1e-5);
+  same(G, "layernorm: dbeta", gdb, db, D, 1e-5, 1e-5); /* 150 terms of |dy| <= 1 summed in f32 */
   ts__dev_free(G->d, px), ts__dev_free(G->d, pdy), ts__dev_free(G->d, pg), ts__dev_free(G->d, pb);
   ts__dev_free(G->d, py), ts__dev_free(G->d, pm), ts__dev_free(G->d, pv), ts__dev_free(G->d, pdx);
   ts__dev_free(G->d, pdg), ts__dev_free(G->d, pdb);
@@ -378,6 +380,65 @@ static void check_optim(gpu *G) {
     same(G, what, gp, p, N, 1e-7, 1e-6);
     ts_optim_free(o);
     ts__dev_free(G->d, pp), ts__dev_free(G->d, pg), ts__dev_free(G->d, m), ts__dev_free(G->d, v);
+  }
+  /* every segment in one launch (ts__gpu_optim_multi): a decayed segment of 9001 elements (3
+   * chunks), an undecayed one of 7, a frozen one of 5, a decayed one of 4096 (one whole chunk):
+   * against ts_optim_step over the same segments, and bitwise the per-segment kernels */
+  enum { NM = 9001 + 7 + 5 + 4096 };
+  for (int k = 0; k < 4; k++) {
+    static float p[NM], g[NM], gp[NM], gs[NM];
+    ts_test_fill(p, NM, 19, -1.0f, 1.0f);
+    ts_test_fill(g, NM, 20, -0.1f, 0.1f);
+    ts_optim_config c = ts_optim_config_default(kinds[k]);
+    c.weight_decay = 0.05;
+    const ts_optim_segment segs[4] = {{"w", 0, 9001, 0}, {"b", 9001, 7, TS_SEG_NO_DECAY}, {"f", 9008, 5, TS_SEG_FROZEN},
+                                      {"w2", 9013, 4096, 0}};
+    const int64_t off[3] = {0, 9001, 9013}, num[3] = {9001, 7, 4096};
+    const int dec[3] = {1, 0, 1};
+    ts_optim *o = NULL;
+    CHECK_OK(ts_optim_create(&o, &c, segs, 4));
+    const int64_t nch = ts__gpu_mchunks(off, num, dec, 3, NULL, 0);
+    CHECK_MSG(nch == 3 + 1 + 1, "%lld chunks, expected 5", (long long)nch);
+    ts__gpu_mchunk hch[5];
+    ts__gpu_mchunks(off, num, dec, 3, hch, 5);
+    CHECK(hch[2].lo == 8192 && hch[2].hi == 9001 && hch[3].decay == 0 && hch[4].lo == 9013 && hch[4].hi == 9013 + 4096);
+    void *pp = up(G, p, sizeof p), *pg = up(G, g, sizeof g), *m = up(G, NULL, sizeof p), *v = up(G, NULL, sizeof p);
+    void *sp = up(G, p, sizeof p), *sm = up(G, NULL, sizeof p), *sv = up(G, NULL, sizeof p), *pch = up(G, hch, sizeof hch);
+    const float lr = 0.01f;
+    const int kind = kinds[k] == TS_OPTIM_SGD ? 0 : kinds[k] == TS_OPTIM_MOMENTUM ? 1 : 2;
+    for (int step = 1; step <= 3 && o; step++) {
+      CHECK_OK(ts_optim_step(o, p, g, lr));
+      double t = step, bc1 = 1.0 - pow(c.beta1, t), bc2 = 1.0 - pow(c.beta2, t), wd = c.weight_decay;
+      ts__gpu_optim_args a = {lr, (float)wd, (float)c.momentum, (float)(1.0 - c.dampening), 0.0f, 1.0f, (float)c.beta1,
+                              (float)(1.0 - c.beta1), (float)c.beta2, (float)(1.0 - c.beta2), (float)sqrt(bc2),
+                              (float)c.eps, (float)(-((double)lr / bc1)), step == 1, c.nesterov};
+      if (kinds[k] == TS_OPTIM_ADAM) a.l2 = (float)wd;
+      if (kinds[k] == TS_OPTIM_ADAMW) a.decay_mul = (float)(1.0 - (double)lr * wd);
+      CHECK_OK(ts__gpu_optim_multi(G->d, kind, pp, pg, m, v, pch, nch, &a, NULL));
+      for (int sgi = 0; sgi < 3; sgi++) { /* the per-segment kernels, as ts__dist_dev_update calls them */
+        float *ps = (float *)sp + off[sgi], *ms = (float *)sm + off[sgi], *vs = (float *)sv + off[sgi];
+        const float *gsg = (const float *)pg + off[sgi];
+        const double w = dec[sgi] ? wd : 0.0;
+        if (kind == 0) CHECK_OK(ts__gpu_sgd(G->d, ps, gsg, num[sgi], lr, (float)w, NULL));
+        else if (kind == 1)
+          CHECK_OK(ts__gpu_momentum(G->d, ps, gsg, ms, num[sgi], lr, (float)w, a.mu, a.one_m_damp, a.first, a.nesterov, NULL));
+        else if (kinds[k] == TS_OPTIM_ADAM)
+          CHECK_OK(ts__gpu_adam(G->d, ps, gsg, ms, vs, num[sgi], (float)w, 1.0f, a.b1, a.omb1, a.b2, a.omb2, a.bc2_sqrt, a.eps,
+                                a.neg_step, NULL));
+        else
+          CHECK_OK(ts__gpu_adam(G->d, ps, gsg, ms, vs, num[sgi], 0.0f, (float)(1.0 - (double)lr * w), a.b1, a.omb1, a.b2,
+                                a.omb2, a.bc2_sqrt, a.eps, a.neg_step, NULL));
+      }
+    }
+    down(G, gp, pp, sizeof gp), down(G, gs, sp, sizeof gs);
+    char what[80];
+    snprintf(what, sizeof what, "optimizer %d over 4 segments in one launch: parameters after 3 steps", (int)kinds[k]);
+    same(G, what, gp, p, NM, 1e-7, 1e-6);
+    if (!G->fake) CHECK_MSG(!memcmp(gp, gs, sizeof gp), "optimizer %d: one launch differs from the per-segment kernels",
+                            (int)kinds[k]);
+    ts_optim_free(o);
+    ts__dev_free(G->d, pp), ts__dev_free(G->d, pg), ts__dev_free(G->d, m), ts__dev_free(G->d, v);
+    ts__dev_free(G->d, sp), ts__dev_free(G->d, sm), ts__dev_free(G->d, sv), ts__dev_free(G->d, pch);
   }
 }
 
@@ -473,9 +534,35 @@ static void check_dropout_embedding(gpu *G) {
   CHECK_OK(ts__embedding_bwd_ref(e, ids, TS_I32, T, V, D, dt));
   void *ptab = up(G, table, sizeof table), *pids = up(G, ids, sizeof ids), *pe = up(G, NULL, sizeof e),
        *pdy = up(G, e, sizeof e), *pdt = up(G, NULL, sizeof dt), *bad = up(G, NULL, 8);
-  CHECK_OK(ts__gpu_embedding_bwd(G->d, pdy, pids, 0, T, V, D, 0, pdt, NULL));
+  void *ews = up(G, NULL, ts__gpu_embedding_bwd_workspace(TS_F32, T, V, D));
+  CHECK_OK(ts__gpu_embedding_bwd(G->d, TS_F32, pdy, pids, 0, T, V, D, 0, pdt, ews, NULL));
   down(G, gdt, pdt, sizeof gdt);
   if (!G->fake) CHECK_MSG(!memcmp(gdt, dt, sizeof dt), "embedding backward differs from the CPU's sums");
+  { /* bf16: the CPU's f32 sums in token order rounded once, bitwise */
+    static uint16_t e16[T * D], dt16[V * D], gdt16[V * D];
+    ts__lp_from_f32(e, e16, TS_BF16, T * D);
+    CHECK_OK(ts__embedding_bwd_lp(TS_BF16, e16, ids, TS_I32, T, V, D, dt16));
+    void *pe16 = up(G, e16, sizeof e16), *pdt16 = up(G, NULL, sizeof dt16);
+    CHECK_OK(ts__gpu_embedding_bwd(G->d, TS_BF16, pe16, pids, 0, T, V, D, 0, pdt16, ews, NULL));
+    down(G, gdt16, pdt16, sizeof gdt16);
+    if (!G->fake) CHECK_MSG(!memcmp(gdt16, dt16, sizeof dt16), "embedding backward (bf16) differs from the CPU's");
+    ts__dev_free(G->d, pe16), ts__dev_free(G->d, pdt16);
+  }
+  { /* beyond the token lists' limit (65536 tokens): a thread per column, the same sums */
+    enum { TL = 65536 + 37, VS = 50, DS = 3 };
+    float *el = malloc(4 * (size_t)TL * DS), *dl = malloc(4 * VS * DS), *gl = malloc(4 * VS * DS);
+    int *il = malloc(4 * (size_t)TL);
+    ts_test_fill(el, (size_t)TL * DS, 54, -1, 1);
+    for (int t = 0; t < TL; t++) il[t] = (t * 7) % VS;
+    CHECK_OK(ts__embedding_bwd_ref(el, il, TS_I32, TL, VS, DS, dl));
+    void *pel = up(G, el, 4 * (size_t)TL * DS), *pil = up(G, il, 4 * (size_t)TL), *pdl = up(G, NULL, 4 * VS * DS);
+    void *wl = up(G, NULL, ts__gpu_embedding_bwd_workspace(TS_F32, TL, VS, DS) + 8);
+    CHECK_OK(ts__gpu_embedding_bwd(G->d, TS_F32, pel, pil, 0, TL, VS, DS, 0, pdl, wl, NULL));
+    down(G, gl, pdl, 4 * VS * DS);
+    if (!G->fake) CHECK_MSG(!memcmp(gl, dl, 4 * VS * DS), "embedding backward of %d tokens differs from the CPU's", TL);
+    ts__dev_free(G->d, pel), ts__dev_free(G->d, pil), ts__dev_free(G->d, pdl), ts__dev_free(G->d, wl);
+    free(el), free(dl), free(gl), free(il);
+  }
   CHECK_OK(ts__embedding_fwd_ref(table, 4, V, D, ids, TS_I32, T, e));
   CHECK_OK(ts__gpu_embedding_fwd(G->d, TS_F32, ptab, V, D, 0, 0, pids, 0, T, pe, bad, NULL));
   down(G, ge, pe, sizeof ge);
@@ -509,11 +596,11 @@ static void check_dropout_embedding(gpu *G) {
   ts_test_fill(e, T * D, 53, -1, 1);
   CHECK_OK(ts__dev_copy(G->d, pdy, e, sizeof e, TS__H2D, NULL));
   CHECK_OK(ts__embedding_shard_bwd_ref(e, ids, TS_I32, T, VL, D, OFF, dt));
-  CHECK_OK(ts__gpu_embedding_bwd(G->d, pdy, pids, 0, T, VL, D, OFF, pdt, NULL));
+  CHECK_OK(ts__gpu_embedding_bwd(G->d, TS_F32, pdy, pids, 0, T, VL, D, OFF, pdt, ews, NULL));
   down(G, gdt, pdt, sizeof(float) * VL * D);
   if (!G->fake) CHECK_MSG(!memcmp(gdt, dt, sizeof(float) * VL * D), "sharded embedding backward differs from the CPU's");
   ts__dev_free(G->d, ptab), ts__dev_free(G->d, pids), ts__dev_free(G->d, pe), ts__dev_free(G->d, pdy);
-  ts__dev_free(G->d, pdt), ts__dev_free(G->d, bad);
+  ts__dev_free(G->d, pdt), ts__dev_free(G->d, bad), ts__dev_free(G->d, ews);
 }
 
 /* permute and the block copies bitwise the CPU's; attention in its three layouts, forward and
@@ -796,17 +883,23 @@ static void check_conv_pool_bn(gpu *G) {
     ts__dev_free(G->d, pga), ts__dev_free(G->d, pbe), ts__dev_free(G->d, pall), ts__dev_free(G->d, ptot);
     ts__dev_free(G->d, py), ts__dev_free(G->d, pdy), ts__dev_free(G->d, pd);
   }
-  /* softmax and log_softmax over the middle axis of (6, 7, 9) (x's first 378 values) */
-  for (int lg = 0; lg < 2; lg++) {
+  /* softmax and log_softmax over the middle axis of (6, 7, 9) (x's first 378 values), and over
+   * the last axis of (6, 63) (a warp a row: lanes over 63 elements) */
+  for (int run = 0; run < 4; run++) {
+    const int lg = run & 1;
+    const int64_t o = 6, l = run < 2 ? 7 : 63, in = run < 2 ? 9 : 1;
     float sy[378], sdx[378], gsy[378], gsdx[378];
-    CHECK_OK(ts__softmax_fwd_ref(x, sy, 6, 7, 9, lg));
-    CHECK_OK(ts__softmax_bwd_ref(x, sy, sdx, 6, 7, 9, lg)); /* x as dy */
+    CHECK_OK(ts__softmax_fwd_ref(x, sy, o, l, in, lg));
+    CHECK_OK(ts__softmax_bwd_ref(x, sy, sdx, o, l, in, lg)); /* x as dy */
     float *psy = up(G, NULL, sizeof sy), *psdx = up(G, NULL, sizeof sdx);
-    CHECK_OK(ts__gpu_softmax_fwd(G->d, TS_F32, px, psy, 6, 7, 9, lg, NULL));
-    CHECK_OK(ts__gpu_softmax_bwd(G->d, TS_F32, px, psy, psdx, 6, 7, 9, lg, NULL));
+    CHECK_OK(ts__gpu_softmax_fwd(G->d, TS_F32, px, psy, o, l, in, lg, NULL));
+    CHECK_OK(ts__gpu_softmax_bwd(G->d, TS_F32, px, psy, psdx, o, l, in, lg, NULL));
     down(G, gsy, psy, sizeof gsy), down(G, gsdx, psdx, sizeof gsdx);
-    same(G, lg ? "log_softmax" : "softmax", gsy, sy, 378, 1e-6, 1e-5);
-    same(G, lg ? "log_softmax backward" : "softmax backward", gsdx, sdx, 378, 1e-6, 1e-5);
+    char what[64];
+    snprintf(what, sizeof what, "%s over (%d, %d, %d)", lg ? "log_softmax" : "softmax", (int)o, (int)l, (int)in);
+    same(G, what, gsy, sy, 378, 1e-6, 1e-5);
+    snprintf(what, sizeof what, "%s backward over (%d, %d, %d)", lg ? "log_softmax" : "softmax", (int)o, (int)l, (int)in);
+    same(G, what, gsdx, sdx, 378, 1e-6, 1e-5);
     ts__dev_free(G->d, psy), ts__dev_free(G->d, psdx);
   }
   free(x), free(dx), free(gdx);
@@ -942,9 +1035,38 @@ static void check_reduce(gpu *G) {
   float *px = up(G, x, sizeof x), *py = up(G, NULL, sizeof y), *pdx = up(G, NULL, sizeof dx), *pb = up(G, NULL, sizeof b);
   for (int alg = 0; alg < 3; alg++) {
     CHECK_OK(ts__reduce_ref(alg, x, &xs, y, &ys));
-    CHECK_OK(ts__gpu_reduce(G->d, alg, TS_F32, px, &xs, py, &ys, NULL));
+    CHECK_OK(ts__gpu_reduce(G->d, alg, TS_F32, px, &xs, py, &ys, NULL, NULL));
     down(G, gy, py, sizeof gy);
     same(G, alg == 0 ? "reduce sum" : alg == 1 ? "reduce mean" : "reduce max", gy, y, 4, 1e-6, 1e-6);
+  }
+  { /* the leading dims reduced (3 x 130 rows of 7: 7 chunks of 64 rows, then the chunks), the
+     * trailing ones (a warp per row of 50), SUM_TO to fewer dims (a bias's gradient) */
+    enum { NL = 3 * 130 * 7 };
+    static float xl[NL], yl[NL], gl[NL];
+    ts_test_fill(xl, NL, 81, -1, 1);
+    const ts_shape xl3 = ts_shape3(3, 130, 7), ycol = ts_shape3(1, 1, 7), xr = ts_shape2(54, 50), yrow = ts_shape2(54, 1);
+    const ts_shape xb = ts_shape2(390, 7), yb = ts_shape1(7), yb2 = ts_shape2(1, 7);
+    float *pxl = up(G, xl, sizeof xl), *pyl = up(G, NULL, sizeof yl);
+    void *rws = up(G, NULL, ts__gpu_reduce_workspace(&xl3, &ycol) + 4);
+    CHECK(ts__gpu_reduce_workspace(&xl3, &ycol) == 4 * 7 * 7 && ts__gpu_reduce_workspace(&xr, &yrow) == 0);
+    for (int alg = 0; alg < 3; alg++) {
+      char what[64];
+      CHECK_OK(ts__reduce_ref(alg, xl, &xl3, yl, &ycol));
+      CHECK_OK(ts__gpu_reduce(G->d, alg, TS_F32, pxl, &xl3, pyl, &ycol, rws, NULL));
+      down(G, gl, pyl, 4 * 7);
+      snprintf(what, sizeof what, "reduce %d over the leading dims (7 chunks)", alg);
+      same(G, what, gl, yl, 7, 1e-5, 1e-5);
+      CHECK_OK(ts__reduce_ref(alg, xl, &xr, yl, &yrow));
+      CHECK_OK(ts__gpu_reduce(G->d, alg, TS_F32, pxl, &xr, pyl, &yrow, NULL, NULL));
+      down(G, gl, pyl, 4 * 54);
+      snprintf(what, sizeof what, "reduce %d over the trailing dim (a warp a row)", alg);
+      same(G, what, gl, yl, 54, 1e-5, 1e-5);
+    }
+    CHECK_OK(ts__reduce_ref(0, xl, &xb, yl, &yb2));
+    CHECK_OK(ts__gpu_sum_to(G->d, TS_F32, pxl, &xb, pyl, &yb, rws, NULL));
+    down(G, gl, pyl, 4 * 7);
+    same(G, "sum_to (390, 7) -> (7)", gl, yl, 7, 1e-5, 1e-5);
+    ts__dev_free(G->d, pxl), ts__dev_free(G->d, pyl), ts__dev_free(G->d, rws);
   }
   float dyv[4] = {1, 2, 3, 4};
   float *pdy = up(G, dyv, sizeof dyv);

@@ -72,6 +72,60 @@ DEV void reduce(const T *x, T *y, bshape s, i64 ny, int alg) {
   }
 }
 KERNEL ts_k_reduce_f32(const float *x, float *y, bshape s, i64 ny, int alg) { reduce(x, y, s, ny, alg); }
+
+// The two layouts most reductions have, without ix_of's divisions per element (ts__gpu_reduce picks):
+// columns: x (R, n) row-major reduced over its rows (a bias's gradient: dy (B T, N) -> (N)) in two
+// steps: a block per (256 columns, chunk of L rows) reduces its columns over the chunk's rows in
+// order into part (P, n), then each column's chunks in chunk order (the chunks from the shape only)
+template <typename T> DEV void red_cols_part(const T *x, i64 R, i64 n, i64 L, i64 P, int alg, float *part) {
+  for (i64 p = bidy(); p < P; p += nbidy())
+    for (i64 j = gidx(); j < n; j += gstride()) {
+      const i64 r1 = (p + 1) * L < R ? (p + 1) * L : R;
+      float acc = alg == 2 ? -3.402823466e38f : 0.0f;
+      for (i64 r = p * L; r < r1; r++) {
+        float v = ld(x, r * n + j);
+        acc = alg == 2 ? fmax_(acc, v) : acc + v;
+      }
+      part[p * n + j] = acc;
+    }
+}
+template <typename T> DEV void red_cols_fold(const float *part, i64 R, i64 n, i64 P, int alg, T *y) {
+  for (i64 j = gidx(); j < n; j += gstride()) {
+    float acc = alg == 2 ? -3.402823466e38f : 0.0f;
+    for (i64 p = 0; p < P; p++) acc = alg == 2 ? fmax_(acc, part[p * n + j]) : acc + part[p * n + j];
+    st(y, j, alg == 1 ? acc / (float)R : acc);
+  }
+}
+KERNEL ts_k_reduce_cols_part_f32(const float *x, i64 R, i64 n, i64 L, i64 P, int alg, float *part) {
+  red_cols_part(x, R, n, L, P, alg, part);
+}
+KERNEL ts_k_reduce_cols_part_bf16(const bf16 *x, i64 R, i64 n, i64 L, i64 P, int alg, float *part) {
+  red_cols_part(x, R, n, L, P, alg, part);
+}
+KERNEL ts_k_reduce_cols_fold_f32(const float *part, i64 R, i64 n, i64 P, int alg, float *y) {
+  red_cols_fold(part, R, n, P, alg, y);
+}
+KERNEL ts_k_reduce_cols_fold_bf16(const float *part, i64 R, i64 n, i64 P, int alg, bf16 *y) {
+  red_cols_fold(part, R, n, P, alg, y);
+}
+// rows: x (ny, per) row-major reduced over each row's per elements: a warp per row, each lane over
+// elements lane, lane + 32, ..., then the lanes in a fixed tree
+template <typename T> DEV void red_rows(const T *x, T *y, i64 ny, i64 per, int alg) {
+  const i64 nw = (i64)nbid() * (ntid() >> 5);
+  const int lane = tid() & 31;
+  for (i64 o = (i64)bid() * (ntid() >> 5) + (tid() >> 5); o < ny; o += nw) {
+    float acc = alg == 2 ? -3.402823466e38f : 0.0f;
+    for (i64 k = lane; k < per; k += 32) {
+      float v = ld(x, o * per + k);
+      acc = alg == 2 ? fmax_(acc, v) : acc + v;
+    }
+    acc = alg == 2 ? warp_max(acc) : warp_sum(acc);
+    if (lane == 0) st(y, o, alg == 1 ? acc / (float)per : acc);
+  }
+}
+KERNEL ts_k_reduce_rows_f32(const float *x, float *y, i64 ny, i64 per, int alg) { red_rows(x, y, ny, per, alg); }
+KERNEL ts_k_reduce_rows_bf16(const bf16 *x, bf16 *y, i64 ny, i64 per, int alg) { red_rows(x, y, ny, per, alg); }
+
 KERNEL ts_k_reduce_bf16(const bf16 *x, bf16 *y, bshape s, i64 ny, int alg) { reduce(x, y, s, ny, alg); }
 // max's backward: dx = dy * (x == y) / (ties in the group), one thread per y element writing its group
 template <typename T>

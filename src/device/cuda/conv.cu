@@ -155,15 +155,27 @@ template <typename T> DEV void maxpool_fwd(const T *x, T *y, unsigned char *ws, 
 KERNEL ts_k_maxpool_fwd_f32(const float *x, float *y, unsigned char *ws, pdesc d) { maxpool_fwd(x, y, ws, d); }
 KERNEL ts_k_maxpool_fwd_bf16(const bf16 *x, bf16 *y, unsigned char *ws, pdesc d) { maxpool_fwd(x, y, ws, d); }
 // dx (one thread per input element): the dy of every window whose maximum it was, windows in order
+// the outputs along one axis whose windows cover input position p (window k, stride st, padding
+// pd, n outputs): [lo, hi] (empty when lo > hi), in increasing order as a loop over every output
+// would meet them: the backward kernels' sums are the same, without a pass over every output
+DEV void pool_span(i64 p, i64 k, i64 st, i64 pd, i64 n, i64 &lo, i64 &hi) {
+  i64 x = p + pd - k + 1; // the first output o with o st > p + pd - k
+  lo = x <= 0 ? 0 : (x + st - 1) / st;
+  hi = (p + pd) / st;
+  if (hi > n - 1) hi = n - 1;
+}
 template <typename T> DEV void maxpool_bwd(const T *dy, const unsigned char *ws, T *dx, pdesc d) {
   i64 n_in = d.N * d.C * d.H * d.W;
   for (i64 i = gidx(); i < n_in; i += gstride()) {
     i64 w = i % d.W, h = (i / d.W) % d.H, nc = i / (d.W * d.H);
     float s = 0.0f;
-    for (i64 oh = 0; oh < d.OH; oh++) {
+    i64 oh0, oh1, ow0, ow1;
+    pool_span(h, d.kh, d.sh, d.ph, d.OH, oh0, oh1);
+    pool_span(w, d.kw, d.sw, d.pw, d.OW, ow0, ow1);
+    for (i64 oh = oh0; oh <= oh1; oh++) {
       i64 a = h - (oh * d.sh - d.ph);
       if (a < 0 || a >= d.kh) continue;
-      for (i64 ow = 0; ow < d.OW; ow++) {
+      for (i64 ow = ow0; ow <= ow1; ow++) {
         i64 b = w - (ow * d.sw - d.pw);
         if (b < 0 || b >= d.kw) continue;
         i64 o = (nc * d.OH + oh) * d.OW + ow;
@@ -202,10 +214,13 @@ template <typename T> DEV void avgpool_bwd(const T *dy, T *dx, pdesc d) {
   for (i64 i = gidx(); i < n_in; i += gstride()) {
     i64 w = i % d.W, h = (i / d.W) % d.H, nc = i / (d.W * d.H);
     float s = 0.0f;
-    for (i64 oh = 0; oh < d.OH; oh++) {
+    i64 oh0, oh1, ow0, ow1;
+    pool_span(h, d.kh, d.sh, d.ph, d.OH, oh0, oh1);
+    pool_span(w, d.kw, d.sw, d.pw, d.OW, ow0, ow1);
+    for (i64 oh = oh0; oh <= oh1; oh++) {
       i64 h0 = oh * d.sh - d.ph, a = h - h0;
       if (a < 0 || a >= d.kh) continue;
-      for (i64 ow = 0; ow < d.OW; ow++) {
+      for (i64 ow = ow0; ow <= ow1; ow++) {
         i64 w0 = ow * d.sw - d.pw, b = w - w0;
         if (b < 0 || b >= d.kw) continue;
         i64 hs = h0 < 0 ? 0 : h0, he = h0 + d.kh > d.H ? d.H : h0 + d.kh;
@@ -239,6 +254,47 @@ KERNEL ts_k_softmax_fwd_f32(const float *x, float *y, i64 outer, i64 len, i64 in
 }
 KERNEL ts_k_softmax_fwd_bf16(const bf16 *x, bf16 *y, i64 outer, i64 len, i64 inner, int lg) {
   softmax_fwd(x, y, outer, len, inner, lg);
+}
+// the same over the last axis (inner 1: rows of len contiguous), a warp per row: each lane over
+// elements lane, lane + 32, ..., the lanes' maxima and sums in a fixed tree
+template <typename T> DEV void softmax_fwd_rows(const T *x, T *y, i64 rows, i64 len, int lg) {
+  const i64 nw = (i64)nbid() * (ntid() >> 5);
+  const int lane = tid() & 31;
+  for (i64 r = (i64)bid() * (ntid() >> 5) + (tid() >> 5); r < rows; r += nw) {
+    const i64 base = r * len;
+    float m = -3.402823466e38f, s = 0.0f;
+    for (i64 j = lane; j < len; j += 32) m = fmax_(m, ld(x, base + j));
+    m = warp_max(m);
+    for (i64 j = lane; j < len; j += 32) s += fexp(ld(x, base + j) - m);
+    s = warp_sum(s);
+    float ls = flog(s);
+    for (i64 j = lane; j < len; j += 32) {
+      float z = ld(x, base + j) - m;
+      st(y, base + j, lg ? z - ls : fexp(z) / s);
+    }
+  }
+}
+KERNEL ts_k_softmax_fwd_rows_f32(const float *x, float *y, i64 rows, i64 len, int lg) { softmax_fwd_rows(x, y, rows, len, lg); }
+KERNEL ts_k_softmax_fwd_rows_bf16(const bf16 *x, bf16 *y, i64 rows, i64 len, int lg) { softmax_fwd_rows(x, y, rows, len, lg); }
+template <typename T> DEV void softmax_bwd_rows(const T *dy, const T *y, T *dx, i64 rows, i64 len, int lg) {
+  const i64 nw = (i64)nbid() * (ntid() >> 5);
+  const int lane = tid() & 31;
+  for (i64 r = (i64)bid() * (ntid() >> 5) + (tid() >> 5); r < rows; r += nw) {
+    const i64 base = r * len;
+    float s = 0.0f;
+    for (i64 j = lane; j < len; j += 32) s += lg ? ld(dy, base + j) : ld(dy, base + j) * ld(y, base + j);
+    s = warp_sum(s);
+    for (i64 j = lane; j < len; j += 32) {
+      i64 k = base + j;
+      st(dx, k, lg ? ld(dy, k) - fexp(ld(y, k)) * s : ld(y, k) * (ld(dy, k) - s));
+    }
+  }
+}
+KERNEL ts_k_softmax_bwd_rows_f32(const float *dy, const float *y, float *dx, i64 rows, i64 len, int lg) {
+  softmax_bwd_rows(dy, y, dx, rows, len, lg);
+}
+KERNEL ts_k_softmax_bwd_rows_bf16(const bf16 *dy, const bf16 *y, bf16 *dx, i64 rows, i64 len, int lg) {
+  softmax_bwd_rows(dy, y, dx, rows, len, lg);
 }
 // softmax: dx = y (dy - sum dy y); log_softmax: dx = dy - exp(y) sum dy
 template <typename T> DEV void softmax_bwd(const T *dy, const T *y, T *dx, i64 outer, i64 len, i64 inner, int lg) {
