@@ -445,7 +445,7 @@ DEV float quad_sum(float v) {
 // o, lse: a block per 64 queries; key tiles up to the block's diagonal (online softmax per row)
 KERNEL ts_k_attention_fwd_tc_bf16(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *o, float *lse, astr s,
                                   float scale) {
-  __shared__ bf16 ks[TCR][TCP], vt[64][TCP];
+  __shared__ __attribute__((aligned(16))) bf16 ks[TCR][TCP], vt[64][TCP]; // 16: the .b32 fragment loads
   const int w = tid() >> 5, g = (tid() & 31) >> 2, t = tid() & 3;
   const i64 ntile = (s.T + TCR - 1) / TCR;
   for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
@@ -540,7 +540,7 @@ UNROLL
 // 16-key slice of a tile at a time (its scores and do . v in 2 n-tiles, then dS as an A operand)
 KERNEL ts_k_attention_dq_tc_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
                                  const float *Dr, bf16 *dq, astr s, float scale) {
-  __shared__ bf16 ks[TCR][TCP], vs[TCR][TCP], kt[64][TCP];
+  __shared__ __attribute__((aligned(16))) bf16 ks[TCR][TCP], vs[TCR][TCP], kt[64][TCP];
   const int w = tid() >> 5, g = (tid() & 31) >> 2, t = tid() & 3;
   const i64 ntile = (s.T + TCR - 1) / TCR;
   for (i64 bh = bidy(); bh < s.B * s.H; bh += nbidy())
@@ -613,7 +613,7 @@ UNROLL
 // a 16-query slice at a time (S^T = k q^T and v do^T in 2 n-tiles, then P^T and dS^T as A operands)
 KERNEL ts_k_attention_dkv_tc_bf16(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
                                   const float *Dr, bf16 *dk, bf16 *dv, astr s, float scale) {
-  __shared__ bf16 qs[TCR][TCP], dos[TCR][TCP], qt[64][TCP], dot[64][TCP];
+  __shared__ __attribute__((aligned(16))) bf16 qs[TCR][TCP], dos[TCR][TCP], qt[64][TCP], dot[64][TCP];
   __shared__ float ls[TCR], drs[TCR];
   const int w = tid() >> 5, g = (tid() & 31) >> 2, t = tid() & 3;
   const i64 ntile = (s.T + TCR - 1) / TCR;
