@@ -110,6 +110,8 @@ struct ts_plan {
   ts__dev *dev;
   void *dscratch;
   size_t dscratch_cap;
+  void *hstage; /* pinned host memory for the nodes staging through the host (SEND/RECV) */
+  size_t hstage_cap;
   int64_t *dflags;
   /* ts_plan_set_device_timing: CUDA events around every node (2 per node + the run's start) */
   int timing;
@@ -275,6 +277,7 @@ void ts_plan_free(ts_plan *p) {
   if (p->dev) {
     arena_free(p, p->dscratch);
     arena_free(p, p->dflags);
+    ts__dev_host_free(p->dev, p->hstage);
   }
   free_timing(p);
   free(p->offset);
@@ -335,7 +338,8 @@ int ts_plan_set_device(ts_plan *p, ts__dev *d) {
     ts__dev_sync(p->dev);
     free_timing(p);
     arena_free(p, p->dscratch), arena_free(p, p->dflags);
-    p->dscratch = NULL, p->dflags = NULL, p->dscratch_cap = 0;
+    ts__dev_host_free(p->dev, p->hstage);
+    p->dscratch = NULL, p->dflags = NULL, p->dscratch_cap = 0, p->hstage = NULL, p->hstage_cap = 0;
   }
   arena_free(p, p->arena);
   if (p->owner == p) arena_free(p, p->scratch), p->scratch = NULL, p->scratch_cap = 0;
@@ -361,6 +365,24 @@ int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out) {
     p->dscratch_cap = cap;
   }
   *out = p->dscratch;
+  return TS_OK;
+}
+
+int ts__run_host_stage(ts__runctx *ctx, size_t bytes, void **out) {
+  ts_plan *p = ctx->plan;
+  *out = NULL;
+  if (!on_gpu(p)) return ts_error_set(TS_EINVAL, "host staging: not a GPU plan");
+  if (bytes > p->hstage_cap) {
+    size_t cap = p->hstage_cap ? p->hstage_cap : 1 << 16;
+    while (cap < bytes) cap *= 2;
+    int rc = ts__dev_sync(p->dev); /* a copy may still read or write the old one */
+    if (rc) return rc;
+    ts__dev_host_free(p->dev, p->hstage);
+    p->hstage = NULL, p->hstage_cap = 0;
+    if ((rc = ts__dev_host_alloc(p->dev, cap, &p->hstage))) return rc;
+    p->hstage_cap = cap;
+  }
+  *out = p->hstage;
   return TS_OK;
 }
 

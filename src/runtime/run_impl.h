@@ -70,6 +70,9 @@ void ts__register_run_gpu_p2p(ts__run_fn *tab);  /* run_p2p.c: SEND/RECV staged 
 /* Device memory of at least `bytes` for the running node of a GPU plan (valid until the node
  * returns; grown by the plan, kept between runs). */
 int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out);
+/* Pinned host memory of at least `bytes` for the running node of a GPU plan to stage device data
+ * through (SEND/RECV; valid until the node returns; grown by the plan, kept between runs). */
+int ts__run_host_stage(ts__runctx *ctx, size_t bytes, void **out);
 /* Wraps every f32-only adapter in tab so it also runs bf16/f16 nodes by converting around it
  * (run_lowp.c); called once by ts__run_init after the families registered. */
 void ts__run_lowp_install(ts__run_fn *tab);

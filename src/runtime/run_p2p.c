@@ -2,10 +2,10 @@
  * SEND hands a copy of x to the communicator (ts_comm_send_copy: no blocking, so two stages
  * sending to each other never deadlock); RECV blocks until the message arrives (or the
  * communicator's timeout names the peer).
- * On a GPU (a pipeline's stages on GPU ranks) the same messages staged through host memory: SEND
- * copies x out once the stream has computed it, then hands that copy over as on the CPU; RECV
- * receives into host memory and copies it onto the device before the nodes reading it are
- * queued. The messages are the CPU's, so a GPU stage talks to a CPU one alike. */
+ * On a GPU (a pipeline's stages on GPU ranks) the same messages staged through the plan's pinned
+ * host memory (ts__run_host_stage, kept between messages): SEND copies x out once the stream has
+ * computed it, then hands that copy over as on the CPU; RECV receives into it and copies it onto
+ * the device before the nodes reading it are queued. The messages are the CPU's, so a GPU stage talks to a CPU one alike. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,13 +54,12 @@ static int gpu_send(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
   int rc = run_comm_any(ctx, n, (int)ts_attr_p2p_slot(&n->a), &c);
   if (rc) return rc;
   size_t bytes = ts_tensor_nbytes(&in[0]);
-  void *h = malloc(bytes ? bytes : 1);
-  if (!h) return ts_error_set(TS_ENOMEM, "send '%s': out of memory staging %zu bytes", n->name ? n->name : "?", bytes);
-  rc = ts__dev_copy(ctx->dev, h, in[0].data, bytes, TS__D2H, NULL);
+  void *h = NULL;
+  rc = ts__run_host_stage(ctx, bytes ? bytes : 1, &h);
+  if (!rc) rc = ts__dev_copy(ctx->dev, h, in[0].data, bytes, TS__D2H, NULL);
   if (!rc) rc = ts__dev_sync(ctx->dev); /* x computed and copied out */
   if (!rc) rc = ts_comm_send_copy(c, h, (size_t)ts_tensor_numel(&in[0]), in[0].dtype, (int)ts_attr_p2p_peer(&n->a),
-                                  (int)ts_attr_p2p_tag(&n->a));
-  free(h);
+                                  (int)ts_attr_p2p_tag(&n->a)); /* (copied: the staging memory is free again) */
   return rc ? rc : ts__dev_memset0(ctx->dev, out[0].data, ts_tensor_nbytes(&out[0]), NULL);
 }
 
@@ -70,13 +69,13 @@ static int gpu_recv(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in,
   int rc = run_comm_any(ctx, n, (int)ts_attr_p2p_slot(&n->a), &c);
   if (rc) return rc;
   size_t bytes = ts_tensor_nbytes(&out[0]);
-  void *h = malloc(bytes ? bytes : 1);
-  if (!h) return ts_error_set(TS_ENOMEM, "recv '%s': out of memory staging %zu bytes", n->name ? n->name : "?", bytes);
-  rc = ts_comm_recv(c, h, (size_t)ts_tensor_numel(&out[0]), out[0].dtype, (int)ts_attr_p2p_peer(&n->a),
-                    (int)ts_attr_p2p_tag(&n->a));
+  void *h = NULL;
+  rc = ts__run_host_stage(ctx, bytes ? bytes : 1, &h);
+  if (!rc) rc = ts__dev_sync(ctx->dev); /* the staging memory's last copy done */
+  if (!rc) rc = ts_comm_recv(c, h, (size_t)ts_tensor_numel(&out[0]), out[0].dtype, (int)ts_attr_p2p_peer(&n->a),
+                             (int)ts_attr_p2p_tag(&n->a));
   if (!rc) rc = ts__dev_copy(ctx->dev, out[0].data, h, bytes, TS__H2D, NULL);
-  if (!rc) rc = ts__dev_sync(ctx->dev); /* copied in before the staging memory goes */
-  free(h);
+  if (!rc) rc = ts__dev_sync(ctx->dev); /* copied in before the staging memory is reused */
   return rc;
 }
 
