@@ -104,7 +104,7 @@ static void bn_run(ts__dev *d, int level, int fusion, bres *o) {
                   ts_input(g, "g2", TS_F32, ts_shape1(C)), ts_input(g, "b2", TS_F32, ts_shape1(C))};
   ts_val rs[4];
   for (int k = 0; k < 4; k++) {
-    char nm[8];
+    char nm[16];
     snprintf(nm, sizeof nm, "rs%d", k);
     rs[k] = ts_state_value(g, nm, TS_F32, ts_shape1(C), k);
   }
