@@ -1,5 +1,6 @@
 #include <math.h>
 #include <stdarg.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -192,6 +193,16 @@ uint16_t *ts_test_to_bf16(float *x, int64_t n) {
   ts__lp_from_f32(x, h, TS_BF16, n);
   ts__lp_to_f32(h, TS_BF16, x, n);
   return h;
+}
+
+int ts_test_stand_in_emulates(void) {
+  void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  int *emu = fk ? dlsym(fk, "fake_cuda_emulates") : NULL;
+  const char *off = getenv("FAKE_CUDA_EMULATE");
+  int on = emu && *emu && !(off && !strcmp(off, "0"));
+  printf("the stand-in driver %s the kernels\n", on ? "emulates" : "only records");
+  if (fk) dlclose(fk);
+  return on;
 }
 
 float *ts_test_from_bf16(const uint16_t *h, int64_t n) {

@@ -4,6 +4,7 @@
 #define TS_TEST_UTIL_H
 
 #include <stdint.h>
+#include <string.h>
 #include <stdio.h>
 #include <math.h>
 #include "tessera/base.h"
@@ -49,6 +50,19 @@ void ts_test_fill(float *x, size_t n, uint64_t seed, float lo, float hi);
 /* bf16 helpers of the 16-bit kernel tests: x rounded to bf16 in place and its bf16 copy
  * (malloc'd); a bf16 array widened to a new f32 one; ||a - b||_2 / ||b||_2. */
 uint16_t *ts_test_to_bf16(float *x, int64_t n);
+/* v (finite) rounded to bf16 (nearest even) and widened back; inline: reference loops call it
+ * per term */
+static inline float ts_test_bf16_round(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&v, &u, 4);
+  return v;
+}
+/* Under the stand-in driver (TESSERA_LIBCUDA): whether its emulator runs the kernels (not under
+ * ASan, nor with FAKE_CUDA_EMULATE=0); says which on stdout. */
+int ts_test_stand_in_emulates(void);
 float *ts_test_from_bf16(const uint16_t *h, int64_t n);
 double ts_test_rel_l2(const float *a, const float *b, int64_t n);
 /* Max |a-b| / (atol + rtol*|b|) over n: <= 1 means within tolerance. Reports worst index. */

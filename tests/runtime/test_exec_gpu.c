@@ -208,8 +208,6 @@ static void run(ts__dev *d, int fake) {
   ts_params_free(c.p);
 }
 
-#include <dlfcn.h>
-
 int main(int argc, char **argv) {
   int fake = argc > 1 && !strcmp(argv[1], "fake");
   ts__dev *d = NULL;
@@ -220,14 +218,7 @@ int main(int argc, char **argv) {
     return ts_test_finish("test_exec_gpu");
   }
   int numbers = !fake; /* the stand-in driver's emulator runs the kernels: compare then too */
-  if (fake) {
-    void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-    int *emu = fk ? dlsym(fk, "fake_cuda_emulates") : NULL;
-    const char *off = getenv("FAKE_CUDA_EMULATE");
-    numbers = emu && *emu && !(off && !strcmp(off, "0"));
-    printf("the stand-in driver %s the kernels\n", numbers ? "emulates" : "only records");
-    if (fk) dlclose(fk);
-  }
+  if (fake) numbers = ts_test_stand_in_emulates();
   run(d, !numbers);
   ts__dev_close(d);
   return ts_test_finish("test_exec_gpu");

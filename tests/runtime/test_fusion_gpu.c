@@ -18,7 +18,6 @@
  *   test_fusion_gpu        a real GPU (SKIPPED with the reason without one)
  *   test_fusion_gpu fake   the stand-in driver (its emulator runs the kernels; under ASan only
  *                          the plumbing: launches recorded, no numbers) */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,15 +268,6 @@ static void check_cast(ts__dev *d) {
   CHECK_MSG(worst <= 1e-5, "matmul+cast: dW GPU vs CPU %.3e of sum |r x|", worst);
 }
 
-static float bf16_round(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  memcpy(&v, &u, 4);
-  return v;
-}
-
 int main(int argc, char **argv) {
   int fake = argc > 1 && !strcmp(argv[1], "fake");
   ts__dev *d = NULL;
@@ -286,14 +276,7 @@ int main(int argc, char **argv) {
     ts_test_skip("no GPU: %s", ts_last_error());
     return ts_test_finish("test_fusion_gpu");
   }
-  if (fake) {
-    void *fk = dlopen(getenv("TESSERA_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
-    int *emu = fk ? dlsym(fk, "fake_cuda_emulates") : NULL;
-    const char *off = getenv("FAKE_CUDA_EMULATE");
-    numbers = emu && *emu && !(off && !strcmp(off, "0"));
-    printf("the stand-in driver %s the kernels\n", numbers ? "emulates" : "only records");
-    if (fk) dlclose(fk);
-  }
+  if (fake) numbers = ts_test_stand_in_emulates();
   ts_test_fill(X, NX, 1, -2, 2);
   ts_test_fill(WT, NW, 2, -0.3f, 0.3f);
   ts_test_fill(R, NX, 3, -1, 1);
@@ -304,9 +287,9 @@ int main(int argc, char **argv) {
   ts_test_fill(XM, MM * KK, 11, -1, 1);
   ts_test_fill(WM, NN * KK, 12, -1, 1);
   ts_test_fill(RM, MM * NN, 13, -1, 1);
-  for (int i = 0; i < MM * KK; i++) XM[i] = bf16_round(XM[i]); /* bf16-representable: the casts exact */
-  for (int i = 0; i < NN * KK; i++) WM[i] = bf16_round(WM[i]);
-  for (int i = 0; i < MM * NN; i++) RM[i] = bf16_round(RM[i]);
+  for (int i = 0; i < MM * KK; i++) XM[i] = ts_test_bf16_round(XM[i]); /* bf16-representable: the casts exact */
+  for (int i = 0; i < NN * KK; i++) WM[i] = ts_test_bf16_round(WM[i]);
+  for (int i = 0; i < MM * NN; i++) RM[i] = ts_test_bf16_round(RM[i]);
   check_bn_relu(d);
   check_gelu(d);
   check_cast(d);

@@ -37,15 +37,6 @@
 #define K 64
 #define N 256
 
-static float bf16_round(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  memcpy(&v, &u, 4);
-  return v;
-}
-
 static double gelu_ref(double v, int tanh_approx) {
   if (tanh_approx) return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
   return 0.5 * v * (1.0 + erf(v * 0.7071067811865476));
@@ -119,12 +110,12 @@ static void layer_ref(int kind, int bf, double *y, double *mag) {
           case L_MATMUL_FOLD_TANH: bv = B[k * N + n]; break;
           default: bv = B[(r / 32) * N * K + n * K + k]; break;
         }
-        if (bf) av = bf16_round(av), bv = bf16_round(bv);
+        if (bf) av = ts_test_bf16_round(av), bv = ts_test_bf16_round(bv);
         s += (double)av * bv;
         q += fabs((double)av * bv);
       }
       if (kind == L_DENSE_BIAS_TANH) {
-        const float bb = bf ? bf16_round(BIAS[n]) : BIAS[n];
+        const float bb = bf ? ts_test_bf16_round(BIAS[n]) : BIAS[n];
         s += bb;
         q += fabs(bb);
       }

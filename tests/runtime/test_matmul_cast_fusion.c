@@ -23,15 +23,6 @@
 #define K 40
 #define N 24
 
-static float bf16_round(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  memcpy(&v, &u, 4);
-  return v;
-}
-
 typedef struct {
   ts_graph *g;
   ts_val x, w, r, loss, gx, gw;
@@ -94,9 +85,9 @@ int main(void) {
   ts_test_fill(x, M * K, 1, -2, 2);
   ts_test_fill(w, N * K, 2, -1, 1);
   ts_test_fill(r, M * N, 3, -1, 1);
-  for (int i = 0; i < M * K; i++) x[i] = bf16_round(x[i]);
-  for (int i = 0; i < N * K; i++) w[i] = bf16_round(w[i]);
-  for (int i = 0; i < M * N; i++) r[i] = bf16_round(r[i]);
+  for (int i = 0; i < M * K; i++) x[i] = ts_test_bf16_round(x[i]);
+  for (int i = 0; i < N * K; i++) w[i] = ts_test_bf16_round(w[i]);
+  for (int i = 0; i < M * N; i++) r[i] = ts_test_bf16_round(r[i]);
   for (int n = 0; n < N; n++)
     for (int k = 0; k < K; k++) {
       double s = 0, a = 0;
@@ -125,7 +116,7 @@ int main(void) {
   CHECK_MSG(e0 <= 1.0 / 256, "unfused dW off the bf16-rounded product: %.3e", e0);
   CHECK_MSG(differ > 0, "fusion on and off gave the same dW bit for bit: the fusion did not run");
   for (int i = 0; i < N * K; i++) /* unfused = the fused one rounded to bf16, but for sums near a tie */
-    CHECK_MSG(fabsf(gw0[i] - bf16_round(gw1[i])) <= fabsf(gw1[i]) * (1.0f / 128) + 1e-30f, "dW[%d] %g vs %g", i,
+    CHECK_MSG(fabsf(gw0[i] - ts_test_bf16_round(gw1[i])) <= fabsf(gw1[i]) * (1.0f / 128) + 1e-30f, "dW[%d] %g vs %g", i,
               gw0[i], gw1[i]);
   CHECK_MSG(l0 == l1 && same(gx0, gx1, M * K), "the loss or dx changed with the fusion");
   CHECK_MSG(c0 == c1 && c0 > 0, "cast hooks: %d fused, %d unfused", c1, c0);

@@ -412,7 +412,7 @@ DEV void tc_stage(const bf16 *x, i64 base, i64 rs, i64 r0, i64 n, i64 D, bf16 (*
 
 // the A fragments of rows r0 .. r0 + 15 of x over the (padded) head dimension: a[kc] covers dims
 // 16 kc .. 16 kc + 15
-DEV void tc_afrag(const bf16 *x, i64 base, i64 rs, i64 r0, i64 n, i64 D, unsigned a[4][4]) {
+DEVI void tc_afrag(const bf16 *x, i64 base, i64 rs, i64 r0, i64 n, i64 D, unsigned a[4][4]) {
   const int g = (tid() & 31) >> 2, t = tid() & 3;
 UNROLL
   for (int kc = 0; kc < 4; kc++)
@@ -426,10 +426,57 @@ UNROLL
 
 // the B fragment of a k16 x n8 block whose column n is row nb + n of a staged tile M (B[k][n] =
 // M[nb + n][kb + k])
-DEV void tc_bfrag(bf16 (*M)[TCP], int nb, int kb, unsigned b[2]) {
+DEVI void tc_bfrag(bf16 (*M)[TCP], int nb, int kb, unsigned b[2]) {
   const int g = (tid() & 31) >> 2, t = tid() & 3;
   b[0] = ld32(&M[nb + g][kb + 2 * t]);
   b[1] = ld32(&M[nb + g][kb + 2 * t + 8]);
+}
+
+// acc[nt] (8 n-tiles: 64 columns) += a (16 rows x k16) times the staged tile M's k16 block at kb
+DEVI void tc_mma_row(float acc[8][4], const unsigned a[4], bf16 (*M)[TCP], int kb) {
+UNROLL
+  for (int nt = 0; nt < 8; nt++) {
+    unsigned bb[2];
+    tc_bfrag(M, 8 * nt, kb, bb);
+    mma_bf16(acc[nt], a, bb);
+  }
+}
+DEVI void tc_zero(float acc[8][4]) {
+UNROLL
+  for (int nt = 0; nt < 8; nt++)
+UNROLL
+    for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+}
+// acc's rows row[0], row[1] (and their 64 columns) times mul into x (row r at base + r rs), rows
+// at or beyond T and dims at or beyond D left out
+template <typename T>
+DEVI void tc_store(T *x, i64 base, i64 rs, const i64 row[2], i64 Tn, i64 D, const float acc[8][4], const float mul[2]) {
+  const int t = tid() & 3;
+UNROLL
+  for (int nt = 0; nt < 8; nt++)
+UNROLL
+    for (int i = 0; i < 4; i++) {
+      i64 r = row[i >> 1];
+      int d = 8 * nt + 2 * t + (i & 1);
+      if (r < Tn && d < D) st(x, base + r * rs + d, mul[i >> 1] * acc[nt][i]);
+    }
+}
+
+// the backward's two products of one n-tile over the head dimension: x (16 x 8) = a's rows times
+// the staged tile M's rows nb .. nb + 7, y likewise from b and N (S and dO v^T for dq; S^T and
+// v dO^T for dk/dv), from zero
+DEVI void tc_two(const unsigned a[4][4], bf16 (*M)[TCP], const unsigned b[4][4], bf16 (*N)[TCP], int nb, float x[4],
+                 float y[4]) {
+UNROLL
+  for (int i = 0; i < 4; i++) x[i] = y[i] = 0.0f;
+UNROLL
+  for (int dc = 0; dc < 4; dc++) {
+    unsigned bm[2], bn[2];
+    tc_bfrag(M, nb, 16 * dc, bm);
+    tc_bfrag(N, nb, 16 * dc, bn);
+    mma_bf16(x, a[dc], bm);
+    mma_bf16(y, b[dc], bn);
+  }
 }
 
 // the four lanes of a row (lanes 4 g .. 4 g + 3) combined
@@ -456,10 +503,7 @@ KERNEL ts_k_attention_fwd_tc_bf16(const bf16 *q, const bf16 *k, const bf16 *v, b
       unsigned qa[4][4];
       tc_afrag(q, qb, s.st, r0, s.T, s.D, qa);
       float acc[8][4], m[2] = {NEG_BIG, NEG_BIG}, den[2] = {0.0f, 0.0f};
-UNROLL
-      for (int nt = 0; nt < 8; nt++)
-UNROLL
-        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+      tc_zero(acc);
       for (i64 j0 = 0; j0 < kend; j0 += TCR) {
         __syncthreads(); // the previous tiles read by all
         tc_stage(k, qb, s.st, j0, s.T, s.D, ks, 0);
@@ -511,24 +555,13 @@ UNROLL
             pa[2 * hi] = pack_bf16(e[0], e[1]);
             pa[2 * hi + 1] = pack_bf16(e[2], e[3]);
           }
-UNROLL
-          for (int nt = 0; nt < 8; nt++) {
-            unsigned bb[2];
-            tc_bfrag(vt, 8 * nt, 16 * kc, bb);
-            mma_bf16(acc[nt], pa, bb);
-          }
+          tc_mma_row(acc, pa, vt, 16 * kc);
         }
       }
+      float inv[2];
 UNROLL
-      for (int r = 0; r < 2; r++) den[r] = quad_sum(den[r]);
-UNROLL
-      for (int nt = 0; nt < 8; nt++)
-UNROLL
-        for (int i = 0; i < 4; i++) {
-          i64 r = row[i >> 1];
-          int d = 8 * nt + 2 * t + (i & 1);
-          if (r < s.T && d < s.D) st(o, ob + r * s.ot + d, acc[nt][i] / den[i >> 1]);
-        }
+      for (int r = 0; r < 2; r++) den[r] = quad_sum(den[r]), inv[r] = 1.0f / den[r];
+      tc_store(o, ob, s.ot, row, s.T, s.D, acc, inv);
       if (t == 0)
 UNROLL
         for (int r = 0; r < 2; r++)
@@ -557,10 +590,7 @@ UNROLL
         li[r] = row[r] < s.T ? lse[bh * s.T + row[r]] : 0.0f;
         Di[r] = row[r] < s.T ? Dr[bh * s.T + row[r]] : 0.0f;
       }
-UNROLL
-      for (int nt = 0; nt < 8; nt++)
-UNROLL
-        for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+      tc_zero(acc);
       for (i64 j0 = 0; j0 < kend; j0 += TCR) {
         __syncthreads();
         tc_stage(k, qb, s.st, j0, s.T, s.D, ks, kt);
@@ -572,15 +602,8 @@ UNROLL
 UNROLL
           for (int hi = 0; hi < 2; hi++) {
             int nt = 2 * kc + hi;
-            float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ds[4];
-UNROLL
-            for (int dc = 0; dc < 4; dc++) {
-              unsigned bk[2], bv[2];
-              tc_bfrag(ks, 8 * nt, 16 * dc, bk);
-              tc_bfrag(vs, 8 * nt, 16 * dc, bv);
-              mma_bf16(sc, qa[dc], bk);
-              mma_bf16(dp, da[dc], bv);
-            }
+            float sc[4], dp[4], ds[4];
+            tc_two(qa, ks, da, vs, 8 * nt, sc, dp);
 UNROLL
             for (int i = 0; i < 4; i++) {
               i64 r = row[i >> 1], c = j0 + 8 * nt + 2 * t + (i & 1);
@@ -590,22 +613,11 @@ UNROLL
             dsa[2 * hi] = pack_bf16(ds[0], ds[1]);
             dsa[2 * hi + 1] = pack_bf16(ds[2], ds[3]);
           }
-UNROLL
-          for (int nt = 0; nt < 8; nt++) {
-            unsigned bb[2];
-            tc_bfrag(kt, 8 * nt, 16 * kc, bb);
-            mma_bf16(acc[nt], dsa, bb);
-          }
+          tc_mma_row(acc, dsa, kt, 16 * kc);
         }
       }
-UNROLL
-      for (int nt = 0; nt < 8; nt++)
-UNROLL
-        for (int i = 0; i < 4; i++) {
-          i64 r = row[i >> 1];
-          int d = 8 * nt + 2 * t + (i & 1);
-          if (r < s.T && d < s.D) st(dq, qb + r * s.st + d, scale * acc[nt][i]);
-        }
+      const float sc2[2] = {scale, scale};
+      tc_store(dq, qb, s.st, row, s.T, s.D, acc, sc2);
     }
 }
 
@@ -625,10 +637,8 @@ KERNEL ts_k_attention_dkv_tc_bf16(const bf16 *dout, const bf16 *q, const bf16 *k
       tc_afrag(k, qb, s.st, r0, s.T, s.D, ka);
       tc_afrag(v, qb, s.st, r0, s.T, s.D, va);
       float ak[8][4], av[8][4];
-UNROLL
-      for (int nt = 0; nt < 8; nt++)
-UNROLL
-        for (int i = 0; i < 4; i++) ak[nt][i] = av[nt][i] = 0.0f;
+      tc_zero(ak);
+      tc_zero(av);
       for (i64 i0 = k0; i0 < s.T; i0 += TCR) {
         __syncthreads();
         tc_stage(q, qb, s.st, i0, s.T, s.D, qs, qt);
@@ -644,15 +654,8 @@ UNROLL
 UNROLL
           for (int hi = 0; hi < 2; hi++) {
             int nt = 2 * qc + hi;
-            float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, p[4], ds[4];
-UNROLL
-            for (int dc = 0; dc < 4; dc++) {
-              unsigned bq[2], bd[2];
-              tc_bfrag(qs, 8 * nt, 16 * dc, bq);
-              tc_bfrag(dos, 8 * nt, 16 * dc, bd);
-              mma_bf16(sc, ka[dc], bq);
-              mma_bf16(dp, va[dc], bd);
-            }
+            float sc[4], dp[4], p[4], ds[4];
+            tc_two(ka, qs, va, dos, 8 * nt, sc, dp);
 UNROLL
             for (int i = 0; i < 4; i++) {
               i64 j = row[i >> 1];
@@ -665,26 +668,12 @@ UNROLL
             dsa[2 * hi] = pack_bf16(ds[0], ds[1]);
             dsa[2 * hi + 1] = pack_bf16(ds[2], ds[3]);
           }
-UNROLL
-          for (int nt = 0; nt < 8; nt++) {
-            unsigned bd[2], bq[2];
-            tc_bfrag(dot, 8 * nt, 16 * qc, bd);
-            tc_bfrag(qt, 8 * nt, 16 * qc, bq);
-            mma_bf16(av[nt], pa, bd);
-            mma_bf16(ak[nt], dsa, bq);
-          }
+          tc_mma_row(av, pa, dot, 16 * qc);
+          tc_mma_row(ak, dsa, qt, 16 * qc);
         }
       }
-UNROLL
-      for (int nt = 0; nt < 8; nt++)
-UNROLL
-        for (int i = 0; i < 4; i++) {
-          i64 j = row[i >> 1];
-          int d = 8 * nt + 2 * t + (i & 1);
-          if (j < s.T && d < s.D) {
-            st(dk, qb + j * s.st + d, scale * ak[nt][i]);
-            st(dv, qb + j * s.st + d, av[nt][i]);
-          }
-        }
+      const float sc2[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
+      tc_store(dk, qb, s.st, row, s.T, s.D, ak, sc2);
+      tc_store(dv, qb, s.st, row, s.T, s.D, av, one);
     }
 }

@@ -17,6 +17,9 @@ typedef unsigned short bf16; /* bfloat16 bits */
 #define __shared__ __attribute__((shared))
 #define KERNEL extern "C" __global__ void
 #define DEV static __device__ inline
+/* inlined whatever the compiler's cost model says (helpers taking register arrays: an outlined call
+ * would move the arrays to local memory) */
+#define DEVI static __device__ inline __attribute__((always_inline))
 DEV float i2f(int i) { return __builtin_bit_cast(float, i); }
 DEV int f2i(float f) { return __builtin_bit_cast(int, f); }
 #else
@@ -26,6 +29,7 @@ DEV int f2i(float f) { return __builtin_bit_cast(int, f); }
 #include <math.h>
 #include <string.h>
 #define DEV static inline
+#define DEVI static inline
 #define __nvvm_ex2_approx_f exp2f
 #define __nvvm_lg2_approx_f log2f
 #define __nvvm_sqrt_rn_f sqrtf
