@@ -10,7 +10,7 @@
 # needing UCX, libfabric, PSM or verbs left out: the machine's ranks meet in shared memory) with
 # their libraries, its help files, and PMIx's plugins (PMIX_INSTALL_PREFIX=gpu-bundle/pmix); so
 # several ranks run there (gpu-bundle/mpirun -n 2 gpu-bundle/tessera train ...).
-# The bundle is then packed into gpu-bundle.tar.xz (about 15 MiB; the device tool carries 64 MiB
+# The bundle is then packed into gpu-bundle.tar.xz (about 45 MiB with Fashion-MNIST; the device tool carries 64 MiB
 # at most): gpu-check.sh unpacks it on the GPU machine.
 #   scripts/gpu-bundle.sh [BUILD_DIR]      default build/; prints the sizes
 # Then: device tool `run` with carry ["gpu-bundle.tar.xz"] and `bash scripts/gpu-check.sh OUT`.
@@ -18,7 +18,7 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 out=$root/gpu-bundle
-bins="test_device test_exec_gpu test_cuda_math test_dcoll tessera example_hybrid_mlp"
+bins="test_device test_exec_gpu test_fusion_gpu test_cuda_math test_dcoll tessera example_hybrid_mlp"
 for b in $bins; do
   [ -x "$build/$b" ] || { echo "gpu-bundle.sh: $build/$b is not built (cmake --build $build)" >&2; exit 1; }
 done
@@ -94,7 +94,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 exec "$(dirname "$0")/run" mpirun "$@"
 W
 chmod +x "$out.tmp/mpirun"
-# the test finds its fixtures and the CPU kernels' data by the source tree's paths: none needed
+# the test finds its fixtures and the CPU kernels' data by the source tree's paths: none needed;
+# Fashion-MNIST (Debian's dataset-fashion-mnist, ~30 MB already compressed) for the quickstart
+# recipe's accuracy on the GPU (gpu-check.sh's quickstart step), when installed here
+fm=/usr/share/datasets/fashion-mnist
+if [ -f "$fm/train-images-idx3-ubyte.gz" ]; then mkdir -p "$out.tmp/data" && cp -r "$fm" "$out.tmp/data/"; fi
 rm -rf "$out"
 mv "$out.tmp" "$out"
 tar -C "$root" -cf - gpu-bundle | xz -T2 -6 >"$out.tar.xz.tmp"

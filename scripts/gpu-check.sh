@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The one command to run on a GPU machine (docs/gpu.md): what the machine is, then the GPU tests
 # (the kernels' math, every GPU kernel against the CPU kernels, a training graph's plan on the GPU
-# against the CPU's, training the MLP, GPT and ResNet against the CPU, GPT-2 124M's and
-# ResNet-50's speed against PyTorch's),
+# against the CPU's, the executor's fusions, training the MLP, GPT and ResNet against the CPU,
+# GPT-2 124M's and ResNet-50's speed against PyTorch's),
 # each with a time limit, into OUT/gpu-check.log and a summary OUT/gpu-check.json; prints the
 # summary. Exit 0 when every step passed (or was SKIPPED with its reason), 1 otherwise.
 #   scripts/gpu-check.sh OUT
 # Runs the binaries of gpu-bundle/ (scripts/gpu-bundle.sh, made on the build machine and carried:
 # the GPU machine has no Debian packages) if it is there, else those of build/. Meant to stay
 # under 8 minutes on one H200 (the tests take seconds; the first launch compiles the PTX; each
-# benchmark has its own time limit: GPT-2 300 s, ResNet-50 200 s).
+# benchmark has its own time limit: GPT-2 300 s, ResNet-50 200 s; the quickstart recipe's accuracy
+# on the GPU, 300 s).
 # The bundle may come packed (gpu-bundle.tar.xz, the device tool's carry): unpacked first (tar, or
 # Python's tarfile where tar cannot read xz). GPU_CHECK_BENCH=0 leaves the benchmarks out (a
 # correctness call), GPU_CHECK_BENCH=only runs them alone (a second call).
@@ -76,6 +77,9 @@ if [ "$bench_mode" != only ]; then
 step math 60 test_cuda_math
 step kernels 300 test_device
 step graph 300 test_exec_gpu
+# the executor's fusions on the GPU (BN+ReLU, matmul+bias+GeLU, matmul+cast) against the unfused GPU
+# plan and the CPU's
+step fusions 120 test_fusion_gpu
 # the device collectives on the real driver and NCCL, one process (NCCL at world size 1; MPI's
 # singleton start needs OpenMPI's orted, which the bundle does not carry yet: a failure to start
 # MPI here is the bundle's, not the collectives')
@@ -128,6 +132,26 @@ bench() {
 if [ "$bench_mode" != 0 ]; then
 bench bench_gpt2 300 gpu_gpt2.sh
 bench bench_resnet50 200 gpu_resnet50.sh RN50_COMPILE=0
+# the quickstart recipe on the GPU (issue #28: ResNet-20 on Fashion-MNIST, 3 epochs; the CPU's test
+# accuracy is 91.8%, the GPU's must be within 0.3 points), the dataset from the bundle
+fmd=$root/gpu-bundle/data/fashion-mnist
+if [ -f "$fmd/train-images-idx3-ubyte.gz" ]; then
+  t0=$(date +%s%N)
+  o=$(timeout 300 "$tbin" train "$root/examples/quickstart.yaml" --set device_target=GPU --set data.path="$fmd" \
+        --set checkpoint.dir="$out/quickstart" --set log.metrics="$out/quickstart/metrics.jsonl" \
+        --set log.plot="$out/quickstart/curves.png" --set log.progress=lines 2>&1); rc=$?
+  dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+  acc=$(python3 -c 'import json, sys
+a = [r["test_accuracy"] for r in map(json.loads, open(sys.argv[1])) if r.get("test_accuracy") is not None]
+print("%.2f" % (100 * a[-1]) if a else "")' "$out/quickstart/metrics.jsonl" 2>/dev/null)
+  st=fail
+  [ $rc = 0 ] && [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 91.5 && a <= 92.1) }' && st=pass
+  { echo "== quickstart (rc $rc, ${dt}s)"; echo "$o"; } >>"$log"
+  say "$(printf '%-22s %-8s %6.1fs  test accuracy %s%% (CPU 91.8%%, within 0.3 points)' quickstart "$st" "$dt" "${acc:-?}")"
+  steps+=("{\"name\":\"quickstart\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"test accuracy ${acc:-?}%\"}")
+else
+  say "$(printf '%-22s %-8s' quickstart skipped)  no Fashion-MNIST in the bundle"
+fi
 fi
 desc=$(grep -m1 "^GPU [0-9]*: " "$log" | tr -d '"\\')
 fails=0
