@@ -155,10 +155,14 @@ typedef enum { TS_CFG_CKPT_AUTO = 0, TS_CFG_CKPT_WHOLE = 1, TS_CFG_CKPT_SLICED =
 
 /* device_target (MindSpore's context key): where the job's graphs run. */
 typedef enum { TS_CFG_DEVICE_CPU = 0, TS_CFG_DEVICE_GPU = 1 } ts_cfg_device;
+/* float32_matmul_precision (PyTorch's torch.set_float32_matmul_precision): f32 GEMMs and
+ * convolutions on a GPU in real f32 (highest) or on TF32 tensor cores (high) */
+typedef enum { TS_CFG_F32_HIGHEST = 0, TS_CFG_F32_HIGH = 1 } ts_cfg_f32_precision;
 
 typedef struct {
   ts_cfg_device device_target; /* CPU (the default and the reference) or GPU (NVIDIA, CUDA) */
   int device_id;               /* the GPU of this process (0-based; under mpirun, rank % GPUs when -1) */
+  ts_cfg_f32_precision float32_matmul_precision; /* GPU: real f32 (highest) or TF32 (high) */
   struct {
     ts_model_kind name;
     int num_classes;        /* 0 = from the data set (resolved by validation where known) */

@@ -3,7 +3,8 @@
  * (a PyTorch environment's nvidia/cublas/lib: put it on LD_LIBRARY_PATH, as scripts/gpu-check.sh
  * does). Row-major products are column-major ones transposed: c = op(a) op(b) is computed as
  * c^T = op(b)^T op(a)^T. f32 runs in real f32 (CUBLAS_COMPUTE_32F, no TF32, as PyTorch's default
- * for matmul); bf16 with f32 accumulation. A bias is written into every row of c first and the
+ * for matmul) unless asked (float32_matmul_precision: high, ts__gpu_set_tf32: _FAST_TF32); bf16
+ * with f32 accumulation. A bias is written into every row of c first and the
  * product added (beta 1). cuBLAS's results are bitwise repeatable on one GPU model with one stream
  * (its documented guarantee), so the plans stay deterministic. */
 #include <dlfcn.h>
@@ -102,7 +103,9 @@ int ts__cublas_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c
   long long sb = m->b_batched ? (long long)K * N : 0, sa = m->a_batched ? (long long)M * K : 0, sc = (long long)M * N;
   if (!st)
     st = cb.GemmStridedBatchedEx(handle, opb, opa, (int)N, (int)M, (int)K, &one, b, at, ldb, sb, a, at, lda, sa, &beta, c,
-                                 ct, (int)N, sc, (int)m->batch, COMPUTE_32F, GEMM_DEFAULT);
+                                 ct, (int)N, sc, (int)m->batch,
+                                 ab_dt == TS_F32 && ts__gpu_tf32() ? TS__CUBLAS_COMPUTE_32F_FAST_TF32 : COMPUTE_32F,
+                                 GEMM_DEFAULT);
   pthread_mutex_unlock(&hlock);
   if (st)
     return ts_error_set(TS_EBACKEND, "cuBLAS gemm (batch %lld, %lld x %lld x %lld, trans %d%d, %s): status %d",

@@ -9,7 +9,7 @@
  * Policies, as the rest of the GPU backend:
  *   - f32 is real f32: the descriptor's math type is CUDNN_FMA_MATH and an algorithm reported
  *     with tensor-op math is skipped (no TF32; PyTorch's cudnn.allow_tf32 defaults to on, ours
- *     is off); bf16 storage runs with f32 compute and tensor cores (the algorithm's own math
+ *     is off unless float32_matmul_precision: high, ts__gpu_set_tf32, asks for it); bf16 storage runs with f32 compute and tensor cores (the algorithm's own math
  *     type).
  *   - Deterministic: of the algorithms cuDNN's heuristics list for a shape (an order that depends
  *     on the GPU and the shape only, not on timing), the first that reports
@@ -145,7 +145,7 @@ static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt) {
     st = dn.SetConvolution2dDescriptor(s->conv, (int)c->ph, (int)c->pw, (int)c->sh, (int)c->sw, (int)c->dh, (int)c->dw,
                                        TS__DNN_CROSS_CORRELATION, TS__DNN_DATA_FLOAT);
   if (!st) st = dn.SetConvolutionGroupCount(s->conv, (int)c->groups);
-  if (!st) st = dn.SetConvolutionMathType(s->conv, dt == TS_BF16 ? TS__DNN_TENSOR_OP_MATH : TS__DNN_FMA_MATH);
+  if (!st) st = dn.SetConvolutionMathType(s->conv, dt == TS_BF16 || ts__gpu_tf32() ? TS__DNN_TENSOR_OP_MATH : TS__DNN_FMA_MATH);
   if (st) {
     int rc = fail(st, "descriptors", c, dt);
     shape_free(s);
@@ -170,14 +170,16 @@ static int choose(shape_t *s, int dir) {
   for (int i = 0; i < got && i < 16; i++) {
     const ts__dnn_perf *p = &perf[i];
     if (p->status || p->determinism != TS__DNN_DETERMINISTIC || p->memory > TS__CUDNN_WS_MAX) continue;
-    if (s->dt == TS_F32 && (p->mathType == TS__DNN_TENSOR_OP_MATH || p->mathType == TS__DNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) continue;
+    if (s->dt == TS_F32 && !ts__gpu_tf32() &&
+        (p->mathType == TS__DNN_TENSOR_OP_MATH || p->mathType == TS__DNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue; /* real f32 unless TF32 was asked for */
     size_t ws = 0;
     st = dir == 0   ? dn.GetFwdWs(handle, s->x, s->w, s->conv, s->y, p->algo, &ws)
          : dir == 1 ? dn.GetBwdDataWs(handle, s->w, s->y, s->conv, s->x, p->algo, &ws)
                     : dn.GetBwdFilterWs(handle, s->x, s->y, s->conv, s->w, p->algo, &ws);
     if (st || ws > TS__CUDNN_WS_MAX) continue;
     s->algo[dir] = p->algo;
-    s->math[dir] = s->dt == TS_F32 ? TS__DNN_FMA_MATH : p->mathType; /* f32: never TF32, whatever is reported */
+    s->math[dir] = s->dt == TS_F32 && !ts__gpu_tf32() ? TS__DNN_FMA_MATH : p->mathType; /* f32: TF32 only if asked */
     s->ws[dir] = ws;
     s->chosen[dir] = 1;
     return TS_OK;

@@ -264,6 +264,10 @@ const char *ts__gpu_gemm_impl(const char **why) {
   return ts__cublas_available() ? "cublas" : "tessera";
 }
 
+static int g_tf32;
+void ts__gpu_set_tf32(int on) { g_tf32 = on != 0; }
+int ts__gpu_tf32(void) { return g_tf32; }
+
 int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,
                  const void *bias, void *c, ts__dev_stream *s) {
   int rc = ts__mm_check(m, "GPU gemm");

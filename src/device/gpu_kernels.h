@@ -135,6 +135,12 @@ int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt
  * (gemm.cu); TESSERA_GPU_GEMM=tessera forces the own kernel, =cublas refuses to run without
  * cuBLAS. The name of the one in use, and the reason when cuBLAS is not ("" else). */
 const char *ts__gpu_gemm_impl(const char **why);
+/* f32 GEMMs (cuBLAS: CUBLAS_COMPUTE_32F_FAST_TF32) and convolutions (cuDNN: tensor-op math) on TF32
+ * tensor cores (1) or in real f32 (0, the default); process-wide, set before the first f32 GEMM or
+ * convolution is planned (the trainer: float32_matmul_precision). Tessera's own kernels stay real
+ * f32. */
+void ts__gpu_set_tf32(int on);
+int ts__gpu_tf32(void);
 /* The GEMM peak of dtype dt (f32 or bf16, operands and result) on d, in GFLOP/s, and the size
  * n of the n^3 products that gave it (gpu_peak.c: grown while a product takes under 1 ms, then
  * the best of 3 batches of 5, timed with the device's events). */

@@ -31,6 +31,7 @@ static const char *const amp_dtype_names[] = {"bf16", "f16", NULL};
 static const char *const loss_scale_names[] = {"auto", "none", "fixed", "dynamic", NULL};
 static const char *const sampler_names[] = {"distributed", "stratified", NULL};
 static const char *const device_names[] = {"CPU", "GPU", NULL};
+static const char *const f32_precision_names[] = {"highest", "high", NULL};
 static const char *const ckpt_format_names[] = {"auto", "whole", "sliced", NULL};
 
 const char *const *ts__cfg_model_names = model_names;
@@ -54,6 +55,10 @@ const ts__cfg_key ts__cfg_keys[] = {
     {"device_id", CT_INT, FLD(device_id), "-1", NULL, -1, 1023, 0, 0, 0,
      "device_target GPU: the GPU this process uses; -1 = the local rank's (one GPU per process "
      "under mpirun, or GPU 0)"},
+    {"float32_matmul_precision", CT_ENUM, FLD(float32_matmul_precision), "highest", f32_precision_names, 0, 0, 0, 0, 0,
+     "device_target GPU: f32 GEMMs and convolutions in real f32 (highest, PyTorch's default) or on TF32 tensor "
+     "cores through cuBLAS and cuDNN (high: PyTorch's set_float32_matmul_precision('high')); the CPU's f32 is "
+     "real f32 either way"},
     /* ---- model ---- */
     {"model.name", CT_ENUM, FLD(model.name), "mlp", model_names, 0, 0, 0, 0, CF_HASH,
      "model architecture"},

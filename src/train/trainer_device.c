@@ -48,6 +48,7 @@ int ts__train_device_check(const ts_config *c, int *device_id) {
   char s[256];
   ts_device_describe(&gi, s, sizeof s);
   ts_log(TS_LOG_INFO, "device_target GPU: %s", s);
+  ts__gpu_set_tf32(c->float32_matmul_precision == TS_CFG_F32_HIGH); /* before any GEMM or convolution */
   *device_id = id;
   return TS_OK;
 }
@@ -61,6 +62,7 @@ int ts_trainer_device_info(const ts_trainer *t, char *buf, size_t cap) {
   char gemm[240], conv[240]; /* which library runs them, and why not where it is not used */
   snprintf(gemm, sizeof gemm, cublas ? "cuBLAS" : *gwhy ? "Tessera's kernels (%s)" : "Tessera's kernels", gwhy);
   snprintf(conv, sizeof conv, cudnn ? "cuDNN" : *cwhy ? "Tessera's kernels (%s)" : "Tessera's kernels", cwhy);
-  snprintf(buf, cap, "%s; GEMMs: %s; convolutions: %s", dev, gemm, conv);
+  snprintf(buf, cap, "%s; GEMMs: %s; convolutions: %s%s", dev, gemm, conv,
+           ts__gpu_tf32() && (cublas || cudnn) ? "; f32 on TF32 tensor cores (float32_matmul_precision: high)" : "");
   return 1;
 }

@@ -6,7 +6,9 @@
  * a machine without a GPU. Its heuristics list four algorithms, in this order, to check the
  * choice cudnn.c makes: 1 on tensor cores (deterministic, 64 bytes of workspace: not for real
  * f32), 2 non-deterministic, 3 asking 1 TiB of workspace, 4 plain FMA (deterministic, 4 KiB).
- * Running 2 or 3, or 1 in f32, or f32 without CUDNN_FMA_MATH set, is refused (NOT_SUPPORTED). For
+ * Running 2 or 3 is refused (NOT_SUPPORTED), and so is f32 unless it runs 4 with CUDNN_FMA_MATH
+ * (real f32) or asked for tensor cores (CUDNN_TENSOR_OP_MATH: TF32, float32_matmul_precision high;
+ * then the operands are rounded to TF32's 10-bit mantissa, as the tensor cores take them). For
  * filters of 5x5 and larger it lists only algorithm 2: no deterministic choice, which cudnn.c
  * answers by running Tessera's direct kernel. */
 #include <stdint.h>
@@ -130,13 +132,25 @@ int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, tdesc *x, tdesc *dy,
 }
 
 static float ld(const void *p, int t, long long i) { return fake_ld(p, t == FLOAT, i); }
+/* an operand as the tensor cores take it under TF32 (round to nearest, ties away, 10-bit mantissa) */
+static float op(float v, int tf32) {
+  if (!tf32) return v;
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  memcpy(&v, &u, 4);
+  return v;
+}
 static void st(void *p, int t, long long i, float v) { fake_st(p, t == FLOAT, i, v); }
 
 /* dir 0: y = conv(x, w); 1: dx from dy, w; 2: dw from x, dy; out = alpha acc + beta out */
 static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, const void *X, const void *Wt,
                 const void *Y, void *out, int algo, const void *ws, size_t wsb, const float *alpha, const float *beta) {
   if (!shapes_ok(x, w, c, y) || algo < 1 || algo > 4 || wsb < mem[algo] || (mem[algo] && !ws) || !out) return BAD_PARAM;
-  if (algo == 2 || algo == 3 || (x->dt == FLOAT && (algo == 1 || c->math != FMA))) return NOT_SUPPORTED;
+  if (algo == 2 || algo == 3 ||
+      (x->dt == FLOAT && !(c->math == TENSOR_OP || (algo == 4 && c->math == FMA))))
+    return NOT_SUPPORTED;
+  const int tf32 = x->dt == FLOAT && c->math == TENSOR_OP;
   const tdesc *o = dir == 0 ? y : dir == 1 ? x : w;
   size_t no = (size_t)o->n * o->c * o->h * o->w;
   float *acc = calloc(no, sizeof *acc);
@@ -155,9 +169,9 @@ static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const t
                 size_t xi = (((size_t)n * x->c + ch) * x->h + ih) * x->w + iw;
                 size_t wi = (((size_t)k * cg + cl) * w->h + kh) * w->w + kw;
                 size_t yi = (((size_t)n * y->c + k) * y->h + oh) * y->w + ow;
-                if (dir == 0) acc[yi] += ld(X, x->dt, xi) * ld(Wt, w->dt, wi);
-                else if (dir == 1) acc[xi] += ld(Y, y->dt, yi) * ld(Wt, w->dt, wi);
-                else acc[wi] += ld(X, x->dt, xi) * ld(Y, y->dt, yi);
+                if (dir == 0) acc[yi] += op(ld(X, x->dt, xi), tf32) * op(ld(Wt, w->dt, wi), tf32);
+                else if (dir == 1) acc[xi] += op(ld(Y, y->dt, yi), tf32) * op(ld(Wt, w->dt, wi), tf32);
+                else acc[wi] += op(ld(X, x->dt, xi), tf32) * op(ld(Y, y->dt, yi), tf32);
               }
   for (size_t i = 0; i < no; i++) st(out, o->dt, i, *alpha * acc[i] + (*beta != 0.0f ? *beta * ld(out, o->dt, i) : 0.0f));
   free(acc);

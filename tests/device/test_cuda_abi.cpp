@@ -92,7 +92,8 @@ int main() {
 #undef F
   r.check((int)TS__CUBLAS_OP_N == (int)CUBLAS_OP_N && (int)TS__CUBLAS_OP_T == (int)CUBLAS_OP_T, "cublasOperation_t values");
   r.check((int)TS__CUDA_R_32F == (int)CUDA_R_32F && (int)TS__CUDA_R_16BF == (int)CUDA_R_16BF, "cudaDataType values");
-  r.check((int)TS__CUBLAS_COMPUTE_32F == (int)CUBLAS_COMPUTE_32F && (int)TS__CUBLAS_GEMM_DEFAULT == (int)CUBLAS_GEMM_DEFAULT,
+  r.check((int)TS__CUBLAS_COMPUTE_32F == (int)CUBLAS_COMPUTE_32F && (int)TS__CUBLAS_GEMM_DEFAULT == (int)CUBLAS_GEMM_DEFAULT &&
+              (int)TS__CUBLAS_COMPUTE_32F_FAST_TF32 == (int)CUBLAS_COMPUTE_32F_FAST_TF32,
           "cublasComputeType_t and cublasGemmAlgo_t values");
   // the driver (its own translation unit: cuda.h's type names clash with Tessera's)
   check_driver(&r);

@@ -1276,8 +1276,31 @@ static void test_fake(void) {
   CHECK_MSG(G.cublas, "the stand-in cuBLAS was not loaded: %s", why ? why : "");
   gpu_suite(&G); /* every launcher: its kernel and parameter count checked, nothing run */
   void *fb = dlopen(getenv("TESSERA_LIBCUBLAS"), RTLD_NOW | RTLD_NOLOAD);
-  int *calls = fb ? dlsym(fb, "fake_cublas_calls") : NULL;
+  int *calls = fb ? dlsym(fb, "fake_cublas_calls") : NULL, *compute = fb ? dlsym(fb, "fake_cublas_last_compute") : NULL;
   CHECK_MSG(calls && *calls >= 10, "%d cuBLAS calls", calls ? *calls : -1);
+  { /* float32_matmul_precision high: f32 GEMMs as CUBLAS_COMPUTE_32F_FAST_TF32 (the stand-in rounds the
+     * operands to TF32's 10-bit mantissa: not the real f32 product, within TF32's error of it); bf16 as
+     * before; off again: real f32 */
+    enum { M = 33, K = 70, N = 21 };
+    static float a[M * K], b[K * N], c[M * N], c32[M * N];
+    ts_test_fill(a, M * K, 95, -1, 1), ts_test_fill(b, K * N, 96, -1, 1);
+    const ts__mm_desc md = {1, M, N, K, 0, 0, 0, 0};
+    CHECK_OK(ts__matmul_ref(&md, a, b, c32));
+    void *pa = up(&G, a, sizeof a), *pb = up(&G, b, sizeof b), *pc = up(&G, NULL, sizeof c);
+    CHECK(!ts__gpu_tf32());
+    ts__gpu_set_tf32(1);
+    CHECK_OK(ts__gpu_gemm(d, &md, TS_F32, TS_F32, pa, pb, NULL, pc, NULL));
+    down(&G, c, pc, sizeof c);
+    CHECK_MSG(compute && *compute == 77, "f32 GEMM with TF32 asked for: compute type %d", compute ? *compute : -1);
+    CHECK_CLOSE(c, c32, M * N, 2e-2, 5e-3, "f32 GEMM on TF32 against the real f32 product");
+    CHECK_MSG(memcmp(c, c32, sizeof c), "f32 GEMM on TF32: bitwise the real f32 product (not rounded to TF32?)");
+    ts__gpu_set_tf32(0);
+    CHECK_OK(ts__gpu_gemm(d, &md, TS_F32, TS_F32, pa, pb, NULL, pc, NULL));
+    down(&G, c, pc, sizeof c);
+    CHECK_MSG(compute && *compute == 68, "f32 GEMM by default: compute type %d (real f32: 68)", compute ? *compute : -1);
+    CHECK_CLOSE(c, c32, M * N, 1e-5, 1e-5, "f32 GEMM (real f32) against the reference");
+    ts__dev_free(d, pa), ts__dev_free(d, pb), ts__dev_free(d, pc);
+  }
   if (fb) dlclose(fb);
   /* the convolutions went through the stand-in cuDNN (fake_cudnn.c), which computes them: of its
    * four algorithms, the one a real-f32 deterministic choice within the workspace bound allows

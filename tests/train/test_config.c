@@ -69,6 +69,7 @@ static const struct {
 } k_all[] = {
     {"device_target", "GPU"},
     {"device_id", "3"},
+    {"float32_matmul_precision", "high"},
     {"model.name", "resnet"},
     {"model.num_classes", "100"},
     {"model.hidden", "[300, 200, 100]"},
