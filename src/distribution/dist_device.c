@@ -579,37 +579,46 @@ int ts__dist_dev_lamb_reduce(ts_dist *d, ts_optim *o, int nseg) {
   return rc ? ts_error_wrap(rc, "LAMB: the norms over the ranks") : TS_OK;
 }
 
+/* The step's scalars for a segment, decayed or not, as optim.c computes them (in double, rounded to
+ * f32 there): SGD/momentum's wd, Adam's l2 (= wd), AdamW's decay_mul (= 1 - lr wd); the per-segment
+ * kernels and the one-launch update both take them from here. */
+static ts__gpu_optim_args step_args(ts_optim *o, float lr, int decayed) {
+  const ts_optim_config *c = ts_optim_get_config(o);
+  double t = (double)ts_optim_get_step(o); /* the count already advanced */
+  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t), wd = decayed ? c->weight_decay : 0.0;
+  ts__gpu_optim_args a = {lr, (float)wd, (float)c->momentum, (float)(1.0 - c->dampening), 0.0f, 1.0f,
+                          (float)c->beta1, (float)(1.0 - c->beta1), (float)c->beta2, (float)(1.0 - c->beta2),
+                          (float)sqrt(bc2), (float)c->eps, (float)(-((double)lr / bc1)), ts_optim_get_step(o) == 1,
+                          c->nesterov};
+  if (c->kind == TS_OPTIM_ADAM) a.l2 = (float)wd;
+  if (c->kind == TS_OPTIM_ADAMW) a.decay_mul = (float)(1.0 - (double)lr * wd);
+  return a;
+}
+
 int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
                         float lr) {
   struct ts__dist_dev *g = G(d);
   const ts_optim_config *c = ts_optim_get_config(o);
   if (flags & TS_SEG_FROZEN) return TS_OK;
-  double t = (double)ts_optim_get_step(o); /* the count already advanced */
-  float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->eps;
-  float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
-  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
-  float neg_step = (float)(-((double)lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
-  double wd = (flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
+  const ts__gpu_optim_args a = step_args(o, lr, !(flags & TS_SEG_NO_DECAY));
   switch (c->kind) {
-    case TS_OPTIM_SGD: return ts__gpu_sgd(g->dev, p, gr, n, lr, (float)wd, NULL);
+    case TS_OPTIM_SGD: return ts__gpu_sgd(g->dev, p, gr, n, lr, a.wd, NULL);
     case TS_OPTIM_MOMENTUM:
-      return ts__gpu_momentum(g->dev, p, gr, g->slots[0] + w, n, lr, (float)wd, (float)c->momentum,
-                              (float)(1.0 - c->dampening), ts_optim_get_step(o) == 1, c->nesterov, NULL);
+      return ts__gpu_momentum(g->dev, p, gr, g->slots[0] + w, n, lr, a.wd, a.mu, a.one_m_damp, a.first, a.nesterov, NULL);
     case TS_OPTIM_ADAM:
-      return ts__gpu_adam(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, (float)wd, 1.0f, b1, omb1, b2, omb2,
-                          bc2_sqrt, eps, neg_step, NULL);
     case TS_OPTIM_ADAMW:
-      return ts__gpu_adam(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, 0.0f, (float)(1.0 - (double)lr * wd), b1,
-                          omb1, b2, omb2, bc2_sqrt, eps, neg_step, NULL);
+      return ts__gpu_adam(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, a.l2, a.decay_mul, a.b1, a.omb1, a.b2, a.omb2,
+                          a.bc2_sqrt, a.eps, a.neg_step, NULL);
     case TS_OPTIM_LAMB: {
-      float ib1 = (float)(1.0 / bc1), ib2 = (float)(1.0 / bc2);
+      double t = (double)ts_optim_get_step(o), wd = (flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
+      float ib1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ib2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
       int adapt = c->lamb_always_adapt || wd != 0.0;
       if (!g->lamb_all)
-        return ts__gpu_lamb(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, b1, omb1, b2, omb2, ib1, ib2, eps,
+        return ts__gpu_lamb(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, a.b1, a.omb1, a.b2, a.omb2, ib1, ib2, a.eps,
                             (float)wd, lr, adapt, g->lamb_u, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
       if (g->lamb_phase == 1) /* every segment's direction and sums, then (reduced) every update */
-        return ts__gpu_lamb_dir(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, b1, omb1, b2, omb2, ib1, ib2, eps,
-                                (float)wd, g->lamb_u + w, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
+        return ts__gpu_lamb_dir(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, a.b1, a.omb1, a.b2, a.omb2, ib1, ib2,
+                                a.eps, (float)wd, g->lamb_u + w, g->lamb_part, g->lamb_sq + 2 * seg, NULL);
       return ts__gpu_lamb_apply(g->dev, p, g->lamb_u + w, n, lr, g->lamb_sq + 2 * seg, adapt, NULL);
     }
     default: return ts_error_set(TS_EUNSUPPORTED, "GPU: optimizer %d has no GPU update", (int)c->kind);
@@ -623,8 +632,12 @@ static int multi_step(struct ts__dist_dev *g, ts_optim *o, float *p, const float
   const ts_optim_config *c = ts_optim_get_config(o);
   const int kind = c->kind == TS_OPTIM_SGD ? 0 : c->kind == TS_OPTIM_MOMENTUM ? 1
                    : c->kind == TS_OPTIM_ADAM || c->kind == TS_OPTIM_ADAMW ? 2 : -1;
-  if (kind < 0 || getenv("TESSERA_GPU_OPTIM_SEGMENTS")) return 0;
-  if (!g->mch) { /* the chunks: frozen segments left out */
+  if (kind < 0 || g->nmch < 0) return 0;
+  if (!g->mch) { /* the chunks: frozen segments left out (TESSERA_GPU_OPTIM_SEGMENTS: none, per segment) */
+    if (getenv("TESSERA_GPU_OPTIM_SEGMENTS")) {
+      g->nmch = -1;
+      return 0;
+    }
     int64_t *off = malloc(sizeof(int64_t) * (size_t)(g->nseg + 1)), *num = malloc(sizeof(int64_t) * (size_t)(g->nseg + 1));
     int *dec = malloc(sizeof(int) * (size_t)(g->nseg + 1)), ns = 0;
     ts__gpu_mchunk *h = NULL;
@@ -646,14 +659,7 @@ static int multi_step(struct ts__dist_dev *g, ts_optim *o, float *p, const float
     }
     g->nmch = n;
   }
-  double t = (double)ts_optim_get_step(o), wd = c->weight_decay;
-  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t);
-  ts__gpu_optim_args a = {lr, (float)wd, (float)c->momentum, (float)(1.0 - c->dampening), 0.0f, 1.0f,
-                          (float)c->beta1, (float)(1.0 - c->beta1), (float)c->beta2, (float)(1.0 - c->beta2),
-                          (float)sqrt(bc2), (float)c->eps, (float)(-((double)lr / bc1)), ts_optim_get_step(o) == 1,
-                          c->nesterov};
-  if (c->kind == TS_OPTIM_ADAM) a.l2 = (float)wd;
-  if (c->kind == TS_OPTIM_ADAMW) a.decay_mul = (float)(1.0 - (double)lr * wd);
+  const ts__gpu_optim_args a = step_args(o, lr, 1); /* (the chunks of undecayed segments: wd 0, l2 0, decay_mul 1) */
   int rc = ts__gpu_optim_multi(g->dev, kind, p, gd, g->slots[0], g->slots[1], g->mch, g->nmch, &a, NULL);
   return rc ? rc : 1;
 }

@@ -103,7 +103,7 @@ struct ts__dist_dev {
   ts_optim_segment *segs;  /* its segments (offsets into the flat buffers) */
   int nseg;
   void *mch; /* SGD/momentum/Adam(W): every segment's chunks (ts__gpu_mchunk, device), one launch a step */
-  int64_t nmch;
+  int64_t nmch; /* their count; -1: TESSERA_GPU_OPTIM_SEGMENTS asked for the per-segment kernels */
   int host_stale;          /* the host copies are older than the device's */
 };
 

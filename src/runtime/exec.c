@@ -350,40 +350,38 @@ int ts_plan_set_device(ts_plan *p, ts__dev *d) {
   return TS_OK;
 }
 
+/* *buf (capacity *cap) grown to at least bytes, doubling from 64 KiB: device memory, or pinned host
+ * memory (host); the device synchronised first (earlier nodes' kernels or copies may still use the
+ * old one) */
+static int grow_scratch(ts_plan *p, size_t bytes, void **buf, size_t *cap, int host, void **out) {
+  *out = NULL;
+  if (bytes > *cap) {
+    size_t c = *cap ? *cap : 1 << 16;
+    while (c < bytes) c *= 2;
+    int rc = ts__dev_sync(p->dev);
+    if (rc) return rc;
+    if (host) ts__dev_host_free(p->dev, *buf);
+    else arena_free(p, *buf);
+    *buf = NULL, *cap = 0;
+    if ((rc = host ? ts__dev_host_alloc(p->dev, c, buf) : ts__dev_alloc(p->dev, c, buf))) return rc;
+    *cap = c;
+  }
+  *out = *buf;
+  return TS_OK;
+}
+
 int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out) {
   ts_plan *p = ctx->plan;
   *out = NULL;
   if (!on_gpu(p)) return ts_error_set(TS_EINVAL, "device scratch: not a GPU plan");
-  if (bytes > p->dscratch_cap) {
-    size_t cap = p->dscratch_cap ? p->dscratch_cap : 1 << 16;
-    while (cap < bytes) cap *= 2;
-    int rc = ts__dev_sync(p->dev); /* earlier nodes' kernels may still read the old one */
-    if (rc) return rc;
-    arena_free(p, p->dscratch);
-    p->dscratch = NULL, p->dscratch_cap = 0;
-    if ((rc = ts__dev_alloc(p->dev, cap, &p->dscratch))) return rc;
-    p->dscratch_cap = cap;
-  }
-  *out = p->dscratch;
-  return TS_OK;
+  return grow_scratch(p, bytes, &p->dscratch, &p->dscratch_cap, 0, out);
 }
 
 int ts__run_host_stage(ts__runctx *ctx, size_t bytes, void **out) {
   ts_plan *p = ctx->plan;
   *out = NULL;
   if (!on_gpu(p)) return ts_error_set(TS_EINVAL, "host staging: not a GPU plan");
-  if (bytes > p->hstage_cap) {
-    size_t cap = p->hstage_cap ? p->hstage_cap : 1 << 16;
-    while (cap < bytes) cap *= 2;
-    int rc = ts__dev_sync(p->dev); /* a copy may still read or write the old one */
-    if (rc) return rc;
-    ts__dev_host_free(p->dev, p->hstage);
-    p->hstage = NULL, p->hstage_cap = 0;
-    if ((rc = ts__dev_host_alloc(p->dev, cap, &p->hstage))) return rc;
-    p->hstage_cap = cap;
-  }
-  *out = p->hstage;
-  return TS_OK;
+  return grow_scratch(p, bytes, &p->hstage, &p->hstage_cap, 1, out);
 }
 
 int ts_plan_bind(ts_plan *p, ts_val v, void *data) {
