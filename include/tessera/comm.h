@@ -98,6 +98,12 @@ int ts_comm_finalize(void);
 /* Ends every process of the job (MPI_Abort on c, or on MPI_COMM_WORLD if c is NULL) with `code`.
  * Does not return when MPI is initialised; TS_EINVAL otherwise. */
 int ts_comm_abort(ts_comm *c, int code);
+/* Ends every process of the job as ts_comm_abort(NULL, code) does, after waiting up to grace_s
+ * seconds for every other rank to call it too: when all ranks failed at the same point (an error
+ * they agreed on) each has reported its own error before the job ends, and the wait is short;
+ * when only some ranks failed, the job ends after grace_s. Does not return when MPI is
+ * initialised; TS_EINVAL otherwise. */
+int ts_comm_abort_all(int code, double grace_s);
 
 /* How the blocking calls of a communicator wait for their deadline (see the top of this file). */
 typedef enum {

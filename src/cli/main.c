@@ -199,11 +199,13 @@ int main(int argc, char **argv) {
   if (ts_comm_initialized()) {
     ts_comm *w = NULL;
     /* A rank that failed ends the whole job now (its peers would otherwise wait in their next
-     * collective until the timeout): MPI_Abort, whose code mpirun returns. */
+     * collective until the timeout): MPI_Abort, whose code mpirun returns. When every rank failed
+     * at the same point (an agreed error: each names it), up to 2 s for them all to have said so
+     * first: the abort would otherwise cut off the slower ranks' lines. */
     if (rc && ts_comm_world(&w) == TS_OK && ts_comm_size(w) > 1) {
       fflush(stdout);
       fflush(stderr);
-      ts_comm_abort(w, rc);
+      ts_comm_abort_all(rc, 2.0);
     }
     ts_comm_finalize();
   }

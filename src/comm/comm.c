@@ -19,6 +19,7 @@ static int g_init;           /* ts_comm_init succeeded and ts_comm_finalize not 
 static int g_finalized;
 static int g_owns_mpi;       /* MPI_Init was ours: finalize it */
 static ts_comm *g_world;
+static MPI_Comm g_exit_mc = MPI_COMM_NULL; /* ts_comm_abort_all's barrier only */
 static double g_timeout = 300.0;
 static int g_check;
 static int g_force_blocking = -1; /* TESSERA_COMM_BLOCKING: -1 none, else the ts_comm_blocking in force */
@@ -537,6 +538,7 @@ int ts_comm_init(int *argc, char ***argv) {
     MPI_Comm_free(&dup);
     return ts_error_set(TS_ENOMEM, "ts_comm_init: out of memory");
   }
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_mc) != MPI_SUCCESS) g_exit_mc = MPI_COMM_NULL; /* then no grace */
   g_init = 1;
   return TS_OK;
 }
@@ -549,6 +551,7 @@ int ts_comm_finalize(void) {
   watch_free(g_world); /* its sends use mc */
   if (g_world->mc2 != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc2);
   if (g_world->mc != MPI_COMM_NULL) MPI_Comm_free(&g_world->mc);
+  if (g_exit_mc != MPI_COMM_NULL) MPI_Comm_free(&g_exit_mc);
   int rc = TS_OK;
   if (g_owns_mpi) {
     int mrc = MPI_Finalize();
@@ -579,6 +582,26 @@ int ts_comm_abort(ts_comm *c, int code) {
   MPI_Finalized(&fin);
   if (!inited || fin) return ts_error_set(TS_EINVAL, "ts_comm_abort: MPI is not initialised");
   MPI_Abort(c && c->mc != MPI_COMM_NULL ? c->mc : MPI_COMM_WORLD, code);
+  return TS_ECOMM; /* not reached */
+}
+
+int ts_comm_abort_all(int code, double grace_s) {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (!inited || fin) return ts_error_set(TS_EINVAL, "ts_comm_abort_all: MPI is not initialised");
+  /* A barrier on a communicator nothing else uses: it completes only if every rank is here, i.e.
+   * every rank failed and has said why; then nobody's message is cut off by the abort. */
+  MPI_Request q = MPI_REQUEST_NULL;
+  if (g_exit_mc != MPI_COMM_NULL && grace_s > 0 && MPI_Ibarrier(g_exit_mc, &q) == MPI_SUCCESS) {
+    double t0 = MPI_Wtime();
+    int done = 0;
+    while (MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && MPI_Wtime() - t0 < grace_s) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
   return TS_ECOMM; /* not reached */
 }
 

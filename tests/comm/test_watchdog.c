@@ -15,7 +15,12 @@
  *   stop      rank 1 stops itself with SIGSTOP;
  *   group     4 ranks, the odd ones' communicator: rank 3 sleeps, rank 1 waits (group ranks named);
  *   funneled  as sleep, but the program initialises MPI at MPI_THREAD_FUNNELED itself: the watchdog
- *             cannot ask the others, and says what it knows. */
+ *             cannot ask the others, and says what it knows.
+ *
+ * With --abort MODE (watchdog_test.sh too), ranks end the job with ts_comm_abort_all(5, 20 s; one: 3 s):
+ *   all  every rank fails, rank r after r x 0.7 s, prints "rank r failed" and calls it: every
+ *        rank's line must be out before the job ends (ts_comm_abort would cut the later ones off);
+ *   one  only rank 1 fails; the others wait in an all-reduce: the job still ends, exit 5. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <mpi.h>
@@ -124,8 +129,23 @@ static void stuck(const char *mode) {
   exit(1); /* the watchdog should have ended the job */
 }
 
+/* Ranks fail and end the job with ts_comm_abort_all (see the top). */
+static void abort_all(const char *mode) {
+  if (!strcmp(mode, "one") && R != 1) {
+    float x = 1;
+    ts_comm_allreduce(W, &x, &x, 1, TS_F32, TS_REDUCE_SUM); /* does not return: rank 1 never comes */
+    exit(1);
+  }
+  usleep(700000u * (unsigned)R);
+  fprintf(stderr, "rank %d failed\n", R);
+  fflush(stderr);
+  ts_comm_abort_all(5, strcmp(mode, "one") ? 20.0 : 3.0);
+  exit(1);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 2 && !strcmp(argv[1], "--stuck") ? argv[2] : NULL;
+  const char *abort_mode = argc > 2 && !strcmp(argv[1], "--abort") ? argv[2] : NULL;
   if (mode && !strcmp(mode, "funneled")) { /* the application initialises MPI, at FUNNELED */
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -142,6 +162,7 @@ int main(int argc, char **argv) {
     }
     stuck(mode);
   }
+  if (abort_mode) abort_all(abort_mode);
   normal_run();
   int started = ts__watchdog_tid() != 0;
   CHECK_OK(ts_comm_finalize());

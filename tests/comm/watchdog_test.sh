@@ -35,4 +35,14 @@ case_ "rank 3 asleep in a group of 2" 4 group \
   "rank 1 \(0 of 2 in its group\): allreduce\(sum\) #1 \(f32 x 1000\) did not complete within 2 s: rank 3 \(1 in the group\) of the group of 2 never reached it \(stalled or dead\); $W"
 case_ "MPI at MPI_THREAD_FUNNELED" 2 funneled \
   "rank 0: allreduce\(sum\) #1 \(f32 x 1000\) did not complete within 2 s \(which of the other 1 rank of the job never reached it cannot be told: MPI provides MPI_THREAD_FUNNELED, not MPI_THREAD_MULTIPLE, so the watchdog may not ask them\); $W"
+# ts_comm_abort_all (what the CLI calls when a rank fails): when every rank fails, each one's line
+# is out before the job ends (rank 3 reports 2.1 s after rank 0 aborts: ts_comm_abort would have
+# ended the job first); when one rank fails, the job still ends (after its 3 s grace), exit 5
+out=$(timeout 120 "${mpi[@]}" -n 4 "$bin" --abort all 2>&1); rc=$?
+n=$(grep -c "^rank [0-3] failed" <<<"$out")
+if [ "$rc" = 5 ] && [ "$n" = 4 ]; then echo "ok: every rank fails -> exit 5, all 4 lines out"
+else echo "FAIL: every rank fails -> exit $rc, $n of 4 lines (want exit 5, 4 lines)"; echo "$out"; fail=1; fi
+out=$(timeout 120 "${mpi[@]}" -n 2 "$bin" --abort one 2>&1); rc=$?
+if [ "$rc" = 5 ] && grep -q "^rank 1 failed" <<<"$out"; then echo "ok: one rank fails -> exit 5 after the grace"
+else echo "FAIL: one rank fails -> exit $rc (want 5 and rank 1's line)"; echo "$out"; fail=1; fi
 exit $fail
