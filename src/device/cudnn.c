@@ -3,8 +3,9 @@
  * environment's nvidia/cudnn/lib: scripts/gpu-check.sh puts it on LD_LIBRARY_PATH); an entry
  * point the main library does not export is looked for in cuDNN 9's sub-libraries
  * (libcudnn_cnn, _ops, _graph). cuDNN's legacy convolution API, declared here with only what is
- * used (cudnn.h's C ABI, unchanged from 8 to 9): NCHW tensors, OIHW filters, cross-correlation
- * (PyTorch's and the CPU kernels' convolution), groups, dilation.
+ * used (cudnn.h's C ABI, unchanged from 8 to 9): NCHW tensors and OIHW filters, or (channels
+ * last: a GPU plan's NHWC activations, runtime/run_gpu.c) NHWC tensors and OHWI filters,
+ * cross-correlation (PyTorch's and the CPU kernels' convolution), groups, dilation.
  *
  * Policies, as the rest of the GPU backend:
  *   - f32 is real f32: the descriptor's math type is CUDNN_FMA_MATH and an algorithm reported
@@ -95,6 +96,7 @@ const char *ts__cudnn_why(void) {
 typedef struct {
   ts__conv_desc c;
   ts_dtype dt;
+  int cl; /* channels last: NHWC tensors, OHWI filters */
   ts__dnn_tensor x, y;
   ts__dnn_filter w;
   ts__dnn_conv conv;
@@ -108,14 +110,15 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static shape_t shapes[TS__CUDNN_SHAPES];
 static int nshapes;
 
-static int fail(ts__dnn_status st, const char *what, const ts__conv_desc *c, ts_dtype dt) {
+static int fail(ts__dnn_status st, const char *what, const ts__conv_desc *c, ts_dtype dt, int cl) {
   return ts_error_set(TS_EBACKEND,
                       "cuDNN %s (x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, stride %lldx%lld, padding %lldx%lld, "
-                      "dilation %lldx%lld, groups %lld, %s): %s (status %d)",
+                      "dilation %lldx%lld, groups %lld, %s%s): %s (status %d)",
                       what, (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O,
                       (long long)(c->C / c->groups), (long long)c->KH, (long long)c->KW, (long long)c->sh,
                       (long long)c->sw, (long long)c->ph, (long long)c->pw, (long long)c->dh, (long long)c->dw,
-                      (long long)c->groups, ts_dtype_name(dt), dn.GetErrorString ? dn.GetErrorString(st) : "?", st);
+                      (long long)c->groups, ts_dtype_name(dt), cl ? ", NHWC" : "",
+                      dn.GetErrorString ? dn.GetErrorString(st) : "?", st);
 }
 
 static void shape_free(shape_t *s) {
@@ -126,10 +129,12 @@ static void shape_free(shape_t *s) {
   memset(s, 0, sizeof *s);
 }
 
-static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt) {
+static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt, int cl) {
   memset(s, 0, sizeof *s);
   s->c = *c;
   s->dt = dt;
+  s->cl = cl;
+  const int f = cl ? TS__DNN_NHWC : TS__DNN_NCHW;
   int t = dt == TS_BF16 ? TS__DNN_DATA_BFLOAT16 : TS__DNN_DATA_FLOAT;
   const int64_t big = 2147483647;
   if (c->N * c->C * c->H * c->W > big || c->N * c->O * c->OH * c->OW > big)
@@ -138,16 +143,16 @@ static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt) {
   if (!st) st = dn.CreateTensorDescriptor(&s->y);
   if (!st) st = dn.CreateFilterDescriptor(&s->w);
   if (!st) st = dn.CreateConvolutionDescriptor(&s->conv);
-  if (!st) st = dn.SetTensor4dDescriptor(s->x, TS__DNN_NCHW, t, (int)c->N, (int)c->C, (int)c->H, (int)c->W);
-  if (!st) st = dn.SetTensor4dDescriptor(s->y, TS__DNN_NCHW, t, (int)c->N, (int)c->O, (int)c->OH, (int)c->OW);
-  if (!st) st = dn.SetFilter4dDescriptor(s->w, t, TS__DNN_NCHW, (int)c->O, (int)(c->C / c->groups), (int)c->KH, (int)c->KW);
+  if (!st) st = dn.SetTensor4dDescriptor(s->x, f, t, (int)c->N, (int)c->C, (int)c->H, (int)c->W);
+  if (!st) st = dn.SetTensor4dDescriptor(s->y, f, t, (int)c->N, (int)c->O, (int)c->OH, (int)c->OW);
+  if (!st) st = dn.SetFilter4dDescriptor(s->w, t, f, (int)c->O, (int)(c->C / c->groups), (int)c->KH, (int)c->KW);
   if (!st)
     st = dn.SetConvolution2dDescriptor(s->conv, (int)c->ph, (int)c->pw, (int)c->sh, (int)c->sw, (int)c->dh, (int)c->dw,
                                        TS__DNN_CROSS_CORRELATION, TS__DNN_DATA_FLOAT);
   if (!st) st = dn.SetConvolutionGroupCount(s->conv, (int)c->groups);
   if (!st) st = dn.SetConvolutionMathType(s->conv, dt == TS_BF16 || ts__gpu_tf32() ? TS__DNN_TENSOR_OP_MATH : TS__DNN_FMA_MATH);
   if (st) {
-    int rc = fail(st, "descriptors", c, dt);
+    int rc = fail(st, "descriptors", c, dt, cl);
     shape_free(s);
     return rc;
   }
@@ -166,7 +171,7 @@ static int choose(shape_t *s, int dir) {
   ts__dnn_status st = dir == 0   ? dn.GetFwdAlgo(handle, s->x, s->w, s->conv, s->y, 16, &got, perf)
                      : dir == 1 ? dn.GetBwdDataAlgo(handle, s->w, s->y, s->conv, s->x, 16, &got, perf)
                                 : dn.GetBwdFilterAlgo(handle, s->x, s->y, s->conv, s->w, 16, &got, perf);
-  if (st) return fail(st, dir_name[dir], &s->c, s->dt);
+  if (st) return fail(st, dir_name[dir], &s->c, s->dt, s->cl);
   for (int i = 0; i < got && i < 16; i++) {
     const ts__dnn_perf *p = &perf[i];
     if (p->status || p->determinism != TS__DNN_DETERMINISTIC || p->memory > TS__CUDNN_WS_MAX) continue;
@@ -187,20 +192,21 @@ static int choose(shape_t *s, int dir) {
   s->chosen[dir] = -1;
   const ts__conv_desc *c = &s->c;
   ts_log(TS_LOG_WARN,
-         "cuDNN %s (x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, groups %lld, %s): none of its %d algorithms is "
-         "deterministic%s within %zu MiB of workspace: Tessera's direct kernel runs it",
+         "cuDNN %s (x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, groups %lld, %s%s): none of its %d algorithms is "
+         "deterministic%s within %zu MiB of workspace: %s",
          dir_name[dir], (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O,
          (long long)(c->C / c->groups), (long long)c->KH, (long long)c->KW, (long long)c->groups, ts_dtype_name(s->dt),
-         got, s->dt == TS_F32 ? " and real f32" : "", TS__CUDNN_WS_MAX >> 20);
+         s->cl ? ", NHWC" : "", got, s->dt == TS_F32 ? " and real f32" : "", TS__CUDNN_WS_MAX >> 20,
+         s->cl ? "it runs in NCHW (its tensors transposed around it)" : "Tessera's direct kernel runs it");
   return TS_ENOTFOUND;
 }
 
 /* The shape's entry (locked by the caller): found, made, or (table full) made into *tmp */
-static int entry(const ts__conv_desc *c, ts_dtype dt, shape_t *tmp, shape_t **out) {
+static int entry(const ts__conv_desc *c, ts_dtype dt, int cl, shape_t *tmp, shape_t **out) {
   for (int i = 0; i < nshapes; i++)
-    if (shapes[i].dt == dt && !memcmp(&shapes[i].c, c, sizeof *c)) return *out = &shapes[i], TS_OK;
+    if (shapes[i].dt == dt && shapes[i].cl == cl && !memcmp(&shapes[i].c, c, sizeof *c)) return *out = &shapes[i], TS_OK;
   shape_t *s = nshapes < TS__CUDNN_SHAPES ? &shapes[nshapes] : tmp;
-  int rc = shape_init(s, c, dt);
+  int rc = shape_init(s, c, dt, cl);
   if (rc) return rc;
   if (s != tmp) nshapes++;
   *out = s;
@@ -220,13 +226,13 @@ static int ready(void) {
 
 /* The shape's entry with the direction's algorithm chosen, locked: *s is the table's entry or tmp
  * (free it with done()); the lock is held on return whatever rc is. */
-static int prepared(const ts__conv_desc *c, ts_dtype dt, int dir, shape_t *tmp, shape_t **s) {
+static int prepared(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, shape_t *tmp, shape_t **s) {
   *s = NULL;
   memset(tmp, 0, sizeof *tmp);
   pthread_mutex_lock(&lock);
   if (dir < 0 || dir > 2) return ts_error_set(TS_EINVAL, "cuDNN convolution: direction %d", dir);
   int rc = ready();
-  if (!rc) rc = entry(c, dt, tmp, s);
+  if (!rc) rc = entry(c, dt, cl != 0, tmp, s);
   if (!rc) rc = choose(*s, dir);
   return rc;
 }
@@ -236,25 +242,25 @@ static int done(shape_t *tmp, shape_t *s, int rc) {
   return rc;
 }
 
-int ts__cudnn_conv_has_algo(const ts__conv_desc *c, ts_dtype dt, int dir) {
+int ts__cudnn_conv_has_algo(const ts__conv_desc *c, ts_dtype dt, int cl, int dir) {
   shape_t tmp, *s;
-  int rc = prepared(c, dt, dir, &tmp, &s);
+  int rc = prepared(c, dt, cl, dir, &tmp, &s);
   done(&tmp, s, rc);
   return rc != TS_ENOTFOUND;
 }
 
-int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {
+int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, size_t *bytes) {
   shape_t tmp, *s;
-  int rc = prepared(c, dt, dir, &tmp, &s);
+  int rc = prepared(c, dt, cl, dir, &tmp, &s);
   *bytes = rc ? 0 : s->ws[dir];
   return done(&tmp, s, rc);
 }
 
-int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, const void *a, const void *b, void *out,
-                   float beta, void *ws, size_t ws_bytes, ts__dev_stream *strm) {
+int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, int dir, const void *a, const void *b,
+                   void *out, float beta, void *ws, size_t ws_bytes, ts__dev_stream *strm) {
   void *stream = ts__cuda_stream(d, strm);
   shape_t tmp, *s;
-  int rc = prepared(c, dt, dir, &tmp, &s);
+  int rc = prepared(c, dt, cl, dir, &tmp, &s);
   if (!rc && ws_bytes < s->ws[dir])
     rc = ts_error_set(TS_EINVAL, "cuDNN %s: %zu bytes of workspace given, %zu needed", dir_name[dir], ws_bytes,
                       s->ws[dir]);
@@ -270,6 +276,6 @@ int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, con
     else /* x (a), dy (b) -> dw */
       st = dn.BwdFilter(handle, &one, s->x, a, s->y, b, s->conv, s->algo[2], ws, s->ws[2], &beta, s->w, out);
   }
-  if (!rc && st) rc = fail(st, dir_name[dir], c, dt);
+  if (!rc && st) rc = fail(st, dir_name[dir], c, dt, cl);
   return done(&tmp, s, rc);
 }

@@ -675,7 +675,7 @@ typedef struct {
   int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
 } cdesc;
 typedef struct {
-  int64_t N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw;
+  int64_t N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, cl;
 } pdesc;
 
 static int conv_of(const ts__conv_desc *c, cdesc *k) {
@@ -683,8 +683,8 @@ static int conv_of(const ts__conv_desc *c, cdesc *k) {
   *k = (cdesc){c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, c->OH, c->OW, c->sh, c->sw, c->ph, c->pw, c->dh, c->dw, c->groups};
   return rc;
 }
-static pdesc pool_of(const ts__pool_desc *p) {
-  return (pdesc){p->N, p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->ph, p->pw};
+static pdesc pool_of(const ts__pool_desc *p, int cl) {
+  return (pdesc){p->N, p->C, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw, p->ph, p->pw, cl != 0};
 }
 
 /* The kernel of a storage dtype: f32 or bf16 (f16: refused, naming the op). */
@@ -705,63 +705,90 @@ const char *ts__gpu_conv_impl(const char **why) {
 
 /* cuDNN runs this direction of this shape: it is the convolution in use and (unless forced by
  * TESSERA_GPU_CONV=cudnn) has a deterministic algorithm for it */
-static int conv_cudnn(const ts__conv_desc *c, ts_dtype dt, int dir) {
+static int conv_cudnn(const ts__conv_desc *c, ts_dtype dt, int cl, int dir) {
   if (strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
   const char *force = getenv("TESSERA_GPU_CONV");
-  return (force && !strcmp(force, "cudnn")) || ts__cudnn_conv_has_algo(c, dt, dir);
+  return (force && !strcmp(force, "cudnn")) || ts__cudnn_conv_has_algo(c, dt, cl, dir);
 }
 
-int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes) {
-  *bytes = 0;
+int ts__gpu_conv2d_cl_ok(const ts__conv_desc *c, ts_dtype dt, int dir) {
   cdesc k;
   char kn[64];
-  int rc = conv_of(c, &k);
-  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
-  if (rc || !conv_cudnn(c, dt, dir)) return rc;
-  return ts__cudnn_conv_workspace(c, dt, dir, bytes);
+  size_t b = 0;
+  if (conv_of(c, &k) || kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d")) return 0;
+  if (strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
+  /* cuDNN takes the NHWC descriptors and has a deterministic algorithm for them (any refusal:
+   * NCHW, where the same refusal is reported when the node runs) */
+  return ts__cudnn_conv_workspace(c, dt, 1, dir, &b) == TS_OK;
 }
 
-int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *w, const void *b,
-                       void *y, void *ws, size_t ws_bytes, ts__dev_stream *s) {
+/* the direction runs on cuDNN (in the layout asked for), or on the direct kernels (NCHW only) */
+static int conv_route(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, const char *what, char *kn, size_t cap,
+                      int *cudnn) {
   cdesc k;
-  char kn[64];
   int rc = conv_of(c, &k);
-  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d");
+  if (!rc) rc = kname(kn, cap, dir == 0 ? "ts_k_conv2d_fwd" : dir == 1 ? "ts_k_conv2d_bwd_data" : "ts_k_conv2d_bwd_weight",
+                      dt, what);
   if (rc) return rc;
-  if (conv_cudnn(c, dt, 0)) { /* the bias first, then y += the convolution (one rounding) */
-    int64_t N = c->N, O = c->O, S = c->OH * c->OW;
+  *cudnn = conv_cudnn(c, dt, cl, dir);
+  if (cl && !*cudnn)
+    return ts_error_set(TS_EUNSUPPORTED, "GPU %s channels last: cuDNN does not run it (x %lldx%lldx%lldx%lld, w "
+                        "%lldx%lldx%lldx%lld)", what, (long long)c->N, (long long)c->C, (long long)c->H,
+                        (long long)c->W, (long long)c->O, (long long)(c->C / c->groups), (long long)c->KH,
+                        (long long)c->KW);
+  return TS_OK;
+}
+
+int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, size_t *bytes) {
+  *bytes = 0;
+  char kn[64];
+  int cudnn = 0, rc = conv_route(c, dt, cl, dir, "conv2d", kn, sizeof kn, &cudnn);
+  if (rc || !cudnn) return rc;
+  return ts__cudnn_conv_workspace(c, dt, cl, dir, bytes);
+}
+
+int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *x, const void *w,
+                       const void *b, void *y, void *ws, size_t ws_bytes, ts__dev_stream *s) {
+  cdesc k;
+  char kn[64];
+  int cudnn = 0, rc = conv_route(c, dt, cl, 0, "conv2d", kn, sizeof kn, &cudnn);
+  if (rc) return rc;
+  conv_of(c, &k);
+  if (cudnn) { /* the bias first, then y += the convolution (one rounding) */
+    /* NHWC is (N OH OW, O, 1): the same kernels, the same sums */
+    int64_t N = cl ? c->N * c->OH * c->OW : c->N, O = c->O, S = cl ? 1 : c->OH * c->OW;
     if (b && !(rc = kname(kn, sizeof kn, "ts_k_conv_bias_fill", dt, "conv2d"))) {
       void *a[] = {&b, &y, &N, &O, &S};
       rc = launch(d, kn, grid_for(N * O * S), 1, BLOCK, s, a);
     }
-    return rc ? rc : ts__cudnn_conv(d, c, dt, 0, x, w, y, b ? 1.0f : 0.0f, ws, ws_bytes, s);
+    return rc ? rc : ts__cudnn_conv(d, c, dt, cl, 0, x, w, y, b ? 1.0f : 0.0f, ws, ws_bytes, s);
   }
   void *a[] = {&x, &w, &b, &y, &k};
   return launch(d, kn, grid_for(c->N * c->O * c->OH * c->OW), 1, BLOCK, s, a);
 }
 
-int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *dy, const void *w, void *dx,
-                            void *ws, size_t ws_bytes, ts__dev_stream *s) {
+int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *dy, const void *w,
+                            void *dx, void *ws, size_t ws_bytes, ts__dev_stream *s) {
   cdesc k;
   char kn[64];
-  int rc = conv_of(c, &k);
-  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_data", dt, "conv2d backward data");
+  int cudnn = 0, rc = conv_route(c, dt, cl, 1, "conv2d backward data", kn, sizeof kn, &cudnn);
   if (rc) return rc;
-  if (conv_cudnn(c, dt, 1)) return ts__cudnn_conv(d, c, dt, 1, dy, w, dx, 0.0f, ws, ws_bytes, s);
+  conv_of(c, &k);
+  if (cudnn) return ts__cudnn_conv(d, c, dt, cl, 1, dy, w, dx, 0.0f, ws, ws_bytes, s);
   void *a[] = {&dy, &w, &dx, &k};
   return launch(d, kn, grid_for(c->N * c->C * c->H * c->W), 1, BLOCK, s, a);
 }
 
-int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *dy, void *dw,
-                              void *db, void *ws, size_t ws_bytes, ts__dev_stream *s) {
+int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *x, const void *dy,
+                              void *dw, void *db, void *ws, size_t ws_bytes, ts__dev_stream *s) {
   cdesc k;
   char kn[64];
-  int rc = conv_of(c, &k);
-  if (!rc) rc = kname(kn, sizeof kn, "ts_k_conv2d_bwd_weight", dt, "conv2d backward weight");
+  int cudnn = 0, rc = conv_route(c, dt, cl, 2, "conv2d backward weight", kn, sizeof kn, &cudnn);
   if (rc) return rc;
-  if (conv_cudnn(c, dt, 2)) { /* dw from cuDNN, db a sum per channel */
-    if ((rc = ts__cudnn_conv(d, c, dt, 2, x, dy, dw, 0.0f, ws, ws_bytes, s)) || !db) return rc;
-    int64_t N = c->N, O = c->O, S = c->OH * c->OW;
+  conv_of(c, &k);
+  if (cudnn) { /* dw from cuDNN, db a sum per channel */
+    if ((rc = ts__cudnn_conv(d, c, dt, cl, 2, x, dy, dw, 0.0f, ws, ws_bytes, s)) || !db) return rc;
+    int64_t N = cl ? c->N * c->OH * c->OW : c->N, O = c->O, S = cl ? 1 : c->OH * c->OW;
     if ((rc = kname(kn, sizeof kn, "ts_k_conv_bias_grad", dt, "conv2d backward bias"))) return rc;
     void *a[] = {&dy, &db, &N, &O, &S};
     return launch(d, kn, (unsigned)(O < MAX_GRID ? O : MAX_GRID), 1, BLOCK, s, a);
@@ -770,42 +797,44 @@ int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, c
   return launch(d, kn, grid_for(c->O * (c->C / c->groups) * c->KH * c->KW + c->O), 1, BLOCK, s, a);
 }
 
-int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, uint8_t *ws,
+int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *x, void *y, uint8_t *ws,
                         ts__dev_stream *s) {
   if (p->kh * p->kw > 256) return ts_error_set(TS_EUNSUPPORTED, "GPU max pooling: a %lldx%lld window", (long long)p->kh,
                                                (long long)p->kw);
   char kn[64];
   int rc = kname(kn, sizeof kn, "ts_k_maxpool_fwd", dt, "max pooling");
   if (rc) return rc;
-  pdesc k = pool_of(p);
+  pdesc k = pool_of(p, cl);
   void *a[] = {&x, &y, &ws, &k};
   return launch(d, kn, grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
 }
 
-int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, const uint8_t *ws, void *dx,
-                        ts__dev_stream *s) {
+int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *dy, const uint8_t *ws,
+                        void *dx, ts__dev_stream *s) {
   char kn[64];
   int rc = kname(kn, sizeof kn, "ts_k_maxpool_bwd", dt, "max pooling backward");
   if (rc) return rc;
-  pdesc k = pool_of(p);
+  pdesc k = pool_of(p, cl);
   void *a[] = {&dy, &ws, &dx, &k};
   return launch(d, kn, grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
 }
 
-int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, ts__dev_stream *s) {
+int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *x, void *y,
+                        ts__dev_stream *s) {
   char kn[64];
   int rc = kname(kn, sizeof kn, "ts_k_avgpool_fwd", dt, "average pooling");
   if (rc) return rc;
-  pdesc k = pool_of(p);
+  pdesc k = pool_of(p, cl);
   void *a[] = {&x, &y, &k};
   return launch(d, kn, grid_for(p->N * p->C * p->OH * p->OW), 1, BLOCK, s, a);
 }
 
-int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, void *dx, ts__dev_stream *s) {
+int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *dy, void *dx,
+                        ts__dev_stream *s) {
   char kn[64];
   int rc = kname(kn, sizeof kn, "ts_k_avgpool_bwd", dt, "average pooling backward");
   if (rc) return rc;
-  pdesc k = pool_of(p);
+  pdesc k = pool_of(p, cl);
   void *a[] = {&dy, &dx, &k};
   return launch(d, kn, grid_for(p->N * p->C * p->H * p->W), 1, BLOCK, s, a);
 }

@@ -232,14 +232,19 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
 /* The convolutions run through cuDNN where it is found (cudnn.c: its heuristics' first
  * deterministic algorithm, real f32 or bf16 with f32 compute), else through the direct kernels
  * (conv.cu); ws is device scratch of at least ts__gpu_conv2d_workspace's bytes for the direction
- * (0 forward, 1 backward data, 2 backward weight; 0 bytes with the direct kernels). */
-int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes);
-int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *w, const void *b,
-                       void *y, void *ws, size_t ws_bytes, ts__dev_stream *s);
-int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *dy, const void *w, void *dx,
-                            void *ws, size_t ws_bytes, ts__dev_stream *s);
-int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, const void *x, const void *dy, void *dw,
-                              void *db, void *ws, size_t ws_bytes, ts__dev_stream *s);
+ * (0 forward, 1 backward data, 2 backward weight; 0 bytes with the direct kernels).
+ * cl (channels last, PyTorch's channels_last): x, y, dy, dx are NHWC and w, dw OHWI (KRSC); cuDNN
+ * only (ts__gpu_conv2d_cl_ok says whether it runs the direction so; TS_EUNSUPPORTED otherwise). */
+int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, size_t *bytes);
+int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *x, const void *w,
+                       const void *b, void *y, void *ws, size_t ws_bytes, ts__dev_stream *s);
+int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *dy, const void *w,
+                            void *dx, void *ws, size_t ws_bytes, ts__dev_stream *s);
+int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *x, const void *dy,
+                              void *dw, void *db, void *ws, size_t ws_bytes, ts__dev_stream *s);
+/* 1 when the direction of the shape runs channels last: cuDNN is the convolution in use and has a
+ * deterministic (real-f32) algorithm for it in NHWC */
+int ts__gpu_conv2d_cl_ok(const ts__conv_desc *c, ts_dtype dt, int dir);
 /* Which convolution runs: cuDNN where it is found, else Tessera's direct kernels;
  * TESSERA_GPU_CONV=tessera forces the own kernels, =cudnn refuses to run without cuDNN. The name
  * of the one in use ("cudnn" or "tessera"), and the reason when cuDNN is not ("" else). */
@@ -249,19 +254,24 @@ const char *ts__gpu_conv_impl(const char **why);
  * out = dw; out = conv + beta out. */
 int ts__cudnn_available(void);
 const char *ts__cudnn_why(void);
-int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int dir, size_t *bytes);
+int ts__cudnn_conv_workspace(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, size_t *bytes);
 /* 0 when cuDNN has no deterministic (real-f32) algorithm within the workspace bound for the shape
  * and direction (its convolutions then run on the direct kernels), else 1 (other errors surface at
  * the call) */
-int ts__cudnn_conv_has_algo(const ts__conv_desc *c, ts_dtype dt, int dir);
-int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int dir, const void *a, const void *b, void *out,
-                   float beta, void *ws, size_t ws_bytes, ts__dev_stream *s);
-int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, uint8_t *ws,
+int ts__cudnn_conv_has_algo(const ts__conv_desc *c, ts_dtype dt, int cl, int dir);
+/* cl: NHWC tensors and OHWI filters (cuDNN's CUDNN_TENSOR_NHWC for all three) */
+int ts__cudnn_conv(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, int dir, const void *a, const void *b,
+                   void *out, float beta, void *ws, size_t ws_bytes, ts__dev_stream *s);
+/* Pooling; cl: x, y, dy, dx (and max pooling's window indices) NHWC, the same sums in the same
+ * order as NCHW (bitwise the same values) */
+int ts__gpu_maxpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *x, void *y, uint8_t *ws,
                         ts__dev_stream *s);
-int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, const uint8_t *ws, void *dx,
+int ts__gpu_maxpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *dy, const uint8_t *ws,
+                        void *dx, ts__dev_stream *s);
+int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *x, void *y,
                         ts__dev_stream *s);
-int ts__gpu_avgpool_fwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *x, void *y, ts__dev_stream *s);
-int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, const void *dy, void *dx, ts__dev_stream *s);
+int ts__gpu_avgpool_bwd(ts__dev *d, const ts__pool_desc *p, ts_dtype dt, int cl, const void *dy, void *dx,
+                        ts__dev_stream *s);
 /* Batch norm over x (N,C,S) of dtype dt (f32, bf16), gamma/beta (and dgamma/dbeta) of gdt (f32,
  * or bf16 with bf16 x), as the CPU's ts__bn_fwd/_bwd (batchnorm.cu: sums parallel over each
  * channel's positions, folded in a fixed order; y = x a + b; dx = A dy + B x + K). ws: device

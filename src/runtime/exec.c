@@ -113,6 +113,9 @@ struct ts_plan {
   void *hstage; /* pinned host memory for the nodes staging through the host (SEND/RECV) */
   size_t hstage_cap;
   int64_t *dflags;
+  /* channels last (plan_layouts): per value, 1 when a GPU plan keeps it NHWC; ncl of them */
+  char *cl;
+  int ncl;
   /* ts_plan_set_device_timing: CUDA events around every node (2 per node + the run's start) */
   int timing;
   ts__dev_event **tev;
@@ -120,6 +123,7 @@ struct ts_plan {
 };
 
 static int on_gpu(const ts_plan *p) { return p->dev && p->dev->info.kind == TS_DEVICE_GPU; }
+static int plan_memory(ts_plan *p);
 static void free_timing(ts_plan *p);
 static void emit(const ts_plan *p, ts_hook_info *e);
 /* arena memory on the plan's device */
@@ -239,8 +243,9 @@ static int plan_create(ts_graph *g, const ts_val *keep, int nkeep, int dry, ts_p
   p->fz_peer = malloc(sizeof(int) * ((size_t)p->nnodes + 1));
   p->fz_ab = calloc((size_t)p->nnodes + 1, sizeof(float *));
   p->fz_valid = calloc((size_t)p->nnodes + 1, 1);
+  p->cl = calloc((size_t)p->nvals + 1, 1);
   p->split = -1;
-  if (!p->fz_role || !p->fz_peer || !p->fz_ab || !p->fz_valid || !p->live || !p->in_scratch || !p->fuse_out ||
+  if (!p->cl || !p->fz_role || !p->fz_peer || !p->fz_ab || !p->fz_valid || !p->live || !p->in_scratch || !p->fuse_out ||
       !p->fuse_done || !p->bound || !p->keep || !p->offset || !p->bytes || copy_graph(p)) {
     ts_plan_free(p);
     return ts_error_set(TS_ENOMEM, "ts_plan_create: out of memory");
@@ -272,6 +277,7 @@ void ts_plan_free(ts_plan *p) {
   free(p->fz_role);
   free(p->fz_peer);
   free(p->fz_valid);
+  free(p->cl);
   if (p->owner == p) arena_free(p, p->scratch);
   else ts_free(p->scratch);
   if (p->dev) {
@@ -704,6 +710,77 @@ void ts_plan_set_fusion(ts_plan *p, int on) {
   p->planned = 0; /* planned again (with or without the fusions) before the next run */
 }
 
+/* Channels last (run_gpu_conv.c): which 4-d values a GPU plan keeps NHWC. Values joined by
+ * element-wise nodes (TS__CL_ANY) form groups of one layout (union-find); a group is NHWC when a
+ * node that runs NHWC (TS__CL_CAN) lays out one of its values, and no member is bound, kept, a
+ * view or viewed, a leaf, or laid out by a node that keeps NCHW (TS__CL_NO, or a slot outside a
+ * node's masks). Values whose two layouts are the same memory (ts__cl_same) take no part.
+ * TESSERA_GPU_CHANNELS_LAST=0 turns it off, =1 on; unset: on when a live convolution is bf16
+ * (cuDNN's tensor cores want NHWC; real f32 keeps NCHW). */
+static int cl_wanted(const ts_plan *p) {
+  const char *e = getenv("TESSERA_GPU_CHANNELS_LAST");
+  if (e && *e) return strcmp(e, "0") != 0;
+  for (int i = 0; i < p->nnodes; i++)
+    if (p->live[i] && p->nodes[i].op == TS_OP_CONV2D && p->vals[node_out(p, i)[0]].dtype == TS_BF16) return 1;
+  return 0;
+}
+static int cl_find(int *up, int v) {
+  while (up[v] != v) v = up[v] = up[up[v]];
+  return v;
+}
+static int plan_layouts(ts_plan *p) {
+  const int nv = p->nvals;
+  memset(p->cl, 0, (size_t)nv);
+  p->ncl = 0;
+  if (!on_gpu(p) || !cl_wanted(p)) return TS_OK;
+  int *up = malloc(sizeof(int) * (size_t)nv);
+  char *st = calloc((size_t)nv, 1); /* 1: laid out NHWC by a node, 2: must stay NCHW */
+  if (!up || !st) {
+    free(up), free(st);
+    return ts_error_set(TS_ENOMEM, "memory plan: out of memory (channels last)");
+  }
+  for (int v = 0; v < nv; v++) up[v] = v;
+  for (int v = 0; v < nv; v++) { /* views and what they view keep NCHW */
+    const pval *x = &p->vals[v];
+    if (x->alias_of >= 0) st[v] = st[x->alias_of] = 2;
+    if (x->producer < 0 || p->bound[v] || p->keep[v]) st[v] = 2;
+  }
+  ts_tensor in[TS_GRAPH_MAX_IO], out[TS_GRAPH_MAX_IO];
+  for (int i = 0; i < p->nnodes; i++) {
+    if (!p->live[i]) continue;
+    const ts__run_node *n = &p->nodes[i];
+    const int *vin = node_in(p, i), *vout = vin + n->nin;
+    for (int k = 0; k < n->nin; k++) ts_tensor_view(&in[k], p->vals[vin[k]].dtype, p->vals[vin[k]].shape, NULL);
+    for (int k = 0; k < n->nout; k++) ts_tensor_view(&out[k], p->vals[vout[k]].dtype, p->vals[vout[k]].shape, NULL);
+    unsigned ain = 0, aout = 0;
+    const ts__cl_kind kind = ts__run_gpu_cl(n, in, out, &ain, &aout);
+    int first = -1;
+    for (int k = 0; k < n->nin + n->nout; k++) {
+      const int v = vin[k], act = k < n->nin ? (int)(ain >> k & 1) : (int)(aout >> (k - n->nin) & 1);
+      if (ts__cl_same(&p->vals[v].shape)) continue;
+      if (kind == TS__CL_NO || !act) st[v] = 2;
+      else if (kind == TS__CL_CAN) st[v] |= st[v] ? 0 : 1;
+      else if (first < 0) first = v;
+      else up[cl_find(up, v)] = cl_find(up, first);
+    }
+  }
+  char *g = calloc((size_t)nv, 1); /* per group root: 1 NHWC wanted, 2 forbidden */
+  if (!g) {
+    free(up), free(st);
+    return ts_error_set(TS_ENOMEM, "memory plan: out of memory (channels last)");
+  }
+  for (int v = 0; v < nv; v++) g[cl_find(up, v)] |= st[v];
+  for (int v = 0; v < nv; v++)
+    if (g[cl_find(up, v)] == 1 && !ts__cl_same(&p->vals[v].shape)) p->cl[v] = 1, p->ncl++;
+  free(g), free(up), free(st);
+  return TS_OK;
+}
+
+int ts_plan_channels_last_values(const ts_plan *p) {
+  if (p && !p->planned && plan_memory((ts_plan *)p)) return -1;
+  return p ? p->ncl : 0;
+}
+
 static int plan_memory(ts_plan *p) {
   int nv = p->nvals, nn = p->nnodes;
   int *last = malloc(sizeof(int) * (size_t)nv);
@@ -744,6 +821,7 @@ static int plan_memory(ts_plan *p) {
         goto done;
       }
   plan_fusions(p); /* before the liveness below: a fusion moves a write and extends a read */
+  if ((rc = plan_layouts(p))) goto done;
   for (int v = 0; v < nv; v++) {
     last[v] = p->vals[v].producer;
     p->offset[v] = -1;
@@ -957,7 +1035,7 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     int rc = plan_memory(p);
     if (rc) return rc;
   }
-  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p, p->dcolls, {NULL}, 0, 0};
+  ts__runctx ctx = {g, step, g_backend, p->comms, p->ncomms, NULL, NULL, NULL, p, p->dcolls, {NULL}, 0, 0, 0, 0};
   const int gpu = on_gpu(p);
   const int fast = ctx.backend == TS_BACKEND_FAST || gpu; /* the fusions are taken (REF: every node as written) */
   ts__run_fn *tab = gpu ? ts__run_gpu : ts__run;
@@ -1010,6 +1088,9 @@ int ts_plan_run_range(ts_plan *p, uint64_t step, int first, int end) {
     ts__fuse fz;
     ctx.fuse = NULL;
     if (gpu) ctx.flag = p->dflags + i;
+    ctx.cl_in = ctx.cl_out = 0;
+    for (int k = 0; p->ncl && k < n->nin; k++) ctx.cl_in |= (unsigned)p->cl[vin[k]] << k;
+    for (int k = 0; p->ncl && k < n->nout; k++) ctx.cl_out |= (unsigned)p->cl[vout[k]] << k;
     int skip = 0;
     switch (p->fz_role[i]) {
       case FZ_BN: /* writes relu(bn(x)) into the relu's output */

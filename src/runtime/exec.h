@@ -51,7 +51,8 @@ size_t ts_plan_arena_bytes(const ts_plan *p);
 
 /* Puts p on device d (src/device/dev.h; NULL or the CPU: host memory and the CPU kernels, the
  * default). On a GPU the arenas are allocated on it, every node runs through the GPU's kernel
- * table (src/runtime/run_gpu.c) on its compute stream, and the fusions are off; the caller binds
+ * table (src/runtime/run_gpu.c) on its compute stream, with the fusions and (bf16 convolutions)
+ * channels last (ts_plan_channels_last_values); the caller binds
  * device memory (ts_plan_bind) and ts_plan_data gives device pointers. Planning (the next run or
  * ts_plan_peak_bytes) refuses with TS_EUNSUPPORTED, naming the node and its op, a live node whose
  * op has no GPU kernel yet. A run ends with one synchronisation: what the kernels flagged on the
@@ -66,6 +67,10 @@ struct ts__dcoll;
 int ts_plan_set_dcoll(ts_plan *p, int slot, struct ts__dcoll *x);
 /* The communicator of slot (ts_plan_set_comm), NULL where none is set or slot is out of range. */
 ts_comm *ts_plan_comm(const ts_plan *p, int slot);
+/* Channels last: how many of the values of a plan on a GPU it keeps NHWC in device memory
+ * (run_gpu_conv.c; plans the memory first if needed: -1 with the message set if that fails);
+ * 0 on the CPU, with TESSERA_GPU_CHANNELS_LAST=0, or (unset) without a bf16 convolution. */
+int ts_plan_channels_last_values(const ts_plan *p);
 /* The GPU p runs on, NULL on the CPU. */
 struct ts__dev *ts_plan_device(const ts_plan *p);
 /* Device timing (the profiler on a GPU): on a plan on a GPU, every run records a CUDA event at its

@@ -39,6 +39,9 @@ typedef struct {
    * waited for at its end; used_all: more than fit, every slot's waited for */
   struct ts__dcoll *used[16];
   int nused, used_all;
+  /* a GPU plan with channels last (run_gpu_conv.c): bit k set when the node's input (output) slot
+   * k holds a value laid out NHWC in device memory */
+  unsigned cl_in, cl_out;
 } ts__runctx;
 
 /* What an adapter sees of a node: copied from the graph once per plan. */
@@ -61,11 +64,27 @@ static inline void ts__outer_inner(const ts_shape *s, int axis, int64_t *outer, 
   for (int d = axis + 1; d < s->ndim; d++) *inner *= s->dims[d];
 }
 
+/* Channels last on a GPU plan (run_gpu_conv.c says per node, exec.c decides per value): */
+typedef enum {
+  TS__CL_NO = 0, /* the node's 4-d values stay NCHW */
+  TS__CL_CAN,    /* it runs NHWC when an activation slot (ain, aout) holds an NHWC value, staging the others */
+  TS__CL_ANY,    /* element-wise: its activation slots share one layout, whichever */
+} ts__cl_kind;
+/* What node n does with the layouts of its slots (in/out: its tensors' dtypes and shapes; data
+ * unused); bit k of *ain (*aout) set for the input (output) slots it lays out. */
+ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out, unsigned *ain,
+                           unsigned *aout);
+/* 1 when NCHW and NHWC are the same memory for a tensor of shape s (not 4-d, 1x1, one channel) */
+static inline int ts__cl_same(const ts_shape *s) {
+  return s->ndim != 4 || (s->dims[2] == 1 && s->dims[3] == 1) || s->dims[1] == 1;
+}
+
 extern ts__run_fn ts__run[TS_OP_COUNT];
 /* The GPU's kernel table (run_gpu.c): NULL where an op has no GPU kernel. */
 extern ts__run_fn ts__run_gpu[TS_OP_COUNT];
 void ts__register_run_gpu(ts__run_fn *tab);
 void ts__register_run_gpu_coll(ts__run_fn *tab); /* run_gpu_coll.c */
+void ts__register_run_gpu_conv(ts__run_fn *tab); /* run_gpu_conv.c: convolution, pooling, batch norm */
 void ts__register_run_gpu_p2p(ts__run_fn *tab);  /* run_p2p.c: SEND/RECV staged through host memory */
 /* Device memory of at least `bytes` for the running node of a GPU plan (valid until the node
  * returns; grown by the plan, kept between runs). */

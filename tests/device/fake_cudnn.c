@@ -1,6 +1,7 @@
 /* A stand-in for cuDNN (libcudnn.so.9) beside the stand-in driver (fake_cuda.c, whose "device
  * memory" is host memory), loaded through TESSERA_LIBCUDNN: the entry points src/device/cudnn.c
- * calls. It checks its arguments as cuDNN documents them (NCHW tensors and filters, the output
+ * calls. It checks its arguments as cuDNN documents them (NCHW tensors and filters, or NHWC
+ * tensors and filters: channels last; one format for all three, else NOT_SUPPORTED), the output
  * size of the convolution descriptor, groups, the workspace given against the one asked for)
  * and computes the convolutions on the host, so the mapping of cudnn.c is checked numerically on
  * a machine without a GPU. Its heuristics list four algorithms, in this order, to check the
@@ -18,7 +19,7 @@
 #include "fake_bf16.h"
 
 enum { SUCCESS = 0, NOT_INITIALIZED = 1, BAD_PARAM = 3, NOT_SUPPORTED = 9 };
-enum { FLOAT = 0, BFLOAT16 = 9, NCHW = 0, CROSS_CORRELATION = 1, TENSOR_OP = 1, FMA = 3 };
+enum { FLOAT = 0, BFLOAT16 = 9, NCHW = 0, NHWC = 1, CROSS_CORRELATION = 1, TENSOR_OP = 1, FMA = 3 };
 
 typedef struct {
   int algo, status;
@@ -27,7 +28,7 @@ typedef struct {
   int determinism, mathType, reserved[3];
 } perf_t;
 typedef struct {
-  int dt, n, c, h, w;
+  int dt, n, c, h, w, fmt;
 } tdesc;
 typedef struct {
   int ph, pw, sh, sw, dh, dw, groups, math;
@@ -36,6 +37,7 @@ typedef struct {
 static int handle_token;
 int fake_cudnn_calls;    /* convolutions run */
 int fake_cudnn_algo[2];  /* the algorithm of the last f32 and bf16 convolution */
+int fake_cudnn_nhwc;     /* convolutions run on NHWC tensors */
 
 size_t cudnnGetVersion(void) { return 90100; }
 const char *cudnnGetErrorString(int st) {
@@ -60,8 +62,9 @@ int cudnnDestroyFilterDescriptor(void *d) { free(d); return SUCCESS; }
 int cudnnDestroyConvolutionDescriptor(void *d) { free(d); return SUCCESS; }
 
 static int set4(tdesc *t, int fmt, int dt, int n, int c, int h, int w) {
-  if (fmt != NCHW || (dt != FLOAT && dt != BFLOAT16) || n <= 0 || c <= 0 || h <= 0 || w <= 0) return BAD_PARAM;
-  *t = (tdesc){dt, n, c, h, w};
+  if ((fmt != NCHW && fmt != NHWC) || (dt != FLOAT && dt != BFLOAT16) || n <= 0 || c <= 0 || h <= 0 || w <= 0)
+    return BAD_PARAM;
+  *t = (tdesc){dt, n, c, h, w, fmt};
   return SUCCESS;
 }
 int cudnnSetTensor4dDescriptor(tdesc *t, int fmt, int dt, int n, int c, int h, int w) { return set4(t, fmt, dt, n, c, h, w); }
@@ -94,6 +97,7 @@ static int shapes_ok(const tdesc *x, const tdesc *w, const cdesc *c, const tdesc
 static const size_t mem[5] = {0, 64, 4096, (size_t)1 << 40, 4096};
 static int heuristics(const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, int want, int *got, perf_t *p) {
   if (!shapes_ok(x, w, c, y) || want < 1) return BAD_PARAM;
+  if (x->fmt != w->fmt || y->fmt != x->fmt) return NOT_SUPPORTED;
   perf_t all[4] = {{1, 0, 0, mem[1], 1, TENSOR_OP, {0}}, {2, 0, 0, mem[2], 0, FMA, {0}},
                    {3, 0, 0, mem[3], 1, FMA, {0}}, {4, 0, 0, mem[4], 1, FMA, {0}}};
   if (w->h >= 5) { /* 5x5 filters and larger: only the non-deterministic one (cudnn.c falls back) */
@@ -143,11 +147,16 @@ static float op(float v, int tf32) {
 }
 static void st(void *p, int t, long long i, float v) { fake_st(p, t == FLOAT, i, v); }
 
+/* element (a, b, i, j) of a 4-d descriptor's tensor: its offset in the descriptor's format */
+static size_t at(const tdesc *t, int a, int b, int i, int j) {
+  return t->fmt == NHWC ? (((size_t)a * t->h + i) * t->w + j) * t->c + b : (((size_t)a * t->c + b) * t->h + i) * t->w + j;
+}
+
 /* dir 0: y = conv(x, w); 1: dx from dy, w; 2: dw from x, dy; out = alpha acc + beta out */
 static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, const void *X, const void *Wt,
                 const void *Y, void *out, int algo, const void *ws, size_t wsb, const float *alpha, const float *beta) {
   if (!shapes_ok(x, w, c, y) || algo < 1 || algo > 4 || wsb < mem[algo] || (mem[algo] && !ws) || !out) return BAD_PARAM;
-  if (algo == 2 || algo == 3 ||
+  if (algo == 2 || algo == 3 || x->fmt != w->fmt || y->fmt != x->fmt ||
       (x->dt == FLOAT && !(c->math == TENSOR_OP || (algo == 4 && c->math == FMA))))
     return NOT_SUPPORTED;
   const int tf32 = x->dt == FLOAT && c->math == TENSOR_OP;
@@ -166,9 +175,7 @@ static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const t
                 int ih = oh * c->sh - c->ph + kh * c->dh, iw = ow * c->sw - c->pw + kw * c->dw;
                 if (ih < 0 || ih >= x->h || iw < 0 || iw >= x->w) continue;
                 int ch = (k / og) * cg + cl;
-                size_t xi = (((size_t)n * x->c + ch) * x->h + ih) * x->w + iw;
-                size_t wi = (((size_t)k * cg + cl) * w->h + kh) * w->w + kw;
-                size_t yi = (((size_t)n * y->c + k) * y->h + oh) * y->w + ow;
+                size_t xi = at(x, n, ch, ih, iw), wi = at(w, k, cl, kh, kw), yi = at(y, n, k, oh, ow);
                 if (dir == 0) acc[yi] += op(ld(X, x->dt, xi), tf32) * op(ld(Wt, w->dt, wi), tf32);
                 else if (dir == 1) acc[xi] += op(ld(Y, y->dt, yi), tf32) * op(ld(Wt, w->dt, wi), tf32);
                 else acc[wi] += op(ld(X, x->dt, xi), tf32) * op(ld(Y, y->dt, yi), tf32);
@@ -176,6 +183,7 @@ static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const t
   for (size_t i = 0; i < no; i++) st(out, o->dt, i, *alpha * acc[i] + (*beta != 0.0f ? *beta * ld(out, o->dt, i) : 0.0f));
   free(acc);
   fake_cudnn_calls++;
+  fake_cudnn_nhwc += x->fmt == NHWC;
   fake_cudnn_algo[x->dt == FLOAT ? 0 : 1] = algo;
   return SUCCESS;
 }

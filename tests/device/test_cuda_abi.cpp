@@ -65,7 +65,7 @@ int main() {
   perf_layout<cudnnConvolutionBwdFilterAlgoPerf_t>(&r, "cudnnConvolutionBwdFilterAlgoPerf_t");
   r.check((int)TS__DNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT && (int)TS__DNN_DATA_BFLOAT16 == (int)CUDNN_DATA_BFLOAT16,
           "cudnnDataType_t values");
-  r.check((int)TS__DNN_NCHW == (int)CUDNN_TENSOR_NCHW && (int)TS__DNN_CROSS_CORRELATION == (int)CUDNN_CROSS_CORRELATION,
+  r.check((int)TS__DNN_NCHW == (int)CUDNN_TENSOR_NCHW && (int)TS__DNN_NHWC == (int)CUDNN_TENSOR_NHWC && (int)TS__DNN_CROSS_CORRELATION == (int)CUDNN_CROSS_CORRELATION,
           "cudnnTensorFormat_t and cudnnConvolutionMode_t values");
   r.check((int)TS__DNN_DEFAULT_MATH == (int)CUDNN_DEFAULT_MATH && (int)TS__DNN_TENSOR_OP_MATH == (int)CUDNN_TENSOR_OP_MATH &&
               (int)TS__DNN_TENSOR_OP_MATH_ALLOW_CONVERSION == (int)CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&

@@ -117,6 +117,51 @@ static void same(gpu *G, const char *what, const float *got, const float *want, 
   CHECK_CLOSE(got, want, n, atol, rtol, what);
 }
 
+/* (N, C, H, W) <-> (N, H, W, C) on the host (to_nhwc: the first into the second) */
+static void nhwc_t(const float *a, float *b, int64_t N, int64_t C, int64_t H, int64_t W, int to_nhwc) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t i = 0; i < H * W; i++) {
+        const int64_t f = (n * C + c) * H * W + i, l = (n * H * W + i) * C + c;
+        if (to_nhwc) b[l] = a[f];
+        else b[f] = a[l];
+      }
+}
+
+/* Pooling channels last (cl 1): on x transposed to NHWC, the max (is_max: with its window
+ * indices) or average pooling and its backward (dy = the forward's y), transposed back: bitwise
+ * the NCHW kernels' y (ws) and dx */
+static void pool_nhwc(gpu *G, const ts__pool_desc *pd, int is_max, const float *x, const float *y, const uint8_t *ws,
+                      const float *dx) {
+  const size_t nx = (size_t)(pd->N * pd->C * pd->H * pd->W), ny = (size_t)(pd->N * pd->C * pd->OH * pd->OW);
+  float *xl = malloc(4 * nx), *yl = malloc(4 * ny), *yb = malloc(4 * ny), *dxl = malloc(4 * nx), *dxb = malloc(4 * nx);
+  uint8_t *wl = malloc(ny), *wb = malloc(ny);
+  nhwc_t(x, xl, pd->N, pd->C, pd->H, pd->W, 1);
+  float *px = up(G, xl, 4 * nx), *py = up(G, NULL, 4 * ny), *pdx = up(G, NULL, 4 * nx);
+  uint8_t *pws = up(G, NULL, ny);
+  if (is_max) {
+    CHECK_OK(ts__gpu_maxpool_fwd(G->d, pd, TS_F32, 1, px, py, pws, NULL));
+    CHECK_OK(ts__gpu_maxpool_bwd(G->d, pd, TS_F32, 1, py, pws, pdx, NULL));
+  } else {
+    CHECK_OK(ts__gpu_avgpool_fwd(G->d, pd, TS_F32, 1, px, py, NULL));
+    CHECK_OK(ts__gpu_avgpool_bwd(G->d, pd, TS_F32, 1, py, pdx, NULL));
+  }
+  down(G, yl, py, 4 * ny), down(G, dxl, pdx, 4 * nx), down(G, wl, pws, ny);
+  nhwc_t(yl, yb, pd->N, pd->C, pd->OH, pd->OW, 0);
+  nhwc_t(dxl, dxb, pd->N, pd->C, pd->H, pd->W, 0);
+  for (size_t i = 0; is_max && i < ny; i++) { /* the window indices, laid out as y */
+    const size_t n = i / (size_t)(pd->OH * pd->OW * pd->C), r = i % (size_t)(pd->OH * pd->OW * pd->C);
+    wb[(n * (size_t)pd->C + r % (size_t)pd->C) * (size_t)(pd->OH * pd->OW) + r / (size_t)pd->C] = wl[i];
+  }
+  if (!G->fake) {
+    CHECK_MSG(!memcmp(yb, y, 4 * ny), "%s pooling NHWC: y differs from NCHW's", is_max ? "max" : "average");
+    CHECK_MSG(!memcmp(dxb, dx, 4 * nx), "%s pooling NHWC: dx differs from NCHW's", is_max ? "max" : "average");
+    if (is_max) CHECK_MSG(!memcmp(wb, ws, ny), "max pooling NHWC: the window indices differ from NCHW's");
+  }
+  free(xl), free(yl), free(yb), free(dxl), free(dxb), free(wl), free(wb);
+  ts__dev_free(G->d, px), ts__dev_free(G->d, py), ts__dev_free(G->d, pdx), ts__dev_free(G->d, pws);
+}
+
 #define N_ELT 4099 /* not a multiple of the block */
 
 static void check_eltwise(gpu *G) {
@@ -744,11 +789,11 @@ static void gpu_conv3(gpu *G, const ts__conv_desc *cd, ts_dtype dt, const void *
   for (int dir = 0; dir < 3; dir++) {
     size_t wsb = 0;
     void *ws = NULL;
-    CHECK_OK(ts__gpu_conv2d_workspace(cd, dt, dir, &wsb));
+    CHECK_OK(ts__gpu_conv2d_workspace(cd, dt, 0, dir, &wsb));
     if (wsb) CHECK_OK(ts__dev_alloc(G->d, wsb, &ws));
-    if (dir == 0) CHECK_OK(ts__gpu_conv2d_fwd(G->d, cd, dt, x, w, b, y, ws, wsb, NULL));
-    if (dir == 1) CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, cd, dt, dy, w, dx, ws, wsb, NULL));
-    if (dir == 2) CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, cd, dt, x, dy, dw, db, ws, wsb, NULL));
+    if (dir == 0) CHECK_OK(ts__gpu_conv2d_fwd(G->d, cd, dt, 0, x, w, b, y, ws, wsb, NULL));
+    if (dir == 1) CHECK_OK(ts__gpu_conv2d_bwd_data(G->d, cd, dt, 0, dy, w, dx, ws, wsb, NULL));
+    if (dir == 2) CHECK_OK(ts__gpu_conv2d_bwd_weight(G->d, cd, dt, 0, x, dy, dw, db, ws, wsb, NULL));
     CHECK_OK(ts__dev_sync(G->d));
     if (ws) ts__dev_free(G->d, ws);
   }
@@ -787,18 +832,20 @@ static void check_conv_pool_bn(gpu *G) {
   uint8_t *pws = up(G, NULL, np);
   CHECK_OK(ts__maxpool2d_fwd_ref(&pd, x, pyh, ws));
   CHECK_OK(ts__maxpool2d_bwd_ref(&pd, pyh, ws, dx));
-  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, TS_F32, px, pp, pws, NULL));
-  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, TS_F32, pp, pws, pdx, NULL));
+  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, TS_F32, 0, px, pp, pws, NULL));
+  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, TS_F32, 0, pp, pws, pdx, NULL));
   down(G, pyg, pp, 4 * np), down(G, gws, pws, np), down(G, gdx, pdx, 4 * nx);
   if (!G->fake) CHECK_MSG(!memcmp(pyg, pyh, 4 * np) && !memcmp(gws, ws, np), "max pooling differs from the CPU's");
   same(G, "max pooling backward", gdx, dx, nx, 1e-7, 1e-7);
+  pool_nhwc(G, &pd, 1, x, pyg, gws, gdx);
   CHECK_OK(ts__avgpool2d_fwd_ref(&pd, x, pyh));
   CHECK_OK(ts__avgpool2d_bwd_ref(&pd, pyh, dx));
-  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, TS_F32, px, pp, NULL));
-  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, TS_F32, pp, pdx, NULL));
+  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, TS_F32, 0, px, pp, NULL));
+  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, TS_F32, 0, pp, pdx, NULL));
   down(G, pyg, pp, 4 * np), down(G, gdx, pdx, 4 * nx);
   same(G, "average pooling", pyg, pyh, np, 1e-6, 1e-6);
   same(G, "average pooling backward", gdx, dx, nx, 1e-6, 1e-6);
+  pool_nhwc(G, &pd, 0, x, pyg, NULL, gdx);
   free(pyh), free(pyg), free(ws), free(gws);
   ts__dev_free(G->d, pp), ts__dev_free(G->d, pws);
   /* batch norm on x as (N 2, C 4, S 63), training then inference */
@@ -939,7 +986,7 @@ static void check_conv_pool_bn_bf16(gpu *G) {
   SAME16("bf16 conv2d backward data", pdx, dx, nx);
   SAME16("bf16 conv2d backward weight", pdw, dw, nw);
   SAME16("bf16 conv2d backward bias", pdb, db, 6);
-  CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, px, pw, pb, py, NULL, 0, NULL) == TS_EUNSUPPORTED &&
+  CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, 0, px, pw, pb, py, NULL, 0, NULL) == TS_EUNSUPPORTED &&
         strstr(ts_last_error(), "conv2d") && strstr(ts_last_error(), "f16"));
   /* pooling: 3x3 windows, stride 2, padding 1 */
   const ts__pool_desc pd = {2, 4, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1};
@@ -949,15 +996,15 @@ static void check_conv_pool_bn_bf16(gpu *G) {
   void *pp = up(G, NULL, 2 * np);
   CHECK_OK(ts__maxpool2d_fwd_lp(&pd, B, 0, x, pyh, ws));
   CHECK_OK(ts__maxpool2d_bwd_lp(&pd, B, 0, pyh, ws, dx));
-  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, B, px, pp, pws, NULL));
-  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, B, pp, pws, pdx, NULL));
+  CHECK_OK(ts__gpu_maxpool_fwd(G->d, &pd, B, 0, px, pp, pws, NULL));
+  CHECK_OK(ts__gpu_maxpool_bwd(G->d, &pd, B, 0, pp, pws, pdx, NULL));
   down(G, pyg, pp, 2 * np), down(G, gws, pws, np);
   if (!G->fake) CHECK_MSG(!memcmp(pyg, pyh, 2 * np) && !memcmp(gws, ws, np), "bf16 max pooling differs from the CPU's");
   SAME16("bf16 max pooling backward", pdx, dx, nx);
   CHECK_OK(ts__avgpool2d_fwd_lp(&pd, B, 0, x, pyh));
   CHECK_OK(ts__avgpool2d_bwd_lp(&pd, B, 0, pyh, dx));
-  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, B, px, pp, NULL));
-  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, B, pp, pdx, NULL));
+  CHECK_OK(ts__gpu_avgpool_fwd(G->d, &pd, B, 0, px, pp, NULL));
+  CHECK_OK(ts__gpu_avgpool_bwd(G->d, &pd, B, 0, pp, pdx, NULL));
   SAME16("bf16 average pooling", pp, pyh, np);
   SAME16("bf16 average pooling backward", pdx, dx, nx);
   /* batch norm on x as (N 2, C 4, S 63), gamma/beta f32 then bf16, training then inference */
@@ -1321,9 +1368,9 @@ static void test_fake(void) {
     int before5 = dcalls ? *dcalls : 0;
     void *px = up(&G, x, sizeof x), *pw = up(&G, w, sizeof w), *py = up(&G, NULL, sizeof y);
     size_t wsb = 1;
-    CHECK_OK(ts__gpu_conv2d_workspace(&c5, TS_F32, 0, &wsb));
+    CHECK_OK(ts__gpu_conv2d_workspace(&c5, TS_F32, 0, 0, &wsb));
     CHECK(wsb == 0);
-    CHECK_OK(ts__gpu_conv2d_fwd(d, &c5, TS_F32, px, pw, NULL, py, NULL, 0, NULL));
+    CHECK_OK(ts__gpu_conv2d_fwd(d, &c5, TS_F32, 0, px, pw, NULL, py, NULL, 0, NULL));
     down(&G, gy, py, sizeof gy);
     same(&G, "conv2d 5x5 forward (no deterministic cuDNN algorithm: the direct kernel)", gy, y, 48, 1e-5, 1e-5);
     CHECK_MSG(dcalls && *dcalls == before5, "the stand-in cuDNN ran a convolution it has no deterministic algorithm for");

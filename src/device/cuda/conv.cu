@@ -128,14 +128,24 @@ KERNEL ts_k_conv_bias_grad_f32(const float *dy, float *db, i64 N, i64 O, i64 S) 
 KERNEL ts_k_conv_bias_grad_bf16(const bf16 *dy, bf16 *db, i64 N, i64 O, i64 S) { conv_bias_grad(dy, db, N, O, S); }
 
 struct pdesc {
-  i64 N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw;
+  i64 N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, cl; // cl: NHWC (channels last), else NCHW
 };
+// element i of an (N, C, h, w) tensor in the pooling's layout: its coordinates; and the offset of
+// (n, c, y, x) there (NHWC: the same values in the same order, only the addresses move)
+DEV void pool_at(const pdesc &d, i64 i, i64 h, i64 w, i64 &n, i64 &c, i64 &y, i64 &x) {
+  if (d.cl) c = i % d.C, x = (i / d.C) % w, y = (i / (d.C * w)) % h, n = i / (d.C * w * h);
+  else x = i % w, y = (i / w) % h, c = (i / (w * h)) % d.C, n = i / (w * h * d.C);
+}
+DEV i64 pool_off(const pdesc &d, i64 h, i64 w, i64 n, i64 c, i64 y, i64 x) {
+  return d.cl ? ((n * h + y) * w + x) * d.C + c : ((n * d.C + c) * h + y) * w + x;
+}
 
 // max pooling: y and the window index of the first maximum (i * kw + j) in ws; padding never wins
 template <typename T> DEV void maxpool_fwd(const T *x, T *y, unsigned char *ws, pdesc d) {
   i64 n_out = d.N * d.C * d.OH * d.OW;
   for (i64 i = gidx(); i < n_out; i += gstride()) {
-    i64 ow = i % d.OW, oh = (i / d.OW) % d.OH, nc = i / (d.OW * d.OH);
+    i64 n, c, oh, ow;
+    pool_at(d, i, d.OH, d.OW, n, c, oh, ow);
     float m = -3.402823466e38f;
     int best = -1;
     for (i64 a = 0; a < d.kh; a++) {
@@ -144,7 +154,7 @@ template <typename T> DEV void maxpool_fwd(const T *x, T *y, unsigned char *ws, 
       for (i64 b = 0; b < d.kw; b++) {
         i64 w = ow * d.sw - d.pw + b;
         if (w < 0 || w >= d.W) continue;
-        float v = ld(x, (nc * d.H + h) * d.W + w);
+        float v = ld(x, pool_off(d, d.H, d.W, n, c, h, w));
         if (best < 0 || v > m) m = v, best = (int)(a * d.kw + b);
       }
     }
@@ -167,7 +177,8 @@ DEV void pool_span(i64 p, i64 k, i64 st, i64 pd, i64 n, i64 &lo, i64 &hi) {
 template <typename T> DEV void maxpool_bwd(const T *dy, const unsigned char *ws, T *dx, pdesc d) {
   i64 n_in = d.N * d.C * d.H * d.W;
   for (i64 i = gidx(); i < n_in; i += gstride()) {
-    i64 w = i % d.W, h = (i / d.W) % d.H, nc = i / (d.W * d.H);
+    i64 n, c, h, w;
+    pool_at(d, i, d.H, d.W, n, c, h, w);
     float s = 0.0f;
     i64 oh0, oh1, ow0, ow1;
     pool_span(h, d.kh, d.sh, d.ph, d.OH, oh0, oh1);
@@ -178,7 +189,7 @@ template <typename T> DEV void maxpool_bwd(const T *dy, const unsigned char *ws,
       for (i64 ow = ow0; ow <= ow1; ow++) {
         i64 b = w - (ow * d.sw - d.pw);
         if (b < 0 || b >= d.kw) continue;
-        i64 o = (nc * d.OH + oh) * d.OW + ow;
+        i64 o = pool_off(d, d.OH, d.OW, n, c, oh, ow);
         if (ws[o] == a * d.kw + b) s += ld(dy, o);
       }
     }
@@ -191,7 +202,8 @@ KERNEL ts_k_maxpool_bwd_bf16(const bf16 *dy, const unsigned char *ws, bf16 *dx, 
 template <typename T> DEV void avgpool_fwd(const T *x, T *y, pdesc d) {
   i64 n_out = d.N * d.C * d.OH * d.OW;
   for (i64 i = gidx(); i < n_out; i += gstride()) {
-    i64 ow = i % d.OW, oh = (i / d.OW) % d.OH, nc = i / (d.OW * d.OH);
+    i64 n, c, oh, ow;
+    pool_at(d, i, d.OH, d.OW, n, c, oh, ow);
     float s = 0.0f;
     int cnt = 0;
     for (i64 a = 0; a < d.kh; a++) {
@@ -200,7 +212,7 @@ template <typename T> DEV void avgpool_fwd(const T *x, T *y, pdesc d) {
       for (i64 b = 0; b < d.kw; b++) {
         i64 w = ow * d.sw - d.pw + b;
         if (w < 0 || w >= d.W) continue;
-        s += ld(x, (nc * d.H + h) * d.W + w);
+        s += ld(x, pool_off(d, d.H, d.W, n, c, h, w));
         cnt++;
       }
     }
@@ -212,7 +224,8 @@ KERNEL ts_k_avgpool_fwd_bf16(const bf16 *x, bf16 *y, pdesc d) { avgpool_fwd(x, y
 template <typename T> DEV void avgpool_bwd(const T *dy, T *dx, pdesc d) {
   i64 n_in = d.N * d.C * d.H * d.W;
   for (i64 i = gidx(); i < n_in; i += gstride()) {
-    i64 w = i % d.W, h = (i / d.W) % d.H, nc = i / (d.W * d.H);
+    i64 n, c, h, w;
+    pool_at(d, i, d.H, d.W, n, c, h, w);
     float s = 0.0f;
     i64 oh0, oh1, ow0, ow1;
     pool_span(h, d.kh, d.sh, d.ph, d.OH, oh0, oh1);
@@ -225,7 +238,7 @@ template <typename T> DEV void avgpool_bwd(const T *dy, T *dx, pdesc d) {
         if (b < 0 || b >= d.kw) continue;
         i64 hs = h0 < 0 ? 0 : h0, he = h0 + d.kh > d.H ? d.H : h0 + d.kh;
         i64 wsx = w0 < 0 ? 0 : w0, we = w0 + d.kw > d.W ? d.W : w0 + d.kw;
-        s += ld(dy, (nc * d.OH + oh) * d.OW + ow) / (float)((he - hs) * (we - wsx));
+        s += ld(dy, pool_off(d, d.OH, d.OW, n, c, oh, ow)) / (float)((he - hs) * (we - wsx));
       }
     }
     st(dx, i, s);
