@@ -62,7 +62,7 @@ typedef struct {
  * copies the graph: leaves made first keep their handles) */
 static void bn_leaves(ts_graph *g, ts_val *gb, ts_val *rs) {
   for (int k = 0; k < NBN; k++) {
-    char nm[16];
+    char nm[32];
     snprintf(nm, sizeof nm, "g%d", k);
     gb[2 * k] = ts_input(g, nm, TS_F32, ts_shape1(bnc[k]));
     snprintf(nm, sizeof nm, "be%d", k);
