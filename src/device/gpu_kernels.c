@@ -573,7 +573,8 @@ static const char *sized(const char *base, size_t esize, char *buf, size_t cap) 
 
 int ts__gpu_permute(ts__dev *d, size_t esize, const void *x, void *y, int ndim, const int64_t *dims, const int *perm,
                     ts__dev_stream *s) {
-  if (esize != 2 && esize != 4 && esize != 8) return ts_error_set(TS_EDTYPE, "GPU permute: %zu-byte elements", esize);
+  if (esize != 1 && esize != 2 && esize != 4 && esize != 8)
+    return ts_error_set(TS_EDTYPE, "GPU permute: %zu-byte elements", esize);
   if (ndim > MAXD) return ts_error_set(TS_EUNSUPPORTED, "GPU permute: %d dims (at most %d)", ndim, MAXD);
   pshape sh;
   memset(&sh, 0, sizeof sh);

@@ -205,7 +205,7 @@ int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t 
                         ts__dev_stream *s);
 
 /* PERMUTE (ts__permute_ref): x (dims, ndim <= 8) -> y with y.dims[k] = dims[perm[k]]; elements
- * of esize 2, 4 or 8 bytes */
+ * of esize 1 (max pooling's window indices), 2, 4 or 8 bytes */
 int ts__gpu_permute(ts__dev *d, size_t esize, const void *x, void *y, int ndim, const int64_t *dims, const int *perm,
                     ts__dev_stream *s);
 /* rows of len elements: y[r * ystride + yoff + c] = x[r * xstride + xoff + c] (concat, split,

@@ -5,7 +5,7 @@
  * and host copy; a GPU plan may keep some of them in device memory as NHWC, where cuDNN's tensor-
  * core convolutions read and write them without transposing (NCHW ones it transposes inside each
  * call). exec.c decides which (plan_layouts), from what ts__run_gpu_cl says of each node:
- *   - TS__CL_CAN (convolution directions cuDNN runs in NHWC, batch norm, average pooling): the node
+ *   - TS__CL_CAN (convolution directions cuDNN runs in NHWC, batch norm, pooling): the node
  *     runs NHWC when any of its activation slots holds an NHWC value; a slot whose value is NCHW is
  *     transposed through device scratch (cl_begin/cl_end), so values of either layout meet here;
  *   - TS__CL_ANY (element-wise ops over same-shape 4-d tensors: ReLU, the residual add, casts,
@@ -122,6 +122,12 @@ ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_
   case TS_OP_AVGPOOL2D_BWD:
     *ain = *aout = 1u;
     return TS__CL_CAN;
+  case TS_OP_MAXPOOL2D: /* x -> y and its window indices (u8, laid out as y) */
+    *ain = 1u, *aout = 3u;
+    return TS__CL_CAN;
+  case TS_OP_MAXPOOL2D_BWD: /* dy and the indices -> dx */
+    *ain = 3u, *aout = 1u;
+    return TS__CL_CAN;
   case TS_OP_ELTWISE:
   case TS_OP_ELTWISE_BWD:
   case TS_OP_BINARY:
@@ -199,16 +205,24 @@ static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const t
   return node_fail(n, cl_end(ctx, &st, rc));
 }
 
-/* ---- pooling (max pooling NCHW only: its u8 window indices are not staged) ---- */
+/* ---- pooling ---- */
 
 static int run_maxpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
-  return node_fail(n, ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].dtype, 0, in[0].data, out[0].data, out[1].data, NULL));
+  const int cl = cl_of(ctx, 1u, 3u);
+  cl_stage st;
+  int rc = cl_begin(ctx, cl, in, n->nin, 1u, out, n->nout, 3u, 0, &st);
+  if (!rc) rc = ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].dtype, cl, st.in[0].data, st.out[0].data, st.out[1].data, NULL);
+  return node_fail(n, cl_end(ctx, &st, rc));
 }
 
 static int run_maxpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
   ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
-  return node_fail(n, ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].dtype, 0, in[0].data, in[1].data, out[0].data, NULL));
+  const int cl = cl_of(ctx, 3u, 1u);
+  cl_stage st;
+  int rc = cl_begin(ctx, cl, in, n->nin, 3u, out, n->nout, 1u, 0, &st);
+  if (!rc) rc = ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].dtype, cl, st.in[0].data, st.in[1].data, st.out[0].data, NULL);
+  return node_fail(n, cl_end(ctx, &st, rc));
 }
 
 static int run_avgpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {

@@ -661,6 +661,16 @@ static void check_shape_attention(gpu *G) {
   CHECK_OK(ts__gpu_permute(G->d, 4, px, py, 4, dims, perm, NULL));
   down(G, gy, py, sizeof gy);
   if (!G->fake) CHECK_MSG(!memcmp(gy, y, sizeof y), "permute differs from the CPU's");
+  { /* 1-byte elements (max pooling's window indices staged channels last) */
+    static uint8_t bx[N], by[N], gby[N];
+    for (int i = 0; i < N; i++) bx[i] = (uint8_t)(i * 7 + 3);
+    CHECK_OK(ts__permute_ref(bx, by, 1, 4, dims, perm));
+    void *pbx = up(G, bx, sizeof bx), *pby = up(G, NULL, sizeof by);
+    CHECK_OK(ts__gpu_permute(G->d, 1, pbx, pby, 4, dims, perm, NULL));
+    down(G, gby, pby, sizeof gby);
+    if (!G->fake) CHECK_MSG(!memcmp(gby, by, sizeof by), "1-byte permute differs from the CPU's");
+    ts__dev_free(G->d, pbx), ts__dev_free(G->d, pby);
+  }
   /* rows 3 of 40 elements from a stride of 120 at 30 into a stride of 50 at 5 */
   CHECK_OK(ts__dev_memset0(G->d, py, sizeof y, NULL));
   CHECK_OK(ts__gpu_blocks(G->d, 4, px, 120, 30, py, 50, 5, 3, 40, NULL));

@@ -1,11 +1,12 @@
 /* Channels last on a GPU plan (src/runtime/run_gpu_conv.c, exec.c plan_layouts): a small ResNet
  * trained two steps with its 4-d activations kept NHWC on the device and kept NCHW, and on the
  * CPU. The network touches every case: a convolution with a bias on the bound (NCHW) input, batch
- * norm + ReLU, a max pooling (NCHW only: its neighbours stage through scratch), two 3x3
- * convolutions and a residual add, a 3x3 average pooling, a 1x1 stride-2 convolution (its filter
- * the same memory in both layouts), a global average pooling (1x1: both layouts), a dense layer:
- *   x (2,3,12,12) -> conv+b -> bn relu -> maxpool 2 -> [conv bn relu] = b0 -> conv bn relu ->
- *   conv bn, + b0, relu -> avgpool 3x3 -> conv 1x1 /2 bn relu -> global avgpool -> dense -> . r
+ * norm + ReLU, a max pooling (its window indices NHWC) whose output feeds a dropout (NCHW only:
+ * the pooling's y staged through scratch, the next convolution's x too), two 3x3 convolutions and
+ * a residual add, a 3x3 average pooling, a 1x1 stride-2 convolution (its filter the same memory in
+ * both layouts), a global average pooling (1x1: both layouts), a dense layer:
+ *   x (2,3,12,12) -> conv+b -> bn relu -> maxpool 2 -> dropout -> [conv bn relu] = b0 -> conv bn
+ *   relu -> conv bn, + b0, relu -> avgpool 3x3 -> conv 1x1 /2 bn relu -> global avgpool -> dense
  * Asserted, at amp O0 (f32, TESSERA_GPU_CHANNELS_LAST=1) and O2 (bf16: channels last by default):
  *  - the plan keeps values NHWC (ts_plan_channels_last_values > 0; none with =0) and the stand-in
  *    cuDNN ran convolutions on NHWC tensors;
@@ -95,7 +96,7 @@ static void run(ts__dev *d, int level, const char *cl, res *o) {
   ts_val gb[2 * NBN], rs[2 * NBN];
   bn_leaves(g, gb, rs);
   ts_val a = ts_relu(g, bn(g, ts_conv2d(g, x, w1, b1, 1, 1, 1, 1, 1, 1, 1), 0, gb, rs));
-  ts_val m = ts_maxpool2d(g, a, 2, 2, 2, 2, 0, 0);
+  ts_val m = ts_dropout(g, ts_maxpool2d(g, a, 2, 2, 2, 2, 0, 0), 0.25f, 77);
   ts_val b0 = ts_relu(g, bn(g, ts_conv2d(g, m, w2, TS_NONE, 1, 1, 1, 1, 1, 1, 1), 1, gb, rs));
   ts_val t = ts_relu(g, bn(g, ts_conv2d(g, b0, w3, TS_NONE, 1, 1, 1, 1, 1, 1, 1), 2, gb, rs));
   ts_val bb = ts_relu(g, ts_add(g, bn(g, ts_conv2d(g, t, w4, TS_NONE, 1, 1, 1, 1, 1, 1, 1), 3, gb, rs), b0));

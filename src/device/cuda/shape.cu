@@ -21,6 +21,7 @@ template <typename E> DEV void permute(const E *x, E *y, pshape s, i64 n) {
     y[i] = x[ix];
   }
 }
+KERNEL ts_k_permute_1(const unsigned char *x, unsigned char *y, pshape s, i64 n) { permute(x, y, s, n); }
 KERNEL ts_k_permute_2(const unsigned short *x, unsigned short *y, pshape s, i64 n) { permute(x, y, s, n); }
 KERNEL ts_k_permute_4(const unsigned *x, unsigned *y, pshape s, i64 n) { permute(x, y, s, n); }
 KERNEL ts_k_permute_8(const unsigned long long *x, unsigned long long *y, pshape s, i64 n) { permute(x, y, s, n); }
