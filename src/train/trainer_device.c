@@ -8,6 +8,7 @@
 
 #include "tessera/device.h"
 #include "device/gpu_kernels.h"
+#include "graph/graph_ir.h"
 #include "train_impl.h"
 
 /* The GPU of this process: device_id, or (-1) MindSpore's DEVICE_ID (`tessera launch` sets it to
@@ -62,7 +63,14 @@ int ts_trainer_device_info(const ts_trainer *t, char *buf, size_t cap) {
   char gemm[240], conv[240]; /* which library runs them, and why not where it is not used */
   snprintf(gemm, sizeof gemm, cublas ? "cuBLAS" : *gwhy ? "Tessera's kernels (%s)" : "Tessera's kernels", gwhy);
   snprintf(conv, sizeof conv, cudnn ? "cuDNN" : *cwhy ? "Tessera's kernels (%s)" : "Tessera's kernels", cwhy);
-  snprintf(buf, cap, "%s; GEMMs: %s; convolutions: %s%s", dev, gemm, conv,
+  /* channels last (runtime/run_gpu_conv.c): cuDNN's bf16 convolutions (amp O1-O3), or forced */
+  const char *cl = getenv("TESSERA_GPU_CHANNELS_LAST");
+  int has_conv = 0;
+  const ts_graph *g = t->run ? t->run->g : NULL;
+  for (int i = 0; g && i < ts_graph_num_nodes(g) && !has_conv; i++) has_conv = ts_graph_node_op(g, i) == TS_OP_CONV2D;
+  const int nhwc = cudnn && has_conv && (cl && *cl ? strcmp(cl, "0") != 0 : t->cfg.train.amp_level > 0);
+  snprintf(buf, cap, "%s; GEMMs: %s; convolutions: %s%s%s", dev, gemm, conv,
+           nhwc ? "; the convolutions' activations NHWC (channels last)" : "",
            ts__gpu_tf32() && (cublas || cudnn) ? "; f32 on TF32 tensor cores (float32_matmul_precision: high)" : "");
   return 1;
 }
