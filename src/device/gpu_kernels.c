@@ -886,8 +886,9 @@ size_t ts__gpu_bn_workspace(int64_t N, int64_t C, int64_t S) {
 static int bn_fwd_part(ts__dev *d, const char *xs, const void *x, const float *Kin, float *Kout, int64_t N, int64_t C,
                        int64_t S, float *pp, float *part, ts__dev_stream *s) {
   int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
-  void *a[] = {&x, &Kin, &Kout, &N, &C, &S, &P, &pp};
-  int rc = bn_launch(d, "ts_k_bn_psums", xs, (unsigned)P, row_grid(C), BLOCK, s, a);
+  int cf = S == 1; /* NHWC (or (N, C)): the channels of a chunk in neighbouring blocks (batchnorm.cu) */
+  void *a[] = {&x, &Kin, &Kout, &N, &C, &S, &P, &cf, &pp};
+  int rc = bn_launch(d, "ts_k_bn_psums", xs, cf ? (unsigned)C : (unsigned)P, cf ? row_grid(P) : row_grid(C), BLOCK, s, a);
   void *f[] = {&pp, &C, &P, &M, &part};
   return rc ? rc : launch(d, "ts_k_bn_fold", grid_for(C2), 1, BLOCK, s, f);
 }
@@ -898,8 +899,9 @@ static int bn_bwd_part(ts__dev *d, const char *xs, const void *dy, const void *x
   int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
   const float *ab = relu ? relu->ab : NULL;
   float alpha = relu ? relu->alpha : 0.0f;
-  void *a[] = {&dy, &x, &mean, &ab, &alpha, &N, &C, &S, &P, &pp};
-  int rc = bn_launch(d, "ts_k_bn_bpsums", xs, (unsigned)P, row_grid(C), BLOCK, s, a);
+  int cf = S == 1;
+  void *a[] = {&dy, &x, &mean, &ab, &alpha, &N, &C, &S, &P, &cf, &pp};
+  int rc = bn_launch(d, "ts_k_bn_bpsums", xs, cf ? (unsigned)C : (unsigned)P, cf ? row_grid(P) : row_grid(C), BLOCK, s, a);
   void *f[] = {&pp, &C, &P, &M, &part};
   return rc ? rc : launch(d, "ts_k_bn_fold", grid_for(C2), 1, BLOCK, s, f);
 }

@@ -42,13 +42,20 @@ DEV void bn_walk_next(bn_walk &w, i64 S) {
   if (w.s >= S) w.s -= S, w.n++;
 }
 
+// the blocks' (chunk, channel) pairs: grid (P, C), or with cf (channels fastest: the launcher's
+// choice when S is 1, i.e. NHWC, where a chunk's positions hold every channel: the blocks running
+// together then read the same lines) grid (C, P). Each pair's sums are the same either way.
+#define BN_PAIRS(cf)                                                                                         \
+  for (i64 c = (cf) ? bid() : bidy(); c < C; c += (cf) ? nbid() : nbidy())                                  \
+    for (i64 p = (cf) ? bidy() : bid(); p < P; p += (cf) ? nbidy() : nbid())
+
 // forward partials: pp[c P + p] = sum (x - K), pp[(C + c) P + p] = sum (x - K)^2 over chunk p of
-// channel c; K = Kin[c] (or the channel's first value), written to Kout[c]; grid (P, C)
-template <typename T> DEV void bn_psums(const T *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, float *pp) {
+// channel c; K = Kin[c] (or the channel's first value), written to Kout[c]
+template <typename T>
+DEV void bn_psums(const T *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, int cf, float *pp) {
   __shared__ float sh[32];
   const i64 M = N * S, L = (M + P - 1) / P;
-  for (i64 c = bidy(); c < C; c += nbidy())
-    for (i64 p = bid(); p < P; p += nbid()) {
+  BN_PAIRS(cf) {
       const float k = Kin ? Kin[c] : ld(x, c * S);
       const i64 i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
       float s1 = 0.0f, s2 = 0.0f;
@@ -66,22 +73,21 @@ template <typename T> DEV void bn_psums(const T *x, const float *Kin, float *Kou
       }
     }
 }
-KERNEL ts_k_bn_psums_f32(const float *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, float *pp) {
-  bn_psums(x, Kin, Kout, N, C, S, P, pp);
+KERNEL ts_k_bn_psums_f32(const float *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, int cf, float *pp) {
+  bn_psums(x, Kin, Kout, N, C, S, P, cf, pp);
 }
-KERNEL ts_k_bn_psums_bf16(const bf16 *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, float *pp) {
-  bn_psums(x, Kin, Kout, N, C, S, P, pp);
+KERNEL ts_k_bn_psums_bf16(const bf16 *x, const float *Kin, float *Kout, i64 N, i64 C, i64 S, i64 P, int cf, float *pp) {
+  bn_psums(x, Kin, Kout, N, C, S, P, cf, pp);
 }
 
 // backward partials: sum g and sum g (x - mean), g = dy (through the fused ReLU's gradient when ab)
 template <typename T>
 DEV void bn_bpsums(const T *dy, const T *x, const float *mean, const float *ab, float alpha, i64 N, i64 C, i64 S, i64 P,
-                   float *pp) {
+                   int cf, float *pp) {
   __shared__ float sh[32];
   const i64 M = N * S, L = (M + P - 1) / P;
   const int lp = is_lp(x);
-  for (i64 c = bidy(); c < C; c += nbidy())
-    for (i64 p = bid(); p < P; p += nbid()) {
+  BN_PAIRS(cf) {
       const float m = mean[c], ra = ab ? ab[c] : 0.0f, rb = ab ? ab[C + c] : 0.0f;
       const i64 i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
       float s1 = 0.0f, s2 = 0.0f;
@@ -99,12 +105,12 @@ DEV void bn_bpsums(const T *dy, const T *x, const float *mean, const float *ab, 
     }
 }
 KERNEL ts_k_bn_bpsums_f32(const float *dy, const float *x, const float *mean, const float *ab, float alpha, i64 N,
-                          i64 C, i64 S, i64 P, float *pp) {
-  bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, pp);
+                          i64 C, i64 S, i64 P, int cf, float *pp) {
+  bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, cf, pp);
 }
 KERNEL ts_k_bn_bpsums_bf16(const bf16 *dy, const bf16 *x, const float *mean, const float *ab, float alpha, i64 N,
-                           i64 C, i64 S, i64 P, float *pp) {
-  bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, pp);
+                           i64 C, i64 S, i64 P, int cf, float *pp) {
+  bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, cf, pp);
 }
 
 // part (2C + 1) = the chunks' sums in chunk order (double), then the count M
