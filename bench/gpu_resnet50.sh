@@ -5,12 +5,14 @@
 # found), SGD momentum, batch 128 of 224x224 RGB images (random pixels written as PNG files here,
 # decoded and batched by the image-folder pipeline with 8 workers, prefetched), then
 # bench/torch_resnet50_gpu.py (bf16 autocast eager with channels_last: the issue's reference;
-# eager NCHW; torch.compile), whose input sits on the GPU already. Prints each side's median step,
+# eager NCHW; torch.compile), whose input sits on the GPU already; Tessera's activations NHWC
+# (channels last, its default in bf16) and, RN50_NCHW=1, NCHW too. Prints each side's median step,
 # images/s, and Tessera's time over each PyTorch figure; JSON lines into OUT/gpu_resnet50.jsonl.
 #   bench/gpu_resnet50.sh TESSERA OUT [STEPS]   TESSERA: the binary (or gpu-bundle/tessera); STEPS:
 #                                               Tessera's timed steps after 2 warm-up (default 20;
 #                                               PyTorch times 20 after 5)
-# Env: RN50_SIZE (224), RN50_BATCH (128), RN50_TORCH (1: run PyTorch's side), RN50_COMPILE (1)
+# Env: RN50_SIZE (224), RN50_BATCH (128), RN50_TORCH (1: run PyTorch's side), RN50_COMPILE (1),
+#      RN50_NCHW (1: Tessera again with TESSERA_GPU_CHANNELS_LAST=0)
 set -u
 bin=$1
 out=$2
@@ -51,20 +53,28 @@ optimizer: {name: momentum, lr: 0.1, momentum: 0.9, weight_decay: 0.0001}
 device_target: GPU
 log: {progress: off, metrics: '$tmp/m.jsonl'}
 YAML
-if ! "$bin" train "$tmp/rn50.yaml" > "$tmp/t.out" 2>&1; then
-  echo "tessera: $(tail -2 "$tmp/t.out")"
-  grep -q "device_target GPU: no NVIDIA\|does not start\|sees no GPU" "$tmp/t.out" && exit 77
-  exit 1
-fi
-grep "^device: " "$tmp/t.out"
-python3 - "$tmp/m.jsonl" "$batch" "$size" > "$out/gpu_resnet50.jsonl" <<'PY'
+# Tessera's channels-last run (the default for bf16 convolutions), then (RN50_NCHW=1, the
+# default) the same with its activations NCHW (TESSERA_GPU_CHANNELS_LAST=0): what NHWC is worth
+: > "$out/gpu_resnet50.jsonl"
+for v in cl nchw; do
+  [ $v = nchw ] && [ "${RN50_NCHW:-1}" != 1 ] && continue
+  name=tessera_gpu_amp_O2; [ $v = nchw ] && name=tessera_gpu_amp_O2_nchw
+  rm -f "$tmp/m.jsonl"
+  if ! env $([ $v = nchw ] && echo TESSERA_GPU_CHANNELS_LAST=0) "$bin" train "$tmp/rn50.yaml" > "$tmp/t.out" 2>&1; then
+    echo "tessera ($v): $(tail -2 "$tmp/t.out")"
+    grep -q "device_target GPU: no NVIDIA\|does not start\|sees no GPU" "$tmp/t.out" && exit 77
+    exit 1
+  fi
+  grep "^device: " "$tmp/t.out"
+  python3 - "$tmp/m.jsonl" "$batch" "$size" "$name" >> "$out/gpu_resnet50.jsonl" <<'PY'
 import json, statistics, sys
 batch, size = int(sys.argv[2]), int(sys.argv[3])
 ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"][2:]  # 2 warm-up
 med = statistics.median(ms)
-print(json.dumps({"name": "tessera_gpu_amp_O2", "ms": round(med, 3), "images_per_s": round(batch / (med / 1e3), 1),
+print(json.dumps({"name": sys.argv[4], "ms": round(med, 3), "images_per_s": round(batch / (med / 1e3), 1),
                   "steps": len(ms), "batch": batch, "size": size}))
 PY
+done
 if [ "${RN50_TORCH:-1}" = 1 ]; then
   extra=""; [ "${RN50_COMPILE:-1}" = 1 ] || extra=--no-compile
   python3 "$root/bench/torch_resnet50_gpu.py" --steps 20 --batch "$batch" --size "$size" $extra >> "$out/gpu_resnet50.jsonl" 2> "$tmp/torch.err"
