@@ -128,10 +128,10 @@ bench() {
   steps+=("{\"name\":\"$name\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"see ${script%.sh}.jsonl\"}")
 }
 # speed: GPT-2 124M bf16 steps against PyTorch eager and torch.compile; ResNet-50 bf16 steps
-# against PyTorch eager (channels_last and NCHW; torch.compile off for time)
+# against PyTorch eager (channels_last and NCHW; torch.compile off for time), Tessera NHWC and NCHW
 if [ "$bench_mode" != 0 ]; then
 bench bench_gpt2 300 gpu_gpt2.sh
-bench bench_resnet50 200 gpu_resnet50.sh RN50_COMPILE=0
+bench bench_resnet50 240 gpu_resnet50.sh RN50_COMPILE=0
 # the quickstart recipe on the GPU (issue #28: ResNet-20 on Fashion-MNIST, 3 epochs; the CPU's test
 # accuracy is 91.8%, the GPU's must be within 0.3 points), the dataset from the bundle
 fmd=$root/gpu-bundle/data/fashion-mnist
