@@ -51,8 +51,13 @@ int ts__gpu_cast(ts__dev *d, ts_dtype from, ts_dtype to, const void *x, void *y,
   void *a[] = {&x, &y, &n};
   if (from == TS_F32 && to == TS_BF16) return launch(d, "ts_k_cast_f32_bf16", grid_for(n), 1, BLOCK, s, a);
   if (from == TS_BF16 && to == TS_F32) return launch(d, "ts_k_cast_bf16_f32", grid_for(n), 1, BLOCK, s, a);
+  if (from == TS_F32 && to == TS_F16) return launch(d, "ts_k_cast_f32_f16", grid_for(n), 1, BLOCK, s, a);
+  if (from == TS_F16 && to == TS_F32) return launch(d, "ts_k_cast_f16_f32", grid_for(n), 1, BLOCK, s, a);
+  if (from == TS_F16 && to == TS_BF16) return launch(d, "ts_k_cast_f16_bf16", grid_for(n), 1, BLOCK, s, a);
+  if (from == TS_BF16 && to == TS_F16) return launch(d, "ts_k_cast_bf16_f16", grid_for(n), 1, BLOCK, s, a);
   if (from == to) return ts__dev_copy(d, y, x, (size_t)n * ts_dtype_size(from), TS__D2D, s);
-  return ts_error_set(TS_EDTYPE, "GPU cast: %s -> %s (f32 <-> bf16)", ts_dtype_name(from), ts_dtype_name(to));
+  return ts_error_set(TS_EDTYPE, "GPU cast: %s -> %s (between f32, bf16 and f16)", ts_dtype_name(from),
+                      ts_dtype_name(to));
 }
 
 int ts__gpu_fill(ts__dev *d, float *y, float v, int64_t n, ts__dev_stream *s) {
@@ -548,11 +553,11 @@ int ts__gpu_scale(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, fl
 }
 
 int ts__gpu_fill_dt(ts__dev *d, ts_dtype dt, void *y, float v, int64_t n, ts__dev_stream *s) {
-  int rc = dt_ok(dt, "fill");
+  int rc = dt == TS_F16 ? TS_OK : dt_ok(dt, "fill");
   if (rc || n == 0) return rc;
   if (dt == TS_F32) return ts__gpu_fill(d, y, v, n, s);
   void *a[] = {&y, &v, &n};
-  return launch(d, "ts_k_fill_bf16", grid_for(n), 1, BLOCK, s, a);
+  return launch(d, dt == TS_F16 ? "ts_k_fill_f16" : "ts_k_fill_bf16", grid_for(n), 1, BLOCK, s, a);
 }
 
 int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t ignore_index, float *count,

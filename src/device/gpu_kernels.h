@@ -21,7 +21,7 @@ int ts__gpu_eltwise_fwd(ts__dev *d, int alg, float alpha, ts_dtype dt, const voi
 /* dy (n), src = y (use_dst) or x (n) -> dx (n) */
 int ts__gpu_eltwise_bwd(ts__dev *d, int alg, float alpha, int use_dst, ts_dtype dt, const void *dy, const void *src,
                         void *dx, int64_t n, ts__dev_stream *s);
-/* x (n) of dtype from -> y (n) of dtype to (f32 <-> bf16) */
+/* x (n) of dtype from -> y (n) of dtype to (between f32, bf16 and f16: rounding to nearest even) */
 int ts__gpu_cast(ts__dev *d, ts_dtype from, ts_dtype to, const void *x, void *y, int64_t n, ts__dev_stream *s);
 /* y (n) = v */
 int ts__gpu_fill(ts__dev *d, float *y, float v, int64_t n, ts__dev_stream *s);
@@ -198,7 +198,7 @@ int ts__gpu_broadcast(ts__dev *d, ts_dtype dt, const void *x, const ts_shape *xs
 /* y (n) = alpha x + beta */
 int ts__gpu_scale(ts__dev *d, ts_dtype dt, const void *x, void *y, int64_t n, float alpha, float beta,
                   ts__dev_stream *s);
-/* y (n) of dtype dt (f32, bf16) = v */
+/* y (n) of dtype dt (f32, bf16, f16) = v */
 int ts__gpu_fill_dt(ts__dev *d, ts_dtype dt, void *y, float v, int64_t n, ts__dev_stream *s);
 /* count[0] = the labels (N) that are not ignore_index */
 int ts__gpu_label_count(ts__dev *d, const void *labels, int labels_i64, int64_t N, int64_t ignore_index, float *count,

@@ -34,6 +34,7 @@ static void run_init_once(void) {
   ts__register_run_gpu(ts__run_gpu);
   ts__register_run_gpu_coll(ts__run_gpu);
   ts__register_run_gpu_p2p(ts__run_gpu);
+  ts__run_gpu_f16_install(ts__run_gpu);
 }
 
 void ts__run_init(void) {
@@ -110,6 +111,8 @@ struct ts_plan {
   ts__dev *dev;
   void *dscratch;
   size_t dscratch_cap;
+  void *dwide; /* the f16 nodes' f32 copies (run_gpu_lowp.c), beside the node's own scratch */
+  size_t dwide_cap;
   void *hstage; /* pinned host memory for the nodes staging through the host (SEND/RECV) */
   size_t hstage_cap;
   int64_t *dflags;
@@ -282,6 +285,7 @@ void ts_plan_free(ts_plan *p) {
   else ts_free(p->scratch);
   if (p->dev) {
     arena_free(p, p->dscratch);
+    arena_free(p, p->dwide);
     arena_free(p, p->dflags);
     ts__dev_host_free(p->dev, p->hstage);
   }
@@ -343,9 +347,10 @@ int ts_plan_set_device(ts_plan *p, ts__dev *d) {
   if (p->dev) { /* leaving a GPU: its memory goes with it */
     ts__dev_sync(p->dev);
     free_timing(p);
-    arena_free(p, p->dscratch), arena_free(p, p->dflags);
+    arena_free(p, p->dscratch), arena_free(p, p->dflags), arena_free(p, p->dwide);
     ts__dev_host_free(p->dev, p->hstage);
     p->dscratch = NULL, p->dflags = NULL, p->dscratch_cap = 0, p->hstage = NULL, p->hstage_cap = 0;
+    p->dwide = NULL, p->dwide_cap = 0;
   }
   arena_free(p, p->arena);
   if (p->owner == p) arena_free(p, p->scratch), p->scratch = NULL, p->scratch_cap = 0;
@@ -381,6 +386,13 @@ int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out) {
   *out = NULL;
   if (!on_gpu(p)) return ts_error_set(TS_EINVAL, "device scratch: not a GPU plan");
   return grow_scratch(p, bytes, &p->dscratch, &p->dscratch_cap, 0, out);
+}
+
+int ts__run_dev_wide(ts__runctx *ctx, size_t bytes, void **out) {
+  ts_plan *p = ctx->plan;
+  *out = NULL;
+  if (!on_gpu(p)) return ts_error_set(TS_EINVAL, "device scratch: not a GPU plan");
+  return grow_scratch(p, bytes, &p->dwide, &p->dwide_cap, 0, out);
 }
 
 int ts__run_host_stage(ts__runctx *ctx, size_t bytes, void **out) {

@@ -89,6 +89,12 @@ void ts__register_run_gpu_p2p(ts__run_fn *tab);  /* run_p2p.c: SEND/RECV staged 
 /* Device memory of at least `bytes` for the running node of a GPU plan (valid until the node
  * returns; grown by the plan, kept between runs). */
 int ts__run_dev_scratch(ts__runctx *ctx, size_t bytes, void **out);
+/* Device memory of at least `bytes` for the f16 conversions around the running node
+ * (run_gpu_lowp.c), apart from ts__run_dev_scratch's (which the node's adapter uses meanwhile). */
+int ts__run_dev_wide(ts__runctx *ctx, size_t bytes, void **out);
+/* Wraps the GPU adapters without f16 kernels so f16 nodes run through f32 copies (run_gpu_lowp.c);
+ * called once by ts__run_init after the GPU families registered. */
+void ts__run_gpu_f16_install(ts__run_fn *tab);
 /* Pinned host memory of at least `bytes` for the running node of a GPU plan to stage device data
  * through (SEND/RECV; valid until the node returns; grown by the plan, kept between runs). */
 int ts__run_host_stage(ts__runctx *ctx, size_t bytes, void **out);

@@ -11,7 +11,8 @@
 #   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation;
 #   6. the GPT in bf16 (amp O2 and O3): 4 steps within 2e-3 of the CPU's bf16 run.
 #   7. the ResNet-8 in bf16 (amp O2 and O3): step 1 within 1e-3 of the CPU's bf16 run, 3 steps and
-#      the evaluation within 1e-2.
+#      the evaluation within 1e-2; 7b. the GPT and the ResNet-8 in f16 (amp O2, dynamic loss
+#      scale) within 1e-3 of the CPU's f16 run.
 #   8. the profiler: the nodes' device spans (CUDA events) in the trace, inside each step's spans.
 #   9. the end record's device memory: the device layer's peak >= the planned total <= the driver's.
 #  10. the per-op table's %peak on the GPU: against the device's own f32 and bf16 GEMM peaks.
@@ -168,6 +169,20 @@ for lvl in O2 O3; do
   close "$tmp/ramp1_GPU.txt" "$tmp/ramp1_CPU.txt" 1e-3 && close "$tmp/ramp_GPU.txt" "$tmp/ramp_CPU.txt" 1e-2 &&
     ok "ResNet-8 in bf16 (amp $lvl): step 1 on $where within 1e-3 of the CPU's, 3 steps and the evaluation within 1e-2" ||
     bad "ResNet amp $lvl: $(paste "$tmp/ramp_GPU.txt" "$tmp/ramp_CPU.txt" | head -5)"
+done
+# 7b. f16 (amp_dtype f16, amp O2: the GPU's f16 nodes through f32 copies, run_gpu_lowp.c, as the
+#    CPU's f16 kernels convert around f32 ones; the loss scale dynamic, as amp f16 asks): the GPT
+#    and the ResNet-8 within 1e-3 of the CPU's f16 run (measured: the GPT's losses equal to the
+#    printed digits, the ResNet's 3e-4 at step 3), the GPU's steps carrying the dynamic scale (65536)
+for m in gpt res; do
+  for dev in CPU GPU; do
+    "$bin" train "$tmp/$m.yaml" --set device_target=$dev --set train.amp_level=O2 --set train.amp_dtype=f16 \
+      --set log.metrics="$tmp/h_$dev.jsonl" > "$tmp/h_$dev.out" 2>&1 || bad "$m f16 on the $dev: $(tail -2 "$tmp/h_$dev.out")"
+    losses "$tmp/h_$dev.jsonl" | grep -v '^eval' > "$tmp/h_$dev.txt" 2>/dev/null
+  done
+  close "$tmp/h_GPU.txt" "$tmp/h_CPU.txt" 1e-3 && grep -q '"type":"step".*"loss_scale":65536' "$tmp/h_GPU.jsonl" &&
+    ok "$m in f16 (amp O2, dynamic loss scale): its steps on $where within 1e-3 of the CPU's f16 run" ||
+    bad "$m f16: $(paste "$tmp/h_GPU.txt" "$tmp/h_CPU.txt" | head -5) $(grep -o '"loss_scale":[^,]*' "$tmp/h_GPU.jsonl" | head -2)"
 done
 # 8. the profiler on the GPU (log.profile trace): the nodes' spans are the device's (CUDA events,
 #    ts_plan_set_device_timing): every step's nodes in the trace, in order and inside its forward

@@ -3,7 +3,8 @@
  * [-7, 7] and down to 1e-30), tanh against tanhf (relative 5e-7, the small-argument series
  * included), sigmoid against its definition in double (1e-6: f32's exp), Philox-4x32-10
  * against src/base/rng.c's (dropout's mask on the GPU is the CPU's, bit for bit), and the bf16 rounding against the CPU kernels'
- * (src/kernels/lowp.c: round to nearest even, NaN kept a NaN) on every f32 pattern of a stride. */
+ * (src/kernels/lowp.c: round to nearest even, NaN kept a NaN) on every f32 pattern of a stride,
+ * the f16 rounding and widening against src/tensor/dtype.c's bitwise. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "device/cuda/ts_cuda.h"
 #include "kernels/lowp.h"
+#include "tessera/tensor.h"
 #include "test_util.h"
 
 static double rel(double got, double want) { return want == 0 ? fabs(got) : fabs(got - want) / fabs(want); }
@@ -58,5 +60,21 @@ int main(void) {
     if (memcmp(&back, &want, 4) && bad++ < 3) fprintf(stderr, "f32 of bf16 %04x differs\n", cpu);
   }
   CHECK_MSG(bad == 0, "bf16 rounding: %lld of %lld patterns differ from the CPU's", (long long)bad, (long long)n);
+  /* f16 (amp_dtype f16 on the GPU, run_gpu_lowp.c): every 997th f32 pattern rounded as
+   * src/tensor/dtype.c's ts_f32_to_f16 (bitwise, NaN included), every f16 pattern widened as its
+   * ts_f16_to_f32 */
+  bad = 0, n = 0;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 997, n++) {
+    uint32_t b = (uint32_t)u;
+    float f;
+    memcpy(&f, &b, 4);
+    uint16_t mine = f2h(f), cpu = ts_f32_to_f16(f);
+    if (mine != cpu && bad++ < 3) fprintf(stderr, "f16 of %08x: GPU %04x, CPU %04x\n", b, mine, cpu);
+  }
+  for (uint32_t h = 0; h <= 0xffffu; h++) {
+    float mine = h2f((unsigned short)h), cpu = ts_f16_to_f32((uint16_t)h);
+    if (memcmp(&mine, &cpu, 4) && bad++ < 3) fprintf(stderr, "f32 of f16 %04x: GPU %a, CPU %a\n", h, mine, cpu);
+  }
+  CHECK_MSG(bad == 0, "f16 conversions: %lld of %lld patterns differ from the CPU's", (long long)bad, (long long)n + 65536);
   return ts_test_finish("test_cuda_math");
 }

@@ -171,6 +171,10 @@ KERNEL ts_k_fill_bf16(bf16 *y, float v, i64 n) {
   bf16 h = f2bf(v);
   for (i64 i = gidx(); i < n; i += gstride()) y[i] = h;
 }
+KERNEL ts_k_fill_f16(unsigned short *y, float v, i64 n) {
+  const unsigned short h = f2h(v);
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = h;
+}
 // the rows whose label is not ignore_index (softmax_ce's backward), one block: count[0]
 KERNEL ts_k_label_count(const void *labels, int i64l, i64 N, i64 ignore, float *count) {
   __shared__ float sh[32];

@@ -79,6 +79,19 @@ KERNEL ts_k_cast_f32_bf16(const float *x, bf16 *y, i64 n) {
 KERNEL ts_k_cast_bf16_f32(const bf16 *x, float *y, i64 n) {
   for (i64 i = gidx(); i < n; i += gstride()) y[i] = bf2f(x[i]);
 }
+// f32 <-> f16 (IEEE half bits), rounding to nearest even; f16 <-> bf16 through f32 (exact, then one rounding)
+KERNEL ts_k_cast_f32_f16(const float *x, unsigned short *y, i64 n) {
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = f2h(x[i]);
+}
+KERNEL ts_k_cast_f16_f32(const unsigned short *x, float *y, i64 n) {
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = h2f(x[i]);
+}
+KERNEL ts_k_cast_f16_bf16(const unsigned short *x, bf16 *y, i64 n) {
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = f2bf(h2f(x[i]));
+}
+KERNEL ts_k_cast_bf16_f16(const bf16 *x, unsigned short *y, i64 n) {
+  for (i64 i = gidx(); i < n; i += gstride()) y[i] = f2h(bf2f(x[i]));
+}
 // y (n) = v
 KERNEL ts_k_fill_f32(float *y, float v, i64 n) {
   for (i64 i = gidx(); i < n; i += gstride()) y[i] = v;

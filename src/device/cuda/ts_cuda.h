@@ -164,6 +164,33 @@ DEV bf16 f2bf(float f) {
   return (bf16)(u >> 16);
 }
 
+/* ---- f16 (IEEE binary16 bits; round to nearest even, overflow to inf, subnormals, NaN quiet:
+ * bitwise src/tensor/dtype.c's ts_f32_to_f16 / ts_f16_to_f32) ---- */
+DEV float h2f(unsigned short h) {
+  unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    float v = (float)m * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  if (e == 31) return i2f((int)(sign | 0x7f800000u | (m << 13)));
+  return i2f((int)(sign | ((e + 112u) << 23) | (m << 13)));
+}
+DEV unsigned short f2h(float f) {
+  unsigned u = (unsigned)f2i(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);  /* NaN */
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u); /* overflow -> inf */
+  if (a < 0x38800000u) {                                         /* subnormal or zero: units of 2^-24 */
+    float v = i2f((int)a) * 16777216.0f;
+    unsigned q = (unsigned)v;
+    float rem = v - (float)q;
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) q++;
+    return (unsigned short)(sign | q);
+  }
+  unsigned r = a + 0xfffu + ((a >> 13) & 1u);
+  r -= 112u << 23;
+  return (unsigned short)(sign | (r >> 13));
+}
+
 #if defined(__CUDA__) || defined(TS_CUDA_EMU)
 /* ---- element i of f32 or bf16 storage as f32, and back (C++ overloads: the kernels' templates
  * over the storage type call these) ---- */
