@@ -10,6 +10,7 @@
 #include "tessera/comm.h"
 #include "tessera/runtime.h"
 #include "kernels/lowp.h"
+#include "device/dev.h"
 
 int ts_test_failures = 0;
 int ts_test_checks = 0;
@@ -215,4 +216,41 @@ double ts_test_rel_l2(const float *a, const float *b, int64_t n) {
   double e2 = 0, r2 = 0;
   for (int64_t i = 0; i < n; i++) e2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r2 += (double)b[i] * b[i];
   return sqrt(e2 / r2);
+}
+
+void ts_test_bind(ts_plan *p, struct ts__dev *d, const ts_test_bound *b, int nb, void **mem) {
+  for (int i = 0; i < nb; i++) {
+    void *ptr;
+    mem[i] = NULL;
+    if (d) {
+      CHECK_OK(ts__dev_alloc(d, b[i].bytes, &mem[i]));
+      if (b[i].init) CHECK_OK(ts__dev_copy(d, mem[i], b[i].init, b[i].bytes, TS__H2D, NULL));
+      else CHECK_OK(ts__dev_memset0(d, mem[i], b[i].bytes, NULL));
+      ptr = mem[i];
+    } else if (b[i].res) {
+      if (b[i].init) memcpy(b[i].res, b[i].init, b[i].bytes);
+      else memset(b[i].res, 0, b[i].bytes);
+      ptr = b[i].res;
+    } else {
+      ptr = (void *)b[i].init;
+    }
+    CHECK_MSG(ts_plan_bind(p, b[i].v, ptr) == TS_OK, "binding %d: %s", i, ts_last_error());
+  }
+}
+
+void ts_test_read_kept(ts_plan *p, struct ts__dev *d, const ts_test_bound *k, int nk) {
+  for (int i = 0; i < nk; i++) {
+    const void *src = ts_plan_data(p, k[i].v);
+    CHECK_MSG(src != NULL, "kept value %d: no data", i);
+    if (!src) continue;
+    if (d) CHECK_OK(ts__dev_copy(d, k[i].res, src, k[i].bytes, TS__D2H, NULL));
+    else memcpy(k[i].res, src, k[i].bytes);
+  }
+}
+
+void ts_test_unbind(struct ts__dev *d, const ts_test_bound *b, int nb, void **mem) {
+  for (int i = 0; d && i < nb; i++)
+    if (b[i].res) CHECK_OK(ts__dev_copy(d, b[i].res, mem[i], b[i].bytes, TS__D2H, NULL));
+  if (d) CHECK_OK(ts__dev_sync(d));
+  for (int i = 0; d && i < nb; i++) ts__dev_free(d, mem[i]), mem[i] = NULL;
 }

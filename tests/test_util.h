@@ -9,6 +9,7 @@
 #include <math.h>
 #include "tessera/base.h"
 #include "tessera/tensor.h"
+#include "tessera/runtime.h"
 
 extern int ts_test_failures;
 extern int ts_test_checks;
@@ -63,6 +64,22 @@ static inline float ts_test_bf16_round(float v) {
 /* Under the stand-in driver (TESSERA_LIBCUDA): whether its emulator runs the kernels (not under
  * ASan, nor with FAKE_CUDA_EMULATE=0); says which on stdout. */
 int ts_test_stand_in_emulates(void);
+/* A value a test binds for a plan's runs: init (NULL: zeros) its contents before, res (NULL: an
+ * input) where its contents go after. */
+typedef struct {
+  ts_val v;
+  const void *init;
+  void *res;
+  size_t bytes;
+} ts_test_bound;
+struct ts__dev;
+/* Binds b[0..nb) to p: on the GPU d, device memory filled from init or zeros (kept in mem[i]); on
+ * the CPU (d NULL), res filled from init or zeros when given, else init itself. CHECKs each step. */
+void ts_test_bind(ts_plan *p, struct ts__dev *d, const ts_test_bound *b, int nb, void **mem);
+/* After the runs: each kept value k[i].v of p read into k[i].res (k[i].bytes; from the device d). */
+void ts_test_read_kept(ts_plan *p, struct ts__dev *d, const ts_test_bound *k, int nk);
+/* After the runs: each res filled from its device memory (d), which is freed. */
+void ts_test_unbind(struct ts__dev *d, const ts_test_bound *b, int nb, void **mem);
 float *ts_test_from_bf16(const uint16_t *h, int64_t n);
 double ts_test_rel_l2(const float *a, const float *b, int64_t n);
 /* Max |a-b| / (atol + rtol*|b|) over n: <= 1 means within tolerance. Reports worst index. */

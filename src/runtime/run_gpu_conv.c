@@ -96,6 +96,15 @@ static int cl_end(ts__runctx *ctx, const cl_stage *st, int rc) {
   return rc;
 }
 
+/* The node's direction (0 forward, 1 backward data, 2 backward weight) and descriptor */
+static int conv_dir(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out, ts__conv_desc *d) {
+  const int dir = n->op == TS_OP_CONV2D ? 0 : n->op == TS_OP_CONV2D_BWD_DATA ? 1 : 2;
+  *d = dir == 0   ? ts__run_conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape)
+       : dir == 1 ? ts__run_conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape)
+                  : ts__run_conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
+  return dir;
+}
+
 ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out, unsigned *ain,
                            unsigned *aout) {
   *ain = *aout = 0;
@@ -103,10 +112,8 @@ ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_
   case TS_OP_CONV2D:
   case TS_OP_CONV2D_BWD_DATA:
   case TS_OP_CONV2D_BWD_WEIGHT: {
-    const int dir = n->op == TS_OP_CONV2D ? 0 : n->op == TS_OP_CONV2D_BWD_DATA ? 1 : 2;
-    const ts__conv_desc d = dir == 0   ? ts__run_conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape)
-                            : dir == 1 ? ts__run_conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape)
-                                       : ts__run_conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
+    ts__conv_desc d;
+    const int dir = conv_dir(n, in, out, &d);
     if (!ts__gpu_conv2d_cl_ok(&d, out[0].dtype, dir)) return TS__CL_NO;
     *ain = dir == 2 ? 3u : 1u; /* x; dy; x and dy */
     *aout = dir == 2 ? 0u : 1u; /* y; dx; (dw, db: parameters' layouts) */
@@ -120,13 +127,10 @@ ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_
     return TS__CL_CAN;
   case TS_OP_AVGPOOL2D:
   case TS_OP_AVGPOOL2D_BWD:
-    *ain = *aout = 1u;
-    return TS__CL_CAN;
-  case TS_OP_MAXPOOL2D: /* x -> y and its window indices (u8, laid out as y) */
-    *ain = 1u, *aout = 3u;
-    return TS__CL_CAN;
+  case TS_OP_MAXPOOL2D:     /* x -> y and its window indices (u8, laid out as y) */
   case TS_OP_MAXPOOL2D_BWD: /* dy and the indices -> dx */
-    *ain = 3u, *aout = 1u;
+    *ain = n->op == TS_OP_MAXPOOL2D_BWD ? 3u : 1u;
+    *aout = n->op == TS_OP_MAXPOOL2D ? 3u : 1u;
     return TS__CL_CAN;
   case TS_OP_ELTWISE:
   case TS_OP_ELTWISE_BWD:
@@ -148,98 +152,56 @@ ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_
 
 /* ---- convolution ---- */
 
-/* The direction's cuDNN workspace (none with the direct kernels) and, channels last, room for the
- * filter as OHWI (the parameter stays OIHW: transposed per call; a 1x1 filter is the same memory) */
-static int conv_begin(ts__runctx *ctx, const ts__conv_desc *d, ts_dtype dt, int dir, int cl, const ts_tensor *in,
-                      int nin, unsigned ain, ts_tensor *out, int nout, unsigned aout, const ts_tensor *w,
-                      cl_stage *st, size_t *wsb, void **wt) {
-  int rc = ts__gpu_conv2d_workspace(d, dt, cl, dir, wsb);
+/* The three directions. Channels last: the direction's cuDNN workspace, then room for the filter
+ * as OHWI in the node's scratch (the parameter stays OIHW: transposed in before the forward and
+ * backward data, the weight gradient transposed out after; a 1x1 filter is the same memory) */
+static int run_conv(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  ts__conv_desc d;
+  const int dir = conv_dir(n, in, out, &d);
+  const unsigned ain = dir == 2 ? 3u : 1u, aout = dir == 2 ? 0u : 1u; /* x; dy; x and dy -> y; dx */
+  const int cl = cl_of(ctx, ain, aout);
+  const ts_dtype dt = out[0].dtype;
+  const ts_tensor *w = dir == 2 ? &out[0] : &in[1];
+  cl_stage st;
+  size_t wsb = 0;
+  int rc = ts__gpu_conv2d_workspace(&d, dt, cl, dir, &wsb);
   const size_t wb = cl && !ts__cl_same(&w->shape) ? ts_tensor_nbytes(w) : 0;
-  if (!rc) rc = cl_begin(ctx, cl, in, nin, ain, out, nout, aout, CL_ALIGN(*wsb) + wb, st);
-  *wt = wb ? (char *)st->extra + CL_ALIGN(*wsb) : NULL;
-  return rc;
-}
-
-static int run_conv2d(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &in[1].shape, &out[0].shape);
-  const int cl = cl_of(ctx, 1u, 1u);
-  cl_stage st;
-  size_t wsb = 0;
-  void *wt = NULL;
-  int rc = conv_begin(ctx, &d, out[0].dtype, 0, cl, in, n->nin, 1u, out, n->nout, 1u, &in[1], &st, &wsb, &wt);
-  if (!rc && wt) rc = cl_permute(ctx, &in[1], 1, in[1].data, wt);
-  if (!rc)
-    rc = ts__gpu_conv2d_fwd(ctx->dev, &d, out[0].dtype, cl, st.in[0].data, wt ? wt : in[1].data,
-                            n->nin == 3 ? in[2].data : NULL, st.out[0].data, st.extra, wsb, NULL);
-  return node_fail(n, cl_end(ctx, &st, rc));
-}
-
-static int run_conv2d_bwd_data(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__conv_desc d = ts__run_conv_desc(n, &out[0].shape, &in[1].shape, &in[0].shape);
-  const int cl = cl_of(ctx, 1u, 1u);
-  cl_stage st;
-  size_t wsb = 0;
-  void *wt = NULL;
-  int rc = conv_begin(ctx, &d, out[0].dtype, 1, cl, in, n->nin, 1u, out, n->nout, 1u, &in[1], &st, &wsb, &wt);
-  if (!rc && wt) rc = cl_permute(ctx, &in[1], 1, in[1].data, wt);
-  if (!rc)
-    rc = ts__gpu_conv2d_bwd_data(ctx->dev, &d, out[0].dtype, cl, st.in[0].data, wt ? wt : in[1].data, st.out[0].data,
-                                 st.extra, wsb, NULL);
-  return node_fail(n, cl_end(ctx, &st, rc));
-}
-
-static int run_conv2d_bwd_weight(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__conv_desc d = ts__run_conv_desc(n, &in[0].shape, &out[0].shape, &in[1].shape);
-  const int cl = cl_of(ctx, 3u, 0u);
-  cl_stage st;
-  size_t wsb = 0;
-  void *wt = NULL; /* channels last: dw as OHWI, then transposed into the OIHW gradient */
-  int rc = conv_begin(ctx, &d, out[0].dtype, 2, cl, in, n->nin, 3u, out, n->nout, 0u, &out[0], &st, &wsb, &wt);
-  if (!rc)
-    rc = ts__gpu_conv2d_bwd_weight(ctx->dev, &d, out[0].dtype, cl, st.in[0].data, st.in[1].data,
-                                   wt ? wt : out[0].data, n->nout == 2 ? out[1].data : NULL, st.extra, wsb, NULL);
-  if (!rc && wt) {
-    ts_tensor ohwi = out[0]; /* (O, KH, KW, C/g) viewed as the NHWC of out[0]'s shape */
-    rc = cl_permute(ctx, &ohwi, 0, wt, out[0].data);
-  }
+  if (!rc) rc = cl_begin(ctx, cl, in, n->nin, ain, out, n->nout, aout, CL_ALIGN(wsb) + wb, &st);
+  if (rc) return node_fail(n, rc);
+  void *wt = wb ? (char *)st.extra + CL_ALIGN(wsb) : NULL;
+  if (wt && dir < 2) rc = cl_permute(ctx, w, 1, w->data, wt);
+  const void *wk = wt ? wt : in[1].data;
+  if (!rc && dir == 0)
+    rc = ts__gpu_conv2d_fwd(ctx->dev, &d, dt, cl, st.in[0].data, wk, n->nin == 3 ? in[2].data : NULL, st.out[0].data,
+                            st.extra, wsb, NULL);
+  else if (!rc && dir == 1)
+    rc = ts__gpu_conv2d_bwd_data(ctx->dev, &d, dt, cl, st.in[0].data, wk, st.out[0].data, st.extra, wsb, NULL);
+  else if (!rc)
+    rc = ts__gpu_conv2d_bwd_weight(ctx->dev, &d, dt, cl, st.in[0].data, st.in[1].data, wt ? wt : out[0].data,
+                                   n->nout == 2 ? out[1].data : NULL, st.extra, wsb, NULL);
+  if (!rc && wt && dir == 2) rc = cl_permute(ctx, w, 0, wt, w->data); /* OHWI: the NHWC of (O, C/g, KH, KW) */
   return node_fail(n, cl_end(ctx, &st, rc));
 }
 
 /* ---- pooling ---- */
 
-static int run_maxpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
-  const int cl = cl_of(ctx, 1u, 3u);
+/* Max and average pooling, forward and backward: max pooling's window indices (u8) are laid out
+ * as its y (forward: out[1]; backward: in[1]) */
+static int run_pool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  const int fwd = n->op == TS_OP_MAXPOOL2D || n->op == TS_OP_AVGPOOL2D;
+  const int mx = n->op == TS_OP_MAXPOOL2D || n->op == TS_OP_MAXPOOL2D_BWD;
+  ts__pool_desc d = fwd ? ts__run_pool_desc(n, &in[0].shape, &out[0].shape) : ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
+  const unsigned ain = mx && !fwd ? 3u : 1u, aout = mx && fwd ? 3u : 1u;
+  const int cl = cl_of(ctx, ain, aout);
   cl_stage st;
-  int rc = cl_begin(ctx, cl, in, n->nin, 1u, out, n->nout, 3u, 0, &st);
-  if (!rc) rc = ts__gpu_maxpool_fwd(ctx->dev, &d, in[0].dtype, cl, st.in[0].data, st.out[0].data, st.out[1].data, NULL);
-  return node_fail(n, cl_end(ctx, &st, rc));
-}
-
-static int run_maxpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
-  const int cl = cl_of(ctx, 3u, 1u);
-  cl_stage st;
-  int rc = cl_begin(ctx, cl, in, n->nin, 3u, out, n->nout, 1u, 0, &st);
-  if (!rc) rc = ts__gpu_maxpool_bwd(ctx->dev, &d, in[0].dtype, cl, st.in[0].data, st.in[1].data, st.out[0].data, NULL);
-  return node_fail(n, cl_end(ctx, &st, rc));
-}
-
-static int run_avgpool(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = ts__run_pool_desc(n, &in[0].shape, &out[0].shape);
-  const int cl = cl_of(ctx, 1u, 1u);
-  cl_stage st;
-  int rc = cl_begin(ctx, cl, in, n->nin, 1u, out, n->nout, 1u, 0, &st);
-  if (!rc) rc = ts__gpu_avgpool_fwd(ctx->dev, &d, in[0].dtype, cl, st.in[0].data, st.out[0].data, NULL);
-  return node_fail(n, cl_end(ctx, &st, rc));
-}
-
-static int run_avgpool_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  ts__pool_desc d = ts__run_pool_desc(n, &out[0].shape, &in[0].shape);
-  const int cl = cl_of(ctx, 1u, 1u);
-  cl_stage st;
-  int rc = cl_begin(ctx, cl, in, n->nin, 1u, out, n->nout, 1u, 0, &st);
-  if (!rc) rc = ts__gpu_avgpool_bwd(ctx->dev, &d, in[0].dtype, cl, st.in[0].data, st.out[0].data, NULL);
+  int rc = cl_begin(ctx, cl, in, n->nin, ain, out, n->nout, aout, 0, &st);
+  const ts_dtype dt = in[0].dtype;
+  void *x = st.in[0].data, *y = st.out[0].data;
+  if (!rc)
+    rc = n->op == TS_OP_MAXPOOL2D   ? ts__gpu_maxpool_fwd(ctx->dev, &d, dt, cl, x, y, st.out[1].data, NULL)
+         : n->op == TS_OP_AVGPOOL2D ? ts__gpu_avgpool_fwd(ctx->dev, &d, dt, cl, x, y, NULL)
+         : mx                       ? ts__gpu_maxpool_bwd(ctx->dev, &d, dt, cl, x, st.in[1].data, y, NULL)
+                                    : ts__gpu_avgpool_bwd(ctx->dev, &d, dt, cl, x, y, NULL);
   return node_fail(n, cl_end(ctx, &st, rc));
 }
 
@@ -289,83 +251,95 @@ static void bn_dims(const ts_shape *x, int cl, int64_t *N, int64_t *C, int64_t *
   if (cl) *N *= *S, *S = 1;
 }
 
-/* Batch norm (and with the executor's BN+ReLU fusion, the ReLU after it): local statistics, or
- * synchronised over the node's groups (SyncBatchNorm: each rank's sums exchanged); the device
- * scratch holds the staged tensors (channels last), the exchange's buffers, then batchnorm.cu's
- * workspace */
-static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  const int cl = in[0].shape.ndim == 4 && cl_of(ctx, 1u, 1u);
-  int64_t N, C, S;
-  bn_dims(&in[0].shape, cl, &N, &C, &S);
-  const float mom = ts_attr_batchnorm_momentum(&n->a), eps = ts_attr_batchnorm_eps(&n->a);
-  const int training = (int)ts_attr_batchnorm_training(&n->a);
+/* What a batch-norm node's kernels take: its layout and dims, the fused ReLU, SyncBatchNorm's
+ * device collectives, and the node's scratch: the staged tensors (channels last), the exchange's
+ * buffers (part), then batchnorm.cu's workspace (ws) */
+typedef struct {
+  int64_t N, C, S, cnt;
+  int training, nx;
+  float eps;
   ts__gpu_bn_relu rr;
-  const ts__gpu_bn_relu *relu = bn_relu_of(ctx, TS__FUSE_BN_RELU, &rr);
+  const ts__gpu_bn_relu *relu;
   struct ts__dcoll *x[3];
-  int nx = 0, most = 1;
-  int rc = training ? bn_dcolls(ctx, n, x, &nx, &most) : TS_OK;
-  const int64_t cnt = 2 * C + 1, nexch = nx ? cnt * (1 + most) : 0;
+  float *part;
+  void *ws;
   cl_stage st;
+} bn_node;
+
+/* bwd: BATCHNORM_BWD (dy, x, ...) -> dx, else BATCHNORM x -> y */
+static int bn_begin(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out, int bwd, bn_node *b) {
+  const ts_tensor *x = &in[bwd ? 1 : 0];
+  const unsigned ain = bwd ? 3u : 1u;
+  const int cl = x->shape.ndim == 4 && cl_of(ctx, ain, 1u);
+  bn_dims(&x->shape, cl, &b->N, &b->C, &b->S);
+  b->eps = ts_attr_batchnorm_eps(&n->a);
+  b->training = (int)ts_attr_batchnorm_training(&n->a);
+  b->relu = bn_relu_of(ctx, bwd ? TS__FUSE_BN_RELU_BWD : TS__FUSE_BN_RELU, &b->rr);
+  int most = 1;
+  b->nx = 0;
+  int rc = b->training ? bn_dcolls(ctx, n, b->x, &b->nx, &most) : TS_OK;
+  b->cnt = 2 * b->C + 1;
+  const int64_t nexch = b->nx ? b->cnt * (1 + most) : 0;
   if (!rc)
-    rc = cl_begin(ctx, cl, in, n->nin, 1u, out, n->nout, 1u,
-                  sizeof(float) * (size_t)nexch + ts__gpu_bn_workspace(N, C, S), &st);
+    rc = cl_begin(ctx, cl, in, n->nin, ain, out, n->nout, 1u,
+                  sizeof(float) * (size_t)nexch + ts__gpu_bn_workspace(b->N, b->C, b->S), &b->st);
   if (rc) return rc;
-  float *part = st.extra;
-  void *ws = part + nexch, *xd = st.in[0].data, *yd = st.out[0].data;
-  if (!nx) /* local statistics */
+  b->part = b->st.extra;
+  b->ws = b->part + nexch;
+  return TS_OK;
+}
+
+/* Batch norm (and with the executor's BN+ReLU fusion, the ReLU after it): local statistics, or
+ * synchronised over the node's groups (SyncBatchNorm: each rank's sums exchanged) */
+static int run_batchnorm(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  bn_node b;
+  int rc = bn_begin(ctx, n, in, out, 0, &b);
+  if (rc) return rc;
+  const float mom = ts_attr_batchnorm_momentum(&n->a);
+  const int64_t N = b.N, C = b.C, S = b.S;
+  void *xd = b.st.in[0].data, *yd = b.st.out[0].data;
+  if (!b.nx) /* local statistics */
     rc = ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, xd, in[1].data, in[2].data, in[3].data, in[4].data,
-                               yd, out[1].data, out[2].data, N, C, S, mom, eps, training, relu, ws, NULL);
+                               yd, out[1].data, out[2].data, N, C, S, mom, b.eps, b.training, b.relu, b.ws, NULL);
   else { /* synchronised: the sums, exchanged, the statistics, then normalised by them */
-    rc = ts__gpu_bn_fwd_sums(ctx->dev, in[0].dtype, xd, in[3].data, N, C, S, part, ws, NULL);
-    if (!rc) rc = bn_exchange(ctx, x, nx, part, cnt, part + cnt);
-    if (!rc) rc = ts__gpu_bn_sync_stats(ctx->dev, part, in[3].data, C, mom, in[3].data, in[4].data, out[1].data,
+    rc = ts__gpu_bn_fwd_sums(ctx->dev, in[0].dtype, xd, in[3].data, N, C, S, b.part, b.ws, NULL);
+    if (!rc) rc = bn_exchange(ctx, b.x, b.nx, b.part, b.cnt, b.part + b.cnt);
+    if (!rc) rc = ts__gpu_bn_sync_stats(ctx->dev, b.part, in[3].data, C, mom, in[3].data, in[4].data, out[1].data,
                                         out[2].data, NULL);
     if (!rc) rc = ts__gpu_batchnorm_fwd(ctx->dev, in[0].dtype, in[1].dtype, xd, in[1].data, in[2].data, out[1].data,
-                                        out[2].data, yd, out[1].data, out[2].data, N, C, S, mom, eps, 0, relu, ws, NULL);
+                                        out[2].data, yd, out[1].data, out[2].data, N, C, S, mom, b.eps, 0, b.relu, b.ws,
+                                        NULL);
   }
-  return node_fail(n, cl_end(ctx, &st, rc));
+  return node_fail(n, cl_end(ctx, &b.st, rc));
 }
 
 static int run_batchnorm_bwd(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  const int cl = in[1].shape.ndim == 4 && cl_of(ctx, 3u, 1u);
-  int64_t N, C, S;
-  bn_dims(&in[1].shape, cl, &N, &C, &S);
-  const float eps = ts_attr_batchnorm_eps(&n->a);
-  const int training = (int)ts_attr_batchnorm_training(&n->a);
-  ts__gpu_bn_relu rr;
-  const ts__gpu_bn_relu *relu = bn_relu_of(ctx, TS__FUSE_BN_RELU_BWD, &rr);
-  struct ts__dcoll *x[3];
-  int nx = 0, most = 1;
-  int rc = training ? bn_dcolls(ctx, n, x, &nx, &most) : TS_OK;
-  const int64_t cnt = 2 * C + 1, nexch = nx ? cnt * (1 + most) : 0;
-  cl_stage st;
-  if (!rc)
-    rc = cl_begin(ctx, cl, in, n->nin, 3u, out, n->nout, 1u,
-                  sizeof(float) * (size_t)nexch + ts__gpu_bn_workspace(N, C, S), &st);
+  bn_node b;
+  int rc = bn_begin(ctx, n, in, out, 1, &b);
   if (rc) return rc;
-  float *part = st.extra;
-  void *ws = part + nexch, *dyd = st.in[0].data, *xd = st.in[1].data, *dxd = st.out[0].data;
-  if (!nx)
+  const int64_t N = b.N, C = b.C, S = b.S;
+  void *dyd = b.st.in[0].data, *xd = b.st.in[1].data, *dxd = b.st.out[0].data;
+  if (!b.nx)
     rc = ts__gpu_batchnorm_bwd(ctx->dev, in[1].dtype, in[2].dtype, dyd, xd, in[2].data, in[3].data, in[4].data, dxd,
-                               out[1].data, out[2].data, N, C, S, eps, training, relu, ws, NULL);
+                               out[1].data, out[2].data, N, C, S, b.eps, b.training, b.relu, b.ws, NULL);
   else { /* synchronised: this rank's sums (dgamma, dbeta from them), exchanged, dx through the totals */
     rc = ts__gpu_bn_bwd_sums(ctx->dev, in[1].dtype, in[2].dtype, dyd, xd, in[3].data, in[4].data, out[1].data,
-                             out[2].data, N, C, S, eps, relu, part, ws, NULL);
-    if (!rc) rc = bn_exchange(ctx, x, nx, part, cnt, part + cnt);
+                             out[2].data, N, C, S, b.eps, b.relu, b.part, b.ws, NULL);
+    if (!rc) rc = bn_exchange(ctx, b.x, b.nx, b.part, b.cnt, b.part + b.cnt);
     if (!rc) rc = ts__gpu_bn_bwd_dx(ctx->dev, in[1].dtype, in[2].dtype, dyd, xd, in[2].data, in[3].data, in[4].data,
-                                    part, dxd, N, C, S, eps, relu, ws, NULL);
+                                    b.part, dxd, N, C, S, b.eps, b.relu, b.ws, NULL);
   }
-  return node_fail(n, cl_end(ctx, &st, rc));
+  return node_fail(n, cl_end(ctx, &b.st, rc));
 }
 
 void ts__register_run_gpu_conv(ts__run_fn *tab) {
-  tab[TS_OP_CONV2D] = run_conv2d;
-  tab[TS_OP_CONV2D_BWD_DATA] = run_conv2d_bwd_data;
-  tab[TS_OP_CONV2D_BWD_WEIGHT] = run_conv2d_bwd_weight;
-  tab[TS_OP_MAXPOOL2D] = run_maxpool;
-  tab[TS_OP_MAXPOOL2D_BWD] = run_maxpool_bwd;
-  tab[TS_OP_AVGPOOL2D] = run_avgpool;
-  tab[TS_OP_AVGPOOL2D_BWD] = run_avgpool_bwd;
+  tab[TS_OP_CONV2D] = run_conv;
+  tab[TS_OP_CONV2D_BWD_DATA] = run_conv;
+  tab[TS_OP_CONV2D_BWD_WEIGHT] = run_conv;
+  tab[TS_OP_MAXPOOL2D] = run_pool;
+  tab[TS_OP_MAXPOOL2D_BWD] = run_pool;
+  tab[TS_OP_AVGPOOL2D] = run_pool;
+  tab[TS_OP_AVGPOOL2D_BWD] = run_pool;
   tab[TS_OP_BATCHNORM] = run_batchnorm;
   tab[TS_OP_BATCHNORM_BWD] = run_batchnorm_bwd;
 }

@@ -29,13 +29,7 @@
 
 static int numbers = 1; /* the kernels run (a GPU, or the emulating stand-in) */
 
-/* a value bound to memory the plan reads (init) or writes (res: read back after the runs) */
-typedef struct {
-  ts_val v;
-  const void *init; /* initial contents (NULL: zeros) */
-  void *res;        /* where the contents go after the runs (NULL: an input) */
-  size_t bytes;
-} bnd;
+typedef ts_test_bound bnd;
 
 /* Runs g (keeping keep[k], read back into kres[k], kbytes[k]) `runs` times on d (NULL: the CPU,
  * FAST backend) with the fusions on or off; taken: ts_plan_fusions_taken per kind. */
@@ -47,36 +41,18 @@ static void run_plan(ts__dev *d, ts_graph *g, const ts_val *keep, void **kres, c
   CHECK_OK(ts_plan_create(g, keep, nkeep, &p));
   ts_plan_set_fusion(p, fusion);
   if (d) CHECK_OK(ts_plan_set_device(p, d));
-  for (int i = 0; i < nb; i++) {
-    void *ptr = NULL;
-    if (d) {
-      CHECK_OK(ts__dev_alloc(d, b[i].bytes, &mem[i]));
-      if (b[i].init) CHECK_OK(ts__dev_copy(d, mem[i], b[i].init, b[i].bytes, TS__H2D, NULL));
-      else CHECK_OK(ts__dev_memset0(d, mem[i], b[i].bytes, NULL));
-      ptr = mem[i];
-    } else if (b[i].res) {
-      if (b[i].init) memcpy(b[i].res, b[i].init, b[i].bytes);
-      else memset(b[i].res, 0, b[i].bytes);
-      ptr = b[i].res;
-    } else {
-      ptr = (void *)b[i].init;
-    }
-    CHECK_OK(ts_plan_bind(p, b[i].v, ptr));
-  }
+  ts_test_bind(p, d, b, nb, mem);
   for (int r = 0; r < runs; r++) {
     int rc = ts_plan_run(p, (uint64_t)r);
     CHECK_MSG(rc == TS_OK, "run %d (%s, fusion %d): %s", r, d ? "GPU" : "CPU", fusion, ts_last_error());
   }
-  for (int k = 0; k < nkeep; k++) {
-    if (d) CHECK_OK(ts__dev_copy(d, kres[k], ts_plan_data(p, keep[k]), kbytes[k], TS__D2H, NULL));
-    else memcpy(kres[k], ts_plan_data(p, keep[k]), kbytes[k]);
-  }
-  for (int i = 0; d && i < nb; i++)
-    if (b[i].res) CHECK_OK(ts__dev_copy(d, b[i].res, mem[i], b[i].bytes, TS__D2H, NULL));
-  if (d) CHECK_OK(ts__dev_sync(d));
+  ts_test_bound kept[8];
+  CHECK(nkeep <= 8);
+  for (int k = 0; k < nkeep && k < 8; k++) kept[k] = (ts_test_bound){keep[k], NULL, kres[k], kbytes[k]};
+  ts_test_read_kept(p, d, kept, nkeep < 8 ? nkeep : 8);
+  ts_test_unbind(d, b, nb, mem);
   for (int k = 0; k < TS_FUSION_COUNT; k++) taken[k] = ts_plan_fusions_taken(p, (ts_fusion)k);
   ts_plan_free(p);
-  for (int i = 0; i < nb; i++) ts__dev_free(d, mem[i]);
 }
 
 /* ---- BN+ReLU ---- */

@@ -52,12 +52,7 @@ typedef struct {
   int ncl;
 } res;
 
-typedef struct {
-  ts_val v;
-  const void *init; /* NULL: zeros */
-  void *res;        /* read back after the runs (NULL: an input) */
-  size_t bytes;
-} bnd;
+typedef ts_test_bound bnd;
 
 /* batch norm k's parameters and running statistics: leaves, made before any node (ts_graph_amp
  * copies the graph: leaves made first keep their handles) */
@@ -133,39 +128,17 @@ static void run(ts__dev *d, int level, const char *cl, res *o) {
   CHECK_OK(ts_plan_create(g, keep, 2, &p));
   if (d) CHECK_OK(ts_plan_set_device(p, d));
   else ts_backend_set(TS_BACKEND_FAST);
-  for (int i = 0; i < nb; i++) {
-    void *ptr;
-    if (d) {
-      CHECK_OK(ts__dev_alloc(d, b[i].bytes, &mem[i]));
-      if (b[i].init) CHECK_OK(ts__dev_copy(d, mem[i], b[i].init, b[i].bytes, TS__H2D, NULL));
-      else CHECK_OK(ts__dev_memset0(d, mem[i], b[i].bytes, NULL));
-      ptr = mem[i];
-    } else if (b[i].res) {
-      if (b[i].init) memcpy(b[i].res, b[i].init, b[i].bytes);
-      else memset(b[i].res, 0, b[i].bytes);
-      ptr = b[i].res;
-    } else {
-      ptr = (void *)b[i].init;
-    }
-    CHECK_MSG(ts_plan_bind(p, b[i].v, ptr) == TS_OK, "binding %d: %s", i, ts_last_error());
-  }
+  ts_test_bind(p, d, b, nb, mem);
   for (int s = 0; s < 2; s++) {
     int rc = ts_plan_run(p, (uint64_t)s);
     CHECK_MSG(rc == TS_OK, "run %d (%s, O%d, channels last %s): %s", s, d ? "GPU" : "CPU", level, cl ? cl : "auto",
               ts_last_error());
   }
-  void *kres[2] = {&o->loss, o->gx};
-  const size_t kb[2] = {sizeof o->loss, sizeof o->gx};
-  for (int k = 0; k < 2; k++) {
-    if (d) CHECK_OK(ts__dev_copy(d, kres[k], ts_plan_data(p, keep[k]), kb[k], TS__D2H, NULL));
-    else memcpy(kres[k], ts_plan_data(p, keep[k]), kb[k]);
-  }
-  for (int i = 0; d && i < nb; i++)
-    if (b[i].res) CHECK_OK(ts__dev_copy(d, b[i].res, mem[i], b[i].bytes, TS__D2H, NULL));
-  if (d) CHECK_OK(ts__dev_sync(d));
+  const bnd kept[2] = {{keep[0], NULL, &o->loss, sizeof o->loss}, {keep[1], NULL, o->gx, sizeof o->gx}};
+  ts_test_read_kept(p, d, kept, 2);
+  ts_test_unbind(d, b, nb, mem);
   o->ncl = ts_plan_channels_last_values(p);
   ts_plan_free(p);
-  for (int i = 0; i < nb; i++) ts__dev_free(d, mem[i]);
   ts_graph_free(g);
   unsetenv("TESSERA_GPU_CHANNELS_LAST");
 }
