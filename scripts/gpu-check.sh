@@ -80,6 +80,8 @@ step graph 300 test_exec_gpu
 # the executor's fusions on the GPU (BN+ReLU, matmul+bias+GeLU, matmul+cast) against the unfused GPU
 # plan and the CPU's
 step fusions 120 test_fusion_gpu
+# channels last (NHWC activations around cuDNN's convolutions) against NCHW and the CPU
+step channels_last 120 test_layout_gpu
 # the device collectives on the real driver and NCCL, one process (NCCL at world size 1; MPI's
 # singleton start needs OpenMPI's orted, which the bundle does not carry yet: a failure to start
 # MPI here is the bundle's, not the collectives')
