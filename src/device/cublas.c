@@ -18,7 +18,7 @@
 #include "device/cuda_api.h"
 #include "device/gpu_kernels.h"
 
-enum { OP_N = TS__CUBLAS_OP_N, OP_T = TS__CUBLAS_OP_T, R_32F = TS__CUDA_R_32F, R_16BF = TS__CUDA_R_16BF };
+enum { OP_N = TS__CUBLAS_OP_N, OP_T = TS__CUBLAS_OP_T, R_32F = TS__CUDA_R_32F, R_16BF = TS__CUDA_R_16BF, R_16F = TS__CUDA_R_16F };
 enum { COMPUTE_32F = TS__CUBLAS_COMPUTE_32F, GEMM_DEFAULT = TS__CUBLAS_GEMM_DEFAULT };
 typedef ts__cublas_status cublasStatus_t;
 
@@ -70,8 +70,9 @@ int ts__cublas_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c
                     const void *bias, void *c, ts__dev_stream *s) {
   CUstream stream = (CUstream)ts__cuda_stream(d, s);
   if (!ts__cublas_available()) return ts_error_set(TS_EUNSUPPORTED, "%s", cb_msg);
-  int at = ab_dt == TS_F32 ? R_32F : ab_dt == TS_BF16 ? R_16BF : -1, ct = c_dt == TS_F32 ? R_32F : c_dt == TS_BF16 ? R_16BF : -1;
-  if (at < 0 || ct < 0 || (ab_dt == TS_F32 && c_dt != TS_F32))
+  int at = ab_dt == TS_F32 ? R_32F : ab_dt == TS_BF16 ? R_16BF : ab_dt == TS_F16 ? R_16F : -1;
+  int ct = c_dt == TS_F32 ? R_32F : c_dt == TS_BF16 ? R_16BF : c_dt == TS_F16 ? R_16F : -1;
+  if (at < 0 || ct < 0 || (ab_dt == TS_F32 && c_dt != TS_F32) || (ab_dt == TS_F16 && c_dt != TS_F16))
     return ts_error_set(TS_EDTYPE, "cuBLAS gemm: %s -> %s", ts_dtype_name(ab_dt), ts_dtype_name(c_dt));
   const int64_t M = m->M, N = m->N, K = m->K;
   if (M > 2147483647 || N > 2147483647 || K > 2147483647 || m->batch > 2147483647)
@@ -80,7 +81,10 @@ int ts__cublas_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c
   int rc = TS_OK;
   float one = 1.0f, beta = 0.0f;
   if (bias) { /* every row of c = bias, then c += the product */
-    const char *k = ab_dt == TS_F32 ? "ts_k_fill_rows_f32" : c_dt == TS_BF16 ? "ts_k_fill_rows_bf16" : "ts_k_fill_rows_bf16_f32";
+    const char *k = ab_dt == TS_F32    ? "ts_k_fill_rows_f32"
+                    : ab_dt == TS_F16  ? "ts_k_fill_rows_f16"
+                    : c_dt == TS_BF16  ? "ts_k_fill_rows_bf16"
+                                       : "ts_k_fill_rows_bf16_f32";
     int64_t rows = m->batch * M;
     void *args[] = {&bias, &c, &rows, (void *)&N};
     int64_t n = rows * N, g = (n + 255) / 256;

@@ -16,6 +16,7 @@ enum {
   TS__CUBLAS_OP_T = 1,          /* CUBLAS_OP_T */
   TS__CUDA_R_32F = 0,           /* cudaDataType CUDA_R_32F */
   TS__CUDA_R_16BF = 14,         /* CUDA_R_16BF */
+  TS__CUDA_R_16F = 2,           /* CUDA_R_16F */
   TS__CUBLAS_COMPUTE_32F = 68,  /* CUBLAS_COMPUTE_32F (real f32: not _FAST_TF32) */
   TS__CUBLAS_COMPUTE_32F_FAST_TF32 = 77, /* f32 operands on TF32 tensor cores (float32_matmul_precision: high) */
   TS__CUBLAS_GEMM_DEFAULT = -1  /* CUBLAS_GEMM_DEFAULT */

@@ -281,10 +281,12 @@ int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt
                   : ab_dt == TS_BF16 && c_dt == TS_BF16 ? "ts_k_gemm_bf16"
                   : ab_dt == TS_BF16 && c_dt == TS_F32  ? "ts_k_gemm_bf16_f32"
                                                         : NULL;
+  const int cublas = !strcmp(ts__gpu_gemm_impl(NULL), "cublas");
+  if (cublas && ab_dt == TS_F16 && c_dt == TS_F16) return ts__cublas_gemm(d, m, ab_dt, c_dt, a, b, bias, c, s);
   if (!k)
-    return ts_error_set(TS_EDTYPE, "GPU gemm: %s operands -> %s (f32, bf16, bf16 -> f32)", ts_dtype_name(ab_dt),
-                        ts_dtype_name(c_dt));
-  if (!strcmp(ts__gpu_gemm_impl(NULL), "cublas")) return ts__cublas_gemm(d, m, ab_dt, c_dt, a, b, bias, c, s);
+    return ts_error_set(TS_EDTYPE, "GPU gemm: %s operands -> %s (f32, bf16, bf16 -> f32; f16 through cuBLAS)",
+                        ts_dtype_name(ab_dt), ts_dtype_name(c_dt));
+  if (cublas) return ts__cublas_gemm(d, m, ab_dt, c_dt, a, b, bias, c, s);
   if (m->batch > 65535 || (m->M + 63) / 64 > 65535)
     return ts_error_set(TS_ERANGE, "GPU gemm: batch %lld x %lld rows is beyond the launch grid", (long long)m->batch,
                         (long long)m->M);

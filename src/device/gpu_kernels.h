@@ -127,8 +127,9 @@ int ts__gpu_lamb_apply(ts__dev *d, float *p, const float *u, int64_t n, float lr
 int ts__gpu_clip(ts__dev *d, float *g, int64_t n, float max_norm, float *scratch, float *fs, ts__dev_stream *s);
 
 /* GEMM (src/kernels/matmul.h's ts__mm_desc): c = op(a) op(b) (+ bias (N) broadcast over rows and
- * batch; NULL: none); ab_dt the operands' and bias's dtype (f32, bf16), c_dt c's (ab_dt, or f32
- * from bf16 operands). Dense y = x w^T + b is {1, M, N, K, 0, 1, 0, 0}. */
+ * batch; NULL: none); ab_dt the operands' and bias's dtype (f32, bf16; f16 -> f16 where cuBLAS
+ * runs the GEMMs), c_dt c's (ab_dt, or f32 from bf16 operands). Dense y = x w^T + b is
+ * {1, M, N, K, 0, 1, 0, 0}. */
 int ts__gpu_gemm(ts__dev *d, const ts__mm_desc *m, ts_dtype ab_dt, ts_dtype c_dt, const void *a, const void *b,
                  const void *bias, void *c, ts__dev_stream *s);
 /* Which GEMM ts__gpu_gemm runs: cuBLAS where it is found (cublas.c), else Tessera's own kernel

@@ -6,8 +6,11 @@
  * statistics are updated in place, softmax_ce's loss is f32). The copies live in a device scratch
  * of their own (ts__run_dev_wide), the adapter keeping ts__run_dev_scratch for itself.
  * Adapters that move bytes (copies, views, permutes, block copies), the casts, fills, collectives
- * (comm/ and NCCL reduce f16 themselves) and point-to-point transfers handle f16 directly. Correct
- * everywhere, no faster than f32: bf16 is the GPU's fast 16-bit type. */
+ * (comm/ and NCCL reduce f16 themselves) and point-to-point transfers handle f16 directly, and so
+ * does cuBLAS the f16 GEMMs (matmul, dense) where it runs them. The rest is correct, no faster
+ * than f32: bf16 is the GPU's fast 16-bit type. */
+#include <string.h>
+
 #include "run_impl.h"
 #include "device/gpu_kernels.h"
 
@@ -27,7 +30,17 @@ static int f16_direct(ts_op op) {
 
 #define WIDE_ALIGN(b) (((b) + 255) & ~(size_t)255)
 
+/* an f16 GEMM cuBLAS runs itself (f16 operands and result, f32 products and sums: one rounding of
+ * each result, as the converted path; on the tensor cores) */
+static int f16_gemm(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out) {
+  if ((n->op != TS_OP_MATMUL && n->op != TS_OP_DENSE) || n->nout != 1 || out[0].dtype != TS_F16) return 0;
+  for (int k = 0; k < n->nin; k++)
+    if (in[k].dtype != TS_F16) return 0;
+  return !strcmp(ts__gpu_gemm_impl(NULL), "cublas");
+}
+
 static int run_widened(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
+  if (f16_gemm(n, in, out)) return g_f32[n->op](ctx, n, in, out);
   size_t total = 0;
   for (int k = 0; k < n->nin; k++)
     if (in[k].dtype == TS_F16) total += WIDE_ALIGN((size_t)ts_tensor_numel(&in[k]) * 4);

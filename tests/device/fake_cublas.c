@@ -10,7 +10,7 @@
 #include "fake_bf16.h"
 
 enum { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
-enum { R_32F = 0, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
+enum { R_32F = 0, R_16F = 2, R_16BF = 14, COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
 
 static int handle_token;
 int fake_cublas_calls;
@@ -20,7 +20,8 @@ int cublasCreate_v2(void **h) { *h = &handle_token; return OK; }
 int cublasDestroy_v2(void *h) { return h == &handle_token ? OK : NOT_INITIALIZED; }
 int cublasSetStream_v2(void *h, void *s) { (void)s; return h == &handle_token ? OK : NOT_INITIALIZED; }
 
-static float ld(const void *p, int t, long long i) { return fake_ld(p, t == R_32F, i); }
+static int kind(int t) { return t == R_16F ? FAKE_F16 : t == R_32F; }
+static float ld(const void *p, int t, long long i) { return fake_ld(p, kind(t), i); }
 /* f32 to TF32 (1 + 8 + 10 bits) as the tensor cores take it: round to nearest, ties away */
 static float to_tf32(float v) {
   uint32_t u;
@@ -29,7 +30,7 @@ static float to_tf32(float v) {
   memcpy(&v, &u, 4);
   return v;
 }
-static void st(void *p, int t, long long i, float v) { fake_st(p, t == R_32F, i, v); }
+static void st(void *p, int t, long long i, float v) { fake_st(p, kind(t), i, v); }
 
 int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int At,
                                int lda, long long sA, const void *B, int Bt, int ldb, long long sB, const void *beta,
@@ -40,8 +41,8 @@ int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, con
   if (lda < (ta ? (k > 1 ? k : 1) : (m > 1 ? m : 1)) || ldb < (tb ? (n > 1 ? n : 1) : (k > 1 ? k : 1)) ||
       ldc < (m > 1 ? m : 1))
     return INVALID_VALUE;
-  if ((compute != COMPUTE_32F && !(compute == COMPUTE_32F_FAST_TF32 && At == R_32F)) || (At != R_32F && At != R_16BF) ||
-      At != Bt || (Ct != R_32F && Ct != R_16BF))
+  if ((compute != COMPUTE_32F && !(compute == COMPUTE_32F_FAST_TF32 && At == R_32F)) || (At != R_32F && At != R_16BF && At != R_16F) ||
+      At != Bt || (Ct != R_32F && Ct != At))
     return NOT_SUPPORTED;
   const int tf32 = compute == COMPUTE_32F_FAST_TF32; /* the operands rounded to TF32's 10-bit mantissa */
   float al = *(const float *)alpha, be = *(const float *)beta;

@@ -91,7 +91,8 @@ int main() {
   TS__CUBLAS_SYMBOLS(F)
 #undef F
   r.check((int)TS__CUBLAS_OP_N == (int)CUBLAS_OP_N && (int)TS__CUBLAS_OP_T == (int)CUBLAS_OP_T, "cublasOperation_t values");
-  r.check((int)TS__CUDA_R_32F == (int)CUDA_R_32F && (int)TS__CUDA_R_16BF == (int)CUDA_R_16BF, "cudaDataType values");
+  r.check((int)TS__CUDA_R_32F == (int)CUDA_R_32F && (int)TS__CUDA_R_16BF == (int)CUDA_R_16BF &&
+              (int)TS__CUDA_R_16F == (int)CUDA_R_16F, "cudaDataType values");
   r.check((int)TS__CUBLAS_COMPUTE_32F == (int)CUBLAS_COMPUTE_32F && (int)TS__CUBLAS_GEMM_DEFAULT == (int)CUBLAS_GEMM_DEFAULT &&
               (int)TS__CUBLAS_COMPUTE_32F_FAST_TF32 == (int)CUBLAS_COMPUTE_32F_FAST_TF32,
           "cublasComputeType_t and cublasGemmAlgo_t values");

@@ -1356,7 +1356,27 @@ static void test_fake(void) {
     down(&G, c, pc, sizeof c);
     CHECK_MSG(compute && *compute == 68, "f32 GEMM by default: compute type %d (real f32: 68)", compute ? *compute : -1);
     CHECK_CLOSE(c, c32, M * N, 1e-5, 1e-5, "f32 GEMM (real f32) against the reference");
-    ts__dev_free(d, pa), ts__dev_free(d, pb), ts__dev_free(d, pc);
+    /* f16 (amp_dtype f16): cuBLAS runs the GEMM itself (CUDA_R_16F, f32 products and sums), the
+     * bias filled first (ts_k_fill_rows_f16): against the f32 product of the same f16 values plus
+     * the bias, rounded once to f16 (src/tensor/dtype.c), within one f16 ulp */
+    static uint16_t ha[M * K], hb[K * N], hbias[N], hc[M * N];
+    static float fa[M * K], fb16[K * N], fbias[N], want[M * N], got[M * N];
+    ts__lp_from_f32(a, ha, TS_F16, M * K), ts__lp_from_f32(b, hb, TS_F16, K * N);
+    for (int j = 0; j < N; j++) hbias[j] = ts_f32_to_f16(0.25f * (float)(j % 7) - 0.75f);
+    ts__lp_to_f32(ha, TS_F16, fa, M * K), ts__lp_to_f32(hb, TS_F16, fb16, K * N), ts__lp_to_f32(hbias, TS_F16, fbias, N);
+    CHECK_OK(ts__matmul_ref(&md, fa, fb16, want));
+    for (int i = 0; i < M * N; i++) want[i] = ts_f16_to_f32(ts_f32_to_f16(want[i] + fbias[i % N]));
+    void *pbias = up(&G, hbias, sizeof hbias);
+    CHECK_OK(ts__dev_copy(d, pa, ha, sizeof ha, TS__H2D, NULL));
+    CHECK_OK(ts__dev_copy(d, pb, hb, sizeof hb, TS__H2D, NULL));
+    const int before16 = calls ? *calls : 0;
+    CHECK_OK(ts__gpu_gemm(d, &md, TS_F16, TS_F16, pa, pb, pbias, pc, NULL));
+    down(&G, hc, pc, sizeof hc);
+    ts__lp_to_f32(hc, TS_F16, got, M * N);
+    CHECK_MSG(calls && *calls == before16 + 1, "the f16 GEMM did not go through cuBLAS");
+    if (!G.fake) /* the bias's fill is a kernel: emulated (not under ASan) */
+      CHECK_CLOSE(got, want, M * N, 1e-3, 1.0 / 512, "f16 GEMM with bias (cuBLAS) against the f32 product rounded to f16");
+    ts__dev_free(d, pa), ts__dev_free(d, pb), ts__dev_free(d, pc), ts__dev_free(d, pbias);
   }
   if (fb) dlclose(fb);
   /* the convolutions went through the stand-in cuDNN (fake_cudnn.c), which computes them: of its

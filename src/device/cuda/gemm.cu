@@ -93,3 +93,4 @@ DEV void fill_rows(const TB *bias, TC *c, i64 rows, i64 N) {
 KERNEL ts_k_fill_rows_f32(const float *bias, float *c, i64 rows, i64 N) { fill_rows(bias, c, rows, N); }
 KERNEL ts_k_fill_rows_bf16(const bf16 *bias, bf16 *c, i64 rows, i64 N) { fill_rows(bias, c, rows, N); }
 KERNEL ts_k_fill_rows_bf16_f32(const bf16 *bias, float *c, i64 rows, i64 N) { fill_rows(bias, c, rows, N); }
+KERNEL ts_k_fill_rows_f16(const half16 *bias, half16 *c, i64 rows, i64 N) { fill_rows(bias, c, rows, N); }

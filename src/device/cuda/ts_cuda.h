@@ -198,6 +198,12 @@ DEV float ld(const float *p, i64 i) { return p[i]; }
 DEV float ld(const bf16 *p, i64 i) { return bf2f(p[i]); }
 DEV void st(float *p, i64 i, float v) { p[i] = v; }
 DEV void st(bf16 *p, i64 i, float v) { p[i] = f2bf(v); }
+/* f16 storage: a type of its own for the overloads (bf16 is the unsigned short) */
+struct half16 {
+  unsigned short x;
+};
+DEV float ld(const half16 *p, i64 i) { return h2f(p[i].x); }
+DEV void st(half16 *p, i64 i, float v) { p[i].x = f2h(v); }
 
 /* ---- block reductions: a fixed tree (warp shuffles, then the warps' sums), deterministic ---- */
 DEV float warp_sum(float v) {
