@@ -10,8 +10,8 @@
  * Policies, as the rest of the GPU backend:
  *   - f32 is real f32: the descriptor's math type is CUDNN_FMA_MATH and an algorithm reported
  *     with tensor-op math is skipped (no TF32; PyTorch's cudnn.allow_tf32 defaults to on, ours
- *     is off unless float32_matmul_precision: high, ts__gpu_set_tf32, asks for it); bf16 storage runs with f32 compute and tensor cores (the algorithm's own math
- *     type).
+ *     is off unless float32_matmul_precision: high, ts__gpu_set_tf32, asks for it); bf16 and f16
+ *     storage run with f32 compute and tensor cores (the algorithm's own math type).
  *   - Deterministic: of the algorithms cuDNN's heuristics list for a shape (an order that depends
  *     on the GPU and the shape only, not on timing), the first that reports
  *     CUDNN_DETERMINISTIC, succeeds and fits TS__CUDNN_WS_MAX of workspace; never a benchmark
@@ -135,7 +135,7 @@ static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt, int cl) {
   s->dt = dt;
   s->cl = cl;
   const int f = cl ? TS__DNN_NHWC : TS__DNN_NCHW;
-  int t = dt == TS_BF16 ? TS__DNN_DATA_BFLOAT16 : TS__DNN_DATA_FLOAT;
+  int t = dt == TS_BF16 ? TS__DNN_DATA_BFLOAT16 : dt == TS_F16 ? TS__DNN_DATA_HALF : TS__DNN_DATA_FLOAT;
   const int64_t big = 2147483647;
   if (c->N * c->C * c->H * c->W > big || c->N * c->O * c->OH * c->OW > big)
     return ts_error_set(TS_ERANGE, "cuDNN convolution: a tensor beyond 2^31 elements");
@@ -150,7 +150,8 @@ static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt, int cl) {
     st = dn.SetConvolution2dDescriptor(s->conv, (int)c->ph, (int)c->pw, (int)c->sh, (int)c->sw, (int)c->dh, (int)c->dw,
                                        TS__DNN_CROSS_CORRELATION, TS__DNN_DATA_FLOAT);
   if (!st) st = dn.SetConvolutionGroupCount(s->conv, (int)c->groups);
-  if (!st) st = dn.SetConvolutionMathType(s->conv, dt == TS_BF16 || ts__gpu_tf32() ? TS__DNN_TENSOR_OP_MATH : TS__DNN_FMA_MATH);
+  if (!st)
+    st = dn.SetConvolutionMathType(s->conv, dt != TS_F32 || ts__gpu_tf32() ? TS__DNN_TENSOR_OP_MATH : TS__DNN_FMA_MATH);
   if (st) {
     int rc = fail(st, "descriptors", c, dt, cl);
     shape_free(s);

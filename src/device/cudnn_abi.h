@@ -29,6 +29,7 @@ typedef struct {
 enum {
   TS__DNN_DATA_FLOAT = 0,      /* CUDNN_DATA_FLOAT */
   TS__DNN_DATA_BFLOAT16 = 9,   /* CUDNN_DATA_BFLOAT16 */
+  TS__DNN_DATA_HALF = 2,       /* CUDNN_DATA_HALF */
   TS__DNN_NCHW = 0,            /* CUDNN_TENSOR_NCHW */
   TS__DNN_NHWC = 1,            /* CUDNN_TENSOR_NHWC */
   TS__DNN_CROSS_CORRELATION = 1,

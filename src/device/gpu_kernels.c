@@ -703,6 +703,20 @@ static int kname(char *buf, size_t cap, const char *base, ts_dtype dt, const cha
   return TS_OK;
 }
 
+/* the same, f16 too (the kernels around cuDNN's convolutions) */
+static int kname16(char *buf, size_t cap, const char *base, ts_dtype dt, const char *what) {
+  if (dt != TS_F16) return kname(buf, cap, base, dt, what);
+  snprintf(buf, cap, "%s_f16", base);
+  return TS_OK;
+}
+
+int ts__gpu_conv2d_native(const ts__conv_desc *c, ts_dtype dt, int dir) {
+  size_t b = 0;
+  cdesc k;
+  if (conv_of(c, &k) || strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
+  return ts__cudnn_conv_workspace(c, dt, 0, dir, &b) == TS_OK;
+}
+
 const char *ts__gpu_conv_impl(const char **why) {
   const char *force = getenv("TESSERA_GPU_CONV");
   if (why) *why = ts__cudnn_why();
@@ -721,24 +735,28 @@ static int conv_cudnn(const ts__conv_desc *c, ts_dtype dt, int cl, int dir) {
 
 int ts__gpu_conv2d_cl_ok(const ts__conv_desc *c, ts_dtype dt, int dir) {
   cdesc k;
-  char kn[64];
   size_t b = 0;
-  if (conv_of(c, &k) || kname(kn, sizeof kn, "ts_k_conv2d_fwd", dt, "conv2d")) return 0;
+  if (conv_of(c, &k) || (dt != TS_F32 && dt != TS_BF16 && dt != TS_F16)) return 0;
   if (strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
   /* cuDNN takes the NHWC descriptors and has a deterministic algorithm for them (any refusal:
    * NCHW, where the same refusal is reported when the node runs) */
   return ts__cudnn_conv_workspace(c, dt, 1, dir, &b) == TS_OK;
 }
 
-/* the direction runs on cuDNN (in the layout asked for), or on the direct kernels (NCHW only) */
+/* the direction runs on cuDNN (in the layout asked for), or on the direct kernels (NCHW, f32 and
+ * bf16 only) */
 static int conv_route(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, const char *what, char *kn, size_t cap,
                       int *cudnn) {
   cdesc k;
   int rc = conv_of(c, &k);
-  if (!rc) rc = kname(kn, cap, dir == 0 ? "ts_k_conv2d_fwd" : dir == 1 ? "ts_k_conv2d_bwd_data" : "ts_k_conv2d_bwd_weight",
-                      dt, what);
+  if (!rc && dt != TS_F16)
+    rc = kname(kn, cap, dir == 0 ? "ts_k_conv2d_fwd" : dir == 1 ? "ts_k_conv2d_bwd_data" : "ts_k_conv2d_bwd_weight",
+               dt, what);
   if (rc) return rc;
   *cudnn = conv_cudnn(c, dt, cl, dir);
+  if (dt == TS_F16 && !*cudnn)
+    return ts_error_set(TS_EUNSUPPORTED, "GPU %s: f16 runs on cuDNN only (%s)", what,
+                        strcmp(ts__gpu_conv_impl(NULL), "cudnn") ? "not in use" : "no deterministic algorithm");
   if (cl && !*cudnn)
     return ts_error_set(TS_EUNSUPPORTED, "GPU %s channels last: cuDNN does not run it (x %lldx%lldx%lldx%lld, w "
                         "%lldx%lldx%lldx%lld)", what, (long long)c->N, (long long)c->C, (long long)c->H,
@@ -765,7 +783,7 @@ int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, 
   if (cudnn) { /* the bias first, then y += the convolution (one rounding) */
     /* NHWC is (N OH OW, O, 1): the same kernels, the same sums */
     int64_t N = cl ? c->N * c->OH * c->OW : c->N, O = c->O, S = cl ? 1 : c->OH * c->OW;
-    if (b && !(rc = kname(kn, sizeof kn, "ts_k_conv_bias_fill", dt, "conv2d"))) {
+    if (b && !(rc = kname16(kn, sizeof kn, "ts_k_conv_bias_fill", dt, "conv2d"))) {
       void *a[] = {&b, &y, &N, &O, &S};
       rc = launch(d, kn, grid_for(N * O * S), 1, BLOCK, s, a);
     }
@@ -797,7 +815,7 @@ int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, i
   if (cudnn) { /* dw from cuDNN, db a sum per channel */
     if ((rc = ts__cudnn_conv(d, c, dt, cl, 2, x, dy, dw, 0.0f, ws, ws_bytes, s)) || !db) return rc;
     int64_t N = cl ? c->N * c->OH * c->OW : c->N, O = c->O, S = cl ? 1 : c->OH * c->OW;
-    if ((rc = kname(kn, sizeof kn, "ts_k_conv_bias_grad", dt, "conv2d backward bias"))) return rc;
+    if ((rc = kname16(kn, sizeof kn, "ts_k_conv_bias_grad", dt, "conv2d backward bias"))) return rc;
     void *a[] = {&dy, &db, &N, &O, &S};
     return launch(d, kn, (unsigned)(O < MAX_GRID ? O : MAX_GRID), 1, BLOCK, s, a);
   }

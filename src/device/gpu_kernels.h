@@ -234,6 +234,7 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
  * deterministic algorithm, real f32 or bf16 with f32 compute), else through the direct kernels
  * (conv.cu); ws is device scratch of at least ts__gpu_conv2d_workspace's bytes for the direction
  * (0 forward, 1 backward data, 2 backward weight; 0 bytes with the direct kernels).
+ * dt: f32, bf16, or f16 (cuDNN only).
  * cl (channels last, PyTorch's channels_last): x, y, dy, dx are NHWC and w, dw OHWI (KRSC); cuDNN
  * only (ts__gpu_conv2d_cl_ok says whether it runs the direction so; TS_EUNSUPPORTED otherwise). */
 int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, size_t *bytes);
@@ -246,6 +247,9 @@ int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, i
 /* 1 when the direction of the shape runs channels last: cuDNN is the convolution in use and has a
  * deterministic (real-f32) algorithm for it in NHWC */
 int ts__gpu_conv2d_cl_ok(const ts__conv_desc *c, ts_dtype dt, int dir);
+/* 1 when cuDNN is the convolution in use and runs the direction of the shape in dt (NCHW) with a
+ * deterministic algorithm: f16 convolutions go to it directly (runtime/run_gpu_lowp.c) */
+int ts__gpu_conv2d_native(const ts__conv_desc *c, ts_dtype dt, int dir);
 /* Which convolution runs: cuDNN where it is found, else Tessera's direct kernels;
  * TESSERA_GPU_CONV=tessera forces the own kernels, =cudnn refuses to run without cuDNN. The name
  * of the one in use ("cudnn" or "tessera"), and the reason when cuDNN is not ("" else). */

@@ -727,13 +727,14 @@ void ts_plan_set_fusion(ts_plan *p, int on) {
  * node that runs NHWC (TS__CL_CAN) lays out one of its values, and no member is bound, kept, a
  * view or viewed, a leaf, or laid out by a node that keeps NCHW (TS__CL_NO, or a slot outside a
  * node's masks). Values whose two layouts are the same memory (ts__cl_same) take no part.
- * TESSERA_GPU_CHANNELS_LAST=0 turns it off, =1 on; unset: on when a live convolution is bf16
- * (cuDNN's tensor cores want NHWC; real f32 keeps NCHW). */
+ * TESSERA_GPU_CHANNELS_LAST=0 turns it off, =1 on; unset: on when a live convolution is bf16 or
+ * f16 (cuDNN's tensor cores want NHWC; real f32 keeps NCHW). */
+static int ts__is_16bit(ts_dtype dt) { return dt == TS_BF16 || dt == TS_F16; }
 static int cl_wanted(const ts_plan *p) {
   const char *e = getenv("TESSERA_GPU_CHANNELS_LAST");
   if (e && *e) return strcmp(e, "0") != 0;
   for (int i = 0; i < p->nnodes; i++)
-    if (p->live[i] && p->nodes[i].op == TS_OP_CONV2D && p->vals[node_out(p, i)[0]].dtype == TS_BF16) return 1;
+    if (p->live[i] && p->nodes[i].op == TS_OP_CONV2D && ts__is_16bit(p->vals[node_out(p, i)[0]].dtype)) return 1;
   return 0;
 }
 static int cl_find(int *up, int v) {

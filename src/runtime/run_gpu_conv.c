@@ -152,6 +152,17 @@ ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_
 
 /* ---- convolution ---- */
 
+int ts__run_gpu_conv_native(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out) {
+  if (n->op != TS_OP_CONV2D && n->op != TS_OP_CONV2D_BWD_DATA && n->op != TS_OP_CONV2D_BWD_WEIGHT) return 0;
+  for (int k = 0; k < n->nin; k++)
+    if (in[k].dtype != TS_F16) return 0;
+  for (int k = 0; k < n->nout; k++)
+    if (out[k].dtype != TS_F16) return 0;
+  ts__conv_desc d;
+  const int dir = conv_dir(n, in, out, &d);
+  return ts__gpu_conv2d_native(&d, TS_F16, dir);
+}
+
 /* The three directions. Channels last: the direction's cuDNN workspace, then room for the filter
  * as OHWI in the node's scratch (the parameter stays OIHW: transposed in before the forward and
  * backward data, the weight gradient transposed out after; a 1x1 filter is the same memory) */

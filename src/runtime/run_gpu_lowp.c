@@ -7,8 +7,8 @@
  * of their own (ts__run_dev_wide), the adapter keeping ts__run_dev_scratch for itself.
  * Adapters that move bytes (copies, views, permutes, block copies), the casts, fills, collectives
  * (comm/ and NCCL reduce f16 themselves) and point-to-point transfers handle f16 directly, and so
- * does cuBLAS the f16 GEMMs (matmul, dense) where it runs them. The rest is correct, no faster
- * than f32: bf16 is the GPU's fast 16-bit type. */
+ * do cuBLAS the f16 GEMMs (matmul, dense) and cuDNN the f16 convolutions where they run them. The
+ * rest is correct, no faster than f32: bf16 is the GPU's fast 16-bit type. */
 #include <string.h>
 
 #include "run_impl.h"
@@ -40,7 +40,7 @@ static int f16_gemm(const ts__run_node *n, const ts_tensor *in, const ts_tensor 
 }
 
 static int run_widened(ts__runctx *ctx, const ts__run_node *n, const ts_tensor *in, ts_tensor *out) {
-  if (f16_gemm(n, in, out)) return g_f32[n->op](ctx, n, in, out);
+  if (f16_gemm(n, in, out) || ts__run_gpu_conv_native(n, in, out)) return g_f32[n->op](ctx, n, in, out);
   size_t total = 0;
   for (int k = 0; k < n->nin; k++)
     if (in[k].dtype == TS_F16) total += WIDE_ALIGN((size_t)ts_tensor_numel(&in[k]) * 4);

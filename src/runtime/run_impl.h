@@ -74,6 +74,9 @@ typedef enum {
  * unused); bit k of *ain (*aout) set for the input (output) slots it lays out. */
 ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out, unsigned *ain,
                            unsigned *aout);
+/* 1 for a convolution node whose tensors are all f16 and whose direction cuDNN runs in f16
+ * (run_gpu_conv.c): run_gpu_lowp.c hands it over as it is, not through f32 copies */
+int ts__run_gpu_conv_native(const ts__run_node *n, const ts_tensor *in, const ts_tensor *out);
 /* 1 when NCHW and NHWC are the same memory for a tensor of shape s (not 4-d, 1x1, one channel) */
 static inline int ts__cl_same(const ts_shape *s) {
   return s->ndim != 4 || (s->dims[2] == 1 && s->dims[3] == 1) || s->dims[1] == 1;

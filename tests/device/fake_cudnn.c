@@ -19,7 +19,7 @@
 #include "fake_bf16.h"
 
 enum { SUCCESS = 0, NOT_INITIALIZED = 1, BAD_PARAM = 3, NOT_SUPPORTED = 9 };
-enum { FLOAT = 0, BFLOAT16 = 9, NCHW = 0, NHWC = 1, CROSS_CORRELATION = 1, TENSOR_OP = 1, FMA = 3 };
+enum { FLOAT = 0, HALF = 2, BFLOAT16 = 9, NCHW = 0, NHWC = 1, CROSS_CORRELATION = 1, TENSOR_OP = 1, FMA = 3 };
 
 typedef struct {
   int algo, status;
@@ -38,6 +38,7 @@ static int handle_token;
 int fake_cudnn_calls;    /* convolutions run */
 int fake_cudnn_algo[2];  /* the algorithm of the last f32 and bf16 convolution */
 int fake_cudnn_nhwc;     /* convolutions run on NHWC tensors */
+int fake_cudnn_half;     /* convolutions run on f16 tensors */
 
 size_t cudnnGetVersion(void) { return 90100; }
 const char *cudnnGetErrorString(int st) {
@@ -62,7 +63,7 @@ int cudnnDestroyFilterDescriptor(void *d) { free(d); return SUCCESS; }
 int cudnnDestroyConvolutionDescriptor(void *d) { free(d); return SUCCESS; }
 
 static int set4(tdesc *t, int fmt, int dt, int n, int c, int h, int w) {
-  if ((fmt != NCHW && fmt != NHWC) || (dt != FLOAT && dt != BFLOAT16) || n <= 0 || c <= 0 || h <= 0 || w <= 0)
+  if ((fmt != NCHW && fmt != NHWC) || (dt != FLOAT && dt != BFLOAT16 && dt != HALF) || n <= 0 || c <= 0 || h <= 0 || w <= 0)
     return BAD_PARAM;
   *t = (tdesc){dt, n, c, h, w, fmt};
   return SUCCESS;
@@ -135,7 +136,7 @@ int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, tdesc *x, tdesc *dy,
   return h != &handle_token ? NOT_INITIALIZED : ws_size(x, dw, c, dy, algo, b);
 }
 
-static float ld(const void *p, int t, long long i) { return fake_ld(p, t == FLOAT, i); }
+static float ld(const void *p, int t, long long i) { return fake_ld(p, t == HALF ? FAKE_F16 : t == FLOAT, i); }
 /* an operand as the tensor cores take it under TF32 (round to nearest, ties away, 10-bit mantissa) */
 static float op(float v, int tf32) {
   if (!tf32) return v;
@@ -145,7 +146,7 @@ static float op(float v, int tf32) {
   memcpy(&v, &u, 4);
   return v;
 }
-static void st(void *p, int t, long long i, float v) { fake_st(p, t == FLOAT, i, v); }
+static void st(void *p, int t, long long i, float v) { fake_st(p, t == HALF ? FAKE_F16 : t == FLOAT, i, v); }
 
 /* element (a, b, i, j) of a 4-d descriptor's tensor: its offset in the descriptor's format */
 static size_t at(const tdesc *t, int a, int b, int i, int j) {
@@ -185,6 +186,7 @@ static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const t
   fake_cudnn_calls++;
   fake_cudnn_nhwc += x->fmt == NHWC;
   fake_cudnn_algo[x->dt == FLOAT ? 0 : 1] = algo;
+  fake_cudnn_half += x->dt == HALF;
   return SUCCESS;
 }
 int cudnnConvolutionForward(void *h, const float *alpha, tdesc *xd, const void *x, tdesc *wd, const void *w, cdesc *c,

@@ -63,7 +63,8 @@ int main() {
   perf_layout<cudnnConvolutionFwdAlgoPerf_t>(&r, "cudnnConvolutionFwdAlgoPerf_t");
   perf_layout<cudnnConvolutionBwdDataAlgoPerf_t>(&r, "cudnnConvolutionBwdDataAlgoPerf_t");
   perf_layout<cudnnConvolutionBwdFilterAlgoPerf_t>(&r, "cudnnConvolutionBwdFilterAlgoPerf_t");
-  r.check((int)TS__DNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT && (int)TS__DNN_DATA_BFLOAT16 == (int)CUDNN_DATA_BFLOAT16,
+  r.check((int)TS__DNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT && (int)TS__DNN_DATA_BFLOAT16 == (int)CUDNN_DATA_BFLOAT16 &&
+              (int)TS__DNN_DATA_HALF == (int)CUDNN_DATA_HALF,
           "cudnnDataType_t values");
   r.check((int)TS__DNN_NCHW == (int)CUDNN_TENSOR_NCHW && (int)TS__DNN_NHWC == (int)CUDNN_TENSOR_NHWC && (int)TS__DNN_CROSS_CORRELATION == (int)CUDNN_CROSS_CORRELATION,
           "cudnnTensorFormat_t and cudnnConvolutionMode_t values");

@@ -996,8 +996,9 @@ static void check_conv_pool_bn_bf16(gpu *G) {
   SAME16("bf16 conv2d backward data", pdx, dx, nx);
   SAME16("bf16 conv2d backward weight", pdw, dw, nw);
   SAME16("bf16 conv2d backward bias", pdb, db, 6);
-  CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, 0, px, pw, pb, py, NULL, 0, NULL) == TS_EUNSUPPORTED &&
-        strstr(ts_last_error(), "conv2d") && strstr(ts_last_error(), "f16"));
+  if (strcmp(ts__gpu_conv_impl(NULL), "cudnn")) /* f16 runs on cuDNN only (there: the f16 check below) */
+    CHECK(ts__gpu_conv2d_fwd(G->d, &cd, TS_F16, 0, px, pw, pb, py, NULL, 0, NULL) == TS_EUNSUPPORTED &&
+          strstr(ts_last_error(), "conv2d") && strstr(ts_last_error(), "f16"));
   /* pooling: 3x3 windows, stride 2, padding 1 */
   const ts__pool_desc pd = {2, 4, 9, 7, 5, 4, 3, 3, 2, 2, 1, 1};
   size_t np = 2 * 4 * 5 * 4;
@@ -1404,7 +1405,48 @@ static void test_fake(void) {
     down(&G, gy, py, sizeof gy);
     same(&G, "conv2d 5x5 forward (no deterministic cuDNN algorithm: the direct kernel)", gy, y, 48, 1e-5, 1e-5);
     CHECK_MSG(dcalls && *dcalls == before5, "the stand-in cuDNN ran a convolution it has no deterministic algorithm for");
+    /* f16 runs on cuDNN only: refused for this shape, naming why */
+    CHECK(ts__gpu_conv2d_fwd(d, &c5, TS_F16, 0, px, pw, NULL, py, NULL, 0, NULL) == TS_EUNSUPPORTED &&
+          strstr(ts_last_error(), "f16 runs on cuDNN only") != NULL);
     ts__dev_free(d, px), ts__dev_free(d, pw), ts__dev_free(d, py);
+  }
+  { /* f16 (amp_dtype f16): cuDNN runs the convolution in f16 (CUDNN_DATA_HALF), the bias filled
+     * first (ts_k_conv_bias_fill_f16), NCHW and NHWC: against the f32 convolution of the same f16
+     * values plus the bias, rounded once to f16, within one f16 ulp */
+    const ts__conv_desc c3 = {2, 3, 7, 6, 4, 3, 3, 7, 6, 1, 1, 1, 1, 1, 1, 1};
+    enum { NX = 2 * 3 * 7 * 6, NW = 4 * 3 * 9, NY = 2 * 4 * 7 * 6 };
+    static float x[NX], w[NW], b[4], y[NY], got[NY];
+    static uint16_t hx[NX], hw[NW], hb[4], hy[NY], tx[NX], tw[NW], ty[NY];
+    ts_test_fill(x, NX, 97, -1, 1), ts_test_fill(w, NW, 98, -1, 1), ts_test_fill(b, 4, 99, -1, 1);
+    ts__lp_from_f32(x, hx, TS_F16, NX), ts__lp_from_f32(w, hw, TS_F16, NW), ts__lp_from_f32(b, hb, TS_F16, 4);
+    ts__lp_to_f32(hx, TS_F16, x, NX), ts__lp_to_f32(hw, TS_F16, w, NW), ts__lp_to_f32(hb, TS_F16, b, 4);
+    CHECK_OK(ts__conv2d_fwd_ref(&c3, x, w, b, y));
+    for (int i = 0; i < NY; i++) y[i] = ts_f16_to_f32(ts_f32_to_f16(y[i]));
+    CHECK(ts__gpu_conv2d_native(&c3, TS_F16, 0));
+    const int before = dcalls ? *dcalls : 0;
+    for (int cl = 0; cl < 2; cl++) {
+      const int64_t dx[4] = {2, 3, 7, 6}, dw[4] = {4, 3, 3, 3}, dy[4] = {2, 7, 6, 4};
+      static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+      if (cl) {
+        CHECK_OK(ts__permute_ref(hx, tx, 2, 4, dx, to_nhwc));
+        CHECK_OK(ts__permute_ref(hw, tw, 2, 4, dw, to_nhwc));
+      }
+      void *px = up(&G, cl ? tx : hx, sizeof hx), *pw = up(&G, cl ? tw : hw, sizeof hw), *pb = up(&G, hb, sizeof hb),
+           *py = up(&G, NULL, sizeof hy), *ws = NULL;
+      size_t wsb = 0;
+      CHECK_OK(ts__gpu_conv2d_workspace(&c3, TS_F16, cl, 0, &wsb));
+      if (wsb) CHECK_OK(ts__dev_alloc(d, wsb, &ws));
+      CHECK_OK(ts__gpu_conv2d_fwd(d, &c3, TS_F16, cl, px, pw, pb, py, ws, wsb, NULL));
+      down(&G, cl ? ty : hy, py, sizeof hy);
+      if (cl) {
+        CHECK_OK(ts__permute_ref(ty, hy, 2, 4, dy, to_nchw));
+      }
+      ts__lp_to_f32(hy, TS_F16, got, NY);
+      if (!G.fake) /* the bias's fill is a kernel: emulated (not under ASan) */
+        CHECK_CLOSE(got, y, NY, 1e-3, 1.0 / 512, cl ? "f16 convolution NHWC (cuDNN)" : "f16 convolution (cuDNN)");
+      ts__dev_free(d, px), ts__dev_free(d, pw), ts__dev_free(d, pb), ts__dev_free(d, py), ts__dev_free(d, ws);
+    }
+    CHECK_MSG(dcalls && *dcalls == before + 2, "the f16 convolutions did not go through cuDNN");
   }
   if (fd) dlclose(fd);
   if (emu) { /* and Tessera's own GEMM and convolution kernels, emulated */

@@ -7,7 +7,8 @@
  * both layouts), a global average pooling (1x1: both layouts), a dense layer:
  *   x (2,3,12,12) -> conv+b -> bn relu -> maxpool 2 -> dropout -> [conv bn relu] = b0 -> conv bn
  *   relu -> conv bn, + b0, relu -> avgpool 3x3 -> conv 1x1 /2 bn relu -> global avgpool -> dense
- * Asserted, at amp O0 (f32, TESSERA_GPU_CHANNELS_LAST=1) and O2 (bf16: channels last by default):
+ * Asserted, at amp O0 (f32, TESSERA_GPU_CHANNELS_LAST=1) and O2 (bf16, and f16: channels last by
+ * default; f16's convolutions handed to cuDNN in f16, the rest through f32 copies):
  *  - the plan keeps values NHWC (ts_plan_channels_last_values > 0; none with =0) and the stand-in
  *    cuDNN ran convolutions on NHWC tensors;
  *  - the results, over two training runs, bitwise those of the NCHW plan: the loss, dx, every
@@ -73,9 +74,10 @@ static ts_val bn(ts_graph *g, ts_val x, int k, const ts_val *gb, const ts_val *r
   return ts_batchnorm(g, x, gb[2 * k], gb[2 * k + 1], rs[2 * k], rs[2 * k + 1], 0.1f, 1e-5f);
 }
 
-/* Builds the network at amp `level`, runs it twice on d (NULL: the CPU) with channels last as
- * `cl` says (TESSERA_GPU_CHANNELS_LAST: "0", "1", NULL unset) and reads everything back into o. */
-static void run(ts__dev *d, int level, const char *cl, res *o) {
+/* Builds the network at amp `level` in `low` (bf16, f16), runs it twice on d (NULL: the CPU) with
+ * channels last as `cl` says (TESSERA_GPU_CHANNELS_LAST: "0", "1", NULL unset) and reads everything
+ * back into o. */
+static void run(ts__dev *d, int level, ts_dtype low, const char *cl, res *o) {
   if (cl) setenv("TESSERA_GPU_CHANNELS_LAST", cl, 1);
   else unsetenv("TESSERA_GPU_CHANNELS_LAST");
   ts_graph *g;
@@ -100,7 +102,7 @@ static void run(ts__dev *d, int level, const char *cl, res *o) {
   ts_val out = ts_dense(g, ts_flatten(g, ts_global_avgpool(g, z), 1), wd, bd);
   ts_val loss = ts_sum(g, ts_mul(g, out, r), 3u, 0);
   CHECK_OK(ts_graph_status(g));
-  if (level) CHECK_OK(ts_graph_amp(g, level, TS_BF16, &loss, 1));
+  if (level) CHECK_OK(ts_graph_amp(g, level, low, &loss, 1));
   CHECK_OK(ts_graph_backward(g, loss, 1.0f));
   ts_val keep[2] = {loss, ts_graph_grad(g, x)};
   bnd b[64] = {{x, X, NULL, sizeof X},    {w1, W1, NULL, sizeof W1}, {b1, B1, NULL, sizeof B1},
@@ -174,32 +176,39 @@ static void compare(const res *a, const res *b, double tol, const char *what) {
   }
 }
 
-static int nhwc_convs(void) { /* the stand-in cuDNN's count of NHWC convolutions (-1: not it) */
+/* the stand-in cuDNN's count of convolutions on NHWC (what 0) or f16 (what 1) tensors (-1: not it) */
+static int fake_convs(int what) {
   const char *lib = getenv("TESSERA_LIBCUDNN");
   void *fd = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
-  int *n = fd ? dlsym(fd, "fake_cudnn_nhwc") : NULL;
+  int *n = fd ? dlsym(fd, what ? "fake_cudnn_half" : "fake_cudnn_nhwc") : NULL;
   int v = n ? *n : -1;
   if (fd) dlclose(fd);
   return v;
 }
 
-static void check(ts__dev *d, int level) {
+static void check(ts__dev *d, int level, ts_dtype low) {
   static res cl, nchw, cpu;
-  const int before = nhwc_convs();
-  run(d, level, level ? NULL : "1", &cl);
-  const int after = nhwc_convs();
-  run(d, level, "0", &nchw);
-  CHECK_MSG(cl.ncl > 0, "O%d: no value kept channels last", level);
-  CHECK_MSG(nchw.ncl == 0, "O%d: TESSERA_GPU_CHANNELS_LAST=0 kept %d values NHWC", level, nchw.ncl);
-  if (fake) CHECK_MSG(after - before >= 8, "O%d: %d convolutions ran on NHWC tensors in the stand-in cuDNN", level,
-                      after - before);
-  printf("O%d: %d values NHWC, %d NHWC convolutions in cuDNN\n", level, cl.ncl, after - before);
+  const char *lname = level ? ts_dtype_name(low) : "f32";
+  const int before = fake_convs(0), half0 = fake_convs(1);
+  run(d, level, low, level ? NULL : "1", &cl);
+  const int after = fake_convs(0), half1 = fake_convs(1);
+  run(d, level, low, "0", &nchw);
+  CHECK_MSG(cl.ncl > 0, "O%d %s: no value kept channels last", level, lname);
+  CHECK_MSG(nchw.ncl == 0, "O%d %s: TESSERA_GPU_CHANNELS_LAST=0 kept %d values NHWC", level, lname, nchw.ncl);
+  if (fake) {
+    CHECK_MSG(after - before >= 8, "O%d %s: %d convolutions ran on NHWC tensors in the stand-in cuDNN", level, lname,
+              after - before);
+    if (low == TS_F16 && level) /* f16 convolutions to cuDNN as they are (run_gpu_lowp.c), not through f32 copies */
+      CHECK_MSG(half1 - half0 >= 8, "O%d f16: %d convolutions ran on f16 tensors in the stand-in cuDNN", level,
+                half1 - half0);
+  }
+  printf("O%d %s: %d values NHWC, %d NHWC convolutions in cuDNN\n", level, lname, cl.ncl, after - before);
   if (!numbers) return;
   char what[64];
-  snprintf(what, sizeof what, "O%d NHWC vs NCHW on the GPU", level);
+  snprintf(what, sizeof what, "O%d %s NHWC vs NCHW on the GPU", level, lname);
   compare(&cl, &nchw, fake ? -1.0 : (level ? 5e-2 : 1e-4), what);
-  run(NULL, level, NULL, &cpu);
-  snprintf(what, sizeof what, "O%d NHWC GPU vs the CPU", level);
+  run(NULL, level, low, NULL, &cpu);
+  snprintf(what, sizeof what, "O%d %s NHWC GPU vs the CPU", level, lname);
   compare(&cl, &cpu, level ? 5e-2 : 1e-4, what);
 }
 
@@ -231,8 +240,9 @@ int main(int argc, char **argv) {
   ts_test_fill(R, NB * K, 10, -1, 1);
   for (int k = 0; k < NBN; k++)
     ts_test_fill(GA[k], C2, 11 + (uint64_t)k, 0.5f, 1.5f), ts_test_fill(BE[k], C2, 21 + (uint64_t)k, -0.5f, 0.5f);
-  check(d, 0);
-  check(d, 2);
+  check(d, 0, TS_F32);
+  check(d, 2, TS_BF16);
+  check(d, 2, TS_F16);
   ts__dev_close(d);
   return ts_test_finish("test_layout_gpu");
 }

@@ -115,6 +115,7 @@ template <typename T> DEV void conv_bias_fill(const T *b, T *y, i64 N, i64 O, i6
 }
 KERNEL ts_k_conv_bias_fill_f32(const float *b, float *y, i64 N, i64 O, i64 S) { conv_bias_fill(b, y, N, O, S); }
 KERNEL ts_k_conv_bias_fill_bf16(const bf16 *b, bf16 *y, i64 N, i64 O, i64 S) { conv_bias_fill(b, y, N, O, S); }
+KERNEL ts_k_conv_bias_fill_f16(const half16 *b, half16 *y, i64 N, i64 O, i64 S) { conv_bias_fill(b, y, N, O, S); }
 template <typename T> DEV void conv_bias_grad(const T *dy, T *db, i64 N, i64 O, i64 S) {
   __shared__ float sh[32];
   for (i64 o = bid(); o < O; o += nbid()) {
@@ -126,6 +127,7 @@ template <typename T> DEV void conv_bias_grad(const T *dy, T *db, i64 N, i64 O, 
 }
 KERNEL ts_k_conv_bias_grad_f32(const float *dy, float *db, i64 N, i64 O, i64 S) { conv_bias_grad(dy, db, N, O, S); }
 KERNEL ts_k_conv_bias_grad_bf16(const bf16 *dy, bf16 *db, i64 N, i64 O, i64 S) { conv_bias_grad(dy, db, N, O, S); }
+KERNEL ts_k_conv_bias_grad_f16(const half16 *dy, half16 *db, i64 N, i64 O, i64 S) { conv_bias_grad(dy, db, N, O, S); }
 
 struct pdesc {
   i64 N, C, H, W, OH, OW, kh, kw, sh, sw, ph, pw, cl; // cl: NHWC (channels last), else NCHW
