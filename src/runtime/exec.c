@@ -17,6 +17,7 @@
 #include "graph/graph_ir.h"
 #include "runtime/dcoll.h"
 #include "run_impl.h"
+#include "kernels/lowp.h"
 
 ts__run_fn ts__run[TS_OP_COUNT];
 ts__run_fn ts__run_gpu[TS_OP_COUNT];
@@ -729,12 +730,11 @@ void ts_plan_set_fusion(ts_plan *p, int on) {
  * node's masks). Values whose two layouts are the same memory (ts__cl_same) take no part.
  * TESSERA_GPU_CHANNELS_LAST=0 turns it off, =1 on; unset: on when a live convolution is bf16 or
  * f16 (cuDNN's tensor cores want NHWC; real f32 keeps NCHW). */
-static int ts__is_16bit(ts_dtype dt) { return dt == TS_BF16 || dt == TS_F16; }
 static int cl_wanted(const ts_plan *p) {
   const char *e = getenv("TESSERA_GPU_CHANNELS_LAST");
   if (e && *e) return strcmp(e, "0") != 0;
   for (int i = 0; i < p->nnodes; i++)
-    if (p->live[i] && p->nodes[i].op == TS_OP_CONV2D && ts__is_16bit(p->vals[node_out(p, i)[0]].dtype)) return 1;
+    if (p->live[i] && p->nodes[i].op == TS_OP_CONV2D && ts__is_lowp(p->vals[node_out(p, i)[0]].dtype)) return 1;
   return 0;
 }
 static int cl_find(int *up, int v) {
@@ -772,7 +772,7 @@ static int plan_layouts(ts_plan *p) {
       const int v = vin[k], act = k < n->nin ? (int)(ain >> k & 1) : (int)(aout >> (k - n->nin) & 1);
       if (ts__cl_same(&p->vals[v].shape)) continue;
       if (kind == TS__CL_NO || !act) st[v] = 2;
-      else if (kind == TS__CL_CAN) st[v] |= st[v] ? 0 : 1;
+      else if (kind == TS__CL_CAN) st[v] = st[v] ? st[v] : 1;
       else if (first < 0) first = v;
       else up[cl_find(up, v)] = cl_find(up, first);
     }
