@@ -76,6 +76,8 @@ tbin=$root/build/tessera
 if [ "$bench_mode" != only ]; then
 step math 60 test_cuda_math
 step kernels 300 test_device
+# the convolution family (cuDNN, then the direct kernels), pooling, batch norm
+step conv_kernels 200 test_device_conv
 step graph 300 test_exec_gpu
 # the executor's fusions on the GPU (BN+ReLU, matmul+bias+GeLU, matmul+cast) against the unfused GPU
 # plan and the CPU's

@@ -710,13 +710,6 @@ static int kname16(char *buf, size_t cap, const char *base, ts_dtype dt, const c
   return TS_OK;
 }
 
-int ts__gpu_conv2d_native(const ts__conv_desc *c, ts_dtype dt, int dir) {
-  size_t b = 0;
-  cdesc k;
-  if (conv_of(c, &k) || strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
-  return ts__cudnn_conv_workspace(c, dt, 0, dir, &b) == TS_OK;
-}
-
 const char *ts__gpu_conv_impl(const char **why) {
   const char *force = getenv("TESSERA_GPU_CONV");
   if (why) *why = ts__cudnn_why();
@@ -733,14 +726,14 @@ static int conv_cudnn(const ts__conv_desc *c, ts_dtype dt, int cl, int dir) {
   return (force && !strcmp(force, "cudnn")) || ts__cudnn_conv_has_algo(c, dt, cl, dir);
 }
 
-int ts__gpu_conv2d_cl_ok(const ts__conv_desc *c, ts_dtype dt, int dir) {
+int ts__gpu_conv2d_on_cudnn(const ts__conv_desc *c, ts_dtype dt, int cl, int dir) {
   cdesc k;
   size_t b = 0;
   if (conv_of(c, &k) || (dt != TS_F32 && dt != TS_BF16 && dt != TS_F16)) return 0;
   if (strcmp(ts__gpu_conv_impl(NULL), "cudnn")) return 0;
-  /* cuDNN takes the NHWC descriptors and has a deterministic algorithm for them (any refusal:
-   * NCHW, where the same refusal is reported when the node runs) */
-  return ts__cudnn_conv_workspace(c, dt, 1, dir, &b) == TS_OK;
+  /* cuDNN takes the descriptors and has a deterministic algorithm for them (any refusal: the
+   * other route, where the same refusal is reported when the node runs) */
+  return ts__cudnn_conv_workspace(c, dt, cl, dir, &b) == TS_OK;
 }
 
 /* the direction runs on cuDNN (in the layout asked for), or on the direct kernels (NCHW, f32 and

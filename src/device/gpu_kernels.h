@@ -236,7 +236,7 @@ int ts__gpu_attention_bwd(ts__dev *d, ts_dtype dt, const void *dout, const void 
  * (0 forward, 1 backward data, 2 backward weight; 0 bytes with the direct kernels).
  * dt: f32, bf16, or f16 (cuDNN only).
  * cl (channels last, PyTorch's channels_last): x, y, dy, dx are NHWC and w, dw OHWI (KRSC); cuDNN
- * only (ts__gpu_conv2d_cl_ok says whether it runs the direction so; TS_EUNSUPPORTED otherwise). */
+ * only (ts__gpu_conv2d_on_cudnn says whether it runs the direction so; TS_EUNSUPPORTED otherwise). */
 int ts__gpu_conv2d_workspace(const ts__conv_desc *c, ts_dtype dt, int cl, int dir, size_t *bytes);
 int ts__gpu_conv2d_fwd(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *x, const void *w,
                        const void *b, void *y, void *ws, size_t ws_bytes, ts__dev_stream *s);
@@ -244,12 +244,11 @@ int ts__gpu_conv2d_bwd_data(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int
                             void *dx, void *ws, size_t ws_bytes, ts__dev_stream *s);
 int ts__gpu_conv2d_bwd_weight(ts__dev *d, const ts__conv_desc *c, ts_dtype dt, int cl, const void *x, const void *dy,
                               void *dw, void *db, void *ws, size_t ws_bytes, ts__dev_stream *s);
-/* 1 when the direction of the shape runs channels last: cuDNN is the convolution in use and has a
- * deterministic (real-f32) algorithm for it in NHWC */
-int ts__gpu_conv2d_cl_ok(const ts__conv_desc *c, ts_dtype dt, int dir);
-/* 1 when cuDNN is the convolution in use and runs the direction of the shape in dt (NCHW) with a
- * deterministic algorithm: f16 convolutions go to it directly (runtime/run_gpu_lowp.c) */
-int ts__gpu_conv2d_native(const ts__conv_desc *c, ts_dtype dt, int dir);
+/* 1 when cuDNN is the convolution in use and runs this direction of the shape in dt, NCHW (cl 0)
+ * or channels last (cl 1), with a deterministic (real-f32) algorithm: where it does, GPU plans keep
+ * the convolution's activations NHWC (runtime/run_gpu_conv.c) and f16 convolutions skip their f32
+ * copies (runtime/run_gpu_lowp.c) */
+int ts__gpu_conv2d_on_cudnn(const ts__conv_desc *c, ts_dtype dt, int cl, int dir);
 /* Which convolution runs: cuDNN where it is found, else Tessera's direct kernels;
  * TESSERA_GPU_CONV=tessera forces the own kernels, =cudnn refuses to run without cuDNN. The name
  * of the one in use ("cudnn" or "tessera"), and the reason when cuDNN is not ("" else). */

@@ -114,7 +114,7 @@ ts__cl_kind ts__run_gpu_cl(const ts__run_node *n, const ts_tensor *in, const ts_
   case TS_OP_CONV2D_BWD_WEIGHT: {
     ts__conv_desc d;
     const int dir = conv_dir(n, in, out, &d);
-    if (!ts__gpu_conv2d_cl_ok(&d, out[0].dtype, dir)) return TS__CL_NO;
+    if (!ts__gpu_conv2d_on_cudnn(&d, out[0].dtype, 1, dir)) return TS__CL_NO;
     *ain = dir == 2 ? 3u : 1u; /* x; dy; x and dy */
     *aout = dir == 2 ? 0u : 1u; /* y; dx; (dw, db: parameters' layouts) */
     return TS__CL_CAN;
@@ -160,7 +160,7 @@ int ts__run_gpu_conv_native(const ts__run_node *n, const ts_tensor *in, const ts
     if (out[k].dtype != TS_F16) return 0;
   ts__conv_desc d;
   const int dir = conv_dir(n, in, out, &d);
-  return ts__gpu_conv2d_native(&d, TS_F16, dir);
+  return ts__gpu_conv2d_on_cudnn(&d, TS_F16, 0, dir);
 }
 
 /* The three directions. Channels last: the direction's cuDNN workspace, then room for the filter
