@@ -67,6 +67,7 @@ void ts_graph_free(ts_graph *g) {
   free(g->vals);
   free(g->nodes);
   free(g->grad);
+  free(g->pleaf);
   free(g);
 }
 
@@ -117,6 +118,23 @@ ts_dtype ts_graph_value_dtype(const ts_graph *g, int v) { return g->vals[v].dtyp
 const ts_shape *ts_graph_value_shape(const ts_graph *g, int v) { return &g->vals[v].shape; }
 int ts_graph_value_producer(const ts_graph *g, int v) { return g->vals[v].producer; }
 int ts_graph_value_param_id(const ts_graph *g, int v) { return g->vals[v].param_id; }
+int ts_graph_param_leaf(ts_graph *g, int param_id) {
+  if (!g || param_id < 0) return -1;
+  for (; g->pleaf_upto < g->nvals; g->pleaf_upto++) { /* values are only appended; leaves stay leaves */
+    const ts__value *v = &g->vals[g->pleaf_upto];
+    if (v->producer >= 0 || v->param_id < 0) continue;
+    if (v->param_id >= g->npleaf) {
+      int n = g->npleaf ? g->npleaf : 64;
+      while (n <= v->param_id) n *= 2;
+      int *p = realloc(g->pleaf, sizeof *p * (size_t)n);
+      if (!p) return -1;
+      for (int k = g->npleaf; k < n; k++) p[k] = -1;
+      g->pleaf = p, g->npleaf = n;
+    }
+    if (g->pleaf[v->param_id] < 0) g->pleaf[v->param_id] = g->pleaf_upto;
+  }
+  return param_id < g->npleaf ? g->pleaf[param_id] : -1;
+}
 int ts_graph_value_alias_of(const ts_graph *g, int v) { return g->vals[v].alias_of; }
 const char *ts_graph_value_name(const ts_graph *g, int v) { return g->vals[v].name; }
 int ts_graph_value_requires_grad(const ts_graph *g, int v) { return !g->vals[v].no_grad; }

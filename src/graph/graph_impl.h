@@ -42,6 +42,8 @@ struct ts_graph {
   char scope[TS_GRAPH_MAX_SCOPE];
   int *grad; /* value index -> gradient value index, -1 none (after backward) */
   int grad_len;
+  int *pleaf; /* parameter-store id -> its first leaf value index, -1 none (ts_graph_param_leaf) */
+  int npleaf, pleaf_upto; /* the ids covered; the values scanned so far */
 };
 
 /* Value handles: (graph id << 20) | index. */

@@ -107,6 +107,10 @@ const ts_shape *ts_graph_value_shape(const ts_graph *g, int v);
 int ts_graph_value_producer(const ts_graph *g, int v);
 /* The parameter-store id of a PARAM/STATE value index v, else -1. */
 int ts_graph_value_param_id(const ts_graph *g, int v);
+/* The first leaf value index (in index order) whose parameter-store id is param_id, else -1:
+ * amortised constant time (the values added since the last call are scanned once); -1 also when
+ * out of memory. */
+int ts_graph_param_leaf(ts_graph *g, int param_id);
 /* The value index v is a view of (output of a view op such as RESHAPE), else -1. */
 int ts_graph_value_alias_of(const ts_graph *g, int v);
 /* Value index v's name (leaves; scoped), or NULL; owned by the graph. */

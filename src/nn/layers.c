@@ -32,8 +32,8 @@ ts_val ts_nn_param(ts_nn *nn, const char *name, ts_shape shape, ts_init init, in
                      ts_shape_str(&shape, a, sizeof a), ts_shape_str(&have, b, sizeof b));
       return TS_NONE;
     }
-    for (int v = 0; v < ts_graph_num_values(g); v++)
-      if (ts_graph_value_param_id(g, v) == id && ts_graph_value_producer(g, v) < 0) return ts_graph_value(g, v);
+    const int v = ts_graph_param_leaf(g, id);
+    if (v >= 0) return ts_graph_value(g, v);
   } else {
     id = ts_params_add(nn->p, full, shape, init, flags);
     if (id < 0) {

@@ -221,6 +221,9 @@ struct ts_strategy_set {
   st_entry *e;
   int nl, capl;
   lay_entry *le;
+  int *hslot;    /* open addressing over e's names (index, -1 empty), hcap a power of two >= 2 n */
+  size_t hcap;
+  int nrules;    /* entries whose name has a '*' */
 };
 
 static char *dupstr(const char *s) {
@@ -249,15 +252,44 @@ void ts_strategy_set_free(ts_strategy_set *s) {
   for (int i = 0; i < s->nl; i++) free(s->le[i].name);
   free(s->e);
   free(s->le);
+  free(s->hslot);
   free(s);
 }
 
 int ts_strategy_set_device_num(const ts_strategy_set *s) { return s ? s->device_num : 0; }
 int ts_strategy_set_stage(const ts_strategy_set *s) { return s ? s->stage : 0; }
 
+static size_t name_hash(const char *op, size_t cap) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *c = op; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return (size_t)h & (cap - 1);
+}
+
+/* (re)builds the name index for every entry, growing it to keep it at most half full; TS_ENOMEM */
+static int index_rebuild(ts_strategy_set *s, size_t want) {
+  size_t cap = 64;
+  while (cap < 2 * want) cap *= 2;
+  if (cap < s->hcap) cap = s->hcap; /* never shrinks: a rebuild in place cannot fail */
+  if (cap != s->hcap) {
+    int *h = malloc(sizeof *h * cap);
+    if (!h) return ts_error_set(TS_ENOMEM, "strategy set: out of memory");
+    free(s->hslot);
+    s->hslot = h, s->hcap = cap;
+  }
+  for (size_t i = 0; i < s->hcap; i++) s->hslot[i] = -1;
+  for (int i = 0; i < s->n; i++) {
+    size_t h = name_hash(s->e[i].name, s->hcap);
+    while (s->hslot[h] >= 0) h = (h + 1) & (s->hcap - 1);
+    s->hslot[h] = i;
+  }
+  return TS_OK;
+}
+
+/* the entry named op (a rule's pattern compared as text), -1 none */
 static int find_exact(const ts_strategy_set *s, const char *op) {
-  for (int i = 0; i < s->n; i++)
-    if (strcmp(s->e[i].name, op) == 0) return i;
+  if (!s->hslot) return -1; /* no entry yet */
+  for (size_t h = name_hash(op, s->hcap); s->hslot[h] >= 0; h = (h + 1) & (s->hcap - 1))
+    if (strcmp(s->e[s->hslot[h]].name, op) == 0) return s->hslot[h];
   return -1;
 }
 
@@ -278,13 +310,17 @@ int ts_strategy_set_put(ts_strategy_set *s, const char *op, const ts_op_strategy
     s->e = ne;
     s->cap = nc;
   }
+  if (2 * (size_t)(s->n + 1) > s->hcap && (rc = index_rebuild(s, (size_t)s->n + 1))) return rc;
   st_entry *e = &s->e[s->n];
   if (!(e->name = dupstr(op))) return ts_error_set(TS_ENOMEM, "op %s: out of memory", op);
   e->is_rule = strchr(op, '*') != NULL;
   e->literal = 0;
   for (const char *c = op; *c; c++) e->literal += *c != '*';
   e->st = *st;
-  s->n++;
+  s->nrules += e->is_rule;
+  size_t h = name_hash(op, s->hcap);
+  while (s->hslot[h] >= 0) h = (h + 1) & (s->hcap - 1);
+  s->hslot[h] = s->n++;
   return TS_OK;
 }
 
@@ -297,17 +333,11 @@ int ts_strategy_set_put_text(ts_strategy_set *s, const char *op, const char *tex
 
 int ts_strategy_set_get(const ts_strategy_set *s, const char *op, ts_op_strategy *out) {
   if (!s || !op || !out) return ts_error_set(TS_EINVAL, "ts_strategy_set_get: NULL argument");
-  int best = -1;
-  for (int i = 0; i < s->n; i++) {
+  int best = find_exact(s, op); /* an entry of that name wins over every rule */
+  if (best >= 0 && s->e[best].is_rule) best = -1;
+  for (int i = 0; best < 0 && s->nrules && i < s->n; i++) { /* else the rule with the most literal characters */
     const st_entry *e = &s->e[i];
-    if (!e->is_rule) {
-      if (strcmp(e->name, op) == 0) {
-        best = i;
-        break;
-      }
-    } else if ((best < 0 || e->literal > s->e[best].literal) && ts__name_match(e->name, op)) {
-      best = i;
-    }
+    if (e->is_rule && (best < 0 || e->literal > s->e[best].literal) && ts__name_match(e->name, op)) best = i;
   }
   if (best < 0) return ts_error_set(TS_ENOTFOUND, "op %s: no strategy (no entry or rule matches)", op);
   *out = s->e[best].st;
@@ -318,10 +348,11 @@ int ts_strategy_set_remove(ts_strategy_set *s, const char *op) {
   if (!s || !op) return ts_error_set(TS_EINVAL, "ts_strategy_set_remove: NULL argument");
   int i = find_exact(s, op);
   if (i < 0) return ts_error_set(TS_ENOTFOUND, "op %s: no strategy to remove", op);
+  s->nrules -= s->e[i].is_rule;
   free(s->e[i].name);
   memmove(&s->e[i], &s->e[i + 1], (size_t)(s->n - i - 1) * sizeof *s->e);
   s->n--;
-  return TS_OK;
+  return index_rebuild(s, (size_t)s->n); /* the indices after i moved */
 }
 
 int ts_strategy_set_count(const ts_strategy_set *s) { return s ? s->n : 0; }
