@@ -12,7 +12,7 @@ out=$2
   echo "namespace {"
   echo "struct reg {"
   echo "  reg() {"
-  grep -o 'KERNEL ts_k_[a-z0-9_]*(' "$cu" | sed 's/KERNEL \(ts_k_[a-z0-9_]*\)(/\1/' | while read -r k; do
+  grep -o 'KERNEL[_0-9]* ts_k_[a-z0-9_]*(' "$cu" | sed 's/KERNEL[_0-9]* \(ts_k_[a-z0-9_]*\)(/\1/' | while read -r k; do
     echo "    ts_emu_register(\"$k\", [](void **p) { ts_emu_call($k, p); });"
   done
   echo "  }"

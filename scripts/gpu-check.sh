@@ -67,7 +67,7 @@ step() {
   [ $rc = 0 ] && st=pass
   [ $rc = 77 ] && st=skipped
   [ $rc = "$refused" ] && st=refused
-  local last; last=$(echo "$o" | grep -E "checks, [0-9]+ failures|^SKIP|^tessera: |FAIL" | tail -1 | tr -d '"\\' | cut -c1-300)
+  local last; last=$(echo "$o" | grep -E "checks, [0-9]+ failures|^SKIP|^tessera: |FAIL|^bench_[a-z_0-9]+: " | tail -1 | tr -d '"\\' | cut -c1-300)
   say "$(printf '%-22s %-8s %6.1fs  %s' "$name" "$st" "$dt" "$last")"
   steps+=("{\"name\":\"$name\",\"status\":\"$st\",\"rc\":$rc,\"seconds\":$dt,\"summary\":\"$last\"}")
 }
@@ -78,6 +78,8 @@ step math 60 test_cuda_math
 step kernels 300 test_device
 # the convolution family (cuDNN, then the direct kernels), pooling, batch norm
 step conv_kernels 200 test_device_conv
+# batch norm's sums channels last (rows, the default; strided) against NCHW at ResNet-50's shapes
+step bn_layouts 60 bench_gpu_bn --reps 5
 step graph 300 test_exec_gpu
 # the executor's fusions on the GPU (BN+ReLU, matmul+bias+GeLU, matmul+cast) against the unfused GPU
 # plan and the CPU's

@@ -899,14 +899,27 @@ static bn_ws bn_carve(void *ws, int64_t N, int64_t C, int64_t S) {
 size_t ts__gpu_bn_workspace(int64_t N, int64_t C, int64_t S) {
   return sizeof(float) * (size_t)(2 * C * bn_chunks(N * S) + C + 2 * C + 1 + 2 * C + 3 * C);
 }
+/* Channels last's per-channel sums (S 1) run a block per 32 channels reading whole rows
+ * (ts_k_bn_cl_psums, the same sums bit for bit); TESSERA_GPU_BN_CL=strided runs the kernels of
+ * NCHW instead, a block per channel reading every C-th value (for comparing their speed). */
+#define BN_CL_BLOCK 512 /* batchnorm.cu's BN_CL_NW warps */
+static int bn_cl_tiles(void) {
+  const char *e = getenv("TESSERA_GPU_BN_CL");
+  return !(e && !strcmp(e, "strided"));
+}
 /* part (2C + 1): the sums over every chunk of (x - K) and (x - K)^2 (Kin: the shifts; NULL: each
  * channel's first value, written to Kout), then the count */
 static int bn_fwd_part(ts__dev *d, const char *xs, const void *x, const float *Kin, float *Kout, int64_t N, int64_t C,
                        int64_t S, float *pp, float *part, ts__dev_stream *s) {
   int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
-  int cf = S == 1; /* NHWC (or (N, C)): the channels of a chunk in neighbouring blocks (batchnorm.cu) */
-  void *a[] = {&x, &Kin, &Kout, &N, &C, &S, &P, &cf, &pp};
-  int rc = bn_launch(d, "ts_k_bn_psums", xs, cf ? (unsigned)C : (unsigned)P, cf ? row_grid(P) : row_grid(C), BLOCK, s, a);
+  int cf = S == 1, rc; /* NHWC (or (N, C)): the channels of a chunk in neighbouring blocks (batchnorm.cu) */
+  if (cf && bn_cl_tiles()) { /* a block per 32 channels, reading rows (the same sums) */
+    void *a[] = {&x, &Kin, &Kout, &M, &C, &P, &pp};
+    rc = bn_launch(d, "ts_k_bn_cl_psums", xs, (unsigned)((C + 31) / 32), row_grid(P), BN_CL_BLOCK, s, a);
+  } else {
+    void *a[] = {&x, &Kin, &Kout, &N, &C, &S, &P, &cf, &pp};
+    rc = bn_launch(d, "ts_k_bn_psums", xs, cf ? (unsigned)C : (unsigned)P, cf ? row_grid(P) : row_grid(C), BLOCK, s, a);
+  }
   void *f[] = {&pp, &C, &P, &M, &part};
   return rc ? rc : launch(d, "ts_k_bn_fold", grid_for(C2), 1, BLOCK, s, f);
 }
@@ -917,9 +930,14 @@ static int bn_bwd_part(ts__dev *d, const char *xs, const void *dy, const void *x
   int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
   const float *ab = relu ? relu->ab : NULL;
   float alpha = relu ? relu->alpha : 0.0f;
-  int cf = S == 1;
-  void *a[] = {&dy, &x, &mean, &ab, &alpha, &N, &C, &S, &P, &cf, &pp};
-  int rc = bn_launch(d, "ts_k_bn_bpsums", xs, cf ? (unsigned)C : (unsigned)P, cf ? row_grid(P) : row_grid(C), BLOCK, s, a);
+  int cf = S == 1, rc;
+  if (cf && bn_cl_tiles()) {
+    void *a[] = {&dy, &x, &mean, &ab, &alpha, &M, &C, &P, &pp};
+    rc = bn_launch(d, "ts_k_bn_cl_bpsums", xs, (unsigned)((C + 31) / 32), row_grid(P), BN_CL_BLOCK, s, a);
+  } else {
+    void *a[] = {&dy, &x, &mean, &ab, &alpha, &N, &C, &S, &P, &cf, &pp};
+    rc = bn_launch(d, "ts_k_bn_bpsums", xs, cf ? (unsigned)C : (unsigned)P, cf ? row_grid(P) : row_grid(C), BLOCK, s, a);
+  }
   void *f[] = {&pp, &C, &P, &M, &part};
   return rc ? rc : launch(d, "ts_k_bn_fold", grid_for(C2), 1, BLOCK, s, f);
 }

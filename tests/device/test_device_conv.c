@@ -2,8 +2,8 @@
  * cudnn.c) against the CPU kernels on the same inputs, f32 and bf16, with the stated tolerances
  * (docs/gpu.md): convolution in its three directions (stride, padding, dilation, groups, bias),
  * max and average pooling (NCHW, and channels last bitwise NCHW), batch norm in training and
- * inference (several chunks a channel, the fused ReLU, SyncBatchNorm's steps), softmax over a
- * middle axis;
+ * inference (several chunks a channel, the fused ReLU, SyncBatchNorm's steps; channels last, by
+ * rows and strided, bitwise NCHW), softmax over a middle axis;
  *   - `real` (the default): on a machine with a usable NVIDIA GPU, through cuDNN where it is found,
  *     then through Tessera's direct kernels; elsewhere SKIPPED with the GPU's one-line reason;
  *   - `fake` (TESSERA_LIBCUDA = the stand-in driver, its emulator running the kernels; not under
@@ -448,12 +448,84 @@ static void check_bn_chunks_relu(gpu *G) {
 }
 
 
+/* Batch norm channels last: x as (N S, C, 1) (NHWC), its per-channel sums by the row-reading
+ * kernel (ts_k_bn_cl_psums, a block per 32 channels) and by the NCHW kernels run on it
+ * (TESSERA_GPU_BN_CL=strided): y, dx (transposed back), the statistics, the running ones, dgamma
+ * and dbeta bitwise those of the NCHW call on (N, C, S); 40 channels (a block's 32 and 8 more),
+ * 4500 positions (2 chunks, each not a whole number of 256-position rounds), with the ReLU fused;
+ * f32 (leaky) and bf16. */
+static void check_bn_channels_last(gpu *G) {
+  enum { Nn = 3, Cn = 40, Sn = 1500, NX = Nn * Cn * Sn };
+  float *x = malloc(4 * NX), *dy = malloc(4 * NX), *xl = malloc(4 * NX), *dyl = malloc(4 * NX), *h = malloc(4 * NX);
+  uint16_t *h16 = malloc(2 * NX);
+  float *res[3][2]; /* [layout][y, dx] as NCHW f32 */
+  float st[3][6][Cn]; /* mean, var, running mean, running var, dgamma, dbeta */
+  size_t wsb = ts__gpu_bn_workspace(Nn, Cn, Sn);
+  void *ws = NULL;
+  CHECK_OK(ts__dev_alloc(G->d, wsb, &ws));
+  ts_test_fill(x, NX, 93, 39, 41);
+  ts_test_fill(dy, NX, 94, -1, 1);
+  nhwc_t(x, xl, Nn, Cn, Sn, 1, 1), nhwc_t(dy, dyl, Nn, Cn, Sn, 1, 1);
+  float ga[Cn], be[Cn], rm0[Cn], rv0[Cn];
+  for (int c = 0; c < Cn; c++) ga[c] = 0.8f + 0.01f * (float)c, be[c] = 0.05f * (float)(c % 7) - 0.1f, rm0[c] = 0, rv0[c] = 1;
+  for (int run = 0; run < 2; run++) {
+    const ts_dtype dt = run ? TS_BF16 : TS_F32;
+    const float alpha = run ? 0.0f : 0.1f;
+    const size_t es = run ? 2 : 4;
+    for (int lay = 0; lay < 3; lay++) { /* NCHW; NHWC rows; NHWC strided */
+      const float *hx = lay ? xl : x, *hdy = lay ? dyl : dy;
+      void *px, *pdy;
+      if (run) {
+        ts__lp_from_f32(hx, h16, dt, NX), px = up(G, h16, es * NX);
+        ts__lp_from_f32(hdy, h16, dt, NX), pdy = up(G, h16, es * NX);
+      } else px = up(G, hx, es * NX), pdy = up(G, hdy, es * NX);
+      void *py = up(G, NULL, es * NX), *pdx = up(G, NULL, es * NX);
+      float *pga = up(G, ga, sizeof ga), *pbe = up(G, be, sizeof be), *prm = up(G, rm0, sizeof rm0),
+            *prv = up(G, rv0, sizeof rv0), *pm = up(G, NULL, 4 * Cn), *pv = up(G, NULL, 4 * Cn),
+            *pdg = up(G, NULL, 4 * Cn), *pdb = up(G, NULL, 4 * Cn), *pab = up(G, NULL, 8 * Cn);
+      const ts__gpu_bn_relu gr = {alpha, pab};
+      const int64_t N = lay ? Nn * Sn : Nn, S = lay ? 1 : Sn;
+      if (lay == 2) setenv("TESSERA_GPU_BN_CL", "strided", 1);
+      CHECK_OK(ts__gpu_batchnorm_fwd(G->d, dt, TS_F32, px, pga, pbe, prm, prv, py, pm, pv, N, Cn, S, 0.1f, 1e-5f, 1, &gr,
+                                     ws, NULL));
+      CHECK_OK(ts__gpu_batchnorm_bwd(G->d, dt, TS_F32, pdy, px, pga, pm, pv, pdx, pdg, pdb, N, Cn, S, 1e-5f, 1, &gr, ws,
+                                     NULL));
+      unsetenv("TESSERA_GPU_BN_CL");
+      for (int o = 0; o < 2; o++) {
+        res[lay][o] = malloc(4 * NX);
+        if (run) down(G, h16, o ? pdx : py, es * NX), ts__lp_to_f32(h16, dt, h, NX);
+        else down(G, h, o ? pdx : py, es * NX);
+        if (lay) nhwc_t(h, res[lay][o], Nn, Cn, Sn, 1, 0);
+        else memcpy(res[lay][o], h, 4 * NX);
+      }
+      float *from[6] = {pm, pv, prm, prv, pdg, pdb};
+      for (int k = 0; k < 6; k++) down(G, st[lay][k], from[k], 4 * Cn);
+      void *all[] = {px, pdy, py, pdx, pga, pbe, prm, prv, pm, pv, pdg, pdb, pab};
+      for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) ts__dev_free(G->d, all[k]);
+    }
+    if (!G->fake) {
+      static const char *lname[3] = {"NCHW", "channels last (rows)", "channels last (strided)"};
+      for (int lay = 1; lay < 3; lay++) {
+        CHECK_MSG(!memcmp(res[lay][0], res[0][0], 4 * NX) && !memcmp(res[lay][1], res[0][1], 4 * NX),
+                  "batch norm + relu %s %s: y or dx differs from NCHW's", ts_dtype_name(dt), lname[lay]);
+        CHECK_MSG(!memcmp(st[lay], st[0], sizeof st[0]),
+                  "batch norm + relu %s %s: the statistics, running statistics or dgamma/dbeta differ from NCHW's",
+                  ts_dtype_name(dt), lname[lay]);
+      }
+    }
+    for (int lay = 0; lay < 3; lay++) free(res[lay][0]), free(res[lay][1]);
+  }
+  ts__dev_free(G->d, ws);
+  free(x), free(dy), free(xl), free(dyl), free(h), free(h16);
+}
+
 /* every check above, on the library the plans would use (cuDNN where found) */
 static void conv_suite(gpu *G) {
   CHECK_OK(ts__dev_alloc(G->d, ts__gpu_bn_workspace(3, 5, 1500), &G->bnws)); /* the largest batch norm above */
   check_conv_pool_bn(G);
   check_conv_pool_bn_bf16(G);
   check_bn_chunks_relu(G);
+  check_bn_channels_last(G);
   ts__dev_free(G->d, G->bnws);
 }
 

@@ -113,6 +113,92 @@ KERNEL ts_k_bn_bpsums_bf16(const bf16 *dy, const bf16 *x, const float *mean, con
   bn_bpsums(dy, x, mean, ab, alpha, N, C, S, P, cf, pp);
 }
 
+// Channels last (S 1: x as (M, C), a position's channels side by side), a block per (32 channels,
+// chunk) instead of per (channel, chunk): each warp reads one position's 32 channels together
+// (one coalesced line) where the kernels above read one value every C elements. The same sums,
+// bit for bit: a block of 1024 threads, thread (channel cx, warp w) keeps the 8 partial sums that
+// threads w, w + 32, ..., w + 224 of the kernels above keep for its channel (thread t of 256
+// summing the chunk's positions t, t + 256, ... in order); warp w then folds channel w's 256
+// partials through block_sum's tree (warp_sum over each 32, then over the 8 warp sums). Forward
+// (BWD false): sums of (x - K) and (x - K)^2, K = Kin[c] or the channel's first value (written to
+// Kout); backward: of g and g (x - mean), g = dy through the fused ReLU's gradient when ab.
+#define BN_CL_W 32 // channels a block (a warp's lanes), and warps a block
+#define BN_CL_NW 16 // warps a block
+#define BN_CL_J (256 / BN_CL_NW) // partial sums a thread: the 256 of the kernels above over the warps
+// The block's partials s (BN_CL_J a thread) folded per channel as block_sum folds a block of 256:
+// warp w folds channels w, w + NW, ... (warp_sum over each 32 of the 256, then over the 8 warp
+// sums) into pp[c P + p].
+DEVI void bn_cl_fold(float (*red)[256 + 1], const float *s, i64 g, i64 C, i64 P, i64 p, float *pp) {
+  const int cx = tid() & 31, w = tid() >> 5;
+  __syncthreads(); // red free from the last use
+  UNROLL for (int j = 0; j < BN_CL_J; j++) red[cx][w + BN_CL_NW * j] = s[j];
+  __syncthreads();
+  for (int q = 0; q < BN_CL_W / BN_CL_NW; q++) {
+    const int ch = w + BN_CL_NW * q;
+    float mine = 0.0f;
+    for (int jw = 0; jw < 8; jw++) {
+      float v = warp_sum(red[ch][32 * jw + cx]);
+      if (cx == jw) mine = v;
+    }
+    const float tot = warp_sum(cx < 8 ? mine : 0.0f);
+    if (cx == 0 && g * BN_CL_W + ch < C) pp[(g * BN_CL_W + ch) * P + p] = tot;
+  }
+}
+template <bool BWD, typename T>
+DEVI void bn_cl_psums(const T *x, const T *dy, const float *Kin, float *Kout, const float *mean, const float *ab,
+                      float alpha, i64 M, i64 C, i64 P, float *pp) {
+  __shared__ float red[BN_CL_W][256 + 1]; // a channel's 256 partials (+1: no bank conflicts)
+  const int cx = tid() & 31, w = tid() >> 5, lp = is_lp(x);
+  const i64 L = (M + P - 1) / P;
+  for (i64 g = bid(); g * BN_CL_W < C; g += nbid())
+    for (i64 p = bidy(); p < P; p += nbidy()) {
+      const i64 c = g * BN_CL_W + cx, i0 = p * L, i1 = i0 + L < M ? i0 + L : M;
+      const int on = c < C;
+      float k = 0.0f, ra = 0.0f, rb = 0.0f;
+      if (on && BWD) k = mean[c], ra = ab ? ab[c] : 0.0f, rb = ab ? ab[C + c] : 0.0f;
+      else if (on) k = Kin ? Kin[c] : ld(x, c);
+      float s1[BN_CL_J], s2[BN_CL_J];
+      UNROLL for (int j = 0; j < BN_CL_J; j++) s1[j] = s2[j] = 0.0f;
+      const i64 step = BN_CL_NW * C; // from one of the thread's positions to its next
+      for (i64 base = i0 + w; base < i1 && on; base += 256) {
+        // positions base + NW j: what thread w + NW j of the kernels above reads
+        const int nj = (int)((i1 - base + BN_CL_NW - 1) / BN_CL_NW); // of them in the chunk
+        const T *xp = x + base * C + c, *dp = BWD ? dy + base * C + c : (const T *)0;
+        UNROLL for (int j = 0; j < BN_CL_J; j++) {
+          if (j < nj) {
+            if (BWD) {
+              float xv = ld(xp, j * step), gv = ld(dp, j * step);
+              if (ab) gv = bn_relu_grad(gv, bn_v(xv, ra, rb), lp, alpha);
+              s1[j] += gv;
+              s2[j] += gv * (xv - k);
+            } else {
+              float v = ld(xp, j * step) - k;
+              s1[j] += v;
+              s2[j] += v * v;
+            }
+          }
+        }
+      }
+      bn_cl_fold(red, s1, g, C, P, p, pp);
+      bn_cl_fold(red, s2, g, C, P, p, pp + C * P);
+      if (p == 0 && w == 0 && on && !BWD && Kout) Kout[c] = k;
+    }
+}
+KERNEL_512 ts_k_bn_cl_psums_f32(const float *x, const float *Kin, float *Kout, i64 M, i64 C, i64 P, float *pp) {
+  bn_cl_psums<false>(x, (const float *)0, Kin, Kout, (const float *)0, (const float *)0, 0.0f, M, C, P, pp);
+}
+KERNEL_512 ts_k_bn_cl_psums_bf16(const bf16 *x, const float *Kin, float *Kout, i64 M, i64 C, i64 P, float *pp) {
+  bn_cl_psums<false>(x, (const bf16 *)0, Kin, Kout, (const float *)0, (const float *)0, 0.0f, M, C, P, pp);
+}
+KERNEL_512 ts_k_bn_cl_bpsums_f32(const float *dy, const float *x, const float *mean, const float *ab, float alpha,
+                                  i64 M, i64 C, i64 P, float *pp) {
+  bn_cl_psums<true>(x, dy, (const float *)0, (float *)0, mean, ab, alpha, M, C, P, pp);
+}
+KERNEL_512 ts_k_bn_cl_bpsums_bf16(const bf16 *dy, const bf16 *x, const float *mean, const float *ab, float alpha,
+                                   i64 M, i64 C, i64 P, float *pp) {
+  bn_cl_psums<true>(x, dy, (const float *)0, (float *)0, mean, ab, alpha, M, C, P, pp);
+}
+
 // part (2C + 1) = the chunks' sums in chunk order (double), then the count M
 KERNEL ts_k_bn_fold(const float *pp, i64 C, i64 P, i64 M, float *part) {
   for (i64 r = gidx(); r < 2 * C; r += gstride()) {

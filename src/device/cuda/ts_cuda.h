@@ -16,6 +16,8 @@ typedef unsigned short bf16; /* bfloat16 bits */
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
 #define KERNEL extern "C" __global__ void
+/* a kernel launched with blocks of 512 threads: registers held to 128 a thread */
+#define KERNEL_512 extern "C" __global__ void __attribute__((launch_bounds(512, 1)))
 #define DEV static __device__ inline
 /* inlined whatever the compiler's cost model says (helpers taking register arrays: an outlined call
  * would move the arrays to local memory) */
@@ -37,6 +39,7 @@ DEV float i2f(int i) { float f; memcpy(&f, &i, 4); return f; }
 DEV int f2i(float f) { int i; memcpy(&i, &f, 4); return i; }
 #ifdef TS_CUDA_EMU
 #define KERNEL extern "C" void
+#define KERNEL_512 KERNEL
 #define __shared__ static /* blocks run one at a time: one copy is the block's */
 extern "C" {
 int ts_emu_sreg(int which); /* 0..2 tid xyz, 3..5 ntid, 6..8 ctaid, 9..11 nctaid */
