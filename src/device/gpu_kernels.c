@@ -900,12 +900,13 @@ size_t ts__gpu_bn_workspace(int64_t N, int64_t C, int64_t S) {
   return sizeof(float) * (size_t)(2 * C * bn_chunks(N * S) + C + 2 * C + 1 + 2 * C + 3 * C);
 }
 /* Channels last's per-channel sums (S 1) run a block per 32 channels reading whole rows
- * (ts_k_bn_cl_psums, the same sums bit for bit); TESSERA_GPU_BN_CL=strided runs the kernels of
+ * (ts_k_bn_cl_psums, the same sums bit for bit; tensors of up to 2^32 - 1 elements: its offsets
+ * are 32-bit); TESSERA_GPU_BN_CL=strided runs the kernels of
  * NCHW instead, a block per channel reading every C-th value (for comparing their speed). */
 #define BN_CL_BLOCK 512 /* batchnorm.cu's BN_CL_NW warps */
-static int bn_cl_tiles(void) {
+static int bn_cl_tiles(int64_t M, int64_t C) {
   const char *e = getenv("TESSERA_GPU_BN_CL");
-  return !(e && !strcmp(e, "strided"));
+  return M * C <= (int64_t)UINT32_MAX && !(e && !strcmp(e, "strided")); /* its offsets are 32-bit */
 }
 /* part (2C + 1): the sums over every chunk of (x - K) and (x - K)^2 (Kin: the shifts; NULL: each
  * channel's first value, written to Kout), then the count */
@@ -913,7 +914,7 @@ static int bn_fwd_part(ts__dev *d, const char *xs, const void *x, const float *K
                        int64_t S, float *pp, float *part, ts__dev_stream *s) {
   int64_t P = bn_chunks(N * S), M = N * S, C2 = 2 * C;
   int cf = S == 1, rc; /* NHWC (or (N, C)): the channels of a chunk in neighbouring blocks (batchnorm.cu) */
-  if (cf && bn_cl_tiles()) { /* a block per 32 channels, reading rows (the same sums) */
+  if (cf && bn_cl_tiles(M, C)) { /* a block per 32 channels, reading rows (the same sums) */
     void *a[] = {&x, &Kin, &Kout, &M, &C, &P, &pp};
     rc = bn_launch(d, "ts_k_bn_cl_psums", xs, (unsigned)((C + 31) / 32), row_grid(P), BN_CL_BLOCK, s, a);
   } else {
@@ -931,7 +932,7 @@ static int bn_bwd_part(ts__dev *d, const char *xs, const void *dy, const void *x
   const float *ab = relu ? relu->ab : NULL;
   float alpha = relu ? relu->alpha : 0.0f;
   int cf = S == 1, rc;
-  if (cf && bn_cl_tiles()) {
+  if (cf && bn_cl_tiles(M, C)) {
     void *a[] = {&dy, &x, &mean, &ab, &alpha, &M, &C, &P, &pp};
     rc = bn_launch(d, "ts_k_bn_cl_bpsums", xs, (unsigned)((C + 31) / 32), row_grid(P), BN_CL_BLOCK, s, a);
   } else {
