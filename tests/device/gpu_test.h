@@ -3,6 +3,7 @@
  * records launches). */
 #ifndef TS_TESTS_GPU_TEST_H
 #define TS_TESTS_GPU_TEST_H
+#include <dlfcn.h>
 #include <stddef.h>
 
 #include "device/dev.h"
@@ -31,6 +32,15 @@ static inline void down(gpu *G, void *h, const void *p, size_t bytes) {
 static inline void same(gpu *G, const char *what, const float *got, const float *want, size_t n, double atol, double rtol) {
   if (G->fake) return;
   CHECK_CLOSE(got, want, n, atol, rtol, what);
+}
+
+/* The stand-in driver's end: every device allocation freed (its count of live ones, read through
+ * fk, its dlopen handle), the device closed, the handle released. */
+static inline void gpu_fake_close(ts__dev *d, void *fk) {
+  int *live = fk ? (int *)dlsym(fk, "fake_cuda_live_allocs") : NULL;
+  CHECK_MSG(live && *live == 0, "%d device allocations not freed", live ? *live : -1);
+  ts__dev_close(d);
+  if (fk) dlclose(fk);
 }
 
 #endif
