@@ -18,7 +18,7 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 out=$root/gpu-bundle
-bins="test_device test_device_conv bench_gpu_bn test_exec_gpu test_fusion_gpu test_layout_gpu test_cuda_math test_dcoll tessera example_hybrid_mlp"
+bins="test_device test_device_conv bench_gpu_bn bench_gpu_conv test_exec_gpu test_fusion_gpu test_layout_gpu test_cuda_math test_dcoll tessera example_hybrid_mlp"
 for b in $bins; do
   [ -x "$build/$b" ] || { echo "gpu-bundle.sh: $build/$b is not built (cmake --build $build)" >&2; exit 1; }
 done

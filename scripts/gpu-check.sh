@@ -80,6 +80,10 @@ step kernels 300 test_device
 step conv_kernels 200 test_device_conv
 # batch norm's sums channels last (rows, the default; strided) against NCHW at ResNet-50's shapes
 step bn_layouts 60 bench_gpu_bn --reps 5
+# ResNet-50's 53 convolutions NCHW and channels last (cuDNN's deterministic choices), then with
+# non-deterministic algorithms allowed (what determinism costs)
+step conv_layouts 120 bench_gpu_conv --reps 5
+TESSERA_GPU_DETERMINISTIC=0 step conv_nondet 120 bench_gpu_conv --reps 5
 step graph 300 test_exec_gpu
 # the executor's fusions on the GPU (BN+ReLU, matmul+bias+GeLU, matmul+cast) against the unfused GPU
 # plan and the CPU's

@@ -16,7 +16,10 @@
  *     on the GPU and the shape only, not on timing), the first that reports
  *     CUDNN_DETERMINISTIC, succeeds and fits TS__CUDNN_WS_MAX of workspace; never a benchmark
  *     search (cudnnFind*), whose choice varies run to run. A shape and direction with none runs
- *     on Tessera's direct kernel (said once as a warning).
+ *     on Tessera's direct kernel (said once as a warning). TESSERA_GPU_DETERMINISTIC=0 lifts the
+ *     determinism condition (PyTorch's default, cudnn.deterministic False: the heuristics' first
+ *     algorithm that succeeds, which may sum with atomics; said once as a warning): for measuring
+ *     what determinism costs, or for speed where bitwise repeatable runs do not matter.
  *   - The bias is not cuDNN's: its forward writes b into y first and the convolution adds
  *     (beta 1: one rounding of a bf16 output, as cublas.c does); its gradient is
  *     ts__gpu_conv_bias_grad (a fixed-order sum per channel).
@@ -162,8 +165,22 @@ static int shape_init(shape_t *s, const ts__conv_desc *c, ts_dtype dt, int cl) {
 
 static const char *dir_name[3] = {"forward", "backward data", "backward filter"};
 
-/* The direction's algorithm: the heuristics' first deterministic, successful one within the
- * workspace bound (and, in f32, not on tensor cores), with its workspace. */
+/* 0 when TESSERA_GPU_DETERMINISTIC=0 allows non-deterministic algorithms (said once) */
+static int deterministic_only(void) {
+  static int warned;
+  const char *e = getenv("TESSERA_GPU_DETERMINISTIC");
+  if (!(e && !strcmp(e, "0"))) return 1;
+  if (!warned) {
+    warned = 1;
+    ts_log(TS_LOG_WARN, "TESSERA_GPU_DETERMINISTIC=0: cuDNN may run non-deterministic convolution algorithms "
+                        "(runs are then not bitwise repeatable)");
+  }
+  return 0;
+}
+
+/* The direction's algorithm: the heuristics' first deterministic (unless deterministic_only says
+ * otherwise), successful one within the workspace bound (and, in f32, not on tensor cores), with
+ * its workspace. */
 static int choose(shape_t *s, int dir) {
   if (s->chosen[dir] > 0) return TS_OK;
   if (s->chosen[dir] < 0) return TS_ENOTFOUND; /* none, said once (below) */
@@ -173,9 +190,10 @@ static int choose(shape_t *s, int dir) {
                      : dir == 1 ? dn.GetBwdDataAlgo(handle, s->w, s->y, s->conv, s->x, 16, &got, perf)
                                 : dn.GetBwdFilterAlgo(handle, s->x, s->y, s->conv, s->w, 16, &got, perf);
   if (st) return fail(st, dir_name[dir], &s->c, s->dt, s->cl);
+  const int det = deterministic_only();
   for (int i = 0; i < got && i < 16; i++) {
     const ts__dnn_perf *p = &perf[i];
-    if (p->status || p->determinism != TS__DNN_DETERMINISTIC || p->memory > TS__CUDNN_WS_MAX) continue;
+    if (p->status || (det && p->determinism != TS__DNN_DETERMINISTIC) || p->memory > TS__CUDNN_WS_MAX) continue;
     if (s->dt == TS_F32 && !ts__gpu_tf32() &&
         (p->mathType == TS__DNN_TENSOR_OP_MATH || p->mathType == TS__DNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue; /* real f32 unless TF32 was asked for */
@@ -194,10 +212,11 @@ static int choose(shape_t *s, int dir) {
   const ts__conv_desc *c = &s->c;
   ts_log(TS_LOG_WARN,
          "cuDNN %s (x %lldx%lldx%lldx%lld, w %lldx%lldx%lldx%lld, groups %lld, %s%s): none of its %d algorithms is "
-         "deterministic%s within %zu MiB of workspace: %s",
+         "%s%s within %zu MiB of workspace: %s",
          dir_name[dir], (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O,
          (long long)(c->C / c->groups), (long long)c->KH, (long long)c->KW, (long long)c->groups, ts_dtype_name(s->dt),
-         s->cl ? ", NHWC" : "", got, s->dt == TS_F32 ? " and real f32" : "", TS__CUDNN_WS_MAX >> 20,
+         s->cl ? ", NHWC" : "", got, det ? "deterministic" : "usable", s->dt == TS_F32 ? " and real f32" : "",
+         TS__CUDNN_WS_MAX >> 20,
          s->cl ? "it runs in NCHW (its tensors transposed around it)" : "Tessera's direct kernel runs it");
   return TS_ENOTFOUND;
 }

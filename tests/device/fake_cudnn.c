@@ -7,9 +7,11 @@
  * a machine without a GPU. Its heuristics list four algorithms, in this order, to check the
  * choice cudnn.c makes: 1 on tensor cores (deterministic, 64 bytes of workspace: not for real
  * f32), 2 non-deterministic, 3 asking 1 TiB of workspace, 4 plain FMA (deterministic, 4 KiB).
- * Running 2 or 3 is refused (NOT_SUPPORTED), and so is f32 unless it runs 4 with CUDNN_FMA_MATH
+ * Running 3 is refused (NOT_SUPPORTED), and so is f32 unless it runs 4 with CUDNN_FMA_MATH
  * (real f32) or asked for tensor cores (CUDNN_TENSOR_OP_MATH: TF32, float32_matmul_precision high;
- * then the operands are rounded to TF32's 10-bit mantissa, as the tensor cores take them). For
+ * then the operands are rounded to TF32's 10-bit mantissa, as the tensor cores take them); 2 runs
+ * (as 4 does) only to be chosen under TESSERA_GPU_DETERMINISTIC=0: fake_cudnn_algo says which
+ * ran, and the tests check it is never chosen otherwise. For
  * filters of 5x5 and larger it lists only algorithm 2: no deterministic choice, which cudnn.c
  * answers by running Tessera's direct kernel. */
 #include <stdint.h>
@@ -157,8 +159,8 @@ static size_t at(const tdesc *t, int a, int b, int i, int j) {
 static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const tdesc *y, const void *X, const void *Wt,
                 const void *Y, void *out, int algo, const void *ws, size_t wsb, const float *alpha, const float *beta) {
   if (!shapes_ok(x, w, c, y) || algo < 1 || algo > 4 || wsb < mem[algo] || (mem[algo] && !ws) || !out) return BAD_PARAM;
-  if (algo == 2 || algo == 3 || x->fmt != w->fmt || y->fmt != x->fmt ||
-      (x->dt == FLOAT && !(c->math == TENSOR_OP || (algo == 4 && c->math == FMA))))
+  if (algo == 3 || x->fmt != w->fmt || y->fmt != x->fmt ||
+      (x->dt == FLOAT && !(c->math == TENSOR_OP || ((algo == 4 || algo == 2) && c->math == FMA))))
     return NOT_SUPPORTED;
   const int tf32 = x->dt == FLOAT && c->math == TENSOR_OP;
   const tdesc *o = dir == 0 ? y : dir == 1 ? x : w;

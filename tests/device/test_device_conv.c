@@ -579,6 +579,36 @@ static void test_fake(void) {
           strstr(ts_last_error(), "f16 runs on cuDNN only") != NULL);
     ts__dev_free(d, px), ts__dev_free(d, pw), ts__dev_free(d, py);
   }
+  { /* TESSERA_GPU_DETERMINISTIC=0: cuDNN's non-deterministic algorithm allowed (the stand-in's 2,
+     * listed before its deterministic real-f32 one and alone for 5x5 filters), for shapes not yet
+     * chosen for: both run on it (not the direct kernel), against the CPU */
+    setenv("TESSERA_GPU_DETERMINISTIC", "0", 1);
+    const ts__conv_desc cs[2] = {{1, 2, 9, 8, 3, 5, 5, 5, 4, 1, 1, 0, 0, 1, 1, 1}, {1, 3, 6, 6, 2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1}};
+    for (int k = 0; k < 2; k++) {
+      const ts__conv_desc *c = &cs[k];
+      enum { MX = 256, MW = 160, MY = 80 };
+      float x[MX], w[MW], y[MY], gy[MY];
+      ts_test_fill(x, MX, 100 + k, -1, 1), ts_test_fill(w, MW, 102 + k, -1, 1);
+      CHECK_OK(ts__conv2d_fwd_ref(c, x, w, NULL, y));
+      const size_t nx = (size_t)(c->N * c->C * c->H * c->W), nw = (size_t)(c->O * c->C * c->KH * c->KW),
+                   ny = (size_t)(c->N * c->O * c->OH * c->OW);
+      CHECK(nx <= MX && nw <= MW && ny <= MY);
+      const int beforek = dcalls ? *dcalls : 0;
+      void *px = up(&G, x, 4 * nx), *pw = up(&G, w, 4 * nw), *py = up(&G, NULL, 4 * ny), *ws = NULL;
+      size_t wsb = 0;
+      CHECK_OK(ts__gpu_conv2d_workspace(c, TS_F32, 0, 0, &wsb));
+      if (wsb) CHECK_OK(ts__dev_alloc(d, wsb, &ws));
+      CHECK_OK(ts__gpu_conv2d_fwd(d, c, TS_F32, 0, px, pw, NULL, py, ws, wsb, NULL));
+      down(&G, gy, py, 4 * ny);
+      same(&G, k ? "conv2d 3x3, non-deterministic cuDNN allowed" : "conv2d 5x5, non-deterministic cuDNN allowed", gy,
+           y, ny, 1e-5, 1e-5);
+      CHECK_MSG(dcalls && *dcalls == beforek + 1 && algo && algo[0] == 2,
+                "TESSERA_GPU_DETERMINISTIC=0, %dx%d: cuDNN ran %d convolutions, algorithm %d (want 1, 2)", (int)c->KH,
+                (int)c->KW, dcalls ? *dcalls - beforek : -1, algo ? algo[0] : -1);
+      ts__dev_free(d, px), ts__dev_free(d, pw), ts__dev_free(d, py), ts__dev_free(d, ws);
+    }
+    unsetenv("TESSERA_GPU_DETERMINISTIC");
+  }
   { /* f16 (amp_dtype f16): cuDNN runs the convolution in f16 (CUDNN_DATA_HALF), the bias filled
      * first (ts_k_conv_bias_fill_f16), NCHW and NHWC: against the f32 convolution of the same f16
      * values plus the bias, rounded once to f16, within one f16 ulp */
