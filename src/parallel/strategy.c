@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,7 @@ int ts_op_strategy_check_shapes(const char *op, const ts_op_strategy *st, int ns
 
 typedef struct {
   char *name;
+  uint64_t hash; /* name_hash of name */
   int is_rule;
   int literal; /* characters other than '*' */
   ts_op_strategy st;
@@ -259,10 +261,10 @@ void ts_strategy_set_free(ts_strategy_set *s) {
 int ts_strategy_set_device_num(const ts_strategy_set *s) { return s ? s->device_num : 0; }
 int ts_strategy_set_stage(const ts_strategy_set *s) { return s ? s->stage : 0; }
 
-static size_t name_hash(const char *op, size_t cap) {
+static uint64_t name_hash(const char *op) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (const char *c = op; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-  return (size_t)h & (cap - 1);
+  return h;
 }
 
 /* (re)builds the name index for every entry, growing it to keep it at most half full; TS_ENOMEM */
@@ -278,27 +280,31 @@ static int index_rebuild(ts_strategy_set *s, size_t want) {
   }
   for (size_t i = 0; i < s->hcap; i++) s->hslot[i] = -1;
   for (int i = 0; i < s->n; i++) {
-    size_t h = name_hash(s->e[i].name, s->hcap);
+    size_t h = (size_t)s->e[i].hash & (s->hcap - 1);
     while (s->hslot[h] >= 0) h = (h + 1) & (s->hcap - 1);
     s->hslot[h] = i;
   }
   return TS_OK;
 }
 
-/* the entry named op (a rule's pattern compared as text), -1 none */
-static int find_exact(const ts_strategy_set *s, const char *op) {
+/* the entry named op, whose name_hash is hash (a rule's pattern compared as text), -1 none */
+static int find_hashed(const ts_strategy_set *s, const char *op, uint64_t hash) {
   if (!s->hslot) return -1; /* no entry yet */
-  for (size_t h = name_hash(op, s->hcap); s->hslot[h] >= 0; h = (h + 1) & (s->hcap - 1))
-    if (strcmp(s->e[s->hslot[h]].name, op) == 0) return s->hslot[h];
+  for (size_t h = (size_t)hash & (s->hcap - 1); s->hslot[h] >= 0; h = (h + 1) & (s->hcap - 1)) {
+    const st_entry *e = &s->e[s->hslot[h]];
+    if (e->hash == hash && strcmp(e->name, op) == 0) return s->hslot[h];
+  }
   return -1;
 }
+static int find_exact(const ts_strategy_set *s, const char *op) { return find_hashed(s, op, name_hash(op)); }
 
 int ts_strategy_set_put(ts_strategy_set *s, const char *op, const ts_op_strategy *st) {
   if (!s || !op || !st) return ts_error_set(TS_EINVAL, "ts_strategy_set_put: NULL argument");
   if (!op[0]) return ts_error_set(TS_EINVAL, "ts_strategy_set_put: empty op name");
   int rc = ts_op_strategy_validate(op, st, s->device_num);
   if (rc) return rc;
-  int i = find_exact(s, op);
+  const uint64_t hash = name_hash(op);
+  int i = find_hashed(s, op, hash);
   if (i >= 0) {
     s->e[i].st = *st;
     return TS_OK;
@@ -313,12 +319,13 @@ int ts_strategy_set_put(ts_strategy_set *s, const char *op, const ts_op_strategy
   if (2 * (size_t)(s->n + 1) > s->hcap && (rc = index_rebuild(s, (size_t)s->n + 1))) return rc;
   st_entry *e = &s->e[s->n];
   if (!(e->name = dupstr(op))) return ts_error_set(TS_ENOMEM, "op %s: out of memory", op);
+  e->hash = hash;
   e->is_rule = strchr(op, '*') != NULL;
   e->literal = 0;
   for (const char *c = op; *c; c++) e->literal += *c != '*';
   e->st = *st;
   s->nrules += e->is_rule;
-  size_t h = name_hash(op, s->hcap);
+  size_t h = (size_t)hash & (s->hcap - 1);
   while (s->hslot[h] >= 0) h = (h + 1) & (s->hcap - 1);
   s->hslot[h] = s->n++;
   return TS_OK;
