@@ -14,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/dev.h"
-#include "device/gpu_kernels.h"
+#include "bench_gpu.h"
 
 typedef struct {
   const char *name;
@@ -28,41 +27,13 @@ static const shape k_shapes[] = {
     {"1024 @14", 1024, 14 * 14},      {"2048 @7", 2048, 7 * 7},
 };
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-#define TRY(x)                                                                                                         \
-  do {                                                                                                                 \
-    if ((x) != TS_OK) {                                                                                                \
-      fprintf(stderr, "bench_gpu_bn: %s: %s\n", #x, ts_last_error());                                                  \
-      return 1;                                                                                                        \
-    }                                                                                                                  \
-  } while (0)
-
 int main(int argc, char **argv) {
   int reps = 7;
   int64_t B = 128;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoll(argv[++i]);
-    else {
-      fprintf(stderr, "usage: bench_gpu_bn [--reps N] [--batch B]\n");
-      return 2;
-    }
-  }
-  if (reps < 1 || reps > 100 || B < 1) {
-    fprintf(stderr, "bench_gpu_bn: --reps 1..100, --batch >= 1\n");
-    return 2;
-  }
   ts__dev *d = NULL;
-  if (ts__dev_open(TS_DEVICE_GPU, 0, &d)) {
-    printf("SKIPPED: no GPU: %s\n", ts_last_error());
-    return 77;
-  }
   char desc[256];
-  ts_device_describe(&d->info, desc, sizeof desc);
+  const int st = gpu_bench_start("bench_gpu_bn", argc, argv, &reps, &B, &d, desc, sizeof desc);
+  if (st >= 0) return st;
   printf("%s; batch %lld, bf16, training, ReLU fused; median of %d (interleaved)\n", desc, (long long)B, reps);
   printf("%-14s %10s %10s %10s %9s %9s %9s %8s %8s\n", "shape", "nchw ms", "rows ms", "strided ms", "nchw GB/s",
          "rows GB/s", "strd GB/s", "strd/rows", "rows/nchw");
@@ -120,8 +91,7 @@ int main(int argc, char **argv) {
       }
     double med[3];
     for (int v = 0; v < 3; v++) {
-      qsort(t[v], (size_t)reps, sizeof(double), cmp_double);
-      med[v] = reps % 2 ? t[v][reps / 2] : 0.5 * (t[v][reps / 2 - 1] + t[v][reps / 2]);
+      med[v] = gpu_bench_median(t[v], reps);
       tot[v] += med[v];
       free(t[v]);
     }

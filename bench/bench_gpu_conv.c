@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/dev.h"
-#include "device/gpu_kernels.h"
+#include "bench_gpu.h"
 #include "kernels/conv.h"
 
 typedef struct {
@@ -39,41 +38,13 @@ static const shape k_shapes[] = {
     {"3x3 512 @7", 512, 7, 512, 3, 1, 2},
 };
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-#define TRY(x)                                                                                                         \
-  do {                                                                                                                 \
-    if ((x) != TS_OK) {                                                                                                \
-      fprintf(stderr, "bench_gpu_conv: %s: %s\n", #x, ts_last_error());                                               \
-      return 1;                                                                                                        \
-    }                                                                                                                  \
-  } while (0)
-
 int main(int argc, char **argv) {
   int reps = 5;
   int64_t B = 128;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoll(argv[++i]);
-    else {
-      fprintf(stderr, "usage: bench_gpu_conv [--reps N] [--batch B]\n");
-      return 2;
-    }
-  }
-  if (reps < 1 || reps > 100 || B < 1) {
-    fprintf(stderr, "bench_gpu_conv: --reps 1..100, --batch >= 1\n");
-    return 2;
-  }
   ts__dev *d = NULL;
-  if (ts__dev_open(TS_DEVICE_GPU, 0, &d)) {
-    printf("SKIPPED: no GPU: %s\n", ts_last_error());
-    return 77;
-  }
   char desc[256];
-  ts_device_describe(&d->info, desc, sizeof desc);
+  const int st = gpu_bench_start("bench_gpu_conv", argc, argv, &reps, &B, &d, desc, sizeof desc);
+  if (st >= 0) return st;
   const char *why = NULL, *det = getenv("TESSERA_GPU_DETERMINISTIC");
   const char *impl = ts__gpu_conv_impl(&why);
   double peak = 0; /* GFLOP/s */
@@ -134,9 +105,7 @@ int main(int argc, char **argv) {
         }
     for (int cl = 0; cl < 2; cl++)
       for (int dir = 0; dir < 3; dir++) {
-        double *v = t + (size_t)(cl * 3 + dir) * (size_t)reps;
-        qsort(v, (size_t)reps, sizeof(double), cmp_double);
-        med[cl][dir] = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
+        med[cl][dir] = gpu_bench_median(t + (size_t)(cl * 3 + dir) * (size_t)reps, reps);
         if (!(si == 0 && dir == 1)) step[cl] += (double)sh->count * med[cl][dir];
       }
     flops_step += (double)sh->count * flops * (si == 0 ? 2 : 3);
