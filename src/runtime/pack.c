@@ -10,6 +10,7 @@
  * for Deep Neural Net Inference", TFLite's planner) places the largest first, each in the
  * smallest gap left by the already placed ones it overlaps in time, which on training graphs
  * lands within a few percent of the bound. The planner runs both and keeps the lower top. */
+#define _GNU_SOURCE /* qsort_r */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,9 +41,9 @@ static int by_size(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static const placed *g_sort_pl; /* by_off's placed ones (qsort has no context argument in C11) */
-static int by_off(const void *a, const void *b) {
-  const size_t x = g_sort_pl[*(const int *)a].off, y = g_sort_pl[*(const int *)b].off;
+static int by_off(const void *a, const void *b, void *ctx) { /* indexes into ctx, the placed ones */
+  const placed *pl = ctx;
+  const size_t x = pl[*(const int *)a].off, y = pl[*(const int *)b].off;
   return x < y ? -1 : x > y;
 }
 
@@ -69,7 +70,6 @@ int ts__pack_greedy(ts__interval *items, int n, size_t *off, size_t *top) {
   bucket *bk = calloc((size_t)nb, sizeof *bk);
   int rc = pl && ov && ord && bk ? 0 : -1;
   qsort(items, (size_t)n, sizeof *items, by_size);
-  g_sort_pl = pl;
   for (int i = 0; i < n && !rc; i++) {
     const ts__interval *it = &items[i];
     const int b0 = it->first / CHUNK, b1 = it->last / CHUNK;
@@ -84,7 +84,7 @@ int ts__pack_greedy(ts__interval *items, int n, size_t *off, size_t *top) {
               (q->first > it->first ? q->first : it->first) / CHUNK == c)
             ov[no++] = bk[c].ix[k];
         }
-      qsort(ov, (size_t)no, sizeof *ov, by_off); /* equal offsets in any order: the same gaps */
+      qsort_r(ov, (size_t)no, sizeof *ov, by_off, pl); /* equal offsets in any order: the same gaps */
     } else {
       for (int k = 0; k < i; k++)
         if (pl[ord[k]].first <= it->last && it->first <= pl[ord[k]].last) ov[no++] = ord[k];
