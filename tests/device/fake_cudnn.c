@@ -150,9 +150,10 @@ static float op(float v, int tf32) {
 }
 static void st(void *p, int t, long long i, float v) { fake_st(p, t == HALF ? FAKE_F16 : t == FLOAT, i, v); }
 
-/* element (a, b, i, j) of a 4-d descriptor's tensor: its offset in the descriptor's format */
-static size_t at(const tdesc *t, int a, int b, int i, int j) {
-  return t->fmt == NHWC ? (((size_t)a * t->h + i) * t->w + j) * t->c + b : (((size_t)a * t->c + b) * t->h + i) * t->w + j;
+/* the offsets of one step in (a, b, i, j) of a 4-d descriptor's tensor, in its format */
+static void strides(const tdesc *t, size_t s[4]) {
+  if (t->fmt == NHWC) s[1] = 1, s[3] = (size_t)t->c, s[2] = s[3] * t->w, s[0] = s[2] * t->h;
+  else s[3] = 1, s[2] = (size_t)t->w, s[1] = s[2] * t->h, s[0] = s[1] * t->c;
 }
 
 /* dir 0: y = conv(x, w); 1: dx from dy, w; 2: dw from x, dy; out = alpha acc + beta out */
@@ -165,24 +166,46 @@ static int conv(int dir, const tdesc *x, const tdesc *w, const cdesc *c, const t
   const int tf32 = x->dt == FLOAT && c->math == TENSOR_OP;
   const tdesc *o = dir == 0 ? y : dir == 1 ? x : w;
   size_t no = (size_t)o->n * o->c * o->h * o->w;
-  float *acc = calloc(no, sizeof *acc);
-  if (!acc) return BAD_PARAM;
+  /* the two operands as f32 (as the tensor cores take them), read once, not once per product */
+  const tdesc *ad = dir == 2 ? x : dir == 0 ? x : y, *bd = dir == 2 ? y : w;
+  const void *A = dir == 1 ? Y : X, *Bv = dir == 2 ? Y : Wt;
+  size_t na = (size_t)ad->n * ad->c * ad->h * ad->w, nb = (size_t)bd->n * bd->c * bd->h * bd->w;
+  float *acc = calloc(no, sizeof *acc), *fa = malloc(na * sizeof *fa), *fb = malloc(nb * sizeof *fb);
+  if (!acc || !fa || !fb) {
+    free(acc), free(fa), free(fb);
+    return BAD_PARAM;
+  }
+  for (size_t i = 0; i < na; i++) fa[i] = op(ld(A, ad->dt, (long long)i), tf32);
+  for (size_t i = 0; i < nb; i++) fb[i] = op(ld(Bv, bd->dt, (long long)i), tf32);
+  size_t sx[4], sw[4], sy[4]; /* strides of (a, b, i, j) in each tensor's format */
+  strides(x, sx), strides(w, sw), strides(y, sy);
   int cg = w->c, og = w->n / c->groups;
+  /* every product in the same order as the textbook loop (n, k, oh, ow, cl, kh, kw) */
   for (int n = 0; n < x->n; n++)
     for (int k = 0; k < y->c; k++)
       for (int oh = 0; oh < y->h; oh++)
-        for (int ow = 0; ow < y->w; ow++)
-          for (int cl = 0; cl < cg; cl++)
-            for (int kh = 0; kh < w->h; kh++)
+        for (int ow = 0; ow < y->w; ow++) {
+          size_t yi = n * sy[0] + k * sy[1] + oh * sy[2] + ow * sy[3];
+          float s = dir == 0 ? acc[yi] : 0.0f;
+          for (int cl = 0; cl < cg; cl++) {
+            int ch = (k / og) * cg + cl;
+            for (int kh = 0; kh < w->h; kh++) {
+              int ih = oh * c->sh - c->ph + kh * c->dh;
+              if (ih < 0 || ih >= x->h) continue;
+              size_t xr = n * sx[0] + ch * sx[1] + ih * sx[2], wr = k * sw[0] + cl * sw[1] + kh * sw[2];
               for (int kw = 0; kw < w->w; kw++) {
-                int ih = oh * c->sh - c->ph + kh * c->dh, iw = ow * c->sw - c->pw + kw * c->dw;
-                if (ih < 0 || ih >= x->h || iw < 0 || iw >= x->w) continue;
-                int ch = (k / og) * cg + cl;
-                size_t xi = at(x, n, ch, ih, iw), wi = at(w, k, cl, kh, kw), yi = at(y, n, k, oh, ow);
-                if (dir == 0) acc[yi] += op(ld(X, x->dt, xi), tf32) * op(ld(Wt, w->dt, wi), tf32);
-                else if (dir == 1) acc[xi] += op(ld(Y, y->dt, yi), tf32) * op(ld(Wt, w->dt, wi), tf32);
-                else acc[wi] += op(ld(X, x->dt, xi), tf32) * op(ld(Y, y->dt, yi), tf32);
+                int iw = ow * c->sw - c->pw + kw * c->dw;
+                if (iw < 0 || iw >= x->w) continue;
+                size_t xi = xr + iw * sx[3], wi = wr + kw * sw[3];
+                if (dir == 0) s += fa[xi] * fb[wi];
+                else if (dir == 1) acc[xi] += fa[yi] * fb[wi];
+                else acc[wi] += fa[xi] * fb[yi];
               }
+            }
+          }
+          if (dir == 0) acc[yi] = s;
+        }
+  free(fa), free(fb);
   for (size_t i = 0; i < no; i++) st(out, o->dt, i, *alpha * acc[i] + (*beta != 0.0f ? *beta * ld(out, o->dt, i) : 0.0f));
   free(acc);
   fake_cudnn_calls++;

@@ -45,6 +45,7 @@ extern "C" {
 int ts_emu_sreg(int which); /* 0..2 tid xyz, 3..5 ntid, 6..8 ctaid, 9..11 nctaid */
 void ts_emu_sync(void);
 float ts_emu_shfl_bfly(float v, int lane_mask);
+const float *ts_emu_warp_post(float v); /* posts v; the warp's 32 posted values once all have */
 }
 #define __syncthreads() ts_emu_sync()
 #define __nvvm_shfl_sync_bfly_f32(m, v, o, c) ts_emu_shfl_bfly((v), (o))
@@ -209,6 +210,7 @@ DEV float ld(const half16 *p, i64 i) { return h2f(p[i].x); }
 DEV void st(half16 *p, i64 i, float v) { p[i].x = f2h(v); }
 
 /* ---- block reductions: a fixed tree (warp shuffles, then the warps' sums), deterministic ---- */
+#ifndef TS_CUDA_EMU
 DEV float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 31);
   return v;
@@ -217,6 +219,29 @@ DEV float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmax_(v, __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, o, 31));
   return v;
 }
+#else
+/* the emulator's: one exchange of the warp's 32 values (not five), then the butterfly's five
+ * steps computed on each lane for the whole warp: the same operations on the same values as the
+ * shuffles above, so the same bits */
+DEV float warp_sum(float v) {
+  float a[32], b[32];
+  memcpy(a, ts_emu_warp_post(v), sizeof a);
+  for (int o = 16; o > 0; o >>= 1) {
+    for (int l = 0; l < 32; l++) b[l] = a[l] + a[l ^ o];
+    memcpy(a, b, sizeof a);
+  }
+  return a[tid() & 31];
+}
+DEV float warp_max(float v) {
+  float a[32], b[32];
+  memcpy(a, ts_emu_warp_post(v), sizeof a);
+  for (int o = 16; o > 0; o >>= 1) {
+    for (int l = 0; l < 32; l++) b[l] = fmax_(a[l], a[l ^ o]);
+    memcpy(a, b, sizeof a);
+  }
+  return a[tid() & 31];
+}
+#endif
 /* the sum over the block (blockDim a multiple of 32, at most 1024), on every thread; sh: 32 floats */
 DEV float block_sum(float v, float *sh) {
   v = warp_sum(v);
