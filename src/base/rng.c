@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "tessera/base.h"
+#include "text.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -28,8 +29,7 @@ ts_philox_out ts_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo) {
 }
 
 uint64_t ts_hash_name(const char *name, uint64_t seed) {
-  uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
-  for (const unsigned char *s = (const unsigned char *)name; *s; s++) h = (h ^ *s) * 1099511628211ULL;
+  uint64_t h = ts__fnv1a_str(TS__FNV1A_BASIS_V0 ^ (seed * 0x9E3779B97F4A7C15ULL), name);
   /* final avalanche (splitmix64) */
   h ^= h >> 30; h *= 0xBF58476D1CE4E5B9ULL;
   h ^= h >> 27; h *= 0x94D049BB133111EBULL;

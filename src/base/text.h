@@ -4,6 +4,24 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* FNV-1a (64-bit), the one hash of names and keys across the layers (hash tables, caches,
+ * digests): start from TS__FNV1A_BASIS, or continue a running hash by passing it back.
+ * TS__FNV1A_BASIS_V0 (a digit short of FNV's basis) starts the two hashes whose values outlive a
+ * run and so never change: parameters' name-derived seeds (ts_hash_name) and the config digest
+ * that checkpoints record (ts_config_hash). */
+#define TS__FNV1A_BASIS 14695981039346656037ull
+#define TS__FNV1A_BASIS_V0 1469598103934665603ull
+static inline uint64_t ts__fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+static inline uint64_t ts__fnv1a_str(uint64_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
 
 /* Appends printf output at *n of buf[cap] (cap >= 1): the text is cut at cap-1, *n keeps
  * counting so later appends stay cut. */

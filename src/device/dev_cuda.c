@@ -10,6 +10,7 @@
 
 #include "device/cuda_api.h"
 #include "device/dev.h"
+#include "base/text.h"
 
 /* the build's PTX, one string per file of src/device/cuda/ (cmake/embed_ptx.cmake), NULL-ended */
 extern const char *const ts__cuda_ptx[], *const ts__cuda_ptx_names[];
@@ -307,9 +308,7 @@ static int ptx_params(const char *name) {
 /* FNV-1a of a kernel's name: its first slot in the table (a launch's lookup is one hash and a
  * compare or two, not a scan of every kernel launched so far) */
 static unsigned name_slot(const char *name) {
-  uint32_t h = 2166136261u;
-  for (const unsigned char *q = (const unsigned char *)name; *q; q++) h = (h ^ *q) * 16777619u;
-  return h % (2 * MAX_KERNELS);
+  return (unsigned)(ts__fnv1a_str(TS__FNV1A_BASIS, name) % (2 * MAX_KERNELS));
 }
 
 static int kernel(ts__dev *d, const char *name, CUfunction *f, int *np) {

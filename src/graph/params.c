@@ -6,6 +6,7 @@
 #include "graph_ir.h"
 #include "graph_impl.h"
 #include "tessera/params.h"
+#include "../base/text.h"
 
 typedef struct {
   char *name;
@@ -52,10 +53,8 @@ static void settle(ts_params *p) {
   fn(p->settle_user);
 }
 
-static size_t name_slot(const char *s, size_t cap) { /* FNV-1a */
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return (size_t)h & (cap - 1);
+static size_t name_slot(const char *s, size_t cap) {
+  return (size_t)ts__fnv1a_str(TS__FNV1A_BASIS, s) & (cap - 1);
 }
 
 static void hash_put(ts_params *p, int id) {

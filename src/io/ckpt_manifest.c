@@ -147,9 +147,7 @@ int ts__ckpt_region_from_json(const cJSON *o, const ts_shape *shape, ts_region *
 /* ---- building ---- */
 
 static uint64_t name_hash(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
+  return ts__fnv1a_str(TS__FNV1A_BASIS, s);
 }
 
 static int find_tensor(const ts_ckpt_manifest *m, const char *name) {

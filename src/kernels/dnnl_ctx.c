@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "tessera/tensor.h"
+#include "../base/text.h"
 
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
@@ -31,10 +32,7 @@ static entry *g_tab;
 static size_t g_cap, g_n;
 
 static uint64_t hash_bytes(const void *k, size_t n) {
-  const unsigned char *s = k;
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
-  return h | 1; /* 0 marks an empty slot */
+  return ts__fnv1a(TS__FNV1A_BASIS, k, n) | 1; /* 0 marks an empty slot */
 }
 
 static entry *find_slot(entry *tab, size_t cap, const void *key, size_t keylen, uint64_t h) {

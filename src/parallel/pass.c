@@ -8,6 +8,7 @@
 
 #include "graph/graph_ir.h"
 #include "pass_impl.h"
+#include "../base/text.h"
 
 /* ---- small layout helpers ---- */
 
@@ -75,9 +76,7 @@ int ts__parallel_op_keys(const ts_graph *g, int n, char **keys) {
   for (int j = 0; j < n && !rc; j++) {
     char raw[512], buf[540];
     raw_key(g, j, raw, sizeof raw);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = raw; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    size_t i = (size_t)h & (cap - 1);
+    size_t i = (size_t)ts__fnv1a_str(TS__FNV1A_BASIS, raw) & (cap - 1);
     while (tab[i].raw && strcmp(tab[i].raw, raw)) i = (i + 1) & (cap - 1);
     if (!tab[i].raw && !(tab[i].raw = strdup(raw))) {
       rc = ts_error_set(TS_ENOMEM, "parallel pass: out of memory");

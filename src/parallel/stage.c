@@ -274,10 +274,8 @@ int ts_stage_assign(const ts_graph *g, int npieces, const ts_stage_rule *rules, 
   return nrules > 0 ? assign_rules(g, npieces, rules, nrules, piece) : assign_auto(g, npieces, piece);
 }
 
-static uint64_t name_hash(const char *s) { /* FNV-1a */
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
+static uint64_t name_hash(const char *s) {
+  return ts__fnv1a_str(TS__FNV1A_BASIS, s);
 }
 
 int ts_stage_assign_like(const ts_graph *ref, const int *ref_piece, const ts_graph *g, int npieces, int *piece) {

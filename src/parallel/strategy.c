@@ -262,9 +262,7 @@ int ts_strategy_set_device_num(const ts_strategy_set *s) { return s ? s->device_
 int ts_strategy_set_stage(const ts_strategy_set *s) { return s ? s->stage : 0; }
 
 static uint64_t name_hash(const char *op) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const char *c = op; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-  return h;
+  return ts__fnv1a_str(TS__FNV1A_BASIS, op);
 }
 
 /* (re)builds the name index for every entry, growing it to keep it at most half full; TS_ENOMEM */

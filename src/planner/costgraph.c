@@ -39,6 +39,7 @@
 #include "parallel/parallel.h"
 #include "planner/search.h"
 #include "search_impl.h"
+#include "../base/text.h"
 
 
 /* ---- small helpers ---- */
@@ -132,10 +133,7 @@ static void make_key(memo_key *k, const ts_shape *gs, size_t es, const ts_layout
 }
 
 static uint64_t hash_key(const memo_key *k) {
-  const unsigned char *p = (const unsigned char *)k;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
+  return ts__fnv1a(TS__FNV1A_BASIS, k, sizeof *k);
 }
 
 static int memo_grow(ts__cg_memo *m) {

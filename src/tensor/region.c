@@ -325,18 +325,8 @@ void ts_piece_list_free(ts_piece_list *l) {
 
 size_t ts_piece_nbytes(const ts_piece *p) { return (size_t)ts_region_numel(&p->region) * ts_dtype_size(p->dtype); }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 uint64_t ts_piece_hash(const ts_piece *p) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  h = fnv(h, p->name, strlen(p->name) + 1);
+  uint64_t h = ts__fnv1a(TS__FNV1A_BASIS, p->name, strlen(p->name) + 1);
   int64_t v[8 + 4 * TS_MAX_DIMS];
   int n = 0;
   v[n++] = p->dtype;
@@ -351,5 +341,5 @@ uint64_t ts_piece_hash(const ts_piece *p) {
   }
   v[n++] = r->lo;
   v[n++] = r->hi;
-  return fnv(h, v, sizeof(int64_t) * (size_t)n);
+  return ts__fnv1a(h, v, sizeof(int64_t) * (size_t)n);
 }

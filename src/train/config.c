@@ -1346,9 +1346,7 @@ int ts_config_dump_yaml(const ts_config *cfg, FILE *f) {
 }
 
 uint64_t ts_config_hash(const ts_config *cfg) {
-  uint64_t h = 1469598103934665603ULL;
-  const char *tag = "tessera-config-hash-v1\n";
-  for (const char *s = tag; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  uint64_t h = ts__fnv1a_str(TS__FNV1A_BASIS_V0, "tessera-config-hash-v1\n");
   ts_config *def = malloc(sizeof *def);
   if (!def) return 0;
   ts_config_defaults(def);
@@ -1360,10 +1358,8 @@ uint64_t ts_config_hash(const ts_config *cfg) {
     fmt_value(&a, k, cfg);
     fmt_value(&d, k, def);
     if (a.s && d.s && strcmp(a.s, d.s)) {
-      for (const char *s = k->path; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-      h = (h ^ '=') * 1099511628211ULL;
-      for (const char *s = a.s; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-      h = (h ^ '\n') * 1099511628211ULL;
+      h = ts__fnv1a_str(ts__fnv1a_str(ts__fnv1a_str(h, k->path), "="), a.s);
+      h = ts__fnv1a_str(h, "\n");
     }
     free(a.s);
     free(d.s);
