@@ -144,21 +144,21 @@ DEVI void bn_cl_fold(float (*red)[256 + 1], const float *s, i64 g, i64 C, i64 P,
     if (cx == 0 && g * BN_CL_W + ch < C) pp[(g * BN_CL_W + ch) * P + p] = tot;
   }
 }
-// a thread's partial sums over positions from, from + 256, ... below i1 (IX: the offsets' type;
-// unsigned, for tensors of at most 2^32 - 1 elements (the launcher's condition), keeps the loads'
-// addresses out of 64-bit registers: no spills)
-template <bool BWD, typename IX, typename T>
+// a thread's partial sums over positions from, from + 256, ... below i1 (offsets unsigned: the
+// launcher takes this path for tensors of at most 2^32 - 1 elements; 32-bit offsets keep the
+// loads' addresses out of 64-bit registers: no spills)
+template <bool BWD, typename T>
 DEVI void bn_cl_acc(const T *x, const T *dy, i64 from, i64 i1, i64 C, i64 c, int on, float k, const float *ab, float ra,
                     float rb, float alpha, float (&s1)[BN_CL_J], float (&s2)[BN_CL_J]) {
   const int lp = is_lp(x);
-  const IX step = (IX)(BN_CL_NW * C); // from one of the thread's positions to its next
+  const unsigned step = (unsigned)(BN_CL_NW * C); // from one of the thread's positions to its next
   for (i64 base = from; base < i1 && on; base += 256) {
     // positions base + NW j: what thread w + NW j of the per-channel kernels reads
     const int nj = (int)((i1 - base + BN_CL_NW - 1) / BN_CL_NW); // of them in the chunk
-    const IX o0 = (IX)(base * C + c);
+    const unsigned o0 = (unsigned)(base * C + c);
     UNROLL for (int j = 0; j < BN_CL_J; j++) {
       if (j < nj) {
-        const IX o = o0 + (IX)j * step;
+        const unsigned o = o0 + (unsigned)j * step;
         if (BWD) {
           float xv = ld(x, o), gv = ld(dy, o);
           if (ab) gv = bn_relu_grad(gv, bn_v(xv, ra, rb), lp, alpha);
@@ -188,7 +188,7 @@ DEVI void bn_cl_psums(const T *x, const T *dy, const float *Kin, float *Kout, co
       else if (on) k = Kin ? Kin[c] : ld(x, c);
       float s1[BN_CL_J], s2[BN_CL_J];
       UNROLL for (int j = 0; j < BN_CL_J; j++) s1[j] = s2[j] = 0.0f;
-      bn_cl_acc<BWD, unsigned>(x, dy, i0 + w, i1, C, c, on, k, ab, ra, rb, alpha, s1, s2);
+      bn_cl_acc<BWD>(x, dy, i0 + w, i1, C, c, on, k, ab, ra, rb, alpha, s1, s2);
       bn_cl_fold(red, s1, g, C, P, p, pp);
       bn_cl_fold(red, s2, g, C, P, p, pp + C * P);
       if (p == 0 && w == 0 && on && !BWD && Kout) Kout[c] = k;
