@@ -406,29 +406,36 @@ static int check_output(const char *cmd, const char *in, const char *out, int di
   return ts_cli_fail(2, "ckpt %s: the output %s already exists: nothing written (--overwrite replaces it)", cmd, out);
 }
 
-static int cmd_export(int argc, char **argv) {
-  const char *in = NULL, *out = NULL;
-  int overwrite = 0;
+/* The arguments of a command that reads one checkpoint and writes one output (IN -o OUT
+ * [--overwrite]): -1 to go on, else the exit status (0 after --help). */
+static int in_out_args(const char *cmd, int argc, char **argv, const char **in, const char **out, int *overwrite) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
     if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-      if (i + 1 >= argc) return ts_cli_fail(2, "ckpt export: option %s needs a value", a);
-      out = argv[++i];
+      if (i + 1 >= argc) return ts_cli_fail(2, "ckpt %s: option %s needs a value", cmd, a);
+      *out = argv[++i];
     } else if (!strcmp(a, "--overwrite") || !strcmp(a, "--force")) {
-      overwrite = 1;
+      *overwrite = 1;
     } else if (a[0] == '-' && a[1]) {
-      return ts_cli_fail(2, "ckpt export: unknown option '%s' (see tessera ckpt --help)", a);
-    } else if (in) {
-      return ts_cli_fail(2, "ckpt export: one checkpoint at a time ('%s' and '%s')", in, a);
+      return ts_cli_fail(2, "ckpt %s: unknown option '%s' (see tessera ckpt --help)", cmd, a);
+    } else if (*in) {
+      return ts_cli_fail(2, "ckpt %s: one checkpoint at a time ('%s' and '%s')", cmd, *in, a);
     } else {
-      in = a;
+      *in = a;
     }
   }
+  return -1;
+}
+
+static int cmd_export(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  int overwrite = 0, e = in_out_args("export", argc, argv, &in, &out, &overwrite);
+  if (e >= 0) return e;
   if (!in || !out)
     return ts_cli_fail(2, "ckpt export: usage: tessera ckpt export FILE|DIR -o OUT");
   char rin[4096];
-  int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
   if (e) return e;
   in = rin;
   if (!ts_ckpt_is_sliced(in) && (e = ts_cli_check_input(in, "cannot open the checkpoint"))) return e;
@@ -483,26 +490,11 @@ static char *whole_config(const char *dir) {
 
 static int cmd_merge(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
-  int overwrite = 0;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
-    if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-      if (i + 1 >= argc) return ts_cli_fail(2, "ckpt merge: option %s needs a value", a);
-      out = argv[++i];
-    } else if (!strcmp(a, "--overwrite") || !strcmp(a, "--force")) {
-      overwrite = 1;
-    } else if (a[0] == '-' && a[1]) {
-      return ts_cli_fail(2, "ckpt merge: unknown option '%s' (see tessera ckpt --help)", a);
-    } else if (in) {
-      return ts_cli_fail(2, "ckpt merge: one checkpoint at a time ('%s' and '%s')", in, a);
-    } else {
-      in = a;
-    }
-  }
+  int overwrite = 0, e = in_out_args("merge", argc, argv, &in, &out, &overwrite);
+  if (e >= 0) return e;
   if (!in || !out) return ts_cli_fail(2, "ckpt merge: usage: tessera ckpt merge DIR -o OUT.safetensors");
   char rin[4096];
-  int e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
+  e = ts_cli_resolve_ckpt(in, rin, sizeof rin);
   if (!e) e = ts_cli_check_exists(rin, "cannot open the checkpoint");
   if (e) return e;
   in = rin;
