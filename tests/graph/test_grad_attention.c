@@ -26,7 +26,7 @@ static inline int64_t at(const attn_ctx *c, int64_t b, int64_t h, int64_t t, int
 static void attn_d(const attn_ctx *c, const double *q, const double *k, const double *v,
                    int64_t ldx, double *o) {
   /* q,k,v addressed by at() scaled for a row stride ldx per (b,t) when fused */
-  double *s = malloc(sizeof(double) * (size_t)c->T);
+  double *s = malloc(sizeof(double) * (size_t)c->T); /* a row's scores, then exp(score - max) */
   for (int64_t b = 0; b < c->B; b++)
     for (int64_t h = 0; h < c->H; h++)
       for (int64_t i = 0; i < c->T; i++) {
@@ -41,12 +41,12 @@ static void attn_d(const attn_ctx *c, const double *q, const double *k, const do
           s[j] = dot * c->scale;
           if (s[j] > mx) mx = s[j];
         }
-        for (int64_t j = 0; j <= i; j++) sum += exp(s[j] - mx);
+        for (int64_t j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
         for (int64_t d = 0; d < c->D; d++) {
           double acc = 0;
           for (int64_t j = 0; j <= i; j++) {
             int64_t vj = ldx ? (b * c->T + j) * ldx + h * c->D + d : at(c, b, h, j, d);
-            acc += exp(s[j] - mx) / sum * v[vj];
+            acc += s[j] / sum * v[vj];
           }
           o[at(c, b, h, i, d)] = acc;
         }
