@@ -9,6 +9,7 @@
 #   3. gradient accumulation (2 micro-batches) with momentum, and LAMB, on the GPU follow the CPU;
 #   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation;
 #   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation;
+#      (on the stand-in) both again with the emulator's threads in reverse order: the same bits;
 #   6. the GPT in bf16 (amp O2 and O3): 4 steps within 2e-3 of the CPU's bf16 run.
 #   7. the ResNet-8 in bf16 (amp O2 and O3): step 1 within 1e-3 of the CPU's bf16 run, 3 steps and
 #      the evaluation within 1e-2; 7b. the GPT and the ResNet-8 in f16 (amp O2, dynamic loss
@@ -124,6 +125,19 @@ close "$tmp/res_GPU.txt" "$tmp/res_CPU.txt" && close "$tmp/resd_GPU.txt" "$tmp/r
   bad "ResNet: $(paste "$tmp/res_GPU.txt" "$tmp/resd_GPU.txt" "$tmp/res_CPU.txt" | head -5)"
 if [ -n "${TESSERA_LIBCUDNN:-}" ] && [ "$conv" != "convolutions: cuDNN" ]; then
   bad "the GPU run names its convolutions '${conv:-nothing}', not cuDNN (TESSERA_LIBCUDNN=$TESSERA_LIBCUDNN)"
+fi
+# 5a. (the stand-in's emulator only) the GPT and the ResNet-8 again with each block's threads run
+#     from the last to the first (TS_EMU_ORDER=reverse): bitwise the same losses and evaluations
+#     (a kernel whose results depend on the order its threads run in, a race on a GPU, would not)
+if [ -n "${TS_FAKECUDA:-}" ]; then
+  for m in gpt res; do
+    TS_EMU_ORDER=reverse "$bin" train "$tmp/$m.yaml" --set device_target=GPU --set log.metrics="$tmp/rev_$m.jsonl" \
+      > "$tmp/rev_$m.out" 2>&1 || bad "$m in reverse thread order: $(tail -2 "$tmp/rev_$m.out")"
+    losses "$tmp/rev_$m.jsonl" > "$tmp/rev_$m.txt" 2>/dev/null
+  done
+  [ -s "$tmp/rev_gpt.txt" ] && cmp -s "$tmp/rev_gpt.txt" "$tmp/gpt_GPU.txt" && cmp -s "$tmp/rev_res.txt" "$tmp/res_GPU.txt" &&
+    ok "the GPT and the ResNet-8 with every block's threads emulated in reverse order: bitwise the same losses and evaluations" ||
+    bad "reverse thread order: $(paste "$tmp/rev_gpt.txt" "$tmp/gpt_GPU.txt" "$tmp/rev_res.txt" "$tmp/res_GPU.txt" | head -4)"
 fi
 # 5b. float32_matmul_precision: high (TF32 asked for, PyTorch's set_float32_matmul_precision): the
 #     start line says so; where cuDNN runs the f32 convolutions (the stand-in rounds their operands

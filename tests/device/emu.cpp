@@ -9,7 +9,9 @@
 // Not emulated: the PTX's approximate exp2/log2 (libm's here) and FMA contraction: results differ
 // from a real GPU in the last bits, as the tests' tolerances allow. The kernels' registry (name ->
 // an unpacker of the driver's void **params into the host function's typed arguments) is made by
-// cmake/emu_registry.sh from the KERNEL declarations.
+// cmake/emu_registry.sh from the KERNEL declarations. TS_EMU_ORDER=reverse runs each block's
+// threads from the last to the first: a race (a thread reading what another wrote with no barrier
+// between) gives other values in one of the two orders (the _reverse tests, gpu_train_test.sh).
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +44,7 @@ struct block_run {
   fiber *f = nullptr;
   char *stacks = nullptr;
   int n = 0, cur = -1;
+  int rev = -1; // 1: a block's threads run from the last to the first (TS_EMU_ORDER=reverse)
   int sreg[12];
   // a warp exchange's slots, two of each: a lane's next exchange writes the other one, so one
   // wait suffices (the one after next can only be written once every lane has passed the next)
@@ -180,6 +183,10 @@ int ts_emu_launch(ts_emu_fn fn, void **args, const unsigned grid[3], const unsig
     }
     B.n = n;
   }
+  if (B.rev < 0) {
+    const char *o = getenv("TS_EMU_ORDER");
+    B.rev = o && !strcmp(o, "reverse");
+  }
   B.body = fn;
   B.args = args;
   for (int k = 0; k < 3; k++) B.sreg[3 + k] = (int)block[k], B.sreg[9 + k] = (int)grid[k];
@@ -190,7 +197,8 @@ int ts_emu_launch(ts_emu_fn fn, void **args, const unsigned grid[3], const unsig
         for (int t = 0; t < n; t++) B.f[t].tid = t, B.f[t].state = 0, B.f[t].par = 0;
         for (;;) {
           int live = 0;
-          for (volatile int t = 0; t < n; t++) { // volatile: live across _setjmp
+          for (volatile int k = 0; k < n; k++) { // volatile: live across _setjmp
+            volatile int t = B.rev ? n - 1 - k : k; // (volatile: as k)
             if (B.f[t].state == 0) {
               B.cur = t;
               if (!_setjmp(B.sched_jb)) {
@@ -202,12 +210,14 @@ int ts_emu_launch(ts_emu_fn fn, void **args, const unsigned grid[3], const unsig
                 }
               }
             }
-            // the warp's last lane has run: if every live lane now waits at an exchange, run the
-            // warp again from its first lane (a warp is 32 lanes: blocks are multiples of 32)
-            if (((t & 31) == 31 || t == n - 1) && warp_ready(t & ~31, n)) {
-              for (int u = t & ~31; u <= t; u++)
+            // the warp's last lane in this order has run: if every live lane now waits at an
+            // exchange, run the warp again from its first lane in this order (a warp is 32 lanes:
+            // blocks are multiples of 32)
+            const int w0 = t & ~31, w1 = (t | 31) < n - 1 ? (t | 31) : n - 1;
+            if ((B.rev ? t == w0 : t == w1) && warp_ready(w0, n)) {
+              for (int u = w0; u <= w1; u++)
                 if (B.f[u].state == 3) B.f[u].state = 0;
-              t = (t & ~31) - 1;
+              k = (B.rev ? n - 1 - w1 : w0) - 1;
             }
           }
           // the end of a round: a barrier (or lanes of one warp split between a barrier and an
