@@ -655,6 +655,31 @@ void ts_trainer_free(ts_trainer *t) {
 static size_t sample_bytes(const ts_trainer *t) {
   return (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
 }
+/* Row r's label (the target token of a text model) in batch b. */
+static int64_t eval_label(const ts_trainer *t, const ts_batch *b, int64_t r) {
+  return t->model.text ? ((const int32_t *)b->target.data)[r] : ((const int32_t *)b->labels.data)[r];
+}
+
+/* One evaluation row from its C logits z and its label lab (in range): 0 when a logit is not
+ * finite (neither a loss nor a prediction), else 1, with *nll = logsumexp(z) - z[lab] (in double)
+ * and *above = how many logits exceed the label's. */
+static int eval_row(const float *z, int64_t C, int64_t lab, double *nll, int64_t *above) {
+  int finite = 1;
+  for (int64_t k = 0; k < C; k++) finite &= isfinite(z[k]) != 0;
+  if (!finite) return 0;
+  double m = z[0];
+  for (int64_t k = 1; k < C; k++) m = z[k] > m ? z[k] : m;
+  double s = 0;
+  int64_t a = 0;
+  for (int64_t k = 0; k < C; k++) {
+    s += exp((double)z[k] - m);
+    a += z[k] > z[lab];
+  }
+  *nll = m + log(s) - z[lab];
+  *above = a;
+  return 1;
+}
+
 static int forward_padded(ts_trainer *t, char *xbuf, const void *x, int64_t n, const float **lg) {
   size_t xbytes = sample_bytes(t);
   if (n) memcpy(xbuf, x, xbytes * (size_t)n);
@@ -694,15 +719,20 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
     ts_source_free(view);
     return rc;
   }
+  ts_shape ls = r->logits_shape;
+  int64_t C = ls.dims[ls.ndim - 1];
+  int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
   char *xbuf = ts_calloc(sample_bytes(t) * (size_t)t->eb);
-  if (!xbuf) {
+  const size_t maxrows = (size_t)(t->eb * rows_per_sample);
+  double *rnll = malloc(sizeof(double) * maxrows);     /* a batch's rows: their losses, */
+  int64_t *rabove = malloc(sizeof(int64_t) * maxrows); /* how many logits beat the label's, */
+  char *rfin = malloc(maxrows);                        /* whether all their logits are finite */
+  if (!xbuf || !rnll || !rabove || !rfin) {
+    ts_free(xbuf), free(rnll), free(rabove), free(rfin);
     ts_pipeline_free(p);
     ts_source_free(view);
     return ts_error_set(TS_ENOMEM, "evaluation: out of memory");
   }
-  ts_shape ls = r->logits_shape;
-  int64_t C = ls.dims[ls.ndim - 1];
-  int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
   int64_t first = split ? ts_source_len(t->test_src) * r->rank / r->size : 0; /* dataset index of the view's 0 */
   double loss = 0;
   int64_t n = 0, c1 = 0, c5 = 0, bad = 0; /* bad: rows with non-finite logits, counted as wrong */
@@ -710,38 +740,36 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   while (p && rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
     const float *lg = NULL;
     if ((rc = forward_padded(t, xbuf, b.data.data, b.size, &lg))) break;
-    for (int64_t r = 0; r < (int64_t)b.size * rows_per_sample; r++) {
-      int64_t lab = t->model.text ? ((const int32_t *)b.target.data)[r] : ((const int32_t *)b.labels.data)[r];
+    const int64_t nr = (int64_t)b.size * rows_per_sample;
+    for (int64_t r = 0; r < nr; r++) { /* the labels first, in order: the first out of range is the error */
+      int64_t lab = eval_label(t, &b, r);
       if (lab < 0 || lab >= C) {
         rc = ts_error_set(TS_ERANGE, "test split (%s): sample %lld has %s %lld, outside the model's [0, %lld)",
                           ts_source_kind(t->test_src), (long long)(first + b.index * t->eb + r / rows_per_sample),
                           t->model.text ? "target token" : "label", (long long)lab, (long long)C);
         break;
       }
-      const float *z = lg + r * C;
-      int finite = 1;
-      for (int64_t k = 0; k < C; k++) finite &= isfinite(z[k]) != 0;
+    }
+    if (rc) break;
+    /* each row on its own (a GPT-2 batch is 8192 rows of 50257 logits: threads share them), then
+     * summed in row order: the same sums whatever the threads */
+#pragma omp parallel for schedule(static) if (nr * C >= 65536)
+    for (int64_t r = 0; r < nr; r++) rfin[r] = (char)eval_row(lg + r * C, C, eval_label(t, &b, r), &rnll[r], &rabove[r]);
+    for (int64_t r = 0; r < nr; r++) {
       n++;
-      if (!finite) { /* neither a prediction nor a loss: wrong, and said */
+      if (!rfin[r]) { /* neither a prediction nor a loss: wrong, and said */
         bad++;
         continue;
       }
-      double m = z[0];
-      for (int64_t k = 1; k < C; k++) m = z[k] > m ? z[k] : m;
-      double s = 0;
-      int64_t above = 0;
-      for (int64_t k = 0; k < C; k++) {
-        s += exp((double)z[k] - m);
-        above += z[k] > z[lab];
-      }
-      loss += m + log(s) - z[lab];
-      c1 += above < 1;
-      c5 += above < 5;
+      loss += rnll[r];
+      c1 += rabove[r] < 1;
+      c5 += rabove[r] < 5;
     }
   }
   ts_pipeline_free(p);
   ts_source_free(view);
   ts_free(xbuf);
+  free(rnll), free(rabove), free(rfin);
   if (rc) return ts_error_wrap(rc, "evaluation");
   if (split) { /* sum the counts and losses of every rank's part */
     int64_t cnt[4] = {n, c1, c5, bad};
