@@ -423,6 +423,24 @@ static int entry(const ts__conv_desc *d, const void *a, const void *b, const voi
 
 /* ---------------------------------------------------------------- forward */
 
+/* The GEMM's rows [0, R) (output channels o0 ..) of the panel's f32 block C (32 columns a row),
+ * plus each channel's bias, rounded to bf16 and stored at the panel's segments s of y. (Its own
+ * function: the intrinsics need the target attribute, which an OpenMP region's body does not
+ * inherit from its function.) */
+TGT static void store_rows(const cg *g, int R, int64_t o0, const float *C, const uint16_t *bias, const seg *s, int ns,
+                           uint16_t *y) {
+  for (int r = 0; r < R; r++) {
+    const int64_t o = o0 + r;
+    const __m512 bo = bias ? _mm512_set1_ps(ts__bf2f(bias[o])) : _mm512_setzero_ps();
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_add_ps(_mm512_loadu_ps(C + r * 32), bo))),
+                                         narrow16(_mm512_add_ps(_mm512_loadu_ps(C + r * 32 + 16), bo)), 1);
+    for (int i = 0; i < ns; i++) {
+      uint16_t *dst = y + ((s[i].n * g->O + o) * g->OH + s[i].oh) * g->OW + s[i].ow0;
+      _mm512_mask_storeu_epi16(AT(dst, -(int64_t)s[i].jj0), rmask32(s[i].jj0, s[i].jj0 + s[i].len), v);
+    }
+  }
+}
+
 int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, const void *bv, void *yv) {
   const char *what = "conv2d (bf16 GEMM)";
   cg g;
@@ -467,16 +485,7 @@ int ts__conv2d_fwd_gemm(const ts__conv_desc *d, const void *xv, const void *wv, 
       for (int64_t o0 = 0; o0 < g.O; o0 += rpb) {
         const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
         gemm_k(R, g.K2, (const uint32_t *)Wp + o0 * g.K2, g.K2, B, C);
-        for (int r = 0; r < R; r++) {
-          const int64_t o = o0 + r;
-          const __m512 bo = bias ? _mm512_set1_ps(ts__bf2f(bias[o])) : _mm512_setzero_ps();
-          const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_add_ps(_mm512_loadu_ps(C + r * 32), bo))),
-                                               narrow16(_mm512_add_ps(_mm512_loadu_ps(C + r * 32 + 16), bo)), 1);
-          for (int i = 0; i < ns; i++) {
-            uint16_t *dst = y + ((s[i].n * g.O + o) * g.OH + s[i].oh) * g.OW + s[i].ow0;
-            _mm512_mask_storeu_epi16(AT(dst, -(int64_t)s[i].jj0), rmask32(s[i].jj0, s[i].jj0 + s[i].len), v);
-          }
-        }
+        store_rows(&g, R, o0, C, bias, s, ns, y);
       }
     }
   }
@@ -494,6 +503,97 @@ int ts__conv2d_bwd_data_gemm(const ts__conv_desc *d, const void *dyv, const void
 }
 
 /* ---------------------------------------------------------------- backward weights */
+
+/* One thread's part of the weight gradient (ts__conv2d_bwd_weight_gemm): dW's panels
+ * [tid kpt, (tid + 1) kpt) summed over the blocks of images in order. (Its own function: the
+ * intrinsics need the target attribute, which an OpenMP region's body does not inherit with
+ * every compiler.) */
+typedef struct {
+  const cg *g;
+  const uint16_t *x, *dy;
+  uint16_t *dw, *Bs;
+  float *Cs;
+  tap *Ts;
+  int64_t *Ps;
+  size_t bw, aw, cw, tw;
+  int64_t ipb, nblk, T, nkp, ppb, kpt, rpb;
+} bww_job;
+
+TGT static void bww_thread(const bww_job *j, int tid) {
+  const cg *g = j->g;
+  const uint16_t *x = j->x, *dy = j->dy;
+  uint16_t *dw = j->dw;
+  const size_t bw = j->bw, aw = j->aw, cw = j->cw, tw = j->tw;
+  const int64_t ipb = j->ipb, nblk = j->nblk, T = j->T, nkp = j->nkp, ppb = j->ppb, kpt = j->kpt, rpb = j->rpb;
+  uint16_t *Bs = j->Bs;
+  float *Cs = j->Cs;
+  tap *Ts = j->Ts;
+  int64_t *Ps = j->Ps;
+  uint16_t *B = Bs + (bw + aw) * (size_t)tid, *Ap = B + bw;
+  float *C = Cs + cw * (size_t)tid;
+  tap *tt = Ts + tw * (size_t)tid;
+  int64_t *pns = Ps + (size_t)(2 * ppb) * (size_t)tid, *prow = pns + ppb; /* per panel: runs, first B row */
+  const __m512i ev = _mm512_loadu_si512(g_ev);
+  const int64_t kp0 = tid * kpt, kp1 = kp0 + kpt < nkp ? kp0 + kpt : nkp;
+  seg s[32];
+  if (kp1 > kp0) memset(C, 0, sizeof(float) * (size_t)((kp1 - kp0) * g->O * 32));
+  for (int64_t blk = 0; blk < nblk && kp1 > kp0; blk++) {
+    const int64_t n0 = blk * ipb, n1 = n0 + ipb < g->N ? n0 + ipb : g->N, bp = (n1 - n0) * g->P / 2;
+    const int64_t pa = g->ppi ? n0 * g->ppi : n0 / g->gi, pb = g->ppi ? n1 * g->ppi : (n1 + g->gi - 1) / g->gi;
+    for (int64_t pi = pa; pi < pb; pi++) {
+      int cols;
+      int64_t pn0, ni;
+      const int ns = panel_segs(g, pi, s, &cols, &pn0, &ni);
+      pns[pi - pa] = ns;
+      prow[pi - pa] = ((pn0 - n0) * g->P + (g->ppi ? pi % g->ppi * 32 : 0)) / 2;
+      plan_taps(s, ns, g->C, g->H, g->W, g->KH, g->KW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, tt + (pi - pa) * 32 * T);
+    }
+    const uint32_t *A = (const uint32_t *)(dy + n0 * g->O * g->P);
+    int64_t ars = g->P / 2;
+    if (n1 - n0 > 1) { /* the block's rows o side by side */
+      for (int64_t o = 0; o < g->O; o++)
+        for (int64_t n = n0; n < n1; n++) memcpy(Ap + (o * (n1 - n0) + n - n0) * g->P, dy + (n * g->O + o) * g->P, (size_t)g->P * 2);
+      A = (const uint32_t *)Ap, ars = bp;
+    }
+    for (int64_t kp = kp0; kp < kp1; kp++) {
+      const int64_t k0 = kp * 32, nk = g->K - k0 < 32 ? g->K - k0 : 32;
+      for (int64_t pi = pa; pi < pb; pi++) { /* B rows prow .. prow + 16 (a partial panel's extra rows are overwritten next) */
+        const int ns = (int)pns[pi - pa];
+        const tap *t = tt + (pi - pa) * 32 * T;
+        __m512 r[2][16];
+        int64_t c = k0 / T, kh = k0 / g->KW % g->KH, kw = k0 % g->KW;
+        for (int64_t kk = 0; kk < 32; kk++) {
+          const __m512i v = kk < nk ? krow(x, g->H * g->W, c, t + (kh * g->KW + kw) * ns, ns, g->sw, ev) : _mm512_setzero_si512();
+          if (++kw == g->KW) kw = 0, kh = kh + 1 == g->KH ? (c++, 0) : kh + 1;
+          r[kk / 16][kk % 16] = _mm512_castsi512_ps(v);
+        }
+        tr16(r[0]), tr16(r[1]); /* r[h][jp]: pixel pair jp of k's 16 h .. 16 h + 15 */
+        uint16_t *Bp = B + prow[pi - pa] * 64;
+        for (int jp = 0; jp < 16; jp++) {
+          _mm512_storeu_ps((float *)(Bp + jp * 64), r[0][jp]);
+          _mm512_storeu_ps((float *)(Bp + jp * 64 + 32), r[1][jp]);
+        }
+      }
+      float *Ck = C + (kp - kp0) * g->O * 32;
+      for (int64_t o0 = 0; o0 < g->O; o0 += rpb) { /* dW[o][k0 ..] += dy rows x B */
+        const int R = (int)(g->O - o0 < rpb ? g->O - o0 : rpb);
+        for (int64_t q0 = 0; q0 < bp; q0 += KBLK) {
+          const int64_t qn = bp - q0 < KBLK ? bp - q0 : KBLK;
+          gemm_rows(R, qn, A + o0 * ars + q0, ars, 1, (const uint32_t *)B + q0 * 32, 32, Ck + o0 * 32, 32, 1);
+        }
+      }
+    }
+  }
+  for (int64_t kp = kp0; kp < kp1; kp++) {
+    const int64_t k0 = kp * 32, nk = g->K - k0 < 32 ? g->K - k0 : 32;
+    const float *Ck = C + (kp - kp0) * g->O * 32;
+    for (int64_t o = 0; o < g->O; o++) {
+      const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_loadu_ps(Ck + o * 32))),
+                                           narrow16(_mm512_loadu_ps(Ck + o * 32 + 16)), 1);
+      _mm512_mask_storeu_epi16(dw + o * g->K + k0, rmask32(0, nk), v);
+    }
+  }
+}
 
 int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const void *dyv, void *dwv, void *dbv) {
   const char *what = "conv2d_bwd_weight (bf16 GEMM)";
@@ -520,75 +620,9 @@ int ts__conv2d_bwd_weight_gemm(const ts__conv_desc *d, const void *xv, const voi
   tap *Ts = scratch(3, sizeof(tap) * tw * (size_t)g.nthr);
   int64_t *Ps = scratch(1, sizeof(int64_t) * (size_t)(2 * ppb) * (size_t)g.nthr);
   if (!Bs || !Cs || !Ts || !Ps) return ts_error_set(TS_ENOMEM, "%s: out of memory", what);
-  const int64_t rpb = rows_per_block(g.O);
+  const bww_job job = {&g, x, dy, dw, Bs, Cs, Ts, Ps, bw, aw, cw, tw, ipb, nblk, T, nkp, ppb, kpt, rows_per_block(g.O)};
 #pragma omp parallel num_threads(g.nthr) if (g.nthr > 1)
-  {
-    const int tid = omp_get_thread_num();
-    uint16_t *B = Bs + (bw + aw) * (size_t)tid, *Ap = B + bw;
-    float *C = Cs + cw * (size_t)tid;
-    tap *tt = Ts + tw * (size_t)tid;
-    int64_t *pns = Ps + (size_t)(2 * ppb) * (size_t)tid, *prow = pns + ppb; /* per panel: runs, first B row */
-    const __m512i ev = _mm512_loadu_si512(g_ev);
-    const int64_t kp0 = tid * kpt, kp1 = kp0 + kpt < nkp ? kp0 + kpt : nkp;
-    seg s[32];
-    if (kp1 > kp0) memset(C, 0, sizeof(float) * (size_t)((kp1 - kp0) * g.O * 32));
-    for (int64_t blk = 0; blk < nblk && kp1 > kp0; blk++) {
-      const int64_t n0 = blk * ipb, n1 = n0 + ipb < g.N ? n0 + ipb : g.N, bp = (n1 - n0) * g.P / 2;
-      const int64_t pa = g.ppi ? n0 * g.ppi : n0 / g.gi, pb = g.ppi ? n1 * g.ppi : (n1 + g.gi - 1) / g.gi;
-      for (int64_t pi = pa; pi < pb; pi++) {
-        int cols;
-        int64_t pn0, ni;
-        const int ns = panel_segs(&g, pi, s, &cols, &pn0, &ni);
-        pns[pi - pa] = ns;
-        prow[pi - pa] = ((pn0 - n0) * g.P + (g.ppi ? pi % g.ppi * 32 : 0)) / 2;
-        plan_taps(s, ns, g.C, g.H, g.W, g.KH, g.KW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, tt + (pi - pa) * 32 * T);
-      }
-      const uint32_t *A = (const uint32_t *)(dy + n0 * g.O * g.P);
-      int64_t ars = g.P / 2;
-      if (n1 - n0 > 1) { /* the block's rows o side by side */
-        for (int64_t o = 0; o < g.O; o++)
-          for (int64_t n = n0; n < n1; n++) memcpy(Ap + (o * (n1 - n0) + n - n0) * g.P, dy + (n * g.O + o) * g.P, (size_t)g.P * 2);
-        A = (const uint32_t *)Ap, ars = bp;
-      }
-      for (int64_t kp = kp0; kp < kp1; kp++) {
-        const int64_t k0 = kp * 32, nk = g.K - k0 < 32 ? g.K - k0 : 32;
-        for (int64_t pi = pa; pi < pb; pi++) { /* B rows prow .. prow + 16 (a partial panel's extra rows are overwritten next) */
-          const int ns = (int)pns[pi - pa];
-          const tap *t = tt + (pi - pa) * 32 * T;
-          __m512 r[2][16];
-          int64_t c = k0 / T, kh = k0 / g.KW % g.KH, kw = k0 % g.KW;
-          for (int64_t kk = 0; kk < 32; kk++) {
-            const __m512i v = kk < nk ? krow(x, g.H * g.W, c, t + (kh * g.KW + kw) * ns, ns, g.sw, ev) : _mm512_setzero_si512();
-            if (++kw == g.KW) kw = 0, kh = kh + 1 == g.KH ? (c++, 0) : kh + 1;
-            r[kk / 16][kk % 16] = _mm512_castsi512_ps(v);
-          }
-          tr16(r[0]), tr16(r[1]); /* r[h][jp]: pixel pair jp of k's 16 h .. 16 h + 15 */
-          uint16_t *Bp = B + prow[pi - pa] * 64;
-          for (int jp = 0; jp < 16; jp++) {
-            _mm512_storeu_ps((float *)(Bp + jp * 64), r[0][jp]);
-            _mm512_storeu_ps((float *)(Bp + jp * 64 + 32), r[1][jp]);
-          }
-        }
-        float *Ck = C + (kp - kp0) * g.O * 32;
-        for (int64_t o0 = 0; o0 < g.O; o0 += rpb) { /* dW[o][k0 ..] += dy rows x B */
-          const int R = (int)(g.O - o0 < rpb ? g.O - o0 : rpb);
-          for (int64_t q0 = 0; q0 < bp; q0 += KBLK) {
-            const int64_t qn = bp - q0 < KBLK ? bp - q0 : KBLK;
-            gemm_rows(R, qn, A + o0 * ars + q0, ars, 1, (const uint32_t *)B + q0 * 32, 32, Ck + o0 * 32, 32, 1);
-          }
-        }
-      }
-    }
-    for (int64_t kp = kp0; kp < kp1; kp++) {
-      const int64_t k0 = kp * 32, nk = g.K - k0 < 32 ? g.K - k0 : 32;
-      const float *Ck = C + (kp - kp0) * g.O * 32;
-      for (int64_t o = 0; o < g.O; o++) {
-        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(narrow16(_mm512_loadu_ps(Ck + o * 32))),
-                                             narrow16(_mm512_loadu_ps(Ck + o * 32 + 16)), 1);
-        _mm512_mask_storeu_epi16(dw + o * g.K + k0, rmask32(0, nk), v);
-      }
-    }
-  }
+  bww_thread(&job, omp_get_thread_num());
   if (dbv) { /* bias gradient: per out-channel sums over (n, h, w) in a fixed order */
     uint16_t *db = dbv;
 #pragma omp parallel for num_threads(g.nthr) if (g.nthr > 1) schedule(static)

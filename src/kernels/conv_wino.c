@@ -170,9 +170,8 @@ TGT AI void in_tf(const float *S, int64_t ws, __m512 v[NP]) {
 
 /* Input transform of every tile into the pair layout (backward-weights): src (N, Ci, H, W) bf16
  * -> V2 [p][T2][Cp][2]. One task per image; tiles in pairs where both are in the image. */
-TGT static void phase_in_pairs(const geom *g, const uint16_t *src, uint16_t *V2, float *loc, size_t locf) {
+TGT static void phase_in_pairs_team(const geom *g, const uint16_t *src, uint16_t *V2, float *loc, size_t locf) {
   const int64_t ncb = g->Cp / 16, Ws = 2 * g->TW + 2, Hs = 2 * g->TH + 2, HW = g->H * g->W, cbs = Hs * Ws * 16;
-#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     float *S = loc + (size_t)omp_get_thread_num() * locf; /* [cb][Hs][Ws][16] */
     memset(S, 0, sizeof(float) * (size_t)(ncb * cbs));  /* the border stays zero: the padding */
@@ -206,6 +205,10 @@ TGT static void phase_in_pairs(const geom *g, const uint16_t *src, uint16_t *V2,
     }
   }
 }
+static void phase_in_pairs(const geom *g, const uint16_t *src, uint16_t *V2, float *loc, size_t locf) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_in_pairs_team(g, src, V2, loc, locf);
+}
 
 /* One bf16 weight element per lane: elements e (lanes in m) of w, through 32-bit gathers. */
 TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
@@ -220,9 +223,9 @@ TGT AI __m512 gather_bf16(const uint16_t *w, __m512i e, __mmask16 m) {
 
 /* Weight transform of the equivalent forward conv: element (i in, j out), tap k (kh 3 + kw) is
  * w[j sj + i si + (rot ? 8 - k : k)] -> U [p][Op/32][Cp/2][32][2]; zero outside Ci x Co. */
-TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
+TGT static void phase_wtf_team(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
   const int64_t nkk = g->Cp / 2, njb = g->Op / 16;
-#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
+#pragma omp for schedule(static)
   for (int64_t task = 0; task < nkk * njb; task++) {
     /* the order that reads w sequentially: forward (lanes j a row apart) kk inner; backward-data
      * (lanes j 9 elements apart, rows i = kk) j inner */
@@ -259,6 +262,10 @@ TGT static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t 
     #pragma GCC unroll 16
     for (int p = 0; p < NP; p++) _mm512_storeu_si512(U + (((p * njb / 2 + j0 / 32) * nkk + kk) * 32 + j0 % 32) * 2, interleave_bf16(u[0][p], u[1][p]));
   }
+}
+static void phase_wtf(const geom *g, const uint16_t *w, int64_t si, int64_t sj, int rot, uint16_t *U) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_wtf_team(g, w, si, sj, rot, U);
 }
 
 /* Stages the input rows of tile rows [gr0, gr1) (global: n TH + th) of src (N, Cs, H, W) bf16,
@@ -312,11 +319,10 @@ static void fwd_plan_init(const geom *g, fwd_plan *f) {
 }
 static size_t fwd_plan_floats(const fwd_plan *f) { return f->s + f->v + f->m + f->o + 64; }
 
-TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src, const uint16_t *U, const uint16_t *bias,
-                          uint16_t *dst, float *loc) {
+TGT static void phase_fwd_team(const geom *g, const fwd_plan *f, const uint16_t *src, const uint16_t *U, const uint16_t *bias,
+                               uint16_t *dst, float *loc) {
   const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, Ws = f->Ws, Wo = f->Wo;
   const int64_t HW = g->H * g->W, K2 = g->Cp / 2, ncb = g->Cp / 16, cbs = f->SR * Ws * 16;
-#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     float *S = loc + (size_t)omp_get_thread_num() * fwd_plan_floats(f), *Ml = S + f->s + f->v, *So = Ml + f->m;
     uint16_t *Vl = (uint16_t *)(S + f->s);
@@ -376,6 +382,11 @@ TGT static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src,
       }
     }
   }
+}
+static void phase_fwd(const geom *g, const fwd_plan *f, const uint16_t *src, const uint16_t *U, const uint16_t *bias,
+                      uint16_t *dst, float *loc) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_fwd_team(g, f, src, U, bias, dst, loc);
 }
 
 static int wino_fwd(const geom *g, const uint16_t *src, const uint16_t *w, int64_t si, int64_t sj, int rot,
@@ -451,9 +462,8 @@ TGT AI void dm_tf(const float *s, int64_t Ws, __m512 out[NP]) {
   }
 }
 
-TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float *loc, size_t locf) {
+TGT static void phase_dm_team(const geom *g, const uint16_t *dy, uint16_t *dM, float *loc, size_t locf) {
   const int64_t nob = g->Op / 16, Ws = 2 * g->TW, Hs = 2 * g->TH, HW = g->H * g->W, obs = Hs * Ws * 16;
-#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     float *S = loc + (size_t)omp_get_thread_num() * locf; /* [ob][Hs][Ws][16] */
     memset(S, 0, sizeof(float) * (size_t)(nob * obs));   /* rows and columns past H, W stay zero */
@@ -487,12 +497,16 @@ TGT static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float 
     }
   }
 }
+static void phase_dm(const geom *g, const uint16_t *dy, uint16_t *dM, float *loc, size_t locf) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_dm_team(g, dy, dM, loc, locf);
+}
 
 /* dU [p][Cp][Op] = sum over tiles of V2_p^T dM_p: one task per (position, 32 out-channels),
  * the tile sum in blocks of KB pairs, each in the same order every run. */
-TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, float *dU) {
+TGT static void phase_du_team(const geom *g, const uint16_t *V2, const uint16_t *dM, float *dU) {
   const int64_t nob = g->Op / 32, cpb = (g->Cp + (g->Cp + MR - 1) / MR - 1) / ((g->Cp + MR - 1) / MR);
-#pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
+#pragma omp for schedule(static)
   for (int64_t task = 0; task < NP * nob; task++) {
     const int64_t p = task / nob, ob = task % nob * 32;
     for (int64_t k0 = 0; k0 < g->T2; k0 += KB) {
@@ -504,12 +518,15 @@ TGT static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, 
     }
   }
 }
+static void phase_du(const geom *g, const uint16_t *V2, const uint16_t *dM, float *dU) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_du_team(g, V2, dM, dU);
+}
 
 /* dW = G^T dU G per (o, c) -> dw (Co, Ci, 3, 3) bf16: one task per 16 in-channels, vectors over
  * 16 out-channels (contiguous in dU), through a small buffer so dw is written row by row. */
-TGT static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *loc, size_t locf) {
+TGT static void phase_dw_team(const geom *g, const float *dU, uint16_t *dw, float *loc, size_t locf) {
   const int64_t pst = g->ups, ncb = (g->Ci + 15) / 16;
-#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     float *tmp = loc + (size_t)omp_get_thread_num() * locf; /* [16 c][9][16 o] */
 #pragma omp for schedule(static)
@@ -548,6 +565,10 @@ TGT static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *lo
     }
   }
 }
+static void phase_dw(const geom *g, const float *dU, uint16_t *dw, float *loc, size_t locf) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_dw_team(g, dU, dw, loc, locf);
+}
 
 /* Backward-weights fused per chunk of tile rows, for layers whose dU fits in L2: each thread
  * transforms its chunks' x and dy into per-thread pair layouts (V2l, dMl) and accumulates
@@ -569,12 +590,11 @@ static void bww_plan_init(const geom *g, bww_plan *f) {
 }
 static size_t bww_plan_floats(const bww_plan *f) { return f->sx + f->sy + f->v + f->m + 64; }
 
-TGT static void phase_bww_fused(const geom *g, const bww_plan *f, const uint16_t *x, const uint16_t *dy, float *dUt,
-                                float *loc) {
+TGT static void phase_bww_fused_team(const geom *g, const bww_plan *f, const uint16_t *x, const uint16_t *dy, float *dUt,
+                                     float *loc) {
   const int64_t NTH = g->N * g->TH, nch = (NTH + f->rpc - 1) / f->rpc, ncb = g->Cp / 16, nob = g->Op / 16;
   const int64_t xbs = f->SRx * f->wx * 16, ybs = f->SRy * f->wy * 16;
   const int64_t cpb = (g->Cp + (g->Cp + MR - 1) / MR - 1) / ((g->Cp + MR - 1) / MR); /* balanced row blocks */
-#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
   {
     const int tid = omp_get_thread_num();
     float *Sx = loc + (size_t)tid * bww_plan_floats(f), *Sy = Sx + f->sx, *dU = dUt + (size_t)tid * (size_t)(NP * g->ups);
@@ -618,6 +638,11 @@ TGT static void phase_bww_fused(const geom *g, const bww_plan *f, const uint16_t
                       (const uint32_t *)dM + p * f->LMP / 2 + ob, g->Op, dU + p * g->ups + c0 * g->Op + ob, g->Op, 1);
     }
   }
+}
+static void phase_bww_fused(const geom *g, const bww_plan *f, const uint16_t *x, const uint16_t *dy, float *dUt,
+                            float *loc) {
+#pragma omp parallel num_threads(g->nthr) if (g->nthr > 1)
+  phase_bww_fused_team(g, f, x, dy, dUt, loc);
   /* dUt[0] += dUt[1] + ... in thread order */
   const int64_t n = NP * g->ups;
 #pragma omp parallel for num_threads(g->nthr) if (g->nthr > 1) schedule(static)
