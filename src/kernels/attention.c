@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dnnl_ctx.h"
 #include "lowp.h"
 #include "matmul.h"
 #include "tessera/base.h"
@@ -835,7 +836,7 @@ int ts__attention_fwd_lp(ts_dtype dt, const void *q, const void *k, const void *
     for (int64_t i = 0; i < B * H * T; i++) lse[i] = logf((float)(i % T + 1));
     return TS_OK;
   }
-  if (dnnl && dt == TS_BF16) return fwd_bf16(q, k, v, o, lse, B, H, T, D, scale, layout);
+  if (dnnl && dt == TS_BF16 && ts__dnnl_bf16()) return fwd_bf16(q, k, v, o, lse, B, H, T, D, scale, layout);
   return fwd_heads_f32(dt, q, k, v, o, lse, B, H, T, D, scale, layout, dnnl);
 }
 
@@ -849,6 +850,6 @@ int ts__attention_bwd_lp(ts_dtype dt, const void *dout, const void *q, const voi
   if (!rc) rc = check_args("attention_bwd", B, H, T, D, layout);
   if (rc) return rc;
   if (B * H == 0 || T == 0 || D == 0) return TS_OK;
-  if (dnnl && dt == TS_BF16) return bwd_bf16(dout, q, k, v, o, lse, dq, dk, dv, B, H, T, D, scale, layout);
+  if (dnnl && dt == TS_BF16 && ts__dnnl_bf16()) return bwd_bf16(dout, q, k, v, o, lse, dq, dk, dv, B, H, T, D, scale, layout);
   return bwd_heads_f32(dt, dout, q, k, v, o, lse, dq, dk, dv, B, H, T, D, scale, layout, dnnl);
 }

@@ -88,8 +88,9 @@ int ts__conv2d_bwd_weight_lp(const ts__conv_desc *d, ts_dtype dt, int dnnl, cons
 enum { TS_CONV_LP_DEFAULT = 0, TS_CONV_LP_NATIVE, TS_CONV_LP_F32, TS_CONV_LP_WINO, TS_CONV_LP_GEMM };
 void ts__conv_dnnl_set_lp_mode(int dir, int mode);
 int ts__conv_dnnl_get_lp_mode(int dir);
-/* The implementation name of the bf16 kernel of a direction: oneDNN's primitive, or
- * TS_CONV_WINO_IMPL for the Winograd kernels below ("" if unavailable). */
+/* The implementation name of the bf16 kernel of a direction: oneDNN's primitive,
+ * TS_CONV_WINO_IMPL / TS_CONV_GEMM_IMPL for the kernels below, "converted" where this CPU's oneDNN
+ * has no bf16 (the f32 primitive on widened values), "" if unavailable. */
 const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir);
 
 /* bf16 Winograd F(2x2,3x3) (conv_wino.c) for 3x3, stride 1, pad 1, undilated, ungrouped convs

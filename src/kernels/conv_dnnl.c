@@ -393,6 +393,7 @@ const char *ts__conv_dnnl_impl_bf16(const ts__conv_desc *d, int dir) {
   if (dir < 0 || dir > 2 || ts__conv_check(d, "conv2d")) return "";
   if (lp_wants_wino(d, dir)) return TS_CONV_WINO_IMPL;
   if (lp_wants_gemm(d, dir)) return TS_CONV_GEMM_IMPL;
+  if (!ts__dnnl_bf16()) return "converted"; /* conv_lp: f32 on widened values */
   conv_key key;
   ts__dnnl_prim *p = get_prim(d, dir, 0, dnnl_bf16, &key);
   return p && p->aux ? ((const conv_aux *)p->aux)->impl : "";
@@ -454,7 +455,7 @@ static int conv_lp(const ts__conv_desc *d, int dir, ts_dtype dt, void *const buf
     g_stat[1][dir][1] += ts_time_now() - t0;
     return rc;
   }
-  if (dnnl && dt == TS_BF16) return run_conv(d, dir, dnnl_bf16, bufs, what);
+  if (dnnl && dt == TS_BF16 && ts__dnnl_bf16()) return run_conv(d, dir, dnnl_bf16, bufs, what);
   return conv_converted(d, dir, dt, bufs, dnnl, what);
 }
 

@@ -122,6 +122,23 @@ void ts__dnnl_cache_clear(void) {
 
 size_t ts__dnnl_cache_size(void) { return g_n; }
 
+int ts__dnnl_bf16(void) {
+  static int known = -1; /* a race only computes the same answer twice */
+  int k = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
+  if (k >= 0) return k;
+  dnnl_memory_desc_t mds[3];
+  const int64_t dims[2] = {16, 16};
+  int ok = 1;
+  for (int i = 0; i < 3 && ok; i++) ok = ts__dnnl_md_plain(&mds[i], 2, dims, dnnl_bf16) == TS_OK;
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_desc_t pd = NULL;
+  ok = ok && dnnl_matmul_desc_init(&md, &mds[0], &mds[1], NULL, &mds[2]) == dnnl_success &&
+       dnnl_primitive_desc_create(&pd, &md, NULL, ts__dnnl_engine(), NULL) == dnnl_success;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  __atomic_store_n(&known, ok, __ATOMIC_RELEASE);
+  return ok;
+}
+
 dnnl_memory_t ts__dnnl_mem(const dnnl_memory_desc_t *md, void *data) {
   dnnl_memory_t m = NULL;
   if (dnnl_memory_create(&m, md, ts__dnnl_engine(), data) != dnnl_success) return NULL;

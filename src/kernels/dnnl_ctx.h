@@ -28,6 +28,12 @@ ts__dnnl_prim *ts__dnnl_cache_put_pd(const void *key, size_t keylen, dnnl_primit
 /* Releases all cached primitives (e.g. at exit or in tests). */
 void ts__dnnl_cache_clear(void);
 
+/* 1 when oneDNN computes bf16 on this CPU (oneDNN 2.x: AVX-512 cores and newer), else 0: the bf16
+ * kernels then take their other route (f32 kernels on widened values, or their own row loops).
+ * Probed once (a small bf16 matmul's primitive descriptor); ONEDNN_MAX_CPU_ISA=AVX2 makes any
+ * CPU answer 0, which is how the tests reach that route on AVX-512 machines. */
+int ts__dnnl_bf16(void);
+
 /* A process-wide scratch buffer (kept in *buf, *cap bytes) grown to at least `bytes` (its
  * contents are not kept when it grows); NULL when out of memory. Kernels run from one thread at
  * a time, so each kernel file keeps a few such slots of its own. */

@@ -46,7 +46,9 @@ static inline float sigmoidf(float x) {
 int ts__eltwise_fwd_ref(int alg, float alpha, float beta, const float *x, float *y, int64_t n) {
   (void)beta;
   switch (alg) {
-    case TS_ELT_RELU: ELT_LOOP(v > 0 ? v : alpha * v); break;
+    /* a plain ReLU gives +0 below zero (not 0 * v = -0), as oneDNN and torch.relu do, and as the
+     * executor's BN+ReLU fusion writes it */
+    case TS_ELT_RELU: ELT_LOOP(v > 0 ? v : alpha == 0.0f ? 0.0f : alpha * v); break;
     case TS_ELT_GELU_TANH:
       ELT_LOOP(0.5f * v * (1.0f + tanhf(SQRT_2_OVER_PI * (v + GELU_C * v * v * v))));
       break;
@@ -242,7 +244,7 @@ static int bwd_chunk(float *const *b, int64_t off, int64_t len, const void *ctx)
 /* bf16 through oneDNN where it is native and as accurate as the f32 choice (run_eltwise.c keeps
  * neg and log on the reference loops). */
 static int dnnl_native(ts_dtype dt, int dnnl, int alg) {
-  return dnnl && dt == TS_BF16 && alg != TS_ELT_NEG && alg != TS_ELT_LOG;
+  return dnnl && dt == TS_BF16 && alg != TS_ELT_NEG && alg != TS_ELT_LOG && ts__dnnl_bf16();
 }
 
 // x (n) dt -> y (n) dt

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dnnl_ctx.h"
+#include "lowp.h"
 #include "matmul.h"
 #include "tessera/base.h"
 #include "tessera/ops.h"
@@ -91,6 +92,18 @@ int ts__matmul_act_dnnl(const ts__mm_desc *d, ts_dtype ab_dt, ts_dtype c_dt, con
     alg = dnnl_eltwise_gelu_erf;
   else
     return ts_error_set(TS_EINVAL, "%s: activation %d is not a gelu", what, act);
+  if (ab_dt == TS_BF16 && !ts__dnnl_bf16()) { /* no bf16 in this CPU's oneDNN: f32 on the widened values */
+    const int64_t na = (d->a_batched ? d->batch : 1) * d->M * d->K, nb = (d->b_batched ? d->batch : 1) * d->K * d->N,
+                  nc = d->batch * d->M * d->N;
+    float *fa = ts__lp_in(a, TS_BF16, na, what), *fb = fa ? ts__lp_in(b, TS_BF16, nb, what) : NULL;
+    float *fbias = fb && bias ? ts__lp_in(bias, TS_BF16, d->N, what) : NULL;
+    float *fc = fb && (!bias || fbias) ? (c_dt == TS_F32 ? (float *)c : ts__lp_in(NULL, TS_BF16, nc, what)) : NULL;
+    rc = fc ? ts__matmul_act_dnnl(d, TS_F32, TS_F32, fa, fb, fbias, fc, act) : TS_ENOMEM;
+    if (rc == TS_OK && c_dt != TS_F32) ts__lp_from_f32(fc, c, TS_BF16, nc);
+    if (fc != c) ts_free(fc);
+    ts_free(fa), ts_free(fb), ts_free(fbias);
+    return rc;
+  }
   if (d->batch > 1 && !d->a_batched && !d->b_batched) { /* one product, repeated */
     ts__mm_desc d1 = *d;
     d1.batch = 1;

@@ -119,7 +119,7 @@ static int run_lp(const ts__mm_desc *d, const void *a, const void *b, const void
 
 int ts__matmul_lp_dnnl(const ts__mm_desc *d, ts_dtype dt, const void *a, const void *b, void *c) {
   if (dt == TS_F32) return ts__matmul_dnnl(d, a, b, c);
-  if (dt != TS_BF16) return matmul_conv(d, dt, a, b, c, 1); /* f16: converted */
+  if (dt != TS_BF16 || !ts__dnnl_bf16()) return matmul_conv(d, dt, a, b, c, 1); /* f16, or no bf16 in oneDNN: converted */
   int rc = ts__mm_check(d, "matmul (bf16, oneDNN)");
   if (rc) return rc;
   if (!a || !b || !c) return ts_error_set(TS_EINVAL, "matmul (bf16, oneDNN): NULL buffer");
@@ -144,6 +144,13 @@ int ts__matmul_bf16_f32out_dnnl(const ts__mm_desc *d, const void *a, const void 
   int rc = ts__mm_check(d, "matmul (bf16 -> f32, oneDNN)");
   if (rc) return rc;
   if (!a || !b || !c) return ts_error_set(TS_EINVAL, "matmul (bf16 -> f32, oneDNN): NULL buffer");
+  if (!ts__dnnl_bf16()) { /* no bf16 in this CPU's oneDNN: the f32 product of the widened values */
+    float *fa = ts__lp_in(a, TS_BF16, a_elems(d), "matmul (bf16 -> f32)");
+    float *fb = fa ? ts__lp_in(b, TS_BF16, b_elems(d), "matmul (bf16 -> f32)") : NULL;
+    rc = fb ? ts__matmul_dnnl(d, fa, fb, c) : TS_ENOMEM;
+    ts_free(fa), ts_free(fb);
+    return rc;
+  }
   if (d->batch > 1 && !d->a_batched && !d->b_batched) { /* one product, repeated */
     ts__mm_desc d1 = *d;
     d1.batch = 1;
@@ -158,7 +165,7 @@ int ts__matmul_bf16_f32out_dnnl(const ts__mm_desc *d, const void *a, const void 
 int ts__dense_lp_dnnl(int64_t M, int64_t N, int64_t K, ts_dtype dt, const void *x, const void *w,
                       const void *bias, void *y) {
   if (dt == TS_F32) return ts__dense_dnnl(M, N, K, x, w, bias, y);
-  if (dt != TS_BF16) return dense_conv(M, N, K, dt, x, w, bias, y, 1); /* f16: converted */
+  if (dt != TS_BF16 || !ts__dnnl_bf16()) return dense_conv(M, N, K, dt, x, w, bias, y, 1); /* f16, or no bf16 in oneDNN */
   if (M < 1 || N < 1 || K < 1)
     return ts_error_set(TS_EINVAL, "dense (bf16, oneDNN): invalid sizes M=%lld N=%lld K=%lld",
                         (long long)M, (long long)N, (long long)K);

@@ -86,17 +86,34 @@ BN_INLINE float bn_relu_grad(float g, float v, int lp, float alpha) {
 
 /* The per-run kernels. Plane runs (S > 1) share one channel's scalars; (N,C) row runs (S == 1)
  * index per-channel arrays by the element. */
+/* A run's float partial sums in KL lanes: element j adds to lane j % KL, and the lanes are summed
+ * in a fixed tree. The order is the code's, not the vectoriser's: every caller (f32, 16-bit, the
+ * fused ReLU) and every build (AVX2, AVX-512) adds the same values in the same order. */
+#define KL 16
+BN_INLINE float lanes_sum(float *v) {
+  for (int w = KL / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) v[l] += v[l + w];
+  return v[0];
+}
 // fwd statistics: t1 += sum (x - k), t2 += sum (x - k)^2 over a plane run (float partials)
 BN_INLINE void k_sums(const void *x, int lp, int64_t len, float k, double *t1, double *t2) {
-  float a = 0, b = 0;
-#pragma omp simd simdlen(16) reduction(+ : a, b)
-  for (int64_t j = 0; j < len; j++) {
-    float d = ld(x, lp, j) - k;
-    a += d;
-    b += d * d;
+  float a[KL] = {0}, b[KL] = {0};
+  int64_t j = 0;
+  for (; j + KL <= len; j += KL) {
+#pragma omp simd
+    for (int l = 0; l < KL; l++) {
+      const float d = ld(x, lp, j + l) - k;
+      a[l] += d;
+      b[l] += d * d;
+    }
   }
-  *t1 += a;
-  *t2 += b;
+  for (int l = 0; j + l < len; l++) {
+    const float d = ld(x, lp, j + l) - k;
+    a[l] += d;
+    b[l] += d * d;
+  }
+  *t1 += lanes_sum(a);
+  *t2 += lanes_sum(b);
 }
 // the same over a row run of channels, per channel in double
 BN_INLINE void k_sums_nc(const void *x, int lp, int64_t len, const float *k, double *a1, double *a2) {
@@ -122,17 +139,27 @@ BN_INLINE void k_apply_nc(const void *x, void *y, int lp, int64_t len, const flo
 // bwd sums: s1 += sum dy, s2 += sum dy*(x - m) (relu: dy through the ReLU of x*ra + rb first)
 BN_INLINE void k_bsums(const void *g, const void *p, int lp, int64_t len, float m, double *s1, double *s2, int relu,
                        float ra, float rb, float alpha) {
-  float a = 0, b = 0;
-#pragma omp simd simdlen(16) reduction(+ : a, b)
-  for (int64_t j = 0; j < len; j++) {
-    const float xv = ld(p, lp, j);
-    float gg = ld(g, lp, j);
-    if (relu) gg = bn_relu_grad(gg, xv * ra + rb, lp, alpha);
-    a += gg;
-    b += gg * (xv - m);
+  float a[KL] = {0}, b[KL] = {0};
+  int64_t j = 0;
+  for (; j + KL <= len; j += KL) {
+#pragma omp simd
+    for (int l = 0; l < KL; l++) {
+      const float xv = ld(p, lp, j + l);
+      float gg = ld(g, lp, j + l);
+      if (relu) gg = bn_relu_grad(gg, xv * ra + rb, lp, alpha);
+      a[l] += gg;
+      b[l] += gg * (xv - m);
+    }
   }
-  *s1 += a;
-  *s2 += b;
+  for (int l = 0; j + l < len; l++) {
+    const float xv = ld(p, lp, j + l);
+    float gg = ld(g, lp, j + l);
+    if (relu) gg = bn_relu_grad(gg, xv * ra + rb, lp, alpha);
+    a[l] += gg;
+    b[l] += gg * (xv - m);
+  }
+  *s1 += lanes_sum(a);
+  *s2 += lanes_sum(b);
 }
 BN_INLINE void k_bsums_nc(const void *g, const void *p, int lp, int64_t len, const float *m, double *s1, double *s2) {
 #pragma omp simd

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ksum.h"
+#include "dnnl_ctx.h"
 #include "lowp.h"
 #include "norm.h"
 #include "tessera/base.h"
@@ -36,7 +37,7 @@ int ts__layernorm_fwd_lp(ts_dtype dt, ts_dtype gdt, const void *x, const void *g
   if (!gb) return ts_error_set(TS_ENOMEM, "layernorm (16-bit): out of memory");
   ts__lp_widen(gamma, gdt, gb, D);
   ts__lp_widen(beta, gdt, gb + D, D);
-  if (dnnl && dt == TS_BF16) {
+  if (dnnl && dt == TS_BF16 && ts__dnnl_bf16()) {
     int rc = ts__layernorm_fwd_bf16_dnnl(x, gb, gb + D, y, mean, var, R, D, eps);
     free(gb);
     return rc;
@@ -78,7 +79,7 @@ int ts__layernorm_bwd_lp(ts_dtype dt, ts_dtype gdt, const void *dy, const void *
     return ts_error_set(TS_ENOMEM, "layernorm_bwd (16-bit): out of memory");
   }
   ts__lp_widen(gamma, gdt, gm, D);
-  if (dnnl && dt == TS_BF16) {
+  if (dnnl && dt == TS_BF16 && ts__dnnl_bf16()) {
     int rc = ts__layernorm_bwd_bf16_dnnl(dy, x, gm, mean, var, dx, out, out + D, R, D, eps);
     if (rc == TS_OK) {
       ts__lp_narrow(out, dgamma, gdt, D);
@@ -169,7 +170,7 @@ static int bn_fwd_gdt(ts_dtype dt, ts_dtype gdt, const void *x, const void *gamm
   if (!gb) return ts_error_set(TS_ENOMEM, "batchnorm (16-bit): out of memory");
   ts__lp_widen(gamma, gdt, gb, C);
   ts__lp_widen(beta, gdt, gb + C, C);
-  const int rc = dnnl && dt == TS_BF16 && !red
+  const int rc = dnnl && dt == TS_BF16 && ts__dnnl_bf16() && !red
                      ? ts__batchnorm_fwd_bf16_dnnl(x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps,
                                                    training)
                      : ts__bn_fwd(dt, x, gb, gb + C, rmean, rvar, y, mean, var, N, C, S, momentum, eps, training, red,
@@ -196,7 +197,7 @@ static int bn_bwd_gdt(ts_dtype dt, ts_dtype gdt, const void *dy, const void *x, 
   if (!buf) return ts_error_set(TS_ENOMEM, "batchnorm_bwd (16-bit): out of memory");
   ts__lp_widen(gamma, gdt, buf, C);
   float *dg = buf + C, *db = buf + 2 * C;
-  const int rc = dnnl && dt == TS_BF16 && !red
+  const int rc = dnnl && dt == TS_BF16 && ts__dnnl_bf16() && !red
                      ? ts__batchnorm_bwd_bf16_dnnl(dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training)
                      : ts__bn_bwd(dt, dy, x, buf, mean, var, dx, dg, db, N, C, S, eps, training, red, relu);
   if (rc == TS_OK) {

@@ -346,7 +346,7 @@ static int pool_lp(int kind, const ts__pool_desc *d, ts_dtype dt, int dnnl, cons
       default: return dnnl ? ts__avgpool2d_bwd_dnnl(d, src, dst) : ts__avgpool2d_bwd_ref(d, src, dst);
     }
   }
-  if (dnnl && (!is_max || dnnl_max_ok(d))) return pool_dnnl(kind, d, dnnl_bf16, src, ws, dst, what);
+  if (dnnl && ts__dnnl_bf16() && (!is_max || dnnl_max_ok(d))) return pool_dnnl(kind, d, dnnl_bf16, src, ws, dst, what);
   return pool_loops(kind, d, dt, src, wsi, dst, wso, what);
 }
 
