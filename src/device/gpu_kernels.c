@@ -170,6 +170,16 @@ int ts__gpu_softmax_ce_shard_loss(ts__dev *d, const void *labels, int labels_i64
   return launch(d, "ts_k_softmax_ce_shard_loss", 1, 1, 1024, s, a);
 }
 
+int ts__gpu_eval_rows(ts__dev *d, const float *logits, const int32_t *labels, int64_t N, int64_t C, float *st,
+                      ts__dev_stream *s) {
+  if (C < 1 || C >= TS__GPU_EVAL_MAX_C || N < 0)
+    return ts_error_set(TS_EUNSUPPORTED, "evaluation metrics on the GPU: %lld rows of %lld classes (at most 2^24 - 1)",
+                        (long long)N, (long long)C);
+  if (N == 0) return TS_OK;
+  void *a[] = {&logits, &labels, &N, &C, &st};
+  return launch(d, "ts_k_eval_rows_f32", row_grid(N), 1, row_block(C), s, a);
+}
+
 int ts__gpu_layernorm_fwd(ts__dev *d, ts_dtype dt, const void *x, const float *gamma, const float *beta, void *y,
                           float *mean, float *var, int64_t R, int64_t D, float eps, ts__dev_stream *s) {
   int rc = dt_ok(dt, "layernorm");

@@ -65,6 +65,12 @@ int ts__gpu_softmax_ce_shard_bwd(ts__dev *d, ts_dtype dt, const float *dloss, co
                                  int labels_i64, const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t off,
                                  float smoothing, int64_t ignore_index, const float *count, void *dlogits,
                                  ts__dev_stream *s);
+/* Evaluation's per-row statistics (ts_k_eval_rows_f32; ts__eval_rows_finish turns them into
+ * ts__eval_rows_ref's rows): logits (N,C) f32, labels (N) i32 in [0,C) -> st (N,4). C below 2^24
+ * (TS_EUNSUPPORTED otherwise: the caller evaluates on the host). */
+#define TS__GPU_EVAL_MAX_C ((int64_t)1 << 24)
+int ts__gpu_eval_rows(ts__dev *d, const float *logits, const int32_t *labels, int64_t N, int64_t C, float *st,
+                      ts__dev_stream *s);
 
 /* Layer norm over rows of D (ts__layernorm_fwd_ref / _bwd_ref): gamma, beta f32 (D) or NULL;
  * the _g variants take gamma, beta, dgamma, dbeta of dtype gdt (f32, or bf16 with bf16 x); the

@@ -484,19 +484,36 @@ int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t s
   return TS_OK;
 }
 
-int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
-  if (d->gpu) return ts__dist_dev_eval(d, x, logits);
+void ts__dist_eval_out(const ts_dist *d, const float *lg, const ts__eval_out *o) {
+  const ts_shape *ls = &d->r.logits_shape;
+  if (o->rows) ts__eval_rows_ref(lg, o->lab, o->nr, ls->dims[ls->ndim - 1], o->rows);
+  else *o->logits = lg;
+}
+
+static int eval(ts_dist *d, const void *x, const ts__eval_out *o) {
+  if (d->gpu) return ts__dist_dev_eval(d, x, o);
   int rc0 = d->sync.vt->settle ? d->sync.vt->settle(d) : TS_OK; /* the parameters' updates landed */
   if (rc0) return rc0;
-  if (d->vt->eval_forward) return d->vt->eval_forward(d, x, logits);
+  if (d->vt->eval) return d->vt->eval(d, x, o);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
   /* the rank feeds its piece of the batch (all of it in most layouts); the logits come back whole */
   int rc = ts_plan_bind(r->plan_e, r->xe, (char *)x + xs * (size_t)(d->cfg.eval_batch / r->eval_parts * r->eval_index));
   if (!rc) rc = ts_plan_run(r->plan_e, 0);
-  *logits = rc ? NULL : ts_plan_data(r->plan_e, r->logits);
+  if (!rc) ts__dist_eval_out(d, ts_plan_data(r->plan_e, r->logits), o);
   return rc;
+}
+
+int ts_dist_eval_rows(ts_dist *d, const void *x, const int32_t *lab, int64_t nr, ts__eval_row *rows) {
+  const ts__eval_out o = {lab, nr, rows, NULL};
+  return eval(d, x, &o);
+}
+
+int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits) {
+  *logits = NULL;
+  const ts__eval_out o = {NULL, 0, NULL, logits};
+  return eval(d, x, &o);
 }
 
 int ts_dist_step_end(ts_dist *d, float *g, double *loss, double *wait_ms) {

@@ -35,6 +35,7 @@
 #include "tessera/params.h"
 #include "tessera/prof.h"
 #include "parallel/parallel.h"
+#include "kernels/softmax.h" /* ts__eval_row */
 #include "tessera/region.h"
 #include "tessera/runtime.h"
 
@@ -280,8 +281,14 @@ int ts_dist_start(ts_dist *d);
  * ts_dist_step_begin and ts_dist_step_end. */
 int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,
                              float **g);
-/* Runs the evaluation graph on one batch x (eval_batch rows; the rank feeds its eval_index piece)
- * and points *logits at the whole batch's logits (r->logits_shape), valid until the next call. */
+/* One evaluation batch: runs the evaluation graph on x (eval_batch rows; the rank feeds its
+ * eval_index piece) and computes the metrics of the first nr rows of the whole batch's logits
+ * (r->logits_shape as rows of C) against labels lab (nr, each in [0, C): the caller checks them)
+ * into rows (nr), as ts__eval_rows_ref: where the logits are (a GPU's on the device, 16 bytes a
+ * row copied out; a pipeline's on its last stage, the rows sent to the other stages). */
+int ts_dist_eval_rows(ts_dist *d, const void *x, const int32_t *lab, int64_t nr, ts__eval_row *rows);
+/* The same forward, pointing *logits at the whole batch's logits (r->logits_shape) on the host,
+ * valid until the next call (ts_trainer_forward: predictions). */
 int ts_dist_eval_forward(ts_dist *d, const void *x, const float **logits);
 /* A pipeline's last step on this rank: the schedule's wall time, its idle part (the bubble: wall
  * time minus forward/backward compute) and the time blocked in receives, in seconds; 0 for

@@ -337,7 +337,8 @@ void ts__dist_dev_free(ts_dist *d) {
   ts__dev_free(v, g->scratch), ts__dev_free(v, g->slots[0]), ts__dev_free(v, g->slots[1]);
   ts__dev_free(v, g->lamb_u), ts__dev_free(v, g->lamb_part), ts__dev_free(v, g->lamb_sq);
   ts__dev_free(v, g->cres), ts__dev_free(v, g->mch);
-  ts__dev_host_free(v, g->logits);
+  ts__dev_free(v, g->elab), ts__dev_free(v, g->est);
+  ts__dev_host_free(v, g->logits), ts__dev_host_free(v, g->est_h);
   ts__dev_host_free(v, g->cres_h);
   free(g->segs);
   free(g->lamb_h);
@@ -420,7 +421,13 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(float) * g->nscratch, (void **)&g->scratch);
   if (!rc && d->cfg.accum > 1 && g->hlen[1]) rc = ts__dist_dev_alloc0(v, g->hlen[1], (void **)&g->acc);
   if (!rc) rc = ts__dist_dev_zero_mirror(d); /* optimizer_shard 2: what its plans bind, on the device */
-  if (!rc) rc = ts__dev_host_alloc(v, sizeof(float) * (g->nlogits ? g->nlogits : 1), (void **)&g->logits);
+  /* evaluation's metrics: 4 bytes in and 16 out a row (the logits copied out where the kernel
+   * cannot take their classes) */
+  g->eC = r->logits_shape.ndim ? r->logits_shape.dims[r->logits_shape.ndim - 1] : 1;
+  size_t erows = g->nlogits / (size_t)(g->eC > 0 ? g->eC : 1) + 1;
+  if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(int32_t) * erows, (void **)&g->elab);
+  if (!rc) rc = ts__dist_dev_alloc0(v, 4 * sizeof(float) * erows, (void **)&g->est);
+  if (!rc) rc = ts__dev_host_alloc(v, 4 * sizeof(float) * erows, (void **)&g->est_h);
   if (pipe) { /* its pieces' plans, the stages' collectives */
     if (!rc) rc = ts__dist_dev_pipe_bind(d);
     if (!rc) rc = ts__dev_sync(v);
@@ -475,9 +482,31 @@ int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step,
   return TS_OK;
 }
 
-int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits) {
+int ts__dist_dev_eval_out(ts_dist *d, const float *lg, const ts__eval_out *o, float *host) {
   struct ts__dist_dev *g = G(d);
-  if (d->vt == &ts__dist_pipeline) return ts__dist_dev_pipe_eval(d, x, logits);
+  ts__dev *v = g->dev;
+  int rc = TS_OK;
+  if (o->rows && g->eC < TS__GPU_EVAL_MAX_C) { /* each row's statistics on the device */
+    const int64_t nr = o->nr;
+    if (nr) rc = ts__dev_copy(v, g->elab, o->lab, sizeof(int32_t) * (size_t)nr, TS__H2D, NULL);
+    if (!rc) rc = ts__gpu_eval_rows(v, lg, g->elab, nr, g->eC, g->est, NULL);
+    if (!rc && nr) rc = ts__dev_copy(v, g->est_h, g->est, 4 * sizeof(float) * (size_t)nr, TS__D2H, NULL);
+    if (!rc) rc = ts__dev_sync(v);
+    if (!rc) ts__eval_rows_finish(g->est_h, nr, o->rows);
+    return rc ? ts_error_wrap(rc, "evaluation metrics on %s", v->info.name) : TS_OK;
+  }
+  if (!host && !g->logits) /* the logits on the host: predictions (or classes beyond the kernel's) */
+    rc = ts__dev_host_alloc(v, sizeof(float) * (g->nlogits ? g->nlogits : 1), (void **)&g->logits);
+  if (!host) host = g->logits;
+  if (!rc) rc = ts__dev_copy(v, host, lg, sizeof(float) * g->nlogits, TS__D2H, NULL);
+  if (!rc) rc = ts__dev_sync(v);
+  if (!rc) ts__dist_eval_out(d, host, o);
+  return rc;
+}
+
+int ts__dist_dev_eval(ts_dist *d, const void *x, const ts__eval_out *o) {
+  struct ts__dist_dev *g = G(d);
+  if (d->vt == &ts__dist_pipeline) return ts__dist_dev_pipe_eval(d, x, o);
   const ts_dist_run *r = &d->r;
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
@@ -485,10 +514,7 @@ int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits) {
   int rc = ts__dev_copy(g->dev, g->xe, src, g->xes, TS__H2D, NULL);
   if (!rc) rc = ts_plan_run(r->plan_e, 0);
   if (!rc) rc = ts__dist_dev_zero_gathered(d, 1); /* optimizer_shard 3's gathers */
-  if (!rc) rc = ts__dev_copy(g->dev, g->logits, ts_plan_data(r->plan_e, r->logits), sizeof(float) * g->nlogits,
-                             TS__D2H, NULL);
-  if (!rc) rc = ts__dev_sync(g->dev);
-  *logits = rc ? NULL : g->logits;
+  if (!rc) rc = ts__dist_dev_eval_out(d, ts_plan_data(r->plan_e, r->logits), o, NULL);
   return rc;
 }
 

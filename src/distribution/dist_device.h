@@ -89,8 +89,14 @@ struct ts__dist_dev {
   float *acc;              /* accumulated gradients (accum > 1) */
   void *x, *y, *xe;        /* the inputs of a micro-step and of an evaluation batch */
   size_t xs, ys, xes;
-  float *logits;           /* an evaluation batch's logits, copied out */
+  /* evaluation: the batch's labels and each row's statistics on the device (ts__gpu_eval_rows),
+   * the statistics copied out (pinned); an evaluation batch's nlogits logits (rows of eC) are
+   * copied out only where the classes exceed that kernel's bound (logits, pinned; else NULL) */
+  int32_t *elab;
+  float *est, *est_h;
+  float *logits;
   size_t nlogits;
+  int64_t eC;
   float *scratch;          /* partial sums (clipping) and the results (2 floats) */
   size_t nscratch;
   float *slots[2];         /* the optimizer's state on the device */
@@ -141,7 +147,13 @@ int ts__dist_dev_pipe_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t 
 int ts__dist_dev_pipe_flush(ts_dist *d);
 int ts__dist_dev_pipe_tied(ts_dist *d, float *gd);
 int ts__dist_dev_pipe_stage_ranks(const ts_dist *d);
-int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const float **logits);
+int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const ts__eval_out *o);
+/* An evaluation batch's result from its logits lg on the device (rows of g->eC), as o asks:
+ * rows: a kernel per row, 16 bytes a row copied out, finished on the host (ts__eval_rows_finish;
+ * beyond the kernel's classes, the logits copied out and evaluated there, ts__eval_rows_ref);
+ * logits: copied out into host (nlogits floats; NULL: into g->logits, pinned, made at first use)
+ * and *o->logits pointed at them. */
+int ts__dist_dev_eval_out(ts_dist *d, const float *lg, const ts__eval_out *o, float *host);
 int ts__dist_dev_pipe_sync_states(ts_dist *d);
 /* the pieces' plans freed (device memory) but d->r's, which the caller frees last (the scratch's owner) */
 void ts__dist_dev_pipe_free_plans(ts_dist *d);

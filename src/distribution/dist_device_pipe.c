@@ -14,7 +14,8 @@
  *   the reduction: the step's sends completed, the gradients all-reduced over the stage's ranks
  *   holding the same slice (dist_device.c's groups), the tied ones summed over the pipeline, on
  *   the devices;
- *   evaluation: the pieces in order, the logits copied out of the last and broadcast as on the CPU.
+ *   evaluation: the pieces in order; the rows' metrics computed on the last one's GPU (or its
+ *     logits copied out) and sent to the other stages as on the CPU.
  * semi_auto_parallel inside the stages: the pass's slots get device collectives, the gradients are
  * reduced over the stage's ranks holding the same slice (ts__dist_dev_reduce_plan over the stage).
  * Optimizer sharding (stages 1 and 2, as the CPU allows them under a pipeline) over each stage's
@@ -212,27 +213,22 @@ int ts__dist_dev_pipe_tied(ts_dist *d, float *gd) {
   return rc ? ts_error_wrap(rc, "pipeline: summing the gradients of parameters several stages hold") : TS_OK;
 }
 
-int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const float **logits) {
+int ts__dist_dev_pipe_eval(ts_dist *d, const void *x, const ts__eval_out *o) {
   struct ts__dist_dev *g = G(d);
   struct ts__pipe *pp = PIPE(d);
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
-  *logits = NULL;
   int rc = ts__dev_copy(g->dev, g->xe, (const char *)x + xs * (size_t)(d->cfg.eval_batch / d->r.eval_parts *
                                                                       d->r.eval_index), g->xes, TS__H2D, NULL);
   for (int cc = 0; cc < pp->V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
     rc = ts_plan_run(ch->plan_e, 0);
-    if (!rc && ch->se.out != TS_NONE)
-      rc = ts__dev_copy(g->dev, pp->logits, ts_plan_data(ch->plan_e, ch->se.out), pp->logits_n * sizeof(float),
-                        TS__D2H, NULL);
+    if (!rc && ch->se.out != TS_NONE) rc = ts__dist_dev_eval_out(d, ts_plan_data(ch->plan_e, ch->se.out), o, pp->logits);
     if (!rc) rc = ts__dev_sync(g->dev);
   }
   if (!rc && pp->pp) rc = ts_comm_flush_sends(pp->p2p);
-  if (!rc && pp->pp) rc = ts_comm_broadcast(pp->pp, pp->logits, pp->logits_n, TS_F32, pp->last_piece_e % pp->P);
-  if (rc) return ts_error_wrap(rc, "pipeline evaluation");
-  *logits = pp->logits;
-  return TS_OK;
+  if (!rc && pp->pp) rc = ts__dist_pipe_send_eval(pp, o);
+  return rc ? ts_error_wrap(rc, "pipeline evaluation") : TS_OK;
 }
 
 int ts__dist_dev_pipe_sync_states(ts_dist *d) {

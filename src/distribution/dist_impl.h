@@ -14,6 +14,18 @@
 #include "sync.h"
 #include "distribution/dist.h"
 
+/* What an evaluation batch gives back (ts_dist_eval_rows, ts_dist_eval_forward): with rows, the
+ * metrics of the batch's first nr rows against lab (nr, in range) into rows; else *logits pointed
+ * at the whole batch's logits on the host, valid until the next call. */
+typedef struct {
+  const int32_t *lab;
+  int64_t nr;
+  ts__eval_row *rows;
+  const float **logits;
+} ts__eval_out;
+/* The result of o from the whole batch's logits lg (host, rows of the logits' last dimension). */
+void ts__dist_eval_out(const ts_dist *d, const float *lg, const ts__eval_out *o);
+
 /* One global-norm clipping of gradients scaled by the loss scale (ts_dist_clip_scaled). Every
  * path computes the global sum of squares of the scaled gradients, each parameter counted once
  * over the job (all-reduced where parts of it live on other ranks), multiplied by inv_scale^2
@@ -52,7 +64,7 @@ struct ts_dist_vt {
   /* optional overrides of the shared behaviour (NULL: dist.c / dist_whole.c's) */
   int (*forward_backward)(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,
                           float **g);
-  int (*eval_forward)(ts_dist *d, const void *x, const float **logits);
+  int (*eval)(ts_dist *d, const void *x, const ts__eval_out *o);
   int (*reduce)(ts_dist *d, float *g);                    /* after the gradient reducer */
   int (*clip)(ts_dist *d, float *g, ts__clip *c);
   int (*move)(ts_dist *d, ts_params *full, ts_optim *opt, ts_optim *fopt, int gather);
@@ -109,7 +121,7 @@ int ts__dist_dev_bind(ts_dist *d);
 struct ts__dev *ts__dist_dev_device(const ts_dist *d); /* the job's GPU (d->gpu set) */
 void ts__dist_dev_free(ts_dist *d);
 int ts__dist_dev_fwd_bwd(ts_dist *d, const void *x, const void *y, int64_t step, double *loss, float **g);
-int ts__dist_dev_eval(ts_dist *d, const void *x, const float **logits);
+int ts__dist_dev_eval(ts_dist *d, const void *x, const ts__eval_out *o);
 int ts__dist_dev_clip(ts_dist *d, float *g, ts__clip *c);
 int ts__dist_dev_optim_create(ts_dist *d, const ts_optim_segment *segs, int nseg, ts_optim *o);
 int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *g, float lr);

@@ -596,27 +596,35 @@ static int clip_pipe(ts_dist *d, float *g, ts__clip *c) {
   return TS_OK;
 }
 
-/* ---- evaluation: the pieces in order, the logits broadcast from the last ---- */
-static int eval_pipe(ts_dist *d, const void *x, const float **logits) {
+/* ---- evaluation: the pieces in order; the last one's rows' metrics (16 bytes a row) or logits
+ * sent from it to the other stages ---- */
+static int eval_pipe(ts_dist *d, const void *x, const ts__eval_out *o) {
   struct ts__pipe *pp = PIPE(d);
   int rc = TS_OK;
   size_t xs, ys;
   ts__dist_row_bytes(d, &xs, &ys);
-  *logits = NULL;
   for (int cc = 0; cc < pp->V && !rc; cc++) {
     pchunk *ch = &pp->ch[cc];
     if (ch->se.x != TS_NONE) /* the rank's piece of the batch */
       rc = ts_plan_bind(ch->plan_e, ch->se.x,
                         (char *)x + xs * (size_t)(d->cfg.eval_batch / d->r.eval_parts * d->r.eval_index));
     if (!rc) rc = ts_plan_run(ch->plan_e, 0);
-    if (!rc && ch->se.out != TS_NONE)
-      memcpy(pp->logits, ts_plan_data(ch->plan_e, ch->se.out), pp->logits_n * sizeof(float));
+    if (!rc && ch->se.out != TS_NONE) {
+      const float *lg = ts_plan_data(ch->plan_e, ch->se.out);
+      if (!o->rows) memcpy(pp->logits, lg, pp->logits_n * sizeof(float));
+      ts__dist_eval_out(d, o->rows ? lg : pp->logits, o);
+    }
   }
   if (!rc && pp->pp) rc = ts_comm_flush_sends(pp->p2p);
-  if (!rc && pp->pp) rc = ts_comm_broadcast(pp->pp, pp->logits, pp->logits_n, TS_F32, pp->last_piece_e % pp->P);
-  if (rc) return ts_error_wrap(rc, "pipeline evaluation");
-  *logits = pp->logits;
-  return TS_OK;
+  if (!rc && pp->pp) rc = ts__dist_pipe_send_eval(pp, o);
+  return rc ? ts_error_wrap(rc, "pipeline evaluation") : TS_OK;
+}
+
+int ts__dist_pipe_send_eval(struct ts__pipe *pp, const ts__eval_out *o) {
+  const int root = pp->last_piece_e % pp->P;
+  if (o->rows) return ts_comm_broadcast(pp->pp, o->rows, sizeof(ts__eval_row) * (size_t)o->nr, TS_U8, root);
+  *o->logits = pp->logits;
+  return ts_comm_broadcast(pp->pp, pp->logits, pp->logits_n, TS_F32, root);
 }
 
 static int sync_pipe(ts_dist *d) {
@@ -891,7 +899,7 @@ const ts_dist_vt ts__dist_pipeline = {
     .describe = describe_pipe,
     .free = free_pipe,
     .forward_backward = fwd_bwd_pipe,
-    .eval_forward = eval_pipe,
+    .eval = eval_pipe,
     .reduce = reduce_pipe,
     .clip = clip_pipe,
     .move = move_pipe,

@@ -50,7 +50,7 @@ struct ts__pipe {
   int ntied, *tied_local;
   size_t *tied_off, tied_total;
   int *count_once;        /* per rank-store entry: 1 if this rank counts it in the norm */
-  float *logits;
+  float *logits;          /* an evaluation batch's (ts_dist_eval_forward) */
   size_t logits_n;
   int64_t p2p_bytes;      /* per micro-batch, forward activations sent by the rank */
   /* the last step: schedule wall time, compute (forward/backward ops minus receive waits),
@@ -68,5 +68,9 @@ void ts__pipe_begin(struct ts__pipe *pp);
  * TS_EINVAL naming the micro-batch when the schedule asks for what it cannot have. */
 int ts__pipe_take(pchunk *ch, int mi, int *k);
 int ts__pipe_give_back(pchunk *ch, int mi, int *k);
+/* An evaluation batch's result (the rows' metrics in o->rows, or the logits in pp->logits),
+ * computed by the stage holding the last piece, sent from it to the other stages (in place: the
+ * result on every rank of the pipeline; *o->logits set). */
+int ts__dist_pipe_send_eval(struct ts__pipe *pp, const ts__eval_out *o);
 
 #endif

@@ -619,7 +619,7 @@ static int softmax_lp(int bwd, ts_dtype dt, const void *a, const void *b, void *
   if (outer < 0 || len < 1 || inner < 1)
     return ts_error_set(TS_ESHAPE, "%s: bad dims outer=%lld len=%lld inner=%lld", what, (long long)outer,
                         (long long)len, (long long)inner);
-  if (dnnl && dt == TS_BF16 && inner == 1 && outer > 0) return softmax_bf16_dnnl(bwd, a, b, out, outer, len, log);
+  if (dnnl && dt == TS_BF16 && ts__dnnl_bf16() && inner == 1 && outer > 0) return softmax_bf16_dnnl(bwd, a, b, out, outer, len, log);
   const size_t es = ts_dtype_size(dt);
   if (inner != 1) {
     const int64_t n = outer * len * inner;
@@ -670,4 +670,46 @@ int ts__softmax_fwd_lp(ts_dtype dt, const void *x, void *y, int64_t outer, int64
 int ts__softmax_bwd_lp(ts_dtype dt, const void *dy, const void *y, void *dx, int64_t outer,
                        int64_t len, int64_t inner, int log, int dnnl) {
   return softmax_lp(1, dt, dy, y, dx, outer, len, inner, log, dnnl);
+}
+
+/* ---- evaluation's metrics ---- */
+/* one row: 0 when a logit is not finite, else 1 with nll = logsumexp(z) - z[lab] and above */
+static int eval_row(const float *z, int64_t C, int64_t lab, double *nll, int64_t *above) {
+  int finite = 1;
+  for (int64_t k = 0; k < C; k++) finite &= isfinite(z[k]) != 0;
+  if (!finite) return 0;
+  double m = z[0];
+  for (int64_t k = 1; k < C; k++) m = z[k] > m ? z[k] : m;
+  double s = 0;
+  int64_t a = 0;
+  for (int64_t k = 0; k < C; k++) {
+    s += exp((double)z[k] - m);
+    a += z[k] > z[lab];
+  }
+  *nll = m + log(s) - z[lab];
+  *above = a;
+  return 1;
+}
+
+void ts__eval_rows_ref(const float *logits, const int32_t *labels, int64_t N, int64_t C, ts__eval_row *rows) {
+  /* a GPT-2 batch is 8192 rows of 50257 logits: the threads share them */
+#pragma omp parallel for schedule(static) if (N * C >= 65536)
+  for (int64_t r = 0; r < N; r++) {
+    double nll = 0;
+    int64_t above = 0;
+    int fin = eval_row(logits + r * C, C, labels[r], &nll, &above);
+    rows[r].nll = fin ? nll : 0;
+    rows[r].above = fin ? (int32_t)above : 0;
+    rows[r].finite = fin;
+  }
+}
+
+void ts__eval_rows_finish(const float *st, int64_t N, ts__eval_row *rows) {
+  for (int64_t r = 0; r < N; r++) {
+    const float *q = st + 4 * r;
+    const int fin = q[3] >= 0;
+    rows[r].nll = fin ? (double)q[0] + log((double)q[1]) - (double)q[2] : 0;
+    rows[r].above = fin ? (int32_t)q[3] : 0;
+    rows[r].finite = fin;
+  }
 }

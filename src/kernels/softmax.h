@@ -104,4 +104,21 @@ int ts__softmax_ce_shard_bwd_lp(ts_dtype dt, float dloss, const void *logits, co
                                 const float *lse, int64_t N, int64_t Cl, int64_t C, int64_t offset, float smoothing,
                                 int64_t ignore_index, void *dlogits);
 
+/* Evaluation's metrics of one row of logits against its label (ts__eval_rows_ref; a GPU's from
+ * ts__eval_rows_finish of its per-row statistics). */
+typedef struct {
+  double nll;     /* logsumexp(z) - z[label], in double (0 when not finite) */
+  int32_t above;  /* how many logits exceed the label's (0: a top-1 hit, < 5: top-5) */
+  int32_t finite; /* 1 when every logit of the row is finite, else 0 (neither a loss nor a prediction) */
+} ts__eval_row;
+/* Each row alone (exp and the sums in double), the rows shared by the threads: the same values
+ * whatever the thread count. Labels must be in [0,C) (the caller checks them, naming the sample). */
+// logits (N,C), labels (N) i32 -> rows (N)
+void ts__eval_rows_ref(const float *logits, const int32_t *labels, int64_t N, int64_t C, ts__eval_row *rows);
+/* A GPU's rows from its per-row statistics (ts_k_eval_rows_f32): st (N,4) = (max, sum exp(z - max),
+ * z[label], the count of logits above z[label], or -1 when a logit is not finite); nll =
+ * max + log(sum) - z[label] in double. */
+// st (N,4) -> rows (N)
+void ts__eval_rows_finish(const float *st, int64_t N, ts__eval_row *rows);
+
 #endif

@@ -650,8 +650,6 @@ void ts_trainer_free(ts_trainer *t) {
 }
 
 /* ---- evaluation ---- */
-/* The forward of the evaluation batch: n <= t->eb samples x into xbuf (room for t->eb), the rest
- * of it zeros; *lg: the logits of the whole batch (the rank feeds its piece; they come back whole). */
 static size_t sample_bytes(const ts_trainer *t) {
   return (size_t)ts_shape_numel(&t->model.sample) * ts_dtype_size(t->model.dtype);
 }
@@ -660,31 +658,15 @@ static int64_t eval_label(const ts_trainer *t, const ts_batch *b, int64_t r) {
   return t->model.text ? ((const int32_t *)b->target.data)[r] : ((const int32_t *)b->labels.data)[r];
 }
 
-/* One evaluation row from its C logits z and its label lab (in range): 0 when a logit is not
- * finite (neither a loss nor a prediction), else 1, with *nll = logsumexp(z) - z[lab] (in double)
- * and *above = how many logits exceed the label's. */
-static int eval_row(const float *z, int64_t C, int64_t lab, double *nll, int64_t *above) {
-  int finite = 1;
-  for (int64_t k = 0; k < C; k++) finite &= isfinite(z[k]) != 0;
-  if (!finite) return 0;
-  double m = z[0];
-  for (int64_t k = 1; k < C; k++) m = z[k] > m ? z[k] : m;
-  double s = 0;
-  int64_t a = 0;
-  for (int64_t k = 0; k < C; k++) {
-    s += exp((double)z[k] - m);
-    a += z[k] > z[lab];
-  }
-  *nll = m + log(s) - z[lab];
-  *above = a;
-  return 1;
-}
-
-static int forward_padded(ts_trainer *t, char *xbuf, const void *x, int64_t n, const float **lg) {
+/* One evaluation batch: n <= t->eb samples x into xbuf (room for t->eb), the rest of it zeros;
+ * the forward (the rank feeds its piece) and the metrics of its first nr rows against lab into
+ * rows, computed where the logits are (ts_dist_eval_rows). */
+static int eval_batch(ts_trainer *t, char *xbuf, const void *x, int64_t n, const int32_t *lab, int64_t nr,
+                      ts__eval_row *rows) {
   size_t xbytes = sample_bytes(t);
   if (n) memcpy(xbuf, x, xbytes * (size_t)n);
   if (n < t->eb) memset(xbuf + xbytes * (size_t)n, 0, xbytes * (size_t)(t->eb - n));
-  return ts_dist_eval_forward(t->dist, xbuf, lg);
+  return ts_dist_eval_rows(t->dist, xbuf, lab, nr, rows);
 }
 
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
@@ -723,12 +705,9 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   int64_t C = ls.dims[ls.ndim - 1];
   int64_t rows_per_sample = ts_shape_numel(&ls) / C / t->eb;
   char *xbuf = ts_calloc(sample_bytes(t) * (size_t)t->eb);
-  const size_t maxrows = (size_t)(t->eb * rows_per_sample);
-  double *rnll = malloc(sizeof(double) * maxrows);     /* a batch's rows: their losses, */
-  int64_t *rabove = malloc(sizeof(int64_t) * maxrows); /* how many logits beat the label's, */
-  char *rfin = malloc(maxrows);                        /* whether all their logits are finite */
-  if (!xbuf || !rnll || !rabove || !rfin) {
-    ts_free(xbuf), free(rnll), free(rabove), free(rfin);
+  ts__eval_row *rows = malloc(sizeof(ts__eval_row) * (size_t)(t->eb * rows_per_sample)); /* a batch's */
+  if (!xbuf || !rows) {
+    ts_free(xbuf), free(rows);
     ts_pipeline_free(p);
     ts_source_free(view);
     return ts_error_set(TS_ENOMEM, "evaluation: out of memory");
@@ -738,8 +717,6 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   int64_t n = 0, c1 = 0, c5 = 0, bad = 0; /* bad: rows with non-finite logits, counted as wrong */
   ts_batch b;
   while (p && rc == TS_OK && (rc = ts_pipeline_next(p, &b)) == TS_OK && b.size > 0) {
-    const float *lg = NULL;
-    if ((rc = forward_padded(t, xbuf, b.data.data, b.size, &lg))) break;
     const int64_t nr = (int64_t)b.size * rows_per_sample;
     for (int64_t r = 0; r < nr; r++) { /* the labels first, in order: the first out of range is the error */
       int64_t lab = eval_label(t, &b, r);
@@ -751,25 +728,23 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
       }
     }
     if (rc) break;
-    /* each row on its own (a GPT-2 batch is 8192 rows of 50257 logits: threads share them), then
-     * summed in row order: the same sums whatever the threads */
-#pragma omp parallel for schedule(static) if (nr * C >= 65536)
-    for (int64_t r = 0; r < nr; r++) rfin[r] = (char)eval_row(lg + r * C, C, eval_label(t, &b, r), &rnll[r], &rabove[r]);
-    for (int64_t r = 0; r < nr; r++) {
+    const int32_t *lab = t->model.text ? (const int32_t *)b.target.data : (const int32_t *)b.labels.data;
+    if ((rc = eval_batch(t, xbuf, b.data.data, b.size, lab, nr, rows))) break;
+    for (int64_t r = 0; r < nr; r++) { /* summed in row order: the same sums whatever computed the rows */
       n++;
-      if (!rfin[r]) { /* neither a prediction nor a loss: wrong, and said */
+      if (!rows[r].finite) { /* neither a prediction nor a loss: wrong, and said */
         bad++;
         continue;
       }
-      loss += rnll[r];
-      c1 += rabove[r] < 1;
-      c5 += rabove[r] < 5;
+      loss += rows[r].nll;
+      c1 += rows[r].above < 1;
+      c5 += rows[r].above < 5;
     }
   }
   ts_pipeline_free(p);
   ts_source_free(view);
   ts_free(xbuf);
-  free(rnll), free(rabove), free(rfin);
+  free(rows);
   if (rc) return ts_error_wrap(rc, "evaluation");
   if (split) { /* sum the counts and losses of every rank's part */
     int64_t cnt[4] = {n, c1, c5, bad};
@@ -992,7 +967,9 @@ int ts_trainer_forward(ts_trainer *t, const void *x, int64_t n, float *logits, s
   char *xbuf = ts_calloc(sample_bytes(t) * (size_t)t->eb);
   if (!xbuf) return ts_error_set(TS_ENOMEM, "ts_trainer_forward: out of memory");
   const float *lg = NULL;
-  rc = forward_padded(t, xbuf, x, n, &lg);
+  size_t xbytes = sample_bytes(t);
+  if (n) memcpy(xbuf, x, xbytes * (size_t)n);
+  rc = ts_dist_eval_forward(t->dist, xbuf, &lg);
   if (!rc && n) memcpy(logits, lg, sizeof(float) * per * (size_t)n);
   ts_free(xbuf);
   return rc;

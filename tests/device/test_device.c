@@ -799,6 +799,48 @@ static void check_binary(gpu *G) {
   ts__dev_free(G->d, pa), ts__dev_free(G->d, pb), ts__dev_free(G->d, py);
 }
 
+/* evaluation's per-row statistics on the GPU (ts__gpu_eval_rows, finished on the host) against
+ * the CPU's rows (ts__eval_rows_ref): finiteness and ranks exact, losses within 2e-6 relative (f32
+ * exponentials and sums on the GPU, double on the CPU); a row with NaN, one with +Inf, ties with
+ * the label's logit; the statistics bitwise the same twice; classes beyond the kernel refused */
+static void check_eval_rows(gpu *G) {
+  static const int64_t shapes[3][2] = {{37, 1000}, {70, 10}, {9, 3001}};
+  for (int c = 0; c < 3; c++) {
+    const int64_t R = shapes[c][0], C = shapes[c][1];
+    float *x = malloc(sizeof(float) * (size_t)(R * C)), *st = malloc(16 * (size_t)R), *st2 = malloc(16 * (size_t)R);
+    int32_t *lab = malloc(sizeof(int32_t) * (size_t)R);
+    ts__eval_row *want = malloc(sizeof(ts__eval_row) * (size_t)R), *got = malloc(sizeof(ts__eval_row) * (size_t)R);
+    ts_test_fill(x, R * C, 90 + c, -7, 7);
+    for (int64_t i = 0; i < R; i++) lab[i] = (int32_t)((i * 7919 + c) % C);
+    x[1 * C + C / 2] = NAN;
+    x[2 * C] = INFINITY;
+    for (int64_t k = 1; k < C; k += 3) x[4 * C + k] = 8; /* ties with the label, the row's largest */
+    x[4 * C + lab[4]] = 8;
+    lab[5] = (int32_t)(C - 1);
+    ts__eval_rows_ref(x, lab, R, C, want);
+    void *px = up(G, x, sizeof(float) * (size_t)(R * C)), *pl = up(G, lab, sizeof(int32_t) * (size_t)R),
+         *ps = up(G, NULL, 16 * (size_t)R);
+    CHECK_OK(ts__gpu_eval_rows(G->d, px, pl, R, C, ps, NULL));
+    down(G, st, ps, 16 * (size_t)R);
+    CHECK_OK(ts__gpu_eval_rows(G->d, px, pl, R, C, ps, NULL));
+    down(G, st2, ps, 16 * (size_t)R);
+    if (!G->fake) {
+      CHECK_MSG(!memcmp(st, st2, 16 * (size_t)R), "eval rows (%lld x %lld): two runs differ", (long long)R, (long long)C);
+      ts__eval_rows_finish(st, R, got);
+      for (int64_t i = 0; i < R; i++)
+        CHECK_MSG(got[i].finite == want[i].finite && got[i].above == want[i].above &&
+                      fabs(got[i].nll - want[i].nll) <= 2e-6 * (1 + fabs(want[i].nll)),
+                  "eval rows (%lld x %lld), row %lld: finite %d above %d nll %.9g, the CPU's %d %d %.9g", (long long)R,
+                  (long long)C, (long long)i, got[i].finite, got[i].above, got[i].nll, want[i].finite, want[i].above,
+                  want[i].nll);
+      CHECK(!got[1].finite && !got[2].finite && got[4].finite && got[4].above == 0);
+    }
+    ts__dev_free(G->d, px), ts__dev_free(G->d, pl), ts__dev_free(G->d, ps);
+    free(x), free(st), free(st2), free(lab), free(want), free(got);
+  }
+  EXPECT_ERR(ts__gpu_eval_rows(G->d, NULL, NULL, 4, TS__GPU_EVAL_MAX_C, NULL, NULL), TS_EUNSUPPORTED, "16777216 classes");
+}
+
 static void gpu_suite(gpu *G) {
   check_binary(G);
   check_reduce(G);
@@ -810,6 +852,7 @@ static void gpu_suite(gpu *G) {
   check_sum_and_clip(G);
   check_softmax_ce(G);
   check_softmax_ce_shard(G);
+  check_eval_rows(G);
   check_layernorm(G);
   check_optim(G);
 }

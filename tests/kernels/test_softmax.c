@@ -1,7 +1,9 @@
 /* Softmax / log-softmax kernels: reference vs double formula and vs oneDNN (last and middle
  * axes); backward vs finite differences; fused cross-entropy vs a double implementation of
  * PyTorch's CrossEntropyLoss(ignore_index=-100, label_smoothing=s), its gradient vs finite
- * differences, label validation. */
+ * differences, label validation; evaluation's per-row metrics and their GPU finishing. */
+#include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +130,56 @@ static void test_ce(int64_t N, int64_t C, float s, int use_i64) {
   free(x), free(dx), free(dx2), free(lse), free(l64), free(l32);
 }
 
+/* evaluation's rows (ts__eval_rows_ref) against a long-double computation of each row; a row
+ * with NaN, one with -Inf, ties with the label's logit (not counted as above it); the same rows
+ * with 1 and 2 threads (bitwise); ts__eval_rows_finish from statistics computed in double */
+static void test_eval_rows(int64_t N, int64_t C) {
+  float *x = malloc(sizeof(float) * (size_t)(N * C));
+  int32_t *lab = malloc(sizeof(int32_t) * (size_t)N);
+  ts__eval_row *r = malloc(sizeof(ts__eval_row) * (size_t)N), *r1 = malloc(sizeof(ts__eval_row) * (size_t)N),
+               *rf = malloc(sizeof(ts__eval_row) * (size_t)N);
+  float *st = malloc(sizeof(float) * 4 * (size_t)N);
+  ts_test_fill(x, N * C, 77, -8, 8);
+  for (int64_t i = 0; i < N; i++) lab[i] = (int32_t)((i * 7919 + 3) % C);
+  if (N > 3 && C > 3) {
+    x[1 * C + 2] = NAN;
+    x[2 * C + C - 1] = -INFINITY;
+    for (int64_t k = 0; k < C; k += 2) x[3 * C + k] = 9; /* ties with the label, the row's largest */
+    x[3 * C + lab[3]] = 9;
+  }
+  ts__eval_rows_ref(x, lab, N, C, r);
+  int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+  ts__eval_rows_ref(x, lab, N, C, r1);
+  omp_set_num_threads(nt);
+  CHECK_MSG(!memcmp(r, r1, sizeof(ts__eval_row) * (size_t)N), "eval rows differ between 1 and %d threads", nt);
+  for (int64_t i = 0; i < N; i++) {
+    const float *z = x + i * C;
+    int fin = 1;
+    long double m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < C; k++) fin &= isfinite(z[k]) != 0, m = z[k] > m ? z[k] : m;
+    int above = 0;
+    for (int64_t k = 0; k < C; k++) s += expl((long double)z[k] - m), above += z[k] > z[lab[i]];
+    CHECK_MSG(r[i].finite == fin, "eval row %lld: finite %d, want %d", (long long)i, r[i].finite, fin);
+    if (!fin) {
+      CHECK(r[i].nll == 0 && r[i].above == 0);
+      st[4 * i] = st[4 * i + 1] = st[4 * i + 2] = 0, st[4 * i + 3] = -1;
+      continue;
+    }
+    const double want = (double)(m + logl(s) - z[lab[i]]);
+    CHECK_MSG(fabs(r[i].nll - want) <= 1e-12 * (1 + fabs(want)) && r[i].above == above,
+              "eval row %lld: nll %.17g above %d, want %.17g %d", (long long)i, r[i].nll, r[i].above, want, above);
+    st[4 * i] = (float)m, st[4 * i + 1] = (float)s, st[4 * i + 2] = z[lab[i]], st[4 * i + 3] = (float)above;
+  }
+  if (N > 3 && C > 3) CHECK(!r[1].finite && !r[2].finite && r[3].finite && r[3].above == 0);
+  ts__eval_rows_finish(st, N, rf);
+  for (int64_t i = 0; i < N; i++)
+    CHECK_MSG(rf[i].finite == r[i].finite && rf[i].above == r[i].above && fabs(rf[i].nll - r[i].nll) <= 1e-6 * (1 + fabs(r[i].nll)),
+              "eval row %lld from statistics: %d %d %.9g, want %d %d %.9g", (long long)i, rf[i].finite, rf[i].above,
+              rf[i].nll, r[i].finite, r[i].above, r[i].nll);
+  free(x), free(lab), free(r), free(r1), free(rf), free(st);
+}
+
 int main(void) {
   for (int log_ = 0; log_ <= 1; log_++) {
     test_softmax(1, 1, 1, log_);
@@ -144,6 +196,11 @@ int main(void) {
   test_ce(40, 1000, 0.0f, 0);
   printf("cross-entropy: i32/i64 labels, ignore_index -100, label smoothing 0/0.1/0.25, vs double "
          "PyTorch formula (1e-5), gradient vs finite differences (1e-3)\n");
+  test_eval_rows(5, 3);
+  test_eval_rows(37, 1000);
+  test_eval_rows(300, 256); /* threads share the rows */
+  printf("evaluation rows: loss, rank and finiteness vs long double (1e-12), 1 vs 2 threads bitwise, "
+         "from per-row statistics (1e-6)\n");
   /* all rows ignored: loss 0, gradient 0 */
   {
     float x[6] = {1, 2, 3, 4, 5, 6}, loss = 1, dx[6];

@@ -177,3 +177,37 @@ KERNEL ts_k_softmax_ce_shard_loss(const void *labels, int i64l, i64 N, i64 C, fl
     count[0] = k;
   }
 }
+
+// Evaluation's metrics (CPU reference: ts__eval_rows_ref; the host finishes with
+// ts__eval_rows_finish): one block per row of the (N,C) f32 logits, labels (N) i32 in [0,C) ->
+// st (N,4) = (max, sum exp(z - max), z[label], the count of logits above z[label], or -1 when a
+// logit is not finite): 16 bytes a row go back to the host instead of 4 a logit. The counts are
+// f32 sums of ones, exact while C < 2^24 (the launcher's bound).
+KERNEL ts_k_eval_rows_f32(const float *x, const int *labels, i64 N, i64 C, float *st) {
+  __shared__ float sh[32];
+  for (i64 r = bid(); r < N; r += nbid()) {
+    const float *row = x + r * C;
+    float m = -3.402823466e38f, bad = 0.0f;
+    for (i64 c = tid(); c < C; c += ntid()) {
+      float v = row[c];
+      bad += (f2i(v) & 0x7f800000) == 0x7f800000 ? 1.0f : 0.0f; // Inf or NaN
+      m = fmax_(m, v);
+    }
+    m = block_max(m, sh);
+    bad = block_sum(bad, sh); // the same on every thread: the branch below is the block's
+    float zl = row[labels[r]], se = 0.0f, ab = 0.0f;
+    if (bad == 0.0f) {
+      for (i64 c = tid(); c < C; c += ntid()) {
+        float v = row[c];
+        se += fexp(v - m);
+        ab += v > zl ? 1.0f : 0.0f;
+      }
+      se = block_sum(se, sh);
+      ab = block_sum(ab, sh);
+    }
+    if (tid() == 0) {
+      float *q = st + 4 * r;
+      q[0] = m, q[1] = se, q[2] = zl, q[3] = bad == 0.0f ? ab : -1.0f;
+    }
+  }
+}

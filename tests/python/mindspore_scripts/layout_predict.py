@@ -58,7 +58,11 @@ model2 = ms.Model(net2)  # inference only, as the tutorial's
 predict_strategy = model2.infer_predict_layout(ms.Tensor(x))  # builds it for x (its initial parameters)
 files = ["%s/sliced/rank%05d.safetensors" % (sys.argv[2], r) for r in range(size)]
 ms.load_distributed_checkpoint(net2, files, predict_strategy=predict_strategy)
-same = np.array_equal(model2.predict(ms.Tensor(x)), logits)
+# equal within 1e-6 (bitwise on the AVX-512 hosts measured; on an AVX2 host, 2026-12-07, 7.6e-8
+# apart: the two plans' f32 GEMMs add in different orders there, cause not yet found)
+again = model2.predict(ms.Tensor(x))
+same = np.allclose(again, logits, rtol=1e-6, atol=1e-6)
+say("rank %d reloaded predict bitwise: %s" % (rank, np.array_equal(again, logits)))
 say("rank %d reloaded predict equal: %s" % (rank, same))
 try:
     ms.load_distributed_checkpoint(net2, files[:1])
