@@ -58,8 +58,10 @@ model2 = ms.Model(net2)  # inference only, as the tutorial's
 predict_strategy = model2.infer_predict_layout(ms.Tensor(x))  # builds it for x (its initial parameters)
 files = ["%s/sliced/rank%05d.safetensors" % (sys.argv[2], r) for r in range(size)]
 ms.load_distributed_checkpoint(net2, files, predict_strategy=predict_strategy)
-# equal within 1e-6 (bitwise on the AVX-512 hosts measured; on an AVX2 host, 2026-12-07, 7.6e-8
-# apart: the two plans' f32 GEMMs add in different orders there, cause not yet found)
+# equal within 1e-6: the trained model predicts in its evaluation batches (16 rows, the data set's
+# batch), the predict-only model in one batch of len(x) = 20, so the GEMMs have different row
+# counts; bitwise on the AVX-512 hosts measured, 7.6e-8 apart on an AVX2 host (2026-12-07), where
+# oneDNN's sgemm adds in an order that depends on the row count
 again = model2.predict(ms.Tensor(x))
 same = np.allclose(again, logits, rtol=1e-6, atol=1e-6)
 say("rank %d reloaded predict bitwise: %s" % (rank, np.array_equal(again, logits)))
