@@ -421,13 +421,9 @@ int ts__dist_dev_bind(ts_dist *d) {
   if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(float) * g->nscratch, (void **)&g->scratch);
   if (!rc && d->cfg.accum > 1 && g->hlen[1]) rc = ts__dist_dev_alloc0(v, g->hlen[1], (void **)&g->acc);
   if (!rc) rc = ts__dist_dev_zero_mirror(d); /* optimizer_shard 2: what its plans bind, on the device */
-  /* evaluation's metrics: 4 bytes in and 16 out a row (the logits copied out where the kernel
-   * cannot take their classes) */
+  /* evaluation's metrics: 4 bytes in and 16 out a row (buffers made at the first evaluation, on
+   * the rank that holds the logits; the logits copied out where the kernel cannot take their classes) */
   g->eC = r->logits_shape.ndim ? r->logits_shape.dims[r->logits_shape.ndim - 1] : 1;
-  size_t erows = g->nlogits / (size_t)(g->eC > 0 ? g->eC : 1) + 1;
-  if (!rc) rc = ts__dist_dev_alloc0(v, sizeof(int32_t) * erows, (void **)&g->elab);
-  if (!rc) rc = ts__dist_dev_alloc0(v, 4 * sizeof(float) * erows, (void **)&g->est);
-  if (!rc) rc = ts__dev_host_alloc(v, 4 * sizeof(float) * erows, (void **)&g->est_h);
   if (pipe) { /* its pieces' plans, the stages' collectives */
     if (!rc) rc = ts__dist_dev_pipe_bind(d);
     if (!rc) rc = ts__dev_sync(v);
@@ -488,6 +484,17 @@ int ts__dist_dev_eval_out(ts_dist *d, const float *lg, const ts__eval_out *o, fl
   int rc = TS_OK;
   if (o->rows && g->eC < TS__GPU_EVAL_MAX_C) { /* each row's statistics on the device */
     const int64_t nr = o->nr;
+    if (!g->elab) { /* first evaluation here: room for every row of a batch's logits */
+      size_t erows = g->nlogits / (size_t)(g->eC > 0 ? g->eC : 1) + 1;
+      rc = ts__dist_dev_alloc0(v, sizeof(int32_t) * erows, (void **)&g->elab);
+      if (!rc) rc = ts__dist_dev_alloc0(v, 4 * sizeof(float) * erows, (void **)&g->est);
+      if (!rc) rc = ts__dev_host_alloc(v, 4 * sizeof(float) * erows, (void **)&g->est_h);
+      if (rc) { /* all three or none */
+        ts__dev_free(v, g->elab), ts__dev_free(v, g->est), ts__dev_host_free(v, g->est_h);
+        g->elab = NULL, g->est = g->est_h = NULL;
+        return ts_error_wrap(rc, "evaluation metrics on %s: buffers for %zu rows", v->info.name, erows);
+      }
+    }
     if (nr) rc = ts__dev_copy(v, g->elab, o->lab, sizeof(int32_t) * (size_t)nr, TS__H2D, NULL);
     if (!rc) rc = ts__gpu_eval_rows(v, lg, g->elab, nr, g->eC, g->est, NULL);
     if (!rc && nr) rc = ts__dev_copy(v, g->est_h, g->est, 4 * sizeof(float) * (size_t)nr, TS__D2H, NULL);

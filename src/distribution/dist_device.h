@@ -90,8 +90,9 @@ struct ts__dist_dev {
   void *x, *y, *xe;        /* the inputs of a micro-step and of an evaluation batch */
   size_t xs, ys, xes;
   /* evaluation: the batch's labels and each row's statistics on the device (ts__gpu_eval_rows),
-   * the statistics copied out (pinned); an evaluation batch's nlogits logits (rows of eC) are
-   * copied out only where the classes exceed that kernel's bound (logits, pinned; else NULL) */
+   * the statistics copied out (pinned), made at the first evaluation on the rank holding the
+   * logits; an evaluation batch's nlogits logits (rows of eC) are copied out for predictions and
+   * where the classes exceed that kernel's bound (logits, pinned, made at first use; else NULL) */
   int32_t *elab;
   float *est, *est_h;
   float *logits;

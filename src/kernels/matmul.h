@@ -21,6 +21,11 @@ typedef struct {
 /* Validates a descriptor (positive sizes, flags 0/1); TS_EINVAL with a message otherwise. */
 int ts__mm_check(const ts__mm_desc *d, const char *what);
 
+/* Elements stored in a, b and c of a descriptor. */
+static inline int64_t ts__mm_a_elems(const ts__mm_desc *d) { return (d->a_batched ? d->batch : 1) * d->M * d->K; }
+static inline int64_t ts__mm_b_elems(const ts__mm_desc *d) { return (d->b_batched ? d->batch : 1) * d->K * d->N; }
+static inline int64_t ts__mm_c_elems(const ts__mm_desc *d) { return d->batch * d->M * d->N; }
+
 // a (B?,M,K)|(B?,K,M), b (B?,K,N)|(B?,N,K) -> c (B,M,N)
 int ts__matmul_ref(const ts__mm_desc *d, const float *a, const float *b, float *c);
 int ts__matmul_dnnl(const ts__mm_desc *d, const float *a, const float *b, float *c);

@@ -93,8 +93,7 @@ int ts__matmul_act_dnnl(const ts__mm_desc *d, ts_dtype ab_dt, ts_dtype c_dt, con
   else
     return ts_error_set(TS_EINVAL, "%s: activation %d is not a gelu", what, act);
   if (ab_dt == TS_BF16 && !ts__dnnl_bf16()) { /* no bf16 in this CPU's oneDNN: f32 on the widened values */
-    const int64_t na = (d->a_batched ? d->batch : 1) * d->M * d->K, nb = (d->b_batched ? d->batch : 1) * d->K * d->N,
-                  nc = d->batch * d->M * d->N;
+    const int64_t na = ts__mm_a_elems(d), nb = ts__mm_b_elems(d), nc = ts__mm_c_elems(d);
     float *fa = ts__lp_in(a, TS_BF16, na, what), *fb = fa ? ts__lp_in(b, TS_BF16, nb, what) : NULL;
     float *fbias = fb && bias ? ts__lp_in(bias, TS_BF16, d->N, what) : NULL;
     float *fc = fb && (!bias || fbias) ? (c_dt == TS_F32 ? (float *)c : ts__lp_in(NULL, TS_BF16, nc, what)) : NULL;

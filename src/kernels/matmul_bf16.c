@@ -15,9 +15,6 @@
 #include "matmul.h"
 #include "tessera/base.h"
 
-static int64_t a_elems(const ts__mm_desc *d) { return (d->a_batched ? d->batch : 1) * d->M * d->K; }
-static int64_t b_elems(const ts__mm_desc *d) { return (d->b_batched ? d->batch : 1) * d->K * d->N; }
-
 /* ---------------------------------------------------------------- converted (f32 inside) */
 
 static int matmul_conv(const ts__mm_desc *d, ts_dtype dt, const void *a, const void *b, void *c,
@@ -26,8 +23,8 @@ static int matmul_conv(const ts__mm_desc *d, ts_dtype dt, const void *a, const v
   int rc = ts__mm_check(d, what);
   if (rc) return rc;
   if (!a || !b || !c) return ts_error_set(TS_EINVAL, "%s: NULL buffer", what);
-  const int64_t nc = d->batch * d->M * d->N;
-  float *fa = ts__lp_in(a, dt, a_elems(d), what), *fb = fa ? ts__lp_in(b, dt, b_elems(d), what) : NULL;
+  const int64_t nc = ts__mm_c_elems(d);
+  float *fa = ts__lp_in(a, dt, ts__mm_a_elems(d), what), *fb = fa ? ts__lp_in(b, dt, ts__mm_b_elems(d), what) : NULL;
   float *fc = fb ? ts__lp_in(NULL, dt, nc, what) : NULL;
   rc = !fc ? TS_ENOMEM : dnnl ? ts__matmul_dnnl(d, fa, fb, fc) : ts__matmul_ref(d, fa, fb, fc);
   if (rc == TS_OK) ts__lp_from_f32(fc, c, dt, nc);
@@ -145,8 +142,8 @@ int ts__matmul_bf16_f32out_dnnl(const ts__mm_desc *d, const void *a, const void 
   if (rc) return rc;
   if (!a || !b || !c) return ts_error_set(TS_EINVAL, "matmul (bf16 -> f32, oneDNN): NULL buffer");
   if (!ts__dnnl_bf16()) { /* no bf16 in this CPU's oneDNN: the f32 product of the widened values */
-    float *fa = ts__lp_in(a, TS_BF16, a_elems(d), "matmul (bf16 -> f32)");
-    float *fb = fa ? ts__lp_in(b, TS_BF16, b_elems(d), "matmul (bf16 -> f32)") : NULL;
+    float *fa = ts__lp_in(a, TS_BF16, ts__mm_a_elems(d), "matmul (bf16 -> f32)");
+    float *fb = fa ? ts__lp_in(b, TS_BF16, ts__mm_b_elems(d), "matmul (bf16 -> f32)") : NULL;
     rc = fb ? ts__matmul_dnnl(d, fa, fb, c) : TS_ENOMEM;
     ts_free(fa), ts_free(fb);
     return rc;

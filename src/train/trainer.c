@@ -658,14 +658,19 @@ static int64_t eval_label(const ts_trainer *t, const ts_batch *b, int64_t r) {
   return t->model.text ? ((const int32_t *)b->target.data)[r] : ((const int32_t *)b->labels.data)[r];
 }
 
-/* One evaluation batch: n <= t->eb samples x into xbuf (room for t->eb), the rest of it zeros;
- * the forward (the rank feeds its piece) and the metrics of its first nr rows against lab into
- * rows, computed where the logits are (ts_dist_eval_rows). */
-static int eval_batch(ts_trainer *t, char *xbuf, const void *x, int64_t n, const int32_t *lab, int64_t nr,
-                      ts__eval_row *rows) {
+/* An evaluation batch's input: n <= t->eb samples x into xbuf (room for t->eb), the rest zeros. */
+static void eval_input(const ts_trainer *t, char *xbuf, const void *x, int64_t n) {
   size_t xbytes = sample_bytes(t);
   if (n) memcpy(xbuf, x, xbytes * (size_t)n);
   if (n < t->eb) memset(xbuf + xbytes * (size_t)n, 0, xbytes * (size_t)(t->eb - n));
+}
+
+/* One evaluation batch: n <= t->eb samples x; the forward (the rank feeds its piece) and the
+ * metrics of its first nr rows against lab into rows, computed where the logits are
+ * (ts_dist_eval_rows). */
+static int eval_batch(ts_trainer *t, char *xbuf, const void *x, int64_t n, const int32_t *lab, int64_t nr,
+                      ts__eval_row *rows) {
+  eval_input(t, xbuf, x, n);
   return ts_dist_eval_rows(t->dist, xbuf, lab, nr, rows);
 }
 
@@ -964,11 +969,10 @@ int ts_trainer_forward(ts_trainer *t, const void *x, int64_t n, float *logits, s
   if (cap < per * (size_t)n)
     return ts_error_set(TS_EINVAL, "ts_trainer_forward: room for %zu logits, %lld samples need %zu", cap, (long long)n,
                         per * (size_t)n);
-  char *xbuf = ts_calloc(sample_bytes(t) * (size_t)t->eb);
+  char *xbuf = ts_alloc(sample_bytes(t) * (size_t)t->eb);
   if (!xbuf) return ts_error_set(TS_ENOMEM, "ts_trainer_forward: out of memory");
   const float *lg = NULL;
-  size_t xbytes = sample_bytes(t);
-  if (n) memcpy(xbuf, x, xbytes * (size_t)n);
+  eval_input(t, xbuf, x, n);
   rc = ts_dist_eval_forward(t->dist, xbuf, &lg);
   if (!rc && n) memcpy(logits, lg, sizeof(float) * per * (size_t)n);
   ts_free(xbuf);
