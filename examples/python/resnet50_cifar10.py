@@ -64,7 +64,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data")
     ap.add_argument("--synthetic")
-    ap.add_argument("--samples", type=int, default=0, help="use only the first N training samples")
+    ap.add_argument("--samples", type=int, default=0,
+                    help="use only the first N training samples and the first N test samples (a quick try)")
     ap.add_argument("--parallel", choices=["data", "semi", "auto"], default="data")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=32, help="per device")
@@ -112,7 +113,7 @@ def main():
         cbs.append(ts.ModelCheckpoint(prefix="resnet", directory=a.ckpt,
                                       config=ts.CheckpointConfig(save_checkpoint_steps=0, keep_checkpoint_max=1)))
     model.train(a.epochs, data, callbacks=cbs)
-    test = create_dataset(path, "test", a.batch, shards, shard)
+    test = create_dataset(path, "test", a.batch, shards, shard, a.samples or None)
     r = model.eval(test)
     if rank == 0:
         print("accuracy: %.4f" % r["acc"])

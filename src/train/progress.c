@@ -11,18 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/afile.h"
 #include "train_impl.h"
-
-void ts__make_parent_dirs(const char *path) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *c = buf + 1; *c; c++)
-    if (*c == '/') {
-      *c = 0;
-      mkdir(buf, 0777);
-      *c = '/';
-    }
-}
 
 static int write_record(ts__progress *p, cJSON *o, int flush);
 
@@ -106,10 +96,23 @@ int ts__progress_open(ts__progress *p, const ts_config *cfg, int64_t total_steps
   p->steps_per_epoch = steps_per_epoch;
   p->epochs = steps_per_epoch > 0 ? (total_steps + steps_per_epoch - 1) / steps_per_epoch : 0;
   p->log_every = cfg->train.log_every > 0 ? cfg->train.log_every : 50;
+  /* the folders of every output first: a path that cannot be made is refused before anything
+   * is written (the previous metrics file still in its place) */
+  if (cfg->log.plot[0]) { /* the curves are drawn at the end */
+    int rc = ts__mkdir_parents(cfg->log.plot);
+    if (rc) return ts_error_wrap(rc, "log.plot");
+  }
+  if (cfg->log.tensorboard[0]) {
+    char probe[TS_CFG_PATH_MAX + 4];
+    snprintf(probe, sizeof probe, "%s/x", cfg->log.tensorboard);
+    int rc = ts__mkdir_parents(probe);
+    if (rc) return ts_error_wrap(rc, "log.tensorboard");
+  }
   if (cfg->log.metrics[0]) {
     snprintf(p->metrics_path, sizeof p->metrics_path, "%s", cfg->log.metrics);
-    ts__make_parent_dirs(cfg->log.metrics);
-    int rc = resumed ? TS_OK : keep_previous_metrics(p, cfg->log.metrics);
+    int rc = ts__mkdir_parents(cfg->log.metrics);
+    if (rc) return ts_error_wrap(rc, "log.metrics");
+    rc = resumed ? TS_OK : keep_previous_metrics(p, cfg->log.metrics);
     if (rc) return rc;
     p->metrics = fopen(cfg->log.metrics, resumed ? "a" : "w");
     if (!p->metrics)

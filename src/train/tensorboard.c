@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tessera/base.h"
+#include "base/afile.h"
 #include "train_impl.h"
 
 uint32_t ts__crc32c(const void *data, size_t n) {
@@ -100,7 +101,8 @@ int ts__tboard_open(ts__tboard *tb, const char *dir) {
   memset(tb, 0, sizeof *tb);
   char probe[sizeof tb->path];
   snprintf(probe, sizeof probe, "%s/x", dir);
-  ts__make_parent_dirs(probe);
+  int rc = ts__mkdir_parents(probe);
+  if (rc) return ts_error_wrap(rc, "log.tensorboard");
   struct stat st;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
     return ts_error_set(TS_EIO, "log.tensorboard: cannot create the folder '%s': %s", dir, strerror(errno));
@@ -118,7 +120,7 @@ int ts__tboard_open(ts__tboard *tb, const char *dir) {
   pbuf ev = {.n = 0};
   pb_double(&ev, 1, now);
   pb_bytes(&ev, 3, "brain.Event:2", 13); /* file_version */
-  int rc = write_record(tb, &ev);
+  rc = write_record(tb, &ev);
   if (!rc && fflush(tb->f)) rc = ts_error_set(TS_EIO, "log.tensorboard: writing '%s' failed: %s", tb->path, strerror(errno));
   if (rc) ts__tboard_close(tb);
   return rc;

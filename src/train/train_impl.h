@@ -21,9 +21,6 @@ int ts__source_subset(ts_source *base, int64_t off, int64_t n, ts_source **out);
 /* The same without ownership: base must outlive the view. */
 int ts__source_view(ts_source *base, int64_t off, int64_t n, ts_source **out);
 
-/* mkdir -p of the directory part of `path` (failures show when the file is opened). */
-void ts__make_parent_dirs(const char *path);
-
 /* TensorBoard event file (tensorboard.c): TFRecord framing, Event protobufs written directly. */
 typedef struct {
   FILE *f;

@@ -13,6 +13,7 @@
 #include "../base/text.h"
 #include "../kernels/matmul.h"
 #include "graph/graph_ir.h"
+#include "base/afile.h"
 #include "train_impl.h"
 
 typedef struct {
@@ -392,7 +393,7 @@ static int write_trace(ts_trainer *t, ts__tprof *tp, ts_comm *world, int64_t dro
   char path[TS_CFG_PATH_MAX + 16];
   if (c->log.trace[0]) snprintf(path, sizeof path, "%s", c->log.trace);
   else snprintf(path, sizeof path, "%s/trace.json", c->checkpoint.dir[0] ? c->checkpoint.dir : ".");
-  if (!rc) ts__make_parent_dirs(path);
+  if (!rc && (rc = ts__mkdir_parents(path))) rc = ts_error_wrap(rc, "log.trace");
   if (!rc) rc = ts_prof_trace_write(path, (const char *const *)parts, lens, n, dropped_all);
   if (!rc) ts__progress_message(&t->prog, "trace: %s (%d rank%s; open in https://ui.perfetto.dev or chrome://tracing)",
                                 path, n, n > 1 ? "s" : "");
