@@ -31,6 +31,9 @@ typedef struct {
   int64_t total_bytes;     /* GPU: device memory */
   int64_t free_bytes;      /* GPU: free device memory when queried (0 if not asked of the driver) */
   int driver_version;      /* GPU: the CUDA driver's version (13000 = 13.0) */
+  int bf16;                /* 1: bf16 arithmetic in hardware (a GPU of compute capability 8.0 or newer; a
+                            * CPU whose oneDNN computes bf16: AVX-512 cores); 0: bf16 runs as f32
+                            * kernels with conversions around them (correct, slower than f32) */
 } ts_device_info;
 
 /* "CPU" or "GPU". */

@@ -11,7 +11,7 @@ const char *ts_device_kind_name(ts_device_kind k) { return k == TS_DEVICE_GPU ? 
 void ts_device_describe(const ts_device_info *d, char *buf, size_t cap) {
   if (!buf || !cap) return;
   if (d->kind == TS_DEVICE_CPU) {
-    snprintf(buf, cap, "CPU");
+    snprintf(buf, cap, d->bf16 ? "CPU (bf16 in hardware)" : "CPU (no bf16 in hardware: bf16 runs on f32 kernels)");
     return;
   }
   snprintf(buf, cap, "GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB (driver %d.%d)", d->id, d->name,

@@ -111,5 +111,8 @@ int ts__cuda_launch(ts__dev *d, const char *name, const unsigned grid[3], const 
 void *ts__cuda_stream(ts__dev *d, ts__dev_stream *s);
 
 extern const ts__dev_vt ts__dev_cpu, ts__dev_cuda;
+/* ts_device_query's CPU part (out zeroed, kind and id set by the caller): its name, whether its
+ * oneDNN computes bf16; TS_EUNSUPPORTED for an id other than 0. */
+int ts__dev_cpu_query(int id, ts_device_info *out);
 
 #endif

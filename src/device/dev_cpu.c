@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "device/dev.h"
+#include "kernels/dnnl_ctx.h"
 
 struct ts__dev_stream {
   int unused;
@@ -114,3 +115,9 @@ const ts__dev_vt ts__dev_cpu = {
     .event_destroy = cpu_event_destroy,
     .mem_info = cpu_mem_info,
 };
+
+int ts__dev_cpu_query(int id, ts_device_info *out) {
+  snprintf(out->name, sizeof out->name, "CPU");
+  out->bf16 = ts__dnnl_bf16(); /* the kernels' own answer: their bf16 route follows it */
+  return id == 0 ? TS_OK : ts_error_set(TS_EUNSUPPORTED, "device_id %d: the CPU is device 0", id);
+}

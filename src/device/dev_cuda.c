@@ -83,10 +83,7 @@ int ts_device_query(ts_device_kind k, int id, ts_device_info *out) {
   memset(out, 0, sizeof *out);
   out->kind = k;
   out->id = id;
-  if (k == TS_DEVICE_CPU) {
-    snprintf(out->name, sizeof out->name, "CPU");
-    return id == 0 ? TS_OK : ts_error_set(TS_EUNSUPPORTED, "device_id %d: the CPU is device 0", id);
-  }
+  if (k == TS_DEVICE_CPU) return ts__dev_cpu_query(id, out);
   int n = 0, rc = ts_device_count(k, &n);
   if (rc) return rc;
   if (id < 0 || id >= n) return ts_error_set(TS_EUNSUPPORTED, "GPU %d of %d (device_id counts from 0)", id, n);
@@ -103,6 +100,7 @@ int ts_device_query(ts_device_kind k, int id, ts_device_info *out) {
     return fail(r, "querying the GPU");
   out->name[sizeof out->name - 1] = 0;
   out->total_bytes = (int64_t)total;
+  out->bf16 = out->cc_major >= 8;
   if (out->cc_major < TS_GPU_MIN_CC_MAJOR)
     return ts_error_set(TS_EUNSUPPORTED, "GPU %d (%s): compute capability %d.%d, below %d.0 (Tessera's GPU kernels "
                         "are built for sm_%d0 and newer)", id, out->name, out->cc_major, out->cc_minor,

@@ -164,6 +164,9 @@ struct ts_trainer {
  * device, device_id out of range, compute capability too old); else TS_OK and *device_id the GPU
  * this process uses (-1 for the CPU). */
 int ts__train_device_check(const ts_config *c, int *device_id);
+/* A warning where mixed precision in bf16 runs on a CPU that computes no bf16 (oneDNN 2.6 without
+ * AVX-512): there the 16-bit ops are f32 kernels with conversions around them, slower than O0. */
+void ts__train_amp_note(const ts_config *c);
 int ts__train_layout(const ts_config *c, ts_model_fn fn, void *user, const ts_dist_vt **vt, ts_dist_config *dc,
                      ts_dist_model *m);
 /* The user's operator strategies (strategy_ckpt_load_file, then parallel.strategies) for

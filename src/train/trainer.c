@@ -503,6 +503,11 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   t->cap_steps0 = c->train.steps;
   int gpu_id = -1;
   if (!rc) rc = ts__train_device_check(c, &gpu_id); /* before anything is built */
+  if (!rc) {
+    int jr, jn;
+    ts_job_rank(&jr, &jn);
+    if (jr == 0) ts__train_amp_note(c);
+  }
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
     /* a callback's model (the whole network: C API, Python cells) is built through it for every

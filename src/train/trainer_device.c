@@ -54,6 +54,17 @@ int ts__train_device_check(const ts_config *c, int *device_id) {
   return TS_OK;
 }
 
+void ts__train_amp_note(const ts_config *c) {
+  ts_device_info ci;
+  if (c->device_target != TS_CFG_DEVICE_CPU || c->train.amp_level <= 0 || c->train.amp_dtype != 0 ||
+      ts_device_query(TS_DEVICE_CPU, 0, &ci) || ci.bf16)
+    return;
+  ts_log(TS_LOG_WARN, "%s: train.amp_level O%d (bf16): this CPU computes no bf16 (oneDNN needs AVX-512 cores): "
+         "its bf16 ops run as f32 kernels with conversions around them, correct but slower than amp_level O0 "
+         "here (docs/mixed-precision.md); activations still take half the memory",
+         c->source[0] ? c->source : "config", c->train.amp_level);
+}
+
 int ts_trainer_device_info(const ts_trainer *t, char *buf, size_t cap) {
   char dev[256];
   if (cap) buf[0] = 0;

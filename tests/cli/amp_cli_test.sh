@@ -55,6 +55,23 @@ if grep -q '"step":1,.*"loss_scale":65536' "$tmp/O2f16.jsonl" && grep -q '"step"
 then ok "loss scale by default: f16 dynamic from 65536, bf16 none"
 else bad "default loss scales: f16 '$(grep -m1 -o '"loss_scale":[0-9.e+]*' "$tmp/O2f16.jsonl")', bf16 '$(grep -m1 -o '"loss_scale":[0-9.e+]*' "$tmp/O2bf16.jsonl")'"; fi
 
+# a CPU without bf16 in hardware says so at O1-O3 bf16 (a warning: the run goes on, slower than f32
+# there); the reference is the CPU's own flags: oneDNN 2.6 computes bf16 on AVX-512 cores
+# (avx512f, bw, vl, dq), and ONEDNN_MAX_CPU_ISA=AVX2 makes any CPU one without
+warn="this CPU computes no bf16"
+hw=0; grep -q avx512f /proc/cpuinfo && grep -q avx512bw /proc/cpuinfo && grep -q avx512vl /proc/cpuinfo &&
+  grep -q avx512dq /proc/cpuinfo && hw=1
+for isa in native AVX2; do
+  want=$([ $isa = native ] && [ $hw = 1 ] && echo 0 || echo 1)
+  envs=(); [ $isa = AVX2 ] && envs=(ONEDNN_MAX_CPU_ISA=AVX2)
+  out=$(env "${envs[@]}" "$bin" train "$tmp/gpt.yaml" --set train.steps=1 --set train.amp_level=O2 2>&1); rc=$?
+  got=$(grep -c "^tessera warning: .*train.amp_level O2 (bf16): $warn" <<<"$out")
+  if [ $rc = 0 ] && [ "$got" = "$want" ]; then ok "bf16 on this CPU ($isa, AVX-512 cores: $hw): warned $got time(s)"
+  else bad "bf16 on this CPU ($isa, AVX-512 cores: $hw): exit $rc, warned $got time(s), want $want: $(head -3 <<<"$out")"; fi
+done
+out=$("$bin" train "$tmp/gpt.yaml" --set train.steps=1 2>&1)
+if ! grep -q "$warn" <<<"$out"; then ok "f32: no bf16 warning"; else bad "f32 run warned about bf16: $out"; fi
+
 # plan: activations in 16-bit
 act() { awk '$1 == "activation_peak_bytes" { v = $2; u = $3; m = (u == "KiB") ? 1024 : (u == "MiB") ? 1048576 : 1;
   printf "%.0f\n", v * m }' <<<"$1"; }
