@@ -11,10 +11,7 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-idx_split "$tmp/d" train 64 28 28
-idx_split "$tmp/d" t10k 32 28 28
+mnist_scratch 64 32
 mlp_cfg "$tmp/c.yaml" "$tmp/d" 2 16
 sed -i "s|^log: {progress: lines}|log: {progress: off, metrics: '$tmp/m.jsonl'}|" "$tmp/c.yaml"
 one_line() { [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^tessera: "; }

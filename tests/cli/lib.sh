@@ -15,6 +15,13 @@ idx_split() { # dir split n h w: a deterministic IDX split (grey ramps, labels i
     > "$d/$s-labels-idx1-ubyte"
 }
 
+mnist_scratch() { # ntrain ntest: the scratch folder $tmp (removed at exit) with $tmp/d, an IDX data
+                  # set of ntrain training and ntest test samples of 28 x 28 (idx_split)
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  idx_split "$tmp/d" train "$1" 28 28
+  idx_split "$tmp/d" t10k "$2" 28 28
+}
 mlp_cfg() { # file data_dir steps batch [extra yaml lines]: a small MLP on an IDX data set
   local f=$1 d=$2 steps=$3 b=$4; shift 4
   { cat <<YAML

@@ -12,10 +12,7 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-idx_split "$tmp/d" train 64 28 28
-idx_split "$tmp/d" t10k 16 28 28
+mnist_scratch 64 16
 mlp_cfg "$tmp/c.yaml" "$tmp/d" 4 16 "checkpoint: {dir: '$tmp/ck', save_steps: 2}" "log.metrics: '$tmp/m.jsonl'"
 
 run train "$tmp/c.yaml"

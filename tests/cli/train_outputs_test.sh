@@ -11,10 +11,7 @@ set -u
 bin=$1
 fail=0
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-idx_split "$tmp/d" train 32 28 28
-idx_split "$tmp/d" t10k 16 28 28
+mnist_scratch 32 16
 mlp_cfg "$tmp/c.yaml" "$tmp/d" 2 16
 cd "$tmp" || exit 1
 
