@@ -30,9 +30,10 @@ int ts__eltwise_bwd_dnnl(int alg, float alpha, float beta, int use_dst, const fl
 /* 16-bit variants (dt TS_BF16 or TS_F16), reading and writing 16-bit, computing in f32.
  * dnnl = 1 and bf16: oneDNN's eltwise primitives on bf16 memory (JIT), except neg and log, which
  * stay on the reference loops as in f32; dnnl = 1 and f16, or bf16 where oneDNN has none (CPUs
- * without AVX-512), from TS__LP_CHUNK elements on: the f32 primitive on widened copies, rounded
- * back once. Otherwise (ref backend, neg, log, small tensors): the reference loops over L1-sized
- * chunks widened to f32 and rounded back once (ts__lp_stream), so the traffic is 16-bit. */
+ * without AVX-512), from TS__LP_CHUNK elements on: the f32 primitive on widened copies (blocks of
+ * 2^20 elements in scratch kept by the file), rounded back once. Otherwise (ref backend, neg,
+ * log, small tensors): the reference loops over L1-sized chunks widened to f32 and rounded back
+ * once (ts__lp_stream), so the traffic is 16-bit. */
 // x (n) dt -> y (n) dt
 int ts__eltwise_fwd_lp(int alg, float alpha, float beta, ts_dtype dt, int dnnl, const void *x,
                        void *y, int64_t n);

@@ -127,9 +127,9 @@ static void case_n(ts_dtype dt, int64_t n) {
 
 int main(void) {
   const ts_dtype dts[2] = {TS_BF16, TS_F16};
-  const int64_t ns[4] = {1, 1000, 5000, 70001};
+  const int64_t ns[5] = {1, 1000, 5000, 70001, (1 << 20) + 3001}; /* the last: 2 blocks of the converted route */
   for (int i = 0; i < 2; i++)
-    for (int k = 0; k < 4; k++) case_n(dts[i], ns[k]);
+    for (int k = 0; k < 5; k++) case_n(dts[i], ns[k]);
   ts__dnnl_cache_clear();
   return ts_test_finish("test_eltwise_bf16");
 }
