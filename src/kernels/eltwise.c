@@ -250,8 +250,8 @@ static int dnnl_native(ts_dtype dt, int dnnl, int alg) {
 }
 /* Otherwise (f16, or bf16 on a CPU without it) the f32 primitive on widened copies, block by
  * block: its vectorised tanh/erf/exp where the reference loops call libm per element, and even a
- * ReLU beats the streamed loops (bf16 over 1.6 M elements on an AVX2 CPU, 2 threads: GeLU 5-6 ms
- * against 19-23 ms streamed, f32 oneDNN 4-5 ms; ReLU 0.7-1.3 ms against 3-3.6 ms). The copies live
+ * ReLU beats the streamed loops (bf16 over 1.6 M elements on an AVX2 CPU, 2 threads: GeLU 4.1 ms
+ * against 17-18 ms streamed, f32 oneDNN 3.5-4.4 ms; ReLU 0.6-1.0 ms against 2.6-3.3 ms). The copies live
  * in this file's scratch slots, one block each (kernels run from one thread at a time): fresh
  * allocations of a whole tensor's size cost more in page faults than the copies (GeLU 10-14 ms). */
 #define ELT_BLOCK ((int64_t)1 << 20)

@@ -493,21 +493,17 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   if (!rc) rc = ts_config_validate(c);
   if (!rc) rc = ts_config_max_steps(&t->max_steps); /* TESSERA_MAX_STEPS */
   ts__ckpt_set_config_diff(ts__config_diff); /* a resume refused for another config names the keys */
-  if (!rc) { /* keys set that change nothing (said once, by rank 0 of the job) */
+  int jr, jn; /* warnings about the config are said once, by rank 0 of the job */
+  ts_job_rank(&jr, &jn);
+  if (!rc) { /* keys set that change nothing */
     char unused[1500];
-    int jr, jn;
-    ts_job_rank(&jr, &jn);
     if (ts__config_unused(c, unused, sizeof unused) && jr == 0)
       ts_log(TS_LOG_WARN, "%s: keys set but unused: %s", c->source[0] ? c->source : "config", unused);
   }
   t->cap_steps0 = c->train.steps;
   int gpu_id = -1;
   if (!rc) rc = ts__train_device_check(c, &gpu_id); /* before anything is built */
-  if (!rc) {
-    int jr, jn;
-    ts_job_rank(&jr, &jn);
-    if (jr == 0) ts__train_amp_note(c);
-  }
+  if (!rc && jr == 0) ts__train_amp_note(c);
   if (!rc && c->parallel.mode == TS_PARALLEL_AUTO) { /* the searched plan for the job's ranks */
     ts_comm *w = NULL;
     /* a callback's model (the whole network: C API, Python cells) is built through it for every
