@@ -133,6 +133,13 @@ typedef struct {
   int *v;
 } ts_cfg_ilist;
 
+/* A list of f32 numbers of any length (optimizer.schedule.values: one learning rate per step).
+ * v is malloc'd and owned like ts_cfg_ilist. */
+typedef struct {
+  int n;
+  float *v;
+} ts_cfg_flist;
+
 /* A list of strings (model.recompute_layers). */
 #define TS_CFG_MAX_STRS 16
 typedef struct {
@@ -239,6 +246,7 @@ typedef struct {
       double gamma;
       ts_cfg_ints milestones;
       double min_lr;
+      ts_cfg_flist values; /* table: the rate of each step */
     } schedule;
   } optimizer;
   struct {

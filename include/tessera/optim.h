@@ -146,10 +146,13 @@ void ts_optim_set_norm_reduce(ts_optim *opt, ts_optim_reduce_fn fn, void *user);
  *   MULTISTEP  base_lr * gamma^(number of milestones <= step)             (torch MultiStepLR)
  *   COSINE     min_lr + (base_lr - min_lr) * (1 + cos(pi * min(1, (step - warmup) /
  *              max(1, total_steps - warmup)))) / 2
+ *   TABLE      table[step]: one rate per step (MindSpore's list / 1-D Tensor learning rates,
+ *              nn.dynamic_lr); steps past the table keep its last rate (a trainer refuses a table
+ *              shorter than its run); base_lr is not used and warmup_steps must be 0
  * For every kind, steps before warmup_steps use base_lr * step / warmup_steps (linear warm-up
  * from 0, as transformers' get_cosine_schedule_with_warmup); STEP and MULTISTEP count steps
  * from 0 regardless of warm-up. */
-typedef enum { TS_LR_CONSTANT = 0, TS_LR_STEP, TS_LR_MULTISTEP, TS_LR_COSINE, TS_LR_COUNT } ts_lr_kind;
+typedef enum { TS_LR_CONSTANT = 0, TS_LR_STEP, TS_LR_MULTISTEP, TS_LR_COSINE, TS_LR_TABLE, TS_LR_COUNT } ts_lr_kind;
 #define TS_LR_MAX_MILESTONES 16
 
 typedef struct {
@@ -162,9 +165,11 @@ typedef struct {
   int64_t milestones[TS_LR_MAX_MILESTONES];
   int64_t total_steps; /* COSINE */
   double min_lr;       /* COSINE */
+  const float *table;  /* TABLE: ntable rates, borrowed (the caller keeps them alive) */
+  int64_t ntable;
 } ts_lr_schedule;
 
-/* "constant", "step", "multistep", "cosine". */
+/* "constant", "step", "multistep", "cosine", "table". */
 const char *ts_lr_kind_name(ts_lr_kind k);
 int ts_lr_kind_parse(const char *name, ts_lr_kind *out);
 /* TS_EINVAL naming the field if the schedule is inconsistent. */

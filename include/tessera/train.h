@@ -187,6 +187,15 @@ int ts_trainer_fit(ts_trainer *t);
  * count and data order: after a run of E1 epochs, as one run of E1 + epochs (MindSpore's second
  * Model.train). TS_EINVAL for epochs < 0 or a run whose length train.steps fixes. */
 int ts_trainer_continue(ts_trainer *t, int64_t epochs);
+/* Makes the learning rate of optimizer step i rates[i] from the next step on (schedule table:
+ * optimizer.schedule.name table, values the n rates copied; checkpoints record them), for rates the
+ * caller computes once the run's length is known (Python's LearningRateSchedule cells; lengthen
+ * before ts_trainer_continue). TS_ECONFIG (nothing changed) if n is less than the run's steps or a
+ * rate is negative or not finite; every rank must give the same rates. */
+int ts_trainer_set_lr_table(ts_trainer *t, const float *rates, int64_t n);
+/* The steps the learning-rate schedule spans (train.steps, or train.epochs x steps per epoch):
+ * the rates ts_trainer_set_lr_table needs at least. */
+int64_t ts_trainer_lr_steps(const ts_trainer *t);
 /* One optimizer step on a batch the caller gives (a Python loop calling TrainOneStepCell): b
  * holds this rank's rows of the global batch as the trainer's own pipeline would feed them
  * (train.batch_size / the data-parallel parts; the sample shape and dtype the model was built

@@ -290,6 +290,18 @@ static PyObject *tr_clear_callbacks(Trainer *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* set_lr_table(rates): a contiguous float32 numpy array (or buffer) of per-step learning rates
+ * (ts_trainer_set_lr_table). */
+static PyObject *tr_set_lr_table(Trainer *self, PyObject *args) {
+  Py_buffer b;
+  if (!T(self) || !PyArg_ParseTuple(args, "y*", &b)) return NULL;
+  int rc = b.len % (Py_ssize_t)sizeof(float) ? ts_error_set(TS_EINVAL, "set_lr_table: %zd bytes are not float32 rates", b.len)
+                                             : ts_trainer_set_lr_table(self->t, b.buf, (int64_t)(b.len / (Py_ssize_t)sizeof(float)));
+  PyBuffer_Release(&b);
+  if (rc) return tsp_raise(rc);
+  Py_RETURN_NONE;
+}
+
 /* continue_epochs(n): the run lengthened by n epochs from where it is (ts_trainer_continue). */
 static PyObject *tr_continue(Trainer *self, PyObject *args) {
   long long n;
@@ -392,10 +404,11 @@ static PyObject *tr_params(Trainer *self, PyObject *args) {
 static PyObject *tr_info(Trainer *self, PyObject *args) {
   (void)args;
   if (!T(self)) return NULL;
-  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:s}", "rank", ts_trainer_rank(self->t), "world_size",
+  return Py_BuildValue("{s:i,s:i,s:L,s:L,s:L,s:L,s:s}", "rank", ts_trainer_rank(self->t), "world_size",
                        ts_trainer_world_size(self->t), "step", (long long)ts_trainer_step(self->t), "num_params",
                        (long long)ts_trainer_num_params(self->t), "steps_per_epoch",
-                       (long long)ts_trainer_steps_per_epoch(self->t), "plan", self->plan);
+                       (long long)ts_trainer_steps_per_epoch(self->t), "lr_steps",
+                       (long long)ts_trainer_lr_steps(self->t), "plan", self->plan);
 }
 
 /* layouts(): {name: (device matrix, tensor map (MindSpore's: axes counted from the right, -1
@@ -542,6 +555,7 @@ static PyMethodDef tmethods[] = {
     {"add_callback", (PyCFunction)(void (*)(void))tr_add_callback, METH_VARARGS | METH_KEYWORDS, NULL},
     {"clear_callbacks", (PyCFunction)tr_clear_callbacks, METH_NOARGS, NULL},
     {"continue_epochs", (PyCFunction)tr_continue, METH_VARARGS, NULL},
+    {"set_lr_table", (PyCFunction)tr_set_lr_table, METH_VARARGS, NULL},
     {"fit", (PyCFunction)tr_fit, METH_NOARGS, NULL},
     {"evaluate", (PyCFunction)tr_evaluate, METH_NOARGS, NULL},
     {"save", (PyCFunction)tr_save, METH_VARARGS, NULL},

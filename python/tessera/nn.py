@@ -844,25 +844,68 @@ def _loss_value(loss, loss_fn):
 
 
 # ---- optimizers: descriptions turned into optimizer.* keys ----
+def _learning_rate(lr, where):
+    """An optimizer's learning_rate as MindSpore takes it: (float, None, None) for a number or a
+    Tensor of one value; (None, float32 rates, None) for a list / tuple / numpy array / 1-D Tensor
+    of per-step rates (dynamic_lr's lists); (None, None, schedule) for a LearningRateSchedule."""
+    import numpy as np
+    from .learning_rate_schedule import LearningRateSchedule
+    if isinstance(lr, LearningRateSchedule):
+        return None, None, lr
+    if isinstance(lr, (bool, str, bytes, dict)) or isinstance(lr, Tensor) and lr._data is None:
+        raise TypeError("For '%s', the 'learning_rate' should be int, float, Tensor, Iterable or LearningRateSchedule, "
+                        "but got %s." % (where, describe(lr)))
+    if isinstance(lr, (int, float)):
+        if not lr >= 0 or lr == float("inf"):
+            raise ValueError("For '%s', the 'learning_rate' must be a finite number >= 0, but got %r." % (where, lr))
+        return float(lr), None, None
+    try:
+        a = lr.asnumpy() if isinstance(lr, Tensor) else np.asarray(lr if not hasattr(lr, "__next__") else list(lr))
+        a = a.astype(np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError("For '%s', the 'learning_rate' should be int, float, Tensor, Iterable or LearningRateSchedule, "
+                        "but got %s (%s)." % (where, describe(lr), e)) from None
+    if a.ndim == 0:
+        return _learning_rate(float(a), where)
+    if a.ndim > 1:
+        raise ValueError("For '%s', if 'learning_rate' is a Tensor or a list, it must have 1 dimension (one rate per "
+                         "step), but got shape %s." % (where, a.shape))
+    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("For '%s', the 'learning_rate' list must hold finite rates >= 0 (one per step), got %d "
+                         "values%s." % (where, a.size, "" if a.size == 0 else " (min %g)" % np.nanmin(a)))
+    return None, np.ascontiguousarray(a, dtype=np.float32), None
+
+
 class Optimizer:
-    """Base of the optimizers: `keys` are the optimizer.* config keys. learning_rate is a float;
-    schedule= (Tessera) a dict for optimizer.schedule, e.g. {"name": "cosine", "warmup_steps": 10};
+    """Base of the optimizers: `keys` are the optimizer.* config keys. learning_rate is MindSpore's:
+    a float, a list (tuple, numpy array, 1-D Tensor) of per-step rates (nn.dynamic_lr's lists:
+    the schedule `table`), or a LearningRateSchedule (nn.CosineDecayLR, ...: the Model computes its
+    table once the run's length is known); schedule= (Tessera) a dict for optimizer.schedule, e.g.
+    {"name": "cosine", "warmup_steps": 10}, with a float learning_rate only;
     clip_grad_norm= (Tessera) optimizer.clip_grad_norm. Every parameter of the network is
     trained: `params` must be the network's trainable_params() (or a list covering them)."""
 
     name = None
 
     def __init__(self, params, learning_rate, weight_decay=0.0, schedule=None, clip_grad_norm=0.0, **extra):
-        if not isinstance(learning_rate, (int, float)) or isinstance(learning_rate, bool):
-            raise TypeError("For '%s', the 'learning_rate' must be a float (schedules: schedule={...}), but got %s."
-                            % (type(self).__name__, describe(learning_rate)))
+        lr, table, cell = _learning_rate(learning_rate, type(self).__name__)
+        if lr is None and schedule is not None:
+            raise ValueError("%s: schedule= (Tessera's schedules) takes a float learning_rate (its peak), got a %s"
+                             % (type(self).__name__, "list of rates" if cell is None else type(cell).__name__))
         if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
             raise ValueError("%s: parameter groups are not supported (one weight decay for all; "
                              "optimizer.exclude_bias_and_norm)" % type(self).__name__)
         self.parameters = list(params) if params is not None else []
         where = type(self).__name__
-        self.keys = {"optimizer.name": self.name, "optimizer.lr": float(learning_rate),
+        self.keys = {"optimizer.name": self.name,
                      "optimizer.weight_decay": check_float(weight_decay, "weight_decay", where, 0.0)}
+        self.learning_rate, self._lr_cell = learning_rate, cell
+        if table is not None:  # every step's rate: Tessera's schedule table
+            self.keys["optimizer.schedule"] = {"name": "table", "values": [float(v) for v in table]}
+        elif cell is not None:  # the Model sets the table (ts_trainer_set_lr_table) once it knows the run's length
+            self.keys["optimizer.lr"] = float(cell.rates(1)[0])
+        else:
+            self.keys["optimizer.lr"] = lr
         if schedule is not None:
             self.keys["optimizer.schedule"] = dict(schedule)
         if check_float(clip_grad_norm, "clip_grad_norm", where, 0.0):
@@ -925,8 +968,16 @@ class Lamb(_AdamLike):
 
 
 def __getattr__(name):
-    """nn.TrainOneStepCell lives with the trainer (tessera.train.one_step): loaded on first use."""
+    """nn.TrainOneStepCell lives with the trainer (tessera.train.one_step), the learning-rate
+    schedules and lists in tessera.learning_rate_schedule and tessera.dynamic_lr (MindSpore's
+    nn.CosineDecayLR, nn.cosine_decay_lr, ..., nn.dynamic_lr): loaded on first use."""
     if name == "TrainOneStepCell":
         from .train.one_step import TrainOneStepCell
         return TrainOneStepCell
+    from . import dynamic_lr, learning_rate_schedule
+    if name in ("dynamic_lr", "learning_rate_schedule"):
+        return dynamic_lr if name == "dynamic_lr" else learning_rate_schedule
+    for m in (dynamic_lr, learning_rate_schedule):
+        if name in m.__all__:
+            return getattr(m, name)
     raise AttributeError("module 'tessera.nn' has no attribute '%s'" % name)

@@ -6,7 +6,8 @@ from .nn import _strategy_text
 from ._validator import check_bool, check_int, check_int_list
 from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
 
-__all__ = ["Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
+__all__ = ["Pow", "Minimum", "Maximum", "Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "FloorDiv", "Floor",
+           "Ceil", "Cos", "Sin", "Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
            "Tanh", "Exp", "Log", "Sqrt", "Square", "Softmax", "LogSoftmax", "Reshape", "Transpose", "Flatten",
            "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd", "OneHot", "Shape", "Neg", "Abs",
            "ScalarToTensor", "ScalarToArray", "ReduceOp", "AllReduce", "AllGather", "ReduceScatter", "flatten",
@@ -31,11 +32,66 @@ class Primitive:
         raise NotImplementedError
 
     def __call__(self, *args):
+        if _values_only(args) and hasattr(self, "_np"):  # outside a graph: computed on the values
+            return _value_result(self._np(*[a.asnumpy() if isinstance(a, Tensor) else a for a in args]))
         b = builder()
         v = self._emit(b, *args)
         if self._strategy:
             b.shard(v, self._strategy)
         return Tensor(b, v)
+
+
+def _values_only(args):
+    """Outside a graph being built, with Tensors of values (and Python numbers) only: the op is
+    computed on the values (a learning-rate schedule's construct, for one)."""
+    from . import tensor as _t
+    return _t._current[0] is None and any(isinstance(a, Tensor) for a in args) and \
+        all(a._data is not None for a in args if isinstance(a, Tensor))
+
+
+def _value_result(a):
+    import numpy as np
+    a = np.asarray(a)
+    return Tensor(a.astype(np.float32) if a.dtype == np.float64 else a)
+
+
+def _like(x, y):
+    """Numbers take the other operand's dtype (as in graphs)."""
+    import numpy as np
+    if isinstance(x, (int, float)) and isinstance(y, np.ndarray):
+        x = np.asarray(x, y.dtype if y.dtype.kind == "f" or isinstance(x, int) else np.float32)
+    return x
+
+
+class _ValuesOnly(Primitive):
+    """A primitive Tessera computes on Tensors of values only (outside graphs: learning-rate
+    schedules' construct); in a graph it is refused."""
+
+    def _emit(self, b, *args):
+        raise ValueError("ops.%s: computed on Tensors of values only (e.g. in a LearningRateSchedule's construct); "
+                         "Tessera's graphs have no %s op" % (type(self).__name__, type(self).__name__))
+
+
+def _np_op(name, fn):
+    import numpy as np
+    return type(name, (_ValuesOnly,), {"_np": lambda self, x, y=None: fn(np, _like(x, y), _like(y, x))
+                                       if y is not None else fn(np, x, None),
+                                       "__doc__": "MindSpore's %s, on Tensors of values." % name})
+
+
+Pow = _np_op("Pow", lambda np, x, y: np.power(x, y))
+Minimum = _np_op("Minimum", lambda np, x, y: np.minimum(x, y))
+Maximum = _np_op("Maximum", lambda np, x, y: np.maximum(x, y))
+Greater = _np_op("Greater", lambda np, x, y: np.greater(x, y))
+GreaterEqual = _np_op("GreaterEqual", lambda np, x, y: np.greater_equal(x, y))
+Less = _np_op("Less", lambda np, x, y: np.less(x, y))
+LessEqual = _np_op("LessEqual", lambda np, x, y: np.less_equal(x, y))
+Equal = _np_op("Equal", lambda np, x, y: np.equal(x, y))
+FloorDiv = _np_op("FloorDiv", lambda np, x, y: np.floor_divide(x, y))
+Floor = _np_op("Floor", lambda np, x, _: np.floor(x))
+Ceil = _np_op("Ceil", lambda np, x, _: np.ceil(x))
+Cos = _np_op("Cos", lambda np, x, _: np.cos(x))
+Sin = _np_op("Sin", lambda np, x, _: np.sin(x))
 
 
 class MatMul(Primitive):
@@ -58,6 +114,11 @@ class _Bin(Primitive):
 
     def _emit(self, b, x, y):
         return b.binary(as_value(x, like=y), as_value(y, like=x), BIN[self.alg])
+
+    def _np(self, x, y):
+        import numpy as np
+        return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}[self.alg](
+            _like(x, y), _like(y, x))
 
 
 class Add(_Bin):
@@ -88,6 +149,15 @@ class _Elt(Primitive):
 
     def _emit(self, b, x):
         return b.eltwise(as_value(x), ELT[self.alg])
+
+    def _np(self, x):
+        import numpy as np
+        f = {"relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
+             "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "square": np.square, "abs": np.abs,
+             "neg": np.negative}.get(self.alg)
+        if f is None:
+            raise ValueError("ops.%s: not computed on Tensors of values" % type(self).__name__)
+        return f(np.asarray(x))
 
 
 class ReLU(_Elt):
@@ -200,6 +270,9 @@ class Cast(Primitive):
 
     def _emit(self, b, x, dtype):
         return b.cast(as_value(x), _dtype_name(dtype, "Cast"))
+
+    def _np(self, x, dtype):
+        return Tensor(x, dtype).asnumpy()
 
 
 def _scalar(x, what):

@@ -5,7 +5,7 @@
 
 #include "tessera/optim.h"
 
-static const char *k_lr_names[TS_LR_COUNT] = {"constant", "step", "multistep", "cosine"};
+static const char *k_lr_names[TS_LR_COUNT] = {"constant", "step", "multistep", "cosine", "table"};
 
 const char *ts_lr_kind_name(ts_lr_kind k) { return (unsigned)k < TS_LR_COUNT ? k_lr_names[k] : "?"; }
 
@@ -15,8 +15,8 @@ int ts_lr_kind_parse(const char *name, ts_lr_kind *out) {
       *out = (ts_lr_kind)k;
       return TS_OK;
     }
-  return ts_error_set(TS_ENOTFOUND, "unknown lr schedule '%s' (expected constant, step, multistep "
-                      "or cosine)", name ? name : "(null)");
+  return ts_error_set(TS_ENOTFOUND, "unknown lr schedule '%s' (expected constant, step, multistep, "
+                      "cosine or table)", name ? name : "(null)");
 }
 
 int ts_lr_check(const ts_lr_schedule *s) {
@@ -53,6 +53,17 @@ int ts_lr_check(const ts_lr_schedule *s) {
         return ts_error_set(TS_EINVAL, "lr schedule (cosine): min_lr %g must be in [0, base_lr "
                             "%g]", s->min_lr, s->base_lr);
       break;
+    case TS_LR_TABLE:
+      if (!s->table || s->ntable <= 0)
+        return ts_error_set(TS_EINVAL, "lr schedule (table): no rates (%lld)", (long long)s->ntable);
+      if (s->warmup_steps)
+        return ts_error_set(TS_EINVAL, "lr schedule (table): warmup_steps %lld: a table gives every step's "
+                            "rate, warm-up included (warmup_steps must be 0)", (long long)s->warmup_steps);
+      for (int64_t i = 0; i < s->ntable; i++)
+        if (!(s->table[i] >= 0 && isfinite(s->table[i])))
+          return ts_error_set(TS_EINVAL, "lr schedule (table): rate [%lld] = %g must be finite and >= 0",
+                              (long long)i, (double)s->table[i]);
+      break;
     default: break;
   }
   if ((s->kind == TS_LR_STEP || s->kind == TS_LR_MULTISTEP) && !(s->gamma >= 0))
@@ -63,6 +74,7 @@ int ts_lr_check(const ts_lr_schedule *s) {
 float ts_lr_at(const ts_lr_schedule *s, int64_t step) {
   if (!s) return 0.0f;
   if (step < 0) step = 0;
+  if (s->kind == TS_LR_TABLE) return s->ntable > 0 && s->table ? s->table[step < s->ntable ? step : s->ntable - 1] : 0.0f;
   double base = s->base_lr;
   if (step < s->warmup_steps) return (float)(base * (double)step / (double)s->warmup_steps);
   switch (s->kind) {

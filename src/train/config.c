@@ -604,6 +604,32 @@ static int node_int_ilist(const pctx *c, const yaml_node_t *n, const ts__cfg_key
   return TS_OK;
 }
 
+/* A list of numbers of any length into *out as f32 (malloc'd v; the caller owns it, also on error). */
+static int node_flist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_flist *out) {
+  char d[96];
+  out->n = 0;
+  out->v = NULL;
+  if (is_null(n)) return TS_OK;
+  const yaml_node_t *one = n;
+  int cnt = 1;
+  if (n->type == YAML_SEQUENCE_NODE) cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+  else if (n->type != YAML_SCALAR_NODE)
+    return perr(c, n, "%s: expected a list of numbers, got %s", k->path, describe(n, d, sizeof d));
+  if (cnt < k->minn) return perr(c, n, "%s: expected at least %d values, got %d", k->path, k->minn, cnt);
+  if (cnt > 0 && !(out->v = malloc(sizeof(float) * (size_t)cnt)))
+    return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+  for (int i = 0; i < cnt; i++) {
+    const yaml_node_t *it = n->type == YAML_SEQUENCE_NODE ? node_at(c, n->data.sequence.items.start[i]) : one;
+    char w[160];
+    double x;
+    snprintf(w, sizeof w, "%s[%d]", k->path, i);
+    int rc = node_f64(c, it, w, k->lo, k->hi, k->flags, &x);
+    if (rc) return rc;
+    out->v[out->n++] = (float)x;
+  }
+  return TS_OK;
+}
+
 /* ------------------------------------------------------------------ string lists */
 static int parse_strs(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_cfg_strs *out) {
   char d[96];
@@ -715,6 +741,16 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       ts_cfg_ilist v = {0, NULL};
       if (!(rc = node_int_ilist(c, n, k, &v))) {
         free(((ts_cfg_ilist *)p)->v);
+        memcpy(p, &v, sizeof v);
+      } else {
+        free(v.v);
+      }
+      break;
+    }
+    case CT_FLIST: {
+      ts_cfg_flist v = {0, NULL};
+      if (!(rc = node_flist(c, n, k, &v))) {
+        free(((ts_cfg_flist *)p)->v);
         memcpy(p, &v, sizeof v);
       } else {
         free(v.v);
@@ -1080,6 +1116,7 @@ static void fmt_tf(ts__sb *b, const ts_transform *t) {
 typedef void (*fmt_elem_fn)(ts__sb *b, const void *list, int i);
 static void fmt_int_at(ts__sb *b, const void *list, int i) { ts__sb_printf(b, "%d", ((const int *)list)[i]); }
 static void fmt_double_at(ts__sb *b, const void *list, int i) { fmt_double(b, ((const double *)list)[i]); }
+static void fmt_float_at(ts__sb *b, const void *list, int i) { fmt_float(b, ((const float *)list)[i]); }
 static void fmt_str_at(ts__sb *b, const void *list, int i) { fmt_string(b, ((const char (*)[160])list)[i]); }
 static void fmt_tf_at(ts__sb *b, const void *list, int i) { fmt_tf(b, &((const ts_transform *)list)[i]); }
 static void fmt_pair_at(ts__sb *b, const void *list, int i) {
@@ -1126,6 +1163,7 @@ static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
     case CT_INTS: fmt_list(b, "[]", ((const ts_cfg_ints *)p)->v, ((const ts_cfg_ints *)p)->n, fmt_int_at); break;
     case CT_FLOATS: fmt_list(b, "[]", ((const ts_cfg_floats *)p)->v, ((const ts_cfg_floats *)p)->n, fmt_double_at); break;
     case CT_ILIST: fmt_list(b, "[]", ((const ts_cfg_ilist *)p)->v, ((const ts_cfg_ilist *)p)->n, fmt_int_at); break;
+    case CT_FLIST: fmt_list(b, "[]", ((const ts_cfg_flist *)p)->v, ((const ts_cfg_flist *)p)->n, fmt_float_at); break;
     case CT_STAGES:
     case CT_STRATS: fmt_list(b, "{}", ((const ts_cfg_strategies *)p)->v, ((const ts_cfg_strategies *)p)->n, fmt_pair_at); break;
     case CT_STRS: fmt_list(b, "[]", ((const ts_cfg_strs *)p)->v, ((const ts_cfg_strs *)p)->n, fmt_str_at); break;
@@ -1410,7 +1448,8 @@ int ts_config_key_info(int i, ts_config_key *out) {
     return ts_error_set(TS_ERANGE, "ts_config_key_info: index %d out of range (%d keys)", i,
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
-                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages", "int list"};
+                                   "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages", "int list",
+                                   "float list"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

@@ -21,6 +21,7 @@ enum {
   CT_STRS,   /* ts_cfg_strs */
   CT_STAGES, /* ts_cfg_strategies holding stage numbers (parallel.stages) */
   CT_ILIST,  /* ts_cfg_ilist (any length, malloc'd) */
+  CT_FLIST,  /* ts_cfg_flist (any length, malloc'd; f32) */
 };
 
 enum {

@@ -1,5 +1,6 @@
 /* Configuration: the lists a ts_config owns (include/tessera/config.h). parallel.strategies and
- * parallel.stages (ts_cfg_strategies) and parallel.all_reduce_fusion_config (ts_cfg_ilist) have
+ * parallel.stages (ts_cfg_strategies), parallel.all_reduce_fusion_config (ts_cfg_ilist) and
+ * optimizer.schedule.values (ts_cfg_flist) have
  * no length limit, so they live in malloc'd arrays outside the struct: a config owns them,
  * ts_config_free releases them, ts_config_copy duplicates them (a plain struct copy is a view
  * that must not be freed or have a list key set). Parsing them from YAML stays in config.c. */
@@ -58,6 +59,16 @@ static int ilist_copy(ts_cfg_ilist *dst, const ts_cfg_ilist *src) {
   return TS_OK;
 }
 
+static int flist_copy(ts_cfg_flist *dst, const ts_cfg_flist *src) {
+  dst->n = 0;
+  dst->v = NULL;
+  if (src->n <= 0) return TS_OK;
+  if (!(dst->v = malloc(sizeof(float) * (size_t)src->n))) return ts_error_set(TS_ENOMEM, "config: out of memory");
+  memcpy(dst->v, src->v, sizeof(float) * (size_t)src->n);
+  dst->n = src->n;
+  return TS_OK;
+}
+
 /* The keys whose values live outside the struct (lists of any length). */
 #define OWNED_KEYS(X) X(parallel.strategies) X(parallel.stages)
 
@@ -69,6 +80,9 @@ void ts_config_free(ts_config *cfg) {
   free(cfg->parallel.all_reduce_fusion_config.v);
   cfg->parallel.all_reduce_fusion_config.v = NULL;
   cfg->parallel.all_reduce_fusion_config.n = 0;
+  free(cfg->optimizer.schedule.values.v);
+  cfg->optimizer.schedule.values.v = NULL;
+  cfg->optimizer.schedule.values.n = 0;
 }
 
 int ts_config_copy(ts_config *dst, const ts_config *src) {
@@ -84,6 +98,9 @@ int ts_config_copy(ts_config *dst, const ts_config *src) {
   dst->parallel.all_reduce_fusion_config.v = NULL;
   dst->parallel.all_reduce_fusion_config.n = 0;
   if (!rc) rc = ilist_copy(&dst->parallel.all_reduce_fusion_config, &src->parallel.all_reduce_fusion_config);
+  dst->optimizer.schedule.values.v = NULL;
+  dst->optimizer.schedule.values.n = 0;
+  if (!rc) rc = flist_copy(&dst->optimizer.schedule.values, &src->optimizer.schedule.values);
   if (rc) ts_config_free(dst);
   return rc;
 }

@@ -9,7 +9,7 @@ static const char *const model_names[] = {"mlp", "lenet5", "convnet", "resnet", 
 static const char *const data_names[] = {"fashion_mnist", "mnist", "cifar10", "cifar100",
                                          "image_folder", "records", "text", NULL};
 static const char *const optim_names[] = {"sgd", "momentum", "adam", "adamw", "lamb", NULL};
-static const char *const lr_names[] = {"constant", "step", "multistep", "cosine", NULL};
+static const char *const lr_names[] = {"constant", "step", "multistep", "cosine", "table", NULL};
 static const char *const unit_names[] = {"steps", "epochs", NULL};
 static const char *const parallel_names[] = {"stand_alone", "data_parallel", "semi_auto_parallel",
                                              "auto_parallel", "hybrid_parallel", NULL};
@@ -245,6 +245,10 @@ const ts__cfg_key ts__cfg_keys[] = {
      "multistep: increasing points (in units) where the rate is multiplied by gamma"},
     {"optimizer.schedule.min_lr", CT_FLOAT, FLD(optimizer.schedule.min_lr), "0", NULL, 0, 1e6, 0,
      0, CF_HASH, "cosine: final learning rate"},
+    {"optimizer.schedule.values", CT_FLIST, FLD(optimizer.schedule.values), "[]", NULL, 0, 1e6, 0,
+     0, CF_HASH,
+     "table: the learning rate of each optimizer step, the first step's first (MindSpore's list or "
+     "1-D Tensor learning_rate); at least as many as the run has steps"},
     /* ---- parallel ---- */
     {"parallel.mode", CT_ENUM, FLD(parallel.mode), "stand_alone", parallel_names, 0, 0, 0, 0, 0,
      "how work is split across devices (MindSpore's names); the trainer runs stand_alone and "

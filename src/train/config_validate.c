@@ -257,6 +257,13 @@ int ts_config_validate(ts_config *cfg) {
         return vfail(cfg, "optimizer.schedule.milestones: must increase ([%d] = %d after %d)", i,
                      s->milestones.v[i], s->milestones.v[i - 1]);
   }
+  if (s->name == TS_LR_TABLE) {
+    if (s->values.n == 0)
+      return vfail(cfg, "optimizer.schedule.values: needed (the rate of each step) for schedule 'table'");
+    if (s->warmup_steps > 0 || s->warmup_epochs > 0)
+      return vfail(cfg, "optimizer.schedule: schedule 'table' gives every step's rate, warm-up included: "
+                   "drop warmup_%s", s->warmup_steps > 0 ? "steps" : "epochs");
+  }
   /* a warm-up longer than the run is clipped to it where the schedule is built (ts_config_lr_schedule) */
   /* ---- model vs data ---- */
   typeof(cfg->model) *m = &cfg->model;
@@ -424,6 +431,12 @@ int ts__config_unused(const ts_config *cfg, char *out, size_t cap) {
   unused_if(&u, !stepped, "optimizer.schedule.gamma", "schedule %s has no decay steps", sn);
   unused_if(&u, !stepped, "optimizer.schedule.unit", "it counts step_size and milestones; schedule %s has neither", sn);
   unused_if(&u, s->name != TS_LR_COSINE, "optimizer.schedule.min_lr", "only cosine decays to it, not %s", sn);
+  if (s->name != TS_LR_TABLE && s->values.n > 0) { /* unused_if's text compare: a table may be long */
+    ts__app(u.out, u.cap, &u.len, "%soptimizer.schedule.values (only schedule table reads them, not %s)",
+            u.n ? ", " : "", sn);
+    u.n++;
+  }
+  unused_if(&u, s->name == TS_LR_TABLE, "optimizer.lr", "schedule table gives every step's rate");
   unused_if(&u, o->name != TS_OPTIM_MOMENTUM, "optimizer.momentum", "optimizer %s has none", on);
   unused_if(&u, o->name != TS_OPTIM_MOMENTUM, "optimizer.dampening", "optimizer %s has no momentum", on);
   int adam = o->name == TS_OPTIM_ADAM || o->name == TS_OPTIM_ADAMW || o->name == TS_OPTIM_LAMB;
@@ -484,6 +497,19 @@ int ts_config_lr_schedule(const ts_config *cfg, int64_t spe, ts_lr_schedule *out
                           "more steps than a run can have", src, i, (long long)s->milestones.v[i], (long long)spe);
   out->total_steps = ts_config_total_steps(cfg, spe);
   out->min_lr = s->min_lr;
+  if (s->name == TS_LR_TABLE) {
+    out->table = s->values.v;
+    out->ntable = s->values.n;
+    if (out->ntable < out->total_steps) {
+      char tot[160];
+      if (cfg->train.steps > 0)
+        snprintf(tot, sizeof tot, "train.steps %lld", (long long)cfg->train.steps);
+      else
+        snprintf(tot, sizeof tot, "train.epochs %d x %lld steps per epoch", cfg->train.epochs, (long long)spe);
+      return ts_error_set(TS_ECONFIG, "%s: optimizer.schedule.values: %lld rates for a run of %lld steps (%s): "
+                          "give one rate per step", src, (long long)out->ntable, (long long)out->total_steps, tot);
+    }
+  }
   if (out->total_steps > 0 && out->total_steps < out->warmup_steps) {
     /* a warm-up longer than the run (a run shortened by --set train.steps or TESSERA_MAX_STEPS, an
      * epoch-based warm-up over a few steps): clipped to the run, said once with both keys */

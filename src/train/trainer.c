@@ -2,6 +2,7 @@
  * this rank's graphs and reduces what crosses ranks; the trainer feeds batches, accumulates
  * gradients over micro-batches, steps the optimizer and schedule, evaluates, calls back, writes
  * checkpoints of the whole model and resumes exactly. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1028,6 +1029,37 @@ int ts_trainer_continue(ts_trainer *t, int64_t epochs) {
   t->stop = 0;
   return TS_OK;
 }
+
+int ts_trainer_set_lr_table(ts_trainer *t, const float *rates, int64_t n) {
+  if (!t || !rates || n <= 0 || n > INT_MAX)
+    return ts_error_set(TS_EINVAL, "ts_trainer_set_lr_table: %lld rates", (long long)n);
+  ts_config *c = &t->cfg;
+  typeof(c->optimizer.schedule) old = c->optimizer.schedule; /* its values stay owned until the end */
+  float *v = malloc(sizeof(float) * (size_t)n);
+  if (!v) return ts_error_set(TS_ENOMEM, "ts_trainer_set_lr_table: %lld rates: out of memory", (long long)n);
+  memcpy(v, rates, sizeof(float) * (size_t)n);
+  c->optimizer.schedule.name = TS_LR_TABLE;
+  c->optimizer.schedule.values.v = v;
+  c->optimizer.schedule.values.n = (int)n;
+  c->optimizer.schedule.warmup_steps = 0;
+  c->optimizer.schedule.warmup_epochs = 0;
+  ts_lr_schedule s;
+  char *yaml = NULL;
+  int rc = ts_config_lr_schedule(c, t->steps_per_epoch, &s);
+  if (!rc) rc = ts_config_dump_string(c, &yaml);
+  if (rc) {
+    free(v);
+    c->optimizer.schedule = old;
+    return rc;
+  }
+  free(old.values.v);
+  free(t->cfg_yaml);
+  t->cfg_yaml = yaml;
+  t->sched = s;
+  return TS_OK;
+}
+
+int64_t ts_trainer_lr_steps(const ts_trainer *t) { return t ? t->sched.total_steps : 0; }
 
 /* ---- built-in callbacks ---- */
 static int loss_monitor(ts_trainer *t, const ts_step_info *s, void *u) {

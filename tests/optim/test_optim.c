@@ -238,8 +238,26 @@ static void test_lr(void) {
   CHECK_OK(ts_lr_check(&s));
   CHECK(fabsf(ts_lr_at(&s, 9) - 0.09f) < 1e-8f && ts_lr_at(&s, 10) == 0.1f);
   CHECK(ts_lr_at(&s, 11) == 0.0f && ts_lr_at(&s, 1000) == 0.0f && ts_lr_at(&s, 0) == 0.0f);
+  /* TABLE: rate i at step i, the last one after the table; no warm-up; rates finite and >= 0 */
+  const float tab[3] = {0.3f, 0.2f, 0.1f};
+  memset(&s, 0, sizeof s);
+  s.kind = TS_LR_TABLE;
+  s.base_lr = 7;
+  CHECK(ts_lr_check(&s) == TS_EINVAL && strstr(ts_last_error(), "no rates"));
+  s.table = tab;
+  s.ntable = 3;
+  CHECK_OK(ts_lr_check(&s));
+  CHECK(ts_lr_at(&s, 0) == 0.3f && ts_lr_at(&s, 2) == 0.1f && ts_lr_at(&s, 3) == 0.1f && ts_lr_at(&s, -1) == 0.3f);
+  s.warmup_steps = 1;
+  CHECK(ts_lr_check(&s) == TS_EINVAL && strstr(ts_last_error(), "warmup_steps"));
+  s.warmup_steps = 0;
+  const float bad[2] = {0.1f, NAN};
+  s.table = bad;
+  s.ntable = 2;
+  CHECK(ts_lr_check(&s) == TS_EINVAL && strstr(ts_last_error(), "rate [1]"));
   ts_lr_kind lk;
   CHECK(ts_lr_kind_parse("Cosine", &lk) == TS_OK && lk == TS_LR_COSINE);
+  CHECK(ts_lr_kind_parse("table", &lk) == TS_OK && lk == TS_LR_TABLE);
   CHECK(ts_lr_kind_parse("poly", &lk) == TS_ENOTFOUND);
 }
 

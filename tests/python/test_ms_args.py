@@ -157,7 +157,8 @@ class TestArgs(models.ScratchCase):
                     nn.SoftmaxCrossEntropyWithLogits, 1)
 
     def test_optimizers(self):
-        self.raises(TypeError, "For 'Momentum', the 'learning_rate' must be a float", nn.Momentum, [], "0.1", 0.9)
+        self.raises(TypeError, "For 'Momentum', the 'learning_rate' should be int, float, Tensor, Iterable or "
+                    "LearningRateSchedule, but got str '0.1'.", nn.Momentum, [], "0.1", 0.9)
         self.raises(TypeError, "For 'Momentum', the 'momentum' must be a float, but got str '0.9'.", nn.Momentum, [],
                     0.1, "0.9")
         self.raises(TypeError, "For 'Adam', the 'beta1' must be a float", nn.Adam, [], 0.1, beta1="0.9")

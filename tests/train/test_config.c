@@ -53,11 +53,14 @@ static int cfg_equal(const ts_config *a, const ts_config *b) {
     memset(&both[i]->parallel.strategies, 0, sizeof both[i]->parallel.strategies);
     memset(&both[i]->parallel.stages, 0, sizeof both[i]->parallel.stages);
     memset(&both[i]->parallel.all_reduce_fusion_config, 0, sizeof both[i]->parallel.all_reduce_fusion_config);
+    memset(&both[i]->optimizer.schedule.values, 0, sizeof both[i]->optimizer.schedule.values);
   }
   const ts_cfg_ilist *fa = &a->parallel.all_reduce_fusion_config, *fb = &b->parallel.all_reduce_fusion_config;
+  const ts_cfg_flist *va = &a->optimizer.schedule.values, *vb = &b->optimizer.schedule.values;
   int eq = memcmp(x, y, offsetof(ts_config, source)) == 0 && strats_equal(&a->parallel.strategies, &b->parallel.strategies) &&
            strats_equal(&a->parallel.stages, &b->parallel.stages) && fa->n == fb->n &&
-           (fa->n == 0 || !memcmp(fa->v, fb->v, sizeof(int) * (size_t)fa->n));
+           (fa->n == 0 || !memcmp(fa->v, fb->v, sizeof(int) * (size_t)fa->n)) && va->n == vb->n &&
+           (va->n == 0 || !memcmp(va->v, vb->v, sizeof(float) * (size_t)va->n));
   free(x);
   free(y);
   return eq;
@@ -151,6 +154,7 @@ static const struct {
     {"optimizer.schedule.gamma", "0.2"},
     {"optimizer.schedule.milestones", "[10, 20]"},
     {"optimizer.schedule.min_lr", "0.0001"},
+    {"optimizer.schedule.values", "[0.5, 0.1, 1.0e-7]"}, /* read by schedule table only: kept all the same */
     {"parallel.mode", "semi_auto_parallel"},
     {"parallel.gradients_mean", "false"},
     {"parallel.bucket_size_mb", "0.5"},
@@ -795,6 +799,37 @@ static void test_conversions(void) {
   CHECK(s.warmup_steps == 3 && g_nwarn == 1 &&
         has(g_warn, "optimizer.schedule.warmup_steps 10 is longer than the run (train.steps 3): the warm-up is "
                     "clipped to the run's 3 steps"));
+
+  /* schedule table: one rate per step, kept as f32 (MindSpore's list / 1-D Tensor learning_rate) */
+  const char *ov2d[] = {"optimizer.schedule={name: table, values: [0.1, 0.05, 0.1000000001, 3.0e-5]}", "train.steps=4"};
+  CHECK_OK(ts_config_load(NULL, ov2d, 2, &c));
+  CHECK_OK(ts_config_lr_schedule(&c, 10, &s));
+  CHECK(s.kind == TS_LR_TABLE && s.ntable == 4 && s.table == c.optimizer.schedule.values.v);
+  CHECK(ts_lr_at(&s, 0) == 0.1f && ts_lr_at(&s, 1) == 0.05f && ts_lr_at(&s, 2) == 0.1f && ts_lr_at(&s, 3) == 3.0e-5f);
+  CHECK(ts_lr_at(&s, 9) == 3.0e-5f); /* past the table: its last rate (ts_lr_at's contract) */
+  {
+    char *y = NULL; /* the dump reloads to the same f32 rates */
+    ts_config r;
+    CHECK_OK(ts_config_dump_string(&c, &y));
+    CHECK(y && has(y, "values: [0.1, 0.05, 0.1, 3.0e-05]"));
+    CHECK_OK(ts_config_load_string(y, "dump", NULL, 0, &r));
+    CHECK(cfg_equal(&c, &r));
+    ts_config_free(&r);
+    free(y);
+  }
+  CHECK_OK(ts_config_set(&c, "train.steps", "5")); /* a run longer than the table: refused, both numbers */
+  CHECK(ts_config_lr_schedule(&c, 10, &s) == TS_ECONFIG);
+  CHECK_MSG(has(ts_last_error(), "optimizer.schedule.values: 4 rates for a run of 5 steps (train.steps 5): give one "
+                                 "rate per step"), "%s", ts_last_error());
+  CHECK_OK(ts_config_set(&c, "train.steps", "0"));
+  CHECK_OK(ts_config_set(&c, "train.epochs", "1"));
+  CHECK(ts_config_lr_schedule(&c, 8, &s) == TS_ECONFIG && has(ts_last_error(), "(train.epochs 1 x 8 steps per epoch)"));
+  const char *ov2e[] = {"optimizer.schedule={name: table}"};
+  CHECK(ts_config_load(NULL, ov2e, 1, &c) == TS_ECONFIG && has(ts_last_error(), "optimizer.schedule.values: needed"));
+  const char *ov2f[] = {"optimizer.schedule={name: table, values: [0.1], warmup_steps: 3}"};
+  CHECK(ts_config_load(NULL, ov2f, 1, &c) == TS_ECONFIG && has(ts_last_error(), "warm-up included"));
+  const char *ov2g[] = {"optimizer.schedule={name: table, values: [0.1, -1]}"};
+  CHECK(ts_config_load(NULL, ov2g, 1, &c) == TS_ECONFIG && has(ts_last_error(), "optimizer.schedule.values[1]"));
 
   /* transforms: training list as given, evaluation list "auto" without the random ones */
   const char *ov3[] = {"data.transforms=[{name: random_crop, size: 28, padding: 2}, hflip, "

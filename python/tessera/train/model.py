@@ -203,7 +203,31 @@ class Model:
             from ..checkpoint import load_param_into_net
             load_param_into_net(self.network, pending)
         self._trainer, self._keys_used = t, keys
+        self._lr_cover(t)
         return t
+
+    def _lr_cover(self, t, steps=0):
+        """An optimizer whose learning_rate is a LearningRateSchedule: the trainer's table of rates
+        (ts_trainer_set_lr_table) made to cover the run's steps, and `steps` (a run about to be
+        lengthened; TrainOneStepCell's steps, which no run length bounds)."""
+        cell = getattr(self.optimizer, "_lr_cell", None) if self.optimizer is not None else None
+        if cell is None:
+            return
+        need = max(int(steps), t.info()["lr_steps"], 1)
+        have = self.__dict__.get("_lr_have")
+        if have and have[0] is t and have[1] >= need:
+            return
+        if have and have[0] is t:
+            need = max(need, 2 * have[1])  # grown by doubling: a step-by-step caller costs O(steps) in all
+        t.set_lr_table(cell.rates(need))
+        self.__dict__["_lr_have"] = (t, need)
+
+    def _continue(self, t, epochs):
+        """t.continue_epochs(epochs), a LearningRateSchedule's table lengthened first."""
+        info = t.info()
+        spe = max(info["steps_per_epoch"], 1)
+        self._lr_cover(t, (info["step"] + epochs * spe + spe - 1) // spe * spe)
+        t.continue_epochs(epochs)
 
     def _resumed(self, keys, strict=True):
         """A trainer for keys resumed from the current trainer's state (a checkpoint in $TMPDIR,
@@ -284,11 +308,11 @@ class Model:
                 {k: v for k, v in self._keys_used.items() if k != "train.epochs"}
             if same:  # the same run, lengthened
                 t.clear_callbacks()
-                t.continue_epochs(epochs)
+                self._continue(t, epochs)
                 self._keys_used = keys
             else:  # another data set or config: a trainer resumed from the state reached
                 t = self._resumed(keys, strict=False)
-                t.continue_epochs(epochs)  # its steps per epoch may differ: `epochs` from here
+                self._continue(t, epochs)  # its steps per epoch may differ: `epochs` from here
         elif t is not None and keys == self._keys_used:  # built by infer_train_layout for these keys
             t.clear_callbacks()
         else:
@@ -543,6 +567,7 @@ _PY_ARGS = [
     ("train.amp_level", "Model's amp_level / amp.auto_mixed_precision"),
     ("train.loss_scale", "Model's loss_scale_manager"),
     ("optimizer.lr", "the optimizer's learning_rate"),
+    ("optimizer.schedule.values", "the optimizer's learning_rate (a list: one rate per step)"),
     ("optimizer.", "the optimizer's arguments"),
     ("data.train_limit", "the data set's num_samples"),
     ("data.", "the data set's arguments"),
