@@ -970,14 +970,16 @@ class Lamb(_AdamLike):
 def __getattr__(name):
     """nn.TrainOneStepCell lives with the trainer (tessera.train.one_step), the learning-rate
     schedules and lists in tessera.learning_rate_schedule and tessera.dynamic_lr (MindSpore's
-    nn.CosineDecayLR, nn.cosine_decay_lr, ..., nn.dynamic_lr): loaded on first use."""
+    nn.CosineDecayLR, nn.cosine_decay_lr, ..., nn.dynamic_lr), the metrics in tessera.metrics
+    (nn.Accuracy, ..., nn.metrics): loaded on first use."""
     if name == "TrainOneStepCell":
         from .train.one_step import TrainOneStepCell
         return TrainOneStepCell
-    from . import dynamic_lr, learning_rate_schedule
-    if name in ("dynamic_lr", "learning_rate_schedule"):
-        return dynamic_lr if name == "dynamic_lr" else learning_rate_schedule
-    for m in (dynamic_lr, learning_rate_schedule):
+    from . import dynamic_lr, learning_rate_schedule, metrics
+    mods = {"dynamic_lr": dynamic_lr, "learning_rate_schedule": learning_rate_schedule, "metrics": metrics}
+    if name in mods:
+        return mods[name]
+    for m in mods.values():
         if name in m.__all__:
             return getattr(m, name)
     raise AttributeError("module 'tessera.nn' has no attribute '%s'" % name)

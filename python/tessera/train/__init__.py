@@ -1,5 +1,9 @@
-"""tessera.train: Model and the callbacks (MindSpore's mindspore.train)."""
+"""tessera.train: Model, the callbacks and the metrics (MindSpore's mindspore.train)."""
 from .callback import (Callback, CheckpointConfig, LossMonitor, ModelCheckpoint, RunContext, TimeMonitor)
 from .model import Model
+from ..metrics import (Accuracy, F1, Fbeta, Loss, MAE, MSE, Metric, Precision, Recall,  # noqa: F401
+                       Top1CategoricalAccuracy, Top5CategoricalAccuracy, TopKCategoricalAccuracy)
 
-__all__ = ["Model", "Callback", "RunContext", "LossMonitor", "TimeMonitor", "ModelCheckpoint", "CheckpointConfig"]
+__all__ = ["Model", "Callback", "RunContext", "LossMonitor", "TimeMonitor", "ModelCheckpoint", "CheckpointConfig", "Metric", "Accuracy",
+           "TopKCategoricalAccuracy", "Top1CategoricalAccuracy", "Top5CategoricalAccuracy", "Loss", "Precision", "Recall",
+           "Fbeta", "F1", "MAE", "MSE"]

@@ -21,6 +21,37 @@ from .callback import ModelCheckpoint, RunContext, _as_callback
 _METRICS = {"acc": "top1", "accuracy": "top1", "top_1_accuracy": "top1", "top_5_accuracy": "top5", "loss": "loss"}
 
 
+def _metric_specs(metrics):
+    """Model's metrics as [(name, trainer figure or None, metric object or None)]: a set / list of
+    names (acc, accuracy, top_1_accuracy, top_5_accuracy, loss), or MindSpore's dict {name: Metric
+    object or one of those names}. An object of a built-in class that is one of the trainer's
+    figures (Accuracy, Top1/Top5CategoricalAccuracy, Loss) is read from the trainer's evaluation;
+    any other (Precision, F1, a user's Metric subclass: clear/update/eval) is updated with the
+    logits of each evaluation batch."""
+    from .. import metrics as M
+    if metrics is None:
+        return []
+    if isinstance(metrics, str):
+        raise ValueError("Model: metrics must be a set of names or a dict {name: Metric}, got the string %r (write "
+                         "{%r})" % (metrics, metrics))
+    out = []
+    items = metrics.items() if isinstance(metrics, dict) else ((m, m) for m in metrics)
+    for name, m in items:
+        if isinstance(m, str):
+            if m not in _METRICS:
+                raise ValueError("Model: metric '%s' unknown (expected: %s, or a Metric object in a dict: "
+                                 "{'Accuracy': nn.Accuracy()})" % (m, ", ".join(sorted(_METRICS))))
+            out.append((name, _METRICS[m], None))
+        elif all(callable(getattr(m, f, None)) for f in ("clear", "update", "eval")):
+            builtin = type(m) in (M.Accuracy, M.TopKCategoricalAccuracy, M.Top1CategoricalAccuracy,
+                                  M.Top5CategoricalAccuracy, M.Loss)
+            out.append((name, m._key if builtin and m._key else None, m))
+        else:
+            raise ValueError("Model: metrics[%r] is %r: expected a metric name or a Metric object (clear, update, "
+                             "eval)" % (name, m))
+    return out
+
+
 class Model:
     """Model(network, loss_fn=None, optimizer=None, metrics=None, amp_level="O0", config=None).
     metrics: names among acc, accuracy, loss, top_1_accuracy, top_5_accuracy. config (Tessera):
@@ -42,7 +73,8 @@ class Model:
         if loss_fn is None:  # MindSpore's form where the network outputs the loss: nn.WithLossCell
             network, loss_fn = _nn._unwrap_with_loss(network, metrics)
             zoo = getattr(network, "_zoo_keys", None)
-        _nn._check_loss_fn(loss_fn, zoo is not None, metrics)
+        specs = _metric_specs(metrics)
+        _nn._check_loss_fn(loss_fn, zoo is not None, ["loss"] if any(s[1] == "loss" for s in specs) else [])
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ValueError("Model: optimizer must be a tessera.nn optimizer, got %r" % (optimizer,))
         if optimizer is not None and zoo is None and optimizer.parameters:
@@ -51,9 +83,6 @@ class Model:
             if want - have:
                 raise ValueError("%s: Tessera trains every parameter of the network; params lacks %s"
                                  % (type(optimizer).__name__, ", ".join(sorted(want - have)[:5])))
-        for m in metrics or ():
-            if m not in _METRICS:
-                raise ValueError("Model: metric '%s' unknown (expected: %s)" % (m, ", ".join(sorted(_METRICS))))
         lv = {"O0": 0, "O1": 1, "O2": 2, "O3": 3}
         if amp_level not in lv:
             raise ValueError("Model: amp_level: O0, O1, O2 or O3, got %r" % (amp_level,))
@@ -80,7 +109,7 @@ class Model:
             raise ValueError("Model: gradient_accumulation_steps must be an int >= 1, got %r"
                              % (gradient_accumulation_steps,))
         self.network, self.loss_fn, self.optimizer = network, loss_fn, optimizer
-        self.metrics = list(metrics or [])
+        self.metrics = specs
         self.amp = lv[amp_level]
         self.amp_dtype = getattr(network, "_amp_dtype", None)
         self.loss_scale_manager = loss_scale_manager
@@ -425,11 +454,37 @@ class Model:
                     del keys[k]
             keys.update(ek)
             t = self._resumed(keys)
-        r = t.evaluate()
+        specs = self.metrics or [("acc", "top1", None)]
+        r = t.evaluate() if any(key for _, key, _ in specs) else {}
         out = {}
-        for m in self.metrics or ["acc"]:
-            out[m] = r[_METRICS[m]]
-        return out
+        for name, key, m in specs:
+            if key:
+                out[name] = r[key]
+        py = [(name, m) for name, key, m in specs if not key]
+        if py:
+            out.update(self._eval_metrics(t, valid_dataset, py))
+        return {name: out[name] for name, _, _ in specs}
+
+    def _eval_metrics(self, t, ds, metrics):
+        """Metric objects computed here: each batch of ds forward through the evaluation graph
+        (Model.predict's), update(logits, labels) with Tensors of values, then eval()."""
+        import numpy as np
+        if context.get_group_size() > 1:
+            raise ValueError("Model.eval: metrics %s are computed in Python from each batch's logits, on one process "
+                             "only; on %d ranks use Accuracy, Top1/Top5CategoricalAccuracy or Loss (the trainer's "
+                             "figures, over every rank)" % (", ".join(repr(n) for n, _ in metrics),
+                                                            context.get_group_size()))
+        for _, m in metrics:
+            m.clear()
+        n = 0
+        for x, y in ds.create_tuple_iterator():
+            logits = t.forward(np.ascontiguousarray(x))
+            for _, m in metrics:
+                m.update(Tensor(logits), Tensor(np.asarray(y)))
+            n += 1
+        if n == 0:
+            raise ValueError("Model.eval: the evaluation data set has no batches")
+        return {name: m.eval() for name, m in metrics}
 
     def predict(self, *predict_data):
         """The network's output (logits, numpy) on predict_data: a Tensor or numpy array of
