@@ -2,7 +2,8 @@
 """Generates Tessera's PyTorch reference fixtures as safetensors files in tests/fixtures/.
 
 Run with Debian's python3-torch (1.13):   /usr/bin/python3 scripts/make_fixtures.py [part ...]
-Parts: st (safetensors interop), optim (optimizers, LR schedules, clipping), ops (per-op
+Parts: st (safetensors interop), optim (optimizers, LR schedules, clipping), mslr (MindSpore's
+LearningRateSchedule cells against PyTorch's schedulers), ops (per-op
 forward/backward), train (5 training steps of a small MLP and CNN), vision (torchvision
 references for the data transforms: tf_*.safetensors, described in docs/data-pipeline.md).
 Default: all. The format of every file is described in docs/fixtures.md.
@@ -790,7 +791,42 @@ def part_vision():
     save("tf_erase.safetensors", t, {"boxes": jdump(boxes), "source": src})
 
 
-PARTS = {"st": part_st, "optim": part_optim, "ops": part_ops, "train": part_train, "vision": part_vision}
+# ----------------------------------------------------------------------------- part: mslr
+
+# MindSpore's LearningRateSchedule cells (python/tessera/learning_rate_schedule.py) where PyTorch
+# has the same curve: the cell's arguments in the metadata, PyTorch's rates as the tensor.
+MSLR_CASES = [
+    ("CosineDecayLR", dict(min_lr=0.01, max_lr=0.1, decay_steps=10), 11,
+     lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10, eta_min=0.01), 0.1),
+    ("ExponentialDecayLR", dict(learning_rate=0.1, decay_rate=0.9, decay_steps=1, is_stair=True), 12,
+     lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.9), 0.1),
+    ("ExponentialDecayLR", dict(learning_rate=0.1, decay_rate=0.5, decay_steps=3, is_stair=True), 12,
+     lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5), 0.1),
+    ("PolynomialDecayLR", dict(learning_rate=0.1, end_learning_rate=0.0, decay_steps=8, power=2.0), 12,
+     lambda o: torch.optim.lr_scheduler.PolynomialLR(o, 8, 2.0), 0.1),
+    ("WarmUpLR", dict(learning_rate=0.1, warmup_steps=4), 8,
+     lambda o: torch.optim.lr_scheduler.LinearLR(o, 1e-30, 1.0, 4), 0.1),
+]
+
+
+def part_mslr():
+    t, meta = {}, {}
+    for i, (cell, args, n, make, lr) in enumerate(MSLR_CASES):
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+        s = make(opt)
+        rates = []
+        for _ in range(n):
+            rates.append(opt.param_groups[0]["lr"])
+            opt.step()
+            s.step()
+        name = "case%d" % i
+        t[name] = torch.tensor(rates, dtype=torch.float32)
+        meta[name] = jdump({"cell": cell, "args": args})
+    save("ms_lr_schedules.safetensors", t, meta)
+
+
+PARTS = {"st": part_st, "optim": part_optim, "ops": part_ops, "train": part_train, "vision": part_vision,
+         "mslr": part_mslr}
 
 
 def main(argv):

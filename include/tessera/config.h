@@ -133,6 +133,13 @@ typedef struct {
   int *v;
 } ts_cfg_ilist;
 
+/* A list of strings of any length (optimizer.no_decay_params: parameter names). v and each string
+ * are malloc'd and owned like ts_cfg_ilist. */
+typedef struct {
+  int n;
+  char **v;
+} ts_cfg_slist;
+
 /* A list of f32 numbers of any length (optimizer.schedule.values: one learning rate per step).
  * v is malloc'd and owned like ts_cfg_ilist. */
 typedef struct {
@@ -235,6 +242,7 @@ typedef struct {
     ts_cfg_floats betas; /* exactly 2 */
     double eps;
     int exclude_bias_and_norm; /* no weight decay on biases and norm parameters */
+    ts_cfg_slist no_decay_params; /* names (or '*' patterns) of parameters without weight decay */
     int lamb_always_adapt;
     double clip_grad_norm; /* 0 = off */
     struct {

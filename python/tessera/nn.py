@@ -876,6 +876,72 @@ def _learning_rate(lr, where):
     return None, np.ascontiguousarray(a, dtype=np.float32), None
 
 
+def _same_lr(a, b):
+    """Two learning_rate arguments that give every step the same rate."""
+    import numpy as np
+    if a is b:
+        return True
+    try:
+        x, y = _learning_rate(a, "group"), _learning_rate(b, "group")
+    except (TypeError, ValueError):
+        return False
+    if x[2] is not None or y[2] is not None:
+        return x[2] is y[2]
+    if x[0] is not None or y[0] is not None:
+        return x[0] == y[0] or x[1] is not None and np.all(x[1] == y[0]) or y[1] is not None and np.all(y[1] == x[0])
+    return x[1].shape == y[1].shape and np.array_equal(x[1], y[1])
+
+
+def _param_groups(groups, learning_rate, weight_decay, where):
+    """MindSpore's parameter groups ([{"params": [...], "weight_decay": wd, "lr": lr}, ...,
+    {"order_params": [...]}]) as (parameters, weight decay, names without decay): Tessera has one
+    learning rate and one weight decay, with a set of parameters exempt from it
+    (optimizer.no_decay_params); groups that differ otherwise are refused, saying how."""
+    keys = ("params", "lr", "weight_decay", "grad_centralization", "order_params")
+    params, decays, seen, order = [], [], set(), None
+    for g in groups:
+        if not isinstance(g, dict):
+            raise TypeError("For '%s', parameter groups must all be dicts, but got %s." % (where, describe(g)))
+        bad = [k for k in g if k not in keys]
+        if bad:
+            raise KeyError("For '%s', the key %s cannot be recognized in group params (%s)." % (where, bad,
+                                                                                                ", ".join(keys)))
+        if "order_params" in g:
+            if len(g) > 1:
+                raise ValueError("For '%s', the order params dict in group parameters should only include the "
+                                 "'order_params' key." % where)
+            order = list(g["order_params"])
+            continue
+        if "lr" in g and not _same_lr(g["lr"], learning_rate):
+            raise ValueError("%s: a parameter group with its own learning rate (lr=%s) is not supported: Tessera "
+                             "updates every parameter with the optimizer's learning_rate (%s)"
+                             % (where, describe(g["lr"]), describe(learning_rate)))
+        if g.get("grad_centralization"):
+            raise ValueError("%s: grad_centralization=True is not supported" % where)
+        wd = check_float(g.get("weight_decay", weight_decay), "weight_decay", where, 0.0)
+        ps = list(g.get("params") or [])
+        if not ps:
+            raise ValueError("For '%s', the group 'params' must not be empty." % where)
+        for p in ps:
+            name = getattr(p, "name", None)
+            if not isinstance(p, Parameter) or not name:
+                raise TypeError("For '%s', the group 'params' must be Parameters of the network (trainable_params()), "
+                                "but got %s." % (where, describe(p)))
+            if name in seen:
+                raise RuntimeError("For '%s', the %s parameter already exists in another group." % (where, name))
+            seen.add(name)
+            params.append(p)
+            decays.append(wd)
+    if order is not None and {getattr(p, "name", None) for p in order} != seen:
+        raise ValueError("For '%s', the 'order_params' should be the same parameters as the groups'." % where)
+    nonzero = sorted({d for d in decays if d > 0})
+    if len(nonzero) > 1:
+        raise ValueError("%s: parameter groups with weight decays %s: Tessera has one weight decay, and parameters "
+                         "without any (a group's weight_decay 0)" % (where, " and ".join("%g" % d for d in nonzero)))
+    wd = nonzero[0] if nonzero else 0.0
+    return params, wd, [p.name for p, d in zip(params, decays) if wd > 0 and d == 0]
+
+
 class Optimizer:
     """Base of the optimizers: `keys` are the optimizer.* config keys. learning_rate is MindSpore's:
     a float, a list (tuple, numpy array, 1-D Tensor) of per-step rates (nn.dynamic_lr's lists:
@@ -892,13 +958,17 @@ class Optimizer:
         if lr is None and schedule is not None:
             raise ValueError("%s: schedule= (Tessera's schedules) takes a float learning_rate (its peak), got a %s"
                              % (type(self).__name__, "list of rates" if cell is None else type(cell).__name__))
-        if isinstance(params, (list, tuple)) and params and isinstance(params[0], dict):
-            raise ValueError("%s: parameter groups are not supported (one weight decay for all; "
-                             "optimizer.exclude_bias_and_norm)" % type(self).__name__)
-        self.parameters = list(params) if params is not None else []
         where = type(self).__name__
+        groups = isinstance(params, (list, tuple)) and params and isinstance(params[0], dict)
+        if groups:  # MindSpore's parameter groups: the decay set explicit, biases and norms as any other
+            params, weight_decay, nodecay = _param_groups(params, learning_rate, weight_decay, where)
+        self.parameters = list(params) if params is not None else []
         self.keys = {"optimizer.name": self.name,
                      "optimizer.weight_decay": check_float(weight_decay, "weight_decay", where, 0.0)}
+        if groups:
+            self.keys["optimizer.exclude_bias_and_norm"] = False
+            if nodecay:
+                self.keys["optimizer.no_decay_params"] = nodecay
         self.learning_rate, self._lr_cell = learning_rate, cell
         if table is not None:  # every step's rate: Tessera's schedule table
             self.keys["optimizer.schedule"] = {"name": "table", "values": [float(v) for v in table]}

@@ -630,6 +630,29 @@ static int node_flist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k,
   return TS_OK;
 }
 
+/* A list of non-empty strings of any length into *out (malloc'd; the caller owns it, also on error). */
+static int node_slist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_slist *out) {
+  char d[96];
+  out->n = 0;
+  out->v = NULL;
+  if (is_null(n)) return TS_OK;
+  if (n->type != YAML_SEQUENCE_NODE)
+    return perr(c, n, "%s: expected a list of strings, got %s", k->path, describe(n, d, sizeof d));
+  int cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+  if (cnt > 0 && !(out->v = calloc((size_t)cnt, sizeof *out->v)))
+    return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+  for (int i = 0; i < cnt; i++) {
+    const yaml_node_t *e = node_at(c, n->data.sequence.items.start[i]);
+    if (e->type != YAML_SCALAR_NODE || is_null(e) || !*sval(e))
+      return perr(c, e, "%s[%d]: expected a non-empty string, got %s", k->path, i, describe(e, d, sizeof d));
+    if (strlen(sval(e)) != e->data.scalar.length)
+      return perr(c, e, "%s[%d]: contains a NUL byte", k->path, i);
+    if (!(out->v[i] = strdup(sval(e)))) return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+    out->n = i + 1;
+  }
+  return TS_OK;
+}
+
 /* ------------------------------------------------------------------ string lists */
 static int parse_strs(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_cfg_strs *out) {
   char d[96];
@@ -754,6 +777,16 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
         memcpy(p, &v, sizeof v);
       } else {
         free(v.v);
+      }
+      break;
+    }
+    case CT_SLIST: {
+      ts_cfg_slist v = {0, NULL};
+      if (!(rc = node_slist(c, n, k, &v))) {
+        ts__cfg_slist_free((ts_cfg_slist *)p);
+        memcpy(p, &v, sizeof v);
+      } else {
+        ts__cfg_slist_free(&v);
       }
       break;
     }
@@ -1117,6 +1150,7 @@ typedef void (*fmt_elem_fn)(ts__sb *b, const void *list, int i);
 static void fmt_int_at(ts__sb *b, const void *list, int i) { ts__sb_printf(b, "%d", ((const int *)list)[i]); }
 static void fmt_double_at(ts__sb *b, const void *list, int i) { fmt_double(b, ((const double *)list)[i]); }
 static void fmt_float_at(ts__sb *b, const void *list, int i) { fmt_float(b, ((const float *)list)[i]); }
+static void fmt_sptr_at(ts__sb *b, const void *list, int i) { fmt_string(b, ((char *const *)list)[i]); }
 static void fmt_str_at(ts__sb *b, const void *list, int i) { fmt_string(b, ((const char (*)[160])list)[i]); }
 static void fmt_tf_at(ts__sb *b, const void *list, int i) { fmt_tf(b, &((const ts_transform *)list)[i]); }
 static void fmt_pair_at(ts__sb *b, const void *list, int i) {
@@ -1164,6 +1198,7 @@ static void fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
     case CT_FLOATS: fmt_list(b, "[]", ((const ts_cfg_floats *)p)->v, ((const ts_cfg_floats *)p)->n, fmt_double_at); break;
     case CT_ILIST: fmt_list(b, "[]", ((const ts_cfg_ilist *)p)->v, ((const ts_cfg_ilist *)p)->n, fmt_int_at); break;
     case CT_FLIST: fmt_list(b, "[]", ((const ts_cfg_flist *)p)->v, ((const ts_cfg_flist *)p)->n, fmt_float_at); break;
+    case CT_SLIST: fmt_list(b, "[]", ((const ts_cfg_slist *)p)->v, ((const ts_cfg_slist *)p)->n, fmt_sptr_at); break;
     case CT_STAGES:
     case CT_STRATS: fmt_list(b, "{}", ((const ts_cfg_strategies *)p)->v, ((const ts_cfg_strategies *)p)->n, fmt_pair_at); break;
     case CT_STRS: fmt_list(b, "[]", ((const ts_cfg_strs *)p)->v, ((const ts_cfg_strs *)p)->n, fmt_str_at); break;
@@ -1449,7 +1484,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
                                    "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages", "int list",
-                                   "float list"};
+                                   "float list", "string list"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

@@ -22,6 +22,7 @@ enum {
   CT_STAGES, /* ts_cfg_strategies holding stage numbers (parallel.stages) */
   CT_ILIST,  /* ts_cfg_ilist (any length, malloc'd) */
   CT_FLIST,  /* ts_cfg_flist (any length, malloc'd; f32) */
+  CT_SLIST,  /* ts_cfg_slist (any length, malloc'd) */
 };
 
 enum {
@@ -58,6 +59,7 @@ typedef struct {
   int random;
 } tfdef;
 const tfdef *ts__cfg_tf_by_kind(ts_transform_kind k);
+void ts__cfg_slist_free(ts_cfg_slist *s); /* config_lists.c */
 int ts__cfg_enum_count(const char *const *names);
 /* The training-relevant keys that differ between a checkpoint's config and this run's (YAML
  * text), "key: A in the checkpoint, B now; ..." (at most max, then "... and K more"); returns the count. */

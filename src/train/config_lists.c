@@ -1,6 +1,6 @@
 /* Configuration: the lists a ts_config owns (include/tessera/config.h). parallel.strategies and
- * parallel.stages (ts_cfg_strategies), parallel.all_reduce_fusion_config (ts_cfg_ilist) and
- * optimizer.schedule.values (ts_cfg_flist) have
+ * parallel.stages (ts_cfg_strategies), parallel.all_reduce_fusion_config (ts_cfg_ilist),
+ * optimizer.schedule.values (ts_cfg_flist) and optimizer.no_decay_params (ts_cfg_slist) have
  * no length limit, so they live in malloc'd arrays outside the struct: a config owns them,
  * ts_config_free releases them, ts_config_copy duplicates them (a plain struct copy is a view
  * that must not be freed or have a list key set). Parsing them from YAML stays in config.c. */
@@ -69,6 +69,28 @@ static int flist_copy(ts_cfg_flist *dst, const ts_cfg_flist *src) {
   return TS_OK;
 }
 
+static void slist_free(ts_cfg_slist *s) {
+  for (int i = 0; i < s->n; i++) free(s->v[i]);
+  free(s->v);
+  s->v = NULL;
+  s->n = 0;
+}
+
+static int slist_copy(ts_cfg_slist *dst, const ts_cfg_slist *src) {
+  dst->n = 0;
+  dst->v = NULL;
+  if (src->n <= 0) return TS_OK;
+  if (!(dst->v = calloc((size_t)src->n, sizeof *dst->v))) return ts_error_set(TS_ENOMEM, "config: out of memory");
+  for (; dst->n < src->n; dst->n++)
+    if (!(dst->v[dst->n] = strdup(src->v[dst->n]))) {
+      slist_free(dst);
+      return ts_error_set(TS_ENOMEM, "config: out of memory");
+    }
+  return TS_OK;
+}
+
+void ts__cfg_slist_free(ts_cfg_slist *s) { slist_free(s); }
+
 /* The keys whose values live outside the struct (lists of any length). */
 #define OWNED_KEYS(X) X(parallel.strategies) X(parallel.stages)
 
@@ -80,6 +102,7 @@ void ts_config_free(ts_config *cfg) {
   free(cfg->parallel.all_reduce_fusion_config.v);
   cfg->parallel.all_reduce_fusion_config.v = NULL;
   cfg->parallel.all_reduce_fusion_config.n = 0;
+  slist_free(&cfg->optimizer.no_decay_params);
   free(cfg->optimizer.schedule.values.v);
   cfg->optimizer.schedule.values.v = NULL;
   cfg->optimizer.schedule.values.n = 0;
@@ -101,6 +124,9 @@ int ts_config_copy(ts_config *dst, const ts_config *src) {
   dst->optimizer.schedule.values.v = NULL;
   dst->optimizer.schedule.values.n = 0;
   if (!rc) rc = flist_copy(&dst->optimizer.schedule.values, &src->optimizer.schedule.values);
+  dst->optimizer.no_decay_params.v = NULL;
+  dst->optimizer.no_decay_params.n = 0;
+  if (!rc) rc = slist_copy(&dst->optimizer.no_decay_params, &src->optimizer.no_decay_params);
   if (rc) ts_config_free(dst);
   return rc;
 }

@@ -223,6 +223,10 @@ const ts__cfg_key ts__cfg_keys[] = {
      CF_HASH | CF_LO_OPEN, "adam, adamw, lamb: denominator epsilon (apex's LAMB default is 1e-6)"},
     {"optimizer.exclude_bias_and_norm", CT_BOOL, FLD(optimizer.exclude_bias_and_norm), "true",
      NULL, 0, 0, 0, 0, CF_HASH, "no weight decay for biases and normalisation parameters"},
+    {"optimizer.no_decay_params", CT_SLIST, FLD(optimizer.no_decay_params), "[]", NULL, 0, 0, 0, 0, CF_HASH,
+     "parameters without weight decay, by name or '*' pattern (MindSpore's parameter groups: a group with "
+     "weight_decay 0), besides biases and norm parameters under exclude_bias_and_norm; each must match a "
+     "trainable parameter"},
     {"optimizer.lamb_always_adapt", CT_BOOL, FLD(optimizer.lamb_always_adapt), "false", NULL, 0,
      0, 0, 0, CF_HASH, "lamb: trust ratio also for parameters without weight decay (NVLAMB)"},
     {"optimizer.clip_grad_norm", CT_FLOAT, FLD(optimizer.clip_grad_norm), "0", NULL, 0, 1e12, 0,

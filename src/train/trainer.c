@@ -2,6 +2,7 @@
  * this rank's graphs and reduces what crosses ranks; the trainer feeds batches, accumulates
  * gradients over micro-batches, steps the optimizer and schedule, evaluates, calls back, writes
  * checkpoints of the whole model and resumes exactly. */
+#include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -147,6 +148,35 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
   return TS_OK;
 }
 
+/* optimizer.no_decay_params: a name, or a pattern with '*' (fnmatch), matching parameter `name`. */
+static int no_decay_named(const ts_config *cfg, const char *name) {
+  for (int i = 0; i < cfg->optimizer.no_decay_params.n; i++)
+    if (!fnmatch(cfg->optimizer.no_decay_params.v[i], name, 0)) return 1;
+  return 0;
+}
+
+/* Each optimizer.no_decay_params entry must match a trainable parameter of some rank (a pipeline
+ * stage holds only its own): a name that matches none (a typo) is refused, not ignored. */
+static int no_decay_check(const ts_config *cfg, const ts_optim_segment *segs, int nseg) {
+  const ts_cfg_slist *l = &cfg->optimizer.no_decay_params;
+  if (l->n == 0) return TS_OK;
+  float *hit = calloc((size_t)l->n, sizeof *hit);
+  if (!hit) return ts_error_set(TS_ENOMEM, "optimizer.no_decay_params: out of memory");
+  for (int i = 0; i < l->n; i++)
+    for (int s = 0; s < nseg && !hit[i]; s++) hit[i] = !fnmatch(l->v[i], segs[s].name, 0);
+  int rank, size, rc = TS_OK;
+  ts_job_rank(&rank, &size);
+  ts_comm *w = NULL;
+  if (size > 1 && !(rc = ts_comm_world(&w))) rc = ts_comm_allreduce(w, hit, hit, (size_t)l->n, TS_F32, TS_REDUCE_MAX);
+  for (int i = 0; !rc && i < l->n; i++)
+    if (!hit[i])
+      rc = ts_error_set(TS_ECONFIG, "%s: optimizer.no_decay_params: '%s' matches no trainable parameter (the model's "
+                        "are named like '%s')", cfg->source[0] ? cfg->source : "config", l->v[i],
+                        nseg ? segs[0].name : "");
+  free(hit);
+  return rc;
+}
+
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
                     int *nseg) {
   int np = ts_params_count(p);
@@ -157,7 +187,10 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **o
     int fl = ts_params_flags(p, i);
     if (fl & TS_PARAM_STATE) continue;
     ts_shape s = ts_params_shape(p, i);
-    uint32_t sf = (cfg->optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ? TS_SEG_NO_DECAY : 0;
+    uint32_t sf = (cfg->optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ||
+                          no_decay_named(cfg, ts_params_name(p, i))
+                      ? TS_SEG_NO_DECAY
+                      : 0;
     (*segs)[(*nseg)++] = (ts_optim_segment){ts_params_name(p, i), ts_params_offset(p, i), (size_t)ts_shape_numel(&s), sf};
   }
   ts_optim_config oc;
@@ -569,7 +602,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   }
   if ((rc = make_train_pipe(t))) goto fail;
   if ((rc = ts__train_optim(c, t->run->params, t->dist, &t->opt, &t->segs, &t->nseg)) ||
-      (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)))
+      (rc = no_decay_check(c, t->segs, t->nseg)) || (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)))
     goto fail;
   if ((rc = ts_dist_start(t->dist))) {
     if (rc == TS_ECONFIG) rc = ts_error_wrap(rc, "%s", c->source[0] ? c->source : "config");

@@ -54,13 +54,17 @@ static int cfg_equal(const ts_config *a, const ts_config *b) {
     memset(&both[i]->parallel.stages, 0, sizeof both[i]->parallel.stages);
     memset(&both[i]->parallel.all_reduce_fusion_config, 0, sizeof both[i]->parallel.all_reduce_fusion_config);
     memset(&both[i]->optimizer.schedule.values, 0, sizeof both[i]->optimizer.schedule.values);
+    memset(&both[i]->optimizer.no_decay_params, 0, sizeof both[i]->optimizer.no_decay_params);
   }
+  const ts_cfg_slist *na = &a->optimizer.no_decay_params, *nb = &b->optimizer.no_decay_params;
+  int same_names = na->n == nb->n;
+  for (int i = 0; same_names && i < na->n; i++) same_names = !strcmp(na->v[i], nb->v[i]);
   const ts_cfg_ilist *fa = &a->parallel.all_reduce_fusion_config, *fb = &b->parallel.all_reduce_fusion_config;
   const ts_cfg_flist *va = &a->optimizer.schedule.values, *vb = &b->optimizer.schedule.values;
   int eq = memcmp(x, y, offsetof(ts_config, source)) == 0 && strats_equal(&a->parallel.strategies, &b->parallel.strategies) &&
            strats_equal(&a->parallel.stages, &b->parallel.stages) && fa->n == fb->n &&
            (fa->n == 0 || !memcmp(fa->v, fb->v, sizeof(int) * (size_t)fa->n)) && va->n == vb->n &&
-           (va->n == 0 || !memcmp(va->v, vb->v, sizeof(float) * (size_t)va->n));
+           (va->n == 0 || !memcmp(va->v, vb->v, sizeof(float) * (size_t)va->n)) && same_names;
   free(x);
   free(y);
   return eq;
@@ -144,6 +148,7 @@ static const struct {
     {"optimizer.betas", "[0.9, 0.95]"},
     {"optimizer.eps", "1e-6"},
     {"optimizer.exclude_bias_and_norm", "false"},
+    {"optimizer.no_decay_params", "[\"fc.bias\", \"layer1.*.bn1.weight\"]"},
     {"optimizer.lamb_always_adapt", "true"},
     {"optimizer.clip_grad_norm", "1.5"},
     {"optimizer.schedule.name", "multistep"},
