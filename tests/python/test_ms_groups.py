@@ -3,7 +3,8 @@ decay and none (the model zoo's `[{"params": decayed, "weight_decay": wd}, {"par
 {"order_params": ...}]`) give exactly those updates: after one SGD step the decayed weights moved
 by lr * wd * w0 more than without decay, the others not at all (bitwise), and a bias in the
 decayed group is decayed (the groups decide, not Tessera's bias-and-norm default); the same on the
-command line with optimizer.no_decay_params. Groups Tessera cannot express (their own lr, two
+command line with optimizer.no_decay_params (also on a pipeline of 2 ranks, where each name
+is on one stage). Groups Tessera cannot express (their own lr, two
 weight decays, grad_centralization, a key MindSpore does not know) and a name that matches no
 parameter are refused."""
 import os
@@ -92,6 +93,18 @@ class TestGroups(models.ScratchCase):
         rc, out = pyutil.run([b, "train", y, "--set", "optimizer.no_decay_params=[fc1.bais]"], self.dir)
         self.assertEqual(rc, 2, out)
         self.assertIn("optimizer.no_decay_params: 'fc1.bais' matches no trainable parameter", out)
+        # a pipeline of 2 stages: each name is on one rank only, and found there; a typo still refused
+        mpi = pyutil.mpirun(2)
+        if mpi is None:
+            self.skipTest("no mpirun")
+        pipe = ["--set", "parallel.mode=data_parallel", "--set", "parallel.pipeline_stages=2", "--set",
+                "parallel.micro_batches=2", "--set", "log.progress=off"]
+        rc, out = pyutil.run(mpi + [b, "train", y, "--set", "optimizer.no_decay_params=[fc2.bias, fc1.weight]"] + pipe,
+                             self.dir)
+        self.assertEqual(rc, 0, out)
+        rc, out = pyutil.run(mpi + [b, "train", y, "--set", "optimizer.no_decay_params=[fc2.bais]"] + pipe, self.dir)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("'fc2.bais' matches no trainable parameter", out)
 
     def test_refusals(self):
         net = Net()
