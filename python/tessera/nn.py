@@ -953,8 +953,13 @@ class Optimizer:
 
     name = None
 
-    def __init__(self, params, learning_rate, weight_decay=0.0, schedule=None, clip_grad_norm=0.0, **extra):
+    def __init__(self, params, learning_rate, weight_decay=0.0, schedule=None, clip_grad_norm=0.0, loss_scale=1.0,
+                 **extra):
         lr, table, cell = _learning_rate(learning_rate, type(self).__name__)
+        # MindSpore's optimizer loss_scale divides the gradients: paired with
+        # FixedLossScaleManager(S, drop_overflow_update=False), whose scale Tessera's trainer
+        # removes itself; the Model checks the pairing
+        self.loss_scale = check_float(loss_scale, "loss_scale", type(self).__name__, 0.0, min_open=True)
         if lr is None and schedule is not None:
             raise ValueError("%s: schedule= (Tessera's schedules) takes a float learning_rate (its peak), got a %s"
                              % (type(self).__name__, "list of rates" if cell is None else type(cell).__name__))
@@ -993,9 +998,9 @@ class SGD(Optimizer):
             self.name = "momentum"
             super().__init__(params, learning_rate, weight_decay, momentum=float(momentum),
                              dampening=check_float(dampening, "dampening", "SGD"),
-                             nesterov=check_bool(nesterov, "nesterov", "SGD"), **kw)
+                             nesterov=check_bool(nesterov, "nesterov", "SGD"), loss_scale=loss_scale, **kw)
         else:
-            super().__init__(params, learning_rate, weight_decay, **kw)
+            super().__init__(params, learning_rate, weight_decay, loss_scale=loss_scale, **kw)
 
 
 class Momentum(Optimizer):
@@ -1004,7 +1009,7 @@ class Momentum(Optimizer):
 
     def __init__(self, params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, **kw):
         super().__init__(params, learning_rate, weight_decay, momentum=check_float(momentum, "momentum", "Momentum", 0.0),
-                         nesterov=check_bool(use_nesterov, "use_nesterov", "Momentum"), **kw)
+                         nesterov=check_bool(use_nesterov, "use_nesterov", "Momentum"), loss_scale=loss_scale, **kw)
 
 
 class _AdamLike(Optimizer):

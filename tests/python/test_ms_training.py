@@ -89,6 +89,31 @@ class TestTraining(models.ScratchCase):
         with self.assertRaisesRegex(TypeError, "loss_scale_manager"):
             model(loss_scale_manager=1024)
 
+    def test_optimizer_loss_scale(self):
+        # MindSpore's pairing: FixedLossScaleManager(S, drop_overflow_update=False) and the
+        # optimizer's loss_scale=S (it divides the gradients MindSpore's step leaves scaled): the
+        # trainer removes the scale once, so the run is the one without the optimizer's argument
+        runs = []
+        for ols in (1.0, 1024.0):
+            ms.set_seed(3)
+            net = Net()
+            r = Record()
+            m = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Momentum(net.trainable_params(), 0.01, 0.9, loss_scale=ols),
+                         loss_scale_manager=ms.FixedLossScaleManager(1024.0, drop_overflow_update=False))
+            m.train(1, data(32), callbacks=[r])
+            runs.append((r.losses, params(net)))
+        self.assertEqual(runs[0][0], runs[1][0])
+        for k in runs[0][1]:
+            self.assertTrue(np.array_equal(runs[0][1][k], runs[1][1][k]), k)
+        # anything else would train on other gradients than MindSpore's: refused, saying what to give
+        net = Net()
+        for mgr in (None, ms.FixedLossScaleManager(1024.0), ms.FixedLossScaleManager(512.0, False),
+                    ms.DynamicLossScaleManager()):
+            with self.assertRaisesRegex(ValueError, r"Adam\(loss_scale=1024\) divides the gradients by 1024"):
+                ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Adam(net.trainable_params(), 0.01, loss_scale=1024.0), loss_scale_manager=mgr)
+
     def test_dynamic_loss_scale(self):
         r = Record()
         _, m = model(loss_scale_manager=ms.DynamicLossScaleManager(2 ** 20, 4, 3))

@@ -96,6 +96,22 @@ class Model:
         if loss_scale_manager is not None and not isinstance(loss_scale_manager, LossScaleManager):
             raise TypeError("Model: loss_scale_manager must be a FixedLossScaleManager or DynamicLossScaleManager, "
                             "got %r" % (loss_scale_manager,))
+        ols = getattr(optimizer, "loss_scale", 1.0) if optimizer is not None else 1.0
+        if ols != 1.0:
+            # MindSpore: the optimizer's loss_scale divides the gradients, which only a
+            # FixedLossScaleManager(S, drop_overflow_update=False) leaves scaled (by S)
+            from ..amp import FixedLossScaleManager
+            pair = isinstance(loss_scale_manager, FixedLossScaleManager) and \
+                not loss_scale_manager.drop_overflow_update and loss_scale_manager.loss_scale == ols
+            if not pair:
+                m = loss_scale_manager
+                got = "None" if m is None else "%s(%g%s)" % (type(m).__name__, m.loss_scale, ", drop_overflow_update=%s"
+                                                             % m.drop_overflow_update if hasattr(m, "drop_overflow_update")
+                                                             else "")
+                raise ValueError("Model: %s(loss_scale=%g) divides the gradients by %g, which MindSpore pairs with "
+                                 "FixedLossScaleManager(%g, drop_overflow_update=False) only (the trainer then removes "
+                                 "the scale once); got loss_scale_manager=%s: give the optimizer loss_scale=1.0, or "
+                                 "that manager" % (type(optimizer).__name__, ols, ols, ols, got))
         if boost_level not in ("O0", None):
             raise ValueError("Model: boost_level=%r is not supported (O0 only)" % (boost_level,))
         if eval_network is not None or eval_indexes is not None:
