@@ -204,6 +204,14 @@ int64_t ts_trainer_lr_steps(const ts_trainer *t);
  * do not (the caller's loop owns them). TS_ESHAPE naming both shapes for a wrong batch.
  * Collective. */
 int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info);
+/* ts_trainer_step_batch in two halves (MindSpore's value_and_grad then optimizer(grads); PyTorch's
+ * backward() then step()): grad_batch runs forward and backward of b and reduces the gradients
+ * over the ranks, keeping them (info->loss set); apply_grads then clips, unscales and updates
+ * with them, counts the step and runs the step callbacks (info complete). Together bitwise one
+ * ts_trainer_step_batch. TS_EINVAL for a second grad_batch (or a step_batch, a fit) while
+ * gradients are pending, and for apply_grads without them. Collective, both. */
+int ts_trainer_grad_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info);
+int ts_trainer_apply_grads(ts_trainer *t, ts_step_info *info);
 /* The evaluation graph's forward on n samples x (the model's sample shape and dtype, n at most
  * ts_trainer_forward_batch): their logits (ts_trainer_logits_per_sample floats each) into
  * logits (cap floats). Where the layout cuts the model every rank must call it with the same

@@ -23,6 +23,7 @@ typedef struct {
                          its callbacks may use the trainer, other threads may not */
   int mode;        /* the config's ts_parallel_mode (the builder's: collectives under hybrid_parallel) */
   char plan[512];  /* auto_parallel: the plan the trainer runs, described (ts_autoplan_describe; "" otherwise) */
+  int grad_only;   /* tr_step_batch as grad_batch: the gradients kept for apply_grads */
 } Trainer;
 
 /* The log hook while a trainer is created: warnings and errors are written as the default hook
@@ -481,7 +482,7 @@ static PyObject *tr_step_batch(Trainer *self, PyObject *args) {
   ts_step_info info;
   self->busy = PyThread_get_thread_ident();
   Py_BEGIN_ALLOW_THREADS
-  rc = ts_trainer_step_batch(self->t, &b, &info);
+  rc = self->grad_only ? ts_trainer_grad_batch(self->t, &b, &info) : ts_trainer_step_batch(self->t, &b, &info);
   Py_END_ALLOW_THREADS
   self->busy = 0;
   Py_DECREF(x);
@@ -499,6 +500,37 @@ fail:
   Py_XDECREF(x);
   Py_XDECREF(y);
   return NULL;
+}
+
+/* grad_batch(x, labels) -> step dict (its loss): forward, backward and the gradient reduction of
+ * one step, the gradients kept for apply_grads (ts_trainer_grad_batch) */
+static PyObject *tr_grad_batch(Trainer *self, PyObject *args) {
+  self->grad_only = 1;
+  PyObject *r = tr_step_batch(self, args);
+  self->grad_only = 0;
+  return r;
+}
+
+/* apply_grads() -> step dict: the pending gradients applied (ts_trainer_apply_grads) */
+static PyObject *tr_apply_grads(Trainer *self, PyObject *args) {
+  (void)args;
+  if (!T_idle(self)) return NULL;
+  ts_step_info info;
+  int rc;
+  self->busy = PyThread_get_thread_ident();
+  Py_BEGIN_ALLOW_THREADS
+  rc = ts_trainer_apply_grads(self->t, &info);
+  Py_END_ALLOW_THREADS
+  self->busy = 0;
+  if (tsp_pending_restore()) {
+    abort_job_on_exception("training (a callback)");
+    return NULL;
+  }
+  if (rc) {
+    if (rc != TS_EINVAL) tsp_agree_failure(rc, "a training step");
+    return tsp_raise(rc);
+  }
+  return step_dict(&info);
 }
 
 /* forward(x) -> logits: the evaluation graph on x (numpy, n samples of the model's shape), in
@@ -565,6 +597,8 @@ static PyMethodDef tmethods[] = {
     {"info", (PyCFunction)tr_info, METH_NOARGS, NULL},
     {"layouts", (PyCFunction)tr_layouts, METH_NOARGS, NULL},
     {"step_batch", (PyCFunction)tr_step_batch, METH_VARARGS, NULL},
+    {"grad_batch", (PyCFunction)tr_grad_batch, METH_VARARGS, NULL},
+    {"apply_grads", (PyCFunction)tr_apply_grads, METH_NOARGS, NULL},
     {"forward", (PyCFunction)tr_forward, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 

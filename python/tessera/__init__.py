@@ -53,6 +53,7 @@ from .amp import DynamicLossScaleManager, FixedLossScaleManager, LossScaleManage
 from .profiler import Profiler
 from .tensor import Parameter, Tensor
 from .train import (Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint, RunContext, TimeMonitor)
+from .train.functional import grad, jit, value_and_grad
 
 Error = _C.Error
 __version__ = _C.version()
@@ -65,4 +66,5 @@ __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "g
            "ModelCheckpoint", "CheckpointConfig", "save_checkpoint", "load_checkpoint", "load_param_into_net",
            "load_distributed_checkpoint", "Parameter", "Tensor", "Error", "communication", "common", "dtype",
            "get_context", "get_seed", "float32", "float16", "bfloat16", "int32", "int64", "uint8", "float64", "int8",
-           "int16", "bool_", "amp", "FixedLossScaleManager", "DynamicLossScaleManager", "LossScaleManager", "Profiler"]
+           "int16", "bool_", "amp", "FixedLossScaleManager", "DynamicLossScaleManager", "LossScaleManager", "Profiler",
+           "value_and_grad", "grad", "jit"]

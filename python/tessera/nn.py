@@ -35,6 +35,11 @@ def _strategy_text(strategy):
     return one(strategy)
 
 
+_TOP = []  # value_and_grad's captures of the top-level Cell calls (tessera.train.functional)
+_DEPTH = [0]  # Cell calls under way
+_OPTIMIZERS = []  # optimizers made, newest last (value_and_grad's weights= finds theirs)
+
+
 class Cell:
     """Base class of networks: subclasses create sub-cells and Parameters in __init__ and write
     construct(self, x, ...) with Tensor ops, sub-cells and tessera.ops primitives."""
@@ -88,15 +93,43 @@ class Cell:
 
     def __call__(self, *args, **kwargs):
         self._init_cell()
+        from . import tensor as _t
+        if _t._current[0] is None:  # outside a graph: on values (PyNative's use: model(data), loss_fn(...))
+            return self._eager(*args, **kwargs)
         b = builder()
         push = not self._leaf and self._name != ""
         if push:
             b.push_scope(self._name)
+        _DEPTH[0] += 1
         try:
-            return self.construct(*args, **kwargs)
+            out = self.construct(*args, **kwargs)
         finally:
+            _DEPTH[0] -= 1
             if push:
                 b.pop_scope()
+        if _TOP and _DEPTH[0] == 0 and not isinstance(self, LossBase):
+            _TOP[-1].cells.append(self)
+            _TOP[-1].outputs.append(out)
+        return out
+
+    def _eager(self, *args, **kwargs):
+        """The cell on values outside a graph: a network runs its evaluation graph with the
+        current parameters (the trainer that trains it, or one made for the input's shape, as
+        Model.predict does) and returns the output's values; BatchNorm and Dropout act as in
+        inference, whatever set_train says."""
+        import numpy as np
+        if len(args) != 1 or kwargs:
+            raise RuntimeError("%s called outside a graph with %d inputs: Tessera runs a network on values with one "
+                               "input (the batch), as Model.predict" % (type(self).__name__, len(args) + len(kwargs)))
+        x = args[0]
+        if isinstance(x, Tensor) and x._data is None:
+            raise RuntimeError("%s called on a graph value outside the graph being built" % type(self).__name__)
+        x = np.ascontiguousarray(x.asnumpy() if isinstance(x, Tensor) else np.asarray(x))
+        t = self.__dict__.get("_trainer")
+        if t is None:
+            from .train.model import Model
+            return Tensor(Model(self).predict(x))
+        return Tensor(t.forward(x))
 
     # ---- structure ----
     def name_cells(self):
@@ -653,6 +686,31 @@ class LossBase(Cell):
             raise ValueError("%s: reduction must be 'mean', 'sum' or 'none', got %r" % (type(self).__name__, reduction))
         self.reduction = reduction
 
+    def _eager(self, *args, **kwargs):
+        """A loss on values (outside a graph): the cross-entropies computed here in double,
+        returned as float32 (PyNative's loss_fn(pred, label).asnumpy())."""
+        import numpy as np
+        if type(self) not in (SoftmaxCrossEntropyWithLogits, CrossEntropyLoss) or len(args) != 2 or kwargs:
+            raise RuntimeError("%s called outside a graph: Tessera computes SoftmaxCrossEntropyWithLogits and "
+                               "CrossEntropyLoss on values; other losses run inside a Model's or value_and_grad's "
+                               "graph" % type(self).__name__)
+        z, y = (a.asnumpy() if isinstance(a, Tensor) else np.asarray(a) for a in args)
+        z = z.astype(np.float64)
+        ls = z - z.max(axis=-1, keepdims=True)
+        ls = ls - np.log(np.exp(ls).sum(axis=-1, keepdims=True))
+        if y.shape == z.shape and y.dtype.kind == "f":
+            per = -(y * ls).sum(axis=-1)
+        else:
+            if getattr(self, "sparse", True) is False:
+                raise ValueError("SoftmaxCrossEntropyWithLogits(sparse=False): labels %s must have the logits' shape %s"
+                                 % (y.shape, z.shape))
+            yi = y.astype(np.int64).reshape(z.shape[:-1])
+            per = -np.take_along_axis(ls, yi[..., None], axis=-1)[..., 0]
+            if self.smoothing:
+                per = (1 - self.smoothing) * per - self.smoothing * ls.mean(axis=-1)
+        r = {"mean": per.mean, "sum": per.sum}.get(self.reduction)
+        return Tensor(np.asarray(r() if r else per, np.float32))
+
     def get_loss(self, x, weights=1.0):
         x = as_tensor(x)
         if not (isinstance(weights, (int, float)) and weights == 1.0):
@@ -968,6 +1026,8 @@ class Optimizer:
         if groups:  # MindSpore's parameter groups: the decay set explicit, biases and norms as any other
             params, weight_decay, nodecay = _param_groups(params, learning_rate, weight_decay, where)
         self.parameters = list(params) if params is not None else []
+        _OPTIMIZERS.append(self)
+        del _OPTIMIZERS[:-64]
         self.keys = {"optimizer.name": self.name,
                      "optimizer.weight_decay": check_float(weight_decay, "weight_decay", where, 0.0)}
         if groups:
@@ -987,6 +1047,21 @@ class Optimizer:
             self.keys["optimizer.clip_grad_norm"] = float(clip_grad_norm)
         for k, v in extra.items():
             self.keys["optimizer." + k] = v
+
+
+def _optimizer_call(self, gradients):
+    """optimizer(grads): applies the gradients of tessera.value_and_grad (MindSpore's functional
+    training step); True."""
+    from .train.functional import _Grads
+    if not isinstance(gradients, _Grads):
+        raise TypeError("%s(gradients): the gradients of tessera.value_and_grad(fn, None, optimizer.parameters) or "
+                        "tessera.grad(...) (they stay in the compiled step), got %s" % (type(self).__name__,
+                                                                                        describe(gradients)))
+    gradients._apply(self)
+    return True
+
+
+Optimizer.__call__ = _optimizer_call
 
 
 class SGD(Optimizer):

@@ -6,7 +6,7 @@ from .nn import _strategy_text
 from ._validator import check_bool, check_int, check_int_list
 from .tensor import Parameter, Tensor, as_tensor, as_value, builder, BIN, ELT, RED, _dtype_name
 
-__all__ = ["Pow", "Minimum", "Maximum", "Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "FloorDiv", "Floor",
+__all__ = ["value_and_grad", "grad", "Pow", "Minimum", "Maximum", "Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "FloorDiv", "Floor",
            "Ceil", "Cos", "Sin", "Primitive", "MatMul", "BatchMatMul", "Add", "Sub", "Mul", "Div", "RealDiv", "ReLU", "GeLU", "Sigmoid",
            "Tanh", "Exp", "Log", "Sqrt", "Square", "Softmax", "LogSoftmax", "Reshape", "Transpose", "Flatten",
            "ReduceMean", "ReduceSum", "ReduceMax", "Concat", "Cast", "BiasAdd", "OneHot", "Shape", "Neg", "Abs",
@@ -571,3 +571,15 @@ def ones_like(input, dtype=None):
 
 def zeros_like(input, dtype=None):
     return fill(dtype or input.dtype, input.shape, 0)
+
+
+def value_and_grad(fn, grad_position=0, weights=None, has_aux=False, return_ids=False):
+    """mindspore.ops.value_and_grad: tessera.value_and_grad (tessera.train.functional)."""
+    from .train.functional import value_and_grad as f
+    return f(fn, grad_position, weights, has_aux, return_ids)
+
+
+def grad(fn, grad_position=0, weights=None, has_aux=False, return_ids=False):
+    """mindspore.ops.grad: tessera.grad (tessera.train.functional)."""
+    from .train.functional import grad as f
+    return f(fn, grad_position, weights, has_aux, return_ids)

@@ -139,6 +139,8 @@ class Tensor:
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = shape[0]
+        if self._data is not None:
+            return Tensor(self._data.reshape(shape))
         return Tensor(self._b, self._b.reshape(self._v, list(shape)))
 
     view = reshape
@@ -153,6 +155,98 @@ class Tensor:
 
     def sum(self, axis=(), keep_dims=False):
         return _reduce(self, "sum", axis, keep_dims)
+
+    # ---- a Tensor of values: numpy's answers, as MindSpore's PyNative tensors give them ----
+    def _vals(self, what):
+        if self._data is None:
+            raise TypeError("Tensor.%s: on a Tensor of values only (a graph value has no data while the graph is "
+                            "built)" % what)
+        return self._data
+
+    def argmax(self, axis=None, keepdims=False):
+        import numpy as np
+        a = self._vals("argmax")
+        r = a.argmax(axis=axis)
+        if keepdims and axis is not None:
+            r = np.expand_dims(r, axis)
+        return Tensor(np.asarray(r, np.int32))
+
+    def argmin(self, axis=None, keepdims=False):
+        import numpy as np
+        a = self._vals("argmin")
+        r = a.argmin(axis=axis)
+        if keepdims and axis is not None:
+            r = np.expand_dims(r, axis)
+        return Tensor(np.asarray(r, np.int32))
+
+    def max(self, axis=None, keepdims=False):
+        return Tensor(self._vals("max").max(axis=axis, keepdims=keepdims))
+
+    def min(self, axis=None, keepdims=False):
+        return Tensor(self._vals("min").min(axis=axis, keepdims=keepdims))
+
+    def item(self):
+        a = self._vals("item")
+        if a.size != 1:
+            raise ValueError("Tensor.item: a Tensor of %d elements (one only)" % a.size)
+        return a.reshape(-1)[0].item()
+
+    def tolist(self):
+        return self._vals("tolist").tolist()
+
+    def __array__(self, dtype=None):
+        a = self._vals("__array__")
+        return a if dtype is None else a.astype(dtype)
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d Tensor")
+        return self.shape[0]
+
+    def __getitem__(self, i):
+        return Tensor(self._vals("__getitem__")[i.asnumpy() if isinstance(i, Tensor) else i])
+
+    def _cmp(self, other, op, name):
+        import numpy as np
+        a = self._vals(name)
+        o = other.asnumpy() if isinstance(other, Tensor) else np.asarray(other)
+        return Tensor(op(a, o))
+
+    def __eq__(self, other):  # graph values: identity (as objects), so `in` and lists keep working
+        import numpy as np
+        if self._data is None or isinstance(other, Tensor) and other._data is None:
+            return NotImplemented
+        return self._cmp(other, np.equal, "__eq__")
+
+    def __ne__(self, other):
+        import numpy as np
+        if self._data is None or isinstance(other, Tensor) and other._data is None:
+            return NotImplemented
+        return self._cmp(other, np.not_equal, "__ne__")
+
+    def __lt__(self, other):
+        import numpy as np
+        return self._cmp(other, np.less, "__lt__")
+
+    def __le__(self, other):
+        import numpy as np
+        return self._cmp(other, np.less_equal, "__le__")
+
+    def __gt__(self, other):
+        import numpy as np
+        return self._cmp(other, np.greater, "__gt__")
+
+    def __ge__(self, other):
+        import numpy as np
+        return self._cmp(other, np.greater_equal, "__ge__")
+
+    __hash__ = object.__hash__
 
     def astype(self, dtype):
         if self._data is not None:
@@ -174,6 +268,12 @@ def _reduce(x, alg, axis, keep):
         axis = (axis,)
     if not axis:
         axis = tuple(range(x.ndim))
+    if x._data is not None:  # values: numpy's (a sum of ints stays an int, as MindSpore's)
+        import numpy as np
+        a = x._data
+        r = a.mean(axis=axis, keepdims=keep) if alg == "mean" else a.sum(axis=axis, keepdims=keep) \
+            if alg == "sum" else a.max(axis=axis, keepdims=keep)
+        return Tensor(np.asarray(r))
     return Tensor(x._b, x._b.reduce(x._v, RED[alg], list(axis), keep))
 
 

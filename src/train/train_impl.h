@@ -136,6 +136,12 @@ struct ts_trainer {
   ts_lr_schedule sched;
   ts_loss_scaler scaler;       /* train.loss_scale: the scale the plans' loss seeds carry */
   int64_t step, epoch, batch, steps_per_epoch, total_steps;
+  /* ts_trainer_grad_batch's gradients awaiting ts_trainer_apply_grads: the reduced gradient
+   * buffer, the step's loss and its timings so far */
+  int grads_pending;
+  float *pending_g;
+  ts_step_info pending_info;
+  double pending_t0;
   int64_t max_steps, cap_steps0; /* TESSERA_MAX_STEPS (0: none); train.steps before the cap applied it */
   int stop;
   double last_loss;

@@ -821,7 +821,9 @@ static int run_eval(ts_trainer *t) {
 }
 
 /* ---- one optimizer step over `accum` micro-batches of one batch ---- */
-static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
+/* A step's first half: forward and backward of the batch (the layout's micro-steps) and the
+ * gradients reduced over the ranks into *g; info's loss and communication times. */
+static int train_grads(ts_trainer *t, const ts_batch *b, ts_step_info *info, float **gout) {
   const ts_dist_run *r = t->run;
   const char *lab = t->model.text ? b->target.data : b->labels.data;
   double loss = 0;
@@ -839,8 +841,17 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
     info->bubble_fraction = wall > 0 ? bubble / wall : 0;
   }
   if (rc) return ts_error_wrap(rc, "step %lld", (long long)t->step + 1);
+  if (r->size > 1) ts__tprof_span(t->prof, "grad_reduce_wait", TS_PROF_COMM, t0, ts_time_now());
+  info->loss = loss;
+  *gout = g;
+  return TS_OK;
+}
+
+/* The second half: the global norm, clipping, the loss scale and the optimizer step with g. */
+static int train_apply(ts_trainer *t, float *g, ts_step_info *info) {
+  const ts_dist_run *r = t->run;
+  int rc;
   double t1 = ts_time_now();
-  if (r->size > 1) ts__tprof_span(t->prof, "grad_reduce_wait", TS_PROF_COMM, t0, t1);
   /* the global norm, unscaled and clipped in one pass; an overflow (inf/NaN in some gradient of
    * some rank) is seen by every rank alike (the norm is global) */
   float norm = 0;
@@ -857,7 +868,6 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
    * a sharded optimizer nothing changed, so nothing is gathered) */
   if (!skip && (rc = ts_dist_optim_step(t->dist, t->opt, ts_params_data(r->params), g, lr))) return rc;
   ts__tprof_span(t->prof, "optimizer", TS_PROF_OPTIMIZER, t2, ts_time_now());
-  info->loss = loss;
   info->lr = lr;
   info->grad_norm = norm;
   info->loss_scale = scale;
@@ -873,8 +883,17 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   return TS_OK;
 }
 
+static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
+  float *g = NULL;
+  int rc = train_grads(t, b, info, &g);
+  return rc ? rc : train_apply(t, g, info);
+}
+
 int ts_trainer_fit(ts_trainer *t) {
   int rc = TS_OK;
+  if (t->grads_pending)
+    return ts_error_set(TS_EINVAL, "step %lld: the gradients of a ts_trainer_grad_batch are pending: apply them "
+                        "(ts_trainer_apply_grads) first", (long long)t->step + 1);
   const ts_config *c = &t->cfg;
   ts_batch b;
   double t_prev = ts_time_now();
@@ -957,9 +976,8 @@ int ts_trainer_fit(ts_trainer *t) {
   return rc;
 }
 
-int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
-  if (!t || !b || !info) return ts_error_set(TS_EINVAL, "ts_trainer_step_batch: NULL argument");
-  memset(info, 0, sizeof *info);
+/* A caller's batch: this rank's rows of the model's sample shape and dtype, with labels. */
+static int batch_check(const ts_trainer *t, const ts_batch *b) {
   int64_t want = t->cfg.train.batch_size / t->run->data_parts;
   ts_shape s = b->data.shape;
   int ok = b->size == want && b->data.dtype == t->model.dtype && s.ndim == t->model.sample.ndim + 1 &&
@@ -976,11 +994,15 @@ int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info) 
                         (long long)want, exp, ts_dtype_name(t->model.dtype), t->cfg.train.batch_size,
                         t->run->data_parts, t->run->data_parts == 1 ? "" : "s");
   }
-  info->epoch = t->epoch;
-  info->batch = t->batch;
-  double t0 = ts_time_now();
-  int rc = train_step(t, b, info);
-  if (rc) return rc;
+  if (t->grads_pending)
+    return ts_error_set(TS_EINVAL, "step %lld: the gradients of a ts_trainer_grad_batch are pending: apply them "
+                        "(ts_trainer_apply_grads) first", (long long)t->step + 1);
+  return TS_OK;
+}
+
+/* A caller's step done: the count, its times (from t0), the step callbacks. */
+static int step_done(ts_trainer *t, ts_step_info *info, double t0) {
+  int rc = TS_OK;
   t->step++;
   double now = ts_time_now();
   info->step = t->step;
@@ -990,6 +1012,43 @@ int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info) 
   for (int i = 0; i < t->ncb && rc == TS_OK; i++)
     if (t->cb[i].on_step_end) rc = t->cb[i].on_step_end(t, info, t->cb[i].user);
   return rc;
+}
+
+int ts_trainer_step_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
+  if (!t || !b || !info) return ts_error_set(TS_EINVAL, "ts_trainer_step_batch: NULL argument");
+  memset(info, 0, sizeof *info);
+  int rc = batch_check(t, b);
+  if (rc) return rc;
+  info->epoch = t->epoch;
+  info->batch = t->batch;
+  double t0 = ts_time_now();
+  if ((rc = train_step(t, b, info))) return rc;
+  return step_done(t, info, t0);
+}
+
+int ts_trainer_grad_batch(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
+  if (!t || !b || !info) return ts_error_set(TS_EINVAL, "ts_trainer_grad_batch: NULL argument");
+  memset(info, 0, sizeof *info);
+  int rc = batch_check(t, b);
+  if (rc) return rc;
+  info->epoch = t->epoch;
+  info->batch = t->batch;
+  t->pending_t0 = ts_time_now();
+  if ((rc = train_grads(t, b, info, &t->pending_g))) return rc;
+  t->pending_info = *info;
+  t->grads_pending = 1;
+  return TS_OK;
+}
+
+int ts_trainer_apply_grads(ts_trainer *t, ts_step_info *info) {
+  if (!t || !info) return ts_error_set(TS_EINVAL, "ts_trainer_apply_grads: NULL argument");
+  if (!t->grads_pending)
+    return ts_error_set(TS_EINVAL, "step %lld: no gradients to apply (ts_trainer_grad_batch computes them)",
+                        (long long)t->step + 1);
+  *info = t->pending_info;
+  t->grads_pending = 0;
+  int rc = train_apply(t, t->pending_g, info);
+  return rc ? rc : step_done(t, info, t->pending_t0);
 }
 
 int ts_trainer_forward(ts_trainer *t, const void *x, int64_t n, float *logits, size_t cap) {
