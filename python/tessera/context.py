@@ -392,15 +392,17 @@ _DEVICE_TARGETS = ("CPU", "GPU")
 
 
 def set_context(**kwargs):
-    """MindSpore's set_context for what maps: mode (GRAPH_MODE only: Tessera compiles the whole
-    step), device_target ("CPU" or "GPU": a GPU is looked for when training starts, and a machine
+    """MindSpore's set_context for what maps: mode (GRAPH_MODE, or PYNATIVE_MODE, MindSpore 2.x's
+    default: Tessera compiles every training step either way, and runs networks and losses on
+    values outside graphs: docs/python.md "Functional training"), device_target ("CPU" or "GPU": a GPU is looked for when training starts, and a machine
     without a usable one refuses the job with the reason), device_id, save_graphs=False (the
     default: nothing saved), and Tessera's seed, threads. Others: ValueError naming the keyword."""
-    staged = {}
+    staged, mode = {}, None
     for k, v in kwargs.items():
         if k == "mode":
-            if v not in (0, "GRAPH_MODE", "graph"):
-                raise ValueError("set_context(mode=%r): only GRAPH_MODE (0); Tessera runs whole-step graphs" % (v,))
+            if v not in (0, 1, "GRAPH_MODE", "PYNATIVE_MODE", "graph", "pynative") or isinstance(v, bool):
+                raise ValueError("set_context(mode=%r): GRAPH_MODE (0) or PYNATIVE_MODE (1)" % (v,))
+            mode = 1 if v in (1, "PYNATIVE_MODE", "pynative") else 0
             continue
         if k == "save_graphs":
             if v not in (False, 0):
@@ -422,6 +424,8 @@ def set_context(**kwargs):
         _check_kw("set_context", k, v, key)
         staged[key] = yaml_value(v)
     _context.update(staged)
+    if mode is not None:
+        _MODE[0] = mode
     if "train.threads" in staged and int(kwargs["threads"]) > 0:
         _C.set_threads(int(kwargs["threads"]))
 
@@ -436,7 +440,7 @@ _CONTEXT_KEYS = {
 def get_context(attr_key):
     """The value of a set_context keyword (mode: GRAPH_MODE; device_target: "CPU" unless set)."""
     if attr_key == "mode":
-        return GRAPH_MODE
+        return _MODE[0]
     if attr_key == "device_target":
         return _context.get("device_target", '"CPU"').strip('"')
     if attr_key == "save_graphs":
@@ -498,3 +502,4 @@ class ParallelMode:
 
 GRAPH_MODE = 0
 PYNATIVE_MODE = 1
+_MODE = [GRAPH_MODE]  # set_context(mode=...): what get_context says (every step is compiled either way)

@@ -160,6 +160,17 @@ class TestFunctional(models.ScratchCase):
         with self.assertRaisesRegex(ValueError, "a batch of shape"):
             f(data[:8], label[:8])
 
+    def test_pynative_mode(self):
+        # MindSpore 2.x's default mode, often set explicitly: accepted (every step is compiled)
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        try:
+            self.assertEqual(ms.get_context("mode"), ms.PYNATIVE_MODE)
+            with self.assertRaisesRegex(ValueError, "GRAPH_MODE .0. or PYNATIVE_MODE .1."):
+                ms.set_context(mode=2)
+        finally:
+            ms.set_context(mode=ms.GRAPH_MODE)
+        self.assertEqual(ms.get_context("mode"), ms.GRAPH_MODE)
+
 
 if __name__ == "__main__":
     unittest.main()
