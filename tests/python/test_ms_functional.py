@@ -159,6 +159,11 @@ class TestFunctional(models.ScratchCase):
             ms.value_and_grad(lambda d, l: loss_fn(model(d), l))
         with self.assertRaisesRegex(ValueError, "a batch of shape"):
             f(data[:8], label[:8])
+        # Tessera's run-long schedules have no run here: refused, saying what to give
+        cos = nn.SGD(Network().trainable_params(), 0.1, schedule={"name": "cosine"})
+        g = ms.value_and_grad(lambda d, l: loss_fn(model(d), l), None, cos.parameters)
+        with self.assertRaisesRegex(ValueError, "schedules span the run's length"):
+            g(data, label)
 
     def test_pynative_mode(self):
         # MindSpore 2.x's default mode, often set explicitly: accepted (every step is compiled)

@@ -829,12 +829,16 @@ static void test_conversions(void) {
   CHECK_OK(ts_config_set(&c, "train.steps", "0"));
   CHECK_OK(ts_config_set(&c, "train.epochs", "1"));
   CHECK(ts_config_lr_schedule(&c, 8, &s) == TS_ECONFIG && has(ts_last_error(), "(train.epochs 1 x 8 steps per epoch)"));
+  ts_config_free(&c); /* it owns the table: freed before reloading (config.h), also after a failed load */
   const char *ov2e[] = {"optimizer.schedule={name: table}"};
   CHECK(ts_config_load(NULL, ov2e, 1, &c) == TS_ECONFIG && has(ts_last_error(), "optimizer.schedule.values: needed"));
+  ts_config_free(&c);
   const char *ov2f[] = {"optimizer.schedule={name: table, values: [0.1], warmup_steps: 3}"};
   CHECK(ts_config_load(NULL, ov2f, 1, &c) == TS_ECONFIG && has(ts_last_error(), "warm-up included"));
+  ts_config_free(&c);
   const char *ov2g[] = {"optimizer.schedule={name: table, values: [0.1, -1]}"};
   CHECK(ts_config_load(NULL, ov2g, 1, &c) == TS_ECONFIG && has(ts_last_error(), "optimizer.schedule.values[1]"));
+  ts_config_free(&c);
 
   /* transforms: training list as given, evaluation list "auto" without the random ones */
   const char *ov3[] = {"data.transforms=[{name: random_crop, size: 28, padding: 2}, hflip, "

@@ -175,7 +175,8 @@ class _GradFn:
         from .. import context
         from ..dataset import GeneratorDataset
         from .model import Model
-        from .one_step import _OneBatch
+        from .one_step import _OneBatch, _loop_schedule
+        _loop_schedule(self._opt, self._where)
         size, rank = context.get_group_size(), context.get_rank()
         mode = context.get_auto_parallel_context("parallel_mode")
         shard = size > 1 and mode in ("data_parallel", "hybrid_parallel", "auto_parallel", "semi_auto_parallel") and \

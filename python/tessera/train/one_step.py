@@ -32,6 +32,17 @@ class _OneBatch:
         return self.x[i], self.y[i]
 
 
+def _loop_schedule(opt, where):
+    """A user's loop has no run length: Tessera's schedules (schedule=, which span the run) are
+    refused there; a list of rates or a LearningRateSchedule gives every step's rate."""
+    s = opt.keys.get("optimizer.schedule")
+    if s and (s.get("name", "constant") not in ("constant", "table") or s.get("warmup_steps") or
+              s.get("warmup_epochs")):
+        raise ValueError("%s: %s(schedule=%r): Tessera's schedules span the run's length, which a loop of your own "
+                         "does not give; give learning_rate as a list of rates (nn.cosine_decay_lr(...)) or a "
+                         "LearningRateSchedule (nn.CosineDecayLR(...))" % (where, type(opt).__name__, s))
+
+
 def _numpy(v, what):
     if isinstance(v, Tensor):
         v = v.asnumpy()
@@ -75,6 +86,7 @@ class TrainOneStepCell(Cell):
         mode = context.get_auto_parallel_context("parallel_mode")
         shard = size > 1 and mode in ("data_parallel", "hybrid_parallel", "auto_parallel", "semi_auto_parallel") and \
             not context.get_auto_parallel_context("full_batch")
+        _loop_schedule(self.optimizer, "TrainOneStepCell")
         src = _OneBatch(x, y, size if shard else 1)
         kw = dict(num_shards=size, shard_id=rank) if shard else {}
         data = GeneratorDataset(src, ["data", "label"], shuffle=False, **kw).batch(len(x))
