@@ -59,51 +59,40 @@ class LearningRateSchedule(Cell):
         return out
 
 
-def _check(w, learning_rate, decay_rate, decay_steps, is_stair):
-    _pos_int(decay_steps, "decay_steps", w)
-    _float(learning_rate, "learning_rate", w)
-    _float(decay_rate, "decay_rate", w)
-    _bool(is_stair, "is_stair", w)
-
-
-class ExponentialDecayLR(LearningRateSchedule):
-    """learning_rate * decay_rate ^ p, p = step / decay_steps (floored with is_stair)."""
+class _DecayLR(LearningRateSchedule):
+    """The arguments of the exponential, natural-exponential and inverse decays."""
 
     def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
         super().__init__()
-        _check("ExponentialDecayLR", learning_rate, decay_rate, decay_steps, is_stair)
+        w = type(self).__name__
+        _pos_int(decay_steps, "decay_steps", w)
+        _float(learning_rate, "learning_rate", w)
+        _float(decay_rate, "decay_rate", w)
+        _bool(is_stair, "is_stair", w)
         self.learning_rate, self.decay_rate, self.decay_steps, self.is_stair = \
             learning_rate, decay_rate, decay_steps, is_stair
+
+
+class ExponentialDecayLR(_DecayLR):
+    """learning_rate * decay_rate ^ p, p = step / decay_steps (floored with is_stair)."""
 
     def _f(self, s):
         p = s / self.decay_steps
         return self.learning_rate * np.power(self.decay_rate, np.floor(p) if self.is_stair else p)
 
 
-class NaturalExpDecayLR(LearningRateSchedule):
+class NaturalExpDecayLR(_DecayLR):
     """learning_rate * e ^ (-decay_rate * p): p = step, or with is_stair the step rounded down to
     a multiple of decay_steps (MindSpore's construct; its docstring's formula divides by
     decay_steps, its code does not)."""
-
-    def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
-        super().__init__()
-        _check("NaturalExpDecayLR", learning_rate, decay_rate, decay_steps, is_stair)
-        self.learning_rate, self.decay_rate, self.decay_steps, self.is_stair = \
-            learning_rate, decay_rate, decay_steps, is_stair
 
     def _f(self, s):
         p = np.floor(s / self.decay_steps) * self.decay_steps if self.is_stair else s
         return self.learning_rate * np.power(math.e, -self.decay_rate * p)
 
 
-class InverseDecayLR(LearningRateSchedule):
+class InverseDecayLR(_DecayLR):
     """learning_rate / (1 + decay_rate * p), p = step / decay_steps (floored with is_stair)."""
-
-    def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
-        super().__init__()
-        _check("InverseDecayLR", learning_rate, decay_rate, decay_steps, is_stair)
-        self.learning_rate, self.decay_rate, self.decay_steps, self.is_stair = \
-            learning_rate, decay_rate, decay_steps, is_stair
 
     def _f(self, s):
         p = s / self.decay_steps

@@ -163,21 +163,18 @@ class Tensor:
                             "built)" % what)
         return self._data
 
-    def argmax(self, axis=None, keepdims=False):
+    def _arg(self, what, axis, keepdims):
         import numpy as np
-        a = self._vals("argmax")
-        r = a.argmax(axis=axis)
+        r = getattr(self._vals(what), what)(axis=axis)
         if keepdims and axis is not None:
             r = np.expand_dims(r, axis)
         return Tensor(np.asarray(r, np.int32))
 
+    def argmax(self, axis=None, keepdims=False):
+        return self._arg("argmax", axis, keepdims)
+
     def argmin(self, axis=None, keepdims=False):
-        import numpy as np
-        a = self._vals("argmin")
-        r = a.argmin(axis=axis)
-        if keepdims and axis is not None:
-            r = np.expand_dims(r, axis)
-        return Tensor(np.asarray(r, np.int32))
+        return self._arg("argmin", axis, keepdims)
 
     def max(self, axis=None, keepdims=False):
         return Tensor(self._vals("max").max(axis=axis, keepdims=keepdims))

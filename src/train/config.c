@@ -578,56 +578,53 @@ static int parse_strategies(const pctx *c, const ts__cfg_key *k, const yaml_node
   return TS_OK;
 }
 
-/* A list of integers of any length into *out (malloc'd v; the caller owns it, also on error). */
-static int node_int_ilist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_ilist *out) {
+/* A list of numbers of any length (a scalar is a list of one) into a malloc'd array of `size`-byte
+ * elements (*v; the caller owns it, also on error), each parsed within the key's range: integers
+ * (int elements) or, with `real`, numbers (float elements). */
+static int node_num_list(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, int real, size_t size, int *count,
+                         void **v) {
   char d[96];
-  out->n = 0;
-  out->v = NULL;
+  *count = 0;
+  *v = NULL;
   if (is_null(n)) return TS_OK;
-  const yaml_node_t *one = n;
   int cnt = 1;
   if (n->type == YAML_SEQUENCE_NODE) cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
   else if (n->type != YAML_SCALAR_NODE)
-    return perr(c, n, "%s: expected a list of integers, got %s", k->path, describe(n, d, sizeof d));
+    return perr(c, n, "%s: expected a list of %s, got %s", k->path, real ? "numbers" : "integers",
+                describe(n, d, sizeof d));
   if (cnt < k->minn) return perr(c, n, "%s: expected at least %d values, got %d", k->path, k->minn, cnt);
-  if (cnt > 0 && !(out->v = malloc(sizeof(int) * (size_t)cnt)))
-    return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+  if (cnt > 0 && !(*v = malloc(size * (size_t)cnt))) return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
   for (int i = 0; i < cnt; i++) {
-    const yaml_node_t *it = n->type == YAML_SEQUENCE_NODE ? node_at(c, n->data.sequence.items.start[i]) : one;
+    const yaml_node_t *it = n->type == YAML_SEQUENCE_NODE ? node_at(c, n->data.sequence.items.start[i]) : n;
     char w[160];
-    int64_t x;
     snprintf(w, sizeof w, "%s[%d]", k->path, i);
-    int rc = node_i64(c, it, w, k->lo, k->hi, k->flags, &x);
-    if (rc) return rc;
-    out->v[out->n++] = (int)x;
+    int rc;
+    if (real) {
+      double x;
+      if ((rc = node_f64(c, it, w, k->lo, k->hi, k->flags, &x))) return rc;
+      ((float *)*v)[i] = (float)x;
+    } else {
+      int64_t x;
+      if ((rc = node_i64(c, it, w, k->lo, k->hi, k->flags, &x))) return rc;
+      ((int *)*v)[i] = (int)x;
+    }
+    *count = i + 1;
   }
   return TS_OK;
 }
 
-/* A list of numbers of any length into *out as f32 (malloc'd v; the caller owns it, also on error). */
+static int node_int_ilist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_ilist *out) {
+  void *v;
+  int rc = node_num_list(c, n, k, 0, sizeof(int), &out->n, &v);
+  out->v = v;
+  return rc;
+}
+
 static int node_flist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_flist *out) {
-  char d[96];
-  out->n = 0;
-  out->v = NULL;
-  if (is_null(n)) return TS_OK;
-  const yaml_node_t *one = n;
-  int cnt = 1;
-  if (n->type == YAML_SEQUENCE_NODE) cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
-  else if (n->type != YAML_SCALAR_NODE)
-    return perr(c, n, "%s: expected a list of numbers, got %s", k->path, describe(n, d, sizeof d));
-  if (cnt < k->minn) return perr(c, n, "%s: expected at least %d values, got %d", k->path, k->minn, cnt);
-  if (cnt > 0 && !(out->v = malloc(sizeof(float) * (size_t)cnt)))
-    return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
-  for (int i = 0; i < cnt; i++) {
-    const yaml_node_t *it = n->type == YAML_SEQUENCE_NODE ? node_at(c, n->data.sequence.items.start[i]) : one;
-    char w[160];
-    double x;
-    snprintf(w, sizeof w, "%s[%d]", k->path, i);
-    int rc = node_f64(c, it, w, k->lo, k->hi, k->flags, &x);
-    if (rc) return rc;
-    out->v[out->n++] = (float)x;
-  }
-  return TS_OK;
+  void *v;
+  int rc = node_num_list(c, n, k, 1, sizeof(float), &out->n, &v);
+  out->v = v;
+  return rc;
 }
 
 /* A list of non-empty strings of any length into *out (malloc'd; the caller owns it, also on error). */

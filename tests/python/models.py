@@ -32,6 +32,20 @@ class MLP(nn.Cell):
         return self.fc3(self.relu(self.fc2(self.fc1(self.flatten(x)))))
 
 
+class SmallNet(nn.Cell):
+    """flatten, fc1 (784 -> hidden) + ReLU, fc2 (hidden -> 10): the MindSpore-surface tests' net."""
+
+    def __init__(self, hidden=32):
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc1 = nn.Dense(784, hidden)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Dense(hidden, 10)
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.fc1(self.flat(x))))
+
+
 class ConvNet(nn.Cell):
     """The zoo's convnet: 2 x (conv 3x3 without bias + BN + ReLU + max-pool 2), flatten, fc."""
 

@@ -21,16 +21,8 @@ import models  # noqa: E402
 ms.init()
 
 
-class Net(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.flat = nn.Flatten()
-        self.fc1 = nn.Dense(784, 32)
-        self.relu = nn.ReLU()
-        self.fc2 = nn.Dense(32, 10)
-
-    def construct(self, x):
-        return self.fc2(self.relu(self.fc1(self.flat(x))))
+def Net():
+    return models.SmallNet(32)
 
 
 class MyAccuracy(nn.Accuracy):
