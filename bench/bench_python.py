@@ -9,7 +9,13 @@ keys (the runs are bitwise identical: tests/python/test_pyapi.py). Timed from ou
         --vs 'build/tessera train /tmp/bp.yaml' -- /usr/bin/python3 bench/bench_python.py
 
 The ratio is the whole process (interpreter start, import, the callback per step) over the CLI's.
---callbacks 0 drops the Python step callback."""
+--callbacks 0 drops the Python step callback. --loop functional trains the same 200 steps as
+MindSpore 2.x's quickstart does (value_and_grad, then optimizer(grads), over the data set's
+create_tuple_iterator in Python), --loop onestep through nn.TrainOneStepCell; against Model.train:
+
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 farm-bench -n 5 --timeout 300 \
+        --vs '/usr/bin/python3 bench/bench_python.py --callbacks 0' -- /usr/bin/python3 bench/bench_python.py --loop functional
+"""
 import argparse
 import sys
 
@@ -31,6 +37,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--write-yaml")
     ap.add_argument("--callbacks", type=int, default=1)
+    ap.add_argument("--loop", choices=("model", "functional", "onestep"), default="model")
     a = ap.parse_args()
     if a.write_yaml:
         with open(a.write_yaml, "w") as f:
@@ -63,8 +70,20 @@ def main():
     d = ds.FashionMnistDataset(DATA, usage="train", num_samples=25600, shuffle=True)
     d = d.map([vision.Rescale(1.0 / 255), vision.Normalize([0.2860], [0.3530]), vision.HWC2CHW()]).batch(128)
     net = MLP()
-    m = ts.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                 nn.Momentum(net.trainable_params(), 0.05, 0.9), config={"data.test_limit": 1000})
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    opt = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+    if a.loop == "functional":
+        grad_fn = ts.value_and_grad(lambda x, y: loss(net(x), y), None, opt.parameters)
+        for x, y in d.create_tuple_iterator():
+            _, grads = grad_fn(x, y)
+            opt(grads)
+        return 0
+    if a.loop == "onestep":
+        step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
+        for x, y in d.create_tuple_iterator():
+            step(x, y)
+        return 0
+    m = ts.Model(net, loss, opt, config={"data.test_limit": 1000})
     m.train(1, d, callbacks=[Count()] if a.callbacks else [])
     return 0
 
