@@ -139,21 +139,35 @@ def _optim_inputs():
     return w0, b0, grads
 
 
-def _lamb_reference_f64(w0, b0, grads, cfg):
+# The grouped cases: each tensor in a parameter group of its own (PyTorch param_groups with their
+# own lr and weight_decay; Tessera's TS_SEG_GROUP(k) with groups[k - 1]), the bias decayed in its group.
+GROUPS = [{"lr_scale": 0.3, "weight_decay": 0.02}, {"lr_scale": 2.5, "weight_decay": 0.05}]
+GROUP_SEGMENTS = [dict(SEGMENTS[0], group=1), dict(SEGMENTS[1], no_decay=False, group=2)]
+
+
+def _seg_lr_wd(segs, i, cfg):
+    """Segment i's (lr factor, weight decay) under cfg (its group's where it has one)."""
+    k = segs[i].get("group", 0)
+    if k:
+        return GROUPS[k - 1]["lr_scale"], GROUPS[k - 1]["weight_decay"]
+    return 1.0, (0.0 if segs[i]["no_decay"] else cfg["weight_decay"])
+
+
+def _lamb_reference_f64(w0, b0, grads, cfg, segs):
     """apex FusedLAMB in float64 numpy, as a cross-check of the f32 torch version below."""
-    b1, b2, eps, wd = cfg["beta1"], cfg["beta2"], cfg["eps"], cfg["weight_decay"]
+    b1, b2, eps = cfg["beta1"], cfg["beta2"], cfg["eps"]
     ps = [w0.double().numpy().copy(), b0.double().numpy().copy()]
     ms = [np.zeros_like(p) for p in ps]
     vs = [np.zeros_like(p) for p in ps]
     for t, (gw, gb) in enumerate(grads, 1):
         for i, gr in enumerate((gw.double().numpy(), gb.double().numpy())):
-            d = 0.0 if SEGMENTS[i]["no_decay"] else wd
+            sc, d = _seg_lr_wd(segs, i, cfg)
             ms[i] = b1 * ms[i] + (1 - b1) * gr
             vs[i] = b2 * vs[i] + (1 - b2) * gr * gr
             u = (ms[i] / (1 - b1 ** t)) / (np.sqrt(vs[i] / (1 - b2 ** t)) + eps) + d * ps[i]
             pn, un = np.linalg.norm(ps[i]), np.linalg.norm(u)
             r = pn / un if (pn != 0 and un != 0 and (d != 0 or cfg["lamb_always_adapt"])) else 1.0
-            ps[i] = ps[i] - LRS[t - 1] * r * u
+            ps[i] = ps[i] - LRS[t - 1] * sc * r * u
     return np.concatenate([p.reshape(-1) for p in ps])
 
 
@@ -161,8 +175,8 @@ class Lamb32:
     """LAMB as in apex FusedLAMB (adam_w_mode, grad averaging, bias correction, no internal
     clipping) in f32 torch ops, in the order Tessera evaluates them."""
 
-    def __init__(self, params, cfg):
-        self.p, self.cfg, self.t = params, cfg, 0
+    def __init__(self, params, cfg, segs):
+        self.p, self.cfg, self.segs, self.t = params, cfg, segs, 0
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]
 
@@ -174,7 +188,7 @@ class Lamb32:
         ib2 = f32(1.0 / (1.0 - c["beta2"] ** self.t))
         for i, p in enumerate(self.p):
             g = p.grad
-            wd = 0.0 if SEGMENTS[i]["no_decay"] else c["weight_decay"]
+            sc, wd = _seg_lr_wd(self.segs, i, c)
             self.m[i] = self.m[i] * c["beta1"] + (1 - c["beta1"]) * g
             self.v[i] = self.v[i] * c["beta2"] + (1 - c["beta2"]) * (g * g)
             u = (self.m[i] * ib1) / (torch.sqrt(self.v[i] * ib2) + f32(c["eps"])) + f32(wd) * p
@@ -183,7 +197,7 @@ class Lamb32:
             r = 1.0
             if (wd != 0 or c["lamb_always_adapt"]) and pn != 0 and un != 0:
                 r = f32(pn / un)
-            p.add_(u, alpha=-f32(lr * r))
+            p.add_(u, alpha=-f32(f32(lr * sc) * r))
 
 
 OPTIM_CASES = [
@@ -200,13 +214,20 @@ OPTIM_CASES = [
     ("lamb_always", "lamb", {"weight_decay": 0.1, "lamb_always_adapt": 1}, None),
 ]
 
+OPTIM_GROUP_CASES = [  # the config's weight_decay is unused: every tensor is in a group of its own
+    ("sgd_groups", "sgd", {"weight_decay": 0.7}, None),
+    ("momentum_groups", "momentum", {"momentum": 0.9, "weight_decay": 0.7}, None),
+    ("adam_groups", "adam", {"weight_decay": 0.7}, None),
+    ("adamw_groups", "adamw", {"weight_decay": 0.7}, None),
+    ("lamb_groups", "lamb", {"weight_decay": 0.7}, None),
+]
+
 DEFAULTS = {"weight_decay": 0.0, "momentum": 0.0, "dampening": 0.0, "nesterov": 0,
             "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "lamb_always_adapt": 0}
 
 
-def _make_torch_opt(kind, cfg, w, b):
-    groups = [{"params": [w], "weight_decay": cfg["weight_decay"]},
-              {"params": [b], "weight_decay": 0.0}]
+def _make_torch_opt(kind, cfg, w, b, segs):
+    groups = [{"params": [p], "weight_decay": _seg_lr_wd(segs, i, cfg)[1]} for i, p in enumerate((w, b))]
     if kind == "sgd":
         return torch.optim.SGD(groups, lr=0.1)
     if kind == "momentum":
@@ -220,7 +241,7 @@ def _make_torch_opt(kind, cfg, w, b):
     raise ValueError(kind)
 
 
-def _optim_case(name, kind, over):
+def _optim_case(name, kind, over, segs=SEGMENTS):
     cfg = dict(DEFAULTS)
     if kind == "lamb":
         cfg["eps"] = 1e-6
@@ -230,22 +251,22 @@ def _optim_case(name, kind, over):
     b = b0.clone().requires_grad_(True)
     flat = lambda a, c: torch.cat([a.detach().reshape(-1), c.detach().reshape(-1)])
     t = {"params_0": flat(w, b), "lr": torch.tensor(LRS, dtype=torch.float32)}
-    opt = Lamb32([w, b], cfg) if kind == "lamb" else _make_torch_opt(kind, cfg, w, b)
+    opt = Lamb32([w, b], cfg, segs) if kind == "lamb" else _make_torch_opt(kind, cfg, w, b, segs)
     for k in range(NSTEPS):
         w.grad, b.grad = grads[k][0].clone(), grads[k][1].clone()
         t["grad_%d" % (k + 1)] = flat(w.grad, b.grad)
         if kind == "lamb":
             opt.step(LRS[k])
         else:
-            for gr in opt.param_groups:
-                gr["lr"] = LRS[k]
+            for i, gr in enumerate(opt.param_groups):
+                gr["lr"] = LRS[k] * _seg_lr_wd(segs, i, cfg)[0]
             opt.step()
         t["params_%d" % (k + 1)] = flat(w, b)
     # final optimizer state, flat with the params' offsets
     if kind == "lamb":
         t["state.exp_avg"] = flat(*opt.m)
         t["state.exp_avg_sq"] = flat(*opt.v)
-        ref = _lamb_reference_f64(w0, b0, grads, cfg)
+        ref = _lamb_reference_f64(w0, b0, grads, cfg, segs)
         err = np.max(np.abs(ref - t["params_%d" % NSTEPS].double().numpy()))
         assert err < 1e-5, "LAMB f32 vs f64 reference differ by %g" % err
     elif kind == "momentum":
@@ -257,9 +278,11 @@ def _optim_case(name, kind, over):
     src = {"sgd": "torch.optim.SGD", "momentum": "torch.optim.SGD(momentum)",
            "adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW",
            "lamb": "apex FusedLAMB formula (script implementation, checked in float64)"}[kind]
-    save("optim_%s.safetensors" % name, t, {
-        "kind": kind, "config": jdump(cfg), "segments": jdump(SEGMENTS), "steps": str(NSTEPS),
-        "source": "%s, torch %s, f32" % (src, torch.__version__)})
+    meta = {"kind": kind, "config": jdump(cfg), "segments": jdump(segs), "steps": str(NSTEPS)}
+    if segs is not SEGMENTS:
+        meta["groups"] = jdump(GROUPS)
+    save("optim_%s.safetensors" % name, t, dict(meta, **{
+        "source": "%s, torch %s, f32" % (src, torch.__version__)}))
 
 
 LR_STEPS = 60
@@ -349,6 +372,8 @@ def _clip_case():
 def part_optim():
     for name, kind, over, _ in OPTIM_CASES:
         _optim_case(name, kind, over)
+    for name, kind, over, _ in OPTIM_GROUP_CASES:
+        _optim_case(name, kind, over, GROUP_SEGMENTS)
     t, meta = {}, {}
     for c in LR_CASES:
         t[c["name"]] = torch.tensor(_lr_values(c), dtype=torch.float32)

@@ -34,7 +34,11 @@
  *             is set (apex's use_nvlamb). apex's built-in global-norm clipping is NOT part of
  *             the step: call ts_clip_grad_norm first if wanted.
  * Weight decay is skipped for segments flagged TS_SEG_NO_DECAY; TS_SEG_FROZEN segments are not
- * touched at all (parameters nor state).
+ * touched at all (parameters nor state). A segment flagged TS_SEG_GROUP(k) is in parameter group
+ * k (PyTorch's param_groups, MindSpore's group_params): its learning rate is the step's lr times
+ * cfg.groups[k - 1].lr_scale (the product in double, rounded to f32) and its weight decay that
+ * group's weight_decay instead of cfg.weight_decay (NO_DECAY still wins); in every formula above
+ * lr and wd are the segment's.
  *
  * Reductions (LAMB norms, clipping) sum fixed-size blocks in double and add the block sums in
  * order, so results are bitwise identical for any number of threads. */
@@ -70,7 +74,15 @@ typedef struct {
   int nesterov;        /* MOMENTUM */
   double beta1, beta2, eps; /* ADAM, ADAMW, LAMB */
   int lamb_always_adapt;   /* LAMB: trust ratio also for segments without weight decay */
+  int ngroups;             /* parameter groups other than the default one (0..TS_OPTIM_MAX_GROUPS) */
+  const struct ts_optim_group *groups; /* [ngroups]; ts_optim_create copies them */
 } ts_optim_config;
+
+/* A parameter group's own learning-rate factor and weight decay (both finite, >= 0). */
+typedef struct ts_optim_group {
+  double lr_scale;
+  double weight_decay;
+} ts_optim_group;
 
 /* PyTorch's defaults (apex's for LAMB): SGD wd 0; MOMENTUM mu 0.9; ADAM betas (0.9, 0.999),
  * eps 1e-8, wd 0; ADAMW same with wd 1e-2; LAMB betas (0.9, 0.999), eps 1e-6, wd 1e-2. */
@@ -79,6 +91,10 @@ ts_optim_config ts_optim_config_default(ts_optim_kind kind);
 /* Segment flags. */
 #define TS_SEG_NO_DECAY 1u /* no weight decay (biases, norm parameters) */
 #define TS_SEG_FROZEN 2u   /* not updated */
+/* In parameter group k >= 1 (cfg.groups[k - 1]); 0 (no bits): the config's lr and weight decay */
+#define TS_SEG_GROUP(k) ((uint32_t)(k) << 8)
+#define TS_SEG_GROUP_OF(flags) ((int)((flags) >> 8))
+#define TS_OPTIM_MAX_GROUPS 65535
 
 typedef struct {
   const char *name; /* unique; copied; names the state views ("exp_avg.<name>") */
@@ -86,6 +102,11 @@ typedef struct {
   size_t numel;
   uint32_t flags;
 } ts_optim_segment;
+
+/* The learning rate and weight decay segment sg is updated with under cfg at step learning rate
+ * lr (see TS_SEG_GROUP; the GPU update and the sharded optimizers use the same two). */
+float ts_optim_segment_lr(const ts_optim_config *cfg, const ts_optim_segment *sg, float lr);
+double ts_optim_segment_wd(const ts_optim_config *cfg, const ts_optim_segment *sg);
 
 typedef struct ts_optim ts_optim;
 

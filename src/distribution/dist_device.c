@@ -612,13 +612,15 @@ int ts__dist_dev_lamb_reduce(ts_dist *d, ts_optim *o, int nseg) {
   return rc ? ts_error_wrap(rc, "LAMB: the norms over the ranks") : TS_OK;
 }
 
-/* The step's scalars for a segment, decayed or not, as optim.c computes them (in double, rounded to
- * f32 there): SGD/momentum's wd, Adam's l2 (= wd), AdamW's decay_mul (= 1 - lr wd); the per-segment
- * kernels and the one-launch update both take them from here. */
-static ts__gpu_optim_args step_args(ts_optim *o, float lr, int decayed) {
+/* The step's scalars for a segment (sg NULL: a decayed one of the default group) as optim.c computes
+ * them (in double, rounded to f32 there): its learning rate, SGD/momentum's wd, Adam's l2 (= wd),
+ * AdamW's decay_mul (= 1 - lr wd); the per-segment kernels and the one-launch update both take them
+ * from here. */
+static ts__gpu_optim_args step_args(ts_optim *o, float lr, const ts_optim_segment *sg) {
   const ts_optim_config *c = ts_optim_get_config(o);
   double t = (double)ts_optim_get_step(o); /* the count already advanced */
-  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t), wd = decayed ? c->weight_decay : 0.0;
+  double bc1 = 1.0 - pow(c->beta1, t), bc2 = 1.0 - pow(c->beta2, t), wd = sg ? ts_optim_segment_wd(c, sg) : c->weight_decay;
+  lr = ts_optim_segment_lr(c, sg, lr);
   ts__gpu_optim_args a = {lr, (float)wd, (float)c->momentum, (float)(1.0 - c->dampening), 0.0f, 1.0f,
                           (float)c->beta1, (float)(1.0 - c->beta1), (float)c->beta2, (float)(1.0 - c->beta2),
                           (float)sqrt(bc2), (float)c->eps, (float)(-((double)lr / bc1)), ts_optim_get_step(o) == 1,
@@ -628,12 +630,13 @@ static ts__gpu_optim_args step_args(ts_optim *o, float lr, int decayed) {
   return a;
 }
 
-int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
-                        float lr) {
+int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, const ts_optim_segment *sg,
+                        int seg, float lr) {
   struct ts__dist_dev *g = G(d);
   const ts_optim_config *c = ts_optim_get_config(o);
-  if (flags & TS_SEG_FROZEN) return TS_OK;
-  const ts__gpu_optim_args a = step_args(o, lr, !(flags & TS_SEG_NO_DECAY));
+  if (sg->flags & TS_SEG_FROZEN) return TS_OK;
+  const ts__gpu_optim_args a = step_args(o, lr, sg);
+  lr = a.lr; /* the segment's */
   switch (c->kind) {
     case TS_OPTIM_SGD: return ts__gpu_sgd(g->dev, p, gr, n, lr, a.wd, NULL);
     case TS_OPTIM_MOMENTUM:
@@ -643,7 +646,7 @@ int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size
       return ts__gpu_adam(g->dev, p, gr, g->slots[0] + w, g->slots[1] + w, n, a.l2, a.decay_mul, a.b1, a.omb1, a.b2, a.omb2,
                           a.bc2_sqrt, a.eps, a.neg_step, NULL);
     case TS_OPTIM_LAMB: {
-      double t = (double)ts_optim_get_step(o), wd = (flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
+      double t = (double)ts_optim_get_step(o), wd = ts_optim_segment_wd(c, sg);
       float ib1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ib2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
       int adapt = c->lamb_always_adapt || wd != 0.0;
       if (!g->lamb_all)
@@ -666,8 +669,11 @@ static int multi_step(struct ts__dist_dev *g, ts_optim *o, float *p, const float
   const int kind = c->kind == TS_OPTIM_SGD ? 0 : c->kind == TS_OPTIM_MOMENTUM ? 1
                    : c->kind == TS_OPTIM_ADAM || c->kind == TS_OPTIM_ADAMW ? 2 : -1;
   if (kind < 0 || g->nmch < 0) return 0;
-  if (!g->mch) { /* the chunks: frozen segments left out (TESSERA_GPU_OPTIM_SEGMENTS: none, per segment) */
-    if (getenv("TESSERA_GPU_OPTIM_SEGMENTS")) {
+  if (!g->mch) { /* the chunks: frozen segments left out (TESSERA_GPU_OPTIM_SEGMENTS, or a segment in a parameter
+                  * group of its own: none, per segment) */
+    int grouped = 0;
+    for (int s = 0; s < g->nseg; s++) grouped |= TS_SEG_GROUP_OF(g->segs[s].flags) != 0;
+    if (grouped || getenv("TESSERA_GPU_OPTIM_SEGMENTS")) {
       g->nmch = -1;
       return 0;
     }
@@ -692,7 +698,7 @@ static int multi_step(struct ts__dist_dev *g, ts_optim *o, float *p, const float
     }
     g->nmch = n;
   }
-  const ts__gpu_optim_args a = step_args(o, lr, 1); /* (the chunks of undecayed segments: wd 0, l2 0, decay_mul 1) */
+  const ts__gpu_optim_args a = step_args(o, lr, NULL); /* (the chunks of undecayed segments: wd 0, l2 0, decay_mul 1) */
   int rc = ts__gpu_optim_multi(g->dev, kind, p, gd, g->slots[0], g->slots[1], g->mch, g->nmch, &a, NULL);
   return rc ? rc : 1;
 }
@@ -711,7 +717,7 @@ int ts__dist_dev_optim_step(ts_dist *d, ts_optim *o, const float *gd, float lr) 
     g->lamb_phase = ph;
     for (int s = 0; s < g->nseg && !rc; s++) {
       const ts_optim_segment *sg = &g->segs[s];
-      rc = ts__dist_dev_update(d, o, p + sg->offset, gd + sg->offset, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+      rc = ts__dist_dev_update(d, o, p + sg->offset, gd + sg->offset, sg->offset, (int64_t)sg->numel, sg, s, lr);
     }
     if (!rc && ph == 1) rc = ts__dist_dev_lamb_reduce(d, o, g->nseg);
   }

@@ -122,8 +122,9 @@ int ts__dist_dev_alloc0(ts__dev *v, size_t bytes, void **p);
  * c; own: c made for it, kept or freed; made: an object already created over c). */
 int ts__dist_dev_group(struct ts__dist_dev *g, ts_comm *c, int own, ts__dcoll *made, int backend, int *idx);
 /* One optimizer update of n elements: parameters p, gradients gr (device), the state at offset w
- * of the device slots, the segment's flags, LAMB's sums at lamb_sq + 2 * seg (dist_device.c). */
-int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, uint32_t flags, int seg,
+ * of the device slots, segment sg's flags, learning rate and decay, LAMB's sums at lamb_sq + 2 * seg
+ * (dist_device.c). */
+int ts__dist_dev_update(ts_dist *d, ts_optim *o, float *p, const float *gr, size_t w, int64_t n, const ts_optim_segment *sg, int seg,
                         float lr);
 
 /* Plan p of graph gr on the device: the store's bindings moved onto its device copy (and the

@@ -408,7 +408,7 @@ int ts__dist_dev_zero_step(ts_dist *d, ts_optim *o, const float *gd, float lr) {
         return ts_error_set(TS_EINVAL, "parallel.optimizer_shard: optimizer segment '%s' (at %zu) is in no part of "
                             "this rank", sg->name, sg->offset);
       float *pw = z->stage3 ? g->zwp + sg->offset : params + flat; /* stage 3: the work layout is the parameters' */
-      rc = ts__dist_dev_update(d, o, pw, gr, sg->offset, (int64_t)sg->numel, sg->flags, s, lr);
+      rc = ts__dist_dev_update(d, o, pw, gr, sg->offset, (int64_t)sg->numel, sg, s, lr);
     }
     if (!rc && ph == 1) rc = ts__dist_dev_lamb_reduce(d, o, ns);
   }

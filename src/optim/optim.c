@@ -81,6 +81,14 @@ static int check_config(const ts_optim_config *c) {
   if (!(c->weight_decay >= 0 && isfinite(c->weight_decay)))
     return ts_error_set(TS_EINVAL, "optimizer config (%s): weight_decay %g must be >= 0", kn,
                         c->weight_decay);
+  if (c->ngroups < 0 || c->ngroups > TS_OPTIM_MAX_GROUPS || (c->ngroups > 0 && !c->groups))
+    return ts_error_set(TS_EINVAL, "optimizer config (%s): %d parameter groups%s", kn, c->ngroups,
+                        c->ngroups > 0 ? " and no table" : "");
+  for (int k = 0; k < c->ngroups; k++)
+    if (!(c->groups[k].lr_scale >= 0 && isfinite(c->groups[k].lr_scale) && c->groups[k].weight_decay >= 0 &&
+          isfinite(c->groups[k].weight_decay)))
+      return ts_error_set(TS_EINVAL, "optimizer config (%s): parameter group %d: lr_scale %g and weight_decay %g "
+                          "must be finite and >= 0", kn, k + 1, c->groups[k].lr_scale, c->groups[k].weight_decay);
   if (c->kind == TS_OPTIM_MOMENTUM) {
     if (!(c->momentum >= 0 && isfinite(c->momentum)))
       return ts_error_set(TS_EINVAL, "optimizer config (%s): momentum %g must be >= 0", kn,
@@ -106,6 +114,23 @@ static int check_config(const ts_optim_config *c) {
   return TS_OK;
 }
 
+/* segment sg's group (NULL: the default one) */
+static const ts_optim_group *seg_group(const ts_optim_config *cfg, const ts_optim_segment *sg) {
+  int k = sg ? TS_SEG_GROUP_OF(sg->flags) : 0;
+  return cfg && k > 0 && k <= cfg->ngroups && cfg->groups ? &cfg->groups[k - 1] : NULL;
+}
+
+float ts_optim_segment_lr(const ts_optim_config *cfg, const ts_optim_segment *sg, float lr) {
+  const ts_optim_group *gr = seg_group(cfg, sg);
+  return gr ? (float)((double)lr * gr->lr_scale) : lr;
+}
+
+double ts_optim_segment_wd(const ts_optim_config *cfg, const ts_optim_segment *sg) {
+  if (!cfg || (sg && (sg->flags & TS_SEG_NO_DECAY))) return 0.0;
+  const ts_optim_group *gr = seg_group(cfg, sg);
+  return gr ? gr->weight_decay : cfg->weight_decay;
+}
+
 static int cmp_seg_offset(const void *a, const void *b) {
   const ts_optim_segment *x = *(const ts_optim_segment *const *)a;
   const ts_optim_segment *y = *(const ts_optim_segment *const *)b;
@@ -117,7 +142,7 @@ static int cmp_seg_name(const void *a, const void *b) {
 }
 
 /* Unique non-empty names; ranges that do not overlap. */
-static int check_segments(const ts_optim_segment *segs, int nseg) {
+static int check_segments(const ts_optim_segment *segs, int nseg, int ngroups) {
   if (nseg < 0 || (nseg > 0 && !segs))
     return ts_error_set(TS_EINVAL, "ts_optim_create: bad segment table (%d segments)", nseg);
   for (int i = 0; i < nseg; i++) {
@@ -126,6 +151,9 @@ static int check_segments(const ts_optim_segment *segs, int nseg) {
     if (segs[i].offset + segs[i].numel < segs[i].offset)
       return ts_error_set(TS_EINVAL, "ts_optim_create: segment '%s': offset + numel overflows",
                           segs[i].name);
+    if (TS_SEG_GROUP_OF(segs[i].flags) > ngroups)
+      return ts_error_set(TS_EINVAL, "ts_optim_create: segment '%s' is in parameter group %d of %d", segs[i].name,
+                          TS_SEG_GROUP_OF(segs[i].flags), ngroups);
   }
   const ts_optim_segment **v = malloc(((size_t)nseg + 1) * sizeof *v);
   if (!v) return ts_error_set(TS_ENOMEM, "ts_optim_create: out of memory");
@@ -177,6 +205,7 @@ void ts_optim_free(ts_optim *o) {
   for (int i = 0; i < o->nviews; i++) free(o->view_name[i]);
   free(o->view_name);
   free(o->seg);
+  free((void *)o->cfg.groups);
   for (int k = 0; k < 2; k++) ts_free(o->slot[k]);
   free(o->part);
   free(o->sums);
@@ -190,10 +219,17 @@ int ts_optim_create(ts_optim **out, const ts_optim_config *cfg, const ts_optim_s
   *out = NULL;
   int rc = check_config(cfg);
   if (rc) return rc;
-  if ((rc = check_segments(segs, nseg))) return rc;
+  if ((rc = check_segments(segs, nseg, cfg->ngroups))) return rc;
   ts_optim *o = calloc(1, sizeof *o);
   if (!o) return ts_error_set(TS_ENOMEM, "ts_optim_create: out of memory");
   o->cfg = *cfg;
+  o->cfg.groups = NULL;
+  if (cfg->ngroups > 0) { /* owned: the caller's table may go */
+    ts_optim_group *gc = malloc(sizeof *gc * (size_t)cfg->ngroups);
+    if (!gc) goto oom;
+    memcpy(gc, cfg->groups, sizeof *gc * (size_t)cfg->ngroups);
+    o->cfg.groups = gc;
+  }
   o->seg = calloc((size_t)nseg + 1, sizeof *o->seg);
   if (!o->seg) goto oom;
   size_t maxn = 0;
@@ -397,7 +433,7 @@ static int step_lamb(ts_optim *o, float *params, const float *grads, float *cons
     const ts_optim_segment *sg = &o->seg[s];
     o->sums[2 * s] = o->sums[2 * s + 1] = 0;
     if (sg->flags & TS_SEG_FROZEN) continue;
-    float wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0f : (float)c->weight_decay;
+    float wd = (float)ts_optim_segment_wd(c, sg);
     size_t off = sg->offset, n = sg->numel, nb = (n + OPT_BLOCK - 1) / OPT_BLOCK;
     k_lamb_pass1(SEG_P(s), SEG_G(s), o->slot[0] + off, o->slot[1] + off, n, o->part, b1,
                  omb1, b2, omb2, inv_bc1, inv_bc2, eps, wd);
@@ -417,14 +453,14 @@ static int step_lamb(ts_optim *o, float *params, const float *grads, float *cons
   for (int s = 0; s < o->nseg; s++) {
     const ts_optim_segment *sg = &o->seg[s];
     if (sg->flags & TS_SEG_FROZEN) continue;
-    float wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0f : (float)c->weight_decay;
+    float wd = (float)ts_optim_segment_wd(c, sg), slr = ts_optim_segment_lr(c, sg, lr);
     float ratio = 1.0f;
     if (c->lamb_always_adapt || wd != 0.0f) {
       float pn = (float)sqrt(o->sums[2 * s]), un = (float)sqrt(o->sums[2 * s + 1]);
       if (pn != 0.0f && un != 0.0f) ratio = pn / un;
     }
     size_t off = sg->offset;
-    k_lamb_pass2(SEG_P(s), o->slot[0] + off, o->slot[1] + off, sg->numel, -(lr * ratio),
+    k_lamb_pass2(SEG_P(s), o->slot[0] + off, o->slot[1] + off, sg->numel, -(slr * ratio),
                  inv_bc1, inv_bc2, eps, wd);
   }
   return TS_OK;
@@ -445,11 +481,19 @@ static coef coefs(const ts_optim *o, float lr) {
   return k;
 }
 
-/* Segment s's elements [at, at + n) of its state updated from p and g (n of each). */
-static int update(ts_optim *o, int s, const coef *k, float *p, const float *g, size_t at, size_t n, float lr) {
+/* Segment s's elements [at, at + n) of its state updated from p and g (n of each); k: the step's
+ * scalars at learning rate lr (a segment of a group of its own: recomputed at its rate). */
+static int update(ts_optim *o, int s, const coef *k0, float *p, const float *g, size_t at, size_t n, float lr) {
   const ts_optim_config *c = &o->cfg;
   const ts_optim_segment *sg = &o->seg[s];
-  double wd = (sg->flags & TS_SEG_NO_DECAY) ? 0.0 : c->weight_decay;
+  double wd = ts_optim_segment_wd(c, sg);
+  coef kg;
+  const coef *k = k0;
+  if (TS_SEG_GROUP_OF(sg->flags)) {
+    lr = ts_optim_segment_lr(c, sg, lr);
+    kg = coefs(o, lr);
+    k = &kg;
+  }
   size_t off = sg->offset + at;
   switch (c->kind) {
     case TS_OPTIM_SGD: k_sgd(p, g, n, lr, (float)wd); break;

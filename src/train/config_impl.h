@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "tessera/config.h"
+#include "../base/text.h"
 
 enum {
   CT_INT,    /* int */
@@ -61,6 +62,9 @@ typedef struct {
 const tfdef *ts__cfg_tf_by_kind(ts_transform_kind k);
 void ts__cfg_slist_free(ts_cfg_slist *s); /* config_lists.c */
 int ts__cfg_enum_count(const char *const *names);
+const char *ts__cfg_enum_name(const char *const *names, int v); /* "?" when out of range */
+/* key k's value in cfg, in YAML flow style, appended to b (config_format.c) */
+void ts__cfg_fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg);
 /* The training-relevant keys that differ between a checkpoint's config and this run's (YAML
  * text), "key: A in the checkpoint, B now; ..." (at most max, then "... and K more"); returns the count. */
 int ts__config_diff(const char *ckpt_yaml, const char *now_yaml, int max, char *out, size_t cap);

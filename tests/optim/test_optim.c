@@ -25,12 +25,14 @@
 #define RTOL 1e-5
 #define NP 19 /* parameters in the fixtures: w (3,5) at 0, b (4) at 15 */
 
-static const char *k_cases[] = {"sgd",      "sgd_wd",  "momentum", "momentum_damp", "nesterov",
-                                "adam",     "adam_wd", "adamw",    "lamb",          "lamb_always"};
+static const char *k_cases[] = {"sgd",        "sgd_wd",          "momentum",    "momentum_damp", "nesterov",
+                                "adam",       "adam_wd",         "adamw",       "lamb",          "lamb_always",
+                                "sgd_groups", "momentum_groups", "adam_groups", "adamw_groups",  "lamb_groups"};
 
 typedef struct {
   ts_optim_config cfg;
   ts_optim_segment seg[2];
+  ts_optim_group groups[2]; /* the *_groups cases: each tensor in a group of its own (torch param_groups) */
   char names[2][16];
   int nsteps;
 } fx_case;
@@ -72,8 +74,23 @@ static int load_case(ts_st_file *f, fx_case *c) {
     c->seg[s].offset = (size_t)jnum(e, "offset", 0);
     c->seg[s].numel = (size_t)jnum(e, "numel", 0);
     c->seg[s].flags = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "no_decay")) ? TS_SEG_NO_DECAY : 0;
+    c->seg[s].flags |= TS_SEG_GROUP((int)jnum(e, "group", 0));
   }
   cJSON_Delete(j);
+  const char *groups = ts_st_meta(f, "groups");
+  if (groups) {
+    if (!(j = cJSON_Parse(groups)) || cJSON_GetArraySize(j) != 2) {
+      cJSON_Delete(j);
+      return -1;
+    }
+    for (int k = 0; k < 2; k++) {
+      c->groups[k].lr_scale = jnum(cJSON_GetArrayItem(j, k), "lr_scale", -1);
+      c->groups[k].weight_decay = jnum(cJSON_GetArrayItem(j, k), "weight_decay", -1);
+    }
+    c->cfg.ngroups = 2;
+    c->cfg.groups = c->groups;
+    cJSON_Delete(j);
+  }
   c->nsteps = atoi(steps);
   return 0;
 }
@@ -408,6 +425,69 @@ static void test_lamb_hook(void) {
   ts_optim_free(b);
 }
 
+/* Parameter groups: one optimizer over segments a (group 1: lr x 0.3, wd 0.1), b (the default
+ * group: the config's lr and wd 0.02), c (group 2: lr x 0, wd 0.5: frozen by its rate) and d (group
+ * 1 and NO_DECAY: lr x 0.3, no decay) updates each bitwise as an optimizer of that segment alone
+ * created with the group's weight decay and stepped at the group's rate (float(lr * lr_scale)),
+ * for every kind, over 3 steps; a segment in a group the config lacks, and a group's negative
+ * factor, are refused naming them. */
+static void test_groups(void) {
+  const ts_optim_group gr[2] = {{0.3, 0.1}, {0.0, 0.5}};
+  const ts_optim_segment seg[4] = {{"a", 0, 700, TS_SEG_GROUP(1)},
+                                   {"b", 700, 300, 0},
+                                   {"c", 1000, 50, TS_SEG_GROUP(2)},
+                                   {"d", 1050, 9, TS_SEG_GROUP(1) | TS_SEG_NO_DECAY}};
+  const double wd_alone[4] = {0.1, 0.02, 0.5, 0.0};
+  const double scale[4] = {0.3, 1.0, 0.0, 0.3};
+  const size_t n = 1059;
+  const float lrs[3] = {0.1f, 0.05f, 0.2f};
+  float *x = malloc(n * sizeof *x), *g = malloc(n * sizeof *g), *p = malloc(n * sizeof *p);
+  ts_test_fill(x, n, 21, -1, 1);
+  ts_test_fill(g, n, 22, -1, 1);
+  for (int kind = TS_OPTIM_SGD; kind < TS_OPTIM_COUNT; kind++) {
+    ts_optim_config cfg = ts_optim_config_default((ts_optim_kind)kind);
+    if (kind == TS_OPTIM_MOMENTUM) cfg.nesterov = 1;
+    cfg.weight_decay = 0.02;
+    cfg.ngroups = 2;
+    cfg.groups = gr;
+    ts_optim *o = NULL;
+    CHECK_OK(ts_optim_create(&o, &cfg, seg, 4));
+    memcpy(p, x, n * sizeof *p);
+    for (int k = 0; o && k < 3; k++) CHECK_OK(ts_optim_step(o, p, g, lrs[k]));
+    for (int s = 0; s < 4 && o; s++) {
+      ts_optim_config c1 = cfg;
+      c1.ngroups = 0, c1.groups = NULL, c1.weight_decay = wd_alone[s];
+      ts_optim_segment one = {seg[s].name, 0, seg[s].numel, seg[s].flags & TS_SEG_NO_DECAY};
+      ts_optim *a = NULL;
+      CHECK_OK(ts_optim_create(&a, &c1, &one, 1));
+      float *q = malloc(seg[s].numel * sizeof *q);
+      memcpy(q, x + seg[s].offset, seg[s].numel * sizeof *q);
+      for (int k = 0; a && k < 3; k++) CHECK_OK(ts_optim_step(a, q, g + seg[s].offset, (float)((double)lrs[k] * scale[s])));
+      CHECK_MSG(memcmp(q, p + seg[s].offset, seg[s].numel * sizeof *q) == 0, "%s: segment %s differs from alone",
+                ts_optim_kind_name((ts_optim_kind)kind), seg[s].name);
+      for (int sl = 0; a && sl < ts_optim_num_slots(a); sl++)
+        CHECK(memcmp(ts_optim_slot_data(a, sl), ts_optim_slot_data(o, sl) + seg[s].offset, seg[s].numel * sizeof(float)) == 0);
+      if (s == 2) CHECK(memcmp(q, x + seg[s].offset, seg[s].numel * sizeof *q) == 0); /* lr x 0: unchanged */
+      if (s == 0) CHECK(memcmp(q, x, seg[s].numel * sizeof *q) != 0);
+      CHECK(ts_optim_segment_lr(&cfg, &seg[s], 0.1f) == (float)(0.1f * scale[s]));
+      CHECK(ts_optim_segment_wd(&cfg, &seg[s]) == wd_alone[s]);
+      free(q);
+      ts_optim_free(a);
+    }
+    ts_optim_free(o);
+  }
+  ts_optim_config cfg = ts_optim_config_default(TS_OPTIM_SGD);
+  cfg.ngroups = 1;
+  cfg.groups = gr;
+  ts_optim *o = NULL;
+  CHECK(ts_optim_create(&o, &cfg, seg, 4) == TS_EINVAL && strstr(ts_last_error(), "'c' is in parameter group 2 of 1"));
+  ts_optim_group bad = {-1.0, 0.0};
+  cfg.groups = &bad;
+  CHECK(ts_optim_create(&o, &cfg, seg, 1) == TS_EINVAL && strstr(ts_last_error(), "parameter group 1: lr_scale -1"));
+  CHECK(o == NULL);
+  free(x), free(g), free(p);
+}
+
 /* ts_optim_step_segments: segments whose parameters and gradients live in separate arrays (in
  * another order than their offsets) update bitwise as ts_optim_step on the flat buffers, for every
  * kind (frozen and no-decay segments included); the state stays at the offsets. */
@@ -533,6 +613,7 @@ static void test_step_mixed(void) {
 
 int main(void) {
   test_step_segments();
+  test_groups();
   test_step_mixed();
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
     run_case(k_cases[i], 0, 99);
