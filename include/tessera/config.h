@@ -140,6 +140,19 @@ typedef struct {
   char **v;
 } ts_cfg_slist;
 
+/* optimizer.param_groups: the parameters matching `pattern` (a name, or a '*' pattern) form a
+ * parameter group with its own learning-rate factor (the schedule's rate times lr_scale) and weight
+ * decay (< 0: the optimizer's). v and each pattern are malloc'd and owned like ts_cfg_ilist. */
+typedef struct {
+  char *pattern;
+  double lr_scale;
+  double weight_decay;
+} ts_cfg_pgroup;
+typedef struct {
+  int n;
+  ts_cfg_pgroup *v;
+} ts_cfg_pgroups;
+
 /* A list of f32 numbers of any length (optimizer.schedule.values: one learning rate per step).
  * v is malloc'd and owned like ts_cfg_ilist. */
 typedef struct {
@@ -243,6 +256,7 @@ typedef struct {
     double eps;
     int exclude_bias_and_norm; /* no weight decay on biases and norm parameters */
     ts_cfg_slist no_decay_params; /* names (or '*' patterns) of parameters without weight decay */
+    ts_cfg_pgroups param_groups;  /* parameter groups with their own lr factor and weight decay */
     int lamb_always_adapt;
     double clip_grad_norm; /* 0 = off */
     struct {

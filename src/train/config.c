@@ -651,6 +651,49 @@ static int node_slist(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k,
   return TS_OK;
 }
 
+/* optimizer.param_groups: a mapping of name patterns to {lr_scale: X, weight_decay: Y} (either may
+ * be left out: 1, and the optimizer's) into *out (malloc'd; the caller owns it, also on error). */
+static int node_pgroups(const pctx *c, const yaml_node_t *n, const ts__cfg_key *k, ts_cfg_pgroups *out) {
+  char d[96];
+  out->n = 0;
+  out->v = NULL;
+  if (is_null(n)) return TS_OK;
+  if (n->type != YAML_MAPPING_NODE)
+    return perr(c, n, "%s: expected a mapping of parameter names or '*' patterns to {lr_scale: X, weight_decay: Y}, "
+                "got %s", k->path, describe(n, d, sizeof d));
+  int cnt = (int)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+  if (cnt > 0 && !(out->v = calloc((size_t)cnt, sizeof *out->v)))
+    return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+  for (int i = 0; i < cnt; i++) {
+    const yaml_node_t *kn = node_at(c, n->data.mapping.pairs.start[i].key);
+    const yaml_node_t *vn = node_at(c, n->data.mapping.pairs.start[i].value);
+    if (kn->type != YAML_SCALAR_NODE || is_null(kn) || !*sval(kn) || strlen(sval(kn)) != kn->data.scalar.length)
+      return perr(c, kn, "%s: expected a parameter name or '*' pattern, got %s", k->path, describe(kn, d, sizeof d));
+    const char *pat = sval(kn);
+    for (int j = 0; j < out->n; j++)
+      if (!strcmp(out->v[j].pattern, pat)) return perr(c, kn, "%s: '%s' appears twice", k->path, pat);
+    if (vn->type != YAML_MAPPING_NODE)
+      return perr(c, vn, "%s.'%s': expected {lr_scale: X, weight_decay: Y}, got %s", k->path, pat,
+                  describe(vn, d, sizeof d));
+    ts_cfg_pgroup g = {NULL, 1.0, -1.0};
+    for (yaml_node_pair_t *q = vn->data.mapping.pairs.start; q < vn->data.mapping.pairs.top; q++) {
+      const yaml_node_t *fk = node_at(c, q->key), *fv = node_at(c, q->value);
+      const char *f = fk->type == YAML_SCALAR_NODE ? sval(fk) : "";
+      char w[240];
+      snprintf(w, sizeof w, "%s.'%.160s'.%s", k->path, pat, f);
+      int rc;
+      if (!strcmp(f, "lr_scale")) rc = node_f64(c, fv, w, 0, 1e6, 0, &g.lr_scale);
+      else if (!strcmp(f, "weight_decay")) rc = node_f64(c, fv, w, 0, 1e6, 0, &g.weight_decay);
+      else rc = perr(c, fk, "%s.'%s': unknown field %s (expected lr_scale, weight_decay)", k->path, pat,
+                     describe(fk, d, sizeof d));
+      if (rc) return rc;
+    }
+    if (!(g.pattern = strdup(pat))) return ts_error_set(TS_ENOMEM, "%s: %s: out of memory", c->label, k->path);
+    out->v[out->n++] = g;
+  }
+  return TS_OK;
+}
+
 /* ------------------------------------------------------------------ string lists */
 static int parse_strs(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_cfg_strs *out) {
   char d[96];
@@ -785,6 +828,16 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
         memcpy(p, &v, sizeof v);
       } else {
         ts__cfg_slist_free(&v);
+      }
+      break;
+    }
+    case CT_PGROUPS: {
+      ts_cfg_pgroups v = {0, NULL};
+      if (!(rc = node_pgroups(c, n, k, &v))) {
+        ts__cfg_pgroups_free((ts_cfg_pgroups *)p);
+        memcpy(p, &v, sizeof v);
+      } else {
+        ts__cfg_pgroups_free(&v);
       }
       break;
     }
@@ -1182,7 +1235,7 @@ int ts_config_key_info(int i, ts_config_key *out) {
                         ts__cfg_nkeys);
   static const char *const tn[] = {"int",  "int",  "int",      "float",     "bool",
                                    "string", "enum", "int list", "float list", "transforms", "strategies", "string list", "stages", "int list",
-                                   "float list", "string list"};
+                                   "float list", "string list", "parameter groups"};
   static _Thread_local char values[512];
   const ts__cfg_key *k = &ts__cfg_keys[i];
   out->path = k->path;

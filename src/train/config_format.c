@@ -130,6 +130,17 @@ static void fmt_pair_at(ts__sb *b, const void *list, int i) {
   ts__sb_puts(b, ": ");
   fmt_string(b, e->text);
 }
+static void fmt_pgroup_at(ts__sb *b, const void *list, int i) {
+  const ts_cfg_pgroup *e = &((const ts_cfg_pgroup *)list)[i];
+  fmt_string(b, e->pattern);
+  ts__sb_puts(b, ": {lr_scale: ");
+  fmt_double(b, e->lr_scale);
+  if (e->weight_decay >= 0) {
+    ts__sb_puts(b, ", weight_decay: ");
+    fmt_double(b, e->weight_decay);
+  }
+  ts__sb_puts(b, "}");
+}
 /* A YAML flow sequence ("[]") or mapping ("{}") of n elements, ", " between them. */
 static void fmt_list(ts__sb *b, const char *brackets, const void *list, int n, fmt_elem_fn elem) {
   ts__sb_put(b, brackets, 1);
@@ -170,6 +181,9 @@ void ts__cfg_fmt_value(ts__sb *b, const ts__cfg_key *k, const ts_config *cfg) {
     case CT_ILIST: fmt_list(b, "[]", ((const ts_cfg_ilist *)p)->v, ((const ts_cfg_ilist *)p)->n, fmt_int_at); break;
     case CT_FLIST: fmt_list(b, "[]", ((const ts_cfg_flist *)p)->v, ((const ts_cfg_flist *)p)->n, fmt_float_at); break;
     case CT_SLIST: fmt_list(b, "[]", ((const ts_cfg_slist *)p)->v, ((const ts_cfg_slist *)p)->n, fmt_sptr_at); break;
+    case CT_PGROUPS:
+      fmt_list(b, "{}", ((const ts_cfg_pgroups *)p)->v, ((const ts_cfg_pgroups *)p)->n, fmt_pgroup_at);
+      break;
     case CT_STAGES:
     case CT_STRATS: fmt_list(b, "{}", ((const ts_cfg_strategies *)p)->v, ((const ts_cfg_strategies *)p)->n, fmt_pair_at); break;
     case CT_STRS: fmt_list(b, "[]", ((const ts_cfg_strs *)p)->v, ((const ts_cfg_strs *)p)->n, fmt_str_at); break;

@@ -24,6 +24,7 @@ enum {
   CT_ILIST,  /* ts_cfg_ilist (any length, malloc'd) */
   CT_FLIST,  /* ts_cfg_flist (any length, malloc'd; f32) */
   CT_SLIST,  /* ts_cfg_slist (any length, malloc'd) */
+  CT_PGROUPS, /* ts_cfg_pgroups (any length, malloc'd) */
 };
 
 enum {
@@ -60,7 +61,8 @@ typedef struct {
   int random;
 } tfdef;
 const tfdef *ts__cfg_tf_by_kind(ts_transform_kind k);
-void ts__cfg_slist_free(ts_cfg_slist *s); /* config_lists.c */
+void ts__cfg_slist_free(ts_cfg_slist *s);     /* config_lists.c */
+void ts__cfg_pgroups_free(ts_cfg_pgroups *g); /* config_lists.c */
 int ts__cfg_enum_count(const char *const *names);
 const char *ts__cfg_enum_name(const char *const *names, int v); /* "?" when out of range */
 /* key k's value in cfg, in YAML flow style, appended to b (config_format.c) */

@@ -1,6 +1,7 @@
 /* Configuration: the lists a ts_config owns (include/tessera/config.h). parallel.strategies and
  * parallel.stages (ts_cfg_strategies), parallel.all_reduce_fusion_config (ts_cfg_ilist),
- * optimizer.schedule.values (ts_cfg_flist) and optimizer.no_decay_params (ts_cfg_slist) have
+ * optimizer.schedule.values (ts_cfg_flist), optimizer.no_decay_params (ts_cfg_slist) and
+ * optimizer.param_groups (ts_cfg_pgroups) have
  * no length limit, so they live in malloc'd arrays outside the struct: a config owns them,
  * ts_config_free releases them, ts_config_copy duplicates them (a plain struct copy is a view
  * that must not be freed or have a list key set). Parsing them from YAML stays in config.c. */
@@ -91,6 +92,28 @@ static int slist_copy(ts_cfg_slist *dst, const ts_cfg_slist *src) {
 
 void ts__cfg_slist_free(ts_cfg_slist *s) { slist_free(s); }
 
+void ts__cfg_pgroups_free(ts_cfg_pgroups *g) {
+  for (int i = 0; i < g->n; i++) free(g->v[i].pattern);
+  free(g->v);
+  g->v = NULL;
+  g->n = 0;
+}
+
+static int pgroups_copy(ts_cfg_pgroups *dst, const ts_cfg_pgroups *src) {
+  dst->n = 0;
+  dst->v = NULL;
+  if (src->n <= 0) return TS_OK;
+  if (!(dst->v = calloc((size_t)src->n, sizeof *dst->v))) return ts_error_set(TS_ENOMEM, "config: out of memory");
+  for (; dst->n < src->n; dst->n++) {
+    dst->v[dst->n] = src->v[dst->n];
+    if (!(dst->v[dst->n].pattern = strdup(src->v[dst->n].pattern))) {
+      ts__cfg_pgroups_free(dst);
+      return ts_error_set(TS_ENOMEM, "config: out of memory");
+    }
+  }
+  return TS_OK;
+}
+
 /* The keys whose values live outside the struct (lists of any length). */
 #define OWNED_KEYS(X) X(parallel.strategies) X(parallel.stages)
 
@@ -103,6 +126,7 @@ void ts_config_free(ts_config *cfg) {
   cfg->parallel.all_reduce_fusion_config.v = NULL;
   cfg->parallel.all_reduce_fusion_config.n = 0;
   slist_free(&cfg->optimizer.no_decay_params);
+  ts__cfg_pgroups_free(&cfg->optimizer.param_groups);
   free(cfg->optimizer.schedule.values.v);
   cfg->optimizer.schedule.values.v = NULL;
   cfg->optimizer.schedule.values.n = 0;
@@ -127,6 +151,9 @@ int ts_config_copy(ts_config *dst, const ts_config *src) {
   dst->optimizer.no_decay_params.v = NULL;
   dst->optimizer.no_decay_params.n = 0;
   if (!rc) rc = slist_copy(&dst->optimizer.no_decay_params, &src->optimizer.no_decay_params);
+  dst->optimizer.param_groups.v = NULL;
+  dst->optimizer.param_groups.n = 0;
+  if (!rc) rc = pgroups_copy(&dst->optimizer.param_groups, &src->optimizer.param_groups);
   if (rc) ts_config_free(dst);
   return rc;
 }

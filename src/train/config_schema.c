@@ -227,6 +227,12 @@ const ts__cfg_key ts__cfg_keys[] = {
      "parameters without weight decay, by name or '*' pattern (MindSpore's parameter groups: a group with "
      "weight_decay 0), besides biases and norm parameters under exclude_bias_and_norm; each must match a "
      "trainable parameter"},
+    {"optimizer.param_groups", CT_PGROUPS, FLD(optimizer.param_groups), "{}", NULL, 0, 0, 0, 0, CF_HASH,
+     "parameter groups (PyTorch's param_groups, MindSpore's group_params, mmengine's custom_keys): "
+     "{PATTERN: {lr_scale: X, weight_decay: Y}, ...}, the parameters a name or '*' pattern matches updated at the "
+     "schedule's rate times X (default 1) with weight decay Y (default optimizer.weight_decay; biases and norm "
+     "parameters under exclude_bias_and_norm and no_decay_params stay undecayed); a parameter in two groups, "
+     "or a pattern matching none, is refused"},
     {"optimizer.lamb_always_adapt", CT_BOOL, FLD(optimizer.lamb_always_adapt), "false", NULL, 0,
      0, 0, 0, CF_HASH, "lamb: trust ratio also for parameters without weight decay (NVLAMB)"},
     {"optimizer.clip_grad_norm", CT_FLOAT, FLD(optimizer.clip_grad_norm), "0", NULL, 0, 1e12, 0,

@@ -184,9 +184,11 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
  * else *done = 0 and the caller opens the data set (ts__train_prepare). */
 int ts__train_dry_sample(ts_trainer *t, int *done);
 int ts__train_prepare(ts_trainer *t);
-/* The optimizer over every trainable entry of p (config's optimizer; no decay where flagged);
- * *segs (malloc'ed, outlives *opt) gets the *nseg segments. With d: the rank's part through the
- * distribution object (ts_dist_optim_create); NULL: over the whole of p (checkpoints). */
+/* The optimizer over every trainable entry of p (config's optimizer; no decay where flagged, the
+ * parameter groups of optimizer.param_groups); *segs (malloc'ed, outlives *opt) gets the *nseg
+ * segments. With d: the rank's part through the distribution object (ts_dist_optim_create), and
+ * every no_decay_params / param_groups entry checked to match a parameter of some rank (collective);
+ * NULL: over the whole of p (checkpoints). */
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
                     int *nseg);
 void ts__trainer_ckpt_state(ts_trainer *t, ts_ckpt_state *st);

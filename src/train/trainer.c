@@ -148,54 +148,68 @@ int ts__train_strategies(const ts_config *c, int ndevices, ts_strategy_set **out
   return TS_OK;
 }
 
-/* optimizer.no_decay_params: a name, or a pattern with '*' (fnmatch), matching parameter `name`. */
-static int no_decay_named(const ts_config *cfg, const char *name) {
-  for (int i = 0; i < cfg->optimizer.no_decay_params.n; i++)
-    if (!fnmatch(cfg->optimizer.no_decay_params.v[i], name, 0)) return 1;
-  return 0;
-}
+/* optimizer.no_decay_params and optimizer.param_groups name parameters by name, or by a pattern with
+ * '*' (fnmatch). */
+static int named(const char *pattern, const char *name) { return !fnmatch(pattern, name, 0); }
 
-/* Each optimizer.no_decay_params entry must match a trainable parameter of some rank (a pipeline
- * stage holds only its own): a name that matches none (a typo) is refused, not ignored. */
-static int no_decay_check(const ts_config *cfg, const ts_optim_segment *segs, int nseg) {
+/* Each entry of optimizer.no_decay_params and optimizer.param_groups must match a trainable parameter
+ * of some rank (a pipeline stage holds only its own): one that matches none (a typo) is refused, not
+ * ignored. hit: this rank's matches, no_decay_params' entries then param_groups'. */
+static int entries_check(const ts_config *cfg, float *hit, const char *example) {
   const ts_cfg_slist *l = &cfg->optimizer.no_decay_params;
-  if (l->n == 0) return TS_OK;
-  float *hit = calloc((size_t)l->n, sizeof *hit);
-  if (!hit) return ts_error_set(TS_ENOMEM, "optimizer.no_decay_params: out of memory");
-  for (int i = 0; i < l->n; i++)
-    for (int s = 0; s < nseg && !hit[i]; s++) hit[i] = !fnmatch(l->v[i], segs[s].name, 0);
+  const ts_cfg_pgroups *gl = &cfg->optimizer.param_groups;
+  size_t n = (size_t)l->n + (size_t)gl->n;
+  if (n == 0) return TS_OK;
   int rank, size, rc = TS_OK;
   ts_job_rank(&rank, &size);
   ts_comm *w = NULL;
-  if (size > 1 && !(rc = ts_comm_world(&w))) rc = ts_comm_allreduce(w, hit, hit, (size_t)l->n, TS_F32, TS_REDUCE_MAX);
-  for (int i = 0; !rc && i < l->n; i++)
+  if (size > 1 && !(rc = ts_comm_world(&w))) rc = ts_comm_allreduce(w, hit, hit, n, TS_F32, TS_REDUCE_MAX);
+  for (size_t i = 0; !rc && i < n; i++)
     if (!hit[i])
-      rc = ts_error_set(TS_ECONFIG, "%s: optimizer.no_decay_params: '%s' matches no trainable parameter (the model's "
-                        "are named like '%s')", cfg->source[0] ? cfg->source : "config", l->v[i],
-                        nseg ? segs[0].name : "");
-  free(hit);
+      rc = ts_error_set(TS_ECONFIG, "%s: optimizer.%s: '%s' matches no trainable parameter (the model's are named "
+                        "like '%s')", cfg->source[0] ? cfg->source : "config",
+                        i < (size_t)l->n ? "no_decay_params" : "param_groups",
+                        i < (size_t)l->n ? l->v[i] : gl->v[i - (size_t)l->n].pattern, example);
   return rc;
 }
 
 int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **opt, ts_optim_segment **segs,
                     int *nseg) {
-  int np = ts_params_count(p);
+  const ts_cfg_slist *nd = &cfg->optimizer.no_decay_params;
+  const ts_cfg_pgroups *gl = &cfg->optimizer.param_groups;
+  int np = ts_params_count(p), rc = TS_OK;
   *nseg = 0;
   *segs = calloc((size_t)np + 1, sizeof **segs);
-  if (!*segs) return ts_error_set(TS_ENOMEM, "trainer: out of memory");
-  for (int i = 0; i < np; i++) {
+  float *hit = calloc((size_t)nd->n + (size_t)gl->n + 1, sizeof *hit);
+  ts_optim_group *groups = calloc((size_t)gl->n + 1, sizeof *groups);
+  if (!*segs || !hit || !groups) rc = ts_error_set(TS_ENOMEM, "trainer: out of memory");
+  for (int i = 0; !rc && i < np; i++) {
     int fl = ts_params_flags(p, i);
     if (fl & TS_PARAM_STATE) continue;
+    const char *name = ts_params_name(p, i);
     ts_shape s = ts_params_shape(p, i);
-    uint32_t sf = (cfg->optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY)) ||
-                          no_decay_named(cfg, ts_params_name(p, i))
-                      ? TS_SEG_NO_DECAY
-                      : 0;
-    (*segs)[(*nseg)++] = (ts_optim_segment){ts_params_name(p, i), ts_params_offset(p, i), (size_t)ts_shape_numel(&s), sf};
+    uint32_t sf = cfg->optimizer.exclude_bias_and_norm && (fl & TS_PARAM_NO_DECAY) ? TS_SEG_NO_DECAY : 0;
+    for (int k = 0; k < nd->n; k++)
+      if (named(nd->v[k], name)) sf |= TS_SEG_NO_DECAY, hit[k] = 1;
+    for (int k = 0; k < gl->n && !rc; k++) {
+      if (!named(gl->v[k].pattern, name)) continue;
+      if (TS_SEG_GROUP_OF(sf))
+        rc = ts_error_set(TS_ECONFIG, "%s: optimizer.param_groups: parameter '%s' matches both '%s' and '%s' (a "
+                          "parameter is in one group)", cfg->source[0] ? cfg->source : "config", name,
+                          gl->v[TS_SEG_GROUP_OF(sf) - 1].pattern, gl->v[k].pattern);
+      sf |= TS_SEG_GROUP(k + 1), hit[nd->n + k] = 1;
+    }
+    (*segs)[(*nseg)++] = (ts_optim_segment){name, ts_params_offset(p, i), (size_t)ts_shape_numel(&s), sf};
   }
+  if (!rc && d) rc = entries_check(cfg, hit, *nseg ? (*segs)[0].name : ""); /* (collective: the job's optimizer) */
   ts_optim_config oc;
-  int rc = ts_config_optim(cfg, &oc);
+  if (!rc) rc = ts_config_optim(cfg, &oc);
+  for (int k = 0; !rc && k < gl->n; k++)
+    groups[k] = (ts_optim_group){gl->v[k].lr_scale, gl->v[k].weight_decay < 0 ? oc.weight_decay : gl->v[k].weight_decay};
+  if (!rc && gl->n) oc.ngroups = gl->n, oc.groups = groups;
   if (!rc) rc = d ? ts_dist_optim_create(d, &oc, *segs, *nseg, opt) : ts_optim_create(opt, &oc, *segs, *nseg);
+  free(hit);
+  free(groups); /* (the optimizer holds a copy) */
   return rc;
 }
 
@@ -602,7 +616,7 @@ static int trainer_create(const ts_config *cfg_in, ts_model_fn fn, void *user, t
   }
   if ((rc = make_train_pipe(t))) goto fail;
   if ((rc = ts__train_optim(c, t->run->params, t->dist, &t->opt, &t->segs, &t->nseg)) ||
-      (rc = no_decay_check(c, t->segs, t->nseg)) || (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)))
+      (rc = ts_config_lr_schedule(c, t->steps_per_epoch, &t->sched)))
     goto fail;
   if ((rc = ts_dist_start(t->dist))) {
     if (rc == TS_ECONFIG) rc = ts_error_wrap(rc, "%s", c->source[0] ? c->source : "config");

@@ -55,7 +55,13 @@ static int cfg_equal(const ts_config *a, const ts_config *b) {
     memset(&both[i]->parallel.all_reduce_fusion_config, 0, sizeof both[i]->parallel.all_reduce_fusion_config);
     memset(&both[i]->optimizer.schedule.values, 0, sizeof both[i]->optimizer.schedule.values);
     memset(&both[i]->optimizer.no_decay_params, 0, sizeof both[i]->optimizer.no_decay_params);
+    memset(&both[i]->optimizer.param_groups, 0, sizeof both[i]->optimizer.param_groups);
   }
+  const ts_cfg_pgroups *ga = &a->optimizer.param_groups, *gb = &b->optimizer.param_groups;
+  int same_groups = ga->n == gb->n;
+  for (int i = 0; same_groups && i < ga->n; i++)
+    same_groups = !strcmp(ga->v[i].pattern, gb->v[i].pattern) && ga->v[i].lr_scale == gb->v[i].lr_scale &&
+                  ga->v[i].weight_decay == gb->v[i].weight_decay;
   const ts_cfg_slist *na = &a->optimizer.no_decay_params, *nb = &b->optimizer.no_decay_params;
   int same_names = na->n == nb->n;
   for (int i = 0; same_names && i < na->n; i++) same_names = !strcmp(na->v[i], nb->v[i]);
@@ -64,7 +70,7 @@ static int cfg_equal(const ts_config *a, const ts_config *b) {
   int eq = memcmp(x, y, offsetof(ts_config, source)) == 0 && strats_equal(&a->parallel.strategies, &b->parallel.strategies) &&
            strats_equal(&a->parallel.stages, &b->parallel.stages) && fa->n == fb->n &&
            (fa->n == 0 || !memcmp(fa->v, fb->v, sizeof(int) * (size_t)fa->n)) && va->n == vb->n &&
-           (va->n == 0 || !memcmp(va->v, vb->v, sizeof(float) * (size_t)va->n)) && same_names;
+           (va->n == 0 || !memcmp(va->v, vb->v, sizeof(float) * (size_t)va->n)) && same_names && same_groups;
   free(x);
   free(y);
   return eq;
@@ -149,6 +155,7 @@ static const struct {
     {"optimizer.eps", "1e-6"},
     {"optimizer.exclude_bias_and_norm", "false"},
     {"optimizer.no_decay_params", "[\"fc.bias\", \"layer1.*.bn1.weight\"]"},
+    {"optimizer.param_groups", "{\"fc*\": {lr_scale: 0.5, weight_decay: 0.25}, \"*.bias\": {lr_scale: 2.0}}"},
     {"optimizer.lamb_always_adapt", "true"},
     {"optimizer.clip_grad_norm", "1.5"},
     {"optimizer.schedule.name", "multistep"},
@@ -839,6 +846,50 @@ static void test_conversions(void) {
   const char *ov2g[] = {"optimizer.schedule={name: table, values: [0.1, -1]}"};
   CHECK(ts_config_load(NULL, ov2g, 1, &c) == TS_ECONFIG && has(ts_last_error(), "optimizer.schedule.values[1]"));
   ts_config_free(&c);
+
+  /* parameter groups: a mapping of patterns to their lr factor and weight decay (defaults 1 and the
+   * optimizer's: -1), in order; the dump reloads to the same groups; bad entries refused naming them */
+  const char *ov2h[] = {"optimizer.param_groups={\"layer1.*\": {lr_scale: 0.1}, head.weight: {weight_decay: 0, lr_scale: 10}, "
+                        "\"*.bias\": {}}"};
+  CHECK_MSG(ts_config_load(NULL, ov2h, 1, &c) == TS_OK, "%s", ts_last_error());
+  {
+    const ts_cfg_pgroups *g = &c.optimizer.param_groups;
+    CHECK(g->n == 3 && !strcmp(g->v[0].pattern, "layer1.*") && g->v[0].lr_scale == 0.1 && g->v[0].weight_decay == -1.0 &&
+          !strcmp(g->v[1].pattern, "head.weight") && g->v[1].lr_scale == 10 && g->v[1].weight_decay == 0 &&
+          !strcmp(g->v[2].pattern, "*.bias") && g->v[2].lr_scale == 1 && g->v[2].weight_decay == -1.0);
+    char buf[256], *y = NULL;
+    CHECK_OK(ts_config_get(&c, "optimizer.param_groups", buf, sizeof buf));
+    CHECK_MSG(!strcmp(buf, "{\"layer1.*\": {lr_scale: 0.1}, \"head.weight\": {lr_scale: 1.0e+01, weight_decay: 0}, "
+                           "\"*.bias\": {lr_scale: 1}}"), "%s", buf);
+    ts_config r, cp;
+    CHECK_OK(ts_config_dump_string(&c, &y));
+    CHECK_OK(ts_config_load_string(y, "dump", NULL, 0, &r));
+    CHECK(cfg_equal(&c, &r));
+    CHECK_OK(ts_config_copy(&cp, &c));
+    CHECK(cfg_equal(&c, &cp) && cp.optimizer.param_groups.v != c.optimizer.param_groups.v);
+    uint64_t h = ts_config_hash(&c); /* a training key: in the hash */
+    CHECK_OK(ts_config_set(&cp, "optimizer.param_groups", "{}"));
+    CHECK(cp.optimizer.param_groups.n == 0 && ts_config_hash(&cp) != h);
+    ts_config_free(&cp);
+    ts_config_free(&r);
+    free(y);
+  }
+  ts_config_free(&c);
+  static const struct {
+    const char *set, *err;
+  } bad_groups[] = {
+      {"optimizer.param_groups=[a, b]", "optimizer.param_groups: expected a mapping of parameter names"},
+      {"optimizer.param_groups={a: 0.1}", "optimizer.param_groups.'a': expected {lr_scale: X, weight_decay: Y}"},
+      {"optimizer.param_groups={a: {lr: 0.1}}", "optimizer.param_groups.'a': unknown field 'lr' (expected lr_scale, weight_decay)"},
+      {"optimizer.param_groups={a: {lr_scale: -1}}", "optimizer.param_groups.'a'.lr_scale"},
+      {"optimizer.param_groups={a: {weight_decay: x}}", "optimizer.param_groups.'a'.weight_decay"},
+      {"optimizer.param_groups={a: {lr_scale: 1}, a: {lr_scale: 2}}", "optimizer.param_groups: 'a' appears twice"},
+  };
+  for (size_t i = 0; i < sizeof bad_groups / sizeof bad_groups[0]; i++) {
+    CHECK(ts_config_load(NULL, &bad_groups[i].set, 1, &c) == TS_ECONFIG);
+    CHECK_MSG(has(ts_last_error(), bad_groups[i].err), "%s: %s", bad_groups[i].set, ts_last_error());
+    ts_config_free(&c);
+  }
 
   /* transforms: training list as given, evaluation list "auto" without the random ones */
   const char *ov3[] = {"data.transforms=[{name: random_crop, size: 28, padding: 2}, hflip, "
