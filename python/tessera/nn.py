@@ -950,13 +950,64 @@ def _same_lr(a, b):
     return x[1].shape == y[1].shape and np.array_equal(x[1], y[1])
 
 
+def _fnmatch_escape(name):
+    """A parameter name as an optimizer.param_groups pattern matching only itself."""
+    return "".join("[%s]" % c if c in "*?[]\\" else c for c in name)
+
+
+def _lr_scale(group_lr, base, where):
+    """The factor that turns the optimizer's learning rates (base, as _learning_rate returns them)
+    into a group's (group_lr, MindSpore's 'lr' of the group), refused where none does: Tessera scales
+    the one schedule per group. Rates compared in f32, as the update uses them."""
+    import numpy as np
+    g = _learning_rate(group_lr, where)
+    if g[2] is not None or base[2] is not None:
+        if g[2] is base[2]:
+            return 1.0
+        raise ValueError("%s: a parameter group whose learning rate is a LearningRateSchedule (%s) other than the "
+                         "optimizer's (%s) is not supported: give the groups' rates as numbers or per-step lists in a "
+                         "constant ratio" % (where, describe(group_lr), describe(base[2] if base[2] is not None
+                                                                             else base[0] if base[0] is not None
+                                                                             else "a list of rates")))
+    gr = np.float32(g[0]) if g[0] is not None else g[1]
+    br = np.float32(base[0]) if base[0] is not None else base[1]
+    gr, br = np.atleast_1d(gr).astype(np.float32), np.atleast_1d(br).astype(np.float32)
+    if gr.size != br.size and min(gr.size, br.size) > 1:
+        raise ValueError("%s: a parameter group's learning rates (%d steps) and the optimizer's (%d) differ in length"
+                         % (where, gr.size, br.size))
+    gr, br = np.broadcast_arrays(gr, br)
+    nz = br != 0
+    if not nz.any():
+        if gr.any():
+            raise ValueError("%s: a parameter group's own learning rate (%s) beside the optimizer's learning_rate 0: "
+                             "Tessera scales the optimizer's rates per group" % (where, describe(group_lr)))
+        return 1.0
+    k = int(np.argmax(nz))
+    scale = float(np.float64(gr[k]) / np.float64(br[k]))
+    for s in (scale, np.nextafter(scale, 0.0), np.nextafter(scale, np.inf)):  # exact where a factor is
+        got = (br.astype(np.float64) * float(s)).astype(np.float32)
+        if np.array_equal(got, gr):
+            return float(s)
+    got = (br.astype(np.float64) * scale).astype(np.float32)
+    if not np.all(np.abs(got.astype(np.float64) - gr) <= 2.5e-7 * np.abs(gr.astype(np.float64))):
+        i = int(np.argmax(np.abs(got.astype(np.float64) - gr) > 2.5e-7 * np.abs(gr.astype(np.float64))))
+        raise ValueError("%s: a parameter group's learning rates are not a constant multiple of the optimizer's "
+                         "(step %d: %g where %g x %g = %g): Tessera scales the optimizer's schedule per group"
+                         % (where, i, gr[i], br[i], scale, got[i]))
+    return scale
+
+
 def _param_groups(groups, learning_rate, weight_decay, where):
     """MindSpore's parameter groups ([{"params": [...], "weight_decay": wd, "lr": lr}, ...,
-    {"order_params": [...]}]) as (parameters, weight decay, names without decay): Tessera has one
-    learning rate and one weight decay, with a set of parameters exempt from it
-    (optimizer.no_decay_params); groups that differ otherwise are refused, saying how."""
+    {"order_params": [...]}]) as (parameters, weight decay, names without decay, param_groups,
+    learning_rate): one weight decay with a set of parameters exempt from it where the groups are
+    only that (optimizer.no_decay_params), else optimizer.param_groups, each parameter whose
+    learning rate or decay differs from the optimizer's in a group of its own (its rate a constant
+    multiple of the optimizer's: a number, or per-step rates in a constant ratio; the optimizer's
+    learning_rate is the first group's where every group has its own, as it is then unused).
+    grad_centralization is refused."""
     keys = ("params", "lr", "weight_decay", "grad_centralization", "order_params")
-    params, decays, seen, order = [], [], set(), None
+    params, decays, lrs, seen, order = [], [], [], set(), None
     for g in groups:
         if not isinstance(g, dict):
             raise TypeError("For '%s', parameter groups must all be dicts, but got %s." % (where, describe(g)))
@@ -970,13 +1021,12 @@ def _param_groups(groups, learning_rate, weight_decay, where):
                                  "'order_params' key." % where)
             order = list(g["order_params"])
             continue
-        if "lr" in g and not _same_lr(g["lr"], learning_rate):
-            raise ValueError("%s: a parameter group with its own learning rate (lr=%s) is not supported: Tessera "
-                             "updates every parameter with the optimizer's learning_rate (%s)"
-                             % (where, describe(g["lr"]), describe(learning_rate)))
         if g.get("grad_centralization"):
             raise ValueError("%s: grad_centralization=True is not supported" % where)
         wd = check_float(g.get("weight_decay", weight_decay), "weight_decay", where, 0.0)
+        lr = g["lr"] if "lr" in g and not _same_lr(g["lr"], learning_rate) else None
+        if lr is not None:
+            _learning_rate(lr, where)  # (its type and values checked here)
         ps = list(g.get("params") or [])
         if not ps:
             raise ValueError("For '%s', the group 'params' must not be empty." % where)
@@ -990,14 +1040,25 @@ def _param_groups(groups, learning_rate, weight_decay, where):
             seen.add(name)
             params.append(p)
             decays.append(wd)
+            lrs.append(lr)
     if order is not None and {getattr(p, "name", None) for p in order} != seen:
         raise ValueError("For '%s', the 'order_params' should be the same parameters as the groups'." % where)
+    if lrs and all(lr is not None for lr in lrs):  # the optimizer's learning_rate is unused: the first group's
+        first = lrs[0]
+        learning_rate = first
+        lrs = [None if lr is first or _same_lr(lr, first) else lr for lr in lrs]
     nonzero = sorted({d for d in decays if d > 0})
-    if len(nonzero) > 1:
-        raise ValueError("%s: parameter groups with weight decays %s: Tessera has one weight decay, and parameters "
-                         "without any (a group's weight_decay 0)" % (where, " and ".join("%g" % d for d in nonzero)))
-    wd = nonzero[0] if nonzero else 0.0
-    return params, wd, [p.name for p, d in zip(params, decays) if wd > 0 and d == 0]
+    if all(lr is None for lr in lrs) and len(nonzero) <= 1:  # one decay, and parameters without
+        wd = nonzero[0] if nonzero else 0.0
+        return params, wd, [p.name for p, d in zip(params, decays) if wd > 0 and d == 0], None, learning_rate
+    base = _learning_rate(learning_rate, where)
+    wd = check_float(weight_decay, "weight_decay", where, 0.0)
+    pg = {}
+    for p, d, lr in zip(params, decays, lrs):
+        scale = 1.0 if lr is None else _lr_scale(lr, base, where)
+        if scale != 1.0 or d != wd:
+            pg[_fnmatch_escape(p.name)] = {"lr_scale": scale, "weight_decay": d}
+    return params, wd, [], pg, learning_rate
 
 
 class Optimizer:
@@ -1013,7 +1074,13 @@ class Optimizer:
 
     def __init__(self, params, learning_rate, weight_decay=0.0, schedule=None, clip_grad_norm=0.0, loss_scale=1.0,
                  **extra):
-        lr, table, cell = _learning_rate(learning_rate, type(self).__name__)
+        where = type(self).__name__
+        groups = isinstance(params, (list, tuple)) and params and isinstance(params[0], dict)
+        pgroups = None
+        if groups:  # MindSpore's parameter groups: the decay set explicit, biases and norms as any other
+            params, weight_decay, nodecay, pgroups, learning_rate = _param_groups(params, learning_rate, weight_decay,
+                                                                                  where)
+        lr, table, cell = _learning_rate(learning_rate, where)
         # MindSpore's optimizer loss_scale divides the gradients: paired with
         # FixedLossScaleManager(S, drop_overflow_update=False), whose scale Tessera's trainer
         # removes itself; the Model checks the pairing
@@ -1021,10 +1088,6 @@ class Optimizer:
         if lr is None and schedule is not None:
             raise ValueError("%s: schedule= (Tessera's schedules) takes a float learning_rate (its peak), got a %s"
                              % (type(self).__name__, "list of rates" if cell is None else type(cell).__name__))
-        where = type(self).__name__
-        groups = isinstance(params, (list, tuple)) and params and isinstance(params[0], dict)
-        if groups:  # MindSpore's parameter groups: the decay set explicit, biases and norms as any other
-            params, weight_decay, nodecay = _param_groups(params, learning_rate, weight_decay, where)
         self.parameters = list(params) if params is not None else []
         _OPTIMIZERS.append(self)
         del _OPTIMIZERS[:-64]
@@ -1034,6 +1097,8 @@ class Optimizer:
             self.keys["optimizer.exclude_bias_and_norm"] = False
             if nodecay:
                 self.keys["optimizer.no_decay_params"] = nodecay
+            if pgroups:
+                self.keys["optimizer.param_groups"] = pgroups
         self.learning_rate, self._lr_cell = learning_rate, cell
         if table is not None:  # every step's rate: Tessera's schedule table
             self.keys["optimizer.schedule"] = {"name": "table", "values": [float(v) for v in table]}
