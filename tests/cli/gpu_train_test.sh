@@ -6,7 +6,9 @@
 #      step's loss within 1e-4 relative, the evaluations' accuracy equal; two GPU runs bitwise;
 #   2. checkpoints are device-neutral: the GPU's checkpoint of step 10 resumed on the CPU to step
 #      20 ends where the CPU's uninterrupted run does (1e-4), and the CPU's resumed on the GPU too;
-#   3. gradient accumulation (2 micro-batches) with momentum, and LAMB, on the GPU follow the CPU;
+#   3. gradient accumulation (2 micro-batches) with momentum, LAMB, and parameter groups
+#      (optimizer.param_groups: the per-segment update at each group's rate and decay) on the GPU
+#      follow the CPU;
 #   4. the zoo's GPT (attention, dropout, tied embeddings): 4 steps and the evaluation;
 #   5. a ResNet (convolution, batch norm, pooling, residual adds): 3 steps and the evaluation;
 #      (on the stand-in) both again with the emulator's threads in reverse order: the same bits;
@@ -90,6 +92,14 @@ train lamb_cpu CPU --set optimizer.name=lamb --set optimizer.lr=0.01 --set train
 train lamb_gpu GPU --set optimizer.name=lamb --set optimizer.lr=0.01 --set train.steps=10
 close "$tmp/lamb_gpu.txt" "$tmp/lamb_cpu.txt" && ok "LAMB (trust ratios per parameter on the device): the GPU follows the CPU" ||
   bad "LAMB: $(paste "$tmp/lamb_gpu.txt" "$tmp/lamb_cpu.txt" | head -3)"
+pg=(--set optimizer.lr=0.01 --set train.steps=10 --set 'optimizer.param_groups={"fc1.*": {lr_scale: 0.3, weight_decay: 0.1}, "fc2.bias": {lr_scale: 2}}')
+train pg_cpu CPU "${pg[@]}"
+train pg_gpu GPU "${pg[@]}"
+train pg_lamb_cpu CPU "${pg[@]}" --set optimizer.name=lamb
+train pg_lamb_gpu GPU "${pg[@]}" --set optimizer.name=lamb
+close "$tmp/pg_gpu.txt" "$tmp/pg_cpu.txt" && close "$tmp/pg_lamb_gpu.txt" "$tmp/pg_lamb_cpu.txt" &&
+  ok "parameter groups (adamw, LAMB): the GPU follows the CPU" ||
+  bad "parameter groups: $(paste "$tmp/pg_gpu.txt" "$tmp/pg_cpu.txt" | head -3) / $(paste "$tmp/pg_lamb_gpu.txt" "$tmp/pg_lamb_cpu.txt" | head -3)"
 # 4. the zoo's GPT (attention, layer norm, GeLU, embedding, tied weights): 4 steps and the
 #    evaluation follow the CPU
 for i in $(seq 1 200); do echo "line $i: the quick brown fox jumps over the lazy dog."; done > "$tmp/in.txt"
