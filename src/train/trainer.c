@@ -897,6 +897,12 @@ static int train_apply(ts_trainer *t, float *g, ts_step_info *info) {
   return TS_OK;
 }
 
+/* A step or a fit while a ts_trainer_grad_batch's gradients wait for ts_trainer_apply_grads. */
+static int pending_refused(const ts_trainer *t) {
+  return ts_error_set(TS_EINVAL, "step %lld: the gradients of a ts_trainer_grad_batch are pending: apply them "
+                      "(ts_trainer_apply_grads) first", (long long)t->step + 1);
+}
+
 static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
   float *g = NULL;
   int rc = train_grads(t, b, info, &g);
@@ -905,9 +911,7 @@ static int train_step(ts_trainer *t, const ts_batch *b, ts_step_info *info) {
 
 int ts_trainer_fit(ts_trainer *t) {
   int rc = TS_OK;
-  if (t->grads_pending)
-    return ts_error_set(TS_EINVAL, "step %lld: the gradients of a ts_trainer_grad_batch are pending: apply them "
-                        "(ts_trainer_apply_grads) first", (long long)t->step + 1);
+  if (t->grads_pending) return pending_refused(t);
   const ts_config *c = &t->cfg;
   ts_batch b;
   double t_prev = ts_time_now();
@@ -1008,9 +1012,7 @@ static int batch_check(const ts_trainer *t, const ts_batch *b) {
                         (long long)want, exp, ts_dtype_name(t->model.dtype), t->cfg.train.batch_size,
                         t->run->data_parts, t->run->data_parts == 1 ? "" : "s");
   }
-  if (t->grads_pending)
-    return ts_error_set(TS_EINVAL, "step %lld: the gradients of a ts_trainer_grad_batch are pending: apply them "
-                        "(ts_trainer_apply_grads) first", (long long)t->step + 1);
+  if (t->grads_pending) return pending_refused(t);
   return TS_OK;
 }
 

@@ -215,7 +215,7 @@ class _GradFn:
                              "step's gradients, which the optimizer applies before the next are computed"
                              % self._where)
         t = self._model._trainer
-        self._model._lr_cover(t, t.info()["step"] + 1)
+        self._model._lr_cover(t, next_step=True)
         info = t.grad_batch(x, y)
         grads = _Grads(self, len(self._opt.parameters))
         self._pending = grads

@@ -251,13 +251,16 @@ class Model:
         self._lr_cover(t)
         return t
 
-    def _lr_cover(self, t, steps=0):
+    def _lr_cover(self, t, steps=0, next_step=False):
         """An optimizer whose learning_rate is a LearningRateSchedule: the trainer's table of rates
         (ts_trainer_set_lr_table) made to cover the run's steps, and `steps` (a run about to be
-        lengthened; TrainOneStepCell's steps, which no run length bounds)."""
+        lengthened), or with next_step the trainer's next step (TrainOneStepCell's and
+        value_and_grad's steps, which no run length bounds; the trainer asked only then)."""
         cell = getattr(self.optimizer, "_lr_cell", None) if self.optimizer is not None else None
         if cell is None:
             return
+        if next_step:
+            steps = t.info()["step"] + 1
         need = max(int(steps), t.info()["lr_steps"], 1)
         have = self.__dict__.get("_lr_have")
         if have and have[0] is t and have[1] >= need:

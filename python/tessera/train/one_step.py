@@ -105,7 +105,7 @@ class TrainOneStepCell(Cell):
             raise ValueError("TrainOneStepCell: a batch of shape %s %s, but the step was built for %s %s (the first "
                              "call's; give batches of one size: dataset.batch(n, drop_remainder=True))"
                              % (x.shape, x.dtype, self._shape[0], self._shape[1]))
-        self._model._lr_cover(self._trainer, self._trainer.info()["step"] + 1)
+        self._model._lr_cover(self._trainer, next_step=True)
         info = self._trainer.step_batch(x, y)
         return Tensor(np.float32(info["loss"]))
 
