@@ -40,6 +40,8 @@ typedef enum {
   TS_INIT_KAIMING_UNIFORM, /* negative slope a; fan_in mode, leaky_relu gain (PyTorch) */
   TS_INIT_KAIMING_NORMAL,  /* negative slope a; fan_in mode */
   TS_INIT_TORCH_DEFAULT,   /* PyTorch's Linear/Conv default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+  TS_INIT_TRUNC_NORMAL,    /* N(mean a, std b) truncated to [a - 2b, a + 2b] (MindSpore's and TensorFlow's
+                            * TruncatedNormal), drawn by inverting the CDF of one uniform per element */
 } ts_init_kind;
 
 typedef struct {

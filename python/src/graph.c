@@ -101,8 +101,8 @@ static PyObject *b_embedding(Builder *b, PyObject *args) {
  * ValueError naming the parameter when unknown. */
 static int init_from_name(const char *name, const char *init, float a, float b, ts_init *out) {
   static const char *kinds[] = {"zeros", "ones", "constant", "uniform", "normal", "xavier_uniform",
-                                "xavier_normal", "he_uniform", "he_normal", "torch_default"};
-  for (int i = 0; i < 10; i++)
+                                "xavier_normal", "he_uniform", "he_normal", "torch_default", "trunc_normal"};
+  for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
     if (!strcmp(init, kinds[i])) {
       ts_init in = {(ts_init_kind)i, a, b, 0};
       *out = in;

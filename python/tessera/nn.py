@@ -147,11 +147,65 @@ class Cell:
         """(local name, shape) of the parameters a leaf layer creates (trainable ones)."""
         return []
 
+    def _state_specs(self):
+        """(local name, shape) of the persistent states a leaf layer creates (not trained)."""
+        return []
+
+    # a leaf layer's parameters as its library op registers them: name -> (no weight decay, state)
+    _leaf_flags = {}
+    # MindSpore's names of a leaf layer's parameters -> the library's (BatchNorm's gamma -> weight)
+    _leaf_alias = {}
+
+    def __getattr__(self, k):
+        """A leaf layer's parameters as attributes (dense.weight, bn.gamma, bn.moving_mean): the
+        layer's Parameters, whose set_data gives another initializer or values before the model
+        is built."""
+        k2 = type(self)._leaf_alias.get(k, k)
+        if k2 in type(self)._leaf_flags and "_cells" in self.__dict__:
+            for name, shape in self._param_specs() + self._state_specs():
+                if name == k2:
+                    return self._leaf_param(name, shape)
+        raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, k))
+
+    def _leaf_param(self, name, shape, path=None):
+        """The Parameter standing for a leaf layer's parameter `name` (init None: the layer's own)."""
+        d = self.__dict__.setdefault("_leafp", {})
+        p = d.get(name)
+        if p is None:
+            state = type(self)._leaf_flags.get(name, (False, False))[1]
+            p = d[name] = Parameter(shape, init=None, name=path or name, requires_grad=not state)
+            p._built = self.__dict__.get("_layer_built", False)
+        if path:
+            p.name = path
+        return p
+
+    def _init_leaf(self, name, init, who):
+        """weight_init= / bias_init= / gamma_init=...: a leaf parameter's initializer (a name, an
+        Initializer, a number, initializer()'s result) or initial values (a Tensor or array)."""
+        from .common.initializer import InitTensor, as_initializer
+        p = getattr(self, name)
+        if isinstance(init, (Tensor, InitTensor)) or hasattr(init, "__array__") and not isinstance(init, (str, int, float)):
+            p.set_data(init)
+        else:
+            p.set_data(InitTensor(as_initializer(init, who), p.shape, None))
+
+    def _leaf_overrides(self, b):
+        """The layer's parameters given another initializer or values, registered under the layer's
+        name before its op (which then uses them as they are); every one marked built."""
+        self.__dict__["_layer_built"] = True
+        for name, p in (self.__dict__.get("_leafp") or {}).items():
+            p._built = True
+            if p.init is None:
+                continue
+            kind, a, c = p._spec()
+            nodecay, state = type(self)._leaf_flags.get(name, (False, False))
+            b.param(_scoped_name(self) + "." + name, list(p.shape), kind, a, c, nodecay, state)
+
     def parameters_and_names(self, prefix=""):
         for path, c in self.cells_and_names(prefix):
             pre = path + "." if path else ""
             for name, shape in c._param_specs():
-                yield pre + name, Parameter(shape, name=pre + name)
+                yield pre + name, c._leaf_param(name, shape, pre + name)
             for k, p in c._params.items():
                 p.name = pre + k
                 yield pre + k, p
@@ -176,6 +230,25 @@ class Cell:
 
     def __repr__(self):
         return "%s()" % type(self).__name__
+
+
+def _collect_pending(net):
+    """The initial values net's trainer loads once created: those of Parameters made from values
+    (recorded as they were set on their cells, and load_param_into_net before a Model), then every
+    parameter's set_data (its values, or none where an initializer replaced them); each taken once,
+    as the recorded ones (a second Model on the network keeps the trained values)."""
+    pending = dict(net.__dict__.pop("_pending_params", None) or {})
+    for path, c in net.cells_and_names():
+        pre = path + "." if path else ""
+        ps = [(k, p) for k, p in c._params.items()] + list((c.__dict__.get("_leafp") or {}).items())
+        for k, p in ps:
+            if getattr(p, "_set", False):
+                if p._data is not None:
+                    pending[pre + k] = p._data
+                else:
+                    pending.pop(pre + k, None)
+                p._set = False
+    return pending
 
 
 class SequentialCell(Cell):
@@ -227,25 +300,34 @@ class _ShardProxy:
         return self
 
 
+def _layer_inits(cell, who, **inits):
+    """A layer's weight_init= / bias_init= / gamma_init= ... arguments (None, or the library's
+    default "torch_default": the layer's own, MindSpore 2.x's defaults)."""
+    for name, init in inits.items():
+        if init is not None and not (isinstance(init, str) and init == "torch_default"):
+            cell._init_leaf(name, init, who)
+
+
 class Dense(Cell):
-    """Dense(in_channels, out_channels, has_bias=True, activation=None): y = x W^T + b, W
-    (out, in) with PyTorch's default init. weight_init/bias_init other than None are refused
-    (Tessera initialises from its counter-based RNG). shard(): the dense op's strategy, inputs
-    (x, weight[, bias]), e.g. ((1, 1), (2, 1), (2,))."""
+    """Dense(in_channels, out_channels, weight_init=None, bias_init=None, has_bias=True,
+    activation=None): y = x W^T + b, W (out, in), by default PyTorch's Linear init (MindSpore 2.x's
+    HeUniform(sqrt(5)) and its bias); weight_init / bias_init another initializer (a name,
+    tessera.common.initializer's Normal(0.02), TruncatedNormal, ..., or values). shard(): the dense
+    op's strategy, inputs (x, weight[, bias]), e.g. ((1, 1), (2, 1), (2,))."""
 
     _leaf = True
 
+    _leaf_flags = {"weight": (False, False), "bias": (True, False)}
+
     def __init__(self, in_channels, out_channels, weight_init=None, bias_init=None, has_bias=True, activation=None):
         super().__init__()
-        if weight_init not in (None, "torch_default") or bias_init not in (None, "torch_default"):
-            raise ValueError("Dense: weight_init/bias_init: Tessera initialises Dense layers as PyTorch's "
-                             "Linear (use a Parameter and ops.MatMul for another initializer)")
         self.in_channels = check_int(in_channels, "in_channels", "Dense", 1)
         self.out_channels = check_int(out_channels, "out_channels", "Dense", 1)
         self.has_bias = check_bool(has_bias, "has_bias", "Dense")
         self.activation = activation
         self._strategy = None
         self.matmul = _ShardProxy(self)
+        _layer_inits(self, "Dense", weight=weight_init, bias=bias_init if self.has_bias else None)
 
     def shard(self, strategy):
         self._strategy = _strategy_text(strategy)
@@ -260,6 +342,7 @@ class Dense(Cell):
             raise ValueError("Dense '%s': input %s has %d features, in_channels is %d"
                              % (self._name, x.shape, x.shape[-1], self.in_channels))
         b = x._b
+        self._leaf_overrides(b)
         y = b.dense(_scoped_name(self), x._v, self.out_channels, self.has_bias)
         if self._strategy:
             b.shard(y, self._strategy)
@@ -321,9 +404,11 @@ class Conv2d(Cell):
     dilation=1, group=1, has_bias=False) on NCHW, square kernels. pad_mode "same" pads as
     MindSpore does (output ceil(H / stride); an odd total padding's extra row/column at the
     bottom/right), "valid" not at all, "pad" by `padding`: an int or (top, bottom, left, right).
-    A non-zero padding with another pad_mode is refused, as MindSpore refuses it."""
+    A non-zero padding with another pad_mode is refused, as MindSpore refuses it. weight_init /
+    bias_init as Dense's (default PyTorch's Conv2d init, MindSpore 2.x's)."""
 
     _leaf = True
+    _leaf_flags = {"weight": (False, False), "bias": (True, False)}
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
                  group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW", dtype=None):
@@ -341,9 +426,6 @@ class Conv2d(Cell):
             raise ValueError("Conv2d: stride and dilation the same along H and W, got %r, %r" % (stride, dilation))
         if data_format != "NCHW":
             raise ValueError("Conv2d: data_format: only NCHW")
-        if weight_init not in (None, "torch_default") or bias_init not in (None, "torch_default"):
-            raise ValueError("Conv2d: weight_init/bias_init: Tessera initialises Conv2d as PyTorch's (use a "
-                             "Parameter for another initializer)")
         if not isinstance(padding, (tuple, list)):
             check_int(padding, "padding", "Conv2d", 0)
         self.pad_mode = _pad_mode(pad_mode, padding, "Conv2d")
@@ -351,6 +433,7 @@ class Conv2d(Cell):
             self.padding = check_int_or_tuple(padding, "padding", "Conv2d", 4, 0, lengths=(4,))
         self.in_channels, self.out_channels, self.k = int(in_channels), int(out_channels), int(kh)
         self.stride, self.dilation, self.group, self.has_bias = int(sh), int(dh), group, bool(has_bias)
+        _layer_inits(self, "Conv2d", weight=weight_init, bias=bias_init if self.has_bias else None)
 
     def _param_specs(self):
         w = ("weight", (self.out_channels, self.in_channels // self.group, self.k, self.k))
@@ -369,39 +452,65 @@ class Conv2d(Cell):
             l_, r_ = _same_pads(x.shape[3], self.k, self.stride, self.dilation)
         p = min(t, b_, l_, r_)  # the library's symmetric padding; the rest as zero rows/columns
         x = _pad_rows(_pad_rows(x, 2, t - p, b_ - p, False), 3, l_ - p, r_ - p, False)
+        self._leaf_overrides(x._b)
         return Tensor(x._b, x._b.conv2d(_scoped_name(self), x._v, self.out_channels, self.k, self.stride, p,
                                         self.dilation, self.group, self.has_bias))
 
 
+def _is_name(init, name):
+    return isinstance(init, str) and init.lower() == name
+
+
 class BatchNorm2d(Cell):
-    """BatchNorm2d(num_features, eps=1e-5, momentum=0.9): MindSpore's momentum (moving =
-    momentum * moving + (1 - momentum) * batch), i.e. PyTorch's 1 - momentum. Parameters weight,
-    bias and states running_mean, running_var (MindSpore: gamma, beta, moving_mean, moving_variance)."""
+    """BatchNorm2d(num_features, eps=1e-5, momentum=0.9, gamma_init="ones", beta_init="zeros",
+    moving_mean_init="zeros", moving_var_init="ones"): MindSpore's momentum (moving = momentum *
+    moving + (1 - momentum) * batch), i.e. PyTorch's 1 - momentum. Parameters weight, bias and
+    states running_mean, running_var (also as MindSpore's gamma, beta, moving_mean,
+    moving_variance attributes); the inits as Dense's weight_init (ResNet's last BN: gamma_init=0)."""
 
     _leaf = True
+    _leaf_flags = {"weight": (True, False), "bias": (True, False), "running_mean": (False, True),
+                   "running_var": (False, True)}
+    _leaf_alias = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean", "moving_variance": "running_var"}
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, use_batch_statistics=None):
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, gamma_init="ones", beta_init="zeros",
+                 moving_mean_init="zeros", moving_var_init="ones", use_batch_statistics=None, data_format="NCHW"):
         super().__init__()
         if not check_bool(affine, "affine", "BatchNorm2d"):
             raise ValueError("BatchNorm2d: affine=False is not supported")
+        if data_format != "NCHW":
+            raise ValueError("BatchNorm2d: data_format: only NCHW")
         self.num_features = check_int(num_features, "num_features", "BatchNorm2d", 1)
         self.eps = check_float(eps, "eps", "BatchNorm2d", 0.0, min_open=True)
         self.momentum = check_float(momentum, "momentum", "BatchNorm2d", 0.0, 1.0)
+        _layer_inits(self, "BatchNorm2d", weight=None if _is_name(gamma_init, "ones") else gamma_init,
+                     bias=None if _is_name(beta_init, "zeros") else beta_init,
+                     running_mean=None if _is_name(moving_mean_init, "zeros") else moving_mean_init,
+                     running_var=None if _is_name(moving_var_init, "ones") else moving_var_init)
 
     def _param_specs(self):
         return [("weight", (self.num_features,)), ("bias", (self.num_features,))]
 
+    def _state_specs(self):
+        return [("running_mean", (self.num_features,)), ("running_var", (self.num_features,))]
+
     def construct(self, x):
         x = as_tensor(x)
+        self._leaf_overrides(x._b)
         return Tensor(x._b, x._b.batchnorm(_scoped_name(self), x._v, 1.0 - self.momentum, self.eps))
 
 
 class LayerNorm(Cell):
-    """LayerNorm(normalized_shape, epsilon=1e-7) over the last dimension only."""
+    """LayerNorm(normalized_shape, gamma_init="ones", beta_init="zeros", epsilon=1e-7) over the last
+    dimension only (gamma, beta: also as MindSpore's attribute names)."""
 
     _leaf = True
 
-    def __init__(self, normalized_shape, begin_norm_axis=-1, begin_params_axis=-1, epsilon=1e-7):
+    _leaf_flags = {"weight": (True, False), "bias": (True, False)}
+    _leaf_alias = {"gamma": "weight", "beta": "bias"}
+
+    def __init__(self, normalized_shape, begin_norm_axis=-1, begin_params_axis=-1, gamma_init="ones", beta_init="zeros",
+                 epsilon=1e-7):
         super().__init__()
         shp = check_int_or_tuple(normalized_shape, "normalized_shape", "LayerNorm", 1, 1,
                                  lengths=tuple(range(1, 9)))
@@ -412,34 +521,47 @@ class LayerNorm(Cell):
         if len(shp) != 1 or begin_norm_axis != -1 or begin_params_axis != -1:
             raise ValueError("LayerNorm: only the last dimension (normalized_shape of one size)")
         self.d, self.eps = shp[0], check_float(epsilon, "epsilon", "LayerNorm", 0.0, min_open=True)
+        _layer_inits(self, "LayerNorm", weight=None if _is_name(gamma_init, "ones") else gamma_init,
+                     bias=None if _is_name(beta_init, "zeros") else beta_init)
 
     def _param_specs(self):
         return [("weight", (self.d,)), ("bias", (self.d,))]
 
     def construct(self, x):
         x = as_tensor(x)
+        self._leaf_overrides(x._b)
         return Tensor(x._b, x._b.layernorm(_scoped_name(self), x._v, self.eps))
 
 
+_TABLE_DEFAULT = object()  # Embedding's embedding_table not given
+
+
 class Embedding(Cell):
-    """Embedding(vocab_size, embedding_size): ids (int32/int64) -> (..., embedding_size); the
-    table starts N(0, 1) (PyTorch's; MindSpore's default is N(0, 0.01))."""
+    """Embedding(vocab_size, embedding_size, embedding_table=...): ids (int32/int64) -> (...,
+    embedding_size); without embedding_table the table starts N(0, 1) (PyTorch's; MindSpore's
+    default is 'normal', N(0, 0.01): give embedding_table="normal" for it), else as Dense's
+    weight_init."""
 
     _leaf = True
 
-    def __init__(self, vocab_size, embedding_size, use_one_hot=False, embedding_table="normal", dtype=None,
+    _leaf_flags = {"weight": (False, False)}
+    _leaf_alias = {"embedding_table": "weight"}
+
+    def __init__(self, vocab_size, embedding_size, use_one_hot=False, embedding_table=_TABLE_DEFAULT, dtype=None,
                  padding_idx=None):
         super().__init__()
         if use_one_hot or padding_idx is not None:
             raise ValueError("Embedding: use_one_hot and padding_idx are not supported")
         self.vocab = check_int(vocab_size, "vocab_size", "Embedding", 1)
         self.dim = check_int(embedding_size, "embedding_size", "Embedding", 1)
+        _layer_inits(self, "Embedding", weight=None if embedding_table is _TABLE_DEFAULT else embedding_table)
 
     def _param_specs(self):
         return [("weight", (self.vocab, self.dim))]
 
     def construct(self, ids):
         ids = as_tensor(ids)
+        self._leaf_overrides(ids._b)
         return Tensor(ids._b, ids._b.embedding(_scoped_name(self), ids._v, self.vocab, self.dim))
 
 

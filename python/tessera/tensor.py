@@ -4,6 +4,8 @@ A Tensor is a value of the model's Tessera graph: nothing is computed when an op
 op is recorded (shapes are inferred at once, so a bad shape raises ValueError right there, with
 the library's message). Parameters are created in the graph's parameter store the first time a
 construct uses them, named by their attribute path ("layer1.0.conv1.weight")."""
+import numpy as np
+
 from . import _C
 from ._validator import _is_int, check_bool, check_int_list
 
@@ -274,6 +276,12 @@ def _reduce(x, alg, axis, keep):
     return Tensor(x._b, x._b.reduce(x._v, RED[alg], list(axis), keep))
 
 
+# the parameter store's initializers by name (graph.c's init_from_name); other strings are MindSpore's
+# initializer names (tessera.common.initializer)
+_STORE_INITS = ("normal", "uniform", "zeros", "ones", "torch_default", "xavier_uniform", "xavier_normal",
+                "he_uniform", "he_normal")
+
+
 class Parameter:
     """A trainable (or, requires_grad=False, persistent state) tensor of a Cell, created in the
     graph's parameter store under its attribute path when the model is built. The first argument
@@ -300,19 +308,12 @@ class Parameter:
             raise ValueError("Parameter%s: shard_axis must be an int (the dimension the ranks cut), got %r"
                              % (_named(name), shard_axis))
         self.shard_axis = shard_axis
-        if isinstance(shape, Tensor) or hasattr(shape, "__array__") and not isinstance(shape, (tuple, list)):
-            import numpy as np
-            t = shape if isinstance(shape, Tensor) else Tensor(np.asarray(shape))
-            a = t.asnumpy()
-            if _dtype_name(a.dtype, "Parameter") != "f32":
-                raise ValueError("Parameter %r: initial values of type %s (parameters are float32)" % (name, t.dtype))
-            shape = a.shape
-            flat = a.reshape(-1)
-            if flat.size and (flat == flat[0]).all():
-                init = float(flat[0])  # uniform values: the constant initializer, exact
-            else:
-                self._data = a
-                init = "zeros"  # the values are loaded when the Model creates its trainer
+        from .common.initializer import InitTensor, Initializer
+        self._built = False  # registered in a graph: set_data can no longer reach the trainer
+        if isinstance(shape, InitTensor):  # Parameter(initializer(Normal(0.02), (4, 4)), name="w")
+            shape, init = shape.shape, shape.init
+        elif isinstance(shape, Tensor) or hasattr(shape, "__array__") and not isinstance(shape, (tuple, list)):
+            shape, init = self._values(shape, name)
         elif isinstance(init, Tensor) and init._data is not None:
             raise ValueError("Parameter: give the values first: Parameter(Tensor(values), name=...)")
         if self.layerwise_parallel and self._data is not None:
@@ -338,19 +339,84 @@ class Parameter:
                                  % (_named(name), self.shape, shard_axis, nd))
             else:
                 self.shard_axis = shard_axis % nd
+        if isinstance(init, str) and init not in _STORE_INITS:  # MindSpore's names ("truncatedNormal", ...)
+            from .common.initializer import as_initializer
+            init = as_initializer(init, "Parameter")
         self.init = init
+        if isinstance(init, Initializer):
+            spec = init._spec(self.shape)  # (checked now)
+            if spec[0] == "values":
+                self._data, self.init = np.ascontiguousarray(spec[1], np.float32), "zeros"
         self.name = name
         self.requires_grad = requires_grad
         self.sigma, self.scale = sigma, scale
         self.weight_decay = weight_decay
         self._local = None  # attribute name in its cell (set by Cell.__setattr__)
 
+    def _values(self, t, name):
+        """(shape, init) of initial values t (a Tensor or array): the constant initializer where they
+        are one value (exact), else zeros with self._data loaded when the Model creates its trainer."""
+        t = t if isinstance(t, Tensor) else Tensor(np.asarray(t))
+        a = t.asnumpy()
+        if _dtype_name(a.dtype, "Parameter") != "f32":
+            raise ValueError("Parameter %r: initial values of type %s (parameters are float32)" % (name, t.dtype))
+        flat = a.reshape(-1)
+        self._data = None
+        if flat.size and (flat == flat[0]).all():
+            return a.shape, float(flat[0])
+        self._data = a
+        return a.shape, "zeros"
+
     def asnumpy(self):
         """The initial values given (None when initialised by an initializer)."""
         return self._data
 
+    @property
+    def dtype(self):
+        from .common.dtype import float32
+        return float32
+
+    @property
+    def data(self):
+        return self
+
+    def init_data(self):
+        return self
+
+    def set_data(self, data, slice_shape=False):
+        """MindSpore's set_data before the model is built: data an initializer's result
+        (initializer(TruncatedNormal(0.02), p.shape)), a Tensor or array of values, or a number;
+        the shape stays. After the model is built (the graph registered this parameter) it is
+        refused: load values with load_param_into_net then."""
+        from .common.initializer import InitTensor, as_initializer
+        who = "Parameter %r" % (self.name or self._local,)
+        if self._built:
+            raise RuntimeError("%s.set_data: the model using it is built (its trainer holds the values): load new "
+                               "values with load_param_into_net(net, {name: Parameter(Tensor(values))})" % who)
+        if self.layerwise_parallel:
+            raise ValueError("%s.set_data: a layer-wise parallel slice is initialised by its initializer" % who)
+        if isinstance(data, InitTensor):
+            shape, init, values = data.shape, data.init, None
+            spec = init._spec(self.shape)
+            if spec[0] == "values":
+                init, values = "zeros", np.ascontiguousarray(spec[1], np.float32)
+        elif isinstance(data, (int, float)) and not isinstance(data, bool):
+            shape, init, values = self.shape, as_initializer(data), None
+        else:
+            keep = self._data
+            shape, init = self._values(data, self.name)
+            values, self._data = self._data, keep
+        if tuple(shape) != tuple(self.shape):
+            raise ValueError("%s.set_data: the new data's shape %s differs from the parameter's %s"
+                             % (who, tuple(shape), tuple(self.shape)))
+        self.init, self._data, self._set = init, values, True
+        return self
+
     def _spec(self):
         i = self.init
+        from .common.initializer import Initializer
+        if isinstance(i, Initializer):
+            return i._spec(self.shape)
         if isinstance(i, (int, float)) and not isinstance(i, bool):
             return "constant", float(i), 0.0
         if i == "normal":
@@ -364,6 +430,7 @@ class Parameter:
         raise ValueError("parameter '%s': unknown initializer %r" % (self.name or self._local, i))
 
     def _value(self, b):
+        self._built = True
         kind, a, c = self._spec()
         if self.layerwise_parallel:
             if b.mode != "hybrid_parallel":

@@ -230,6 +230,7 @@ int main(void) {
       {TS_INIT_KAIMING_UNIFORM, 0, 0, 0}, {TS_INIT_KAIMING_NORMAL, 0.1f, 0, 0},
       {TS_INIT_XAVIER_UNIFORM, 0, 0, 0},  {TS_INIT_XAVIER_NORMAL, 2.0f, 0, 0},
       {TS_INIT_CONST, 0.75f, 0, 0},       {TS_INIT_TORCH_DEFAULT, 0, 0, 0},
+      {TS_INIT_TRUNC_NORMAL, 0.1f, 0.02f, 0},
   };
   int ninit = (int)(sizeof inits / sizeof inits[0]);
   ts_shape shapes[] = {ts_shape2(8, 12), ts_shape3(4, 6, 8), ts_shape4(8, 4, 3, 3),

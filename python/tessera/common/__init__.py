@@ -1,4 +1,4 @@
-"""tessera.common: MindSpore's mindspore.common names (dtype)."""
-from . import dtype
+"""tessera.common: MindSpore's mindspore.common names (dtype, initializer)."""
+from . import dtype, initializer
 
-__all__ = ["dtype"]
+__all__ = ["dtype", "initializer"]

@@ -21,7 +21,7 @@ graph then uses this trainer."""
 import numpy as np
 
 from .. import tensor as _tensor
-from ..nn import Cell, LossBase, Optimizer, _loss_value  # noqa: F401
+from ..nn import _collect_pending, Cell, LossBase, Optimizer, _loss_value  # noqa: F401
 from ..tensor import Tensor, as_value
 
 __all__ = ["value_and_grad", "grad", "jit"]
@@ -192,7 +192,7 @@ class _GradFn:
         self._model = model
         for c in self._cells:  # model(data) outside a graph: this trainer's evaluation graph
             c.__dict__["_trainer"] = model._trainer
-            pending = c.__dict__.pop("_pending_params", None)
+            pending = _collect_pending(c)
             if pending:
                 from ..checkpoint import load_param_into_net
                 load_param_into_net(c, pending)

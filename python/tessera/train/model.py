@@ -243,7 +243,8 @@ class Model:
             print("tessera: %s" % plan, flush=True)
         self.parallel_plan = plan or None
         self.network.__dict__["_trainer"] = t
-        pending = self.network.__dict__.pop("_pending_params", None)
+        from ..nn import _collect_pending
+        pending = _collect_pending(self.network)
         if pending:
             from ..checkpoint import load_param_into_net
             load_param_into_net(self.network, pending)
