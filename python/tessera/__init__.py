@@ -59,6 +59,12 @@ Error = _C.Error
 __version__ = _C.version()
 # `import tessera.dtype` as well as `from tessera import dtype` (mindspore.dtype is mindspore.common.dtype)
 _sys.modules[__name__ + ".dtype"] = dtype
+# MindSpore's module paths of names that live elsewhere here: `from mindspore.nn.metrics import
+# Accuracy` (the model zoo's LeNet), mindspore.nn.learning_rate_schedule / dynamic_lr
+from . import dynamic_lr as _dynamic_lr, learning_rate_schedule as _lrs, metrics as _metrics  # noqa: E402
+_sys.modules[__name__ + ".nn.metrics"] = _metrics
+_sys.modules[__name__ + ".nn.learning_rate_schedule"] = _lrs
+_sys.modules[__name__ + ".nn.dynamic_lr"] = _dynamic_lr
 
 __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "get_auto_parallel_context",
            "reset_auto_parallel_context", "set_context", "set_seed", "ParallelMode", "GRAPH_MODE", "PYNATIVE_MODE",

@@ -9,7 +9,8 @@ process:
 - the model zoo's init_weight loop (cells_and_names, cell.weight.set_data(initializer(...))),
   BatchNorm's gamma_init=0 (ResNet's last BN), moving_var_init, Embedding's embedding_table,
   set_data with values (loaded when the Model is built, also over a value given first), and
-  MindSpore's LeNet-5 (weight_init=Normal(0.02)) training;
+  MindSpore's LeNet-5 (weight_init=Normal(0.02)) training, and the model zoo's LeNet train.py +
+  eval.py (mindspore_scripts/lenet_train.py, imports changed) run with its weights from Normal(0.02);
 - refusals: set_data after the model is built, another shape, TruncatedNormal(a=-3), Orthogonal,
   an unknown name."""
 import math
@@ -201,6 +202,20 @@ class TestInit(models.ScratchCase):
         self.assertTrue(all(np.isfinite(a).all() for a in w.values()))
         loss = m.eval(models.ms_data(64, 16))["loss"]
         self.assertTrue(math.isfinite(loss) and loss < 2.5, loss)
+
+    def test_model_zoo_lenet_script(self):
+        # the model zoo's LeNet train.py + eval.py (tests/python/mindspore_scripts/lenet_train.py)
+        import subprocess
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mindspore_scripts", "lenet_train.py")
+        r = subprocess.run([sys.executable, script, models.FASHION, "256", "64", "ck"], cwd=self.dir,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(len([ln for ln in r.stdout.splitlines() if ", loss is " in ln]), 8, r.stdout)
+        acc = float(r.stdout.split("{'Accuracy': ")[1].split("}")[0])
+        self.assertTrue(0 <= acc <= 1, r.stdout)
+        w = ms.load_checkpoint(os.path.join(self.dir, "ck", "latest"))
+        for k in ("conv1.weight", "conv2.weight", "fc1.weight", "fc3.weight"):  # Normal(0.02), 8 steps later
+            self.assertAlmostEqual(float(np.std(w[k])), 0.02, delta=0.004, msg=k)
 
     def test_refusals(self):
         net = Wrap(nn.Dense(784, 10))

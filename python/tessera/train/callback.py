@@ -147,6 +147,18 @@ class ModelCheckpoint(Callback):
         self.directory = directory or "."
         self.config = config or CheckpointConfig()
 
+    @property
+    def latest_ckpt_file_name(self):
+        """MindSpore's: the path of the newest checkpoint this callback's directory holds (the one
+        its `latest` file names; None before the first is written)."""
+        import os
+        from .. import _C
+        latest = os.path.join(os.fspath(self.directory), "latest")
+        if not os.path.isfile(latest):
+            return None
+        p = _C.ckpt_resolve(latest)
+        return p if p != latest else None
+
     def keys(self):
         k = {"checkpoint.dir": self.directory, "checkpoint.prefix": self.prefix,
              "checkpoint.save_steps": self.config.save_steps, "checkpoint.keep_max": self.config.keep_max,
