@@ -500,6 +500,23 @@ class BatchNorm2d(Cell):
         return Tensor(x._b, x._b.batchnorm(_scoped_name(self), x._v, 1.0 - self.momentum, self.eps))
 
 
+class BatchNorm1d(BatchNorm2d):
+    """BatchNorm1d(num_features, eps=1e-5, momentum=0.9, gamma_init, beta_init, moving_mean_init,
+    moving_var_init) on (N, C) or (N, C, L): BatchNorm2d's statistics over every dimension but C."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, gamma_init="ones", beta_init="zeros",
+                 moving_mean_init="zeros", moving_var_init="ones", use_batch_statistics=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, gamma_init, beta_init, moving_mean_init, moving_var_init,
+                         use_batch_statistics)
+
+    def construct(self, x):
+        x = as_tensor(x)
+        if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
+            raise ValueError("BatchNorm1d '%s': input %s, expected (N, %d) or (N, %d, L)"
+                             % (self._name, x.shape, self.num_features, self.num_features))
+        return super().construct(x)
+
+
 class LayerNorm(Cell):
     """LayerNorm(normalized_shape, gamma_init="ones", beta_init="zeros", epsilon=1e-7) over the last
     dimension only (gamma, beta: also as MindSpore's attribute names)."""
@@ -724,6 +741,32 @@ class ReLU6(Cell):
         r = b.eltwise(x._v, ELT["relu"])
         r6 = b.eltwise(b.scale(x._v, 1.0, -6.0), ELT["relu"])
         return Tensor(b, b.binary(r, r6, BIN["sub"]))
+
+
+class LeakyReLU(Cell):
+    """LeakyReLU(alpha=0.2): x for x >= 0, alpha x below, as relu(x) - alpha relu(-x)."""
+
+    _leaf = True
+
+    def __init__(self, alpha=0.2):
+        super().__init__()
+        self.alpha = check_float(alpha, "alpha", "LeakyReLU")
+
+    def construct(self, x):
+        x = as_tensor(x)
+        b = x._b
+        r = b.eltwise(x._v, ELT["relu"])
+        rn = b.eltwise(b.scale(x._v, -1.0, 0.0), ELT["relu"])
+        return Tensor(b, b.binary(r, b.scale(rn, self.alpha, 0.0), BIN["sub"]))
+
+
+class Identity(Cell):
+    """Identity(): its input."""
+
+    _leaf = True
+
+    def construct(self, x):
+        return as_tensor(x)
 
 
 class Dropout(Cell):

@@ -1,0 +1,79 @@
+"""MindSpore layers composed from Tessera's ops, one process, against numpy: LeakyReLU(alpha) and
+Identity on values (the evaluation graph, after a Dense initialised to the identity); BatchNorm1d on (N, C): in inference with its gamma_init
+/ beta_init / moving_var_init, and after one training step its running statistics (MindSpore's
+momentum 0.9: 0.9 old + 0.1 batch, the batch variance unbiased as PyTorch's) from the batch's
+own mean and variance; its refusal of a 4-D input."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pyutil  # noqa: E402
+
+pyutil.require()
+import numpy as np  # noqa: E402
+import tessera as ms  # noqa: E402
+from tessera import nn  # noqa: E402
+import models  # noqa: E402
+
+ms.init()
+
+
+class Net(nn.Cell):
+    """layer on the flattened images, after an identity Dense (the trainer needs a parameter), or
+    (classes) followed by a Dense classifier."""
+
+    def __init__(self, layer, classes=False):
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.eye = None if classes else nn.Dense(784, 784, weight_init="identity", bias_init=0)
+        self.layer = layer
+        self.fc = nn.Dense(784, 10) if classes else None
+
+    def construct(self, x):
+        x = self.flat(x)
+        if self.eye is not None:
+            x = self.eye(x)
+        y = self.layer(x)
+        return self.fc(y) if self.fc is not None else y
+
+
+def images(n=16):
+    return np.stack([b[0] for b in models.ms_data(n, n).create_tuple_iterator(output_numpy=True)])[0]
+
+
+class TestLayers(models.ScratchCase):
+    prefix = "tessera-mslayers-"
+
+    def test_leaky_relu_identity(self):
+        x = (images(4) - 0.5).astype(np.float32)
+        flat = x.reshape(4, -1)
+        got = Net(nn.LeakyReLU(0.3))(x).asnumpy()
+        np.testing.assert_allclose(got, np.where(flat >= 0, flat, 0.3 * flat), rtol=1e-6, atol=1e-7)
+        self.assertLess(float(got.min()), 0.0)
+        self.assertTrue(np.array_equal(Net(nn.Identity())(x).asnumpy(), flat))
+
+    def test_batchnorm1d(self):
+        x = images(16)
+        flat = x.reshape(16, -1).astype(np.float64)
+        eps = 1e-5
+        net = Net(nn.BatchNorm1d(784, eps=eps, gamma_init=2.0, beta_init=0.5, moving_var_init=4.0))
+        got = net(x).asnumpy()  # inference: the moving statistics (0, 4)
+        np.testing.assert_allclose(got, 2.0 * flat / np.sqrt(4.0 + eps) + 0.5, rtol=1e-5, atol=1e-6)
+        ms.set_seed(1)
+        net = Net(nn.BatchNorm1d(784), classes=True)
+        m = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.SGD(net.trainable_params(), 0.0), config={})
+        m.train(1, models.ms_data(16, 16))
+        p = {k: np.array(v) for k, v in net._trainer.params().items()}
+        np.testing.assert_allclose(p["layer.running_mean"], 0.1 * flat.mean(0), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(p["layer.running_var"], 0.9 + 0.1 * flat.var(0, ddof=1), rtol=1e-4, atol=1e-6)
+        self.assertGreater(float(flat.var(0).max()), 0.01)
+        with self.assertRaisesRegex(ValueError, r"BatchNorm1d 'layer': input \(2, 1, 28, 28\), expected \(N, 4\)"):
+            bad = Net(nn.BatchNorm1d(4))
+            bad.construct = lambda v: bad.layer(v)
+            bad(np.zeros((2, 1, 28, 28), np.float32))
+
+
+if __name__ == "__main__":
+    unittest.main()
