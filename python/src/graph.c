@@ -409,6 +409,7 @@ static PyObject *b_info(Builder *b, PyObject *args) {
 static PyObject *b_get(Builder *b, void *which) {
   intptr_t w = (intptr_t)which;
   if (w == 3) return PyUnicode_FromString(ts_parallel_mode_name((ts_parallel_mode)b->mode));
+  if (w == 4) return PyUnicode_FromString(b->scope);
   return PyLong_FromLong(w == 0 ? b->training : w == 1 ? b->rank : b->size);
 }
 
@@ -424,6 +425,7 @@ static PyGetSetDef bgetset[] = {{"training", (getter)b_get, NULL, "1: the traini
                                 {"rank", (getter)b_get, NULL, "this rank", (void *)1},
                                 {"size", (getter)b_get, NULL, "the job's ranks", (void *)2},
                                 {"mode", (getter)b_get, NULL, "the job's parallel_mode", (void *)3},
+                                {"scope", (getter)b_get, NULL, "the pushed cell scopes, '.'-joined", (void *)4},
                                 {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject tsp_BuilderType = {

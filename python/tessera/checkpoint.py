@@ -148,7 +148,8 @@ def _distributed_path(names):
 def load_param_into_net(net, parameter_dict, strict_load=False):
     """Copies the arrays into the network's parameters (its trainer's store: this rank's values);
     before the network is built they are kept and copied when a Model creates it. Returns the
-    names of the network's parameters that were not in the dict."""
+    names of the network's parameters that were not in the dict (its graph constants of several
+    values, which the network records itself, are not asked for)."""
     t = getattr(net, "_trainer", None)
     if t is None:
         pending = dict(net.__dict__.get("_pending_params") or {})  # e.g. Parameter(Tensor(...)) values
@@ -160,7 +161,8 @@ def load_param_into_net(net, parameter_dict, strict_load=False):
     missing = []
     for name, dst in store.items():
         if name not in parameter_dict:
-            missing.append(name)
+            if not name.rsplit(".", 1)[-1].startswith("_const_"):  # (a graph constant: the network's own)
+                missing.append(name)
             continue
         src = np.asarray(parameter_dict[name])
         if src.shape != dst.shape:

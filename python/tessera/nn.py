@@ -233,11 +233,15 @@ class Cell:
 
 
 def _collect_pending(net):
-    """The initial values net's trainer loads once created: those of Parameters made from values
+    """The initial values net's trainer loads once created: its graph constants of several values,
+    those of Parameters made from values
     (recorded as they were set on their cells, and load_param_into_net before a Model), then every
     parameter's set_data (its values, or none where an initializer replaced them); each taken once,
     as the recorded ones (a second Model on the network keeps the trained values)."""
+    from .tensor import _CONSTANTS
     pending = dict(net.__dict__.pop("_pending_params", None) or {})
+    pending.update(_CONSTANTS)  # the graph constants of several values its build recorded
+    _CONSTANTS.clear()
     for path, c in net.cells_and_names():
         pre = path + "." if path else ""
         ps = [(k, p) for k, p in c._params.items()] + list((c.__dict__.get("_leafp") or {}).items())

@@ -28,8 +28,8 @@ class Tensor:
     MindSpore's Tensor(input_data, dtype), a tensor of values (numpy underneath: asnumpy(),
     shape, dtype; Parameter(Tensor(...)) initialises a parameter with them). A Tensor of values
     whose elements are all one value (Tensor(1.0, ms.float32), ops.scalar_to_tensor(-1.0)) is a
-    constant when used as an operand in construct; one of several values is refused there (make
-    it a Parameter(..., requires_grad=False))."""
+    constant when used as an operand in construct; one of several values is one too (a state of
+    the parameter store holding them: _const)."""
 
     __slots__ = ("_b", "_v", "_data")
 
@@ -454,14 +454,31 @@ def _is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+# Graph constants of several values recorded while a graph is built: full parameter name -> f32
+# values. Each is a persistent state of the parameter store (not trained, no gradient) named
+# "_const_<crc32 of its values>" in the cell's scope; the Model loads the values into its trainer
+# once created (nn._collect_pending), as it does a Parameter's given values.
+_CONSTANTS = {}
+
+
 def _const(a, what="a Tensor of values"):
-    """The graph constant of numpy array a: every element one value (ts_const), else ValueError."""
+    """The graph constant of numpy array a: one value: ts_const; several: a state of the parameter
+    store holding them (f32; other dtypes cast from it, their values exact in f32)."""
     flat = a.reshape(-1)
-    if flat.size == 0 or not (flat == flat[0]).all():
-        raise ValueError("%s %s used as an operand in construct: Tessera's graph constants hold one value "
-                         "(Tensor(1.0, ms.float32), ops.scalar_to_tensor); for other values make it a "
-                         "Parameter(Tensor(...), requires_grad=False) of the cell" % (what, tuple(a.shape)))
-    return builder().const(_dtype_name(a.dtype, "Tensor"), list(a.shape), float(flat[0]))
+    if flat.size and (flat == flat[0]).all():
+        return builder().const(_dtype_name(a.dtype, "Tensor"), list(a.shape), float(flat[0]))
+    dt = _dtype_name(a.dtype, "Tensor")
+    f = np.ascontiguousarray(a, dtype=np.float32)
+    if flat.size == 0 or (dt != "f32" and not np.array_equal(f.astype(a.dtype), a)):
+        raise ValueError("%s %s of %s used as an operand in construct: %s" % (
+            what, tuple(a.shape), a.dtype, "it is empty" if flat.size == 0 else
+            "Tessera keeps a constant of several values in float32, which does not hold these exactly"))
+    import zlib
+    b = builder()
+    name = "_const_%08x" % (zlib.crc32(f.tobytes() + repr((dt, a.shape)).encode()) & 0xffffffff)
+    v = b.param(name, list(a.shape), "zeros", 0.0, 0.0, True, True)
+    _CONSTANTS[b.scope + "." + name if b.scope else name] = f
+    return b.cast(v, dt) if dt != "f32" else v
 
 
 def as_value(x, like=None):

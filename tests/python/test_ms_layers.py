@@ -2,7 +2,10 @@
 Identity on values (the evaluation graph, after a Dense initialised to the identity); BatchNorm1d on (N, C): in inference with its gamma_init
 / beta_init / moving_var_init, and after one training step its running statistics (MindSpore's
 momentum 0.9: 0.9 old + 0.1 batch, the batch variance unbiased as PyTorch's) from the batch's
-own mean and variance; its refusal of a 4-D input."""
+own mean and variance; its refusal of a 4-D input. Graph constants of several values (a Tensor
+of values as an operand in construct, e.g. a mask or a scale per feature; an int32 one cast):
+on values against numpy, unchanged by training (no gradient, not optimised), kept out of what
+load_param_into_net asks for, and one of values float32 cannot hold refused."""
 import os
 import sys
 import unittest
@@ -13,7 +16,7 @@ import pyutil  # noqa: E402
 pyutil.require()
 import numpy as np  # noqa: E402
 import tessera as ms  # noqa: E402
-from tessera import nn  # noqa: E402
+from tessera import nn, ops  # noqa: E402
 import models  # noqa: E402
 
 ms.init()
@@ -73,6 +76,45 @@ class TestLayers(models.ScratchCase):
             bad = Net(nn.BatchNorm1d(4))
             bad.construct = lambda v: bad.layer(v)
             bad(np.zeros((2, 1, 28, 28), np.float32))
+
+    def test_constants_of_several_values(self):
+        scale = np.linspace(-1, 1, 784).astype(np.float32)
+        ids = np.arange(784, dtype=np.int32) % 7
+
+        class Masked(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.flat = nn.Flatten()
+                self.eye = nn.Dense(784, 784, weight_init="identity", bias_init=0)
+                self.scale = ms.Tensor(scale)  # MindSpore scripts keep masks and scales as Tensors
+                self.ids = ms.Tensor(ids)
+
+            def construct(self, x):
+                h = self.eye(self.flat(x)) * self.scale
+                return h + ops.cast(self.ids, ms.float32)
+
+        x = images(4)
+        want = x.reshape(4, -1) * scale + ids.astype(np.float32)
+        net = Masked()
+        np.testing.assert_allclose(net(x).asnumpy(), want, rtol=1e-6, atol=1e-6)
+        ms.set_seed(1)
+        net = Masked()
+        m = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.SGD(net.trainable_params(), 0.1), config={})
+        m.train(1, models.ms_data(16, 16))
+        p = {k: np.array(v) for k, v in net._trainer.params().items()}
+        consts = sorted(k for k in p if k.rsplit(".", 1)[-1].startswith("_const_"))
+        self.assertEqual(len(consts), 2, sorted(p))
+        held = sorted((p[k] for k in consts), key=lambda a: float(a[1]))
+        self.assertTrue(np.array_equal(held[0], scale) and np.array_equal(held[1], ids.astype(np.float32)))
+        self.assertNotIn(consts[0], [q.name for q in net.trainable_params()])
+        self.assertFalse(np.array_equal(p["eye.weight"], np.eye(784, dtype=np.float32)))  # it trained
+        missing = ms.load_param_into_net(net, {"eye.weight": p["eye.weight"]})
+        self.assertEqual(sorted(missing), ["eye.bias"])
+        bad = ms.Tensor(np.array([1, 2 ** 25 + 1], np.int32))
+        with self.assertRaisesRegex(ValueError, "float32, which does not hold these exactly"):
+            from tessera.tensor import _const
+            _const(bad.asnumpy())
 
 
 if __name__ == "__main__":
