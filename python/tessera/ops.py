@@ -14,7 +14,9 @@ __all__ = ["value_and_grad", "grad", "Pow", "Minimum", "Maximum", "Greater", "Gr
            "reshape",
            "transpose", "cast", "matmul", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "square", "softmax",
            "log_softmax", "add", "sub", "mul", "div", "concat", "mean", "sum", "neg", "abs", "one_hot", "shape",
-           "scalar_to_tensor", "scalar_to_array", "fill", "ones", "zeros", "ones_like", "zeros_like"]
+           "scalar_to_tensor", "scalar_to_array", "fill", "ones", "zeros", "ones_like", "zeros_like", "Rsqrt",
+           "ExpandDims", "Squeeze", "Stack", "BroadcastTo", "Slice", "Split", "maximum", "minimum", "rsqrt",
+           "expand_dims", "unsqueeze", "squeeze", "stack", "broadcast_to", "slice", "split"]
 
 
 class Primitive:
@@ -80,8 +82,6 @@ def _np_op(name, fn):
 
 
 Pow = _np_op("Pow", lambda np, x, y: np.power(x, y))
-Minimum = _np_op("Minimum", lambda np, x, y: np.minimum(x, y))
-Maximum = _np_op("Maximum", lambda np, x, y: np.maximum(x, y))
 Greater = _np_op("Greater", lambda np, x, y: np.greater(x, y))
 GreaterEqual = _np_op("GreaterEqual", lambda np, x, y: np.greater_equal(x, y))
 Less = _np_op("Less", lambda np, x, y: np.less(x, y))
@@ -92,6 +92,184 @@ Floor = _np_op("Floor", lambda np, x, _: np.floor(x))
 Ceil = _np_op("Ceil", lambda np, x, _: np.ceil(x))
 Cos = _np_op("Cos", lambda np, x, _: np.cos(x))
 Sin = _np_op("Sin", lambda np, x, _: np.sin(x))
+
+
+class Maximum(Primitive):
+    """Maximum()(x, y), NumPy broadcasting: x + relu(y - x) in a graph (at a tie the gradient goes to
+    x), np.maximum on values."""
+
+    def _emit(self, b, x, y):
+        xv, yv = as_value(x, like=y), as_value(y, like=x)
+        return b.binary(xv, b.eltwise(b.binary(yv, xv, BIN["sub"]), ELT["relu"]), BIN["add"])
+
+    def _np(self, x, y):
+        import numpy as np
+        return np.maximum(_like(x, y), _like(y, x))
+
+
+class Minimum(Primitive):
+    """Minimum()(x, y): x - relu(x - y) in a graph, np.minimum on values."""
+
+    def _emit(self, b, x, y):
+        xv, yv = as_value(x, like=y), as_value(y, like=x)
+        return b.binary(xv, b.eltwise(b.binary(xv, yv, BIN["sub"]), ELT["relu"]), BIN["sub"])
+
+    def _np(self, x, y):
+        import numpy as np
+        return np.minimum(_like(x, y), _like(y, x))
+
+
+class Rsqrt(Primitive):
+    """Rsqrt()(x): 1 / sqrt(x)."""
+
+    def _emit(self, b, x):
+        t = as_tensor(x)
+        return b.binary(b.const(_dtype_name(t.dtype), [], 1.0), b.eltwise(t._v, ELT["sqrt"]), BIN["div"])
+
+    def _np(self, x):
+        import numpy as np
+        return 1.0 / np.sqrt(x)
+
+
+class ExpandDims(Primitive):
+    """ExpandDims()(x, axis): a dimension of 1 inserted at axis (-ndim-1 .. ndim)."""
+
+    def _emit(self, b, x, axis):
+        t = as_tensor(x)
+        a = check_int(axis, "axis", "ExpandDims", -t.ndim - 1, t.ndim)
+        a = a + t.ndim + 1 if a < 0 else a
+        return b.reshape(t._v, list(t.shape[:a]) + [1] + list(t.shape[a:]))
+
+    def _np(self, x, axis):
+        import numpy as np
+        return np.expand_dims(x, axis)
+
+
+class Squeeze(Primitive):
+    """Squeeze(axis=())(x): the dimensions of 1 (those of axis, each of which must be 1) removed."""
+
+    def __init__(self, axis=()):
+        super().__init__()
+        self.axis = (axis,) if isinstance(axis, int) else tuple(check_int_list(axis, "axis", "Squeeze", None))
+
+    def _dims(self, shape):
+        nd = len(shape)
+        if not self.axis:
+            return [d for d in shape if d != 1]
+        ax = {a + nd if a < 0 else a for a in self.axis}
+        for a in ax:
+            if not 0 <= a < nd or shape[a] != 1:
+                raise ValueError("For 'Squeeze', axis %r of an input of shape %s must name dimensions of size 1"
+                                 % (self.axis, tuple(shape)))
+        return [d for i, d in enumerate(shape) if i not in ax]
+
+    def _emit(self, b, x):
+        t = as_tensor(x)
+        return b.reshape(t._v, self._dims(t.shape))
+
+    def _np(self, x):
+        return x.reshape(self._dims(x.shape))
+
+
+class Stack(Primitive):
+    """Stack(axis=0)(tensors): the tensors (one shape) along a new dimension axis."""
+
+    def __init__(self, axis=0):
+        super().__init__()
+        self.axis = check_int(axis, "axis", "Stack")
+
+    def _emit(self, b, xs):
+        ts = [as_tensor(x) for x in xs]
+        if not ts or any(t.shape != ts[0].shape for t in ts):
+            raise ValueError("For 'Stack', the tensors must have one shape, got %s" % [t.shape for t in ts])
+        nd = ts[0].ndim
+        a = self.axis + nd + 1 if self.axis < 0 else self.axis
+        if not 0 <= a <= nd:
+            raise ValueError("For 'Stack', axis %d is out of range for %d-dim tensors" % (self.axis, nd))
+        shp = list(ts[0].shape[:a]) + [1] + list(ts[0].shape[a:])
+        return b.concat([b.reshape(t._v, shp) for t in ts], a)
+
+    def __call__(self, xs):
+        if _values_only(tuple(xs)):
+            import numpy as np
+            return _value_result(np.stack([x.asnumpy() if isinstance(x, Tensor) else x for x in xs], self.axis))
+        return Tensor(builder(), self._emit(builder(), xs))
+
+
+class BroadcastTo(Primitive):
+    """BroadcastTo(shape)(x): x broadcast to shape (NumPy's rules; -1 keeps x's size), as x + 0."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape = tuple(check_int_list(shape, "shape", "BroadcastTo", -1))
+
+    def _target(self, xshape):
+        k = len(self.shape) - len(xshape)
+        return [xshape[i - k] if d == -1 and i >= k else d for i, d in enumerate(self.shape)]
+
+    def _emit(self, b, x):
+        t = as_tensor(x)
+        return b.binary(t._v, b.const(_dtype_name(t.dtype), self._target(t.shape), 0.0), BIN["add"])
+
+    def _np(self, x):
+        import numpy as np
+        return np.broadcast_to(x, self._target(x.shape)).copy()
+
+
+def _slice_emit(b, t, starts, ends):
+    v = t._v
+    for ax, (s0, e0) in enumerate(zip(starts, ends)):
+        if s0 != 0 or e0 != t.shape[ax]:
+            v = b.slice(v, ax, int(s0), int(e0))
+    return v
+
+
+class Slice(Primitive):
+    """Slice()(x, begin, size): x[begin[i] : begin[i] + size[i]] along every dimension (size -1:
+    to the end)."""
+
+    def _bounds(self, shape, begin, size):
+        begin, size = check_int_list(begin, "begin", "Slice", 0), check_int_list(size, "size", "Slice", -1)
+        if len(begin) != len(shape) or len(size) != len(shape):
+            raise ValueError("For 'Slice', begin %s and size %s must have one entry per dimension of %s"
+                             % (tuple(begin), tuple(size), tuple(shape)))
+        ends = [d if z == -1 else s0 + z for s0, z, d in zip(begin, size, shape)]
+        if any(s0 > d or e0 > d or e0 < s0 for s0, e0, d in zip(begin, ends, shape)):
+            raise ValueError("For 'Slice', begin %s and size %s exceed the shape %s" % (tuple(begin), tuple(size),
+                                                                                      tuple(shape)))
+        return begin, ends
+
+    def _emit(self, b, x, begin, size):
+        t = as_tensor(x)
+        return _slice_emit(b, t, *self._bounds(t.shape, begin, size))
+
+    def _np(self, x, begin, size):
+        s, e = self._bounds(x.shape, begin, size)
+        import builtins
+        return x[tuple(builtins.slice(a, z) for a, z in zip(s, e))].copy()
+
+
+class Split(Primitive):
+    """Split(axis=0, output_num=1)(x): output_num equal parts along axis, a tuple."""
+
+    def __init__(self, axis=0, output_num=1):
+        super().__init__()
+        self.axis = check_int(axis, "axis", "Split")
+        self.n = check_int(output_num, "output_num", "Split", 1)
+
+    def __call__(self, x):
+        t = as_tensor(x) if not (isinstance(x, Tensor) and x._data is not None) else x
+        nd = len(t.shape)
+        a = self.axis + nd if self.axis < 0 else self.axis
+        if not 0 <= a < nd or t.shape[a] % self.n:
+            raise ValueError("For 'Split', axis %d of shape %s must divide into %d equal parts"
+                             % (self.axis, tuple(t.shape), self.n))
+        k = t.shape[a] // self.n
+        if t._data is not None and _values_only((t,)):
+            import numpy as np
+            return tuple(_value_result(p) for p in np.split(t.asnumpy(), self.n, a))
+        b = builder()
+        return tuple(Tensor(b, b.slice(t._v, a, i * k, (i + 1) * k)) for i in range(self.n))
 
 
 class MatMul(Primitive):
@@ -502,6 +680,46 @@ def div(input, other):
 
 def concat(tensors, axis=0):
     return Concat(axis)(tensors)
+
+
+def maximum(x, y):
+    return Maximum()(x, y)
+
+
+def minimum(x, y):
+    return Minimum()(x, y)
+
+
+def rsqrt(x):
+    return Rsqrt()(x)
+
+
+def expand_dims(x, axis):
+    return ExpandDims()(x, axis)
+
+
+def unsqueeze(x, dim):
+    return ExpandDims()(x, dim)
+
+
+def squeeze(x, axis=()):
+    return Squeeze(axis)(x)
+
+
+def stack(tensors, axis=0):
+    return Stack(axis)(tensors)
+
+
+def broadcast_to(x, shape):
+    return BroadcastTo(shape)(x)
+
+
+def slice(x, begin, size):  # noqa: A001 (MindSpore's name)
+    return Slice()(x, begin, size)
+
+
+def split(x, axis=0, output_num=1):
+    return Split(axis, output_num)(x)
 
 
 def mean(x, axis=None, keep_dims=False):

@@ -209,6 +209,8 @@ class Tensor:
         return self.shape[0]
 
     def __getitem__(self, i):
+        if self._data is None:
+            return _graph_index(self, i)
         return Tensor(self._vals("__getitem__")[i.asnumpy() if isinstance(i, Tensor) else i])
 
     def _cmp(self, other, op, name):
@@ -452,6 +454,47 @@ def _named(name):
 
 def _is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _graph_index(t, index):
+    """x[index] of a graph value: ints, slices of step 1 (None: the whole dimension), None (a new
+    dimension of 1) and one Ellipsis; slices along the indexed dimensions, then one reshape."""
+    idx = index if isinstance(index, tuple) else (index,)
+    if sum(1 for k in idx if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for k in idx if k is not None and k is not Ellipsis)
+    if used > t.ndim:
+        raise IndexError("too many indices for a Tensor of shape %s: %r" % (t.shape, index))
+    if Ellipsis in idx:
+        e = idx.index(Ellipsis)
+        idx = idx[:e] + (slice(None),) * (t.ndim - used) + idx[e + 1:]
+    idx = idx + (slice(None),) * (t.ndim - sum(1 for k in idx if k is not None))
+    b, v, ax, out = t._b, t._v, 0, []
+    for k in idx:
+        if k is None:
+            out.append(1)
+            continue
+        d = t.shape[ax]
+        if isinstance(k, slice):
+            if k.step not in (None, 1):
+                raise IndexError("Tensor[...] in construct: slices of step 1 only, got %r" % (k,))
+            s0, e0, _ = k.indices(d)
+            e0 = max(e0, s0)
+            if e0 == s0:
+                raise IndexError("Tensor[...] in construct: %r selects nothing of a dimension of %d" % (k, d))
+            if (s0, e0) != (0, d):
+                v = b.slice(v, ax, s0, e0)
+            out.append(e0 - s0)
+        elif _is_int(k):
+            k = int(k)
+            if not -d <= k < d:
+                raise IndexError("index %d is out of bounds for dimension %d of size %d" % (k, ax, d))
+            k %= d
+            v = b.slice(v, ax, k, k + 1)
+        else:
+            raise IndexError("Tensor[...] in construct: ints, slices, None and ... only, got %r" % (k,))
+        ax += 1
+    return Tensor(b, b.reshape(v, out) if tuple(out) != tuple(Tensor(b, v).shape) else v)
 
 
 # Graph constants of several values recorded while a graph is built: full parameter name -> f32

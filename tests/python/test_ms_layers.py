@@ -5,7 +5,10 @@ momentum 0.9: 0.9 old + 0.1 batch, the batch variance unbiased as PyTorch's) fro
 own mean and variance; its refusal of a 4-D input. Graph constants of several values (a Tensor
 of values as an operand in construct, e.g. a mask or a scale per feature; an int32 one cast):
 on values against numpy, unchanged by training (no gradient, not optimised), kept out of what
-load_param_into_net asks for, and one of values float32 cannot hold refused."""
+load_param_into_net asks for, and one of values float32 cannot hold refused. The shape and
+elementwise ops composed from the library's (Tensor indexing x[:, a:b], x[:, k], None, ...;
+Maximum, Minimum, Rsqrt, ExpandDims, Squeeze, Stack, Split, Slice, BroadcastTo) in a graph
+against the same computation in numpy, training through them, and their refusals."""
 import os
 import sys
 import unittest
@@ -115,6 +118,51 @@ class TestLayers(models.ScratchCase):
         with self.assertRaisesRegex(ValueError, "float32, which does not hold these exactly"):
             from tessera.tensor import _const
             _const(bad.asnumpy())
+
+    def test_shape_and_elementwise_ops(self):
+        class OpsNet(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.flat = nn.Flatten()
+                self.eye = nn.Dense(784, 784, weight_init="identity", bias_init=0)
+
+            def construct(self, x):
+                h = self.eye(self.flat(x))                           # (N, 784)
+                a, c = h[:, 0:392], h[:, 392:]
+                m = ops.maximum(a, c) + ops.minimum(a, 0.3)          # (N, 392)
+                st = ops.squeeze(ops.expand_dims(ops.stack([m, a], 1), 2), 2)  # (N, 2, 392)
+                p, q = ops.split(st, 1, 2)                           # (N, 1, 392) each
+                r = ops.broadcast_to(ops.slice(p, (0, 0, 10), (-1, -1, 100)), (-1, 3, 100))
+                k = h[..., 5][:, None] * ops.rsqrt(h[:, -8:] * h[:, -8:] + 1.0)  # (N, 8)
+                return ops.concat([r.reshape(r.shape[0], 300), q[:, 0, :50], k], 1)
+
+        def ref(x):
+            h = x.reshape(x.shape[0], -1).astype(np.float64)
+            a, c = h[:, :392], h[:, 392:]
+            m = np.maximum(a, c) + np.minimum(a, 0.3)
+            r = np.broadcast_to(m[:, None, 10:110], (x.shape[0], 3, 100))
+            k = h[:, 5:6] / np.sqrt(h[:, -8:] ** 2 + 1.0)
+            return np.concatenate([r.reshape(x.shape[0], 300), a[:, :50], k], 1)
+
+        x = images(4) - 0.4
+        np.testing.assert_allclose(OpsNet()(x).asnumpy(), ref(x), rtol=1e-5, atol=1e-6)
+        ms.set_seed(1)
+        net = OpsNet()
+        m = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                     nn.SGD(net.trainable_params(), 0.1), config={})
+        m.train(1, models.ms_data(16, 16))
+        w = np.array(net._trainer.params()["eye.weight"])
+        self.assertFalse(np.array_equal(w, np.eye(784, dtype=np.float32)))  # gradients flowed through them
+        self.assertTrue(np.isfinite(w).all())
+        for bad, msg in ((lambda t: t[:, ::2], "slices of step 1 only"), (lambda t: t[:, 1, 2], "too many indices"),
+                         (lambda t: t[:, 9999], "out of bounds"),
+                         (lambda t: ops.squeeze(t, 1), "must name dimensions of size 1"),
+                         (lambda t: ops.split(t, 1, 5), "must divide into 5 equal parts")):
+            class Bad(OpsNet):
+                def construct(self, x, f=bad):
+                    return f(self.eye(self.flat(x)))
+            with self.assertRaisesRegex((IndexError, ValueError), msg):
+                Bad()(x)
 
 
 if __name__ == "__main__":
