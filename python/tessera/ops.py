@@ -16,7 +16,7 @@ __all__ = ["value_and_grad", "grad", "Pow", "Minimum", "Maximum", "Greater", "Gr
            "log_softmax", "add", "sub", "mul", "div", "concat", "mean", "sum", "neg", "abs", "one_hot", "shape",
            "scalar_to_tensor", "scalar_to_array", "fill", "ones", "zeros", "ones_like", "zeros_like", "Rsqrt",
            "ExpandDims", "Squeeze", "Stack", "BroadcastTo", "Slice", "Split", "maximum", "minimum", "rsqrt",
-           "expand_dims", "unsqueeze", "squeeze", "stack", "broadcast_to", "slice", "split"]
+           "expand_dims", "unsqueeze", "squeeze", "stack", "broadcast_to", "slice", "split", "ReduceMin", "pow"]
 
 
 class Primitive:
@@ -81,7 +81,6 @@ def _np_op(name, fn):
                                        "__doc__": "MindSpore's %s, on Tensors of values." % name})
 
 
-Pow = _np_op("Pow", lambda np, x, y: np.power(x, y))
 Greater = _np_op("Greater", lambda np, x, y: np.greater(x, y))
 GreaterEqual = _np_op("GreaterEqual", lambda np, x, y: np.greater_equal(x, y))
 Less = _np_op("Less", lambda np, x, y: np.less(x, y))
@@ -92,6 +91,40 @@ Floor = _np_op("Floor", lambda np, x, _: np.floor(x))
 Ceil = _np_op("Ceil", lambda np, x, _: np.ceil(x))
 Cos = _np_op("Cos", lambda np, x, _: np.cos(x))
 Sin = _np_op("Sin", lambda np, x, _: np.sin(x))
+
+
+def _pow_emit(b, x, e):
+    """x ** e in a graph for a constant exponent e: 1, 2 (square), 0.5 (sqrt), -0.5, -1, else
+    exp(e log x) (x > 0)."""
+    t = as_tensor(x)
+    e = float(e)
+    if e == 1.0:
+        return t._v
+    if e == 2.0:
+        return b.eltwise(t._v, ELT["square"])
+    if e in (0.5, -0.5):
+        r = b.eltwise(t._v, ELT["sqrt"])
+        return r if e > 0 else b.binary(b.const(_dtype_name(t.dtype), [], 1.0), r, BIN["div"])
+    if e == -1.0:
+        return b.binary(b.const(_dtype_name(t.dtype), [], 1.0), t._v, BIN["div"])
+    return b.eltwise(b.scale(b.eltwise(t._v, ELT["log"]), e, 0.0), ELT["exp"])
+
+
+class Pow(Primitive):
+    """Pow()(x, y): in a graph y a constant (a number or a Tensor of one value; squares, square
+    roots and reciprocals exactly, other exponents as exp(y log x) for x > 0); np.power on values."""
+
+    def _emit(self, b, x, y):
+        if isinstance(y, Tensor) and y._data is not None and y._data.size == 1:
+            y = float(y._data.reshape(-1)[0])
+        if not isinstance(y, (int, float)) or isinstance(y, bool):
+            raise ValueError("ops.Pow in construct: the exponent must be a constant (a number or a Tensor of one "
+                             "value), got %r" % (y,))
+        return _pow_emit(b, x, y)
+
+    def _np(self, x, y):
+        import numpy as np
+        return np.power(_like(x, y), _like(y, x))
 
 
 class Maximum(Primitive):
@@ -434,6 +467,15 @@ class ReduceMax(_Red):
     alg = "max"
 
 
+class ReduceMin(ReduceMax):
+    """ReduceMin(keep_dims)(x, axis): -ReduceMax(-x)."""
+
+    def _emit(self, b, x, axis=()):
+        t = as_tensor(x)
+        neg = Tensor(b, b.scale(t._v, -1.0, 0.0))
+        return b.scale(super()._emit(b, neg, axis), -1.0, 0.0)
+
+
 class Concat(Primitive):
     def __init__(self, axis=0):
         super().__init__()
@@ -680,6 +722,10 @@ def div(input, other):
 
 def concat(tensors, axis=0):
     return Concat(axis)(tensors)
+
+
+def pow(x, y):  # noqa: A001 (MindSpore's name)
+    return Pow()(x, y)
 
 
 def maximum(x, y):

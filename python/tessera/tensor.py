@@ -122,6 +122,12 @@ class Tensor:
     def __rmul__(self, o):
         return self.__mul__(o) if _is_number(o) else self._bin(o, "mul", swap=True)
 
+    def __pow__(self, o):
+        if self._data is not None:
+            return Tensor(np.power(self._data, o.asnumpy() if isinstance(o, Tensor) else o))
+        from .ops import Pow
+        return Pow()(self, o)
+
     def __truediv__(self, o):
         if _is_number(o) and self._data is None:
             return Tensor(self._b, self._b.scale(self._v, 1.0 / float(o), 0.0))

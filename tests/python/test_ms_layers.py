@@ -7,7 +7,8 @@ of values as an operand in construct, e.g. a mask or a scale per feature; an int
 on values against numpy, unchanged by training (no gradient, not optimised), kept out of what
 load_param_into_net asks for, and one of values float32 cannot hold refused. The shape and
 elementwise ops composed from the library's (Tensor indexing x[:, a:b], x[:, k], None, ...;
-Maximum, Minimum, Rsqrt, ExpandDims, Squeeze, Stack, Split, Slice, BroadcastTo) in a graph
+Maximum, Minimum, Rsqrt, Pow and **, ReduceMin, ExpandDims, Squeeze, Stack, Split, Slice,
+BroadcastTo) in a graph
 against the same computation in numpy, training through them, and their refusals."""
 import os
 import sys
@@ -134,7 +135,9 @@ class TestLayers(models.ScratchCase):
                 p, q = ops.split(st, 1, 2)                           # (N, 1, 392) each
                 r = ops.broadcast_to(ops.slice(p, (0, 0, 10), (-1, -1, 100)), (-1, 3, 100))
                 k = h[..., 5][:, None] * ops.rsqrt(h[:, -8:] * h[:, -8:] + 1.0)  # (N, 8)
-                return ops.concat([r.reshape(r.shape[0], 300), q[:, 0, :50], k], 1)
+                pw = ops.pow(h[:, :4] * h[:, :4] + 1.0, 1.5) + h[:, 4:8] ** 2 + (h[:, 8:12] + 2.0) ** -0.5
+                mn = ops.ReduceMin(keep_dims=True)(h, 1)
+                return ops.concat([r.reshape(r.shape[0], 300), q[:, 0, :50], k, pw, mn], 1)
 
         def ref(x):
             h = x.reshape(x.shape[0], -1).astype(np.float64)
@@ -142,7 +145,8 @@ class TestLayers(models.ScratchCase):
             m = np.maximum(a, c) + np.minimum(a, 0.3)
             r = np.broadcast_to(m[:, None, 10:110], (x.shape[0], 3, 100))
             k = h[:, 5:6] / np.sqrt(h[:, -8:] ** 2 + 1.0)
-            return np.concatenate([r.reshape(x.shape[0], 300), a[:, :50], k], 1)
+            pw = (h[:, :4] ** 2 + 1.0) ** 1.5 + h[:, 4:8] ** 2 + (h[:, 8:12] + 2.0) ** -0.5
+            return np.concatenate([r.reshape(x.shape[0], 300), a[:, :50], k, pw, h.min(1, keepdims=True)], 1)
 
         x = images(4) - 0.4
         np.testing.assert_allclose(OpsNet()(x).asnumpy(), ref(x), rtol=1e-5, atol=1e-6)
