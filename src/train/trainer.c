@@ -154,16 +154,23 @@ static int named(const char *pattern, const char *name) { return !fnmatch(patter
 
 /* Each entry of optimizer.no_decay_params and optimizer.param_groups must match a trainable parameter
  * of some rank (a pipeline stage holds only its own): one that matches none (a typo) is refused, not
- * ignored. hit: this rank's matches, no_decay_params' entries then param_groups'. */
-static int entries_check(const ts_config *cfg, float *hit, const char *example) {
+ * ignored. hit: this rank's matches, no_decay_params' entries then param_groups', then one slot this
+ * rank sets where it refused the lists already (local_rc: a parameter in two groups, which only the
+ * rank holding it sees): every rank takes part in the reduction, and every rank then fails. */
+static int entries_check(const ts_config *cfg, float *hit, const char *example, int local_rc) {
   const ts_cfg_slist *l = &cfg->optimizer.no_decay_params;
   const ts_cfg_pgroups *gl = &cfg->optimizer.param_groups;
   size_t n = (size_t)l->n + (size_t)gl->n;
-  if (n == 0) return TS_OK;
+  if (n == 0) return local_rc;
   int rank, size, rc = TS_OK;
   ts_job_rank(&rank, &size);
   ts_comm *w = NULL;
-  if (size > 1 && !(rc = ts_comm_world(&w))) rc = ts_comm_allreduce(w, hit, hit, n, TS_F32, TS_REDUCE_MAX);
+  hit[n] = local_rc ? 1.0f : 0.0f;
+  if (size > 1 && !(rc = ts_comm_world(&w))) rc = ts_comm_allreduce(w, hit, hit, n + 1, TS_F32, TS_REDUCE_MAX);
+  if (local_rc) return local_rc; /* (its message set above) */
+  if (!rc && hit[n])
+    return ts_error_set(TS_ECONFIG, "%s: optimizer.param_groups: refused on another rank (its message names the "
+                        "parameter)", cfg->source[0] ? cfg->source : "config");
   for (size_t i = 0; !rc && i < n; i++)
     if (!hit[i])
       rc = ts_error_set(TS_ECONFIG, "%s: optimizer.%s: '%s' matches no trainable parameter (the model's are named "
@@ -182,7 +189,11 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **o
   *segs = calloc((size_t)np + 1, sizeof **segs);
   float *hit = calloc((size_t)nd->n + (size_t)gl->n + 1, sizeof *hit);
   ts_optim_group *groups = calloc((size_t)gl->n + 1, sizeof *groups);
-  if (!*segs || !hit || !groups) rc = ts_error_set(TS_ENOMEM, "trainer: out of memory");
+  if (!*segs || !hit || !groups) {
+    free(*segs), free(hit), free(groups);
+    *segs = NULL;
+    return ts_error_set(TS_ENOMEM, "trainer: out of memory");
+  }
   for (int i = 0; !rc && i < np; i++) {
     int fl = ts_params_flags(p, i);
     if (fl & TS_PARAM_STATE) continue;
@@ -201,7 +212,7 @@ int ts__train_optim(const ts_config *cfg, ts_params *p, ts_dist *d, ts_optim **o
     }
     (*segs)[(*nseg)++] = (ts_optim_segment){name, ts_params_offset(p, i), (size_t)ts_shape_numel(&s), sf};
   }
-  if (!rc && d) rc = entries_check(cfg, hit, *nseg ? (*segs)[0].name : ""); /* (collective: the job's optimizer) */
+  if (d) rc = entries_check(cfg, hit, *nseg ? (*segs)[0].name : "", rc); /* (collective: the job's optimizer) */
   ts_optim_config oc;
   if (!rc) rc = ts_config_optim(cfg, &oc);
   for (int k = 0; !rc && k < gl->n; k++)

@@ -2,7 +2,8 @@
 # optimizer.param_groups from the command line (the update rules themselves are checked against
 # PyTorch's param_groups in tests/optim/test_optim.c): a group's lr_scale and weight_decay reach
 # the optimizer on one process, under data parallel with ZeRO-2 (the groups follow the sharded
-# segments) and on 2 pipeline stages (an entry matching only the other stage's parameters), each
+# segments) and on 2 pipeline stages (an entry matching only the other stage's parameters; a
+# parameter in two groups, seen by its stage only, ends both ranks), each
 # checked bitwise (losses and the final checkpoint, optimizer state included) against the run
 # that sets the same rate or decay for the whole optimizer; a group's own rate differs from the
 # run without it; an entry matching nothing and a parameter in two groups are refused (exit 2).
@@ -68,6 +69,12 @@ if command -v mpirun >/dev/null; then
   t 2 p_wd "${pp[@]}" --set optimizer.weight_decay=0.2
   t 2 p_g "${pp[@]}" --set 'optimizer.param_groups={"fc1.*": {weight_decay: 0.2}, "fc2.*": {weight_decay: 0.2}, "fc3.*": {weight_decay: 0.2}}'
   same "2 pipeline stages: groups on each stage = the optimizer's decay" p_wd p_g
+  # a parameter in two groups seen only by the stage holding it: both ranks end (none waits for the other)
+  mpi_job 2
+  out=$(timeout 120 "${mpi[@]}" "$bin" train c.yaml "${pp[@]}" --set 'optimizer.param_groups={"fc1.*": {lr_scale: 2}, "fc1.weight": {}}' 2>&1); rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q "parameter 'fc1.weight' matches both 'fc1.\*' and 'fc1.weight'" <<<"$out" &&
+     grep -q "optimizer.param_groups: refused on another rank" <<<"$out"; then ok "2 stages: a parameter in two groups on one stage ends both ranks (exit $rc)"
+  else bad "two groups on one stage -> $rc: $out"; fi
 else
   echo "SKIP (part): mpirun not installed: the 2-rank cases"
 fi
