@@ -143,6 +143,7 @@ struct ts_trainer {
   ts_step_info pending_info;
   double pending_t0;
   int64_t max_steps, cap_steps0; /* TESSERA_MAX_STEPS (0: none); train.steps before the cap applied it */
+  int eval_capped_said;           /* TESSERA_MAX_STEPS's cap of the evaluations logged */
   int stop;
   double last_loss;
   ts_eval_info last_eval;

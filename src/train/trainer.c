@@ -743,8 +743,16 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   if (src) return src;
   ts_source *view = NULL; /* each rank evaluates one contiguous part, or every rank everything */
   int split = r->eval_split;
-  if (split) {
-    int64_t n = ts_source_len(t->test_src), lo = n * r->rank / r->size, hi = n * (r->rank + 1) / r->size;
+  int64_t total = ts_source_len(t->test_src), all = total;
+  if (t->max_steps > 0 && total > t->max_steps * t->eb) { /* TESSERA_MAX_STEPS: its first N batches */
+    total = t->max_steps * t->eb;
+    if (!t->eval_capped_said && r->rank == 0)
+      ts_log(TS_LOG_WARN, "TESSERA_MAX_STEPS=%lld: evaluations cover the test split's first %lld of its %lld samples",
+             (long long)t->max_steps, (long long)total, (long long)all);
+    t->eval_capped_said = 1;
+  }
+  if (split || total < all) {
+    int64_t lo = split ? total * r->rank / r->size : 0, hi = split ? total * (r->rank + 1) / r->size : total;
     int e = ts__source_view(t->test_src, lo, hi - lo, &view);
     if (e) return e;
   }
@@ -777,7 +785,7 @@ int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
     ts_source_free(view);
     return ts_error_set(TS_ENOMEM, "evaluation: out of memory");
   }
-  int64_t first = split ? ts_source_len(t->test_src) * r->rank / r->size : 0; /* dataset index of the view's 0 */
+  int64_t first = split ? total * r->rank / r->size : 0; /* dataset index of the view's 0 */
   double loss = 0;
   int64_t n = 0, c1 = 0, c5 = 0, bad = 0; /* bad: rows with non-finite logits, counted as wrong */
   ts_batch b;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TESSERA_MAX_STEPS=N shortens any run (issue 31): the run stops after min(its steps, N) steps with
 # one warning line, its checkpoints and metrics those of that shorter run, bitwise the run that
-# sets train.steps=N; an epoch-based run too; N not shorter changes nothing; a malformed value is
+# sets train.steps=N; each evaluation covers the test split's first N batches;
+# an epoch-based run too; N not shorter changes nothing; a malformed value is
 # a configuration error naming the variable (exit 2); under `tessera launch` every rank stops there.
 # Usage: max_steps_test.sh path/to/tessera path/to/ckpt_compare
 set -u
@@ -43,6 +44,29 @@ run train c.yaml --set checkpoint.dir=full --set log.metrics=
 if [ "$rc" = 0 ] && ! "$cmp" ck/ckpt-00000003.safetensors full/ckpt-00000004.safetensors 0 >/dev/null 2>&1 &&
    ! "$cmp" ck/ckpt-00000003.safetensors full/ckpt-00000003.safetensors 0 >/dev/null 2>&1; then ok "the uncapped run differs"
 else bad "uncapped -> $rc: $out"; fi
+
+# evaluations: the test split's first N batches (as Lightning's fast_dev_run), said once; the same
+# figures as a run evaluating the first 16 samples (data.test_limit): bitwise on 1 process, on 2
+# ranks (each evaluating half of them) the same count and accuracy, the loss within 1e-5
+ev() { /usr/bin/python3 -c "
+import json, sys
+e = [json.loads(l) for l in open(sys.argv[1]) if '\"eval\"' in l]
+print(' '.join('%d %.9g %.9g' % (r['samples'], r['loss'], r['top1']) for r in e))" "$1"; }
+out=$(TESSERA_MAX_STEPS=1 "$bin" train c.yaml --set train.eval_every=1 --set checkpoint.dir= --set log.metrics=e1.jsonl 2>&1); rc=$?
+run train c.yaml --set train.steps=1 --set data.test_limit=16 --set checkpoint.dir= --set log.metrics=e0.jsonl
+warn="TESSERA_MAX_STEPS=1: evaluations cover the test split's first 16 of its 32 samples"
+if [ "$rc" = 0 ] && [ "$(TESSERA_MAX_STEPS=1 "$bin" train c.yaml --set train.eval_every=1 --set checkpoint.dir= --set log.metrics= 2>&1 | grep -c "$warn")" = 1 ] &&
+   [ -n "$(ev e0.jsonl)" ] && [ "$(ev e1.jsonl)" = "$(ev e0.jsonl)" ]; then ok "evaluations capped to 1 batch, said once: $(ev e1.jsonl)"
+else bad "evaluations under TESSERA_MAX_STEPS=1 -> $rc: '$(ev e1.jsonl)' vs test_limit 16 '$(ev e0.jsonl)': $out"; fi
+if command -v mpirun >/dev/null; then
+  m=(mpirun --oversubscribe -n 2); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root)
+  out=$(TESSERA_MAX_STEPS=1 OMP_NUM_THREADS=1 "${m[@]}" "$bin" train c.yaml --set checkpoint.dir= --set log.metrics=e2.jsonl 2>&1); rc=$?
+  run train c.yaml --set train.steps=1 --set data.test_limit=16 --set checkpoint.dir= --set log.metrics=e3.jsonl
+  if [ "$rc" = 0 ] && [ -n "$(ev e2.jsonl)" ] && awk -v a="$(ev e2.jsonl)" -v b="$(ev e3.jsonl)" 'BEGIN { split(a, x, " ");
+       split(b, y, " "); d = x[2] - y[2]; exit !(x[1] == 16 && y[1] == 16 && x[3] == y[3] && d * d < 1e-10 * y[2] * y[2]) }'
+  then ok "2 ranks: the capped evaluation split over the ranks: $(ev e2.jsonl)"
+  else bad "2 ranks under TESSERA_MAX_STEPS=1 -> $rc: '$(ev e2.jsonl)' vs '$(ev e3.jsonl)': $out"; fi
+fi
 
 # an epoch-based run: 3 epochs x 4 steps, capped at 5
 out=$(TESSERA_MAX_STEPS=5 "$bin" train c.yaml --set train.steps=0 --set train.epochs=3 --set checkpoint.dir=ep \
