@@ -356,22 +356,21 @@ int ts_redist_plan_make(const ts_shape *shape, size_t elem_size, const ts_layout
   if (!shape || !from || !to)
     return ts_error_set(TS_EINVAL, "redist_plan_make: shape, from or to is NULL");
   if (elem_size == 0) return ts_error_set(TS_EINVAL, "redist_plan_make: element size is 0");
-  char sf[160], st[160], sh[96];
+  char sf[160], st[160], sh[96]; /* the messages' names, formatted only on the way out (NAMES(): the
+                                  * planner's search makes plans by the hundred thousand) */
+#define NAMES() (ts_layout_str(from, sf, sizeof sf), ts_layout_str(to, st, sizeof st), ts_shape_str(shape, sh, sizeof sh))
   int rc = ts_layout_validate(from);
   if (!rc) rc = ts_layout_validate(to);
   if (rc) return ts_error_wrap(rc, "redistribution");
-  ts_layout_str(from, sf, sizeof sf);
-  ts_layout_str(to, st, sizeof st);
-  ts_shape_str(shape, sh, sizeof sh);
   if (from->ndim != to->ndim)
-    return ts_error_set(TS_EINVAL, "redistribution %s -> %s: from has %d dims, to has %d", sf, st,
+    return NAMES(), ts_error_set(TS_EINVAL, "redistribution %s -> %s: from has %d dims, to has %d", sf, st,
                         from->ndim, to->ndim);
   if (ts_layout_ndevices(from) != ts_layout_ndevices(to))
-    return ts_error_set(TS_EINVAL, "redistribution %s -> %s: from has %d devices, to has %d", sf,
+    return NAMES(), ts_error_set(TS_EINVAL, "redistribution %s -> %s: from has %d devices, to has %d", sf,
                         st, ts_layout_ndevices(from), ts_layout_ndevices(to));
   rc = ts_layout_check_shape(from, shape);
   if (!rc) rc = ts_layout_check_shape(to, shape);
-  if (rc) return ts_error_wrap(rc, "redistribution %s -> %s", sf, st);
+  if (rc) return NAMES(), ts_error_wrap(rc, "redistribution %s -> %s", sf, st);
 
   ts_shape xs;
   ts_layout xf, xt;
@@ -385,7 +384,7 @@ int ts_redist_plan_make(const ts_shape *shape, size_t elem_size, const ts_layout
       if (!same)
         snprintf(on, sizeof on, " (on the common device matrix: %s -> %s)",
                  ts_layout_str(&xf, xl, sizeof xl), ts_layout_str(&xt, xl2, sizeof xl2));
-      return ts_error_set(TS_EINVAL,
+      return NAMES(), ts_error_set(TS_EINVAL,
                           "redistribution %s -> %s of %s: device axis %d%s is partial in to but "
                           "not in from (partial sums come from compute, not from redistribution)",
                           sf, st, sh, a, on);
@@ -436,7 +435,7 @@ int ts_redist_plan_make(const ts_shape *shape, size_t elem_size, const ts_layout
   if (!togo || !nop) {
     free(togo);
     free(nop);
-    return ts_error_set(TS_ENOMEM, "redistribution %s -> %s: out of memory", sf, st);
+    return NAMES(), ts_error_set(TS_ENOMEM, "redistribution %s -> %s: out of memory", sf, st);
   }
   move mv[4 * TS_LAYOUT_MAX_AXES];
   for (int s = nstates - 1; s >= 0; s--) {
@@ -461,7 +460,7 @@ int ts_redist_plan_make(const ts_shape *shape, size_t elem_size, const ts_layout
   int s = start;
   rc = TS_OK;
   if (!(togo[s] < INFINITY)) /* cannot happen: an ORIG axis can always be gathered/reduced */
-    rc = ts_error_set(TS_EUNSUPPORTED, "redistribution %s -> %s of %s: no plan found", sf, st, sh);
+    rc = (NAMES(), ts_error_set(TS_EUNSUPPORTED, "redistribution %s -> %s of %s: no plan found", sf, st, sh));
   while (!rc && s != goal) {
     ts_layout cur;
     state_layout(&S, s, &cur);
@@ -473,8 +472,8 @@ int ts_redist_plan_make(const ts_shape *shape, size_t elem_size, const ts_layout
         pick = m;
     }
     if (pick < 0 || plan->nops >= TS_REDIST_MAX_OPS) { /* cannot happen */
-      rc = ts_error_set(TS_EUNSUPPORTED, "redistribution %s -> %s of %s: planner lost its way", sf,
-                        st, sh);
+      rc = (NAMES(), ts_error_set(TS_EUNSUPPORTED, "redistribution %s -> %s of %s: planner lost its way", sf,
+                        st, sh));
       break;
     }
     ts_redist_op *op = &plan->ops[plan->nops++];
@@ -489,6 +488,7 @@ int ts_redist_plan_make(const ts_shape *shape, size_t elem_size, const ts_layout
     plan->total_cost = 0;
   }
   return rc;
+#undef NAMES
 }
 
 char *ts_redist_op_str(const ts_redist_op *op, char *buf, size_t cap) {

@@ -141,23 +141,24 @@ int ts_layout_dim_cut(const ts_layout *l, int dim) {
 int ts_layout_check_shape(const ts_layout *l, const ts_shape *shape) {
   int rc = ts_layout_validate(l);
   if (rc) return rc;
-  char s[160], sh[128];
+  char s[160], sh[128]; /* the messages' strings, formatted only on the way out (the planner's search
+                          * checks shapes by the million) */
   if (!shape) return ts_error_set(TS_EINVAL, "layout %s: shape is NULL", ts_layout_str(l, s, sizeof s));
-  ts_shape_str(shape, sh, sizeof sh);
   if (shape->ndim != l->ndim)
-    return ts_error_set(TS_ESHAPE, "layout %s has %d dims but the tensor %s has %d",
-                        ts_layout_str(l, s, sizeof s), l->ndim, sh, shape->ndim);
+    return ts_error_set(TS_ESHAPE, "layout %s has %d dims but the tensor %s has %d", ts_layout_str(l, s, sizeof s),
+                        l->ndim, ts_shape_str(shape, sh, sizeof sh), shape->ndim);
   for (int i = 0; i < l->ndim; i++) {
     int64_t n = shape->dims[i];
     if (n < 0)
-      return ts_error_set(TS_ESHAPE, "layout %s: tensor %s has a negative dim %d",
-                          ts_layout_str(l, s, sizeof s), sh, i);
+      return ts_error_set(TS_ESHAPE, "layout %s: tensor %s has a negative dim %d", ts_layout_str(l, s, sizeof s),
+                          ts_shape_str(shape, sh, sizeof sh), i);
     int a = l->tmap[i];
     if (a >= 0 && n % l->dev[a] != 0)
       return ts_error_set(TS_ESHAPE,
                           "layout %s: dim %d of tensor %s (size %lld) is not divisible by its cut "
                           "%d (device axis %d)",
-                          ts_layout_str(l, s, sizeof s), i, sh, (long long)n, l->dev[a], a);
+                          ts_layout_str(l, s, sizeof s), i, ts_shape_str(shape, sh, sizeof sh), (long long)n,
+                          l->dev[a], a);
   }
   return TS_OK;
 }
