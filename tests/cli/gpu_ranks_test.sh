@@ -92,7 +92,9 @@ job acc_gpu "$tmp/c.yaml" GPU "${acc[@]}"
 close "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" && ok "2 micro-batches, gradients summed: the GPU ranks follow the CPU ranks" ||
   bad "accumulation: $(paste "$tmp/acc_gpu.txt" "$tmp/acc_cpu.txt" | head -4)"
 # 4. a ResNet-8: batch norm's running statistics averaged over the ranks; its checkpoint on the CPU
-resnet8_cfg "$tmp/res.yaml" "$tmp/d" "parallel: {mode: data_parallel}"
+idx_split "$tmp/r" train 64 12 12 # the ResNet's: 12 x 12, a fifth of 28 x 28's work on the emulator
+idx_split "$tmp/r" t10k 32 12 12
+resnet8_cfg "$tmp/res.yaml" "$tmp/r" "parallel: {mode: data_parallel}"
 job res_cpu "$tmp/res.yaml" CPU
 job res_gpu "$tmp/res.yaml" GPU --set checkpoint.dir="$tmp/ck" --set checkpoint.save_last=true
 close "$tmp/res_gpu.txt" "$tmp/res_cpu.txt" 1e-3 && ok "ResNet-8 on 2 GPU ranks: 3 steps and the evaluation follow 2 CPU ranks (1e-3)" ||
@@ -110,7 +112,7 @@ want=$(grep '^eval' "$tmp/res_cpu.txt" | tail -1)
 python3 -c "
 import sys
 e=sys.argv[1].split(); w=sys.argv[2].split()
-sys.exit(0 if abs(float(e[1])-float(w[1]))<=6e-5*max(1,abs(float(w[1]))) and abs(float(e[3].rstrip('%'))/100-float(w[2]))<1e-6 else 1)" \
+sys.exit(0 if abs(float(e[1])-float(w[1]))<=6e-5*max(1,abs(float(w[1]))) and abs(float(e[3].rstrip('%'))/100-float(w[2]))<=5.1e-5 else 1)" \
   "${ev:-x 0 x 0%}" "${want:-eval 1 1}" 2>/dev/null &&
   ok "the GPU ranks' checkpoint evaluated by one CPU process: $ev (the CPU ranks' last evaluation: $want)" ||
   bad "GPU ranks' checkpoint on the CPU: '$ev' vs '$want' ($ck)"
