@@ -715,6 +715,9 @@ static int parse_strs(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n,
 }
 
 /* ------------------------------------------------------------------ applying nodes */
+static void ilist_free(ts_cfg_ilist *l) { free(l->v); }
+static void flist_free(ts_cfg_flist *l) { free(l->v); }
+
 static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, ts_config *cfg) {
   char *p = (char *)cfg + k->off;
   char d[96];
@@ -801,46 +804,23 @@ static int apply_key(const pctx *c, const ts__cfg_key *k, const yaml_node_t *n, 
       }
       break;
     }
-    case CT_ILIST: {
-      ts_cfg_ilist v = {0, NULL};
-      if (!(rc = node_int_ilist(c, n, k, &v))) {
-        free(((ts_cfg_ilist *)p)->v);
-        memcpy(p, &v, sizeof v);
-      } else {
-        free(v.v);
-      }
-      break;
-    }
-    case CT_FLIST: {
-      ts_cfg_flist v = {0, NULL};
-      if (!(rc = node_flist(c, n, k, &v))) {
-        free(((ts_cfg_flist *)p)->v);
-        memcpy(p, &v, sizeof v);
-      } else {
-        free(v.v);
-      }
-      break;
-    }
-    case CT_SLIST: {
-      ts_cfg_slist v = {0, NULL};
-      if (!(rc = node_slist(c, n, k, &v))) {
-        ts__cfg_slist_free((ts_cfg_slist *)p);
-        memcpy(p, &v, sizeof v);
-      } else {
-        ts__cfg_slist_free(&v);
-      }
-      break;
-    }
-    case CT_PGROUPS: {
-      ts_cfg_pgroups v = {0, NULL};
-      if (!(rc = node_pgroups(c, n, k, &v))) {
-        ts__cfg_pgroups_free((ts_cfg_pgroups *)p);
-        memcpy(p, &v, sizeof v);
-      } else {
-        ts__cfg_pgroups_free(&v);
-      }
-      break;
-    }
+    /* a list or mapping value: parsed whole, then replacing the old one (freed), else freed itself */
+#define REPLACE(T, parse, release)                                                                                     \
+  {                                                                                                                    \
+    T v = {0, NULL};                                                                                                   \
+    if (!(rc = parse(c, n, k, &v))) {                                                                                  \
+      release((T *)p);                                                                                                 \
+      memcpy(p, &v, sizeof v);                                                                                         \
+    } else {                                                                                                           \
+      release(&v);                                                                                                     \
+    }                                                                                                                  \
+    break;                                                                                                             \
+  }
+    case CT_ILIST: REPLACE(ts_cfg_ilist, node_int_ilist, ilist_free)
+    case CT_FLIST: REPLACE(ts_cfg_flist, node_flist, flist_free)
+    case CT_SLIST: REPLACE(ts_cfg_slist, node_slist, ts__cfg_slist_free)
+    case CT_PGROUPS: REPLACE(ts_cfg_pgroups, node_pgroups, ts__cfg_pgroups_free)
+#undef REPLACE
     case CT_STRS: {
       ts_cfg_strs *v = calloc(1, sizeof *v); /* zeroed: configs compare with memcmp */
       if (!v) return ts_error_set(TS_ENOMEM, "%s: out of memory", c->label);

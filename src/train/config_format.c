@@ -11,27 +11,14 @@
 #include "../base/text.h"
 
 /* ------------------------------------------------------------------ formatting */
-static void fmt_double(ts__sb *b, double v) {
+/* The shortest "%.*g" of v that reads back as v (as a float where single), written so YAML 1.1 readers
+ * (PyYAML) see a float too: "1e-05" -> "1.0e-05". */
+static void fmt_real(ts__sb *b, double v, int single) {
   char buf[40];
-  for (int prec = 1; prec <= 17; prec++) {
+  for (int prec = 1; prec <= (single ? 9 : 17); prec++) {
     snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (strtod(buf, NULL) == v) break;
-  }
-  /* "1e-05" -> "1.0e-05" so YAML 1.1 readers (PyYAML) see a float too */
-  char *e = strchr(buf, 'e');
-  if (e && !strchr(buf, '.')) {
-    char tail[40];
-    snprintf(tail, sizeof tail, "%s", e);
-    snprintf(e, sizeof buf - (size_t)(e - buf), ".0%s", tail);
-  }
-  ts__sb_puts(b, buf);
-}
-
-static void fmt_float(ts__sb *b, float v) {
-  char buf[40];
-  for (int prec = 1; prec <= 9; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
-    if ((float)strtod(buf, NULL) == v) break;
+    double r = strtod(buf, NULL);
+    if (single ? (float)r == (float)v : r == v) break;
   }
   char *e = strchr(buf, 'e');
   if (e && !strchr(buf, '.')) {
@@ -41,6 +28,8 @@ static void fmt_float(ts__sb *b, float v) {
   }
   ts__sb_puts(b, buf);
 }
+static void fmt_double(ts__sb *b, double v) { fmt_real(b, v, 0); }
+static void fmt_float(ts__sb *b, float v) { fmt_real(b, (double)v, 1); }
 
 static void fmt_string(ts__sb *b, const char *s) {
   ts__sb_puts(b, "\"");

@@ -120,6 +120,45 @@ class TestLayers(models.ScratchCase):
             from tessera.tensor import _const
             _const(bad.asnumpy())
 
+    def test_constants_in_later_graphs(self):
+        """A constant's values reach every trainer its network builds: net(x) after Model.train at
+        another batch size (a new evaluation trainer), and value_and_grad's compiled step."""
+        scale = np.linspace(-1, 1, 784).astype(np.float32)
+
+        class Scaled(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.flat = nn.Flatten()
+                self.fc = nn.Dense(784, 10)
+                self.scale = ms.Tensor(scale)
+
+            def construct(self, x):
+                return self.fc(self.flat(x) * self.scale)
+
+        def reference(net, x):
+            p = {k: np.array(v) for k, v in net._trainer.params().items()}
+            return (x.reshape(len(x), -1) * scale) @ p["fc.weight"].T + p["fc.bias"]
+
+        net = Scaled()
+        ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                 nn.SGD(net.trainable_params(), 0.1), config={}).train(1, models.ms_data(16, 16))
+        x = images(8)
+        np.testing.assert_allclose(net(x).asnumpy(), reference(net, x), rtol=1e-5, atol=1e-5)
+        net = Scaled()
+        opt, lossf = nn.SGD(net.trainable_params(), 0.1), nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+        def forward(d, label):
+            logits = net(d)
+            return lossf(logits, label), logits
+
+        grad_fn = ms.value_and_grad(forward, None, opt.parameters, has_aux=True)
+        x, y = images(4), np.array([1, 2, 3, 4], np.int32)
+        (loss, _), _ = grad_fn(ms.Tensor(x), ms.Tensor(y))
+        z = reference(net, x)
+        z = z - z.max(1, keepdims=True)
+        want = -(z[np.arange(4), y] - np.log(np.exp(z).sum(1))).mean()
+        self.assertAlmostEqual(float(loss.asnumpy()), float(want), places=5)
+
     def test_shape_and_elementwise_ops(self):
         class OpsNet(nn.Cell):
             def __init__(self):
