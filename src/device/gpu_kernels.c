@@ -95,8 +95,11 @@ int ts__gpu_nonfinite(ts__dev *d, const float *x, int64_t n, int *flag, ts__dev_
   return launch(d, "ts_k_nonfinite_f32", grid_for(n), 1, BLOCK, s, a);
 }
 
-/* one block per row (grid-stride beyond MAX_GRID rows), a block's threads over the row */
-static unsigned row_block(int64_t cols) { return cols >= 1024 ? 1024 : cols >= 512 ? 512 : cols >= 256 ? 256 : 128; }
+/* one block per row (grid-stride beyond MAX_GRID rows), a block's threads over the row: a warp for
+ * rows of up to 32 (a GPT of width 32: 128 threads left 96 idle at every barrier), two for 64 */
+static unsigned row_block(int64_t cols) {
+  return cols >= 1024 ? 1024 : cols >= 512 ? 512 : cols >= 256 ? 256 : cols > 64 ? 128 : cols > 32 ? 64 : 32;
+}
 /* blocks of BLOCK threads for a warp per row */
 static unsigned warp_blocks(int64_t rows) {
   int64_t b = (rows + BLOCK / 32 - 1) / (BLOCK / 32);
