@@ -52,12 +52,12 @@ ev() { /usr/bin/python3 -c "
 import json, sys
 e = [json.loads(l) for l in open(sys.argv[1]) if '\"eval\"' in l]
 print(' '.join('%d %.9g %.9g' % (r['samples'], r['loss'], r['top1']) for r in e))" "$1"; }
-out=$(TESSERA_MAX_STEPS=1 "$bin" train c.yaml --set train.eval_every=1 --set checkpoint.dir= --set log.metrics=e1.jsonl 2>&1); rc=$?
+capped=$(TESSERA_MAX_STEPS=1 "$bin" train c.yaml --set train.eval_every=1 --set checkpoint.dir= --set log.metrics=e1.jsonl 2>&1); crc=$?
 run train c.yaml --set train.steps=1 --set data.test_limit=16 --set checkpoint.dir= --set log.metrics=e0.jsonl
 warn="TESSERA_MAX_STEPS=1: evaluations cover the test split's first 16 of its 32 samples"
-if [ "$rc" = 0 ] && [ "$(TESSERA_MAX_STEPS=1 "$bin" train c.yaml --set train.eval_every=1 --set checkpoint.dir= --set log.metrics= 2>&1 | grep -c "$warn")" = 1 ] &&
+if [ "$crc" = 0 ] && [ "$rc" = 0 ] && [ "$(grep -c "$warn" <<<"$capped")" = 1 ] &&
    [ -n "$(ev e0.jsonl)" ] && [ "$(ev e1.jsonl)" = "$(ev e0.jsonl)" ]; then ok "evaluations capped to 1 batch, said once: $(ev e1.jsonl)"
-else bad "evaluations under TESSERA_MAX_STEPS=1 -> $rc: '$(ev e1.jsonl)' vs test_limit 16 '$(ev e0.jsonl)': $out"; fi
+else bad "evaluations under TESSERA_MAX_STEPS=1 -> $crc (test_limit run $rc): '$(ev e1.jsonl)' vs test_limit 16 '$(ev e0.jsonl)': $capped"; fi
 if command -v mpirun >/dev/null; then
   m=(mpirun --oversubscribe -n 2); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root)
   out=$(TESSERA_MAX_STEPS=1 OMP_NUM_THREADS=1 "${m[@]}" "$bin" train c.yaml --set checkpoint.dir= --set log.metrics=e2.jsonl 2>&1); rc=$?
