@@ -100,7 +100,8 @@ int ts_source_num_classes(ts_source *s);
  * source names none (buf = ""); never sets the error message. */
 int ts_source_sample_name(ts_source *s, int64_t index, char *buf, size_t cap);
 
-/* MNIST / Fashion-MNIST split ("train" or "t10k"): samples u8 (28,28,1). */
+/* MNIST / Fashion-MNIST split ("train" or "t10k"): samples u8 (28,28,1). Reads the header and
+ * labels now and the images as they are asked for (up to the last one asked for; docs/data.md). */
 int ts_source_mnist(const char *dir, const char *split, ts_source **out);
 /* CIFAR binary format as distributed. CIFAR-10 (cifar100 = 0): dir/data_batch_1..5.bin (train) or
  * dir/test_batch.bin, records of 1 label byte + 3072 pixel bytes (R, G, B planes of 32x32).

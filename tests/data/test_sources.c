@@ -12,6 +12,7 @@
 
 #include <jpeglib.h>
 #include <png.h>
+#include <zlib.h>
 
 #include "tessera/data.h"
 #include "test_util.h"
@@ -449,6 +450,116 @@ static void test_idx_lying_header(void) {
   CHECK(has("liar-idx") && has("truncated"));
 }
 
+/* ts_source_mnist reads its images as they are asked for: from several threads at once, in any
+ * order, each sample equals the whole load's (ts_mnist_load); a gzip file cut short still serves
+ * the samples before the cut, and a sample after it fails naming the file, every time it is
+ * asked for. A synthetic split of 9000 4x3 images (three of the source's 4096-image steps). */
+enum { LZ_N = 9000, LZ_HW = 12 };
+static void write_idx_gz(const char *path, int ndim, const uint32_t *dims, const uint8_t *data, size_t n, int level) {
+  gzFile f = gzopen(path, level ? "wb9" : "wb0");
+  CHECK(f != NULL);
+  if (!f) return;
+  uint8_t hdr[16] = {0, 0, 8, (uint8_t)ndim};
+  for (int i = 0; i < ndim; i++)
+    hdr[4 + 4 * i] = (uint8_t)(dims[i] >> 24), hdr[5 + 4 * i] = (uint8_t)(dims[i] >> 16),
+                hdr[6 + 4 * i] = (uint8_t)(dims[i] >> 8), hdr[7 + 4 * i] = (uint8_t)dims[i];
+  CHECK(gzwrite(f, hdr, 4 + 4 * (unsigned)ndim) == 4 + 4 * ndim && gzwrite(f, data, (unsigned)n) == (int)n);
+  CHECK(gzclose(f) == Z_OK);
+}
+
+typedef struct {
+  ts_source *s;
+  const uint8_t *im, *lb;
+  unsigned seed;
+  int bad;
+} lazy_reader;
+
+static void *lazy_read(void *arg) {
+  lazy_reader *r = arg;
+  unsigned x = r->seed;
+  for (int k = 0; k < 3000; k++) {
+    x = x * 1103515245u + 12345u;
+    int64_t i = (int64_t)((x >> 8) % LZ_N);
+    ts_sample smp;
+    if (ts_source_get(r->s, i, &smp) != TS_OK) {
+      r->bad++;
+      continue;
+    }
+    if (memcmp(smp.data.data, r->im + i * LZ_HW, LZ_HW) || smp.label != r->lb[i]) r->bad++;
+    ts_sample_free(&smp);
+  }
+  return NULL;
+}
+
+static void test_mnist_lazy(void) {
+  static uint8_t im[LZ_N * LZ_HW], lb[LZ_N];
+  for (int i = 0; i < LZ_N * LZ_HW; i++) im[i] = (uint8_t)((i * 2654435761u) >> 13);
+  for (int i = 0; i < LZ_N; i++) lb[i] = (uint8_t)(i * 7 % 10);
+  char dir[300], ip[400], lp[400];
+  snprintf(dir, sizeof dir, "%s/lazy", g_dir);
+  CHECK(mkdir(dir, 0755) == 0);
+  snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte.gz", dir);
+  snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte.gz", dir);
+  const uint32_t di[3] = {LZ_N, 4, 3}, dl[1] = {LZ_N};
+  write_idx_gz(ip, 3, di, im, sizeof im, 9);
+  write_idx_gz(lp, 1, dl, lb, sizeof lb, 9);
+  ts_tensor eim, elb;
+  CHECK_OK(ts_mnist_load(dir, "train", &eim, &elb));
+  CHECK(eim.data && !memcmp(eim.data, im, sizeof im) && elb.data && !memcmp(elb.data, lb, sizeof lb));
+  ts_tensor_free(&eim);
+  ts_tensor_free(&elb);
+  ts_source *s;
+  CHECK_OK(ts_source_mnist(dir, "train", &s));
+  CHECK(ts_source_len(s) == LZ_N && ts_source_label(s, LZ_N - 1) == lb[LZ_N - 1]);
+  int bad = 0;
+  for (int64_t i = 0; i < LZ_N; i++) { /* in order: every step's first and last image */
+    ts_sample smp;
+    if (ts_source_get(s, i, &smp) != TS_OK) {
+      bad++;
+      continue;
+    }
+    bad += memcmp(smp.data.data, im + i * LZ_HW, LZ_HW) != 0 || smp.label != lb[i];
+    ts_sample_free(&smp);
+  }
+  CHECK_MSG(bad == 0, "read in order: %d samples differ from the whole load", bad);
+  ts_source_free(s);
+  CHECK_OK(ts_source_mnist(dir, "train", &s));
+  lazy_reader r[4];
+  pthread_t th[4];
+  for (int t = 0; t < 4; t++) {
+    r[t] = (lazy_reader){s, im, lb, 17u + 31u * (unsigned)t, 0};
+    CHECK(pthread_create(&th[t], NULL, lazy_read, &r[t]) == 0);
+  }
+  for (int t = 0; t < 4; t++) {
+    pthread_join(th[t], NULL);
+    CHECK_MSG(r[t].bad == 0, "reader %d: %d samples differ from the whole load", t, r[t].bad);
+  }
+  ts_source_free(s);
+
+  /* stored (level 0) so that the cut falls at a known image: the file holds the header and the
+   * first 5000.5 images */
+  write_idx_gz(ip, 3, di, im, sizeof im, 0);
+  struct stat st;
+  CHECK(stat(ip, &st) == 0);
+  CHECK(truncate(ip, 10 + 16 + 5 + 5000 * LZ_HW + LZ_HW / 2) == 0); /* gzip header 10, a stored block's 5 */
+  CHECK(ts_mnist_load(dir, "train", &eim, &elb) == TS_EFORMAT && has("train-images-idx3-ubyte.gz"));
+  CHECK_OK(ts_source_mnist(dir, "train", &s));
+  ts_sample smp;
+  CHECK_OK(ts_source_get(s, 4095, &smp));
+  CHECK(!memcmp(smp.data.data, im + 4095 * LZ_HW, LZ_HW));
+  ts_sample_free(&smp);
+  for (int k = 0; k < 2; k++) {
+    ts_source *none; /* another error in between: the second call says it again */
+    CHECK(ts_source_mnist("/nonexistent", "train", &none) == TS_ENOTFOUND && !strstr(ts_last_error(), "truncated"));
+    CHECK(ts_source_get(s, 4999 + k * 4000, &smp) == TS_EFORMAT && has("train-images-idx3-ubyte.gz") &&
+          has("truncated"));
+  }
+  CHECK_OK(ts_source_get(s, 17, &smp)); /* what was read stays readable */
+  CHECK(!memcmp(smp.data.data, im + 17 * LZ_HW, LZ_HW));
+  ts_sample_free(&smp);
+  ts_source_free(s);
+}
+
 static void test_mnist(void) {
   if (!ts_test_have_fashion_mnist()) return;
   ts_source *s;
@@ -486,6 +597,7 @@ int main(void) {
   test_text();
   test_callback();
   test_idx_lying_header();
+  test_mnist_lazy();
   test_mnist();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
