@@ -12,14 +12,18 @@
 #                                                fixes it so that its short run repeats the same inputs
 #   FUZZ_MERGE=1 tests/fuzz/run.sh ...           afterwards, merge what was found into the
 #                                                committed corpus tests/fuzz/corpus/TARGET (minimised)
-# Every src/**/*.c but src/cli/ is compiled once, instrumented, into build-fuzz/lib/libtessera.a (an
-# object is rebuilt when its source is newer, all of them when a header is or the flags change;
-# OpenMP pragmas are off: the fuzzed code runs on one thread); a target links what it uses of it.
+# The library sources the targets use are compiled once, instrumented, into build-fuzz/lib/
+# libtessera.a (an object is rebuilt when its source is newer, all of them when a header is or the
+# flags change; OpenMP pragmas are off: the fuzzed code runs on one thread). Which sources: when a
+# normal build's objects are there (FUZZ_OBJS, default build/CMakeFiles/tessera_obj.dir, which CI
+# builds first), those the targets reach through their symbols (about 50 of 170: a third of the
+# compile); otherwise, or when a target then fails to link, every src/**/*.c but src/cli/.
 # Installs clang, libclang-rt-14-dev and libomp-14-dev through scripts/install-deps.sh --fuzz when
 # missing.
 # Crashes are written to build-fuzz/artifacts/ and make the script exit 1; the final libFuzzer
 # statistics (stat::number_of_executed_units, ...) are printed for each target.
 set -eu
+orig_args=("$@")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 all="records idx rank_table metrics safetensors manifest config strategy cluster"
 replay=0
@@ -77,9 +81,43 @@ if [ "$(cat "$objs/flags" 2>/dev/null)" != "$(echo $libflags src/kernels:-O0)" ]
   rm -f "$objs"/*.o # other flags (or compiler, libraries): everything again
   echo $libflags src/kernels:-O0 >"$objs/flags"
 fi
+declare -A extra=([rank_table]="$root/src/cli/rank_table.c")
+# closure_sources: the src/*.c files whose objects the targets reach, from the normal build's
+# objects in $FUZZ_OBJS (each target's undefined symbols, then those of every object that defines
+# one, and so on, as the linker takes archive members); nothing when they are not there.
+closure_sources() {
+  local dir=${FUZZ_OBJS:-$root/build/CMakeFiles/tessera_obj.dir} tmp=$out/closure
+  [ -d "$dir/src" ] || return 0
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  for t in $all; do
+    # shellcheck disable=SC2086
+    clang -c -O0 -w -I"$root/include" -I"$root/src" $mpi_cflags "$root/tests/fuzz/fuzz_$t.c" -o "$tmp/fuzz_$t.o" || return 0
+  done
+  clang -c -O0 -w -I"$root/include" -I"$root/src" $mpi_cflags "$root/src/cli/rank_table.c" -o "$tmp/rank_table.o" || return 0
+  { find "$dir/src" -name '*.c.o' -exec nm -A --defined-only {} + | awk '$(NF-1) != "U" {print "D", $1, $NF}'
+    find "$dir/src" -name '*.c.o' -exec nm -A --undefined-only {} + | awk '{print "U", $1, $NF}'
+    nm -A --undefined-only "$tmp"/*.o | awk '{print "T", $1, $NF}'; } |
+  awk -v dir="$dir/" '
+    { f = $2; sub(/:.*/, "", f) }
+    $1 == "D" { if (!($3 in def)) def[$3] = f; next }
+    $1 == "U" { und[f] = und[f] " " $3; next }
+    { q[++n] = $3 }
+    END {
+      for (i = 1; i <= n; i++) {
+        o = def[q[i]]
+        if (o == "" || (o in seen)) continue
+        seen[o] = 1
+        m = split(und[o], u, " ")
+        for (j = 1; j <= m; j++) q[++n] = u[j]
+      }
+      for (o in seen) { s = substr(o, length(dir) + 1); sub(/\.o$/, "", s); print s }
+    }' | sort
+}
+if [ "${FUZZ_ALL_SOURCES:-0}" = 1 ]; then sources=""; else sources=$(closure_sources); fi
+[ -n "$sources" ] || sources=$(cd "$root" && find src -name '*.c' ! -path 'src/cli/*' | sort)
 declare -A want=()
 stale=""
-for s in $(cd "$root" && find src -name '*.c' ! -path 'src/cli/*' | sort); do
+for s in $sources; do
   o=$objs/$(echo "${s%.c}" | tr / _).o
   want[$o]=1
   if [ ! -f "$o" ] || [ "$root/$s" -nt "$o" ]; then stale="$stale $s"; fi
@@ -103,11 +141,16 @@ if [ -n "$stale" ] || [ ! -f "$lib" ]; then
 fi
 
 # ---- the targets ----
-declare -A extra=([rank_table]="$root/src/cli/rank_table.c")
 for t in $targets; do
   if [ ! -f "$out/fuzz_$t" ] || [ "$out/fuzz_$t" -ot "$lib" ] || [ "$root/tests/fuzz/fuzz_$t.c" -nt "$out/fuzz_$t" ]; then
     # shellcheck disable=SC2086
-    clang $flags -fsanitize=fuzzer "$root/tests/fuzz/fuzz_$t.c" ${extra[$t]:-} "$lib" $libs -o "$out/fuzz_$t.tmp"
+    if ! clang $flags -fsanitize=fuzzer "$root/tests/fuzz/fuzz_$t.c" ${extra[$t]:-} "$lib" $libs -o "$out/fuzz_$t.tmp"; then
+      if [ "${FUZZ_ALL_SOURCES:-0}" = 1 ]; then echo "run.sh: fuzz_$t does not link" >&2; exit 1; fi
+      # the normal build's objects were older than the sources: every source, then again
+      echo "== fuzz_$t needs more of the library than the normal build's objects said: compiling all of it"
+      flock -u 9
+      FUZZ_ALL_SOURCES=1 exec "$0" "${orig_args[@]}"
+    fi
     mv "$out/fuzz_$t.tmp" "$out/fuzz_$t"
   fi
 done
