@@ -84,10 +84,17 @@ fi
 declare -A extra=([rank_table]="$root/src/cli/rank_table.c")
 # closure_sources: the src/*.c files whose objects the targets reach, from the normal build's
 # objects in $FUZZ_OBJS (each target's undefined symbols, then those of every object that defines
-# one, and so on, as the linker takes archive members); nothing when they are not there.
+# one, and so on, as the linker takes archive members); nothing when they are not there. Kept in
+# build-fuzz/closure.list and reused while no target, no object there and not $FUZZ_OBJS changed
+# (every fuzz_* ctest and both of .ci/run's calls ask: 2 s each to find it again).
 closure_sources() {
-  local dir=${FUZZ_OBJS:-$root/build/CMakeFiles/tessera_obj.dir} tmp=$out/closure
+  local dir=${FUZZ_OBJS:-$root/build/CMakeFiles/tessera_obj.dir} tmp=$out/closure list=$out/closure.list
   [ -d "$dir/src" ] || return 0
+  if [ -s "$list" ] && [ "$(head -1 "$list")" = "$dir" ] &&
+     [ -z "$(find "$root/tests/fuzz" "$root/src/cli/rank_table.c" "$dir/src" -newer "$list" \( -name '*.c' -o -name '*.c.o' \) | head -1)" ]; then
+    tail -n +2 "$list"
+    return 0
+  fi
   rm -rf "$tmp" && mkdir -p "$tmp"
   for t in $all; do
     # shellcheck disable=SC2086
@@ -111,7 +118,10 @@ closure_sources() {
         for (j = 1; j <= m; j++) q[++n] = u[j]
       }
       for (o in seen) { s = substr(o, length(dir) + 1); sub(/\.o$/, "", s); print s }
-    }' | sort
+    }' | sort >"$tmp/list"
+  [ -s "$tmp/list" ] || return 0
+  { echo "$dir"; cat "$tmp/list"; } >"$list.tmp" && mv "$list.tmp" "$list"
+  cat "$tmp/list"
 }
 if [ "${FUZZ_ALL_SOURCES:-0}" = 1 ]; then sources=""; else sources=$(closure_sources); fi
 [ -n "$sources" ] || sources=$(cd "$root" && find src -name '*.c' ! -path 'src/cli/*' | sort)
@@ -149,6 +159,7 @@ for t in $targets; do
       # the normal build's objects were older than the sources: every source, then again
       echo "== fuzz_$t needs more of the library than the normal build's objects said: compiling all of it"
       flock -u 9
+      rm -f "$out/closure.list"
       FUZZ_ALL_SOURCES=1 exec "$0" "${orig_args[@]}"
     fi
     mv "$out/fuzz_$t.tmp" "$out/fuzz_$t"
