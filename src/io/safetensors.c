@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "tessera/io.h"
+#include "ms_ckpt.h"
 #include "../base/afile.h"
 #include "../base/rfile.h"
 
@@ -299,6 +300,16 @@ static int st_parse_chunks(ts_st_file *f) {
   return TS_OK;
 }
 
+/* f->by_name: the entries sorted by name; a name found twice is TS_EFORMAT. */
+static int st_index(ts_st_file *f, const char *where) {
+  for (int i = 0; i < f->n; i++) f->by_name[i] = i;
+  qsort_r(f->by_name, (size_t)f->n, sizeof(int), cmp_by_name_r, f->e);
+  for (int i = 1; i < f->n; i++)
+    if (strcmp(f->e[f->by_name[i - 1]].name, f->e[f->by_name[i]].name) == 0)
+      return ts_error_set(TS_EFORMAT, "%s: tensor '%s' appears twice %s", f->path, f->e[f->by_name[i]].name, where);
+  return TS_OK;
+}
+
 /* Parses and validates the header; f->data/data_size must already be set. */
 static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
   const char *end = NULL;
@@ -347,15 +358,7 @@ static int st_parse_header(ts_st_file *f, const char *hdr, size_t hlen) {
     f->n++;
     if ((rc = st_parse_entry(f, j, e))) goto done;
   }
-  /* duplicate names */
-  for (int i = 0; i < f->n; i++) f->by_name[i] = i;
-  qsort_r(f->by_name, (size_t)f->n, sizeof(int), cmp_by_name_r, f->e);
-  for (int i = 1; i < f->n; i++)
-    if (strcmp(f->e[f->by_name[i - 1]].name, f->e[f->by_name[i]].name) == 0) {
-      rc = ts_error_set(TS_EFORMAT, "%s: tensor '%s' appears twice in the header", f->path,
-                        f->e[f->by_name[i]].name);
-      goto done;
-    }
+  if ((rc = st_index(f, "in the header"))) goto done;
   /* overlaps and holes: sorted by offset, each tensor must start where the previous ended */
   int *ord = malloc(((size_t)f->n + 1) * sizeof *ord);
   if (!ord) {
@@ -434,6 +437,8 @@ done:
   return rc;
 }
 
+static int st_from_mindspore(ts_st_file *f, const unsigned char *b, uint64_t n, int lazy);
+
 static ts_st_file *st_new(const char *label) {
   ts_st_file *f = calloc(1, sizeof *f);
   if (!f) return NULL;
@@ -476,7 +481,13 @@ int ts_st_open_memory(const void *bytes, size_t size, const char *label, ts_st_f
   if (!f) return ts_error_set(TS_ENOMEM, "ts_st_open_memory: out of memory");
   const unsigned char *b = bytes;
   uint64_t hlen;
-  int rc = st_check_len(f->path, b, size, &hlen);
+  int rc;
+  if (ts__msck_sniff(b, size)) {
+    if ((rc = st_from_mindspore(f, b, size, 0))) goto fail;
+    *out = f;
+    return TS_OK;
+  }
+  rc = st_check_len(f->path, b, size, &hlen);
   if (rc) goto fail;
   f->data_size = size - 8 - hlen;
   if (!(f->data = ts_alloc(f->data_size ? f->data_size : 1))) {
@@ -491,6 +502,39 @@ int ts_st_open_memory(const void *bytes, size_t size, const char *label, ts_st_f
 fail:
   ts_st_close(f);
   return rc;
+}
+
+/* A MindSpore checkpoint (ms_ckpt.h) of n bytes as a file of views: its tensors, and its strings
+ * as metadata. Parsed whole (its pieces are joined and some types converted, so there are no file
+ * offsets to read by ranges): lazy = 1 keeps ts_st_open_header's contract (views without data,
+ * ranged reads) served from memory (fd -1). */
+static int st_from_mindspore(ts_st_file *f, const unsigned char *b, uint64_t n, int lazy) {
+  ts__msck c;
+  int rc = ts__msck_parse(f->path, b, n, &c);
+  if (rc) return rc;
+  f->e = calloc((size_t)c.n + 1, sizeof *f->e);
+  f->by_name = calloc((size_t)c.n + 1, sizeof *f->by_name);
+  if (!f->e || !f->by_name) {
+    ts__msck_free(&c);
+    return ts_error_set(TS_ENOMEM, "%s: out of memory", f->path);
+  }
+  for (int i = 0; i < c.n; i++) {
+    st_entry *e = &f->e[f->n++];
+    e->name = c.t[i].name;
+    c.t[i].name = NULL;
+    e->dt = c.t[i].dt;
+    e->shape = c.t[i].shape;
+    e->begin = c.t[i].begin;
+    e->end = c.t[i].end;
+    e->ptr = c.data + e->begin;
+  }
+  f->mkey = c.mkey, f->mval = c.mval, f->nmeta = c.nmeta;
+  c.mkey = c.mval = NULL, c.nmeta = 0;
+  f->data = c.data, f->data_size = c.size;
+  c.data = NULL;
+  f->lazy = lazy;
+  ts__msck_free(&c);
+  return st_index(f, "in the MindSpore checkpoint (two values of that tag, not one after the other)");
 }
 
 /* Opens path: the whole file (lazy = 0), or its header only with the file kept open for ranged
@@ -511,7 +555,24 @@ static int st_open(const char *path, int lazy, ts_st_file **out) {
     return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
   }
   uint64_t hlen = 0;
-  unsigned char prefix[8] = {0};
+  unsigned char prefix[16] = {0};
+  if (pread(fd, prefix, size < 16 ? (size_t)size : 16, 0) >= 0 && ts__msck_sniff(prefix, size)) {
+    unsigned char *all = malloc(size ? size : 1);
+    if (!all) {
+      rc = ts_error_set(TS_ENOMEM, "%s: cannot allocate %llu bytes", path, (unsigned long long)size);
+      goto fail;
+    }
+    if ((r = ts__read_full(fd, all, size))) {
+      free(all);
+      goto read_err;
+    }
+    rc = st_from_mindspore(f, all, size, lazy);
+    free(all);
+    if (rc) goto fail;
+    close(fd);
+    *out = f;
+    return TS_OK;
+  }
   if (size >= 8 && (r = ts__read_full(fd, prefix, 8))) goto read_err;
   if ((rc = st_check_len(path, prefix, size, &hlen))) goto fail;
   if (!(hdr = malloc(hlen + 1))) {
@@ -588,7 +649,7 @@ static int st_pread(ts_st_file *f, void *buf, uint64_t off, uint64_t n) {
 
 int ts_st_read_ranges(ts_st_file *f, const ts_st_range *r, int n) {
   if (!f || (n && !r)) return ts_error_set(TS_EINVAL, "ts_st_read_ranges: NULL argument");
-  if (!f->lazy) { /* the data is in memory already */
+  if (!f->lazy || f->fd < 0) { /* the data is in memory already (a MindSpore checkpoint's, lazy or not) */
     for (int k = 0; k < n; k++) {
       if (r[k].entry < 0 || r[k].entry >= f->n || r[k].offset + r[k].nbytes > f->e[r[k].entry].end - f->e[r[k].entry].begin)
         return ts_error_set(TS_EINVAL, "%s: range %d is outside its tensor", f->path, k);
@@ -898,8 +959,20 @@ static uLong crc_more(uLong crc, const unsigned char *p, size_t n) {
   return crc;
 }
 
+/* A path ending in ".ckpt": MindSpore's format, the tensors in the order they were added. */
+static int st_write_mindspore(ts_st_writer *w, const char *path, uint64_t *bytes, char *sha256_hex) {
+  ts__msck_wtensor *t = calloc((size_t)w->n + 1, sizeof *t);
+  if (!t) return ts_error_set(TS_ENOMEM, "%s: out of memory", path);
+  for (int i = 0; i < w->n; i++)
+    t[i] = (ts__msck_wtensor){w->e[i].name, w->e[i].dt, w->e[i].shape, w->e[i].data, w->e[i].nbytes};
+  int rc = ts__msck_write(path, t, w->n, w->mkey, w->mval, w->nmeta, TS__MSCK_PIECE, bytes, sha256_hex);
+  free(t);
+  return rc;
+}
+
 static int st_write(ts_st_writer *w, const char *path, uint64_t *bytes, char *sha256_hex) {
   if (!w || !path) return ts_error_set(TS_EINVAL, "ts_st_write: NULL argument");
+  if (ts__msck_path(path)) return st_write_mindspore(w, path, bytes, sha256_hex);
   int *ord = malloc(((size_t)w->n + 1) * sizeof *ord);
   char *hdr = NULL, *chunks = NULL;
   size_t hlen = 0;
