@@ -56,8 +56,14 @@ extern "C" {
 typedef struct ts_st_file ts_st_file;
 
 /* Reads and validates a whole file. On failure *out is NULL and the status is TS_EIO (cannot
- * read), TS_EFORMAT (malformed header/offsets/CRC), TS_EDTYPE (unsupported dtype) or TS_ENOMEM. */
+ * read), TS_EFORMAT (malformed header/offsets/CRC), TS_EDTYPE (unsupported dtype) or TS_ENOMEM.
+ * A MindSpore checkpoint (.ckpt: protobuf, told apart by its first bytes) opens too, as the same
+ * kind of file: its tensors (a tensor MindSpore wrote in several values joined; Bool -> U8,
+ * Int8/Int16/UInt16 -> I32, UInt32/UInt64 -> I64, Float64 -> F32), its append_info strings as
+ * metadata (MindSpore's random_op state is dropped); it has no checksums. */
 int ts_st_open(const char *path, ts_st_file **out);
+/* 1 for a MindSpore checkpoint. */
+int ts_st_is_mindspore(const ts_st_file *f);
 /* Reads and validates the header only (everything ts_st_open checks but the data's checksums),
  * keeping the file open: the data is then read by ranges (ts_st_read_ranges), and views
  * (ts_st_get) have data NULL. For reading a few pieces of a large file. */
@@ -122,7 +128,10 @@ int ts_st_writer_add_copy(ts_st_writer *w, const char *name, ts_dtype dt, ts_sha
 int ts_st_writer_add_tensor(ts_st_writer *w, const char *name, const ts_tensor *t);
 /* Sets (or replaces) a metadata string; both copied. TS_ST_CRC_KEY is reserved. */
 int ts_st_writer_set_meta(ts_st_writer *w, const char *key, const char *value);
-/* Writes the file atomically (see above). The writer can be written again or freed. */
+/* Writes the file atomically (see above). The writer can be written again or freed. A path
+ * ending in ".ckpt" is written in MindSpore's checkpoint format instead (readable by
+ * mindspore.load_checkpoint): the tensors in the order added (one of more than 512 MiB in several
+ * values, as MindSpore), then the metadata as "str" values; no checksums, chunks ignored. */
 int ts_st_write(ts_st_writer *w, const char *path);
 /* Makes ts_st_write store chunk checksums (TS_ST_CHUNK_KEY) of `bytes`-byte chunks (0: none, the
  * default). TS_EINVAL above 2^40. */

@@ -78,6 +78,7 @@ static int inspect_json(const char *path, const ts_st_file *f, const ts_ckpt_inf
   if (!o) return ts_cli_fail(1, "ckpt inspect: out of memory");
   cJSON_AddStringToObject(o, "path", path);
   cJSON_AddStringToObject(o, "format", in->format);
+  cJSON_AddStringToObject(o, "file", ts_st_is_mindspore(f) ? "mindspore" : "safetensors");
   cJSON_AddStringToObject(o, "version", in->version);
   cJSON_AddStringToObject(o, "model", in->model);
   cJSON_AddItemToObject(o, "step", raw_num("%" PRId64, in->pos.step));
@@ -129,7 +130,8 @@ static int inspect_text(const char *path, const ts_st_file *f, const ts_ckpt_inf
   human_bytes(in->data_bytes, hb, sizeof hb);
   printf("checkpoint   %s (%d tensors, %s)\n", path, in->ntensors, hb);
   if (!in->is_tessera) {
-    printf("format       plain safetensors (no tessera metadata: parameters only)\n");
+    printf("format       %s (no tessera metadata: parameters only)\n",
+           ts_st_is_mindspore(f) ? "MindSpore checkpoint (.ckpt)" : "plain safetensors");
   } else {
     printf("format       %s%s%s\n", in->format, in->version[0] ? ", written by tessera " : "",
            in->version);

@@ -439,11 +439,37 @@ void ts_ckpt_info_free(ts_ckpt_info *info) {
 typedef struct {
   char *name;      /* full checkpoint name ("param.fc1.weight") */
   const char *key; /* name looked up in the file (without prefix for plain files) */
+  char *alias;     /* MindSpore's name of it, where the file has that one (key points to it) */
   ts_dtype dtype;
   ts_shape shape;
   void *dst;
   int file_idx;    /* -1 if missing */
 } want_t;
+
+/* MindSpore's name for a layer's parameter that the file f holds under it (BatchNorm's weight,
+ * bias, running_mean, running_var: gamma, beta, moving_mean, moving_variance; LayerNorm's gamma,
+ * beta; Embedding's embedding_table), in *out (malloc'ed), else *out NULL. -1: out of memory. */
+static int ms_alias(const ts_st_file *f, const char *name, char **out) {
+  static const char *const k_alias[][2] = {{"weight", "gamma"},           {"bias", "beta"},
+                                           {"running_mean", "moving_mean"}, {"running_var", "moving_variance"},
+                                           {"weight", "embedding_table"}};
+  *out = NULL;
+  const char *dot = strrchr(name, '.');
+  size_t pre = dot ? (size_t)(dot - name + 1) : 0;
+  for (size_t k = 0; k < sizeof k_alias / sizeof k_alias[0]; k++) {
+    if (strcmp(name + pre, k_alias[k][0])) continue;
+    char *a = malloc(pre + strlen(k_alias[k][1]) + 1);
+    if (!a) return -1;
+    memcpy(a, name, pre);
+    strcpy(a + pre, k_alias[k][1]);
+    if (ts_st_index(f, a) >= 0) {
+      *out = a;
+      return 0;
+    }
+    free(a);
+  }
+  return 0;
+}
 
 /* A list of difference descriptions, kept for the message and the log. */
 typedef struct {
@@ -569,11 +595,16 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
     w->key = info.is_tessera ? w->name
              : ts_st_index(f, plain) >= 0 || ts_st_index(f, w->name) < 0 ? plain
                                                                           : w->name;
+    if (!info.is_tessera && ts_st_index(f, w->key) < 0) { /* a MindSpore file's name of a layer's parameter */
+      if (ms_alias(f, plain, &w->alias)) goto oom;
+      if (w->alias) w->key = w->alias;
+    }
     w->dtype = TS_F32;
     w->shape = ts_params_shape(ps, i);
     w->dst = ts_params_ptr(ps, i);
   }
   int plain_optim = 0; /* a plain file that holds Tessera's optimizer tensors all the same */
+  int ms_unused = 0;   /* a MindSpore file's tensors that are not the model's */
   if (!info.is_tessera)
     for (int i = 0; i < ts_st_count(f) && !plain_optim; i++) plain_optim = starts(ts_st_name(f, i), P_OPTIM);
   if (info.is_tessera || plain_optim)
@@ -625,9 +656,15 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
       }
     } else if (!ps) {
       continue;
+    } else if (ts_st_is_mindspore(f)) { /* MindSpore's optimizer state and bookkeeping (moments.*, global_step) */
+      ms_unused++;
+      continue;
     }
     if (sl_add(&unexpected, "%s", n)) goto oom;
   }
+  if (ms_unused)
+    ts_log(TS_LOG_INFO, "%s: a MindSpore checkpoint: %d of its tensors are not the model's (its optimizer state "
+           "and bookkeeping, such as moments.* and global_step): not loaded", path, ms_unused);
   st->nmissing = missing.n + (no_optim ? nv : 0);
   st->nunexpected = unexpected.n;
   st->nmismatched = mism.n;
@@ -687,7 +724,10 @@ int ts_ckpt_load(const char *path, ts_ckpt_state *st, int strict) {
 oom:
   rc = ts_error_set(TS_ENOMEM, "%s: out of memory", path);
 out:
-  for (int i = 0; i < nwant; i++) free(want[i].name);
+  for (int i = 0; i < nwant; i++) {
+    free(want[i].name);
+    free(want[i].alias);
+  }
   free(want);
   free(used);
   sl_free(&missing);

@@ -548,7 +548,9 @@ int ts_ckpt_verify(const char *path, char *summary, size_t cap) {
     ts_st_file *f;
     int rc = ts_st_open(path, &f);
     if (rc) return rc;
-    if (summary) snprintf(summary, cap, "%s: %d tensors, header and checksums verified", path, ts_st_count(f));
+    if (summary)
+      snprintf(summary, cap, ts_st_is_mindspore(f) ? "%s: %d tensors, a MindSpore checkpoint read whole (it has no checksums)"
+                                                    : "%s: %d tensors, header and checksums verified", path, ts_st_count(f));
     ts_st_close(f);
     return TS_OK;
   }

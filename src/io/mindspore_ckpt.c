@@ -248,8 +248,9 @@ int ts__msck_parse(const char *label, const unsigned char *b, uint64_t n, ts__ms
     if (parse_value(val, &v[nv]))
       FAIL("%s: MindSpore checkpoint: value %d at byte %llu is not a well-formed Checkpoint.Value", label, nv,
            (unsigned long long)at);
-    if (!v[nv].tag)
-      FAIL("%s: MindSpore checkpoint: value %d at byte %llu has no tag", label, nv, (unsigned long long)at);
+    if (!v[nv].tag || (!v[nv].map && (!v[nv].type || !v[nv].content))) /* proto2's required fields */
+      FAIL("%s: MindSpore checkpoint: value %d at byte %llu has no %s", label, nv, (unsigned long long)at,
+           !v[nv].tag ? "tag" : !v[nv].type ? "tensor_type" : "tensor_content");
     nv++;
   }
   /* pass 2: group the values of one tag; sizes and types */

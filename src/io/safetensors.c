@@ -78,6 +78,7 @@ struct ts_st_file {
   unsigned char *data; /* 64-byte aligned copy of the data section (NULL when lazy) */
   uint64_t data_size;
   int lazy;            /* ts_st_open_header: the data stays in the file, read by ranges */
+  int mindspore;       /* a MindSpore .ckpt (ms_ckpt.h): parsed whole, data in memory even when lazy */
   int fd;              /* lazy: the open file */
   uint64_t data_start; /* lazy: the data section's offset in the file */
   uint64_t chunk;      /* TS_ST_CHUNK_KEY: chunk bytes (0: no chunk checksums) */
@@ -533,6 +534,7 @@ static int st_from_mindspore(ts_st_file *f, const unsigned char *b, uint64_t n, 
   f->data = c.data, f->data_size = c.size;
   c.data = NULL;
   f->lazy = lazy;
+  f->mindspore = 1;
   ts__msck_free(&c);
   return st_index(f, "in the MindSpore checkpoint (two values of that tag, not one after the other)");
 }
@@ -616,6 +618,7 @@ int ts_st_open(const char *path, ts_st_file **out) { return st_open(path, 0, out
 int ts_st_open_header(const char *path, ts_st_file **out) { return st_open(path, 1, out); }
 
 int ts_st_is_lazy(const ts_st_file *f) { return f && f->lazy; }
+int ts_st_is_mindspore(const ts_st_file *f) { return f && f->mindspore; }
 
 /* ------------------------------------------------------------------ ranged reads */
 

@@ -7,7 +7,8 @@
  * Invariants: a failure is a negative status with a message (never a crash, a leak or an abort),
  * the three ways agree on what they read, and names look themselves up. The header is the target:
  * data bytes mutated fail the CRC-32 the writer stores ("tessera.crc32"), so the seeds also hold
- * files without it. Built by tests/fuzz/run.sh. */
+ * files without it. MindSpore checkpoints (.ckpt, protobuf: src/io/mindspore_ckpt.c) go through the
+ * same calls (seeds mindspore-*). Built by tests/fuzz/run.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
