@@ -129,6 +129,11 @@ class TestCheckpoints(unittest.TestCase):
         self.assertEqual(lay["train"]["fc2.bias"][:3], [[2], [-1], [10]])
         import tessera
         p = tessera.load_checkpoint(os.path.join(self.dir, "net.safetensors"))
+        q = tessera.load_checkpoint(os.path.join(self.dir, "net.ckpt"))  # MindSpore's format, whole
+        self.assertEqual(sorted(q), sorted(k for k in p if not k.startswith("optim.")))  # the network only
+        for k in q:
+            self.assertTrue(np.array_equal(q[k], p[k]), k)
+        self.assertEqual([f for f in os.listdir(self.dir) if f.startswith(".")], [])  # no temporaries left
         x = np.load(os.path.join(self.dir, "x.npy")).reshape(20, -1)
         h = np.maximum(x @ p["fc1.weight"].T + p["fc1.bias"], 0)
         want = h @ p["fc2.weight"].T + p["fc2.bias"]

@@ -50,6 +50,7 @@ x = np.stack([img for img, _ in ds.FashionMnistDataset(sys.argv[1], usage="test"
               .create_tuple_iterator(output_numpy=True)]).astype(np.float32).reshape(-1, 1, 28, 28)
 logits = model.predict(ms.Tensor(x))
 ms.save_checkpoint(net, "%s/net.safetensors" % sys.argv[2])
+ms.save_checkpoint(net, "%s/net.ckpt" % sys.argv[2])  # MindSpore's format: gathered from both ranks
 # MindSpore's distributed inference: per-rank slice files loaded by a fresh network with the
 # predicting layout, then predict
 ms.save_checkpoint(net, "%s/sliced" % sys.argv[2], integrated_save=False)
