@@ -84,6 +84,13 @@ class Tensor:
             return "Tensor(shape=%s, dtype=%s, value=%s)" % (self.shape, self.dtype, self._data)
         return "Tensor(shape=%s, dtype=%s)" % (self.shape, self.dtype)
 
+    def __str__(self):
+        """MindSpore's: the values as numpy prints them (print(t), f"{t}"); repr() names the shape
+        and dtype too."""
+        if self._data is not None:
+            return str(self._data)
+        return repr(self)
+
     def _bin(self, other, alg, swap=False):
         if self._data is not None and (_is_number(other) or isinstance(other, Tensor) and other._data is not None):
             import numpy as np  # values with values: computed here, a Tensor of values

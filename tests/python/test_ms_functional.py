@@ -120,6 +120,15 @@ class TestFunctional(models.ScratchCase):
         np.testing.assert_allclose(got, want, rtol=0, atol=5e-7)  # printed with 6 decimals
         self.assertEqual(r.stdout.count("Accuracy: "), 2)
         self.assertIn("Done!", r.stdout)
+        # the tutorial's save and load: model.ckpt in MindSpore's format, every parameter loaded
+        # (param_not_load printed as []), the reloaded network's predictions printed as MindSpore
+        # prints a Tensor (its values)
+        self.assertIn("Saved Model to model.ckpt\n[]\n", r.stdout)
+        with open(os.path.join(self.dir, "model.ckpt"), "rb") as f:
+            self.assertEqual(f.read(1), b"\x0a")
+        pred = [l for l in r.stdout.splitlines() if l.startswith("Predicted: ")]
+        self.assertEqual(len(pred), 1)
+        self.assertRegex(pred[0], r'^Predicted: "\[(\d ){9}\d\]", Actual: "\[(\d ){9}\d\]"$')
 
     def test_grad_and_no_aux(self):
         ms.set_seed(3)

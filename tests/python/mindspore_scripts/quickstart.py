@@ -1,6 +1,8 @@
 """MindSpore 2.x's quickstart (mindspore.cn "Quick Start"): a network of Cells, the data pipeline,
 a functional training step (value_and_grad, then optimizer(grads)) in the user's own loop, and
-a test loop calling the network and the loss on values (PyNative's). Only the imports changed
+a test loop calling the network and the loss on values (PyNative's), then the tutorial's
+"Saving and loading" part (save_checkpoint to model.ckpt, MindSpore's format; a new Network;
+load_checkpoint + load_param_into_net; a prediction). Only the imports changed
 (`import mindspore` -> `import tessera as mindspore`, ...); the data is Fashion-MNIST's IDX files
 and the loops are cut to a few batches (argv: DATA TRAIN_SAMPLES TEST_SAMPLES). Prints
 "loss: L [step]" per step and "Accuracy: A, Avg loss: L" as the tutorial does."""
@@ -108,3 +110,21 @@ for t in range(epochs):
     train(model, train_dataset)
     test(model, test_dataset, loss_fn)
 print("Done!")
+
+# Save checkpoint
+mindspore.save_checkpoint(model, "model.ckpt")
+print("Saved Model to model.ckpt")
+
+# Instantiate a random initialized model
+model = Network()
+# Load checkpoint and load parameter to model
+param_dict = mindspore.load_checkpoint("model.ckpt")
+param_not_load, _ = mindspore.load_param_into_net(model, param_dict)
+print(param_not_load)
+
+model.set_train(False)
+for data, label in test_dataset:
+    pred = model(data)
+    predicted = pred.argmax(1)
+    print(f'Predicted: "{predicted[:10]}", Actual: "{label[:10]}"')
+    break
