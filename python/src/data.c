@@ -11,6 +11,8 @@
  * batch (Model.train through the trainer, or iteration here) re-raises the exception itself.
  * Every call here that may wait for the pipeline's workers (create, next, seek, free) releases
  * the GIL first, as a worker may be waiting for it inside rows(i). */
+#include <pthread.h>
+
 #include "tsp.h"
 
 /* ---- the Python-backed source ---- */
@@ -54,10 +56,58 @@ static int copy_array(PyObject *a, const char *col, int64_t i, ts_tensor *t) {
 
 static int64_t ps_len(void *self) { return ((pysrc *)self)->n; }
 
+/* The GIL for a pipeline worker, with a Python thread state of its own kept between calls. A
+ * bare PyGILState_Ensure/Release pair on a thread Python does not know makes and deletes a thread
+ * state each time, and with it CPython's frame stack (an mmap, then munmap and page faults): most
+ * of a GeneratorDataset sample's cost (docs/python.md, "Cost per sample"). The state is made on the
+ * thread's first call (PyThreadState_New also registers it for PyGILState_*, so code inside the
+ * call that takes the GIL finds it) and deleted when the thread exits (a key's destructor: glibc
+ * has cleared Python's own thread key by then, so it goes through PyEval_RestoreThread, never
+ * PyGILState_*). The pipelines join their workers with the GIL released, as every ps_get needs.
+ * Threads Python already knows (the main thread) use PyGILState_*. */
+static pthread_key_t g_state_key;
+static pthread_once_t g_state_once = PTHREAD_ONCE_INIT;
+
+static void state_drop(void *ts) {
+  if (py_gone()) return; /* the interpreter frees its thread states itself */
+  PyEval_RestoreThread(ts);
+  PyThreadState_Clear(ts);
+  PyThreadState_DeleteCurrent(); /* and the GIL released */
+}
+
+static void state_key(void) { pthread_key_create(&g_state_key, state_drop); }
+
+typedef struct {
+  PyThreadState *ts; /* the worker's own, or NULL: g from PyGILState_Ensure */
+  PyGILState_STATE g;
+} gil_hold;
+
+static gil_hold gil_take(void) {
+  gil_hold h = {NULL, PyGILState_UNLOCKED};
+  pthread_once(&g_state_once, state_key);
+  h.ts = pthread_getspecific(g_state_key);
+  if (!h.ts && !PyGILState_GetThisThreadState()) {
+    PyInterpreterState *in = PyInterpreterState_Main();
+    if ((h.ts = in ? PyThreadState_New(in) : NULL) && pthread_setspecific(g_state_key, h.ts)) {
+      PyThreadState_Clear(h.ts); /* not kept: no key, so no Ensure-per-call savings either */
+      PyThreadState_Delete(h.ts);
+      h.ts = NULL;
+    }
+  }
+  if (h.ts) PyEval_RestoreThread(h.ts);
+  else h.g = PyGILState_Ensure();
+  return h;
+}
+
+static void gil_give(gil_hold h) {
+  if (h.ts) (void)PyEval_SaveThread();
+  else PyGILState_Release(h.g);
+}
+
 static int ps_get(void *self, int64_t i, ts_sample *out) {
   pysrc *p = self;
   if (py_gone()) return ts_error_set(TS_EINVAL, "GeneratorDataset: the Python interpreter is shutting down");
-  PyGILState_STATE g = PyGILState_Ensure();
+  gil_hold g = gil_take();
   int rc = TS_OK;
   PyObject *x, *tg, *r = PyObject_CallFunction(p->rows, "L", (long long)i);
   long long label = -1;
@@ -70,7 +120,7 @@ static int ps_get(void *self, int64_t i, ts_sample *out) {
     if (!rc && tg != Py_None) rc = copy_array(tg, "target", i, &out->target);
   }
   Py_XDECREF(r);
-  PyGILState_Release(g);
+  gil_give(g);
   return rc;
 }
 

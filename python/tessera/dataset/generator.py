@@ -95,6 +95,17 @@ class _Rows:
 
     def __init__(self, src, columns, types, pyops, project):
         self.src, self.columns, self.types, self.pyops, self.project = src, columns, types, pyops, project
+        # the columns are the same for every row: each map's inputs and the columns after it, as
+        # positions, worked out once (_apply_cols on names) instead of by name for every sample
+        names, self._plan = list(columns), []
+        for fn, ic, oc in pyops:
+            tagged = [("v", k) for k in range(len(names))]
+            after_names, after = _apply_cols(names, tagged, ic, oc, [("o", k) for k in range(len(oc))])
+            self._plan.append((fn, [names.index(c) for c in ic], oc,
+                               [(src_ == "o", k) for src_, k in after]))
+            names = after_names
+        self._names = names
+        self._project = [names.index(c) for c in project] if project else None
 
     def row(self, i):
         raw = self.src.fetch(i)
@@ -108,18 +119,17 @@ class _Rows:
                 if t is not None and v.dtype != t:
                     raise ValueError("GeneratorDataset: row %d: column '%s' is %s, column_types says %s"
                                      % (i, n, v.dtype, t))
-        names = list(self.columns)
-        for fn, ic, oc in self.pyops:
-            res = fn(*[vals[names.index(c)] for c in ic])
+        for fn, ins, oc, layout in self._plan:
+            res = fn(*[vals[k] for k in ins])
             res = list(res) if isinstance(res, tuple) else [res]
             if len(res) != len(oc):
                 raise ValueError("GeneratorDataset: map: %s returned %d value(s) for the %d column(s) %r"
                                  % (getattr(fn, "__name__", repr(fn)), len(res), len(oc), oc))
-            names, vals = _apply_cols(names, vals, ic, oc, [np.asarray(r) for r in res])
-        if self.project:
-            vals = [vals[names.index(c)] for c in self.project]
-            names = list(self.project)
-        return names, vals
+            res = [np.asarray(r) for r in res]
+            vals = [res[k] if out else vals[k] for out, k in layout]
+        if self._project is not None:
+            return list(self.project), [vals[k] for k in self._project]
+        return list(self._names), vals
 
     def __call__(self, i):
         names, vals = self.row(i)
