@@ -57,14 +57,31 @@ from .train.functional import grad, jit, value_and_grad
 
 Error = _C.Error
 __version__ = _C.version()
+ms_function = jit  # MindSpore 1.x's name of jit
 # `import tessera.dtype` as well as `from tessera import dtype` (mindspore.dtype is mindspore.common.dtype)
 _sys.modules[__name__ + ".dtype"] = dtype
-# MindSpore's module paths of names that live elsewhere here: `from mindspore.nn.metrics import
-# Accuracy` (the model zoo's LeNet), mindspore.nn.learning_rate_schedule / dynamic_lr
-from . import dynamic_lr as _dynamic_lr, learning_rate_schedule as _lrs, metrics as _metrics  # noqa: E402
-_sys.modules[__name__ + ".nn.metrics"] = _metrics
-_sys.modules[__name__ + ".nn.learning_rate_schedule"] = _lrs
-_sys.modules[__name__ + ".nn.dynamic_lr"] = _dynamic_lr
+# MindSpore's module paths of names that live elsewhere here, as MindSpore's model zoo and
+# tutorials import them (`from mindspore.nn.metrics import Accuracy`, `from mindspore.ops import
+# operations as P`, `from mindspore.nn.loss.loss import LossBase`, `from
+# mindspore.train.serialization import load_checkpoint`, ...): each path is the module holding its
+# names here. A name that Tessera does not have is an AttributeError / ImportError naming it.
+from . import checkpoint as _checkpoint, dynamic_lr as _dynamic_lr, learning_rate_schedule as _lrs  # noqa: E402
+from . import metrics as _metrics, tensor as _tensor  # noqa: E402
+_MS_PATHS = {
+    "nn.metrics": _metrics, "nn.learning_rate_schedule": _lrs, "nn.dynamic_lr": _dynamic_lr,
+    "nn.cell": nn, "nn.layer": nn, "nn.layer.basic": nn, "nn.layer.conv": nn, "nn.layer.normalization": nn,
+    "nn.layer.activation": nn, "nn.layer.pooling": nn, "nn.layer.container": nn, "nn.layer.embedding": nn,
+    "nn.layer.transformer": nn, "nn.optim": nn, "nn.optim.optimizer": nn, "nn.optim.sgd": nn,
+    "nn.optim.momentum": nn, "nn.optim.adam": nn, "nn.optim.lamb": nn, "nn.loss": nn, "nn.loss.loss": nn,
+    "nn.wrap": nn, "nn.wrap.cell_wrapper": nn,
+    "ops.operations": ops, "ops.functional": ops, "ops.composite": ops,
+    "common.tensor": _tensor, "common.parameter": _tensor,
+    "train.serialization": _checkpoint, "train.loss_scale_manager": amp, "train.metrics": _metrics,
+    "dataset.engine": dataset,
+}
+for _k, _m in _MS_PATHS.items():
+    _sys.modules[__name__ + "." + _k] = _m
+ops.operations = ops.functional = ops.composite = ops  # `from mindspore.ops import operations as P`
 
 __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "get_auto_parallel_context",
            "reset_auto_parallel_context", "set_context", "set_seed", "ParallelMode", "GRAPH_MODE", "PYNATIVE_MODE",
@@ -73,4 +90,4 @@ __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "g
            "load_distributed_checkpoint", "Parameter", "Tensor", "Error", "communication", "common", "dtype",
            "get_context", "get_seed", "float32", "float16", "bfloat16", "int32", "int64", "uint8", "float64", "int8",
            "int16", "bool_", "amp", "FixedLossScaleManager", "DynamicLossScaleManager", "LossScaleManager", "Profiler",
-           "value_and_grad", "grad", "jit"]
+           "value_and_grad", "grad", "jit", "ms_function"]

@@ -3,7 +3,9 @@ ported script has, the names it uses, and the refusals (each printed as `refused
 for test_mindspore_scripts.py to check). Then a network with MindSpore's "same" padding (odd total
 padding: the extra row/column at the bottom/right), explicit pool padding, ReLU6,
 AdaptiveAvgPool2d and a Parameter made from numpy values, evaluated by the Model and by numpy with
-MindSpore's semantics: the same accuracy and loss."""
+MindSpore's semantics: the same accuracy and loss. The imports include MindSpore's module paths
+(mindspore.nn.optim.momentum, nn.loss.loss, ops.operations as P, train.serialization, ...): each
+gives the name Tessera has."""
 import numpy as np
 
 import tessera as ms
@@ -20,7 +22,37 @@ import tessera.dataset.vision as vision
 import tessera.dataset.vision.c_transforms as CV
 import tessera.dataset.vision.py_transforms as PV
 
+# MindSpore's module paths as the model zoo and tutorials import from them
+from tessera.nn.optim.momentum import Momentum as ZooMomentum
+from tessera.nn.optim import Adam as ZooAdam, Optimizer as ZooOptimizer
+from tessera.nn.loss.loss import LossBase as ZooLossBase
+from tessera.nn.loss import SoftmaxCrossEntropyWithLogits as ZooCE
+from tessera.nn.wrap.cell_wrapper import TrainOneStepCell as ZooTOSC, WithLossCell as ZooWLC
+from tessera.nn.cell import Cell as ZooCell
+from tessera.nn.layer.basic import Dense as ZooDense
+from tessera.ops import operations as P
+from tessera.ops import functional as F
+from tessera.ops import composite as Cmp
+from tessera.common.tensor import Tensor as ZooTensor
+from tessera.common.parameter import Parameter as ZooParameter
+from tessera.common import set_seed as zoo_set_seed, Tensor as CommonTensor
+from tessera.train.serialization import load_checkpoint as zoo_load, save_checkpoint as zoo_save
+from tessera.train.loss_scale_manager import FixedLossScaleManager as ZooFLSM
+from tessera.train.metrics import Accuracy as ZooAccuracy
+import tessera.dataset.engine as de
+
 FASHION = "/usr/share/datasets/fashion-mnist"
+assert (ZooMomentum, ZooAdam, ZooOptimizer, ZooLossBase, ZooCE, ZooTOSC, ZooWLC, ZooCell, ZooDense) == (
+    nn.Momentum, nn.Adam, nn.Optimizer, nn.LossBase, nn.SoftmaxCrossEntropyWithLogits, nn.TrainOneStepCell,
+    nn.WithLossCell, nn.Cell, nn.Dense)
+assert (P.Softmax, P.ReduceMean, P.OneHot, F.cast, F.shape, Cmp.value_and_grad) == (
+    ops.Softmax, ops.ReduceMean, ops.OneHot, ops.cast, ops.shape, ops.value_and_grad)
+assert (ZooTensor, ZooParameter, CommonTensor, zoo_load, zoo_save, ZooFLSM, ZooAccuracy, de.GeneratorDataset) == (
+    ms.Tensor, ms.Parameter, ms.Tensor, ms.load_checkpoint, ms.save_checkpoint, ms.FixedLossScaleManager,
+    nn.Accuracy, ds.GeneratorDataset)
+assert ms.ms_function is ms.jit
+zoo_set_seed(1)
+assert ms.get_seed() == 1
 
 
 def refused(what, fn):
