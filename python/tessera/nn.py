@@ -16,6 +16,7 @@ __all__ = ["Cell", "SequentialCell", "CellList", "Dense", "Conv2d", "BatchNorm2d
            "ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d",
            "AdaptiveAvgPool2d",
            "Dropout", "MultiHeadAttention", "LossBase", "SoftmaxCrossEntropyWithLogits", "CrossEntropyLoss",
+           "MSELoss", "L1Loss", "MAELoss", "RMSELoss", "SmoothL1Loss", "BCEWithLogitsLoss", "NLLLoss",
            "WithLossCell", "Optimizer",
            "SGD", "Momentum", "Adam", "AdamWeightDecay", "AdamW", "Lamb", "Parameter"]
 
@@ -965,6 +966,126 @@ class CrossEntropyLoss(LossBase):
 _Loss = LossBase  # the name Model and older code use
 
 
+# ---- MindSpore's regression and binary losses, written with ops as MindSpore writes them ----
+def _ops():
+    from . import ops
+    return ops
+
+
+def _values(w):
+    """A loss's weight (a Tensor, array or list) as a graph constant."""
+    if isinstance(w, Tensor):
+        return as_tensor(w)
+    import numpy as np
+    return as_tensor(Tensor(np.asarray(w, np.float32)))
+
+
+def _loss_args(logits, labels, who):
+    logits, labels = as_tensor(logits), as_tensor(labels)
+    if labels.dtype != logits.dtype:
+        raise ValueError("%s: labels of dtype %s with %s logits: the targets are values of the logits' type (give the "
+                         "data set float32 targets)" % (who, labels.dtype, logits.dtype))
+    return logits, labels
+
+
+class MSELoss(LossBase):
+    """MSELoss(reduction="mean"): (logits - labels)^2, reduced (the two broadcast)."""
+
+    def construct(self, logits, labels):
+        logits, labels = _loss_args(logits, labels, "MSELoss")
+        return self.get_loss(_ops().square(logits - labels))
+
+
+class L1Loss(LossBase):
+    """L1Loss(reduction="mean"): |logits - labels|, reduced."""
+
+    def construct(self, logits, labels):
+        logits, labels = _loss_args(logits, labels, type(self).__name__)
+        return self.get_loss(_ops().abs(logits - labels))
+
+
+class MAELoss(L1Loss):
+    """MAELoss(reduction="mean"): MindSpore's other name of L1Loss."""
+
+
+class RMSELoss(LossBase):
+    """RMSELoss(): sqrt(mean((logits - labels)^2))."""
+
+    def __init__(self):
+        super().__init__("mean")
+
+    def construct(self, logits, labels):
+        logits, labels = _loss_args(logits, labels, "RMSELoss")
+        return _ops().sqrt(self.get_loss(_ops().square(logits - labels)))
+
+
+class SmoothL1Loss(LossBase):
+    """SmoothL1Loss(beta=1.0, reduction="none") (MindSpore's default reduction): per element
+    0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = logits - labels), written as
+    0.5 m^2 / beta + (|d| - m) with m = min(|d|, beta)."""
+
+    def __init__(self, beta=1.0, reduction="none"):
+        super().__init__(reduction)
+        self.beta = check_float(beta, "beta", "SmoothL1Loss", 0.0, min_open=True)
+
+    def construct(self, logits, labels):
+        ops = _ops()
+        logits, labels = _loss_args(logits, labels, "SmoothL1Loss")
+        d = ops.abs(logits - labels)
+        m = ops.minimum(d, self.beta)
+        return self.get_loss(ops.square(m) * (0.5 / self.beta) + (d - m))
+
+
+class BCEWithLogitsLoss(LossBase):
+    """BCEWithLogitsLoss(reduction="mean", weight=None, pos_weight=None): the sigmoid and binary
+    cross-entropy in one, per element (1 - y) x + (1 + (p - 1) y) (log(1 + exp(-|x|)) + max(-x, 0)),
+    times weight (p: pos_weight, 1 without; both broadcast along the last axis)."""
+
+    def __init__(self, reduction="mean", weight=None, pos_weight=None):
+        super().__init__(reduction)
+        self.weight, self.pos_weight = weight, pos_weight
+
+    def construct(self, logits, labels):
+        ops = _ops()
+        x, y = _loss_args(logits, labels, "BCEWithLogitsLoss")
+        soft = ops.log(ops.exp(-ops.abs(x)) + 1.0) + ops.maximum(-x, 0.0)
+        coef = 1.0 if self.pos_weight is None else (_values(self.pos_weight) - 1.0) * y + 1.0
+        loss = (1.0 - y) * x + coef * soft
+        return self.get_loss(loss, 1.0 if self.weight is None else _values(self.weight))
+
+
+class NLLLoss(LossBase):
+    """NLLLoss(weight=None, ignore_index=-100, reduction="mean"): logits are log-probabilities
+    (N, C), labels class ids (N): -w[y] logits[n, y] per row; "mean" divides by the summed weights
+    of the rows counted; a row whose label is ignore_index counts for nothing."""
+
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__(reduction)
+        self.weight = weight
+        self.ignore_index = check_int(ignore_index, "ignore_index", "NLLLoss")
+
+    def construct(self, logits, labels):
+        ops = _ops()
+        logits, labels = as_tensor(logits), as_tensor(labels)
+        if logits.ndim != 2 or labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
+            raise ValueError("NLLLoss: logits (N, C) and labels (N) of class ids, got %s and %s"
+                             % (logits.shape, labels.shape))
+        C = logits.shape[1]
+        if 0 <= self.ignore_index < C:
+            raise ValueError("NLLLoss: ignore_index %d is a class of the %d: Tessera ignores only labels outside "
+                             "[0, C) (one_hot gives their rows zeros)" % (self.ignore_index, C))
+        hot = ops.one_hot(labels, C, 1.0, 0.0)  # an ignored label (outside [0, C)): a row of zeros
+        if self.weight is not None:
+            hot = hot * _values(self.weight)
+        per = -ops.sum(hot * logits, 1)
+        if self.reduction == "none":
+            return per
+        total = ops.sum(per)
+        if self.reduction == "sum":
+            return total
+        return total / ops.sum(hot)
+
+
 class WithLossCell(Cell):
     """WithLossCell(backbone, loss_fn): construct(data, label) = loss_fn(backbone(data), label).
     As MindSpore's (auto_prefix=False), the parameters keep the backbone's names.
@@ -1359,6 +1480,9 @@ def __getattr__(name):
     if name == "TrainOneStepCell":
         from .train.one_step import TrainOneStepCell
         return TrainOneStepCell
+    if name in ("loss", "optim", "wrap", "layer", "cell"):  # nn.loss.MSELoss(), nn.optim.Momentum: MindSpore's
+        import sys                                           # submodules, whose names are all here
+        return sys.modules[__name__]
     from . import dynamic_lr, learning_rate_schedule, metrics
     mods = {"dynamic_lr": dynamic_lr, "learning_rate_schedule": learning_rate_schedule, "metrics": metrics}
     if name in mods:

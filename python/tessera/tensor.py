@@ -383,7 +383,18 @@ class Parameter:
         return a.shape, "zeros"
 
     def asnumpy(self):
-        """The initial values given (None when initialised by an initializer)."""
+        """The values: once a Model (or value_and_grad) built the network, its trainer's current
+        ones (a copy; under a layout that cuts the parameter, this rank's slice), as MindSpore's
+        after training; before, the initial values given (None when an initializer draws them as
+        the network is built)."""
+        owner = self.__dict__.get("_owner")
+        net = owner() if owner is not None else None
+        t = getattr(net, "_trainer", None) if net is not None else None
+        if t is not None:
+            v = t.params().get(self.name)
+            if v is not None:
+                import numpy as np
+                return np.array(v)
         return self._data
 
     @property
@@ -458,7 +469,8 @@ class Parameter:
         return b.param(self._local, list(self.shape), kind, a, c, not self.weight_decay, not self.requires_grad)
 
     def __repr__(self):
-        return "Parameter(name=%r, shape=%s)" % (self.name, self.shape)
+        return "Parameter (name=%s, shape=%s, dtype=Float32, requires_grad=%s)" % (self.name, self.shape,
+                                                                                 self.requires_grad)  # MindSpore's
 
 
 def _named(name):

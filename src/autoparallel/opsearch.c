@@ -113,7 +113,9 @@ int ts__autoparallel_op_search(const ts_dist_model *m, int64_t rows, int dp, int
     ts_nn nn = {g, p};
     ts_val x = ts_input(g, "x", m->dtype, ts_shape_batch(rows, &m->sample));
     ts_val_set_requires_grad(g, x, 0);
-    ts_val y = m->text ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &m->sample)) : ts_input(g, "y", TS_I32, ts_shape1(rows));
+    ts_val y = m->values ? ts_input(g, "y", TS_F32, ts_shape_batch(rows, &m->target))
+               : m->text ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &m->sample))
+                         : ts_input(g, "y", TS_I32, ts_shape1(rows));
     ts_model_info info = {0, D, 1, NULL};
     ts_val lg = TS_NONE, ls = TS_NONE;
     rc = m->fn(&nn, x, y, &info, &lg, &ls, m->user);

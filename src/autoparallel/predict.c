@@ -55,7 +55,9 @@ static int price_rank(const ts_dist_vt *vt, const ts_dist_config *dc, const ts_d
   if (!rc) {
     out->M = batch / (r->micro_batch * r->data_parts > 0 ? r->micro_batch * r->data_parts : 1);
     double xs = (double)ts_shape_numel(&m->sample) * (double)ts_dtype_size(m->dtype);
-    out->in_bytes = (double)r->micro_batch * (xs + (m->text ? (double)ts_shape_numel(&m->sample) * 4 : 4));
+    out->in_bytes = (double)r->micro_batch * (xs + (m->values ? (double)ts_shape_numel(&m->target) * 4
+                                                     : m->text ? (double)ts_shape_numel(&m->sample) * 4
+                                                               : 4));
     out->replicas = r->data_parts > 1 ? r->data_parts : 1;
     rc = ts_dist_reduce_bytes(d, &out->red);
   }

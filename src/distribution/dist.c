@@ -105,9 +105,10 @@ void ts__dist_inputs(ts_dist *d, ts_graph *g, int64_t rows, int targets, ts_val 
   *x = ts_input(g, "x", m->dtype, ts_shape_batch(rows, &m->sample));
   ts_val_set_requires_grad(g, *x, 0);
   if (y)
-    *y = !targets ? TS_NONE
-         : m->text ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &m->sample))
-                   : ts_input(g, "y", TS_I32, ts_shape1(rows));
+    *y = !targets  ? TS_NONE
+         : m->values ? ts_input(g, "y", TS_F32, ts_shape_batch(rows, &m->target))
+         : m->text   ? ts_input(g, "y", TS_I32, ts_shape_batch(rows, &m->sample))
+                     : ts_input(g, "y", TS_I32, ts_shape1(rows));
 }
 
 int ts__dist_backward(ts_dist *d) {
@@ -453,7 +454,9 @@ void ts_dist_set_span(ts_dist *d, ts_dist_span_fn fn, void *user) {
 void ts__dist_row_bytes(const ts_dist *d, size_t *xs, size_t *ys) {
   const ts_dist_model *m = &d->model;
   *xs = (size_t)ts_shape_numel(&m->sample) * ts_dtype_size(m->dtype);
-  *ys = m->text ? (size_t)ts_shape_numel(&m->sample) * sizeof(int32_t) : sizeof(int32_t);
+  *ys = m->values ? (size_t)ts_shape_numel(&m->target) * sizeof(float)
+        : m->text ? (size_t)ts_shape_numel(&m->sample) * sizeof(int32_t)
+                  : sizeof(int32_t);
 }
 
 int ts_dist_forward_backward(ts_dist *d, const void *x, const void *y, int64_t step, float *acc, double *loss,

@@ -221,6 +221,9 @@ typedef struct {
   ts_dtype dtype;    /* of the input samples */
   ts_shape sample;   /* one sample (no batch dim) */
   int text;          /* targets are (rows, sample...) token ids, else (rows) labels */
+  int values;        /* targets are (rows, target...) f32 values (a regression: a custom model's own
+                        loss), else as text says */
+  ts_shape target;   /* values: one sample's target */
   int custom;        /* built by a user's callback (ts_trainer_create_custom: the C API, Python
                         cells), not the config's zoo model */
   int per_rank;      /* that callback writes one rank's part (hybrid_parallel), not the whole

@@ -238,8 +238,25 @@ static int probe(ts_trainer *t) {
   }
   t->model.sample = s.data.shape;
   t->model.dtype = s.data.dtype;
-  t->model.text = s.target.data != NULL;
+  t->model.values = s.target.data != NULL && s.target.dtype == TS_F32; /* a regression's targets */
+  t->model.text = s.target.data != NULL && !t->model.values;
+  if (t->model.values) t->model.target = s.target.shape;
+  ts_dtype tdt = s.target.dtype;
+  int has_target = s.target.data != NULL;
   ts_sample_free(&s);
+  if (has_target && !t->model.values && tdt != TS_I32)
+    return ts_error_set(TS_ECONFIG, "data: the samples' targets are %s: Tessera takes int32 token ids or float32 values",
+                        ts_dtype_name(tdt));
+  if (t->model.values) { /* the model's own loss reads them: a custom model's (Python, ts_trainer_create_custom) */
+    if (!t->model.custom)
+      return ts_error_set(TS_ECONFIG, "model.name: %s trains on class labels, but the samples' targets are float32 "
+                          "values (a regression): that needs a model of your own with its loss (Python, or "
+                          "ts_trainer_create_custom)", ts_model_kind_name(t->cfg.model.name));
+    if (t->model.dtype != TS_F32)
+      return ts_error_set(TS_ECONFIG, "data.transforms: the samples are %s: a regression's inputs must be f32",
+                          ts_dtype_name(t->model.dtype));
+    return TS_OK;
+  }
   int is_image_model = t->cfg.model.name != TS_MODEL_GPT;
   if (is_image_model && t->model.dtype != TS_F32)
     return ts_error_set(TS_ECONFIG,
@@ -257,19 +274,21 @@ int ts__train_prepare(ts_trainer *t) {
   int rc;
   if ((rc = ts__train_sources(&t->cfg, &t->train_src, &t->test_src))) return rc;
   ts_config *c = &t->cfg;
-  if (c->model.num_classes == 0 && c->model.name != TS_MODEL_GPT) { /* 0: the data's own count */
-    c->model.num_classes = ts_source_num_classes(t->train_src);
-    if (c->model.num_classes <= 0)
-      return ts_error_set(TS_ECONFIG, "model.num_classes: 0 means the data set's own count, but data.name %s "
-                          "does not tell it: set model.num_classes", ts_data_kind_name(c->data.name));
-  }
   rc = ts_config_transforms(&t->cfg, 1, t->tf_train, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) return rc;
   t->ntf_train = rc;
   rc = ts_config_transforms(&t->cfg, 0, t->tf_test, TS_CFG_MAX_TRANSFORMS);
   if (rc < 0) return rc;
   t->ntf_test = rc;
-  return probe(t);
+  if ((rc = probe(t))) return rc;
+  /* 0: the data's own count (not for text, whose vocabulary is the model's, nor for a regression) */
+  if (c->model.num_classes == 0 && c->model.name != TS_MODEL_GPT && !t->model.values) {
+    c->model.num_classes = ts_source_num_classes(t->train_src);
+    if (c->model.num_classes <= 0)
+      return ts_error_set(TS_ECONFIG, "model.num_classes: 0 means the data set's own count, but data.name %s "
+                          "does not tell it: set model.num_classes", ts_data_kind_name(c->data.name));
+  }
+  return TS_OK;
 }
 
 /* The cap applied as if train.steps = min(the run's steps, N) were set, the run's config (what
@@ -737,6 +756,11 @@ static int eval_batch(ts_trainer *t, char *xbuf, const void *x, int64_t n, const
 int ts_trainer_evaluate(ts_trainer *t, ts_eval_info *out) {
   memset(out, 0, sizeof *out);
   if (!t->test_src) return ts_error_set(TS_ENOTFOUND, "evaluate: the data set has no test split");
+  if (t->model.values)
+    return ts_error_set(TS_EINVAL, "evaluate: the targets are float32 values (a regression), and the trainer's "
+                        "evaluation computes classification figures (loss of the softmax, top-1, top-5): compute "
+                        "the figures from the model's outputs (ts_trainer_forward; Python: Model.predict, or "
+                        "Model.eval with metrics such as nn.MSE())");
   double t0 = ts_time_now();
   const ts_dist_run *r = t->run;
   int src = ts_dist_sync_states(t->dist);
@@ -858,7 +882,7 @@ static int run_eval(ts_trainer *t) {
  * gradients reduced over the ranks into *g; info's loss and communication times. */
 static int train_grads(ts_trainer *t, const ts_batch *b, ts_step_info *info, float **gout) {
   const ts_dist_run *r = t->run;
-  const char *lab = t->model.text ? b->target.data : b->labels.data;
+  const char *lab = t->model.text || t->model.values ? b->target.data : b->labels.data;
   double loss = 0;
   float *g = NULL;
   ts_dist_step_begin(t->dist, ts_params_grads(r->params));
@@ -1017,9 +1041,20 @@ int ts_trainer_fit(ts_trainer *t) {
 static int batch_check(const ts_trainer *t, const ts_batch *b) {
   int64_t want = t->cfg.train.batch_size / t->run->data_parts;
   ts_shape s = b->data.shape;
+  int tg = t->model.text || t->model.values; /* targets, not labels */
   int ok = b->size == want && b->data.dtype == t->model.dtype && s.ndim == t->model.sample.ndim + 1 &&
-           s.dims[0] == want && (t->model.text ? b->target.data != NULL : b->labels.data != NULL);
+           s.dims[0] == want && (tg ? b->target.data != NULL : b->labels.data != NULL);
   for (int k = 0; ok && k < t->model.sample.ndim; k++) ok = s.dims[k + 1] == t->model.sample.dims[k];
+  if (ok && t->model.values) { /* a regression's targets: (rows, target...) f32 */
+    ts_shape want_t = ts_shape_batch(want, &t->model.target);
+    if (b->target.dtype != TS_F32 || !ts_shape_equal(&b->target.shape, &want_t)) {
+      char got[96], exp[96];
+      ts_shape_str(&b->target.shape, got, sizeof got);
+      ts_shape_str(&want_t, exp, sizeof exp);
+      return ts_error_set(TS_ESHAPE, "step %lld: the batch's targets are %s %s, the model was built for %s f32",
+                          (long long)t->step + 1, got, ts_dtype_name(b->target.dtype), exp);
+    }
+  }
   if (!ok) {
     char got[96], exp[96];
     ts_shape e = t->model.sample;
@@ -1027,7 +1062,7 @@ static int batch_check(const ts_trainer *t, const ts_batch *b) {
     ts_shape_str(&e, exp, sizeof exp);
     return ts_error_set(TS_ESHAPE, "step %lld: a batch of %d samples %s %s%s, but this rank's batch is %lld samples of "
                         "%s %s (train.batch_size %d over %d data-parallel part%s)", (long long)t->step + 1, b->size, got,
-                        ts_dtype_name(b->data.dtype), (t->model.text ? b->target.data : b->labels.data) ? "" : " without labels",
+                        ts_dtype_name(b->data.dtype), (tg ? b->target.data : b->labels.data) ? "" : " without labels",
                         (long long)want, exp, ts_dtype_name(t->model.dtype), t->cfg.train.batch_size,
                         t->run->data_parts, t->run->data_parts == 1 ? "" : "s");
   }

@@ -192,6 +192,8 @@ class _GradFn:
         self._model = model
         for c in self._cells:  # model(data) outside a graph: this trainer's evaluation graph
             c.__dict__["_trainer"] = model._trainer
+            from .model import _own_parameters
+            _own_parameters(c)
             pending = _collect_pending(c)
             if pending:
                 from ..checkpoint import load_param_into_net

@@ -52,6 +52,15 @@ def _metric_specs(metrics):
     return out
 
 
+
+def _own_parameters(net):
+    """Each of the network's Parameters knows the network (weakly): Parameter.asnumpy() reads its
+    trainer's current values."""
+    import weakref
+    ref = weakref.ref(net)
+    for _, p in net.parameters_and_names():
+        p.__dict__["_owner"] = ref
+
 class Model:
     """Model(network, loss_fn=None, optimizer=None, metrics=None, amp_level="O0", config=None).
     metrics: names among acc, accuracy, loss, top_1_accuracy, top_5_accuracy. config (Tessera):
@@ -242,9 +251,18 @@ class Model:
         if plan and plan != getattr(self, "parallel_plan", None) and t.info()["rank"] == 0:
             print("tessera: %s" % plan, flush=True)
         self.parallel_plan = plan or None
+        old = self.network.__dict__.get("_trainer")
         self.network.__dict__["_trainer"] = t
+        _own_parameters(self.network)
         from ..nn import _collect_pending
         pending = _collect_pending(self.network)
+        if old is not None and old is not t and resume is None and old is not self._trainer:
+            # the network trained (or loaded) through another Model: its parameters are the
+            # network's, as in MindSpore, so this trainer starts from their current values
+            import numpy as np
+            carried = {k: np.array(v) for k, v in old.params().items()}
+            carried.update(pending)  # values set or loaded since
+            pending = carried
         if pending:
             from ..checkpoint import load_param_into_net
             load_param_into_net(self.network, pending)
