@@ -449,12 +449,14 @@ static PyObject *tr_layouts(Trainer *self, PyObject *args) {
 }
 
 /* step_batch(x, labels) -> step dict: one optimizer step on this rank's rows (numpy arrays of the
- * model's sample dtype and shape, and int32 labels / targets) */
+ * model's sample dtype and shape, and int32 labels / targets, or float32 targets: a regression) */
 static PyObject *tr_step_batch(Trainer *self, PyObject *args) {
   PyObject *xo, *yo;
   if (!T_idle(self) || !PyArg_ParseTuple(args, "OO", &xo, &yo)) return NULL;
   PyArrayObject *x = (PyArrayObject *)PyArray_FROM_OF(xo, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
-  PyArrayObject *y = x ? (PyArrayObject *)PyArray_FROMANY(yo, NPY_INT32, 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
+  int yf = PyArray_Check(yo) && PyArray_ISFLOAT((PyArrayObject *)yo); /* float targets stay float32 */
+  PyArrayObject *y = x ? (PyArrayObject *)PyArray_FROMANY(yo, yf ? NPY_FLOAT32 : NPY_INT32, 0, 0,
+                                                          NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
                        : NULL;
   ts_batch b;
   memset(&b, 0, sizeof b);
@@ -470,7 +472,7 @@ static PyObject *tr_step_batch(Trainer *self, PyObject *args) {
   for (int k = 0; k < b.data.shape.ndim && k < TS_MAX_DIMS; k++) b.data.shape.dims[k] = PyArray_DIM(x, k);
   b.data.data = PyArray_DATA(x);
   b.size = b.data.shape.ndim ? (int)b.data.shape.dims[0] : 0;
-  b.labels.dtype = b.target.dtype = TS_I32;
+  b.labels.dtype = b.target.dtype = yf ? TS_F32 : TS_I32;
   b.labels.shape.ndim = b.target.shape.ndim = PyArray_NDIM(y);
   for (int k = 0; k < PyArray_NDIM(y) && k < TS_MAX_DIMS; k++) b.labels.shape.dims[k] = b.target.shape.dims[k] = PyArray_DIM(y, k);
   b.labels.data = b.target.data = PyArray_DATA(y);

@@ -142,7 +142,7 @@ class _GradFn:
                 Y = Tensor(b, targets)
             else:
                 rows = X.shape[0]
-                Y = Tensor(b, b.const("i32", [rows] + list(self._shape[1][1:]), 0.0))
+                Y = Tensor(b, b.const(self._ydt, [rows] + list(self._shape[1][1:]), 0.0))  # the labels' dtype
             out = self._fn(X, Y)
         finally:
             _TOP.pop()
@@ -184,6 +184,7 @@ class _GradFn:
         data = GeneratorDataset(_OneBatch(x, y, size if shard else 1), ["data", "label"], shuffle=False,
                                 **(dict(num_shards=size, shard_id=rank) if shard else {})).batch(len(x))
         self._shape = ((x.shape, x.dtype), y.shape)
+        self._ydt = "f32" if y.dtype.kind == "f" else "i32"  # class ids, or a regression's values
         model = Model(_FnNet(), _FnLoss(), self._opt, config={})
         model._build = self._record
         keys = model._keys(1, data, None, [])
@@ -204,8 +205,8 @@ class _GradFn:
             raise ValueError("%s: the gradient function takes (data, label) (one batch), got %d inputs"
                              % (self._where, len(args)))
         x = np.ascontiguousarray(args[0].asnumpy() if isinstance(args[0], Tensor) else args[0])
-        y = np.ascontiguousarray(args[1].asnumpy() if isinstance(args[1], Tensor) else args[1]).astype(np.int32,
-                                                                                                         copy=False)
+        y = np.ascontiguousarray(args[1].asnumpy() if isinstance(args[1], Tensor) else args[1])
+        y = y.astype(np.float32 if y.dtype.kind == "f" else np.int32, copy=False)  # float: a regression's targets
         if self._model is None:
             self._build(x, y)
         elif ((x.shape, x.dtype), y.shape) != self._shape:

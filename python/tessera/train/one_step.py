@@ -98,7 +98,8 @@ class TrainOneStepCell(Cell):
     def construct(self, *inputs):
         if len(inputs) != 2:
             raise ValueError("TrainOneStepCell: call it with (data, label), got %d inputs" % len(inputs))
-        x, y = _numpy(inputs[0], "data"), _numpy(inputs[1], "label").astype(np.int32, copy=False)
+        x, y = _numpy(inputs[0], "data"), _numpy(inputs[1], "label")
+        y = y.astype(np.float32 if y.dtype.kind == "f" else np.int32, copy=False)  # float: a regression's targets
         if self._model is None:
             self._build(x, y)
         elif (x.shape, x.dtype) != self._shape:
