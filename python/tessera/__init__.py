@@ -67,6 +67,7 @@ _sys.modules[__name__ + ".dtype"] = dtype
 # names here. A name that Tessera does not have is an AttributeError / ImportError naming it.
 from . import checkpoint as _checkpoint, dynamic_lr as _dynamic_lr, learning_rate_schedule as _lrs  # noqa: E402
 from . import metrics as _metrics, tensor as _tensor  # noqa: E402
+from .train import one_step as _one_step  # noqa: E402
 _MS_PATHS = {
     "nn.metrics": _metrics, "nn.learning_rate_schedule": _lrs, "nn.dynamic_lr": _dynamic_lr,
     "nn.cell": nn, "nn.layer": nn, "nn.layer.basic": nn, "nn.layer.conv": nn, "nn.layer.normalization": nn,
@@ -78,6 +79,7 @@ _MS_PATHS = {
     "common.tensor": _tensor, "common.parameter": _tensor,
     "train.serialization": _checkpoint, "train.loss_scale_manager": amp, "train.metrics": _metrics,
     "dataset.engine": dataset,
+    "nn.wrap.loss_scale": _one_step,
 }
 for _k, _m in _MS_PATHS.items():
     _sys.modules[__name__ + "." + _k] = _m

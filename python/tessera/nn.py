@@ -1477,9 +1477,10 @@ def __getattr__(name):
     schedules and lists in tessera.learning_rate_schedule and tessera.dynamic_lr (MindSpore's
     nn.CosineDecayLR, nn.cosine_decay_lr, ..., nn.dynamic_lr), the metrics in tessera.metrics
     (nn.Accuracy, ..., nn.metrics): loaded on first use."""
-    if name == "TrainOneStepCell":
-        from .train.one_step import TrainOneStepCell
-        return TrainOneStepCell
+    if name in ("TrainOneStepCell", "TrainOneStepWithLossScaleCell", "DynamicLossScaleUpdateCell",
+                "FixedLossScaleUpdateCell"):
+        from .train import one_step
+        return getattr(one_step, name)
     if name in ("loss", "optim", "wrap", "layer", "cell"):  # nn.loss.MSELoss(), nn.optim.Momentum: MindSpore's
         import sys                                           # submodules, whose names are all here
         return sys.modules[__name__]

@@ -4,9 +4,11 @@ BCEWithLogitsLoss (weight, pos_weight) and NLLLoss (class weights, int labels) a
 SGD steps of a Dense(4, 3) from given weights, every step's loss and the final parameters from
 numpy's forward and hand-derived gradients; the same MSE run through value_and_grad (the user's
 loop) and TrainOneStepCell; MindSpore's "linear function fitting" tutorial script
-(mindspore_scripts/linear_fit.py: imports changed) fits y = 2x + 3; Parameter.asnumpy() is the
+(mindspore_scripts/linear_fit.py: imports changed) fits y = 2x + 3; data parallel on 2 ranks
+(mindspore_scripts/regression_dp.py) as one process; Parameter.asnumpy() is the
 trained value and a second Model on the network starts from it; the refusals (a zoo network on
 float targets, the classification evaluation of a regression)."""
+import json
 import os
 import subprocess
 import sys
@@ -207,6 +209,24 @@ class TestRegression(models.ScratchCase):
                      nn.SGD(net.trainable_params(), LR))
         with self.assertRaisesRegex(ValueError, "trains on class labels, but the samples' targets are float32 values"):
             m.train(1, ds.GeneratorDataset(Src(Y), ["data", "label"], shuffle=False).batch(16))
+
+    def test_data_parallel(self):
+        """mpirun -n 2, the data sharded: the one process's losses and parameters within 1e-5."""
+        cmd = pyutil.mpirun(2)
+        if not cmd:
+            self.skipTest("no mpirun in PATH")
+        script = os.path.join(HERE, "mindspore_scripts", "regression_dp.py")
+        outs = []
+        for c in ([sys.executable, script], cmd + [sys.executable, script]):
+            rc, out = pyutil.run(c, self.dir)
+            self.assertEqual(rc, 0, out)
+            outs.append(json.loads([l for l in out.splitlines() if l.startswith("{")][0]))
+        one, two = outs
+        self.assertEqual(len(one["losses"]), 8)
+        np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
+        np.testing.assert_allclose(two["w"], one["w"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(two["b"], one["b"], rtol=1e-5, atol=1e-6)
+        self.assertLess(one["losses"][-1], one["losses"][0] / 2)  # it learns
 
     def test_linear_fit_tutorial(self):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

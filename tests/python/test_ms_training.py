@@ -219,6 +219,51 @@ class TestTraining(models.ScratchCase):
             nn.TrainOneStepCell(nn.WithLossCell(Net(), nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
                                 nn.Momentum(net.trainable_params(), 0.01, 0.9), sens=1024.0)
 
+    def test_train_one_step_with_loss_scale_cell(self):
+        """MindSpore's loss-scaled loop: TrainOneStepWithLossScaleCell returns (loss, overflow,
+        scale), bitwise Model.train with the equivalent loss-scale manager (losses, parameters,
+        each step's scale and overflow); a scale that overflows every step (3e38, pixels to 255)
+        leaves the parameters as they were and says so; a dynamic one halves after an overflow."""
+        ce = lambda: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")  # noqa: E731
+        for sense, mgr in ((nn.DynamicLossScaleUpdateCell(2 ** 12, 2, 3), ms.DynamicLossScaleManager(2 ** 12, 2, 3)),
+                           (nn.FixedLossScaleUpdateCell(1024.0), ms.FixedLossScaleManager(1024.0)),
+                           (ms.Tensor(np.float32(256.0)), ms.FixedLossScaleManager(256.0))):
+            net = Net()
+            step = nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(net, ce()),
+                                                    nn.Momentum(net.trainable_params(), 0.01, 0.9), scale_sense=sense)
+            outs = [step(d["image"], d["label"]) for d in data(96, 16).create_dict_iterator(output_numpy=True)]
+            r = Record()
+            net_b, mb = model(loss_scale_manager=mgr)
+            mb.train(1, data(96, 16), callbacks=[r])
+            self.assertEqual([float(o[0].asnumpy()) for o in outs], r.losses, sense)
+            self.assertEqual([(bool(o[1].asnumpy()), float(o[2].asnumpy())) for o in outs],
+                             [(bool(i["overflow"]), i["loss_scale"]) for i in r.infos], sense)
+            a, b = params(net), params(net_b)
+            for k in b:
+                self.assertTrue(np.array_equal(a[k], b[k]), k)
+        net = Net()
+        step = nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(net, ce()), nn.Momentum(net.trainable_params(), 0.01, 0.9),
+                                                scale_sense=nn.DynamicLossScaleUpdateCell(3e38, 2, 1000))
+        raw = list(data(48, 16, scale=1.0).create_dict_iterator(output_numpy=True))
+        outs = [step(d["image"], d["label"]) for d in raw]
+        first = {k: v.copy() for k, v in params(net).items()}
+        self.assertTrue(bool(outs[0][1].asnumpy()))  # overflowed: skipped
+        self.assertEqual(float(outs[1][2].asnumpy()), float(outs[0][2].asnumpy()) / 2)  # then halved
+        net2 = Net()
+        fixed = nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(net2, ce()),
+                                                 nn.Momentum(net2.trainable_params(), 0.01, 0.9), scale_sense=3e38)
+        before = None
+        for d in raw:
+            o = fixed(d["image"], d["label"])
+            before = before or {k: v.copy() for k, v in params(net2).items()}
+            self.assertTrue(bool(o[1].asnumpy()))
+        for k, v in params(net2).items():
+            self.assertTrue(np.array_equal(v, before[k]), k)  # every step skipped
+        self.assertTrue(all(np.isfinite(v).all() for v in first.values()))
+        with self.assertRaisesRegex(TypeError, "scale_sense"):
+            nn.TrainOneStepWithLossScaleCell(nn.WithLossCell(Net(), ce()), nn.Momentum(net.trainable_params(), 0.01, 0.9),
+                                             scale_sense="big")
+
     def test_predict_only_model(self):
         net = Net()
         m = ms.Model(net)  # MindSpore's inference Model

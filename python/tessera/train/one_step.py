@@ -79,6 +79,9 @@ class TrainOneStepCell(Cell):
     def _trainer(self):
         return self._model._trainer if self._model is not None else None
 
+    def _loss_scale_manager(self):
+        return None  # (TrainOneStepWithLossScaleCell's)
+
     def _build(self, x, y):
         from ..dataset import GeneratorDataset
         from .model import Model
@@ -90,7 +93,8 @@ class TrainOneStepCell(Cell):
         src = _OneBatch(x, y, size if shard else 1)
         kw = dict(num_shards=size, shard_id=rank) if shard else {}
         data = GeneratorDataset(src, ["data", "label"], shuffle=False, **kw).batch(len(x))
-        model = Model(self.network, optimizer=self.optimizer, config={})
+        model = Model(self.network, optimizer=self.optimizer, config={},
+                      loss_scale_manager=self._loss_scale_manager())
         model._create(model._keys(1, data, None, []))
         self.__dict__["_model"] = model
         self.__dict__["_shape"] = (x.shape, x.dtype)
@@ -108,7 +112,75 @@ class TrainOneStepCell(Cell):
                              % (x.shape, x.dtype, self._shape[0], self._shape[1]))
         self._model._lr_cover(self._trainer, next_step=True)
         info = self._trainer.step_batch(x, y)
+        return self._result(info)
+
+    def _result(self, info):
         return Tensor(np.float32(info["loss"]))
 
     def __call__(self, *inputs):
         return self.construct(*inputs)
+
+
+class DynamicLossScaleUpdateCell(Cell):
+    """DynamicLossScaleUpdateCell(loss_scale_value, scale_factor, scale_window): MindSpore's
+    dynamic loss scale for TrainOneStepWithLossScaleCell: the scale divided by scale_factor after
+    a step whose gradients overflowed (the step skipped), multiplied by it after scale_window
+    steps without (DynamicLossScaleManager's train.loss_scale dynamic, inside the trainer)."""
+
+    def __init__(self, loss_scale_value, scale_factor, scale_window):
+        super().__init__()
+        from ..amp import DynamicLossScaleManager
+        self.__dict__["_manager"] = DynamicLossScaleManager(loss_scale_value, scale_factor, scale_window)
+
+    def get_loss_scale(self):
+        return self._manager.get_loss_scale()
+
+
+class FixedLossScaleUpdateCell(Cell):
+    """FixedLossScaleUpdateCell(loss_scale_value): a fixed loss scale for
+    TrainOneStepWithLossScaleCell (a step whose gradients overflowed is skipped, as MindSpore's
+    cell does)."""
+
+    def __init__(self, loss_scale_value):
+        super().__init__()
+        from ..amp import FixedLossScaleManager
+        self.__dict__["_manager"] = FixedLossScaleManager(loss_scale_value, drop_overflow_update=True)
+
+    def get_loss_scale(self):
+        return self._manager.get_loss_scale()
+
+
+class TrainOneStepWithLossScaleCell(TrainOneStepCell):
+    """TrainOneStepWithLossScaleCell(network, optimizer, scale_sense): TrainOneStepCell with
+    MindSpore's loss scaling: scale_sense a DynamicLossScaleUpdateCell, a
+    FixedLossScaleUpdateCell, or a number / one-value Tensor (a fixed scale). Calling it with
+    (data, label) returns MindSpore's (loss, overflow, scale): the loss (unscaled), a bool Tensor
+    saying the gradients overflowed (inf or NaN on some rank: the update was skipped), and the
+    scale this step's gradients were computed with. The scale lives in the trainer (as
+    Model(..., loss_scale_manager=...)'s); set_sense_scale is refused."""
+
+    def __init__(self, network, optimizer, scale_sense):
+        super().__init__(network, optimizer)
+        from ..amp import FixedLossScaleManager
+        if isinstance(scale_sense, (DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell)):
+            mgr = scale_sense._manager
+        else:
+            v = scale_sense.asnumpy() if isinstance(scale_sense, Tensor) else scale_sense
+            a = np.asarray(v, dtype=np.float64) if not isinstance(v, (str, bytes)) else None
+            if a is None or a.size != 1 or a.dtype.kind not in "fiu" or isinstance(v, bool):
+                raise TypeError("TrainOneStepWithLossScaleCell: scale_sense must be a DynamicLossScaleUpdateCell, a "
+                                "FixedLossScaleUpdateCell or a number (a one-value Tensor), got %r" % (scale_sense,))
+            mgr = FixedLossScaleManager(float(a.reshape(-1)[0]), drop_overflow_update=True)
+        self.__dict__["scale_sense"] = scale_sense
+        self.__dict__["_mgr"] = mgr
+
+    def _loss_scale_manager(self):
+        return self._mgr
+
+    def _result(self, info):
+        return (Tensor(np.float32(info["loss"])), Tensor(np.bool_(info["overflow"])),
+                Tensor(np.float32(info["loss_scale"])))
+
+    def set_sense_scale(self, sens):
+        raise ValueError("TrainOneStepWithLossScaleCell.set_sense_scale: the scale lives in the trainer (give the "
+                         "initial one as scale_sense)")

@@ -40,6 +40,7 @@ from tessera.train.serialization import load_checkpoint as zoo_load, save_checkp
 from tessera.train.loss_scale_manager import FixedLossScaleManager as ZooFLSM
 from tessera.train.metrics import Accuracy as ZooAccuracy
 import tessera.dataset.engine as de
+from tessera.nn.wrap.loss_scale import TrainOneStepWithLossScaleCell, DynamicLossScaleUpdateCell
 
 FASHION = "/usr/share/datasets/fashion-mnist"
 assert (ZooMomentum, ZooAdam, ZooOptimizer, ZooLossBase, ZooCE, ZooTOSC, ZooWLC, ZooCell, ZooDense) == (
@@ -51,6 +52,8 @@ assert (ZooTensor, ZooParameter, CommonTensor, zoo_load, zoo_save, ZooFLSM, ZooA
     ms.Tensor, ms.Parameter, ms.Tensor, ms.load_checkpoint, ms.save_checkpoint, ms.FixedLossScaleManager,
     nn.Accuracy, ds.GeneratorDataset)
 assert ms.ms_function is ms.jit
+assert (TrainOneStepWithLossScaleCell, DynamicLossScaleUpdateCell) == (nn.TrainOneStepWithLossScaleCell,
+                                                                     nn.DynamicLossScaleUpdateCell)
 zoo_set_seed(1)
 assert ms.get_seed() == 1
 
