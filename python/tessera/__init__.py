@@ -52,7 +52,8 @@ from . import amp
 from .amp import DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager
 from .profiler import Profiler
 from .tensor import Parameter, Tensor
-from .train import (Callback, CheckpointConfig, LossMonitor, Model, ModelCheckpoint, RunContext, TimeMonitor)
+from .train import (Callback, CheckpointConfig, EarlyStopping, LossMonitor, Model, ModelCheckpoint, RunContext,
+                    TimeMonitor)
 from .train.functional import grad, jit, value_and_grad
 
 Error = _C.Error
@@ -88,6 +89,7 @@ ops.operations = ops.functional = ops.composite = ops  # `from mindspore.ops imp
 __all__ = ["init", "get_rank", "get_group_size", "set_auto_parallel_context", "get_auto_parallel_context",
            "reset_auto_parallel_context", "set_context", "set_seed", "ParallelMode", "GRAPH_MODE", "PYNATIVE_MODE",
            "nn", "ops", "dataset", "zoo", "context", "Model", "Callback", "RunContext", "LossMonitor", "TimeMonitor",
+           "EarlyStopping",
            "ModelCheckpoint", "CheckpointConfig", "save_checkpoint", "load_checkpoint", "load_param_into_net",
            "load_distributed_checkpoint", "Parameter", "Tensor", "Error", "communication", "common", "dtype",
            "get_context", "get_seed", "float32", "float16", "bfloat16", "int32", "int64", "uint8", "float64", "int8",

@@ -193,6 +193,77 @@ class TestTraining(models.ScratchCase):
             m.eval(data(32), callbacks=[Evals()])
         del evals
 
+    def test_fit_eval_results_and_early_stopping(self):
+        """Model.fit's evaluations reach the callbacks as MindSpore's eval_results (on_eval_end,
+        then that epoch's on_train_epoch_end): the Model's metric names and eval_loss, equal to
+        Model.eval's figures of the same parameters. EarlyStopping(monitor, patience, mode,
+        min_delta) stops when the monitored value stops improving: with a learning rate of 0 the
+        evaluation never changes, so patience 2 stops after epoch 3 of 6 (the first sets the best,
+        two more without improvement); a monitor that improves never stops; restore_best_weights
+        loads the best epoch's parameters back."""
+        seen = []
+
+        class Watch(ms.Callback):
+            def on_eval_end(self, rc):
+                seen.append(("eval", rc.original_args().cur_epoch_num, dict(rc.original_args().eval_results)))
+
+            def on_train_epoch_end(self, rc):
+                seen.append(("epoch", rc.original_args().cur_epoch_num, dict(rc.original_args().eval_results)))
+
+        net = Net()
+        m = models.ms_model(net, metrics={"acc", "loss"})
+        m.fit(2, data(64), data(32), valid_frequency=1, callbacks=[Watch()])
+        self.assertEqual([(k, e) for k, e, _ in seen], [("eval", 1), ("epoch", 1), ("eval", 2), ("epoch", 2)])
+        self.assertEqual(seen[2][2], seen[3][2])
+        self.assertEqual(sorted(seen[3][2]), ["acc", "eval_loss", "loss"])
+        final = m.eval(data(32))
+        self.assertAlmostEqual(seen[3][2]["acc"], final["acc"], places=6)
+        self.assertAlmostEqual(seen[3][2]["eval_loss"], final["loss"], places=5)
+        # early stopping on a value that never improves: a learning rate of 0
+        epochs = []
+
+        class Epochs(ms.Callback):
+            def on_train_epoch_end(self, rc):
+                epochs.append(rc.original_args().cur_epoch_num)
+
+        net0 = Net()
+        m0 = ms.Model(net0, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                      nn.Momentum(net0.trainable_params(), 0.0, 0.9), metrics={"acc"})
+        es = ms.EarlyStopping(monitor="acc", patience=2)
+        m0.fit(6, data(32), data(32), callbacks=[es, Epochs()])
+        self.assertEqual((epochs, es.stopped_epoch), ([1, 2, 3], 3))
+        # a loss that keeps improving (lr 0.05 on the same batches): no stop in 4 epochs
+        epochs.clear()
+        net1 = Net()
+        m1 = ms.Model(net1, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                      nn.Momentum(net1.trainable_params(), 0.05, 0.9), metrics={"loss"})
+        es1 = ms.train.EarlyStopping(monitor="eval_loss", patience=1, min_delta=0.0)
+        m1.fit(4, data(32), data(32), callbacks=[es1, Epochs()])
+        self.assertEqual((epochs, es1.stopped_epoch), ([1, 2, 3, 4], 0))
+        # restore_best_weights: a rate so large the loss blows up after the first epoch
+        net2 = Net()
+        snaps, losses = [], []
+
+        class Snap(ms.Callback):
+            def on_train_epoch_end(self, rc):
+                snaps.append({k: np.array(v) for k, v in net2._trainer.params().items()})
+                losses.append(rc.original_args().eval_results["eval_loss"])
+
+        m2 = ms.Model(net2, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                      nn.Momentum(net2.trainable_params(), 40.0, 0.9), metrics={"loss"})
+        es2 = ms.EarlyStopping(monitor="eval_loss", patience=1, restore_best_weights=True)
+        m2.fit(5, data(64), data(32), callbacks=[Snap(), es2])
+        self.assertEqual(es2.stopped_epoch, len(snaps))
+        best = int(np.argmin(losses))
+        self.assertLess(best, len(snaps) - 1)  # the last epoch was not the best: something to restore
+        got = params(net2)
+        for k in got:
+            self.assertTrue(np.array_equal(got[k], snaps[best][k]), k)
+        with self.assertRaisesRegex(ValueError, "mode"):
+            ms.EarlyStopping(mode="up")
+        with self.assertRaisesRegex(TypeError, "patience"):
+            ms.EarlyStopping(patience=1.5)
+
     def test_train_one_step_cell_loop(self):
         # MindSpore's own loop: each call one compiled step on the batch given; bitwise Model.train
         net = Net()

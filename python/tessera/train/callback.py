@@ -13,8 +13,10 @@ class _Args(dict):
 
 class RunContext:
     """What a callback sees: original_args() has cur_step_num (global, 1-based), cur_epoch_num
-    (1-based), batch_num (steps per epoch), epoch_num, net_outputs (the step's loss), and
-    Tessera's step_info (lr, grad_norm, step_ms, samples_per_s, ...)."""
+    (1-based), batch_num (steps per epoch), epoch_num, net_outputs (the step's loss),
+    eval_results (Model.fit's evaluation at this epoch's end: the Model's metric names and
+    eval_loss; empty otherwise), and Tessera's step_info (lr, grad_norm, step_ms, samples_per_s,
+    ...)."""
 
     def __init__(self, args, trainer):
         self._args = _Args(args)
@@ -45,6 +47,9 @@ class Callback:
 
     def on_train_end(self, run_context):
         self.end(run_context)
+
+    def on_eval_end(self, run_context):
+        """After each evaluation of Model.fit (original_args().eval_results)."""
 
     def begin(self, run_context):
         pass
@@ -124,6 +129,88 @@ class CheckpointConfig:
                                   allow_none=True) or 0
         self.integrated_save = integrated_save
         self.async_save = check_bool(async_save, "async_save", "CheckpointConfig")
+
+
+class EarlyStopping(Callback):
+    """EarlyStopping(monitor="eval_loss", min_delta=0, patience=0, verbose=False, mode="auto",
+    baseline=None, restore_best_weights=False): MindSpore's: at each epoch's end the monitored
+    value ("loss": the step's training loss; "eval_loss" or a metric name of the Model: Model.fit's
+    evaluation of that epoch) is compared with the best so far; after `patience` epochs without
+    an improvement of more than min_delta (lower is better for losses, mae, mse, ...; higher
+    otherwise; mode "min"/"max" to say), training stops (the epoch's remaining callbacks run).
+    baseline: an improvement must also beat it to reset the wait; restore_best_weights: the
+    parameters of the best epoch are loaded back when it stops. Every rank sees the same
+    evaluation (the trainer's, over every rank), so every rank stops alike."""
+
+    _LOWER = ("hausdorff_distance", "mae", "mse", "loss", "perplexity", "mean_surface_distance",
+              "root_mean_square_distance", "eval_loss")
+
+    def __init__(self, monitor="eval_loss", min_delta=0, patience=0, verbose=False, mode="auto", baseline=None,
+                 restore_best_weights=False):
+        if not isinstance(monitor, str):
+            raise TypeError("For 'EarlyStopping', the 'monitor' must be a str, but got %r." % (monitor,))
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)):
+            raise TypeError("For 'EarlyStopping', the 'min_delta' must be a float or int, but got %r." % (min_delta,))
+        if mode not in ("auto", "min", "max"):
+            raise ValueError("For 'EarlyStopping', the 'mode' must be 'auto', 'min' or 'max', but got %r." % (mode,))
+        if baseline is not None and (isinstance(baseline, bool) or not isinstance(baseline, (int, float))):
+            raise TypeError("For 'EarlyStopping', the 'baseline' must be a float, int or None, but got %r."
+                            % (baseline,))
+        self.monitor, self.min_delta, self.mode, self.baseline = monitor, abs(float(min_delta)), mode, baseline
+        self.patience = check_int(patience, "patience", "EarlyStopping", 0)
+        self.verbose = check_bool(verbose, "verbose", "EarlyStopping")
+        self.restore_best_weights = check_bool(restore_best_weights, "restore_best_weights", "EarlyStopping")
+        self._lower = mode == "min" or (mode == "auto" and monitor in self._LOWER)
+        self.on_train_begin(None)
+
+    def _better(self, a, b):
+        return a < b - self.min_delta if self._lower else a > b + self.min_delta
+
+    def on_train_begin(self, run_context):
+        self.wait, self.stopped_epoch, self.best_weights = 0, 0, None
+        self.best = float("inf") if self._lower else float("-inf")
+
+    def _value(self, a):
+        if self.monitor == "loss":
+            v = a.get("net_outputs")
+        else:
+            v = (a.get("eval_results") or {}).get(self.monitor)
+        if v is None:
+            return None
+        v = float(v.asnumpy() if hasattr(v, "asnumpy") else v)
+        return v
+
+    def on_train_epoch_end(self, run_context):
+        a = run_context.original_args()
+        cur = self._value(a)
+        if cur is None:
+            if self.verbose:
+                have = ["loss"] + sorted(a.get("eval_results") or {})
+                print("EarlyStopping: %r is not available at epoch %d (have: %s)" % (self.monitor, a["cur_epoch_num"],
+                                                                                     ", ".join(have)), flush=True)
+            return
+        net = a.get("train_network")
+        t = getattr(net, "_trainer", None)
+        self.wait += 1
+        if self._better(cur, self.best):
+            self.best = cur
+            if self.restore_best_weights and t is not None:
+                import numpy as np
+                self.best_weights = {k: np.array(v) for k, v in t.params().items()}
+            if self.baseline is None or self._better(cur, self.baseline):
+                self.wait = 0
+        if self.wait >= self.patience:
+            self.stopped_epoch = a["cur_epoch_num"]
+            run_context.request_stop()
+            if self.restore_best_weights and self.best_weights is not None and t is not None:
+                if self.verbose:
+                    print("Restoring model weights from the end of the best epoch.", flush=True)
+                from ..checkpoint import load_param_into_net
+                load_param_into_net(net, self.best_weights)
+
+    def on_train_end(self, run_context):
+        if self.stopped_epoch > 0 and self.verbose:
+            print("Epoch %05d: early stopping" % self.stopped_epoch, flush=True)
 
 
 class ModelCheckpoint(Callback):

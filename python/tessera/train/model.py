@@ -401,7 +401,8 @@ class Model:
                             rank=info["rank"])
             b = last["base_epoch"] if last["base_epoch"] is not None else ep
             return dict(cur_step_num=step - base_step, cur_epoch_num=ep - b + 1, batch_num=spe,
-                        epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net, rank=info["rank"])
+                        epoch_num=epochs, net_outputs=loss, step_info=s, train_network=net, rank=info["rank"],
+                        eval_results=dict(last.get("eval") or {}))
 
         user = [c for c in cbs if not isinstance(c, ModelCheckpoint)]
         if user:
@@ -428,6 +429,20 @@ class Model:
                 rc = RunContext(args(last.get("step", base_step), e, last["loss"]), t)
                 for c in user:
                     c.on_train_epoch_end(rc)
+                last["eval"] = None  # an epoch's evaluation (Model.fit) is seen by that epoch's end only
+
+            def eval_end(r):
+                # Model.fit's evaluation, run by the trainer before the epoch's end: MindSpore's
+                # eval_results (the Model's metric names, and eval_loss) for on_eval_end and then
+                # on_train_epoch_end (EarlyStopping reads them there)
+                res = {name: r[key] for name, key, _ in (self.metrics or []) if key}
+                res["eval_loss"] = r["loss"]
+                last["eval"] = res
+                rc = RunContext(args(last.get("step", base_step), r["epoch"], last["loss"]), t)
+                for c in user:
+                    f = getattr(c, "on_eval_end", None)
+                    if callable(f):
+                        f(rc)
 
             def train_end():
                 b = last["base_epoch"] or 0
@@ -435,7 +450,7 @@ class Model:
                 for c in user:
                     c.on_train_end(rc)
 
-            t.add_callback(step_end=step_end, epoch_end=epoch_end, train_end=train_end)
+            t.add_callback(step_end=step_end, epoch_end=epoch_end, eval_end=eval_end, train_end=train_end)
             rc0 = RunContext(args(base_step, 0, None), t)
             for c in user:
                 c.on_train_begin(rc0)
