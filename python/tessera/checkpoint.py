@@ -264,8 +264,9 @@ def load_checkpoint(ckpt_file_name, net=None, strict_load=False, filter_prefix=N
     finally:
         if tmp:
             os.unlink(tmp)  # the mapping stays valid
-    d = tensors if raw or ms_file else _strip(tensors)
-    if ms_file:
+    tessera_file = "tessera.format" in meta  # Tessera's training checkpoint, in either container
+    d = tensors if raw or (ms_file and not tessera_file) else _strip(tensors)
+    if ms_file and not tessera_file:
         d = dict(d)
         d.update(meta)  # MindSpore's append_info strings
     if filter_prefix is not None or specify_prefix is not None or choice_func is not None:
