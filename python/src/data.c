@@ -89,8 +89,9 @@ static gil_hold gil_take(void) {
   if (!h.ts && !PyGILState_GetThisThreadState()) {
     PyInterpreterState *in = PyInterpreterState_Main();
     if ((h.ts = in ? PyThreadState_New(in) : NULL) && pthread_setspecific(g_state_key, h.ts)) {
-      PyThreadState_Clear(h.ts); /* not kept: no key, so no Ensure-per-call savings either */
-      PyThreadState_Delete(h.ts);
+      PyEval_RestoreThread(h.ts); /* not kept (no key): deleted, under the GIL, and Ensure used */
+      PyThreadState_Clear(h.ts);
+      PyThreadState_DeleteCurrent();
       h.ts = NULL;
     }
   }
