@@ -5,7 +5,8 @@
 
 static void close_file(PyObject *cap) { ts_st_close(PyCapsule_GetPointer(cap, "tessera.st_file")); }
 
-/* st_load(path) -> (tensors, metadata) */
+/* st_load(path) -> (tensors, metadata, is_mindspore): is_mindspore, the reader's own verdict
+ * (ts_st_is_mindspore: a MindSpore .ckpt rather than a safetensors file) */
 static PyObject *py_st_load(PyObject *self, PyObject *args) {
   (void)self;
   const char *path;
@@ -43,7 +44,7 @@ static PyObject *py_st_load(PyObject *self, PyObject *args) {
     Py_DECREF(s);
   }
   Py_DECREF(cap);
-  return Py_BuildValue("NN", d, meta);
+  return Py_BuildValue("NNO", d, meta, ts_st_is_mindspore(f) ? Py_True : Py_False);
 fail:
   Py_XDECREF(d);
   Py_XDECREF(meta);
@@ -137,7 +138,7 @@ static PyObject *py_ckpt_resolve(PyObject *self, PyObject *args) {
 
 PyMethodDef tsp_checkpoint_methods[] = {
     {"ckpt_resolve", py_ckpt_resolve, METH_VARARGS, "ckpt_resolve(path): the checkpoint DIR/latest names, else path"},
-    {"st_load", py_st_load, METH_VARARGS, "st_load(path) -> (tensors as numpy views, metadata)"},
+    {"st_load", py_st_load, METH_VARARGS, "st_load(path) -> (tensors as numpy views, metadata, is_mindspore)"},
     {"st_save", py_st_save, METH_VARARGS, "st_save(path, tensors, metadata): atomic safetensors write"},
     {"ckpt_merge", py_ckpt_merge, METH_VARARGS, "ckpt_merge(dir, out): merge a sliced checkpoint"},
     {"ckpt_is_sliced", py_ckpt_is_sliced, METH_VARARGS, "True for a sliced checkpoint directory"},

@@ -11,23 +11,9 @@ the layers' parameters (BatchNorm's gamma, beta, moving_mean, moving_variance, L
 beta, Embedding's embedding_table) for the library's. A file name ending in .ckpt is written in
 MindSpore's format, with those names, so MindSpore's load_checkpoint reads it."""
 import os
-import struct
 import tempfile
 
 from . import _C
-
-
-def _is_mindspore_file(path):
-    """A MindSpore checkpoint (protobuf: a Checkpoint.value first) rather than safetensors."""
-    try:
-        with open(path, "rb") as f:
-            b = f.read(16)
-            size = os.fstat(f.fileno()).st_size
-    except OSError:
-        return False
-    if len(b) < 2 or b[0] != 0x0A:
-        return False
-    return not (len(b) >= 9 and struct.unpack("<Q", b[:8])[0] <= size - 8 and b[8:9] == b"{")
 
 
 def _ms_aliases(net):
@@ -56,10 +42,9 @@ def _bn_aliases(names):
     return out
 
 
-def _from_ms_names(net, d):
+def _from_ms_names(rename, d):
     """d with MindSpore's names of the network's layer parameters replaced by the library's
-    (where the library's own name is not there too)."""
-    rename = {v: k for k, v in _ms_aliases(net).items()}
+    (rename: MindSpore's name -> the library's; where the library's own name is not there too)."""
     if not any(k in rename for k in d):
         return d
     out = {}
@@ -114,7 +99,7 @@ def _save_mindspore(path, arrays, append_dict):
     import numpy as np
     tensors, meta = {}, {}
     for k, v in arrays.items():
-        tensors[k] = np.ascontiguousarray(v) if np.ndim(v) else np.asarray(v)
+        tensors[k] = np.asarray(v, order="C")
     for k, v in (append_dict or {}).items():
         v = _ms_value(v)
         if isinstance(v, str):
@@ -206,7 +191,7 @@ def _save_net_mindspore(net, t, path, append_dict, keep):
     os.close(fd)
     try:
         t.save(tmp, False)
-        tensors, _ = _C.st_load(tmp)
+        tensors, _, _ = _C.st_load(tmp)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)  # the mapping stays valid
@@ -258,9 +243,8 @@ def load_checkpoint(ckpt_file_name, net=None, strict_load=False, filter_prefix=N
         os.close(fd)
         _C.ckpt_merge(path, tmp)
         path = tmp
-    ms_file = tmp is None and _is_mindspore_file(path)
     try:
-        tensors, meta = _C.st_load(path)
+        tensors, meta, ms_file = _C.st_load(path)
     finally:
         if tmp:
             os.unlink(tmp)  # the mapping stays valid
@@ -360,8 +344,9 @@ def load_param_into_net(net, parameter_dict, strict_load=False, remove_redundanc
     if not isinstance(remove_redundancy, bool):
         raise TypeError("For 'load_param_into_net', the 'remove_redundancy' must be a bool, but got %r"
                         % (remove_redundancy,))
+    rename = {v: k for k, v in _ms_aliases(net).items()}  # MindSpore's name -> the library's
     arrays = {k: v for k, v in parameter_dict.items() if not isinstance(v, (str, bytes))}
-    arrays = _from_ms_names(net, arrays)
+    arrays = _from_ms_names(rename, arrays)
     t = getattr(net, "_trainer", None)
     if t is None:
         pending = dict(net.__dict__.get("_pending_params") or {})  # e.g. Parameter(Tensor(...)) values
@@ -383,6 +368,5 @@ def load_param_into_net(net, parameter_dict, strict_load=False, remove_redundanc
         np.copyto(dst, src.astype(np.float32, copy=False))
     if strict_load and missing:
         raise ValueError("load_param_into_net: not in the checkpoint: %s" % ", ".join(missing))
-    rename = {v: k for k, v in _ms_aliases(net).items()}
     unused = [k for k in parameter_dict if rename.get(k, k) not in store or isinstance(parameter_dict[k], (str, bytes))]
     return missing, unused

@@ -259,8 +259,7 @@ class Model:
         if old is not None and old is not t and resume is None and old is not self._trainer:
             # the network trained (or loaded) through another Model: its parameters are the
             # network's, as in MindSpore, so this trainer starts from their current values
-            import numpy as np
-            carried = {k: np.array(v) for k, v in old.params().items()}
+            carried = dict(old.params())  # views into the old store, copied by the load below
             carried.update(pending)  # values set or loaded since
             pending = carried
         if pending:
